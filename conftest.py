@@ -1,0 +1,3 @@
+"""Settings for this repository's own tests (not shipped with the plugin)."""
+
+pytest_plugins = ["pytester"]
