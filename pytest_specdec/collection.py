@@ -1,0 +1,146 @@
+"""From the configured matrices to marked, ordered test items.
+
+Each family's matrix becomes parameters of tests that ask for `specdec_spec` (or the server built
+from it). Items carry the family's marker, `gpus(tp)`, `specdec(method, tp, budget)` and an
+`xdist_group` per configuration; collection then turns hardware mismatches into skips with a
+reason, known issues into strict xfails, and orders items so each configuration boots once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import pytest
+
+from .hardware import GPU_FAMILIES
+from .state import RunState
+
+MARKERS = (
+    "blackwell: targets Blackwell GPUs (sm_100/sm_120); skipped elsewhere with the hardware found",
+    "hopper: targets Hopper GPUs (sm_90); skipped elsewhere with the hardware found",
+    "ada: targets Ada GPUs (sm_89); skipped elsewhere with the hardware found",
+    "ampere: targets Ampere GPUs (sm_80/sm_86); skipped elsewhere with the hardware found",
+    "gpu: needs a real GPU (not a simulated one); skipped on a CPU-only machine",
+    "gpus(n): needs at least n GPUs in the inventory; skipped with fewer",
+    "specdec(method=..., tp=..., budget=...): the speculative-decoding configuration a test "
+    "exercises; known issues match on it",
+)
+
+
+@dataclass(frozen=True)
+class MatrixCase:
+    """One (family, method, tp, budget) cell of a configured matrix."""
+
+    family: str
+    method: str
+    tp: int
+    budget: int | None
+
+    @property
+    def spec_id(self) -> str:
+        """`ddtree-tp4-b16`, `dflash-tp1`: the server's identity, shared across families."""
+        text = f"{self.method}-tp{self.tp}"
+        return text + (f"-b{self.budget}" if self.budget is not None else "")
+
+    @property
+    def param_id(self) -> str:
+        """The test id; GPU families prefix theirs so one file can hold several suites."""
+        return self.spec_id if self.family == "cpu" else f"{self.family}-{self.spec_id}"
+
+
+def matrix_cases(state: RunState) -> list[MatrixCase]:
+    return [MatrixCase(matrix.family, method, tp, budget)
+            for matrix in state.config.matrices.values()
+            for method, tp, budget in matrix.entries()]
+
+
+def case_marks(case: MatrixCase) -> list[pytest.MarkDecorator]:
+    marks = [pytest.mark.specdec(method=case.method, tp=case.tp, budget=case.budget),
+             pytest.mark.xdist_group(name=case.param_id)]
+    if case.family in GPU_FAMILIES:
+        marks.append(getattr(pytest.mark, case.family))
+        marks.append(pytest.mark.gpus(case.tp))
+    elif case.tp > 1:
+        marks.append(pytest.mark.gpus(case.tp))
+    return marks
+
+
+def parametrize(metafunc: pytest.Metafunc, state: RunState) -> None:
+    if "specdec_spec" not in metafunc.fixturenames:
+        return
+    cases = matrix_cases(state)
+    metafunc.parametrize(
+        "specdec_spec",
+        [pytest.param(case, marks=case_marks(case), id=case.param_id) for case in cases],
+        indirect=True,
+    )
+
+
+def skip_reason(item: pytest.Item, state: RunState) -> str | None:
+    """Why this item cannot run on this hardware, or None."""
+    hw = state.hardware
+    for family in GPU_FAMILIES:
+        if item.get_closest_marker(family) and hw.family != family:
+            return f"needs a {family.capitalize()} GPU; found: {hw.describe()}"
+    if item.get_closest_marker("gpu") and hw.physical_gpus == 0:
+        return f"needs a GPU; found: no GPU" + (" (the simulated arch is for dry runs only)"
+                                                if hw.simulated else "")
+    marker = item.get_closest_marker("gpus")
+    if marker is not None:
+        needed = int(marker.args[0]) if marker.args else int(marker.kwargs.get("n", 1))
+        if hw.count < needed:
+            return f"needs {needed} GPUs; found: {hw.describe()}"
+    return None
+
+
+def known_issue_reason(item: pytest.Item, state: RunState) -> str | None:
+    marker = item.get_closest_marker("specdec")
+    if marker is None:
+        return None
+    method = marker.kwargs.get("method")
+    tp = marker.kwargs.get("tp", 1)
+    budget = marker.kwargs.get("budget")
+    hw = state.hardware
+    for issue in state.config.known_issues:
+        if issue.matches(arch=hw.arch, family=hw.family, method=method, tp=tp, budget=budget,
+                         backend="sglang" if state.backend == "sglang" else "embedded"):
+            return issue.reason
+    return None
+
+
+def modify_items(items: list[pytest.Item], state: RunState) -> None:
+    for item in items:
+        reason = skip_reason(item, state)
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=reason))
+            continue
+        issue = known_issue_reason(item, state)
+        if issue is not None and not state.settings.run_known_issues:
+            item.add_marker(pytest.mark.xfail(reason=f"known issue: {issue}", strict=True))
+    items[:] = order_by_configuration(items)
+
+
+def _group(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or "specdec_spec" not in callspec.params:
+        return None
+    case = callspec.params["specdec_spec"]
+    return case.param_id if isinstance(case, MatrixCase) else None
+
+
+def order_by_configuration(items: Iterable[pytest.Item]) -> list[pytest.Item]:
+    """Stable sort that pulls each configuration's items together at its first appearance.
+
+    A server boots once per configuration and stays up only while its tests run, so at most one
+    server per GPU set is alive.
+    """
+    first_seen: dict[str, int] = {}
+    keyed = []
+    for index, item in enumerate(items):
+        group = _group(item)
+        if group is None:
+            keyed.append((index, index, item))
+        else:
+            keyed.append((first_seen.setdefault(group, index), index, item))
+    return [item for _, _, item in sorted(keyed, key=lambda entry: (entry[0], entry[1]))]

@@ -1,0 +1,444 @@
+"""Typed settings from `[tool.specdec]` in pyproject.toml or from `specdec.toml`.
+
+Parsed once at configure time into frozen dataclasses; everything downstream takes these, never
+raw dicts. Every mistake (unknown key, wrong type, empty matrix, impossible value) stops the run
+at start with one line naming the file, the key and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import SpecdecUsageError
+from .hardware import ALL_FAMILIES, FAMILIES, normalise_arch
+from .options import OPTION_NAMES
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+METHODS = ("ar", "dflash", "ddtree")
+SPECULATIVE_METHODS = frozenset({"dflash", "ddtree"})
+BUILTIN_PROMPT_SETS = ("chat", "code", "math")
+METRICS = ("output_tok_s", "accept_length", "accept_rate", "ttft_ms", "tpot_ms", "verify_us")
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """One hardware family's configurations: methods x tp x budget (budget applies to ddtree)."""
+
+    family: str
+    methods: tuple[str, ...]
+    tp: tuple[int, ...]
+    budget: tuple[int, ...]
+
+    def entries(self) -> list[tuple[str, int, int | None]]:
+        """(method, tp, budget) in a stable order; methods without a budget appear once per tp."""
+        out = []
+        for method in self.methods:
+            for tp in self.tp:
+                if method == "ddtree":
+                    out.extend((method, tp, budget) for budget in self.budget)
+                else:
+                    out.append((method, tp, None))
+        return out
+
+
+@dataclass(frozen=True)
+class KnownIssue:
+    """A declaratively known-broken configuration; unset fields match anything."""
+
+    reason: str
+    arch: str | None = None
+    family: str | None = None
+    methods: tuple[str, ...] | None = None
+    tp: tuple[int, ...] | None = None
+    budget: tuple[int, ...] | None = None
+    backend: tuple[str, ...] | None = None
+
+    def matches(self, *, arch: str | None, family: str, method: str, tp: int,
+                budget: int | None, backend: str) -> bool:
+        if self.arch is not None and self.arch != arch:
+            return False
+        if self.family is not None and self.family != family:
+            return False
+        if self.methods is not None and method not in self.methods:
+            return False
+        if self.tp is not None and tp not in self.tp:
+            return False
+        if self.budget is not None and budget not in self.budget:
+            return False
+        if self.backend is not None and backend not in self.backend:
+            return False
+        return True
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """A workload to drive each server with; `prompts` is a built-in set or a JSONL path."""
+
+    name: str
+    prompts: str = "chat"
+    num_prompts: int = 8
+    max_new_tokens: int = 64
+    concurrency: int = 1
+    temperature: float = 0.0
+    truncate: bool = False
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Options passed to the embedded engine for every server it runs."""
+
+    model_preset: str = "tiny"
+    draft_agreement: float = 0.9
+    block_size: int = 16
+    seed: int = 0
+    device: str = "auto"
+    num_layers: int | None = None
+    extra_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SGLangSettings:
+    """How methods map to SGLang flags: forks differ (REFERENCE.md), so it is configuration."""
+
+    method_flags: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: {
+        "dflash": ("--speculative-algorithm", "DFLASH"),
+        "ddtree": ("--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "{budget}"),
+    })
+    extra_args: tuple[str, ...] = ()
+    python: str = sys.executable
+
+
+@dataclass(frozen=True)
+class SpecdecConfig:
+    source: str  # what the header shows: "pyproject.toml [tool.specdec]", "specdec.toml", "defaults"
+    root: Path
+    model: str | None = None
+    draft_model: str | None = None
+    model_cache: str | None = None
+    matrices: Mapping[str, Matrix] = field(default_factory=dict)
+    workloads: tuple[WorkloadSpec, ...] = ()
+    tolerances: Mapping[str, str] = field(default_factory=dict)
+    known_issues: tuple[KnownIssue, ...] = ()
+    min_accept_length: float = 1.05
+    engine: EngineSettings = EngineSettings()
+    sglang: SGLangSettings = SGLangSettings()
+    options: Mapping[str, Any] = field(default_factory=dict)  # option values set in the file
+
+
+DEFAULT_MATRICES = {
+    "cpu": Matrix("cpu", ("ar", "dflash", "ddtree"), (1,), (8, 16, 32)),
+    "blackwell": Matrix("blackwell", ("dflash", "ddtree"), (1, 4, 8), (8, 12, 15, 16, 32, 64)),
+    "hopper": Matrix("hopper", ("dflash", "ddtree"), (1, 4, 8), (8, 12, 15, 16, 32, 64)),
+}
+DEFAULT_WORKLOADS = (WorkloadSpec("chat"),)
+
+_TOP_KEYS = {"model", "draft_model", "model_cache", "matrix", "workloads", "tolerances",
+             "known_issues", "min_accept_length", "engine", "sglang"} \
+    | OPTION_NAMES
+
+
+class _Reader:
+    """Checks one table's keys and types; errors name the file and the dotted key."""
+
+    def __init__(self, filename: str, table: str, data: Mapping[str, Any]):
+        self.filename, self.table, self.data = filename, table, data
+        if not isinstance(data, Mapping):
+            self.fail(None, f"must be a table, not {type(data).__name__}")
+
+    def where(self, key: str | None) -> str:
+        return f"{self.filename} [{self.table}]" + (f" {key}" if key else "")
+
+    def fail(self, key: str | None, problem: str) -> None:
+        raise SpecdecUsageError(f"{self.where(key)}: {problem}")
+
+    def check_keys(self, known: set[str] | frozenset[str]) -> None:
+        for key in self.data:
+            if key not in known:
+                close = difflib.get_close_matches(key, sorted(known), n=1)
+                hint = f"did you mean {close[0]!r}?" if close else \
+                    f"known keys: {', '.join(sorted(known))}"
+                self.fail(None, f"unknown key {key!r}; {hint}")
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
+        if key not in self.data:
+            return default
+        value = self.data[key]
+        if isinstance(value, bool) and kind in (int, float, (int, float)):
+            self.fail(key, f"{value!r} must be a number")
+        if kind is float and isinstance(value, int):
+            value = float(value)
+        if not isinstance(value, kind):
+            name = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            self.fail(key, f"{value!r} must be a {name}")
+        return value
+
+    def int_list(self, key: str, default: tuple[int, ...] | None = None) -> tuple[int, ...] | None:
+        if key not in self.data:
+            return default
+        value = self.data[key]
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = [value]
+        if not isinstance(value, list) or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value):
+            self.fail(key, f"{value!r} must be a list of integers, e.g. [1, 4, 8]")
+        return tuple(value)
+
+    def str_list(self, key: str, default: tuple[str, ...] | None = None) -> tuple[str, ...] | None:
+        if key not in self.data:
+            return default
+        value = self.data[key]
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            self.fail(key, f"{value!r} must be a list of strings")
+        return tuple(value)
+
+
+def _check_methods(reader: _Reader, key: str, methods: tuple[str, ...]) -> None:
+    for method in methods:
+        if method not in METHODS:
+            reader.fail(key, f"unknown method {method!r}; use one of {', '.join(METHODS)}")
+
+
+def _check_tp(reader: _Reader, key: str, tps: tuple[int, ...]) -> None:
+    for tp in tps:
+        if tp < 1 or tp & (tp - 1):
+            reader.fail(key, f"{tp} is not a power of two; tensor-parallel sizes are 1, 2, 4 or 8")
+
+
+def _check_budgets(reader: _Reader, key: str, budgets: tuple[int, ...]) -> None:
+    for budget in budgets:
+        if budget < 1:
+            reader.fail(key, f"{budget} is impossible; a tree budget counts draft nodes and must "
+                             f"be at least 1")
+
+
+def _parse_matrix(filename: str, family: str, data: Any) -> Matrix:
+    reader = _Reader(filename, f"tool.specdec.matrix.{family}", data)
+    reader.check_keys({"methods", "tp", "budget"})
+    methods = reader.str_list("methods", ())
+    tps = reader.int_list("tp", (1,))
+    budgets = reader.int_list("budget", ())
+    if not methods:
+        reader.fail("methods", f"is empty; list at least one of {', '.join(METHODS)}")
+    _check_methods(reader, "methods", methods)
+    if not tps:
+        reader.fail("tp", "is empty; list at least one size, e.g. [1]")
+    _check_tp(reader, "tp", tps)
+    _check_budgets(reader, "budget", budgets)
+    if "ddtree" in methods and not budgets:
+        reader.fail("budget", "is empty but methods include ddtree; list budgets, e.g. [8, 16, 32]")
+    return Matrix(family, methods, tps, budgets)
+
+
+def _parse_known_issue(filename: str, index: int, data: Any) -> KnownIssue:
+    reader = _Reader(filename, f"[tool.specdec.known_issues] entry {index + 1}", data)
+    reader.table = f"known_issues #{index + 1}"
+    reader.check_keys({"reason", "arch", "family", "method", "tp", "budget", "backend"})
+    reason = reader.get("reason", str)
+    if not reason:
+        reader.fail("reason", "is missing; say what breaks, e.g. reason = \"verify crashes\"")
+    arch = reader.get("arch", str)
+    if arch is not None:
+        try:
+            arch = normalise_arch(arch)
+        except SpecdecUsageError:
+            reader.fail("arch", f"{arch!r} is not an arch; use e.g. sm_120 ({', '.join(FAMILIES)})")
+    family = reader.get("family", str)
+    if family is not None and family not in ALL_FAMILIES:
+        reader.fail("family", f"{family!r} is unknown; use one of {', '.join(ALL_FAMILIES)}")
+    methods = reader.str_list("method")
+    if methods is not None:
+        _check_methods(reader, "method", methods)
+    tps = reader.int_list("tp")
+    if tps is not None:
+        _check_tp(reader, "tp", tps)
+    budgets = reader.int_list("budget")
+    if budgets is not None:
+        _check_budgets(reader, "budget", budgets)
+    backends = reader.str_list("backend")
+    if backends is not None:
+        for backend in backends:
+            if backend not in ("embedded", "sglang"):
+                reader.fail("backend", f"{backend!r} is unknown; use embedded or sglang")
+    return KnownIssue(reason, arch, family, methods, tps, budgets, backends)
+
+
+def _parse_workload(filename: str, index: int, data: Any, root: Path) -> WorkloadSpec:
+    reader = _Reader(filename, f"workloads #{index + 1}", data)
+    reader.check_keys({"name", "prompts", "num_prompts", "max_new_tokens", "concurrency",
+                       "temperature", "truncate"})
+    prompts = reader.get("prompts", str, "chat")
+    name = reader.get("name", str, Path(prompts).stem)
+    if prompts not in BUILTIN_PROMPT_SETS:
+        path = Path(prompts) if Path(prompts).is_absolute() else root / prompts
+        if not path.is_file():
+            reader.fail("prompts", f"{prompts!r} is neither a built-in set "
+                                   f"({', '.join(BUILTIN_PROMPT_SETS)}) nor a JSONL file; "
+                                   f"fix the path")
+        prompts = str(path)
+    spec = WorkloadSpec(
+        name=name, prompts=prompts,
+        num_prompts=reader.get("num_prompts", int, 8),
+        max_new_tokens=reader.get("max_new_tokens", int, 64),
+        concurrency=reader.get("concurrency", int, 1),
+        temperature=reader.get("temperature", float, 0.0),
+        truncate=reader.get("truncate", bool, False),
+    )
+    for key in ("num_prompts", "max_new_tokens", "concurrency"):
+        if getattr(spec, key) < 1:
+            reader.fail(key, f"{getattr(spec, key)} must be at least 1")
+    if spec.temperature < 0:
+        reader.fail("temperature", f"{spec.temperature} must be 0 (greedy) or more")
+    return spec
+
+
+def _parse_engine(filename: str, data: Any) -> EngineSettings:
+    reader = _Reader(filename, "tool.specdec.engine", data)
+    reader.check_keys({"model_preset", "draft_agreement", "block_size", "seed", "device",
+                       "num_layers", "extra_args"})
+    settings = EngineSettings(
+        model_preset=reader.get("model_preset", str, "tiny"),
+        draft_agreement=reader.get("draft_agreement", float, 0.9),
+        block_size=reader.get("block_size", int, 16),
+        seed=reader.get("seed", int, 0),
+        device=reader.get("device", str, "auto"),
+        num_layers=reader.get("num_layers", int, None),
+        extra_args=reader.str_list("extra_args", ()),
+    )
+    if not 0.0 <= settings.draft_agreement <= 1.0:
+        reader.fail("draft_agreement", f"{settings.draft_agreement} must lie in [0, 1]")
+    if settings.block_size < 1:
+        reader.fail("block_size", f"{settings.block_size} must be at least 1")
+    if settings.model_preset not in ("tiny", "8b-layer"):
+        reader.fail("model_preset", f"{settings.model_preset!r} is unknown; use tiny or 8b-layer")
+    return settings
+
+
+def _parse_sglang(filename: str, data: Any) -> SGLangSettings:
+    reader = _Reader(filename, "tool.specdec.sglang", data)
+    reader.check_keys({"method_flags", "extra_args", "python"})
+    flags = dict(SGLangSettings().method_flags)
+    raw_flags = reader.get("method_flags", dict, {})
+    for method, argv in raw_flags.items():
+        if method not in METHODS:
+            reader.fail("method_flags", f"unknown method {method!r}; use one of {', '.join(METHODS)}")
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+            reader.fail(f"method_flags.{method}", f"{argv!r} must be a list of strings; "
+                                                 f"'{{budget}}' is replaced by the budget")
+        flags[method] = tuple(argv)
+    return SGLangSettings(flags, reader.str_list("extra_args", ()),
+                          reader.get("python", str, sys.executable))
+
+
+def _parse_tolerances(filename: str, data: Any) -> dict[str, str]:
+    reader = _Reader(filename, "tool.specdec.tolerances", data)
+    reader.check_keys(set(METRICS))
+    out = {}
+    for metric, value in data.items():
+        text = str(value) if not isinstance(value, str) else value
+        number = text[:-1] if text.endswith("%") else text
+        try:
+            if float(number) < 0:
+                raise ValueError
+        except ValueError:
+            reader.fail(metric, f"{value!r} is not a tolerance; write a percentage such as \"5%\"")
+        out[metric] = text if text.endswith("%") else text + "%"
+    return out
+
+
+def parse(data: Mapping[str, Any], filename: str, root: Path) -> SpecdecConfig:
+    """Build a SpecdecConfig from the `[tool.specdec]` table (or specdec.toml's top level)."""
+    reader = _Reader(filename, "tool.specdec" if filename.endswith("pyproject.toml") else "top level",
+                     data)
+    reader.check_keys(_TOP_KEYS)
+    matrices: dict[str, Matrix]
+    if "matrix" in data:
+        raw = reader.get("matrix", dict)
+        if not raw:
+            reader.fail("matrix", "is empty; add e.g. [tool.specdec.matrix.cpu] with methods, tp "
+                                  "and budget")
+        matrices = {}
+        for family, table in raw.items():
+            if family not in ALL_FAMILIES:
+                reader.fail(f"matrix.{family}", f"unknown hardware family; use one of "
+                                                f"{', '.join(ALL_FAMILIES)}")
+            matrices[family] = _parse_matrix(filename, family, table)
+    else:
+        matrices = dict(DEFAULT_MATRICES)
+
+    workloads = DEFAULT_WORKLOADS
+    if "workloads" in data:
+        raw_workloads = reader.get("workloads", list)
+        if not raw_workloads:
+            reader.fail("workloads", "is empty; add at least one [[tool.specdec.workloads]] entry")
+        workloads = tuple(_parse_workload(filename, i, w, root) for i, w in enumerate(raw_workloads))
+        names = [w.name for w in workloads]
+        if len(set(names)) != len(names):
+            reader.fail("workloads", f"names {names} repeat; give each workload its own name")
+
+    issues = [_parse_known_issue(filename, i, entry)
+              for i, entry in enumerate(reader.get("known_issues", list, []))]
+
+    min_accept = reader.get("min_accept_length", float, 1.05)
+    if min_accept < 1.0:
+        reader.fail("min_accept_length", f"{min_accept} is below 1; an accept length counts the "
+                                         f"bonus token, so 1.0 means nothing was accepted")
+    return SpecdecConfig(
+        source=f"{filename} [tool.specdec]" if filename.endswith("pyproject.toml") else filename,
+        root=root,
+        model=reader.get("model", str),
+        draft_model=reader.get("draft_model", str),
+        model_cache=reader.get("model_cache", str),
+        matrices=matrices,
+        workloads=workloads,
+        tolerances=_parse_tolerances(filename, reader.get("tolerances", dict, {})),
+        known_issues=tuple(issues),
+        min_accept_length=min_accept,
+        engine=_parse_engine(filename, reader.get("engine", dict, {})),
+        sglang=_parse_sglang(filename, reader.get("sglang", dict, {})),
+        options={k: v for k, v in data.items() if k in OPTION_NAMES},
+    )
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecdecUsageError(f"{path.name}: invalid TOML ({exc}); fix the syntax") from None
+
+
+def load_known_issues(path: Path) -> list[KnownIssue]:
+    """Known issues from a file of `[[known_issues]]` entries (e.g. baselines/known_issues.toml)."""
+    if not path.is_file():
+        raise SpecdecUsageError(f"known issues file {path} does not exist")
+    data = _read_toml(path)
+    _Reader(path.name, "top level", data).check_keys({"known_issues"})
+    entries = data.get("known_issues", [])
+    if not isinstance(entries, list):
+        raise SpecdecUsageError(f"{path.name}: known_issues must be an array of tables "
+                                f"([[known_issues]])")
+    return [_parse_known_issue(path.name, i, entry) for i, entry in enumerate(entries)]
+
+
+def load(root: Path) -> SpecdecConfig:
+    """specdec.toml wins over pyproject.toml's [tool.specdec]; neither gives the defaults."""
+    specdec_toml = root / "specdec.toml"
+    if specdec_toml.is_file():
+        return parse(_read_toml(specdec_toml), "specdec.toml", root)
+    pyproject = root / "pyproject.toml"
+    if pyproject.is_file():
+        table = _read_toml(pyproject).get("tool", {}).get("specdec")
+        if table is not None:
+            return parse(table, "pyproject.toml", root)
+    return SpecdecConfig(source="defaults", root=root, matrices=dict(DEFAULT_MATRICES),
+                         workloads=DEFAULT_WORKLOADS)

@@ -1,0 +1,208 @@
+"""GPU inventory and architecture family, found without initialising CUDA.
+
+The pytest controller must never create a CUDA context: it would pin memory on every GPU and break
+the CUDA_VISIBLE_DEVICES pinning of the servers and xdist workers started later. So detection asks
+NVML (nvidia-ml-py) first, then `nvidia-smi`, and otherwise reports a CPU-only machine.
+`--specdec-arch` replaces the inventory with a simulated one for dry runs.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from .errors import SpecdecUsageError
+
+#: Compute-capability major/minor -> family. One table so that a new chip is a one-line change.
+FAMILIES: dict[str, str] = {
+    "sm_80": "ampere",
+    "sm_86": "ampere",
+    "sm_87": "ampere",
+    "sm_89": "ada",
+    "sm_90": "hopper",
+    "sm_100": "blackwell",
+    "sm_101": "blackwell",
+    "sm_103": "blackwell",
+    "sm_110": "blackwell",
+    "sm_120": "blackwell",
+    "sm_121": "blackwell",
+}
+
+#: Families that mark tests (`pytest -m blackwell`); `cpu` is the embedded default's own matrix.
+GPU_FAMILIES = ("blackwell", "hopper", "ada", "ampere")
+ALL_FAMILIES = GPU_FAMILIES + ("cpu",)
+
+_ARCH_RE = re.compile(r"^sm_?(\d{2,3})a?$")
+
+
+def normalise_arch(text: str) -> str:
+    """`sm_120`, `sm120`, `sm_90a`, `9.0` and `12.0` all name an arch; return the `sm_NN` form."""
+    raw = text.strip().lower()
+    match = _ARCH_RE.match(raw)
+    if match:
+        return f"sm_{match.group(1)}"
+    cap = re.match(r"^(\d+)\.(\d)$", raw)
+    if cap:
+        return f"sm_{cap.group(1)}{cap.group(2)}"
+    raise SpecdecUsageError(
+        f"--specdec-arch {text!r} is not a GPU architecture; use a compute capability such as "
+        f"sm_90 (Hopper) or sm_120 (Blackwell RTX PRO 6000); known: {', '.join(FAMILIES)}"
+    )
+
+
+def family_of(arch: str) -> str:
+    """The family of an arch, or `unknown` for chips this plugin has no matrix for."""
+    if arch == "cpu":
+        return "cpu"
+    return FAMILIES.get(arch, "unknown")
+
+
+@dataclass(frozen=True)
+class GPU:
+    index: int
+    name: str
+    arch: str  # "sm_90"
+    memory_mib: int = 0
+
+    @property
+    def family(self) -> str:
+        return family_of(self.arch)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the tests run on. `physical_gpus` stays the real count when an arch is simulated."""
+
+    gpus: tuple[GPU, ...]
+    source: str  # "nvml", "nvidia-smi", "simulated" or "none"
+    physical_gpus: int = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def arch(self) -> str | None:
+        return self.gpus[0].arch if self.gpus else None
+
+    @property
+    def family(self) -> str:
+        """The family of the first GPU (a mixed host is scheduled as its first GPU's family)."""
+        return self.gpus[0].family if self.gpus else "cpu"
+
+    @property
+    def simulated(self) -> bool:
+        return self.source == "simulated"
+
+    def describe(self) -> str:
+        """`NVIDIA H200 (sm_90, hopper) x8`, or `no GPU`: the phrase skip reasons quote."""
+        if not self.gpus:
+            return "no GPU"
+        groups: dict[tuple[str, str, str], int] = {}
+        for gpu in self.gpus:
+            key = (gpu.name, gpu.arch, gpu.family)
+            groups[key] = groups.get(key, 0) + 1
+        parts = [f"{name} ({arch}, {family}) x{n}" for (name, arch, family), n in groups.items()]
+        text = ", ".join(parts)
+        return text + " [simulated]" if self.simulated else text
+
+    @property
+    def key(self) -> str:
+        """Baseline file key: `cpu`, or GPU name, arch and count (`nvidia-h200-sm_90-x8`)."""
+        if not self.gpus or self.family == "cpu":
+            return "cpu"
+        if self.simulated:
+            return f"simulated-{self.arch}-x{self.count}"
+        name = re.sub(r"[^a-z0-9]+", "-", self.gpus[0].name.lower()).strip("-")
+        return f"{name}-{self.arch}-x{self.count}"
+
+
+def _detect_nvml() -> list[GPU] | None:
+    try:
+        import pynvml  # nvidia-ml-py
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        gpus = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            name = pynvml.nvmlDeviceGetName(handle)
+            if isinstance(name, bytes):
+                name = name.decode()
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024)
+            gpus.append(GPU(index, name, f"sm_{major}{minor}", int(memory)))
+        return gpus
+    except Exception:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _detect_nvidia_smi() -> list[GPU] | None:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=index,name,compute_cap,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=20, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    gpus = []
+    for line in out.strip().splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) < 4:
+            continue
+        try:
+            gpus.append(GPU(int(fields[0]), fields[1], normalise_arch(fields[2]), int(float(fields[3]))))
+        except (ValueError, SpecdecUsageError):
+            continue
+    return gpus
+
+
+def detect() -> Hardware:
+    """The real inventory; a machine where neither NVML nor nvidia-smi answers has no GPU."""
+    for source, probe in (("nvml", _detect_nvml), ("nvidia-smi", _detect_nvidia_smi)):
+        gpus = probe()
+        if gpus:
+            return Hardware(tuple(gpus), source, physical_gpus=len(gpus))
+    return Hardware((), "none", physical_gpus=0)
+
+
+def resolve(arch: str | None, gpus: int | None, detected: Hardware | None = None) -> Hardware:
+    """Apply `--specdec-arch` / `--specdec-gpus` to the detected inventory.
+
+    `arch` pretends every GPU is that arch (one GPU when none exists); `gpus` sets the inventory
+    size to schedule on (a simulated inventory on a CPU machine, or fewer than detected).
+    """
+    real = detected if detected is not None else detect()
+    if gpus is not None and gpus < 0:
+        raise SpecdecUsageError(f"--specdec-gpus {gpus}: the GPU count must be 0 or more")
+    if arch is None and gpus is None:
+        return real
+    if arch is None:
+        if gpus <= real.count:
+            return Hardware(real.gpus[:gpus], real.source, real.physical_gpus)
+        if real.count:
+            raise SpecdecUsageError(
+                f"--specdec-gpus {gpus}: only {real.count} GPUs found ({real.describe()}); "
+                f"ask for at most {real.count}, or add --specdec-arch to simulate an inventory"
+            )
+        # Slots for scheduling tests on a CPU machine: no arch, so no GPU family's suite runs.
+        simulated = tuple(GPU(i, "simulated GPU", "cpu") for i in range(gpus))
+        return Hardware(simulated, "simulated", real.physical_gpus)
+    arch = normalise_arch(arch)
+    count = gpus if gpus is not None else max(real.count, 1)
+    name = f"simulated {arch}"
+    return Hardware(tuple(GPU(i, name, arch) for i in range(count)), "simulated", real.physical_gpus)

@@ -1,0 +1,25 @@
+"""The report header: the effective settings a reader needs to trust (or doubt) a run."""
+
+from __future__ import annotations
+
+from .options import OPTIONS
+from .state import RunState
+
+
+def lines(state: RunState) -> list[str]:
+    hw = state.hardware
+    arch = f"{hw.arch}, {hw.family}" if hw.arch else hw.family
+    out = [
+        f"specdec: backend {state.backend} ({state.backend_reason}); config {state.config.source}",
+        f"specdec: hardware {hw.describe()} [{arch}, {hw.count} GPU(s), detected by {hw.source}]",
+        f"specdec: baselines {state.baseline_path}"
+        + ("" if state.baseline_path.is_file() else " (none yet)"),
+    ]
+    changed = [f"{o.name}={state.settings.values[o.name]} ({state.settings.origins[o.name]})"
+               for o in OPTIONS if state.settings.origins[o.name] != "default"]
+    if changed:
+        out.append("specdec: settings " + ", ".join(changed))
+    if state.dry_run:
+        out.append(f"specdec: dry run: the {hw.family} suite runs on the {state.backend} backend; "
+                   f"figures are not {hw.family} figures")
+    return out

@@ -1,0 +1,153 @@
+"""The plugin's options: one table, three places to set each (CLI, ini, `[tool.specdec]`).
+
+Users configure CI in pyproject.toml rather than in long command lines, so every `--specdec-x-y`
+has an ini twin `specdec_x_y` and a `[tool.specdec]` key `x_y`. Precedence: command line, then
+`[tool.pytest.ini_options]`, then `[tool.specdec]` (or specdec.toml), then the default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from .errors import SpecdecUsageError
+
+BACKENDS = ("auto", "embedded", "sglang")
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{text!r} is not a boolean (use true or false)")
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise ValueError(f"{text!r} must be greater than 0")
+    return value
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"{text!r} must be 0 or more")
+    return value
+
+
+def _backend(text: str) -> str:
+    if text not in BACKENDS:
+        raise ValueError(f"{text!r} is not one of {', '.join(BACKENDS)}")
+    return text
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # the [tool.specdec] key and the attribute of Settings
+    help: str
+    parse: Callable[[str], Any] = str
+    default: Any = None
+    flag: bool = False  # a store_true switch on the command line
+    metavar: str | None = None
+
+    @property
+    def cli(self) -> str:
+        return "--specdec-" + self.name.replace("_", "-")
+
+    @property
+    def ini(self) -> str:
+        return "specdec_" + self.name
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("backend", "server backend: auto (SGLang where it is importable and a GPU is present, "
+           "else embedded), embedded or sglang", _backend, "auto", metavar="{auto,embedded,sglang}"),
+    Option("arch", "pretend the GPUs are ARCH (e.g. sm_120) for dry runs: runs that family's suite "
+           "with its known issues on whatever backend is available", str, None, metavar="ARCH"),
+    Option("gpus", "GPU inventory to schedule on (default: detected; on a CPU machine, a simulated "
+           "inventory for scheduling tests)", _count, None, metavar="N"),
+    Option("server_url", "use the server running at URL; launch nothing and never stop it",
+           str, None, metavar="URL"),
+    Option("save_baseline", "write this run's results into the baseline file for this hardware "
+           "(merged, atomically)", _bool, False, flag=True),
+    Option("compare_fail", "fail a test whose metric regressed past a tolerance, e.g. "
+           "output_tok_s:5%,accept_length:2%,ttft_ms:10%", str, None, metavar="EXPR"),
+    Option("baseline_dir", "folder of per-hardware baseline files and known_issues.toml",
+           str, "baselines", metavar="DIR"),
+    Option("report", "write results.json, report.md, report.tex and plots into DIR",
+           str, None, metavar="DIR"),
+    Option("resume", "skip configurations the results journal records as done", _bool, False,
+           flag=True),
+    Option("journal", "results journal (append-only JSONL) used by --specdec-resume",
+           str, ".specdec/journal.jsonl", metavar="PATH"),
+    Option("run_known_issues", "run known-broken configurations instead of marking them xfail",
+           _bool, False, flag=True),
+    Option("startup_timeout", "seconds a server may take to become ready", _positive_float, 600.0,
+           metavar="S"),
+    Option("restart_on_crash", "restart a crashed server up to N times per configuration",
+           _count, 0, metavar="N"),
+    Option("artifacts", "folder for server logs and per-run files", str, ".specdec/artifacts",
+           metavar="DIR"),
+)
+
+OPTION_NAMES = frozenset(option.name for option in OPTIONS)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The effective option values, each with where it came from (for the report header)."""
+
+    values: Mapping[str, Any]
+    origins: Mapping[str, str]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def parse_value(option: Option, raw: Any, where: str) -> Any:
+    """Validate one value; the error names where it was set, the bad value and what is allowed."""
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, str):
+        if option.parse is _bool and isinstance(raw, bool):
+            return raw
+        if option.parse in (_count, _positive_float) and isinstance(raw, (int, float)) \
+                and not isinstance(raw, bool):
+            raw = str(raw)
+        else:
+            raise SpecdecUsageError(
+                f"{where}: {raw!r} has the wrong type for {option.name}; {option.help}")
+    try:
+        return option.parse(raw)
+    except ValueError as exc:
+        raise SpecdecUsageError(f"{where}: {exc}; {option.cli} takes: {option.help}") from None
+
+
+def resolve(cli: Mapping[str, Any], ini: Mapping[str, str], toml: Mapping[str, Any],
+            toml_name: str) -> Settings:
+    """Merge the three sources per OPTIONS' precedence."""
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for option in OPTIONS:
+        cli_value = cli.get(option.name)
+        if cli_value is not None and cli_value is not False:
+            values[option.name] = parse_value(option, cli_value if not isinstance(cli_value, str)
+                                              else cli_value, option.cli)
+            origins[option.name] = "command line"
+        elif ini.get(option.name) not in (None, ""):
+            values[option.name] = parse_value(option, ini[option.name], f"ini {option.ini}")
+            origins[option.name] = "ini"
+        elif option.name in toml:
+            values[option.name] = parse_value(option, toml[option.name],
+                                              f"{toml_name} key {option.name!r}")
+            origins[option.name] = toml_name
+        else:
+            values[option.name] = option.default
+            origins[option.name] = "default"
+    return Settings(values, origins)

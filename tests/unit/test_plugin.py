@@ -1,0 +1,305 @@
+"""The plugin as users meet it: entry point, options and ini twins, markers, skips, header."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import sys
+
+import pytest
+
+from pytest_specdec import hardware
+
+ON_GPU_MACHINE = hardware.detect().count > 0
+
+SPEC_TEST = """
+def test_cell(specdec_spec):
+    assert specdec_spec.method in ("ar", "dflash", "ddtree")
+"""
+
+SMALL_MATRIX = """
+[tool.specdec.matrix.cpu]
+methods = ["ar", "ddtree"]
+tp = [1]
+budget = [8, 16]
+
+[tool.specdec.matrix.blackwell]
+methods = ["ddtree"]
+tp = [1]
+budget = [8, 12, 16]
+
+[tool.specdec.matrix.hopper]
+methods = ["dflash"]
+tp = [1, 4]
+"""
+
+
+def test_entry_point_registers_the_plugin():
+    points = importlib.metadata.entry_points(group="pytest11")
+    assert any(p.name == "specdec" and p.value == "pytest_specdec.plugin" for p in points)
+
+
+def test_plugin_is_active_in_a_plain_run(pytester: pytest.Pytester):
+    pytester.makepyfile("def test_x(pytestconfig):\n"
+                        "    assert pytestconfig.pluginmanager.has_plugin('specdec')\n")
+    pytester.runpytest().assert_outcomes(passed=1)
+
+
+def test_plugin_import_pulls_in_neither_torch_nor_triton(pytester: pytest.Pytester):
+    code = ("import sys, pytest_specdec.plugin;"
+            "heavy = [m for m in ('torch', 'triton', 'matplotlib') if m in sys.modules];"
+            "print('HEAVY', heavy)")
+    result = pytester.run(sys.executable, "-c", code)
+    result.stdout.fnmatch_lines(["HEAVY []"])
+
+
+def test_help_lists_every_option_and_its_ini_twin(pytester: pytest.Pytester):
+    from pytest_specdec.options import OPTIONS
+
+    result = pytester.runpytest("--help")
+    text = result.stdout.str()
+    for option in OPTIONS:
+        assert option.cli in text
+        assert f"{option.ini} (string)" in text
+
+
+def test_markers_are_listed(pytester: pytest.Pytester):
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines([
+        "@pytest.mark.blackwell:*", "@pytest.mark.hopper:*", "@pytest.mark.ada:*",
+        "@pytest.mark.ampere:*", "@pytest.mark.gpu:*", "@pytest.mark.gpus(n):*",
+        "@pytest.mark.specdec(method=..., tp=..., budget=...):*",
+    ])
+
+
+def test_matrix_parametrizes_with_family_marks_and_ids(pytester: pytest.Pytester):
+    pytester.makepyprojecttoml(SMALL_MATRIX)
+    pytester.makepyfile(SPEC_TEST)
+    result = pytester.runpytest("--collect-only", "-q")
+    result.stdout.fnmatch_lines([
+        "*test_cell[[]ar-tp1[]]", "*test_cell[[]ddtree-tp1-b8[]]", "*test_cell[[]ddtree-tp1-b16[]]",
+        "*test_cell[[]blackwell-ddtree-tp1-b12[]]", "*test_cell[[]hopper-dflash-tp4[]]",
+    ])
+    result = pytester.runpytest("--collect-only", "-q", "-m", "blackwell")
+    result.stdout.fnmatch_lines(["*3/8 tests collected (5 deselected)*"])
+
+
+def test_family_marker_skips_with_the_hardware_found(pytester: pytest.Pytester):
+    pytester.makepyprojecttoml(SMALL_MATRIX)
+    pytester.makepyfile(SPEC_TEST)
+    result = pytester.runpytest("-m", "blackwell", "-rs", "--specdec-arch", "sm_90")
+    result.assert_outcomes(skipped=3)
+    result.stdout.fnmatch_lines([
+        "*needs a Blackwell GPU; found: simulated sm_90 (sm_90, hopper) x1 [[]simulated[]]*"])
+
+
+@pytest.mark.skipif(ON_GPU_MACHINE, reason="this machine has a GPU; the no-GPU phrase needs none")
+def test_family_marker_skip_reason_on_a_cpu_machine(pytester: pytest.Pytester):
+    pytester.makepyprojecttoml(SMALL_MATRIX)
+    pytester.makepyfile(SPEC_TEST)
+    result = pytester.runpytest("-m", "hopper", "-rs")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(["*needs a Hopper GPU; found: no GPU*"])
+
+
+def test_arch_override_runs_that_family_with_known_issues_as_xfail(pytester: pytest.Pytester):
+    pytester.makepyprojecttoml(SMALL_MATRIX + """
+[[tool.specdec.known_issues]]
+arch = "sm_120"
+method = "ddtree"
+budget = [8, 12]
+reason = "verify crashes with CUDA illegal instruction on sm_120"
+""")
+    pytester.makepyfile("""
+def test_cell(specdec_spec):
+    # stands in for the crash the known issue describes
+    assert specdec_spec.budget not in (8, 12), "illegal instruction"
+""")
+    result = pytester.runpytest("--specdec-arch=sm_120", "-m", "blackwell", "-rxs")
+    result.assert_outcomes(passed=1, xfailed=2)
+    result.stdout.fnmatch_lines(["*known issue: verify crashes with CUDA illegal instruction*"])
+
+
+def test_a_fixed_known_issue_xpasses_strictly_and_fails_the_run(pytester: pytest.Pytester):
+    pytester.makepyprojecttoml(SMALL_MATRIX + """
+[[tool.specdec.known_issues]]
+family = "blackwell"
+method = "ddtree"
+budget = [16]
+reason = "was broken"
+""")
+    pytester.makepyfile(SPEC_TEST)
+    result = pytester.runpytest("--specdec-arch=sm_100", "-m", "blackwell")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*XPASS(strict)*known issue: was broken*"])
+    assert result.ret == 1
+
+
+def test_run_known_issues_runs_them_normally(pytester: pytest.Pytester):
+    pytester.makepyprojecttoml(SMALL_MATRIX + """
+[[tool.specdec.known_issues]]
+family = "blackwell"
+budget = [8, 12]
+reason = "was broken"
+""")
+    pytester.makepyfile(SPEC_TEST)
+    result = pytester.runpytest("--specdec-arch=sm_120", "-m", "blackwell",
+                                "--specdec-run-known-issues")
+    result.assert_outcomes(passed=3)
+
+
+def test_specdec_marker_on_a_plain_test_matches_known_issues(pytester: pytest.Pytester):
+    pytester.makepyprojecttoml("""
+[[tool.specdec.known_issues]]
+arch = "sm_120"
+method = "ddtree"
+budget = [8]
+reason = "crashes"
+""")
+    pytester.makepyfile("""
+import pytest
+
+@pytest.mark.specdec(method="ddtree", tp=1, budget=8)
+def test_b8():
+    raise RuntimeError("illegal instruction")
+
+@pytest.mark.specdec(method="ddtree", tp=1, budget=16)
+def test_b16():
+    pass
+""")
+    pytester.runpytest("--specdec-arch=sm_120").assert_outcomes(passed=1, xfailed=1)
+    pytester.runpytest("--specdec-arch=sm_90").assert_outcomes(passed=1, failed=1)
+
+
+def test_gpus_marker_skips_with_too_few_gpus(pytester: pytest.Pytester):
+    pytester.makepyfile("""
+import pytest
+
+@pytest.mark.gpus(4)
+def test_four():
+    pass
+""")
+    result = pytester.runpytest("--specdec-arch=sm_90", "--specdec-gpus=2", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*needs 4 GPUs; found: simulated sm_90 (sm_90, hopper) x2*"])
+    pytester.runpytest("--specdec-arch=sm_90", "--specdec-gpus=4").assert_outcomes(passed=1)
+
+
+def test_gpu_marker_needs_a_real_gpu_even_in_a_dry_run(pytester: pytest.Pytester):
+    pytester.makepyfile("""
+import pytest
+
+@pytest.mark.gpu
+def test_kernel():
+    pass
+""")
+    result = pytester.runpytest("--specdec-arch=sm_120", "-rs")
+    if ON_GPU_MACHINE:
+        result.assert_outcomes(passed=1)
+    else:
+        result.assert_outcomes(skipped=1)
+        result.stdout.fnmatch_lines(["*needs a GPU; found: no GPU*dry runs only*"])
+
+
+def test_simulated_inventory_without_arch_keeps_the_cpu_suite(pytester: pytest.Pytester):
+    if ON_GPU_MACHINE:
+        pytest.skip("a GPU machine schedules on its real GPUs")
+    pytester.makepyprojecttoml("""
+[tool.specdec.matrix.cpu]
+methods = ["ar"]
+tp = [1, 4]
+""")
+    pytester.makepyfile(SPEC_TEST)
+    pytester.runpytest("-rs").assert_outcomes(passed=1, skipped=1)
+    pytester.runpytest("--specdec-gpus=8").assert_outcomes(passed=2)
+
+
+def test_header_states_backend_hardware_and_baseline(pytester: pytest.Pytester):
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--specdec-arch=sm_120", "--specdec-gpus=8",
+                                "--specdec-backend=embedded")
+    result.stdout.fnmatch_lines([
+        "specdec: backend embedded (requested); config defaults",
+        "specdec: hardware simulated sm_120 (sm_120, blackwell) x8 [[]simulated[]] "
+        "[[]sm_120, blackwell, 8 GPU(s), detected by simulated[]]",
+        "specdec: baselines */baselines/simulated-sm_120-x8.json (none yet)",
+        "specdec: settings *backend=embedded (command line)*",
+        "specdec: dry run: the blackwell suite runs on the embedded backend*",
+    ])
+
+
+@pytest.mark.parametrize("where", ["cli", "ini", "toml"])
+def test_each_option_is_settable_in_three_places(pytester: pytest.Pytester, where: str):
+    """Every option reaches the run state from the command line, the ini file or [tool.specdec]."""
+    from pytest_specdec.options import OPTIONS
+
+    samples = {"backend": "embedded", "arch": "sm_120", "gpus": "2",
+               "server_url": "http://127.0.0.1:9", "save_baseline": "true",
+               "compare_fail": "output_tok_s:5%", "baseline_dir": "elsewhere",
+               "report": "out", "resume": "true", "journal": "j.jsonl",
+               "run_known_issues": "true", "startup_timeout": "12.5",
+               "restart_on_crash": "3", "artifacts": "arts"}
+    assert set(samples) == {o.name for o in OPTIONS}, "a new option needs a sample here"
+    expected = {"gpus": 2, "startup_timeout": 12.5, "restart_on_crash": 3,
+                "save_baseline": True, "resume": True, "run_known_issues": True}
+    args = []
+    if where == "cli":
+        for option in OPTIONS:
+            args += [option.cli] if option.flag else [f"{option.cli}={samples[option.name]}"]
+    elif where == "ini":
+        body = "\n".join(f"{o.ini} = {samples[o.name]}" for o in OPTIONS)
+        pytester.makeini("[pytest]\n" + body)
+    else:
+        def toml_value(name: str) -> str:
+            value = expected.get(name, samples[name])
+            return str(value).lower() if isinstance(value, bool) else (
+                str(value) if isinstance(value, (int, float)) else f'"{value}"')
+        pytester.makepyprojecttoml("[tool.specdec]\n" + "\n".join(
+            f"{o.name} = {toml_value(o.name)}" for o in OPTIONS))
+    pytester.makepyfile("""
+import json
+def test_dump(specdec_state):
+    print("VALUES", json.dumps(dict(specdec_state.settings.values), sort_keys=True))
+    print("ORIGINS", json.dumps(sorted(set(specdec_state.settings.origins.values()))))
+""")
+    result = pytester.runpytest("-s", *args)
+    result.assert_outcomes(passed=1)
+    line = next(l for l in result.stdout.lines if "VALUES " in l)
+    import json
+    values = json.loads(line.split("VALUES ", 1)[1])
+    for name, raw in samples.items():
+        assert values[name] == expected.get(name, raw), name
+    origin = {"cli": "command line", "ini": "ini", "toml": "pyproject.toml [tool.specdec]"}[where]
+    assert f'ORIGINS ["{origin}"]' in result.stdout.str()
+
+
+def test_command_line_beats_ini_beats_toml(pytester: pytest.Pytester):
+    pytester.makepyprojecttoml("""
+[tool.pytest.ini_options]
+specdec_startup_timeout = "20"
+
+[tool.specdec]
+startup_timeout = 30
+restart_on_crash = 2
+""")
+    pytester.makepyfile("""
+def test_dump(specdec_state):
+    s = specdec_state.settings
+    print("GOT", s.startup_timeout, s.restart_on_crash, s.origins["startup_timeout"])
+""")
+    pytester.runpytest("-s").stdout.fnmatch_lines(["*GOT 20.0 2 ini"])
+    pytester.runpytest("-s", "--specdec-startup-timeout=5").stdout.fnmatch_lines(
+        ["*GOT 5.0 2 command line"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--specdec-backend=vllm"], "*--specdec-backend: 'vllm' is not one of auto, embedded, sglang*"),
+    (["--specdec-startup-timeout=-1"], "*'-1' must be greater than 0*"),
+    (["--specdec-gpus=many"], "*--specdec-gpus*invalid literal*"),
+    (["--specdec-arch=pascal"], "*'pascal' is not a GPU architecture*sm_90*"),
+])
+def test_bad_flag_values_are_usage_errors(pytester: pytest.Pytester, args, message):
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: pytest-specdec: " + message])
+    assert "Traceback" not in result.stderr.str()
