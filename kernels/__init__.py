@@ -1,0 +1,23 @@
+"""DDTree speculative-decoding kernels: Triton kernels, each beside its torch reference.
+
+Importable as ``specdec_kernels`` (never as ``kernels``). Every operation takes
+``impl="auto" | "triton" | "torch"``; ``auto`` runs Triton on CUDA tensors or under
+``TRITON_INTERPRET=1`` and the torch reference otherwise. Triton is imported lazily.
+"""
+
+from .ddtree_build import build_ddtree
+from .kv_commit import commit_accepted_kv
+from .tree_accept import AcceptResult, tree_accept_greedy
+from .tree_layout import DDTree, ancestor_mask_from_parents, unpack_ancestor_mask
+from .tree_verify import tree_verify_attention
+
+__all__ = [
+    "AcceptResult",
+    "DDTree",
+    "ancestor_mask_from_parents",
+    "build_ddtree",
+    "commit_accepted_kv",
+    "tree_accept_greedy",
+    "tree_verify_attention",
+    "unpack_ancestor_mask",
+]

@@ -1,0 +1,167 @@
+"""``build_ddtree``: the DDTree best-first draft tree from per-position draft log-probabilities.
+
+Budget semantics: ``budget`` counts draft nodes, the root excluded; the tree has exactly
+``T = budget + 1`` nodes. Nothing is implicit: budget 15 with ``topk=None`` may branch (it does
+whenever a second-ranked token beats a deeper chain token), ``topk=1`` never branches and gives
+the DFlash chain (then ``budget <= depth`` is required).
+
+Algorithm (arXiv 2604.12989). Row ``d`` of the draft log-probabilities scores the token ``d + 1``
+positions after the root, independently of the earlier tokens, so a prefix's score is the sum of
+its tokens' log-probabilities and extending a prefix never raises its score. At each depth the
+tokens are ranked by log-probability, descending. Best-first search keeps one frontier candidate
+per parent (its next unpopped child): each pop adds one node and pushes that node's next sibling
+and its first child. The ``budget`` pops are the ``budget`` most probable prefixes.
+
+Tie rule (deterministic, the same in every implementation): at a depth, equal log-probabilities
+rank the smaller token id first; among frontier candidates of equal score (float32 sums, added
+parent score + token log-prob, in that order), the one whose parent was added first wins, then
+the lower rank. Equivalently: every pop takes, over all children of the nodes added so far, the
+maximum of (score, -parent index, -rank). Scores are accumulated in float32.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .impl import resolve_impl
+from .tree_layout import DDTree, ancestor_mask_from_parents
+
+
+def _check_build_args(draft_logprobs: Tensor, root_tokens: Tensor, budget: int, topk) -> int:
+    """Validate the inputs and return K, the number of ranked tokens needed per depth."""
+    if draft_logprobs.dim() != 3:
+        raise ValueError(f"draft_logprobs must be [B, depth, V], got shape {tuple(draft_logprobs.shape)}")
+    batch, depth, vocab = draft_logprobs.shape
+    if root_tokens.shape != (batch,):
+        raise ValueError(f"root_tokens must be [B={batch}], got shape {tuple(root_tokens.shape)}")
+    if budget < 0:
+        raise ValueError(f"budget must be >= 0 (draft nodes, root excluded), got {budget}")
+    if topk is not None and topk < 1:
+        raise ValueError(f"topk must be None or >= 1, got {topk}")
+    ranks = min(vocab, budget if topk is None else min(topk, budget))
+    available, level = 0, 1
+    for _ in range(depth):
+        level *= ranks
+        available += level
+        if available >= budget:
+            break
+    if available < budget:
+        raise ValueError(
+            f"budget={budget} exceeds the {available} distinct prefixes that depth={depth}, "
+            f"vocab={vocab}, topk={topk} allow; lower the budget or raise topk/depth"
+        )
+    return ranks
+
+
+def ranked_tokens(draft_logprobs: Tensor, ranks: int, exact_sort: bool = False) -> tuple[Tensor, Tensor]:
+    """The ``ranks`` best tokens per depth: values ``[B, depth, K]`` float32, ids int64.
+
+    Ordered by log-probability descending, equal values by smaller token id (the tie rule).
+    ``exact_sort=True`` sorts the whole vocabulary (stable), which needs no host
+    synchronisation; otherwise a top-k is taken and a full sort is done only when a tie straddles
+    the k-th place (one host read of a boolean; free on the CPU).
+    """
+    logprobs = draft_logprobs.float()
+    vocab = logprobs.shape[-1]
+    if ranks == 0:
+        empty = logprobs.new_empty(logprobs.shape[:-1] + (0,))
+        return empty, empty.long()
+    if not exact_sort and ranks < vocab:
+        vals, ids = torch.topk(logprobs, ranks + 1, dim=-1)
+        if not bool((vals[..., ranks - 1] == vals[..., ranks]).any()):
+            vals, ids = vals[..., :ranks], ids[..., :ranks]
+            ids, perm = ids.sort(dim=-1)
+            vals = vals.gather(-1, perm)
+            vals, perm = vals.sort(dim=-1, descending=True, stable=True)
+            return vals, ids.gather(-1, perm)
+    vals, ids = logprobs.sort(dim=-1, descending=True, stable=True)
+    return vals[..., :ranks].contiguous(), ids[..., :ranks].contiguous()
+
+
+def _best_first_one(vals: np.ndarray, budget: int):
+    """Heap walk for one request over ranked values ``[depth, K]`` float32.
+
+    Returns (depth_row, rank, parent, score) lists for nodes 1..budget in pop order.
+    """
+    depth, ranks = vals.shape
+    nodes_row, nodes_rank, nodes_parent, nodes_score = [], [], [], []
+    if budget == 0:
+        return nodes_row, nodes_rank, nodes_parent, nodes_score
+    zero = np.float32(0.0)
+    # key: (-score, parent index, rank); payload: depth row, parent score
+    heap = [(-float(zero + vals[0, 0]), 0, 0, 0, zero)]
+    scores = [zero]
+    for node in range(1, budget + 1):
+        neg_score, parent, rank, row, parent_score = heapq.heappop(heap)
+        score = np.float32(-neg_score)
+        nodes_row.append(row)
+        nodes_rank.append(rank)
+        nodes_parent.append(parent)
+        nodes_score.append(score)
+        scores.append(score)
+        if rank + 1 < ranks:
+            sibling = np.float32(parent_score + vals[row, rank + 1])
+            heapq.heappush(heap, (-float(sibling), parent, rank + 1, row, parent_score))
+        if row + 1 < depth:
+            child = np.float32(score + vals[row + 1, 0])
+            heapq.heappush(heap, (-float(child), node, 0, row + 1, score))
+    return nodes_row, nodes_rank, nodes_parent, nodes_score
+
+
+def build_ddtree_reference(draft_logprobs: Tensor, root_tokens: Tensor, budget: int,
+                           topk: int | None = None) -> DDTree:
+    """Torch/numpy reference of :func:`build_ddtree` (a Python heap per request, on the host)."""
+    ranks = _check_build_args(draft_logprobs, root_tokens, budget, topk)
+    batch, depth, _ = draft_logprobs.shape
+    device = draft_logprobs.device
+    vals, ids = ranked_tokens(draft_logprobs.detach().cpu(), ranks)
+    vals_np, ids_np = vals.numpy(), ids.numpy()
+    num_nodes = budget + 1
+    tokens = np.empty((batch, num_nodes), dtype=np.int64)
+    parents = np.empty((batch, num_nodes), dtype=np.int32)
+    depths = np.empty((batch, num_nodes), dtype=np.int32)
+    log_probs = np.empty((batch, num_nodes), dtype=np.float32)
+    tokens[:, 0] = root_tokens.detach().cpu().numpy()
+    parents[:, 0], depths[:, 0], log_probs[:, 0] = -1, 0, 0.0
+    for b in range(batch):
+        rows, rnks, pars, scores = _best_first_one(vals_np[b], budget)
+        if budget:
+            rows_a, rnks_a = np.asarray(rows), np.asarray(rnks)
+            tokens[b, 1:] = ids_np[b, rows_a, rnks_a]
+            parents[b, 1:] = pars
+            depths[b, 1:] = rows_a + 1
+            log_probs[b, 1:] = scores
+    parents_t = torch.from_numpy(parents).to(device)
+    return DDTree(
+        tokens=torch.from_numpy(tokens).to(device),
+        parents=parents_t,
+        depths=torch.from_numpy(depths).to(device),
+        ancestor_mask=ancestor_mask_from_parents(parents_t),
+        log_probs=torch.from_numpy(log_probs).to(device),
+    )
+
+
+def build_ddtree(draft_logprobs: Tensor, root_tokens: Tensor, budget: int,
+                 topk: int | None = None, impl: str = "auto") -> DDTree:
+    """Build the DDTree draft tree of ``budget`` draft nodes plus the root, per request.
+
+    draft_logprobs: [B, depth, V] float (any float dtype; ranked in float32); row ``d`` holds the
+        log-probabilities of the token ``d + 1`` positions after the root.
+    root_tokens:    [B] int64, the previous step's bonus tokens (node 0).
+    budget:         draft nodes, root excluded; ``T = budget + 1``.
+    topk:           per-depth cap on how many tokens a depth may use (so on siblings);
+                    ``topk=1`` gives the DFlash chain. ``None``: no cap.
+    Returns a :class:`DDTree` on the input's device (see the module docstring for the order and
+    the tie rule). Raises ValueError when the depth, vocabulary and topk allow fewer than
+    ``budget`` prefixes. The torch path walks a heap on the host (one device-to-host copy);
+    the Triton path runs one program per request on the device, with no host synchronisation.
+    """
+    if resolve_impl(impl, draft_logprobs) == "torch":
+        return build_ddtree_reference(draft_logprobs, root_tokens, budget, topk)
+    from .ddtree_build_triton import build_ddtree_triton
+
+    return build_ddtree_triton(draft_logprobs, root_tokens, budget, topk)

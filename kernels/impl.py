@@ -1,0 +1,38 @@
+"""Choosing between the Triton kernels and the torch references.
+
+Every operation takes ``impl="auto" | "triton" | "torch"``. ``auto`` picks Triton when the
+tensors live on a CUDA device or when ``TRITON_INTERPRET=1`` is set (Triton's CPU interpreter,
+used by CI), and the torch reference otherwise: the embedded engine decodes on the CPU with the
+references. Triton itself is imported only inside the launchers, so importing this package stays
+cheap.
+"""
+
+from __future__ import annotations
+
+import os
+
+IMPLS = ("auto", "triton", "torch")
+
+
+def triton_interpreting() -> bool:
+    """True when Triton runs its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def resolve_impl(impl: str, *tensors) -> str:
+    """Return ``"triton"`` or ``"torch"`` for ``impl`` and the operation's tensors.
+
+    Raises ValueError for an unknown ``impl``, or when ``"triton"`` is asked for on CPU tensors
+    without the interpreter (Triton cannot run there).
+    """
+    if impl not in IMPLS:
+        raise ValueError(f"impl={impl!r} is not one of {IMPLS}")
+    on_cuda = any(t.is_cuda for t in tensors)
+    if impl == "auto":
+        return "triton" if on_cuda or triton_interpreting() else "torch"
+    if impl == "triton" and not on_cuda and not triton_interpreting():
+        raise ValueError(
+            "impl='triton' needs CUDA tensors or TRITON_INTERPRET=1 (Triton's CPU interpreter); "
+            "use impl='torch' or impl='auto' on the CPU"
+        )
+    return impl

@@ -1,0 +1,87 @@
+"""``tree_accept_greedy``: the accepted path through a DDTree under greedy decoding.
+
+From the root, follow the child whose token equals the target's argmax at the current node;
+the first node with no such child ends the path, and the target's argmax there is the bonus
+token. Siblings from :func:`build_ddtree` carry distinct tokens; should a caller's tree repeat a
+token among siblings, the lowest-index matching child is taken.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from .impl import resolve_impl
+
+
+class AcceptResult(NamedTuple):
+    """Greedy acceptance per request, all on the input's device.
+
+    path:     [B, T] int32, accepted node indices in path order, padded with -1; path[:, 0] == 0.
+    path_len: [B] int32, 1 + accepted draft nodes (the number of KV rows to commit).
+    bonus:    [B] int64, the target's argmax at the last accepted node.
+    """
+
+    path: Tensor
+    path_len: Tensor
+    bonus: Tensor
+
+
+def check_accept_args(tokens: Tensor, parents: Tensor, target_argmax: Tensor) -> None:
+    if tokens.dim() != 2 or parents.shape != tokens.shape or target_argmax.shape != tokens.shape:
+        raise ValueError(
+            "tokens, parents and target_argmax must all be [B, T]; got "
+            f"{tuple(tokens.shape)}, {tuple(parents.shape)}, {tuple(target_argmax.shape)}"
+        )
+
+
+def tree_accept_greedy_reference(tokens: Tensor, parents: Tensor, target_argmax: Tensor) -> AcceptResult:
+    """Vectorised torch reference: no loop over nodes, no host synchronisation.
+
+    A draft node is accepted iff it is the first child of its parent whose token equals the
+    target's argmax at the parent, and its parent is accepted (pointer doubling over the chain).
+    Parents precede children, so the accepted nodes sorted by index are the path.
+    """
+    batch, num_nodes = tokens.shape
+    device = tokens.device
+    node = torch.arange(num_nodes, device=device).expand(batch, num_nodes)
+    parent = parents.to(torch.int64).clamp(min=0)
+    matches = tokens == torch.gather(target_argmax, 1, parent)
+    matches[:, 0] = False
+    # Keep only the lowest-index matching child of each parent.
+    first_child = torch.full((batch, num_nodes), num_nodes, dtype=torch.int64, device=device)
+    first_child = first_child.scatter_reduce(1, parent, torch.where(matches, node, num_nodes), "amin")
+    ok = matches & (torch.gather(first_child, 1, parent) == node)
+    ok[:, 0] = True
+    ptr = parent.clone()
+    span = 1
+    while span < num_nodes:
+        ok = ok & torch.gather(ok, 1, ptr)
+        ptr = torch.gather(ptr, 1, ptr)
+        span *= 2
+    path_len = ok.sum(1)
+    order = torch.where(ok, node, node + num_nodes).sort(1).values
+    path = torch.where(node < path_len.unsqueeze(1), order, -1)
+    last = torch.gather(path, 1, (path_len - 1).unsqueeze(1))
+    bonus = torch.gather(target_argmax, 1, last).squeeze(1)
+    return AcceptResult(path.to(torch.int32), path_len.to(torch.int32), bonus.to(torch.int64))
+
+
+def tree_accept_greedy(tokens: Tensor, parents: Tensor, target_argmax: Tensor,
+                       impl: str = "auto") -> AcceptResult:
+    """Greedy acceptance over a batch of trees.
+
+    tokens:        [B, T] int64, as in :class:`DDTree` (tokens[:, 0] the roots).
+    parents:       [B, T] int32, parents[:, 0] == -1 and parents[:, i] < i.
+    target_argmax: [B, T] int64, the target's argmax token after each node.
+    Returns an :class:`AcceptResult` of new tensors on the input's device; no host
+    synchronisation on either implementation.
+    """
+    check_accept_args(tokens, parents, target_argmax)
+    if resolve_impl(impl, tokens, parents, target_argmax) == "torch":
+        return tree_accept_greedy_reference(tokens, parents, target_argmax)
+    from .tree_accept_triton import tree_accept_greedy_triton
+
+    return tree_accept_greedy_triton(tokens, parents, target_argmax)
