@@ -1,0 +1,740 @@
+"""Per-request records, workload aggregation, measurement guards and server-side figures.
+
+A benchmark number is only worth gating on if it measured what it claims to. This module turns
+the client's per-request records into one `Measurement`, and refuses to do so (raising
+`MeasurementError` with a diagnosis) when the run was partial, produced no tokens, or claimed
+speculative decoding that the server never performed. It also reads the server's own figures
+(SGLang `Decode batch` log lines, DDTree fork log lines, `/metrics`) so that the client-side
+acceptance length can be cross-checked against what the server says it did.
+
+Pure Python, no pytest, no numpy: the plugin imports this in the pytest controller.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Literal, Mapping, Sequence, Union
+
+Direction = Literal["higher", "lower"]
+
+#: Whether a bigger value of a metric is better. Unknown metrics must state their direction.
+METRIC_DIRECTIONS: Mapping[str, Direction] = {
+    "output_tok_s": "higher",
+    "accept_length": "higher",
+    "accept_rate": "higher",
+    "ttft_ms": "lower",
+    "tpot_ms": "lower",
+    "e2e_ms": "lower",
+    "verify_us": "lower",
+}
+
+#: Methods that do not speculate; every other method must show spec_verify_ct in its responses.
+NON_SPECULATIVE_METHODS = frozenset({"ar", "none", "autoregressive", ""})
+
+#: The meta_info keys SGLang adds only when a request went through at least one verify step.
+SPEC_META_KEYS = (
+    "spec_verify_ct",
+    "spec_accept_length",
+    "spec_accept_rate",
+    "spec_num_correct_drafts",
+    "spec_num_proposed_drafts",
+)
+
+
+def direction_of(metric: str) -> Direction:
+    """The direction of a built-in metric; a KeyError names the known ones otherwise."""
+    try:
+        return METRIC_DIRECTIONS[metric]
+    except KeyError:
+        known = ", ".join(sorted(METRIC_DIRECTIONS))
+        raise KeyError(f"unknown metric {metric!r}: give its direction explicitly (known: {known})") from None
+
+
+class MeasurementError(Exception):
+    """A workload ran but its result must not be reported as a measurement.
+
+    The message is the diagnosis a user needs (which requests, status, finish_reason, server log
+    tail); pytest shows it as the test's failure reason.
+    """
+
+
+#: A server log tail for failure messages, or a callable read only when something failed.
+LogTail = Union[str, Callable[[], str], None]
+
+
+# --------------------------------------------------------------------------------------------
+# Records
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """What one /generate request did, as seen by the client.
+
+    Timings are client-side wall clock in milliseconds from just before the request was sent.
+    The `spec_*` fields are None when the server's meta_info did not carry them (SGLang omits
+    them when nothing was verified), never zero-filled, so "not speculating" stays visible.
+    """
+
+    index: int
+    status: int  # HTTP status; 0 when no response arrived (connection refused, timeout)
+    error: str | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int = 0
+    ttft_ms: float | None = None
+    e2e_ms: float = 0.0
+    chunks: int = 0
+    server_e2e_latency_s: float | None = None
+    spec_verify_ct: int | None = None
+    spec_accept_length: float | None = None
+    spec_accept_rate: float | None = None
+    spec_num_correct_drafts: int | None = None
+    spec_num_proposed_drafts: int | None = None
+    text: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.status == 200
+
+    @property
+    def tpot_ms(self) -> float | None:
+        """Mean time per output token after the first; None with fewer than two tokens."""
+        if self.ttft_ms is None or self.completion_tokens < 2:
+            return None
+        return (self.e2e_ms - self.ttft_ms) / (self.completion_tokens - 1)
+
+    def describe(self) -> str:
+        """One line for failure messages."""
+        parts = [f"request {self.index}: HTTP {self.status or 'no response'}"]
+        parts.append(f"finish_reason={self.finish_reason or 'none'}")
+        parts.append(f"completion_tokens={self.completion_tokens}")
+        if self.error:
+            parts.append(f"error: {_shorten(self.error, 300)}")
+        return ", ".join(parts)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class WorkloadResult:
+    """Everything the client saw for one workload run; the raw material of a `Measurement`."""
+
+    workload: str
+    url: str
+    concurrency: int
+    records: tuple[RequestRecord, ...]
+    wall_s: float  # first request sent to last response finished
+
+    @property
+    def errors(self) -> tuple[RequestRecord, ...]:
+        return tuple(r for r in self.records if not r.ok)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(r.completion_tokens for r in self.records)
+
+    def to_dict(self) -> dict:
+        return {
+            "workload": self.workload,
+            "url": self.url,
+            "concurrency": self.concurrency,
+            "wall_s": self.wall_s,
+            "records": [r.to_dict() for r in self.records],
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Aggregation
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default), q in [0, 100]."""
+    if not values:
+        raise ValueError("percentile of no values")
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile q={q} outside [0, 100]")
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _stdev(values: Sequence[float]) -> float:
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean = sum(values) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+
+
+def ratio_standard_error(numerators: Sequence[float], denominators: Sequence[float]) -> float:
+    """Standard error of R = sum(y) / sum(x) over requests (the ratio estimator).
+
+    Why: accept_length is a ratio of sums, not a mean of per-request ratios, so its noise is
+    estimated with the ratio estimator's linearised variance rather than a plain stdev.
+    """
+    n = len(numerators)
+    total_x = sum(denominators)
+    if n < 2 or total_x == 0:
+        return 0.0
+    ratio = sum(numerators) / total_x
+    mean_x = total_x / n
+    residual = sum((y - ratio * x) ** 2 for y, x in zip(numerators, denominators))
+    return math.sqrt(residual / (n * (n - 1))) / mean_x
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    """Latency distribution over the requests of one workload (milliseconds)."""
+
+    p50: float
+    p90: float
+    p99: float
+    mean: float
+    n: int
+    #: standard error of the median (≈ 1.2533·σ/√n), the noise used when gating on p50
+    spread: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> "Percentiles":
+        n = len(values)
+        return cls(
+            p50=percentile(values, 50),
+            p90=percentile(values, 90),
+            p99=percentile(values, 99),
+            mean=sum(values) / n,
+            n=n,
+            spread=1.2533 * _stdev(values) / math.sqrt(n),
+        )
+
+
+@dataclass(frozen=True)
+class MetricValue:
+    """One gated figure: what baselines store and compare.
+
+    `spread` is an absolute noise estimate (a standard error) in the metric's unit; 0 means
+    unknown or noiseless. `deterministic` marks figures that must reproduce exactly (accept
+    length under greedy decoding with a fixed seed), which are compared without noise allowance.
+    """
+
+    name: str
+    value: float
+    direction: Direction
+    spread: float = 0.0
+    samples: int = 1
+    deterministic: bool = False
+
+    def __post_init__(self) -> None:
+        if self.direction not in ("higher", "lower"):
+            raise ValueError(f"metric {self.name!r}: direction must be 'higher' or 'lower', not {self.direction!r}")
+        if not math.isfinite(self.value):
+            raise ValueError(f"metric {self.name!r}: value {self.value!r} is not finite")
+
+
+def combine_repeats(values: Sequence[MetricValue]) -> MetricValue:
+    """Mean of one metric over repeated runs; spread = standard error across the runs.
+
+    The per-run spreads are kept as a floor so that two lucky identical runs do not claim a
+    noise of zero.
+    """
+    if not values:
+        raise ValueError("combine_repeats of no values")
+    names = {v.name for v in values}
+    if len(names) != 1:
+        raise ValueError(f"combine_repeats of different metrics: {sorted(names)}")
+    n = len(values)
+    mean = sum(v.value for v in values) / n
+    across = _stdev([v.value for v in values]) / math.sqrt(n)
+    within = math.sqrt(sum(v.spread**2 for v in values)) / n
+    first = values[0]
+    return MetricValue(
+        name=first.name,
+        value=mean,
+        direction=first.direction,
+        spread=max(across, within),
+        samples=sum(v.samples for v in values),
+        deterministic=all(v.deterministic for v in values),
+    )
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The aggregate of one complete, guarded workload run.
+
+    accept_length / accept_rate are None for non-speculative runs. A `Measurement` exists only
+    for runs where every request succeeded; `summarize` refuses anything partial.
+    """
+
+    workload: str
+    num_requests: int
+    concurrency: int
+    completion_tokens: int
+    prompt_tokens: int | None
+    wall_s: float
+    output_tok_s: float
+    output_tok_s_spread: float
+    ttft_ms: Percentiles
+    tpot_ms: Percentiles | None
+    e2e_ms: Percentiles
+    accept_length: float | None = None
+    accept_length_spread: float = 0.0
+    accept_rate: float | None = None
+    accept_rate_spread: float = 0.0
+    spec_verify_ct: int | None = None
+
+    def metrics(self, *, deterministic_accept: bool = False) -> tuple[MetricValue, ...]:
+        """The gated figures. Latencies are gated on their medians (robust to stragglers).
+
+        `deterministic_accept`: the run used greedy decoding with a fixed seed, so acceptance
+        figures must reproduce exactly and are compared tightly.
+        """
+        n = self.num_requests
+        out = [MetricValue("output_tok_s", self.output_tok_s, "higher", self.output_tok_s_spread, n)]
+        if self.accept_length is not None:
+            out.append(
+                MetricValue("accept_length", self.accept_length, "higher",
+                            0.0 if deterministic_accept else self.accept_length_spread, n,
+                            deterministic_accept)
+            )
+        if self.accept_rate is not None:
+            out.append(
+                MetricValue("accept_rate", self.accept_rate, "higher",
+                            0.0 if deterministic_accept else self.accept_rate_spread, n,
+                            deterministic_accept)
+            )
+        out.append(MetricValue("ttft_ms", self.ttft_ms.p50, "lower", self.ttft_ms.spread, n))
+        if self.tpot_ms is not None:
+            out.append(MetricValue("tpot_ms", self.tpot_ms.p50, "lower", self.tpot_ms.spread, n))
+        return tuple(out)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def summarize(result: WorkloadResult) -> Measurement:
+    """Aggregate a complete workload run. Raises MeasurementError on a partial run.
+
+    output_tok_s is total completion tokens over the workload's wall time; accept_length is
+    sum(completion_tokens) / sum(spec_verify_ct) over the requests that were verified (SGLang's
+    definition, bonus token included).
+    """
+    records = result.records
+    if not records:
+        raise MeasurementError(f"workload {result.workload!r} ran no requests: nothing was measured")
+    check_no_errors(result)
+    if result.wall_s <= 0:
+        raise MeasurementError(f"workload {result.workload!r}: wall time {result.wall_s!r} s is not positive")
+
+    tokens = result.completion_tokens
+    output_tok_s = tokens / result.wall_s
+    rates = [r.completion_tokens / (r.e2e_ms / 1000.0) for r in records if r.e2e_ms > 0]
+    rel_noise = (_stdev(rates) / (sum(rates) / len(rates)) / math.sqrt(len(rates))) if len(rates) > 1 else 0.0
+
+    ttfts = [r.ttft_ms for r in records if r.ttft_ms is not None]
+    if not ttfts:
+        raise MeasurementError(f"workload {result.workload!r}: no request produced a first token")
+    tpots = [t for t in (r.tpot_ms for r in records) if t is not None]
+
+    verified = [r for r in records if r.spec_verify_ct]
+    accept_length = accept_rate = None
+    accept_length_spread = accept_rate_spread = 0.0
+    verify_total: int | None = None
+    if verified:
+        verify_total = sum(r.spec_verify_ct or 0 for r in verified)
+        tok = [float(r.completion_tokens) for r in verified]
+        ver = [float(r.spec_verify_ct or 0) for r in verified]
+        accept_length = sum(tok) / verify_total
+        accept_length_spread = ratio_standard_error(tok, ver)
+        drafted = [r for r in verified if r.spec_num_proposed_drafts]
+        if drafted:
+            correct = [float(r.spec_num_correct_drafts or 0) for r in drafted]
+            proposed = [float(r.spec_num_proposed_drafts or 0) for r in drafted]
+            accept_rate = sum(correct) / sum(proposed)
+            accept_rate_spread = ratio_standard_error(correct, proposed)
+        else:
+            rates_reported = [r.spec_accept_rate for r in verified if r.spec_accept_rate is not None]
+            if rates_reported:  # weighted by verify steps, the closest to a ratio of sums we can get
+                weights = [float(r.spec_verify_ct or 0) for r in verified if r.spec_accept_rate is not None]
+                accept_rate = sum(a * w for a, w in zip(rates_reported, weights)) / sum(weights)
+
+    prompt = [r.prompt_tokens for r in records]
+    return Measurement(
+        workload=result.workload,
+        num_requests=len(records),
+        concurrency=result.concurrency,
+        completion_tokens=tokens,
+        prompt_tokens=None if any(p is None for p in prompt) else sum(p for p in prompt if p is not None),
+        wall_s=result.wall_s,
+        output_tok_s=output_tok_s,
+        output_tok_s_spread=output_tok_s * rel_noise,
+        ttft_ms=Percentiles.of(ttfts),
+        tpot_ms=Percentiles.of(tpots) if tpots else None,
+        e2e_ms=Percentiles.of([r.e2e_ms for r in records]),
+        accept_length=accept_length,
+        accept_length_spread=accept_length_spread,
+        accept_rate=accept_rate,
+        accept_rate_spread=accept_rate_spread,
+        spec_verify_ct=verify_total,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Guards
+
+
+def _tail_text(log_tail: LogTail) -> str:
+    """Resolve the log-tail hook lazily: reading a log is only worth it when something failed."""
+    if log_tail is None:
+        return ""
+    try:
+        text = log_tail() if callable(log_tail) else log_tail
+    except Exception as exc:  # a failing diagnostic must not hide the diagnosis itself
+        return f"\n(could not read the server log tail: {exc})"
+    text = (text or "").rstrip()
+    if not text:
+        return "\n(server log is empty)"
+    return "\nlast server log lines:\n" + text
+
+
+def _listing(records: Sequence[RequestRecord], limit: int = 5) -> str:
+    lines = [f"  {r.describe()}" for r in records[:limit]]
+    if len(records) > limit:
+        lines.append(f"  ... and {len(records) - limit} more")
+    return "\n".join(lines)
+
+
+def check_no_errors(result: WorkloadResult, log_tail: LogTail = None) -> None:
+    """Any failed request fails the whole measurement: a partial run is not a result."""
+    bad = result.errors
+    if bad:
+        raise MeasurementError(
+            f"workload {result.workload!r}: {len(bad)} of {len(result.records)} requests failed against "
+            f"{result.url}; a partial run is not reported as a measurement\n{_listing(bad)}{_tail_text(log_tail)}"
+        )
+
+
+def check_tokens(result: WorkloadResult, log_tail: LogTail = None) -> None:
+    """Every request must have produced at least one completion token."""
+    empty = [r for r in result.records if r.completion_tokens <= 0]
+    if not empty:
+        return
+    if len(empty) == len(result.records):
+        head = f"workload {result.workload!r}: the server produced zero completion tokens for all {len(empty)} requests"
+    else:
+        head = f"workload {result.workload!r}: {len(empty)} of {len(result.records)} requests produced zero completion tokens"
+    raise MeasurementError(f"{head} ({result.url})\n{_listing(empty)}{_tail_text(log_tail)}")
+
+
+def check_speculation(
+    result: WorkloadResult,
+    method: str | None,
+    *,
+    min_accept_length: float | None = None,
+    log_tail: LogTail = None,
+) -> None:
+    """A speculative method must have speculated, and some drafts must have been accepted.
+
+    `min_accept_length=None` fails only the "drafts never accepted" symptom (accept length that
+    rounds to 1.00, or zero correct drafts); a number fails anything below it, so 1.0 allows a
+    run with no accepted drafts.
+    """
+    if method is None or method.lower() in NON_SPECULATIVE_METHODS:
+        return
+    verified = [r for r in result.records if r.spec_verify_ct]
+    if not verified:
+        raise MeasurementError(
+            f"speculative decoding is not active on this server: method {method!r} was requested, "
+            f"but none of the {len(result.records)} responses of workload {result.workload!r} carried "
+            f"spec_verify_ct in meta_info (check the server's --speculative-algorithm){_tail_text(log_tail)}"
+        )
+    tokens = sum(r.completion_tokens for r in verified)
+    verify = sum(r.spec_verify_ct or 0 for r in verified)
+    accept_length = tokens / verify
+    if min_accept_length is not None:
+        if accept_length < min_accept_length:
+            raise MeasurementError(
+                f"method {method!r}: accept length {accept_length:.2f} over workload {result.workload!r} "
+                f"({tokens} tokens / {verify} verify steps) is below min_accept_length {min_accept_length:g}"
+                f"{_tail_text(log_tail)}"
+            )
+        return
+    counted = [r for r in verified if r.spec_num_correct_drafts is not None]
+    none_correct = bool(counted) and sum(r.spec_num_correct_drafts or 0 for r in counted) == 0
+    if none_correct or round(accept_length, 2) <= 1.00:
+        raise MeasurementError(
+            f"method {method!r}: drafts were never accepted over workload {result.workload!r}: accept length "
+            f"{accept_length:.2f} ({tokens} tokens / {verify} verify steps; avg_accepted_drafts="
+            f"{max(accept_length - 1, 0):.2f}); the drafter is not helping. Set min_accept_length=1.0 "
+            f"to allow this{_tail_text(log_tail)}"
+        )
+
+
+def measure(
+    result: WorkloadResult,
+    *,
+    method: str | None = None,
+    min_accept_length: float | None = None,
+    log_tail: LogTail = None,
+) -> Measurement:
+    """All guards, then aggregation: the one call a test needs."""
+    check_no_errors(result, log_tail)
+    check_tokens(result, log_tail)
+    check_speculation(result, method, min_accept_length=min_accept_length, log_tail=log_tail)
+    return summarize(result)
+
+
+# --------------------------------------------------------------------------------------------
+# Server-side figures
+
+_DECODE_FIELDS = {
+    "running_req": re.compile(r"#running-req:\s*(\d+)"),
+    "accept_len": re.compile(r"accept len:\s*([0-9.]+)"),
+    "accept_rate": re.compile(r"accept rate:\s*([0-9.]+)"),
+    "gen_throughput": re.compile(r"gen throughput \(token/s\):\s*([0-9.]+)"),
+}
+_DECODE_MARK = re.compile(r"Decode batch[.,]")
+_DDTREE_FIELDS = ("avg_accepted_drafts", "avg_commit_len", "avg_accepted_depth")
+_DDTREE_RE = {name: re.compile(rf"\b{name}\s*=\s*([0-9.]+)") for name in _DDTREE_FIELDS}
+
+
+@dataclass(frozen=True)
+class DecodeLogLine:
+    """One SGLang `Decode batch` line (both the `Decode batch.` and `Decode batch,` forms)."""
+
+    running_req: int | None
+    accept_len: float | None
+    accept_rate: float | None
+    gen_throughput: float | None
+
+
+@dataclass(frozen=True)
+class DDTreeLogLine:
+    """One DDTree fork statistics line; any of the three fields may be missing in a fork."""
+
+    avg_accepted_drafts: float | None
+    avg_commit_len: float | None
+    avg_accepted_depth: float | None
+
+
+def _float(pattern: re.Pattern, line: str) -> float | None:
+    m = pattern.search(line)
+    if not m:
+        return None
+    try:
+        return float(m.group(1).rstrip("."))
+    except ValueError:
+        return None
+
+
+def parse_decode_lines(lines: Iterable[str]) -> list[DecodeLogLine]:
+    out = []
+    for line in lines:
+        if not _DECODE_MARK.search(line):
+            continue
+        running = _float(_DECODE_FIELDS["running_req"], line)
+        out.append(
+            DecodeLogLine(
+                running_req=None if running is None else int(running),
+                accept_len=_float(_DECODE_FIELDS["accept_len"], line),
+                accept_rate=_float(_DECODE_FIELDS["accept_rate"], line),
+                gen_throughput=_float(_DECODE_FIELDS["gen_throughput"], line),
+            )
+        )
+    return out
+
+
+def parse_ddtree_lines(lines: Iterable[str]) -> list[DDTreeLogLine]:
+    out = []
+    for line in lines:
+        values = {name: _float(rx, line) for name, rx in _DDTREE_RE.items()}
+        if any(v is not None for v in values.values()):
+            out.append(DDTreeLogLine(**values))
+    return out
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+@dataclass(frozen=True)
+class ServerFigures:
+    """What the server says about a window of its run (log lines or /metrics).
+
+    accept_length is bonus-inclusive tokens per verify step: SGLang's `accept len`, or the
+    DDTree forks' avg_commit_len (avg_accepted_drafts + 1 when only that is logged).
+    """
+
+    source: str
+    accept_length: float | None = None
+    accept_rate: float | None = None
+    gen_throughput: float | None = None
+    avg_accepted_depth: float | None = None
+    lines: int = 0
+
+
+def server_figures_from_log(text: str, *, source: str = "server log") -> ServerFigures:
+    """Average the decode-interval figures of a log excerpt (each line covers the same number of
+    decode steps, so a plain mean is the interval-weighted mean)."""
+    lines = text.splitlines()
+    decode = parse_decode_lines(lines)
+    ddtree = parse_ddtree_lines(lines)
+    accept = _mean(d.accept_len for d in decode)
+    if accept is None and ddtree:
+        accept = _mean(
+            d.avg_commit_len if d.avg_commit_len is not None
+            else (d.avg_accepted_drafts + 1 if d.avg_accepted_drafts is not None else None)
+            for d in ddtree
+        )
+    return ServerFigures(
+        source=source,
+        accept_length=accept,
+        accept_rate=_mean(d.accept_rate for d in decode),
+        gen_throughput=_mean(d.gen_throughput for d in decode),
+        avg_accepted_depth=_mean(d.avg_accepted_depth for d in ddtree),
+        lines=len(decode) + len(ddtree),
+    )
+
+
+def read_log_since(path: str | Path, offset: int = 0) -> tuple[str, int]:
+    """The text a log file gained since byte `offset`, and the new offset.
+
+    Record the offset before a workload and read after it, so that only this workload's
+    decode lines (not warm-up, not the previous configuration's) are averaged.
+    """
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        data = fh.read()
+    return data.decode("utf-8", errors="replace"), offset + len(data)
+
+
+def server_figures_from_log_file(path: str | Path, offset: int = 0) -> ServerFigures:
+    text, _ = read_log_since(path, offset)
+    return server_figures_from_log(text, source=str(path))
+
+
+_PROM_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+_PROM_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_prometheus_text(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Prometheus text exposition → {metric name: [(labels, value), ...]} (comments skipped)."""
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _PROM_LINE.match(line)
+        if not m:
+            continue
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        labels = dict(_PROM_LABEL.findall(m.group(2) or ""))
+        out.setdefault(m.group(1), []).append((labels, value))
+    return out
+
+
+def server_figures_from_metrics(text: str) -> ServerFigures:
+    """SGLang's /metrics gauges (mean over label sets, e.g. TP ranks or DP groups).
+
+    Note: these gauges describe the latest logging interval, not the workload as a whole.
+    """
+    samples = parse_prometheus_text(text)
+
+    def gauge(name: str) -> float | None:
+        values = [v for _, v in samples.get(name, []) if math.isfinite(v)]
+        return sum(values) / len(values) if values else None
+
+    return ServerFigures(
+        source="/metrics",
+        accept_length=gauge("sglang:spec_accept_length"),
+        accept_rate=gauge("sglang:spec_accept_rate"),
+        gen_throughput=gauge("sglang:gen_throughput"),
+        lines=sum(len(v) for v in samples.values()),
+    )
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    metric: str
+    client: float
+    server: float
+    allowed: float
+    source: str
+
+    def __str__(self) -> str:
+        return (
+            f"{self.metric} disagrees: client {self.client:.3f} vs {self.source} {self.server:.3f} "
+            f"(|diff| {abs(self.client - self.server):.3f} > allowed {self.allowed:.3f})"
+        )
+
+
+def compare_accept_length(
+    client: float | None,
+    server: ServerFigures | float | None,
+    *,
+    decimals: int = 2,
+    slack: float = 0.0,
+    source: str | None = None,
+) -> Disagreement | None:
+    """Report client/server accept-length disagreement beyond the server's printing precision.
+
+    The server prints `decimals` places, so half a unit in the last place is rounding; `slack`
+    widens that for known systematic differences (SGLang's client-side figure counts the
+    prefill token, the log does not). Returns None when they agree or either side is missing.
+    """
+    if isinstance(server, ServerFigures):
+        source = source or server.source
+        server = server.accept_length
+    if client is None or server is None:
+        return None
+    allowed = 0.5 * 10 ** (-decimals) + slack + 1e-12
+    if abs(client - server) > allowed:
+        return Disagreement("accept_length", client, server, allowed, source or "server")
+    return None
+
+
+def _shorten(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+__all__ = [
+    "METRIC_DIRECTIONS",
+    "SPEC_META_KEYS",
+    "DDTreeLogLine",
+    "DecodeLogLine",
+    "Direction",
+    "Disagreement",
+    "Measurement",
+    "MeasurementError",
+    "MetricValue",
+    "Percentiles",
+    "RequestRecord",
+    "ServerFigures",
+    "WorkloadResult",
+    "check_no_errors",
+    "check_speculation",
+    "check_tokens",
+    "combine_repeats",
+    "compare_accept_length",
+    "direction_of",
+    "measure",
+    "parse_decode_lines",
+    "parse_ddtree_lines",
+    "parse_prometheus_text",
+    "percentile",
+    "ratio_standard_error",
+    "read_log_since",
+    "server_figures_from_log",
+    "server_figures_from_log_file",
+    "server_figures_from_metrics",
+    "summarize",
+]
