@@ -25,14 +25,20 @@ def _bool(text: str) -> bool:
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
     if value <= 0:
         raise ValueError(f"{text!r} must be greater than 0")
     return value
 
 
 def _count(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a whole number") from None
     if value < 0:
         raise ValueError(f"{text!r} must be 0 or more")
     return value

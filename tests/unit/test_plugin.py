@@ -294,7 +294,7 @@ def test_dump(specdec_state):
 @pytest.mark.parametrize("args, message", [
     (["--specdec-backend=vllm"], "*--specdec-backend: 'vllm' is not one of auto, embedded, sglang*"),
     (["--specdec-startup-timeout=-1"], "*'-1' must be greater than 0*"),
-    (["--specdec-gpus=many"], "*--specdec-gpus*invalid literal*"),
+    (["--specdec-gpus=many"], "*--specdec-gpus: 'many' is not a whole number*"),
     (["--specdec-arch=pascal"], "*'pascal' is not a GPU architecture*sm_90*"),
 ])
 def test_bad_flag_values_are_usage_errors(pytester: pytest.Pytester, args, message):

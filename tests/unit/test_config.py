@@ -1,0 +1,177 @@
+"""Configuration: every class of mistake stops the run at start with one line naming it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec import config
+from pytest_specdec.errors import SpecdecUsageError
+
+
+@pytest.mark.parametrize("toml, message", [
+    ("[tool.specdec]\nbudgets = [8]\n",
+     "pyproject.toml [tool.specdec]: unknown key 'budgets'; known keys: arch, artifacts,*"),
+    ("[tool.specdec.matrix.cpu]\nmethods = ['ddtree']\nbudgets = [8]\n",
+     "pyproject.toml [tool.specdec.matrix.cpu]: unknown key 'budgets'; did you mean 'budget'?"),
+    ("[tool.specdec]\nmodel = 7\n",
+     "pyproject.toml [tool.specdec] model: 7 must be a str"),
+    ("[tool.specdec.matrix.cpu]\nmethods = ['ar']\ntp = '1'\n",
+     "pyproject.toml [tool.specdec.matrix.cpu] tp: '1' must be a list of integers, e.g. [1, 4, 8]"),
+    ("[tool.specdec]\nmatrix = {}\n",
+     "pyproject.toml [tool.specdec] matrix: is empty; add e.g. [tool.specdec.matrix.cpu]*"),
+    ("[tool.specdec.matrix.cpu]\nmethods = []\n",
+     "pyproject.toml [tool.specdec.matrix.cpu] methods: is empty; list at least one of ar, dflash,*"),
+    ("[tool.specdec.matrix.cpu]\nmethods = ['ddtree']\nbudget = [0, 8]\n",
+     "*budget: 0 is impossible; a tree budget counts draft nodes and must be at least 1"),
+    ("[tool.specdec.matrix.hopper]\nmethods = ['dflash']\ntp = [1, 3]\n",
+     "*[tool.specdec.matrix.hopper] tp: 3 is not a power of two; tensor-parallel sizes are 1, 2, 4*"),
+    ("[tool.specdec.matrix.cpu]\nmethods = ['medusa']\n",
+     "*methods: unknown method 'medusa'; use one of ar, dflash, ddtree"),
+    ("[tool.specdec.matrix.cpu]\nmethods = ['ddtree']\n",
+     "*budget: is empty but methods include ddtree; list budgets*"),
+    ("[tool.specdec.matrix.tpu]\nmethods = ['ar']\n",
+     "*matrix.tpu: unknown hardware family; use one of blackwell, hopper, ada, ampere, cpu"),
+    ("[[tool.specdec.known_issues]]\narch = 'sm_120'\n",
+     "pyproject.toml [known_issues #1] reason: is missing; say what breaks*"),
+    ("[[tool.specdec.known_issues]]\narch = 'gfx942'\nreason = 'x'\n",
+     "*[known_issues #1] arch: 'gfx942' is not an arch; use e.g. sm_120*"),
+    ("[[tool.specdec.known_issues]]\nbudget = [-1]\nreason = 'x'\n",
+     "*[known_issues #1] budget: -1 is impossible*"),
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\nmethods = ['ddtree']\n",
+     "*[known_issues #1]: unknown key 'methods'; did you mean 'method'?"),
+    ("[[tool.specdec.workloads]]\nprompts = 'missing.jsonl'\n",
+     "*[workloads #1] prompts: 'missing.jsonl' is neither a built-in set (chat, code, math) nor a *"),
+    ("[[tool.specdec.workloads]]\nconcurrency = 0\n",
+     "*[workloads #1] concurrency: 0 must be at least 1"),
+    ("[tool.specdec.tolerances]\noutput_tok_s = 'lots'\n",
+     "*[tool.specdec.tolerances] output_tok_s: 'lots' is not a tolerance; write a percentage*"),
+    ("[tool.specdec.engine]\ndraft_agreement = 1.5\n",
+     "*[tool.specdec.engine] draft_agreement: 1.5 must lie in [0, 1]"),
+    ("[tool.specdec]\nmin_accept_length = 0.5\n",
+     "*min_accept_length: 0.5 is below 1*"),
+    ("[tool.specdec]\nstartup_timeout = 'soon'\n",
+     "pyproject.toml [tool.specdec] key 'startup_timeout': 'soon' is not a number; "
+     "--specdec-startup-timeout takes*"),
+    ("[tool.specdec]\nresume = 'sometimes'\n",
+     "*key 'resume': 'sometimes' is not a boolean (use true or false)*"),
+])
+def test_config_errors_stop_the_run_with_one_clear_line(pytester: pytest.Pytester, toml, message):
+    pytester.makepyprojecttoml(toml)
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert_one_line(result.stderr.str(), "ERROR: pytest-specdec: " + message)
+    assert result.stdout.str().count("passed") == 0
+
+
+def assert_one_line(text: str, pattern: str) -> None:
+    """`*` in pattern stands for any text on the same line (brackets are literal, unlike fnmatch)."""
+    assert "Traceback" not in text
+    lines = [line for line in text.splitlines() if line.startswith("ERROR: pytest-specdec: ")]
+    assert len(lines) == 1, text
+    position = 0
+    for fragment in pattern.split("*"):
+        found = lines[0].find(fragment, position)
+        assert found >= 0, f"{fragment!r} not in {lines[0]!r}"
+        position = found + len(fragment)
+
+
+def test_invalid_toml_in_specdec_toml(pytester: pytest.Pytester):
+    pytester.makefile(".toml", specdec="[matrix.cpu\nmethods = ['ar']\n")
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert_one_line(result.stderr.str(), "ERROR: pytest-specdec: specdec.toml: invalid TOML (*); "
+                                         "fix the syntax")
+
+
+def test_specdec_toml_is_read_and_wins(tmp_path: Path):
+    (tmp_path / "pyproject.toml").write_text("[tool.specdec]\nmodel = 'from-pyproject'\n")
+    (tmp_path / "specdec.toml").write_text(
+        "model = 'from-specdec-toml'\n[matrix.cpu]\nmethods = ['ar']\n")
+    cfg = config.load(tmp_path)
+    assert cfg.model == "from-specdec-toml"
+    assert cfg.source == "specdec.toml"
+    assert list(cfg.matrices) == ["cpu"]
+
+
+def test_specdec_toml_errors_name_that_file(tmp_path: Path):
+    (tmp_path / "specdec.toml").write_text("[matrix.cpu]\nmethods = ['ar']\ntp = [6]\n")
+    with pytest.raises(SpecdecUsageError, match=r"^specdec.toml \[tool.specdec.matrix.cpu\] tp: 6"):
+        config.load(tmp_path)
+
+
+def test_defaults_without_any_config(tmp_path: Path):
+    cfg = config.load(tmp_path)
+    assert cfg.source == "defaults"
+    assert set(cfg.matrices) == {"cpu", "blackwell", "hopper"}
+    assert cfg.matrices["blackwell"].budget == (8, 12, 15, 16, 32, 64)
+
+
+def test_matrix_entries_give_budgets_to_ddtree_only():
+    matrix = config.Matrix("cpu", ("ar", "dflash", "ddtree"), (1, 2), (8, 16))
+    assert matrix.entries() == [
+        ("ar", 1, None), ("ar", 2, None), ("dflash", 1, None), ("dflash", 2, None),
+        ("ddtree", 1, 8), ("ddtree", 1, 16), ("ddtree", 2, 8), ("ddtree", 2, 16)]
+
+
+def test_full_config_parses_into_typed_values(tmp_path: Path):
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "hi"}\n')
+    (tmp_path / "pyproject.toml").write_text("""
+[tool.specdec]
+model = "Qwen/Qwen3.6-27B"
+draft_model = "z-lab/Qwen3.6-27B-DFlash"
+model_cache = "/dev/shm/models"
+min_accept_length = 1.5
+
+[tool.specdec.matrix.blackwell]
+methods = ["dflash", "ddtree"]
+tp = [1, 4, 8]
+budget = [8, 16]
+
+[[tool.specdec.workloads]]
+name = "mine"
+prompts = "prompts.jsonl"
+max_new_tokens = 32
+concurrency = 4
+
+[tool.specdec.tolerances]
+output_tok_s = "5%"
+accept_length = 2
+
+[tool.specdec.engine]
+draft_agreement = 0.5
+
+[tool.specdec.sglang]
+method_flags = {ddtree = ["--speculative-algorithm", "EAGLE", "--speculative-num-draft-tokens", "{budget}"]}
+
+[[tool.specdec.known_issues]]
+family = "blackwell"
+method = "ddtree"
+tp = [8]
+reason = "NCCL hang"
+""")
+    cfg = config.load(tmp_path)
+    assert cfg.model_cache == "/dev/shm/models" and cfg.min_accept_length == 1.5
+    assert cfg.matrices["blackwell"].tp == (1, 4, 8)
+    (workload,) = cfg.workloads
+    assert workload.name == "mine" and workload.prompts == str(tmp_path / "prompts.jsonl")
+    assert workload.concurrency == 4 and workload.max_new_tokens == 32
+    assert cfg.tolerances == {"output_tok_s": "5%", "accept_length": "2%"}
+    assert cfg.engine.draft_agreement == 0.5
+    assert cfg.sglang.method_flags["ddtree"][-1] == "{budget}"
+    assert cfg.sglang.method_flags["dflash"] == ("--speculative-algorithm", "DFLASH")
+    (issue,) = cfg.known_issues
+    assert issue.matches(arch="sm_100", family="blackwell", method="ddtree", tp=8, budget=16,
+                         backend="sglang")
+    assert not issue.matches(arch="sm_100", family="blackwell", method="ddtree", tp=4, budget=16,
+                             backend="sglang")
+
+
+def test_shipped_known_issues_hold_the_sm120_story():
+    root = Path(__file__).resolve().parents[2]
+    issues = config.load_known_issues(root / "baselines" / "known_issues.toml")
+    assert any(i.arch == "sm_120" and i.methods == ("ddtree",) and i.budget == (8, 12)
+               and "illegal instruction" in i.reason for i in issues)

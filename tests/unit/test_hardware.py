@@ -1,0 +1,70 @@
+"""Hardware detection and overrides, with the inventory injected (no GPU needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_specdec import hardware
+from pytest_specdec.errors import SpecdecUsageError
+from pytest_specdec.hardware import GPU, Hardware
+
+H200x8 = Hardware(tuple(GPU(i, "NVIDIA H200", "sm_90", 143771) for i in range(8)), "nvml", 8)
+NONE = Hardware((), "none", 0)
+
+
+@pytest.mark.parametrize("text, arch", [("sm_120", "sm_120"), ("sm120", "sm_120"),
+                                        ("sm_90a", "sm_90"), ("9.0", "sm_90"), ("12.0", "sm_120"),
+                                        ("SM_100", "sm_100")])
+def test_arch_spellings(text, arch):
+    assert hardware.normalise_arch(text) == arch
+
+
+def test_families():
+    assert hardware.family_of("sm_120") == "blackwell"
+    assert hardware.family_of("sm_100") == "blackwell"
+    assert hardware.family_of("sm_90") == "hopper"
+    assert hardware.family_of("sm_89") == "ada"
+    assert hardware.family_of("sm_86") == "ampere"
+    assert hardware.family_of("sm_70") == "unknown"
+
+
+def test_describe_and_key():
+    assert H200x8.describe() == "NVIDIA H200 (sm_90, hopper) x8"
+    assert H200x8.key == "nvidia-h200-sm_90-x8"
+    assert NONE.describe() == "no GPU" and NONE.key == "cpu" and NONE.family == "cpu"
+
+
+def test_arch_override_simulates_that_family():
+    hw = hardware.resolve("sm_120", None, NONE)
+    assert hw.family == "blackwell" and hw.count == 1 and hw.simulated and hw.physical_gpus == 0
+    assert hardware.resolve("sm_120", 4, H200x8).count == 4
+
+
+def test_gpus_limits_a_real_inventory_and_cannot_exceed_it():
+    assert hardware.resolve(None, 2, H200x8).count == 2
+    assert hardware.resolve(None, 2, H200x8).family == "hopper"
+    with pytest.raises(SpecdecUsageError, match="--specdec-gpus 9: only 8 GPUs found"):
+        hardware.resolve(None, 9, H200x8)
+
+
+def test_gpus_on_a_cpu_machine_simulates_slots_without_a_family():
+    hw = hardware.resolve(None, 8, NONE)
+    assert hw.count == 8 and hw.family == "cpu" and hw.key == "cpu"
+
+
+def test_nvidia_smi_output_is_parsed(monkeypatch):
+    class Done:
+        stdout = "0, NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0, 97887\n1, NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0, 97887\n"
+
+    monkeypatch.setattr(hardware.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(hardware.subprocess, "run", lambda *a, **k: Done())
+    monkeypatch.setattr(hardware, "_detect_nvml", lambda: None)
+    hw = hardware.detect()
+    assert hw.source == "nvidia-smi" and hw.count == 2 and hw.arch == "sm_120"
+    assert hw.describe() == "NVIDIA RTX PRO 6000 Blackwell Server Edition (sm_120, blackwell) x2"
+
+
+def test_no_probe_answers_means_cpu_only(monkeypatch):
+    monkeypatch.setattr(hardware, "_detect_nvml", lambda: None)
+    monkeypatch.setattr(hardware, "_detect_nvidia_smi", lambda: None)
+    assert hardware.detect() == Hardware((), "none", 0)
