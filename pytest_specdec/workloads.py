@@ -1,0 +1,279 @@
+"""Workloads: which prompts are sent, how many at once, and with which sampling settings.
+
+A `Workload` is plain data so that it can be parametrized, journaled and compared across runs.
+Built-in sets (chat, code, math) ship as JSONL beside this module; user sets use the same
+format, one `{"prompt": ..., "max_new_tokens": ...}` object per line. The context-length guard
+runs before anything is sent: a prompt the server would reject or silently truncate would
+otherwise show up as an aborted request or a misleadingly fast run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from .errors import SpecdecUsageError
+
+BUILTIN_WORKLOADS = ("chat", "code", "math")
+
+#: Default generation length per built-in set: long enough for several verify steps per request.
+_BUILTIN_MAX_NEW_TOKENS = {"chat": 128, "code": 192, "math": 160}
+
+_PROMPT_KEYS = frozenset({"prompt", "max_new_tokens"})
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt; `max_new_tokens` overrides the workload's for this prompt only."""
+
+    text: str
+    max_new_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    """N prompts sent at concurrency C with fixed sampling settings.
+
+    `ignore_eos` defaults to True so every request generates exactly its max_new_tokens:
+    throughput then compares like with like across methods and runs. `extra_sampling` holds
+    further SGLang sampling_params (e.g. `("top_k", 1)`); SGLang rejects unknown keys, so only
+    the ones given are sent.
+    """
+
+    name: str
+    prompts: tuple[Prompt, ...]
+    max_new_tokens: int = 128
+    concurrency: int = 1
+    temperature: float = 0.0
+    ignore_eos: bool = True
+    extra_sampling: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        prompts = tuple(p if isinstance(p, Prompt) else Prompt(str(p)) for p in self.prompts)
+        object.__setattr__(self, "prompts", prompts)
+        if isinstance(self.extra_sampling, Mapping):
+            object.__setattr__(self, "extra_sampling", tuple(sorted(self.extra_sampling.items())))
+        where = f"workload {self.name!r}"
+        if not self.name:
+            raise SpecdecUsageError("a workload needs a non-empty name")
+        if not prompts:
+            raise SpecdecUsageError(f"{where} has no prompts")
+        _check_positive_int(self.max_new_tokens, f"{where}: max_new_tokens")
+        _check_positive_int(self.concurrency, f"{where}: concurrency")
+        for i, p in enumerate(prompts):
+            if p.max_new_tokens is not None:
+                _check_positive_int(p.max_new_tokens, f"{where}: prompt {i} max_new_tokens")
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
+                or not math.isfinite(self.temperature) or self.temperature < 0:
+            raise SpecdecUsageError(f"{where}: temperature must be a number >= 0, got {self.temperature!r}")
+        reserved = {"max_new_tokens", "temperature", "ignore_eos"} & {k for k, _ in self.extra_sampling}
+        if reserved:
+            raise SpecdecUsageError(f"{where}: set {sorted(reserved)} as workload fields, not in extra_sampling")
+
+    @property
+    def greedy(self) -> bool:
+        """Greedy decoding: acceptance figures are deterministic and gated tightly."""
+        return self.temperature == 0
+
+    def max_new_tokens_for(self, index: int) -> int:
+        override = self.prompts[index].max_new_tokens
+        return self.max_new_tokens if override is None else override
+
+    def sampling_params(self, index: int) -> dict[str, Any]:
+        """SGLang `sampling_params` for prompt `index`."""
+        params: dict[str, Any] = {
+            "max_new_tokens": self.max_new_tokens_for(index),
+            "temperature": self.temperature,
+            "ignore_eos": self.ignore_eos,
+        }
+        params.update(self.extra_sampling)
+        return params
+
+    def replace(self, **changes: Any) -> "Workload":
+        return dataclasses.replace(self, **changes)
+
+    def resized(self, num_requests: int) -> "Workload":
+        """The first `num_requests` prompts, cycling through the set when it is shorter."""
+        _check_positive_int(num_requests, f"workload {self.name!r}: num_requests")
+        n = len(self.prompts)
+        return self.replace(prompts=tuple(self.prompts[i % n] for i in range(num_requests)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able description (for journals and reports), prompts counted, not copied."""
+        return {
+            "name": self.name,
+            "num_prompts": len(self.prompts),
+            "max_new_tokens": self.max_new_tokens,
+            "concurrency": self.concurrency,
+            "temperature": self.temperature,
+            "ignore_eos": self.ignore_eos,
+            "extra_sampling": dict(self.extra_sampling),
+        }
+
+
+def _check_positive_int(value: Any, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecdecUsageError(f"{what} must be a positive integer, got {value!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+
+
+def parse_prompt_lines(lines: Iterable[str], source: str) -> tuple[Prompt, ...]:
+    """Parse JSONL prompt lines; errors name `source:line` and say what a line must look like."""
+    prompts: list[Prompt] = []
+    shape = 'each line must be a JSON object like {"prompt": "...", "max_new_tokens": 128}'
+    for lineno, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        where = f"{source}:{lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SpecdecUsageError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno}); {shape}") from None
+        if not isinstance(obj, dict):
+            raise SpecdecUsageError(f"{where}: expected a JSON object, got {type(obj).__name__}; {shape}")
+        unknown = set(obj) - _PROMPT_KEYS
+        if unknown:
+            raise SpecdecUsageError(f"{where}: unknown key(s) {sorted(unknown)}; {shape}")
+        text = obj.get("prompt")
+        if not isinstance(text, str) or not text.strip():
+            raise SpecdecUsageError(f"{where}: \"prompt\" must be a non-empty string; {shape}")
+        max_new = obj.get("max_new_tokens")
+        if max_new is not None and (isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1):
+            raise SpecdecUsageError(f"{where}: \"max_new_tokens\" must be a positive integer, got {max_new!r}")
+        prompts.append(Prompt(text, max_new))
+    if not prompts:
+        raise SpecdecUsageError(f"{source}: no prompts found; {shape}")
+    return tuple(prompts)
+
+
+def load_jsonl(path: str | Path, *, name: str | None = None, **fields: Any) -> Workload:
+    """A workload from a JSONL prompt file; `fields` set the other `Workload` fields."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecdecUsageError(f"workload file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecdecUsageError(f"workload file {path} cannot be read: {exc}") from None
+    prompts = parse_prompt_lines(text.splitlines(), str(path))
+    return Workload(name=name or path.stem, prompts=prompts, **fields)
+
+
+def builtin_workload(name: str, **fields: Any) -> Workload:
+    """One of the shipped prompt sets (`chat`, `code`, `math`)."""
+    if name not in BUILTIN_WORKLOADS:
+        raise SpecdecUsageError(
+            f"unknown built-in workload {name!r}: choose one of {', '.join(BUILTIN_WORKLOADS)} or give a .jsonl path"
+        )
+    resource = resources.files(__package__).joinpath("prompts", f"{name}.jsonl")
+    prompts = parse_prompt_lines(resource.read_text(encoding="utf-8").splitlines(), f"<built-in {name}.jsonl>")
+    fields.setdefault("max_new_tokens", _BUILTIN_MAX_NEW_TOKENS[name])
+    return Workload(name=name, prompts=prompts, **fields)
+
+
+def load_workload(spec: str, *, base_dir: str | Path | None = None, **fields: Any) -> Workload:
+    """A built-in name or a path to a JSONL file (relative paths resolve against `base_dir`)."""
+    if spec in BUILTIN_WORKLOADS:
+        return builtin_workload(spec, **fields)
+    path = Path(spec)
+    if not path.is_absolute() and base_dir is not None:
+        path = Path(base_dir) / path
+    if path.suffix != ".jsonl" and not path.exists():
+        raise SpecdecUsageError(
+            f"workload {spec!r} is neither a built-in ({', '.join(BUILTIN_WORKLOADS)}) nor an existing .jsonl file"
+        )
+    return load_jsonl(path, **fields)
+
+
+# --------------------------------------------------------------------------------------------
+# Context-length guard
+
+
+class ContextLengthError(SpecdecUsageError):
+    """A prompt plus its generation budget does not fit the server's context."""
+
+    def __init__(self, workload: str, index: int, prompt_tokens: int, max_new_tokens: int, context_length: int):
+        self.workload = workload
+        self.index = index
+        self.prompt_tokens = prompt_tokens
+        self.max_new_tokens = max_new_tokens
+        self.context_length = context_length
+        super().__init__(
+            f"workload {workload!r}, prompt {index}: {prompt_tokens} prompt tokens + {max_new_tokens} "
+            f"max_new_tokens = {prompt_tokens + max_new_tokens} > server context length {context_length}; "
+            "shorten the prompt, lower max_new_tokens, raise the server's --context-length, "
+            "or enable truncation"
+        )
+
+
+def byte_token_count(text: str) -> int:
+    """Token count under the embedded engine's byte tokenizer: one token per UTF-8 byte."""
+    return len(text.encode("utf-8"))
+
+
+def fit_to_context(
+    workload: Workload,
+    context_length: int,
+    count_tokens: Callable[[str], int] = byte_token_count,
+    *,
+    truncate: bool = False,
+) -> Workload:
+    """Check every prompt + max_new_tokens against the server's context length.
+
+    Raises `ContextLengthError` naming the first offending prompt, or, with `truncate=True`,
+    returns a workload whose offending prompts are cut (keeping their beginning) to the longest
+    prefix that fits. `count_tokens` must be the server's tokenizer (or a faithful stand-in):
+    a guess here only moves the failure to the server.
+    """
+    _check_positive_int(context_length, "context_length")
+    prompts = list(workload.prompts)
+    changed = False
+    for i, prompt in enumerate(prompts):
+        budget = workload.max_new_tokens_for(i)
+        n = count_tokens(prompt.text)
+        if n + budget <= context_length:
+            continue
+        allowed = context_length - budget
+        if not truncate or allowed < 1:
+            raise ContextLengthError(workload.name, i, n, budget, context_length)
+        cut = _longest_prefix(prompt.text, allowed, count_tokens)
+        if not cut:
+            raise ContextLengthError(workload.name, i, n, budget, context_length)
+        prompts[i] = Prompt(cut, prompt.max_new_tokens)
+        changed = True
+    return workload.replace(prompts=tuple(prompts)) if changed else workload
+
+
+def _longest_prefix(text: str, max_tokens: int, count_tokens: Callable[[str], int]) -> str:
+    """Binary search over character prefixes; token counts are monotone in the prefix length."""
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count_tokens(text[:mid]) <= max_tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo]
+
+
+__all__ = [
+    "BUILTIN_WORKLOADS",
+    "ContextLengthError",
+    "Prompt",
+    "Workload",
+    "builtin_workload",
+    "byte_token_count",
+    "fit_to_context",
+    "load_jsonl",
+    "load_workload",
+    "parse_prompt_lines",
+]

@@ -1,0 +1,211 @@
+"""workloads: the dataclass, built-in sets, the JSONL loader and the context-length guard."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_specdec.errors import SpecdecUsageError
+from pytest_specdec.workloads import (
+    BUILTIN_WORKLOADS,
+    ContextLengthError,
+    Prompt,
+    Workload,
+    builtin_workload,
+    byte_token_count,
+    fit_to_context,
+    load_jsonl,
+    load_workload,
+)
+
+
+def wl(*texts: str, **fields) -> Workload:
+    return Workload(name="t", prompts=tuple(Prompt(t) for t in texts), **fields)
+
+
+# ------------------------------------------------------------------ dataclass
+
+
+def test_sampling_params_are_sglang_keys_with_prompt_override():
+    w = Workload(name="w", prompts=(Prompt("a"), Prompt("b", max_new_tokens=7)), max_new_tokens=32,
+                 temperature=0.0, extra_sampling={"top_k": 1})
+    assert w.sampling_params(0) == {"max_new_tokens": 32, "temperature": 0.0, "ignore_eos": True, "top_k": 1}
+    assert w.sampling_params(1)["max_new_tokens"] == 7
+    assert w.extra_sampling == (("top_k", 1),)
+    hash(w)  # frozen and hashable: usable as a parametrize value and a dict key
+
+
+def test_plain_strings_become_prompts_and_greedy_flag():
+    w = Workload(name="w", prompts=("hello", "world"), temperature=0.7)  # type: ignore[arg-type]
+    assert w.prompts == (Prompt("hello"), Prompt("world"))
+    assert not w.greedy
+    assert wl("x").greedy
+
+
+@pytest.mark.parametrize(
+    "fields, match",
+    [
+        ({"max_new_tokens": 0}, "max_new_tokens must be a positive integer"),
+        ({"max_new_tokens": 1.5}, "max_new_tokens must be a positive integer"),
+        ({"concurrency": 0}, "concurrency must be a positive integer"),
+        ({"concurrency": True}, "concurrency must be a positive integer"),
+        ({"temperature": -0.1}, "temperature must be a number >= 0"),
+        ({"temperature": float("nan")}, "temperature must be a number >= 0"),
+        ({"extra_sampling": {"max_new_tokens": 3}}, "as workload fields"),
+    ],
+)
+def test_invalid_fields_raise_usage_errors(fields, match):
+    with pytest.raises(SpecdecUsageError, match=match):
+        wl("x", **fields)
+
+
+def test_empty_workloads_rejected():
+    with pytest.raises(SpecdecUsageError, match="has no prompts"):
+        Workload(name="w", prompts=())
+    with pytest.raises(SpecdecUsageError, match="non-empty name"):
+        Workload(name="", prompts=(Prompt("x"),))
+
+
+def test_resized_cycles_prompts():
+    w = wl("a", "b", "c").resized(7)
+    assert [p.text for p in w.prompts] == ["a", "b", "c", "a", "b", "c", "a"]
+    assert [p.text for p in wl("a", "b", "c").resized(2).prompts] == ["a", "b"]
+    with pytest.raises(SpecdecUsageError):
+        wl("a").resized(0)
+
+
+def test_to_dict_is_json_and_counts_prompts():
+    d = wl("a", "b", concurrency=4).to_dict()
+    assert json.loads(json.dumps(d)) == d
+    assert d["num_prompts"] == 2 and d["concurrency"] == 4
+
+
+# ------------------------------------------------------------------ built-in sets
+
+
+@pytest.mark.parametrize("name", BUILTIN_WORKLOADS)
+def test_builtin_sets_have_a_few_dozen_short_distinct_prompts(name):
+    w = builtin_workload(name)
+    assert w.name == name
+    assert 24 <= len(w.prompts) <= 64
+    texts = [p.text for p in w.prompts]
+    assert len(set(texts)) == len(texts)
+    assert all(0 < byte_token_count(t) < 400 for t in texts)  # the embedded engine tokenises bytes
+    assert w.max_new_tokens >= 64 and w.greedy and w.ignore_eos
+
+
+def test_builtin_sets_differ_and_accept_overrides():
+    chat, code = builtin_workload("chat"), builtin_workload("code", concurrency=8, max_new_tokens=16)
+    assert set(chat.prompts).isdisjoint(code.prompts)
+    assert code.concurrency == 8 and code.max_new_tokens == 16
+
+
+def test_unknown_builtin_names_the_choices():
+    with pytest.raises(SpecdecUsageError, match="chat, code, math"):
+        builtin_workload("poetry")
+
+
+# ------------------------------------------------------------------ JSONL loader
+
+
+def write(tmp_path, text: str, name="mine.jsonl"):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_load_jsonl_reads_prompts_overrides_and_skips_blank_lines(tmp_path):
+    path = write(tmp_path, '{"prompt": "one"}\n\n{"prompt": "two", "max_new_tokens": 9}\n')
+    w = load_jsonl(path, concurrency=2)
+    assert w.name == "mine"
+    assert w.prompts == (Prompt("one"), Prompt("two", 9))
+    assert w.concurrency == 2
+    assert load_jsonl(path, name="other").name == "other"
+
+
+@pytest.mark.parametrize(
+    "content, line, match",
+    [
+        ('{"prompt": "ok"}\n{"prompt": "bad",\n', 2, "not valid JSON"),
+        ('["prompt"]\n', 1, "expected a JSON object, got list"),
+        ('{"prompt": "ok"}\n{"prompt": "x", "max_tokens": 5}\n', 2, r"unknown key\(s\) \['max_tokens'\]"),
+        ('{"text": "x"}\n', 1, "unknown key"),
+        ('{"prompt": ""}\n', 1, '"prompt" must be a non-empty string'),
+        ('{"prompt": 3}\n', 1, '"prompt" must be a non-empty string'),
+        ('{"prompt": "x", "max_new_tokens": 0}\n', 1, '"max_new_tokens" must be a positive integer'),
+        ('{"prompt": "x", "max_new_tokens": "8"}\n', 1, '"max_new_tokens" must be a positive integer'),
+        ('{"prompt": "x", "max_new_tokens": true}\n', 1, '"max_new_tokens" must be a positive integer'),
+    ],
+)
+def test_malformed_jsonl_names_file_and_line(tmp_path, content, line, match):
+    path = write(tmp_path, content)
+    with pytest.raises(SpecdecUsageError, match=match) as info:
+        load_jsonl(path)
+    assert f"{path}:{line}:" in str(info.value)
+
+
+def test_empty_or_missing_files(tmp_path):
+    with pytest.raises(SpecdecUsageError, match="no prompts found"):
+        load_jsonl(write(tmp_path, "\n  \n"))
+    with pytest.raises(SpecdecUsageError, match="does not exist"):
+        load_jsonl(tmp_path / "absent.jsonl")
+    bad = tmp_path / "latin1.jsonl"
+    bad.write_bytes(b'{"prompt": "caf\xe9"}\n')
+    with pytest.raises(SpecdecUsageError, match="cannot be read"):
+        load_jsonl(bad)
+
+
+def test_load_workload_resolves_builtin_or_relative_path(tmp_path):
+    assert load_workload("math").name == "math"
+    write(tmp_path, '{"prompt": "p"}\n', name="set.jsonl")
+    assert load_workload("set.jsonl", base_dir=tmp_path).prompts == (Prompt("p"),)
+    with pytest.raises(SpecdecUsageError, match="neither a built-in"):
+        load_workload("poetry")
+    with pytest.raises(SpecdecUsageError, match="does not exist"):
+        load_workload("missing.jsonl", base_dir=tmp_path)
+
+
+# ------------------------------------------------------------------ context-length guard
+
+
+def test_fit_to_context_passes_fitting_workload_unchanged():
+    w = wl("abcd", max_new_tokens=4)
+    assert fit_to_context(w, 8) is w
+
+
+def test_fit_to_context_names_index_and_sizes():
+    w = Workload(name="chat", prompts=(Prompt("ok"), Prompt("x" * 50), Prompt("y" * 60)), max_new_tokens=20)
+    with pytest.raises(ContextLengthError) as info:
+        fit_to_context(w, 64)
+    err = info.value
+    assert (err.index, err.prompt_tokens, err.max_new_tokens, err.context_length) == (1, 50, 20, 64)
+    assert "workload 'chat', prompt 1: 50 prompt tokens + 20 max_new_tokens = 70 > server context length 64" in str(err)
+    assert isinstance(err, SpecdecUsageError)
+
+
+def test_fit_to_context_uses_per_prompt_budget_and_counter():
+    w = Workload(name="w", prompts=(Prompt("aaaa", max_new_tokens=100),), max_new_tokens=1)
+    with pytest.raises(ContextLengthError, match="100 max_new_tokens"):
+        fit_to_context(w, 64)
+    words = lambda text: len(text.split())  # noqa: E731 - a word-level stand-in tokenizer
+    assert fit_to_context(wl("a b c", max_new_tokens=5), 8, words).prompts[0].text == "a b c"
+    with pytest.raises(ContextLengthError, match="3 prompt tokens"):
+        fit_to_context(wl("a b c", max_new_tokens=6), 8, words)
+
+
+def test_fit_to_context_truncates_when_configured():
+    w = Workload(name="w", prompts=(Prompt("short"), Prompt("é" * 40, max_new_tokens=10)), max_new_tokens=10)
+    fitted = fit_to_context(w, 30, truncate=True)
+    assert fitted.prompts[0] is w.prompts[0]
+    cut = fitted.prompts[1]
+    assert cut.max_new_tokens == 10
+    assert byte_token_count(cut.text) == 20  # two bytes per 'é': the longest prefix that fits
+    assert w.prompts[1].text.startswith(cut.text)
+
+
+def test_truncation_impossible_when_budget_fills_context():
+    with pytest.raises(ContextLengthError):
+        fit_to_context(wl("abc", max_new_tokens=64), 64, truncate=True)
+    with pytest.raises(SpecdecUsageError, match="context_length must be a positive integer"):
+        fit_to_context(wl("abc"), 0)
