@@ -65,20 +65,45 @@ def tree_verify_attention_reference(q: Tensor, k_cache: Tensor, v_cache: Tensor,
                                     ancestor_mask: Tensor, sm_scale: float | None = None,
                                     compute_dtype: torch.dtype = torch.float32,
                                     num_keys: int | None = None) -> Tensor:
-    """SDPA with a boolean tree mask and ``enable_gqa=True``, computed in ``compute_dtype``.
+    """Masked softmax attention in ``compute_dtype``, query heads grouped by KV head.
 
-    ``num_keys`` bounds the cache rows looked at (default: all S rows; the engine passes
-    ``max(L) + T`` to skip unused capacity). Returns ``[B, T, Hq, D]`` in q's dtype.
+    The same function as SDPA with the boolean :func:`tree_attention_mask` and
+    ``enable_gqa=True`` (the tests check the two agree), written as two batched matmuls because
+    PyTorch's CPU SDPA kernel is an order of magnitude slower at these shapes and the embedded
+    engine decodes with this path. ``num_keys`` bounds the cache rows looked at (default all S).
+    Returns ``[B, T, Hq, D]`` in q's dtype.
     """
+    batch, num_nodes, q_heads, head_dim = q.shape
+    kv_heads = k_cache.shape[2]
+    group = q_heads // kv_heads
     num_keys = k_cache.shape[1] if num_keys is None else num_keys
-    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
+    scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else sm_scale
+    visible = tree_attention_mask(cache_lens, ancestor_mask, num_keys)  # [B, T, N]
+    bias = torch.zeros(visible.shape, dtype=compute_dtype, device=q.device)
+    bias = bias.masked_fill_(~visible, float("-inf")).view(batch, 1, num_nodes, 1, num_keys)
+    # rows of one KV head: (t, g) pairs, t-major, so the bias broadcasts over g
+    qg = q.to(compute_dtype).view(batch, num_nodes, kv_heads, group, head_dim)
+    qg = qg.permute(0, 2, 1, 3, 4).reshape(batch, kv_heads, num_nodes * group, head_dim)
+    keys = k_cache[:, :num_keys].to(compute_dtype).permute(0, 2, 3, 1)  # [B, Hkv, D, N]
+    values = v_cache[:, :num_keys].to(compute_dtype).transpose(1, 2)  # [B, Hkv, N, D]
+    scores = torch.matmul(qg, keys).mul_(scale).view(batch, kv_heads, num_nodes, group, num_keys)
+    probs = torch.softmax(scores + bias, dim=-1).view(batch, kv_heads, num_nodes * group, num_keys)
+    out = torch.matmul(probs, values).view(batch, kv_heads, num_nodes, group, head_dim)
+    return out.permute(0, 2, 1, 3, 4).reshape(batch, num_nodes, q_heads, head_dim).to(q.dtype)
+
+
+def tree_verify_attention_sdpa(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor,
+                               ancestor_mask: Tensor, sm_scale: float | None = None,
+                               num_keys: int | None = None) -> Tensor:
+    """What users would otherwise run: torch SDPA with a boolean ``[B, 1, T, N]`` tree mask and
+    ``enable_gqa=True``, in the inputs' dtype (the benchmark's baseline; also the tests' check
+    of :func:`tree_verify_attention_reference`)."""
+    num_keys = k_cache.shape[1] if num_keys is None else num_keys
     mask = tree_attention_mask(cache_lens, ancestor_mask, num_keys)
-    qh = q.transpose(1, 2).to(compute_dtype)
-    kh = k_cache[:, :num_keys].transpose(1, 2).to(compute_dtype)
-    vh = v_cache[:, :num_keys].transpose(1, 2).to(compute_dtype)
-    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask.unsqueeze(1), scale=scale,
-                                         enable_gqa=True)
-    return out.transpose(1, 2).to(q.dtype)
+    out = F.scaled_dot_product_attention(
+        q.transpose(1, 2), k_cache[:, :num_keys].transpose(1, 2), v_cache[:, :num_keys].transpose(1, 2),
+        attn_mask=mask.unsqueeze(1), scale=sm_scale, enable_gqa=True)
+    return out.transpose(1, 2)
 
 
 def tree_verify_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor,
