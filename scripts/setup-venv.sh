@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Create (or refresh) the project's virtual environment with everything the tests and the
+# benchmark suite need. Safe to re-run: it reinstalls only when pyproject.toml or this file change.
+#
+#   SPECDEC_VENV     where the venv lives (default .venv)
+#   SPECDEC_TORCH    the torch requirement installed first on a machine without torch
+#                    (default torch==2.13.0, a CPU build here; install your CUDA torch yourself
+#                    on a GPU host and it is kept)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+venv=${SPECDEC_VENV:-.venv}
+torch_req=${SPECDEC_TORCH:-torch==2.13.0}
+stamp="$venv/.specdec-installed"
+want=$(cat pyproject.toml scripts/setup-venv.sh | sha256sum | cut -d' ' -f1)
+
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+
+echo "setup-venv: creating $venv" >&2
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q)
+
+# torch first: anything that depends on it would otherwise pull a multi-GB CUDA build.
+if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
+  echo "setup-venv: installing $torch_req" >&2
+  "${pip[@]}" "$torch_req"
+fi
+echo "setup-venv: installing pytest-specdec with its test extras" >&2
+"${pip[@]}" -e ".[test]"
+
+# SGLang's own argument parser, for the argv contract tests: the package without its heavy
+# dependencies, plus the light ones its server_args module imports.
+echo "setup-venv: installing sglang==0.5.23 (parser only, no dependencies)" >&2
+"${pip[@]}" --no-deps sglang==0.5.23
+"${pip[@]}" msgspec psutil orjson pybase64 requests pillow starlette pydantic pyzmq tqdm ipython
+
+echo "$want" > "$stamp"
+echo "setup-venv: ready ($venv)" >&2
