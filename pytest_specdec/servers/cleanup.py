@@ -1,0 +1,192 @@
+"""Every server process we start is gone when pytest goes, however pytest goes.
+
+Three layers, because each covers a way out the others miss:
+
+1. normal teardown (the pool's `close()`, fixtures' finalizers) -- the polite path;
+2. this registry: an `atexit` hook plus SIGTERM / SIGHUP handlers that SIGKILL every registered
+   process group -- covers `sys.exit`, an uncaught exception and a CI runner's SIGTERM
+   (SIGINT already becomes KeyboardInterrupt, which runs teardown and then atexit);
+3. `PR_SET_PDEATHSIG` (Linux) in the child -- covers what runs no Python code at all: pytest
+   SIGKILLed, or `os._exit` (pytest-timeout's thread method). The kernel then kills the server.
+
+Also here: finding the members of a process group (psutil when present, else /proc), used to
+confirm that nothing survived a teardown.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import ctypes.util
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+
+_lock = threading.Lock()
+_groups: dict[int, str] = {}  # pgid -> label, for processes still to be killed at exit
+_installed = False
+_previous_handlers: dict[int, object] = {}
+
+
+def register(pgid: int, label: str) -> None:
+    """Remember a process group to kill if the interpreter leaves without tearing it down."""
+    global _installed
+    with _lock:
+        _groups[pgid] = label
+        if not _installed:
+            atexit.register(kill_all)
+            _install_signal_handlers()
+            _installed = True
+
+
+def unregister(pgid: int) -> None:
+    with _lock:
+        _groups.pop(pgid, None)
+
+
+def registered() -> dict[int, str]:
+    with _lock:
+        return dict(_groups)
+
+
+def kill_all() -> None:
+    """SIGKILL every registered group. Async-signal-tolerant: no waiting, no allocation-heavy work."""
+    for pgid in list(_groups):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
+        _groups.pop(pgid, None)
+
+
+def _install_signal_handlers() -> None:
+    """Kill our servers on SIGTERM/SIGHUP, then let the previous disposition act.
+
+    Only from the main thread (Python's rule) and only for signals whose handler is the default or
+    one we can chain; SIGINT is left alone because pytest turns it into a clean teardown.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            previous = signal.getsignal(signum)
+            signal.signal(signum, _on_signal)
+        except (ValueError, OSError):
+            continue
+        _previous_handlers[signum] = previous
+
+
+def _on_signal(signum, frame) -> None:
+    kill_all()
+    previous = _previous_handlers.get(signum)
+    if callable(previous):
+        previous(signum, frame)
+        return
+    if previous == signal.SIG_IGN:
+        return
+    # Default disposition: restore it and re-deliver, so the exit status still says "signal".
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def parent_death_preexec() -> Callable[[], None] | None:
+    """A `preexec_fn` that asks Linux to SIGKILL the child when its parent thread dies.
+
+    libc and prctl are resolved here, in the parent: after fork only the call itself runs, so the
+    child never imports or loads anything (which could deadlock on a lock another thread held).
+    Note the kernel ties this to the *thread* that forked: launch servers from the main thread or
+    from a thread that outlives them. Returns None where prctl is unavailable.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name or "libc.so.6", use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) pids whose process group is `pgid`."""
+    try:
+        import psutil  # optional: faster and portable beyond Linux
+    except ImportError:
+        psutil = None
+    if psutil is not None:
+        out = []
+        for proc in psutil.process_iter(["pid", "status"]):
+            try:
+                if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                    continue
+                if os.getpgid(proc.info["pid"]) == pgid:
+                    out.append(proc.info["pid"])
+            except (psutil.Error, ProcessLookupError, PermissionError, OSError):
+                continue
+        return out
+    return [pid for pid, stat in _proc_stats() if stat[2] == pgid]
+
+
+def descendants(pid: int) -> list[int]:
+    """Live descendants of `pid` (children may leave our process group with setsid, so teardown
+    snapshots them before killing)."""
+    children: dict[int, list[int]] = {}
+    for child, stat in _proc_stats():
+        children.setdefault(stat[1], []).append(child)
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def alive(pid: int) -> bool:
+    """True when `pid` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = _read_stat(pid)
+    return stat is None or stat[0] != "Z"
+
+
+def _proc_stats():
+    """(pid, (state, ppid, pgrp)) for every live process in /proc."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return
+    for name in names:
+        if not name.isdigit():
+            continue
+        stat = _read_stat(int(name))
+        if stat is not None and stat[0] != "Z":
+            yield int(name), stat
+
+
+def _read_stat(pid: int):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    # The command name is in parentheses and may itself contain spaces or parentheses.
+    fields = data[data.rfind(")") + 2:].split()
+    try:
+        return fields[0], int(fields[1]), int(fields[2])
+    except (IndexError, ValueError):
+        return None

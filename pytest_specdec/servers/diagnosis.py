@@ -1,0 +1,171 @@
+"""Reading a server's log for the reason it failed, and the one error type that carries it.
+
+A measurement that did not happen must say why. SGLang (and the embedded engine, which imitates it)
+often keeps the HTTP process alive for a moment after a scheduler crashes, and exit codes say little
+(-9, 1), so the cause comes from the log: the first line that matches a known fatal signature.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+# Lines that mean the server is finished, whatever its HTTP side still answers (REFERENCE.md).
+# Ordered most specific first: the first signature found on a line names the cause.
+FATAL_SIGNATURES: tuple[str, ...] = (
+    "CUDA error: an illegal memory access was encountered",
+    "CUDA error: an illegal instruction was encountered",
+    "CUDA out of memory",
+    "Capture cuda graph failed",
+    "Not enough memory",
+    "Scheduler hit an exception",
+    "Received sigquit from a child process",
+    "crashed with exit code",
+    "watchdog timeout",
+    "Watchdog caught collective operation timeout",
+    "Health check failed",
+    "Initialization failed",
+)
+_FATAL_RE = re.compile("|".join(re.escape(s) for s in FATAL_SIGNATURES), re.IGNORECASE)
+# Errno 98 (Linux) / 48 (macOS), as printed by asyncio, uvicorn and aiohttp.
+_ADDRESS_IN_USE_RE = re.compile(r"address already in use", re.IGNORECASE)
+READY_LINE = "The server is fired up and ready to roll!"
+
+TAIL_LINES = 15
+_TAIL_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class LogFinding:
+    """What a log says: the first fatal line (with the signature it matched), a bind failure."""
+
+    fatal_line: str | None = None
+    address_in_use: bool = False
+    ready: bool = False
+
+
+class LogWatcher:
+    """Scans a growing log file incrementally, so polling every 0.5 s costs only the new bytes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = ""
+        self._fatal_line: str | None = None
+        self._address_in_use = False
+        self._ready = False
+
+    def scan(self) -> LogFinding:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            chunk = b""
+        self._offset += len(chunk)
+        text = self._partial + chunk.decode("utf-8", errors="replace")
+        lines = text.split("\n")
+        self._partial = lines.pop()  # an unterminated last line is re-read once complete
+        for line in lines:
+            self._note(line)
+        return self.finding(include_partial=True)
+
+    def _note(self, line: str) -> None:
+        if self._fatal_line is None and _FATAL_RE.search(line):
+            self._fatal_line = line.strip()
+        if _ADDRESS_IN_USE_RE.search(line):
+            self._address_in_use = True
+        if READY_LINE in line:
+            self._ready = True
+
+    def finding(self, include_partial: bool = False) -> LogFinding:
+        fatal, in_use = self._fatal_line, self._address_in_use
+        if include_partial and self._partial:
+            if fatal is None and _FATAL_RE.search(self._partial):
+                fatal = self._partial.strip()
+            in_use = in_use or bool(_ADDRESS_IN_USE_RE.search(self._partial))
+        return LogFinding(fatal_line=fatal, address_in_use=in_use, ready=self._ready)
+
+
+def fatal_cause(line: str) -> str:
+    """The readable cause inside a fatal log line: from the matched signature on, without the
+    timestamp / logger prefix, e.g. `CUDA error: an illegal instruction was encountered`."""
+    m = _FATAL_RE.search(line)
+    return line[m.start():].strip() if m else line.strip()
+
+
+def tail(path: Path | None, lines: int = TAIL_LINES) -> str:
+    """The last `lines` lines of a log (reads at most the last 64 KiB)."""
+    if path is None:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - _TAIL_BYTES))
+            data = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(data.rstrip("\n").split("\n")[-lines:])
+
+
+def describe_exit(returncode: int) -> str:
+    """`exited with code 1` / `was killed by SIGKILL` (Popen reports signals as negative codes)."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"was killed by {name}"
+    return f"exited with code {returncode}"
+
+
+class ServerError(Exception):
+    """A server could not be started, died, or stopped answering.
+
+    `reason` is a short stable kind the plugin can branch on (`warmup-crash`, `hang`,
+    `slow-start`, `port-in-use`, `exited`, `died`, `unresponsive`, `teardown`, `lease`);
+    `cause` the one-line why; the message is what a test failure shows, log path and tail included.
+    """
+
+    def __init__(
+        self,
+        spec_id: str,
+        reason: str,
+        cause: str,
+        *,
+        log_path: Path | None = None,
+        tail_text: str = "",
+        headline: str | None = None,
+    ) -> None:
+        self.spec_id = spec_id
+        self.reason = reason
+        self.cause = cause
+        self.log_path = log_path
+        self.tail = tail_text
+        self.headline = headline or f"server {spec_id} {reason}: {cause}"
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        parts = []
+        if self.log_path is not None:
+            parts.append(f"log: {self.log_path}")
+        if self.tail:
+            parts.append("last lines:\n" + _indent(self.tail))
+        return self.headline + (f" ({'; '.join(parts)})" if parts else "")
+
+    def __reduce__(self):  # picklable, so xdist can ship it to the controller
+        return (
+            _rebuild_server_error,
+            (self.spec_id, self.reason, self.cause, self.log_path, self.tail, self.headline),
+        )
+
+
+def _rebuild_server_error(spec_id, reason, cause, log_path, tail_text, headline):
+    return ServerError(spec_id, reason, cause, log_path=log_path, tail_text=tail_text, headline=headline)
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.split("\n"))

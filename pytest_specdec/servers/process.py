@@ -1,0 +1,393 @@
+"""`ManagedServer`: one server process -- launch, readiness, liveness, teardown.
+
+Why each choice:
+- A new session (process group) per server, so teardown can signal the whole tree (SGLang forks a
+  scheduler and a detokenizer per rank) without touching pytest.
+- Readiness polls `/health_generate` every 0.5 s, because it generates a token: `/health` on older
+  servers and `/ready` answer before the model can actually decode. Between polls the process and
+  its log are checked, so a crash during warm-up fails in about half a second, not at the deadline.
+- What the polls saw decides the message at the deadline: connections accepted but never answered
+  is a hang; refused or 503 is a slow start. Each failure kind has its own `ServerError.reason`.
+- The port is checked free before launch; a bind race (xdist workers picking ports at once) shows
+  up as "address already in use" in the log and, for a port we picked, is retried on a new port.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from pytest_specdec.servers import cleanup
+from pytest_specdec.servers.diagnosis import (
+    LogWatcher,
+    ServerError,
+    describe_exit,
+    fatal_cause,
+    tail,
+)
+from pytest_specdec.servers.spec import ServerSpec
+
+ArgvForPort = Callable[[int], Sequence[str]]
+
+POLL_INTERVAL_S = 0.5
+HEALTH_TIMEOUT_S = 5.0
+TERM_GRACE_S = 10.0
+PORT_RETRIES = 3
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the kernel just called free (there is a race until the server binds it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """True when something listens on host:port (a bind test, so it also sees non-HTTP holders)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # ignore our own TIME_WAIT leftovers
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def fresh_log_path(log_dir: Path, stem: str) -> Path:
+    """`<stem>.log`, or `<stem>.2.log`, ... so a restart never overwrites the crash it follows."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    path, n = log_dir / f"{stem}.log", 1
+    while path.exists():
+        n += 1
+        path = log_dir / f"{stem}.{n}.log"
+    return path
+
+
+def probe(url: str, timeout: float) -> tuple[str, int | None]:
+    """GET url -> (outcome, status): outcome is `ok`, `http` (non-2xx), `refused`, `timeout`
+    (connected, no answer) or `reset` (connection dropped without an answer)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            resp.read()
+            return "ok", resp.status
+    except urllib.error.HTTPError as e:
+        return "http", e.code
+    except urllib.error.URLError as e:
+        reason = e.reason
+        if isinstance(reason, ConnectionRefusedError):
+            return "refused", None
+        if isinstance(reason, (TimeoutError, socket.timeout)):
+            return "timeout", None
+        return "reset", None
+    except (TimeoutError, socket.timeout):
+        return "timeout", None
+    except (ConnectionError, http.client.HTTPException, OSError):
+        return "reset", None
+
+
+class ManagedServer:
+    """A server process we own. `start()` returns once it is ready or raises `ServerError`.
+
+    `argv_for_port` builds the command for a given port (see `build_argv`), so a port retry needs
+    no knowledge of the backend. `gpus` (physical indices from a lease) become
+    CUDA_VISIBLE_DEVICES, with CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA's numbering matches NVML's and
+    nvidia-smi's, which the lease manager uses.
+    """
+
+    def __init__(
+        self,
+        spec: ServerSpec,
+        argv_for_port: ArgvForPort,
+        *,
+        log_dir: Path,
+        gpus: Sequence[int] = (),
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        startup_timeout: float = 600.0,
+        env: Mapping[str, str] | None = None,
+        poll_interval: float = POLL_INTERVAL_S,
+        health_timeout: float = HEALTH_TIMEOUT_S,
+        term_grace: float = TERM_GRACE_S,
+        wait_gpu_release: bool = True,
+    ) -> None:
+        self.spec = spec
+        self.argv_for_port = argv_for_port
+        self.log_dir = Path(log_dir)
+        self.gpus = tuple(gpus)
+        self.host = host
+        self.startup_timeout = startup_timeout
+        self.extra_env = dict(env or {})
+        self.poll_interval = poll_interval
+        self.health_timeout = health_timeout
+        self.term_grace = term_grace
+        self.wait_gpu_release = wait_gpu_release
+        self._requested_port = port
+        self.port: int | None = port
+        self.log_path: Path | None = None
+        self.argv: list[str] = []
+        self._proc: subprocess.Popen | None = None
+        self._log_file = None
+        self._watcher: LogWatcher | None = None
+        self._ready = False
+        self._stopped = False
+        self.died: ServerError | None = None
+
+    # -- public state --------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.poll() if self._proc else None
+
+    def is_running(self) -> bool:
+        return self._proc is not None and not self._stopped and self._proc.poll() is None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Launch and wait until ready. On failure the process is already torn down."""
+        for attempt in range(PORT_RETRIES):
+            try:
+                self.launch()
+                self.wait_ready()
+                return
+            except ServerError as e:
+                # Nothing to save in a server that failed to start: short grace, then SIGKILL.
+                self.stop(check_gpu_release=False, grace=min(self.term_grace, 2.0))
+                if e.reason == "port-in-use" and self._requested_port is None and attempt + 1 < PORT_RETRIES:
+                    continue  # we picked the port and lost a race for it: pick another
+                raise
+
+    def launch(self) -> None:
+        port = self._requested_port or free_port(self.host)
+        if port_in_use(port, self.host):
+            raise ServerError(
+                self.spec.id,
+                "port-in-use",
+                f"port {self.host}:{port} is already in use by another process; stop it or pick "
+                f"another port",
+                headline=f"server {self.spec.id} cannot start: address {self.host}:{port} already in use",
+            )
+        self.port = port
+        self.argv = [str(a) for a in self.argv_for_port(port)]
+        self.log_path = fresh_log_path(self.log_dir, self.spec.id)
+        env = dict(os.environ)
+        env.update({"PYTHONUNBUFFERED": "1"})
+        if self.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.gpus)
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        env.update(self.extra_env)
+        self._log_file = open(self.log_path, "ab")
+        self._log_file.write(f"# specdec: {' '.join(self.argv)}\n".encode())
+        self._log_file.flush()
+        self._ready = False
+        self._stopped = False
+        self.died = None
+        self._proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=cleanup.parent_death_preexec(),
+        )
+        # With start_new_session the child's pid is its process group id.
+        cleanup.register(self._proc.pid, self.spec.id)
+        self._watcher = LogWatcher(self.log_path)
+
+    def wait_ready(self) -> None:
+        """Poll /health_generate until 200; raise a specific ServerError otherwise."""
+        assert self._proc is not None and self._watcher is not None, "launch() first"
+        deadline = time.monotonic() + self.startup_timeout
+        seen: list[str] = []
+        while True:
+            self._raise_if_failed_during_startup()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            outcome, status = probe(self.url + "/health_generate", min(self.health_timeout, remaining))
+            seen.append(outcome if outcome != "http" else f"http-{status}")
+            if outcome == "ok":
+                # A 200 from someone else's server on a port we lost would lie: re-check ours.
+                self._raise_if_failed_during_startup()
+                self._ready = True
+                return
+            time.sleep(max(0.0, min(self.poll_interval, deadline - time.monotonic())))
+        raise self._deadline_error(seen)
+
+    def _raise_if_failed_during_startup(self) -> None:
+        finding = self._watcher.scan()
+        code = self._proc.poll()
+        if finding.address_in_use:
+            raise self._error(
+                "port-in-use",
+                f"could not bind {self.host}:{self.port}: address already in use",
+                headline=f"server {self.spec.id} cannot start: address {self.host}:{self.port} already in use",
+            )
+        if finding.fatal_line is not None:
+            how = "" if code is None else f" ({describe_exit(code)})"
+            raise self._error(
+                "warmup-crash",
+                fatal_cause(finding.fatal_line),
+                headline=f"server {self.spec.id} crashed during warm-up{how}: {fatal_cause(finding.fatal_line)}",
+            )
+        if code is not None:
+            raise self._error(
+                "exited",
+                f"{describe_exit(code)} before it was ready",
+                headline=f"server {self.spec.id} {describe_exit(code)} before it was ready "
+                f"(no known fatal error in its log)",
+            )
+
+    def _deadline_error(self, seen: list[str]) -> ServerError:
+        t = self.startup_timeout
+        last = seen[-1] if seen else "refused"
+        finding = self._watcher.scan()
+        if last in ("timeout", "reset"):
+            extra = " although its log says it is ready" if finding.ready else ""
+            return self._error(
+                "hang",
+                f"/health_generate accepted connections but never answered within {t:g}s{extra}; "
+                f"the process is alive",
+                headline=f"server {self.spec.id} hangs: /health_generate accepted connections but "
+                f"never answered within the {t:g}s startup timeout{extra} (process alive, pid {self.pid})",
+            )
+        state = "its port never opened" if last == "refused" else f"/health_generate still answers {last[5:]}"
+        return self._error(
+            "slow-start",
+            f"not ready after the {t:g}s startup timeout ({state})",
+            headline=f"server {self.spec.id} not ready after the {t:g}s startup timeout: still "
+            f"starting ({state}); raise --specdec-startup-timeout if it is just slow",
+        )
+
+    def check_alive(self, timeout: float | None = None) -> None:
+        """Liveness: the process runs, its log shows no fatal line, and `/health` answers 200
+        within `timeout`. Raises ServerError `died` / `unresponsive`; a death is remembered."""
+        if self.died is not None:
+            raise self.died
+        if self._proc is None or self._stopped:
+            raise ServerError(self.spec.id, "died", "is not running (never started, or stopped)")
+        finding = self._watcher.scan()
+        code = self._proc.poll()
+        if finding.fatal_line is not None or code is not None:
+            self.died = self._death_error(finding.fatal_line, code)
+            raise self.died
+        outcome, status = probe(self.url + "/health", timeout or self.health_timeout)
+        if outcome != "ok":
+            # Give a crash that is just happening a moment to reach the log / exit status.
+            time.sleep(0.2)
+            finding, code = self._watcher.scan(), self._proc.poll()
+            if finding.fatal_line is not None or code is not None:
+                self.died = self._death_error(finding.fatal_line, code)
+                raise self.died
+            what = f"answered HTTP {status}" if outcome == "http" else {
+                "timeout": f"did not answer within {timeout or self.health_timeout:g}s",
+                "refused": "refused the connection",
+            }.get(outcome, "dropped the connection")
+            raise self._error(
+                "unresponsive",
+                f"/health {what} (process alive, pid {self.pid})",
+            )
+
+    def diagnose(self) -> ServerError | None:
+        """After a request failed: the death error if the server died, else None."""
+        try:
+            self.check_alive()
+        except ServerError as e:
+            return e
+        return None
+
+    def _death_error(self, fatal_line: str | None, code: int | None) -> ServerError:
+        if fatal_line is not None:
+            cause = fatal_cause(fatal_line)
+        else:
+            cause = f"the process {describe_exit(code)}" if code is not None else "unknown cause"
+        return self._error("died", cause, headline=f"server {self.spec.id} died: {cause}")
+
+    def _error(self, reason: str, cause: str, headline: str | None = None) -> ServerError:
+        return ServerError(
+            self.spec.id, reason, cause, log_path=self.log_path, tail_text=tail(self.log_path), headline=headline
+        )
+
+    def stop(self, check_gpu_release: bool = True, grace: float | None = None) -> None:
+        """SIGTERM the group, wait `grace` (default `term_grace`), SIGKILL, then confirm no process survives.
+
+        Idempotent. Raises ServerError(`teardown`) when something survives SIGKILL or, on GPUs,
+        when the memory is not released (the next server on those GPUs would fail to start).
+        """
+        proc = self._proc
+        if proc is None or self._stopped:
+            return
+        pgid = proc.pid
+        tree = set(cleanup.descendants(pgid)) | {pgid}
+        self._signal_group(pgid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=self.term_grace if grace is None else grace)
+        except subprocess.TimeoutExpired:
+            pass
+        self._signal_group(pgid, signal.SIGKILL)
+        for pid in tree:  # descendants that moved to their own session
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        deadline = time.monotonic() + 5
+        survivors: list[int] = []
+        while time.monotonic() < deadline:
+            survivors = sorted(set(cleanup.group_members(pgid)) | {p for p in tree if cleanup.alive(p)})
+            if not survivors:
+                break
+            time.sleep(0.05)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        if survivors:  # stay registered: the exit-time sweep tries once more
+            raise self._error("teardown", f"processes {survivors} survived SIGKILL")
+        cleanup.unregister(pgid)
+        self._stopped = True
+        if check_gpu_release and self.wait_gpu_release and self.gpus:
+            from pytest_specdec.servers.gpu_memory import wait_released
+
+            leftover = wait_released(self.gpus, tree)
+            if leftover:
+                raise self._error(
+                    "teardown",
+                    f"GPU memory not released after teardown: {leftover}",
+                )
+
+    @staticmethod
+    def _signal_group(pgid: int, sig: int) -> None:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def __enter__(self) -> ManagedServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"ManagedServer({self.spec.id}, url={self.url}, pid={self.pid})"
