@@ -1,0 +1,368 @@
+"""Async load generator for SGLang's native /generate API (and the embedded engine, which speaks it).
+
+Sends a workload's prompts at a fixed concurrency with `stream: true` and times each request on
+the client: TTFT is the first SSE event that carries a completion token, e2e the `[DONE]`
+event. SGLang streams `data: {json}` events with cumulative text and meta_info in every event,
+then `data: [DONE]`; errors raised mid-stream arrive as `data: {"error": {"message": ...}}` with
+HTTP 200, so a 200 alone does not mean success.
+
+Why the parsing is lazy: with cumulative text every event repeats the whole output so far, so
+decoding all of them costs O(tokens²) JSON work. Only events up to the first token and the last
+event before `[DONE]` are decoded; the rest are only scanned for an error prefix. That keeps
+the client far faster than any server it measures (see tests/bench/test_client_throughput.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from typing import Any, Awaitable, Callable, TypeVar
+
+import aiohttp
+
+from .metrics import RequestRecord, WorkloadResult, parse_prometheus_text
+from .workloads import Workload
+
+T = TypeVar("T")
+
+_DATA = b"data:"
+_DONE = b"[DONE]"
+_ERROR_PREFIX = b'{"error"'
+_ERROR_BODY_LIMIT = 2000
+
+
+class ServerQueryError(Exception):
+    """A server endpoint did not answer as SGLang's would (status, body or shape)."""
+
+
+def _base(url: str) -> str:
+    return url.rstrip("/")
+
+
+def _finish_reason(meta: dict) -> tuple[str | None, str | None]:
+    """(finish type, abort message). SGLang sends {"type": ..., "message"?: ...}, older ones a str."""
+    reason = meta.get("finish_reason")
+    if reason is None:
+        return None, None
+    if isinstance(reason, dict):
+        return (str(reason.get("type")) if reason.get("type") is not None else None), reason.get("message")
+    return str(reason), None
+
+
+def _opt_int(meta: dict, key: str) -> int | None:
+    value = meta.get(key)
+    return None if value is None else int(value)
+
+
+def _opt_float(meta: dict, key: str) -> float | None:
+    value = meta.get(key)
+    return None if value is None else float(value)
+
+
+def _payload(workload: Workload, index: int) -> dict[str, Any]:
+    return {
+        "text": workload.prompts[index].text,
+        "sampling_params": workload.sampling_params(index),
+        "stream": True,
+    }
+
+
+async def generate_one(
+    session: aiohttp.ClientSession,
+    url: str,
+    payload: dict[str, Any],
+    *,
+    index: int = 0,
+    timeout_s: float | None = 600.0,
+    keep_text: bool = True,
+) -> RequestRecord:
+    """One streaming /generate request; never raises for server or network failures.
+
+    Failures become a `RequestRecord` with `error` set, so that one bad request is reported
+    with its status and message next to the others instead of aborting the whole workload.
+    """
+    start = time.perf_counter()
+    status = 0
+    first_token_at: float | None = None
+    first_meta: dict | None = None
+    last_event: bytes | None = None
+    chunks = 0
+    done = False
+    error: str | None = None
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    try:
+        async with session.post(f"{_base(url)}/generate", json=payload, timeout=timeout) as resp:
+            status = resp.status
+            if status != 200:
+                body = await resp.text(errors="replace")
+                error = f"HTTP {status}: {_error_text(body)}"
+            else:
+                buf = bytearray()
+                async for data in resp.content.iter_any():
+                    buf += data
+                    if b"\n" not in data:
+                        continue
+                    *lines, buf = buf.split(b"\n")
+                    for line in lines:
+                        if not line.startswith(_DATA):
+                            continue  # blank separators, SSE comments, keep-alives
+                        event = line[5:].strip()
+                        if event == _DONE:
+                            done = True
+                            break
+                        chunks += 1
+                        if event.startswith(_ERROR_PREFIX):
+                            error = _error_text(event.decode("utf-8", "replace"))
+                            continue
+                        last_event = event
+                        if first_token_at is None:
+                            meta = _decode_event(event).get("meta_info") or {}
+                            if int(meta.get("completion_tokens") or 0) > 0:
+                                first_token_at = time.perf_counter()
+                                first_meta = meta
+                    if done:
+                        break
+                if not done and error is None:
+                    error = "stream ended without 'data: [DONE]' (server closed the connection mid-response)"
+    except asyncio.TimeoutError:
+        error = f"timed out after {timeout_s} s"
+    except aiohttp.ClientError as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    except ValueError as exc:  # malformed event JSON
+        error = f"malformed stream event: {exc}"
+    end = time.perf_counter()
+
+    final: dict = {}
+    if last_event is not None:
+        try:
+            final = _decode_event(last_event)
+        except ValueError as exc:
+            error = error or f"malformed stream event: {exc}"
+    meta = final.get("meta_info") or first_meta or {}
+    finish, abort_message = _finish_reason(meta)
+    if finish == "abort" and error is None:
+        error = f"request aborted by the server: {abort_message or 'no message'}"
+    return RequestRecord(
+        index=index,
+        status=status,
+        error=error,
+        finish_reason=finish,
+        prompt_tokens=_opt_int(meta, "prompt_tokens"),
+        completion_tokens=int(meta.get("completion_tokens") or 0),
+        ttft_ms=None if first_token_at is None else (first_token_at - start) * 1000.0,
+        e2e_ms=(end - start) * 1000.0,
+        chunks=chunks,
+        server_e2e_latency_s=_opt_float(meta, "e2e_latency"),
+        spec_verify_ct=_opt_int(meta, "spec_verify_ct"),
+        spec_accept_length=_opt_float(meta, "spec_accept_length"),
+        spec_accept_rate=_opt_float(meta, "spec_accept_rate"),
+        spec_num_correct_drafts=_opt_int(meta, "spec_num_correct_drafts"),
+        spec_num_proposed_drafts=_opt_int(meta, "spec_num_proposed_drafts"),
+        text=str(final.get("text") or "") if keep_text else "",
+    )
+
+
+def _decode_event(event: bytes) -> dict:
+    obj = json.loads(event)
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def _error_text(body: str) -> str:
+    """The message of an SGLang error body ({"message"} or {"error": {"message"}}), else the body."""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        obj = None
+    if isinstance(obj, dict):
+        inner = obj.get("error")
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])
+        if isinstance(inner, str):
+            return inner
+        if obj.get("message"):
+            return str(obj["message"])
+        if obj.get("detail"):
+            return str(obj["detail"])
+    body = body.strip()
+    return body[:_ERROR_BODY_LIMIT] if body else "(empty body)"
+
+
+async def run_workload_async(
+    url: str,
+    workload: Workload,
+    *,
+    timeout_s: float | None = 600.0,
+    keep_text: bool = True,
+    session: aiohttp.ClientSession | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
+) -> WorkloadResult:
+    """Send every prompt of `workload`, at most `workload.concurrency` in flight at once.
+
+    Records come back in prompt order. `on_record` is called as each request finishes (for
+    progress lines). The wall time runs from the first send to the last finish, which is the
+    denominator of output_tok_s.
+    """
+    owned = session is None
+    if session is None:
+        connector = aiohttp.TCPConnector(limit=max(workload.concurrency, 1), force_close=False)
+        session = aiohttp.ClientSession(connector=connector)
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(len(workload.prompts)):
+        queue.put_nowait(i)
+    records: list[RequestRecord | None] = [None] * len(workload.prompts)
+
+    async def worker() -> None:
+        while True:
+            try:
+                i = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            rec = await generate_one(session, url, _payload(workload, i), index=i,
+                                     timeout_s=timeout_s, keep_text=keep_text)
+            records[i] = rec
+            if on_record is not None:
+                on_record(rec)
+
+    try:
+        start = time.perf_counter()
+        workers = min(workload.concurrency, len(workload.prompts))
+        await asyncio.gather(*(worker() for _ in range(workers)))
+        wall = time.perf_counter() - start
+    finally:
+        if owned:
+            await session.close()
+    return WorkloadResult(
+        workload=workload.name,
+        url=url,
+        concurrency=workload.concurrency,
+        records=tuple(r for r in records if r is not None),
+        wall_s=wall,
+    )
+
+
+def _run_sync(factory: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine from sync code, also when the calling thread already runs an event loop
+    (pytest-asyncio tests): then it runs on a fresh loop in a helper thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(factory())  # type: ignore[arg-type]
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(factory())  # type: ignore[arg-type]
+        except BaseException as exc:  # re-raised in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="specdec-client")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def run_workload(url: str, workload: Workload, **kwargs: Any) -> WorkloadResult:
+    """Blocking `run_workload_async` for pytest tests and fixtures."""
+    return _run_sync(lambda: run_workload_async(url, workload, **kwargs))
+
+
+# --------------------------------------------------------------------------------------------
+# Server information
+
+
+async def _get(url: str, path: str, *, timeout_s: float, as_json: bool) -> Any:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{_base(url)}{path}", timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            body = await resp.text(errors="replace")
+            if resp.status != 200:
+                raise ServerQueryError(f"GET {_base(url)}{path}: HTTP {resp.status}: {_error_text(body)}")
+    if not as_json:
+        return body
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise ServerQueryError(f"GET {_base(url)}{path}: response is not JSON: {body[:200]!r}") from None
+
+
+def context_length_from(models: Any = None, server_info: Any = None) -> int | None:
+    """The context length in a /v1/models or /server_info answer, if it states one.
+
+    /v1/models: `data[0].max_model_len`. /server_info: `context_length` (the resolved server
+    arg; None when the model default applies), else `max_req_input_len` + 1 as a lower bound.
+    """
+    if isinstance(models, dict):
+        for card in models.get("data") or []:
+            if isinstance(card, dict) and isinstance(card.get("max_model_len"), int):
+                return card["max_model_len"]
+    if isinstance(server_info, dict):
+        value = server_info.get("context_length") or server_info.get("context_len")
+        if isinstance(value, int) and value > 0:
+            return value
+        max_input = server_info.get("max_req_input_len")
+        if isinstance(max_input, int) and max_input > 0:
+            return max_input + 1
+    return None
+
+
+async def fetch_context_length_async(url: str, *, timeout_s: float = 10.0) -> int:
+    """The server's context length from /v1/models, falling back to /server_info and its old
+    name /get_server_info. Raises ServerQueryError when none of them states it."""
+    tried: list[str] = []
+    for path in ("/v1/models", "/server_info", "/get_server_info"):
+        try:
+            body = await _get(url, path, timeout_s=timeout_s, as_json=True)
+        except (ServerQueryError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            tried.append(f"{path}: {exc}")
+            continue
+        value = context_length_from(body, None) if path == "/v1/models" else context_length_from(None, body)
+        if value is not None:
+            return value
+        tried.append(f"{path}: no context length in the answer")
+    raise ServerQueryError(f"cannot find the context length of {url}: " + "; ".join(tried))
+
+
+def fetch_context_length(url: str, *, timeout_s: float = 10.0) -> int:
+    return _run_sync(lambda: fetch_context_length_async(url, timeout_s=timeout_s))
+
+
+async def fetch_server_info_async(url: str, *, timeout_s: float = 10.0) -> dict:
+    """/server_info, or /get_server_info on older SGLang releases."""
+    try:
+        return await _get(url, "/server_info", timeout_s=timeout_s, as_json=True)
+    except ServerQueryError:
+        return await _get(url, "/get_server_info", timeout_s=timeout_s, as_json=True)
+
+
+def fetch_server_info(url: str, *, timeout_s: float = 10.0) -> dict:
+    return _run_sync(lambda: fetch_server_info_async(url, timeout_s=timeout_s))
+
+
+async def scrape_metrics_async(url: str, *, timeout_s: float = 10.0) -> str:
+    """The raw Prometheus text of /metrics (SGLang serves it only with --enable-metrics)."""
+    return await _get(url, "/metrics", timeout_s=timeout_s, as_json=False)
+
+
+def scrape_metrics(url: str, *, timeout_s: float = 10.0) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """/metrics parsed into {name: [(labels, value)]}; see metrics.server_figures_from_metrics."""
+    return parse_prometheus_text(_run_sync(lambda: scrape_metrics_async(url, timeout_s=timeout_s)))
+
+
+__all__ = [
+    "ServerQueryError",
+    "context_length_from",
+    "fetch_context_length",
+    "fetch_context_length_async",
+    "fetch_server_info",
+    "fetch_server_info_async",
+    "generate_one",
+    "run_workload",
+    "run_workload_async",
+    "scrape_metrics",
+    "scrape_metrics_async",
+]

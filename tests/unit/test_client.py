@@ -1,0 +1,344 @@
+"""client: streaming /generate against an in-test fake SGLang server on loopback.
+
+The fake follows SGLang's wire format: `data: {json}` events with cumulative text and
+meta_info in every event, `data: [DONE]` at the end, spec_* keys only when something was
+verified, and mid-stream errors as `data: {"error": {"message": ...}}` under HTTP 200.
+The prompt text selects a behaviour ("mode:<name>"), so one server covers every case.
+No wall-clock assertions: timings are only checked for order and presence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from pytest_specdec.client import (
+    ServerQueryError,
+    context_length_from,
+    fetch_context_length,
+    fetch_server_info,
+    run_workload,
+    run_workload_async,
+    scrape_metrics,
+)
+from pytest_specdec.metrics import MeasurementError, measure
+from pytest_specdec.workloads import Prompt, Workload
+
+TOKENS_PER_STEP = 3  # the fake "accepts" 3 tokens per verify step
+
+
+class FakeSGLang:
+    """A tiny SGLang-alike. `state` records requests and the peak number in flight."""
+
+    def __init__(self, *, models=None, server_info=None, metrics_text=None):
+        self.payloads: list[dict] = []
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self.models = models
+        self.server_info = server_info
+        self.metrics_text = metrics_text
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/generate", self.generate)
+        app.router.add_get("/v1/models", self.get_json("models"))
+        app.router.add_get("/server_info", self.get_json("server_info"))
+        app.router.add_get("/get_server_info", self.get_json("server_info"))
+        app.router.add_get("/metrics", self.metrics)
+        return app
+
+    def get_json(self, attr):
+        async def handler(request):
+            value = getattr(self, attr)
+            if value is None:
+                return web.Response(status=404, text="Not Found")
+            return web.json_response(value)
+        return handler
+
+    async def metrics(self, request):
+        if self.metrics_text is None:
+            return web.Response(status=404, text="Not Found")
+        return web.Response(text=self.metrics_text)
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        payload = await request.json()
+        self.payloads.append(payload)
+        text = payload["text"]
+        mode = text.split("mode:", 1)[1].split()[0] if "mode:" in text else "ok"
+        n = payload["sampling_params"]["max_new_tokens"]
+        if mode == "http400":
+            return web.json_response({"object": "error", "message": "Unknown field: 'bogus'", "type": "Bad Request",
+                                      "code": 400}, status=400)
+        if mode == "http500":
+            return web.Response(status=500, text="Internal Server Error")
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            if mode == "slow":
+                await asyncio.sleep(5)
+            emitted = 0
+            verify = 0
+            while emitted < n:
+                step = 1 if emitted == 0 else min(TOKENS_PER_STEP, n - emitted)  # prefill gives one token
+                if emitted > 0:
+                    verify += 1
+                emitted += step
+                meta = {"id": "r", "prompt_tokens": len(text), "completion_tokens": emitted, "cached_tokens": 0,
+                        "finish_reason": None}
+                if emitted == n:
+                    meta["finish_reason"] = {"type": "abort", "message": "too long"} if mode == "abort" \
+                        else {"type": "length", "length": n}
+                    meta["e2e_latency"] = 0.01
+                if verify and mode != "nospec":
+                    meta.update(spec_verify_ct=verify, spec_accept_length=emitted / verify,
+                                spec_accept_rate=0.5, spec_num_correct_drafts=verify * (TOKENS_PER_STEP - 1),
+                                spec_num_proposed_drafts=verify * 15)
+                event = {"text": "x" * emitted, "output_ids": list(range(emitted)), "meta_info": meta}
+                await resp.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+                if mode == "cut" and emitted > 1:
+                    request.transport.close()
+                    return resp
+                if mode == "midstream_error" and emitted > 1:
+                    await resp.write(b'data: {"error": {"message": "CUDA out of memory"}}\n\n')
+                    break
+                await asyncio.sleep(0)
+            if mode != "no_done":
+                await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+            return resp
+        finally:
+            self.in_flight -= 1
+
+
+class ServerThread:
+    """Runs an aiohttp app on 127.0.0.1:<free port> in a background event loop."""
+
+    def __init__(self, app: web.Application):
+        self.loop = asyncio.new_event_loop()
+        self.app = app
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.url = ""
+
+    def _run(self):
+        asyncio.set_event_loop(self.loop)
+        runner = web.AppRunner(self.app, shutdown_timeout=0.2)
+        self.loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        self.loop.run_until_complete(site.start())
+        port = site._server.sockets[0].getsockname()[1]  # noqa: SLF001 - aiohttp has no public accessor
+        self.url = f"http://127.0.0.1:{port}"
+        self.runner = runner
+        self.ready.set()
+        self.loop.run_forever()
+        self.loop.run_until_complete(runner.cleanup())
+        self.loop.close()
+
+    def __enter__(self):
+        self.thread.start()
+        assert self.ready.wait(10)
+        return self
+
+    def __exit__(self, *exc):
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture
+def fake():
+    server = FakeSGLang(
+        models={"object": "list", "data": [{"id": "tiny", "object": "model", "max_model_len": 4096}]},
+        server_info={"context_length": None, "max_req_input_len": 2047, "max_total_num_tokens": 100000},
+        metrics_text='sglang:spec_accept_length{model_name="tiny"} 3.0\n',
+    )
+    with ServerThread(server.app()) as thread:
+        server.url = thread.url
+        yield server
+
+
+def workload(*texts, n=10, concurrency=2) -> Workload:
+    return Workload(name="t", prompts=tuple(Prompt(t) for t in texts), max_new_tokens=n, concurrency=concurrency)
+
+
+# ------------------------------------------------------------------ generation
+
+
+def test_streaming_records_tokens_timings_and_spec_fields(fake):
+    res = run_workload(fake.url, workload("hello", "world", n=10))
+    assert res.workload == "t" and res.concurrency == 2 and res.wall_s > 0
+    assert [r.index for r in res.records] == [0, 1]
+    for r in res.records:
+        assert r.ok and r.status == 200 and r.error is None
+        assert r.completion_tokens == 10 and r.prompt_tokens == 5
+        assert r.finish_reason == "length"
+        assert r.ttft_ms is not None and 0 < r.ttft_ms <= r.e2e_ms
+        assert r.tpot_ms is not None and r.tpot_ms >= 0
+        assert r.chunks == 4  # 1 + 3 + 3 + 3
+        assert r.spec_verify_ct == 3 and r.spec_accept_length == pytest.approx(10 / 3)
+        assert r.spec_num_correct_drafts == 6 and r.spec_num_proposed_drafts == 45
+        assert r.server_e2e_latency_s == 0.01
+        assert r.text == "x" * 10
+    m = measure(res, method="ddtree")
+    assert m.accept_length == pytest.approx(20 / 6)
+    assert m.completion_tokens == 20
+
+
+def test_request_payload_is_sglang_native(fake):
+    w = Workload(name="t", prompts=(Prompt("a"), Prompt("b", max_new_tokens=4)), max_new_tokens=6,
+                 temperature=0.0, extra_sampling={"top_k": 1})
+    run_workload(fake.url, w)
+    by_text = {p["text"]: p for p in fake.payloads}
+    assert set(by_text["a"]) == {"text", "sampling_params", "stream"}
+    assert by_text["a"]["stream"] is True
+    assert by_text["a"]["sampling_params"] == {"max_new_tokens": 6, "temperature": 0.0, "ignore_eos": True, "top_k": 1}
+    assert by_text["b"]["sampling_params"]["max_new_tokens"] == 4
+
+
+def test_concurrency_is_respected(fake):
+    run_workload(fake.url, workload(*[f"p{i}" for i in range(12)], n=30, concurrency=3))
+    assert len(fake.payloads) == 12
+    assert 1 <= fake.peak_in_flight <= 3
+
+
+def test_keep_text_false_drops_output_text(fake):
+    res = run_workload(fake.url, workload("a", n=5), keep_text=False)
+    assert res.records[0].text == "" and res.records[0].completion_tokens == 5
+
+
+def test_spec_fields_absent_stay_none(fake):
+    res = run_workload(fake.url, workload("mode:nospec", n=8))
+    r = res.records[0]
+    assert r.ok and r.completion_tokens == 8
+    assert (r.spec_verify_ct, r.spec_accept_length, r.spec_num_correct_drafts) == (None, None, None)
+    with pytest.raises(MeasurementError, match="speculative decoding is not active"):
+        measure(res, method="dflash")
+    assert measure(res, method="ar").accept_length is None
+
+
+@pytest.mark.parametrize(
+    "mode, status, match",
+    [
+        ("http400", 400, "HTTP 400: Unknown field: 'bogus'"),
+        ("http500", 500, "HTTP 500: Internal Server Error"),
+        ("midstream_error", 200, "CUDA out of memory"),
+        ("no_done", 200, "stream ended without 'data: \\[DONE\\]'"),
+        ("abort", 200, "request aborted by the server: too long"),
+    ],
+)
+def test_failures_become_records_with_status_and_message(fake, mode, status, match):
+    res = run_workload(fake.url, workload("fine", f"mode:{mode}", n=7))
+    good, bad = res.records
+    assert good.ok
+    assert not bad.ok and bad.status == status
+    assert bad.error is not None
+    assert re.search(match, bad.error), bad.error
+    with pytest.raises(MeasurementError, match="1 of 2 requests failed"):
+        measure(res)
+
+
+def test_connection_cut_midstream_is_an_error(fake):
+    res = run_workload(fake.url, workload("mode:cut", n=20))
+    r = res.records[0]
+    assert not r.ok and r.error
+
+
+def test_timeout_is_an_error_not_a_hang(fake):
+    res = run_workload(fake.url, workload("mode:slow", n=3), timeout_s=0.3)
+    assert res.records[0].error == "timed out after 0.3 s"
+
+
+def test_connection_refused_is_an_error_with_status_zero():
+    res = run_workload("http://127.0.0.1:9", workload("x", n=3))
+    r = res.records[0]
+    assert r.status == 0 and r.error and "Client" in r.error
+    with pytest.raises(MeasurementError, match="HTTP no response"):
+        measure(res)
+
+
+def test_on_record_callback_sees_every_request(fake):
+    seen = []
+    run_workload(fake.url, workload("a", "b", "c", n=4), on_record=lambda r: seen.append(r.index))
+    assert sorted(seen) == [0, 1, 2]
+
+
+def test_run_workload_works_inside_a_running_event_loop(fake):
+    async def inner():
+        # a sync call from async code (pytest-asyncio users) must not fail with "loop is running"
+        return run_workload(fake.url, workload("a", n=4))
+
+    res = asyncio.run(inner())
+    assert res.records[0].completion_tokens == 4
+
+
+def test_run_workload_async_with_caller_session(fake):
+    async def go():
+        async with aiohttp.ClientSession() as session:
+            res = await run_workload_async(fake.url, workload("a", n=4), session=session)
+            assert not session.closed
+            return res
+
+    assert asyncio.run(go()).records[0].ok
+
+
+def test_sse_parsing_survives_arbitrary_chunk_boundaries():
+    """Events split across TCP reads (and several events per read) parse the same."""
+    events = []
+    for k in (1, 4, 7):
+        meta = {"completion_tokens": k, "prompt_tokens": 2, "finish_reason": {"type": "length"} if k == 7 else None,
+                "spec_verify_ct": 2}
+        events.append(b"data: " + json.dumps({"text": "y" * k, "meta_info": meta}).encode() + b"\n\n")
+    body = b": keep-alive comment\n\n" + b"".join(events) + b"data: [DONE]\n\n"
+
+    async def handler(request):
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        for i in range(0, len(body), 5):  # 5-byte writes
+            await resp.write(body[i:i + 5])
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/generate", handler)
+    with ServerThread(app) as thread:
+        r = run_workload(thread.url, workload("z", n=7)).records[0]
+    assert r.ok, r.error
+    assert (r.completion_tokens, r.chunks, r.finish_reason, r.spec_verify_ct, r.text) == (7, 3, "length", 2, "y" * 7)
+
+
+# ------------------------------------------------------------------ server information
+
+
+def test_context_length_from_models_then_server_info(fake):
+    assert fetch_context_length(fake.url) == 4096
+    fake.models = None
+    assert fetch_context_length(fake.url) == 2048  # max_req_input_len + 1
+    fake.server_info = {"context_length": 8192}
+    assert fetch_context_length(fake.url) == 8192
+    fake.server_info = {"unrelated": 1}
+    with pytest.raises(ServerQueryError, match="cannot find the context length") as info:
+        fetch_context_length(fake.url)
+    assert "/v1/models: GET" in str(info.value) and "HTTP 404" in str(info.value)
+
+
+def test_context_length_from_pure_function():
+    assert context_length_from({"data": [{"id": "m"}, {"id": "n", "max_model_len": 10}]}) == 10
+    assert context_length_from({"data": []}, {"context_len": 77}) == 77
+    assert context_length_from(None, None) is None
+    assert context_length_from("garbage", ["x"]) is None
+
+
+def test_server_info_and_metrics(fake):
+    assert fetch_server_info(fake.url)["max_total_num_tokens"] == 100000
+    samples = scrape_metrics(fake.url)
+    assert samples["sglang:spec_accept_length"] == [({"model_name": "tiny"}, 3.0)]
+    fake.metrics_text = None
+    with pytest.raises(ServerQueryError, match="HTTP 404"):
+        scrape_metrics(fake.url)
