@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from .errors import SpecdecUsageError
 from .hardware import ALL_FAMILIES, FAMILIES, normalise_arch
 from .options import OPTION_NAMES
+from .servers.sglang import DEFAULT_METHOD_FLAGS, method_flags_from_config
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -106,12 +107,14 @@ class EngineSettings:
 
 @dataclass(frozen=True)
 class SGLangSettings:
-    """How methods map to SGLang flags: forks differ (REFERENCE.md), so it is configuration."""
+    """How methods map to SGLang flags: forks differ (REFERENCE.md), so it is configuration.
 
-    method_flags: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: {
-        "dflash": ("--speculative-algorithm", "DFLASH"),
-        "ddtree": ("--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "{budget}"),
-    })
+    `method_flags` is a preset name (`ddtree-budget`, `num-draft-tokens`) or a table of
+    method -> argv templates merged over the default preset (see servers/sglang.py).
+    """
+
+    method_flags: Mapping[str, tuple[str, ...]] = field(
+        default_factory=lambda: dict(DEFAULT_METHOD_FLAGS))
     extra_args: tuple[str, ...] = ()
     python: str = sys.executable
 
@@ -326,16 +329,10 @@ def _parse_engine(filename: str, data: Any) -> EngineSettings:
 def _parse_sglang(filename: str, data: Any) -> SGLangSettings:
     reader = _Reader(filename, "tool.specdec.sglang", data)
     reader.check_keys({"method_flags", "extra_args", "python"})
-    flags = dict(SGLangSettings().method_flags)
-    raw_flags = reader.get("method_flags", dict, {})
-    for method, argv in raw_flags.items():
-        if method not in METHODS:
-            reader.fail("method_flags", f"unknown method {method!r}; use one of {', '.join(METHODS)}")
-        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
-            reader.fail(f"method_flags.{method}", f"{argv!r} must be a list of strings; "
-                                                 f"'{{budget}}' is replaced by the budget")
-        flags[method] = tuple(argv)
-    return SGLangSettings(flags, reader.str_list("extra_args", ()),
+    raw = reader.get("method_flags", (str, dict), None)
+    flags = DEFAULT_METHOD_FLAGS if raw is None else method_flags_from_config(
+        raw, source=reader.where("method_flags"))
+    return SGLangSettings(dict(flags), reader.str_list("extra_args", ()),
                           reader.get("python", str, sys.executable))
 
 

@@ -49,6 +49,8 @@ from pytest_specdec.errors import SpecdecUsageError
      "*[tool.specdec.tolerances] output_tok_s: 'lots' is not a tolerance; write a percentage*"),
     ("[tool.specdec.engine]\ndraft_agreement = 1.5\n",
      "*[tool.specdec.engine] draft_agreement: 1.5 must lie in [0, 1]"),
+    ("[tool.specdec.sglang]\nmethod_flags = 'eagle-ish'\n",
+     "*[tool.specdec.sglang] method_flags: unknown SGLang method-flag preset 'eagle-ish'; use one of*"),
     ("[tool.specdec]\nmin_accept_length = 0.5\n",
      "*min_accept_length: 0.5 is below 1*"),
     ("[tool.specdec]\nstartup_timeout = 'soon'\n",
@@ -162,7 +164,7 @@ reason = "NCCL hang"
     assert cfg.tolerances == {"output_tok_s": "5%", "accept_length": "2%"}
     assert cfg.engine.draft_agreement == 0.5
     assert cfg.sglang.method_flags["ddtree"][-1] == "{budget}"
-    assert cfg.sglang.method_flags["dflash"] == ("--speculative-algorithm", "DFLASH")
+    assert tuple(cfg.sglang.method_flags["dflash"]) == ("--speculative-algorithm", "DFLASH")
     (issue,) = cfg.known_issues
     assert issue.matches(arch="sm_100", family="blackwell", method="ddtree", tp=8, budget=16,
                          backend="sglang")
