@@ -1,0 +1,155 @@
+"""Append-only results journal: what was measured survives a crash, a kill or a reboot.
+
+One JSON object per line, appended with a single write and fsync'd before `append` returns, so
+a record is either fully on disk or (after a crash mid-write) a torn last line that readers skip
+with a warning. Records are keyed by (config id, workload); `done_keys()` is what
+`--specdec-resume` skips. Several processes (xdist workers) may append at once: each append
+takes a file lock, repairs a torn tail by starting on a fresh line, and writes with O_APPEND.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from filelock import FileLock
+
+JOURNAL_VERSION = 1
+
+Key = tuple[str, str]  # (config id, workload)
+
+
+class JournalWarning(UserWarning):
+    """A journal line could not be read (torn by a crash, or edited by hand) and was skipped."""
+
+
+@dataclass(frozen=True)
+class JournalRecord:
+    """One finished measurement (status "done") or a recorded failure (any other status).
+
+    Only "done" records count for resume: a configuration that failed is measured again.
+    """
+
+    config_id: str
+    workload: str
+    status: str = "done"
+    data: Mapping[str, Any] = field(default_factory=dict)
+    time: str = ""
+    pid: int = 0
+
+    @property
+    def key(self) -> Key:
+        return (self.config_id, self.workload)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "v": JOURNAL_VERSION, "config_id": self.config_id, "workload": self.workload,
+            "status": self.status, "time": self.time, "pid": self.pid, "data": dict(self.data),
+        }
+
+
+class Journal:
+    """A JSONL journal file. Cheap to construct; every method opens the file itself."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._lock = FileLock(str(self.path) + ".lock")
+
+    def append(self, config_id: str, workload: str, data: Mapping[str, Any] | None = None,
+               *, status: str = "done") -> JournalRecord:
+        """Durably append one record; returns it. `data` must be JSON-serialisable."""
+        if not config_id or not workload:
+            raise ValueError("a journal record needs a config id and a workload name")
+        record = JournalRecord(
+            config_id=config_id, workload=workload, status=status, data=dict(data or {}),
+            time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), pid=os.getpid(),
+        )
+        line = json.dumps(record.to_json(), sort_keys=True, allow_nan=False).encode("utf-8") + b"\n"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            created = not self.path.exists()
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                if not created and not _ends_with_newline(self.path):
+                    line = b"\n" + line  # a crash tore the last line: never glue onto it
+                _write_all(fd, line)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if created:
+                _fsync_dir(self.path.parent)
+        return record
+
+    def records(self) -> list[JournalRecord]:
+        return list(self._iter_records())
+
+    def _iter_records(self) -> Iterator[JournalRecord]:
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        lines = raw.split(b"\n")
+        for lineno, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            torn = lineno == len(lines)  # no newline after it: the write never finished
+            try:
+                obj = json.loads(line)
+                if not isinstance(obj, dict):
+                    raise ValueError("not an object")
+                rec = JournalRecord(
+                    config_id=str(obj["config_id"]), workload=str(obj["workload"]),
+                    status=str(obj.get("status", "done")), data=obj.get("data") or {},
+                    time=str(obj.get("time", "")), pid=int(obj.get("pid", 0)),
+                )
+            except (ValueError, KeyError, TypeError) as exc:
+                what = "an incomplete last line (interrupted write)" if torn else f"an unreadable line ({exc})"
+                warnings.warn(f"{self.path}:{lineno}: skipped {what}", JournalWarning, stacklevel=3)
+                continue
+            yield rec
+
+    def done_keys(self) -> set[Key]:
+        """(config id, workload) pairs with a finished measurement: what a resumed run skips."""
+        return {r.key for r in self._iter_records() if r.status == "done"}
+
+    def latest(self) -> dict[Key, JournalRecord]:
+        """The last record per key, so a configuration measured twice is counted once (the most
+        recent outcome wins, failures included: a re-run that failed is not hidden by an old pass)."""
+        return {r.key: r for r in self._iter_records()}
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        if fh.tell() == 0:
+            return True
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) == b"\n"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+__all__ = ["JOURNAL_VERSION", "Journal", "JournalRecord", "JournalWarning", "Key"]
