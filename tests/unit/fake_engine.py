@@ -79,6 +79,7 @@ def main(argv=None) -> None:
             "tp_size": 1,
             "speculative_algorithm": None if args.method == "ar" else args.method.upper(),
             "port": args.port,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         }
         if args.method == "ddtree":
             info["speculative_ddtree_budget"] = args.budget

@@ -1,0 +1,126 @@
+"""`AttachedServer`: a server someone else started (`--specdec-server-url`). We never kill it.
+
+What it is comes from its own `/server_info` (SGLang's resolved arguments; the embedded engine
+answers the same keys), so a matrix run against an attached server runs exactly the tests whose
+spec the server actually is, and skips the rest with a reason naming both.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_specdec.servers.diagnosis import ServerError
+from pytest_specdec.servers.process import probe
+from pytest_specdec.servers.spec import ServerSpec
+
+
+class AttachMismatch(Exception):
+    """The attached server is not the spec a test asked for: skip that test with `str(error)`."""
+
+
+@dataclass(frozen=True)
+class ServerIdentity:
+    """What a running server says it is."""
+
+    method: str
+    tp: int
+    budget: int | None
+    model: str | None
+
+    @property
+    def id(self) -> str:
+        base = f"{self.method}-tp{self.tp}"
+        return f"{base}-b{self.budget}" if self.method == "ddtree" else base
+
+    def matches(self, spec: ServerSpec) -> bool:
+        return (self.method, self.tp, self.budget) == (spec.method, spec.tp, spec.budget)
+
+
+def identify(info: dict) -> ServerIdentity:
+    """Read method, TP, budget and model out of a `/server_info` document.
+
+    DDTree forks spell the budget either `speculative_ddtree_budget` or as
+    `speculative_num_draft_tokens` = budget + 1; both are understood.
+    """
+    algorithm = info.get("speculative_algorithm") or info.get("method")
+    method = "ar" if algorithm in (None, "", "NONE", "none", "ar", "AR") else str(algorithm).lower()
+    budget = None
+    if method == "ddtree":
+        budget = info.get("speculative_ddtree_budget") or info.get("budget")
+        if budget is None and info.get("speculative_num_draft_tokens"):
+            budget = int(info["speculative_num_draft_tokens"]) - 1
+        budget = None if budget is None else int(budget)
+    return ServerIdentity(
+        method=method,
+        tp=int(info.get("tp_size") or 1),
+        budget=budget,
+        model=info.get("model_path"),
+    )
+
+
+def fetch_server_info(url: str, timeout: float = 10.0) -> dict:
+    """GET /server_info (or the pre-rename /get_server_info) as a dict."""
+    last: Exception | None = None
+    for path in ("/server_info", "/get_server_info"):
+        try:
+            with urllib.request.urlopen(url.rstrip("/") + path, timeout=timeout) as resp:
+                return json.loads(resp.read())
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            last = e
+    raise ServerError(
+        url,
+        "unreachable",
+        f"no /server_info at {url}: {last}",
+        headline=f"attached server {url} did not answer /server_info ({last}); is it running?",
+    )
+
+
+class AttachedServer:
+    """The same surface as `ManagedServer` (url, spec, log_path, check_alive, stop) minus the
+    process: `stop()` does nothing, `log_path` and `pid` are None."""
+
+    log_path: Path | None = None
+    pid: int | None = None
+
+    def __init__(self, url: str, *, health_timeout: float = 5.0) -> None:
+        self.url = url.rstrip("/")
+        self.health_timeout = health_timeout
+        self.info = fetch_server_info(self.url)
+        self.identity = identify(self.info)
+        self.spec: ServerSpec | None = None
+
+    def for_spec(self, spec: ServerSpec) -> AttachedServer:
+        """This server, if it is `spec`; AttachMismatch otherwise."""
+        if not self.identity.matches(spec):
+            raise AttachMismatch(
+                f"attached server {self.url} is {self.identity.id} (per /server_info); "
+                f"this test needs {spec.id}"
+            )
+        self.spec = spec
+        return self
+
+    def check_alive(self, timeout: float | None = None) -> None:
+        outcome, status = probe(self.url + "/health", timeout or self.health_timeout)
+        if outcome != "ok":
+            what = f"HTTP {status}" if outcome == "http" else outcome
+            name = self.spec.id if self.spec else self.identity.id
+            raise ServerError(
+                name,
+                "unresponsive",
+                f"/health at {self.url}: {what}",
+                headline=f"attached server {name} at {self.url} is not healthy: /health {what}",
+            )
+
+    def diagnose(self) -> ServerError | None:
+        try:
+            self.check_alive()
+        except ServerError as e:
+            return e
+        return None
+
+    def stop(self, *args, **kwargs) -> None:
+        """Never stop a server we did not start."""

@@ -1,0 +1,277 @@
+"""`GpuLeases`: which process may put a server on which GPUs, across pytest-xdist workers.
+
+Workers are separate processes, so the truth lives in one JSON file in the run directory, read and
+rewritten under a `filelock` lock. A lease names its holder's pid and that process's start time;
+a lease whose holder is gone (or whose pid now belongs to a new process) is dropped on the next
+look, so a worker killed mid-test does not keep its GPUs for the rest of the run.
+
+Choosing GPUs: with `nvidia-smi topo -m` information, the free set whose weakest link is strongest
+(NVLink over PCIe switch over host bridge over NUMA hop); without it, the lowest contiguous run,
+which keeps aligned blocks free for large TP sizes. On a CPU host the inventory is simulated
+(`--specdec-gpus N`): the numbers still partition the work, CUDA_VISIBLE_DEVICES is then harmless.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock
+
+LEASE_FILE = "gpu-leases.json"
+_COMBINATION_LIMIT = 20000
+
+# Higher is better. NV# (NVLink with # links) ranks above every PCIe path.
+_LINK_SCORES = {"X": 1000, "PIX": 40, "PXB": 30, "PHB": 20, "NODE": 10, "SOC": 0, "SYS": 0}
+
+
+class GpuLeaseError(Exception):
+    """Leasing failed: timed out waiting for free GPUs."""
+
+
+class NotEnoughGpus(GpuLeaseError):
+    """The request can never be met on this inventory: the test should skip with `str(error)`."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """GPUs held by one process for one server; `gpus` are physical (NVML / PCI bus) indices."""
+
+    lease_id: str
+    gpus: tuple[int, ...]
+    owner: str
+    pid: int
+
+    @property
+    def cuda_visible_devices(self) -> str:
+        return ",".join(str(g) for g in self.gpus)
+
+
+class GpuLeases:
+    """Cross-process lease book for a GPU inventory, stored in `run_dir`.
+
+    `inventory` is the list of usable GPU indices (or a count N for 0..N-1). `topology` maps an
+    index pair to its `nvidia-smi topo -m` link label (`NV12`, `PIX`, `SYS`, ...); see
+    `read_topology()`. Every worker of one run must use the same `run_dir`.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        inventory: Sequence[int] | int,
+        topology: Mapping[tuple[int, int], str] | None = None,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.inventory = tuple(range(inventory)) if isinstance(inventory, int) else tuple(inventory)
+        self.topology = dict(topology or {})
+        self.path = self.run_dir / LEASE_FILE
+        self._lock = FileLock(str(self.path) + ".lock")
+
+    # -- public --------------------------------------------------------------------------------
+
+    def acquire(self, n: int, *, owner: str, timeout: float | None = 3600.0, poll: float = 0.2) -> Lease:
+        """Lease `n` GPUs for this process, waiting up to `timeout` s for others to release.
+
+        Raises NotEnoughGpus at once when `n` exceeds the inventory (a skip, not a failure),
+        GpuLeaseError when the wait times out (naming who holds what).
+        """
+        if n > len(self.inventory):
+            raise NotEnoughGpus(
+                f"{owner} needs {n} GPU{'s' if n != 1 else ''}, but the inventory has "
+                f"{len(self.inventory)} ({_fmt(self.inventory) or 'none'})"
+            )
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                leases = self._load_live()
+                taken = {g for lease in leases.values() for g in lease["gpus"]}
+                free = [g for g in self.inventory if g not in taken]
+                if len(free) >= n:
+                    gpus = self.choose(free, n)
+                    lease = Lease(uuid.uuid4().hex[:12], gpus, owner, os.getpid())
+                    leases[lease.lease_id] = {
+                        "gpus": list(gpus),
+                        "owner": owner,
+                        "pid": lease.pid,
+                        "start_time": _start_time(lease.pid),
+                        "since": time.time(),
+                    }
+                    self._save(leases)
+                    return lease
+            if deadline is not None and time.monotonic() >= deadline:
+                held = "; ".join(
+                    f"{v['owner']} (pid {v['pid']}): GPUs {_fmt(v['gpus'])}" for v in self.holders().values()
+                )
+                raise GpuLeaseError(
+                    f"{owner} waited {timeout:g}s for {n} free GPUs of {_fmt(self.inventory)}; held: {held}"
+                )
+            time.sleep(poll)
+
+    def release(self, lease: Lease) -> None:
+        with self._lock:
+            leases = self._load()
+            if leases.pop(lease.lease_id, None) is not None:
+                self._save(leases)
+
+    def release_all_of(self, pid: int) -> None:
+        """Drop every lease held by `pid` (a worker's session end)."""
+        with self._lock:
+            leases = self._load()
+            kept = {k: v for k, v in leases.items() if v["pid"] != pid}
+            if len(kept) != len(leases):
+                self._save(kept)
+
+    def holders(self) -> dict[str, dict]:
+        """Live leases, by id (dead holders' leases are dropped on the way)."""
+        with self._lock:
+            return self._load_live()
+
+    def choose(self, free: Sequence[int], n: int) -> tuple[int, ...]:
+        """The best `n` of the `free` GPUs (see module docstring)."""
+        free = sorted(free)
+        if n <= 1 or not self.topology:
+            return _lowest_contiguous(free, n)
+        if _n_choose_k(len(free), n) > _COMBINATION_LIMIT:
+            return _lowest_contiguous(free, n)
+        best, best_key = None, None
+        for combo in itertools.combinations(free, n):
+            scores = [self._link_score(a, b) for a, b in itertools.combinations(combo, 2)]
+            key = (min(scores), sum(scores), _contiguity(combo), [-g for g in combo])
+            if best_key is None or key > best_key:
+                best, best_key = combo, key
+        return tuple(best)
+
+    # -- storage -------------------------------------------------------------------------------
+
+    def _link_score(self, a: int, b: int) -> int:
+        label = self.topology.get((a, b)) or self.topology.get((b, a)) or "SYS"
+        m = re.fullmatch(r"NV(\d+)", label)
+        if m:
+            return 100 + int(m.group(1))
+        return _LINK_SCORES.get(label, 0)
+
+    def _load(self) -> dict[str, dict]:
+        try:
+            data = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (json.JSONDecodeError, OSError):
+            return {}  # a torn write cannot happen (atomic replace); garbage means start over
+        return dict(data.get("leases", {}))
+
+    def _load_live(self) -> dict[str, dict]:
+        leases = self._load()
+        live = {k: v for k, v in leases.items() if _holder_alive(v)}
+        if len(live) != len(leases):
+            self._save(live)
+        return live
+
+    def _save(self, leases: Mapping[str, dict]) -> None:
+        tmp = self.path.with_suffix(f".tmp.{os.getpid()}")
+        tmp.write_text(json.dumps({"inventory": list(self.inventory), "leases": leases}, indent=1))
+        os.replace(tmp, self.path)
+
+
+def read_topology(timeout: float = 10.0) -> dict[tuple[int, int], str] | None:
+    """Link labels from `nvidia-smi topo -m`, or None without nvidia-smi (or on any failure)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True, timeout=timeout, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_topology(out.stdout)
+
+
+def parse_topology(text: str) -> dict[tuple[int, int], str]:
+    """Parse the GPU-by-GPU part of `nvidia-smi topo -m` (header row `GPU0 GPU1 ...`)."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in text.splitlines()]
+    header = next((line.split() for line in lines if re.match(r"\s+GPU\d+", line)), None)
+    if not header:
+        return {}
+    columns = [int(c[3:]) for c in header if re.fullmatch(r"GPU\d+", c)]
+    links: dict[tuple[int, int], str] = {}
+    for line in lines:
+        cells = line.split()
+        if not cells or not re.fullmatch(r"GPU\d+", cells[0]):
+            continue
+        row = int(cells[0][3:])
+        for col, label in zip(columns, cells[1:1 + len(columns)]):
+            if col != row:
+                links[(row, col)] = label
+    return links
+
+
+def _holder_alive(entry: Mapping) -> bool:
+    pid = entry.get("pid")
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    # A recycled pid is a different process: compare start times where /proc has them.
+    recorded, now = entry.get("start_time"), _start_time(pid)
+    if recorded is not None and now is not None and recorded != now:
+        return False
+    state = _state(pid)
+    return state != "Z"
+
+
+def _start_time(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    try:
+        return int(fields[19]) if fields else None  # field 22 of /proc/pid/stat: starttime
+    except (IndexError, ValueError):
+        return None
+
+
+def _state(pid: int) -> str | None:
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    return data[data.rfind(")") + 2:].split()
+
+
+def _lowest_contiguous(free: Sequence[int], n: int) -> tuple[int, ...]:
+    """Aligned block (start % n == 0) first, so TP4 + TP4 fit 8 GPUs; then any run; then lowest."""
+    windows = [tuple(free[i:i + n]) for i in range(len(free) - n + 1)]
+    runs = [w for w in windows if w[-1] - w[0] == n - 1]
+    for w in runs:
+        if w[0] % n == 0:
+            return w
+    return runs[0] if runs else tuple(free[:n])
+
+
+def _contiguity(combo: Sequence[int]) -> int:
+    return -(combo[-1] - combo[0])
+
+
+def _n_choose_k(n: int, k: int) -> int:
+    from math import comb
+
+    return comb(n, k)
+
+
+def _fmt(gpus: Sequence[int]) -> str:
+    return ",".join(str(g) for g in gpus)

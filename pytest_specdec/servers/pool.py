@@ -1,0 +1,176 @@
+"""`ServerPool`: session-wide reuse of servers, one boot per spec, sticky failures.
+
+Policy, and why:
+- One live server per pool (per pytest process / xdist worker). Tests are ordered by spec, so a
+  spec is not needed again once the next one starts; keeping it would hold GPUs (and leases) that
+  other workers wait for. Switching spec therefore tears the previous server down first.
+- Liveness before every hand-out: a server that died between tests is noticed before the next
+  test starts, not after its workload times out.
+- A failure (boot failure, death, unresponsive) consumes one of `restart_on_crash` restarts;
+  once they are spent, the error is remembered and every later request for that spec raises it at
+  once, so a crashed spec costs one timeout, not one per test.
+- In attach mode (`--specdec-server-url`) nothing is launched, leased or killed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pytest_specdec.servers.attach import AttachedServer
+from pytest_specdec.servers.diagnosis import ServerError
+from pytest_specdec.servers.leases import GpuLeaseError, GpuLeases, Lease
+from pytest_specdec.servers.process import ManagedServer
+from pytest_specdec.servers.spec import ServerSpec
+
+ServerFactory = Callable[[ServerSpec, tuple[int, ...]], ManagedServer]
+
+
+@dataclass
+class _Slot:
+    server: ManagedServer
+    lease: Lease | None
+
+
+@dataclass
+class PoolStats:
+    """Counts the plugin reports in its summary (and tests assert on)."""
+
+    boots: dict[str, int] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)
+
+
+class ServerPool:
+    """Hands out ready servers by spec. `factory(spec, gpus)` builds a not-yet-started server."""
+
+    def __init__(
+        self,
+        factory: ServerFactory | None,
+        *,
+        leases: GpuLeases | None = None,
+        restart_on_crash: int = 0,
+        lease_timeout: float | None = 3600.0,
+        attached: AttachedServer | None = None,
+    ) -> None:
+        self.factory = factory
+        self.leases = leases
+        self.restart_on_crash = restart_on_crash
+        self.lease_timeout = lease_timeout
+        self._attached = attached
+        self._live: dict[ServerSpec, _Slot] = {}
+        self._failed: dict[ServerSpec, ServerError] = {}
+        self.stats = PoolStats()
+
+    @classmethod
+    def attach(cls, url: str) -> ServerPool:
+        """A pool over one running server; `acquire(spec)` raises AttachMismatch unless it is `spec`."""
+        return cls(None, attached=AttachedServer(url))
+
+    # -- public --------------------------------------------------------------------------------
+
+    def acquire(self, spec: ServerSpec) -> ManagedServer | AttachedServer:
+        """A live, ready server for `spec`; raises the spec's ServerError, NotEnoughGpus (skip),
+        GpuLeaseError, or AttachMismatch (skip)."""
+        if self._attached is not None:
+            server = self._attached.for_spec(spec)
+            server.check_alive()
+            return server
+        if spec in self._failed:
+            raise self._failed[spec]
+        slot = self._live.get(spec)
+        if slot is not None:
+            try:
+                slot.server.check_alive()
+                return slot.server
+            except ServerError as e:
+                self._drop(spec)
+                self._count_failure(spec, e)
+        self.retire_all(keep=None)
+        while True:
+            try:
+                return self._boot(spec)
+            except ServerError as e:
+                self._count_failure(spec, e)
+
+    def failure(self, spec: ServerSpec) -> ServerError | None:
+        """The remembered error of a spec that is out of restarts, if any."""
+        return self._failed.get(spec)
+
+    def report_death(self, spec: ServerSpec, error: ServerError) -> None:
+        """A test saw `spec`'s server die (e.g. from `server.diagnose()` after a failed request):
+        tear it down now and count the failure, so the next test does not even try it."""
+        if spec in self._live:
+            self._drop(spec)
+            try:
+                self._count_failure(spec, error)
+            except ServerError:
+                pass  # now sticky; the next acquire raises it
+
+    def retire(self, spec: ServerSpec) -> None:
+        """Stop `spec`'s server and release its GPUs (call when no later test needs it)."""
+        if spec in self._live:
+            self._drop(spec, raise_teardown=True)
+
+    def retire_all(self, keep: ServerSpec | None = None) -> None:
+        for spec in [s for s in self._live if s != keep]:
+            self.retire(spec)
+
+    def live(self) -> dict[ServerSpec, ManagedServer]:
+        return {spec: slot.server for spec, slot in self._live.items()}
+
+    def close(self) -> None:
+        """Stop everything this pool started; raises the first teardown error after trying all."""
+        errors = []
+        for spec in list(self._live):
+            try:
+                self._drop(spec, raise_teardown=True)
+            except ServerError as e:
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> ServerPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _boot(self, spec: ServerSpec) -> ManagedServer:
+        lease = None
+        if self.leases is not None:
+            lease = self.leases.acquire(spec.num_gpus, owner=spec.id, timeout=self.lease_timeout)
+        try:
+            server = self.factory(spec, lease.gpus if lease else ())
+            server.start()
+        except BaseException:
+            if lease is not None:
+                self.leases.release(lease)
+            raise
+        self._live[spec] = _Slot(server, lease)
+        self.stats.boots[spec.id] = self.stats.boots.get(spec.id, 0) + 1
+        return server
+
+    def _count_failure(self, spec: ServerSpec, error: ServerError) -> None:
+        """Record a failure; raise it (sticky) when the restart budget is spent."""
+        n = self.stats.failures[spec.id] = self.stats.failures.get(spec.id, 0) + 1
+        if n > self.restart_on_crash:
+            self._failed[spec] = error
+            raise error
+
+    def _drop(self, spec: ServerSpec, raise_teardown: bool = False) -> None:
+        slot = self._live.pop(spec)
+        try:
+            slot.server.stop()
+        except ServerError:
+            # Survivors may still hold GPU memory: keep the lease (it lapses when this process
+            # exits) rather than hand the GPUs to another worker's server.
+            if raise_teardown:
+                raise
+            return
+        if slot.lease is not None:
+            try:
+                self.leases.release(slot.lease)
+            except (GpuLeaseError, OSError):
+                pass

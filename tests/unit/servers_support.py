@@ -1,0 +1,49 @@
+"""Helpers shared by the servers tests: which engine to launch, and the no-survivor check."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+from pytest_specdec.servers import ManagedServer, ServerSpec, build_argv
+from pytest_specdec.servers.cleanup import alive, group_members
+
+FAKE_ENTRY = (sys.executable, str(Path(__file__).with_name("fake_engine.py")))
+# The real embedded engine once it exists; the stand-in until then. Both take the same fault flags.
+REAL_ENGINE = importlib.util.find_spec("pytest_specdec.engine.__main__") is not None
+ENGINE_ENTRY = (sys.executable, "-m", "pytest_specdec.engine") if REAL_ENGINE else FAKE_ENTRY
+ENGINE_NAME = "embedded engine" if REAL_ENGINE else "fake engine"
+
+
+def spec(method="ar", budget=None, *extra, tp=1) -> ServerSpec:
+    return ServerSpec(backend="embedded", method=method, tp=tp, budget=budget, extra_args=extra)
+
+
+def server(s: ServerSpec, log_dir: Path, *, entry=ENGINE_ENTRY, gpus=(), **kwargs) -> ManagedServer:
+    kwargs.setdefault("startup_timeout", 60.0)
+    kwargs.setdefault("term_grace", 3.0)
+    return ManagedServer(
+        s,
+        lambda port: build_argv(s, port, embedded_entry=list(entry)),
+        log_dir=log_dir,
+        gpus=gpus,
+        **kwargs,
+    )
+
+
+def wait_gone(pids, timeout: float = 10.0) -> list[int]:
+    """pids (and process groups) still alive after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [p for p in pids if alive(p) or group_members(p)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def children_of(pid: int) -> list[int]:
+    from pytest_specdec.servers.cleanup import descendants
+
+    return descendants(pid)

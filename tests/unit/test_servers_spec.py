@@ -1,0 +1,173 @@
+"""ServerSpec ids and validation, argv for both backends, log diagnosis, ServerError."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+
+import pytest
+
+from pytest_specdec.errors import SpecdecUsageError
+from pytest_specdec.servers import METHOD_FLAG_PRESETS, ServerError, ServerSpec, build_argv
+from pytest_specdec.servers.diagnosis import LogWatcher, describe_exit, fatal_cause, tail
+from pytest_specdec.servers.sglang import build_sglang_argv, method_flags_from_config
+
+
+def sg(method, tp=1, budget=None, **kw):
+    kw.setdefault("model", "Qwen/Qwen3-8B")
+    kw.setdefault("draft_model", "z-lab/Qwen3-8B-DFlash")
+    return ServerSpec("sglang", method, tp=tp, budget=budget, **kw)
+
+
+def flag(argv, name):
+    """Value after `name`; fails when the flag is absent or repeated."""
+    assert argv.count(name) == 1, (name, argv)
+    return argv[argv.index(name) + 1]
+
+
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        (ServerSpec("embedded", "ddtree", tp=4, budget=16), "ddtree-tp4-b16"),
+        (ServerSpec("sglang", "dflash", tp=1), "dflash-tp1"),
+        (ServerSpec("embedded", "ar"), "ar-tp1"),
+    ],
+)
+def test_spec_id(spec, expected):
+    assert spec.id == expected == str(spec)
+
+
+def test_specs_are_hashable_values_and_extra_args_become_a_tuple():
+    a = ServerSpec("embedded", "ddtree", budget=8, extra_args=["--fault-hang"])
+    b = ServerSpec("embedded", "ddtree", budget=8, extra_args=("--fault-hang",))
+    assert a == b and hash(a) == hash(b) and a.extra_args == ("--fault-hang",)
+    assert a != ServerSpec("embedded", "ddtree", budget=8)  # same id, different server
+    with pytest.raises(AttributeError):
+        a.tp = 2
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(backend="vllm", method="ar"), "backend 'vllm'"),
+        (dict(backend="embedded", method="eagle"), "method 'eagle'"),
+        (dict(backend="embedded", method="ddtree"), "needs a budget"),
+        (dict(backend="embedded", method="ddtree", budget=0), "needs a budget"),
+        (dict(backend="embedded", method="dflash", budget=8), "only ddtree takes a budget"),
+        (dict(backend="embedded", method="ar", tp=0), "tp=0"),
+    ],
+)
+def test_spec_rejects_bad_input_with_a_usage_error(kwargs, words):
+    with pytest.raises(SpecdecUsageError, match=words):
+        ServerSpec(**kwargs)
+
+
+def test_sglang_argv_for_ddtree_default_preset():
+    argv = build_sglang_argv(sg("ddtree", tp=4, budget=16, seed=7, extra_args=("--mem-fraction-static", "0.8")), 31234,
+                             python="/py")
+    assert argv[:3] == ["/py", "-m", "sglang.launch_server"]
+    assert flag(argv, "--model-path") == "Qwen/Qwen3-8B"
+    assert flag(argv, "--speculative-draft-model-path") == "z-lab/Qwen3-8B-DFlash"
+    assert flag(argv, "--tp-size") == "4"
+    assert flag(argv, "--speculative-algorithm") == "DDTREE"
+    assert flag(argv, "--speculative-ddtree-budget") == "16"
+    assert flag(argv, "--host") == "127.0.0.1" and flag(argv, "--port") == "31234"
+    assert flag(argv, "--log-level") == "info" and flag(argv, "--random-seed") == "7"
+    assert "--enable-metrics" in argv
+    assert argv[-2:] == ["--mem-fraction-static", "0.8"]  # user args last, so they win
+
+
+def test_sglang_argv_fork_preset_uses_num_draft_tokens_budget_plus_one():
+    argv = build_sglang_argv(sg("ddtree", budget=15), 1, method_flags=METHOD_FLAG_PRESETS["num-draft-tokens"])
+    assert flag(argv, "--speculative-num-draft-tokens") == "16"
+    assert "--speculative-ddtree-budget" not in argv
+
+
+def test_sglang_argv_dflash_and_ar():
+    dflash = build_sglang_argv(sg("dflash"), 1)
+    assert flag(dflash, "--speculative-algorithm") == "DFLASH"
+    ar = build_sglang_argv(sg("ar", draft_model=None), 1)
+    assert not [a for a in ar if a.startswith("--speculative")]
+
+
+def test_sglang_argv_model_overrides_and_missing_models():
+    argv = build_sglang_argv(sg("dflash"), 1, model_path="/dev/shm/m", draft_model_path="/dev/shm/d")
+    assert flag(argv, "--model-path") == "/dev/shm/m"
+    assert flag(argv, "--speculative-draft-model-path") == "/dev/shm/d"
+    with pytest.raises(SpecdecUsageError, match="needs a target model"):
+        build_sglang_argv(sg("ar", model=None), 1)
+    with pytest.raises(SpecdecUsageError, match="needs a draft model"):
+        build_sglang_argv(sg("dflash", draft_model=None), 1)
+
+
+def test_method_flags_from_config():
+    assert method_flags_from_config("num-draft-tokens", source="x") is METHOD_FLAG_PRESETS["num-draft-tokens"]
+    custom = method_flags_from_config({"ddtree": ["--speculative-algorithm", "TREE", "--w", "{num_draft_tokens}"]},
+                                      source="pyproject.toml [tool.specdec.sglang] method_flags")
+    assert custom["dflash"] == ("--speculative-algorithm", "DFLASH")  # merged over the default
+    argv = build_sglang_argv(sg("ddtree", budget=8), 1, method_flags=custom)
+    assert flag(argv, "--w") == "9"
+    with pytest.raises(SpecdecUsageError, match="preset 'nope'"):
+        method_flags_from_config("nope", source="x")
+    with pytest.raises(SpecdecUsageError, match=r"x\.ddtree: placeholder \{depth\}"):
+        method_flags_from_config({"ddtree": ["--d", "{depth}"]}, source="x")
+    with pytest.raises(SpecdecUsageError, match="unknown method 'medusa'"):
+        method_flags_from_config({"medusa": []}, source="x")
+    bad = method_flags_from_config({"dflash": ["--b", "{budget}"]}, source="x")
+    with pytest.raises(SpecdecUsageError, match="needs budget"):
+        build_sglang_argv(sg("dflash"), 1, method_flags=bad)
+
+
+def test_embedded_argv():
+    argv = build_argv(ServerSpec("embedded", "ddtree", budget=12, seed=3, context_length=2048,
+                                 extra_args=("--fault-crash-after", "2")), 4242)
+    assert argv[:3] == [sys.executable, "-m", "pytest_specdec.engine"]
+    assert flag(argv, "--port") == "4242" and flag(argv, "--host") == "127.0.0.1"
+    assert flag(argv, "--method") == "ddtree" and flag(argv, "--budget") == "12"
+    assert flag(argv, "--seed") == "3" and flag(argv, "--context-length") == "2048"
+    assert argv[-2:] == ["--fault-crash-after", "2"]
+    assert "--budget" not in build_argv(ServerSpec("embedded", "dflash"), 1)
+    assert "--model-path" not in build_argv(ServerSpec("embedded", "ar", model="Qwen/Qwen3-8B"), 1)
+
+
+def test_log_watcher_reads_incrementally(tmp_path):
+    log = tmp_path / "s.log"
+    log.write_text("[t] loading\n[t] The server is fired up and ready to roll!\n")
+    w = LogWatcher(log)
+    f = w.scan()
+    assert f.ready and f.fatal_line is None and not f.address_in_use
+    with log.open("a") as fh:
+        fh.write("[2026 TP0] Scheduler hit an exception: Traceback\n")
+        fh.write("RuntimeError: CUDA error: an illegal instruction was encountered\n")
+    f = w.scan()
+    assert f.fatal_line == "[2026 TP0] Scheduler hit an exception: Traceback"  # the first fatal line
+    assert fatal_cause("[2026 TP0] RuntimeError: CUDA error: an illegal instruction was encountered") == (
+        "CUDA error: an illegal instruction was encountered"
+    )
+
+
+def test_log_watcher_sees_a_partial_last_line_and_bind_failures(tmp_path):
+    log = tmp_path / "s.log"
+    log.write_text("OSError: [Errno 98] error while attempting to bind on address ('127.0.0.1', 1): Address already in use")
+    assert LogWatcher(log).scan().address_in_use
+    log.write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate")
+    assert LogWatcher(log).scan().fatal_line.startswith("torch.OutOfMemoryError: CUDA out of memory")
+
+
+def test_tail_and_describe_exit(tmp_path):
+    log = tmp_path / "s.log"
+    log.write_text("".join(f"line {i}\n" for i in range(100)))
+    assert tail(log, 3) == "line 97\nline 98\nline 99"
+    assert tail(tmp_path / "absent.log") == ""
+    assert describe_exit(1) == "exited with code 1"
+    assert describe_exit(-9) == "was killed by SIGKILL"
+
+
+def test_server_error_message_and_pickle(tmp_path):
+    e = ServerError("ddtree-tp1-b8", "died", "CUDA error: an illegal instruction was encountered",
+                    log_path=tmp_path / "x.log", tail_text="a\nb")
+    assert str(e).startswith(
+        f"server ddtree-tp1-b8 died: CUDA error: an illegal instruction was encountered (log: {tmp_path / 'x.log'}; last lines:"
+    )
+    e2 = pickle.loads(pickle.dumps(e))
+    assert (e2.reason, e2.cause, e2.log_path, e2.tail, str(e2)) == (e.reason, e.cause, e.log_path, e.tail, str(e))
