@@ -67,14 +67,20 @@ def case_marks(case: MatrixCase) -> list[pytest.MarkDecorator]:
 
 
 def parametrize(metafunc: pytest.Metafunc, state: RunState) -> None:
-    if "specdec_spec" not in metafunc.fixturenames:
-        return
-    cases = matrix_cases(state)
-    metafunc.parametrize(
-        "specdec_spec",
-        [pytest.param(case, marks=case_marks(case), id=case.param_id) for case in cases],
-        indirect=True,
-    )
+    """Matrix cells for tests that need a server; configured workloads for those that run one."""
+    if "specdec_spec" in metafunc.fixturenames:
+        metafunc.parametrize(
+            "specdec_spec",
+            [pytest.param(case, marks=case_marks(case), id=case.param_id)
+             for case in matrix_cases(state)],
+            indirect=True,
+        )
+    if "specdec_workload" in metafunc.fixturenames:
+        metafunc.parametrize(
+            "specdec_workload",
+            [pytest.param(w, id=w.name) for w in state.config.workloads],
+            indirect=True,
+        )
 
 
 def skip_reason(item: pytest.Item, state: RunState) -> str | None:

@@ -1,12 +1,31 @@
-"""Fixtures of pytest-specdec; registered as a plugin from pytest_configure."""
+"""Fixtures of pytest-specdec; registered as a plugin from pytest_configure.
+
+The heavy lifting lives in `servers/` (launch, pool, leases), `live.py` (guards around a
+workload) and `recording.py` (journal, baselines, pytest-benchmark); these functions only wire
+them to pytest's scopes.
+"""
 
 from __future__ import annotations
 
+import warnings
+from typing import Iterator
+
 import pytest
 
+from . import specs
 from .collection import MatrixCase
+from .config import WorkloadSpec
 from .hardware import Hardware
-from .state import STATE_KEY, RunState
+from .live import LiveServer, fail
+from .recording import Recorder, recorder_for
+from .servers.attach import AttachMismatch
+from .servers.diagnosis import ServerError
+from .servers.leases import GpuLeaseError, GpuLeases, NotEnoughGpus
+from .servers.pool import ServerPool
+from .servers.process import ManagedServer
+from .servers.spec import ServerSpec
+from .state import STATE_KEY, RunState, run_dir
+from .workloads import byte_token_count
 
 
 @pytest.fixture(scope="session")
@@ -28,3 +47,101 @@ def specdec_spec(request: pytest.FixtureRequest) -> MatrixCase:
         raise pytest.UsageError("specdec_spec is parametrized from the configured matrix; "
                                 "request it from a test function, not from a fixture override")
     return request.param
+
+
+@pytest.fixture
+def specdec_workload(request: pytest.FixtureRequest) -> WorkloadSpec:
+    """The configured workload this test is parametrized with ([[tool.specdec.workloads]])."""
+    if not hasattr(request, "param"):
+        raise pytest.UsageError("specdec_workload is parametrized from [[tool.specdec.workloads]]")
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def specdec_model_path(specdec_state: RunState) -> str | None:
+    """The target model as a local path: a local folder as is, a Hub id downloaded into
+    `model_cache` with a completeness check. None when no model is configured (the embedded
+    engine then uses its built-in synthetic weights)."""
+    model = specdec_state.config.model
+    if model is None or specdec_state.backend != "sglang":
+        return None
+    from .models import provision  # huggingface_hub is imported only when a model is needed
+
+    return str(provision(model, cache_dir=specdec_state.config.model_cache))
+
+
+def _server_factory(state: RunState, request: pytest.FixtureRequest):
+    log_dir = run_dir(state, request.config) / "logs"
+
+    def factory(spec: ServerSpec, gpus: tuple[int, ...]) -> ManagedServer:
+        model = draft = None
+        if spec.backend == "sglang":
+            from .models import provision
+
+            model = str(provision(state.config.model, cache_dir=state.config.model_cache)) \
+                if state.config.model else None
+            if spec.is_speculative and state.config.draft_model:
+                draft = str(provision(state.config.draft_model, cache_dir=state.config.model_cache))
+        return ManagedServer(
+            spec, specs.argv_builder(spec, state, model, draft), log_dir=log_dir,
+            gpus=gpus, startup_timeout=state.settings.startup_timeout,
+            wait_gpu_release=state.hardware.physical_gpus > 0,
+        )
+
+    return factory
+
+
+@pytest.fixture(scope="session")
+def specdec_pool(specdec_state: RunState, request: pytest.FixtureRequest) -> Iterator[ServerPool]:
+    """Session-wide server reuse: each configuration boots once; all are stopped at the end."""
+    state = specdec_state
+    if state.backend == "attach":
+        try:
+            pool = ServerPool.attach(state.settings.server_url)
+        except Exception as exc:
+            raise pytest.UsageError(f"pytest-specdec: --specdec-server-url "
+                                    f"{state.settings.server_url}: {exc}") from None
+    else:
+        leases = None
+        if state.hardware.count:
+            leases = GpuLeases(run_dir(state, request.config) / "leases",
+                               [gpu.index for gpu in state.hardware.gpus])
+        pool = ServerPool(_server_factory(state, request), leases=leases,
+                          restart_on_crash=state.settings.restart_on_crash)
+    yield pool
+    try:
+        pool.close()
+    except ServerError as exc:
+        warnings.warn(f"pytest-specdec: teardown: {exc}", stacklevel=1)
+
+
+@pytest.fixture
+def specdec_server(specdec_spec: MatrixCase, specdec_pool: ServerPool,
+                   specdec_state: RunState) -> Iterator[LiveServer]:
+    """A live, health-checked server for this test's configuration."""
+    state = specdec_state
+    spec = specs.server_spec(specdec_spec, state)
+    try:
+        server = specdec_pool.acquire(spec)
+    except (NotEnoughGpus, AttachMismatch) as exc:
+        pytest.skip(str(exc))
+    except GpuLeaseError as exc:
+        fail(f"server {spec.id}: {exc}")
+    except ServerError as exc:
+        fail(str(exc))
+    live = LiveServer(
+        spec=spec, url=server.url, log_path=server.log_path, check=server.check_alive,
+        min_accept_length=state.config.min_accept_length, root=state.config.root,
+        token_counter=byte_token_count if spec.backend == "embedded" else None,
+        owned=state.backend != "attach")
+    yield live
+    error = server.diagnose()
+    if error is not None and state.backend != "attach":
+        specdec_pool.report_death(spec, error)
+
+
+@pytest.fixture
+def specdec_record(request: pytest.FixtureRequest) -> Recorder:
+    """Record metrics with their direction; they are journaled, gated against the baseline and
+    handed to pytest-benchmark when the test's call ends."""
+    return recorder_for(request.node)

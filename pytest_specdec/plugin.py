@@ -10,10 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from . import collection, fixtures, header, state as state_mod
+from . import collection, fixtures, header, recording, session, summary
+from . import state as state_mod
 from .errors import SpecdecUsageError
 from .options import OPTIONS
+from .servers import cleanup
 from .state import STATE_KEY
+
+GATE_KEY = pytest.StashKey[session.Gate]()
+RESULTS_KEY = pytest.StashKey[session.Results]()
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("specdec", "speculative-decoding benchmarks (pytest-specdec)")
@@ -35,10 +41,23 @@ def pytest_configure(config: pytest.Config) -> None:
     ini = {o.name: str(config.getini(o.ini)) for o in OPTIONS}
     root = Path(config.inipath).parent if config.inipath else Path(config.rootpath)
     try:
-        config.stash[STATE_KEY] = state_mod.build(root, cli, ini)
+        state = state_mod.build(root, cli, ini)
+        if state.settings.compare_fail:
+            session.Gate(state).tolerances()  # a bad expression stops the run here, not per test
     except SpecdecUsageError as exc:
         raise pytest.UsageError(f"pytest-specdec: {exc}") from None
+    config.stash[STATE_KEY] = state
+    config.stash[GATE_KEY] = session.Gate(state)
+    config.stash[RESULTS_KEY] = session.Results(state)
+    if not session.is_worker(config):
+        if not config.option.collectonly:
+            session.start_journal(state)
+        config.pluginmanager.register(Controller(config), "specdec-controller")
     config.pluginmanager.register(fixtures, "specdec-fixtures")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    cleanup.kill_all()  # last resort: anything a failed teardown left behind
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -50,4 +69,34 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    collection.modify_items(items, config.stash[STATE_KEY])
+    state = config.stash[STATE_KEY]
+    collection.modify_items(items, state)
+    session.skip_done(items, state)
+    for item in items:
+        recording.mark_for_benchmark(item)
+    config.stash[RESULTS_KEY].total = len(items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    result = yield
+    session.finish_test(item, item.config.stash[STATE_KEY], item.config.stash[GATE_KEY])
+    return result
+
+
+class Controller:
+    """Hooks of the process that gathers results: the only one, or the xdist controller."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.results = config.stash[RESULTS_KEY]
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        payload = self.results.add_report(report)
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if payload is not None and reporter is not None:
+            reporter.write_line(session.progress_line(payload, len(self.results.payloads),
+                                                      self.results.total))
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        summary.write(terminalreporter, self.results)

@@ -6,12 +6,12 @@ pool and the xdist workers all boot exactly the same server for one test id.
 
 from __future__ import annotations
 
+import sys
 from functools import partial
 from typing import Callable, Sequence
 
 from .collection import MatrixCase
-from .servers.embedded import build_embedded_argv
-from .servers.sglang import build_sglang_argv
+from .servers.backends import build_argv
 from .servers.spec import ServerSpec
 from .state import RunState
 
@@ -52,17 +52,11 @@ def argv_builder(spec: ServerSpec, state: RunState,
                  model_path: str | None = None,
                  draft_model_path: str | None = None) -> Callable[[int], Sequence[str]]:
     """`port -> argv` for the spec's backend (the server manager picks the port)."""
-    if spec.backend == "sglang":
-        return partial(_sglang_argv, spec, model_path=model_path,
-                       draft_model_path=draft_model_path,
-                       method_flags=state.config.sglang.method_flags,
-                       python=state.config.sglang.python)
-    return partial(_embedded_argv, spec)
+    return partial(_argv, spec, model_path=model_path, draft_model_path=draft_model_path,
+                   sglang_method_flags=state.config.sglang.method_flags,
+                   python=state.config.sglang.python if spec.backend == "sglang"
+                   else sys.executable)
 
 
-def _sglang_argv(spec: ServerSpec, port: int, **kwargs) -> Sequence[str]:
-    return build_sglang_argv(spec, port, **kwargs)
-
-
-def _embedded_argv(spec: ServerSpec, port: int) -> Sequence[str]:
-    return build_embedded_argv(spec, port)
+def _argv(spec: ServerSpec, port: int, **kwargs) -> Sequence[str]:
+    return build_argv(spec, port, **kwargs)

@@ -7,6 +7,7 @@ read it from there. Building it is where every user mistake is caught, before an
 from __future__ import annotations
 
 import importlib.util
+import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -86,3 +87,21 @@ def build(root: Path, cli: Mapping[str, Any], ini: Mapping[str, str],
 
 #: Where pytest_configure leaves the RunState for hooks and fixtures.
 STATE_KEY = pytest.StashKey[RunState]()
+_RUN_ID_KEY = pytest.StashKey[str]()
+
+
+def run_id(config: pytest.Config) -> str:
+    """One id per pytest run, the same in every xdist worker (they share leases and logs)."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput and "testrunuid" in workerinput:
+        return str(workerinput["testrunuid"])[:12]
+    if _RUN_ID_KEY not in config.stash:
+        config.stash[_RUN_ID_KEY] = uuid.uuid4().hex[:12]
+    return config.stash[_RUN_ID_KEY]
+
+
+def run_dir(state: RunState, config: pytest.Config) -> Path:
+    """`<artifacts>/run-<id>`: server logs and the GPU lease book of this run."""
+    path = state.path(state.settings.artifacts) / f"run-{run_id(config)}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path

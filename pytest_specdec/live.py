@@ -1,0 +1,136 @@
+"""`LiveServer`: what a test gets from `specdec_server`, and the guards around every workload.
+
+A workload run is bracketed by liveness checks, and a failed request is followed by a death
+diagnosis, so a server that dies mid-run fails the test with the cause from its own log rather
+than with a connection error or, worse, a throughput of zero.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from . import client, metrics, workloads
+from .config import SPECULATIVE_METHODS, WorkloadSpec
+from .metrics import Measurement, MeasurementError, WorkloadResult
+from .servers.diagnosis import ServerError, tail
+from .servers.spec import ServerSpec
+from .workloads import Workload
+
+
+def fail(message: str) -> None:
+    """Fail the current test with our message only: the traceback would be our internals."""
+    pytest.fail(message, pytrace=False)
+
+
+@dataclass
+class LiveServer:
+    """A ready server for one configuration: `url`, `spec`, `log_path`, `generate()`, `run()`."""
+
+    spec: ServerSpec
+    url: str
+    log_path: Path | None
+    check: Callable[[], None]  # raises ServerError when the server is dead or unresponsive
+    min_accept_length: float = 1.05
+    root: Path | None = None  # relative workload files resolve here
+    token_counter: Callable[[str], int] | None = workloads.byte_token_count
+    owned: bool = True
+    last_result: WorkloadResult | None = field(default=None, repr=False)
+    last_server_figures: metrics.ServerFigures | None = field(default=None, repr=False)
+    disagreements: list[str] = field(default_factory=list, repr=False)
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    def check_alive(self) -> None:
+        """Fail the test at once, with the server's own last words, if it is gone."""
+        try:
+            self.check()
+        except ServerError as exc:
+            fail(str(exc))
+
+    def log_tail(self, lines: int = 20) -> str:
+        return tail(self.log_path, lines) if self.log_path else ""
+
+    def generate(self, text: str, timeout: float = 120.0, **sampling_params: Any) -> dict:
+        """One blocking, non-streaming `/generate` call; returns SGLang's response body."""
+        body = json.dumps({"text": text, "sampling_params": sampling_params}).encode()
+        request = urllib.request.Request(self.url + "/generate", data=body,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return json.loads(response.read())
+        except (urllib.error.URLError, OSError) as exc:
+            self.check_alive()
+            fail(f"server {self.id}: /generate failed: {exc}")
+            raise  # unreachable: fail() raises
+
+    def workload(self, spec: WorkloadSpec | Workload) -> Workload:
+        """Resolve a configured workload, checked against this server's context length."""
+        if isinstance(spec, Workload):
+            workload = spec
+            truncate = False
+        else:
+            workload = workloads.load_workload(
+                spec.prompts, base_dir=self.root, name=spec.name, max_new_tokens=spec.max_new_tokens,
+                concurrency=spec.concurrency, temperature=spec.temperature,
+            ).resized(spec.num_prompts)
+            truncate = spec.truncate
+        if self.token_counter is None:
+            return workload
+        try:
+            context = client.fetch_context_length(self.url)
+        except Exception as exc:  # the server may not publish it; liveness decides what that means
+            self.check_alive()
+            fail(f"server {self.id}: could not read its context length: {exc}")
+        return workloads.fit_to_context(workload, context, self.token_counter, truncate=truncate)
+
+    def run(self, spec: WorkloadSpec | Workload) -> Measurement:
+        """Run a workload and return its guarded measurement, or fail the test with a diagnosis."""
+        self.check_alive()
+        workload = self.workload(spec)
+        log_offset = self.log_path.stat().st_size if self.log_path and self.log_path.exists() else 0
+        result = client.run_workload(self.url, workload)
+        self.last_result = result
+        if result.errors:
+            # A request failed: a dead server explains it better than the HTTP error does.
+            self.check_alive()
+        try:
+            measurement = metrics.measure(
+                result, method=self.spec.method,
+                min_accept_length=self.min_accept_length
+                if self.spec.method in SPECULATIVE_METHODS else None,
+                log_tail=self.log_tail)
+        except MeasurementError as exc:
+            self.check_alive()
+            fail(f"server {self.id}, workload {workload.name!r}: {exc}")
+        self.check_alive()
+        self._cross_check(measurement, log_offset)
+        return measurement
+
+    def _cross_check(self, measurement: Measurement, log_offset: int) -> None:
+        """The server's own accept length (its decode log lines) beside the client's figure.
+
+        The log lines average over decode batches rather than tokens, so they agree only to
+        rounding on steady workloads; a larger gap is reported, not failed, because it points at
+        the measurement rather than at the server.
+        """
+        if self.log_path is None or not self.log_path.exists():
+            return
+        figures = metrics.server_figures_from_log_file(self.log_path, log_offset)
+        self.last_server_figures = figures
+        if measurement.accept_length is None or figures.accept_length is None:
+            return
+        disagreement = metrics.compare_accept_length(measurement.accept_length, figures,
+                                                     slack=0.05 * measurement.accept_length)
+        if disagreement is not None:
+            self.disagreements.append(str(disagreement))
+            warnings.warn(f"server {self.id}: {disagreement}", stacklevel=2)

@@ -1,0 +1,177 @@
+"""`Recorder` (the `specdec_record` fixture): where a test's figures go once measured.
+
+While the test runs, figures are collected; when its call ends (`finish`, from the plugin's
+`pytest_runtest_call` wrapper) they are appended to the journal (fsync'd, so a crash loses
+nothing already measured), attached to the test report (so xdist workers' results reach the
+controller's table, report and baseline file), and compared with the baseline: a regression
+fails that test with one line per metric.
+
+pytest-benchmark gets the time samples through its public API: the test is marked with a replay
+clock as its `timer`, and `benchmark.pedantic` runs one round per sample, each advancing the
+clock by exactly that sample. Its statistics, `--benchmark-autosave` and `--benchmark-compare`
+therefore see per-token latencies (generation) or kernel times, not the cost of a no-op.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import pytest
+
+from .collection import MatrixCase
+from .metrics import Measurement, MetricValue, RequestRecord, direction_of
+
+#: Key of the test-report user property that carries one test's results to the controller.
+RESULT_PROPERTY = "specdec_result"
+
+_RECORDER_KEY = pytest.StashKey["Recorder"]()
+
+
+class _ReplayClock:
+    """A clock that only moves when told to: the pytest-benchmark timer of recorded tests."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+replay_clock = _ReplayClock()
+replay_clock.__name__ = "replay_clock"  # type: ignore[attr-defined]  # pytest-benchmark prints it
+
+
+@dataclass
+class Recorder:
+    """Figures of one test. `metric()` for one value, `result()` for a workload measurement,
+    `samples()` for time samples that pytest-benchmark should see."""
+
+    item: pytest.Item
+    metrics: dict[str, MetricValue] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+    finished: bool = False
+
+    @property
+    def test_id(self) -> str:
+        """The key of this test in baselines and the journal: its name with parameters."""
+        return self.item.name
+
+    def metric(self, name: str, value: float, direction: str | None = None, *,
+               spread: float = 0.0, samples: int = 1, deterministic: bool = False) -> None:
+        """Record one figure; built-in metrics know their direction, others must state it."""
+        if direction is None:
+            direction = direction_of(name)
+        self.metrics[name] = MetricValue(name, float(value), direction, float(spread), int(samples),
+                                         deterministic)
+
+    def result(self, measurement: Measurement, *, records: Sequence[RequestRecord] = (),
+               deterministic_accept: bool = False) -> Measurement:
+        """Record a workload's figures (and its per-token latencies for pytest-benchmark)."""
+        for value in measurement.metrics(deterministic_accept=deterministic_accept):
+            self.metrics[value.name] = value
+        self.info["workload"] = measurement.workload
+        self.info["measurement"] = measurement.to_dict()
+        tpots = [r.tpot_ms / 1000.0 for r in records if r.ok and r.tpot_ms is not None]
+        if tpots:
+            self.samples(tpots, unit="s/token")
+        return measurement
+
+    def run(self, server: Any, workload: Any) -> Measurement:
+        """Run `workload` on `server` (a `specdec_server`) and record everything it measured."""
+        measurement = server.run(workload)
+        greedy = getattr(workload, "temperature", 0.0) == 0.0
+        records = server.last_result.records if server.last_result is not None else ()
+        figures = getattr(server, "last_server_figures", None)
+        if figures is not None:
+            self.info["server_figures"] = {
+                "source": figures.source, "accept_length": figures.accept_length,
+                "accept_rate": figures.accept_rate, "gen_throughput": figures.gen_throughput,
+                "avg_accepted_depth": figures.avg_accepted_depth, "lines": figures.lines}
+        if getattr(server, "disagreements", None):
+            self.info["disagreements"] = list(server.disagreements)
+        return self.result(measurement, records=records, deterministic_accept=greedy)
+
+    def samples(self, seconds: Iterable[float], unit: str = "s") -> None:
+        """Hand time samples to pytest-benchmark (when it is active) as one round each."""
+        values = [float(s) for s in seconds]
+        if not values or "benchmark" not in getattr(self.item, "fixturenames", ()):
+            return
+        benchmark = self.item._request.getfixturevalue("benchmark")
+        if getattr(benchmark, "disabled", False):
+            return  # under xdist pytest-benchmark switches itself off; our records still work
+        queue = iter(values)
+
+        def one_sample() -> None:
+            replay_clock.advance(next(queue))
+
+        benchmark.extra_info.update({name: v.value for name, v in self.metrics.items()})
+        benchmark.extra_info["sample_unit"] = unit
+        benchmark.pedantic(one_sample, rounds=len(values), iterations=1, warmup_rounds=0)
+
+    def payload(self) -> dict[str, Any]:
+        """What the journal stores and the controller receives for this test."""
+        case = _case_of(self.item)
+        return {
+            "test_id": self.test_id,
+            "nodeid": self.item.nodeid,
+            "config": case.param_id if case else None,
+            "spec": case.spec_id if case else None,
+            "family": case.family if case else None,
+            "method": case.method if case else None,
+            "tp": case.tp if case else None,
+            "budget": case.budget if case else None,
+            "metrics": {name: _metric_json(v) for name, v in self.metrics.items()},
+            "time": time.time(),
+            **self.info,
+        }
+
+
+def _metric_json(value: MetricValue) -> dict[str, Any]:
+    return {"value": value.value, "direction": value.direction, "spread": value.spread,
+            "samples": value.samples, "deterministic": value.deterministic}
+
+
+def metric_values(payload: dict[str, Any]) -> list[MetricValue]:
+    """The MetricValues of a journaled or reported payload."""
+    return [MetricValue(name, m["value"], m["direction"], m.get("spread", 0.0),
+                        m.get("samples", 1), m.get("deterministic", False))
+            for name, m in payload.get("metrics", {}).items()]
+
+
+def _case_of(item: pytest.Item) -> MatrixCase | None:
+    callspec = getattr(item, "callspec", None)
+    case = callspec.params.get("specdec_spec") if callspec else None
+    return case if isinstance(case, MatrixCase) else None
+
+
+def recorder_for(item: pytest.Item) -> Recorder:
+    if _RECORDER_KEY not in item.stash:
+        item.stash[_RECORDER_KEY] = Recorder(item)
+    return item.stash[_RECORDER_KEY]
+
+
+def existing_recorder(item: pytest.Item) -> Recorder | None:
+    return item.stash.get(_RECORDER_KEY, None)
+
+
+def mark_for_benchmark(item: pytest.Item) -> None:
+    """Give recorded tests the replay clock as their pytest-benchmark timer."""
+    if "specdec_record" in getattr(item, "fixturenames", ()) \
+            and item.get_closest_marker("benchmark") is None:
+        item.add_marker(pytest.mark.benchmark(timer=replay_clock, group=item.originalname
+                                              if hasattr(item, "originalname") else None))
+
+
+def attach_to_report(item: pytest.Item, payload: dict[str, Any]) -> None:
+    """user_properties travel with the report to the xdist controller and into JUnit XML."""
+    item.user_properties.append((RESULT_PROPERTY, json.dumps(payload)))
+    for name, metric in payload["metrics"].items():
+        item.user_properties.append((f"specdec.{name}", metric["value"]))
+
+

@@ -1,0 +1,159 @@
+"""The benchmark session: journal, resume, baseline gate and the controller's collection of results.
+
+Runs in two roles. Where a test runs (the only process, or an xdist worker), `finish_test`
+journals its figures, attaches them to the report and gates them against the baseline. In the
+controller (the only process, or the xdist master), `Results` gathers every test's figures from
+the reports, prints a progress line per configuration, and at the end hands them to the report
+writers and, with `--specdec-save-baseline`, merges them into the baseline file.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import baselines as baselines_mod
+from .baselines import Baselines, Comparison
+from .journal import Journal
+from .recording import RESULT_PROPERTY, attach_to_report, existing_recorder, metric_values
+from .state import RunState
+
+
+def is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def journal_for(state: RunState) -> Journal:
+    return Journal(state.path(state.settings.journal))
+
+
+def workload_key(item: pytest.Item) -> str:
+    callspec = getattr(item, "callspec", None)
+    workload = callspec.params.get("specdec_workload") if callspec else None
+    return getattr(workload, "name", None) or "-"
+
+
+def start_journal(state: RunState) -> None:
+    """A run without --specdec-resume starts a new journal; the old one is kept beside it."""
+    journal = journal_for(state)
+    if state.settings.resume or not journal.path.exists():
+        return
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    journal.path.rename(journal.path.with_name(f"{journal.path.stem}.{stamp}{journal.path.suffix}"))
+
+
+def skip_done(items: list[pytest.Item], state: RunState) -> None:
+    """--specdec-resume: configurations the journal records as done are not measured again."""
+    if not state.settings.resume:
+        return
+    journal = journal_for(state)
+    done = journal.done_keys()
+    for item in items:
+        if (item.nodeid, workload_key(item)) in done:
+            item.add_marker(pytest.mark.skip(
+                reason=f"already measured (resumed from {journal.path})"))
+
+
+@dataclass
+class Gate:
+    """The baseline comparison, loaded once per process."""
+
+    state: RunState
+    _baselines: Baselines | None = None
+    _tolerances: dict | None = None
+
+    def tolerances(self) -> dict:
+        if self._tolerances is None:
+            expr = self.state.settings.compare_fail
+            self._tolerances = baselines_mod.parse_tolerances(expr) if expr else {}
+        return self._tolerances
+
+    def baselines(self) -> Baselines:
+        if self._baselines is None:
+            path = self.state.baseline_path
+            self._baselines = baselines_mod.load_baselines(path, self.state.hardware.key) \
+                if path.is_file() else Baselines(self.state.hardware.key, {}, path)
+        return self._baselines
+
+    def compare(self, payload: dict[str, Any]) -> list[Comparison]:
+        return baselines_mod.compare_all(payload["test_id"], metric_values(payload),
+                                         self.baselines(), self.tolerances())
+
+
+def finish_test(item: pytest.Item, state: RunState, gate: Gate) -> None:
+    """After a test's call: journal, report and gate what it recorded (raises on regression)."""
+    recorder = existing_recorder(item)
+    if recorder is None or not recorder.metrics or recorder.finished:
+        return
+    recorder.finished = True
+    payload = recorder.payload()
+    comparisons = gate.compare(payload) if state.settings.compare_fail or \
+        state.baseline_path.is_file() else []
+    payload["comparisons"] = [
+        {"metric": c.metric, "verdict": c.verdict, "line": c.line(), "gated": c.gated,
+         "baseline": c.baseline} for c in comparisons]
+    journal_for(state).append(item.nodeid, workload_key(item), payload)
+    attach_to_report(item, payload)
+    message = baselines_mod.regression_message(comparisons)
+    if message:
+        pytest.fail(f"regression against {state.baseline_path.name}:\n{message}", pytrace=False)
+
+
+@dataclass
+class Results:
+    """The controller's view: every finished test's payload, in completion order."""
+
+    state: RunState
+    payloads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    total: int = 0
+
+    def add_report(self, report: pytest.TestReport) -> dict[str, Any] | None:
+        for name, value in getattr(report, "user_properties", ()):
+            if name == RESULT_PROPERTY:
+                payload = json.loads(value)
+                self.payloads[report.nodeid] = payload
+                return payload
+        return None
+
+    def resumed(self) -> list[dict[str, Any]]:
+        """Payloads measured by an earlier, interrupted run of this journal."""
+        out = []
+        for record in journal_for(self.state).latest().values():
+            if record.status == "done" and record.config_id not in self.payloads:
+                out.append(dict(record.data, resumed=True))
+        return out
+
+    def all(self) -> list[dict[str, Any]]:
+        return list(self.payloads.values()) + self.resumed()
+
+    def save_baseline(self) -> Path:
+        """Merge this run's figures into the baseline file (atomic, locked; others are kept)."""
+        results = {p["test_id"]: metric_values(p) for p in self.payloads.values()}
+        path = self.state.baseline_path
+        baselines_mod.save_baselines(
+            path, self.state.hardware.key, results,
+            versions=baselines_mod.collect_versions(),
+            commit=baselines_mod.git_commit(self.state.config.root))
+        return path
+
+
+def progress_line(payload: dict[str, Any], done: int, total: int) -> str:
+    metrics = payload.get("metrics", {})
+
+    def fmt(name: str, unit: str) -> str:
+        if name not in metrics:
+            return ""
+        return f" {name}={metrics[name]['value']:.4g}{unit}"
+
+    verdicts = [c["line"] for c in payload.get("comparisons", []) if c["verdict"] in
+                ("regression", "improvement")]
+    tail = f" | {'; '.join(verdicts)}" if verdicts else ""
+    return (f"specdec [{done}/{total}] {payload.get('config') or payload['test_id']}"
+            f" {payload.get('workload', '')}:"
+            f"{fmt('output_tok_s', ' tok/s')}{fmt('accept_length', '')}{fmt('ttft_ms', 'ms')}"
+            f"{fmt('tpot_ms', 'ms')}{fmt('verify_us', 'us')}{tail}")
