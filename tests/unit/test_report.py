@@ -1,0 +1,227 @@
+"""report: table, results.json, report.md, plots, report.tex and the GitHub step summary."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import sys
+
+import pytest
+
+from pytest_specdec.baselines import BaselineEntry, compare_metric, parse_tolerances
+from pytest_specdec.metrics import MetricValue
+from pytest_specdec.report import (
+    RESULTS_FORMAT,
+    ReportRow,
+    format_table,
+    plot_rows,
+    render_latex,
+    render_markdown,
+    results_document,
+    row_from_payload,
+    tex_escape,
+    verdict_of,
+    write_github_summary,
+    write_report,
+)
+
+TOL = parse_tolerances("output_tok_s:5%,accept_length:2%")
+
+
+def payload(config, method, tp, budget, tok_s, accept=None, workload="chat"):
+    metrics = {"output_tok_s": {"value": tok_s, "direction": "higher"},
+               "ttft_ms": {"value": 12.34, "direction": "lower"}, "tpot_ms": {"value": 1.5, "direction": "lower"}}
+    if accept is not None:
+        metrics["accept_length"] = {"value": accept, "direction": "higher"}
+    return {"test_id": f"test_generation[{config}-{workload}]", "config": config, "method": method, "tp": tp,
+            "budget": budget, "workload": workload, "metrics": metrics}
+
+
+def regression():
+    return compare_metric("t", MetricValue("output_tok_s", 812.4, "higher"),
+                          BaselineEntry(901.0, "higher"), TOL["output_tok_s"])
+
+
+def improvement():
+    return compare_metric("t", MetricValue("accept_length", 3.5, "higher"),
+                          BaselineEntry(3.21, "higher"), TOL["accept_length"])
+
+
+def unchanged():
+    return compare_metric("t", MetricValue("output_tok_s", 900.0, "higher"),
+                          BaselineEntry(901.0, "higher"), TOL["output_tok_s"])
+
+
+@pytest.fixture
+def rows():
+    return [
+        row_from_payload(payload("ddtree-tp1-b16", "ddtree", 1, 16, 812.4, 3.21), [regression()]),
+        row_from_payload(payload("ddtree-tp1-b8", "ddtree", 1, 8, 700.0, 2.9), [improvement(), unchanged()]),
+        row_from_payload(payload("dflash-tp1", "dflash", 1, None, 650.0, 2.5), [unchanged()]),
+        row_from_payload(payload("ar-tp1", "ar", 1, None, 300.0)),
+        ReportRow(test_id="test_generation[ddtree-tp1-b32-chat]", config="ddtree-tp1-b32", workload="chat",
+                  method="ddtree", tp=1, budget=32, outcome="failed",
+                  reason="speculative decoding is not active on this server\nsecond line"),
+    ]
+
+
+def test_verdict_of():
+    assert verdict_of([]) == ""
+    assert verdict_of([regression(), improvement()]) == "regression"
+    assert verdict_of([improvement(), unchanged()]) == "improved"
+    assert verdict_of([unchanged()]) == "ok"
+    new = compare_metric("t", MetricValue("output_tok_s", 1.0, "higher"), None, None)
+    assert verdict_of([new]) == "new"
+    ungated_better = compare_metric("t", MetricValue("output_tok_s", 2.0, "higher"), BaselineEntry(1.0, "higher"), None)
+    assert verdict_of([ungated_better]) == "ok"
+
+
+def test_row_from_payload(rows):
+    r = rows[0]
+    assert (r.config, r.method, r.tp, r.budget, r.workload) == ("ddtree-tp1-b16", "ddtree", 1, 16, "chat")
+    assert r.metrics["output_tok_s"] == 812.4 and r.metrics["accept_length"] == 3.21
+    assert r.verdict == "regression"
+    assert r.comparisons == ("output_tok_s 812.4 < baseline 901.0 -5% (-9.8%)",)
+    assert rows[1].verdict == "improved" and len(rows[1].comparisons) == 1  # unchanged lines are not notes
+    assert row_from_payload({"config": "x", "metrics": {"output_tok_s": 5.0}}).metrics == {"output_tok_s": 5.0}
+
+
+def test_format_table(rows):
+    text = format_table(rows)
+    lines = text.splitlines()
+    assert lines[0].split() == ["config", "workload", "tok/s", "accept", "len", "TTFT", "ms", "TPOT", "ms", "verdict"]
+    body = "\n".join(lines)
+    # sorted by method, tp, budget: ar, ddtree b8, b16, b32, dflash
+    order = [line.split()[0] for line in lines[2:7]]
+    assert order == ["ar-tp1", "ddtree-tp1-b8", "ddtree-tp1-b16", "ddtree-tp1-b32", "dflash-tp1"]
+    b16 = next(line for line in lines if line.startswith("ddtree-tp1-b16"))
+    assert "812.4" in b16 and "3.21" in b16 and "12.3" in b16 and "1.50" in b16 and "REGRESSION" in b16
+    ar = next(line for line in lines if line.startswith("ar-tp1"))
+    assert ar.split()[3] == "-"  # no accept length for autoregressive
+    failed = next(line for line in lines if line.startswith("ddtree-tp1-b32"))
+    assert failed.endswith("FAILED: speculative decoding is not active on this server")
+    assert "against baseline:" in body
+    assert "ddtree-tp1-b16 [chat]: output_tok_s 812.4 < baseline 901.0 -5% (-9.8%)" in body
+    assert format_table([]) == "pytest-specdec: no results"
+
+
+def test_table_columns_align(rows):
+    lines = format_table(rows).splitlines()[:7]
+    rule = lines[1]
+    starts = [i for i, ch in enumerate(rule) if ch == "-" and (i == 0 or rule[i - 1] == " ")]
+    assert len(starts) == 7
+    for line in lines[2:]:
+        for s in starts[1:]:
+            assert line[s - 2:s] == "  " or line[s - 1] == " "
+
+
+def test_results_document_is_json_with_format_marker(rows):
+    doc = results_document(rows, {"hardware": "cpu"})
+    text = json.dumps(doc)
+    back = json.loads(text)
+    assert back["format"] == RESULTS_FORMAT and back["version"] == 1 and back["meta"] == {"hardware": "cpu"}
+    assert len(back["results"]) == 5
+    first = back["results"][0]
+    assert set(first) >= {"test_id", "config", "workload", "method", "tp", "budget", "metrics", "verdict",
+                          "comparisons", "outcome", "reason"}
+
+
+def test_render_markdown(rows):
+    md = render_markdown(rows, meta={"hardware": "cpu", "backend": "embedded"}, plots=["plots/tokens_per_s.png"])
+    assert md.startswith("# pytest-specdec results\n")
+    assert "- **hardware**: cpu" in md
+    assert "| config | workload | tok/s | accept len | TTFT ms | TPOT ms | verdict |" in md
+    assert "|---|---|---:|---:|---:|---:|---|" in md
+    assert "| ddtree-tp1-b16 | chat | 812.4 | 3.21 | 12.3 | 1.50 | REGRESSION |" in md
+    assert "## Against the baseline" in md and "`output_tok_s 812.4 < baseline 901.0 -5% (-9.8%)`" in md
+    assert "## Failures" in md and "second line" in md
+    assert "![tokens_per_s](plots/tokens_per_s.png)" in md
+    assert "No results." in render_markdown([])
+
+
+def test_markdown_escapes_pipes():
+    row = ReportRow(test_id="t", config="a|b", outcome="failed", reason="x | y")
+    assert "a\\|b" in render_markdown([row])
+
+
+def test_tex_escape():
+    assert tex_escape("ddtree_tp1 50% & $x#{y}~^\\") == (
+        "ddtree\\_tp1 50\\% \\& \\$x\\#\\{y\\}\\textasciitilde{}\\textasciicircum{}\\textbackslash{}")
+
+
+def test_render_latex(rows):
+    tex = render_latex(rows, ["plots/tokens_per_s.png"])
+    assert "\\usepackage{booktabs}" in tex.splitlines()[0]
+    assert tex.count("\\begin{tabular}") == 1
+    assert "\\toprule" in tex and "\\midrule" in tex and "\\bottomrule" in tex
+    assert "Method & TP & Budget & tokens/s & accept len & TTFT ms & TPOT ms \\\\" in tex
+    assert "ddtree & 1 & 16 & 812.4 & 3.21 & 12.3 & 1.50 \\\\" in tex
+    assert "ar & 1 & - & 300.0 & - & 12.3 & 1.50 \\\\" in tex
+    assert "b32" not in tex  # failed configurations are not presented as results
+    assert "\\includegraphics[width=\\linewidth]{plots/tokens_per_s.png}" in tex
+    assert tex.count("\\begin{") == tex.count("\\end{")
+    # one table per workload
+    two = render_latex(rows + [row_from_payload(payload("ar-tp1", "ar", 1, None, 1.0, workload="code"))])
+    assert two.count("\\begin{tabular}") == 2 and "(code)" in two
+
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_rows_writes_pngs(rows, tmp_path):
+    paths = plot_rows(rows, tmp_path)
+    assert [p.name for p in paths] == ["tokens_per_s.png", "accept_length.png"]
+    for p in paths:
+        assert p.read_bytes()[:8] == PNG_MAGIC and p.stat().st_size > 1000
+
+
+def test_plot_rows_without_budgets_and_empty(tmp_path):
+    only_chain = [row_from_payload(payload("dflash-tp1", "dflash", 1, None, 650.0, 2.5)),
+                  row_from_payload(payload("ar-tp1", "ar", 1, None, 300.0))]
+    paths = plot_rows(only_chain, tmp_path / "a")
+    assert [p.name for p in paths] == ["tokens_per_s.png", "accept_length.png"]
+    assert plot_rows([], tmp_path / "b") == []
+
+
+def test_write_report_writes_every_file(rows, tmp_path):
+    files = write_report(tmp_path / "report", rows, meta={"hardware": "cpu"})
+    assert json.loads(files.results_json.read_text())["format"] == RESULTS_FORMAT
+    md = files.markdown.read_text()
+    assert "![tokens_per_s](plots/tokens_per_s.png)" in md
+    assert "\\includegraphics[width=\\linewidth]{plots/accept_length.png}" in files.latex.read_text()
+    assert [p.name for p in files.plots] == ["tokens_per_s.png", "accept_length.png"]
+    assert files.plot_error is None
+
+
+def test_write_report_without_matplotlib_still_writes_the_rest(rows, tmp_path, monkeypatch):
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError("No module named 'matplotlib'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    files = write_report(tmp_path, rows)
+    assert files.plots == () and "matplotlib" in (files.plot_error or "")
+    assert "plots skipped" in files.markdown.read_text()
+    assert files.latex.exists() and files.results_json.exists()
+
+
+def test_module_import_does_not_import_matplotlib():
+    import subprocess
+
+    code = "import sys, pytest_specdec.report; print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "False"
+
+
+def test_github_step_summary(rows, tmp_path):
+    assert write_github_summary(rows, env={}) is None
+    target = tmp_path / "summary.md"
+    target.write_text("earlier step\n")
+    path = write_github_summary(rows, env={"GITHUB_STEP_SUMMARY": str(target)})
+    assert path == target
+    text = target.read_text()
+    assert text.startswith("earlier step\n")  # appended, never overwritten
+    assert "| ddtree-tp1-b16 | chat | 812.4 |" in text
