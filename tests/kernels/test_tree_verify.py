@@ -1,0 +1,175 @@
+"""tree_verify_attention: Triton path against float64 references, the tree mask, ragged batches."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kernel_cases import (DEVICE, FULL_GRID, ROW_TOLERANCE, case_id, needs_triton, random_tree_batch,
+                          ancestor_chain, row_errors, verify_cases)
+from specdec_kernels import tree_verify_attention
+from specdec_kernels.impl import resolve_impl
+from specdec_kernels.tree_verify import tree_verify_attention_reference, tree_verify_attention_sdpa
+
+# Cache rows past L_b + T are filled with NaN: a kernel that reads them fails.
+SLACK_ROWS = 5
+
+
+def make_verify_inputs(lens, num_nodes, shape, group, kv_heads, head_dim, dtype, seed):
+    """Fresh random q / caches / trees; rows past each request's L_b + T are NaN."""
+    gen = torch.Generator().manual_seed(seed)
+    batch = len(lens)
+    rows = max(lens) + num_nodes + SLACK_ROWS
+    q = torch.randn(batch, num_nodes, kv_heads * group, head_dim, generator=gen) * 2.0
+    k = torch.randn(batch, rows, kv_heads, head_dim, generator=gen)
+    v = torch.randn(batch, rows, kv_heads, head_dim, generator=gen)
+    for b, length in enumerate(lens):
+        k[b, length + num_nodes:] = float("nan")
+        v[b, length + num_nodes:] = float("nan")
+    parents, mask = random_tree_batch(batch, num_nodes, shape, gen)
+    lens_t = torch.tensor(lens, dtype=torch.int32)
+    to = dict(device=DEVICE)
+    return (q.to(dtype=dtype, **to), k.to(dtype=dtype, **to), v.to(dtype=dtype, **to),
+            lens_t.to(**to), mask.to(**to), parents)
+
+
+def float64_reference(q, k, v, lens, mask):
+    """Per request, only the rows it owns (so the NaN slack never enters), in float64."""
+    outs = []
+    for b, length in enumerate(lens.tolist()):
+        rows = length + q.shape[1]
+        outs.append(tree_verify_attention_reference(
+            q[b:b + 1].double(), k[b:b + 1, :rows].double(), v[b:b + 1, :rows].double(),
+            lens[b:b + 1], mask[b:b + 1], compute_dtype=torch.float64))
+    return torch.cat(outs)
+
+
+def run_triton(q, k, v, lens, mask, num_splits=None, monkeypatch=None):
+    """The launcher with a NaN-poisoned output and NaN-poisoned split partials."""
+    from specdec_kernels import tree_verify_triton
+
+    if monkeypatch is not None:
+        monkeypatch.setattr(tree_verify_triton, "POISON_WORKSPACE", True)
+    out = torch.full_like(q, float("nan"))
+    result = tree_verify_triton.tree_verify_attention_triton(q, k, v, lens, mask, out=out,
+                                                             num_splits=num_splits)
+    assert result is out
+    return out
+
+
+def assert_rows_close(out, ref, dtype, what):
+    assert not torch.isnan(out).any(), f"{what}: NaN in the output (an element was not written)"
+    err = row_errors(out.cpu(), ref.cpu())
+    worst = float(err.max())
+    tol = ROW_TOLERANCE[dtype]
+    assert worst <= tol, (f"{what}: worst row relative error {worst:.3g} > {tol:g} at "
+                          f"(b, node, head) = {tuple(int(i) for i in (err == err.max()).nonzero()[0])}")
+
+
+@needs_triton
+@pytest.mark.parametrize("case", verify_cases(), ids=case_id)
+def test_verify_matches_float64_reference(case, monkeypatch):
+    num_nodes, shape, group, prefix, dtype, head_dim, splits = case
+    lens = [prefix, (prefix * 7) // 10] if FULL_GRID else [prefix]
+    kv_heads = 2 if FULL_GRID or group <= 2 else 1
+    seed = hash(case_id(case)) % 2**31
+    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, num_nodes, shape, group, kv_heads, head_dim,
+                                                  dtype, seed)
+    out = run_triton(q, k, v, lens_t, mask, splits, monkeypatch)
+    assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, case_id(case))
+
+
+CHAIN_CASES = [  # (T, shape, G, L, dtype, D)
+    (33, "best_first", 4, 17, torch.bfloat16, 64),
+    (17, "deep_narrow", 1, 0, torch.float16, 128),
+    (9, "fanout", 2, 127, torch.float16, 64),
+]
+if FULL_GRID:
+    CHAIN_CASES += [(65, "best_first", 8, 1000, torch.bfloat16, 128),
+                    (64, "deep_narrow", 5, 16, torch.float16, 256),
+                    (13, "chain", 4, 1, torch.bfloat16, 64)]
+
+
+@needs_triton
+@pytest.mark.parametrize("num_nodes,shape,group,prefix,dtype,head_dim", CHAIN_CASES)
+def test_each_node_sees_only_prefix_and_its_ancestor_chain(num_nodes, shape, group, prefix, dtype,
+                                                          head_dim, monkeypatch):
+    """Node i's output equals plain attention over the prefix plus the rows of its own ancestor
+    chain alone: no mask, keys gathered by walking parents."""
+    kv_heads = 2
+    q, k, v, lens, mask, parents = make_verify_inputs([prefix], num_nodes, shape, group, kv_heads,
+                                                      head_dim, dtype, seed=num_nodes * 1000 + prefix)
+    out = run_triton(q, k, v, lens, mask, None, monkeypatch).cpu()
+    q64, k64, v64 = q.cpu().double(), k.cpu().double(), v.cpu().double()
+    ref = torch.empty_like(q64)
+    for node in range(num_nodes):
+        rows = list(range(prefix)) + [prefix + j for j in ancestor_chain(parents[0], node)]
+        keys = k64[0, rows].repeat_interleave(group, dim=1)  # [n, Hq, D]
+        vals = v64[0, rows].repeat_interleave(group, dim=1)
+        scores = torch.einsum("hd,nhd->hn", q64[0, node], keys) / math.sqrt(head_dim)
+        ref[0, node] = torch.einsum("hn,nhd->hd", scores.softmax(-1), vals)
+    assert_rows_close(out, ref, dtype, f"ancestor chains T={num_nodes} {shape}")
+
+
+@needs_triton
+def test_ragged_batch_through_public_api():
+    """Four requests of different prefix lengths and trees in one call (impl='auto')."""
+    lens = [0, 17, 1000, 127]
+    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, 16, "best_first", 4, 2, 64, torch.bfloat16, 7)
+    out = tree_verify_attention(q, k, v, lens_t, mask)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), torch.bfloat16, "ragged")
+
+
+@needs_triton
+def test_float32_inputs(monkeypatch):
+    q, k, v, lens, mask, _ = make_verify_inputs([40, 3], 13, "best_first", 2, 2, 64, torch.float32, 11)
+    out = run_triton(q, k, v, lens, mask, 2, monkeypatch)
+    assert_rows_close(out, float64_reference(q, k, v, lens, mask), torch.float32, "fp32")
+
+
+def test_reference_equals_sdpa_with_boolean_mask():
+    """The grouped-matmul reference is the same function as SDPA + boolean mask + enable_gqa."""
+    gen = torch.Generator().manual_seed(3)
+    lens = torch.tensor([5, 0, 40], dtype=torch.int32)
+    parents, mask = random_tree_batch(3, 17, "best_first", gen)
+    q = torch.randn(3, 17, 8, 32, generator=gen, dtype=torch.float64)
+    k = torch.randn(3, 60, 2, 32, generator=gen, dtype=torch.float64)
+    v = torch.randn(3, 60, 2, 32, generator=gen, dtype=torch.float64)
+    ours = tree_verify_attention_reference(q, k, v, lens, mask, compute_dtype=torch.float64)
+    sdpa = tree_verify_attention_sdpa(q, k, v, lens, mask)
+    torch.testing.assert_close(ours, sdpa, rtol=1e-12, atol=1e-12)
+    public = tree_verify_attention(q.float(), k.float(), v.float(), lens, mask, impl="torch")
+    torch.testing.assert_close(public.double(), sdpa, rtol=1e-5, atol=1e-5)
+
+
+def test_bad_shapes_are_rejected_with_the_input_named():
+    q = torch.randn(1, 9, 6, 64)
+    k = torch.randn(1, 20, 4, 64)
+    mask = torch.zeros(1, 9, 1, dtype=torch.int32)
+    with pytest.raises(ValueError, match="multiple of Hkv"):
+        tree_verify_attention(q, k, k, torch.tensor([3], dtype=torch.int32), mask, impl="torch")
+    k = torch.randn(1, 20, 2, 64)
+    with pytest.raises(ValueError, match="ancestor_mask"):
+        tree_verify_attention(q, k, k, torch.tensor([3], dtype=torch.int32), mask[:, :, :0], impl="torch")
+
+
+def test_auto_picks_triton_only_on_gpu_or_interpreter(monkeypatch):
+    cpu = torch.zeros(1)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert resolve_impl("auto", cpu) == "torch"
+    with pytest.raises(ValueError, match="TRITON_INTERPRET"):
+        resolve_impl("triton", cpu)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert resolve_impl("auto", cpu) == "triton"
+    with pytest.raises(ValueError, match="impl="):
+        resolve_impl("cuda", cpu)
+
+
+def test_import_does_not_load_triton():
+    code = "import sys, specdec_kernels; assert 'triton' not in sys.modules, 'triton imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
