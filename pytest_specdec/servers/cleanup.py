@@ -6,8 +6,11 @@ Three layers, because each covers a way out the others miss:
 2. this registry: an `atexit` hook plus SIGTERM / SIGHUP handlers that SIGKILL every registered
    process group -- covers `sys.exit`, an uncaught exception and a CI runner's SIGTERM
    (SIGINT already becomes KeyboardInterrupt, which runs teardown and then atexit);
-3. `PR_SET_PDEATHSIG` (Linux) in the child -- covers what runs no Python code at all: pytest
-   SIGKILLed, or `os._exit` (pytest-timeout's thread method). The kernel then kills the server.
+3. for what runs no Python code at all (pytest SIGKILLed, or `os._exit` as pytest-timeout's
+   thread method does): a watchdog process per pytest process, told each group over a pipe; the
+   pipe reaches EOF when its writer dies, however it dies, and the watchdog then SIGKILLs every
+   group still registered. `PR_SET_PDEATHSIG` (Linux) on the server's leader process is a second
+   net for the leader itself (it cannot reach grandchildren, hence the watchdog).
 
 Also here: finding the members of a process group (psutil when present, else /proc), used to
 confirm that nothing survived a teardown.
@@ -20,6 +23,7 @@ import ctypes
 import ctypes.util
 import os
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Callable
@@ -28,6 +32,26 @@ _lock = threading.Lock()
 _groups: dict[int, str] = {}  # pgid -> label, for processes still to be killed at exit
 _installed = False
 _previous_handlers: dict[int, object] = {}
+
+
+# Runs in its own session so neither a terminal's Ctrl-C nor our killpg of a server reaches it.
+_WATCHDOG = """
+import os, signal, sys
+groups = set()
+for line in sys.stdin:
+    line = line.strip()
+    if line[:1] == "+":
+        groups.add(int(line[1:]))
+    elif line[:1] == "-":
+        groups.discard(int(line[1:]))
+for g in groups:
+    try:
+        os.killpg(g, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+_watchdog: subprocess.Popen | None = None
+_watchdog_owner: int | None = None
 
 
 def register(pgid: int, label: str) -> None:
@@ -39,11 +63,37 @@ def register(pgid: int, label: str) -> None:
             atexit.register(kill_all)
             _install_signal_handlers()
             _installed = True
+        _tell_watchdog(f"+{pgid}")
 
 
 def unregister(pgid: int) -> None:
     with _lock:
         _groups.pop(pgid, None)
+        _tell_watchdog(f"-{pgid}")
+
+
+def _tell_watchdog(message: str) -> None:
+    """Send `+pgid` / `-pgid` to this process's watchdog, starting it on first need."""
+    global _watchdog, _watchdog_owner
+    if _watchdog_owner != os.getpid():  # a forked child must not share its parent's watchdog
+        _watchdog, _watchdog_owner = None, os.getpid()
+    try:
+        if _watchdog is None or _watchdog.poll() is not None:
+            if message.startswith("-"):
+                return
+            _watchdog = subprocess.Popen(
+                [sys.executable, "-c", _WATCHDOG],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                text=True,
+            )
+            message = "\n".join(f"+{pgid}" for pgid in _groups)  # includes the new one
+        _watchdog.stdin.write(message + "\n")
+        _watchdog.stdin.flush()
+    except OSError:
+        pass  # best effort: the atexit and signal layers still stand
 
 
 def registered() -> dict[int, str]:

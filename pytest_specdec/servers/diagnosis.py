@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Lines that mean the server is finished, whatever its HTTP side still answers (REFERENCE.md).
-# Ordered most specific first: the first signature found on a line names the cause.
+# Ordered most specific first: a crash logs a generic line ("Scheduler hit an exception") before the
+# traceback's specific one ("CUDA error: ..."), and the cause shown is the most specific found.
 FATAL_SIGNATURES: tuple[str, ...] = (
     "CUDA error: an illegal memory access was encountered",
     "CUDA error: an illegal instruction was encountered",
@@ -29,6 +30,7 @@ FATAL_SIGNATURES: tuple[str, ...] = (
     "Initialization failed",
 )
 _FATAL_RE = re.compile("|".join(re.escape(s) for s in FATAL_SIGNATURES), re.IGNORECASE)
+_SIGNATURE_RES = tuple(re.compile(re.escape(s), re.IGNORECASE) for s in FATAL_SIGNATURES)
 # Errno 98 (Linux) / 48 (macOS), as printed by asyncio, uvicorn and aiohttp.
 _ADDRESS_IN_USE_RE = re.compile(r"address already in use", re.IGNORECASE)
 READY_LINE = "The server is fired up and ready to roll!"
@@ -54,6 +56,7 @@ class LogWatcher:
         self._offset = 0
         self._partial = ""
         self._fatal_line: str | None = None
+        self._fatal_rank: int | None = None
         self._address_in_use = False
         self._ready = False
 
@@ -73,8 +76,9 @@ class LogWatcher:
         return self.finding(include_partial=True)
 
     def _note(self, line: str) -> None:
-        if self._fatal_line is None and _FATAL_RE.search(line):
-            self._fatal_line = line.strip()
+        rank = _rank(line)
+        if rank is not None and (self._fatal_rank is None or rank < self._fatal_rank):
+            self._fatal_line, self._fatal_rank = line.strip(), rank
         if _ADDRESS_IN_USE_RE.search(line):
             self._address_in_use = True
         if READY_LINE in line:
@@ -83,17 +87,27 @@ class LogWatcher:
     def finding(self, include_partial: bool = False) -> LogFinding:
         fatal, in_use = self._fatal_line, self._address_in_use
         if include_partial and self._partial:
-            if fatal is None and _FATAL_RE.search(self._partial):
+            rank = _rank(self._partial)
+            if rank is not None and (self._fatal_rank is None or rank < self._fatal_rank):
                 fatal = self._partial.strip()
             in_use = in_use or bool(_ADDRESS_IN_USE_RE.search(self._partial))
         return LogFinding(fatal_line=fatal, address_in_use=in_use, ready=self._ready)
 
 
+def _rank(line: str) -> int | None:
+    """Index of the most specific fatal signature in `line`, None when there is none."""
+    if not _FATAL_RE.search(line):
+        return None
+    return next(i for i, r in enumerate(_SIGNATURE_RES) if r.search(line))
+
+
 def fatal_cause(line: str) -> str:
-    """The readable cause inside a fatal log line: from the matched signature on, without the
-    timestamp / logger prefix, e.g. `CUDA error: an illegal instruction was encountered`."""
-    m = _FATAL_RE.search(line)
-    return line[m.start():].strip() if m else line.strip()
+    """The readable cause inside a fatal log line: from its most specific signature on, without
+    the timestamp / logger prefix, e.g. `CUDA error: an illegal instruction was encountered`."""
+    rank = _rank(line)
+    if rank is None:
+        return line.strip()
+    return line[_SIGNATURE_RES[rank].search(line).start():].strip()
 
 
 def tail(path: Path | None, lines: int = TAIL_LINES) -> str:

@@ -138,6 +138,7 @@ class ManagedServer:
         self._watcher: LogWatcher | None = None
         self._ready = False
         self._stopped = False
+        self._settled = False
         self.died: ServerError | None = None
 
     # -- public state --------------------------------------------------------------------------
@@ -197,6 +198,7 @@ class ManagedServer:
         self._log_file.flush()
         self._ready = False
         self._stopped = False
+        self._settled = False
         self.died = None
         self._proc = subprocess.Popen(
             self.argv,
@@ -231,8 +233,18 @@ class ManagedServer:
             time.sleep(max(0.0, min(self.poll_interval, deadline - time.monotonic())))
         raise self._deadline_error(seen)
 
-    def _raise_if_failed_during_startup(self) -> None:
+    def _scan(self):
+        """Scan the log; after a first fatal line, wait a moment so the rest of the traceback
+        (which holds the specific cause) is in the log too."""
         finding = self._watcher.scan()
+        if finding.fatal_line is not None and not self._settled:
+            self._settled = True
+            time.sleep(0.3)
+            finding = self._watcher.scan()
+        return finding
+
+    def _raise_if_failed_during_startup(self) -> None:
+        finding = self._scan()
         code = self._proc.poll()
         if finding.address_in_use:
             raise self._error(
@@ -283,16 +295,16 @@ class ManagedServer:
             raise self.died
         if self._proc is None or self._stopped:
             raise ServerError(self.spec.id, "died", "is not running (never started, or stopped)")
-        finding = self._watcher.scan()
+        finding = self._scan()
         code = self._proc.poll()
         if finding.fatal_line is not None or code is not None:
-            self.died = self._death_error(finding.fatal_line, code)
+            self.died = self._death_error(self._scan().fatal_line, code)
             raise self.died
         outcome, status = probe(self.url + "/health", timeout or self.health_timeout)
         if outcome != "ok":
             # Give a crash that is just happening a moment to reach the log / exit status.
             time.sleep(0.2)
-            finding, code = self._watcher.scan(), self._proc.poll()
+            finding, code = self._scan(), self._proc.poll()
             if finding.fatal_line is not None or code is not None:
                 self.died = self._death_error(finding.fatal_line, code)
                 raise self.died

@@ -1,0 +1,253 @@
+"""ManagedServer against a real process: readiness, each failure's own message, teardown.
+
+Fault behaviour comes from the engine's fault flags (the embedded engine once it exists, the
+stand-in `fake_engine.py` until then); process-tree behaviour that needs test-only flags
+(`--spawn-child`, `--ignore-sigterm`) always uses the stand-in. Every test ends by proving that
+no process it started survives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.servers import ServerError, process
+from pytest_specdec.servers.cleanup import descendants, registered
+
+from servers_support import ENGINE_ENTRY, FAKE_ENTRY, server, spec, wait_gone
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def generate(url: str, n: int = 4) -> dict:
+    body = json.dumps({"text": "hello", "sampling_params": {"max_new_tokens": n, "temperature": 0}}).encode()
+    req = urllib.request.Request(url + "/generate", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+def fails_with(s, reason: str) -> ServerError:
+    t0 = time.monotonic()
+    with pytest.raises(ServerError) as info:
+        s.start()
+    e = info.value
+    assert e.reason == reason, str(e)
+    assert not s.is_running()
+    e.elapsed = time.monotonic() - t0
+    return e
+
+
+def test_boot_check_alive_and_teardown_kill_the_whole_tree(tmp_path):
+    s = server(spec("ar", None, "--spawn-child"), tmp_path, entry=FAKE_ENTRY)
+    s.start()
+    try:
+        s.check_alive()
+        tree = [s.pid] + descendants(s.pid)
+        assert len(tree) >= 2, "the stand-in should have spawned a child"
+        assert s.log_path == tmp_path / "ar-tp1.log"
+        assert "The server is fired up and ready to roll!" in s.log_path.read_text()
+        assert s.pid in registered()
+    finally:
+        s.stop()
+    assert wait_gone(tree, timeout=0) == []
+    assert s.pid not in registered()
+    s.stop()  # idempotent
+
+
+def test_sigterm_ignored_escalates_to_sigkill(tmp_path):
+    s = server(spec("ar", None, "--ignore-sigterm", "--spawn-child"), tmp_path, entry=FAKE_ENTRY, term_grace=0.5)
+    s.start()
+    tree = [s.pid] + descendants(s.pid)
+    t0 = time.monotonic()
+    s.stop()
+    assert time.monotonic() - t0 < 5
+    assert wait_gone(tree, timeout=0) == []
+    assert s.returncode == -signal.SIGKILL
+
+
+def test_gpus_become_cuda_visible_devices(tmp_path):
+    s = server(spec("ar"), tmp_path, entry=FAKE_ENTRY, gpus=(2, 3), wait_gpu_release=False)
+    with s:
+        with urllib.request.urlopen(s.url + "/server_info", timeout=10) as resp:
+            assert json.loads(resp.read())["cuda_visible_devices"] == "2,3"
+    assert wait_gone([s.pid]) == []
+
+
+def test_crash_during_warmup(tmp_path):
+    s = server(spec("ddtree", 8, "--fault-crash-warmup"), tmp_path)
+    e = fails_with(s, "warmup-crash")
+    assert str(e).startswith("server ddtree-tp1-b8 crashed during warm-up")
+    assert "CUDA error: an illegal instruction was encountered" in e.cause
+    assert f"log: {s.log_path}" in str(e) and "last lines:" in str(e)
+    assert e.elapsed < 30  # fails fast, not at the 60 s deadline
+    assert wait_gone([s.pid]) == []
+
+
+def test_crash_for_listed_budgets_only(tmp_path):
+    crashing = server(spec("ddtree", 12, "--fault-crash-budgets", "8,12"), tmp_path)
+    fails_with(crashing, "warmup-crash")
+    fine = server(spec("ddtree", 16, "--fault-crash-budgets", "8,12"), tmp_path)
+    with fine:
+        fine.check_alive()
+    assert wait_gone([crashing.pid, fine.pid]) == []
+
+
+def test_hang(tmp_path):
+    s = server(spec("ar", None, "--fault-hang"), tmp_path, startup_timeout=4, health_timeout=1)
+    e = fails_with(s, "hang")
+    assert "hangs: /health_generate accepted connections but never answered within the 4s startup timeout" in str(e)
+    assert wait_gone([s.pid]) == []
+
+
+def test_slow_start_past_the_deadline(tmp_path):
+    s = server(spec("ar", None, "--fault-slow-start", "60"), tmp_path, startup_timeout=2)
+    e = fails_with(s, "slow-start")
+    assert "not ready after the 2s startup timeout" in str(e)
+    assert "raise --specdec-startup-timeout" in str(e)
+    assert 2 <= e.elapsed < 10
+    assert wait_gone([s.pid]) == []
+
+
+def test_slow_start_within_the_deadline_is_fine(tmp_path):
+    s = server(spec("ar", None, "--fault-slow-start", "1"), tmp_path)
+    with s:
+        s.check_alive()
+    assert wait_gone([s.pid]) == []
+
+
+def test_port_already_in_use_is_caught_before_launch(tmp_path):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        s = server(spec("ar"), tmp_path, port=port)
+        e = fails_with(s, "port-in-use")
+        assert f"address 127.0.0.1:{port} already in use" in str(e)
+        assert s.pid is None  # nothing was launched
+
+
+def test_port_lost_in_a_race_shows_in_the_log_and_a_picked_port_is_retried(tmp_path, monkeypatch):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        monkeypatch.setattr(process, "port_in_use", lambda port, host="": False)  # lose the race
+        # An explicit port: the server's own bind failure is reported as such.
+        s = server(spec("ar"), tmp_path, port=taken)
+        e = fails_with(s, "port-in-use")
+        assert "already in use" in str(e) and f"log: {s.log_path}" in str(e)
+        # A port we picked: pick again.
+        ports = iter([taken])
+        real_free_port = process.free_port
+        monkeypatch.setattr(process, "free_port", lambda host: next(ports, None) or real_free_port(host))
+        r = server(spec("ar"), tmp_path)
+        with r:
+            assert r.port != taken
+    assert wait_gone([s.pid, r.pid]) == []
+
+
+def test_exit_before_ready(tmp_path):
+    s = server(spec("ar", None, "--no-such-flag"), tmp_path)
+    e = fails_with(s, "exited")
+    assert "exited with code 2 before it was ready" in str(e)
+    assert "--no-such-flag" in e.tail  # argparse's complaint is in the last lines
+
+
+def test_death_after_ready_names_the_cause_and_is_remembered(tmp_path):
+    s = server(spec("ddtree", 8, "--fault-crash-after", "1"), tmp_path)
+    s.start()
+    try:
+        generate(s.url)
+        with pytest.raises(OSError):
+            generate(s.url)
+        t0 = time.monotonic()
+        with pytest.raises(ServerError) as info:
+            s.check_alive()
+        e = info.value
+        assert e.reason == "died"
+        assert str(e).startswith(
+            "server ddtree-tp1-b8 died: CUDA error: an illegal instruction was encountered (log: "
+        ), str(e)
+        assert str(s.log_path) in str(e) and "last lines:" in str(e)
+        assert s.diagnose() is e  # remembered: no second probe
+        assert time.monotonic() - t0 < 5
+    finally:
+        s.stop()
+    assert wait_gone([s.pid]) == []
+
+
+def test_unresponsive_but_alive(tmp_path):
+    s = server(spec("ar"), tmp_path, entry=FAKE_ENTRY, health_timeout=1)
+    s.start()
+    try:
+        os.kill(s.pid, signal.SIGSTOP)
+        with pytest.raises(ServerError) as info:
+            s.check_alive()
+        assert info.value.reason == "unresponsive"
+        assert "/health did not answer within 1s (process alive" in str(info.value)
+    finally:
+        s.stop(grace=0.5)
+    assert wait_gone([s.pid]) == []
+
+
+STANDIN = textwrap.dedent(
+    """
+    import sys, time
+    sys.path.insert(0, {support!r})
+    from pytest_specdec.servers import cleanup
+    if {no_pdeathsig!r}:
+        cleanup.parent_death_preexec = lambda: None  # prove the Python-level layer alone
+    from servers_support import FAKE_ENTRY, server, spec
+    from pathlib import Path
+    s = server(spec("ar", None, "--spawn-child"), Path({log_dir!r}), entry=FAKE_ENTRY)
+    s.start()
+    from pytest_specdec.servers.cleanup import descendants
+    print(" ".join(str(p) for p in [s.pid] + descendants(s.pid)), flush=True)
+    if {how!r} == "exit":
+        sys.exit(3)
+    time.sleep(120)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "how, sig, no_pdeathsig",
+    [
+        ("exit", None, True),  # atexit
+        ("sleep", signal.SIGTERM, True),  # our SIGTERM handler
+        ("sleep", signal.SIGINT, True),  # KeyboardInterrupt, then atexit
+        ("sleep", signal.SIGKILL, True),  # no Python runs: the watchdog kills the whole tree
+        ("sleep", signal.SIGKILL, False),  # ... with PR_SET_PDEATHSIG on the leader as well
+    ],
+)
+def test_servers_die_with_their_parent(tmp_path, how, sig, no_pdeathsig):
+    code = STANDIN.format(support=str(Path(__file__).parent), no_pdeathsig=no_pdeathsig,
+                          log_dir=str(tmp_path), how=how)
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) >= 2, "stand-in did not start its server"
+        if sig is not None:
+            parent.send_signal(sig)
+        parent.wait(timeout=30)
+        assert wait_gone(pids) == []
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        for pid in pids:  # a failed run must not leave its server behind
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
