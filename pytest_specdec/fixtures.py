@@ -65,9 +65,9 @@ def specdec_model_path(specdec_state: RunState) -> str | None:
     model = specdec_state.config.model
     if model is None or specdec_state.backend != "sglang":
         return None
-    from .models import provision  # huggingface_hub is imported only when a model is needed
+    from .models import provision_model  # huggingface_hub is imported only when needed
 
-    return str(provision(model, cache_dir=specdec_state.config.model_cache))
+    return str(provision_model(model, **_cache(specdec_state)))
 
 
 def _server_factory(state: RunState, request: pytest.FixtureRequest):
@@ -76,12 +76,12 @@ def _server_factory(state: RunState, request: pytest.FixtureRequest):
     def factory(spec: ServerSpec, gpus: tuple[int, ...]) -> ManagedServer:
         model = draft = None
         if spec.backend == "sglang":
-            from .models import provision
+            from .models import provision_model
 
-            model = str(provision(state.config.model, cache_dir=state.config.model_cache)) \
+            model = str(provision_model(state.config.model, **_cache(state))) \
                 if state.config.model else None
             if spec.is_speculative and state.config.draft_model:
-                draft = str(provision(state.config.draft_model, cache_dir=state.config.model_cache))
+                draft = str(provision_model(state.config.draft_model, **_cache(state)))
         return ManagedServer(
             spec, specs.argv_builder(spec, state, model, draft), log_dir=log_dir,
             gpus=gpus, startup_timeout=state.settings.startup_timeout,
@@ -145,3 +145,7 @@ def specdec_record(request: pytest.FixtureRequest) -> Recorder:
     """Record metrics with their direction; they are journaled, gated against the baseline and
     handed to pytest-benchmark when the test's call ends."""
     return recorder_for(request.node)
+
+
+def _cache(state: RunState) -> dict:
+    return {"cache_dir": state.config.model_cache} if state.config.model_cache else {}

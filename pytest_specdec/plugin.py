@@ -53,6 +53,10 @@ def pytest_configure(config: pytest.Config) -> None:
         if not config.option.collectonly:
             session.start_journal(state)
         config.pluginmanager.register(Controller(config), "specdec-controller")
+        if config.pluginmanager.hasplugin("xdist"):
+            from .xdist_hooks import XdistHooks
+
+            config.pluginmanager.register(XdistHooks(config.stash[RESULTS_KEY]), "specdec-xdist")
     config.pluginmanager.register(fixtures, "specdec-fixtures")
 
 

@@ -110,15 +110,32 @@ class Results:
 
     state: RunState
     payloads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    outcomes: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     total: int = 0
 
     def add_report(self, report: pytest.TestReport) -> dict[str, Any] | None:
+        """Note the test's outcome; return its payload when this report carries one."""
+        self._note_outcome(report)
+        if report.when != "call":
+            return None
         for name, value in getattr(report, "user_properties", ()):
             if name == RESULT_PROPERTY:
                 payload = json.loads(value)
                 self.payloads[report.nodeid] = payload
                 return payload
         return None
+
+    def _note_outcome(self, report: pytest.TestReport) -> None:
+        if hasattr(report, "wasxfail"):
+            outcome = "xfailed" if report.skipped else "xpassed"
+            self.outcomes[report.nodeid] = (outcome, str(report.wasxfail))
+        elif report.failed:
+            outcome = "failed" if report.when == "call" else "error"
+            self.outcomes[report.nodeid] = (outcome, _first_line(report))
+        elif report.skipped and report.nodeid not in self.outcomes:
+            self.outcomes[report.nodeid] = ("skipped", _first_line(report))
+        elif report.when == "call" and report.passed:
+            self.outcomes.setdefault(report.nodeid, ("passed", None))
 
     def resumed(self) -> list[dict[str, Any]]:
         """Payloads measured by an earlier, interrupted run of this journal."""
@@ -140,6 +157,16 @@ class Results:
             versions=baselines_mod.collect_versions(),
             commit=baselines_mod.git_commit(self.state.config.root))
         return path
+
+
+def _first_line(report: pytest.TestReport) -> str:
+    """The reason a test failed or skipped, one line (our failures start with the cause)."""
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr or "")
+    text = text.removeprefix("Failed: ")
+    return text.strip().splitlines()[0] if text.strip() else ""
 
 
 def progress_line(payload: dict[str, Any], done: int, total: int) -> str:

@@ -1,0 +1,154 @@
+"""The benchmark flow end to end, as users run it: pytester projects against the embedded engine.
+
+Each test writes a small project (a matrix, one workload, the shipped test_generation) and runs
+pytest on it in a subprocess, so servers, journal, baselines and reports are all real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+GENERATION_TEST = (Path(__file__).resolve().parents[1] / "bench" / "test_generation.py").read_text()
+
+
+def project(pytester: pytest.Pytester, *, methods=("ddtree",), budgets=(8,), agreement=0.9,
+            extra: str = "", engine_args: tuple[str, ...] = (), prompts: int = 3,
+            max_new_tokens: int = 24) -> None:
+    methods_toml = ", ".join(f'"{m}"' for m in methods)
+    budgets_toml = ", ".join(str(b) for b in budgets)
+    engine_toml = ", ".join(f'"{a}"' for a in engine_args)
+    pytester.makepyprojecttoml(f"""
+[tool.specdec]
+backend = "embedded"
+startup_timeout = 60
+{extra}
+
+[tool.specdec.matrix.cpu]
+methods = [{methods_toml}]
+tp = [1]
+budget = [{budgets_toml}]
+
+[[tool.specdec.workloads]]
+name = "chat"
+prompts = "chat"
+num_prompts = {prompts}
+max_new_tokens = {max_new_tokens}
+
+[tool.specdec.engine]
+draft_agreement = {agreement}
+extra_args = [{engine_toml}]
+""")
+    pytester.makepyfile(test_generation=GENERATION_TEST)
+
+
+def run(pytester: pytest.Pytester, *args: str, timeout: float = 240) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA", *args, timeout=timeout)
+
+
+def journal_lines(pytester: pytest.Pytester) -> list[dict]:
+    path = pytester.path / ".specdec" / "journal.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def engine_processes() -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "pytest_specdec.engine" in line
+            and "ps -eo" not in line]
+
+
+@pytest.fixture
+def no_leftover_engines():
+    before = set(engine_processes())
+    yield
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        leftovers = set(engine_processes()) - before
+        if not leftovers:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"engine processes survived the session: {sorted(leftovers)}")
+
+
+def test_main_flow_prints_the_table_and_writes_the_journal(pytester, no_leftover_engines):
+    project(pytester, methods=("ar", "ddtree"), budgets=(8, 16))
+    result = run(pytester, "--specdec-report", "report")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*specdec [[]1/3[]] ar-tp1 chat:*output_tok_s=*",
+                                 "*specdec summary*", "*ddtree-tp1-b16*"])
+    records = journal_lines(pytester)
+    assert sorted(r["config_id"].split("[")[-1] for r in records) == \
+        ["ar-tp1-chat]", "ddtree-tp1-b16-chat]", "ddtree-tp1-b8-chat]"]
+    ddtree = next(r for r in records if "b16" in r["config_id"])
+    assert ddtree["data"]["metrics"]["accept_length"]["value"] > 1.5
+    assert (pytester.path / "report" / "results.json").is_file()
+    assert (pytester.path / "report" / "report.md").is_file()
+
+
+def test_planted_regression_fails_the_gate_and_improvement_passes(pytester, no_leftover_engines):
+    project(pytester, agreement=0.7)
+    run(pytester, "--specdec-save-baseline").assert_outcomes(passed=1)
+    baseline = json.loads((pytester.path / "baselines" / "cpu.json").read_text())
+    assert "test_generation[ddtree-tp1-b8-chat]" in json.dumps(baseline)
+
+    project(pytester, agreement=0.2)  # the drafter agrees less: accept length must drop
+    result = run(pytester, "--specdec-compare-fail", "accept_length:2%")
+    result.assert_outcomes(failed=1)
+    result.stdout.re_match_lines([r".*accept_length \d+\.\d+ < baseline \d+\.\d+ -2% \(-\d+\.\d%\)"])
+
+    project(pytester, agreement=1.0)
+    result = run(pytester, "--specdec-compare-fail", "accept_length:2%")
+    result.assert_outcomes(passed=1)
+    result.stdout.re_match_lines([r".*accept_length \d+\.\d+ > baseline \d+\.\d+ \+2% \(\+\d+\.\d%\)"])
+
+
+def test_killed_run_resumes_without_remeasuring_or_duplicates(pytester, no_leftover_engines):
+    project(pytester, methods=("ar", "dflash", "ddtree"), budgets=(8,))
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"],
+                            cwd=pytester.path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(journal_lines(pytester)) < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert journal_lines(pytester), "the first configuration never finished"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # a reboot, as far as pytest can tell
+        proc.wait()
+    done_before = {r["config_id"] for r in journal_lines(pytester)}
+    assert 1 <= len(done_before) < 3
+
+    result = run(pytester, "--specdec-resume")
+    result.assert_outcomes(passed=3 - len(done_before), skipped=len(done_before))
+    result.stdout.fnmatch_lines(["*already measured (resumed from*journal.jsonl)*"])
+    ids = [r["config_id"] for r in journal_lines(pytester)]
+    assert len(ids) == len(set(ids)) == 3
+    result.stdout.fnmatch_lines(["*specdec summary*"])
+    assert result.stdout.str().count("ar-tp1") >= 1
+
+
+def test_benchmark_compare_works_on_a_second_run(pytester, no_leftover_engines):
+    project(pytester, max_new_tokens=16)
+    run(pytester, "--benchmark-autosave").assert_outcomes(passed=1)
+    saved = list((pytester.path / ".benchmarks").rglob("*.json"))
+    assert len(saved) == 1
+    data = json.loads(saved[0].read_text())
+    (bench,) = data["benchmarks"]
+    assert bench["stats"]["rounds"] == 3  # one per request: per-token latency of each
+    assert bench["extra_info"]["accept_length"] > 1.0
+    result = run(pytester, "--benchmark-compare", "--benchmark-compare-fail=mean:1000%")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*Comparing against benchmarks from*0001_*",
+                                 "*test_generation*NOW*", "*test_generation*0001*"])

@@ -1,0 +1,180 @@
+"""A dead server is noticed at once and said why, never recorded as 0 tok/s.
+
+pytester projects run the shipped `test_generation` against the embedded engine with its fault
+flags (the failures users hit on real GPUs), in a subprocess so that servers, signals and
+teardown are all real.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from test_bench_flow import engine_processes, journal_lines, no_leftover_engines, project, run  # noqa: F401
+
+pytest.importorskip("torch")
+
+THREE_WORKLOADS = """
+[[tool.specdec.workloads]]
+name = "w1"
+prompts = "chat"
+num_prompts = 2
+max_new_tokens = 8
+
+[[tool.specdec.workloads]]
+name = "w2"
+prompts = "code"
+num_prompts = 2
+max_new_tokens = 8
+
+[[tool.specdec.workloads]]
+name = "w3"
+prompts = "math"
+num_prompts = 2
+max_new_tokens = 8
+"""
+
+
+def faulty_project(pytester, engine_args, *, budgets=(8,), workloads=THREE_WORKLOADS, extra=""):
+    project(pytester, budgets=budgets, engine_args=engine_args, extra=extra)
+    # Replace the single workload with three, so a spec serves several tests.
+    text = (pytester.path / "pyproject.toml").read_text()
+    head, _, rest = text.partition("[[tool.specdec.workloads]]")
+    engine = rest[rest.index("[tool.specdec.engine]"):]
+    (pytester.path / "pyproject.toml").write_text(head + workloads + "\n" + engine)
+
+
+def test_crash_mid_run_fails_that_test_and_errors_the_rest_at_once(pytester, no_leftover_engines):
+    faulty_project(pytester, ("--fault-crash-after", "3"))
+    started = time.monotonic()
+    result = run(pytester)
+    elapsed = time.monotonic() - started
+    result.assert_outcomes(passed=1, failed=1, errors=1)
+    text = result.stdout.str()
+    assert "server ddtree-tp1-b8 died: CUDA error: an illegal instruction was encountered" in text
+    assert "log: " in text and "ddtree-tp1-b8" in text and "last lines:" in text
+    # the third test errors with the same cause instead of waiting for any timeout
+    result.stdout.re_match_lines([r"ERROR .*test_generation\[ddtree-tp1-b8-w3\].*illegal instruction"])
+    assert elapsed < 60
+    assert "0 tok/s" not in text and "output_tok_s=0" not in text
+
+
+def test_crash_during_warmup_has_its_own_message(pytester, no_leftover_engines):
+    faulty_project(pytester, ("--fault-crash-warmup",))
+    result = run(pytester)
+    result.assert_outcomes(errors=3)
+    result.stdout.fnmatch_lines(["*server ddtree-tp1-b8 crashed during warm-up*"])
+
+
+ONE_WORKLOAD = THREE_WORKLOADS.split("[[tool.specdec.workloads]]\nname = \"w2\"")[0]
+
+
+def test_crash_budgets_are_red_without_a_known_issue(pytester, no_leftover_engines):
+    faulty_project(pytester, ("--fault-crash-budgets", "8,12"), budgets=(8, 12, 16),
+                   workloads=ONE_WORKLOAD)
+    result = run(pytester)
+    result.assert_outcomes(passed=1, errors=2)
+    result.stdout.fnmatch_lines(["*illegal instruction*"])
+
+
+def test_sm120_dry_run_reproduces_known_crashes_as_xfail(pytester, no_leftover_engines):
+    """`--specdec-arch=sm_120 -m blackwell`: the Blackwell suite on the embedded engine, whose
+    fault injection reproduces the known sm_120 crash, so the known issue shows as xfailed."""
+    faulty_project(pytester, (), budgets=(8,), workloads=ONE_WORKLOAD, extra="""
+[tool.specdec.matrix.blackwell]
+methods = ["ddtree"]
+tp = [1, 4]
+budget = [8, 16]
+
+[[tool.specdec.known_issues]]
+arch = "sm_120"
+method = "ddtree"
+budget = [8, 12]
+reason = "verify crashes with CUDA illegal instruction on sm_120"
+""")
+    result = run(pytester, "--specdec-arch=sm_120", "-m", "blackwell")
+    result.assert_outcomes(passed=1, xfailed=1, skipped=2, deselected=1)
+    result.stdout.fnmatch_lines(["*XFAIL*blackwell-ddtree-tp1-b8*known issue: verify crashes*",
+                                 "*SKIPPED*needs 4 GPUs; found: simulated sm_120*"])
+
+
+def test_hang_is_reported_as_a_hang(pytester, no_leftover_engines):
+    faulty_project(pytester, ("--fault-hang",), workloads=ONE_WORKLOAD,
+                   extra="startup_timeout = 4")
+    result = run(pytester)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*server ddtree-tp1-b8 hangs: /health_generate accepted "
+                                 "connections but never answered*"])
+
+
+def test_slow_start_past_the_deadline(pytester, no_leftover_engines):
+    faulty_project(pytester, ("--fault-slow-start", "30"), workloads=ONE_WORKLOAD,
+                   extra="startup_timeout = 3")
+    result = run(pytester)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*server ddtree-tp1-b8 not ready after the 3s startup timeout*"
+                                 "raise --specdec-startup-timeout*"])
+
+
+def test_port_already_in_use(pytester, no_leftover_engines):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        faulty_project(pytester, ("--port", str(port)), workloads=ONE_WORKLOAD)
+        result = run(pytester)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([f"*server ddtree-tp1-b8 cannot start: address 127.0.0.1:{port} "
+                                 f"already in use*"])
+
+
+def test_zero_tokens_is_a_failure_with_a_diagnosis(pytester, no_leftover_engines):
+    faulty_project(pytester, ("--fault-zero-tokens",), workloads=ONE_WORKLOAD)
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*zero completion tokens*"])
+    assert not journal_lines(pytester), "a failed measurement must not be journaled as a result"
+
+
+def test_restart_on_crash_gives_a_fresh_server(pytester, no_leftover_engines):
+    faulty_project(pytester, ("--fault-crash-after", "3"))
+    result = run(pytester, "--specdec-restart-on-crash=1")
+    # w2 fails as the server dies under it; w3 gets a restarted server and passes
+    result.assert_outcomes(passed=2, failed=1)
+
+
+def test_sigint_mid_run_leaves_no_server_behind(pytester, no_leftover_engines):
+    faulty_project(pytester, (), workloads=THREE_WORKLOADS.replace("max_new_tokens = 8",
+                                                                   "max_new_tokens = 400"))
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"],
+                            cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    deadline = time.monotonic() + 60
+    while not engine_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert engine_processes(), "the engine never started"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=60)
+    assert "KeyboardInterrupt" in output
+    # no_leftover_engines checks that nothing survived
+
+
+def test_sigkill_of_pytest_takes_the_server_down_too(pytester, no_leftover_engines):
+    faulty_project(pytester, (), workloads=THREE_WORKLOADS.replace("max_new_tokens = 8",
+                                                                   "max_new_tokens = 400"))
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"],
+                            cwd=pytester.path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not engine_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert engine_processes(), "the engine never started"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
