@@ -130,7 +130,8 @@ class ServerThread:
 
     def _run(self):
         asyncio.set_event_loop(self.loop)
-        runner = web.AppRunner(self.app, shutdown_timeout=0.2)
+        # handler_cancellation: a handler whose client gave up (timeout test) stops at once
+        runner = web.AppRunner(self.app, shutdown_timeout=0.2, handler_cancellation=True)
         self.loop.run_until_complete(runner.setup())
         site = web.TCPSite(runner, "127.0.0.1", 0)
         self.loop.run_until_complete(site.start())
@@ -139,7 +140,6 @@ class ServerThread:
         self.runner = runner
         self.ready.set()
         self.loop.run_forever()
-        self.loop.run_until_complete(runner.cleanup())
         self.loop.close()
 
     def __enter__(self):
@@ -148,6 +148,7 @@ class ServerThread:
         return self
 
     def __exit__(self, *exc):
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
 
