@@ -85,11 +85,7 @@ class GpuLeases:
         Raises NotEnoughGpus at once when `n` exceeds the inventory (a skip, not a failure),
         GpuLeaseError when the wait times out (naming who holds what).
         """
-        if n > len(self.inventory):
-            raise NotEnoughGpus(
-                f"{owner} needs {n} GPU{'s' if n != 1 else ''}, but the inventory has "
-                f"{len(self.inventory)} ({_fmt(self.inventory) or 'none'})"
-            )
+        self.check_fits(n, owner=owner)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
@@ -116,6 +112,14 @@ class GpuLeases:
                     f"{owner} waited {timeout:g}s for {n} free GPUs of {_fmt(self.inventory)}; held: {held}"
                 )
             time.sleep(poll)
+
+    def check_fits(self, n: int, *, owner: str) -> None:
+        """NotEnoughGpus when `n` GPUs can never be leased from this inventory."""
+        if n > len(self.inventory):
+            raise NotEnoughGpus(
+                f"{owner} needs {n} GPU{'s' if n != 1 else ''}, but the inventory has "
+                f"{len(self.inventory)} ({_fmt(self.inventory) or 'none'})"
+            )
 
     def release(self, lease: Lease) -> None:
         with self._lock:
@@ -197,12 +201,13 @@ def read_topology(timeout: float = 10.0) -> dict[tuple[int, int], str] | None:
 def parse_topology(text: str) -> dict[tuple[int, int], str]:
     """Parse the GPU-by-GPU part of `nvidia-smi topo -m` (header row `GPU0 GPU1 ...`)."""
     lines = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in text.splitlines()]
-    header = next((line.split() for line in lines if re.match(r"\s+GPU\d+", line)), None)
-    if not header:
+    # The header row comes first and also starts with GPU0 (indented by a tab on real output).
+    start = next((i for i, line in enumerate(lines) if re.match(r"\s*GPU\d+\b", line)), None)
+    if start is None:
         return {}
-    columns = [int(c[3:]) for c in header if re.fullmatch(r"GPU\d+", c)]
+    columns = [int(c[3:]) for c in lines[start].split() if re.fullmatch(r"GPU\d+", c)]
     links: dict[tuple[int, int], str] = {}
-    for line in lines:
+    for line in lines[start + 1:]:
         cells = line.split()
         if not cells or not re.fullmatch(r"GPU\d+", cells[0]):
             continue

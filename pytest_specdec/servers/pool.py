@@ -85,12 +85,18 @@ class ServerPool:
             except ServerError as e:
                 self._drop(spec)
                 self._count_failure(spec, e)
+        if self.leases is not None:
+            self.leases.check_fits(spec.num_gpus, owner=spec.id)  # skip before tearing anything down
         self.retire_all(keep=None)
         while True:
             try:
                 return self._boot(spec)
             except ServerError as e:
                 self._count_failure(spec, e)
+
+    def attached_identity(self):
+        """What the attached server said it is (None when this pool launches its own)."""
+        return self._attached.identity if self._attached is not None else None
 
     def failure(self, spec: ServerSpec) -> ServerError | None:
         """The remembered error of a spec that is out of restarts, if any."""

@@ -1,0 +1,176 @@
+"""GpuLeases: cross-process GPU leasing on a simulated inventory (no GPU needed)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.servers.leases import (
+    GpuLeaseError,
+    GpuLeases,
+    NotEnoughGpus,
+    parse_topology,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_lease_release_and_aligned_choice(tmp_path):
+    leases = GpuLeases(tmp_path, 8)
+    one = leases.acquire(1, owner="ar-tp1")
+    assert one.gpus == (0,) and one.cuda_visible_devices == "0" and one.pid == os.getpid()
+    four = leases.acquire(4, owner="ddtree-tp4-b16")
+    assert four.gpus == (4, 5, 6, 7)  # the aligned block, leaving 0-3 whole once ar-tp1 ends
+    two = leases.acquire(2, owner="dflash-tp2")
+    assert two.gpus == (2, 3)
+    assert sorted(g for v in leases.holders().values() for g in v["gpus"]) == [0, 2, 3, 4, 5, 6, 7]
+    leases.release(one)
+    leases.release(two)
+    assert leases.acquire(4, owner="x").gpus == (0, 1, 2, 3)
+
+
+def test_a_spec_larger_than_the_inventory_is_a_skip_reason(tmp_path):
+    with pytest.raises(NotEnoughGpus, match=r"ddtree-tp8-b16 needs 8 GPUs, but the inventory has 4 \(0,1,2,3\)"):
+        GpuLeases(tmp_path, 4).acquire(8, owner="ddtree-tp8-b16")
+    with pytest.raises(NotEnoughGpus, match=r"inventory has 0 \(none\)"):
+        GpuLeases(tmp_path / "none", 0).acquire(1, owner="ar-tp1")
+
+
+def test_waiting_times_out_naming_the_holders(tmp_path):
+    leases = GpuLeases(tmp_path, 2)
+    leases.acquire(2, owner="dflash-tp2")
+    t0 = time.monotonic()
+    with pytest.raises(GpuLeaseError, match=r"waited 0.5s for 1 free GPUs .* held: dflash-tp2 \(pid \d+\): GPUs 0,1"):
+        leases.acquire(1, owner="ar-tp1", timeout=0.5)
+    assert time.monotonic() - t0 < 3
+
+
+def test_inventory_of_explicit_indices(tmp_path):
+    leases = GpuLeases(tmp_path, [3, 5])
+    assert leases.acquire(2, owner="x").gpus == (3, 5)
+
+
+def _worker(run_dir: str, inventory: int, rounds: int, seed: int, errors) -> None:
+    """Lease, mark each GPU busy with an exclusive create, hold a moment, unmark, release."""
+    rng = random.Random(seed)
+    leases = GpuLeases(Path(run_dir), inventory)
+    marks = Path(run_dir) / "marks"
+    for _ in range(rounds):
+        lease = leases.acquire(rng.choice([1, 1, 2, 4]), owner=f"w{seed}", timeout=60, poll=0.01)
+        made = []
+        try:
+            for g in lease.gpus:
+                try:
+                    fd = os.open(marks / f"gpu{g}", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                    os.close(fd)
+                    made.append(g)
+                except FileExistsError:
+                    errors.put(f"GPU {g} leased twice (worker {seed})")
+            time.sleep(rng.uniform(0.001, 0.01))
+        finally:
+            for g in made:
+                os.unlink(marks / f"gpu{g}")
+            leases.release(lease)
+
+
+def test_leases_never_oversubscribe_across_processes(tmp_path):
+    (tmp_path / "marks").mkdir()
+    ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    errors = ctx.Queue()
+    workers = [ctx.Process(target=_worker, args=(str(tmp_path), 6, 15, i, errors)) for i in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=90)
+    assert [w.exitcode for w in workers] == [0, 0, 0, 0]
+    found = []
+    while not errors.empty():
+        found.append(errors.get())
+    assert found == []
+    assert GpuLeases(tmp_path, 6).holders() == {}
+
+
+def test_a_dead_holders_lease_is_recovered(tmp_path):
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import time
+                from pathlib import Path
+                from pytest_specdec.servers.leases import GpuLeases
+                GpuLeases(Path({str(tmp_path)!r}), 2).acquire(2, owner="worker-gw1")
+                print("held", flush=True)
+                time.sleep(120)
+                """
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        leases = GpuLeases(tmp_path, 2)
+        with pytest.raises(GpuLeaseError, match="worker-gw1"):
+            leases.acquire(1, owner="ar-tp1", timeout=0.3)  # a live holder keeps its GPUs
+        holder.kill()
+        holder.wait()
+        assert leases.acquire(2, owner="ar-tp2", timeout=5).gpus == (0, 1)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+
+
+def test_a_recycled_pid_does_not_keep_a_lease(tmp_path):
+    """Same pid, different process start time: the holder is gone."""
+    leases = GpuLeases(tmp_path, 1)
+    (tmp_path / "gpu-leases.json").write_text(json.dumps({"leases": {
+        "old": {"gpus": [0], "owner": "gw0", "pid": os.getpid(), "start_time": 1, "since": 0}}}))
+    if not Path(f"/proc/{os.getpid()}/stat").exists():
+        pytest.skip("no /proc: start times unavailable")
+    assert leases.acquire(1, owner="ar-tp1", timeout=1).gpus == (0,)
+
+
+TOPO = """\
+\x1b[4mGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m
+GPU0\t X \tSYS\tNV4\tSYS\t0-31\t0\t\tN/A
+GPU1\tSYS\t X \tSYS\tNV4\t0-31\t0\t\tN/A
+GPU2\tNV4\tSYS\t X \tPIX\t0-31\t0\t\tN/A
+GPU3\tSYS\tNV4\tPIX\t X \t0-31\t0\t\tN/A
+
+Legend:
+
+  X    = Self
+  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes
+  NV#  = Connection traversing a bonded set of # NVLinks
+"""
+
+
+def test_topology_parse_and_nvlink_preference(tmp_path):
+    topo = parse_topology(TOPO)
+    assert topo[(0, 2)] == "NV4" and topo[(1, 0)] == "SYS" and topo[(2, 3)] == "PIX"
+    assert (0, 0) not in topo
+    assert parse_topology("\t" + TOPO) == topo  # real output indents the header row
+    assert parse_topology("nvidia-smi: command failed") == {}
+    leases = GpuLeases(tmp_path, 4, topology=topo)
+    assert leases.acquire(2, owner="a").gpus == (0, 2)
+    assert leases.acquire(2, owner="b").gpus == (1, 3)
+    # Without topology the lowest aligned pair is chosen instead.
+    assert GpuLeases(tmp_path / "plain", 4).acquire(2, owner="a").gpus == (0, 1)
+
+
+def test_topology_prefers_pcie_switch_over_numa_hops():
+    leases = GpuLeases(Path("/tmp/unused-leases"), 4, topology=parse_topology(TOPO))
+    assert leases.choose([0, 1, 3], 2) == (1, 3)  # NV4 beats SYS
+    assert leases.choose([0, 1], 2) == (0, 1)

@@ -1,0 +1,186 @@
+"""ServerPool: one boot per spec, switching, sticky failures, restarts, attach mode, leases."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+
+import pytest
+
+from pytest_specdec.servers import (
+    AttachMismatch,
+    GpuLeases,
+    NotEnoughGpus,
+    ServerError,
+    ServerPool,
+)
+from pytest_specdec.servers.cleanup import alive
+
+from servers_support import ENGINE_ENTRY, FAKE_ENTRY, server, spec, wait_gone
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def generate(url: str) -> dict:
+    body = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 4, "temperature": 0}}).encode()
+    req = urllib.request.Request(url + "/generate", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+def make_pool(tmp_path, entry=ENGINE_ENTRY, **kwargs) -> tuple[ServerPool, list]:
+    started = []
+
+    def factory(s, gpus):
+        m = server(s, tmp_path / "logs", entry=entry, gpus=gpus, wait_gpu_release=False)
+        started.append(m)
+        return m
+
+    return ServerPool(factory, **kwargs), started
+
+
+def pids_of(started) -> list[int]:
+    return [m.pid for m in started if m.pid]
+
+
+def test_one_boot_per_spec_across_many_uses_and_switching_tears_down(tmp_path):
+    pool, started = make_pool(tmp_path)
+    a, b = spec("ar"), spec("ddtree", 8)
+    try:
+        first = pool.acquire(a)
+        for _ in range(10):
+            assert pool.acquire(a) is first
+            generate(first.url)
+        assert pool.stats.boots == {"ar-tp1": 1}
+        other = pool.acquire(b)  # switching spec: the previous server goes first
+        assert wait_gone([first.pid]) == []
+        assert list(pool.live()) == [b] and pool.acquire(b) is other
+        assert pool.stats.boots == {"ar-tp1": 1, "ddtree-tp1-b8": 1}
+    finally:
+        pool.close()
+    assert wait_gone(pids_of(started)) == []
+    assert pool.live() == {}
+
+
+def test_crash_mid_run_fails_with_cause_and_later_uses_error_at_once(tmp_path):
+    pool, started = make_pool(tmp_path)
+    s = spec("ddtree", 8, "--fault-crash-after", "1")
+    try:
+        srv = pool.acquire(s)
+        generate(srv.url)
+        with pytest.raises(OSError):
+            generate(srv.url)  # the server dies under this test
+        death = srv.diagnose()
+        assert death is not None and death.reason == "died"
+        assert str(death).startswith("server ddtree-tp1-b8 died: CUDA error: an illegal instruction was encountered")
+        assert f"log: {srv.log_path}" in str(death)
+        for _ in range(3):  # every later test of the spec: the same error, immediately
+            t0 = time.monotonic()
+            with pytest.raises(ServerError) as info:
+                pool.acquire(s)
+            assert time.monotonic() - t0 < 1.0
+            assert str(info.value) == str(death)
+        assert pool.failure(s) is not None and pool.stats.boots == {"ddtree-tp1-b8": 1}
+        assert len(started) == 1  # no relaunch
+        # Other specs are unaffected.
+        assert pool.acquire(spec("ar")).url
+    finally:
+        pool.close()
+    assert wait_gone(pids_of(started)) == []
+
+
+def test_report_death_makes_the_failure_sticky_before_the_next_acquire(tmp_path):
+    pool, started = make_pool(tmp_path)
+    s = spec("ddtree", 8, "--fault-crash-after", "0")
+    try:
+        srv = pool.acquire(s)
+        with pytest.raises(OSError):
+            generate(srv.url)
+        pool.report_death(s, srv.diagnose())
+        assert pool.live() == {} and pool.failure(s).reason == "died"
+    finally:
+        pool.close()
+    assert wait_gone(pids_of(started)) == []
+
+
+def test_restart_on_crash_budget(tmp_path):
+    pool, started = make_pool(tmp_path, restart_on_crash=1)
+    s = spec("ddtree", 8, "--fault-crash-after", "0")
+    try:
+        first = pool.acquire(s)
+        with pytest.raises(OSError):
+            generate(first.url)
+        second = pool.acquire(s)  # one restart allowed
+        assert second is not first and pool.stats.boots["ddtree-tp1-b8"] == 2
+        assert first.log_path != second.log_path  # the crash log is kept
+        with pytest.raises(OSError):
+            generate(second.url)
+        with pytest.raises(ServerError, match="died"):
+            pool.acquire(s)  # budget spent
+        with pytest.raises(ServerError, match="died"):
+            pool.acquire(s)
+        assert pool.stats.boots["ddtree-tp1-b8"] == 2 and pool.stats.failures["ddtree-tp1-b8"] == 2
+    finally:
+        pool.close()
+    assert wait_gone(pids_of(started)) == []
+
+
+def test_warmup_crash_is_remembered_without_relaunching(tmp_path):
+    pool, started = make_pool(tmp_path)
+    s = spec("ddtree", 8, "--fault-crash-warmup")
+    with pytest.raises(ServerError) as first:
+        pool.acquire(s)
+    assert first.value.reason == "warmup-crash"
+    with pytest.raises(ServerError) as again:
+        pool.acquire(s)
+    assert again.value is first.value and len(started) == 1
+    pool.close()
+    assert wait_gone(pids_of(started)) == []
+
+
+def test_attach_identifies_the_server_and_never_kills_it(tmp_path):
+    running = server(spec("ddtree", 16), tmp_path, entry=FAKE_ENTRY)
+    running.start()
+    try:
+        pool = ServerPool.attach(running.url)
+        got = pool.acquire(spec("ddtree", 16))
+        assert got.url == running.url and got.log_path is None
+        assert pool.attached_identity().id == "ddtree-tp1-b16"
+        with pytest.raises(AttachMismatch, match="is ddtree-tp1-b16 .*; this test needs dflash-tp1"):
+            pool.acquire(spec("dflash"))
+        pool.close()
+        got.stop()
+        assert alive(running.pid)
+        running.check_alive()
+    finally:
+        running.stop()
+    assert wait_gone([running.pid]) == []
+
+
+def test_attach_to_nothing_says_so(tmp_path):
+    from pytest_specdec.servers.process import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ServerError, match=f"attached server {url} did not answer /server_info"):
+        ServerPool.attach(url)
+
+
+def test_leases_give_each_server_its_gpus_and_come_back(tmp_path):
+    leases = GpuLeases(tmp_path / "run", 2)
+    pool, started = make_pool(tmp_path, entry=FAKE_ENTRY, leases=leases)
+    try:
+        srv = pool.acquire(spec("ar", tp=2))
+        with urllib.request.urlopen(srv.url + "/server_info", timeout=10) as resp:
+            assert json.loads(resp.read())["cuda_visible_devices"] == "0,1"
+        assert [v["gpus"] for v in leases.holders().values()] == [[0, 1]]
+        with pytest.raises(NotEnoughGpus, match="ar-tp4 needs 4 GPUs, but the inventory has 2"):
+            pool.acquire(spec("ar", tp=4))
+        pool.retire(spec("ar", tp=2))
+        assert leases.holders() == {}
+        pool.acquire(spec("dflash"))
+        assert [v["gpus"] for v in leases.holders().values()] == [[0]]
+    finally:
+        pool.close()
+    assert leases.holders() == {}
+    assert wait_gone(pids_of(started)) == []
