@@ -1,0 +1,130 @@
+"""Model provisioning with local directories and an injected fetcher (no network)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.errors import SpecdecUsageError
+from pytest_specdec.models import (
+    MANIFEST,
+    cache_dir_for,
+    check_complete,
+    is_hub_id,
+    provision_model,
+)
+
+REPO = {"config.json": b'{"a": 1}', "model-00001.safetensors": b"x" * 1000, "tokenizer.json": b"{}"}
+
+
+class FakeHub:
+    """Records calls; `download` writes the requested files, optionally truncating one."""
+
+    def __init__(self, files=REPO, truncate: str | None = None, fail: Exception | None = None):
+        self.files = dict(files)
+        self.truncate = truncate
+        self.fail = fail
+        self.listed = 0
+        self.downloads: list[list[str]] = []
+
+    def list_files(self, repo_id, revision):
+        self.listed += 1
+        if self.fail:
+            raise self.fail
+        return {name: len(data) for name, data in self.files.items()}
+
+    def download(self, repo_id, revision, local_dir: Path, files):
+        self.downloads.append(sorted(files))
+        for name in files:
+            data = self.files[name]
+            if name == self.truncate:
+                data = data[: len(data) // 2]
+                self.truncate = None  # only the first time
+            (local_dir / name).write_bytes(data)
+
+
+def test_local_path_is_used_as_is(tmp_path):
+    model = tmp_path / "my-model"
+    model.mkdir()
+    hub = FakeHub()
+    assert provision_model(str(model), cache_dir=tmp_path / "cache", fetcher=hub) == model
+    assert hub.listed == 0
+
+
+def test_hub_id_is_downloaded_once_then_served_from_cache(tmp_path):
+    hub = FakeHub()
+    path = provision_model("z-lab/Qwen3-8B-DFlash", cache_dir=tmp_path, fetcher=hub, offline_mode=False)
+    assert path == tmp_path / "z-lab--Qwen3-8B-DFlash"
+    assert (path / "model-00001.safetensors").stat().st_size == 1000
+    assert json.loads((path / MANIFEST).read_text())["files"]["config.json"] == len(REPO["config.json"])
+    assert hub.downloads == [sorted(REPO)]
+    # Second session: complete, no Hub call at all (works offline too).
+    assert provision_model("z-lab/Qwen3-8B-DFlash", cache_dir=tmp_path, fetcher=hub, offline_mode=True) == path
+    assert hub.listed == 1 and len(hub.downloads) == 1
+
+
+def test_incomplete_cache_is_redownloaded_only_where_needed(tmp_path):
+    hub = FakeHub()
+    path = provision_model("org/m", cache_dir=tmp_path, fetcher=hub, offline_mode=False)
+    (path / "tokenizer.json").unlink()  # an interrupted copy / wiped file
+    with open(path / "model-00001.safetensors", "r+b") as f:
+        f.truncate(10)
+    state = check_complete(path)
+    assert state.missing == ("tokenizer.json",) and state.wrong_size == ("model-00001.safetensors",)
+    assert provision_model("org/m", cache_dir=tmp_path, fetcher=hub, offline_mode=False) == path
+    assert hub.downloads[-1] == ["model-00001.safetensors", "tokenizer.json"]
+    assert check_complete(path).complete
+
+
+def test_a_download_that_stays_incomplete_is_an_error(tmp_path):
+    class Short(FakeHub):
+        def download(self, repo_id, revision, local_dir, files):
+            (local_dir / "config.json").write_bytes(REPO["config.json"])
+
+    with pytest.raises(SpecdecUsageError, match=r"still incomplete .*model-00001.safetensors \(missing\)"):
+        provision_model("org/m", cache_dir=tmp_path, fetcher=Short(), offline_mode=False)
+
+
+def test_truncated_download_is_caught_and_retried_next_time(tmp_path):
+    hub = FakeHub(truncate="model-00001.safetensors")
+    with pytest.raises(SpecdecUsageError, match=r"model-00001.safetensors \(wrong size\)"):
+        provision_model("org/m", cache_dir=tmp_path, fetcher=hub, offline_mode=False)
+    path = provision_model("org/m", cache_dir=tmp_path, fetcher=hub, offline_mode=False)
+    assert (path / "model-00001.safetensors").stat().st_size == 1000
+
+
+def test_offline_names_the_missing_files(tmp_path):
+    hub = FakeHub()
+    with pytest.raises(SpecdecUsageError, match=r"model org/m is not in the cache .*HF_HUB_OFFLINE is set"):
+        provision_model("org/m", cache_dir=tmp_path, fetcher=hub, offline_mode=True)
+    path = provision_model("org/m", cache_dir=tmp_path, fetcher=hub, offline_mode=False)
+    (path / "tokenizer.json").unlink()
+    with pytest.raises(SpecdecUsageError, match=r"incomplete in .*: tokenizer.json \(missing\), and HF_HUB_OFFLINE"):
+        provision_model("org/m", cache_dir=tmp_path, fetcher=hub, offline_mode=True)
+    assert hub.listed == 1  # offline never reaches the Hub
+
+
+def test_offline_mode_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(SpecdecUsageError, match="HF_HUB_OFFLINE"):
+        provision_model("org/m", cache_dir=tmp_path, fetcher=FakeHub())
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    assert provision_model("org/m", cache_dir=tmp_path, fetcher=FakeHub()).is_dir()
+
+
+def test_hub_failure_is_a_usage_error_with_the_fix(tmp_path):
+    hub = FakeHub(fail=RuntimeError("401 Unauthorized"))
+    with pytest.raises(SpecdecUsageError, match=r"cannot list the files of model org/gated .*401 .*HF_TOKEN"):
+        provision_model("org/gated", cache_dir=tmp_path, fetcher=hub, offline_mode=False)
+
+
+def test_neither_path_nor_hub_id(tmp_path):
+    with pytest.raises(SpecdecUsageError, match="neither an existing path nor a Hub id"):
+        provision_model(str(tmp_path / "missing" / "dir"), cache_dir=tmp_path, fetcher=FakeHub())
+    assert is_hub_id("Qwen/Qwen3.6-27B") and not is_hub_id("a/b/c") and not is_hub_id("./x")
+
+
+def test_revision_gets_its_own_cache_dir(tmp_path):
+    assert cache_dir_for("org/m", tmp_path, "v2") == tmp_path / "org--m@v2"
