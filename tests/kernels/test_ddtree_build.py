@@ -1,0 +1,152 @@
+"""build_ddtree against brute-force enumeration, its documented tie rule, and its own invariants."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from kernel_cases import DEVICE, HAS_CUDA, needs_triton
+from specdec_kernels import build_ddtree, unpack_ancestor_mask
+from specdec_kernels.ddtree_build import build_ddtree_reference
+from specdec_kernels.impl import triton_interpreting
+
+IMPLS = ["torch", pytest.param("triton", marks=needs_triton)]
+
+
+def brute_force_tree(logprobs: np.ndarray, budget: int, topk):
+    """Enumerate every prefix; pick nodes by the documented rule, one at a time.
+
+    Ranks: per depth, log-prob descending, then token id ascending. Usable tokens at a depth:
+    the first min(V, topk, budget) ranks. Each pick takes, over ALL children of the nodes picked
+    so far, the maximum of (score, -parent index, -rank); scores are float32 sums (parent score
+    + token log-prob). Returns (tokens, parents, depths, scores) of nodes 1..budget and the
+    float32 scores of every enumerable prefix.
+    """
+    depth, vocab = logprobs.shape
+    ranks = min(vocab, budget if topk is None else min(topk, budget))
+    order = [sorted(range(vocab), key=lambda t: (-float(logprobs[d, t]), t))[:ranks] for d in range(depth)]
+    score_of = {(): np.float32(0.0)}
+    for length in range(1, depth + 1):
+        for prefix in itertools.product(range(ranks), repeat=length):
+            score_of[prefix] = np.float32(score_of[prefix[:-1]] + logprobs[length - 1, order[length - 1][prefix[-1]]])
+    index_of = {(): 0}
+    tokens, parents, depths, scores = [], [], [], []
+    for node in range(1, budget + 1):
+        best, best_key = None, None
+        for prefix, parent_index in index_of.items():
+            if len(prefix) == depth:
+                continue
+            for rank in range(ranks):
+                child = prefix + (rank,)
+                if child in index_of:
+                    continue
+                key = (float(score_of[child]), -parent_index, -rank)
+                if best_key is None or key > best_key:
+                    best, best_key = child, key
+                break  # lower ranks of this parent come first; the first free one is its best
+        index_of[best] = node
+        tokens.append(order[len(best) - 1][best[-1]])
+        parents.append(index_of[best[:-1]])
+        depths.append(len(best))
+        scores.append(score_of[best])
+    all_scores = np.array([s for p, s in score_of.items() if p], dtype=np.float32)
+    return tokens, parents, depths, scores, all_scores
+
+
+def quantised_logprobs(batch, depth, vocab, gen):
+    """Log-probs on a 0.25 grid (exact in float32, sums too): plenty of exact ties, zeros included."""
+    return -torch.randint(0, 7, (batch, depth, vocab), generator=gen).float() * 0.25
+
+
+BRUTE_CASES = [  # (depth, V, budget, topk)
+    (3, 3, 10, None), (4, 3, 20, None), (4, 4, 30, 2), (2, 5, 9, None), (5, 2, 25, None),
+    (4, 3, 4, 1), (3, 4, 0, None), (6, 3, 40, 3),
+]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("depth,vocab,budget,topk", BRUTE_CASES)
+def test_build_equals_brute_force_enumeration_with_ties(depth, vocab, budget, topk, impl):
+    gen = torch.Generator().manual_seed(depth * 100 + vocab * 10 + budget)
+    batch = 3
+    logprobs = quantised_logprobs(batch, depth, vocab, gen)
+    roots = torch.randint(0, vocab, (batch,), generator=gen)
+    tree = build_ddtree(logprobs.to(DEVICE), roots.to(DEVICE), budget, topk, impl=impl)
+    assert tree.num_nodes == budget + 1
+    for b in range(batch):
+        tokens, parents, depths, scores, all_scores = brute_force_tree(logprobs[b].numpy(), budget, topk)
+        # the B most probable prefixes, whatever the tie rule
+        top = np.sort(all_scores)[::-1][:budget]
+        assert np.array_equal(np.sort(np.array(scores, dtype=np.float32))[::-1], top)
+        # and exactly the documented order and tie-breaking
+        assert tree.tokens[b].tolist() == [int(roots[b])] + tokens
+        assert tree.parents[b].tolist() == [-1] + parents
+        assert tree.depths[b].tolist() == [0] + depths
+        assert tree.log_probs[b].cpu().numpy().tolist() == [0.0] + [float(s) for s in scores]
+
+
+def test_uniform_tie_rule_by_hand():
+    """V=2, uniform: both depth-1 tokens first (token 0 then 1), then node 1's two children."""
+    logprobs = torch.full((1, 2, 2), -0.5)
+    tree = build_ddtree(logprobs, torch.tensor([9]), 4, impl="torch")
+    assert tree.tokens.tolist() == [[9, 0, 1, 0, 1]]
+    assert tree.parents.tolist() == [[-1, 0, 0, 1, 1]]
+    assert tree.depths.tolist() == [[0, 1, 1, 2, 2]]
+    assert tree.log_probs.tolist() == [[0.0, -0.5, -0.5, -1.0, -1.0]]
+
+
+def check_invariants(tree, logprobs):
+    parents, depths, tokens = tree.parents.cpu(), tree.depths.cpu(), tree.tokens.cpu()
+    logp = tree.log_probs.cpu()
+    anc = unpack_ancestor_mask(tree.ancestor_mask.cpu(), tree.num_nodes)
+    for b in range(parents.shape[0]):
+        children = {}
+        for i in range(1, tree.num_nodes):
+            p = int(parents[b, i])
+            assert 0 <= p < i
+            assert int(depths[b, i]) == int(depths[b, p]) + 1
+            expected = np.float32(logp[b, p].item() + np.float32(logprobs[b, depths[b, i] - 1, tokens[b, i]].item()))
+            assert logp[b, i].item() == float(expected)
+            children.setdefault(p, []).append(int(tokens[b, i]))
+        for sibling_tokens in children.values():
+            assert len(set(sibling_tokens)) == len(sibling_tokens), "siblings repeat a token"
+        for i in range(tree.num_nodes):
+            chain, node = set(), i
+            while node >= 0:
+                chain.add(node)
+                node = int(parents[b, node])
+            assert set(anc[b, i].nonzero().flatten().tolist()) == chain
+
+
+@pytest.mark.parametrize("budget,topk", [(15, None), (33, None), (64, 4), (16, 1)])
+def test_triton_equals_reference_on_real_sized_vocab(budget, topk):
+    if not (HAS_CUDA or triton_interpreting()):
+        pytest.skip("no CUDA GPU found and TRITON_INTERPRET=1 is not set: the Triton path cannot run here")
+    gen = torch.Generator().manual_seed(budget)
+    logprobs = (torch.randn(2, 16, 2000, generator=gen) * 3).log_softmax(-1)
+    roots = torch.randint(0, 2000, (2,), generator=gen)
+    ref = build_ddtree_reference(logprobs, roots, budget, topk)
+    got = build_ddtree(logprobs.to(DEVICE), roots.to(DEVICE), budget, topk, impl="triton")
+    for field in ("tokens", "parents", "depths", "ancestor_mask", "log_probs"):
+        assert torch.equal(getattr(got, field).cpu(), getattr(ref, field)), field
+    check_invariants(ref, logprobs)
+
+
+def test_topk_one_is_the_dflash_chain():
+    gen = torch.Generator().manual_seed(5)
+    logprobs = torch.randn(2, 8, 50, generator=gen).log_softmax(-1)
+    tree = build_ddtree(logprobs, torch.tensor([1, 2]), 8, topk=1, impl="torch")
+    assert tree.parents.tolist() == [[-1, 0, 1, 2, 3, 4, 5, 6, 7]] * 2
+    assert tree.tokens[:, 1:].tolist() == logprobs.argmax(-1).tolist()
+    check_invariants(tree, logprobs)
+
+
+def test_budget_beyond_the_enumerable_prefixes_is_an_error():
+    logprobs = torch.zeros(1, 4, 10)
+    with pytest.raises(ValueError, match="budget=5 exceeds"):
+        build_ddtree(logprobs, torch.tensor([0]), 5, topk=1, impl="torch")
+    with pytest.raises(ValueError, match="draft_logprobs"):
+        build_ddtree(logprobs[0], torch.tensor([0]), 3, impl="torch")

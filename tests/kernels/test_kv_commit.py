@@ -1,0 +1,68 @@
+"""commit_accepted_kv against a plain Python row copy, in place, all layers in one call."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernel_cases import DEVICE, needs_triton
+from specdec_kernels import commit_accepted_kv
+
+IMPLS = ["torch", pytest.param("triton", marks=needs_triton)]
+
+
+def python_commit(cache, lens, path, path_len):
+    out = cache.clone()
+    for b in range(cache.shape[1]):
+        base, n = int(lens[b]), int(path_len[b])
+        rows = [cache[:, b, base + int(p)].clone() for p in path[b, :n]]
+        for i, row in enumerate(rows):
+            out[:, b, base + i] = row
+    return out
+
+
+def pad_paths(paths, num_nodes):
+    path = torch.full((len(paths), num_nodes), -1, dtype=torch.int32)
+    for b, p in enumerate(paths):
+        path[b, :len(p)] = torch.tensor(p, dtype=torch.int32)
+    return path, torch.tensor([len(p) for p in paths], dtype=torch.int32)
+
+
+CASES = {
+    # paths per request (T = 9): overlapping moves, already contiguous, root only, deep jump
+    "mixed": ([[0, 2, 3, 5, 8], [0, 1, 2, 3], [0], [0, 4, 6, 7, 8]], [3, 0, 17, 100]),
+    "all_in_place": ([[0, 1, 2, 3, 4, 5, 6, 7, 8], [0, 1]], [5, 0]),
+    "fanout_pick": ([[0, 8], [0, 3]], [1, 2]),
+}
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_commit_equals_python_row_copy(name, dtype, impl):
+    paths, lens = CASES[name]
+    num_nodes, layers, kv_heads, head_dim = 9, 3, 2, 64
+    path, path_len = pad_paths(paths, num_nodes)
+    lens_t = torch.tensor(lens, dtype=torch.int32)
+    rows = max(lens) + num_nodes + 4
+    gen = torch.Generator().manual_seed(len(name))
+    k = torch.randn(layers, len(paths), rows, kv_heads, head_dim, generator=gen).to(dtype)
+    v = torch.randn(layers, len(paths), rows, kv_heads, head_dim, generator=gen).to(dtype)
+    expect_k, expect_v = python_commit(k, lens_t, path, path_len), python_commit(v, lens_t, path, path_len)
+    original_k = k.clone()
+    k_dev, v_dev = k.to(DEVICE), v.to(DEVICE)  # on the CPU these are k and v themselves
+    commit_accepted_kv(k_dev, v_dev, lens_t.to(DEVICE), path.to(DEVICE), path_len.to(DEVICE), impl=impl)
+    assert torch.equal(k_dev.cpu(), expect_k)
+    assert torch.equal(v_dev.cpu(), expect_v)
+    if name != "all_in_place":
+        assert not torch.equal(expect_k, original_k), "the case moved nothing: it would not test a move"
+
+
+def test_strided_layer_views_are_accepted():
+    """K and V as two halves of one [layers, 2, B, S, Hkv, D] allocation (a common layout)."""
+    kv = torch.randn(2, 2, 1, 20, 2, 16)
+    k, v = kv[:, 0], kv[:, 1]
+    path, path_len = pad_paths([[0, 2, 5]], 6)
+    expect_k = python_commit(k, torch.tensor([4]), path, path_len)
+    commit_accepted_kv(k, v, torch.tensor([4], dtype=torch.int32), path, path_len, impl="torch")
+    assert torch.equal(k, expect_k)

@@ -1,0 +1,103 @@
+"""tree_accept_greedy against a plain Python walk, zero-accept and duplicate-sibling cases."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernel_cases import DEVICE, FULL_GRID, NODE_COUNTS, TREE_SHAPES, needs_triton, random_parents
+from specdec_kernels import tree_accept_greedy
+
+IMPLS = ["torch", pytest.param("triton", marks=needs_triton)]
+
+
+def python_walk(tokens, parents, argmax):
+    """From the root, take the lowest-index child whose token is the argmax; stop at none."""
+    path, current = [0], 0
+    while True:
+        nxt = next((c for c in range(1, len(tokens))
+                    if parents[c] == current and tokens[c] == argmax[current]), None)
+        if nxt is None:
+            return path, argmax[current]
+        path.append(nxt)
+        current = nxt
+
+
+def run_accept(tokens, parents, argmax, impl):
+    tokens, parents, argmax = tokens.to(DEVICE), parents.to(DEVICE), argmax.to(DEVICE)
+    if impl == "triton":
+        from specdec_kernels.tree_accept import AcceptResult
+        from specdec_kernels.tree_accept_triton import tree_accept_greedy_triton
+
+        batch, num_nodes = tokens.shape
+        poisoned = AcceptResult(torch.full((batch, num_nodes), -7, dtype=torch.int32, device=DEVICE),
+                                torch.full((batch,), -7, dtype=torch.int32, device=DEVICE),
+                                torch.full((batch,), -7, dtype=torch.int64, device=DEVICE))
+        result = tree_accept_greedy_triton(tokens, parents, argmax, out=poisoned)
+        public = tree_accept_greedy(tokens, parents, argmax, impl="triton")
+        for a, b in zip(result, public):
+            assert torch.equal(a, b)
+        return result
+    return tree_accept_greedy(tokens, parents, argmax, impl="torch")
+
+
+def random_accept_case(batch, num_nodes, shape, vocab, accept_prob, gen):
+    """Trees with tokens from a small vocabulary (siblings may repeat a token) and target
+    argmaxes that follow some child with probability ``accept_prob``."""
+    parents = torch.stack([random_parents(num_nodes, shape, gen) for _ in range(batch)])
+    tokens = torch.randint(0, vocab, (batch, num_nodes), generator=gen)
+    argmax = torch.randint(0, vocab, (batch, num_nodes), generator=gen)
+    for b in range(batch):
+        for node in range(num_nodes):
+            kids = (parents[b] == node).nonzero().flatten()
+            if len(kids) and float(torch.rand(1, generator=gen)) < accept_prob:
+                argmax[b, node] = tokens[b, kids[int(torch.randint(0, len(kids), (1,), generator=gen))]]
+    return tokens, parents, argmax
+
+
+def check_against_walk(result, tokens, parents, argmax):
+    path, path_len, bonus = (t.cpu() for t in result)
+    assert path.dtype == torch.int32 and path_len.dtype == torch.int32 and bonus.dtype == torch.int64
+    for b in range(tokens.shape[0]):
+        expect_path, expect_bonus = python_walk(tokens[b].tolist(), parents[b].tolist(), argmax[b].tolist())
+        n = len(expect_path)
+        assert int(path_len[b]) == n
+        assert path[b].tolist() == expect_path + [-1] * (tokens.shape[1] - n)
+        assert int(bonus[b]) == expect_bonus
+
+
+ACCEPT_CASES = [(t, s) for t in NODE_COUNTS for s in TREE_SHAPES] if FULL_GRID else \
+    [(NODE_COUNTS[i], TREE_SHAPES[i % 4]) for i in range(len(NODE_COUNTS))]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("num_nodes,shape", ACCEPT_CASES)
+def test_accept_equals_python_walk(num_nodes, shape, impl):
+    gen = torch.Generator().manual_seed(num_nodes * 7 + len(shape))
+    for vocab, accept_prob in ((4, 0.9), (50, 0.6), (1000, 0.95)):
+        tokens, parents, argmax = random_accept_case(5, num_nodes, shape, vocab, accept_prob, gen)
+        check_against_walk(run_accept(tokens, parents, argmax, impl), tokens, parents, argmax)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_zero_accepted_drafts_gives_only_the_bonus(impl):
+    tokens = torch.tensor([[5, 1, 2, 3, 4]])
+    parents = torch.tensor([[-1, 0, 0, 1, 2]], dtype=torch.int32)
+    argmax = torch.tensor([[9, 3, 4, 0, 0]])  # the target wants 9 after the root: no child has it
+    path, path_len, bonus = run_accept(tokens, parents, argmax, impl)
+    assert path.tolist() == [[0, -1, -1, -1, -1]]
+    assert path_len.tolist() == [1]
+    assert bonus.tolist() == [9]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_full_chain_and_duplicate_siblings(impl):
+    # request 0: chain fully accepted, bonus from the last node
+    # request 1: nodes 1 and 2 both carry token 7 under the root: the lower index (1) is taken
+    tokens = torch.tensor([[0, 7, 8, 9], [0, 7, 7, 3]])
+    parents = torch.tensor([[-1, 0, 1, 2], [-1, 0, 0, 2]], dtype=torch.int32)
+    argmax = torch.tensor([[7, 8, 9, 42], [7, 3, 3, 11]])
+    path, path_len, bonus = run_accept(tokens, parents, argmax, impl)
+    assert path.tolist() == [[0, 1, 2, 3], [0, 1, -1, -1]]
+    assert path_len.tolist() == [4, 2]
+    assert bonus.tolist() == [42, 3]
