@@ -1,0 +1,186 @@
+"""Command line of the embedded engine: ``python -m pytest_specdec.engine --method ... --budget ...``.
+
+The flags listed in docs/ARCHITECTURE.md are a contract with the plugin's launcher; flags added
+here are optional extras. Budget semantics, made explicit: ``--budget`` counts draft nodes per
+verify step, the root excluded, so a step verifies ``T = budget + 1`` tokens. ``ar`` ignores it
+(T = 1). ``dflash`` verifies a chain of ``min(budget, block_size - 1)`` drafts (default: the
+whole block, 15 for the default block of 16, as SGLang's DFLASH verifies 16 tokens).
+``ddtree`` verifies the best-first tree of exactly ``budget`` nodes (default 16) drawn from the
+drafter's ``block_size - 1`` positions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+from . import logs
+from .faults import FaultPlan
+
+METHODS = ("ar", "dflash", "ddtree")
+SPEC_ALGORITHM = {"ar": None, "dflash": "DFLASH", "ddtree": "DDTREE"}
+DEFAULT_DDTREE_BUDGET = 16
+
+
+@dataclass(frozen=True)
+class EngineArgs:
+    host: str
+    port: int
+    method: str
+    budget: int  # resolved: draft nodes per verify step (0 for ar)
+    block_size: int
+    draft_agreement: float
+    seed: int
+    model_preset: str
+    model_path: str | None
+    num_layers: int | None
+    device: str
+    dtype: str
+    kernel_impl: str
+    cpu_threads: int
+    context_length: int
+    max_batch: int
+    decode_log_interval: int
+    log_level: str
+    faults: FaultPlan
+
+    @property
+    def served_model_name(self) -> str:
+        return self.model_path or f"specdec-embedded/{self.model_preset}"
+
+
+def _budget_set(text: str) -> frozenset[int]:
+    try:
+        return frozenset(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 8,12, got {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m pytest_specdec.engine",
+        description="The embedded speculative-decoding engine: SGLang's HTTP API over a small model "
+                    "decoded autoregressively, with a DFlash chain, or with a DDTree.")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--method", choices=METHODS, required=True)
+    p.add_argument("--budget", type=int, default=None,
+                   help="draft nodes per verify step, root excluded (T = budget + 1); ddtree default 16, "
+                        "dflash default and cap block-size - 1, ignored by ar")
+    p.add_argument("--block-size", type=int, default=16,
+                   help="drafter block, root included: the drafter proposes block-size - 1 positions")
+    p.add_argument("--draft-agreement", type=float, default=0.9,
+                   help="probability per drafted position that the drafter uses its distilled "
+                        "distribution rather than noise (see drafter.py)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the model weights and the drafter's noise")
+    p.add_argument("--model-preset", choices=("tiny", "8b-layer"), default="tiny")
+    p.add_argument("--model-path", default=None,
+                   help="safetensors file or directory (model.safetensors + config.json) instead of seeded weights")
+    p.add_argument("--num-layers", type=int, default=None, help="override the preset's (or file's) layer count")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
+                   help="auto: float32 on the CPU, bfloat16 on CUDA")
+    p.add_argument("--kernel-impl", choices=("auto", "triton", "torch"), default="auto",
+                   help="specdec_kernels implementation (auto: Triton on CUDA, torch references on the CPU)")
+    p.add_argument("--cpu-threads", type=int, default=1,
+                   help="torch intra-op threads; one suits the tiny model's small matmuls best")
+    p.add_argument("--context-length", type=int, default=4096)
+    p.add_argument("--max-batch", type=int, default=8, help="requests decoded together; more wait in a queue")
+    p.add_argument("--decode-log-interval", type=int, default=40)
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error", "critical"))
+    g = p.add_argument_group("fault injection (see faults.py)")
+    g.add_argument("--fault-crash-warmup", action="store_true", help="fail the warm-up request and exit 1")
+    g.add_argument("--fault-crash-after", type=int, default=None, metavar="N",
+                   help="serve N requests, then crash with a CUDA illegal instruction")
+    g.add_argument("--fault-crash-budgets", type=_budget_set, default=frozenset(), metavar="B1,B2",
+                   help="crash at the first verify (warm-up) when the budget is in this set")
+    g.add_argument("--fault-zero-tokens", action="store_true",
+                   help="answer every request with zero tokens while /health stays 200")
+    g.add_argument("--fault-hang", action="store_true",
+                   help="once ready, never answer /generate, /health, /health_generate, /server_info, /flush_cache")
+    g.add_argument("--fault-slow-start", type=float, default=0.0, metavar="SECONDS",
+                   help="delay model loading (port not yet bound) by SECONDS")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> EngineArgs:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if ns.block_size < 2:
+        parser.error(f"--block-size must be >= 2 (the root and at least one draft), got {ns.block_size}")
+    if not 0.0 <= ns.draft_agreement <= 1.0:
+        parser.error(f"--draft-agreement must be in [0, 1], got {ns.draft_agreement}")
+    if ns.method == "ar":
+        budget = 0
+    elif ns.method == "dflash":
+        budget = min(ns.block_size - 1 if ns.budget is None else ns.budget, ns.block_size - 1)
+    else:
+        budget = DEFAULT_DDTREE_BUDGET if ns.budget is None else ns.budget
+    if ns.method != "ar" and budget < 1:
+        parser.error(f"--budget must be >= 1 for {ns.method} (use --method ar for no speculation)")
+    for name in ("context_length", "max_batch", "cpu_threads"):
+        if getattr(ns, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if ns.num_layers is not None and ns.num_layers < 1:
+        parser.error("--num-layers must be >= 1")
+    if ns.fault_crash_after is not None and ns.fault_crash_after < 0:
+        parser.error("--fault-crash-after must be >= 0")
+    if ns.fault_slow_start < 0:
+        parser.error("--fault-slow-start must be >= 0")
+    faults = FaultPlan(crash_warmup=ns.fault_crash_warmup, crash_after=ns.fault_crash_after,
+                       crash_budgets=ns.fault_crash_budgets, zero_tokens=ns.fault_zero_tokens,
+                       hang=ns.fault_hang, slow_start=ns.fault_slow_start)
+    dtype = ns.dtype if ns.dtype != "auto" else ("bfloat16" if ns.device == "cuda" else "float32")
+    return EngineArgs(host=ns.host, port=ns.port, method=ns.method, budget=budget, block_size=ns.block_size,
+                      draft_agreement=ns.draft_agreement, seed=ns.seed, model_preset=ns.model_preset,
+                      model_path=ns.model_path, num_layers=ns.num_layers, device=ns.device, dtype=dtype,
+                      kernel_impl=ns.kernel_impl, cpu_threads=ns.cpu_threads, context_length=ns.context_length,
+                      max_batch=ns.max_batch, decode_log_interval=ns.decode_log_interval,
+                      log_level=ns.log_level, faults=faults)
+
+
+def server_args_dict(args: EngineArgs) -> dict:
+    """The resolved arguments for /server_info: ours, plus SGLang's names for the same things."""
+    ours = asdict(args)
+    faults = ours.pop("faults")
+    ours.update({f"fault_{k}": sorted(v) if isinstance(v, frozenset) else v for k, v in faults.items()})
+    speculative = args.method != "ar"
+    return {
+        **ours,
+        "model_path": args.served_model_name,
+        "tokenizer_path": args.served_model_name,
+        "served_model_name": args.served_model_name,
+        "random_seed": args.seed,
+        "tp_size": 1,
+        "dp_size": 1,
+        "max_running_requests": args.max_batch,
+        "attention_backend": f"specdec_kernels ({args.kernel_impl})",
+        "speculative_algorithm": SPEC_ALGORITHM[args.method],
+        "speculative_num_draft_tokens": args.budget + 1 if speculative else None,
+        "speculative_dflash_block_size": args.block_size if speculative else None,
+        "speculative_ddtree_budget": args.budget if args.method == "ddtree" else None,
+        "enable_metrics": True,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.perf_counter()
+    args = parse_args(argv)
+    logs.setup(args.log_level)
+    logs.SERVER.info(f"server_args={args}")
+    if args.faults.slow_start:
+        logs.SERVER.info(f"Load weight begin (delayed {args.faults.slow_start:g} s by --fault-slow-start).")
+        time.sleep(args.faults.slow_start)
+
+    from .runtime import build_server  # torch is imported here, after the cheap checks
+
+    server = build_server(args)
+    logs.SERVER.info(f"Engine built in {time.perf_counter() - started:.2f} s; binding {args.host}:{args.port}.")
+    server.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

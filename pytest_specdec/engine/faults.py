@@ -1,0 +1,60 @@
+"""Fault injection: the failures users hit with real servers, reproduced on purpose.
+
+Each ``--fault-*`` flag makes the engine fail the way a real server does, with the log lines a
+real server writes, so the plugin's crash, hang and zero-token handling can be tested without a
+broken GPU:
+
+- ``--fault-crash-warmup``: the warm-up request fails; the server logs SGLang's
+  ``Initialization failed. warmup error: ...`` with a traceback and exits 1, never ready.
+- ``--fault-crash-after N``: N client requests are served; on the next one the scheduler raises
+  ``CUDA error: an illegal instruction was encountered``, logs ``Scheduler hit an exception``
+  and ``Received sigquit from a child process``, and the process exits 1.
+- ``--fault-crash-budgets 8,12``: with a speculative method whose budget is in the set, the
+  first verify (during warm-up) crashes the same way (the sm_120 DDTree b8/b12 story).
+- ``--fault-zero-tokens``: every client request finishes at once with no tokens
+  (completion_tokens 0, finish_reason stop) while /health stays 200.
+- ``--fault-hang``: once ready, the endpoints that need the scheduler (/generate, /health,
+  /health_generate, /server_info, /flush_cache) accept the connection and never answer, like a
+  stuck scheduler; /ready, /model_info, /v1/models and /metrics still answer, because in SGLang
+  they are served without the scheduler.
+- ``--fault-slow-start S``: model loading takes S seconds longer; the port is not bound
+  meanwhile (connection refused), as while SGLang loads weights.
+
+A small ``--context-length`` needs no fault flag: longer requests get SGLang's HTTP 400 errors.
+Warm-up and health-check requests are the engine's own: they do not count towards
+``--fault-crash-after`` and are not emptied by ``--fault-zero-tokens``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import logs
+
+# torch's wording for an asynchronous CUDA kernel fault, after the signature line
+_CUDA_ERROR_TAIL = (
+    "\nCUDA kernel errors might be asynchronously reported at some other API call, so the "
+    "stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
+)
+
+
+class InjectedCudaError(RuntimeError):
+    """A CUDA kernel fault raised on purpose by a ``--fault-*`` flag."""
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    crash_warmup: bool = False
+    crash_after: int | None = None
+    crash_budgets: frozenset[int] = frozenset()
+    zero_tokens: bool = False
+    hang: bool = False
+    slow_start: float = 0.0
+
+
+def illegal_instruction(reason: str) -> InjectedCudaError:
+    """The exception to raise for an injected illegal-instruction crash, after saying why in the
+    log (the reason goes on its own line so the signature line stays exactly SGLang's)."""
+    logs.SCHEDULER.warning(f"Fault injection: {reason}")
+    return InjectedCudaError(logs.ILLEGAL_INSTRUCTION + _CUDA_ERROR_TAIL)

@@ -1,0 +1,67 @@
+"""Assembles an engine from its arguments: device, model, drafter, decoder, scheduler, server."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import __version__
+from .cli import EngineArgs, server_args_dict
+from .decoding import SpeculativeDecoder
+from .drafter import BlockDrafter
+from .metrics import EngineMetrics
+from .model import PRESETS, TargetModel
+from .scheduler import Scheduler
+from .server import EngineServer
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def build_server(args: EngineArgs) -> EngineServer:
+    torch.set_num_threads(args.cpu_threads)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch sees no CUDA device")
+    dtype = DTYPES[args.dtype]
+    tree_rows = args.budget + 1
+    max_positions = args.context_length + tree_rows
+    with torch.inference_mode():
+        if args.model_path:
+            model = TargetModel.from_safetensors(args.model_path, device, dtype, max_positions, args.num_layers)
+        else:
+            cfg = PRESETS[args.model_preset]
+            if args.num_layers is not None:
+                from dataclasses import replace
+
+                cfg = replace(cfg, num_layers=args.num_layers)
+            model = TargetModel.from_seed(cfg, args.seed, device, dtype, max_positions)
+        drafter = None
+        if args.method != "ar":
+            drafter = BlockDrafter(model, args.block_size - 1, args.draft_agreement, args.seed)
+        decoder = SpeculativeDecoder(model, args.method, args.budget, drafter, args.max_batch,
+                                     args.context_length, kernel_impl=args.kernel_impl)
+    metrics = EngineMetrics(args.served_model_name)
+    metrics.spec_num_draft_tokens.set(args.budget + 1 if args.method != "ar" else 0)
+    scheduler = Scheduler(decoder, drafter, metrics, args.context_length, args.decode_log_interval, args.faults)
+    scheduler.start()
+    cfg = model.config
+    model_info = {
+        "model_path": args.served_model_name,
+        "tokenizer_path": args.served_model_name,
+        "is_generation": True,
+        "preferred_sampling_params": None,
+        "weight_version": "default",
+        "has_image_understanding": False,
+        "has_audio_understanding": False,
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "num_layers": cfg.num_layers,
+        "hidden_size": cfg.hidden_size,
+        "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.num_kv_heads,
+        "head_dim": cfg.head_dim,
+        "vocab_size": cfg.vocab_size,
+        "dtype": args.dtype,
+    }
+    return EngineServer(host=args.host, port=args.port, scheduler=scheduler, metrics=metrics, faults=args.faults,
+                        context_length=args.context_length, server_args=server_args_dict(args),
+                        model_info=model_info, served_model_name=args.served_model_name, version=__version__)

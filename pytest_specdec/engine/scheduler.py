@@ -1,0 +1,347 @@
+"""The scheduler: one thread that admits requests, batches them and drives the decoder.
+
+Model compute never runs on the HTTP event loop. The server hands requests over through a
+queue; the scheduler prefills new ones into free KV-cache slots (up to ``--max-batch`` running,
+the rest wait), then runs one batched decode step for all running requests, appends the
+committed tokens to each, and reports progress back through a callback the server makes
+thread-safe. Counters and log lines follow SGLang's scheduler.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from . import logs
+from .decoding import SpeculativeDecoder
+from .drafter import BlockDrafter
+from .faults import FaultPlan, illegal_instruction
+from .metrics import EngineMetrics
+from .tokenizer import EOS_ID, IncrementalDecoder
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A request's state after a step, as the event loop sees it (immutable, safe to hand over)."""
+
+    num_ids: int
+    text: str
+    finish_reason: dict | None
+    verify_ct: int
+    correct_drafts: int
+    e2e_latency: float | None
+
+
+class Request:
+    """One generation request. Written by the scheduler thread only; the server reads
+    ``output_ids[:progress.num_ids]`` (the list only grows) and the :class:`Progress` it is sent."""
+
+    def __init__(self, input_ids: list[int], max_new_tokens: int, *, ignore_eos: bool = False,
+                 stop: tuple[str, ...] = (), stream: bool = False, rid: str | None = None,
+                 internal: bool = False) -> None:
+        self.rid = rid or uuid.uuid4().hex
+        self.input_ids = input_ids
+        self.max_new_tokens = max_new_tokens
+        self.ignore_eos = ignore_eos
+        self.stop = stop
+        self.stream = stream
+        self.internal = internal  # warm-up and health checks: not client traffic
+        self.output_ids: list[int] = []
+        self.text = ""
+        self.finish_reason: dict | None = None
+        self.verify_ct = 0
+        self.correct_drafts = 0
+        self.aborted = False
+        self.created = time.perf_counter()
+        self.last_token_at: float | None = None
+        self.e2e_latency: float | None = None
+        self.on_progress: Callable[[Progress], None] | None = None
+        self._decoder = IncrementalDecoder()
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def append(self, tokens: list[int]) -> int:
+        """Append committed tokens up to the first finishing condition; return how many were
+        taken. Finishing: ``max_new_tokens`` reached (length), EOS unless ``ignore_eos``, or a
+        stop string in the text (which is cut off before it, as SGLang does)."""
+        tokens = tokens[: self.max_new_tokens - len(self.output_ids)]
+        if not self.stop and (self.ignore_eos or EOS_ID not in tokens):
+            self.output_ids.extend(tokens)
+            self.text = self._decoder.feed(tokens)
+        else:
+            taken = 0
+            for token in tokens:
+                taken += 1
+                self.output_ids.append(token)
+                if token == EOS_ID and not self.ignore_eos:
+                    self.finish({"type": "stop", "matched": EOS_ID})
+                    break
+                before = len(self.text)
+                self.text = self._decoder.feed([token])
+                if self._cut_at_stop_string(before):
+                    break
+            tokens = tokens[:taken]
+        if not self.finished and len(self.output_ids) >= self.max_new_tokens:
+            self.finish({"type": "length", "length": self.max_new_tokens})
+        return len(tokens)
+
+    def _cut_at_stop_string(self, checked_up_to: int) -> bool:
+        for s in self.stop:
+            at = self.text.find(s, max(0, checked_up_to - len(s) + 1))
+            if at >= 0:
+                self.text = self.text[:at]
+                self.finish({"type": "stop", "matched": s})
+                return True
+        return False
+
+    def finish(self, reason: dict) -> None:
+        if self.finish_reason is None:
+            if not isinstance(reason.get("matched"), str):  # a stop-string cut keeps its cut text
+                self.text = self._decoder.finish()
+            self.finish_reason = reason
+            self.e2e_latency = time.perf_counter() - self.created
+
+    def progress(self) -> Progress:
+        return Progress(len(self.output_ids), self.text, self.finish_reason, self.verify_ct,
+                        self.correct_drafts, self.e2e_latency)
+
+    def notify(self) -> None:
+        if self.on_progress is not None and (self.stream or self.finished):
+            self.on_progress(self.progress())
+
+
+class Scheduler:
+    def __init__(self, decoder: SpeculativeDecoder, drafter: BlockDrafter | None, metrics: EngineMetrics,
+                 context_length: int, decode_log_interval: int, faults: FaultPlan) -> None:
+        self.decoder = decoder
+        self.drafter = drafter
+        self.metrics = metrics
+        self.context_length = context_length
+        self.decode_log_interval = max(1, decode_log_interval)
+        self.faults = faults
+        self.max_batch = decoder.max_batch
+        self.max_total_num_tokens = decoder.max_batch * context_length
+        self.inbox: queue.SimpleQueue[Request] = queue.SimpleQueue()
+        self.waiting: collections.deque[Request] = collections.deque()
+        self.running: list[Request] = []
+        self.client_requests_admitted = 0
+        self.last_output_at = 0.0  # perf_counter of the last step or prefill that produced tokens
+        self._lock = threading.Lock()  # guards the counters read by the HTTP thread
+        self._pending = 0  # submitted and not yet finished
+        self.forward_ct_decode = 0
+        self.last_gen_throughput = 0.0
+        self._interval_start = time.perf_counter()
+        self._interval_tokens = 0
+        self._interval_accept_tokens = 0
+        self._interval_forward_ct = 0
+        self.spec_total_accept_tokens = 0
+        self.spec_total_forward_ct = 0
+        self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
+
+    # ------------------------------------------------------------------ called from the HTTP thread
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, req: Request) -> None:
+        with self._lock:
+            self._pending += 1
+        self.inbox.put(req)
+
+    @property
+    def busy(self) -> bool:
+        return self._pending > 0
+
+    def flush(self) -> bool:
+        """Reset the lifetime speculative counters, only when no request is queued or running
+        (SGLang's /flush_cache rule). Returns whether it did."""
+        with self._lock:
+            if self._pending:
+                return False
+            self.spec_total_accept_tokens = 0
+            self.spec_total_forward_ct = 0
+            return True
+
+    def internal_state(self) -> dict:
+        with self._lock:
+            state = {"last_gen_throughput": self.last_gen_throughput,
+                     "num_running_reqs": len(self.running), "num_queue_reqs": len(self.waiting)}
+            if self.decoder.speculative and self.spec_total_forward_ct:
+                state["avg_spec_accept_length"] = self.spec_total_accept_tokens / self.spec_total_forward_ct
+        cache = self.decoder.k_cache
+        state["memory_usage"] = {
+            "kvcache": round(2 * cache.numel() * cache.element_size() / 2**30, 4),
+            "token_capacity": self.max_total_num_tokens,
+        }
+        return state
+
+    # ------------------------------------------------------------------ the scheduler thread
+
+    def _run(self) -> None:
+        try:
+            with torch.inference_mode():
+                while True:
+                    self._take_inbox(block=not self.running and not self.waiting)
+                    self._admit()
+                    if self.running:
+                        self._decode()
+        except BaseException as exc:  # the process dies with the scheduler, as SGLang's does
+            logs.scheduler_crash(exc)
+
+    def _take_inbox(self, block: bool) -> None:
+        if block:
+            self.waiting.append(self.inbox.get())
+        while True:
+            try:
+                self.waiting.append(self.inbox.get_nowait())
+            except queue.Empty:
+                return
+
+    def _done(self, req: Request) -> None:
+        with self._lock:
+            self._pending -= 1
+        if not req.internal:
+            m = self.metrics
+            m.num_requests.inc()
+            if req.aborted:
+                m.num_aborted_requests.inc()
+            elif req.e2e_latency is not None:
+                m.e2e_request_latency.observe(req.e2e_latency)
+
+    def _admit(self) -> None:
+        while self.waiting and len(self.running) < self.max_batch:
+            req = self.waiting.popleft()
+            if req.aborted:
+                self._done(req)
+                continue
+            if not req.internal:
+                self.client_requests_admitted += 1
+                self.metrics.prompt_tokens.inc(len(req.input_ids))
+                crash_after = self.faults.crash_after
+                if crash_after is not None and self.client_requests_admitted > crash_after:
+                    raise illegal_instruction(f"--fault-crash-after {crash_after}: request "
+                                              f"{self.client_requests_admitted} crashes the verify kernel")
+                if self.faults.zero_tokens:
+                    req.finish({"type": "stop", "matched": None})
+                    req.notify()
+                    self._done(req)
+                    continue
+            if req.max_new_tokens == 0:
+                req.finish({"type": "length", "length": 0})
+                req.notify()
+                self._done(req)
+                continue
+            slot = len(self.running)
+            key = self.drafter.stream_key(req.input_ids) if self.drafter is not None else 0
+            first = self.decoder.prefill(slot, req.input_ids, key)
+            now = time.perf_counter()
+            self.last_output_at = now
+            req.last_token_at = now
+            req.append([first])
+            if not req.internal:
+                self.metrics.time_to_first_token.observe(now - req.created)
+                self.metrics.generation_tokens.inc(1)
+            self._interval_tokens += 1
+            logs.SCHEDULER.info(
+                f"Prefill batch, #new-seq: 1, #new-token: {len(req.input_ids)}, #cached-token: 0, "
+                f"token usage: {self._token_usage(len(self.running) + 1):.2f}, "
+                f"#running-req: {len(self.running)}, #queue-req: {len(self.waiting)}, ")
+            self.running.append(req)
+            req.notify()
+            if req.finished:
+                self._remove_finished()
+
+    def _token_usage(self, n: int) -> float:
+        return sum(self.decoder.lens[:n]) / self.max_total_num_tokens
+
+    def _decode(self) -> None:
+        n = len(self.running)
+        dec = self.decoder
+        if dec.speculative and dec.budget in self.faults.crash_budgets:
+            raise illegal_instruction(f"--fault-crash-budgets: verify with budget {dec.budget} "
+                                      f"(T={dec.tree_nodes}) crashes the kernel")
+        out = dec.step(n)
+        now = time.perf_counter()
+        self.last_output_at = now
+        emitted = client_emitted = 0
+        for req, tokens, drafts in zip(self.running, out.tokens, out.accepted_drafts):
+            taken = req.append(tokens)
+            emitted += taken
+            client_emitted += 0 if req.internal else taken
+            if dec.speculative:
+                req.verify_ct += 1
+                req.correct_drafts += min(drafts, taken)
+            if not req.internal and taken:
+                self.metrics.inter_token_latency.observe((now - req.last_token_at) / taken)
+            req.last_token_at = now
+            req.notify()
+        accepted = sum(out.accepted_drafts)
+        with self._lock:
+            self.forward_ct_decode += 1
+            self._interval_tokens += emitted
+            if dec.speculative:
+                self._interval_accept_tokens += accepted + n
+                self._interval_forward_ct += n
+                self.spec_total_accept_tokens += accepted + n
+                self.spec_total_forward_ct += n
+        self.metrics.generation_tokens.inc(client_emitted)
+        if dec.speculative:
+            self.metrics.spec_verify_calls.inc(n)
+        if self.forward_ct_decode % self.decode_log_interval == 0:
+            self._log_decode_batch(n)
+        self._remove_finished()
+
+    def _remove_finished(self) -> None:
+        """Drop finished and aborted requests, moving the last running one into each freed slot."""
+        for i in range(len(self.running) - 1, -1, -1):
+            req = self.running[i]
+            if not (req.finished or req.aborted):
+                continue
+            last = len(self.running) - 1
+            if i != last:
+                self.decoder.move(last, i)
+                self.running[i] = self.running[last]
+            self.running.pop()
+            self._done(req)
+
+    def _log_decode_batch(self, n: int) -> None:
+        now = time.perf_counter()
+        dec = self.decoder
+        with self._lock:
+            elapsed = now - self._interval_start
+            self.last_gen_throughput = self._interval_tokens / elapsed if elapsed > 0 else 0.0
+            accept_tokens, forward_ct = self._interval_accept_tokens, self._interval_forward_ct
+            self._interval_start = now
+            self._interval_tokens = self._interval_accept_tokens = self._interval_forward_ct = 0
+        used = sum(dec.lens[:n])
+        usage = used / self.max_total_num_tokens
+        msg = f"Decode batch, #running-req: {n}, #token: {used}, token usage: {usage:.2f}, "
+        m = self.metrics
+        if dec.speculative and forward_ct:
+            accept_len = accept_tokens / forward_ct
+            accept_rate = (accept_tokens - forward_ct) / (forward_ct * dec.budget)
+            msg += f"accept len: {accept_len:.2f}, accept rate: {accept_rate:.2f}, "
+            m.spec_accept_length.set(accept_len)
+            m.spec_accept_rate.set(accept_rate)
+        msg += (f"cuda graph: False, gen throughput (token/s): {self.last_gen_throughput:.2f}, "
+                f"#queue-req: {len(self.waiting)}")
+        logs.SCHEDULER.info(msg)
+        if dec.method == "ddtree" and forward_ct:
+            drafts = (accept_tokens - forward_ct) / forward_ct
+            # under greedy acceptance the accepted path's depth is its number of draft nodes
+            logs.SCHEDULER.info(f"DDTree verify: avg_accepted_drafts={drafts:.2f} "
+                                f"avg_commit_len={drafts + 1:.2f} avg_accepted_depth={drafts:.2f}")
+        m.num_running_reqs.set(n)
+        m.num_queue_reqs.set(len(self.waiting))
+        m.num_used_tokens.set(used)
+        m.token_usage.set(usage)
+        m.gen_throughput.set(self.last_gen_throughput)
