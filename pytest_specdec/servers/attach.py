@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_specdec.servers.diagnosis import ServerError
-from pytest_specdec.servers.process import probe
+from pytest_specdec.servers.process import HEALTH_TIMEOUT_S, probe
 from pytest_specdec.servers.spec import ServerSpec
 
 
@@ -86,7 +86,7 @@ class AttachedServer:
     log_path: Path | None = None
     pid: int | None = None
 
-    def __init__(self, url: str, *, health_timeout: float = 5.0) -> None:
+    def __init__(self, url: str, *, health_timeout: float = HEALTH_TIMEOUT_S) -> None:
         self.url = url.rstrip("/")
         self.health_timeout = health_timeout
         self.info = fetch_server_info(self.url)

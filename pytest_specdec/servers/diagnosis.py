@@ -29,6 +29,12 @@ FATAL_SIGNATURES: tuple[str, ...] = (
     "Health check failed",
     "Initialization failed",
 )
+# Of those, the ones that mean "stuck" rather than "crashed" (the process may well be alive).
+HANG_SIGNATURES: tuple[str, ...] = (
+    "watchdog timeout",
+    "Watchdog caught collective operation timeout",
+    "Health check failed",
+)
 _FATAL_RE = re.compile("|".join(re.escape(s) for s in FATAL_SIGNATURES), re.IGNORECASE)
 _SIGNATURE_RES = tuple(re.compile(re.escape(s), re.IGNORECASE) for s in FATAL_SIGNATURES)
 # Errno 98 (Linux) / 48 (macOS), as printed by asyncio, uvicorn and aiohttp.
@@ -56,7 +62,7 @@ class LogWatcher:
         self._offset = 0
         self._partial = ""
         self._fatal_line: str | None = None
-        self._fatal_rank: int | None = None
+        self._fatal_rank: tuple[int, int] | None = None
         self._address_in_use = False
         self._ready = False
 
@@ -76,7 +82,7 @@ class LogWatcher:
         return self.finding(include_partial=True)
 
     def _note(self, line: str) -> None:
-        rank = _rank(line)
+        rank = _line_rank(line)
         if rank is not None and (self._fatal_rank is None or rank < self._fatal_rank):
             self._fatal_line, self._fatal_rank = line.strip(), rank
         if _ADDRESS_IN_USE_RE.search(line):
@@ -87,7 +93,7 @@ class LogWatcher:
     def finding(self, include_partial: bool = False) -> LogFinding:
         fatal, in_use = self._fatal_line, self._address_in_use
         if include_partial and self._partial:
-            rank = _rank(self._partial)
+            rank = _line_rank(self._partial)
             if rank is not None and (self._fatal_rank is None or rank < self._fatal_rank):
                 fatal = self._partial.strip()
             in_use = in_use or bool(_ADDRESS_IN_USE_RE.search(self._partial))
@@ -99,6 +105,23 @@ def _rank(line: str) -> int | None:
     if not _FATAL_RE.search(line):
         return None
     return next(i for i, r in enumerate(_SIGNATURE_RES) if r.search(line))
+
+
+def _line_rank(line: str) -> tuple[int, int] | None:
+    """Sort key of a fatal line, lower is a better cause: the signature's specificity, then
+    whether the line is indented. In a Python traceback the indented lines echo source code
+    (`raise RuntimeError("... CUDA out of memory ...`), while the unindented last line is the
+    exception with its full message."""
+    rank = _rank(line)
+    if rank is None:
+        return None
+    return rank, int(line[:1].isspace())
+
+
+def is_hang_signature(line: str) -> bool:
+    """True when the most specific fatal signature on `line` means a hang, not a crash."""
+    rank = _rank(line)
+    return rank is not None and FATAL_SIGNATURES[rank] in HANG_SIGNATURES
 
 
 def fatal_cause(line: str) -> str:

@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -31,6 +32,7 @@ from pytest_specdec.servers.diagnosis import (
     ServerError,
     describe_exit,
     fatal_cause,
+    is_hang_signature,
     tail,
 )
 from pytest_specdec.servers.spec import ServerSpec
@@ -38,7 +40,10 @@ from pytest_specdec.servers.spec import ServerSpec
 ArgvForPort = Callable[[int], Sequence[str]]
 
 POLL_INTERVAL_S = 0.5
-HEALTH_TIMEOUT_S = 5.0
+# SGLang's /health and /health_generate generate one token and wait up to 20 s
+# (SGLANG_HEALTH_CHECK_TIMEOUT) before answering 503 themselves; waiting a little longer lets its
+# own verdict (and its "Health check failed" log line) arrive instead of our timeout.
+HEALTH_TIMEOUT_S = 25.0
 TERM_GRACE_S = 10.0
 PORT_RETRIES = 3
 
@@ -223,7 +228,7 @@ class ManagedServer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            outcome, status = probe(self.url + "/health_generate", min(self.health_timeout, remaining))
+            outcome, status = self._watched_probe("/health_generate", min(self.health_timeout, remaining))
             seen.append(outcome if outcome != "http" else f"http-{status}")
             if outcome == "ok":
                 # A 200 from someone else's server on a port we lost would lie: re-check ours.
@@ -232,6 +237,18 @@ class ManagedServer:
                 return
             time.sleep(max(0.0, min(self.poll_interval, deadline - time.monotonic())))
         raise self._deadline_error(seen)
+
+    def _watched_probe(self, path: str, timeout: float) -> tuple[str, int | None]:
+        """`probe` in a daemon thread, checking the process and log every poll interval meanwhile,
+        so a crash is reported at once even while a slow health request is outstanding."""
+        result: list[tuple[str, int | None]] = []
+        thread = threading.Thread(target=lambda: result.append(probe(self.url + path, timeout)), daemon=True)
+        thread.start()
+        while True:
+            thread.join(self.poll_interval)
+            if result:
+                return result[0]
+            self._raise_if_failed_during_startup()
 
     def _scan(self):
         """Scan the log; after a first fatal line, wait a moment so the rest of the traceback
@@ -253,11 +270,14 @@ class ManagedServer:
                 headline=f"server {self.spec.id} cannot start: address {self.host}:{self.port} already in use",
             )
         if finding.fatal_line is not None:
+            cause = fatal_cause(finding.fatal_line)
+            if is_hang_signature(finding.fatal_line):  # a watchdog / health verdict: stuck, not crashed
+                raise self._error("hang", cause, headline=f"server {self.spec.id} hangs during warm-up: {cause}")
             how = "" if code is None else f" ({describe_exit(code)})"
             raise self._error(
                 "warmup-crash",
-                fatal_cause(finding.fatal_line),
-                headline=f"server {self.spec.id} crashed during warm-up{how}: {fatal_cause(finding.fatal_line)}",
+                cause,
+                headline=f"server {self.spec.id} crashed during warm-up{how}: {cause}",
             )
         if code is not None:
             raise self._error(
@@ -280,7 +300,11 @@ class ManagedServer:
                 headline=f"server {self.spec.id} hangs: /health_generate accepted connections but "
                 f"never answered within the {t:g}s startup timeout{extra} (process alive, pid {self.pid})",
             )
-        state = "its port never opened" if last == "refused" else f"/health_generate still answers {last[5:]}"
+        state = (
+            "its port never opened"
+            if last == "refused"
+            else f"/health_generate still answers {last[5:]}, i.e. warm-up has not finished"
+        )
         return self._error(
             "slow-start",
             f"not ready after the {t:g}s startup timeout ({state})",
@@ -326,6 +350,9 @@ class ManagedServer:
         return None
 
     def _death_error(self, fatal_line: str | None, code: int | None) -> ServerError:
+        if fatal_line is not None and code is None and is_hang_signature(fatal_line):
+            cause = fatal_cause(fatal_line)
+            return self._error("hang", cause, headline=f"server {self.spec.id} hangs: {cause}")
         if fatal_line is not None:
             cause = fatal_cause(fatal_line)
         else:

@@ -63,7 +63,10 @@ def main(argv=None) -> None:
     if args.fault_slow_start:
         time.sleep(args.fault_slow_start)
     budgets = {int(b) for b in args.fault_crash_budgets.split(",") if b}
-    if args.fault_crash_warmup or (args.method == "ddtree" and args.budget in budgets):
+    if args.fault_crash_warmup:  # as the engine does: SGLang's warm-up failure, then exit 1
+        crash("Initialization failed. warmup error: RuntimeError: warm-up request failed: "
+              "CUDA out of memory. Tried to allocate 2.00 GiB (injected by --fault-crash-warmup)")
+    if args.method != "ar" and args.budget in budgets:
         crash("Scheduler hit an exception: RuntimeError: CUDA error: an illegal instruction was encountered")
 
     state = {"generated": 0}

@@ -140,7 +140,8 @@ def test_log_watcher_reads_incrementally(tmp_path):
         fh.write("[2026 TP0] Scheduler hit an exception: Traceback\n")
         fh.write("RuntimeError: CUDA error: an illegal instruction was encountered\n")
     f = w.scan()
-    assert f.fatal_line == "[2026 TP0] Scheduler hit an exception: Traceback"  # the first fatal line
+    # The specific line wins over the generic one logged before it.
+    assert f.fatal_line == "RuntimeError: CUDA error: an illegal instruction was encountered"
     assert fatal_cause("[2026 TP0] RuntimeError: CUDA error: an illegal instruction was encountered") == (
         "CUDA error: an illegal instruction was encountered"
     )
@@ -171,3 +172,15 @@ def test_server_error_message_and_pickle(tmp_path):
     )
     e2 = pickle.loads(pickle.dumps(e))
     assert (e2.reason, e2.cause, e2.log_path, e2.tail, str(e2)) == (e.reason, e.cause, e.log_path, e.tail, str(e))
+
+
+def test_the_exception_line_beats_the_traceback_source_echo(tmp_path):
+    log = tmp_path / "s.log"
+    log.write_text(
+        "[t] Initialization failed. warmup error: Traceback (most recent call last):\n"
+        '  File "server.py", line 105, in _warmup\n'
+        '    raise RuntimeError("warm-up request failed: CUDA out of memory. Tried to allocate 2.00 GiB "\n'
+        "RuntimeError: warm-up request failed: CUDA out of memory. Tried to allocate 2.00 GiB (injected)\n"
+    )
+    line = LogWatcher(log).scan().fatal_line
+    assert fatal_cause(line) == "CUDA out of memory. Tried to allocate 2.00 GiB (injected)"
