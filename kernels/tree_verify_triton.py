@@ -79,6 +79,10 @@ def _tree_verify_partial_kernel(
         q = q.to(tl.float32)
     k_base = k_ptr + b.to(tl.int64) * stride_kb + kv_head * stride_kh
     v_base = v_ptr + b.to(tl.int64) * stride_vb + kv_head * stride_vh
+    # int32 offsets inside one request's cache (the launcher checks they fit); a tile's pointers
+    # are these plus one scalar, which keeps register use down.
+    k_tile_ptrs = k_base + cols[:, None] * stride_ks + dims[None, :]
+    v_tile_ptrs = v_base + cols[:, None] * stride_vs + dims[None, :]
 
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -89,9 +93,8 @@ def _tree_verify_partial_kernel(
     full_end = lo + tl.maximum(hi - lo, 0) // BLOCK_N * BLOCK_N
     # mask-free prefix tiles
     for start in range(lo, full_end, BLOCK_N):
-        keys = start + cols
-        k_tile = tl.load(k_base + keys[:, None].to(tl.int64) * stride_ks + dims[None, :])
-        v_tile = tl.load(v_base + keys[:, None].to(tl.int64) * stride_vs + dims[None, :])
+        k_tile = tl.load(k_tile_ptrs + start * stride_ks)
+        v_tile = tl.load(v_tile_ptrs + start * stride_vs)
         if UPCAST:
             k_tile = k_tile.to(tl.float32)
             v_tile = v_tile.to(tl.float32)
@@ -99,12 +102,9 @@ def _tree_verify_partial_kernel(
         acc, m_i, l_i = _online_update(acc, m_i, l_i, scores, v_tile)
     # the partial last prefix tile of this split
     if full_end < hi:
-        keys = full_end + cols
-        in_range = keys < hi
-        k_tile = tl.load(k_base + keys[:, None].to(tl.int64) * stride_ks + dims[None, :],
-                         mask=in_range[:, None], other=0.0)
-        v_tile = tl.load(v_base + keys[:, None].to(tl.int64) * stride_vs + dims[None, :],
-                         mask=in_range[:, None], other=0.0)
+        in_range = full_end + cols < hi
+        k_tile = tl.load(k_tile_ptrs + full_end * stride_ks, mask=in_range[:, None], other=0.0)
+        v_tile = tl.load(v_tile_ptrs + full_end * stride_vs, mask=in_range[:, None], other=0.0)
         if UPCAST:
             k_tile = k_tile.to(tl.float32)
             v_tile = v_tile.to(tl.float32)
@@ -114,16 +114,13 @@ def _tree_verify_partial_kernel(
     # the tree rows, ancestor-masked, streamed by the split that holds the prefix's last row
     tree_split = tl.maximum(tl.cdiv(prefix_len, chunk) - 1, 0)
     if split == tree_split:
-        mask_base = mask_ptr + b.to(tl.int64) * stride_mb + node[:, None] * stride_mt
+        mask_ptrs = mask_ptr + b.to(tl.int64) * stride_mb + node[:, None] * stride_mt
         for start in range(0, num_nodes, BLOCK_N):
             tree_node = start + cols
             in_tree = tree_node < num_nodes
-            keys = prefix_len + tree_node
-            k_tile = tl.load(k_base + keys[:, None].to(tl.int64) * stride_ks + dims[None, :],
-                             mask=in_tree[:, None], other=0.0)
-            v_tile = tl.load(v_base + keys[:, None].to(tl.int64) * stride_vs + dims[None, :],
-                             mask=in_tree[:, None], other=0.0)
-            words = tl.load(mask_base + (tree_node // 32)[None, :],
+            k_tile = tl.load(k_tile_ptrs + (prefix_len + start) * stride_ks, mask=in_tree[:, None], other=0.0)
+            v_tile = tl.load(v_tile_ptrs + (prefix_len + start) * stride_vs, mask=in_tree[:, None], other=0.0)
+            words = tl.load(mask_ptrs + (tree_node // 32)[None, :],
                             mask=row_valid[:, None] & in_tree[None, :], other=0)
             visible = ((words >> (tree_node % 32)[None, :]) & 1) != 0
             if UPCAST:
@@ -152,24 +149,24 @@ def _tree_verify_partial_kernel(
 def _tree_verify_merge_kernel(
     part_o_ptr, part_lse_ptr, out_ptr,
     stride_ob, stride_ot, stride_oh,
-    num_nodes, num_kv_heads, num_m_tiles, num_splits,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+    num_nodes, num_kv_heads, rows_pad, num_splits,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, MERGE_M: tl.constexpr,
 ):
+    """Merge the splits of MERGE_M packed rows of one (request, KV head)."""
+    row_blocks = rows_pad // MERGE_M
     pid = tl.program_id(0)
-    m_tile = pid % num_m_tiles
-    head_b = pid // num_m_tiles
+    head_b = pid // row_blocks
     kv_head = head_b % num_kv_heads
     b = head_b // num_kv_heads
-    rows = m_tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    rows = (pid % row_blocks) * MERGE_M + tl.arange(0, MERGE_M)
     row_valid = rows < num_nodes * GROUP
     dims = tl.arange(0, HEAD_DIM)
-    m_pad = num_m_tiles * BLOCK_M
 
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([MERGE_M, HEAD_DIM], dtype=tl.float32)
+    m_i = tl.full([MERGE_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([MERGE_M], dtype=tl.float32)
     for split in range(0, num_splits):
-        part_row = (head_b.to(tl.int64) * num_splits + split) * m_pad + rows
+        part_row = (head_b.to(tl.int64) * num_splits + split) * rows_pad + rows
         lse = tl.load(part_lse_ptr + part_row)
         m_new = tl.maximum(m_i, lse)
         m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -189,6 +186,10 @@ def _tree_verify_merge_kernel(
              out.to(out_ptr.dtype.element_ty), mask=row_valid[:, None])
 
 
+# Packed rows one merge program handles (a divisor of every BLOCK_M, which is >= 16).
+MERGE_M = 16
+
+
 def _pick_block_m(packed_rows: int, max_block_m: int) -> int:
     """Query-tile rows: one tile when the packed rows fit, else the cap (at least 16 for tl.dot)."""
     return max(16, min(triton.next_power_of_2(packed_rows), max_block_m))
@@ -201,9 +202,9 @@ def _sm_count(device) -> int:
 
 
 def plan_verify_launch(batch: int, num_nodes: int, q_heads: int, kv_heads: int, head_dim: int,
-                       cache_rows: int, device) -> dict:
+                       cache_rows: int, device, config=None) -> dict:
     """Tile sizes, split count and grid for one call (pure function of shapes and device)."""
-    cfg = verify_config(arch_name(device), head_dim)
+    cfg = config or verify_config(arch_name(device), head_dim)
     group = q_heads // kv_heads
     block_m = _pick_block_m(num_nodes * group, cfg.max_block_m)
     num_m_tiles = triton.cdiv(num_nodes * group, block_m)
@@ -218,12 +219,13 @@ def plan_verify_launch(batch: int, num_nodes: int, q_heads: int, kv_heads: int, 
 
 
 def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask, sm_scale=None,
-                                 out=None, num_splits=None):
+                                 out=None, num_splits=None, config=None):
     """Launcher: checks layout, plans tiles and splits, launches one or two kernels.
 
     ``out`` (optional, ``[B, T, Hq, D]`` in q's dtype) is written in place and returned; the
     tests pass a NaN-poisoned one. ``num_splits`` overrides the split heuristic (tests and
-    tuning). Inputs need unit stride in D; other strides are free.
+    tuning), ``config`` the table's :class:`VerifyConfig` (tuning). Inputs need unit stride in D;
+    other strides are free.
     """
     batch, num_nodes, q_heads, head_dim = q.shape
     kv_heads = k_cache.shape[2]
@@ -234,9 +236,14 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
     if batch == 0 or num_nodes == 0:
         return out
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if (t.shape[1] - 1) * t.stride(1) + (kv_heads - 1) * t.stride(2) + head_dim > 2**31 - 1:
+            raise ValueError(f"{name}: one request's cache spans more than 2**31 elements; "
+                             "split the batch's storage per request")
     ancestor_mask = ancestor_mask.contiguous()
     cache_lens = cache_lens.contiguous()
-    plan = plan_verify_launch(batch, num_nodes, q_heads, kv_heads, head_dim, k_cache.shape[1], q.device)
+    plan = plan_verify_launch(batch, num_nodes, q_heads, kv_heads, head_dim, k_cache.shape[1], q.device,
+                              config)
     if num_splits is not None:
         prefix_rows = max(k_cache.shape[1] - num_nodes, 1)
         chunk = triton.cdiv(triton.cdiv(prefix_rows, num_splits), plan["config"].block_n) * plan["config"].block_n
@@ -273,11 +280,12 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if not single:
-        _tree_verify_merge_kernel[(plan["grid"][0],)](
+        rows_pad = num_m_tiles * block_m
+        _tree_verify_merge_kernel[(batch * kv_heads * (rows_pad // MERGE_M),)](
             part_o, part_lse, out,
             out.stride(0), out.stride(1), out.stride(2),
-            num_nodes, kv_heads, num_m_tiles, splits,
-            GROUP=q_heads // kv_heads, HEAD_DIM=head_dim, BLOCK_M=block_m,
+            num_nodes, kv_heads, rows_pad, splits,
+            GROUP=q_heads // kv_heads, HEAD_DIM=head_dim, MERGE_M=MERGE_M,
             num_warps=4,
         )
     return out

@@ -1,0 +1,166 @@
+"""Compile the tree-verify kernels for an sm_120 GPU without one, and report what they use.
+
+RTX PRO 6000 / RTX 5090 (sm_120) allow about 99 KB of shared memory per block (101376 bytes
+opt-in) and have none of Hopper's wgmma or datacenter Blackwell's tcgen05 paths. This check
+compiles each head dim's sm_120 configuration (from :mod:`specdec_kernels.configs`) at its
+largest query tile, through Triton's own ptxas, and reports shared memory, registers, spills and
+the SASS instruction mix (Triton's bundled cuobjdump). It needs no GPU and no CUDA driver.
+
+    python -m specdec_kernels.sm120_check            # prints a table, exits 1 on a violation
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+
+SM120_SHARED_LIMIT = 101376  # bytes per block, opt-in maximum on compute capability 12.0
+# Instructions that exist only on sm_90a (wgmma -> HGMMA, warpgroup register moves) or on
+# sm_100a (tcgen05 -> UTC*MMA): none may appear in an sm_120 binary.
+FORBIDDEN_SASS = ("HGMMA", "WARPGROUP", "UTCHMMA", "UTCQMMA", "UTCMMA", "UTCBAR", "USETMAXREG")
+FORBIDDEN_PTX = ("wgmma", "tcgen05", "setmaxnreg")
+
+
+@dataclass
+class CompileReport:
+    kernel: str
+    head_dim: int
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+    shared_bytes: int
+    registers: int | None = None
+    stack_bytes: int | None = None
+    spill_bytes: int | None = None
+    mix: collections.Counter = field(default_factory=collections.Counter)
+    forbidden: list = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.shared_bytes <= SM120_SHARED_LIMIT and not self.forbidden and not self.spill_bytes
+
+
+def _signature(fn, pointer_types: dict, constexprs: dict) -> dict:
+    sig = {}
+    for name in fn.arg_names:
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name in pointer_types:
+            sig[name] = pointer_types[name]
+        elif name == "qk_scale":
+            sig[name] = "fp32"
+        else:
+            sig[name] = "i32"
+    return sig
+
+
+def _nvidia_tool(name: str) -> str:
+    import triton.backends.nvidia as nvidia_backend
+
+    return os.path.join(os.path.dirname(nvidia_backend.__file__), "bin", name)
+
+
+def _ptxas_spill_bytes(ptx: str, capability: int) -> int:
+    """Spill stores + loads that ptxas reports for the PTX (``-v``), with Triton's own ptxas."""
+    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "kernel.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        log = subprocess.run([get_ptxas(capability).path, "-v", f"--gpu-name={sm_arch_from_capability(capability)}",
+                              src, "-o", os.path.join(tmp, "kernel.cubin")],
+                             capture_output=True, text=True, check=True).stderr
+    return sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", log))
+
+
+def _inspect_cubin(cubin: bytes, report: CompileReport) -> None:
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+        path = f.name
+    try:
+        usage = subprocess.run([_nvidia_tool("cuobjdump"), "-res-usage", path], capture_output=True,
+                               text=True, check=True).stdout
+        regs = re.search(r"REG:(\d+)", usage)
+        stack = re.search(r"STACK:(\d+)", usage)
+        report.registers = int(regs.group(1)) if regs else None
+        report.stack_bytes = int(stack.group(1)) if stack else None
+        sass = subprocess.run([_nvidia_tool("cuobjdump"), "-sass", path], capture_output=True, text=True,
+                              check=True).stdout
+    finally:
+        os.unlink(path)
+    for line in sass.splitlines():
+        match = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[A-Z0-9_.]+)?", line)
+        if match:
+            report.mix[match.group(1)] += 1
+    report.forbidden += [op for op in report.mix if op.startswith(FORBIDDEN_SASS)]
+
+
+def compile_for_sm120(head_dim: int, capability: int = 120) -> list[CompileReport]:
+    """Compile the split (partial) and merge kernels at this head dim's sm_120 configuration."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from .configs import verify_config
+    from .tree_verify_triton import MERGE_M, _tree_verify_merge_kernel, _tree_verify_partial_kernel
+
+    cfg = verify_config(f"sm_{capability}", head_dim)
+    target = GPUTarget("cuda", capability, 32)
+    reports = []
+    pointers = {name: "*bf16" for name in ("q_ptr", "k_ptr", "v_ptr", "out_ptr")}
+    pointers.update(lens_ptr="*i32", mask_ptr="*i32", part_o_ptr="*fp32", part_lse_ptr="*fp32")
+    kernels = [
+        ("verify_split", _tree_verify_partial_kernel,
+         dict(GROUP=4, HEAD_DIM=head_dim, BLOCK_M=cfg.max_block_m, BLOCK_N=cfg.block_n,
+              SINGLE_SPLIT=False, DOT_PRECISION="tf32", UPCAST=False),
+         dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)),
+        ("verify_merge", _tree_verify_merge_kernel,
+         dict(GROUP=4, HEAD_DIM=head_dim, MERGE_M=MERGE_M), dict(num_warps=4, num_stages=1)),
+    ]
+    for name, fn, constexprs, options in kernels:
+        # what a real launch specialises: 16-byte aligned pointers, strides divisible by 16
+        aligned = [i for i, a in enumerate(fn.arg_names) if a.endswith("_ptr") or a.startswith("stride_")]
+        src = ASTSource(fn=fn, signature=_signature(fn, pointers, constexprs),
+                        constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()},
+                        attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
+        compiled = triton.compile(src, target=target, options=options)
+        block_m = constexprs.get("BLOCK_M", constexprs.get("MERGE_M"))
+        report = CompileReport(name, head_dim, block_m, constexprs.get("BLOCK_N", 0),
+                               options["num_warps"], options["num_stages"], compiled.metadata.shared)
+        ptx = compiled.asm["ptx"]
+        report.spill_bytes = _ptxas_spill_bytes(ptx, capability)
+        report.forbidden += [w for w in FORBIDDEN_PTX if re.search(rf"\b{w}\b", ptx)]
+        _inspect_cubin(compiled.asm["cubin"], report)
+        reports.append(report)
+    return reports
+
+
+def format_reports(reports) -> str:
+    lines = [f"{'kernel':<13}{'D':>4}{'BM':>4}{'BN':>4}{'warps':>6}{'stages':>7}{'smem B':>8}"
+             f"{'regs':>6}{'stack':>6}{'spill':>6}  {'ok':<3} mix (top 8) / forbidden"]
+    for r in reports:
+        top = ", ".join(f"{op}:{n}" for op, n in r.mix.most_common(8))
+        bad = f" FORBIDDEN {r.forbidden}" if r.forbidden else ""
+        lines.append(f"{r.kernel:<13}{r.head_dim:>4}{r.block_m:>4}{r.block_n:>4}{r.num_warps:>6}"
+                     f"{r.num_stages:>7}{r.shared_bytes:>8}{str(r.registers):>6}{str(r.stack_bytes):>6}"
+                     f"{str(r.spill_bytes):>6}  "
+                     f"{'yes' if r.ok else 'NO':<3} {top}{bad}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    reports = [r for d in (64, 128, 256) for r in compile_for_sm120(d)]
+    print(f"sm_120 compile check (shared memory limit {SM120_SHARED_LIMIT} B per block)")
+    print(format_reports(reports))
+    return 0 if all(r.ok for r in reports) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
