@@ -41,7 +41,8 @@ def build_server(args: EngineArgs) -> EngineServer:
                                      args.context_length, kernel_impl=args.kernel_impl)
     metrics = EngineMetrics(args.served_model_name)
     metrics.spec_num_draft_tokens.set(args.budget + 1 if args.method != "ar" else 0)
-    scheduler = Scheduler(decoder, drafter, metrics, args.context_length, args.decode_log_interval, args.faults)
+    scheduler = Scheduler(decoder, drafter, metrics, args.context_length, args.decode_log_interval, args.faults,
+                          cpu_threads=args.cpu_threads)
     scheduler.start()
     cfg = model.config
     model_info = {

@@ -121,13 +121,14 @@ class Request:
 
 class Scheduler:
     def __init__(self, decoder: SpeculativeDecoder, drafter: BlockDrafter | None, metrics: EngineMetrics,
-                 context_length: int, decode_log_interval: int, faults: FaultPlan) -> None:
+                 context_length: int, decode_log_interval: int, faults: FaultPlan, cpu_threads: int = 1) -> None:
         self.decoder = decoder
         self.drafter = drafter
         self.metrics = metrics
         self.context_length = context_length
         self.decode_log_interval = max(1, decode_log_interval)
         self.faults = faults
+        self.cpu_threads = cpu_threads
         self.max_batch = decoder.max_batch
         self.max_total_num_tokens = decoder.max_batch * context_length
         self.inbox: queue.SimpleQueue[Request] = queue.SimpleQueue()
@@ -187,6 +188,8 @@ class Scheduler:
     # ------------------------------------------------------------------ the scheduler thread
 
     def _run(self) -> None:
+        # OpenMP's thread count is per thread: repeat the process setting in this one.
+        torch.set_num_threads(self.cpu_threads)
         try:
             with torch.inference_mode():
                 while True:

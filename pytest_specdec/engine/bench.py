@@ -1,0 +1,128 @@
+"""Benchmark of the embedded engine as a client sees it: readiness time and output tokens/s.
+
+``python -m pytest_specdec.engine.bench --methods ar,dflash,ddtree [--budget 16] [--requests 8]
+[--max-new-tokens 256] [--concurrency 1] [--json FILE] [-- ENGINE FLAGS...]`` starts one engine
+process per method, times launch-to-ready (the readiness log line), sends the requests over HTTP
+(streaming off, greedy, ``ignore_eos``) ``--concurrency`` at a time, and reports output tokens/s
+= completion tokens / wall time of the whole batch, with the mean acceptance length. Every engine
+it starts runs in its own process group and is killed before the next one starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+from .logs import READY_LINE
+
+PROMPTS = [
+    "The capital city of France is",
+    "Write a short story about a robot who learns to paint.",
+    "def fibonacci(n):\n    ",
+    "Explain speculative decoding in one paragraph.",
+    "List three prime numbers greater than one hundred:",
+    "Once upon a time, in a village by the sea,",
+    "SELECT name, count(*) FROM users GROUP BY",
+    "Translate to German: The weather is nice today.",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _post(url: str, body: dict, timeout: float) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def run_method(method: str, budget: int | None, requests: int, max_new_tokens: int, concurrency: int,
+               engine_flags: list[str], ready_timeout: float = 120.0) -> dict:
+    port = free_port()
+    argv = [sys.executable, "-m", "pytest_specdec.engine", "--port", str(port), "--method", method]
+    if budget is not None and method != "ar":
+        argv += ["--budget", str(budget)]
+    argv += engine_flags
+    launched = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    ready = threading.Event()
+    log: list[str] = []
+
+    def follow() -> None:
+        for line in proc.stderr:
+            log.append(line)
+            if READY_LINE in line:
+                ready.set()
+
+    threading.Thread(target=follow, daemon=True).start()
+    try:
+        while not ready.wait(0.05):
+            if proc.poll() is not None or time.perf_counter() - launched > ready_timeout:
+                raise RuntimeError(f"{method}: engine not ready (exit {proc.poll()}):\n{''.join(log[-20:])}")
+        ready_s = time.perf_counter() - launched
+        url = f"http://127.0.0.1:{port}/generate"
+
+        def one(i: int) -> dict:
+            body = {"text": PROMPTS[i % len(PROMPTS)],
+                    "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}}
+            return _post(url, body, timeout=600)["meta_info"]
+
+        one(0)  # first request after readiness: not timed
+        started = time.perf_counter()
+        with ThreadPoolExecutor(concurrency) as pool:
+            metas = list(pool.map(one, range(requests)))
+        wall = time.perf_counter() - started
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    tokens = sum(m["completion_tokens"] for m in metas)
+    verify = sum(m.get("spec_verify_ct", 0) for m in metas)
+    return {"method": method, "budget": None if method == "ar" else budget, "requests": requests,
+            "concurrency": concurrency, "max_new_tokens": max_new_tokens, "ready_s": round(ready_s, 3),
+            "completion_tokens": tokens, "wall_s": round(wall, 4), "output_tok_s": round(tokens / wall, 1),
+            "accept_length": round(tokens / verify, 3) if verify else None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    engine_flags: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, engine_flags = argv[:cut], argv[cut + 1:]
+    p = argparse.ArgumentParser(prog="python -m pytest_specdec.engine.bench", description=__doc__.split("\n")[0])
+    p.add_argument("--methods", default="ar,dflash,ddtree")
+    p.add_argument("--budget", type=int, default=16, help="ddtree budget (dflash: capped at block-size - 1)")
+    p.add_argument("--requests", type=int, default=8)
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--json", default=None, help="also write the results here")
+    ns = p.parse_args(argv)
+    results = []
+    for method in ns.methods.split(","):
+        r = run_method(method, ns.budget, ns.requests, ns.max_new_tokens, ns.concurrency, engine_flags)
+        results.append(r)
+        print(f"{r['method']:>7} budget={str(r['budget']):>4} ready={r['ready_s']:6.2f}s "
+              f"output={r['output_tok_s']:9.1f} tok/s accept_len={r['accept_length']} "
+              f"({r['completion_tokens']} tokens in {r['wall_s']:.2f}s, concurrency {r['concurrency']})",
+              flush=True)
+    if ns.json:
+        with open(ns.json, "w") as f:
+            json.dump({"engine_flags": engine_flags, "results": results}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""Greedy speculative output equals greedy autoregressive output, token for token.
+
+In-process (no HTTP) so that every method and budget is cheap to cover. The model's output
+depends on its whole context (test_model.py checks that), so a wrong tree mask, position or KV
+commit shows up as a different token here.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pytest_specdec.engine.decoding import SpeculativeDecoder
+from pytest_specdec.engine.drafter import BlockDrafter
+from pytest_specdec.engine.model import PRESETS, TargetModel
+from pytest_specdec.engine.tokenizer import ByteTokenizer
+
+PROMPTS = ["The capital city of France is", "x", "def add(a, b):\n    return a + b\n\n" * 3]
+NEW_TOKENS = 120
+CONTEXT = 512
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.set_num_threads(1)
+    return TargetModel.from_seed(PRESETS["tiny"], 0, torch.device("cpu"), torch.float32, CONTEXT + 80)
+
+
+def greedy(model, method: str, budget: int, agreement: float = 0.9, block_size: int = 16) -> tuple[list, float]:
+    """Decode all prompts as one batch; return each prompt's first NEW_TOKENS tokens and the
+    mean number of tokens committed per step."""
+    drafter = BlockDrafter(model, block_size - 1, agreement, seed=0) if method != "ar" else None
+    dec = SpeculativeDecoder(model, method, budget, drafter, max_batch=4, max_seq_len=CONTEXT)
+    tok = ByteTokenizer()
+    outs = []
+    with torch.inference_mode():
+        for slot, prompt in enumerate(PROMPTS):
+            ids = tok.encode(prompt)
+            outs.append([dec.prefill(slot, ids, drafter.stream_key(ids) if drafter else 0)])
+        steps = 0
+        while min(len(o) for o in outs) < NEW_TOKENS:
+            step = dec.step(len(PROMPTS))
+            steps += 1
+            for out, tokens in zip(outs, step.tokens):
+                out.extend(tokens)
+    committed = sum(len(o) - 1 for o in outs) / len(outs)
+    return [o[:NEW_TOKENS] for o in outs], committed / steps
+
+
+@pytest.fixture(scope="module")
+def reference(model):
+    out, per_step = greedy(model, "ar", 0)
+    assert per_step == 1.0
+    return out
+
+
+@pytest.mark.parametrize("budget", [1, 8, 16, 64])
+@pytest.mark.parametrize("method", ["dflash", "ddtree"])
+def test_speculative_output_equals_autoregressive(model, reference, method, budget):
+    # a DFlash chain of 16 or 64 drafts needs a block that long
+    block = max(16, budget + 1) if method == "dflash" else 16
+    out, per_step = greedy(model, method, budget, block_size=block)
+    for prompt, got, want in zip(PROMPTS, out, reference):
+        first_diff = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+        assert got == want, f"{method} b{budget} diverges from AR at token {first_diff} for {prompt[:20]!r}"
+    assert per_step > 1.0, "speculation accepted nothing: the comparison would be vacuous"
+
+
+@pytest.mark.parametrize("agreement", [0.0, 1.0])
+def test_lossless_whatever_the_drafter(model, reference, agreement):
+    out, _ = greedy(model, "ddtree", 16, agreement=agreement)
+    assert out == reference
+
+
+def test_autoregressive_matches_recomputing_the_whole_sequence(model, reference):
+    """The cached decode path gives what a full causal forward over prompt + output gives."""
+    tok = ByteTokenizer()
+    with torch.inference_mode():
+        for prompt, out in zip(PROMPTS, reference):
+            ids = tok.encode(prompt)
+            seq = torch.tensor([ids + out[:-1]])
+            argmax = model.prefill(seq)[0].argmax(-1)[len(ids) - 1:].tolist()
+            assert argmax == out
