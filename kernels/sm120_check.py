@@ -7,6 +7,10 @@ largest query tile, through Triton's own ptxas, and reports shared memory, regis
 the SASS instruction mix (Triton's bundled cuobjdump). It needs no GPU and no CUDA driver.
 
     python -m specdec_kernels.sm120_check            # prints a table, exits 1 on a violation
+    python -m specdec_kernels.sm120_check --json 128 # one JSON report per kernel, head dim 128
+
+The compile needs Triton's compiler, not its interpreter: run it with TRITON_INTERPRET unset
+(:func:`run_check_subprocess` does that from a process that interprets).
 """
 
 from __future__ import annotations
@@ -155,8 +159,30 @@ def format_reports(reports) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    reports = [r for d in (64, 128, 256) for r in compile_for_sm120(d)]
+def run_check_subprocess(head_dims=(64, 128, 256)) -> list[dict]:
+    """Run the check in a fresh interpreter with TRITON_INTERPRET removed; return its reports."""
+    import json
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-m", "specdec_kernels.sm120_check", "--json",
+                           *map(str, head_dims)], capture_output=True, text=True, env=env)
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"sm_120 compile check crashed:\n{done.stderr[-4000:]}")
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def main(argv=None) -> int:
+    import json
+
+    argv = sys.argv[1:] if argv is None else argv
+    as_json = "--json" in argv
+    head_dims = [int(a) for a in argv if a.isdigit()] or [64, 128, 256]
+    reports = [r for d in head_dims for r in compile_for_sm120(d)]
+    if as_json:
+        for r in reports:
+            fields = {k: v for k, v in vars(r).items() if k != "mix"}
+            print(json.dumps(dict(fields, mix=dict(r.mix), ok=r.ok)))
+        return 0 if all(r.ok for r in reports) else 1
     print(f"sm_120 compile check (shared memory limit {SM120_SHARED_LIMIT} B per block)")
     print(format_reports(reports))
     return 0 if all(r.ok for r in reports) else 1
