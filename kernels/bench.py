@@ -1,0 +1,312 @@
+"""Verify-step benchmark on a GPU: tree-verify attention against the roofline, SDPA and FlexAttention.
+
+    python -m specdec_kernels.bench                  # the issue's grid, one table
+    python -m specdec_kernels.bench --quick          # a few shapes
+    python -m specdec_kernels.bench --json out.json --markdown out.md --max-seconds 240
+
+Per shape (bf16; one request shape repeated ``batch`` times, all with prefix ``L``; a random
+best-first tree of T nodes per request), all measured in one run:
+- time: ``triton.testing.do_bench`` median (it clears the L2 cache before every call, so no
+  reuse across iterations), fresh random inputs per shape;
+- bytes = K and V rows read once (prefix + tree) + q + output; FLOPs = 4 * T * Hq * (L + T) * D
+  per request (the tree rows counted dense);
+- roofline = max(bytes / copy bandwidth, FLOPs / bf16 matmul rate), both ceilings measured at the
+  start of the same run (a 2 GiB device-to-device copy counting read + write; an 8192^3 bf16
+  matmul on random data); "roof %" = roofline time / measured time;
+- ``x SDPA``: torch SDPA with a boolean ``[B, 1, T, L + T]`` mask and ``enable_gqa=True``, same
+  inputs, time ratio; ``x flex``: FlexAttention (torch.compile'd) with the same mask as a block
+  mask, on the shapes named by ``--flex``, or the error it raised;
+- correctness on every timed shape: the kernel's output against a float32 reference per
+  request (row relative error, bf16 bound 3e-2); SDPA's error is reported beside it.
+A shape whose check fails is reported as FAILED and the exit status is 1.
+Also timed: greedy accept + KV commit (all layers, one launch each) at batch 8, prefix 8k, T 17,
+with CUDA's sync-debug mode set to error, so a host synchronisation would raise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import math
+import sys
+import time
+
+import torch
+
+ROW_TOLERANCE_BF16 = 3e-2
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    batch: int
+    num_nodes: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    prefix: int
+
+    @property
+    def group(self) -> int:
+        return self.q_heads // self.kv_heads
+
+    @property
+    def name(self) -> str:
+        return (f"B{self.batch}-T{self.num_nodes}-H{self.q_heads}/{self.kv_heads}/{self.head_dim}"
+                f"-L{self.prefix}")
+
+    def bytes_moved(self) -> int:
+        kv = 2 * self.batch * (self.prefix + self.num_nodes) * self.kv_heads * self.head_dim * 2
+        q_and_out = 2 * self.batch * self.num_nodes * self.q_heads * self.head_dim * 2
+        return kv + q_and_out
+
+    def flops(self) -> int:
+        return 4 * self.batch * self.num_nodes * self.q_heads * (self.prefix + self.num_nodes) * self.head_dim
+
+    def memory_bound_goal(self) -> bool:
+        """The issue's memory-bound class: T*G <= 64 and batch * prefix >= 32k tokens."""
+        return self.num_nodes * self.group <= 64 and self.batch * self.prefix >= 32 * 1024
+
+
+def issue_shapes() -> list[Shape]:
+    """bf16; Hq/Hkv/D in {32/8/128, 64/8/128}; T in {9,16,17,33,65}; batch {1,8,32}; L {1k,8k,32k}."""
+    return [Shape(b, t, hq, 8, 128, l)
+            for hq in (32, 64) for t in (9, 16, 17, 33, 65) for b in (1, 8, 32)
+            for l in (1024, 8192, 32768)]
+
+
+def quick_shapes() -> list[Shape]:
+    return [Shape(8, t, 32, 8, 128, 8192) for t in (9, 16, 17, 33, 65)] + [
+        Shape(1, 17, 32, 8, 128, 32768), Shape(32, 17, 64, 8, 128, 32768), Shape(32, 65, 64, 8, 128, 8192)]
+
+
+def measure_ceilings(device) -> dict:
+    from triton.testing import do_bench
+
+    src = torch.empty(2**30, dtype=torch.uint8, device=device).random_()
+    dst = torch.empty_like(src)
+    copy_ms = do_bench(lambda: dst.copy_(src), warmup=50, rep=300, return_mode="median")
+    n = 8192
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    mm_ms = do_bench(lambda: a @ b, warmup=50, rep=300, return_mode="median")
+    del src, dst, a, b
+    return {"copy_tb_s": 2 * 2**30 / copy_ms / 1e9, "matmul_tflop_s": 2 * n**3 / mm_ms / 1e9}
+
+
+def random_best_first_parents(batch: int, num_nodes: int, device, gen) -> torch.Tensor:
+    """parents[i] uniform in [0, i): a random tree in pop order."""
+    u = torch.rand(batch, num_nodes, generator=gen, device=device)
+    parents = (u * torch.arange(num_nodes, device=device)).floor().to(torch.int32)
+    parents[:, 0] = -1
+    return parents
+
+
+def make_inputs(shape: Shape, device, seed: int):
+    from .tree_layout import ancestor_mask_from_parents
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    rows = shape.prefix + shape.num_nodes
+    bf16 = dict(device=device, dtype=torch.bfloat16)
+    q = torch.randn(shape.batch, shape.num_nodes, shape.q_heads, shape.head_dim, generator=gen, **bf16)
+    k = torch.randn(shape.batch, rows, shape.kv_heads, shape.head_dim, generator=gen, **bf16)
+    v = torch.randn(shape.batch, rows, shape.kv_heads, shape.head_dim, generator=gen, **bf16)
+    lens = torch.full((shape.batch,), shape.prefix, dtype=torch.int32, device=device)
+    mask = ancestor_mask_from_parents(random_best_first_parents(shape.batch, shape.num_nodes, device, gen))
+    return q, k, v, lens, mask
+
+
+def worst_row_error(out, q, k, v, lens, mask) -> float:
+    """Max over rows of ||out - ref|| / ||ref||, ref in float32 one request at a time."""
+    from .tree_verify import tree_verify_attention_reference
+
+    worst = 0.0
+    for b in range(q.shape[0]):
+        ref = tree_verify_attention_reference(q[b:b + 1].float(), k[b:b + 1].float(), v[b:b + 1].float(),
+                                              lens[b:b + 1], mask[b:b + 1], compute_dtype=torch.float32)
+        err = (out[b:b + 1].float() - ref).norm(dim=-1) / ref.norm(dim=-1).clamp_min(1e-30)
+        worst = max(worst, float(err.max()))
+    return worst
+
+
+def flex_runner(q, k, v, lens, mask, num_nodes):
+    """FlexAttention with the tree mask as a mask_mod over a dense visibility table."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    from .tree_layout import unpack_ancestor_mask
+
+    batch, rows = k.shape[0], k.shape[1]
+    prefix = lens.long()
+    tree_visible = unpack_ancestor_mask(mask, num_nodes)  # [B, T, T]
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        rel = kv_idx - prefix[b]
+        in_tree = (rel >= 0) & (rel < num_nodes)
+        return (kv_idx < prefix[b]) | (in_tree & tree_visible[b, q_idx, rel.clamp(0, num_nodes - 1)])
+
+    block_mask = create_block_mask(mask_mod, batch, None, num_nodes, rows, device=q.device)
+    compiled = torch.compile(flex_attention, dynamic=False)
+    qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    return lambda: compiled(qh, kh, vh, block_mask=block_mask, enable_gqa=True).transpose(1, 2)
+
+
+def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, config=None) -> dict:
+    from triton.testing import do_bench
+
+    from .tree_verify import tree_verify_attention_sdpa
+    from .tree_verify_triton import tree_verify_attention_triton
+
+    device = torch.device("cuda")
+    q, k, v, lens, mask = make_inputs(shape, device, seed)
+    row = {"shape": shape.name, **dataclasses.asdict(shape), "memory_bound_goal": shape.memory_bound_goal()}
+    ours = lambda: tree_verify_attention_triton(q, k, v, lens, mask, config=config)  # noqa: E731
+    row["err"] = worst_row_error(ours(), q, k, v, lens, mask)
+    row["ok"] = row["err"] <= ROW_TOLERANCE_BF16
+    ms = do_bench(ours, warmup=25, rep=100, return_mode="median")
+    row["us"] = ms * 1e3
+    row["tb_s"] = shape.bytes_moved() / ms / 1e9
+    row["tflop_s"] = shape.flops() / ms / 1e9
+    roof_ms = max(shape.bytes_moved() / (ceilings["copy_tb_s"] * 1e9),
+                  shape.flops() / (ceilings["matmul_tflop_s"] * 1e9))
+    row["roof_frac"] = roof_ms / ms
+    row["bw_frac"] = row["tb_s"] / ceilings["copy_tb_s"]
+    row["mm_frac"] = row["tflop_s"] / ceilings["matmul_tflop_s"]
+    row["bound"] = "memory" if shape.bytes_moved() / (ceilings["copy_tb_s"] * 1e9) >= \
+        shape.flops() / (ceilings["matmul_tflop_s"] * 1e9) else "compute"
+    try:
+        sdpa = lambda: tree_verify_attention_sdpa(q, k, v, lens, mask)  # noqa: E731
+        row["sdpa_err"] = worst_row_error(sdpa(), q, k, v, lens, mask)
+        row["sdpa_us"] = do_bench(sdpa, warmup=10, rep=50, return_mode="median") * 1e3
+        row["x_sdpa"] = row["sdpa_us"] / row["us"]
+    except Exception as exc:  # a baseline that cannot run is reported, not fatal
+        row["sdpa_error"] = f"{type(exc).__name__}: {str(exc)[:120]}"
+    if with_flex:
+        try:
+            flex = flex_runner(q, k, v, lens, mask, shape.num_nodes)
+            row["flex_err"] = worst_row_error(flex(), q, k, v, lens, mask)
+            row["flex_us"] = do_bench(flex, warmup=10, rep=50, return_mode="median") * 1e3
+            row["x_flex"] = row["flex_us"] / row["us"]
+        except Exception as exc:
+            row["flex_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+    del q, k, v
+    torch.cuda.empty_cache()
+    return row
+
+
+def run_accept_commit(layers: int = 36, batch: int = 8, prefix: int = 8192, num_nodes: int = 17,
+                      q_heads: int = 32, kv_heads: int = 8, head_dim: int = 128, seed: int = 0) -> dict:
+    """Greedy accept + KV commit for all layers vs one layer's (and all layers') verify attention."""
+    from triton.testing import do_bench
+
+    from .kv_commit import commit_accepted_kv
+    from .tree_accept import tree_accept_greedy
+    from .tree_verify_triton import tree_verify_attention_triton
+
+    device = torch.device("cuda")
+    shape = Shape(batch, num_nodes, q_heads, kv_heads, head_dim, prefix)
+    q, k, v, lens, mask = make_inputs(shape, device, seed)
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    parents = random_best_first_parents(batch, num_nodes, device, gen)
+    tokens = torch.randint(0, 50, (batch, num_nodes), generator=gen, device=device)
+    # argmax follows node i's first child where one exists: long, non-contiguous paths
+    first_child = torch.full((batch, num_nodes), num_nodes, dtype=torch.int64, device=device)
+    child = torch.arange(num_nodes, device=device).expand(batch, -1).contiguous()
+    first_child.scatter_reduce_(1, parents.clamp(min=0).long()[:, 1:], child[:, 1:], "amin")
+    argmax = torch.where(first_child < num_nodes, tokens.gather(1, first_child.clamp(max=num_nodes - 1)), -1)
+    cache_k = torch.randn(layers, batch, prefix + num_nodes, kv_heads, head_dim, device=device,
+                          dtype=torch.bfloat16)
+    cache_v = torch.randn_like(cache_k)
+
+    def accept_commit():
+        res = tree_accept_greedy(tokens, parents, argmax)
+        commit_accepted_kv(cache_k, cache_v, lens, res.path, res.path_len)
+        return res
+
+    res = accept_commit()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        accept_commit()
+        tree_verify_attention_triton(q, k, v, lens, mask)
+        no_sync = True
+    except RuntimeError:
+        no_sync = False
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    ac_us = do_bench(accept_commit, warmup=25, rep=100, return_mode="median") * 1e3
+    attn_us = do_bench(lambda: tree_verify_attention_triton(q, k, v, lens, mask), warmup=25, rep=100,
+                       return_mode="median") * 1e3
+    return {"layers": layers, "batch": batch, "prefix": prefix, "num_nodes": num_nodes,
+            "mean_path_len": float(res.path_len.float().mean()), "accept_commit_us": ac_us,
+            "attention_us_one_layer": attn_us, "ratio_to_all_layers": ac_us / (attn_us * layers),
+            "ratio_to_one_layer": ac_us / attn_us, "no_host_sync": no_sync}
+
+
+def format_table(rows, ceilings) -> str:
+    head = (f"| shape | bound | us | TB/s | TFLOP/s | roof % | BW % | MM % | SDPA us | x SDPA | flex us | x flex "
+            f"| err | ok |\n|{'---|' * 14}")
+    lines = [head]
+    for r in rows:
+        def f(key, fmt):
+            return format(r[key], fmt) if key in r else "-"
+        flex = f("flex_us", ".1f") if "flex_us" in r else ("error" if "flex_error" in r else "-")
+        lines.append(f"| {r['shape']} | {r['bound']} | {r['us']:.1f} | {r['tb_s']:.2f} | {r['tflop_s']:.1f} | "
+                     f"{100 * r['roof_frac']:.0f} | {100 * r['bw_frac']:.0f} | {100 * r['mm_frac']:.0f} | "
+                     f"{f('sdpa_us', '.1f')} | {f('x_sdpa', '.1f')} | {flex} | {f('x_flex', '.1f')} | "
+                     f"{r['err']:.1e} | {'yes' if r['ok'] else 'FAILED'} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specdec_kernels.bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a few shapes instead of the issue's grid")
+    parser.add_argument("--flex", default="B8-T16-H32/8/128-L8192,B8-T17-H32/8/128-L8192,"
+                        "B8-T33-H32/8/128-L8192,B8-T65-H32/8/128-L8192",
+                        help="comma-separated shape names to also time FlexAttention on ('all', 'none')")
+    parser.add_argument("--max-seconds", type=float, default=1e9, help="stop starting new shapes after this")
+    parser.add_argument("--json", help="write every row as JSON here")
+    parser.add_argument("--markdown", help="write the table here")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("no CUDA GPU found: the verify benchmark needs one", file=sys.stderr)
+        return 2
+    started = time.time()
+    device = torch.device("cuda")
+    ceilings = measure_ceilings(device)
+    props = torch.cuda.get_device_properties(device)
+    import triton
+
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "gpu": props.name, "torch": torch.__version__, "triton": triton.__version__,
+            "command": "python -m specdec_kernels.bench " + " ".join(sys.argv[1:] if argv is None else argv),
+            **ceilings}
+    print(json.dumps(meta), flush=True)
+    shapes = quick_shapes() if args.quick else issue_shapes()
+    flex_names = set() if args.flex == "none" else ({s.name for s in shapes} if args.flex == "all"
+                                                    else set(args.flex.split(",")))
+    rows = []
+    for i, shape in enumerate(shapes):
+        if time.time() - started > args.max_seconds:
+            print(f"time budget reached: {len(shapes) - i} shapes not run", flush=True)
+            break
+        row = run_shape(shape, ceilings, shape.name in flex_names, seed=i)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    extra = None
+    if time.time() - started <= args.max_seconds:
+        extra = run_accept_commit()
+        print(json.dumps({"accept_commit": extra}), flush=True)
+    table = format_table(rows, ceilings)
+    print(table)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "rows": rows, "accept_commit": extra}, f, indent=1)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(f"{meta}\n\n{table}\n\naccept+commit: {extra}\n")
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Verify-kernel benchmark as tests (GPU only): correctness on every timed shape, then the goals.
+
+Goals (bf16, H200): memory-bound shapes (T*G <= 64, batch * prefix >= 32k) reach 75% of the
+device copy bandwidth measured in the same session; compute-bound shapes reach 50% of the bf16
+matmul rate measured in the same session; every shape is at least 10x faster than SDPA with a
+boolean tree mask; greedy accept + commit stay under 10% of the attention time and never
+synchronise with the host. The full table: ``python -m specdec_kernels.bench``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
+                                reason="no CUDA GPU found: the verify-kernel benchmark needs one")
+
+
+@pytest.fixture(scope="module")
+def ceilings():
+    from specdec_kernels.bench import measure_ceilings
+
+    return measure_ceilings(torch.device("cuda"))
+
+
+def _shapes():
+    from specdec_kernels.bench import quick_shapes
+
+    return quick_shapes()
+
+
+@pytest.mark.parametrize("shape", _shapes(), ids=lambda s: s.name)
+def test_verify_kernel_shape(shape, ceilings, record_property):
+    from specdec_kernels.bench import ROW_TOLERANCE_BF16, run_shape
+
+    row = run_shape(shape, ceilings, with_flex=False, seed=hash(shape.name) % 2**31)
+    for key in ("us", "tb_s", "tflop_s", "roof_frac", "x_sdpa", "err"):
+        if key in row:
+            record_property(key, row[key])
+    assert row["err"] <= ROW_TOLERANCE_BF16, f"wrong output: worst row error {row['err']:.3g}"
+    assert "x_sdpa" in row, f"SDPA baseline did not run: {row.get('sdpa_error')}"
+    assert row["x_sdpa"] >= 10, f"only {row['x_sdpa']:.1f}x faster than SDPA (goal 10x)"
+    if shape.memory_bound_goal():
+        assert row["bw_frac"] >= 0.75, (f"{row['tb_s']:.2f} TB/s is {100 * row['bw_frac']:.0f}% of the "
+                                        f"measured copy bandwidth {ceilings['copy_tb_s']:.2f} (goal 75%)")
+    elif row["bound"] == "compute":
+        assert row["mm_frac"] >= 0.5, (f"{row['tflop_s']:.0f} TFLOP/s is {100 * row['mm_frac']:.0f}% of the "
+                                       f"measured bf16 matmul rate (goal 50%)")
+
+
+def test_accept_and_commit_are_cheap_and_never_sync():
+    from specdec_kernels.bench import run_accept_commit
+
+    result = run_accept_commit()
+    assert result["no_host_sync"], "accept/commit/verify synchronised with the host"
+    assert result["ratio_to_all_layers"] <= 0.10, result
