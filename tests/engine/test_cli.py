@@ -1,0 +1,61 @@
+"""The engine's command line: the contract flags, budget semantics, and refusals."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from pytest_specdec.engine.bench import run_method
+from pytest_specdec.engine.cli import parse_args, server_args_dict
+
+CONTRACT = ["--host", "127.0.0.1", "--port", "31234", "--method", "ddtree", "--budget", "12", "--block-size", "16",
+            "--draft-agreement", "0.8", "--seed", "3", "--model-preset", "tiny", "--num-layers", "1",
+            "--device", "cpu", "--context-length", "1024", "--max-batch", "4", "--decode-log-interval", "10",
+            "--log-level", "info", "--fault-crash-after", "5", "--fault-crash-budgets", "8,12",
+            "--fault-zero-tokens", "--fault-hang", "--fault-slow-start", "0.5", "--fault-crash-warmup"]
+
+
+def test_every_contract_flag_parses():
+    args = parse_args(CONTRACT)
+    assert (args.method, args.budget, args.block_size, args.draft_agreement, args.seed) == ("ddtree", 12, 16, 0.8, 3)
+    assert (args.num_layers, args.context_length, args.max_batch, args.decode_log_interval) == (1, 1024, 4, 10)
+    f = args.faults
+    assert (f.crash_warmup, f.crash_after, f.crash_budgets, f.zero_tokens, f.hang, f.slow_start) == (
+        True, 5, frozenset({8, 12}), True, True, 0.5)
+    info = server_args_dict(args)
+    assert info["fault_crash_budgets"] == [8, 12] and info["speculative_num_draft_tokens"] == 13
+
+
+@pytest.mark.parametrize("flags, budget", [
+    (["--method", "ar", "--budget", "16"], 0),
+    (["--method", "dflash"], 15),
+    (["--method", "dflash", "--budget", "64"], 15),  # capped at block-size - 1
+    (["--method", "dflash", "--budget", "64", "--block-size", "65"], 64),
+    (["--method", "ddtree"], 16),
+    (["--method", "ddtree", "--budget", "64"], 64),
+])
+def test_budget_semantics(flags, budget):
+    assert parse_args(flags).budget == budget
+
+
+@pytest.mark.parametrize("flags", [
+    ["--method", "ddtree", "--budget", "0"],
+    ["--method", "ddtree", "--draft-agreement", "1.5"],
+    ["--method", "medusa"],
+    ["--method", "ar", "--fault-crash-budgets", "8,x"],
+    ["--budget", "8"],
+])
+def test_bad_flags_exit_2(flags):
+    res = subprocess.run([sys.executable, "-m", "pytest_specdec.engine", *flags], capture_output=True, text=True,
+                         timeout=30)
+    assert res.returncode == 2, res.stderr
+    assert "error:" in res.stderr
+
+
+def test_bench_reports_throughput_and_acceptance():
+    result = run_method("ddtree", 16, requests=2, max_new_tokens=32, concurrency=2, engine_flags=[])
+    assert result["completion_tokens"] == 64
+    assert result["output_tok_s"] > 0 and result["ready_s"] > 0
+    assert result["accept_length"] > 1.0

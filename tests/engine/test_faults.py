@@ -1,0 +1,76 @@
+"""Each --fault-* flag's observable behaviour: exit codes, log signatures, HTTP answers."""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+import urllib.error
+
+import pytest
+
+from pytest_specdec.engine.logs import ILLEGAL_INSTRUCTION, READY_LINE
+
+PROMPT = "The capital city of France is"
+
+
+def test_crash_during_warmup_exits_nonzero_with_sglang_signature(engines):
+    engine = engines("--method", "ddtree", "--fault-crash-warmup", ready=False)
+    assert engine.wait_exit() != 0
+    assert "Initialization failed. warmup error: Traceback" in engine.log
+    assert READY_LINE not in engine.log
+
+
+def test_crash_after_n_requests(engines):
+    engine = engines("--method", "ddtree", "--fault-crash-after", "2")
+    for _ in range(2):
+        assert engine.generate(PROMPT, max_new_tokens=8)["meta_info"]["completion_tokens"] == 8
+    with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+        engine.post("/generate", {"text": PROMPT}, timeout=30)
+    assert engine.wait_exit() != 0
+    assert ILLEGAL_INSTRUCTION in engine.log
+    assert "Scheduler hit an exception: Traceback" in engine.log
+    assert "Received sigquit from a child process" in engine.log
+
+
+def test_crash_budgets_crash_at_warmup_for_listed_budget(engines):
+    crashing = engines("--method", "ddtree", "--budget", "8", "--fault-crash-budgets", "8,12", ready=False)
+    healthy = engines("--method", "ddtree", "--budget", "16", "--fault-crash-budgets", "8,12", ready=False)
+    assert crashing.wait_exit() != 0
+    assert re.search(r"TP0\] Scheduler hit an exception", crashing.log)
+    assert ILLEGAL_INSTRUCTION in crashing.log and READY_LINE not in crashing.log
+    healthy.wait_ready()
+    assert healthy.generate(PROMPT, max_new_tokens=8)["meta_info"]["completion_tokens"] == 8
+
+
+def test_zero_tokens_while_health_stays_green(engines):
+    engine = engines("--method", "ddtree", "--fault-zero-tokens")
+    out = engine.generate(PROMPT, max_new_tokens=32)
+    assert out["text"] == "" and out["output_ids"] == []
+    assert out["meta_info"]["completion_tokens"] == 0
+    assert not {k for k in out["meta_info"] if k.startswith("spec_")}
+    assert engine.get("/health").status == 200 and engine.get("/health_generate").status == 200
+
+
+def test_hang_accepts_connections_but_never_answers_generation(engines):
+    engine = engines("--method", "ar", "--fault-hang")
+    for path in ("/generate", "/health", "/health_generate"):
+        with pytest.raises((TimeoutError, socket.timeout, urllib.error.URLError)):
+            if path == "/generate":
+                engine.post(path, {"text": PROMPT}, timeout=1.0)
+            else:
+                engine.get(path, timeout=1.0)
+    assert engine.get("/ready").status == 200
+    assert engine.get("/metrics").status == 200
+    assert engine.proc.poll() is None
+
+
+def test_slow_start_keeps_the_port_closed_meanwhile(engines):
+    started = time.monotonic()
+    engine = engines("--method", "ar", "--fault-slow-start", "3", ready=False)
+    engine.wait_for_line(r"--fault-slow-start", timeout=30)
+    with pytest.raises(urllib.error.URLError):
+        engine.get("/health", timeout=1.0)
+    engine.wait_ready()
+    assert time.monotonic() - started >= 3.0
+    assert engine.get("/health").status == 200

@@ -1,0 +1,244 @@
+"""The engine's HTTP API, checked field by field against SGLang's, on live engine processes."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+
+import pytest
+
+from pytest_specdec.engine.logs import READY_LINE
+
+CONTEXT = 512
+PROMPT = "The capital city of France is"
+SPEC_KEYS = {"spec_verify_ct", "spec_accept_length", "spec_accept_rate", "spec_num_correct_drafts",
+             "spec_num_proposed_drafts"}
+TIMESTAMP = r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+
+
+@pytest.fixture(scope="module")
+def ddtree(module_engines):
+    return module_engines("--method", "ddtree", "--budget", "16", "--decode-log-interval", "5",
+                          "--context-length", str(CONTEXT))
+
+
+@pytest.fixture(scope="module")
+def ar(module_engines):
+    return module_engines("--method", "ar", "--decode-log-interval", "5", "--context-length", str(CONTEXT))
+
+
+def sse_events(body: bytes) -> list[str]:
+    text = body.decode()
+    assert text.endswith("data: [DONE]\n\n"), text[-200:]
+    events = [e for e in text.split("\n\n") if e]
+    assert all(e.startswith("data: ") for e in events)
+    return [e[len("data: "):] for e in events]
+
+
+def test_readiness_line_and_health_endpoints(ddtree):
+    assert re.search(TIMESTAMP + r"\] " + re.escape(READY_LINE), ddtree.log)
+    for path in ("/health", "/health_generate", "/ready"):
+        assert ddtree.get(path).status == 200, path
+
+
+def test_generate_meta_info_with_speculation(ddtree):
+    out = ddtree.generate(PROMPT, max_new_tokens=64)
+    meta = out["meta_info"]
+    assert len(out["output_ids"]) == meta["completion_tokens"] == 64
+    assert out["text"] == bytes(out["output_ids"]).decode()
+    assert meta["prompt_tokens"] == len(PROMPT.encode()) + 1  # BOS
+    assert meta["finish_reason"] == {"type": "length", "length": 64}
+    assert meta["e2e_latency"] > 0 and isinstance(meta["id"], str) and meta["id"]
+    assert SPEC_KEYS <= set(meta)
+    assert meta["spec_accept_length"] == pytest.approx(64 / meta["spec_verify_ct"])
+    assert meta["spec_num_proposed_drafts"] == 16 * meta["spec_verify_ct"]
+    assert meta["spec_accept_rate"] == pytest.approx(meta["spec_num_correct_drafts"] / meta["spec_num_proposed_drafts"])
+    assert meta["spec_accept_length"] > 1.5
+
+
+def test_speculative_and_autoregressive_servers_agree_token_for_token(ddtree, ar):
+    spec = ddtree.generate(PROMPT, max_new_tokens=80)
+    plain = ar.generate(PROMPT, max_new_tokens=80)
+    assert spec["output_ids"] == plain["output_ids"]
+    assert not SPEC_KEYS & set(plain["meta_info"]), "spec keys must be absent, not zero, without speculation"
+
+
+def test_input_ids_and_rid(ddtree):
+    by_text = ddtree.generate(PROMPT, max_new_tokens=16)
+    ids = [256, *PROMPT.encode()]
+    res = ddtree.post("/generate", {"input_ids": ids, "rid": "my-request",
+                                    "sampling_params": {"max_new_tokens": 16, "ignore_eos": True}})
+    assert res.status == 200
+    assert res.json()["output_ids"] == by_text["output_ids"]
+    assert res.json()["meta_info"]["id"] == "my-request"
+
+
+def test_streaming_sends_cumulative_text_then_done(ddtree):
+    full = ddtree.generate(PROMPT, max_new_tokens=48)
+    res = ddtree.post("/generate", {"text": PROMPT, "stream": True,
+                                    "sampling_params": {"max_new_tokens": 48, "ignore_eos": True}})
+    assert res.status == 200 and res.headers["Content-Type"].startswith("text/event-stream")
+    events = sse_events(res.body)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert len(chunks) > 2
+    texts = [c["text"] for c in chunks]
+    assert all(b.startswith(a) for a, b in zip(texts, texts[1:])), "text must be cumulative"
+    assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
+    last = chunks[-1]
+    assert last["text"] == full["text"] and last["meta_info"]["finish_reason"]["type"] == "length"
+    assert last["meta_info"]["completion_tokens"] == 48 and "e2e_latency" in last["meta_info"]
+    assert SPEC_KEYS <= set(last["meta_info"])
+
+
+def test_stop_string_ends_generation_and_is_cut(ddtree):
+    full = ddtree.generate(PROMPT, max_new_tokens=64)["text"]
+    stop = full[20:23]
+    first = full.find(stop)
+    out = ddtree.post("/generate", {"text": PROMPT, "sampling_params": {"max_new_tokens": 64, "stop": [stop]}}).json()
+    assert out["text"] == full[:first]
+    assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
+    assert out["meta_info"]["completion_tokens"] == first + len(stop)
+
+
+def test_temperature_is_accepted_and_decoding_stays_greedy(ddtree):
+    greedy = ddtree.generate(PROMPT, max_new_tokens=16)
+    hot = ddtree.post("/generate", {"text": PROMPT, "sampling_params": {"max_new_tokens": 16, "temperature": 0.8}})
+    assert hot.status == 200 and hot.json()["output_ids"] == greedy["output_ids"]
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ({"text": "hi", "sampling_params": {"max_new_tokens": 4}, "top_logprobs": 2}, "Unknown field"),
+    ({"text": "hi", "sampling_params": {"max_new_tokens": 4, "top_q": 1}}, "Unknown sampling_params"),
+    ({"sampling_params": {"max_new_tokens": 4}}, "Either text or input_ids"),
+    ({"text": "hi", "input_ids": [1, 2]}, "Either text or input_ids"),
+    ({"text": ["a", "b"]}, "batched"),
+    ({"input_ids": [1, 999]}, "vocab size"),
+    ({"text": "hi", "sampling_params": {"max_new_tokens": -1}}, "max_new_tokens"),
+    ({"text": "hi", "stream": "yes"}, "stream"),
+])
+def test_bad_requests_get_400_with_a_message(ddtree, body, fragment):
+    res = ddtree.post("/generate", body)
+    assert res.status == 400
+    assert fragment in res.json()["error"]["message"]
+
+
+def test_invalid_json_gets_400(ddtree):
+    res = ddtree.request("POST", "/generate", raw=b"{not json")
+    assert res.status == 400 and "JSON" in res.json()["error"]["message"]
+
+
+def test_context_length_errors_match_sglang(ddtree):
+    res = ddtree.post("/generate", {"text": "a" * CONTEXT})
+    assert res.status == 400
+    assert res.json()["error"]["message"] == (
+        f"The input ({CONTEXT + 1} tokens) is longer than the model's context length ({CONTEXT} tokens).")
+    res = ddtree.post("/generate", {"text": "a" * 100, "sampling_params": {"max_new_tokens": CONTEXT}})
+    assert res.status == 400
+    assert res.json()["error"]["message"].startswith(
+        f"Requested token count exceeds the model's maximum context length of {CONTEXT} tokens. "
+        f"You requested a total of {101 + CONTEXT} tokens: 101 tokens from the input messages")
+    # right at the limit still works
+    ok = ddtree.post("/generate", {"text": "a" * 100, "sampling_params": {"max_new_tokens": CONTEXT - 102,
+                                                                          "ignore_eos": True}})
+    assert ok.status == 200 and ok.json()["meta_info"]["completion_tokens"] == CONTEXT - 102
+
+
+def test_server_info_reports_args_and_acceptance(ddtree):
+    ddtree.generate(PROMPT, max_new_tokens=32)
+    for path in ("/server_info", "/get_server_info"):
+        info = ddtree.get(path).json()
+        assert info["method"] == "ddtree" and info["budget"] == 16
+        assert info["speculative_algorithm"] == "DDTREE" and info["speculative_num_draft_tokens"] == 17
+        assert info["context_length"] == CONTEXT and info["max_req_input_len"] == CONTEXT - 1
+        assert info["internal_states"][0]["avg_spec_accept_length"] > 1.0
+        assert "version" in info
+
+
+def test_server_info_without_speculation_has_no_acceptance(ar):
+    ar.generate(PROMPT, max_new_tokens=8)
+    info = ar.get("/server_info").json()
+    assert info["speculative_algorithm"] is None
+    assert "avg_spec_accept_length" not in info["internal_states"][0]
+
+
+def test_model_info_and_models_list(ddtree):
+    for path in ("/model_info", "/get_model_info"):
+        info = ddtree.get(path).json()
+        assert info["is_generation"] is True and info["model_path"] == "specdec-embedded/tiny"
+    models = ddtree.get("/v1/models").json()
+    assert models["object"] == "list"
+    assert models["data"][0]["id"] == "specdec-embedded/tiny"
+    assert models["data"][0]["max_model_len"] == CONTEXT
+
+
+def read_metric(engine, name: str) -> float:
+    text = engine.get("/metrics").text
+    m = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M)
+    assert m, f"{name} not in /metrics:\n{text[:2000]}"
+    return float(m.group(1))
+
+
+def test_metrics_use_sglang_names_and_count(ddtree):
+    before = read_metric(ddtree, "sglang:generation_tokens_total")
+    verify_before = read_metric(ddtree, "sglang:spec_verify_calls_total")
+    ddtree.generate(PROMPT, max_new_tokens=40)
+    assert read_metric(ddtree, "sglang:generation_tokens_total") == before + 40
+    assert read_metric(ddtree, "sglang:spec_verify_calls_total") > verify_before
+    assert read_metric(ddtree, "sglang:spec_accept_length") > 1.0
+    assert read_metric(ddtree, "sglang:gen_throughput") > 0
+    assert read_metric(ddtree, "sglang:spec_num_draft_tokens") == 17
+    for name in ("sglang:prompt_tokens_total", "sglang:num_requests_total", "sglang:num_running_reqs",
+                 "sglang:num_queue_reqs", "sglang:token_usage", "sglang:spec_accept_rate",
+                 "sglang:time_to_first_token_seconds_count", "sglang:e2e_request_latency_seconds_count",
+                 "sglang:inter_token_latency_seconds_count"):
+        read_metric(ddtree, name)
+
+
+def test_flush_cache_resets_lifetime_acceptance(ddtree):
+    ddtree.generate(PROMPT, max_new_tokens=16)
+    assert "avg_spec_accept_length" in ddtree.get("/server_info").json()["internal_states"][0]
+    res = ddtree.post("/flush_cache")
+    assert res.status == 200 and res.text.startswith("Cache flushed.")
+    assert "avg_spec_accept_length" not in ddtree.get("/server_info").json()["internal_states"][0]
+    ddtree.generate(PROMPT, max_new_tokens=16)
+    assert ddtree.get("/server_info").json()["internal_states"][0]["avg_spec_accept_length"] > 1.0
+
+
+def test_concurrent_requests_are_batched_and_unchanged(ddtree):
+    prompts = [f"Request number {i}: tell me a story." for i in range(4)]
+    alone = [ddtree.generate(p, max_new_tokens=120)["output_ids"] for p in prompts]
+    mark = len(ddtree.lines)
+    results: list = [None] * len(prompts)
+
+    def run(i: int) -> None:
+        results[i] = ddtree.generate(prompts[i], max_new_tokens=120)["output_ids"]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == alone, "a request's output must not depend on what shares its batch"
+    running = [int(m.group(1)) for line in ddtree.lines[mark:]
+               if (m := re.search(r"Decode batch, #running-req: (\d+)", line))]
+    assert max(running) >= 2, "concurrent requests were not decoded together"
+
+
+def test_decode_log_lines_follow_sglang_format(ddtree):
+    ddtree.generate(PROMPT, max_new_tokens=64)
+    ddtree.wait_for_line(
+        TIMESTAMP + r" TP0\] Decode batch, #running-req: \d+, #token: \d+, token usage: \d+\.\d\d, "
+        r"accept len: \d+\.\d\d, accept rate: \d+\.\d\d, cuda graph: False, "
+        r"gen throughput \(token/s\): \d+\.\d\d, #queue-req: \d+$", timeout=5)
+    m = ddtree.wait_for_line(r"avg_accepted_drafts=(\d+\.\d+) avg_commit_len=(\d+\.\d+) "
+                             r"avg_accepted_depth=(\d+\.\d+)", timeout=5)
+    drafts, commit, depth = map(float, m.groups())
+    assert commit == pytest.approx(drafts + 1, abs=0.011) and depth == drafts
+
+
+def test_autoregressive_decode_log_has_no_acceptance(ar):
+    ar.generate(PROMPT, max_new_tokens=32)
+    m = ar.wait_for_line(r"TP0\] Decode batch, .*", timeout=5)
+    assert "accept len" not in m.group(0) and "gen throughput (token/s)" in m.group(0)
