@@ -9,6 +9,8 @@ synchronise with the host. The full table: ``python -m specdec_kernels.bench``.
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -34,7 +36,7 @@ def _shapes():
 def test_verify_kernel_shape(shape, ceilings, record_property):
     from specdec_kernels.bench import ROW_TOLERANCE_BF16, run_shape
 
-    row = run_shape(shape, ceilings, with_flex=False, seed=hash(shape.name) % 2**31)
+    row = run_shape(shape, ceilings, with_flex=False, seed=zlib.crc32(shape.name.encode()))
     for key in ("us", "tb_s", "tflop_s", "roof_frac", "x_sdpa", "err"):
         if key in row:
             record_property(key, row[key])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import zlib
 import subprocess
 import sys
 
@@ -76,7 +77,7 @@ def test_verify_matches_float64_reference(case, monkeypatch):
     num_nodes, shape, group, prefix, dtype, head_dim, splits = case
     lens = [prefix, (prefix * 7) // 10] if FULL_GRID else [prefix]
     kv_heads = 2 if FULL_GRID or group <= 2 else 1
-    seed = hash(case_id(case)) % 2**31
+    seed = zlib.crc32(case_id(case).encode())
     q, k, v, lens_t, mask, _ = make_verify_inputs(lens, num_nodes, shape, group, kv_heads, head_dim,
                                                   dtype, seed)
     out = run_triton(q, k, v, lens_t, mask, splits, monkeypatch)
