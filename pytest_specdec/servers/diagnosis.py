@@ -45,13 +45,31 @@ TAIL_LINES = 15
 _TAIL_BYTES = 64 * 1024
 
 
+_TRACEBACK = "Traceback (most recent call last):"
+# The last line of a Python traceback: `ValueError: ...`, `torch.OutOfMemoryError: ...`.
+_EXCEPTION_LINE_RE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b:?")
+
+
 @dataclass(frozen=True)
 class LogFinding:
-    """What a log says: the first fatal line (with the signature it matched), a bind failure."""
+    """What a log says: the most telling fatal line, the exception that followed it, whether
+    the server reported a bind failure or readiness."""
 
     fatal_line: str | None = None
     address_in_use: bool = False
     ready: bool = False
+    exception_line: str | None = None
+
+    @property
+    def cause(self) -> str | None:
+        """One line: the fatal signature onwards; when that line only opens a traceback
+        (`Scheduler hit an exception: Traceback ...`), the exception that closed it instead."""
+        if self.fatal_line is None:
+            return None
+        cause = fatal_cause(self.fatal_line)
+        if cause.endswith(_TRACEBACK) and self.exception_line:
+            cause = f"{cause[: -len(_TRACEBACK)].rstrip()} {self.exception_line}"
+        return cause
 
 
 class LogWatcher:
@@ -63,6 +81,7 @@ class LogWatcher:
         self._partial = ""
         self._fatal_line: str | None = None
         self._fatal_rank: tuple[int, int] | None = None
+        self._exception_line: str | None = None
         self._address_in_use = False
         self._ready = False
 
@@ -85,6 +104,8 @@ class LogWatcher:
         rank = _line_rank(line)
         if rank is not None and (self._fatal_rank is None or rank < self._fatal_rank):
             self._fatal_line, self._fatal_rank = line.strip(), rank
+        elif self._fatal_line is not None and self._exception_line is None and _EXCEPTION_LINE_RE.match(line):
+            self._exception_line = line.strip()
         if _ADDRESS_IN_USE_RE.search(line):
             self._address_in_use = True
         if READY_LINE in line:
@@ -97,7 +118,8 @@ class LogWatcher:
             if rank is not None and (self._fatal_rank is None or rank < self._fatal_rank):
                 fatal = self._partial.strip()
             in_use = in_use or bool(_ADDRESS_IN_USE_RE.search(self._partial))
-        return LogFinding(fatal_line=fatal, address_in_use=in_use, ready=self._ready)
+        return LogFinding(fatal_line=fatal, address_in_use=in_use, ready=self._ready,
+                          exception_line=self._exception_line)
 
 
 def _rank(line: str) -> int | None:

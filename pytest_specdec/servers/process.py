@@ -28,10 +28,10 @@ from pathlib import Path
 
 from pytest_specdec.servers import cleanup
 from pytest_specdec.servers.diagnosis import (
+    LogFinding,
     LogWatcher,
     ServerError,
     describe_exit,
-    fatal_cause,
     is_hang_signature,
     tail,
 )
@@ -270,7 +270,7 @@ class ManagedServer:
                 headline=f"server {self.spec.id} cannot start: address {self.host}:{self.port} already in use",
             )
         if finding.fatal_line is not None:
-            cause = fatal_cause(finding.fatal_line)
+            cause = finding.cause
             if is_hang_signature(finding.fatal_line):  # a watchdog / health verdict: stuck, not crashed
                 raise self._error("hang", cause, headline=f"server {self.spec.id} hangs during warm-up: {cause}")
             how = "" if code is None else f" ({describe_exit(code)})"
@@ -322,7 +322,7 @@ class ManagedServer:
         finding = self._scan()
         code = self._proc.poll()
         if finding.fatal_line is not None or code is not None:
-            self.died = self._death_error(self._scan().fatal_line, code)
+            self.died = self._death_error(self._scan(), code)
             raise self.died
         outcome, status = probe(self.url + "/health", timeout or self.health_timeout)
         if outcome != "ok":
@@ -330,7 +330,7 @@ class ManagedServer:
             time.sleep(0.2)
             finding, code = self._scan(), self._proc.poll()
             if finding.fatal_line is not None or code is not None:
-                self.died = self._death_error(finding.fatal_line, code)
+                self.died = self._death_error(finding, code)
                 raise self.died
             what = f"answered HTTP {status}" if outcome == "http" else {
                 "timeout": f"did not answer within {timeout or self.health_timeout:g}s",
@@ -349,12 +349,13 @@ class ManagedServer:
             return e
         return None
 
-    def _death_error(self, fatal_line: str | None, code: int | None) -> ServerError:
+    def _death_error(self, finding: LogFinding, code: int | None) -> ServerError:
+        fatal_line = finding.fatal_line
         if fatal_line is not None and code is None and is_hang_signature(fatal_line):
-            cause = fatal_cause(fatal_line)
+            cause = finding.cause
             return self._error("hang", cause, headline=f"server {self.spec.id} hangs: {cause}")
         if fatal_line is not None:
-            cause = fatal_cause(fatal_line)
+            cause = finding.cause
         else:
             cause = f"the process {describe_exit(code)}" if code is not None else "unknown cause"
         return self._error("died", cause, headline=f"server {self.spec.id} died: {cause}")

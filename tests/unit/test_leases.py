@@ -170,6 +170,17 @@ def test_topology_parse_and_nvlink_preference(tmp_path):
     assert GpuLeases(tmp_path / "plain", 4).acquire(2, owner="a").gpus == (0, 1)
 
 
+# As printed on a 2 x H200 host (the header row is indented and underlined).
+TOPO_H200X2 = (
+    "\t\x1b[4mGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
+    "GPU0\t X \tNV18\t0-31\t0\t\tN/A\nGPU1\tNV18\t X \t0-31\t0\t\tN/A\n\nLegend:\n\n  X    = Self\n"
+)
+
+
+def test_topology_of_a_real_two_gpu_host():
+    assert parse_topology(TOPO_H200X2) == {(0, 1): "NV18", (1, 0): "NV18"}
+
+
 def test_topology_prefers_pcie_switch_over_numa_hops():
     leases = GpuLeases(Path("/tmp/unused-leases"), 4, topology=parse_topology(TOPO))
     assert leases.choose([0, 1, 3], 2) == (1, 3)  # NV4 beats SYS

@@ -140,7 +140,7 @@ def test_warmup_crash_is_remembered_without_relaunching(tmp_path):
 
 
 def test_attach_identifies_the_server_and_never_kills_it(tmp_path):
-    running = server(spec("ddtree", 16), tmp_path, entry=FAKE_ENTRY)
+    running = server(spec("ddtree", 16), tmp_path)
     running.start()
     try:
         pool = ServerPool.attach(running.url)

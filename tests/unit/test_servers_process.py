@@ -263,3 +263,19 @@ def test_a_health_watchdog_verdict_during_warmup_is_a_hang(tmp_path):
     e = fails_with(s, "hang")
     assert str(e).startswith("server ar-tp1 hangs during warm-up: Health check failed.")
     assert wait_gone([s.pid]) == []
+
+
+def test_group_members_without_psutil_reads_proc(tmp_path, monkeypatch):
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("no /proc on this platform")
+    from pytest_specdec.servers.cleanup import group_members
+
+    s = server(spec("ar", None, "--spawn-child"), tmp_path, entry=FAKE_ENTRY)
+    with s:
+        with_psutil = sorted(group_members(s.pid))
+        monkeypatch.setitem(sys.modules, "psutil", None)  # `import psutil` now fails
+        assert sorted(group_members(s.pid)) == with_psutil
+        assert len(with_psutil) >= 2 and s.pid in with_psutil
+        tree = with_psutil
+    assert group_members(s.pid) == []
+    assert wait_gone(tree, timeout=0) == []

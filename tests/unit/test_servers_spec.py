@@ -184,3 +184,17 @@ def test_the_exception_line_beats_the_traceback_source_echo(tmp_path):
     )
     line = LogWatcher(log).scan().fatal_line
     assert fatal_cause(line) == "CUDA out of memory. Tried to allocate 2.00 GiB (injected)"
+
+
+def test_a_generic_line_that_opens_a_traceback_takes_the_exception_as_its_cause(tmp_path):
+    log = tmp_path / "s.log"
+    log.write_text(
+        "[t TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "configs.py", line 79, in verify_config\n'
+        '    raise ValueError(f"head dim {head_dim} is not supported")\n'
+        "ValueError: head dim 32 is not supported; use one of [64, 128, 256]\n"
+        "\n[t] Received sigquit from a child process. It usually means the child failed.\n"
+    )
+    assert LogWatcher(log).scan().cause == (
+        "Scheduler hit an exception: ValueError: head dim 32 is not supported; use one of [64, 128, 256]"
+    )
