@@ -235,13 +235,13 @@ class Scheduler:
                                               f"{self.client_requests_admitted} crashes the verify kernel")
                 if self.faults.zero_tokens:
                     req.finish({"type": "stop", "matched": None})
-                    req.notify()
                     self._done(req)
+                    req.notify()
                     continue
             if req.max_new_tokens == 0:
                 req.finish({"type": "length", "length": 0})
-                req.notify()
                 self._done(req)
+                req.notify()
                 continue
             slot = len(self.running)
             key = self.drafter.stream_key(req.input_ids) if self.drafter is not None else 0
@@ -259,9 +259,9 @@ class Scheduler:
                 f"token usage: {self._token_usage(len(self.running) + 1):.2f}, "
                 f"#running-req: {len(self.running)}, #queue-req: {len(self.waiting)}, ")
             self.running.append(req)
-            req.notify()
             if req.finished:
                 self._remove_finished()
+            req.notify()
 
     def _token_usage(self, n: int) -> float:
         return sum(self.decoder.lens[:n]) / self.max_total_num_tokens
@@ -286,7 +286,6 @@ class Scheduler:
             if not req.internal and taken:
                 self.metrics.inter_token_latency.observe((now - req.last_token_at) / taken)
             req.last_token_at = now
-            req.notify()
         accepted = sum(out.accepted_drafts)
         with self._lock:
             self.forward_ct_decode += 1
@@ -301,7 +300,12 @@ class Scheduler:
             self.metrics.spec_verify_calls.inc(n)
         if self.forward_ct_decode % self.decode_log_interval == 0:
             self._log_decode_batch(n)
+        stepped = list(self.running)
+        # Finished requests leave the books before their clients hear of it, so a client that
+        # got its answer finds the server idle (/flush_cache relies on that).
         self._remove_finished()
+        for req in stepped:
+            req.notify()
 
     def _remove_finished(self) -> None:
         """Drop finished and aborted requests, moving the last running one into each freed slot."""
