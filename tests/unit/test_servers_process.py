@@ -153,7 +153,7 @@ def test_port_lost_in_a_race_shows_in_the_log_and_a_picked_port_is_retried(tmp_p
         ports = iter([taken])
         real_free_port = process.free_port
         monkeypatch.setattr(process, "free_port", lambda host: next(ports, None) or real_free_port(host))
-        r = server(spec("ar"), tmp_path)
+        r = server(spec("ar"), tmp_path, entry=FAKE_ENTRY)
         with r:
             assert r.port != taken
     assert wait_gone([s.pid, r.pid]) == []
