@@ -2,7 +2,8 @@
 
 A measurement that did not happen must say why. SGLang (and the embedded engine, which imitates it)
 often keeps the HTTP process alive for a moment after a scheduler crashes, and exit codes say little
-(-9, 1), so the cause comes from the log: the first line that matches a known fatal signature.
+(-9, 1), so the cause comes from the log: the most specific line that matches a known fatal
+signature (or, for a line that only opens a traceback, the exception that closes it).
 """
 
 from __future__ import annotations
