@@ -2,7 +2,8 @@
 
 All three methods run the same ``specdec_kernels`` pipeline and differ only in the tree:
 
-- ``ar``: the tree is the root alone (T = 1, budget 0), so a step commits exactly one token;
+- ``ar``: the tree is the root alone (T = 1, budget 0), so a step commits exactly one token
+  (verify attention through the kernels; accept and commit are identities at T = 1 and skipped);
 - ``dflash``: the drafter's block as a chain (``build_ddtree(..., topk=1)``), T = budget + 1;
 - ``ddtree``: the best-first DDTree of ``budget`` draft nodes, T = budget + 1.
 
@@ -63,7 +64,6 @@ class SpeculativeDecoder:
         self.stream_keys = torch.zeros(max_batch, dtype=torch.int64, device=device)
         # The autoregressive "tree": the root alone, its own ancestor.
         self._ar_depths = torch.zeros(max_batch, 1, dtype=torch.int32, device=device)
-        self._ar_parents = torch.full((max_batch, 1), -1, dtype=torch.int32, device=device)
         self._ar_mask = torch.ones(max_batch, 1, 1, dtype=torch.int32, device=device)
 
     @property
@@ -102,17 +102,24 @@ class SpeculativeDecoder:
         cache_lens = self.cache_lens[:n]
         k_cache, v_cache = self.k_cache[:, :n], self.v_cache[:, :n]
         impl = self.kernel_impl
-        if self.speculative:
-            draft = self.drafter.draft(roots, cache_lens.to(torch.int64) + 1, self.stream_keys[:n])
-            tree = build_ddtree(draft, roots, self.budget, topk=1 if self.method == "dflash" else None,
-                                impl=impl)
-            tokens, parents, depths, mask = tree.tokens, tree.parents, tree.depths, tree.ancestor_mask
-        else:
-            tokens, parents = roots[:, None], self._ar_parents[:n]
-            depths, mask = self._ar_depths[:n], self._ar_mask[:n]
-        logits = self.model.verify(tokens, depths, cache_lens, mask, k_cache, v_cache, kernel_impl=impl,
-                                   host_lens=self.lens[:n])
-        accept = tree_accept_greedy(tokens, parents, logits.argmax(-1), impl=impl)
+        if not self.speculative:
+            # T = 1: the root is the whole tree, its K/V row is written in place at L_b and its
+            # argmax is the bonus token, so accept and commit would be identities.
+            logits = self.model.verify(roots[:, None], self._ar_depths[:n], cache_lens, self._ar_mask[:n],
+                                       k_cache, v_cache, kernel_impl=impl, host_lens=self.lens[:n])
+            bonus = logits[:, 0].argmax(-1)
+            cache_lens += 1
+            roots.copy_(bonus)
+            out_tokens = [[token] for token in bonus.tolist()]
+            for i in range(n):
+                self.lens[i] += 1
+            return StepOutput(out_tokens, [0] * n)
+        draft = self.drafter.draft(roots, cache_lens.to(torch.int64) + 1, self.stream_keys[:n])
+        tree = build_ddtree(draft, roots, self.budget, topk=1 if self.method == "dflash" else None, impl=impl)
+        tokens = tree.tokens
+        logits = self.model.verify(tokens, tree.depths, cache_lens, tree.ancestor_mask, k_cache, v_cache,
+                                   kernel_impl=impl, host_lens=self.lens[:n])
+        accept = tree_accept_greedy(tokens, tree.parents, logits.argmax(-1), impl=impl)
         commit_accepted_kv(k_cache, v_cache, cache_lens, accept.path, accept.path_len, impl=impl)
         cache_lens += accept.path_len
         roots.copy_(accept.bonus)

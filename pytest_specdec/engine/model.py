@@ -245,11 +245,14 @@ class TargetModel:
         """cos and sign-folded sin [B, T, 1, D] at ``positions`` [B, T], shared by all layers."""
         return self.rope_cos[positions].unsqueeze(2), self.rope_sin_signed[positions].unsqueeze(2)
 
-    def _qkv(self, layer: dict, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    # The residual stream is kept 2-D, [B*T, hidden]: CPU matmuls and addmm on 2-D operands skip
+    # the batched-matmul path, which costs noticeably more at these small shapes.
+
+    def _qkv(self, layer: dict, x: Tensor, shape: tuple[int, int], cos: Tensor,
+             sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         cfg = self.config
-        b, t, _ = x.shape
         h = F.rms_norm(x, (cfg.hidden_size,), layer["attn_norm"], cfg.rms_norm_eps)
-        qkv = (h @ layer["qkv_t"]).view(b, t, cfg.num_heads + 2 * cfg.num_kv_heads, cfg.head_dim)
+        qkv = (h @ layer["qkv_t"]).view(*shape, cfg.num_heads + 2 * cfg.num_kv_heads, cfg.head_dim)
         qk = qkv[:, :, : cfg.num_heads + cfg.num_kv_heads]
         # rotate-half RoPE: x*cos + (-x2, x1)*sin, with the sign folded into the sin table
         qk = qk * cos + qk.roll(cfg.head_dim // 2, dims=-1) * sin
@@ -257,15 +260,16 @@ class TargetModel:
 
     def _finish_layer(self, layer: dict, x: Tensor, attn: Tensor) -> Tensor:
         cfg = self.config
-        b, t = x.shape[:2]
-        x = x + attn.reshape(b, t, -1) @ layer["o_t"]
+        x = torch.addmm(x, attn.reshape(x.shape[0], -1), layer["o_t"])
         h = F.rms_norm(x, (cfg.hidden_size,), layer["mlp_norm"], cfg.rms_norm_eps)
-        gate, up = (h @ layer["gate_up_t"]).chunk(2, dim=-1)
-        return x + (F.silu(gate) * up) @ layer["down_t"]
+        gate_up = h @ layer["gate_up_t"]
+        inter = cfg.intermediate_size
+        return torch.addmm(x, F.silu(gate_up[:, :inter]) * gate_up[:, inter:], layer["down_t"])
 
-    def _logits(self, x: Tensor) -> Tensor:
+    def _logits(self, x: Tensor, shape: tuple[int, int]) -> Tensor:
         cfg = self.config
-        return F.rms_norm(x, (cfg.hidden_size,), self.final_norm, cfg.rms_norm_eps) @ self.lm_head_t
+        h = F.rms_norm(x, (cfg.hidden_size,), self.final_norm, cfg.rms_norm_eps)
+        return (h @ self.lm_head_t).view(*shape, cfg.vocab_size)
 
     def prefill(self, tokens: Tensor, k_cache: Tensor | None = None, v_cache: Tensor | None = None) -> Tensor:
         """Causal forward over whole prompts ``tokens`` [B, P] (equal lengths) from position 0.
@@ -277,16 +281,16 @@ class TargetModel:
         cfg = self.config
         b, p = tokens.shape
         cos, sin = self._rope_tables(torch.arange(p, device=self.device).expand(b, p))
-        x = self.embed[tokens]
+        x = self.embed[tokens.reshape(-1)]
         for i, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, x, cos, sin)
+            q, k, v = self._qkv(layer, x, (b, p), cos, sin)
             if k_cache is not None:
                 k_cache[i, :, :p] = k
                 v_cache[i, :, :p] = v
             attn = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                   is_causal=True, enable_gqa=True)
             x = self._finish_layer(layer, x, attn.transpose(1, 2))
-        return self._logits(x)
+        return self._logits(x, (b, p))
 
     def verify(self, tokens: Tensor, depths: Tensor, cache_lens: Tensor, ancestor_mask: Tensor,
                k_cache: Tensor, v_cache: Tensor, kernel_impl: str = "auto",
@@ -315,14 +319,14 @@ class TargetModel:
 
             def write(cache: Tensor, rows: Tensor) -> None:
                 cache[index] = rows
-        x = self.embed[tokens]
+        x = self.embed[tokens.reshape(-1)]
         for i, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, x, cos, sin)
+            q, k, v = self._qkv(layer, x, (b, t), cos, sin)
             write(k_cache[i], k)
             write(v_cache[i], v)
             attn = tree_verify_attention(q, k_cache[i], v_cache[i], cache_lens, ancestor_mask, impl=kernel_impl)
             x = self._finish_layer(layer, x, attn)
-        return self._logits(x)
+        return self._logits(x, (b, t))
 
     def context_free_logits(self) -> Tensor:
         """Logits for the token after ``[BOS, t]``, for every token t: [V, V] float32.
