@@ -117,6 +117,38 @@ def make_inputs(shape: Shape, device, seed: int):
     return q, k, v, lens, mask
 
 
+# Each timed call reads a different input set until this many bytes have been cycled through, so
+# the 60 MB L2 of an H200 cannot serve one call's inputs to the next.
+ROTATION_BYTES = 256 * 2**20
+MAX_INPUT_SETS = 32
+
+
+def input_sets_needed(shape: "Shape") -> int:
+    return max(1, min(MAX_INPUT_SETS, math.ceil(ROTATION_BYTES / shape.bytes_moved())))
+
+
+def time_in_graph(call, input_sets) -> float:
+    """Median microseconds per call: ``call(*inputs)`` for every input set, captured in one CUDA
+    graph, replayed under ``do_bench`` (which also clears L2 before each replay). Host launch
+    overhead is thereby left out, as in an engine that captures its verify step."""
+    from triton.testing import do_bench
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for inputs in input_sets:
+            call(*inputs)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for inputs in input_sets:
+            call(*inputs)
+    ms = do_bench(graph.replay, warmup=25, rep=100, return_mode="median")
+    del graph
+    return ms * 1e3 / len(input_sets)
+
+
 def worst_row_error(out, q, k, v, lens, mask) -> float:
     """Max over rows of ||out - ref|| / ||ref||, ref in float32 one request at a time."""
     from .tree_verify import tree_verify_attention_reference
@@ -151,36 +183,52 @@ def flex_runner(q, k, v, lens, mask, num_nodes):
     return lambda: compiled(qh, kh, vh, block_mask=block_mask, enable_gqa=True).transpose(1, 2)
 
 
-def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, config=None) -> dict:
+def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, config=None,
+              baselines: bool = True) -> dict:
     from triton.testing import do_bench
 
     from .tree_verify import tree_verify_attention_sdpa
-    from .tree_verify_triton import tree_verify_attention_triton
+    from .tree_verify_triton import plan_verify_launch, tree_verify_attention_triton
 
     device = torch.device("cuda")
-    q, k, v, lens, mask = make_inputs(shape, device, seed)
-    row = {"shape": shape.name, **dataclasses.asdict(shape), "memory_bound_goal": shape.memory_bound_goal()}
-    ours = lambda: tree_verify_attention_triton(q, k, v, lens, mask, config=config)  # noqa: E731
-    row["err"] = worst_row_error(ours(), q, k, v, lens, mask)
+    sets = [make_inputs(shape, device, seed + i) for i in range(input_sets_needed(shape))]
+    q, k, v, lens, mask = sets[0]
+    plan = plan_verify_launch(shape.batch, shape.num_nodes, shape.q_heads, shape.kv_heads, shape.head_dim,
+                              k.shape[1], device, config)
+    row = {"shape": shape.name, **dataclasses.asdict(shape), "memory_bound_goal": shape.memory_bound_goal(),
+           "input_sets": len(sets), "block_m": plan["block_m"], "block_n": plan["config"].block_n,
+           "splits": plan["num_splits"], "warps": plan["config"].num_warps, "stages": plan["config"].num_stages}
+
+    def ours(q, k, v, lens, mask):
+        return tree_verify_attention_triton(q, k, v, lens, mask, config=config)
+
+    row["err"] = max(worst_row_error(ours(*inputs), *inputs) for inputs in sets[:2])
     row["ok"] = row["err"] <= ROW_TOLERANCE_BF16
-    ms = do_bench(ours, warmup=25, rep=100, return_mode="median")
-    row["us"] = ms * 1e3
+    row["us"] = time_in_graph(ours, sets)
+    ms = row["us"] / 1e3
     row["tb_s"] = shape.bytes_moved() / ms / 1e9
     row["tflop_s"] = shape.flops() / ms / 1e9
-    roof_ms = max(shape.bytes_moved() / (ceilings["copy_tb_s"] * 1e9),
-                  shape.flops() / (ceilings["matmul_tflop_s"] * 1e9))
-    row["roof_frac"] = roof_ms / ms
+    mem_ms = shape.bytes_moved() / (ceilings["copy_tb_s"] * 1e9)
+    mm_ms = shape.flops() / (ceilings["matmul_tflop_s"] * 1e9)
+    row["roof_frac"] = max(mem_ms, mm_ms) / ms
     row["bw_frac"] = row["tb_s"] / ceilings["copy_tb_s"]
     row["mm_frac"] = row["tflop_s"] / ceilings["matmul_tflop_s"]
-    row["bound"] = "memory" if shape.bytes_moved() / (ceilings["copy_tb_s"] * 1e9) >= \
-        shape.flops() / (ceilings["matmul_tflop_s"] * 1e9) else "compute"
-    try:
-        sdpa = lambda: tree_verify_attention_sdpa(q, k, v, lens, mask)  # noqa: E731
-        row["sdpa_err"] = worst_row_error(sdpa(), q, k, v, lens, mask)
-        row["sdpa_us"] = do_bench(sdpa, warmup=10, rep=50, return_mode="median") * 1e3
-        row["x_sdpa"] = row["sdpa_us"] / row["us"]
-    except Exception as exc:  # a baseline that cannot run is reported, not fatal
-        row["sdpa_error"] = f"{type(exc).__name__}: {str(exc)[:120]}"
+    row["bound"] = "memory" if mem_ms >= mm_ms else "compute"
+    if baselines:
+        try:
+            row["sdpa_err"] = worst_row_error(tree_verify_attention_sdpa(q, k, v, lens, mask), q, k, v, lens, mask)
+            try:
+                row["sdpa_us"] = time_in_graph(tree_verify_attention_sdpa, sets)
+                row["sdpa_timing"] = "graph"
+            except Exception:  # not capturable: time it eagerly (launch overhead included)
+                torch.cuda.synchronize()
+                row["sdpa_us"] = do_bench(lambda: tree_verify_attention_sdpa(q, k, v, lens, mask), warmup=10,
+                                          rep=50, return_mode="median") * 1e3
+                row["sdpa_timing"] = "eager"
+            row["x_sdpa"] = row["sdpa_us"] / row["us"]
+            row["x_sdpa_max"] = row["sdpa_us"] / (max(mem_ms, mm_ms) * 1e3)
+        except Exception as exc:  # a baseline that cannot run is reported, not fatal
+            row["sdpa_error"] = f"{type(exc).__name__}: {str(exc)[:120]}"
     if with_flex:
         try:
             flex = flex_runner(q, k, v, lens, mask, shape.num_nodes)
@@ -188,8 +236,8 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, config=N
             row["flex_us"] = do_bench(flex, warmup=10, rep=50, return_mode="median") * 1e3
             row["x_flex"] = row["flex_us"] / row["us"]
         except Exception as exc:
-            row["flex_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
-    del q, k, v
+            row["flex_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+    del sets, q, k, v
     torch.cuda.empty_cache()
     return row
 
@@ -197,8 +245,6 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, config=N
 def run_accept_commit(layers: int = 36, batch: int = 8, prefix: int = 8192, num_nodes: int = 17,
                       q_heads: int = 32, kv_heads: int = 8, head_dim: int = 128, seed: int = 0) -> dict:
     """Greedy accept + KV commit for all layers vs one layer's (and all layers') verify attention."""
-    from triton.testing import do_bench
-
     from .kv_commit import commit_accepted_kv
     from .tree_accept import tree_accept_greedy
     from .tree_verify_triton import tree_verify_attention_triton
@@ -234,26 +280,85 @@ def run_accept_commit(layers: int = 36, batch: int = 8, prefix: int = 8192, num_
         no_sync = False
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    ac_us = do_bench(accept_commit, warmup=25, rep=100, return_mode="median") * 1e3
-    attn_us = do_bench(lambda: tree_verify_attention_triton(q, k, v, lens, mask), warmup=25, rep=100,
-                       return_mode="median") * 1e3
+    ac_us = time_in_graph(accept_commit, [()])
+    attn_us = time_in_graph(tree_verify_attention_triton, [(q, k, v, lens, mask)])
     return {"layers": layers, "batch": batch, "prefix": prefix, "num_nodes": num_nodes,
             "mean_path_len": float(res.path_len.float().mean()), "accept_commit_us": ac_us,
             "attention_us_one_layer": attn_us, "ratio_to_all_layers": ac_us / (attn_us * layers),
             "ratio_to_one_layer": ac_us / attn_us, "no_host_sync": no_sync}
 
 
+def sweep_variants() -> dict:
+    """Tile / split variants tried side by side by ``--sweep`` (None: the configs table)."""
+    from .configs import VerifyConfig
+
+    return {
+        "table": None,
+        "n64-m128-w8-s2": VerifyConfig(64, 128, 8, 2),
+        "n64-m128-w8-s3": VerifyConfig(64, 128, 8, 3),
+        "n32-m64-w4-s3": VerifyConfig(32, 64, 4, 3),
+        "n64-m64-w4-s3": VerifyConfig(64, 64, 4, 3),
+        "n64-m64-w4-s4": VerifyConfig(64, 64, 4, 4),
+        "n32-m128-w8-s3-p4": VerifyConfig(32, 128, 8, 3, programs_per_sm=4),
+        "n32-m128-w8-s3-p8": VerifyConfig(32, 128, 8, 3, programs_per_sm=8),
+        "n64-m64-w4-s3-p4": VerifyConfig(64, 64, 4, 3, programs_per_sm=4),
+    }
+
+
+def sweep_shapes() -> list[Shape]:
+    return [Shape(32, 9, 32, 8, 128, 32768), Shape(8, 9, 32, 8, 128, 32768), Shape(1, 16, 32, 8, 128, 32768),
+            Shape(8, 16, 32, 8, 128, 8192), Shape(8, 17, 32, 8, 128, 8192), Shape(8, 33, 32, 8, 128, 8192),
+            Shape(8, 65, 32, 8, 128, 8192), Shape(32, 33, 64, 8, 128, 8192), Shape(32, 65, 64, 8, 128, 8192),
+            Shape(1, 9, 32, 8, 128, 1024)]
+
+
+def run_sweep(ceilings: dict, max_seconds: float, started: float) -> list[dict]:
+    rows = []
+    for i, shape in enumerate(sweep_shapes()):
+        for name, config in sweep_variants().items():
+            if time.time() - started > max_seconds:
+                return rows
+            try:
+                row = run_shape(shape, ceilings, False, seed=100 + i, config=config, baselines=False)
+            except Exception as exc:
+                row = {"shape": shape.name, "error": f"{type(exc).__name__}: {str(exc)[:100]}"}
+            row["variant"] = name
+            rows.append(row)
+            print(json.dumps({"sweep": row}), flush=True)
+    return rows
+
+
+def format_sweep(rows) -> str:
+    names = list(sweep_variants())
+    lines = ["| shape | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for shape in dict.fromkeys(r["shape"] for r in rows):
+        cells = []
+        for name in names:
+            r = next((r for r in rows if r["shape"] == shape and r["variant"] == name), None)
+            if r is None:
+                cells.append("-")
+            elif "error" in r:
+                cells.append("error")
+            else:
+                frac = r["bw_frac"] if r["bound"] == "memory" else r["mm_frac"]
+                cells.append(f"{r['us']:.1f} ({100 * frac:.0f}%){'' if r['ok'] else ' WRONG'}")
+        lines.append(f"| {shape} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def format_table(rows, ceilings) -> str:
-    head = (f"| shape | bound | us | TB/s | TFLOP/s | roof % | BW % | MM % | SDPA us | x SDPA | flex us | x flex "
-            f"| err | ok |\n|{'---|' * 14}")
+    head = (f"| shape | BM/BN/splits | bound | us | TB/s | TFLOP/s | roof % | BW % | MM % | SDPA us | x SDPA "
+            f"| x SDPA at roof | flex us | x flex | err | ok |\n|{'---|' * 16}")
     lines = [head]
     for r in rows:
         def f(key, fmt):
             return format(r[key], fmt) if key in r else "-"
         flex = f("flex_us", ".1f") if "flex_us" in r else ("error" if "flex_error" in r else "-")
-        lines.append(f"| {r['shape']} | {r['bound']} | {r['us']:.1f} | {r['tb_s']:.2f} | {r['tflop_s']:.1f} | "
+        lines.append(f"| {r['shape']} | {r['block_m']}/{r['block_n']}/{r['splits']} | {r['bound']} | {r['us']:.1f} | "
+                     f"{r['tb_s']:.2f} | {r['tflop_s']:.1f} | "
                      f"{100 * r['roof_frac']:.0f} | {100 * r['bw_frac']:.0f} | {100 * r['mm_frac']:.0f} | "
-                     f"{f('sdpa_us', '.1f')} | {f('x_sdpa', '.1f')} | {flex} | {f('x_flex', '.1f')} | "
+                     f"{f('sdpa_us', '.1f')} | {f('x_sdpa', '.1f')} | {f('x_sdpa_max', '.1f')} | {flex} | "
+                     f"{f('x_flex', '.1f')} | "
                      f"{r['err']:.1e} | {'yes' if r['ok'] else 'FAILED'} |")
     return "\n".join(lines)
 
@@ -265,6 +370,7 @@ def main(argv=None) -> int:
                         "B8-T33-H32/8/128-L8192,B8-T65-H32/8/128-L8192",
                         help="comma-separated shape names to also time FlexAttention on ('all', 'none')")
     parser.add_argument("--max-seconds", type=float, default=1e9, help="stop starting new shapes after this")
+    parser.add_argument("--sweep", action="store_true", help="time tile/split variants on a few shapes first")
     parser.add_argument("--json", help="write every row as JSON here")
     parser.add_argument("--markdown", help="write the table here")
     args = parser.parse_args(argv)
@@ -282,6 +388,12 @@ def main(argv=None) -> int:
             "command": "python -m specdec_kernels.bench " + " ".join(sys.argv[1:] if argv is None else argv),
             **ceilings}
     print(json.dumps(meta), flush=True)
+    if args.sweep:
+        sweep_rows = run_sweep(ceilings, args.max_seconds, started)
+        print(format_sweep(sweep_rows), flush=True)
+        if args.json:
+            with open(args.json.replace(".json", "_sweep.json"), "w") as f:
+                json.dump({"meta": meta, "rows": sweep_rows}, f, indent=1)
     shapes = quick_shapes() if args.quick else issue_shapes()
     flex_names = set() if args.flex == "none" else ({s.name for s in shapes} if args.flex == "all"
                                                     else set(args.flex.split(",")))

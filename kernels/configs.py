@@ -26,12 +26,14 @@ class VerifyConfig:
     block_n:      key rows per tile (multiple of 16; ``tl.dot`` needs K >= 16).
     max_block_m:  cap on packed query rows (T * G rows of one KV head) per program.
     num_warps, num_stages: Triton launch parameters.
+    programs_per_sm: how many programs per multiprocessor the split-KV heuristic aims for.
     """
 
     block_n: int
     max_block_m: int
     num_warps: int
     num_stages: int
+    programs_per_sm: int = 2
 
 
 # arch -> head_dim -> config
@@ -56,8 +58,6 @@ VERIFY_CONFIGS: dict[str, dict[int, VerifyConfig]] = {
 }
 VERIFY_CONFIGS["sm_100"] = VERIFY_CONFIGS["sm_90"]
 
-# Programs per streaming multiprocessor the split-KV heuristic aims for.
-TARGET_PROGRAMS_PER_SM = 2
 # Fewest key rows one split handles (amortises the query load and the partial write).
 MIN_SPLIT_KEYS = 256
 

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .configs import MIN_SPLIT_KEYS, TARGET_PROGRAMS_PER_SM, arch_name, verify_config
+from .configs import MIN_SPLIT_KEYS, arch_name, verify_config
 
 LOG2E = 1.4426950408889634
 
@@ -33,7 +33,7 @@ POISON_WORKSPACE = False
 
 
 @triton.jit
-def _online_update(acc, m_i, l_i, scores, v_tile):
+def _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION: tl.constexpr):
     """One online-softmax step over a tile of log2-scaled ``scores`` [BM, BN]."""
     m_new = tl.maximum(m_i, tl.max(scores, 1))
     # rows that have seen no visible key yet keep m = -inf; shift by 0 to avoid inf - inf
@@ -42,7 +42,7 @@ def _online_update(acc, m_i, l_i, scores, v_tile):
     p = tl.exp2(scores - m_shift[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
-    acc = tl.dot(p.to(v_tile.dtype), v_tile, acc)
+    acc = tl.dot(p.to(v_tile.dtype), v_tile, acc, input_precision=DOT_PRECISION)
     return acc, m_new, l_i
 
 
@@ -99,7 +99,7 @@ def _tree_verify_partial_kernel(
             k_tile = k_tile.to(tl.float32)
             v_tile = v_tile.to(tl.float32)
         scores = tl.dot(q, tl.trans(k_tile), input_precision=DOT_PRECISION) * qk_scale
-        acc, m_i, l_i = _online_update(acc, m_i, l_i, scores, v_tile)
+        acc, m_i, l_i = _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION)
     # the partial last prefix tile of this split
     if full_end < hi:
         in_range = full_end + cols < hi
@@ -110,7 +110,7 @@ def _tree_verify_partial_kernel(
             v_tile = v_tile.to(tl.float32)
         scores = tl.dot(q, tl.trans(k_tile), input_precision=DOT_PRECISION) * qk_scale
         scores = tl.where(in_range[None, :], scores, float("-inf"))
-        acc, m_i, l_i = _online_update(acc, m_i, l_i, scores, v_tile)
+        acc, m_i, l_i = _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION)
     # the tree rows, ancestor-masked, streamed by the split that holds the prefix's last row
     tree_split = tl.maximum(tl.cdiv(prefix_len, chunk) - 1, 0)
     if split == tree_split:
@@ -128,7 +128,7 @@ def _tree_verify_partial_kernel(
                 v_tile = v_tile.to(tl.float32)
             scores = tl.dot(q, tl.trans(k_tile), input_precision=DOT_PRECISION) * qk_scale
             scores = tl.where(visible, scores, float("-inf"))
-            acc, m_i, l_i = _online_update(acc, m_i, l_i, scores, v_tile)
+            acc, m_i, l_i = _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION)
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc / l_safe[:, None]
@@ -190,9 +190,26 @@ def _tree_verify_merge_kernel(
 MERGE_M = 16
 
 
+# A query tile's fixed cost (its K/V stream and loop overhead) counted as this many padded rows.
+TILE_COST_ROWS = 32
+
+
 def _pick_block_m(packed_rows: int, max_block_m: int) -> int:
-    """Query-tile rows: one tile when the packed rows fit, else the cap (at least 16 for tl.dot)."""
-    return max(16, min(triton.next_power_of_2(packed_rows), max_block_m))
+    """Query-tile rows: the power of two in [16, cap] minimising padded rows + TILE_COST_ROWS
+    per tile (ties to the larger tile).
+
+    T = 2^k + 1 is why: 33 nodes x G=4 = 132 rows take two 128-row tiles (256 rows, half
+    wasted) but three 64-row tiles (192 rows).
+    """
+    best = None
+    size = 16
+    while size <= max(16, max_block_m):
+        tiles = triton.cdiv(packed_rows, size)
+        cost = tiles * (size + TILE_COST_ROWS)
+        if best is None or cost <= best[0]:
+            best = (cost, size)
+        size *= 2
+    return best[1]
 
 
 def _sm_count(device) -> int:
@@ -209,7 +226,7 @@ def plan_verify_launch(batch: int, num_nodes: int, q_heads: int, kv_heads: int, 
     block_m = _pick_block_m(num_nodes * group, cfg.max_block_m)
     num_m_tiles = triton.cdiv(num_nodes * group, block_m)
     base_programs = batch * kv_heads * num_m_tiles
-    wanted = max(1, triton.cdiv(TARGET_PROGRAMS_PER_SM * _sm_count(device), base_programs))
+    wanted = max(1, triton.cdiv(cfg.programs_per_sm * _sm_count(device), base_programs))
     prefix_rows = max(cache_rows - num_nodes, 1)
     chunk = max(triton.cdiv(prefix_rows, wanted), MIN_SPLIT_KEYS, cfg.block_n)
     chunk = triton.cdiv(chunk, cfg.block_n) * cfg.block_n
