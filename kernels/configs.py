@@ -37,23 +37,30 @@ class VerifyConfig:
 
 
 # arch -> head_dim -> config
-# Every sm_90 and sm_120 row compiles without register spills (sm120_check reports registers and
-# stack for sm_120; the same compile with capability 90 was read for the sm_90 rows).
-VERIFY_CONFIGS: dict[str, dict[int, VerifyConfig]] = {
+# Each entry is (config for few packed query rows, config for many), switching at
+# MANY_ROWS_FROM = T * G packed rows per KV head. Few rows means the call streams K/V (memory
+# bound): 4 warps on 64-row tiles keep more programs and loads in flight. Many rows means the
+# tensor cores are the limit: 128-row tiles on 8 warps (two warpgroups) and 64-key tiles.
+# The sm_90 head-dim-128 entries are the fastest of a 9-variant sweep on an H200 (PERF.md,
+# 2026-11-30); the other rows compile without register spills but were not swept.
+MANY_ROWS_FROM = 256
+
+VERIFY_CONFIGS: dict[str, dict[int, tuple[VerifyConfig, VerifyConfig]]] = {
     "sm_90": {
-        64: VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3),    # 128 KB, 159 regs
-        128: VerifyConfig(block_n=32, max_block_m=128, num_warps=8, num_stages=3),   # 112 KB, 203 regs
-        256: VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2),    # 104 KB, 203 regs
+        64: (VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3),
+             VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3)),
+        128: (VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3),
+              VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3)),
+        256: (VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2),
+              VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2)),
     },
-    "sm_120": {
-        64: VerifyConfig(block_n=64, max_block_m=64, num_warps=8, num_stages=2),     # 40 KB, 181 regs
-        128: VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2),    # 44 KB, 251 regs
-        256: VerifyConfig(block_n=32, max_block_m=32, num_warps=8, num_stages=2),    # 54 KB, 246 regs
+    "sm_120": {  # about 99 KB shared memory per block: two stages, <= 64-row tiles
+        64: (VerifyConfig(block_n=64, max_block_m=64, num_warps=8, num_stages=2),) * 2,
+        128: (VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2),) * 2,
+        256: (VerifyConfig(block_n=32, max_block_m=32, num_warps=8, num_stages=2),) * 2,
     },
     "interpreter": {
-        64: VerifyConfig(block_n=64, max_block_m=128, num_warps=4, num_stages=1),
-        128: VerifyConfig(block_n=64, max_block_m=128, num_warps=4, num_stages=1),
-        256: VerifyConfig(block_n=64, max_block_m=128, num_warps=4, num_stages=1),
+        d: (VerifyConfig(block_n=64, max_block_m=128, num_warps=4, num_stages=1),) * 2 for d in (64, 128, 256)
     },
 }
 VERIFY_CONFIGS["sm_100"] = VERIFY_CONFIGS["sm_90"]
@@ -72,9 +79,11 @@ def arch_name(device) -> str:
     return f"sm_{major}{minor}"
 
 
-def verify_config(arch: str, head_dim: int) -> VerifyConfig:
-    """The table row for ``arch`` (falling back to sm_120) and ``head_dim`` (64, 128 or 256)."""
+def verify_config(arch: str, head_dim: int, packed_rows: int = 1) -> VerifyConfig:
+    """The table entry for ``arch`` (unknown archs use sm_120's), ``head_dim`` (64, 128 or 256)
+    and ``packed_rows`` = T * G query rows per KV head."""
     table = VERIFY_CONFIGS.get(arch, VERIFY_CONFIGS["sm_120"])
     if head_dim not in table:
         raise ValueError(f"head dim {head_dim} is not supported; use one of {sorted(table)}")
-    return table[head_dim]
+    few, many = table[head_dim]
+    return many if packed_rows >= MANY_ROWS_FROM else few

@@ -115,7 +115,7 @@ def compile_for_sm120(head_dim: int, capability: int = 120) -> list[CompileRepor
     from .configs import verify_config
     from .tree_verify_triton import MERGE_M, _tree_verify_merge_kernel, _tree_verify_partial_kernel
 
-    cfg = verify_config(f"sm_{capability}", head_dim)
+    cfg = verify_config(f"sm_{capability}", head_dim, packed_rows=4 * 65)
     target = GPUTarget("cuda", capability, 32)
     reports = []
     pointers = {name: "*bf16" for name in ("q_ptr", "k_ptr", "v_ptr", "out_ptr")}

@@ -221,8 +221,8 @@ def _sm_count(device) -> int:
 def plan_verify_launch(batch: int, num_nodes: int, q_heads: int, kv_heads: int, head_dim: int,
                        cache_rows: int, device, config=None) -> dict:
     """Tile sizes, split count and grid for one call (pure function of shapes and device)."""
-    cfg = config or verify_config(arch_name(device), head_dim)
     group = q_heads // kv_heads
+    cfg = config or verify_config(arch_name(device), head_dim, num_nodes * group)
     block_m = _pick_block_m(num_nodes * group, cfg.max_block_m)
     num_m_tiles = triton.cdiv(num_nodes * group, block_m)
     base_programs = batch * kv_heads * num_m_tiles
