@@ -4,13 +4,16 @@
 [--max-new-tokens 256] [--concurrency 1] [--json FILE] [-- ENGINE FLAGS...]`` starts one engine
 process per method, times launch-to-ready (the readiness log line), sends the requests over HTTP
 (streaming off, greedy, ``ignore_eos``) ``--concurrency`` at a time, and reports output tokens/s
-= completion tokens / wall time of the whole batch, with the mean acceptance length. Every engine
+= completion tokens / wall time of the whole batch, the acceptance length (completion tokens /
+verify steps), and a fingerprint of the output tokens: equal fingerprints across methods mean
+the speculative outputs equal the autoregressive ones. Every engine
 it starts runs in its own process group and is killed before the next one starts.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -78,22 +81,25 @@ def run_method(method: str, budget: int | None, requests: int, max_new_tokens: i
         def one(i: int) -> dict:
             body = {"text": PROMPTS[i % len(PROMPTS)],
                     "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}}
-            return _post(url, body, timeout=600)["meta_info"]
+            return _post(url, body, timeout=600)
 
         one(0)  # first request after readiness: not timed
         started = time.perf_counter()
         with ThreadPoolExecutor(concurrency) as pool:
-            metas = list(pool.map(one, range(requests)))
+            outputs = list(pool.map(one, range(requests)))
         wall = time.perf_counter() - started
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    metas = [o["meta_info"] for o in outputs]
+    # the same greedy tokens for every method means lossless decoding on this device and dtype
+    fingerprint = hashlib.sha256(json.dumps([o["output_ids"] for o in outputs]).encode()).hexdigest()[:12]
     tokens = sum(m["completion_tokens"] for m in metas)
     verify = sum(m.get("spec_verify_ct", 0) for m in metas)
     return {"method": method, "budget": None if method == "ar" else budget, "requests": requests,
             "concurrency": concurrency, "max_new_tokens": max_new_tokens, "ready_s": round(ready_s, 3),
             "completion_tokens": tokens, "wall_s": round(wall, 4), "output_tok_s": round(tokens / wall, 1),
-            "accept_length": round(tokens / verify, 3) if verify else None}
+            "accept_length": round(tokens / verify, 3) if verify else None, "outputs_sha256": fingerprint}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         results.append(r)
         print(f"{r['method']:>7} budget={str(r['budget']):>4} ready={r['ready_s']:6.2f}s "
               f"output={r['output_tok_s']:9.1f} tok/s accept_len={r['accept_length']} "
-              f"({r['completion_tokens']} tokens in {r['wall_s']:.2f}s, concurrency {r['concurrency']})",
+              f"({r['completion_tokens']} tokens in {r['wall_s']:.2f}s, concurrency {r['concurrency']}) "
+              f"outputs={r['outputs_sha256']}",
               flush=True)
     if ns.json:
         with open(ns.json, "w") as f:

@@ -13,7 +13,7 @@ uses that distilled distribution; otherwise the position gets an unrelated rando
 (noise). The coin is keyed on (request, absolute position, offset in the block), so a request's
 drafts, and so its acceptance, are the same whatever else shares its batch. How often a draft is
 accepted is then ``agreement`` times how often the target's choice does not depend on more than
-the current token (about 85% for the seeded ``tiny`` model): with agreement 0 drafts are noise
+the current token (85-95% of tokens for the seeded ``tiny`` model): with agreement 0 drafts are noise
 and acceptance length is about 1; with agreement near 1 DDTree commits several tokens per step,
 and more than the DFlash chain, because the distilled runner-up token is where the target's
 context-dependent choices mostly go.

@@ -31,12 +31,13 @@ _ALPHABET = [10, *range(32, 127)]
 
 # Seeded-weight shape knobs (see the module docstring). The output layer scores the preferred
 # successor PREFERRED_LOGIT and the runner-up RUNNER_UP_LOGIT above the rest; attention and MLP
-# outputs are scaled so that context overturns the context-free choice about 15% of the time
-# (tiny preset, measured over 400 greedy tokens).
+# outputs are scaled so that context overturns the context-free choice for roughly 5-15% of
+# greedy tokens (tiny preset; it varies with the seed and the prompt) while one flipped prompt
+# byte still changes the continuation.
 PREFERRED_LOGIT = 12.0
 RUNNER_UP_LOGIT = 10.5
 QK_GAIN = 2.0
-ATTN_OUT_GAIN = 0.35
+ATTN_OUT_GAIN = 0.3
 MLP_OUT_GAIN = 0.3
 
 
@@ -59,8 +60,9 @@ class ModelConfig:
 
 PRESETS = {
     # Small enough that a CPU decode step costs well under a millisecond of arithmetic.
+    # Head dim 64: the smallest the Triton verify kernel takes, so tiny runs on CUDA too.
     "tiny": ModelConfig(vocab_size=tok.VOCAB_SIZE, hidden_size=128, num_layers=2, num_heads=4,
-                        num_kv_heads=2, head_dim=32, intermediate_size=256),
+                        num_kv_heads=2, head_dim=64, intermediate_size=256),
     # One Llama-3-8B decoder layer's shapes (hidden 4096, 32 query / 8 KV heads of 128, MLP 14336),
     # repeated a few times, so a verify step on a GPU costs what it costs per layer in a real model.
     "8b-layer": ModelConfig(vocab_size=tok.VOCAB_SIZE, hidden_size=4096, num_layers=4, num_heads=32,

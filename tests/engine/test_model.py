@@ -95,7 +95,7 @@ def test_hugging_face_directory_layout_loads(model, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({
         "architectures": ["LlamaForCausalLM"], "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size,
         "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
-        "num_key_value_heads": cfg.num_kv_heads, "intermediate_size": cfg.intermediate_size,
+        "num_key_value_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim, "intermediate_size": cfg.intermediate_size,
         "rope_theta": cfg.rope_theta, "rms_norm_eps": cfg.rms_norm_eps}))
     loaded = TargetModel.from_safetensors(tmp_path, CPU, torch.float32, 256, num_layers=1)
     assert loaded.config.num_layers == 1 and loaded.config.head_dim == cfg.head_dim
