@@ -127,12 +127,11 @@ def modify_items(items: list[pytest.Item], state: RunState) -> None:
     items[:] = order_by_configuration(items)
 
 
-def _group(item: pytest.Item) -> str | None:
+def case_of(item: pytest.Item) -> MatrixCase | None:
+    """The matrix cell an item is parametrized with, if any."""
     callspec = getattr(item, "callspec", None)
-    if callspec is None or "specdec_spec" not in callspec.params:
-        return None
-    case = callspec.params["specdec_spec"]
-    return case.param_id if isinstance(case, MatrixCase) else None
+    case = callspec.params.get("specdec_spec") if callspec else None
+    return case if isinstance(case, MatrixCase) else None
 
 
 def order_by_configuration(items: Iterable[pytest.Item]) -> list[pytest.Item]:
@@ -144,7 +143,8 @@ def order_by_configuration(items: Iterable[pytest.Item]) -> list[pytest.Item]:
     first_seen: dict[str, int] = {}
     keyed = []
     for index, item in enumerate(items):
-        group = _group(item)
+        case = case_of(item)
+        group = case.param_id if case else None
         if group is None:
             keyed.append((index, index, item))
         else:

@@ -13,7 +13,7 @@ from typing import Iterator
 import pytest
 
 from . import specs
-from .collection import MatrixCase
+from .collection import MatrixCase, case_of
 from .config import WorkloadSpec
 from .hardware import Hardware
 from .live import LiveServer, fail
@@ -108,9 +108,32 @@ def specdec_pool(specdec_state: RunState, request: pytest.FixtureRequest) -> Ite
                                [gpu.index for gpu in state.hardware.gpus])
         pool = ServerPool(_server_factory(state, request), leases=leases,
                           restart_on_crash=state.settings.restart_on_crash)
+    request.config.stash[POOL_KEY] = pool
     yield pool
     try:
         pool.close()
+    except ServerError as exc:
+        warnings.warn(f"pytest-specdec: teardown: {exc}", stacklevel=1)
+
+
+POOL_KEY = pytest.StashKey[ServerPool]()
+
+
+def retire_finished_server(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop a configuration's server as soon as this process has no further test for it.
+
+    Items are ordered by configuration, so the next item tells. Under xdist this frees the GPU
+    lease for other workers instead of holding it until this worker's next boot.
+    """
+    pool = item.config.stash.get(POOL_KEY, None)
+    case = case_of(item)
+    if pool is None or case is None or (nextitem is not None and case_of(nextitem) == case):
+        return
+    state = item.config.stash[STATE_KEY]
+    if state.backend == "attach":
+        return
+    try:
+        pool.retire(specs.server_spec(case, state))
     except ServerError as exc:
         warnings.warn(f"pytest-specdec: teardown: {exc}", stacklevel=1)
 

@@ -80,9 +80,9 @@ class LiveServer:
             truncate = False
         else:
             workload = workloads.load_workload(
-                spec.prompts, base_dir=self.root, name=spec.name, max_new_tokens=spec.max_new_tokens,
+                spec.prompts, base_dir=self.root, max_new_tokens=spec.max_new_tokens,
                 concurrency=spec.concurrency, temperature=spec.temperature,
-            ).resized(spec.num_prompts)
+            ).resized(spec.num_prompts).replace(name=spec.name)
             truncate = spec.truncate
         if self.token_counter is None:
             return workload
@@ -94,8 +94,11 @@ class LiveServer:
         return workloads.fit_to_context(workload, context, self.token_counter, truncate=truncate)
 
     def run(self, spec: WorkloadSpec | Workload) -> Measurement:
-        """Run a workload and return its guarded measurement, or fail the test with a diagnosis."""
-        self.check_alive()
+        """Run a workload and return its guarded measurement, or fail the test with a diagnosis.
+
+        Liveness was checked when the fixture handed the server out; it is checked again after
+        the workload (and after any failed request), where a death would otherwise hide.
+        """
         workload = self.workload(spec)
         log_offset = self.log_path.stat().st_size if self.log_path and self.log_path.exists() else 0
         result = client.run_workload(self.url, workload)

@@ -78,7 +78,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     session.skip_done(items, state)
     for item in items:
         recording.mark_for_benchmark(item)
-    config.stash[RESULTS_KEY].total = len(items)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    session.config.stash[RESULTS_KEY].total = len(session.items)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    fixtures.retire_finished_server(item, nextitem)
 
 
 @pytest.hookimpl(wrapper=True)

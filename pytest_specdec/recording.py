@@ -21,7 +21,7 @@ from typing import Any, Iterable, Sequence
 
 import pytest
 
-from .collection import MatrixCase
+from .collection import case_of
 from .metrics import Measurement, MetricValue, RequestRecord, direction_of
 
 #: Key of the test-report user property that carries one test's results to the controller.
@@ -100,9 +100,12 @@ class Recorder:
     def samples(self, seconds: Iterable[float], unit: str = "s") -> None:
         """Hand time samples to pytest-benchmark (when it is active) as one round each."""
         values = [float(s) for s in seconds]
-        if not values or "benchmark" not in getattr(self.item, "fixturenames", ()):
+        if not values:
             return
-        benchmark = self.item._request.getfixturevalue("benchmark")
+        try:
+            benchmark = self.item._request.getfixturevalue("benchmark")
+        except pytest.FixtureLookupError:
+            return  # pytest-benchmark is not installed: our own records are enough
         if getattr(benchmark, "disabled", False):
             return  # under xdist pytest-benchmark switches itself off; our records still work
         queue = iter(values)
@@ -116,7 +119,7 @@ class Recorder:
 
     def payload(self) -> dict[str, Any]:
         """What the journal stores and the controller receives for this test."""
-        case = _case_of(self.item)
+        case = case_of(self.item)
         return {
             "test_id": self.test_id,
             "nodeid": self.item.nodeid,
@@ -142,12 +145,6 @@ def metric_values(payload: dict[str, Any]) -> list[MetricValue]:
     return [MetricValue(name, m["value"], m["direction"], m.get("spread", 0.0),
                         m.get("samples", 1), m.get("deterministic", False))
             for name, m in payload.get("metrics", {}).items()]
-
-
-def _case_of(item: pytest.Item) -> MatrixCase | None:
-    callspec = getattr(item, "callspec", None)
-    case = callspec.params.get("specdec_spec") if callspec else None
-    return case if isinstance(case, MatrixCase) else None
 
 
 def recorder_for(item: pytest.Item) -> Recorder:

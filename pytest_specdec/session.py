@@ -126,6 +126,8 @@ class Results:
         return None
 
     def _note_outcome(self, report: pytest.TestReport) -> None:
+        if "specdec" not in getattr(report, "keywords", {}):
+            return  # not a benchmark configuration: pytest's own summary covers it
         if hasattr(report, "wasxfail"):
             outcome = "xfailed" if report.skipped else "xpassed"
             self.outcomes[report.nodeid] = (outcome, str(report.wasxfail))

@@ -19,7 +19,9 @@ from .state import RunState
 def _engine_args(state: RunState, case: MatrixCase) -> tuple[str, ...]:
     engine = state.config.engine
     args = ["--model-preset", engine.model_preset, "--draft-agreement", str(engine.draft_agreement),
-            "--block-size", str(engine.block_size), "--device", engine.device]
+            "--block-size", str(engine.block_size)]
+    if engine.device != "auto":  # the engine picks CUDA when it sees a GPU
+        args += ["--device", engine.device]
     if engine.num_layers is not None:
         args += ["--num-layers", str(engine.num_layers)]
     if state.dry_run and case.budget is not None:

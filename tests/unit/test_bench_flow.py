@@ -23,14 +23,14 @@ GENERATION_TEST = (Path(__file__).resolve().parents[1] / "bench" / "test_generat
 
 def project(pytester: pytest.Pytester, *, methods=("ddtree",), budgets=(8,), agreement=0.9,
             extra: str = "", engine_args: tuple[str, ...] = (), prompts: int = 3,
-            max_new_tokens: int = 24) -> None:
+            max_new_tokens: int = 24, startup_timeout: float = 60) -> None:
     methods_toml = ", ".join(f'"{m}"' for m in methods)
     budgets_toml = ", ".join(str(b) for b in budgets)
     engine_toml = ", ".join(f'"{a}"' for a in engine_args)
     pytester.makepyprojecttoml(f"""
 [tool.specdec]
 backend = "embedded"
-startup_timeout = 60
+startup_timeout = {startup_timeout}
 {extra}
 
 [tool.specdec.matrix.cpu]
@@ -62,19 +62,28 @@ def journal_lines(pytester: pytest.Pytester) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def engine_processes() -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if "pytest_specdec.engine" in line
-            and "ps -eo" not in line]
+def engine_processes(root: Path) -> list[str]:
+    """Engine processes started from the project at `root` (their working directory)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if "pytest_specdec.engine" in args and cwd.startswith(str(root)):
+            found.append(f"{entry.name} {args}")
+    return found
 
 
 @pytest.fixture
-def no_leftover_engines():
-    before = set(engine_processes())
+def no_leftover_engines(pytester):
     yield
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        leftovers = set(engine_processes()) - before
+        leftovers = engine_processes(pytester.path)
         if not leftovers:
             return
         time.sleep(0.2)
@@ -150,5 +159,6 @@ def test_benchmark_compare_works_on_a_second_run(pytester, no_leftover_engines):
     assert bench["extra_info"]["accept_length"] > 1.0
     result = run(pytester, "--benchmark-compare", "--benchmark-compare-fail=mean:1000%")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*Comparing against benchmarks from*0001_*",
-                                 "*test_generation*NOW*", "*test_generation*0001*"])
+    result.stdout.fnmatch_lines(["*benchmark 'test_generation': 2 tests*",
+                                 "*test_generation[[]ddtree-tp1-b8-chat[]] (0001_*",
+                                 "*test_generation[[]ddtree-tp1-b8-chat[]] (NOW)*"])
