@@ -116,9 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--json", default=None, help="also write the results here")
     ns = p.parse_args(argv)
-    results = []
+    results, failed = [], []
     for method in ns.methods.split(","):
-        r = run_method(method, ns.budget, ns.requests, ns.max_new_tokens, ns.concurrency, engine_flags)
+        try:
+            r = run_method(method, ns.budget, ns.requests, ns.max_new_tokens, ns.concurrency, engine_flags)
+        except Exception as exc:  # one method failing should not hide the others' numbers
+            print(f"{method:>7} FAILED: {exc}", flush=True)
+            failed.append({"method": method, "error": str(exc)})
+            continue
         results.append(r)
         print(f"{r['method']:>7} budget={str(r['budget']):>4} ready={r['ready_s']:6.2f}s "
               f"output={r['output_tok_s']:9.1f} tok/s accept_len={r['accept_length']} "
@@ -127,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
     if ns.json:
         with open(ns.json, "w") as f:
-            json.dump({"engine_flags": engine_flags, "results": results}, f, indent=2)
-    return 0
+            json.dump({"engine_flags": engine_flags, "results": results, "failed": failed}, f, indent=2)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
