@@ -110,5 +110,6 @@ class Controller:
             reporter.write_line(session.progress_line(payload, len(self.results.payloads),
                                                       self.results.total))
 
+    @pytest.hookimpl(trylast=True)  # after pytest-benchmark's tables: the run ends with ours
     def pytest_terminal_summary(self, terminalreporter) -> None:
         summary.write(terminalreporter, self.results)
