@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 
 import pytest
 
@@ -242,3 +243,71 @@ def test_autoregressive_decode_log_has_no_acceptance(ar):
     ar.generate(PROMPT, max_new_tokens=32)
     m = ar.wait_for_line(r"TP0\] Decode batch, .*", timeout=5)
     assert "accept len" not in m.group(0) and "gen throughput (token/s)" in m.group(0)
+
+
+@pytest.fixture(scope="module")
+def loaded_small_batch(module_engines, tmp_path_factory):
+    """The same seeded weights, saved and loaded from safetensors, served two at a time."""
+    import torch
+
+    from pytest_specdec.engine.model import PRESETS, TargetModel
+
+    file = tmp_path_factory.mktemp("weights") / "tiny.safetensors"
+    TargetModel.from_seed(PRESETS["tiny"], 0, torch.device("cpu"), torch.float32, 64).save_safetensors(file)
+    return module_engines("--method", "ddtree", "--budget", "16", "--model-path", str(file), "--max-batch", "2",
+                          "--decode-log-interval", "2", "--context-length", str(CONTEXT))
+
+
+def test_queued_requests_finishing_at_different_times_keep_their_outputs(ddtree, loaded_small_batch):
+    """Four requests on two slots: they queue, finish at different steps, and the survivors'
+    KV caches are moved into freed slots; every output must still be the seeded model's."""
+    engine = loaded_small_batch
+    jobs = [(f"Job {i} says:", n) for i, n in enumerate((30, 120, 60, 90))]
+    expected = [ddtree.generate(p, max_new_tokens=n)["output_ids"] for p, n in jobs]
+    mark = len(engine.lines)
+    results: list = [None] * len(jobs)
+
+    def run(i: int) -> None:
+        results[i] = engine.generate(jobs[i][0], max_new_tokens=jobs[i][1])["output_ids"]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == expected
+    queued = [int(m.group(1)) for line in engine.lines[mark:] if (m := re.search(r"#queue-req: (\d+)$", line))]
+    running = [int(m.group(1)) for line in engine.lines[mark:]
+               if (m := re.search(r"Decode batch, #running-req: (\d+)", line))]
+    assert max(running) == 2 and max(queued) >= 1
+
+
+def test_client_disconnect_mid_stream_frees_the_slot(loaded_small_batch):
+    import http.client
+
+    engine = loaded_small_batch
+    aborted = read_metric(engine, "sglang:num_aborted_requests_total")
+    conn = http.client.HTTPConnection("127.0.0.1", engine.port, timeout=30)
+    body = json.dumps({"text": PROMPT, "stream": True, "sampling_params": {"max_new_tokens": 450, "ignore_eos": True}})
+    conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.readline().startswith(b"data: ")
+    conn.close()  # walk away mid-generation
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        state = engine.get("/server_info").json()["internal_states"][0]
+        if state["num_running_reqs"] == 0 and state["num_queue_reqs"] == 0:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"aborted stream still occupies the scheduler: {state}")
+    assert read_metric(engine, "sglang:num_aborted_requests_total") == aborted + 1
+    assert engine.generate(PROMPT, max_new_tokens=8)["meta_info"]["completion_tokens"] == 8
+
+
+def test_sigterm_stops_the_engine_cleanly(engines):
+    import signal
+
+    engine = engines("--method", "ar")
+    engine.proc.send_signal(signal.SIGTERM)
+    assert engine.wait_exit(timeout=15) == 0
