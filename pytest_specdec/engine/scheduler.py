@@ -137,7 +137,7 @@ class Scheduler:
         self.client_requests_admitted = 0
         self.last_output_at = 0.0  # perf_counter of the last step or prefill that produced tokens
         self._lock = threading.Lock()  # guards the counters read by the HTTP thread
-        self._pending = 0  # submitted and not yet finished
+        self._pending = 0  # client requests submitted and not yet finished (health checks excluded)
         self.forward_ct_decode = 0
         self.last_gen_throughput = 0.0
         self._interval_start = time.perf_counter()
@@ -154,8 +154,9 @@ class Scheduler:
         self._thread.start()
 
     def submit(self, req: Request) -> None:
-        with self._lock:
-            self._pending += 1
+        if not req.internal:
+            with self._lock:
+                self._pending += 1
         self.inbox.put(req)
 
     @property
@@ -163,8 +164,9 @@ class Scheduler:
         return self._pending > 0
 
     def flush(self) -> bool:
-        """Reset the lifetime speculative counters, only when no request is queued or running
-        (SGLang's /flush_cache rule). Returns whether it did."""
+        """Reset the lifetime speculative counters, only when no client request is queued or
+        running (SGLang's /flush_cache rule; the engine's own health checks do not count, so a
+        health poll cannot make a flush fail). Returns whether it did."""
         with self._lock:
             if self._pending:
                 return False
@@ -210,9 +212,9 @@ class Scheduler:
                 return
 
     def _done(self, req: Request) -> None:
-        with self._lock:
-            self._pending -= 1
         if not req.internal:
+            with self._lock:
+                self._pending -= 1
             m = self.metrics
             m.num_requests.inc()
             if req.aborted:

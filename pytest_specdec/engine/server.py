@@ -56,6 +56,7 @@ class EngineServer:
         self.ready = False
         self.created = int(time.time())
         self.health_timeout = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", 20))
+        self._device_info: dict | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -288,7 +289,24 @@ class EngineServer:
             "max_req_input_len": self.context_length - 1,
             "internal_states": [self.scheduler.internal_state()],
             "version": self.version,
+            **self._devices(),
         })
+
+    def _devices(self) -> dict:
+        """The GPUs this process may use: CUDA_VISIBLE_DEVICES as its launcher set it (from a GPU
+        lease) and, on CUDA, the devices torch sees, so a test can check a server saw only its own."""
+        if self._device_info is None:
+            info = {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                    "cuda_device_count": None, "cuda_device_uuids": None}
+            if self.server_args.get("device") == "cuda":  # never touch CUDA for a CPU engine
+                import torch  # loaded already by the runtime
+
+                count = torch.cuda.device_count()
+                info["cuda_device_count"] = count
+                info["cuda_device_uuids"] = [
+                    str(getattr(torch.cuda.get_device_properties(i), "uuid", "")) for i in range(count)]
+            self._device_info = info
+        return self._device_info
 
     async def get_model_info(self, request: web.Request) -> web.Response:
         return web.json_response(self.model_info)

@@ -200,6 +200,7 @@ def test_metrics_use_sglang_names_and_count(ddtree):
 def test_flush_cache_resets_lifetime_acceptance(ddtree):
     ddtree.generate(PROMPT, max_new_tokens=16)
     assert "avg_spec_accept_length" in ddtree.get("/server_info").json()["internal_states"][0]
+    assert ddtree.get("/health").status == 200  # a health check in flight must not block the flush
     res = ddtree.post("/flush_cache")
     assert res.status == 200 and res.text.startswith("Cache flushed.")
     assert "avg_spec_accept_length" not in ddtree.get("/server_info").json()["internal_states"][0]
