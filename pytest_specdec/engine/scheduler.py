@@ -277,11 +277,13 @@ class Scheduler:
         out = dec.step(n)
         now = time.perf_counter()
         self.last_output_at = now
-        emitted = client_emitted = 0
+        emitted = client_emitted = client_verified = 0
         for req, tokens, drafts in zip(self.running, out.tokens, out.accepted_drafts):
             taken = req.append(tokens)
             emitted += taken
-            client_emitted += 0 if req.internal else taken
+            if not req.internal:
+                client_emitted += taken
+                client_verified += 1
             if dec.speculative:
                 req.verify_ct += 1
                 req.correct_drafts += min(drafts, taken)
@@ -297,9 +299,10 @@ class Scheduler:
                 self._interval_forward_ct += n
                 self.spec_total_accept_tokens += accepted + n
                 self.spec_total_forward_ct += n
+        # client traffic only, like generation_tokens, so their ratio is the acceptance length
         self.metrics.generation_tokens.inc(client_emitted)
         if dec.speculative:
-            self.metrics.spec_verify_calls.inc(n)
+            self.metrics.spec_verify_calls.inc(client_verified)
         if self.forward_ct_decode % self.decode_log_interval == 0:
             self._log_decode_batch(n)
         stepped = list(self.running)
