@@ -89,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context-length", type=int, default=4096)
     p.add_argument("--max-batch", type=int, default=8, help="requests decoded together; more wait in a queue")
     p.add_argument("--decode-log-interval", type=int, default=40)
-    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error", "critical"))
+    p.add_argument("--log-level", default="info", type=str.lower,
+                   choices=("debug", "info", "warning", "error", "critical"))
     g = p.add_argument_group("fault injection (see faults.py)")
     g.add_argument("--fault-crash-warmup", action="store_true", help="fail the warm-up request and exit 1")
     g.add_argument("--fault-crash-after", type=int, default=None, metavar="N",
