@@ -4,6 +4,9 @@
 HTTP API over a small Llama-style model (``model.py``), decoding autoregressively, with a DFlash
 chain or with a DDTree through ``specdec_kernels`` (``decoding.py``), drafts from a synthetic
 block drafter (``drafter.py``), batches concurrent requests on one scheduler thread
-(``scheduler.py``), logs like SGLang (``logs.py``) and fails on purpose when asked
-(``faults.py``). Importing this package imports neither torch nor aiohttp.
+(``scheduler.py``) behind an aiohttp server (``server.py``), exports Prometheus metrics under
+SGLang's names (``metrics.py``), logs like SGLang (``logs.py``) and fails on purpose when asked
+(``faults.py``). ``cli.py`` owns the command line, ``runtime.py`` assembles the pieces, and
+``python -m pytest_specdec.engine.bench`` measures readiness and tokens/s over HTTP.
+Importing this package, ``cli`` or ``bench`` imports neither torch nor aiohttp.
 """
