@@ -59,3 +59,12 @@ def test_bench_reports_throughput_and_acceptance():
     assert result["completion_tokens"] == 64
     assert result["output_tok_s"] > 0 and result["ready_s"] > 0
     assert result["accept_length"] > 1.0
+
+
+def test_command_line_and_bench_import_without_torch():
+    """Bad flags are refused before the 3-second torch import, and the plugin can import the
+    engine's CLI cheaply."""
+    code = ("import sys, pytest_specdec.engine.cli, pytest_specdec.engine.bench; "
+            "print(sorted(m for m in ('torch', 'aiohttp') if m in sys.modules))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert res.stdout.strip() == "[]", res.stderr
