@@ -3,7 +3,10 @@
 Workers are separate processes, so the truth lives in one JSON file in the run directory, read and
 rewritten under a `filelock` lock. A lease names its holder's pid and that process's start time;
 a lease whose holder is gone (or whose pid now belongs to a new process) is dropped on the next
-look, so a worker killed mid-test does not keep its GPUs for the rest of the run.
+look, so a worker killed mid-test does not keep its GPUs for the rest of the run. Every change is
+also appended to a history beside the book (`lease-history.jsonl`: acquire, release, and expire
+for a dead holder's lease), written under the same lock, so its line order is the order in which
+the book changed: it answers "who held which GPUs when" after a run.
 
 Choosing GPUs: with `nvidia-smi topo -m` information, the free set whose weakest link is strongest
 (NVLink over PCIe switch over host bridge over NUMA hop); without it, the lowest contiguous run,
@@ -28,6 +31,7 @@ from pathlib import Path
 from filelock import FileLock
 
 LEASE_FILE = "gpu-leases.json"
+HISTORY_FILE = "lease-history.jsonl"
 _COMBINATION_LIMIT = 20000
 
 # Higher is better. NV# (NVLink with # links) ranks above every PCIe path.
@@ -75,6 +79,7 @@ class GpuLeases:
         self.inventory = tuple(range(inventory)) if isinstance(inventory, int) else tuple(inventory)
         self.topology = dict(topology or {})
         self.path = self.run_dir / LEASE_FILE
+        self.history_path = self.run_dir / HISTORY_FILE
         self._lock = FileLock(str(self.path) + ".lock")
 
     # -- public --------------------------------------------------------------------------------
@@ -103,6 +108,7 @@ class GpuLeases:
                         "since": time.time(),
                     }
                     self._save(leases)
+                    self._log("acquire", lease.lease_id, leases[lease.lease_id])
                     return lease
             if deadline is not None and time.monotonic() >= deadline:
                 held = "; ".join(
@@ -124,8 +130,10 @@ class GpuLeases:
     def release(self, lease: Lease) -> None:
         with self._lock:
             leases = self._load()
-            if leases.pop(lease.lease_id, None) is not None:
+            entry = leases.pop(lease.lease_id, None)
+            if entry is not None:
                 self._save(leases)
+                self._log("release", lease.lease_id, entry)
 
     def release_all_of(self, pid: int) -> None:
         """Drop every lease held by `pid` (a worker's session end)."""
@@ -134,11 +142,29 @@ class GpuLeases:
             kept = {k: v for k, v in leases.items() if v["pid"] != pid}
             if len(kept) != len(leases):
                 self._save(kept)
+                for lease_id in leases.keys() - kept.keys():
+                    self._log("release", lease_id, leases[lease_id])
 
     def holders(self) -> dict[str, dict]:
         """Live leases, by id (dead holders' leases are dropped on the way)."""
         with self._lock:
             return self._load_live()
+
+    def history(self) -> list[dict]:
+        """Every change to the book so far, oldest first: dicts with `event` (acquire, release,
+        expire), `time` (epoch seconds), `lease`, `gpus`, `owner`, `pid` (the holder) and `by`
+        (the process that made the change; for expire, the one that found the holder gone)."""
+        try:
+            lines = self.history_path.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        events = []
+        for line in lines:
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a torn last line from a process killed mid-write
+        return events
 
     def choose(self, free: Sequence[int], n: int) -> tuple[int, ...]:
         """The best `n` of the `free` GPUs (see module docstring)."""
@@ -178,7 +204,21 @@ class GpuLeases:
         live = {k: v for k, v in leases.items() if _holder_alive(v)}
         if len(live) != len(leases):
             self._save(live)
+            for lease_id in leases.keys() - live.keys():
+                self._log("expire", lease_id, leases[lease_id])
         return live
+
+    def _log(self, event: str, lease_id: str, entry: Mapping) -> None:
+        """Append one event to the history; the caller holds the lock. One write per line, so a
+        reader sees whole lines (or a torn last one if this process is killed mid-write)."""
+        record = {"event": event, "time": time.time(), "lease": lease_id,
+                  "gpus": list(entry.get("gpus", ())), "owner": entry.get("owner"),
+                  "pid": entry.get("pid"), "by": os.getpid()}
+        fd = os.open(self.history_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (json.dumps(record) + "\n").encode())
+        finally:
+            os.close(fd)
 
     def _save(self, leases: Mapping[str, dict]) -> None:
         tmp = self.path.with_suffix(f".tmp.{os.getpid()}")
