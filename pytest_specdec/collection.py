@@ -134,6 +134,23 @@ def case_of(item: pytest.Item) -> MatrixCase | None:
     return case if isinstance(case, MatrixCase) else None
 
 
+def configuration_in_nodeid(nodeid: str, param_ids: Iterable[str]) -> str | None:
+    """Which configuration (its param id, also its xdist group) a node id runs, or None.
+
+    For the xdist controller, which sees node ids but no items: the configuration's id is one
+    `-`-separated run of the id's parameter part (`test_generation[ddtree-tp1-b16-chat]`); the
+    longest match wins, so `ddtree-tp1-b1` never claims `ddtree-tp1-b16`.
+    """
+    name = nodeid.rsplit("::", 1)[-1]
+    if not name.endswith("]") or "[" not in name:
+        return None
+    params = f"-{name[name.index('[') + 1:-1]}-"
+    for param_id in sorted(param_ids, key=len, reverse=True):
+        if f"-{param_id}-" in params:
+            return param_id
+    return None
+
+
 def order_by_configuration(items: Iterable[pytest.Item]) -> list[pytest.Item]:
     """Stable sort that pulls each configuration's items together at its first appearance.
 

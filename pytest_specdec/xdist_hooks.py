@@ -2,11 +2,25 @@
 
 Workers collect, the controller does not: the controller learns the size of the run here, for
 its `[done/total]` progress lines.
+
+`--dist loadgroup` sends each configuration's tests to one worker, so a server boots once and
+its GPU lease is held by one process. xdist marks a group by suffixing node ids with `@group` on
+the workers; from pytest 9.2 node ids are structured and that suffix is silently dropped, so the
+groups would be lost (every test its own unit, one boot per test). The controller therefore
+schedules with `ConfigurationScheduling`, which reads the configuration from the node id's
+parameters and still honours a `@group` suffix where one arrives.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+import pytest
+from xdist.scheduler import LoadGroupScheduling
+
+from .collection import configuration_in_nodeid, matrix_cases
 from .session import Results
+from .state import STATE_KEY
 
 
 class XdistHooks:
@@ -18,3 +32,37 @@ class XdistHooks:
         if not self._seen:  # every worker collects the same items
             self.results.total = len(ids)
             self._seen = True
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log):
+        if config.getvalue("dist") != "loadgroup":
+            return None
+        param_ids = [case.param_id for case in matrix_cases(config.stash[STATE_KEY])]
+        return ConfigurationScheduling(config, log, param_ids)
+
+
+class ConfigurationScheduling(LoadGroupScheduling):
+    """`--dist loadgroup` with one work unit per matrix configuration.
+
+    Also: an xdist worker runs a test only once it knows the next one, or that none will come.
+    A worker that joins late (the replacement for a crashed one) was given one unit; with a
+    one-test unit it then waited forever. So a worker is topped up to two pending tests, and told
+    to finish as soon as the queue is empty.
+    """
+
+    def __init__(self, config: pytest.Config, log, param_ids: Iterable[str]) -> None:
+        super().__init__(config, log)
+        self.param_ids = tuple(param_ids)
+
+    def _split_scope(self, nodeid: str) -> str:
+        if nodeid.rfind("@") > nodeid.rfind("]"):
+            return super()._split_scope(nodeid)
+        return configuration_in_nodeid(nodeid, self.param_ids) or nodeid
+
+    def _reschedule(self, node) -> None:
+        super()._reschedule(node)
+        while (self.workqueue and not node.shutting_down
+               and self._pending_of(self.assigned_work[node]) < 2):
+            self._assign_work_unit(node)
+        if not self.workqueue and not node.shutting_down:
+            node.shutdown()
