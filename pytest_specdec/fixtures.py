@@ -20,7 +20,7 @@ from .live import LiveServer, fail
 from .recording import Recorder, recorder_for
 from .servers.attach import AttachMismatch
 from .servers.diagnosis import ServerError
-from .servers.leases import GpuLeaseError, GpuLeases, NotEnoughGpus
+from .servers.leases import GpuLeaseError, GpuLeases, NotEnoughGpus, read_topology
 from .servers.pool import ServerPool
 from .servers.process import ManagedServer
 from .servers.spec import ServerSpec
@@ -104,8 +104,11 @@ def specdec_pool(specdec_state: RunState, request: pytest.FixtureRequest) -> Ite
     else:
         leases = None
         if state.hardware.count:
+            # Real GPUs: TP sets follow NVLink where `nvidia-smi topo -m` shows it; a simulated
+            # inventory has no links to read.
+            topology = read_topology() if not state.hardware.simulated else None
             leases = GpuLeases(run_dir(state, request.config) / "leases",
-                               [gpu.index for gpu in state.hardware.gpus])
+                               [gpu.index for gpu in state.hardware.gpus], topology=topology)
         pool = ServerPool(_server_factory(state, request), leases=leases,
                           restart_on_crash=state.settings.restart_on_crash)
     request.config.stash[POOL_KEY] = pool

@@ -287,6 +287,29 @@ def test_loadgroup_schedules_whole_configurations_and_a_replacement_worker_finis
     assert gw2.shutting_down, "the replacement worker would wait forever for a next test"
 
 
+def test_real_gpus_are_leased_by_nvlink_topology(pytester, monkeypatch):
+    """On real GPUs the pool's lease book reads `nvidia-smi topo -m`; a simulated one does not."""
+    from pytest_specdec import fixtures, hardware
+
+    gpus = tuple(hardware.GPU(i, "NVIDIA H200", "sm_90") for i in range(4))
+    monkeypatch.setattr(hardware, "detect", lambda: hardware.Hardware(gpus, "nvidia-smi", 4))
+    links = {(0, 2): "NV18", (2, 0): "NV18", (1, 3): "NV18", (3, 1): "NV18"}
+    monkeypatch.setattr(fixtures, "read_topology", lambda: links)
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
+    pytester.makepyfile("""
+        def test_pair(specdec_pool):
+            lease = specdec_pool.leases.acquire(2, owner="ddtree-tp2-b16")
+            assert lease.gpus == (0, 2)  # the NVLink pair, not the lowest pair 0,1
+    """)
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    monkeypatch.setattr(hardware, "detect", lambda: hardware.Hardware((), "none", 0))
+    pytester.makepyfile("""
+        def test_pair(specdec_pool):
+            assert specdec_pool.leases.topology == {}
+    """)
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", "--specdec-gpus", "4").assert_outcomes(passed=1)
+
+
 # -- eight TP1 servers on four workers ---------------------------------------------------------
 
 EIGHT_SPECS = [f"ddtree-tp1-b{b}" for b in range(1, 9)]
