@@ -53,12 +53,13 @@ def test_devices(specdec_server, specdec_spec, pytestconfig):
     assert len(visible.split(",")) == specdec_spec.tp
     record = {{"spec": specdec_server.spec.id, "tp": specdec_spec.tp, "worker_pid": os.getpid(),
                "visible": visible}}
-    fd = os.open(pytestconfig.rootpath / "seen.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    fd = os.open(pytestconfig.rootpath / "seen.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.write(fd, (json.dumps(record) + "\\n").encode())
     os.close(fd)
     if os.environ.get("{KILL_ENV}") == specdec_server.spec.id:
+        marker = pytestconfig.rootpath / "killed-worker.pid"
         try:
-            fd = os.open(pytestconfig.rootpath / "killed-worker.pid", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             return  # killed once already: the rescheduled test runs normally
         os.write(fd, str(os.getpid()).encode())
