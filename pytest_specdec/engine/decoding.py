@@ -55,8 +55,13 @@ class SpeculativeDecoder:
         self.drafter = drafter
         self.max_batch = max_batch
         self.max_seq_len = max_seq_len
-        self.kernel_impl = kernel_impl
         device = model.device
+        # "auto" is decided here, per device: the kernels' own "auto" also picks Triton's CPU
+        # interpreter whenever TRITON_INTERPRET=1 is set (kernel tests), which would make a CPU
+        # engine crawl.
+        if kernel_impl == "auto":
+            kernel_impl = "triton" if torch.device(device).type == "cuda" else "torch"
+        self.kernel_impl = kernel_impl
         self.k_cache, self.v_cache = model.new_kv_cache(max_batch, max_seq_len + self.tree_nodes)
         self.lens = [0] * max_batch
         self.cache_lens = torch.zeros(max_batch, dtype=torch.int32, device=device)
