@@ -131,7 +131,6 @@ def seen(root: Path) -> list[dict]:
 @dataclass
 class Replay:
     peak_leases: int       # most leases held at one moment
-    peak_gpus: int         # most GPUs held at one moment
     still_held: dict       # lease id -> the acquire event, for leases never released or expired
     acquires: list[dict]
 
@@ -141,7 +140,7 @@ def replay(events: list[dict], inventory: int) -> Replay:
     release of a lease that was never acquired."""
     held: dict[int, dict] = {}
     leases: dict[str, dict] = {}
-    peak_leases = peak_gpus = 0
+    peak_leases = 0
     for event in events:
         kind = event["event"]
         if kind == "acquire":
@@ -155,7 +154,6 @@ def replay(events: list[dict], inventory: int) -> Replay:
                 held[gpu] = event
             leases[event["lease"]] = event
             peak_leases = max(peak_leases, len(leases))
-            peak_gpus = max(peak_gpus, len(held))
         elif kind in ("release", "expire"):
             acquired = leases.pop(event["lease"], None)
             assert acquired is not None, f"{kind} of a lease never acquired: {event}"
@@ -164,7 +162,7 @@ def replay(events: list[dict], inventory: int) -> Replay:
                 del held[gpu]
         else:
             raise AssertionError(f"unknown lease event {event}")
-    return Replay(peak_leases, peak_gpus, leases, [e for e in events if e["event"] == "acquire"])
+    return Replay(peak_leases, leases, [e for e in events if e["event"] == "acquire"])
 
 
 def assert_servers_saw_their_leases(history: list[dict], records: list[dict]) -> None:
@@ -352,9 +350,8 @@ def test_each_server_sees_only_its_leased_gpu(eight_tp1):
     root, _ = eight_tp1
     records = seen(root)
     assert_servers_saw_their_leases(lease_history(root), records)
-    concurrent = replay(lease_history(root), 8)
     assert {len(r["visible"].split(",")) for r in records} == {1}
-    assert concurrent.peak_gpus <= 8
+    assert len({r["visible"] for r in records}) >= 2, "every server was put on the same GPU"
 
 
 def test_every_workers_results_reach_journal_summary_report_and_baseline(eight_tp1):
