@@ -50,8 +50,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[GATE_KEY] = session.Gate(state)
     config.stash[RESULTS_KEY] = session.Results(state)
     if not session.is_worker(config):
-        if not config.option.collectonly:
-            session.start_journal(state)
         config.pluginmanager.register(Controller(config), "specdec-controller")
         if config.pluginmanager.hasplugin("xdist"):
             from .xdist_hooks import XdistHooks
@@ -92,7 +90,8 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
     result = yield
-    session.finish_test(item, item.config.stash[STATE_KEY], item.config.stash[GATE_KEY])
+    session.finish_test(item, item.config.stash[STATE_KEY], item.config.stash[GATE_KEY],
+                        state_mod.run_id(item.config))
     return result
 
 

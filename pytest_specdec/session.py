@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import FileLock
 
 from . import baselines as baselines_mod
 from .baselines import Baselines, Comparison
@@ -38,13 +39,26 @@ def workload_key(item: pytest.Item) -> str:
     return getattr(workload, "name", None) or "-"
 
 
-def start_journal(state: RunState) -> None:
-    """A run without --specdec-resume starts a new journal; the old one is kept beside it."""
+def start_journal(state: RunState, run: str) -> None:
+    """Before this run's first record: a run without --specdec-resume starts a new journal.
+
+    Called where tests run (every xdist worker), so the journal's owner is recorded in a marker
+    file beside it, under the journal's lock: the first process of a run rotates the old journal
+    (kept beside it, with a time stamp); the others of the same run find the marker and append.
+    Runs that measure nothing never touch the journal.
+    """
     journal = journal_for(state)
-    if state.settings.resume or not journal.path.exists():
-        return
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    journal.path.rename(journal.path.with_name(f"{journal.path.stem}.{stamp}{journal.path.suffix}"))
+    marker = journal.path.with_name(journal.path.name + ".run")
+    journal.path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(journal.path) + ".lock"):
+        owner = marker.read_text().strip() if marker.exists() else None
+        if owner == run:
+            return
+        if not state.settings.resume and journal.path.exists():
+            stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+            journal.path.rename(journal.path.with_name(
+                f"{journal.path.stem}.{stamp}{journal.path.suffix}"))
+        marker.write_text(run + "\n")
 
 
 def skip_done(items: list[pytest.Item], state: RunState) -> None:
@@ -85,7 +99,7 @@ class Gate:
                                          self.baselines(), self.tolerances())
 
 
-def finish_test(item: pytest.Item, state: RunState, gate: Gate) -> None:
+def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str) -> None:
     """After a test's call: journal, report and gate what it recorded (raises on regression)."""
     recorder = existing_recorder(item)
     if recorder is None or not recorder.metrics or recorder.finished:
@@ -97,6 +111,7 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate) -> None:
     payload["comparisons"] = [
         {"metric": c.metric, "verdict": c.verdict, "line": c.line(), "gated": c.gated,
          "baseline": c.baseline} for c in comparisons]
+    start_journal(state, run)
     journal_for(state).append(item.nodeid, workload_key(item), payload)
     attach_to_report(item, payload)
     message = baselines_mod.regression_message(comparisons)
@@ -140,8 +155,10 @@ class Results:
             self.outcomes.setdefault(report.nodeid, ("passed", None))
 
     def resumed(self) -> list[dict[str, Any]]:
-        """Payloads measured by an earlier, interrupted run of this journal."""
+        """Payloads measured by an earlier, interrupted run of this journal (--specdec-resume)."""
         out = []
+        if not self.state.settings.resume:
+            return out
         for record in journal_for(self.state).latest().values():
             if record.status == "done" and record.config_id not in self.payloads:
                 out.append(dict(record.data, resumed=True))
