@@ -163,3 +163,38 @@ def test_benchmark_compare_works_on_a_second_run(pytester, no_leftover_engines):
     # pytest-benchmark sorts the rows by their minimum, so either may come first
     result.stdout.fnmatch_lines(["*test_generation[[]ddtree-tp1-b8-chat[]] (0001_*"])
     result.stdout.fnmatch_lines(["*test_generation[[]ddtree-tp1-b8-chat[]] (NOW)*"])
+
+
+def test_attach_to_a_running_server_uses_it_and_never_stops_it(pytester):
+    """--specdec-server-url: nothing is launched; tests of other configurations skip; the
+    server we did not start is still serving afterwards."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "pytest_specdec.engine", "--port", str(port), "--method", "ddtree",
+         "--budget", "8"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True, cwd="/")  # not the project: engine_processes() looks there
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(url + "/health_generate", timeout=5).read()
+                break
+            except OSError:
+                time.sleep(0.2)
+        project(pytester, budgets=(8, 16))
+        result = run(pytester, f"--specdec-server-url={url}")
+        result.assert_outcomes(passed=1, skipped=1)
+        result.stdout.fnmatch_lines([f"*specdec: backend attach (attached to {url})*",
+                                     "*SKIPPED*this test needs ddtree-tp1-b16*"])
+        assert not engine_processes(pytester.path), "attach mode must launch nothing"
+        assert server.poll() is None, "the attached server must not be stopped"
+        urllib.request.urlopen(url + "/health", timeout=10).read()
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
