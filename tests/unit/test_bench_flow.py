@@ -198,3 +198,25 @@ def test_attach_to_a_running_server_uses_it_and_never_stops_it(pytester):
     finally:
         os.killpg(server.pid, signal.SIGKILL)
         server.wait()
+
+
+def test_fixtures_a_hand_written_test_can_use(pytester, no_leftover_engines):
+    project(pytester, methods=("ddtree",), budgets=(8,))
+    pytester.makepyfile(test_custom="""
+def test_custom(specdec_server, specdec_spec, specdec_hardware, specdec_model_path, specdec_record):
+    body = specdec_server.generate("def add(a, b):", max_new_tokens=12, temperature=0.0)
+    assert body["meta_info"]["completion_tokens"] == 12
+    assert body["meta_info"]["spec_verify_ct"] >= 1
+    assert specdec_spec.spec_id == specdec_server.spec.id == "ddtree-tp1-b8"
+    assert specdec_server.log_path.is_file()
+    assert specdec_hardware.family == "cpu" or specdec_hardware.count >= 1
+    assert specdec_model_path is None  # the embedded engine uses its built-in weights
+    specdec_record.metric("accept_length", body["meta_info"]["spec_accept_length"])
+    specdec_record.metric("widgets", 3.0, "higher")
+""")
+    result = run(pytester, "test_custom.py", "--specdec-save-baseline")
+    result.assert_outcomes(passed=1)
+    baseline = json.loads((pytester.path / "baselines" / "cpu.json").read_text())
+    entry = baseline["entries"]["test_custom[ddtree-tp1-b8]"]
+    assert entry["widgets"]["value"] == 3.0 and entry["widgets"]["direction"] == "higher"
+    assert entry["accept_length"]["value"] > 1.0
