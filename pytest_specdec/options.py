@@ -120,15 +120,14 @@ def parse_value(option: Option, raw: Any, where: str) -> Any:
     """Validate one value; the error names where it was set, the bad value and what is allowed."""
     if raw is None:
         return None
-    if isinstance(raw, bool) or not isinstance(raw, str):
-        if option.parse is _bool and isinstance(raw, bool):
-            return raw
-        if option.parse in (_count, _positive_float) and isinstance(raw, (int, float)) \
-                and not isinstance(raw, bool):
-            raw = str(raw)
-        else:
-            raise SpecdecUsageError(
-                f"{where}: {raw!r} has the wrong type for {option.name}; {option.help}")
+    if isinstance(raw, bool) and option.parse is _bool:
+        return raw  # a TOML boolean, or a store_true flag
+    numeric = option.parse in (_count, _positive_float)
+    if numeric and isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        raw = str(raw)  # a TOML number
+    if not isinstance(raw, str):
+        raise SpecdecUsageError(
+            f"{where}: {raw!r} has the wrong type for {option.name}; {option.help}")
     try:
         return option.parse(raw)
     except ValueError as exc:
@@ -143,8 +142,7 @@ def resolve(cli: Mapping[str, Any], ini: Mapping[str, str], toml: Mapping[str, A
     for option in OPTIONS:
         cli_value = cli.get(option.name)
         if cli_value is not None and cli_value is not False:
-            values[option.name] = parse_value(option, cli_value if not isinstance(cli_value, str)
-                                              else cli_value, option.cli)
+            values[option.name] = parse_value(option, cli_value, option.cli)
             origins[option.name] = "command line"
         elif ini.get(option.name) not in (None, ""):
             values[option.name] = parse_value(option, ini[option.name], f"ini {option.ini}")
