@@ -181,3 +181,22 @@ def test_sigkill_of_pytest_takes_the_server_down_too(pytester, no_leftover_engin
     assert engine_processes(pytester.path), "the engine never started"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+@pytest.mark.parametrize("method", ["signal", "thread"])
+def test_a_timed_out_test_leaves_no_server_behind(pytester, no_leftover_engines, method):
+    """pytest-timeout's signal method fails the test and tears down; its thread method ends
+    pytest with os._exit, where only the watchdog and the kernel's parent-death signal help."""
+    faulty_project(pytester, (), workloads=ONE_WORKLOAD)
+    pytester.makepyfile(test_slow="""
+import time
+
+def test_slow(specdec_server):
+    assert specdec_server.generate("hi", max_new_tokens=4)["meta_info"]["completion_tokens"] == 4
+    time.sleep(60)
+""")
+    result = run(pytester, "test_slow.py", "-p", "timeout", "--timeout=8",
+                 f"--timeout-method={method}")
+    if method == "signal":
+        result.assert_outcomes(failed=1)
+    assert "Timeout" in result.stdout.str() + result.stderr.str()
