@@ -132,9 +132,8 @@ class Engine:
         self._reader.join(5)
 
 
-@pytest.fixture(scope="module")
-def module_engines():
-    """Start engines shared by one module's tests; all killed at module end."""
+def _engine_starter():
+    """A `start(*flags, ready=True)` function and the engines it started (killed by the caller)."""
     started: list[Engine] = []
 
     def start(*flags: str, ready: bool = True) -> Engine:
@@ -142,6 +141,13 @@ def module_engines():
         started.append(engine)
         return engine.wait_ready() if ready else engine
 
+    return start, started
+
+
+@pytest.fixture(scope="module")
+def module_engines():
+    """Start engines shared by one module's tests; all killed at module end."""
+    start, started = _engine_starter()
     yield start
     for engine in started:
         engine.kill()
@@ -150,13 +156,7 @@ def module_engines():
 @pytest.fixture
 def engines():
     """Start engines for one test; all killed when it ends."""
-    started: list[Engine] = []
-
-    def start(*flags: str, ready: bool = True) -> Engine:
-        engine = Engine(list(flags))
-        started.append(engine)
-        return engine.wait_ready() if ready else engine
-
+    start, started = _engine_starter()
     yield start
     for engine in started:
         engine.kill()
