@@ -196,7 +196,8 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, config=N
     plan = plan_verify_launch(shape.batch, shape.num_nodes, shape.q_heads, shape.kv_heads, shape.head_dim,
                               k.shape[1], device, config)
     row = {"shape": shape.name, **dataclasses.asdict(shape), "memory_bound_goal": shape.memory_bound_goal(),
-           "input_sets": len(sets), "block_m": plan["block_m"], "block_n": plan["config"].block_n,
+           "input_sets": len(sets), "block_m": plan["block_m"], "m_tiles": plan["num_m_tiles"],
+           "tail_m": plan["tail_m"], "block_n": plan["config"].block_n,
            "splits": plan["num_splits"], "warps": plan["config"].num_warps, "stages": plan["config"].num_stages}
 
     def ours(q, k, v, lens, mask):
@@ -289,37 +290,54 @@ def run_accept_commit(layers: int = 36, batch: int = 8, prefix: int = 8192, num_
 
 
 def sweep_variants() -> dict:
-    """Tile / split variants tried side by side by ``--sweep`` (None: the configs table)."""
+    """Tile / split variants tried side by side by ``--sweep`` (None: the configs table).
+
+    Names: n = key rows per tile, m = max query rows, w = warps, s = stages, r = programs
+    resident per SM assumed by the split model (r1 / r4 against the table's r2 halve / double the
+    split count), t = max tail rows (t0: the tail tile off, T = 2^k + 1 takes another tile).
+    """
     from .configs import VerifyConfig
 
     return {
         "table": None,
-        "n64-m128-w8-s2": VerifyConfig(64, 128, 8, 2),
-        "n64-m128-w8-s3": VerifyConfig(64, 128, 8, 3),
-        "n32-m64-w4-s3": VerifyConfig(32, 64, 4, 3),
-        "n64-m64-w4-s3": VerifyConfig(64, 64, 4, 3),
-        "n64-m64-w4-s4": VerifyConfig(64, 64, 4, 4),
-        "n32-m128-w8-s3-p4": VerifyConfig(32, 128, 8, 3, programs_per_sm=4),
-        "n32-m128-w8-s3-p8": VerifyConfig(32, 128, 8, 3, programs_per_sm=8),
-        "n64-m64-w4-s3-p4": VerifyConfig(64, 64, 4, 3, programs_per_sm=4),
+        "n32-m64-w4-s3-r2": VerifyConfig(32, 64, 4, 3, resident_per_sm=2),
+        "n64-m64-w4-s2-r2-t0": VerifyConfig(64, 64, 4, 2, resident_per_sm=2, max_tail_m=0),
+        "n64-m64-w4-s3-r1-t0": VerifyConfig(64, 64, 4, 3, resident_per_sm=1, max_tail_m=0),
+        "n32-m64-w4-s4-r1": VerifyConfig(32, 64, 4, 4, resident_per_sm=1),
+        "n32-m64-w4-s4-r4": VerifyConfig(32, 64, 4, 4, resident_per_sm=4),
+        "n32-m64-w4-s4-r2-t0": VerifyConfig(32, 64, 4, 4, resident_per_sm=2, max_tail_m=0),
+        "n64-m128-w8-s3-r1-t16": VerifyConfig(64, 128, 8, 3, resident_per_sm=1, max_tail_m=16),
     }
 
 
+# (shape, variants) pairs: few-row variants on the memory-bound gap shapes, the tail-off
+# variant where T*G overruns a 64-row tile, the 128-row variants on many-row shapes.
+_FEW = ("table", "n32-m64-w4-s3-r2", "n64-m64-w4-s2-r2-t0", "n64-m64-w4-s3-r1-t0", "n32-m64-w4-s4-r1",
+        "n32-m64-w4-s4-r4")
+_TAILS = ("table", "n32-m64-w4-s4-r2-t0", "n64-m64-w4-s3-r1-t0")
+_MANY = ("table", "n64-m128-w8-s3-r1-t16")
+
+
+def sweep_plan() -> list[tuple[Shape, tuple]]:
+    return [(Shape(8, 9, 32, 8, 128, 8192), _FEW), (Shape(1, 9, 32, 8, 128, 32768), _FEW),
+            (Shape(32, 9, 32, 8, 128, 1024), _FEW), (Shape(8, 17, 32, 8, 128, 8192), _TAILS),
+            (Shape(8, 17, 64, 8, 128, 8192), _TAILS), (Shape(8, 65, 32, 8, 128, 8192), _MANY),
+            (Shape(8, 9, 32, 8, 128, 32768), _FEW[:4]), (Shape(32, 17, 32, 8, 128, 32768), _TAILS)]
+
+
 def sweep_shapes() -> list[Shape]:
-    return [Shape(32, 9, 32, 8, 128, 32768), Shape(8, 9, 32, 8, 128, 32768), Shape(1, 16, 32, 8, 128, 32768),
-            Shape(8, 16, 32, 8, 128, 8192), Shape(8, 17, 32, 8, 128, 8192), Shape(8, 33, 32, 8, 128, 8192),
-            Shape(8, 65, 32, 8, 128, 8192), Shape(32, 33, 64, 8, 128, 8192), Shape(32, 65, 64, 8, 128, 8192),
-            Shape(1, 9, 32, 8, 128, 1024)]
+    return [shape for shape, _ in sweep_plan()]
 
 
 def run_sweep(ceilings: dict, max_seconds: float, started: float) -> list[dict]:
     rows = []
-    for i, shape in enumerate(sweep_shapes()):
-        for name, config in sweep_variants().items():
+    variants = sweep_variants()
+    for i, (shape, names) in enumerate(sweep_plan()):
+        for name in names:
             if time.time() - started > max_seconds:
                 return rows
             try:
-                row = run_shape(shape, ceilings, False, seed=100 + i, config=config, baselines=False)
+                row = run_shape(shape, ceilings, False, seed=100 + i, config=variants[name], baselines=False)
             except Exception as exc:
                 row = {"shape": shape.name, "error": f"{type(exc).__name__}: {str(exc)[:100]}"}
             row["variant"] = name
@@ -341,20 +359,23 @@ def format_sweep(rows) -> str:
                 cells.append("error")
             else:
                 frac = r["bw_frac"] if r["bound"] == "memory" else r["mm_frac"]
-                cells.append(f"{r['us']:.1f} ({100 * frac:.0f}%){'' if r['ok'] else ' WRONG'}")
+                tail = f"+{r['tail_m']}" if r.get("tail_m") else ""
+                cells.append(f"{r['us']:.1f} ({100 * frac:.0f}%) {r['m_tiles']}x{r['block_m']}{tail}/s{r['splits']}"
+                             f"{'' if r['ok'] else ' WRONG'}")
         lines.append(f"| {shape} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def format_table(rows, ceilings) -> str:
-    head = (f"| shape | BM/BN/splits | bound | us | TB/s | TFLOP/s | roof % | BW % | MM % | SDPA us | x SDPA "
+    head = (f"| shape | M tiles/BN/splits | bound | us | TB/s | TFLOP/s | roof % | BW % | MM % | SDPA us | x SDPA "
             f"| x SDPA at roof | flex us | x flex | err | ok |\n|{'---|' * 16}")
     lines = [head]
     for r in rows:
         def f(key, fmt):
             return format(r[key], fmt) if key in r else "-"
         flex = f("flex_us", ".1f") if "flex_us" in r else ("error" if "flex_error" in r else "-")
-        lines.append(f"| {r['shape']} | {r['block_m']}/{r['block_n']}/{r['splits']} | {r['bound']} | {r['us']:.1f} | "
+        tiles = f"{r['m_tiles']}x{r['block_m']}" + (f"+{r['tail_m']}" if r.get("tail_m") else "")
+        lines.append(f"| {r['shape']} | {tiles}/{r['block_n']}/{r['splits']} | {r['bound']} | {r['us']:.1f} | "
                      f"{r['tb_s']:.2f} | {r['tflop_s']:.1f} | "
                      f"{100 * r['roof_frac']:.0f} | {100 * r['bw_frac']:.0f} | {100 * r['mm_frac']:.0f} | "
                      f"{f('sdpa_us', '.1f')} | {f('x_sdpa', '.1f')} | {f('x_sdpa_max', '.1f')} | {flex} | "
@@ -371,6 +392,9 @@ def main(argv=None) -> int:
                         help="comma-separated shape names to also time FlexAttention on ('all', 'none')")
     parser.add_argument("--max-seconds", type=float, default=1e9, help="stop starting new shapes after this")
     parser.add_argument("--sweep", action="store_true", help="time tile/split variants on a few shapes first")
+    parser.add_argument("--sweep-only", action="store_true", help="the sweep alone, no table")
+    parser.add_argument("--no-sdpa", action="store_true", help="time the kernel alone (no SDPA baseline)")
+    parser.add_argument("--shapes", help="comma-separated shape names of the issue's grid to run (default: all)")
     parser.add_argument("--json", help="write every row as JSON here")
     parser.add_argument("--markdown", help="write the table here")
     args = parser.parse_args(argv)
@@ -388,13 +412,20 @@ def main(argv=None) -> int:
             "command": "python -m specdec_kernels.bench " + " ".join(sys.argv[1:] if argv is None else argv),
             **ceilings}
     print(json.dumps(meta), flush=True)
-    if args.sweep:
+    if args.sweep or args.sweep_only:
         sweep_rows = run_sweep(ceilings, args.max_seconds, started)
         print(format_sweep(sweep_rows), flush=True)
         if args.json:
             with open(args.json.replace(".json", "_sweep.json"), "w") as f:
                 json.dump({"meta": meta, "rows": sweep_rows}, f, indent=1)
+        if args.markdown:
+            with open(args.markdown.replace(".md", "_sweep.md"), "w") as f:
+                f.write(f"{meta}\n\n{format_sweep(sweep_rows)}\n")
+        if args.sweep_only:
+            return 0 if all(r.get("ok", False) for r in sweep_rows) else 1
     shapes = quick_shapes() if args.quick else issue_shapes()
+    if args.shapes:
+        shapes = [s for s in issue_shapes() if s.name in set(args.shapes.split(","))]
     flex_names = set() if args.flex == "none" else ({s.name for s in shapes} if args.flex == "all"
                                                     else set(args.flex.split(",")))
     rows = []
@@ -402,7 +433,7 @@ def main(argv=None) -> int:
         if time.time() - started > args.max_seconds:
             print(f"time budget reached: {len(shapes) - i} shapes not run", flush=True)
             break
-        row = run_shape(shape, ceilings, shape.name in flex_names, seed=i)
+        row = run_shape(shape, ceilings, shape.name in flex_names, seed=i, baselines=not args.no_sdpa)
         rows.append(row)
         print(json.dumps(row), flush=True)
     extra = None

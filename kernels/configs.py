@@ -26,38 +26,52 @@ class VerifyConfig:
     block_n:      key rows per tile (multiple of 16; ``tl.dot`` needs K >= 16).
     max_block_m:  cap on packed query rows (T * G rows of one KV head) per program.
     num_warps, num_stages: Triton launch parameters.
-    programs_per_sm: how many programs per multiprocessor the split-KV heuristic aims for.
+    resident_per_sm: how many of these programs fit on one multiprocessor at once (from the
+                  shared memory and registers the compiled kernel uses); the split-KV heuristic
+                  sizes its waves with it.
+    max_tail_m:   packed rows past a whole number of max_block_m tiles that ride along in a
+                  small extra tile (T = 2^k + 1); 0 disables the tail tile.
     """
 
     block_n: int
     max_block_m: int
     num_warps: int
     num_stages: int
-    programs_per_sm: int = 2
+    resident_per_sm: int = 1
+    max_tail_m: int = 16
 
 
 # arch -> head_dim -> config
 # Each entry is (config for few packed query rows, config for many), switching at
 # MANY_ROWS_FROM = T * G packed rows per KV head. Few rows means the call streams K/V (memory
-# bound): 4 warps on 64-row tiles keep more programs and loads in flight. Many rows means the
-# tensor cores are the limit: 128-row tiles on 8 warps (two warpgroups) and 64-key tiles.
-# The sm_90 head-dim-128 entries are the fastest of a 9-variant sweep on an H200 (PERF.md,
-# 2026-11-30); the other rows compile without register spills but were not swept.
+# bound): 4 warps on 64-row tiles, small enough that two programs share a multiprocessor, so
+# one program's start and end overlap the other's stream. Many rows means the tensor cores are
+# the limit: 128-row tiles on 8 warps (two warpgroups) and 64-key tiles, one program per SM.
+# resident_per_sm comes from the compiled kernels (Triton 3.9's ptxas, sm_90 target, compiled on
+# the CPU; PERF.md): 228 KB shared memory and 64K registers per SM.
+# max_tail_m is 16 where the tail tile compiles without register spills, else 0.
+# The sm_90 head-dim-128 entries are chosen by the H200 sweeps in PERF.md; the other rows
+# compile without register spills but were not swept.
 MANY_ROWS_FROM = 256
 
 VERIFY_CONFIGS: dict[str, dict[int, tuple[VerifyConfig, VerifyConfig]]] = {
     "sm_90": {
-        64: (VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3),
-             VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3)),
-        128: (VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3),
-              VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3)),
-        256: (VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2),
-              VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2)),
+        # 86 KB smem, 246 regs (with the tail tile): 2 per SM
+        64: (VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2),
+             VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0)),
+        # few: 99 KB smem, 255 regs x 128 threads (with the tail tile): 2 per SM;
+        # many: 192 KB smem: 1 per SM (its tail tile spills 184 B: off)
+        128: (VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=4, resident_per_sm=2),
+              VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0)),
+        # 104 KB smem, 8 warps x 204 regs: 1 per SM (the tail tile spills 216 B: off)
+        256: (VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0),
+              VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0)),
     },
     "sm_120": {  # about 99 KB shared memory per block: two stages, <= 64-row tiles
+        # tail tile: spill-free at head dim 64 only (416 B / 800 B of spills at 128 / 256)
         64: (VerifyConfig(block_n=64, max_block_m=64, num_warps=8, num_stages=2),) * 2,
-        128: (VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2),) * 2,
-        256: (VerifyConfig(block_n=32, max_block_m=32, num_warps=8, num_stages=2),) * 2,
+        128: (VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0),) * 2,
+        256: (VerifyConfig(block_n=32, max_block_m=32, num_warps=8, num_stages=2, max_tail_m=0),) * 2,
     },
     "interpreter": {
         d: (VerifyConfig(block_n=64, max_block_m=128, num_warps=4, num_stages=1),) * 2 for d in (64, 128, 256)

@@ -3,7 +3,8 @@
 RTX PRO 6000 / RTX 5090 (sm_120) allow about 99 KB of shared memory per block (101376 bytes
 opt-in) and have none of Hopper's wgmma or datacenter Blackwell's tcgen05 paths. This check
 compiles each head dim's sm_120 configuration (from :mod:`specdec_kernels.configs`) at its
-largest query tile, through Triton's own ptxas, and reports shared memory, registers, spills and
+largest query tile (with its tail tile where the configuration allows one) and the merge kernel at
+its largest load block, through Triton's own ptxas, and reports shared memory, registers, spills and
 the SASS instruction mix (Triton's bundled cuobjdump). It needs no GPU and no CUDA driver.
 
     python -m specdec_kernels.sm120_check            # prints a table, exits 1 on a violation
@@ -113,9 +114,11 @@ def compile_for_sm120(head_dim: int, capability: int = 120) -> list[CompileRepor
     from triton.compiler import ASTSource
 
     from .configs import verify_config
-    from .tree_verify_triton import MERGE_M, _tree_verify_merge_kernel, _tree_verify_partial_kernel
+    from .tree_verify_triton import _tree_verify_merge_kernel, _tree_verify_partial_kernel, merge_tiles
 
     cfg = verify_config(f"sm_{capability}", head_dim, packed_rows=4 * 65)
+    # the merge at its largest load block (many splits), the split kernel with its tail tile
+    split_block, merge_rows = merge_tiles(1024, head_dim)
     target = GPUTarget("cuda", capability, 32)
     reports = []
     pointers = {name: "*bf16" for name in ("q_ptr", "k_ptr", "v_ptr", "out_ptr")}
@@ -123,10 +126,11 @@ def compile_for_sm120(head_dim: int, capability: int = 120) -> list[CompileRepor
     kernels = [
         ("verify_split", _tree_verify_partial_kernel,
          dict(GROUP=4, HEAD_DIM=head_dim, BLOCK_M=cfg.max_block_m, BLOCK_N=cfg.block_n,
-              SINGLE_SPLIT=False, DOT_PRECISION="tf32", UPCAST=False),
+              TAIL_M=cfg.max_tail_m and 16, SINGLE_SPLIT=False, DOT_PRECISION="tf32", UPCAST=False),
          dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)),
         ("verify_merge", _tree_verify_merge_kernel,
-         dict(GROUP=4, HEAD_DIM=head_dim, MERGE_M=MERGE_M), dict(num_warps=4, num_stages=1)),
+         dict(GROUP=4, HEAD_DIM=head_dim, MERGE_ROWS=merge_rows, SPLIT_BLOCK=split_block),
+         dict(num_warps=4, num_stages=1)),
     ]
     for name, fn, constexprs, options in kernels:
         # what a real launch specialises: 16-byte aligned pointers, strides divisible by 16
@@ -135,7 +139,7 @@ def compile_for_sm120(head_dim: int, capability: int = 120) -> list[CompileRepor
                         constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()},
                         attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
         compiled = triton.compile(src, target=target, options=options)
-        block_m = constexprs.get("BLOCK_M", constexprs.get("MERGE_M"))
+        block_m = constexprs.get("BLOCK_M", constexprs.get("MERGE_ROWS"))
         report = CompileReport(name, head_dim, block_m, constexprs.get("BLOCK_N", 0),
                                options["num_warps"], options["num_stages"], compiled.metadata.shared)
         ptx = compiled.asm["ptx"]

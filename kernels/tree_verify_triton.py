@@ -4,19 +4,25 @@ Work decomposition (flash-decoding with grouped queries):
 - The G query heads of one KV head and the T tree nodes are packed into the M dimension:
   packed row ``m`` is node ``m // G``, query head ``hkv * G + m % G``. One program owns
   ``BLOCK_M`` packed rows of one (request, KV head), so each K/V tile it loads serves G heads.
+- Packed rows past a whole number of query tiles (T = 2^k + 1) either take one more tile or,
+  where the planner finds it pays (one full tile, batch too large for splits to help), ride in
+  a 16-row tail tile of the same program (``TAIL_M``), so the cache is streamed once.
 - The key axis is split into ``num_splits`` chunks of ``chunk`` rows (a multiple of BLOCK_N),
-  sized from the cache capacity S (the launcher never reads the ragged lengths back, so no host
-  synchronisation). Split s covers prefix rows ``[s * chunk, min((s + 1) * chunk, L_b))``.
+  sized from the cache capacity S by a wave model (``_pick_splits``; the launcher never reads
+  the ragged lengths back, so no host synchronisation). Split s covers prefix rows
+  ``[s * chunk, min((s + 1) * chunk, L_b))``.
 - Prefix tiles are mask-free except the last, partial one. The T tree rows ``[L_b, L_b + T)``
   are streamed by the split holding the prefix's last row (split 0 when L_b = 0); only there is
   the ancestor bitmask applied.
 - With one split the program normalises and writes the output directly; with several it writes
-  a normalised fp32 partial and its log2-sum-exp, and a second kernel merges the splits.
+  a normalised fp32 partial and its log2-sum-exp for its real rows, and a second kernel merges
+  the splits, loading a block of splits at once.
 Scores use ``exp2`` with ``sm_scale * log2(e)`` folded in; all accumulation is fp32.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -47,6 +53,42 @@ def _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION: tl.constexpr):
 
 
 @triton.jit
+def _load_q(q_ptr, b, stride_qb, stride_qt, stride_qh, rows, row_valid, kv_heads_base,
+            GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, UPCAST: tl.constexpr):
+    node = rows // GROUP
+    q_head = kv_heads_base + rows % GROUP
+    dims = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + b.to(tl.int64) * stride_qb + node[:, None] * stride_qt
+                + q_head[:, None] * stride_qh + dims[None, :], mask=row_valid[:, None], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+    return q
+
+
+@triton.jit
+def _store_rows(acc, m_i, l_i, rows, row_valid, b, head_b, split, kv_head, out_ptr, part_o_ptr, part_lse_ptr,
+                stride_ob, stride_ot, stride_oh, num_splits, rows_pad,
+                GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, SINGLE_SPLIT: tl.constexpr):
+    """Normalised output (one split) or fp32 partial + log2-sum-exp, valid rows only."""
+    dims = tl.arange(0, HEAD_DIM)
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    if SINGLE_SPLIT:
+        node = rows // GROUP
+        q_head = kv_head * GROUP + rows % GROUP
+        tl.store(out_ptr + b.to(tl.int64) * stride_ob + node[:, None] * stride_ot
+                 + q_head[:, None] * stride_oh + dims[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=row_valid[:, None])
+    else:
+        # partials: [B * Hkv, num_splits, rows_pad, D] and [B * Hkv, num_splits, rows_pad];
+        # padded rows are never written (and never read by the merge)
+        part_row = (head_b.to(tl.int64) * num_splits + split) * rows_pad + rows
+        tl.store(part_o_ptr + part_row[:, None] * HEAD_DIM + dims[None, :], out, mask=row_valid[:, None])
+        lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe))
+        tl.store(part_lse_ptr + part_row, lse, mask=row_valid)
+
+
+@triton.jit
 def _tree_verify_partial_kernel(
     q_ptr, k_ptr, v_ptr, lens_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr,
     stride_qb, stride_qt, stride_qh,
@@ -56,6 +98,7 @@ def _tree_verify_partial_kernel(
     stride_ob, stride_ot, stride_oh,
     qk_scale, num_nodes, num_kv_heads, num_m_tiles, num_splits, chunk,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    TAIL_M: tl.constexpr,
     SINGLE_SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -65,28 +108,39 @@ def _tree_verify_partial_kernel(
     kv_head = head_b % num_kv_heads
     b = head_b // num_kv_heads
     prefix_len = tl.load(lens_ptr + b).to(tl.int32)
+    num_rows = num_nodes * GROUP
+    rows_pad = num_m_tiles * BLOCK_M + TAIL_M
 
     rows = m_tile * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_valid = rows < num_nodes * GROUP
+    row_valid = rows < num_rows
     node = rows // GROUP
-    q_head = kv_head * GROUP + rows % GROUP
     dims = tl.arange(0, HEAD_DIM)
     cols = tl.arange(0, BLOCK_N)
+    q = _load_q(q_ptr, b, stride_qb, stride_qt, stride_qh, rows, row_valid, kv_head * GROUP,
+                GROUP, HEAD_DIM, UPCAST)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if TAIL_M > 0:
+        # The packed rows past the last full BLOCK_M tile (e.g. node 16's G rows at T = 17) ride
+        # along in a small extra tile of the last m-tile's program, on the K/V tiles it loads
+        # anyway, instead of a second program streaming the whole cache again. Other m-tiles
+        # carry the same (fully masked) tile: its dots are wasted, its loads are not repeated.
+        rows_t = num_m_tiles * BLOCK_M + tl.arange(0, TAIL_M)
+        row_valid_t = rows_t < tl.where(m_tile == num_m_tiles - 1, num_rows, 0)
+        node_t = rows_t // GROUP
+        q_t = _load_q(q_ptr, b, stride_qb, stride_qt, stride_qh, rows_t, row_valid_t, kv_head * GROUP,
+                      GROUP, HEAD_DIM, UPCAST)
+        acc_t = tl.zeros([TAIL_M, HEAD_DIM], dtype=tl.float32)
+        m_t = tl.full([TAIL_M], float("-inf"), dtype=tl.float32)
+        l_t = tl.zeros([TAIL_M], dtype=tl.float32)
 
-    q = tl.load(q_ptr + b.to(tl.int64) * stride_qb + node[:, None] * stride_qt
-                + q_head[:, None] * stride_qh + dims[None, :], mask=row_valid[:, None], other=0.0)
-    if UPCAST:
-        q = q.to(tl.float32)
     k_base = k_ptr + b.to(tl.int64) * stride_kb + kv_head * stride_kh
     v_base = v_ptr + b.to(tl.int64) * stride_vb + kv_head * stride_vh
     # int32 offsets inside one request's cache (the launcher checks they fit); a tile's pointers
     # are these plus one scalar, which keeps register use down.
     k_tile_ptrs = k_base + cols[:, None] * stride_ks + dims[None, :]
     v_tile_ptrs = v_base + cols[:, None] * stride_vs + dims[None, :]
-
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
 
     lo = split * chunk
     hi = tl.minimum(lo + chunk, prefix_len)
@@ -100,6 +154,9 @@ def _tree_verify_partial_kernel(
             v_tile = v_tile.to(tl.float32)
         scores = tl.dot(q, tl.trans(k_tile), input_precision=DOT_PRECISION) * qk_scale
         acc, m_i, l_i = _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION)
+        if TAIL_M > 0:
+            scores_t = tl.dot(q_t, tl.trans(k_tile), input_precision=DOT_PRECISION) * qk_scale
+            acc_t, m_t, l_t = _online_update(acc_t, m_t, l_t, scores_t, v_tile, DOT_PRECISION)
     # the partial last prefix tile of this split
     if full_end < hi:
         in_range = full_end + cols < hi
@@ -111,10 +168,16 @@ def _tree_verify_partial_kernel(
         scores = tl.dot(q, tl.trans(k_tile), input_precision=DOT_PRECISION) * qk_scale
         scores = tl.where(in_range[None, :], scores, float("-inf"))
         acc, m_i, l_i = _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION)
+        if TAIL_M > 0:
+            scores_t = tl.dot(q_t, tl.trans(k_tile), input_precision=DOT_PRECISION) * qk_scale
+            scores_t = tl.where(in_range[None, :], scores_t, float("-inf"))
+            acc_t, m_t, l_t = _online_update(acc_t, m_t, l_t, scores_t, v_tile, DOT_PRECISION)
     # the tree rows, ancestor-masked, streamed by the split that holds the prefix's last row
     tree_split = tl.maximum(tl.cdiv(prefix_len, chunk) - 1, 0)
     if split == tree_split:
         mask_ptrs = mask_ptr + b.to(tl.int64) * stride_mb + node[:, None] * stride_mt
+        if TAIL_M > 0:
+            mask_ptrs_t = mask_ptr + b.to(tl.int64) * stride_mb + node_t[:, None] * stride_mt
         for start in range(0, num_nodes, BLOCK_N):
             tree_node = start + cols
             in_tree = tree_node < num_nodes
@@ -129,54 +192,62 @@ def _tree_verify_partial_kernel(
             scores = tl.dot(q, tl.trans(k_tile), input_precision=DOT_PRECISION) * qk_scale
             scores = tl.where(visible, scores, float("-inf"))
             acc, m_i, l_i = _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION)
+            if TAIL_M > 0:
+                words_t = tl.load(mask_ptrs_t + (tree_node // 32)[None, :],
+                                  mask=row_valid_t[:, None] & in_tree[None, :], other=0)
+                visible_t = ((words_t >> (tree_node % 32)[None, :]) & 1) != 0
+                scores_t = tl.dot(q_t, tl.trans(k_tile), input_precision=DOT_PRECISION) * qk_scale
+                scores_t = tl.where(visible_t, scores_t, float("-inf"))
+                acc_t, m_t, l_t = _online_update(acc_t, m_t, l_t, scores_t, v_tile, DOT_PRECISION)
 
-    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
-    out = acc / l_safe[:, None]
-    if SINGLE_SPLIT:
-        tl.store(out_ptr + b.to(tl.int64) * stride_ob + node[:, None] * stride_ot
-                 + q_head[:, None] * stride_oh + dims[None, :],
-                 out.to(out_ptr.dtype.element_ty), mask=row_valid[:, None])
-    else:
-        # partials: [B * Hkv, num_splits, M_pad, D] and [B * Hkv, num_splits, M_pad]
-        m_pad = num_m_tiles * BLOCK_M
-        part_row = (head_b.to(tl.int64) * num_splits + split) * m_pad + rows
-        tl.store(part_o_ptr + part_row[:, None] * HEAD_DIM + dims[None, :], out)
-        lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe))
-        tl.store(part_lse_ptr + part_row, lse)
+    _store_rows(acc, m_i, l_i, rows, row_valid, b, head_b, split, kv_head, out_ptr, part_o_ptr, part_lse_ptr,
+                stride_ob, stride_ot, stride_oh, num_splits, rows_pad, GROUP, HEAD_DIM, SINGLE_SPLIT)
+    if TAIL_M > 0:
+        _store_rows(acc_t, m_t, l_t, rows_t, row_valid_t, b, head_b, split, kv_head, out_ptr, part_o_ptr,
+                    part_lse_ptr, stride_ob, stride_ot, stride_oh, num_splits, rows_pad, GROUP, HEAD_DIM,
+                    SINGLE_SPLIT)
 
 
 @triton.jit
 def _tree_verify_merge_kernel(
     part_o_ptr, part_lse_ptr, out_ptr,
     stride_ob, stride_ot, stride_oh,
-    num_nodes, num_kv_heads, rows_pad, num_splits,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, MERGE_M: tl.constexpr,
+    num_rows, num_kv_heads, rows_pad, num_splits, row_blocks,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, MERGE_ROWS: tl.constexpr, SPLIT_BLOCK: tl.constexpr,
 ):
-    """Merge the splits of MERGE_M packed rows of one (request, KV head)."""
-    row_blocks = rows_pad // MERGE_M
+    """Merge the splits of MERGE_ROWS packed rows of one (request, KV head).
+
+    SPLIT_BLOCK splits are loaded at once (one [SPLIT_BLOCK, MERGE_ROWS, D] load, all in flight
+    together) rather than one split after another; more splits than that loop in blocks.
+    """
     pid = tl.program_id(0)
     head_b = pid // row_blocks
     kv_head = head_b % num_kv_heads
     b = head_b // num_kv_heads
-    rows = (pid % row_blocks) * MERGE_M + tl.arange(0, MERGE_M)
-    row_valid = rows < num_nodes * GROUP
+    rows = (pid % row_blocks) * MERGE_ROWS + tl.arange(0, MERGE_ROWS)
+    row_valid = rows < num_rows
     dims = tl.arange(0, HEAD_DIM)
+    split_ids = tl.arange(0, SPLIT_BLOCK)
+    base = head_b.to(tl.int64) * num_splits * rows_pad
 
-    acc = tl.zeros([MERGE_M, HEAD_DIM], dtype=tl.float32)
-    m_i = tl.full([MERGE_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([MERGE_M], dtype=tl.float32)
-    for split in range(0, num_splits):
-        part_row = (head_b.to(tl.int64) * num_splits + split) * rows_pad + rows
-        lse = tl.load(part_lse_ptr + part_row)
-        m_new = tl.maximum(m_i, lse)
+    acc = tl.zeros([MERGE_ROWS, HEAD_DIM], dtype=tl.float32)
+    m_i = tl.full([MERGE_ROWS], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([MERGE_ROWS], dtype=tl.float32)
+    for s0 in range(0, num_splits, SPLIT_BLOCK):
+        splits = s0 + split_ids
+        ok = (splits < num_splits)[:, None] & row_valid[None, :]  # [S, R]
+        part_row = base + splits[:, None].to(tl.int64) * rows_pad + rows[None, :]
+        lse = tl.load(part_lse_ptr + part_row, mask=ok, other=float("-inf"))
+        # empty splits hold lse = -inf (weight 0): never let their stored values through
+        live = ok & (lse > float("-inf"))
+        part = tl.load(part_o_ptr + part_row[:, :, None] * HEAD_DIM + dims[None, None, :],
+                       mask=live[:, :, None], other=0.0)
+        m_new = tl.maximum(m_i, tl.max(lse, 0))
         m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m_i - m_shift)
-        weight = tl.exp2(lse - m_shift)
-        part = tl.load(part_o_ptr + part_row[:, None] * HEAD_DIM + dims[None, :])
-        # empty splits hold lse = -inf (weight 0); never let their stored values through
-        part = tl.where(weight[:, None] > 0.0, part, 0.0)
-        acc = acc * alpha[:, None] + part * weight[:, None]
-        l_i = l_i * alpha + weight
+        weight = tl.where(live, tl.exp2(lse - m_shift[None, :]), 0.0)
+        acc = acc * alpha[:, None] + tl.sum(part * weight[:, :, None], 0)
+        l_i = l_i * alpha + tl.sum(weight, 0)
         m_i = m_new
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
     node = rows // GROUP
@@ -186,12 +257,13 @@ def _tree_verify_merge_kernel(
              out.to(out_ptr.dtype.element_ty), mask=row_valid[:, None])
 
 
-# Packed rows one merge program handles (a divisor of every BLOCK_M, which is >= 16).
-MERGE_M = 16
-
-
 # A query tile's fixed cost (its K/V stream and loop overhead) counted as this many padded rows.
 TILE_COST_ROWS = 32
+
+# Split-count model (see _pick_splits): a program's fixed cost (prologue, pipeline fill, tree
+# tile, epilogue) and the merge launch's, both in key rows of one program's stream.
+PROGRAM_COST_KEYS = 256
+MERGE_COST_KEYS = 192
 
 
 def _pick_block_m(packed_rows: int, max_block_m: int) -> int:
@@ -212,10 +284,76 @@ def _pick_block_m(packed_rows: int, max_block_m: int) -> int:
     return best[1]
 
 
+def pick_query_tiles(packed_rows: int, max_block_m: int, max_tail_m: int) -> tuple[int, int, int]:
+    """(block_m, num_m_tiles, tail_m) for ``packed_rows`` = T * G rows of one KV head.
+
+    When the rows overrun a whole number of max_block_m tiles by at most ``max_tail_m`` (the
+    T = 2^k + 1 case: 68 = 64 + 4 rows at T = 17, G = 4), the overrun rides along as a
+    ``tail_m``-row tile (a power of two >= 16) in the programs of the full tiles, which stream
+    the cache once, instead of one more program per KV head streaming it again.
+    """
+    cap = max(16, max_block_m)
+    full, rem = divmod(packed_rows, cap)
+    if full >= 1 and 0 < rem <= max_tail_m:
+        return cap, full, max(16, triton.next_power_of_2(rem))
+    block_m = _pick_block_m(packed_rows, max_block_m)
+    return block_m, triton.cdiv(packed_rows, block_m), 0
+
+
+def _pick_splits(base_programs: int, prefix_rows: int, block_n: int, slots: int, heads: int,
+                 rows: int) -> tuple[int, int]:
+    """(chunk, num_splits) minimising a wave model of the split kernel plus the merge.
+
+    ``slots`` programs run at once (resident programs per SM x SMs); programs of one wave take
+    as long as the longest, so the time is about waves x (chunk + PROGRAM_COST_KEYS), plus the
+    merge (its launch, and writing + reading the fp32 partials, ~2 x splits x rows key rows of
+    traffic per head, spread over the slots). Candidate split counts are those that fill a
+    whole number of waves, plus 1. Pure integer work, done once per shape (cached).
+    """
+    prefix_rows = max(prefix_rows, 1)
+    max_splits = max(1, prefix_rows // MIN_SPLIT_KEYS)
+    candidates = {1} | {min(max_splits, max(1, k * slots // base_programs)) for k in range(1, 9)}
+    best = None
+    for wanted in sorted(candidates):
+        chunk = triton.cdiv(triton.cdiv(prefix_rows, wanted), block_n) * block_n
+        splits = triton.cdiv(prefix_rows, chunk)
+        waves = triton.cdiv(base_programs * splits, slots)
+        cost = waves * (chunk + PROGRAM_COST_KEYS)
+        if splits > 1:
+            cost += MERGE_COST_KEYS + triton.cdiv(2 * splits * rows * heads, slots)
+        if best is None or cost < best[0]:
+            best = (cost, chunk, splits)
+    return best[1], best[2]
+
+
 def _sm_count(device) -> int:
     if device.type != "cuda":
         return 4
     return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+# The tail tile costs more than its 16 rows suggest (a second online softmax and a 16-row MMA
+# per key tile, beside the 64-row one). Measured on an H200 (PERF.md, 2026-11-30) it paid only
+# (a) with a single full query tile (with two, both programs carry the tail and one wastes it:
+# B32-T33-H32-L8k 777 us, against 641 us for three 64-row tiles in the previous version) and (b) where the extra tile's
+# programs would not fit in one wave, so no split can pay for them (B32-T17-L32k: 1524 us vs
+# 1830 us for two tiles); where splits fill the GPU anyway, two tiles were faster
+# (B8-T17-L8k: 116 vs 131 us). Tests turn this policy off to force the tail path.
+TAIL_ONLY_WHEN_FULL = True
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(batch, num_nodes, group, kv_heads, cache_rows, sms, cfg, tail_only_when_full=True) -> dict:
+    packed = num_nodes * group
+    slots = cfg.resident_per_sm * sms
+    block_m, num_m_tiles, tail_m = pick_query_tiles(packed, cfg.max_block_m, cfg.max_tail_m)
+    if tail_m and tail_only_when_full and (num_m_tiles > 1 or batch * kv_heads * (num_m_tiles + 1) < slots):
+        block_m, num_m_tiles, tail_m = pick_query_tiles(packed, cfg.max_block_m, 0)
+    base_programs = batch * kv_heads * num_m_tiles
+    prefix_rows = max(cache_rows - num_nodes, 1)
+    chunk, num_splits = _pick_splits(base_programs, prefix_rows, cfg.block_n, slots, batch * kv_heads, packed)
+    return dict(config=cfg, block_m=block_m, num_m_tiles=num_m_tiles, tail_m=tail_m, chunk=chunk,
+                num_splits=num_splits, grid=(base_programs, num_splits))
 
 
 def plan_verify_launch(batch: int, num_nodes: int, q_heads: int, kv_heads: int, head_dim: int,
@@ -223,16 +361,22 @@ def plan_verify_launch(batch: int, num_nodes: int, q_heads: int, kv_heads: int, 
     """Tile sizes, split count and grid for one call (pure function of shapes and device)."""
     group = q_heads // kv_heads
     cfg = config or verify_config(arch_name(device), head_dim, num_nodes * group)
-    block_m = _pick_block_m(num_nodes * group, cfg.max_block_m)
-    num_m_tiles = triton.cdiv(num_nodes * group, block_m)
-    base_programs = batch * kv_heads * num_m_tiles
-    wanted = max(1, triton.cdiv(cfg.programs_per_sm * _sm_count(device), base_programs))
-    prefix_rows = max(cache_rows - num_nodes, 1)
-    chunk = max(triton.cdiv(prefix_rows, wanted), MIN_SPLIT_KEYS, cfg.block_n)
-    chunk = triton.cdiv(chunk, cfg.block_n) * cfg.block_n
-    num_splits = triton.cdiv(prefix_rows, chunk)
-    return dict(config=cfg, block_m=block_m, num_m_tiles=num_m_tiles, chunk=chunk,
-                num_splits=num_splits, grid=(base_programs, num_splits))
+    return dict(_plan(batch, num_nodes, group, kv_heads, cache_rows, _sm_count(device), cfg,
+                      TAIL_ONLY_WHEN_FULL))
+
+
+# One merge program loads [SPLIT_BLOCK, MERGE_ROWS, D] fp32 partials at once: at most this many
+# elements (64 registers a thread at 4 warps); half that at head dim 256, where Triton 3.6's
+# sm_120 build of the 8192-element block spilled 8 B.
+MERGE_ELEMENTS = 8192
+
+
+def merge_tiles(num_splits: int, head_dim: int) -> tuple[int, int]:
+    """(split_block, merge_rows) for the merge kernel."""
+    elements = MERGE_ELEMENTS if head_dim <= 128 else MERGE_ELEMENTS // 2
+    split_block = min(triton.next_power_of_2(num_splits), max(2, elements // (2 * head_dim)))
+    merge_rows = min(16, max(2, elements // (split_block * head_dim)))
+    return split_block, merge_rows
 
 
 def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask, sm_scale=None,
@@ -267,17 +411,18 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
         plan.update(chunk=chunk, num_splits=triton.cdiv(prefix_rows, chunk))
         plan["grid"] = (plan["grid"][0], plan["num_splits"])
     cfg, block_m, num_m_tiles = plan["config"], plan["block_m"], plan["num_m_tiles"]
-    splits = plan["num_splits"]
+    tail_m, splits = plan["tail_m"], plan["num_splits"]
+    group = q_heads // kv_heads
     scale = (1.0 / math.sqrt(head_dim) if sm_scale is None else sm_scale) * LOG2E
     # Triton's CPU interpreter computes bf16 tl.dot wrongly (seen with triton 3.9: errors of
     # 1e10 on a 16x16 product); there the tiles are upcast to fp32 before the dots.
     upcast = q.device.type != "cuda" and q.dtype == torch.bfloat16
     precision = "ieee" if q.dtype == torch.float32 or upcast else "tf32"
     single = splits == 1
+    rows_pad = num_m_tiles * block_m + tail_m
     if single:
         part_o = part_lse = out  # unused
     else:
-        rows_pad = num_m_tiles * block_m
         part_o = torch.empty(batch * kv_heads, splits, rows_pad, head_dim, device=q.device,
                              dtype=torch.float32)
         part_lse = torch.empty(batch * kv_heads, splits, rows_pad, device=q.device, dtype=torch.float32)
@@ -292,17 +437,18 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
         ancestor_mask.stride(0), ancestor_mask.stride(1),
         out.stride(0), out.stride(1), out.stride(2),
         scale, num_nodes, kv_heads, num_m_tiles, splits, plan["chunk"],
-        GROUP=q_heads // kv_heads, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=cfg.block_n,
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=cfg.block_n, TAIL_M=tail_m,
         SINGLE_SPLIT=single, DOT_PRECISION=precision, UPCAST=upcast,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if not single:
-        rows_pad = num_m_tiles * block_m
-        _tree_verify_merge_kernel[(batch * kv_heads * (rows_pad // MERGE_M),)](
+        split_block, merge_rows = merge_tiles(splits, head_dim)
+        row_blocks = triton.cdiv(num_nodes * group, merge_rows)
+        _tree_verify_merge_kernel[(batch * kv_heads * row_blocks,)](
             part_o, part_lse, out,
             out.stride(0), out.stride(1), out.stride(2),
-            num_nodes, kv_heads, rows_pad, splits,
-            GROUP=q_heads // kv_heads, HEAD_DIM=head_dim, MERGE_M=MERGE_M,
+            num_nodes * group, kv_heads, rows_pad, splits, row_blocks,
+            GROUP=group, HEAD_DIM=head_dim, MERGE_ROWS=merge_rows, SPLIT_BLOCK=split_block,
             num_warps=4,
         )
     return out

@@ -49,7 +49,7 @@ def float64_reference(q, k, v, lens, mask):
     return torch.cat(outs)
 
 
-def run_triton(q, k, v, lens, mask, num_splits=None, monkeypatch=None):
+def run_triton(q, k, v, lens, mask, num_splits=None, monkeypatch=None, config=None):
     """The launcher with a NaN-poisoned output and NaN-poisoned split partials."""
     from specdec_kernels import tree_verify_triton
 
@@ -57,7 +57,7 @@ def run_triton(q, k, v, lens, mask, num_splits=None, monkeypatch=None):
         monkeypatch.setattr(tree_verify_triton, "POISON_WORKSPACE", True)
     out = torch.full_like(q, float("nan"))
     result = tree_verify_triton.tree_verify_attention_triton(q, k, v, lens, mask, out=out,
-                                                             num_splits=num_splits)
+                                                             num_splits=num_splits, config=config)
     assert result is out
     return out
 
@@ -82,6 +82,72 @@ def test_verify_matches_float64_reference(case, monkeypatch):
                                                   dtype, seed)
     out = run_triton(q, k, v, lens_t, mask, splits, monkeypatch)
     assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, case_id(case))
+
+
+# Forced tile shapes that put packed rows in a tail tile (T * G past a whole number of query
+# tiles) with one or several query tiles per KV head, and split counts past the merge's load
+# block (17 splits > 16 at head dim 256): (T, G, [L_b], D, dtype, num_splits, (BN, max BM)).
+TAIL_CASES = [
+    (17, 4, [100, 0], 64, torch.float16, None, (16, 64)),     # 64 + 4 rows: one tile + tail
+    (17, 4, [100, 70], 64, torch.bfloat16, 3, (16, 32)),      # 2 x 32 + 4: tail on the last tile only
+    (13, 5, [40, 1], 64, torch.float16, 2, (16, 16)),         # 4 x 16 + 1
+    (9, 2, [1300, 910], 256, torch.float16, 20, (16, 16)),    # 16 + 2 rows, 17 splits
+    (65, 4, [17, 3], 64, torch.float32, 2, (16, 128)),        # 2 x 128 + 4
+]
+
+
+@needs_triton
+@pytest.mark.parametrize("num_nodes,group,lens,head_dim,dtype,splits,tiles", TAIL_CASES)
+def test_tail_tile_and_many_splits(num_nodes, group, lens, head_dim, dtype, splits, tiles, monkeypatch):
+    from specdec_kernels import tree_verify_triton
+    from specdec_kernels.configs import VerifyConfig
+    from specdec_kernels.tree_verify_triton import plan_verify_launch
+
+    # on a GPU the planner takes another query tile instead of the tail in most of these cases
+    # (small batches, several full tiles); force the tail here
+    monkeypatch.setattr(tree_verify_triton, "TAIL_ONLY_WHEN_FULL", False)
+    config = None if tiles is None else VerifyConfig(block_n=tiles[0], max_block_m=tiles[1], num_warps=4,
+                                                      num_stages=1)
+    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, num_nodes, "best_first", group, 2, head_dim, dtype,
+                                                  seed=num_nodes * 100 + group)
+    plan = plan_verify_launch(len(lens), num_nodes, 2 * group, 2, head_dim, k.shape[1], q.device, config)
+    assert plan["tail_m"] > 0, plan
+    out = run_triton(q, k, v, lens_t, mask, splits, monkeypatch, config=config)
+    assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, f"tail T={num_nodes} G={group}")
+
+
+def test_query_tiles_and_split_plan():
+    """Pure planning: T = 2^k + 1 rides in a tail tile; the split count fills whole waves."""
+    from specdec_kernels.tree_verify_triton import _pick_splits, merge_tiles, pick_query_tiles
+
+    assert pick_query_tiles(64, 64, 16) == (64, 1, 0)
+    assert pick_query_tiles(68, 64, 16) == (64, 1, 16)      # T=17, G=4
+    assert pick_query_tiles(136, 64, 16) == (64, 2, 16)     # T=17, G=8
+    assert pick_query_tiles(260, 128, 16) == (128, 2, 16)   # T=65, G=4
+    assert pick_query_tiles(68, 64, 0) == (64, 2, 0)        # tail off: a second tile
+    assert pick_query_tiles(36, 64, 16) == (64, 1, 0)       # fits one tile: no tail
+    assert pick_query_tiles(85, 64, 16)[2] == 0             # 21 rows over: too many for a tail
+    from specdec_kernels.configs import VerifyConfig
+    from specdec_kernels.tree_verify_triton import _plan
+
+    cfg = VerifyConfig(32, 64, 4, 4, resident_per_sm=2)
+    assert _plan(32, 17, 4, 8, 32768 + 17, 132, cfg)["tail_m"] == 16   # 512 programs otherwise
+    assert _plan(8, 17, 4, 8, 8192 + 17, 132, cfg)["num_m_tiles"] == 2  # splits fill the GPU
+    assert _plan(8, 17, 4, 8, 8192 + 17, 132, cfg, False)["tail_m"] == 16
+    assert _plan(32, 33, 4, 8, 8192 + 33, 132, cfg)["num_m_tiles"] == 3  # two full tiles: no tail
+    slots = 264
+    for base, keys in ((8, 32768), (64, 8192), (256, 1024), (512, 32768), (1, 100), (3, 300000)):
+        chunk, splits = _pick_splits(base, keys, 32, slots, base, 64)
+        assert chunk % 32 == 0 and (splits - 1) * chunk < keys <= splits * chunk
+        assert splits == 1 or chunk >= 256
+        # never more than one partly filled wave beyond what one split per program needs
+        assert base * splits <= max(base, 8 * slots)
+    assert _pick_splits(64, 8192, 32, 264, 64, 36)[1] == 4      # B8, L8k: 256 programs, one wave
+    assert _pick_splits(256, 1024, 32, 264, 256, 36)[1] == 1    # B32, L1k: no split, no merge
+    for splits in (2, 5, 17, 64, 300):
+        for head_dim in (64, 128, 256):
+            block, rows = merge_tiles(splits, head_dim)
+            assert block * rows * head_dim <= (8192 if head_dim <= 128 else 4096) and rows >= 2 and block >= 2
 
 
 CHAIN_CASES = [  # (T, shape, G, L, dtype, D)
