@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_specdec.servers.diagnosis import ServerError
-from pytest_specdec.servers.process import HEALTH_TIMEOUT_S, probe
+from pytest_specdec.servers.process import HEALTH_TIMEOUT_S, ManagedServer, probe
 from pytest_specdec.servers.spec import ServerSpec
 
 
@@ -115,12 +115,8 @@ class AttachedServer:
                 headline=f"attached server {name} at {self.url} is not healthy: /health {what}",
             )
 
-    def diagnose(self) -> ServerError | None:
-        try:
-            self.check_alive()
-        except ServerError as e:
-            return e
-        return None
+    # The same rule as a launched server's: the liveness error, if any, without raising it.
+    diagnose = ManagedServer.diagnose
 
     def stop(self, *args, **kwargs) -> None:
         """Never stop a server we did not start."""
