@@ -6,15 +6,18 @@
 
 Per shape (bf16; one request shape repeated ``batch`` times, all with prefix ``L``; a random
 best-first tree of T nodes per request), all measured in one run:
-- time: ``triton.testing.do_bench`` median (it clears the L2 cache before every call, so no
-  reuse across iterations), fresh random inputs per shape;
+- time: ``triton.testing.do_bench`` median over CUDA-graph replays of the call on rotating input
+  sets (256 MiB cycled, so no L2 reuse across iterations), fresh random inputs per shape; L2 is
+  flushed before each replay by *reading* a 256 MiB buffer (``--l2-flush read``, the default)
+  rather than by do_bench's own zeroing of it (``--l2-flush zero``), see :func:`l2_flush`;
 - bytes = K and V rows read once (prefix + tree) + q + output; FLOPs = 4 * T * Hq * (L + T) * D
   per request (the tree rows counted dense);
 - roofline = max(bytes / copy bandwidth, FLOPs / bf16 matmul rate), both ceilings measured at the
   start of the same run (a 2 GiB device-to-device copy counting read + write; an 8192^3 bf16
   matmul on random data); "roof %" = roofline time / measured time;
 - ``x SDPA``: torch SDPA with a boolean ``[B, 1, T, L + T]`` mask and ``enable_gqa=True``, same
-  inputs, time ratio; ``x flex``: FlexAttention (torch.compile'd) with the same mask as a block
+  inputs, time ratio; ``read us``: reading K and V once through torch (two fp32-accumulating
+  sums, same graph timing), the practical floor for these bytes at this size; ``x flex``: FlexAttention (torch.compile'd) with the same mask as a block
   mask, on the shapes named by ``--flex``, or the error it raised;
 - correctness on every timed shape: the kernel's output against a float32 reference per
   request (row relative error, bf16 bound 3e-2); SDPA's error is reported beside it.
@@ -26,6 +29,7 @@ with CUDA's sync-debug mode set to error, so a host synchronisation would raise.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -79,6 +83,35 @@ def issue_shapes() -> list[Shape]:
 def quick_shapes() -> list[Shape]:
     return [Shape(8, t, 32, 8, 128, 8192) for t in (9, 16, 17, 33, 65)] + [
         Shape(1, 17, 32, 8, 128, 32768), Shape(32, 17, 64, 8, 128, 32768), Shape(32, 65, 64, 8, 128, 8192)]
+
+
+L2_FLUSH_MODES = ("read", "zero")
+
+
+@contextlib.contextmanager
+def l2_flush(mode: str):
+    """Make ``do_bench`` flush L2 by reading its 256 MiB buffer (``"read"``) or keep its zeroing.
+
+    Zeroing the buffer leaves the last ~60 MB of it *dirty* in L2, so the timed call starts by
+    writing that back to memory while it reads its own inputs: about 10-20 us of extra traffic
+    per timed call, which is noise on a gigabyte but a fifth of a 100 us verify step. A real
+    decode step finds little dirty data in L2 (the projections before attention write a few MB).
+    A read leaves L2 full of clean, unrelated lines: the inputs still come from memory, and
+    evicting what is there costs nothing.
+    """
+    if mode not in L2_FLUSH_MODES:
+        raise ValueError(f"--l2-flush must be one of {L2_FLUSH_MODES}, not {mode!r}")
+    if mode == "zero":
+        yield
+        return
+    from triton import runtime
+
+    driver = runtime.driver.active
+    driver.clear_cache = lambda cache: cache.sum()
+    try:
+        yield
+    finally:
+        del driver.clear_cache
 
 
 def measure_ceilings(device) -> dict:
@@ -183,8 +216,13 @@ def flex_runner(q, k, v, lens, mask, num_nodes):
     return lambda: compiled(qh, kh, vh, block_mask=block_mask, enable_gqa=True).transpose(1, 2)
 
 
+def read_kv(k, v):
+    """Read K and V once (fp32-accumulating sums): what merely streaming the cache costs."""
+    return k.sum(dtype=torch.float32) + v.sum(dtype=torch.float32)
+
+
 def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, config=None,
-              baselines: bool = True) -> dict:
+              baselines: bool = True, read_floor: bool = False) -> dict:
     from triton.testing import do_bench
 
     from .tree_verify import tree_verify_attention_sdpa
@@ -215,6 +253,9 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, config=N
     row["bw_frac"] = row["tb_s"] / ceilings["copy_tb_s"]
     row["mm_frac"] = row["tflop_s"] / ceilings["matmul_tflop_s"]
     row["bound"] = "memory" if mem_ms >= mm_ms else "compute"
+    if read_floor:
+        row["read_us"] = time_in_graph(read_kv, [(s[1], s[2]) for s in sets])
+        row["x_read"] = row["us"] / row["read_us"]
     if baselines:
         try:
             row["sdpa_err"] = worst_row_error(tree_verify_attention_sdpa(q, k, v, lens, mask), q, k, v, lens, mask)
@@ -293,36 +334,36 @@ def sweep_variants() -> dict:
     """Tile / split variants tried side by side by ``--sweep`` (None: the configs table).
 
     Names: n = key rows per tile, m = max query rows, w = warps, s = stages, r = programs
-    resident per SM assumed by the split model (r1 / r4 against the table's r2 halve / double the
-    split count), t = max tail rows (t0: the tail tile off, T = 2^k + 1 takes another tile).
+    resident per SM assumed by the split model; all with the tail tile off.
     """
     from .configs import VerifyConfig
 
     return {
         "table": None,
-        "n32-m64-w4-s3-r2": VerifyConfig(32, 64, 4, 3, resident_per_sm=2),
-        "n64-m64-w4-s2-r2-t0": VerifyConfig(64, 64, 4, 2, resident_per_sm=2, max_tail_m=0),
-        "n64-m64-w4-s3-r1-t0": VerifyConfig(64, 64, 4, 3, resident_per_sm=1, max_tail_m=0),
-        "n32-m64-w4-s4-r1": VerifyConfig(32, 64, 4, 4, resident_per_sm=1),
-        "n32-m64-w4-s4-r4": VerifyConfig(32, 64, 4, 4, resident_per_sm=4),
-        "n32-m64-w4-s4-r2-t0": VerifyConfig(32, 64, 4, 4, resident_per_sm=2, max_tail_m=0),
-        "n64-m128-w8-s3-r1-t16": VerifyConfig(64, 128, 8, 3, resident_per_sm=1, max_tail_m=16),
+        "n32-m64-w4-s3-r2": VerifyConfig(32, 64, 4, 3, resident_per_sm=2, max_tail_m=0),
+        "n32-m128-w8-s4-r1": VerifyConfig(32, 128, 8, 4, resident_per_sm=1, max_tail_m=0),
+        "n32-m128-w8-s3-r1": VerifyConfig(32, 128, 8, 3, resident_per_sm=1, max_tail_m=0),
+        "n64-m128-w8-s3-r1": VerifyConfig(64, 128, 8, 3, resident_per_sm=1, max_tail_m=0),
+        "n32-m64-w4-s4-r2": VerifyConfig(32, 64, 4, 4, resident_per_sm=2, max_tail_m=0),
+        "n64-m64-w4-s3-r1": VerifyConfig(64, 64, 4, 3, resident_per_sm=1, max_tail_m=0),
     }
 
 
-# (shape, variants) pairs: few-row variants on the memory-bound gap shapes, the tail-off
-# variant where T*G overruns a 64-row tile, the 128-row variants on many-row shapes.
-_FEW = ("table", "n32-m64-w4-s3-r2", "n64-m64-w4-s2-r2-t0", "n64-m64-w4-s3-r1-t0", "n32-m64-w4-s4-r1",
-        "n32-m64-w4-s4-r4")
-_TAILS = ("table", "n32-m64-w4-s4-r2-t0", "n64-m64-w4-s3-r1-t0")
-_MANY = ("table", "n64-m128-w8-s3-r1-t16")
+# (shape, variants) pairs: the memory-bound gap shapes; T = 17 (68 / 136 packed rows) with one
+# 128-row tile on 8 warps instead of two or three 64-row tiles; T = 65 (260 / 520 rows) with
+# 64-row tiles (5 x 64 = 320 padded rows instead of 3 x 128 = 384).
+_GAP = ("table", "n32-m64-w4-s3-r2")
+_MID = ("table", "n32-m128-w8-s4-r1", "n32-m128-w8-s3-r1", "n64-m128-w8-s3-r1")
+_MANY = ("table", "n32-m64-w4-s4-r2", "n64-m64-w4-s3-r1")
 
 
 def sweep_plan() -> list[tuple[Shape, tuple]]:
-    return [(Shape(8, 9, 32, 8, 128, 8192), _FEW), (Shape(1, 9, 32, 8, 128, 32768), _FEW),
-            (Shape(32, 9, 32, 8, 128, 1024), _FEW), (Shape(8, 17, 32, 8, 128, 8192), _TAILS),
-            (Shape(8, 17, 64, 8, 128, 8192), _TAILS), (Shape(8, 65, 32, 8, 128, 8192), _MANY),
-            (Shape(8, 9, 32, 8, 128, 32768), _FEW[:4]), (Shape(32, 17, 32, 8, 128, 32768), _TAILS)]
+    return [(Shape(8, 9, 32, 8, 128, 8192), _GAP), (Shape(1, 9, 32, 8, 128, 32768), _GAP),
+            (Shape(32, 9, 32, 8, 128, 1024), _GAP),
+            (Shape(8, 17, 32, 8, 128, 8192), _MID), (Shape(8, 17, 32, 8, 128, 32768), _MID),
+            (Shape(32, 17, 32, 8, 128, 8192), _MID), (Shape(8, 17, 64, 8, 128, 8192), _MID),
+            (Shape(8, 65, 32, 8, 128, 8192), _MANY), (Shape(32, 65, 32, 8, 128, 8192), _MANY),
+            (Shape(8, 65, 64, 8, 128, 8192), _MANY)]
 
 
 def sweep_shapes() -> list[Shape]:
@@ -367,8 +408,8 @@ def format_sweep(rows) -> str:
 
 
 def format_table(rows, ceilings) -> str:
-    head = (f"| shape | M tiles/BN/splits | bound | us | TB/s | TFLOP/s | roof % | BW % | MM % | SDPA us | x SDPA "
-            f"| x SDPA at roof | flex us | x flex | err | ok |\n|{'---|' * 16}")
+    head = (f"| shape | M tiles/BN/splits | bound | us | TB/s | TFLOP/s | roof % | BW % | MM % | read us | SDPA us "
+            f"| x SDPA | x SDPA at roof | flex us | x flex | err | ok |\n|{'---|' * 17}")
     lines = [head]
     for r in rows:
         def f(key, fmt):
@@ -378,7 +419,7 @@ def format_table(rows, ceilings) -> str:
         lines.append(f"| {r['shape']} | {tiles}/{r['block_n']}/{r['splits']} | {r['bound']} | {r['us']:.1f} | "
                      f"{r['tb_s']:.2f} | {r['tflop_s']:.1f} | "
                      f"{100 * r['roof_frac']:.0f} | {100 * r['bw_frac']:.0f} | {100 * r['mm_frac']:.0f} | "
-                     f"{f('sdpa_us', '.1f')} | {f('x_sdpa', '.1f')} | {f('x_sdpa_max', '.1f')} | {flex} | "
+                     f"{f('read_us', '.1f')} | {f('sdpa_us', '.1f')} | {f('x_sdpa', '.1f')} | {f('x_sdpa_max', '.1f')} | {flex} | "
                      f"{f('x_flex', '.1f')} | "
                      f"{r['err']:.1e} | {'yes' if r['ok'] else 'FAILED'} |")
     return "\n".join(lines)
@@ -395,12 +436,21 @@ def main(argv=None) -> int:
     parser.add_argument("--sweep-only", action="store_true", help="the sweep alone, no table")
     parser.add_argument("--no-sdpa", action="store_true", help="time the kernel alone (no SDPA baseline)")
     parser.add_argument("--shapes", help="comma-separated shape names of the issue's grid to run (default: all)")
+    parser.add_argument("--l2-flush", choices=L2_FLUSH_MODES, default="read",
+                        help="how L2 is flushed before each timed replay (see l2_flush; default: read)")
+    parser.add_argument("--no-read-floor", action="store_true",
+                        help="skip timing a plain read of K and V per shape")
     parser.add_argument("--json", help="write every row as JSON here")
     parser.add_argument("--markdown", help="write the table here")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA GPU found: the verify benchmark needs one", file=sys.stderr)
         return 2
+    with l2_flush(args.l2_flush):
+        return _run(args, argv)
+
+
+def _run(args, argv) -> int:
     started = time.time()
     device = torch.device("cuda")
     ceilings = measure_ceilings(device)
@@ -410,7 +460,7 @@ def main(argv=None) -> int:
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "gpu": props.name, "torch": torch.__version__, "triton": triton.__version__,
             "command": "python -m specdec_kernels.bench " + " ".join(sys.argv[1:] if argv is None else argv),
-            **ceilings}
+            "l2_flush": args.l2_flush, **ceilings}
     print(json.dumps(meta), flush=True)
     if args.sweep or args.sweep_only:
         sweep_rows = run_sweep(ceilings, args.max_seconds, started)
@@ -433,7 +483,8 @@ def main(argv=None) -> int:
         if time.time() - started > args.max_seconds:
             print(f"time budget reached: {len(shapes) - i} shapes not run", flush=True)
             break
-        row = run_shape(shape, ceilings, shape.name in flex_names, seed=i, baselines=not args.no_sdpa)
+        row = run_shape(shape, ceilings, shape.name in flex_names, seed=i, baselines=not args.no_sdpa,
+                        read_floor=not args.no_read_floor)
         rows.append(row)
         print(json.dumps(row), flush=True)
     extra = None
