@@ -334,36 +334,34 @@ def sweep_variants() -> dict:
     """Tile / split variants tried side by side by ``--sweep`` (None: the configs table).
 
     Names: n = key rows per tile, m = max query rows, w = warps, s = stages, r = programs
-    resident per SM assumed by the split model; all with the tail tile off.
+    resident per SM assumed by the split model; all with the tail tile off; "min128": 128-row
+    tiles only.
     """
     from .configs import VerifyConfig
 
     return {
         "table": None,
         "n32-m64-w4-s3-r2": VerifyConfig(32, 64, 4, 3, resident_per_sm=2, max_tail_m=0),
-        "n32-m128-w8-s4-r1": VerifyConfig(32, 128, 8, 4, resident_per_sm=1, max_tail_m=0),
-        "n32-m128-w8-s3-r1": VerifyConfig(32, 128, 8, 3, resident_per_sm=1, max_tail_m=0),
-        "n64-m128-w8-s3-r1": VerifyConfig(64, 128, 8, 3, resident_per_sm=1, max_tail_m=0),
         "n32-m64-w4-s4-r2": VerifyConfig(32, 64, 4, 4, resident_per_sm=2, max_tail_m=0),
-        "n64-m64-w4-s3-r1": VerifyConfig(64, 64, 4, 3, resident_per_sm=1, max_tail_m=0),
+        "n64-m128-w8-s3-r1-min128": VerifyConfig(64, 128, 8, 3, resident_per_sm=1, max_tail_m=0, min_block_m=128),
     }
 
 
-# (shape, variants) pairs: the memory-bound gap shapes; T = 17 (68 / 136 packed rows) with one
-# 128-row tile on 8 warps instead of two or three 64-row tiles; T = 65 (260 / 520 rows) with
-# 64-row tiles (5 x 64 = 320 padded rows instead of 3 x 128 = 384).
-_GAP = ("table", "n32-m64-w4-s3-r2")
-_MID = ("table", "n32-m128-w8-s4-r1", "n32-m128-w8-s3-r1", "n64-m128-w8-s3-r1")
-_MANY = ("table", "n32-m64-w4-s4-r2", "n64-m64-w4-s3-r1")
+# (shape, variants) pairs: the memory-bound gap shapes (3 against 4 stages, with the round-3
+# merge); 72-136 packed rows per KV head: one or two 128-row tiles on 8 warps against 64-row
+# tiles on 4 warps.
+_GAP = ("table", "n32-m64-w4-s4-r2")
+_MID = ("table", "n32-m64-w4-s3-r2", "n64-m128-w8-s3-r1-min128")
 
 
 def sweep_plan() -> list[tuple[Shape, tuple]]:
     return [(Shape(8, 9, 32, 8, 128, 8192), _GAP), (Shape(1, 9, 32, 8, 128, 32768), _GAP),
-            (Shape(32, 9, 32, 8, 128, 1024), _GAP),
-            (Shape(8, 17, 32, 8, 128, 8192), _MID), (Shape(8, 17, 32, 8, 128, 32768), _MID),
-            (Shape(32, 17, 32, 8, 128, 8192), _MID), (Shape(8, 17, 64, 8, 128, 8192), _MID),
-            (Shape(8, 65, 32, 8, 128, 8192), _MANY), (Shape(32, 65, 32, 8, 128, 8192), _MANY),
-            (Shape(8, 65, 64, 8, 128, 8192), _MANY)]
+            (Shape(32, 9, 32, 8, 128, 1024), _GAP), (Shape(8, 16, 32, 8, 128, 8192), _GAP),
+            (Shape(1, 16, 32, 8, 128, 32768), _GAP),
+            (Shape(8, 33, 32, 8, 128, 8192), _MID), (Shape(32, 33, 32, 8, 128, 8192), _MID),
+            (Shape(1, 33, 32, 8, 128, 32768), _MID), (Shape(8, 17, 64, 8, 128, 8192), _MID),
+            (Shape(8, 16, 64, 8, 128, 8192), _MID), (Shape(8, 9, 64, 8, 128, 8192), _MID),
+            (Shape(32, 9, 64, 8, 128, 1024), _MID)]
 
 
 def sweep_shapes() -> list[Shape]:

@@ -31,6 +31,9 @@ class VerifyConfig:
                   sizes its waves with it.
     max_tail_m:   packed rows past a whole number of max_block_m tiles that ride along in a
                   small extra tile (T = 2^k + 1); 0 disables the tail tile.
+    min_block_m:  smallest query tile worth running on these warps: 8 warps are two Hopper
+                  warpgroups of 64 rows each, and on a 64-row tile they measured slower than 4
+                  warps (PERF.md, round 3), so the 8-warp rows take 128-row tiles only.
     """
 
     block_n: int
@@ -39,42 +42,48 @@ class VerifyConfig:
     num_stages: int
     resident_per_sm: int = 1
     max_tail_m: int = 16
+    min_block_m: int = 16
 
 
-# arch -> head_dim -> config
-# Each entry is (config for few packed query rows, config for many), switching at
-# MANY_ROWS_FROM = T * G packed rows per KV head. Few rows means the call streams K/V (memory
-# bound): 4 warps on 64-row tiles, small enough that two programs share a multiprocessor, so
-# one program's start and end overlap the other's stream. Many rows means the tensor cores are
-# the limit: 128-row tiles on 8 warps (two warpgroups) and 64-key tiles, one program per SM.
+# arch -> head_dim -> tiers ((most packed rows, config), ..., (None, config)): the first tier
+# whose bound covers T * G packed query rows of one KV head applies.
+# Few rows means the call streams K/V (memory bound): 4 warps on 64-row tiles, small enough that
+# two programs share a multiprocessor, so one program's start and end overlap the other's
+# stream. Past 64 rows, one 128-row tile on 8 warps (two warpgroups) with 64-key tiles: each K/V
+# tile then serves all the rows (T = 17 at G = 4: 68 rows), where two 64-row programs would each
+# stream the cache (H200, round 3: B8-T17-L8k 105 us against 116, B32-T17-L8k 324 against 390).
 # resident_per_sm comes from the compiled kernels (Triton 3.9's ptxas, sm_90 target, compiled on
 # the CPU; PERF.md): 228 KB shared memory and 64K registers per SM.
 # max_tail_m is 16 where the tail tile compiles without register spills, else 0.
 # The sm_90 head-dim-128 entries are chosen by the H200 sweeps in PERF.md; the other rows
 # compile without register spills but were not swept.
-MANY_ROWS_FROM = 256
+_SM90_MANY = {
+    # 192 KB smem at 3 stages: 1 per SM (its tail tile spills 184 B: off)
+    64: VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0),
+    128: VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128),
+}
 
-VERIFY_CONFIGS: dict[str, dict[int, tuple[VerifyConfig, VerifyConfig]]] = {
+VERIFY_CONFIGS: dict[str, dict[int, tuple[tuple[int | None, VerifyConfig], ...]]] = {
     "sm_90": {
         # 86 KB smem, 246 regs (with the tail tile): 2 per SM
-        64: (VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2),
-             VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0)),
-        # few: 99 KB smem, 255 regs x 128 threads (with the tail tile): 2 per SM;
-        # many: 192 KB smem: 1 per SM (its tail tile spills 184 B: off)
-        128: (VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=4, resident_per_sm=2),
-              VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0)),
+        64: ((255, VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2)),
+             (None, _SM90_MANY[64])),
+        # few: 80 KB smem, 180 regs x 128 threads: 2 per SM (3 stages measured 1-6 % faster than 4
+        # on the gap shapes in rounds 2 and 3)
+        128: ((64, VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2,
+                                max_tail_m=0)),
+              (None, _SM90_MANY[128])),
         # 104 KB smem, 8 warps x 204 regs: 1 per SM (the tail tile spills 216 B: off)
-        256: (VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0),
-              VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0)),
+        256: ((None, VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0)),),
     },
     "sm_120": {  # about 99 KB shared memory per block: two stages, <= 64-row tiles
         # tail tile: spill-free at head dim 64 only (416 B / 800 B of spills at 128 / 256)
-        64: (VerifyConfig(block_n=64, max_block_m=64, num_warps=8, num_stages=2),) * 2,
-        128: (VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0),) * 2,
-        256: (VerifyConfig(block_n=32, max_block_m=32, num_warps=8, num_stages=2, max_tail_m=0),) * 2,
+        64: ((None, VerifyConfig(block_n=64, max_block_m=64, num_warps=8, num_stages=2)),),
+        128: ((None, VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0)),),
+        256: ((None, VerifyConfig(block_n=32, max_block_m=32, num_warps=8, num_stages=2, max_tail_m=0)),),
     },
     "interpreter": {
-        d: (VerifyConfig(block_n=64, max_block_m=128, num_warps=4, num_stages=1),) * 2 for d in (64, 128, 256)
+        d: ((None, VerifyConfig(block_n=64, max_block_m=128, num_warps=4, num_stages=1)),) for d in (64, 128, 256)
     },
 }
 VERIFY_CONFIGS["sm_100"] = VERIFY_CONFIGS["sm_90"]
@@ -99,5 +108,7 @@ def verify_config(arch: str, head_dim: int, packed_rows: int = 1) -> VerifyConfi
     table = VERIFY_CONFIGS.get(arch, VERIFY_CONFIGS["sm_120"])
     if head_dim not in table:
         raise ValueError(f"head dim {head_dim} is not supported; use one of {sorted(table)}")
-    few, many = table[head_dim]
-    return many if packed_rows >= MANY_ROWS_FROM else few
+    for most_rows, config in table[head_dim]:
+        if most_rows is None or packed_rows <= most_rows:
+            return config
+    raise AssertionError(f"the {arch} table for head dim {head_dim} has no open-ended last tier")

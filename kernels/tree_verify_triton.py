@@ -217,8 +217,10 @@ def _tree_verify_merge_kernel(
 ):
     """Merge the splits of MERGE_ROWS packed rows of one (request, KV head).
 
-    SPLIT_BLOCK splits are loaded at once (one [SPLIT_BLOCK, MERGE_ROWS, D] load, all in flight
-    together) rather than one split after another; more splits than that loop in blocks.
+    The work is a few MB that the split kernel has just left in L2, so this kernel is all
+    latency: SPLIT_BLOCK splits are loaded at once, the partials and their log2-sum-exps in
+    the same round trip (the partial load does not wait for the lse load), through int32
+    offsets from one per-head base, on small blocks so that many programs share the latency.
     """
     pid = tl.program_id(0)
     head_b = pid // row_blocks
@@ -228,7 +230,8 @@ def _tree_verify_merge_kernel(
     row_valid = rows < num_rows
     dims = tl.arange(0, HEAD_DIM)
     split_ids = tl.arange(0, SPLIT_BLOCK)
-    base = head_b.to(tl.int64) * num_splits * rows_pad
+    lse_base = part_lse_ptr + head_b.to(tl.int64) * num_splits * rows_pad
+    o_base = part_o_ptr + head_b.to(tl.int64) * num_splits * rows_pad * HEAD_DIM
 
     acc = tl.zeros([MERGE_ROWS, HEAD_DIM], dtype=tl.float32)
     m_i = tl.full([MERGE_ROWS], float("-inf"), dtype=tl.float32)
@@ -236,17 +239,18 @@ def _tree_verify_merge_kernel(
     for s0 in range(0, num_splits, SPLIT_BLOCK):
         splits = s0 + split_ids
         ok = (splits < num_splits)[:, None] & row_valid[None, :]  # [S, R]
-        part_row = base + splits[:, None].to(tl.int64) * rows_pad + rows[None, :]
-        lse = tl.load(part_lse_ptr + part_row, mask=ok, other=float("-inf"))
-        # empty splits hold lse = -inf (weight 0): never let their stored values through
-        live = ok & (lse > float("-inf"))
-        part = tl.load(part_o_ptr + part_row[:, :, None] * HEAD_DIM + dims[None, None, :],
-                       mask=live[:, :, None], other=0.0)
+        part_row = splits[:, None] * rows_pad + rows[None, :]
+        lse = tl.load(lse_base + part_row, mask=ok, other=float("-inf"))
+        part = tl.load(o_base + (part_row * HEAD_DIM)[:, :, None] + dims[None, None, :],
+                       mask=ok[:, :, None], other=0.0)
+        # an empty split holds lse = -inf (weight 0); select, so that whatever its partial
+        # holds (even NaN) never reaches the sum
+        live = lse > float("-inf")
         m_new = tl.maximum(m_i, tl.max(lse, 0))
         m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m_i - m_shift)
         weight = tl.where(live, tl.exp2(lse - m_shift[None, :]), 0.0)
-        acc = acc * alpha[:, None] + tl.sum(part * weight[:, :, None], 0)
+        acc = acc * alpha[:, None] + tl.sum(tl.where(live[:, :, None], part * weight[:, :, None], 0.0), 0)
         l_i = l_i * alpha + tl.sum(weight, 0)
         m_i = m_new
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
@@ -266,15 +270,15 @@ PROGRAM_COST_KEYS = 256
 MERGE_COST_KEYS = 192
 
 
-def _pick_block_m(packed_rows: int, max_block_m: int) -> int:
-    """Query-tile rows: the power of two in [16, cap] minimising padded rows + TILE_COST_ROWS
-    per tile (ties to the larger tile).
+def _pick_block_m(packed_rows: int, max_block_m: int, min_block_m: int = 16) -> int:
+    """Query-tile rows: the power of two in [min_block_m, cap] minimising padded rows +
+    TILE_COST_ROWS per tile (ties to the larger tile).
 
     T = 2^k + 1 is why: 33 nodes x G=4 = 132 rows take two 128-row tiles (256 rows, half
     wasted) but three 64-row tiles (192 rows).
     """
     best = None
-    size = 16
+    size = min(max(16, min_block_m), max(16, max_block_m))
     while size <= max(16, max_block_m):
         tiles = triton.cdiv(packed_rows, size)
         cost = tiles * (size + TILE_COST_ROWS)
@@ -284,7 +288,8 @@ def _pick_block_m(packed_rows: int, max_block_m: int) -> int:
     return best[1]
 
 
-def pick_query_tiles(packed_rows: int, max_block_m: int, max_tail_m: int) -> tuple[int, int, int]:
+def pick_query_tiles(packed_rows: int, max_block_m: int, max_tail_m: int,
+                     min_block_m: int = 16) -> tuple[int, int, int]:
     """(block_m, num_m_tiles, tail_m) for ``packed_rows`` = T * G rows of one KV head.
 
     When the rows overrun a whole number of max_block_m tiles by at most ``max_tail_m`` (the
@@ -296,7 +301,7 @@ def pick_query_tiles(packed_rows: int, max_block_m: int, max_tail_m: int) -> tup
     full, rem = divmod(packed_rows, cap)
     if full >= 1 and 0 < rem <= max_tail_m:
         return cap, full, max(16, triton.next_power_of_2(rem))
-    block_m = _pick_block_m(packed_rows, max_block_m)
+    block_m = _pick_block_m(packed_rows, max_block_m, min_block_m)
     return block_m, triton.cdiv(packed_rows, block_m), 0
 
 
@@ -346,9 +351,9 @@ TAIL_ONLY_WHEN_FULL = True
 def _plan(batch, num_nodes, group, kv_heads, cache_rows, sms, cfg, tail_only_when_full=True) -> dict:
     packed = num_nodes * group
     slots = cfg.resident_per_sm * sms
-    block_m, num_m_tiles, tail_m = pick_query_tiles(packed, cfg.max_block_m, cfg.max_tail_m)
+    block_m, num_m_tiles, tail_m = pick_query_tiles(packed, cfg.max_block_m, cfg.max_tail_m, cfg.min_block_m)
     if tail_m and tail_only_when_full and (num_m_tiles > 1 or batch * kv_heads * (num_m_tiles + 1) < slots):
-        block_m, num_m_tiles, tail_m = pick_query_tiles(packed, cfg.max_block_m, 0)
+        block_m, num_m_tiles, tail_m = pick_query_tiles(packed, cfg.max_block_m, 0, cfg.min_block_m)
     base_programs = batch * kv_heads * num_m_tiles
     prefix_rows = max(cache_rows - num_nodes, 1)
     chunk, num_splits = _pick_splits(base_programs, prefix_rows, cfg.block_n, slots, batch * kv_heads, packed)
@@ -366,16 +371,16 @@ def plan_verify_launch(batch: int, num_nodes: int, q_heads: int, kv_heads: int, 
 
 
 # One merge program loads [SPLIT_BLOCK, MERGE_ROWS, D] fp32 partials at once: at most this many
-# elements (64 registers a thread at 4 warps); half that at head dim 256, where Triton 3.6's
-# sm_120 build of the 8192-element block spilled 8 B.
-MERGE_ELEMENTS = 8192
+# elements (32 registers a thread at 4 warps), at least two rows. Measured on an H200 (PERF.md,
+# round 3): the round-2 merge, with blocks twice this size, int64 addresses (255 registers) and
+# the partial load waiting on the lse load, took 15 us for 4.7 MB at B8-T9-L8k, a sixth of the call.
+MERGE_ELEMENTS = 4096
 
 
 def merge_tiles(num_splits: int, head_dim: int) -> tuple[int, int]:
     """(split_block, merge_rows) for the merge kernel."""
-    elements = MERGE_ELEMENTS if head_dim <= 128 else MERGE_ELEMENTS // 2
-    split_block = min(triton.next_power_of_2(num_splits), max(2, elements // (2 * head_dim)))
-    merge_rows = min(16, max(2, elements // (split_block * head_dim)))
+    split_block = min(triton.next_power_of_2(num_splits), max(2, MERGE_ELEMENTS // (2 * head_dim)))
+    merge_rows = min(16, max(2, MERGE_ELEMENTS // (split_block * head_dim)))
     return split_block, merge_rows
 
 

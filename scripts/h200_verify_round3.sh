@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Round 3 of the verify-kernel work on a lent H200 (kernels/PERF.md): one call, everything in
 # sequence on one GPU. Stage "diag": L2-flush method check, plain-read floor, tile sweep, ncu.
-# Stage "full": the issue's whole grid with SDPA and FlexAttention. Stage "tests": the kernel
+# Stage "sweep": the tile sweep, the merge under ncu, the kernel suite. Stage "full": the issue's whole grid with SDPA and FlexAttention. Stage "tests": the kernel
 # suite and the GPU bench tests. Results land under $OUT.
 set -u
-stage=${1:?usage: scripts/h200_verify_round3.sh diag|full|tests}
+stage=${1:?usage: scripts/h200_verify_round3.sh diag|sweep|full|tests}
 OUT=${OUT:-/tmp/out}
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
@@ -33,6 +33,18 @@ diag)
     grep -E "^  [a-z_]+tree_verify|Duration|DRAM Throughput|Memory Throughput|L2 Hit|Achieved Occupancy|Registers Per|Block Limit|Theoretical Occ|Warp Cycles Per Issued|Issue Slots Busy|No Eligible" \
       "$OUT/ncu_$tag.txt" | head -40
   done
+  ;;
+sweep)
+  timeout 200 python3 -m specdec_kernels.bench --sweep-only --json "$OUT/sweep.json" \
+    --markdown "$OUT/sweep.md" >"$OUT/sweep.log" 2>&1
+  echo "== sweep rc=$?"; grep -E '^\{"date' "$OUT/sweep.log" | cut -c1-300; grep -E '^\|' "$OUT/sweep.log"
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
+  timeout 100 "$NCU" --clock-control none -k regex:tree_verify --launch-count 2 --section SpeedOfLight \
+    --section LaunchStats python3 -m specdec_kernels.bench --no-sdpa --flex none --no-read-floor \
+    --shapes B8-T9-H32/8/128-L8192 >"$OUT/ncu_merge.txt" 2>&1
+  echo "== ncu rc=$?"; grep -E "^  [a-z_]+tree_verify|Duration|Registers Per" "$OUT/ncu_merge.txt"
+  timeout 280 python3 -m pytest tests/kernels -q -x -n 14 -p no:cacheprovider >"$OUT/tests.log" 2>&1
+  echo "== kernel tests rc=$?"; tail -5 "$OUT/tests.log"
   ;;
 full)
   timeout 540 python3 -m specdec_kernels.bench --max-seconds 470 --json "$OUT/bench.json" \
