@@ -218,9 +218,10 @@ def _tree_verify_merge_kernel(
     """Merge the splits of MERGE_ROWS packed rows of one (request, KV head).
 
     The work is a few MB that the split kernel has just left in L2, so this kernel is all
-    latency: SPLIT_BLOCK splits are loaded at once, the partials and their log2-sum-exps in
-    the same round trip (the partial load does not wait for the lse load), through int32
-    offsets from one per-head base, on small blocks so that many programs share the latency.
+    latency. SPLIT_BLOCK splits are unrolled: their [MERGE_ROWS, D] partials and log2-sum-exps
+    are independent loads, all in flight before the first is used, and the combination is
+    elementwise (no reduction across threads, no shared memory); int32 offsets from one
+    per-head base keep the addresses cheap. More splits than SPLIT_BLOCK loop in blocks.
     """
     pid = tl.program_id(0)
     head_b = pid // row_blocks
@@ -229,7 +230,6 @@ def _tree_verify_merge_kernel(
     rows = (pid % row_blocks) * MERGE_ROWS + tl.arange(0, MERGE_ROWS)
     row_valid = rows < num_rows
     dims = tl.arange(0, HEAD_DIM)
-    split_ids = tl.arange(0, SPLIT_BLOCK)
     lse_base = part_lse_ptr + head_b.to(tl.int64) * num_splits * rows_pad
     o_base = part_o_ptr + head_b.to(tl.int64) * num_splits * rows_pad * HEAD_DIM
 
@@ -237,22 +237,21 @@ def _tree_verify_merge_kernel(
     m_i = tl.full([MERGE_ROWS], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([MERGE_ROWS], dtype=tl.float32)
     for s0 in range(0, num_splits, SPLIT_BLOCK):
-        splits = s0 + split_ids
-        ok = (splits < num_splits)[:, None] & row_valid[None, :]  # [S, R]
-        part_row = splits[:, None] * rows_pad + rows[None, :]
-        lse = tl.load(lse_base + part_row, mask=ok, other=float("-inf"))
-        part = tl.load(o_base + (part_row * HEAD_DIM)[:, :, None] + dims[None, None, :],
-                       mask=ok[:, :, None], other=0.0)
-        # an empty split holds lse = -inf (weight 0); select, so that whatever its partial
-        # holds (even NaN) never reaches the sum
-        live = lse > float("-inf")
-        m_new = tl.maximum(m_i, tl.max(lse, 0))
-        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_shift)
-        weight = tl.where(live, tl.exp2(lse - m_shift[None, :]), 0.0)
-        acc = acc * alpha[:, None] + tl.sum(tl.where(live[:, :, None], part * weight[:, :, None], 0.0), 0)
-        l_i = l_i * alpha + tl.sum(weight, 0)
-        m_i = m_new
+        for j in tl.static_range(SPLIT_BLOCK):
+            ok = row_valid & (tl.zeros_like(rows) + (s0 + j) < num_splits)
+            part_row = (s0 + j) * rows_pad + rows
+            lse = tl.load(lse_base + part_row, mask=ok, other=float("-inf"))
+            part = tl.load(o_base + part_row[:, None] * HEAD_DIM + dims[None, :], mask=ok[:, None], other=0.0)
+            # an empty split holds lse = -inf (weight 0); select, so that whatever its partial
+            # holds (even NaN) never reaches the sum
+            live = lse > float("-inf")
+            m_new = tl.maximum(m_i, lse)
+            m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_shift)
+            weight = tl.where(live, tl.exp2(lse - m_shift), 0.0)
+            acc = acc * alpha[:, None] + tl.where(live[:, None], part * weight[:, None], 0.0)
+            l_i = l_i * alpha + weight
+            m_i = m_new
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
     node = rows // GROUP
     q_head = kv_head * GROUP + rows % GROUP
@@ -370,17 +369,20 @@ def plan_verify_launch(batch: int, num_nodes: int, q_heads: int, kv_heads: int, 
                       TAIL_ONLY_WHEN_FULL))
 
 
-# One merge program loads [SPLIT_BLOCK, MERGE_ROWS, D] fp32 partials at once: at most this many
-# elements (32 registers a thread at 4 warps), at least two rows. Measured on an H200 (PERF.md,
-# round 3): the round-2 merge, with blocks twice this size, int64 addresses (255 registers) and
-# the partial load waiting on the lse load, took 15 us for 4.7 MB at B8-T9-L8k, a sixth of the call.
-MERGE_ELEMENTS = 4096
+# One merge program combines MERGE_ROWS rows x D of up to SPLIT_BLOCK splits with all their loads
+# in flight at once (MERGE_ELEMENTS fp32 in registers: 64 a thread at 4 warps). Measured on an
+# H200 (PERF.md, round 3, ncu): the round-2 merge, one [splits, rows, D] block with a reduction
+# across the split axis, int64 addresses and the partial load waiting on the lse load, took 15 us
+# for 4.7 MB at B8-T9-L8k (255 registers, L1 busy with the reduction's shared-memory traffic),
+# a sixth of the call; as one 3-D block without the wait, 12 us.
+MERGE_ELEMENTS = 8192
+MERGE_ROWS = 8
 
 
 def merge_tiles(num_splits: int, head_dim: int) -> tuple[int, int]:
-    """(split_block, merge_rows) for the merge kernel."""
-    split_block = min(triton.next_power_of_2(num_splits), max(2, MERGE_ELEMENTS // (2 * head_dim)))
-    merge_rows = min(16, max(2, MERGE_ELEMENTS // (split_block * head_dim)))
+    """(split_block, merge_rows) for the merge kernel: splits unrolled per block, rows per program."""
+    merge_rows = max(2, min(MERGE_ROWS, MERGE_ELEMENTS // (2 * head_dim)))
+    split_block = max(2, min(triton.next_power_of_2(num_splits), MERGE_ELEMENTS // (merge_rows * head_dim)))
     return split_block, merge_rows
 
 
