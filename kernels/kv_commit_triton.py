@@ -3,10 +3,16 @@
 Grid ``(layers, B, ceil(Hkv * D / BLOCK))``: each program owns one slice of the (Hkv, D) row of
 one request in one layer, for both K and V, and walks that request's path in order, moving row
 ``L_b + path[i]`` to ``L_b + i``. Programs never share an element, and within a program every
-element stays with the same thread across the walk, so the in-place order argument of
-:mod:`specdec_kernels.kv_commit` (``path[i] >= i``: a source row is never one already written)
-holds without barriers. Rows already in place (``path[i] == i``) are skipped: a contiguous
-path copies nothing.
+element stays with the same thread across the walk (each row is the same 1-D block), so no
+barrier is needed. Rows already in place (``path[i] == i``) are skipped: a contiguous path
+copies nothing.
+
+The walk goes four steps at a time: the four source rows are all loaded, then the four
+destinations stored, so a program waits for memory once per four steps rather than once per
+step (H200, round 3: accept + commit at B8-L8k-T17 took 10.3 us, as long as a tenth of one
+layer's verify attention). Loading a chunk before storing it is safe: a store at step k writes
+row k, and every source of a later step j is ``path[j] >= j > k``; within the chunk, a source
+that is also a destination (``path[j] = k > j``) has been loaded before any store.
 """
 
 from __future__ import annotations
@@ -18,6 +24,12 @@ BLOCK = 1024
 
 
 @triton.jit
+def _step_source(path_row_ptr, i, path_len):
+    """Row offset (within the tree) that step i moves to row i; i itself past the path (no move)."""
+    return tl.load(path_row_ptr + i, mask=i < path_len, other=i).to(tl.int64)
+
+
+@triton.jit
 def _commit_kernel(k_ptr, v_ptr, lens_ptr, path_ptr, path_len_ptr,
                    stride_kl, stride_kb, stride_ks, stride_vl, stride_vb, stride_vs, stride_pathb,
                    row_elems, BLOCK: tl.constexpr):
@@ -25,17 +37,37 @@ def _commit_kernel(k_ptr, v_ptr, lens_ptr, path_ptr, path_len_ptr,
     b = tl.program_id(1).to(tl.int64)
     offs = tl.program_id(2) * BLOCK + tl.arange(0, BLOCK)
     in_row = offs < row_elems
+    no_move = tl.zeros_like(offs)
     prefix_len = tl.load(lens_ptr + b).to(tl.int64)
     path_len = tl.load(path_len_ptr + b)
+    path_row = path_ptr + b * stride_pathb
     k_base = k_ptr + layer * stride_kl + b * stride_kb + prefix_len * stride_ks + offs
     v_base = v_ptr + layer * stride_vl + b * stride_vb + prefix_len * stride_vs + offs
-    for i in range(1, path_len):  # path[0] == 0: the root is already in place
-        src = tl.load(path_ptr + b * stride_pathb + i).to(tl.int64)
-        if src != i:
-            k_row = tl.load(k_base + src * stride_ks, mask=in_row)
-            v_row = tl.load(v_base + src * stride_vs, mask=in_row)
-            tl.store(k_base + i * stride_ks, k_row, mask=in_row)
-            tl.store(v_base + i * stride_vs, v_row, mask=in_row)
+    for i in range(1, path_len, 4):  # path[0] == 0: the root is already in place
+        s0 = _step_source(path_row, i, path_len)
+        s1 = _step_source(path_row, i + 1, path_len)
+        s2 = _step_source(path_row, i + 2, path_len)
+        s3 = _step_source(path_row, i + 3, path_len)
+        m0 = in_row & (no_move + s0 != i)
+        m1 = in_row & (no_move + s1 != i + 1)
+        m2 = in_row & (no_move + s2 != i + 2)
+        m3 = in_row & (no_move + s3 != i + 3)
+        k0 = tl.load(k_base + s0 * stride_ks, mask=m0)
+        k1 = tl.load(k_base + s1 * stride_ks, mask=m1)
+        k2 = tl.load(k_base + s2 * stride_ks, mask=m2)
+        k3 = tl.load(k_base + s3 * stride_ks, mask=m3)
+        v0 = tl.load(v_base + s0 * stride_vs, mask=m0)
+        v1 = tl.load(v_base + s1 * stride_vs, mask=m1)
+        v2 = tl.load(v_base + s2 * stride_vs, mask=m2)
+        v3 = tl.load(v_base + s3 * stride_vs, mask=m3)
+        tl.store(k_base + i * stride_ks, k0, mask=m0)
+        tl.store(k_base + (i + 1) * stride_ks, k1, mask=m1)
+        tl.store(k_base + (i + 2) * stride_ks, k2, mask=m2)
+        tl.store(k_base + (i + 3) * stride_ks, k3, mask=m3)
+        tl.store(v_base + i * stride_vs, v0, mask=m0)
+        tl.store(v_base + (i + 1) * stride_vs, v1, mask=m1)
+        tl.store(v_base + (i + 2) * stride_vs, v2, mask=m2)
+        tl.store(v_base + (i + 3) * stride_vs, v3, mask=m3)
 
 
 def commit_accepted_kv_triton(k_cache, v_cache, cache_lens, path, path_len):

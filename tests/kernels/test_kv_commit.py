@@ -66,3 +66,26 @@ def test_strided_layer_views_are_accepted():
     expect_k = python_commit(k, torch.tensor([4]), path, path_len)
     commit_accepted_kv(k, v, torch.tensor([4], dtype=torch.int32), path, path_len, impl="torch")
     assert torch.equal(k, expect_k)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_long_random_paths_cross_chunk_boundaries(impl):
+    """Paths of up to 17 nodes (strictly increasing, as accepted paths are), so that moves whose
+    source is a later step's destination fall inside and across the kernel's steps-of-four."""
+    num_nodes, layers, kv_heads, head_dim = 17, 2, 2, 64
+    gen = torch.Generator().manual_seed(17)
+    paths = [[0, 2, 4, 6, 8, 10, 12, 14, 16], [0, 1, 3, 4, 6, 7, 9, 10, 12, 13, 15, 16], list(range(17))]
+    for _ in range(5):
+        length = int(torch.randint(2, num_nodes + 1, (1,), generator=gen))
+        rest = torch.randperm(num_nodes - 1, generator=gen)[:length - 1] + 1
+        paths.append([0] + sorted(int(r) for r in rest))
+    path, path_len = pad_paths(paths, num_nodes)
+    lens_t = torch.randint(0, 40, (len(paths),), generator=gen, dtype=torch.int32)
+    rows = int(lens_t.max()) + num_nodes + 3
+    k = torch.randn(layers, len(paths), rows, kv_heads, head_dim, generator=gen)
+    v = torch.randn(layers, len(paths), rows, kv_heads, head_dim, generator=gen)
+    expect_k, expect_v = python_commit(k, lens_t, path, path_len), python_commit(v, lens_t, path, path_len)
+    k_dev, v_dev = k.to(DEVICE), v.to(DEVICE)
+    commit_accepted_kv(k_dev, v_dev, lens_t.to(DEVICE), path.to(DEVICE), path_len.to(DEVICE), impl=impl)
+    assert torch.equal(k_dev.cpu(), expect_k)
+    assert torch.equal(v_dev.cpu(), expect_v)
