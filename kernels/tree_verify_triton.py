@@ -218,10 +218,11 @@ def _tree_verify_merge_kernel(
     """Merge the splits of MERGE_ROWS packed rows of one (request, KV head).
 
     The work is a few MB that the split kernel has just left in L2, so this kernel is all
-    latency. SPLIT_BLOCK splits are unrolled: their [MERGE_ROWS, D] partials and log2-sum-exps
-    are independent loads, all in flight before the first is used, and the combination is
-    elementwise (no reduction across threads, no shared memory); int32 offsets from one
-    per-head base keep the addresses cheap. More splits than SPLIT_BLOCK loop in blocks.
+    latency. Two passes: the largest log2-sum-exp of each row first (one small [splits, rows]
+    load per SPLIT_BLOCK splits), then each split's weight is known up front and the weighted
+    sum is a chain of multiply-adds, not of online rescalings; its SPLIT_BLOCK splits are
+    unrolled, their [MERGE_ROWS, D] partials independent loads all in flight at once, with no
+    reduction across threads. int32 offsets from one per-head base keep the addresses cheap.
     """
     pid = tl.program_id(0)
     head_b = pid // row_blocks
@@ -230,11 +231,20 @@ def _tree_verify_merge_kernel(
     rows = (pid % row_blocks) * MERGE_ROWS + tl.arange(0, MERGE_ROWS)
     row_valid = rows < num_rows
     dims = tl.arange(0, HEAD_DIM)
+    split_ids = tl.arange(0, SPLIT_BLOCK)
     lse_base = part_lse_ptr + head_b.to(tl.int64) * num_splits * rows_pad
     o_base = part_o_ptr + head_b.to(tl.int64) * num_splits * rows_pad * HEAD_DIM
 
-    acc = tl.zeros([MERGE_ROWS, HEAD_DIM], dtype=tl.float32)
     m_i = tl.full([MERGE_ROWS], float("-inf"), dtype=tl.float32)
+    for s0 in range(0, num_splits, SPLIT_BLOCK):
+        ok = ((s0 + split_ids) < num_splits)[:, None] & row_valid[None, :]
+        lse = tl.load(lse_base + (s0 + split_ids)[:, None] * rows_pad + rows[None, :], mask=ok,
+                      other=float("-inf"))
+        m_i = tl.maximum(m_i, tl.max(lse, 0))
+    # rows no split saw a key for keep m = -inf: shift by 0 (their weights are all 0)
+    m_shift = tl.where(m_i == float("-inf"), 0.0, m_i)
+
+    acc = tl.zeros([MERGE_ROWS, HEAD_DIM], dtype=tl.float32)
     l_i = tl.zeros([MERGE_ROWS], dtype=tl.float32)
     for s0 in range(0, num_splits, SPLIT_BLOCK):
         for j in tl.static_range(SPLIT_BLOCK):
@@ -245,13 +255,9 @@ def _tree_verify_merge_kernel(
             # an empty split holds lse = -inf (weight 0); select, so that whatever its partial
             # holds (even NaN) never reaches the sum
             live = lse > float("-inf")
-            m_new = tl.maximum(m_i, lse)
-            m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp2(m_i - m_shift)
             weight = tl.where(live, tl.exp2(lse - m_shift), 0.0)
-            acc = acc * alpha[:, None] + tl.where(live[:, None], part * weight[:, None], 0.0)
-            l_i = l_i * alpha + weight
-            m_i = m_new
+            acc += tl.where(live[:, None], part * weight[:, None], 0.0)
+            l_i += weight
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
     node = rows // GROUP
     q_head = kv_head * GROUP + rows % GROUP
