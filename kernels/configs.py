@@ -45,8 +45,10 @@ class VerifyConfig:
     min_block_m: int = 16
 
 
-# arch -> head_dim -> tiers ((most packed rows, config), ..., (None, config)): the first tier
-# whose bound covers T * G packed query rows of one KV head applies.
+# arch -> head_dim -> tiers ((most packed rows, config[, config for small grids]), ...,
+# (None, config)): the first tier whose bound covers T * G packed query rows of one KV head
+# applies; its third entry, where there is one, replaces the config when the call has fewer than
+# SMALL_GRID_HEADS (request, KV head) pairs.
 # Few rows means the call streams K/V (memory bound): 4 warps on 64-row tiles, small enough that
 # two programs share a multiprocessor, so one program's start and end overlap the other's
 # stream. Past 64 rows, one 128-row tile on 8 warps (two warpgroups) with 64-key tiles: each K/V
@@ -63,16 +65,22 @@ _SM90_MANY = {
     128: VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128),
 }
 
-VERIFY_CONFIGS: dict[str, dict[int, tuple[tuple[int | None, VerifyConfig], ...]]] = {
+# With few (request, KV head) pairs (batch 1 at 8 KV heads) the GPU is filled by splitting the
+# cache, and the 8-warp tile's one program per SM gives it half the programs of the 4-warp
+# tile's two: there the 64-row tiles on 4 warps are kept up to 255 rows (H200, round 3).
+SMALL_GRID_HEADS = 64
+
+_SM90_FEW_128 = VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2,
+                             max_tail_m=0)
+
+VERIFY_CONFIGS: dict[str, dict[int, tuple[tuple, ...]]] = {
     "sm_90": {
         # 86 KB smem, 246 regs (with the tail tile): 2 per SM
         64: ((255, VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2)),
              (None, _SM90_MANY[64])),
         # few: 80 KB smem, 180 regs x 128 threads: 2 per SM (3 stages measured 1-6 % faster than 4
         # on the gap shapes in rounds 2 and 3)
-        128: ((64, VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2,
-                                max_tail_m=0)),
-              (None, _SM90_MANY[128])),
+        128: ((64, _SM90_FEW_128), (255, _SM90_MANY[128], _SM90_FEW_128), (None, _SM90_MANY[128])),
         # 104 KB smem, 8 warps x 204 regs: 1 per SM (the tail tile spills 216 B: off)
         256: ((None, VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0)),),
     },
@@ -102,13 +110,16 @@ def arch_name(device) -> str:
     return f"sm_{major}{minor}"
 
 
-def verify_config(arch: str, head_dim: int, packed_rows: int = 1) -> VerifyConfig:
-    """The table entry for ``arch`` (unknown archs use sm_120's), ``head_dim`` (64, 128 or 256)
-    and ``packed_rows`` = T * G query rows per KV head."""
+def verify_config(arch: str, head_dim: int, packed_rows: int = 1, batch_heads: int | None = None) -> VerifyConfig:
+    """The table entry for ``arch`` (unknown archs use sm_120's), ``head_dim`` (64, 128 or 256),
+    ``packed_rows`` = T * G query rows per KV head and ``batch_heads`` = batch * KV heads (None:
+    a large grid)."""
     table = VERIFY_CONFIGS.get(arch, VERIFY_CONFIGS["sm_120"])
     if head_dim not in table:
         raise ValueError(f"head dim {head_dim} is not supported; use one of {sorted(table)}")
-    for most_rows, config in table[head_dim]:
+    for most_rows, config, *small_grid in table[head_dim]:
         if most_rows is None or packed_rows <= most_rows:
+            if small_grid and batch_heads is not None and batch_heads < SMALL_GRID_HEADS:
+                return small_grid[0]
             return config
     raise AssertionError(f"the {arch} table for head dim {head_dim} has no open-ended last tier")

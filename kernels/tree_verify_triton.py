@@ -370,7 +370,7 @@ def plan_verify_launch(batch: int, num_nodes: int, q_heads: int, kv_heads: int, 
                        cache_rows: int, device, config=None) -> dict:
     """Tile sizes, split count and grid for one call (pure function of shapes and device)."""
     group = q_heads // kv_heads
-    cfg = config or verify_config(arch_name(device), head_dim, num_nodes * group)
+    cfg = config or verify_config(arch_name(device), head_dim, num_nodes * group, batch * kv_heads)
     return dict(_plan(batch, num_nodes, group, kv_heads, cache_rows, _sm_count(device), cfg,
                       TAIL_ONLY_WHEN_FULL))
 

@@ -4,7 +4,7 @@
 # Stage "sweep": the tile sweep, the merge under ncu, the kernel suite. Stage "full": the issue's whole grid with SDPA and FlexAttention. Stage "tests": the kernel
 # suite and the GPU bench tests. Results land under $OUT.
 set -u
-stage=${1:?usage: scripts/h200_verify_round3.sh diag|sweep|full|tests}
+stage=${1:?usage: scripts/h200_verify_round3.sh diag|sweep|full|tests|final}
 OUT=${OUT:-/tmp/out}
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
@@ -33,6 +33,15 @@ diag)
     grep -E "^  [a-z_]+tree_verify|Duration|DRAM Throughput|Memory Throughput|L2 Hit|Achieved Occupancy|Registers Per|Block Limit|Theoretical Occ|Warp Cycles Per Issued|Issue Slots Busy|No Eligible" \
       "$OUT/ncu_$tag.txt" | head -40
   done
+  ;;
+final)
+  timeout 100 python3 -m specdec_kernels.bench --sweep-only --json "$OUT/sweep.json" \
+    --markdown "$OUT/sweep.md" >"$OUT/sweep.log" 2>&1
+  echo "== sweep rc=$?"; grep -E '^\|' "$OUT/sweep.log"
+  timeout 300 python3 -m specdec_kernels.bench --max-seconds 250 --json "$OUT/bench.json" \
+    --markdown "$OUT/bench.md" >"$OUT/bench.log" 2>&1
+  echo "== bench rc=$?"; grep -E '^\{"date' "$OUT/bench.log" | cut -c1-400; tail -2 "$OUT/bench.log" | cut -c1-400
+  grep -E '^\| B1-' "$OUT/bench.log" | cut -d'|' -f2,3,5,9,10
   ;;
 sweep)
   timeout 200 python3 -m specdec_kernels.bench --sweep-only --json "$OUT/sweep.json" \

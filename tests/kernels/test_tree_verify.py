@@ -116,6 +116,29 @@ def test_tail_tile_and_many_splits(num_nodes, group, lens, head_dim, dtype, spli
     assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, f"tail T={num_nodes} G={group}")
 
 
+def test_config_tiers_by_rows_arch_and_grid():
+    """sm_90 head dim 128: 4 warps on 64-row tiles up to 64 packed rows; past that one 128-row
+    tile on 8 warps, except on small grids (batch 1) up to 255 rows; sm_120 and unknown archs
+    never leave 64-row tiles on 8 warps."""
+    from specdec_kernels.configs import verify_config
+
+    def shape(cfg):
+        return cfg.num_warps, cfg.max_block_m, cfg.min_block_m
+
+    assert shape(verify_config("sm_90", 128, 64, 256)) == (4, 64, 16)
+    assert shape(verify_config("sm_90", 128, 68, 64)) == (8, 128, 128)    # B8, T17, G4
+    assert shape(verify_config("sm_90", 128, 68, 8)) == (4, 64, 16)       # B1
+    assert shape(verify_config("sm_90", 128, 260, 8)) == (8, 128, 128)    # T65: many rows at any batch
+    assert shape(verify_config("sm_90", 128, 68)) == (8, 128, 128)        # grid unknown: large
+    assert verify_config("sm_100", 128, 68, 64) == verify_config("sm_90", 128, 68, 64)
+    for arch in ("sm_120", "sm_89"):
+        for rows in (1, 68, 260):
+            cfg = verify_config(arch, 128, rows, 8)
+            assert cfg.max_block_m <= 64 and cfg.num_warps == 8
+    with pytest.raises(ValueError, match="head dim 96"):
+        verify_config("sm_90", 96)
+
+
 def test_query_tiles_and_split_plan():
     """Pure planning: T = 2^k + 1 rides in a tail tile; the split count fills whole waves."""
     from specdec_kernels.tree_verify_triton import _pick_splits, merge_tiles, pick_query_tiles
@@ -127,6 +150,8 @@ def test_query_tiles_and_split_plan():
     assert pick_query_tiles(68, 64, 0) == (64, 2, 0)        # tail off: a second tile
     assert pick_query_tiles(36, 64, 16) == (64, 1, 0)       # fits one tile: no tail
     assert pick_query_tiles(85, 64, 16)[2] == 0             # 21 rows over: too many for a tail
+    assert pick_query_tiles(136, 128, 0, 128) == (128, 2, 0)  # 8 warps: 128-row tiles only
+    assert pick_query_tiles(68, 128, 0, 128) == (128, 1, 0)
     from specdec_kernels.configs import VerifyConfig
     from specdec_kernels.tree_verify_triton import _plan
 
