@@ -17,8 +17,9 @@ best-first tree of T nodes per request), all measured in one run:
   matmul on random data); "roof %" = roofline time / measured time;
 - ``x SDPA``: torch SDPA with a boolean ``[B, 1, T, L + T]`` mask and ``enable_gqa=True``, same
   inputs, time ratio; ``read us``: reading K and V once through torch (two fp32-accumulating
-  sums, same graph timing), the practical floor for these bytes at this size; ``x flex``: FlexAttention (torch.compile'd) with the same mask as a block
-  mask, on the shapes named by ``--flex``, or the error it raised;
+  sums, same graph timing), the practical floor for these bytes at this size; ``x flex``:
+  FlexAttention (torch.compile'd) with the same mask as a block mask, on the shapes named by
+  ``--flex``, or the error it raised;
 - correctness on every timed shape: the kernel's output against a float32 reference per
   request (row relative error, bf16 bound 3e-2); SDPA's error is reported beside it.
 A shape whose check fails is reported as FAILED and the exit status is 1.
@@ -162,7 +163,7 @@ def input_sets_needed(shape: "Shape") -> int:
 
 def time_in_graph(call, input_sets) -> float:
     """Median microseconds per call: ``call(*inputs)`` for every input set, captured in one CUDA
-    graph, replayed under ``do_bench`` (which also clears L2 before each replay). Host launch
+    graph, replayed under ``do_bench`` (which also flushes L2 before each replay; see l2_flush). Host launch
     overhead is thereby left out, as in an engine that captures its verify step."""
     from triton.testing import do_bench
 
@@ -412,7 +413,8 @@ def format_table(rows, ceilings) -> str:
         lines.append(f"| {r['shape']} | {tiles}/{r['block_n']}/{r['splits']} | {r['bound']} | {r['us']:.1f} | "
                      f"{r['tb_s']:.2f} | {r['tflop_s']:.1f} | "
                      f"{100 * r['roof_frac']:.0f} | {100 * r['bw_frac']:.0f} | {100 * r['mm_frac']:.0f} | "
-                     f"{f('read_us', '.1f')} | {f('sdpa_us', '.1f')} | {f('x_sdpa', '.1f')} | {f('x_sdpa_max', '.1f')} | {flex} | "
+                     f"{f('read_us', '.1f')} | {f('sdpa_us', '.1f')} | {f('x_sdpa', '.1f')} | "
+                     f"{f('x_sdpa_max', '.1f')} | {flex} | "
                      f"{f('x_flex', '.1f')} | "
                      f"{r['err']:.1e} | {'yes' if r['ok'] else 'FAILED'} |")
     return "\n".join(lines)
