@@ -13,7 +13,7 @@ best-first tree of T nodes per request), all measured in one run:
 - bytes = K and V rows read once (prefix + tree) + q + output; FLOPs = 4 * T * Hq * (L + T) * D
   per request (the tree rows counted dense);
 - roofline = max(bytes / copy bandwidth, FLOPs / bf16 matmul rate), both ceilings measured at the
-  start of the same run (a 2 GiB device-to-device copy counting read + write; an 8192^3 bf16
+  start of the same run (a 1 GiB device-to-device copy, its 2 GiB of reads + writes counted; an 8192^3 bf16
   matmul on random data); "roof %" = roofline time / measured time;
 - ``x SDPA``: torch SDPA with a boolean ``[B, 1, T, L + T]`` mask and ``enable_gqa=True``, same
   inputs, time ratio; ``read us``: reading K and V once through torch (two fp32-accumulating
