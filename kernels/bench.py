@@ -431,6 +431,7 @@ def main(argv=None) -> int:
     parser.add_argument("--sweep-only", action="store_true", help="the sweep alone, no table")
     parser.add_argument("--no-sdpa", action="store_true", help="time the kernel alone (no SDPA baseline)")
     parser.add_argument("--shapes", help="comma-separated shape names of the issue's grid to run (default: all)")
+    parser.add_argument("--list-shapes", action="store_true", help="print the grid's shape names and exit")
     parser.add_argument("--l2-flush", choices=L2_FLUSH_MODES, default="read",
                         help="how L2 is flushed before each timed replay (see l2_flush; default: read)")
     parser.add_argument("--no-read-floor", action="store_true",
@@ -438,6 +439,15 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="write every row as JSON here")
     parser.add_argument("--markdown", help="write the table here")
     args = parser.parse_args(argv)
+    known = [s.name for s in issue_shapes()]
+    if args.list_shapes:
+        print("\n".join(known))
+        return 0
+    if args.shapes:
+        unknown = [name for name in args.shapes.split(",") if name not in known]
+        if unknown:
+            parser.error(f"unknown shape name(s) {', '.join(unknown)}: names look like {known[0]} "
+                         "(--list-shapes prints all 90)")
     if not torch.cuda.is_available():
         print("no CUDA GPU found: the verify benchmark needs one", file=sys.stderr)
         return 2

@@ -43,3 +43,14 @@ def test_table_renders_missing_baselines_as_dashes():
     header, rule, line = table.splitlines()
     assert header.count("|") == rule.count("|") == line.count("|")
     assert "| 1x64/32/4 | memory | 15.4 |" in line and "| - | - |" in line and line.endswith("| yes |")
+
+
+def test_unknown_shape_names_are_refused_before_any_gpu_work(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--shapes", "B8-T9-H32/8/128-L8192,B8-T9-L8k"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown shape name(s) B8-T9-L8k" in err and "--list-shapes" in err
+    assert bench.main(["--list-shapes"]) == 0
+    names = capsys.readouterr().out.split()
+    assert len(names) == 90 and "B8-T9-H32/8/128-L8192" in names
