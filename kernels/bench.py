@@ -332,35 +332,65 @@ def run_accept_commit(layers: int = 36, batch: int = 8, prefix: int = 8192, num_
 
 
 def sweep_variants() -> dict:
-    """Tile / split variants tried side by side by ``--sweep`` (None: the configs table).
+    """Tile / load variants tried side by side by ``--sweep`` (None: the configs table).
 
     Names: n = key rows per tile, m = max query rows, w = warps, s = stages, r = programs
-    resident per SM assumed by the split model; all with the tail tile off; "min128": 128-row
-    tiles only.
+    resident per SM assumed by the split model; "min128": 128-row tiles only; "tma": key tiles
+    through tensor descriptors; "tail16": rows past whole tiles ride in a 16-row tail tile
+    whatever the batch (the planner's tail policy off); the others have the tail tile off.
     """
     from .configs import VerifyConfig
 
+    few = dict(block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2, max_tail_m=0)
+    many = dict(block_n=64, max_block_m=128, num_warps=8, num_stages=3, resident_per_sm=1, max_tail_m=0,
+                min_block_m=128)
     return {
         "table": None,
-        "n32-m64-w4-s3-r2": VerifyConfig(32, 64, 4, 3, resident_per_sm=2, max_tail_m=0),
-        "n64-m128-w8-s3-r1-min128": VerifyConfig(64, 128, 8, 3, resident_per_sm=1, max_tail_m=0, min_block_m=128),
+        "n32-m64-w4-s3-r2": VerifyConfig(**few),
+        "n32-m64-w4-s3-r1": VerifyConfig(**dict(few, resident_per_sm=1)),
+        "n32-m64-w4-s3-r3": VerifyConfig(**dict(few, resident_per_sm=3)),
+        "n32-m64-w4-s3-r2-lazy": VerifyConfig(**few, lazy_rescale=True),
+        "n64-m64-w4-s2-r2-lazy": VerifyConfig(**dict(few, block_n=64, num_stages=2), lazy_rescale=True),
+        "n32-m64-w4-s3-r2-tail16": VerifyConfig(**dict(few, max_tail_m=16)),
+        "n32-m64-w4-s3-r2-tail16-lazy": VerifyConfig(**dict(few, max_tail_m=16), lazy_rescale=True),
+        "n64-m128-w8-s3-r1-min128": VerifyConfig(**many),
+        "n64-m128-w8-s3-r1-min128-tma": VerifyConfig(**many, tma=True),
+        "n64-m128-w8-s3-r1-min128-tma-lazy": VerifyConfig(**many, tma=True, lazy_rescale=True),
     }
 
 
-# (shape, variants) pairs: 65-136 packed rows per KV head, 64-row tiles on 4 warps against
-# 128-row tiles on 8 warps, at batch 1 (where the table keeps the 4-warp tiles) and batch 8 / 32.
-_MID = ("n32-m64-w4-s3-r2", "n64-m128-w8-s3-r1-min128")
+_MANY_TMA = "n64-m128-w8-s3-r1-min128-tma"
+_TAIL_FEW = "n32-m64-w4-s3-r2-tail16"
 
 
 def sweep_plan() -> list[tuple[Shape, tuple]]:
-    return [(Shape(b, t, hq, 8, 128, l), _MID)
-            for b, t, hq, l in ((1, 17, 32, 1024), (1, 17, 32, 8192), (1, 17, 32, 32768), (1, 33, 32, 32768),
-                                (1, 9, 64, 8192), (1, 16, 64, 32768), (32, 17, 32, 1024), (32, 9, 64, 1024),
-                                (8, 17, 32, 8192))]
+    """Round 4, third sweep: where the short-cache rule (4-warp tiles with a tail past 64 rows)
+    should stop (L = 2k, 4k at 68 rows), what it does at Hq = 64 (72 and 136 rows at L1k), and
+    the split model's programs per SM at batch 1 (r = 1, 2, 3: 16, 32, 48 splits at L32k)."""
+    plan = [(Shape(b, 17, 32, 8, 128, l), ("table", _MANY_TMA, _TAIL_FEW))
+            for b in (8, 32) for l in (2048, 4096)]
+    plan += [(Shape(b, t, 64, 8, 128, 1024), ("table", _MANY_TMA))
+             for b, t in ((8, 9), (32, 9), (8, 17), (32, 17))]
+    plan += [(Shape(1, t, 32, 8, 128, l), ("n32-m64-w4-s3-r1", "n32-m64-w4-s3-r2", "n32-m64-w4-s3-r3"))
+             for t, l in ((9, 32768), (16, 32768), (9, 8192))]
+    return plan
 
 
 def sweep_shapes() -> list[Shape]:
     return [shape for shape, _ in sweep_plan()]
+
+
+@contextlib.contextmanager
+def _tail_policy(always: bool):
+    """With ``always``, the planner takes the tail tile wherever the rows allow one."""
+    from . import tree_verify_triton
+
+    saved = tree_verify_triton.TAIL_ONLY_WHEN_FULL
+    tree_verify_triton.TAIL_ONLY_WHEN_FULL = saved and not always
+    try:
+        yield
+    finally:
+        tree_verify_triton.TAIL_ONLY_WHEN_FULL = saved
 
 
 def run_sweep(ceilings: dict, max_seconds: float, started: float) -> list[dict]:
@@ -371,7 +401,9 @@ def run_sweep(ceilings: dict, max_seconds: float, started: float) -> list[dict]:
             if time.time() - started > max_seconds:
                 return rows
             try:
-                row = run_shape(shape, ceilings, False, seed=100 + i, config=variants[name], baselines=False)
+                with _tail_policy(always="tail" in name):
+                    row = run_shape(shape, ceilings, False, seed=100 + i, config=variants[name],
+                                    baselines=False)
             except Exception as exc:
                 row = {"shape": shape.name, "error": f"{type(exc).__name__}: {str(exc)[:100]}"}
             row["variant"] = name

@@ -34,6 +34,11 @@ class VerifyConfig:
     min_block_m:  smallest query tile worth running on these warps: 8 warps are two Hopper
                   warpgroups of 64 rows each, and on a 64-row tile they measured slower than 4
                   warps (PERF.md, round 3), so the 8-warp rows take 128-row tiles only.
+    tma:          load the mask-free key tiles through tensor descriptors (bulk tensor copies,
+                  sm_90 and later) where the cache layout allows one; the partial last tile and
+                  the tree rows keep masked per-element loads.
+    lazy_rescale: rescale the output accumulator only when a row's running max grows by more
+                  than 2**8 (``tree_verify_triton.RESCALE_LOG2``), not at every key tile.
     """
 
     block_n: int
@@ -43,17 +48,20 @@ class VerifyConfig:
     resident_per_sm: int = 1
     max_tail_m: int = 16
     min_block_m: int = 16
+    tma: bool = False
+    lazy_rescale: bool = False
 
 
-# arch -> head_dim -> tiers ((most packed rows, config[, config for small grids]), ...,
+# arch -> head_dim -> tiers ((most packed rows, config[, config for small work]), ...,
 # (None, config)): the first tier whose bound covers T * G packed query rows of one KV head
 # applies; its third entry, where there is one, replaces the config when the call has fewer than
-# SMALL_GRID_HEADS (request, KV head) pairs.
+# SMALL_GRID_HEADS (request, KV head) pairs or at most SHORT_CACHE_ROWS cache rows.
 # Few rows means the call streams K/V (memory bound): 4 warps on 64-row tiles, small enough that
 # two programs share a multiprocessor, so one program's start and end overlap the other's
-# stream. Past 64 rows, one 128-row tile on 8 warps (two warpgroups) with 64-key tiles: each K/V
-# tile then serves all the rows (T = 17 at G = 4: 68 rows), where two 64-row programs would each
-# stream the cache (H200, round 3: B8-T17-L8k 105 us against 116, B32-T17-L8k 324 against 390).
+# stream. Past 64 rows, one 128-row tile on 8 warps (two warpgroups) with 64-key tiles loaded
+# through tensor descriptors: each K/V tile then serves all the rows (T = 17 at G = 4: 68 rows),
+# where two 64-row programs would each stream the cache (H200, rounds 3-4: B8-T17-L8k 96 us
+# against 109, B32-T17-L8k 307 against 388).
 # resident_per_sm comes from the compiled kernels (Triton 3.9's ptxas, sm_90 target, compiled on
 # the CPU; PERF.md): 228 KB shared memory and 64K registers per SM.
 # max_tail_m is 16 where the tail tile compiles without register spills, else 0.
@@ -62,16 +70,25 @@ class VerifyConfig:
 _SM90_MANY = {
     # 192 KB smem at 3 stages: 1 per SM (its tail tile spills 184 B: off)
     64: VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0),
-    128: VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128),
+    # descriptor loads: 3-5 % faster than per-element loads on every shape swept (round 4)
+    128: VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
+                      tma=True),
 }
 
-# With few (request, KV head) pairs (batch 1 at 8 KV heads) the GPU is filled by splitting the
-# cache, and the 8-warp tile's one program per SM gives it half the programs of the 4-warp
-# tile's two: there the 64-row tiles on 4 warps are kept up to 255 rows (H200, round 3).
+# With little work per (request, KV head), the 8-warp tile's one program per SM loses to the
+# 4-warp tile's two: with few pairs (batch 1 at 8 KV heads) the GPU is filled by splitting the
+# cache, and gets half the programs; with a short cache each program's start and end are a large
+# share of it. There the 64-row tiles on 4 warps are kept up to 255 rows, rows past a whole tile
+# riding in a 16-row tail tile where the planner finds the grid full (H200, rounds 3-4:
+# B1-T17-L8k 25.7 us against 34.8, B32-T17-L1k 65.4 against 77.4).
 SMALL_GRID_HEADS = 64
+SHORT_CACHE_ROWS = 2048
 
 _SM90_FEW_128 = VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2,
                              max_tail_m=0)
+# with the tail tile: 255 registers x 128 threads, 73 KB shared memory: still 2 per SM
+_SM90_FEW_128_TAIL = VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2,
+                                  max_tail_m=16)
 
 VERIFY_CONFIGS: dict[str, dict[int, tuple[tuple, ...]]] = {
     "sm_90": {
@@ -80,7 +97,7 @@ VERIFY_CONFIGS: dict[str, dict[int, tuple[tuple, ...]]] = {
              (None, _SM90_MANY[64])),
         # few: 80 KB smem, 180 regs x 128 threads: 2 per SM (3 stages measured 1-6 % faster than 4
         # on the gap shapes in rounds 2 and 3)
-        128: ((64, _SM90_FEW_128), (255, _SM90_MANY[128], _SM90_FEW_128), (None, _SM90_MANY[128])),
+        128: ((64, _SM90_FEW_128), (255, _SM90_MANY[128], _SM90_FEW_128_TAIL), (None, _SM90_MANY[128])),
         # 104 KB smem, 8 warps x 204 regs: 1 per SM (the tail tile spills 216 B: off)
         256: ((None, VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0)),),
     },
@@ -110,16 +127,17 @@ def arch_name(device) -> str:
     return f"sm_{major}{minor}"
 
 
-def verify_config(arch: str, head_dim: int, packed_rows: int = 1, batch_heads: int | None = None) -> VerifyConfig:
+def verify_config(arch: str, head_dim: int, packed_rows: int = 1, batch_heads: int | None = None,
+                  cache_rows: int | None = None) -> VerifyConfig:
     """The table entry for ``arch`` (unknown archs use sm_120's), ``head_dim`` (64, 128 or 256),
-    ``packed_rows`` = T * G query rows per KV head and ``batch_heads`` = batch * KV heads (None:
-    a large grid)."""
+    ``packed_rows`` = T * G query rows per KV head, ``batch_heads`` = batch * KV heads and
+    ``cache_rows`` = the cache's rows per request (None: a large grid, a long cache)."""
     table = VERIFY_CONFIGS.get(arch, VERIFY_CONFIGS["sm_120"])
     if head_dim not in table:
         raise ValueError(f"head dim {head_dim} is not supported; use one of {sorted(table)}")
-    for most_rows, config, *small_grid in table[head_dim]:
+    small_work = ((batch_heads is not None and batch_heads < SMALL_GRID_HEADS)
+                  or (cache_rows is not None and cache_rows <= SHORT_CACHE_ROWS))
+    for most_rows, config, *small in table[head_dim]:
         if most_rows is None or packed_rows <= most_rows:
-            if small_grid and batch_heads is not None and batch_heads < SMALL_GRID_HEADS:
-                return small_grid[0]
-            return config
+            return small[0] if small and small_work else config
     raise AssertionError(f"the {arch} table for head dim {head_dim} has no open-ended last tier")

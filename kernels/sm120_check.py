@@ -121,12 +121,14 @@ def compile_for_sm120(head_dim: int, capability: int = 120) -> list[CompileRepor
     split_block, merge_rows = merge_tiles(1024, head_dim)
     target = GPUTarget("cuda", capability, 32)
     reports = []
-    pointers = {name: "*bf16" for name in ("q_ptr", "k_ptr", "v_ptr", "out_ptr")}
+    # k_desc / v_desc: sm_120 entries load through pointers; the launcher then passes the caches
+    pointers = {name: "*bf16" for name in ("q_ptr", "k_ptr", "v_ptr", "k_desc", "v_desc", "out_ptr")}
     pointers.update(lens_ptr="*i32", mask_ptr="*i32", part_o_ptr="*fp32", part_lse_ptr="*fp32")
     kernels = [
         ("verify_split", _tree_verify_partial_kernel,
          dict(GROUP=4, HEAD_DIM=head_dim, BLOCK_M=cfg.max_block_m, BLOCK_N=cfg.block_n,
-              TAIL_M=cfg.max_tail_m and 16, SINGLE_SPLIT=False, DOT_PRECISION="tf32", UPCAST=False),
+              TAIL_M=cfg.max_tail_m and 16, SINGLE_SPLIT=False, DOT_PRECISION="tf32", UPCAST=False,
+              USE_TMA=False, LAZY_RESCALE=cfg.lazy_rescale),
          dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)),
         ("verify_merge", _tree_verify_merge_kernel,
          dict(GROUP=4, HEAD_DIM=head_dim, MERGE_ROWS=merge_rows, SPLIT_BLOCK=split_block),

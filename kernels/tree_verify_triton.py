@@ -38,18 +38,45 @@ LOG2E = 1.4426950408889634
 POISON_WORKSPACE = False
 
 
+# Lazy rescaling: the running max a row's exponentials are taken against is only moved (and the
+# accumulator rescaled) once some row of the tile has outgrown it by more than this many powers
+# of two; until then p = exp2(score - stale max) <= 2**RESCALE_LOG2, safe in fp32 sums and in the
+# bf16 / fp16 P.V operand. Exact: the stale max cancels in acc / l and in m + log2(l).
+RESCALE_LOG2 = tl.constexpr(8.0)
+
+
 @triton.jit
-def _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION: tl.constexpr):
-    """One online-softmax step over a tile of log2-scaled ``scores`` [BM, BN]."""
+def _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION: tl.constexpr, LAZY: tl.constexpr):
+    """One online-softmax step over a tile of log2-scaled ``scores`` [BM, BN].
+
+    With LAZY, the [BM, D] accumulator is rescaled only in the tiles where the running max
+    moves by more than 2**RESCALE_LOG2 (on random or real scores: the first few tiles), instead
+    of in every tile: a multiply per accumulator element per key tile saved on the path that
+    limits the few-row, memory-bound calls."""
     m_new = tl.maximum(m_i, tl.max(scores, 1))
-    # rows that have seen no visible key yet keep m = -inf; shift by 0 to avoid inf - inf
-    m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.exp2(m_i - m_shift)
-    p = tl.exp2(scores - m_shift[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None]
-    acc = tl.dot(p.to(v_tile.dtype), v_tile, acc, input_precision=DOT_PRECISION)
-    return acc, m_new, l_i
+    if LAZY:
+        # rows that had no visible key yet (m = -inf) and now have one grow by +inf
+        growth = tl.where(m_new > m_i, m_new - m_i, 0.0)
+        if tl.max(growth, 0) > RESCALE_LOG2:
+            m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_shift)
+            l_i = l_i * alpha
+            acc = acc * alpha[:, None]
+            m_i = m_new
+        m_shift = tl.where(m_i == float("-inf"), 0.0, m_i)
+        p = tl.exp2(scores - m_shift[:, None])
+        l_i += tl.sum(p, 1)
+        acc = tl.dot(p.to(v_tile.dtype), v_tile, acc, input_precision=DOT_PRECISION)
+        return acc, m_i, l_i
+    else:
+        # rows that have seen no visible key yet keep m = -inf; shift by 0 to avoid inf - inf
+        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_shift)
+        p = tl.exp2(scores - m_shift[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v_tile.dtype), v_tile, acc, input_precision=DOT_PRECISION)
+        return acc, m_new, l_i
 
 
 @triton.jit
@@ -90,16 +117,17 @@ def _store_rows(acc, m_i, l_i, rows, row_valid, b, head_b, split, kv_head, out_p
 
 @triton.jit
 def _tree_verify_partial_kernel(
-    q_ptr, k_ptr, v_ptr, lens_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr,
+    q_ptr, k_ptr, v_ptr, k_desc, v_desc, lens_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_ks, stride_kh,
     stride_vb, stride_vs, stride_vh,
     stride_mb, stride_mt,
     stride_ob, stride_ot, stride_oh,
-    qk_scale, num_nodes, num_kv_heads, num_m_tiles, num_splits, chunk,
+    qk_scale, num_nodes, num_kv_heads, num_m_tiles, num_splits, chunk, cache_rows,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     TAIL_M: tl.constexpr,
-    SINGLE_SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    SINGLE_SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, USE_TMA: tl.constexpr,
+    LAZY_RESCALE: tl.constexpr,
 ):
     pid = tl.program_id(0)
     split = tl.program_id(1)
@@ -146,17 +174,24 @@ def _tree_verify_partial_kernel(
     hi = tl.minimum(lo + chunk, prefix_len)
     full_end = lo + tl.maximum(hi - lo, 0) // BLOCK_N * BLOCK_N
     # mask-free prefix tiles
+    # rows of this request in the [B * S, Hkv * D] views the descriptors cover
+    desc_row = b * cache_rows
     for start in range(lo, full_end, BLOCK_N):
-        k_tile = tl.load(k_tile_ptrs + start * stride_ks)
-        v_tile = tl.load(v_tile_ptrs + start * stride_vs)
+        if USE_TMA:
+            # bulk tensor copies: no per-element address registers, no per-thread load issue
+            k_tile = k_desc.load([desc_row + start, kv_head * HEAD_DIM])
+            v_tile = v_desc.load([desc_row + start, kv_head * HEAD_DIM])
+        else:
+            k_tile = tl.load(k_tile_ptrs + start * stride_ks)
+            v_tile = tl.load(v_tile_ptrs + start * stride_vs)
         if UPCAST:
             k_tile = k_tile.to(tl.float32)
             v_tile = v_tile.to(tl.float32)
         scores = tl.dot(q, tl.trans(k_tile), input_precision=DOT_PRECISION) * qk_scale
-        acc, m_i, l_i = _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION)
+        acc, m_i, l_i = _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION, LAZY_RESCALE)
         if TAIL_M > 0:
             scores_t = tl.dot(q_t, tl.trans(k_tile), input_precision=DOT_PRECISION) * qk_scale
-            acc_t, m_t, l_t = _online_update(acc_t, m_t, l_t, scores_t, v_tile, DOT_PRECISION)
+            acc_t, m_t, l_t = _online_update(acc_t, m_t, l_t, scores_t, v_tile, DOT_PRECISION, LAZY_RESCALE)
     # the partial last prefix tile of this split
     if full_end < hi:
         in_range = full_end + cols < hi
@@ -167,11 +202,11 @@ def _tree_verify_partial_kernel(
             v_tile = v_tile.to(tl.float32)
         scores = tl.dot(q, tl.trans(k_tile), input_precision=DOT_PRECISION) * qk_scale
         scores = tl.where(in_range[None, :], scores, float("-inf"))
-        acc, m_i, l_i = _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION)
+        acc, m_i, l_i = _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION, LAZY_RESCALE)
         if TAIL_M > 0:
             scores_t = tl.dot(q_t, tl.trans(k_tile), input_precision=DOT_PRECISION) * qk_scale
             scores_t = tl.where(in_range[None, :], scores_t, float("-inf"))
-            acc_t, m_t, l_t = _online_update(acc_t, m_t, l_t, scores_t, v_tile, DOT_PRECISION)
+            acc_t, m_t, l_t = _online_update(acc_t, m_t, l_t, scores_t, v_tile, DOT_PRECISION, LAZY_RESCALE)
     # the tree rows, ancestor-masked, streamed by the split that holds the prefix's last row
     tree_split = tl.maximum(tl.cdiv(prefix_len, chunk) - 1, 0)
     if split == tree_split:
@@ -191,14 +226,14 @@ def _tree_verify_partial_kernel(
                 v_tile = v_tile.to(tl.float32)
             scores = tl.dot(q, tl.trans(k_tile), input_precision=DOT_PRECISION) * qk_scale
             scores = tl.where(visible, scores, float("-inf"))
-            acc, m_i, l_i = _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION)
+            acc, m_i, l_i = _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION, LAZY_RESCALE)
             if TAIL_M > 0:
                 words_t = tl.load(mask_ptrs_t + (tree_node // 32)[None, :],
                                   mask=row_valid_t[:, None] & in_tree[None, :], other=0)
                 visible_t = ((words_t >> (tree_node % 32)[None, :]) & 1) != 0
                 scores_t = tl.dot(q_t, tl.trans(k_tile), input_precision=DOT_PRECISION) * qk_scale
                 scores_t = tl.where(visible_t, scores_t, float("-inf"))
-                acc_t, m_t, l_t = _online_update(acc_t, m_t, l_t, scores_t, v_tile, DOT_PRECISION)
+                acc_t, m_t, l_t = _online_update(acc_t, m_t, l_t, scores_t, v_tile, DOT_PRECISION, LAZY_RESCALE)
 
     _store_rows(acc, m_i, l_i, rows, row_valid, b, head_b, split, kv_head, out_ptr, part_o_ptr, part_lse_ptr,
                 stride_ob, stride_ot, stride_oh, num_splits, rows_pad, GROUP, HEAD_DIM, SINGLE_SPLIT)
@@ -370,7 +405,7 @@ def plan_verify_launch(batch: int, num_nodes: int, q_heads: int, kv_heads: int, 
                        cache_rows: int, device, config=None) -> dict:
     """Tile sizes, split count and grid for one call (pure function of shapes and device)."""
     group = q_heads // kv_heads
-    cfg = config or verify_config(arch_name(device), head_dim, num_nodes * group, batch * kv_heads)
+    cfg = config or verify_config(arch_name(device), head_dim, num_nodes * group, batch * kv_heads, cache_rows)
     return dict(_plan(batch, num_nodes, group, kv_heads, cache_rows, _sm_count(device), cfg,
                       TAIL_ONLY_WHEN_FULL))
 
@@ -397,6 +432,32 @@ def merge_tiles(num_splits: int, head_dim: int) -> tuple[int, int]:
     split_block = max(2, min(triton.next_power_of_2(num_splits), MERGE_ELEMENTS // (2 * head_dim)))
     merge_rows = max(2, min(MERGE_ROWS, MERGE_ELEMENTS // (split_block * head_dim)))
     return split_block, merge_rows
+
+
+def _tma_view_ok(cache) -> bool:
+    """Whether ``cache`` [B, S, Hkv, D] reads as one 2-D [B * S, Hkv * D] tensor with unit
+    stride in its second dim and 16-byte aligned rows, which is what a tensor descriptor needs:
+    heads adjacent (stride D), requests S rows apart. Other layouts keep per-element loads."""
+    batch, rows, heads, head_dim = cache.shape
+    row_stride = cache.stride(1)
+    return (cache.stride(3) == 1 and cache.stride(2) == head_dim and row_stride >= heads * head_dim
+            and (batch == 1 or cache.stride(0) == rows * row_stride)
+            and (row_stride * cache.element_size()) % 16 == 0 and cache.data_ptr() % 16 == 0)
+
+
+def _tma_descriptors(k_cache, v_cache, block_n):
+    """Host-side tensor descriptors of the K and V caches seen as [B * S, Hkv * D], one
+    [block_n, D] box per key tile; (None, None) when either layout does not allow it."""
+    if not (_tma_view_ok(k_cache) and _tma_view_ok(v_cache)):
+        return None, None
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    def describe(cache):
+        batch, rows, heads, head_dim = cache.shape
+        return TensorDescriptor(cache, shape=[batch * rows, heads * head_dim], strides=[cache.stride(1), 1],
+                                block_shape=[block_n, head_dim])
+
+    return describe(k_cache), describe(v_cache)
 
 
 def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask, sm_scale=None,
@@ -449,16 +510,20 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
         if POISON_WORKSPACE:
             part_o.fill_(float("nan"))
             part_lse.fill_(float("nan"))
+    k_desc, v_desc = _tma_descriptors(k_cache, v_cache, cfg.block_n) if cfg.tma else (None, None)
+    use_tma = k_desc is not None
     _tree_verify_partial_kernel[plan["grid"]](
-        q, k_cache, v_cache, cache_lens, ancestor_mask, out, part_o, part_lse,
+        q, k_cache, v_cache, k_desc if use_tma else k_cache, v_desc if use_tma else v_cache,
+        cache_lens, ancestor_mask, out, part_o, part_lse,
         q.stride(0), q.stride(1), q.stride(2),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         ancestor_mask.stride(0), ancestor_mask.stride(1),
         out.stride(0), out.stride(1), out.stride(2),
-        scale, num_nodes, kv_heads, num_m_tiles, splits, plan["chunk"],
+        scale, num_nodes, kv_heads, num_m_tiles, splits, plan["chunk"], k_cache.shape[1],
         GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=cfg.block_n, TAIL_M=tail_m,
-        SINGLE_SPLIT=single, DOT_PRECISION=precision, UPCAST=upcast,
+        SINGLE_SPLIT=single, DOT_PRECISION=precision, UPCAST=upcast, USE_TMA=use_tma,
+        LAZY_RESCALE=cfg.lazy_rescale,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if not single:

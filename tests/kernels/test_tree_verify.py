@@ -116,25 +116,92 @@ def test_tail_tile_and_many_splits(num_nodes, group, lens, head_dim, dtype, spli
     assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, f"tail T={num_nodes} G={group}")
 
 
+# Key tiles through tensor descriptors (the sm_90 path), on layouts that allow one and on some
+# that do not (the launcher then keeps per-element loads): (T, G, [L_b], D, dtype, splits, layout).
+TMA_CASES = [
+    (17, 4, [200, 67], 64, torch.bfloat16, None, "contiguous"),
+    (9, 2, [150], 128, torch.float16, 3, "contiguous"),
+    (16, 4, [130, 129], 64, torch.float16, 2, "padded_rows"),     # row stride past Hkv * D: allowed
+    (9, 4, [120, 40], 64, torch.bfloat16, None, "heads_apart"),   # [B, H, S, D] storage: not allowed
+]
+
+
+def _lay_out(cache, layout):
+    """The same values in another storage layout."""
+    if layout == "padded_rows":
+        batch, rows, heads, head_dim = cache.shape
+        wide = torch.full((batch, rows, heads + 1, head_dim), float("nan"), dtype=cache.dtype, device=cache.device)
+        wide[:, :, :heads] = cache
+        return wide[:, :, :heads]
+    if layout == "heads_apart":
+        return cache.transpose(1, 2).contiguous().transpose(1, 2)
+    return cache
+
+
+# Lazy rescaling keeps a stale running max until some row outgrows it by 2**8: scores that rise
+# along the prefix (keys scaled up row by row) make the max move in steps both under and over
+# that bound, so tiles run with a stale max and tiles rescale; (T, G, [L_b], dtype, splits, rise).
+LAZY_CASES = [
+    (17, 4, [300, 190], torch.float16, None, 0.05),
+    (9, 2, [260], torch.bfloat16, 3, 0.2),
+    (16, 4, [200, 3], torch.float32, 2, 0.0),      # plain random scores
+    (33, 1, [97, 0], torch.float16, None, 1.0),    # steep: a rescale in nearly every tile
+]
+
+
+@needs_triton
+@pytest.mark.parametrize("num_nodes,group,lens,dtype,splits,rise", LAZY_CASES)
+def test_lazy_rescale_matches_reference(num_nodes, group, lens, dtype, splits, rise, monkeypatch):
+    from specdec_kernels.configs import VerifyConfig
+
+    config = VerifyConfig(block_n=16, max_block_m=32, num_warps=4, num_stages=1, lazy_rescale=True)
+    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, num_nodes, "best_first", group, 2, 64, dtype,
+                                                  seed=11 * num_nodes + group)
+    ramp = 1.0 + rise * torch.arange(k.shape[1], device=k.device, dtype=torch.float32)
+    k = (k.float() * ramp[None, :, None, None]).to(dtype)
+    ref = float64_reference(q, k, v, lens_t, mask)
+    out = run_triton(q, k, v, lens_t, mask, splits, monkeypatch, config=config)
+    assert_rows_close(out, ref, dtype, f"lazy rescale, rise {rise}")
+
+
+@needs_triton
+@pytest.mark.parametrize("num_nodes,group,lens,head_dim,dtype,splits,layout", TMA_CASES)
+def test_descriptor_loads_match_reference(num_nodes, group, lens, head_dim, dtype, splits, layout, monkeypatch):
+    from specdec_kernels.configs import VerifyConfig
+    from specdec_kernels.tree_verify_triton import _tma_descriptors
+
+    config = VerifyConfig(block_n=16, max_block_m=64, num_warps=4, num_stages=1, tma=True)
+    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, num_nodes, "best_first", group, 2, head_dim, dtype,
+                                                  seed=7 * num_nodes + group)
+    k, v = _lay_out(k, layout), _lay_out(v, layout)
+    described = _tma_descriptors(k, v, config.block_n)[0] is not None
+    assert described == (layout != "heads_apart"), layout
+    out = run_triton(q, k, v, lens_t, mask, splits, monkeypatch, config=config)
+    assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, f"descriptor loads, {layout}")
+
+
 def test_config_tiers_by_rows_arch_and_grid():
     """sm_90 head dim 128: 4 warps on 64-row tiles up to 64 packed rows; past that one 128-row
-    tile on 8 warps, except on small grids (batch 1) up to 255 rows; sm_120 and unknown archs
-    never leave 64-row tiles on 8 warps."""
-    from specdec_kernels.configs import verify_config
+    tile on 8 warps with descriptor loads, except on small grids (batch 1) or short caches up to
+    255 rows (4 warps, tail tile allowed); sm_120 and unknown archs never leave 64-row tiles on 8
+    warps, nor load through descriptors."""
+    from specdec_kernels.configs import SHORT_CACHE_ROWS, verify_config
 
     def shape(cfg):
-        return cfg.num_warps, cfg.max_block_m, cfg.min_block_m
+        return cfg.num_warps, cfg.max_block_m, cfg.min_block_m, cfg.max_tail_m, cfg.tma
 
-    assert shape(verify_config("sm_90", 128, 64, 256)) == (4, 64, 16)
-    assert shape(verify_config("sm_90", 128, 68, 64)) == (8, 128, 128)    # B8, T17, G4
-    assert shape(verify_config("sm_90", 128, 68, 8)) == (4, 64, 16)       # B1
-    assert shape(verify_config("sm_90", 128, 260, 8)) == (8, 128, 128)    # T65: many rows at any batch
-    assert shape(verify_config("sm_90", 128, 68)) == (8, 128, 128)        # grid unknown: large
+    assert shape(verify_config("sm_90", 128, 64, 256)) == (4, 64, 16, 0, False)
+    assert shape(verify_config("sm_90", 128, 68, 64, 8209)) == (8, 128, 128, 0, True)     # B8, T17, G4, L8k
+    assert shape(verify_config("sm_90", 128, 68, 8, 8209)) == (4, 64, 16, 16, False)      # B1
+    assert shape(verify_config("sm_90", 128, 68, 256, 1041)) == (4, 64, 16, 16, False)    # B32, L1k
+    assert shape(verify_config("sm_90", 128, 68, 256, SHORT_CACHE_ROWS + 1))[0] == 8
+    assert shape(verify_config("sm_90", 128, 260, 8, 1089)) == (8, 128, 128, 0, True)     # T65: any batch
+    assert shape(verify_config("sm_90", 128, 68)) == (8, 128, 128, 0, True)               # unknown: large
     assert verify_config("sm_100", 128, 68, 64) == verify_config("sm_90", 128, 68, 64)
     for arch in ("sm_120", "sm_89"):
         for rows in (1, 68, 260):
             cfg = verify_config(arch, 128, rows, 8)
-            assert cfg.max_block_m <= 64 and cfg.num_warps == 8
+            assert cfg.max_block_m <= 64 and cfg.num_warps == 8 and not cfg.tma
     with pytest.raises(ValueError, match="head dim 96"):
         verify_config("sm_90", 96)
 
