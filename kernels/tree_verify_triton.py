@@ -305,9 +305,14 @@ def _tree_verify_merge_kernel(
 TILE_COST_ROWS = 32
 
 # Split-count model (see _pick_splits): a program's fixed cost (prologue, pipeline fill, tree
-# tile, epilogue) and the merge launch's, both in key rows of one program's stream.
+# tile, epilogue) and the merge launch's, both in key rows of one program's stream, and what
+# each split adds to the merge (its partials written and read back, its share of the merge's
+# chain of loads). The last was fitted on an H200 (PERF.md, round 4): at batch 1, 16 splits
+# against 32 took 54.8 / 50.5 us at L32k and 23.4 / 26.3 us at L8k, i.e. ~9.4 ns a key row and
+# ~5.3 us more merge for the 16 extra splits: ~35 key rows a split.
 PROGRAM_COST_KEYS = 256
 MERGE_COST_KEYS = 192
+MERGE_COST_KEYS_PER_SPLIT = 35
 
 
 def _pick_block_m(packed_rows: int, max_block_m: int, min_block_m: int = 16) -> int:
@@ -352,12 +357,16 @@ def _pick_splits(base_programs: int, prefix_rows: int, block_n: int, slots: int,
     ``slots`` programs run at once (resident programs per SM x SMs); programs of one wave take
     as long as the longest, so the time is about waves x (chunk + PROGRAM_COST_KEYS), plus the
     merge (its launch, and writing + reading the fp32 partials, ~2 x splits x rows key rows of
-    traffic per head, spread over the slots). Candidate split counts are those that fill a
-    whole number of waves, plus 1. Pure integer work, done once per shape (cached).
+    traffic per head, spread over the slots, plus a fixed cost per split). Candidate split counts
+    are those that fill a whole number of waves, the powers of two within one wave, and 1. Pure
+    integer work, done once per shape (cached).
     """
     prefix_rows = max(prefix_rows, 1)
     max_splits = max(1, prefix_rows // MIN_SPLIT_KEYS)
+    # whole waves, and the powers of two under one wave (half a wave of programs that each stream
+    # twice as far can beat a full one once the merge's per-split cost is counted: batch 1, L8k)
     candidates = {1} | {min(max_splits, max(1, k * slots // base_programs)) for k in range(1, 9)}
+    candidates |= {1 << j for j in range(max_splits.bit_length()) if (1 << j) * base_programs <= slots}
     best = None
     for wanted in sorted(candidates):
         chunk = triton.cdiv(triton.cdiv(prefix_rows, wanted), block_n) * block_n
@@ -365,7 +374,7 @@ def _pick_splits(base_programs: int, prefix_rows: int, block_n: int, slots: int,
         waves = triton.cdiv(base_programs * splits, slots)
         cost = waves * (chunk + PROGRAM_COST_KEYS)
         if splits > 1:
-            cost += MERGE_COST_KEYS + triton.cdiv(2 * splits * rows * heads, slots)
+            cost += MERGE_COST_KEYS + triton.cdiv(2 * splits * rows * heads, slots) + MERGE_COST_KEYS_PER_SPLIT * splits
         if best is None or cost < best[0]:
             best = (cost, chunk, splits)
     return best[1], best[2]

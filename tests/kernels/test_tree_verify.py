@@ -207,7 +207,8 @@ def test_config_tiers_by_rows_arch_and_grid():
 
 
 def test_query_tiles_and_split_plan():
-    """Pure planning: T = 2^k + 1 rides in a tail tile; the split count fills whole waves."""
+    """Pure planning: T = 2^k + 1 rides in a tail tile; the split count fills whole waves, or
+    half a wave where the merge would cost more than the extra splits save."""
     from specdec_kernels.tree_verify_triton import _pick_splits, merge_tiles, pick_query_tiles
 
     assert pick_query_tiles(64, 64, 16) == (64, 1, 0)
@@ -236,6 +237,10 @@ def test_query_tiles_and_split_plan():
         assert base * splits <= max(base, 8 * slots)
     assert _pick_splits(64, 8192, 32, 264, 64, 36)[1] == 4      # B8, L8k: 256 programs, one wave
     assert _pick_splits(256, 1024, 32, 264, 256, 36)[1] == 1    # B32, L1k: no split, no merge
+    # batch 1: a full wave of 32 splits at L32k, but half a wave of 16 at L8k, where 32 splits of
+    # 256 keys cost more in the merge than they save (H200, PERF.md round 4)
+    assert _pick_splits(8, 32768, 32, 264, 8, 36)[1] == 32
+    assert _pick_splits(8, 8192, 32, 264, 8, 36)[1] == 16
     for splits in (2, 5, 17, 64, 300):
         for head_dim in (64, 128, 256):
             block, rows = merge_tiles(splits, head_dim)
