@@ -5,6 +5,7 @@ Importable as ``specdec_kernels`` (never as ``kernels``). Every operation takes
 ``TRITON_INTERPRET=1`` and the torch reference otherwise. Triton is imported lazily.
 """
 
+from .accept_commit import tree_accept_and_commit
 from .ddtree_build import build_ddtree
 from .kv_commit import commit_accepted_kv
 from .tree_accept import AcceptResult, tree_accept_greedy
@@ -17,6 +18,7 @@ __all__ = [
     "ancestor_mask_from_parents",
     "build_ddtree",
     "commit_accepted_kv",
+    "tree_accept_and_commit",
     "tree_accept_greedy",
     "tree_verify_attention",
     "unpack_ancestor_mask",

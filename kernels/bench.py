@@ -23,8 +23,9 @@ best-first tree of T nodes per request), all measured in one run:
 - correctness on every timed shape: the kernel's output against a float32 reference per
   request (row relative error, bf16 bound 3e-2); SDPA's error is reported beside it.
 A shape whose check fails is reported as FAILED and the exit status is 1.
-Also timed: greedy accept + KV commit (all layers, one launch each) at batch 8, prefix 8k, T 17,
-with CUDA's sync-debug mode set to error, so a host synchronisation would raise.
+Also timed: greedy accept + KV commit (all layers) at batch 8, prefix 8k, T 17, fused in one launch
+(``tree_accept_and_commit``) and as the two operations in sequence, with CUDA's sync-debug mode
+set to error, so a host synchronisation would raise.
 """
 
 from __future__ import annotations
@@ -287,7 +288,9 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, config=N
 
 def run_accept_commit(layers: int = 36, batch: int = 8, prefix: int = 8192, num_nodes: int = 17,
                       q_heads: int = 32, kv_heads: int = 8, head_dim: int = 128, seed: int = 0) -> dict:
-    """Greedy accept + KV commit for all layers vs one layer's (and all layers') verify attention."""
+    """Greedy accept + KV commit for all layers vs one layer's (and all layers') verify attention:
+    the fused operation (one launch, what the engine calls) and the two operations in sequence."""
+    from .accept_commit import tree_accept_and_commit
     from .kv_commit import commit_accepted_kv
     from .tree_accept import tree_accept_greedy
     from .tree_verify_triton import tree_verify_attention_triton
@@ -308,15 +311,20 @@ def run_accept_commit(layers: int = 36, batch: int = 8, prefix: int = 8192, num_
     cache_v = torch.randn_like(cache_k)
 
     def accept_commit():
+        return tree_accept_and_commit(tokens, parents, argmax, cache_k, cache_v, lens)
+
+    def accept_then_commit():
         res = tree_accept_greedy(tokens, parents, argmax)
         commit_accepted_kv(cache_k, cache_v, lens, res.path, res.path_len)
         return res
 
-    res = accept_commit()
+    res, separate = accept_commit(), accept_then_commit()
+    same = all(torch.equal(a, b) for a, b in zip(res, separate))
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         accept_commit()
+        accept_then_commit()
         tree_verify_attention_triton(q, k, v, lens, mask)
         no_sync = True
     except RuntimeError:
@@ -324,9 +332,11 @@ def run_accept_commit(layers: int = 36, batch: int = 8, prefix: int = 8192, num_
     finally:
         torch.cuda.set_sync_debug_mode("default")
     ac_us = time_in_graph(accept_commit, [()])
+    separate_us = time_in_graph(accept_then_commit, [()])
     attn_us = time_in_graph(tree_verify_attention_triton, [(q, k, v, lens, mask)])
     return {"layers": layers, "batch": batch, "prefix": prefix, "num_nodes": num_nodes,
             "mean_path_len": float(res.path_len.float().mean()), "accept_commit_us": ac_us,
+            "accept_then_commit_us": separate_us, "fused_matches_separate": same,
             "attention_us_one_layer": attn_us, "ratio_to_all_layers": ac_us / (attn_us * layers),
             "ratio_to_one_layer": ac_us / attn_us, "no_host_sync": no_sync}
 

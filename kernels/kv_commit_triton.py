@@ -30,6 +30,33 @@ def _step_source(path_row_ptr, i, path_len):
 
 
 @triton.jit
+def _move_four(k_base, v_base, i, s0, s1, s2, s3, in_row, stride_ks, stride_vs):
+    """Steps i .. i + 3 of the walk: rows s0 .. s3 (tree offsets) to rows i .. i + 3; a step whose
+    source is its own row (in place, or past the path) moves nothing. All loads, then all stores."""
+    no_move = tl.zeros_like(in_row.to(tl.int64))
+    m0 = in_row & (no_move + s0 != i)
+    m1 = in_row & (no_move + s1 != i + 1)
+    m2 = in_row & (no_move + s2 != i + 2)
+    m3 = in_row & (no_move + s3 != i + 3)
+    k0 = tl.load(k_base + s0 * stride_ks, mask=m0)
+    k1 = tl.load(k_base + s1 * stride_ks, mask=m1)
+    k2 = tl.load(k_base + s2 * stride_ks, mask=m2)
+    k3 = tl.load(k_base + s3 * stride_ks, mask=m3)
+    v0 = tl.load(v_base + s0 * stride_vs, mask=m0)
+    v1 = tl.load(v_base + s1 * stride_vs, mask=m1)
+    v2 = tl.load(v_base + s2 * stride_vs, mask=m2)
+    v3 = tl.load(v_base + s3 * stride_vs, mask=m3)
+    tl.store(k_base + i * stride_ks, k0, mask=m0)
+    tl.store(k_base + (i + 1) * stride_ks, k1, mask=m1)
+    tl.store(k_base + (i + 2) * stride_ks, k2, mask=m2)
+    tl.store(k_base + (i + 3) * stride_ks, k3, mask=m3)
+    tl.store(v_base + i * stride_vs, v0, mask=m0)
+    tl.store(v_base + (i + 1) * stride_vs, v1, mask=m1)
+    tl.store(v_base + (i + 2) * stride_vs, v2, mask=m2)
+    tl.store(v_base + (i + 3) * stride_vs, v3, mask=m3)
+
+
+@triton.jit
 def _commit_kernel(k_ptr, v_ptr, lens_ptr, path_ptr, path_len_ptr,
                    stride_kl, stride_kb, stride_ks, stride_vl, stride_vb, stride_vs, stride_pathb,
                    row_elems, BLOCK: tl.constexpr):
@@ -37,54 +64,40 @@ def _commit_kernel(k_ptr, v_ptr, lens_ptr, path_ptr, path_len_ptr,
     b = tl.program_id(1).to(tl.int64)
     offs = tl.program_id(2) * BLOCK + tl.arange(0, BLOCK)
     in_row = offs < row_elems
-    no_move = tl.zeros_like(offs)
     prefix_len = tl.load(lens_ptr + b).to(tl.int64)
     path_len = tl.load(path_len_ptr + b)
     path_row = path_ptr + b * stride_pathb
     k_base = k_ptr + layer * stride_kl + b * stride_kb + prefix_len * stride_ks + offs
     v_base = v_ptr + layer * stride_vl + b * stride_vb + prefix_len * stride_vs + offs
     for i in range(1, path_len, 4):  # path[0] == 0: the root is already in place
-        s0 = _step_source(path_row, i, path_len)
-        s1 = _step_source(path_row, i + 1, path_len)
-        s2 = _step_source(path_row, i + 2, path_len)
-        s3 = _step_source(path_row, i + 3, path_len)
-        m0 = in_row & (no_move + s0 != i)
-        m1 = in_row & (no_move + s1 != i + 1)
-        m2 = in_row & (no_move + s2 != i + 2)
-        m3 = in_row & (no_move + s3 != i + 3)
-        k0 = tl.load(k_base + s0 * stride_ks, mask=m0)
-        k1 = tl.load(k_base + s1 * stride_ks, mask=m1)
-        k2 = tl.load(k_base + s2 * stride_ks, mask=m2)
-        k3 = tl.load(k_base + s3 * stride_ks, mask=m3)
-        v0 = tl.load(v_base + s0 * stride_vs, mask=m0)
-        v1 = tl.load(v_base + s1 * stride_vs, mask=m1)
-        v2 = tl.load(v_base + s2 * stride_vs, mask=m2)
-        v3 = tl.load(v_base + s3 * stride_vs, mask=m3)
-        tl.store(k_base + i * stride_ks, k0, mask=m0)
-        tl.store(k_base + (i + 1) * stride_ks, k1, mask=m1)
-        tl.store(k_base + (i + 2) * stride_ks, k2, mask=m2)
-        tl.store(k_base + (i + 3) * stride_ks, k3, mask=m3)
-        tl.store(v_base + i * stride_vs, v0, mask=m0)
-        tl.store(v_base + (i + 1) * stride_vs, v1, mask=m1)
-        tl.store(v_base + (i + 2) * stride_vs, v2, mask=m2)
-        tl.store(v_base + (i + 3) * stride_vs, v3, mask=m3)
+        _move_four(k_base, v_base, i, _step_source(path_row, i, path_len), _step_source(path_row, i + 1, path_len),
+                   _step_source(path_row, i + 2, path_len), _step_source(path_row, i + 3, path_len),
+                   in_row, stride_ks, stride_vs)
+
+
+def commit_grid(k_cache):
+    """(layers, B, row blocks): one program per BLOCK elements of one (layer, request) row."""
+    layers, batch, _, kv_heads, head_dim = k_cache.shape
+    return layers, batch, triton.cdiv(kv_heads * head_dim, BLOCK)
+
+
+def check_commit_layout(k_cache, v_cache):
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if cache.stride(4) != 1 or cache.stride(3) != cache.shape[4]:
+            raise ValueError(f"{name} needs contiguous (Hkv, D) rows; got strides {cache.stride()}")
 
 
 def commit_accepted_kv_triton(k_cache, v_cache, cache_lens, path, path_len):
     """Launcher: one launch for all layers, both caches. Each cache row's (Hkv, D) block must be
     contiguous (strides D and 1); layer, batch and row strides are free."""
+    check_commit_layout(k_cache, v_cache)
     layers, batch, _, kv_heads, head_dim = k_cache.shape
-    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if cache.stride(4) != 1 or cache.stride(3) != head_dim:
-            raise ValueError(f"{name} needs contiguous (Hkv, D) rows; got strides {cache.stride()}")
-    row_elems = kv_heads * head_dim
     if layers == 0 or batch == 0:
         return
     path = path.contiguous()
-    grid = (layers, batch, triton.cdiv(row_elems, BLOCK))
-    _commit_kernel[grid](
+    _commit_kernel[commit_grid(k_cache)](
         k_cache, v_cache, cache_lens.contiguous(), path, path_len.contiguous(),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), path.stride(0),
-        row_elems, BLOCK=BLOCK, num_warps=4,
+        kv_heads * head_dim, BLOCK=BLOCK, num_warps=4,
     )

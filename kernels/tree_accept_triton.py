@@ -15,10 +15,10 @@ import triton.language as tl
 
 
 @triton.jit
-def _tree_accept_kernel(tokens_ptr, parents_ptr, argmax_ptr, path_ptr, path_len_ptr, bonus_ptr,
-                        stride_tb, stride_pb, stride_ab, stride_pathb, num_nodes,
-                        BLOCK_T: tl.constexpr):
-    b = tl.program_id(0).to(tl.int64)
+def _greedy_walk(tokens_ptr, parents_ptr, argmax_ptr, b, stride_tb, stride_pb, stride_ab, num_nodes,
+                 BLOCK_T: tl.constexpr):
+    """Request b's accepted path in registers: (lanes, path with -1 past its end, its length,
+    the bonus token). Shared with the fused accept + commit kernel."""
     lane = tl.arange(0, BLOCK_T)
     in_tree = lane < num_nodes
     tokens = tl.load(tokens_ptr + b * stride_tb + lane, mask=in_tree, other=-1)
@@ -37,10 +37,39 @@ def _tree_accept_kernel(tokens_ptr, parents_ptr, argmax_ptr, path_ptr, path_len_
         current = child
         want = tl.sum(tl.where(lane == current, argmax, 0))
         child = tl.min(tl.where(is_draft & (parents == current) & (tokens == want), lane, BLOCK_T))
+    return lane, path, length, want
 
-    tl.store(path_ptr + b * stride_pathb + lane, path.to(tl.int32), mask=in_tree)
+
+@triton.jit
+def _tree_accept_kernel(tokens_ptr, parents_ptr, argmax_ptr, path_ptr, path_len_ptr, bonus_ptr,
+                        stride_tb, stride_pb, stride_ab, stride_pathb, num_nodes,
+                        BLOCK_T: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    lane, path, length, want = _greedy_walk(tokens_ptr, parents_ptr, argmax_ptr, b, stride_tb, stride_pb,
+                                            stride_ab, num_nodes, BLOCK_T)
+    tl.store(path_ptr + b * stride_pathb + lane, path.to(tl.int32), mask=lane < num_nodes)
     tl.store(path_len_ptr + b, length.to(tl.int32))
     tl.store(bonus_ptr + b, want.to(tl.int64))
+
+
+def accept_block_t(num_nodes: int) -> int:
+    """Lanes of the walk: T rounded up to a power of two, at least 16."""
+    return max(16, triton.next_power_of_2(num_nodes))
+
+
+def prepare_accept_inputs(tokens, parents, target_argmax, out=None):
+    """Contiguous inputs in the kernel's dtypes, and the (path, path_len, bonus) outputs."""
+    from .tree_accept import AcceptResult
+
+    batch, num_nodes = tokens.shape
+    device = tokens.device
+    inputs = (tokens.contiguous(), parents.to(torch.int32).contiguous(),
+              target_argmax.to(torch.int64).contiguous())
+    if out is None:
+        out = AcceptResult(torch.empty(batch, num_nodes, dtype=torch.int32, device=device),
+                           torch.empty(batch, dtype=torch.int32, device=device),
+                           torch.empty(batch, dtype=torch.int64, device=device))
+    return inputs, out
 
 
 def tree_accept_greedy_triton(tokens, parents, target_argmax, out=None):
@@ -49,18 +78,11 @@ def tree_accept_greedy_triton(tokens, parents, target_argmax, out=None):
     from .tree_accept import AcceptResult
 
     batch, num_nodes = tokens.shape
-    device = tokens.device
-    tokens = tokens.contiguous()
-    parents = parents.to(torch.int32).contiguous()
-    target_argmax = target_argmax.to(torch.int64).contiguous()
-    if out is None:
-        out = AcceptResult(torch.empty(batch, num_nodes, dtype=torch.int32, device=device),
-                           torch.empty(batch, dtype=torch.int32, device=device),
-                           torch.empty(batch, dtype=torch.int64, device=device))
+    (tokens, parents, target_argmax), out = prepare_accept_inputs(tokens, parents, target_argmax, out)
     if batch:
         _tree_accept_kernel[(batch,)](
             tokens, parents, target_argmax, out.path, out.path_len, out.bonus,
             tokens.stride(0), parents.stride(0), target_argmax.stride(0), out.path.stride(0),
-            num_nodes, BLOCK_T=max(16, triton.next_power_of_2(num_nodes)), num_warps=1,
+            num_nodes, BLOCK_T=accept_block_t(num_nodes), num_warps=1,
         )
     return AcceptResult(*out)

@@ -6,9 +6,10 @@
 #   check  the sweep, then the kernel suite and the GPU bench tests
 #   final  the issue's whole grid with SDPA and FlexAttention, then the kernel suite and the
 #          GPU bench tests
+#   commit accept + commit alone (fused and separate), their kernel tests, the GPU bench tests
 # Results land under $OUT.
 set -u
-stage=${1:?usage: scripts/h200_verify_round4.sh sweep|check|final}
+stage=${1:?usage: scripts/h200_verify_round4.sh sweep|check|final|commit}
 OUT=${OUT:-/tmp/out}
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
@@ -46,5 +47,19 @@ final)
   echo "== bench rc=$?"; grep -E '^\{"date' "$OUT/bench.log" | cut -c1-400; tail -2 "$OUT/bench.log" | cut -c1-400
   echo "table rows: $(grep -cE '^\| B' "$OUT/bench.log")"
   suite
+  ;;
+commit)
+  timeout 120 python3 -m pytest tests/kernels/test_accept_commit.py tests/kernels/test_kv_commit.py \
+    tests/kernels/test_tree_accept.py tests/kernels/test_verify_step.py -q -p no:cacheprovider -n 8 \
+    >"$OUT/commit_tests.log" 2>&1
+  echo "== accept/commit kernel tests rc=$?"; tail -2 "$OUT/commit_tests.log"
+  for i in 1 2 3; do
+    timeout 60 python3 -c "import json; from specdec_kernels.bench import run_accept_commit as r; print(json.dumps(r()))"
+  done
+  timeout 150 python3 -m pytest tests/bench/test_verify_kernel.py -rA -p no:cacheprovider -p no:xdist \
+    >"$OUT/bench_tests.log" 2>&1
+  echo "== bench tests rc=$?"
+  grep -E "PASSED|FAILED|XFAIL|ERROR|passed|failed" "$OUT/bench_tests.log" | cut -c1-300 | tail -12
+  grep -E "^E +AssertionError" "$OUT/bench_tests.log" | cut -c1-300
   ;;
 esac

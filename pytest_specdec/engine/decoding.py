@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from specdec_kernels import build_ddtree, commit_accepted_kv, tree_accept_greedy
+from specdec_kernels import build_ddtree, tree_accept_and_commit
 
 from .drafter import BlockDrafter
 from .model import TargetModel
@@ -124,8 +124,8 @@ class SpeculativeDecoder:
         tokens = tree.tokens
         logits = self.model.verify(tokens, tree.depths, cache_lens, tree.ancestor_mask, k_cache, v_cache,
                                    kernel_impl=impl, host_lens=self.lens[:n])
-        accept = tree_accept_greedy(tokens, tree.parents, logits.argmax(-1), impl=impl)
-        commit_accepted_kv(k_cache, v_cache, cache_lens, accept.path, accept.path_len, impl=impl)
+        accept = tree_accept_and_commit(tokens, tree.parents, logits.argmax(-1), k_cache, v_cache, cache_lens,
+                                        impl=impl)
         cache_lens += accept.path_len
         roots.copy_(accept.bonus)
         # One device-to-host copy per step: the path's tokens, its length and the bonus token.

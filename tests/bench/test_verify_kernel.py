@@ -70,5 +70,6 @@ def test_accept_and_commit_are_cheap_and_never_sync():
 
     result = run_accept_commit()
     assert result["no_host_sync"], "accept/commit/verify synchronised with the host"
+    assert result["fused_matches_separate"], "the fused accept + commit disagrees with the two operations"
     # the stricter reading: one accept + one all-layer commit against ONE layer's attention
     assert result["ratio_to_one_layer"] <= 0.10, result

@@ -1,0 +1,57 @@
+"""``tree_accept_and_commit``: greedy acceptance and the KV commit of its path, as one operation.
+
+The same result as :func:`tree_accept_greedy` followed by :func:`commit_accepted_kv`. On the
+GPU it is one launch instead of two: every commit program walks its request's tree itself (T
+lanes, a few vector steps, inputs that fit in a cache line or two) rather than waiting for an
+accept kernel to finish and reading its path back from memory. At batch 8, prefix 8k, T = 17
+the two launches took about a tenth of one layer's verify attention on an H200 (PERF.md), the
+issue's bound, once that attention had got faster.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from .impl import resolve_impl
+from .kv_commit import commit_accepted_kv_reference
+from .tree_accept import AcceptResult, check_accept_args, tree_accept_greedy_reference
+
+
+def check_caches_fit(tokens: Tensor, k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor) -> None:
+    if k_cache.dim() != 5 or v_cache.shape != k_cache.shape:
+        raise ValueError(
+            f"k_cache and v_cache must both be [layers, B, S, Hkv, D]; got {tuple(k_cache.shape)}, "
+            f"{tuple(v_cache.shape)}"
+        )
+    batch, num_nodes = tokens.shape
+    if k_cache.shape[1] != batch or cache_lens.shape != (batch,):
+        raise ValueError(f"tokens hold B={batch} requests, but the caches hold {k_cache.shape[1]} and "
+                         f"cache_lens has shape {tuple(cache_lens.shape)}; all three must agree")
+    if num_nodes > k_cache.shape[2]:
+        raise ValueError(f"T={num_nodes} tree rows do not fit in S={k_cache.shape[2]} cache rows")
+
+
+def tree_accept_and_commit_reference(tokens: Tensor, parents: Tensor, target_argmax: Tensor,
+                                     k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor) -> AcceptResult:
+    """Torch reference: the two references in sequence."""
+    result = tree_accept_greedy_reference(tokens, parents, target_argmax)
+    commit_accepted_kv_reference(k_cache, v_cache, cache_lens, result.path, result.path_len)
+    return result
+
+
+def tree_accept_and_commit(tokens: Tensor, parents: Tensor, target_argmax: Tensor, k_cache: Tensor,
+                           v_cache: Tensor, cache_lens: Tensor, impl: str = "auto") -> AcceptResult:
+    """Accept greedily, then move the accepted rows into place in every layer.
+
+    tokens, parents, target_argmax: as for :func:`tree_accept_greedy` ([B, T]).
+    k_cache, v_cache, cache_lens:   as for :func:`commit_accepted_kv` ([layers, B, S, Hkv, D],
+                                    modified in place; [B] prefix lengths, not modified).
+    Returns the :class:`AcceptResult`; never synchronises with the host.
+    """
+    check_accept_args(tokens, parents, target_argmax)
+    check_caches_fit(tokens, k_cache, v_cache, cache_lens)
+    if resolve_impl(impl, tokens, parents, target_argmax, k_cache, v_cache) == "torch":
+        return tree_accept_and_commit_reference(tokens, parents, target_argmax, k_cache, v_cache, cache_lens)
+    from .accept_commit_triton import tree_accept_and_commit_triton
+
+    return tree_accept_and_commit_triton(tokens, parents, target_argmax, k_cache, v_cache, cache_lens)

@@ -1,0 +1,73 @@
+"""Triton kernel for :func:`specdec_kernels.tree_accept_and_commit` (imported lazily).
+
+The commit kernel's grid ``(layers, B, row blocks)``; each program first walks its request's
+tree (the accept kernel's walk, in registers), then moves that request's rows four steps at a
+time exactly as the commit kernel does, taking each step's source from the path in registers.
+The program of layer 0, row block 0 also writes the path, its length and the bonus token.
+Every program of a request computes the same walk from the same inputs, so they agree.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .kv_commit_triton import BLOCK, _move_four, check_commit_layout, commit_grid
+from .tree_accept_triton import _greedy_walk, accept_block_t, prepare_accept_inputs
+
+
+@triton.jit
+def _path_step(path, lane, i, length):
+    """path[i] for a step on the path; i itself (no move) past its end."""
+    return tl.where(i < length, tl.sum(tl.where(lane == i, path, 0)), i).to(tl.int64)
+
+
+@triton.jit
+def _accept_commit_kernel(tokens_ptr, parents_ptr, argmax_ptr, path_ptr, path_len_ptr, bonus_ptr,
+                          k_ptr, v_ptr, lens_ptr,
+                          stride_tb, stride_pb, stride_ab, stride_pathb,
+                          stride_kl, stride_kb, stride_ks, stride_vl, stride_vb, stride_vs,
+                          num_nodes, row_elems, BLOCK_T: tl.constexpr, BLOCK: tl.constexpr):
+    layer = tl.program_id(0).to(tl.int64)
+    b = tl.program_id(1).to(tl.int64)
+    row_block = tl.program_id(2)
+    prefix_len = tl.load(lens_ptr + b).to(tl.int64)
+    lane, path, length, want = _greedy_walk(tokens_ptr, parents_ptr, argmax_ptr, b, stride_tb, stride_pb,
+                                            stride_ab, num_nodes, BLOCK_T)
+    if (layer == 0) & (row_block == 0):
+        tl.store(path_ptr + b * stride_pathb + lane, path.to(tl.int32), mask=lane < num_nodes)
+        tl.store(path_len_ptr + b, length.to(tl.int32))
+        tl.store(bonus_ptr + b, want.to(tl.int64))
+    offs = row_block * BLOCK + tl.arange(0, BLOCK)
+    in_row = offs < row_elems
+    k_base = k_ptr + layer * stride_kl + b * stride_kb + prefix_len * stride_ks + offs
+    v_base = v_ptr + layer * stride_vl + b * stride_vb + prefix_len * stride_vs + offs
+    for i in range(1, length, 4):  # path[0] == 0: the root is already in place
+        _move_four(k_base, v_base, i, _path_step(path, lane, i, length), _path_step(path, lane, i + 1, length),
+                   _path_step(path, lane, i + 2, length), _path_step(path, lane, i + 3, length),
+                   in_row, stride_ks, stride_vs)
+
+
+def tree_accept_and_commit_triton(tokens, parents, target_argmax, k_cache, v_cache, cache_lens, out=None):
+    """Launcher: one launch. ``out`` (optional): preallocated ``(path, path_len, bonus)``."""
+    from .tree_accept import AcceptResult
+
+    check_commit_layout(k_cache, v_cache)
+    batch, num_nodes = tokens.shape
+    (tokens, parents, target_argmax), out = prepare_accept_inputs(tokens, parents, target_argmax, out)
+    layers, _, _, kv_heads, head_dim = k_cache.shape
+    if batch == 0:
+        return AcceptResult(*out)
+    if layers == 0:  # nothing to move: the walk alone
+        from .tree_accept_triton import tree_accept_greedy_triton
+
+        return tree_accept_greedy_triton(tokens, parents, target_argmax, out=out)
+    _accept_commit_kernel[commit_grid(k_cache)](
+        tokens, parents, target_argmax, out.path, out.path_len, out.bonus,
+        k_cache, v_cache, cache_lens.contiguous(),
+        tokens.stride(0), parents.stride(0), target_argmax.stride(0), out.path.stride(0),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        num_nodes, kv_heads * head_dim, BLOCK_T=accept_block_t(num_nodes), BLOCK=BLOCK, num_warps=4,
+    )
+    return AcceptResult(*out)

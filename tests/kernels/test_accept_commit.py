@@ -1,0 +1,93 @@
+"""tree_accept_and_commit (one fused launch on the GPU) against accept then commit, separately."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernel_cases import DEVICE, needs_triton
+from specdec_kernels import commit_accepted_kv, tree_accept_and_commit, tree_accept_greedy
+
+IMPLS = ["torch", pytest.param("triton", marks=needs_triton)]
+
+
+def random_case(batch, num_nodes, seed, follow):
+    """Deep random trees (node i hangs off one of the three nodes before it); with probability
+    ``follow`` the target's argmax at a node is the token of its child with the tallest subtree
+    (so paths run long and skip over siblings), else a token no child carries."""
+    gen = torch.Generator().manual_seed(seed)
+    back = torch.randint(1, 4, (batch, num_nodes), generator=gen)
+    parents = (torch.arange(num_nodes) - back).clamp(min=0).to(torch.int32)
+    parents[:, 0] = -1
+    tokens = torch.randint(0, 1000, (batch, num_nodes), generator=gen)
+    argmax = torch.full((batch, num_nodes), -7, dtype=torch.int64)
+    for b in range(batch):
+        height = [0] * num_nodes
+        for node in range(num_nodes - 1, 0, -1):
+            parent = int(parents[b, node])
+            height[parent] = max(height[parent], height[node] + 1)
+        for node in range(num_nodes):
+            children = (parents[b] == node).nonzero().flatten().tolist()
+            if children and torch.rand(1, generator=gen).item() < follow:
+                argmax[b, node] = tokens[b, max(children, key=lambda c: height[c])]
+    return tokens, parents, argmax
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("batch,num_nodes,follow,lens", [
+    (4, 17, 0.9, [0, 5, 100, 31]),
+    (3, 33, 1.0, [7, 0, 2]),       # long paths: several rounds of four steps
+    (2, 9, 0.0, [3, 4]),           # nothing accepted: path of the root alone
+    (2, 64, 1.0, [40, 9]),
+])
+def test_fused_equals_accept_then_commit(batch, num_nodes, follow, lens, impl):
+    tokens, parents, argmax = random_case(batch, num_nodes, seed=num_nodes + batch, follow=follow)
+    layers, kv_heads, head_dim = 3, 2, 64
+    rows = max(lens) + num_nodes + 3
+    gen = torch.Generator().manual_seed(batch)
+    k = torch.randn(layers, batch, rows, kv_heads, head_dim, generator=gen).to(torch.bfloat16)
+    v = torch.randn(layers, batch, rows, kv_heads, head_dim, generator=gen).to(torch.bfloat16)
+    lens_t = torch.tensor(lens, dtype=torch.int32)
+    expect = tree_accept_greedy(tokens, parents, argmax, impl="torch")
+    expect_k, expect_v = k.clone(), v.clone()
+    commit_accepted_kv(expect_k, expect_v, lens_t, expect.path, expect.path_len, impl="torch")
+    if follow > 0:
+        assert int(expect.path_len.max()) > 4, "the case accepts too little to test several steps"
+
+    to = dict(device=DEVICE)
+    k_dev, v_dev = k.to(**to), v.to(**to)
+    got = tree_accept_and_commit(tokens.to(**to), parents.to(**to), argmax.to(**to), k_dev, v_dev,
+                                 lens_t.to(**to), impl=impl)
+    assert torch.equal(got.path.cpu(), expect.path)
+    assert torch.equal(got.path_len.cpu(), expect.path_len)
+    assert torch.equal(got.bonus.cpu(), expect.bonus)
+    assert torch.equal(k_dev.cpu(), expect_k) and torch.equal(v_dev.cpu(), expect_v)
+
+
+@needs_triton
+def test_fused_kernel_writes_every_output():
+    """Poisoned outputs: path, path_len and bonus are all written by the one writing program."""
+    from specdec_kernels.accept_commit_triton import tree_accept_and_commit_triton
+    from specdec_kernels.tree_accept import AcceptResult
+
+    tokens, parents, argmax = random_case(3, 17, seed=5, follow=0.9)
+    expect = tree_accept_greedy(tokens, parents, argmax, impl="torch")
+    k = torch.zeros(2, 3, 30, 1, 32, device=DEVICE)
+    poisoned = AcceptResult(torch.full((3, 17), 99, dtype=torch.int32, device=DEVICE),
+                            torch.full((3,), 99, dtype=torch.int32, device=DEVICE),
+                            torch.full((3,), 99, dtype=torch.int64, device=DEVICE))
+    to = dict(device=DEVICE)
+    got = tree_accept_and_commit_triton(tokens.to(**to), parents.to(**to), argmax.to(**to), k, k.clone(),
+                                        torch.zeros(3, dtype=torch.int32, device=DEVICE), out=poisoned)
+    for name in ("path", "path_len", "bonus"):
+        assert torch.equal(getattr(got, name).cpu(), getattr(expect, name)), name
+
+
+def test_mismatched_batch_is_rejected_with_the_inputs_named():
+    tokens, parents, argmax = random_case(2, 9, seed=1, follow=0.5)
+    k = torch.zeros(1, 3, 20, 1, 8)
+    with pytest.raises(ValueError, match="tokens hold B=2 requests, but the caches hold 3"):
+        tree_accept_and_commit(tokens, parents, argmax, k, k.clone(), torch.zeros(3, dtype=torch.int32))
+    with pytest.raises(ValueError, match="T=9 tree rows do not fit in S=5"):
+        small = torch.zeros(1, 2, 5, 1, 8)
+        tree_accept_and_commit(tokens, parents, argmax, small, small.clone(), torch.zeros(2, dtype=torch.int32))
