@@ -366,6 +366,10 @@ def sweep_variants() -> dict:
         "n64-m128-w8-s3-r1-min128": VerifyConfig(**many),
         "n64-m128-w8-s3-r1-min128-tma": VerifyConfig(**many, tma=True),
         "n64-m128-w8-s3-r1-min128-tma-lazy": VerifyConfig(**many, tma=True, lazy_rescale=True),
+        "n32-m128-w8-s2-r2-min128-tma-reg128": VerifyConfig(**dict(many, block_n=32, num_stages=2,
+                                                                   resident_per_sm=2), tma=True, max_registers=128),
+        "n64-m128-w8-s2-r2-min128-tma-reg128": VerifyConfig(**dict(many, num_stages=2, resident_per_sm=2), tma=True,
+                                                            max_registers=128),
     }
 
 
@@ -374,16 +378,13 @@ _TAIL_FEW = "n32-m64-w4-s3-r2-tail16"
 
 
 def sweep_plan() -> list[tuple[Shape, tuple]]:
-    """Round 4, third sweep: where the short-cache rule (4-warp tiles with a tail past 64 rows)
-    should stop (L = 2k, 4k at 68 rows), what it does at Hq = 64 (72 and 136 rows at L1k), and
-    the split model's programs per SM at batch 1 (r = 1, 2, 3: 16, 32, 48 splits at L32k)."""
-    plan = [(Shape(b, 17, 32, 8, 128, l), ("table", _MANY_TMA, _TAIL_FEW))
-            for b in (8, 32) for l in (2048, 4096)]
-    plan += [(Shape(b, t, 64, 8, 128, 1024), ("table", _MANY_TMA))
-             for b, t in ((8, 9), (32, 9), (8, 17), (32, 17))]
-    plan += [(Shape(1, t, 32, 8, 128, l), ("n32-m64-w4-s3-r1", "n32-m64-w4-s3-r2", "n32-m64-w4-s3-r3"))
-             for t, l in ((9, 32768), (16, 32768), (9, 8192))]
-    return plan
+    """Round 4, fourth sweep: the 128-row tile capped at 128 registers a thread (ptxas on the CPU:
+    480 / 816 B of spills with 32 / 64-key tiles), so that two 8-warp programs share a
+    multiprocessor, against the table's one, at T = 17 and on compute-bound shapes."""
+    variants = (_MANY_TMA, "n32-m128-w8-s2-r2-min128-tma-reg128", "n64-m128-w8-s2-r2-min128-tma-reg128")
+    return [(Shape(b, t, hq, 8, 128, l), variants)
+            for b, t, hq, l in ((8, 17, 32, 8192), (32, 17, 32, 8192), (8, 16, 64, 8192), (8, 65, 32, 8192),
+                                (32, 65, 64, 8192))]
 
 
 def sweep_shapes() -> list[Shape]:

@@ -39,6 +39,8 @@ class VerifyConfig:
                   the tree rows keep masked per-element loads.
     lazy_rescale: rescale the output accumulator only when a row's running max grows by more
                   than 2**8 (``tree_verify_triton.RESCALE_LOG2``), not at every key tile.
+    max_registers: cap on registers per thread passed to ptxas (0: none), so that more programs
+                  share a multiprocessor, at the price of spills.
     """
 
     block_n: int
@@ -50,6 +52,7 @@ class VerifyConfig:
     min_block_m: int = 16
     tma: bool = False
     lazy_rescale: bool = False
+    max_registers: int = 0
 
 
 # arch -> head_dim -> tiers ((most packed rows, config[, config for small work]), ...,

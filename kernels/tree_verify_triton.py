@@ -534,6 +534,7 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
         SINGLE_SPLIT=single, DOT_PRECISION=precision, UPCAST=upcast, USE_TMA=use_tma,
         LAZY_RESCALE=cfg.lazy_rescale,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **({"maxnreg": cfg.max_registers} if cfg.max_registers and q.device.type == "cuda" else {}),
     )
     if not single:
         split_block, merge_rows = merge_tiles(splits, head_dim)
