@@ -370,6 +370,8 @@ def sweep_variants() -> dict:
                                                                    resident_per_sm=2), tma=True, max_registers=128),
         "n64-m128-w8-s2-r2-min128-tma-reg128": VerifyConfig(**dict(many, num_stages=2, resident_per_sm=2), tma=True,
                                                             max_registers=128),
+        "n32-m128-w8-s3-r1-min128-tma": VerifyConfig(**dict(many, block_n=32), tma=True),
+        "n32-m128-w8-s3-r1-min128-tail16-tma": VerifyConfig(**dict(many, block_n=32, max_tail_m=16), tma=True),
     }
 
 
@@ -378,13 +380,14 @@ _TAIL_FEW = "n32-m64-w4-s3-r2-tail16"
 
 
 def sweep_plan() -> list[tuple[Shape, tuple]]:
-    """Round 4, fourth sweep: the 128-row tile capped at 128 registers a thread (ptxas on the CPU:
-    480 / 816 B of spills with 32 / 64-key tiles), so that two 8-warp programs share a
-    multiprocessor, against the table's one, at T = 17 and on compute-bound shapes."""
-    variants = (_MANY_TMA, "n32-m128-w8-s2-r2-min128-tma-reg128", "n64-m128-w8-s2-r2-min128-tma-reg128")
+    """Round 4, fifth sweep: a 16-row tail tile beside the 128-row tile, which compiles without
+    spills with 32-key tiles (254 registers; with 64-key tiles it spills), for the rows just past
+    whole 128-row tiles (Hq = 64 at T = 17: 136 rows; T = 65: 260 and 520 rows), against the
+    table and against the same 32-key tile without the tail."""
+    variants = ("table", "n32-m128-w8-s3-r1-min128-tma", "n32-m128-w8-s3-r1-min128-tail16-tma")
     return [(Shape(b, t, hq, 8, 128, l), variants)
-            for b, t, hq, l in ((8, 17, 32, 8192), (32, 17, 32, 8192), (8, 16, 64, 8192), (8, 65, 32, 8192),
-                                (32, 65, 64, 8192))]
+            for b, t, hq, l in ((8, 17, 64, 8192), (32, 17, 64, 8192), (8, 17, 64, 32768), (8, 65, 32, 8192),
+                                (32, 65, 32, 8192), (8, 65, 64, 8192), (32, 65, 64, 8192), (8, 17, 32, 8192))]
 
 
 def sweep_shapes() -> list[Shape]:

@@ -41,6 +41,8 @@ class VerifyConfig:
                   than 2**8 (``tree_verify_triton.RESCALE_LOG2``), not at every key tile.
     max_registers: cap on registers per thread passed to ptxas (0: none), so that more programs
                   share a multiprocessor, at the price of spills.
+    (Both last two measured slower on the H200, PERF.md round 4: off in every entry below, kept
+    as switches for the sweeps.)
     """
 
     block_n: int

@@ -11,7 +11,9 @@ Work decomposition (flash-decoding with grouped queries):
   sized from the cache capacity S by a wave model (``_pick_splits``; the launcher never reads
   the ragged lengths back, so no host synchronisation). Split s covers prefix rows
   ``[s * chunk, min((s + 1) * chunk, L_b))``.
-- Prefix tiles are mask-free except the last, partial one. The T tree rows ``[L_b, L_b + T)``
+- Prefix tiles are mask-free except the last, partial one. Where the config asks (the sm_90
+  128-row tile) and the cache layout allows, the mask-free tiles load through tensor
+  descriptors (bulk tensor copies) instead of per-element pointers. The T tree rows ``[L_b, L_b + T)``
   are streamed by the split holding the prefix's last row (split 0 when L_b = 0); only there is
   the ancestor bitmask applied.
 - With one split the program normalises and writes the output directly; with several it writes
@@ -51,8 +53,10 @@ def _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION: tl.constexpr, L
 
     With LAZY, the [BM, D] accumulator is rescaled only in the tiles where the running max
     moves by more than 2**RESCALE_LOG2 (on random or real scores: the first few tiles), instead
-    of in every tile: a multiply per accumulator element per key tile saved on the path that
-    limits the few-row, memory-bound calls."""
+    of in every tile. It saves a multiply per accumulator element per key tile, but on an H200
+    it measured 5-40 % slower (PERF.md, round 4): the decision is block-wide, a cross-warp
+    reduction and a barrier per tile, and the branch keeps the MMA from overlapping the softmax.
+    Every table entry has it off; it stays for other GPUs and compilers to be measured on."""
     m_new = tl.maximum(m_i, tl.max(scores, 1))
     if LAZY:
         # rows that had no visible key yet (m = -inf) and now have one grow by +inf
