@@ -53,10 +53,10 @@ def test_verify_kernel_shape(shape, ceilings, record_property):
     assert row["err"] <= ROW_TOLERANCE_BF16, f"wrong output: worst row error {row['err']:.3g}"
     assert "x_sdpa" in row, f"SDPA baseline did not run: {row.get('sdpa_error')}"
     if shape.memory_bound_goal():
-        assert row["bw_frac"] >= 0.75, (f"{row['tb_s']:.2f} TB/s is {100 * row['bw_frac']:.0f}% of the "
+        assert row["bw_frac"] >= 0.75, (f"{row['tb_s']:.2f} TB/s is {100 * row['bw_frac']:.1f}% of the "
                                         f"measured copy bandwidth {ceilings['copy_tb_s']:.2f} (goal 75%)")
     elif row["bound"] == "compute":
-        assert row["mm_frac"] >= 0.5, (f"{row['tflop_s']:.0f} TFLOP/s is {100 * row['mm_frac']:.0f}% of the "
+        assert row["mm_frac"] >= 0.5, (f"{row['tflop_s']:.0f} TFLOP/s is {100 * row['mm_frac']:.1f}% of the "
                                        f"measured bf16 matmul rate (goal 50%)")
     if row["x_sdpa"] < 10 and row["x_sdpa_max"] < 10:
         # Even a kernel at the roofline would not be 10x faster than this SDPA: say so, loudly.
