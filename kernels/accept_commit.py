@@ -13,22 +13,17 @@ from __future__ import annotations
 from torch import Tensor
 
 from .impl import resolve_impl
-from .kv_commit import commit_accepted_kv_reference
+from .kv_commit import check_cache_pair, check_tree_fits, commit_accepted_kv_reference
 from .tree_accept import AcceptResult, check_accept_args, tree_accept_greedy_reference
 
 
 def check_caches_fit(tokens: Tensor, k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor) -> None:
-    if k_cache.dim() != 5 or v_cache.shape != k_cache.shape:
-        raise ValueError(
-            f"k_cache and v_cache must both be [layers, B, S, Hkv, D]; got {tuple(k_cache.shape)}, "
-            f"{tuple(v_cache.shape)}"
-        )
+    check_cache_pair(k_cache, v_cache)
     batch, num_nodes = tokens.shape
     if k_cache.shape[1] != batch or cache_lens.shape != (batch,):
         raise ValueError(f"tokens hold B={batch} requests, but the caches hold {k_cache.shape[1]} and "
                          f"cache_lens has shape {tuple(cache_lens.shape)}; all three must agree")
-    if num_nodes > k_cache.shape[2]:
-        raise ValueError(f"T={num_nodes} tree rows do not fit in S={k_cache.shape[2]} cache rows")
+    check_tree_fits(num_nodes, k_cache)
 
 
 def tree_accept_and_commit_reference(tokens: Tensor, parents: Tensor, target_argmax: Tensor,

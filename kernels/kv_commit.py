@@ -14,21 +14,29 @@ from torch import Tensor
 from .impl import resolve_impl
 
 
-def check_commit_args(k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor, path: Tensor,
-                      path_len: Tensor) -> None:
+def check_cache_pair(k_cache: Tensor, v_cache: Tensor) -> None:
     if k_cache.dim() != 5 or v_cache.shape != k_cache.shape:
         raise ValueError(
             f"k_cache and v_cache must both be [layers, B, S, Hkv, D]; got {tuple(k_cache.shape)}, "
             f"{tuple(v_cache.shape)}"
         )
+
+
+def check_tree_fits(num_nodes: int, k_cache: Tensor) -> None:
+    if num_nodes > k_cache.shape[2]:
+        raise ValueError(f"T={num_nodes} tree rows do not fit in S={k_cache.shape[2]} cache rows")
+
+
+def check_commit_args(k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor, path: Tensor,
+                      path_len: Tensor) -> None:
+    check_cache_pair(k_cache, v_cache)
     batch = k_cache.shape[1]
     if path.dim() != 2 or path.shape[0] != batch or path_len.shape != (batch,) or cache_lens.shape != (batch,):
         raise ValueError(
             f"path must be [B={batch}, T], path_len and cache_lens [B]; got {tuple(path.shape)}, "
             f"{tuple(path_len.shape)}, {tuple(cache_lens.shape)}"
         )
-    if path.shape[1] > k_cache.shape[2]:
-        raise ValueError(f"T={path.shape[1]} tree rows do not fit in S={k_cache.shape[2]} cache rows")
+    check_tree_fits(path.shape[1], k_cache)
 
 
 def commit_accepted_kv_reference(k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor, path: Tensor,

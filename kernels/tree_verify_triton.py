@@ -354,6 +354,12 @@ def pick_query_tiles(packed_rows: int, max_block_m: int, max_tail_m: int,
     return block_m, triton.cdiv(packed_rows, block_m), 0
 
 
+def split_chunks(prefix_rows: int, wanted: int, block_n: int) -> tuple[int, int]:
+    """(chunk, splits): about ``wanted`` chunks of whole key tiles covering ``prefix_rows``."""
+    chunk = triton.cdiv(triton.cdiv(prefix_rows, wanted), block_n) * block_n
+    return chunk, triton.cdiv(prefix_rows, chunk)
+
+
 def _pick_splits(base_programs: int, prefix_rows: int, block_n: int, slots: int, heads: int,
                  rows: int) -> tuple[int, int]:
     """(chunk, num_splits) minimising a wave model of the split kernel plus the merge.
@@ -373,8 +379,7 @@ def _pick_splits(base_programs: int, prefix_rows: int, block_n: int, slots: int,
     candidates |= {1 << j for j in range(max_splits.bit_length()) if (1 << j) * base_programs <= slots}
     best = None
     for wanted in sorted(candidates):
-        chunk = triton.cdiv(triton.cdiv(prefix_rows, wanted), block_n) * block_n
-        splits = triton.cdiv(prefix_rows, chunk)
+        chunk, splits = split_chunks(prefix_rows, wanted, block_n)
         waves = triton.cdiv(base_programs * splits, slots)
         cost = waves * (chunk + PROGRAM_COST_KEYS)
         if splits > 1:
@@ -500,10 +505,8 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
     plan = plan_verify_launch(batch, num_nodes, q_heads, kv_heads, head_dim, k_cache.shape[1], q.device,
                               config)
     if num_splits is not None:
-        prefix_rows = max(k_cache.shape[1] - num_nodes, 1)
-        chunk = triton.cdiv(triton.cdiv(prefix_rows, num_splits), plan["config"].block_n) * plan["config"].block_n
-        plan.update(chunk=chunk, num_splits=triton.cdiv(prefix_rows, chunk))
-        plan["grid"] = (plan["grid"][0], plan["num_splits"])
+        chunk, forced = split_chunks(max(k_cache.shape[1] - num_nodes, 1), num_splits, plan["config"].block_n)
+        plan.update(chunk=chunk, num_splits=forced, grid=(plan["grid"][0], forced))
     cfg, block_m, num_m_tiles = plan["config"], plan["block_m"], plan["num_m_tiles"]
     tail_m, splits = plan["tail_m"], plan["num_splits"]
     group = q_heads // kv_heads
