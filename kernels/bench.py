@@ -347,7 +347,8 @@ def sweep_variants() -> dict:
     Names: n = key rows per tile, m = max query rows, w = warps, s = stages, r = programs
     resident per SM assumed by the split model; "min128": 128-row tiles only; "tma": key tiles
     through tensor descriptors; "tail16": rows past whole tiles ride in a 16-row tail tile
-    whatever the batch (the planner's tail policy off); the others have the tail tile off.
+    whatever the batch (the planner's tail policy off); "fold": the softmax scale folded into
+    the exponent; the others have the tail tile off.
     """
     from .configs import VerifyConfig
 
@@ -359,12 +360,16 @@ def sweep_variants() -> dict:
         "n32-m64-w4-s3-r2": VerifyConfig(**few),
         "n32-m64-w4-s3-r1": VerifyConfig(**dict(few, resident_per_sm=1)),
         "n32-m64-w4-s3-r3": VerifyConfig(**dict(few, resident_per_sm=3)),
+        "n32-m64-w4-s3-r2-fold": VerifyConfig(**few, fold_scale=True),
         "n32-m64-w4-s3-r2-lazy": VerifyConfig(**few, lazy_rescale=True),
         "n64-m64-w4-s2-r2-lazy": VerifyConfig(**dict(few, block_n=64, num_stages=2), lazy_rescale=True),
         "n32-m64-w4-s3-r2-tail16": VerifyConfig(**dict(few, max_tail_m=16)),
+        "n32-m64-w4-s3-r2-tail16-fold": VerifyConfig(**dict(few, max_tail_m=16), fold_scale=True),
         "n32-m64-w4-s3-r2-tail16-lazy": VerifyConfig(**dict(few, max_tail_m=16), lazy_rescale=True),
         "n64-m128-w8-s3-r1-min128": VerifyConfig(**many),
         "n64-m128-w8-s3-r1-min128-tma": VerifyConfig(**many, tma=True),
+        "n64-m128-w8-s3-r1-min128-tma-fold": VerifyConfig(**many, tma=True, fold_scale=True),
+        "n64-m128-w8-s2-r1-min128-tma": VerifyConfig(**dict(many, num_stages=2), tma=True),
         "n64-m128-w8-s3-r1-min128-tma-lazy": VerifyConfig(**many, tma=True, lazy_rescale=True),
         "n32-m128-w8-s2-r2-min128-tma-reg128": VerifyConfig(**dict(many, block_n=32, num_stages=2,
                                                                    resident_per_sm=2), tma=True, max_registers=128),
@@ -375,19 +380,25 @@ def sweep_variants() -> dict:
     }
 
 
+_FEW = "n32-m64-w4-s3-r2"
 _MANY_TMA = "n64-m128-w8-s3-r1-min128-tma"
-_TAIL_FEW = "n32-m64-w4-s3-r2-tail16"
 
 
 def sweep_plan() -> list[tuple[Shape, tuple]]:
-    """Round 4, fifth sweep: a 16-row tail tile beside the 128-row tile, which compiles without
-    spills with 32-key tiles (254 registers; with 64-key tiles it spills), for the rows just past
-    whole 128-row tiles (Hq = 64 at T = 17: 136 rows; T = 65: 260 and 520 rows), against the
-    table and against the same 32-key tile without the tail."""
-    variants = ("table", "n32-m128-w8-s3-r1-min128-tma", "n32-m128-w8-s3-r1-min128-tail16-tma")
-    return [(Shape(b, t, hq, 8, 128, l), variants)
-            for b, t, hq, l in ((8, 17, 64, 8192), (32, 17, 64, 8192), (8, 17, 64, 32768), (8, 65, 32, 8192),
-                                (32, 65, 32, 8192), (8, 65, 64, 8192), (32, 65, 64, 8192), (8, 17, 32, 8192))]
+    """Round 5: the softmax scale folded into the exponent (one fused multiply-add a score) on
+    both tiles; two stages instead of three on the 128-row tile; and, for the T = 17 cliff, the
+    4-warp tile's 16-row tail with both q.k products issued first (the main tile's P.V then
+    overlaps the tail's softmax) against the table's 128-row tile."""
+    few = ("table", _FEW, _FEW + "-fold")
+    many = ("table", _MANY_TMA, _MANY_TMA + "-fold", "n64-m128-w8-s2-r1-min128-tma")
+    tail = ("table", _FEW + "-tail16", _FEW + "-tail16-fold")
+    plan = [(Shape(b, t, 32, 8, 128, l), few)
+            for b, t, l in ((8, 9, 8192), (32, 9, 1024), (1, 9, 32768), (8, 16, 8192), (32, 16, 1024))]
+    plan += [(Shape(b, t, hq, 8, 128, l), many)
+             for b, t, hq, l in ((8, 17, 32, 8192), (32, 17, 32, 8192), (8, 17, 32, 32768), (8, 65, 32, 8192),
+                                 (32, 65, 64, 8192), (8, 33, 64, 32768))]
+    plan += [(Shape(b, 17, 32, 8, 128, l), tail) for b, l in ((8, 8192), (32, 8192), (8, 32768), (8, 1024))]
+    return plan
 
 
 def sweep_shapes() -> list[Shape]:

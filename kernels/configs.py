@@ -41,8 +41,10 @@ class VerifyConfig:
                   than 2**8 (``tree_verify_triton.RESCALE_LOG2``), not at every key tile.
     max_registers: cap on registers per thread passed to ptxas (0: none), so that more programs
                   share a multiprocessor, at the price of spills.
-    (Both last two measured slower on the H200, PERF.md round 4: off in every entry below, kept
+    (These three measured slower on the H200, PERF.md round 4: off in every entry below, kept
     as switches for the sweeps.)
+    fold_scale:   take each row's max on the raw q.k scores and fold the softmax scale into the
+                  exponent's argument (one fused multiply-add a score); only for a positive scale.
     """
 
     block_n: int
@@ -55,6 +57,7 @@ class VerifyConfig:
     tma: bool = False
     lazy_rescale: bool = False
     max_registers: int = 0
+    fold_scale: bool = False
 
 
 # arch -> head_dim -> tiers ((most packed rows, config[, config for small work]), ...,

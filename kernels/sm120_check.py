@@ -128,7 +128,7 @@ def compile_for_sm120(head_dim: int, capability: int = 120) -> list[CompileRepor
         ("verify_split", _tree_verify_partial_kernel,
          dict(GROUP=4, HEAD_DIM=head_dim, BLOCK_M=cfg.max_block_m, BLOCK_N=cfg.block_n,
               TAIL_M=cfg.max_tail_m and 16, SINGLE_SPLIT=False, DOT_PRECISION="tf32", UPCAST=False,
-              USE_TMA=False, LAZY_RESCALE=cfg.lazy_rescale),
+              USE_TMA=False, LAZY_RESCALE=cfg.lazy_rescale, FOLD_SCALE=cfg.fold_scale),
          dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)),
         ("verify_merge", _tree_verify_merge_kernel,
          dict(GROUP=4, HEAD_DIM=head_dim, MERGE_ROWS=merge_rows, SPLIT_BLOCK=split_block),

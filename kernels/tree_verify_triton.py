@@ -48,8 +48,14 @@ RESCALE_LOG2 = tl.constexpr(8.0)
 
 
 @triton.jit
-def _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION: tl.constexpr, LAZY: tl.constexpr):
-    """One online-softmax step over a tile of log2-scaled ``scores`` [BM, BN].
+def _online_update(acc, m_i, l_i, raw, qk_scale, visible, v_tile, MASKED: tl.constexpr,
+                   DOT_PRECISION: tl.constexpr, LAZY: tl.constexpr, FOLD: tl.constexpr):
+    """One online-softmax step over a tile of raw scores ``raw`` = q.k [BM, BN] (``visible``
+    selects the keys a row may see where MASKED); the running max ``m_i`` is log2-scaled.
+
+    With FOLD (only for a positive ``qk_scale``), the row max is taken on the raw scores and
+    the scale folded into the exponent's argument, ``exp2(raw * qk_scale - m)``: one fused
+    multiply-add a score instead of a multiply and a subtract.
 
     With LAZY, the [BM, D] accumulator is rescaled only in the tiles where the running max
     moves by more than 2**RESCALE_LOG2 (on random or real scores: the first few tiles), instead
@@ -57,7 +63,18 @@ def _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION: tl.constexpr, L
     it measured 5-40 % slower (PERF.md, round 4): the decision is block-wide, a cross-warp
     reduction and a barrier per tile, and the branch keeps the MMA from overlapping the softmax.
     Every table entry has it off; it stays for other GPUs and compilers to be measured on."""
-    m_new = tl.maximum(m_i, tl.max(scores, 1))
+    if FOLD:
+        if MASKED:
+            raw = tl.where(visible, raw, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(raw, 1) * qk_scale)
+        scores = raw
+        scale = qk_scale
+    else:
+        scores = raw * qk_scale
+        if MASKED:
+            scores = tl.where(visible, scores, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(scores, 1))
+        scale = 1.0
     if LAZY:
         # rows that had no visible key yet (m = -inf) and now have one grow by +inf
         growth = tl.where(m_new > m_i, m_new - m_i, 0.0)
@@ -68,7 +85,7 @@ def _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION: tl.constexpr, L
             acc = acc * alpha[:, None]
             m_i = m_new
         m_shift = tl.where(m_i == float("-inf"), 0.0, m_i)
-        p = tl.exp2(scores - m_shift[:, None])
+        p = tl.exp2(scores * scale - m_shift[:, None])
         l_i += tl.sum(p, 1)
         acc = tl.dot(p.to(v_tile.dtype), v_tile, acc, input_precision=DOT_PRECISION)
         return acc, m_i, l_i
@@ -76,7 +93,7 @@ def _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION: tl.constexpr, L
         # rows that have seen no visible key yet keep m = -inf; shift by 0 to avoid inf - inf
         m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m_i - m_shift)
-        p = tl.exp2(scores - m_shift[:, None])
+        p = tl.exp2(scores * scale - m_shift[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         acc = tl.dot(p.to(v_tile.dtype), v_tile, acc, input_precision=DOT_PRECISION)
@@ -94,6 +111,20 @@ def _load_q(q_ptr, b, stride_qb, stride_qt, stride_qh, rows, row_valid, kv_heads
     if UPCAST:
         q = q.to(tl.float32)
     return q
+
+
+@triton.jit
+def _load_key_tile(desc, tile_ptrs, stride_s, desc_row, start, kv_head, HEAD_DIM: tl.constexpr,
+                   USE_TMA: tl.constexpr, UPCAST: tl.constexpr):
+    """A mask-free [BLOCK_N, D] tile of K or V at cache row ``start``."""
+    if USE_TMA:
+        # bulk tensor copies: no per-element address registers, no per-thread load issue
+        tile = desc.load([desc_row + start, kv_head * HEAD_DIM])
+    else:
+        tile = tl.load(tile_ptrs + start * stride_s)
+    if UPCAST:
+        tile = tile.to(tl.float32)
+    return tile
 
 
 @triton.jit
@@ -131,7 +162,7 @@ def _tree_verify_partial_kernel(
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     TAIL_M: tl.constexpr,
     SINGLE_SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, USE_TMA: tl.constexpr,
-    LAZY_RESCALE: tl.constexpr,
+    LAZY_RESCALE: tl.constexpr, FOLD_SCALE: tl.constexpr,
 ):
     pid = tl.program_id(0)
     split = tl.program_id(1)
@@ -181,21 +212,18 @@ def _tree_verify_partial_kernel(
     # rows of this request in the [B * S, Hkv * D] views the descriptors cover
     desc_row = b * cache_rows
     for start in range(lo, full_end, BLOCK_N):
-        if USE_TMA:
-            # bulk tensor copies: no per-element address registers, no per-thread load issue
-            k_tile = k_desc.load([desc_row + start, kv_head * HEAD_DIM])
-            v_tile = v_desc.load([desc_row + start, kv_head * HEAD_DIM])
-        else:
-            k_tile = tl.load(k_tile_ptrs + start * stride_ks)
-            v_tile = tl.load(v_tile_ptrs + start * stride_vs)
-        if UPCAST:
-            k_tile = k_tile.to(tl.float32)
-            v_tile = v_tile.to(tl.float32)
-        scores = tl.dot(q, tl.trans(k_tile), input_precision=DOT_PRECISION) * qk_scale
-        acc, m_i, l_i = _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION, LAZY_RESCALE)
+        k_tile = _load_key_tile(k_desc, k_tile_ptrs, stride_ks, desc_row, start, kv_head, HEAD_DIM, USE_TMA, UPCAST)
+        v_tile = _load_key_tile(v_desc, v_tile_ptrs, stride_vs, desc_row, start, kv_head, HEAD_DIM, USE_TMA, UPCAST)
+        raw = tl.dot(q, tl.trans(k_tile), input_precision=DOT_PRECISION)
         if TAIL_M > 0:
-            scores_t = tl.dot(q_t, tl.trans(k_tile), input_precision=DOT_PRECISION) * qk_scale
-            acc_t, m_t, l_t = _online_update(acc_t, m_t, l_t, scores_t, v_tile, DOT_PRECISION, LAZY_RESCALE)
+            # both tiles' q.k first: the main tile's P.V (an asynchronous MMA) then runs while the
+            # warps compute the tail tile's softmax
+            raw_t = tl.dot(q_t, tl.trans(k_tile), input_precision=DOT_PRECISION)
+        acc, m_i, l_i = _online_update(acc, m_i, l_i, raw, qk_scale, 0, v_tile, False, DOT_PRECISION,
+                                       LAZY_RESCALE, FOLD_SCALE)
+        if TAIL_M > 0:
+            acc_t, m_t, l_t = _online_update(acc_t, m_t, l_t, raw_t, qk_scale, 0, v_tile, False, DOT_PRECISION,
+                                             LAZY_RESCALE, FOLD_SCALE)
     # the partial last prefix tile of this split
     if full_end < hi:
         in_range = full_end + cols < hi
@@ -204,13 +232,13 @@ def _tree_verify_partial_kernel(
         if UPCAST:
             k_tile = k_tile.to(tl.float32)
             v_tile = v_tile.to(tl.float32)
-        scores = tl.dot(q, tl.trans(k_tile), input_precision=DOT_PRECISION) * qk_scale
-        scores = tl.where(in_range[None, :], scores, float("-inf"))
-        acc, m_i, l_i = _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION, LAZY_RESCALE)
+        raw = tl.dot(q, tl.trans(k_tile), input_precision=DOT_PRECISION)
+        acc, m_i, l_i = _online_update(acc, m_i, l_i, raw, qk_scale, in_range[None, :], v_tile, True, DOT_PRECISION,
+                                       LAZY_RESCALE, FOLD_SCALE)
         if TAIL_M > 0:
-            scores_t = tl.dot(q_t, tl.trans(k_tile), input_precision=DOT_PRECISION) * qk_scale
-            scores_t = tl.where(in_range[None, :], scores_t, float("-inf"))
-            acc_t, m_t, l_t = _online_update(acc_t, m_t, l_t, scores_t, v_tile, DOT_PRECISION, LAZY_RESCALE)
+            raw_t = tl.dot(q_t, tl.trans(k_tile), input_precision=DOT_PRECISION)
+            acc_t, m_t, l_t = _online_update(acc_t, m_t, l_t, raw_t, qk_scale, in_range[None, :], v_tile, True,
+                                             DOT_PRECISION, LAZY_RESCALE, FOLD_SCALE)
     # the tree rows, ancestor-masked, streamed by the split that holds the prefix's last row
     tree_split = tl.maximum(tl.cdiv(prefix_len, chunk) - 1, 0)
     if split == tree_split:
@@ -228,16 +256,16 @@ def _tree_verify_partial_kernel(
             if UPCAST:
                 k_tile = k_tile.to(tl.float32)
                 v_tile = v_tile.to(tl.float32)
-            scores = tl.dot(q, tl.trans(k_tile), input_precision=DOT_PRECISION) * qk_scale
-            scores = tl.where(visible, scores, float("-inf"))
-            acc, m_i, l_i = _online_update(acc, m_i, l_i, scores, v_tile, DOT_PRECISION, LAZY_RESCALE)
+            raw = tl.dot(q, tl.trans(k_tile), input_precision=DOT_PRECISION)
+            acc, m_i, l_i = _online_update(acc, m_i, l_i, raw, qk_scale, visible, v_tile, True, DOT_PRECISION,
+                                           LAZY_RESCALE, FOLD_SCALE)
             if TAIL_M > 0:
                 words_t = tl.load(mask_ptrs_t + (tree_node // 32)[None, :],
                                   mask=row_valid_t[:, None] & in_tree[None, :], other=0)
                 visible_t = ((words_t >> (tree_node % 32)[None, :]) & 1) != 0
-                scores_t = tl.dot(q_t, tl.trans(k_tile), input_precision=DOT_PRECISION) * qk_scale
-                scores_t = tl.where(visible_t, scores_t, float("-inf"))
-                acc_t, m_t, l_t = _online_update(acc_t, m_t, l_t, scores_t, v_tile, DOT_PRECISION, LAZY_RESCALE)
+                raw_t = tl.dot(q_t, tl.trans(k_tile), input_precision=DOT_PRECISION)
+                acc_t, m_t, l_t = _online_update(acc_t, m_t, l_t, raw_t, qk_scale, visible_t, v_tile, True,
+                                                 DOT_PRECISION, LAZY_RESCALE, FOLD_SCALE)
 
     _store_rows(acc, m_i, l_i, rows, row_valid, b, head_b, split, kv_head, out_ptr, part_o_ptr, part_lse_ptr,
                 stride_ob, stride_ot, stride_oh, num_splits, rows_pad, GROUP, HEAD_DIM, SINGLE_SPLIT)
@@ -539,7 +567,7 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
         scale, num_nodes, kv_heads, num_m_tiles, splits, plan["chunk"], k_cache.shape[1],
         GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=cfg.block_n, TAIL_M=tail_m,
         SINGLE_SPLIT=single, DOT_PRECISION=precision, UPCAST=upcast, USE_TMA=use_tma,
-        LAZY_RESCALE=cfg.lazy_rescale,
+        LAZY_RESCALE=cfg.lazy_rescale, FOLD_SCALE=cfg.fold_scale and scale > 0,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": cfg.max_registers} if cfg.max_registers and q.device.type == "cuda" else {}),
     )

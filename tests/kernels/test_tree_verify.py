@@ -38,25 +38,25 @@ def make_verify_inputs(lens, num_nodes, shape, group, kv_heads, head_dim, dtype,
             lens_t.to(**to), mask.to(**to), parents)
 
 
-def float64_reference(q, k, v, lens, mask):
+def float64_reference(q, k, v, lens, mask, sm_scale=None):
     """Per request, only the rows it owns (so the NaN slack never enters), in float64."""
     outs = []
     for b, length in enumerate(lens.tolist()):
         rows = length + q.shape[1]
         outs.append(tree_verify_attention_reference(
             q[b:b + 1].double(), k[b:b + 1, :rows].double(), v[b:b + 1, :rows].double(),
-            lens[b:b + 1], mask[b:b + 1], compute_dtype=torch.float64))
+            lens[b:b + 1], mask[b:b + 1], sm_scale=sm_scale, compute_dtype=torch.float64))
     return torch.cat(outs)
 
 
-def run_triton(q, k, v, lens, mask, num_splits=None, monkeypatch=None, config=None):
+def run_triton(q, k, v, lens, mask, num_splits=None, monkeypatch=None, config=None, sm_scale=None):
     """The launcher with a NaN-poisoned output and NaN-poisoned split partials."""
     from specdec_kernels import tree_verify_triton
 
     if monkeypatch is not None:
         monkeypatch.setattr(tree_verify_triton, "POISON_WORKSPACE", True)
     out = torch.full_like(q, float("nan"))
-    result = tree_verify_triton.tree_verify_attention_triton(q, k, v, lens, mask, out=out,
+    result = tree_verify_triton.tree_verify_attention_triton(q, k, v, lens, mask, sm_scale=sm_scale, out=out,
                                                              num_splits=num_splits, config=config)
     assert result is out
     return out
@@ -162,6 +162,30 @@ def test_lazy_rescale_matches_reference(num_nodes, group, lens, dtype, splits, r
     ref = float64_reference(q, k, v, lens_t, mask)
     out = run_triton(q, k, v, lens_t, mask, splits, monkeypatch, config=config)
     assert_rows_close(out, ref, dtype, f"lazy rescale, rise {rise}")
+
+
+# The scale folded into the exponent (max taken on raw scores): masked tree rows, a partial last
+# tile, empty requests, and scales of either sign (a negative one must fall back to scaling
+# first, or the row max would be taken at the wrong end); (T, G, [L_b], dtype, splits, scale).
+FOLD_CASES = [
+    (17, 4, [300, 190], torch.float16, None, None),
+    (9, 2, [260, 0], torch.bfloat16, 3, 0.3),
+    (16, 4, [200, 3], torch.float32, 2, None),
+    (13, 1, [97, 40], torch.float16, None, -0.2),
+]
+
+
+@needs_triton
+@pytest.mark.parametrize("num_nodes,group,lens,dtype,splits,scale", FOLD_CASES)
+def test_folded_scale_matches_reference(num_nodes, group, lens, dtype, splits, scale, monkeypatch):
+    from specdec_kernels.configs import VerifyConfig
+
+    config = VerifyConfig(block_n=16, max_block_m=32, num_warps=4, num_stages=1, fold_scale=True)
+    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, num_nodes, "best_first", group, 2, 64, dtype,
+                                                  seed=13 * num_nodes + group)
+    ref = float64_reference(q, k, v, lens_t, mask, sm_scale=scale)
+    out = run_triton(q, k, v, lens_t, mask, splits, monkeypatch, config=config, sm_scale=scale)
+    assert_rows_close(out, ref, dtype, f"folded scale {scale}")
 
 
 @needs_triton

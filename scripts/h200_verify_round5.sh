@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Round 5 of the verify-kernel work on a lent H200 (kernels/PERF.md): one call, everything in
+# sequence on one GPU. Stages:
+#   sweep  the variants of `bench.sweep_plan` side by side, after the descriptor, tail,
+#          lazy-rescale and folded-scale correctness tests on the GPU
+#   check  the sweep, then the kernel suite and the GPU bench tests
+#   final  the issue's whole grid with SDPA and FlexAttention, then the kernel suite and the
+#          GPU bench tests
+#   commit accept + commit alone (fused and separate), their kernel tests, the GPU bench tests
+# Results land under $OUT.
+set -u
+stage=${1:?usage: scripts/h200_verify_round5.sh sweep|check|final|commit}
+OUT=${OUT:-/tmp/out}
+python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
+
+sweep() {
+  timeout 260 python3 -m specdec_kernels.bench --sweep-only --max-seconds 230 --json "$OUT/sweep.json" \
+    --markdown "$OUT/sweep.md" >"$OUT/sweep.log" 2>&1
+  echo "== sweep rc=$?"; grep -E '^\{"date' "$OUT/sweep.log" | cut -c1-300; grep -E '^\|' "$OUT/sweep.log"
+  grep -E '"error"' "$OUT/sweep.log" | cut -c1-300 | head -5
+}
+
+suite() {
+  timeout 330 python3 -m pytest tests/kernels -q -x -n 14 -p no:cacheprovider >"$OUT/tests.log" 2>&1
+  echo "== kernel tests rc=$?"; tail -3 "$OUT/tests.log"
+  timeout 150 python3 -m pytest tests/bench/test_verify_kernel.py -rA -p no:cacheprovider -p no:xdist \
+    >"$OUT/bench_tests.log" 2>&1
+  echo "== bench tests rc=$?"
+  grep -E "PASSED|FAILED|XFAIL|ERROR|passed|failed" "$OUT/bench_tests.log" | cut -c1-300 | tail -12
+  grep -E "^E +AssertionError" "$OUT/bench_tests.log" | cut -c1-300
+}
+
+case $stage in
+sweep)
+  timeout 120 python3 -m pytest tests/kernels/test_tree_verify.py -q -p no:cacheprovider -n 8 \
+    -k "descriptor or tail or ragged or lazy or fold" >"$OUT/gpu_tests.log" 2>&1
+  echo "== descriptor/tail/lazy/fold tests rc=$?"; tail -3 "$OUT/gpu_tests.log"
+  sweep
+  ;;
+check)
+  sweep; suite
+  ;;
+final)
+  timeout 360 python3 -m specdec_kernels.bench --max-seconds 300 --json "$OUT/bench.json" \
+    --markdown "$OUT/bench.md" >"$OUT/bench.log" 2>&1
+  echo "== bench rc=$?"; grep -E '^\{"date' "$OUT/bench.log" | cut -c1-400; tail -2 "$OUT/bench.log" | cut -c1-400
+  echo "table rows: $(grep -cE '^\| B' "$OUT/bench.log")"
+  suite
+  ;;
+commit)
+  timeout 120 python3 -m pytest tests/kernels/test_accept_commit.py tests/kernels/test_kv_commit.py \
+    tests/kernels/test_tree_accept.py tests/kernels/test_verify_step.py -q -p no:cacheprovider -n 8 \
+    >"$OUT/commit_tests.log" 2>&1
+  echo "== accept/commit kernel tests rc=$?"; tail -2 "$OUT/commit_tests.log"
+  for i in 1 2 3; do
+    timeout 60 python3 -c "import json; from specdec_kernels.bench import run_accept_commit as r; print(json.dumps(r()))"
+  done
+  timeout 150 python3 -m pytest tests/bench/test_verify_kernel.py -rA -p no:cacheprovider -p no:xdist \
+    >"$OUT/bench_tests.log" 2>&1
+  echo "== bench tests rc=$?"
+  grep -E "PASSED|FAILED|XFAIL|ERROR|passed|failed" "$OUT/bench_tests.log" | cut -c1-300 | tail -12
+  grep -E "^E +AssertionError" "$OUT/bench_tests.log" | cut -c1-300
+  ;;
+esac
