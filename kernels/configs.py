@@ -45,6 +45,10 @@ class VerifyConfig:
     as switches for the sweeps.)
     fold_scale:   take each row's max on the raw q.k scores and fold the softmax scale into the
                   exponent's argument (one fused multiply-add a score); only for a positive scale.
+    gluon:        run the split kernel written in Gluon (``tree_verify_gluon``, sm_90), which
+                  issues the next key tile's q.k before this tile's softmax; only for 16-bit
+                  inputs, a positive scale, a cache one tensor descriptor describes and no tail
+                  tile (otherwise the Triton kernel runs).
     """
 
     block_n: int
@@ -58,6 +62,7 @@ class VerifyConfig:
     lazy_rescale: bool = False
     max_registers: int = 0
     fold_scale: bool = False
+    gluon: bool = False
 
 
 # arch -> head_dim -> tiers ((most packed rows, config[, config for small work]), ...,

@@ -506,6 +506,50 @@ def _tma_descriptors(k_cache, v_cache, block_n):
     return describe(k_cache), describe(v_cache)
 
 
+def _launch_triton_split(plan, cfg, q, k_cache, v_cache, cache_lens, ancestor_mask, out, part_o, part_lse,
+                         scale, num_nodes, kv_heads, num_m_tiles, splits, group, head_dim, block_m, tail_m,
+                         single, precision, upcast):
+    k_desc, v_desc = _tma_descriptors(k_cache, v_cache, cfg.block_n) if cfg.tma else (None, None)
+    use_tma = k_desc is not None
+    _tree_verify_partial_kernel[plan["grid"]](
+        q, k_cache, v_cache, k_desc if use_tma else k_cache, v_desc if use_tma else v_cache,
+        cache_lens, ancestor_mask, out, part_o, part_lse,
+        q.stride(0), q.stride(1), q.stride(2),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        ancestor_mask.stride(0), ancestor_mask.stride(1),
+        out.stride(0), out.stride(1), out.stride(2),
+        scale, num_nodes, kv_heads, num_m_tiles, splits, plan["chunk"], k_cache.shape[1],
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=cfg.block_n, TAIL_M=tail_m,
+        SINGLE_SPLIT=single, DOT_PRECISION=precision, UPCAST=upcast, USE_TMA=use_tma,
+        LAZY_RESCALE=cfg.lazy_rescale, FOLD_SCALE=cfg.fold_scale and scale > 0,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **({"maxnreg": cfg.max_registers} if cfg.max_registers and q.device.type == "cuda" else {}),
+    )
+
+
+def _gluon_descriptors(k_cache, v_cache, block_n):
+    """Gluon tensor descriptors of the K and V caches seen as [B * S, Hkv * D] (a [block_n, D]
+    box in the swizzled shared layout the MMA reads), or None where the layout does not allow
+    one or this Triton has no Gluon for Hopper."""
+    if not (_tma_view_ok(k_cache) and _tma_view_ok(v_cache)):
+        return None
+    try:
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    except ImportError:
+        return None
+    element = gl.bfloat16 if k_cache.dtype == torch.bfloat16 else gl.float16
+
+    def describe(cache):
+        batch, rows, heads, head_dim = cache.shape
+        layout = gl.NVMMASharedLayout.get_default_for([block_n, head_dim], element)
+        return TensorDescriptor(cache, shape=[batch * rows, heads * head_dim], strides=[cache.stride(1), 1],
+                                block_shape=[block_n, head_dim], layout=layout)
+
+    return describe(k_cache), describe(v_cache)
+
+
 def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask, sm_scale=None,
                                  out=None, num_splits=None, config=None):
     """Launcher: checks layout, plans tiles and splits, launches one or two kernels.
@@ -554,23 +598,29 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
         if POISON_WORKSPACE:
             part_o.fill_(float("nan"))
             part_lse.fill_(float("nan"))
-    k_desc, v_desc = _tma_descriptors(k_cache, v_cache, cfg.block_n) if cfg.tma else (None, None)
-    use_tma = k_desc is not None
-    _tree_verify_partial_kernel[plan["grid"]](
-        q, k_cache, v_cache, k_desc if use_tma else k_cache, v_desc if use_tma else v_cache,
-        cache_lens, ancestor_mask, out, part_o, part_lse,
-        q.stride(0), q.stride(1), q.stride(2),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        ancestor_mask.stride(0), ancestor_mask.stride(1),
-        out.stride(0), out.stride(1), out.stride(2),
-        scale, num_nodes, kv_heads, num_m_tiles, splits, plan["chunk"], k_cache.shape[1],
-        GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=cfg.block_n, TAIL_M=tail_m,
-        SINGLE_SPLIT=single, DOT_PRECISION=precision, UPCAST=upcast, USE_TMA=use_tma,
-        LAZY_RESCALE=cfg.lazy_rescale, FOLD_SCALE=cfg.fold_scale and scale > 0,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        **({"maxnreg": cfg.max_registers} if cfg.max_registers and q.device.type == "cuda" else {}),
-    )
+    gluon_descs = None
+    if (cfg.gluon and q.device.type == "cuda" and q.dtype in (torch.float16, torch.bfloat16)
+            and k_cache.dtype == q.dtype and v_cache.dtype == q.dtype and tail_m == 0 and scale > 0
+            and head_dim <= 128 and block_m >= 16 * cfg.num_warps):
+        gluon_descs = _gluon_descriptors(k_cache, v_cache, cfg.block_n)
+    if gluon_descs is not None:
+        from .tree_verify_gluon import _tree_verify_partial_kernel_gluon
+
+        _tree_verify_partial_kernel_gluon[plan["grid"]](
+            q, k_cache, v_cache, *gluon_descs, cache_lens, ancestor_mask, out, part_o, part_lse,
+            q.stride(0), q.stride(1), q.stride(2),
+            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+            ancestor_mask.stride(0), ancestor_mask.stride(1),
+            out.stride(0), out.stride(1), out.stride(2),
+            scale, num_nodes, kv_heads, num_m_tiles, splits, plan["chunk"], k_cache.shape[1],
+            GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages,
+            SINGLE_SPLIT=single, num_warps=cfg.num_warps,
+        )
+    else:
+        _launch_triton_split(plan, cfg, q, k_cache, v_cache, cache_lens, ancestor_mask, out, part_o, part_lse,
+                             scale, num_nodes, kv_heads, num_m_tiles, splits, group, head_dim, block_m, tail_m,
+                             single, precision, upcast)
     if not single:
         split_block, merge_rows = merge_tiles(splits, head_dim)
         row_blocks = triton.cdiv(num_nodes * group, merge_rows)

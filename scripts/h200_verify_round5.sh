@@ -34,8 +34,8 @@ suite() {
 case $stage in
 sweep)
   timeout 120 python3 -m pytest tests/kernels/test_tree_verify.py -q -p no:cacheprovider -n 8 \
-    -k "descriptor or tail or ragged or lazy or fold" >"$OUT/gpu_tests.log" 2>&1
-  echo "== descriptor/tail/lazy/fold tests rc=$?"; tail -3 "$OUT/gpu_tests.log"
+    -k "descriptor or tail or ragged or lazy or fold or gluon" >"$OUT/gpu_tests.log" 2>&1
+  echo "== descriptor/tail/lazy/fold/gluon tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_tests.log" | cut -c1-400 | tail -20
   sweep
   ;;
 check)

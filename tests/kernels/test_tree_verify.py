@@ -188,6 +188,48 @@ def test_folded_scale_matches_reference(num_nodes, group, lens, dtype, splits, s
     assert_rows_close(out, ref, dtype, f"folded scale {scale}")
 
 
+def _gluon_configs():
+    from specdec_kernels.configs import VerifyConfig
+
+    return {
+        "w8-m128": VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0,
+                                min_block_m=128, gluon=True),
+        "w4-m64": VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, max_tail_m=0, min_block_m=64,
+                               gluon=True),
+    }
+
+
+# The Gluon split kernel (sm_90 only): its software pipeline over 0, 1, 2, ... full key tiles
+# (short and empty chunks, a ring that wraps many times), the partial last tile, tree tiles past
+# one key tile, many query tiles, and split counts that leave some splits empty;
+# (T, G, [L_b], head dim, dtype, splits).
+GLUON_CASES = [
+    (17, 4, [8192, 4100], 128, torch.bfloat16, None),
+    (17, 4, [0, 63, 64, 65], 128, torch.bfloat16, None),
+    (9, 4, [1000, 127, 16], 128, torch.float16, 5),
+    (65, 4, [2000, 700], 128, torch.bfloat16, 2),
+    (33, 8, [1500, 1], 64, torch.float16, None),
+    (1, 1, [300, 129], 128, torch.bfloat16, 3),
+    (16, 2, [5000, 3000], 64, torch.bfloat16, 7),
+]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+                    reason="the Gluon kernel is for sm_90 GPUs")
+@pytest.mark.parametrize("tile", ["w8-m128", "w4-m64"])
+@pytest.mark.parametrize("num_nodes,group,lens,head_dim,dtype,splits", GLUON_CASES)
+def test_gluon_kernel_matches_reference(num_nodes, group, lens, head_dim, dtype, splits, tile, monkeypatch):
+    from specdec_kernels.tree_verify_triton import _gluon_descriptors
+
+    config = _gluon_configs()[tile]
+    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, num_nodes, "best_first", group, 2, head_dim, dtype,
+                                                  seed=17 * num_nodes + group)
+    q, k, v, lens_t, mask = (t.cuda() for t in (q, k, v, lens_t, mask))
+    assert _gluon_descriptors(k, v, config.block_n) is not None
+    out = run_triton(q, k, v, lens_t, mask, splits, monkeypatch, config=config)
+    assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, f"gluon {tile}")
+
+
 @needs_triton
 @pytest.mark.parametrize("num_nodes,group,lens,head_dim,dtype,splits,layout", TMA_CASES)
 def test_descriptor_loads_match_reference(num_nodes, group, lens, head_dim, dtype, splits, layout, monkeypatch):

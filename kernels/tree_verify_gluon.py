@@ -1,0 +1,236 @@
+"""Hopper (sm_90) split kernel of :func:`specdec_kernels.tree_verify_attention` in Gluon.
+
+Why a second kernel: Triton waits for every q.k MMA right after issuing it (PTX:
+``wgmma.wait_group 0`` before the softmax, whatever the source order; PERF.md round 5), so on
+the 128-row tile the tensor cores idle while the warps take the exponentials, and the tile runs
+at about half the matmul rate. Gluon exposes the asynchronous warpgroup MMA and its wait, so this
+kernel issues the next key tile's q.k before this tile's softmax and lets the P.V MMA run while
+the next softmax starts (the intra-warpgroup overlap of FlashAttention 3):
+
+    iteration j:  issue S(j+1) = q.K(j+1)        (tensor cores)
+                  softmax of S(j) -> P(j)          (warps, overlapping S(j+1) and P.V(j-1))
+                  wait for P.V(j-1); rescale acc
+                  issue acc += P(j).V(j)
+                  wait for S(j+1)
+
+Same work decomposition, partial layout and merge as the Triton kernel
+(``tree_verify_triton``): packed rows = (node, query head of one KV head), key axis split in
+chunks, mask-free prefix tiles through TMA into a ring of ``STAGES`` shared-memory slots, the
+partial last prefix tile and the ancestor-masked tree tiles through masked pointer loads. Used
+for the table entries that set ``VerifyConfig.gluon`` (16-bit inputs, a cache layout one tensor
+descriptor can describe, no tail tile); everything else takes the Triton kernel.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_init,
+    warpgroup_mma_wait,
+)
+
+# Names that Gluon changed between Triton releases (the GPU image has 3.6, PyPI newer ones):
+# a CTA-wide barrier (``thread_barrier`` up to 3.6, ``barrier`` since) and the TMA load into
+# shared memory (``async_copy_global_to_shared`` up to 3.6, ``async_load`` since).
+_cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+
+
+@gluon.jit
+def _softmax_step(s, m_i, l_i, qk_scale, s_layout: gl.constexpr, o_layout: gl.constexpr):
+    """exp2 scores of one tile against the new running max, and the accumulator's rescale."""
+    m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+    # rows that have seen no visible key yet keep m = -inf; shift by 0 to avoid inf - inf
+    m_shift = gl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = gl.exp2(m_i - m_shift)
+    p = gl.exp2(s * qk_scale - gl.expand_dims(m_shift, 1))
+    l_i = l_i * alpha + gl.sum(p, 1)
+    alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
+    return p, alpha_o, m_new, l_i
+
+
+@gluon.jit
+def _masked_tile(acc, m_i, l_i, q_smem, kx_smem, vx_smem, k_rows_ptr, v_rows_ptr, key_ok, visible, qk_scale,
+                 s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
+                 ld_layout: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """One key tile with a mask (the partial last prefix tile, a tree tile), synchronously:
+    rows past the request's keys load as zeros (its V rows may hold anything, even NaN)."""
+    k = gl.load(k_rows_ptr, mask=key_ok, other=0.0)
+    v = gl.load(v_rows_ptr, mask=key_ok, other=0.0)
+    _cta_barrier()  # every warpgroup is done with the previous masked tile's buffers
+    kx_smem.store(k)
+    vx_smem.store(v)
+    fence_async_shared()
+    _cta_barrier()
+    s = warpgroup_mma(q_smem, kx_smem.permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
+                      use_acc=False)
+    s = gl.where(visible, s, float("-inf"))
+    p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
+    acc = acc * gl.expand_dims(alpha_o, 1)
+    acc = warpgroup_mma(gl.convert_layout(p.to(kx_smem.dtype), p_layout), vx_smem, acc)
+    return acc, m_i, l_i
+
+
+@gluon.jit
+def _tree_verify_partial_kernel_gluon(
+    q_ptr, k_ptr, v_ptr, k_desc, v_desc, lens_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr,
+    stride_qb, stride_qt, stride_qh,
+    stride_kb, stride_ks, stride_kh,
+    stride_vb, stride_vs, stride_vh,
+    stride_mb, stride_mt,
+    stride_ob, stride_ot, stride_oh,
+    qk_scale, num_nodes, num_kv_heads, num_m_tiles, num_splits, chunk, cache_rows,
+    GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, num_warps: gl.constexpr,
+):
+    dtype: gl.constexpr = k_desc.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    ld_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[4, 8],
+                                               warps_per_cta=[num_warps, 1], order=[1, 0])
+    q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
+    kv_sl: gl.constexpr = k_desc.layout
+
+    pid = gl.program_id(0)
+    split = gl.program_id(1)
+    m_tile = pid % num_m_tiles
+    head_b = pid // num_m_tiles
+    kv_head = head_b % num_kv_heads
+    b = head_b // num_kv_heads
+    prefix_len = gl.load(lens_ptr + b).to(gl.int32)
+    num_rows = num_nodes * GROUP
+    rows_pad = num_m_tiles * BLOCK_M
+
+    # the packed query rows into shared memory (the q.k MMA reads its A operand there)
+    rows_ld = m_tile * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, ld_layout))
+    dims_ld = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ld_layout))
+    q_rows = (b.to(gl.int64) * stride_qb + (rows_ld // GROUP) * stride_qt
+              + (kv_head * GROUP + rows_ld % GROUP) * stride_qh)
+    q = gl.load(q_ptr + gl.expand_dims(q_rows, 1) + gl.expand_dims(dims_ld, 0),
+                mask=gl.expand_dims(rows_ld < num_rows, 1), other=0.0)
+    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_DIM], q_sl, q)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_sl)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_sl)
+    kx_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], kv_sl)
+    vx_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], kv_sl)
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(bars.index(i), count=1)
+    fence_async_shared()
+    _cta_barrier()
+
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+
+    lo = split * chunk
+    hi = gl.minimum(lo + chunk, prefix_len)
+    n_full = gl.maximum(hi - lo, 0) // BLOCK_N
+    full_end = lo + n_full * BLOCK_N
+    desc_row = b * cache_rows + lo
+    desc_col = kv_head * HEAD_DIM
+    tile_bytes: gl.constexpr = 2 * BLOCK_N * HEAD_DIM * dtype.primitive_bitwidth // 8
+
+    # mask-free prefix tiles: tile t lands in slot t % STAGES, signalled by bars[t % STAGES]
+    for t in gl.static_range(STAGES - 1):
+        ok = t < n_full
+        mbarrier.expect(bars.index(t), tile_bytes, pred=ok)
+        _tma_load(k_desc, [desc_row + t * BLOCK_N, desc_col], bars.index(t),
+                                        k_smem.index(t), pred=ok)
+        _tma_load(v_desc, [desc_row + t * BLOCK_N, desc_col], bars.index(t),
+                                        v_smem.index(t), pred=ok)
+    if n_full > 0:
+        mbarrier.wait(bars.index(0), phase=0)
+        s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False)
+        acc_tok = warpgroup_mma_init(acc)
+        for j in range(n_full - 1):
+            slot = j % STAGES
+            nxt = j + 1
+            mbarrier.wait(bars.index(nxt % STAGES), phase=(nxt // STAGES) & 1)
+            s_tok = warpgroup_mma(q_smem, k_smem.index(nxt % STAGES).permute((1, 0)), s_zero, use_acc=False,
+                                  is_async=True)
+            p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
+            # all but the newest group (S(j+1)) done: P.V(j-1) has finished with acc and its slot
+            acc_j = warpgroup_mma_wait(num_outstanding=1, deps=(acc_tok, ))
+            # refill the slot P.V(j-1) read (never used yet at j = 0) with tile j + STAGES - 1, once
+            # every warpgroup is past it
+            _cta_barrier()
+            refill = j + STAGES - 1
+            rslot = refill % STAGES
+            ok = refill < n_full
+            mbarrier.expect(bars.index(rslot), tile_bytes, pred=ok)
+            _tma_load(k_desc, [desc_row + refill * BLOCK_N, desc_col], bars.index(rslot),
+                                            k_smem.index(rslot), pred=ok)
+            _tma_load(v_desc, [desc_row + refill * BLOCK_N, desc_col], bars.index(rslot),
+                                            v_smem.index(rslot), pred=ok)
+            acc_j = acc_j * gl.expand_dims(alpha_o, 1)
+            acc_tok = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(slot), acc_j,
+                                    is_async=True)
+            s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
+        # the last full tile: nothing to issue ahead of its softmax
+        p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
+        acc = acc * gl.expand_dims(alpha_o, 1)
+        acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index((n_full - 1) % STAGES), acc)
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(bars.index(i))
+
+    # masked tiles: rows in the loads' layout and in the scores' layout
+    cols_ld = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ld_layout))
+    k_base = k_ptr + b.to(gl.int64) * stride_kb + kv_head * stride_kh
+    v_base = v_ptr + b.to(gl.int64) * stride_vb + kv_head * stride_vh
+    k_tile_ptrs = k_base + gl.expand_dims(cols_ld * stride_ks, 1) + gl.expand_dims(dims_ld, 0)
+    v_tile_ptrs = v_base + gl.expand_dims(cols_ld * stride_vs, 1) + gl.expand_dims(dims_ld, 0)
+    rows_s = m_tile * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    cols_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    if full_end < hi:
+        key_ok = gl.expand_dims(full_end + cols_ld < hi, 1)
+        visible = gl.expand_dims(full_end + cols_s < hi, 0)
+        acc, m_i, l_i = _masked_tile(acc, m_i, l_i, q_smem, kx_smem, vx_smem, k_tile_ptrs + full_end * stride_ks,
+                                     v_tile_ptrs + full_end * stride_vs, key_ok, visible, qk_scale,
+                                     s_layout, o_layout, p_layout, ld_layout, BLOCK_M, BLOCK_N)
+    # the tree rows, ancestor-masked, streamed by the split that holds the prefix's last row
+    tree_split = gl.maximum(gl.cdiv(prefix_len, chunk) - 1, 0)
+    if split == tree_split:
+        mask_rows = mask_ptr + b.to(gl.int64) * stride_mb + gl.expand_dims((rows_s // GROUP) * stride_mt, 1)
+        row_ok = gl.expand_dims(rows_s < num_rows, 1)
+        for start in range(0, num_nodes, BLOCK_N):
+            key_ok = gl.expand_dims(start + cols_ld < num_nodes, 1)
+            tree_node = start + cols_s
+            in_tree = gl.expand_dims(tree_node < num_nodes, 0)
+            words = gl.load(mask_rows + gl.expand_dims(tree_node // 32, 0), mask=row_ok & in_tree, other=0)
+            visible = ((words >> gl.expand_dims(tree_node % 32, 0)) & 1) != 0
+            acc, m_i, l_i = _masked_tile(acc, m_i, l_i, q_smem, kx_smem, vx_smem,
+                                         k_tile_ptrs + (prefix_len + start) * stride_ks,
+                                         v_tile_ptrs + (prefix_len + start) * stride_vs, key_ok, visible, qk_scale,
+                                         s_layout, o_layout, p_layout, ld_layout, BLOCK_M, BLOCK_N)
+
+    # normalised output (one split) or fp32 partial + log2-sum-exp, valid rows only
+    rows_o = m_tile * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, o_layout))
+    dims_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+    row_valid = rows_o < num_rows
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+    l_safe = gl.where(l_o == 0.0, 1.0, l_o)
+    out = acc / gl.expand_dims(l_safe, 1)
+    if SINGLE_SPLIT:
+        out_rows = (b.to(gl.int64) * stride_ob + (rows_o // GROUP) * stride_ot
+                    + (kv_head * GROUP + rows_o % GROUP) * stride_oh)
+        gl.store(out_ptr + gl.expand_dims(out_rows, 1) + gl.expand_dims(dims_o, 0), out.to(dtype),
+                 mask=gl.expand_dims(row_valid, 1))
+    else:
+        # partials: [B * Hkv, num_splits, rows_pad, D] and [B * Hkv, num_splits, rows_pad]
+        part_row = (head_b.to(gl.int64) * num_splits + split) * rows_pad + rows_o
+        gl.store(part_o_ptr + gl.expand_dims(part_row * HEAD_DIM, 1) + gl.expand_dims(dims_o, 0), out,
+                 mask=gl.expand_dims(row_valid, 1))
+        m_o = gl.convert_layout(m_i, gl.SliceLayout(1, o_layout))
+        lse = gl.where(l_o == 0.0, float("-inf"), m_o + gl.log2(l_safe))
+        gl.store(part_lse_ptr + part_row, lse, mask=row_valid)
