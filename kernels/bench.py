@@ -379,10 +379,12 @@ def sweep_variants() -> dict:
         "n32-m128-w8-s3-r1-min128-tail16-tma": VerifyConfig(**dict(many, block_n=32, max_tail_m=16), tma=True),
         "n64-m128-w8-s3-r1-min128-gluon": VerifyConfig(**many, gluon=True),
         "n64-m128-w8-s4-r1-min128-gluon": VerifyConfig(**dict(many, num_stages=4), gluon=True),
-        "n128-m128-w8-s2-r1-min128-gluon": VerifyConfig(**dict(many, block_n=128, num_stages=2), gluon=True),
+        "n64-m128-w8-s5-r1-min128-gluon": VerifyConfig(**dict(many, num_stages=5), gluon=True),
+        "n128-m128-w8-s3-r1-min128-gluon": VerifyConfig(**dict(many, block_n=128), gluon=True),
         "n32-m64-w4-s3-r2-min64-gluon": VerifyConfig(**dict(few, min_block_m=64), gluon=True),
-        "n64-m64-w4-s2-r1-min64-gluon": VerifyConfig(**dict(few, block_n=64, num_stages=2, resident_per_sm=1,
-                                                           min_block_m=64), gluon=True),
+        "n32-m64-w4-s4-r2-min64-gluon": VerifyConfig(**dict(few, num_stages=4, min_block_m=64), gluon=True),
+        "n64-m64-w4-s3-r1-min64-gluon": VerifyConfig(**dict(few, block_n=64, resident_per_sm=1, min_block_m=64),
+                                                     gluon=True),
     }
 
 
@@ -391,18 +393,19 @@ _MANY_TMA = "n64-m128-w8-s3-r1-min128-tma"
 
 
 def sweep_plan() -> list[tuple[Shape, tuple]]:
-    """Round 5, second sweep: the split kernel in Gluon (``tree_verify_gluon``), whose next
+    """Round 5, third sweep: the split kernel in Gluon (``tree_verify_gluon``), whose next
     q.k MMA runs during this tile's softmax, against the table, on the 128-row tile (the T = 17
-    cliff and the compute-bound shapes: 3 and 4 stages of 64-key tiles, 2 of 128-key tiles) and
-    on the 4-warp 64-row tile (the memory-bound shapes)."""
-    many = ("table", "n64-m128-w8-s3-r1-min128-gluon", "n64-m128-w8-s4-r1-min128-gluon",
-            "n128-m128-w8-s2-r1-min128-gluon")
-    few = ("table", "n32-m64-w4-s3-r2-min64-gluon", "n64-m64-w4-s2-r1-min64-gluon")
+    cliff and the compute-bound shapes: 4 and 5 stages of 64-key tiles, 3 of 128-key tiles) and
+    on the 4-warp 64-row tile (the memory-bound shapes). The second sweep's 2-stage variant hung:
+    the kernel needs 3 slots (now a static assert)."""
+    many = ("table", "n64-m128-w8-s4-r1-min128-gluon", "n64-m128-w8-s5-r1-min128-gluon",
+            "n128-m128-w8-s3-r1-min128-gluon")
+    few = ("table", "n32-m64-w4-s4-r2-min64-gluon", "n64-m64-w4-s3-r1-min64-gluon")
     plan = [(Shape(b, t, hq, 8, 128, l), many)
             for b, t, hq, l in ((8, 17, 32, 8192), (32, 17, 32, 8192), (8, 17, 32, 32768), (8, 65, 32, 8192),
                                 (32, 65, 64, 8192), (8, 33, 64, 32768), (32, 65, 64, 32768), (8, 17, 64, 8192))]
     plan += [(Shape(b, t, 32, 8, 128, l), few)
-             for b, t, l in ((8, 9, 8192), (32, 9, 1024), (1, 9, 32768), (8, 16, 8192))]
+             for b, t, l in ((8, 16, 8192), (8, 9, 8192), (32, 9, 1024), (1, 9, 32768))]
     return plan
 
 

@@ -15,8 +15,9 @@ the next softmax starts (the intra-warpgroup overlap of FlashAttention 3):
 
 Same work decomposition, partial layout and merge as the Triton kernel
 (``tree_verify_triton``): packed rows = (node, query head of one KV head), key axis split in
-chunks, mask-free prefix tiles through TMA into a ring of ``STAGES`` shared-memory slots, the
-partial last prefix tile and the ancestor-masked tree tiles through masked pointer loads. Used
+chunks, mask-free prefix tiles through TMA into a ring of ``STAGES`` shared-memory slots (at
+least 3), the partial last prefix tile and the ancestor-masked tree tiles through masked pointer
+loads into the ring's first slot. Used
 for the table entries that set ``VerifyConfig.gluon`` (16-bit inputs, a cache layout one tensor
 descriptor can describe, no tail tile); everything else takes the Triton kernel.
 """
@@ -88,6 +89,9 @@ def _tree_verify_partial_kernel_gluon(
     GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, num_warps: gl.constexpr,
 ):
+    # tile t + STAGES - 1 is loaded while tile t's softmax runs, into the slot tile t - 1 used:
+    # with fewer than 3 slots the next tile would be waited for before it is asked for
+    gl.static_assert(STAGES >= 3)
     dtype: gl.constexpr = k_desc.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -119,8 +123,6 @@ def _tree_verify_partial_kernel_gluon(
     q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_DIM], q_sl, q)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_sl)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_sl)
-    kx_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], kv_sl)
-    vx_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], kv_sl)
     bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(bars.index(i), count=1)
@@ -184,7 +186,10 @@ def _tree_verify_partial_kernel_gluon(
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(i))
 
-    # masked tiles: rows in the loads' layout and in the scores' layout
+    # masked tiles, through ring slot 0 (every TMA load and MMA of the loop is done by now):
+    # rows in the loads' layout and in the scores' layout
+    kx_smem = k_smem.index(0)
+    vx_smem = v_smem.index(0)
     cols_ld = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ld_layout))
     k_base = k_ptr + b.to(gl.int64) * stride_kb + kv_head * stride_kh
     v_base = v_ptr + b.to(gl.int64) * stride_vb + kv_head * stride_vh

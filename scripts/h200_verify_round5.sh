@@ -15,7 +15,7 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 
 sweep() {
-  timeout 260 python3 -m specdec_kernels.bench --sweep-only --max-seconds 230 --json "$OUT/sweep.json" \
+  timeout 330 python3 -m specdec_kernels.bench --sweep-only --max-seconds 290 --json "$OUT/sweep.json" \
     --markdown "$OUT/sweep.md" >"$OUT/sweep.log" 2>&1
   echo "== sweep rc=$?"; grep -E '^\{"date' "$OUT/sweep.log" | cut -c1-300; grep -E '^\|' "$OUT/sweep.log"
   grep -E '"error"' "$OUT/sweep.log" | cut -c1-300 | head -5
