@@ -385,6 +385,12 @@ def sweep_variants() -> dict:
         "n32-m64-w4-s4-r2-min64-gluon": VerifyConfig(**dict(few, num_stages=4, min_block_m=64), gluon=True),
         "n64-m64-w4-s3-r1-min64-gluon": VerifyConfig(**dict(few, block_n=64, resident_per_sm=1, min_block_m=64),
                                                      gluon=True),
+        "n64-m128-w8-s4-r1-min128-gluon-qreg": VerifyConfig(**dict(many, num_stages=4), gluon=True,
+                                                            gluon_q_in_registers=True),
+        "n128-m128-w8-s3-r1-min128-gluon-qreg": VerifyConfig(**dict(many, block_n=128), gluon=True,
+                                                             gluon_q_in_registers=True),
+        "n32-m64-w4-s4-r2-min64-gluon-qreg": VerifyConfig(**dict(few, num_stages=4, min_block_m=64), gluon=True,
+                                                          gluon_q_in_registers=True),
     }
 
 
@@ -393,19 +399,18 @@ _MANY_TMA = "n64-m128-w8-s3-r1-min128-tma"
 
 
 def sweep_plan() -> list[tuple[Shape, tuple]]:
-    """Round 5, third sweep: the split kernel in Gluon (``tree_verify_gluon``), whose next
-    q.k MMA runs during this tile's softmax, against the table, on the 128-row tile (the T = 17
-    cliff and the compute-bound shapes: 4 and 5 stages of 64-key tiles, 3 of 128-key tiles) and
-    on the 4-warp 64-row tile (the memory-bound shapes). The second sweep's 2-stage variant hung:
-    the kernel needs 3 slots (now a static assert)."""
-    many = ("table", "n64-m128-w8-s4-r1-min128-gluon", "n64-m128-w8-s5-r1-min128-gluon",
-            "n128-m128-w8-s3-r1-min128-gluon")
-    few = ("table", "n32-m64-w4-s4-r2-min64-gluon", "n64-m64-w4-s3-r1-min64-gluon")
+    """Round 5, fourth sweep: the Gluon kernel with q in registers (the q.k MMA then reads only
+    the key tile from shared memory) on both tiles; T = 17 as two 64-row Gluon programs. "table"
+    is the round-5 table: Gluon on <= 64 rows (4 slots) and past 255 rows (128-key tiles)."""
+    many = ("table", "n64-m128-w8-s4-r1-min128-gluon", "n64-m128-w8-s4-r1-min128-gluon-qreg",
+            "n128-m128-w8-s3-r1-min128-gluon-qreg")
+    few = ("table", "n32-m64-w4-s4-r2-min64-gluon-qreg")
     plan = [(Shape(b, t, hq, 8, 128, l), many)
             for b, t, hq, l in ((8, 17, 32, 8192), (32, 17, 32, 8192), (8, 17, 32, 32768), (8, 65, 32, 8192),
-                                (32, 65, 64, 8192), (8, 33, 64, 32768), (32, 65, 64, 32768), (8, 17, 64, 8192))]
+                                (32, 65, 64, 8192), (8, 33, 64, 32768), (8, 17, 64, 8192))]
     plan += [(Shape(b, t, 32, 8, 128, l), few)
              for b, t, l in ((8, 16, 8192), (8, 9, 8192), (32, 9, 1024), (1, 9, 32768))]
+    plan += [(Shape(8, 17, 32, 8, 128, 8192), ("n32-m64-w4-s4-r2-min64-gluon", "n32-m64-w4-s4-r2-min64-gluon-qreg"))]
     return plan
 
 

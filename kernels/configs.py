@@ -47,8 +47,13 @@ class VerifyConfig:
                   exponent's argument (one fused multiply-add a score); only for a positive scale.
     gluon:        run the split kernel written in Gluon (``tree_verify_gluon``, sm_90), which
                   issues the next key tile's q.k before this tile's softmax; only for 16-bit
-                  inputs, a positive scale, a cache one tensor descriptor describes and no tail
-                  tile (otherwise the Triton kernel runs).
+                  inputs, a positive scale, a cache one tensor descriptor describes, no tail tile
+                  and query tiles of at least 16 rows a warp (otherwise the Triton kernel runs,
+                  with the fields above).
+    gluon_block_n, gluon_stages: the Gluon kernel's key rows per tile and ring slots (0: as
+                  block_n / num_stages); it needs at least 3 slots.
+    gluon_q_in_registers: the Gluon kernel's q.k MMA takes q from registers instead of shared
+                  memory (which then carries only the key tiles).
     """
 
     block_n: int
@@ -63,6 +68,9 @@ class VerifyConfig:
     max_registers: int = 0
     fold_scale: bool = False
     gluon: bool = False
+    gluon_block_n: int = 0
+    gluon_stages: int = 0
+    gluon_q_in_registers: bool = False
 
 
 # arch -> head_dim -> tiers ((most packed rows, config[, config for small work]), ...,
@@ -87,6 +95,12 @@ _SM90_MANY = {
     128: VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
                       tma=True),
 }
+# Past 255 rows (T = 65 at G >= 4, T = 33 at G = 8): the Gluon kernel on 128-key tiles, 3 slots
+# (229 KB shared memory): 8 % faster at B8-T65-H32-L8k and B32-T65-H64-L8k, 1 % at
+# B32-T65-H64-L32k, 3 % slower at B8-T33-H64-L32k (H200, round 5). From 65 to 255 rows it was
+# slower on three of four shapes, and those keep the Triton kernel.
+_SM90_MANY_GLUON_128 = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0,
+                                    min_block_m=128, tma=True, gluon=True, gluon_block_n=128)
 
 # With little work per (request, KV head), the 8-warp tile's one program per SM loses to the
 # 4-warp tile's two: with few pairs (batch 1 at 8 KV heads) the GPU is filled by splitting the
@@ -97,8 +111,10 @@ _SM90_MANY = {
 SMALL_GRID_HEADS = 64
 SHORT_CACHE_ROWS = 2048
 
+# Up to 64 rows the Gluon kernel with 4 slots (80 KB: still 2 per SM) was 4-13 % faster on all four
+# shapes swept (H200, round 5: B32-T9-L1k 45.6 -> 39.6 us, B1-T9-L32k 50.1 -> 47.4).
 _SM90_FEW_128 = VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2,
-                             max_tail_m=0)
+                             max_tail_m=0, gluon=True, gluon_stages=4)
 # with the tail tile: 255 registers x 128 threads, 73 KB shared memory: still 2 per SM
 _SM90_FEW_128_TAIL = VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2,
                                   max_tail_m=16)
@@ -110,7 +126,7 @@ VERIFY_CONFIGS: dict[str, dict[int, tuple[tuple, ...]]] = {
              (None, _SM90_MANY[64])),
         # few: 80 KB smem, 180 regs x 128 threads: 2 per SM (3 stages measured 1-6 % faster than 4
         # on the gap shapes in rounds 2 and 3)
-        128: ((64, _SM90_FEW_128), (255, _SM90_MANY[128], _SM90_FEW_128_TAIL), (None, _SM90_MANY[128])),
+        128: ((64, _SM90_FEW_128), (255, _SM90_MANY[128], _SM90_FEW_128_TAIL), (None, _SM90_MANY_GLUON_128)),
         # 104 KB smem, 8 warps x 204 regs: 1 per SM (the tail tile spills 216 B: off)
         256: ((None, VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0)),),
     },

@@ -56,7 +56,7 @@ def _softmax_step(s, m_i, l_i, qk_scale, s_layout: gl.constexpr, o_layout: gl.co
 
 
 @gluon.jit
-def _masked_tile(acc, m_i, l_i, q_smem, kx_smem, vx_smem, k_rows_ptr, v_rows_ptr, key_ok, visible, qk_scale,
+def _masked_tile(acc, m_i, l_i, q_op, kx_smem, vx_smem, k_rows_ptr, v_rows_ptr, key_ok, visible, qk_scale,
                  s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
                  ld_layout: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
     """One key tile with a mask (the partial last prefix tile, a tree tile), synchronously:
@@ -68,7 +68,7 @@ def _masked_tile(acc, m_i, l_i, q_smem, kx_smem, vx_smem, k_rows_ptr, v_rows_ptr
     vx_smem.store(v)
     fence_async_shared()
     _cta_barrier()
-    s = warpgroup_mma(q_smem, kx_smem.permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
+    s = warpgroup_mma(q_op, kx_smem.permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
                       use_acc=False)
     s = gl.where(visible, s, float("-inf"))
     p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
@@ -87,7 +87,7 @@ def _tree_verify_partial_kernel_gluon(
     stride_ob, stride_ot, stride_oh,
     qk_scale, num_nodes, num_kv_heads, num_m_tiles, num_splits, chunk, cache_rows,
     GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, num_warps: gl.constexpr,
+    STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, Q_IN_REGS: gl.constexpr, num_warps: gl.constexpr,
 ):
     # tile t + STAGES - 1 is loaded while tile t's softmax runs, into the slot tile t - 1 used:
     # with fewer than 3 slots the next tile would be waited for before it is asked for
@@ -121,6 +121,11 @@ def _tree_verify_partial_kernel_gluon(
     q = gl.load(q_ptr + gl.expand_dims(q_rows, 1) + gl.expand_dims(dims_ld, 0),
                 mask=gl.expand_dims(rows_ld < num_rows, 1), other=0.0)
     q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_DIM], q_sl, q)
+    if Q_IN_REGS:
+        # the q.k MMA's A operand from registers: shared memory then carries only the key tile
+        q_op = q_smem.load(gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
+    else:
+        q_op = q_smem
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_sl)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_sl)
     bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -152,13 +157,13 @@ def _tree_verify_partial_kernel_gluon(
                                         v_smem.index(t), pred=ok)
     if n_full > 0:
         mbarrier.wait(bars.index(0), phase=0)
-        s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False)
+        s = warpgroup_mma(q_op, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False)
         acc_tok = warpgroup_mma_init(acc)
         for j in range(n_full - 1):
             slot = j % STAGES
             nxt = j + 1
             mbarrier.wait(bars.index(nxt % STAGES), phase=(nxt // STAGES) & 1)
-            s_tok = warpgroup_mma(q_smem, k_smem.index(nxt % STAGES).permute((1, 0)), s_zero, use_acc=False,
+            s_tok = warpgroup_mma(q_op, k_smem.index(nxt % STAGES).permute((1, 0)), s_zero, use_acc=False,
                                   is_async=True)
             p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
             # all but the newest group (S(j+1)) done: P.V(j-1) has finished with acc and its slot
@@ -200,7 +205,7 @@ def _tree_verify_partial_kernel_gluon(
     if full_end < hi:
         key_ok = gl.expand_dims(full_end + cols_ld < hi, 1)
         visible = gl.expand_dims(full_end + cols_s < hi, 0)
-        acc, m_i, l_i = _masked_tile(acc, m_i, l_i, q_smem, kx_smem, vx_smem, k_tile_ptrs + full_end * stride_ks,
+        acc, m_i, l_i = _masked_tile(acc, m_i, l_i, q_op, kx_smem, vx_smem, k_tile_ptrs + full_end * stride_ks,
                                      v_tile_ptrs + full_end * stride_vs, key_ok, visible, qk_scale,
                                      s_layout, o_layout, p_layout, ld_layout, BLOCK_M, BLOCK_N)
     # the tree rows, ancestor-masked, streamed by the split that holds the prefix's last row
@@ -214,7 +219,7 @@ def _tree_verify_partial_kernel_gluon(
             in_tree = gl.expand_dims(tree_node < num_nodes, 0)
             words = gl.load(mask_rows + gl.expand_dims(tree_node // 32, 0), mask=row_ok & in_tree, other=0)
             visible = ((words >> gl.expand_dims(tree_node % 32, 0)) & 1) != 0
-            acc, m_i, l_i = _masked_tile(acc, m_i, l_i, q_smem, kx_smem, vx_smem,
+            acc, m_i, l_i = _masked_tile(acc, m_i, l_i, q_op, kx_smem, vx_smem,
                                          k_tile_ptrs + (prefix_len + start) * stride_ks,
                                          v_tile_ptrs + (prefix_len + start) * stride_vs, key_ok, visible, qk_scale,
                                          s_layout, o_layout, p_layout, ld_layout, BLOCK_M, BLOCK_N)

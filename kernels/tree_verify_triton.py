@@ -599,10 +599,11 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
             part_o.fill_(float("nan"))
             part_lse.fill_(float("nan"))
     gluon_descs = None
+    gluon_block_n = cfg.gluon_block_n or cfg.block_n
     if (cfg.gluon and q.device.type == "cuda" and q.dtype in (torch.float16, torch.bfloat16)
             and k_cache.dtype == q.dtype and v_cache.dtype == q.dtype and tail_m == 0 and scale > 0
             and head_dim <= 128 and block_m >= 16 * cfg.num_warps):
-        gluon_descs = _gluon_descriptors(k_cache, v_cache, cfg.block_n)
+        gluon_descs = _gluon_descriptors(k_cache, v_cache, gluon_block_n)
     if gluon_descs is not None:
         from .tree_verify_gluon import _tree_verify_partial_kernel_gluon
 
@@ -614,8 +615,9 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
             ancestor_mask.stride(0), ancestor_mask.stride(1),
             out.stride(0), out.stride(1), out.stride(2),
             scale, num_nodes, kv_heads, num_m_tiles, splits, plan["chunk"], k_cache.shape[1],
-            GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages,
-            SINGLE_SPLIT=single, num_warps=cfg.num_warps,
+            GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=gluon_block_n,
+            STAGES=cfg.gluon_stages or cfg.num_stages,
+            SINGLE_SPLIT=single, Q_IN_REGS=cfg.gluon_q_in_registers, num_warps=cfg.num_warps,
         )
     else:
         _launch_triton_split(plan, cfg, q, k_cache, v_cache, cache_lens, ancestor_mask, out, part_o, part_lse,

@@ -195,7 +195,9 @@ def _gluon_configs():
         "w8-m128": VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0,
                                 min_block_m=128, gluon=True),
         "w4-m64": VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, max_tail_m=0, min_block_m=64,
-                               gluon=True),
+                               gluon=True, gluon_stages=4),
+        "w8-m128-n128-qreg": VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0,
+                                          min_block_m=128, gluon=True, gluon_block_n=128, gluon_q_in_registers=True),
     }
 
 
@@ -216,7 +218,7 @@ GLUON_CASES = [
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
                     reason="the Gluon kernel is for sm_90 GPUs")
-@pytest.mark.parametrize("tile", ["w8-m128", "w4-m64"])
+@pytest.mark.parametrize("tile", ["w8-m128", "w4-m64", "w8-m128-n128-qreg"])
 @pytest.mark.parametrize("num_nodes,group,lens,head_dim,dtype,splits", GLUON_CASES)
 def test_gluon_kernel_matches_reference(num_nodes, group, lens, head_dim, dtype, splits, tile, monkeypatch):
     from specdec_kernels.tree_verify_triton import _gluon_descriptors
