@@ -7,7 +7,8 @@ Why the rows differ:
   datacenter-Blackwell paths (wgmma, TMA multicast): smaller key tiles, two stages, query
   tiles capped at 64 rows, so every (head dim) row fits with room to spare. The sm_120 compile
   check (``python -m specdec_kernels.sm120_check``) reports the shared memory each row uses.
-- ``sm_100`` (B200) takes the Hopper row (its shared memory is as large).
+- ``sm_100`` (B200) takes the Hopper row (its shared memory is as large), but never the Gluon
+  kernel, which is written for Hopper's warpgroup MMA.
 - ``interpreter``: Triton's CPU interpreter runs block operations in numpy, so fewer, larger
   tiles are faster; no memory limits apply.
 
@@ -83,6 +84,8 @@ class VerifyConfig:
 # through tensor descriptors: each K/V tile then serves all the rows (T = 17 at G = 4: 68 rows),
 # where two 64-row programs would each stream the cache (H200, rounds 3-4: B8-T17-L8k 96 us
 # against 109, B32-T17-L8k 307 against 388).
+# On sm_90 at head dim 128, the entries with ``gluon`` run the Gluon split kernel
+# (``tree_verify_gluon``) for 16-bit inputs, with the Triton fields as the fallback.
 # resident_per_sm comes from the compiled kernels (Triton 3.9's ptxas, sm_90 target, compiled on
 # the CPU; PERF.md): 228 KB shared memory and 64K registers per SM.
 # max_tail_m is 16 where the tail tile compiles without register spills, else 0.
@@ -91,16 +94,14 @@ class VerifyConfig:
 _SM90_MANY = {
     # 192 KB smem at 3 stages: 1 per SM (its tail tile spills 184 B: off)
     64: VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0),
-    # descriptor loads: 3-5 % faster than per-element loads on every shape swept (round 4)
+    # Triton: descriptor loads, 3-5 % faster than per-element loads on every shape swept (round 4).
+    # Gluon (round 5, H200): 128-key tiles, 3 slots, q in registers (196 KB shared memory, 255
+    # registers, no spills), faster on all seven 128-row shapes swept: T = 17 by 2-9 % (B8-T17-L8k
+    # 95.4 -> 87.5 us), T = 33 / 65 by 2-10 % against the Gluon kernel with q in shared memory and
+    # 7-14 % against the Triton kernel (B8-T65-H32-L8k 261 -> 224 us).
     128: VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
-                      tma=True),
+                      tma=True, gluon=True, gluon_block_n=128, gluon_q_in_registers=True),
 }
-# Past 255 rows (T = 65 at G >= 4, T = 33 at G = 8): the Gluon kernel on 128-key tiles, 3 slots
-# (229 KB shared memory): 8 % faster at B8-T65-H32-L8k and B32-T65-H64-L8k, 1 % at
-# B32-T65-H64-L32k, 3 % slower at B8-T33-H64-L32k (H200, round 5). From 65 to 255 rows it was
-# slower on three of four shapes, and those keep the Triton kernel.
-_SM90_MANY_GLUON_128 = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0,
-                                    min_block_m=128, tma=True, gluon=True, gluon_block_n=128)
 
 # With little work per (request, KV head), the 8-warp tile's one program per SM loses to the
 # 4-warp tile's two: with few pairs (batch 1 at 8 KV heads) the GPU is filled by splitting the
@@ -111,8 +112,9 @@ _SM90_MANY_GLUON_128 = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, nu
 SMALL_GRID_HEADS = 64
 SHORT_CACHE_ROWS = 2048
 
-# Up to 64 rows the Gluon kernel with 4 slots (80 KB: still 2 per SM) was 4-13 % faster on all four
-# shapes swept (H200, round 5: B32-T9-L1k 45.6 -> 39.6 us, B1-T9-L32k 50.1 -> 47.4).
+# Up to 64 rows the Gluon kernel with 4 slots (80 KB, 159 registers: still 2 per SM) was 4-13 %
+# faster on all four shapes swept (H200, round 5: B32-T9-L1k 45.6 -> 39.6 us, B1-T9-L32k 50.1 ->
+# 47.4); q in registers made no difference there. The Triton fallback keeps 3 stages.
 _SM90_FEW_128 = VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2,
                              max_tail_m=0, gluon=True, gluon_stages=4)
 # with the tail tile: 255 registers x 128 threads, 73 KB shared memory: still 2 per SM
@@ -126,7 +128,7 @@ VERIFY_CONFIGS: dict[str, dict[int, tuple[tuple, ...]]] = {
              (None, _SM90_MANY[64])),
         # few: 80 KB smem, 180 regs x 128 threads: 2 per SM (3 stages measured 1-6 % faster than 4
         # on the gap shapes in rounds 2 and 3)
-        128: ((64, _SM90_FEW_128), (255, _SM90_MANY[128], _SM90_FEW_128_TAIL), (None, _SM90_MANY_GLUON_128)),
+        128: ((64, _SM90_FEW_128), (255, _SM90_MANY[128], _SM90_FEW_128_TAIL), (None, _SM90_MANY[128])),
         # 104 KB smem, 8 warps x 204 regs: 1 per SM (the tail tile spills 216 B: off)
         256: ((None, VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0)),),
     },

@@ -45,10 +45,13 @@ class CompileReport:
     spill_bytes: int | None = None
     mix: collections.Counter = field(default_factory=collections.Counter)
     forbidden: list = field(default_factory=list)
+    shared_limit: int = SM120_SHARED_LIMIT
+    spills_fail: bool = True
 
     @property
     def ok(self) -> bool:
-        return self.shared_bytes <= SM120_SHARED_LIMIT and not self.forbidden and not self.spill_bytes
+        return (self.shared_bytes <= self.shared_limit and not self.forbidden
+                and not (self.spills_fail and self.spill_bytes))
 
 
 def _signature(fn, pointer_types: dict, constexprs: dict) -> dict:

@@ -600,7 +600,9 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
             part_lse.fill_(float("nan"))
     gluon_descs = None
     gluon_block_n = cfg.gluon_block_n or cfg.block_n
-    if (cfg.gluon and q.device.type == "cuda" and q.dtype in (torch.float16, torch.bfloat16)
+    # the Gluon kernel is Hopper's (wgmma): sm_100 shares sm_90's table but runs the Triton kernel
+    if (cfg.gluon and q.device.type == "cuda" and torch.cuda.get_device_capability(q.device)[0] == 9
+            and q.dtype in (torch.float16, torch.bfloat16)
             and k_cache.dtype == q.dtype and v_cache.dtype == q.dtype and tail_m == 0 and scale > 0
             and head_dim <= 128 and block_m >= 16 * cfg.num_warps):
         gluon_descs = _gluon_descriptors(k_cache, v_cache, gluon_block_n)

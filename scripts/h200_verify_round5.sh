@@ -4,12 +4,12 @@
 #   sweep  the variants of `bench.sweep_plan` side by side, after the descriptor, tail,
 #          lazy-rescale and folded-scale correctness tests on the GPU
 #   check  the sweep, then the kernel suite and the GPU bench tests
-#   final  the issue's whole grid with SDPA and FlexAttention, then the kernel suite and the
-#          GPU bench tests
+#   final  the issue's whole grid with SDPA and FlexAttention (alone: it takes most of a call)
+#   suite  the kernel suite and the GPU bench tests
 #   commit accept + commit alone (fused and separate), their kernel tests, the GPU bench tests
 # Results land under $OUT.
 set -u
-stage=${1:?usage: scripts/h200_verify_round5.sh sweep|check|final|commit}
+stage=${1:?usage: scripts/h200_verify_round5.sh sweep|check|final|suite|commit}
 OUT=${OUT:-/tmp/out}
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
@@ -46,6 +46,8 @@ final)
     --markdown "$OUT/bench.md" >"$OUT/bench.log" 2>&1
   echo "== bench rc=$?"; grep -E '^\{"date' "$OUT/bench.log" | cut -c1-400; tail -2 "$OUT/bench.log" | cut -c1-400
   echo "table rows: $(grep -cE '^\| B' "$OUT/bench.log")"
+  ;;
+suite)
   suite
   ;;
 commit)

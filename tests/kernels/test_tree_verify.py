@@ -249,29 +249,30 @@ def test_descriptor_loads_match_reference(num_nodes, group, lens, head_dim, dtyp
 
 
 def test_config_tiers_by_rows_arch_and_grid():
-    """sm_90 head dim 128: 4 warps on 64-row tiles up to 64 packed rows; past that one 128-row
-    tile on 8 warps with descriptor loads, except on small grids (batch 1) or short caches up to
-    255 rows (4 warps, tail tile allowed); sm_120 and unknown archs never leave 64-row tiles on 8
-    warps, nor load through descriptors."""
+    """sm_90 head dim 128: 4 warps on 64-row tiles up to 64 packed rows (the Gluon kernel, 4
+    slots); past that one 128-row tile on 8 warps (the Gluon kernel on 128-key tiles, Triton's
+    fallback with descriptor loads), except on small grids (batch 1) or short caches up to 255
+    rows (Triton, 4 warps, tail tile allowed); sm_120 and unknown archs never leave 64-row tiles
+    on 8 warps, nor load through descriptors, nor run the Gluon kernel."""
     from specdec_kernels.configs import SHORT_CACHE_ROWS, verify_config
 
     def shape(cfg):
-        return cfg.num_warps, cfg.max_block_m, cfg.min_block_m, cfg.max_tail_m, cfg.tma
+        return cfg.num_warps, cfg.max_block_m, cfg.min_block_m, cfg.max_tail_m, cfg.tma, cfg.gluon
 
-    assert shape(verify_config("sm_90", 128, 64, 256)) == (4, 64, 16, 0, False)
-    assert shape(verify_config("sm_90", 128, 68, 64, 8209)) == (8, 128, 128, 0, True)     # B8, T17, G4, L8k
-    assert shape(verify_config("sm_90", 128, 68, 8, 8209)) == (4, 64, 16, 16, False)      # B1
-    assert shape(verify_config("sm_90", 128, 68, 256, 1041)) == (4, 64, 16, 16, False)    # B32, L1k
+    assert shape(verify_config("sm_90", 128, 64, 256)) == (4, 64, 16, 0, False, True)
+    assert verify_config("sm_90", 128, 64, 256).gluon_stages == 4
+    many = verify_config("sm_90", 128, 68, 64, 8209)                                     # B8, T17, G4, L8k
+    assert shape(many) == (8, 128, 128, 0, True, True)
+    assert (many.gluon_block_n, many.gluon_q_in_registers) == (128, True)
+    assert shape(verify_config("sm_90", 128, 68, 8, 8209)) == (4, 64, 16, 16, False, False)      # B1
+    assert shape(verify_config("sm_90", 128, 68, 256, 1041)) == (4, 64, 16, 16, False, False)    # B32, L1k
     assert shape(verify_config("sm_90", 128, 68, 256, SHORT_CACHE_ROWS + 1))[0] == 8
-    assert shape(verify_config("sm_90", 128, 260, 8, 1089)) == (8, 128, 128, 0, True)     # T65: any batch
-    assert shape(verify_config("sm_90", 128, 68)) == (8, 128, 128, 0, True)               # unknown: large
+    assert shape(verify_config("sm_90", 128, 260, 8, 1089)) == (8, 128, 128, 0, True, True)     # T65: any batch
+    assert shape(verify_config("sm_90", 128, 68)) == (8, 128, 128, 0, True, True)               # unknown: large
     assert verify_config("sm_100", 128, 68, 64) == verify_config("sm_90", 128, 68, 64)
     for arch in ("sm_120", "sm_89"):
-        for rows in (1, 68, 260):
-            cfg = verify_config(arch, 128, rows, 8)
-            assert cfg.max_block_m <= 64 and cfg.num_warps == 8 and not cfg.tma
-    with pytest.raises(ValueError, match="head dim 96"):
-        verify_config("sm_90", 96)
+        for rows in (9, 68, 260):
+            assert not verify_config(arch, 128, rows, 256, 8209).gluon, (arch, rows)
 
 
 def test_query_tiles_and_split_plan():

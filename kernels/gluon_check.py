@@ -1,0 +1,107 @@
+"""Compile the Gluon split kernel for sm_90 without a GPU, and report what it uses.
+
+The Gluon kernel (:mod:`specdec_kernels.tree_verify_gluon`) runs only on Hopper GPUs, so CI
+never executes it; this check compiles it, at each sm_90 table entry that selects it, with the
+ptxas Triton ships, and reports shared memory, registers, spills, the SASS mix, and whether the
+next tile's q.k MMA is still in flight during the softmax (a ``wgmma.wait_group 1`` in the PTX):
+the point of the kernel. It catches Gluon API drift between Triton releases too.
+
+    python -m specdec_kernels.gluon_check            # prints a table, exits 1 on a violation
+    python -m specdec_kernels.gluon_check --json     # one JSON report per entry
+
+Like the sm_120 check it needs Triton's compiler, not its interpreter (TRITON_INTERPRET unset).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+from .sm120_check import CompileReport, _inspect_cubin, _ptxas_spill_bytes, format_reports
+
+SM90_SHARED_LIMIT = 232448  # bytes per block, opt-in maximum on compute capability 9.0
+# packed rows per table tier that runs the Gluon kernel: T = 9 / 16 at G = 4, T = 17 and T = 65
+TIER_ROWS = (36, 68, 260)
+
+
+def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
+    import torch
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    from .configs import verify_config
+    from .tree_verify_gluon import _tree_verify_partial_kernel_gluon as fn
+    from .tree_verify_triton import _gluon_descriptors, pick_query_tiles
+
+    reports, seen = [], set()
+    for rows in TIER_ROWS:
+        cfg = verify_config("sm_90", head_dim, rows, 256, 8192 + 17)
+        if not cfg.gluon or cfg in seen:
+            continue
+        seen.add(cfg)
+        block_n = cfg.gluon_block_n or cfg.block_n
+        block_m = pick_query_tiles(rows, cfg.max_block_m, 0, cfg.min_block_m)[0]
+        cache = torch.empty(2, 256, 8, head_dim, dtype=torch.bfloat16)
+        desc, _ = _gluon_descriptors(cache, cache, block_n)
+        constexprs = dict(GROUP=4, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
+                          STAGES=cfg.gluon_stages or cfg.num_stages, SINGLE_SPLIT=False,
+                          Q_IN_REGS=cfg.gluon_q_in_registers, num_warps=cfg.num_warps)
+        types = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", out_ptr="*bf16", k_desc=mangle_type(desc),
+                     v_desc=mangle_type(desc), lens_ptr="*i32", mask_ptr="*i32", part_o_ptr="*fp32",
+                     part_lse_ptr="*fp32", qk_scale="fp32")
+        signature = {name: "constexpr" if name in constexprs else types.get(name, "i32") for name in fn.arg_names}
+        aligned = [i for i, a in enumerate(fn.arg_names) if a.endswith("_ptr") or a.startswith("stride_")]
+        src = GluonASTSource(fn=fn, signature=signature,
+                             constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()},
+                             attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
+        compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                                  options=dict(num_warps=cfg.num_warps, num_stages=1))
+        # spills are reported, not judged: they depend on the Triton release (the 128-key tile:
+        # none with 3.6, the GPU image's, which PERF.md measured; 64 B with 3.9)
+        report = CompileReport("verify_gluon", head_dim, block_m, block_n, cfg.num_warps,
+                               constexprs["STAGES"], compiled.metadata.shared, shared_limit=SM90_SHARED_LIMIT,
+                               spills_fail=False)
+        ptx = compiled.asm["ptx"]
+        report.spill_bytes = _ptxas_spill_bytes(ptx, 90)
+        _inspect_cubin(compiled.asm["cubin"], report)
+        # (the sm_120 check's forbidden instructions are this kernel's own); here "forbidden"
+        # means: what the kernel exists for is missing
+        report.forbidden = []
+        if not re.search(r"wgmma\.wait_group\.sync\.aligned 1;", ptx):
+            report.forbidden.append("no q.k MMA in flight across the softmax (no wgmma.wait_group 1)")
+        if not report.mix.get("HGMMA"):
+            report.forbidden.append("no HGMMA")
+        reports.append(report)
+    return reports
+
+
+def run_check_subprocess() -> list[dict]:
+    """Run the check in a fresh interpreter with TRITON_INTERPRET removed; return its reports."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-m", "specdec_kernels.gluon_check", "--json"], capture_output=True,
+                          text=True, env=env)
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"Gluon compile check crashed:\n{done.stderr[-4000:]}")
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    reports = compile_gluon_sm90()
+    if "--json" in argv:
+        for r in reports:
+            fields = {k: v for k, v in vars(r).items() if k != "mix"}
+            print(json.dumps(dict(fields, mix=dict(r.mix), ok=r.ok)))
+    else:
+        print(f"Gluon split kernel, sm_90 (shared memory limit {SM90_SHARED_LIMIT} B per block)")
+        print(format_reports(reports))
+    return 0 if reports and all(r.ok for r in reports) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""The Gluon split kernel compiles for sm_90 at the table's entries, on any host.
+
+CI has no Hopper GPU, so this is where CI sees the Gluon kernel at all: it must compile with the
+Triton release installed (Gluon's API moves between releases), fit Hopper's shared memory, use
+the warpgroup MMA, and keep the next tile's q.k MMA in flight across the softmax. Run in a
+subprocess without TRITON_INTERPRET, like the sm_120 check.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from test_sm120_compile import _nvidia_tools_present
+
+pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+
+
+@pytest.mark.skipif(not _nvidia_tools_present(),
+                    reason="this Triton install ships no NVIDIA ptxas/cuobjdump: cannot compile for sm_90")
+def test_gluon_kernel_compiles_for_sm90_and_overlaps():
+    from specdec_kernels.gluon_check import SM90_SHARED_LIMIT, run_check_subprocess
+
+    reports = run_check_subprocess()
+    assert sorted((r["block_m"], r["num_warps"]) for r in reports) == [(64, 4), (128, 8)]
+    for r in reports:
+        where = f"BM={r['block_m']} BN={r['block_n']} warps={r['num_warps']}"
+        print(where, {k: r[k] for k in ("shared_bytes", "registers", "spill_bytes", "forbidden")})
+        assert r["shared_bytes"] <= SM90_SHARED_LIMIT, f"{where}: {r['shared_bytes']} B shared memory"
+        assert not r["forbidden"], f"{where}: {r['forbidden']}"
+        assert r["mix"].get("HGMMA", 0) > 0, f"{where}: no warpgroup MMA in the SASS"
+        assert r["ok"], where
