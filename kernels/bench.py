@@ -228,17 +228,18 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, config=N
     from triton.testing import do_bench
 
     from .tree_verify import tree_verify_attention_sdpa
-    from .tree_verify_triton import plan_verify_launch, tree_verify_attention_triton
+    from .tree_verify_triton import LOG2E, plan_split_kernel, plan_verify_launch, tree_verify_attention_triton
 
     device = torch.device("cuda")
     sets = [make_inputs(shape, device, seed + i) for i in range(input_sets_needed(shape))]
     q, k, v, lens, mask = sets[0]
     plan = plan_verify_launch(shape.batch, shape.num_nodes, shape.q_heads, shape.kv_heads, shape.head_dim,
                               k.shape[1], device, config)
+    kernel, block_n, stages = plan_split_kernel(plan, q, k, v, LOG2E / shape.head_dim ** 0.5)
     row = {"shape": shape.name, **dataclasses.asdict(shape), "memory_bound_goal": shape.memory_bound_goal(),
            "input_sets": len(sets), "block_m": plan["block_m"], "m_tiles": plan["num_m_tiles"],
-           "tail_m": plan["tail_m"], "block_n": plan["config"].block_n,
-           "splits": plan["num_splits"], "warps": plan["config"].num_warps, "stages": plan["config"].num_stages}
+           "tail_m": plan["tail_m"], "block_n": block_n, "kernel": kernel,
+           "splits": plan["num_splits"], "warps": plan["config"].num_warps, "stages": stages}
 
     def ours(q, k, v, lens, mask):
         return tree_verify_attention_triton(q, k, v, lens, mask, config=config)
@@ -399,18 +400,16 @@ _MANY_TMA = "n64-m128-w8-s3-r1-min128-tma"
 
 
 def sweep_plan() -> list[tuple[Shape, tuple]]:
-    """Round 5, fourth sweep: the Gluon kernel with q in registers (the q.k MMA then reads only
-    the key tile from shared memory) on both tiles; T = 17 as two 64-row Gluon programs. "table"
-    is the round-5 table: Gluon on <= 64 rows (4 slots) and past 255 rows (128-key tiles)."""
-    many = ("table", "n64-m128-w8-s4-r1-min128-gluon", "n64-m128-w8-s4-r1-min128-gluon-qreg",
-            "n128-m128-w8-s3-r1-min128-gluon-qreg")
-    few = ("table", "n32-m64-w4-s4-r2-min64-gluon-qreg")
-    plan = [(Shape(b, t, hq, 8, 128, l), many)
-            for b, t, hq, l in ((8, 17, 32, 8192), (32, 17, 32, 8192), (8, 17, 32, 32768), (8, 65, 32, 8192),
-                                (32, 65, 64, 8192), (8, 33, 64, 32768), (8, 17, 64, 8192))]
-    plan += [(Shape(b, t, 32, 8, 128, l), few)
-             for b, t, l in ((8, 16, 8192), (8, 9, 8192), (32, 9, 1024), (1, 9, 32768))]
-    plan += [(Shape(8, 17, 32, 8, 128, 8192), ("n32-m64-w4-s4-r2-min64-gluon", "n32-m64-w4-s4-r2-min64-gluon-qreg"))]
+    """Round 5, fifth sweep, after the final table: the Gluon 128-row tile against the Triton one
+    on long single-split streams (B32-T17-L32k came out 8 % slower than round 4), and the Gluon
+    kernel on 64-row tiles (no tail tile) for the small-grid / short-cache shapes of 65-255 rows,
+    which the table leaves on the Triton kernel."""
+    long_streams = ("table", "n64-m128-w8-s3-r1-min128-tma")
+    small = ("table", "n32-m64-w4-s4-r2-min64-gluon")
+    plan = [(Shape(b, t, hq, 8, 128, l), long_streams)
+            for b, t, hq, l in ((32, 17, 32, 32768), (32, 9, 64, 32768), (8, 17, 32, 32768), (32, 16, 64, 32768))]
+    plan += [(Shape(b, t, 32, 8, 128, l), small)
+             for b, t, l in ((8, 17, 1024), (32, 17, 1024), (1, 17, 8192), (1, 17, 32768), (1, 33, 32768))]
     return plan
 
 
@@ -464,14 +463,15 @@ def format_sweep(rows) -> str:
             else:
                 frac = r["bw_frac"] if r["bound"] == "memory" else r["mm_frac"]
                 tail = f"+{r['tail_m']}" if r.get("tail_m") else ""
-                cells.append(f"{r['us']:.1f} ({100 * frac:.0f}%) {r['m_tiles']}x{r['block_m']}{tail}/s{r['splits']}"
+                gluon = " G" if r.get("kernel") == "gluon" else ""
+                cells.append(f"{r['us']:.1f} ({100 * frac:.0f}%) {r['m_tiles']}x{r['block_m']}{tail}/s{r['splits']}{gluon}"
                              f"{'' if r['ok'] else ' WRONG'}")
         lines.append(f"| {shape} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def format_table(rows, ceilings) -> str:
-    head = (f"| shape | M tiles/BN/splits | bound | us | TB/s | TFLOP/s | roof % | BW % | MM % | read us | SDPA us "
+    head = (f"| shape | M tiles/BN/splits (G: Gluon) | bound | us | TB/s | TFLOP/s | roof % | BW % | MM % | read us | SDPA us "
             f"| x SDPA | x SDPA at roof | flex us | x flex | err | ok |\n|{'---|' * 17}")
     lines = [head]
     for r in rows:
@@ -479,7 +479,8 @@ def format_table(rows, ceilings) -> str:
             return format(r[key], fmt) if key in r else "-"
         flex = f("flex_us", ".1f") if "flex_us" in r else ("error" if "flex_error" in r else "-")
         tiles = f"{r['m_tiles']}x{r['block_m']}" + (f"+{r['tail_m']}" if r.get("tail_m") else "")
-        lines.append(f"| {r['shape']} | {tiles}/{r['block_n']}/{r['splits']} | {r['bound']} | {r['us']:.1f} | "
+        gluon = " G" if r.get("kernel") == "gluon" else ""
+        lines.append(f"| {r['shape']} | {tiles}/{r['block_n']}/{r['splits']}{gluon} | {r['bound']} | {r['us']:.1f} | "
                      f"{r['tb_s']:.2f} | {r['tflop_s']:.1f} | "
                      f"{100 * r['roof_frac']:.0f} | {100 * r['bw_frac']:.0f} | {100 * r['mm_frac']:.0f} | "
                      f"{f('read_us', '.1f')} | {f('sdpa_us', '.1f')} | {f('x_sdpa', '.1f')} | "

@@ -550,6 +550,20 @@ def _gluon_descriptors(k_cache, v_cache, block_n):
     return describe(k_cache), describe(v_cache)
 
 
+def plan_split_kernel(plan: dict, q, k_cache, v_cache, scale: float) -> tuple[str, int, int]:
+    """Which split kernel a launch with this plan runs, with its key rows per tile and stages:
+    ("gluon", ...) where the config asks for it and the call allows it (a Hopper GPU, 16-bit
+    inputs, a positive scale, head dim <= 128, no tail tile, >= 16 query rows a warp, a cache
+    layout one tensor descriptor describes), else ("triton", ...)."""
+    cfg = plan["config"]
+    if (cfg.gluon and q.device.type == "cuda" and torch.cuda.get_device_capability(q.device)[0] == 9
+            and q.dtype in (torch.float16, torch.bfloat16) and k_cache.dtype == q.dtype
+            and v_cache.dtype == q.dtype and plan["tail_m"] == 0 and scale > 0 and q.shape[-1] <= 128
+            and plan["block_m"] >= 16 * cfg.num_warps and _tma_view_ok(k_cache) and _tma_view_ok(v_cache)):
+        return "gluon", cfg.gluon_block_n or cfg.block_n, cfg.gluon_stages or cfg.num_stages
+    return "triton", cfg.block_n, cfg.num_stages
+
+
 def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask, sm_scale=None,
                                  out=None, num_splits=None, config=None):
     """Launcher: checks layout, plans tiles and splits, launches one or two kernels.
@@ -598,14 +612,8 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
         if POISON_WORKSPACE:
             part_o.fill_(float("nan"))
             part_lse.fill_(float("nan"))
-    gluon_descs = None
-    gluon_block_n = cfg.gluon_block_n or cfg.block_n
-    # the Gluon kernel is Hopper's (wgmma): sm_100 shares sm_90's table but runs the Triton kernel
-    if (cfg.gluon and q.device.type == "cuda" and torch.cuda.get_device_capability(q.device)[0] == 9
-            and q.dtype in (torch.float16, torch.bfloat16)
-            and k_cache.dtype == q.dtype and v_cache.dtype == q.dtype and tail_m == 0 and scale > 0
-            and head_dim <= 128 and block_m >= 16 * cfg.num_warps):
-        gluon_descs = _gluon_descriptors(k_cache, v_cache, gluon_block_n)
+    kernel, kernel_block_n, kernel_stages = plan_split_kernel(plan, q, k_cache, v_cache, scale)
+    gluon_descs = _gluon_descriptors(k_cache, v_cache, kernel_block_n) if kernel == "gluon" else None
     if gluon_descs is not None:
         from .tree_verify_gluon import _tree_verify_partial_kernel_gluon
 
@@ -617,8 +625,7 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
             ancestor_mask.stride(0), ancestor_mask.stride(1),
             out.stride(0), out.stride(1), out.stride(2),
             scale, num_nodes, kv_heads, num_m_tiles, splits, plan["chunk"], k_cache.shape[1],
-            GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=gluon_block_n,
-            STAGES=cfg.gluon_stages or cfg.num_stages,
+            GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=kernel_block_n, STAGES=kernel_stages,
             SINGLE_SPLIT=single, Q_IN_REGS=cfg.gluon_q_in_registers, num_warps=cfg.num_warps,
         )
     else:
