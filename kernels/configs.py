@@ -117,9 +117,13 @@ SHORT_CACHE_ROWS = 2048
 # 47.4); q in registers made no difference there. The Triton fallback keeps 3 stages.
 _SM90_FEW_128 = VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2,
                              max_tail_m=0, gluon=True, gluon_stages=4)
-# with the tail tile: 255 registers x 128 threads, 73 KB shared memory: still 2 per SM
+# with the tail tile: 255 registers x 128 threads, 73 KB shared memory: still 2 per SM. Where the
+# planner takes no tail tile, the Gluon kernel (4 slots) runs the 64-row tiles: on the fifth
+# sweep of round 5 (H200) B8-T17-L1k 28.2 -> 22.1 us, B1-T17-L8k 25.5 -> 23.3, B1-T17-L32k 60.5 ->
+# 59.5, B1-T33-L32k 77.8 -> 80.0 (+3 %); B32-T17-L1k keeps the Triton tail tile (62.0 us against
+# 66.7 for two Gluon tiles).
 _SM90_FEW_128_TAIL = VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2,
-                                  max_tail_m=16)
+                                  max_tail_m=16, gluon=True, gluon_stages=4)
 
 VERIFY_CONFIGS: dict[str, dict[int, tuple[tuple, ...]]] = {
     "sm_90": {

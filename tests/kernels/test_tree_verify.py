@@ -252,8 +252,9 @@ def test_config_tiers_by_rows_arch_and_grid():
     """sm_90 head dim 128: 4 warps on 64-row tiles up to 64 packed rows (the Gluon kernel, 4
     slots); past that one 128-row tile on 8 warps (the Gluon kernel on 128-key tiles, Triton's
     fallback with descriptor loads), except on small grids (batch 1) or short caches up to 255
-    rows (Triton, 4 warps, tail tile allowed); sm_120 and unknown archs never leave 64-row tiles
-    on 8 warps, nor load through descriptors, nor run the Gluon kernel."""
+    rows (4 warps; the Gluon kernel, or Triton's where the planner takes a tail tile); sm_120 and
+    unknown archs never leave 64-row tiles on 8 warps, nor load through descriptors, nor run the
+    Gluon kernel."""
     from specdec_kernels.configs import SHORT_CACHE_ROWS, verify_config
 
     def shape(cfg):
@@ -264,8 +265,8 @@ def test_config_tiers_by_rows_arch_and_grid():
     many = verify_config("sm_90", 128, 68, 64, 8209)                                     # B8, T17, G4, L8k
     assert shape(many) == (8, 128, 128, 0, True, True)
     assert (many.gluon_block_n, many.gluon_q_in_registers) == (128, True)
-    assert shape(verify_config("sm_90", 128, 68, 8, 8209)) == (4, 64, 16, 16, False, False)      # B1
-    assert shape(verify_config("sm_90", 128, 68, 256, 1041)) == (4, 64, 16, 16, False, False)    # B32, L1k
+    assert shape(verify_config("sm_90", 128, 68, 8, 8209)) == (4, 64, 16, 16, False, True)      # B1
+    assert shape(verify_config("sm_90", 128, 68, 256, 1041)) == (4, 64, 16, 16, False, True)    # B32, L1k
     assert shape(verify_config("sm_90", 128, 68, 256, SHORT_CACHE_ROWS + 1))[0] == 8
     assert shape(verify_config("sm_90", 128, 260, 8, 1089)) == (8, 128, 128, 0, True, True)     # T65: any batch
     assert shape(verify_config("sm_90", 128, 68)) == (8, 128, 128, 0, True, True)               # unknown: large
