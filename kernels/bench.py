@@ -464,15 +464,16 @@ def format_sweep(rows) -> str:
                 frac = r["bw_frac"] if r["bound"] == "memory" else r["mm_frac"]
                 tail = f"+{r['tail_m']}" if r.get("tail_m") else ""
                 gluon = " G" if r.get("kernel") == "gluon" else ""
-                cells.append(f"{r['us']:.1f} ({100 * frac:.0f}%) {r['m_tiles']}x{r['block_m']}{tail}/s{r['splits']}{gluon}"
+                cells.append(f"{r['us']:.1f} ({100 * frac:.0f}%) {r['m_tiles']}x{r['block_m']}{tail}/s{r['splits']}"
+                             f"{gluon}"
                              f"{'' if r['ok'] else ' WRONG'}")
         lines.append(f"| {shape} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def format_table(rows, ceilings) -> str:
-    head = (f"| shape | M tiles/BN/splits (G: Gluon) | bound | us | TB/s | TFLOP/s | roof % | BW % | MM % | read us | SDPA us "
-            f"| x SDPA | x SDPA at roof | flex us | x flex | err | ok |\n|{'---|' * 17}")
+    head = (f"| shape | M tiles/BN/splits (G: Gluon) | bound | us | TB/s | TFLOP/s | roof % | BW % | MM % "
+            f"| read us | SDPA us | x SDPA | x SDPA at roof | flex us | x flex | err | ok |\n|{'---|' * 17}")
     lines = [head]
     for r in rows:
         def f(key, fmt):

@@ -17,9 +17,10 @@ Same work decomposition, partial layout and merge as the Triton kernel
 (``tree_verify_triton``): packed rows = (node, query head of one KV head), key axis split in
 chunks, mask-free prefix tiles through TMA into a ring of ``STAGES`` shared-memory slots (at
 least 3), the partial last prefix tile and the ancestor-masked tree tiles through masked pointer
-loads into the ring's first slot. Used
-for the table entries that set ``VerifyConfig.gluon`` (16-bit inputs, a cache layout one tensor
-descriptor can describe, no tail tile); everything else takes the Triton kernel.
+loads into the ring's first slot. The launcher runs it for the table entries that set
+``VerifyConfig.gluon`` when the call allows it (``tree_verify_triton.plan_split_kernel``: a Hopper
+GPU, 16-bit inputs, a positive scale, a cache layout one tensor descriptor can describe, no tail
+tile, at least 16 query rows a warp); everything else takes the Triton kernel.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def _softmax_step(s, m_i, l_i, qk_scale, s_layout: gl.constexpr, o_layout: gl.co
 @gluon.jit
 def _masked_tile(acc, m_i, l_i, q_op, kx_smem, vx_smem, k_rows_ptr, v_rows_ptr, key_ok, visible, qk_scale,
                  s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
-                 ld_layout: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
     """One key tile with a mask (the partial last prefix tile, a tree tile), synchronously:
     rows past the request's keys load as zeros (its V rows may hold anything, even NaN)."""
     k = gl.load(k_rows_ptr, mask=key_ok, other=0.0)
@@ -207,7 +208,7 @@ def _tree_verify_partial_kernel_gluon(
         visible = gl.expand_dims(full_end + cols_s < hi, 0)
         acc, m_i, l_i = _masked_tile(acc, m_i, l_i, q_op, kx_smem, vx_smem, k_tile_ptrs + full_end * stride_ks,
                                      v_tile_ptrs + full_end * stride_vs, key_ok, visible, qk_scale,
-                                     s_layout, o_layout, p_layout, ld_layout, BLOCK_M, BLOCK_N)
+                                     s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N)
     # the tree rows, ancestor-masked, streamed by the split that holds the prefix's last row
     tree_split = gl.maximum(gl.cdiv(prefix_len, chunk) - 1, 0)
     if split == tree_split:
@@ -222,7 +223,7 @@ def _tree_verify_partial_kernel_gluon(
             acc, m_i, l_i = _masked_tile(acc, m_i, l_i, q_op, kx_smem, vx_smem,
                                          k_tile_ptrs + (prefix_len + start) * stride_ks,
                                          v_tile_ptrs + (prefix_len + start) * stride_vs, key_ok, visible, qk_scale,
-                                         s_layout, o_layout, p_layout, ld_layout, BLOCK_M, BLOCK_N)
+                                         s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N)
 
     # normalised output (one split) or fp32 partial + log2-sum-exp, valid rows only
     rows_o = m_tile * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, o_layout))

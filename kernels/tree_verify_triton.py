@@ -19,6 +19,9 @@ Work decomposition (flash-decoding with grouped queries):
 - With one split the program normalises and writes the output directly; with several it writes
   a normalised fp32 partial and its log2-sum-exp for its real rows, and a second kernel merges
   the splits, loading a block of splits at once.
+- On sm_90, where the configuration asks for it (``VerifyConfig.gluon``) and the call allows it
+  (:func:`plan_split_kernel`), the split kernel is the Gluon one of ``tree_verify_gluon`` (same
+  decomposition, partials and merge), which overlaps each tile's softmax with the next q.k MMA.
 Scores use ``exp2`` with ``sm_scale * log2(e)`` folded in; all accumulation is fp32.
 """
 
