@@ -44,6 +44,15 @@ _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 
 
 @gluon.jit
+def _load_tile_pair(k_desc, v_desc, row, col, bar, k_dst, v_dst, ok, tile_bytes: gl.constexpr):
+    """TMA loads of one key tile of K and of V into a ring slot, both signalling ``bar``
+    (skipped where ``ok`` is false)."""
+    mbarrier.expect(bar, tile_bytes, pred=ok)
+    _tma_load(k_desc, [row, col], bar, k_dst, pred=ok)
+    _tma_load(v_desc, [row, col], bar, v_dst, pred=ok)
+
+
+@gluon.jit
 def _softmax_step(s, m_i, l_i, qk_scale, s_layout: gl.constexpr, o_layout: gl.constexpr):
     """exp2 scores of one tile against the new running max, and the accumulator's rescale."""
     m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
@@ -150,12 +159,8 @@ def _tree_verify_partial_kernel_gluon(
 
     # mask-free prefix tiles: tile t lands in slot t % STAGES, signalled by bars[t % STAGES]
     for t in gl.static_range(STAGES - 1):
-        ok = t < n_full
-        mbarrier.expect(bars.index(t), tile_bytes, pred=ok)
-        _tma_load(k_desc, [desc_row + t * BLOCK_N, desc_col], bars.index(t),
-                                        k_smem.index(t), pred=ok)
-        _tma_load(v_desc, [desc_row + t * BLOCK_N, desc_col], bars.index(t),
-                                        v_smem.index(t), pred=ok)
+        _load_tile_pair(k_desc, v_desc, desc_row + t * BLOCK_N, desc_col, bars.index(t), k_smem.index(t),
+                        v_smem.index(t), t < n_full, tile_bytes)
     if n_full > 0:
         mbarrier.wait(bars.index(0), phase=0)
         s = warpgroup_mma(q_op, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False)
@@ -174,12 +179,8 @@ def _tree_verify_partial_kernel_gluon(
             _cta_barrier()
             refill = j + STAGES - 1
             rslot = refill % STAGES
-            ok = refill < n_full
-            mbarrier.expect(bars.index(rslot), tile_bytes, pred=ok)
-            _tma_load(k_desc, [desc_row + refill * BLOCK_N, desc_col], bars.index(rslot),
-                                            k_smem.index(rslot), pred=ok)
-            _tma_load(v_desc, [desc_row + refill * BLOCK_N, desc_col], bars.index(rslot),
-                                            v_smem.index(rslot), pred=ok)
+            _load_tile_pair(k_desc, v_desc, desc_row + refill * BLOCK_N, desc_col, bars.index(rslot),
+                            k_smem.index(rslot), v_smem.index(rslot), refill < n_full, tile_bytes)
             acc_j = acc_j * gl.expand_dims(alpha_o, 1)
             acc_tok = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(slot), acc_j,
                                     is_async=True)

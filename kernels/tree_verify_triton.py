@@ -509,20 +509,12 @@ def _tma_descriptors(k_cache, v_cache, block_n):
     return describe(k_cache), describe(v_cache)
 
 
-def _launch_triton_split(plan, cfg, q, k_cache, v_cache, cache_lens, ancestor_mask, out, part_o, part_lse,
-                         scale, num_nodes, kv_heads, num_m_tiles, splits, group, head_dim, block_m, tail_m,
+def _launch_triton_split(plan, cfg, q, k_cache, v_cache, trailing_args, scale, group, head_dim, block_m, tail_m,
                          single, precision, upcast):
     k_desc, v_desc = _tma_descriptors(k_cache, v_cache, cfg.block_n) if cfg.tma else (None, None)
     use_tma = k_desc is not None
     _tree_verify_partial_kernel[plan["grid"]](
-        q, k_cache, v_cache, k_desc if use_tma else k_cache, v_desc if use_tma else v_cache,
-        cache_lens, ancestor_mask, out, part_o, part_lse,
-        q.stride(0), q.stride(1), q.stride(2),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        ancestor_mask.stride(0), ancestor_mask.stride(1),
-        out.stride(0), out.stride(1), out.stride(2),
-        scale, num_nodes, kv_heads, num_m_tiles, splits, plan["chunk"], k_cache.shape[1],
+        q, k_cache, v_cache, k_desc if use_tma else k_cache, v_desc if use_tma else v_cache, *trailing_args,
         GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=cfg.block_n, TAIL_M=tail_m,
         SINGLE_SPLIT=single, DOT_PRECISION=precision, UPCAST=upcast, USE_TMA=use_tma,
         LAZY_RESCALE=cfg.lazy_rescale, FOLD_SCALE=cfg.fold_scale and scale > 0,
@@ -615,25 +607,22 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
         if POISON_WORKSPACE:
             part_o.fill_(float("nan"))
             part_lse.fill_(float("nan"))
+    # every argument after the K / V descriptors, the same for both split kernels
+    trailing_args = (cache_lens, ancestor_mask, out, part_o, part_lse, *q.stride()[:3], *k_cache.stride()[:3],
+                     *v_cache.stride()[:3], *ancestor_mask.stride()[:2], *out.stride()[:3],
+                     scale, num_nodes, kv_heads, num_m_tiles, splits, plan["chunk"], k_cache.shape[1])
     kernel, kernel_block_n, kernel_stages = plan_split_kernel(plan, q, k_cache, v_cache, scale)
     gluon_descs = _gluon_descriptors(k_cache, v_cache, kernel_block_n) if kernel == "gluon" else None
     if gluon_descs is not None:
         from .tree_verify_gluon import _tree_verify_partial_kernel_gluon
 
         _tree_verify_partial_kernel_gluon[plan["grid"]](
-            q, k_cache, v_cache, *gluon_descs, cache_lens, ancestor_mask, out, part_o, part_lse,
-            q.stride(0), q.stride(1), q.stride(2),
-            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-            ancestor_mask.stride(0), ancestor_mask.stride(1),
-            out.stride(0), out.stride(1), out.stride(2),
-            scale, num_nodes, kv_heads, num_m_tiles, splits, plan["chunk"], k_cache.shape[1],
+            q, k_cache, v_cache, *gluon_descs, *trailing_args,
             GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=kernel_block_n, STAGES=kernel_stages,
             SINGLE_SPLIT=single, Q_IN_REGS=cfg.gluon_q_in_registers, num_warps=cfg.num_warps,
         )
     else:
-        _launch_triton_split(plan, cfg, q, k_cache, v_cache, cache_lens, ancestor_mask, out, part_o, part_lse,
-                             scale, num_nodes, kv_heads, num_m_tiles, splits, group, head_dim, block_m, tail_m,
+        _launch_triton_split(plan, cfg, q, k_cache, v_cache, trailing_args, scale, group, head_dim, block_m, tail_m,
                              single, precision, upcast)
     if not single:
         split_block, merge_rows = merge_tiles(splits, head_dim)

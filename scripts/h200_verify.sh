@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
-# Round 4 of the verify-kernel work on a lent H200 (kernels/PERF.md): one call, everything in
-# sequence on one GPU. Stages:
-#   sweep  the variants of `bench.sweep_plan` side by side, after the descriptor, tail and
-#          lazy-rescale correctness tests on the GPU
+# The verify-kernel work on a lent H200 (kernels/PERF.md; rounds 3 and 4 ran the scripts of
+# their round, in git at 42d2dbf): one call, everything in sequence on one GPU. Stages:
+#   sweep  the variants of `bench.sweep_plan` side by side, after the descriptor, tail,
+#          lazy-rescale, folded-scale and Gluon correctness tests on the GPU
 #   check  the sweep, then the kernel suite and the GPU bench tests
-#   final  the issue's whole grid with SDPA and FlexAttention, then the kernel suite and the
-#          GPU bench tests
+#   final  the issue's whole grid with SDPA and FlexAttention (alone: it takes most of a call)
+#   suite  the kernel suite and the GPU bench tests
 #   commit accept + commit alone (fused and separate), their kernel tests, the GPU bench tests
 # Results land under $OUT.
 set -u
-stage=${1:?usage: scripts/h200_verify_round4.sh sweep|check|final|commit}
+stage=${1:?usage: scripts/h200_verify.sh sweep|check|final|suite|commit}
 OUT=${OUT:-/tmp/out}
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 
 sweep() {
-  timeout 150 python3 -m specdec_kernels.bench --sweep-only --max-seconds 120 --json "$OUT/sweep.json" \
+  timeout 330 python3 -m specdec_kernels.bench --sweep-only --max-seconds 290 --json "$OUT/sweep.json" \
     --markdown "$OUT/sweep.md" >"$OUT/sweep.log" 2>&1
   echo "== sweep rc=$?"; grep -E '^\{"date' "$OUT/sweep.log" | cut -c1-300; grep -E '^\|' "$OUT/sweep.log"
   grep -E '"error"' "$OUT/sweep.log" | cut -c1-300 | head -5
@@ -34,8 +34,8 @@ suite() {
 case $stage in
 sweep)
   timeout 120 python3 -m pytest tests/kernels/test_tree_verify.py -q -p no:cacheprovider -n 8 \
-    -k "descriptor or tail or ragged or lazy" >"$OUT/gpu_tests.log" 2>&1
-  echo "== descriptor/tail/lazy tests rc=$?"; tail -3 "$OUT/gpu_tests.log"
+    -k "descriptor or tail or ragged or lazy or fold or gluon" >"$OUT/gpu_tests.log" 2>&1
+  echo "== descriptor/tail/lazy/fold/gluon tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_tests.log" | cut -c1-400 | tail -20
   sweep
   ;;
 check)
@@ -46,6 +46,8 @@ final)
     --markdown "$OUT/bench.md" >"$OUT/bench.log" 2>&1
   echo "== bench rc=$?"; grep -E '^\{"date' "$OUT/bench.log" | cut -c1-400; tail -2 "$OUT/bench.log" | cut -c1-400
   echo "table rows: $(grep -cE '^\| B' "$OUT/bench.log")"
+  ;;
+suite)
   suite
   ;;
 commit)
