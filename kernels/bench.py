@@ -235,16 +235,16 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, config=N
     q, k, v, lens, mask = sets[0]
     plan = plan_verify_launch(shape.batch, shape.num_nodes, shape.q_heads, shape.kv_heads, shape.head_dim,
                               k.shape[1], device, config)
-    kernel, block_n, stages = plan_split_kernel(plan, q, k, v, LOG2E / shape.head_dim ** 0.5)
     row = {"shape": shape.name, **dataclasses.asdict(shape), "memory_bound_goal": shape.memory_bound_goal(),
            "input_sets": len(sets), "block_m": plan["block_m"], "m_tiles": plan["num_m_tiles"],
-           "tail_m": plan["tail_m"], "block_n": block_n, "kernel": kernel,
-           "splits": plan["num_splits"], "warps": plan["config"].num_warps, "stages": stages}
+           "tail_m": plan["tail_m"], "splits": plan["num_splits"], "warps": plan["config"].num_warps}
 
     def ours(q, k, v, lens, mask):
         return tree_verify_attention_triton(q, k, v, lens, mask, config=config)
 
     row["err"] = max(worst_row_error(ours(*inputs), *inputs) for inputs in sets[:2])
+    # asked after the first calls: a Gluon kernel that failed to build has fallen back by now
+    row["kernel"], row["block_n"], row["stages"] = plan_split_kernel(plan, q, k, v, LOG2E / shape.head_dim ** 0.5)
     row["ok"] = row["err"] <= ROW_TOLERANCE_BF16
     row["us"] = time_in_graph(ours, sets)
     ms = row["us"] / 1e3

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 
 import torch
 import triton
@@ -525,15 +526,11 @@ def _launch_triton_split(plan, cfg, q, k_cache, v_cache, trailing_args, scale, g
 
 def _gluon_descriptors(k_cache, v_cache, block_n):
     """Gluon tensor descriptors of the K and V caches seen as [B * S, Hkv * D] (a [block_n, D]
-    box in the swizzled shared layout the MMA reads), or None where the layout does not allow
-    one or this Triton has no Gluon for Hopper."""
-    if not (_tma_view_ok(k_cache) and _tma_view_ok(v_cache)):
-        return None
-    try:
-        from triton.experimental.gluon import language as gl
-        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    except ImportError:
-        return None
+    box in the swizzled shared layout the MMA reads); for calls :func:`plan_split_kernel` sends
+    to the Gluon kernel (their layouts allow one descriptor, this Triton has Gluon)."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
     element = gl.bfloat16 if k_cache.dtype == torch.bfloat16 else gl.float16
 
     def describe(cache):
@@ -545,16 +542,55 @@ def _gluon_descriptors(k_cache, v_cache, block_n):
     return describe(k_cache), describe(v_cache)
 
 
+# Why the Gluon kernel cannot run in this process, once known: Gluon is experimental and its API
+# moves between Triton releases (``tree_verify_gluon`` bridges 3.6 and 3.9). A Triton without
+# Gluon for Hopper, or one whose Gluon no longer builds the kernel, costs a warning and the Triton
+# kernel, not a failed call.
+GLUON_UNUSABLE: str | None = None
+
+
+def _gluon_unusable() -> str | None:
+    global GLUON_UNUSABLE
+    if GLUON_UNUSABLE is None:
+        try:
+            import triton.experimental.gluon.language.nvidia.hopper  # noqa: F401
+        except ImportError as exc:
+            GLUON_UNUSABLE = f"this Triton ({triton.__version__}) has no Gluon for Hopper ({exc})"
+            warnings.warn(f"{GLUON_UNUSABLE}: the tree-verify attention takes its Triton kernel, slower on Hopper "
+                          "(kernels/PERF.md)", RuntimeWarning, stacklevel=4)
+    return GLUON_UNUSABLE
+
+
+def _run_split_kernel(launch_gluon, launch_triton) -> str:
+    """Launch the Gluon split kernel if given, else (or if it does not build with this Triton:
+    warned once, then never tried again in this process) the Triton one; returns which ran."""
+    global GLUON_UNUSABLE
+    if launch_gluon is not None:
+        from triton.compiler.errors import CompilationError
+
+        try:
+            launch_gluon()
+            return "gluon"
+        except CompilationError as exc:
+            GLUON_UNUSABLE = (f"the Gluon tree-verify kernel does not build with Triton {triton.__version__}: "
+                              f"{str(exc).strip().splitlines()[-1][:300]}")
+            warnings.warn(f"{GLUON_UNUSABLE}; using the Triton kernel from now on", RuntimeWarning, stacklevel=3)
+    launch_triton()
+    return "triton"
+
+
 def plan_split_kernel(plan: dict, q, k_cache, v_cache, scale: float) -> tuple[str, int, int]:
     """Which split kernel a launch with this plan runs, with its key rows per tile and stages:
     ("gluon", ...) where the config asks for it and the call allows it (a Hopper GPU, 16-bit
     inputs, a positive scale, head dim <= 128, no tail tile, >= 16 query rows a warp, a cache
-    layout one tensor descriptor describes), else ("triton", ...)."""
+    layout one tensor descriptor describes, a Triton whose Gluon builds the kernel), else
+    ("triton", ...)."""
     cfg = plan["config"]
     if (cfg.gluon and q.device.type == "cuda" and torch.cuda.get_device_capability(q.device)[0] == 9
             and q.dtype in (torch.float16, torch.bfloat16) and k_cache.dtype == q.dtype
             and v_cache.dtype == q.dtype and plan["tail_m"] == 0 and scale > 0 and q.shape[-1] <= 128
-            and plan["block_m"] >= 16 * cfg.num_warps and _tma_view_ok(k_cache) and _tma_view_ok(v_cache)):
+            and plan["block_m"] >= 16 * cfg.num_warps and _tma_view_ok(k_cache) and _tma_view_ok(v_cache)
+            and _gluon_unusable() is None):
         return "gluon", cfg.gluon_block_n or cfg.block_n, cfg.gluon_stages or cfg.num_stages
     return "triton", cfg.block_n, cfg.num_stages
 
@@ -612,18 +648,22 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
                      *v_cache.stride()[:3], *ancestor_mask.stride()[:2], *out.stride()[:3],
                      scale, num_nodes, kv_heads, num_m_tiles, splits, plan["chunk"], k_cache.shape[1])
     kernel, kernel_block_n, kernel_stages = plan_split_kernel(plan, q, k_cache, v_cache, scale)
-    gluon_descs = _gluon_descriptors(k_cache, v_cache, kernel_block_n) if kernel == "gluon" else None
-    if gluon_descs is not None:
-        from .tree_verify_gluon import _tree_verify_partial_kernel_gluon
+    launch_gluon = None
+    if kernel == "gluon":
+        gluon_descs = _gluon_descriptors(k_cache, v_cache, kernel_block_n)
 
-        _tree_verify_partial_kernel_gluon[plan["grid"]](
-            q, k_cache, v_cache, *gluon_descs, *trailing_args,
-            GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=kernel_block_n, STAGES=kernel_stages,
-            SINGLE_SPLIT=single, Q_IN_REGS=cfg.gluon_q_in_registers, num_warps=cfg.num_warps,
-        )
-    else:
-        _launch_triton_split(plan, cfg, q, k_cache, v_cache, trailing_args, scale, group, head_dim, block_m, tail_m,
-                             single, precision, upcast)
+        def launch_gluon():
+            from .tree_verify_gluon import _tree_verify_partial_kernel_gluon
+
+            _tree_verify_partial_kernel_gluon[plan["grid"]](
+                q, k_cache, v_cache, *gluon_descs, *trailing_args,
+                GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=kernel_block_n, STAGES=kernel_stages,
+                SINGLE_SPLIT=single, Q_IN_REGS=cfg.gluon_q_in_registers, num_warps=cfg.num_warps,
+            )
+
+    _run_split_kernel(launch_gluon, lambda: _launch_triton_split(
+        plan, cfg, q, k_cache, v_cache, trailing_args, scale, group, head_dim, block_m, tail_m, single, precision,
+        upcast))
     if not single:
         split_block, merge_rows = merge_tiles(splits, head_dim)
         row_blocks = triton.cdiv(num_nodes * group, merge_rows)

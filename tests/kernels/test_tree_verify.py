@@ -221,15 +221,39 @@ GLUON_CASES = [
 @pytest.mark.parametrize("tile", ["w8-m128", "w4-m64", "w8-m128-n128-qreg"])
 @pytest.mark.parametrize("num_nodes,group,lens,head_dim,dtype,splits", GLUON_CASES)
 def test_gluon_kernel_matches_reference(num_nodes, group, lens, head_dim, dtype, splits, tile, monkeypatch):
-    from specdec_kernels.tree_verify_triton import _gluon_descriptors
+    from specdec_kernels.tree_verify_triton import plan_split_kernel, plan_verify_launch
 
     config = _gluon_configs()[tile]
     q, k, v, lens_t, mask, _ = make_verify_inputs(lens, num_nodes, "best_first", group, 2, head_dim, dtype,
                                                   seed=17 * num_nodes + group)
     q, k, v, lens_t, mask = (t.cuda() for t in (q, k, v, lens_t, mask))
-    assert _gluon_descriptors(k, v, config.block_n) is not None
+    plan = plan_verify_launch(len(lens), num_nodes, q.shape[2], k.shape[2], head_dim, k.shape[1], q.device, config)
+    assert plan_split_kernel(plan, q, k, v, 1.0)[0] == "gluon"
     out = run_triton(q, k, v, lens_t, mask, splits, monkeypatch, config=config)
     assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, f"gluon {tile}")
+
+
+def test_gluon_build_failure_falls_back_to_triton_once(monkeypatch):
+    """A Triton whose Gluon no longer builds the kernel (its API is experimental) costs one
+    warning naming the cause, and every later call takes the Triton kernel, instead of failing."""
+    pytest.importorskip("triton")
+    from triton.compiler.errors import CompilationError
+
+    from specdec_kernels import tree_verify_triton as tvt
+
+    monkeypatch.setattr(tvt, "GLUON_UNUSABLE", None)
+    ran = []
+
+    def broken():
+        raise CompilationError(None, None, "module 'gluon.language' has no attribute 'thread_barrier'")
+
+    with pytest.warns(RuntimeWarning, match="does not build with Triton .*thread_barrier.*Triton kernel"):
+        assert tvt._run_split_kernel(broken, lambda: ran.append("triton")) == "triton"
+    assert ran == ["triton"]
+    assert "thread_barrier" in tvt._gluon_unusable()  # what plan_split_kernel asks before choosing Gluon
+    monkeypatch.setattr(tvt, "GLUON_UNUSABLE", None)
+    assert tvt._run_split_kernel(lambda: ran.append("gluon"), lambda: ran.append("triton")) == "gluon"
+    assert ran == ["triton", "gluon"]
 
 
 @needs_triton
