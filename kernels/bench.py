@@ -228,7 +228,8 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, config=N
     from triton.testing import do_bench
 
     from .tree_verify import tree_verify_attention_sdpa
-    from .tree_verify_triton import LOG2E, plan_split_kernel, plan_verify_launch, tree_verify_attention_triton
+    from .tree_verify_triton import (log2_softmax_scale, plan_split_kernel, plan_verify_launch,
+                                     tree_verify_attention_triton)
 
     device = torch.device("cuda")
     sets = [make_inputs(shape, device, seed + i) for i in range(input_sets_needed(shape))]
@@ -244,7 +245,7 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, config=N
 
     row["err"] = max(worst_row_error(ours(*inputs), *inputs) for inputs in sets[:2])
     # asked after the first calls: a Gluon kernel that failed to build has fallen back by now
-    row["kernel"], row["block_n"], row["stages"] = plan_split_kernel(plan, q, k, v, LOG2E / shape.head_dim ** 0.5)
+    row["kernel"], row["block_n"], row["stages"] = plan_split_kernel(plan, q, k, v, log2_softmax_scale(shape.head_dim))
     row["ok"] = row["err"] <= ROW_TOLERANCE_BF16
     row["us"] = time_in_graph(ours, sets)
     ms = row["us"] / 1e3

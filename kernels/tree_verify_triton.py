@@ -495,19 +495,28 @@ def _tma_view_ok(cache) -> bool:
             and (row_stride * cache.element_size()) % 16 == 0 and cache.data_ptr() % 16 == 0)
 
 
+def _kv_descriptor(cache, block_n, gluon=False):
+    """A tensor descriptor of a K or V cache [B, S, Hkv, D] seen as [B * S, Hkv * D], one
+    [block_n, D] box per key tile: Triton's, or Gluon's, which also names the swizzled shared
+    layout its MMA reads. The caller has checked the layout (:func:`_tma_view_ok`)."""
+    batch, rows, heads, head_dim = cache.shape
+    view = dict(shape=[batch * rows, heads * head_dim], strides=[cache.stride(1), 1], block_shape=[block_n, head_dim])
+    if not gluon:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        return TensorDescriptor(cache, **view)
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    element = gl.bfloat16 if cache.dtype == torch.bfloat16 else gl.float16
+    return TensorDescriptor(cache, **view, layout=gl.NVMMASharedLayout.get_default_for([block_n, head_dim], element))
+
+
 def _tma_descriptors(k_cache, v_cache, block_n):
-    """Host-side tensor descriptors of the K and V caches seen as [B * S, Hkv * D], one
-    [block_n, D] box per key tile; (None, None) when either layout does not allow it."""
+    """Triton descriptors of the K and V caches; (None, None) when either layout does not allow one."""
     if not (_tma_view_ok(k_cache) and _tma_view_ok(v_cache)):
         return None, None
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    def describe(cache):
-        batch, rows, heads, head_dim = cache.shape
-        return TensorDescriptor(cache, shape=[batch * rows, heads * head_dim], strides=[cache.stride(1), 1],
-                                block_shape=[block_n, head_dim])
-
-    return describe(k_cache), describe(v_cache)
+    return _kv_descriptor(k_cache, block_n), _kv_descriptor(v_cache, block_n)
 
 
 def _launch_triton_split(plan, cfg, q, k_cache, v_cache, trailing_args, scale, group, head_dim, block_m, tail_m,
@@ -525,21 +534,9 @@ def _launch_triton_split(plan, cfg, q, k_cache, v_cache, trailing_args, scale, g
 
 
 def _gluon_descriptors(k_cache, v_cache, block_n):
-    """Gluon tensor descriptors of the K and V caches seen as [B * S, Hkv * D] (a [block_n, D]
-    box in the swizzled shared layout the MMA reads); for calls :func:`plan_split_kernel` sends
-    to the Gluon kernel (their layouts allow one descriptor, this Triton has Gluon)."""
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    element = gl.bfloat16 if k_cache.dtype == torch.bfloat16 else gl.float16
-
-    def describe(cache):
-        batch, rows, heads, head_dim = cache.shape
-        layout = gl.NVMMASharedLayout.get_default_for([block_n, head_dim], element)
-        return TensorDescriptor(cache, shape=[batch * rows, heads * head_dim], strides=[cache.stride(1), 1],
-                                block_shape=[block_n, head_dim], layout=layout)
-
-    return describe(k_cache), describe(v_cache)
+    """Gluon descriptors of the K and V caches, for calls :func:`plan_split_kernel` sends to the
+    Gluon kernel (their layouts allow one descriptor, this Triton has Gluon)."""
+    return _kv_descriptor(k_cache, block_n, gluon=True), _kv_descriptor(v_cache, block_n, gluon=True)
 
 
 # Why the Gluon kernel cannot run in this process, once known: Gluon is experimental and its API
@@ -577,6 +574,12 @@ def _run_split_kernel(launch_gluon, launch_triton) -> str:
             warnings.warn(f"{GLUON_UNUSABLE}; using the Triton kernel from now on", RuntimeWarning, stacklevel=3)
     launch_triton()
     return "triton"
+
+
+def log2_softmax_scale(head_dim: int, sm_scale: float | None = None) -> float:
+    """The softmax scale the kernels take: ``sm_scale`` (default 1 / sqrt(D)) times log2(e),
+    for ``exp2``."""
+    return (1.0 / math.sqrt(head_dim) if sm_scale is None else sm_scale) * LOG2E
 
 
 def plan_split_kernel(plan: dict, q, k_cache, v_cache, scale: float) -> tuple[str, int, int]:
@@ -627,7 +630,7 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
     cfg, block_m, num_m_tiles = plan["config"], plan["block_m"], plan["num_m_tiles"]
     tail_m, splits = plan["tail_m"], plan["num_splits"]
     group = q_heads // kv_heads
-    scale = (1.0 / math.sqrt(head_dim) if sm_scale is None else sm_scale) * LOG2E
+    scale = log2_softmax_scale(head_dim, sm_scale)
     # Triton's CPU interpreter computes bf16 tl.dot wrongly (seen with triton 3.9: errors of
     # 1e10 on a 16x16 product); there the tiles are upcast to fp32 before the dots.
     upcast = q.device.type != "cuda" and q.dtype == torch.bfloat16
