@@ -393,6 +393,9 @@ def sweep_variants() -> dict:
                                                              gluon_q_in_registers=True),
         "n32-m64-w4-s4-r2-min64-gluon-qreg": VerifyConfig(**dict(few, num_stages=4, min_block_m=64), gluon=True,
                                                           gluon_q_in_registers=True),
+        # warp-specialised ping-pong of the two warpgroups (round 6)
+        **{f"n64-m128-w8-s{s}-r1-min128-gluon-pp": VerifyConfig(**dict(many, num_stages=s), tma=True, gluon=True,
+                                                                 gluon_pingpong=True) for s in (3, 4, 6)},
     }
 
 
@@ -401,17 +404,13 @@ _MANY_TMA = "n64-m128-w8-s3-r1-min128-tma"
 
 
 def sweep_plan() -> list[tuple[Shape, tuple]]:
-    """Round 5, fifth sweep, after the final table: the Gluon 128-row tile against the Triton one
-    on long single-split streams (B32-T17-L32k came out 8 % slower than round 4), and the Gluon
-    kernel on 64-row tiles (no tail tile) for the small-grid / short-cache shapes of 65-255 rows,
-    which the table leaves on the Triton kernel."""
-    long_streams = ("table", "n64-m128-w8-s3-r1-min128-tma")
-    small = ("table", "n32-m64-w4-s4-r2-min64-gluon")
-    plan = [(Shape(b, t, hq, 8, 128, l), long_streams)
-            for b, t, hq, l in ((32, 17, 32, 32768), (32, 9, 64, 32768), (8, 17, 32, 32768), (32, 16, 64, 32768))]
-    plan += [(Shape(b, t, 32, 8, 128, l), small)
-             for b, t, l in ((8, 17, 1024), (32, 17, 1024), (1, 17, 8192), (1, 17, 32768), (1, 33, 32768))]
-    return plan
+    """Round 6: the warp-specialised ping-pong kernel (two warpgroups taking turns at the tensor
+    cores, a TMA warp) against the table on 128-row tiles, at 3, 4 and 6 ring slots."""
+    variants = ("table", *(f"n64-m128-w8-s{s}-r1-min128-gluon-pp" for s in (3, 4, 6)))
+    return [(Shape(b, t, hq, 8, 128, l), variants)
+            for b, t, hq, l in ((8, 17, 32, 8192), (32, 17, 32, 8192), (8, 17, 32, 32768), (8, 33, 32, 8192),
+                                (8, 65, 32, 8192), (8, 17, 64, 8192), (8, 16, 64, 8192), (8, 33, 64, 32768),
+                                (32, 65, 64, 8192), (32, 65, 32, 32768))]
 
 
 def sweep_shapes() -> list[Shape]:

@@ -55,6 +55,10 @@ class VerifyConfig:
                   block_n / num_stages); it needs at least 3 slots.
     gluon_q_in_registers: the Gluon kernel's q.k MMA takes q from registers instead of shared
                   memory (which then carries only the key tiles).
+    gluon_pingpong: on 128-row tiles, the Gluon kernel whose two warpgroups are separate
+                  warp-specialised partitions taking turns at the tensor cores, fed by a TMA
+                  warp (``tree_verify_gluon_pingpong``; q in registers, launched on 4 warps plus
+                  the partitions' 5).
     """
 
     block_n: int
@@ -72,6 +76,7 @@ class VerifyConfig:
     gluon_block_n: int = 0
     gluon_stages: int = 0
     gluon_q_in_registers: bool = False
+    gluon_pingpong: bool = False
 
 
 # arch -> head_dim -> tiers ((most packed rows, config[, config for small work]), ...,

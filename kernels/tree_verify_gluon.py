@@ -53,6 +53,19 @@ def _load_tile_pair(k_desc, v_desc, row, col, bar, k_dst, v_dst, ok, tile_bytes:
 
 
 @gluon.jit
+def _load_q_rows(q_ptr, b, kv_head, row0, num_rows, stride_qb, stride_qt, stride_qh, GROUP: gl.constexpr,
+                 HEAD_DIM: gl.constexpr, ROWS: gl.constexpr, ld_layout: gl.constexpr):
+    """Packed query rows row0 .. row0 + ROWS of one (request, KV head): row r is node r // GROUP,
+    query head kv_head * GROUP + r % GROUP; rows past the tree load as zeros."""
+    rows_ld = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, ld_layout))
+    dims_ld = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ld_layout))
+    q_rows = (b.to(gl.int64) * stride_qb + (rows_ld // GROUP) * stride_qt
+              + (kv_head * GROUP + rows_ld % GROUP) * stride_qh)
+    return gl.load(q_ptr + gl.expand_dims(q_rows, 1) + gl.expand_dims(dims_ld, 0),
+                   mask=gl.expand_dims(rows_ld < num_rows, 1), other=0.0)
+
+
+@gluon.jit
 def _softmax_step(s, m_i, l_i, qk_scale, s_layout: gl.constexpr, o_layout: gl.constexpr):
     """exp2 scores of one tile against the new running max, and the accumulator's rescale."""
     m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
@@ -85,6 +98,74 @@ def _masked_tile(acc, m_i, l_i, q_op, kx_smem, vx_smem, k_rows_ptr, v_rows_ptr, 
     acc = acc * gl.expand_dims(alpha_o, 1)
     acc = warpgroup_mma(gl.convert_layout(p.to(kx_smem.dtype), p_layout), vx_smem, acc)
     return acc, m_i, l_i
+
+
+@gluon.jit
+def _masked_key_tiles(acc, m_i, l_i, q_op, kx_smem, vx_smem, k_ptr, v_ptr, mask_ptr, b, kv_head, split, prefix_len,
+                      num_nodes, chunk, full_end, hi, row0, num_rows, qk_scale, stride_kb, stride_ks, stride_kh,
+                      stride_vb, stride_vs, stride_vh, stride_mb, stride_mt, s_layout: gl.constexpr,
+                      o_layout: gl.constexpr, p_layout: gl.constexpr, ld_layout: gl.constexpr, GROUP: gl.constexpr,
+                      HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """The key tiles with a mask, through the free ring slot kx_smem / vx_smem: the split's
+    partial last prefix tile (full_end .. hi), then, in the split holding the prefix's last row,
+    the ancestor-masked tree rows."""
+    cols_ld = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ld_layout))
+    dims_ld = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ld_layout))
+    k_base = k_ptr + b.to(gl.int64) * stride_kb + kv_head * stride_kh
+    v_base = v_ptr + b.to(gl.int64) * stride_vb + kv_head * stride_vh
+    k_tile_ptrs = k_base + gl.expand_dims(cols_ld * stride_ks, 1) + gl.expand_dims(dims_ld, 0)
+    v_tile_ptrs = v_base + gl.expand_dims(cols_ld * stride_vs, 1) + gl.expand_dims(dims_ld, 0)
+    rows_s = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    cols_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    if full_end < hi:
+        key_ok = gl.expand_dims(full_end + cols_ld < hi, 1)
+        visible = gl.expand_dims(full_end + cols_s < hi, 0)
+        acc, m_i, l_i = _masked_tile(acc, m_i, l_i, q_op, kx_smem, vx_smem, k_tile_ptrs + full_end * stride_ks,
+                                     v_tile_ptrs + full_end * stride_vs, key_ok, visible, qk_scale,
+                                     s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N)
+    # the tree rows, ancestor-masked, streamed by the split that holds the prefix's last row
+    tree_split = gl.maximum(gl.cdiv(prefix_len, chunk) - 1, 0)
+    if split == tree_split:
+        mask_rows = mask_ptr + b.to(gl.int64) * stride_mb + gl.expand_dims((rows_s // GROUP) * stride_mt, 1)
+        row_ok = gl.expand_dims(rows_s < num_rows, 1)
+        for start in range(0, num_nodes, BLOCK_N):
+            key_ok = gl.expand_dims(start + cols_ld < num_nodes, 1)
+            tree_node = start + cols_s
+            in_tree = gl.expand_dims(tree_node < num_nodes, 0)
+            words = gl.load(mask_rows + gl.expand_dims(tree_node // 32, 0), mask=row_ok & in_tree, other=0)
+            visible = ((words >> gl.expand_dims(tree_node % 32, 0)) & 1) != 0
+            acc, m_i, l_i = _masked_tile(acc, m_i, l_i, q_op, kx_smem, vx_smem,
+                                         k_tile_ptrs + (prefix_len + start) * stride_ks,
+                                         v_tile_ptrs + (prefix_len + start) * stride_vs, key_ok, visible, qk_scale,
+                                         s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N)
+    return acc, m_i, l_i
+
+
+@gluon.jit
+def _store_rows(acc, m_i, l_i, b, kv_head, head_b, split, row0, num_rows, rows_pad, num_splits, out_ptr, part_o_ptr,
+                part_lse_ptr, stride_ob, stride_ot, stride_oh, o_layout: gl.constexpr, s_layout: gl.constexpr,
+                GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, SINGLE_SPLIT: gl.constexpr):
+    """Normalised output (one split) or fp32 partial + log2-sum-exp of rows row0 .. row0 + BLOCK_M,
+    valid rows only."""
+    rows_o = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, o_layout))
+    dims_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+    row_valid = rows_o < num_rows
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+    l_safe = gl.where(l_o == 0.0, 1.0, l_o)
+    out = acc / gl.expand_dims(l_safe, 1)
+    if SINGLE_SPLIT:
+        out_rows = (b.to(gl.int64) * stride_ob + (rows_o // GROUP) * stride_ot
+                    + (kv_head * GROUP + rows_o % GROUP) * stride_oh)
+        gl.store(out_ptr + gl.expand_dims(out_rows, 1) + gl.expand_dims(dims_o, 0), out.to(out_ptr.dtype.element_ty),
+                 mask=gl.expand_dims(row_valid, 1))
+    else:
+        # partials: [B * Hkv, num_splits, rows_pad, D] and [B * Hkv, num_splits, rows_pad]
+        part_row = (head_b.to(gl.int64) * num_splits + split) * rows_pad + rows_o
+        gl.store(part_o_ptr + gl.expand_dims(part_row * HEAD_DIM, 1) + gl.expand_dims(dims_o, 0), out,
+                 mask=gl.expand_dims(row_valid, 1))
+        m_o = gl.convert_layout(m_i, gl.SliceLayout(1, o_layout))
+        lse = gl.where(l_o == 0.0, float("-inf"), m_o + gl.log2(l_safe))
+        gl.store(part_lse_ptr + part_row, lse, mask=row_valid)
 
 
 @gluon.jit
@@ -124,12 +205,8 @@ def _tree_verify_partial_kernel_gluon(
     rows_pad = num_m_tiles * BLOCK_M
 
     # the packed query rows into shared memory (the q.k MMA reads its A operand there)
-    rows_ld = m_tile * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, ld_layout))
-    dims_ld = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ld_layout))
-    q_rows = (b.to(gl.int64) * stride_qb + (rows_ld // GROUP) * stride_qt
-              + (kv_head * GROUP + rows_ld % GROUP) * stride_qh)
-    q = gl.load(q_ptr + gl.expand_dims(q_rows, 1) + gl.expand_dims(dims_ld, 0),
-                mask=gl.expand_dims(rows_ld < num_rows, 1), other=0.0)
+    q = _load_q_rows(q_ptr, b, kv_head, m_tile * BLOCK_M, num_rows, stride_qb, stride_qt, stride_qh, GROUP, HEAD_DIM,
+                     BLOCK_M, ld_layout)
     q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_DIM], q_sl, q)
     if Q_IN_REGS:
         # the q.k MMA's A operand from registers: shared memory then carries only the key tile
@@ -193,56 +270,12 @@ def _tree_verify_partial_kernel_gluon(
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(i))
 
-    # masked tiles, through ring slot 0 (every TMA load and MMA of the loop is done by now):
-    # rows in the loads' layout and in the scores' layout
-    kx_smem = k_smem.index(0)
-    vx_smem = v_smem.index(0)
-    cols_ld = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ld_layout))
-    k_base = k_ptr + b.to(gl.int64) * stride_kb + kv_head * stride_kh
-    v_base = v_ptr + b.to(gl.int64) * stride_vb + kv_head * stride_vh
-    k_tile_ptrs = k_base + gl.expand_dims(cols_ld * stride_ks, 1) + gl.expand_dims(dims_ld, 0)
-    v_tile_ptrs = v_base + gl.expand_dims(cols_ld * stride_vs, 1) + gl.expand_dims(dims_ld, 0)
-    rows_s = m_tile * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-    cols_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-    if full_end < hi:
-        key_ok = gl.expand_dims(full_end + cols_ld < hi, 1)
-        visible = gl.expand_dims(full_end + cols_s < hi, 0)
-        acc, m_i, l_i = _masked_tile(acc, m_i, l_i, q_op, kx_smem, vx_smem, k_tile_ptrs + full_end * stride_ks,
-                                     v_tile_ptrs + full_end * stride_vs, key_ok, visible, qk_scale,
-                                     s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N)
-    # the tree rows, ancestor-masked, streamed by the split that holds the prefix's last row
-    tree_split = gl.maximum(gl.cdiv(prefix_len, chunk) - 1, 0)
-    if split == tree_split:
-        mask_rows = mask_ptr + b.to(gl.int64) * stride_mb + gl.expand_dims((rows_s // GROUP) * stride_mt, 1)
-        row_ok = gl.expand_dims(rows_s < num_rows, 1)
-        for start in range(0, num_nodes, BLOCK_N):
-            key_ok = gl.expand_dims(start + cols_ld < num_nodes, 1)
-            tree_node = start + cols_s
-            in_tree = gl.expand_dims(tree_node < num_nodes, 0)
-            words = gl.load(mask_rows + gl.expand_dims(tree_node // 32, 0), mask=row_ok & in_tree, other=0)
-            visible = ((words >> gl.expand_dims(tree_node % 32, 0)) & 1) != 0
-            acc, m_i, l_i = _masked_tile(acc, m_i, l_i, q_op, kx_smem, vx_smem,
-                                         k_tile_ptrs + (prefix_len + start) * stride_ks,
-                                         v_tile_ptrs + (prefix_len + start) * stride_vs, key_ok, visible, qk_scale,
-                                         s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N)
-
-    # normalised output (one split) or fp32 partial + log2-sum-exp, valid rows only
-    rows_o = m_tile * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, o_layout))
-    dims_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-    row_valid = rows_o < num_rows
-    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-    l_safe = gl.where(l_o == 0.0, 1.0, l_o)
-    out = acc / gl.expand_dims(l_safe, 1)
-    if SINGLE_SPLIT:
-        out_rows = (b.to(gl.int64) * stride_ob + (rows_o // GROUP) * stride_ot
-                    + (kv_head * GROUP + rows_o % GROUP) * stride_oh)
-        gl.store(out_ptr + gl.expand_dims(out_rows, 1) + gl.expand_dims(dims_o, 0), out.to(dtype),
-                 mask=gl.expand_dims(row_valid, 1))
-    else:
-        # partials: [B * Hkv, num_splits, rows_pad, D] and [B * Hkv, num_splits, rows_pad]
-        part_row = (head_b.to(gl.int64) * num_splits + split) * rows_pad + rows_o
-        gl.store(part_o_ptr + gl.expand_dims(part_row * HEAD_DIM, 1) + gl.expand_dims(dims_o, 0), out,
-                 mask=gl.expand_dims(row_valid, 1))
-        m_o = gl.convert_layout(m_i, gl.SliceLayout(1, o_layout))
-        lse = gl.where(l_o == 0.0, float("-inf"), m_o + gl.log2(l_safe))
-        gl.store(part_lse_ptr + part_row, lse, mask=row_valid)
+    # masked tiles, through ring slot 0 (every TMA load and MMA of the loop is done by now)
+    acc, m_i, l_i = _masked_key_tiles(acc, m_i, l_i, q_op, k_smem.index(0), v_smem.index(0), k_ptr, v_ptr, mask_ptr,
+                                      b, kv_head, split, prefix_len, num_nodes, chunk, full_end, hi, m_tile * BLOCK_M,
+                                      num_rows, qk_scale, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs,
+                                      stride_vh, stride_mb, stride_mt, s_layout, o_layout, p_layout, ld_layout, GROUP,
+                                      HEAD_DIM, BLOCK_M, BLOCK_N)
+    _store_rows(acc, m_i, l_i, b, kv_head, head_b, split, m_tile * BLOCK_M, num_rows, rows_pad, num_splits, out_ptr,
+                part_o_ptr, part_lse_ptr, stride_ob, stride_ot, stride_oh, o_layout, s_layout, GROUP, HEAD_DIM,
+                BLOCK_M, SINGLE_SPLIT)

@@ -654,14 +654,20 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
     launch_gluon = None
     if kernel == "gluon":
         gluon_descs = _gluon_descriptors(k_cache, v_cache, kernel_block_n)
+        pingpong = cfg.gluon_pingpong and block_m == 128
 
         def launch_gluon():
-            from .tree_verify_gluon import _tree_verify_partial_kernel_gluon
+            if pingpong:
+                from .tree_verify_gluon_pingpong import _tree_verify_partial_kernel_gluon_pingpong as kernel_fn
+            else:
+                from .tree_verify_gluon import _tree_verify_partial_kernel_gluon as kernel_fn
 
-            _tree_verify_partial_kernel_gluon[plan["grid"]](
+            # the ping-pong kernel launches its first warpgroup; its partitions add the rest
+            kernel_fn[plan["grid"]](
                 q, k_cache, v_cache, *gluon_descs, *trailing_args,
                 GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=kernel_block_n, STAGES=kernel_stages,
-                SINGLE_SPLIT=single, Q_IN_REGS=cfg.gluon_q_in_registers, num_warps=cfg.num_warps,
+                SINGLE_SPLIT=single, Q_IN_REGS=cfg.gluon_q_in_registers or pingpong,
+                num_warps=4 if pingpong else cfg.num_warps,
             )
 
     _run_split_kernel(launch_gluon, lambda: _launch_triton_split(

@@ -7,9 +7,11 @@
 #   final  the whole grid with SDPA and FlexAttention (alone: it takes most of a call)
 #   suite  the kernel suite and the GPU bench tests
 #   commit accept + commit alone (fused and separate), their kernel tests, the GPU bench tests
+#   pp     the ping-pong kernel's GPU tests alone (one process, killed if it hangs), then, if
+#          they pass, the sweep
 # Results land under $OUT.
 set -u
-stage=${1:?usage: scripts/h200_verify.sh sweep|check|final|suite|commit}
+stage=${1:?usage: scripts/h200_verify.sh sweep|check|final|suite|commit|pp}
 OUT=${OUT:-/tmp/out}
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
@@ -49,6 +51,12 @@ final)
   ;;
 suite)
   suite
+  ;;
+pp)
+  timeout -s KILL 150 python3 -m pytest tests/kernels/test_tree_verify.py -q -x -p no:cacheprovider -p no:xdist \
+    -k "gluon_kernel_matches and pingpong" >"$OUT/pp_tests.log" 2>&1
+  rc=$?; echo "== ping-pong tests rc=$rc"; grep -E "^(FAILED|ERROR)|passed|failed|^E " "$OUT/pp_tests.log" | cut -c1-300 | head -20
+  if [ $rc -eq 0 ]; then sweep; fi
   ;;
 commit)
   timeout 120 python3 -m pytest tests/kernels/test_accept_commit.py tests/kernels/test_kv_commit.py \

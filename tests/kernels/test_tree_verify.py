@@ -198,6 +198,12 @@ def _gluon_configs():
                                gluon=True, gluon_stages=4),
         "w8-m128-n128-qreg": VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0,
                                           min_block_m=128, gluon=True, gluon_block_n=128, gluon_q_in_registers=True),
+        # the warp-specialised ping-pong kernel, with the smallest ring it allows too (its turn and
+        # slot barriers wrap every other tile)
+        "pingpong": VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0,
+                                 min_block_m=128, gluon=True, gluon_pingpong=True),
+        "pingpong-s2": VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=2, max_tail_m=0,
+                                    min_block_m=128, gluon=True, gluon_pingpong=True),
     }
 
 
@@ -218,7 +224,7 @@ GLUON_CASES = [
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
                     reason="the Gluon kernel is for sm_90 GPUs")
-@pytest.mark.parametrize("tile", ["w8-m128", "w4-m64", "w8-m128-n128-qreg"])
+@pytest.mark.parametrize("tile", ["w8-m128", "w4-m64", "w8-m128-n128-qreg", "pingpong", "pingpong-s2"])
 @pytest.mark.parametrize("num_nodes,group,lens,head_dim,dtype,splits", GLUON_CASES)
 def test_gluon_kernel_matches_reference(num_nodes, group, lens, head_dim, dtype, splits, tile, monkeypatch):
     from specdec_kernels.tree_verify_triton import plan_split_kernel, plan_verify_launch

@@ -1,0 +1,176 @@
+"""The Hopper split kernel's 128-row tile with its two warpgroups in ping-pong (Gluon).
+
+Why: in the 8-warp kernel of ``tree_verify_gluon`` both warpgroups run the same code in
+lockstep (a CTA barrier every key tile), so they take their softmax at the same time and leave
+the tensor cores idle together; each only hides its softmax under its own next q.k. Here each
+warpgroup is its own warp-specialised partition with its own 64 query rows, and an mbarrier
+pair passes a turn between them: a warpgroup issues its MMAs (S(j+1) = q.K(j+1), then
+acc += P(j).V(j)) only on its turn and hands the turn over as soon as they are issued, so one
+warpgroup's softmax runs while the other's MMAs keep the tensor cores busy (FlashAttention 3's
+inter-warpgroup ping-pong, on top of its intra-warpgroup overlap). A third partition, one warp,
+streams the key tiles through TMA into a ring of ``STAGES`` slots: ``ready[slot]`` says a tile
+landed, ``empty[slot]`` (two arrivals) that both warpgroups are done with it.
+
+Same work decomposition, partial layout and merge as the other split kernels; the partial last
+prefix tile and the tree tiles go, per warpgroup, through masked pointer loads into the ring slot
+with its own index (once both warpgroups are done with that slot's last tile).
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from .tree_verify_gluon import _load_q_rows, _load_tile_pair, _masked_key_tiles, _softmax_step, _store_rows
+
+
+@gluon.jit
+def _pingpong_load_partition(k_desc, v_desc, k_smem, v_smem, ready, empty, desc_row, desc_col, n_full,
+                             BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """One warp: TMA loads of the mask-free key tiles, tile t into slot t % STAGES once both
+    warpgroups released the tile that held it before."""
+    tile_bytes: gl.constexpr = 2 * BLOCK_N * k_desc.block_type.shape[1] * k_desc.dtype.primitive_bitwidth // 8
+    for t in range(n_full):
+        slot = t % STAGES
+        mbarrier.wait(empty.index(slot), phase=((t // STAGES) + 1) & 1, pred=t >= STAGES)
+        _load_tile_pair(k_desc, v_desc, desc_row + t * BLOCK_N, desc_col, ready.index(slot), k_smem.index(slot),
+                        v_smem.index(slot), True, tile_bytes)
+
+
+@gluon.jit
+def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
+                            HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                            SINGLE_SPLIT: gl.constexpr):
+    """One warpgroup: its HALF_M query rows (from row0) against every key tile of the split."""
+    (q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, k_smem, v_smem, ready, empty, turn,
+     stride_qb, stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+     stride_mb, stride_mt, stride_ob, stride_ot, stride_oh,
+     qk_scale, b, kv_head, head_b, split, prefix_len, num_nodes, num_splits, chunk, rows_pad, row0, n_full,
+     full_end, hi) = args
+    dtype: gl.constexpr = k_smem.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    ld_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[4, 8],
+                                               warps_per_cta=[4, 1], order=[1, 0])
+    num_rows = num_nodes * GROUP
+    my_rows = row0 + WG * HALF_M
+    q = _load_q_rows(q_ptr, b, kv_head, my_rows, num_rows, stride_qb, stride_qt, stride_qh, GROUP, HEAD_DIM,
+                     HALF_M, ld_layout)
+    q_op = gl.convert_layout(q, gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
+
+    acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
+    m_i = gl.full([HALF_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([HALF_M], gl.float32, gl.SliceLayout(1, s_layout))
+    s_zero = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
+    # turn i of this warpgroup waits for completion i of turn[WG] (the other warpgroup's
+    # arrivals; warpgroup 0's first one is pre-arrived), and ends with an arrival on the other's
+    if n_full > 0:
+        mbarrier.wait(ready.index(0), phase=0)
+        mbarrier.wait(turn.index(WG), phase=0)
+        s_tok = warpgroup_mma(q_op, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        mbarrier.arrive(turn.index(1 - WG))
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
+        p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
+        for j in range(n_full - 1):
+            slot = j % STAGES
+            nxt = j + 1
+            mbarrier.wait(ready.index(nxt % STAGES), phase=(nxt // STAGES) & 1)
+            mbarrier.wait(turn.index(WG), phase=nxt & 1)
+            s_tok = warpgroup_mma(q_op, k_smem.index(nxt % STAGES).permute((1, 0)), s_zero, use_acc=False,
+                                  is_async=True)
+            acc = acc * gl.expand_dims(alpha_o, 1)
+            acc_tok = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(slot), acc,
+                                    is_async=True)
+            mbarrier.arrive(turn.index(1 - WG))
+            # S(j+1) done (P.V(j), issued after it, may still run): its softmax under the other
+            # warpgroup's MMAs and our own P.V(j)
+            s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
+            p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
+            mbarrier.arrive(empty.index(slot))
+        last = (n_full - 1) % STAGES
+        mbarrier.wait(turn.index(WG), phase=n_full & 1)
+        acc = acc * gl.expand_dims(alpha_o, 1)
+        acc_tok = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(last), acc, is_async=True)
+        mbarrier.arrive(turn.index(1 - WG))
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
+        mbarrier.arrive(empty.index(last))
+        # the masked tiles go through ring slot WG: wait until both warpgroups are done with the
+        # last tile it held
+        slot_tiles = (n_full - WG + STAGES - 1) // STAGES
+        mbarrier.wait(empty.index(WG), phase=(slot_tiles - 1) & 1, pred=slot_tiles > 0)
+    acc, m_i, l_i = _masked_key_tiles(acc, m_i, l_i, q_op, k_smem.index(WG), v_smem.index(WG), k_ptr, v_ptr,
+                                      mask_ptr, b, kv_head, split, prefix_len, num_nodes, chunk, full_end, hi,
+                                      my_rows, num_rows, qk_scale, stride_kb, stride_ks, stride_kh, stride_vb,
+                                      stride_vs, stride_vh, stride_mb, stride_mt, s_layout, o_layout, p_layout,
+                                      ld_layout, GROUP, HEAD_DIM, HALF_M, BLOCK_N)
+    _store_rows(acc, m_i, l_i, b, kv_head, head_b, split, my_rows, num_rows, rows_pad, num_splits, out_ptr,
+                part_o_ptr, part_lse_ptr, stride_ob, stride_ot, stride_oh, o_layout, s_layout, GROUP, HEAD_DIM,
+                HALF_M, SINGLE_SPLIT)
+
+
+@gluon.jit
+def _tree_verify_partial_kernel_gluon_pingpong(
+    q_ptr, k_ptr, v_ptr, k_desc, v_desc, lens_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr,
+    stride_qb, stride_qt, stride_qh,
+    stride_kb, stride_ks, stride_kh,
+    stride_vb, stride_vs, stride_vh,
+    stride_mb, stride_mt,
+    stride_ob, stride_ot, stride_oh,
+    qk_scale, num_nodes, num_kv_heads, num_m_tiles, num_splits, chunk, cache_rows,
+    GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, Q_IN_REGS: gl.constexpr, num_warps: gl.constexpr,
+):
+    # launched with 4 warps (warpgroup 0, the default partition); warpgroup 1 and the load warp
+    # are the worker partitions. Q_IN_REGS: always (each warpgroup's q.k reads q from registers).
+    gl.static_assert(num_warps == 4)
+    gl.static_assert(BLOCK_M == 128)
+    gl.static_assert(STAGES >= 2)
+    dtype: gl.constexpr = k_desc.dtype
+    kv_sl: gl.constexpr = k_desc.layout
+
+    pid = gl.program_id(0)
+    split = gl.program_id(1)
+    m_tile = pid % num_m_tiles
+    head_b = pid // num_m_tiles
+    kv_head = head_b % num_kv_heads
+    b = head_b // num_kv_heads
+    prefix_len = gl.load(lens_ptr + b).to(gl.int32)
+    lo = split * chunk
+    hi = gl.minimum(lo + chunk, prefix_len)
+    n_full = gl.maximum(hi - lo, 0) // BLOCK_N
+    full_end = lo + n_full * BLOCK_N
+
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_sl)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_sl)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)
+    for i in gl.static_range(2):
+        mbarrier.init(turn.index(i), count=1)
+    fence_async_shared()
+    mbarrier.arrive(turn.index(0))  # warpgroup 0 has the first turn
+
+    mma_args = (q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, k_smem, v_smem, ready, empty,
+                turn, stride_qb, stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs,
+                stride_vh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh, qk_scale, b, kv_head, head_b,
+                split, prefix_len, num_nodes, num_splits, chunk, num_m_tiles * BLOCK_M, m_tile * BLOCK_M, n_full,
+                full_end, hi)
+    gl.warp_specialize([
+        (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, BLOCK_M // 2, BLOCK_N, STAGES, SINGLE_SPLIT)),
+        (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, BLOCK_M // 2, BLOCK_N, STAGES, SINGLE_SPLIT)),
+        (_pingpong_load_partition, (k_desc, v_desc, k_smem, v_smem, ready, empty, b * cache_rows + lo,
+                                    kv_head * HEAD_DIM, n_full, BLOCK_N, STAGES)),
+    ], [4, 1], [240, 24])
