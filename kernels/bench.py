@@ -396,6 +396,9 @@ def sweep_variants() -> dict:
         # warp-specialised ping-pong of the two warpgroups (round 6)
         **{f"n64-m128-w8-s{s}-r1-min128-gluon-pp": VerifyConfig(**dict(many, num_stages=s), tma=True, gluon=True,
                                                                  gluon_pingpong=True) for s in (3, 4, 6)},
+        **{f"n64-m192-w8-s{s}-r1-min128-gluon-pp": VerifyConfig(**dict(many, num_stages=s), tma=True, gluon=True,
+                                                                 gluon_pingpong=True, gluon_pingpong_192=True)
+           for s in (3, 4)},
     }
 
 
@@ -404,13 +407,19 @@ _MANY_TMA = "n64-m128-w8-s3-r1-min128-tma"
 
 
 def sweep_plan() -> list[tuple[Shape, tuple]]:
-    """Round 6: the warp-specialised ping-pong kernel (two warpgroups taking turns at the tensor
-    cores, a TMA warp) against the table on 128-row tiles, at 3, 4 and 6 ring slots."""
-    variants = ("table", *(f"n64-m128-w8-s{s}-r1-min128-gluon-pp" for s in (3, 4, 6)))
-    return [(Shape(b, t, hq, 8, 128, l), variants)
-            for b, t, hq, l in ((8, 17, 32, 8192), (32, 17, 32, 8192), (8, 17, 32, 32768), (8, 33, 32, 8192),
-                                (8, 65, 32, 8192), (8, 17, 64, 8192), (8, 16, 64, 8192), (8, 33, 64, 32768),
-                                (32, 65, 64, 8192), (32, 65, 32, 32768))]
+    """Round 6, second sweep: 192-row tiles (three warpgroups) of the ping-pong kernel against its
+    128-row tiles (the table now) where they pad fewer rows, and the ping-pong kernel on the
+    small-grid / short-cache shapes that the table gives 64-row tiles."""
+    wide = ("table", "n64-m192-w8-s3-r1-min128-gluon-pp", "n64-m192-w8-s4-r1-min128-gluon-pp")
+    small = ("table", "n64-m128-w8-s4-r1-min128-gluon-pp")
+    plan = [(Shape(b, t, hq, 8, 128, l), wide)
+            for b, t, hq, l in ((8, 33, 32, 8192), (32, 33, 32, 8192), (8, 33, 32, 32768), (8, 17, 64, 8192),
+                                (32, 17, 64, 32768), (8, 65, 32, 8192), (32, 65, 32, 32768), (8, 33, 64, 32768),
+                                (32, 65, 64, 8192))]
+    plan += [(Shape(b, t, hq, 8, 128, l), small)
+             for b, t, hq, l in ((8, 17, 32, 1024), (32, 17, 32, 1024), (1, 17, 32, 8192), (1, 17, 32, 32768),
+                                 (1, 33, 32, 32768), (8, 33, 32, 1024), (32, 9, 64, 1024), (1, 17, 64, 32768))]
+    return plan
 
 
 def sweep_shapes() -> list[Shape]:

@@ -59,6 +59,9 @@ class VerifyConfig:
                   warp-specialised partitions taking turns at the tensor cores, fed by a TMA
                   warp (``tree_verify_gluon_pingpong``; q in registers, launched on 4 warps plus
                   the partitions' 5).
+    gluon_pingpong_192: the ping-pong kernel may also take 192-row tiles (three warpgroups, q
+                  in shared memory) where they pad fewer rows than 128-row ones (T = 33 at G = 4:
+                  132 rows); a call that cannot run it is planned with power-of-two tiles.
     """
 
     block_n: int
@@ -77,6 +80,7 @@ class VerifyConfig:
     gluon_stages: int = 0
     gluon_q_in_registers: bool = False
     gluon_pingpong: bool = False
+    gluon_pingpong_192: bool = False
 
 
 # arch -> head_dim -> tiers ((most packed rows, config[, config for small work]), ...,
@@ -100,12 +104,12 @@ _SM90_MANY = {
     # 192 KB smem at 3 stages: 1 per SM (its tail tile spills 184 B: off)
     64: VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0),
     # Triton: descriptor loads, 3-5 % faster than per-element loads on every shape swept (round 4).
-    # Gluon (round 5, H200): 128-key tiles, 3 slots, q in registers (196 KB shared memory, 255
-    # registers, no spills), faster on all seven 128-row shapes swept: T = 17 by 2-9 % (B8-T17-L8k
-    # 95.4 -> 87.5 us), T = 33 / 65 by 2-10 % against the Gluon kernel with q in shared memory and
-    # 7-14 % against the Triton kernel (B8-T65-H32-L8k 261 -> 224 us).
+    # Gluon: the ping-pong kernel (round 6, H200): two warpgroup partitions taking turns at the
+    # tensor cores, a TMA warp, 64-key tiles, 4 ring slots (147 KB shared memory, no spills with
+    # Triton 3.6), 8-14 % faster than round 5's 8-warp Gluon tile on all ten 128-row shapes
+    # swept (B8-T17-L8k 87.7 -> 76.1 us, B32-T65-H64-L8k 1393 -> 1223).
     128: VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
-                      tma=True, gluon=True, gluon_block_n=128, gluon_q_in_registers=True),
+                      tma=True, gluon=True, gluon_stages=4, gluon_pingpong=True),
 }
 
 # With little work per (request, KV head), the 8-warp tile's one program per SM loses to the

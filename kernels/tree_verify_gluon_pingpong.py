@@ -27,14 +27,14 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .tree_verify_gluon import _load_q_rows, _load_tile_pair, _masked_key_tiles, _softmax_step, _store_rows
+from .tree_verify_gluon import _cta_barrier, _load_q_rows, _load_tile_pair, _masked_key_tiles, _softmax_step, _store_rows
 
 
 @gluon.jit
-def _pingpong_load_partition(k_desc, v_desc, k_smem, v_smem, ready, empty, desc_row, desc_col, n_full,
-                             BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """One warp: TMA loads of the mask-free key tiles, tile t into slot t % STAGES once both
-    warpgroups released the tile that held it before."""
+def _pingpong_load_partition(args, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """One warp: TMA loads of the mask-free key tiles, tile t into slot t % STAGES once every
+    warpgroup released the tile that held it before."""
+    k_desc, v_desc, k_smem, v_smem, ready, empty, desc_row, desc_col, n_full = args
     tile_bytes: gl.constexpr = 2 * BLOCK_N * k_desc.block_type.shape[1] * k_desc.dtype.primitive_bitwidth // 8
     for t in range(n_full):
         slot = t % STAGES
@@ -46,9 +46,9 @@ def _pingpong_load_partition(k_desc, v_desc, k_smem, v_smem, ready, empty, desc_
 @gluon.jit
 def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
                             HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                            SINGLE_SPLIT: gl.constexpr):
+                            SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr, Q_IN_REGS: gl.constexpr):
     """One warpgroup: its HALF_M query rows (from row0) against every key tile of the split."""
-    (q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, k_smem, v_smem, ready, empty, turn,
+    (q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, q_smem, k_smem, v_smem, ready, empty, turn,
      stride_qb, stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
      stride_mb, stride_mt, stride_ob, stride_ot, stride_oh,
      qk_scale, b, kv_head, head_b, split, prefix_len, num_nodes, num_splits, chunk, rows_pad, row0, n_full,
@@ -65,7 +65,14 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
     my_rows = row0 + WG * HALF_M
     q = _load_q_rows(q_ptr, b, kv_head, my_rows, num_rows, stride_qb, stride_qt, stride_qh, GROUP, HEAD_DIM,
                      HALF_M, ld_layout)
-    q_op = gl.convert_layout(q, gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
+    if Q_IN_REGS:
+        q_op = gl.convert_layout(q, gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
+    else:
+        # three warpgroups' registers do not hold q beside the scores and the accumulator
+        q_op = q_smem.index(WG)
+        q_op.store(q)
+        fence_async_shared()
+        _cta_barrier()  # this partition's warps only
 
     acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
     m_i = gl.full([HALF_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
@@ -77,7 +84,7 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
         mbarrier.wait(ready.index(0), phase=0)
         mbarrier.wait(turn.index(WG), phase=0)
         s_tok = warpgroup_mma(q_op, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        mbarrier.arrive(turn.index(1 - WG))
+        mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
         p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
         for j in range(n_full - 1):
@@ -90,7 +97,7 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
             acc = acc * gl.expand_dims(alpha_o, 1)
             acc_tok = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(slot), acc,
                                     is_async=True)
-            mbarrier.arrive(turn.index(1 - WG))
+            mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
             # S(j+1) done (P.V(j), issued after it, may still run): its softmax under the other
             # warpgroup's MMAs and our own P.V(j)
             s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
@@ -101,7 +108,7 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
         mbarrier.wait(turn.index(WG), phase=n_full & 1)
         acc = acc * gl.expand_dims(alpha_o, 1)
         acc_tok = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(last), acc, is_async=True)
-        mbarrier.arrive(turn.index(1 - WG))
+        mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
         mbarrier.arrive(empty.index(last))
         # the masked tiles go through ring slot WG: wait until both warpgroups are done with the
@@ -133,8 +140,10 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     # launched with 4 warps (warpgroup 0, the default partition); warpgroup 1 and the load warp
     # are the worker partitions. Q_IN_REGS: always (each warpgroup's q.k reads q from registers).
     gl.static_assert(num_warps == 4)
-    gl.static_assert(BLOCK_M == 128)
-    gl.static_assert(STAGES >= 2)
+    NUM_WG: gl.constexpr = BLOCK_M // 64
+    gl.static_assert(NUM_WG * 64 == BLOCK_M)
+    gl.static_assert(NUM_WG == 2 or NUM_WG == 3)
+    gl.static_assert(STAGES >= NUM_WG)
     dtype: gl.constexpr = k_desc.dtype
     kv_sl: gl.constexpr = k_desc.layout
 
@@ -150,27 +159,44 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     n_full = gl.maximum(hi - lo, 0) // BLOCK_N
     full_end = lo + n_full * BLOCK_N
 
+    # q from shared memory for three warpgroups (registers: see the partitions' budgets below)
+    Q_SMEM: gl.constexpr = NUM_WG == 3
+    q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, HEAD_DIM], dtype)
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_WG if Q_SMEM else 1, 64, HEAD_DIM], q_sl)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_sl)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_sl)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)
-    for i in gl.static_range(2):
+        mbarrier.init(empty.index(i), count=NUM_WG)
+    for i in gl.static_range(NUM_WG):
         mbarrier.init(turn.index(i), count=1)
     fence_async_shared()
     mbarrier.arrive(turn.index(0))  # warpgroup 0 has the first turn
 
-    mma_args = (q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, k_smem, v_smem, ready, empty,
+    mma_args = (q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, q_smem, k_smem, v_smem, ready, empty,
                 turn, stride_qb, stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs,
                 stride_vh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh, qk_scale, b, kv_head, head_b,
                 split, prefix_len, num_nodes, num_splits, chunk, num_m_tiles * BLOCK_M, m_tile * BLOCK_M, n_full,
                 full_end, hi)
-    gl.warp_specialize([
-        (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, BLOCK_M // 2, BLOCK_N, STAGES, SINGLE_SPLIT)),
-        (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, BLOCK_M // 2, BLOCK_N, STAGES, SINGLE_SPLIT)),
-        (_pingpong_load_partition, (k_desc, v_desc, k_smem, v_smem, ready, empty, b * cache_rows + lo,
-                                    kv_head * HEAD_DIM, n_full, BLOCK_N, STAGES)),
-    ], [4, 1], [240, 24])
+    load_args = (k_desc, v_desc, k_smem, v_smem, ready, empty, b * cache_rows + lo, kv_head * HEAD_DIM, n_full)
+    if NUM_WG == 2:
+        gl.warp_specialize([
+            (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
+                                         not Q_SMEM)),
+            (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
+                                         not Q_SMEM)),
+            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES)),
+        ], [4, 1], [240, 24])
+    else:
+        gl.warp_specialize([
+            (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
+                                         not Q_SMEM)),
+            (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
+                                         not Q_SMEM)),
+            (_pingpong_mma_partition, (2, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
+                                         not Q_SMEM)),
+            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES)),
+        ], [4, 4, 1], [160, 160, 24])

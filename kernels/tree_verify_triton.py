@@ -27,6 +27,7 @@ Scores use ``exp2`` with ``sm_scale * log2(e)`` folded in; all accumulation is f
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import warnings
@@ -351,26 +352,29 @@ MERGE_COST_KEYS = 192
 MERGE_COST_KEYS_PER_SPLIT = 35
 
 
-def _pick_block_m(packed_rows: int, max_block_m: int, min_block_m: int = 16) -> int:
-    """Query-tile rows: the power of two in [min_block_m, cap] minimising padded rows +
-    TILE_COST_ROWS per tile (ties to the larger tile).
+def _pick_block_m(packed_rows: int, max_block_m: int, min_block_m: int = 16, extra_sizes: tuple = ()) -> int:
+    """Query-tile rows: the power of two in [min_block_m, cap] (or one of ``extra_sizes``)
+    minimising padded rows + TILE_COST_ROWS per tile (ties to the larger tile).
 
     T = 2^k + 1 is why: 33 nodes x G=4 = 132 rows take two 128-row tiles (256 rows, half
-    wasted) but three 64-row tiles (192 rows).
+    wasted) but three 64-row tiles (192 rows), or one 192-row tile of the ping-pong kernel.
     """
-    best = None
+    sizes = []
     size = min(max(16, min_block_m), max(16, max_block_m))
     while size <= max(16, max_block_m):
+        sizes.append(size)
+        size *= 2
+    best = None
+    for size in sorted(set(sizes) | set(extra_sizes)):
         tiles = triton.cdiv(packed_rows, size)
         cost = tiles * (size + TILE_COST_ROWS)
         if best is None or cost <= best[0]:
             best = (cost, size)
-        size *= 2
     return best[1]
 
 
 def pick_query_tiles(packed_rows: int, max_block_m: int, max_tail_m: int,
-                     min_block_m: int = 16) -> tuple[int, int, int]:
+                     min_block_m: int = 16, extra_sizes: tuple = ()) -> tuple[int, int, int]:
     """(block_m, num_m_tiles, tail_m) for ``packed_rows`` = T * G rows of one KV head.
 
     When the rows overrun a whole number of max_block_m tiles by at most ``max_tail_m`` (the
@@ -382,7 +386,7 @@ def pick_query_tiles(packed_rows: int, max_block_m: int, max_tail_m: int,
     full, rem = divmod(packed_rows, cap)
     if full >= 1 and 0 < rem <= max_tail_m:
         return cap, full, max(16, triton.next_power_of_2(rem))
-    block_m = _pick_block_m(packed_rows, max_block_m, min_block_m)
+    block_m = _pick_block_m(packed_rows, max_block_m, min_block_m, extra_sizes)
     return block_m, triton.cdiv(packed_rows, block_m), 0
 
 
@@ -441,9 +445,11 @@ TAIL_ONLY_WHEN_FULL = True
 def _plan(batch, num_nodes, group, kv_heads, cache_rows, sms, cfg, tail_only_when_full=True) -> dict:
     packed = num_nodes * group
     slots = cfg.resident_per_sm * sms
-    block_m, num_m_tiles, tail_m = pick_query_tiles(packed, cfg.max_block_m, cfg.max_tail_m, cfg.min_block_m)
+    # 192-row tiles (three warpgroups) exist in the ping-pong kernel only
+    extra = (192,) if cfg.gluon_pingpong_192 else ()
+    block_m, num_m_tiles, tail_m = pick_query_tiles(packed, cfg.max_block_m, cfg.max_tail_m, cfg.min_block_m, extra)
     if tail_m and tail_only_when_full and (num_m_tiles > 1 or batch * kv_heads * (num_m_tiles + 1) < slots):
-        block_m, num_m_tiles, tail_m = pick_query_tiles(packed, cfg.max_block_m, 0, cfg.min_block_m)
+        block_m, num_m_tiles, tail_m = pick_query_tiles(packed, cfg.max_block_m, 0, cfg.min_block_m, extra)
     base_programs = batch * kv_heads * num_m_tiles
     prefix_rows = max(cache_rows - num_nodes, 1)
     chunk, num_splits = _pick_splits(base_programs, prefix_rows, cfg.block_n, slots, batch * kv_heads, packed)
@@ -624,13 +630,17 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
     cache_lens = cache_lens.contiguous()
     plan = plan_verify_launch(batch, num_nodes, q_heads, kv_heads, head_dim, k_cache.shape[1], q.device,
                               config)
+    scale = log2_softmax_scale(head_dim, sm_scale)
+    if plan["block_m"] == 192 and plan_split_kernel(plan, q, k_cache, v_cache, scale)[0] != "gluon":
+        # a call the ping-pong kernel cannot take: power-of-two tiles for the Triton kernel
+        plan = plan_verify_launch(batch, num_nodes, q_heads, kv_heads, head_dim, k_cache.shape[1], q.device,
+                                  dataclasses.replace(plan["config"], gluon_pingpong_192=False))
     if num_splits is not None:
         chunk, forced = split_chunks(max(k_cache.shape[1] - num_nodes, 1), num_splits, plan["config"].block_n)
         plan.update(chunk=chunk, num_splits=forced, grid=(plan["grid"][0], forced))
     cfg, block_m, num_m_tiles = plan["config"], plan["block_m"], plan["num_m_tiles"]
     tail_m, splits = plan["tail_m"], plan["num_splits"]
     group = q_heads // kv_heads
-    scale = log2_softmax_scale(head_dim, sm_scale)
     # Triton's CPU interpreter computes bf16 tl.dot wrongly (seen with triton 3.9: errors of
     # 1e10 on a 16x16 product); there the tiles are upcast to fp32 before the dots.
     upcast = q.device.type != "cuda" and q.dtype == torch.bfloat16
@@ -654,7 +664,7 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
     launch_gluon = None
     if kernel == "gluon":
         gluon_descs = _gluon_descriptors(k_cache, v_cache, kernel_block_n)
-        pingpong = cfg.gluon_pingpong and block_m == 128
+        pingpong = cfg.gluon_pingpong and block_m in (128, 192)
 
         def launch_gluon():
             if pingpong:
@@ -662,7 +672,8 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
             else:
                 from .tree_verify_gluon import _tree_verify_partial_kernel_gluon as kernel_fn
 
-            # the ping-pong kernel launches its first warpgroup; its partitions add the rest
+            # the ping-pong kernel launches its first warpgroup; its partitions add the rest (one
+            # more warpgroup, two on 192-row tiles, and a load warp)
             kernel_fn[plan["grid"]](
                 q, k_cache, v_cache, *gluon_descs, *trailing_args,
                 GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=kernel_block_n, STAGES=kernel_stages,
@@ -670,9 +681,16 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
                 num_warps=4 if pingpong else cfg.num_warps,
             )
 
-    _run_split_kernel(launch_gluon, lambda: _launch_triton_split(
-        plan, cfg, q, k_cache, v_cache, trailing_args, scale, group, head_dim, block_m, tail_m, single, precision,
-        upcast))
+    if block_m == 192:
+        if _run_split_kernel(launch_gluon, lambda: None) != "gluon":
+            # this Triton's Gluon does not build the ping-pong kernel (warned): again, with
+            # power-of-two tiles for the Triton kernel
+            return tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask, sm_scale, out,
+                                                num_splits, dataclasses.replace(cfg, gluon_pingpong_192=False))
+    else:
+        _run_split_kernel(launch_gluon, lambda: _launch_triton_split(
+            plan, cfg, q, k_cache, v_cache, trailing_args, scale, group, head_dim, block_m, tail_m, single,
+            precision, upcast))
     if not single:
         split_block, merge_rows = merge_tiles(splits, head_dim)
         row_blocks = triton.cdiv(num_nodes * group, merge_rows)

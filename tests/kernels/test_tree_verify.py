@@ -204,6 +204,10 @@ def _gluon_configs():
                                  min_block_m=128, gluon=True, gluon_pingpong=True),
         "pingpong-s2": VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=2, max_tail_m=0,
                                     min_block_m=128, gluon=True, gluon_pingpong=True),
+        # 192-row tiles where they pad less (T = 33 / 65 at G = 4, T = 33 at G = 8): three
+        # warpgroups in turn, q in shared memory, the smallest ring they allow
+        "pingpong-192": VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0,
+                                     min_block_m=128, gluon=True, gluon_pingpong=True, gluon_pingpong_192=True),
     }
 
 
@@ -224,7 +228,8 @@ GLUON_CASES = [
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
                     reason="the Gluon kernel is for sm_90 GPUs")
-@pytest.mark.parametrize("tile", ["w8-m128", "w4-m64", "w8-m128-n128-qreg", "pingpong", "pingpong-s2"])
+@pytest.mark.parametrize("tile", ["w8-m128", "w4-m64", "w8-m128-n128-qreg", "pingpong", "pingpong-s2",
+                                  "pingpong-192"])
 @pytest.mark.parametrize("num_nodes,group,lens,head_dim,dtype,splits", GLUON_CASES)
 def test_gluon_kernel_matches_reference(num_nodes, group, lens, head_dim, dtype, splits, tile, monkeypatch):
     from specdec_kernels.tree_verify_triton import plan_split_kernel, plan_verify_launch
@@ -263,6 +268,22 @@ def test_gluon_build_failure_falls_back_to_triton_once(monkeypatch):
 
 
 @needs_triton
+def test_192_row_plan_without_the_pingpong_kernel_takes_power_of_two_tiles(monkeypatch):
+    """192-row tiles exist only in the Gluon ping-pong kernel: a call it cannot take (here: no
+    Hopper GPU) is planned again with power-of-two tiles, and the Triton kernel gives the right
+    rows (T = 33 at G = 4: 132 packed rows, which the 192 option would put in one tile)."""
+    from specdec_kernels.configs import VerifyConfig
+    from specdec_kernels.tree_verify_triton import _plan
+
+    config = VerifyConfig(block_n=64, max_block_m=128, num_warps=4, num_stages=1, max_tail_m=0, min_block_m=64,
+                          gluon=True, gluon_pingpong=True, gluon_pingpong_192=True)
+    assert _plan(2, 33, 4, 2, 400, 132, config)["block_m"] == 192
+    q, k, v, lens_t, mask, _ = make_verify_inputs([300, 17], 33, "best_first", 4, 2, 64, torch.float32, seed=5)
+    out = run_triton(q, k, v, lens_t, mask, None, monkeypatch, config=config)
+    assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), torch.float32, "192-row plan, Triton kernel")
+
+
+@needs_triton
 @pytest.mark.parametrize("num_nodes,group,lens,head_dim,dtype,splits,layout", TMA_CASES)
 def test_descriptor_loads_match_reference(num_nodes, group, lens, head_dim, dtype, splits, layout, monkeypatch):
     from specdec_kernels.configs import VerifyConfig
@@ -294,7 +315,7 @@ def test_config_tiers_by_rows_arch_and_grid():
     assert verify_config("sm_90", 128, 64, 256).gluon_stages == 4
     many = verify_config("sm_90", 128, 68, 64, 8209)                                     # B8, T17, G4, L8k
     assert shape(many) == (8, 128, 128, 0, True, True)
-    assert (many.gluon_block_n, many.gluon_q_in_registers) == (128, True)
+    assert (many.gluon_pingpong, many.gluon_stages, many.block_n) == (True, 4, 64)
     assert shape(verify_config("sm_90", 128, 68, 8, 8209)) == (4, 64, 16, 16, False, True)      # B1
     assert shape(verify_config("sm_90", 128, 68, 256, 1041)) == (4, 64, 16, 16, False, True)    # B32, L1k
     assert shape(verify_config("sm_90", 128, 68, 256, SHORT_CACHE_ROWS + 1))[0] == 8
@@ -320,6 +341,11 @@ def test_query_tiles_and_split_plan():
     assert pick_query_tiles(85, 64, 16)[2] == 0             # 21 rows over: too many for a tail
     assert pick_query_tiles(136, 128, 0, 128) == (128, 2, 0)  # 8 warps: 128-row tiles only
     assert pick_query_tiles(68, 128, 0, 128) == (128, 1, 0)
+    # the ping-pong kernel's 192-row tiles, where they pad fewer rows than 128-row ones
+    assert pick_query_tiles(132, 128, 0, 128, (192,)) == (192, 1, 0)  # T=33, G=4
+    assert pick_query_tiles(260, 128, 0, 128, (192,)) == (192, 2, 0)  # T=65, G=4: 384 rows, 2 tiles not 3
+    assert pick_query_tiles(68, 128, 0, 128, (192,)) == (128, 1, 0)
+    assert pick_query_tiles(128, 128, 0, 128, (192,)) == (128, 1, 0)
     from specdec_kernels.configs import VerifyConfig
     from specdec_kernels.tree_verify_triton import _plan
 
