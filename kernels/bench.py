@@ -228,14 +228,12 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, config=N
     from triton.testing import do_bench
 
     from .tree_verify import tree_verify_attention_sdpa
-    from .tree_verify_triton import (log2_softmax_scale, plan_split_kernel, plan_verify_launch,
-                                     tree_verify_attention_triton)
+    from .tree_verify_triton import log2_softmax_scale, plan_call, tree_verify_attention_triton
 
     device = torch.device("cuda")
     sets = [make_inputs(shape, device, seed + i) for i in range(input_sets_needed(shape))]
     q, k, v, lens, mask = sets[0]
-    plan = plan_verify_launch(shape.batch, shape.num_nodes, shape.q_heads, shape.kv_heads, shape.head_dim,
-                              k.shape[1], device, config)
+    plan = plan_call(q, k, v, log2_softmax_scale(shape.head_dim), config)[0]
     row = {"shape": shape.name, **dataclasses.asdict(shape), "memory_bound_goal": shape.memory_bound_goal(),
            "input_sets": len(sets), "block_m": plan["block_m"], "m_tiles": plan["num_m_tiles"],
            "tail_m": plan["tail_m"], "splits": plan["num_splits"], "warps": plan["config"].num_warps}
@@ -245,7 +243,9 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, config=N
 
     row["err"] = max(worst_row_error(ours(*inputs), *inputs) for inputs in sets[:2])
     # asked after the first calls: a Gluon kernel that failed to build has fallen back by now
-    row["kernel"], row["block_n"], row["stages"] = plan_split_kernel(plan, q, k, v, log2_softmax_scale(shape.head_dim))
+    plan, row["kernel"], row["block_n"], row["stages"] = plan_call(q, k, v, log2_softmax_scale(shape.head_dim), config)
+    row.update(block_m=plan["block_m"], m_tiles=plan["num_m_tiles"], tail_m=plan["tail_m"],
+               splits=plan["num_splits"], warps=plan["config"].num_warps)
     row["ok"] = row["err"] <= ROW_TOLERANCE_BF16
     row["us"] = time_in_graph(ours, sets)
     ms = row["us"] / 1e3
@@ -398,7 +398,7 @@ def sweep_variants() -> dict:
                                                                  gluon_pingpong=True) for s in (3, 4, 6)},
         **{f"n64-m192-w8-s{s}-r1-min128-gluon-pp": VerifyConfig(**dict(many, num_stages=s), tma=True, gluon=True,
                                                                  gluon_pingpong=True, gluon_pingpong_192=True)
-           for s in (3, 4)},
+           for s in (3, 4, 5)},
     }
 
 
@@ -407,18 +407,15 @@ _MANY_TMA = "n64-m128-w8-s3-r1-min128-tma"
 
 
 def sweep_plan() -> list[tuple[Shape, tuple]]:
-    """Round 6, second sweep: 192-row tiles (three warpgroups) of the ping-pong kernel against its
-    128-row tiles (the table now) where they pad fewer rows, and the ping-pong kernel on the
-    small-grid / short-cache shapes that the table gives 64-row tiles."""
-    wide = ("table", "n64-m192-w8-s3-r1-min128-gluon-pp", "n64-m192-w8-s4-r1-min128-gluon-pp")
-    small = ("table", "n64-m128-w8-s4-r1-min128-gluon-pp")
-    plan = [(Shape(b, t, hq, 8, 128, l), wide)
-            for b, t, hq, l in ((8, 33, 32, 8192), (32, 33, 32, 8192), (8, 33, 32, 32768), (8, 17, 64, 8192),
-                                (32, 17, 64, 32768), (8, 65, 32, 8192), (32, 65, 32, 32768), (8, 33, 64, 32768),
-                                (32, 65, 64, 8192))]
-    plan += [(Shape(b, t, hq, 8, 128, l), small)
-             for b, t, hq, l in ((8, 17, 32, 1024), (32, 17, 32, 1024), (1, 17, 32, 8192), (1, 17, 32, 32768),
-                                 (1, 33, 32, 32768), (8, 33, 32, 1024), (32, 9, 64, 1024), (1, 17, 64, 32768))]
+    """Round 6, third sweep: the table (the ping-pong kernel on every tier past 64 rows, 192-row
+    tiles where they pad fewer rows) against 128-row tiles only, on the small-grid / short-cache
+    shapes where 192-row tiles are new, and 5 ring slots on 192-row tiles."""
+    no192 = ("table", "n64-m128-w8-s4-r1-min128-gluon-pp")
+    plan = [(Shape(b, t, hq, 8, 128, l), no192)
+            for b, t, hq, l in ((1, 33, 32, 32768), (1, 33, 32, 8192), (8, 33, 32, 1024), (32, 33, 32, 1024),
+                                (1, 17, 64, 32768), (8, 17, 64, 1024), (1, 65, 32, 8192), (1, 33, 64, 32768))]
+    plan += [(Shape(b, t, hq, 8, 128, l), ("table", "n64-m192-w8-s5-r1-min128-gluon-pp"))
+             for b, t, hq, l in ((8, 33, 32, 8192), (32, 17, 64, 32768), (32, 65, 32, 32768))]
     return plan
 
 

@@ -17,6 +17,7 @@ Unknown architectures fall back to the sm_120 row, the most conservative one.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 
@@ -62,6 +63,10 @@ class VerifyConfig:
     gluon_pingpong_192: the ping-pong kernel may also take 192-row tiles (three warpgroups, q
                   in shared memory) where they pad fewer rows than 128-row ones (T = 33 at G = 4:
                   132 rows); a call that cannot run it is planned with power-of-two tiles.
+    triton_fallback: the configuration (Triton fields only) for calls the Gluon kernel cannot
+                  take (fp32, a cache one descriptor cannot describe, no Hopper GPU, a Triton whose
+                  Gluon does not build it), where the Triton kernel wants other tiles than the
+                  Gluon one (None: these same fields).
     """
 
     block_n: int
@@ -81,6 +86,7 @@ class VerifyConfig:
     gluon_q_in_registers: bool = False
     gluon_pingpong: bool = False
     gluon_pingpong_192: bool = False
+    triton_fallback: VerifyConfig | None = None
 
 
 # arch -> head_dim -> tiers ((most packed rows, config[, config for small work]), ...,
@@ -93,8 +99,9 @@ class VerifyConfig:
 # through tensor descriptors: each K/V tile then serves all the rows (T = 17 at G = 4: 68 rows),
 # where two 64-row programs would each stream the cache (H200, rounds 3-4: B8-T17-L8k 96 us
 # against 109, B32-T17-L8k 307 against 388).
-# On sm_90 at head dim 128, the entries with ``gluon`` run the Gluon split kernel
-# (``tree_verify_gluon``) for 16-bit inputs, with the Triton fields as the fallback.
+# On sm_90 at head dim 128, the entries with ``gluon`` run a Gluon split kernel for 16-bit inputs
+# (``tree_verify_gluon``; past 64 rows ``tree_verify_gluon_pingpong``), with the Triton fields, or
+# their ``triton_fallback``, for the calls they cannot take.
 # resident_per_sm comes from the compiled kernels (Triton 3.9's ptxas, sm_90 target, compiled on
 # the CPU; PERF.md): 228 KB shared memory and 64K registers per SM.
 # max_tail_m is 16 where the tail tile compiles without register spills, else 0.
@@ -103,20 +110,25 @@ class VerifyConfig:
 _SM90_MANY = {
     # 192 KB smem at 3 stages: 1 per SM (its tail tile spills 184 B: off)
     64: VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0),
-    # Triton: descriptor loads, 3-5 % faster than per-element loads on every shape swept (round 4).
-    # Gluon: the ping-pong kernel (round 6, H200): two warpgroup partitions taking turns at the
-    # tensor cores, a TMA warp, 64-key tiles, 4 ring slots (147 KB shared memory, no spills with
-    # Triton 3.6), 8-14 % faster than round 5's 8-warp Gluon tile on all ten 128-row shapes
-    # swept (B8-T17-L8k 87.7 -> 76.1 us, B32-T65-H64-L8k 1393 -> 1223).
+    # Gluon: the ping-pong kernel (round 6, H200): two (or, on 192-row tiles, three) warpgroup
+    # partitions taking turns at the tensor cores, a TMA warp, 64-key tiles, 4 ring slots (147 /
+    # 181 KB shared memory). Against round 5's 8-warp Gluon tile, 8-14 % faster on all ten 128-row
+    # shapes swept (B8-T17-L8k 87.7 -> 76.1 us, B32-T65-H64-L8k 1393 -> 1223); 192-row tiles where
+    # they pad fewer rows, 6-30 % faster again on all nine shapes swept (B32-T17-H64-L32k 1974 ->
+    # 1374 us, B8-T33-L8k 126.7 -> 104.2).
+    # Triton fallback: descriptor loads, 3-5 % faster than per-element loads on every shape swept
+    # (round 4).
     128: VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
-                      tma=True, gluon=True, gluon_stages=4, gluon_pingpong=True),
+                      tma=True, gluon=True, gluon_stages=4, gluon_pingpong=True, gluon_pingpong_192=True,
+                      triton_fallback=VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3,
+                                                   max_tail_m=0, min_block_m=128, tma=True)),
 }
 
 # With little work per (request, KV head), the 8-warp tile's one program per SM loses to the
 # 4-warp tile's two: with few pairs (batch 1 at 8 KV heads) the GPU is filled by splitting the
 # cache, and gets half the programs; with a short cache each program's start and end are a large
-# share of it. There the 64-row tiles on 4 warps are kept up to 255 rows, rows past a whole tile
-# riding in a 16-row tail tile where the planner finds the grid full (H200, rounds 3-4:
+# share of it. There the Triton kernel keeps 64-row tiles on 4 warps up to 255 rows, rows past a
+# whole tile riding in a 16-row tail tile where the planner finds the grid full (H200, rounds 3-4:
 # B1-T17-L8k 25.7 us against 34.8, B32-T17-L1k 65.4 against 77.4).
 SMALL_GRID_HEADS = 64
 SHORT_CACHE_ROWS = 2048
@@ -126,13 +138,13 @@ SHORT_CACHE_ROWS = 2048
 # 47.4); q in registers made no difference there. The Triton fallback keeps 3 stages.
 _SM90_FEW_128 = VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2,
                              max_tail_m=0, gluon=True, gluon_stages=4)
-# with the tail tile: 255 registers x 128 threads, 73 KB shared memory: still 2 per SM. Where the
-# planner takes no tail tile, the Gluon kernel (4 slots) runs the 64-row tiles: on the fifth
-# sweep of round 5 (H200) B8-T17-L1k 28.2 -> 22.1 us, B1-T17-L8k 25.5 -> 23.3, B1-T17-L32k 60.5 ->
-# 59.5, B1-T33-L32k 77.8 -> 80.0 (+3 %); B32-T17-L1k keeps the Triton tail tile (62.0 us against
-# 66.7 for two Gluon tiles).
-_SM90_FEW_128_TAIL = VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2,
-                                  max_tail_m=16, gluon=True, gluon_stages=4)
+# The Triton kernel's small-work tier: with the tail tile 255 registers x 128 threads, 73 KB
+# shared memory: still 2 per SM. The Gluon ping-pong kernel's 128-row tiles beat the 64-row tiles
+# there too (round 6, second sweep, all eight shapes: B1-T17-L32k 59.8 -> 46.0 us, B32-T17-L1k
+# 62.3 -> 52.6, B8-T33-L1k 35.1 -> 25.0), so it takes this tier wherever it can run, and these
+# tiles are its Triton fallback.
+_SM90_SMALL_WORK_128 = dataclasses.replace(_SM90_MANY[128], triton_fallback=VerifyConfig(
+    block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2, max_tail_m=16))
 
 VERIFY_CONFIGS: dict[str, dict[int, tuple[tuple, ...]]] = {
     "sm_90": {
@@ -141,7 +153,7 @@ VERIFY_CONFIGS: dict[str, dict[int, tuple[tuple, ...]]] = {
              (None, _SM90_MANY[64])),
         # few: 80 KB smem, 180 regs x 128 threads: 2 per SM (3 stages measured 1-6 % faster than 4
         # on the gap shapes in rounds 2 and 3)
-        128: ((64, _SM90_FEW_128), (255, _SM90_MANY[128], _SM90_FEW_128_TAIL), (None, _SM90_MANY[128])),
+        128: ((64, _SM90_FEW_128), (255, _SM90_MANY[128], _SM90_SMALL_WORK_128), (None, _SM90_MANY[128])),
         # 104 KB smem, 8 warps x 204 regs: 1 per SM (the tail tile spills 216 B: off)
         256: ((None, VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0)),),
     },

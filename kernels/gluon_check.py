@@ -1,7 +1,8 @@
 """Compile the Gluon split kernel for sm_90 without a GPU, and report what it uses.
 
-The Gluon kernel (:mod:`specdec_kernels.tree_verify_gluon`) runs only on Hopper GPUs, so CI
-never executes it; this check compiles it, at each sm_90 table entry that selects it, with the
+The Gluon kernels (:mod:`specdec_kernels.tree_verify_gluon` and its ping-pong variant) run only
+on Hopper GPUs, so CI never executes them; this check compiles them, at each sm_90 table entry
+and tile that selects one, with the
 ptxas Triton ships, and reports shared memory, registers, spills, the SASS mix, and whether the
 next tile's q.k MMA is still in flight during the softmax (a ``wgmma.wait_group 1`` in the PTX):
 the point of the kernel. It catches Gluon API drift between Triton releases too.
@@ -23,8 +24,9 @@ import sys
 from .sm120_check import CompileReport, _inspect_cubin, _ptxas_spill_bytes, format_reports
 
 SM90_SHARED_LIMIT = 232448  # bytes per block, opt-in maximum on compute capability 9.0
-# packed rows per table tier that runs the Gluon kernel: T = 9 / 16 at G = 4, T = 17 and T = 65
-TIER_ROWS = (36, 68, 260)
+# packed rows per table tier and tile that runs a Gluon kernel: T = 9 / 16 at G = 4 (64-row
+# tile), T = 17 (ping-pong, 128 rows), T = 33 (ping-pong, 192 rows)
+TIER_ROWS = (36, 68, 132)
 
 
 def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
@@ -35,22 +37,27 @@ def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
     from triton.runtime.jit import mangle_type
 
     from .configs import verify_config
-    from .tree_verify_gluon import _tree_verify_partial_kernel_gluon as fn
+    from .tree_verify_gluon import _tree_verify_partial_kernel_gluon
+    from .tree_verify_gluon_pingpong import _tree_verify_partial_kernel_gluon_pingpong
     from .tree_verify_triton import _gluon_descriptors, pick_query_tiles
 
     reports, seen = [], set()
     for rows in TIER_ROWS:
         cfg = verify_config("sm_90", head_dim, rows, 256, 8192 + 17)
-        if not cfg.gluon or cfg in seen:
+        block_m = pick_query_tiles(rows, cfg.max_block_m, 0, cfg.min_block_m,
+                                   (192,) if cfg.gluon_pingpong_192 else ())[0]
+        if not cfg.gluon or (cfg, block_m) in seen:
             continue
-        seen.add(cfg)
+        seen.add((cfg, block_m))
+        pingpong = cfg.gluon_pingpong and block_m in (128, 192)
+        fn = _tree_verify_partial_kernel_gluon_pingpong if pingpong else _tree_verify_partial_kernel_gluon
+        launch_warps = 4 if pingpong else cfg.num_warps
         block_n = cfg.gluon_block_n or cfg.block_n
-        block_m = pick_query_tiles(rows, cfg.max_block_m, 0, cfg.min_block_m)[0]
         cache = torch.empty(2, 256, 8, head_dim, dtype=torch.bfloat16)
         desc, _ = _gluon_descriptors(cache, cache, block_n)
         constexprs = dict(GROUP=4, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
                           STAGES=cfg.gluon_stages or cfg.num_stages, SINGLE_SPLIT=False,
-                          Q_IN_REGS=cfg.gluon_q_in_registers, num_warps=cfg.num_warps)
+                          Q_IN_REGS=cfg.gluon_q_in_registers or pingpong, num_warps=launch_warps)
         types = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", out_ptr="*bf16", k_desc=mangle_type(desc),
                      v_desc=mangle_type(desc), lens_ptr="*i32", mask_ptr="*i32", part_o_ptr="*fp32",
                      part_lse_ptr="*fp32", qk_scale="fp32")
@@ -60,10 +67,12 @@ def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
                              constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()},
                              attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
         compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                                  options=dict(num_warps=cfg.num_warps, num_stages=1))
+                                  options=dict(num_warps=launch_warps, num_stages=1))
         # spills are reported, not judged: they depend on the Triton release (the 128-key tile:
         # none with 3.6, the GPU image's, which PERF.md measured; 64 B with 3.9)
-        report = CompileReport("verify_gluon", head_dim, block_m, block_n, cfg.num_warps,
+        # the ping-pong kernel's MMA warps: one warpgroup per 64 rows (plus its load warp)
+        report = CompileReport("verify_gluon_pingpong" if pingpong else "verify_gluon", head_dim, block_m, block_n,
+                               block_m // 16 if pingpong else cfg.num_warps,
                                constexprs["STAGES"], compiled.metadata.shared, shared_limit=SM90_SHARED_LIMIT,
                                spills_fail=False)
         ptx = compiled.asm["ptx"]
@@ -76,6 +85,8 @@ def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
             report.forbidden.append("no q.k MMA in flight across the softmax (no wgmma.wait_group 1)")
         if not report.mix.get("HGMMA"):
             report.forbidden.append("no HGMMA")
+        if pingpong and "setmaxnreg" not in ptx:
+            report.forbidden.append("no warp specialisation (no setmaxnreg: the partitions were not formed)")
         reports.append(report)
     return reports
 

@@ -604,6 +604,28 @@ def plan_split_kernel(plan: dict, q, k_cache, v_cache, scale: float) -> tuple[st
     return "triton", cfg.block_n, cfg.num_stages
 
 
+def triton_fallback(cfg):
+    """The configuration for a call that ``cfg``'s Gluon kernel cannot take, where the Triton
+    kernel wants other tiles (``VerifyConfig.triton_fallback``; a 192-row tile, which only the
+    ping-pong kernel has, falls back to power-of-two tiles); None: the same one."""
+    if cfg.triton_fallback is not None:
+        return cfg.triton_fallback
+    return dataclasses.replace(cfg, gluon_pingpong_192=False) if cfg.gluon_pingpong_192 else None
+
+
+def plan_call(q, k_cache, v_cache, scale: float, config=None) -> tuple[dict, str, int, int]:
+    """(plan, kernel, key rows per tile, stages) of one call: the table's (or ``config``'s)
+    plan, or, where its Gluon kernel cannot run this call, its Triton fallback's."""
+    batch, num_nodes, q_heads, head_dim = q.shape
+    args = (batch, num_nodes, q_heads, k_cache.shape[2], head_dim, k_cache.shape[1], q.device)
+    plan = plan_verify_launch(*args, config)
+    kernel = plan_split_kernel(plan, q, k_cache, v_cache, scale)
+    if kernel[0] != "gluon" and triton_fallback(plan["config"]) is not None:
+        plan = plan_verify_launch(*args, triton_fallback(plan["config"]))
+        kernel = plan_split_kernel(plan, q, k_cache, v_cache, scale)
+    return (plan, *kernel)
+
+
 def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask, sm_scale=None,
                                  out=None, num_splits=None, config=None):
     """Launcher: checks layout, plans tiles and splits, launches one or two kernels.
@@ -628,13 +650,8 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
                              "split the batch's storage per request")
     ancestor_mask = ancestor_mask.contiguous()
     cache_lens = cache_lens.contiguous()
-    plan = plan_verify_launch(batch, num_nodes, q_heads, kv_heads, head_dim, k_cache.shape[1], q.device,
-                              config)
     scale = log2_softmax_scale(head_dim, sm_scale)
-    if plan["block_m"] == 192 and plan_split_kernel(plan, q, k_cache, v_cache, scale)[0] != "gluon":
-        # a call the ping-pong kernel cannot take: power-of-two tiles for the Triton kernel
-        plan = plan_verify_launch(batch, num_nodes, q_heads, kv_heads, head_dim, k_cache.shape[1], q.device,
-                                  dataclasses.replace(plan["config"], gluon_pingpong_192=False))
+    plan, kernel, kernel_block_n, kernel_stages = plan_call(q, k_cache, v_cache, scale, config)
     if num_splits is not None:
         chunk, forced = split_chunks(max(k_cache.shape[1] - num_nodes, 1), num_splits, plan["config"].block_n)
         plan.update(chunk=chunk, num_splits=forced, grid=(plan["grid"][0], forced))
@@ -660,7 +677,6 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
     trailing_args = (cache_lens, ancestor_mask, out, part_o, part_lse, *q.stride()[:3], *k_cache.stride()[:3],
                      *v_cache.stride()[:3], *ancestor_mask.stride()[:2], *out.stride()[:3],
                      scale, num_nodes, kv_heads, num_m_tiles, splits, plan["chunk"], k_cache.shape[1])
-    kernel, kernel_block_n, kernel_stages = plan_split_kernel(plan, q, k_cache, v_cache, scale)
     launch_gluon = None
     if kernel == "gluon":
         gluon_descs = _gluon_descriptors(k_cache, v_cache, kernel_block_n)
@@ -681,12 +697,12 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
                 num_warps=4 if pingpong else cfg.num_warps,
             )
 
-    if block_m == 192:
+    if launch_gluon is not None and triton_fallback(cfg) is not None:
         if _run_split_kernel(launch_gluon, lambda: None) != "gluon":
-            # this Triton's Gluon does not build the ping-pong kernel (warned): again, with
-            # power-of-two tiles for the Triton kernel
+            # this Triton's Gluon does not build the kernel (warned once): again, planned for the
+            # Triton kernel
             return tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask, sm_scale, out,
-                                                num_splits, dataclasses.replace(cfg, gluon_pingpong_192=False))
+                                                num_splits, triton_fallback(cfg))
     else:
         _run_split_kernel(launch_gluon, lambda: _launch_triton_split(
             plan, cfg, q, k_cache, v_cache, trailing_args, scale, group, head_dim, block_m, tail_m, single,

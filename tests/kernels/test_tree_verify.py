@@ -301,12 +301,13 @@ def test_descriptor_loads_match_reference(num_nodes, group, lens, head_dim, dtyp
 
 def test_config_tiers_by_rows_arch_and_grid():
     """sm_90 head dim 128: 4 warps on 64-row tiles up to 64 packed rows (the Gluon kernel, 4
-    slots); past that one 128-row tile on 8 warps (the Gluon kernel on 128-key tiles, Triton's
-    fallback with descriptor loads), except on small grids (batch 1) or short caches up to 255
-    rows (4 warps; the Gluon kernel, or Triton's where the planner takes a tail tile); sm_120 and
+    slots); past that the Gluon ping-pong kernel on 128- or 192-row tiles. Where it cannot run,
+    its Triton fallback: one 128-row tile on 8 warps with descriptor loads, except on small grids
+    (batch 1) or short caches up to 255 rows (4 warps, 64-row tiles and a tail tile). sm_120 and
     unknown archs never leave 64-row tiles on 8 warps, nor load through descriptors, nor run the
     Gluon kernel."""
     from specdec_kernels.configs import SHORT_CACHE_ROWS, verify_config
+    from specdec_kernels.tree_verify_triton import plan_call
 
     def shape(cfg):
         return cfg.num_warps, cfg.max_block_m, cfg.min_block_m, cfg.max_tail_m, cfg.tma, cfg.gluon
@@ -315,16 +316,24 @@ def test_config_tiers_by_rows_arch_and_grid():
     assert verify_config("sm_90", 128, 64, 256).gluon_stages == 4
     many = verify_config("sm_90", 128, 68, 64, 8209)                                     # B8, T17, G4, L8k
     assert shape(many) == (8, 128, 128, 0, True, True)
-    assert (many.gluon_pingpong, many.gluon_stages, many.block_n) == (True, 4, 64)
-    assert shape(verify_config("sm_90", 128, 68, 8, 8209)) == (4, 64, 16, 16, False, True)      # B1
-    assert shape(verify_config("sm_90", 128, 68, 256, 1041)) == (4, 64, 16, 16, False, True)    # B32, L1k
-    assert shape(verify_config("sm_90", 128, 68, 256, SHORT_CACHE_ROWS + 1))[0] == 8
-    assert shape(verify_config("sm_90", 128, 260, 8, 1089)) == (8, 128, 128, 0, True, True)     # T65: any batch
-    assert shape(verify_config("sm_90", 128, 68)) == (8, 128, 128, 0, True, True)               # unknown: large
+    assert (many.gluon_pingpong, many.gluon_pingpong_192, many.gluon_stages, many.block_n) == (True, True, 4, 64)
+    assert shape(many.triton_fallback) == (8, 128, 128, 0, True, False)
+    for small_work in (verify_config("sm_90", 128, 68, 8, 8209), verify_config("sm_90", 128, 68, 256, 1041)):
+        assert small_work.gluon_pingpong                                                 # B1; B32, L1k
+        assert shape(small_work.triton_fallback) == (4, 64, 16, 16, False, False)
+    assert verify_config("sm_90", 128, 68, 256, SHORT_CACHE_ROWS + 1) == many
+    assert verify_config("sm_90", 128, 260, 8, 1089) == many                                    # T65: any batch
+    assert verify_config("sm_90", 128, 68) == many                                              # unknown: large
     assert verify_config("sm_100", 128, 68, 64) == verify_config("sm_90", 128, 68, 64)
     for arch in ("sm_120", "sm_89"):
         for rows in (9, 68, 260):
             assert not verify_config(arch, 128, rows, 256, 8209).gluon, (arch, rows)
+    # a call the Gluon kernel cannot take (here: no GPU) is planned with the Triton fallback
+    q, k = torch.zeros(1, 17, 32, 128), torch.zeros(1, 8209, 8, 128)
+    plan, kernel, block_n, stages = plan_call(q, k, k, 1.0, verify_config("sm_90", 128, 68, 8, 8209))
+    assert (kernel, plan["block_m"], plan["tail_m"], block_n, stages) == ("triton", 64, 16, 32, 3)
+    plan, kernel, _, _ = plan_call(torch.zeros(1, 33, 32, 128), k, k, 1.0, many)
+    assert (kernel, plan["block_m"], plan["num_m_tiles"]) == ("triton", 128, 2)  # 132 rows: not 1 x 192
 
 
 def test_query_tiles_and_split_plan():
