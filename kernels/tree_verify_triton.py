@@ -441,6 +441,15 @@ def _sm_count(device) -> int:
 TAIL_ONLY_WHEN_FULL = True
 
 
+# A 192-row tile (three warpgroups) takes about 1.6x a 128-row tile's time per key: it pays where
+# each program streams far or the grid is full anyway, and loses where it leaves SMs idle on short
+# streams (H200, round 6, third sweep: B1-T33-L32k 61.0 us against 70.8 with 128-row tiles (2048
+# keys a program), B32-T33-L1k 73.4 against 91.5 (256 programs); B1-T33-L8k 31.7 against 27.7
+# (512 keys a program), B8-T33-L1k 32.5 against 24.8 (64 programs)).
+WIDE_TILE_MIN_CHUNK = 2048
+WIDE_TILE_MIN_WAVES = 1.5
+
+
 @functools.lru_cache(maxsize=4096)
 def _plan(batch, num_nodes, group, kv_heads, cache_rows, sms, cfg, tail_only_when_full=True) -> dict:
     packed = num_nodes * group
@@ -453,6 +462,10 @@ def _plan(batch, num_nodes, group, kv_heads, cache_rows, sms, cfg, tail_only_whe
     base_programs = batch * kv_heads * num_m_tiles
     prefix_rows = max(cache_rows - num_nodes, 1)
     chunk, num_splits = _pick_splits(base_programs, prefix_rows, cfg.block_n, slots, batch * kv_heads, packed)
+    if block_m == 192 and chunk < WIDE_TILE_MIN_CHUNK and base_programs * num_splits < WIDE_TILE_MIN_WAVES * slots:
+        # short streams on a part-filled GPU: more, narrower programs
+        return _plan(batch, num_nodes, group, kv_heads, cache_rows, sms,
+                     dataclasses.replace(cfg, gluon_pingpong_192=False), tail_only_when_full)
     return dict(config=cfg, block_m=block_m, num_m_tiles=num_m_tiles, tail_m=tail_m, chunk=chunk,
                 num_splits=num_splits, grid=(base_programs, num_splits))
 

@@ -277,8 +277,8 @@ def test_192_row_plan_without_the_pingpong_kernel_takes_power_of_two_tiles(monke
 
     config = VerifyConfig(block_n=64, max_block_m=128, num_warps=4, num_stages=1, max_tail_m=0, min_block_m=64,
                           gluon=True, gluon_pingpong=True, gluon_pingpong_192=True)
-    assert _plan(2, 33, 4, 2, 400, 132, config)["block_m"] == 192
-    q, k, v, lens_t, mask, _ = make_verify_inputs([300, 17], 33, "best_first", 4, 2, 64, torch.float32, seed=5)
+    assert _plan(2, 33, 4, 4, 400, 4, config)["block_m"] == 192  # 4 SMs: what the planner assumes on the CPU
+    q, k, v, lens_t, mask, _ = make_verify_inputs([300, 17], 33, "best_first", 4, 4, 64, torch.float32, seed=5)
     out = run_triton(q, k, v, lens_t, mask, None, monkeypatch, config=config)
     assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), torch.float32, "192-row plan, Triton kernel")
 
@@ -339,7 +339,8 @@ def test_config_tiers_by_rows_arch_and_grid():
 def test_query_tiles_and_split_plan():
     """Pure planning: T = 2^k + 1 rides in a tail tile; the split count fills whole waves, or
     half a wave where the merge would cost more than the extra splits save."""
-    from specdec_kernels.tree_verify_triton import _pick_splits, merge_tiles, pick_query_tiles
+    from specdec_kernels.configs import VerifyConfig
+    from specdec_kernels.tree_verify_triton import _pick_splits, _plan, merge_tiles, pick_query_tiles
 
     assert pick_query_tiles(64, 64, 16) == (64, 1, 0)
     assert pick_query_tiles(68, 64, 16) == (64, 1, 16)      # T=17, G=4
@@ -355,8 +356,14 @@ def test_query_tiles_and_split_plan():
     assert pick_query_tiles(260, 128, 0, 128, (192,)) == (192, 2, 0)  # T=65, G=4: 384 rows, 2 tiles not 3
     assert pick_query_tiles(68, 128, 0, 128, (192,)) == (128, 1, 0)
     assert pick_query_tiles(128, 128, 0, 128, (192,)) == (128, 1, 0)
-    from specdec_kernels.configs import VerifyConfig
-    from specdec_kernels.tree_verify_triton import _plan
+    # ... but not for short streams on a part-filled GPU (132 SMs, 8 KV heads)
+    wide = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
+                        gluon=True, gluon_pingpong=True, gluon_pingpong_192=True)
+    assert _plan(1, 33, 4, 8, 32768 + 33, 132, wide)["block_m"] == 192   # B1-L32k: 2048 keys a program
+    assert _plan(32, 33, 4, 8, 1024 + 33, 132, wide)["block_m"] == 192   # B32-L1k: 256 programs
+    assert _plan(1, 33, 4, 8, 8192 + 33, 132, wide)["block_m"] == 128    # B1-L8k
+    assert _plan(8, 33, 4, 8, 1024 + 33, 132, wide)["block_m"] == 128    # B8-L1k: 64 programs
+    assert _plan(8, 33, 4, 8, 8192 + 33, 132, wide)["block_m"] == 192
 
     cfg = VerifyConfig(32, 64, 4, 4, resident_per_sm=2)
     assert _plan(32, 17, 4, 8, 32768 + 17, 132, cfg)["tail_m"] == 16   # 512 programs otherwise
