@@ -89,10 +89,11 @@ class VerifyConfig:
     triton_fallback: VerifyConfig | None = None
 
 
-# arch -> head_dim -> tiers ((most packed rows, config[, config for small work]), ...,
-# (None, config)): the first tier whose bound covers T * G packed query rows of one KV head
+# arch -> head_dim -> tiers ((most packed rows, config[, config for small work[, for tiny work]]),
+# ..., (None, config...)): the first tier whose bound covers T * G packed query rows of one KV head
 # applies; its third entry, where there is one, replaces the config when the call has fewer than
-# SMALL_GRID_HEADS (request, KV head) pairs or at most SHORT_CACHE_ROWS cache rows.
+# SMALL_GRID_HEADS (request, KV head) pairs or at most SHORT_CACHE_ROWS cache rows (small work),
+# its fourth when it has both (tiny work).
 # Few rows means the call streams K/V (memory bound): 4 warps on 64-row tiles, small enough that
 # two programs share a multiprocessor, so one program's start and end overlap the other's
 # stream. Past 64 rows, one 128-row tile on 8 warps (two warpgroups) with 64-key tiles loaded
@@ -146,6 +147,17 @@ _SM90_FEW_128 = VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages
 _SM90_SMALL_WORK_128 = dataclasses.replace(_SM90_MANY[128], triton_fallback=VerifyConfig(
     block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2, max_tail_m=16))
 
+# Where the grid is small and the cache short both (batch 1 at L1k: 8 to 40 programs of a few
+# key tiles each), a call is all latency: there the ping-pong kernel's larger programs were 0.4 to
+# 1.6 us slower than round 5's tiles on all seven such shapes of the round-6 table (B1-T17-H64-L1k
+# 13.8 -> 15.4 us), so this tier keeps them: 64-row Gluon tiles up to 255 rows, the 8-warp Gluon
+# tile (128-key tiles, q in registers) past that.
+_SM90_TINY_128 = VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2,
+                              max_tail_m=16, gluon=True, gluon_stages=4)
+_SM90_TINY_MANY_128 = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0,
+                                   min_block_m=128, tma=True, gluon=True, gluon_block_n=128,
+                                   gluon_q_in_registers=True)
+
 VERIFY_CONFIGS: dict[str, dict[int, tuple[tuple, ...]]] = {
     "sm_90": {
         # 86 KB smem, 246 regs (with the tail tile): 2 per SM
@@ -153,7 +165,8 @@ VERIFY_CONFIGS: dict[str, dict[int, tuple[tuple, ...]]] = {
              (None, _SM90_MANY[64])),
         # few: 80 KB smem, 180 regs x 128 threads: 2 per SM (3 stages measured 1-6 % faster than 4
         # on the gap shapes in rounds 2 and 3)
-        128: ((64, _SM90_FEW_128), (255, _SM90_MANY[128], _SM90_SMALL_WORK_128), (None, _SM90_MANY[128])),
+        128: ((64, _SM90_FEW_128), (255, _SM90_MANY[128], _SM90_SMALL_WORK_128, _SM90_TINY_128),
+              (None, _SM90_MANY[128], _SM90_MANY[128], _SM90_TINY_MANY_128)),
         # 104 KB smem, 8 warps x 204 regs: 1 per SM (the tail tile spills 216 B: off)
         256: ((None, VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0)),),
     },
@@ -191,9 +204,11 @@ def verify_config(arch: str, head_dim: int, packed_rows: int = 1, batch_heads: i
     table = VERIFY_CONFIGS.get(arch, VERIFY_CONFIGS["sm_120"])
     if head_dim not in table:
         raise ValueError(f"head dim {head_dim} is not supported; use one of {sorted(table)}")
-    small_work = ((batch_heads is not None and batch_heads < SMALL_GRID_HEADS)
-                  or (cache_rows is not None and cache_rows <= SHORT_CACHE_ROWS))
+    small_grid = batch_heads is not None and batch_heads < SMALL_GRID_HEADS
+    short_cache = cache_rows is not None and cache_rows <= SHORT_CACHE_ROWS
     for most_rows, config, *small in table[head_dim]:
         if most_rows is None or packed_rows <= most_rows:
-            return small[0] if small and small_work else config
+            if len(small) > 1 and small_grid and short_cache:
+                return small[1]
+            return small[0] if small and (small_grid or short_cache) else config
     raise AssertionError(f"the {arch} table for head dim {head_dim} has no open-ended last tier")

@@ -303,7 +303,8 @@ def test_config_tiers_by_rows_arch_and_grid():
     """sm_90 head dim 128: 4 warps on 64-row tiles up to 64 packed rows (the Gluon kernel, 4
     slots); past that the Gluon ping-pong kernel on 128- or 192-row tiles. Where it cannot run,
     its Triton fallback: one 128-row tile on 8 warps with descriptor loads, except on small grids
-    (batch 1) or short caches up to 255 rows (4 warps, 64-row tiles and a tail tile). sm_120 and
+    (batch 1) or short caches up to 255 rows (4 warps, 64-row tiles and a tail tile); on a small
+    grid with a short cache both, round 5's Gluon tiles. sm_120 and
     unknown archs never leave 64-row tiles on 8 warps, nor load through descriptors, nor run the
     Gluon kernel."""
     from specdec_kernels.configs import SHORT_CACHE_ROWS, verify_config
@@ -321,8 +322,12 @@ def test_config_tiers_by_rows_arch_and_grid():
     for small_work in (verify_config("sm_90", 128, 68, 8, 8209), verify_config("sm_90", 128, 68, 256, 1041)):
         assert small_work.gluon_pingpong                                                 # B1; B32, L1k
         assert shape(small_work.triton_fallback) == (4, 64, 16, 16, False, False)
+    for rows in (68, 260):                                                   # B1-L1k: round 5's tiles
+        tiny = verify_config("sm_90", 128, rows, 8, 1041)
+        assert not tiny.gluon_pingpong and tiny.gluon and tiny.triton_fallback is None
+        assert tiny.max_block_m == (64 if rows < 256 else 128)
     assert verify_config("sm_90", 128, 68, 256, SHORT_CACHE_ROWS + 1) == many
-    assert verify_config("sm_90", 128, 260, 8, 1089) == many                                    # T65: any batch
+    assert verify_config("sm_90", 128, 260, 8, 8209) == many                                    # T65: B1, L8k
     assert verify_config("sm_90", 128, 68) == many                                              # unknown: large
     assert verify_config("sm_100", 128, 68, 64) == verify_config("sm_90", 128, 68, 64)
     for arch in ("sm_120", "sm_89"):
