@@ -399,6 +399,9 @@ def sweep_variants() -> dict:
         **{f"n64-m192-w8-s{s}-r1-min128-gluon-pp": VerifyConfig(**dict(many, num_stages=s), tma=True, gluon=True,
                                                                  gluon_pingpong=True, gluon_pingpong_192=True)
            for s in (3, 4, 5)},
+        "n64-m128-w8-s4-r1-min128-gluon-pp-tail8": VerifyConfig(**dict(many, num_stages=4), tma=True, gluon=True,
+                                                                gluon_pingpong=True, gluon_pingpong_192=True,
+                                                                gluon_pingpong_tail=True),
     }
 
 
@@ -407,15 +410,17 @@ _MANY_TMA = "n64-m128-w8-s3-r1-min128-tma"
 
 
 def sweep_plan() -> list[tuple[Shape, tuple]]:
-    """Round 6, third sweep: the table (the ping-pong kernel on every tier past 64 rows, 192-row
-    tiles where they pad fewer rows) against 128-row tiles only, on the small-grid / short-cache
-    shapes where 192-row tiles are new, and 5 ring slots on 192-row tiles."""
-    no192 = ("table", "n64-m128-w8-s4-r1-min128-gluon-pp")
-    plan = [(Shape(b, t, hq, 8, 128, l), no192)
-            for b, t, hq, l in ((1, 33, 32, 32768), (1, 33, 32, 8192), (8, 33, 32, 1024), (32, 33, 32, 1024),
-                                (1, 17, 64, 32768), (8, 17, 64, 1024), (1, 65, 32, 8192), (1, 33, 64, 32768))]
-    plan += [(Shape(b, t, hq, 8, 128, l), ("table", "n64-m192-w8-s5-r1-min128-gluon-pp"))
-             for b, t, hq, l in ((8, 33, 32, 8192), (32, 17, 64, 32768), (32, 65, 32, 32768))]
+    """Round 6, fourth sweep: the ping-pong kernel's 8-row tail warpgroup against the table's
+    192-row tiles on the T = 2^k + 1 shapes past 128 rows, and the tiny-work tier (round 5's tiles
+    at B1-L1k) against the ping-pong kernel there."""
+    tail = ("table", "n64-m128-w8-s4-r1-min128-gluon-pp-tail8")
+    plan = [(Shape(b, t, hq, 8, 128, l), tail)
+            for b, t, hq, l in ((8, 33, 32, 8192), (32, 33, 32, 8192), (8, 33, 32, 32768), (8, 17, 64, 8192),
+                                (8, 17, 64, 32768), (32, 17, 64, 32768), (8, 65, 32, 8192), (32, 65, 32, 32768),
+                                (8, 33, 64, 32768), (32, 65, 64, 8192), (1, 33, 32, 32768), (1, 17, 64, 32768),
+                                (32, 33, 32, 1024), (1, 65, 64, 32768), (8, 33, 32, 1024), (1, 33, 32, 8192))]
+    plan += [(Shape(1, t, hq, 8, 128, 1024), ("table", "n64-m128-w8-s4-r1-min128-gluon-pp"))
+             for t, hq in ((17, 32), (33, 32), (65, 32), (9, 64), (16, 64), (17, 64), (65, 64))]
     return plan
 
 

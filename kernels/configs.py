@@ -63,6 +63,9 @@ class VerifyConfig:
     gluon_pingpong_192: the ping-pong kernel may also take 192-row tiles (three warpgroups, q
                   in shared memory) where they pad fewer rows than 128-row ones (T = 33 at G = 4:
                   132 rows); a call that cannot run it is planned with power-of-two tiles.
+    gluon_pingpong_tail: rows past whole 128-row tiles, up to 8 (T = 2^k + 1 at G <= 8), ride in
+                  the ping-pong kernel's tail warpgroup (keys as its MMAs' M dimension, the rows
+                  as N = 8) instead of a third warpgroup or another program.
     triton_fallback: the configuration (Triton fields only) for calls the Gluon kernel cannot
                   take (fp32, a cache one descriptor cannot describe, no Hopper GPU, a Triton whose
                   Gluon does not build it), where the Triton kernel wants other tiles than the
@@ -86,6 +89,7 @@ class VerifyConfig:
     gluon_q_in_registers: bool = False
     gluon_pingpong: bool = False
     gluon_pingpong_192: bool = False
+    gluon_pingpong_tail: bool = False
     triton_fallback: VerifyConfig | None = None
 
 

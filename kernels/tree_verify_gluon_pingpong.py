@@ -126,6 +126,142 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
 
 
 @gluon.jit
+def _tail_softmax_step(s_t, m_t, l_t, qk_scale, ot_layout: gl.constexpr):
+    """The online softmax of key-major scores [keys, rows]: reductions over axis 0."""
+    m_new = gl.maximum(m_t, gl.max(s_t, 0) * qk_scale)
+    m_shift = gl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = gl.exp2(m_t - m_shift)
+    p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(m_shift, 0))
+    l_t = l_t * alpha + gl.sum(p_t, 0)
+    return p_t, gl.convert_layout(alpha, gl.SliceLayout(0, ot_layout)), m_new, l_t
+
+
+@gluon.jit
+def _tail_tile(acc_t, m_t, l_t, k_tile, v_tile, qt_op, p_smem, visible, qk_scale, st_layout: gl.constexpr,
+               ot_layout: gl.constexpr, TAIL_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """One key tile (in shared memory) for the tail rows, keys as the MMAs' M dimension:
+    S^T = K.q^T, then O^T += V^T.P^T with P^T through shared memory (a B operand)."""
+    s_t = warpgroup_mma(k_tile, qt_op, gl.zeros([BLOCK_N, TAIL_M], gl.float32, st_layout), use_acc=False)
+    s_t = gl.where(visible, s_t, float("-inf"))
+    p_t, alpha, m_t, l_t = _tail_softmax_step(s_t, m_t, l_t, qk_scale, ot_layout)
+    p_smem.store(gl.permute(p_t.to(p_smem.dtype), (1, 0)))
+    fence_async_shared()
+    _cta_barrier()  # every warp's P^T columns are in place before the MMA reads them
+    acc_t = acc_t * gl.expand_dims(alpha, 0)
+    acc_t = warpgroup_mma(v_tile.permute((1, 0)), p_smem.permute((1, 0)), acc_t)
+    _cta_barrier()  # the MMA is done with P^T before the next tile overwrites it
+    return acc_t, m_t, l_t
+
+
+@gluon.jit
+def _tail_stage_tile(kx_smem, vx_smem, k_base, v_base, stride_ks, stride_vs, key0, key_end,
+                     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Keys key0 .. key0 + BLOCK_N of K and V (those from key_end on as zeros: V rows there may
+    hold anything, even NaN) into the tail's ring slot, a quarter tile at a time, so that the
+    tail's small register budget never holds a whole tile; then a barrier of its warps."""
+    PART: gl.constexpr = BLOCK_N // 4
+    ld_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[4, 8],
+                                               warps_per_cta=[4, 1], order=[1, 0])
+    dims = gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ld_layout)), 0)
+    for part in gl.static_range(4):
+        keys = key0 + part * PART + gl.arange(0, PART, layout=gl.SliceLayout(1, ld_layout))
+        ok = gl.expand_dims(keys < key_end, 1)
+        kx_smem.slice(part * PART, PART).store(
+            gl.load(k_base + gl.expand_dims(keys * stride_ks, 1) + dims, mask=ok, other=0.0))
+        vx_smem.slice(part * PART, PART).store(
+            gl.load(v_base + gl.expand_dims(keys * stride_vs, 1) + dims, mask=ok, other=0.0))
+    fence_async_shared()
+    _cta_barrier()
+
+
+@gluon.jit
+def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+                             STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr,
+                             TAIL_M: gl.constexpr):
+    """One warpgroup: the (at most TAIL_M = 8) packed rows past the last whole 128-row tile (the
+    G rows of node 2^k at T = 2^k + 1), on the K/V tiles the other warpgroups stream anyway.
+    Eight rows fill no 64-row MMA, so the keys are the MMAs' M dimension and the rows their N
+    (WGMMA's N goes down to 8): a few per cent of the tile's MMA work instead of another
+    warpgroup's worth (a 192-row tile) or a second program streaming the cache."""
+    (q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, qt_smem, p_smem, k_smem, v_smem, ready,
+     empty, stride_qb, stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+     stride_mb, stride_mt, stride_ob, stride_ot, stride_oh, qk_scale, b, kv_head, head_b, split, prefix_len,
+     num_nodes, num_splits, chunk, rows_pad, row0, mine, n_full, full_end, hi) = args
+    dtype: gl.constexpr = k_smem.dtype
+    st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, TAIL_M, 16])
+    ot_layout: gl.constexpr = st_layout
+    ld_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[4, 8],
+                                               warps_per_cta=[4, 1], order=[1, 0])
+    # rows of the last m-tile's program only: the others compute them (cheaply) and store nothing
+    num_rows = gl.where(mine, num_nodes * GROUP, 0)
+    q_t = _load_q_rows(q_ptr, b, kv_head, row0, num_rows, stride_qb, stride_qt, stride_qh, GROUP, HEAD_DIM, TAIL_M,
+                       ld_layout)
+    qt_smem.store(q_t)
+    fence_async_shared()
+    _cta_barrier()
+    qt_op = qt_smem.permute((1, 0))
+
+    acc_t = gl.zeros([HEAD_DIM, TAIL_M], gl.float32, ot_layout)
+    m_t = gl.full([TAIL_M], float("-inf"), gl.float32, gl.SliceLayout(0, st_layout))
+    l_t = gl.zeros([TAIL_M], gl.float32, gl.SliceLayout(0, st_layout))
+    all_keys = gl.full([BLOCK_N, TAIL_M], 1, gl.int1, st_layout)
+    for j in range(n_full):
+        slot = j % STAGES
+        mbarrier.wait(ready.index(slot), phase=(j // STAGES) & 1)
+        acc_t, m_t, l_t = _tail_tile(acc_t, m_t, l_t, k_smem.index(slot), v_smem.index(slot), qt_op, p_smem,
+                                     all_keys, qk_scale, st_layout, ot_layout, TAIL_M, BLOCK_N)
+        mbarrier.arrive(empty.index(slot))
+    # the masked tiles through ring slot NUM_WG, once every partition is done with its last tile
+    slot_tiles = (n_full - NUM_WG + STAGES - 1) // STAGES
+    mbarrier.wait(empty.index(NUM_WG), phase=(slot_tiles - 1) & 1, pred=(n_full > NUM_WG) & (slot_tiles > 0))
+    kx_smem = k_smem.index(NUM_WG)
+    vx_smem = v_smem.index(NUM_WG)
+    k_base = k_ptr + b.to(gl.int64) * stride_kb + kv_head * stride_kh
+    v_base = v_ptr + b.to(gl.int64) * stride_vb + kv_head * stride_vh
+    keys_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, st_layout))
+    rows_s = row0 + gl.arange(0, TAIL_M, layout=gl.SliceLayout(0, st_layout))
+    if full_end < hi:
+        _tail_stage_tile(kx_smem, vx_smem, k_base, v_base, stride_ks, stride_vs, full_end, hi, HEAD_DIM, BLOCK_N)
+        visible = gl.expand_dims(full_end + keys_s < hi, 1) & all_keys
+        acc_t, m_t, l_t = _tail_tile(acc_t, m_t, l_t, kx_smem, vx_smem, qt_op, p_smem, visible, qk_scale, st_layout,
+                                     ot_layout, TAIL_M, BLOCK_N)
+    tree_split = gl.maximum(gl.cdiv(prefix_len, chunk) - 1, 0)
+    if split == tree_split:
+        mask_cols = mask_ptr + b.to(gl.int64) * stride_mb + gl.expand_dims((rows_s // GROUP) * stride_mt, 0)
+        row_ok = gl.expand_dims(rows_s < num_rows, 0)
+        for start in range(0, num_nodes, BLOCK_N):
+            _tail_stage_tile(kx_smem, vx_smem, k_base, v_base, stride_ks, stride_vs, prefix_len + start,
+                             prefix_len + num_nodes, HEAD_DIM, BLOCK_N)
+            tree_node = start + keys_s
+            in_tree = gl.expand_dims(tree_node < num_nodes, 1)
+            words = gl.load(mask_cols + gl.expand_dims(tree_node // 32, 1), mask=row_ok & in_tree, other=0)
+            visible = ((words >> gl.expand_dims(tree_node % 32, 1)) & 1) != 0
+            acc_t, m_t, l_t = _tail_tile(acc_t, m_t, l_t, kx_smem, vx_smem, qt_op, p_smem, visible, qk_scale,
+                                         st_layout, ot_layout, TAIL_M, BLOCK_N)
+
+    # output (or partial) rows, from the transposed accumulator
+    rows_o = row0 + gl.arange(0, TAIL_M, layout=gl.SliceLayout(0, ot_layout))
+    dims_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(1, ot_layout))
+    row_valid = rows_o < num_rows
+    l_o = gl.convert_layout(l_t, gl.SliceLayout(0, ot_layout))
+    l_safe = gl.where(l_o == 0.0, 1.0, l_o)
+    out = acc_t / gl.expand_dims(l_safe, 0)
+    if SINGLE_SPLIT:
+        out_rows = (b.to(gl.int64) * stride_ob + (rows_o // GROUP) * stride_ot
+                    + (kv_head * GROUP + rows_o % GROUP) * stride_oh)
+        gl.store(out_ptr + gl.expand_dims(out_rows, 0) + gl.expand_dims(dims_o, 1), out.to(dtype),
+                 mask=gl.expand_dims(row_valid, 0))
+    else:
+        part_row = (head_b.to(gl.int64) * num_splits + split) * rows_pad + rows_o
+        gl.store(part_o_ptr + gl.expand_dims(part_row * HEAD_DIM, 0) + gl.expand_dims(dims_o, 1), out,
+                 mask=gl.expand_dims(row_valid, 0))
+        m_o = gl.convert_layout(m_t, gl.SliceLayout(0, ot_layout))
+        lse = gl.where(l_o == 0.0, float("-inf"), m_o + gl.log2(l_safe))
+        gl.store(part_lse_ptr + part_row, lse, mask=row_valid)
+
+
+@gluon.jit
 def _tree_verify_partial_kernel_gluon_pingpong(
     q_ptr, k_ptr, v_ptr, k_desc, v_desc, lens_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr,
     stride_qb, stride_qt, stride_qh,
@@ -136,6 +272,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     qk_scale, num_nodes, num_kv_heads, num_m_tiles, num_splits, chunk, cache_rows,
     GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, Q_IN_REGS: gl.constexpr, num_warps: gl.constexpr,
+    TAIL_M: gl.constexpr = 0,
 ):
     # launched with 4 warps (warpgroup 0, the default partition); warpgroup 1 and the load warp
     # are the worker partitions. Q_IN_REGS: always (each warpgroup's q.k reads q from registers).
@@ -143,7 +280,8 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     NUM_WG: gl.constexpr = BLOCK_M // 64
     gl.static_assert(NUM_WG * 64 == BLOCK_M)
     gl.static_assert(NUM_WG == 2 or NUM_WG == 3)
-    gl.static_assert(STAGES >= NUM_WG)
+    gl.static_assert(STAGES >= NUM_WG + (TAIL_M > 0))
+    gl.static_assert(TAIL_M == 0 or (TAIL_M == 8 and NUM_WG == 2))
     dtype: gl.constexpr = k_desc.dtype
     kv_sl: gl.constexpr = k_desc.layout
 
@@ -170,7 +308,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     turn = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=NUM_WG)
+        mbarrier.init(empty.index(i), count=NUM_WG + (TAIL_M > 0))
     for i in gl.static_range(NUM_WG):
         mbarrier.init(turn.index(i), count=1)
     fence_async_shared()
@@ -179,10 +317,29 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     mma_args = (q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, q_smem, k_smem, v_smem, ready, empty,
                 turn, stride_qb, stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs,
                 stride_vh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh, qk_scale, b, kv_head, head_b,
-                split, prefix_len, num_nodes, num_splits, chunk, num_m_tiles * BLOCK_M, m_tile * BLOCK_M, n_full,
+                split, prefix_len, num_nodes, num_splits, chunk, num_m_tiles * BLOCK_M + TAIL_M, m_tile * BLOCK_M,
+                n_full,
                 full_end, hi)
     load_args = (k_desc, v_desc, k_smem, v_smem, ready, empty, b * cache_rows + lo, kv_head * HEAD_DIM, n_full)
-    if NUM_WG == 2:
+    if TAIL_M > 0:
+        qt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TAIL_M, HEAD_DIM], dtype)
+        pt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TAIL_M, BLOCK_N], dtype)
+        qt_smem = gl.allocate_shared_memory(dtype, [TAIL_M, HEAD_DIM], qt_sl)
+        pt_smem = gl.allocate_shared_memory(dtype, [TAIL_M, BLOCK_N], pt_sl)
+        tail_args = (q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, qt_smem, pt_smem, k_smem,
+                     v_smem, ready, empty, stride_qb, stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb,
+                     stride_vs, stride_vh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh, qk_scale, b, kv_head,
+                     head_b, split, prefix_len, num_nodes, num_splits, chunk, num_m_tiles * BLOCK_M + TAIL_M,
+                     num_m_tiles * BLOCK_M, m_tile == num_m_tiles - 1, n_full, full_end, hi)
+        gl.warp_specialize([
+            (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
+                                         not Q_SMEM)),
+            (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
+                                         not Q_SMEM)),
+            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES)),
+            (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG, TAIL_M)),
+        ], [4, 1, 4], [208, 24, 72])
+    elif NUM_WG == 2:
         gl.warp_specialize([
             (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                          not Q_SMEM)),

@@ -448,16 +448,25 @@ TAIL_ONLY_WHEN_FULL = True
 # (512 keys a program), B8-T33-L1k 32.5 against 24.8 (64 programs)).
 WIDE_TILE_MIN_CHUNK = 2048
 WIDE_TILE_MIN_WAVES = 1.5
+# rows of the ping-pong kernel's tail warpgroup (the N of its key-major MMAs); the Triton tail
+# tile has 16 or more
+PINGPONG_TAIL_ROWS = 8
 
 
 @functools.lru_cache(maxsize=4096)
 def _plan(batch, num_nodes, group, kv_heads, cache_rows, sms, cfg, tail_only_when_full=True) -> dict:
     packed = num_nodes * group
     slots = cfg.resident_per_sm * sms
-    # 192-row tiles (three warpgroups) exist in the ping-pong kernel only
+    # 192-row tiles (three warpgroups) and 8-row tails exist in the ping-pong kernel only
     extra = (192,) if cfg.gluon_pingpong_192 else ()
-    block_m, num_m_tiles, tail_m = pick_query_tiles(packed, cfg.max_block_m, cfg.max_tail_m, cfg.min_block_m, extra)
-    if tail_m and tail_only_when_full and (num_m_tiles > 1 or batch * kv_heads * (num_m_tiles + 1) < slots):
+    whole, over = divmod(packed, 128)
+    if cfg.gluon_pingpong_tail and whole >= 1 and 0 < over <= PINGPONG_TAIL_ROWS:
+        block_m, num_m_tiles, tail_m = 128, whole, PINGPONG_TAIL_ROWS
+    else:
+        block_m, num_m_tiles, tail_m = pick_query_tiles(packed, cfg.max_block_m, cfg.max_tail_m, cfg.min_block_m,
+                                                        extra)
+    if tail_m and tail_only_when_full and tail_m != PINGPONG_TAIL_ROWS and (
+            num_m_tiles > 1 or batch * kv_heads * (num_m_tiles + 1) < slots):
         block_m, num_m_tiles, tail_m = pick_query_tiles(packed, cfg.max_block_m, 0, cfg.min_block_m, extra)
     base_programs = batch * kv_heads * num_m_tiles
     prefix_rows = max(cache_rows - num_nodes, 1)
@@ -610,7 +619,8 @@ def plan_split_kernel(plan: dict, q, k_cache, v_cache, scale: float) -> tuple[st
     cfg = plan["config"]
     if (cfg.gluon and q.device.type == "cuda" and torch.cuda.get_device_capability(q.device)[0] == 9
             and q.dtype in (torch.float16, torch.bfloat16) and k_cache.dtype == q.dtype
-            and v_cache.dtype == q.dtype and plan["tail_m"] == 0 and scale > 0 and q.shape[-1] <= 128
+            and v_cache.dtype == q.dtype and scale > 0 and q.shape[-1] <= 128
+            and (plan["tail_m"] == 0 or (cfg.gluon_pingpong and plan["tail_m"] == PINGPONG_TAIL_ROWS))
             and plan["block_m"] >= 16 * cfg.num_warps and _tma_view_ok(k_cache) and _tma_view_ok(v_cache)
             and _gluon_unusable() is None):
         return "gluon", cfg.gluon_block_n or cfg.block_n, cfg.gluon_stages or cfg.num_stages
@@ -619,11 +629,13 @@ def plan_split_kernel(plan: dict, q, k_cache, v_cache, scale: float) -> tuple[st
 
 def triton_fallback(cfg):
     """The configuration for a call that ``cfg``'s Gluon kernel cannot take, where the Triton
-    kernel wants other tiles (``VerifyConfig.triton_fallback``; a 192-row tile, which only the
-    ping-pong kernel has, falls back to power-of-two tiles); None: the same one."""
+    kernel wants other tiles (``VerifyConfig.triton_fallback``; 192-row tiles and 8-row tails,
+    which only the ping-pong kernel has, fall back to power-of-two tiles); None: the same one."""
     if cfg.triton_fallback is not None:
         return cfg.triton_fallback
-    return dataclasses.replace(cfg, gluon_pingpong_192=False) if cfg.gluon_pingpong_192 else None
+    if cfg.gluon_pingpong_192 or cfg.gluon_pingpong_tail:
+        return dataclasses.replace(cfg, gluon_pingpong_192=False, gluon_pingpong_tail=False)
+    return None
 
 
 def plan_call(q, k_cache, v_cache, scale: float, config=None) -> tuple[dict, str, int, int]:
@@ -707,7 +719,7 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
                 q, k_cache, v_cache, *gluon_descs, *trailing_args,
                 GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=kernel_block_n, STAGES=kernel_stages,
                 SINGLE_SPLIT=single, Q_IN_REGS=cfg.gluon_q_in_registers or pingpong,
-                num_warps=4 if pingpong else cfg.num_warps,
+                num_warps=4 if pingpong else cfg.num_warps, **(dict(TAIL_M=tail_m) if pingpong else {}),
             )
 
     if launch_gluon is not None and triton_fallback(cfg) is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 import subprocess
@@ -208,6 +209,10 @@ def _gluon_configs():
         # warpgroups in turn, q in shared memory, the smallest ring they allow
         "pingpong-192": VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0,
                                      min_block_m=128, gluon=True, gluon_pingpong=True, gluon_pingpong_192=True),
+        # rows past whole 128-row tiles in the 8-row tail warpgroup (T = 2^k + 1: 65 x 4, 33 x 8,
+        # 17 x 8, 33 x 4); 3 slots, the fewest it allows
+        "pingpong-tail": VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0,
+                                      min_block_m=128, gluon=True, gluon_pingpong=True, gluon_pingpong_tail=True),
     }
 
 
@@ -223,13 +228,15 @@ GLUON_CASES = [
     (33, 8, [1500, 1], 64, torch.float16, None),
     (1, 1, [300, 129], 128, torch.bfloat16, 3),
     (16, 2, [5000, 3000], 64, torch.bfloat16, 7),
+    (17, 8, [3000, 200], 128, torch.bfloat16, None),   # 136 rows: 128 + an 8-row tail
+    (33, 4, [5000, 64], 128, torch.float16, 3),       # 132 rows: 128 + 4, split
 ]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
                     reason="the Gluon kernel is for sm_90 GPUs")
 @pytest.mark.parametrize("tile", ["w8-m128", "w4-m64", "w8-m128-n128-qreg", "pingpong", "pingpong-s2",
-                                  "pingpong-192"])
+                                  "pingpong-192", "pingpong-tail"])
 @pytest.mark.parametrize("num_nodes,group,lens,head_dim,dtype,splits", GLUON_CASES)
 def test_gluon_kernel_matches_reference(num_nodes, group, lens, head_dim, dtype, splits, tile, monkeypatch):
     from specdec_kernels.tree_verify_triton import plan_split_kernel, plan_verify_launch
@@ -339,6 +346,9 @@ def test_config_tiers_by_rows_arch_and_grid():
     assert (kernel, plan["block_m"], plan["tail_m"], block_n, stages) == ("triton", 64, 16, 32, 3)
     plan, kernel, _, _ = plan_call(torch.zeros(1, 33, 32, 128), k, k, 1.0, many)
     assert (kernel, plan["block_m"], plan["num_m_tiles"]) == ("triton", 128, 2)  # 132 rows: not 1 x 192
+    plan, kernel, _, _ = plan_call(torch.zeros(1, 33, 32, 128), k, k, 1.0,
+                                   dataclasses.replace(many, gluon_pingpong_tail=True, triton_fallback=None))
+    assert (kernel, plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == ("triton", 128, 2, 0)  # nor 128 + 8
 
 
 def test_query_tiles_and_split_plan():
@@ -361,6 +371,13 @@ def test_query_tiles_and_split_plan():
     assert pick_query_tiles(260, 128, 0, 128, (192,)) == (192, 2, 0)  # T=65, G=4: 384 rows, 2 tiles not 3
     assert pick_query_tiles(68, 128, 0, 128, (192,)) == (128, 1, 0)
     assert pick_query_tiles(128, 128, 0, 128, (192,)) == (128, 1, 0)
+    # ... or whole 128-row tiles and an 8-row tail warpgroup
+    tail = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
+                        gluon=True, gluon_pingpong=True, gluon_pingpong_192=True, gluon_pingpong_tail=True)
+    for rows, tiles in ((132, (128, 1, 8)), (136, (128, 1, 8)), (260, (128, 2, 8)), (520, (128, 4, 8)),
+                        (68, (128, 1, 0)), (144, (192, 1, 0))):
+        plan = _plan(8, rows, 1, 8, 8192 + rows, 132, tail)
+        assert (plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == tiles, rows
     # ... but not for short streams on a part-filled GPU (132 SMs, 8 KV heads)
     wide = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
                         gluon=True, gluon_pingpong=True, gluon_pingpong_192=True)
