@@ -39,16 +39,17 @@ def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
     from .configs import verify_config
     from .tree_verify_gluon import _tree_verify_partial_kernel_gluon
     from .tree_verify_gluon_pingpong import _tree_verify_partial_kernel_gluon_pingpong
-    from .tree_verify_triton import _gluon_descriptors, pick_query_tiles
+    from .tree_verify_triton import _gluon_descriptors, _plan
 
     reports, seen = [], set()
     for rows in TIER_ROWS:
         cfg = verify_config("sm_90", head_dim, rows, 256, 8192 + 17)
-        block_m = pick_query_tiles(rows, cfg.max_block_m, 0, cfg.min_block_m,
-                                   (192,) if cfg.gluon_pingpong_192 else ())[0]
-        if not cfg.gluon or (cfg, block_m) in seen:
+        # the tiles the planner gives these rows (G = 4, batch 32, L8k on 132 SMs)
+        plan = _plan(32, rows // 4, 4, 8, 8192 + rows // 4, 132, cfg)
+        block_m, tail_m = plan["block_m"], plan["tail_m"]
+        if not cfg.gluon or (cfg, block_m, tail_m) in seen:
             continue
-        seen.add((cfg, block_m))
+        seen.add((cfg, block_m, tail_m))
         pingpong = cfg.gluon_pingpong and block_m in (128, 192)
         fn = _tree_verify_partial_kernel_gluon_pingpong if pingpong else _tree_verify_partial_kernel_gluon
         launch_warps = 4 if pingpong else cfg.num_warps
@@ -57,7 +58,8 @@ def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
         desc, _ = _gluon_descriptors(cache, cache, block_n)
         constexprs = dict(GROUP=4, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
                           STAGES=cfg.gluon_stages or cfg.num_stages, SINGLE_SPLIT=False,
-                          Q_IN_REGS=cfg.gluon_q_in_registers or pingpong, num_warps=launch_warps)
+                          Q_IN_REGS=cfg.gluon_q_in_registers or pingpong, num_warps=launch_warps,
+                          **(dict(TAIL_M=tail_m) if pingpong else {}))
         types = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", out_ptr="*bf16", k_desc=mangle_type(desc),
                      v_desc=mangle_type(desc), lens_ptr="*i32", mask_ptr="*i32", part_o_ptr="*fp32",
                      part_lse_ptr="*fp32", qk_scale="fp32")
