@@ -115,17 +115,19 @@ class VerifyConfig:
 _SM90_MANY = {
     # 192 KB smem at 3 stages: 1 per SM (its tail tile spills 184 B: off)
     64: VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0),
-    # Gluon: the ping-pong kernel (round 6, H200): two (or, on 192-row tiles, three) warpgroup
-    # partitions taking turns at the tensor cores, a TMA warp, 64-key tiles, 4 ring slots (147 /
-    # 181 KB shared memory). Against round 5's 8-warp Gluon tile, 8-14 % faster on all ten 128-row
-    # shapes swept (B8-T17-L8k 87.7 -> 76.1 us, B32-T65-H64-L8k 1393 -> 1223); 192-row tiles where
-    # they pad fewer rows, 6-30 % faster again on all nine shapes swept (B32-T17-H64-L32k 1974 ->
-    # 1374 us, B8-T33-L8k 126.7 -> 104.2).
+    # Gluon: the ping-pong kernel (round 6, H200): two warpgroup partitions taking turns at the
+    # tensor cores, a TMA warp, 64-key tiles, 4 ring slots (147 KB shared memory). Against round
+    # 5's 8-warp Gluon tile, 8-14 % faster on all ten 128-row shapes swept (B8-T17-L8k 87.7 ->
+    # 76.1 us, B32-T65-H64-L8k 1393 -> 1223). Rows past whole 128-row tiles, up to 8 (T = 2^k + 1),
+    # ride in a tail warpgroup: against a third warpgroup (192-row tiles, themselves 6-30 %
+    # faster than two 128-row programs), 2-10 % faster on 12 of the 16 shapes swept (B32-T65-L32k
+    # 2929 -> 2624 us); 192-row tiles stay where they need fewer programs (520 rows) and the
+    # planner drops both on short streams of a part-filled GPU.
     # Triton fallback: descriptor loads, 3-5 % faster than per-element loads on every shape swept
     # (round 4).
     128: VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
                       tma=True, gluon=True, gluon_stages=4, gluon_pingpong=True, gluon_pingpong_192=True,
-                      triton_fallback=VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3,
+                      gluon_pingpong_tail=True, triton_fallback=VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3,
                                                    max_tail_m=0, min_block_m=128, tma=True)),
 }
 

@@ -25,8 +25,9 @@ from .sm120_check import CompileReport, _inspect_cubin, _ptxas_spill_bytes, form
 
 SM90_SHARED_LIMIT = 232448  # bytes per block, opt-in maximum on compute capability 9.0
 # packed rows per table tier and tile that runs a Gluon kernel: T = 9 / 16 at G = 4 (64-row
-# tile), T = 17 (ping-pong, 128 rows), T = 33 (ping-pong, 192 rows)
-TIER_ROWS = (36, 68, 132)
+# tile), T = 17 (ping-pong, 128 rows), T = 33 (ping-pong, 128 rows and the 8-row tail), T = 65
+# at G = 8 (ping-pong, 192 rows)
+TIER_ROWS = (36, 68, 132, 520)
 
 
 def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
@@ -73,7 +74,8 @@ def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
         # spills are reported, not judged: they depend on the Triton release (the 128-key tile:
         # none with 3.6, the GPU image's, which PERF.md measured; 64 B with 3.9)
         # the ping-pong kernel's MMA warps: one warpgroup per 64 rows (plus its load warp)
-        report = CompileReport("verify_gluon_pingpong" if pingpong else "verify_gluon", head_dim, block_m, block_n,
+        name = ("pingpong" + (f"+tail{tail_m}" if tail_m else "")) if pingpong else "verify_gluon"
+        report = CompileReport(name, head_dim, block_m, block_n,
                                block_m // 16 if pingpong else cfg.num_warps,
                                constexprs["STAGES"], compiled.metadata.shared, shared_limit=SM90_SHARED_LIMIT,
                                spills_fail=False)

@@ -445,7 +445,9 @@ TAIL_ONLY_WHEN_FULL = True
 # each program streams far or the grid is full anyway, and loses where it leaves SMs idle on short
 # streams (H200, round 6, third sweep: B1-T33-L32k 61.0 us against 70.8 with 128-row tiles (2048
 # keys a program), B32-T33-L1k 73.4 against 91.5 (256 programs); B1-T33-L8k 31.7 against 27.7
-# (512 keys a program), B8-T33-L1k 32.5 against 24.8 (64 programs)).
+# (512 keys a program), B8-T33-L1k 32.5 against 24.8 (64 programs)). A 128-row tile with the
+# 8-row tail warpgroup, in one program where 128-row tiles alone need two, the same (fourth
+# sweep: B8-T33-L1k 31.7 against 24.8, B1-T33-L8k 29.2 against 27.6).
 WIDE_TILE_MIN_CHUNK = 2048
 WIDE_TILE_MIN_WAVES = 1.5
 # rows of the ping-pong kernel's tail warpgroup (the N of its key-major MMAs); the Triton tail
@@ -460,7 +462,10 @@ def _plan(batch, num_nodes, group, kv_heads, cache_rows, sms, cfg, tail_only_whe
     # 192-row tiles (three warpgroups) and 8-row tails exist in the ping-pong kernel only
     extra = (192,) if cfg.gluon_pingpong_192 else ()
     whole, over = divmod(packed, 128)
-    if cfg.gluon_pingpong_tail and whole >= 1 and 0 < over <= PINGPONG_TAIL_ROWS:
+    # the tail warpgroup unless 192-row tiles need fewer programs (520 rows: 3 x 192 against
+    # 4 x 128 + 8, 12 % faster at B32-T65-H64-L8k in round 6's fourth sweep)
+    if (cfg.gluon_pingpong_tail and whole >= 1 and 0 < over <= PINGPONG_TAIL_ROWS
+            and not (extra and triton.cdiv(packed, 192) < whole)):
         block_m, num_m_tiles, tail_m = 128, whole, PINGPONG_TAIL_ROWS
     else:
         block_m, num_m_tiles, tail_m = pick_query_tiles(packed, cfg.max_block_m, cfg.max_tail_m, cfg.min_block_m,
@@ -471,10 +476,12 @@ def _plan(batch, num_nodes, group, kv_heads, cache_rows, sms, cfg, tail_only_whe
     base_programs = batch * kv_heads * num_m_tiles
     prefix_rows = max(cache_rows - num_nodes, 1)
     chunk, num_splits = _pick_splits(base_programs, prefix_rows, cfg.block_n, slots, batch * kv_heads, packed)
-    if block_m == 192 and chunk < WIDE_TILE_MIN_CHUNK and base_programs * num_splits < WIDE_TILE_MIN_WAVES * slots:
+    wide = block_m == 192 or tail_m == PINGPONG_TAIL_ROWS
+    if wide and chunk < WIDE_TILE_MIN_CHUNK and base_programs * num_splits < WIDE_TILE_MIN_WAVES * slots:
         # short streams on a part-filled GPU: more, narrower programs
         return _plan(batch, num_nodes, group, kv_heads, cache_rows, sms,
-                     dataclasses.replace(cfg, gluon_pingpong_192=False), tail_only_when_full)
+                     dataclasses.replace(cfg, gluon_pingpong_192=False, gluon_pingpong_tail=False),
+                     tail_only_when_full)
     return dict(config=cfg, block_m=block_m, num_m_tiles=num_m_tiles, tail_m=tail_m, chunk=chunk,
                 num_splits=num_splits, grid=(base_programs, num_splits))
 

@@ -324,7 +324,8 @@ def test_config_tiers_by_rows_arch_and_grid():
     assert verify_config("sm_90", 128, 64, 256).gluon_stages == 4
     many = verify_config("sm_90", 128, 68, 64, 8209)                                     # B8, T17, G4, L8k
     assert shape(many) == (8, 128, 128, 0, True, True)
-    assert (many.gluon_pingpong, many.gluon_pingpong_192, many.gluon_stages, many.block_n) == (True, True, 4, 64)
+    assert (many.gluon_pingpong, many.gluon_pingpong_192, many.gluon_pingpong_tail, many.gluon_stages,
+            many.block_n) == (True, True, True, 4, 64)
     assert shape(many.triton_fallback) == (8, 128, 128, 0, True, False)
     for small_work in (verify_config("sm_90", 128, 68, 8, 8209), verify_config("sm_90", 128, 68, 256, 1041)):
         assert small_work.gluon_pingpong                                                 # B1; B32, L1k
@@ -346,8 +347,7 @@ def test_config_tiers_by_rows_arch_and_grid():
     assert (kernel, plan["block_m"], plan["tail_m"], block_n, stages) == ("triton", 64, 16, 32, 3)
     plan, kernel, _, _ = plan_call(torch.zeros(1, 33, 32, 128), k, k, 1.0, many)
     assert (kernel, plan["block_m"], plan["num_m_tiles"]) == ("triton", 128, 2)  # 132 rows: not 1 x 192
-    plan, kernel, _, _ = plan_call(torch.zeros(1, 33, 32, 128), k, k, 1.0,
-                                   dataclasses.replace(many, gluon_pingpong_tail=True, triton_fallback=None))
+    plan, kernel, _, _ = plan_call(torch.zeros(1, 33, 32, 128), k, k, 1.0, dataclasses.replace(many, triton_fallback=None))
     assert (kernel, plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == ("triton", 128, 2, 0)  # nor 128 + 8
 
 
@@ -374,10 +374,12 @@ def test_query_tiles_and_split_plan():
     # ... or whole 128-row tiles and an 8-row tail warpgroup
     tail = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
                         gluon=True, gluon_pingpong=True, gluon_pingpong_192=True, gluon_pingpong_tail=True)
-    for rows, tiles in ((132, (128, 1, 8)), (136, (128, 1, 8)), (260, (128, 2, 8)), (520, (128, 4, 8)),
-                        (68, (128, 1, 0)), (144, (192, 1, 0))):
+    for rows, tiles in ((132, (128, 1, 8)), (136, (128, 1, 8)), (260, (128, 2, 8)), (264, (128, 2, 8)),
+                        (520, (192, 3, 0)), (68, (128, 1, 0)), (144, (192, 1, 0))):  # 520: fewer programs
         plan = _plan(8, rows, 1, 8, 8192 + rows, 132, tail)
         assert (plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == tiles, rows
+    plan = _plan(8, 33, 4, 8, 1024 + 33, 132, tail)                 # B8-L1k: 2 x 128, no tail
+    assert (plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == (128, 2, 0)
     # ... but not for short streams on a part-filled GPU (132 SMs, 8 KV heads)
     wide = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
                         gluon=True, gluon_pingpong=True, gluon_pingpong_192=True)
