@@ -3,8 +3,8 @@
 Importable as ``specdec_kernels`` (never as ``kernels``). Every operation takes
 ``impl="auto" | "triton" | "torch"``; ``auto`` runs Triton on CUDA tensors or under
 ``TRITON_INTERPRET=1`` and the torch reference otherwise. Triton is imported lazily. On Hopper
-GPUs the tree-verify attention's split kernel is the Gluon one (``tree_verify_gluon``) where its
-configuration selects it (``configs.py``).
+GPUs the tree-verify attention's split kernel is a Gluon one (``tree_verify_gluon``, past 64
+query rows ``tree_verify_gluon_pingpong``) where its configuration selects it (``configs.py``).
 """
 
 from .accept_commit import tree_accept_and_commit

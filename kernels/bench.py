@@ -350,7 +350,9 @@ def sweep_variants() -> dict:
     resident per SM assumed by the split model; "min128": 128-row tiles only; "tma": key tiles
     through tensor descriptors; "tail16": rows past whole tiles ride in a 16-row tail tile
     whatever the batch (the planner's tail policy off); "fold": the softmax scale folded into
-    the exponent; the others have the tail tile off.
+    the exponent; "gluon": the Gluon kernel; "qreg": its q in registers; "pp": the ping-pong
+    kernel; "m192": with 192-row tiles where they pad less; "tail8": with its 8-row tail
+    warpgroup; the others have the tail tile off.
     """
     from .configs import VerifyConfig
 
