@@ -58,8 +58,8 @@ class VerifyConfig:
                   memory (which then carries only the key tiles).
     gluon_pingpong: on 128-row tiles, the Gluon kernel whose two warpgroups are separate
                   warp-specialised partitions taking turns at the tensor cores, fed by a TMA
-                  warp (``tree_verify_gluon_pingpong``; q in registers, launched on 4 warps plus
-                  the partitions' 5).
+                  warp (``tree_verify_gluon_pingpong``; q in registers; launched on 4 warps, its
+                  partitions add the other warpgroups and the load warp).
     gluon_pingpong_192: the ping-pong kernel may also take 192-row tiles (three warpgroups, q
                   in shared memory) where they pad fewer rows than 128-row ones (T = 33 at G = 4:
                   132 rows); a call that cannot run it is planned with power-of-two tiles.
@@ -127,7 +127,8 @@ _SM90_MANY = {
     # (round 4).
     128: VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
                       tma=True, gluon=True, gluon_stages=4, gluon_pingpong=True, gluon_pingpong_192=True,
-                      gluon_pingpong_tail=True, triton_fallback=VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3,
+                      gluon_pingpong_tail=True,
+                      triton_fallback=VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3,
                                                    max_tail_m=0, min_block_m=128, tma=True)),
 }
 

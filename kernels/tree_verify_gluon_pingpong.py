@@ -1,19 +1,24 @@
-"""The Hopper split kernel's 128-row tile with its two warpgroups in ping-pong (Gluon).
+"""The Hopper split kernel's 128- and 192-row tiles with their warpgroups in ping-pong (Gluon).
 
 Why: in the 8-warp kernel of ``tree_verify_gluon`` both warpgroups run the same code in
 lockstep (a CTA barrier every key tile), so they take their softmax at the same time and leave
 the tensor cores idle together; each only hides its softmax under its own next q.k. Here each
-warpgroup is its own warp-specialised partition with its own 64 query rows, and an mbarrier
-pair passes a turn between them: a warpgroup issues its MMAs (S(j+1) = q.K(j+1), then
-acc += P(j).V(j)) only on its turn and hands the turn over as soon as they are issued, so one
-warpgroup's softmax runs while the other's MMAs keep the tensor cores busy (FlashAttention 3's
-inter-warpgroup ping-pong, on top of its intra-warpgroup overlap). A third partition, one warp,
-streams the key tiles through TMA into a ring of ``STAGES`` slots: ``ready[slot]`` says a tile
-landed, ``empty[slot]`` (two arrivals) that both warpgroups are done with it.
+warpgroup is its own warp-specialised partition with its own 64 query rows, and mbarriers pass a
+turn between them (round robin over two, or three on a 192-row tile): a warpgroup issues its MMAs
+(S(j+1) = q.K(j+1), then acc += P(j).V(j)) only on its turn and hands the turn over as soon as
+they are issued, so one warpgroup's softmax runs while another's MMAs keep the tensor cores busy
+(FlashAttention 3's inter-warpgroup ping-pong, on top of its intra-warpgroup overlap). A one-warp
+partition streams the key tiles through TMA into a ring of ``STAGES`` slots: ``ready[slot]`` says
+a tile landed, ``empty[slot]`` (one arrival per consumer) that every consumer is done with it.
+
+T = 2^k + 1 leaves a few packed rows past whole 128-row tiles (4 at G = 4, 8 at G = 8). With
+``TAIL_M = 8`` a fourth partition takes them on the same key tiles with the keys as its MMAs' M
+dimension and the rows as N (WGMMA's N goes down to 8), for a few per cent of a warpgroup's MMA
+work, instead of a third warpgroup or another program streaming the cache.
 
 Same work decomposition, partial layout and merge as the other split kernels; the partial last
-prefix tile and the tree tiles go, per warpgroup, through masked pointer loads into the ring slot
-with its own index (once both warpgroups are done with that slot's last tile).
+prefix tile and the tree tiles go, per partition, through masked pointer loads into the ring slot
+with its own index (once every consumer is done with that slot's last tile).
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .tree_verify_gluon import _cta_barrier, _load_q_rows, _load_tile_pair, _masked_key_tiles, _softmax_step, _store_rows
+from .tree_verify_gluon import (_cta_barrier, _load_q_rows, _load_tile_pair, _masked_key_tiles, _softmax_step,
+                                _store_rows)
 
 
 @gluon.jit
@@ -274,8 +280,9 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, Q_IN_REGS: gl.constexpr, num_warps: gl.constexpr,
     TAIL_M: gl.constexpr = 0,
 ):
-    # launched with 4 warps (warpgroup 0, the default partition); warpgroup 1 and the load warp
-    # are the worker partitions. Q_IN_REGS: always (each warpgroup's q.k reads q from registers).
+    # launched with 4 warps (warpgroup 0, the default partition); the other warpgroups, the load
+    # warp and the tail warpgroup are worker partitions. Q_IN_REGS is not read: q sits in
+    # registers on two warpgroups, in shared memory on three.
     gl.static_assert(num_warps == 4)
     NUM_WG: gl.constexpr = BLOCK_M // 64
     gl.static_assert(NUM_WG * 64 == BLOCK_M)

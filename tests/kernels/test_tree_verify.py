@@ -360,7 +360,8 @@ def test_config_tiers_by_rows_arch_and_grid():
     assert (kernel, plan["block_m"], plan["tail_m"], block_n, stages) == ("triton", 64, 16, 32, 3)
     plan, kernel, _, _ = plan_call(torch.zeros(1, 33, 32, 128), k, k, 1.0, many)
     assert (kernel, plan["block_m"], plan["num_m_tiles"]) == ("triton", 128, 2)  # 132 rows: not 1 x 192
-    plan, kernel, _, _ = plan_call(torch.zeros(1, 33, 32, 128), k, k, 1.0, dataclasses.replace(many, triton_fallback=None))
+    no_fallback = dataclasses.replace(many, triton_fallback=None)
+    plan, kernel, _, _ = plan_call(torch.zeros(1, 33, 32, 128), k, k, 1.0, no_fallback)
     assert (kernel, plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == ("triton", 128, 2, 0)  # nor 128 + 8
 
 
