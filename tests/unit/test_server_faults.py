@@ -156,8 +156,10 @@ def test_restart_on_crash_gives_a_fresh_server(pytester, no_leftover_engines):
 
 
 def test_sigint_mid_run_leaves_no_server_behind(pytester, no_leftover_engines):
-    faulty_project(pytester, (), workloads=THREE_WORKLOADS.replace("max_new_tokens = 8",
-                                                                   "max_new_tokens = 400"))
+    # long enough that the interrupt lands mid-run even on a loaded machine (with 2 prompts a
+    # workload the whole run once finished within the second the test waits)
+    faulty_project(pytester, (), workloads=THREE_WORKLOADS.replace("max_new_tokens = 8", "max_new_tokens = 400")
+                   .replace("num_prompts = 2", "num_prompts = 16"))
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"],
                             cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
