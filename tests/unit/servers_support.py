@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import signal
 import sys
 import time
 from pathlib import Path
@@ -15,6 +16,14 @@ FAKE_ENTRY = (sys.executable, str(Path(__file__).with_name("fake_engine.py")))
 REAL_ENGINE = importlib.util.find_spec("pytest_specdec.engine.__main__") is not None
 ENGINE_ENTRY = (sys.executable, "-m", "pytest_specdec.engine") if REAL_ENGINE else FAKE_ENTRY
 ENGINE_NAME = "embedded engine" if REAL_ENGINE else "fake engine"
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a child the test interrupts with SIGINT. A shell without job control
+    starts background jobs with SIGINT ignored (CI started with ``&``); once anything in the
+    test process puts that inherited disposition back (a plugin restoring the handler it
+    replaced), every child it starts ignores SIGINT too and never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def spec(method="ar", budget=None, *extra, tp=1) -> ServerSpec:

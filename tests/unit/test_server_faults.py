@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from servers_support import default_sigint
 from test_bench_flow import engine_processes, journal_lines, no_leftover_engines, project, run  # noqa: F401
 
 pytest.importorskip("torch")
@@ -156,13 +157,12 @@ def test_restart_on_crash_gives_a_fresh_server(pytester, no_leftover_engines):
 
 
 def test_sigint_mid_run_leaves_no_server_behind(pytester, no_leftover_engines):
-    # long enough that the interrupt lands mid-run even on a loaded machine (with 2 prompts a
-    # workload the whole run once finished within the second the test waits)
+    # long enough that the interrupt lands mid-run even on a slow machine (16 prompts a workload)
     faulty_project(pytester, (), workloads=THREE_WORKLOADS.replace("max_new_tokens = 8", "max_new_tokens = 400")
                    .replace("num_prompts = 2", "num_prompts = 16"))
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"],
                             cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+                            text=True, preexec_fn=default_sigint)
     deadline = time.monotonic() + 60
     while not engine_processes(pytester.path) and time.monotonic() < deadline:
         time.sleep(0.1)

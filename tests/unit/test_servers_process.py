@@ -24,7 +24,7 @@ import pytest
 from pytest_specdec.servers import ServerError, process
 from pytest_specdec.servers.cleanup import descendants, registered
 
-from servers_support import ENGINE_ENTRY, FAKE_ENTRY, server, spec, wait_gone
+from servers_support import ENGINE_ENTRY, FAKE_ENTRY, default_sigint, server, spec, wait_gone
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -236,15 +236,15 @@ STANDIN = textwrap.dedent(
 def test_servers_die_with_their_parent(tmp_path, how, sig, no_pdeathsig):
     code = STANDIN.format(support=str(Path(__file__).parent), no_pdeathsig=no_pdeathsig,
                           log_dir=str(tmp_path), how=how)
-    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              preexec_fn=default_sigint)
     pids: list[int] = []
     try:
         pids = [int(p) for p in parent.stdout.readline().split()]
         assert len(pids) >= 2, "stand-in did not start its server"
         if sig is not None:
             parent.send_signal(sig)
-        # generous: on a loaded 2-core CI machine the stand-in's shutdown once took over 30 s
-        parent.wait(timeout=90)
+        parent.wait(timeout=30)
         assert wait_gone(pids) == []
     finally:
         if parent.poll() is None:
