@@ -66,6 +66,29 @@ def _load_q_rows(q_ptr, b, kv_head, row0, num_rows, stride_qb, stride_qt, stride
 
 
 @gluon.jit
+def _program_coords(lens_ptr, num_m_tiles, num_kv_heads):
+    """(split, query tile, request x KV head, KV head, request, its prefix length) of this
+    program: grid axis 0 runs over query tiles within (request, KV head), axis 1 over splits."""
+    pid = gl.program_id(0)
+    split = gl.program_id(1)
+    m_tile = pid % num_m_tiles
+    head_b = pid // num_m_tiles
+    kv_head = head_b % num_kv_heads
+    b = head_b // num_kv_heads
+    prefix_len = gl.load(lens_ptr + b).to(gl.int32)
+    return split, m_tile, head_b, kv_head, b, prefix_len
+
+
+@gluon.jit
+def _split_keys(split, chunk, prefix_len, BLOCK_N: gl.constexpr):
+    """(lo, hi, whole key tiles, end of the whole tiles) of this split's prefix keys."""
+    lo = split * chunk
+    hi = gl.minimum(lo + chunk, prefix_len)
+    n_full = gl.maximum(hi - lo, 0) // BLOCK_N
+    return lo, hi, n_full, lo + n_full * BLOCK_N
+
+
+@gluon.jit
 def _softmax_step(s, m_i, l_i, qk_scale, s_layout: gl.constexpr, o_layout: gl.constexpr):
     """exp2 scores of one tile against the new running max, and the accumulator's rescale."""
     m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
@@ -143,27 +166,29 @@ def _masked_key_tiles(acc, m_i, l_i, q_op, kx_smem, vx_smem, k_ptr, v_ptr, mask_
 
 @gluon.jit
 def _store_rows(acc, m_i, l_i, b, kv_head, head_b, split, row0, num_rows, rows_pad, num_splits, out_ptr, part_o_ptr,
-                part_lse_ptr, stride_ob, stride_ot, stride_oh, o_layout: gl.constexpr, s_layout: gl.constexpr,
+                part_lse_ptr, stride_ob, stride_ot, stride_oh, o_layout: gl.constexpr, ROW_AXIS: gl.constexpr,
                 GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, SINGLE_SPLIT: gl.constexpr):
     """Normalised output (one split) or fp32 partial + log2-sum-exp of rows row0 .. row0 + BLOCK_M,
-    valid rows only."""
-    rows_o = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, o_layout))
-    dims_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+    valid rows only. The rows lie along ``ROW_AXIS`` of ``acc``: 0 for [rows, D], 1 for the
+    ping-pong kernel's key-major tail ([D, rows])."""
+    D_AXIS: gl.constexpr = 1 - ROW_AXIS
+    rows_o = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(D_AXIS, o_layout))
+    dims_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(ROW_AXIS, o_layout))
     row_valid = rows_o < num_rows
-    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(D_AXIS, o_layout))
     l_safe = gl.where(l_o == 0.0, 1.0, l_o)
-    out = acc / gl.expand_dims(l_safe, 1)
+    out = acc / gl.expand_dims(l_safe, D_AXIS)
     if SINGLE_SPLIT:
         out_rows = (b.to(gl.int64) * stride_ob + (rows_o // GROUP) * stride_ot
                     + (kv_head * GROUP + rows_o % GROUP) * stride_oh)
-        gl.store(out_ptr + gl.expand_dims(out_rows, 1) + gl.expand_dims(dims_o, 0), out.to(out_ptr.dtype.element_ty),
-                 mask=gl.expand_dims(row_valid, 1))
+        gl.store(out_ptr + gl.expand_dims(out_rows, D_AXIS) + gl.expand_dims(dims_o, ROW_AXIS),
+                 out.to(out_ptr.dtype.element_ty), mask=gl.expand_dims(row_valid, D_AXIS))
     else:
         # partials: [B * Hkv, num_splits, rows_pad, D] and [B * Hkv, num_splits, rows_pad]
         part_row = (head_b.to(gl.int64) * num_splits + split) * rows_pad + rows_o
-        gl.store(part_o_ptr + gl.expand_dims(part_row * HEAD_DIM, 1) + gl.expand_dims(dims_o, 0), out,
-                 mask=gl.expand_dims(row_valid, 1))
-        m_o = gl.convert_layout(m_i, gl.SliceLayout(1, o_layout))
+        gl.store(part_o_ptr + gl.expand_dims(part_row * HEAD_DIM, D_AXIS) + gl.expand_dims(dims_o, ROW_AXIS), out,
+                 mask=gl.expand_dims(row_valid, D_AXIS))
+        m_o = gl.convert_layout(m_i, gl.SliceLayout(D_AXIS, o_layout))
         lse = gl.where(l_o == 0.0, float("-inf"), m_o + gl.log2(l_safe))
         gl.store(part_lse_ptr + part_row, lse, mask=row_valid)
 
@@ -194,13 +219,7 @@ def _tree_verify_partial_kernel_gluon(
     q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
     kv_sl: gl.constexpr = k_desc.layout
 
-    pid = gl.program_id(0)
-    split = gl.program_id(1)
-    m_tile = pid % num_m_tiles
-    head_b = pid // num_m_tiles
-    kv_head = head_b % num_kv_heads
-    b = head_b // num_kv_heads
-    prefix_len = gl.load(lens_ptr + b).to(gl.int32)
+    split, m_tile, head_b, kv_head, b, prefix_len = _program_coords(lens_ptr, num_m_tiles, num_kv_heads)
     num_rows = num_nodes * GROUP
     rows_pad = num_m_tiles * BLOCK_M
 
@@ -226,10 +245,7 @@ def _tree_verify_partial_kernel_gluon(
     l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
 
-    lo = split * chunk
-    hi = gl.minimum(lo + chunk, prefix_len)
-    n_full = gl.maximum(hi - lo, 0) // BLOCK_N
-    full_end = lo + n_full * BLOCK_N
+    lo, hi, n_full, full_end = _split_keys(split, chunk, prefix_len, BLOCK_N)
     desc_row = b * cache_rows + lo
     desc_col = kv_head * HEAD_DIM
     tile_bytes: gl.constexpr = 2 * BLOCK_N * HEAD_DIM * dtype.primitive_bitwidth // 8
@@ -277,5 +293,5 @@ def _tree_verify_partial_kernel_gluon(
                                       stride_vh, stride_mb, stride_mt, s_layout, o_layout, p_layout, ld_layout, GROUP,
                                       HEAD_DIM, BLOCK_M, BLOCK_N)
     _store_rows(acc, m_i, l_i, b, kv_head, head_b, split, m_tile * BLOCK_M, num_rows, rows_pad, num_splits, out_ptr,
-                part_o_ptr, part_lse_ptr, stride_ob, stride_ot, stride_oh, o_layout, s_layout, GROUP, HEAD_DIM,
-                BLOCK_M, SINGLE_SPLIT)
+                part_o_ptr, part_lse_ptr, stride_ob, stride_ot, stride_oh, o_layout, 0, GROUP, HEAD_DIM, BLOCK_M,
+                SINGLE_SPLIT)

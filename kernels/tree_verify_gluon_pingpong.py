@@ -32,8 +32,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .tree_verify_gluon import (_cta_barrier, _load_q_rows, _load_tile_pair, _masked_key_tiles, _softmax_step,
-                                _store_rows)
+from .tree_verify_gluon import (_cta_barrier, _load_q_rows, _load_tile_pair, _masked_key_tiles, _program_coords,
+                                _softmax_step, _split_keys, _store_rows)
 
 
 @gluon.jit
@@ -127,8 +127,8 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
                                       stride_vs, stride_vh, stride_mb, stride_mt, s_layout, o_layout, p_layout,
                                       ld_layout, GROUP, HEAD_DIM, HALF_M, BLOCK_N)
     _store_rows(acc, m_i, l_i, b, kv_head, head_b, split, my_rows, num_rows, rows_pad, num_splits, out_ptr,
-                part_o_ptr, part_lse_ptr, stride_ob, stride_ot, stride_oh, o_layout, s_layout, GROUP, HEAD_DIM,
-                HALF_M, SINGLE_SPLIT)
+                part_o_ptr, part_lse_ptr, stride_ob, stride_ot, stride_oh, o_layout, 0, GROUP, HEAD_DIM, HALF_M,
+                SINGLE_SPLIT)
 
 
 @gluon.jit
@@ -193,7 +193,6 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
      empty, stride_qb, stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
      stride_mb, stride_mt, stride_ob, stride_ot, stride_oh, qk_scale, b, kv_head, head_b, split, prefix_len,
      num_nodes, num_splits, chunk, rows_pad, row0, mine, n_full, full_end, hi) = args
-    dtype: gl.constexpr = k_smem.dtype
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, TAIL_M, 16])
     ot_layout: gl.constexpr = st_layout
@@ -247,24 +246,8 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
                                          st_layout, ot_layout, TAIL_M, BLOCK_N)
 
     # output (or partial) rows, from the transposed accumulator
-    rows_o = row0 + gl.arange(0, TAIL_M, layout=gl.SliceLayout(0, ot_layout))
-    dims_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(1, ot_layout))
-    row_valid = rows_o < num_rows
-    l_o = gl.convert_layout(l_t, gl.SliceLayout(0, ot_layout))
-    l_safe = gl.where(l_o == 0.0, 1.0, l_o)
-    out = acc_t / gl.expand_dims(l_safe, 0)
-    if SINGLE_SPLIT:
-        out_rows = (b.to(gl.int64) * stride_ob + (rows_o // GROUP) * stride_ot
-                    + (kv_head * GROUP + rows_o % GROUP) * stride_oh)
-        gl.store(out_ptr + gl.expand_dims(out_rows, 0) + gl.expand_dims(dims_o, 1), out.to(dtype),
-                 mask=gl.expand_dims(row_valid, 0))
-    else:
-        part_row = (head_b.to(gl.int64) * num_splits + split) * rows_pad + rows_o
-        gl.store(part_o_ptr + gl.expand_dims(part_row * HEAD_DIM, 0) + gl.expand_dims(dims_o, 1), out,
-                 mask=gl.expand_dims(row_valid, 0))
-        m_o = gl.convert_layout(m_t, gl.SliceLayout(0, ot_layout))
-        lse = gl.where(l_o == 0.0, float("-inf"), m_o + gl.log2(l_safe))
-        gl.store(part_lse_ptr + part_row, lse, mask=row_valid)
+    _store_rows(acc_t, m_t, l_t, b, kv_head, head_b, split, row0, num_rows, rows_pad, num_splits, out_ptr, part_o_ptr,
+                part_lse_ptr, stride_ob, stride_ot, stride_oh, ot_layout, 1, GROUP, HEAD_DIM, TAIL_M, SINGLE_SPLIT)
 
 
 @gluon.jit
@@ -292,17 +275,8 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     dtype: gl.constexpr = k_desc.dtype
     kv_sl: gl.constexpr = k_desc.layout
 
-    pid = gl.program_id(0)
-    split = gl.program_id(1)
-    m_tile = pid % num_m_tiles
-    head_b = pid // num_m_tiles
-    kv_head = head_b % num_kv_heads
-    b = head_b // num_kv_heads
-    prefix_len = gl.load(lens_ptr + b).to(gl.int32)
-    lo = split * chunk
-    hi = gl.minimum(lo + chunk, prefix_len)
-    n_full = gl.maximum(hi - lo, 0) // BLOCK_N
-    full_end = lo + n_full * BLOCK_N
+    split, m_tile, head_b, kv_head, b, prefix_len = _program_coords(lens_ptr, num_m_tiles, num_kv_heads)
+    lo, hi, n_full, full_end = _split_keys(split, chunk, prefix_len, BLOCK_N)
 
     # q from shared memory for three warpgroups (registers: see the partitions' budgets below)
     Q_SMEM: gl.constexpr = NUM_WG == 3
