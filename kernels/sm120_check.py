@@ -131,10 +131,10 @@ def compile_for_sm120(head_dim: int, capability: int = 120) -> list[CompileRepor
         ("verify_split", _tree_verify_partial_kernel,
          dict(GROUP=4, HEAD_DIM=head_dim, BLOCK_M=cfg.max_block_m, BLOCK_N=cfg.block_n,
               TAIL_M=cfg.max_tail_m and 16, SINGLE_SPLIT=False, DOT_PRECISION="tf32", UPCAST=False,
-              USE_TMA=False, LAZY_RESCALE=cfg.lazy_rescale, FOLD_SCALE=cfg.fold_scale),
+              USE_TMA=False, LAZY_RESCALE=cfg.lazy_rescale, FOLD_SCALE=cfg.fold_scale, LAUNCH_MERGE_EARLY=True),
          dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)),
         ("verify_merge", _tree_verify_merge_kernel,
-         dict(GROUP=4, HEAD_DIM=head_dim, MERGE_ROWS=merge_rows, SPLIT_BLOCK=split_block),
+         dict(GROUP=4, HEAD_DIM=head_dim, MERGE_ROWS=merge_rows, SPLIT_BLOCK=split_block, WAIT_FOR_SPLITS=True),
          dict(num_warps=4, num_stages=1)),
     ]
     for name, fn, constexprs, options in kernels:

@@ -66,9 +66,22 @@ def _load_q_rows(q_ptr, b, kv_head, row0, num_rows, stride_qb, stride_qt, stride
 
 
 @gluon.jit
-def _program_coords(lens_ptr, num_m_tiles, num_kv_heads):
+def _let_merge_launch():
+    """Let the merge kernel, launched as a programmatic dependent of this grid, start once every
+    program of this grid has started: its programs take the SMs this grid's last wave leaves
+    idle and wait there (``griddepcontrol.wait``) for this grid's results, instead of being
+    launched after it ends. A no-op for any other next launch."""
+    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False,
+                              pack=1)
+
+
+@gluon.jit
+def _program_coords(lens_ptr, num_m_tiles, num_kv_heads, SINGLE_SPLIT: gl.constexpr):
     """(split, query tile, request x KV head, KV head, request, its prefix length) of this
-    program: grid axis 0 runs over query tiles within (request, KV head), axis 1 over splits."""
+    program: grid axis 0 runs over query tiles within (request, KV head), axis 1 over splits.
+    With splits, the merge may launch from here on."""
+    if not SINGLE_SPLIT:
+        _let_merge_launch()
     pid = gl.program_id(0)
     split = gl.program_id(1)
     m_tile = pid % num_m_tiles
@@ -219,7 +232,7 @@ def _tree_verify_partial_kernel_gluon(
     q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
     kv_sl: gl.constexpr = k_desc.layout
 
-    split, m_tile, head_b, kv_head, b, prefix_len = _program_coords(lens_ptr, num_m_tiles, num_kv_heads)
+    split, m_tile, head_b, kv_head, b, prefix_len = _program_coords(lens_ptr, num_m_tiles, num_kv_heads, SINGLE_SPLIT)
     num_rows = num_nodes * GROUP
     rows_pad = num_m_tiles * BLOCK_M
 

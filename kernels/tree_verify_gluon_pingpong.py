@@ -160,6 +160,16 @@ def _tail_tile(acc_t, m_t, l_t, k_tile, v_tile, qt_op, p_smem, visible, qk_scale
 
 
 @gluon.jit
+def _tail_pv_issue(acc_t, alpha, p_t, pt_buf, v_tile):
+    """P^T of one tile into ``pt_buf``, then O^T = O^T * alpha + V^T.P^T issued (asynchronous)."""
+    pt_buf.store(gl.permute(p_t.to(pt_buf.dtype), (1, 0)))
+    fence_async_shared()
+    _cta_barrier()  # every warp's P^T columns are in place before the MMA reads them
+    return warpgroup_mma(v_tile.permute((1, 0)), pt_buf.permute((1, 0)), acc_t * gl.expand_dims(alpha, 0),
+                         is_async=True)
+
+
+@gluon.jit
 def _tail_stage_tile(kx_smem, vx_smem, k_base, v_base, stride_ks, stride_vs, key0, key_end,
                      HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr):
     """Keys key0 .. key0 + BLOCK_N of K and V (those from key_end on as zeros: V rows there may
@@ -183,7 +193,7 @@ def _tail_stage_tile(kx_smem, vx_smem, k_base, v_base, stride_ks, stride_vs, key
 @gluon.jit
 def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
                              STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr,
-                             TAIL_M: gl.constexpr):
+                             TAIL_M: gl.constexpr, TAIL_PIPELINED: gl.constexpr):
     """One warpgroup: the (at most TAIL_M = 8) packed rows past the last whole 128-row tile (the
     G rows of node 2^k at T = 2^k + 1), on the K/V tiles the other warpgroups stream anyway.
     Eight rows fill no 64-row MMA, so the keys are the MMAs' M dimension and the rows their N
@@ -211,12 +221,39 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
     m_t = gl.full([TAIL_M], float("-inf"), gl.float32, gl.SliceLayout(0, st_layout))
     l_t = gl.zeros([TAIL_M], gl.float32, gl.SliceLayout(0, st_layout))
     all_keys = gl.full([BLOCK_N, TAIL_M], 1, gl.int1, st_layout)
-    for j in range(n_full):
-        slot = j % STAGES
-        mbarrier.wait(ready.index(slot), phase=(j // STAGES) & 1)
-        acc_t, m_t, l_t = _tail_tile(acc_t, m_t, l_t, k_smem.index(slot), v_smem.index(slot), qt_op, p_smem,
-                                     all_keys, qk_scale, st_layout, ot_layout, TAIL_M, BLOCK_N)
-        mbarrier.arrive(empty.index(slot))
+    s_zero = gl.zeros([BLOCK_N, TAIL_M], gl.float32, st_layout)
+    # the mask-free tiles pipelined like the other warpgroups' (without turns): S^T(j+1) runs
+    # while P^T(j) goes to shared memory, O^T += V^T.P^T(j) while softmax(j + 1) runs. P^T
+    # alternates between two buffers: the one written at tile j was last read by the MMA of
+    # tile j - 2, which every warp waited for before the barrier of tile j - 1.
+    if not TAIL_PIPELINED:  # round 6's serial chain, for the sweep's A/B (round 7)
+        for j in range(n_full):
+            slot = j % STAGES
+            mbarrier.wait(ready.index(slot), phase=(j // STAGES) & 1)
+            acc_t, m_t, l_t = _tail_tile(acc_t, m_t, l_t, k_smem.index(slot), v_smem.index(slot), qt_op,
+                                         p_smem.index(0), all_keys, qk_scale, st_layout, ot_layout, TAIL_M, BLOCK_N)
+            mbarrier.arrive(empty.index(slot))
+    elif n_full > 0:
+        mbarrier.wait(ready.index(0), phase=0)
+        s_tok = warpgroup_mma(k_smem.index(0), qt_op, s_zero, use_acc=False, is_async=True)
+        s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
+        p_t, alpha, m_t, l_t = _tail_softmax_step(s_t, m_t, l_t, qk_scale, ot_layout)
+        for j in range(n_full - 1):
+            slot = j % STAGES
+            nxt = j + 1
+            mbarrier.wait(ready.index(nxt % STAGES), phase=(nxt // STAGES) & 1)
+            s_tok = warpgroup_mma(k_smem.index(nxt % STAGES), qt_op, s_zero, use_acc=False, is_async=True)
+            acc_tok = _tail_pv_issue(acc_t, alpha, p_t, p_smem.index(j % 2), v_smem.index(slot))
+            s_t = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
+            p_t, alpha, m_t, l_t = _tail_softmax_step(s_t, m_t, l_t, qk_scale, ot_layout)
+            acc_t = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
+            mbarrier.arrive(empty.index(slot))
+        last = (n_full - 1) % STAGES
+        acc_tok = _tail_pv_issue(acc_t, alpha, p_t, p_smem.index((n_full - 1) % 2), v_smem.index(last))
+        acc_t = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
+        mbarrier.arrive(empty.index(last))
+        _cta_barrier()  # every warp is done with both P^T buffers before the masked tiles use one
+    p_smem = p_smem.index(0)
     # the masked tiles through ring slot NUM_WG, once every partition is done with its last tile
     slot_tiles = (n_full - NUM_WG + STAGES - 1) // STAGES
     mbarrier.wait(empty.index(NUM_WG), phase=(slot_tiles - 1) & 1, pred=(n_full > NUM_WG) & (slot_tiles > 0))
@@ -261,7 +298,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     qk_scale, num_nodes, num_kv_heads, num_m_tiles, num_splits, chunk, cache_rows,
     GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, Q_IN_REGS: gl.constexpr, num_warps: gl.constexpr,
-    TAIL_M: gl.constexpr = 0,
+    TAIL_M: gl.constexpr = 0, TAIL_PIPELINED: gl.constexpr = True,
 ):
     # launched with 4 warps (warpgroup 0, the default partition); the other warpgroups, the load
     # warp and the tail warpgroup are worker partitions. Q_IN_REGS is not read: q sits in
@@ -275,7 +312,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     dtype: gl.constexpr = k_desc.dtype
     kv_sl: gl.constexpr = k_desc.layout
 
-    split, m_tile, head_b, kv_head, b, prefix_len = _program_coords(lens_ptr, num_m_tiles, num_kv_heads)
+    split, m_tile, head_b, kv_head, b, prefix_len = _program_coords(lens_ptr, num_m_tiles, num_kv_heads, SINGLE_SPLIT)
     lo, hi, n_full, full_end = _split_keys(split, chunk, prefix_len, BLOCK_N)
 
     # q from shared memory for three warpgroups (registers: see the partitions' budgets below)
@@ -306,7 +343,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
         qt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TAIL_M, HEAD_DIM], dtype)
         pt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TAIL_M, BLOCK_N], dtype)
         qt_smem = gl.allocate_shared_memory(dtype, [TAIL_M, HEAD_DIM], qt_sl)
-        pt_smem = gl.allocate_shared_memory(dtype, [TAIL_M, BLOCK_N], pt_sl)
+        pt_smem = gl.allocate_shared_memory(dtype, [2, TAIL_M, BLOCK_N], pt_sl)
         tail_args = (q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, qt_smem, pt_smem, k_smem,
                      v_smem, ready, empty, stride_qb, stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb,
                      stride_vs, stride_vh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh, qk_scale, b, kv_head,
@@ -318,7 +355,8 @@ def _tree_verify_partial_kernel_gluon_pingpong(
             (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                          not Q_SMEM)),
             (_pingpong_load_partition, (load_args, BLOCK_N, STAGES)),
-            (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG, TAIL_M)),
+            (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG, TAIL_M,
+                                        TAIL_PIPELINED)),
         ], [4, 1, 4], [208, 24, 72])
     elif NUM_WG == 2:
         gl.warp_specialize([

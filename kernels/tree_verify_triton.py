@@ -40,6 +40,11 @@ import torch
 import triton
 import triton.language as tl
 
+try:
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:  # Triton before 3.4: no grid dependency control, the merge follows the splits
+    gdc_launch_dependents = gdc_wait = None
+
 from .configs import MIN_SPLIT_KEYS, arch_name, verify_config
 
 LOG2E = 1.4426950408889634
@@ -171,8 +176,11 @@ def _tree_verify_partial_kernel(
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     TAIL_M: tl.constexpr,
     SINGLE_SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, USE_TMA: tl.constexpr,
-    LAZY_RESCALE: tl.constexpr, FOLD_SCALE: tl.constexpr,
+    LAZY_RESCALE: tl.constexpr, FOLD_SCALE: tl.constexpr, LAUNCH_MERGE_EARLY: tl.constexpr = False,
 ):
+    if LAUNCH_MERGE_EARLY:
+        # the merge (a programmatic dependent launch) may start once every program has started
+        gdc_launch_dependents()
     pid = tl.program_id(0)
     split = tl.program_id(1)
     m_tile = pid % num_m_tiles
@@ -290,6 +298,7 @@ def _tree_verify_merge_kernel(
     stride_ob, stride_ot, stride_oh,
     num_rows, num_kv_heads, rows_pad, num_splits, row_blocks,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, MERGE_ROWS: tl.constexpr, SPLIT_BLOCK: tl.constexpr,
+    WAIT_FOR_SPLITS: tl.constexpr = False,
 ):
     """Merge the splits of MERGE_ROWS packed rows of one (request, KV head).
 
@@ -299,6 +308,8 @@ def _tree_verify_merge_kernel(
     sum is a chain of multiply-adds, not of online rescalings; its SPLIT_BLOCK splits are
     unrolled, their [MERGE_ROWS, D] partials independent loads all in flight at once, with no
     reduction across threads. int32 offsets from one per-head base keep the addresses cheap.
+    With WAIT_FOR_SPLITS it was launched as a programmatic dependent of the split kernel, and
+    may have started before the splits ended: it waits for them before its first load.
     """
     pid = tl.program_id(0)
     head_b = pid // row_blocks
@@ -312,6 +323,8 @@ def _tree_verify_merge_kernel(
     o_base = part_o_ptr + head_b.to(tl.int64) * num_splits * rows_pad * HEAD_DIM
 
     m_i = tl.full([MERGE_ROWS], float("-inf"), dtype=tl.float32)
+    if WAIT_FOR_SPLITS:
+        gdc_wait()
     for s0 in range(0, num_splits, SPLIT_BLOCK):
         ok = ((s0 + split_ids) < num_splits)[:, None] & row_valid[None, :]
         lse = tl.load(lse_base + (s0 + split_ids)[:, None] * rows_pad + rows[None, :], mask=ok,
@@ -457,6 +470,8 @@ WIDE_TILE_MIN_WAVES = 1.5
 # rows of the ping-pong kernel's tail warpgroup (the N of its key-major MMAs); the Triton tail
 # tile has 16 or more
 PINGPONG_TAIL_ROWS = 8
+# the tail warpgroup's key tiles pipelined (round 7) or as round 6's serial chain (sweeps only)
+PINGPONG_TAIL_PIPELINED = True
 
 
 @functools.lru_cache(maxsize=4096)
@@ -559,14 +574,14 @@ def _tma_descriptors(k_cache, v_cache, block_n):
 
 
 def _launch_triton_split(plan, cfg, q, k_cache, v_cache, trailing_args, scale, group, head_dim, block_m, tail_m,
-                         single, precision, upcast):
+                         single, precision, upcast, merge_early):
     k_desc, v_desc = _tma_descriptors(k_cache, v_cache, cfg.block_n) if cfg.tma else (None, None)
     use_tma = k_desc is not None
     _tree_verify_partial_kernel[plan["grid"]](
         q, k_cache, v_cache, k_desc if use_tma else k_cache, v_desc if use_tma else v_cache, *trailing_args,
         GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=cfg.block_n, TAIL_M=tail_m,
         SINGLE_SPLIT=single, DOT_PRECISION=precision, UPCAST=upcast, USE_TMA=use_tma,
-        LAZY_RESCALE=cfg.lazy_rescale, FOLD_SCALE=cfg.fold_scale and scale > 0,
+        LAZY_RESCALE=cfg.lazy_rescale, FOLD_SCALE=cfg.fold_scale and scale > 0, LAUNCH_MERGE_EARLY=merge_early,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": cfg.max_registers} if cfg.max_registers and q.device.type == "cuda" else {}),
     )
@@ -613,6 +628,18 @@ def _run_split_kernel(launch_gluon, launch_triton) -> str:
             warnings.warn(f"{GLUON_UNUSABLE}; using the Triton kernel from now on", RuntimeWarning, stacklevel=3)
     launch_triton()
     return "triton"
+
+
+# Launch the merge as a programmatic dependent of the split kernel (sm_90 and later): the split
+# kernels let it start once all their programs have started, and it waits on the device for their
+# results (``griddepcontrol``), so its launch and prologue overlap the splits' last wave instead of
+# following the split grid's end. The sweeps turn it off to measure it.
+PROGRAMMATIC_MERGE = True
+
+
+def _programmatic_merge(device) -> bool:
+    return (PROGRAMMATIC_MERGE and gdc_wait is not None and device.type == "cuda"
+            and torch.cuda.get_device_capability(device)[0] >= 9)
 
 
 def log2_softmax_scale(head_dim: int, sm_scale: float | None = None) -> float:
@@ -699,6 +726,7 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
     upcast = q.device.type != "cuda" and q.dtype == torch.bfloat16
     precision = "ieee" if q.dtype == torch.float32 or upcast else "tf32"
     single = splits == 1
+    merge_early = not single and _programmatic_merge(q.device)
     rows_pad = num_m_tiles * block_m + tail_m
     if single:
         part_o = part_lse = out  # unused
@@ -730,7 +758,8 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
                 q, k_cache, v_cache, *gluon_descs, *trailing_args,
                 GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=kernel_block_n, STAGES=kernel_stages,
                 SINGLE_SPLIT=single, Q_IN_REGS=cfg.gluon_q_in_registers or pingpong,
-                num_warps=4 if pingpong else cfg.num_warps, **(dict(TAIL_M=tail_m) if pingpong else {}),
+                num_warps=4 if pingpong else cfg.num_warps,
+                **(dict(TAIL_M=tail_m, TAIL_PIPELINED=PINGPONG_TAIL_PIPELINED) if pingpong else {}),
             )
 
     if launch_gluon is not None and triton_fallback(cfg) is not None:
@@ -742,7 +771,7 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
     else:
         _run_split_kernel(launch_gluon, lambda: _launch_triton_split(
             plan, cfg, q, k_cache, v_cache, trailing_args, scale, group, head_dim, block_m, tail_m, single,
-            precision, upcast))
+            precision, upcast, merge_early))
     if not single:
         split_block, merge_rows = merge_tiles(splits, head_dim)
         row_blocks = triton.cdiv(num_nodes * group, merge_rows)
@@ -751,6 +780,6 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
             out.stride(0), out.stride(1), out.stride(2),
             num_nodes * group, kv_heads, rows_pad, splits, row_blocks,
             GROUP=group, HEAD_DIM=head_dim, MERGE_ROWS=merge_rows, SPLIT_BLOCK=split_block,
-            num_warps=4,
+            WAIT_FOR_SPLITS=merge_early, num_warps=4, **({"launch_pdl": True} if merge_early else {}),
         )
     return out

@@ -9,9 +9,11 @@
 #   commit accept + commit alone (fused and separate), their kernel tests, the GPU bench tests
 #   pp     the ping-pong kernel's GPU tests alone (one process, killed if it hangs), then, if
 #          they pass, the sweep
+#   r7     the split, merge, Gluon and accept + commit GPU tests (killed if they hang), then, if
+#          they pass, the sweep and the fused accept + commit's variants
 # Results land under $OUT.
 set -u
-stage=${1:?usage: scripts/h200_verify.sh sweep|check|final|suite|commit|pp}
+stage=${1:?usage: scripts/h200_verify.sh sweep|check|final|suite|commit|pp|r7}
 OUT=${OUT:-/tmp/out}
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
@@ -57,6 +59,21 @@ pp)
     -k "gluon_kernel_matches and pingpong" >"$OUT/pp_tests.log" 2>&1
   rc=$?; echo "== ping-pong tests rc=$rc"; grep -E "^(FAILED|ERROR)|passed|failed|^E " "$OUT/pp_tests.log" | cut -c1-300 | head -20
   if [ $rc -eq 0 ]; then sweep; fi
+  ;;
+r7)
+  timeout -s KILL 170 python3 -m pytest tests/kernels/test_tree_verify.py tests/kernels/test_accept_commit.py \
+    tests/kernels/test_kv_commit.py tests/kernels/test_verify_step.py -q -x -p no:cacheprovider -n 8 \
+    -k "gluon or pingpong or split or merge or tail or commit or step" >"$OUT/r7_tests.log" 2>&1
+  rc=$?; echo "== split/merge/Gluon/commit tests rc=$rc"
+  grep -E "^(FAILED|ERROR)|passed|failed|^E " "$OUT/r7_tests.log" | cut -c1-300 | head -20
+  if [ $rc -eq 0 ]; then
+    sweep
+    for i in 1 2; do
+      timeout 90 python3 -c "import json; from specdec_kernels.bench import run_accept_commit as r; print(json.dumps(r(
+        variants=((1024, 4, 4), (1024, 4, 32), (512, 4, 32), (256, 4, 32), (256, 2, 32), (128, 4, 32), (128, 2, 32),
+                  (128, 1, 32), (64, 1, 32)))))"
+    done
+  fi
   ;;
 commit)
   timeout 120 python3 -m pytest tests/kernels/test_accept_commit.py tests/kernels/test_kv_commit.py \
