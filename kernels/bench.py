@@ -289,12 +289,9 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, config=N
 
 
 def run_accept_commit(layers: int = 36, batch: int = 8, prefix: int = 8192, num_nodes: int = 17,
-                      q_heads: int = 32, kv_heads: int = 8, head_dim: int = 128, seed: int = 0,
-                      variants: tuple = ()) -> dict:
+                      q_heads: int = 32, kv_heads: int = 8, head_dim: int = 128, seed: int = 0) -> dict:
     """Greedy accept + KV commit for all layers vs one layer's (and all layers') verify attention:
-    the fused operation (one launch, what the engine calls) and the two operations in sequence.
-    ``variants``: (row elements per program, warps, steps per block of loads) of the fused
-    kernel to time besides its defaults."""
+    the fused operation (one launch, what the engine calls) and the two operations in sequence."""
     from .accept_commit import tree_accept_and_commit
     from .kv_commit import commit_accepted_kv
     from .tree_accept import tree_accept_greedy
@@ -339,23 +336,11 @@ def run_accept_commit(layers: int = 36, batch: int = 8, prefix: int = 8192, num_
     ac_us = time_in_graph(accept_commit, [()])
     separate_us = time_in_graph(accept_then_commit, [()])
     attn_us = time_in_graph(tree_verify_attention_triton, [(q, k, v, lens, mask)])
-    variant_us = {}
-    from . import accept_commit_triton
-
-    for block, warps, step_block in variants:
-        saved, accept_commit_triton.STEP_BLOCK = accept_commit_triton.STEP_BLOCK, step_block
-        try:
-            variant_us[f"{block}x{warps}w-{step_block}steps"] = time_in_graph(
-                lambda: accept_commit_triton.tree_accept_and_commit_triton(tokens, parents, argmax, cache_k, cache_v,
-                                                                           lens, block=block, warps=warps), [()])
-        finally:
-            accept_commit_triton.STEP_BLOCK = saved
     return {"layers": layers, "batch": batch, "prefix": prefix, "num_nodes": num_nodes,
             "mean_path_len": float(res.path_len.float().mean()), "accept_commit_us": ac_us,
             "accept_then_commit_us": separate_us, "fused_matches_separate": same,
             "attention_us_one_layer": attn_us, "ratio_to_all_layers": ac_us / (attn_us * layers),
-            "ratio_to_one_layer": ac_us / attn_us, "no_host_sync": no_sync,
-            **({"fused_variants_us": variant_us} if variants else {})}
+            "ratio_to_one_layer": ac_us / attn_us, "no_host_sync": no_sync}
 
 
 def sweep_variants() -> dict:
@@ -378,6 +363,8 @@ def sweep_variants() -> dict:
         "table": None,
         "table-nopdl": None,
         "table-serialtail": None,
+        "table-nulltail": None,
+        "table-wg208": None,
         "n32-m64-w4-s3-r2": VerifyConfig(**few),
         "n32-m64-w4-s3-r1": VerifyConfig(**dict(few, resident_per_sm=1)),
         "n32-m64-w4-s3-r3": VerifyConfig(**dict(few, resident_per_sm=3)),
@@ -429,21 +416,16 @@ _MANY_TMA = "n64-m128-w8-s3-r1-min128-tma"
 
 
 def sweep_plan() -> list[tuple[Shape, tuple]]:
-    """Round 7, first sweep: the ping-pong kernel's tail warpgroup pipelined against round 6's
-    serial chain on shapes that run it (with T = 16 beside T = 17 at Hq = 64 for the cliff), and
-    the merge launched as the split kernel's programmatic dependent against after it, on shapes
-    with splits."""
-    tail = ("table", "table-serialtail")
-    plan = [(Shape(b, t, hq, 8, 128, l), tail)
-            for b, t, hq, l in ((8, 17, 64, 8192), (8, 17, 64, 32768), (32, 17, 64, 8192), (32, 17, 64, 1024),
-                                (1, 17, 64, 32768), (8, 33, 32, 8192), (32, 33, 32, 8192), (1, 33, 32, 32768),
-                                (8, 65, 32, 8192), (8, 33, 64, 8192))]
-    plan += [(Shape(b, 16, 64, 8, 128, l), ("table",)) for b, l in ((8, 8192), (32, 8192), (8, 32768))]
+    """Round 7, second sweep: what the ping-pong kernel's tail warpgroup costs beside its work
+    (skipped: wrong results, timing only) and what 208 registers cost the second warpgroup
+    without one, at the T = 16 -> 17 cliff of Hq = 64; the merge launched early, now with the
+    64-row tiles only."""
+    plan = [(Shape(b, t, hq, 8, 128, l), ("table", "table-nulltail"))
+            for b, t, hq, l in ((8, 17, 64, 8192), (32, 17, 64, 8192), (8, 33, 32, 8192), (8, 65, 32, 8192))]
+    plan += [(Shape(b, 16, 64, 8, 128, l), ("table", "table-wg208")) for b, l in ((8, 8192), (32, 8192))]
     plan += [(Shape(b, t, hq, 8, 128, l), ("table", "table-nopdl"))
-             for b, t, hq, l in ((1, 9, 32, 32768), (1, 16, 32, 32768), (1, 16, 32, 8192), (8, 9, 32, 8192),
-                                 (8, 16, 32, 8192), (8, 17, 32, 8192), (1, 17, 32, 32768), (1, 9, 32, 1024),
-                                 (8, 9, 32, 1024), (1, 65, 32, 8192), (1, 33, 64, 8192), (8, 17, 64, 1024),
-                                 (1, 9, 64, 8192))]
+             for b, t, hq, l in ((1, 17, 32, 32768), (1, 9, 32, 1024), (8, 9, 32, 1024), (1, 9, 64, 8192),
+                                 (8, 9, 32, 8192), (1, 16, 32, 8192))]
     return plan
 
 
@@ -455,18 +437,23 @@ def sweep_shapes() -> list[Shape]:
 def _variant_switches(name: str):
     """The launcher's module switches a variant's name asks for: "tail" takes the tail tile
     wherever the rows allow one (the planner's tail policy off), "nopdl" launches the merge after
-    the split kernel (not as its programmatic dependent), "serialtail" runs the ping-pong kernel's
-    tail warpgroup as round 6's serial chain."""
+    the split kernel (not as its programmatic dependent), "serialtail" / "nulltail" run the
+    ping-pong kernel's tail warpgroup as round 6's serial chain / skip its work, "wg208" gives
+    its second warpgroup 208 registers."""
     from . import tree_verify_triton as tvt
 
-    saved = tvt.TAIL_ONLY_WHEN_FULL, tvt.PROGRAMMATIC_MERGE, tvt.PINGPONG_TAIL_PIPELINED
-    tvt.TAIL_ONLY_WHEN_FULL = saved[0] and "tail" not in name.replace("serialtail", "")
-    tvt.PROGRAMMATIC_MERGE = saved[1] and "nopdl" not in name
-    tvt.PINGPONG_TAIL_PIPELINED = saved[2] and "serialtail" not in name
+    names = ("TAIL_ONLY_WHEN_FULL", "PROGRAMMATIC_MERGE", "PINGPONG_TAIL_MODE", "PINGPONG_WG_REGS")
+    saved = {n: getattr(tvt, n) for n in names}
+    tvt.TAIL_ONLY_WHEN_FULL = saved["TAIL_ONLY_WHEN_FULL"] and "tail" not in name.replace("serialtail", "").replace(
+        "nulltail", "")
+    tvt.PROGRAMMATIC_MERGE = saved["PROGRAMMATIC_MERGE"] and "nopdl" not in name
+    tvt.PINGPONG_TAIL_MODE = 1 if "serialtail" in name else 0 if "nulltail" in name else saved["PINGPONG_TAIL_MODE"]
+    tvt.PINGPONG_WG_REGS = 208 if "wg208" in name else saved["PINGPONG_WG_REGS"]
     try:
         yield
     finally:
-        tvt.TAIL_ONLY_WHEN_FULL, tvt.PROGRAMMATIC_MERGE, tvt.PINGPONG_TAIL_PIPELINED = saved
+        for n, value in saved.items():
+            setattr(tvt, n, value)
 
 
 def run_sweep(ceilings: dict, max_seconds: float, started: float) -> list[dict]:

@@ -60,7 +60,7 @@ def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
         constexprs = dict(GROUP=4, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
                           STAGES=cfg.gluon_stages or cfg.num_stages, SINGLE_SPLIT=False,
                           Q_IN_REGS=cfg.gluon_q_in_registers or pingpong, num_warps=launch_warps,
-                          **(dict(TAIL_M=tail_m, TAIL_PIPELINED=True) if pingpong else {}))
+                          **(dict(TAIL_M=tail_m, TAIL_MODE=2, WG_REGS=240) if pingpong else {}))
         types = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", out_ptr="*bf16", k_desc=mangle_type(desc),
                      v_desc=mangle_type(desc), lens_ptr="*i32", mask_ptr="*i32", part_o_ptr="*fp32",
                      part_lse_ptr="*fp32", qk_scale="fp32")
@@ -89,7 +89,7 @@ def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
             report.forbidden.append("no q.k MMA in flight across the softmax (no wgmma.wait_group 1)")
         if not report.mix.get("HGMMA"):
             report.forbidden.append("no HGMMA")
-        if "griddepcontrol.launch_dependents" not in ptx:
+        if not pingpong and "griddepcontrol.launch_dependents" not in ptx:
             report.forbidden.append("the merge cannot start early (no griddepcontrol.launch_dependents)")
         if pingpong and "setmaxnreg" not in ptx:
             report.forbidden.append("no warp specialisation (no setmaxnreg: the partitions were not formed)")

@@ -76,11 +76,11 @@ def _let_merge_launch():
 
 
 @gluon.jit
-def _program_coords(lens_ptr, num_m_tiles, num_kv_heads, SINGLE_SPLIT: gl.constexpr):
+def _program_coords(lens_ptr, num_m_tiles, num_kv_heads, LET_MERGE_START: gl.constexpr):
     """(split, query tile, request x KV head, KV head, request, its prefix length) of this
     program: grid axis 0 runs over query tiles within (request, KV head), axis 1 over splits.
-    With splits, the merge may launch from here on."""
-    if not SINGLE_SPLIT:
+    With LET_MERGE_START, the merge may launch from here on."""
+    if LET_MERGE_START:
         _let_merge_launch()
     pid = gl.program_id(0)
     split = gl.program_id(1)
@@ -232,7 +232,7 @@ def _tree_verify_partial_kernel_gluon(
     q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
     kv_sl: gl.constexpr = k_desc.layout
 
-    split, m_tile, head_b, kv_head, b, prefix_len = _program_coords(lens_ptr, num_m_tiles, num_kv_heads, SINGLE_SPLIT)
+    split, m_tile, head_b, kv_head, b, prefix_len = _program_coords(lens_ptr, num_m_tiles, num_kv_heads, not SINGLE_SPLIT)
     num_rows = num_nodes * GROUP
     rows_pad = num_m_tiles * BLOCK_M
 

@@ -193,7 +193,7 @@ def _tail_stage_tile(kx_smem, vx_smem, k_base, v_base, stride_ks, stride_vs, key
 @gluon.jit
 def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
                              STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr,
-                             TAIL_M: gl.constexpr, TAIL_PIPELINED: gl.constexpr):
+                             TAIL_M: gl.constexpr, TAIL_MODE: gl.constexpr):
     """One warpgroup: the (at most TAIL_M = 8) packed rows past the last whole 128-row tile (the
     G rows of node 2^k at T = 2^k + 1), on the K/V tiles the other warpgroups stream anyway.
     Eight rows fill no 64-row MMA, so the keys are the MMAs' M dimension and the rows their N
@@ -226,7 +226,12 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
     # while P^T(j) goes to shared memory, O^T += V^T.P^T(j) while softmax(j + 1) runs. P^T
     # alternates between two buffers: the one written at tile j was last read by the MMA of
     # tile j - 2, which every warp waited for before the barrier of tile j - 1.
-    if not TAIL_PIPELINED:  # round 6's serial chain, for the sweep's A/B (round 7)
+    if TAIL_MODE == 0:  # diagnostic: the ring's protocol without the work
+        for j in range(n_full):
+            slot = j % STAGES
+            mbarrier.wait(ready.index(slot), phase=(j // STAGES) & 1)
+            mbarrier.arrive(empty.index(slot))
+    elif TAIL_MODE == 1:  # round 6's serial chain, for the sweep's A/B (round 7)
         for j in range(n_full):
             slot = j % STAGES
             mbarrier.wait(ready.index(slot), phase=(j // STAGES) & 1)
@@ -298,7 +303,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     qk_scale, num_nodes, num_kv_heads, num_m_tiles, num_splits, chunk, cache_rows,
     GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, Q_IN_REGS: gl.constexpr, num_warps: gl.constexpr,
-    TAIL_M: gl.constexpr = 0, TAIL_PIPELINED: gl.constexpr = True,
+    TAIL_M: gl.constexpr = 0, TAIL_MODE: gl.constexpr = 2, WG_REGS: gl.constexpr = 240,
 ):
     # launched with 4 warps (warpgroup 0, the default partition); the other warpgroups, the load
     # warp and the tail warpgroup are worker partitions. Q_IN_REGS is not read: q sits in
@@ -312,7 +317,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     dtype: gl.constexpr = k_desc.dtype
     kv_sl: gl.constexpr = k_desc.layout
 
-    split, m_tile, head_b, kv_head, b, prefix_len = _program_coords(lens_ptr, num_m_tiles, num_kv_heads, SINGLE_SPLIT)
+    split, m_tile, head_b, kv_head, b, prefix_len = _program_coords(lens_ptr, num_m_tiles, num_kv_heads, False)
     lo, hi, n_full, full_end = _split_keys(split, chunk, prefix_len, BLOCK_N)
 
     # q from shared memory for three warpgroups (registers: see the partitions' budgets below)
@@ -356,7 +361,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
                                          not Q_SMEM)),
             (_pingpong_load_partition, (load_args, BLOCK_N, STAGES)),
             (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG, TAIL_M,
-                                        TAIL_PIPELINED)),
+                                        TAIL_MODE)),
         ], [4, 1, 4], [208, 24, 72])
     elif NUM_WG == 2:
         gl.warp_specialize([
@@ -365,7 +370,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
             (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                          not Q_SMEM)),
             (_pingpong_load_partition, (load_args, BLOCK_N, STAGES)),
-        ], [4, 1], [240, 24])
+        ], [4, 1], [WG_REGS, 24])
     else:
         gl.warp_specialize([
             (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,

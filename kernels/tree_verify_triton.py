@@ -470,8 +470,11 @@ WIDE_TILE_MIN_WAVES = 1.5
 # rows of the ping-pong kernel's tail warpgroup (the N of its key-major MMAs); the Triton tail
 # tile has 16 or more
 PINGPONG_TAIL_ROWS = 8
-# the tail warpgroup's key tiles pipelined (round 7) or as round 6's serial chain (sweeps only)
-PINGPONG_TAIL_PIPELINED = True
+# sweep diagnostics (round 7): the tail warpgroup's key tiles 2: pipelined, 1: as round 6's
+# serial chain, 0: skipped (wrong results: what the tail costs beside its work); the second
+# warpgroup's registers without a tail
+PINGPONG_TAIL_MODE = 2
+PINGPONG_WG_REGS = 240
 
 
 @functools.lru_cache(maxsize=4096)
@@ -726,7 +729,10 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
     upcast = q.device.type != "cuda" and q.dtype == torch.bfloat16
     precision = "ieee" if q.dtype == torch.float32 or upcast else "tf32"
     single = splits == 1
-    merge_early = not single and _programmatic_merge(q.device)
+    pingpong = kernel == "gluon" and cfg.gluon_pingpong and block_m in (128, 192)
+    # the ping-pong kernel's merge follows it: launched early, it made B1-T17-L32k 46.2 -> 48.6 us
+    # (round 7, first sweep)
+    merge_early = not single and not pingpong and _programmatic_merge(q.device)
     rows_pad = num_m_tiles * block_m + tail_m
     if single:
         part_o = part_lse = out  # unused
@@ -744,7 +750,6 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
     launch_gluon = None
     if kernel == "gluon":
         gluon_descs = _gluon_descriptors(k_cache, v_cache, kernel_block_n)
-        pingpong = cfg.gluon_pingpong and block_m in (128, 192)
 
         def launch_gluon():
             if pingpong:
@@ -759,7 +764,7 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
                 GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=kernel_block_n, STAGES=kernel_stages,
                 SINGLE_SPLIT=single, Q_IN_REGS=cfg.gluon_q_in_registers or pingpong,
                 num_warps=4 if pingpong else cfg.num_warps,
-                **(dict(TAIL_M=tail_m, TAIL_PIPELINED=PINGPONG_TAIL_PIPELINED) if pingpong else {}),
+                **(dict(TAIL_M=tail_m, TAIL_MODE=PINGPONG_TAIL_MODE, WG_REGS=PINGPONG_WG_REGS) if pingpong else {}),
             )
 
     if launch_gluon is not None and triton_fallback(cfg) is not None:

@@ -10,10 +10,11 @@
 #   pp     the ping-pong kernel's GPU tests alone (one process, killed if it hangs), then, if
 #          they pass, the sweep
 #   r7     the split, merge, Gluon and accept + commit GPU tests (killed if they hang), then, if
-#          they pass, the sweep and the fused accept + commit's variants
+#          they pass, the sweep
+#   sweeponly  the sweep alone
 # Results land under $OUT.
 set -u
-stage=${1:?usage: scripts/h200_verify.sh sweep|check|final|suite|commit|pp|r7}
+stage=${1:?usage: scripts/h200_verify.sh sweep|check|final|suite|commit|pp|r7|sweeponly}
 OUT=${OUT:-/tmp/out}
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
@@ -68,12 +69,10 @@ r7)
   grep -E "^(FAILED|ERROR)|passed|failed|^E " "$OUT/r7_tests.log" | cut -c1-300 | head -20
   if [ $rc -eq 0 ]; then
     sweep
-    for i in 1 2; do
-      timeout 90 python3 -c "import json; from specdec_kernels.bench import run_accept_commit as r; print(json.dumps(r(
-        variants=((1024, 4, 4), (1024, 4, 32), (512, 4, 32), (256, 4, 32), (256, 2, 32), (128, 4, 32), (128, 2, 32),
-                  (128, 1, 32), (64, 1, 32)))))"
-    done
   fi
+  ;;
+sweeponly)
+  sweep
   ;;
 commit)
   timeout 120 python3 -m pytest tests/kernels/test_accept_commit.py tests/kernels/test_kv_commit.py \

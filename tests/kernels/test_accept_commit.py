@@ -65,32 +65,6 @@ def test_fused_equals_accept_then_commit(batch, num_nodes, follow, lens, impl):
 
 
 @needs_triton
-@pytest.mark.parametrize("block,step_block", [(32, 4), (64, 2), (512, 32)])
-def test_fused_kernel_blocks_of_rows_and_steps(block, step_block, monkeypatch):
-    """Rows cut into several programs (the last one partial: 3 x 40 elements in blocks of 32) and
-    paths into several blocks of steps: the same caches as accept then commit."""
-    from specdec_kernels import accept_commit_triton
-    from specdec_kernels.accept_commit_triton import tree_accept_and_commit_triton
-
-    monkeypatch.setattr(accept_commit_triton, "STEP_BLOCK", step_block)
-    tokens, parents, argmax = random_case(3, 33, seed=11, follow=1.0)
-    expect = tree_accept_greedy(tokens, parents, argmax, impl="torch")
-    assert int(expect.path_len.max()) > 2 * step_block or step_block == 32
-    gen = torch.Generator().manual_seed(3)
-    k = torch.randn(2, 3, 60, 3, 40, generator=gen)
-    v = torch.randn(2, 3, 60, 3, 40, generator=gen)
-    lens = torch.tensor([4, 0, 20], dtype=torch.int32)
-    expect_k, expect_v = k.clone(), v.clone()
-    commit_accepted_kv(expect_k, expect_v, lens, expect.path, expect.path_len, impl="torch")
-    to = dict(device=DEVICE)
-    k_dev, v_dev = k.to(**to), v.to(**to)
-    got = tree_accept_and_commit_triton(tokens.to(**to), parents.to(**to), argmax.to(**to), k_dev, v_dev,
-                                        lens.to(**to), block=block, warps=1)
-    assert torch.equal(got.path_len.cpu(), expect.path_len)
-    assert torch.equal(k_dev.cpu(), expect_k) and torch.equal(v_dev.cpu(), expect_v)
-
-
-@needs_triton
 def test_fused_kernel_writes_every_output():
     """Poisoned outputs: path, path_len and bonus are all written by the one writing program."""
     from specdec_kernels.accept_commit_triton import tree_accept_and_commit_triton
