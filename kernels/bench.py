@@ -416,16 +416,15 @@ _MANY_TMA = "n64-m128-w8-s3-r1-min128-tma"
 
 
 def sweep_plan() -> list[tuple[Shape, tuple]]:
-    """Round 7, second sweep: what the ping-pong kernel's tail warpgroup costs beside its work
-    (skipped: wrong results, timing only) and what 208 registers cost the second warpgroup
-    without one, at the T = 16 -> 17 cliff of Hq = 64; the merge launched early, now with the
-    64-row tiles only."""
-    plan = [(Shape(b, t, hq, 8, 128, l), ("table", "table-nulltail"))
-            for b, t, hq, l in ((8, 17, 64, 8192), (32, 17, 64, 8192), (8, 33, 32, 8192), (8, 65, 32, 8192))]
-    plan += [(Shape(b, 16, 64, 8, 128, l), ("table", "table-wg208")) for b, l in ((8, 8192), (32, 8192))]
-    plan += [(Shape(b, t, hq, 8, 128, l), ("table", "table-nopdl"))
-             for b, t, hq, l in ((1, 17, 32, 32768), (1, 9, 32, 1024), (8, 9, 32, 1024), (1, 9, 64, 8192),
-                                 (8, 9, 32, 8192), (1, 16, 32, 8192))]
+    """Round 7, third sweep: the ping-pong kernel's tail warpgroup with its masked key tiles
+    through its own buffers by TMA (the first one loaded before the mask-free stream), beside
+    T = 16 for the Hq = 64 cliff; the tail's work skipped (timing only) on two shapes."""
+    plan = [(Shape(b, t, hq, 8, 128, l), ("table", "table-nulltail") if (b, t, hq, l) in (
+        (8, 17, 64, 8192), (32, 17, 64, 8192)) else ("table",))
+            for b, t, hq, l in ((8, 17, 64, 8192), (8, 17, 64, 32768), (32, 17, 64, 8192), (32, 17, 64, 1024),
+                                (1, 17, 64, 32768), (8, 33, 32, 8192), (32, 33, 32, 8192), (1, 33, 32, 32768),
+                                (8, 65, 32, 8192), (8, 33, 64, 8192), (32, 33, 32, 1024), (8, 17, 64, 32768))]
+    plan += [(Shape(b, 16, 64, 8, 128, l), ("table",)) for b, l in ((8, 8192), (32, 8192), (8, 32768), (32, 1024))]
     return plan
 
 

@@ -170,22 +170,19 @@ def _tail_pv_issue(acc_t, alpha, p_t, pt_buf, v_tile):
 
 
 @gluon.jit
-def _tail_stage_tile(kx_smem, vx_smem, k_base, v_base, stride_ks, stride_vs, key0, key_end,
-                     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr):
-    """Keys key0 .. key0 + BLOCK_N of K and V (those from key_end on as zeros: V rows there may
-    hold anything, even NaN) into the tail's ring slot, a quarter tile at a time, so that the
-    tail's small register budget never holds a whole tile; then a barrier of its warps."""
+def _zero_rows_from(x_smem, n_valid, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Rows n_valid .. BLOCK_N of a TMA-loaded V tile to zeros: they are past the request's keys
+    (the next split's, unused cache rows that may hold anything, even NaN, another request's),
+    and a zero weight times NaN would reach the sum. A quarter tile at a time (the tail's small
+    register budget); then a barrier of its warps, before the MMA reads the tile."""
     PART: gl.constexpr = BLOCK_N // 4
     ld_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[4, 8],
                                                warps_per_cta=[4, 1], order=[1, 0])
-    dims = gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ld_layout)), 0)
     for part in gl.static_range(4):
-        keys = key0 + part * PART + gl.arange(0, PART, layout=gl.SliceLayout(1, ld_layout))
-        ok = gl.expand_dims(keys < key_end, 1)
-        kx_smem.slice(part * PART, PART).store(
-            gl.load(k_base + gl.expand_dims(keys * stride_ks, 1) + dims, mask=ok, other=0.0))
-        vx_smem.slice(part * PART, PART).store(
-            gl.load(v_base + gl.expand_dims(keys * stride_vs, 1) + dims, mask=ok, other=0.0))
+        rows = part * PART + gl.arange(0, PART, layout=gl.SliceLayout(1, ld_layout))
+        quarter = x_smem.slice(part * PART, PART)
+        x = quarter.load(ld_layout)
+        quarter.store(gl.where(gl.expand_dims(rows < n_valid, 1), x, gl.zeros_like(x)))
     fence_async_shared()
     _cta_barrier()
 
@@ -199,10 +196,10 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
     Eight rows fill no 64-row MMA, so the keys are the MMAs' M dimension and the rows their N
     (WGMMA's N goes down to 8): a few per cent of the tile's MMA work instead of another
     warpgroup's worth (a 192-row tile) or a second program streaming the cache."""
-    (q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, qt_smem, p_smem, k_smem, v_smem, ready,
-     empty, stride_qb, stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-     stride_mb, stride_mt, stride_ob, stride_ot, stride_oh, qk_scale, b, kv_head, head_b, split, prefix_len,
-     num_nodes, num_splits, chunk, rows_pad, row0, mine, n_full, full_end, hi) = args
+    (q_ptr, k_desc, v_desc, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, qt_smem, p_smem, k_smem, v_smem, kt_smem,
+     vt_smem, tail_bar, ready, empty, stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot,
+     stride_oh, qk_scale, b, kv_head, head_b, split, prefix_len, num_nodes, num_splits, chunk, rows_pad, row0, mine,
+     n_full, full_end, hi, desc_row, desc_col) = args
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, TAIL_M, 16])
     ot_layout: gl.constexpr = st_layout
@@ -216,6 +213,13 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
     fence_async_shared()
     _cta_barrier()
     qt_op = qt_smem.permute((1, 0))
+    # the first masked key tile (the split's partial last prefix tile, else its first tree tile)
+    # is on its way into the tail's own buffers while the mask-free tiles stream
+    tile_bytes: gl.constexpr = 2 * BLOCK_N * HEAD_DIM * k_desc.dtype.primitive_bitwidth // 8
+    has_partial = full_end < hi
+    has_tree = split == gl.maximum(gl.cdiv(prefix_len, chunk) - 1, 0)
+    _load_tile_pair(k_desc, v_desc, desc_row + gl.where(has_partial, full_end, prefix_len), desc_col, tail_bar,
+                    kt_smem, vt_smem, has_partial | has_tree, tile_bytes)
 
     acc_t = gl.zeros([HEAD_DIM, TAIL_M], gl.float32, ot_layout)
     m_t = gl.full([TAIL_M], float("-inf"), gl.float32, gl.SliceLayout(0, st_layout))
@@ -259,32 +263,34 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
         mbarrier.arrive(empty.index(last))
         _cta_barrier()  # every warp is done with both P^T buffers before the masked tiles use one
     p_smem = p_smem.index(0)
-    # the masked tiles through ring slot NUM_WG, once every partition is done with its last tile
-    slot_tiles = (n_full - NUM_WG + STAGES - 1) // STAGES
-    mbarrier.wait(empty.index(NUM_WG), phase=(slot_tiles - 1) & 1, pred=(n_full > NUM_WG) & (slot_tiles > 0))
-    kx_smem = k_smem.index(NUM_WG)
-    vx_smem = v_smem.index(NUM_WG)
-    k_base = k_ptr + b.to(gl.int64) * stride_kb + kv_head * stride_kh
-    v_base = v_ptr + b.to(gl.int64) * stride_vb + kv_head * stride_vh
     keys_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, st_layout))
     rows_s = row0 + gl.arange(0, TAIL_M, layout=gl.SliceLayout(0, st_layout))
-    if full_end < hi:
-        _tail_stage_tile(kx_smem, vx_smem, k_base, v_base, stride_ks, stride_vs, full_end, hi, HEAD_DIM, BLOCK_N)
+    phase = 0
+    if has_partial:
+        mbarrier.wait(tail_bar, phase=phase)
+        phase = phase ^ 1
+        _zero_rows_from(vt_smem, hi - full_end, HEAD_DIM, BLOCK_N)
         visible = gl.expand_dims(full_end + keys_s < hi, 1) & all_keys
-        acc_t, m_t, l_t = _tail_tile(acc_t, m_t, l_t, kx_smem, vx_smem, qt_op, p_smem, visible, qk_scale, st_layout,
+        acc_t, m_t, l_t = _tail_tile(acc_t, m_t, l_t, kt_smem, vt_smem, qt_op, p_smem, visible, qk_scale, st_layout,
                                      ot_layout, TAIL_M, BLOCK_N)
-    tree_split = gl.maximum(gl.cdiv(prefix_len, chunk) - 1, 0)
-    if split == tree_split:
+        # the buffers are free again (the tile's last barrier): the first tree tile
+        _load_tile_pair(k_desc, v_desc, desc_row + prefix_len, desc_col, tail_bar, kt_smem, vt_smem, has_tree,
+                        tile_bytes)
+    if has_tree:
         mask_cols = mask_ptr + b.to(gl.int64) * stride_mb + gl.expand_dims((rows_s // GROUP) * stride_mt, 0)
         row_ok = gl.expand_dims(rows_s < num_rows, 0)
         for start in range(0, num_nodes, BLOCK_N):
-            _tail_stage_tile(kx_smem, vx_smem, k_base, v_base, stride_ks, stride_vs, prefix_len + start,
-                             prefix_len + num_nodes, HEAD_DIM, BLOCK_N)
+            if start > 0:
+                _load_tile_pair(k_desc, v_desc, desc_row + prefix_len + start, desc_col, tail_bar, kt_smem, vt_smem,
+                                True, tile_bytes)
             tree_node = start + keys_s
             in_tree = gl.expand_dims(tree_node < num_nodes, 1)
             words = gl.load(mask_cols + gl.expand_dims(tree_node // 32, 1), mask=row_ok & in_tree, other=0)
             visible = ((words >> gl.expand_dims(tree_node % 32, 1)) & 1) != 0
-            acc_t, m_t, l_t = _tail_tile(acc_t, m_t, l_t, kx_smem, vx_smem, qt_op, p_smem, visible, qk_scale,
+            mbarrier.wait(tail_bar, phase=phase)
+            phase = phase ^ 1
+            _zero_rows_from(vt_smem, num_nodes - start, HEAD_DIM, BLOCK_N)
+            acc_t, m_t, l_t = _tail_tile(acc_t, m_t, l_t, kt_smem, vt_smem, qt_op, p_smem, visible, qk_scale,
                                          st_layout, ot_layout, TAIL_M, BLOCK_N)
 
     # output (or partial) rows, from the transposed accumulator
@@ -349,11 +355,17 @@ def _tree_verify_partial_kernel_gluon_pingpong(
         pt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TAIL_M, BLOCK_N], dtype)
         qt_smem = gl.allocate_shared_memory(dtype, [TAIL_M, HEAD_DIM], qt_sl)
         pt_smem = gl.allocate_shared_memory(dtype, [2, TAIL_M, BLOCK_N], pt_sl)
-        tail_args = (q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, qt_smem, pt_smem, k_smem,
-                     v_smem, ready, empty, stride_qb, stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb,
-                     stride_vs, stride_vh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh, qk_scale, b, kv_head,
-                     head_b, split, prefix_len, num_nodes, num_splits, chunk, num_m_tiles * BLOCK_M + TAIL_M,
-                     num_m_tiles * BLOCK_M, m_tile == num_m_tiles - 1, n_full, full_end, hi)
+        # the tail's own buffers for its masked key tiles, and their TMA barrier
+        kt_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], kv_sl)
+        vt_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], kv_sl)
+        tail_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        mbarrier.init(tail_bar, count=1)
+        fence_async_shared()
+        tail_args = (q_ptr, k_desc, v_desc, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, qt_smem, pt_smem, k_smem,
+                     v_smem, kt_smem, vt_smem, tail_bar, ready, empty, stride_qb, stride_qt, stride_qh, stride_mb,
+                     stride_mt, stride_ob, stride_ot, stride_oh, qk_scale, b, kv_head, head_b, split, prefix_len,
+                     num_nodes, num_splits, chunk, num_m_tiles * BLOCK_M + TAIL_M, num_m_tiles * BLOCK_M,
+                     m_tile == num_m_tiles - 1, n_full, full_end, hi, b * cache_rows, kv_head * HEAD_DIM)
         gl.warp_specialize([
             (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                          not Q_SMEM)),
