@@ -362,9 +362,6 @@ def sweep_variants() -> dict:
     return {
         "table": None,
         "table-nopdl": None,
-        "table-serialtail": None,
-        "table-nulltail": None,
-        "table-wg208": None,
         "n32-m64-w4-s3-r2": VerifyConfig(**few),
         "n32-m64-w4-s3-r1": VerifyConfig(**dict(few, resident_per_sm=1)),
         "n32-m64-w4-s3-r3": VerifyConfig(**dict(few, resident_per_sm=3)),
@@ -416,16 +413,13 @@ _MANY_TMA = "n64-m128-w8-s3-r1-min128-tma"
 
 
 def sweep_plan() -> list[tuple[Shape, tuple]]:
-    """Round 7, third sweep: the ping-pong kernel's tail warpgroup with its masked key tiles
-    through its own buffers by TMA (the first one loaded before the mask-free stream), beside
-    T = 16 for the Hq = 64 cliff; the tail's work skipped (timing only) on two shapes."""
-    plan = [(Shape(b, t, hq, 8, 128, l), ("table", "table-nulltail") if (b, t, hq, l) in (
-        (8, 17, 64, 8192), (32, 17, 64, 8192)) else ("table",))
-            for b, t, hq, l in ((8, 17, 64, 8192), (8, 17, 64, 32768), (32, 17, 64, 8192), (32, 17, 64, 1024),
-                                (1, 17, 64, 32768), (8, 33, 32, 8192), (32, 33, 32, 8192), (1, 33, 32, 32768),
-                                (8, 65, 32, 8192), (8, 33, 64, 8192), (32, 33, 32, 1024), (8, 17, 64, 32768))]
-    plan += [(Shape(b, 16, 64, 8, 128, l), ("table",)) for b, l in ((8, 8192), (32, 8192), (8, 32768), (32, 1024))]
-    return plan
+    """Round 7: the merge launched as the split kernel's programmatic dependent against after it,
+    on shapes with splits (its first sweep also had the ping-pong kernel's shapes, which lost)."""
+    return [(Shape(b, t, hq, 8, 128, l), ("table", "table-nopdl"))
+            for b, t, hq, l in ((1, 9, 32, 32768), (1, 16, 32, 32768), (1, 16, 32, 8192), (8, 9, 32, 8192),
+                                (8, 16, 32, 8192), (8, 17, 32, 8192), (1, 17, 32, 32768), (1, 9, 32, 1024),
+                                (8, 9, 32, 1024), (1, 65, 32, 8192), (1, 33, 64, 8192), (8, 17, 64, 1024),
+                                (1, 9, 64, 8192))]
 
 
 def sweep_shapes() -> list[Shape]:
@@ -436,23 +430,16 @@ def sweep_shapes() -> list[Shape]:
 def _variant_switches(name: str):
     """The launcher's module switches a variant's name asks for: "tail" takes the tail tile
     wherever the rows allow one (the planner's tail policy off), "nopdl" launches the merge after
-    the split kernel (not as its programmatic dependent), "serialtail" / "nulltail" run the
-    ping-pong kernel's tail warpgroup as round 6's serial chain / skip its work, "wg208" gives
-    its second warpgroup 208 registers."""
+    the split kernel (not as its programmatic dependent)."""
     from . import tree_verify_triton as tvt
 
-    names = ("TAIL_ONLY_WHEN_FULL", "PROGRAMMATIC_MERGE", "PINGPONG_TAIL_MODE", "PINGPONG_WG_REGS")
-    saved = {n: getattr(tvt, n) for n in names}
-    tvt.TAIL_ONLY_WHEN_FULL = saved["TAIL_ONLY_WHEN_FULL"] and "tail" not in name.replace("serialtail", "").replace(
-        "nulltail", "")
-    tvt.PROGRAMMATIC_MERGE = saved["PROGRAMMATIC_MERGE"] and "nopdl" not in name
-    tvt.PINGPONG_TAIL_MODE = 1 if "serialtail" in name else 0 if "nulltail" in name else saved["PINGPONG_TAIL_MODE"]
-    tvt.PINGPONG_WG_REGS = 208 if "wg208" in name else saved["PINGPONG_WG_REGS"]
+    saved = tvt.TAIL_ONLY_WHEN_FULL, tvt.PROGRAMMATIC_MERGE
+    tvt.TAIL_ONLY_WHEN_FULL = saved[0] and "tail" not in name
+    tvt.PROGRAMMATIC_MERGE = saved[1] and "nopdl" not in name
     try:
         yield
     finally:
-        for n, value in saved.items():
-            setattr(tvt, n, value)
+        tvt.TAIL_ONLY_WHEN_FULL, tvt.PROGRAMMATIC_MERGE = saved
 
 
 def run_sweep(ceilings: dict, max_seconds: float, started: float) -> list[dict]:

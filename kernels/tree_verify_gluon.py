@@ -232,7 +232,8 @@ def _tree_verify_partial_kernel_gluon(
     q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
     kv_sl: gl.constexpr = k_desc.layout
 
-    split, m_tile, head_b, kv_head, b, prefix_len = _program_coords(lens_ptr, num_m_tiles, num_kv_heads, not SINGLE_SPLIT)
+    split, m_tile, head_b, kv_head, b, prefix_len = _program_coords(lens_ptr, num_m_tiles, num_kv_heads,
+                                                                    not SINGLE_SPLIT)
     num_rows = num_nodes * GROUP
     rows_pad = num_m_tiles * BLOCK_M
 

@@ -14,11 +14,16 @@ a tile landed, ``empty[slot]`` (one arrival per consumer) that every consumer is
 T = 2^k + 1 leaves a few packed rows past whole 128-row tiles (4 at G = 4, 8 at G = 8). With
 ``TAIL_M = 8`` a fourth partition takes them on the same key tiles with the keys as its MMAs' M
 dimension and the rows as N (WGMMA's N goes down to 8), for a few per cent of a warpgroup's MMA
-work, instead of a third warpgroup or another program streaming the cache.
+work, instead of a third warpgroup or another program streaming the cache. Its tiles are
+pipelined like the other warpgroups' (S^T(j+1) issued before P^T(j) is written, softmax(j+1)
+under O^T += V^T.P^T(j)), and its masked tiles come by TMA into its own buffers, the first one
+while the mask-free tiles stream.
 
-Same work decomposition, partial layout and merge as the other split kernels; the partial last
-prefix tile and the tree tiles go, per partition, through masked pointer loads into the ring slot
-with its own index (once every consumer is done with that slot's last tile).
+Same work decomposition, partial layout and merge as the other split kernels; the 64-row
+warpgroups' partial last prefix tile and tree tiles go through masked pointer loads into the ring
+slot with the warpgroup's index (once every consumer is done with that slot's last tile). The
+merge follows this kernel (a programmatic dependent launch measured slower after it, PERF.md
+round 7).
 """
 
 from __future__ import annotations
@@ -190,12 +195,15 @@ def _zero_rows_from(x_smem, n_valid, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constex
 @gluon.jit
 def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
                              STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr,
-                             TAIL_M: gl.constexpr, TAIL_MODE: gl.constexpr):
+                             TAIL_M: gl.constexpr):
     """One warpgroup: the (at most TAIL_M = 8) packed rows past the last whole 128-row tile (the
     G rows of node 2^k at T = 2^k + 1), on the K/V tiles the other warpgroups stream anyway.
     Eight rows fill no 64-row MMA, so the keys are the MMAs' M dimension and the rows their N
     (WGMMA's N goes down to 8): a few per cent of the tile's MMA work instead of another
-    warpgroup's worth (a 192-row tile) or a second program streaming the cache."""
+    warpgroup's worth (a 192-row tile) or a second program streaming the cache. Its masked key
+    tiles go by TMA into its own buffers (kt_smem / vt_smem), the first one issued before the
+    mask-free stream, so that at the stream's end only their MMAs remain; rows past the keys are
+    zeroed in V there."""
     (q_ptr, k_desc, v_desc, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, qt_smem, p_smem, k_smem, v_smem, kt_smem,
      vt_smem, tail_bar, ready, empty, stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot,
      stride_oh, qk_scale, b, kv_head, head_b, split, prefix_len, num_nodes, num_splits, chunk, rows_pad, row0, mine,
@@ -230,19 +238,7 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
     # while P^T(j) goes to shared memory, O^T += V^T.P^T(j) while softmax(j + 1) runs. P^T
     # alternates between two buffers: the one written at tile j was last read by the MMA of
     # tile j - 2, which every warp waited for before the barrier of tile j - 1.
-    if TAIL_MODE == 0:  # diagnostic: the ring's protocol without the work
-        for j in range(n_full):
-            slot = j % STAGES
-            mbarrier.wait(ready.index(slot), phase=(j // STAGES) & 1)
-            mbarrier.arrive(empty.index(slot))
-    elif TAIL_MODE == 1:  # round 6's serial chain, for the sweep's A/B (round 7)
-        for j in range(n_full):
-            slot = j % STAGES
-            mbarrier.wait(ready.index(slot), phase=(j // STAGES) & 1)
-            acc_t, m_t, l_t = _tail_tile(acc_t, m_t, l_t, k_smem.index(slot), v_smem.index(slot), qt_op,
-                                         p_smem.index(0), all_keys, qk_scale, st_layout, ot_layout, TAIL_M, BLOCK_N)
-            mbarrier.arrive(empty.index(slot))
-    elif n_full > 0:
+    if n_full > 0:
         mbarrier.wait(ready.index(0), phase=0)
         s_tok = warpgroup_mma(k_smem.index(0), qt_op, s_zero, use_acc=False, is_async=True)
         s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
@@ -262,7 +258,7 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
         acc_t = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
         mbarrier.arrive(empty.index(last))
         _cta_barrier()  # every warp is done with both P^T buffers before the masked tiles use one
-    p_smem = p_smem.index(0)
+    p_smem = p_smem.index(0)  # the masked tiles' P^T (synchronous: one buffer)
     keys_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, st_layout))
     rows_s = row0 + gl.arange(0, TAIL_M, layout=gl.SliceLayout(0, st_layout))
     phase = 0
@@ -309,7 +305,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     qk_scale, num_nodes, num_kv_heads, num_m_tiles, num_splits, chunk, cache_rows,
     GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, Q_IN_REGS: gl.constexpr, num_warps: gl.constexpr,
-    TAIL_M: gl.constexpr = 0, TAIL_MODE: gl.constexpr = 2, WG_REGS: gl.constexpr = 240,
+    TAIL_M: gl.constexpr = 0,
 ):
     # launched with 4 warps (warpgroup 0, the default partition); the other warpgroups, the load
     # warp and the tail warpgroup are worker partitions. Q_IN_REGS is not read: q sits in
@@ -372,8 +368,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
             (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                          not Q_SMEM)),
             (_pingpong_load_partition, (load_args, BLOCK_N, STAGES)),
-            (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG, TAIL_M,
-                                        TAIL_MODE)),
+            (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG, TAIL_M)),
         ], [4, 1, 4], [208, 24, 72])
     elif NUM_WG == 2:
         gl.warp_specialize([
@@ -382,7 +377,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
             (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                          not Q_SMEM)),
             (_pingpong_load_partition, (load_args, BLOCK_N, STAGES)),
-        ], [4, 1], [WG_REGS, 24])
+        ], [4, 1], [240, 24])
     else:
         gl.warp_specialize([
             (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,

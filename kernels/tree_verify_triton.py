@@ -470,11 +470,6 @@ WIDE_TILE_MIN_WAVES = 1.5
 # rows of the ping-pong kernel's tail warpgroup (the N of its key-major MMAs); the Triton tail
 # tile has 16 or more
 PINGPONG_TAIL_ROWS = 8
-# sweep diagnostics (round 7): the tail warpgroup's key tiles 2: pipelined, 1: as round 6's
-# serial chain, 0: skipped (wrong results: what the tail costs beside its work); the second
-# warpgroup's registers without a tail
-PINGPONG_TAIL_MODE = 2
-PINGPONG_WG_REGS = 240
 
 
 @functools.lru_cache(maxsize=4096)
@@ -764,7 +759,7 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
                 GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=kernel_block_n, STAGES=kernel_stages,
                 SINGLE_SPLIT=single, Q_IN_REGS=cfg.gluon_q_in_registers or pingpong,
                 num_warps=4 if pingpong else cfg.num_warps,
-                **(dict(TAIL_M=tail_m, TAIL_MODE=PINGPONG_TAIL_MODE, WG_REGS=PINGPONG_WG_REGS) if pingpong else {}),
+                **(dict(TAIL_M=tail_m) if pingpong else {}),
             )
 
     if launch_gluon is not None and triton_fallback(cfg) is not None:
