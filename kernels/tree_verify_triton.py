@@ -18,7 +18,9 @@ Work decomposition (flash-decoding with grouped queries):
   the ancestor bitmask applied.
 - With one split the program normalises and writes the output directly; with several it writes
   a normalised fp32 partial and its log2-sum-exp for its real rows, and a second kernel merges
-  the splits, loading a block of splits at once.
+  the splits, loading a block of splits at once. After the 64-row and Triton split kernels the
+  merge is a programmatic dependent launch (sm_90 and later): it starts once every split program
+  has, and waits on the device for their results.
 - On sm_90, where the configuration asks for it (``VerifyConfig.gluon``) and the call allows it
   (:func:`plan_split_kernel`), the split kernel is the Gluon one of ``tree_verify_gluon`` (same
   decomposition, partials and merge), which overlaps each tile's softmax with the next q.k MMA;
