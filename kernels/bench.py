@@ -388,6 +388,8 @@ def sweep_variants() -> dict:
         "n128-m128-w8-s3-r1-min128-gluon": VerifyConfig(**dict(many, block_n=128), gluon=True),
         "n32-m64-w4-s3-r2-min64-gluon": VerifyConfig(**dict(few, min_block_m=64), gluon=True),
         "n32-m64-w4-s4-r2-min64-gluon": VerifyConfig(**dict(few, num_stages=4, min_block_m=64), gluon=True),
+        "n32-m64-w4-s4-r2-min64-gluon-mtma": VerifyConfig(**dict(few, num_stages=4, min_block_m=64), gluon=True,
+                                                          gluon_masked_tma=True),
         "n64-m64-w4-s3-r1-min64-gluon": VerifyConfig(**dict(few, block_n=64, resident_per_sm=1, min_block_m=64),
                                                      gluon=True),
         "n64-m128-w8-s4-r1-min128-gluon-qreg": VerifyConfig(**dict(many, num_stages=4), gluon=True,
@@ -413,13 +415,13 @@ _MANY_TMA = "n64-m128-w8-s3-r1-min128-tma"
 
 
 def sweep_plan() -> list[tuple[Shape, tuple]]:
-    """Round 7: the merge launched as the split kernel's programmatic dependent against after it,
-    on shapes with splits (its first sweep also had the ping-pong kernel's shapes, which lost)."""
-    return [(Shape(b, t, hq, 8, 128, l), ("table", "table-nopdl"))
-            for b, t, hq, l in ((1, 9, 32, 32768), (1, 16, 32, 32768), (1, 16, 32, 8192), (8, 9, 32, 8192),
-                                (8, 16, 32, 8192), (8, 17, 32, 8192), (1, 17, 32, 32768), (1, 9, 32, 1024),
-                                (8, 9, 32, 1024), (1, 65, 32, 8192), (1, 33, 64, 8192), (8, 17, 64, 1024),
-                                (1, 9, 64, 8192))]
+    """Round 7, fourth sweep: the 64-row Gluon tile's masked key tiles by TMA into its own
+    buffers, the first one requested at the program's start ("mtma"), against loaded through
+    pointers after the mask-free stream, on the shapes that run that tile."""
+    pair = ("n32-m64-w4-s4-r2-min64-gluon", "n32-m64-w4-s4-r2-min64-gluon-mtma")
+    return [(Shape(b, t, 32, 8, 128, l), pair)
+            for b, t, l in ((1, 9, 1024), (1, 16, 1024), (8, 9, 1024), (1, 9, 8192), (1, 16, 8192), (8, 9, 8192),
+                            (8, 16, 8192), (1, 9, 32768), (1, 16, 32768), (32, 9, 1024), (32, 16, 8192), (8, 9, 32768))]
 
 
 def sweep_shapes() -> list[Shape]:

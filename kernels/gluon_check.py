@@ -60,7 +60,7 @@ def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
         constexprs = dict(GROUP=4, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
                           STAGES=cfg.gluon_stages or cfg.num_stages, SINGLE_SPLIT=False,
                           Q_IN_REGS=cfg.gluon_q_in_registers or pingpong, num_warps=launch_warps,
-                          **(dict(TAIL_M=tail_m) if pingpong else {}))
+                          **(dict(TAIL_M=tail_m) if pingpong else dict(MASKED_BY_TMA=cfg.gluon_masked_tma)))
         types = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", out_ptr="*bf16", k_desc=mangle_type(desc),
                      v_desc=mangle_type(desc), lens_ptr="*i32", mask_ptr="*i32", part_o_ptr="*fp32",
                      part_lse_ptr="*fp32", qk_scale="fp32")

@@ -38,7 +38,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from .tree_verify_gluon import (_cta_barrier, _load_q_rows, _load_tile_pair, _masked_key_tiles, _program_coords,
-                                _softmax_step, _split_keys, _store_rows)
+                                _request_first_masked_tile, _softmax_step, _split_keys, _store_rows, _zero_rows_from)
 
 
 @gluon.jit
@@ -175,24 +175,6 @@ def _tail_pv_issue(acc_t, alpha, p_t, pt_buf, v_tile):
 
 
 @gluon.jit
-def _zero_rows_from(x_smem, n_valid, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr):
-    """Rows n_valid .. BLOCK_N of a TMA-loaded V tile to zeros: they are past the request's keys
-    (the next split's, unused cache rows that may hold anything, even NaN, another request's),
-    and a zero weight times NaN would reach the sum. A quarter tile at a time (the tail's small
-    register budget); then a barrier of its warps, before the MMA reads the tile."""
-    PART: gl.constexpr = BLOCK_N // 4
-    ld_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[4, 8],
-                                               warps_per_cta=[4, 1], order=[1, 0])
-    for part in gl.static_range(4):
-        rows = part * PART + gl.arange(0, PART, layout=gl.SliceLayout(1, ld_layout))
-        quarter = x_smem.slice(part * PART, PART)
-        x = quarter.load(ld_layout)
-        quarter.store(gl.where(gl.expand_dims(rows < n_valid, 1), x, gl.zeros_like(x)))
-    fence_async_shared()
-    _cta_barrier()
-
-
-@gluon.jit
 def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
                              STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr,
                              TAIL_M: gl.constexpr):
@@ -224,10 +206,8 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
     # the first masked key tile (the split's partial last prefix tile, else its first tree tile)
     # is on its way into the tail's own buffers while the mask-free tiles stream
     tile_bytes: gl.constexpr = 2 * BLOCK_N * HEAD_DIM * k_desc.dtype.primitive_bitwidth // 8
-    has_partial = full_end < hi
-    has_tree = split == gl.maximum(gl.cdiv(prefix_len, chunk) - 1, 0)
-    _load_tile_pair(k_desc, v_desc, desc_row + gl.where(has_partial, full_end, prefix_len), desc_col, tail_bar,
-                    kt_smem, vt_smem, has_partial | has_tree, tile_bytes)
+    has_partial, has_tree = _request_first_masked_tile(k_desc, v_desc, kt_smem, vt_smem, tail_bar, desc_row, desc_col,
+                                                       split, chunk, prefix_len, full_end, hi, tile_bytes)
 
     acc_t = gl.zeros([HEAD_DIM, TAIL_M], gl.float32, ot_layout)
     m_t = gl.full([TAIL_M], float("-inf"), gl.float32, gl.SliceLayout(0, st_layout))
@@ -265,7 +245,7 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
     if has_partial:
         mbarrier.wait(tail_bar, phase=phase)
         phase = phase ^ 1
-        _zero_rows_from(vt_smem, hi - full_end, HEAD_DIM, BLOCK_N)
+        _zero_rows_from(vt_smem, hi - full_end, 4, ld_layout)
         visible = gl.expand_dims(full_end + keys_s < hi, 1) & all_keys
         acc_t, m_t, l_t = _tail_tile(acc_t, m_t, l_t, kt_smem, vt_smem, qt_op, p_smem, visible, qk_scale, st_layout,
                                      ot_layout, TAIL_M, BLOCK_N)
@@ -285,7 +265,7 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
             visible = ((words >> gl.expand_dims(tree_node % 32, 1)) & 1) != 0
             mbarrier.wait(tail_bar, phase=phase)
             phase = phase ^ 1
-            _zero_rows_from(vt_smem, num_nodes - start, HEAD_DIM, BLOCK_N)
+            _zero_rows_from(vt_smem, num_nodes - start, 4, ld_layout)
             acc_t, m_t, l_t = _tail_tile(acc_t, m_t, l_t, kt_smem, vt_smem, qt_op, p_smem, visible, qk_scale,
                                          st_layout, ot_layout, TAIL_M, BLOCK_N)
 

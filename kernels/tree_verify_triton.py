@@ -761,7 +761,7 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
                 GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=kernel_block_n, STAGES=kernel_stages,
                 SINGLE_SPLIT=single, Q_IN_REGS=cfg.gluon_q_in_registers or pingpong,
                 num_warps=4 if pingpong else cfg.num_warps,
-                **(dict(TAIL_M=tail_m) if pingpong else {}),
+                **(dict(TAIL_M=tail_m) if pingpong else dict(MASKED_BY_TMA=cfg.gluon_masked_tma)),
             )
 
     if launch_gluon is not None and triton_fallback(cfg) is not None:

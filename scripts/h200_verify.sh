@@ -12,9 +12,10 @@
 #   r7     the split, merge, Gluon and accept + commit GPU tests (killed if they hang), then, if
 #          they pass, the sweep
 #   sweeponly  the sweep alone
+#   suitesweep  the kernel suite, then, if it passes, the sweep
 # Results land under $OUT.
 set -u
-stage=${1:?usage: scripts/h200_verify.sh sweep|check|final|suite|commit|pp|r7|sweeponly}
+stage=${1:?usage: scripts/h200_verify.sh sweep|check|final|suite|commit|pp|r7|sweeponly|suitesweep}
 OUT=${OUT:-/tmp/out}
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
@@ -73,6 +74,12 @@ r7)
   ;;
 sweeponly)
   sweep
+  ;;
+suitesweep)
+  timeout 330 python3 -m pytest tests/kernels -q -x -n 14 -p no:cacheprovider >"$OUT/tests.log" 2>&1
+  rc=$?; echo "== kernel tests rc=$rc"; tail -3 "$OUT/tests.log" | cut -c1-300
+  grep -E "^(FAILED|ERROR)|^E " "$OUT/tests.log" | cut -c1-300 | head -10
+  if [ $rc -eq 0 ]; then sweep; fi
   ;;
 commit)
   timeout 120 python3 -m pytest tests/kernels/test_accept_commit.py tests/kernels/test_kv_commit.py \

@@ -197,6 +197,10 @@ def _gluon_configs():
                                 min_block_m=128, gluon=True),
         "w4-m64": VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, max_tail_m=0, min_block_m=64,
                                gluon=True, gluon_stages=4),
+        # its masked tiles by TMA into buffers of its own (V rows past the keys zeroed there: the
+        # NaN slack would reach the output otherwise), several tree tiles at T = 65 and 33
+        "w4-m64-mtma": VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, max_tail_m=0,
+                                    min_block_m=64, gluon=True, gluon_stages=4, gluon_masked_tma=True),
         "w8-m128-n128-qreg": VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0,
                                           min_block_m=128, gluon=True, gluon_block_n=128, gluon_q_in_registers=True),
         # the warp-specialised ping-pong kernel, with the smallest ring it allows too (its turn and
@@ -235,8 +239,8 @@ GLUON_CASES = [
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
                     reason="the Gluon kernel is for sm_90 GPUs")
-@pytest.mark.parametrize("tile", ["w8-m128", "w4-m64", "w8-m128-n128-qreg", "pingpong", "pingpong-s2",
-                                  "pingpong-192", "pingpong-tail"])
+@pytest.mark.parametrize("tile", ["w8-m128", "w4-m64", "w4-m64-mtma", "w8-m128-n128-qreg", "pingpong",
+                                  "pingpong-s2", "pingpong-192", "pingpong-tail"])
 @pytest.mark.parametrize("num_nodes,group,lens,head_dim,dtype,splits", GLUON_CASES)
 def test_gluon_kernel_matches_reference(num_nodes, group, lens, head_dim, dtype, splits, tile, monkeypatch,
                                        request):
@@ -335,6 +339,7 @@ def test_config_tiers_by_rows_arch_and_grid():
 
     assert shape(verify_config("sm_90", 128, 64, 256)) == (4, 64, 16, 0, False, True)
     assert verify_config("sm_90", 128, 64, 256).gluon_stages == 4
+    assert verify_config("sm_90", 128, 64, 256).gluon_masked_tma          # 96 KB: still two per SM
     many = verify_config("sm_90", 128, 68, 64, 8209)                                     # B8, T17, G4, L8k
     assert shape(many) == (8, 128, 128, 0, True, True)
     assert (many.gluon_pingpong, many.gluon_pingpong_192, many.gluon_pingpong_tail, many.gluon_stages,
@@ -347,6 +352,7 @@ def test_config_tiers_by_rows_arch_and_grid():
         tiny = verify_config("sm_90", 128, rows, 8, 1041)
         assert not tiny.gluon_pingpong and tiny.gluon and tiny.triton_fallback is None
         assert tiny.max_block_m == (64 if rows < 256 else 128)
+        assert tiny.gluon_masked_tma == (rows < 256)        # the 128-key tile has no room for it
     assert verify_config("sm_90", 128, 68, 256, SHORT_CACHE_ROWS + 1) == many
     assert verify_config("sm_90", 128, 260, 8, 8209) == many                                    # T65: B1, L8k
     assert verify_config("sm_90", 128, 68) == many                                              # unknown: large
