@@ -69,7 +69,9 @@ class VerifyConfig:
     gluon_masked_tma: the (non-ping-pong) Gluon kernel requests its split's first masked key tile
                   (partial last prefix tile, else first tree tile) by TMA into buffers of its own
                   at its start, instead of loading its masked tiles through pointers after the
-                  mask-free stream (2 x block_n x head dim x 2 bytes more shared memory).
+                  mask-free stream (2 x block_n x head dim x 2 bytes more shared memory). On the
+                  64-row tile it measured within ±0.5 us (H200, PERF.md round 7): off in every
+                  entry, kept as a switch for the sweeps, with its GPU tests.
     triton_fallback: the configuration (Triton fields only) for calls the Gluon kernel cannot
                   take (fp32, a cache one descriptor cannot describe, no Hopper GPU, a Triton whose
                   Gluon does not build it), where the Triton kernel wants other tiles than the
@@ -150,7 +152,7 @@ SHORT_CACHE_ROWS = 2048
 # faster on all four shapes swept (H200, round 5: B32-T9-L1k 45.6 -> 39.6 us, B1-T9-L32k 50.1 ->
 # 47.4); q in registers made no difference there. The Triton fallback keeps 3 stages.
 _SM90_FEW_128 = VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2,
-                             max_tail_m=0, gluon=True, gluon_stages=4, gluon_masked_tma=True)
+                             max_tail_m=0, gluon=True, gluon_stages=4)
 # The Triton kernel's small-work tier: with the tail tile 255 registers x 128 threads, 73 KB
 # shared memory: still 2 per SM. The Gluon ping-pong kernel's 128-row tiles beat the 64-row tiles
 # there too (round 6, second sweep, all eight shapes: B1-T17-L32k 59.8 -> 46.0 us, B32-T17-L1k
@@ -165,7 +167,7 @@ _SM90_SMALL_WORK_128 = dataclasses.replace(_SM90_MANY[128], triton_fallback=Veri
 # 13.8 -> 15.4 us), so this tier keeps them: 64-row Gluon tiles up to 255 rows, the 8-warp Gluon
 # tile (128-key tiles, q in registers) past that.
 _SM90_TINY_128 = VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2,
-                              max_tail_m=16, gluon=True, gluon_stages=4, gluon_masked_tma=True)
+                              max_tail_m=16, gluon=True, gluon_stages=4)
 _SM90_TINY_MANY_128 = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0,
                                    min_block_m=128, tma=True, gluon=True, gluon_block_n=128,
                                    gluon_q_in_registers=True)

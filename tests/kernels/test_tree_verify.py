@@ -339,7 +339,6 @@ def test_config_tiers_by_rows_arch_and_grid():
 
     assert shape(verify_config("sm_90", 128, 64, 256)) == (4, 64, 16, 0, False, True)
     assert verify_config("sm_90", 128, 64, 256).gluon_stages == 4
-    assert verify_config("sm_90", 128, 64, 256).gluon_masked_tma          # 96 KB: still two per SM
     many = verify_config("sm_90", 128, 68, 64, 8209)                                     # B8, T17, G4, L8k
     assert shape(many) == (8, 128, 128, 0, True, True)
     assert (many.gluon_pingpong, many.gluon_pingpong_192, many.gluon_pingpong_tail, many.gluon_stages,
@@ -352,7 +351,6 @@ def test_config_tiers_by_rows_arch_and_grid():
         tiny = verify_config("sm_90", 128, rows, 8, 1041)
         assert not tiny.gluon_pingpong and tiny.gluon and tiny.triton_fallback is None
         assert tiny.max_block_m == (64 if rows < 256 else 128)
-        assert tiny.gluon_masked_tma == (rows < 256)        # the 128-key tile has no room for it
     assert verify_config("sm_90", 128, 68, 256, SHORT_CACHE_ROWS + 1) == many
     assert verify_config("sm_90", 128, 260, 8, 8209) == many                                    # T65: B1, L8k
     assert verify_config("sm_90", 128, 68) == many                                              # unknown: large
