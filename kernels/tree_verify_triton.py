@@ -637,9 +637,12 @@ def _run_split_kernel(launch_gluon, launch_triton) -> str:
 PROGRAMMATIC_MERGE = True
 
 
-def _programmatic_merge(device) -> bool:
-    return (PROGRAMMATIC_MERGE and gdc_wait is not None and device.type == "cuda"
-            and torch.cuda.get_device_capability(device)[0] >= 9)
+def merge_starts_early(device, num_splits: int, pingpong: bool) -> bool:
+    """Whether this call's merge is launched as the split kernel's programmatic dependent: a
+    merge at all, a GPU and a Triton with grid dependency control, not after the ping-pong kernel
+    (there it measured up to 2.4 us slower: B1-T17-L32k 46.2 -> 48.6 us, PERF.md round 7)."""
+    return (PROGRAMMATIC_MERGE and num_splits > 1 and not pingpong and gdc_wait is not None
+            and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9)
 
 
 def log2_softmax_scale(head_dim: int, sm_scale: float | None = None) -> float:
@@ -727,9 +730,7 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
     precision = "ieee" if q.dtype == torch.float32 or upcast else "tf32"
     single = splits == 1
     pingpong = kernel == "gluon" and cfg.gluon_pingpong and block_m in (128, 192)
-    # the ping-pong kernel's merge follows it: launched early, it made B1-T17-L32k 46.2 -> 48.6 us
-    # (round 7, first sweep)
-    merge_early = not single and not pingpong and _programmatic_merge(q.device)
+    merge_early = merge_starts_early(q.device, splits, pingpong)
     rows_pad = num_m_tiles * block_m + tail_m
     if single:
         part_o = part_lse = out  # unused

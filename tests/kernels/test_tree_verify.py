@@ -268,6 +268,31 @@ def test_gluon_kernel_matches_reference(num_nodes, group, lens, head_dim, dtype,
     assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, f"gluon {tile}")
 
 
+def test_merge_starts_early_only_where_it_paid(monkeypatch):
+    """The merge is a programmatic dependent launch on sm_90+ with splits, after the 64-row and
+    Triton split kernels, never after the ping-pong kernel (measured slower there), on the CPU,
+    before sm_90, with the sweeps' switch off or with a Triton lacking grid dependency control."""
+    pytest.importorskip("triton")
+    from specdec_kernels import tree_verify_triton as tvt
+
+    cuda, capability = torch.device("cuda"), [(9, 0)]
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability[0])
+    assert tvt.merge_starts_early(cuda, 4, pingpong=False)
+    assert not tvt.merge_starts_early(cuda, 4, pingpong=True)
+    assert not tvt.merge_starts_early(cuda, 1, pingpong=False)
+    assert not tvt.merge_starts_early(torch.device("cpu"), 4, pingpong=False)
+    capability[0] = (12, 0)
+    assert tvt.merge_starts_early(cuda, 4, pingpong=False)
+    capability[0] = (8, 0)
+    assert not tvt.merge_starts_early(cuda, 4, pingpong=False)
+    capability[0] = (9, 0)
+    monkeypatch.setattr(tvt, "PROGRAMMATIC_MERGE", False)
+    assert not tvt.merge_starts_early(cuda, 4, pingpong=False)
+    monkeypatch.setattr(tvt, "PROGRAMMATIC_MERGE", True)
+    monkeypatch.setattr(tvt, "gdc_wait", None)
+    assert not tvt.merge_starts_early(cuda, 4, pingpong=False)
+
+
 def test_gluon_build_failure_falls_back_to_triton_once(monkeypatch):
     """A Triton whose Gluon no longer builds the kernel (its API is experimental) costs one
     warning naming the cause, and every later call takes the Triton kernel, instead of failing."""
