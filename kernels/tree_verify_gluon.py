@@ -187,9 +187,7 @@ def _masked_key_tiles_tma(acc, m_i, l_i, q_op, kx_smem, vx_smem, bar, k_desc, v_
     cols_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
     phase = 0
     if has_partial:
-        mbarrier.wait(bar, phase=phase)
-        phase = phase ^ 1
-        _zero_rows_from(vx_smem, hi - full_end, 1, ld_layout)
+        phase = _await_masked_tile(bar, phase, vx_smem, hi - full_end, 1, ld_layout)
         visible = gl.expand_dims(full_end + cols_s < hi, 0)
         acc, m_i, l_i = _masked_tile_mma(acc, m_i, l_i, q_op, kx_smem, vx_smem, visible, qk_scale, s_layout,
                                          o_layout, p_layout, BLOCK_M, BLOCK_N)
@@ -203,16 +201,29 @@ def _masked_key_tiles_tma(acc, m_i, l_i, q_op, kx_smem, vx_smem, bar, k_desc, v_
                 _cta_barrier()
                 _load_tile_pair(k_desc, v_desc, desc_row + prefix_len + start, desc_col, bar, kx_smem, vx_smem, True,
                                 tile_bytes)
-            tree_node = start + cols_s
-            in_tree = gl.expand_dims(tree_node < num_nodes, 0)
-            words = gl.load(mask_rows + gl.expand_dims(tree_node // 32, 0), mask=row_ok & in_tree, other=0)
-            visible = ((words >> gl.expand_dims(tree_node % 32, 0)) & 1) != 0
-            mbarrier.wait(bar, phase=phase)
-            phase = phase ^ 1
-            _zero_rows_from(vx_smem, num_nodes - start, 1, ld_layout)
+            visible = _tree_visibility(mask_rows, start + cols_s, num_nodes, row_ok, 0)
+            phase = _await_masked_tile(bar, phase, vx_smem, num_nodes - start, 1, ld_layout)
             acc, m_i, l_i = _masked_tile_mma(acc, m_i, l_i, q_op, kx_smem, vx_smem, visible, qk_scale, s_layout,
                                              o_layout, p_layout, BLOCK_M, BLOCK_N)
     return acc, m_i, l_i
+
+
+@gluon.jit
+def _tree_visibility(mask_rows, tree_node, num_nodes, row_ok, KEY_AXIS: gl.constexpr):
+    """Which tree keys ``tree_node`` each row sees (the ancestor bitmask), as a [rows, keys]
+    (KEY_AXIS 1) or [keys, rows] (KEY_AXIS 0) mask; ``mask_rows`` points at each row's words."""
+    in_tree = gl.expand_dims(tree_node < num_nodes, KEY_AXIS)
+    words = gl.load(mask_rows + gl.expand_dims(tree_node // 32, KEY_AXIS), mask=row_ok & in_tree, other=0)
+    return ((words >> gl.expand_dims(tree_node % 32, KEY_AXIS)) & 1) != 0
+
+
+@gluon.jit
+def _await_masked_tile(bar, phase, vx_smem, n_valid, PARTS: gl.constexpr, ld_layout: gl.constexpr):
+    """Wait for a masked tile requested by TMA, zero its V rows from n_valid on; the next phase."""
+    mbarrier.wait(bar, phase=phase)
+    next_phase = phase ^ 1
+    _zero_rows_from(vx_smem, n_valid, PARTS, ld_layout)
+    return next_phase
 
 
 @gluon.jit
@@ -245,10 +256,7 @@ def _masked_key_tiles(acc, m_i, l_i, q_op, kx_smem, vx_smem, k_ptr, v_ptr, mask_
         row_ok = gl.expand_dims(rows_s < num_rows, 1)
         for start in range(0, num_nodes, BLOCK_N):
             key_ok = gl.expand_dims(start + cols_ld < num_nodes, 1)
-            tree_node = start + cols_s
-            in_tree = gl.expand_dims(tree_node < num_nodes, 0)
-            words = gl.load(mask_rows + gl.expand_dims(tree_node // 32, 0), mask=row_ok & in_tree, other=0)
-            visible = ((words >> gl.expand_dims(tree_node % 32, 0)) & 1) != 0
+            visible = _tree_visibility(mask_rows, start + cols_s, num_nodes, row_ok, 0)
             acc, m_i, l_i = _masked_tile(acc, m_i, l_i, q_op, kx_smem, vx_smem,
                                          k_tile_ptrs + (prefix_len + start) * stride_ks,
                                          v_tile_ptrs + (prefix_len + start) * stride_vs, key_ok, visible, qk_scale,

@@ -37,8 +37,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .tree_verify_gluon import (_cta_barrier, _load_q_rows, _load_tile_pair, _masked_key_tiles, _program_coords,
-                                _request_first_masked_tile, _softmax_step, _split_keys, _store_rows, _zero_rows_from)
+from .tree_verify_gluon import (_await_masked_tile, _cta_barrier, _load_q_rows, _load_tile_pair, _masked_key_tiles,
+                                _program_coords, _request_first_masked_tile, _softmax_step, _split_keys, _store_rows,
+                                _tree_visibility)
 
 
 @gluon.jit
@@ -243,9 +244,7 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
     rows_s = row0 + gl.arange(0, TAIL_M, layout=gl.SliceLayout(0, st_layout))
     phase = 0
     if has_partial:
-        mbarrier.wait(tail_bar, phase=phase)
-        phase = phase ^ 1
-        _zero_rows_from(vt_smem, hi - full_end, 4, ld_layout)
+        phase = _await_masked_tile(tail_bar, phase, vt_smem, hi - full_end, 4, ld_layout)
         visible = gl.expand_dims(full_end + keys_s < hi, 1) & all_keys
         acc_t, m_t, l_t = _tail_tile(acc_t, m_t, l_t, kt_smem, vt_smem, qt_op, p_smem, visible, qk_scale, st_layout,
                                      ot_layout, TAIL_M, BLOCK_N)
@@ -259,13 +258,8 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
             if start > 0:
                 _load_tile_pair(k_desc, v_desc, desc_row + prefix_len + start, desc_col, tail_bar, kt_smem, vt_smem,
                                 True, tile_bytes)
-            tree_node = start + keys_s
-            in_tree = gl.expand_dims(tree_node < num_nodes, 1)
-            words = gl.load(mask_cols + gl.expand_dims(tree_node // 32, 1), mask=row_ok & in_tree, other=0)
-            visible = ((words >> gl.expand_dims(tree_node % 32, 1)) & 1) != 0
-            mbarrier.wait(tail_bar, phase=phase)
-            phase = phase ^ 1
-            _zero_rows_from(vt_smem, num_nodes - start, 4, ld_layout)
+            visible = _tree_visibility(mask_cols, start + keys_s, num_nodes, row_ok, 1)
+            phase = _await_masked_tile(tail_bar, phase, vt_smem, num_nodes - start, 4, ld_layout)
             acc_t, m_t, l_t = _tail_tile(acc_t, m_t, l_t, kt_smem, vt_smem, qt_op, p_smem, visible, qk_scale,
                                          st_layout, ot_layout, TAIL_M, BLOCK_N)
 
