@@ -70,8 +70,8 @@ class VerifyConfig:
                   (partial last prefix tile, else first tree tile) by TMA into buffers of its own
                   at its start, instead of loading its masked tiles through pointers after the
                   mask-free stream (2 x block_n x head dim x 2 bytes more shared memory). On the
-                  64-row tile it measured within ±0.5 us (H200, PERF.md round 7): off in every
-                  entry, kept as a switch for the sweeps, with its GPU tests.
+                  64-row tile it measured no faster (H200, PERF.md round 7): off in every entry,
+                  kept as a switch for the sweeps, with its GPU tests.
     triton_fallback: the configuration (Triton fields only) for calls the Gluon kernel cannot
                   take (fp32, a cache one descriptor cannot describe, no Hopper GPU, a Triton whose
                   Gluon does not build it), where the Triton kernel wants other tiles than the
