@@ -362,7 +362,6 @@ def sweep_variants() -> dict:
     return {
         "table": None,
         "table-nopdl": None,
-        "table-pppdl": None,
         "n32-m64-w4-s3-r2": VerifyConfig(**few),
         "n32-m64-w4-s3-r1": VerifyConfig(**dict(few, resident_per_sm=1)),
         "n32-m64-w4-s3-r3": VerifyConfig(**dict(few, resident_per_sm=3)),
@@ -416,13 +415,13 @@ _MANY_TMA = "n64-m128-w8-s3-r1-min128-tma"
 
 
 def sweep_plan() -> list[tuple[Shape, tuple]]:
-    """Round 7, fifth sweep: the merge after the ping-pong kernel launched as its programmatic
-    dependent without letting it start early ("pppdl": it starts at the split grid's end, its
-    launch already done), against an ordinary launch, on shapes where that kernel has splits."""
-    return [(Shape(b, t, hq, 8, 128, l), ("table", "table-pppdl"))
-            for b, t, hq, l in ((1, 17, 32, 32768), (1, 17, 32, 8192), (1, 9, 64, 8192), (1, 9, 64, 32768),
-                                (1, 65, 32, 8192), (1, 33, 64, 8192), (8, 17, 32, 8192), (8, 17, 32, 32768),
-                                (1, 33, 32, 32768), (8, 17, 64, 8192), (1, 16, 64, 32768), (8, 9, 64, 8192))]
+    """Round 7, fourth sweep: the 64-row Gluon tile's masked key tiles by TMA into its own
+    buffers, the first one requested at the program's start ("mtma"), against loaded through
+    pointers after the mask-free stream, on the shapes that run that tile."""
+    pair = ("n32-m64-w4-s4-r2-min64-gluon", "n32-m64-w4-s4-r2-min64-gluon-mtma")
+    return [(Shape(b, t, 32, 8, 128, l), pair)
+            for b, t, l in ((1, 9, 1024), (1, 16, 1024), (8, 9, 1024), (1, 9, 8192), (1, 16, 8192), (8, 9, 8192),
+                            (8, 16, 8192), (1, 9, 32768), (1, 16, 32768), (32, 9, 1024), (32, 16, 8192), (8, 9, 32768))]
 
 
 def sweep_shapes() -> list[Shape]:
@@ -436,14 +435,13 @@ def _variant_switches(name: str):
     the split kernel (not as its programmatic dependent)."""
     from . import tree_verify_triton as tvt
 
-    saved = tvt.TAIL_ONLY_WHEN_FULL, tvt.PROGRAMMATIC_MERGE, tvt.PINGPONG_MERGE_PDL
+    saved = tvt.TAIL_ONLY_WHEN_FULL, tvt.PROGRAMMATIC_MERGE
     tvt.TAIL_ONLY_WHEN_FULL = saved[0] and "tail" not in name
     tvt.PROGRAMMATIC_MERGE = saved[1] and "nopdl" not in name
-    tvt.PINGPONG_MERGE_PDL = saved[2] or "pppdl" in name
     try:
         yield
     finally:
-        tvt.TAIL_ONLY_WHEN_FULL, tvt.PROGRAMMATIC_MERGE, tvt.PINGPONG_MERGE_PDL = saved
+        tvt.TAIL_ONLY_WHEN_FULL, tvt.PROGRAMMATIC_MERGE = saved
 
 
 def run_sweep(ceilings: dict, max_seconds: float, started: float) -> list[dict]:

@@ -640,14 +640,10 @@ PROGRAMMATIC_MERGE = True
 def merge_starts_early(device, num_splits: int, pingpong: bool) -> bool:
     """Whether this call's merge is launched as the split kernel's programmatic dependent: a
     merge at all, a GPU and a Triton with grid dependency control, not after the ping-pong kernel
-    (there it measured up to 2.4 us slower: B1-T17-L32k 46.2 -> 48.6 us, PERF.md round 7)."""
-    return (PROGRAMMATIC_MERGE and num_splits > 1 and (not pingpong or PINGPONG_MERGE_PDL) and gdc_wait is not None
+    (there it measured up to 2.4 us slower when let start early, B1-T17-L32k 46.2 -> 48.6 us, and
+    within 0.5 us either way when started at that kernel's end; PERF.md round 7)."""
+    return (PROGRAMMATIC_MERGE and num_splits > 1 and not pingpong and gdc_wait is not None
             and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9)
-
-
-# sweep switch (round 7, fifth sweep): the merge after the ping-pong kernel as its programmatic
-# dependent too; that kernel never lets it start early, so it starts at the split grid's end
-PINGPONG_MERGE_PDL = False
 
 
 def log2_softmax_scale(head_dim: int, sm_scale: float | None = None) -> float:
