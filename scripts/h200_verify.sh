@@ -27,9 +27,15 @@ sweep() {
   grep -E '"error"' "$OUT/sweep.log" | cut -c1-300 | head -5
 }
 
-suite() {
+kernel_tests() {
   timeout 330 python3 -m pytest tests/kernels -q -x -n 14 -p no:cacheprovider >"$OUT/tests.log" 2>&1
-  echo "== kernel tests rc=$?"; tail -3 "$OUT/tests.log"
+  rc=$?; echo "== kernel tests rc=$rc"; tail -3 "$OUT/tests.log" | cut -c1-300
+  grep -E "^(FAILED|ERROR)|^E " "$OUT/tests.log" | cut -c1-300 | head -10
+  return $rc
+}
+
+suite() {
+  kernel_tests
   timeout 150 python3 -m pytest tests/bench/test_verify_kernel.py -rA -p no:cacheprovider -p no:xdist \
     >"$OUT/bench_tests.log" 2>&1
   echo "== bench tests rc=$?"
@@ -76,10 +82,7 @@ sweeponly)
   sweep
   ;;
 suitesweep)
-  timeout 330 python3 -m pytest tests/kernels -q -x -n 14 -p no:cacheprovider >"$OUT/tests.log" 2>&1
-  rc=$?; echo "== kernel tests rc=$rc"; tail -3 "$OUT/tests.log" | cut -c1-300
-  grep -E "^(FAILED|ERROR)|^E " "$OUT/tests.log" | cut -c1-300 | head -10
-  if [ $rc -eq 0 ]; then sweep; fi
+  if kernel_tests; then sweep; fi
   ;;
 commit)
   timeout 120 python3 -m pytest tests/kernels/test_accept_commit.py tests/kernels/test_kv_commit.py \
