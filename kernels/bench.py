@@ -362,6 +362,7 @@ def sweep_variants() -> dict:
     return {
         "table": None,
         "table-nopdl": None,
+        "table-twopass": None,
         "n32-m64-w4-s3-r2": VerifyConfig(**few),
         "n32-m64-w4-s3-r1": VerifyConfig(**dict(few, resident_per_sm=1)),
         "n32-m64-w4-s3-r3": VerifyConfig(**dict(few, resident_per_sm=3)),
@@ -415,13 +416,13 @@ _MANY_TMA = "n64-m128-w8-s3-r1-min128-tma"
 
 
 def sweep_plan() -> list[tuple[Shape, tuple]]:
-    """Round 7, fourth sweep: the 64-row Gluon tile's masked key tiles by TMA into its own
-    buffers, the first one requested at the program's start ("mtma"), against loaded through
-    pointers after the mask-free stream, on the shapes that run that tile."""
-    pair = ("n32-m64-w4-s4-r2-min64-gluon", "n32-m64-w4-s4-r2-min64-gluon-mtma")
-    return [(Shape(b, t, 32, 8, 128, l), pair)
-            for b, t, l in ((1, 9, 1024), (1, 16, 1024), (8, 9, 1024), (1, 9, 8192), (1, 16, 8192), (8, 9, 8192),
-                            (8, 16, 8192), (1, 9, 32768), (1, 16, 32768), (32, 9, 1024), (32, 16, 8192), (8, 9, 32768))]
+    """Round 8, first sweep: the merge's two passes as straight-line code where all splits fit
+    one block (one round trip to L2), against the two passes apart, on the shapes with splits."""
+    pair = ("table", "table-twopass")
+    return [(Shape(b, t, h, 8, 128, l), pair)
+            for b, t, h, l in ((1, 9, 32, 32768), (1, 16, 32, 32768), (1, 17, 32, 32768), (1, 33, 32, 32768),
+                               (1, 9, 32, 8192), (1, 16, 32, 8192), (1, 17, 64, 32768), (1, 9, 32, 1024),
+                               (8, 9, 32, 8192), (8, 16, 32, 8192), (8, 17, 32, 8192), (8, 17, 64, 8192))]
 
 
 def sweep_shapes() -> list[Shape]:
@@ -432,16 +433,18 @@ def sweep_shapes() -> list[Shape]:
 def _variant_switches(name: str):
     """The launcher's module switches a variant's name asks for: "tail" takes the tail tile
     wherever the rows allow one (the planner's tail policy off), "nopdl" launches the merge after
-    the split kernel (not as its programmatic dependent)."""
+    the split kernel (not as its programmatic dependent), "twopass" keeps the merge's two passes
+    apart where all splits fit one block."""
     from . import tree_verify_triton as tvt
 
-    saved = tvt.TAIL_ONLY_WHEN_FULL, tvt.PROGRAMMATIC_MERGE
+    saved = tvt.TAIL_ONLY_WHEN_FULL, tvt.PROGRAMMATIC_MERGE, tvt.MERGE_ONE_PASS
     tvt.TAIL_ONLY_WHEN_FULL = saved[0] and "tail" not in name
     tvt.PROGRAMMATIC_MERGE = saved[1] and "nopdl" not in name
+    tvt.MERGE_ONE_PASS = saved[2] and "twopass" not in name
     try:
         yield
     finally:
-        tvt.TAIL_ONLY_WHEN_FULL, tvt.PROGRAMMATIC_MERGE = saved
+        tvt.TAIL_ONLY_WHEN_FULL, tvt.PROGRAMMATIC_MERGE, tvt.MERGE_ONE_PASS = saved
 
 
 def run_sweep(ceilings: dict, max_seconds: float, started: float) -> list[dict]:

@@ -295,23 +295,44 @@ def _tree_verify_partial_kernel(
 
 
 @triton.jit
+def _merge_split_block(acc, l_i, s0, lse_base, o_base, rows, row_valid, dims, m_shift, num_splits, rows_pad,
+                       HEAD_DIM: tl.constexpr, SPLIT_BLOCK: tl.constexpr):
+    """acc += the weighted partials of splits [s0, s0 + SPLIT_BLOCK), l_i += their weights: the
+    splits unrolled, their [rows, D] loads independent of each other (all in flight at once)."""
+    for j in tl.static_range(SPLIT_BLOCK):
+        ok = row_valid & (tl.zeros_like(rows) + (s0 + j) < num_splits)
+        part_row = (s0 + j) * rows_pad + rows
+        lse = tl.load(lse_base + part_row, mask=ok, other=float("-inf"))
+        part = tl.load(o_base + part_row[:, None] * HEAD_DIM + dims[None, :], mask=ok[:, None], other=0.0)
+        # an empty split holds lse = -inf (weight 0); select, so that whatever its partial holds
+        # (even NaN) never reaches the sum
+        live = lse > float("-inf")
+        weight = tl.where(live, tl.exp2(lse - m_shift), 0.0)
+        acc += tl.where(live[:, None], part * weight[:, None], 0.0)
+        l_i += weight
+    return acc, l_i
+
+
+@triton.jit
 def _tree_verify_merge_kernel(
     part_o_ptr, part_lse_ptr, out_ptr,
     stride_ob, stride_ot, stride_oh,
     num_rows, num_kv_heads, rows_pad, num_splits, row_blocks,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, MERGE_ROWS: tl.constexpr, SPLIT_BLOCK: tl.constexpr,
-    WAIT_FOR_SPLITS: tl.constexpr = False,
+    WAIT_FOR_SPLITS: tl.constexpr = False, ONE_BLOCK: tl.constexpr = False,
 ):
     """Merge the splits of MERGE_ROWS packed rows of one (request, KV head).
 
     The work is a few MB that the split kernel has just left in L2, so this kernel is all
-    latency. Two passes: the largest log2-sum-exp of each row first (one small [splits, rows]
-    load per SPLIT_BLOCK splits), then each split's weight is known up front and the weighted
-    sum is a chain of multiply-adds, not of online rescalings; its SPLIT_BLOCK splits are
-    unrolled, their [MERGE_ROWS, D] partials independent loads all in flight at once, with no
-    reduction across threads. int32 offsets from one per-head base keep the addresses cheap.
-    With WAIT_FOR_SPLITS it was launched as a programmatic dependent of the split kernel, and
-    may have started before the splits ended: it waits for them before its first load.
+    latency. Two passes: the largest log2-sum-exp of each row first, then each split's weight
+    is known up front and the weighted sum is a chain of multiply-adds, not of online
+    rescalings; its SPLIT_BLOCK splits are unrolled, their [MERGE_ROWS, D] partials independent
+    loads all in flight at once, with no reduction across threads. int32 offsets from one
+    per-head base keep the addresses cheap. With ONE_BLOCK (all splits in one block) both passes
+    are straight-line code, so the partials' loads need not wait for the first pass's: one
+    round trip to L2 instead of two. With WAIT_FOR_SPLITS it was launched as a programmatic
+    dependent of the split kernel, and may have started before the splits ended: it waits for
+    them before its first load.
     """
     pid = tl.program_id(0)
     head_b = pid // row_blocks
@@ -327,28 +348,28 @@ def _tree_verify_merge_kernel(
     m_i = tl.full([MERGE_ROWS], float("-inf"), dtype=tl.float32)
     if WAIT_FOR_SPLITS:
         gdc_wait()
-    for s0 in range(0, num_splits, SPLIT_BLOCK):
-        ok = ((s0 + split_ids) < num_splits)[:, None] & row_valid[None, :]
-        lse = tl.load(lse_base + (s0 + split_ids)[:, None] * rows_pad + rows[None, :], mask=ok,
-                      other=float("-inf"))
-        m_i = tl.maximum(m_i, tl.max(lse, 0))
+    if ONE_BLOCK:
+        for j in tl.static_range(SPLIT_BLOCK):
+            ok = row_valid & (tl.zeros_like(rows) + j < num_splits)
+            m_i = tl.maximum(m_i, tl.load(lse_base + j * rows_pad + rows, mask=ok, other=float("-inf")))
+    else:
+        for s0 in range(0, num_splits, SPLIT_BLOCK):
+            ok = ((s0 + split_ids) < num_splits)[:, None] & row_valid[None, :]
+            lse = tl.load(lse_base + (s0 + split_ids)[:, None] * rows_pad + rows[None, :], mask=ok,
+                          other=float("-inf"))
+            m_i = tl.maximum(m_i, tl.max(lse, 0))
     # rows no split saw a key for keep m = -inf: shift by 0 (their weights are all 0)
     m_shift = tl.where(m_i == float("-inf"), 0.0, m_i)
 
     acc = tl.zeros([MERGE_ROWS, HEAD_DIM], dtype=tl.float32)
     l_i = tl.zeros([MERGE_ROWS], dtype=tl.float32)
-    for s0 in range(0, num_splits, SPLIT_BLOCK):
-        for j in tl.static_range(SPLIT_BLOCK):
-            ok = row_valid & (tl.zeros_like(rows) + (s0 + j) < num_splits)
-            part_row = (s0 + j) * rows_pad + rows
-            lse = tl.load(lse_base + part_row, mask=ok, other=float("-inf"))
-            part = tl.load(o_base + part_row[:, None] * HEAD_DIM + dims[None, :], mask=ok[:, None], other=0.0)
-            # an empty split holds lse = -inf (weight 0); select, so that whatever its partial
-            # holds (even NaN) never reaches the sum
-            live = lse > float("-inf")
-            weight = tl.where(live, tl.exp2(lse - m_shift), 0.0)
-            acc += tl.where(live[:, None], part * weight[:, None], 0.0)
-            l_i += weight
+    if ONE_BLOCK:
+        acc, l_i = _merge_split_block(acc, l_i, 0, lse_base, o_base, rows, row_valid, dims, m_shift, num_splits,
+                                      rows_pad, HEAD_DIM, SPLIT_BLOCK)
+    else:
+        for s0 in range(0, num_splits, SPLIT_BLOCK):
+            acc, l_i = _merge_split_block(acc, l_i, s0, lse_base, o_base, rows, row_valid, dims, m_shift,
+                                          num_splits, rows_pad, HEAD_DIM, SPLIT_BLOCK)
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
     node = rows // GROUP
     q_head = kv_head * GROUP + rows % GROUP
@@ -522,6 +543,11 @@ def plan_verify_launch(batch: int, num_nodes: int, q_heads: int, kv_heads: int, 
 # a sixth of the call; as one 3-D block without the wait, 12 us.
 MERGE_ELEMENTS = 8192
 MERGE_ROWS = 8
+
+
+# Where all splits fit one block, the merge's two passes are straight-line code (one round trip
+# to L2; ``_tree_verify_merge_kernel``'s ONE_BLOCK). The sweeps turn it off to measure it.
+MERGE_ONE_PASS = True
 
 
 def merge_tiles(num_splits: int, head_dim: int) -> tuple[int, int]:
@@ -784,6 +810,7 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
             out.stride(0), out.stride(1), out.stride(2),
             num_nodes * group, kv_heads, rows_pad, splits, row_blocks,
             GROUP=group, HEAD_DIM=head_dim, MERGE_ROWS=merge_rows, SPLIT_BLOCK=split_block,
-            WAIT_FOR_SPLITS=merge_early, num_warps=4, **({"launch_pdl": True} if merge_early else {}),
+            WAIT_FOR_SPLITS=merge_early, ONE_BLOCK=MERGE_ONE_PASS and splits <= split_block, num_warps=4,
+            **({"launch_pdl": True} if merge_early else {}),
         )
     return out
