@@ -352,7 +352,7 @@ def sweep_variants() -> dict:
     whatever the batch (the planner's tail policy off); "fold": the softmax scale folded into
     the exponent; "gluon": the Gluon kernel; "qreg": its q in registers; "pp": the ping-pong
     kernel; "m192": with 192-row tiles where they pad less; "tail8": with its 8-row tail
-    warpgroup; the others have the tail tile off.
+    warpgroup; "pp64": 64-row tiles on it too; the others have the tail tile off.
     """
     from .configs import VerifyConfig
 
@@ -405,6 +405,10 @@ def sweep_variants() -> dict:
         **{f"n64-m192-w8-s{s}-r1-min128-gluon-pp": VerifyConfig(**dict(many, num_stages=s), tma=True, gluon=True,
                                                                  gluon_pingpong=True, gluon_pingpong_192=True)
            for s in (3, 4, 5)},
+        # 64-row tiles on the ping-pong kernel: one warpgroup and the load warp (round 8)
+        "n64-m64-w4-s4-r1-gluon-pp64": VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3,
+                                                    resident_per_sm=1, max_tail_m=0, tma=True, gluon=True,
+                                                    gluon_stages=4, gluon_pingpong=True, gluon_pingpong_64=True),
         "n64-m128-w8-s4-r1-min128-gluon-pp-tail8": VerifyConfig(**dict(many, num_stages=4), tma=True, gluon=True,
                                                                 gluon_pingpong=True, gluon_pingpong_192=True,
                                                                 gluon_pingpong_tail=True),
@@ -416,13 +420,12 @@ _MANY_TMA = "n64-m128-w8-s3-r1-min128-tma"
 
 
 def sweep_plan() -> list[tuple[Shape, tuple]]:
-    """Round 8, first sweep: the merge's two passes as straight-line code where all splits fit
-    one block (one round trip to L2), against the two passes apart, on the shapes with splits."""
-    pair = ("table", "table-twopass")
-    return [(Shape(b, t, h, 8, 128, l), pair)
-            for b, t, h, l in ((1, 9, 32, 32768), (1, 16, 32, 32768), (1, 17, 32, 32768), (1, 33, 32, 32768),
-                               (1, 9, 32, 8192), (1, 16, 32, 8192), (1, 17, 64, 32768), (1, 9, 32, 1024),
-                               (8, 9, 32, 8192), (8, 16, 32, 8192), (8, 17, 32, 8192), (8, 17, 64, 8192))]
+    """Round 8, fourth sweep: up to 64 packed rows on the ping-pong kernel's single warpgroup fed
+    by its load warp (64-key tiles, 4 slots, one program per SM), against the 64-row Gluon kernel
+    (the table: 32-key tiles, two programs per SM)."""
+    pair = ("table", "n64-m64-w4-s4-r1-gluon-pp64")
+    return [(Shape(b, t, 32, 8, 128, l), pair)
+            for t in (9, 16) for b in (1, 8, 32) for l in (1024, 8192, 32768)]
 
 
 def sweep_shapes() -> list[Shape]:

@@ -66,6 +66,10 @@ class VerifyConfig:
     gluon_pingpong_tail: rows past whole 128-row tiles, up to 8 (T = 2^k + 1 at G <= 8), ride in
                   the ping-pong kernel's tail warpgroup (keys as its MMAs' M dimension, the rows
                   as N = 8) instead of a third warpgroup or another program.
+    gluon_pingpong_64: 64-row tiles on the ping-pong kernel too (one warpgroup and its load
+                  warp), and, with gluon_pingpong_tail, 65 to 72 rows (T = 17 at G = 4, T = 9 at
+                  G = 8) on one 64-row warpgroup and the tail warpgroup instead of a 128-row tile
+                  with half its MMAs on padding.
     gluon_masked_tma: the (non-ping-pong) Gluon kernel requests its split's first masked key tile
                   (partial last prefix tile, else first tree tile) by TMA into buffers of its own
                   at its start, instead of loading its masked tiles through pointers after the
@@ -96,6 +100,7 @@ class VerifyConfig:
     gluon_pingpong: bool = False
     gluon_pingpong_192: bool = False
     gluon_pingpong_tail: bool = False
+    gluon_pingpong_64: bool = False
     gluon_masked_tma: bool = False
     triton_fallback: VerifyConfig | None = None
 
@@ -129,12 +134,14 @@ _SM90_MANY = {
     # ride in a tail warpgroup: against a third warpgroup (192-row tiles, themselves 6-30 %
     # faster than two 128-row programs), 2-10 % faster on 12 of the 16 shapes swept (B32-T65-L32k
     # 2929 -> 2624 us); 192-row tiles stay where they need fewer programs (520 rows) and the
-    # planner drops both on short streams of a part-filled GPU.
+    # planner drops both on short streams of a part-filled GPU. 65-72 rows (T = 17 at G = 4, T = 9
+    # at G = 8) take one 64-row warpgroup and the tail instead of a 128-row tile: 4-10 % faster on
+    # all 12 shapes swept (round 8, third sweep: B32-T17-L32k 1038 -> 942 us, B8-T17-L8k 75.0 -> 72.0).
     # Triton fallback: descriptor loads, 3-5 % faster than per-element loads on every shape swept
     # (round 4).
     128: VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
                       tma=True, gluon=True, gluon_stages=4, gluon_pingpong=True, gluon_pingpong_192=True,
-                      gluon_pingpong_tail=True,
+                      gluon_pingpong_tail=True, gluon_pingpong_64=True,
                       triton_fallback=VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3,
                                                    max_tail_m=0, min_block_m=128, tma=True)),
 }
@@ -153,6 +160,17 @@ SHORT_CACHE_ROWS = 2048
 # 47.4); q in registers made no difference there. The Triton fallback keeps 3 stages.
 _SM90_FEW_128 = VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2,
                              max_tail_m=0, gluon=True, gluon_stages=4)
+# ... except on a grid of at most FEW_HEADS (request, KV head) pairs (batch 1 and 8 at 8 KV heads),
+# where the ping-pong kernel's single warpgroup fed by its load warp (64-key tiles, 4 slots, one
+# program per SM, half the splits) was faster on 11 of the 12 shapes of round 8's fourth sweep (by
+# 1-8 %: B1-T9-L8k 19.0 -> 17.5 us, B8-T9-L8k 71.3 -> 70.5; B1-T9-L1k 11.2 -> 11.5), and 2-13 %
+# slower at batch 32, where its 256 programs take two waves (B32-T9-L1k 39.7 -> 44.8).
+FEW_HEADS = 64
+_SM90_FEW_PINGPONG_128 = VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=1,
+                                      max_tail_m=0, tma=True, gluon=True, gluon_stages=4, gluon_pingpong=True,
+                                      gluon_pingpong_64=True,
+                                      triton_fallback=VerifyConfig(block_n=32, max_block_m=64, num_warps=4,
+                                                                   num_stages=3, resident_per_sm=2, max_tail_m=0))
 # The Triton kernel's small-work tier: with the tail tile 255 registers x 128 threads, 73 KB
 # shared memory: still 2 per SM. The Gluon ping-pong kernel's 128-row tiles beat the 64-row tiles
 # there too (round 6, second sweep, all eight shapes: B1-T17-L32k 59.8 -> 46.0 us, B32-T17-L1k
@@ -195,6 +213,12 @@ VERIFY_CONFIGS: dict[str, dict[int, tuple[tuple, ...]]] = {
     },
 }
 VERIFY_CONFIGS["sm_100"] = VERIFY_CONFIGS["sm_90"]
+# Entries that replace a tier's on small grids: (packed rows up to, (request, KV head) pairs up
+# to, entry), tried before VERIFY_CONFIGS.
+VERIFY_FEW_HEADS: dict[str, dict[int, tuple[tuple, ...]]] = {
+    "sm_90": {128: ((64, FEW_HEADS, _SM90_FEW_PINGPONG_128),)},
+}
+VERIFY_FEW_HEADS["sm_100"] = VERIFY_FEW_HEADS["sm_90"]
 
 # Fewest key rows one split handles (amortises the query load and the partial write).
 MIN_SPLIT_KEYS = 256
@@ -218,6 +242,10 @@ def verify_config(arch: str, head_dim: int, packed_rows: int = 1, batch_heads: i
     table = VERIFY_CONFIGS.get(arch, VERIFY_CONFIGS["sm_120"])
     if head_dim not in table:
         raise ValueError(f"head dim {head_dim} is not supported; use one of {sorted(table)}")
+    if arch in VERIFY_CONFIGS and batch_heads is not None:
+        for most_rows, most_heads, config in VERIFY_FEW_HEADS.get(arch, {}).get(head_dim, ()):
+            if packed_rows <= most_rows and batch_heads <= most_heads:
+                return config
     small_grid = batch_heads is not None and batch_heads < SMALL_GRID_HEADS
     short_cache = cache_rows is not None and cache_rows <= SHORT_CACHE_ROWS
     for most_rows, config, *small in table[head_dim]:

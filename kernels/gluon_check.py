@@ -24,10 +24,11 @@ import sys
 from .sm120_check import CompileReport, _inspect_cubin, _ptxas_spill_bytes, format_reports
 
 SM90_SHARED_LIMIT = 232448  # bytes per block, opt-in maximum on compute capability 9.0
-# packed rows per table tier and tile that runs a Gluon kernel: T = 9 / 16 at G = 4 (64-row
-# tile), T = 17 (ping-pong, 128 rows), T = 33 (ping-pong, 128 rows and the 8-row tail), T = 65
-# at G = 8 (ping-pong, 192 rows)
-TIER_ROWS = (36, 68, 132, 520)
+# (packed rows, batch) per table tier and tile that runs a Gluon kernel (G = 4, 8 KV heads): T = 9
+# at batch 32 (64-row tile) and at batch 1 (ping-pong, one 64-row warpgroup), T = 17 (ping-pong,
+# 64 rows and the 8-row tail), T = 33 (ping-pong, 128 rows and the tail), T = 65 at G = 8
+# (ping-pong, 192 rows)
+TIER_ROWS = ((36, 32), (36, 1), (68, 32), (132, 32), (520, 32))
 
 
 def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
@@ -40,18 +41,18 @@ def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
     from .configs import verify_config
     from .tree_verify_gluon import _tree_verify_partial_kernel_gluon
     from .tree_verify_gluon_pingpong import _tree_verify_partial_kernel_gluon_pingpong
-    from .tree_verify_triton import _gluon_descriptors, _plan
+    from .tree_verify_triton import _gluon_descriptors, _plan, runs_pingpong
 
     reports, seen = [], set()
-    for rows in TIER_ROWS:
-        cfg = verify_config("sm_90", head_dim, rows, 256, 8192 + 17)
-        # the tiles the planner gives these rows (G = 4, batch 32, L8k on 132 SMs)
-        plan = _plan(32, rows // 4, 4, 8, 8192 + rows // 4, 132, cfg)
+    for rows, batch in TIER_ROWS:
+        cfg = verify_config("sm_90", head_dim, rows, batch * 8, 8192 + 17)
+        # the tiles the planner gives these rows (G = 4, L8k on 132 SMs)
+        plan = _plan(batch, rows // 4, 4, 8, 8192 + rows // 4, 132, cfg)
         block_m, tail_m = plan["block_m"], plan["tail_m"]
         if not cfg.gluon or (cfg, block_m, tail_m) in seen:
             continue
         seen.add((cfg, block_m, tail_m))
-        pingpong = cfg.gluon_pingpong and block_m in (128, 192)
+        pingpong = runs_pingpong(cfg, block_m)
         fn = _tree_verify_partial_kernel_gluon_pingpong if pingpong else _tree_verify_partial_kernel_gluon
         launch_warps = 4 if pingpong else cfg.num_warps
         block_n = cfg.gluon_block_n or cfg.block_n

@@ -1,4 +1,5 @@
-"""The Hopper split kernel's 128- and 192-row tiles with their warpgroups in ping-pong (Gluon).
+"""The Hopper split kernel's 128- and 192-row tiles with their warpgroups in ping-pong (Gluon),
+and its 64-row tile with a tail.
 
 Why: in the 8-warp kernel of ``tree_verify_gluon`` both warpgroups run the same code in
 lockstep (a CTA barrier every key tile), so they take their softmax at the same time and leave
@@ -18,6 +19,10 @@ work, instead of a third warpgroup or another program streaming the cache. Its t
 pipelined like the other warpgroups' (S^T(j+1) issued before P^T(j) is written, softmax(j+1)
 under O^T += V^T.P^T(j)), and its masked tiles come by TMA into its own buffers, the first one
 while the mask-free tiles stream.
+
+A 64-row tile (``BLOCK_M = 64``) is one warpgroup handing the turn to itself, fed by the load
+warp; the same tail rides on it for 65 to 72 packed rows (T = 17 at G = 4, T = 9 at G = 8),
+which otherwise take a 128-row tile with half its MMAs on padding.
 
 Same work decomposition, partial layout and merge as the other split kernels; the 64-row
 warpgroups' partial last prefix tile and tree tiles go through masked pointer loads into the ring
@@ -283,13 +288,13 @@ def _tree_verify_partial_kernel_gluon_pingpong(
 ):
     # launched with 4 warps (warpgroup 0, the default partition); the other warpgroups, the load
     # warp and the tail warpgroup are worker partitions. Q_IN_REGS is not read: q sits in
-    # registers on two warpgroups, in shared memory on three.
+    # registers on one or two warpgroups, in shared memory on three.
     gl.static_assert(num_warps == 4)
     NUM_WG: gl.constexpr = BLOCK_M // 64
     gl.static_assert(NUM_WG * 64 == BLOCK_M)
-    gl.static_assert(NUM_WG == 2 or NUM_WG == 3)
+    gl.static_assert(NUM_WG == 1 or NUM_WG == 2 or NUM_WG == 3)
     gl.static_assert(STAGES >= NUM_WG + (TAIL_M > 0))
-    gl.static_assert(TAIL_M == 0 or (TAIL_M == 8 and NUM_WG == 2))
+    gl.static_assert(TAIL_M == 0 or (TAIL_M == 8 and NUM_WG <= 2))
     dtype: gl.constexpr = k_desc.dtype
     kv_sl: gl.constexpr = k_desc.layout
 
@@ -336,14 +341,30 @@ def _tree_verify_partial_kernel_gluon_pingpong(
                      stride_mt, stride_ob, stride_ot, stride_oh, qk_scale, b, kv_head, head_b, split, prefix_len,
                      num_nodes, num_splits, chunk, num_m_tiles * BLOCK_M + TAIL_M, num_m_tiles * BLOCK_M,
                      m_tile == num_m_tiles - 1, n_full, full_end, hi, b * cache_rows, kv_head * HEAD_DIM)
+        if NUM_WG == 1:
+            # one warpgroup hands the turn to itself; the tail has the registers to spare
+            gl.warp_specialize([
+                (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
+                                             True)),
+                (_pingpong_load_partition, (load_args, BLOCK_N, STAGES)),
+                (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
+                                              TAIL_M)),
+            ], [1, 4], [24, 128])
+        else:
+            gl.warp_specialize([
+                (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
+                                             not Q_SMEM)),
+                (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
+                                             not Q_SMEM)),
+                (_pingpong_load_partition, (load_args, BLOCK_N, STAGES)),
+                (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
+                                              TAIL_M)),
+            ], [4, 1, 4], [208, 24, 72])
+    elif NUM_WG == 1:
         gl.warp_specialize([
-            (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM)),
-            (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM)),
+            (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG, True)),
             (_pingpong_load_partition, (load_args, BLOCK_N, STAGES)),
-            (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG, TAIL_M)),
-        ], [4, 1, 4], [208, 24, 72])
+        ], [1], [24])
     elif NUM_WG == 2:
         gl.warp_specialize([
             (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,

@@ -507,6 +507,8 @@ def _plan(batch, num_nodes, group, kv_heads, cache_rows, sms, cfg, tail_only_whe
     if (cfg.gluon_pingpong_tail and whole >= 1 and 0 < over <= PINGPONG_TAIL_ROWS
             and not (extra and triton.cdiv(packed, 192) < whole)):
         block_m, num_m_tiles, tail_m = 128, whole, PINGPONG_TAIL_ROWS
+    elif cfg.gluon_pingpong_64 and cfg.gluon_pingpong_tail and 64 < packed <= 64 + PINGPONG_TAIL_ROWS:
+        block_m, num_m_tiles, tail_m = 64, 1, PINGPONG_TAIL_ROWS
     else:
         block_m, num_m_tiles, tail_m = pick_query_tiles(packed, cfg.max_block_m, cfg.max_tail_m, cfg.min_block_m,
                                                         extra)
@@ -520,7 +522,8 @@ def _plan(batch, num_nodes, group, kv_heads, cache_rows, sms, cfg, tail_only_whe
     if wide and chunk < WIDE_TILE_MIN_CHUNK and base_programs * num_splits < WIDE_TILE_MIN_WAVES * slots:
         # short streams on a part-filled GPU: more, narrower programs
         return _plan(batch, num_nodes, group, kv_heads, cache_rows, sms,
-                     dataclasses.replace(cfg, gluon_pingpong_192=False, gluon_pingpong_tail=False),
+                     dataclasses.replace(cfg, gluon_pingpong_192=False, gluon_pingpong_tail=False,
+                                         gluon_pingpong_64=False),
                      tail_only_when_full)
     return dict(config=cfg, block_m=block_m, num_m_tiles=num_m_tiles, tail_m=tail_m, chunk=chunk,
                 num_splits=num_splits, grid=(base_programs, num_splits))
@@ -678,6 +681,12 @@ def log2_softmax_scale(head_dim: int, sm_scale: float | None = None) -> float:
     return (1.0 / math.sqrt(head_dim) if sm_scale is None else sm_scale) * LOG2E
 
 
+def runs_pingpong(cfg, block_m: int) -> bool:
+    """Whether the Gluon kernel for this tile is the ping-pong one (where ``cfg`` asks for it):
+    128- and 192-row tiles, and 64-row ones (with or without the tail) where it asks for those."""
+    return cfg.gluon_pingpong and (block_m in (128, 192) or (block_m == 64 and cfg.gluon_pingpong_64))
+
+
 def plan_split_kernel(plan: dict, q, k_cache, v_cache, scale: float) -> tuple[str, int, int]:
     """Which split kernel a launch with this plan runs, with its key rows per tile and stages:
     ("gluon", ...) where the config asks for it and the call allows it (a Hopper GPU, 16-bit
@@ -689,7 +698,8 @@ def plan_split_kernel(plan: dict, q, k_cache, v_cache, scale: float) -> tuple[st
             and q.dtype in (torch.float16, torch.bfloat16) and k_cache.dtype == q.dtype
             and v_cache.dtype == q.dtype and scale > 0 and q.shape[-1] <= 128
             and (plan["tail_m"] == 0 or (cfg.gluon_pingpong and plan["tail_m"] == PINGPONG_TAIL_ROWS))
-            and plan["block_m"] >= 16 * cfg.num_warps and _tma_view_ok(k_cache) and _tma_view_ok(v_cache)
+            and (plan["block_m"] >= 16 * cfg.num_warps or runs_pingpong(cfg, plan["block_m"]))
+            and _tma_view_ok(k_cache) and _tma_view_ok(v_cache)
             and _gluon_unusable() is None):
         return "gluon", cfg.gluon_block_n or cfg.block_n, cfg.gluon_stages or cfg.num_stages
     return "triton", cfg.block_n, cfg.num_stages
@@ -701,8 +711,9 @@ def triton_fallback(cfg):
     which only the ping-pong kernel has, fall back to power-of-two tiles); None: the same one."""
     if cfg.triton_fallback is not None:
         return cfg.triton_fallback
-    if cfg.gluon_pingpong_192 or cfg.gluon_pingpong_tail:
-        return dataclasses.replace(cfg, gluon_pingpong_192=False, gluon_pingpong_tail=False)
+    if cfg.gluon_pingpong_192 or cfg.gluon_pingpong_tail or cfg.gluon_pingpong_64:
+        return dataclasses.replace(cfg, gluon_pingpong_192=False, gluon_pingpong_tail=False,
+                                   gluon_pingpong_64=False)
     return None
 
 
@@ -756,7 +767,7 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
     upcast = q.device.type != "cuda" and q.dtype == torch.bfloat16
     precision = "ieee" if q.dtype == torch.float32 or upcast else "tf32"
     single = splits == 1
-    pingpong = kernel == "gluon" and cfg.gluon_pingpong and block_m in (128, 192)
+    pingpong = kernel == "gluon" and runs_pingpong(cfg, block_m)
     merge_early = merge_starts_early(q.device, splits, pingpong)
     rows_pad = num_m_tiles * block_m + tail_m
     if single:

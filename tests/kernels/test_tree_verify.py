@@ -217,6 +217,14 @@ def _gluon_configs():
         # 17 x 8, 33 x 4); 3 slots, the fewest it allows
         "pingpong-tail": VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0,
                                       min_block_m=128, gluon=True, gluon_pingpong=True, gluon_pingpong_tail=True),
+        # 64-row tiles on one warpgroup fed by the load warp (several tiles past 64 rows), 3 slots
+        "pingpong-64": VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=1,
+                                    max_tail_m=0, min_block_m=64, gluon=True, gluon_pingpong=True,
+                                    gluon_pingpong_64=True),
+        # 65-72 rows (17 x 4, 9 x 8) on one 64-row warpgroup and the tail warpgroup
+        "pingpong-64tail": VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0,
+                                        min_block_m=128, gluon=True, gluon_pingpong=True, gluon_pingpong_tail=True,
+                                        gluon_pingpong_64=True),
     }
 
 
@@ -234,13 +242,15 @@ GLUON_CASES = [
     (16, 2, [5000, 3000], 64, torch.bfloat16, 7),
     (17, 8, [3000, 200], 128, torch.bfloat16, None),   # 136 rows: 128 + an 8-row tail
     (33, 4, [5000, 64], 128, torch.float16, 3),       # 132 rows: 128 + 4, split
+    (9, 8, [2000, 100, 0], 128, torch.bfloat16, 2),   # 72 rows: 64 + an 8-row tail
 ]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
                     reason="the Gluon kernel is for sm_90 GPUs")
 @pytest.mark.parametrize("tile", ["w8-m128", "w4-m64", "w4-m64-mtma", "w8-m128-n128-qreg", "pingpong",
-                                  "pingpong-s2", "pingpong-192", "pingpong-tail"])
+                                  "pingpong-s2", "pingpong-192", "pingpong-tail", "pingpong-64",
+                                  "pingpong-64tail"])
 @pytest.mark.parametrize("num_nodes,group,lens,head_dim,dtype,splits", GLUON_CASES)
 def test_gluon_kernel_matches_reference(num_nodes, group, lens, head_dim, dtype, splits, tile, monkeypatch,
                                        request):
@@ -248,7 +258,7 @@ def test_gluon_kernel_matches_reference(num_nodes, group, lens, head_dim, dtype,
     from specdec_kernels.tree_verify_triton import plan_split_kernel, plan_verify_launch
 
     config = _gluon_configs()[tile]
-    if tile in ("pingpong-192", "pingpong-tail"):
+    if tile in ("pingpong-192", "pingpong-tail", "pingpong-64tail"):
         # these small batches are short streams on a part-filled GPU, where the planner drops
         # 192-row tiles and tails: keep them, so that the cases past 128 rows run them
         monkeypatch.setattr(tree_verify_triton, "WIDE_TILE_MIN_CHUNK", 0)
@@ -262,6 +272,8 @@ def test_gluon_kernel_matches_reference(num_nodes, group, lens, head_dim, dtype,
     rows = num_nodes * group
     if tile == "pingpong-tail" and rows > 128 and 0 < rows % 128 <= 8:
         assert plan["tail_m"] == 8, plan
+    if tile == "pingpong-64tail" and 64 < rows <= 72:
+        assert (plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == (64, 1, 8), plan
     if tile == "pingpong-192" and rows in (132, 136, 260, 264):
         assert plan["block_m"] == 192, plan
     out = run_triton(q, k, v, lens_t, mask, splits, monkeypatch, config=config)
@@ -350,7 +362,8 @@ def test_descriptor_loads_match_reference(num_nodes, group, lens, head_dim, dtyp
 
 def test_config_tiers_by_rows_arch_and_grid():
     """sm_90 head dim 128: 4 warps on 64-row tiles up to 64 packed rows (the Gluon kernel, 4
-    slots); past that the Gluon ping-pong kernel on 128- or 192-row tiles. Where it cannot run,
+    slots; on grids of up to 64 (request, KV head) pairs the ping-pong kernel's single
+    warpgroup); past that the Gluon ping-pong kernel on 64 + 8-, 128- or 192-row tiles. Where it cannot run,
     its Triton fallback: one 128-row tile on 8 warps with descriptor loads, except on small grids
     (batch 1) or short caches up to 255 rows (4 warps, 64-row tiles and a tail tile); on a small
     grid with a short cache both, round 5's Gluon tiles. sm_120 and
@@ -364,10 +377,17 @@ def test_config_tiers_by_rows_arch_and_grid():
 
     assert shape(verify_config("sm_90", 128, 64, 256)) == (4, 64, 16, 0, False, True)
     assert verify_config("sm_90", 128, 64, 256).gluon_stages == 4
+    # up to 64 pairs (batch 8 at 8 KV heads): the ping-pong kernel's single warpgroup, one per SM
+    few_pp = verify_config("sm_90", 128, 36, 64, 8201)
+    assert (few_pp.gluon_pingpong, few_pp.gluon_pingpong_64, few_pp.block_n, few_pp.resident_per_sm) == (
+        True, True, 64, 1)
+    assert shape(few_pp.triton_fallback) == (4, 64, 16, 0, False, False)
+    assert verify_config("sm_90", 128, 36, 65) == verify_config("sm_90", 128, 36) == verify_config("sm_90", 128, 64)
+    assert verify_config("sm_120", 128, 36, 8) == verify_config("sm_120", 128, 36, 256)
     many = verify_config("sm_90", 128, 68, 64, 8209)                                     # B8, T17, G4, L8k
     assert shape(many) == (8, 128, 128, 0, True, True)
-    assert (many.gluon_pingpong, many.gluon_pingpong_192, many.gluon_pingpong_tail, many.gluon_stages,
-            many.block_n) == (True, True, True, 4, 64)
+    assert (many.gluon_pingpong, many.gluon_pingpong_192, many.gluon_pingpong_tail, many.gluon_pingpong_64,
+            many.gluon_stages, many.block_n) == (True, True, True, True, 4, 64)
     assert shape(many.triton_fallback) == (8, 128, 128, 0, True, False)
     for small_work in (verify_config("sm_90", 128, 68, 8, 8209), verify_config("sm_90", 128, 68, 256, 1041)):
         assert small_work.gluon_pingpong                                                 # B1; B32, L1k
@@ -398,6 +418,7 @@ def test_query_tiles_and_split_plan():
     """Pure planning: T = 2^k + 1 rides in a tail tile; the split count fills whole waves, or
     half a wave where the merge would cost more than the extra splits save."""
     from specdec_kernels.configs import VerifyConfig
+    from specdec_kernels import tree_verify_triton as tvt
     from specdec_kernels.tree_verify_triton import _pick_splits, _plan, merge_tiles, pick_query_tiles
 
     assert pick_query_tiles(64, 64, 16) == (64, 1, 0)
@@ -421,6 +442,18 @@ def test_query_tiles_and_split_plan():
                         (520, (192, 3, 0)), (68, (128, 1, 0)), (144, (192, 1, 0))):  # 520: fewer programs
         plan = _plan(8, rows, 1, 8, 8192 + rows, 132, tail)
         assert (plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == tiles, rows
+    # 65-72 rows on one 64-row warpgroup and the tail, where the config asks for it
+    tail64 = dataclasses.replace(tail, gluon_pingpong_64=True)
+    for rows, tiles in ((68, (64, 1, 8)), (72, (64, 1, 8)), (73, (128, 1, 0)), (64, (128, 1, 0)),
+                        (136, (128, 1, 8))):
+        plan = _plan(8, rows, 1, 8, 8192 + rows, 132, tail64)
+        assert (plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == tiles, rows
+    assert tvt.runs_pingpong(tail64, 64) and not tvt.runs_pingpong(tail, 64)
+    assert _plan(8, 17, 4, 8, 1024 + 17, 132, tail64)["block_m"] == 128   # B8-L1k: a short stream
+    few = VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=1, max_tail_m=0,
+                       gluon=True, gluon_pingpong=True, gluon_pingpong_64=True)
+    plan = _plan(8, 9, 4, 8, 8192 + 9, 132, few)
+    assert (plan["block_m"], plan["tail_m"], plan["num_splits"]) == (64, 0, 2) and tvt.runs_pingpong(few, 64)
     plan = _plan(8, 33, 4, 8, 1024 + 33, 132, tail)                 # B8-L1k: 2 x 128, no tail
     assert (plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == (128, 2, 0)
     # ... but not for short streams on a part-filled GPU (132 SMs, 8 KV heads)
