@@ -363,6 +363,7 @@ def sweep_variants() -> dict:
         "table": None,
         "table-nopdl": None,
         "table-twopass": None,
+        "table-nowide": None,
         "n32-m64-w4-s3-r2": VerifyConfig(**few),
         "n32-m64-w4-s3-r1": VerifyConfig(**dict(few, resident_per_sm=1)),
         "n32-m64-w4-s3-r3": VerifyConfig(**dict(few, resident_per_sm=3)),
@@ -406,9 +407,13 @@ def sweep_variants() -> dict:
                                                                  gluon_pingpong=True, gluon_pingpong_192=True)
            for s in (3, 4, 5)},
         # 64-row tiles on the ping-pong kernel: one warpgroup and the load warp (round 8)
-        "n64-m64-w4-s4-r1-gluon-pp64": VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3,
-                                                    resident_per_sm=1, max_tail_m=0, tma=True, gluon=True,
-                                                    gluon_stages=4, gluon_pingpong=True, gluon_pingpong_64=True),
+        **{f"n64-m64-w4-s{s}-r1-gluon-pp64": VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3,
+                                                          resident_per_sm=1, max_tail_m=0, tma=True, gluon=True,
+                                                          gluon_stages=s, gluon_pingpong=True, gluon_pingpong_64=True)
+           for s in (4, 6)},
+        "n64-m128-w8-s5-r1-min128-gluon-pp-tail8-64": VerifyConfig(**dict(many, num_stages=5), tma=True, gluon=True,
+                                                                   gluon_pingpong=True, gluon_pingpong_192=True,
+                                                                   gluon_pingpong_tail=True, gluon_pingpong_64=True),
         "n64-m128-w8-s4-r1-min128-gluon-pp-tail8": VerifyConfig(**dict(many, num_stages=4), tma=True, gluon=True,
                                                                 gluon_pingpong=True, gluon_pingpong_192=True,
                                                                 gluon_pingpong_tail=True),
@@ -420,12 +425,17 @@ _MANY_TMA = "n64-m128-w8-s3-r1-min128-tma"
 
 
 def sweep_plan() -> list[tuple[Shape, tuple]]:
-    """Round 8, fourth sweep: up to 64 packed rows on the ping-pong kernel's single warpgroup fed
-    by its load warp (64-key tiles, 4 slots, one program per SM), against the 64-row Gluon kernel
-    (the table: 32-key tiles, two programs per SM)."""
-    pair = ("table", "n64-m64-w4-s4-r1-gluon-pp64")
-    return [(Shape(b, t, 32, 8, 128, l), pair)
-            for t in (9, 16) for b in (1, 8, 32) for l in (1024, 8192, 32768)]
+    """Round 8, fifth sweep: the single 64-row warpgroup with 6 ring slots instead of 4 (the
+    table) on the shapes that run it; 5 slots with the tail on 65-72 rows; and 65-72 rows on
+    short streams of a part-filled GPU, where the planner takes 128-row tiles ("nowide": the
+    64-row warpgroup and the tail there too)."""
+    deep = ("table", "n64-m64-w4-s6-r1-gluon-pp64")
+    plan = [(Shape(b, t, 32, 8, 128, l), deep) for t in (9, 16) for b in (1, 8) for l in (1024, 8192, 32768)]
+    plan += [(Shape(b, t, h, 8, 128, l), ("table", "table-nowide"))
+             for b, t, h, l in ((1, 17, 32, 8192), (8, 17, 32, 1024), (1, 9, 64, 8192), (8, 9, 64, 1024))]
+    plan += [(Shape(b, 17, 32, 8, 128, l), ("table", "n64-m128-w8-s5-r1-min128-gluon-pp-tail8-64"))
+             for b, l in ((8, 8192), (32, 1024), (32, 8192))]
+    return plan
 
 
 def sweep_shapes() -> list[Shape]:
@@ -437,17 +447,21 @@ def _variant_switches(name: str):
     """The launcher's module switches a variant's name asks for: "tail" takes the tail tile
     wherever the rows allow one (the planner's tail policy off), "nopdl" launches the merge after
     the split kernel (not as its programmatic dependent), "twopass" keeps the merge's two passes
-    apart where all splits fit one block."""
+    apart where all splits fit one block, "nowide" keeps 192-row tiles and tails on short streams
+    of a part-filled GPU."""
     from . import tree_verify_triton as tvt
 
-    saved = tvt.TAIL_ONLY_WHEN_FULL, tvt.PROGRAMMATIC_MERGE, tvt.MERGE_ONE_PASS
+    saved = tvt.TAIL_ONLY_WHEN_FULL, tvt.PROGRAMMATIC_MERGE, tvt.MERGE_ONE_PASS, tvt.WIDE_TILE_MIN_CHUNK
     tvt.TAIL_ONLY_WHEN_FULL = saved[0] and "tail" not in name
     tvt.PROGRAMMATIC_MERGE = saved[1] and "nopdl" not in name
     tvt.MERGE_ONE_PASS = saved[2] and "twopass" not in name
+    tvt.WIDE_TILE_MIN_CHUNK = 0 if "nowide" in name else saved[3]
+    tvt._plan.cache_clear()  # its plans read the switches
     try:
         yield
     finally:
-        tvt.TAIL_ONLY_WHEN_FULL, tvt.PROGRAMMATIC_MERGE, tvt.MERGE_ONE_PASS = saved
+        tvt.TAIL_ONLY_WHEN_FULL, tvt.PROGRAMMATIC_MERGE, tvt.MERGE_ONE_PASS, tvt.WIDE_TILE_MIN_CHUNK = saved
+        tvt._plan.cache_clear()
 
 
 def run_sweep(ceilings: dict, max_seconds: float, started: float) -> list[dict]:
