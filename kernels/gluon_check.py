@@ -21,7 +21,7 @@ import re
 import subprocess
 import sys
 
-from .sm120_check import CompileReport, _inspect_cubin, _ptxas_spill_bytes, format_reports
+from .sm120_check import CompileReport, _inspect_cubin, _ptxas_spill_bytes, format_reports, with_constexpr_defaults
 
 SM90_SHARED_LIMIT = 232448  # bytes per block, opt-in maximum on compute capability 9.0
 # (packed rows, batch) per table tier and tile that runs a Gluon kernel (G = 4, 8 KV heads): T = 9
@@ -62,6 +62,7 @@ def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
                           STAGES=cfg.gluon_stages or cfg.num_stages, SINGLE_SPLIT=False,
                           Q_IN_REGS=cfg.gluon_q_in_registers or pingpong, num_warps=launch_warps,
                           **(dict(TAIL_M=tail_m) if pingpong else dict(MASKED_BY_TMA=cfg.gluon_masked_tma)))
+        constexprs = with_constexpr_defaults(fn, constexprs)
         types = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", out_ptr="*bf16", k_desc=mangle_type(desc),
                      v_desc=mangle_type(desc), lens_ptr="*i32", mask_ptr="*i32", part_o_ptr="*fp32",
                      part_lse_ptr="*fp32", qk_scale="fp32")

@@ -54,6 +54,14 @@ class CompileReport:
                 and not (self.spills_fail and self.spill_bytes))
 
 
+def with_constexpr_defaults(fn, constexprs: dict) -> dict:
+    """``constexprs`` plus the defaults of the kernel's other constexpr parameters: what a launch
+    that leaves them out compiles (a parameter left out here would otherwise become a runtime
+    argument, and its constexpr branches both be compiled)."""
+    defaults = {p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}
+    return {**defaults, **constexprs}
+
+
 def _signature(fn, pointer_types: dict, constexprs: dict) -> dict:
     sig = {}
     for name in fn.arg_names:
@@ -120,8 +128,10 @@ def compile_for_sm120(head_dim: int, capability: int = 120) -> list[CompileRepor
     from .tree_verify_triton import _tree_verify_merge_kernel, _tree_verify_partial_kernel, merge_tiles
 
     cfg = verify_config(f"sm_{capability}", head_dim, packed_rows=4 * 65)
-    # the merge at its largest load block (many splits), the split kernel with its tail tile
+    # the merge at its largest load block (many splits) and with all splits in one block, the
+    # split kernel with its tail tile
     split_block, merge_rows = merge_tiles(1024, head_dim)
+    one_block, one_block_rows = merge_tiles(32, head_dim)
     target = GPUTarget("cuda", capability, 32)
     reports = []
     # k_desc / v_desc: sm_120 entries load through pointers; the launcher then passes the caches
@@ -136,8 +146,13 @@ def compile_for_sm120(head_dim: int, capability: int = 120) -> list[CompileRepor
         ("verify_merge", _tree_verify_merge_kernel,
          dict(GROUP=4, HEAD_DIM=head_dim, MERGE_ROWS=merge_rows, SPLIT_BLOCK=split_block, WAIT_FOR_SPLITS=True),
          dict(num_warps=4, num_stages=1)),
+        ("verify_merge", _tree_verify_merge_kernel,
+         dict(GROUP=4, HEAD_DIM=head_dim, MERGE_ROWS=one_block_rows, SPLIT_BLOCK=one_block, WAIT_FOR_SPLITS=True,
+              ONE_BLOCK=True),
+         dict(num_warps=4, num_stages=1)),
     ]
     for name, fn, constexprs, options in kernels:
+        constexprs = with_constexpr_defaults(fn, constexprs)
         # what a real launch specialises: 16-byte aligned pointers, strides divisible by 16
         aligned = [i for i, a in enumerate(fn.arg_names) if a.endswith("_ptr") or a.startswith("stride_")]
         src = ASTSource(fn=fn, signature=_signature(fn, pointers, constexprs),
