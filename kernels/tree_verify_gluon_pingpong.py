@@ -1,5 +1,5 @@
 """The Hopper split kernel's 128- and 192-row tiles with their warpgroups in ping-pong (Gluon),
-and its 64-row tile with a tail.
+and its 64-row tile fed by the same load warp.
 
 Why: in the 8-warp kernel of ``tree_verify_gluon`` both warpgroups run the same code in
 lockstep (a CTA barrier every key tile), so they take their softmax at the same time and leave

@@ -24,9 +24,9 @@ Work decomposition (flash-decoding with grouped queries):
 - On sm_90, where the configuration asks for it (``VerifyConfig.gluon``) and the call allows it
   (:func:`plan_split_kernel`), the split kernel is the Gluon one of ``tree_verify_gluon`` (same
   decomposition, partials and merge), which overlaps each tile's softmax with the next q.k MMA;
-  with ``VerifyConfig.gluon_pingpong``, on 128- and 192-row tiles, the warp-specialised one of
-  ``tree_verify_gluon_pingpong`` (warpgroups taking turns at the tensor cores, an 8-row tail
-  warpgroup). A call the Gluon kernel cannot take is planned again with the entry's
+  with ``VerifyConfig.gluon_pingpong``, on 128- and 192-row tiles (and 64-row ones with
+  ``gluon_pingpong_64``), the warp-specialised one of ``tree_verify_gluon_pingpong`` (warpgroups
+  taking turns at the tensor cores, fed by a TMA warp, an 8-row tail warpgroup). A call the Gluon kernel cannot take is planned again with the entry's
   ``triton_fallback`` (:func:`plan_call`).
 Scores use ``exp2`` with ``sm_scale * log2(e)`` folded in; all accumulation is fp32.
 """
