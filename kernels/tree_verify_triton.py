@@ -26,8 +26,9 @@ Work decomposition (flash-decoding with grouped queries):
   decomposition, partials and merge), which overlaps each tile's softmax with the next q.k MMA;
   with ``VerifyConfig.gluon_pingpong``, on 128- and 192-row tiles (and 64-row ones with
   ``gluon_pingpong_64``), the warp-specialised one of ``tree_verify_gluon_pingpong`` (warpgroups
-  taking turns at the tensor cores, fed by a TMA warp, an 8-row tail warpgroup). A call the Gluon kernel cannot take is planned again with the entry's
-  ``triton_fallback`` (:func:`plan_call`).
+  taking turns at the tensor cores, fed by a TMA warp, an 8-row tail warpgroup). A call the
+  Gluon kernel cannot take is planned again with the entry's ``triton_fallback``
+  (:func:`plan_call`).
 Scores use ``exp2`` with ``sm_scale * log2(e)`` folded in; all accumulation is fp32.
 """
 
@@ -691,9 +692,9 @@ def runs_pingpong(cfg, block_m: int) -> bool:
 def plan_split_kernel(plan: dict, q, k_cache, v_cache, scale: float) -> tuple[str, int, int]:
     """Which split kernel a launch with this plan runs, with its key rows per tile and stages:
     ("gluon", ...) where the config asks for it and the call allows it (a Hopper GPU, 16-bit
-    inputs, a positive scale, head dim <= 128, no tail tile, >= 16 query rows a warp, a cache
-    layout one tensor descriptor describes, a Triton whose Gluon builds the kernel), else
-    ("triton", ...)."""
+    inputs, a positive scale, head dim <= 128, no tail tile but the ping-pong kernel's, >= 16
+    query rows a warp or a ping-pong tile, a cache layout one tensor descriptor describes, a
+    Triton whose Gluon builds the kernel), else ("triton", ...)."""
     cfg = plan["config"]
     if (cfg.gluon and q.device.type == "cuda" and torch.cuda.get_device_capability(q.device)[0] == 9
             and q.dtype in (torch.float16, torch.bfloat16) and k_cache.dtype == q.dtype
