@@ -58,7 +58,11 @@ def with_constexpr_defaults(fn, constexprs: dict) -> dict:
     """``constexprs`` plus the defaults of the kernel's other constexpr parameters: what a launch
     that leaves them out compiles (a parameter left out here would otherwise become a runtime
     argument, and its constexpr branches both be compiled)."""
-    defaults = {p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}
+    import inspect
+
+    params = inspect.signature(getattr(fn, "fn", fn)).parameters  # the Python function under the jit
+    defaults = {name: p.default for name, p in params.items()
+                if p.default is not p.empty and "constexpr" in str(p.annotation)}
     return {**defaults, **constexprs}
 
 

@@ -40,3 +40,15 @@ def test_verify_kernels_fit_sm120():
         assert r["spill_bytes"] == 0, f"{where}: {r['spill_bytes']} B of register spills"
         if r["kernel"] == "verify_split":
             assert r["mix"].get("HMMA", 0) > 0, f"{where}: the dots did not become tensor-core MMAs"
+
+
+def test_compile_checks_fill_in_constexpr_defaults():
+    """A constexpr the checks leave out must compile at its default, as a launch that leaves it
+    out would, not become a runtime argument with both of its branches compiled."""
+    from specdec_kernels.sm120_check import with_constexpr_defaults
+    from specdec_kernels.tree_verify_triton import _tree_verify_merge_kernel
+
+    filled = with_constexpr_defaults(_tree_verify_merge_kernel, dict(SPLIT_BLOCK=4, ONE_BLOCK=True))
+    assert (filled["SPLIT_BLOCK"], filled["ONE_BLOCK"], filled["WAIT_FOR_SPLITS"]) == (4, True, False)
+    assert with_constexpr_defaults(_tree_verify_merge_kernel, {})["ONE_BLOCK"] is False
+    assert "GROUP" not in filled  # no default: the check must pass it
