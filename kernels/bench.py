@@ -420,10 +420,6 @@ def sweep_variants() -> dict:
     }
 
 
-_FEW = "n32-m64-w4-s3-r2"
-_MANY_TMA = "n64-m128-w8-s3-r1-min128-tma"
-
-
 def sweep_plan() -> list[tuple[Shape, tuple]]:
     """Round 8, fifth sweep: the single 64-row warpgroup with 6 ring slots instead of 4 (the
     table) on the shapes that run it; 5 slots with the tail on 65-72 rows; and 65-72 rows on

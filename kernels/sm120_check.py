@@ -17,6 +17,7 @@ The compile needs Triton's compiler, not its interpreter: run it with TRITON_INT
 from __future__ import annotations
 
 import collections
+import inspect
 import os
 import re
 import subprocess
@@ -58,8 +59,6 @@ def with_constexpr_defaults(fn, constexprs: dict) -> dict:
     """``constexprs`` plus the defaults of the kernel's other constexpr parameters: what a launch
     that leaves them out compiles (a parameter left out here would otherwise become a runtime
     argument, and its constexpr branches both be compiled)."""
-    import inspect
-
     params = inspect.signature(getattr(fn, "fn", fn)).parameters  # the Python function under the jit
     defaults = {name: p.default for name, p in params.items()
                 if p.default is not p.empty and "constexpr" in str(p.annotation)}
