@@ -236,7 +236,8 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, config=N
     plan = plan_call(q, k, v, log2_softmax_scale(shape.head_dim), config)[0]
     row = {"shape": shape.name, **dataclasses.asdict(shape), "memory_bound_goal": shape.memory_bound_goal(),
            "input_sets": len(sets), "block_m": plan["block_m"], "m_tiles": plan["num_m_tiles"],
-           "tail_m": plan["tail_m"], "splits": plan["num_splits"], "warps": plan["config"].num_warps}
+           "tail_m": plan["tail_m"], "splits": plan["num_splits"], "warps": plan["config"].num_warps,
+           "head_split": plan["head_split"]}
 
     def ours(q, k, v, lens, mask):
         return tree_verify_attention_triton(q, k, v, lens, mask, config=config)
@@ -245,7 +246,7 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, config=N
     # asked after the first calls: a Gluon kernel that failed to build has fallen back by now
     plan, row["kernel"], row["block_n"], row["stages"] = plan_call(q, k, v, log2_softmax_scale(shape.head_dim), config)
     row.update(block_m=plan["block_m"], m_tiles=plan["num_m_tiles"], tail_m=plan["tail_m"],
-               splits=plan["num_splits"], warps=plan["config"].num_warps)
+               splits=plan["num_splits"], warps=plan["config"].num_warps, head_split=plan["head_split"])
     row["ok"] = row["err"] <= ROW_TOLERANCE_BF16
     row["us"] = time_in_graph(ours, sets)
     ms = row["us"] / 1e3
@@ -364,6 +365,7 @@ def sweep_variants() -> dict:
         "table-nopdl": None,
         "table-twopass": None,
         "table-nowide": None,
+        "table-nohsplit": None,
         "n32-m64-w4-s3-r2": VerifyConfig(**few),
         "n32-m64-w4-s3-r1": VerifyConfig(**dict(few, resident_per_sm=1)),
         "n32-m64-w4-s3-r3": VerifyConfig(**dict(few, resident_per_sm=3)),
@@ -421,17 +423,12 @@ def sweep_variants() -> dict:
 
 
 def sweep_plan() -> list[tuple[Shape, tuple]]:
-    """Round 8, fifth sweep: the single 64-row warpgroup with 6 ring slots instead of 4 (the
-    table) on the shapes that run it; 5 slots with the tail on 65-72 rows; and 65-72 rows on
-    short streams of a part-filled GPU, where the planner takes 128-row tiles ("nowide": the
-    64-row warpgroup and the tail there too)."""
-    deep = ("table", "n64-m64-w4-s6-r1-gluon-pp64")
-    plan = [(Shape(b, t, 32, 8, 128, l), deep) for t in (9, 16) for b in (1, 8) for l in (1024, 8192, 32768)]
-    plan += [(Shape(b, t, h, 8, 128, l), ("table", "table-nowide"))
-             for b, t, h, l in ((1, 17, 32, 8192), (8, 17, 32, 1024), (1, 9, 64, 8192), (8, 9, 64, 1024))]
-    plan += [(Shape(b, 17, 32, 8, 128, l), ("table", "n64-m128-w8-s5-r1-min128-gluon-pp-tail8-64"))
-             for b, l in ((8, 8192), (32, 1024), (32, 8192))]
-    return plan
+    """Round 9, first sweep: 129-144 packed rows (T = 17 at Hq = 64, T = 33 at Hq = 32) as two
+    programs per KV head with half its query heads each (the table) against one 128-row tile and
+    the tail ("nohsplit"), wherever the table takes the ping-pong kernel."""
+    cases = ((1, 8192), (1, 32768), (8, 1024), (8, 8192), (8, 32768), (32, 1024), (32, 8192))
+    return [(Shape(b, t, h, 8, 128, l), ("table", "table-nohsplit")) for t, h in ((17, 64), (33, 32))
+            for b, l in cases]
 
 
 def sweep_shapes() -> list[Shape]:
@@ -444,19 +441,23 @@ def _variant_switches(name: str):
     wherever the rows allow one (the planner's tail policy off), "nopdl" launches the merge after
     the split kernel (not as its programmatic dependent), "twopass" keeps the merge's two passes
     apart where all splits fit one block, "nowide" keeps 192-row tiles and tails on short streams
-    of a part-filled GPU."""
+    of a part-filled GPU, "nohsplit" keeps each KV head's query heads in one program
+    (``VerifyConfig.split_query_heads`` off)."""
     from . import tree_verify_triton as tvt
 
-    saved = tvt.TAIL_ONLY_WHEN_FULL, tvt.PROGRAMMATIC_MERGE, tvt.MERGE_ONE_PASS, tvt.WIDE_TILE_MIN_CHUNK
+    saved = (tvt.TAIL_ONLY_WHEN_FULL, tvt.PROGRAMMATIC_MERGE, tvt.MERGE_ONE_PASS, tvt.WIDE_TILE_MIN_CHUNK,
+             tvt.SPLIT_QUERY_HEADS)
     tvt.TAIL_ONLY_WHEN_FULL = saved[0] and "tail" not in name
     tvt.PROGRAMMATIC_MERGE = saved[1] and "nopdl" not in name
     tvt.MERGE_ONE_PASS = saved[2] and "twopass" not in name
     tvt.WIDE_TILE_MIN_CHUNK = 0 if "nowide" in name else saved[3]
+    tvt.SPLIT_QUERY_HEADS = saved[4] and "nohsplit" not in name
     tvt._plan.cache_clear()  # its plans read the switches
     try:
         yield
     finally:
-        tvt.TAIL_ONLY_WHEN_FULL, tvt.PROGRAMMATIC_MERGE, tvt.MERGE_ONE_PASS, tvt.WIDE_TILE_MIN_CHUNK = saved
+        (tvt.TAIL_ONLY_WHEN_FULL, tvt.PROGRAMMATIC_MERGE, tvt.MERGE_ONE_PASS, tvt.WIDE_TILE_MIN_CHUNK,
+         tvt.SPLIT_QUERY_HEADS) = saved
         tvt._plan.cache_clear()
 
 
@@ -479,6 +480,13 @@ def run_sweep(ceilings: dict, max_seconds: float, started: float) -> list[dict]:
     return rows
 
 
+def tiles_label(row: dict) -> str:
+    """Query tiles of one program x rows (+ tail rows), as "2x(1x64+8)" where two programs split
+    each KV head's query heads (``VerifyConfig.split_query_heads``)."""
+    tiles = f"{row['m_tiles']}x{row['block_m']}" + (f"+{row['tail_m']}" if row.get("tail_m") else "")
+    return f"{row['head_split']}x({tiles})" if row.get("head_split", 1) > 1 else tiles
+
+
 def format_sweep(rows) -> str:
     names = [name for name in sweep_variants() if any(r.get("variant") == name for r in rows)]
     lines = ["| shape | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
@@ -492,9 +500,8 @@ def format_sweep(rows) -> str:
                 cells.append("error")
             else:
                 frac = r["bw_frac"] if r["bound"] == "memory" else r["mm_frac"]
-                tail = f"+{r['tail_m']}" if r.get("tail_m") else ""
                 gluon = " G" if r.get("kernel") == "gluon" else ""
-                cells.append(f"{r['us']:.1f} ({100 * frac:.0f}%) {r['m_tiles']}x{r['block_m']}{tail}/s{r['splits']}"
+                cells.append(f"{r['us']:.1f} ({100 * frac:.0f}%) {tiles_label(r)}/s{r['splits']}"
                              f"{gluon}"
                              f"{'' if r['ok'] else ' WRONG'}")
         lines.append(f"| {shape} | " + " | ".join(cells) + " |")
@@ -509,9 +516,8 @@ def format_table(rows, ceilings) -> str:
         def f(key, fmt):
             return format(r[key], fmt) if key in r else "-"
         flex = f("flex_us", ".1f") if "flex_us" in r else ("error" if "flex_error" in r else "-")
-        tiles = f"{r['m_tiles']}x{r['block_m']}" + (f"+{r['tail_m']}" if r.get("tail_m") else "")
         gluon = " G" if r.get("kernel") == "gluon" else ""
-        lines.append(f"| {r['shape']} | {tiles}/{r['block_n']}/{r['splits']}{gluon} | {r['bound']} | {r['us']:.1f} | "
+        lines.append(f"| {r['shape']} | {tiles_label(r)}/{r['block_n']}/{r['splits']}{gluon} | {r['bound']} | {r['us']:.1f} | "
                      f"{r['tb_s']:.2f} | {r['tflop_s']:.1f} | "
                      f"{100 * r['roof_frac']:.0f} | {100 * r['bw_frac']:.0f} | {100 * r['mm_frac']:.0f} | "
                      f"{f('read_us', '.1f')} | {f('sdpa_us', '.1f')} | {f('x_sdpa', '.1f')} | "

@@ -70,6 +70,11 @@ class VerifyConfig:
                   warp), and, with gluon_pingpong_tail, 65 to 72 rows (T = 17 at G = 4, T = 9 at
                   G = 8) on one 64-row warpgroup and the tail warpgroup instead of a 128-row tile
                   with half its MMAs on padding.
+    split_query_heads: 129 to 144 packed rows at an even G (T = 17 at G = 8, T = 33 at G = 4) run
+                  as two programs per KV head, each with half its query heads (65 to 72 rows:
+                  one 64-row warpgroup and the tail warpgroup of the ping-pong kernel) instead of
+                  a 128-row tile and the tail; the two are adjacent in the grid, so the second
+                  reads the K/V tiles the first brought into L2.
     gluon_masked_tma: the (non-ping-pong) Gluon kernel requests its split's first masked key tile
                   (partial last prefix tile, else first tree tile) by TMA into buffers of its own
                   at its start, instead of loading its masked tiles through pointers after the
@@ -102,6 +107,7 @@ class VerifyConfig:
     gluon_pingpong_tail: bool = False
     gluon_pingpong_64: bool = False
     gluon_masked_tma: bool = False
+    split_query_heads: bool = False
     triton_fallback: VerifyConfig | None = None
 
 
@@ -141,7 +147,7 @@ _SM90_MANY = {
     # (round 4).
     128: VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
                       tma=True, gluon=True, gluon_stages=4, gluon_pingpong=True, gluon_pingpong_192=True,
-                      gluon_pingpong_tail=True, gluon_pingpong_64=True,
+                      gluon_pingpong_tail=True, gluon_pingpong_64=True, split_query_heads=True,
                       triton_fallback=VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3,
                                                    max_tail_m=0, min_block_m=128, tma=True)),
 }

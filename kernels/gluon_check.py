@@ -26,9 +26,9 @@ from .sm120_check import CompileReport, _inspect_cubin, _ptxas_spill_bytes, form
 SM90_SHARED_LIMIT = 232448  # bytes per block, opt-in maximum on compute capability 9.0
 # (packed rows, batch) per table tier and tile that runs a Gluon kernel (G = 4, 8 KV heads): T = 9
 # at batch 32 (64-row tile) and at batch 1 (ping-pong, one 64-row warpgroup), T = 17 (ping-pong,
-# 64 rows and the 8-row tail), T = 33 (ping-pong, 128 rows and the tail), T = 65 at G = 8
-# (ping-pong, 192 rows)
-TIER_ROWS = ((36, 32), (36, 1), (68, 32), (132, 32), (520, 32))
+# 64 rows and the 8-row tail), T = 33 (the same, two programs per KV head), T = 65 (ping-pong,
+# 128 rows and the tail), T = 130 (ping-pong, 192 rows)
+TIER_ROWS = ((36, 32), (36, 1), (68, 32), (132, 32), (260, 32), (520, 32))
 
 
 def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
@@ -48,20 +48,21 @@ def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
         cfg = verify_config("sm_90", head_dim, rows, batch * 8, 8192 + 17)
         # the tiles the planner gives these rows (G = 4, L8k on 132 SMs)
         plan = _plan(batch, rows // 4, 4, 8, 8192 + rows // 4, 132, cfg)
-        block_m, tail_m = plan["block_m"], plan["tail_m"]
-        if not cfg.gluon or (cfg, block_m, tail_m) in seen:
+        block_m, tail_m, head_split = plan["block_m"], plan["tail_m"], plan["head_split"]
+        if not cfg.gluon or (cfg, block_m, tail_m, head_split) in seen:
             continue
-        seen.add((cfg, block_m, tail_m))
+        seen.add((cfg, block_m, tail_m, head_split))
         pingpong = runs_pingpong(cfg, block_m)
         fn = _tree_verify_partial_kernel_gluon_pingpong if pingpong else _tree_verify_partial_kernel_gluon
         launch_warps = 4 if pingpong else cfg.num_warps
         block_n = cfg.gluon_block_n or cfg.block_n
         cache = torch.empty(2, 256, 8, head_dim, dtype=torch.bfloat16)
         desc, _ = _gluon_descriptors(cache, cache, block_n)
-        constexprs = dict(GROUP=4, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
+        constexprs = dict(GROUP=4 // head_split, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
                           STAGES=cfg.gluon_stages or cfg.num_stages, SINGLE_SPLIT=False,
                           Q_IN_REGS=cfg.gluon_q_in_registers or pingpong, num_warps=launch_warps,
-                          **(dict(TAIL_M=tail_m) if pingpong else dict(MASKED_BY_TMA=cfg.gluon_masked_tma)))
+                          **(dict(TAIL_M=tail_m, KV_SHARE=head_split) if pingpong
+                             else dict(MASKED_BY_TMA=cfg.gluon_masked_tma)))
         constexprs = with_constexpr_defaults(fn, constexprs)
         types = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", out_ptr="*bf16", k_desc=mangle_type(desc),
                      v_desc=mangle_type(desc), lens_ptr="*i32", mask_ptr="*i32", part_o_ptr="*fp32",
@@ -76,7 +77,8 @@ def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
         # spills are reported, not judged: they depend on the Triton release (the 128-key tile:
         # none with 3.6, the GPU image's, which PERF.md measured; 64 B with 3.9)
         # the ping-pong kernel's MMA warps: one warpgroup per 64 rows (plus its load warp)
-        name = ("pingpong" + (f"+tail{tail_m}" if tail_m else "")) if pingpong else "verify_gluon"
+        name = ("pingpong" + (f"+tail{tail_m}" if tail_m else "") + (f"/{head_split}heads" if head_split > 1 else "")
+                if pingpong else "verify_gluon")
         report = CompileReport(name, head_dim, block_m, block_n,
                                block_m // 16 if pingpong else cfg.num_warps,
                                constexprs["STAGES"], compiled.metadata.shared, shared_limit=SM90_SHARED_LIMIT,

@@ -68,7 +68,7 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
     (q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, q_smem, k_smem, v_smem, ready, empty, turn,
      stride_qb, stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
      stride_mb, stride_mt, stride_ob, stride_ot, stride_oh,
-     qk_scale, b, kv_head, head_b, split, prefix_len, num_nodes, num_splits, chunk, rows_pad, row0, n_full,
+     qk_scale, b, kv_head, kv_src, head_b, split, prefix_len, num_nodes, num_splits, chunk, rows_pad, row0, n_full,
      full_end, hi) = args
     dtype: gl.constexpr = k_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -133,7 +133,7 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
         slot_tiles = (n_full - WG + STAGES - 1) // STAGES
         mbarrier.wait(empty.index(WG), phase=(slot_tiles - 1) & 1, pred=slot_tiles > 0)
     acc, m_i, l_i = _masked_key_tiles(acc, m_i, l_i, q_op, k_smem.index(WG), v_smem.index(WG), k_ptr, v_ptr,
-                                      mask_ptr, b, kv_head, split, prefix_len, num_nodes, chunk, full_end, hi,
+                                      mask_ptr, b, kv_src, split, prefix_len, num_nodes, chunk, full_end, hi,
                                       my_rows, num_rows, qk_scale, stride_kb, stride_ks, stride_kh, stride_vb,
                                       stride_vs, stride_vh, stride_mb, stride_mt, s_layout, o_layout, p_layout,
                                       ld_layout, GROUP, HEAD_DIM, HALF_M, BLOCK_N)
@@ -284,7 +284,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     qk_scale, num_nodes, num_kv_heads, num_m_tiles, num_splits, chunk, cache_rows,
     GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, Q_IN_REGS: gl.constexpr, num_warps: gl.constexpr,
-    TAIL_M: gl.constexpr = 0,
+    TAIL_M: gl.constexpr = 0, KV_SHARE: gl.constexpr = 1,
 ):
     # launched with 4 warps (warpgroup 0, the default partition); the other warpgroups, the load
     # warp and the tail warpgroup are worker partitions. Q_IN_REGS is not read: q sits in
@@ -299,6 +299,9 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     kv_sl: gl.constexpr = k_desc.layout
 
     split, m_tile, head_b, kv_head, b, prefix_len = _program_coords(lens_ptr, num_m_tiles, num_kv_heads, False)
+    # KV_SHARE consecutive programs' query heads share one KV head (``VerifyConfig.split_query_heads``;
+    # adjacent in the grid, so the second reads the K/V tiles the first brought into L2)
+    kv_src = kv_head // KV_SHARE
     lo, hi, n_full, full_end = _split_keys(split, chunk, prefix_len, BLOCK_N)
 
     # q from shared memory for three warpgroups (registers: see the partitions' budgets below)
@@ -320,11 +323,11 @@ def _tree_verify_partial_kernel_gluon_pingpong(
 
     mma_args = (q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, q_smem, k_smem, v_smem, ready, empty,
                 turn, stride_qb, stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs,
-                stride_vh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh, qk_scale, b, kv_head, head_b,
+                stride_vh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh, qk_scale, b, kv_head, kv_src, head_b,
                 split, prefix_len, num_nodes, num_splits, chunk, num_m_tiles * BLOCK_M + TAIL_M, m_tile * BLOCK_M,
                 n_full,
                 full_end, hi)
-    load_args = (k_desc, v_desc, k_smem, v_smem, ready, empty, b * cache_rows + lo, kv_head * HEAD_DIM, n_full)
+    load_args = (k_desc, v_desc, k_smem, v_smem, ready, empty, b * cache_rows + lo, kv_src * HEAD_DIM, n_full)
     if TAIL_M > 0:
         qt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TAIL_M, HEAD_DIM], dtype)
         pt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TAIL_M, BLOCK_N], dtype)
@@ -340,7 +343,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
                      v_smem, kt_smem, vt_smem, tail_bar, ready, empty, stride_qb, stride_qt, stride_qh, stride_mb,
                      stride_mt, stride_ob, stride_ot, stride_oh, qk_scale, b, kv_head, head_b, split, prefix_len,
                      num_nodes, num_splits, chunk, num_m_tiles * BLOCK_M + TAIL_M, num_m_tiles * BLOCK_M,
-                     m_tile == num_m_tiles - 1, n_full, full_end, hi, b * cache_rows, kv_head * HEAD_DIM)
+                     m_tile == num_m_tiles - 1, n_full, full_end, hi, b * cache_rows, kv_src * HEAD_DIM)
         if NUM_WG == 1:
             # one warpgroup hands the turn to itself; the tail has the registers to spare
             gl.warp_specialize([

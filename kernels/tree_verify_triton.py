@@ -180,7 +180,10 @@ def _tree_verify_partial_kernel(
     TAIL_M: tl.constexpr,
     SINGLE_SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, USE_TMA: tl.constexpr,
     LAZY_RESCALE: tl.constexpr, FOLD_SCALE: tl.constexpr, LAUNCH_MERGE_EARLY: tl.constexpr = False,
+    KV_SHARE: tl.constexpr = 1,
 ):
+    # KV_SHARE programs' heads share one KV head (``VerifyConfig.split_query_heads``): the grid's
+    # "KV heads" are then KV_SHARE times the cache's, each with GROUP of its query heads
     if LAUNCH_MERGE_EARLY:
         # the merge (a programmatic dependent launch) may start once every program has started
         gdc_launch_dependents()
@@ -218,8 +221,9 @@ def _tree_verify_partial_kernel(
         m_t = tl.full([TAIL_M], float("-inf"), dtype=tl.float32)
         l_t = tl.zeros([TAIL_M], dtype=tl.float32)
 
-    k_base = k_ptr + b.to(tl.int64) * stride_kb + kv_head * stride_kh
-    v_base = v_ptr + b.to(tl.int64) * stride_vb + kv_head * stride_vh
+    kv_src = kv_head // KV_SHARE
+    k_base = k_ptr + b.to(tl.int64) * stride_kb + kv_src * stride_kh
+    v_base = v_ptr + b.to(tl.int64) * stride_vb + kv_src * stride_vh
     # int32 offsets inside one request's cache (the launcher checks they fit); a tile's pointers
     # are these plus one scalar, which keeps register use down.
     k_tile_ptrs = k_base + cols[:, None] * stride_ks + dims[None, :]
@@ -232,8 +236,8 @@ def _tree_verify_partial_kernel(
     # rows of this request in the [B * S, Hkv * D] views the descriptors cover
     desc_row = b * cache_rows
     for start in range(lo, full_end, BLOCK_N):
-        k_tile = _load_key_tile(k_desc, k_tile_ptrs, stride_ks, desc_row, start, kv_head, HEAD_DIM, USE_TMA, UPCAST)
-        v_tile = _load_key_tile(v_desc, v_tile_ptrs, stride_vs, desc_row, start, kv_head, HEAD_DIM, USE_TMA, UPCAST)
+        k_tile = _load_key_tile(k_desc, k_tile_ptrs, stride_ks, desc_row, start, kv_src, HEAD_DIM, USE_TMA, UPCAST)
+        v_tile = _load_key_tile(v_desc, v_tile_ptrs, stride_vs, desc_row, start, kv_src, HEAD_DIM, USE_TMA, UPCAST)
         raw = tl.dot(q, tl.trans(k_tile), input_precision=DOT_PRECISION)
         if TAIL_M > 0:
             # both tiles' q.k first: the main tile's P.V (an asynchronous MMA) then runs while the
@@ -496,9 +500,22 @@ WIDE_TILE_MIN_WAVES = 1.5
 PINGPONG_TAIL_ROWS = 8
 
 
+# Whether the planner may take ``VerifyConfig.split_query_heads`` where a config asks for it (the
+# sweeps turn it off to measure it).
+SPLIT_QUERY_HEADS = True
+# the rows one program of a split KV head takes at most: a 64-row warpgroup and the 8-row tail
+SPLIT_HEAD_MAX_ROWS = 64 + 8
+
+
 @functools.lru_cache(maxsize=4096)
 def _plan(batch, num_nodes, group, kv_heads, cache_rows, sms, cfg, tail_only_when_full=True) -> dict:
     packed = num_nodes * group
+    if SPLIT_QUERY_HEADS and cfg.split_query_heads and group % 2 == 0 and 128 < packed <= 2 * SPLIT_HEAD_MAX_ROWS:
+        # two programs per KV head, each with half its query heads: the plan of a call with twice
+        # the KV heads at half the group
+        half = _plan(batch, num_nodes, group // 2, kv_heads * 2, cache_rows, sms,
+                     dataclasses.replace(cfg, split_query_heads=False), tail_only_when_full)
+        return dict(half, head_split=2)
     slots = cfg.resident_per_sm * sms
     # 192-row tiles (three warpgroups) and 8-row tails exist in the ping-pong kernel only
     extra = (192,) if cfg.gluon_pingpong_192 else ()
@@ -528,7 +545,7 @@ def _plan(batch, num_nodes, group, kv_heads, cache_rows, sms, cfg, tail_only_whe
                      dataclasses.replace(cfg, gluon_pingpong_192=False, gluon_pingpong_tail=False),
                      tail_only_when_full)
     return dict(config=cfg, block_m=block_m, num_m_tiles=num_m_tiles, tail_m=tail_m, chunk=chunk,
-                num_splits=num_splits, grid=(base_programs, num_splits))
+                num_splits=num_splits, grid=(base_programs, num_splits), head_split=1)
 
 
 def plan_verify_launch(batch: int, num_nodes: int, q_heads: int, kv_heads: int, head_dim: int,
@@ -605,7 +622,7 @@ def _tma_descriptors(k_cache, v_cache, block_n):
 
 
 def _launch_triton_split(plan, cfg, q, k_cache, v_cache, trailing_args, scale, group, head_dim, block_m, tail_m,
-                         single, precision, upcast, merge_early):
+                         single, precision, upcast, merge_early, head_split):
     k_desc, v_desc = _tma_descriptors(k_cache, v_cache, cfg.block_n) if cfg.tma else (None, None)
     use_tma = k_desc is not None
     _tree_verify_partial_kernel[plan["grid"]](
@@ -613,7 +630,7 @@ def _launch_triton_split(plan, cfg, q, k_cache, v_cache, trailing_args, scale, g
         GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=cfg.block_n, TAIL_M=tail_m,
         SINGLE_SPLIT=single, DOT_PRECISION=precision, UPCAST=upcast, USE_TMA=use_tma,
         LAZY_RESCALE=cfg.lazy_rescale, FOLD_SCALE=cfg.fold_scale and scale > 0, LAUNCH_MERGE_EARLY=merge_early,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        KV_SHARE=head_split, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": cfg.max_registers} if cfg.max_registers and q.device.type == "cuda" else {}),
     )
 
@@ -701,6 +718,7 @@ def plan_split_kernel(plan: dict, q, k_cache, v_cache, scale: float) -> tuple[st
             and v_cache.dtype == q.dtype and scale > 0 and q.shape[-1] <= 128
             and (plan["tail_m"] == 0 or (cfg.gluon_pingpong and plan["tail_m"] == PINGPONG_TAIL_ROWS))
             and (plan["block_m"] >= 16 * cfg.num_warps or runs_pingpong(cfg, plan["block_m"]))
+            and (plan["head_split"] == 1 or runs_pingpong(cfg, plan["block_m"]))
             and _tma_view_ok(k_cache) and _tma_view_ok(v_cache)
             and _gluon_unusable() is None):
         return "gluon", cfg.gluon_block_n or cfg.block_n, cfg.gluon_stages or cfg.num_stages
@@ -763,6 +781,10 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
         plan.update(chunk=chunk, num_splits=forced, grid=(plan["grid"][0], forced))
     cfg, block_m, num_m_tiles = plan["config"], plan["block_m"], plan["num_m_tiles"]
     tail_m, splits = plan["tail_m"], plan["num_splits"]
+    # with split query heads the kernels see head_split times the KV heads, each with as many
+    # fewer query heads, and read K/V of KV head (their KV head) // head_split
+    head_split = plan["head_split"]
+    kv_heads *= head_split
     group = q_heads // kv_heads
     # Triton's CPU interpreter computes bf16 tl.dot wrongly (seen with triton 3.9: errors of
     # 1e10 on a 16x16 product); there the tiles are upcast to fp32 before the dots.
@@ -802,7 +824,7 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
                 GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=kernel_block_n, STAGES=kernel_stages,
                 SINGLE_SPLIT=single, Q_IN_REGS=cfg.gluon_q_in_registers or pingpong,
                 num_warps=4 if pingpong else cfg.num_warps,
-                **(dict(TAIL_M=tail_m) if pingpong else dict(MASKED_BY_TMA=cfg.gluon_masked_tma)),
+                **(dict(TAIL_M=tail_m, KV_SHARE=head_split) if pingpong else dict(MASKED_BY_TMA=cfg.gluon_masked_tma)),
             )
 
     if launch_gluon is not None and triton_fallback(cfg) is not None:
@@ -814,7 +836,7 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
     else:
         _run_split_kernel(launch_gluon, lambda: _launch_triton_split(
             plan, cfg, q, k_cache, v_cache, trailing_args, scale, group, head_dim, block_m, tail_m, single,
-            precision, upcast, merge_early))
+            precision, upcast, merge_early, head_split))
     if not single:
         split_block, merge_rows = merge_tiles(splits, head_dim)
         row_blocks = triton.cdiv(num_nodes * group, merge_rows)

@@ -225,6 +225,11 @@ def _gluon_configs():
         "pingpong-64tail": VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0,
                                         min_block_m=128, gluon=True, gluon_pingpong=True, gluon_pingpong_tail=True,
                                         gluon_pingpong_64=True),
+        # 129-144 rows at an even G (17 x 8, 33 x 4) as two programs per KV head, each with half
+        # its query heads on one 64-row warpgroup and the tail warpgroup
+        "pingpong-hsplit": VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0,
+                                        min_block_m=128, gluon=True, gluon_pingpong=True, gluon_pingpong_tail=True,
+                                        gluon_pingpong_64=True, split_query_heads=True),
     }
 
 
@@ -250,7 +255,7 @@ GLUON_CASES = [
                     reason="the Gluon kernel is for sm_90 GPUs")
 @pytest.mark.parametrize("tile", ["w8-m128", "w4-m64", "w4-m64-mtma", "w8-m128-n128-qreg", "pingpong",
                                   "pingpong-s2", "pingpong-192", "pingpong-tail", "pingpong-64",
-                                  "pingpong-64tail"])
+                                  "pingpong-64tail", "pingpong-hsplit"])
 @pytest.mark.parametrize("num_nodes,group,lens,head_dim,dtype,splits", GLUON_CASES)
 def test_gluon_kernel_matches_reference(num_nodes, group, lens, head_dim, dtype, splits, tile, monkeypatch,
                                        request):
@@ -258,7 +263,7 @@ def test_gluon_kernel_matches_reference(num_nodes, group, lens, head_dim, dtype,
     from specdec_kernels.tree_verify_triton import plan_split_kernel, plan_verify_launch
 
     config = _gluon_configs()[tile]
-    if tile in ("pingpong-192", "pingpong-tail", "pingpong-64tail"):
+    if tile in ("pingpong-192", "pingpong-tail", "pingpong-64tail", "pingpong-hsplit"):
         # these small batches are short streams on a part-filled GPU, where the planner drops
         # 192-row tiles and tails: keep them, so that the cases past 128 rows run them
         monkeypatch.setattr(tree_verify_triton, "WIDE_TILE_MIN_CHUNK", 0)
@@ -274,6 +279,8 @@ def test_gluon_kernel_matches_reference(num_nodes, group, lens, head_dim, dtype,
         assert plan["tail_m"] == 8, plan
     if tile == "pingpong-64tail" and 64 < rows <= 72:
         assert (plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == (64, 1, 8), plan
+    if tile == "pingpong-hsplit" and 128 < rows <= 144 and group % 2 == 0:
+        assert (plan["head_split"], plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == (2, 64, 1, 8), plan
     if tile == "pingpong-192" and rows in (132, 136, 260, 264):
         assert plan["block_m"] == 192, plan
     out = run_triton(q, k, v, lens_t, mask, splits, monkeypatch, config=config)
@@ -326,6 +333,54 @@ def test_gluon_build_failure_falls_back_to_triton_once(monkeypatch):
     monkeypatch.setattr(tvt, "GLUON_UNUSABLE", None)
     assert tvt._run_split_kernel(lambda: ran.append("gluon"), lambda: ran.append("triton")) == "gluon"
     assert ran == ["triton", "gluon"]
+
+
+def test_split_query_heads_plans_two_programs_per_kv_head():
+    """129-144 packed rows at an even G become two programs per KV head of half its query heads
+    each (65-72 rows: one 64-row warpgroup and the tail), where the config asks for it and the
+    sweeps' switch allows it; other rows, odd groups and other configs keep one program."""
+    pytest.importorskip("triton")
+    from specdec_kernels import tree_verify_triton as tvt
+    from specdec_kernels.configs import VerifyConfig
+    from specdec_kernels.tree_verify_triton import _plan
+
+    split = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
+                         gluon=True, gluon_pingpong=True, gluon_pingpong_tail=True, gluon_pingpong_64=True,
+                         split_query_heads=True)
+    whole = _plan(8, 17, 8, 8, 8192 + 17, 132, dataclasses.replace(split, split_query_heads=False))
+    assert (whole["head_split"], whole["block_m"], whole["tail_m"]) == (1, 128, 8)
+    for num_nodes, group in ((17, 8), (33, 4), (9, 16)):          # 136, 132, 144 rows
+        plan = _plan(8, num_nodes, group, 8, 8192 + num_nodes, 132, split)
+        assert (plan["head_split"], plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == (2, 64, 1, 8)
+        assert plan["grid"][0] == 8 * 8 * 2, plan                 # (request, KV head, half) programs
+    for num_nodes, group in ((16, 8), (65, 2), (145, 1), (29, 5)):  # 128, 130 at G=2 too: see below
+        plan = _plan(8, num_nodes, group, 8, 8192 + num_nodes, 132, split)
+        assert plan["head_split"] == (2 if num_nodes * group in range(129, 145) and group % 2 == 0 else 1), plan
+    tvt._plan.cache_clear()
+    try:
+        tvt.SPLIT_QUERY_HEADS = False
+        assert _plan(8, 17, 8, 8, 8192 + 17, 132, split)["head_split"] == 1
+    finally:
+        tvt.SPLIT_QUERY_HEADS = True
+        tvt._plan.cache_clear()
+
+
+@needs_triton
+@pytest.mark.parametrize("num_nodes,group,lens,splits", [(17, 8, [300, 17], None), (33, 4, [250, 0, 90], 3)])
+def test_split_query_heads_reads_each_programs_kv_head(num_nodes, group, lens, splits, monkeypatch):
+    """With two programs per KV head (two KV heads here, so a program reading its neighbour's
+    K/V gives wrong rows) every output row matches the reference, with and without splits."""
+    from specdec_kernels.configs import VerifyConfig
+    from specdec_kernels.tree_verify_triton import plan_verify_launch
+
+    config = VerifyConfig(block_n=64, max_block_m=128, num_warps=4, num_stages=1, split_query_heads=True)
+    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, num_nodes, "best_first", group, 2, 64, torch.float32,
+                                                  seed=num_nodes + group)
+    plan = plan_verify_launch(len(lens), num_nodes, 2 * group, 2, 64, k.shape[1], q.device, config)
+    assert plan["head_split"] == 2, plan
+    out = run_triton(q, k, v, lens_t, mask, splits, monkeypatch, config=config)
+    assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), torch.float32,
+                      f"split query heads T={num_nodes} G={group}")
 
 
 @needs_triton
