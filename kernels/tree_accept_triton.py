@@ -1,10 +1,16 @@
 """Triton kernel for :func:`specdec_kernels.tree_accept_greedy` (imported lazily).
 
 One program per request walks the tree in registers: the request's T tokens, parents and target
-argmaxes are loaded once as vectors of ``BLOCK_T = next_pow2(T)`` lanes; each step picks the
-lowest-index child of the current node whose token equals the target's argmax there. The loop
-ends at the first node without such a child, so a step costs a handful of vector operations
-and a request with no accepted draft does one step.
+argmaxes are loaded once as vectors of ``BLOCK_T = next_pow2(T + 1)`` lanes. Greedy acceptance
+follows, from the root, each node's lowest-index child whose token equals the target's argmax
+there, until a node has none.
+
+Up to ``DOUBLING_MAX_LANES`` lanes the walk takes a fixed number of steps whatever the path's
+length: one [T, T] comparison gives every node its chosen child at once (or a sink lane past
+the tree, which maps to itself), and the path's i-th node is the chosen-child map applied i
+times to the root, found for every i together by repeated squaring of the map (log2 BLOCK_T
+rounds of two gathers). The walk step by step (two reductions across the program's warps a
+step, each waiting on the one before) stays for larger trees and for the sweeps.
 """
 
 from __future__ import annotations
@@ -41,20 +47,73 @@ def _greedy_walk(tokens_ptr, parents_ptr, argmax_ptr, b, stride_tb, stride_pb, s
 
 
 @triton.jit
+def _greedy_walk_doubling(tokens_ptr, parents_ptr, argmax_ptr, b, stride_tb, stride_pb, stride_ab, num_nodes,
+                          BLOCK_T: tl.constexpr, LOG_T: tl.constexpr):
+    """The same path as :func:`_greedy_walk`, in a fixed number of steps (module docstring)."""
+    lane = tl.arange(0, BLOCK_T)
+    in_tree = lane < num_nodes
+    tokens = tl.load(tokens_ptr + b * stride_tb + lane, mask=in_tree, other=-1)
+    parents = tl.load(parents_ptr + b * stride_pb + lane, mask=in_tree, other=-2)
+    argmax = tl.load(argmax_ptr + b * stride_ab + lane, mask=in_tree, other=-1)
+    sink: tl.constexpr = BLOCK_T - 1  # past the tree (BLOCK_T > T): "no accepted child"
+    # chosen[p]: p's lowest-index draft child whose token is the target's argmax at p
+    is_child = (in_tree & (lane > 0))[None, :] & (parents[None, :] == lane[:, None])
+    match = is_child & (tokens[None, :] == argmax[:, None])
+    chosen = tl.min(tl.where(match, lane[None, :], sink), axis=1)
+    # node[i] = chosen applied i times to the root: bit k of i applies hop = chosen^(2^k)
+    node = tl.zeros_like(lane)
+    hop = chosen
+    for k in tl.static_range(LOG_T):
+        node = tl.where(((lane >> k) & 1) != 0, tl.gather(hop, node, 0), node)
+        hop = tl.gather(hop, hop, 0)
+    on_path = node != sink
+    length = tl.sum(on_path.to(tl.int32))
+    last = tl.max(tl.where(on_path, node, 0))  # nodes grow along a path (parents come first)
+    want = tl.sum(tl.where(lane == last, argmax, 0))
+    return lane, tl.where(on_path, node, -1), length, want
+
+
+@triton.jit
+def _accepted_path(tokens_ptr, parents_ptr, argmax_ptr, b, stride_tb, stride_pb, stride_ab, num_nodes,
+                   BLOCK_T: tl.constexpr, LOG_T: tl.constexpr, DOUBLING: tl.constexpr):
+    """(lanes, path with -1 past its end, its length, the bonus token) of request b, by either
+    walk. Shared with the fused accept + commit kernel."""
+    if DOUBLING:
+        return _greedy_walk_doubling(tokens_ptr, parents_ptr, argmax_ptr, b, stride_tb, stride_pb, stride_ab,
+                                     num_nodes, BLOCK_T, LOG_T)
+    else:
+        return _greedy_walk(tokens_ptr, parents_ptr, argmax_ptr, b, stride_tb, stride_pb, stride_ab, num_nodes,
+                            BLOCK_T)
+
+
+@triton.jit
 def _tree_accept_kernel(tokens_ptr, parents_ptr, argmax_ptr, path_ptr, path_len_ptr, bonus_ptr,
                         stride_tb, stride_pb, stride_ab, stride_pathb, num_nodes,
-                        BLOCK_T: tl.constexpr):
+                        BLOCK_T: tl.constexpr, LOG_T: tl.constexpr, DOUBLING: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
-    lane, path, length, want = _greedy_walk(tokens_ptr, parents_ptr, argmax_ptr, b, stride_tb, stride_pb,
-                                            stride_ab, num_nodes, BLOCK_T)
+    lane, path, length, want = _accepted_path(tokens_ptr, parents_ptr, argmax_ptr, b, stride_tb, stride_pb,
+                                              stride_ab, num_nodes, BLOCK_T, LOG_T, DOUBLING)
     tl.store(path_ptr + b * stride_pathb + lane, path.to(tl.int32), mask=lane < num_nodes)
     tl.store(path_len_ptr + b, length.to(tl.int32))
     tl.store(bonus_ptr + b, want.to(tl.int64))
 
 
+# Largest lane count the walk by doubling takes (its [T, T] comparison: 128 values a thread at
+# 128 lanes on 4 warps); the sweeps turn it off to measure it.
+DOUBLING_MAX_LANES = 128
+WALK_BY_DOUBLING = True
+
+
 def accept_block_t(num_nodes: int) -> int:
-    """Lanes of the walk: T rounded up to a power of two, at least 16."""
-    return max(16, triton.next_power_of_2(num_nodes))
+    """Lanes of the walk: T + 1 (a lane past the tree) rounded up to a power of two, at least 16."""
+    return max(16, triton.next_power_of_2(num_nodes + 1))
+
+
+def walk_constexprs(num_nodes: int) -> dict:
+    """The walk's compile-time arguments: lanes, their log2, and which walk."""
+    block_t = accept_block_t(num_nodes)
+    return dict(BLOCK_T=block_t, LOG_T=block_t.bit_length() - 1,
+                DOUBLING=WALK_BY_DOUBLING and block_t <= DOUBLING_MAX_LANES)
 
 
 def prepare_accept_inputs(tokens, parents, target_argmax, out=None):
@@ -83,6 +142,6 @@ def tree_accept_greedy_triton(tokens, parents, target_argmax, out=None):
         _tree_accept_kernel[(batch,)](
             tokens, parents, target_argmax, out.path, out.path_len, out.bonus,
             tokens.stride(0), parents.stride(0), target_argmax.stride(0), out.path.stride(0),
-            num_nodes, BLOCK_T=accept_block_t(num_nodes), num_warps=1,
+            num_nodes, **walk_constexprs(num_nodes), num_warps=1,
         )
     return AcceptResult(*out)

@@ -101,3 +101,26 @@ def test_full_chain_and_duplicate_siblings(impl):
     assert path.tolist() == [[0, 1, 2, 3], [0, 1, -1, -1]]
     assert path_len.tolist() == [4, 2]
     assert bonus.tolist() == [42, 3]
+
+
+@needs_triton
+@pytest.mark.parametrize("num_nodes", [15, 16, 31, 127, 128, 200])
+@pytest.mark.parametrize("doubling", [True, False])
+def test_both_walks_on_long_paths(num_nodes, doubling, monkeypatch):
+    """The walk by doubling (up to 127 nodes: 128 lanes, one past the tree) and the walk step by
+    step (past that, and where the sweeps turn doubling off) give the python walk's path, also
+    when the whole tree is one accepted chain (the longest path, every doubling round used)."""
+    from specdec_kernels import tree_accept_triton
+
+    monkeypatch.setattr(tree_accept_triton, "WALK_BY_DOUBLING", doubling)
+    assert tree_accept_triton.walk_constexprs(num_nodes)["DOUBLING"] == (doubling and num_nodes < 128)
+    gen = torch.Generator().manual_seed(num_nodes)
+    tokens, parents, argmax = random_accept_case(3, num_nodes, "deep_narrow", 3, 0.9, gen)
+    chain_tokens = torch.arange(num_nodes).unsqueeze(0)
+    chain_parents = (torch.arange(num_nodes, dtype=torch.int32) - 1).unsqueeze(0)
+    chain_argmax = torch.arange(1, num_nodes + 1).unsqueeze(0)  # every next token accepted
+    tokens, parents, argmax = (torch.cat(pair) for pair in ((tokens, chain_tokens), (parents, chain_parents),
+                                                             (argmax, chain_argmax)))
+    result = run_accept(tokens, parents, argmax, "triton")
+    check_against_walk(result, tokens, parents, argmax)
+    assert int(result.path_len[-1]) == num_nodes
