@@ -70,11 +70,14 @@ class VerifyConfig:
                   warp), and, with gluon_pingpong_tail, 65 to 72 rows (T = 17 at G = 4, T = 9 at
                   G = 8) on one 64-row warpgroup and the tail warpgroup instead of a 128-row tile
                   with half its MMAs on padding.
-    split_query_heads: 129 to 144 packed rows at an even G (T = 17 at G = 8, T = 33 at G = 4) run
-                  as two programs per KV head, each with half its query heads (65 to 72 rows:
-                  one 64-row warpgroup and the tail warpgroup of the ping-pong kernel) instead of
-                  a 128-row tile and the tail; the two are adjacent in the grid, so the second
-                  reads the K/V tiles the first brought into L2.
+    split_query_heads: 129 to 144 packed rows at an even G (T = 17 at G = 8, T = 33 at G = 4) that
+                  the plan would give two programs per KV head anyway (2 x 128 rows, on short
+                  streams of a part-filled GPU) run as two programs of half its query heads each
+                  (65 to 72 rows: one 64-row warpgroup and the tail warpgroup of the ping-pong
+                  kernel), half the MMA work; the two are adjacent in the grid, so the second
+                  reads the K/V tiles the first brought into L2. (Against one 128-row tile and
+                  the tail it measured slower: a single warpgroup has no partner to hide its
+                  softmax, PERF.md round 9.)
     gluon_masked_tma: the (non-ping-pong) Gluon kernel requests its split's first masked key tile
                   (partial last prefix tile, else first tree tile) by TMA into buffers of its own
                   at its start, instead of loading its masked tiles through pointers after the
@@ -143,6 +146,11 @@ _SM90_MANY = {
     # planner drops both on short streams of a part-filled GPU. 65-72 rows (T = 17 at G = 4, T = 9
     # at G = 8) take one 64-row warpgroup and the tail instead of a 128-row tile: 4-10 % faster on
     # all 12 shapes swept (round 8, third sweep: B32-T17-L32k 1038 -> 942 us, B8-T17-L8k 75.0 -> 72.0).
+    # 129-144 rows (T = 17 at G = 8, T = 33 at G = 4) that short streams would put in two 128-row
+    # programs per KV head take two of 64 rows and the tail, half the query heads each: 13 % faster
+    # on all four such shapes (round 9, first sweep: B1-T17-H64-L8k 26.3 -> 23.0 us, B8-T33-L1k
+    # 24.9 -> 21.7); against one 128-row tile and the tail 14-44 % slower (B8-T17-H64-L8k 94.1 ->
+    # 113.1), so only there.
     # Triton fallback: descriptor loads, 3-5 % faster than per-element loads on every shape swept
     # (round 4).
     128: VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,

@@ -26,9 +26,9 @@ from .sm120_check import CompileReport, _inspect_cubin, _ptxas_spill_bytes, form
 SM90_SHARED_LIMIT = 232448  # bytes per block, opt-in maximum on compute capability 9.0
 # (packed rows, batch) per table tier and tile that runs a Gluon kernel (G = 4, 8 KV heads): T = 9
 # at batch 32 (64-row tile) and at batch 1 (ping-pong, one 64-row warpgroup), T = 17 (ping-pong,
-# 64 rows and the 8-row tail), T = 33 (the same, two programs per KV head), T = 65 (ping-pong,
-# 128 rows and the tail), T = 130 (ping-pong, 192 rows)
-TIER_ROWS = ((36, 32), (36, 1), (68, 32), (132, 32), (260, 32), (520, 32))
+# 64 rows and the 8-row tail), T = 33 (at batch 32: ping-pong, 128 rows and the tail; at batch 1:
+# one 64-row warpgroup and the tail, two programs per KV head), T = 130 (ping-pong, 192 rows)
+TIER_ROWS = ((36, 32), (36, 1), (68, 32), (132, 32), (132, 1), (520, 32))
 
 
 def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:

@@ -511,11 +511,15 @@ SPLIT_HEAD_MAX_ROWS = 64 + 8
 def _plan(batch, num_nodes, group, kv_heads, cache_rows, sms, cfg, tail_only_when_full=True) -> dict:
     packed = num_nodes * group
     if SPLIT_QUERY_HEADS and cfg.split_query_heads and group % 2 == 0 and 128 < packed <= 2 * SPLIT_HEAD_MAX_ROWS:
-        # two programs per KV head, each with half its query heads: the plan of a call with twice
-        # the KV heads at half the group
-        half = _plan(batch, num_nodes, group // 2, kv_heads * 2, cache_rows, sms,
-                     dataclasses.replace(cfg, split_query_heads=False), tail_only_when_full)
-        return dict(half, head_split=2)
+        whole = _plan(batch, num_nodes, group, kv_heads, cache_rows, sms,
+                      dataclasses.replace(cfg, split_query_heads=False), tail_only_when_full)
+        if whole["num_m_tiles"] > 1:
+            # two programs per KV head anyway (2 x 128 rows on a short stream): half its query
+            # heads each, the plan of a call with twice the KV heads at half the group
+            half = _plan(batch, num_nodes, group // 2, kv_heads * 2, cache_rows, sms,
+                         dataclasses.replace(cfg, split_query_heads=False), tail_only_when_full)
+            return dict(half, head_split=2)
+        return whole
     slots = cfg.resident_per_sm * sms
     # 192-row tiles (three warpgroups) and 8-row tails exist in the ping-pong kernel only
     extra = (192,) if cfg.gluon_pingpong_192 else ()

@@ -13,9 +13,11 @@
 #          they pass, the sweep
 #   sweeponly  the sweep alone
 #   suitesweep  the kernel suite, then, if it passes, the sweep
+#   r9     the split-query-head, accept and commit GPU tests (killed if they hang), then, if they
+#          pass, the sweep and round 9's accept + commit diagnostics
 # Results land under $OUT.
 set -u
-stage=${1:?usage: scripts/h200_verify.sh sweep|check|final|suite|commit|pp|r7|sweeponly|suitesweep}
+stage=${1:?usage: scripts/h200_verify.sh sweep|check|final|suite|commit|pp|r7|sweeponly|suitesweep|r9}
 OUT=${OUT:-/tmp/out}
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
@@ -97,5 +99,17 @@ commit)
   echo "== bench tests rc=$?"
   grep -E "PASSED|FAILED|XFAIL|ERROR|passed|failed" "$OUT/bench_tests.log" | cut -c1-300 | tail -12
   grep -E "^E +AssertionError" "$OUT/bench_tests.log" | cut -c1-300
+  ;;
+r9)
+  timeout -s KILL 170 python3 -m pytest tests/kernels/test_tree_verify.py tests/kernels/test_accept_commit.py \
+    tests/kernels/test_kv_commit.py tests/kernels/test_tree_accept.py tests/kernels/test_verify_step.py -q -x \
+    -p no:cacheprovider -n 8 -k "hsplit or split_query or accept or commit or walk or step" >"$OUT/r9_tests.log" 2>&1
+  rc=$?; echo "== split-heads/accept/commit tests rc=$rc"
+  grep -E "^(FAILED|ERROR)|passed|failed|^E " "$OUT/r9_tests.log" | cut -c1-300 | head -20
+  if [ $rc -eq 0 ]; then
+    sweep
+    timeout 120 python3 scripts/round9_diag.py commit >"$OUT/diag.log" 2>&1
+    echo "== diag rc=$?"; cut -c1-600 "$OUT/diag.log" | tail -8
+  fi
   ;;
 esac

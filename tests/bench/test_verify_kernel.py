@@ -71,5 +71,10 @@ def test_accept_and_commit_are_cheap_and_never_sync():
     result = run_accept_commit()
     assert result["no_host_sync"], "accept/commit/verify synchronised with the host"
     assert result["fused_matches_separate"], "the fused accept + commit disagrees with the two operations"
-    # the stricter reading: one accept + one all-layer commit against ONE layer's attention
-    assert result["ratio_to_one_layer"] <= 0.10, result
+    # the stricter reading: one accept + one all-layer commit against ONE layer's attention, each
+    # timed as the table times a call (a graph of calls on distinct inputs; the attention's
+    # inputs fill one); the single call's launch from an idle GPU is reported beside it
+    assert result["ratio_to_one_layer"] <= 0.10, (
+        f"accept + commit {result['accept_commit_us']:.2f} us = {100 * result['ratio_to_one_layer']:.1f}% of one "
+        f"layer's attention ({result['attention_us_one_layer']:.1f} us; goal 10%); alone in its graph "
+        f"{result['accept_commit_single_us']:.2f} us = {100 * result['ratio_to_one_layer_single']:.1f}%")

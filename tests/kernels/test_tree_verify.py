@@ -263,7 +263,7 @@ def test_gluon_kernel_matches_reference(num_nodes, group, lens, head_dim, dtype,
     from specdec_kernels.tree_verify_triton import plan_split_kernel, plan_verify_launch
 
     config = _gluon_configs()[tile]
-    if tile in ("pingpong-192", "pingpong-tail", "pingpong-64tail", "pingpong-hsplit"):
+    if tile in ("pingpong-192", "pingpong-tail", "pingpong-64tail"):
         # these small batches are short streams on a part-filled GPU, where the planner drops
         # 192-row tiles and tails: keep them, so that the cases past 128 rows run them
         monkeypatch.setattr(tree_verify_triton, "WIDE_TILE_MIN_CHUNK", 0)
@@ -280,6 +280,7 @@ def test_gluon_kernel_matches_reference(num_nodes, group, lens, head_dim, dtype,
     if tile == "pingpong-64tail" and 64 < rows <= 72:
         assert (plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == (64, 1, 8), plan
     if tile == "pingpong-hsplit" and 128 < rows <= 144 and group % 2 == 0:
+        # these small batches are short streams on a part-filled GPU: 2 x 128 rows unsplit
         assert (plan["head_split"], plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == (2, 64, 1, 8), plan
     if tile == "pingpong-192" and rows in (132, 136, 260, 264):
         assert plan["block_m"] == 192, plan
@@ -336,9 +337,11 @@ def test_gluon_build_failure_falls_back_to_triton_once(monkeypatch):
 
 
 def test_split_query_heads_plans_two_programs_per_kv_head():
-    """129-144 packed rows at an even G become two programs per KV head of half its query heads
-    each (65-72 rows: one 64-row warpgroup and the tail), where the config asks for it and the
-    sweeps' switch allows it; other rows, odd groups and other configs keep one program."""
+    """129-144 packed rows at an even G, where one program per KV head would not take them
+    (2 x 128 rows on short streams of a part-filled GPU), become two programs per KV head of
+    half its query heads each (65-72 rows: one 64-row warpgroup and the tail); where one 128-row
+    tile and the tail would (it measured faster there, PERF.md round 9), and for other rows, odd
+    groups, other configs or with the sweeps' switch off, the plan is unchanged."""
     pytest.importorskip("triton")
     from specdec_kernels import tree_verify_triton as tvt
     from specdec_kernels.configs import VerifyConfig
@@ -347,19 +350,25 @@ def test_split_query_heads_plans_two_programs_per_kv_head():
     split = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
                          gluon=True, gluon_pingpong=True, gluon_pingpong_tail=True, gluon_pingpong_64=True,
                          split_query_heads=True)
-    whole = _plan(8, 17, 8, 8, 8192 + 17, 132, dataclasses.replace(split, split_query_heads=False))
-    assert (whole["head_split"], whole["block_m"], whole["tail_m"]) == (1, 128, 8)
-    for num_nodes, group in ((17, 8), (33, 4), (9, 16)):          # 136, 132, 144 rows
-        plan = _plan(8, num_nodes, group, 8, 8192 + num_nodes, 132, split)
-        assert (plan["head_split"], plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == (2, 64, 1, 8)
-        assert plan["grid"][0] == 8 * 8 * 2, plan                 # (request, KV head, half) programs
-    for num_nodes, group in ((16, 8), (65, 2), (145, 1), (29, 5)):  # 128, 130 at G=2 too: see below
-        plan = _plan(8, num_nodes, group, 8, 8192 + num_nodes, 132, split)
-        assert plan["head_split"] == (2 if num_nodes * group in range(129, 145) and group % 2 == 0 else 1), plan
+    whole = dataclasses.replace(split, split_query_heads=False)
+    for batch, prefix in ((1, 8192), (8, 1024)):             # short streams, part-filled GPU (132 SMs)
+        for num_nodes, group in ((17, 8), (33, 4), (9, 16)):  # 136, 132, 144 rows
+            assert _plan(batch, num_nodes, group, 8, prefix + num_nodes, 132, whole)["num_m_tiles"] == 2
+            plan = _plan(batch, num_nodes, group, 8, prefix + num_nodes, 132, split)
+            assert (plan["head_split"], plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == (2, 64, 1, 8)
+            assert plan["grid"][0] == batch * 8 * 2, plan     # (request, KV head, half) programs
+    # the GPU test's cases (test_gluon_kernel_matches_reference, "pingpong-hsplit") split too
+    assert _plan(2, 17, 8, 2, 3000 + 22, 132, split)["head_split"] == 2
+    assert _plan(2, 33, 4, 2, 5000 + 38, 132, split)["head_split"] == 2
+    for batch, prefix in ((8, 8192), (32, 1024), (1, 32768)):  # one 128-row tile and the tail
+        plan = _plan(batch, 17, 8, 8, prefix + 17, 132, split)
+        assert (plan["head_split"], plan["block_m"], plan["tail_m"]) == (1, 128, 8), plan
+    for num_nodes, group in ((16, 8), (145, 1), (29, 5)):     # 128 rows, odd groups
+        assert _plan(1, num_nodes, group, 8, 8192 + num_nodes, 132, split)["head_split"] == 1
     tvt._plan.cache_clear()
     try:
         tvt.SPLIT_QUERY_HEADS = False
-        assert _plan(8, 17, 8, 8, 8192 + 17, 132, split)["head_split"] == 1
+        assert _plan(1, 17, 8, 8, 8192 + 17, 132, split)["head_split"] == 1
     finally:
         tvt.SPLIT_QUERY_HEADS = True
         tvt._plan.cache_clear()
@@ -373,7 +382,9 @@ def test_split_query_heads_reads_each_programs_kv_head(num_nodes, group, lens, s
     from specdec_kernels.configs import VerifyConfig
     from specdec_kernels.tree_verify_triton import plan_verify_launch
 
-    config = VerifyConfig(block_n=64, max_block_m=128, num_warps=4, num_stages=1, split_query_heads=True)
+    # 128-row tiles only, no tail: two programs per KV head unsplit, so the planner splits
+    config = VerifyConfig(block_n=64, max_block_m=128, num_warps=4, num_stages=1, max_tail_m=0, min_block_m=128,
+                          split_query_heads=True)
     q, k, v, lens_t, mask, _ = make_verify_inputs(lens, num_nodes, "best_first", group, 2, 64, torch.float32,
                                                   seed=num_nodes + group)
     plan = plan_verify_launch(len(lens), num_nodes, 2 * group, 2, 64, k.shape[1], q.device, config)
