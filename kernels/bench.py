@@ -539,7 +539,8 @@ def format_table(rows, ceilings) -> str:
             return format(r[key], fmt) if key in r else "-"
         flex = f("flex_us", ".1f") if "flex_us" in r else ("error" if "flex_error" in r else "-")
         gluon = " G" if r.get("kernel") == "gluon" else ""
-        lines.append(f"| {r['shape']} | {tiles_label(r)}/{r['block_n']}/{r['splits']}{gluon} | {r['bound']} | {r['us']:.1f} | "
+        lines.append(f"| {r['shape']} | {tiles_label(r)}/{r['block_n']}/{r['splits']}{gluon} | {r['bound']} "
+                     f"| {r['us']:.1f} | "
                      f"{r['tb_s']:.2f} | {r['tflop_s']:.1f} | "
                      f"{100 * r['roof_frac']:.0f} | {100 * r['bw_frac']:.0f} | {100 * r['mm_frac']:.0f} | "
                      f"{f('read_us', '.1f')} | {f('sdpa_us', '.1f')} | {f('x_sdpa', '.1f')} | "

@@ -182,8 +182,8 @@ def _tree_verify_partial_kernel(
     LAZY_RESCALE: tl.constexpr, FOLD_SCALE: tl.constexpr, LAUNCH_MERGE_EARLY: tl.constexpr = False,
     KV_SHARE: tl.constexpr = 1,
 ):
-    # KV_SHARE programs' heads share one KV head (``VerifyConfig.split_query_heads``): the grid's
-    # "KV heads" are then KV_SHARE times the cache's, each with GROUP of its query heads
+    # KV_SHARE consecutive programs' query heads share one KV head (``VerifyConfig.split_query_heads``):
+    # the grid's "KV heads" are then KV_SHARE times the cache's, each with GROUP query heads
     if LAUNCH_MERGE_EARLY:
         # the merge (a programmatic dependent launch) may start once every program has started
         gdc_launch_dependents()

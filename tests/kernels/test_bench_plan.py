@@ -45,6 +45,13 @@ def test_table_renders_missing_baselines_as_dashes():
     assert "| 1x64/32/4 | memory | 15.4 |" in line and "| - | - |" in line and line.endswith("| yes |")
 
 
+def test_tiles_name_split_query_heads_and_tails():
+    row = {"m_tiles": 1, "block_m": 64, "tail_m": 8}
+    assert bench.tiles_label(row) == "1x64+8"
+    assert bench.tiles_label(dict(row, head_split=2)) == "2x(1x64+8)"
+    assert bench.tiles_label(dict(row, tail_m=0, m_tiles=3, head_split=1)) == "3x64"
+
+
 def test_unknown_shape_names_are_refused_before_any_gpu_work(capsys):
     with pytest.raises(SystemExit) as exit_info:
         bench.main(["--shapes", "B8-T9-H32/8/128-L8192,B8-T9-L8k"])
