@@ -108,7 +108,7 @@ def test_full_chain_and_duplicate_siblings(impl):
 @pytest.mark.parametrize("doubling", [True, False])
 def test_both_walks_on_long_paths(num_nodes, doubling, monkeypatch):
     """The walk by doubling (up to 127 nodes: 128 lanes, one past the tree) and the walk step by
-    step (past that, and where the sweeps turn doubling off) give the python walk's path, also
+    step (past that, and where the diagnostics turn doubling off) give the python walk's path, also
     when the whole tree is one accepted chain (the longest path, every doubling round used)."""
     from specdec_kernels import tree_accept_triton
 
