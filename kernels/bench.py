@@ -445,12 +445,14 @@ def sweep_variants() -> dict:
 
 
 def sweep_plan() -> list[tuple[Shape, tuple]]:
-    """Round 9, first sweep: 129-144 packed rows (T = 17 at Hq = 64, T = 33 at Hq = 32) as two
-    programs per KV head with half its query heads each (the table) against one 128-row tile and
-    the tail ("nohsplit"), wherever the table takes the ping-pong kernel."""
-    cases = ((1, 8192), (1, 32768), (8, 1024), (8, 8192), (8, 32768), (32, 1024), (32, 8192))
-    return [(Shape(b, t, h, 8, 128, l), ("table", "table-nohsplit")) for t, h in ((17, 64), (33, 32))
-            for b, l in cases]
+    """Round 9, second sweep: 5 ring slots instead of 4 on the ping-pong kernel's 128-row tiles
+    with the tail warpgroup (one slot more to absorb the tail's lag behind the two warpgroups),
+    on the shapes whose table plan runs them. (The first sweep, split query heads against one
+    program per KV head, is in PERF.md and ``git show ac6e5ec:kernels/bench.py``.)"""
+    five = ("table", "n64-m128-w8-s5-r1-min128-gluon-pp-tail8-64")
+    return [(Shape(b, t, h, 8, 128, l), five) for b, t, h, l in (
+        (8, 17, 64, 8192), (8, 17, 64, 32768), (32, 17, 64, 8192), (8, 33, 32, 8192), (8, 33, 32, 32768),
+        (32, 33, 32, 8192), (8, 65, 32, 8192), (32, 65, 32, 8192))]
 
 
 def sweep_shapes() -> list[Shape]:
