@@ -289,7 +289,7 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, config=N
     return row
 
 
-def _accept_inputs(batch: int, num_nodes: int, device, gen):
+def accept_inputs(batch: int, num_nodes: int, device, gen):
     """A random best-first tree per request, and target argmaxes that follow node i's first child
     where one exists: long, non-contiguous accepted paths."""
     parents = random_best_first_parents(batch, num_nodes, device, gen)
@@ -326,7 +326,7 @@ def run_accept_commit(layers: int = 36, batch: int = 8, prefix: int = 8192, num_
     q, k, v, lens, mask = make_inputs(shape, device, seed)
     gen = torch.Generator(device=device).manual_seed(seed + 1)
     spacing = 64
-    sets = [(*_accept_inputs(batch, num_nodes, device, gen), lens - spacing * i)
+    sets = [(*accept_inputs(batch, num_nodes, device, gen), lens - spacing * i)
             for i in range(ACCEPT_COMMIT_SETS)]
     cache_k = torch.randn(layers, batch, prefix + num_nodes, kv_heads, head_dim, device=device,
                           dtype=torch.bfloat16)

@@ -626,7 +626,7 @@ def _tma_descriptors(k_cache, v_cache, block_n):
 
 
 def _launch_triton_split(plan, cfg, q, k_cache, v_cache, trailing_args, scale, group, head_dim, block_m, tail_m,
-                         single, precision, upcast, merge_early, head_split):
+                         single, precision, upcast, merge_early):
     k_desc, v_desc = _tma_descriptors(k_cache, v_cache, cfg.block_n) if cfg.tma else (None, None)
     use_tma = k_desc is not None
     _tree_verify_partial_kernel[plan["grid"]](
@@ -634,7 +634,7 @@ def _launch_triton_split(plan, cfg, q, k_cache, v_cache, trailing_args, scale, g
         GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=cfg.block_n, TAIL_M=tail_m,
         SINGLE_SPLIT=single, DOT_PRECISION=precision, UPCAST=upcast, USE_TMA=use_tma,
         LAZY_RESCALE=cfg.lazy_rescale, FOLD_SCALE=cfg.fold_scale and scale > 0, LAUNCH_MERGE_EARLY=merge_early,
-        KV_SHARE=head_split, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        KV_SHARE=plan["head_split"], num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": cfg.max_registers} if cfg.max_registers and q.device.type == "cuda" else {}),
     )
 
@@ -840,7 +840,7 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
     else:
         _run_split_kernel(launch_gluon, lambda: _launch_triton_split(
             plan, cfg, q, k_cache, v_cache, trailing_args, scale, group, head_dim, block_m, tail_m, single,
-            precision, upcast, merge_early, head_split))
+            precision, upcast, merge_early))
     if not single:
         split_block, merge_rows = merge_tiles(splits, head_dim)
         row_blocks = triton.cdiv(num_nodes * group, merge_rows)

@@ -35,12 +35,7 @@ def _grid_floor_kernel(lens_ptr, out_ptr):
 def commit_case(layers=36, batch=8, prefix=8192, num_nodes=17, kv_heads=8, head_dim=128, seed=0):
     device = torch.device("cuda")
     gen = torch.Generator(device=device).manual_seed(seed + 1)
-    parents = bench.random_best_first_parents(batch, num_nodes, device, gen)
-    tokens = torch.randint(0, 50, (batch, num_nodes), generator=gen, device=device)
-    first_child = torch.full((batch, num_nodes), num_nodes, dtype=torch.int64, device=device)
-    child = torch.arange(num_nodes, device=device).expand(batch, -1).contiguous()
-    first_child.scatter_reduce_(1, parents.clamp(min=0).long()[:, 1:], child[:, 1:], "amin")
-    argmax = torch.where(first_child < num_nodes, tokens.gather(1, first_child.clamp(max=num_nodes - 1)), -1)
+    tokens, parents, argmax = bench.accept_inputs(batch, num_nodes, device, gen)
     cache_k = torch.randn(layers, batch, prefix + num_nodes, kv_heads, head_dim, device=device,
                           dtype=torch.bfloat16)
     cache_v = torch.randn_like(cache_k)
