@@ -646,3 +646,40 @@ def test_auto_picks_triton_only_on_gpu_or_interpreter(monkeypatch):
 def test_import_does_not_load_triton():
     code = "import sys, specdec_kernels; assert 'triton' not in sys.modules, 'triton imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# The ping-pong kernel's tail warpgroup keeps its running max until a warp's scores pass it by
+# 2**8 (then the max is taken across its warps and the tile redone): scores that rise along the
+# prefix (keys scaled up row by row) move the max in steps under and over that bound, scores that
+# fall leave it at the first tiles, large ones rescale often; (T, G, [L_b], dtype, splits, rise,
+# q scale): 136 rows (128 + 8), 132 rows (128 + 4), 72 rows (64 + 8).
+TAIL_RESCALE_CASES = [
+    (17, 8, [3000, 200], torch.bfloat16, None, 0.002, 1.0),
+    (17, 8, [2500, 700], torch.float16, 2, -0.0003, 1.0),
+    (33, 4, [4000, 64], torch.bfloat16, 3, 0.0, 6.0),
+    (9, 8, [2000, 100, 0], torch.bfloat16, None, 0.01, 3.0),
+]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+                    reason="the Gluon kernel is for sm_90 GPUs")
+@pytest.mark.parametrize("num_nodes,group,lens,dtype,splits,rise,q_scale", TAIL_RESCALE_CASES)
+def test_pingpong_tail_rescales_where_scores_outgrow_its_max(num_nodes, group, lens, dtype, splits, rise, q_scale,
+                                                            monkeypatch, request):
+    from specdec_kernels import tree_verify_triton
+    from specdec_kernels.tree_verify_triton import plan_verify_launch
+
+    config = _gluon_configs()["pingpong-64tail"]
+    monkeypatch.setattr(tree_verify_triton, "WIDE_TILE_MIN_CHUNK", 0)
+    tree_verify_triton._plan.cache_clear()
+    request.addfinalizer(tree_verify_triton._plan.cache_clear)
+    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, num_nodes, "best_first", group, 2, 128, dtype,
+                                                  seed=13 * num_nodes + group)
+    ramp = (1.0 + rise * torch.arange(k.shape[1], device=k.device, dtype=torch.float32)).clamp(min=0.05)
+    k = (k.float() * ramp[None, :, None, None]).to(dtype)
+    q = (q.float() * q_scale).to(dtype)
+    q, k, v, lens_t, mask = (t.cuda() for t in (q, k, v, lens_t, mask))
+    plan = plan_verify_launch(len(lens), num_nodes, q.shape[2], k.shape[2], 128, k.shape[1], q.device, config)
+    assert plan["tail_m"] == 8 and plan["head_split"] == 1, plan
+    out = run_triton(q, k, v, lens_t, mask, splits, monkeypatch, config=config)
+    assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, f"tail rescale, rise {rise}")
