@@ -14,11 +14,15 @@ a tile landed, ``empty[slot]`` (one arrival per consumer) that every consumer is
 
 T = 2^k + 1 leaves a few packed rows past whole 128-row tiles (4 at G = 4, 8 at G = 8). With
 ``TAIL_M = 8`` a fourth partition takes them on the same key tiles with the keys as its MMAs' M
-dimension and the rows as N (WGMMA's N goes down to 8), for a few per cent of a warpgroup's MMA
-work, instead of a third warpgroup or another program streaming the cache. Its tiles are
+dimension and the rows as N (WGMMA's N goes down to 8), for a few per cent of the MMA FLOPs
+(though its N = 8 MMAs hold the tensor cores for about a quarter of two warpgroups' time, PERF.md
+round 10), instead of a third warpgroup or another program streaming the cache. Its tiles are
 pipelined like the other warpgroups' (S^T(j+1) issued before P^T(j) is written, softmax(j+1)
 under O^T += V^T.P^T(j)), and its masked tiles come by TMA into its own buffers, the first one
-while the mask-free tiles stream.
+while the mask-free tiles stream. Its softmax reduces over the keys, which its MMAs spread over
+its four warps; beside two warpgroups it keeps its row sums per key lane and retakes its running
+max across the warps only where a warp's scores pass it by 2^8, so that a tile costs it one
+barrier instead of three (round 10).
 
 A 64-row tile (``BLOCK_M = 64``) is one warpgroup handing the turn to itself, fed by the load
 warp; the same tail rides on it for 65 to 72 packed rows (T = 17 at G = 4, T = 9 at G = 8),
