@@ -15,9 +15,11 @@
 #   suitesweep  the kernel suite, then, if it passes, the sweep
 #   r9     the split-query-head, accept and commit GPU tests (killed if they hang), then, if they
 #          pass, the sweep and round 9's accept + commit diagnostics
+#   r10    the ping-pong kernel's GPU tests and the tail's rescale test (killed if they hang), then,
+#          if they pass, round 10's MMA probe (scripts/round10_mma_probe.py)
 # Results land under $OUT.
 set -u
-stage=${1:?usage: scripts/h200_verify.sh sweep|check|final|suite|commit|pp|r7|sweeponly|suitesweep|r9}
+stage=${1:?usage: scripts/h200_verify.sh sweep|check|final|suite|commit|pp|r7|sweeponly|suitesweep|r9|r10}
 OUT=${OUT:-/tmp/out}
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
@@ -110,6 +112,16 @@ r9)
     sweep
     timeout 120 python3 scripts/round9_diag.py commit >"$OUT/diag.log" 2>&1
     echo "== diag rc=$?"; cut -c1-600 "$OUT/diag.log" | tail -8
+  fi
+  ;;
+r10)
+  timeout -s KILL 170 python3 -m pytest tests/kernels/test_tree_verify.py -q -x -p no:cacheprovider -n 8 \
+    -k "(gluon_kernel_matches and pingpong) or tail_rescales" >"$OUT/r10_tests.log" 2>&1
+  rc=$?; echo "== ping-pong and tail-rescale tests rc=$rc"
+  grep -E "^(FAILED|ERROR)|passed|failed|^E " "$OUT/r10_tests.log" | cut -c1-300 | head -20
+  if [ $rc -eq 0 ]; then
+    timeout 120 python3 scripts/round10_mma_probe.py 4096 >"$OUT/probe.log" 2>&1
+    echo "== probe rc=$?"; cut -c1-300 "$OUT/probe.log" | tail -10
   fi
   ;;
 esac
