@@ -233,6 +233,20 @@ def _gluon_configs():
     }
 
 
+needs_sm90 = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+                                reason="the Gluon kernel is for sm_90 GPUs")
+
+
+def keep_wide_tiles(monkeypatch, request):
+    """Small test batches are short streams on a part-filled GPU, where the planner drops 192-row
+    tiles and tails: keep them, so that the cases past 128 rows run them."""
+    from specdec_kernels import tree_verify_triton
+
+    monkeypatch.setattr(tree_verify_triton, "WIDE_TILE_MIN_CHUNK", 0)
+    tree_verify_triton._plan.cache_clear()
+    request.addfinalizer(tree_verify_triton._plan.cache_clear)
+
+
 # The Gluon split kernel (sm_90 only): its software pipeline over 0, 1, 2, ... full key tiles
 # (short and empty chunks, a ring that wraps many times), the partial last tile, tree tiles past
 # one key tile, many query tiles, and split counts that leave some splits empty;
@@ -251,24 +265,18 @@ GLUON_CASES = [
 ]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
-                    reason="the Gluon kernel is for sm_90 GPUs")
+@needs_sm90
 @pytest.mark.parametrize("tile", ["w8-m128", "w4-m64", "w4-m64-mtma", "w8-m128-n128-qreg", "pingpong",
                                   "pingpong-s2", "pingpong-192", "pingpong-tail", "pingpong-64",
                                   "pingpong-64tail", "pingpong-hsplit"])
 @pytest.mark.parametrize("num_nodes,group,lens,head_dim,dtype,splits", GLUON_CASES)
 def test_gluon_kernel_matches_reference(num_nodes, group, lens, head_dim, dtype, splits, tile, monkeypatch,
                                        request):
-    from specdec_kernels import tree_verify_triton
     from specdec_kernels.tree_verify_triton import plan_split_kernel, plan_verify_launch
 
     config = _gluon_configs()[tile]
     if tile in ("pingpong-192", "pingpong-tail", "pingpong-64tail"):
-        # these small batches are short streams on a part-filled GPU, where the planner drops
-        # 192-row tiles and tails: keep them, so that the cases past 128 rows run them
-        monkeypatch.setattr(tree_verify_triton, "WIDE_TILE_MIN_CHUNK", 0)
-        tree_verify_triton._plan.cache_clear()
-        request.addfinalizer(tree_verify_triton._plan.cache_clear)
+        keep_wide_tiles(monkeypatch, request)
     q, k, v, lens_t, mask, _ = make_verify_inputs(lens, num_nodes, "best_first", group, 2, head_dim, dtype,
                                                   seed=17 * num_nodes + group)
     q, k, v, lens_t, mask = (t.cuda() for t in (q, k, v, lens_t, mask))
@@ -661,18 +669,14 @@ TAIL_RESCALE_CASES = [
 ]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
-                    reason="the Gluon kernel is for sm_90 GPUs")
+@needs_sm90
 @pytest.mark.parametrize("num_nodes,group,lens,dtype,splits,rise,q_scale", TAIL_RESCALE_CASES)
 def test_pingpong_tail_rescales_where_scores_outgrow_its_max(num_nodes, group, lens, dtype, splits, rise, q_scale,
                                                             monkeypatch, request):
-    from specdec_kernels import tree_verify_triton
     from specdec_kernels.tree_verify_triton import plan_verify_launch
 
     config = _gluon_configs()["pingpong-64tail"]
-    monkeypatch.setattr(tree_verify_triton, "WIDE_TILE_MIN_CHUNK", 0)
-    tree_verify_triton._plan.cache_clear()
-    request.addfinalizer(tree_verify_triton._plan.cache_clear)
+    keep_wide_tiles(monkeypatch, request)
     q, k, v, lens_t, mask, _ = make_verify_inputs(lens, num_nodes, "best_first", group, 2, 128, dtype,
                                                   seed=13 * num_nodes + group)
     ramp = (1.0 + rise * torch.arange(k.shape[1], device=k.device, dtype=torch.float32)).clamp(min=0.05)
