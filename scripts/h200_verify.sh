@@ -17,9 +17,11 @@
 #          pass, the sweep and round 9's accept + commit diagnostics
 #   r10    the ping-pong kernel's GPU tests and the tail's rescale test (killed if they hang), then,
 #          if they pass, round 10's MMA probe (scripts/round10_mma_probe.py)
+#   r11    round 11's diagnostics (scripts/round11_diag.py: kernel trace, graph overhead, forced
+#          splits, per-program start and end stamps)
 # Results land under $OUT.
 set -u
-stage=${1:?usage: scripts/h200_verify.sh sweep|check|final|suite|commit|pp|r7|sweeponly|suitesweep|r9|r10}
+stage=${1:?usage: scripts/h200_verify.sh sweep|check|final|suite|commit|pp|r7|sweeponly|suitesweep|r9|r10|r11}
 OUT=${OUT:-/tmp/out}
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
@@ -123,5 +125,9 @@ r10)
     timeout 120 python3 scripts/round10_mma_probe.py 4096 >"$OUT/probe.log" 2>&1
     echo "== probe rc=$?"; cut -c1-300 "$OUT/probe.log" | tail -10
   fi
+  ;;
+r11)
+  timeout 500 python3 scripts/round11_diag.py "$OUT" >"$OUT/diag.log" 2>&1
+  echo "== diag rc=$?"; cut -c1-2000 "$OUT/diag.log" | tail -12
   ;;
 esac
