@@ -52,7 +52,7 @@ def trace(shape, sets, out_dir):
             flush.sum()
             graph.replay()
         torch.cuda.synchronize()
-    path = pathlib.Path(out_dir) / f"trace_{shape.name.replace("/", "_")}.json"
+    path = pathlib.Path(out_dir) / f"trace_{shape.name.replace('/', '_')}.json"
     prof.export_chrome_trace(str(path))
     kernels = sorted((e for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "kernel"),
                      key=lambda e: e["ts"])
