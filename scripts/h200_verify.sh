@@ -127,7 +127,7 @@ r10)
   fi
   ;;
 r11)
-  timeout 500 python3 scripts/round11_diag.py "$OUT" >"$OUT/diag.log" 2>&1
+  timeout 500 python3 scripts/round11_diag.py "$OUT" ${2:-graphs,trace,stamps} >"$OUT/diag.log" 2>&1
   echo "== diag rc=$?"; cut -c1-2000 "$OUT/diag.log" | tail -12
   ;;
 esac

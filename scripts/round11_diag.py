@@ -2,7 +2,7 @@
 goes beyond streaming its K and V, at batch 8 and an 8k cache (B8-T9-L8k streams at 90 % of the
 copy rate where B8-L32k streams at 104 %: some 10 us a call that do not grow with the cache).
 
-    python3 scripts/round11_diag.py OUT_DIR
+    python3 scripts/round11_diag.py OUT_DIR [graphs,trace,stamps]
 
 Three views of the same calls:
 
@@ -90,13 +90,34 @@ def graphs(shape, sets):
     return out
 
 
+# Stamps, 8 int64 per program: 0 entry, 1 end (after every partition joined), 2 SM, and from
+# warpgroup 0: 3 its first key tile landed, 4 its mask-free stream done, 5 its masked tiles done,
+# 7 its rows stored; 6 the load warp's start.
+STAMP = "gl.store(stamp_ptr + (gl.program_id(0) + gl.program_id(1) * gl.num_programs(0)) * 8 + {k}, _timer())"
 PATCHES = {
     "tree_verify_gluon_pingpong.py": [
         ("    qk_scale, num_nodes, num_kv_heads, num_m_tiles, num_splits, chunk, cache_rows,\n",
          "    qk_scale, num_nodes, num_kv_heads, num_m_tiles, num_splits, chunk, cache_rows, stamp_ptr,\n"),
         ("    gl.static_assert(num_warps == 4)\n",
-         "    gl.static_assert(num_warps == 4)\n"
-         "    gl.store(stamp_ptr + (gl.program_id(0) + gl.program_id(1) * gl.num_programs(0)) * 3, _timer())\n"),
+         "    gl.static_assert(num_warps == 4)\n    " + STAMP.format(k=0) + "\n"),
+        ("                n_full,\n                full_end, hi)\n",
+         "                n_full,\n                full_end, hi, stamp_ptr)\n"),
+        ("     full_end, hi) = args\n", "     full_end, hi, stamp_ptr) = args\n"),
+        ("        mbarrier.wait(ready.index(0), phase=0)\n        mbarrier.wait(turn.index(WG), phase=0)\n"
+         "        s_tok = warpgroup_mma(q_op",
+         "        mbarrier.wait(ready.index(0), phase=0)\n        if WG == 0:\n            " + STAMP.format(k=3) +
+         "\n        mbarrier.wait(turn.index(WG), phase=0)\n        s_tok = warpgroup_mma(q_op"),
+        ("        mbarrier.arrive(empty.index(last))\n",
+         "        mbarrier.arrive(empty.index(last))\n        if WG == 0:\n            " + STAMP.format(k=4) + "\n"),
+        ("ld_layout, GROUP, HEAD_DIM, HALF_M, BLOCK_N)\n",
+         "ld_layout, GROUP, HEAD_DIM, HALF_M, BLOCK_N)\n    if WG == 0:\n        " + STAMP.format(k=5) + "\n"),
+        ("                SINGLE_SPLIT)\n\n\n@gluon.jit\ndef _tail_softmax_step",
+         "                SINGLE_SPLIT)\n    if WG == 0:\n        " + STAMP.format(k=7) +
+         "\n\n\n@gluon.jit\ndef _tail_softmax_step"),
+        ("    k_desc, v_desc, k_smem, v_smem, ready, empty, desc_row, desc_col, n_full = args\n",
+         "    k_desc, v_desc, k_smem, v_smem, ready, empty, desc_row, desc_col, n_full, stamp_ptr = args\n    " +
+         STAMP.format(k=6) + "\n"),
+        ("kv_src * HEAD_DIM, n_full)\n", "kv_src * HEAD_DIM, n_full, stamp_ptr)\n"),
     ],
     "tree_verify_triton.py": [
         ("                q, k_cache, v_cache, *gluon_descs, *trailing_args,\n",
@@ -104,18 +125,16 @@ PATCHES = {
         ("POISON_WORKSPACE = False\n", "POISON_WORKSPACE = False\nSTAMP_BUF = None\n"),
     ],
 }
-TAIL = '''
-    t_end = _timer()
+TAIL = """
+    """ + STAMP.format(k=1) + """
     sm = gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-    pid = gl.program_id(0) + gl.program_id(1) * gl.num_programs(0)
-    gl.store(stamp_ptr + pid * 3 + 1, t_end)
-    gl.store(stamp_ptr + pid * 3 + 2, sm.to(gl.int64))
+    gl.store(stamp_ptr + (gl.program_id(0) + gl.program_id(1) * gl.num_programs(0)) * 8 + 2, sm.to(gl.int64))
 
 
 @gluon.jit
 def _timer():
     return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
-'''
+"""
 
 
 def stamped_package() -> str:
@@ -136,8 +155,13 @@ def stamped_package() -> str:
     return root
 
 
+STAMP_NAMES = {3: "first_tile", 4: "stream_done", 5: "masked_done", 7: "stored", 1: "end", 6: "load_warp_start"}
+
+
 def stamps(shape, sets, tvt, attention):
-    tvt.STAMP_BUF = torch.zeros(4096 * 3, dtype=torch.int64, device="cuda")
+    """Medians over 8 calls of: the programs' spread of starts and ends, and for the median and
+    the last-ending program, each stamp's time after that program's entry (us)."""
+    tvt.STAMP_BUF = torch.zeros(4096 * 8, dtype=torch.int64, device="cuda")
     flush = torch.empty(256 * 2**20 // 4, dtype=torch.int32, device="cuda")
     runs = []
     for rep in range(8):
@@ -145,22 +169,25 @@ def stamps(shape, sets, tvt, attention):
         flush.sum()
         attention(*sets[rep % len(sets)])
         torch.cuda.synchronize()
-        s = tvt.STAMP_BUF.view(-1, 3).cpu()
+        s = tvt.STAMP_BUF.view(-1, 8).cpu()
         s = s[s[:, 0] > 0]
         t0 = int(s[:, 0].min())
-        start = sorted((s[:, 0] - t0).tolist())
-        end = sorted((s[:, 1] - t0).tolist())
-        dur = sorted((s[:, 1] - s[:, 0]).tolist())
-        sms = len(set(s[:, 2].tolist()))
-        q = lambda xs, f: xs[min(len(xs) - 1, int(f * len(xs)))] / 1e3
-        runs.append({"programs": len(start), "sms": sms, "last_start_us": q(start, 1.0),
-                     "end_p10_us": q(end, 0.1), "end_p50_us": q(end, 0.5), "end_p90_us": q(end, 0.9),
-                     "end_last_us": q(end, 1.0), "dur_min_us": q(dur, 0.0), "dur_p50_us": q(dur, 0.5),
-                     "dur_max_us": q(dur, 1.0)})
-    return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+        rel = (s - s[:, :1]).double() / 1e3  # us after each program's entry
+        last = int(s[:, 1].argmax())
+        run = {"programs": len(s), "sms": len(set(s[:, 2].tolist())),
+               "last_start_us": float(s[:, 0].max() - t0) / 1e3,
+               "end_p50_us": float((s[:, 1] - t0).double().median()) / 1e3,
+               "end_last_us": float((s[:, 1] - t0).max()) / 1e3}
+        for k, name in STAMP_NAMES.items():
+            col = rel[:, k]
+            if (s[:, k] > 0).all():
+                run[f"{name}_p50_us"] = float(col.median())
+                run[f"{name}_lastprog_us"] = float(col[last])
+        runs.append(run)
+    return {key: statistics.median(r[key] for r in runs if key in r) for key in runs[0]}
 
 
-def main(out_dir):
+def main(out_dir, views=("graphs", "trace", "stamps")):
     torch.manual_seed(0)
     results = []
     root = stamped_package()
@@ -171,10 +198,13 @@ def main(out_dir):
         shape = shape_of(*dims)
         sets = [bench.make_inputs(shape, torch.device("cuda"), 100 + i) for i in range(2)]
         row = {"shape": shape.name}
-        with bench.l2_flush("read"):
-            row |= graphs(shape, sets)
-        row |= {f"trace_{k}": v for k, v in trace(shape, sets, out_dir).items()}
-        row |= {f"stamp_{k}": v for k, v in stamps(shape, sets, tvt, stamped_attention).items()}
+        if "graphs" in views:
+            with bench.l2_flush("read"):
+                row |= graphs(shape, sets)
+        if "trace" in views:
+            row |= {f"trace_{k}": v for k, v in trace(shape, sets, out_dir).items()}
+        if "stamps" in views:
+            row |= {f"stamp_{k}": v for k, v in stamps(shape, sets, tvt, stamped_attention).items()}
         print(json.dumps(row), flush=True)
         results.append(row)
         del sets
@@ -183,4 +213,4 @@ def main(out_dir):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], *([sys.argv[2].split(",")] if len(sys.argv) > 2 else []))
