@@ -441,6 +441,26 @@ def split_chunks(prefix_rows: int, wanted: int, block_n: int) -> tuple[int, int]
     return chunk, triton.cdiv(prefix_rows, chunk)
 
 
+# With two splits the one holding the tree (the last, where the cache ends with the tree) ends
+# last: after its stream come the masked tree tile by pointer loads (about 2 us at B8-L8k, PERF.md
+# round 11's stamps) and, beside the ping-pong kernel's tail warpgroup, the tail's masked tiles.
+# So its chunk is this many key tiles shorter (one more beside a tail), the first split's as much
+# longer. H200, round 11's balance probe, interleaved twice: B8-T33-L8k 90.4 -> 88.5 us (two
+# tiles, tail), B8-T17-H64-L8k 90.5 -> 88.8 (two, tail), B8-T16-H64-L8k 79.0 -> 78.1 (one),
+# B8-T9-L1k 19.9 -> 19.1 (one), B8-T9-L8k 70.9 -> 70.8. Only at two splits: with s splits, one
+# tile more a chunk takes s - 1 tiles from the last.
+TREE_SPLIT_RELIEF_TILES = 1
+
+
+def relieve_tree_split(chunk: int, num_splits: int, prefix_rows: int, block_n: int, tail_m: int) -> int:
+    """The chunk that leaves the last of two splits TREE_SPLIT_RELIEF_TILES key tiles short (one
+    more beside a tail tile), where the splits stay two; else ``chunk``."""
+    if num_splits != 2 or not TREE_SPLIT_RELIEF_TILES:
+        return chunk
+    longer = chunk + (TREE_SPLIT_RELIEF_TILES + (tail_m > 0)) * block_n
+    return longer if triton.cdiv(prefix_rows, longer) == 2 else chunk
+
+
 def _pick_splits(base_programs: int, prefix_rows: int, block_n: int, slots: int, heads: int,
                  rows: int) -> tuple[int, int]:
     """(chunk, num_splits) minimising a wave model of the split kernel plus the merge.
@@ -548,6 +568,7 @@ def _plan(batch, num_nodes, group, kv_heads, cache_rows, sms, cfg, tail_only_whe
         return _plan(batch, num_nodes, group, kv_heads, cache_rows, sms,
                      dataclasses.replace(cfg, gluon_pingpong_192=False, gluon_pingpong_tail=False),
                      tail_only_when_full)
+    chunk = relieve_tree_split(chunk, num_splits, prefix_rows, cfg.block_n, tail_m)
     return dict(config=cfg, block_m=block_m, num_m_tiles=num_m_tiles, tail_m=tail_m, chunk=chunk,
                 num_splits=num_splits, grid=(base_programs, num_splits), head_split=1)
 

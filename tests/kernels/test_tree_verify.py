@@ -529,6 +529,11 @@ def test_query_tiles_and_split_plan():
                        gluon=True, gluon_pingpong=True, gluon_pingpong_64=True)
     plan = _plan(8, 9, 4, 8, 8192 + 9, 132, few)
     assert (plan["block_m"], plan["tail_m"], plan["num_splits"]) == (64, 0, 2) and tvt.runs_pingpong(few, 64)
+    assert plan["chunk"] == 4096 + 64       # the tree's split streams one key tile less
+    plan = _plan(8, 17, 4, 8, 8192 + 17, 132, tail64)
+    assert (plan["block_m"], plan["tail_m"], plan["num_splits"], plan["chunk"]) == (64, 8, 2, 4096 + 128)
+    plan = _plan(1, 9, 4, 8, 8192 + 9, 132, few)                    # 16 splits: even chunks
+    assert plan["num_splits"] > 2 and plan["chunk"] * plan["num_splits"] == 8192
     plan = _plan(8, 33, 4, 8, 1024 + 33, 132, tail)                 # B8-L1k: 2 x 128, no tail
     assert (plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == (128, 2, 0)
     # ... but not for short streams on a part-filled GPU (132 SMs, 8 KV heads)
@@ -539,6 +544,12 @@ def test_query_tiles_and_split_plan():
     assert _plan(1, 33, 4, 8, 8192 + 33, 132, wide)["block_m"] == 128    # B1-L8k
     assert _plan(8, 33, 4, 8, 1024 + 33, 132, wide)["block_m"] == 128    # B8-L1k: 64 programs
     assert _plan(8, 33, 4, 8, 8192 + 33, 132, wide)["block_m"] == 192
+
+    # a longer first chunk only where two splits stay two
+    assert tvt.relieve_tree_split(128, 2, 130, 64, 0) == 128
+    assert tvt.relieve_tree_split(128, 2, 200, 64, 0) == 192
+    assert tvt.relieve_tree_split(128, 2, 300, 64, 8) == 256
+    assert tvt.relieve_tree_split(128, 3, 300, 64, 0) == 128
 
     cfg = VerifyConfig(32, 64, 4, 4, resident_per_sm=2)
     assert _plan(32, 17, 4, 8, 32768 + 17, 132, cfg)["tail_m"] == 16   # 512 programs otherwise
