@@ -1,6 +1,6 @@
 """Round 11's diagnostics on a GPU (kernels/PERF.md, round 11): where a memory-bound call's time
 goes beyond streaming its K and V, at batch 8 and an 8k cache (B8-T9-L8k streams at 90 % of the
-copy rate where B8-L32k streams at 104 %: some 10 us a call that do not grow with the cache).
+copy rate where B8-L32k streams at 104 %: some 13 us a call that do not grow with the cache).
 
     python3 scripts/round11_diag.py OUT_DIR [graphs,trace,stamps]
 
@@ -9,11 +9,14 @@ Three views of the same calls:
 - ``trace``: one call captured in a CUDA graph, replayed under the profiler after the bench's
   L2 flush, as the table times it; from the kernel records, per replay: flush end to the split
   kernel's start, the split kernel, its end to the merge's start, the merge.
-- ``graphs``: our kernel's time with 1 to 6 KV splits forced; the bench's time (``bench.time_in_graph``) of a graph holding one call against one
-  holding eight calls that alternate two input sets (so that no call finds its inputs in L2):
-  what the graph itself adds to a one-call graph, for our kernel, SDPA and the plain read.
+- ``graphs``: our kernel's time with 1 to 6 KV splits forced; the bench's time
+  (``bench.time_in_graph``) of a graph holding one call against one holding eight calls that
+  alternate two input sets (so that no call finds its inputs in L2): what the graph itself adds
+  to a one-call graph, for our kernel, SDPA and the plain read.
 - ``stamps``: a copy of the package whose ping-pong kernel writes ``%globaltimer`` at each
-  program's start and end, and its SM: the spread of the programs' starts and ends.
+  program's entry and end, its SM, and when its first warpgroup's first key tile landed, its
+  mask-free stream ended, its masked tiles ended and its rows were stored, and when the load
+  warp started: the spread of the programs' starts and ends, and where a program's time goes.
 """
 import json
 import pathlib
