@@ -117,6 +117,23 @@ def test_tail_tile_and_many_splits(num_nodes, group, lens, head_dim, dtype, spli
     assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, f"tail T={num_nodes} G={group}")
 
 
+@needs_triton
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_shorter_tree_split_matches_reference(dtype, monkeypatch):
+    """Two planned splits with the first chunk a key tile longer (``relieve_tree_split``): the
+    long request's tree in the shortened second split, the short one's prefix and tree wholly in
+    the first (its second split empty)."""
+    from specdec_kernels.tree_verify_triton import plan_verify_launch, split_chunks
+
+    lens = [1000, 500]
+    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, 9, "best_first", 4, 1, 64, dtype, seed=1009)
+    plan = plan_verify_launch(2, 9, 4, 1, 64, k.shape[1], q.device)
+    even = split_chunks(k.shape[1] - 9, 2, plan["config"].block_n)[0]
+    assert plan["num_splits"] == 2 and plan["chunk"] == even + plan["config"].block_n > lens[1], plan
+    out = run_triton(q, k, v, lens_t, mask, None, monkeypatch)
+    assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, "shorter tree split")
+
+
 # Key tiles through tensor descriptors (the sm_90 path), on layouts that allow one and on some
 # that do not (the launcher then keeps per-element loads): (T, G, [L_b], D, dtype, splits, layout).
 TMA_CASES = [
