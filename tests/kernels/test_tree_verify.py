@@ -123,14 +123,19 @@ def test_shorter_tree_split_matches_reference(dtype, monkeypatch):
     """Two planned splits with the first chunk a key tile longer (``relieve_tree_split``): the
     long request's tree in the shortened second split, the short one's prefix and tree wholly in
     the first (its second split empty)."""
+    from specdec_kernels import tree_verify_triton
+    from specdec_kernels.configs import VerifyConfig
     from specdec_kernels.tree_verify_triton import plan_verify_launch, split_chunks
 
+    # the same plan on any device: these tiles, four multiprocessors
+    config = VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=1)
+    monkeypatch.setattr(tree_verify_triton, "_sm_count", lambda device: 4)
     lens = [1000, 500]
     q, k, v, lens_t, mask, _ = make_verify_inputs(lens, 9, "best_first", 4, 1, 64, dtype, seed=1009)
-    plan = plan_verify_launch(2, 9, 4, 1, 64, k.shape[1], q.device)
-    even = split_chunks(k.shape[1] - 9, 2, plan["config"].block_n)[0]
-    assert plan["num_splits"] == 2 and plan["chunk"] == even + plan["config"].block_n > lens[1], plan
-    out = run_triton(q, k, v, lens_t, mask, None, monkeypatch)
+    plan = plan_verify_launch(2, 9, 4, 1, 64, k.shape[1], q.device, config)
+    even = split_chunks(k.shape[1] - 9, 2, 64)[0]
+    assert plan["num_splits"] == 2 and plan["chunk"] == even + 64 > lens[1], plan
+    out = run_triton(q, k, v, lens_t, mask, None, monkeypatch, config=config)
     assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, "shorter tree split")
 
 
