@@ -27,8 +27,9 @@ SM90_SHARED_LIMIT = 232448  # bytes per block, opt-in maximum on compute capabil
 # (packed rows, batch) per table tier and tile that runs a Gluon kernel (G = 4, 8 KV heads): T = 9
 # at batch 32 (64-row tile) and at batch 1 (ping-pong, one 64-row warpgroup), T = 17 (ping-pong,
 # 64 rows and the 8-row tail), T = 33 (at batch 32: ping-pong, 128 rows and the tail; at batch 1:
-# one 64-row warpgroup and the tail, two programs per KV head), T = 130 (ping-pong, 192 rows)
-TIER_ROWS = ((36, 32), (36, 1), (68, 32), (132, 32), (132, 1), (520, 32))
+# one 64-row warpgroup and the tail, two programs per KV head), T = 130 (ping-pong, 192 rows),
+# T = 32 at batch 8 (ping-pong, two 64-row warpgroups)
+TIER_ROWS = ((36, 32), (36, 1), (68, 32), (132, 32), (132, 1), (520, 32), (128, 8))
 
 
 def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
@@ -41,7 +42,7 @@ def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
     from .configs import verify_config
     from .tree_verify_gluon import _tree_verify_partial_kernel_gluon
     from .tree_verify_gluon_pingpong import _tree_verify_partial_kernel_gluon_pingpong
-    from .tree_verify_triton import _gluon_descriptors, _plan, runs_pingpong
+    from .tree_verify_triton import _gluon_descriptors, _plan, pingpong_mask_words, runs_pingpong
 
     reports, seen = [], set()
     for rows, batch in TIER_ROWS:
@@ -61,7 +62,8 @@ def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
         constexprs = dict(GROUP=4 // head_split, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
                           STAGES=cfg.gluon_stages or cfg.num_stages, SINGLE_SPLIT=False,
                           Q_IN_REGS=cfg.gluon_q_in_registers or pingpong, num_warps=launch_warps,
-                          **(dict(TAIL_M=tail_m, KV_SHARE=head_split) if pingpong
+                          **(dict(TAIL_M=tail_m, KV_SHARE=head_split, MASK_WORDS=pingpong_mask_words(rows // 4))
+                             if pingpong
                              else dict(MASKED_BY_TMA=cfg.gluon_masked_tma)))
         constexprs = with_constexpr_defaults(fn, constexprs)
         types = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", out_ptr="*bf16", k_desc=mangle_type(desc),

@@ -19,9 +19,14 @@
 #          if they pass, round 10's MMA probe (scripts/round10_mma_probe.py)
 #   r11    round 11's diagnostics (scripts/round11_diag.py: kernel trace, graph overhead, forced
 #          splits, per-program start and end stamps)
+#   r12    round 12's diagnostics (scripts/round12_diag.py: round 11's trace and stamps on the
+#          compute-bound shapes at 1k and 8k caches)
+#   ab     the ping-pong kernel's GPU tests (killed if they hang), then, if they pass, the A/B
+#          timing of scripts/round12_ab.py: this checkout against the copy under ab/prev,
+#          alternated twice (and, with AB_RELIEF=N, this checkout with N relief tiles)
 # Results land under $OUT.
 set -u
-stage=${1:?usage: scripts/h200_verify.sh sweep|check|final|suite|commit|pp|r7|sweeponly|suitesweep|r9|r10|r11}
+stage=${1:?usage: scripts/h200_verify.sh sweep|check|final|suite|commit|pp|r7|sweeponly|suitesweep|r9|r10|r11|r12|ab}
 OUT=${OUT:-/tmp/out}
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
@@ -128,6 +133,27 @@ r10)
   ;;
 r11)
   timeout 500 python3 scripts/round11_diag.py "$OUT" ${2:-graphs,trace,stamps} >"$OUT/diag.log" 2>&1
+  echo "== diag rc=$?"; cut -c1-2000 "$OUT/diag.log" | tail -12
+  ;;
+ab)
+  timeout -s KILL 240 python3 -m pytest tests/kernels/test_tree_verify.py -q -x -p no:cacheprovider -n 8 \
+    -k "(gluon_kernel_matches and pingpong) or tail_rescales or shorter_tree_split or split_query_heads_reads" \
+    >"$OUT/ab_tests.log" 2>&1
+  rc=$?; echo "== ping-pong tests rc=$rc"
+  grep -E "^(FAILED|ERROR)|passed|failed|^E " "$OUT/ab_tests.log" | cut -c1-300 | head -20
+  if [ $rc -eq 0 ]; then
+    for round in 1 2; do
+      PYTHONPATH=ab/prev timeout 120 python3 scripts/round12_ab.py prev >>"$OUT/ab.log" 2>&1
+      timeout 120 python3 scripts/round12_ab.py new >>"$OUT/ab.log" 2>&1
+      if [ -n "${AB_RELIEF:-}" ]; then
+        timeout 120 python3 scripts/round12_ab.py "new-relief$AB_RELIEF" "$AB_RELIEF" >>"$OUT/ab.log" 2>&1
+      fi
+    done
+    echo "== ab done"; grep -E '^\{' "$OUT/ab.log" | cut -c1-200
+  fi
+  ;;
+r12)
+  timeout 500 python3 scripts/round12_diag.py "$OUT" >"$OUT/diag.log" 2>&1
   echo "== diag rc=$?"; cut -c1-2000 "$OUT/diag.log" | tail -12
   ;;
 esac

@@ -1,0 +1,54 @@
+"""Round 12's A/B timing (kernels/PERF.md, round 12): the installed package against another copy
+of it on the same GPU, shape by shape, as the table times a call (``bench.time_in_graph``, one
+call a graph, L2 flushed by reading), with the worst row error.
+
+    python3 scripts/round12_ab.py TAG [RELIEF]     # whichever specdec_kernels imports first
+    PYTHONPATH=ab/prev python3 scripts/round12_ab.py prev
+
+With AB_SHAPES=short, the eight shapes of ``SHORT`` only. RELIEF, where given, replaces ``TREE_SPLIT_RELIEF_TILES`` (key tiles the split holding the tree
+is made shorter at two splits).
+
+Run it alternately for the two copies (a process each): machine drift then shows as a
+difference between the rounds of the same copy.
+"""
+import json
+import os
+import sys
+
+import torch
+
+import specdec_kernels
+from specdec_kernels import bench
+from specdec_kernels import tree_verify_triton as tvt
+
+SHAPES = [(32, 65, 64, 1024), (32, 65, 32, 1024), (8, 65, 32, 1024), (8, 65, 64, 1024), (32, 33, 64, 1024),
+          (8, 33, 64, 1024), (1, 65, 32, 8192), (1, 33, 64, 8192), (1, 65, 64, 8192), (8, 65, 32, 8192),
+          (32, 17, 32, 1024), (8, 17, 32, 1024), (8, 9, 32, 8192), (8, 17, 32, 8192), (8, 33, 32, 8192),
+          (8, 16, 64, 8192), (8, 17, 64, 8192), (1, 9, 32, 32768), (1, 17, 64, 32768), (8, 9, 32, 1024)]
+
+
+# the ping-pong tiles of round 12's second A/B: two warpgroups, one with the tail, three, one
+SHORT = [(8, 65, 32, 1024), (8, 33, 64, 1024), (1, 65, 32, 8192), (8, 16, 64, 8192), (8, 17, 32, 1024),
+         (32, 17, 32, 1024), (32, 65, 64, 1024), (8, 9, 32, 8192)]
+
+
+def main(tag, relief=None):
+    if relief is not None:
+        tvt.TREE_SPLIT_RELIEF_TILES = int(relief)
+        tvt._plan.cache_clear()
+    print(json.dumps({"tag": tag, "package": specdec_kernels.__file__}), flush=True)
+    for dims in SHORT if os.environ.get("AB_SHAPES") == "short" else SHAPES:
+        shape = bench.Shape(dims[0], dims[1], dims[2], 8, 128, dims[3])
+        inputs = bench.make_inputs(shape, torch.device("cuda"), 11)
+        plan, kernel = tvt.plan_call(*inputs[:3], tvt.log2_softmax_scale(128))[:2]
+        row = {"tag": tag, "shape": shape.name, "kernel": kernel, "splits": plan["num_splits"],
+               "err": bench.worst_row_error(tvt.tree_verify_attention_triton(*inputs), *inputs)}
+        with bench.l2_flush("read"):
+            row["us"] = round(bench.time_in_graph(tvt.tree_verify_attention_triton, [inputs]), 2)
+        print(json.dumps(row), flush=True)
+        del inputs
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
