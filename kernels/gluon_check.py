@@ -42,7 +42,7 @@ def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
     from .configs import verify_config
     from .tree_verify_gluon import _tree_verify_partial_kernel_gluon
     from .tree_verify_gluon_pingpong import _tree_verify_partial_kernel_gluon_pingpong
-    from .tree_verify_triton import _gluon_descriptors, _plan, pingpong_mask_words, runs_pingpong
+    from .tree_verify_triton import _gluon_descriptors, _plan, runs_pingpong
 
     reports, seen = [], set()
     for rows, batch in TIER_ROWS:
@@ -62,8 +62,7 @@ def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
         constexprs = dict(GROUP=4 // head_split, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
                           STAGES=cfg.gluon_stages or cfg.num_stages, SINGLE_SPLIT=False,
                           Q_IN_REGS=cfg.gluon_q_in_registers or pingpong, num_warps=launch_warps,
-                          **(dict(TAIL_M=tail_m, KV_SHARE=head_split, MASK_WORDS=pingpong_mask_words(rows // 4))
-                             if pingpong
+                          **(dict(TAIL_M=tail_m, KV_SHARE=head_split) if pingpong
                              else dict(MASKED_BY_TMA=cfg.gluon_masked_tma)))
         constexprs = with_constexpr_defaults(fn, constexprs)
         types = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", out_ptr="*bf16", k_desc=mangle_type(desc),

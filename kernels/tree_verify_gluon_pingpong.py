@@ -46,154 +46,34 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .tree_verify_gluon import (_await_masked_tile, _cta_barrier, _load_q_rows, _load_tile_pair, _program_coords,
-                                _request_first_masked_tile, _softmax_step, _split_keys, _store_rows, _tree_visibility)
+from .tree_verify_gluon import (_await_masked_tile, _cta_barrier, _load_q_rows, _load_tile_pair, _masked_key_tiles,
+                                _program_coords, _request_first_masked_tile, _softmax_step, _split_keys, _store_rows,
+                                _tree_visibility)
 
 
 @gluon.jit
-def _ring_tiles(split, chunk, prefix_len, num_nodes, n_full, full_end, hi, BLOCK_N: gl.constexpr):
-    """(key tiles the ring carries, whether this split holds the tree, rows the last tile is
-    loaded early, rows of it to zero): the mask-free tiles, then the masked ones, whole tiles from
-    ``full_end`` on: the partial last prefix tile, and in the split holding the prefix's last row
-    everything up to the tree's last row (prefix rows, then tree rows, in the same tiles).
-
-    A last tile that reaches past the request's keys would bring unused cache rows, which may
-    hold anything, even NaN, that a zero weight carries into the sum. So it is loaded that many
-    rows earlier, ending on the request's last key (the rows it repeats are masked); only a
-    request of fewer keys than a tile has its rows past the keys zeroed instead."""
-    is_tree = split == gl.maximum(gl.cdiv(prefix_len, chunk) - 1, 0)
-    end = prefix_len + num_nodes
-    masked_end = gl.where(is_tree, end, hi)
-    n_masked = gl.cdiv(gl.maximum(masked_end - full_end, 0), BLOCK_N)
-    last_valid = end - (full_end + (n_masked - 1) * BLOCK_N)
-    past = (n_masked > 0) & (last_valid < BLOCK_N)
-    shift = gl.where(past & (end >= BLOCK_N), BLOCK_N - last_valid, 0)
-    zero_from = gl.where(past & (end < BLOCK_N), last_valid, BLOCK_N)
-    return n_full + n_masked, is_tree, shift, zero_from
-
-
-@gluon.jit
-def _pingpong_load_partition(args, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_TAIL: gl.constexpr):
-    """One warp: TMA loads of the split's key tiles, tile t into slot t % STAGES once every
-    consumer released the tile that held it before; the masked tiles come last, like the others
-    (the last one maybe earlier, :func:`_ring_tiles`). Where a tile's rows past the keys must be
-    zeroed instead, that is done here once it landed, and ``clean`` says so to the warpgroups."""
-    k_desc, v_desc, k_smem, v_smem, ready, empty, clean, desc_row, desc_col, n_full, n_tiles, shift, zero_from = args
+def _pingpong_load_partition(args, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """One warp: TMA loads of the mask-free key tiles, tile t into slot t % STAGES once every
+    warpgroup released the tile that held it before."""
+    k_desc, v_desc, k_smem, v_smem, ready, empty, desc_row, desc_col, n_full = args
     tile_bytes: gl.constexpr = 2 * BLOCK_N * k_desc.block_type.shape[1] * k_desc.dtype.primitive_bitwidth // 8
-    for t in range(n_tiles):
+    for t in range(n_full):
         slot = t % STAGES
         mbarrier.wait(empty.index(slot), phase=((t // STAGES) + 1) & 1, pred=t >= STAGES)
-        row = desc_row + t * BLOCK_N - gl.where(t == n_tiles - 1, shift, 0)
-        _load_tile_pair(k_desc, v_desc, row, desc_col, ready.index(slot), k_smem.index(slot), v_smem.index(slot),
-                        True, tile_bytes)
-        if HAS_TAIL:
-            # the tail takes its masked tiles on its own: its release of this one, here (the
-            # slot's previous tile was released by all, so it counts towards this tile)
-            mbarrier.arrive(empty.index(slot), pred=t >= n_full)
-    if zero_from < BLOCK_N:
-        last = n_tiles - 1
-        mbarrier.wait(ready.index(last % STAGES), phase=(last // STAGES) & 1)
-        _zero_rows_one_warp(v_smem.index(last % STAGES), zero_from)
-        mbarrier.arrive(clean)
-
-
-@gluon.jit
-def _zero_rows_one_warp(x_smem, n_valid):
-    """Rows n_valid .. of a TMA-loaded tile to zeros, by one warp on a small register budget: in
-    pieces of 8 rows x 64 columns (a piece may not split the 128-byte swizzle), each read,
-    masked and written back; then the fence that lets the MMAs read it."""
-    ROWS: gl.constexpr = 8
-    COLS: gl.constexpr = 64
-    layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[4, 8], warps_per_cta=[1, 1],
-                                            order=[1, 0])
-    for r in gl.static_range(x_smem.shape[0] // ROWS):
-        rows = r * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
-        for c in gl.static_range(x_smem.shape[1] // COLS):
-            piece = x_smem.slice(r * ROWS, ROWS).slice(c * COLS, COLS, dim=1)
-            x = piece.load(layout)
-            piece.store(gl.where(gl.expand_dims(rows < n_valid, 1), x, gl.zeros_like(x)))
-    fence_async_shared()
-
-
-@gluon.jit
-def _ring_tile_start(j, masks, BLOCK_N: gl.constexpr):
-    """(first key row ring tile j was loaded from, first key row it contributes)."""
-    words, n_full, n_tiles, full_end, hi, prefix_len, num_nodes, is_tree, shift = masks
-    nominal = full_end + (j - n_full) * BLOCK_N
-    return nominal - gl.where(j == n_tiles - 1, shift, 0), nominal
-
-
-@gluon.jit
-def _ancestor_word(words, k, layout: gl.constexpr):
-    """Word k of each row's ancestor bitmask, from the warpgroup's copy in shared memory (zeros
-    outside the words kept there). ``words``: (buffer, the warpgroup's first row, words a row)."""
-    buf, base, count = words
-    w = buf.index(base + gl.minimum(gl.maximum(k, 0), count - 1)).load(layout)
-    return gl.where((k >= 0) & (k < count), w, 0)
-
-
-@gluon.jit
-def _mask_ring_tile(s, j, masks, s_layout: gl.constexpr, BLOCK_N: gl.constexpr):
-    """Scores of masked ring tile j with what each row may not see set to -inf: keys of this
-    split's prefix (before ``hi``) are visible, tree keys where the row's ancestor bits say so,
-    nothing past the tree nor before the tile's own keys."""
-    gl.static_assert(BLOCK_N <= 64)
-    words, n_full, n_tiles, full_end, hi, prefix_len, num_nodes, is_tree, shift = masks
-    start, nominal = _ring_tile_start(j, masks, BLOCK_N)
-    # the tile's nodes span at most three words, from k0 = floor(first node / 32) on
-    k0 = (gl.maximum(start - prefix_len, -64) + 64) // 32 - 2
-    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
-    w0 = gl.expand_dims(_ancestor_word(words, k0, row_layout), 1)
-    w1 = gl.expand_dims(_ancestor_word(words, k0 + 1, row_layout), 1)
-    w2 = gl.expand_dims(_ancestor_word(words, k0 + 2, row_layout), 1)
-    key = start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-    node = key - prefix_len
-    rel = node - k0 * 32  # >= 0 for tree keys
-    word_index = gl.expand_dims(rel >> 5, 0)
-    word = gl.where(word_index == 0, w0, gl.where(word_index == 1, w1, w2))
-    seen = ((word >> gl.expand_dims(rel & 31, 0)) & 1) != 0
-    in_tree = gl.expand_dims(is_tree & (node >= 0) & (node < num_nodes), 0)
-    visible = gl.expand_dims(key >= nominal, 0) & (gl.expand_dims(key < hi, 0) | (in_tree & seen))
-    return gl.where(visible, s, float("-inf"))
-
-
-@gluon.jit
-def _pingpong_tile(j, acc, p, alpha_o, m_i, l_i, ring, masks, WG: gl.constexpr, NUM_WG: gl.constexpr,
-                   STAGES: gl.constexpr, MASKED: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
-                   p_layout: gl.constexpr, BLOCK_N: gl.constexpr):
-    """One turn of a warpgroup: issue S(j+1) = q.K(j+1) and acc += P(j).V(j), hand the turn on,
-    take the softmax of S(j+1) while both run; where MASKED, S(j+1) masked if a masked tile."""
-    q_op, k_smem, v_smem, ready, empty, turn, s_zero, qk_scale = ring
-    slot = j % STAGES
-    nxt = j + 1
-    mbarrier.wait(ready.index(nxt % STAGES), phase=(nxt // STAGES) & 1)
-    mbarrier.wait(turn.index(WG), phase=nxt & 1)
-    s_tok = warpgroup_mma(q_op, k_smem.index(nxt % STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    acc = acc * gl.expand_dims(alpha_o, 1)
-    acc_tok = warpgroup_mma(gl.convert_layout(p.to(k_smem.dtype), p_layout), v_smem.index(slot), acc, is_async=True)
-    mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
-    # S(j+1) done (P.V(j), issued after it, may still run): its softmax under the other
-    # warpgroup's MMAs and our own P.V(j)
-    s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
-    if MASKED:
-        if nxt >= masks[1]:
-            s = _mask_ring_tile(s, nxt, masks, s_layout, BLOCK_N)
-    p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
-    mbarrier.arrive(empty.index(slot))
-    return acc, p, alpha_o, m_i, l_i
+        _load_tile_pair(k_desc, v_desc, desc_row + t * BLOCK_N, desc_col, ready.index(slot), k_smem.index(slot),
+                        v_smem.index(slot), True, tile_bytes)
 
 
 @gluon.jit
 def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
                             HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                             SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr, Q_IN_REGS: gl.constexpr):
-    """One warpgroup: its HALF_M query rows (from row0) against every key tile of the split, the
-    masked ones (the ring's last tiles) with their mask applied to the scores."""
-    (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, q_smem, k_smem, v_smem, words_smem, ready, empty, turn, clean,
-     stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh,
-     qk_scale, b, kv_head, head_b, split, prefix_len, num_nodes, num_splits, rows_pad, row0, n_full, full_end, hi,
-     n_tiles, is_tree, shift, zero_from) = args
+    """One warpgroup: its HALF_M query rows (from row0) against every key tile of the split."""
+    (q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, q_smem, k_smem, v_smem, ready, empty, turn,
+     stride_qb, stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+     stride_mb, stride_mt, stride_ob, stride_ot, stride_oh,
+     qk_scale, b, kv_head, kv_src, head_b, split, prefix_len, num_nodes, num_splits, chunk, rows_pad, row0, n_full,
+     full_end, hi) = args
     dtype: gl.constexpr = k_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -206,19 +86,6 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
     my_rows = row0 + WG * HALF_M
     q = _load_q_rows(q_ptr, b, kv_head, my_rows, num_rows, stride_qb, stride_qt, stride_qh, GROUP, HEAD_DIM,
                      HALF_M, ld_layout)
-    # the split holding the tree: its rows' ancestor bitmasks into shared memory, at the start
-    # (their load issued after q's, both in flight while the first key tile lands). The masked tiles read them there: a
-    # global load still in flight holds up the warpgroup's next MMA issue, which made loads a
-    # tile ahead of their use cost their whole latency (PERF.md, round 12).
-    WORDS: gl.constexpr = words_smem.shape[0] // NUM_WG
-    if is_tree:
-        w_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1], threads_per_warp=[32], warps_per_cta=[4],
-                                                  order=[0])
-        w_rows = my_rows + gl.arange(0, HALF_M, layout=w_layout)
-        w_ptrs = mask_ptr + b.to(gl.int64) * stride_mb + (w_rows // GROUP) * stride_mt
-        n_words = gl.cdiv(num_nodes, 32)
-        for k in gl.static_range(WORDS):
-            words_smem.index(WG * WORDS + k).store(gl.load(w_ptrs + k, mask=(w_rows < num_rows) & (k < n_words), other=0))
     if Q_IN_REGS:
         q_op = gl.convert_layout(q, gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
     else:
@@ -226,8 +93,7 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
         q_op = q_smem.index(WG)
         q_op.store(q)
         fence_async_shared()
-    _cta_barrier()  # this partition's warps only: q and the words are in shared memory
-    masks = ((words_smem, WG * WORDS, WORDS), n_full, n_tiles, full_end, hi, prefix_len, num_nodes, is_tree, shift)
+        _cta_barrier()  # this partition's warps only
 
     acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
     m_i = gl.full([HALF_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
@@ -235,33 +101,46 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
     s_zero = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
     # turn i of this warpgroup waits for completion i of turn[WG] (the other warpgroup's
     # arrivals; warpgroup 0's first one is pre-arrived), and ends with an arrival on the other's
-    if n_tiles > 0:
+    if n_full > 0:
         mbarrier.wait(ready.index(0), phase=0)
         mbarrier.wait(turn.index(WG), phase=0)
         s_tok = warpgroup_mma(q_op, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
-        if n_full == 0:
-            s = _mask_ring_tile(s, 0, masks, s_layout, BLOCK_N)
         p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
-        ring = (q_op, k_smem, v_smem, ready, empty, turn, s_zero, qk_scale)
-        # the mask-free tiles, then the masked ones: apart, so that the first loop carries none
-        # of the masks' work (in one loop it cost up to 9 % on long streams)
         for j in range(n_full - 1):
-            acc, p, alpha_o, m_i, l_i = _pingpong_tile(j, acc, p, alpha_o, m_i, l_i, ring, masks, WG, NUM_WG, STAGES,
-                                                       False, s_layout, o_layout, p_layout, BLOCK_N)
-        for j in range(gl.maximum(n_full - 1, 0), n_tiles - 1):
-            acc, p, alpha_o, m_i, l_i = _pingpong_tile(j, acc, p, alpha_o, m_i, l_i, ring, masks, WG, NUM_WG, STAGES,
-                                                       True, s_layout, o_layout, p_layout, BLOCK_N)
-        last = (n_tiles - 1) % STAGES
-        mbarrier.wait(turn.index(WG), phase=n_tiles & 1)
-        # a short request's last tile: its V rows past the keys zeroed by the load warp
-        mbarrier.wait(clean, phase=0, pred=zero_from < BLOCK_N)
+            slot = j % STAGES
+            nxt = j + 1
+            mbarrier.wait(ready.index(nxt % STAGES), phase=(nxt // STAGES) & 1)
+            mbarrier.wait(turn.index(WG), phase=nxt & 1)
+            s_tok = warpgroup_mma(q_op, k_smem.index(nxt % STAGES).permute((1, 0)), s_zero, use_acc=False,
+                                  is_async=True)
+            acc = acc * gl.expand_dims(alpha_o, 1)
+            acc_tok = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(slot), acc,
+                                    is_async=True)
+            mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
+            # S(j+1) done (P.V(j), issued after it, may still run): its softmax under the other
+            # warpgroup's MMAs and our own P.V(j)
+            s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
+            p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
+            mbarrier.arrive(empty.index(slot))
+        last = (n_full - 1) % STAGES
+        mbarrier.wait(turn.index(WG), phase=n_full & 1)
         acc = acc * gl.expand_dims(alpha_o, 1)
         acc_tok = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(last), acc, is_async=True)
         mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
         mbarrier.arrive(empty.index(last))
+        # the masked tiles go through ring slot WG: wait until both warpgroups are done with the
+        # last tile it held
+        slot_tiles = (n_full - WG + STAGES - 1) // STAGES
+        mbarrier.wait(empty.index(WG), phase=(slot_tiles - 1) & 1, pred=slot_tiles > 0)
+    acc, m_i, l_i = _masked_key_tiles(acc, m_i, l_i, q_op, k_smem.index(WG), v_smem.index(WG), k_ptr, v_ptr,
+                                      mask_ptr, b, kv_src, split, prefix_len, num_nodes, chunk, full_end, hi,
+                                      my_rows, num_rows, qk_scale, stride_kb, stride_ks, stride_kh, stride_vb,
+                                      stride_vs, stride_vh, stride_mb, stride_mt, s_layout, o_layout, p_layout,
+                                      ld_layout, GROUP, HEAD_DIM, HALF_M, BLOCK_N)
     _store_rows(acc, m_i, l_i, b, kv_head, head_b, split, my_rows, num_rows, rows_pad, num_splits, out_ptr,
                 part_o_ptr, part_lse_ptr, stride_ob, stride_ot, stride_oh, o_layout, 0, GROUP, HEAD_DIM, HALF_M,
                 SINGLE_SPLIT)
@@ -496,7 +375,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     qk_scale, num_nodes, num_kv_heads, num_m_tiles, num_splits, chunk, cache_rows,
     GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, Q_IN_REGS: gl.constexpr, num_warps: gl.constexpr,
-    TAIL_M: gl.constexpr = 0, KV_SHARE: gl.constexpr = 1, MASK_WORDS: gl.constexpr = 4,
+    TAIL_M: gl.constexpr = 0, KV_SHARE: gl.constexpr = 1,
 ):
     # launched with 4 warps (warpgroup 0, the default partition); the other warpgroups, the load
     # warp and the tail warpgroup are worker partitions. Q_IN_REGS is not read: q sits in
@@ -505,7 +384,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     NUM_WG: gl.constexpr = BLOCK_M // 64
     gl.static_assert(NUM_WG * 64 == BLOCK_M)
     gl.static_assert(NUM_WG == 1 or NUM_WG == 2 or NUM_WG == 3)
-    gl.static_assert(STAGES >= 2)
+    gl.static_assert(STAGES >= NUM_WG + (TAIL_M > 0))
     gl.static_assert(TAIL_M == 0 or (TAIL_M == 8 and NUM_WG <= 2))
     dtype: gl.constexpr = k_desc.dtype
     kv_sl: gl.constexpr = k_desc.layout
@@ -533,23 +412,13 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     fence_async_shared()
     mbarrier.arrive(turn.index(0))  # warpgroup 0 has the first turn
 
-    # the masked key tiles follow the mask-free ones through the ring
-    n_tiles, is_tree, shift, zero_from = _ring_tiles(split, chunk, prefix_len, num_nodes, n_full, full_end, hi,
-                                                     BLOCK_N)
-    # each warpgroup's rows' ancestor bitmasks, word-major (MASK_WORDS >= the tree's words, a power of two)
-    words_smem = gl.allocate_shared_memory(gl.int32, [NUM_WG * MASK_WORDS, 64], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    clean = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    mbarrier.init(clean, count=1)
-    fence_async_shared()
-
-    mma_args = (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, q_smem, k_smem, v_smem, words_smem, ready, empty,
-                turn, clean,
-                stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh,
-                qk_scale, b, kv_head, head_b, split, prefix_len, num_nodes, num_splits,
-                num_m_tiles * BLOCK_M + TAIL_M, m_tile * BLOCK_M, n_full, full_end, hi, n_tiles, is_tree, shift,
-                zero_from)
-    load_args = (k_desc, v_desc, k_smem, v_smem, ready, empty, clean, b * cache_rows + lo, kv_src * HEAD_DIM, n_full,
-                 n_tiles, shift, zero_from)
+    mma_args = (q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, q_smem, k_smem, v_smem, ready, empty,
+                turn, stride_qb, stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs,
+                stride_vh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh, qk_scale, b, kv_head, kv_src, head_b,
+                split, prefix_len, num_nodes, num_splits, chunk, num_m_tiles * BLOCK_M + TAIL_M, m_tile * BLOCK_M,
+                n_full,
+                full_end, hi)
+    load_args = (k_desc, v_desc, k_smem, v_smem, ready, empty, b * cache_rows + lo, kv_src * HEAD_DIM, n_full)
     if TAIL_M > 0:
         qt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TAIL_M, HEAD_DIM], dtype)
         pt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TAIL_M, BLOCK_N], dtype)
@@ -573,33 +442,33 @@ def _tree_verify_partial_kernel_gluon_pingpong(
             gl.warp_specialize([
                 (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                              True)),
-                (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, TAIL_M > 0)),
+                (_pingpong_load_partition, (load_args, BLOCK_N, STAGES)),
                 (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                               TAIL_M)),
-            ], [1, 4], [48, 128])
+            ], [1, 4], [24, 128])
         else:
             gl.warp_specialize([
                 (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                              not Q_SMEM)),
                 (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                              not Q_SMEM)),
-                (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, TAIL_M > 0)),
+                (_pingpong_load_partition, (load_args, BLOCK_N, STAGES)),
                 (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                               TAIL_M)),
             ], [4, 1, 4], [208, 24, 72])
     elif NUM_WG == 1:
         gl.warp_specialize([
             (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG, True)),
-            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, TAIL_M > 0)),
-        ], [1], [48])
+            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES)),
+        ], [1], [24])
     elif NUM_WG == 2:
         gl.warp_specialize([
             (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                          not Q_SMEM)),
             (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                          not Q_SMEM)),
-            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, TAIL_M > 0)),
-        ], [4, 1], [240, 48])
+            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES)),
+        ], [4, 1], [240, 24])
     else:
         gl.warp_specialize([
             (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
@@ -608,5 +477,5 @@ def _tree_verify_partial_kernel_gluon_pingpong(
                                          not Q_SMEM)),
             (_pingpong_mma_partition, (2, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                          not Q_SMEM)),
-            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, TAIL_M > 0)),
+            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES)),
         ], [4, 4, 1], [160, 160, 24])

@@ -731,22 +731,12 @@ def runs_pingpong(cfg, block_m: int) -> bool:
     return cfg.gluon_pingpong and (block_m in (128, 192) or (block_m == 64 and cfg.gluon_pingpong_64))
 
 
-# The ping-pong kernel keeps each warpgroup's rows' ancestor bitmasks in shared memory (a power of
-# two of 32-bit words a row, 256 B a word for each warpgroup): up to this many words, T <= 512.
-PINGPONG_MAX_MASK_WORDS = 16
-
-
-def pingpong_mask_words(num_nodes: int) -> int:
-    """Words of each row's ancestor bitmask the ping-pong kernel keeps: the tree's, to a power of two."""
-    return triton.next_power_of_2(max(triton.cdiv(num_nodes, 32), 1))
-
-
 def plan_split_kernel(plan: dict, q, k_cache, v_cache, scale: float) -> tuple[str, int, int]:
     """Which split kernel a launch with this plan runs, with its key rows per tile and stages:
     ("gluon", ...) where the config asks for it and the call allows it (a Hopper GPU, 16-bit
     inputs, a positive scale, head dim <= 128, no tail tile but the ping-pong kernel's, >= 16
-    query rows a warp or a ping-pong tile (T <= 512 there), a cache layout one tensor descriptor
-    describes, a Triton whose Gluon builds the kernel), else ("triton", ...)."""
+    query rows a warp or a ping-pong tile, a cache layout one tensor descriptor describes, a
+    Triton whose Gluon builds the kernel), else ("triton", ...)."""
     cfg = plan["config"]
     if (cfg.gluon and q.device.type == "cuda" and torch.cuda.get_device_capability(q.device)[0] == 9
             and q.dtype in (torch.float16, torch.bfloat16) and k_cache.dtype == q.dtype
@@ -754,8 +744,6 @@ def plan_split_kernel(plan: dict, q, k_cache, v_cache, scale: float) -> tuple[st
             and (plan["tail_m"] == 0 or (cfg.gluon_pingpong and plan["tail_m"] == PINGPONG_TAIL_ROWS))
             and (plan["block_m"] >= 16 * cfg.num_warps or runs_pingpong(cfg, plan["block_m"]))
             and (plan["head_split"] == 1 or runs_pingpong(cfg, plan["block_m"]))
-            and (not runs_pingpong(cfg, plan["block_m"])
-                 or pingpong_mask_words(q.shape[1]) <= PINGPONG_MAX_MASK_WORDS)
             and _tma_view_ok(k_cache) and _tma_view_ok(v_cache)
             and _gluon_unusable() is None):
         return "gluon", cfg.gluon_block_n or cfg.block_n, cfg.gluon_stages or cfg.num_stages
@@ -861,8 +849,7 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
                 GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=kernel_block_n, STAGES=kernel_stages,
                 SINGLE_SPLIT=single, Q_IN_REGS=cfg.gluon_q_in_registers or pingpong,
                 num_warps=4 if pingpong else cfg.num_warps,
-                **(dict(TAIL_M=tail_m, KV_SHARE=head_split, MASK_WORDS=pingpong_mask_words(num_nodes)) if pingpong
-                   else dict(MASKED_BY_TMA=cfg.gluon_masked_tma)),
+                **(dict(TAIL_M=tail_m, KV_SHARE=head_split) if pingpong else dict(MASKED_BY_TMA=cfg.gluon_masked_tma)),
             )
 
     if launch_gluon is not None and triton_fallback(cfg) is not None:
