@@ -136,6 +136,10 @@ r11)
   echo "== diag rc=$?"; cut -c1-2000 "$OUT/diag.log" | tail -12
   ;;
 ab)
+  if [ ! -d ab/prev/specdec_kernels ]; then
+    echo "ab/prev/specdec_kernels is missing: put the kernels to compare against there (scripts/round12_ab.py)"
+    exit 2
+  fi
   timeout -s KILL 240 python3 -m pytest tests/kernels/test_tree_verify.py -q -x -p no:cacheprovider -n 8 \
     -k "(gluon_kernel_matches and pingpong) or tail_rescales or shorter_tree_split or split_query_heads_reads" \
     >"$OUT/ab_tests.log" 2>&1

@@ -5,8 +5,13 @@ call a graph, L2 flushed by reading), with the worst row error.
     python3 scripts/round12_ab.py TAG [RELIEF]     # whichever specdec_kernels imports first
     PYTHONPATH=ab/prev python3 scripts/round12_ab.py prev
 
-With AB_SHAPES=short, the eight shapes of ``SHORT`` only. RELIEF, where given, replaces ``TREE_SPLIT_RELIEF_TILES`` (key tiles the split holding the tree
-is made shorter at two splits).
+The copy to compare against, from a commit REV (``ab/`` is gitignored):
+
+    mkdir -p ab/prev && git archive REV kernels | tar -x -C ab/prev
+    mv ab/prev/kernels ab/prev/specdec_kernels
+
+With AB_SHAPES=short, the eight shapes of ``SHORT`` only. RELIEF, where given, replaces
+``TREE_SPLIT_RELIEF_TILES`` (key tiles the split holding the tree is made shorter at two splits).
 
 Run it alternately for the two copies (a process each): machine drift then shows as a
 difference between the rounds of the same copy.
