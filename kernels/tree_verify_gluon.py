@@ -194,14 +194,14 @@ def _masked_key_tiles_tma(acc, m_i, l_i, q_op, kx_smem, vx_smem, bar, k_desc, v_
         _cta_barrier()  # every warpgroup's MMAs are done with the buffers
         _load_tile_pair(k_desc, v_desc, desc_row + prefix_len, desc_col, bar, kx_smem, vx_smem, has_tree, tile_bytes)
     if has_tree:
-        mask_rows = mask_ptr + b.to(gl.int64) * stride_mb + gl.expand_dims((rows_s // GROUP) * stride_mt, 1)
-        row_ok = gl.expand_dims(rows_s < num_rows, 1)
+        mask_rows = mask_ptr + b.to(gl.int64) * stride_mb + (rows_s // GROUP) * stride_mt
+        row_ok = rows_s < num_rows
         for start in range(0, num_nodes, BLOCK_N):
             if start > 0:
                 _cta_barrier()
                 _load_tile_pair(k_desc, v_desc, desc_row + prefix_len + start, desc_col, bar, kx_smem, vx_smem, True,
                                 tile_bytes)
-            visible = _tree_visibility(mask_rows, start + cols_s, num_nodes, row_ok, 0)
+            visible = _tree_visibility(mask_rows, row_ok, start, num_nodes, cols_s, 0, BLOCK_N)
             phase = _await_masked_tile(bar, phase, vx_smem, num_nodes - start, 1, ld_layout)
             acc, m_i, l_i = _masked_tile_mma(acc, m_i, l_i, q_op, kx_smem, vx_smem, visible, qk_scale, s_layout,
                                              o_layout, p_layout, BLOCK_M, BLOCK_N)
@@ -209,12 +209,30 @@ def _masked_key_tiles_tma(acc, m_i, l_i, q_op, kx_smem, vx_smem, bar, k_desc, v_
 
 
 @gluon.jit
-def _tree_visibility(mask_rows, tree_node, num_nodes, row_ok, KEY_AXIS: gl.constexpr):
-    """Which tree keys ``tree_node`` each row sees (the ancestor bitmask), as a [rows, keys]
-    (KEY_AXIS 1) or [keys, rows] (KEY_AXIS 0) mask; ``mask_rows`` points at each row's words."""
-    in_tree = gl.expand_dims(tree_node < num_nodes, KEY_AXIS)
-    words = gl.load(mask_rows + gl.expand_dims(tree_node // 32, KEY_AXIS), mask=row_ok & in_tree, other=0)
-    return ((words >> gl.expand_dims(tree_node % 32, KEY_AXIS)) & 1) != 0
+def _ancestor_word(mask_rows, row_ok, k, num_nodes):
+    """Word k of each row's ancestor bitmask, its bits past the tree cleared (zeros past it)."""
+    n_in = num_nodes - k * 32  # the word's nodes inside the tree
+    keep = gl.where(n_in >= 32, -1, (1 << gl.minimum(gl.maximum(n_in, 0), 31)) - 1)
+    return gl.load(mask_rows + k, mask=row_ok & (n_in > 0), other=0) & keep
+
+
+@gluon.jit
+def _tree_visibility(mask_rows, row_ok, start, num_nodes, keys, ROW_AXIS: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Which keys of the tree tile from node ``start`` each row sees (its ancestor bitmask), as a
+    [rows, keys] (ROW_AXIS 0) or [keys, rows] (ROW_AXIS 1) mask. ``mask_rows``: each row's first
+    word (a vector along the rows), ``keys``: 0 .. BLOCK_N - 1 along the keys.
+
+    Each row's words of the tile are loaded once (one a 32 keys, bits past the tree cleared on the
+    row vector), then an element costs a select, a shift and a bit test, instead of a gather of
+    one word an element (32 loads a thread on a 64 x 64 tile, how it was until round 13)."""
+    WORDS: gl.constexpr = (BLOCK_N + 31) // 32
+    first = start // 32
+    node = (start % 32) + keys  # from bit 0 of word ``first``
+    word = gl.expand_dims(_ancestor_word(mask_rows, row_ok, first, num_nodes), 1 - ROW_AXIS)
+    for w in gl.static_range(1, WORDS):
+        bits = gl.expand_dims(_ancestor_word(mask_rows, row_ok, first + w, num_nodes), 1 - ROW_AXIS)
+        word = gl.where(gl.expand_dims(node // 32, ROW_AXIS) == w, bits, word)
+    return ((word >> gl.expand_dims(node % 32, ROW_AXIS)) & 1) != 0
 
 
 @gluon.jit
@@ -252,11 +270,11 @@ def _masked_key_tiles(acc, m_i, l_i, q_op, kx_smem, vx_smem, k_ptr, v_ptr, mask_
     # the tree rows, ancestor-masked, streamed by the split that holds the prefix's last row
     tree_split = gl.maximum(gl.cdiv(prefix_len, chunk) - 1, 0)
     if split == tree_split:
-        mask_rows = mask_ptr + b.to(gl.int64) * stride_mb + gl.expand_dims((rows_s // GROUP) * stride_mt, 1)
-        row_ok = gl.expand_dims(rows_s < num_rows, 1)
+        mask_rows = mask_ptr + b.to(gl.int64) * stride_mb + (rows_s // GROUP) * stride_mt
+        row_ok = rows_s < num_rows
         for start in range(0, num_nodes, BLOCK_N):
             key_ok = gl.expand_dims(start + cols_ld < num_nodes, 1)
-            visible = _tree_visibility(mask_rows, start + cols_s, num_nodes, row_ok, 0)
+            visible = _tree_visibility(mask_rows, row_ok, start, num_nodes, cols_s, 0, BLOCK_N)
             acc, m_i, l_i = _masked_tile(acc, m_i, l_i, q_op, kx_smem, vx_smem,
                                          k_tile_ptrs + (prefix_len + start) * stride_ks,
                                          v_tile_ptrs + (prefix_len + start) * stride_vs, key_ok, visible, qk_scale,

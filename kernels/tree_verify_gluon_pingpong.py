@@ -348,13 +348,13 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
         _load_tile_pair(k_desc, v_desc, desc_row + prefix_len, desc_col, tail_bar, kt_smem, vt_smem, has_tree,
                         tile_bytes)
     if has_tree:
-        mask_cols = mask_ptr + b.to(gl.int64) * stride_mb + gl.expand_dims((rows_s // GROUP) * stride_mt, 0)
-        row_ok = gl.expand_dims(rows_s < num_rows, 0)
+        mask_cols = mask_ptr + b.to(gl.int64) * stride_mb + (rows_s // GROUP) * stride_mt
+        row_ok = rows_s < num_rows
         for start in range(0, num_nodes, BLOCK_N):
             if start > 0:
                 _load_tile_pair(k_desc, v_desc, desc_row + prefix_len + start, desc_col, tail_bar, kt_smem, vt_smem,
                                 True, tile_bytes)
-            visible = _tree_visibility(mask_cols, start + keys_s, num_nodes, row_ok, 1)
+            visible = _tree_visibility(mask_cols, row_ok, start, num_nodes, keys_s, 1, BLOCK_N)
             phase = _await_masked_tile(tail_bar, phase, vt_smem, num_nodes - start, 4, ld_layout)
             acc_t, m_t, l_t = _tail_tile(acc_t, m_t, l_t, kt_smem, vt_smem, qt_op, p_smem, visible, qk_scale,
                                          st_layout, ot_layout, TAIL_M, BLOCK_N)

@@ -21,9 +21,10 @@
 #          splits, per-program start and end stamps)
 #   r12    round 12's diagnostics (scripts/round12_diag.py: round 11's trace and stamps on the
 #          compute-bound shapes at 1k and 8k caches)
-#   ab     the ping-pong kernel's GPU tests (killed if they hang), then, if they pass, the A/B
-#          timing of scripts/round12_ab.py: this checkout against the copy under ab/prev,
-#          alternated twice (and, with AB_RELIEF=N, this checkout with N relief tiles)
+#   ab     the Gluon kernels' GPU tests (killed if they hang), then, if they pass, the A/B
+#          timing of scripts/round12_ab.py: this checkout against the copy under ab/prev and
+#          any other copy under ab/, alternated twice (and, with AB_RELIEF=N, this checkout with
+#          N relief tiles)
 # Results land under $OUT.
 set -u
 stage=${1:?usage: scripts/h200_verify.sh sweep|check|final|suite|commit|pp|r7|sweeponly|suitesweep|r9|r10|r11|r12|ab}
@@ -141,7 +142,7 @@ ab)
     exit 2
   fi
   timeout -s KILL 240 python3 -m pytest tests/kernels/test_tree_verify.py -q -x -p no:cacheprovider -n 8 \
-    -k "(gluon_kernel_matches and pingpong) or tail_rescales or shorter_tree_split or split_query_heads_reads" \
+    -k "gluon_kernel_matches or tail_rescales or shorter_tree_split or split_query_heads_reads" \
     >"$OUT/ab_tests.log" 2>&1
   rc=$?; echo "== ping-pong tests rc=$rc"
   grep -E "^(FAILED|ERROR)|passed|failed|^E " "$OUT/ab_tests.log" | cut -c1-300 | head -20
@@ -149,6 +150,13 @@ ab)
     for round in 1 2; do
       PYTHONPATH=ab/prev timeout 120 python3 scripts/round12_ab.py prev >>"$OUT/ab.log" 2>&1
       timeout 120 python3 scripts/round12_ab.py new >>"$OUT/ab.log" 2>&1
+      # any other copy under ab/ (round 13: diagnostic variants), each in its own process
+      for dir in ab/*/; do
+        tag=$(basename "$dir")
+        if [ "$tag" != prev ] && [ -d "$dir/specdec_kernels" ]; then
+          PYTHONPATH="$dir" timeout 120 python3 scripts/round12_ab.py "$tag" >>"$OUT/ab.log" 2>&1
+        fi
+      done
       if [ -n "${AB_RELIEF:-}" ]; then
         timeout 120 python3 scripts/round12_ab.py "new-relief$AB_RELIEF" "$AB_RELIEF" >>"$OUT/ab.log" 2>&1
       fi

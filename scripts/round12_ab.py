@@ -10,7 +10,8 @@ The copy to compare against, from a commit REV (``ab/`` is gitignored):
     mkdir -p ab/prev && git archive REV kernels | tar -x -C ab/prev
     mv ab/prev/kernels ab/prev/specdec_kernels
 
-With AB_SHAPES=short, the eight shapes of ``SHORT`` only. RELIEF, where given, replaces
+With AB_SHAPES=short, the eight shapes of ``SHORT`` only; with AB_SHAPES=masked, the fifteen of
+``MASKED`` (round 13: the compute-bound misses, every tile shape, a few memory-bound guards). RELIEF, where given, replaces
 ``TREE_SPLIT_RELIEF_TILES`` (key tiles the split holding the tree is made shorter at two splits).
 
 Run it alternately for the two copies (a process each): machine drift then shows as a
@@ -37,12 +38,20 @@ SHORT = [(8, 65, 32, 1024), (8, 33, 64, 1024), (1, 65, 32, 8192), (8, 16, 64, 81
          (32, 17, 32, 1024), (32, 65, 64, 1024), (8, 9, 32, 8192)]
 
 
+# round 13's masked-tile work: the compute-bound L1k and B1-L8k misses in every tile shape (3x192,
+# 2x128+8, 3x128, 5x128), 1x64+8 and 1x128, the 64-row kernel, the tiny tier, long-stream guards
+MASKED = [(32, 65, 64, 1024), (32, 65, 32, 1024), (8, 65, 32, 1024), (8, 65, 64, 1024), (32, 33, 64, 1024),
+          (8, 33, 64, 1024), (1, 65, 32, 8192), (1, 65, 64, 8192), (1, 33, 64, 8192), (8, 17, 32, 1024),
+          (32, 17, 32, 1024), (8, 9, 32, 8192), (8, 16, 64, 8192), (32, 9, 32, 1024), (1, 9, 32, 1024)]
+SHAPE_SETS = {"short": SHORT, "masked": MASKED}
+
+
 def main(tag, relief=None):
     if relief is not None:
         tvt.TREE_SPLIT_RELIEF_TILES = int(relief)
         tvt._plan.cache_clear()
     print(json.dumps({"tag": tag, "package": specdec_kernels.__file__}), flush=True)
-    for dims in SHORT if os.environ.get("AB_SHAPES") == "short" else SHAPES:
+    for dims in SHAPE_SETS.get(os.environ.get("AB_SHAPES", ""), SHAPES):
         shape = bench.Shape(dims[0], dims[1], dims[2], 8, 128, dims[3])
         inputs = bench.make_inputs(shape, torch.device("cuda"), 11)
         plan, kernel = tvt.plan_call(*inputs[:3], tvt.log2_softmax_scale(128))[:2]
