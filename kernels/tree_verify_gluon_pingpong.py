@@ -46,22 +46,85 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .tree_verify_gluon import (_await_masked_tile, _cta_barrier, _load_q_rows, _load_tile_pair, _masked_key_tiles,
-                                _program_coords, _request_first_masked_tile, _softmax_step, _split_keys, _store_rows,
-                                _tree_visibility)
+from .tree_verify_gluon import (_cta_barrier, _load_q_rows, _load_tile_pair, _masked_tile_mma, _program_coords,
+                                _softmax_step, _split_keys, _store_rows, _tree_visibility, _zero_rows_from)
+
+
+@gluon.jit
+def _masked_tile_at(i, masked):
+    """Masked key tile i of the program: (its first key row in the request, its rows inside the
+    request's keys, whether it is the split's partial last prefix tile, its first tree node)."""
+    xk_smem, xv_smem, xready, xfree, n_masked, has_partial, full_end, hi, prefix_len, num_nodes = masked
+    block_n: gl.constexpr = xk_smem.shape[1]
+    partial = has_partial & (i == 0)
+    start = (i - has_partial.to(gl.int32)) * block_n
+    row = gl.where(partial, full_end, prefix_len + start)
+    return row, gl.where(partial, hi - full_end, num_nodes - start), partial, start
 
 
 @gluon.jit
 def _pingpong_load_partition(args, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     """One warp: TMA loads of the mask-free key tiles, tile t into slot t % STAGES once every
-    warpgroup released the tile that held it before."""
-    k_desc, v_desc, k_smem, v_smem, ready, empty, desc_row, desc_col, n_full = args
+    warpgroup released the tile that held it before; then of the masked key tiles into their own
+    buffers (``masked``), while the ring's last tiles are consumed, each once every consumer
+    released the tile its buffer held before."""
+    k_desc, v_desc, k_smem, v_smem, ready, empty, desc_row, desc_col, n_full, request_row, masked = args
+    xk_smem, xv_smem, xready, xfree, n_masked, has_partial, full_end, hi, prefix_len, num_nodes = masked
+    XBUF: gl.constexpr = xk_smem.shape[0]
     tile_bytes: gl.constexpr = 2 * BLOCK_N * k_desc.block_type.shape[1] * k_desc.dtype.primitive_bitwidth // 8
     for t in range(n_full):
         slot = t % STAGES
         mbarrier.wait(empty.index(slot), phase=((t // STAGES) + 1) & 1, pred=t >= STAGES)
         _load_tile_pair(k_desc, v_desc, desc_row + t * BLOCK_N, desc_col, ready.index(slot), k_smem.index(slot),
                         v_smem.index(slot), True, tile_bytes)
+    for i in range(n_masked):
+        buf = i % XBUF
+        mbarrier.wait(xfree.index(buf), phase=((i // XBUF) + 1) & 1, pred=i >= XBUF)
+        row = _masked_tile_at(i, masked)[0]
+        _load_tile_pair(k_desc, v_desc, request_row + row, desc_col, xready.index(buf), xk_smem.index(buf),
+                        xv_smem.index(buf), True, tile_bytes)
+
+
+@gluon.jit
+def _await_shared_masked_tile(i, masked, PARTS: gl.constexpr, ld_layout: gl.constexpr):
+    """Wait for masked tile i in its buffer and zero its V rows past the request's keys (every
+    consumer does, writing the same bytes; the MMAs of each read them only after its own writes);
+    returns its (K, V) buffers."""
+    xk_smem, xv_smem, xready, xfree, n_masked, has_partial, full_end, hi, prefix_len, num_nodes = masked
+    XBUF: gl.constexpr = xk_smem.shape[0]
+    buf = i % XBUF
+    n_valid = _masked_tile_at(i, masked)[1]
+    mbarrier.wait(xready.index(buf), phase=(i // XBUF) & 1)
+    if n_valid < xk_smem.shape[1]:
+        _zero_rows_from(xv_smem.index(buf), n_valid, PARTS, ld_layout)
+    return xk_smem.index(buf), xv_smem.index(buf)
+
+
+@gluon.jit
+def _pingpong_masked_tiles(acc, m_i, l_i, q_op, masked, mask_ptr, b, stride_mb, stride_mt, row0, num_rows, qk_scale,
+                           s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
+                           ld_layout: gl.constexpr, GROUP: gl.constexpr, BLOCK_M: gl.constexpr,
+                           BLOCK_N: gl.constexpr):
+    """A warpgroup's masked key tiles from the shared buffers the load warp fills: the split's
+    partial last prefix tile, then, in the split holding the prefix's last row, the tree tiles
+    (synchronous MMAs); each buffer released once this warpgroup's MMAs are done with it."""
+    xk_smem, xv_smem, xready, xfree, n_masked, has_partial, full_end, hi, prefix_len, num_nodes = masked
+    rows_s = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    cols_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    mask_rows = mask_ptr + b.to(gl.int64) * stride_mb + (rows_s // GROUP) * stride_mt
+    row_ok = rows_s < num_rows
+    for i in range(n_masked):
+        row, n_valid, partial, start = _masked_tile_at(i, masked)
+        # the partial prefix tile's keys before ``hi``, or the tree tile's ancestor bits (none on
+        # the partial tile): one form for both, so that no mask is carried across a branch
+        prefix_end = gl.where(partial, hi, 0)
+        visible = gl.expand_dims(row + cols_s < prefix_end, 0) | _tree_visibility(
+            mask_rows, row_ok & (start >= 0), gl.maximum(start, 0), num_nodes, cols_s, 0, BLOCK_N)
+        kx_smem, vx_smem = _await_shared_masked_tile(i, masked, 1, ld_layout)
+        acc, m_i, l_i = _masked_tile_mma(acc, m_i, l_i, q_op, kx_smem, vx_smem, visible, qk_scale, s_layout,
+                                         o_layout, p_layout, BLOCK_M, BLOCK_N)
+        mbarrier.arrive(xfree.index(i % xk_smem.shape[0]))
+    return acc, m_i, l_i
 
 
 @gluon.jit
@@ -69,11 +132,9 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
                             HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                             SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr, Q_IN_REGS: gl.constexpr):
     """One warpgroup: its HALF_M query rows (from row0) against every key tile of the split."""
-    (q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, q_smem, k_smem, v_smem, ready, empty, turn,
-     stride_qb, stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-     stride_mb, stride_mt, stride_ob, stride_ot, stride_oh,
-     qk_scale, b, kv_head, kv_src, head_b, split, prefix_len, num_nodes, num_splits, chunk, rows_pad, row0, n_full,
-     full_end, hi) = args
+    (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, q_smem, k_smem, v_smem, ready, empty, turn, masked,
+     stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh,
+     qk_scale, b, kv_head, head_b, split, num_nodes, num_splits, rows_pad, row0, n_full) = args
     dtype: gl.constexpr = k_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -132,15 +193,9 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
         mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
         mbarrier.arrive(empty.index(last))
-        # the masked tiles go through ring slot WG: wait until both warpgroups are done with the
-        # last tile it held
-        slot_tiles = (n_full - WG + STAGES - 1) // STAGES
-        mbarrier.wait(empty.index(WG), phase=(slot_tiles - 1) & 1, pred=slot_tiles > 0)
-    acc, m_i, l_i = _masked_key_tiles(acc, m_i, l_i, q_op, k_smem.index(WG), v_smem.index(WG), k_ptr, v_ptr,
-                                      mask_ptr, b, kv_src, split, prefix_len, num_nodes, chunk, full_end, hi,
-                                      my_rows, num_rows, qk_scale, stride_kb, stride_ks, stride_kh, stride_vb,
-                                      stride_vs, stride_vh, stride_mb, stride_mt, s_layout, o_layout, p_layout,
-                                      ld_layout, GROUP, HEAD_DIM, HALF_M, BLOCK_N)
+    acc, m_i, l_i = _pingpong_masked_tiles(acc, m_i, l_i, q_op, masked, mask_ptr, b, stride_mb, stride_mt, my_rows,
+                                           num_rows, qk_scale, s_layout, o_layout, p_layout, ld_layout, GROUP, HALF_M,
+                                           BLOCK_N)
     _store_rows(acc, m_i, l_i, b, kv_head, head_b, split, my_rows, num_rows, rows_pad, num_splits, out_ptr,
                 part_o_ptr, part_lse_ptr, stride_ob, stride_ot, stride_oh, o_layout, 0, GROUP, HEAD_DIM, HALF_M,
                 SINGLE_SPLIT)
@@ -295,13 +350,12 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
     Eight rows fill no 64-row MMA, so the keys are the MMAs' M dimension and the rows their N
     (WGMMA's N goes down to 8): a few per cent of the tile's MMA work instead of another
     warpgroup's worth (a 192-row tile) or a second program streaming the cache. Its masked key
-    tiles go by TMA into its own buffers (kt_smem / vt_smem), the first one issued before the
-    mask-free stream, so that at the stream's end only their MMAs remain; rows past the keys are
-    zeroed in V there."""
-    (q_ptr, k_desc, v_desc, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, qt_smem, p_smem, k_smem, v_smem, kt_smem,
-     vt_smem, tail_bar, ready, empty, flag_smem, stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob,
-     stride_ot, stride_oh, qk_scale, b, kv_head, head_b, split, prefix_len, num_nodes, num_splits, chunk, rows_pad,
-     row0, mine, n_full, full_end, hi, desc_row, desc_col) = args
+    tiles are the warpgroups' (the buffers the load warp fills while the mask-free tiles stream),
+    so that at the stream's end only their MMAs remain."""
+    (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, qt_smem, p_smem, k_smem, v_smem, ready, empty, flag_smem,
+     masked, stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh, qk_scale, b,
+     kv_head, head_b, split, num_nodes, num_splits, rows_pad, row0, mine, n_full) = args
+    xk_smem, xv_smem, xready, xfree, n_masked, has_partial, full_end, hi, prefix_len, num_nodes = masked
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, TAIL_M, 16])
     ot_layout: gl.constexpr = st_layout
@@ -315,16 +369,10 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
     fence_async_shared()
     _cta_barrier()
     qt_op = qt_smem.permute((1, 0))
-    # the first masked key tile (the split's partial last prefix tile, else its first tree tile)
-    # is on its way into the tail's own buffers while the mask-free tiles stream
-    tile_bytes: gl.constexpr = 2 * BLOCK_N * HEAD_DIM * k_desc.dtype.primitive_bitwidth // 8
-    has_partial, has_tree = _request_first_masked_tile(k_desc, v_desc, kt_smem, vt_smem, tail_bar, desc_row, desc_col,
-                                                       split, chunk, prefix_len, full_end, hi, tile_bytes)
 
     acc_t = gl.zeros([HEAD_DIM, TAIL_M], gl.float32, ot_layout)
     m_t = gl.full([TAIL_M], float("-inf"), gl.float32, gl.SliceLayout(0, st_layout))
     l_t = gl.zeros([TAIL_M], gl.float32, gl.SliceLayout(0, st_layout))
-    all_keys = gl.full([BLOCK_N, TAIL_M], 1, gl.int1, st_layout)
     s_zero = gl.zeros([BLOCK_N, TAIL_M], gl.float32, st_layout)
     if n_full > 0:
         if NUM_WG > 1:
@@ -338,26 +386,17 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
     p_smem = p_smem.index(0)  # the masked tiles' P^T (synchronous: one buffer)
     keys_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, st_layout))
     rows_s = row0 + gl.arange(0, TAIL_M, layout=gl.SliceLayout(0, st_layout))
-    phase = 0
-    if has_partial:
-        phase = _await_masked_tile(tail_bar, phase, vt_smem, hi - full_end, 4, ld_layout)
-        visible = gl.expand_dims(full_end + keys_s < hi, 1) & all_keys
-        acc_t, m_t, l_t = _tail_tile(acc_t, m_t, l_t, kt_smem, vt_smem, qt_op, p_smem, visible, qk_scale, st_layout,
+    mask_cols = mask_ptr + b.to(gl.int64) * stride_mb + (rows_s // GROUP) * stride_mt
+    row_ok = rows_s < num_rows
+    for i in range(n_masked):
+        row, n_valid, partial, start = _masked_tile_at(i, masked)
+        prefix_end = gl.where(partial, hi, 0)
+        visible = gl.expand_dims(row + keys_s < prefix_end, 1) | _tree_visibility(
+            mask_cols, row_ok & (start >= 0), gl.maximum(start, 0), num_nodes, keys_s, 1, BLOCK_N)
+        kx_smem, vx_smem = _await_shared_masked_tile(i, masked, 4, ld_layout)
+        acc_t, m_t, l_t = _tail_tile(acc_t, m_t, l_t, kx_smem, vx_smem, qt_op, p_smem, visible, qk_scale, st_layout,
                                      ot_layout, TAIL_M, BLOCK_N)
-        # the buffers are free again (the tile's last barrier): the first tree tile
-        _load_tile_pair(k_desc, v_desc, desc_row + prefix_len, desc_col, tail_bar, kt_smem, vt_smem, has_tree,
-                        tile_bytes)
-    if has_tree:
-        mask_cols = mask_ptr + b.to(gl.int64) * stride_mb + (rows_s // GROUP) * stride_mt
-        row_ok = rows_s < num_rows
-        for start in range(0, num_nodes, BLOCK_N):
-            if start > 0:
-                _load_tile_pair(k_desc, v_desc, desc_row + prefix_len + start, desc_col, tail_bar, kt_smem, vt_smem,
-                                True, tile_bytes)
-            visible = _tree_visibility(mask_cols, row_ok, start, num_nodes, keys_s, 1, BLOCK_N)
-            phase = _await_masked_tile(tail_bar, phase, vt_smem, num_nodes - start, 4, ld_layout)
-            acc_t, m_t, l_t = _tail_tile(acc_t, m_t, l_t, kt_smem, vt_smem, qt_op, p_smem, visible, qk_scale,
-                                         st_layout, ot_layout, TAIL_M, BLOCK_N)
+        mbarrier.arrive(xfree.index(i % xk_smem.shape[0]))
 
     # output (or partial) rows, from the transposed accumulator
     _store_rows(acc_t, m_t, l_t, b, kv_head, head_b, split, row0, num_rows, rows_pad, num_splits, out_ptr, part_o_ptr,
@@ -409,34 +448,42 @@ def _tree_verify_partial_kernel_gluon_pingpong(
         mbarrier.init(empty.index(i), count=NUM_WG + (TAIL_M > 0))
     for i in gl.static_range(NUM_WG):
         mbarrier.init(turn.index(i), count=1)
+    # the masked key tiles (the split's partial last prefix tile; the tree tiles in the split
+    # holding the prefix's last row): in their own buffers, shared by every warpgroup and the
+    # tail, which the load warp fills while the mask-free tiles stream (two where shared memory
+    # allows: at T <= 64, or with the prefix a multiple of the tile, all of them)
+    XBUF: gl.constexpr = 1 if NUM_WG == 3 else 2
+    xk_smem = gl.allocate_shared_memory(dtype, [XBUF, BLOCK_N, HEAD_DIM], kv_sl)
+    xv_smem = gl.allocate_shared_memory(dtype, [XBUF, BLOCK_N, HEAD_DIM], kv_sl)
+    xready = gl.allocate_shared_memory(gl.int64, [XBUF, 1], mbarrier.MBarrierLayout())
+    xfree = gl.allocate_shared_memory(gl.int64, [XBUF, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(XBUF):
+        mbarrier.init(xready.index(i), count=1)
+        mbarrier.init(xfree.index(i), count=NUM_WG + (TAIL_M > 0))
     fence_async_shared()
     mbarrier.arrive(turn.index(0))  # warpgroup 0 has the first turn
+    has_partial = full_end < hi
+    has_tree = split == gl.maximum(gl.cdiv(prefix_len, chunk) - 1, 0)
+    n_masked = has_partial.to(gl.int32) + gl.where(has_tree, gl.cdiv(num_nodes, BLOCK_N), 0)
+    masked = (xk_smem, xv_smem, xready, xfree, n_masked, has_partial, full_end, hi, prefix_len, num_nodes)
 
-    mma_args = (q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, q_smem, k_smem, v_smem, ready, empty,
-                turn, stride_qb, stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs,
-                stride_vh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh, qk_scale, b, kv_head, kv_src, head_b,
-                split, prefix_len, num_nodes, num_splits, chunk, num_m_tiles * BLOCK_M + TAIL_M, m_tile * BLOCK_M,
-                n_full,
-                full_end, hi)
-    load_args = (k_desc, v_desc, k_smem, v_smem, ready, empty, b * cache_rows + lo, kv_src * HEAD_DIM, n_full)
+    mma_args = (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, q_smem, k_smem, v_smem, ready, empty, turn, masked,
+                stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh, qk_scale, b,
+                kv_head, head_b, split, num_nodes, num_splits, num_m_tiles * BLOCK_M + TAIL_M, m_tile * BLOCK_M,
+                n_full)
+    load_args = (k_desc, v_desc, k_smem, v_smem, ready, empty, b * cache_rows + lo, kv_src * HEAD_DIM, n_full,
+                 b * cache_rows, masked)
     if TAIL_M > 0:
         qt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TAIL_M, HEAD_DIM], dtype)
         pt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TAIL_M, BLOCK_N], dtype)
         qt_smem = gl.allocate_shared_memory(dtype, [TAIL_M, HEAD_DIM], qt_sl)
         pt_smem = gl.allocate_shared_memory(dtype, [2, TAIL_M, BLOCK_N], pt_sl)
-        # the tail's own buffers for its masked key tiles, and their TMA barrier
-        kt_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], kv_sl)
-        vt_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], kv_sl)
-        tail_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         # the tail warps' rescale flags (two tiles' worth, see _tail_stream_lazy)
         flag_smem = gl.allocate_shared_memory(gl.float32, [2, 4], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-        mbarrier.init(tail_bar, count=1)
-        fence_async_shared()
-        tail_args = (q_ptr, k_desc, v_desc, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, qt_smem, pt_smem, k_smem,
-                     v_smem, kt_smem, vt_smem, tail_bar, ready, empty, flag_smem, stride_qb, stride_qt, stride_qh,
-                     stride_mb, stride_mt, stride_ob, stride_ot, stride_oh, qk_scale, b, kv_head, head_b, split,
-                     prefix_len, num_nodes, num_splits, chunk, num_m_tiles * BLOCK_M + TAIL_M, num_m_tiles * BLOCK_M,
-                     m_tile == num_m_tiles - 1, n_full, full_end, hi, b * cache_rows, kv_src * HEAD_DIM)
+        tail_args = (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, qt_smem, pt_smem, k_smem, v_smem, ready, empty,
+                     flag_smem, masked, stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot,
+                     stride_oh, qk_scale, b, kv_head, head_b, split, num_nodes, num_splits,
+                     num_m_tiles * BLOCK_M + TAIL_M, num_m_tiles * BLOCK_M, m_tile == num_m_tiles - 1, n_full)
         if NUM_WG == 1:
             # one warpgroup hands the turn to itself; the tail has the registers to spare
             gl.warp_specialize([
