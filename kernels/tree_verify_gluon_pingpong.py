@@ -18,8 +18,7 @@ dimension and the rows as N (WGMMA's N goes down to 8), for a few per cent of th
 (though its N = 8 MMAs hold the tensor cores for about a quarter of two warpgroups' time, PERF.md
 round 10), instead of a third warpgroup or another program streaming the cache. Its tiles are
 pipelined like the other warpgroups' (S^T(j+1) issued before P^T(j) is written, softmax(j+1)
-under O^T += V^T.P^T(j)), and its masked tiles come by TMA into its own buffers, the first one
-while the mask-free tiles stream. Its softmax reduces over the keys, which its MMAs spread over
+under O^T += V^T.P^T(j)); it takes the masked tiles from where the warpgroups do. Its softmax reduces over the keys, which its MMAs spread over
 its four warps; beside two warpgroups it keeps its row sums per key lane and retakes its running
 max across the warps only where a warp's scores pass it by 2^8, so that a tile costs it one
 barrier instead of three (round 10).
@@ -28,11 +27,13 @@ A 64-row tile (``BLOCK_M = 64``) is one warpgroup handing the turn to itself, fe
 warp; the same tail rides on it for 65 to 72 packed rows (T = 17 at G = 4, T = 9 at G = 8),
 which otherwise take a 128-row tile with half its MMAs on padding.
 
-Same work decomposition, partial layout and merge as the other split kernels; the 64-row
-warpgroups' partial last prefix tile and tree tiles go through masked pointer loads into the ring
-slot with the warpgroup's index (once every consumer is done with that slot's last tile). The
-merge follows this kernel (a programmatic dependent launch measured slower after it, PERF.md
-round 7).
+Same work decomposition, partial layout and merge as the other split kernels. The masked key
+tiles (the split's partial last prefix tile, the tree tiles) come by TMA too, after the
+mask-free ones: through the ring, the request's last tile zeroed past its keys by the load warp,
+or, with one warpgroup beside the tail, through two buffers of their own, each consumer zeroing
+(PERF.md, round 13; until then each warpgroup loaded them through pointers after its stream).
+Their masks come from each row's ancestor words, loaded once a tile. The merge follows this
+kernel (a programmatic dependent launch measured slower after it, PERF.md round 7).
 """
 
 from __future__ import annotations
@@ -52,52 +53,89 @@ from .tree_verify_gluon import (_cta_barrier, _load_q_rows, _load_tile_pair, _ma
 
 @gluon.jit
 def _masked_tile_at(i, masked):
-    """Masked key tile i of the program: (its first key row in the request, its rows inside the
-    request's keys, whether it is the split's partial last prefix tile, its first tree node)."""
-    xk_smem, xv_smem, xready, xfree, n_masked, has_partial, full_end, hi, prefix_len, num_nodes = masked
+    """Masked key tile i of the program: (its first key row in the request, whether it is the
+    split's partial last prefix tile, its first tree node (negative on the partial tile), its
+    buffer, and the phase its barriers are at for it). ``masked``: (K and V buffers, their
+    ready and free barriers, the buffer use of tile 0, the load warp's own barrier, whether the
+    load warp zeroes, tiles, has partial tile, full_end, hi, prefix length, tree nodes, the
+    request's keys)."""
+    (xk_smem, xv_smem, xready, xfree, first_use, landed, loader_zeroes, n_masked, has_partial, full_end, hi, prefix_len,
+     num_nodes, request_end) = masked
     block_n: gl.constexpr = xk_smem.shape[1]
+    n_buf: gl.constexpr = xk_smem.shape[0]
     partial = has_partial & (i == 0)
     start = (i - has_partial.to(gl.int32)) * block_n
-    row = gl.where(partial, full_end, prefix_len + start)
-    return row, gl.where(partial, hi - full_end, num_nodes - start), partial, start
+    use = first_use + i
+    return gl.where(partial, full_end, prefix_len + start), partial, start, use % n_buf, (use // n_buf) & 1
+
+
+@gluon.jit
+def _zero_rows_one_warp(x_smem, n_valid):
+    """Rows n_valid .. of a tile in shared memory to zeros, by one warp on a small register budget,
+    in pieces of 8 rows x 64 columns (a piece may not split the 128-byte swizzle); pieces before
+    n_valid are left alone. Then the fence that lets the MMAs read the tile."""
+    ROWS: gl.constexpr = 8
+    COLS: gl.constexpr = 64
+    layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[4, 8], warps_per_cta=[1, 1],
+                                            order=[1, 0])
+    for r in gl.static_range(x_smem.shape[0] // ROWS):
+        if r * ROWS + ROWS > n_valid:
+            rows = r * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
+            for c in gl.static_range(x_smem.shape[1] // COLS):
+                piece = x_smem.slice(r * ROWS, ROWS).slice(c * COLS, COLS, dim=1)
+                x = piece.load(layout)
+                piece.store(gl.where(gl.expand_dims(rows < n_valid, 1), x, gl.zeros_like(x)))
+    fence_async_shared()
 
 
 @gluon.jit
 def _pingpong_load_partition(args, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """One warp: TMA loads of the mask-free key tiles, tile t into slot t % STAGES once every
-    warpgroup released the tile that held it before; then of the masked key tiles into their own
-    buffers (``masked``), while the ring's last tiles are consumed, each once every consumer
-    released the tile its buffer held before."""
+    """One warp: TMA loads of the mask-free key tiles into the ring, tile t into slot t % STAGES
+    once every consumer released the tile that held it before; then of the masked tiles (the
+    split's partial last prefix tile, the tree tiles) into theirs (``masked``: the ring's next
+    slots, or buffers of their own), which so arrive while the stream's last tiles are
+    consumed. Rows past the request's keys (read on its last tile) may hold anything, even NaN,
+    and a zero weight times NaN would reach the sum: where ``loader_zeroes``, this warp zeroes
+    their V rows before it marks the tile ready; else each consumer does."""
     k_desc, v_desc, k_smem, v_smem, ready, empty, desc_row, desc_col, n_full, request_row, masked = args
-    xk_smem, xv_smem, xready, xfree, n_masked, has_partial, full_end, hi, prefix_len, num_nodes = masked
-    XBUF: gl.constexpr = xk_smem.shape[0]
+    (xk_smem, xv_smem, xready, xfree, first_use, landed, loader_zeroes, n_masked, has_partial, full_end, hi, prefix_len,
+     num_nodes, request_end) = masked
     tile_bytes: gl.constexpr = 2 * BLOCK_N * k_desc.block_type.shape[1] * k_desc.dtype.primitive_bitwidth // 8
     for t in range(n_full):
         slot = t % STAGES
         mbarrier.wait(empty.index(slot), phase=((t // STAGES) + 1) & 1, pred=t >= STAGES)
         _load_tile_pair(k_desc, v_desc, desc_row + t * BLOCK_N, desc_col, ready.index(slot), k_smem.index(slot),
                         v_smem.index(slot), True, tile_bytes)
+    zeroed = 0
     for i in range(n_masked):
-        buf = i % XBUF
-        mbarrier.wait(xfree.index(buf), phase=((i // XBUF) + 1) & 1, pred=i >= XBUF)
-        row = _masked_tile_at(i, masked)[0]
-        _load_tile_pair(k_desc, v_desc, request_row + row, desc_col, xready.index(buf), xk_smem.index(buf),
-                        xv_smem.index(buf), True, tile_bytes)
+        row, partial, start, buf, phase = _masked_tile_at(i, masked)
+        mbarrier.wait(xfree.index(buf), phase=phase ^ 1, pred=first_use + i >= xk_smem.shape[0])
+        if loader_zeroes & (row + BLOCK_N > request_end):
+            # (the tree's last tile, and a partial prefix tile reaching past the tree)
+            _load_tile_pair(k_desc, v_desc, request_row + row, desc_col, landed, xk_smem.index(buf),
+                            xv_smem.index(buf), True, tile_bytes)
+            mbarrier.wait(landed, phase=zeroed & 1)
+            _zero_rows_one_warp(xv_smem.index(buf), request_end - row)
+            mbarrier.arrive(xready.index(buf))
+            zeroed += 1
+        else:
+            _load_tile_pair(k_desc, v_desc, request_row + row, desc_col, xready.index(buf), xk_smem.index(buf),
+                            xv_smem.index(buf), True, tile_bytes)
 
 
 @gluon.jit
-def _await_shared_masked_tile(i, masked, PARTS: gl.constexpr, ld_layout: gl.constexpr):
-    """Wait for masked tile i in its buffer and zero its V rows past the request's keys (every
-    consumer does, writing the same bytes; the MMAs of each read them only after its own writes);
-    returns its (K, V) buffers."""
-    xk_smem, xv_smem, xready, xfree, n_masked, has_partial, full_end, hi, prefix_len, num_nodes = masked
-    XBUF: gl.constexpr = xk_smem.shape[0]
-    buf = i % XBUF
-    n_valid = _masked_tile_at(i, masked)[1]
-    mbarrier.wait(xready.index(buf), phase=(i // XBUF) & 1)
-    if n_valid < xk_smem.shape[1]:
-        _zero_rows_from(xv_smem.index(buf), n_valid, PARTS, ld_layout)
-    return xk_smem.index(buf), xv_smem.index(buf)
+def _await_masked_tile(i, masked, PARTS: gl.constexpr, ld_layout: gl.constexpr):
+    """Wait for masked tile i; where the load warp does not zero the V rows past the request's
+    keys, zero them (every consumer does, writing the same bytes; the MMAs of each read them only
+    after its own writes). Returns its (K, V) buffers and its buffer index."""
+    (xk_smem, xv_smem, xready, xfree, first_use, landed, loader_zeroes, n_masked, has_partial, full_end, hi, prefix_len,
+     num_nodes, request_end) = masked
+    row, partial, start, buf, phase = _masked_tile_at(i, masked)
+    mbarrier.wait(xready.index(buf), phase=phase)
+    if not loader_zeroes:
+        if row + xk_smem.shape[1] > request_end:
+            _zero_rows_from(xv_smem.index(buf), request_end - row, PARTS, ld_layout)
+    return xk_smem.index(buf), xv_smem.index(buf), buf
 
 
 @gluon.jit
@@ -105,25 +143,25 @@ def _pingpong_masked_tiles(acc, m_i, l_i, q_op, masked, mask_ptr, b, stride_mb, 
                            s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
                            ld_layout: gl.constexpr, GROUP: gl.constexpr, BLOCK_M: gl.constexpr,
                            BLOCK_N: gl.constexpr):
-    """A warpgroup's masked key tiles from the shared buffers the load warp fills: the split's
-    partial last prefix tile, then, in the split holding the prefix's last row, the tree tiles
-    (synchronous MMAs); each buffer released once this warpgroup's MMAs are done with it."""
-    xk_smem, xv_smem, xready, xfree, n_masked, has_partial, full_end, hi, prefix_len, num_nodes = masked
+    """A warpgroup's masked key tiles after its stream: the split's partial last prefix tile,
+    then, in the split holding the prefix's last row, the tree tiles (synchronous MMAs); each
+    buffer released once this warpgroup's MMAs are done with it."""
+    (xk_smem, xv_smem, xready, xfree, first_use, landed, loader_zeroes, n_masked, has_partial, full_end, hi, prefix_len,
+     num_nodes, request_end) = masked
     rows_s = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     cols_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
     mask_rows = mask_ptr + b.to(gl.int64) * stride_mb + (rows_s // GROUP) * stride_mt
     row_ok = rows_s < num_rows
     for i in range(n_masked):
-        row, n_valid, partial, start = _masked_tile_at(i, masked)
+        row, partial, start, buf, phase = _masked_tile_at(i, masked)
         # the partial prefix tile's keys before ``hi``, or the tree tile's ancestor bits (none on
         # the partial tile): one form for both, so that no mask is carried across a branch
-        prefix_end = gl.where(partial, hi, 0)
-        visible = gl.expand_dims(row + cols_s < prefix_end, 0) | _tree_visibility(
+        visible = gl.expand_dims(row + cols_s < gl.where(partial, hi, 0), 0) | _tree_visibility(
             mask_rows, row_ok & (start >= 0), gl.maximum(start, 0), num_nodes, cols_s, 0, BLOCK_N)
-        kx_smem, vx_smem = _await_shared_masked_tile(i, masked, 1, ld_layout)
+        kx_smem, vx_smem, buf = _await_masked_tile(i, masked, 1, ld_layout)
         acc, m_i, l_i = _masked_tile_mma(acc, m_i, l_i, q_op, kx_smem, vx_smem, visible, qk_scale, s_layout,
                                          o_layout, p_layout, BLOCK_M, BLOCK_N)
-        mbarrier.arrive(xfree.index(i % xk_smem.shape[0]))
+        mbarrier.arrive(xfree.index(buf))
     return acc, m_i, l_i
 
 
@@ -355,7 +393,8 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
     (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, qt_smem, p_smem, k_smem, v_smem, ready, empty, flag_smem,
      masked, stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh, qk_scale, b,
      kv_head, head_b, split, num_nodes, num_splits, rows_pad, row0, mine, n_full) = args
-    xk_smem, xv_smem, xready, xfree, n_masked, has_partial, full_end, hi, prefix_len, num_nodes = masked
+    (xk_smem, xv_smem, xready, xfree, first_use, landed, loader_zeroes, n_masked, has_partial, full_end, hi, prefix_len,
+     num_nodes, request_end) = masked
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, TAIL_M, 16])
     ot_layout: gl.constexpr = st_layout
@@ -389,14 +428,13 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
     mask_cols = mask_ptr + b.to(gl.int64) * stride_mb + (rows_s // GROUP) * stride_mt
     row_ok = rows_s < num_rows
     for i in range(n_masked):
-        row, n_valid, partial, start = _masked_tile_at(i, masked)
-        prefix_end = gl.where(partial, hi, 0)
-        visible = gl.expand_dims(row + keys_s < prefix_end, 1) | _tree_visibility(
+        row, partial, start, buf, phase = _masked_tile_at(i, masked)
+        visible = gl.expand_dims(row + keys_s < gl.where(partial, hi, 0), 1) | _tree_visibility(
             mask_cols, row_ok & (start >= 0), gl.maximum(start, 0), num_nodes, keys_s, 1, BLOCK_N)
-        kx_smem, vx_smem = _await_shared_masked_tile(i, masked, 4, ld_layout)
+        kx_smem, vx_smem, buf = _await_masked_tile(i, masked, 4, ld_layout)
         acc_t, m_t, l_t = _tail_tile(acc_t, m_t, l_t, kx_smem, vx_smem, qt_op, p_smem, visible, qk_scale, st_layout,
                                      ot_layout, TAIL_M, BLOCK_N)
-        mbarrier.arrive(xfree.index(i % xk_smem.shape[0]))
+        mbarrier.arrive(xfree.index(buf))
 
     # output (or partial) rows, from the transposed accumulator
     _store_rows(acc_t, m_t, l_t, b, kv_head, head_b, split, row0, num_rows, rows_pad, num_splits, out_ptr, part_o_ptr,
@@ -449,23 +487,32 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     for i in gl.static_range(NUM_WG):
         mbarrier.init(turn.index(i), count=1)
     # the masked key tiles (the split's partial last prefix tile; the tree tiles in the split
-    # holding the prefix's last row): in their own buffers, shared by every warpgroup and the
-    # tail, which the load warp fills while the mask-free tiles stream (two where shared memory
-    # allows: at T <= 64, or with the prefix a multiple of the tile, all of them)
-    XBUF: gl.constexpr = 1 if NUM_WG == 3 else 2
-    xk_smem = gl.allocate_shared_memory(dtype, [XBUF, BLOCK_N, HEAD_DIM], kv_sl)
-    xv_smem = gl.allocate_shared_memory(dtype, [XBUF, BLOCK_N, HEAD_DIM], kv_sl)
-    xready = gl.allocate_shared_memory(gl.int64, [XBUF, 1], mbarrier.MBarrierLayout())
-    xfree = gl.allocate_shared_memory(gl.int64, [XBUF, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(XBUF):
-        mbarrier.init(xready.index(i), count=1)
-        mbarrier.init(xfree.index(i), count=NUM_WG + (TAIL_M > 0))
+    # holding the prefix's last row) follow the mask-free ones through the ring, the request's
+    # last one landing on the load warp's own barrier, for it to zero what lies past the keys
+    # (round 13). One 64-row warpgroup beside the tail measured 10-12 % slower so (the cause was
+    # not found): there they take two buffers of their own, and every consumer zeroes.
+    MASKED_IN_RING: gl.constexpr = not (NUM_WG == 1 and TAIL_M > 0)
+    landed = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(landed, count=1)
+    if not MASKED_IN_RING:
+        xk_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_DIM], kv_sl)
+        xv_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_DIM], kv_sl)
+        xready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        xfree = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(2):
+            mbarrier.init(xready.index(i), count=1)
+            mbarrier.init(xfree.index(i), count=NUM_WG + (TAIL_M > 0))
     fence_async_shared()
     mbarrier.arrive(turn.index(0))  # warpgroup 0 has the first turn
     has_partial = full_end < hi
     has_tree = split == gl.maximum(gl.cdiv(prefix_len, chunk) - 1, 0)
     n_masked = has_partial.to(gl.int32) + gl.where(has_tree, gl.cdiv(num_nodes, BLOCK_N), 0)
-    masked = (xk_smem, xv_smem, xready, xfree, n_masked, has_partial, full_end, hi, prefix_len, num_nodes)
+    if MASKED_IN_RING:
+        masked = (k_smem, v_smem, ready, empty, n_full, landed, True, n_masked, has_partial, full_end, hi, prefix_len,
+                  num_nodes, prefix_len + num_nodes)
+    else:
+        masked = (xk_smem, xv_smem, xready, xfree, 0, landed, False, n_masked, has_partial, full_end, hi, prefix_len,
+                  num_nodes, prefix_len + num_nodes)
 
     mma_args = (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, q_smem, k_smem, v_smem, ready, empty, turn, masked,
                 stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh, qk_scale, b,

@@ -21,13 +21,15 @@
 #          splits, per-program start and end stamps)
 #   r12    round 12's diagnostics (scripts/round12_diag.py: round 11's trace and stamps on the
 #          compute-bound shapes at 1k and 8k caches)
+#   final13  the kernel suite, then the whole grid (final) on this checkout if it passed, else on
+#          the copy under ab/prev; then the GPU bench tests
 #   ab     the Gluon kernels' GPU tests (killed if they hang), then, if they pass, the A/B
 #          timing of scripts/round12_ab.py: this checkout against the copy under ab/prev and
 #          any other copy under ab/, alternated twice (and, with AB_RELIEF=N, this checkout with
 #          N relief tiles)
 # Results land under $OUT.
 set -u
-stage=${1:?usage: scripts/h200_verify.sh sweep|check|final|suite|commit|pp|r7|sweeponly|suitesweep|r9|r10|r11|r12|ab}
+stage=${1:?usage: scripts/h200_verify.sh sweep|check|final|final13|suite|commit|pp|r7|sweeponly|suitesweep|r9|r10|r11|r12|ab}
 OUT=${OUT:-/tmp/out}
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
@@ -64,6 +66,17 @@ sweep)
   ;;
 check)
   sweep; suite
+  ;;
+final13)
+  if kernel_tests; then
+    bash "$0" final
+  else
+    echo "== the suite failed: the grid on ab/prev"; PYTHONPATH=ab/prev bash "$0" final
+  fi
+  timeout 100 python3 -m pytest tests/bench/test_verify_kernel.py -rA -p no:cacheprovider -p no:xdist \
+    >"$OUT/bench_tests.log" 2>&1
+  echo "== bench tests rc=$?"
+  grep -E "PASSED|FAILED|XFAIL|ERROR|passed|failed" "$OUT/bench_tests.log" | cut -c1-300 | tail -12
   ;;
 final)
   timeout 360 python3 -m specdec_kernels.bench --max-seconds 300 --json "$OUT/bench.json" \
