@@ -11,7 +11,8 @@ The copy to compare against, from a commit REV (``ab/`` is gitignored):
     mv ab/prev/kernels ab/prev/specdec_kernels
 
 With AB_SHAPES=short, the eight shapes of ``SHORT`` only; with AB_SHAPES=masked, the fifteen of
-``MASKED`` (round 13: the compute-bound misses, every tile shape, a few memory-bound guards). RELIEF, where given, replaces
+``MASKED`` (round 13: the compute-bound misses, every tile shape, a few memory-bound guards); with
+AB_SHAPES=long, the four of ``LONG``. RELIEF, where given, replaces
 ``TREE_SPLIT_RELIEF_TILES`` (key tiles the split holding the tree is made shorter at two splits).
 
 Run it alternately for the two copies (a process each): machine drift then shows as a
@@ -43,7 +44,9 @@ SHORT = [(8, 65, 32, 1024), (8, 33, 64, 1024), (1, 65, 32, 8192), (8, 16, 64, 81
 MASKED = [(32, 65, 64, 1024), (32, 65, 32, 1024), (8, 65, 32, 1024), (8, 65, 64, 1024), (32, 33, 64, 1024),
           (8, 33, 64, 1024), (1, 65, 32, 8192), (1, 65, 64, 8192), (1, 33, 64, 8192), (8, 17, 32, 1024),
           (32, 17, 32, 1024), (8, 9, 32, 8192), (8, 16, 64, 8192), (32, 9, 32, 1024), (1, 9, 32, 1024)]
-SHAPE_SETS = {"short": SHORT, "masked": MASKED}
+# long streams on two warpgroups (round 13's table had them 5-13 % slower than round 11's)
+LONG = [(32, 33, 32, 32768), (32, 17, 64, 32768), (8, 33, 64, 32768), (8, 16, 64, 32768)]
+SHAPE_SETS = {"short": SHORT, "masked": MASKED, "long": LONG}
 
 
 def main(tag, relief=None):
