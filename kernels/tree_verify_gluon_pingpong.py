@@ -18,8 +18,8 @@ dimension and the rows as N (WGMMA's N goes down to 8), for a few per cent of th
 (though its N = 8 MMAs hold the tensor cores for about a quarter of two warpgroups' time, PERF.md
 round 10), instead of a third warpgroup or another program streaming the cache. Its tiles are
 pipelined like the other warpgroups' (S^T(j+1) issued before P^T(j) is written, softmax(j+1)
-under O^T += V^T.P^T(j)); it takes the masked tiles from where the warpgroups do. Its softmax reduces over the keys, which its MMAs spread over
-its four warps; beside two warpgroups it keeps its row sums per key lane and retakes its running
+under O^T += V^T.P^T(j)); it takes the masked tiles from where the warpgroups do. Its softmax
+reduces over the keys, which its MMAs spread over its four warps; beside two warpgroups it keeps its row sums per key lane and retakes its running
 max across the warps only where a warp's scores pass it by 2^8, so that a tile costs it one
 barrier instead of three (round 10).
 
@@ -124,7 +124,20 @@ def _pingpong_load_partition(args, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _await_masked_tile(i, masked, PARTS: gl.constexpr, ld_layout: gl.constexpr):
+def _masked_tile_visibility(i, masked, mask_rows, row_ok, keys, ROW_AXIS: gl.constexpr):
+    """Which keys of masked tile i each row sees, as :func:`_tree_visibility` lays them out: the
+    partial prefix tile's keys before ``hi``, or the tree tile's ancestor bits (none on the
+    partial tile); one form for both, so that no mask is carried across a branch."""
+    (xk_smem, xv_smem, xready, xfree, first_use, landed, loader_zeroes, n_masked, has_partial, full_end, hi, prefix_len,
+     num_nodes, request_end) = masked
+    row, partial, start, buf, phase = _masked_tile_at(i, masked)
+    in_prefix = gl.expand_dims(row + keys < gl.where(partial, hi, 0), ROW_AXIS)
+    return in_prefix | _tree_visibility(mask_rows, row_ok & (start >= 0), gl.maximum(start, 0), num_nodes, keys,
+                                        ROW_AXIS, xk_smem.shape[1])
+
+
+@gluon.jit
+def _take_masked_tile(i, masked, PARTS: gl.constexpr, ld_layout: gl.constexpr):
     """Wait for masked tile i; where the load warp does not zero the V rows past the request's
     keys, zero them (every consumer does, writing the same bytes; the MMAs of each read them only
     after its own writes). Returns its (K, V) buffers and its buffer index."""
@@ -153,12 +166,8 @@ def _pingpong_masked_tiles(acc, m_i, l_i, q_op, masked, mask_ptr, b, stride_mb, 
     mask_rows = mask_ptr + b.to(gl.int64) * stride_mb + (rows_s // GROUP) * stride_mt
     row_ok = rows_s < num_rows
     for i in range(n_masked):
-        row, partial, start, buf, phase = _masked_tile_at(i, masked)
-        # the partial prefix tile's keys before ``hi``, or the tree tile's ancestor bits (none on
-        # the partial tile): one form for both, so that no mask is carried across a branch
-        visible = gl.expand_dims(row + cols_s < gl.where(partial, hi, 0), 0) | _tree_visibility(
-            mask_rows, row_ok & (start >= 0), gl.maximum(start, 0), num_nodes, cols_s, 0, BLOCK_N)
-        kx_smem, vx_smem, buf = _await_masked_tile(i, masked, 1, ld_layout)
+        visible = _masked_tile_visibility(i, masked, mask_rows, row_ok, cols_s, 0)
+        kx_smem, vx_smem, buf = _take_masked_tile(i, masked, 1, ld_layout)
         acc, m_i, l_i = _masked_tile_mma(acc, m_i, l_i, q_op, kx_smem, vx_smem, visible, qk_scale, s_layout,
                                          o_layout, p_layout, BLOCK_M, BLOCK_N)
         mbarrier.arrive(xfree.index(buf))
@@ -428,10 +437,8 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
     mask_cols = mask_ptr + b.to(gl.int64) * stride_mb + (rows_s // GROUP) * stride_mt
     row_ok = rows_s < num_rows
     for i in range(n_masked):
-        row, partial, start, buf, phase = _masked_tile_at(i, masked)
-        visible = gl.expand_dims(row + keys_s < gl.where(partial, hi, 0), 1) | _tree_visibility(
-            mask_cols, row_ok & (start >= 0), gl.maximum(start, 0), num_nodes, keys_s, 1, BLOCK_N)
-        kx_smem, vx_smem, buf = _await_masked_tile(i, masked, 4, ld_layout)
+        visible = _masked_tile_visibility(i, masked, mask_cols, row_ok, keys_s, 1)
+        kx_smem, vx_smem, buf = _take_masked_tile(i, masked, 4, ld_layout)
         acc_t, m_t, l_t = _tail_tile(acc_t, m_t, l_t, kx_smem, vx_smem, qt_op, p_smem, visible, qk_scale, st_layout,
                                      ot_layout, TAIL_M, BLOCK_N)
         mbarrier.arrive(xfree.index(buf))
