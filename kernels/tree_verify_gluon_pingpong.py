@@ -463,7 +463,9 @@ def _tree_verify_partial_kernel_gluon_pingpong(
 ):
     # launched with 4 warps (warpgroup 0, the default partition); the other warpgroups, the load
     # warp and the tail warpgroup are worker partitions. Q_IN_REGS is not read: q sits in
-    # registers on one or two warpgroups, in shared memory on three.
+    # registers on one or two warpgroups, in shared memory on three. Nor are k_ptr, v_ptr and
+    # their strides since round 13 (every key tile comes by TMA); they stay in the launch
+    # signature the split kernels share.
     gl.static_assert(num_warps == 4)
     NUM_WG: gl.constexpr = BLOCK_M // 64
     gl.static_assert(NUM_WG * 64 == BLOCK_M)

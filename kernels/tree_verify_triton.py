@@ -442,8 +442,10 @@ def split_chunks(prefix_rows: int, wanted: int, block_n: int) -> tuple[int, int]
 
 
 # With two splits the one holding the tree (the last, where the cache ends with the tree) ends
-# last: after its stream come the masked tree tile by pointer loads (about 2 us at B8-L8k, PERF.md
-# round 11's stamps) and, beside the ping-pong kernel's tail warpgroup, the tail's masked tiles.
+# last: after its stream come the masked tree tiles (in round 11, when this was measured, by
+# pointer loads, about 2 us at B8-L8k, and beside the ping-pong kernel's tail warpgroup the tail's
+# own; since round 13 the ping-pong kernel's come by TMA behind the stream, and the relief was not
+# measured again).
 # So its chunk is this many key tiles shorter (one more beside a tail), the first split's as much
 # longer. H200, round 11's balance probe, interleaved twice: B8-T33-L8k 90.4 -> 88.5 us (two
 # tiles, tail), B8-T17-H64-L8k 90.5 -> 88.8 (two, tail), B8-T16-H64-L8k 79.0 -> 78.1 (one),
