@@ -28,8 +28,11 @@ SM90_SHARED_LIMIT = 232448  # bytes per block, opt-in maximum on compute capabil
 # at batch 32 (64-row tile) and at batch 1 (ping-pong, one 64-row warpgroup), T = 17 (ping-pong,
 # 64 rows and the 8-row tail), T = 33 (at batch 32: ping-pong, 128 rows and the tail; at batch 1:
 # one 64-row warpgroup and the tail, two programs per KV head), T = 130 (ping-pong, 192 rows),
-# T = 32 at batch 8 (ping-pong, two 64-row warpgroups)
-TIER_ROWS = ((36, 32), (36, 1), (68, 32), (132, 32), (132, 1), (520, 32), (128, 8))
+# T = 32 at batch 8 (ping-pong, two 64-row warpgroups); (packed rows, batch, cache rows): all at
+# L8k but T = 17 and T = 33 at batch 32 with a 1k cache too, where the ping-pong kernel's short
+# work items outnumber the SMs and it runs persistent (round 14).
+TIER_ROWS = ((36, 32, 8192), (36, 1, 8192), (68, 32, 8192), (68, 32, 1024), (132, 32, 8192), (132, 32, 1024),
+             (132, 1, 8192), (520, 32, 8192), (128, 8, 8192))
 
 
 def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
@@ -42,18 +45,19 @@ def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
     from .configs import verify_config
     from .tree_verify_gluon import _tree_verify_partial_kernel_gluon
     from .tree_verify_gluon_pingpong import _tree_verify_partial_kernel_gluon_pingpong
-    from .tree_verify_triton import _gluon_descriptors, _plan, runs_pingpong
+    from .tree_verify_triton import _gluon_descriptors, _plan, pingpong_grid, runs_pingpong
 
     reports, seen = [], set()
-    for rows, batch in TIER_ROWS:
-        cfg = verify_config("sm_90", head_dim, rows, batch * 8, 8192 + 17)
-        # the tiles the planner gives these rows (G = 4, L8k on 132 SMs)
-        plan = _plan(batch, rows // 4, 4, 8, 8192 + rows // 4, 132, cfg)
+    for rows, batch, cache in TIER_ROWS:
+        cfg = verify_config("sm_90", head_dim, rows, batch * 8, cache + rows // 4)
+        # the tiles the planner gives these rows (G = 4 on 132 SMs)
+        plan = _plan(batch, rows // 4, 4, 8, cache + rows // 4, 132, cfg)
         block_m, tail_m, head_split = plan["block_m"], plan["tail_m"], plan["head_split"]
-        if not cfg.gluon or (cfg, block_m, tail_m, head_split) in seen:
-            continue
-        seen.add((cfg, block_m, tail_m, head_split))
         pingpong = runs_pingpong(cfg, block_m)
+        persistent = pingpong and pingpong_grid(plan["grid"], 132, block_m, plan["chunk"]) != plan["grid"]
+        if not cfg.gluon or (cfg, block_m, tail_m, head_split, persistent) in seen:
+            continue
+        seen.add((cfg, block_m, tail_m, head_split, persistent))
         fn = _tree_verify_partial_kernel_gluon_pingpong if pingpong else _tree_verify_partial_kernel_gluon
         launch_warps = 4 if pingpong else cfg.num_warps
         block_n = cfg.gluon_block_n or cfg.block_n
@@ -62,7 +66,7 @@ def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
         constexprs = dict(GROUP=4 // head_split, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
                           STAGES=cfg.gluon_stages or cfg.num_stages, SINGLE_SPLIT=False,
                           Q_IN_REGS=cfg.gluon_q_in_registers or pingpong, num_warps=launch_warps,
-                          **(dict(TAIL_M=tail_m, KV_SHARE=head_split) if pingpong
+                          **(dict(TAIL_M=tail_m, KV_SHARE=head_split, PERSISTENT=persistent) if pingpong
                              else dict(MASKED_BY_TMA=cfg.gluon_masked_tma)))
         constexprs = with_constexpr_defaults(fn, constexprs)
         types = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", out_ptr="*bf16", k_desc=mangle_type(desc),
@@ -79,7 +83,7 @@ def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
         # none with 3.6, the GPU image's, which PERF.md measured; 64 B with 3.9)
         # the ping-pong kernel's MMA warps: one warpgroup per 64 rows (plus its load warp)
         name = ("pingpong" + (f"+tail{tail_m}" if tail_m else "") + (f"/{head_split}heads" if head_split > 1 else "")
-                if pingpong else "verify_gluon")
+                + ("/persistent" if persistent else "") if pingpong else "verify_gluon")
         report = CompileReport(name, head_dim, block_m, block_n,
                                block_m // 16 if pingpong else cfg.num_warps,
                                constexprs["STAGES"], compiled.metadata.shared, shared_limit=SM90_SHARED_LIMIT,

@@ -52,6 +52,54 @@ from .tree_verify_gluon import (_cta_barrier, _load_q_rows, _load_tile_pair, _ma
 
 
 @gluon.jit
+def _item_head(w, items):
+    """(split, query tile, request x KV head, KV head, request) of work item w, without a load."""
+    lens_ptr, num_m_tiles, num_kv_heads, base_programs, chunk, num_nodes = items
+    pid = w % base_programs
+    head_b = pid // num_m_tiles
+    return w // base_programs, pid % num_m_tiles, head_b, head_b % num_kv_heads, head_b // num_kv_heads
+
+
+@gluon.jit
+def _work_item(w, items, BLOCK_N: gl.constexpr):
+    """Work item w of the grid (a query tile of one (request, KV head) on one split of its keys;
+    items in the order of the unpersistent grid: query tiles, then splits): (split, query tile,
+    request x KV head, KV head, request, prefix length, the split's first key, its end, whole key
+    tiles, their end, whether it has a partial prefix tile, its masked tiles). ``items``: (prefix
+    lengths, query tiles, KV heads, programs a split, keys a split, tree nodes)."""
+    lens_ptr, num_m_tiles, num_kv_heads, base_programs, chunk, num_nodes = items
+    split, m_tile, head_b, kv_head, b = _item_head(w, items)
+    prefix_len = gl.load(lens_ptr + b).to(gl.int32)
+    lo, hi, n_full, full_end = _split_keys(split, chunk, prefix_len, BLOCK_N)
+    has_partial = full_end < hi
+    has_tree = split == gl.maximum(gl.cdiv(prefix_len, chunk) - 1, 0)
+    n_masked = has_partial.to(gl.int32) + gl.where(has_tree, gl.cdiv(num_nodes, BLOCK_N), 0)
+    return split, m_tile, head_b, kv_head, b, prefix_len, lo, hi, n_full, full_end, has_partial, n_masked
+
+
+@gluon.jit
+def _masked_of(bufs, ring_uses, own_uses, it, num_nodes, IN_RING: gl.constexpr):
+    """The ``masked`` tuple of :func:`_masked_tile_at` for work item ``it`` (:func:`_work_item`),
+    after ``ring_uses`` ring slots and ``own_uses`` own-buffer uses of the earlier items."""
+    xk_smem, xv_smem, xready, xfree, landed = bufs
+    split, m_tile, head_b, kv_head, b, prefix_len, lo, hi, n_full, full_end, has_partial, n_masked = it
+    first_use = ring_uses + n_full if IN_RING else own_uses
+    return (xk_smem, xv_smem, xready, xfree, first_use, landed, IN_RING, n_masked, has_partial, full_end, hi,
+            prefix_len, num_nodes, prefix_len + num_nodes)
+
+
+@gluon.jit
+def _uses_after(ring_uses, own_uses, it, IN_RING: gl.constexpr):
+    """(ring slots, own-buffer uses) after work item ``it``: its mask-free tiles take ring slots,
+    its masked tiles too where they come through the ring."""
+    split, m_tile, head_b, kv_head, b, prefix_len, lo, hi, n_full, full_end, has_partial, n_masked = it
+    if IN_RING:
+        return ring_uses + n_full + n_masked, own_uses
+    else:
+        return ring_uses + n_full, own_uses + n_masked
+
+
+@gluon.jit
 def _masked_tile_at(i, masked):
     """Masked key tile i of the program: (its first key row in the request, whether it is the
     split's partial last prefix tile, its first tree node (negative on the partial tile), its
@@ -89,7 +137,7 @@ def _zero_rows_one_warp(x_smem, n_valid):
 
 
 @gluon.jit
-def _pingpong_load_partition(args, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+def _pingpong_load_partition(args, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PERSISTENT: gl.constexpr):
     """One warp: TMA loads of the mask-free key tiles into the ring, tile t into slot t % STAGES
     once every consumer released the tile that held it before; then of the masked tiles (the
     split's partial last prefix tile, the tree tiles) into theirs (``masked``: the ring's next
@@ -97,16 +145,41 @@ def _pingpong_load_partition(args, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     consumed. Rows past the request's keys (read on its last tile) may hold anything, even NaN,
     and a zero weight times NaN would reach the sum: where ``loader_zeroes``, this warp zeroes
     their V rows before it marks the tile ready; else each consumer does."""
-    k_desc, v_desc, k_smem, v_smem, ready, empty, desc_row, desc_col, n_full, request_row, masked = args
-    (xk_smem, xv_smem, xready, xfree, first_use, landed, loader_zeroes, n_masked, has_partial, full_end, hi, prefix_len,
-     num_nodes, request_end) = masked
-    tile_bytes: gl.constexpr = 2 * BLOCK_N * k_desc.block_type.shape[1] * k_desc.dtype.primitive_bitwidth // 8
+    k_desc, v_desc, k_smem, v_smem, ready, empty, items, work, bufs, cache_rows, KV_SHARE, IN_RING = args
+    first_item, num_items, item_step = work
+    # ring slots, own-buffer uses and tiles zeroed by the earlier items
+    ring_uses = first_item * 0
+    own_uses = first_item * 0
+    zeroed = first_item * 0
+    if PERSISTENT:
+        for w in range(first_item, num_items, item_step):
+            ring_uses, own_uses, zeroed = _pingpong_load_item(args, w, ring_uses, own_uses, zeroed, BLOCK_N, STAGES)
+    else:
+        _pingpong_load_item(args, first_item, ring_uses, own_uses, zeroed, BLOCK_N, STAGES)
+
+
+@gluon.jit
+def _pingpong_load_item(args, w, ring_uses, own_uses, zeroed, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """The load warp's work on item w, after ``ring_uses`` ring slots, ``own_uses`` own-buffer
+    uses and ``zeroed`` zeroed tiles of the earlier items; returns those counts after it."""
+    k_desc, v_desc, k_smem, v_smem, ready, empty, items, work, bufs, cache_rows, KV_SHARE, IN_RING = args
+    num_nodes = items[5]
+    HEAD_DIM: gl.constexpr = k_desc.block_type.shape[1]
+    tile_bytes: gl.constexpr = 2 * BLOCK_N * HEAD_DIM * k_desc.dtype.primitive_bitwidth // 8
+    it = _work_item(w, items, BLOCK_N)
+    split, m_tile, head_b, kv_head, b, prefix_len, lo, hi, n_full, full_end, has_partial, n_masked = it
+    masked = _masked_of(bufs, ring_uses, own_uses, it, num_nodes, IN_RING)
+    (xk_smem, xv_smem, xready, xfree, first_use, landed, loader_zeroes, n_masked, has_partial, full_end, hi,
+     prefix_len, num_nodes, request_end) = masked
+    request_row = b * cache_rows
+    # KV_SHARE consecutive programs' query heads share one KV head (``VerifyConfig.split_query_heads``)
+    desc_col = (kv_head // KV_SHARE) * HEAD_DIM
     for t in range(n_full):
-        slot = t % STAGES
-        mbarrier.wait(empty.index(slot), phase=((t // STAGES) + 1) & 1, pred=t >= STAGES)
-        _load_tile_pair(k_desc, v_desc, desc_row + t * BLOCK_N, desc_col, ready.index(slot), k_smem.index(slot),
-                        v_smem.index(slot), True, tile_bytes)
-    zeroed = 0
+        use = ring_uses + t
+        slot = use % STAGES
+        mbarrier.wait(empty.index(slot), phase=((use // STAGES) + 1) & 1, pred=use >= STAGES)
+        _load_tile_pair(k_desc, v_desc, request_row + lo + t * BLOCK_N, desc_col, ready.index(slot),
+                        k_smem.index(slot), v_smem.index(slot), True, tile_bytes)
     for i in range(n_masked):
         row, partial, start, buf, phase = _masked_tile_at(i, masked)
         mbarrier.wait(xfree.index(buf), phase=phase ^ 1, pred=first_use + i >= xk_smem.shape[0])
@@ -121,6 +194,8 @@ def _pingpong_load_partition(args, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
         else:
             _load_tile_pair(k_desc, v_desc, request_row + row, desc_col, xready.index(buf), xk_smem.index(buf),
                             xv_smem.index(buf), True, tile_bytes)
+    ring_uses, own_uses = _uses_after(ring_uses, own_uses, it, IN_RING)
+    return ring_uses, own_uses, zeroed
 
 
 @gluon.jit
@@ -177,11 +252,34 @@ def _pingpong_masked_tiles(acc, m_i, l_i, q_op, masked, mask_ptr, b, stride_mb, 
 @gluon.jit
 def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
                             HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                            SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr, Q_IN_REGS: gl.constexpr):
-    """One warpgroup: its HALF_M query rows (from row0) against every key tile of the split."""
-    (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, q_smem, k_smem, v_smem, ready, empty, turn, masked,
+                            SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr, Q_IN_REGS: gl.constexpr,
+                            PERSISTENT: gl.constexpr):
+    """One warpgroup: its HALF_M query rows of each work item against every key tile of the
+    item's split."""
+    first_item, num_items, item_step = args[12]
+    # the ring's slots, the own buffers' uses and this warpgroup's turns taken by the earlier items
+    ring_uses = first_item * 0
+    own_uses = first_item * 0
+    turns = first_item * 0
+    if PERSISTENT:
+        for w in range(first_item, num_items, item_step):
+            ring_uses, own_uses, turns = _pingpong_mma_item(WG, args, w, ring_uses, own_uses, turns, GROUP, HEAD_DIM,
+                                                            HALF_M, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG, Q_IN_REGS)
+    else:
+        _pingpong_mma_item(WG, args, first_item, ring_uses, own_uses, turns, GROUP, HEAD_DIM, HALF_M, BLOCK_N, STAGES,
+                           SINGLE_SPLIT, NUM_WG, Q_IN_REGS)
+
+
+@gluon.jit
+def _pingpong_mma_item(WG: gl.constexpr, args, w, ring_uses, own_uses, turns, GROUP: gl.constexpr,
+                       HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                       SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr, Q_IN_REGS: gl.constexpr):
+    """One warpgroup's work on item w, after the earlier items' ``ring_uses`` ring slots,
+    ``own_uses`` own-buffer uses and ``turns`` turns; returns those counts after it."""
+    (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, q_smem, k_smem, v_smem, ready, empty, turn, items, work, bufs,
      stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh,
-     qk_scale, b, kv_head, head_b, split, num_nodes, num_splits, rows_pad, row0, n_full) = args
+     qk_scale, num_splits, rows_pad, IN_RING) = args
+    num_nodes = items[5]
     dtype: gl.constexpr = k_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -191,14 +289,18 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
     ld_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[4, 8],
                                                warps_per_cta=[4, 1], order=[1, 0])
     num_rows = num_nodes * GROUP
-    my_rows = row0 + WG * HALF_M
-    q = _load_q_rows(q_ptr, b, kv_head, my_rows, num_rows, stride_qb, stride_qt, stride_qh, GROUP, HEAD_DIM,
-                     HALF_M, ld_layout)
+    it = _work_item(w, items, BLOCK_N)
+    split, m_tile, head_b, kv_head, b, prefix_len, lo, hi, n_full, full_end, has_partial, n_masked = it
+    masked = _masked_of(bufs, ring_uses, own_uses, it, num_nodes, IN_RING)
+    my_rows = m_tile * (NUM_WG * HALF_M) + WG * HALF_M
+    q = _load_q_rows(q_ptr, b, kv_head, my_rows, num_rows, stride_qb, stride_qt, stride_qh, GROUP, HEAD_DIM, HALF_M,
+                     ld_layout)
     if Q_IN_REGS:
         q_op = gl.convert_layout(q, gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
     else:
         # three warpgroups' registers do not hold q beside the scores and the accumulator
         q_op = q_smem.index(WG)
+        _cta_barrier()  # every warp of this partition is past the previous item's MMAs, which read q
         q_op.store(q)
         fence_async_shared()
         _cta_barrier()  # this partition's warps only
@@ -207,20 +309,21 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
     m_i = gl.full([HALF_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([HALF_M], gl.float32, gl.SliceLayout(1, s_layout))
     s_zero = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
-    # turn i of this warpgroup waits for completion i of turn[WG] (the other warpgroup's
+    # turn k of this warpgroup waits for completion k of turn[WG] (the other warpgroup's
     # arrivals; warpgroup 0's first one is pre-arrived), and ends with an arrival on the other's
     if n_full > 0:
-        mbarrier.wait(ready.index(0), phase=0)
-        mbarrier.wait(turn.index(WG), phase=0)
-        s_tok = warpgroup_mma(q_op, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        mbarrier.wait(ready.index(ring_uses % STAGES), phase=(ring_uses // STAGES) & 1)
+        mbarrier.wait(turn.index(WG), phase=turns & 1)
+        s_tok = warpgroup_mma(q_op, k_smem.index(ring_uses % STAGES).permute((1, 0)), s_zero, use_acc=False,
+                              is_async=True)
         mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
         p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
         for j in range(n_full - 1):
-            slot = j % STAGES
-            nxt = j + 1
+            slot = (ring_uses + j) % STAGES
+            nxt = ring_uses + j + 1
             mbarrier.wait(ready.index(nxt % STAGES), phase=(nxt // STAGES) & 1)
-            mbarrier.wait(turn.index(WG), phase=nxt & 1)
+            mbarrier.wait(turn.index(WG), phase=(turns + j + 1) & 1)
             s_tok = warpgroup_mma(q_op, k_smem.index(nxt % STAGES).permute((1, 0)), s_zero, use_acc=False,
                                   is_async=True)
             acc = acc * gl.expand_dims(alpha_o, 1)
@@ -233,8 +336,8 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
             p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
             mbarrier.arrive(empty.index(slot))
-        last = (n_full - 1) % STAGES
-        mbarrier.wait(turn.index(WG), phase=n_full & 1)
+        last = (ring_uses + n_full - 1) % STAGES
+        mbarrier.wait(turn.index(WG), phase=(turns + n_full) & 1)
         acc = acc * gl.expand_dims(alpha_o, 1)
         acc_tok = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(last), acc, is_async=True)
         mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
@@ -246,6 +349,8 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
     _store_rows(acc, m_i, l_i, b, kv_head, head_b, split, my_rows, num_rows, rows_pad, num_splits, out_ptr,
                 part_o_ptr, part_lse_ptr, stride_ob, stride_ot, stride_oh, o_layout, 0, GROUP, HEAD_DIM, HALF_M,
                 SINGLE_SPLIT)
+    ring_uses, own_uses = _uses_after(ring_uses, own_uses, it, IN_RING)
+    return ring_uses, own_uses, turns + gl.where(n_full > 0, n_full + 1, 0)
 
 
 @gluon.jit
@@ -327,19 +432,20 @@ def _tail_commit_p(x_t, p_t, over, acc_t, l2, m_t, pt_buf, flag_buf):
 
 @gluon.jit
 def _tail_stream_exact(acc_t, m_t, l_t, qt_op, s_zero, k_smem, v_smem, p_smem, ready, empty, qk_scale, n_full,
-                       ot_layout: gl.constexpr, STAGES: gl.constexpr):
+                       ring_uses, ot_layout: gl.constexpr, STAGES: gl.constexpr):
     """The tail's mask-free tiles with the max and the sums taken across its warps every tile,
     pipelined like the other warpgroups' (without turns): S^T(j+1) runs while P^T(j) goes to
     shared memory, O^T += V^T.P^T(j) while softmax(j + 1) runs. P^T alternates between two
     buffers: the one written at tile j was last read by the MMA of tile j - 2, which every warp
-    waited for before the barrier of tile j - 1."""
-    mbarrier.wait(ready.index(0), phase=0)
-    s_tok = warpgroup_mma(k_smem.index(0), qt_op, s_zero, use_acc=False, is_async=True)
+    waited for before the barrier of tile j - 1. ``ring_uses``: the ring slots earlier work
+    items took."""
+    mbarrier.wait(ready.index(ring_uses % STAGES), phase=(ring_uses // STAGES) & 1)
+    s_tok = warpgroup_mma(k_smem.index(ring_uses % STAGES), qt_op, s_zero, use_acc=False, is_async=True)
     s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
     p_t, alpha, m_t, l_t = _tail_softmax_step(s_t, m_t, l_t, qk_scale, ot_layout)
     for j in range(n_full - 1):
-        slot = j % STAGES
-        nxt = j + 1
+        slot = (ring_uses + j) % STAGES
+        nxt = ring_uses + j + 1
         mbarrier.wait(ready.index(nxt % STAGES), phase=(nxt // STAGES) & 1)
         s_tok = warpgroup_mma(k_smem.index(nxt % STAGES), qt_op, s_zero, use_acc=False, is_async=True)
         acc_tok = _tail_pv_issue(acc_t, alpha, p_t, p_smem.index(j % 2), v_smem.index(slot))
@@ -347,7 +453,7 @@ def _tail_stream_exact(acc_t, m_t, l_t, qt_op, s_zero, k_smem, v_smem, p_smem, r
         p_t, alpha, m_t, l_t = _tail_softmax_step(s_t, m_t, l_t, qk_scale, ot_layout)
         acc_t = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
         mbarrier.arrive(empty.index(slot))
-    last = (n_full - 1) % STAGES
+    last = (ring_uses + n_full - 1) % STAGES
     acc_tok = _tail_pv_issue(acc_t, alpha, p_t, p_smem.index((n_full - 1) % 2), v_smem.index(last))
     acc_t = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
     mbarrier.arrive(empty.index(last))
@@ -356,20 +462,20 @@ def _tail_stream_exact(acc_t, m_t, l_t, qt_op, s_zero, k_smem, v_smem, p_smem, r
 
 @gluon.jit
 def _tail_stream_lazy(acc_t, m_t, l_t, qt_op, s_zero, k_smem, v_smem, p_smem, flag_smem, ready, empty, qk_scale,
-                      n_full, st_layout: gl.constexpr, STAGES: gl.constexpr):
+                      n_full, ring_uses, st_layout: gl.constexpr, STAGES: gl.constexpr):
     """The same tiles with one barrier a tile instead of three: the row sums are kept per key lane
     and summed once at the end, and the max is retaken across the warps only where a warp's
     scores passed it by 2^TAIL_RESCALE_LOG2 (a flag a warp, read behind the barrier P^T needs
     anyway). Beside two warpgroups, where the tail's cross-warp reductions held each tile up
     (PERF.md, round 10). The flags alternate between two buffers like P^T."""
     l2 = gl.zeros(s_zero.shape, gl.float32, st_layout)
-    mbarrier.wait(ready.index(0), phase=0)
-    s_tok = warpgroup_mma(k_smem.index(0), qt_op, s_zero, use_acc=False, is_async=True)
+    mbarrier.wait(ready.index(ring_uses % STAGES), phase=(ring_uses // STAGES) & 1)
+    s_tok = warpgroup_mma(k_smem.index(ring_uses % STAGES), qt_op, s_zero, use_acc=False, is_async=True)
     x_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, )) * qk_scale
     p_t, over = _tail_scores(x_t, m_t)
     for j in range(n_full - 1):
-        slot = j % STAGES
-        nxt = j + 1
+        slot = (ring_uses + j) % STAGES
+        nxt = ring_uses + j + 1
         mbarrier.wait(ready.index(nxt % STAGES), phase=(nxt // STAGES) & 1)
         s_tok = warpgroup_mma(k_smem.index(nxt % STAGES), qt_op, s_zero, use_acc=False, is_async=True)
         pt_buf = p_smem.index(j % 2)
@@ -379,7 +485,7 @@ def _tail_stream_lazy(acc_t, m_t, l_t, qt_op, s_zero, k_smem, v_smem, p_smem, fl
         p_t, over = _tail_scores(x_t, m_t)
         acc_t = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
         mbarrier.arrive(empty.index(slot))
-    last = (n_full - 1) % STAGES
+    last = (ring_uses + n_full - 1) % STAGES
     pt_buf = p_smem.index((n_full - 1) % 2)
     acc_t, l2, m_t = _tail_commit_p(x_t, p_t, over, acc_t, l2, m_t, pt_buf, flag_smem.index((n_full - 1) % 2))
     acc_tok = warpgroup_mma(v_smem.index(last).permute((1, 0)), pt_buf.permute((1, 0)), acc_t, is_async=True)
@@ -391,7 +497,7 @@ def _tail_stream_lazy(acc_t, m_t, l_t, qt_op, s_zero, k_smem, v_smem, p_smem, fl
 @gluon.jit
 def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
                              STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr,
-                             TAIL_M: gl.constexpr):
+                             TAIL_M: gl.constexpr, PERSISTENT: gl.constexpr):
     """One warpgroup: the (at most TAIL_M = 8) packed rows past the last whole 128-row tile (the
     G rows of node 2^k at T = 2^k + 1), on the K/V tiles the other warpgroups stream anyway.
     Eight rows fill no 64-row MMA, so the keys are the MMAs' M dimension and the rows their N
@@ -399,20 +505,42 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
     warpgroup's worth (a 192-row tile) or a second program streaming the cache. Its masked key
     tiles are the warpgroups' (the buffers the load warp fills while the mask-free tiles stream),
     so that at the stream's end only their MMAs remain."""
-    (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, qt_smem, p_smem, k_smem, v_smem, ready, empty, flag_smem,
-     masked, stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh, qk_scale, b,
-     kv_head, head_b, split, num_nodes, num_splits, rows_pad, row0, mine, n_full) = args
-    (xk_smem, xv_smem, xready, xfree, first_use, landed, loader_zeroes, n_masked, has_partial, full_end, hi, prefix_len,
-     num_nodes, request_end) = masked
+    first_item, num_items, item_step = args[13]
+    ring_uses = first_item * 0
+    own_uses = first_item * 0
+    if PERSISTENT:
+        for w in range(first_item, num_items, item_step):
+            ring_uses, own_uses = _pingpong_tail_item(args, w, ring_uses, own_uses, GROUP, HEAD_DIM, BLOCK_N, STAGES,
+                                                      SINGLE_SPLIT, NUM_WG, TAIL_M)
+    else:
+        _pingpong_tail_item(args, first_item, ring_uses, own_uses, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT,
+                            NUM_WG, TAIL_M)
+
+
+@gluon.jit
+def _pingpong_tail_item(args, w, ring_uses, own_uses, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
+                        BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr,
+                        NUM_WG: gl.constexpr, TAIL_M: gl.constexpr):
+    """The tail warpgroup's work on item w (as :func:`_pingpong_mma_item`)."""
+    (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, qt_smem, pt_smem, k_smem, v_smem, ready, empty, flag_smem,
+     items, work, bufs, stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh,
+     qk_scale, num_splits, rows_pad, IN_RING) = args
+    num_m_tiles = items[1]
+    num_nodes = items[5]
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, TAIL_M, 16])
     ot_layout: gl.constexpr = st_layout
     ld_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[4, 8],
                                                warps_per_cta=[4, 1], order=[1, 0])
+    it = _work_item(w, items, BLOCK_N)
+    split, m_tile, head_b, kv_head, b, prefix_len, lo, hi, n_full, full_end, has_partial, n_masked = it
+    masked = _masked_of(bufs, ring_uses, own_uses, it, num_nodes, IN_RING)
     # rows of the last m-tile's program only: the others compute them (cheaply) and store nothing
-    num_rows = gl.where(mine, num_nodes * GROUP, 0)
+    num_rows = gl.where(m_tile == num_m_tiles - 1, num_nodes * GROUP, 0)
+    row0 = num_m_tiles * (NUM_WG * 64)
     q_t = _load_q_rows(q_ptr, b, kv_head, row0, num_rows, stride_qb, stride_qt, stride_qh, GROUP, HEAD_DIM, TAIL_M,
                        ld_layout)
+    _cta_barrier()  # every warp is past the previous item's MMAs, which read q^T
     qt_smem.store(q_t)
     fence_async_shared()
     _cta_barrier()
@@ -424,14 +552,14 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
     s_zero = gl.zeros([BLOCK_N, TAIL_M], gl.float32, st_layout)
     if n_full > 0:
         if NUM_WG > 1:
-            acc_t, m_t, l_t = _tail_stream_lazy(acc_t, m_t, l_t, qt_op, s_zero, k_smem, v_smem, p_smem, flag_smem,
-                                                ready, empty, qk_scale, n_full, st_layout, STAGES)
+            acc_t, m_t, l_t = _tail_stream_lazy(acc_t, m_t, l_t, qt_op, s_zero, k_smem, v_smem, pt_smem, flag_smem,
+                                                ready, empty, qk_scale, n_full, ring_uses, st_layout, STAGES)
         else:
             # beside one warpgroup the lazy max measured 2 % slower (round 10)
-            acc_t, m_t, l_t = _tail_stream_exact(acc_t, m_t, l_t, qt_op, s_zero, k_smem, v_smem, p_smem, ready,
-                                                 empty, qk_scale, n_full, ot_layout, STAGES)
+            acc_t, m_t, l_t = _tail_stream_exact(acc_t, m_t, l_t, qt_op, s_zero, k_smem, v_smem, pt_smem, ready,
+                                                 empty, qk_scale, n_full, ring_uses, ot_layout, STAGES)
         _cta_barrier()  # every warp is done with both P^T buffers before the masked tiles use one
-    p_smem = p_smem.index(0)  # the masked tiles' P^T (synchronous: one buffer)
+    p_smem = pt_smem.index(0)  # the masked tiles' P^T (synchronous: one buffer)
     keys_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, st_layout))
     rows_s = row0 + gl.arange(0, TAIL_M, layout=gl.SliceLayout(0, st_layout))
     mask_cols = mask_ptr + b.to(gl.int64) * stride_mb + (rows_s // GROUP) * stride_mt
@@ -441,11 +569,13 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
         kx_smem, vx_smem, buf = _take_masked_tile(i, masked, 4, ld_layout)
         acc_t, m_t, l_t = _tail_tile(acc_t, m_t, l_t, kx_smem, vx_smem, qt_op, p_smem, visible, qk_scale, st_layout,
                                      ot_layout, TAIL_M, BLOCK_N)
-        mbarrier.arrive(xfree.index(buf))
+        mbarrier.arrive(masked[3].index(buf))
 
     # output (or partial) rows, from the transposed accumulator
     _store_rows(acc_t, m_t, l_t, b, kv_head, head_b, split, row0, num_rows, rows_pad, num_splits, out_ptr, part_o_ptr,
                 part_lse_ptr, stride_ob, stride_ot, stride_oh, ot_layout, 1, GROUP, HEAD_DIM, TAIL_M, SINGLE_SPLIT)
+    ring_uses, own_uses = _uses_after(ring_uses, own_uses, it, IN_RING)
+    return ring_uses, own_uses
 
 
 @gluon.jit
@@ -456,10 +586,10 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     stride_vb, stride_vs, stride_vh,
     stride_mb, stride_mt,
     stride_ob, stride_ot, stride_oh,
-    qk_scale, num_nodes, num_kv_heads, num_m_tiles, num_splits, chunk, cache_rows,
+    qk_scale, num_nodes, num_kv_heads, num_m_tiles, num_splits, chunk, cache_rows, base_programs,
     GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, Q_IN_REGS: gl.constexpr, num_warps: gl.constexpr,
-    TAIL_M: gl.constexpr = 0, KV_SHARE: gl.constexpr = 1,
+    TAIL_M: gl.constexpr = 0, KV_SHARE: gl.constexpr = 1, PERSISTENT: gl.constexpr = False,
 ):
     # launched with 4 warps (warpgroup 0, the default partition); the other warpgroups, the load
     # warp and the tail warpgroup are worker partitions. Q_IN_REGS is not read: q sits in
@@ -472,14 +602,17 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     gl.static_assert(NUM_WG == 1 or NUM_WG == 2 or NUM_WG == 3)
     gl.static_assert(STAGES >= NUM_WG + (TAIL_M > 0))
     gl.static_assert(TAIL_M == 0 or (TAIL_M == 8 and NUM_WG <= 2))
+    gl.static_assert(not PERSISTENT or NUM_WG <= 2)
     dtype: gl.constexpr = k_desc.dtype
     kv_sl: gl.constexpr = k_desc.layout
 
-    split, m_tile, head_b, kv_head, b, prefix_len = _program_coords(lens_ptr, num_m_tiles, num_kv_heads, False)
-    # KV_SHARE consecutive programs' query heads share one KV head (``VerifyConfig.split_query_heads``;
-    # adjacent in the grid, so the second reads the K/V tiles the first brought into L2)
-    kv_src = kv_head // KV_SHARE
-    lo, hi, n_full, full_end = _split_keys(split, chunk, prefix_len, BLOCK_N)
+    # work items: base_programs query tiles of (request, KV head) pairs on each of num_splits splits;
+    # a grid of that shape runs one a program, a smaller one (persistent, ``base_programs``
+    # apart) several, each program's load warp streaming the next item's key tiles while its
+    # warpgroups finish the one before (round 14)
+    items = (lens_ptr, num_m_tiles, num_kv_heads, base_programs, chunk, num_nodes)
+    work = (gl.program_id(0) + gl.program_id(1) * gl.num_programs(0), base_programs * num_splits,
+            gl.num_programs(0) * gl.num_programs(1))
 
     # q from shared memory for three warpgroups (registers: see the partitions' budgets below)
     Q_SMEM: gl.constexpr = NUM_WG == 3
@@ -513,22 +646,17 @@ def _tree_verify_partial_kernel_gluon_pingpong(
             mbarrier.init(xfree.index(i), count=NUM_WG + (TAIL_M > 0))
     fence_async_shared()
     mbarrier.arrive(turn.index(0))  # warpgroup 0 has the first turn
-    has_partial = full_end < hi
-    has_tree = split == gl.maximum(gl.cdiv(prefix_len, chunk) - 1, 0)
-    n_masked = has_partial.to(gl.int32) + gl.where(has_tree, gl.cdiv(num_nodes, BLOCK_N), 0)
     if MASKED_IN_RING:
-        masked = (k_smem, v_smem, ready, empty, n_full, landed, True, n_masked, has_partial, full_end, hi, prefix_len,
-                  num_nodes, prefix_len + num_nodes)
+        bufs = (k_smem, v_smem, ready, empty, landed)
     else:
-        masked = (xk_smem, xv_smem, xready, xfree, 0, landed, False, n_masked, has_partial, full_end, hi, prefix_len,
-                  num_nodes, prefix_len + num_nodes)
+        bufs = (xk_smem, xv_smem, xready, xfree, landed)
 
-    mma_args = (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, q_smem, k_smem, v_smem, ready, empty, turn, masked,
-                stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh, qk_scale, b,
-                kv_head, head_b, split, num_nodes, num_splits, num_m_tiles * BLOCK_M + TAIL_M, m_tile * BLOCK_M,
-                n_full)
-    load_args = (k_desc, v_desc, k_smem, v_smem, ready, empty, b * cache_rows + lo, kv_src * HEAD_DIM, n_full,
-                 b * cache_rows, masked)
+    rows_pad = num_m_tiles * BLOCK_M + TAIL_M
+    mma_args = (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, q_smem, k_smem, v_smem, ready, empty, turn, items,
+                work, bufs, stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh,
+                qk_scale, num_splits, rows_pad, MASKED_IN_RING)
+    load_args = (k_desc, v_desc, k_smem, v_smem, ready, empty, items, work, bufs, cache_rows, KV_SHARE,
+                 MASKED_IN_RING)
     if TAIL_M > 0:
         qt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TAIL_M, HEAD_DIM], dtype)
         pt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TAIL_M, BLOCK_N], dtype)
@@ -537,48 +665,48 @@ def _tree_verify_partial_kernel_gluon_pingpong(
         # the tail warps' rescale flags (two tiles' worth, see _tail_stream_lazy)
         flag_smem = gl.allocate_shared_memory(gl.float32, [2, 4], gl.SwizzledSharedLayout(1, 1, 1, [0]))
         tail_args = (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, qt_smem, pt_smem, k_smem, v_smem, ready, empty,
-                     flag_smem, masked, stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot,
-                     stride_oh, qk_scale, b, kv_head, head_b, split, num_nodes, num_splits,
-                     num_m_tiles * BLOCK_M + TAIL_M, num_m_tiles * BLOCK_M, m_tile == num_m_tiles - 1, n_full)
+                     flag_smem, items, work, bufs, stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob,
+                     stride_ot, stride_oh, qk_scale, num_splits, rows_pad, MASKED_IN_RING)
         if NUM_WG == 1:
             # one warpgroup hands the turn to itself; the tail has the registers to spare
             gl.warp_specialize([
                 (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                             True)),
-                (_pingpong_load_partition, (load_args, BLOCK_N, STAGES)),
+                                             True, PERSISTENT)),
+                (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT)),
                 (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                              TAIL_M)),
+                                              TAIL_M, PERSISTENT)),
             ], [1, 4], [24, 128])
         else:
             gl.warp_specialize([
                 (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                             not Q_SMEM)),
+                                             not Q_SMEM, PERSISTENT)),
                 (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                             not Q_SMEM)),
-                (_pingpong_load_partition, (load_args, BLOCK_N, STAGES)),
+                                             not Q_SMEM, PERSISTENT)),
+                (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT)),
                 (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                              TAIL_M)),
+                                              TAIL_M, PERSISTENT)),
             ], [4, 1, 4], [208, 24, 72])
     elif NUM_WG == 1:
         gl.warp_specialize([
-            (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG, True)),
-            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES)),
+            (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG, True,
+                                         PERSISTENT)),
+            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT)),
         ], [1], [24])
     elif NUM_WG == 2:
         gl.warp_specialize([
             (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM)),
+                                         not Q_SMEM, PERSISTENT)),
             (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM)),
-            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES)),
+                                         not Q_SMEM, PERSISTENT)),
+            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT)),
         ], [4, 1], [240, 24])
     else:
         gl.warp_specialize([
             (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM)),
+                                         not Q_SMEM, PERSISTENT)),
             (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM)),
+                                         not Q_SMEM, PERSISTENT)),
             (_pingpong_mma_partition, (2, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM)),
-            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES)),
+                                         not Q_SMEM, PERSISTENT)),
+            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT)),
         ], [4, 4, 1], [160, 160, 24])

@@ -727,6 +727,30 @@ def log2_softmax_scale(head_dim: int, sm_scale: float | None = None) -> float:
     return (1.0 / math.sqrt(head_dim) if sm_scale is None else sm_scale) * LOG2E
 
 
+# The ping-pong kernel runs a grid of one split and at least one and a half waves of short work
+# items as one persistent program an SM, each taking every SM-count-th item: its load warp streams
+# the next item's first key tiles while its warpgroups finish the one before (round 14, H200:
+# B32-T33-H64-L1k 113.2 -> 108.1 us, B32-T65-H32-L1k 118.3 -> 114.2, B32-T17-L1k 49.4 -> 47.8;
+# at 1.45 waves B8-T65-H32-L1k 51.7 -> 52.4; at 32k keys an item B32-T17-H64 1157 -> 1248).
+# Not on 192-row tiles, whose three warpgroups keep q in shared memory (+0.6 % at B32-T65-H64-L1k
+# with the loop in every partition).
+PERSISTENT_PINGPONG = True
+PERSISTENT_MIN_WAVES = 1.5
+PERSISTENT_MAX_KEYS = 2048
+
+
+def pingpong_grid(grid: tuple[int, int], sms: int, block_m: int, chunk: int) -> tuple[int, int]:
+    """The ping-pong kernel's launch grid for a plan's (programs a split, splits) and keys a split:
+    one program a work item, or, with PERSISTENT_PINGPONG, one split, at least
+    PERSISTENT_MIN_WAVES waves of ``sms``, at most PERSISTENT_MAX_KEYS keys an item and at most
+    two warpgroups, ``sms`` persistent programs (the kernel takes one program an SM)."""
+    programs, splits = grid
+    if (PERSISTENT_PINGPONG and splits == 1 and programs >= PERSISTENT_MIN_WAVES * sms and block_m <= 128
+            and chunk <= PERSISTENT_MAX_KEYS):
+        return (sms, 1)
+    return grid
+
+
 def runs_pingpong(cfg, block_m: int) -> bool:
     """Whether the Gluon kernel for this tile is the ping-pong one (where ``cfg`` asks for it):
     128- and 192-row tiles, and 64-row ones (with or without the tail) where it asks for those."""
@@ -846,12 +870,19 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
 
             # the ping-pong kernel launches its first warpgroup; its partitions add the rest (one
             # more warpgroup, two on 192-row tiles, and a load warp)
-            kernel_fn[plan["grid"]](
+            grid = plan["grid"]
+            if pingpong:
+                persistent_grid = pingpong_grid(grid, _sm_count(q.device), block_m, plan["chunk"])
+                extra = dict(base_programs=grid[0], TAIL_M=tail_m, KV_SHARE=head_split,
+                             PERSISTENT=persistent_grid != grid)
+                grid = persistent_grid
+            else:
+                extra = dict(MASKED_BY_TMA=cfg.gluon_masked_tma)
+            kernel_fn[grid](
                 q, k_cache, v_cache, *gluon_descs, *trailing_args,
                 GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=kernel_block_n, STAGES=kernel_stages,
                 SINGLE_SPLIT=single, Q_IN_REGS=cfg.gluon_q_in_registers or pingpong,
-                num_warps=4 if pingpong else cfg.num_warps,
-                **(dict(TAIL_M=tail_m, KV_SHARE=head_split) if pingpong else dict(MASKED_BY_TMA=cfg.gluon_masked_tma)),
+                num_warps=4 if pingpong else cfg.num_warps, **extra,
             )
 
     if launch_gluon is not None and triton_fallback(cfg) is not None:

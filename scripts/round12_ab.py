@@ -12,7 +12,8 @@ The copy to compare against, from a commit REV (``ab/`` is gitignored):
 
 With AB_SHAPES=short, the eight shapes of ``SHORT`` only; with AB_SHAPES=masked, the fifteen of
 ``MASKED`` (round 13: the compute-bound misses, every tile shape, a few memory-bound guards); with
-AB_SHAPES=long, the four of ``LONG``. RELIEF, where given, replaces
+AB_SHAPES=long, the four of ``LONG``; with AB_SHAPES=persistent, ``MASKED`` and two long streams
+of several waves (round 14). RELIEF, where given, replaces
 ``TREE_SPLIT_RELIEF_TILES`` (key tiles the split holding the tree is made shorter at two splits).
 
 Run it alternately for the two copies (a process each): machine drift then shows as a
@@ -46,7 +47,9 @@ MASKED = [(32, 65, 64, 1024), (32, 65, 32, 1024), (8, 65, 32, 1024), (8, 65, 64,
           (32, 17, 32, 1024), (8, 9, 32, 8192), (8, 16, 64, 8192), (32, 9, 32, 1024), (1, 9, 32, 1024)]
 # long streams on two warpgroups (round 13's table had them 5-13 % slower than round 11's)
 LONG = [(32, 33, 32, 32768), (32, 17, 64, 32768), (8, 33, 64, 32768), (8, 16, 64, 32768)]
-SHAPE_SETS = {"short": SHORT, "masked": MASKED, "long": LONG}
+# round 14's persistent ping-pong kernel: MASKED and two long streams of several waves
+PERSISTENT = MASKED + [(32, 65, 64, 8192), (32, 17, 64, 32768)]
+SHAPE_SETS = {"short": SHORT, "masked": MASKED, "long": LONG, "persistent": PERSISTENT}
 
 
 def main(tag, relief=None):

@@ -25,7 +25,8 @@ def test_gluon_kernel_compiles_for_sm90_and_overlaps():
     # with two programs per KV head), its two warpgroups alone and with the tail, its three
     assert sorted((r["kernel"], r["block_m"], r["num_warps"]) for r in reports) == [
         ("pingpong", 64, 4), ("pingpong", 128, 8), ("pingpong", 192, 12), ("pingpong+tail8", 64, 4),
-        ("pingpong+tail8", 128, 8), ("pingpong+tail8/2heads", 64, 4), ("verify_gluon", 64, 4)]
+        ("pingpong+tail8", 128, 8), ("pingpong+tail8/2heads", 64, 4), ("pingpong+tail8/persistent", 64, 4),
+        ("pingpong+tail8/persistent", 128, 8), ("verify_gluon", 64, 4)]
     for r in reports:
         where = f"BM={r['block_m']} BN={r['block_n']} warps={r['num_warps']}"
         print(where, {k: r[k] for k in ("shared_bytes", "registers", "spill_bytes", "forbidden")})

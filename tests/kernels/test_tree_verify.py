@@ -318,6 +318,52 @@ def test_gluon_kernel_matches_reference(num_nodes, group, lens, head_dim, dtype,
     assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, f"gluon {tile}")
 
 
+@needs_sm90
+@pytest.mark.parametrize("tile", ["pingpong", "pingpong-192", "pingpong-tail", "pingpong-64", "pingpong-64tail",
+                                  "pingpong-hsplit"])
+@pytest.mark.parametrize("num_nodes,group,lens,head_dim,dtype,splits", GLUON_CASES)
+def test_gluon_kernel_matches_reference_persistent(num_nodes, group, lens, head_dim, dtype, splits, tile,
+                                                   monkeypatch, request):
+    """The ping-pong kernel as persistent programs (one split, more work items than programs):
+    a GPU of three SMs as the launcher sees it, persistent from one wave on and whatever the keys
+    an item, so that each program takes two to twelve items of different lengths (empty prefixes
+    among them) and carries its ring, turn and buffer phases from one to the next."""
+    from specdec_kernels import tree_verify_triton
+
+    config = _gluon_configs()[tile]
+    if tile in ("pingpong-192", "pingpong-tail", "pingpong-64tail"):
+        keep_wide_tiles(monkeypatch, request)
+    monkeypatch.setattr(tree_verify_triton, "_sm_count", lambda device: 3)
+    monkeypatch.setattr(tree_verify_triton, "PERSISTENT_MIN_WAVES", 1.0)
+    monkeypatch.setattr(tree_verify_triton, "PERSISTENT_MAX_KEYS", 1 << 30)
+    tree_verify_triton._plan.cache_clear()
+    request.addfinalizer(tree_verify_triton._plan.cache_clear)
+    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, num_nodes, "best_first", group, 2, head_dim, dtype,
+                                                  seed=19 * num_nodes + group)
+    q, k, v, lens_t, mask = (t.cuda() for t in (q, k, v, lens_t, mask))
+    plan = tree_verify_triton.plan_verify_launch(len(lens), num_nodes, q.shape[2], k.shape[2], head_dim, k.shape[1],
+                                                 q.device, config)
+    if not tree_verify_triton.runs_pingpong(config, plan["block_m"]) or plan["block_m"] > 128:
+        pytest.skip(f"{tile} plans {plan['block_m']}-row tiles here, not the persistent ping-pong kernel's")
+    assert tree_verify_triton.pingpong_grid((plan["grid"][0], 1), 3, plan["block_m"], k.shape[1]) == (3, 1), plan
+    out = run_triton(q, k, v, lens_t, mask, 1, monkeypatch, config=config)
+    assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, f"persistent {tile}")
+
+
+def test_pingpong_grid_is_persistent_only_on_waves_of_short_items_of_one_split(monkeypatch):
+    from specdec_kernels import tree_verify_triton as tvt
+
+    assert tvt.pingpong_grid((512, 1), 132, 128, 1024) == (132, 1)
+    assert tvt.pingpong_grid((256, 1), 132, 64, 1024) == (132, 1)
+    assert tvt.pingpong_grid((198, 1), 132, 128, 2048) == (132, 1)
+    assert tvt.pingpong_grid((192, 1), 132, 128, 1024) == (192, 1)  # under one and a half waves
+    assert tvt.pingpong_grid((512, 1), 132, 128, 8192) == (512, 1)  # long items: nothing to hide
+    assert tvt.pingpong_grid((512, 2), 132, 128, 1024) == (512, 2)
+    assert tvt.pingpong_grid((768, 1), 132, 192, 1024) == (768, 1)  # three warpgroups: q in shared memory
+    monkeypatch.setattr(tvt, "PERSISTENT_PINGPONG", False)
+    assert tvt.pingpong_grid((512, 1), 132, 128, 1024) == (512, 1)
+
+
 def test_merge_starts_early_only_where_it_paid(monkeypatch):
     """The merge is a programmatic dependent launch on sm_90+ with splits, after the 64-row and
     Triton split kernels, never after the ping-pong kernel (measured slower there), on the CPU,
