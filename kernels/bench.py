@@ -228,7 +228,7 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, config=N
     from triton.testing import do_bench
 
     from .tree_verify import tree_verify_attention_sdpa
-    from .tree_verify_triton import log2_softmax_scale, plan_call, tree_verify_attention_triton
+    from .tree_verify_triton import log2_softmax_scale, plan_call, runs_persistent, tree_verify_attention_triton
 
     device = torch.device("cuda")
     sets = [make_inputs(shape, device, seed + i) for i in range(input_sets_needed(shape))]
@@ -246,7 +246,8 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, config=N
     # asked after the first calls: a Gluon kernel that failed to build has fallen back by now
     plan, row["kernel"], row["block_n"], row["stages"] = plan_call(q, k, v, log2_softmax_scale(shape.head_dim), config)
     row.update(block_m=plan["block_m"], m_tiles=plan["num_m_tiles"], tail_m=plan["tail_m"],
-               splits=plan["num_splits"], warps=plan["config"].num_warps, head_split=plan["head_split"])
+               splits=plan["num_splits"], warps=plan["config"].num_warps, head_split=plan["head_split"],
+               persistent=runs_persistent(plan, row["kernel"], device))
     row["ok"] = row["err"] <= ROW_TOLERANCE_BF16
     row["us"] = time_in_graph(ours, sets)
     ms = row["us"] / 1e3
@@ -533,14 +534,14 @@ def format_sweep(rows) -> str:
 
 
 def format_table(rows, ceilings) -> str:
-    head = (f"| shape | M tiles/BN/splits (G: Gluon) | bound | us | TB/s | TFLOP/s | roof % | BW % | MM % "
+    head = (f"| shape | M tiles/BN/splits (G: Gluon, P: persistent) | bound | us | TB/s | TFLOP/s | roof % | BW % | MM % "
             f"| read us | SDPA us | x SDPA | x SDPA at roof | flex us | x flex | err | ok |\n|{'---|' * 17}")
     lines = [head]
     for r in rows:
         def f(key, fmt):
             return format(r[key], fmt) if key in r else "-"
         flex = f("flex_us", ".1f") if "flex_us" in r else ("error" if "flex_error" in r else "-")
-        gluon = " G" if r.get("kernel") == "gluon" else ""
+        gluon = (" G" if r.get("kernel") == "gluon" else "") + (" P" if r.get("persistent") else "")
         lines.append(f"| {r['shape']} | {tiles_label(r)}/{r['block_n']}/{r['splits']}{gluon} | {r['bound']} "
                      f"| {r['us']:.1f} | "
                      f"{r['tb_s']:.2f} | {r['tflop_s']:.1f} | "

@@ -751,6 +751,12 @@ def pingpong_grid(grid: tuple[int, int], sms: int, block_m: int, chunk: int) -> 
     return grid
 
 
+def runs_persistent(plan: dict, kernel: str, device) -> bool:
+    """Whether the call planned so runs the ping-pong kernel's persistent programs."""
+    return (kernel == "gluon" and runs_pingpong(plan["config"], plan["block_m"])
+            and pingpong_grid(plan["grid"], _sm_count(device), plan["block_m"], plan["chunk"]) != plan["grid"])
+
+
 def runs_pingpong(cfg, block_m: int) -> bool:
     """Whether the Gluon kernel for this tile is the ping-pong one (where ``cfg`` asks for it):
     128- and 192-row tiles, and 64-row ones (with or without the tail) where it asks for those."""
@@ -872,10 +878,9 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
             # more warpgroup, two on 192-row tiles, and a load warp)
             grid = plan["grid"]
             if pingpong:
-                persistent_grid = pingpong_grid(grid, _sm_count(q.device), block_m, plan["chunk"])
                 extra = dict(base_programs=grid[0], TAIL_M=tail_m, KV_SHARE=head_split,
-                             PERSISTENT=persistent_grid != grid)
-                grid = persistent_grid
+                             PERSISTENT=runs_persistent(plan, kernel, q.device))
+                grid = pingpong_grid(grid, _sm_count(q.device), block_m, plan["chunk"])
             else:
                 extra = dict(MASKED_BY_TMA=cfg.gluon_masked_tma)
             kernel_fn[grid](

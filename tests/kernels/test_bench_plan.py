@@ -43,6 +43,8 @@ def test_table_renders_missing_baselines_as_dashes():
     header, rule, line = table.splitlines()
     assert header.count("|") == rule.count("|") == line.count("|")
     assert "| 1x64/32/4 | memory | 15.4 |" in line and "| - | - |" in line and line.endswith("| yes |")
+    persistent = bench.format_table([dict(row, kernel="gluon", persistent=True)], {}).splitlines()[2]
+    assert "| 1x64/32/4 G P | memory |" in persistent
 
 
 def test_tiles_name_split_query_heads_and_tails():
