@@ -34,6 +34,14 @@ or, with one warpgroup beside the tail, through two buffers of their own, each c
 (PERF.md, round 13; until then each warpgroup loaded them through pointers after its stream).
 Their masks come from each row's ancestor words, loaded once a tile. The merge follows this
 kernel (a programmatic dependent launch measured slower after it, PERF.md round 7).
+
+Persistent (``PERSISTENT``, round 14): the kernel works through work items (a query tile of one
+(request, KV head) on one split, in the order of a grid of one program an item); launched with
+fewer programs than items, each program takes every grid-size-th one, and every partition carries
+its ring, buffer and turn phases from item to item, so that the load warp streams the next item's
+key tiles while the warpgroups finish the one before. The launcher picks it where short items
+come in several waves (``tree_verify_triton.pingpong_grid``); elsewhere each partition runs its
+one item, as the code did before.
 """
 
 from __future__ import annotations
