@@ -326,8 +326,9 @@ def test_gluon_kernel_matches_reference_persistent(num_nodes, group, lens, head_
                                                    monkeypatch, request):
     """The ping-pong kernel as persistent programs (one split, more work items than programs):
     a GPU of three SMs as the launcher sees it, persistent from one wave on and whatever the keys
-    an item, so that each program takes two to twelve items of different lengths (empty prefixes
-    among them) and carries its ring, turn and buffer phases from one to the next."""
+    an item, so that the cases' 4 to 12 work items leave some program two to four of different
+    lengths (empty prefixes among them), its ring, turn and buffer phases carried from one to the
+    next."""
     from specdec_kernels import tree_verify_triton
 
     config = _gluon_configs()[tile]
@@ -345,6 +346,7 @@ def test_gluon_kernel_matches_reference_persistent(num_nodes, group, lens, head_
                                                  q.device, config)
     if not tree_verify_triton.runs_pingpong(config, plan["block_m"]) or plan["block_m"] > 128:
         pytest.skip(f"{tile} plans {plan['block_m']}-row tiles here, not the persistent ping-pong kernel's")
+    assert plan["grid"][0] > 3, plan  # some program takes two items or more
     assert tree_verify_triton.pingpong_grid((plan["grid"][0], 1), 3, plan["block_m"], k.shape[1]) == (3, 1), plan
     out = run_triton(q, k, v, lens_t, mask, 1, monkeypatch, config=config)
     assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, f"persistent {tile}")
