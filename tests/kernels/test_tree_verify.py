@@ -326,7 +326,7 @@ def test_gluon_kernel_matches_reference_persistent(num_nodes, group, lens, head_
                                                    monkeypatch, request):
     """The ping-pong kernel as persistent programs (one split, more work items than programs):
     a GPU of three SMs as the launcher sees it, persistent from one wave on and whatever the keys
-    an item, so that the cases' 4 to 12 work items leave some program two to four of different
+    an item, so that the cases' 4 to 20 work items leave some program two to seven of different
     lengths (empty prefixes among them), its ring, turn and buffer phases carried from one to the
     next."""
     from specdec_kernels import tree_verify_triton
