@@ -82,14 +82,17 @@ def _program_coords(lens_ptr, num_m_tiles, num_kv_heads, LET_MERGE_START: gl.con
     With LET_MERGE_START, the merge may launch from here on."""
     if LET_MERGE_START:
         _let_merge_launch()
-    pid = gl.program_id(0)
-    split = gl.program_id(1)
-    m_tile = pid % num_m_tiles
-    head_b = pid // num_m_tiles
-    kv_head = head_b % num_kv_heads
-    b = head_b // num_kv_heads
+    m_tile, head_b, kv_head, b = _tile_coords(gl.program_id(0), num_m_tiles, num_kv_heads)
     prefix_len = gl.load(lens_ptr + b).to(gl.int32)
-    return split, m_tile, head_b, kv_head, b, prefix_len
+    return gl.program_id(1), m_tile, head_b, kv_head, b, prefix_len
+
+
+@gluon.jit
+def _tile_coords(pid, num_m_tiles, num_kv_heads):
+    """(query tile, request x KV head, KV head, request) of program (or work item) ``pid`` of a
+    split: query tiles run fastest, then KV heads, then requests."""
+    head_b = pid // num_m_tiles
+    return pid % num_m_tiles, head_b, head_b % num_kv_heads, head_b // num_kv_heads
 
 
 @gluon.jit

@@ -55,17 +55,16 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .tree_verify_gluon import (_cta_barrier, _load_q_rows, _load_tile_pair, _masked_tile_mma, _program_coords,
-                                _softmax_step, _split_keys, _store_rows, _tree_visibility, _zero_rows_from)
+from .tree_verify_gluon import (_cta_barrier, _load_q_rows, _load_tile_pair, _masked_tile_mma, _softmax_step,
+                                _split_keys, _store_rows, _tile_coords, _tree_visibility, _zero_rows_from)
 
 
 @gluon.jit
 def _item_head(w, items):
     """(split, query tile, request x KV head, KV head, request) of work item w, without a load."""
     lens_ptr, num_m_tiles, num_kv_heads, base_programs, chunk, num_nodes = items
-    pid = w % base_programs
-    head_b = pid // num_m_tiles
-    return w // base_programs, pid % num_m_tiles, head_b, head_b % num_kv_heads, head_b // num_kv_heads
+    m_tile, head_b, kv_head, b = _tile_coords(w % base_programs, num_m_tiles, num_kv_heads)
+    return w // base_programs, m_tile, head_b, kv_head, b
 
 
 @gluon.jit

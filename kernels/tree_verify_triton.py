@@ -878,9 +878,9 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
             # more warpgroup, two on 192-row tiles, and a load warp)
             grid = plan["grid"]
             if pingpong:
-                extra = dict(base_programs=grid[0], TAIL_M=tail_m, KV_SHARE=head_split,
-                             PERSISTENT=runs_persistent(plan, kernel, q.device))
-                grid = pingpong_grid(grid, _sm_count(q.device), block_m, plan["chunk"])
+                grid = pingpong_grid(plan["grid"], _sm_count(q.device), block_m, plan["chunk"])
+                extra = dict(base_programs=plan["grid"][0], TAIL_M=tail_m, KV_SHARE=head_split,
+                             PERSISTENT=grid != plan["grid"])
             else:
                 extra = dict(MASKED_BY_TMA=cfg.gluon_masked_tma)
             kernel_fn[grid](
