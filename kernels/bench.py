@@ -75,16 +75,22 @@ class Shape:
         return self.num_nodes * self.group <= 64 and self.batch * self.prefix >= 32 * 1024
 
 
-def issue_shapes() -> list[Shape]:
-    """bf16; Hq/Hkv/D in {32/8/128, 64/8/128}; T in {9,16,17,33,65}; batch {1,8,32}; L {1k,8k,32k}."""
-    return [Shape(b, t, hq, 8, 128, l)
+HEAD_DIMS = (64, 128, 256)
+
+
+def issue_shapes(head_dim: int = 128) -> list[Shape]:
+    """bf16; Hq/Hkv/D in {32/8/128, 64/8/128}; T in {9,16,17,33,65}; batch {1,8,32}; L {1k,8k,32k}.
+    The same grid at another head dim (``--head-dim``) for models with D = 64 or 256, which the
+    issue's goals do not cover."""
+    return [Shape(b, t, hq, 8, head_dim, l)
             for hq in (32, 64) for t in (9, 16, 17, 33, 65) for b in (1, 8, 32)
             for l in (1024, 8192, 32768)]
 
 
-def quick_shapes() -> list[Shape]:
-    return [Shape(8, t, 32, 8, 128, 8192) for t in (9, 16, 17, 33, 65)] + [
-        Shape(1, 17, 32, 8, 128, 32768), Shape(32, 17, 64, 8, 128, 32768), Shape(32, 65, 64, 8, 128, 8192)]
+def quick_shapes(head_dim: int = 128) -> list[Shape]:
+    return [Shape(8, t, 32, 8, head_dim, 8192) for t in (9, 16, 17, 33, 65)] + [
+        Shape(1, 17, 32, 8, head_dim, 32768), Shape(32, 17, 64, 8, head_dim, 32768),
+        Shape(32, 65, 64, 8, head_dim, 8192)]
 
 
 L2_FLUSH_MODES = ("read", "zero")
@@ -565,6 +571,8 @@ def main(argv=None) -> int:
     parser.add_argument("--no-sdpa", action="store_true", help="time the kernel alone (no SDPA baseline)")
     parser.add_argument("--shapes", help="comma-separated shape names of the issue's grid to run (default: all)")
     parser.add_argument("--list-shapes", action="store_true", help="print the grid's shape names and exit")
+    parser.add_argument("--head-dim", type=int, choices=HEAD_DIMS, default=128,
+                        help="the grid at this head dim (default: 128, the issue's)")
     parser.add_argument("--l2-flush", choices=L2_FLUSH_MODES, default="read",
                         help="how L2 is flushed before each timed replay (see l2_flush; default: read)")
     parser.add_argument("--no-read-floor", action="store_true",
@@ -572,7 +580,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="write every row as JSON here")
     parser.add_argument("--markdown", help="write the table here")
     args = parser.parse_args(argv)
-    known = [s.name for s in issue_shapes()]
+    known = [s.name for s in issue_shapes(args.head_dim)]
     if args.list_shapes:
         print("\n".join(known))
         return 0
@@ -580,7 +588,7 @@ def main(argv=None) -> int:
         unknown = [name for name in args.shapes.split(",") if name not in known]
         if unknown:
             parser.error(f"unknown shape name(s) {', '.join(unknown)}: names look like {known[0]} "
-                         "(--list-shapes prints all 90)")
+                         f"(--list-shapes{'' if args.head_dim == 128 else f' --head-dim {args.head_dim}'} prints all 90)")
     if not torch.cuda.is_available():
         print("no CUDA GPU found: the verify benchmark needs one", file=sys.stderr)
         return 2
@@ -611,9 +619,9 @@ def _run(args, argv) -> int:
                 f.write(f"{meta}\n\n{format_sweep(sweep_rows)}\n")
         if args.sweep_only:
             return 0 if all(r.get("ok", False) for r in sweep_rows) else 1
-    shapes = quick_shapes() if args.quick else issue_shapes()
+    shapes = quick_shapes(args.head_dim) if args.quick else issue_shapes(args.head_dim)
     if args.shapes:
-        shapes = [s for s in issue_shapes() if s.name in set(args.shapes.split(","))]
+        shapes = [s for s in issue_shapes(args.head_dim) if s.name in set(args.shapes.split(","))]
     flex_names = set() if args.flex == "none" else ({s.name for s in shapes} if args.flex == "all"
                                                     else set(args.flex.split(",")))
     rows = []

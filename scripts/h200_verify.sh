@@ -26,7 +26,8 @@
 #   ab     the Gluon kernels' GPU tests (killed if they hang), then, if they pass, the A/B
 #          timing of scripts/round12_ab.py: this checkout against the copy under ab/prev and
 #          any other copy under ab/, alternated twice (and, with AB_RELIEF=N, this checkout with
-#          N relief tiles)
+#          N relief tiles); with AB_TEST_COPIES=1, the persistent GPU tests of each other copy too,
+#          and the timing whatever the tests gave
 # Results land under $OUT.
 set -u
 stage=${1:?usage: scripts/h200_verify.sh sweep|check|final|final13|suite|commit|pp|r7|sweeponly|suitesweep|r9|r10|r11|r12|ab}
@@ -164,6 +165,20 @@ ab)
   if [ -z "${AB_SKIP_TESTS:-}" ]; then
     echo "== Gluon tests rc=$rc"
     grep -E "^(FAILED|ERROR)|passed|failed|^E " "$OUT/ab_tests.log" | cut -c1-300 | head -20
+  fi
+  if [ -n "${AB_TEST_COPIES:-}" ]; then
+    # round 15: the persistent GPU tests of each copy under ab/ but prev too (no -x: every
+    # failure listed), and the timing whatever they gave
+    for dir in ab/*/; do
+      tag=$(basename "$dir")
+      if [ "$tag" != prev ] && [ -d "$dir/specdec_kernels" ]; then
+        PYTHONPATH="$dir" timeout -s KILL 150 python3 -m pytest tests/kernels/test_tree_verify.py -q \
+          -p no:cacheprovider -n 8 -k "persistent" >"$OUT/ab_tests_$tag.log" 2>&1
+        echo "== $tag persistent tests rc=$?"
+        grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/ab_tests_$tag.log" | cut -c1-200 | head -12
+      fi
+    done
+    rc=0
   fi
   if [ $rc -eq 0 ]; then
     for round in 1 2; do

@@ -63,3 +63,16 @@ def test_unknown_shape_names_are_refused_before_any_gpu_work(capsys):
     assert bench.main(["--list-shapes"]) == 0
     names = capsys.readouterr().out.split()
     assert len(names) == 90 and "B8-T9-H32/8/128-L8192" in names
+
+
+def test_other_head_dims_give_the_same_grid_at_that_dim(capsys):
+    assert bench.main(["--list-shapes", "--head-dim", "256"]) == 0
+    names = capsys.readouterr().out.split()
+    assert len(names) == 90 and "B8-T9-H32/8/256-L8192" in names and not any("/128-" in n for n in names)
+    # a name of the default grid is unknown at another head dim, and the hint says how to list them
+    with pytest.raises(SystemExit):
+        bench.main(["--head-dim", "64", "--shapes", "B8-T9-H32/8/128-L8192"])
+    assert "--list-shapes --head-dim 64" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.main(["--head-dim", "96"])
+    assert "invalid choice: 96" in capsys.readouterr().err
