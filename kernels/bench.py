@@ -587,8 +587,9 @@ def main(argv=None) -> int:
     if args.shapes:
         unknown = [name for name in args.shapes.split(",") if name not in known]
         if unknown:
+            listing = "--list-shapes" + ("" if args.head_dim == 128 else f" --head-dim {args.head_dim}")
             parser.error(f"unknown shape name(s) {', '.join(unknown)}: names look like {known[0]} "
-                         f"(--list-shapes{'' if args.head_dim == 128 else f' --head-dim {args.head_dim}'} prints all 90)")
+                         f"({listing} prints all 90)")
     if not torch.cuda.is_available():
         print("no CUDA GPU found: the verify benchmark needs one", file=sys.stderr)
         return 2

@@ -125,9 +125,9 @@ class VerifyConfig:
 # through tensor descriptors: each K/V tile then serves all the rows (T = 17 at G = 4: 68 rows),
 # where two 64-row programs would each stream the cache (H200, rounds 3-4: B8-T17-L8k 96 us
 # against 109, B32-T17-L8k 307 against 388).
-# On sm_90 at head dim 128, the entries with ``gluon`` run a Gluon split kernel for 16-bit inputs
-# (``tree_verify_gluon``; past 64 rows ``tree_verify_gluon_pingpong``), with the Triton fields, or
-# their ``triton_fallback``, for the calls they cannot take.
+# On sm_90 at head dims 128 and 64 (since round 15), the entries with ``gluon`` run a Gluon split
+# kernel for 16-bit inputs (``tree_verify_gluon``; past 64 rows ``tree_verify_gluon_pingpong``),
+# with the Triton fields, or their ``triton_fallback``, for the calls they cannot take.
 # resident_per_sm comes from the compiled kernels (Triton 3.9's ptxas, sm_90 target, compiled on
 # the CPU; PERF.md): 228 KB shared memory and 64K registers per SM.
 # max_tail_m is 16 where the tail tile compiles without register spills, else 0.
@@ -204,11 +204,34 @@ _SM90_TINY_MANY_128 = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num
                                    min_block_m=128, tma=True, gluon=True, gluon_block_n=128,
                                    gluon_q_in_registers=True)
 
+# Head dim 64 (round 15): the Triton kernel alone reached 3-37 % of the matmul rate on the
+# compute-bound shapes and 43-97 % of the copy rate on the memory-bound ones of the issue's grid
+# at D = 64 (H200, PERF.md round 15), so it takes the head-dim-128 tiers, Gluon kernels and all
+# (the GPU tests run every Gluon tile at D = 64 too); not swept at 64. Calls the Gluon kernels
+# cannot take get the Triton tiles head dim 64 had: 64-row tiles on 4 warps up to 255 rows (86
+# KB smem, 246 regs with the tail tile: 2 per SM), the 128-row tile past that.
+_SM90_TRITON_FEW_64 = VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2)
+
+
+def _at_head_dim_64(config: VerifyConfig, fallback: VerifyConfig) -> VerifyConfig:
+    return dataclasses.replace(config, triton_fallback=fallback)
+
+
+# ... but with 64-key tiles on its 64-row Gluon kernel (8 KB a tile, as 32 keys are at D = 128):
+# 16-18 % faster than 32 keys on the four batch-32 shapes timed, 6 slots instead of 4 2-3 %
+# slower than 4 (H200, round 15: B32-T9-H32/8/64-L32k 592.3 -> 487.8 us). 6 or 8 slots on the
+# ping-pong kernel's single warpgroup gave -0.9 to +1.2 % (noise): 4, as at 128.
+_SM90_FEW_64 = _at_head_dim_64(dataclasses.replace(_SM90_FEW_128, gluon_block_n=64), _SM90_TRITON_FEW_64)
+
+
 VERIFY_CONFIGS: dict[str, dict[int, tuple[tuple, ...]]] = {
     "sm_90": {
-        # 86 KB smem, 246 regs (with the tail tile): 2 per SM
-        64: ((255, VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2)),
-             (None, _SM90_MANY[64])),
+        64: ((64, _SM90_FEW_64),
+             (255, _at_head_dim_64(_SM90_MANY[128], _SM90_TRITON_FEW_64),
+              _at_head_dim_64(_SM90_SMALL_WORK_128, _SM90_TRITON_FEW_64),
+              _at_head_dim_64(_SM90_TINY_128, _SM90_TRITON_FEW_64)),
+             (None, _at_head_dim_64(_SM90_MANY[128], _SM90_MANY[64]), _at_head_dim_64(_SM90_MANY[128], _SM90_MANY[64]),
+              _at_head_dim_64(_SM90_TINY_MANY_128, _SM90_MANY[64]))),
         # few: 80 KB smem, 180 regs x 128 threads: 2 per SM (3 stages measured 1-6 % faster than 4
         # on the gap shapes in rounds 2 and 3)
         128: ((64, _SM90_FEW_128), (255, _SM90_MANY[128], _SM90_SMALL_WORK_128, _SM90_TINY_128),
@@ -230,7 +253,8 @@ VERIFY_CONFIGS["sm_100"] = VERIFY_CONFIGS["sm_90"]
 # Entries that replace a tier's on small grids: (packed rows up to, (request, KV head) pairs up
 # to, entry), tried before VERIFY_CONFIGS.
 VERIFY_FEW_HEADS: dict[str, dict[int, tuple[tuple, ...]]] = {
-    "sm_90": {128: ((64, FEW_HEADS, _SM90_FEW_PINGPONG_128),)},
+    "sm_90": {128: ((64, FEW_HEADS, _SM90_FEW_PINGPONG_128),),
+              64: ((64, FEW_HEADS, _at_head_dim_64(_SM90_FEW_PINGPONG_128, _SM90_TRITON_FEW_64)),)},
 }
 VERIFY_FEW_HEADS["sm_100"] = VERIFY_FEW_HEADS["sm_90"]
 

@@ -9,6 +9,7 @@ the point of the kernel. It catches Gluon API drift between Triton releases too.
 
     python -m specdec_kernels.gluon_check            # prints a table, exits 1 on a violation
     python -m specdec_kernels.gluon_check --json     # one JSON report per entry
+    python -m specdec_kernels.gluon_check --head-dim 64   # one head dim (default: 128 and 64)
 
 Like the sm_120 check it needs Triton's compiler, not its interpreter (TRITON_INTERPRET unset).
 """
@@ -116,9 +117,20 @@ def run_check_subprocess() -> list[dict]:
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
+# the head dims the sm_90 table runs the Gluon kernels at (64 since round 15)
+GLUON_HEAD_DIMS = (128, 64)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    reports = compile_gluon_sm90()
+    head_dims = GLUON_HEAD_DIMS
+    if "--head-dim" in argv:
+        at = argv.index("--head-dim") + 1
+        if at >= len(argv) or not argv[at].isdigit() or int(argv[at]) not in GLUON_HEAD_DIMS:
+            print(f"--head-dim takes one of {', '.join(map(str, GLUON_HEAD_DIMS))}", file=sys.stderr)
+            return 2
+        head_dims = (int(argv[at]),)
+    reports = [r for head_dim in head_dims for r in compile_gluon_sm90(head_dim)]
     if "--json" in argv:
         for r in reports:
             fields = {k: v for k, v in vars(r).items() if k != "mix"}

@@ -23,6 +23,7 @@
 #          compute-bound shapes at 1k and 8k caches)
 #   final13  the kernel suite, then the whole grid (final) on this checkout if it passed, else on
 #          the copy under ab/prev; then the GPU bench tests
+#   hd64   the kernel suite, then the grid at head dim 64 on this checkout and on ab/prev
 #   ab     the Gluon kernels' GPU tests (killed if they hang), then, if they pass, the A/B
 #          timing of scripts/round12_ab.py: this checkout against the copy under ab/prev and
 #          any other copy under ab/, alternated twice (and, with AB_RELIEF=N, this checkout with
@@ -30,7 +31,7 @@
 #          and the timing whatever the tests gave
 # Results land under $OUT.
 set -u
-stage=${1:?usage: scripts/h200_verify.sh sweep|check|final|final13|suite|commit|pp|r7|sweeponly|suitesweep|r9|r10|r11|r12|ab}
+stage=${1:?usage: scripts/h200_verify.sh sweep|check|final|final13|suite|commit|pp|r7|sweeponly|suitesweep|r9|r10|r11|r12|ab|hd64}
 OUT=${OUT:-/tmp/out}
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
@@ -78,6 +79,18 @@ final13)
     >"$OUT/bench_tests.log" 2>&1
   echo "== bench tests rc=$?"
   grep -E "PASSED|FAILED|XFAIL|ERROR|passed|failed" "$OUT/bench_tests.log" | cut -c1-300 | tail -12
+  ;;
+hd64)
+  # round 15: head dim 64 on the Gluon tiers; the kernel suite, then the grid at D = 64 on this
+  # checkout and on the copy under ab/prev (the Triton kernel's tiles), one after the other
+  if kernel_tests; then
+    for tag in new prev; do
+      if [ $tag = prev ]; then export PYTHONPATH=ab/prev; fi
+      timeout 200 python3 -m specdec_kernels.bench --head-dim 64 --max-seconds 160 --json "$OUT/bench64_$tag.json" \
+        --markdown "$OUT/bench64_$tag.md" >"$OUT/bench64_$tag.log" 2>&1
+      echo "== bench64 $tag rc=$? rows $(grep -cE '^\| B' "$OUT/bench64_$tag.log")"
+    done
+  fi
   ;;
 final)
   timeout 360 python3 -m specdec_kernels.bench --max-seconds 300 --json "$OUT/bench.json" \

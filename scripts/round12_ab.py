@@ -13,7 +13,8 @@ The copy to compare against, from a commit REV (``ab/`` is gitignored):
 With AB_SHAPES=short, the eight shapes of ``SHORT`` only; with AB_SHAPES=masked, the fifteen of
 ``MASKED`` (round 13: the compute-bound misses, every tile shape, a few memory-bound guards); with
 AB_SHAPES=long, the four of ``LONG``; with AB_SHAPES=persistent, ``MASKED`` and two long streams
-of several waves (round 14). RELIEF, where given, replaces
+of several waves (round 14); with AB_SHAPES=rows64, ``UP_TO_64_ROWS``. AB_HEAD_DIM (default 128):
+the shapes' head dim (round 15). RELIEF, where given, replaces
 ``TREE_SPLIT_RELIEF_TILES`` (key tiles the split holding the tree is made shorter at two splits).
 
 Run it alternately for the two copies (a process each): machine drift then shows as a
@@ -49,7 +50,10 @@ MASKED = [(32, 65, 64, 1024), (32, 65, 32, 1024), (8, 65, 32, 1024), (8, 65, 64,
 LONG = [(32, 33, 32, 32768), (32, 17, 64, 32768), (8, 33, 64, 32768), (8, 16, 64, 32768)]
 # round 14's persistent ping-pong kernel: MASKED and two long streams of several waves
 PERSISTENT = MASKED + [(32, 65, 64, 8192), (32, 17, 64, 32768)]
-SHAPE_SETS = {"short": SHORT, "masked": MASKED, "long": LONG, "persistent": PERSISTENT}
+# round 15's head dim 64 (AB_HEAD_DIM=64): the up-to-64-row tiers, T = 9 and 16 at Hq = 32
+UP_TO_64_ROWS = [(b, t, 32, l) for t in (9, 16) for b, l in ((1, 32768), (8, 8192), (8, 32768), (32, 8192),
+                                                              (32, 32768))]
+SHAPE_SETS = {"short": SHORT, "masked": MASKED, "long": LONG, "persistent": PERSISTENT, "rows64": UP_TO_64_ROWS}
 
 
 def main(tag, relief=None):
@@ -57,10 +61,11 @@ def main(tag, relief=None):
         tvt.TREE_SPLIT_RELIEF_TILES = int(relief)
         tvt._plan.cache_clear()
     print(json.dumps({"tag": tag, "package": specdec_kernels.__file__}), flush=True)
+    head_dim = int(os.environ.get("AB_HEAD_DIM", "128"))
     for dims in SHAPE_SETS.get(os.environ.get("AB_SHAPES", ""), SHAPES):
-        shape = bench.Shape(dims[0], dims[1], dims[2], 8, 128, dims[3])
+        shape = bench.Shape(dims[0], dims[1], dims[2], 8, head_dim, dims[3])
         inputs = bench.make_inputs(shape, torch.device("cuda"), 11)
-        plan, kernel = tvt.plan_call(*inputs[:3], tvt.log2_softmax_scale(128))[:2]
+        plan, kernel = tvt.plan_call(*inputs[:3], tvt.log2_softmax_scale(head_dim))[:2]
         row = {"tag": tag, "shape": shape.name, "kernel": kernel, "splits": plan["num_splits"],
                "err": bench.worst_row_error(tvt.tree_verify_attention_triton(*inputs), *inputs)}
         with bench.l2_flush("read"):

@@ -223,6 +223,9 @@ def _gluon_configs():
         # NaN slack would reach the output otherwise), several tree tiles at T = 65 and 33
         "w4-m64-mtma": VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, max_tail_m=0,
                                     min_block_m=64, gluon=True, gluon_stages=4, gluon_masked_tma=True),
+        # head dim 64's 64-row tier (round 15): 64-key tiles
+        "w4-m64-n64": VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, max_tail_m=0,
+                                   min_block_m=64, gluon=True, gluon_block_n=64, gluon_stages=4),
         "w8-m128-n128-qreg": VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0,
                                           min_block_m=128, gluon=True, gluon_block_n=128, gluon_q_in_registers=True),
         # the warp-specialised ping-pong kernel, with the smallest ring it allows too (its turn and
@@ -288,7 +291,7 @@ GLUON_CASES = [
 
 
 @needs_sm90
-@pytest.mark.parametrize("tile", ["w8-m128", "w4-m64", "w4-m64-mtma", "w8-m128-n128-qreg", "pingpong",
+@pytest.mark.parametrize("tile", ["w8-m128", "w4-m64", "w4-m64-n64", "w4-m64-mtma", "w8-m128-n128-qreg", "pingpong",
                                   "pingpong-s2", "pingpong-192", "pingpong-tail", "pingpong-64",
                                   "pingpong-64tail", "pingpong-hsplit"])
 @pytest.mark.parametrize("num_nodes,group,lens,head_dim,dtype,splits", GLUON_CASES)
@@ -556,6 +559,32 @@ def test_config_tiers_by_rows_arch_and_grid():
     no_fallback = dataclasses.replace(many, triton_fallback=None)
     plan, kernel, _, _ = plan_call(torch.zeros(1, 33, 32, 128), k, k, 1.0, no_fallback)
     assert (kernel, plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == ("triton", 128, 2, 0)  # nor 128 + 8
+
+
+def test_head_dim_64_takes_the_gluon_tiers_of_128_with_its_own_triton_tiles():
+    """sm_90 head dim 64 (round 15): every tier and grid takes head dim 128's Gluon kernel; a call
+    those cannot take gets the Triton tiles head dim 64 had before (64-row tiles on 4 warps up to
+    255 rows, the 128-row tile on 8 warps past that). Head dim 256 keeps its Triton tiles."""
+    from specdec_kernels.configs import verify_config
+    from specdec_kernels.tree_verify_triton import plan_call
+
+    gluon_fields = ("gluon", "gluon_block_n", "gluon_stages", "gluon_q_in_registers", "gluon_pingpong",
+                    "gluon_pingpong_192", "gluon_pingpong_tail", "gluon_pingpong_64", "split_query_heads",
+                    "block_n", "max_block_m", "min_block_m", "num_warps", "resident_per_sm")
+    for rows, pairs, cache in ((36, 256, 8201), (36, 64, 8201), (68, 64, 8209), (68, 8, 8209), (68, 256, 1041),
+                               (68, 8, 1041), (260, 8, 1041), (260, 256, 8257), (520, 256, 8257)):
+        at_64, at_128 = verify_config("sm_90", 64, rows, pairs, cache), verify_config("sm_90", 128, rows, pairs, cache)
+        if (rows, pairs) == (36, 256):  # the 64-row Gluon kernel: 64-key tiles at D = 64 (8 KB, as 32 at 128)
+            assert (at_64.gluon_block_n, at_128.gluon_block_n, at_128.block_n) == (64, 0, 32)
+            at_64 = dataclasses.replace(at_64, gluon_block_n=0)
+        assert at_64.gluon and all(getattr(at_64, f) == getattr(at_128, f) for f in gluon_fields), (rows, pairs, cache)
+        fallback = at_64.triton_fallback
+        assert not fallback.gluon and (fallback.num_warps, fallback.max_block_m) == (
+            (4, 64) if rows <= 255 else (8, 128)), (rows, pairs, cache)
+    q, k = torch.zeros(1, 17, 32, 64), torch.zeros(1, 8209, 8, 64)
+    plan, kernel, block_n, stages = plan_call(q, k, k, 1.0, verify_config("sm_90", 64, 68, 8, 8209))
+    assert (kernel, plan["block_m"], block_n, stages) == ("triton", 64, 64, 3)  # no GPU here: the fallback
+    assert not verify_config("sm_90", 256, 68, 64, 8209).gluon
 
 
 def test_query_tiles_and_split_plan():
