@@ -218,7 +218,7 @@ def _at_head_dim_64(config: VerifyConfig, fallback: VerifyConfig) -> VerifyConfi
 
 
 # ... but with 64-key tiles on its 64-row Gluon kernel (8 KB a tile, as 32 keys are at D = 128):
-# 16-18 % faster than 32 keys on the four batch-32 shapes timed, 6 slots instead of 4 2-3 %
+# 16-18 % faster than 32-key tiles on the four batch-32 shapes timed, where 6 slots were 2-3 %
 # slower than 4 (H200, round 15: B32-T9-H32/8/64-L32k 592.3 -> 487.8 us). 6 or 8 slots on the
 # ping-pong kernel's single warpgroup gave -0.9 to +1.2 % (noise): 4, as at 128.
 _SM90_FEW_64 = _at_head_dim_64(dataclasses.replace(_SM90_FEW_128, gluon_block_n=64), _SM90_TRITON_FEW_64)
