@@ -33,7 +33,7 @@ def test_gluon_kernel_compiles_for_sm90_and_overlaps():
     # head dim 64's 64-row kernel takes 64-key tiles (8 KB, as 32 keys at 128)
     assert {(r["head_dim"], r["block_n"]) for r in reports if r["kernel"] == "verify_gluon"} == {(64, 64), (128, 32)}
     for r in reports:
-        where = f"BM={r['block_m']} BN={r['block_n']} warps={r['num_warps']}"
+        where = f"D={r['head_dim']} BM={r['block_m']} BN={r['block_n']} warps={r['num_warps']}"
         print(where, {k: r[k] for k in ("shared_bytes", "registers", "spill_bytes", "forbidden")})
         assert r["shared_bytes"] <= SM90_SHARED_LIMIT, f"{where}: {r['shared_bytes']} B shared memory"
         assert not r["forbidden"], f"{where}: {r['forbidden']}"
