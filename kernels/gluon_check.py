@@ -16,13 +16,11 @@ Like the sm_120 check it needs Triton's compiler, not its interpreter (TRITON_IN
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
 import sys
 
-from .sm120_check import CompileReport, _inspect_cubin, _ptxas_spill_bytes, format_reports, with_constexpr_defaults
+from .sm120_check import (CompileReport, _inspect_cubin, _ptxas_spill_bytes, print_reports, run_check_module,
+                          with_constexpr_defaults)
 
 SM90_SHARED_LIMIT = 232448  # bytes per block, opt-in maximum on compute capability 9.0
 # (packed rows, batch) per table tier and tile that runs a Gluon kernel (G = 4, 8 KV heads): T = 9
@@ -109,12 +107,7 @@ def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
 
 def run_check_subprocess() -> list[dict]:
     """Run the check in a fresh interpreter with TRITON_INTERPRET removed; return its reports."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-m", "specdec_kernels.gluon_check", "--json"], capture_output=True,
-                          text=True, env=env)
-    if done.returncode not in (0, 1):
-        raise RuntimeError(f"Gluon compile check crashed:\n{done.stderr[-4000:]}")
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return run_check_module("specdec_kernels.gluon_check", (), "Gluon compile check")
 
 
 # the head dims the sm_90 table runs the Gluon kernels at (64 since round 15)
@@ -131,13 +124,8 @@ def main(argv=None) -> int:
             return 2
         head_dims = (int(argv[at]),)
     reports = [r for head_dim in head_dims for r in compile_gluon_sm90(head_dim)]
-    if "--json" in argv:
-        for r in reports:
-            fields = {k: v for k, v in vars(r).items() if k != "mix"}
-            print(json.dumps(dict(fields, mix=dict(r.mix), ok=r.ok)))
-    else:
-        print(f"Gluon split kernel, sm_90 (shared memory limit {SM90_SHARED_LIMIT} B per block)")
-        print(format_reports(reports))
+    print_reports(reports, "--json" in argv,
+                  f"Gluon split kernel, sm_90 (shared memory limit {SM90_SHARED_LIMIT} B per block)")
     return 0 if reports and all(r.ok for r in reports) else 1
 
 

@@ -186,32 +186,43 @@ def format_reports(reports) -> str:
     return "\n".join(lines)
 
 
-def run_check_subprocess(head_dims=(64, 128, 256)) -> list[dict]:
-    """Run the check in a fresh interpreter with TRITON_INTERPRET removed; return its reports."""
+def print_reports(reports, as_json: bool, title: str) -> None:
+    """The reports as one JSON line each, or as ``title`` and a table."""
     import json
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-m", "specdec_kernels.sm120_check", "--json",
-                           *map(str, head_dims)], capture_output=True, text=True, env=env)
-    if done.returncode not in (0, 1):
-        raise RuntimeError(f"sm_120 compile check crashed:\n{done.stderr[-4000:]}")
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-
-
-def main(argv=None) -> int:
-    import json
-
-    argv = sys.argv[1:] if argv is None else argv
-    as_json = "--json" in argv
-    head_dims = [int(a) for a in argv if a.isdigit()] or [64, 128, 256]
-    reports = [r for d in head_dims for r in compile_for_sm120(d)]
     if as_json:
         for r in reports:
             fields = {k: v for k, v in vars(r).items() if k != "mix"}
             print(json.dumps(dict(fields, mix=dict(r.mix), ok=r.ok)))
-        return 0 if all(r.ok for r in reports) else 1
-    print(f"sm_120 compile check (shared memory limit {SM120_SHARED_LIMIT} B per block)")
-    print(format_reports(reports))
+    else:
+        print(title)
+        print(format_reports(reports))
+
+
+def run_check_module(module: str, args, what: str) -> list[dict]:
+    """Run ``python -m module --json *args`` in a fresh interpreter with TRITON_INTERPRET removed
+    (a compile check needs Triton's compiler); return its reports."""
+    import json
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-m", module, "--json", *map(str, args)], capture_output=True, text=True,
+                          env=env)
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"{what} crashed:\n{done.stderr[-4000:]}")
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def run_check_subprocess(head_dims=(64, 128, 256)) -> list[dict]:
+    """Run the check in a fresh interpreter with TRITON_INTERPRET removed; return its reports."""
+    return run_check_module("specdec_kernels.sm120_check", head_dims, "sm_120 compile check")
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    head_dims = [int(a) for a in argv if a.isdigit()] or [64, 128, 256]
+    reports = [r for d in head_dims for r in compile_for_sm120(d)]
+    print_reports(reports, "--json" in argv,
+                  f"sm_120 compile check (shared memory limit {SM120_SHARED_LIMIT} B per block)")
     return 0 if all(r.ok for r in reports) else 1
 
 
