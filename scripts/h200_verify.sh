@@ -24,8 +24,8 @@
 #   final13  the kernel suite, then the whole grid (final) on this checkout if it passed, else on
 #          the copy under ab/prev; then the GPU bench tests
 #   hd64   the kernel suite, then the grid at head dim 64 on this checkout and on ab/prev
-#   r16    the kernel suite and the GPU bench tests, then round 16's merge probe
-#          (scripts/round16_merge_probe.py)
+#   r16    round 16's merge probe (scripts/round16_merge_probe.py), then the kernel suite and
+#          the GPU bench tests
 #   ab     the Gluon kernels' GPU tests (killed if they hang), then, if they pass, the A/B
 #          timing of scripts/round12_ab.py: this checkout against the copy under ab/prev and
 #          any other copy under ab/, alternated twice (and, with AB_RELIEF=N, this checkout with
@@ -104,9 +104,9 @@ suite)
   suite
   ;;
 r16)
-  suite
   timeout 200 python3 scripts/round16_merge_probe.py >"$OUT/merge_probe.log" 2>&1
   echo "== merge probe rc=$?"; cut -c1-300 "$OUT/merge_probe.log" | tail -30
+  suite
   ;;
 pp)
   timeout -s KILL 150 python3 -m pytest tests/kernels/test_tree_verify.py -q -x -p no:cacheprovider -p no:xdist \
