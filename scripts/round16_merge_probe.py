@@ -4,12 +4,18 @@ the table times it (``bench.time_in_graph`` over the table's input sets, L2 flus
 Per shape that runs more than one split: the whole call; the split kernel alone (the merge's
 launch left out, so its output is not checked); and the call forced to one split (no merge, a
 shorter grid). The first two bound what folding the merge into the split kernel could give.
+With ``floor``: what a kernel that does nothing costs a call, timed the same way (a grid of one
+program and one of a program an SM, one and two such kernels a call): the launch floor under
+every row of the table.
 
-    python3 scripts/round16_merge_probe.py
+    python3 scripts/round16_merge_probe.py [floor]
 """
 import json
+import sys
 
 import torch
+import triton
+import triton.language as tl
 
 from specdec_kernels import bench
 from specdec_kernels import tree_verify_triton as tvt
@@ -25,6 +31,27 @@ class _NoLaunch:
 
     def __getitem__(self, grid):
         return lambda *args, **kwargs: None
+
+
+@triton.jit
+def _nothing(x_ptr, flag):
+    if flag != 0:  # never, but the kernel keeps its argument
+        tl.store(x_ptr, 0)
+
+
+def floor():
+    """Microseconds a call of one or two empty kernels takes in the table's graphs."""
+    scratch = torch.zeros(1, device="cuda")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for programs in (1, sms):
+        for kernels in (1, 2):
+            def call(x):
+                for _ in range(kernels):
+                    _nothing[(programs,)](x, 0)
+
+            with bench.l2_flush("read"):
+                us = bench.time_in_graph(call, [(scratch,)] * bench.MAX_INPUT_SETS)
+            print(json.dumps({"empty_kernels": kernels, "programs": programs, "us": round(us, 2)}), flush=True)
 
 
 def main():
@@ -54,4 +81,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    floor() if sys.argv[1:] == ["floor"] else main()
