@@ -78,6 +78,12 @@ class VerifyConfig:
                   reads the K/V tiles the first brought into L2. (Against one 128-row tile and
                   the tail it measured slower: a single warpgroup has no partner to hide its
                   softmax, PERF.md round 9.)
+    gluon_pingpong_64_block_n: key rows per tile where the ping-pong kernel runs one 64-row
+                  warpgroup (with or without the tail warpgroup; 0: as the rest of the entry) on
+                  a grid that is not persistent. The planner then splits the cache in multiples
+                  of it. At head dim 64, 128 (16 KB tiles, as 64 keys are at 128): 4-19 % faster
+                  on the six such shapes timed, where two warpgroups ran from 8 % faster to 23 %
+                  slower, and persistent programs 2-8 % slower (PERF.md, round 16).
     gluon_masked_tma: the (non-ping-pong) Gluon kernel requests its split's first masked key tile
                   (partial last prefix tile, else first tree tile) by TMA into buffers of its own
                   at its start, instead of loading its masked tiles through pointers after the
@@ -109,6 +115,7 @@ class VerifyConfig:
     gluon_pingpong_192: bool = False
     gluon_pingpong_tail: bool = False
     gluon_pingpong_64: bool = False
+    gluon_pingpong_64_block_n: int = 0
     gluon_masked_tma: bool = False
     split_query_heads: bool = False
     triton_fallback: VerifyConfig | None = None
@@ -214,7 +221,10 @@ _SM90_TRITON_FEW_64 = VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_
 
 
 def _at_head_dim_64(config: VerifyConfig, fallback: VerifyConfig) -> VerifyConfig:
-    return dataclasses.replace(config, triton_fallback=fallback)
+    """``config`` at head dim 64: its Triton fallback, and 128-key tiles for the ping-pong
+    kernel's single warpgroup (round 16)."""
+    return dataclasses.replace(config, triton_fallback=fallback,
+                               gluon_pingpong_64_block_n=128 if config.gluon_pingpong_64 else 0)
 
 
 # ... but with 64-key tiles on its 64-row Gluon kernel (8 KB a tile, as 32 keys are at D = 128):

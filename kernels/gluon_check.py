@@ -51,6 +51,7 @@ def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:
         cfg = verify_config("sm_90", head_dim, rows, batch * 8, cache + rows // 4)
         # the tiles the planner gives these rows (G = 4 on 132 SMs)
         plan = _plan(batch, rows // 4, 4, 8, cache + rows // 4, 132, cfg)
+        cfg = plan["config"]  # the tile's own (a single ping-pong warpgroup may take other key tiles)
         block_m, tail_m, head_split = plan["block_m"], plan["tail_m"], plan["head_split"]
         pingpong = runs_pingpong(cfg, block_m)
         persistent = pingpong and pingpong_grid(plan["grid"], 132, block_m, plan["chunk"]) != plan["grid"]

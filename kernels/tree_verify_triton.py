@@ -559,6 +559,17 @@ def _plan(batch, num_nodes, group, kv_heads, cache_rows, sms, cfg, tail_only_whe
     if tail_m and tail_only_when_full and tail_m != PINGPONG_TAIL_ROWS and (
             num_m_tiles > 1 or batch * kv_heads * (num_m_tiles + 1) < slots):
         block_m, num_m_tiles, tail_m = pick_query_tiles(packed, cfg.max_block_m, 0, cfg.min_block_m, extra)
+    if cfg.gluon_pingpong_64_block_n and block_m == 64 and runs_pingpong(cfg, block_m):
+        # the ping-pong kernel's single warpgroup takes its own key tiles, and the splits follow;
+        # not where its programs run persistent (at head dim 64, B32-T17-L1k: 33.3 -> 36.0 us with
+        # 128-key tiles, PERF.md round 16)
+        tiles = cfg.gluon_pingpong_64_block_n
+        plan = _plan(batch, num_nodes, group, kv_heads, cache_rows, sms,
+                     dataclasses.replace(cfg, block_n=tiles, gluon_block_n=tiles, gluon_pingpong_64_block_n=0),
+                     tail_only_when_full)
+        if pingpong_grid(plan["grid"], sms, block_m, plan["chunk"]) == plan["grid"]:
+            return plan
+        cfg = dataclasses.replace(cfg, gluon_pingpong_64_block_n=0)
     base_programs = batch * kv_heads * num_m_tiles
     prefix_rows = max(cache_rows - num_nodes, 1)
     chunk, num_splits = _pick_splits(base_programs, prefix_rows, cfg.block_n, slots, batch * kv_heads, packed)

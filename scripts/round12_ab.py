@@ -13,7 +13,8 @@ The copy to compare against, from a commit REV (``ab/`` is gitignored):
 With AB_SHAPES=short, the eight shapes of ``SHORT`` only; with AB_SHAPES=masked, the fifteen of
 ``MASKED`` (round 13: the compute-bound misses, every tile shape, a few memory-bound guards); with
 AB_SHAPES=long, the four of ``LONG``; with AB_SHAPES=persistent, ``MASKED`` and two long streams
-of several waves (round 14); with AB_SHAPES=rows64, ``UP_TO_64_ROWS``. AB_HEAD_DIM (default 128):
+of several waves (round 14); with AB_SHAPES=rows64, ``UP_TO_64_ROWS``; with
+AB_SHAPES=pingpong64, ``PINGPONG_64``, with AB_SHAPES=short64, ``SHORT_64`` (round 16). AB_HEAD_DIM (default 128):
 the shapes' head dim (round 15). RELIEF, where given, replaces
 ``TREE_SPLIT_RELIEF_TILES`` (key tiles the split holding the tree is made shorter at two splits).
 
@@ -53,7 +54,18 @@ PERSISTENT = MASKED + [(32, 65, 64, 8192), (32, 17, 64, 32768)]
 # round 15's head dim 64 (AB_HEAD_DIM=64): the up-to-64-row tiers, T = 9 and 16 at Hq = 32
 UP_TO_64_ROWS = [(b, t, 32, l) for t in (9, 16) for b, l in ((1, 32768), (8, 8192), (8, 32768), (32, 8192),
                                                               (32, 32768))]
-SHAPE_SETS = {"short": SHORT, "masked": MASKED, "long": LONG, "persistent": PERSISTENT, "rows64": UP_TO_64_ROWS}
+# round 16 (AB_HEAD_DIM=64): the ping-pong tiles, one and two warpgroups, with and without the tail,
+# the last two persistent
+PINGPONG_64 = [(1, 9, 32, 32768), (8, 9, 32, 8192), (8, 9, 32, 32768), (8, 16, 64, 8192), (8, 16, 64, 32768),
+               (32, 16, 64, 8192), (1, 16, 64, 32768), (8, 17, 32, 32768), (32, 17, 32, 8192), (8, 9, 64, 32768),
+               (8, 17, 64, 8192), (8, 65, 32, 8192), (32, 17, 32, 1024), (32, 9, 64, 1024)]
+# round 16 (AB_HEAD_DIM=64): single ping-pong warpgroups on short streams (2-8 key tiles of 128 a
+# split, and the query heads split in two), with two long-stream guards
+SHORT_64 = [(1, 9, 32, 1024), (1, 16, 32, 8192), (8, 9, 32, 1024), (8, 17, 32, 1024), (1, 17, 32, 8192),
+            (1, 33, 32, 8192), (8, 33, 32, 1024), (8, 9, 64, 1024), (1, 9, 64, 8192), (1, 17, 64, 8192),
+            (32, 17, 32, 8192), (8, 9, 32, 32768)]
+SHAPE_SETS = {"short": SHORT, "masked": MASKED, "long": LONG, "persistent": PERSISTENT, "rows64": UP_TO_64_ROWS,
+              "pingpong64": PINGPONG_64, "short64": SHORT_64}
 
 
 def main(tag, relief=None):
