@@ -80,10 +80,11 @@ class VerifyConfig:
                   softmax, PERF.md round 9.)
     gluon_pingpong_64_block_n: key rows per tile where the ping-pong kernel runs one 64-row
                   warpgroup (with or without the tail warpgroup; 0: as the rest of the entry) on
-                  a grid that is not persistent. The planner then splits the cache in multiples
-                  of it. At head dim 64, 128 (16 KB tiles, as 64 keys are at 128): 4-19 % faster
-                  on the six such shapes timed, where two warpgroups ran from 8 % faster to 23 %
-                  slower, and persistent programs 2-8 % slower (PERF.md, round 16).
+                  long splits (``tree_verify_triton.PINGPONG_64_WIDE_KEYS_MIN_CHUNK``) of a grid
+                  that is not persistent; the planner then splits the cache in multiples of it.
+                  At head dim 64, 128 (16 KB tiles, as 64 keys are at 128): 3-19 % faster there,
+                  slower on short splits and persistent programs; two warpgroups ran from 8 %
+                  faster to 23 % slower on it (PERF.md, round 16).
     gluon_masked_tma: the (non-ping-pong) Gluon kernel requests its split's first masked key tile
                   (partial last prefix tile, else first tree tile) by TMA into buffers of its own
                   at its start, instead of loading its masked tiles through pointers after the

@@ -522,6 +522,15 @@ WIDE_TILE_MIN_WAVES = 1.5
 PINGPONG_TAIL_ROWS = 8
 
 
+# ``VerifyConfig.gluon_pingpong_64_block_n`` (head dim 64: 128-key tiles for the ping-pong kernel's
+# single warpgroup) where a split streams at least this many keys. Measured at head dim 64 (H200,
+# PERF.md round 16, against 64-key tiles): 3-19 % faster at 2048 keys a split and more
+# (B1-T9-L32k 28.6 -> 27.4 us, B8-T17-L32k 175.1 -> 142.3), 3-9 % slower at 256-1024 (B1-T9-L1k
+# 11.8 -> 12.9, B1-T17-L8k 18.2 -> 19.8), and 2-8 % slower as persistent programs (B32-T17-L1k
+# 33.3 -> 36.0), which it is not taken for either.
+PINGPONG_64_WIDE_KEYS_MIN_CHUNK = 2048
+
+
 # Whether the planner may take ``VerifyConfig.split_query_heads`` where a config asks for it (the
 # sweeps turn it off to measure it).
 SPLIT_QUERY_HEADS = True
@@ -560,14 +569,14 @@ def _plan(batch, num_nodes, group, kv_heads, cache_rows, sms, cfg, tail_only_whe
             num_m_tiles > 1 or batch * kv_heads * (num_m_tiles + 1) < slots):
         block_m, num_m_tiles, tail_m = pick_query_tiles(packed, cfg.max_block_m, 0, cfg.min_block_m, extra)
     if cfg.gluon_pingpong_64_block_n and block_m == 64 and runs_pingpong(cfg, block_m):
-        # the ping-pong kernel's single warpgroup takes its own key tiles, and the splits follow;
-        # not where its programs run persistent (at head dim 64, B32-T17-L1k: 33.3 -> 36.0 us with
-        # 128-key tiles, PERF.md round 16)
+        # the ping-pong kernel's single warpgroup takes its own key tiles, and the splits follow,
+        # where they are long and its programs not persistent
         tiles = cfg.gluon_pingpong_64_block_n
         plan = _plan(batch, num_nodes, group, kv_heads, cache_rows, sms,
                      dataclasses.replace(cfg, block_n=tiles, gluon_block_n=tiles, gluon_pingpong_64_block_n=0),
                      tail_only_when_full)
-        if pingpong_grid(plan["grid"], sms, block_m, plan["chunk"]) == plan["grid"]:
+        if (plan["chunk"] >= PINGPONG_64_WIDE_KEYS_MIN_CHUNK
+                and pingpong_grid(plan["grid"], sms, block_m, plan["chunk"]) == plan["grid"]):
             return plan
         cfg = dataclasses.replace(cfg, gluon_pingpong_64_block_n=0)
     base_programs = batch * kv_heads * num_m_tiles

@@ -323,7 +323,7 @@ def test_gluon_kernel_matches_reference(num_nodes, group, lens, head_dim, dtype,
 
 # The ping-pong kernel's single warpgroup on 128-key tiles, as head dim 64 takes it (round 16):
 # the cases of GLUON_CASES at head dim 64 (such a ring does not fit at 128), the planner's own
-# choice of tiles (asserted).
+# choice of tiles (asserted), on their short splits too.
 @needs_sm90
 @pytest.mark.parametrize("tile", ["pingpong-64", "pingpong-64tail", "pingpong-hsplit"])
 @pytest.mark.parametrize("num_nodes,group,lens,head_dim,dtype,splits", GLUON_CASES)
@@ -334,6 +334,9 @@ def test_gluon_single_warpgroup_128_key_tiles_at_head_dim_64(num_nodes, group, l
     config = dataclasses.replace(_gluon_configs()[tile], gluon_pingpong_64_block_n=128)
     if tile == "pingpong-64tail":
         keep_wide_tiles(monkeypatch, request)
+    monkeypatch.setattr(tree_verify_triton, "PINGPONG_64_WIDE_KEYS_MIN_CHUNK", 0)
+    tree_verify_triton._plan.cache_clear()
+    request.addfinalizer(tree_verify_triton._plan.cache_clear)
     q, k, v, lens_t, mask, _ = make_verify_inputs(lens, num_nodes, "best_first", group, 2, 64, dtype,
                                                   seed=23 * num_nodes + group)
     q, k, v, lens_t, mask = (t.cuda() for t in (q, k, v, lens_t, mask))
@@ -615,32 +618,38 @@ def test_head_dim_64_takes_the_gluon_tiers_of_128_with_its_own_triton_tiles():
 def test_head_dim_64_single_pingpong_warpgroup_takes_128_key_tiles():
     """Round 16: at head dim 64 the ping-pong kernel's single 64-row warpgroup (alone, with the
     tail, or on half the query heads) takes 128-key tiles, 16 KB as 64 keys are at head dim 128,
-    and the cache splits in whole multiples of them, but where it runs persistent; two
-    warpgroups and the 64-row kernel keep their tiles, and head dim 128 plans as before."""
+    and the cache splits in whole multiples of them, where a split streams 2048 keys or more and
+    the programs are not persistent; two warpgroups and the 64-row kernel keep their tiles, and
+    head dim 128 plans as before."""
     from specdec_kernels.configs import verify_config
-    from specdec_kernels.tree_verify_triton import _plan, pingpong_grid, runs_pingpong
+    from specdec_kernels.tree_verify_triton import (PINGPONG_64_WIDE_KEYS_MIN_CHUNK, _plan, pingpong_grid,
+                                                    runs_pingpong)
 
     seen = set()
-    # (T, G, batch, cache rows): one warpgroup (few pairs), one and the tail (T = 17 at G = 4, T = 9
-    # at G = 8, T = 17 at G = 8 split in query heads; persistent at batch 32 with a 1k cache), two
+    # (T, G, batch, cache rows): one warpgroup (few pairs; long and short splits), one and the tail
+    # (T = 17 at G = 4, T = 9 at G = 8, T = 17 at G = 8 split in query heads; persistent at batch 32
+    # with a 1k cache), two
     # (T = 16 at G = 8), two and the tail (T = 33 at G = 4), the 64-row kernel (T = 9 at batch 32)
-    for num_nodes, group, batch, cache in ((9, 4, 1, 32777), (9, 4, 8, 8201), (17, 4, 8, 32785), (17, 4, 32, 8209),
-                                           (9, 8, 8, 32777), (17, 8, 1, 8209), (17, 4, 32, 1041), (16, 8, 8, 8208),
-                                           (33, 4, 32, 8225), (9, 4, 32, 8201)):
+    for num_nodes, group, batch, cache in ((9, 4, 1, 32777), (9, 4, 1, 1033), (9, 4, 8, 8201), (17, 4, 8, 32785),
+                                           (17, 4, 32, 8209), (9, 8, 8, 32777), (17, 8, 1, 8209), (17, 4, 32, 1041),
+                                           (16, 8, 8, 8208), (33, 4, 32, 8225), (9, 4, 32, 8201)):
         for head_dim in (64, 128):
             cfg = verify_config("sm_90", head_dim, num_nodes * group, batch * 8, cache)
             plan = _plan(batch, num_nodes, group, 8, cache, 132, cfg)
             one_warpgroup = plan["block_m"] == 64 and runs_pingpong(plan["config"], 64)
             persistent = one_warpgroup and pingpong_grid(plan["grid"], 132, 64, plan["chunk"]) != plan["grid"]
             tiles = plan["config"].gluon_block_n or plan["config"].block_n
-            expected = 128 if head_dim == 64 and one_warpgroup and not persistent else cfg.gluon_block_n or cfg.block_n
+            wide = one_warpgroup and not persistent and plan["chunk"] >= PINGPONG_64_WIDE_KEYS_MIN_CHUNK
+            expected = 128 if head_dim == 64 and wide else cfg.gluon_block_n or cfg.block_n
             assert tiles == expected, (num_nodes, group, batch, head_dim, plan)
             assert plan["chunk"] % plan["config"].block_n == 0 and plan["config"].block_n in (32, 64, 128), plan
-            seen.add((head_dim, one_warpgroup, persistent, plan["tail_m"] > 0, plan["head_split"]))
+            seen.add((head_dim, one_warpgroup, persistent, plan["tail_m"] > 0, plan["head_split"],
+                      plan["chunk"] >= PINGPONG_64_WIDE_KEYS_MIN_CHUNK))
     # every kind of plan came up at both head dims
-    assert {(64, True, False, False, 1), (64, True, False, True, 1), (64, True, False, True, 2),
-            (64, True, True, True, 1), (64, False, False, False, 1), (64, False, False, True, 1)} <= seen, seen
-    assert {(128, True, False, False, 1), (128, True, False, True, 2), (128, True, True, True, 1)} <= seen, seen
+    assert {(64, True, False, False, 1, True), (64, True, False, True, 1, True), (64, True, False, False, 1, False),
+            (64, True, False, True, 2, False), (64, True, True, True, 1, False), (64, False, False, False, 1, True),
+            (64, False, False, True, 1, True)} <= seen, seen
+    assert {(128, True, False, False, 1, True), (128, True, False, True, 2, False)} <= seen, seen
 
 
 def test_query_tiles_and_split_plan():
