@@ -29,9 +29,11 @@ SM90_SHARED_LIMIT = 232448  # bytes per block, opt-in maximum on compute capabil
 # one 64-row warpgroup and the tail, two programs per KV head), T = 130 (ping-pong, 192 rows),
 # T = 32 at batch 8 (ping-pong, two 64-row warpgroups); (packed rows, batch, cache rows): all at
 # L8k but T = 17 and T = 33 at batch 32 with a 1k cache too, where the ping-pong kernel's short
-# work items outnumber the SMs and it runs persistent (round 14).
+# work items outnumber the SMs and it runs persistent (round 14), and T = 9 at batch 8 with a 32k
+# cache, where at head dim 64 the single warpgroup takes 128-key tiles (long splits, round 16; the
+# same tile as batch 1's at 128).
 TIER_ROWS = ((36, 32, 8192), (36, 1, 8192), (68, 32, 8192), (68, 32, 1024), (132, 32, 8192), (132, 32, 1024),
-             (132, 1, 8192), (520, 32, 8192), (128, 8, 8192))
+             (132, 1, 8192), (520, 32, 8192), (128, 8, 8192), (36, 8, 32768))
 
 
 def compile_gluon_sm90(head_dim: int = 128) -> list[CompileReport]:

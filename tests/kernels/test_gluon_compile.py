@@ -28,10 +28,13 @@ def test_gluon_kernel_compiles_for_sm90_and_overlaps():
     tiles = [("pingpong", 64, 4), ("pingpong", 128, 8), ("pingpong", 192, 12), ("pingpong+tail8", 64, 4),
              ("pingpong+tail8", 128, 8), ("pingpong+tail8/2heads", 64, 4), ("pingpong+tail8/persistent", 64, 4),
              ("pingpong+tail8/persistent", 128, 8), ("verify_gluon", 64, 4)]
+    # (and at head dim 64 the single warpgroup twice: on 64- and, on long splits, 128-key tiles)
     assert sorted((r["head_dim"], r["kernel"], r["block_m"], r["num_warps"]) for r in reports) == sorted(
-        (d, *tile) for d in (64, 128) for tile in tiles)
+        [(d, *tile) for d in (64, 128) for tile in tiles] + [(64, "pingpong", 64, 4)])
     # head dim 64's 64-row kernel takes 64-key tiles (8 KB, as 32 keys at 128)
     assert {(r["head_dim"], r["block_n"]) for r in reports if r["kernel"] == "verify_gluon"} == {(64, 64), (128, 32)}
+    single = [r for r in reports if r["kernel"] == "pingpong" and r["block_m"] == 64]
+    assert sorted((r["head_dim"], r["block_n"]) for r in single) == [(64, 64), (64, 128), (128, 64)]
     for r in reports:
         where = f"D={r['head_dim']} BM={r['block_m']} BN={r['block_n']} warps={r['num_warps']}"
         print(where, {k: r[k] for k in ("shared_bytes", "registers", "spill_bytes", "forbidden")})
