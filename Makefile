@@ -1,7 +1,7 @@
-# The two jobs of the README. Each sets up its own environment first (scripts/setup-venv.sh).
+# The README's jobs. Each sets up its own environment first (scripts/setup-venv.sh).
 PY := .venv/bin/python
 
-.PHONY: venv bench test
+.PHONY: venv bench test wheel-check
 
 venv:
 	bash scripts/setup-venv.sh
@@ -14,3 +14,7 @@ bench: venv
 # The test suite: plugin, kernels (Triton's interpreter on a CPU), engine, contracts.
 test: venv
 	TRITON_INTERPRET=1 $(PY) -m pytest tests/unit tests/kernels tests/engine
+
+# The package as users get it: sdist and wheel, the wheel in a fresh venv (scripts/check-wheel.sh).
+wheel-check: venv
+	bash scripts/check-wheel.sh

@@ -1,9 +1,11 @@
 """From the configured matrices to marked, ordered test items.
 
 Each family's matrix becomes parameters of tests that ask for `specdec_spec` (or the server built
-from it). Items carry the family's marker, `gpus(tp)`, `specdec(method, tp, budget)` and an
-`xdist_group` per configuration; collection then turns hardware mismatches into skips with a
-reason, known issues into strict xfails, and orders items so each configuration boots once.
+from it). Items carry the family's marker, `gpus(tp)` and `specdec(method, tp, budget)`;
+collection then turns hardware mismatches into skips with a reason, known issues into strict
+xfails, and orders items so each configuration boots once. No `xdist_group` mark: under xdist the
+scheduler reads the configuration from the node id, and without xdist the mark would be unknown
+(an error under --strict-markers).
 """
 
 from __future__ import annotations
@@ -56,8 +58,7 @@ def matrix_cases(state: RunState) -> list[MatrixCase]:
 
 
 def case_marks(case: MatrixCase) -> list[pytest.MarkDecorator]:
-    marks = [pytest.mark.specdec(method=case.method, tp=case.tp, budget=case.budget),
-             pytest.mark.xdist_group(name=case.param_id)]
+    marks = [pytest.mark.specdec(method=case.method, tp=case.tp, budget=case.budget)]
     if case.family in GPU_FAMILIES:
         marks.append(getattr(pytest.mark, case.family))
         marks.append(pytest.mark.gpus(case.tp))

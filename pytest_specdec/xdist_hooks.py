@@ -4,11 +4,11 @@ Workers collect, the controller does not: the controller learns the size of the 
 its `[done/total]` progress lines.
 
 `--dist loadgroup` sends each configuration's tests to one worker, so a server boots once and
-its GPU lease is held by one process. xdist marks a group by suffixing node ids with `@group` on
-the workers; from pytest 9.2 node ids are structured and that suffix is silently dropped, so the
-groups would be lost (every test its own unit, one boot per test). The controller therefore
-schedules with `ConfigurationScheduling`, which reads the configuration from the node id's
-parameters and still honours a `@group` suffix where one arrives.
+its GPU lease is held by one process. xdist's own groups come from `xdist_group` marks, as an
+`@group` suffix on node ids that pytest 9.2 silently drops (and the mark is unknown where xdist is
+not installed). The controller therefore schedules with `ConfigurationScheduling`, which reads
+the configuration from the node id's parameters, and honours a user's `@group` suffix where one
+arrives.
 """
 
 from __future__ import annotations

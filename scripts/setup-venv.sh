@@ -2,15 +2,19 @@
 # Create (or refresh) the project's virtual environment with everything the tests and the
 # benchmark suite need. Safe to re-run: it reinstalls only when pyproject.toml or this file change.
 #
-#   SPECDEC_VENV     where the venv lives (default .venv)
-#   SPECDEC_TORCH    the torch requirement installed first on a machine without torch
-#                    (default torch==2.13.0, a CPU build here; install your CUDA torch yourself
-#                    on a GPU host and it is kept)
+#   SPECDEC_VENV         where the venv lives (default .venv)
+#   SPECDEC_TORCH        the torch requirement installed first into a venv without torch
+#                        (default torch==2.13.0; a venv that has a torch, your CUDA build on a GPU
+#                        host say, keeps it)
+#   SPECDEC_TORCH_INDEX  the index torch comes from (default: pip's configured index, which on a
+#                        fresh Linux machine serves the multi-GB CUDA build; for the CPU build:
+#                        https://download.pytorch.org/whl/cpu)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv=${SPECDEC_VENV:-.venv}
 torch_req=${SPECDEC_TORCH:-torch==2.13.0}
+torch_index=${SPECDEC_TORCH_INDEX:-}
 stamp="$venv/.specdec-installed"
 want=$(cat pyproject.toml scripts/setup-venv.sh | sha256sum | cut -d' ' -f1)
 
@@ -18,14 +22,18 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 
-echo "setup-venv: creating $venv" >&2
-[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+if [ ! -x "$venv/bin/python" ]; then
+  echo "setup-venv: creating the virtual environment $venv" >&2
+  python3 -m venv "$venv"
+fi
 pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q)
 
 # torch first: anything that depends on it would otherwise pull a multi-GB CUDA build.
 if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
-  echo "setup-venv: installing $torch_req" >&2
-  "${pip[@]}" "$torch_req"
+  from=${torch_index:-the configured package index}
+  echo "setup-venv: installing $torch_req from $from (a large download the first time;" \
+       "a few minutes)" >&2
+  "${pip[@]}" ${torch_index:+--index-url "$torch_index"} "$torch_req"
 fi
 echo "setup-venv: installing pytest-specdec with its test extras" >&2
 "${pip[@]}" -e ".[test]"

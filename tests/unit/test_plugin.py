@@ -83,6 +83,15 @@ def test_matrix_parametrizes_with_family_marks_and_ids(pytester: pytest.Pytester
     result.stdout.fnmatch_lines(["*3/8 tests collected (5 deselected)*"])
 
 
+def test_matrix_collects_under_strict_markers_without_xdist(pytester: pytest.Pytester):
+    pytester.makepyprojecttoml(SMALL_MATRIX)
+    pytester.makepyfile(SPEC_TEST)
+    # a subprocess: pytest.mark caches known markers process-wide, the outer run knows xdist's
+    result = pytester.runpytest_subprocess("--collect-only", "-q", "--strict-markers", "-p", "no:xdist")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["8 tests collected*"])
+
+
 def test_family_marker_skips_with_the_hardware_found(pytester: pytest.Pytester):
     pytester.makepyprojecttoml(SMALL_MATRIX)
     pytester.makepyfile(SPEC_TEST)
