@@ -42,22 +42,6 @@ Verdict = str  # "new" | "regression" | "improvement" | "unchanged" | "noise"
 # Hardware key and provenance
 
 
-def hardware_key(gpu_name: str | None, arch: str | None = None, count: int = 0) -> str:
-    """`nvidia-h200-sm_90-x8` from ("NVIDIA H200", "sm_90", 8); `cpu` when there is no GPU.
-
-    The name is slugged (lowercase, runs of other characters → '-'); the arch keeps its
-    underscore because that is how users type it (`--specdec-arch sm_120`).
-    """
-    if not gpu_name or count <= 0:
-        return "cpu"
-    slug = re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
-    parts = [slug or "gpu"]
-    if arch:
-        parts.append(re.sub(r"[^a-z0-9_]+", "-", arch.lower()).strip("-"))
-    parts.append(f"x{count}")
-    return "-".join(parts)
-
-
 def baseline_path(baseline_dir: str | Path, key: str) -> Path:
     return Path(baseline_dir) / f"{key}.json"
 
@@ -326,6 +310,13 @@ class Tolerance:
     def __str__(self) -> str:
         return f"{self.amount * 100:g}%" if self.relative else f"{self.amount:g}"
 
+    def to_json(self) -> dict[str, Any]:
+        return {"amount": self.amount, "relative": self.relative}
+
+    @classmethod
+    def from_json(cls, metric: str, obj: Mapping[str, Any] | None) -> "Tolerance | None":
+        return None if obj is None else cls(metric, float(obj["amount"]), bool(obj["relative"]))
+
 
 def parse_tolerances(
     expr: str,
@@ -419,6 +410,24 @@ class Comparison:
     def failed(self) -> bool:
         return self.gated and self.verdict == "regression"
 
+    @property
+    def noteworthy(self) -> bool:
+        """Worth a line in the summary's notes (a change, or a change hidden in noise)."""
+        return self.verdict in ("regression", "improvement", "noise")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"metric": self.metric, "value": self.value, "direction": self.direction,
+                "baseline": self.baseline, "noise": self.noise, "verdict": self.verdict,
+                "tolerance": None if self.tolerance is None else self.tolerance.to_json(),
+                "line": self.line()}  # for people reading the journal; derived, never read back
+
+    @classmethod
+    def from_json(cls, test_id: str, obj: Mapping[str, Any]) -> "Comparison":
+        return cls(test_id, obj["metric"], float(obj["value"]), obj["direction"],
+                   None if obj.get("baseline") is None else float(obj["baseline"]),
+                   Tolerance.from_json(obj["metric"], obj.get("tolerance")),
+                   float(obj.get("noise", 0.0)), obj["verdict"])
+
     def line(self) -> str:
         """`output_tok_s 812.4 < baseline 901.0 -5% (-9.8%)`: value, baseline, the allowed
         change in the bad (regression) or good (improvement) direction, the actual change."""
@@ -494,6 +503,21 @@ def compare_all(
     ]
 
 
+def verdict_of(comparisons: Iterable[Comparison]) -> str:
+    """A test's verdict: a gated regression wins; then a gated improvement; all-new is "new";
+    anything else compared is "ok"; "" when nothing was compared."""
+    comparisons = list(comparisons)
+    if not comparisons:
+        return ""
+    if any(c.failed for c in comparisons):
+        return "regression"
+    if any(c.verdict == "improvement" and c.gated for c in comparisons):
+        return "improved"
+    if all(c.verdict == "new" for c in comparisons):
+        return "new"
+    return "ok"
+
+
 def regression_message(comparisons: Iterable[Comparison]) -> str | None:
     """The failure text for a test (one line per gated regression), or None when it passes."""
     lines = [c.line() for c in comparisons if c.failed]
@@ -512,11 +536,11 @@ __all__ = [
     "compare_all",
     "compare_metric",
     "git_commit",
-    "hardware_key",
     "load_baselines",
     "parse_baselines",
     "parse_tolerances",
     "regression_message",
     "save_baselines",
     "tolerance_for",
+    "verdict_of",
 ]

@@ -10,11 +10,11 @@ scheduler reads the configuration from the node id, and without xdist the mark w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterable
 
 import pytest
 
+from .configuration import MatrixCase
 from .hardware import GPU_FAMILIES
 from .state import RunState
 
@@ -28,27 +28,6 @@ MARKERS = (
     "specdec(method=..., tp=..., budget=...): the speculative-decoding configuration a test "
     "exercises; known issues match on it",
 )
-
-
-@dataclass(frozen=True)
-class MatrixCase:
-    """One (family, method, tp, budget) cell of a configured matrix."""
-
-    family: str
-    method: str
-    tp: int
-    budget: int | None
-
-    @property
-    def spec_id(self) -> str:
-        """`ddtree-tp4-b16`, `dflash-tp1`: the server's identity, shared across families."""
-        text = f"{self.method}-tp{self.tp}"
-        return text + (f"-b{self.budget}" if self.budget is not None else "")
-
-    @property
-    def param_id(self) -> str:
-        """The test id; GPU families prefix theirs so one file can hold several suites."""
-        return self.spec_id if self.family == "cpu" else f"{self.family}-{self.spec_id}"
 
 
 def matrix_cases(state: RunState) -> list[MatrixCase]:
@@ -102,18 +81,13 @@ def skip_reason(item: pytest.Item, state: RunState) -> str | None:
 
 
 def known_issue_reason(item: pytest.Item, state: RunState) -> str | None:
+    """Why the configuration in the item's `specdec` marker is expected to fail here, or None."""
     marker = item.get_closest_marker("specdec")
     if marker is None:
         return None
-    method = marker.kwargs.get("method")
-    tp = marker.kwargs.get("tp", 1)
-    budget = marker.kwargs.get("budget")
-    hw = state.hardware
-    for issue in state.config.known_issues:
-        if issue.matches(arch=hw.arch, family=hw.family, method=method, tp=tp, budget=budget,
-                         backend="sglang" if state.backend == "sglang" else "embedded"):
-            return issue.reason
-    return None
+    issue = state.known_issue(marker.kwargs.get("method"), marker.kwargs.get("tp", 1),
+                              marker.kwargs.get("budget"))
+    return issue.reason if issue is not None else None
 
 
 def modify_items(items: list[pytest.Item], state: RunState) -> None:
@@ -123,7 +97,7 @@ def modify_items(items: list[pytest.Item], state: RunState) -> None:
             item.add_marker(pytest.mark.skip(reason=reason))
             continue
         issue = known_issue_reason(item, state)
-        if issue is not None and not state.settings.run_known_issues:
+        if issue is not None:
             item.add_marker(pytest.mark.xfail(reason=f"known issue: {issue}", strict=True))
     items[:] = order_by_configuration(items)
 

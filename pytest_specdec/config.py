@@ -11,8 +11,9 @@ import difflib
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
+from .configuration import METHODS, takes_budget
 from .errors import SpecdecUsageError
 from .hardware import ALL_FAMILIES, FAMILIES, normalise_arch
 from .options import OPTION_NAMES
@@ -23,8 +24,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-METHODS = ("ar", "dflash", "ddtree")
-SPECULATIVE_METHODS = frozenset({"dflash", "ddtree"})
 BUILTIN_PROMPT_SETS = ("chat", "code", "math")
 METRICS = ("output_tok_s", "accept_length", "accept_rate", "ttft_ms", "tpot_ms", "verify_us")
 
@@ -43,7 +42,7 @@ class Matrix:
         out = []
         for method in self.methods:
             for tp in self.tp:
-                if method == "ddtree":
+                if takes_budget(method):
                     out.extend((method, tp, budget) for budget in self.budget)
                 else:
                     out.append((method, tp, None))
@@ -62,7 +61,7 @@ class KnownIssue:
     budget: tuple[int, ...] | None = None
     backend: tuple[str, ...] | None = None
 
-    def matches(self, *, arch: str | None, family: str, method: str, tp: int,
+    def matches(self, *, arch: str | None, family: str, method: str | None, tp: int,
                 budget: int | None, backend: str) -> bool:
         if self.arch is not None and self.arch != arch:
             return False
@@ -77,6 +76,15 @@ class KnownIssue:
         if self.backend is not None and backend not in self.backend:
             return False
         return True
+
+
+def find_known_issue(issues: Iterable[KnownIssue], *, arch: str | None, family: str,
+                     method: str | None, tp: int, budget: int | None,
+                     backend: str) -> KnownIssue | None:
+    """The first known issue matching a configuration on this hardware and backend."""
+    return next((issue for issue in issues
+                 if issue.matches(arch=arch, family=family, method=method, tp=tp, budget=budget,
+                                  backend=backend)), None)
 
 
 @dataclass(frozen=True)
@@ -137,7 +145,7 @@ class SpecdecConfig:
 
 
 DEFAULT_MATRICES = {
-    "cpu": Matrix("cpu", ("ar", "dflash", "ddtree"), (1,), (8, 16, 32)),
+    "cpu": Matrix("cpu", METHODS, (1,), (8, 16, 32)),
     "blackwell": Matrix("blackwell", ("dflash", "ddtree"), (1, 4, 8), (8, 12, 15, 16, 32, 64)),
     "hopper": Matrix("hopper", ("dflash", "ddtree"), (1, 4, 8), (8, 12, 15, 16, 32, 64)),
 }
@@ -237,8 +245,9 @@ def _parse_matrix(filename: str, family: str, data: Any) -> Matrix:
         reader.fail("tp", "is empty; list at least one size, e.g. [1]")
     _check_tp(reader, "tp", tps)
     _check_budgets(reader, "budget", budgets)
-    if "ddtree" in methods and not budgets:
-        reader.fail("budget", "is empty but methods include ddtree; list budgets, e.g. [8, 16, 32]")
+    budgeted = [m for m in methods if takes_budget(m)]
+    if budgeted and not budgets:
+        reader.fail("budget", f"is empty but methods include {budgeted[0]}; list budgets, e.g. [8, 16, 32]")
     return Matrix(family, methods, tps, budgets)
 
 

@@ -12,20 +12,18 @@ from typing import Iterator
 
 import pytest
 
-from . import specs
-from .collection import MatrixCase, case_of
+from .collection import case_of
 from .config import WorkloadSpec
+from .configuration import MatrixCase
+from .errors import SpecdecUsageError
 from .hardware import Hardware
 from .live import LiveServer, fail
 from .recording import Recorder, recorder_for
 from .servers.attach import AttachMismatch
 from .servers.diagnosis import ServerError
-from .servers.leases import GpuLeaseError, GpuLeases, NotEnoughGpus, read_topology
+from .servers.leases import GpuLeaseError, NotEnoughGpus
 from .servers.pool import ServerPool
-from .servers.process import ManagedServer
-from .servers.spec import ServerSpec
 from .state import STATE_KEY, RunState, run_dir
-from .workloads import byte_token_count
 
 
 @pytest.fixture(scope="session")
@@ -62,55 +60,17 @@ def specdec_model_path(specdec_state: RunState) -> str | None:
     """The target model as a local path: a local folder as is, a Hub id downloaded into
     `model_cache` with a completeness check. None when no model is configured (the embedded
     engine then uses its built-in synthetic weights)."""
-    model = specdec_state.config.model
-    if model is None or specdec_state.backend != "sglang":
-        return None
-    from .models import provision_model  # huggingface_hub is imported only when needed
-
-    return str(provision_model(model, **_cache(specdec_state)))
-
-
-def _server_factory(state: RunState, request: pytest.FixtureRequest):
-    log_dir = run_dir(state, request.config) / "logs"
-
-    def factory(spec: ServerSpec, gpus: tuple[int, ...]) -> ManagedServer:
-        model = draft = None
-        if spec.backend == "sglang":
-            from .models import provision_model
-
-            model = str(provision_model(state.config.model, **_cache(state))) \
-                if state.config.model else None
-            if spec.is_speculative and state.config.draft_model:
-                draft = str(provision_model(state.config.draft_model, **_cache(state)))
-        return ManagedServer(
-            spec, specs.argv_builder(spec, state, model, draft), log_dir=log_dir,
-            gpus=gpus, startup_timeout=state.settings.startup_timeout,
-            wait_gpu_release=state.hardware.physical_gpus > 0,
-        )
-
-    return factory
+    return specdec_state.backend.model_path(specdec_state)
 
 
 @pytest.fixture(scope="session")
 def specdec_pool(specdec_state: RunState, request: pytest.FixtureRequest) -> Iterator[ServerPool]:
     """Session-wide server reuse: each configuration boots once; all are stopped at the end."""
     state = specdec_state
-    if state.backend == "attach":
-        try:
-            pool = ServerPool.attach(state.settings.server_url)
-        except Exception as exc:
-            raise pytest.UsageError(f"pytest-specdec: --specdec-server-url "
-                                    f"{state.settings.server_url}: {exc}") from None
-    else:
-        leases = None
-        if state.hardware.count:
-            # Real GPUs: TP sets follow NVLink where `nvidia-smi topo -m` shows it; a simulated
-            # inventory has no links to read.
-            topology = read_topology() if not state.hardware.simulated else None
-            leases = GpuLeases(run_dir(state, request.config) / "leases",
-                               [gpu.index for gpu in state.hardware.gpus], topology=topology)
-        pool = ServerPool(_server_factory(state, request), leases=leases,
-                          restart_on_crash=state.settings.restart_on_crash)
+    try:
+        pool = state.backend.pool(state, run_dir(state, request.config))
+    except SpecdecUsageError as exc:
+        raise pytest.UsageError(f"pytest-specdec: {exc}") from None
     request.config.stash[POOL_KEY] = pool
     yield pool
     try:
@@ -133,10 +93,10 @@ def retire_finished_server(item: pytest.Item, nextitem: pytest.Item | None) -> N
     if pool is None or case is None or (nextitem is not None and case_of(nextitem) == case):
         return
     state = item.config.stash[STATE_KEY]
-    if state.backend == "attach":
+    if not state.backend.launches:
         return
     try:
-        pool.retire(specs.server_spec(case, state))
+        pool.retire(state.backend.server_spec(case, state))
     except ServerError as exc:
         warnings.warn(f"pytest-specdec: teardown: {exc}", stacklevel=1)
 
@@ -146,7 +106,7 @@ def specdec_server(specdec_spec: MatrixCase, specdec_pool: ServerPool,
                    specdec_state: RunState) -> Iterator[LiveServer]:
     """A live, health-checked server for this test's configuration."""
     state = specdec_state
-    spec = specs.server_spec(specdec_spec, state)
+    spec = state.backend.server_spec(specdec_spec, state)
     try:
         server = specdec_pool.acquire(spec)
     except (NotEnoughGpus, AttachMismatch) as exc:
@@ -158,11 +118,10 @@ def specdec_server(specdec_spec: MatrixCase, specdec_pool: ServerPool,
     live = LiveServer(
         spec=spec, url=server.url, log_path=server.log_path, check=server.check_alive,
         min_accept_length=state.config.min_accept_length, root=state.config.root,
-        token_counter=byte_token_count if spec.backend == "embedded" else None,
-        owned=state.backend != "attach")
+        token_counter=state.backend.count_tokens, owned=state.backend.launches)
     yield live
     error = server.diagnose()
-    if error is not None and state.backend != "attach":
+    if error is not None and state.backend.launches:
         specdec_pool.report_death(spec, error)
 
 
@@ -172,6 +131,3 @@ def specdec_record(request: pytest.FixtureRequest) -> Recorder:
     handed to pytest-benchmark when the test's call ends."""
     return recorder_for(request.node)
 
-
-def _cache(state: RunState) -> dict:
-    return {"cache_dir": state.config.model_cache} if state.config.model_cache else {}

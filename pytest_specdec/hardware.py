@@ -113,10 +113,24 @@ class Hardware:
         """Baseline file key: `cpu`, or GPU name, arch and count (`nvidia-h200-sm_90-x8`)."""
         if not self.gpus or self.family == "cpu":
             return "cpu"
-        if self.simulated:
-            return f"simulated-{self.arch}-x{self.count}"
-        name = re.sub(r"[^a-z0-9]+", "-", self.gpus[0].name.lower()).strip("-")
-        return f"{name}-{self.arch}-x{self.count}"
+        return hardware_key(self.gpus[0].name, self.arch, self.count, simulated=self.simulated)
+
+
+def hardware_key(gpu_name: str | None, arch: str | None = None, count: int = 0, *,
+                 simulated: bool = False) -> str:
+    """`nvidia-h200-sm_90-x8` from ("NVIDIA H200", "sm_90", 8); `cpu` when there is no GPU;
+    `simulated-sm_120-x1` for a `--specdec-arch` rehearsal, whose figures are no GPU's.
+
+    The name is slugged (lowercase, runs of other characters -> '-'); the arch keeps its
+    underscore because that is how users type it (`--specdec-arch sm_120`).
+    """
+    if not gpu_name or count <= 0:
+        return "cpu"
+    parts = ["simulated"] if simulated else [re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-") or "gpu"]
+    if arch:
+        parts.append(re.sub(r"[^a-z0-9_]+", "-", arch.lower()).strip("-"))
+    parts.append(f"x{count}")
+    return "-".join(parts)
 
 
 def _detect_nvml() -> list[GPU] | None:

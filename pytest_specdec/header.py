@@ -10,7 +10,7 @@ def lines(state: RunState) -> list[str]:
     hw = state.hardware
     arch = f"{hw.arch}, {hw.family}" if hw.arch else hw.family
     out = [
-        f"specdec: backend {state.backend} ({state.backend_reason}); config {state.config.source}",
+        f"specdec: backend {state.backend} ({state.backend.reason}); config {state.config.source}",
         f"specdec: hardware {hw.describe()} [{arch}, {hw.count} GPU(s), detected by {hw.source}]",
         f"specdec: baselines {state.baseline_path}"
         + ("" if state.baseline_path.is_file() else " (none yet)"),

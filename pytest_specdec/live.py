@@ -18,7 +18,7 @@ from typing import Any, Callable
 import pytest
 
 from . import client, metrics, workloads
-from .config import SPECULATIVE_METHODS, WorkloadSpec
+from .config import WorkloadSpec
 from .metrics import Measurement, MeasurementError, WorkloadResult
 from .servers.diagnosis import ServerError, tail
 from .servers.spec import ServerSpec
@@ -110,7 +110,7 @@ class LiveServer:
             measurement = metrics.measure(
                 result, method=self.spec.method,
                 min_accept_length=self.min_accept_length
-                if self.spec.method in SPECULATIVE_METHODS else None,
+                if self.spec.is_speculative else None,
                 log_tail=self.log_tail)
         except MeasurementError as exc:
             self.check_alive()

@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Literal, Mapping, Sequence, Union
 
+from .configuration import is_speculative
+
 Direction = Literal["higher", "lower"]
 
 #: Whether a bigger value of a metric is better. Unknown metrics must state their direction.
@@ -30,9 +32,6 @@ METRIC_DIRECTIONS: Mapping[str, Direction] = {
     "e2e_ms": "lower",
     "verify_us": "lower",
 }
-
-#: Methods that do not speculate; every other method must show spec_verify_ct in its responses.
-NON_SPECULATIVE_METHODS = frozenset({"ar", "none", "autoregressive", ""})
 
 #: The meta_info keys SGLang adds only when a request went through at least one verify step.
 SPEC_META_KEYS = (
@@ -234,6 +233,16 @@ class MetricValue:
             raise ValueError(f"metric {self.name!r}: direction must be 'higher' or 'lower', not {self.direction!r}")
         if not math.isfinite(self.value):
             raise ValueError(f"metric {self.name!r}: value {self.value!r} is not finite")
+
+    def to_json(self) -> dict:
+        """The figure without its name (records key their figures by name)."""
+        return {"value": self.value, "direction": self.direction, "spread": self.spread,
+                "samples": self.samples, "deterministic": self.deterministic}
+
+    @classmethod
+    def from_json(cls, name: str, obj: Mapping) -> "MetricValue":
+        return cls(name, float(obj["value"]), obj["direction"], float(obj.get("spread", 0.0)),
+                   int(obj.get("samples", 1)), bool(obj.get("deterministic", False)))
 
 
 def combine_repeats(values: Sequence[MetricValue]) -> MetricValue:
@@ -443,7 +452,7 @@ def check_speculation(
     rounds to 1.00, or zero correct drafts); a number fails anything below it, so 1.0 allows a
     run with no accepted drafts.
     """
-    if method is None or method.lower() in NON_SPECULATIVE_METHODS:
+    if not is_speculative(method):
         return
     verified = [r for r in result.records if r.spec_verify_ct]
     if not verified:

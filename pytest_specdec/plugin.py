@@ -103,10 +103,10 @@ class Controller:
         self.results = config.stash[RESULTS_KEY]
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        payload = self.results.add_report(report)
+        result = self.results.add_report(report)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if payload is not None and reporter is not None:
-            reporter.write_line(session.progress_line(payload, len(self.results.payloads),
+        if result is not None and reporter is not None:
+            reporter.write_line(session.progress_line(result, len(self.results.results),
                                                       self.results.total))
 
     @pytest.hookimpl(trylast=True)  # after pytest-benchmark's tables: the run ends with ours

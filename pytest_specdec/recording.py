@@ -23,6 +23,7 @@ import pytest
 
 from .collection import case_of
 from .metrics import Measurement, MetricValue, RequestRecord, direction_of
+from .result import Result
 
 #: Key of the test-report user property that carries one test's results to the controller.
 RESULT_PROPERTY = "specdec_result"
@@ -54,7 +55,8 @@ class Recorder:
 
     item: pytest.Item
     metrics: dict[str, MetricValue] = field(default_factory=dict)
-    info: dict[str, Any] = field(default_factory=dict)
+    workload: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)  # Result.details
     finished: bool = False
 
     @property
@@ -75,7 +77,7 @@ class Recorder:
         """Record a workload's figures (and its per-token latencies for pytest-benchmark)."""
         for value in measurement.metrics(deterministic_accept=deterministic_accept):
             self.metrics[value.name] = value
-        self.info["workload"] = measurement.workload
+        self.workload = measurement.workload
         self.info["measurement"] = measurement.to_dict()
         tpots = [r.tpot_ms / 1000.0 for r in records if r.ok and r.tpot_ms is not None]
         if tpots:
@@ -120,34 +122,11 @@ class Recorder:
         benchmark.extra_info["sample_unit"] = unit
         benchmark.pedantic(one_sample, rounds=len(values), iterations=1, warmup_rounds=0)
 
-    def payload(self) -> dict[str, Any]:
+    def to_result(self) -> Result:
         """What the journal stores and the controller receives for this test."""
-        case = case_of(self.item)
-        return {
-            "test_id": self.test_id,
-            "nodeid": self.item.nodeid,
-            "config": case.param_id if case else None,
-            "spec": case.spec_id if case else None,
-            "family": case.family if case else None,
-            "method": case.method if case else None,
-            "tp": case.tp if case else None,
-            "budget": case.budget if case else None,
-            "metrics": {name: _metric_json(v) for name, v in self.metrics.items()},
-            "time": time.time(),
-            **self.info,
-        }
-
-
-def _metric_json(value: MetricValue) -> dict[str, Any]:
-    return {"value": value.value, "direction": value.direction, "spread": value.spread,
-            "samples": value.samples, "deterministic": value.deterministic}
-
-
-def metric_values(payload: dict[str, Any]) -> list[MetricValue]:
-    """The MetricValues of a journaled or reported payload."""
-    return [MetricValue(name, m["value"], m["direction"], m.get("spread", 0.0),
-                        m.get("samples", 1), m.get("deterministic", False))
-            for name, m in payload.get("metrics", {}).items()]
+        return Result(test_id=self.test_id, nodeid=self.item.nodeid, case=case_of(self.item),
+                      workload=self.workload, metrics=tuple(self.metrics.values()),
+                      time=time.time(), details=dict(self.info))
 
 
 def recorder_for(item: pytest.Item) -> Recorder:
@@ -168,10 +147,18 @@ def mark_for_benchmark(item: pytest.Item) -> None:
                                               if hasattr(item, "originalname") else None))
 
 
-def attach_to_report(item: pytest.Item, payload: dict[str, Any]) -> None:
+def attach_to_report(item: pytest.Item, result: Result) -> None:
     """user_properties travel with the report to the xdist controller and into JUnit XML."""
-    item.user_properties.append((RESULT_PROPERTY, json.dumps(payload)))
-    for name, metric in payload["metrics"].items():
-        item.user_properties.append((f"specdec.{name}", metric["value"]))
+    item.user_properties.append((RESULT_PROPERTY, json.dumps(result.to_json())))
+    for metric in result.metrics:
+        item.user_properties.append((f"specdec.{metric.name}", metric.value))
+
+
+def result_of_report(report: pytest.TestReport) -> Result | None:
+    """The `Result` a test report carries (from this process or an xdist worker), if any."""
+    for name, value in getattr(report, "user_properties", ()):
+        if name == RESULT_PROPERTY:
+            return Result.from_json(json.loads(value))
+    return None
 
 

@@ -1,7 +1,7 @@
 """Reports of a run: terminal table, results.json, report.md, PNG plots, report.tex, GitHub summary.
 
-Input is a list of `ReportRow`s, one per (configuration, workload) test, built from the payload
-each test records (`row_from_payload`). Every writer is a pure function of the rows, so the
+Input is a list of `ReportRow`s, one per (configuration, workload) test, built from the `Result`
+each test records (`row_from_result`). Every writer is a pure function of the rows, so the
 controller can produce the same report from live results or from the journal after a resume.
 matplotlib is imported only when plots are drawn, and only its object-oriented API is used
 (no pyplot global state, no backend switching inside someone else's process).
@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .baselines import Comparison
+from .baselines import verdict_of
+from .result import Result
 
 RESULTS_FORMAT = "pytest-specdec-results"
 RESULTS_VERSION = 1
@@ -58,40 +59,19 @@ class ReportRow:
         return out
 
 
-def verdict_of(comparisons: Sequence[Comparison]) -> str:
-    """Row verdict: a gated regression wins; then improvement; all-new is "new"; else "ok"."""
-    if not comparisons:
-        return ""
-    if any(c.failed for c in comparisons):
-        return "regression"
-    if any(c.verdict == "improvement" and c.gated for c in comparisons):
-        return "improved"
-    if all(c.verdict == "new" for c in comparisons):
-        return "new"
-    return "ok"
-
-
-def row_from_payload(
-    payload: Mapping[str, Any],
-    comparisons: Sequence[Comparison] = (),
-    *,
-    outcome: str = "passed",
-    reason: str | None = None,
-) -> ReportRow:
-    """A row from a recorded test payload (`{"test_id", "config", "method", "tp", "budget",
-    "workload", "metrics": {name: {"value": ...}}}`, as journaled by the plugin)."""
-    raw = payload.get("metrics") or {}
-    values = {name: float(m["value"] if isinstance(m, Mapping) else m) for name, m in raw.items()}
+def row_from_result(result: Result, *, outcome: str = "passed", reason: str | None = None) -> ReportRow:
+    """A row from a test's recorded `Result` and pytest's outcome for it."""
+    case = result.case
     return ReportRow(
-        test_id=str(payload.get("test_id") or payload.get("nodeid") or payload.get("config") or "?"),
-        config=str(payload.get("config") or payload.get("spec") or payload.get("test_id") or "?"),
-        workload=payload.get("workload"),
-        method=payload.get("method"),
-        tp=payload.get("tp"),
-        budget=payload.get("budget"),
-        metrics=values,
-        verdict=verdict_of(comparisons),
-        comparisons=tuple(c.line() for c in comparisons if c.verdict in ("regression", "improvement", "noise")),
+        test_id=result.test_id,
+        config=result.config,
+        workload=result.workload,
+        method=case.method if case is not None else None,
+        tp=case.tp if case is not None else None,
+        budget=case.budget if case is not None else None,
+        metrics=result.values(),
+        verdict=result.verdict,
+        comparisons=tuple(c.line() for c in result.comparisons if c.noteworthy),
         outcome=outcome,
         reason=reason,
     )
@@ -365,7 +345,7 @@ __all__ = [
     "render_latex",
     "render_markdown",
     "results_document",
-    "row_from_payload",
+    "row_from_result",
     "tex_escape",
     "verdict_of",
     "write_github_summary",

@@ -10,10 +10,8 @@ writers and, with `--specdec-save-baseline`, merges them into the baseline file.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 from filelock import FileLock
@@ -21,7 +19,8 @@ from filelock import FileLock
 from . import baselines as baselines_mod
 from .baselines import Baselines, Comparison
 from .journal import Journal
-from .recording import RESULT_PROPERTY, attach_to_report, existing_recorder, metric_values
+from .recording import attach_to_report, existing_recorder, result_of_report
+from .result import Result
 from .state import RunState
 
 
@@ -94,9 +93,9 @@ class Gate:
                 if path.is_file() else Baselines(self.state.hardware.key, {}, path)
         return self._baselines
 
-    def compare(self, payload: dict[str, Any]) -> list[Comparison]:
-        return baselines_mod.compare_all(payload["test_id"], metric_values(payload),
-                                         self.baselines(), self.tolerances())
+    def compare(self, result: Result) -> list[Comparison]:
+        return baselines_mod.compare_all(result.test_id, result.metrics, self.baselines(),
+                                         self.tolerances())
 
 
 def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str) -> None:
@@ -105,40 +104,35 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str) -> Non
     if recorder is None or not recorder.metrics or recorder.finished:
         return
     recorder.finished = True
-    payload = recorder.payload()
-    comparisons = gate.compare(payload) if state.settings.compare_fail or \
-        state.baseline_path.is_file() else []
-    payload["comparisons"] = [
-        {"metric": c.metric, "verdict": c.verdict, "line": c.line(), "gated": c.gated,
-         "baseline": c.baseline} for c in comparisons]
+    result = recorder.to_result()
+    if state.settings.compare_fail or state.baseline_path.is_file():
+        result = result.compared(tuple(gate.compare(result)))
     start_journal(state, run)
-    journal_for(state).append(item.nodeid, workload_key(item), payload)
-    attach_to_report(item, payload)
-    message = baselines_mod.regression_message(comparisons)
+    journal_for(state).append(item.nodeid, workload_key(item), result.to_json())
+    attach_to_report(item, result)
+    message = baselines_mod.regression_message(result.comparisons)
     if message:
         pytest.fail(f"regression against {state.baseline_path.name}:\n{message}", pytrace=False)
 
 
 @dataclass
 class Results:
-    """The controller's view: every finished test's payload, in completion order."""
+    """The controller's view: every finished test's result, in completion order."""
 
     state: RunState
-    payloads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    results: dict[str, Result] = field(default_factory=dict)
     outcomes: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     total: int = 0
 
-    def add_report(self, report: pytest.TestReport) -> dict[str, Any] | None:
-        """Note the test's outcome; return its payload when this report carries one."""
+    def add_report(self, report: pytest.TestReport) -> Result | None:
+        """Note the test's outcome; return its result when this report carries one."""
         self._note_outcome(report)
         if report.when != "call":
             return None
-        for name, value in getattr(report, "user_properties", ()):
-            if name == RESULT_PROPERTY:
-                payload = json.loads(value)
-                self.payloads[report.nodeid] = payload
-                return payload
-        return None
+        result = result_of_report(report)
+        if result is not None:
+            self.results[report.nodeid] = result
+        return result
 
     def _note_outcome(self, report: pytest.TestReport) -> None:
         if "specdec" not in getattr(report, "keywords", {}):
@@ -154,25 +148,25 @@ class Results:
         elif report.when == "call" and report.passed:
             self.outcomes.setdefault(report.nodeid, ("passed", None))
 
-    def resumed(self) -> list[dict[str, Any]]:
-        """Payloads measured by an earlier, interrupted run of this journal (--specdec-resume)."""
+    def resumed(self) -> list[Result]:
+        """Results measured by an earlier, interrupted run of this journal (--specdec-resume)."""
         out = []
         if not self.state.settings.resume:
             return out
         for record in journal_for(self.state).latest().values():
-            if record.status == "done" and record.config_id not in self.payloads:
-                out.append(dict(record.data, resumed=True))
+            if record.status == "done" and record.config_id not in self.results:
+                out.append(Result.from_json(record.data, resumed=True))
         return out
 
-    def all(self) -> list[dict[str, Any]]:
-        return list(self.payloads.values()) + self.resumed()
+    def all(self) -> list[Result]:
+        return list(self.results.values()) + self.resumed()
 
     def save_baseline(self) -> Path:
         """Merge this run's figures into the baseline file (atomic, locked; others are kept)."""
-        results = {p["test_id"]: metric_values(p) for p in self.payloads.values()}
+        figures = {r.test_id: r.metrics for r in self.results.values()}
         path = self.state.baseline_path
         baselines_mod.save_baselines(
-            path, self.state.hardware.key, results,
+            path, self.state.hardware.key, figures,
             versions=baselines_mod.collect_versions(),
             commit=baselines_mod.git_commit(self.state.config.root))
         return path
@@ -188,18 +182,16 @@ def _first_line(report: pytest.TestReport) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
 
 
-def progress_line(payload: dict[str, Any], done: int, total: int) -> str:
-    metrics = payload.get("metrics", {})
+def progress_line(result: Result, done: int, total: int) -> str:
+    metrics = result.values()
 
     def fmt(name: str, unit: str) -> str:
         if name not in metrics:
             return ""
-        return f" {name}={metrics[name]['value']:.4g}{unit}"
+        return f" {name}={metrics[name]:.4g}{unit}"
 
-    verdicts = [c["line"] for c in payload.get("comparisons", []) if c["verdict"] in
-                ("regression", "improvement")]
+    verdicts = [c.line() for c in result.comparisons if c.verdict in ("regression", "improvement")]
     tail = f" | {'; '.join(verdicts)}" if verdicts else ""
-    return (f"specdec [{done}/{total}] {payload.get('config') or payload['test_id']}"
-            f" {payload.get('workload', '')}:"
+    return (f"specdec [{done}/{total}] {result.config} {result.workload or ''}:"
             f"{fmt('output_tok_s', ' tok/s')}{fmt('accept_length', '')}{fmt('ttft_ms', 'ms')}"
             f"{fmt('tpot_ms', 'ms')}{fmt('verify_us', 'us')}{tail}")

@@ -6,7 +6,6 @@ read it from there. Building it is where every user mistake is caught, before an
 
 from __future__ import annotations
 
-import importlib.util
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -14,10 +13,11 @@ from typing import Any, Mapping
 
 import pytest
 
+from . import backends
 from . import config as config_mod
 from . import hardware as hardware_mod
-from .config import SpecdecConfig
-from .errors import SpecdecUsageError
+from .backends import Backend
+from .config import KnownIssue, SpecdecConfig
 from .hardware import Hardware
 from .options import Settings, resolve
 
@@ -27,8 +27,7 @@ class RunState:
     config: SpecdecConfig
     settings: Settings
     hardware: Hardware
-    backend: str  # "embedded", "sglang" or "attach"
-    backend_reason: str
+    backend: Backend
 
     @property
     def dry_run(self) -> bool:
@@ -42,33 +41,20 @@ class RunState:
             base = self.config.root / base
         return base / f"{self.hardware.key}.json"
 
+    def known_issue(self, method: str | None, tp: int, budget: int | None) -> KnownIssue | None:
+        """The known issue this configuration hits here, or None (also under
+        --specdec-run-known-issues, which runs known-broken configurations as any other)."""
+        if self.settings.run_known_issues:
+            return None
+        hw = self.hardware
+        return config_mod.find_known_issue(
+            self.config.known_issues, arch=hw.arch, family=hw.family, method=method, tp=tp,
+            budget=budget, backend=self.backend.issue_backend)
+
     def path(self, value: str) -> Path:
         """A path option, relative to the project root."""
         candidate = Path(value)
         return candidate if candidate.is_absolute() else self.config.root / candidate
-
-
-def sglang_importable() -> bool:
-    return importlib.util.find_spec("sglang") is not None
-
-
-def choose_backend(requested: str, hardware: Hardware, server_url: str | None) -> tuple[str, str]:
-    """`auto` means SGLang where it is importable and a real GPU is present, else embedded."""
-    if server_url:
-        return "attach", f"attached to {server_url}"
-    if requested == "embedded":
-        return "embedded", "requested"
-    if requested == "sglang":
-        if not sglang_importable():
-            raise SpecdecUsageError(
-                "--specdec-backend sglang: the sglang package is not importable in this Python; "
-                "install it (pip install sglang) or use --specdec-backend embedded")
-        return "sglang", "requested"
-    if hardware.physical_gpus == 0:
-        return "embedded", "auto: no GPU"
-    if not sglang_importable():
-        return "embedded", "auto: sglang not importable"
-    return "sglang", "auto: GPU and sglang present"
 
 
 def build(root: Path, cli: Mapping[str, Any], ini: Mapping[str, str],
@@ -81,8 +67,8 @@ def build(root: Path, cli: Mapping[str, Any], ini: Mapping[str, str],
         extra = tuple(config_mod.load_known_issues(known_file))
         cfg = replace(cfg, known_issues=tuple(cfg.known_issues) + extra)
     hardware = hardware_mod.resolve(settings.arch, settings.gpus, detected)
-    backend, reason = choose_backend(settings.backend, hardware, settings.server_url)
-    return RunState(cfg, settings, hardware, backend, reason)
+    backend = backends.choose(settings.backend, hardware, settings.server_url)
+    return RunState(cfg, settings, hardware, backend)
 
 
 #: Where pytest_configure leaves the RunState for hooks and fixtures.

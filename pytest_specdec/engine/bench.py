@@ -25,6 +25,7 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+from ..configuration import is_speculative
 from .logs import READY_LINE
 
 PROMPTS = [
@@ -55,7 +56,7 @@ def run_method(method: str, budget: int | None, requests: int, max_new_tokens: i
                engine_flags: list[str], ready_timeout: float = 120.0) -> dict:
     port = free_port()
     argv = [sys.executable, "-m", "pytest_specdec.engine", "--port", str(port), "--method", method]
-    if budget is not None and method != "ar":
+    if budget is not None and is_speculative(method):
         argv += ["--budget", str(budget)]
     argv += engine_flags
     launched = time.perf_counter()
@@ -96,7 +97,7 @@ def run_method(method: str, budget: int | None, requests: int, max_new_tokens: i
     fingerprint = hashlib.sha256(json.dumps([o["output_ids"] for o in outputs]).encode()).hexdigest()[:12]
     tokens = sum(m["completion_tokens"] for m in metas)
     verify = sum(m.get("spec_verify_ct", 0) for m in metas)
-    return {"method": method, "budget": None if method == "ar" else budget, "requests": requests,
+    return {"method": method, "budget": budget if is_speculative(method) else None, "requests": requests,
             "concurrency": concurrency, "max_new_tokens": max_new_tokens, "ready_s": round(ready_s, 3),
             "completion_tokens": tokens, "wall_s": round(wall, 4), "output_tok_s": round(tokens / wall, 1),
             "accept_length": round(tokens / verify, 3) if verify else None, "outputs_sha256": fingerprint}

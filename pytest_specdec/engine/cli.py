@@ -16,11 +16,10 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
+from ..configuration import METHODS, algorithm_of_method, is_speculative, takes_budget
 from . import logs
 from .faults import FaultPlan
 
-METHODS = ("ar", "dflash", "ddtree")
-SPEC_ALGORITHM = {"ar": None, "dflash": "DFLASH", "ddtree": "DDTREE"}
 DEFAULT_DDTREE_BUDGET = 16
 
 
@@ -113,13 +112,13 @@ def parse_args(argv: list[str] | None = None) -> EngineArgs:
         parser.error(f"--block-size must be >= 2 (the root and at least one draft), got {ns.block_size}")
     if not 0.0 <= ns.draft_agreement <= 1.0:
         parser.error(f"--draft-agreement must be in [0, 1], got {ns.draft_agreement}")
-    if ns.method == "ar":
+    if not is_speculative(ns.method):
         budget = 0
     elif ns.method == "dflash":
         budget = min(ns.block_size - 1 if ns.budget is None else ns.budget, ns.block_size - 1)
     else:
         budget = DEFAULT_DDTREE_BUDGET if ns.budget is None else ns.budget
-    if ns.method != "ar" and budget < 1:
+    if is_speculative(ns.method) and budget < 1:
         parser.error(f"--budget must be >= 1 for {ns.method} (use --method ar for no speculation)")
     for name in ("context_length", "max_batch", "cpu_threads"):
         if getattr(ns, name) < 1:
@@ -147,7 +146,7 @@ def server_args_dict(args: EngineArgs) -> dict:
     ours = asdict(args)
     faults = ours.pop("faults")
     ours.update({f"fault_{k}": sorted(v) if isinstance(v, frozenset) else v for k, v in faults.items()})
-    speculative = args.method != "ar"
+    speculative = is_speculative(args.method)
     return {
         **ours,
         "model_path": args.served_model_name,
@@ -158,10 +157,10 @@ def server_args_dict(args: EngineArgs) -> dict:
         "dp_size": 1,
         "max_running_requests": args.max_batch,
         "attention_backend": f"specdec_kernels ({args.kernel_impl})",
-        "speculative_algorithm": SPEC_ALGORITHM[args.method],
+        "speculative_algorithm": algorithm_of_method(args.method),
         "speculative_num_draft_tokens": args.budget + 1 if speculative else None,
         "speculative_dflash_block_size": args.block_size if speculative else None,
-        "speculative_ddtree_budget": args.budget if args.method == "ddtree" else None,
+        "speculative_ddtree_budget": args.budget if takes_budget(args.method) else None,
         "enable_metrics": True,
     }
 

@@ -22,10 +22,9 @@ from dataclasses import dataclass
 import torch
 from specdec_kernels import build_ddtree, tree_accept_and_commit
 
+from ..configuration import METHODS, is_speculative
 from .drafter import BlockDrafter
 from .model import TargetModel
-
-METHODS = ("ar", "dflash", "ddtree")
 
 
 @dataclass(frozen=True)
@@ -44,13 +43,13 @@ class SpeculativeDecoder:
                  max_batch: int, max_seq_len: int, kernel_impl: str = "auto") -> None:
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-        if method != "ar" and drafter is None:
+        if is_speculative(method) and drafter is None:
             raise ValueError(f"method {method!r} needs a drafter")
         if method == "dflash" and budget > drafter.depth:
             raise ValueError(f"dflash chain of {budget} nodes exceeds the drafter's depth {drafter.depth}")
         self.model = model
         self.method = method
-        self.budget = 0 if method == "ar" else budget
+        self.budget = budget if is_speculative(method) else 0
         self.tree_nodes = self.budget + 1
         self.drafter = drafter
         self.max_batch = max_batch
@@ -73,7 +72,7 @@ class SpeculativeDecoder:
 
     @property
     def speculative(self) -> bool:
-        return self.method != "ar"
+        return is_speculative(self.method)
 
     def prefill(self, slot: int, prompt_ids: list[int], stream_key: int = 0) -> int:
         """Run the prompt into ``slot``'s cache; return the first generated token."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .. import __version__
+from ..configuration import is_speculative
 from .cli import EngineArgs, server_args_dict
 from .decoding import SpeculativeDecoder
 from .drafter import BlockDrafter
@@ -35,12 +36,12 @@ def build_server(args: EngineArgs) -> EngineServer:
                 cfg = replace(cfg, num_layers=args.num_layers)
             model = TargetModel.from_seed(cfg, args.seed, device, dtype, max_positions)
         drafter = None
-        if args.method != "ar":
+        if is_speculative(args.method):
             drafter = BlockDrafter(model, args.block_size - 1, args.draft_agreement, args.seed)
         decoder = SpeculativeDecoder(model, args.method, args.budget, drafter, args.max_batch,
                                      args.context_length, kernel_impl=args.kernel_impl)
     metrics = EngineMetrics(args.served_model_name)
-    metrics.spec_num_draft_tokens.set(args.budget + 1 if args.method != "ar" else 0)
+    metrics.spec_num_draft_tokens.set(args.budget + 1 if is_speculative(args.method) else 0)
     scheduler = Scheduler(decoder, drafter, metrics, args.context_length, args.decode_log_interval, args.faults,
                           cpu_threads=args.cpu_threads)
     scheduler.start()

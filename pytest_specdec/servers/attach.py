@@ -13,6 +13,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_specdec.configuration import configuration_id, method_of_algorithm, takes_budget
 from pytest_specdec.servers.diagnosis import ServerError
 from pytest_specdec.servers.process import HEALTH_TIMEOUT_S, ManagedServer, probe
 from pytest_specdec.servers.spec import ServerSpec
@@ -33,8 +34,7 @@ class ServerIdentity:
 
     @property
     def id(self) -> str:
-        base = f"{self.method}-tp{self.tp}"
-        return f"{base}-b{self.budget}" if self.method == "ddtree" else base
+        return configuration_id(self.method, self.tp, self.budget)
 
     def matches(self, spec: ServerSpec) -> bool:
         return (self.method, self.tp, self.budget) == (spec.method, spec.tp, spec.budget)
@@ -47,9 +47,9 @@ def identify(info: dict) -> ServerIdentity:
     `speculative_num_draft_tokens` = budget + 1; both are understood.
     """
     algorithm = info.get("speculative_algorithm") or info.get("method")
-    method = "ar" if algorithm in (None, "", "NONE", "none", "ar", "AR") else str(algorithm).lower()
+    method = method_of_algorithm(algorithm)
     budget = None
-    if method == "ddtree":
+    if takes_budget(method):
         budget = info.get("speculative_ddtree_budget") or info.get("budget")
         if budget is None and info.get("speculative_num_draft_tokens"):
             budget = int(info["speculative_num_draft_tokens"]) - 1

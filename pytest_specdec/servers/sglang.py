@@ -21,8 +21,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
+from pytest_specdec.configuration import METHODS
 from pytest_specdec.errors import SpecdecUsageError
-from pytest_specdec.servers.spec import METHODS, ServerSpec
+from pytest_specdec.servers.spec import ServerSpec
 
 MethodFlags = Mapping[str, tuple[str, ...]]
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pytest_specdec.configuration import METHODS, configuration_id, is_speculative, takes_budget
 from pytest_specdec.errors import SpecdecUsageError
 
-METHODS = ("ar", "dflash", "ddtree")
-BACKENDS = ("embedded", "sglang")
+BACKENDS = ("embedded", "sglang", "attach")
 
 
 @dataclass(frozen=True)
@@ -50,10 +50,10 @@ class ServerSpec:
             )
         if not isinstance(self.tp, int) or self.tp < 1:
             raise SpecdecUsageError(f"tp={self.tp!r} for method {self.method}: use an integer >= 1")
-        if self.method == "ddtree":
+        if takes_budget(self.method):
             if not isinstance(self.budget, int) or self.budget < 1:
                 raise SpecdecUsageError(
-                    f"method ddtree needs a budget >= 1 (draft nodes per tree), got {self.budget!r}"
+                    f"method {self.method} needs a budget >= 1 (draft nodes per tree), got {self.budget!r}"
                 )
         elif self.budget is not None:
             raise SpecdecUsageError(
@@ -67,8 +67,7 @@ class ServerSpec:
     @property
     def id(self) -> str:
         """Stable, human-readable id: `ddtree-tp4-b16`, `dflash-tp1`, `ar-tp1`."""
-        base = f"{self.method}-tp{self.tp}"
-        return f"{base}-b{self.budget}" if self.method == "ddtree" else base
+        return configuration_id(self.method, self.tp, self.budget)
 
     @property
     def num_gpus(self) -> int:
@@ -77,7 +76,7 @@ class ServerSpec:
 
     @property
     def is_speculative(self) -> bool:
-        return self.method != "ar"
+        return is_speculative(self.method)
 
     def __str__(self) -> str:
         return self.id

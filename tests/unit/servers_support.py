@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from pytest_specdec.servers import ManagedServer, ServerSpec, build_argv
+from pytest_specdec.servers import ManagedServer, ServerSpec, build_embedded_argv
 from pytest_specdec.servers.cleanup import alive, group_members
 
 FAKE_ENTRY = (sys.executable, str(Path(__file__).with_name("fake_engine.py")))
@@ -35,7 +35,7 @@ def server(s: ServerSpec, log_dir: Path, *, entry=ENGINE_ENTRY, gpus=(), **kwarg
     kwargs.setdefault("term_grace", 3.0)
     return ManagedServer(
         s,
-        lambda port: build_argv(s, port, embedded_entry=list(entry)),
+        lambda port: build_embedded_argv(s, port, entry=list(entry)),
         log_dir=log_dir,
         gpus=gpus,
         **kwargs,

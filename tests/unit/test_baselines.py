@@ -19,7 +19,6 @@ from pytest_specdec.baselines import (
     compare_all,
     compare_metric,
     git_commit,
-    hardware_key,
     load_baselines,
     parse_tolerances,
     regression_message,
@@ -37,26 +36,6 @@ def mv(name="output_tok_s", value=100.0, direction="higher", spread=0.0, samples
 
 def entry(value=100.0, direction="higher", spread=0.0, deterministic=False):
     return BaselineEntry(value=value, direction=direction, spread=spread, samples=16, deterministic=deterministic)
-
-
-# ------------------------------------------------------------------ hardware key
-
-
-@pytest.mark.parametrize(
-    "name, arch, count, key",
-    [
-        ("NVIDIA H200", "sm_90", 8, "nvidia-h200-sm_90-x8"),
-        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "sm_120", 1,
-         "nvidia-rtx-pro-6000-blackwell-server-edition-sm_120-x1"),
-        ("NVIDIA H100 80GB HBM3", "SM_90", 4, "nvidia-h100-80gb-hbm3-sm_90-x4"),
-        ("NVIDIA B200", None, 2, "nvidia-b200-x2"),
-        (None, None, 0, "cpu"),
-        ("NVIDIA H200", "sm_90", 0, "cpu"),
-        ("", "sm_90", 1, "cpu"),
-    ],
-)
-def test_hardware_key(name, arch, count, key):
-    assert hardware_key(name, arch, count) == key
 
 
 def test_baseline_path(tmp_path):

@@ -34,6 +34,30 @@ def test_describe_and_key():
     assert NONE.describe() == "no GPU" and NONE.key == "cpu" and NONE.family == "cpu"
 
 
+@pytest.mark.parametrize(
+    "name, arch, count, key",
+    [
+        ("NVIDIA H200", "sm_90", 8, "nvidia-h200-sm_90-x8"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "sm_120", 1,
+         "nvidia-rtx-pro-6000-blackwell-server-edition-sm_120-x1"),
+        ("NVIDIA H100 80GB HBM3", "SM_90", 4, "nvidia-h100-80gb-hbm3-sm_90-x4"),
+        ("NVIDIA B200", None, 2, "nvidia-b200-x2"),
+        (None, None, 0, "cpu"),
+        ("NVIDIA H200", "sm_90", 0, "cpu"),
+        ("", "sm_90", 1, "cpu"),
+    ],
+)
+def test_hardware_key(name, arch, count, key):
+    assert hardware.hardware_key(name, arch, count) == key
+
+
+def test_a_simulated_inventory_has_its_own_key():
+    """A rehearsal's figures are no GPU's: its baseline file never mixes with a real one."""
+    assert hardware.resolve("sm_120", None, NONE).key == "simulated-sm_120-x1"
+    assert hardware.resolve("sm_90", 2, H200x8).key == "simulated-sm_90-x2"
+    assert hardware.resolve(None, 2, NONE).key == "cpu"  # scheduling slots only: no family
+
+
 def test_arch_override_simulates_that_family():
     hw = hardware.resolve("sm_120", None, NONE)
     assert hw.family == "blackwell" and hw.count == 1 and hw.simulated and hw.physical_gpus == 0

@@ -9,7 +9,9 @@ import sys
 import pytest
 
 from pytest_specdec.baselines import BaselineEntry, compare_metric, parse_tolerances
+from pytest_specdec.configuration import MatrixCase
 from pytest_specdec.metrics import MetricValue
+from pytest_specdec.result import Result
 from pytest_specdec.report import (
     RESULTS_FORMAT,
     ReportRow,
@@ -18,7 +20,7 @@ from pytest_specdec.report import (
     render_latex,
     render_markdown,
     results_document,
-    row_from_payload,
+    row_from_result,
     tex_escape,
     verdict_of,
     write_github_summary,
@@ -28,13 +30,15 @@ from pytest_specdec.report import (
 TOL = parse_tolerances("output_tok_s:5%,accept_length:2%")
 
 
-def payload(config, method, tp, budget, tok_s, accept=None, workload="chat"):
-    metrics = {"output_tok_s": {"value": tok_s, "direction": "higher"},
-               "ttft_ms": {"value": 12.34, "direction": "lower"}, "tpot_ms": {"value": 1.5, "direction": "lower"}}
+def row(method, tp, budget, tok_s, accept=None, comparisons=(), workload="chat"):
+    metrics = [MetricValue("output_tok_s", tok_s, "higher"), MetricValue("ttft_ms", 12.34, "lower"),
+               MetricValue("tpot_ms", 1.5, "lower")]
     if accept is not None:
-        metrics["accept_length"] = {"value": accept, "direction": "higher"}
-    return {"test_id": f"test_generation[{config}-{workload}]", "config": config, "method": method, "tp": tp,
-            "budget": budget, "workload": workload, "metrics": metrics}
+        metrics.append(MetricValue("accept_length", accept, "higher"))
+    case = MatrixCase("cpu", method, tp, budget)
+    test_id = f"test_generation[{case.param_id}-{workload}]"
+    return row_from_result(Result(test_id, f"t.py::{test_id}", case, workload, tuple(metrics),
+                                  tuple(comparisons)))
 
 
 def regression():
@@ -55,10 +59,10 @@ def unchanged():
 @pytest.fixture
 def rows():
     return [
-        row_from_payload(payload("ddtree-tp1-b16", "ddtree", 1, 16, 812.4, 3.21), [regression()]),
-        row_from_payload(payload("ddtree-tp1-b8", "ddtree", 1, 8, 700.0, 2.9), [improvement(), unchanged()]),
-        row_from_payload(payload("dflash-tp1", "dflash", 1, None, 650.0, 2.5), [unchanged()]),
-        row_from_payload(payload("ar-tp1", "ar", 1, None, 300.0)),
+        row("ddtree", 1, 16, 812.4, 3.21, [regression()]),
+        row("ddtree", 1, 8, 700.0, 2.9, [improvement(), unchanged()]),
+        row("dflash", 1, None, 650.0, 2.5, [unchanged()]),
+        row("ar", 1, None, 300.0),
         ReportRow(test_id="test_generation[ddtree-tp1-b32-chat]", config="ddtree-tp1-b32", workload="chat",
                   method="ddtree", tp=1, budget=32, outcome="failed",
                   reason="speculative decoding is not active on this server\nsecond line"),
@@ -76,14 +80,15 @@ def test_verdict_of():
     assert verdict_of([ungated_better]) == "ok"
 
 
-def test_row_from_payload(rows):
+def test_row_from_result(rows):
     r = rows[0]
     assert (r.config, r.method, r.tp, r.budget, r.workload) == ("ddtree-tp1-b16", "ddtree", 1, 16, "chat")
     assert r.metrics["output_tok_s"] == 812.4 and r.metrics["accept_length"] == 3.21
     assert r.verdict == "regression"
     assert r.comparisons == ("output_tok_s 812.4 < baseline 901.0 -5% (-9.8%)",)
     assert rows[1].verdict == "improved" and len(rows[1].comparisons) == 1  # unchanged lines are not notes
-    assert row_from_payload({"config": "x", "metrics": {"output_tok_s": 5.0}}).metrics == {"output_tok_s": 5.0}
+    plain = row_from_result(Result("test_x", "t.py::test_x", metrics=(MetricValue("output_tok_s", 5.0, "higher"),)))
+    assert plain.metrics == {"output_tok_s": 5.0} and plain.config == "test_x" and plain.verdict == ""
 
 
 def test_format_table(rows):
@@ -161,7 +166,7 @@ def test_render_latex(rows):
     assert "\\includegraphics[width=\\linewidth]{plots/tokens_per_s.png}" in tex
     assert tex.count("\\begin{") == tex.count("\\end{")
     # one table per workload
-    two = render_latex(rows + [row_from_payload(payload("ar-tp1", "ar", 1, None, 1.0, workload="code"))])
+    two = render_latex(rows + [row("ar", 1, None, 1.0, workload="code")])
     assert two.count("\\begin{tabular}") == 2 and "(code)" in two
 
 
@@ -176,8 +181,7 @@ def test_plot_rows_writes_pngs(rows, tmp_path):
 
 
 def test_plot_rows_without_budgets_and_empty(tmp_path):
-    only_chain = [row_from_payload(payload("dflash-tp1", "dflash", 1, None, 650.0, 2.5)),
-                  row_from_payload(payload("ar-tp1", "ar", 1, None, 300.0))]
+    only_chain = [row("dflash", 1, None, 650.0, 2.5), row("ar", 1, None, 300.0)]
     paths = plot_rows(only_chain, tmp_path / "a")
     assert [p.name for p in paths] == ["tokens_per_s.png", "accept_length.png"]
     assert plot_rows([], tmp_path / "b") == []

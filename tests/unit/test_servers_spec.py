@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from pytest_specdec.errors import SpecdecUsageError
-from pytest_specdec.servers import METHOD_FLAG_PRESETS, ServerError, ServerSpec, build_argv
+from pytest_specdec.servers import METHOD_FLAG_PRESETS, ServerError, ServerSpec, build_embedded_argv
 from pytest_specdec.servers.diagnosis import LogWatcher, describe_exit, fatal_cause, tail
 from pytest_specdec.servers.sglang import build_sglang_argv, method_flags_from_config
 
@@ -119,15 +119,15 @@ def test_method_flags_from_config():
 
 
 def test_embedded_argv():
-    argv = build_argv(ServerSpec("embedded", "ddtree", budget=12, seed=3, context_length=2048,
+    argv = build_embedded_argv(ServerSpec("embedded", "ddtree", budget=12, seed=3, context_length=2048,
                                  extra_args=("--fault-crash-after", "2")), 4242)
     assert argv[:3] == [sys.executable, "-m", "pytest_specdec.engine"]
     assert flag(argv, "--port") == "4242" and flag(argv, "--host") == "127.0.0.1"
     assert flag(argv, "--method") == "ddtree" and flag(argv, "--budget") == "12"
     assert flag(argv, "--seed") == "3" and flag(argv, "--context-length") == "2048"
     assert argv[-2:] == ["--fault-crash-after", "2"]
-    assert "--budget" not in build_argv(ServerSpec("embedded", "dflash"), 1)
-    assert "--model-path" not in build_argv(ServerSpec("embedded", "ar", model="Qwen/Qwen3-8B"), 1)
+    assert "--budget" not in build_embedded_argv(ServerSpec("embedded", "dflash"), 1)
+    assert "--model-path" not in build_embedded_argv(ServerSpec("embedded", "ar", model="Qwen/Qwen3-8B"), 1)
 
 
 def test_log_watcher_reads_incrementally(tmp_path):

@@ -1,0 +1,188 @@
+"""One object per server backend: the embedded engine, SGLang, or a server someone else runs.
+
+The backend is decided once, at configure time (`choose`), and everything that differs between
+backends asks that object: the `ServerSpec` a matrix cell becomes, the command line that serves
+it, where the model comes from, which known issues apply, how prompts are counted against the
+context length, and whether servers are launched (and so leased, retired and killed) at all.
+No other module compares backend names.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from .configuration import MatrixCase
+from .errors import SpecdecUsageError
+from .hardware import Hardware
+from .servers.embedded import ENGINE_MODULE, build_embedded_argv
+from .servers.leases import GpuLeases, read_topology
+from .servers.pool import ServerPool
+from .servers.process import ManagedServer
+from .servers.sglang import build_sglang_argv
+from .servers.spec import ServerSpec
+from .workloads import byte_token_count
+
+if TYPE_CHECKING:
+    from .state import RunState
+
+ArgvBuilder = Callable[[int], Sequence[str]]
+
+
+class Backend:
+    """What a run needs to know about its servers; subclasses fill in their backend's part."""
+
+    name: ClassVar[str]
+    #: the `backend` value of `[[known_issues]]` entries that apply to this backend's servers
+    issue_backend: ClassVar[str] = "embedded"
+    #: whether this run starts its servers (and so leases GPUs for them and stops them)
+    launches: ClassVar[bool] = True
+    #: prompt length in the server's tokens, for the context-length guard; None: not counted
+    count_tokens: ClassVar[Callable[[str], int] | None] = None
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason  # why this backend was chosen, for the report header
+
+    def __str__(self) -> str:
+        return self.name
+
+    def server_spec(self, case: MatrixCase, state: RunState) -> ServerSpec:
+        raise NotImplementedError
+
+    def argv_builder(self, spec: ServerSpec, state: RunState) -> ArgvBuilder:
+        """`port -> argv` for `spec` (the server manager picks the port)."""
+        raise NotImplementedError
+
+    def model_path(self, state: RunState) -> str | None:
+        """The target model as a local path (the `specdec_model_path` fixture); None: built in."""
+        return None
+
+    def pool(self, state: RunState, run_dir: Path) -> ServerPool:
+        """The session's server pool: each configuration boots once, on leased GPUs."""
+        leases = None
+        if state.hardware.count:
+            # Real GPUs: TP sets follow NVLink where `nvidia-smi topo -m` shows it; a simulated
+            # inventory has no links to read.
+            topology = read_topology() if not state.hardware.simulated else None
+            leases = GpuLeases(run_dir / "leases", [gpu.index for gpu in state.hardware.gpus],
+                               topology=topology)
+        log_dir = run_dir / "logs"
+
+        def factory(spec: ServerSpec, gpus: tuple[int, ...]) -> ManagedServer:
+            return ManagedServer(
+                spec, self.argv_builder(spec, state), log_dir=log_dir, gpus=gpus,
+                startup_timeout=state.settings.startup_timeout,
+                wait_gpu_release=state.hardware.physical_gpus > 0)
+
+        return ServerPool(factory, leases=leases, restart_on_crash=state.settings.restart_on_crash)
+
+
+class EmbeddedBackend(Backend):
+    """The engine of this package, one process per configuration, with synthetic weights."""
+
+    name = "embedded"
+    count_tokens = staticmethod(byte_token_count)
+
+    def server_spec(self, case: MatrixCase, state: RunState) -> ServerSpec:
+        return ServerSpec(backend=self.name, method=case.method, tp=case.tp, budget=case.budget,
+                          seed=state.config.engine.seed, extra_args=self._engine_args(case, state))
+
+    @staticmethod
+    def _engine_args(case: MatrixCase, state: RunState) -> tuple[str, ...]:
+        engine = state.config.engine
+        args = ["--model-preset", engine.model_preset, "--draft-agreement",
+                str(engine.draft_agreement), "--block-size", str(engine.block_size)]
+        if engine.device != "auto":  # the engine picks CUDA when it sees a GPU
+            args += ["--device", engine.device]
+        if engine.num_layers is not None:
+            args += ["--num-layers", str(engine.num_layers)]
+        if state.dry_run and case.budget is not None \
+                and state.known_issue(case.method, case.tp, case.budget) is not None:
+            # A dry run rehearses the family's suite: known crashes are reproduced by the engine's
+            # fault injection, so the xfail/XPASS machinery is exercised end to end.
+            args += ["--fault-crash-budgets", str(case.budget)]
+        return tuple(args) + tuple(engine.extra_args)
+
+    def argv_builder(self, spec: ServerSpec, state: RunState) -> ArgvBuilder:
+        return partial(build_embedded_argv, spec, entry=[sys.executable, "-m", ENGINE_MODULE])
+
+
+class SGLangBackend(Backend):
+    """`python -m sglang.launch_server`, with models provisioned from the Hub into the cache."""
+
+    name = "sglang"
+    issue_backend = "sglang"
+
+    def server_spec(self, case: MatrixCase, state: RunState) -> ServerSpec:
+        return ServerSpec(backend=self.name, method=case.method, tp=case.tp, budget=case.budget,
+                          model=state.config.model, draft_model=state.config.draft_model,
+                          seed=state.config.engine.seed, extra_args=state.config.sglang.extra_args)
+
+    def argv_builder(self, spec: ServerSpec, state: RunState) -> ArgvBuilder:
+        draft = None
+        if spec.is_speculative and state.config.draft_model:
+            draft = _provision(state.config.draft_model, state)
+        return partial(build_sglang_argv, spec, model_path=self.model_path(state),
+                       draft_model_path=draft, method_flags=state.config.sglang.method_flags,
+                       python=state.config.sglang.python)
+
+    def model_path(self, state: RunState) -> str | None:
+        return _provision(state.config.model, state) if state.config.model else None
+
+
+class AttachBackend(Backend):
+    """A server someone else started (`--specdec-server-url`): nothing is launched or stopped,
+    and each test runs only if that server is its configuration (per `/server_info`)."""
+
+    name = "attach"
+    launches = False
+    # a byte-level tokenizer never makes more tokens than bytes: an upper bound for any server
+    count_tokens = staticmethod(byte_token_count)
+
+    def server_spec(self, case: MatrixCase, state: RunState) -> ServerSpec:
+        return ServerSpec(backend=self.name, method=case.method, tp=case.tp, budget=case.budget,
+                          seed=state.config.engine.seed)
+
+    def argv_builder(self, spec: ServerSpec, state: RunState) -> ArgvBuilder:
+        raise TypeError("an attached server is never launched")
+
+    def pool(self, state: RunState, run_dir: Path) -> ServerPool:
+        url = state.settings.server_url
+        try:
+            return ServerPool.attach(url)
+        except Exception as exc:
+            raise SpecdecUsageError(f"--specdec-server-url {url}: {exc}") from None
+
+
+def _provision(model: str, state: RunState) -> str:
+    from .models import provision_model  # huggingface_hub is imported only when needed
+
+    cache = state.config.model_cache
+    return str(provision_model(model, **({"cache_dir": cache} if cache else {})))
+
+
+def sglang_importable() -> bool:
+    return importlib.util.find_spec("sglang") is not None
+
+
+def choose(requested: str, hardware: Hardware, server_url: str | None) -> Backend:
+    """`auto` means SGLang where it is importable and a real GPU is present, else embedded."""
+    if server_url:
+        return AttachBackend(f"attached to {server_url}")
+    if requested == "embedded":
+        return EmbeddedBackend("requested")
+    if requested == "sglang":
+        if not sglang_importable():
+            raise SpecdecUsageError(
+                "--specdec-backend sglang: the sglang package is not importable in this Python; "
+                "install it (pip install sglang) or use --specdec-backend embedded")
+        return SGLangBackend("requested")
+    if hardware.physical_gpus == 0:
+        return EmbeddedBackend("auto: no GPU")
+    if not sglang_importable():
+        return EmbeddedBackend("auto: sglang not importable")
+    return SGLangBackend("auto: GPU and sglang present")

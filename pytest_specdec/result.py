@@ -1,0 +1,92 @@
+"""`Result`: one test's figures, as they travel from the test to the journal, the controller's
+summary, the report files and the baseline file.
+
+One typed record for every stage, so that each reads the same fields by name rather than keys of
+a dict whose shape only the writer knew. `to_json` is what the journal stores and what a test
+report carries to the xdist controller; `from_json` reads either back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+from .baselines import Comparison, verdict_of
+from .configuration import MatrixCase
+from .metrics import MetricValue
+
+
+@dataclass(frozen=True)
+class Result:
+    """The figures one test recorded, with where they came from and how they compared.
+
+    `test_id` (the test's name with its parameters) keys the baseline file; `nodeid` and
+    `workload` key the journal. `details` holds what reports show but nothing decides on (the
+    workload's full measurement, the server's own figures, client/server disagreements).
+    """
+
+    test_id: str
+    nodeid: str
+    case: MatrixCase | None = None
+    workload: str | None = None
+    metrics: tuple[MetricValue, ...] = ()
+    comparisons: tuple[Comparison, ...] = ()
+    time: float = 0.0
+    details: Mapping[str, Any] = field(default_factory=dict)
+    resumed: bool = False  # read back from the journal of an interrupted run
+
+    @property
+    def config(self) -> str:
+        """The configuration's test id (`ddtree-tp1-b16`, `blackwell-ddtree-tp4-b16`)."""
+        return self.case.param_id if self.case is not None else self.test_id
+
+    @property
+    def verdict(self) -> str:
+        return verdict_of(self.comparisons)
+
+    def metric(self, name: str) -> MetricValue | None:
+        return next((m for m in self.metrics if m.name == name), None)
+
+    def values(self) -> dict[str, float]:
+        return {m.name: m.value for m in self.metrics}
+
+    def compared(self, comparisons: tuple[Comparison, ...]) -> Result:
+        return replace(self, comparisons=tuple(comparisons))
+
+    def to_json(self) -> dict[str, Any]:
+        case = self.case
+        return {
+            "test_id": self.test_id,
+            "nodeid": self.nodeid,
+            "config": self.config if case is not None else None,
+            "spec": case.spec_id if case is not None else None,
+            "family": case.family if case is not None else None,
+            "method": case.method if case is not None else None,
+            "tp": case.tp if case is not None else None,
+            "budget": case.budget if case is not None else None,
+            "workload": self.workload,
+            "metrics": {m.name: m.to_json() for m in self.metrics},
+            "comparisons": [c.to_json() for c in self.comparisons],
+            "time": self.time,
+            "details": dict(self.details),
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any], *, resumed: bool = False) -> Result:
+        test_id = str(obj["test_id"])
+        case = None
+        if obj.get("method") is not None:
+            case = MatrixCase(str(obj.get("family") or "cpu"), str(obj["method"]), int(obj["tp"]),
+                              None if obj.get("budget") is None else int(obj["budget"]))
+        return cls(
+            test_id=test_id,
+            nodeid=str(obj.get("nodeid") or test_id),
+            case=case,
+            workload=obj.get("workload"),
+            metrics=tuple(MetricValue.from_json(name, m)
+                          for name, m in (obj.get("metrics") or {}).items()),
+            comparisons=tuple(Comparison.from_json(test_id, c) for c in obj.get("comparisons", ())),
+            time=float(obj.get("time", 0.0)),
+            details=dict(obj.get("details") or {}),
+            resumed=resumed,
+        )

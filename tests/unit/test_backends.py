@@ -1,0 +1,108 @@
+"""One object per backend: what each one decides, and the one configuration id everywhere."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec import backends, configuration
+from pytest_specdec.config import KnownIssue, SpecdecConfig
+from pytest_specdec.configuration import MatrixCase, configuration_id
+from pytest_specdec.errors import SpecdecUsageError
+from pytest_specdec.hardware import GPU, Hardware
+from pytest_specdec.options import resolve
+from pytest_specdec.servers.attach import identify
+from pytest_specdec.servers.spec import ServerSpec
+from pytest_specdec.state import RunState
+from pytest_specdec.workloads import byte_token_count
+
+CPU = Hardware((), "none", 0)
+SM120 = Hardware((GPU(0, "simulated sm_120", "sm_120"),), "simulated", 0)
+SM120_CRASH = KnownIssue("verify crashes", arch="sm_120", methods=("ddtree",), budget=(8,))
+
+
+def state(backend: backends.Backend, hardware: Hardware = CPU, *, issues=(), **options) -> RunState:
+    cfg = SpecdecConfig(source="test", root=Path("."),
+                        known_issues=tuple(issues), model="org/model", draft_model="org/draft")
+    return RunState(cfg, resolve(options, {}, {}, "test"), hardware, backend)
+
+
+def test_the_configuration_id_is_one_function():
+    case = MatrixCase("blackwell", "ddtree", 4, 16)
+    spec = ServerSpec("sglang", "ddtree", tp=4, budget=16, model="m", draft_model="d")
+    identity = identify({"speculative_algorithm": "DDTREE", "speculative_ddtree_budget": 16, "tp_size": 4})
+    assert case.spec_id == spec.id == identity.id == configuration_id("ddtree", 4, 16) == "ddtree-tp4-b16"
+    assert case.param_id == "blackwell-ddtree-tp4-b16"
+    assert configuration_id("dflash", 1, None) == ServerSpec("embedded", "dflash").id == "dflash-tp1"
+
+
+@pytest.mark.parametrize("method, speculative", [("ar", False), ("AR", False), ("none", False), (None, False),
+                                                 ("dflash", True), ("ddtree", True), ("EAGLE3", True)])
+def test_which_methods_speculate(method, speculative):
+    assert configuration.is_speculative(method) is speculative
+
+
+def test_algorithm_names_round_trip():
+    for method in configuration.METHODS:
+        assert configuration.method_of_algorithm(configuration.algorithm_of_method(method)) == method
+
+
+def test_choose_decides_once_with_a_reason(monkeypatch):
+    monkeypatch.setattr(backends, "sglang_importable", lambda: False)
+    assert isinstance(backends.choose("auto", CPU, None), backends.EmbeddedBackend)
+    attach = backends.choose("sglang", CPU, "http://h:1")
+    assert attach.name == "attach" and attach.reason == "attached to http://h:1" and not attach.launches
+    with pytest.raises(SpecdecUsageError, match="sglang package is not importable"):
+        backends.choose("sglang", CPU, None)
+    monkeypatch.setattr(backends, "sglang_importable", lambda: True)
+    h200 = Hardware((GPU(0, "NVIDIA H200", "sm_90"),), "nvml", 1)
+    assert str(backends.choose("auto", h200, None)) == "sglang"
+
+
+def test_embedded_spec_carries_engine_args_and_a_dry_runs_known_crash():
+    embedded = backends.EmbeddedBackend("requested")
+    rehearsal = state(embedded, SM120, issues=[SM120_CRASH])
+    crash = embedded.server_spec(MatrixCase("blackwell", "ddtree", 1, 8), rehearsal)
+    assert crash.backend == "embedded" and "--draft-agreement" in crash.extra_args
+    assert crash.extra_args[crash.extra_args.index("--fault-crash-budgets") + 1] == "8"
+    healthy = embedded.server_spec(MatrixCase("blackwell", "ddtree", 1, 16), rehearsal)
+    assert "--fault-crash-budgets" not in healthy.extra_args
+    running_them = state(embedded, SM120, issues=[SM120_CRASH], run_known_issues=True)
+    assert "--fault-crash-budgets" not in embedded.server_spec(
+        MatrixCase("blackwell", "ddtree", 1, 8), running_them).extra_args
+    argv = embedded.argv_builder(crash, rehearsal)(4242)
+    assert argv[1:3] == ["-m", "pytest_specdec.engine"] and "4242" in argv
+    assert embedded.count_tokens is byte_token_count and embedded.model_path(rehearsal) is None
+
+
+def test_known_issues_match_the_backends_own_name():
+    sglang_only = replace(SM120_CRASH, backend=("sglang",))
+    sglang = backends.SGLangBackend("requested")
+    assert state(sglang, SM120, issues=[sglang_only]).known_issue("ddtree", 1, 8) is sglang_only
+    embedded = backends.EmbeddedBackend("requested")
+    assert state(embedded, SM120, issues=[sglang_only]).known_issue("ddtree", 1, 8) is None
+    assert state(embedded, SM120, issues=[SM120_CRASH]).known_issue("ddtree", 1, 16) is None
+
+
+def test_sglang_spec_and_argv(monkeypatch):
+    sglang = backends.SGLangBackend("requested")
+    run = state(sglang)
+    monkeypatch.setattr(backends, "_provision", lambda model, st: f"/cache/{model}")
+    spec = sglang.server_spec(MatrixCase("hopper", "dflash", 2, None), run)
+    argv = sglang.argv_builder(spec, run)(30000)
+    assert argv[argv.index("--model-path") + 1] == "/cache/org/model"
+    assert argv[argv.index("--speculative-draft-model-path") + 1] == "/cache/org/draft"
+    assert sglang.count_tokens is None and sglang.model_path(run) == "/cache/org/model"
+
+
+def test_attach_never_launches():
+    attach = backends.AttachBackend("attached")
+    run = state(attach, server_url="http://127.0.0.1:9")
+    spec = attach.server_spec(MatrixCase("cpu", "ar", 1, None), run)
+    assert spec.backend == "attach" and spec.id == "ar-tp1"
+    with pytest.raises(TypeError):
+        attach.argv_builder(spec, run)
+    with pytest.raises(SpecdecUsageError, match="--specdec-server-url http://127.0.0.1:9"):
+        attach.pool(run, Path("."))
