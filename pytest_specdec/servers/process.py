@@ -101,8 +101,8 @@ def probe(url: str, timeout: float) -> tuple[str, int | None]:
 class ManagedServer:
     """A server process we own. `start()` returns once it is ready or raises `ServerError`.
 
-    `argv_for_port` builds the command for a given port (see `build_argv`), so a port retry needs
-    no knowledge of the backend. `gpus` (physical indices from a lease) become
+    `argv_for_port` builds the command for a given port (a backend's `argv_builder`), so a port
+    retry needs no knowledge of the backend. `gpus` (physical indices from a lease) become
     CUDA_VISIBLE_DEVICES, with CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA's numbering matches NVML's and
     nvidia-smi's, which the lease manager uses.
     """
