@@ -1,3 +1,34 @@
 """Settings for this repository's own tests (not shipped with the plugin)."""
 
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
 pytest_plugins = ["pytester"]
+
+# SGLang itself, installed by scripts/setup-venv.sh into a directory of its own: its pinned
+# dependencies conflict with this venv's, so only the tests that read or run it put it on sys.path.
+SGLANG_REFERENCE = Path(os.environ.get("SPECDEC_SGLANG_REFERENCE", Path(sys.prefix) / "sglang-reference"))
+
+
+@pytest.fixture(scope="session")
+def sglang_reference() -> Path:
+    """SGLang's reference copy on sys.path (after the venv's own packages) for this session;
+    where it is missing, skips saying how to install it (fails under CI, which installs it)."""
+    if not (SGLANG_REFERENCE / "sglang").is_dir():
+        missing = (f"SGLang's reference copy is not installed in {SGLANG_REFERENCE}: run scripts/setup-venv.sh "
+                   f"(or point SPECDEC_SGLANG_REFERENCE at a `pip install --target` of sglang==0.5.23)")
+        if os.environ.get("CI"):  # CI installs it: its absence there is a broken setup, not a skip
+            pytest.fail(missing)
+        pytest.skip(missing)
+    entry = str(SGLANG_REFERENCE)
+    added = entry not in sys.path
+    if added:
+        sys.path.append(entry)
+    yield SGLANG_REFERENCE
+    if added:
+        sys.path.remove(entry)

@@ -38,11 +38,22 @@ fi
 echo "setup-venv: installing pytest-specdec with its test extras" >&2
 "${pip[@]}" -e ".[test]"
 
-# SGLang's own argument parser, for the argv contract tests: the package without its heavy
-# dependencies, plus the light ones its server_args module imports.
-echo "setup-venv: installing sglang==0.5.23 (parser only, no dependencies)" >&2
-"${pip[@]}" --no-deps sglang==0.5.23
-"${pip[@]}" msgspec psutil orjson pybase64 requests pillow starlette pydantic pyzmq tqdm ipython
+# SGLang's own code, read by the contract tests (its argv parser, request schema, endpoints, metric
+# and log names) and imported by the client tests (its frontend, bench_serving): installed into a
+# directory of its own that only those tests put on sys.path, because SGLang pins dependencies
+# (torch among them) that this venv does not and must not have.
+sglang_dir="$venv/sglang-reference"
+sglang_reqs=(sglang==0.5.23 msgspec psutil orjson pybase64 requests pillow starlette pydantic pyzmq tqdm
+             ipython fastapi)
+if [ "$(cat "$sglang_dir/.installed" 2>/dev/null)" != "${sglang_reqs[*]}" ]; then
+  echo "setup-venv: installing ${sglang_reqs[0]} without its dependencies, plus the light ones its" \
+       "modules import, into $sglang_dir (for the contract and client tests only; about 30 s)" >&2
+  rm -rf "$sglang_dir"
+  "${pip[@]}" --target "$sglang_dir" --no-deps "${sglang_reqs[0]}"
+  rm -rf "$sglang_dir/bin"  # sglang's console scripts, unused; pip would warn that the next install clashes
+  "${pip[@]}" --target "$sglang_dir" "${sglang_reqs[@]:1}"
+  echo "${sglang_reqs[*]}" > "$sglang_dir/.installed"
+fi
 
 echo "$want" > "$stamp"
 echo "setup-venv: ready ($venv)" >&2

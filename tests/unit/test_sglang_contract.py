@@ -11,24 +11,25 @@ so `DDTREE` parses as is; the flags differ by preset:
   request declares it (an optional int), and separately assert that upstream alone still rejects
   it -- when upstream merges DDTree that test fails and the extra registration should go.
 
-Install the parser: `pip install --no-deps sglang==0.5.23` plus its light imports (see
-scripts/setup-venv.sh). Without it this module skips, saying so.
+SGLang comes from its reference copy (the `sglang_reference` fixture: scripts/setup-venv.sh
+installs sglang==0.5.23 and its light imports into a directory of their own).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 
 import pytest
 
 from pytest_specdec.servers import METHOD_FLAG_PRESETS, ServerSpec
 from pytest_specdec.servers.sglang import build_sglang_argv
 
-server_args = pytest.importorskip(
-    "sglang.srt.server_args",
-    reason="SGLang's parser is not installed: pip install --no-deps sglang==0.5.23 plus its light "
-    "dependencies (scripts/setup-venv.sh)",
-)
+
+
+@pytest.fixture(scope="module")
+def server_args(sglang_reference):
+    return importlib.import_module("sglang.srt.server_args")
 
 METHODS = ("dflash", "ddtree", "ar")
 TPS = (1, 4, 8)
@@ -64,16 +65,16 @@ class _Parser(argparse.ArgumentParser):
         raise _ParseError(message)
 
 
-def upstream_parser() -> argparse.ArgumentParser:
+def upstream_parser(server_args) -> argparse.ArgumentParser:
     parser = _Parser(prog="sglang serve")
     server_args.ServerArgs.add_cli_args(parser)
     return parser
 
 
 @pytest.fixture(scope="module")
-def parsers():
-    upstream = upstream_parser()
-    with_pr = upstream_parser()
+def parsers(server_args):
+    upstream = upstream_parser(server_args)
+    with_pr = upstream_parser(server_args)
     with_pr.add_argument("--speculative-ddtree-budget", type=int, default=None)
     return {"num-draft-tokens": upstream, "ddtree-budget": with_pr}
 
@@ -110,7 +111,7 @@ def test_argv_parses_with_sglang_parser(parsers, preset, spec):
         assert ns.speculative_num_draft_tokens == spec.budget + 1  # tree nodes + root
 
 
-def test_dflash_is_an_upstream_algorithm():
+def test_dflash_is_an_upstream_algorithm(sglang_reference):
     spec_info = pytest.importorskip("sglang.srt.speculative.spec_info")
     assert spec_info.SpeculativeAlgorithm.from_string("DFLASH").is_dflash()
     with pytest.raises(ValueError, match="DDTREE"):  # needs the fork's plugin registration
