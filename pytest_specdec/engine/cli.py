@@ -43,6 +43,7 @@ class EngineArgs:
     max_batch: int
     decode_log_interval: int
     log_level: str
+    http_idle_timeout: float
     faults: FaultPlan
 
     @property
@@ -90,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--decode-log-interval", type=int, default=40)
     p.add_argument("--log-level", default="info", type=str.lower,
                    choices=("debug", "info", "warning", "error", "critical"))
+    # Longer than aiohttp's client keep-alive (15 s), so a pooled client connection is always
+    # closed by its client first and never races the server's close.
+    p.add_argument("--http-idle-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="close a connection that sends no complete request for this long (idle, or slow "
+                        "headers); a request body slower than this gets 408")
     g = p.add_argument_group("fault injection (see faults.py)")
     g.add_argument("--fault-crash-warmup", action="store_true", help="fail the warm-up request and exit 1")
     g.add_argument("--fault-crash-after", type=int, default=None, metavar="N",
@@ -129,6 +135,8 @@ def parse_args(argv: list[str] | None = None) -> EngineArgs:
         parser.error("--fault-crash-after must be >= 0")
     if ns.fault_slow_start < 0:
         parser.error("--fault-slow-start must be >= 0")
+    if not 0 < ns.http_idle_timeout < float("inf"):
+        parser.error(f"--http-idle-timeout must be a positive number of seconds, got {ns.http_idle_timeout}")
     faults = FaultPlan(crash_warmup=ns.fault_crash_warmup, crash_after=ns.fault_crash_after,
                        crash_budgets=ns.fault_crash_budgets, zero_tokens=ns.fault_zero_tokens,
                        hang=ns.fault_hang, slow_start=ns.fault_slow_start)
@@ -138,7 +146,7 @@ def parse_args(argv: list[str] | None = None) -> EngineArgs:
                       model_path=ns.model_path, num_layers=ns.num_layers, device=ns.device, dtype=dtype,
                       kernel_impl=ns.kernel_impl, cpu_threads=ns.cpu_threads, context_length=ns.context_length,
                       max_batch=ns.max_batch, decode_log_interval=ns.decode_log_interval,
-                      log_level=ns.log_level, faults=faults)
+                      log_level=ns.log_level, http_idle_timeout=ns.http_idle_timeout, faults=faults)
 
 
 def server_args_dict(args: EngineArgs) -> dict:

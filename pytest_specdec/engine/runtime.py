@@ -66,4 +66,5 @@ def build_server(args: EngineArgs) -> EngineServer:
     }
     return EngineServer(host=args.host, port=args.port, scheduler=scheduler, metrics=metrics, faults=args.faults,
                         context_length=args.context_length, server_args=server_args_dict(args),
-                        model_info=model_info, served_model_name=args.served_model_name, version=__version__)
+                        model_info=model_info, served_model_name=args.served_model_name, version=__version__,
+                        idle_timeout=args.http_idle_timeout)

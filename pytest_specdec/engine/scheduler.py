@@ -44,12 +44,14 @@ class Request:
     ``output_ids[:progress.num_ids]`` (the list only grows) and the :class:`Progress` it is sent."""
 
     def __init__(self, input_ids: list[int], max_new_tokens: int, *, ignore_eos: bool = False,
-                 stop: tuple[str, ...] = (), stream: bool = False, rid: str | None = None,
-                 internal: bool = False) -> None:
+                 stop: tuple[str, ...] = (), stop_token_ids: frozenset[int] = frozenset(), stream: bool = False,
+                 rid: str | None = None, internal: bool = False) -> None:
         self.rid = rid or uuid.uuid4().hex
         self.input_ids = input_ids
         self.max_new_tokens = max_new_tokens
         self.ignore_eos = ignore_eos
+        # as in SGLang, ignore_eos turns off the request's stop token ids as well as EOS
+        self.stop_ids = frozenset() if ignore_eos else stop_token_ids | {EOS_ID}
         self.stop = stop
         self.stream = stream
         self.internal = internal  # warm-up and health checks: not client traffic
@@ -71,10 +73,10 @@ class Request:
 
     def append(self, tokens: list[int]) -> int:
         """Append committed tokens up to the first finishing condition; return how many were
-        taken. Finishing: ``max_new_tokens`` reached (length), EOS unless ``ignore_eos``, or a
-        stop string in the text (which is cut off before it, as SGLang does)."""
+        taken. Finishing: ``max_new_tokens`` reached (length), EOS or a stop token id unless
+        ``ignore_eos``, or a stop string in the text (which is cut off before it, as SGLang does)."""
         tokens = tokens[: self.max_new_tokens - len(self.output_ids)]
-        if not self.stop and (self.ignore_eos or EOS_ID not in tokens):
+        if not self.stop and self.stop_ids.isdisjoint(tokens):
             self.output_ids.extend(tokens)
             self.text = self._decoder.feed(tokens)
         else:
@@ -82,8 +84,8 @@ class Request:
             for token in tokens:
                 taken += 1
                 self.output_ids.append(token)
-                if token == EOS_ID and not self.ignore_eos:
-                    self.finish({"type": "stop", "matched": EOS_ID})
+                if token in self.stop_ids:
+                    self.finish({"type": "stop", "matched": token})
                     break
                 before = len(self.text)
                 self.text = self._decoder.feed([token])

@@ -1,14 +1,14 @@
-"""The HTTP front end: a faithful subset of SGLang's native API, served by aiohttp.
+"""The HTTP front end: SGLang's native API and its OpenAI-compatible one, served by aiohttp.
 
 Endpoints: ``/health`` and ``/health_generate`` (503 until warm-up is done, then a one-token
-generation, as SGLang does), ``/ready``, ``/generate`` (text or input_ids; sampling_params
-max_new_tokens, temperature, ignore_eos, stop; SSE streaming with cumulative text ending
+generation, as SGLang does), ``/ready``, ``/generate`` (text or input_ids, every field and
+sampling parameter SGLang accepts: see protocol.py; SSE streaming with cumulative text ending
 ``data: [DONE]``), ``/server_info`` (and its old name ``/get_server_info``), ``/model_info``
 (and ``/get_model_info``), ``/v1/models``, ``/flush_cache`` and ``/metrics``.
 
-Decoding is greedy whatever the temperature: the speculative methods here verify greedily, and
-one rule for all methods keeps their outputs comparable. Request fields outside the subset are
-rejected with HTTP 400 rather than silently ignored.
+Anyone on the host can reach this server, so a hostile request is a 400, never a 500 or a stuck
+handler: see protocol.parse_json, and ``idle_timeout``, which closes a connection that sends no
+complete request (idle, or trickling its headers) and answers 408 to a body that trickles.
 """
 
 from __future__ import annotations
@@ -25,24 +25,18 @@ from aiohttp import web
 from . import logs
 from .faults import FaultPlan
 from .metrics import EngineMetrics
+from .protocol import Refused, RequestError, parse_generate, parse_json
 from .scheduler import Progress, Request, Scheduler
 from .tokenizer import ByteTokenizer
 
-GENERATE_FIELDS = frozenset({"text", "input_ids", "sampling_params", "stream", "rid"})
-SAMPLING_FIELDS = frozenset({"max_new_tokens", "temperature", "ignore_eos", "stop"})
-DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default
 WARMUP_PROMPT = "The capital city of France is"
 WARMUP_MAX_NEW_TOKENS = 8
-
-
-class BadRequest(ValueError):
-    """A request SGLang would answer with HTTP 400; the message says what is wrong."""
 
 
 class EngineServer:
     def __init__(self, *, host: str, port: int, scheduler: Scheduler, metrics: EngineMetrics,
                  faults: FaultPlan, context_length: int, server_args: dict, model_info: dict,
-                 served_model_name: str, version: str) -> None:
+                 served_model_name: str, version: str, idle_timeout: float = 60.0) -> None:
         self.host, self.port = host, port
         self.scheduler = scheduler
         self.metrics = metrics
@@ -52,6 +46,7 @@ class EngineServer:
         self.model_info = model_info
         self.served_model_name = served_model_name
         self.version = version
+        self.idle_timeout = idle_timeout
         self.tokenizer = ByteTokenizer()
         self.ready = False
         self.created = int(time.time())
@@ -83,7 +78,8 @@ class EngineServer:
         asyncio.run(self._serve())
 
     async def _serve(self) -> None:
-        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False,
+                               keepalive_timeout=self.idle_timeout)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
         await site.start()
@@ -144,9 +140,20 @@ class EngineServer:
             await asyncio.Event().wait()  # never set: the connection stays open, unanswered
 
     @staticmethod
-    def _error(message: str, status: int = 400) -> web.Response:
-        logs.SERVER.error(f"[http_server] Error: {message}")
-        return web.json_response({"error": {"message": message}}, status=status)
+    def _error(exc: RequestError) -> web.Response:
+        logs.SERVER.error(f"[http_server] Error: {exc}")
+        return web.json_response(exc.body(), status=exc.status)
+
+    @staticmethod
+    async def _stream_error(request: web.Request, exc: Refused) -> web.StreamResponse:
+        """A refused streaming request as SGLang sends it: HTTP 200, one error event, [DONE]."""
+        logs.SERVER.error(f"[http_server] Error: {exc}")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        await resp.write(b"data: " + json.dumps(exc.stream_event()).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
 
     # ------------------------------------------------------------------ endpoints
 
@@ -176,73 +183,35 @@ class EngineServer:
     async def generate(self, request: web.Request) -> web.StreamResponse:
         await self._hang_if_faulty()
         try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return self._error(f"The request body is not valid JSON: {exc}")
-        try:
-            req = self._parse_generate(body)
-        except BadRequest as exc:
-            return self._error(str(exc))
+            req = await self._read_generate(request)
+        except RequestError as exc:
+            if isinstance(exc, Refused) and exc.stream:  # SGLang has started streaming by then
+                return await self._stream_error(request, exc)
+            return self._error(exc)
         if req.stream:
             return await self._stream(request, req)
         p = await self._finished(req)
         return web.json_response(self._output(req, p))
 
-    def _parse_generate(self, body: object) -> Request:
-        if not isinstance(body, dict):
-            raise BadRequest("The request body must be a JSON object.")
-        unknown = sorted(set(body) - GENERATE_FIELDS)
-        if unknown:
-            raise BadRequest(f"Unknown field(s) {unknown}; this server accepts {sorted(GENERATE_FIELDS)}.")
-        text, input_ids = body.get("text"), body.get("input_ids")
-        if (text is None) == (input_ids is None):
-            raise BadRequest("Either text or input_ids should be provided.")
-        if text is not None:
-            if not isinstance(text, str):
-                raise BadRequest("text must be a string (batched requests are not supported).")
-            input_ids = self.tokenizer.encode(text)
-        elif not (isinstance(input_ids, list) and input_ids and all(type(i) is int for i in input_ids)):
-            raise BadRequest("input_ids must be a non-empty list of integers (batched requests are not supported).")
-        elif any(not 0 <= i < self.tokenizer.vocab_size for i in input_ids):
-            raise BadRequest(f"The input_ids {input_ids} contains values greater than the vocab size "
-                             f"({self.tokenizer.vocab_size}).")
-        params = body.get("sampling_params") or {}
-        if not isinstance(params, dict):
-            raise BadRequest("sampling_params must be an object.")
-        unknown = sorted(set(params) - SAMPLING_FIELDS)
-        if unknown:
-            raise BadRequest(f"Unknown sampling_params {unknown}; this server accepts {sorted(SAMPLING_FIELDS)}.")
-        max_new_tokens = params.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
-        if type(max_new_tokens) is not int or max_new_tokens < 0:
-            raise BadRequest(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}.")
-        temperature = params.get("temperature", 1.0)
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
-            raise BadRequest(f"temperature must be a non-negative number, got {temperature!r}.")
-        ignore_eos = params.get("ignore_eos", False)
-        if not isinstance(ignore_eos, bool):
-            raise BadRequest(f"ignore_eos must be a boolean, got {ignore_eos!r}.")
-        stop = params.get("stop") or ()
-        stop = (stop,) if isinstance(stop, str) else stop
-        if not (isinstance(stop, (list, tuple)) and all(isinstance(s, str) and s for s in stop)):
-            raise BadRequest("stop must be a non-empty string or a list of them.")
-        stream = body.get("stream", False)
-        if not isinstance(stream, bool):
-            raise BadRequest(f"stream must be a boolean, got {stream!r}.")
-        rid = body.get("rid")
-        if rid is not None and not isinstance(rid, str):
-            raise BadRequest(f"rid must be a string, got {rid!r}.")
-        n = len(input_ids)
-        if n >= self.context_length:
-            raise BadRequest(f"The input ({n} tokens) is longer than the model's context length "
-                             f"({self.context_length} tokens).")
-        if n + max_new_tokens >= self.context_length:
-            raise BadRequest(
-                f"Requested token count exceeds the model's maximum context length of {self.context_length} "
-                f"tokens. You requested a total of {n + max_new_tokens} tokens: {n} tokens from the input "
-                f"messages and {max_new_tokens} tokens for the completion. Please reduce the number of "
-                f"tokens in the input messages or the completion to fit within the limit.")
-        return Request(input_ids, max_new_tokens, ignore_eos=ignore_eos, stop=tuple(stop), stream=stream,
-                       rid=rid)
+    async def _read_generate(self, request: web.Request) -> Request:
+        body = parse_json(await self._read_body(request))
+        try:
+            g = parse_generate(body, encode=self.tokenizer.encode, vocab_size=self.tokenizer.vocab_size,
+                               context_length=self.context_length)
+        except Refused as exc:
+            exc.stream = isinstance(body, dict) and body.get("stream") is True
+            raise
+        s = g.sampling
+        return Request(list(g.input_ids), s.max_new_tokens, ignore_eos=s.ignore_eos, stop=s.stop,
+                       stop_token_ids=s.stop_token_ids, stream=g.stream, rid=g.rid)
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        """The body, or a 408 when it trickles in slower than the idle timeout allows: aiohttp's
+        keep-alive timeout guards a connection until its headers are in, this guards the body."""
+        try:
+            return await asyncio.wait_for(request.read(), self.idle_timeout)
+        except asyncio.TimeoutError:
+            raise web.HTTPRequestTimeout(text=f"The request body did not arrive within {self.idle_timeout:g} s.")
 
     def _meta_info(self, req: Request, p: Progress) -> dict:
         meta = {"id": req.rid, "finish_reason": p.finish_reason, "prompt_tokens": len(req.input_ids),

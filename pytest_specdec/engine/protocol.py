@@ -1,0 +1,340 @@
+"""What /generate accepts: every request field and sampling parameter SGLang declares, and what the
+engine does with each, so SGLang's own clients (its frontend, bench_serving) work unchanged.
+
+Each name is of one kind:
+
+- honoured: the engine does what SGLang does with it (``text``, ``max_new_tokens``, ``stop``, ...);
+- a hint: routing, caching, logging and tracing hints, and options that only shape an output the
+  engine never produces (logprob formats without ``return_logprob``); any value is accepted and
+  changes nothing;
+- neutral-only: a feature the engine does not have (logprobs, media inputs, LoRA, constrained
+  decoding, sampling shape). ``null`` or the value that turns it off (SGLang's default) is
+  accepted; any other value is refused with a 400 naming it, because serving it silently would
+  measure something other than what the client asked for.
+
+A name SGLang does not declare is refused too (SGLang's own server ignores unknown top-level
+names; the engine does not, so a typo cannot pass unnoticed). ``null`` always means the default.
+The name sets are checked against SGLang's source by tests/unit/test_sglang_contract.py.
+
+Decoding is greedy whatever the temperature: the speculative methods here verify greedily, and
+one rule for all methods keeps their outputs comparable.
+
+Errors take SGLang's shapes (see the error classes): a malformed body, a schema violation, and a
+request SGLang's tokenizer manager refuses each look as they do from SGLang.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default
+TOP_K_ALL = 1 << 30  # SGLang's "whole vocabulary"
+MAX_JSON_DEPTH = 64  # SGLang's request types nest a few levels; far deeper is an attack, not a request
+
+
+@dataclass(frozen=True)
+class Neutral:
+    """A feature the engine lacks: ``off`` (SGLang's default or the value that disables it), the
+    values in ``also`` and null are accepted, and so is an empty string, list or object."""
+
+    off: Any
+    also: tuple = ()
+
+    def accepts(self, value: Any) -> bool:
+        if value is None or value in ("", [], {}):
+            return True
+        return any(type(value) is type(ok) and value == ok for ok in (self.off, *self.also))
+
+
+# -- /generate's top-level fields (SGLang's GenerateReqInput) --------------------------------------
+
+HONOURED_FIELDS = frozenset({"text", "input_ids", "sampling_params", "stream", "rid"})
+HINT_FIELDS = frozenset({
+    # routing, scheduling, caching, sessions, accounting
+    "session_id", "log_metrics", "priority", "routing_key", "conversation_id", "extra_key", "cache_salt",
+    "kv_hints", "custom_labels", "no_logs", "external_trace_header", "received_time", "http_worker_ipc",
+    "routed_dp_rank", "data_parallel_rank", "disagg_prefill_dp_rank", "bootstrap_host", "bootstrap_port",
+    "bootstrap_room", "bootstrap_pair_key", "decode_tp_size", "encoder_urls", "num_items_assigned",
+    # options of outputs the engine never produces unless asked by a neutral-only field
+    "logprob_start_len", "top_logprobs_num", "token_ids_logprob", "return_text_in_logprobs",
+    "sampling_logprobs_mode", "return_flat_raw_top_logprobs", "return_flat_raw_output_top_logprobs",
+    "return_flat_raw_top_logprobs_b64", "routed_experts_start_len",
+    # media processing options, which need media inputs (neutral-only) to mean anything
+    "modalities", "mm_hashes", "mm_content_hashes", "use_audio_in_video", "video_config", "images_config",
+    "mm_processor_kwargs", "max_dynamic_patch", "min_dynamic_patch", "image_max_dynamic_patch",
+    "video_max_dynamic_patch",
+})
+NEUTRAL_FIELDS: Mapping[str, Neutral] = {
+    "input_embeds": Neutral(None),
+    "image_data": Neutral(None),
+    "video_data": Neutral(None),
+    "audio_data": Neutral(None),
+    "watermark": Neutral(None),
+    "return_logprob": Neutral(False),
+    "return_sampling_mask": Neutral(False),
+    "return_hidden_states": Neutral(False),
+    "return_routed_experts": Neutral(False),
+    "return_indexer_topk": Neutral(False),
+    "return_bytes": Neutral(False),
+    "return_entropy": Neutral(False),
+    "return_prompt_token_ids": Neutral(False),
+    "session_params": Neutral(None),
+    "lora_path": Neutral(None),
+    "lora_id": Neutral(None),
+    "custom_logit_processor": Neutral(None),
+    "positional_embed_overrides": Neutral(None),
+    "background": Neutral(False),
+    "require_reasoning": Neutral(False),
+    "max_thinking_tokens": Neutral(None),
+    "need_wait_for_mm_inputs": Neutral(False),
+    "multi_item_delimiter_indices": Neutral(None),
+    "token_indices_to_pool": Neutral(None),
+}
+GENERATE_FIELDS = HONOURED_FIELDS | HINT_FIELDS | frozenset(NEUTRAL_FIELDS)
+
+# -- sampling_params (SGLang's SamplingParams) -----------------------------------------------------
+
+HONOURED_SAMPLING = frozenset({"max_new_tokens", "temperature", "ignore_eos", "stop", "stop_token_ids"})
+HINT_SAMPLING = frozenset({
+    "spaces_between_special_tokens",  # the byte vocabulary has no special-token text to space
+    "stream_interval",  # the engine streams every step
+    "sampling_seed",  # greedy decoding draws nothing
+    "custom_params",  # read only by a custom logit processor (neutral-only)
+})
+NEUTRAL_SAMPLING: Mapping[str, Neutral] = {
+    "stop_regex": Neutral(None),
+    "top_p": Neutral(1.0, also=(1,)),
+    "top_k": Neutral(TOP_K_ALL, also=(-1, 1)),  # all, all, and greedy's own top-1
+    "min_p": Neutral(0.0, also=(0,)),
+    "frequency_penalty": Neutral(0.0, also=(0,)),
+    "presence_penalty": Neutral(0.0, also=(0,)),
+    "repetition_penalty": Neutral(1.0, also=(1,)),
+    "min_new_tokens": Neutral(0),
+    "n": Neutral(1),
+    "beam_width": Neutral(None, also=(1,)),
+    "json_schema": Neutral(None),
+    "regex": Neutral(None),
+    "ebnf": Neutral(None),
+    "structural_tag": Neutral(None),
+    "choice": Neutral([]),
+    "skip_special_tokens": Neutral(True),
+    "no_stop_trim": Neutral(False),
+    "logit_bias": Neutral({}),
+    "watermark": Neutral(None),
+}
+SAMPLING_FIELDS = HONOURED_SAMPLING | HINT_SAMPLING | frozenset(NEUTRAL_SAMPLING)
+
+
+# -- errors, each in the shape SGLang answers it with ----------------------------------------------
+
+class RequestError(ValueError):
+    """A request the engine refuses with HTTP 400; ``body()`` is SGLang's JSON for it."""
+
+    status = 400
+    stream = False  # set on a Refused request that asked to stream
+
+    def body(self) -> dict:
+        return {"error": {"message": str(self)}}
+
+
+class InvalidBody(RequestError):
+    """Not a JSON object (or a hostile one): SGLang's request-validation handler answers these."""
+
+    def body(self) -> dict:
+        return {"object": "error", "message": str(self), "type": "Bad Request", "param": None, "code": 400}
+
+
+class SchemaViolation(RequestError):
+    """A wrong type or an unknown name: SGLang's API contract check answers these, before any
+    streaming starts, with the message as a plain string."""
+
+    def body(self) -> dict:
+        return {"error": str(self)}
+
+
+class Unsupported(RequestError):
+    """A value SGLang would honour and the engine cannot; refused before any streaming starts."""
+
+
+class Refused(RequestError):
+    """A request SGLang's tokenizer manager refuses (context too long, a value out of range). On a
+    streaming request SGLang answers 200 and sends it as an error event; see ``stream_event``."""
+
+    def stream_event(self) -> dict:
+        return {"error": {"message": str(self), "type": "invalid_request_error", "code": self.status,
+                          "retryable": False}}
+
+
+# -- parsing ---------------------------------------------------------------------------------------
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json(raw: bytes) -> Any:
+    """The request body as JSON, or InvalidBody: not UTF-8, not JSON (NaN and Infinity included),
+    nested deeper than MAX_JSON_DEPTH, or holding a string that is not Unicode text (a lone
+    surrogate such as "\\ud800", which no tokenizer can encode)."""
+    try:
+        value = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError as exc:
+        raise InvalidBody(f"The request body is not UTF-8: {exc}") from None
+    except RecursionError:
+        raise InvalidBody(f"The request body nests deeper than {MAX_JSON_DEPTH} levels.") from None
+    except ValueError as exc:
+        raise InvalidBody(f"The request body is not valid JSON: {exc}") from None
+    stack = [(value, 1)]
+    while stack:  # iterative: a deep document must not exhaust this process's stack either
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            _check_text(item)
+        elif isinstance(item, (list, dict)):
+            if depth > MAX_JSON_DEPTH:
+                raise InvalidBody(f"The request body nests deeper than {MAX_JSON_DEPTH} levels.")
+            if isinstance(item, dict):
+                for key in item:
+                    _check_text(key)
+                stack.extend((v, depth + 1) for v in item.values())
+            else:
+                stack.extend((v, depth + 1) for v in item)
+    return value
+
+
+def _check_text(s: str) -> None:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidBody(f"The request body holds a string that is not valid Unicode ({exc.reason} at "
+                          f"position {exc.start}, e.g. a lone surrogate escape).") from None
+
+
+def _unknown(kind: str, names: list[str], known: frozenset[str]) -> SchemaViolation:
+    return SchemaViolation(f"unknown {kind} {', '.join(f'`{n}`' for n in names)}; the names SGLang "
+                           f"accepts are {', '.join(sorted(known))}")
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else {bool: "boolean", int: "integer", float: "number", str: "string",
+                                         list: "list", dict: "object"}.get(type(value), type(value).__name__)
+
+
+def _expect(name: str, value: Any, kinds: tuple[type, ...], expected: str) -> Any:
+    if isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds):
+        return value
+    raise SchemaViolation(f"{name}: invalid type: {_type_name(value)} {json.dumps(value)[:80]}, expected {expected}")
+
+
+def check_neutral(kind: str, params: Mapping[str, Any], rules: Mapping[str, Neutral]) -> None:
+    """Unsupported naming every field of ``params`` set to a value the engine cannot honour."""
+    refused = [f"{name}={json.dumps(value)[:60]}" for name, value in params.items()
+               if name in rules and not rules[name].accepts(value)]
+    if refused:
+        raise Unsupported(f"The embedded engine cannot honour the {kind} {', '.join(refused)}: it decodes "
+                          f"greedily, one sequence per request, without logprobs, media inputs, LoRA adapters or "
+                          f"constrained decoding. Leave them unset (null) or at SGLang's default.")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The sampling parameters the engine acts on (the rest were checked and have no effect)."""
+
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    ignore_eos: bool = False
+    stop: tuple[str, ...] = ()
+    stop_token_ids: frozenset[int] = frozenset()
+
+
+def parse_sampling(params: Any, *, vocab_size: int) -> Sampling:
+    """SGLang's sampling_params, checked in SGLang's order: schema, then honour-ability, then range."""
+    if params is None:
+        return Sampling()
+    if not isinstance(params, dict):
+        raise SchemaViolation(f"sampling_params: invalid type: {_type_name(params)}, expected an object "
+                              f"(batched requests with a list of sampling_params are not supported)")
+    unknown = sorted(set(params) - SAMPLING_FIELDS)
+    if unknown:
+        raise _unknown("sampling parameter(s)", unknown, SAMPLING_FIELDS)
+    p = {k: v for k, v in params.items() if v is not None}
+    max_new_tokens = _expect("max_new_tokens", p.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS), (int,), "an integer")
+    temperature = _expect("temperature", p.get("temperature", 1.0), (int, float), "a number")
+    ignore_eos = _expect("ignore_eos", p.get("ignore_eos", False), (bool,), "a boolean")
+    stop = p.get("stop", [])
+    stop = [stop] if isinstance(stop, str) else _expect("stop", stop, (list,), "a string or a list of strings")
+    for s in stop:
+        _expect("stop", s, (str,), "a string or a list of strings")
+    stop_ids = _expect("stop_token_ids", p.get("stop_token_ids", []), (list,), "a list of integers")
+    for i in stop_ids:
+        _expect("stop_token_ids", i, (int,), "a list of integers")
+    check_neutral("sampling parameter(s)", p, NEUTRAL_SAMPLING)
+    if not math.isfinite(temperature) or temperature < 0:
+        raise Refused(f"temperature must be a non-negative finite number, got {temperature}.")
+    if max_new_tokens < 0:
+        raise Refused(f"max_new_tokens must be at least 0, got {max_new_tokens}.")
+    if any(not s for s in stop):
+        raise Refused("stop strings must be non-empty (an empty one would end every request at once).")
+    if any(not 0 <= i < vocab_size for i in stop_ids):
+        raise Refused(f"stop_token_ids must be token ids in [0, {vocab_size - 1}], got {stop_ids}.")
+    return Sampling(max_new_tokens, ignore_eos, tuple(stop), frozenset(stop_ids))
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """A /generate request the engine will serve."""
+
+    input_ids: tuple[int, ...]
+    sampling: Sampling
+    stream: bool
+    rid: str | None
+
+
+def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int) -> GenerateRequest:
+    """Check a /generate body as SGLang does (plus the engine's own limits) and say what to serve.
+
+    ``encode`` turns text into token ids. Raises a RequestError subclass, in SGLang's order:
+    the body's shape, then the schema, then what the engine cannot honour, then SGLang's refusals.
+    """
+    if not isinstance(body, dict):
+        raise InvalidBody(f"The request body must be a JSON object, got {_type_name(body)}.")
+    unknown = sorted(set(body) - GENERATE_FIELDS)
+    if unknown:
+        raise _unknown("field(s)", unknown, GENERATE_FIELDS)
+    b = {k: v for k, v in body.items() if v is not None}
+    stream = _expect("stream", b.get("stream", False), (bool,), "a boolean")
+    rid = b.get("rid")
+    if rid is not None:
+        _expect("rid", rid, (str,), "a string (batched requests are not supported)")
+    text, input_ids = b.get("text"), b.get("input_ids")
+    if text is not None:
+        _expect("text", text, (str,), "a string (batched requests are not supported)")
+    if input_ids is not None:
+        _expect("input_ids", input_ids, (list,), "a list of integers")
+        for i in input_ids:
+            _expect("input_ids", i, (int,), "a list of integers (batched requests are not supported)")
+    check_neutral("field(s)", b, NEUTRAL_FIELDS)
+    sampling = parse_sampling(b.get("sampling_params"), vocab_size=vocab_size)
+    if (text is None) == (input_ids is None):
+        raise Refused("Either text or input_ids should be provided.")
+    if text is not None:
+        input_ids = encode(text)
+    elif not input_ids:
+        raise Refused("input_ids must not be empty.")
+    elif any(not 0 <= i < vocab_size for i in input_ids):
+        raise Refused(f"The input_ids {input_ids} contains values greater than the vocab size ({vocab_size}).")
+    check_context(len(input_ids), sampling.max_new_tokens, context_length)
+    return GenerateRequest(tuple(input_ids), sampling, stream, rid)
+
+
+def check_context(prompt_tokens: int, max_new_tokens: int, context_length: int) -> None:
+    """SGLang's two context-length refusals, in its words."""
+    if prompt_tokens >= context_length:
+        raise Refused(f"The input ({prompt_tokens} tokens) is longer than the model's context length "
+                      f"({context_length} tokens).")
+    if prompt_tokens + max_new_tokens >= context_length:
+        raise Refused(
+            f"Requested token count exceeds the model's maximum context length of {context_length} "
+            f"tokens. You requested a total of {prompt_tokens + max_new_tokens} tokens: {prompt_tokens} tokens "
+            f"from the input messages and {max_new_tokens} tokens for the completion. Please reduce the number "
+            f"of tokens in the input messages or the completion to fit within the limit.")

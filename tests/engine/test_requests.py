@@ -1,0 +1,231 @@
+"""/generate's request checking: every name SGLang accepts, SGLang's error shapes, and a server
+that hostile or slow clients cannot make answer 500 or hold a connection."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+from pytest_specdec.engine import protocol
+from pytest_specdec.engine.protocol import (
+    GENERATE_FIELDS,
+    HINT_FIELDS,
+    HINT_SAMPLING,
+    NEUTRAL_FIELDS,
+    NEUTRAL_SAMPLING,
+    SAMPLING_FIELDS,
+    InvalidBody,
+    Refused,
+    SchemaViolation,
+    Unsupported,
+    parse_generate,
+    parse_json,
+)
+from pytest_specdec.engine.tokenizer import ByteTokenizer, EOS_ID
+
+TOKENIZER = ByteTokenizer()
+PROMPT = "The capital city of France is"
+IDLE_TIMEOUT = 1.0
+
+
+def parse(body: dict, context_length: int = 4096):
+    return parse_generate(body, encode=TOKENIZER.encode, vocab_size=TOKENIZER.vocab_size,
+                          context_length=context_length)
+
+
+# -- what is accepted --------------------------------------------------------------------------
+
+def test_every_field_and_sampling_parameter_accepts_null():
+    body = {name: None for name in GENERATE_FIELDS}
+    body |= {"text": "hi", "sampling_params": {name: None for name in SAMPLING_FIELDS}}
+    req = parse(body)
+    assert req.sampling == protocol.Sampling()  # null means SGLang's default
+    assert (req.stream, req.rid) == (False, None)
+
+
+@pytest.mark.parametrize("name", sorted(NEUTRAL_FIELDS))
+def test_a_neutral_field_at_its_off_value_is_accepted_and_any_other_value_is_named(name):
+    parse({"text": "hi", name: NEUTRAL_FIELDS[name].off})
+    with pytest.raises(Unsupported, match=rf"\b{name}="):
+        parse({"text": "hi", name: "something-else"})
+
+
+@pytest.mark.parametrize("name", sorted(NEUTRAL_SAMPLING))
+def test_a_neutral_sampling_parameter_at_its_off_value_is_accepted_and_any_other_value_is_named(name):
+    parse({"text": "hi", "sampling_params": {name: NEUTRAL_SAMPLING[name].off}})
+    with pytest.raises(Unsupported, match=rf"\b{name}="):
+        parse({"text": "hi", "sampling_params": {name: 12345}})
+
+
+def test_hints_take_any_value():
+    body = {"text": "hi", **{name: {"anything": [1, "x"]} for name in HINT_FIELDS},
+            "sampling_params": {name: 7 for name in HINT_SAMPLING}}
+    assert parse(body).input_ids == tuple(TOKENIZER.encode("hi"))
+
+
+def test_what_sglang_frontend_sends_is_accepted():
+    """sgl.gen's RuntimeEndpoint at its defaults (SglSamplingParams.to_srt_kwargs + globals)."""
+    req = parse({"text": "Q: 1+1?\nA:", "sampling_params": {
+        "skip_special_tokens": True, "spaces_between_special_tokens": True, "max_new_tokens": 16,
+        "min_new_tokens": 0, "n": 1, "stop": [], "stop_token_ids": [], "stop_regex": [], "temperature": 1.0,
+        "top_p": 1.0, "top_k": -1, "min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 0.0,
+        "ignore_eos": False, "regex": None, "json_schema": None}})
+    assert req.sampling == protocol.Sampling(max_new_tokens=16)
+
+
+def test_what_bench_serving_sends_is_accepted():
+    """bench_serving --backend sglang's payload at its defaults."""
+    req = parse({"text": PROMPT, "sampling_params": {"temperature": 0.0, "max_new_tokens": 8, "ignore_eos": True},
+                 "stream": True, "lora_path": None, "return_logprob": False, "return_routed_experts": False,
+                 "logprob_start_len": -1})
+    assert req.stream and req.sampling.ignore_eos and req.sampling.max_new_tokens == 8
+
+
+def test_unhonourable_values_are_all_named_in_one_message():
+    with pytest.raises(Unsupported) as info:
+        parse({"text": "hi", "sampling_params": {"top_p": 0.9, "n": 2, "regex": "a+"}})
+    for part in ("top_p=0.9", "n=2", 'regex="a+"'):
+        assert part in str(info.value)
+    with pytest.raises(Unsupported, match="return_logprob=true"):
+        parse({"text": "hi", "return_logprob": True})
+
+
+# -- what is refused, and how -------------------------------------------------------------------
+
+@pytest.mark.parametrize("body, error, fragment", [
+    ({"text": "hi", "top_logprobs": 2}, SchemaViolation, "unknown field(s) `top_logprobs`"),
+    ({"text": "hi", "sampling_params": {"top_q": 1}}, SchemaViolation, "unknown sampling parameter(s) `top_q`"),
+    ({"text": "hi", "sampling_params": [{"max_new_tokens": 1}]}, SchemaViolation, "expected an object"),
+    ({"text": "hi", "sampling_params": "fast"}, SchemaViolation, "expected an object"),
+    ({"text": "hi", "sampling_params": {"max_new_tokens": "8"}}, SchemaViolation, "max_new_tokens: invalid type"),
+    ({"text": "hi", "sampling_params": {"temperature": "hot"}}, SchemaViolation, "temperature: invalid type"),
+    ({"text": "hi", "sampling_params": {"ignore_eos": 1}}, SchemaViolation, "ignore_eos: invalid type"),
+    ({"text": "hi", "sampling_params": {"stop": [1]}}, SchemaViolation, "stop: invalid type"),
+    ({"text": "hi", "sampling_params": {"stop": ""}}, Refused, "stop strings must be non-empty"),
+    ({"text": "hi", "sampling_params": {"stop": ["ok", ""]}}, Refused, "stop strings must be non-empty"),
+    ({"text": "hi", "sampling_params": {"temperature": float("inf")}}, Refused, "non-negative finite"),
+    ({"text": "hi", "sampling_params": {"temperature": -0.5}}, Refused, "non-negative finite"),
+    ({"text": "hi", "sampling_params": {"stop_token_ids": [259]}}, Refused, "stop_token_ids"),
+    ({"text": ["a", "b"]}, SchemaViolation, "batched"),
+    ({"input_ids": [[1, 2]]}, SchemaViolation, "batched"),
+    ({"input_ids": []}, Refused, "must not be empty"),
+    ([{"text": "hi"}], InvalidBody, "JSON object"),
+])
+def test_bad_requests_are_refused_with_the_reason(body, error, fragment):
+    with pytest.raises(error) as info:
+        parse(body)
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("raw, fragment", [
+    (b'{"text": "\\ud800"}', "not valid Unicode"),
+    (b'{"text": "ok", "rid": "\\udfff\\ud800"}', "not valid Unicode"),
+    (b'{"text": "ok", "custom_labels": {"\\ud83d": "x"}}', "not valid Unicode"),
+    (b'[' * 100_000 + b']' * 100_000, "nests deeper"),
+    (b'{"text": "ok", "custom_params": ' + b'{"a": ' * 65 + b'1' + b'}' * 65 + b'}', "nests deeper"),
+    (b'{"text": "ok", "sampling_params": {"temperature": NaN}}', "not valid JSON"),
+    (b'{"text": "ok", "sampling_params": {"temperature": -Infinity}}', "not valid JSON"),
+    (b'\xff\xfe{}', "not UTF-8"),
+])
+def test_hostile_bodies_are_invalid(raw, fragment):
+    with pytest.raises(InvalidBody, match=fragment):
+        parse_json(raw)
+
+
+def test_a_paired_surrogate_escape_is_text():
+    assert parse_json(b'{"text": "\\ud83d\\ude00"}') == {"text": "\U0001F600"}
+
+
+def test_error_bodies_take_sglangs_shapes():
+    assert SchemaViolation("m").body() == {"error": "m"}
+    assert Refused("m").body() == {"error": {"message": "m"}}
+    assert Unsupported("m").body() == {"error": {"message": "m"}}
+    assert InvalidBody("m").body() == {"object": "error", "message": "m", "type": "Bad Request", "param": None,
+                                       "code": 400}
+    assert Refused("m").stream_event() == {"error": {"message": "m", "type": "invalid_request_error", "code": 400,
+                                                     "retryable": False}}
+
+
+# -- over HTTP ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def engine(module_engines):
+    return module_engines("--method", "dflash", "--context-length", "256",
+                          "--http-idle-timeout", str(IDLE_TIMEOUT))
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"text": "\\ud800", "sampling_params": {"max_new_tokens": 2}}',
+    b'{"text": "hi", "sampling_params": {"stop": ["\\udc00"]}}',
+    b'[' * 50_000 + b']' * 50_000,
+    b'{"text": "hi", "sampling_params": {"temperature": 1e999}}',
+    b'{"text": "hi", "sampling_params": {"stop": [""]}}',
+    b'{"text": "hi", "sampling_params": "max_new_tokens=2"}',
+])
+def test_hostile_requests_get_400_not_500(engine, raw):
+    res = engine.request("POST", "/generate", raw=raw)
+    assert res.status == 400, res.text
+    assert engine.generate(PROMPT, max_new_tokens=2)["meta_info"]["completion_tokens"] == 2
+
+
+def test_a_request_sglang_refuses_while_streaming_is_an_error_event(engine):
+    res = engine.post("/generate", {"text": "a" * 300, "stream": True})
+    assert res.status == 200  # SGLang has sent its headers by the time its tokenizer manager refuses
+    events = [e for e in res.text.split("\n\n") if e]
+    assert events[-1] == "data: [DONE]" and len(events) == 2
+    error = json.loads(events[0][len("data: "):])["error"]
+    assert "longer than the model's context length" in error["message"]
+    assert (error["type"], error["code"], error["retryable"]) == ("invalid_request_error", 400, False)
+
+
+def test_unhonourable_streaming_request_is_a_400_before_streaming(engine):
+    res = engine.post("/generate", {"text": "hi", "stream": True, "sampling_params": {"n": 2}})
+    assert res.status == 400 and "n=2" in res.json()["error"]["message"]
+
+
+def test_stop_token_ids_end_generation(engine):
+    free = engine.generate(PROMPT, max_new_tokens=24)
+    stop_id = free["output_ids"][10]
+    first = free["output_ids"].index(stop_id)
+    out = engine.post("/generate", {"text": PROMPT, "sampling_params": {
+        "max_new_tokens": 24, "stop_token_ids": [stop_id]}}).json()
+    assert out["output_ids"] == free["output_ids"][: first + 1]
+    assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop_id}
+    ignored = engine.post("/generate", {"text": PROMPT, "sampling_params": {
+        "max_new_tokens": 24, "stop_token_ids": [stop_id, EOS_ID], "ignore_eos": True}}).json()
+    assert ignored["output_ids"] == free["output_ids"]  # ignore_eos turns stop token ids off, as in SGLang
+
+
+def _read(sock: socket.socket, seconds: float) -> tuple[bytes, bool]:
+    """What the server sent within ``seconds``, and whether it closed the connection by then."""
+    deadline = time.monotonic() + seconds
+    received = b""
+    while (left := deadline - time.monotonic()) > 0:
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(4096)
+        except socket.timeout:
+            break
+        if not chunk:
+            return received, True
+        received += chunk
+    return received, False
+
+
+@pytest.mark.parametrize("sent", [b"", b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Ty"])
+def test_idle_or_slow_header_connections_are_closed(engine, sent):
+    with socket.create_connection(("127.0.0.1", engine.port)) as sock:
+        sock.sendall(sent)
+        assert _read(sock, IDLE_TIMEOUT + 5) == (b"", True)
+    assert engine.get("/health").status == 200
+
+
+def test_a_trickling_body_gets_408(engine):
+    with socket.create_connection(("127.0.0.1", engine.port)) as sock:
+        sock.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{\"text\": ")
+        answer, _ = _read(sock, IDLE_TIMEOUT + 5)
+        assert answer.startswith(b"HTTP/1.1 408"), answer
