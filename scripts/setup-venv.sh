@@ -43,11 +43,10 @@ echo "setup-venv: installing pytest-specdec with its test extras" >&2
 # directory of its own that only those tests put on sys.path, because SGLang pins dependencies
 # (torch among them) that this venv does not and must not have.
 sglang_dir="$venv/sglang-reference"
-sglang_reqs=(sglang==0.5.23 msgspec psutil orjson pybase64 requests pillow starlette pydantic pyzmq tqdm
-             ipython fastapi)
+sglang_reqs=(sglang==0.5.23 msgspec orjson pybase64 requests pillow starlette pydantic pyzmq tqdm ipython)
 if [ "$(cat "$sglang_dir/.installed" 2>/dev/null)" != "${sglang_reqs[*]}" ]; then
   echo "setup-venv: installing ${sglang_reqs[0]} without its dependencies, plus the light ones its" \
-       "modules import, into $sglang_dir (for the contract and client tests only; about 30 s)" >&2
+       "modules import, into $sglang_dir (read by the contract and client tests only)" >&2
   rm -rf "$sglang_dir"
   "${pip[@]}" --target "$sglang_dir" --no-deps "${sglang_reqs[0]}"
   rm -rf "$sglang_dir/bin"  # sglang's console scripts, unused; pip would warn that the next install clashes
