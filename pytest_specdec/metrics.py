@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Literal, Mapping, Sequence, Union
@@ -150,25 +151,8 @@ class WorkloadResult:
 # Aggregation
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default), q in [0, 100]."""
-    if not values:
-        raise ValueError("percentile of no values")
-    if not 0 <= q <= 100:
-        raise ValueError(f"percentile q={q} outside [0, 100]")
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
 def _stdev(values: Sequence[float]) -> float:
-    n = len(values)
-    if n < 2:
-        return 0.0
-    mean = sum(values) / n
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 def ratio_standard_error(numerators: Sequence[float], denominators: Sequence[float]) -> float:
@@ -202,11 +186,14 @@ class Percentiles:
     @classmethod
     def of(cls, values: Sequence[float]) -> "Percentiles":
         n = len(values)
+        # "inclusive": linear interpolation between order statistics (numpy's default); it needs
+        # two values, and one value is every percentile of itself.
+        cuts = statistics.quantiles(values, n=100, method="inclusive") if n > 1 else list(values) * 99
         return cls(
-            p50=percentile(values, 50),
-            p90=percentile(values, 90),
-            p99=percentile(values, 99),
-            mean=sum(values) / n,
+            p50=cuts[49],
+            p90=cuts[89],
+            p99=cuts[98],
+            mean=statistics.fmean(values),
             n=n,
             spread=1.2533 * _stdev(values) / math.sqrt(n),
         )
@@ -627,26 +614,20 @@ def server_figures_from_log_file(path: str | Path, offset: int = 0) -> ServerFig
     return server_figures_from_log(text, source=str(path))
 
 
-_PROM_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-_PROM_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
 def parse_prometheus_text(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Prometheus text exposition → {metric name: [(labels, value), ...]} (comments skipped)."""
+    """Prometheus text exposition → {sample name: [(labels, value), ...]}.
+
+    Raises ValueError when the text is not in Prometheus' text format.
+    """
+    from prometheus_client.parser import text_string_to_metric_families  # lazy: a large package
+
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _PROM_LINE.match(line)
-        if not m:
-            continue
-        try:
-            value = float(m.group(3))
-        except ValueError:
-            continue
-        labels = dict(_PROM_LABEL.findall(m.group(2) or ""))
-        out.setdefault(m.group(1), []).append((labels, value))
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                out.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
+    except ValueError as exc:
+        raise ValueError(f"not Prometheus' text format: {exc}") from None
     return out
 
 
@@ -739,7 +720,6 @@ __all__ = [
     "parse_decode_lines",
     "parse_ddtree_lines",
     "parse_prometheus_text",
-    "percentile",
     "ratio_standard_error",
     "read_log_since",
     "server_figures_from_log",

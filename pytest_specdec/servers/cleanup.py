@@ -12,8 +12,8 @@ Three layers, because each covers a way out the others miss:
    group still registered. `PR_SET_PDEATHSIG` (Linux) on the server's leader process is a second
    net for the leader itself (it cannot reach grandchildren, hence the watchdog).
 
-Also here: finding the members of a process group (psutil when present, else /proc), used to
-confirm that nothing survived a teardown.
+Also here: finding a server's descendants and the members of its process group (psutil), used
+to confirm that nothing survived a teardown.
 """
 
 from __future__ import annotations
@@ -170,73 +170,48 @@ def parent_death_preexec() -> Callable[[], None] | None:
 
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) pids whose process group is `pgid`."""
-    try:
-        import psutil  # optional: faster and portable beyond Linux
-    except ImportError:
-        psutil = None
-    if psutil is not None:
-        out = []
-        for proc in psutil.process_iter(["pid", "status"]):
-            try:
-                if proc.info["status"] == psutil.STATUS_ZOMBIE:
-                    continue
-                if os.getpgid(proc.info["pid"]) == pgid:
-                    out.append(proc.info["pid"])
-            except (psutil.Error, ProcessLookupError, PermissionError, OSError):
-                continue
-        return out
-    return [pid for pid, stat in _proc_stats() if stat[2] == pgid]
+    import psutil  # lazy: only a teardown needs it
+
+    out = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.info["pid"]) == pgid:
+                out.append(proc.info["pid"])
+        except (psutil.Error, OSError):
+            continue
+    return out
 
 
 def descendants(pid: int) -> list[int]:
     """Live descendants of `pid` (children may leave our process group with setsid, so teardown
     snapshots them before killing)."""
-    children: dict[int, list[int]] = {}
-    for child, stat in _proc_stats():
-        children.setdefault(stat[1], []).append(child)
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
+    import psutil
+
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    return [child.pid for child in children if _status(child) not in (None, psutil.STATUS_ZOMBIE)]
 
 
 def alive(pid: int) -> bool:
     """True when `pid` exists and is not a zombie."""
+    import psutil
+
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        proc = psutil.Process(pid)
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
-        return True
-    stat = _read_stat(pid)
-    return stat is None or stat[0] != "Z"
+    return _status(proc) not in (None, psutil.STATUS_ZOMBIE)
 
 
-def _proc_stats():
-    """(pid, (state, ppid, pgrp)) for every live process in /proc."""
+def _status(proc) -> str | None:
+    """The process's state, or None once it is gone (AccessDenied counts as alive)."""
+    import psutil
+
     try:
-        names = os.listdir("/proc")
-    except OSError:
-        return
-    for name in names:
-        if not name.isdigit():
-            continue
-        stat = _read_stat(int(name))
-        if stat is not None and stat[0] != "Z":
-            yield int(name), stat
-
-
-def _read_stat(pid: int):
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read().decode("utf-8", errors="replace")
-    except OSError:
+        return proc.status()
+    except psutil.NoSuchProcess:
         return None
-    # The command name is in parentheses and may itself contain spaces or parentheses.
-    fields = data[data.rfind(")") + 2:].split()
-    try:
-        return fields[0], int(fields[1]), int(fields[2])
-    except (IndexError, ValueError):
-        return None
+    except psutil.AccessDenied:
+        return psutil.STATUS_RUNNING

@@ -259,43 +259,31 @@ def parse_topology(text: str) -> dict[tuple[int, int], str]:
 
 
 def _holder_alive(entry: Mapping) -> bool:
+    import psutil  # lazy: only the lease book needs it
+
     pid = entry.get("pid")
     if not isinstance(pid, int):
         return False
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        # A recycled pid is a different process: compare start times.
+        recorded = entry.get("start_time")
+        return recorded is None or recorded == proc.create_time()
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
-        pass
-    # A recycled pid is a different process: compare start times where /proc has them.
-    recorded, now = entry.get("start_time"), _start_time(pid)
-    if recorded is not None and now is not None and recorded != now:
-        return False
-    state = _state(pid)
-    return state != "Z"
+    except psutil.AccessDenied:
+        return True
 
 
-def _start_time(pid: int) -> int | None:
-    fields = _stat_fields(pid)
+def _start_time(pid: int) -> float | None:
+    import psutil
+
     try:
-        return int(fields[19]) if fields else None  # field 22 of /proc/pid/stat: starttime
-    except (IndexError, ValueError):
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
         return None
-
-
-def _state(pid: int) -> str | None:
-    fields = _stat_fields(pid)
-    return fields[0] if fields else None
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read().decode("utf-8", errors="replace")
-    except OSError:
-        return None
-    return data[data.rfind(")") + 2:].split()
 
 
 def _lowest_contiguous(free: Sequence[int], n: int) -> tuple[int, ...]:

@@ -24,7 +24,6 @@ from pytest_specdec.metrics import (
     parse_ddtree_lines,
     parse_decode_lines,
     parse_prometheus_text,
-    percentile,
     ratio_standard_error,
     read_log_since,
     server_figures_from_log,
@@ -60,17 +59,10 @@ def test_directions_cover_the_contract():
         direction_of("nope")
 
 
-def test_percentile_matches_linear_interpolation():
-    values = [1.0, 2.0, 3.0, 4.0]
-    assert percentile(values, 50) == 2.5
-    assert percentile(values, 0) == 1.0
-    assert percentile(values, 100) == 4.0
-    assert percentile([7.0], 99) == 7.0
-    assert percentile(list(range(101)), 90) == pytest.approx(90.0)
-    with pytest.raises(ValueError):
-        percentile([], 50)
-    with pytest.raises(ValueError):
-        percentile([1.0], 101)
+def test_percentiles_interpolate_linearly_between_order_statistics():
+    p = Percentiles.of([4.0, 1.0, 3.0, 2.0])
+    assert (p.p50, p.p90, p.p99, p.mean) == (2.5, pytest.approx(3.7), pytest.approx(3.97), 2.5)
+    assert Percentiles.of([float(v) for v in range(101)]).p90 == pytest.approx(90.0)
 
 
 def test_percentiles_of_single_value_have_no_spread():
@@ -327,7 +319,6 @@ sglang:spec_accept_rate{model_name="m"} 0.61
 sglang:gen_throughput{model_name="m"} 812.4
 sglang:generation_tokens_total{model_name="m"} 1.2e+04
 sglang:time_to_first_token_seconds_bucket{le="0.1",model_name="m"} 3.0
-garbage line without value
 """
 
 
@@ -340,6 +331,11 @@ def test_parse_prometheus_text_and_figures():
     assert fig.accept_rate == pytest.approx(0.61)
     assert fig.gen_throughput == pytest.approx(812.4)
     assert server_figures_from_metrics("").accept_length is None
+
+
+def test_parse_prometheus_text_rejects_what_is_not_prometheus():
+    with pytest.raises(ValueError, match="not Prometheus' text format"):
+        parse_prometheus_text("garbage line without value\n")
 
 
 def test_compare_accept_length_beyond_rounding_only():

@@ -266,17 +266,15 @@ def test_a_health_watchdog_verdict_during_warmup_is_a_hang(tmp_path):
     assert wait_gone([s.pid]) == []
 
 
-def test_group_members_without_psutil_reads_proc(tmp_path, monkeypatch):
-    if not Path("/proc/self/stat").exists():
-        pytest.skip("no /proc on this platform")
-    from pytest_specdec.servers.cleanup import group_members
+def test_group_members_are_the_server_and_its_child(tmp_path):
+    from pytest_specdec.servers.cleanup import alive, group_members
 
     s = server(spec("ar", None, "--spawn-child"), tmp_path, entry=FAKE_ENTRY)
     with s:
-        with_psutil = sorted(group_members(s.pid))
-        monkeypatch.setitem(sys.modules, "psutil", None)  # `import psutil` now fails
-        assert sorted(group_members(s.pid)) == with_psutil
-        assert len(with_psutil) >= 2 and s.pid in with_psutil
-        tree = with_psutil
+        tree = sorted(group_members(s.pid))
+        assert len(tree) >= 2 and s.pid in tree
+        assert sorted(descendants(s.pid) + [s.pid]) == tree
+        assert all(alive(pid) for pid in tree)
     assert group_members(s.pid) == []
     assert wait_gone(tree, timeout=0) == []
+    assert not any(alive(pid) for pid in tree)
