@@ -22,6 +22,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 import aiohttp
 
+from . import sglang_api as api
 from .metrics import RequestRecord, WorkloadResult, parse_prometheus_text
 from .workloads import Workload
 
@@ -43,11 +44,12 @@ def _base(url: str) -> str:
 
 def _finish_reason(meta: dict) -> tuple[str | None, str | None]:
     """(finish type, abort message). SGLang sends {"type": ..., "message"?: ...}, older ones a str."""
-    reason = meta.get("finish_reason")
+    reason = meta.get(api.FINISH_REASON)
     if reason is None:
         return None, None
     if isinstance(reason, dict):
-        return (str(reason.get("type")) if reason.get("type") is not None else None), reason.get("message")
+        kind = reason.get(api.FINISH_TYPE)
+        return (None if kind is None else str(kind)), reason.get(api.FINISH_MESSAGE)
     return str(reason), None
 
 
@@ -62,11 +64,8 @@ def _opt_float(meta: dict, key: str) -> float | None:
 
 
 def _payload(workload: Workload, index: int) -> dict[str, Any]:
-    return {
-        "text": workload.prompts[index].text,
-        "sampling_params": workload.sampling_params(index),
-        "stream": True,
-    }
+    text, sampling_params, stream = api.REQUEST_FIELDS_SENT
+    return {text: workload.prompts[index].text, sampling_params: workload.sampling_params(index), stream: True}
 
 
 async def generate_one(
@@ -93,7 +92,7 @@ async def generate_one(
     error: str | None = None
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
-        async with session.post(f"{_base(url)}/generate", json=payload, timeout=timeout) as resp:
+        async with session.post(f"{_base(url)}{api.GENERATE}", json=payload, timeout=timeout) as resp:
             status = resp.status
             if status != 200:
                 body = await resp.text(errors="replace")
@@ -118,8 +117,8 @@ async def generate_one(
                             continue
                         last_event = event
                         if first_token_at is None:
-                            meta = _decode_event(event).get("meta_info") or {}
-                            if int(meta.get("completion_tokens") or 0) > 0:
+                            meta = _decode_event(event).get(api.META_INFO) or {}
+                            if int(meta.get(api.COMPLETION_TOKENS) or 0) > 0:
                                 first_token_at = time.perf_counter()
                                 first_meta = meta
                     if done:
@@ -140,26 +139,26 @@ async def generate_one(
             final = _decode_event(last_event)
         except ValueError as exc:
             error = error or f"malformed stream event: {exc}"
-    meta = final.get("meta_info") or first_meta or {}
+    meta = final.get(api.META_INFO) or first_meta or {}
     finish, abort_message = _finish_reason(meta)
-    if finish == "abort" and error is None:
+    if finish == api.FINISH_ABORT and error is None:
         error = f"request aborted by the server: {abort_message or 'no message'}"
     return RequestRecord(
         index=index,
         status=status,
         error=error,
         finish_reason=finish,
-        prompt_tokens=_opt_int(meta, "prompt_tokens"),
-        completion_tokens=int(meta.get("completion_tokens") or 0),
+        prompt_tokens=_opt_int(meta, api.PROMPT_TOKENS),
+        completion_tokens=int(meta.get(api.COMPLETION_TOKENS) or 0),
         ttft_ms=None if first_token_at is None else (first_token_at - start) * 1000.0,
         e2e_ms=(end - start) * 1000.0,
         chunks=chunks,
-        server_e2e_latency_s=_opt_float(meta, "e2e_latency"),
-        spec_verify_ct=_opt_int(meta, "spec_verify_ct"),
-        spec_accept_length=_opt_float(meta, "spec_accept_length"),
-        spec_accept_rate=_opt_float(meta, "spec_accept_rate"),
-        spec_num_correct_drafts=_opt_int(meta, "spec_num_correct_drafts"),
-        spec_num_proposed_drafts=_opt_int(meta, "spec_num_proposed_drafts"),
+        server_e2e_latency_s=_opt_float(meta, api.E2E_LATENCY),
+        spec_verify_ct=_opt_int(meta, api.SPEC_VERIFY_CT),
+        spec_accept_length=_opt_float(meta, api.SPEC_ACCEPT_LENGTH),
+        spec_accept_rate=_opt_float(meta, api.SPEC_ACCEPT_RATE),
+        spec_num_correct_drafts=_opt_int(meta, api.SPEC_NUM_CORRECT_DRAFTS),
+        spec_num_proposed_drafts=_opt_int(meta, api.SPEC_NUM_PROPOSED_DRAFTS),
         text=str(final.get("text") or "") if keep_text else "",
     )
 
@@ -298,13 +297,13 @@ def context_length_from(models: Any = None, server_info: Any = None) -> int | No
     """
     if isinstance(models, dict):
         for card in models.get("data") or []:
-            if isinstance(card, dict) and isinstance(card.get("max_model_len"), int):
-                return card["max_model_len"]
+            if isinstance(card, dict) and isinstance(card.get(api.MODEL_CARD_MAX_LEN), int):
+                return card[api.MODEL_CARD_MAX_LEN]
     if isinstance(server_info, dict):
-        value = server_info.get("context_length") or server_info.get("context_len")
+        value = server_info.get(api.INFO_CONTEXT_LENGTH)
         if isinstance(value, int) and value > 0:
             return value
-        max_input = server_info.get("max_req_input_len")
+        max_input = server_info.get(api.INFO_MAX_REQ_INPUT_LEN)
         if isinstance(max_input, int) and max_input > 0:
             return max_input + 1
     return None
@@ -314,13 +313,13 @@ async def fetch_context_length_async(url: str, *, timeout_s: float = 10.0) -> in
     """The server's context length from /v1/models, falling back to /server_info and its old
     name /get_server_info. Raises ServerQueryError when none of them states it."""
     tried: list[str] = []
-    for path in ("/v1/models", "/server_info", "/get_server_info"):
+    for path in (api.MODELS, api.SERVER_INFO, api.SERVER_INFO_OLD):
         try:
             body = await _get(url, path, timeout_s=timeout_s, as_json=True)
         except (ServerQueryError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
             tried.append(f"{path}: {exc}")
             continue
-        value = context_length_from(body, None) if path == "/v1/models" else context_length_from(None, body)
+        value = context_length_from(body, None) if path == api.MODELS else context_length_from(None, body)
         if value is not None:
             return value
         tried.append(f"{path}: no context length in the answer")
@@ -334,9 +333,9 @@ def fetch_context_length(url: str, *, timeout_s: float = 10.0) -> int:
 async def fetch_server_info_async(url: str, *, timeout_s: float = 10.0) -> dict:
     """/server_info, or /get_server_info on older SGLang releases."""
     try:
-        return await _get(url, "/server_info", timeout_s=timeout_s, as_json=True)
+        return await _get(url, api.SERVER_INFO, timeout_s=timeout_s, as_json=True)
     except ServerQueryError:
-        return await _get(url, "/get_server_info", timeout_s=timeout_s, as_json=True)
+        return await _get(url, api.SERVER_INFO_OLD, timeout_s=timeout_s, as_json=True)
 
 
 def fetch_server_info(url: str, *, timeout_s: float = 10.0) -> dict:
@@ -345,7 +344,7 @@ def fetch_server_info(url: str, *, timeout_s: float = 10.0) -> dict:
 
 async def scrape_metrics_async(url: str, *, timeout_s: float = 10.0) -> str:
     """The raw Prometheus text of /metrics (SGLang serves it only with --enable-metrics)."""
-    return await _get(url, "/metrics", timeout_s=timeout_s, as_json=False)
+    return await _get(url, api.METRICS, timeout_s=timeout_s, as_json=False)
 
 
 def scrape_metrics(url: str, *, timeout_s: float = 10.0) -> dict[str, list[tuple[dict[str, str], float]]]:

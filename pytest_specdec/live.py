@@ -18,6 +18,7 @@ from typing import Any, Callable
 import pytest
 
 from . import client, metrics, workloads
+from . import sglang_api as api
 from .config import WorkloadSpec
 from .metrics import Measurement, MeasurementError, WorkloadResult
 from .servers.diagnosis import ServerError, tail
@@ -63,7 +64,7 @@ class LiveServer:
     def generate(self, text: str, timeout: float = 120.0, **sampling_params: Any) -> dict:
         """One blocking, non-streaming `/generate` call; returns SGLang's response body."""
         body = json.dumps({"text": text, "sampling_params": sampling_params}).encode()
-        request = urllib.request.Request(self.url + "/generate", data=body,
+        request = urllib.request.Request(self.url + api.GENERATE, data=body,
                                          headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:

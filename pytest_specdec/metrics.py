@@ -19,7 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Literal, Mapping, Sequence, Union
 
+from . import sglang_api as api
 from .configuration import is_speculative
+from .sglang_api import SPEC_META_KEYS
 
 Direction = Literal["higher", "lower"]
 
@@ -33,15 +35,6 @@ METRIC_DIRECTIONS: Mapping[str, Direction] = {
     "e2e_ms": "lower",
     "verify_us": "lower",
 }
-
-#: The meta_info keys SGLang adds only when a request went through at least one verify step.
-SPEC_META_KEYS = (
-    "spec_verify_ct",
-    "spec_accept_length",
-    "spec_accept_rate",
-    "spec_num_correct_drafts",
-    "spec_num_proposed_drafts",
-)
 
 
 def direction_of(metric: str) -> Direction:
@@ -487,13 +480,14 @@ def measure(
 # --------------------------------------------------------------------------------------------
 # Server-side figures
 
-_DECODE_FIELDS = {
+#: What the plugin reads from a `Decode batch` line, each number after its label.
+DECODE_LINE_FIELDS = {
     "running_req": re.compile(r"#running-req:\s*(\d+)"),
     "accept_len": re.compile(r"accept len:\s*([0-9.]+)"),
     "accept_rate": re.compile(r"accept rate:\s*([0-9.]+)"),
     "gen_throughput": re.compile(r"gen throughput \(token/s\):\s*([0-9.]+)"),
 }
-_DECODE_MARK = re.compile(r"Decode batch[.,]")
+_DECODE_MARK = re.compile(re.escape(api.DECODE_BATCH) + "[.,]")
 _DDTREE_FIELDS = ("avg_accepted_drafts", "avg_commit_len", "avg_accepted_depth")
 _DDTREE_RE = {name: re.compile(rf"\b{name}\s*=\s*([0-9.]+)") for name in _DDTREE_FIELDS}
 
@@ -532,13 +526,13 @@ def parse_decode_lines(lines: Iterable[str]) -> list[DecodeLogLine]:
     for line in lines:
         if not _DECODE_MARK.search(line):
             continue
-        running = _float(_DECODE_FIELDS["running_req"], line)
+        running = _float(DECODE_LINE_FIELDS["running_req"], line)
         out.append(
             DecodeLogLine(
                 running_req=None if running is None else int(running),
-                accept_len=_float(_DECODE_FIELDS["accept_len"], line),
-                accept_rate=_float(_DECODE_FIELDS["accept_rate"], line),
-                gen_throughput=_float(_DECODE_FIELDS["gen_throughput"], line),
+                accept_len=_float(DECODE_LINE_FIELDS["accept_len"], line),
+                accept_rate=_float(DECODE_LINE_FIELDS["accept_rate"], line),
+                gen_throughput=_float(DECODE_LINE_FIELDS["gen_throughput"], line),
             )
         )
     return out
@@ -644,9 +638,9 @@ def server_figures_from_metrics(text: str) -> ServerFigures:
 
     return ServerFigures(
         source="/metrics",
-        accept_length=gauge("sglang:spec_accept_length"),
-        accept_rate=gauge("sglang:spec_accept_rate"),
-        gen_throughput=gauge("sglang:gen_throughput"),
+        accept_length=gauge(api.METRIC_SPEC_ACCEPT_LENGTH),
+        accept_rate=gauge(api.METRIC_SPEC_ACCEPT_RATE),
+        gen_throughput=gauge(api.METRIC_GEN_THROUGHPUT),
         lines=sum(len(v) for v in samples.values()),
     )
 

@@ -12,10 +12,11 @@ import os
 import sys
 import traceback
 
+from pytest_specdec.sglang_api import READY_LINE  # noqa: F401  (the engine logs it)
+
 SERVER = logging.getLogger("specdec.engine.server")
 SCHEDULER = logging.getLogger("specdec.engine.scheduler")
 
-READY_LINE = "The server is fired up and ready to roll!"
 ILLEGAL_INSTRUCTION = "CUDA error: an illegal instruction was encountered"
 
 

@@ -13,6 +13,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_specdec import sglang_api as api
 from pytest_specdec.configuration import configuration_id, method_of_algorithm, takes_budget
 from pytest_specdec.servers.diagnosis import ServerError
 from pytest_specdec.servers.process import HEALTH_TIMEOUT_S, ManagedServer, probe
@@ -46,26 +47,26 @@ def identify(info: dict) -> ServerIdentity:
     DDTree forks spell the budget either `speculative_ddtree_budget` or as
     `speculative_num_draft_tokens` = budget + 1; both are understood.
     """
-    algorithm = info.get("speculative_algorithm") or info.get("method")
+    algorithm = info.get(api.INFO_SPECULATIVE_ALGORITHM) or info.get("method")
     method = method_of_algorithm(algorithm)
     budget = None
     if takes_budget(method):
         budget = info.get("speculative_ddtree_budget") or info.get("budget")
-        if budget is None and info.get("speculative_num_draft_tokens"):
-            budget = int(info["speculative_num_draft_tokens"]) - 1
+        if budget is None and info.get(api.INFO_NUM_DRAFT_TOKENS):
+            budget = int(info[api.INFO_NUM_DRAFT_TOKENS]) - 1
         budget = None if budget is None else int(budget)
     return ServerIdentity(
         method=method,
-        tp=int(info.get("tp_size") or 1),
+        tp=int(info.get(api.INFO_TP_SIZE) or 1),
         budget=budget,
-        model=info.get("model_path"),
+        model=info.get(api.INFO_MODEL_PATH),
     )
 
 
 def fetch_server_info(url: str, timeout: float = 10.0) -> dict:
     """GET /server_info (or the pre-rename /get_server_info) as a dict."""
     last: Exception | None = None
-    for path in ("/server_info", "/get_server_info"):
+    for path in (api.SERVER_INFO, api.SERVER_INFO_OLD):
         try:
             with urllib.request.urlopen(url.rstrip("/") + path, timeout=timeout) as resp:
                 return json.loads(resp.read())
@@ -104,7 +105,7 @@ class AttachedServer:
         return self
 
     def check_alive(self, timeout: float | None = None) -> None:
-        outcome, status = probe(self.url + "/health", timeout or self.health_timeout)
+        outcome, status = probe(self.url + api.HEALTH, timeout or self.health_timeout)
         if outcome != "ok":
             what = f"HTTP {status}" if outcome == "http" else outcome
             name = self.spec.id if self.spec else self.identity.id

@@ -13,34 +13,12 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-# Lines that mean the server is finished, whatever its HTTP side still answers (REFERENCE.md).
-# Ordered most specific first: a crash logs a generic line ("Scheduler hit an exception") before the
-# traceback's specific one ("CUDA error: ..."), and the cause shown is the most specific found.
-FATAL_SIGNATURES: tuple[str, ...] = (
-    "CUDA error: an illegal memory access was encountered",
-    "CUDA error: an illegal instruction was encountered",
-    "CUDA out of memory",
-    "Capture cuda graph failed",
-    "Not enough memory",
-    "Scheduler hit an exception",
-    "Received sigquit from a child process",
-    "crashed with exit code",
-    "watchdog timeout",
-    "Watchdog caught collective operation timeout",
-    "Health check failed",
-    "Initialization failed",
-)
-# Of those, the ones that mean "stuck" rather than "crashed" (the process may well be alive).
-HANG_SIGNATURES: tuple[str, ...] = (
-    "watchdog timeout",
-    "Watchdog caught collective operation timeout",
-    "Health check failed",
-)
+from pytest_specdec.sglang_api import FATAL_SIGNATURES, HANG_SIGNATURES, READY_LINE
+
 _FATAL_RE = re.compile("|".join(re.escape(s) for s in FATAL_SIGNATURES), re.IGNORECASE)
 _SIGNATURE_RES = tuple(re.compile(re.escape(s), re.IGNORECASE) for s in FATAL_SIGNATURES)
 # Errno 98 (Linux) / 48 (macOS), as printed by asyncio, uvicorn and aiohttp.
 _ADDRESS_IN_USE_RE = re.compile(r"address already in use", re.IGNORECASE)
-READY_LINE = "The server is fired up and ready to roll!"
 
 TAIL_LINES = 15
 _TAIL_BYTES = 64 * 1024

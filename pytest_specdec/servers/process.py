@@ -26,6 +26,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from pytest_specdec import sglang_api as api
 from pytest_specdec.servers import cleanup
 from pytest_specdec.servers.diagnosis import (
     LogFinding,
@@ -228,7 +229,7 @@ class ManagedServer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            outcome, status = self._watched_probe("/health_generate", min(self.health_timeout, remaining))
+            outcome, status = self._watched_probe(api.HEALTH_GENERATE, min(self.health_timeout, remaining))
             seen.append(outcome if outcome != "http" else f"http-{status}")
             if outcome == "ok":
                 # A 200 from someone else's server on a port we lost would lie: re-check ours.
@@ -324,7 +325,7 @@ class ManagedServer:
         if finding.fatal_line is not None or code is not None:
             self.died = self._death_error(self._scan(), code)
             raise self.died
-        outcome, status = probe(self.url + "/health", timeout or self.health_timeout)
+        outcome, status = probe(self.url + api.HEALTH, timeout or self.health_timeout)
         if outcome != "ok":
             # Give a crash that is just happening a moment to reach the log / exit status.
             time.sleep(0.2)

@@ -331,7 +331,7 @@ def test_context_length_from_models_then_server_info(fake):
 
 def test_context_length_from_pure_function():
     assert context_length_from({"data": [{"id": "m"}, {"id": "n", "max_model_len": 10}]}) == 10
-    assert context_length_from({"data": []}, {"context_len": 77}) == 77
+    assert context_length_from({"data": []}, {"context_length": 77}) == 77
     assert context_length_from(None, None) is None
     assert context_length_from("garbage", ["x"]) is None
 

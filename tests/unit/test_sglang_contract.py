@@ -1,6 +1,12 @@
-"""Contract: the argv we build for SGLang parses with SGLang's own parser (0.5.23).
+"""Contract: every SGLang name the plugin and the embedded engine rely on, checked against SGLang's
+own code (0.5.23, from its reference copy: the `sglang_reference` fixture; scripts/setup-venv.sh
+installs it into a directory of its own). One test per fact, each failing with the name that moved.
 
-For every entry of the default GPU matrix (methods dflash / ddtree / ar x tp 1, 4, 8 x the ddtree
+Two parts: the launch argv (below), and the HTTP API, metrics and log lines (further down),
+read by importing SGLang's modules where that is light and by parsing their source with `ast`
+where an import would pull in transformers, torchvision or CUDA.
+
+The argv: for every entry of the default GPU matrix (methods dflash / ddtree / ar x tp 1, 4, 8 x the ddtree
 budgets), `ServerArgs.add_cli_args` must accept our command line and read back the values we meant.
 
 DDTree is not upstream. `--speculative-algorithm` is a free string there (plugins register names),
@@ -10,26 +16,31 @@ so `DDTREE` parses as is; the flags differ by preset:
   rejects. We check it against upstream's parser plus that one flag registered the way the pull
   request declares it (an optional int), and separately assert that upstream alone still rejects
   it -- when upstream merges DDTree that test fails and the extra registration should go.
-
-SGLang comes from its reference copy (the `sglang_reference` fixture: scripts/setup-venv.sh
-installs sglang==0.5.23 and its light imports into a directory of their own).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import functools
 import importlib
+import re
+from pathlib import Path
 
 import pytest
 
+from pytest_specdec import metrics
+from pytest_specdec import sglang_api as api
+from pytest_specdec.engine import protocol
 from pytest_specdec.servers import METHOD_FLAG_PRESETS, ServerSpec
+from pytest_specdec.workloads import Prompt, Workload
 from pytest_specdec.servers.sglang import build_sglang_argv
-
 
 
 @pytest.fixture(scope="module")
 def server_args(sglang_reference):
     return importlib.import_module("sglang.srt.server_args")
+
 
 METHODS = ("dflash", "ddtree", "ar")
 TPS = (1, 4, 8)
@@ -131,3 +142,247 @@ def test_a_wrong_flag_would_be_caught(parsers):
     spec = ServerSpec("sglang", "ar", model="m", extra_args=("--cuda-graph-max-bs", "8"))
     with pytest.raises(_ParseError):
         parse(parsers["num-draft-tokens"], build_sglang_argv(spec, 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# The HTTP API, metrics and log lines (pytest_specdec/sglang_api.py), and what the engine accepts
+# (pytest_specdec/engine/protocol.py).
+
+
+@functools.cache
+def _parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+@pytest.fixture(scope="module")
+def srt(sglang_reference):
+    """Parses a module of SGLang's server (`srt`) by its path under sglang/srt."""
+    root = sglang_reference / "sglang" / "srt"
+    return lambda relpath: _parse(root / relpath)
+
+
+@pytest.fixture(scope="module")
+def api_types(sglang_reference):
+    """SGLang's generated API contract (light: msgspec only), which rejects unknown sampling params."""
+    return importlib.import_module("sglang.api.v1.api_types")
+
+
+def template(node: ast.AST) -> str | None:
+    """A string literal's text, an f-string's with `{}` for each value; None for anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+    return None
+
+
+def templates(tree: ast.AST) -> list[str]:
+    return [t for node in ast.walk(tree) if (t := template(node)) is not None]
+
+
+def class_fields(tree: ast.Module, name: str) -> dict[str, ast.expr | None]:
+    """A dataclass's or pydantic model's annotated fields and their default expressions."""
+    cls = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name), None)
+    assert cls is not None, f"SGLang no longer defines class {name}"
+    return {n.target.id: n.value for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+
+
+def field_default(expr: ast.expr | None):
+    """The literal default of a field (`= x` or `= field(default=x)`)."""
+    if isinstance(expr, ast.Call) and getattr(expr.func, "id", None) == "field":
+        expr = next(k.value for k in expr.keywords if k.arg == "default")
+    return ast.literal_eval(expr)
+
+
+def function(tree: ast.Module, name: str) -> ast.FunctionDef:
+    fn = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name),
+              None)
+    assert fn is not None, f"SGLang no longer defines {name}()"
+    return fn
+
+
+def routes(tree: ast.Module) -> set[str]:
+    """Paths of FastAPI routes: `@app.get("/x")`, `@app.api_route("/x", ...)`, ..."""
+    return {d.args[0].value for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for d in n.decorator_list if isinstance(d, ast.Call) and d.args and template(d.args[0]) is not None}
+
+
+def keys_written(tree: ast.AST, var: str) -> set[str]:
+    """String keys stored into the dict named `var`: `var[k] = ...`, `var = {k: ...}`, `var.update({k: ...})`."""
+    keys: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                if isinstance(t, ast.Subscript) and getattr(t.value, "id", None) == var and template(t.slice):
+                    keys.add(t.slice.value)
+                if getattr(t, "id", None) == var and isinstance(n.value, ast.Dict):
+                    keys |= {k.value for k in n.value.keys if k is not None and template(k)}
+        elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "update"
+              and getattr(n.func.value, "id", None) == var and n.args and isinstance(n.args[0], ast.Dict)):
+            keys |= {k.value for k in n.args[0].keys if k is not None and template(k)}
+    return keys
+
+
+def dict_keys(tree: ast.AST) -> set[str]:
+    return {k.value for n in ast.walk(tree) if isinstance(n, ast.Dict) for k in n.keys if k is not None and template(k)}
+
+
+def moved(names, sglang_names, where: str) -> str:
+    return f"not in {where} any more: {sorted(set(names) - set(sglang_names))}"
+
+
+# -- /generate: what the client sends -----------------------------------------------------------
+
+@pytest.mark.parametrize("field", api.REQUEST_FIELDS_SENT)
+def test_request_field_sent_is_sglangs(api_types, field):
+    assert field in api_types.GenerateRequest.__struct_fields__, moved([field], (), "SGLang's GenerateRequest")
+
+
+@pytest.mark.parametrize("name", api.SAMPLING_PARAMS_SENT)
+def test_sampling_param_sent_is_sglangs(api_types, name):
+    assert name in api_types.SamplingParams.__struct_fields__, moved([name], (), "SGLang's SamplingParams")
+
+
+def test_the_client_sends_exactly_the_names_checked():
+    workload = Workload(name="w", prompts=(Prompt("hi"),), max_new_tokens=4, concurrency=1)
+    assert tuple(workload.sampling_params(0)) == api.SAMPLING_PARAMS_SENT
+    from pytest_specdec.client import _payload
+
+    assert tuple(_payload(workload, 0)) == api.REQUEST_FIELDS_SENT
+
+
+# -- /generate: what the client reads --------------------------------------------------------------
+
+@pytest.mark.parametrize("key", api.META_INFO_KEYS_READ)
+def test_meta_info_key_read_is_written_by_sglang(srt, key):
+    written = keys_written(srt("managers/tokenizer_manager.py"), "meta_info")
+    assert key in written, moved([key], written, "the meta_info SGLang's tokenizer manager builds")
+
+
+def test_finish_reasons_carry_their_type(srt):
+    tree = srt("managers/schedule_batch.py")
+    reasons = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name.startswith("FINISH")]
+    assert reasons, "SGLang no longer defines FINISH_* reasons in schedule_batch.py"
+    for cls in reasons:
+        assert api.FINISH_TYPE in dict_keys(function(cls, "to_json")), f"{cls.name}.to_json has no {api.FINISH_TYPE!r}"
+
+
+def test_an_abort_says_why(srt):
+    abort = function(next(n for n in ast.walk(srt("managers/schedule_batch.py"))
+                          if isinstance(n, ast.ClassDef) and n.name == "FINISH_ABORT"), "to_json")
+    values = {k.value: template(v) for n in ast.walk(abort) if isinstance(n, ast.Dict)
+              for k, v in zip(n.keys, n.values) if k is not None and template(k)}
+    assert values.get(api.FINISH_TYPE) == api.FINISH_ABORT and api.FINISH_MESSAGE in values, values
+
+
+# -- /server_info and /v1/models ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("key", api.SERVER_ARGS_READ)
+def test_server_info_key_read_is_a_server_argument(server_args, key):
+    names = {f.name for f in server_args.record_fields(server_args.ServerArgs)}  # what resolved_dict() serves
+    assert key in names, moved([key], names, "ServerArgs (whose fields /server_info returns)")
+
+
+def test_max_req_input_len_is_in_the_schedulers_info(srt):
+    keys = dict_keys(function(srt("managers/scheduler.py"), "get_init_info"))
+    assert api.INFO_MAX_REQ_INPUT_LEN in keys, moved([api.INFO_MAX_REQ_INPUT_LEN], keys, "the scheduler's info")
+
+
+def test_model_cards_state_the_context_length(srt):
+    card = class_fields(srt("entrypoints/openai/protocol.py"), "ModelCard")
+    assert api.MODEL_CARD_MAX_LEN in card, moved([api.MODEL_CARD_MAX_LEN], card, "ModelCard")
+
+
+# -- endpoints -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", [api.GENERATE, api.HEALTH, api.HEALTH_GENERATE, api.SERVER_INFO,
+                                  api.SERVER_INFO_OLD, api.MODELS])
+def test_endpoint_is_served(srt, path):
+    served = routes(srt("entrypoints/http_server.py"))
+    assert path in served, moved([path], served, "SGLang's HTTP routes")
+
+
+def test_metrics_endpoint_is_mounted(srt):
+    mounts = [template(n.args[0]) for n in ast.walk(srt("utils/common.py"))
+              if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Mount" and n.args]
+    assert api.METRICS in mounts, moved([api.METRICS], mounts, "SGLang's mounts")
+
+
+# -- Prometheus ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", api.METRICS_PARSED)
+def test_metric_parsed_is_defined(srt, name):
+    defined = {template(k.value) for n in ast.walk(srt("observability/metrics_collector.py"))
+               if isinstance(n, ast.Call) for k in n.keywords if k.arg == "name"}
+    assert name in defined, moved([name], defined, "SGLang's metrics collector")
+
+
+# -- log lines -----------------------------------------------------------------------------------
+
+def test_readiness_line_is_logged(srt):
+    assert api.READY_LINE in templates(srt("entrypoints/http_server.py"))
+
+
+_JOINED_LITERALS = re.compile(r"""["']\s*\n\s*[rbfuRBFU]*["']""")
+
+
+@pytest.fixture(scope="module")
+def sglang_texts(sglang_reference) -> dict[Path, str]:
+    """Every module of SGLang's package, lower-cased, adjacent literals split over lines joined
+    (`"... crashed "` / `f"with exit code ..."`): a cheap filter before parsing a file."""
+    return {f: _JOINED_LITERALS.sub("", f.read_text(errors="replace")).lower()
+            for f in sorted((sglang_reference / "sglang").rglob("*.py"))}
+
+
+@pytest.mark.parametrize("signature", [s for s in api.FATAL_SIGNATURES if s not in api.FATAL_SIGNATURES_FROM_TORCH])
+def test_fatal_signature_is_logged_by_sglang(sglang_texts, signature):
+    """Matched case-insensitively, as diagnosis.py matches log lines."""
+    files = [f for f, text in sglang_texts.items() if signature.lower() in text]
+    assert any(signature.lower() in t.lower() for f in files for t in templates(_parse(f))), (
+        f"no string in SGLang's source says {signature!r} any more")
+
+
+def test_the_decode_line_starts_as_the_plugin_expects(srt):
+    lines = templates(function(srt("managers/scheduler_components/metrics_reporter.py"), "report_decode_stats"))
+    first = next((t for t in lines if t.startswith(api.DECODE_BATCH)), None)
+    assert first is not None and metrics.parse_decode_lines([first.replace("{}", "")]), (
+        f"no {api.DECODE_BATCH!r} line (as the plugin reads it) in report_decode_stats: {lines[:3]}")
+
+
+@pytest.mark.parametrize("field", sorted(metrics.DECODE_LINE_FIELDS))
+def test_decode_line_field_is_logged(srt, field):
+    lines = templates(function(srt("managers/scheduler_components/metrics_reporter.py"), "report_decode_stats"))
+    pattern = metrics.DECODE_LINE_FIELDS[field]
+    assert any(pattern.search(t.replace("{}", "1.25")) for t in lines), (
+        f"report_decode_stats logs nothing /{pattern.pattern}/ reads")
+
+
+# -- what the engine accepts -------------------------------------------------------------------------
+
+def test_engine_accepts_exactly_sglangs_request_fields(srt):
+    sglang = set(class_fields(srt("managers/io_struct.py"), "GenerateReqInput"))
+    assert protocol.GENERATE_FIELDS == sglang, (
+        f"SGLang added {sorted(sglang - protocol.GENERATE_FIELDS)}, dropped {sorted(protocol.GENERATE_FIELDS - sglang)}")
+
+
+def test_engine_accepts_exactly_sglangs_sampling_params(api_types):
+    sglang = set(api_types.SamplingParams.__struct_fields__)
+    assert protocol.SAMPLING_FIELDS == sglang, (
+        f"SGLang added {sorted(sglang - protocol.SAMPLING_FIELDS)}, dropped {sorted(protocol.SAMPLING_FIELDS - sglang)}")
+
+
+@pytest.mark.parametrize("name", sorted(protocol.NEUTRAL_FIELDS))
+def test_engine_neutral_field_value_is_sglangs_default(srt, name):
+    default = field_default(class_fields(srt("managers/io_struct.py"), "GenerateReqInput")[name])
+    assert protocol.NEUTRAL_FIELDS[name].accepts(default), f"SGLang's default {name}={default!r} would be refused"
+    assert default in (None, protocol.NEUTRAL_FIELDS[name].off), f"SGLang's default for {name} is now {default!r}"
+
+
+@pytest.mark.parametrize("name", sorted(protocol.NEUTRAL_SAMPLING))
+def test_engine_neutral_sampling_value_is_sglangs_default(api_types, name):
+    default = getattr(api_types.SamplingParams(), name)
+    assert protocol.NEUTRAL_SAMPLING[name].accepts(default), f"SGLang's default {name}={default!r} would be refused"
+
+
+def test_engine_default_max_new_tokens_is_sglangs(api_types):
+    assert api_types.SamplingParams().max_new_tokens == protocol.DEFAULT_MAX_NEW_TOKENS

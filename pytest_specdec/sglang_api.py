@@ -1,0 +1,96 @@
+"""Every SGLang name the plugin relies on, in one place: endpoints, the request fields it sends,
+the response and /server_info keys it reads, the Prometheus metrics it parses and the log lines
+it treats as readiness or as fatal.
+
+A renamed field in SGLang would otherwise turn into a silent zero or a missed crash, so
+tests/unit/test_sglang_contract.py checks each name here against SGLang's own source (the
+versions in the README's table). The plugin's modules import these names; the embedded engine
+serves them.
+"""
+
+from __future__ import annotations
+
+# -- endpoints -------------------------------------------------------------------------------------
+GENERATE = "/generate"
+HEALTH = "/health"  # liveness: SGLang generates one token to answer it
+HEALTH_GENERATE = "/health_generate"  # readiness: 503 until warm-up is done
+SERVER_INFO = "/server_info"
+SERVER_INFO_OLD = "/get_server_info"  # the name before the rename, still served
+MODELS = "/v1/models"
+METRICS = "/metrics"  # served with --enable-metrics
+
+# -- /generate: what the client sends ----------------------------------------------------------------
+REQUEST_FIELDS_SENT = ("text", "sampling_params", "stream")
+SAMPLING_PARAMS_SENT = ("max_new_tokens", "temperature", "ignore_eos")
+
+# -- /generate: what the client reads ----------------------------------------------------------------
+META_INFO = "meta_info"
+FINISH_REASON = "finish_reason"  # {"type": ..., "message"?: ...}
+FINISH_TYPE = "type"
+FINISH_MESSAGE = "message"
+FINISH_ABORT = "abort"  # the finish type of a request the server gave up on
+PROMPT_TOKENS = "prompt_tokens"
+COMPLETION_TOKENS = "completion_tokens"
+E2E_LATENCY = "e2e_latency"
+SPEC_VERIFY_CT = "spec_verify_ct"
+SPEC_ACCEPT_LENGTH = "spec_accept_length"
+SPEC_ACCEPT_RATE = "spec_accept_rate"
+SPEC_NUM_CORRECT_DRAFTS = "spec_num_correct_drafts"
+SPEC_NUM_PROPOSED_DRAFTS = "spec_num_proposed_drafts"
+#: Added only when a request went through at least one verify step: absent, not zero, otherwise.
+SPEC_META_KEYS = (SPEC_VERIFY_CT, SPEC_ACCEPT_LENGTH, SPEC_ACCEPT_RATE, SPEC_NUM_CORRECT_DRAFTS,
+                  SPEC_NUM_PROPOSED_DRAFTS)
+META_INFO_KEYS_READ = (FINISH_REASON, PROMPT_TOKENS, COMPLETION_TOKENS, E2E_LATENCY, *SPEC_META_KEYS)
+
+# -- /server_info and /v1/models: what the plugin reads ---------------------------------------------
+INFO_SPECULATIVE_ALGORITHM = "speculative_algorithm"
+INFO_NUM_DRAFT_TOKENS = "speculative_num_draft_tokens"
+INFO_TP_SIZE = "tp_size"
+INFO_MODEL_PATH = "model_path"
+INFO_CONTEXT_LENGTH = "context_length"  # a server argument: None when the model's default applies
+INFO_MAX_REQ_INPUT_LEN = "max_req_input_len"  # from the scheduler
+SERVER_ARGS_READ = (INFO_SPECULATIVE_ALGORITHM, INFO_NUM_DRAFT_TOKENS, INFO_TP_SIZE, INFO_MODEL_PATH,
+                    INFO_CONTEXT_LENGTH)
+MODEL_CARD_MAX_LEN = "max_model_len"  # /v1/models data[i]
+
+# -- Prometheus metrics parsed -----------------------------------------------------------------------
+METRIC_SPEC_ACCEPT_LENGTH = "sglang:spec_accept_length"
+METRIC_SPEC_ACCEPT_RATE = "sglang:spec_accept_rate"
+METRIC_GEN_THROUGHPUT = "sglang:gen_throughput"
+METRICS_PARSED = (METRIC_SPEC_ACCEPT_LENGTH, METRIC_SPEC_ACCEPT_RATE, METRIC_GEN_THROUGHPUT)
+
+# -- log lines -------------------------------------------------------------------------------------
+READY_LINE = "The server is fired up and ready to roll!"
+#: Lines that mean the server is finished, whatever its HTTP side still answers. Ordered most
+#: specific first: a crash logs a generic line ("Scheduler hit an exception") before the
+#: traceback's specific one ("CUDA error: ..."), and the cause shown is the most specific found.
+FATAL_SIGNATURES: tuple[str, ...] = (
+    "CUDA error: an illegal memory access was encountered",
+    "CUDA error: an illegal instruction was encountered",
+    "CUDA out of memory",
+    "Capture cuda graph failed",
+    "Not enough memory",
+    "Scheduler hit an exception",
+    "Received sigquit from a child process",
+    "crashed with exit code",
+    "watchdog timeout",
+    "Watchdog caught collective operation timeout",
+    "Health check failed",
+    "Initialization failed",
+)
+#: Of those, the ones that mean "stuck" rather than "crashed" (the process may well be alive).
+HANG_SIGNATURES: tuple[str, ...] = (
+    "watchdog timeout",
+    "Watchdog caught collective operation timeout",
+    "Health check failed",
+)
+#: Fatal lines that SGLang's processes print but SGLang's code does not write: the CUDA runtime's
+#: errors and torch's allocator and NCCL watchdog, whatever SGLang release runs them.
+FATAL_SIGNATURES_FROM_TORCH = frozenset({
+    "CUDA error: an illegal memory access was encountered",
+    "CUDA error: an illegal instruction was encountered",
+    "CUDA out of memory",
+    "Watchdog caught collective operation timeout",
+})
+#: The scheduler's periodic decode line starts with this, then `, ` (older releases: `.`).
+DECODE_BATCH = "Decode batch"
