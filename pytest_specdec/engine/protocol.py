@@ -211,7 +211,7 @@ def _check_text(s: str) -> None:
                           f"position {exc.start}, e.g. a lone surrogate escape).") from None
 
 
-def _unknown(kind: str, names: list[str], known: frozenset[str]) -> SchemaViolation:
+def unknown_names(kind: str, names: list[str], known: frozenset[str]) -> SchemaViolation:
     return SchemaViolation(f"unknown {kind} {', '.join(f'`{n}`' for n in names)}; the names SGLang "
                            f"accepts are {', '.join(sorted(known))}")
 
@@ -221,7 +221,7 @@ def _type_name(value: Any) -> str:
                                          list: "list", dict: "object"}.get(type(value), type(value).__name__)
 
 
-def _expect(name: str, value: Any, kinds: tuple[type, ...], expected: str) -> Any:
+def expect(name: str, value: Any, kinds: tuple[type, ...], expected: str) -> Any:
     if isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds):
         return value
     raise SchemaViolation(f"{name}: invalid type: {_type_name(value)} {json.dumps(value)[:80]}, expected {expected}")
@@ -256,18 +256,18 @@ def parse_sampling(params: Any, *, vocab_size: int) -> Sampling:
                               f"(batched requests with a list of sampling_params are not supported)")
     unknown = sorted(set(params) - SAMPLING_FIELDS)
     if unknown:
-        raise _unknown("sampling parameter(s)", unknown, SAMPLING_FIELDS)
+        raise unknown_names("sampling parameter(s)", unknown, SAMPLING_FIELDS)
     p = {k: v for k, v in params.items() if v is not None}
-    max_new_tokens = _expect("max_new_tokens", p.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS), (int,), "an integer")
-    temperature = _expect("temperature", p.get("temperature", 1.0), (int, float), "a number")
-    ignore_eos = _expect("ignore_eos", p.get("ignore_eos", False), (bool,), "a boolean")
+    max_new_tokens = expect("max_new_tokens", p.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS), (int,), "an integer")
+    temperature = expect("temperature", p.get("temperature", 1.0), (int, float), "a number")
+    ignore_eos = expect("ignore_eos", p.get("ignore_eos", False), (bool,), "a boolean")
     stop = p.get("stop", [])
-    stop = [stop] if isinstance(stop, str) else _expect("stop", stop, (list,), "a string or a list of strings")
+    stop = [stop] if isinstance(stop, str) else expect("stop", stop, (list,), "a string or a list of strings")
     for s in stop:
-        _expect("stop", s, (str,), "a string or a list of strings")
-    stop_ids = _expect("stop_token_ids", p.get("stop_token_ids", []), (list,), "a list of integers")
+        expect("stop", s, (str,), "a string or a list of strings")
+    stop_ids = expect("stop_token_ids", p.get("stop_token_ids", []), (list,), "a list of integers")
     for i in stop_ids:
-        _expect("stop_token_ids", i, (int,), "a list of integers")
+        expect("stop_token_ids", i, (int,), "a list of integers")
     check_neutral("sampling parameter(s)", p, NEUTRAL_SAMPLING)
     if not math.isfinite(temperature) or temperature < 0:
         raise Refused(f"temperature must be a non-negative finite number, got {temperature}.")
@@ -300,19 +300,19 @@ def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int) -
         raise InvalidBody(f"The request body must be a JSON object, got {_type_name(body)}.")
     unknown = sorted(set(body) - GENERATE_FIELDS)
     if unknown:
-        raise _unknown("field(s)", unknown, GENERATE_FIELDS)
+        raise unknown_names("field(s)", unknown, GENERATE_FIELDS)
     b = {k: v for k, v in body.items() if v is not None}
-    stream = _expect("stream", b.get("stream", False), (bool,), "a boolean")
+    stream = expect("stream", b.get("stream", False), (bool,), "a boolean")
     rid = b.get("rid")
     if rid is not None:
-        _expect("rid", rid, (str,), "a string (batched requests are not supported)")
+        expect("rid", rid, (str,), "a string (batched requests are not supported)")
     text, input_ids = b.get("text"), b.get("input_ids")
     if text is not None:
-        _expect("text", text, (str,), "a string (batched requests are not supported)")
+        expect("text", text, (str,), "a string (batched requests are not supported)")
     if input_ids is not None:
-        _expect("input_ids", input_ids, (list,), "a list of integers")
+        expect("input_ids", input_ids, (list,), "a list of integers")
         for i in input_ids:
-            _expect("input_ids", i, (int,), "a list of integers (batched requests are not supported)")
+            expect("input_ids", i, (int,), "a list of integers (batched requests are not supported)")
     check_neutral("field(s)", b, NEUTRAL_FIELDS)
     sampling = parse_sampling(b.get("sampling_params"), vocab_size=vocab_size)
     if (text is None) == (input_ids is None):

@@ -4,7 +4,9 @@ Endpoints: ``/health`` and ``/health_generate`` (503 until warm-up is done, then
 generation, as SGLang does), ``/ready``, ``/generate`` (text or input_ids, every field and
 sampling parameter SGLang accepts: see protocol.py; SSE streaming with cumulative text ending
 ``data: [DONE]``), ``/server_info`` (and its old name ``/get_server_info``), ``/model_info``
-(and ``/get_model_info``), ``/v1/models``, ``/flush_cache`` and ``/metrics``.
+(and ``/get_model_info``), ``/v1/models`` and ``/v1/models/{id}``, ``/flush_cache``, ``/metrics``,
+and the OpenAI-compatible ``/v1/completions`` and ``/v1/chat/completions`` (streaming too; see
+openai_api.py).
 
 Anyone on the host can reach this server, so a hostile request is a 400, never a 500 or a stuck
 handler: see protocol.parse_json, and ``idle_timeout``, which closes a connection that sends no
@@ -22,7 +24,7 @@ import traceback
 
 from aiohttp import web
 
-from . import logs
+from . import logs, openai_api
 from .faults import FaultPlan
 from .metrics import EngineMetrics
 from .protocol import Refused, RequestError, parse_generate, parse_json
@@ -68,6 +70,9 @@ class EngineServer:
         for path in ("/model_info", "/get_model_info"):
             r.add_get(path, self.get_model_info)
         r.add_get("/v1/models", self.list_models)
+        r.add_get("/v1/models/{model:.+}", self.retrieve_model)
+        r.add_post("/v1/completions", self.completions)
+        r.add_post("/v1/chat/completions", self.chat_completions)
         r.add_route("GET", "/flush_cache", self.flush_cache)
         r.add_route("POST", "/flush_cache", self.flush_cache)
         r.add_get("/metrics", self.get_metrics)
@@ -148,9 +153,8 @@ class EngineServer:
     async def _stream_error(request: web.Request, exc: Refused) -> web.StreamResponse:
         """A refused streaming request as SGLang sends it: HTTP 200, one error event, [DONE]."""
         logs.SERVER.error(f"[http_server] Error: {exc}")
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        await resp.write(b"data: " + json.dumps(exc.stream_event()).encode() + b"\n\n")
+        resp = await EngineServer._open_stream(request)
+        await EngineServer._send(resp, exc.stream_event())
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
@@ -232,23 +236,38 @@ class EngineServer:
         return {"text": p.text, "output_ids": req.output_ids[: p.num_ids], "meta_info": self._meta_info(req, p)}
 
     async def _stream(self, request: web.Request, req: Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        progress = self._watch(req)
+        resp = await self._open_stream(request)
         try:
-            while True:
-                p = await progress.get()
-                while not progress.empty():  # a slow reader gets the latest cumulative state
-                    p = progress.get_nowait()
-                await resp.write(b"data: " + json.dumps(self._output(req, p)).encode() + b"\n\n")
-                if p.finish_reason is not None:
-                    break
+            async for p in self._progress(req):
+                await self._send(resp, self._output(req, p))
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):
             req.aborted = True
             raise
         return resp
+
+    async def _progress(self, req: Request):
+        """Submit ``req`` and yield its progress up to the finish; a slow reader skips to the
+        latest state (the text is cumulative)."""
+        progress = self._watch(req)
+        while True:
+            p = await progress.get()
+            while not progress.empty():
+                p = progress.get_nowait()
+            yield p
+            if p.finish_reason is not None:
+                return
+
+    @staticmethod
+    async def _open_stream(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        return resp
+
+    @staticmethod
+    async def _send(resp: web.StreamResponse, event: dict) -> None:
+        await resp.write(b"data: " + json.dumps(event).encode() + b"\n\n")
 
     async def get_server_info(self, request: web.Request) -> web.Response:
         await self._hang_if_faulty()
@@ -281,9 +300,69 @@ class EngineServer:
         return web.json_response(self.model_info)
 
     async def list_models(self, request: web.Request) -> web.Response:
-        card = {"id": self.served_model_name, "object": "model", "created": self.created, "owned_by": "sglang",
-                "root": self.served_model_name, "max_model_len": self.context_length}
+        card = openai_api.model_card(self.served_model_name, self.context_length, self.created)
         return web.json_response({"object": "list", "data": [card]})
+
+    async def retrieve_model(self, request: web.Request) -> web.Response:
+        name = request.match_info["model"]
+        if name != self.served_model_name:
+            return web.json_response(openai_api.model_not_found(name), status=404)
+        return web.json_response(openai_api.model_card(name, self.context_length, self.created))
+
+    # ------------------------------------------------------------------ OpenAI-compatible
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._openai(request, openai_api.parse_completion, "text_completion")
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._openai(request, openai_api.parse_chat, "chat.completion")
+
+    async def _openai(self, request: web.Request, parse, kind: str) -> web.StreamResponse:
+        await self._hang_if_faulty()
+        try:
+            o = parse(parse_json(await self._read_body(request)), encode=self.tokenizer.encode,
+                      vocab_size=self.tokenizer.vocab_size, context_length=self.context_length)
+        except RequestError as exc:
+            logs.SERVER.error(f"[http_server] Error: {exc}")
+            return web.json_response(openai_api.error_body(exc), status=exc.status)
+        s = o.sampling
+        req = Request(list(o.input_ids), s.max_new_tokens, ignore_eos=s.ignore_eos, stop=s.stop,
+                      stop_token_ids=s.stop_token_ids, stream=o.stream, rid=o.rid)
+        usage = lambda p: openai_api.usage(len(req.input_ids), p.num_ids)  # noqa: E731
+        if not o.stream:
+            p = await self._finished(req)
+            choice = (openai_api.completion_choice if kind == "text_completion" else openai_api.chat_choice)(
+                p.text, p.finish_reason)
+            return web.json_response(openai_api.envelope(kind, req.rid, self.served_model_name, [choice], usage(p)))
+        chunk_kind = "chat.completion.chunk" if kind == "chat.completion" else kind
+
+        def chunk(text: str, reason: dict | None, first: bool) -> dict:
+            if kind == "text_completion":
+                choice = openai_api.completion_choice(text, reason)
+            else:
+                choice = openai_api.chat_delta({"role": "assistant", "content": text} if first else
+                                               {"content": text}, reason)
+            return openai_api.envelope(chunk_kind, req.rid, self.served_model_name, [choice], None)
+
+        resp = await self._open_stream(request)
+        sent = ""
+        try:
+            async for p in self._progress(req):
+                delta = p.text[len(sent):] if p.text.startswith(sent) else ""  # a cut stop string cannot be unsent
+                if delta or p.finish_reason is not None or not sent:
+                    await self._send(resp, chunk(delta, p.finish_reason, first=not sent))
+                    sent += delta
+                if p.finish_reason is not None:
+                    if o.include_usage:
+                        await self._send(resp, openai_api.envelope(chunk_kind, req.rid, self.served_model_name, [],
+                                                                   usage(p)))
+                    break
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            req.aborted = True
+            raise
+        return resp
 
     async def flush_cache(self, request: web.Request) -> web.Response:
         await self._hang_if_faulty()

@@ -31,7 +31,7 @@ import pytest
 
 from pytest_specdec import metrics
 from pytest_specdec import sglang_api as api
-from pytest_specdec.engine import protocol
+from pytest_specdec.engine import openai_api, protocol
 from pytest_specdec.servers import METHOD_FLAG_PRESETS, ServerSpec
 from pytest_specdec.workloads import Prompt, Workload
 from pytest_specdec.servers.sglang import build_sglang_argv
@@ -189,7 +189,7 @@ def class_fields(tree: ast.Module, name: str) -> dict[str, ast.expr | None]:
 
 def field_default(expr: ast.expr | None):
     """The literal default of a field (`= x` or `= field(default=x)`)."""
-    if isinstance(expr, ast.Call) and getattr(expr.func, "id", None) == "field":
+    if isinstance(expr, ast.Call) and getattr(expr.func, "id", None) in ("field", "Field"):
         expr = next(k.value for k in expr.keywords if k.arg == "default")
     return ast.literal_eval(expr)
 
@@ -386,3 +386,33 @@ def test_engine_neutral_sampling_value_is_sglangs_default(api_types, name):
 
 def test_engine_default_max_new_tokens_is_sglangs(api_types):
     assert api_types.SamplingParams().max_new_tokens == protocol.DEFAULT_MAX_NEW_TOKENS
+
+
+OPENAI_REQUESTS = {"CompletionRequest": (openai_api.COMPLETION_FIELDS, openai_api.COMPLETION_NEUTRAL),
+                   "ChatCompletionRequest": (openai_api.CHAT_FIELDS, openai_api.CHAT_NEUTRAL)}
+
+
+def openai_request_fields(srt, name: str) -> dict:
+    """A request model's public fields, its base's (PDRoutingFields) included."""
+    tree = srt("entrypoints/openai/protocol.py")
+    cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name)
+    fields = {}
+    for base in cls.bases:
+        if getattr(base, "id", "BaseModel") != "BaseModel":
+            fields |= class_fields(tree, base.id)
+    fields |= class_fields(tree, name)
+    return {k: v for k, v in fields.items() if not k.startswith("_")}
+
+
+@pytest.mark.parametrize("request_model", sorted(OPENAI_REQUESTS))
+def test_engine_accepts_exactly_sglangs_openai_fields(srt, request_model):
+    sglang, ours = set(openai_request_fields(srt, request_model)), OPENAI_REQUESTS[request_model][0]
+    assert ours == sglang, f"SGLang's {request_model} added {sorted(sglang - ours)}, dropped {sorted(ours - sglang)}"
+
+
+@pytest.mark.parametrize("request_model", sorted(OPENAI_REQUESTS))
+def test_engine_neutral_openai_values_are_sglangs_defaults(srt, request_model):
+    fields, neutral = openai_request_fields(srt, request_model), OPENAI_REQUESTS[request_model][1]
+    refused = {name: field_default(fields[name]) for name in neutral
+               if not neutral[name].accepts(field_default(fields[name]))}
+    assert not refused, f"SGLang's defaults the engine would refuse in {request_model}: {refused}"

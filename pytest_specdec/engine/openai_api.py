@@ -1,0 +1,263 @@
+"""SGLang's OpenAI-compatible endpoints, /v1/completions and /v1/chat/completions: their request
+fields mapped onto the engine's generation, and their response and stream chunk shapes.
+
+Request fields follow protocol.py's rules (honoured, hints, neutral-only; unknown names refused)
+over the names SGLang's CompletionRequest and ChatCompletionRequest declare. A chat is rendered
+with CHAT_TEMPLATE, the same template the exported tokenizer carries (tokenizer.py), so a client
+that applies the tokenizer's template counts the same prompt tokens the engine sees.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Mapping
+
+from .protocol import (
+    TOP_K_ALL,
+    InvalidBody,
+    Neutral,
+    RequestError,
+    Sampling,
+    Unsupported,
+    check_context,
+    check_neutral,
+    expect,
+    parse_sampling,
+    unknown_names,
+)
+
+#: Roles and contents as plain text; the assistant's turn opens at the end.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
+class OpenAIError(RequestError):
+    """A request these endpoints refuse; every RequestError is answered with error_body's shape here."""
+
+
+def error_body(exc: RequestError) -> dict:
+    """SGLang's OpenAI error body (its serving_base.create_error_response)."""
+    return {"object": "error", "message": str(exc), "type": "BadRequestError", "param": None, "code": exc.status}
+
+
+# -- fields ----------------------------------------------------------------------------------------
+
+_ROUTING_HINTS = frozenset({"bootstrap_host", "bootstrap_port", "bootstrap_room", "routed_dp_rank",
+                            "disagg_prefill_dp_rank", "data_parallel_rank", "extra_key", "cache_salt", "priority",
+                            "rid", "session_id", "user", "seed", "model", "custom_params", "images_config",
+                            "mm_processor_kwargs", "routed_experts_start_len"})
+_SHARED_NEUTRAL: Mapping[str, Neutral] = {
+    "frequency_penalty": Neutral(0.0, also=(0,)),
+    "presence_penalty": Neutral(0.0, also=(0,)),
+    "logit_bias": Neutral(None),
+    "n": Neutral(1),
+    "top_p": Neutral(1.0, also=(1,)),
+    "top_k": Neutral(-1, also=(1, TOP_K_ALL)),
+    "min_p": Neutral(0.0, also=(0,)),
+    "min_tokens": Neutral(0),
+    "repetition_penalty": Neutral(1.0, also=(1,)),
+    "regex": Neutral(None),
+    "ebnf": Neutral(None),
+    "stop_regex": Neutral(None),
+    "no_stop_trim": Neutral(False),
+    "skip_special_tokens": Neutral(True),
+    "response_format": Neutral(None),
+    "lora_path": Neutral(None),
+    "session_params": Neutral(None),
+    "custom_logit_processor": Neutral(None),
+    "watermark": Neutral(None),
+    "return_hidden_states": Neutral(False),
+    "return_routed_experts": Neutral(False),
+    "return_cached_tokens_details": Neutral(False),
+    "return_spec_tokens_details": Neutral(False),
+    "return_token_ids": Neutral(False),
+}
+_SHARED_HONOURED = frozenset({"max_tokens", "temperature", "stop", "stop_token_ids", "ignore_eos", "stream",
+                              "stream_options"})
+
+COMPLETION_HONOURED = _SHARED_HONOURED | {"prompt"}
+COMPLETION_HINTS = _ROUTING_HINTS | {"custom_labels"}
+COMPLETION_NEUTRAL: Mapping[str, Neutral] = {
+    **_SHARED_NEUTRAL,
+    "best_of": Neutral(None, also=(1,)),
+    "echo": Neutral(False),
+    "logprobs": Neutral(None),
+    "suffix": Neutral(None),
+    "json_schema": Neutral(None),
+}
+COMPLETION_FIELDS = COMPLETION_HONOURED | COMPLETION_HINTS | frozenset(COMPLETION_NEUTRAL)
+
+CHAT_HONOURED = _SHARED_HONOURED | {"messages", "max_completion_tokens"}
+CHAT_HINTS = _ROUTING_HINTS | {
+    "tool_choice", "parallel_tool_calls",  # without tools (neutral-only) they choose nothing
+    "separate_reasoning", "stream_reasoning",  # the engine has no reasoning parser
+    "top_logprobs", "sampling_logprobs_mode", "return_flat_raw_output_top_logprobs",
+    "return_flat_raw_top_logprobs_b64",  # options of logprobs (neutral-only)
+    "video_config", "max_dynamic_patch", "min_dynamic_patch", "use_audio_in_video",  # of media (refused)
+}
+CHAT_NEUTRAL: Mapping[str, Neutral] = {
+    **_SHARED_NEUTRAL,
+    "logprobs": Neutral(False),
+    "tools": Neutral(None),
+    "reasoning_effort": Neutral(None),
+    "thinking": Neutral(None),
+    "task": Neutral(None),
+    "chat_template_kwargs": Neutral(None),
+    "continue_final_message": Neutral(False),
+    "input_ids": Neutral(None),
+    "return_prompt_token_ids": Neutral(False),
+    "return_meta_info": Neutral(False),
+    "return_input_ids_in_sglext": Neutral(False),
+    "return_output_ids_in_sglext": Neutral(False),
+    "return_sampling_mask": Neutral(False),
+}
+CHAT_FIELDS = CHAT_HONOURED | CHAT_HINTS | frozenset(CHAT_NEUTRAL)
+
+
+@dataclass(frozen=True)
+class OpenAIRequest:
+    """What an OpenAI-style request asks the engine to generate, and how to answer."""
+
+    input_ids: tuple[int, ...]
+    sampling: Sampling
+    stream: bool
+    include_usage: bool
+    rid: str | None
+
+
+def _common(body: Any, fields: frozenset[str], neutral: Mapping[str, Neutral], default_max_tokens: int | None,
+            *, vocab_size: int) -> tuple[dict, Sampling, bool, bool]:
+    if not isinstance(body, dict):
+        raise InvalidBody(f"The request body must be a JSON object, got {type(body).__name__}.")
+    unknown = sorted(set(body) - fields)
+    if unknown:
+        raise unknown_names("field(s)", unknown, fields)
+    b = {k: v for k, v in body.items() if v is not None}
+    stream = expect("stream", b.get("stream", False), (bool,), "a boolean")
+    options = expect("stream_options", b.get("stream_options", {}), (dict,), "an object")
+    include_usage = expect("stream_options.include_usage", options.get("include_usage") or False, (bool,),
+                            "a boolean")
+    check_neutral("field(s)", b, neutral)
+    max_tokens = b.get("max_completion_tokens", b.get("max_tokens", default_max_tokens))
+    if max_tokens is not None and (type(max_tokens) is not int or max_tokens <= 0):
+        raise OpenAIError(f"max_tokens must be a positive integer, got {max_tokens!r}.")
+    params = {"temperature": b.get("temperature"), "stop": b.get("stop"), "stop_token_ids": b.get("stop_token_ids"),
+              "ignore_eos": b.get("ignore_eos")}
+    if max_tokens is not None:
+        params["max_new_tokens"] = max_tokens
+    return b, parse_sampling(params, vocab_size=vocab_size), stream, include_usage
+
+
+def parse_completion(body: Any, *, encode, vocab_size: int, context_length: int) -> OpenAIRequest:
+    b, sampling, stream, include_usage = _common(body, COMPLETION_FIELDS, COMPLETION_NEUTRAL, 16,
+                                                 vocab_size=vocab_size)
+    prompt = b.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]  # a batch of one
+    if isinstance(prompt, str):
+        ids = encode(prompt)
+    elif isinstance(prompt, list) and prompt and all(type(i) is int and 0 <= i < vocab_size for i in prompt):
+        ids = prompt
+    else:
+        raise OpenAIError("prompt must be a string or a list of token ids (one prompt per request).")
+    check_context(len(ids), sampling.max_new_tokens, context_length)
+    return OpenAIRequest(tuple(ids), sampling, stream, include_usage, b.get("rid"))
+
+
+def _message_text(message: Any, index: int) -> dict:
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+        raise OpenAIError(f"messages[{index}] must be an object with a role.")
+    content = message.get("content")
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise Unsupported(f"messages[{index}] has a {kind!r} part; the embedded engine reads text only.")
+            parts.append(part["text"])
+        content = "".join(parts)
+    elif content is None:
+        content = ""
+    elif not isinstance(content, str):
+        raise OpenAIError(f"messages[{index}].content must be a string or a list of text parts.")
+    return {"role": message["role"], "content": content}
+
+
+@cache
+def _chat_template():
+    import jinja2  # torch's dependency, so the engine has it; loaded only for the first chat
+
+    return jinja2.Environment(trim_blocks=True, lstrip_blocks=True).from_string(CHAT_TEMPLATE)
+
+
+def render_chat(messages: list[dict]) -> str:
+    return _chat_template().render(messages=messages, add_generation_prompt=True)
+
+
+def parse_chat(body: Any, *, encode, vocab_size: int, context_length: int) -> OpenAIRequest:
+    b, sampling, stream, include_usage = _common(body, CHAT_FIELDS, CHAT_NEUTRAL, None, vocab_size=vocab_size)
+    messages = b.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise OpenAIError("messages must be a non-empty list.")
+    ids = encode(render_chat([_message_text(m, i) for i, m in enumerate(messages)]))
+    if "max_tokens" not in b and "max_completion_tokens" not in b:  # SGLang: the rest of the context
+        sampling = Sampling(max(context_length - len(ids) - 1, 0), sampling.ignore_eos, sampling.stop,
+                            sampling.stop_token_ids)
+    check_context(len(ids), sampling.max_new_tokens, context_length)
+    return OpenAIRequest(tuple(ids), sampling, stream, include_usage, b.get("rid"))
+
+
+# -- responses -------------------------------------------------------------------------------------
+
+def finish(reason: dict | None) -> tuple[str | None, Any]:
+    """OpenAI's finish_reason and SGLang's matched_stop for an engine finish reason."""
+    if reason is None:
+        return None, None
+    return reason["type"], reason.get("matched") if reason["type"] == "stop" else None
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def envelope(kind: str, rid: str, model: str, choices: list[dict], usage_: dict | None) -> dict:
+    """A response or chunk: `kind` is text_completion, chat.completion or chat.completion.chunk."""
+    prefix = "cmpl-" if kind == "text_completion" else "chatcmpl-"
+    out = {"id": prefix + rid, "object": kind, "created": int(time.time()), "model": model, "choices": choices}
+    if usage_ is not None or kind != "chat.completion.chunk":
+        out["usage"] = usage_
+    return out
+
+
+def completion_choice(text: str, reason: dict | None) -> dict:
+    finish_reason, matched = finish(reason)
+    return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "matched_stop": matched}
+
+
+def chat_choice(text: str, reason: dict | None) -> dict:
+    finish_reason, matched = finish(reason)
+    return {"index": 0, "message": {"role": "assistant", "content": text, "reasoning_content": None,
+                                    "tool_calls": None},
+            "logprobs": None, "finish_reason": finish_reason, "matched_stop": matched}
+
+
+def chat_delta(delta: dict, reason: dict | None) -> dict:
+    finish_reason, matched = finish(reason)
+    return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason, "matched_stop": matched}
+
+
+def model_card(name: str, context_length: int, created: int) -> dict:
+    """SGLang's ModelCard."""
+    return {"id": name, "object": "model", "created": created, "owned_by": "sglang", "root": name, "parent": None,
+            "max_model_len": context_length}
+
+
+def model_not_found(name: str) -> dict:
+    return {"error": {"message": f"The model '{name}' does not exist", "type": "invalid_request_error",
+                      "param": "model", "code": "model_not_found"}}
+

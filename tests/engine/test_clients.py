@@ -1,0 +1,113 @@
+"""Real clients against the engine, as users run them: the `openai` package on the OpenAI-compatible
+endpoints, SGLang's own frontend (`sgl.gen`) on /generate, and the exported tokenizer.
+
+`sglang.bench_serving` is not run here: importing it pulls in transformers and Hugging Face
+`datasets` (pyarrow, pandas), hundreds of MB that CI does not install. What it sends is checked
+in test_requests.py (test_what_bench_serving_sends_is_accepted), and the README says how to run it
+offline against the engine with the exported tokenizer.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from pytest_specdec.engine.openai_api import render_chat
+from pytest_specdec.engine.tokenizer import ByteTokenizer
+
+openai = pytest.importorskip("openai", reason="the openai package is a test dependency: pip install -e '.[test]'")
+
+PROMPT = "The capital city of France is"
+CONTEXT = 512
+
+
+@pytest.fixture(scope="module")
+def engine(module_engines):
+    return module_engines("--method", "ddtree", "--budget", "8", "--context-length", str(CONTEXT))
+
+
+@pytest.fixture(scope="module")
+def client(engine):
+    return openai.OpenAI(base_url=engine.url + "/v1", api_key="unused", max_retries=0)
+
+
+def model_name(client) -> str:
+    return client.models.list().data[0].id
+
+
+def test_openai_models(client, engine):
+    name = model_name(client)
+    card = client.models.retrieve(name)
+    assert (card.id, card.owned_by) == (name, "sglang") and card.model_extra["max_model_len"] == CONTEXT
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("no-such-model")
+
+
+def test_openai_completion_matches_generate(client, engine):
+    native = engine.generate(PROMPT, max_new_tokens=24)
+    out = client.completions.create(model=model_name(client), prompt=PROMPT, max_tokens=24, temperature=0)
+    assert out.choices[0].text == native["text"]
+    assert out.choices[0].finish_reason == "length"
+    assert (out.usage.prompt_tokens, out.usage.completion_tokens) == (native["meta_info"]["prompt_tokens"], 24)
+
+
+def test_openai_completion_stream(client, engine):
+    native = engine.generate(PROMPT, max_new_tokens=40)
+    chunks = list(client.completions.create(model=model_name(client), prompt=PROMPT, max_tokens=40, temperature=0,
+                                            stream=True, stream_options={"include_usage": True}))
+    assert len(chunks) > 3
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == native["text"]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].usage.completion_tokens == 40
+
+
+def test_openai_chat(client, engine):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
+    native = engine.generate(render_chat(messages), max_new_tokens=20)
+    out = client.chat.completions.create(model=model_name(client), messages=messages, max_tokens=20, temperature=0)
+    message = out.choices[0].message
+    assert (message.role, message.content) == ("assistant", native["text"])
+    assert out.usage.prompt_tokens == len(ByteTokenizer().encode(render_chat(messages)))
+
+
+def test_openai_chat_stream(client, engine):
+    messages = [{"role": "user", "content": [{"type": "text", "text": "Count to five."}]}]
+    native = engine.generate(render_chat([{"role": "user", "content": "Count to five."}]), max_new_tokens=30)
+    chunks = list(client.chat.completions.create(model=model_name(client), messages=messages, max_tokens=30,
+                                                 stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == native["text"]
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_openai_client_sees_what_the_engine_cannot_honour(client):
+    with pytest.raises(openai.BadRequestError, match="n=2"):
+        client.completions.create(model=model_name(client), prompt=PROMPT, max_tokens=4, n=2)
+    with pytest.raises(openai.BadRequestError, match="top_p=0.5"):
+        client.chat.completions.create(model=model_name(client), messages=[{"role": "user", "content": "hi"}],
+                                       max_tokens=4, top_p=0.5)
+    with pytest.raises(openai.BadRequestError, match="context length"):
+        client.completions.create(model=model_name(client), prompt="a" * CONTEXT, max_tokens=4)
+
+
+@pytest.fixture(scope="module")
+def sgl(sglang_reference):
+    """SGLang's frontend language; `import sglang` stays light (no torch, no transformers)."""
+    return importlib.import_module("sglang")
+
+
+def test_sglang_frontend_gen(sgl, engine):
+    native = engine.generate(PROMPT, max_new_tokens=16)
+
+    @sgl.function
+    def complete(s, prompt):
+        s += prompt
+        s += sgl.gen("answer", max_tokens=16, temperature=0)
+
+    backend = sgl.RuntimeEndpoint(engine.url)
+    state = complete.run(prompt=PROMPT, backend=backend)
+    assert state["answer"] == native["text"]
+    assert state.get_meta_info("answer")["completion_tokens"] == 16
+    stream = complete.run(prompt=PROMPT, backend=backend, stream=True)
+    assert "".join(stream.text_iter("answer")) == native["text"]
