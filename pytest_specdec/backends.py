@@ -9,12 +9,13 @@ No other module compares backend names.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .configuration import MatrixCase
 from .errors import SpecdecUsageError
@@ -56,6 +57,11 @@ class Backend:
     def argv_builder(self, spec: ServerSpec, state: RunState) -> ArgvBuilder:
         """`port -> argv` for `spec` (the server manager picks the port)."""
         raise NotImplementedError
+
+    def server_settings(self, spec: ServerSpec, state: RunState) -> dict[str, Any]:
+        """Everything that decides how `spec`'s server behaves, as plain JSON (the server part
+        of a measurement's fingerprint): the spec, with its model ids and every extra argument."""
+        return dataclasses.asdict(spec)
 
     def model_path(self, state: RunState) -> str | None:
         """The target model as a local path (the `specdec_model_path` fixture); None: built in."""
@@ -133,6 +139,10 @@ class SGLangBackend(Backend):
     def model_path(self, state: RunState) -> str | None:
         return _provision(state.config.model, state) if state.config.model else None
 
+    def server_settings(self, spec: ServerSpec, state: RunState) -> dict[str, Any]:
+        return {**super().server_settings(spec, state),
+                "method_flags": list(state.config.sglang.method_flags.get(spec.method, ()))}
+
 
 class AttachBackend(Backend):
     """A server someone else started (`--specdec-server-url`): nothing is launched or stopped,
@@ -149,6 +159,9 @@ class AttachBackend(Backend):
 
     def argv_builder(self, spec: ServerSpec, state: RunState) -> ArgvBuilder:
         raise TypeError("an attached server is never launched")
+
+    def server_settings(self, spec: ServerSpec, state: RunState) -> dict[str, Any]:
+        return {**super().server_settings(spec, state), "url": state.settings.server_url}
 
     def pool(self, state: RunState, run_dir: Path) -> ServerPool:
         url = state.settings.server_url

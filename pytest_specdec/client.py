@@ -38,6 +38,41 @@ class ServerQueryError(Exception):
     """A server endpoint did not answer as SGLang's would (status, body or shape)."""
 
 
+class WorkloadStalled(Exception):
+    """No request of a running workload received anything for `stalled_s` seconds.
+
+    Raised by the stall watchdog of `run_workload_async` instead of waiting for per-request
+    timeouts, which stack up request after request on a frozen server.
+    """
+
+    def __init__(self, stalled_s: float, in_flight: int, done: int, total: int) -> None:
+        self.stalled_s, self.in_flight, self.done, self.total = stalled_s, in_flight, done, total
+        plural = "request was" if in_flight == 1 else "requests were"
+        super().__init__(f"no token for {stalled_s:.1f}s while {in_flight} {plural} in flight "
+                         f"({done} of {total} requests done)")
+
+
+class _StreamWatch:
+    """When the workload last heard from the server, and how many requests wait on it."""
+
+    def __init__(self) -> None:
+        self.last_event = time.perf_counter()
+        self.in_flight = 0
+        self.done = 0
+
+    def heard(self) -> None:
+        self.last_event = time.perf_counter()
+
+    async def watch(self, stall_timeout: float, total: int) -> None:
+        """Return never; raise WorkloadStalled once requests wait `stall_timeout` s in silence."""
+        poll = min(0.25, stall_timeout / 4)
+        while True:
+            await asyncio.sleep(poll)
+            silent = time.perf_counter() - self.last_event
+            if self.in_flight and silent > stall_timeout:
+                raise WorkloadStalled(silent, self.in_flight, self.done, total)
+
+
 def _base(url: str) -> str:
     return url.rstrip("/")
 
@@ -76,6 +111,7 @@ async def generate_one(
     index: int = 0,
     timeout_s: float | None = 600.0,
     keep_text: bool = True,
+    on_event: Callable[[], None] | None = None,
 ) -> RequestRecord:
     """One streaming /generate request; never raises for server or network failures.
 
@@ -100,6 +136,8 @@ async def generate_one(
             else:
                 buf = bytearray()
                 async for data in resp.content.iter_any():
+                    if on_event is not None:
+                        on_event()
                     buf += data
                     if b"\n" not in data:
                         continue
@@ -198,12 +236,15 @@ async def run_workload_async(
     keep_text: bool = True,
     session: aiohttp.ClientSession | None = None,
     on_record: Callable[[RequestRecord], None] | None = None,
+    stall_timeout: float | None = None,
 ) -> WorkloadResult:
     """Send every prompt of `workload`, at most `workload.concurrency` in flight at once.
 
     Records come back in prompt order. `on_record` is called as each request finishes (for
     progress lines). The wall time runs from the first send to the last finish, which is the
-    denominator of output_tok_s.
+    denominator of output_tok_s. With `stall_timeout`, the workload is abandoned with
+    `WorkloadStalled` as soon as requests are in flight and none has received a byte of its
+    stream for that long (a frozen server), instead of after each request's own timeout.
     """
     owned = session is None
     if session is None:
@@ -213,6 +254,7 @@ async def run_workload_async(
     for i in range(len(workload.prompts)):
         queue.put_nowait(i)
     records: list[RequestRecord | None] = [None] * len(workload.prompts)
+    stream = _StreamWatch()
 
     async def worker() -> None:
         while True:
@@ -220,16 +262,33 @@ async def run_workload_async(
                 i = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            rec = await generate_one(session, url, _payload(workload, i), index=i,
-                                     timeout_s=timeout_s, keep_text=keep_text)
+            stream.in_flight += 1
+            try:
+                rec = await generate_one(session, url, _payload(workload, i), index=i,
+                                         timeout_s=timeout_s, keep_text=keep_text,
+                                         on_event=stream.heard)
+            finally:
+                stream.in_flight -= 1
+            stream.done += 1
+            stream.heard()
             records[i] = rec
             if on_record is not None:
                 on_record(rec)
 
     try:
         start = time.perf_counter()
+        stream.heard()
         workers = min(workload.concurrency, len(workload.prompts))
-        await asyncio.gather(*(worker() for _ in range(workers)))
+        all_done = asyncio.gather(*(worker() for _ in range(workers)))
+        if stall_timeout is not None:
+            watchdog = asyncio.ensure_future(stream.watch(stall_timeout, len(workload.prompts)))
+            await asyncio.wait({all_done, watchdog}, return_when=asyncio.FIRST_COMPLETED)
+            if watchdog.done():
+                all_done.cancel()
+                await asyncio.gather(all_done, return_exceptions=True)
+                watchdog.result()  # raises WorkloadStalled
+            watchdog.cancel()
+        await all_done
         wall = time.perf_counter() - start
     finally:
         if owned:
@@ -248,7 +307,10 @@ def _run_sync(factory: Callable[[], Awaitable[T]]) -> T:
     (pytest-asyncio tests): then it runs on a fresh loop in a helper thread."""
     try:
         asyncio.get_running_loop()
+        in_loop = True
     except RuntimeError:
+        in_loop = False
+    if not in_loop:  # outside the except: its errors must not carry "no running event loop"
         return asyncio.run(factory())  # type: ignore[arg-type]
     box: dict[str, Any] = {}
 
@@ -354,6 +416,7 @@ def scrape_metrics(url: str, *, timeout_s: float = 10.0) -> dict[str, list[tuple
 
 __all__ = [
     "ServerQueryError",
+    "WorkloadStalled",
     "context_length_from",
     "fetch_context_length",
     "fetch_context_length_async",

@@ -115,14 +115,18 @@ def specdec_server(specdec_spec: MatrixCase, specdec_pool: ServerPool,
         fail(f"server {spec.id}: {exc}")
     except ServerError as exc:
         fail(str(exc))
+    owned = state.backend.launches
     live = LiveServer(
         spec=spec, url=server.url, log_path=server.log_path, check=server.check_alive,
         min_accept_length=state.config.min_accept_length, root=state.config.root,
-        token_counter=state.backend.count_tokens, owned=state.backend.launches)
+        token_counter=state.backend.count_tokens, owned=owned, workloads=state.workloads,
+        stall_timeout=state.settings.stall_timeout, probe_stall=server.stall_error,
+        report_failure=(lambda error: specdec_pool.report_death(spec, error)) if owned else None)
     yield live
-    error = server.diagnose()
-    if error is not None and state.backend.launches:
-        specdec_pool.report_death(spec, error)
+    if live.failure is None and owned:
+        error = server.diagnose()
+        if error is not None:
+            specdec_pool.report_death(spec, error)
 
 
 @pytest.fixture

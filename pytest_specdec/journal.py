@@ -2,8 +2,9 @@
 
 One JSON object per line, appended with a single write and fsync'd before `append` returns, so
 a record is either fully on disk or (after a crash mid-write) a torn last line that readers skip
-with a warning. Records are keyed by (config id, workload); `done_keys()` is what
-`--specdec-resume` skips. Several processes (xdist workers) may append at once: each append
+with a warning. Records are keyed by (config id, workload) and carry the fingerprint of what was
+measured (`fingerprint.py`): `done()` is what `--specdec-resume` skips where the fingerprint still
+matches. Several processes (xdist workers) may append at once: each append
 takes a file lock, repairs a torn tail by starting on a fresh line, and writes with O_APPEND.
 """
 
@@ -41,6 +42,7 @@ class JournalRecord:
     data: Mapping[str, Any] = field(default_factory=dict)
     time: str = ""
     pid: int = 0
+    fingerprint: str = ""  # digest of what was measured; "" in records older than fingerprints
 
     @property
     def key(self) -> Key:
@@ -50,6 +52,7 @@ class JournalRecord:
         return {
             "v": JOURNAL_VERSION, "config_id": self.config_id, "workload": self.workload,
             "status": self.status, "time": self.time, "pid": self.pid, "data": dict(self.data),
+            "fingerprint": self.fingerprint,
         }
 
 
@@ -61,13 +64,14 @@ class Journal:
         self._lock = FileLock(str(self.path) + ".lock")
 
     def append(self, config_id: str, workload: str, data: Mapping[str, Any] | None = None,
-               *, status: str = "done") -> JournalRecord:
+               *, status: str = "done", fingerprint: str = "") -> JournalRecord:
         """Durably append one record; returns it. `data` must be JSON-serialisable."""
         if not config_id or not workload:
             raise ValueError("a journal record needs a config id and a workload name")
         record = JournalRecord(
             config_id=config_id, workload=workload, status=status, data=dict(data or {}),
             time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), pid=os.getpid(),
+            fingerprint=fingerprint,
         )
         line = json.dumps(record.to_json(), sort_keys=True, allow_nan=False).encode("utf-8") + b"\n"
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -106,6 +110,7 @@ class Journal:
                     config_id=str(obj["config_id"]), workload=str(obj["workload"]),
                     status=str(obj.get("status", "done")), data=obj.get("data") or {},
                     time=str(obj.get("time", "")), pid=int(obj.get("pid", 0)),
+                    fingerprint=str(obj.get("fingerprint") or ""),
                 )
             except (ValueError, KeyError, TypeError) as exc:
                 what = "an incomplete last line (interrupted write)" if torn else f"an unreadable line ({exc})"
@@ -116,6 +121,11 @@ class Journal:
     def done_keys(self) -> set[Key]:
         """(config id, workload) pairs with a finished measurement: what a resumed run skips."""
         return {r.key for r in self._iter_records() if r.status == "done"}
+
+    def done(self) -> dict[Key, JournalRecord]:
+        """The last finished measurement per key (a later failure does not hide it: resume
+        re-measures only what never finished or whose fingerprint changed)."""
+        return {r.key: r for r in self._iter_records() if r.status == "done"}
 
     def latest(self) -> dict[Key, JournalRecord]:
         """The last record per key, so a configuration measured twice is counted once (the most

@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import pytest
 
@@ -27,8 +27,9 @@ from .workloads import Workload
 
 
 def fail(message: str) -> None:
-    """Fail the current test with our message only: the traceback would be our internals."""
-    pytest.fail(message, pytrace=False)
+    """Fail the current test with our message only: the traceback would be our internals, and
+    an exception being handled (whose text the message already holds) would print it twice."""
+    raise pytest.fail.Exception(message, pytrace=False) from None
 
 
 @dataclass
@@ -43,6 +44,11 @@ class LiveServer:
     root: Path | None = None  # relative workload files resolve here
     token_counter: Callable[[str], int] | None = workloads.byte_token_count
     owned: bool = True
+    workloads: Mapping[str, Workload] = field(default_factory=dict)  # configured, read at start
+    stall_timeout: float | None = None  # seconds a workload may go without any token
+    probe_stall: Callable[[str], ServerError] | None = None  # the server's own stall diagnosis
+    report_failure: Callable[[ServerError], None] | None = None  # stops it, marks it failed
+    failure: ServerError | None = field(default=None, repr=False)
     last_result: WorkloadResult | None = field(default=None, repr=False)
     last_server_figures: metrics.ServerFigures | None = field(default=None, repr=False)
     disagreements: list[str] = field(default_factory=list, repr=False)
@@ -80,10 +86,7 @@ class LiveServer:
             workload = spec
             truncate = False
         else:
-            workload = workloads.load_workload(
-                spec.prompts, base_dir=self.root, max_new_tokens=spec.max_new_tokens,
-                concurrency=spec.concurrency, temperature=spec.temperature,
-            ).resized(spec.num_prompts).replace(name=spec.name)
+            workload = self.workloads.get(spec.name) or workloads.configured_workload(spec, self.root)
             truncate = spec.truncate
         if self.token_counter is None:
             return workload
@@ -102,7 +105,12 @@ class LiveServer:
         """
         workload = self.workload(spec)
         log_offset = self.log_path.stat().st_size if self.log_path and self.log_path.exists() else 0
-        result = client.run_workload(self.url, workload)
+        try:
+            result = client.run_workload(self.url, workload, stall_timeout=self.stall_timeout)
+        except client.WorkloadStalled as stall:
+            result = stall  # failed below, outside the except: one message, no chained ones
+        if isinstance(result, client.WorkloadStalled):
+            self._stalled(str(result))
         self.last_result = result
         if result.errors:
             # A request failed: a dead server explains it better than the HTTP error does.
@@ -119,6 +127,19 @@ class LiveServer:
         self.check_alive()
         self._cross_check(measurement, log_offset)
         return measurement
+
+    def _stalled(self, stall: str) -> None:
+        """A workload stopped receiving tokens: probe once, stop the server and mark its
+        configuration failed (its later tests error at once), then fail this test."""
+        if self.probe_stall is not None:
+            error = self.probe_stall(stall)
+        else:
+            error = ServerError(self.id, "stalled", stall, log_path=self.log_path,
+                                headline=f"server {self.id} stalled: {stall}")
+        self.failure = error
+        if self.report_failure is not None:
+            self.report_failure(error)
+        fail(str(error))
 
     def _cross_check(self, measurement: Measurement, log_offset: int) -> None:
         """The server's own accept length (its decode log lines) beside the client's figure.

@@ -93,6 +93,9 @@ OPTIONS: tuple[Option, ...] = (
            _bool, False, flag=True),
     Option("startup_timeout", "seconds a server may take to become ready", _positive_float, 600.0,
            metavar="S"),
+    Option("stall_timeout", "seconds a running workload may go without any request receiving a "
+           "token before its server counts as stalled (probed, stopped, its configuration failed)",
+           _positive_float, 60.0, metavar="S"),
     Option("restart_on_crash", "restart a crashed server up to N times per configuration",
            _count, 0, metavar="N"),
     Option("artifacts", "folder for server logs and per-run files", str, ".specdec/artifacts",

@@ -89,9 +89,16 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    result = yield
-    session.finish_test(item, item.config.stash[STATE_KEY], item.config.stash[GATE_KEY],
-                        state_mod.run_id(item.config))
+    finish = (item, item.config.stash[STATE_KEY], item.config.stash[GATE_KEY],
+              state_mod.run_id(item.config))
+    try:
+        result = yield
+    except pytest.skip.Exception:
+        raise
+    except BaseException:  # pytest.fail() and KeyboardInterrupt are BaseExceptions
+        session.finish_test(*finish, passed=False)  # what it recorded is journaled, as failed
+        raise
+    session.finish_test(*finish)
     return result
 
 

@@ -27,6 +27,10 @@ from .result import Result
 
 #: Key of the test-report user property that carries one test's results to the controller.
 RESULT_PROPERTY = "specdec_result"
+#: Carries a resumed (skipped) test's journaled results to the controller.
+RESUMED_PROPERTY = "specdec_resumed"
+#: Says, on a test that resume measures again, which parts of its fingerprint changed.
+REMEASURED_PROPERTY = "specdec_remeasured"
 
 _RECORDER_KEY = pytest.StashKey["Recorder"]()
 
@@ -58,6 +62,7 @@ class Recorder:
     workload: str | None = None
     info: dict[str, Any] = field(default_factory=dict)  # Result.details
     finished: bool = False
+    pending_samples: list[tuple[list[float], str]] = field(default_factory=list)
 
     @property
     def test_id(self) -> str:
@@ -100,10 +105,19 @@ class Recorder:
         return self.result(measurement, records=records, deterministic_accept=greedy)
 
     def samples(self, seconds: Iterable[float], unit: str = "s") -> None:
-        """Hand time samples to pytest-benchmark (when it is active) as one round each."""
+        """Time samples for pytest-benchmark (when it is active), one round each; handed over
+        when the call ends, after the figures are journaled (a bridge failure loses nothing)."""
         values = [float(s) for s in seconds]
-        if not values:
-            return
+        if values:
+            self.pending_samples.append((values, unit))
+
+    def feed_benchmark(self) -> None:
+        """Give the pending samples to pytest-benchmark (called once the figures are journaled)."""
+        pending, self.pending_samples = self.pending_samples, []
+        for values, unit in pending:
+            self._feed(values, unit)
+
+    def _feed(self, values: list[float], unit: str) -> None:
         try:
             benchmark = self.item._request.getfixturevalue("benchmark")
         except pytest.FixtureLookupError:

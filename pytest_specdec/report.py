@@ -85,18 +85,23 @@ def _cell(row: ReportRow, metric: str, fmt: str) -> str:
 
 
 def _verdict_text(row: ReportRow) -> str:
-    if row.failed:  # the first line of a diagnosis is its headline; report.md has the rest
-        headline = next((line for line in (row.reason or "").splitlines() if line.strip()), row.outcome)
-        return f"FAILED: {_one_line(headline, 70)}"
+    if row.failed:  # the cause without the log's whereabouts; report.md has the whole reason
+        cause = (row.reason or "").split(" (log: ", 1)[0]
+        return f"FAILED: {_one_line(cause or row.outcome, 90)}"
     if row.outcome in ("skipped", "xfailed", "xpassed"):
-        return f"{row.outcome}" + (f": {_one_line(row.reason, 50)}" if row.reason else "")
+        return f"{row.outcome}" + (f": {_one_line(row.reason, 60)}" if row.reason else "")
     return {"regression": "REGRESSION", "improved": "improved", "new": "new baseline", "ok": "ok"}.get(
         row.verdict, "-")
 
 
 def _one_line(text: str | None, limit: int) -> str:
+    """`text` on one line in at most `limit` characters, shortened in the middle: a message
+    opens with what failed and often ends with the detail that says why, so both ends stay."""
     text = " ".join((text or "").split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    if len(text) <= limit:
+        return text
+    head = (limit - 3) * 3 // 5
+    return text[:head] + "..." + text[len(text) - (limit - 3 - head):]
 
 
 def _sorted(rows: Iterable[ReportRow]) -> list[ReportRow]:

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from .baselines import Comparison, verdict_of
 from .configuration import MatrixCase
+from .fingerprint import Fingerprint
 from .metrics import MetricValue
 
 
@@ -34,6 +35,7 @@ class Result:
     time: float = 0.0
     details: Mapping[str, Any] = field(default_factory=dict)
     resumed: bool = False  # read back from the journal of an interrupted run
+    fingerprint: Fingerprint | None = None  # what was measured (configuration, workload, ...)
 
     @property
     def config(self) -> str:
@@ -69,6 +71,7 @@ class Result:
             "comparisons": [c.to_json() for c in self.comparisons],
             "time": self.time,
             "details": dict(self.details),
+            "fingerprint": self.fingerprint.to_json() if self.fingerprint is not None else None,
         }
 
     @classmethod
@@ -89,4 +92,5 @@ class Result:
             time=float(obj.get("time", 0.0)),
             details=dict(obj.get("details") or {}),
             resumed=resumed,
+            fingerprint=Fingerprint.from_json(obj.get("fingerprint")),
         )

@@ -10,7 +10,8 @@ writers and, with `--specdec-save-baseline`, merges them into the baseline file.
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,11 @@ from filelock import FileLock
 
 from . import baselines as baselines_mod
 from .baselines import Baselines, Comparison
+from .collection import case_of
+from .fingerprint import Fingerprint, measured_setup
 from .journal import Journal
-from .recording import attach_to_report, existing_recorder, result_of_report
+from .recording import (REMEASURED_PROPERTY, RESUMED_PROPERTY, attach_to_report,
+                        existing_recorder, result_of_report)
 from .result import Result
 from .state import RunState
 
@@ -60,16 +64,44 @@ def start_journal(state: RunState, run: str) -> None:
         marker.write_text(run + "\n")
 
 
+_FINGERPRINT_KEY = pytest.StashKey[Fingerprint]()
+
+
+def item_fingerprint(item: pytest.Item, state: RunState) -> Fingerprint:
+    """What `item` measures (configuration, workload, server settings, model), worked out once."""
+    if _FINGERPRINT_KEY not in item.stash:
+        workload = workload_key(item)
+        item.stash[_FINGERPRINT_KEY] = measured_setup(
+            case_of(item), None if workload == "-" else workload, state)
+    return item.stash[_FINGERPRINT_KEY]
+
+
 def skip_done(items: list[pytest.Item], state: RunState) -> None:
-    """--specdec-resume: configurations the journal records as done are not measured again."""
+    """--specdec-resume: a test the journal records as done is not measured again, unless what
+    it measures changed since (its fingerprint differs): then it is, and the summary says why.
+
+    The journaled figures ride on the skipped test's report, so the controller (also under
+    xdist, where it collects nothing) shows them and can save them into the baseline file.
+    """
     if not state.settings.resume:
         return
     journal = journal_for(state)
-    done = journal.done_keys()
+    done = journal.done()
     for item in items:
-        if (item.nodeid, workload_key(item)) in done:
+        record = done.get((item.nodeid, workload_key(item)))
+        if record is None:
+            continue
+        current = item_fingerprint(item, state)
+        if record.fingerprint == current.digest:
             item.add_marker(pytest.mark.skip(
                 reason=f"already measured (resumed from {journal.path})"))
+            item.user_properties.append(
+                (RESUMED_PROPERTY, json.dumps(record.data)))
+        else:
+            old = Fingerprint.from_json(record.data.get("fingerprint"))
+            changed = current.changed_parts(old.parts) if old else []
+            item.user_properties.append(
+                (REMEASURED_PROPERTY, ", ".join(changed) or "no fingerprint in its journal record"))
 
 
 @dataclass
@@ -98,18 +130,41 @@ class Gate:
                                          self.tolerances())
 
 
-def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str) -> None:
-    """After a test's call: journal, report and gate what it recorded (raises on regression)."""
+def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
+                passed: bool = True) -> None:
+    """After a test's call: journal what it recorded, then report, feed pytest-benchmark and
+    gate it against the baseline (raises on regression).
+
+    The journal comes first: a measurement is on disk before anything that could fail on it (a
+    bad comparison, the pytest-benchmark bridge) runs. A test that failed after recording keeps
+    its figures in the journal as `failed`, which resume measures again.
+    """
     recorder = existing_recorder(item)
-    if recorder is None or not recorder.metrics or recorder.finished:
+    if recorder is None or recorder.finished:
         return
     recorder.finished = True
-    result = recorder.to_result()
-    if state.settings.compare_fail or state.baseline_path.is_file():
-        result = result.compared(tuple(gate.compare(result)))
+    if not recorder.metrics:
+        if passed:
+            recorder.feed_benchmark()  # samples without figures: nothing to journal or gate
+        return
+    result = replace(recorder.to_result(), fingerprint=item_fingerprint(item, state))
     start_journal(state, run)
-    journal_for(state).append(item.nodeid, workload_key(item), result.to_json())
+    journal_for(state).append(item.nodeid, workload_key(item), result.to_json(),
+                              status="done" if passed else "failed",
+                              fingerprint=result.fingerprint.digest)
+    if not passed:
+        return
+    broke = None
+    try:
+        recorder.feed_benchmark()
+        if state.settings.compare_fail or state.baseline_path.is_file():
+            result = result.compared(tuple(gate.compare(result)))
+    except Exception as exc:  # the figures are journaled; what broke is this test's failure
+        broke = f"{type(exc).__name__} after the measurement was journaled " \
+                f"({journal_for(state).path}): {exc}"
     attach_to_report(item, result)
+    if broke:
+        pytest.fail(broke, pytrace=False)
     message = baselines_mod.regression_message(result.comparisons)
     if message:
         pytest.fail(f"regression against {state.baseline_path.name}:\n{message}", pytrace=False)
@@ -117,16 +172,25 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str) -> Non
 
 @dataclass
 class Results:
-    """The controller's view: every finished test's result, in completion order."""
+    """The controller's view: every finished test's result, in completion order, and the
+    results of tests a resumed run skipped (their journaled figures)."""
 
     state: RunState
     results: dict[str, Result] = field(default_factory=dict)
+    resumed_results: dict[str, Result] = field(default_factory=dict)
+    remeasured: dict[str, str] = field(default_factory=dict)  # node id -> what changed
     outcomes: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     total: int = 0
 
     def add_report(self, report: pytest.TestReport) -> Result | None:
         """Note the test's outcome; return its result when this report carries one."""
         self._note_outcome(report)
+        for name, value in getattr(report, "user_properties", ()):
+            if name == RESUMED_PROPERTY and report.when == "setup":
+                self.resumed_results[report.nodeid] = Result.from_json(json.loads(value),
+                                                                       resumed=True)
+            elif name == REMEASURED_PROPERTY and report.when == "setup":
+                self.remeasured[report.nodeid] = value
         if report.when != "call":
             return None
         result = result_of_report(report)
@@ -142,28 +206,23 @@ class Results:
             self.outcomes[report.nodeid] = (outcome, str(report.wasxfail))
         elif report.failed:
             outcome = "failed" if report.when == "call" else "error"
-            self.outcomes[report.nodeid] = (outcome, _first_line(report))
+            self.outcomes[report.nodeid] = (outcome, _reason(report))
         elif report.skipped and report.nodeid not in self.outcomes:
-            self.outcomes[report.nodeid] = ("skipped", _first_line(report))
+            self.outcomes[report.nodeid] = ("skipped", _reason(report))
         elif report.when == "call" and report.passed:
             self.outcomes.setdefault(report.nodeid, ("passed", None))
 
     def resumed(self) -> list[Result]:
         """Results measured by an earlier, interrupted run of this journal (--specdec-resume)."""
-        out = []
-        if not self.state.settings.resume:
-            return out
-        for record in journal_for(self.state).latest().values():
-            if record.status == "done" and record.config_id not in self.results:
-                out.append(Result.from_json(record.data, resumed=True))
-        return out
+        return [r for nodeid, r in self.resumed_results.items() if nodeid not in self.results]
 
     def all(self) -> list[Result]:
         return list(self.results.values()) + self.resumed()
 
     def save_baseline(self) -> Path:
-        """Merge this run's figures into the baseline file (atomic, locked; others are kept)."""
-        figures = {r.test_id: r.metrics for r in self.results.values()}
+        """Merge this run's figures, resumed ones included, into the baseline file (atomic,
+        locked; other entries are kept)."""
+        figures = {r.test_id: r.metrics for r in self.all()}
         path = self.state.baseline_path
         baselines_mod.save_baselines(
             path, self.state.hardware.key, figures,
@@ -172,14 +231,16 @@ class Results:
         return path
 
 
-def _first_line(report: pytest.TestReport) -> str:
-    """The reason a test failed or skipped, one line (our failures start with the cause)."""
+def _reason(report: pytest.TestReport) -> str:
+    """Why a test failed or skipped, without the server log's last lines (the table shortens
+    it, report.md keeps it; our failures open with the cause)."""
     if report.skipped and isinstance(report.longrepr, tuple):
         return str(report.longrepr[2]).removeprefix("Skipped: ")
     crash = getattr(report.longrepr, "reprcrash", None)
     text = crash.message if crash is not None else str(report.longrepr or "")
-    text = text.removeprefix("Failed: ")
-    return text.strip().splitlines()[0] if text.strip() else ""
+    text = text.removeprefix("Failed: ").strip()
+    head, tail_marker, _ = text.partition("; last lines:")
+    return head + ")" if tail_marker else head
 
 
 def progress_line(result: Result, done: int, total: int) -> str:

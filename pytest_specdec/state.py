@@ -7,7 +7,7 @@ read it from there. Building it is where every user mistake is caught, before an
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -20,6 +20,7 @@ from .backends import Backend
 from .config import KnownIssue, SpecdecConfig
 from .hardware import Hardware
 from .options import Settings, resolve
+from .workloads import Workload, configured_workload
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,11 @@ class RunState:
     settings: Settings
     hardware: Hardware
     backend: Backend
+    workloads: Mapping[str, Workload] = field(default_factory=dict)  # by name, prompts read
+
+    def workload(self, name: str) -> Workload:
+        """A configured workload, read at configure time (`[[tool.specdec.workloads]]`)."""
+        return self.workloads[name]
 
     @property
     def dry_run(self) -> bool:
@@ -68,7 +74,8 @@ def build(root: Path, cli: Mapping[str, Any], ini: Mapping[str, str],
         cfg = replace(cfg, known_issues=tuple(cfg.known_issues) + extra)
     hardware = hardware_mod.resolve(settings.arch, settings.gpus, detected)
     backend = backends.choose(settings.backend, hardware, settings.server_url)
-    return RunState(cfg, settings, hardware, backend)
+    workloads = {spec.name: configured_workload(spec, root) for spec in cfg.workloads}
+    return RunState(cfg, settings, hardware, backend, workloads)
 
 
 #: Where pytest_configure leaves the RunState for hooks and fixtures.

@@ -39,9 +39,14 @@ def write(terminalreporter, results: Results) -> None:
     terminalreporter.write_sep("=", "specdec summary")
     for line in report.format_table(table).splitlines():
         terminalreporter.write_line(line)
-    if state.settings.save_baseline and results.results:
+    for nodeid, changed in results.remeasured.items():
+        terminalreporter.write_line(f"specdec: resume: measured {nodeid.split('::')[-1]} again: "
+                                    f"what it measures changed since the journal's record "
+                                    f"({changed})")
+    saved = results.all()
+    if state.settings.save_baseline and saved:
         path = results.save_baseline()
-        terminalreporter.write_line(f"specdec: saved {len(results.results)} result(s) into {path}")
+        terminalreporter.write_line(f"specdec: saved {len(saved)} result(s) into {path}")
     if state.settings.report:
         files = report.write_report(state.path(state.settings.report), table, meta=meta)
         written = [files.results_json, files.markdown, files.latex, *files.plots]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from .errors import SpecdecUsageError
+from .fingerprint import text_digest
 
 BUILTIN_WORKLOADS = ("chat", "code", "math")
 
@@ -103,6 +104,11 @@ class Workload:
         n = len(self.prompts)
         return self.replace(prompts=tuple(self.prompts[i % n] for i in range(num_requests)))
 
+    def fingerprint_part(self) -> dict[str, Any]:
+        """What a fingerprint keeps of this workload: every field, the prompts as a digest."""
+        return {**self.to_dict(), "prompts": text_digest(p.text for p in self.prompts),
+                "prompt_max_new_tokens": [self.max_new_tokens_for(i) for i in range(len(self.prompts))]}
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able description (for journals and reports), prompts counted, not copied."""
         return {
@@ -178,6 +184,16 @@ def builtin_workload(name: str, **fields: Any) -> Workload:
     prompts = parse_prompt_lines(resource.read_text(encoding="utf-8").splitlines(), f"<built-in {name}.jsonl>")
     fields.setdefault("max_new_tokens", _BUILTIN_MAX_NEW_TOKENS[name])
     return Workload(name=name, prompts=prompts, **fields)
+
+
+def configured_workload(spec: Any, base_dir: str | Path | None = None) -> Workload:
+    """The workload a `[[tool.specdec.workloads]]` entry (a `WorkloadSpec`) describes, its
+    prompt file read and checked: built once at configure time, so a bad file stops the run
+    before any server boots."""
+    return load_workload(
+        spec.prompts, base_dir=base_dir, max_new_tokens=spec.max_new_tokens,
+        concurrency=spec.concurrency, temperature=spec.temperature,
+    ).resized(spec.num_prompts).replace(name=spec.name)
 
 
 def load_workload(spec: str, *, base_dir: str | Path | None = None, **fields: Any) -> Workload:
@@ -272,6 +288,7 @@ __all__ = [
     "Workload",
     "builtin_workload",
     "byte_token_count",
+    "configured_workload",
     "fit_to_context",
     "load_jsonl",
     "load_workload",

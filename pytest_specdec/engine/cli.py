@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="answer every request with zero tokens while /health stays 200")
     g.add_argument("--fault-hang", action="store_true",
                    help="once ready, never answer /generate, /health, /health_generate, /server_info, /flush_cache")
+    g.add_argument("--fault-hang-after", type=int, default=None, metavar="N",
+                   help="serve N requests, then stream a few tokens of the next and freeze the "
+                        "scheduler (process alive, no more tokens)")
     g.add_argument("--fault-slow-start", type=float, default=0.0, metavar="SECONDS",
                    help="delay model loading (port not yet bound) by SECONDS")
     return p
@@ -133,13 +136,16 @@ def parse_args(argv: list[str] | None = None) -> EngineArgs:
         parser.error("--num-layers must be >= 1")
     if ns.fault_crash_after is not None and ns.fault_crash_after < 0:
         parser.error("--fault-crash-after must be >= 0")
+    if ns.fault_hang_after is not None and ns.fault_hang_after < 0:
+        parser.error("--fault-hang-after must be >= 0")
     if ns.fault_slow_start < 0:
         parser.error("--fault-slow-start must be >= 0")
     if not 0 < ns.http_idle_timeout < float("inf"):
         parser.error(f"--http-idle-timeout must be a positive number of seconds, got {ns.http_idle_timeout}")
     faults = FaultPlan(crash_warmup=ns.fault_crash_warmup, crash_after=ns.fault_crash_after,
                        crash_budgets=ns.fault_crash_budgets, zero_tokens=ns.fault_zero_tokens,
-                       hang=ns.fault_hang, slow_start=ns.fault_slow_start)
+                       hang=ns.fault_hang, hang_after=ns.fault_hang_after,
+                       slow_start=ns.fault_slow_start)
     dtype = ns.dtype if ns.dtype != "auto" else ("bfloat16" if ns.device == "cuda" else "float32")
     return EngineArgs(host=ns.host, port=ns.port, method=ns.method, budget=budget, block_size=ns.block_size,
                       draft_agreement=ns.draft_agreement, seed=ns.seed, model_preset=ns.model_preset,

@@ -11,6 +11,9 @@ broken GPU:
   and ``Received sigquit from a child process``, and the process exits 1.
 - ``--fault-crash-budgets 8,12``: with a speculative method whose budget is in the set, the
   first verify (during warm-up) crashes the same way (the sm_120 DDTree b8/b12 story).
+- ``--fault-hang-after N``: N client requests are served; the next one streams a few tokens,
+  then the scheduler freezes for good: no more tokens, the endpoints that need the scheduler
+  hang as under ``--fault-hang``, and the process stays alive (a GPU kernel that never returns).
 - ``--fault-zero-tokens``: every client request finishes at once with no tokens
   (completion_tokens 0, finish_reason stop) while /health stays 200.
 - ``--fault-hang``: once ready, the endpoints that need the scheduler (/generate, /health,
@@ -50,7 +53,12 @@ class FaultPlan:
     crash_budgets: frozenset[int] = frozenset()
     zero_tokens: bool = False
     hang: bool = False
+    hang_after: int | None = None
     slow_start: float = 0.0
+
+
+#: Tokens the request that triggers ``--fault-hang-after`` receives before the freeze.
+HANG_AFTER_TOKENS = 3
 
 
 def illegal_instruction(reason: str) -> InjectedCudaError:

@@ -22,7 +22,7 @@ import torch
 from . import logs
 from .decoding import SpeculativeDecoder
 from .drafter import BlockDrafter
-from .faults import FaultPlan, illegal_instruction
+from .faults import HANG_AFTER_TOKENS, FaultPlan, illegal_instruction
 from .metrics import EngineMetrics
 from .tokenizer import EOS_ID, IncrementalDecoder
 
@@ -137,6 +137,8 @@ class Scheduler:
         self.waiting: collections.deque[Request] = collections.deque()
         self.running: list[Request] = []
         self.client_requests_admitted = 0
+        self._hangs_after: Request | None = None  # --fault-hang-after: the request to freeze on
+        self.frozen = False
         self.last_output_at = 0.0  # perf_counter of the last step or prefill that produced tokens
         self._lock = threading.Lock()  # guards the counters read by the HTTP thread
         self._pending = 0  # client requests submitted and not yet finished (health checks excluded)
@@ -237,6 +239,9 @@ class Scheduler:
                 if crash_after is not None and self.client_requests_admitted > crash_after:
                     raise illegal_instruction(f"--fault-crash-after {crash_after}: request "
                                               f"{self.client_requests_admitted} crashes the verify kernel")
+                hang_after = self.faults.hang_after
+                if hang_after is not None and self.client_requests_admitted == hang_after + 1:
+                    self._hangs_after = req
                 if self.faults.zero_tokens:
                     req.finish({"type": "stop", "matched": None})
                     self._done(req)
@@ -313,6 +318,18 @@ class Scheduler:
         self._remove_finished()
         for req in stepped:
             req.notify()
+        self._freeze_if_due()
+
+    def _freeze_if_due(self) -> None:
+        """--fault-hang-after: once the request past the limit got a few tokens, never return."""
+        req = self._hangs_after
+        if req is None or (len(req.output_ids) < HANG_AFTER_TOKENS and not req.finished):
+            return
+        logs.SCHEDULER.warning(f"Fault injection: --fault-hang-after {self.faults.hang_after}: "
+                               f"the scheduler freezes after {len(req.output_ids)} tokens of "
+                               f"request {self.client_requests_admitted}")
+        self.frozen = True
+        threading.Event().wait()  # like a kernel that never returns: the thread stays, stuck
 
     def _remove_finished(self) -> None:
         """Drop finished and aborted requests, moving the last running one into each freed slot."""

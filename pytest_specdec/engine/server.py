@@ -141,7 +141,7 @@ class EngineServer:
                 return p
 
     async def _hang_if_faulty(self) -> None:
-        if self.faults.hang and self.ready:
+        if (self.faults.hang and self.ready) or self.scheduler.frozen:
             await asyncio.Event().wait()  # never set: the connection stays open, unanswered
 
     @staticmethod

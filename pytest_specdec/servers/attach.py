@@ -16,7 +16,8 @@ from pathlib import Path
 from pytest_specdec import sglang_api as api
 from pytest_specdec.configuration import configuration_id, method_of_algorithm, takes_budget
 from pytest_specdec.servers.diagnosis import ServerError
-from pytest_specdec.servers.process import HEALTH_TIMEOUT_S, ManagedServer, probe
+from pytest_specdec.servers.process import (HEALTH_TIMEOUT_S, STALL_PROBE_TIMEOUT_S, ManagedServer,
+                                            describe_probe, probe)
 from pytest_specdec.servers.spec import ServerSpec
 
 
@@ -115,6 +116,15 @@ class AttachedServer:
                 f"/health at {self.url}: {what}",
                 headline=f"attached server {name} at {self.url} is not healthy: /health {what}",
             )
+
+    def stall_error(self, stall: str, probe_timeout: float = STALL_PROBE_TIMEOUT_S) -> ServerError:
+        """A workload stalled on this server: one /health_generate probe says what it does now."""
+        outcome, status = probe(self.url + "/health_generate", probe_timeout)
+        seen = describe_probe("/health_generate", outcome, status, probe_timeout)
+        name = self.spec.id if self.spec else self.identity.id
+        return ServerError(name, "stalled", f"{stall}; probe: {seen}",
+                           headline=f"server {name} stalled: {stall}; probe: {seen} "
+                                    f"(attached at {self.url})")
 
     # The same rule as a launched server's: the liveness error, if any, without raising it.
     diagnose = ManagedServer.diagnose

@@ -23,6 +23,8 @@ from pytest_specdec.servers.leases import GpuLeaseError, GpuLeases, Lease
 from pytest_specdec.servers.process import ManagedServer
 from pytest_specdec.servers.spec import ServerSpec
 
+DEAD_SERVER_GRACE_S = 1.0
+
 ServerFactory = Callable[[ServerSpec, tuple[int, ...]], ManagedServer]
 
 
@@ -103,10 +105,11 @@ class ServerPool:
         return self._failed.get(spec)
 
     def report_death(self, spec: ServerSpec, error: ServerError) -> None:
-        """A test saw `spec`'s server die (e.g. from `server.diagnose()` after a failed request):
-        tear it down now and count the failure, so the next test does not even try it."""
+        """A test saw `spec`'s server die or stall (e.g. from `server.diagnose()` after a failed
+        request): tear it down now and count the failure, so the next test does not even try it.
+        Nothing in a dead or frozen server is worth a long SIGTERM grace."""
         if spec in self._live:
-            self._drop(spec)
+            self._drop(spec, grace=DEAD_SERVER_GRACE_S)
             try:
                 self._count_failure(spec, error)
             except ServerError:
@@ -165,10 +168,11 @@ class ServerPool:
             self._failed[spec] = error
             raise error
 
-    def _drop(self, spec: ServerSpec, raise_teardown: bool = False) -> None:
+    def _drop(self, spec: ServerSpec, raise_teardown: bool = False,
+              grace: float | None = None) -> None:
         slot = self._live.pop(spec)
         try:
-            slot.server.stop()
+            slot.server.stop(grace=grace)
         except ServerError:
             # Survivors may still hold GPU memory: keep the lease (it lapses when this process
             # exits) rather than hand the GPUs to another worker's server.

@@ -45,6 +45,8 @@ POLL_INTERVAL_S = 0.5
 # (SGLANG_HEALTH_CHECK_TIMEOUT) before answering 503 themselves; waiting a little longer lets its
 # own verdict (and its "Health check failed" log line) arrive instead of our timeout.
 HEALTH_TIMEOUT_S = 25.0
+# A stalled workload has already waited its stall timeout: the probe that says why is short.
+STALL_PROBE_TIMEOUT_S = 2.0
 TERM_GRACE_S = 10.0
 PORT_RETRIES = 3
 
@@ -97,6 +99,17 @@ def probe(url: str, timeout: float) -> tuple[str, int | None]:
         return "timeout", None
     except (ConnectionError, http.client.HTTPException, OSError):
         return "reset", None
+
+
+def describe_probe(path: str, outcome: str, status: int | None, timeout: float) -> str:
+    """`/health_generate did not answer within 2s`: a `probe` outcome in words."""
+    what = {
+        "ok": "answered 200",
+        "http": f"answered HTTP {status}",
+        "timeout": f"did not answer within {timeout:g}s",
+        "refused": "refused the connection",
+    }.get(outcome, "dropped the connection")
+    return f"{path} {what}"
 
 
 class ManagedServer:
@@ -333,14 +346,27 @@ class ManagedServer:
             if finding.fatal_line is not None or code is not None:
                 self.died = self._death_error(finding, code)
                 raise self.died
-            what = f"answered HTTP {status}" if outcome == "http" else {
-                "timeout": f"did not answer within {timeout or self.health_timeout:g}s",
-                "refused": "refused the connection",
-            }.get(outcome, "dropped the connection")
-            raise self._error(
-                "unresponsive",
-                f"/health {what} (process alive, pid {self.pid})",
-            )
+            what = describe_probe("/health", outcome, status, timeout or self.health_timeout)
+            raise self._error("unresponsive", f"{what} (process alive, pid {self.pid})")
+
+    def stall_error(self, stall: str, probe_timeout: float = STALL_PROBE_TIMEOUT_S) -> ServerError:
+        """The error for a workload that stalled (`stall` says for how long, with how many
+        requests in flight), after one probe: is the process alive, does /health_generate
+        answer within `probe_timeout`? A death found meanwhile is reported as the death."""
+        finding = self._scan() if self._watcher is not None else LogFinding()
+        code = self._proc.poll() if self._proc is not None else None
+        if finding.fatal_line is not None and not is_hang_signature(finding.fatal_line) \
+                or code is not None:
+            self.died = self._death_error(finding, code)
+            return self.died
+        outcome, status = probe(self.url + "/health_generate", probe_timeout)
+        seen = describe_probe("/health_generate", outcome, status, probe_timeout)
+        hang = f", log: {finding.cause}" if finding.fatal_line is not None else ""
+        self.died = self._error(
+            "stalled", f"{stall}; probe: process alive (pid {self.pid}), {seen}{hang}",
+            headline=f"server {self.spec.id} stalled: {stall}; probe: process alive "
+                     f"(pid {self.pid}), {seen}{hang}")
+        return self.died
 
     def diagnose(self) -> ServerError | None:
         """After a request failed: the death error if the server died, else None."""

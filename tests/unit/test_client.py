@@ -20,6 +20,7 @@ from aiohttp import web
 
 from pytest_specdec.client import (
     ServerQueryError,
+    WorkloadStalled,
     context_length_from,
     fetch_context_length,
     fetch_server_info,
@@ -106,10 +107,12 @@ class FakeSGLang:
                 if mode == "cut" and emitted > 1:
                     request.transport.close()
                     return resp
+                if mode == "freeze" and emitted > 1:
+                    await asyncio.sleep(60)  # a frozen scheduler: the stream stays open, silent
                 if mode == "midstream_error" and emitted > 1:
                     await resp.write(b'data: {"error": {"message": "CUDA out of memory"}}\n\n')
                     break
-                await asyncio.sleep(0)
+                await asyncio.sleep(0.1 if mode == "trickle" else 0)
             if mode != "no_done":
                 await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
@@ -254,6 +257,23 @@ def test_connection_cut_midstream_is_an_error(fake):
 def test_timeout_is_an_error_not_a_hang(fake):
     res = run_workload(fake.url, workload("mode:slow", n=3), timeout_s=0.3)
     assert res.records[0].error == "timed out after 0.3 s"
+
+
+def test_a_frozen_stream_stops_the_workload_after_the_stall_timeout(fake):
+    with pytest.raises(WorkloadStalled) as info:
+        run_workload(fake.url, workload("a", "mode:freeze", "c", n=10, concurrency=1),
+                     timeout_s=30, stall_timeout=0.5)
+    stall = info.value
+    assert (stall.in_flight, stall.done, stall.total) == (1, 1, 3)
+    assert stall.stalled_s > 0.5
+    assert str(stall).startswith("no token for ") and "while 1 request was in flight" in str(stall)
+
+
+def test_a_slow_but_moving_stream_is_no_stall(fake):
+    # events every 0.1 s for about a second: each one resets the 0.3 s watchdog
+    res = run_workload(fake.url, workload("mode:trickle", "mode:trickle", n=30, concurrency=1),
+                       stall_timeout=0.3)
+    assert all(r.ok and r.completion_tokens == 30 for r in res.records)
 
 
 def test_connection_refused_is_an_error_with_status_zero():

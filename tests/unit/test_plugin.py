@@ -246,9 +246,10 @@ def test_each_option_is_settable_in_three_places(pytester: pytest.Pytester, wher
                "compare_fail": "output_tok_s:5%", "baseline_dir": "elsewhere",
                "report": "out", "resume": "true", "journal": "j.jsonl",
                "run_known_issues": "true", "startup_timeout": "12.5",
-               "restart_on_crash": "3", "artifacts": "arts"}
+               "restart_on_crash": "3", "artifacts": "arts",
+               "stall_timeout": "7.5"}
     assert set(samples) == {o.name for o in OPTIONS}, "a new option needs a sample here"
-    expected = {"gpus": 2, "startup_timeout": 12.5, "restart_on_crash": 3,
+    expected = {"gpus": 2, "startup_timeout": 12.5, "restart_on_crash": 3, "stall_timeout": 7.5,
                 "save_baseline": True, "resume": True, "run_known_issues": True}
     args = []
     if where == "cli":

@@ -208,3 +208,39 @@ def test_slow(specdec_server):
     if method == "signal":
         result.assert_outcomes(failed=1)
     assert "Timeout" in result.stdout.str() + result.stderr.str()
+
+
+STALL_TESTS = """
+from pytest_specdec.workloads import builtin_workload
+
+
+def test_workload(specdec_server, specdec_spec, specdec_record):
+    # --fault-hang-after 2 freezes every server at its third request: only b8 sends that many
+    prompts = 8 if specdec_spec.budget == 8 else 2
+    workload = builtin_workload("chat", max_new_tokens=16).resized(prompts)
+    specdec_record.run(specdec_server, workload)
+
+
+def test_alive(specdec_server):
+    specdec_server.check_alive()
+"""
+
+
+def test_a_stalled_server_is_red_in_seconds_and_the_run_goes_on(pytester, no_leftover_engines):
+    """A server that stops producing tokens mid-workload: probed once, stopped, its
+    configuration failed (its next test errors at once with the same cause), the next
+    configuration runs; all long before a request's own 600 s timeout."""
+    faulty_project(pytester, ("--fault-hang-after", "2"), budgets=(8, 16), workloads=ONE_WORKLOAD)
+    pytester.makepyfile(test_generation=STALL_TESTS)
+    started = time.monotonic()
+    result = run(pytester, "--specdec-stall-timeout", "5")
+    elapsed = time.monotonic() - started
+    result.assert_outcomes(passed=2, failed=1, errors=1)
+    result.stdout.re_match_lines([
+        r".*server ddtree-tp1-b8 stalled: no token for 5\.\d+s while 1 request was in flight "
+        r"\(2 of 8 requests done\); probe: process alive \(pid \d+\), /health_generate did not "
+        r"answer within 2s \(log: .*ddtree-tp1-b8\.log.*"])
+    result.stdout.fnmatch_lines(["*ERROR at setup of test_alive[[]ddtree-tp1-b8[]]*",
+                                 "server ddtree-tp1-b8 stalled: no token for*"])
+    assert "Fault injection: --fault-hang-after 2" in result.stdout.str()  # the log's last lines
+    assert elapsed < 120  # the bound is the behaviour: one request alone would wait 600 s

@@ -1,0 +1,100 @@
+"""Fingerprints: one short digest of what a measurement measured.
+
+A journaled or stored figure is only reusable for a test that would measure the same thing: the
+same configuration, the same workload (prompt texts, sizes, concurrency, sampling), the same
+server settings and the same model. A resumed run that trusted a record by test id alone would
+report a stale figure after any of those changed. So every journal record and every baseline
+entry carries the digest of those parts, and a mismatch means "measure again".
+
+The parts are plain JSON (canonical: sorted keys, no whitespace), so the digest is stable across
+processes, Python versions and xdist workers; the parts themselves are kept beside the digest so
+that a mismatch can say which part changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+if TYPE_CHECKING:
+    from .configuration import MatrixCase
+    from .state import RunState
+
+#: Bump when the parts' meaning changes, so old records never match new ones by accident.
+VERSION = 1
+DIGEST_CHARS = 16
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """The digest of `parts` ({name: JSON value}), e.g. configuration, workload, server, model."""
+
+    digest: str
+    parts: Mapping[str, Any]
+
+    def changed_parts(self, other_parts: Mapping[str, Any] | None) -> list[str]:
+        """Names of the parts that differ from `other_parts` (all of them when unknown)."""
+        if not isinstance(other_parts, Mapping):
+            return sorted(self.parts)
+        names = set(self.parts) | set(other_parts)
+        return sorted(n for n in names if _canonical(self.parts.get(n)) != _canonical(other_parts.get(n)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"digest": self.digest, "parts": dict(self.parts)}
+
+    @classmethod
+    def from_json(cls, obj: Any) -> Fingerprint | None:
+        """A fingerprint read back from `to_json`; None for records older than fingerprints."""
+        if not isinstance(obj, Mapping) or not isinstance(obj.get("digest"), str):
+            return None
+        parts = obj.get("parts")
+        return cls(obj["digest"], dict(parts) if isinstance(parts, Mapping) else {})
+
+    def __str__(self) -> str:
+        return self.digest
+
+
+def fingerprint(parts: Mapping[str, Any]) -> Fingerprint:
+    """The fingerprint of `parts`; values must be JSON-serialisable (tuples become lists)."""
+    plain = json.loads(_canonical(dict(parts)))
+    text = _canonical({"v": VERSION, "parts": plain})
+    return Fingerprint(hashlib.sha256(text.encode("utf-8")).hexdigest()[:DIGEST_CHARS], plain)
+
+
+def measured_setup(case: MatrixCase | None, workload: str | None, state: RunState) -> Fingerprint:
+    """What a test measures: its configuration, its workload as read at configure time, the
+    server settings (as its backend sees them) and the model."""
+    parts: dict[str, Any] = {
+        "configuration": None, "server": None, "workload": None,
+        "model": {"model": state.config.model, "draft_model": state.config.draft_model},
+    }
+    if case is not None:
+        parts["configuration"] = {"family": case.family, "method": case.method, "tp": case.tp,
+                                  "budget": case.budget}
+        spec = state.backend.server_spec(case, state)
+        parts["server"] = state.backend.server_settings(spec, state)
+    if workload is not None and workload in state.workloads:
+        configured = next(w for w in state.config.workloads if w.name == workload)
+        parts["workload"] = {**state.workload(workload).fingerprint_part(),
+                             "truncate": configured.truncate}
+    return fingerprint(parts)
+
+
+def text_digest(texts: Iterable[str]) -> str:
+    """A digest of an ordered list of texts (prompts): the fingerprint keeps this, not the texts."""
+    h = hashlib.sha256()
+    for text in texts:
+        data = text.encode("utf-8")
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()[:DIGEST_CHARS]
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False)
+
+
+__all__ = ["DIGEST_CHARS", "VERSION", "Fingerprint", "fingerprint", "measured_setup", "text_digest"]

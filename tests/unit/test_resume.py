@@ -1,0 +1,91 @@
+"""Resume and the journal, as users run them: nothing measured is lost, nothing stale is trusted.
+
+pytester projects against the embedded engine (see test_bench_flow.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from test_bench_flow import journal_lines, no_leftover_engines, project, run  # noqa: F401
+
+pytest.importorskip("torch")
+
+
+def test_resume_measures_again_what_changed_and_says_so(pytester, no_leftover_engines):
+    project(pytester, budgets=(8, 16), max_new_tokens=12)
+    run(pytester).assert_outcomes(passed=2)
+    records = journal_lines(pytester)
+    assert all(r["fingerprint"] for r in records)
+    assert records[0]["data"]["fingerprint"]["digest"] == records[0]["fingerprint"]
+
+    project(pytester, budgets=(8, 16), max_new_tokens=12)  # same setup: both resumed
+    run(pytester, "--specdec-resume").assert_outcomes(skipped=2)
+
+    project(pytester, budgets=(8, 16), max_new_tokens=16)  # the workload changed
+    result = run(pytester, "--specdec-resume")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([
+        "*specdec: resume: measured test_generation[[]ddtree-tp1-b8-chat[]] again: what it "
+        "measures changed since the journal's record (workload)*"])
+    latest = {}
+    for record in journal_lines(pytester):
+        latest[record["config_id"]] = record
+    assert {r["data"]["measurement"]["completion_tokens"] for r in latest.values()} == {3 * 16}
+
+
+def test_resume_with_save_baseline_saves_what_was_measured_before(pytester,
+                                                                  no_leftover_engines):
+    project(pytester, budgets=(8, 16), max_new_tokens=12)
+    run(pytester, "-k", "b8").assert_outcomes(passed=1)  # the run that was interrupted
+    result = run(pytester, "--specdec-resume", "--specdec-save-baseline")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*specdec: saved 2 result(s) into*cpu.json*"])
+    entries = json.loads((pytester.path / "baselines" / "cpu.json").read_text())["entries"]
+    assert sorted(entries) == ["test_generation[ddtree-tp1-b16-chat]",
+                               "test_generation[ddtree-tp1-b8-chat]"]
+    assert entries["test_generation[ddtree-tp1-b8-chat]"]["accept_length"]["value"] > 1.0
+
+
+RECORDING_TEST = """
+def test_widgets(specdec_record):
+    specdec_record.metric("widgets", 3.0, "higher")
+    specdec_record.samples([0.1, 0.2])
+"""
+
+
+def test_a_failing_comparison_or_benchmark_bridge_loses_no_measurement(pytester):
+    """Journal first, verdict second: what broke is the test's failure, the figure is on disk."""
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
+    pytester.makepyfile(test_widgets=RECORDING_TEST)
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / "cpu.json").write_text(json.dumps({
+        "format": "pytest-specdec-baselines", "version": 1, "hardware_key": "cpu",
+        "entries": {"test_widgets": {"widgets": {"value": 2.0, "direction": "lower"}}}}))
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*SpecdecUsageError after the measurement was journaled*"
+                                 "baseline for test_widgets widgets says 'lower' is better*"])
+    assert [r["data"]["metrics"]["widgets"]["value"] for r in journal_lines(pytester)] == [3.0]
+
+    (pytester.path / "baselines" / "cpu.json").unlink()
+    pytester.makeconftest("""
+import pytest
+
+class BrokenBridge:
+    extra_info = {}
+
+    def pedantic(self, *args, **kwargs):
+        raise RuntimeError("the bridge broke")
+
+@pytest.fixture
+def benchmark():
+    return BrokenBridge()
+""")
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*RuntimeError after the measurement was journaled*"
+                                 "the bridge broke*"])
+    assert [r["status"] for r in journal_lines(pytester)] == ["done"]
