@@ -26,7 +26,7 @@ from .servers.pool import ServerPool
 from .servers.process import ManagedServer
 from .servers.sglang import build_sglang_argv
 from .servers.spec import ServerSpec
-from .workloads import byte_token_count
+from .workloads import embedded_token_count
 
 if TYPE_CHECKING:
     from .state import RunState
@@ -91,7 +91,7 @@ class EmbeddedBackend(Backend):
     """The engine of this package, one process per configuration, with synthetic weights."""
 
     name = "embedded"
-    count_tokens = staticmethod(byte_token_count)
+    count_tokens = staticmethod(embedded_token_count)
 
     def server_spec(self, case: MatrixCase, state: RunState) -> ServerSpec:
         return ServerSpec(backend=self.name, method=case.method, tp=case.tp, budget=case.budget,
@@ -150,8 +150,9 @@ class AttachBackend(Backend):
 
     name = "attach"
     launches = False
-    # a byte-level tokenizer never makes more tokens than bytes: an upper bound for any server
-    count_tokens = staticmethod(byte_token_count)
+    # a byte-level tokenizer with a BOS never makes fewer tokens than a subword one that adds at
+    # most one special token: an upper bound for the servers this plugin drives
+    count_tokens = staticmethod(embedded_token_count)
 
     def server_spec(self, case: MatrixCase, state: RunState) -> ServerSpec:
         return ServerSpec(backend=self.name, method=case.method, tp=case.tp, budget=case.budget,

@@ -42,7 +42,7 @@ class LiveServer:
     check: Callable[[], None]  # raises ServerError when the server is dead or unresponsive
     min_accept_length: float = 1.05
     root: Path | None = None  # relative workload files resolve here
-    token_counter: Callable[[str], int] | None = workloads.byte_token_count
+    token_counter: Callable[[str], int] | None = workloads.embedded_token_count
     owned: bool = True
     workloads: Mapping[str, Workload] = field(default_factory=dict)  # configured, read at start
     stall_timeout: float | None = None  # seconds a workload may go without any token

@@ -42,12 +42,12 @@ def pytest_configure(config: pytest.Config) -> None:
     root = Path(config.inipath).parent if config.inipath else Path(config.rootpath)
     try:
         state = state_mod.build(root, cli, ini)
-        if state.settings.compare_fail:
-            session.Gate(state).tolerances()  # a bad expression stops the run here, not per test
+        gate = session.Gate(state)
+        gate.check()  # a bad baseline file or expression stops the run here, before any boot
     except SpecdecUsageError as exc:
         raise pytest.UsageError(f"pytest-specdec: {exc}") from None
     config.stash[STATE_KEY] = state
-    config.stash[GATE_KEY] = session.Gate(state)
+    config.stash[GATE_KEY] = gate
     config.stash[RESULTS_KEY] = session.Results(state)
     if not session.is_worker(config):
         config.pluginmanager.register(Controller(config), "specdec-controller")

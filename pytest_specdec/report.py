@@ -85,9 +85,10 @@ def _cell(row: ReportRow, metric: str, fmt: str) -> str:
 
 
 def _verdict_text(row: ReportRow) -> str:
-    if row.failed:  # the cause without the log's whereabouts; report.md has the whole reason
-        cause = (row.reason or "").split(" (log: ", 1)[0]
-        return f"FAILED: {_one_line(cause or row.outcome, 90)}"
+    if row.failed:  # the headline, with what it announces; report.md has the whole reason
+        lines = [line for line in (row.reason or "").splitlines() if line.strip()] or [row.outcome]
+        cause = lines[0] + (" " + lines[1] if lines[0].endswith(":") and len(lines) > 1 else "")
+        return f"FAILED: {_one_line(cause.split(' (log: ', 1)[0], 100)}"
     if row.outcome in ("skipped", "xfailed", "xpassed"):
         return f"{row.outcome}" + (f": {_one_line(row.reason, 60)}" if row.reason else "")
     return {"regression": "REGRESSION", "improved": "improved", "new": "new baseline", "ok": "ok"}.get(
@@ -100,7 +101,7 @@ def _one_line(text: str | None, limit: int) -> str:
     text = " ".join((text or "").split())
     if len(text) <= limit:
         return text
-    head = (limit - 3) * 3 // 5
+    head = (limit - 3) // 2
     return text[:head] + "..." + text[len(text) - (limit - 3 - head):]
 
 

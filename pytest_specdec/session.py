@@ -20,8 +20,10 @@ from filelock import FileLock
 from . import baselines as baselines_mod
 from .baselines import Baselines, Comparison
 from .collection import case_of
+from .errors import SpecdecUsageError
 from .fingerprint import Fingerprint, measured_setup
 from .journal import Journal
+from .metrics import METRIC_DIRECTIONS
 from .recording import (REMEASURED_PROPERTY, RESUMED_PROPERTY, attach_to_report,
                         existing_recorder, result_of_report)
 from .result import Result
@@ -111,6 +113,23 @@ class Gate:
     state: RunState
     _baselines: Baselines | None = None
     _tolerances: dict | None = None
+
+    def check(self) -> None:
+        """Read and validate the gate's inputs now (configure time): the tolerance expression
+        and the baseline file, whose built-in metrics must keep their direction. A mistake is a
+        usage error before any server boots, not a failure after each measurement."""
+        self.tolerances()
+        if not self.state.baseline_path.is_file():
+            return
+        baselines = self.baselines()
+        for test_id, metrics in baselines.entries.items():
+            for name, entry in metrics.items():
+                expected = METRIC_DIRECTIONS.get(name)
+                if expected is not None and entry.direction != expected:
+                    raise SpecdecUsageError(
+                        f"baseline file {self.state.baseline_path}: {test_id} {name}: direction "
+                        f"{entry.direction!r}, but {expected!r} is better for {name}; fix the "
+                        f"entry or re-create it with --specdec-save-baseline")
 
     def tolerances(self) -> dict:
         if self._tolerances is None:

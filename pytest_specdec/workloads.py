@@ -225,30 +225,36 @@ class ContextLengthError(SpecdecUsageError):
         self.context_length = context_length
         super().__init__(
             f"workload {workload!r}, prompt {index}: {prompt_tokens} prompt tokens + {max_new_tokens} "
-            f"max_new_tokens = {prompt_tokens + max_new_tokens} > server context length {context_length}; "
-            "shorten the prompt, lower max_new_tokens, raise the server's --context-length, "
-            "or enable truncation"
+            f"max_new_tokens = {prompt_tokens + max_new_tokens}, but a request must stay below the "
+            f"server context length {context_length}; shorten the prompt, lower max_new_tokens, "
+            "raise the server's --context-length, or enable truncation"
         )
 
 
-def byte_token_count(text: str) -> int:
-    """Token count under the embedded engine's byte tokenizer: one token per UTF-8 byte."""
-    return len(text.encode("utf-8"))
+def embedded_token_count(text: str) -> int:
+    """Tokens of `text` as the embedded engine counts them: its BOS plus one per UTF-8 byte."""
+    from .engine.tokenizer import ByteTokenizer  # plain Python: no torch behind it
+
+    return len(ByteTokenizer().encode(text))
 
 
 def fit_to_context(
     workload: Workload,
     context_length: int,
-    count_tokens: Callable[[str], int] = byte_token_count,
+    count_tokens: Callable[[str], int] = embedded_token_count,
     *,
     truncate: bool = False,
 ) -> Workload:
     """Check every prompt + max_new_tokens against the server's context length.
 
+    SGLang (and the embedded engine) reject a request whose prompt tokens plus max_new_tokens
+    reach the context length, so the total must stay strictly below it, counted with the
+    special tokens the server's tokenizer adds (`count_tokens` must be that tokenizer, or a
+    faithful stand-in: a guess here only moves the failure to the server).
+
     Raises `ContextLengthError` naming the first offending prompt, or, with `truncate=True`,
     returns a workload whose offending prompts are cut (keeping their beginning) to the longest
-    prefix that fits. `count_tokens` must be the server's tokenizer (or a faithful stand-in):
-    a guess here only moves the failure to the server.
+    prefix that fits.
     """
     _check_positive_int(context_length, "context_length")
     prompts = list(workload.prompts)
@@ -256,12 +262,10 @@ def fit_to_context(
     for i, prompt in enumerate(prompts):
         budget = workload.max_new_tokens_for(i)
         n = count_tokens(prompt.text)
-        if n + budget <= context_length:
+        if n + budget < context_length:
             continue
-        allowed = context_length - budget
-        if not truncate or allowed < 1:
-            raise ContextLengthError(workload.name, i, n, budget, context_length)
-        cut = _longest_prefix(prompt.text, allowed, count_tokens)
+        allowed = context_length - 1 - budget
+        cut = _longest_prefix(prompt.text, allowed, count_tokens) if truncate and allowed > 0 else ""
         if not cut:
             raise ContextLengthError(workload.name, i, n, budget, context_length)
         prompts[i] = Prompt(cut, prompt.max_new_tokens)
@@ -287,7 +291,7 @@ __all__ = [
     "Prompt",
     "Workload",
     "builtin_workload",
-    "byte_token_count",
+    "embedded_token_count",
     "configured_workload",
     "fit_to_context",
     "load_jsonl",

@@ -16,7 +16,7 @@ from pytest_specdec.options import resolve
 from pytest_specdec.servers.attach import identify
 from pytest_specdec.servers.spec import ServerSpec
 from pytest_specdec.state import RunState
-from pytest_specdec.workloads import byte_token_count
+from pytest_specdec.workloads import embedded_token_count
 
 CPU = Hardware((), "none", 0)
 SM120 = Hardware((GPU(0, "simulated sm_120", "sm_120"),), "simulated", 0)
@@ -74,7 +74,7 @@ def test_embedded_spec_carries_engine_args_and_a_dry_runs_known_crash():
         MatrixCase("blackwell", "ddtree", 1, 8), running_them).extra_args
     argv = embedded.argv_builder(crash, rehearsal)(4242)
     assert argv[1:3] == ["-m", "pytest_specdec.engine"] and "4242" in argv
-    assert embedded.count_tokens is byte_token_count and embedded.model_path(rehearsal) is None
+    assert embedded.count_tokens is embedded_token_count and embedded.model_path(rehearsal) is None
 
 
 def test_known_issues_match_the_backends_own_name():

@@ -220,3 +220,17 @@ def test_custom(specdec_server, specdec_spec, specdec_hardware, specdec_model_pa
     entry = baseline["entries"]["test_custom[ddtree-tp1-b8]"]
     assert entry["widgets"]["value"] == 3.0 and entry["widgets"]["direction"] == "higher"
     assert entry["accept_length"]["value"] > 1.0
+
+
+def test_truncated_prompts_are_accepted_by_the_server(pytester, no_leftover_engines):
+    """`truncate = true` cuts prompts to what the server accepts: prompt (BOS included, as the
+    engine's tokenizer counts it) + max_new_tokens strictly below the context length."""
+    project(pytester, methods=("ar",), engine_args=("--context-length", "256"), max_new_tokens=64)
+    pytester.path.joinpath("long.jsonl").write_text(json.dumps({"prompt": "x" * 300}) + "\n")
+    text = pytester.path.joinpath("pyproject.toml").read_text()
+    pytester.path.joinpath("pyproject.toml").write_text(
+        text.replace('prompts = "chat"', 'prompts = "long.jsonl"\ntruncate = true'))
+    result = run(pytester)
+    result.assert_outcomes(passed=1)
+    (record,) = journal_lines(pytester)
+    assert record["data"]["measurement"]["completion_tokens"] == 3 * 64

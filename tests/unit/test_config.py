@@ -177,3 +177,52 @@ def test_shipped_known_issues_hold_the_sm120_story():
     issues = config.load_known_issues(root / "baselines" / "known_issues.toml")
     assert any(i.arch == "sm_120" and i.methods == ("ddtree",) and i.budget == (8, 12)
                and "illegal instruction" in i.reason for i in issues)
+
+
+BASELINE_HEAD = '{"format": "pytest-specdec-baselines", "version": 1, "hardware_key": "cpu", '
+
+
+@pytest.mark.parametrize("files, message", [
+    ({"baselines/cpu.json": BASELINE_HEAD + '"entries": {\n  "t": {,}\n}}'},
+     "baseline file */baselines/cpu.json is not valid JSON (line 2, column 9: *); fix or delete "
+     "it, or re-create it with --specdec-save-baseline"),
+    ({"baselines/cpu.json": BASELINE_HEAD + '"entries": {"test_generation[ar-tp1-chat]": '
+                                            '{"output_tok_s": {"value": NaN, "direction": '
+                                            '"higher"}}}}'},
+     "baseline file */cpu.json: test_generation[ar-tp1-chat] output_tok_s: 'value' must be a "
+     "finite number, got nan"),
+    ({"baselines/cpu.json": BASELINE_HEAD + '"entries": {"test_generation[ar-tp1-chat]": '
+                                            '{"accept_length": {"value": 2.0, "direction": '
+                                            '"lower"}}}}'},
+     "baseline file */cpu.json: test_generation[ar-tp1-chat] accept_length: direction 'lower', "
+     "but 'higher' is better for accept_length; fix the entry or re-create it*"),
+    ({"prompts.jsonl": '{"prompt": "fine"}\n{"prompt": "unterminated}\n'},
+     "*prompts.jsonl:2: not valid JSON (*); each line must be a JSON object like*"),
+    ({"baselines/known_issues.toml": "[[known_issues]]\nreason = 'x'\ntp = [3]\n"},
+     "known_issues.toml [known_issues #1] tp: 3 is not a power of two*"),
+])
+def test_bad_input_files_stop_the_run_before_any_server_boots(pytester: pytest.Pytester, files,
+                                                              message):
+    """Every input file is read at configure time: a mistake is a usage error naming the file,
+    the position and the fix, not a failure after each configuration's workload."""
+    pytester.makepyprojecttoml("""
+[tool.specdec]
+backend = "embedded"
+[tool.specdec.matrix.cpu]
+methods = ["ar"]
+[[tool.specdec.workloads]]
+name = "chat"
+prompts = "prompts.jsonl"
+""")
+    (pytester.path / "prompts.jsonl").write_text('{"prompt": "hello"}\n')
+    for name, text in files.items():
+        (pytester.path / name).parent.mkdir(exist_ok=True)
+        (pytester.path / name).write_text(text)
+    pytester.makepyfile(test_generation="""
+def test_generation(specdec_server, specdec_workload):
+    specdec_server.run(specdec_workload)
+""")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert_one_line(result.stderr.str(), "ERROR: pytest-specdec: " + message)
+    assert not (pytester.path / ".specdec" / "artifacts").exists(), "a server was started"

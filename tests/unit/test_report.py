@@ -229,3 +229,22 @@ def test_github_step_summary(rows, tmp_path):
     text = target.read_text()
     assert text.startswith("earlier step\n")  # appended, never overwritten
     assert "| ddtree-tp1-b16 | chat | 812.4 |" in text
+
+
+def test_the_verdict_keeps_the_cause_of_a_long_failure():
+    """The table shortens a failure in the middle: what failed opens it, the why often ends it."""
+    reason = ("server ddtree-tp1-b8 stalled: no token for 10.1s while 1 request was in flight (2 "
+              "of 8 requests done); probe: process alive (pid 4242), /health_generate did not "
+              "answer within 2s (log: /very/long/path/to/the/server.log)")
+    regression = "regression against cpu.json:\naccept_length 1.20 < baseline 1.50 -2% (-20.0%)"
+    table = format_table([ReportRow(test_id="t", config="ddtree-tp1-b8", outcome="failed",
+                                    reason=reason),
+                          ReportRow(test_id="u", config="ddtree-tp1-b16", outcome="failed",
+                                    reason=regression)])
+    stalled = next(line for line in table.splitlines() if line.startswith("ddtree-tp1-b8"))
+    assert "FAILED: server ddtree-tp1-b8 stalled: no token for" in stalled
+    assert stalled.endswith("/health_generate did not answer within 2s") and "..." in stalled
+    assert "/very/long/path" not in stalled
+    gate = next(line for line in table.splitlines() if line.startswith("ddtree-tp1-b16"))
+    assert gate.endswith(
+        "FAILED: regression against cpu.json: accept_length 1.20 < baseline 1.50 -2% (-20.0%)")

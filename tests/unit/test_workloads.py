@@ -13,7 +13,7 @@ from pytest_specdec.workloads import (
     Prompt,
     Workload,
     builtin_workload,
-    byte_token_count,
+    embedded_token_count,
     fit_to_context,
     load_jsonl,
     load_workload,
@@ -91,7 +91,7 @@ def test_builtin_sets_have_a_few_dozen_short_distinct_prompts(name):
     assert 24 <= len(w.prompts) <= 64
     texts = [p.text for p in w.prompts]
     assert len(set(texts)) == len(texts)
-    assert all(0 < byte_token_count(t) < 400 for t in texts)  # the embedded engine tokenises bytes
+    assert all(0 < embedded_token_count(t) < 400 for t in texts)  # the embedded engine tokenises bytes
     assert w.max_new_tokens >= 64 and w.greedy and w.ignore_eos
 
 
@@ -171,7 +171,7 @@ def test_load_workload_resolves_builtin_or_relative_path(tmp_path):
 
 def test_fit_to_context_passes_fitting_workload_unchanged():
     w = wl("abcd", max_new_tokens=4)
-    assert fit_to_context(w, 8) is w
+    assert fit_to_context(w, 10) is w  # BOS + 4 bytes + 4 new tokens = 9 < 10
 
 
 def test_fit_to_context_names_index_and_sizes():
@@ -179,8 +179,9 @@ def test_fit_to_context_names_index_and_sizes():
     with pytest.raises(ContextLengthError) as info:
         fit_to_context(w, 64)
     err = info.value
-    assert (err.index, err.prompt_tokens, err.max_new_tokens, err.context_length) == (1, 50, 20, 64)
-    assert "workload 'chat', prompt 1: 50 prompt tokens + 20 max_new_tokens = 70 > server context length 64" in str(err)
+    assert (err.index, err.prompt_tokens, err.max_new_tokens, err.context_length) == (1, 51, 20, 64)
+    assert "workload 'chat', prompt 1: 51 prompt tokens + 20 max_new_tokens = 71, but a request must stay " \
+        "below the server context length 64" in str(err)
     assert isinstance(err, SpecdecUsageError)
 
 
@@ -189,9 +190,9 @@ def test_fit_to_context_uses_per_prompt_budget_and_counter():
     with pytest.raises(ContextLengthError, match="100 max_new_tokens"):
         fit_to_context(w, 64)
     words = lambda text: len(text.split())  # noqa: E731 - a word-level stand-in tokenizer
-    assert fit_to_context(wl("a b c", max_new_tokens=5), 8, words).prompts[0].text == "a b c"
-    with pytest.raises(ContextLengthError, match="3 prompt tokens"):
-        fit_to_context(wl("a b c", max_new_tokens=6), 8, words)
+    assert fit_to_context(wl("a b c", max_new_tokens=4), 8, words).prompts[0].text == "a b c"
+    with pytest.raises(ContextLengthError, match="3 prompt tokens"):  # 3 + 5 reaches 8
+        fit_to_context(wl("a b c", max_new_tokens=5), 8, words)
 
 
 def test_fit_to_context_truncates_when_configured():
@@ -200,7 +201,8 @@ def test_fit_to_context_truncates_when_configured():
     assert fitted.prompts[0] is w.prompts[0]
     cut = fitted.prompts[1]
     assert cut.max_new_tokens == 10
-    assert byte_token_count(cut.text) == 20  # two bytes per 'é': the longest prefix that fits
+    # strictly below 30 with 10 new tokens: BOS + 18 bytes (two per 'é'), the longest that fits
+    assert embedded_token_count(cut.text) == 19 and cut.text == "é" * 9
     assert w.prompts[1].text.startswith(cut.text)
 
 
