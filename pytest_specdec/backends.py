@@ -51,6 +51,9 @@ class Backend:
     def __str__(self) -> str:
         return self.name
 
+    def check(self, state: RunState) -> None:
+        """Raise SpecdecUsageError for a mistake this backend can see before any server boots."""
+
     def server_spec(self, case: MatrixCase, state: RunState) -> ServerSpec:
         raise NotImplementedError
 
@@ -122,6 +125,13 @@ class SGLangBackend(Backend):
 
     name = "sglang"
     issue_backend = "sglang"
+
+    def check(self, state: RunState) -> None:
+        from .models import check_local
+
+        for model in (state.config.model, state.config.draft_model):
+            if model:
+                check_local(model)
 
     def server_spec(self, case: MatrixCase, state: RunState) -> ServerSpec:
         return ServerSpec(backend=self.name, method=case.method, tp=case.tp, budget=case.budget,

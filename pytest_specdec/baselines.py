@@ -16,11 +16,11 @@ tolerance alone.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import math
 import os
 import re
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -226,10 +226,9 @@ def load_baselines(path: str | Path, hardware_key: str) -> Baselines:
 
 
 def _lock_for(path: Path) -> FileLock:
-    """A lock outside the baseline directory, so that no stray .lock file lands in the user's
-    repository; keyed by the absolute path so every process writing this file shares it."""
-    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]
-    return FileLock(os.path.join(tempfile.gettempdir(), f"pytest-specdec-baseline-{digest}.lock"))
+    """The lock beside the baseline file (hidden), where only those who may write the file can
+    create it: a fixed name in a shared /tmp could be planted by another user to block saves."""
+    return FileLock(str(path.with_name(f".{path.name}.lock")))
 
 
 def save_baselines(
@@ -264,8 +263,15 @@ def save_baselines(
 
 
 def _atomic_write(path: Path, text: str) -> None:
+    """Replace `path` with `text` atomically, keeping the file's mode (a new file gets the
+    usual mode under the umask, not mkstemp's private 0600)."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
@@ -287,6 +293,12 @@ def _atomic_write(path: Path, text: str) -> None:
         pass
     finally:
         os.close(dir_fd)
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # the only portable way to read it is to set it
+    os.umask(mask)
+    return mask
 
 
 # --------------------------------------------------------------------------------------------

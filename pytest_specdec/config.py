@@ -8,6 +8,7 @@ at start with one line naming the file, the key and the fix.
 from __future__ import annotations
 
 import difflib
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -189,6 +190,8 @@ class _Reader:
         if not isinstance(value, kind):
             name = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
             self.fail(key, f"{value!r} must be a {name}")
+        if isinstance(value, float) and not math.isfinite(value):  # TOML spells nan and inf
+            self.fail(key, f"{value!r} must be a finite number")
         return value
 
     def int_list(self, key: str, default: tuple[int, ...] | None = None) -> tuple[int, ...] | None:
@@ -353,7 +356,7 @@ def _parse_tolerances(filename: str, data: Any) -> dict[str, str]:
         text = str(value) if not isinstance(value, str) else value
         number = text[:-1] if text.endswith("%") else text
         try:
-            if float(number) < 0:
+            if not 0 <= float(number) < math.inf:  # also false for nan
                 raise ValueError
         except ValueError:
             reader.fail(metric, f"{value!r} is not a tolerance; write a percentage such as \"5%\"")

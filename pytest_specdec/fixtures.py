@@ -60,7 +60,10 @@ def specdec_model_path(specdec_state: RunState) -> str | None:
     """The target model as a local path: a local folder as is, a Hub id downloaded into
     `model_cache` with a completeness check. None when no model is configured (the embedded
     engine then uses its built-in synthetic weights)."""
-    return specdec_state.backend.model_path(specdec_state)
+    try:
+        return specdec_state.backend.model_path(specdec_state)
+    except SpecdecUsageError as exc:
+        fail(str(exc))
 
 
 @pytest.fixture(scope="session")
@@ -111,7 +114,7 @@ def specdec_server(specdec_spec: MatrixCase, specdec_pool: ServerPool,
         server = specdec_pool.acquire(spec)
     except (NotEnoughGpus, AttachMismatch) as exc:
         pytest.skip(str(exc))
-    except GpuLeaseError as exc:
+    except (GpuLeaseError, SpecdecUsageError) as exc:  # a lease, or a model that cannot be had
         fail(f"server {spec.id}: {exc}")
     except ServerError as exc:
         fail(str(exc))

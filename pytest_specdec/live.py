@@ -95,7 +95,11 @@ class LiveServer:
         except Exception as exc:  # the server may not publish it; liveness decides what that means
             self.check_alive()
             fail(f"server {self.id}: could not read its context length: {exc}")
-        return workloads.fit_to_context(workload, context, self.token_counter, truncate=truncate)
+        try:
+            return workloads.fit_to_context(workload, context, self.token_counter,
+                                            truncate=truncate)
+        except workloads.ContextLengthError as exc:
+            fail(f"server {self.id}: {exc}")
 
     def run(self, spec: WorkloadSpec | Workload) -> Measurement:
         """Run a workload and return its guarded measurement, or fail the test with a diagnosis.
@@ -108,9 +112,7 @@ class LiveServer:
         try:
             result = client.run_workload(self.url, workload, stall_timeout=self.stall_timeout)
         except client.WorkloadStalled as stall:
-            result = stall  # failed below, outside the except: one message, no chained ones
-        if isinstance(result, client.WorkloadStalled):
-            self._stalled(str(result))
+            self._stalled(str(stall))
         self.last_result = result
         if result.errors:
             # A request failed: a dead server explains it better than the HTTP error does.
@@ -123,7 +125,7 @@ class LiveServer:
                 log_tail=self.log_tail)
         except MeasurementError as exc:
             self.check_alive()
-            fail(f"server {self.id}, workload {workload.name!r}: {exc}")
+            fail(f"server {self.id}: {exc}")  # the diagnosis names the workload itself
         self.check_alive()
         self._cross_check(measurement, log_offset)
         return measurement

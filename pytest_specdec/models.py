@@ -83,6 +83,20 @@ def is_hub_id(ref: str) -> bool:
     )
 
 
+def check_local(ref: str) -> None:
+    """Raise SpecdecUsageError when `ref` is a local path that does not exist (a Hub id passes:
+    it is fetched later). Cheap, so a run checks its models before any server boots."""
+    if Path(ref).expanduser().exists() or is_hub_id(ref):
+        return
+    if ref.startswith(("/", ".", "~")) or ref.count("/") > 1 or "\\" in ref:
+        raise SpecdecUsageError(
+            f"model directory {ref} does not exist; copy the model there, or fix model / "
+            f"draft_model in [tool.specdec] (a Hub id is written org/name)")
+    raise SpecdecUsageError(
+        f"model {ref!r} is neither an existing path nor a Hub id of the form org/name; "
+        f"fix model / draft_model in [tool.specdec]")
+
+
 def cache_dir_for(ref: str, cache_dir: Path, revision: str | None = None) -> Path:
     """Where a Hub id lives in the cache: `<cache>/<org>--<name>[@<revision>]`."""
     name = ref.replace("/", "--") + (f"@{revision}" if revision else "")
@@ -123,11 +137,7 @@ def provision_model(
     path = Path(ref).expanduser()
     if path.exists():
         return path
-    if not is_hub_id(ref):
-        raise SpecdecUsageError(
-            f"model {ref!r} is neither an existing path nor a Hub id of the form org/name; "
-            f"fix model / draft_model in [tool.specdec]"
-        )
+    check_local(ref)
     local_dir = cache_dir_for(ref, Path(cache_dir), revision)
     local_dir.parent.mkdir(parents=True, exist_ok=True)
     is_offline = offline() if offline_mode is None else offline_mode

@@ -7,6 +7,7 @@ has an ini twin `specdec_x_y` and a `[tool.specdec]` key `x_y`. Precedence: comm
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -29,8 +30,8 @@ def _positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise ValueError(f"{text!r} is not a number") from None
-    if value <= 0:
-        raise ValueError(f"{text!r} must be greater than 0")
+    if not 0 < value < math.inf:  # also false for nan
+        raise ValueError(f"{text!r} must be a finite number greater than 0")
     return value
 
 

@@ -75,7 +75,9 @@ def build(root: Path, cli: Mapping[str, Any], ini: Mapping[str, str],
     hardware = hardware_mod.resolve(settings.arch, settings.gpus, detected)
     backend = backends.choose(settings.backend, hardware, settings.server_url)
     workloads = {spec.name: configured_workload(spec, root) for spec in cfg.workloads}
-    return RunState(cfg, settings, hardware, backend, workloads)
+    state = RunState(cfg, settings, hardware, backend, workloads)
+    backend.check(state)
+    return state
 
 
 #: Where pytest_configure leaves the RunState for hooks and fixtures.

@@ -33,6 +33,15 @@ class XdistHooks:
             self.results.total = len(ids)
             self._seen = True
 
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:
+        """A worker died in a test: that test fails once, as "worker crashed" (the scheduler
+        does not run it again), and the summary table says so in its row."""
+        worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?")
+        report.longrepr = f"worker crashed: xdist worker {worker!r} died while running {crashitem}"
+        param_ids = [case.param_id for case in matrix_cases(self.results.state)]
+        if configuration_in_nodeid(crashitem, param_ids) is not None:
+            self.results.outcomes[crashitem] = ("failed", str(report.longrepr))
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log):
         if config.getvalue("dist") != "loadgroup":
@@ -58,6 +67,24 @@ class ConfigurationScheduling(LoadGroupScheduling):
         if nodeid.rfind("@") > nodeid.rfind("]"):
             return super()._split_scope(nodeid)
         return configuration_in_nodeid(nodeid, self.param_ids) or nodeid
+
+    def remove_node(self, node) -> str | None:
+        """xdist's, except that the test a crashed worker was running is not queued again: it
+        is reported failed once ("worker crashed"), not FAILED and then PASSED under one id.
+        The rest of its configuration's tests go to the other workers (or a replacement)."""
+        workload = self.assigned_work.pop(node)
+        if not self._pending_of(workload):
+            return None
+        crashitem = next(nodeid for unit in workload.values()
+                         for nodeid, completed in unit.items() if not completed)
+        for scope, unit in workload.items():
+            if crashitem in unit:
+                unit[crashitem] = True
+            if not all(unit.values()):
+                self.workqueue[scope] = unit
+        for other in self.assigned_work:
+            self._reschedule(other)
+        return crashitem
 
     def _reschedule(self, node) -> None:
         super()._reschedule(node)

@@ -19,6 +19,8 @@ _FATAL_RE = re.compile("|".join(re.escape(s) for s in FATAL_SIGNATURES), re.IGNO
 _SIGNATURE_RES = tuple(re.compile(re.escape(s), re.IGNORECASE) for s in FATAL_SIGNATURES)
 # Errno 98 (Linux) / 48 (macOS), as printed by asyncio, uvicorn and aiohttp.
 _ADDRESS_IN_USE_RE = re.compile(r"address already in use", re.IGNORECASE)
+# asyncio (aiohttp, uvicorn): "error while attempting to bind on address ('127.0.0.1', 30000)"
+_BIND_ADDRESS_RE = re.compile(r"\('([^']*)',\s*(\d+)\)")
 
 TAIL_LINES = 15
 _TAIL_BYTES = 64 * 1024
@@ -36,6 +38,7 @@ class LogFinding:
 
     fatal_line: str | None = None
     address_in_use: bool = False
+    taken_port: int | None = None  # the port the bind failure names, when the log line says
     ready: bool = False
     exception_line: str | None = None
 
@@ -62,6 +65,7 @@ class LogWatcher:
         self._fatal_rank: tuple[int, int] | None = None
         self._exception_line: str | None = None
         self._address_in_use = False
+        self._taken_port: int | None = None
         self._ready = False
 
     def scan(self) -> LogFinding:
@@ -87,6 +91,9 @@ class LogWatcher:
             self._exception_line = line.strip()
         if _ADDRESS_IN_USE_RE.search(line):
             self._address_in_use = True
+            address = _BIND_ADDRESS_RE.search(line)
+            if address is not None:
+                self._taken_port = int(address.group(2))
         if READY_LINE in line:
             self._ready = True
 
@@ -97,7 +104,8 @@ class LogWatcher:
             if rank is not None and (self._fatal_rank is None or rank < self._fatal_rank):
                 fatal = self._partial.strip()
             in_use = in_use or bool(_ADDRESS_IN_USE_RE.search(self._partial))
-        return LogFinding(fatal_line=fatal, address_in_use=in_use, ready=self._ready,
+        return LogFinding(fatal_line=fatal, address_in_use=in_use, taken_port=self._taken_port,
+                          ready=self._ready,
                           exception_line=self._exception_line)
 
 

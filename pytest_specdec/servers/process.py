@@ -158,6 +158,7 @@ class ManagedServer:
         self._ready = False
         self._stopped = False
         self._settled = False
+        self._lost_port_race = True
         self.died: ServerError | None = None
 
     # -- public state --------------------------------------------------------------------------
@@ -189,7 +190,8 @@ class ManagedServer:
             except ServerError as e:
                 # Nothing to save in a server that failed to start: short grace, then SIGKILL.
                 self.stop(check_gpu_release=False, grace=min(self.term_grace, 2.0))
-                if e.reason == "port-in-use" and self._requested_port is None and attempt + 1 < PORT_RETRIES:
+                if e.reason == "port-in-use" and self._requested_port is None and self._lost_port_race \
+                        and attempt + 1 < PORT_RETRIES:
                     continue  # we picked the port and lost a race for it: pick another
                 raise
 
@@ -278,10 +280,13 @@ class ManagedServer:
         finding = self._scan()
         code = self._proc.poll()
         if finding.address_in_use:
+            # The log names the port that was taken; an extra `--port` may have replaced ours.
+            port = finding.taken_port or self.port
+            self._lost_port_race = port == self.port
             raise self._error(
                 "port-in-use",
-                f"could not bind {self.host}:{self.port}: address already in use",
-                headline=f"server {self.spec.id} cannot start: address {self.host}:{self.port} already in use",
+                f"could not bind {self.host}:{port}: address already in use",
+                headline=f"server {self.spec.id} cannot start: address {self.host}:{port} already in use",
             )
         if finding.fatal_line is not None:
             cause = finding.cause

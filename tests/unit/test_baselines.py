@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import stat
+import tempfile
 
 import pytest
 
@@ -88,7 +90,8 @@ def test_save_merges_and_never_drops_other_entries(tmp_path):
     assert loaded.get("a", "accept_length").value == 3.0  # same test, other metric: kept
     assert loaded.get("b", "output_tok_s").value == 2.0  # other test: kept
     assert loaded.get("c", "output_tok_s").value == 7.0
-    assert not [p for p in os.listdir(tmp_path) if p != "cpu.json"]  # no temp or lock files left behind
+    # no temp files left behind; the lock stays beside the file (hidden, git-ignored)
+    assert sorted(os.listdir(tmp_path)) == [".cpu.json.lock", "cpu.json"]
 
 
 def test_failed_write_leaves_the_old_file_intact(tmp_path, monkeypatch):
@@ -103,7 +106,27 @@ def test_failed_write_leaves_the_old_file_intact(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         save_baselines(path, "cpu", {"a": [mv(value=2.0)]}, versions={})
     assert path.read_text() == before
-    assert os.listdir(tmp_path) == ["cpu.json"]
+    assert [name for name in os.listdir(tmp_path) if name != ".cpu.json.lock"] == ["cpu.json"]
+
+
+def test_the_lock_is_beside_the_file_and_saving_keeps_its_mode(tmp_path, monkeypatch):
+    """No predictable lock path in a shared /tmp (another user could hold it), and a saved
+    baseline keeps the mode it had (mkstemp's private 0600 would hide it from the team)."""
+    shared_tmp = tmp_path / "tmp"
+    shared_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(shared_tmp))
+    path = tmp_path / "baselines" / "cpu.json"
+    old_umask = os.umask(0o022)
+    try:
+        save_baselines(path, "cpu", {"a": [mv(value=1.0)]}, versions={})
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644  # a new file: 0666 under the umask
+        path.chmod(0o664)
+        save_baselines(path, "cpu", {"a": [mv(value=2.0)]}, versions={})
+    finally:
+        os.umask(old_umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o664
+    assert sorted(os.listdir(path.parent)) == [".cpu.json.lock", "cpu.json"]
+    assert os.listdir(shared_tmp) == []
 
 
 def _save_worker(path: str, i: int) -> None:

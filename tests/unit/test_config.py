@@ -56,6 +56,14 @@ from pytest_specdec.errors import SpecdecUsageError
     ("[tool.specdec]\nstartup_timeout = 'soon'\n",
      "pyproject.toml [tool.specdec] key 'startup_timeout': 'soon' is not a number; "
      "--specdec-startup-timeout takes*"),
+    ("[tool.specdec]\nmin_accept_length = nan\n",
+     "pyproject.toml [tool.specdec] min_accept_length: nan must be a finite number"),
+    ("[tool.specdec]\nstartup_timeout = inf\n",
+     "*key 'startup_timeout': 'inf' must be a finite number greater than 0*"),
+    ("[tool.specdec.tolerances]\naccept_length = nan\n",
+     "*[tool.specdec.tolerances] accept_length: nan is not a tolerance*"),
+    ("[[tool.specdec.workloads]]\ntemperature = inf\n",
+     "*[workloads #1] temperature: inf must be a finite number"),
     ("[tool.specdec]\nresume = 'sometimes'\n",
      "*key 'resume': 'sometimes' is not a boolean (use true or false)*"),
 ])

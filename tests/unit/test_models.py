@@ -121,10 +121,28 @@ def test_hub_failure_is_a_usage_error_with_the_fix(tmp_path):
 
 
 def test_neither_path_nor_hub_id(tmp_path):
-    with pytest.raises(SpecdecUsageError, match="neither an existing path nor a Hub id"):
+    with pytest.raises(SpecdecUsageError, match="model directory .*missing/dir does not exist"):
         provision_model(str(tmp_path / "missing" / "dir"), cache_dir=tmp_path, fetcher=FakeHub())
+    with pytest.raises(SpecdecUsageError, match="neither an existing path nor a Hub id"):
+        provision_model("qwen3", cache_dir=tmp_path, fetcher=FakeHub())
     assert is_hub_id("Qwen/Qwen3.6-27B") and not is_hub_id("a/b/c") and not is_hub_id("./x")
 
 
 def test_revision_gets_its_own_cache_dir(tmp_path):
     assert cache_dir_for("org/m", tmp_path, "v2") == tmp_path / "org--m@v2"
+
+
+def test_a_missing_local_model_directory_is_named_before_any_boot(pytester, monkeypatch):
+    """A model path that is not there is a missing directory, not a malformed setting."""
+    from pytest_specdec import backends
+
+    monkeypatch.setattr(backends, "sglang_importable", lambda: True)
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "sglang"\n'
+                               'model = "/nonexistent/models/Qwen3-8B"\n')
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: pytest-specdec: model directory /nonexistent/models/"
+                                 "Qwen3-8B does not exist; copy the model there*"])
+    with pytest.raises(SpecdecUsageError, match="model directory ./weights/m does not exist"):
+        provision_model("./weights/m", cache_dir=pytester.path / "cache")

@@ -303,7 +303,9 @@ def test_dump(specdec_state):
 
 @pytest.mark.parametrize("args, message", [
     (["--specdec-backend=vllm"], "*--specdec-backend: 'vllm' is not one of auto, embedded, sglang*"),
-    (["--specdec-startup-timeout=-1"], "*'-1' must be greater than 0*"),
+    (["--specdec-startup-timeout=-1"], "*'-1' must be a finite number greater than 0*"),
+    (["--specdec-startup-timeout=nan"], "*'nan' must be a finite number greater than 0*"),
+    (["--specdec-stall-timeout=inf"], "*--specdec-stall-timeout: 'inf' must be a finite number*"),
     (["--specdec-gpus=many"], "*--specdec-gpus: 'many' is not a whole number*"),
     (["--specdec-arch=pascal"], "*'pascal' is not a GPU architecture*sm_90*"),
 ])

@@ -140,8 +140,8 @@ def test_port_already_in_use(pytester, no_leftover_engines):
         faulty_project(pytester, ("--port", str(port)), workloads=ONE_WORKLOAD)
         result = run(pytester)
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines([f"*server ddtree-tp1-b8 cannot start: address 127.0.0.1:* "
-                                 f"already in use*"])
+    result.stdout.fnmatch_lines([f"*server ddtree-tp1-b8 cannot start: address 127.0.0.1:{port} "
+                                 f"already in use*"])  # the port taken, not the one we picked
 
 
 def test_zero_tokens_is_a_failure_with_a_diagnosis(pytester, no_leftover_engines):
@@ -244,3 +244,30 @@ def test_a_stalled_server_is_red_in_seconds_and_the_run_goes_on(pytester, no_lef
                                  "server ddtree-tp1-b8 stalled: no token for*"])
     assert "Fault injection: --fault-hang-after 2" in result.stdout.str()  # the log's last lines
     assert elapsed < 120  # the bound is the behaviour: one request alone would wait 600 s
+
+
+def failures_section(result) -> str:
+    text = result.stdout.str()
+    return text[text.index("= FAILURES ="):text.index("specdec summary")]
+
+
+@pytest.mark.parametrize("fault, headline", [
+    (("--fault-zero-tokens",),
+     "server ddtree-tp1-b8: workload 'w1': the server produced zero completion tokens"),
+    (("--fault-crash-after", "0"),
+     "server ddtree-tp1-b8 died: CUDA error: an illegal instruction was encountered (log: "),
+])
+def test_each_failure_is_told_once_with_its_cause_and_log(pytester, no_leftover_engines, fault,
+                                                          headline):
+    """No message printed twice (an exception being handled, then ours), no prefix repeated, no
+    traceback of the plugin's internals: the cause on one line, then the server's last words."""
+    faulty_project(pytester, fault, workloads=ONE_WORKLOAD)
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    failures = failures_section(result)
+    assert failures.count(headline) == 1, failures
+    assert "During handling of the above exception" not in failures
+    # pytest prints a traceback entry as `path:line: Error`; the engine's own (in its log) differ
+    assert not re.search(r"pytest_specdec/\S+\.py:\d+: ", failures), failures
+    assert "workload 'w1': workload 'w1'" not in failures
+    assert "last server log lines:" in failures or "last lines:" in failures
