@@ -97,14 +97,17 @@ class BaselineEntry:
     date: str = ""
     versions: tuple[tuple[str, str], ...] = ()
     commit: str | None = None
+    fingerprint: str | None = None  # digest of what was measured (fingerprint.py); None: unknown
 
     @classmethod
     def from_metric(cls, metric: MetricValue, *, date: str | None = None,
-                    versions: Mapping[str, str] | None = None, commit: str | None = None) -> "BaselineEntry":
+                    versions: Mapping[str, str] | None = None, commit: str | None = None,
+                    fingerprint: str | None = None) -> "BaselineEntry":
         return cls(
             value=float(metric.value), direction=metric.direction, spread=float(metric.spread),
             samples=int(metric.samples), deterministic=metric.deterministic, date=date or _now(),
             versions=tuple(sorted((versions or {}).items())), commit=commit,
+            fingerprint=fingerprint,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -112,6 +115,7 @@ class BaselineEntry:
             "value": self.value, "direction": self.direction, "spread": self.spread,
             "samples": self.samples, "deterministic": self.deterministic, "date": self.date,
             "versions": dict(self.versions), "commit": self.commit,
+            **({"fingerprint": self.fingerprint} if self.fingerprint is not None else {}),
         }
 
     @classmethod
@@ -143,6 +147,7 @@ class BaselineEntry:
             deterministic=bool(obj.get("deterministic", False)), date=str(obj.get("date", "")),
             versions=tuple(sorted((str(k), str(v)) for k, v in versions.items())),
             commit=None if commit is None else str(commit),
+            fingerprint=None if obj.get("fingerprint") is None else str(obj["fingerprint"]),
         )
 
 
@@ -239,12 +244,14 @@ def save_baselines(
     versions: Mapping[str, str] | None = None,
     commit: str | None = None,
     date: str | None = None,
+    fingerprints: Mapping[str, str] | None = None,
 ) -> Baselines:
     """Merge `results` ({test id: metrics}) into the file at `path` and return the merged set.
 
     Entries of other tests and of other metrics of the same test are kept; a metric measured
-    now replaces its old entry. The file is written to a temporary sibling, fsync'd and moved
-    into place with os.replace, all under a file lock.
+    now replaces its old entry, carrying `fingerprints[test id]` (what was measured). The file
+    is written to a temporary sibling, fsync'd and moved into place with os.replace, all under
+    a file lock.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -256,7 +263,9 @@ def save_baselines(
         for test_id, metrics in results.items():
             slot = merged.setdefault(test_id, {})
             for metric in metrics:
-                slot[metric.name] = BaselineEntry.from_metric(metric, date=date, versions=versions, commit=commit)
+                slot[metric.name] = BaselineEntry.from_metric(
+                    metric, date=date, versions=versions, commit=commit,
+                    fingerprint=(fingerprints or {}).get(test_id))
         out = Baselines(hardware_key=hardware_key, entries=merged, path=path)
         _atomic_write(path, json.dumps(out.to_json(), indent=2, sort_keys=True) + "\n")
     return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -145,6 +146,17 @@ class Gate:
         return self._baselines
 
     def compare(self, result: Result) -> list[Comparison]:
+        """`result` against its baseline entries, with a warning where an entry measured
+        something else (its fingerprint differs: another workload, server setting or model)."""
+        stored = self.baselines().entries.get(result.test_id, {})
+        digest = result.fingerprint.digest if result.fingerprint is not None else None
+        other = sorted(m for m, e in stored.items()
+                       if digest is not None and e.fingerprint not in (None, digest))
+        if other:
+            warnings.warn(f"{result.test_id}: the baseline of {', '.join(other)} measured another "
+                          f"setup (workload, server settings or model; its fingerprint differs); "
+                          f"re-create it with --specdec-save-baseline if the change is meant",
+                          stacklevel=1)
         return baselines_mod.compare_all(result.test_id, result.metrics, self.baselines(),
                                          self.tolerances())
 
@@ -246,7 +258,8 @@ class Results:
         baselines_mod.save_baselines(
             path, self.state.hardware.key, figures,
             versions=baselines_mod.collect_versions(),
-            commit=baselines_mod.git_commit(self.state.config.root))
+            commit=baselines_mod.git_commit(self.state.config.root),
+            fingerprints={r.test_id: r.fingerprint.digest for r in self.all() if r.fingerprint})
         return path
 
 

@@ -233,4 +233,4 @@ def test_truncated_prompts_are_accepted_by_the_server(pytester, no_leftover_engi
     result = run(pytester)
     result.assert_outcomes(passed=1)
     (record,) = journal_lines(pytester)
-    assert record["data"]["measurement"]["completion_tokens"] == 3 * 64
+    assert record["data"]["details"]["measurement"]["completion_tokens"] == 3 * 64

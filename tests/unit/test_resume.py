@@ -33,7 +33,7 @@ def test_resume_measures_again_what_changed_and_says_so(pytester, no_leftover_en
     latest = {}
     for record in journal_lines(pytester):
         latest[record["config_id"]] = record
-    assert {r["data"]["measurement"]["completion_tokens"] for r in latest.values()} == {3 * 16}
+    assert {r["data"]["details"]["measurement"]["completion_tokens"] for r in latest.values()} == {3 * 16}
 
 
 def test_resume_with_save_baseline_saves_what_was_measured_before(pytester,
@@ -47,6 +47,15 @@ def test_resume_with_save_baseline_saves_what_was_measured_before(pytester,
     assert sorted(entries) == ["test_generation[ddtree-tp1-b16-chat]",
                                "test_generation[ddtree-tp1-b8-chat]"]
     assert entries["test_generation[ddtree-tp1-b8-chat]"]["accept_length"]["value"] > 1.0
+    journaled = {r["config_id"].split("::")[-1]: r["fingerprint"] for r in journal_lines(pytester)}
+    for test_id, metrics in entries.items():
+        assert {m["fingerprint"] for m in metrics.values()} == {journaled[test_id]}
+
+    project(pytester, budgets=(8, 16), max_new_tokens=16)  # another workload than the baseline's
+    result = run(pytester, "-k", "b8", "--specdec-compare-fail", "output_tok_s:1000%")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_generation[[]ddtree-tp1-b8-chat[]]: the baseline of "
+                                 "accept_length, * measured another setup*"])
 
 
 RECORDING_TEST = """
