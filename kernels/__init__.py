@@ -5,13 +5,18 @@ Importable as ``specdec_kernels`` (never as ``kernels``). Every operation takes
 ``TRITON_INTERPRET=1`` and the torch reference otherwise. Triton is imported lazily. On Hopper
 GPUs the tree-verify attention's split kernel is a Gluon one (``tree_verify_gluon``, past 64
 query rows ``tree_verify_gluon_pingpong``) where its configuration selects it (``configs.py``).
+Hybrid (Gated DeltaNet) layers verify a tree with ``tree_causal_conv1d`` and
+``tree_gated_delta_rule`` and commit its accepted path with ``commit_recurrent_state``.
 """
 
 from .accept_commit import tree_accept_and_commit
 from .ddtree_build import build_ddtree
 from .kv_commit import commit_accepted_kv
+from .recurrent_commit import commit_recurrent_state
 from .tree_accept import AcceptResult, tree_accept_greedy
 from .tree_layout import DDTree, ancestor_mask_from_parents, unpack_ancestor_mask
+from .tree_conv import tree_causal_conv1d
+from .tree_delta import tree_gated_delta_rule
 from .tree_verify import tree_verify_attention
 
 __all__ = [
@@ -20,8 +25,11 @@ __all__ = [
     "ancestor_mask_from_parents",
     "build_ddtree",
     "commit_accepted_kv",
+    "commit_recurrent_state",
     "tree_accept_and_commit",
     "tree_accept_greedy",
+    "tree_causal_conv1d",
+    "tree_gated_delta_rule",
     "tree_verify_attention",
     "unpack_ancestor_mask",
 ]

@@ -1,0 +1,61 @@
+"""Launch configurations of the hybrid-layer kernels (tree conv, tree gated delta rule, commit),
+per GPU architecture, in one table.
+
+Why the rows differ:
+- ``sm_90`` (H100 / H200): 64 value columns per program keep the committed state's tile
+  ([Dk, 64] as a 16-bit MMA operand, 16 KB at Dk = 128) and the 16-node blocks' operands well
+  inside the register file, with two programs per value head so that a batch-8 TP1 call
+  (8 x 48 heads) fills the GPU three times over.
+- ``sm_120`` (RTX PRO 6000 / RTX 5090): about 99 KB of shared memory per block; the same tiles
+  use a fraction of it (the sm_120 compile check reports each kernel's use), so they stay.
+- ``interpreter``: Triton's CPU interpreter runs each block operation in numpy, so the widest
+  tiles are the fastest; no limits apply.
+Unknown architectures take the sm_120 row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .configs import arch_name
+
+
+@dataclass(frozen=True)
+class HybridConfig:
+    """Tiles of the three hybrid kernels on one architecture.
+
+    delta_block_v:  value columns per tree-delta program (a power of two >= 16; the program
+                    holds the committed state's [Dk, delta_block_v] tile).
+    delta_warps:    warps per tree-delta program.
+    commit_block_v: value columns per commit (replay) program.
+    commit_warps:   warps per commit program.
+    conv_block_t, conv_block_c, conv_warps: nodes and channels per tree-conv program.
+    """
+
+    delta_block_v: int
+    delta_warps: int
+    commit_block_v: int
+    commit_warps: int
+    conv_block_t: int
+    conv_block_c: int
+    conv_warps: int
+
+
+# The node block of the tree-delta kernel: tl.dot needs M, N and K >= 16, and 16 keeps the
+# per-block triangular inverse (one row per step) short.
+DELTA_BLOCK_T = 16
+
+HYBRID_CONFIGS = {
+    "sm_90": HybridConfig(delta_block_v=64, delta_warps=4, commit_block_v=32, commit_warps=4,
+                          conv_block_t=16, conv_block_c=256, conv_warps=4),
+    "sm_120": HybridConfig(delta_block_v=64, delta_warps=4, commit_block_v=32, commit_warps=4,
+                           conv_block_t=16, conv_block_c=256, conv_warps=4),
+    "interpreter": HybridConfig(delta_block_v=128, delta_warps=4, commit_block_v=128, commit_warps=4,
+                                conv_block_t=64, conv_block_c=1024, conv_warps=4),
+}
+HYBRID_CONFIGS["sm_100"] = HYBRID_CONFIGS["sm_90"]
+
+
+def hybrid_config(device) -> HybridConfig:
+    """The row for ``device``'s architecture (unknown ones take sm_120's)."""
+    return HYBRID_CONFIGS.get(arch_name(device), HYBRID_CONFIGS["sm_120"])

@@ -1,0 +1,198 @@
+"""Triton kernel for :func:`specdec_kernels.tree_gated_delta_rule` (imported lazily).
+
+Grid ``(B * Hv, Dv / BLOCK_V)``: one program per request, value head and slice of value columns
+(the rule never mixes value columns, so slices are independent). A program reads its slice of
+the committed state once, keeps it in registers, and walks the tree in blocks of 16 nodes
+(``DELTA_BLOCK_T``) in two passes:
+
+1. forward, block by block: the pseudo-values ``u`` of the block's nodes, by block forward
+   substitution: the right-hand side ``beta (v - exp(G) k S)``, minus the earlier blocks'
+   contributions ``(beta (k k'^T) exp(G - G')) u'`` on the ancestor mask, times the inverse of
+   the block's own unit lower triangular system (built one row at a time, 16 x 16);
+2. backward, last block first: ``o = scale (exp(G) q S + ((q k'^T) exp(G - G')) u')`` over the
+   block itself and every earlier one, on the ancestor mask (self included).
+
+The pseudo-values of pass 1 live in the output tensor itself (in its dtype), which pass 2 then
+overwrites from the last block down: a block's ``u`` is needed only by itself and later blocks,
+all written before it. A barrier separates each block's writes from other threads' reads.
+``G``, the gate summed along each node's path, is recomputed per block from the packed ancestor
+bits and the node gates (a [16, T] select and sum): cheaper than a round trip through memory.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .hybrid_configs import DELTA_BLOCK_T, hybrid_config
+
+
+@triton.jit
+def _path_gates(mask_row_ptr, stride_mt, nodes, in_tree, gates, cols, T):
+    """[BT] sum of ``gates`` ([TPAD], node j's log decay at column j) over each node's path."""
+    words = tl.load(mask_row_ptr + nodes[:, None] * stride_mt + (cols // 32)[None, :],
+                    mask=in_tree[:, None] & (cols < T)[None, :], other=0)
+    on_path = ((words >> (cols % 32)[None, :]) & 1) != 0
+    return tl.sum(tl.where(on_path, gates[None, :], 0.0), 1)
+
+
+@triton.jit
+def _on_path(mask_row_ptr, stride_mt, rows, in_rows, cols):
+    """[BT, BT] bool: node ``cols[j]`` is node ``rows[i]`` or one of its ancestors."""
+    words = tl.load(mask_row_ptr + rows[:, None] * stride_mt + (cols // 32)[None, :], mask=in_rows[:, None], other=0)
+    return ((words >> (cols % 32)[None, :]) & 1) != 0
+
+
+@triton.jit
+def _operand(x, dtype: tl.constexpr, UPCAST: tl.constexpr):
+    """``x`` rounded to the MMA operand dtype; under the interpreter, whose 16-bit dots are not
+    trustworthy, held in float32 after the rounding (the same values, multiplied exactly)."""
+    x = x.to(dtype)
+    if UPCAST:
+        x = x.to(tl.float32)
+    return x
+
+
+@triton.jit
+def _unit_lower_inverse(strict_lower, BT: tl.constexpr):
+    """(I + L)^-1 for a strictly lower triangular [BT, BT] L, by rows: row i of the inverse is
+    e_i - sum_j L_ij (row j of the inverse), rows j < i being final by then."""
+    r = tl.arange(0, BT)
+    inv = tl.where(r[:, None] == r[None, :], 1.0, 0.0)
+    for i in tl.static_range(1, BT):
+        row_l = tl.sum(tl.where(r[:, None] == i, strict_lower, 0.0), 0)
+        row = tl.where(r == i, 1.0, 0.0) - tl.sum(row_l[:, None] * inv, 0)
+        inv = tl.where(r[:, None] == i, row[None, :], inv)
+    return inv
+
+
+@triton.jit
+def _tree_delta_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, state_ptr, mask_ptr, out_ptr, T, scale,
+                       stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
+                       stride_vb, stride_vt, stride_vh, stride_gb, stride_gt, stride_gh,
+                       stride_bb, stride_bt, stride_bh, stride_sb, stride_sh, stride_sk,
+                       stride_mb, stride_mt, stride_ob, stride_ot, stride_oh,
+                       HV: tl.constexpr, GROUP: tl.constexpr, DK: tl.constexpr, BLOCK_V: tl.constexpr,
+                       BT: tl.constexpr, TPAD: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                       UPCAST: tl.constexpr):
+    pid = tl.program_id(0)
+    b = (pid // HV).to(tl.int64)
+    hv = pid % HV
+    hk = hv // GROUP
+    dk = tl.arange(0, DK)
+    dv = tl.program_id(1) * BLOCK_V + tl.arange(0, BLOCK_V)
+    blk = tl.arange(0, BT)
+    cols = tl.arange(0, TPAD)
+
+    q_base = q_ptr + b * stride_qb + hk * stride_qh
+    k_base = k_ptr + b * stride_kb + hk * stride_kh
+    v_base = v_ptr + b * stride_vb + hv * stride_vh
+    o_base = out_ptr + b * stride_ob + hv * stride_oh
+    beta_base = beta_ptr + b * stride_bb + hv * stride_bh
+    mask_rows = mask_ptr + b * stride_mb
+    in_dtype: tl.constexpr = q_ptr.dtype.element_ty
+    out_dtype: tl.constexpr = out_ptr.dtype.element_ty
+
+    state = tl.load(state_ptr + b * stride_sb + hv * stride_sh + dk[:, None] * stride_sk + dv[None, :])
+    state = _operand(state, in_dtype, UPCAST)  # [DK, BLOCK_V], an MMA operand in the inputs' dtype
+    gates = tl.load(g_ptr + b * stride_gb + cols * stride_gt + hv * stride_gh, mask=cols < T, other=0.0)
+    gates = gates.to(tl.float32)
+    num_blocks = tl.cdiv(T, BT)
+
+    # Pass 1: pseudo-values, block by block, into the output tensor.
+    for c in range(num_blocks):
+        rows = c * BT + blk
+        in_rows = rows < T
+        k_c = tl.load(k_base + rows[:, None] * stride_kt + dk[None, :], mask=in_rows[:, None], other=0.0)
+        k_c = _operand(k_c, in_dtype, UPCAST)
+        v_c = tl.load(v_base + rows[:, None] * stride_vt + dv[None, :], mask=in_rows[:, None], other=0.0)
+        beta_c = tl.load(beta_base + rows * stride_bt, mask=in_rows, other=0.0).to(tl.float32)
+        gate_c = _path_gates(mask_rows, stride_mt, rows, in_rows, gates, cols, T)
+        k_state = tl.dot(k_c, state, input_precision=DOT_PRECISION)
+        rhs = beta_c[:, None] * (v_c.to(tl.float32) - tl.exp(gate_c)[:, None] * k_state)
+        for c2 in range(c):
+            rows2 = c2 * BT + blk
+            k_2 = _operand(tl.load(k_base + rows2[:, None] * stride_kt + dk[None, :]), in_dtype, UPCAST)
+            gate_2 = _path_gates(mask_rows, stride_mt, rows2, rows2 < T, gates, cols, T)
+            on_path = _on_path(mask_rows, stride_mt, rows, in_rows, rows2)
+            kk = tl.dot(k_c, tl.trans(k_2), input_precision=DOT_PRECISION)
+            coupling = tl.where(on_path, beta_c[:, None] * kk * tl.exp(gate_c[:, None] - gate_2[None, :]), 0.0)
+            u_2 = _operand(tl.load(o_base + rows2[:, None] * stride_ot + dv[None, :]), out_dtype, UPCAST)
+            rhs -= tl.dot(_operand(coupling, out_dtype, UPCAST), u_2, input_precision=DOT_PRECISION)
+        strict = _on_path(mask_rows, stride_mt, rows, in_rows, rows) & (blk[:, None] > blk[None, :])
+        kk = tl.dot(k_c, tl.trans(k_c), input_precision=DOT_PRECISION)
+        coupling = tl.where(strict, beta_c[:, None] * kk * tl.exp(gate_c[:, None] - gate_c[None, :]), 0.0)
+        u_c = tl.dot(_unit_lower_inverse(coupling, BT), rhs, input_precision="ieee")
+        tl.store(o_base + rows[:, None] * stride_ot + dv[None, :], u_c.to(out_dtype),
+                 mask=in_rows[:, None])
+        tl.debug_barrier()
+
+    # Pass 2: outputs, last block first, each over itself and the earlier blocks' pseudo-values.
+    for cc in range(num_blocks):
+        c = num_blocks - 1 - cc
+        rows = c * BT + blk
+        in_rows = rows < T
+        q_c = tl.load(q_base + rows[:, None] * stride_qt + dk[None, :], mask=in_rows[:, None], other=0.0)
+        q_c = _operand(q_c, in_dtype, UPCAST)
+        gate_c = _path_gates(mask_rows, stride_mt, rows, in_rows, gates, cols, T)
+        out = tl.exp(gate_c)[:, None] * tl.dot(q_c, state, input_precision=DOT_PRECISION)
+        for c2 in range(c + 1):
+            rows2 = c2 * BT + blk
+            in_rows2 = rows2 < T
+            k_2 = tl.load(k_base + rows2[:, None] * stride_kt + dk[None, :], mask=in_rows2[:, None], other=0.0)
+            k_2 = _operand(k_2, in_dtype, UPCAST)
+            gate_2 = _path_gates(mask_rows, stride_mt, rows2, in_rows2, gates, cols, T)
+            on_path = _on_path(mask_rows, stride_mt, rows, in_rows, rows2)
+            qk = tl.dot(q_c, tl.trans(k_2), input_precision=DOT_PRECISION)
+            attend = tl.where(on_path, qk * tl.exp(gate_c[:, None] - gate_2[None, :]), 0.0)
+            u_2 = tl.load(o_base + rows2[:, None] * stride_ot + dv[None, :], mask=in_rows2[:, None], other=0.0)
+            out += tl.dot(_operand(attend, out_dtype, UPCAST), _operand(u_2, out_dtype, UPCAST),
+                          input_precision=DOT_PRECISION)
+        tl.debug_barrier()  # every thread has read this block's pseudo-values before they are overwritten
+        tl.store(o_base + rows[:, None] * stride_ot + dv[None, :], (scale * out).to(out_dtype),
+                 mask=in_rows[:, None])
+
+
+def check_triton_dims(key_dim: int, value_dim: int, block_v: int) -> None:
+    for name, dim in (("Dk", key_dim), ("Dv", value_dim)):
+        if dim < 16 or dim & (dim - 1):
+            raise ValueError(f"the Triton hybrid kernels need {name} a power of two >= 16; got {dim} "
+                             "(use impl='torch' for other head dims)")
+    if value_dim % min(block_v, value_dim):
+        raise AssertionError(f"Dv={value_dim} is not a multiple of the {block_v}-column value block")
+
+
+def last_dim_contiguous(*tensors):
+    return [t if t.stride(-1) == 1 else t.contiguous() for t in tensors]
+
+
+def tree_gated_delta_rule_triton(q, k, v, g, beta, state, ancestor_mask, scale: float):
+    """Launcher: inputs with any strides but a unit last one (copied otherwise); one launch."""
+    import torch
+
+    batch, num_nodes, key_heads, key_dim = q.shape
+    value_heads, value_dim = v.shape[2:]
+    cfg = hybrid_config(q.device)
+    block_v = min(cfg.delta_block_v, value_dim)
+    check_triton_dims(key_dim, value_dim, block_v)
+    if state.dtype != torch.float32:
+        raise ValueError(f"state must be float32 for the Triton kernel; got {state.dtype}")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ValueError(f"q, k and v must share a dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    q, k, v, state, ancestor_mask = last_dim_contiguous(q, k, v, state, ancestor_mask)
+    out = torch.empty(batch, num_nodes, value_heads, value_dim, dtype=v.dtype, device=v.device)
+    if batch == 0 or num_nodes == 0:
+        return out
+    grid = (batch * value_heads, value_dim // block_v)
+    _tree_delta_kernel[grid](
+        q, k, v, g, beta, state, ancestor_mask, out, num_nodes, scale,
+        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2), g.stride(0), g.stride(1), g.stride(2),
+        beta.stride(0), beta.stride(1), beta.stride(2), state.stride(0), state.stride(1), state.stride(2),
+        ancestor_mask.stride(0), ancestor_mask.stride(1), out.stride(0), out.stride(1), out.stride(2),
+        HV=value_heads, GROUP=value_heads // key_heads, DK=key_dim, BLOCK_V=block_v, BT=DELTA_BLOCK_T,
+        TPAD=max(DELTA_BLOCK_T, triton.next_power_of_2(num_nodes)),
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 or not q.is_cuda else "tf32",
+        UPCAST=not q.is_cuda and q.dtype != torch.float32, num_warps=cfg.delta_warps,
+    )
+    return out

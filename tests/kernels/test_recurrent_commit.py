@@ -1,0 +1,105 @@
+"""commit_recurrent_state: the state at the accepted path's end, and the conv inputs it leaves.
+
+Against the float64 oracle's state at the path's last node (its path run as a plain sequence),
+for ragged batches whose paths run from the root alone (shorter than the conv's K - 1, so old
+conv columns survive) to the whole depth of a 65-node chain; then verify and commit together
+step through a sequence exactly as the ordinary rule does.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+import torch
+
+from hybrid_cases import SHAPES, delta_inputs, mask_of, path_oracle, ragged_parents, random_paths, run_path64
+from kernel_cases import DEVICE, FULL_GRID, needs_triton, row_errors
+from specdec_kernels import commit_recurrent_state, tree_gated_delta_rule
+
+IMPLS = ["torch", pytest.param("triton", marks=needs_triton)]
+STATE_TOLERANCE = 1e-5  # float32 replay against float64, relative per state column
+
+
+def commit_cases():
+    """(T, first shape, Hk, GQA ratio, dtype, Dk, Dv, path lengths per request)."""
+    cases = [(1, "chain", 1, 3, torch.float32, 16, 16, (1, 1)),
+             (9, "fanout", 2, 1, torch.bfloat16, 16, 32, (1, 2, 2)),
+             (17, "best_first", 1, 3, torch.float32, 32, 16, (3, 1, 5, 2)),
+             (65, "chain", 1, 1, torch.float32, 16, 16, (65, 2, 40)),
+             (33, "deep_narrow", 1, 3, torch.bfloat16, 16, 16, (12, 4))]
+    if FULL_GRID:
+        cases += [(t, shape, 2, 3, torch.bfloat16, 128, 128, (1, 4, t)) for t in (9, 17, 33, 65) for shape in SHAPES]
+    return cases
+
+
+def case_name(case):
+    t, shape, hk, group, dtype, dk, dv, lengths = case
+    return f"T{t}-{shape}-Hk{hk}x{group}-{str(dtype)[6:]}-Dk{dk}-Dv{dv}-paths{'.'.join(map(str, lengths))}"
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("case", commit_cases(), ids=case_name)
+def test_commit_leaves_the_state_at_the_paths_end(case, impl):
+    t, shape, key_heads, group, dtype, key_dim, value_dim, lengths = case
+    batch, channels, kernel = len(lengths), 24, 4
+    gen = torch.Generator().manual_seed(zlib.crc32(case_name(case).encode()))
+    x = delta_inputs(batch, t, key_heads, group, key_dim, value_dim, dtype, gen)
+    parents = ragged_parents(batch, t, shape, gen)
+    path, path_len = random_paths(parents, gen, lengths)
+    conv_inputs = torch.randn(batch, t, channels, generator=gen).to(dtype)
+    conv_state = torch.randn(batch, channels, kernel - 1, generator=gen).to(dtype)
+    want_state = torch.stack([run_path64(x["state"][b], x["k"][b], x["v"][b], x["g"][b], x["beta"][b],
+                                         path[b, :int(path_len[b])].tolist(), group) for b in range(batch)])
+    history = [torch.cat([conv_state[b], conv_inputs[b, path[b, :int(path_len[b])].long()].t()], dim=1)
+               for b in range(batch)]
+    want_conv = torch.stack([h[:, -(kernel - 1):] for h in history])
+
+    dev = {n: a.to(DEVICE) for n, a in x.items()}
+    state, conv = dev.pop("state").clone(), conv_state.to(DEVICE)
+    del dev["q"]
+    commit_recurrent_state(state, conv, conv_inputs.to(DEVICE), **dev, path=path.to(DEVICE),
+                           path_len=path_len.to(DEVICE), impl=impl)
+    err = row_errors(state.cpu().transpose(-1, -2), want_state.transpose(-1, -2))
+    assert float(err.max()) <= STATE_TOLERANCE, f"state off by {float(err.max()):.3g}"
+    assert torch.equal(conv.cpu(), want_conv), "conv state is not the last K - 1 inputs of the path"
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_verify_then_commit_steps_through_a_sequence(impl):
+    """Three steps of (verify a random tree, accept a path, commit it): every node's output is the
+    ordinary rule's over the accepted sequence so far followed by the node's own path."""
+    gen = torch.Generator().manual_seed(11)
+    batch, t, key_heads, group, dim = 2, 9, 1, 3, 16
+    state = delta_inputs(batch, 1, key_heads, group, dim, dim, torch.float32, gen)["state"].to(DEVICE)
+    accepted = state.cpu().double()  # the oracle's committed state, float64 all along
+    conv = torch.zeros(batch, 8, 3, device=DEVICE)
+    for step, shape in enumerate(("best_first", "fanout", "deep_narrow")):
+        x = delta_inputs(batch, t, key_heads, group, dim, dim, torch.float32, gen)
+        del x["state"]
+        parents = ragged_parents(batch, t, shape, gen)
+        path, path_len = random_paths(parents, gen)
+        want = path_oracle(**x, state=accepted, parents=parents, scale=dim ** -0.5)
+        dev = {n: a.to(DEVICE) for n, a in x.items()}
+        got = tree_gated_delta_rule(**dev, state=state, ancestor_mask=mask_of(parents).to(DEVICE), impl=impl)
+        assert float(row_errors(got.cpu(), want).max()) <= 2e-4, f"step {step}"
+        del dev["q"]
+        commit_recurrent_state(state, conv, torch.zeros(batch, t, 8, device=DEVICE), **dev, path=path.to(DEVICE),
+                               path_len=path_len.to(DEVICE), impl=impl)
+        accepted = torch.stack([run_path64(accepted[b], x["k"][b], x["v"][b], x["g"][b], x["beta"][b],
+                                           path[b, :int(path_len[b])].tolist(), group) for b in range(batch)])
+        assert float(row_errors(state.cpu().transpose(-1, -2), accepted.transpose(-1, -2)).max()) <= STATE_TOLERANCE
+
+
+def test_bad_inputs_are_named():
+    gen = torch.Generator().manual_seed(12)
+    x = delta_inputs(1, 3, 1, 1, 16, 16, torch.float32, gen)
+    args = dict(conv_state=torch.zeros(1, 4, 3), conv_inputs=torch.zeros(1, 3, 4), k=x["k"], v=x["v"], g=x["g"],
+                beta=x["beta"], path=torch.tensor([[0, 1, -1]], dtype=torch.int32),
+                path_len=torch.tensor([2], dtype=torch.int32))
+    with pytest.raises(ValueError, match="recurrent state must be float32"):
+        commit_recurrent_state(x["state"].double(), **args, impl="torch")
+    with pytest.raises(ValueError, match=r"conv_state must be \[B, C, K - 1\]"):
+        commit_recurrent_state(x["state"], **dict(args, conv_state=torch.zeros(1, 5, 3)), impl="torch")
+    with pytest.raises(ValueError, match=r"path must be \[B, T\]"):
+        commit_recurrent_state(x["state"], **dict(args, path=args["path"][:, :2]), impl="torch")

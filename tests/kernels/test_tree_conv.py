@@ -1,0 +1,76 @@
+"""tree_causal_conv1d against a float64 oracle that convolves each node's path as a sequence."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from hybrid_cases import SHAPES, conv_oracle, ragged_parents
+from kernel_cases import DEVICE, FULL_GRID, needs_triton
+from specdec_kernels import tree_causal_conv1d
+
+IMPLS = ["torch", pytest.param("triton", marks=needs_triton)]
+NODE_COUNTS = (1, 2, 3, 9, 16, 17, 33, 64, 65)
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
+
+
+def conv_cases():
+    """(T, first shape, channels, kernel, dtype, bias, activation, batch); channels not a multiple
+    of any channel block, kernels 4 (Qwen3.5/3.6), 2 and 3."""
+    count = len(NODE_COUNTS) * (4 if FULL_GRID else 1)
+    return [(NODE_COUNTS[i % len(NODE_COUNTS)], SHAPES[i % 4], (40, 1100)[FULL_GRID and i % 2], (4, 4, 2, 3)[i % 4],
+             (torch.float32, torch.bfloat16)[i % 3 == 1], i % 2 == 0, ("silu", None)[i % 5 == 4], 1 + i % 3)
+            for i in range(count)]
+
+
+def case_name(case):
+    t, shape, channels, kernel, dtype, bias, activation, batch = case
+    return f"T{t}-{shape}-C{channels}-K{kernel}-{str(dtype)[6:]}-bias{int(bias)}-{activation}-B{batch}"
+
+
+def conv_inputs(batch, num_nodes, channels, kernel, dtype, bias, gen):
+    x = torch.randn(batch, num_nodes, channels, generator=gen).to(dtype)
+    weight = torch.randn(channels, kernel, generator=gen).to(dtype)
+    conv_state = torch.randn(batch, channels, kernel - 1, generator=gen).to(dtype)
+    return x, weight, (torch.randn(channels, generator=gen).to(dtype) if bias else None), conv_state
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("case", conv_cases(), ids=case_name)
+def test_every_node_convolves_its_own_path(case, impl):
+    t, shape, channels, kernel, dtype, bias, activation, batch = case
+    gen = torch.Generator().manual_seed(zlib.crc32(case_name(case).encode()))
+    x, weight, b, state = conv_inputs(batch, t, channels, kernel, dtype, bias, gen)
+    parents = ragged_parents(batch, t, shape, gen)
+    want = conv_oracle(x, weight, b, state, parents, activation)
+    dev = [a.to(DEVICE) if a is not None else None for a in (x, weight, b, state, parents)]
+    got = tree_causal_conv1d(*dev, activation=activation, impl=impl)
+    assert got.dtype == dtype
+    err = (got.cpu().double() - want).abs().max() / want.abs().max()
+    assert float(err) <= TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_chain_shaped_tree_is_an_ordinary_causal_conv(impl):
+    gen = torch.Generator().manual_seed(3)
+    x, weight, bias, state = conv_inputs(2, 20, 24, 4, torch.float32, True, gen)
+    chain = torch.arange(-1, 19, dtype=torch.int32).expand(2, 20)
+    got = tree_causal_conv1d(x.to(DEVICE), weight.to(DEVICE), bias.to(DEVICE), state.to(DEVICE), chain.to(DEVICE),
+                             impl=impl)
+    seq = torch.cat([state, x.transpose(1, 2)], dim=2)  # [B, C, K - 1 + T]
+    want = F.silu(F.conv1d(seq, weight[:, None, :], bias, groups=24)).transpose(1, 2)
+    assert torch.allclose(got.cpu(), want, atol=1e-5)
+
+
+def test_bad_shapes_are_named():
+    x = torch.zeros(1, 3, 8)
+    weight, state, parents = torch.zeros(8, 4), torch.zeros(1, 8, 3), torch.tensor([[-1, 0, 0]], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"conv_state must be \[B, C, K - 1\]"):
+        tree_causal_conv1d(x, weight, None, torch.zeros(1, 8, 4), parents, impl="torch")
+    with pytest.raises(ValueError, match="activation must be one of"):
+        tree_causal_conv1d(x, weight, None, state, parents, activation="relu", impl="torch")
+    with pytest.raises(ValueError, match=r"parents must be \[B, T\]"):
+        tree_causal_conv1d(x, weight, None, state, parents[:, :2], impl="torch")

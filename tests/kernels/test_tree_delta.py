@@ -1,0 +1,152 @@
+"""tree_gated_delta_rule against a float64 oracle that runs each node's path as a plain sequence.
+
+The interpreter grid covers every listed T (1 to 65), tree shape (each batch ragged: its requests
+have different shapes), GQA ratio 1 and 3, dtype and a non-default scale at small head dims; on a
+GPU (or with SPECDEC_FULL_KERNEL_TESTS=1) the product of T, shape and ratio runs, at the model's
+head dim 128 on half the cases (two value slices per head there).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import zlib
+
+import pytest
+import torch
+
+from hybrid_cases import SHAPES, delta_inputs, mask_of, path_oracle, ragged_parents, step64
+from kernel_cases import DEVICE, FULL_GRID, needs_triton, row_errors
+from specdec_kernels import tree_gated_delta_rule
+
+IMPLS = ["torch", pytest.param("triton", marks=needs_triton)]
+NODE_COUNTS = (1, 2, 9, 16, 17, 33, 64, 65)
+# Row error ||out - oracle|| / ||oracle||: fp32 is exact arithmetic up to rounding; bf16 inputs
+# feed 16-bit MMAs (the committed state and the pseudo-values rounded to bf16, as in
+# flash-linear-attention's chunked kernels) and a bf16 output.
+TOLERANCE = {torch.float32: 2e-4, torch.bfloat16: 3e-2}
+
+
+def delta_cases():
+    """(T, first shape, Hk, GQA ratio, dtype, Dk, Dv, scale, batch)."""
+    if FULL_GRID:
+        return [(t, shape, 2, group, (torch.float32, torch.bfloat16)[i % 2], (128, 32)[i // 2 % 2],
+                 (128, 64)[i // 2 % 2], (None, 0.3)[i % 3 == 0], 3)
+                for i, (t, shape, group) in enumerate(itertools.product(NODE_COUNTS, SHAPES, (1, 3)))]
+    cases = []
+    for i, t in enumerate(NODE_COUNTS + (65,)):
+        cases.append((t, SHAPES[i % 4], 1 + i % 2, (1, 3)[i % 2 == 0], (torch.float32, torch.bfloat16)[i % 3 == 2],
+                      (16, 32)[i % 4 == 1], (16, 32)[i % 4 == 3], (None, 0.37, 1.9)[i % 3], 1 + i % 4 + (i == 0) if t < 64 else 2))
+    return cases
+
+
+def case_name(case):
+    t, shape, hk, group, dtype, dk, dv, scale, batch = case
+    return f"T{t}-{shape}-Hk{hk}x{group}-{str(dtype)[6:]}-Dk{dk}-Dv{dv}-s{scale}-B{batch}"
+
+
+@functools.lru_cache(maxsize=None)
+def case_with_oracle(case):
+    """(inputs, parents, oracle outputs) of a case, shared by its torch and Triton tests."""
+    t, shape, key_heads, group, dtype, key_dim, value_dim, scale, batch = case
+    gen = torch.Generator().manual_seed(zlib.crc32(case_name(case).encode()))
+    x = delta_inputs(batch, t, key_heads, group, key_dim, value_dim, dtype, gen)
+    parents = ragged_parents(batch, t, shape, gen)
+    return x, parents, path_oracle(**x, parents=parents, scale=key_dim ** -0.5 if scale is None else scale)
+
+
+@pytest.mark.parametrize("case", delta_cases(), ids=case_name)
+@pytest.mark.parametrize("impl", IMPLS)
+def test_every_node_equals_its_path_run_as_a_sequence(impl, case):
+    dtype, scale = case[4], case[7]
+    x, parents, want = case_with_oracle(case)
+    got = tree_gated_delta_rule(**{n: a.to(DEVICE) for n, a in x.items()}, ancestor_mask=mask_of(parents).to(DEVICE),
+                                scale=scale, impl=impl)
+    assert got.dtype == dtype and got.shape == want.shape
+    err = row_errors(got.cpu(), want)
+    worst = err.flatten().argmax()
+    assert float(err.max()) <= TOLERANCE[dtype], (
+        f"worst row error {float(err.max()):.3g} at (b, node, head) {torch.unravel_index(worst, err.shape)}")
+
+
+def sequential_pass(q, k, v, g, beta, state, scale):
+    """The ordinary gated delta rule over the tokens in order, float64."""
+    group = v.shape[2] // q.shape[2]
+    out = []
+    for b in range(q.shape[0]):
+        s = state[b].double()
+        rows = []
+        for i in range(q.shape[1]):
+            s = step64(s, k[b, i].double().repeat_interleave(group, 0), v[b, i].double(), g[b, i].double(),
+                       beta[b, i].double())
+            rows.append(scale * torch.einsum("hkv,hk->hv", s, q[b, i].double().repeat_interleave(group, 0)))
+        out.append(torch.stack(rows))
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_chain_shaped_tree_is_the_ordinary_sequential_rule(impl):
+    gen = torch.Generator().manual_seed(5)
+    x = delta_inputs(2, 40, 1, 3, 16, 16, torch.float32, gen)
+    chain = torch.arange(-1, 39, dtype=torch.int32).expand(2, 40)
+    got = tree_gated_delta_rule(**{n: a.to(DEVICE) for n, a in x.items()}, ancestor_mask=mask_of(chain).to(DEVICE),
+                                impl=impl)
+    want = sequential_pass(**x, scale=16 ** -0.5)
+    assert float(row_errors(got.cpu(), want).max()) <= TOLERANCE[torch.float32]
+
+
+@needs_triton
+def test_sequential_baseline_kernel_is_the_ordinary_rule():
+    """The benchmark's chain-shaped baseline (one program stepping through the tokens) is right."""
+    from specdec_kernels.recurrent_commit_triton import sequential_gated_delta_rule_triton
+
+    gen = torch.Generator().manual_seed(6)
+    x = delta_inputs(2, 17, 2, 3, 16, 32, torch.float32, gen)
+    got = sequential_gated_delta_rule_triton(**{n: a.to(DEVICE) for n, a in x.items()}, scale=0.7)
+    assert float(row_errors(got.cpu(), sequential_pass(**x, scale=0.7)).max()) <= TOLERANCE[torch.float32]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_siblings_do_not_leak_into_each_other(impl):
+    """On a star, each leaf's output depends on the root and itself only: the same rule run over
+    the nodes as one sequence (a chain mask) gives other outputs, and changing one leaf's inputs
+    leaves every other leaf's output unchanged."""
+    gen = torch.Generator().manual_seed(7)
+    x = {n: a.to(DEVICE) for n, a in delta_inputs(1, 9, 1, 1, 16, 16, torch.float32, gen).items()}
+    star = torch.tensor([[-1] + [0] * 8], dtype=torch.int32)
+    chain = torch.arange(-1, 8, dtype=torch.int32)[None]
+    tree = tree_gated_delta_rule(**x, ancestor_mask=mask_of(star).to(DEVICE), impl=impl)
+    leaky = tree_gated_delta_rule(**x, ancestor_mask=mask_of(chain).to(DEVICE), impl=impl)
+    assert not torch.allclose(tree[:, 2:], leaky[:, 2:], atol=1e-3)
+    changed = dict(x, v=x["v"].clone(), k=x["k"].clone())
+    changed["v"][:, 3] += 1.0
+    changed["k"][:, 3] = changed["k"][:, 4]
+    again = tree_gated_delta_rule(**changed, ancestor_mask=mask_of(star).to(DEVICE), impl=impl)
+    others = [i for i in range(9) if i != 3]
+    assert torch.allclose(again[:, others], tree[:, others], atol=1e-6)
+    assert not torch.allclose(again[:, 3], tree[:, 3], atol=1e-3)
+
+
+def test_state_is_not_modified_and_bad_shapes_are_named():
+    gen = torch.Generator().manual_seed(8)
+    x = delta_inputs(1, 4, 1, 3, 16, 16, torch.float32, gen)
+    mask = mask_of(torch.tensor([[-1, 0, 0, 1]], dtype=torch.int32))
+    before = x["state"].clone()
+    tree_gated_delta_rule(**x, ancestor_mask=mask, impl="torch")
+    assert torch.equal(x["state"], before)
+    with pytest.raises(ValueError, match=r"state must be \[B, Hv, Dk, Dv\]"):
+        tree_gated_delta_rule(**dict(x, state=x["state"][:, :1]), ancestor_mask=mask, impl="torch")
+    with pytest.raises(ValueError, match="not a multiple of Hk"):
+        tree_gated_delta_rule(**dict(x, q=x["q"].expand(-1, -1, 2, -1), k=x["k"].expand(-1, -1, 2, -1)),
+                              ancestor_mask=mask, impl="torch")
+    with pytest.raises(ValueError, match="ancestor_mask must be int32"):
+        tree_gated_delta_rule(**x, ancestor_mask=mask.long(), impl="torch")
+
+
+@needs_triton
+def test_triton_names_head_dims_it_cannot_take():
+    gen = torch.Generator().manual_seed(9)
+    x = {n: a.to(DEVICE) for n, a in delta_inputs(1, 3, 1, 1, 24, 16, torch.float32, gen).items()}
+    mask = mask_of(torch.tensor([[-1, 0, 1]], dtype=torch.int32)).to(DEVICE)
+    with pytest.raises(ValueError, match="Dk a power of two >= 16; got 24"):
+        tree_gated_delta_rule(**x, ancestor_mask=mask, impl="triton")
