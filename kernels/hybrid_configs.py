@@ -47,9 +47,9 @@ DELTA_BLOCK_T = 16
 
 HYBRID_CONFIGS = {
     "sm_90": HybridConfig(delta_block_v=64, delta_warps=4, commit_block_v=32, commit_warps=4,
-                          conv_block_t=16, conv_block_c=256, conv_warps=4),
+                          conv_block_t=16, conv_block_c=128, conv_warps=4),
     "sm_120": HybridConfig(delta_block_v=64, delta_warps=4, commit_block_v=32, commit_warps=4,
-                           conv_block_t=16, conv_block_c=256, conv_warps=4),
+                           conv_block_t=16, conv_block_c=128, conv_warps=4),
     "interpreter": HybridConfig(delta_block_v=128, delta_warps=4, commit_block_v=128, commit_warps=4,
                                 conv_block_t=64, conv_block_c=1024, conv_warps=4),
 }

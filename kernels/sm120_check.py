@@ -9,6 +9,7 @@ the SASS instruction mix (Triton's bundled cuobjdump). It needs no GPU and no CU
 
     python -m specdec_kernels.sm120_check            # prints a table, exits 1 on a violation
     python -m specdec_kernels.sm120_check --json 128 # one JSON report per kernel, head dim 128
+    python -m specdec_kernels.sm120_check --hybrid 128   # the hybrid-layer kernels (Dk = Dv = 128)
 
 The compile needs Triton's compiler, not its interpreter: run it with TRITON_INTERPRET unset
 (:func:`run_check_subprocess` does that from a process that interprets).
@@ -72,7 +73,7 @@ def _signature(fn, pointer_types: dict, constexprs: dict) -> dict:
             sig[name] = "constexpr"
         elif name in pointer_types:
             sig[name] = pointer_types[name]
-        elif name == "qk_scale":
+        elif name in ("qk_scale", "scale"):
             sig[name] = "fp32"
         else:
             sig[name] = "i32"
@@ -155,22 +156,67 @@ def compile_for_sm120(head_dim: int, capability: int = 120) -> list[CompileRepor
          dict(num_warps=4, num_stages=1)),
     ]
     for name, fn, constexprs, options in kernels:
-        constexprs = with_constexpr_defaults(fn, constexprs)
-        # what a real launch specialises: 16-byte aligned pointers, strides divisible by 16
-        aligned = [i for i, a in enumerate(fn.arg_names) if a.endswith("_ptr") or a.startswith("stride_")]
-        src = ASTSource(fn=fn, signature=_signature(fn, pointers, constexprs),
-                        constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()},
-                        attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
-        compiled = triton.compile(src, target=target, options=options)
         block_m = constexprs.get("BLOCK_M", constexprs.get("MERGE_ROWS"))
-        report = CompileReport(name, head_dim, block_m, constexprs.get("BLOCK_N", 0),
-                               options["num_warps"], options["num_stages"], compiled.metadata.shared)
-        ptx = compiled.asm["ptx"]
-        report.spill_bytes = _ptxas_spill_bytes(ptx, capability)
-        report.forbidden += [w for w in FORBIDDEN_PTX if re.search(rf"\b{w}\b", ptx)]
-        _inspect_cubin(compiled.asm["cubin"], report)
-        reports.append(report)
+        reports.append(_compile_report(name, fn, pointers, constexprs, options, head_dim, block_m,
+                                       constexprs.get("BLOCK_N", 0), target))
     return reports
+
+
+def _compile_report(name, fn, pointers, constexprs, options, head_dim, block_m, block_n, target) -> CompileReport:
+    """Compile ``fn`` for ``target`` as a launch with 16-byte aligned pointers and strides
+    would, and report its shared memory, registers, spills and SASS mix."""
+    import triton
+    from triton.compiler import ASTSource
+
+    constexprs = with_constexpr_defaults(fn, constexprs)
+    # what a real launch specialises: 16-byte aligned pointers, strides divisible by 16
+    aligned = [i for i, a in enumerate(fn.arg_names) if a.endswith("_ptr") or a.startswith("stride_")]
+    src = ASTSource(fn=fn, signature=_signature(fn, pointers, constexprs),
+                    constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()},
+                    attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
+    compiled = triton.compile(src, target=target, options=options)
+    report = CompileReport(name, head_dim, block_m, block_n, options["num_warps"], options["num_stages"],
+                           compiled.metadata.shared)
+    ptx = compiled.asm["ptx"]
+    report.spill_bytes = _ptxas_spill_bytes(ptx, target.arch)
+    report.forbidden += [w for w in FORBIDDEN_PTX if re.search(rf"\b{w}\b", ptx)]
+    _inspect_cubin(compiled.asm["cubin"], report)
+    return report
+
+
+def compile_hybrid_for_sm120(head_dim: int = 128, capability: int = 120) -> list[CompileReport]:
+    """Compile the hybrid-layer kernels (tree conv, tree gated delta rule, commit) at their
+    sm_120 configuration for Dk = Dv = ``head_dim``, bf16, the largest tree the engine verifies
+    (T = 65: 128 gate columns)."""
+    from triton.backends.compiler import GPUTarget
+
+    from .hybrid_configs import DELTA_BLOCK_T, HYBRID_CONFIGS
+    from .recurrent_commit_triton import _commit_kernel
+    from .tree_conv_triton import _tree_conv_kernel
+    from .tree_delta_triton import _tree_delta_kernel
+
+    cfg = HYBRID_CONFIGS[f"sm_{capability}"]
+    target = GPUTarget("cuda", capability, 32)
+    pointers = {name: "*bf16" for name in ("q_ptr", "k_ptr", "v_ptr", "g_ptr", "beta_ptr", "out_ptr", "x_ptr",
+                                          "w_ptr", "bias_ptr", "conv_ptr")}
+    pointers.update(state_ptr="*fp32", path_gates_ptr="*fp32", mask_ptr="*i32", parents_ptr="*i32", path_ptr="*i32",
+                    path_len_ptr="*i32")
+    conv_state = dict(pointers, state_ptr="*bf16")
+    kernels = [
+        ("hybrid_delta", _tree_delta_kernel, pointers,
+         dict(HV=48, GROUP=3, DK=head_dim, BLOCK_V=cfg.delta_block_v, BT=DELTA_BLOCK_T, TPAD=128,
+              DOT_PRECISION="tf32", UPCAST=False,
+              DOUBLINGS=DELTA_BLOCK_T.bit_length() - 2), cfg.delta_warps, DELTA_BLOCK_T, cfg.delta_block_v),
+        ("hybrid_commit", _commit_kernel, pointers,
+         dict(HV=48, GROUP=3, DK=head_dim, DV=head_dim, BLOCK_V=cfg.commit_block_v, TAPS=3,
+              BLOCK_C=cfg.conv_block_c), cfg.commit_warps, 1, cfg.commit_block_v),
+        ("hybrid_conv", _tree_conv_kernel, conv_state,
+         dict(KERNEL=4, HAS_BIAS=False, SILU=True, BLOCK_T=cfg.conv_block_t, BLOCK_C=cfg.conv_block_c),
+         cfg.conv_warps, cfg.conv_block_t, cfg.conv_block_c),
+    ]
+    return [_compile_report(name, fn, ptrs, constexprs, dict(num_warps=warps, num_stages=1), head_dim, block_m,
+                            block_n, target)
+            for name, fn, ptrs, constexprs, warps, block_m, block_n in kernels]
 
 
 def format_reports(reports) -> str:
@@ -212,15 +258,18 @@ def run_check_module(module: str, args, what: str) -> list[dict]:
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
-def run_check_subprocess(head_dims=(64, 128, 256)) -> list[dict]:
-    """Run the check in a fresh interpreter with TRITON_INTERPRET removed; return its reports."""
-    return run_check_module("specdec_kernels.sm120_check", head_dims, "sm_120 compile check")
+def run_check_subprocess(head_dims=(64, 128, 256), hybrid: bool = False) -> list[dict]:
+    """Run the check in a fresh interpreter with TRITON_INTERPRET removed; return its reports
+    (of the hybrid-layer kernels instead of the verify kernels with ``hybrid``)."""
+    return run_check_module("specdec_kernels.sm120_check", (*head_dims, *(["--hybrid"] if hybrid else [])),
+                            "sm_120 compile check")
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     head_dims = [int(a) for a in argv if a.isdigit()] or [64, 128, 256]
-    reports = [r for d in head_dims for r in compile_for_sm120(d)]
+    compile_one = compile_hybrid_for_sm120 if "--hybrid" in argv else compile_for_sm120
+    reports = [r for d in head_dims for r in compile_one(d)]
     print_reports(reports, "--json" in argv,
                   f"sm_120 compile check (shared memory limit {SM120_SHARED_LIMIT} B per block)")
     return 0 if all(r.ok for r in reports) else 1

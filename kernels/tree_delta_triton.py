@@ -8,15 +8,16 @@ the committed state once, keeps it in registers, and walks the tree in blocks of
 1. forward, block by block: the pseudo-values ``u`` of the block's nodes, by block forward
    substitution: the right-hand side ``beta (v - exp(G) k S)``, minus the earlier blocks'
    contributions ``(beta (k k'^T) exp(G - G')) u'`` on the ancestor mask, times the inverse of
-   the block's own unit lower triangular system (built one row at a time, 16 x 16);
+   the block's own unit lower triangular system (16 x 16, by repeated squaring);
 2. backward, last block first: ``o = scale (exp(G) q S + ((q k'^T) exp(G - G')) u')`` over the
    block itself and every earlier one, on the ancestor mask (self included).
 
 The pseudo-values of pass 1 live in the output tensor itself (in its dtype), which pass 2 then
 overwrites from the last block down: a block's ``u`` is needed only by itself and later blocks,
 all written before it. A barrier separates each block's writes from other threads' reads.
-``G``, the gate summed along each node's path, is recomputed per block from the packed ancestor
-bits and the node gates (a [16, T] select and sum): cheaper than a round trip through memory.
+``G``, the gate summed along each node's path, comes from the packed ancestor bits and the node
+gates (a [16, T] select and sum per block) once, into a small workspace row of the program's own,
+from which every block pair loads it.
 """
 
 from __future__ import annotations
@@ -54,27 +55,30 @@ def _operand(x, dtype: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _unit_lower_inverse(strict_lower, BT: tl.constexpr):
-    """(I + L)^-1 for a strictly lower triangular [BT, BT] L, by rows: row i of the inverse is
-    e_i - sum_j L_ij (row j of the inverse), rows j < i being final by then."""
+def _unit_lower_inverse(strict_lower, BT: tl.constexpr, DOUBLINGS: tl.constexpr):
+    """(I + L)^-1 for a strictly lower triangular [BT, BT] L (so L^BT = 0), as the product
+    (I - L)(I + L^2)(I + L^4)...(I + L^(BT/2)) = sum_k (-L)^k: 2 log2(BT) - 2 small float32
+    products (DOUBLINGS = log2(BT) - 1), where solving row by row would take BT - 1 dependent
+    steps of two reductions each."""
     r = tl.arange(0, BT)
-    inv = tl.where(r[:, None] == r[None, :], 1.0, 0.0)
-    for i in tl.static_range(1, BT):
-        row_l = tl.sum(tl.where(r[:, None] == i, strict_lower, 0.0), 0)
-        row = tl.where(r == i, 1.0, 0.0) - tl.sum(row_l[:, None] * inv, 0)
-        inv = tl.where(r[:, None] == i, row[None, :], inv)
+    eye = tl.where(r[:, None] == r[None, :], 1.0, 0.0)
+    inv = eye - strict_lower
+    power = strict_lower
+    for _ in tl.static_range(DOUBLINGS):
+        power = tl.dot(power, power, input_precision="ieee")
+        inv = tl.dot(inv, eye + power, input_precision="ieee")
     return inv
 
 
 @triton.jit
-def _tree_delta_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, state_ptr, mask_ptr, out_ptr, T, scale,
+def _tree_delta_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, state_ptr, mask_ptr, out_ptr, path_gates_ptr, T, scale,
                        stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
                        stride_vb, stride_vt, stride_vh, stride_gb, stride_gt, stride_gh,
                        stride_bb, stride_bt, stride_bh, stride_sb, stride_sh, stride_sk,
                        stride_mb, stride_mt, stride_ob, stride_ot, stride_oh,
                        HV: tl.constexpr, GROUP: tl.constexpr, DK: tl.constexpr, BLOCK_V: tl.constexpr,
                        BT: tl.constexpr, TPAD: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                       UPCAST: tl.constexpr):
+                       UPCAST: tl.constexpr, DOUBLINGS: tl.constexpr):
     pid = tl.program_id(0)
     b = (pid // HV).to(tl.int64)
     hv = pid % HV
@@ -98,6 +102,12 @@ def _tree_delta_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, state_ptr, mask_ptr
     gates = tl.load(g_ptr + b * stride_gb + cols * stride_gt + hv * stride_gh, mask=cols < T, other=0.0)
     gates = gates.to(tl.float32)
     num_blocks = tl.cdiv(T, BT)
+    # G, every node's gate summed along its path, once into this program's own workspace row
+    path_gates = path_gates_ptr + (pid * tl.num_programs(1) + tl.program_id(1)) * TPAD
+    for c in range(num_blocks):
+        rows = c * BT + blk
+        tl.store(path_gates + rows, _path_gates(mask_rows, stride_mt, rows, rows < T, gates, cols, T))
+    tl.debug_barrier()
 
     # Pass 1: pseudo-values, block by block, into the output tensor.
     for c in range(num_blocks):
@@ -107,13 +117,13 @@ def _tree_delta_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, state_ptr, mask_ptr
         k_c = _operand(k_c, in_dtype, UPCAST)
         v_c = tl.load(v_base + rows[:, None] * stride_vt + dv[None, :], mask=in_rows[:, None], other=0.0)
         beta_c = tl.load(beta_base + rows * stride_bt, mask=in_rows, other=0.0).to(tl.float32)
-        gate_c = _path_gates(mask_rows, stride_mt, rows, in_rows, gates, cols, T)
+        gate_c = tl.load(path_gates + rows)
         k_state = tl.dot(k_c, state, input_precision=DOT_PRECISION)
         rhs = beta_c[:, None] * (v_c.to(tl.float32) - tl.exp(gate_c)[:, None] * k_state)
         for c2 in range(c):
             rows2 = c2 * BT + blk
             k_2 = _operand(tl.load(k_base + rows2[:, None] * stride_kt + dk[None, :]), in_dtype, UPCAST)
-            gate_2 = _path_gates(mask_rows, stride_mt, rows2, rows2 < T, gates, cols, T)
+            gate_2 = tl.load(path_gates + rows2)
             on_path = _on_path(mask_rows, stride_mt, rows, in_rows, rows2)
             kk = tl.dot(k_c, tl.trans(k_2), input_precision=DOT_PRECISION)
             coupling = tl.where(on_path, beta_c[:, None] * kk * tl.exp(gate_c[:, None] - gate_2[None, :]), 0.0)
@@ -122,7 +132,7 @@ def _tree_delta_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, state_ptr, mask_ptr
         strict = _on_path(mask_rows, stride_mt, rows, in_rows, rows) & (blk[:, None] > blk[None, :])
         kk = tl.dot(k_c, tl.trans(k_c), input_precision=DOT_PRECISION)
         coupling = tl.where(strict, beta_c[:, None] * kk * tl.exp(gate_c[:, None] - gate_c[None, :]), 0.0)
-        u_c = tl.dot(_unit_lower_inverse(coupling, BT), rhs, input_precision="ieee")
+        u_c = tl.dot(_unit_lower_inverse(coupling, BT, DOUBLINGS), rhs, input_precision="ieee")
         tl.store(o_base + rows[:, None] * stride_ot + dv[None, :], u_c.to(out_dtype),
                  mask=in_rows[:, None])
         tl.debug_barrier()
@@ -134,14 +144,14 @@ def _tree_delta_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, state_ptr, mask_ptr
         in_rows = rows < T
         q_c = tl.load(q_base + rows[:, None] * stride_qt + dk[None, :], mask=in_rows[:, None], other=0.0)
         q_c = _operand(q_c, in_dtype, UPCAST)
-        gate_c = _path_gates(mask_rows, stride_mt, rows, in_rows, gates, cols, T)
+        gate_c = tl.load(path_gates + rows)
         out = tl.exp(gate_c)[:, None] * tl.dot(q_c, state, input_precision=DOT_PRECISION)
         for c2 in range(c + 1):
             rows2 = c2 * BT + blk
             in_rows2 = rows2 < T
             k_2 = tl.load(k_base + rows2[:, None] * stride_kt + dk[None, :], mask=in_rows2[:, None], other=0.0)
             k_2 = _operand(k_2, in_dtype, UPCAST)
-            gate_2 = _path_gates(mask_rows, stride_mt, rows2, in_rows2, gates, cols, T)
+            gate_2 = tl.load(path_gates + rows2)
             on_path = _on_path(mask_rows, stride_mt, rows, in_rows, rows2)
             qk = tl.dot(q_c, tl.trans(k_2), input_precision=DOT_PRECISION)
             attend = tl.where(on_path, qk * tl.exp(gate_c[:, None] - gate_2[None, :]), 0.0)
@@ -184,14 +194,16 @@ def tree_gated_delta_rule_triton(q, k, v, g, beta, state, ancestor_mask, scale: 
     if batch == 0 or num_nodes == 0:
         return out
     grid = (batch * value_heads, value_dim // block_v)
+    padded = max(DELTA_BLOCK_T, triton.next_power_of_2(num_nodes))
+    path_gates = torch.empty(grid[0] * grid[1], padded, dtype=torch.float32, device=q.device)
     _tree_delta_kernel[grid](
-        q, k, v, g, beta, state, ancestor_mask, out, num_nodes, scale,
+        q, k, v, g, beta, state, ancestor_mask, out, path_gates, num_nodes, scale,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), g.stride(0), g.stride(1), g.stride(2),
         beta.stride(0), beta.stride(1), beta.stride(2), state.stride(0), state.stride(1), state.stride(2),
         ancestor_mask.stride(0), ancestor_mask.stride(1), out.stride(0), out.stride(1), out.stride(2),
         HV=value_heads, GROUP=value_heads // key_heads, DK=key_dim, BLOCK_V=block_v, BT=DELTA_BLOCK_T,
-        TPAD=max(DELTA_BLOCK_T, triton.next_power_of_2(num_nodes)),
+        TPAD=padded, DOUBLINGS=DELTA_BLOCK_T.bit_length() - 2,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 or not q.is_cuda else "tf32",
         UPCAST=not q.is_cuda and q.dtype != torch.float32, num_warps=cfg.delta_warps,
     )

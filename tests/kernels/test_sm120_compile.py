@@ -52,3 +52,21 @@ def test_compile_checks_fill_in_constexpr_defaults():
     assert (filled["SPLIT_BLOCK"], filled["ONE_BLOCK"], filled["WAIT_FOR_SPLITS"]) == (4, True, False)
     assert with_constexpr_defaults(_tree_verify_merge_kernel, {})["ONE_BLOCK"] is False
     assert "GROUP" not in filled  # no default: the check must pass it
+
+
+@pytest.mark.skipif(not _nvidia_tools_present(),
+                    reason="this Triton install ships no NVIDIA ptxas/cuobjdump: cannot compile for sm_120")
+def test_hybrid_kernels_fit_sm120():
+    """The tree conv, tree gated delta rule and commit (plain Triton: no Gluon, no Hopper-only
+    paths) compile for sm_120 at Qwen3.6's head dim 128 within its shared memory, without spills."""
+    from specdec_kernels.sm120_check import SM120_SHARED_LIMIT, run_check_subprocess
+
+    reports = run_check_subprocess(head_dims=(128,), hybrid=True)
+    assert sorted(r["kernel"] for r in reports) == ["hybrid_commit", "hybrid_conv", "hybrid_delta"]
+    for r in reports:
+        print(r["kernel"], {k: r[k] for k in ("shared_bytes", "registers", "spill_bytes", "forbidden")})
+        assert r["shared_bytes"] <= SM120_SHARED_LIMIT, f"{r['kernel']}: {r['shared_bytes']} B shared memory"
+        assert not r["forbidden"], f"{r['kernel']}: Hopper/datacenter-Blackwell-only instructions {r['forbidden']}"
+        assert r["spill_bytes"] == 0, f"{r['kernel']}: {r['spill_bytes']} B of register spills"
+    delta = next(r for r in reports if r["kernel"] == "hybrid_delta")
+    assert delta["mix"].get("HMMA", 0) > 0, "the tree delta rule's dots did not become tensor-core MMAs"

@@ -1,0 +1,65 @@
+"""Hybrid-layer verify benchmark as tests (GPU only): correctness on every timed shape, then the goals.
+
+Goals (bf16 inputs, float32 state, H200, Qwen3.6-27B's heads per GPU): the tree gated delta
+rule reaches 60 % of the copy bandwidth measured in the same session at batch >= 8; every shape
+is at least 10x faster than the obvious alternative (a per-node recurrence in torch) and no
+slower than an ordinary chain-shaped pass over the same T tokens; the commit takes at most 10 %
+of the verify's time, reported as xfail, with the numbers, where even a commit at the copy
+bandwidth would not (it reads and writes the whole state, which the verify reads once).
+The full table: ``python -m specdec_kernels.hybrid_bench``.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
+                                reason="no CUDA GPU found: the hybrid-layer benchmark needs one")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _l2_flush_by_reading():
+    from specdec_kernels.bench import l2_flush
+
+    with l2_flush("read"):
+        yield
+
+
+@pytest.fixture(scope="module")
+def ceilings():
+    from specdec_kernels.bench import measure_ceilings
+
+    return measure_ceilings(torch.device("cuda"))
+
+
+def _shapes():
+    from specdec_kernels.hybrid_bench import quick_shapes
+
+    return quick_shapes()
+
+
+@pytest.mark.parametrize("shape", _shapes(), ids=lambda s: s.name)
+def test_hybrid_verify_shape(shape, ceilings, record_property):
+    from specdec_kernels.hybrid_bench import ROW_TOLERANCE_BF16, run_shape
+
+    row = run_shape(shape, ceilings, seed=zlib.crc32(shape.name.encode()))
+    for key in ("us", "tb_s", "bw_frac", "x_chain", "x_alt", "commit_frac", "err"):
+        record_property(key, row[key])
+    assert row["err"] <= ROW_TOLERANCE_BF16, f"wrong output: worst row error {row['err']:.3g}"
+    assert row["chain_err"] <= ROW_TOLERANCE_BF16, f"the chain baseline is wrong: {row['chain_err']:.3g}"
+    if shape.batch >= 8:
+        assert row["bw_frac"] >= 0.6, (f"{row['tb_s']:.2f} TB/s is {100 * row['bw_frac']:.0f}% of the measured copy "
+                                       f"bandwidth {ceilings['copy_tb_s']:.2f} TB/s (goal 60%)")
+    assert row["x_alt"] >= 10, f"only {row['x_alt']:.1f}x faster than the per-node torch recurrence (goal 10x)"
+    assert row["x_chain"] >= 1, (f"{row['us']:.1f} us, slower than an ordinary chain pass of the same T "
+                                 f"({row['chain_us']:.1f} us)")
+    if row["commit_frac"] > 0.10 and row["commit_roof_frac"] > 0.10:
+        pytest.xfail(f"commit at 10% of the verify is out of reach: even at the copy bandwidth it would take "
+                     f"{100 * row['commit_roof_frac']:.0f}% ({row['commit_us']:.1f} us measured, "
+                     f"{100 * row['commit_frac']:.0f}%)")
+    assert row["commit_frac"] <= 0.10, (f"commit {row['commit_us']:.1f} us is {100 * row['commit_frac']:.0f}% of the "
+                                        f"verify's {row['us']:.1f} us (goal 10%)")
