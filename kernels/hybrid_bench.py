@@ -147,13 +147,15 @@ def deepest_path(parents):
     return path, path_len.to(torch.int32)
 
 
-def run_shape(shape: HybridShape, ceilings: dict, seed: int, alternative: bool = True) -> dict:
+def run_shape(shape: HybridShape, ceilings: dict, seed: int, alternative: bool = True, config=None,
+              only_verify: bool = False) -> dict:
     from triton.testing import do_bench
 
     from .recurrent_commit import commit_recurrent_state
     from .recurrent_commit_triton import sequential_gated_delta_rule_triton
     from .tree_conv import tree_causal_conv1d
-    from .tree_delta import tree_gated_delta_rule, tree_gated_delta_rule_reference
+    from .tree_delta import tree_gated_delta_rule_reference
+    from .tree_delta_triton import tree_gated_delta_rule_triton
     from .tree_layout import ancestor_mask_from_parents
 
     device = torch.device("cuda")
@@ -164,7 +166,7 @@ def run_shape(shape: HybridShape, ceilings: dict, seed: int, alternative: bool =
     row = {"shape": shape.name, **dataclasses.asdict(shape), "input_sets": count}
 
     def ours(q, k, v, g, beta, state, ancestor_mask):
-        return tree_gated_delta_rule(q, k, v, g, beta, state, ancestor_mask, impl="triton")
+        return tree_gated_delta_rule_triton(q, k, v, g, beta, state, ancestor_mask, HEAD_DIM ** -0.5, config)
 
     out = ours(*(first[a] for a in args))
     ref = tree_gated_delta_rule_reference(*(first[a] for a in args))
@@ -173,6 +175,8 @@ def run_shape(shape: HybridShape, ceilings: dict, seed: int, alternative: bool =
     row["us"] = time_in_graph(ours, [tuple(s[a] for a in args) for s in sets])
     row["tb_s"] = shape.bytes_moved() / row["us"] / 1e6
     row["bw_frac"] = row["tb_s"] / ceilings["copy_tb_s"]
+    if only_verify:
+        return row
 
     def chain(q, k, v, g, beta, state):
         return sequential_gated_delta_rule_triton(q, k, v, g, beta, state)
@@ -219,6 +223,31 @@ def run_shape(shape: HybridShape, ceilings: dict, seed: int, alternative: bool =
     return row
 
 
+# Tree-delta tiles the sweep tries: (value columns per program, warps).
+SWEEP_TILES = ((64, 4), (64, 8), (128, 8), (32, 4))
+SWEEP_SHAPES = (HybridShape(8, 9, 16, 48), HybridShape(8, 33, 16, 48), HybridShape(32, 65, 2, 6))
+
+
+def run_sweep(ceilings: dict) -> tuple[list[dict], tuple[int, int]]:
+    """Time the tree-delta kernel with each of SWEEP_TILES on SWEEP_SHAPES (correctness checked
+    on each); return the rows and the tile with the least geometric-mean time."""
+    from .hybrid_configs import hybrid_config
+
+    base = hybrid_config(torch.device("cuda"))
+    rows, logs = [], {}
+    for block_v, warps in SWEEP_TILES:
+        config = dataclasses.replace(base, delta_block_v=block_v, delta_warps=warps)
+        for i, shape in enumerate(SWEEP_SHAPES):
+            row = run_shape(shape, ceilings, seed=100 + i, config=config, only_verify=True)
+            row["tile"] = f"{block_v}x{warps}"
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            if row["ok"]:
+                logs.setdefault((block_v, warps), []).append(math.log(row["us"]))
+    complete = {tile: sum(v) / len(v) for tile, v in logs.items() if len(v) == len(SWEEP_SHAPES)}
+    return rows, min(complete, key=complete.get)
+
+
 def format_table(rows) -> str:
     head = ("| shape | us | TB/s | BW % | chain us | x chain | alt us | x alt | commit us | commit % "
             f"| commit roof % | conv us | err | ok |\n|{'---|' * 14}")
@@ -237,6 +266,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specdec_kernels.hybrid_bench", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few shapes instead of the per-GPU grid")
     parser.add_argument("--no-alternative", action="store_true", help="skip the torch per-node recurrence")
+    parser.add_argument("--sweep", action="store_true",
+                        help="first time the tree-delta tiles of SWEEP_TILES, then run the table with the fastest")
     parser.add_argument("--l2-flush", choices=L2_FLUSH_MODES, default="read")
     parser.add_argument("--json", help="write every row as JSON here")
     parser.add_argument("--markdown", help="write the table here")
@@ -253,9 +284,18 @@ def main(argv=None) -> int:
                 "command": "python -m specdec_kernels.hybrid_bench " + " ".join(sys.argv[1:] if argv is None else argv),
                 **ceilings}
         print(json.dumps(meta), flush=True)
+        config = None
+        if args.sweep:
+            from .hybrid_configs import hybrid_config
+
+            sweep_rows, (block_v, warps) = run_sweep(ceilings)
+            meta.update(sweep=sweep_rows, delta_tile=f"{block_v}x{warps}")
+            config = dataclasses.replace(hybrid_config(torch.device("cuda")), delta_block_v=block_v,
+                                         delta_warps=warps)
+            print(json.dumps({"delta_tile": meta["delta_tile"]}), flush=True)
         rows = []
         for i, shape in enumerate(quick_shapes() if args.quick else issue_shapes()):
-            rows.append(run_shape(shape, ceilings, seed=i, alternative=not args.no_alternative))
+            rows.append(run_shape(shape, ceilings, seed=i, alternative=not args.no_alternative, config=config))
             print(json.dumps(rows[-1]), flush=True)
     table = format_table(rows)
     print(table)
@@ -264,7 +304,7 @@ def main(argv=None) -> int:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)
     if args.markdown:
         with open(args.markdown, "w") as f:
-            f.write(f"{json.dumps(meta)}\n\n{table}\n")
+            f.write(f"{json.dumps({k: v for k, v in meta.items() if k != 'sweep'})}\n\n{table}\n")
     return 0 if all(r["ok"] for r in rows) else 1
 
 

@@ -198,13 +198,13 @@ def compile_hybrid_for_sm120(head_dim: int = 128, capability: int = 120) -> list
     cfg = HYBRID_CONFIGS[f"sm_{capability}"]
     target = GPUTarget("cuda", capability, 32)
     pointers = {name: "*bf16" for name in ("q_ptr", "k_ptr", "v_ptr", "g_ptr", "beta_ptr", "out_ptr", "x_ptr",
-                                          "w_ptr", "bias_ptr", "conv_ptr")}
-    pointers.update(state_ptr="*fp32", path_gates_ptr="*fp32", mask_ptr="*i32", parents_ptr="*i32", path_ptr="*i32",
+                                          "w_ptr", "bias_ptr", "conv_ptr", "ws_u_ptr")}
+    pointers.update(state_ptr="*fp32", ws_gate_ptr="*fp32", mask_ptr="*i32", parents_ptr="*i32", path_ptr="*i32",
                     path_len_ptr="*i32")
     conv_state = dict(pointers, state_ptr="*bf16")
     kernels = [
         ("hybrid_delta", _tree_delta_kernel, pointers,
-         dict(HV=48, GROUP=3, DK=head_dim, BLOCK_V=cfg.delta_block_v, BT=DELTA_BLOCK_T, TPAD=128,
+         dict(DK=head_dim, DV=head_dim, BLOCK_V=cfg.delta_block_v, BT=DELTA_BLOCK_T, TPAD=128,
               DOT_PRECISION="tf32", UPCAST=False,
               DOUBLINGS=DELTA_BLOCK_T.bit_length() - 2), cfg.delta_warps, DELTA_BLOCK_T, cfg.delta_block_v),
         ("hybrid_commit", _commit_kernel, pointers,

@@ -3,21 +3,21 @@
 Grid ``(B * Hv, Dv / BLOCK_V)``: one program per request, value head and slice of value columns
 (the rule never mixes value columns, so slices are independent). A program reads its slice of
 the committed state once, keeps it in registers, and walks the tree in blocks of 16 nodes
-(``DELTA_BLOCK_T``) in two passes:
+(``DELTA_BLOCK_T``), in node order, in one pass. For each block:
 
-1. forward, block by block: the pseudo-values ``u`` of the block's nodes, by block forward
-   substitution: the right-hand side ``beta (v - exp(G) k S)``, minus the earlier blocks'
-   contributions ``(beta (k k'^T) exp(G - G')) u'`` on the ancestor mask, times the inverse of
-   the block's own unit lower triangular system (16 x 16, by repeated squaring);
-2. backward, last block first: ``o = scale (exp(G) q S + ((q k'^T) exp(G - G')) u')`` over the
-   block itself and every earlier one, on the ancestor mask (self included).
+- ``G``, the gate summed along each node's path, from the packed ancestor bits and the node
+  gates (a [16, T] select and sum);
+- the right-hand side ``beta (v - exp(G) k S)`` and the output's state term ``exp(G) q S``;
+- for every earlier block, on the ancestor mask, with ``D = exp(G - G')``: the right-hand side
+  less ``(beta (k k'^T) D) u'`` and the output plus ``((q k'^T) D) u'``, sharing the loads of
+  k', G' and the pseudo-values u';
+- the block's pseudo-values ``u``: the right-hand side times the inverse of its own unit lower
+  triangular system (16 x 16, by repeated squaring); then the output's own-block term, and
+  ``o = scale * (...)`` is stored.
 
-The pseudo-values of pass 1 live in the output tensor itself (in its dtype), which pass 2 then
-overwrites from the last block down: a block's ``u`` is needed only by itself and later blocks,
-all written before it. A barrier separates each block's writes from other threads' reads.
-``G``, the gate summed along each node's path, comes from the packed ancestor bits and the node
-gates (a [16, T] select and sum per block) once, into a small workspace row of the program's own,
-from which every block pair loads it.
+A block's ``u`` and ``G`` go to a workspace (u in the output's dtype, as later blocks and the
+block itself use it) only where a later block will read them, with a barrier before that read:
+a tree of at most 16 nodes touches no workspace and has no barrier.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def _operand(x, dtype: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _unit_lower_inverse(strict_lower, BT: tl.constexpr, DOUBLINGS: tl.constexpr):
+def _unit_lower_inverse(strict_lower, BT: tl.constexpr, DOUBLINGS: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """(I + L)^-1 for a strictly lower triangular [BT, BT] L (so L^BT = 0), as the product
     (I - L)(I + L^2)(I + L^4)...(I + L^(BT/2)) = sum_k (-L)^k: 2 log2(BT) - 2 small float32
     products (DOUBLINGS = log2(BT) - 1), where solving row by row would take BT - 1 dependent
@@ -65,19 +65,19 @@ def _unit_lower_inverse(strict_lower, BT: tl.constexpr, DOUBLINGS: tl.constexpr)
     inv = eye - strict_lower
     power = strict_lower
     for _ in tl.static_range(DOUBLINGS):
-        power = tl.dot(power, power, input_precision="ieee")
-        inv = tl.dot(inv, eye + power, input_precision="ieee")
+        power = tl.dot(power, power, input_precision=DOT_PRECISION)
+        inv = tl.dot(inv, eye + power, input_precision=DOT_PRECISION)
     return inv
 
 
 @triton.jit
-def _tree_delta_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, state_ptr, mask_ptr, out_ptr, path_gates_ptr, T, scale,
+def _tree_delta_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, state_ptr, mask_ptr, out_ptr, ws_u_ptr, ws_gate_ptr,
+                       T, scale, HV, GROUP,
                        stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
                        stride_vb, stride_vt, stride_vh, stride_gb, stride_gt, stride_gh,
                        stride_bb, stride_bt, stride_bh, stride_sb, stride_sh, stride_sk,
                        stride_mb, stride_mt, stride_ob, stride_ot, stride_oh,
-                       HV: tl.constexpr, GROUP: tl.constexpr, DK: tl.constexpr, BLOCK_V: tl.constexpr,
-                       BT: tl.constexpr, TPAD: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                       DK: tl.constexpr, DV: tl.constexpr, BLOCK_V: tl.constexpr, BT: tl.constexpr, TPAD: tl.constexpr, DOT_PRECISION: tl.constexpr,
                        UPCAST: tl.constexpr, DOUBLINGS: tl.constexpr):
     pid = tl.program_id(0)
     b = (pid // HV).to(tl.int64)
@@ -94,6 +94,9 @@ def _tree_delta_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, state_ptr, mask_ptr
     o_base = out_ptr + b * stride_ob + hv * stride_oh
     beta_base = beta_ptr + b * stride_bb + hv * stride_bh
     mask_rows = mask_ptr + b * stride_mb
+    # this program's workspace: pseudo-values [T, DV] of its head (its own columns), gates [TPAD]
+    ws_u = ws_u_ptr + pid.to(tl.int64) * T * DV
+    ws_gate = ws_gate_ptr + (pid * tl.num_programs(1) + tl.program_id(1)) * TPAD
     in_dtype: tl.constexpr = q_ptr.dtype.element_ty
     out_dtype: tl.constexpr = out_ptr.dtype.element_ty
 
@@ -102,65 +105,45 @@ def _tree_delta_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, state_ptr, mask_ptr
     gates = tl.load(g_ptr + b * stride_gb + cols * stride_gt + hv * stride_gh, mask=cols < T, other=0.0)
     gates = gates.to(tl.float32)
     num_blocks = tl.cdiv(T, BT)
-    # G, every node's gate summed along its path, once into this program's own workspace row
-    path_gates = path_gates_ptr + (pid * tl.num_programs(1) + tl.program_id(1)) * TPAD
-    for c in range(num_blocks):
-        rows = c * BT + blk
-        tl.store(path_gates + rows, _path_gates(mask_rows, stride_mt, rows, rows < T, gates, cols, T))
-    tl.debug_barrier()
-
-    # Pass 1: pseudo-values, block by block, into the output tensor.
     for c in range(num_blocks):
         rows = c * BT + blk
         in_rows = rows < T
         k_c = tl.load(k_base + rows[:, None] * stride_kt + dk[None, :], mask=in_rows[:, None], other=0.0)
         k_c = _operand(k_c, in_dtype, UPCAST)
+        q_c = tl.load(q_base + rows[:, None] * stride_qt + dk[None, :], mask=in_rows[:, None], other=0.0)
+        q_c = _operand(q_c, in_dtype, UPCAST)
         v_c = tl.load(v_base + rows[:, None] * stride_vt + dv[None, :], mask=in_rows[:, None], other=0.0)
         beta_c = tl.load(beta_base + rows * stride_bt, mask=in_rows, other=0.0).to(tl.float32)
-        gate_c = tl.load(path_gates + rows)
-        k_state = tl.dot(k_c, state, input_precision=DOT_PRECISION)
-        rhs = beta_c[:, None] * (v_c.to(tl.float32) - tl.exp(gate_c)[:, None] * k_state)
+        gate_c = _path_gates(mask_rows, stride_mt, rows, in_rows, gates, cols, T)
+        rhs = beta_c[:, None] * (v_c.to(tl.float32)
+                                 - tl.exp(gate_c)[:, None] * tl.dot(k_c, state, input_precision=DOT_PRECISION))
+        out = tl.exp(gate_c)[:, None] * tl.dot(q_c, state, input_precision=DOT_PRECISION)
         for c2 in range(c):
             rows2 = c2 * BT + blk
             k_2 = _operand(tl.load(k_base + rows2[:, None] * stride_kt + dk[None, :]), in_dtype, UPCAST)
-            gate_2 = tl.load(path_gates + rows2)
-            on_path = _on_path(mask_rows, stride_mt, rows, in_rows, rows2)
-            kk = tl.dot(k_c, tl.trans(k_2), input_precision=DOT_PRECISION)
-            coupling = tl.where(on_path, beta_c[:, None] * kk * tl.exp(gate_c[:, None] - gate_2[None, :]), 0.0)
-            u_2 = _operand(tl.load(o_base + rows2[:, None] * stride_ot + dv[None, :]), out_dtype, UPCAST)
+            u_2 = _operand(tl.load(ws_u + rows2[:, None] * DV + dv[None, :]), out_dtype, UPCAST)
+            decay = tl.where(_on_path(mask_rows, stride_mt, rows, in_rows, rows2),
+                             tl.exp(gate_c[:, None] - tl.load(ws_gate + rows2)[None, :]), 0.0)
+            coupling = beta_c[:, None] * tl.dot(k_c, tl.trans(k_2), input_precision=DOT_PRECISION) * decay
             rhs -= tl.dot(_operand(coupling, out_dtype, UPCAST), u_2, input_precision=DOT_PRECISION)
-        strict = _on_path(mask_rows, stride_mt, rows, in_rows, rows) & (blk[:, None] > blk[None, :])
-        kk = tl.dot(k_c, tl.trans(k_c), input_precision=DOT_PRECISION)
-        coupling = tl.where(strict, beta_c[:, None] * kk * tl.exp(gate_c[:, None] - gate_c[None, :]), 0.0)
-        u_c = tl.dot(_unit_lower_inverse(coupling, BT, DOUBLINGS), rhs, input_precision="ieee")
-        tl.store(o_base + rows[:, None] * stride_ot + dv[None, :], u_c.to(out_dtype),
-                 mask=in_rows[:, None])
-        tl.debug_barrier()
-
-    # Pass 2: outputs, last block first, each over itself and the earlier blocks' pseudo-values.
-    for cc in range(num_blocks):
-        c = num_blocks - 1 - cc
-        rows = c * BT + blk
-        in_rows = rows < T
-        q_c = tl.load(q_base + rows[:, None] * stride_qt + dk[None, :], mask=in_rows[:, None], other=0.0)
-        q_c = _operand(q_c, in_dtype, UPCAST)
-        gate_c = tl.load(path_gates + rows)
-        out = tl.exp(gate_c)[:, None] * tl.dot(q_c, state, input_precision=DOT_PRECISION)
-        for c2 in range(c + 1):
-            rows2 = c2 * BT + blk
-            in_rows2 = rows2 < T
-            k_2 = tl.load(k_base + rows2[:, None] * stride_kt + dk[None, :], mask=in_rows2[:, None], other=0.0)
-            k_2 = _operand(k_2, in_dtype, UPCAST)
-            gate_2 = tl.load(path_gates + rows2)
-            on_path = _on_path(mask_rows, stride_mt, rows, in_rows, rows2)
-            qk = tl.dot(q_c, tl.trans(k_2), input_precision=DOT_PRECISION)
-            attend = tl.where(on_path, qk * tl.exp(gate_c[:, None] - gate_2[None, :]), 0.0)
-            u_2 = tl.load(o_base + rows2[:, None] * stride_ot + dv[None, :], mask=in_rows2[:, None], other=0.0)
-            out += tl.dot(_operand(attend, out_dtype, UPCAST), _operand(u_2, out_dtype, UPCAST),
-                          input_precision=DOT_PRECISION)
-        tl.debug_barrier()  # every thread has read this block's pseudo-values before they are overwritten
+            attend = tl.dot(q_c, tl.trans(k_2), input_precision=DOT_PRECISION) * decay
+            out += tl.dot(_operand(attend, out_dtype, UPCAST), u_2, input_precision=DOT_PRECISION)
+        on_path = _on_path(mask_rows, stride_mt, rows, in_rows, rows)
+        decay = tl.where(on_path, tl.exp(gate_c[:, None] - gate_c[None, :]), 0.0)
+        coupling = tl.where(blk[:, None] > blk[None, :],
+                            beta_c[:, None] * tl.dot(k_c, tl.trans(k_c), input_precision=DOT_PRECISION) * decay, 0.0)
+        inverse = _unit_lower_inverse(coupling, BT, DOUBLINGS, DOT_PRECISION)
+        u_c = tl.dot(_operand(inverse, in_dtype, UPCAST), _operand(rhs, in_dtype, UPCAST),
+                     input_precision=DOT_PRECISION).to(out_dtype)
+        attend = tl.dot(q_c, tl.trans(k_c), input_precision=DOT_PRECISION) * decay
+        out += tl.dot(_operand(attend, out_dtype, UPCAST), _operand(u_c, out_dtype, UPCAST),
+                      input_precision=DOT_PRECISION)
         tl.store(o_base + rows[:, None] * stride_ot + dv[None, :], (scale * out).to(out_dtype),
                  mask=in_rows[:, None])
+        if c + 1 < num_blocks:  # later blocks read this one's u and G
+            tl.store(ws_u + rows[:, None] * DV + dv[None, :], u_c)
+            tl.store(ws_gate + rows, gate_c)
+            tl.debug_barrier()
 
 
 def check_triton_dims(key_dim: int, value_dim: int, block_v: int) -> None:
@@ -176,13 +159,14 @@ def last_dim_contiguous(*tensors):
     return [t if t.stride(-1) == 1 else t.contiguous() for t in tensors]
 
 
-def tree_gated_delta_rule_triton(q, k, v, g, beta, state, ancestor_mask, scale: float):
-    """Launcher: inputs with any strides but a unit last one (copied otherwise); one launch."""
+def tree_gated_delta_rule_triton(q, k, v, g, beta, state, ancestor_mask, scale: float, config=None):
+    """Launcher: inputs with any strides but a unit last one (copied otherwise); one launch.
+    ``config``: a :class:`HybridConfig` instead of the table's (the benchmark's sweep)."""
     import torch
 
     batch, num_nodes, key_heads, key_dim = q.shape
     value_heads, value_dim = v.shape[2:]
-    cfg = hybrid_config(q.device)
+    cfg = config or hybrid_config(q.device)
     block_v = min(cfg.delta_block_v, value_dim)
     check_triton_dims(key_dim, value_dim, block_v)
     if state.dtype != torch.float32:
@@ -195,14 +179,18 @@ def tree_gated_delta_rule_triton(q, k, v, g, beta, state, ancestor_mask, scale: 
         return out
     grid = (batch * value_heads, value_dim // block_v)
     padded = max(DELTA_BLOCK_T, triton.next_power_of_2(num_nodes))
-    path_gates = torch.empty(grid[0] * grid[1], padded, dtype=torch.float32, device=q.device)
+    # workspaces of the blocks a later block reads (none for a tree of at most 16 nodes)
+    read_later = num_nodes > DELTA_BLOCK_T
+    ws_u = torch.empty(grid[0] * num_nodes * value_dim if read_later else 1, dtype=v.dtype, device=q.device)
+    ws_gate = torch.empty(grid[0] * grid[1] * padded if read_later else 1, dtype=torch.float32, device=q.device)
     _tree_delta_kernel[grid](
-        q, k, v, g, beta, state, ancestor_mask, out, path_gates, num_nodes, scale,
+        q, k, v, g, beta, state, ancestor_mask, out, ws_u, ws_gate, num_nodes, scale, value_heads,
+        value_heads // key_heads,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), g.stride(0), g.stride(1), g.stride(2),
         beta.stride(0), beta.stride(1), beta.stride(2), state.stride(0), state.stride(1), state.stride(2),
         ancestor_mask.stride(0), ancestor_mask.stride(1), out.stride(0), out.stride(1), out.stride(2),
-        HV=value_heads, GROUP=value_heads // key_heads, DK=key_dim, BLOCK_V=block_v, BT=DELTA_BLOCK_T,
+        DK=key_dim, DV=value_dim, BLOCK_V=block_v, BT=DELTA_BLOCK_T,
         TPAD=padded, DOUBLINGS=DELTA_BLOCK_T.bit_length() - 2,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 or not q.is_cuda else "tf32",
         UPCAST=not q.is_cuda and q.dtype != torch.float32, num_warps=cfg.delta_warps,
