@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .configuration import METHODS, takes_budget
+from .engine.cli import MODEL_PRESETS
 from .errors import SpecdecUsageError
 from .hardware import ALL_FAMILIES, FAMILIES, normalise_arch
 from .options import OPTION_NAMES
@@ -333,8 +334,8 @@ def _parse_engine(filename: str, data: Any) -> EngineSettings:
         reader.fail("draft_agreement", f"{settings.draft_agreement} must lie in [0, 1]")
     if settings.block_size < 1:
         reader.fail("block_size", f"{settings.block_size} must be at least 1")
-    if settings.model_preset not in ("tiny", "8b-layer"):
-        reader.fail("model_preset", f"{settings.model_preset!r} is unknown; use tiny or 8b-layer")
+    if settings.model_preset not in MODEL_PRESETS:
+        reader.fail("model_preset", f"{settings.model_preset!r} is unknown; use one of {', '.join(MODEL_PRESETS)}")
     return settings
 
 

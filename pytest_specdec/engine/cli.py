@@ -20,6 +20,14 @@ from ..configuration import METHODS, algorithm_of_method, is_speculative, takes_
 from . import logs
 from .faults import FaultPlan
 
+# The seeded models (their shapes: model.PRESETS); the hybrid ones interleave Gated DeltaNet
+# layers with attention as Qwen3.5/3.6 do. The plugin's config accepts exactly these names.
+MODEL_PRESETS = ("tiny", "8b-layer", "tiny-hybrid", "27b-hybrid-layers")
+HYBRID_PRESETS = ("tiny-hybrid", "27b-hybrid-layers")
+# How a hybrid model's recurrent layers see a draft tree: "exact" (each node on its own path),
+# "chain" (the nodes as one sequence in node order: the state leak, for comparison).
+RECURRENT_TREE_MODES = ("exact", "chain")
+
 DEFAULT_DDTREE_BUDGET = 16
 
 
@@ -33,6 +41,7 @@ class EngineArgs:
     draft_agreement: float
     seed: int
     model_preset: str
+    recurrent_tree: str
     model_path: str | None
     num_layers: int | None
     device: str
@@ -75,7 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="probability per drafted position that the drafter uses its distilled "
                         "distribution rather than noise (see drafter.py)")
     p.add_argument("--seed", type=int, default=0, help="seed of the model weights and the drafter's noise")
-    p.add_argument("--model-preset", choices=("tiny", "8b-layer"), default="tiny")
+    p.add_argument("--model-preset", choices=MODEL_PRESETS, default="tiny",
+                   help=f"seeded model shapes; {' and '.join(HYBRID_PRESETS)} are hybrids (Gated DeltaNet + attention)")
+    p.add_argument("--recurrent-tree", choices=RECURRENT_TREE_MODES, default="exact",
+                   help="a hybrid model's recurrent layers over a draft tree: exact (each node on its own path, "
+                        "lossless) or chain (the nodes as one sequence in node order: leaks state between branches)")
     p.add_argument("--model-path", default=None,
                    help="safetensors file or directory (model.safetensors + config.json) instead of seeded weights")
     p.add_argument("--num-layers", type=int, default=None, help="override the preset's (or file's) layer count")
@@ -140,6 +153,9 @@ def parse_args(argv: list[str] | None = None) -> EngineArgs:
         parser.error("--fault-hang-after must be >= 0")
     if ns.fault_slow_start < 0:
         parser.error("--fault-slow-start must be >= 0")
+    if ns.recurrent_tree != "exact" and ns.model_path is None and ns.model_preset not in HYBRID_PRESETS:
+        parser.error(f"--recurrent-tree {ns.recurrent_tree} needs a hybrid model: --model-preset {ns.model_preset} "
+                     f"has no recurrent layers (use {' or '.join(HYBRID_PRESETS)})")
     if not 0 < ns.http_idle_timeout < float("inf"):
         parser.error(f"--http-idle-timeout must be a positive number of seconds, got {ns.http_idle_timeout}")
     faults = FaultPlan(crash_warmup=ns.fault_crash_warmup, crash_after=ns.fault_crash_after,
@@ -149,6 +165,7 @@ def parse_args(argv: list[str] | None = None) -> EngineArgs:
     dtype = ns.dtype if ns.dtype != "auto" else ("bfloat16" if ns.device == "cuda" else "float32")
     return EngineArgs(host=ns.host, port=ns.port, method=ns.method, budget=budget, block_size=ns.block_size,
                       draft_agreement=ns.draft_agreement, seed=ns.seed, model_preset=ns.model_preset,
+                      recurrent_tree=ns.recurrent_tree,
                       model_path=ns.model_path, num_layers=ns.num_layers, device=ns.device, dtype=dtype,
                       kernel_impl=ns.kernel_impl, cpu_threads=ns.cpu_threads, context_length=ns.context_length,
                       max_batch=ns.max_batch, decode_log_interval=ns.decode_log_interval,

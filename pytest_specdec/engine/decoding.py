@@ -11,6 +11,13 @@ Greedy acceptance keeps exactly the tokens the target would have produced one at
 output of every method equals the autoregressive greedy output (the lossless property the
 engine's tests check).
 
+A hybrid model's linear layers verify the tree with the tree-aware conv and gated delta rule and
+then commit their states along the accepted path (``recurrent_tree="exact"``). ``"chain"``
+reproduces the leak of an implementation that runs the tree's nodes through those layers as one
+sequence in node order: each node then sees its siblings' and cousins' tokens, and the committed
+state is that sequence's up to the last accepted node. It exists to show what the leak costs;
+it is not lossless.
+
 Sequences live in KV-cache slots ``0..n-1`` (the scheduler keeps them packed), so the batch's
 cache is a view, and the kernels' in-place commit writes straight into it.
 """
@@ -20,10 +27,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from specdec_kernels import build_ddtree, tree_accept_and_commit
+from specdec_kernels import ancestor_mask_from_parents, build_ddtree, commit_recurrent_state, tree_accept_and_commit
 
 from ..configuration import METHODS, is_speculative
+from .cli import RECURRENT_TREE_MODES
 from .drafter import BlockDrafter
+from .linear_attention import RecurrentBatch
 from .model import TargetModel
 
 
@@ -40,9 +49,11 @@ class SpeculativeDecoder:
     """Owns the KV cache of ``max_batch`` slots and decodes the first ``n`` of them per step."""
 
     def __init__(self, model: TargetModel, method: str, budget: int, drafter: BlockDrafter | None,
-                 max_batch: int, max_seq_len: int, kernel_impl: str = "auto") -> None:
+                 max_batch: int, max_seq_len: int, kernel_impl: str = "auto", recurrent_tree: str = "exact") -> None:
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        if recurrent_tree not in RECURRENT_TREE_MODES:
+            raise ValueError(f"recurrent_tree must be one of {RECURRENT_TREE_MODES}, got {recurrent_tree!r}")
         if is_speculative(method) and drafter is None:
             raise ValueError(f"method {method!r} needs a drafter")
         if method == "dflash" and budget > drafter.depth:
@@ -69,6 +80,14 @@ class SpeculativeDecoder:
         # The autoregressive "tree": the root alone, its own ancestor.
         self._ar_depths = torch.zeros(max_batch, 1, dtype=torch.int32, device=device)
         self._ar_mask = torch.ones(max_batch, 1, 1, dtype=torch.int32, device=device)
+        self.recurrent_tree = recurrent_tree
+        self.state, self.conv_state = model.new_recurrent_state(max_batch)
+        t = self.tree_nodes
+        self._steps = torch.arange(t, dtype=torch.int32, device=device)
+        # a chain through the tree's nodes in order: the recurrent layers' tree in "chain" mode,
+        # and, with T = 1, the autoregressive step's
+        self._chain_parents = (self._steps - 1).expand(max_batch, t).contiguous()
+        self._chain_mask = ancestor_mask_from_parents(self._chain_parents)
 
     @property
     def speculative(self) -> bool:
@@ -79,7 +98,9 @@ class SpeculativeDecoder:
         if not 0 < len(prompt_ids) <= self.max_seq_len:
             raise ValueError(f"prompt of {len(prompt_ids)} tokens does not fit 1..{self.max_seq_len}")
         tokens = torch.tensor([prompt_ids], dtype=torch.int64, device=self.model.device)
-        logits = self.model.prefill(tokens, self.k_cache[:, slot:slot + 1], self.v_cache[:, slot:slot + 1])
+        logits = self.model.prefill(tokens, self.k_cache[:, slot:slot + 1], self.v_cache[:, slot:slot + 1],
+                                    self.state[:, slot:slot + 1], self.conv_state[:, slot:slot + 1],
+                                    kernel_impl=self.kernel_impl)
         first = logits[0, -1].argmax()
         self.lens[slot] = len(prompt_ids)
         self.cache_lens[slot] = len(prompt_ids)
@@ -92,6 +113,8 @@ class SpeculativeDecoder:
         rows = self.lens[src]
         self.k_cache[:, dst, :rows] = self.k_cache[:, src, :rows]
         self.v_cache[:, dst, :rows] = self.v_cache[:, src, :rows]
+        self.state[:, dst] = self.state[:, src]
+        self.conv_state[:, dst] = self.conv_state[:, src]
         self.lens[dst] = rows
         for t in (self.cache_lens, self.roots, self.stream_keys):
             t[dst] = t[src]
@@ -108,9 +131,12 @@ class SpeculativeDecoder:
         impl = self.kernel_impl
         if not self.speculative:
             # T = 1: the root is the whole tree, its K/V row is written in place at L_b and its
-            # argmax is the bonus token, so accept and commit would be identities.
+            # argmax is the bonus token, so accept and the KV commit would be identities.
+            recurrent = self._recurrent(n, self._chain_parents[:n], self._chain_mask[:n])
             logits = self.model.verify(roots[:, None], self._ar_depths[:n], cache_lens, self._ar_mask[:n],
-                                       k_cache, v_cache, kernel_impl=impl, host_lens=self.lens[:n])
+                                       k_cache, v_cache, kernel_impl=impl, host_lens=self.lens[:n],
+                                       recurrent=recurrent)
+            self._commit_recurrent(recurrent, n, self._steps.expand(n, 1), torch.ones_like(cache_lens))
             bonus = logits[:, 0].argmax(-1)
             cache_lens += 1
             roots.copy_(bonus)
@@ -121,10 +147,19 @@ class SpeculativeDecoder:
         draft = self.drafter.draft(roots, cache_lens.to(torch.int64) + 1, self.stream_keys[:n])
         tree = build_ddtree(draft, roots, self.budget, topk=1 if self.method == "dflash" else None, impl=impl)
         tokens = tree.tokens
+        exact = self.recurrent_tree == "exact"
+        recurrent = self._recurrent(n, tree.parents if exact else self._chain_parents[:n],
+                                    tree.ancestor_mask if exact else self._chain_mask[:n])
         logits = self.model.verify(tokens, tree.depths, cache_lens, tree.ancestor_mask, k_cache, v_cache,
-                                   kernel_impl=impl, host_lens=self.lens[:n])
+                                   kernel_impl=impl, host_lens=self.lens[:n], recurrent=recurrent)
         accept = tree_accept_and_commit(tokens, tree.parents, logits.argmax(-1), k_cache, v_cache, cache_lens,
                                         impl=impl)
+        if exact:
+            self._commit_recurrent(recurrent, n, accept.path, accept.path_len)
+        else:  # the node-order sequence up to the last accepted node
+            last = accept.path.gather(1, (accept.path_len - 1).to(torch.int64)[:, None])
+            self._commit_recurrent(recurrent, n, torch.where(self._steps <= last, self._steps, -1),
+                                   last[:, 0] + 1)
         cache_lens += accept.path_len
         roots.copy_(accept.bonus)
         # One device-to-host copy per step: the path's tokens, its length and the bonus token.
@@ -138,3 +173,17 @@ class SpeculativeDecoder:
             out_tokens.append(row[1:path_len] + [row[t + 1]])
             drafts.append(path_len - 1)
         return StepOutput(out_tokens, drafts)
+
+    def _recurrent(self, n: int, parents, ancestor_mask) -> RecurrentBatch | None:
+        """The linear layers' view of slots 0..n-1 for one verify (None without linear layers)."""
+        if not self.model.is_hybrid:
+            return None
+        return RecurrentBatch(self.state[:, :n], self.conv_state[:, :n], parents, ancestor_mask)
+
+    def _commit_recurrent(self, recurrent: RecurrentBatch | None, n: int, path, path_len) -> None:
+        """Advance every linear layer's states of slots 0..n-1 along ``path`` (no host sync)."""
+        if recurrent is None:
+            return
+        for layer, saved in enumerate(recurrent.saved):
+            commit_recurrent_state(self.state[layer, :n], self.conv_state[layer, :n], *saved, path,
+                                   path_len.to(torch.int32), impl=self.kernel_impl)

@@ -1,7 +1,10 @@
-"""The target model: a Llama-style decoder (RMSNorm, RoPE, GQA attention, SwiGLU) with a KV cache.
+"""The target model: a Llama-style decoder (RMSNorm, RoPE, GQA attention, SwiGLU) with a KV cache,
+or, in the hybrid presets, Qwen3.5/3.6's interleave of Gated DeltaNet (linear attention, see
+``linear_attention.py``) and attention layers.
 
 Weights come from a seed or from a safetensors file. The KV cache is laid out
-``[layers, B, S, Hkv, D]``, the layout ``specdec_kernels.commit_accepted_kv`` moves rows in.
+``[attention layers, B, S, Hkv, D]``, the layout ``specdec_kernels.commit_accepted_kv`` moves
+rows in; a hybrid model's linear layers keep a recurrent and a conv state per request instead.
 
 Seeded weights are random, but shaped so that the model behaves like text does for a drafter:
 the next token is mostly decided by the current one (the output layer maps each token's
@@ -24,7 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import linear_attention as gdn
 from . import tokenizer as tok
+from .linear_attention import LinearAttentionConfig, RecurrentBatch
 
 # Printable ASCII and newline: the alphabet the seeded model writes in.
 _ALPHABET = [10, *range(32, 127)]
@@ -52,10 +57,25 @@ class ModelConfig:
     intermediate_size: int
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-6
+    linear: LinearAttentionConfig | None = None  # hybrid models: the Gated DeltaNet layers
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}")
+        if isinstance(self.linear, dict):  # read back from JSON
+            object.__setattr__(self, "linear", LinearAttentionConfig(**self.linear))
+
+    def is_linear(self, layer: int) -> bool:
+        """Whether layer ``layer`` is a Gated DeltaNet layer (never in a non-hybrid model)."""
+        return self.linear is not None and self.linear.is_linear(layer)
+
+    @property
+    def attention_layers(self) -> list[int]:
+        return [i for i in range(self.num_layers) if not self.is_linear(i)]
+
+    @property
+    def linear_layers(self) -> list[int]:
+        return [i for i in range(self.num_layers) if self.is_linear(i)]
 
 
 PRESETS = {
@@ -67,6 +87,19 @@ PRESETS = {
     # repeated a few times, so a verify step on a GPU costs what it costs per layer in a real model.
     "8b-layer": ModelConfig(vocab_size=tok.VOCAB_SIZE, hidden_size=4096, num_layers=4, num_heads=32,
                             num_kv_heads=8, head_dim=128, intermediate_size=14336, rope_theta=500000.0),
+    # Qwen3.5's pattern at tiny's size: three Gated DeltaNet layers (2 key / 6 value heads of 32,
+    # Qwen3.6's 1:3 ratio; conv kernel 4), then one attention layer.
+    "tiny-hybrid": ModelConfig(vocab_size=tok.VOCAB_SIZE, hidden_size=128, num_layers=4, num_heads=4,
+                               num_kv_heads=2, head_dim=64, intermediate_size=256,
+                               linear=LinearAttentionConfig(num_key_heads=2, num_value_heads=6, key_head_dim=32,
+                                                            value_head_dim=32)),
+    # Qwen3.6-27B's layer shapes (hidden 5120, MLP 17408; linear layers 16 key / 48 value heads of
+    # 128; attention 24 query / 4 KV heads of 256), one period of its pattern (3 + 1 layers).
+    "27b-hybrid-layers": ModelConfig(vocab_size=tok.VOCAB_SIZE, hidden_size=5120, num_layers=4, num_heads=24,
+                                     num_kv_heads=4, head_dim=256, intermediate_size=17408,
+                                     rope_theta=10000000.0,
+                                     linear=LinearAttentionConfig(num_key_heads=16, num_value_heads=48,
+                                                                  key_head_dim=128, value_head_dim=128)),
 }
 
 # Hugging Face Llama parameter names, so a byte-level Llama checkpoint loads as is.
@@ -93,7 +126,12 @@ def _param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     }
     for i in range(cfg.num_layers):
         for name, shape in per_layer.items():
+            if cfg.is_linear(i) and name.startswith("self_attn."):
+                continue
             shapes[f"model.layers.{i}.{name}.weight"] = shape
+        if cfg.is_linear(i):
+            shapes.update({f"model.layers.{i}.{name}": shape
+                           for name, shape in gdn.param_shapes(cfg.linear, h).items()})
     return shapes
 
 
@@ -115,11 +153,14 @@ def seeded_weights(cfg: ModelConfig, seed: int, device: torch.device) -> dict[st
         p = f"model.layers.{i}."
         weights[p + "input_layernorm.weight"] = torch.ones(h, device=device)
         weights[p + "post_attention_layernorm.weight"] = torch.ones(h, device=device)
-        weights[p + "self_attn.q_proj.weight"] = randn(cfg.num_heads * d, h, scale=QK_GAIN / math.sqrt(h))
-        weights[p + "self_attn.k_proj.weight"] = randn(cfg.num_kv_heads * d, h, scale=1 / math.sqrt(h))
-        weights[p + "self_attn.v_proj.weight"] = randn(cfg.num_kv_heads * d, h, scale=1 / math.sqrt(h))
-        weights[p + "self_attn.o_proj.weight"] = randn(h, cfg.num_heads * d,
-                                                       scale=ATTN_OUT_GAIN / math.sqrt(cfg.num_heads * d))
+        if cfg.is_linear(i):
+            weights.update({p + name: t for name, t in gdn.seeded_params(cfg.linear, h, randn, device).items()})
+        else:
+            weights[p + "self_attn.q_proj.weight"] = randn(cfg.num_heads * d, h, scale=QK_GAIN / math.sqrt(h))
+            weights[p + "self_attn.k_proj.weight"] = randn(cfg.num_kv_heads * d, h, scale=1 / math.sqrt(h))
+            weights[p + "self_attn.v_proj.weight"] = randn(cfg.num_kv_heads * d, h, scale=1 / math.sqrt(h))
+            weights[p + "self_attn.o_proj.weight"] = randn(h, cfg.num_heads * d,
+                                                           scale=ATTN_OUT_GAIN / math.sqrt(cfg.num_heads * d))
         weights[p + "mlp.gate_proj.weight"] = randn(inter, h, scale=1 / math.sqrt(h))
         weights[p + "mlp.up_proj.weight"] = randn(inter, h, scale=1 / math.sqrt(h))
         weights[p + "mlp.down_proj.weight"] = randn(h, inter, scale=MLP_OUT_GAIN / math.sqrt(inter))
@@ -169,16 +210,24 @@ class TargetModel:
         self.layers = []
         for i in range(cfg.num_layers):
             p = f"model.layers.{i}."
-            self.layers.append({
+            layer = {
                 "attn_norm": w(p + "input_layernorm.weight"),
                 "mlp_norm": w(p + "post_attention_layernorm.weight"),
-                # one matmul for q, k and v; one for gate and up
-                "qkv_t": torch.cat([w(p + f"self_attn.{n}_proj.weight") for n in "qkv"]).t().contiguous(),
-                "o_t": w(p + "self_attn.o_proj.weight").t().contiguous(),
+                # one matmul for gate and up
                 "gate_up_t": torch.cat([w(p + "mlp.gate_proj.weight"),
                                         w(p + "mlp.up_proj.weight")]).t().contiguous(),
                 "down_t": w(p + "mlp.down_proj.weight").t().contiguous(),
-            })
+            }
+            if cfg.is_linear(i):
+                layer.update(gdn.fused_layer(w, p), state_index=cfg.linear_layers.index(i))
+            else:
+                layer.update({
+                    # one matmul for q, k and v
+                    "qkv_t": torch.cat([w(p + f"self_attn.{n}_proj.weight") for n in "qkv"]).t().contiguous(),
+                    "o_t": w(p + "self_attn.o_proj.weight").t().contiguous(),
+                    "cache_index": cfg.attention_layers.index(i),
+                })
+            self.layers.append(layer)
         half = cfg.head_dim // 2
         inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(half, dtype=torch.float64, device=device) / half))
         angles = torch.arange(max_positions, dtype=torch.float64, device=device)[:, None] * inv_freq
@@ -235,13 +284,28 @@ class TargetModel:
         tensors = {n: self._source[n].detach().to("cpu").contiguous() for n in names}
         save_file(tensors, str(path), metadata={"specdec_config": json.dumps(asdict(self.config))})
 
+    @property
+    def is_hybrid(self) -> bool:
+        return self.config.linear is not None
+
     # ----------------------------------------------------------------------------- forward passes
 
     def new_kv_cache(self, batch: int, rows: int) -> tuple[Tensor, Tensor]:
+        """K and V caches of the attention layers, [attention layers, B, S, Hkv, D]."""
         cfg = self.config
-        shape = (cfg.num_layers, batch, rows, cfg.num_kv_heads, cfg.head_dim)
+        shape = (len(cfg.attention_layers), batch, rows, cfg.num_kv_heads, cfg.head_dim)
         return (torch.zeros(shape, device=self.device, dtype=self.dtype),
                 torch.zeros(shape, device=self.device, dtype=self.dtype))
+
+    def new_recurrent_state(self, batch: int) -> tuple[Tensor, Tensor]:
+        """The linear layers' states, zero: recurrent [linear layers, B, Hv, Dk, Dv] float32 and
+        conv [linear layers, B, C, K - 1] in the model's dtype (empty for a non-hybrid model)."""
+        lin, count = self.config.linear, len(self.config.linear_layers)
+        if lin is None:
+            return (torch.zeros(0, batch, device=self.device), torch.zeros(0, batch, device=self.device))
+        return (torch.zeros(count, batch, lin.num_value_heads, lin.key_head_dim, lin.value_head_dim,
+                            device=self.device, dtype=torch.float32),
+                torch.zeros(count, batch, lin.conv_channels, lin.conv_kernel - 1, device=self.device, dtype=self.dtype))
 
     def _rope_tables(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """cos and sign-folded sin [B, T, 1, D] at ``positions`` [B, T], shared by all layers."""
@@ -273,22 +337,37 @@ class TargetModel:
         h = F.rms_norm(x, (cfg.hidden_size,), self.final_norm, cfg.rms_norm_eps)
         return (h @ self.lm_head_t).view(*shape, cfg.vocab_size)
 
-    def prefill(self, tokens: Tensor, k_cache: Tensor | None = None, v_cache: Tensor | None = None) -> Tensor:
+    def prefill(self, tokens: Tensor, k_cache: Tensor | None = None, v_cache: Tensor | None = None,
+                state: Tensor | None = None, conv_state: Tensor | None = None,
+                kernel_impl: str = "torch") -> Tensor:
         """Causal forward over whole prompts ``tokens`` [B, P] (equal lengths) from position 0.
 
         Writes the prompt's K/V into rows ``[0, P)`` of ``k_cache``/``v_cache``
-        ([layers, B, S, Hkv, D]) when given. Returns the logits at every position [B, P, V].
-        Prompt attention is plain causal attention (no tree), so it uses SDPA directly.
+        ([attention layers, B, S, Hkv, D]) when given, and a hybrid model's linear-layer states
+        after the prompt into ``state``/``conv_state`` (:meth:`new_recurrent_state`'s layout; zero
+        states are used and dropped when not given). Returns the logits at every position
+        [B, P, V]. Prompt attention is plain causal attention (no tree), so it uses SDPA directly.
         """
         cfg = self.config
         b, p = tokens.shape
+        if self.is_hybrid and state is None:
+            state, conv_state = self.new_recurrent_state(b)
         cos, sin = self._rope_tables(torch.arange(p, device=self.device).expand(b, p))
         x = self.embed[tokens.reshape(-1)]
         for i, layer in enumerate(self.layers):
+            if "state_index" in layer:
+                j = layer["state_index"]
+                state[j].zero_()
+                conv_state[j].zero_()
+                h = F.rms_norm(x, (cfg.hidden_size,), layer["attn_norm"], cfg.rms_norm_eps)
+                out = gdn.prefill_chain(layer, cfg.linear, *gdn.project(layer, cfg.linear, h, (b, p)),
+                                           state[j], conv_state[j], kernel_impl, cfg.rms_norm_eps)
+                x = self._finish_layer(layer, x, out)
+                continue
             q, k, v = self._qkv(layer, x, (b, p), cos, sin)
             if k_cache is not None:
-                k_cache[i, :, :p] = k
-                v_cache[i, :, :p] = v
+                k_cache[layer["cache_index"], :, :p] = k
+                v_cache[layer["cache_index"], :, :p] = v
             attn = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                   is_causal=True, enable_gqa=True)
             x = self._finish_layer(layer, x, attn.transpose(1, 2))
@@ -296,7 +375,7 @@ class TargetModel:
 
     def verify(self, tokens: Tensor, depths: Tensor, cache_lens: Tensor, ancestor_mask: Tensor,
                k_cache: Tensor, v_cache: Tensor, kernel_impl: str = "auto",
-               host_lens: list[int] | None = None) -> Tensor:
+               host_lens: list[int] | None = None, recurrent: RecurrentBatch | None = None) -> Tensor:
         """One verify forward over a batch of draft trees; returns logits [B, T, V].
 
         tokens/depths: [B, T] as in ``specdec_kernels.DDTree``; cache_lens: [B] int32 committed
@@ -304,6 +383,8 @@ class TargetModel:
         at ``[L_b, L_b + T)`` in node order (where the kernels read them and the commit moves
         the accepted ones from); the prefix rows are not touched. ``host_lens``, the same
         lengths as Python ints when the caller has them, saves index tensors for small batches.
+        A hybrid model's linear layers read their states from ``recurrent`` (not modified) and
+        leave what the commit needs in ``recurrent.saved``.
         """
         from specdec_kernels import tree_verify_attention
 
@@ -322,7 +403,17 @@ class TargetModel:
             def write(cache: Tensor, rows: Tensor) -> None:
                 cache[index] = rows
         x = self.embed[tokens.reshape(-1)]
-        for i, layer in enumerate(self.layers):
+        for layer in self.layers:
+            if "state_index" in layer:
+                j = layer["state_index"]
+                h = F.rms_norm(x, (self.config.hidden_size,), layer["attn_norm"], self.config.rms_norm_eps)
+                out, saved = gdn.mix(layer, self.config.linear, *gdn.project(layer, self.config.linear, h, (b, t)),
+                                        recurrent.state[j], recurrent.conv_state[j], recurrent.parents,
+                                        recurrent.ancestor_mask, kernel_impl, self.config.rms_norm_eps)
+                recurrent.saved.append(saved)
+                x = self._finish_layer(layer, x, out)
+                continue
+            i = layer["cache_index"]
             q, k, v = self._qkv(layer, x, (b, t), cos, sin)
             write(k_cache[i], k)
             write(v_cache[i], v)

@@ -35,11 +35,15 @@ def build_server(args: EngineArgs) -> EngineServer:
 
                 cfg = replace(cfg, num_layers=args.num_layers)
             model = TargetModel.from_seed(cfg, args.seed, device, dtype, max_positions)
+        if args.recurrent_tree != "exact" and not model.is_hybrid:
+            raise SystemExit(f"--recurrent-tree {args.recurrent_tree} needs a hybrid model; {args.model_path} "
+                             "has no recurrent layers")
         drafter = None
         if is_speculative(args.method):
             drafter = BlockDrafter(model, args.block_size - 1, args.draft_agreement, args.seed)
         decoder = SpeculativeDecoder(model, args.method, args.budget, drafter, args.max_batch,
-                                     args.context_length, kernel_impl=args.kernel_impl)
+                                     args.context_length, kernel_impl=args.kernel_impl,
+                                     recurrent_tree=args.recurrent_tree)
     metrics = EngineMetrics(args.served_model_name)
     metrics.spec_num_draft_tokens.set(args.budget + 1 if is_speculative(args.method) else 0)
     scheduler = Scheduler(decoder, drafter, metrics, args.context_length, args.decode_log_interval, args.faults,
@@ -64,6 +68,9 @@ def build_server(args: EngineArgs) -> EngineServer:
         "vocab_size": cfg.vocab_size,
         "dtype": args.dtype,
     }
+    if model.is_hybrid:
+        model_info["layer_types"] = ["linear_attention" if cfg.is_linear(i) else "full_attention"
+                                     for i in range(cfg.num_layers)]
     return EngineServer(host=args.host, port=args.port, scheduler=scheduler, metrics=metrics, faults=args.faults,
                         context_length=args.context_length, server_args=server_args_dict(args),
                         model_info=model_info, served_model_name=args.served_model_name, version=__version__,
