@@ -2,10 +2,10 @@
 per GPU architecture, in one table.
 
 Why the rows differ:
-- ``sm_90`` (H100 / H200): 64 value columns per program keep the committed state's tile
-  ([Dk, 64] as a 16-bit MMA operand, 16 KB at Dk = 128) and the 16-node blocks' operands well
-  inside the register file, with two programs per value head so that a batch-8 TP1 call
-  (8 x 48 heads) fills the GPU three times over.
+- ``sm_90`` (H100 / H200): 64 value columns per program on 4 warps: the committed state's tile
+  ([Dk, 64] as a 16-bit MMA operand, 16 KB at Dk = 128) and the 16-node blocks' operands fit the
+  register file, two programs per value head; the fastest of the four tiles the H200 sweep timed
+  (docs/HYBRID.md: 128 x 8 within 3-8 %, 64 x 8 and 32 x 4 1.4-1.8x slower).
 - ``sm_120`` (RTX PRO 6000 / RTX 5090): about 99 KB of shared memory per block; the same tiles
   use a fraction of it (the sm_120 compile check reports each kernel's use), so they stay.
 - ``interpreter``: Triton's CPU interpreter runs each block operation in numpy, so the widest
