@@ -17,23 +17,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason="no CUDA GPU found: the hybrid-layer benchmark needs one")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _l2_flush_by_reading():
-    from specdec_kernels.bench import l2_flush
-
-    with l2_flush("read"):
-        yield
-
-
-@pytest.fixture(scope="module")
-def ceilings():
-    from specdec_kernels.bench import measure_ceilings
-
-    return measure_ceilings(torch.device("cuda"))
+pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(),
+                                 reason="no CUDA GPU found: the hybrid-layer benchmark needs one"),
+              pytest.mark.usefixtures("l2_flush_by_reading")]  # conftest.py
 
 
 def _shapes():

@@ -14,8 +14,7 @@ import pytest
 import torch
 
 from pytest_specdec.engine.cli import HYBRID_PRESETS, MODEL_PRESETS, parse_args
-from pytest_specdec.engine.decoding import SpeculativeDecoder
-from pytest_specdec.engine.drafter import BlockDrafter
+from greedy import greedy_decode
 from pytest_specdec.engine.model import PRESETS, TargetModel
 from pytest_specdec.engine.tokenizer import ByteTokenizer
 
@@ -34,24 +33,10 @@ def model():
 
 @functools.lru_cache(maxsize=None)
 def _greedy(model, method: str, budget: int, recurrent_tree: str = "exact") -> tuple[tuple, float]:
-    """All prompts decoded as one batch: each one's first NEW_TOKENS tokens, and the mean number
-    of tokens committed per step (the accept length)."""
-    drafter = BlockDrafter(model, 15, 0.9, seed=0) if method != "ar" else None
-    dec = SpeculativeDecoder(model, method, budget, drafter, max_batch=len(PROMPTS), max_seq_len=CONTEXT,
-                             recurrent_tree=recurrent_tree)
-    tok = ByteTokenizer()
-    outs = []
-    with torch.inference_mode():
-        for slot, prompt in enumerate(PROMPTS):
-            ids = tok.encode(prompt)
-            outs.append([dec.prefill(slot, ids, drafter.stream_key(ids) if drafter else 0)])
-        steps = 0
-        while min(len(o) for o in outs) < NEW_TOKENS:
-            step = dec.step(len(PROMPTS))
-            steps += 1
-            for out, tokens in zip(outs, step.tokens):
-                out.extend(tokens)
-    return tuple(tuple(o[:NEW_TOKENS]) for o in outs), sum(len(o) - 1 for o in outs) / len(outs) / steps
+    """All prompts decoded as one batch (once per configuration): outputs and accept length."""
+    out, accept_length = greedy_decode(model, method, budget, PROMPTS, NEW_TOKENS, CONTEXT,
+                                       recurrent_tree=recurrent_tree)
+    return tuple(map(tuple, out)), accept_length
 
 
 @pytest.mark.parametrize("budget", [8, 16, 32, 64])

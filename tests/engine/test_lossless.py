@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pytest_specdec.engine.decoding import SpeculativeDecoder
-from pytest_specdec.engine.drafter import BlockDrafter
+from greedy import greedy_decode
 from pytest_specdec.engine.model import PRESETS, TargetModel
 from pytest_specdec.engine.tokenizer import ByteTokenizer
 
@@ -27,24 +26,7 @@ def model():
 
 
 def greedy(model, method: str, budget: int, agreement: float = 0.9, block_size: int = 16) -> tuple[list, float]:
-    """Decode all prompts as one batch; return each prompt's first NEW_TOKENS tokens and the
-    mean number of tokens committed per step."""
-    drafter = BlockDrafter(model, block_size - 1, agreement, seed=0) if method != "ar" else None
-    dec = SpeculativeDecoder(model, method, budget, drafter, max_batch=4, max_seq_len=CONTEXT)
-    tok = ByteTokenizer()
-    outs = []
-    with torch.inference_mode():
-        for slot, prompt in enumerate(PROMPTS):
-            ids = tok.encode(prompt)
-            outs.append([dec.prefill(slot, ids, drafter.stream_key(ids) if drafter else 0)])
-        steps = 0
-        while min(len(o) for o in outs) < NEW_TOKENS:
-            step = dec.step(len(PROMPTS))
-            steps += 1
-            for out, tokens in zip(outs, step.tokens):
-                out.extend(tokens)
-    committed = sum(len(o) - 1 for o in outs) / len(outs)
-    return [o[:NEW_TOKENS] for o in outs], committed / steps
+    return greedy_decode(model, method, budget, PROMPTS, NEW_TOKENS, CONTEXT, agreement, block_size)
 
 
 @pytest.fixture(scope="module")
