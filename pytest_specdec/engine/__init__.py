@@ -1,7 +1,8 @@
 """The embedded reference engine: a real speculative-decoding server, run as its own process.
 
 ``python -m pytest_specdec.engine --method {ar,dflash,ddtree} --budget N [...]`` serves SGLang's
-HTTP API over a small Llama-style model (``model.py``), decoding autoregressively, with a DFlash
+HTTP API over a small Llama-style model (``model.py``; or a Qwen3.5-style hybrid with Gated
+DeltaNet layers, ``linear_attention.py``), decoding autoregressively, with a DFlash
 chain or with a DDTree through ``specdec_kernels`` (``decoding.py``), drafts from a synthetic
 block drafter (``drafter.py``), batches concurrent requests on one scheduler thread
 (``scheduler.py``) behind an aiohttp server (``server.py``), exports Prometheus metrics under
