@@ -1,5 +1,6 @@
 """Real clients against the engine, as users run them: the `openai` package on the OpenAI-compatible
-endpoints, SGLang's own frontend (`sgl.gen`) on /generate, and the exported tokenizer.
+endpoints, SGLang's own frontend (`sgl.gen`) on /generate, and the exported tokenizer read by
+Hugging Face's `tokenizers` (what transformers' fast tokenizers, and so bench_serving, run on).
 
 `sglang.bench_serving` is not run here: importing it pulls in transformers and Hugging Face
 `datasets` (pyarrow, pandas), hundreds of MB that CI does not install. What it sends is checked
@@ -10,6 +11,8 @@ offline against the engine with the exported tokenizer.
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
 
 import pytest
 
@@ -111,3 +114,34 @@ def test_sglang_frontend_gen(sgl, engine):
     assert state.get_meta_info("answer")["completion_tokens"] == 16
     stream = complete.run(prompt=PROMPT, backend=backend, stream=True)
     assert "".join(stream.text_iter("answer")) == native["text"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    """The directory `python -m pytest_specdec.engine.export_tokenizer DIR` writes."""
+    target = tmp_path_factory.mktemp("tokenizer") / "specdec-tiny"
+    subprocess.run([sys.executable, "-m", "pytest_specdec.engine.export_tokenizer", str(target),
+                    "--context-length", str(CONTEXT)], check=True, capture_output=True)
+    return target
+
+
+TEXTS = [PROMPT, "  two leading spaces,\ttabs\nand lines", "héllo wörld 😀 日本語", "x" * 300]
+
+
+@pytest.mark.parametrize("text", TEXTS, ids=range(len(TEXTS)))
+def test_exported_tokenizer_counts_and_decodes_as_the_engine(tokenizer_dir, engine, text):
+    tokenizers = pytest.importorskip("tokenizers", reason="a test dependency: pip install -e '.[test]'")
+    tok = tokenizers.Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+    ids = tok.encode(text).ids
+    assert ids == ByteTokenizer().encode(text)
+    assert tok.decode(ids, skip_special_tokens=True) == text
+    by_ids = engine.post("/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": 4}}).json()
+    assert by_ids["meta_info"]["prompt_tokens"] == len(ids) == engine.generate(text, 4)["meta_info"]["prompt_tokens"]
+
+
+def test_exported_tokenizer_config(tokenizer_dir):
+    import json
+
+    config = json.loads((tokenizer_dir / "tokenizer_config.json").read_text())
+    assert (config["bos_token"], config["eos_token"], config["model_max_length"]) == ("<s>", "</s>", CONTEXT)
+    assert config["chat_template"] and config["split_special_tokens"] is True
