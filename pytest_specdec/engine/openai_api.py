@@ -16,7 +16,6 @@ from typing import Any, Mapping
 
 from .protocol import (
     TOP_K_ALL,
-    InvalidBody,
     Neutral,
     RequestError,
     Sampling,
@@ -24,8 +23,8 @@ from .protocol import (
     check_context,
     check_neutral,
     expect,
+    known_fields,
     parse_sampling,
-    unknown_names,
 )
 
 #: Roles and contents as plain text; the assistant's turn opens at the end.
@@ -131,12 +130,7 @@ class OpenAIRequest:
 
 def _common(body: Any, fields: frozenset[str], neutral: Mapping[str, Neutral], default_max_tokens: int | None,
             *, vocab_size: int) -> tuple[dict, Sampling, bool, bool]:
-    if not isinstance(body, dict):
-        raise InvalidBody(f"The request body must be a JSON object, got {type(body).__name__}.")
-    unknown = sorted(set(body) - fields)
-    if unknown:
-        raise unknown_names("field(s)", unknown, fields)
-    b = {k: v for k, v in body.items() if v is not None}
+    b = known_fields(body, fields)
     stream = expect("stream", b.get("stream", False), (bool,), "a boolean")
     options = expect("stream_options", b.get("stream_options", {}), (dict,), "an object")
     include_usage = expect("stream_options.include_usage", options.get("include_usage") or False, (bool,),

@@ -211,6 +211,16 @@ def _check_text(s: str) -> None:
                           f"position {exc.start}, e.g. a lone surrogate escape).") from None
 
 
+def known_fields(body: Any, known: frozenset[str]) -> dict:
+    """The body's fields set to something (null is the default), once it is an object of known names."""
+    if not isinstance(body, dict):
+        raise InvalidBody(f"The request body must be a JSON object, got {_type_name(body)}.")
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise unknown_names("field(s)", unknown, known)
+    return {k: v for k, v in body.items() if v is not None}
+
+
 def unknown_names(kind: str, names: list[str], known: frozenset[str]) -> SchemaViolation:
     return SchemaViolation(f"unknown {kind} {', '.join(f'`{n}`' for n in names)}; the names SGLang "
                            f"accepts are {', '.join(sorted(known))}")
@@ -296,12 +306,7 @@ def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int) -
     ``encode`` turns text into token ids. Raises a RequestError subclass, in SGLang's order:
     the body's shape, then the schema, then what the engine cannot honour, then SGLang's refusals.
     """
-    if not isinstance(body, dict):
-        raise InvalidBody(f"The request body must be a JSON object, got {_type_name(body)}.")
-    unknown = sorted(set(body) - GENERATE_FIELDS)
-    if unknown:
-        raise unknown_names("field(s)", unknown, GENERATE_FIELDS)
-    b = {k: v for k, v in body.items() if v is not None}
+    b = known_fields(body, GENERATE_FIELDS)
     stream = expect("stream", b.get("stream", False), (bool,), "a boolean")
     rid = b.get("rid")
     if rid is not None:

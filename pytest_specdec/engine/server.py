@@ -193,7 +193,7 @@ class EngineServer:
                 return await self._stream_error(request, exc)
             return self._error(exc)
         if req.stream:
-            return await self._stream(request, req)
+            return await self._stream(request, req, (self._output(req, p) async for p in self._progress(req)))
         p = await self._finished(req)
         return web.json_response(self._output(req, p))
 
@@ -235,11 +235,13 @@ class EngineServer:
     def _output(self, req: Request, p: Progress) -> dict:
         return {"text": p.text, "output_ids": req.output_ids[: p.num_ids], "meta_info": self._meta_info(req, p)}
 
-    async def _stream(self, request: web.Request, req: Request) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, req: Request, events) -> web.StreamResponse:
+        """Send ``events`` (an async iterator of dicts) as SSE, then ``[DONE]``; a client that
+        leaves aborts ``req``."""
         resp = await self._open_stream(request)
         try:
-            async for p in self._progress(req):
-                await self._send(resp, self._output(req, p))
+            async for event in events:
+                await self._send(resp, event)
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):
@@ -344,25 +346,17 @@ class EngineServer:
                                                {"content": text}, reason)
             return openai_api.envelope(chunk_kind, req.rid, self.served_model_name, [choice], None)
 
-        resp = await self._open_stream(request)
-        sent = ""
-        try:
+        async def chunks():
+            sent = ""
             async for p in self._progress(req):
                 delta = p.text[len(sent):] if p.text.startswith(sent) else ""  # a cut stop string cannot be unsent
                 if delta or p.finish_reason is not None or not sent:
-                    await self._send(resp, chunk(delta, p.finish_reason, first=not sent))
+                    yield chunk(delta, p.finish_reason, first=not sent)
                     sent += delta
-                if p.finish_reason is not None:
-                    if o.include_usage:
-                        await self._send(resp, openai_api.envelope(chunk_kind, req.rid, self.served_model_name, [],
-                                                                   usage(p)))
-                    break
-            await resp.write(b"data: [DONE]\n\n")
-            await resp.write_eof()
-        except (ConnectionResetError, asyncio.CancelledError):
-            req.aborted = True
-            raise
-        return resp
+                if p.finish_reason is not None and o.include_usage:
+                    yield openai_api.envelope(chunk_kind, req.rid, self.served_model_name, [], usage(p))
+
+        return await self._stream(request, req, chunks())
 
     async def flush_cache(self, request: web.Request) -> web.Response:
         await self._hang_if_faulty()
