@@ -24,6 +24,7 @@ import traceback
 
 from aiohttp import web
 
+from .. import sglang_api as api
 from . import logs, openai_api
 from .faults import FaultPlan
 from .metrics import EngineMetrics
@@ -60,22 +61,22 @@ class EngineServer:
     def app(self) -> web.Application:
         app = web.Application()
         r = app.router
-        for path in ("/health", "/health_generate"):
+        for path in (api.HEALTH, api.HEALTH_GENERATE):
             r.add_get(path, self.health)
         r.add_get("/ready", self.ready_check)
-        r.add_route("POST", "/generate", self.generate)
-        r.add_route("PUT", "/generate", self.generate)
-        for path in ("/server_info", "/get_server_info"):
+        r.add_route("POST", api.GENERATE, self.generate)
+        r.add_route("PUT", api.GENERATE, self.generate)
+        for path in (api.SERVER_INFO, api.SERVER_INFO_OLD):
             r.add_get(path, self.get_server_info)
         for path in ("/model_info", "/get_model_info"):
             r.add_get(path, self.get_model_info)
-        r.add_get("/v1/models", self.list_models)
-        r.add_get("/v1/models/{model:.+}", self.retrieve_model)
+        r.add_get(api.MODELS, self.list_models)
+        r.add_get(api.MODELS + "/{model:.+}", self.retrieve_model)
         r.add_post("/v1/completions", self.completions)
         r.add_post("/v1/chat/completions", self.chat_completions)
         r.add_route("GET", "/flush_cache", self.flush_cache)
         r.add_route("POST", "/flush_cache", self.flush_cache)
-        r.add_get("/metrics", self.get_metrics)
+        r.add_get(api.METRICS, self.get_metrics)
         return app
 
     def serve(self) -> None:
@@ -218,22 +219,22 @@ class EngineServer:
             raise web.HTTPRequestTimeout(text=f"The request body did not arrive within {self.idle_timeout:g} s.")
 
     def _meta_info(self, req: Request, p: Progress) -> dict:
-        meta = {"id": req.rid, "finish_reason": p.finish_reason, "prompt_tokens": len(req.input_ids),
-                "completion_tokens": p.num_ids, "cached_tokens": 0, "weight_version": "default"}
+        meta = {"id": req.rid, api.FINISH_REASON: p.finish_reason, api.PROMPT_TOKENS: len(req.input_ids),
+                api.COMPLETION_TOKENS: p.num_ids, "cached_tokens": 0, "weight_version": "default"}
         if p.e2e_latency is not None:
-            meta["e2e_latency"] = p.e2e_latency
+            meta[api.E2E_LATENCY] = p.e2e_latency
         budget = self.scheduler.decoder.budget
         if p.verify_ct > 0 and budget > 0:  # absent, not zero, when nothing was verified
             proposed = p.verify_ct * budget
-            meta["spec_verify_ct"] = p.verify_ct
-            meta["spec_accept_length"] = p.num_ids / p.verify_ct
-            meta["spec_accept_rate"] = p.correct_drafts / proposed
-            meta["spec_num_correct_drafts"] = p.correct_drafts
-            meta["spec_num_proposed_drafts"] = proposed
+            meta[api.SPEC_VERIFY_CT] = p.verify_ct
+            meta[api.SPEC_ACCEPT_LENGTH] = p.num_ids / p.verify_ct
+            meta[api.SPEC_ACCEPT_RATE] = p.correct_drafts / proposed
+            meta[api.SPEC_NUM_CORRECT_DRAFTS] = p.correct_drafts
+            meta[api.SPEC_NUM_PROPOSED_DRAFTS] = proposed
         return meta
 
     def _output(self, req: Request, p: Progress) -> dict:
-        return {"text": p.text, "output_ids": req.output_ids[: p.num_ids], "meta_info": self._meta_info(req, p)}
+        return {"text": p.text, "output_ids": req.output_ids[: p.num_ids], api.META_INFO: self._meta_info(req, p)}
 
     async def _stream(self, request: web.Request, req: Request, events) -> web.StreamResponse:
         """Send ``events`` (an async iterator of dicts) as SSE, then ``[DONE]``; a client that
