@@ -84,8 +84,12 @@ def tree_verify_attention_reference(q: Tensor, k_cache: Tensor, v_cache: Tensor,
     # rows of one KV head: (t, g) pairs, t-major, so the bias broadcasts over g
     qg = q.to(compute_dtype).view(batch, num_nodes, kv_heads, group, head_dim)
     qg = qg.permute(0, 2, 1, 3, 4).reshape(batch, kv_heads, num_nodes * group, head_dim)
-    keys = k_cache[:, :num_keys].to(compute_dtype).permute(0, 2, 3, 1)  # [B, Hkv, D, N]
-    values = v_cache[:, :num_keys].to(compute_dtype).transpose(1, 2)  # [B, Hkv, N, D]
+    # each request's rows past L_b + T (another request's length, free cache) may hold anything,
+    # even NaN, which a -inf bias would not cancel (0 * NaN): they are replaced by zeros
+    owned = (torch.arange(num_keys, device=q.device).view(1, num_keys)
+             < (cache_lens.to(device=q.device, dtype=torch.int64) + num_nodes).view(batch, 1)).view(batch, num_keys, 1, 1)
+    keys = torch.where(owned, k_cache[:, :num_keys].to(compute_dtype), 0.0).permute(0, 2, 3, 1)  # [B, Hkv, D, N]
+    values = torch.where(owned, v_cache[:, :num_keys].to(compute_dtype), 0.0).transpose(1, 2)  # [B, Hkv, N, D]
     scores = torch.matmul(qg, keys).mul_(scale).view(batch, kv_heads, num_nodes, group, num_keys)
     probs = torch.softmax(scores + bias, dim=-1).view(batch, kv_heads, num_nodes * group, num_keys)
     out = torch.matmul(probs, values).view(batch, kv_heads, num_nodes, group, head_dim)
@@ -114,7 +118,8 @@ def tree_verify_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_len
     q:             [B, T, Hq, D] fp16 / bf16 / fp32; any strides with unit stride in D.
     k_cache/v_cache: [B, S, Hkv, D], q's dtype, unit stride in D. Rows ``[0, L_b)`` are the
                    committed prefix, rows ``[L_b, L_b + T)`` the tree's own K/V rows (written by
-                   the caller before the call); ``L_b + T <= S``. Rows past that are never read.
+                   the caller before the call); ``L_b + T <= S``. Rows past that never reach the output,
+                   whatever they hold (NaN included).
     cache_lens:    [B] int32, L_b (tree rows excluded); ragged across the batch. Read on the
                    device only: no host synchronisation.
     ancestor_mask: [B, T, W] int32 (see :mod:`specdec_kernels.tree_layout`).

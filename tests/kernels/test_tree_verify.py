@@ -862,3 +862,16 @@ def test_pingpong_tail_rescales_where_scores_outgrow_its_max(num_nodes, group, l
     assert plan["tail_m"] == 8 and plan["head_split"] == 1, plan
     out = run_triton(q, k, v, lens_t, mask, splits, monkeypatch, config=config)
     assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, f"tail rescale, rise {rise}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_torch_path_ignores_rows_past_each_requests_tree(dtype):
+    """The torch path looks at rows up to the longest request's L_b + T; a shorter request's rows
+    past its own L_b + T are NaN here (another request's length, free cache) and must not reach
+    its output."""
+    lens = [3, 40, 0, 17]
+    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, 9, "best_first", 4, 2, 32, dtype, seed=31)
+    q, k, v, lens_t, mask = (t.cpu() for t in (q, k, v, lens_t, mask))
+    assert torch.isnan(k[0, lens[0] + 9:]).all()  # the slack the short requests must not read
+    out = tree_verify_attention(q, k, v, lens_t, mask, impl="torch")
+    assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, "torch path, ragged with NaN slack")
