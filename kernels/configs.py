@@ -1,18 +1,11 @@
-"""Launch configurations per GPU architecture, in one table.
+"""Tree-verify tiles per GPU architecture: one small function per arch family, one line of reason
+per choice, the same signature for each (FlashAttention's ``tile_size.h`` is the model).
 
-Why the rows differ:
-- ``sm_90`` (H100 / H200) has 227 KB of shared memory per block: deep pipelines and 128-row
-  query tiles fit.
-- ``sm_120`` (RTX PRO 6000 / RTX 5090) has about 99 KB per block and none of the Hopper or
-  datacenter-Blackwell paths (wgmma, TMA multicast): smaller key tiles, two stages, query
-  tiles capped at 64 rows, so every (head dim) row fits with room to spare. The sm_120 compile
-  check (``python -m specdec_kernels.sm120_check``) reports the shared memory each row uses.
-- ``sm_100`` (B200) takes the Hopper row (its shared memory is as large), but never the Gluon
-  kernel, which is written for Hopper's warpgroup MMA.
-- ``interpreter``: Triton's CPU interpreter runs block operations in numpy, so fewer, larger
-  tiles are faster; no memory limits apply.
-
-Unknown architectures fall back to the sm_120 row, the most conservative one.
+Each function maps (head dim, element size, packed rows T * G of one KV head, (request, KV head)
+pairs, cache rows S) to a :class:`TileChoice`. The planner (:mod:`specdec_kernels.verify_plan`)
+then picks query tiles and splits inside it, takes the entry's Triton fallback where the Gluon
+kernels cannot run a call, and shrinks any entry whose shared memory would not fit the arch (fp32
+doubles every tile). Measurements behind the sm_90 choices: docs/kernels-performance.md.
 """
 
 from __future__ import annotations
@@ -23,78 +16,32 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class VerifyConfig:
-    """Tile sizes for tree-verify attention at one head dim.
+    """Tiles of one table entry.
 
-    block_n:      key rows per tile (multiple of 16; ``tl.dot`` needs K >= 16).
-    max_block_m:  cap on packed query rows (T * G rows of one KV head) per program.
-    num_warps, num_stages: Triton launch parameters.
-    resident_per_sm: how many of these programs fit on one multiprocessor at once (from the
-                  shared memory and registers the compiled kernel uses); the split-KV heuristic
-                  sizes its waves with it.
-    max_tail_m:   packed rows past a whole number of max_block_m tiles that ride along in a
-                  small extra tile (T = 2^k + 1); 0 disables the tail tile.
-    min_block_m:  smallest query tile worth running on these warps: 8 warps are two Hopper
-                  warpgroups of 64 rows each, and on a 64-row tile they measured slower than 4
-                  warps (PERF.md, round 3), so the 8-warp rows take 128-row tiles only.
-    tma:          load the mask-free key tiles through tensor descriptors (bulk tensor copies,
-                  sm_90 and later) where the cache layout allows one; the partial last tile and
-                  the tree rows keep masked per-element loads.
-    lazy_rescale: rescale the output accumulator only when a row's running max grows by more
-                  than 2**8 (``tree_verify_triton.RESCALE_LOG2``), not at every key tile.
-    max_registers: cap on registers per thread passed to ptxas (0: none), so that more programs
-                  share a multiprocessor, at the price of spills.
-    (These three measured slower on the H200, PERF.md round 4: off in every entry below, kept
-    as switches for the sweeps.)
-    fold_scale:   take each row's max on the raw q.k scores and fold the softmax scale into the
-                  exponent's argument (one fused multiply-add a score); only for a positive scale.
-    gluon:        run the split kernel written in Gluon (``tree_verify_gluon``, sm_90), which
-                  issues the next key tile's q.k before this tile's softmax; only for 16-bit
-                  inputs, a positive scale, a cache one tensor descriptor describes, no tail tile
-                  and query tiles of at least 16 rows a warp (otherwise the Triton kernel runs,
-                  with the fields above).
-    gluon_block_n, gluon_stages: the Gluon kernel's key rows per tile and ring slots (0: as
-                  block_n / num_stages); it needs at least 3 slots.
-    gluon_q_in_registers: the Gluon kernel's q.k MMA takes q from registers instead of shared
-                  memory (which then carries only the key tiles).
-    gluon_pingpong: on 128-row tiles, the Gluon kernel whose two warpgroups are separate
-                  warp-specialised partitions taking turns at the tensor cores, fed by a TMA
-                  warp (``tree_verify_gluon_pingpong``; q in registers; launched on 4 warps, its
-                  partitions add the other warpgroups and the load warp).
-    gluon_pingpong_192: the ping-pong kernel may also take 192-row tiles (three warpgroups, q
-                  in shared memory) where they pad fewer rows than 128-row ones (T = 33 at G = 4:
-                  132 rows); a call that cannot run it is planned with power-of-two tiles.
-    gluon_pingpong_tail: rows past whole 128-row tiles, up to 8 (T = 2^k + 1 at G <= 8), ride in
-                  the ping-pong kernel's tail warpgroup (keys as its MMAs' M dimension, the rows
-                  as N = 8) instead of a third warpgroup or another program.
-    gluon_pingpong_64: 64-row tiles on the ping-pong kernel too (one warpgroup and its load
-                  warp), and, with gluon_pingpong_tail, 65 to 72 rows (T = 17 at G = 4, T = 9 at
-                  G = 8) on one 64-row warpgroup and the tail warpgroup instead of a 128-row tile
-                  with half its MMAs on padding.
-    split_query_heads: 129 to 144 packed rows at an even G (T = 17 at G = 8, T = 33 at G = 4) that
-                  the plan would give two programs per KV head anyway (2 x 128 rows, on short
-                  streams of a part-filled GPU) run as two programs of half its query heads each
-                  (65 to 72 rows: one 64-row warpgroup and the tail warpgroup of the ping-pong
-                  kernel), half the MMA work; the two are adjacent in the grid, so the second
-                  reads the K/V tiles the first brought into L2. (Against one 128-row tile and
-                  the tail it measured slower: a single warpgroup has no partner to hide its
-                  softmax, PERF.md round 9.)
-    gluon_pingpong_64_block_n: key rows per tile where the ping-pong kernel runs one 64-row
-                  warpgroup (with or without the tail warpgroup; 0: as the rest of the entry) on
-                  long splits (``tree_verify_triton.PINGPONG_64_WIDE_KEYS_MIN_CHUNK``) of a grid
-                  that is not persistent; the planner then splits the cache in multiples of it.
-                  At head dim 64, 128 (16 KB tiles, as 64 keys are at 128): 3-19 % faster there,
-                  slower on short splits and persistent programs; two warpgroups ran from 8 %
-                  faster to 23 % slower on it (PERF.md, round 16).
-    gluon_masked_tma: the (non-ping-pong) Gluon kernel requests its split's first masked key tile
-                  (partial last prefix tile, else first tree tile) by TMA into buffers of its own
-                  at its start, instead of loading its masked tiles through pointers after the
-                  mask-free stream (2 x block_n x head dim x 2 bytes more shared memory). On the
-                  64-row tile it measured no faster (H200, PERF.md round 7): off in every entry,
-                  kept as a switch for the sweeps, with its GPU tests.
-    triton_fallback: the configuration (Triton fields only) for calls the Gluon kernel cannot
-                  take (fp32, a cache one descriptor cannot describe, no Hopper GPU, a Triton whose
-                  Gluon does not build it), where the Triton kernel wants other tiles than the
-                  Gluon one (None: these same fields).
+    block_n, num_warps, num_stages: the Triton kernel's key rows per tile (a multiple of 16),
+        warps and software-pipeline depth.
+    max_block_m, min_block_m: the range of query-tile rows (packed rows of one KV head).
+    resident_per_sm: programs one SM holds at once (from the compiled kernel); the split model
+        sizes its waves with it.
+    max_tail_m: rows past whole query tiles (T = 2^k + 1) that may ride in a 16-row tail tile of
+        the Triton kernel instead of another program (0: never).
+    tma: the Triton kernel loads its mask-free key tiles through tensor descriptors.
+    gluon: a Hopper Gluon kernel takes 16-bit calls (``tree_verify_gluon``; the ping-pong one with
+        ``gluon_pingpong``), the Triton kernel (or ``triton_fallback``) the others.
+    gluon_block_n, gluon_stages: the Gluon kernels' key rows per tile and ring slots (0: as the
+        Triton fields).
+    gluon_q_in_registers: the 64-row Gluon kernel keeps q in registers (shared memory then holds
+        key tiles only).
+    gluon_pingpong: 128-row tiles run two warpgroups taking turns at the tensor cores, fed by a
+        TMA warp; gluon_pingpong_64 adds 64-row tiles (one warpgroup and the load warp),
+        gluon_pingpong_192 192-row tiles (three warpgroups) where they pad fewer rows,
+        gluon_pingpong_tail an 8-row tail warpgroup for rows past whole 128-row tiles (and
+        65-72 rows on one 64-row warpgroup with gluon_pingpong_64).
+    gluon_pingpong_64_block_n: key rows per tile of the single ping-pong warpgroup on long splits
+        of a grid that is not persistent (0: as gluon_block_n).
+    split_query_heads: 129-144 packed rows at an even G run as two programs of half the query heads
+        each where the plan would give two programs per KV head anyway.
+    triton_fallback: the Triton kernel's tiles where they differ from these fields (None: same).
     """
 
     block_n: int
@@ -105,9 +52,6 @@ class VerifyConfig:
     max_tail_m: int = 16
     min_block_m: int = 16
     tma: bool = False
-    lazy_rescale: bool = False
-    max_registers: int = 0
-    fold_scale: bool = False
     gluon: bool = False
     gluon_block_n: int = 0
     gluon_stages: int = 0
@@ -117,189 +61,132 @@ class VerifyConfig:
     gluon_pingpong_tail: bool = False
     gluon_pingpong_64: bool = False
     gluon_pingpong_64_block_n: int = 0
-    gluon_masked_tma: bool = False
     split_query_heads: bool = False
     triton_fallback: VerifyConfig | None = None
 
 
-# arch -> head_dim -> tiers ((most packed rows, config[, config for small work[, for tiny work]]),
-# ..., (None, config...)): the first tier whose bound covers T * G packed query rows of one KV head
-# applies; its third entry, where there is one, replaces the config when the call has fewer than
-# SMALL_GRID_HEADS (request, KV head) pairs or at most SHORT_CACHE_ROWS cache rows (small work),
-# its fourth when it has both (tiny work).
-# Few rows means the call streams K/V (memory bound): 4 warps on 64-row tiles, small enough that
-# two programs share a multiprocessor, so one program's start and end overlap the other's
-# stream. Past 64 rows, one 128-row tile on 8 warps (two warpgroups) with 64-key tiles loaded
-# through tensor descriptors: each K/V tile then serves all the rows (T = 17 at G = 4: 68 rows),
-# where two 64-row programs would each stream the cache (H200, rounds 3-4: B8-T17-L8k 96 us
-# against 109, B32-T17-L8k 307 against 388).
-# On sm_90 at head dims 128 and 64 (since round 15), the entries with ``gluon`` run a Gluon split
-# kernel for 16-bit inputs (``tree_verify_gluon``; past 64 rows ``tree_verify_gluon_pingpong``),
-# with the Triton fields, or their ``triton_fallback``, for the calls they cannot take.
-# resident_per_sm comes from the compiled kernels (Triton 3.9's ptxas, sm_90 target, compiled on
-# the CPU; PERF.md): 228 KB shared memory and 64K registers per SM.
-# max_tail_m is 16 where the tail tile compiles without register spills, else 0.
-# The sm_90 head-dim-128 entries are chosen by the H200 sweeps in PERF.md; the other rows
-# compile without register spills but were not swept.
-_SM90_MANY = {
-    # 192 KB smem at 3 stages: 1 per SM (its tail tile spills 184 B: off)
-    64: VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0),
-    # Gluon: the ping-pong kernel (round 6, H200): two warpgroup partitions taking turns at the
-    # tensor cores, a TMA warp, 64-key tiles, 4 ring slots (147 KB shared memory). Against round
-    # 5's 8-warp Gluon tile, 8-14 % faster on all ten 128-row shapes swept (B8-T17-L8k 87.7 ->
-    # 76.1 us, B32-T65-H64-L8k 1393 -> 1223). Rows past whole 128-row tiles, up to 8 (T = 2^k + 1),
-    # ride in a tail warpgroup: against a third warpgroup (192-row tiles, themselves 6-30 %
-    # faster than two 128-row programs), 2-10 % faster on 12 of the 16 shapes swept (B32-T65-L32k
-    # 2929 -> 2624 us); 192-row tiles stay where they need fewer programs (520 rows) and the
-    # planner drops both on short streams of a part-filled GPU. 65-72 rows (T = 17 at G = 4, T = 9
-    # at G = 8) take one 64-row warpgroup and the tail instead of a 128-row tile: 4-10 % faster on
-    # all 12 shapes swept (round 8, third sweep: B32-T17-L32k 1038 -> 942 us, B8-T17-L8k 75.0 -> 72.0).
-    # 129-144 rows (T = 17 at G = 8, T = 33 at G = 4) that short streams would put in two 128-row
-    # programs per KV head take two of 64 rows and the tail, half the query heads each: 13 % faster
-    # on all four such shapes (round 9, first sweep: B1-T17-H64-L8k 26.3 -> 23.0 us, B8-T33-L1k
-    # 24.9 -> 21.7); against one 128-row tile and the tail 14-44 % slower (B8-T17-H64-L8k 94.1 ->
-    # 113.1), so only there.
-    # Triton fallback: descriptor loads, 3-5 % faster than per-element loads on every shape swept
-    # (round 4).
-    128: VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
-                      tma=True, gluon=True, gluon_stages=4, gluon_pingpong=True, gluon_pingpong_192=True,
-                      gluon_pingpong_tail=True, gluon_pingpong_64=True, split_query_heads=True,
-                      triton_fallback=VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3,
-                                                   max_tail_m=0, min_block_m=128, tma=True)),
-}
+@dataclass(frozen=True)
+class TileChoice:
+    """A table entry and the one-line reason it was chosen."""
 
-# With little work per (request, KV head), the 8-warp tile's one program per SM loses to the
-# 4-warp tile's two: with few pairs (batch 1 at 8 KV heads) the GPU is filled by splitting the
-# cache, and gets half the programs; with a short cache each program's start and end are a large
-# share of it. There the Triton kernel keeps 64-row tiles on 4 warps up to 255 rows, rows past a
-# whole tile riding in a 16-row tail tile where the planner finds the grid full (H200, rounds 3-4:
-# B1-T17-L8k 25.7 us against 34.8, B32-T17-L1k 65.4 against 77.4).
-SMALL_GRID_HEADS = 64
-SHORT_CACHE_ROWS = 2048
+    config: VerifyConfig
+    why: str
 
-# Up to 64 rows the Gluon kernel with 4 slots (80 KB, 159 registers: still 2 per SM) was 4-13 %
-# faster on all four shapes swept (H200, round 5: B32-T9-L1k 45.6 -> 39.6 us, B1-T9-L32k 50.1 ->
-# 47.4); q in registers made no difference there. The Triton fallback keeps 3 stages.
-_SM90_FEW_128 = VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2,
-                             max_tail_m=0, gluon=True, gluon_stages=4)
-# ... except on a grid of at most FEW_HEADS (request, KV head) pairs (batch 1 and 8 at 8 KV heads),
-# where the ping-pong kernel's single warpgroup fed by its load warp (64-key tiles, 4 slots, one
-# program per SM, half the splits) was faster on 11 of the 12 shapes of round 8's fourth sweep (by
-# 1-8 %: B1-T9-L8k 19.0 -> 17.5 us, B8-T9-L8k 71.3 -> 70.5; B1-T9-L1k 11.2 -> 11.5), and 2-13 %
-# slower at batch 32, where its 256 programs take two waves (B32-T9-L1k 39.7 -> 44.8).
-FEW_HEADS = 64
-_SM90_FEW_PINGPONG_128 = VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=1,
-                                      max_tail_m=0, tma=True, gluon=True, gluon_stages=4, gluon_pingpong=True,
-                                      gluon_pingpong_64=True,
-                                      triton_fallback=VerifyConfig(block_n=32, max_block_m=64, num_warps=4,
-                                                                   num_stages=3, resident_per_sm=2, max_tail_m=0))
-# The Triton kernel's small-work tier: with the tail tile 255 registers x 128 threads, 73 KB
-# shared memory: still 2 per SM. The Gluon ping-pong kernel's 128-row tiles beat the 64-row tiles
-# there too (round 6, second sweep, all eight shapes: B1-T17-L32k 59.8 -> 46.0 us, B32-T17-L1k
-# 62.3 -> 52.6, B8-T33-L1k 35.1 -> 25.0), so it takes this tier wherever it can run, and these
-# tiles are its Triton fallback.
-_SM90_SMALL_WORK_128 = dataclasses.replace(_SM90_MANY[128], triton_fallback=VerifyConfig(
-    block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2, max_tail_m=16))
 
-# Where the grid is small and the cache short both (batch 1 at L1k: 8 to 40 programs of a few
-# key tiles each), a call is all latency: there the ping-pong kernel's larger programs were 0.4 to
-# 1.6 us slower than round 5's tiles on all seven such shapes of the round-6 table (B1-T17-H64-L1k
-# 13.8 -> 15.4 us), so this tier keeps them: 64-row Gluon tiles up to 255 rows, the 8-warp Gluon
-# tile (128-key tiles, q in registers) past that.
-_SM90_TINY_128 = VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2,
-                              max_tail_m=16, gluon=True, gluon_stages=4)
-_SM90_TINY_MANY_128 = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0,
-                                   min_block_m=128, tma=True, gluon=True, gluon_block_n=128,
-                                   gluon_q_in_registers=True)
+# The grid and cache thresholds of the sm_90 tiers: (request, KV head) pairs and cache rows.
+FEW_HEADS = 64          # batch 1 and 8 at 8 KV heads
+SMALL_GRID_HEADS = 64   # fewer pairs than this: a part-filled GPU
+SHORT_CACHE_ROWS = 2048  # at most this many rows: each program's start and end weigh
 
-# Head dim 64 (round 15): the Triton kernel alone reached 3-37 % of the matmul rate on the
-# compute-bound shapes and 43-97 % of the copy rate on the memory-bound ones of the issue's grid
-# at D = 64 (H200, PERF.md round 15), so it takes the head-dim-128 tiers, Gluon kernels and all
-# (the GPU tests run every Gluon tile at D = 64 too); not swept at 64. Calls the Gluon kernels
-# cannot take get the Triton tiles head dim 64 had: 64-row tiles on 4 warps up to 255 rows (86
-# KB smem, 246 regs with the tail tile: 2 per SM), the 128-row tile past that.
-_SM90_TRITON_FEW_64 = VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2)
+# sm_90 entries (H200 sweeps at head dim 128, bf16; docs/kernels-performance.md)
+_TRITON_64_ROWS = VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2, max_tail_m=0)
+_TRITON_128_ROWS = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
+                                tma=True)
+_PINGPONG = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
+                         tma=True, gluon=True, gluon_stages=4, gluon_pingpong=True, gluon_pingpong_192=True,
+                         gluon_pingpong_tail=True, gluon_pingpong_64=True, split_query_heads=True,
+                         triton_fallback=_TRITON_128_ROWS)
+_PINGPONG_ONE_WARPGROUP = VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3, max_tail_m=0, tma=True,
+                                       gluon=True, gluon_stages=4, gluon_pingpong=True, gluon_pingpong_64=True,
+                                       triton_fallback=_TRITON_64_ROWS)
+_GLUON_64_ROWS = VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2, max_tail_m=0,
+                              gluon=True, gluon_stages=4)
+_GLUON_64_ROWS_TAIL = dataclasses.replace(_GLUON_64_ROWS, max_tail_m=16)
+_GLUON_128_ROWS = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
+                               tma=True, gluon=True, gluon_block_n=128, gluon_q_in_registers=True)
+# head dim 64: the same kernels on 64-key tiles (8 KB, as 32 keys are at 128), the Triton kernel's
+# own 64-row tiles where Gluon cannot run
+_TRITON_64_ROWS_D64 = VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2)
+# head dim 256: tiles of 32 keys (16 KB, as 64 keys are at 128), q in shared memory, 3 ring slots (4 and
+# one warpgroup's own masked-tile buffers would pass 227 KB)
+_TRITON_D256 = VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0)
+_PINGPONG_D256 = VerifyConfig(block_n=32, max_block_m=128, num_warps=8, num_stages=2, max_tail_m=0, min_block_m=64,
+                              tma=True, gluon=True, gluon_stages=3, gluon_pingpong=True, gluon_pingpong_tail=True,
+                              gluon_pingpong_64=True, triton_fallback=_TRITON_D256)
 
 
 def _at_head_dim_64(config: VerifyConfig, fallback: VerifyConfig) -> VerifyConfig:
-    """``config`` at head dim 64: its Triton fallback, and 128-key tiles for the ping-pong
-    kernel's single warpgroup (round 16)."""
+    """``config`` at head dim 64: its own Triton fallback, 128-key tiles for a single ping-pong
+    warpgroup on long splits."""
     return dataclasses.replace(config, triton_fallback=fallback,
                                gluon_pingpong_64_block_n=128 if config.gluon_pingpong_64 else 0)
 
 
-# ... but with 64-key tiles on its 64-row Gluon kernel (8 KB a tile, as 32 keys are at D = 128):
-# 16-18 % faster than 32-key tiles on the four batch-32 shapes timed, where 6 slots were 2-3 %
-# slower than 4 (H200, round 15: B32-T9-H32/8/64-L32k 592.3 -> 487.8 us). 6 or 8 slots on the
-# ping-pong kernel's single warpgroup gave -0.9 to +1.2 % (noise): 4, as at 128.
-_SM90_FEW_64 = _at_head_dim_64(dataclasses.replace(_SM90_FEW_128, gluon_block_n=64), _SM90_TRITON_FEW_64)
+def sm90_tiles(head_dim: int, element_size: int, rows: int, pairs: int, cache_rows: int) -> TileChoice:
+    """H100 / H200 (227 KB shared memory a block, wgmma, TMA)."""
+    if element_size == 4:
+        return TileChoice(_TRITON_D256 if head_dim == 256 else _TRITON_64_ROWS,
+                          "fp32: the Triton kernel on 64-row tiles (the 128-row tile needs 288 KB at fp32)")
+    if head_dim == 256:
+        return TileChoice(_PINGPONG_D256, "the ping-pong kernel on 32-key tiles, q in shared memory (a 256-wide "
+                                          "row doubles every tile)")
+    d64 = head_dim == 64
+    small_grid, short = pairs < SMALL_GRID_HEADS, cache_rows <= SHORT_CACHE_ROWS
+    if rows <= 64 and pairs <= FEW_HEADS:
+        config = _PINGPONG_ONE_WARPGROUP
+        if d64:
+            config = _at_head_dim_64(config, _TRITON_64_ROWS_D64)
+        return TileChoice(config, "small grid: one ping-pong warpgroup fed by its load warp, half the splits "
+                                  "(1-8 % faster than two 64-row programs an SM)")
+    if rows <= 64:
+        config = (_at_head_dim_64(dataclasses.replace(_GLUON_64_ROWS, gluon_block_n=64), _TRITON_64_ROWS_D64) if d64
+                  else _GLUON_64_ROWS)
+        return TileChoice(config, "64-row Gluon tiles, two programs an SM: each one's start and end hide under "
+                                  "the other's stream")
+    if small_grid and short:
+        if rows <= 255:
+            config = _GLUON_64_ROWS_TAIL
+            if d64:
+                config = _at_head_dim_64(config, _TRITON_64_ROWS_D64)
+            return TileChoice(config, "tiny work (small grid, short cache): 64-row Gluon tiles, all latency")
+        config = _at_head_dim_64(_GLUON_128_ROWS, VERIFY_D64_MANY) if d64 else _GLUON_128_ROWS
+        return TileChoice(config, "tiny work past 255 rows: the 8-warp Gluon tile on 128-key tiles")
+    if rows <= 255 and (small_grid or short):
+        fallback = _TRITON_64_ROWS_D64 if d64 else dataclasses.replace(_TRITON_64_ROWS, max_tail_m=16)
+        return TileChoice(dataclasses.replace(_at_head_dim_64(_PINGPONG, fallback) if d64 else _PINGPONG,
+                                              triton_fallback=fallback),
+                          "small work: the ping-pong kernel; the Triton fallback keeps two 64-row programs an SM")
+    fallback = (_TRITON_64_ROWS_D64 if rows <= 255 else VERIFY_D64_MANY) if d64 else _TRITON_128_ROWS
+    return TileChoice(dataclasses.replace(_at_head_dim_64(_PINGPONG, fallback) if d64 else _PINGPONG,
+                                          triton_fallback=fallback),
+                      "the ping-pong kernel: warpgroups taking turns at the tensor cores, 8-14 % faster than one "
+                      "8-warp tile")
 
 
-VERIFY_CONFIGS: dict[str, dict[int, tuple[tuple, ...]]] = {
-    "sm_90": {
-        64: ((64, _SM90_FEW_64),
-             (255, _at_head_dim_64(_SM90_MANY[128], _SM90_TRITON_FEW_64),
-              _at_head_dim_64(_SM90_SMALL_WORK_128, _SM90_TRITON_FEW_64),
-              _at_head_dim_64(_SM90_TINY_128, _SM90_TRITON_FEW_64)),
-             (None, _at_head_dim_64(_SM90_MANY[128], _SM90_MANY[64]), _at_head_dim_64(_SM90_MANY[128], _SM90_MANY[64]),
-              _at_head_dim_64(_SM90_TINY_MANY_128, _SM90_MANY[64]))),
-        # few: 80 KB smem, 180 regs x 128 threads: 2 per SM (3 stages measured 1-6 % faster than 4
-        # on the gap shapes in rounds 2 and 3)
-        128: ((64, _SM90_FEW_128), (255, _SM90_MANY[128], _SM90_SMALL_WORK_128, _SM90_TINY_128),
-              (None, _SM90_MANY[128], _SM90_MANY[128], _SM90_TINY_MANY_128)),
-        # 104 KB smem, 8 warps x 204 regs: 1 per SM (the tail tile spills 216 B: off)
-        256: ((None, VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0)),),
-    },
-    "sm_120": {  # about 99 KB shared memory per block: two stages, <= 64-row tiles
-        # tail tile: spill-free at head dim 64 only (416 B / 800 B of spills at 128 / 256)
-        64: ((None, VerifyConfig(block_n=64, max_block_m=64, num_warps=8, num_stages=2)),),
-        128: ((None, VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0)),),
-        256: ((None, VerifyConfig(block_n=32, max_block_m=32, num_warps=8, num_stages=2, max_tail_m=0)),),
-    },
-    "interpreter": {
-        d: ((None, VerifyConfig(block_n=64, max_block_m=128, num_warps=4, num_stages=1)),) for d in (64, 128, 256)
-    },
-}
-VERIFY_CONFIGS["sm_100"] = VERIFY_CONFIGS["sm_90"]
-# Entries that replace a tier's on small grids: (packed rows up to, (request, KV head) pairs up
-# to, entry), tried before VERIFY_CONFIGS.
-VERIFY_FEW_HEADS: dict[str, dict[int, tuple[tuple, ...]]] = {
-    "sm_90": {128: ((64, FEW_HEADS, _SM90_FEW_PINGPONG_128),),
-              64: ((64, FEW_HEADS, _at_head_dim_64(_SM90_FEW_PINGPONG_128, _SM90_TRITON_FEW_64)),)},
-}
-VERIFY_FEW_HEADS["sm_100"] = VERIFY_FEW_HEADS["sm_90"]
-
-# Fewest key rows one split handles (amortises the query load and the partial write).
-MIN_SPLIT_KEYS = 256
+# head dim 64's Triton tile past 255 rows on sm_90
+VERIFY_D64_MANY = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0)
 
 
-def arch_name(device) -> str:
-    """``"sm_XY"`` for a CUDA device, ``"interpreter"`` for CPU tensors under TRITON_INTERPRET."""
-    if device.type != "cuda":
-        return "interpreter"
-    import torch
+def sm120_tiles(head_dim: int, element_size: int, rows: int, pairs: int, cache_rows: int) -> TileChoice:
+    """RTX PRO 6000 / RTX 5090 (about 99 KB shared memory a block, no wgmma or TMA multicast):
+    the Triton kernel, two stages, query tiles of at most 64 rows."""
+    if head_dim == 64:
+        return TileChoice(VerifyConfig(block_n=64, max_block_m=64, num_warps=8, num_stages=2),
+                          "64-key tiles; the tail tile compiles without spills at this head dim only")
+    if head_dim == 128:
+        return TileChoice(VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0),
+                          "32-key tiles: 45 KB at 16 bits")
+    return TileChoice(VerifyConfig(block_n=32, max_block_m=32, num_warps=8, num_stages=2, max_tail_m=0),
+                      "32-row, 32-key tiles: a 256-wide row doubles every tile")
 
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm_{major}{minor}"
+
+def interpreter_tiles(head_dim: int, element_size: int, rows: int, pairs: int, cache_rows: int) -> TileChoice:
+    """Triton's CPU interpreter runs block operations in numpy: fewer, larger tiles are faster."""
+    return TileChoice(VerifyConfig(block_n=64, max_block_m=128, num_warps=4, num_stages=1),
+                      "the interpreter: large tiles, no memory limits")
 
 
-def verify_config(arch: str, head_dim: int, packed_rows: int = 1, batch_heads: int | None = None,
-                  cache_rows: int | None = None) -> VerifyConfig:
-    """The table entry for ``arch`` (unknown archs use sm_120's), ``head_dim`` (64, 128 or 256),
-    ``packed_rows`` = T * G query rows per KV head, ``batch_heads`` = batch * KV heads and
-    ``cache_rows`` = the cache's rows per request (None: a large grid, a long cache)."""
-    table = VERIFY_CONFIGS.get(arch, VERIFY_CONFIGS["sm_120"])
-    if head_dim not in table:
-        raise ValueError(f"head dim {head_dim} is not supported; use one of {sorted(table)}")
-    if arch in VERIFY_CONFIGS and batch_heads is not None:
-        for most_rows, most_heads, config in VERIFY_FEW_HEADS.get(arch, {}).get(head_dim, ()):
-            if packed_rows <= most_rows and batch_heads <= most_heads:
-                return config
-    small_grid = batch_heads is not None and batch_heads < SMALL_GRID_HEADS
-    short_cache = cache_rows is not None and cache_rows <= SHORT_CACHE_ROWS
-    for most_rows, config, *small in table[head_dim]:
-        if most_rows is None or packed_rows <= most_rows:
-            if len(small) > 1 and small_grid and short_cache:
-                return small[1]
-            return small[0] if small and (small_grid or short_cache) else config
-    raise AssertionError(f"the {arch} table for head dim {head_dim} has no open-ended last tier")
+# arch -> table function; sm_100 (B200) has Hopper's shared memory but takes no Gluon kernel (the
+# target says so); unknown archs take sm_120's, the most conservative
+TILE_TABLES = {"sm_90": sm90_tiles, "sm_100": sm90_tiles, "sm_120": sm120_tiles, "interpreter": interpreter_tiles}
+HEAD_DIMS = (64, 128, 256)
+# bytes of shared memory a block may use, opt-in maximum
+SHARED_MEMORY_LIMITS = {"sm_90": 232448, "sm_100": 232448, "sm_120": 101376}
+
+
+def tiles_for(arch: str, head_dim: int, element_size: int, rows: int, pairs: int, cache_rows: int) -> TileChoice:
+    """The table entry of ``arch`` (unknown archs: sm_120's) for one call; ValueError for a head dim
+    no table has."""
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"head dim {head_dim} is not supported; use one of {list(HEAD_DIMS)}")
+    return TILE_TABLES.get(arch, sm120_tiles)(head_dim, element_size, rows, pairs, cache_rows)

@@ -148,20 +148,6 @@ def _masked_tile_mma(acc, m_i, l_i, q_op, kx_smem, vx_smem, visible, qk_scale, s
 
 
 @gluon.jit
-def _request_first_masked_tile(k_desc, v_desc, kx_smem, vx_smem, bar, desc_row, desc_col, split, chunk, prefix_len,
-                               full_end, hi, tile_bytes: gl.constexpr):
-    """TMA of this split's first masked key tile (its partial last prefix tile, else, in the split
-    holding the prefix's last row, its first tree tile) into its own buffers, at the program's
-    start, so that it is there when the mask-free stream ends; returns (has partial tile, has
-    tree tiles). ``desc_row``: the request's first row in the descriptors' [B * S] rows."""
-    has_partial = full_end < hi
-    has_tree = split == gl.maximum(gl.cdiv(prefix_len, chunk) - 1, 0)
-    _load_tile_pair(k_desc, v_desc, desc_row + gl.where(has_partial, full_end, prefix_len), desc_col, bar, kx_smem,
-                    vx_smem, has_partial | has_tree, tile_bytes)
-    return has_partial, has_tree
-
-
-@gluon.jit
 def _zero_rows_from(x_smem, n_valid, PARTS: gl.constexpr, ld_layout: gl.constexpr):
     """Rows n_valid .. of a TMA-loaded V tile to zeros: they lie past the request's keys (the
     next split's, another request's, or unused cache rows that may hold anything, even NaN), and a
@@ -175,40 +161,6 @@ def _zero_rows_from(x_smem, n_valid, PARTS: gl.constexpr, ld_layout: gl.constexp
         piece.store(gl.where(gl.expand_dims(rows < n_valid, 1), x, gl.zeros_like(x)))
     fence_async_shared()
     _cta_barrier()
-
-
-@gluon.jit
-def _masked_key_tiles_tma(acc, m_i, l_i, q_op, kx_smem, vx_smem, bar, k_desc, v_desc, desc_row, desc_col, has_partial,
-                          has_tree, mask_ptr, b, prefix_len, num_nodes, full_end, hi, row0, num_rows, qk_scale,
-                          stride_mb, stride_mt, s_layout: gl.constexpr, o_layout: gl.constexpr,
-                          p_layout: gl.constexpr, ld_layout: gl.constexpr, GROUP: gl.constexpr,
-                          BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, tile_bytes: gl.constexpr):
-    """The masked key tiles as :func:`_masked_key_tiles` takes them, from the program's own
-    buffers by TMA: the first requested at the start (:func:`_request_first_masked_tile`), each
-    later one once the MMAs of the one before are done with the buffers."""
-    rows_s = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-    cols_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-    phase = 0
-    if has_partial:
-        phase = _await_masked_tile(bar, phase, vx_smem, hi - full_end, 1, ld_layout)
-        visible = gl.expand_dims(full_end + cols_s < hi, 0)
-        acc, m_i, l_i = _masked_tile_mma(acc, m_i, l_i, q_op, kx_smem, vx_smem, visible, qk_scale, s_layout,
-                                         o_layout, p_layout, BLOCK_M, BLOCK_N)
-        _cta_barrier()  # every warpgroup's MMAs are done with the buffers
-        _load_tile_pair(k_desc, v_desc, desc_row + prefix_len, desc_col, bar, kx_smem, vx_smem, has_tree, tile_bytes)
-    if has_tree:
-        mask_rows = mask_ptr + b.to(gl.int64) * stride_mb + (rows_s // GROUP) * stride_mt
-        row_ok = rows_s < num_rows
-        for start in range(0, num_nodes, BLOCK_N):
-            if start > 0:
-                _cta_barrier()
-                _load_tile_pair(k_desc, v_desc, desc_row + prefix_len + start, desc_col, bar, kx_smem, vx_smem, True,
-                                tile_bytes)
-            visible = _tree_visibility(mask_rows, row_ok, start, num_nodes, cols_s, 0, BLOCK_N)
-            phase = _await_masked_tile(bar, phase, vx_smem, num_nodes - start, 1, ld_layout)
-            acc, m_i, l_i = _masked_tile_mma(acc, m_i, l_i, q_op, kx_smem, vx_smem, visible, qk_scale, s_layout,
-                                             o_layout, p_layout, BLOCK_M, BLOCK_N)
-    return acc, m_i, l_i
 
 
 @gluon.jit
@@ -236,15 +188,6 @@ def _tree_visibility(mask_rows, row_ok, start, num_nodes, keys, ROW_AXIS: gl.con
         bits = gl.expand_dims(_ancestor_word(mask_rows, row_ok, first + w, num_nodes), 1 - ROW_AXIS)
         word = gl.where(gl.expand_dims(node // 32, ROW_AXIS) == w, bits, word)
     return ((word >> gl.expand_dims(node % 32, ROW_AXIS)) & 1) != 0
-
-
-@gluon.jit
-def _await_masked_tile(bar, phase, vx_smem, n_valid, PARTS: gl.constexpr, ld_layout: gl.constexpr):
-    """Wait for a masked tile requested by TMA, zero its V rows from n_valid on; the next phase."""
-    mbarrier.wait(bar, phase=phase)
-    next_phase = phase ^ 1
-    _zero_rows_from(vx_smem, n_valid, PARTS, ld_layout)
-    return next_phase
 
 
 @gluon.jit
@@ -325,7 +268,6 @@ def _tree_verify_partial_kernel_gluon(
     qk_scale, num_nodes, num_kv_heads, num_m_tiles, num_splits, chunk, cache_rows,
     GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, Q_IN_REGS: gl.constexpr, num_warps: gl.constexpr,
-    MASKED_BY_TMA: gl.constexpr = False,
 ):
     # tile t + STAGES - 1 is loaded while tile t's softmax runs, into the slot tile t - 1 used:
     # with fewer than 3 slots the next tile would be waited for before it is asked for
@@ -372,18 +314,6 @@ def _tree_verify_partial_kernel_gluon(
     desc_row = b * cache_rows + lo
     desc_col = kv_head * HEAD_DIM
     tile_bytes: gl.constexpr = 2 * BLOCK_N * HEAD_DIM * dtype.primitive_bitwidth // 8
-    if MASKED_BY_TMA:
-        # the masked tiles' own buffers; the first one is requested now
-        kx_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], kv_sl)
-        vx_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], kv_sl)
-        masked_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        mbarrier.init(masked_bar, count=1)
-        fence_async_shared()
-        _cta_barrier()
-        has_partial, has_tree = _request_first_masked_tile(k_desc, v_desc, kx_smem, vx_smem, masked_bar,
-                                                           b * cache_rows, desc_col, split, chunk, prefix_len,
-                                                           full_end, hi, tile_bytes)
-
     # mask-free prefix tiles: tile t lands in slot t % STAGES, signalled by bars[t % STAGES]
     for t in gl.static_range(STAGES - 1):
         _load_tile_pair(k_desc, v_desc, desc_row + t * BLOCK_N, desc_col, bars.index(t), k_smem.index(t),
@@ -420,19 +350,12 @@ def _tree_verify_partial_kernel_gluon(
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(i))
 
-    if MASKED_BY_TMA:
-        acc, m_i, l_i = _masked_key_tiles_tma(acc, m_i, l_i, q_op, kx_smem, vx_smem, masked_bar, k_desc, v_desc,
-                                              b * cache_rows, desc_col, has_partial, has_tree, mask_ptr, b,
-                                              prefix_len, num_nodes, full_end, hi, m_tile * BLOCK_M, num_rows,
-                                              qk_scale, stride_mb, stride_mt, s_layout, o_layout, p_layout, ld_layout,
-                                              GROUP, BLOCK_M, BLOCK_N, tile_bytes)
-    else:
-        # masked tiles, through ring slot 0 (every TMA load and MMA of the loop is done by now)
-        acc, m_i, l_i = _masked_key_tiles(acc, m_i, l_i, q_op, k_smem.index(0), v_smem.index(0), k_ptr, v_ptr,
-                                          mask_ptr, b, kv_head, split, prefix_len, num_nodes, chunk, full_end, hi,
-                                          m_tile * BLOCK_M, num_rows, qk_scale, stride_kb, stride_ks, stride_kh,
-                                          stride_vb, stride_vs, stride_vh, stride_mb, stride_mt, s_layout, o_layout,
-                                          p_layout, ld_layout, GROUP, HEAD_DIM, BLOCK_M, BLOCK_N)
+    # masked tiles, through ring slot 0 (every TMA load and MMA of the loop is done by now)
+    acc, m_i, l_i = _masked_key_tiles(acc, m_i, l_i, q_op, k_smem.index(0), v_smem.index(0), k_ptr, v_ptr,
+                                      mask_ptr, b, kv_head, split, prefix_len, num_nodes, chunk, full_end, hi,
+                                      m_tile * BLOCK_M, num_rows, qk_scale, stride_kb, stride_ks, stride_kh,
+                                      stride_vb, stride_vs, stride_vh, stride_mb, stride_mt, s_layout, o_layout,
+                                      p_layout, ld_layout, GROUP, HEAD_DIM, BLOCK_M, BLOCK_N)
     _store_rows(acc, m_i, l_i, b, kv_head, head_b, split, m_tile * BLOCK_M, num_rows, rows_pad, num_splits, out_ptr,
                 part_o_ptr, part_lse_ptr, stride_ob, stride_ot, stride_oh, o_layout, 0, GROUP, HEAD_DIM, BLOCK_M,
                 SINGLE_SPLIT)

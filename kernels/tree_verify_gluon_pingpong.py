@@ -621,8 +621,9 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     work = (gl.program_id(0) + gl.program_id(1) * gl.num_programs(0), base_programs * num_splits,
             gl.num_programs(0) * gl.num_programs(1))
 
-    # q from shared memory for three warpgroups (registers: see the partitions' budgets below)
-    Q_SMEM: gl.constexpr = NUM_WG == 3
+    # q from shared memory for three warpgroups or a 256-wide head (registers: see the partitions'
+    # budgets below)
+    Q_SMEM: gl.constexpr = NUM_WG == 3 or HEAD_DIM > 128
     q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, HEAD_DIM], dtype)
     q_smem = gl.allocate_shared_memory(dtype, [NUM_WG if Q_SMEM else 1, 64, HEAD_DIM], q_sl)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_sl)
@@ -678,7 +679,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
             # one warpgroup hands the turn to itself; the tail has the registers to spare
             gl.warp_specialize([
                 (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                             True, PERSISTENT)),
+                                             not Q_SMEM, PERSISTENT)),
                 (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT)),
                 (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                               TAIL_M, PERSISTENT)),
@@ -695,8 +696,8 @@ def _tree_verify_partial_kernel_gluon_pingpong(
             ], [4, 1, 4], [208, 24, 72])
     elif NUM_WG == 1:
         gl.warp_specialize([
-            (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG, True,
-                                         PERSISTENT)),
+            (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
+                                         not Q_SMEM, PERSISTENT)),
             (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT)),
         ], [1], [24])
     elif NUM_WG == 2:

@@ -1,0 +1,464 @@
+"""The tree-verify launch plan: one pure function from a call's shape, the GPU it runs on and a
+policy to a frozen :class:`VerifyPlan` (kernel, tiles, splits, grids, workspace, shared memory,
+why), cached per distinct call. Neither torch nor triton is imported here.
+
+Work decomposition (flash-decoding with grouped queries): the G query heads of one KV head and
+the T tree nodes are packed into the rows of a query tile (packed row m is node m // G, query
+head hkv * G + m % G), so each K/V tile serves G heads; the key axis is split into chunks sized by
+a wave model of the split kernel plus the merge (:func:`pick_splits`); with several splits each
+program writes an fp32 partial and its log2-sum-exp, and a merge kernel combines them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+
+from .configs import SHARED_MEMORY_LIMITS, VerifyConfig, tiles_for
+
+KERNELS = ("pingpong", "gluon", "triton")
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+@dataclass(frozen=True)
+class VerifyShape:
+    """What a call's plan depends on, read off its tensors (see ``tree_verify_triton.call_shape``).
+
+    cache_rows: S, the caches' rows a request; element_size: bytes of q's dtype (2 or 4);
+    descriptors: both caches read as one 2-D tensor a tensor descriptor can describe;
+    positive_scale: the softmax scale is > 0 (the Gluon kernels take the row max on raw scores).
+    """
+
+    batch: int
+    num_nodes: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    cache_rows: int
+    element_size: int = 2
+    descriptors: bool = True
+    positive_scale: bool = True
+
+    @property
+    def group(self) -> int:
+        return self.q_heads // self.kv_heads
+
+    @property
+    def packed_rows(self) -> int:
+        return self.num_nodes * self.group
+
+
+@dataclass(frozen=True)
+class VerifyTarget:
+    """The GPU (or interpreter) a call runs on, as the planner needs it: decided once per device
+    and process (``tree_verify_triton.target_of``).
+
+    gluon: this process builds the Hopper Gluon kernels (an sm_90 GPU, a Triton whose Gluon has
+    every name the kernels use); dependent_launch: the merge can be a programmatic dependent
+    launch (sm_90 or later, a Triton with grid dependency control)."""
+
+    arch: str
+    sms: int
+    gluon: bool = False
+    dependent_launch: bool = False
+
+
+# eq=False: hashed by identity, so that a plan lookup costs no hashing of its fields
+@dataclass(frozen=True, eq=False)
+class VerifyPolicy:
+    """What the benchmark and the tests vary; :data:`DEFAULT_POLICY` is what every call uses.
+
+    tiles: a table entry instead of the arch table's (tests, tuning); num_splits: a forced split
+    count; sms: the SM count the planner assumes (tests of the persistent path on a few SMs).
+    tail_only_when_full: the Triton kernel's 16-row tail tile only with one full query tile and a
+    grid too full for splits to help (it measured slower elsewhere); wide_tile_min_chunk,
+    wide_tile_min_waves: 192-row tiles and 8-row tails only on splits of at least that many keys or
+    grids of at least that many waves (short streams on a part-filled GPU take narrower programs);
+    split_query_heads: allow ``VerifyConfig.split_query_heads``; persistent*: the ping-pong kernel
+    runs one program an SM over work items on one split of at least that many waves of items of at
+    most that many keys; wide_keys_min_chunk: the single ping-pong warpgroup's
+    ``gluon_pingpong_64_block_n`` tiles only on splits that long; tree_split_relief_tiles: the last
+    of two splits (it also streams the tree) is that many key tiles shorter; programmatic_merge,
+    merge_one_pass: the merge as a programmatic dependent launch, its two passes as straight-line
+    code where all splits fit one block; poison_workspace: fill the split partials with NaN
+    before each launch (a partial the merge reads but nobody wrote shows as a wrong output);
+    launch_cache: relaunch a compiled kernel directly (no Triton dispatch) once one call compiled
+    it (``tree_verify_triton``)."""
+
+    tiles: VerifyConfig | None = None
+    num_splits: int | None = None
+    sms: int | None = None
+    tail_only_when_full: bool = True
+    wide_tile_min_chunk: int = 2048
+    wide_tile_min_waves: float = 1.5
+    split_query_heads: bool = True
+    persistent: bool = True
+    persistent_min_waves: float = 1.5
+    persistent_max_keys: int = 2048
+    wide_keys_min_chunk: int = 2048
+    tree_split_relief_tiles: int = 1
+    programmatic_merge: bool = True
+    merge_one_pass: bool = True
+    poison_workspace: bool = False
+    launch_cache: bool = True
+
+
+DEFAULT_POLICY = VerifyPolicy()
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    """The merge kernel of a call with several splits: SPLIT_BLOCK splits unrolled per block,
+    MERGE_ROWS rows a program, one block of straight-line code where all splits fit it, launched
+    as the split kernel's programmatic dependent where ``starts_early``."""
+
+    split_block: int
+    merge_rows: int
+    grid: int
+    one_block: bool
+    starts_early: bool
+
+
+# eq=False: hashed by identity (the launcher keys its compiled kernels by plan)
+@dataclass(frozen=True, eq=False)
+class VerifyPlan:
+    """Everything a launch needs beyond the tensors.
+
+    kernel: "pingpong" (the warp-specialised Gluon kernel), "gluon" (the 64- / 128-row Gluon
+    kernel) or "triton"; config: the table entry in effect (a Gluon entry's Triton fallback where
+    the Triton kernel runs); block_m x num_m_tiles (+ tail_m) packed rows a (request, KV head),
+    head_split programs sharing one KV head's query heads; block_n, stages, num_warps: the split
+    kernel's; tma: the Triton kernel loads its mask-free key tiles through tensor descriptors; chunk keys a split, num_splits splits, base_programs programs a split; grid: the split
+    kernel's launch grid (persistent: one program an SM); rows_pad: partial rows a (request, KV
+    head); workspace_bytes: the fp32 partials and log2-sum-exps (0: one split, written directly);
+    shared_bytes: the split kernel's shared memory (an upper bound, from the element size);
+    why: the table's reason and the planner's."""
+
+    kernel: str
+    config: VerifyConfig
+    group: int
+    kv_heads: int
+    block_m: int
+    num_m_tiles: int
+    tail_m: int
+    head_split: int
+    block_n: int
+    stages: int
+    num_warps: int
+    tma: bool
+    chunk: int
+    num_splits: int
+    base_programs: int
+    grid: tuple[int, int]
+    persistent: bool
+    rows_pad: int
+    workspace_bytes: int
+    shared_bytes: int
+    merge: MergePlan | None
+    why: str
+
+    @property
+    def single_split(self) -> bool:
+        return self.num_splits == 1
+
+
+# Fewest key rows one split handles (amortises the query load and the partial write).
+MIN_SPLIT_KEYS = 256
+# A query tile's fixed cost (its K/V stream and loop overhead) counted as this many padded rows.
+TILE_COST_ROWS = 32
+# The split model's costs in key rows of one program's stream: a program's fixed cost (prologue,
+# pipeline fill, tree tile, epilogue), the merge launch's, and each split's share of the merge
+# (fitted on an H200: at batch 1, 16 against 32 splits took 23.4 / 26.3 us at L8k, 54.8 / 50.5 at
+# L32k: ~9.4 ns a key row, ~35 key rows a split).
+PROGRAM_COST_KEYS = 256
+MERGE_COST_KEYS = 192
+MERGE_COST_KEYS_PER_SPLIT = 35
+# rows of the ping-pong kernel's tail warpgroup (the N of its key-major MMAs)
+PINGPONG_TAIL_ROWS = 8
+# the rows one program of a split KV head takes at most: a 64-row warpgroup and the 8-row tail
+SPLIT_HEAD_MAX_ROWS = 64 + PINGPONG_TAIL_ROWS
+# The merge: MERGE_ELEMENTS fp32 partial values in flight a program (64 a thread at 4 warps),
+# at most MERGE_ROWS rows a program.
+MERGE_ELEMENTS = 8192
+MERGE_ROWS = 8
+
+
+def pick_block_m(packed_rows: int, max_block_m: int, min_block_m: int = 16, extra_sizes: tuple = ()) -> int:
+    """Query-tile rows: the power of two in [min_block_m, max_block_m] (or one of ``extra_sizes``)
+    minimising padded rows + TILE_COST_ROWS a tile, ties to the larger: 33 nodes x G = 4 = 132
+    rows take three 64-row tiles (192 rows) rather than two of 128 (256), or one of 192."""
+    sizes = []
+    size = min(max(16, min_block_m), max(16, max_block_m))
+    while size <= max(16, max_block_m):
+        sizes.append(size)
+        size *= 2
+    best = None
+    for size in sorted(set(sizes) | set(extra_sizes)):
+        cost = cdiv(packed_rows, size) * (size + TILE_COST_ROWS)
+        if best is None or cost <= best[0]:
+            best = (cost, size)
+    return best[1]
+
+
+def pick_query_tiles(packed_rows: int, max_block_m: int, max_tail_m: int, min_block_m: int = 16,
+                     extra_sizes: tuple = ()) -> tuple[int, int, int]:
+    """(block_m, num_m_tiles, tail_m): rows past whole max_block_m tiles, at most ``max_tail_m``
+    (T = 2^k + 1: 68 = 64 + 4 rows at T = 17, G = 4), ride in a tail tile (a power of two >= 16) of
+    the full tiles' programs, which stream the cache once, instead of another program."""
+    cap = max(16, max_block_m)
+    full, rem = divmod(packed_rows, cap)
+    if full >= 1 and 0 < rem <= max_tail_m:
+        return cap, full, max(16, next_power_of_2(rem))
+    block_m = pick_block_m(packed_rows, max_block_m, min_block_m, extra_sizes)
+    return block_m, cdiv(packed_rows, block_m), 0
+
+
+def split_chunks(prefix_rows: int, wanted: int, block_n: int) -> tuple[int, int]:
+    """(chunk, splits): about ``wanted`` chunks of whole key tiles covering ``prefix_rows``."""
+    chunk = cdiv(cdiv(prefix_rows, wanted), block_n) * block_n
+    return chunk, cdiv(prefix_rows, chunk)
+
+
+def relieve_tree_split(chunk: int, num_splits: int, prefix_rows: int, block_n: int, tail_m: int,
+                       relief_tiles: int = 1) -> int:
+    """The chunk that leaves the last of two splits (which also streams the tree's masked tiles)
+    ``relief_tiles`` key tiles short (one more beside a tail), where the splits stay two."""
+    if num_splits != 2 or not relief_tiles:
+        return chunk
+    longer = chunk + (relief_tiles + (tail_m > 0)) * block_n
+    return longer if cdiv(prefix_rows, longer) == 2 else chunk
+
+
+def pick_splits(base_programs: int, prefix_rows: int, block_n: int, slots: int, heads: int,
+                rows: int) -> tuple[int, int]:
+    """(chunk, num_splits) minimising a wave model: ``slots`` programs run at once and a wave
+    takes as long as its longest program, about waves x (chunk + PROGRAM_COST_KEYS), plus the merge
+    (its launch, the partials written and read back, a cost a split). Candidates: split counts
+    filling whole waves, powers of two within one wave, and 1. Worked example (H200, 132 SMs x 2
+    slots): B8 x 8 KV heads at L8k, 64 programs: 4 splits (256 programs, one wave)."""
+    prefix_rows = max(prefix_rows, 1)
+    max_splits = max(1, prefix_rows // MIN_SPLIT_KEYS)
+    candidates = {1} | {min(max_splits, max(1, k * slots // base_programs)) for k in range(1, 9)}
+    candidates |= {1 << j for j in range(max_splits.bit_length()) if (1 << j) * base_programs <= slots}
+    best = None
+    for wanted in sorted(candidates):
+        chunk, splits = split_chunks(prefix_rows, wanted, block_n)
+        cost = cdiv(base_programs * splits, slots) * (chunk + PROGRAM_COST_KEYS)
+        if splits > 1:
+            cost += MERGE_COST_KEYS + cdiv(2 * splits * rows * heads, slots) + MERGE_COST_KEYS_PER_SPLIT * splits
+        if best is None or cost < best[0]:
+            best = (cost, chunk, splits)
+    return best[1], best[2]
+
+
+def merge_tiles(num_splits: int, head_dim: int) -> tuple[int, int]:
+    """(split_block, merge_rows): all splits in one block where MERGE_ELEMENTS allows it at two
+    rows, then as many rows as fit (at most MERGE_ROWS); with many splits a program takes few
+    rows, so that many programs share the latency."""
+    split_block = max(2, min(next_power_of_2(num_splits), MERGE_ELEMENTS // (2 * head_dim)))
+    merge_rows = max(2, min(MERGE_ROWS, MERGE_ELEMENTS // (split_block * head_dim)))
+    return split_block, merge_rows
+
+
+def runs_pingpong(cfg: VerifyConfig, block_m: int) -> bool:
+    """Whether the Gluon kernel of this tile is the ping-pong one: 128- and 192-row tiles, and
+    64-row ones (with or without the tail) where the entry asks for those."""
+    return cfg.gluon_pingpong and (block_m in (128, 192) or (block_m == 64 and cfg.gluon_pingpong_64))
+
+
+def pingpong_grid(grid: tuple[int, int], sms: int, block_m: int, chunk: int, policy: VerifyPolicy) -> tuple[int, int]:
+    """The ping-pong kernel's grid: one program a work item, or, on one split of at least
+    ``persistent_min_waves`` waves of items of at most ``persistent_max_keys`` keys and at most two
+    warpgroups (three keep q in shared memory), one persistent program an SM."""
+    programs, splits = grid
+    if (policy.persistent and splits == 1 and programs >= policy.persistent_min_waves * sms and block_m <= 128
+            and chunk <= policy.persistent_max_keys):
+        return (sms, 1)
+    return grid
+
+
+def _gluon_runs(shape: VerifyShape, target: VerifyTarget, cfg: VerifyConfig, tiles: dict) -> bool:
+    """Whether this call's Gluon entry can run its Gluon kernel: a Hopper target that builds it,
+    16-bit inputs, a positive scale, caches tensor descriptors can describe, and a tile that kernel
+    has (no Triton tail tile, >= 16 rows a warp or a ping-pong tile; the 64-row kernel up to head
+    dim 128)."""
+    pingpong = runs_pingpong(cfg, tiles["block_m"])
+    return (cfg.gluon and target.gluon and shape.element_size == 2 and shape.positive_scale and shape.descriptors
+            and (shape.head_dim <= 128 or pingpong)
+            and (tiles["tail_m"] == 0 or (cfg.gluon_pingpong and tiles["tail_m"] == PINGPONG_TAIL_ROWS))
+            and (tiles["block_m"] >= 16 * cfg.num_warps or pingpong)
+            and (tiles["head_split"] == 1 or pingpong))
+
+
+def _triton_fallback(cfg: VerifyConfig) -> VerifyConfig | None:
+    """The entry for a call its Gluon kernel cannot take, where the Triton kernel wants other
+    tiles (192-row tiles and 8-row tails exist only in the ping-pong kernel)."""
+    if cfg.triton_fallback is not None:
+        return cfg.triton_fallback
+    if cfg.gluon_pingpong_192 or cfg.gluon_pingpong_tail or cfg.gluon_pingpong_64:
+        return dataclasses.replace(cfg, gluon_pingpong_192=False, gluon_pingpong_tail=False, gluon_pingpong_64=False)
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _tiles(batch: int, num_nodes: int, group: int, kv_heads: int, cache_rows: int, sms: int, cfg: VerifyConfig,
+           policy: VerifyPolicy) -> dict:
+    """Query tiles and splits of one table entry (the planner's core; pure)."""
+    packed = num_nodes * group
+    if (policy.split_query_heads and cfg.split_query_heads and group % 2 == 0
+            and 128 < packed <= 2 * SPLIT_HEAD_MAX_ROWS):
+        plain = dataclasses.replace(cfg, split_query_heads=False)
+        whole = _tiles(batch, num_nodes, group, kv_heads, cache_rows, sms, plain, policy)
+        if whole["num_m_tiles"] > 1:
+            # two programs a KV head anyway: half its query heads each, the plan of a call with
+            # twice the KV heads at half the group
+            half = _tiles(batch, num_nodes, group // 2, kv_heads * 2, cache_rows, sms, plain, policy)
+            return dict(half, head_split=2, why=half["why"] + "; query heads split in two programs a KV head")
+        return whole
+    slots = cfg.resident_per_sm * sms
+    extra = (192,) if cfg.gluon_pingpong_192 else ()
+    whole, over = divmod(packed, 128)
+    why = []
+    # the tail warpgroup unless 192-row tiles need fewer programs (520 rows: 3 x 192 against 4 x 128 + 8)
+    if (cfg.gluon_pingpong_tail and whole >= 1 and 0 < over <= PINGPONG_TAIL_ROWS
+            and not (extra and cdiv(packed, 192) < whole)):
+        block_m, num_m_tiles, tail_m = 128, whole, PINGPONG_TAIL_ROWS
+    elif cfg.gluon_pingpong_64 and cfg.gluon_pingpong_tail and 64 < packed <= 64 + PINGPONG_TAIL_ROWS:
+        block_m, num_m_tiles, tail_m = 64, 1, PINGPONG_TAIL_ROWS
+    else:
+        block_m, num_m_tiles, tail_m = pick_query_tiles(packed, cfg.max_block_m, cfg.max_tail_m, cfg.min_block_m,
+                                                        extra)
+    if tail_m and policy.tail_only_when_full and tail_m != PINGPONG_TAIL_ROWS and (
+            num_m_tiles > 1 or batch * kv_heads * (num_m_tiles + 1) < slots):
+        block_m, num_m_tiles, tail_m = pick_query_tiles(packed, cfg.max_block_m, 0, cfg.min_block_m, extra)
+        why.append("no tail tile: splits fill the GPU")
+    if cfg.gluon_pingpong_64_block_n and block_m == 64 and runs_pingpong(cfg, block_m):
+        # the single ping-pong warpgroup's own key tiles, the splits following, on long splits
+        # of a grid that is not persistent
+        tiles = cfg.gluon_pingpong_64_block_n
+        wide = _tiles(batch, num_nodes, group, kv_heads, cache_rows, sms,
+                      dataclasses.replace(cfg, block_n=tiles, gluon_block_n=tiles, gluon_pingpong_64_block_n=0),
+                      policy)
+        if (wide["chunk"] >= policy.wide_keys_min_chunk
+                and pingpong_grid(wide["grid"], sms, block_m, wide["chunk"], policy) == wide["grid"]):
+            return dict(wide, why=wide["why"] + f"; {tiles}-key tiles on long splits")
+        cfg = dataclasses.replace(cfg, gluon_pingpong_64_block_n=0)
+    base_programs = batch * kv_heads * num_m_tiles
+    prefix_rows = max(cache_rows - num_nodes, 1)
+    chunk, num_splits = pick_splits(base_programs, prefix_rows, cfg.block_n, slots, batch * kv_heads, packed)
+    wide = block_m == 192 or (block_m == 128 and tail_m == PINGPONG_TAIL_ROWS)
+    if (wide and chunk < policy.wide_tile_min_chunk
+            and base_programs * num_splits < policy.wide_tile_min_waves * slots):
+        # short streams on a part-filled GPU: more, narrower programs
+        narrow = _tiles(batch, num_nodes, group, kv_heads, cache_rows, sms,
+                        dataclasses.replace(cfg, gluon_pingpong_192=False, gluon_pingpong_tail=False), policy)
+        return dict(narrow, why=narrow["why"] + "; narrower programs on short streams of a part-filled GPU")
+    chunk = relieve_tree_split(chunk, num_splits, prefix_rows, cfg.block_n, tail_m, policy.tree_split_relief_tiles)
+    return dict(config=cfg, block_m=block_m, num_m_tiles=num_m_tiles, tail_m=tail_m, chunk=chunk,
+                num_splits=num_splits, grid=(base_programs, num_splits), head_split=1, why="; ".join(why))
+
+
+def shared_memory_bytes(kernel: str, cfg: VerifyConfig, block_m: int, tail_m: int, block_n: int, stages: int,
+                        head_dim: int, element_size: int) -> int:
+    """The split kernel's shared memory, an upper bound from its tiles and the element size: the
+    K/V ring, q where it lives in shared memory, the score tile's layout conversions, the tail's
+    buffers, the barriers (the compile checks hold each table entry to it)."""
+    tile = block_n * head_dim * element_size
+    if kernel == "pingpong":
+        warpgroups = max(block_m // 64, 1)
+        q = warpgroups * 64 * head_dim * element_size if (warpgroups == 3 or head_dim > 128) else 64 * head_dim * 2
+        own_masked = 2 * 2 * tile if (warpgroups == 1 and tail_m) else 0
+        tail = (tail_m * head_dim + 2 * tail_m * block_n) * element_size + 64 if tail_m else 0
+        return 2 * stages * tile + q + own_masked + tail + 1024
+    if kernel == "gluon":
+        return 2 * stages * tile + block_m * head_dim * element_size + 1024
+    q = (block_m + tail_m) * head_dim * element_size
+    convert = (block_m + tail_m) * block_n * 4
+    return 2 * stages * tile + q + convert + 1024
+
+
+def _fit_shared_memory(cfg: VerifyConfig, arch: str, block_m: int, head_dim: int, element_size: int) -> VerifyConfig:
+    """The Triton entry with fewer stages, then narrower key tiles, until its shared memory fits
+    ``arch`` (a table entry sized for 16-bit inputs, called with fp32 ones)."""
+    limit = SHARED_MEMORY_LIMITS.get(arch)
+    if limit is None:
+        return cfg
+    while shared_memory_bytes("triton", cfg, block_m, 0, cfg.block_n, cfg.num_stages, head_dim, element_size) > limit:
+        if cfg.num_stages > 1:
+            cfg = dataclasses.replace(cfg, num_stages=cfg.num_stages - 1)
+        elif cfg.block_n > 16:
+            cfg = dataclasses.replace(cfg, block_n=cfg.block_n // 2)
+        else:
+            raise ValueError(f"no {arch} tile of {block_m} rows fits head dim {head_dim} at {element_size} bytes")
+    return cfg
+
+
+@functools.lru_cache(maxsize=4096)
+def plan_verify(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy = DEFAULT_POLICY) -> VerifyPlan:
+    """The plan of one call: the arch table's entry (or ``policy.tiles``), its query tiles and
+    splits, the kernel that runs them (the entry's Gluon kernel where the call allows it, else
+    the Triton kernel on the entry's Triton fallback), the grids, the merge and the workspace.
+    Pure and cached: a call of the same shape on the same target and policy reuses it."""
+    sms = policy.sms or target.sms
+    pairs = shape.batch * shape.kv_heads
+    if policy.tiles is not None:
+        cfg, why = policy.tiles, "the policy's tiles"
+    else:
+        choice = tiles_for(target.arch, shape.head_dim, shape.element_size, shape.packed_rows, pairs,
+                           shape.cache_rows)
+        cfg, why = choice.config, choice.why
+    args = (shape.batch, shape.num_nodes, shape.group, shape.kv_heads, shape.cache_rows, sms)
+    tiles = _tiles(*args, cfg, policy)
+    gluon = _gluon_runs(shape, target, tiles["config"], tiles)
+    if not gluon and _triton_fallback(tiles["config"]) is not None:
+        fallback = _triton_fallback(tiles["config"])
+        tiles = _tiles(*args, fallback, policy)
+        gluon = _gluon_runs(shape, target, tiles["config"], tiles)
+        why += "; the Triton fallback (the Gluon kernel cannot take this call)"
+    cfg = tiles["config"]
+    block_m, tail_m, head_split = tiles["block_m"], tiles["tail_m"], tiles["head_split"]
+    if gluon:
+        kernel = "pingpong" if runs_pingpong(cfg, block_m) else "gluon"
+        block_n, stages = cfg.gluon_block_n or cfg.block_n, cfg.gluon_stages or cfg.num_stages
+        num_warps = 4 if kernel == "pingpong" else cfg.num_warps
+    else:
+        kernel = "triton"
+        cfg = _fit_shared_memory(cfg, target.arch, block_m + tail_m, shape.head_dim, shape.element_size)
+        block_n, stages, num_warps = cfg.block_n, cfg.num_stages, cfg.num_warps
+    chunk, num_splits = tiles["chunk"], tiles["num_splits"]
+    if policy.num_splits is not None:
+        chunk, num_splits = split_chunks(max(shape.cache_rows - shape.num_nodes, 1), policy.num_splits, cfg.block_n)
+    base_programs = tiles["grid"][0]
+    grid = (base_programs, num_splits)
+    persistent = False
+    if kernel == "pingpong":
+        persistent_grid = pingpong_grid(grid, sms, block_m, chunk, policy)
+        persistent, grid = persistent_grid != grid, persistent_grid
+    kv_heads = shape.kv_heads * head_split
+    rows_pad = tiles["num_m_tiles"] * block_m + tail_m
+    merge, workspace = None, 0
+    if num_splits > 1:
+        split_block, merge_rows = merge_tiles(num_splits, shape.head_dim)
+        row_blocks = cdiv(shape.packed_rows // head_split, merge_rows)
+        merge = MergePlan(split_block, merge_rows, shape.batch * kv_heads * row_blocks,
+                          policy.merge_one_pass and num_splits <= split_block,
+                          policy.programmatic_merge and target.dependent_launch and kernel != "pingpong")
+        workspace = shape.batch * kv_heads * num_splits * rows_pad * (shape.head_dim + 1) * 4
+    reasons = "; ".join(r for r in (why, tiles["why"]) if r)
+    return VerifyPlan(kernel=kernel, config=cfg, group=shape.group // head_split, kv_heads=kv_heads, block_m=block_m,
+                      num_m_tiles=tiles["num_m_tiles"], tail_m=tail_m, head_split=head_split, block_n=block_n,
+                      stages=stages, num_warps=num_warps,
+                      tma=kernel == "triton" and cfg.tma and shape.descriptors, chunk=chunk, num_splits=num_splits,
+                      base_programs=base_programs, grid=grid, persistent=persistent, rows_pad=rows_pad,
+                      workspace_bytes=workspace,
+                      shared_bytes=shared_memory_bytes(kernel, cfg, block_m, tail_m, block_n, stages, shape.head_dim,
+                                                       shape.element_size),
+                      merge=merge, why=reasons)

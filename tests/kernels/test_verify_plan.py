@@ -1,0 +1,323 @@
+"""The tree-verify planner, on any host: per-arch tables, query tiles, splits, the kernel a call
+gets, the grids, the shared memory of every dtype, and the plan cache. Pure functions: no GPU."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from specdec_kernels.configs import SHARED_MEMORY_LIMITS, SHORT_CACHE_ROWS, VerifyConfig, tiles_for
+from specdec_kernels.verify_plan import (DEFAULT_POLICY, VerifyPlan, VerifyPolicy, VerifyShape, VerifyTarget, _tiles,
+                                         merge_tiles, pick_query_tiles, pick_splits, pingpong_grid, plan_verify,
+                                         relieve_tree_split, runs_pingpong, split_chunks)
+
+H200 = VerifyTarget("sm_90", 132, gluon=True, dependent_launch=True)
+H200_NO_GLUON = VerifyTarget("sm_90", 132, gluon=False, dependent_launch=True)
+RTX_PRO = VerifyTarget("sm_120", 188, dependent_launch=True)
+
+
+def config_of(arch, head_dim, rows, pairs=256, cache=8192, element_size=2):
+    return tiles_for(arch, head_dim, element_size, rows, pairs, cache).config
+
+
+def tiles(batch, num_nodes, group, cache, cfg, kv_heads=8, policy=DEFAULT_POLICY, sms=132):
+    return _tiles(batch, num_nodes, group, kv_heads, cache, sms, cfg, policy)
+
+
+def test_plan_is_typed_frozen_and_cached_per_call_signature():
+    shape = VerifyShape(8, 17, 32, 8, 128, 8192 + 17)
+    plan = plan_verify(shape, H200)
+    assert isinstance(plan, VerifyPlan) and plan.kernel == "pingpong" and plan.why
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.num_splits = 3
+    assert plan_verify(VerifyShape(8, 17, 32, 8, 128, 8192 + 17), H200) is plan  # one plan a signature
+    assert plan_verify(shape, H200, VerifyPolicy()) is not plan                  # another policy: planned anew
+    # the workspace: fp32 partials and log2-sum-exps of every split's padded rows
+    assert plan.workspace_bytes == 8 * 8 * plan.num_splits * plan.rows_pad * (128 + 1) * 4 > 0
+    assert plan_verify(VerifyShape(32, 17, 32, 8, 128, 8192 + 17), H200).workspace_bytes == 0  # one split
+
+
+def test_sm90_tiers_by_rows_grid_and_cache():
+    """sm_90, 16 bits: up to 64 packed rows the 64-row Gluon kernel (on grids of up to 64 (request,
+    KV head) pairs the ping-pong kernel's single warpgroup); past that the ping-pong kernel, except
+    on tiny work (small grid and short cache), which keeps the 64-row and 8-warp Gluon tiles. Where
+    the Gluon kernels cannot run, each entry's Triton fallback."""
+    def shape(cfg):
+        return cfg.num_warps, cfg.max_block_m, cfg.min_block_m, cfg.max_tail_m, cfg.tma, cfg.gluon
+
+    assert shape(config_of("sm_90", 128, 64)) == (4, 64, 16, 0, False, True)
+    assert config_of("sm_90", 128, 64).gluon_stages == 4
+    few_pp = config_of("sm_90", 128, 36, 64)
+    assert (few_pp.gluon_pingpong, few_pp.gluon_pingpong_64, few_pp.block_n, few_pp.resident_per_sm) == (
+        True, True, 64, 1)
+    assert shape(few_pp.triton_fallback) == (4, 64, 16, 0, False, False)
+    many = config_of("sm_90", 128, 68, 64)                                                  # B8, T17, G4, L8k
+    assert shape(many) == (8, 128, 128, 0, True, True)
+    assert (many.gluon_pingpong, many.gluon_pingpong_192, many.gluon_pingpong_tail, many.gluon_pingpong_64,
+            many.gluon_stages, many.block_n) == (True, True, True, True, 4, 64)
+    assert shape(many.triton_fallback) == (8, 128, 128, 0, True, False)
+    for small_work in (config_of("sm_90", 128, 68, 8), config_of("sm_90", 128, 68, 256, 1041)):
+        assert small_work.gluon_pingpong                                                    # B1; B32, L1k
+        assert shape(small_work.triton_fallback) == (4, 64, 16, 16, False, False)
+    for rows in (68, 260):                                                                  # B1-L1k
+        tiny = config_of("sm_90", 128, rows, 8, 1041)
+        assert not tiny.gluon_pingpong and tiny.gluon and tiny.triton_fallback is None
+        assert tiny.max_block_m == (64 if rows < 256 else 128)
+    assert config_of("sm_90", 128, 68, 256, SHORT_CACHE_ROWS + 1) == many
+    assert config_of("sm_100", 128, 68, 64) == config_of("sm_90", 128, 68, 64)
+    for arch in ("sm_120", "sm_89"):
+        for rows in (9, 68, 260):
+            assert not config_of(arch, 128, rows).gluon, (arch, rows)
+    # a call the Gluon kernel cannot take (here: a Triton without Gluon) gets the Triton fallback
+    plan = plan_verify(VerifyShape(1, 17, 32, 8, 128, 8209), H200_NO_GLUON)
+    assert (plan.kernel, plan.block_m, plan.num_m_tiles, plan.block_n, plan.stages) == ("triton", 64, 2, 32, 3)
+    plan = plan_verify(VerifyShape(1, 33, 32, 8, 128, 8225), H200_NO_GLUON, VerifyPolicy(tiles=many))
+    assert (plan.kernel, plan.block_m, plan.num_m_tiles) == ("triton", 128, 2)  # 132 rows: not 1 x 192
+    no_fallback = dataclasses.replace(many, triton_fallback=None)
+    plan = plan_verify(VerifyShape(1, 33, 32, 8, 128, 8225), H200_NO_GLUON, VerifyPolicy(tiles=no_fallback))
+    assert (plan.kernel, plan.block_m, plan.num_m_tiles, plan.tail_m) == ("triton", 128, 2, 0)  # nor 128 + 8
+    # what else keeps a call off the Gluon kernels: fp32, a layout no descriptor describes, a scale <= 0
+    for shape_ in (VerifyShape(8, 17, 32, 8, 128, 8209, element_size=4),
+                   VerifyShape(8, 17, 32, 8, 128, 8209, descriptors=False),
+                   VerifyShape(8, 17, 32, 8, 128, 8209, positive_scale=False)):
+        assert plan_verify(shape_, H200).kernel == "triton", shape_
+
+
+def test_head_dim_64_takes_the_gluon_tiers_of_128_with_its_own_triton_tiles():
+    gluon_fields = ("gluon", "gluon_block_n", "gluon_stages", "gluon_q_in_registers", "gluon_pingpong",
+                    "gluon_pingpong_192", "gluon_pingpong_tail", "gluon_pingpong_64", "split_query_heads",
+                    "block_n", "max_block_m", "min_block_m", "num_warps", "resident_per_sm")
+    for rows, pairs, cache in ((36, 256, 8201), (36, 64, 8201), (68, 64, 8209), (68, 8, 8209), (68, 256, 1041),
+                               (68, 8, 1041), (260, 8, 1041), (260, 256, 8257), (520, 256, 8257)):
+        at_64, at_128 = config_of("sm_90", 64, rows, pairs, cache), config_of("sm_90", 128, rows, pairs, cache)
+        if (rows, pairs) == (36, 256):  # the 64-row Gluon kernel: 64-key tiles at D = 64 (8 KB, as 32 at 128)
+            assert (at_64.gluon_block_n, at_128.gluon_block_n, at_128.block_n) == (64, 0, 32)
+            at_64 = dataclasses.replace(at_64, gluon_block_n=0)
+        assert at_64.gluon and all(getattr(at_64, f) == getattr(at_128, f) for f in gluon_fields), (rows, pairs, cache)
+        fallback = at_64.triton_fallback
+        assert not fallback.gluon and (fallback.num_warps, fallback.max_block_m) == (
+            (4, 64) if rows <= 255 else (8, 128)), (rows, pairs, cache)
+    plan = plan_verify(VerifyShape(1, 17, 32, 8, 64, 8209), H200_NO_GLUON)
+    assert (plan.kernel, plan.block_m, plan.block_n, plan.stages) == ("triton", 64, 64, 3)
+
+
+def test_head_dim_256_runs_the_pingpong_kernel_on_hopper_and_fits_sm120():
+    """Qwen3.5/3.6-27B's full-attention heads at TP 1, 4 and 8 (24/4, 6/1, 3/1 at head dim 256):
+    the ping-pong kernel with q in shared memory on sm_90 within its shared memory; Triton tiles
+    within sm_120's."""
+    for q_heads, kv_heads in ((24, 4), (6, 1), (3, 1)):
+        for num_nodes in (9, 17, 33, 65):
+            for batch, prefix in ((1, 1024), (8, 8192), (32, 32768)):
+                shape = VerifyShape(batch, num_nodes, q_heads, kv_heads, 256, prefix + num_nodes)
+                plan = plan_verify(shape, H200)
+                assert plan.kernel == "pingpong" and plan.block_m <= 128, (shape, plan)
+                assert plan.shared_bytes <= SHARED_MEMORY_LIMITS["sm_90"], (shape, plan)
+                blackwell = plan_verify(shape, RTX_PRO)
+                assert blackwell.kernel == "triton" and blackwell.shared_bytes <= SHARED_MEMORY_LIMITS["sm_120"]
+
+
+@pytest.mark.parametrize("element_size", [2, 4])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_every_dtype_fits_the_shared_memory_of_its_arch(element_size, head_dim):
+    """The tiles are sized from the element size: fp32 at T = 65 with G = 4 or 8 once asked 295 KB
+    of an H200's 227 (the table ignored the element size); every plan of the bench grid's shapes
+    now fits sm_90's and sm_120's limits."""
+    for target in (H200, RTX_PRO):
+        for num_nodes in (9, 17, 33, 65):
+            for group in (1, 4, 6, 8):
+                for batch, cache in ((1, 1024), (8, 8192), (32, 32768)):
+                    shape = VerifyShape(batch, num_nodes, 8 * group, 8, head_dim, cache + num_nodes, element_size)
+                    plan = plan_verify(shape, target)
+                    assert plan.shared_bytes <= SHARED_MEMORY_LIMITS[target.arch], (target.arch, shape, plan)
+                    assert element_size == 2 or plan.kernel == "triton"
+
+
+def test_head_dim_64_single_pingpong_warpgroup_takes_128_key_tiles():
+    """At head dim 64 the ping-pong kernel's single 64-row warpgroup takes 128-key tiles (16 KB,
+    as 64 keys are at 128) and the cache splits in multiples of them, where a split streams 2048
+    keys or more and the programs are not persistent; head dim 128 plans as before."""
+    seen = set()
+    for num_nodes, group, batch, cache in ((9, 4, 1, 32777), (9, 4, 1, 1033), (9, 4, 8, 8201), (17, 4, 8, 32785),
+                                           (17, 4, 32, 8209), (9, 8, 8, 32777), (17, 8, 1, 8209), (17, 4, 32, 1041),
+                                           (16, 8, 8, 8208), (33, 4, 32, 8225), (9, 4, 32, 8201)):
+        for head_dim in (64, 128):
+            plan = plan_verify(VerifyShape(batch, num_nodes, 8 * group, 8, head_dim, cache), H200)
+            one_warpgroup = plan.block_m == 64 and plan.kernel == "pingpong"
+            wide = one_warpgroup and not plan.persistent and plan.chunk >= DEFAULT_POLICY.wide_keys_min_chunk
+            cfg = config_of("sm_90", head_dim, num_nodes * group, batch * 8, cache)
+            expected = 128 if head_dim == 64 and wide else cfg.gluon_block_n or cfg.block_n
+            assert plan.block_n == expected, (num_nodes, group, batch, head_dim, plan)
+            assert plan.chunk % plan.config.block_n == 0 and plan.config.block_n in (32, 64, 128), plan
+            seen.add((head_dim, one_warpgroup, plan.persistent, plan.tail_m > 0, plan.head_split,
+                      plan.chunk >= DEFAULT_POLICY.wide_keys_min_chunk))
+    assert {(64, True, False, False, 1, True), (64, True, False, True, 1, True), (64, True, False, False, 1, False),
+            (64, True, False, True, 2, False), (64, True, True, True, 1, False), (64, False, False, False, 1, True),
+            (64, False, False, True, 1, True)} <= seen, seen
+    assert {(128, True, False, False, 1, True), (128, True, False, True, 2, False)} <= seen, seen
+
+
+def test_split_query_heads_plans_two_programs_per_kv_head():
+    """129-144 packed rows at an even G, where one program per KV head would not take them (2 x 128
+    rows on short streams of a part-filled GPU), become two programs per KV head of half its query
+    heads each (65-72 rows: one 64-row warpgroup and the tail); elsewhere, and with the policy's
+    switch off, the plan is unchanged."""
+    split = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
+                         gluon=True, gluon_pingpong=True, gluon_pingpong_tail=True, gluon_pingpong_64=True,
+                         split_query_heads=True)
+    whole = dataclasses.replace(split, split_query_heads=False)
+    for batch, prefix in ((1, 8192), (8, 1024)):
+        for num_nodes, group in ((17, 8), (33, 4), (9, 16)):
+            assert tiles(batch, num_nodes, group, prefix + num_nodes, whole)["num_m_tiles"] == 2
+            plan = tiles(batch, num_nodes, group, prefix + num_nodes, split)
+            assert (plan["head_split"], plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == (2, 64, 1, 8)
+            assert plan["grid"][0] == batch * 8 * 2, plan
+    assert tiles(2, 17, 8, 3000 + 22, split, kv_heads=2)["head_split"] == 2
+    assert tiles(2, 33, 4, 5000 + 38, split, kv_heads=2)["head_split"] == 2
+    for batch, prefix in ((8, 8192), (32, 1024), (1, 32768)):
+        plan = tiles(batch, 17, 8, prefix + 17, split)
+        assert (plan["head_split"], plan["block_m"], plan["tail_m"]) == (1, 128, 8), plan
+    for num_nodes, group in ((16, 8), (145, 1), (29, 5)):
+        assert tiles(1, num_nodes, group, 8192 + num_nodes, split)["head_split"] == 1
+    off = VerifyPolicy(split_query_heads=False)
+    assert tiles(1, 17, 8, 8192 + 17, split, policy=off)["head_split"] == 1
+    plan = plan_verify(VerifyShape(1, 17, 64, 8, 128, 8209), H200)
+    assert (plan.head_split, plan.kv_heads, plan.group) == (2, 16, 4)  # the kernels' view: twice the KV heads
+
+
+def test_query_tiles_and_split_plan():
+    """T = 2^k + 1 rides in a tail; the split count fills whole waves, or half a wave where the
+    merge would cost more than the extra splits save."""
+    assert pick_query_tiles(64, 64, 16) == (64, 1, 0)
+    assert pick_query_tiles(68, 64, 16) == (64, 1, 16)      # T=17, G=4
+    assert pick_query_tiles(136, 64, 16) == (64, 2, 16)     # T=17, G=8
+    assert pick_query_tiles(260, 128, 16) == (128, 2, 16)   # T=65, G=4
+    assert pick_query_tiles(68, 64, 0) == (64, 2, 0)
+    assert pick_query_tiles(36, 64, 16) == (64, 1, 0)
+    assert pick_query_tiles(85, 64, 16)[2] == 0
+    assert pick_query_tiles(136, 128, 0, 128) == (128, 2, 0)
+    assert pick_query_tiles(132, 128, 0, 128, (192,)) == (192, 1, 0)  # T=33, G=4
+    assert pick_query_tiles(260, 128, 0, 128, (192,)) == (192, 2, 0)
+    assert pick_query_tiles(68, 128, 0, 128, (192,)) == (128, 1, 0)
+    tail = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
+                        gluon=True, gluon_pingpong=True, gluon_pingpong_192=True, gluon_pingpong_tail=True)
+    for rows, expected in ((132, (128, 1, 8)), (136, (128, 1, 8)), (260, (128, 2, 8)), (264, (128, 2, 8)),
+                           (520, (192, 3, 0)), (68, (128, 1, 0)), (144, (192, 1, 0))):
+        plan = tiles(8, rows, 1, 8192 + rows, tail)
+        assert (plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == expected, rows
+    tail64 = dataclasses.replace(tail, gluon_pingpong_64=True)
+    for rows, expected in ((68, (64, 1, 8)), (72, (64, 1, 8)), (73, (128, 1, 0)), (64, (128, 1, 0)),
+                           (136, (128, 1, 8))):
+        plan = tiles(8, rows, 1, 8192 + rows, tail64)
+        assert (plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == expected, rows
+    assert runs_pingpong(tail64, 64) and not runs_pingpong(tail, 64)
+    few = VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=1, max_tail_m=0,
+                       gluon=True, gluon_pingpong=True, gluon_pingpong_64=True)
+    plan = tiles(8, 9, 4, 8192 + 9, few)
+    assert (plan["block_m"], plan["tail_m"], plan["num_splits"], plan["chunk"]) == (64, 0, 2, 4096 + 64)
+    plan = tiles(8, 17, 4, 8192 + 17, tail64)
+    assert (plan["block_m"], plan["tail_m"], plan["num_splits"], plan["chunk"]) == (64, 8, 2, 4096 + 128)
+    plan = tiles(1, 9, 4, 8192 + 9, few)
+    assert plan["num_splits"] > 2 and plan["chunk"] * plan["num_splits"] == 8192
+    wide = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
+                        gluon=True, gluon_pingpong=True, gluon_pingpong_192=True)
+    assert tiles(1, 33, 4, 32768 + 33, wide)["block_m"] == 192   # B1-L32k: 2048 keys a program
+    assert tiles(32, 33, 4, 1024 + 33, wide)["block_m"] == 192   # B32-L1k: 256 programs
+    assert tiles(1, 33, 4, 8192 + 33, wide)["block_m"] == 128    # B1-L8k: short streams, part-filled GPU
+    assert tiles(8, 33, 4, 1024 + 33, wide)["block_m"] == 128
+    assert tiles(8, 33, 4, 1024 + 33, wide, policy=VerifyPolicy(wide_tile_min_chunk=0))["block_m"] == 192
+    assert relieve_tree_split(128, 2, 130, 64, 0) == 128
+    assert relieve_tree_split(128, 2, 200, 64, 0) == 192
+    assert relieve_tree_split(128, 2, 300, 64, 8) == 256
+    assert relieve_tree_split(128, 3, 300, 64, 0) == 128
+    cfg = VerifyConfig(32, 64, 4, 4, resident_per_sm=2)
+    assert tiles(32, 17, 4, 32768 + 17, cfg)["tail_m"] == 16
+    assert tiles(8, 17, 4, 8192 + 17, cfg)["num_m_tiles"] == 2
+    assert tiles(8, 17, 4, 8192 + 17, cfg, policy=VerifyPolicy(tail_only_when_full=False))["tail_m"] == 16
+    assert tiles(32, 33, 4, 8192 + 33, cfg)["num_m_tiles"] == 3
+    for base, keys in ((8, 32768), (64, 8192), (256, 1024), (512, 32768), (1, 100), (3, 300000)):
+        chunk, splits = pick_splits(base, keys, 32, 264, base, 64)
+        assert chunk % 32 == 0 and (splits - 1) * chunk < keys <= splits * chunk
+        assert splits == 1 or chunk >= 256
+        assert base * splits <= max(base, 8 * 264)
+    assert pick_splits(64, 8192, 32, 264, 64, 36)[1] == 4
+    assert pick_splits(256, 1024, 32, 264, 256, 36)[1] == 1
+    assert pick_splits(8, 32768, 32, 264, 8, 36)[1] == 32
+    assert pick_splits(8, 8192, 32, 264, 8, 36)[1] == 16
+    assert split_chunks(1000, 3, 64) == (384, 3)
+    for splits in (2, 5, 17, 64, 300):
+        for head_dim in (64, 128, 256):
+            block, rows = merge_tiles(splits, head_dim)
+            assert block * rows * head_dim <= 8192 and rows >= 2 and block >= 2
+
+
+def test_pingpong_grid_is_persistent_only_on_waves_of_short_items_of_one_split():
+    assert pingpong_grid((512, 1), 132, 128, 1024, DEFAULT_POLICY) == (132, 1)
+    assert pingpong_grid((256, 1), 132, 64, 1024, DEFAULT_POLICY) == (132, 1)
+    assert pingpong_grid((198, 1), 132, 128, 2048, DEFAULT_POLICY) == (132, 1)
+    assert pingpong_grid((192, 1), 132, 128, 1024, DEFAULT_POLICY) == (192, 1)  # under 1.5 waves
+    assert pingpong_grid((512, 1), 132, 128, 8192, DEFAULT_POLICY) == (512, 1)  # long items
+    assert pingpong_grid((512, 2), 132, 128, 1024, DEFAULT_POLICY) == (512, 2)
+    assert pingpong_grid((768, 1), 132, 192, 1024, DEFAULT_POLICY) == (768, 1)  # q in shared memory
+    assert pingpong_grid((512, 1), 132, 128, 1024, VerifyPolicy(persistent=False)) == (512, 1)
+    plan = plan_verify(VerifyShape(32, 17, 32, 8, 128, 1024 + 17), H200)      # B32-T17-L1k
+    assert plan.persistent and plan.grid == (132, 1) and plan.base_programs == 256
+
+
+def test_merge_starts_early_only_where_it_paid():
+    """The merge is a programmatic dependent launch with splits on a target that has it, after the
+    64-row and Triton split kernels, never after the ping-pong kernel (it measured slower there),
+    and not with the policy's switch off."""
+    gluon_64 = plan_verify(VerifyShape(32, 9, 32, 8, 128, 32768 + 9), H200, VerifyPolicy(num_splits=4))
+    assert gluon_64.kernel == "gluon" and gluon_64.merge.starts_early
+    pingpong = plan_verify(VerifyShape(8, 17, 32, 8, 128, 8209), H200)
+    assert pingpong.kernel == "pingpong" and pingpong.num_splits > 1 and not pingpong.merge.starts_early
+    triton = plan_verify(VerifyShape(8, 17, 32, 8, 128, 8209), H200_NO_GLUON)
+    assert triton.kernel == "triton" and triton.merge.starts_early
+    no_pdl = VerifyTarget("sm_80", 108)
+    assert not plan_verify(VerifyShape(8, 17, 32, 8, 128, 8209), no_pdl).merge.starts_early
+    off = plan_verify(VerifyShape(8, 17, 32, 8, 128, 8209), H200_NO_GLUON, VerifyPolicy(programmatic_merge=False))
+    assert not off.merge.starts_early
+    single = plan_verify(VerifyShape(32, 17, 32, 8, 128, 32785), H200_NO_GLUON)
+    assert single.num_splits == 1 and single.merge is None
+
+
+def test_gluon_is_decided_once_per_process(monkeypatch):
+    """A Triton whose Gluon lacks a name the kernels use costs one warning naming it; the target
+    then has no Gluon, and every call plans the Triton kernel."""
+    pytest.importorskip("triton")
+    from specdec_kernels import tree_verify_triton as tvt
+
+    names = dict(tvt._GLUON_NAMES)
+    names["triton.experimental.gluon.language"] = ("no_such_gluon_name",)
+    monkeypatch.setattr(tvt, "_GLUON_NAMES", names)
+    tvt.gluon_unusable.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="no_such_gluon_name: the tree-verify attention takes its Triton"):
+            reason = tvt.gluon_unusable()
+        assert "no_such_gluon_name" in reason and tvt.gluon_unusable() is reason  # decided once
+    finally:
+        tvt.gluon_unusable.cache_clear()
+    torch = pytest.importorskip("torch")
+    assert tvt.target_of(torch.device("cpu")) == VerifyTarget("interpreter", 4)
+
+
+def test_plan_call_reads_the_signature_once(monkeypatch):
+    """A repeated call finds its plan by its signature, without planning again; a changed layout
+    (here: a cache whose heads are not adjacent) is another signature."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    from specdec_kernels import tree_verify_triton as tvt
+
+    q = torch.zeros(2, 9, 8, 64, dtype=torch.float16)
+    k = torch.zeros(2, 300, 2, 64, dtype=torch.float16)
+    calls = []
+    real = tvt.plan_verify
+    monkeypatch.setattr(tvt, "plan_verify", lambda *args: calls.append(args) or real(*args))
+    policy = VerifyPolicy()
+    first = tvt.plan_call(q, k, k, None, policy)
+    assert tvt.plan_call(q, k, k, None, policy) is first and len(calls) == 1
+    apart = k.transpose(1, 2).contiguous().transpose(1, 2)
+    assert not tvt.plan_call(q, apart, apart, None, policy).tma and len(calls) == 2
+    with pytest.raises(ValueError, match="unit stride in the head dim"):
+        tvt.plan_call(q[..., ::2], k[..., ::2], k[..., ::2], None, policy)
