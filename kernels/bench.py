@@ -1,31 +1,26 @@
-"""Verify-step benchmark on a GPU: tree-verify attention against the roofline, SDPA and FlexAttention.
+"""Verify-step benchmark on a GPU: tree-verify attention against the roofline, SDPA and FlexAttention,
+in CUDA graphs and called eagerly, with the goals judged on every row.
 
-    python -m specdec_kernels.bench                  # the issue's grid, one table
-    python -m specdec_kernels.bench --quick          # a few shapes
-    python -m specdec_kernels.bench --json out.json --markdown out.md --max-seconds 240
+    python -m specdec_kernels.bench                      # the whole grid (head dims 128 and 256), one table
+    python -m specdec_kernels.bench --head-dims 256      # the Qwen3.5/3.6-27B shapes alone
+    python -m specdec_kernels.bench --quick --json out.json --markdown out.md --max-seconds 240
 
 Per shape (bf16; one request shape repeated ``batch`` times, all with prefix ``L``; a random
 best-first tree of T nodes per request), all measured in one run:
-- time: ``triton.testing.do_bench`` median over CUDA-graph replays of the call on rotating input
-  sets (256 MiB cycled, so no L2 reuse across iterations), fresh random inputs per shape; L2 is
-  flushed before each replay by *reading* a 256 MiB buffer (``--l2-flush read``, the default)
-  rather than by do_bench's own zeroing of it (``--l2-flush zero``), see :func:`l2_flush`;
-- bytes = K and V rows read once (prefix + tree) + q + output; FLOPs = 4 * T * Hq * (L + T) * D
-  per request (the tree rows counted dense);
-- roofline = max(bytes / copy bandwidth, FLOPs / bf16 matmul rate), both ceilings measured at the
-  start of the same run (a 1 GiB device-to-device copy, its 2 GiB of reads + writes counted; an 8192^3 bf16
-  matmul on random data); "roof %" = roofline time / measured time;
-- ``x SDPA``: torch SDPA with a boolean ``[B, 1, T, L + T]`` mask and ``enable_gqa=True``, same
-  inputs, time ratio; ``read us``: reading K and V once through torch (two fp32-accumulating
-  sums, same graph timing), the practical floor for these bytes at this size; ``x flex``:
-  FlexAttention (torch.compile'd) with the same mask as a block mask, on the shapes named by
-  ``--flex``, or the error it raised;
-- correctness on every timed shape: the kernel's output against a float32 reference per
-  request (row relative error, bf16 bound 3e-2); SDPA's error is reported beside it.
-A shape whose check fails is reported as FAILED and the exit status is 1.
-Also timed: greedy accept + KV commit (all layers) at batch 8, prefix 8k, T 17, fused in one launch
-(``tree_accept_and_commit``) and as the two operations in sequence, with CUDA's sync-debug mode
-set to error, so a host synchronisation would raise.
+- graph us: ``triton.testing.do_bench`` median over CUDA-graph replays of the call on rotating input
+  sets (256 MiB cycled, so no L2 reuse across calls), L2 flushed before each replay by reading a
+  256 MiB buffer (:func:`l2_flush`); eager us: the same calls back to back without a graph, GPU time
+  a call between two events around them; host us: the host time one such call takes to issue;
+- bytes = K and V rows read once (prefix + tree) + q + output; FLOPs = 4 * T * Hq * (L + T) * D per
+  request; roofline = max(bytes / copy bandwidth, FLOPs / bf16 matmul rate), both measured at the
+  start of the run; ``x SDPA``: torch SDPA with a boolean ``[B, 1, T, L + T]`` mask and
+  ``enable_gqa=True`` on the same inputs, in graphs; ``x flex``: FlexAttention (torch.compile'd,
+  eager) on the shapes named by ``--flex``; SGLang's Triton extend-attention kernels where they
+  import (the run's header says whether they did);
+- correctness on every timed shape: the kernel's output against a float32 reference for the first
+  and last request (row relative error, bf16 bound 3e-2).
+A shape whose check fails is FAILED and the exit status is 1. Also timed: greedy accept + KV
+commit (all layers) at B8-L8k-T17 with CUDA's sync-debug mode set to error.
 """
 
 from __future__ import annotations
@@ -71,26 +66,39 @@ class Shape:
         return 4 * self.batch * self.num_nodes * self.q_heads * (self.prefix + self.num_nodes) * self.head_dim
 
     def memory_bound_goal(self) -> bool:
-        """The issue's memory-bound class: T*G <= 64 and batch * prefix >= 32k tokens."""
+        """The memory-bound class of the goals: T*G <= 64 and batch * prefix >= 32k tokens."""
         return self.num_nodes * self.group <= 64 and self.batch * self.prefix >= 32 * 1024
 
 
-HEAD_DIMS = (64, 128, 256)
+HEAD_DIMS = (128, 256)
+# Qwen3.5/3.6-27B's 16 full-attention layers (24 query heads, 4 KV heads, head dim 256) per GPU at
+# TP 1, 4 and 8 (KV heads replicated at TP 8)
+QWEN_27B_HEADS = ((24, 4), (6, 1), (3, 1))
 
 
-def issue_shapes(head_dim: int = 128) -> list[Shape]:
-    """bf16; Hq/Hkv/D in {32/8/128, 64/8/128}; T in {9,16,17,33,65}; batch {1,8,32}; L {1k,8k,32k}.
-    The same grid at another head dim (``--head-dim``) for models with D = 64 or 256, which the
-    issue's goals do not cover."""
-    return [Shape(b, t, hq, 8, head_dim, l)
-            for hq in (32, 64) for t in (9, 16, 17, 33, 65) for b in (1, 8, 32)
-            for l in (1024, 8192, 32768)]
+def grid_shapes(head_dims=HEAD_DIMS) -> list[Shape]:
+    """The goals' grid: at head dim 128 Hq/Hkv 32/8 and 64/8, T 9, 16, 17, 33, 65; at head dim 256
+    the Qwen3.5/3.6-27B heads at T 9, 17, 33, 65; batch 1, 8, 32; prefix 1k, 8k, 32k."""
+    shapes = []
+    if 128 in head_dims:
+        shapes += [Shape(b, t, hq, 8, 128, l) for hq in (32, 64) for t in (9, 16, 17, 33, 65) for b in (1, 8, 32)
+                   for l in (1024, 8192, 32768)]
+    if 256 in head_dims:
+        shapes += [Shape(b, t, hq, hkv, 256, l) for hq, hkv in QWEN_27B_HEADS for t in (9, 17, 33, 65)
+                   for b in (1, 8, 32) for l in (1024, 8192, 32768)]
+    return shapes
 
 
-def quick_shapes(head_dim: int = 128) -> list[Shape]:
-    return [Shape(8, t, 32, 8, head_dim, 8192) for t in (9, 16, 17, 33, 65)] + [
-        Shape(1, 17, 32, 8, head_dim, 32768), Shape(32, 17, 64, 8, head_dim, 32768),
-        Shape(32, 65, 64, 8, head_dim, 8192)]
+def quick_shapes(head_dims=HEAD_DIMS) -> list[Shape]:
+    """A few shapes of each head dim's grid: memory- and compute-bound, one split and many."""
+    shapes = []
+    if 128 in head_dims:
+        shapes += [Shape(8, t, 32, 8, 128, 8192) for t in (9, 17, 65)] + [
+            Shape(1, 17, 32, 8, 128, 32768), Shape(32, 17, 64, 8, 128, 32768), Shape(32, 65, 64, 8, 128, 8192)]
+    if 256 in head_dims:
+        shapes += [Shape(1, 17, 24, 4, 256, 8192), Shape(8, 17, 24, 4, 256, 8192), Shape(8, 17, 24, 4, 256, 32768),
+                   Shape(1, 65, 24, 4, 256, 32768), Shape(8, 17, 6, 1, 256, 8192), Shape(32, 9, 3, 1, 256, 8192)]
+    return shapes
 
 
 L2_FLUSH_MODES = ("read", "zero")
@@ -100,12 +108,9 @@ L2_FLUSH_MODES = ("read", "zero")
 def l2_flush(mode: str):
     """Make ``do_bench`` flush L2 by reading its 256 MiB buffer (``"read"``) or keep its zeroing.
 
-    Zeroing the buffer leaves the last ~60 MB of it *dirty* in L2, so the timed call starts by
-    writing that back to memory while it reads its own inputs: about 10-20 us of extra traffic
-    per timed call, which is noise on a gigabyte but a fifth of a 100 us verify step. A real
-    decode step finds little dirty data in L2 (the projections before attention write a few MB).
-    A read leaves L2 full of clean, unrelated lines: the inputs still come from memory, and
-    evicting what is there costs nothing.
+    Zeroing leaves the last ~60 MB of the buffer dirty in L2, so the timed call starts by writing
+    that back while it reads its own inputs (10-20 us of extra traffic, a fifth of a 100 us verify
+    step); a real decode step finds little dirty data in L2. A read leaves L2 full of clean lines.
     """
     if mode not in L2_FLUSH_MODES:
         raise ValueError(f"--l2-flush must be one of {L2_FLUSH_MODES}, not {mode!r}")
@@ -127,11 +132,11 @@ def measure_ceilings(device) -> dict:
 
     src = torch.empty(2**30, dtype=torch.uint8, device=device).random_()
     dst = torch.empty_like(src)
-    copy_ms = do_bench(lambda: dst.copy_(src), warmup=50, rep=300, return_mode="median")
+    copy_ms = do_bench(lambda: dst.copy_(src), warmup=25, rep=150, return_mode="median")
     n = 8192
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    mm_ms = do_bench(lambda: a @ b, warmup=50, rep=300, return_mode="median")
+    mm_ms = do_bench(lambda: a @ b, warmup=25, rep=150, return_mode="median")
     del src, dst, a, b
     return {"copy_tb_s": 2 * 2**30 / copy_ms / 1e9, "matmul_tflop_s": 2 * n**3 / mm_ms / 1e9}
 
@@ -164,14 +169,14 @@ ROTATION_BYTES = 256 * 2**20
 MAX_INPUT_SETS = 32
 
 
-def input_sets_needed(shape: "Shape") -> int:
+def input_sets_needed(shape: Shape) -> int:
     return max(1, min(MAX_INPUT_SETS, math.ceil(ROTATION_BYTES / shape.bytes_moved())))
 
 
-def time_in_graph(call, input_sets) -> float:
-    """Median microseconds per call: ``call(*inputs)`` for every input set, captured in one CUDA
-    graph, replayed under ``do_bench`` (which also flushes L2 before each replay; see l2_flush). Host launch
-    overhead is thereby left out, as in an engine that captures its verify step."""
+def time_in_graph(call, input_sets, rep_ms: int = 60) -> float:
+    """Median microseconds a call: ``call(*inputs)`` for every input set captured in one CUDA graph,
+    replayed under ``do_bench`` (L2 flushed before each replay): host launch cost left out, as in
+    an engine that captures its verify step."""
     from triton.testing import do_bench
 
     side = torch.cuda.Stream()
@@ -185,17 +190,36 @@ def time_in_graph(call, input_sets) -> float:
     with torch.cuda.graph(graph):
         for inputs in input_sets:
             call(*inputs)
-    ms = do_bench(graph.replay, warmup=25, rep=100, return_mode="median")
+    ms = do_bench(graph.replay, warmup=10, rep=rep_ms, return_mode="median")
     del graph
     return ms * 1e3 / len(input_sets)
 
 
-def worst_row_error(out, q, k, v, lens, mask) -> float:
-    """Max over rows of ||out - ref|| / ||ref||, ref in float32 one request at a time."""
+def time_eagerly(call, input_sets, graph_us: float) -> tuple[float, float]:
+    """(GPU us a call, host us a call) of back-to-back eager calls cycling the input sets, no
+    synchronisation between them: events around the calls give the first, the host clock around
+    issuing them the second. As many calls as fill ~20 ms (10 to 300), after the same again as
+    warm-up; the launch queue holds them all, so the host never waits for the GPU."""
+    calls = max(10, min(300, int(20000 / max(graph_us, 1.0))))
+    for repeat in range(2):
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        host_start = time.perf_counter()
+        for i in range(calls):
+            call(*input_sets[i % len(input_sets)])
+        host_s = time.perf_counter() - host_start
+        end.record()
+        torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / calls, host_s * 1e6 / calls
+
+
+def row_error(out, q, k, v, lens, mask, requests) -> float:
+    """Max over rows of ||out - ref|| / ||ref||, ref in float32, for the given requests."""
     from .tree_verify import tree_verify_attention_reference
 
     worst = 0.0
-    for b in range(q.shape[0]):
+    for b in requests:
         ref = tree_verify_attention_reference(q[b:b + 1].float(), k[b:b + 1].float(), v[b:b + 1].float(),
                                               lens[b:b + 1], mask[b:b + 1], compute_dtype=torch.float32)
         err = (out[b:b + 1].float() - ref).norm(dim=-1) / ref.norm(dim=-1).clamp_min(1e-30)
@@ -224,73 +248,96 @@ def flex_runner(q, k, v, lens, mask, num_nodes):
     return lambda: compiled(qh, kh, vh, block_mask=block_mask, enable_gqa=True).transpose(1, 2)
 
 
-def read_kv(k, v):
-    """Read K and V once (fp32-accumulating sums): what merely streaming the cache costs."""
-    return k.sum(dtype=torch.float32) + v.sum(dtype=torch.float32)
+def sglang_verify_kernels() -> str | None:
+    """Why SGLang's Triton extend-attention kernels (its tree-verify path) cannot be timed here
+    (None: they import)."""
+    try:
+        import sglang.srt.layers.attention.triton_ops.extend_attention  # noqa: F401
+    except Exception as exc:  # not installed, or its imports fail on this machine
+        return f"{type(exc).__name__}: {str(exc)[:120]}"
+    return None
 
 
-def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, config=None,
-              baselines: bool = True, read_floor: bool = False) -> dict:
+# The goals, each judged where it applies: (name, applies, met) of a row.
+HOST_US_GOAL = 25.0
+EAGER_GOAL = 1.15
+EAGER_GOAL_MIN_GRAPH_US = 50.0
+
+
+def goal_verdicts(row: dict) -> dict:
+    """Goal name -> met (True / False) for the goals that apply to this row.
+
+    memory: memory-bound class (T*G <= 64, B*L >= 32k) at >= 75 % of the copy bandwidth;
+    compute: compute-bound at >= 50 % of the matmul rate; sdpa: >= 10x SDPA or, where SDPA is within
+    10x of the roofline, >= 70 % of the roofline; flex: faster than FlexAttention where it compiled;
+    eager: eager within 1.15x of the graph time where that is >= 50 us; host: <= 25 us of host time a
+    call."""
+    verdicts = {"correct": row["ok"]}
+    if row["memory_bound_goal"]:
+        verdicts["memory"] = row["bw_frac"] >= 0.75
+    if row["bound"] == "compute":
+        verdicts["compute"] = row["mm_frac"] >= 0.5
+    if "x_sdpa" in row:
+        verdicts["sdpa"] = row["x_sdpa"] >= 10 if row["x_sdpa_max"] >= 10 else row["roof_frac"] >= 0.70
+    if "x_flex" in row:
+        verdicts["flex"] = row["x_flex"] > 1
+    if row["us"] >= EAGER_GOAL_MIN_GRAPH_US:
+        verdicts["eager"] = row["eager_us"] <= EAGER_GOAL * row["us"]
+    verdicts["host"] = row["host_us"] <= HOST_US_GOAL
+    return verdicts
+
+
+def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, policy=None, baselines: bool = True) -> dict:
     from triton.testing import do_bench
 
     from .tree_verify import tree_verify_attention_sdpa
-    from .tree_verify_triton import log2_softmax_scale, plan_call, runs_persistent, tree_verify_attention_triton
+    from .tree_verify_triton import plan_call, tree_verify_attention_triton
+    from .verify_plan import DEFAULT_POLICY
 
+    policy = policy or DEFAULT_POLICY
     device = torch.device("cuda")
     sets = [make_inputs(shape, device, seed + i) for i in range(input_sets_needed(shape))]
     q, k, v, lens, mask = sets[0]
-    plan = plan_call(q, k, v, log2_softmax_scale(shape.head_dim), config)[0]
+    plan = plan_call(q, k, v, None, policy)
     row = {"shape": shape.name, **dataclasses.asdict(shape), "memory_bound_goal": shape.memory_bound_goal(),
-           "input_sets": len(sets), "block_m": plan["block_m"], "m_tiles": plan["num_m_tiles"],
-           "tail_m": plan["tail_m"], "splits": plan["num_splits"], "warps": plan["config"].num_warps,
-           "head_split": plan["head_split"]}
+           "input_sets": len(sets), "kernel": plan.kernel, "block_m": plan.block_m, "m_tiles": plan.num_m_tiles,
+           "tail_m": plan.tail_m, "block_n": plan.block_n, "splits": plan.num_splits, "warps": plan.num_warps,
+           "head_split": plan.head_split, "persistent": plan.persistent, "why": plan.why}
 
     def ours(q, k, v, lens, mask):
-        return tree_verify_attention_triton(q, k, v, lens, mask, config=config)
+        return tree_verify_attention_triton(q, k, v, lens, mask, policy=policy)
 
-    row["err"] = max(worst_row_error(ours(*inputs), *inputs) for inputs in sets[:2])
-    # asked after the first calls: a Gluon kernel that failed to build has fallen back by now
-    plan, row["kernel"], row["block_n"], row["stages"] = plan_call(q, k, v, log2_softmax_scale(shape.head_dim), config)
-    row.update(block_m=plan["block_m"], m_tiles=plan["num_m_tiles"], tail_m=plan["tail_m"],
-               splits=plan["num_splits"], warps=plan["config"].num_warps, head_split=plan["head_split"],
-               persistent=runs_persistent(plan, row["kernel"], device))
+    requests = sorted({0, shape.batch - 1})
+    row["err"] = max(row_error(ours(*inputs), *inputs, requests) for inputs in sets[:2])
     row["ok"] = row["err"] <= ROW_TOLERANCE_BF16
     row["us"] = time_in_graph(ours, sets)
+    row["eager_us"], row["host_us"] = time_eagerly(ours, sets, row["us"])
     ms = row["us"] / 1e3
     row["tb_s"] = shape.bytes_moved() / ms / 1e9
     row["tflop_s"] = shape.flops() / ms / 1e9
     mem_ms = shape.bytes_moved() / (ceilings["copy_tb_s"] * 1e9)
     mm_ms = shape.flops() / (ceilings["matmul_tflop_s"] * 1e9)
+    row["roof_us"] = max(mem_ms, mm_ms) * 1e3
     row["roof_frac"] = max(mem_ms, mm_ms) / ms
     row["bw_frac"] = row["tb_s"] / ceilings["copy_tb_s"]
     row["mm_frac"] = row["tflop_s"] / ceilings["matmul_tflop_s"]
     row["bound"] = "memory" if mem_ms >= mm_ms else "compute"
-    if read_floor:
-        row["read_us"] = time_in_graph(read_kv, [(s[1], s[2]) for s in sets])
-        row["x_read"] = row["us"] / row["read_us"]
     if baselines:
         try:
-            row["sdpa_err"] = worst_row_error(tree_verify_attention_sdpa(q, k, v, lens, mask), q, k, v, lens, mask)
-            try:
-                row["sdpa_us"] = time_in_graph(tree_verify_attention_sdpa, sets)
-                row["sdpa_timing"] = "graph"
-            except Exception:  # not capturable: time it eagerly (launch overhead included)
-                torch.cuda.synchronize()
-                row["sdpa_us"] = do_bench(lambda: tree_verify_attention_sdpa(q, k, v, lens, mask), warmup=10,
-                                          rep=50, return_mode="median") * 1e3
-                row["sdpa_timing"] = "eager"
+            row["sdpa_us"] = time_in_graph(tree_verify_attention_sdpa, sets, rep_ms=40)
             row["x_sdpa"] = row["sdpa_us"] / row["us"]
-            row["x_sdpa_max"] = row["sdpa_us"] / (max(mem_ms, mm_ms) * 1e3)
+            row["x_sdpa_max"] = row["sdpa_us"] / row["roof_us"]
         except Exception as exc:  # a baseline that cannot run is reported, not fatal
             row["sdpa_error"] = f"{type(exc).__name__}: {str(exc)[:120]}"
     if with_flex:
         try:
             flex = flex_runner(q, k, v, lens, mask, shape.num_nodes)
-            row["flex_err"] = worst_row_error(flex(), q, k, v, lens, mask)
-            row["flex_us"] = do_bench(flex, warmup=10, rep=50, return_mode="median") * 1e3
+            row["flex_err"] = row_error(flex(), q, k, v, lens, mask, requests)
+            row["flex_us"] = do_bench(flex, warmup=10, rep=40, return_mode="median") * 1e3
             row["x_flex"] = row["flex_us"] / row["us"]
         except Exception as exc:
             row["flex_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+    row["goals"] = goal_verdicts(row)
     del sets, q, k, v
     torch.cuda.empty_cache()
     return row
@@ -320,9 +367,8 @@ def run_accept_commit(layers: int = 36, batch: int = 8, prefix: int = 8192, num_
 
     Timed like every table row (``time_in_graph``): a graph of calls on distinct inputs, here
     ACCEPT_COMMIT_SETS trees whose requests' prefixes lie 64 rows apart in the same caches (so
-    no call finds another's rows in L2), time per call = replay / calls; and, as rounds 1-8
-    reported it, a graph of that one call alone ("single": its launch from an idle GPU counted
-    in full, about 5 us on an H200 for any kernel of this grid, PERF.md round 9)."""
+    no call finds another's rows in L2), time per call = replay / calls; and a graph of that one
+    call alone ("single": its launch from an idle GPU counted in full)."""
     from .accept_commit import tree_accept_and_commit
     from .kv_commit import commit_accepted_kv
     from .tree_accept import tree_accept_greedy
@@ -373,231 +419,109 @@ def run_accept_commit(layers: int = 36, batch: int = 8, prefix: int = 8192, num_
             "ratio_to_one_layer_single": ac_single_us / attn_us, "no_host_sync": no_sync}
 
 
-def sweep_variants() -> dict:
-    """Tile / load variants tried side by side by ``--sweep`` (None: the configs table).
-
-    Names: n = key rows per tile, m = max query rows, w = warps, s = stages, r = programs
-    resident per SM assumed by the split model; "min128": 128-row tiles only; "tma": key tiles
-    through tensor descriptors; "tail16": rows past whole tiles ride in a 16-row tail tile
-    whatever the batch (the planner's tail policy off); "fold": the softmax scale folded into
-    the exponent; "gluon": the Gluon kernel; "qreg": its q in registers; "pp": the ping-pong
-    kernel; "m192": with 192-row tiles where they pad less; "tail8": with its 8-row tail
-    warpgroup; "pp64": 64-row tiles on it too; the others have the tail tile off.
-    """
-    from .configs import VerifyConfig
-
-    few = dict(block_n=32, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2, max_tail_m=0)
-    many = dict(block_n=64, max_block_m=128, num_warps=8, num_stages=3, resident_per_sm=1, max_tail_m=0,
-                min_block_m=128)
-    return {
-        "table": None,
-        "table-nopdl": None,
-        "table-twopass": None,
-        "table-nowide": None,
-        "table-nohsplit": None,
-        "n32-m64-w4-s3-r2": VerifyConfig(**few),
-        "n32-m64-w4-s3-r1": VerifyConfig(**dict(few, resident_per_sm=1)),
-        "n32-m64-w4-s3-r3": VerifyConfig(**dict(few, resident_per_sm=3)),
-        "n32-m64-w4-s3-r2-fold": VerifyConfig(**few, fold_scale=True),
-        "n32-m64-w4-s3-r2-lazy": VerifyConfig(**few, lazy_rescale=True),
-        "n64-m64-w4-s2-r2-lazy": VerifyConfig(**dict(few, block_n=64, num_stages=2), lazy_rescale=True),
-        "n32-m64-w4-s3-r2-tail16": VerifyConfig(**dict(few, max_tail_m=16)),
-        "n32-m64-w4-s3-r2-tail16-fold": VerifyConfig(**dict(few, max_tail_m=16), fold_scale=True),
-        "n32-m64-w4-s3-r2-tail16-lazy": VerifyConfig(**dict(few, max_tail_m=16), lazy_rescale=True),
-        "n64-m128-w8-s3-r1-min128": VerifyConfig(**many),
-        "n64-m128-w8-s3-r1-min128-tma": VerifyConfig(**many, tma=True),
-        "n64-m128-w8-s3-r1-min128-tma-fold": VerifyConfig(**many, tma=True, fold_scale=True),
-        "n64-m128-w8-s2-r1-min128-tma": VerifyConfig(**dict(many, num_stages=2), tma=True),
-        "n64-m128-w8-s3-r1-min128-tma-lazy": VerifyConfig(**many, tma=True, lazy_rescale=True),
-        "n32-m128-w8-s2-r2-min128-tma-reg128": VerifyConfig(**dict(many, block_n=32, num_stages=2,
-                                                                   resident_per_sm=2), tma=True, max_registers=128),
-        "n64-m128-w8-s2-r2-min128-tma-reg128": VerifyConfig(**dict(many, num_stages=2, resident_per_sm=2), tma=True,
-                                                            max_registers=128),
-        "n32-m128-w8-s3-r1-min128-tma": VerifyConfig(**dict(many, block_n=32), tma=True),
-        "n32-m128-w8-s3-r1-min128-tail16-tma": VerifyConfig(**dict(many, block_n=32, max_tail_m=16), tma=True),
-        "n64-m128-w8-s3-r1-min128-gluon": VerifyConfig(**many, gluon=True),
-        "n64-m128-w8-s4-r1-min128-gluon": VerifyConfig(**dict(many, num_stages=4), gluon=True),
-        "n64-m128-w8-s5-r1-min128-gluon": VerifyConfig(**dict(many, num_stages=5), gluon=True),
-        "n128-m128-w8-s3-r1-min128-gluon": VerifyConfig(**dict(many, block_n=128), gluon=True),
-        "n32-m64-w4-s3-r2-min64-gluon": VerifyConfig(**dict(few, min_block_m=64), gluon=True),
-        "n32-m64-w4-s4-r2-min64-gluon": VerifyConfig(**dict(few, num_stages=4, min_block_m=64), gluon=True),
-        "n32-m64-w4-s4-r2-min64-gluon-mtma": VerifyConfig(**dict(few, num_stages=4, min_block_m=64), gluon=True,
-                                                          gluon_masked_tma=True),
-        "n64-m64-w4-s3-r1-min64-gluon": VerifyConfig(**dict(few, block_n=64, resident_per_sm=1, min_block_m=64),
-                                                     gluon=True),
-        "n64-m128-w8-s4-r1-min128-gluon-qreg": VerifyConfig(**dict(many, num_stages=4), gluon=True,
-                                                            gluon_q_in_registers=True),
-        "n128-m128-w8-s3-r1-min128-gluon-qreg": VerifyConfig(**dict(many, block_n=128), gluon=True,
-                                                             gluon_q_in_registers=True),
-        "n32-m64-w4-s4-r2-min64-gluon-qreg": VerifyConfig(**dict(few, num_stages=4, min_block_m=64), gluon=True,
-                                                          gluon_q_in_registers=True),
-        # warp-specialised ping-pong of the two warpgroups (round 6)
-        **{f"n64-m128-w8-s{s}-r1-min128-gluon-pp": VerifyConfig(**dict(many, num_stages=s), tma=True, gluon=True,
-                                                                 gluon_pingpong=True) for s in (3, 4, 6)},
-        **{f"n64-m192-w8-s{s}-r1-min128-gluon-pp": VerifyConfig(**dict(many, num_stages=s), tma=True, gluon=True,
-                                                                 gluon_pingpong=True, gluon_pingpong_192=True)
-           for s in (3, 4, 5)},
-        # 64-row tiles on the ping-pong kernel: one warpgroup and the load warp (round 8)
-        **{f"n64-m64-w4-s{s}-r1-gluon-pp64": VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3,
-                                                          resident_per_sm=1, max_tail_m=0, tma=True, gluon=True,
-                                                          gluon_stages=s, gluon_pingpong=True, gluon_pingpong_64=True)
-           for s in (4, 6)},
-        "n64-m128-w8-s5-r1-min128-gluon-pp-tail8-64": VerifyConfig(**dict(many, num_stages=5), tma=True, gluon=True,
-                                                                   gluon_pingpong=True, gluon_pingpong_192=True,
-                                                                   gluon_pingpong_tail=True, gluon_pingpong_64=True),
-        "n64-m128-w8-s4-r1-min128-gluon-pp-tail8": VerifyConfig(**dict(many, num_stages=4), tma=True, gluon=True,
-                                                                gluon_pingpong=True, gluon_pingpong_192=True,
-                                                                gluon_pingpong_tail=True),
-    }
-
-
-def sweep_plan() -> list[tuple[Shape, tuple]]:
-    """Round 9, second sweep: 5 ring slots instead of 4 on the ping-pong kernel's 128-row tiles
-    with the tail warpgroup (one slot more to absorb the tail's lag behind the two warpgroups),
-    on the shapes whose table plan runs them. (The first sweep, split query heads against one
-    program per KV head, is in PERF.md and ``git show ac6e5ec:kernels/bench.py``.)"""
-    five = ("table", "n64-m128-w8-s5-r1-min128-gluon-pp-tail8-64")
-    return [(Shape(b, t, h, 8, 128, l), five) for b, t, h, l in (
-        (8, 17, 64, 8192), (8, 17, 64, 32768), (32, 17, 64, 8192), (8, 33, 32, 8192), (8, 33, 32, 32768),
-        (32, 33, 32, 8192), (8, 65, 32, 8192), (32, 65, 32, 8192))]
-
-
-def sweep_shapes() -> list[Shape]:
-    return [shape for shape, _ in sweep_plan()]
-
-
-@contextlib.contextmanager
-def _variant_switches(name: str):
-    """The launcher's module switches a variant's name asks for: "tail" takes the tail tile
-    wherever the rows allow one (the planner's tail policy off), "nopdl" launches the merge after
-    the split kernel (not as its programmatic dependent), "twopass" keeps the merge's two passes
-    apart where all splits fit one block, "nowide" keeps 192-row tiles and tails on short streams
-    of a part-filled GPU, "nohsplit" keeps each KV head's query heads in one program
-    (``VerifyConfig.split_query_heads`` off)."""
-    from . import tree_verify_triton as tvt
-
-    saved = (tvt.TAIL_ONLY_WHEN_FULL, tvt.PROGRAMMATIC_MERGE, tvt.MERGE_ONE_PASS, tvt.WIDE_TILE_MIN_CHUNK,
-             tvt.SPLIT_QUERY_HEADS)
-    tvt.TAIL_ONLY_WHEN_FULL = saved[0] and "tail" not in name
-    tvt.PROGRAMMATIC_MERGE = saved[1] and "nopdl" not in name
-    tvt.MERGE_ONE_PASS = saved[2] and "twopass" not in name
-    tvt.WIDE_TILE_MIN_CHUNK = 0 if "nowide" in name else saved[3]
-    tvt.SPLIT_QUERY_HEADS = saved[4] and "nohsplit" not in name
-    tvt._plan.cache_clear()  # its plans read the switches
-    try:
-        yield
-    finally:
-        (tvt.TAIL_ONLY_WHEN_FULL, tvt.PROGRAMMATIC_MERGE, tvt.MERGE_ONE_PASS, tvt.WIDE_TILE_MIN_CHUNK,
-         tvt.SPLIT_QUERY_HEADS) = saved
-        tvt._plan.cache_clear()
-
-
-def run_sweep(ceilings: dict, max_seconds: float, started: float) -> list[dict]:
-    rows = []
-    variants = sweep_variants()
-    for i, (shape, names) in enumerate(sweep_plan()):
-        for name in names:
-            if time.time() - started > max_seconds:
-                return rows
-            try:
-                with _variant_switches(name):
-                    row = run_shape(shape, ceilings, False, seed=100 + i, config=variants[name],
-                                    baselines=False)
-            except Exception as exc:
-                row = {"shape": shape.name, "error": f"{type(exc).__name__}: {str(exc)[:100]}"}
-            row["variant"] = name
-            rows.append(row)
-            print(json.dumps({"sweep": row}), flush=True)
-    return rows
 
 
 def tiles_label(row: dict) -> str:
     """Query tiles of one program x rows (+ tail rows), as "2x(1x64+8)" where two programs split
-    each KV head's query heads (``VerifyConfig.split_query_heads``)."""
+    each KV head's query heads."""
     tiles = f"{row['m_tiles']}x{row['block_m']}" + (f"+{row['tail_m']}" if row.get("tail_m") else "")
     return f"{row['head_split']}x({tiles})" if row.get("head_split", 1) > 1 else tiles
 
 
-def format_sweep(rows) -> str:
-    names = [name for name in sweep_variants() if any(r.get("variant") == name for r in rows)]
-    lines = ["| shape | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-    for shape in dict.fromkeys(r["shape"] for r in rows):
-        cells = []
-        for name in names:
-            r = next((r for r in rows if r["shape"] == shape and r["variant"] == name), None)
-            if r is None:
-                cells.append("-")
-            elif "error" in r:
-                cells.append("error")
-            else:
-                frac = r["bw_frac"] if r["bound"] == "memory" else r["mm_frac"]
-                gluon = " G" if r.get("kernel") == "gluon" else ""
-                cells.append(f"{r['us']:.1f} ({100 * frac:.0f}%) {tiles_label(r)}/s{r['splits']}"
-                             f"{gluon}"
-                             f"{'' if r['ok'] else ' WRONG'}")
-        lines.append(f"| {shape} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+KERNEL_MARKS = {"pingpong": " PP", "gluon": " G", "triton": ""}
 
 
-def format_table(rows, ceilings) -> str:
-    head = (f"| shape | M tiles/BN/splits (G: Gluon, P: persistent) | bound | us | TB/s | TFLOP/s | roof % | BW % | MM % "
-            f"| read us | SDPA us | x SDPA | x SDPA at roof | flex us | x flex | err | ok |\n|{'---|' * 17}")
+def format_table(rows) -> str:
+    head = ("| shape | tiles/BN/splits | bound | graph us | eager us | host us | roof us | roof % | BW % | MM % "
+            "| SDPA us | x SDPA | x SDPA at roof | x flex | err | goals missed |\n|" + "---|" * 16)
     lines = [head]
     for r in rows:
         def f(key, fmt):
             return format(r[key], fmt) if key in r else "-"
-        flex = f("flex_us", ".1f") if "flex_us" in r else ("error" if "flex_error" in r else "-")
-        gluon = (" G" if r.get("kernel") == "gluon" else "") + (" P" if r.get("persistent") else "")
-        lines.append(f"| {r['shape']} | {tiles_label(r)}/{r['block_n']}/{r['splits']}{gluon} | {r['bound']} "
-                     f"| {r['us']:.1f} | "
-                     f"{r['tb_s']:.2f} | {r['tflop_s']:.1f} | "
-                     f"{100 * r['roof_frac']:.0f} | {100 * r['bw_frac']:.0f} | {100 * r['mm_frac']:.0f} | "
-                     f"{f('read_us', '.1f')} | {f('sdpa_us', '.1f')} | {f('x_sdpa', '.1f')} | "
-                     f"{f('x_sdpa_max', '.1f')} | {flex} | "
-                     f"{f('x_flex', '.1f')} | "
-                     f"{r['err']:.1e} | {'yes' if r['ok'] else 'FAILED'} |")
+        flex = f("x_flex", ".1f") if "x_flex" in r else ("error" if "flex_error" in r else "-")
+        missed = ", ".join(name for name, met in r.get("goals", {}).items() if not met) or "none"
+        kernel = KERNEL_MARKS.get(r.get("kernel"), "") + (" P" if r.get("persistent") else "")
+        lines.append(f"| {r['shape']} | {tiles_label(r)}/{r['block_n']}/{r['splits']}{kernel} | {r['bound']} "
+                     f"| {r['us']:.1f} | {f('eager_us', '.1f')} | {f('host_us', '.1f')} | {r['roof_us']:.1f} "
+                     f"| {100 * r['roof_frac']:.0f} | {100 * r['bw_frac']:.0f} | {100 * r['mm_frac']:.0f} "
+                     f"| {f('sdpa_us', '.1f')} | {f('x_sdpa', '.1f')} | {f('x_sdpa_max', '.1f')} | {flex} "
+                     f"| {r['err']:.1e} | {missed} |")
     return "\n".join(lines)
+
+
+def goal_summary(rows) -> dict:
+    """Goal name -> (met, applies) over the rows."""
+    summary = {}
+    for r in rows:
+        for name, met in r.get("goals", {}).items():
+            done, total = summary.get(name, (0, 0))
+            summary[name] = (done + bool(met), total + 1)
+    return summary
+
+
+DEFAULT_FLEX = "B8-T16-H32/8/128-L8192,B8-T17-H32/8/128-L8192"
+
+
+def _compile_one(shape: Shape) -> None:
+    from .tree_verify_triton import tree_verify_attention_triton
+
+    inputs = make_inputs(shape, torch.device("cuda"), 0)
+    tree_verify_attention_triton(*inputs)
+    torch.cuda.synchronize()
+
+
+def warm_compile(shapes, processes: int = 8) -> None:
+    """Compile every kernel the shapes plan, ``processes`` shapes at a time (Triton's on-disk cache
+    then serves the timed runs, which would otherwise compile one kernel after another)."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        pool.map(_compile_one, shapes, chunksize=1)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specdec_kernels.bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a few shapes instead of the issue's grid")
-    parser.add_argument("--flex", default="B8-T16-H32/8/128-L8192,B8-T17-H32/8/128-L8192,"
-                        "B8-T33-H32/8/128-L8192,B8-T65-H32/8/128-L8192",
+    parser.add_argument("--quick", action="store_true", help="a few shapes of each head dim instead of the grid")
+    parser.add_argument("--head-dims", default="128,256", help="comma-separated head dims of the grid (128, 256)")
+    parser.add_argument("--flex", default=DEFAULT_FLEX,
                         help="comma-separated shape names to also time FlexAttention on ('all', 'none')")
     parser.add_argument("--max-seconds", type=float, default=1e9, help="stop starting new shapes after this")
-    parser.add_argument("--sweep", action="store_true", help="time tile/split variants on a few shapes first")
-    parser.add_argument("--sweep-only", action="store_true", help="the sweep alone, no table")
     parser.add_argument("--no-sdpa", action="store_true", help="time the kernel alone (no SDPA baseline)")
-    parser.add_argument("--shapes", help="comma-separated shape names of the issue's grid to run (default: all)")
+    parser.add_argument("--shapes", help="comma-separated shape names of the grid to run (default: all)")
     parser.add_argument("--list-shapes", action="store_true", help="print the grid's shape names and exit")
-    parser.add_argument("--head-dim", type=int, choices=HEAD_DIMS, default=128,
-                        help="the grid at this head dim (default: 128, the issue's)")
     parser.add_argument("--l2-flush", choices=L2_FLUSH_MODES, default="read",
                         help="how L2 is flushed before each timed replay (see l2_flush; default: read)")
-    parser.add_argument("--no-read-floor", action="store_true",
-                        help="skip timing a plain read of K and V per shape")
+    parser.add_argument("--warm", type=int, default=0, metavar="N",
+                        help="compile the shapes' kernels in N processes first (Triton's cache serves the run)")
     parser.add_argument("--json", help="write every row as JSON here")
     parser.add_argument("--markdown", help="write the table here")
     args = parser.parse_args(argv)
-    known = [s.name for s in issue_shapes(args.head_dim)]
+    try:
+        head_dims = tuple(int(d) for d in args.head_dims.split(","))
+    except ValueError:
+        head_dims = ()
+    if not head_dims or any(d not in HEAD_DIMS for d in head_dims):
+        parser.error(f"--head-dims takes a comma-separated subset of {', '.join(map(str, HEAD_DIMS))}, "
+                     f"not {args.head_dims!r}")
+    known = [s.name for s in grid_shapes(head_dims)]
     if args.list_shapes:
         print("\n".join(known))
         return 0
     if args.shapes:
         unknown = [name for name in args.shapes.split(",") if name not in known]
         if unknown:
-            listing = "--list-shapes" + ("" if args.head_dim == 128 else f" --head-dim {args.head_dim}")
             parser.error(f"unknown shape name(s) {', '.join(unknown)}: names look like {known[0]} "
-                         f"({listing} prints all 90)")
+                         f"(--list-shapes prints all {len(known)})")
     if not torch.cuda.is_available():
         print("no CUDA GPU found: the verify benchmark needs one", file=sys.stderr)
         return 2
+    if args.warm:
+        warm_compile(quick_shapes(head_dims) if args.quick else grid_shapes(head_dims), args.warm)
     with l2_flush(args.l2_flush):
-        return _run(args, argv)
+        return _run(args, argv, head_dims)
 
 
-def _run(args, argv) -> int:
+def _run(args, argv, head_dims) -> int:
     started = time.time()
     device = torch.device("cuda")
     ceilings = measure_ceilings(device)
@@ -607,22 +531,11 @@ def _run(args, argv) -> int:
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "gpu": props.name, "torch": torch.__version__, "triton": triton.__version__,
             "command": "python -m specdec_kernels.bench " + " ".join(sys.argv[1:] if argv is None else argv),
-            "l2_flush": args.l2_flush, **ceilings}
+            "l2_flush": args.l2_flush, "sglang": sglang_verify_kernels() or "imported", **ceilings}
     print(json.dumps(meta), flush=True)
-    if args.sweep or args.sweep_only:
-        sweep_rows = run_sweep(ceilings, args.max_seconds, started)
-        print(format_sweep(sweep_rows), flush=True)
-        if args.json:
-            with open(args.json.replace(".json", "_sweep.json"), "w") as f:
-                json.dump({"meta": meta, "rows": sweep_rows}, f, indent=1)
-        if args.markdown:
-            with open(args.markdown.replace(".md", "_sweep.md"), "w") as f:
-                f.write(f"{meta}\n\n{format_sweep(sweep_rows)}\n")
-        if args.sweep_only:
-            return 0 if all(r.get("ok", False) for r in sweep_rows) else 1
-    shapes = quick_shapes(args.head_dim) if args.quick else issue_shapes(args.head_dim)
+    shapes = quick_shapes(head_dims) if args.quick else grid_shapes(head_dims)
     if args.shapes:
-        shapes = [s for s in issue_shapes(args.head_dim) if s.name in set(args.shapes.split(","))]
+        shapes = [s for s in grid_shapes(head_dims) if s.name in set(args.shapes.split(","))]
     flex_names = set() if args.flex == "none" else ({s.name for s in shapes} if args.flex == "all"
                                                     else set(args.flex.split(",")))
     rows = []
@@ -630,22 +543,24 @@ def _run(args, argv) -> int:
         if time.time() - started > args.max_seconds:
             print(f"time budget reached: {len(shapes) - i} shapes not run", flush=True)
             break
-        row = run_shape(shape, ceilings, shape.name in flex_names, seed=i, baselines=not args.no_sdpa,
-                        read_floor=not args.no_read_floor)
+        row = run_shape(shape, ceilings, shape.name in flex_names, seed=i, baselines=not args.no_sdpa)
         rows.append(row)
         print(json.dumps(row), flush=True)
     extra = None
     if time.time() - started <= args.max_seconds:
         extra = run_accept_commit()
         print(json.dumps({"accept_commit": extra}), flush=True)
-    table = format_table(rows, ceilings)
+    table = format_table(rows)
+    summary = goal_summary(rows)
     print(table)
+    print("goals met (met / applies):", json.dumps(summary))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"meta": meta, "rows": rows, "accept_commit": extra}, f, indent=1)
+            json.dump({"meta": meta, "rows": rows, "accept_commit": extra, "goals": summary}, f, indent=1)
     if args.markdown:
         with open(args.markdown, "w") as f:
-            f.write(f"{meta}\n\n{table}\n\naccept+commit: {extra}\n")
+            f.write(f"{json.dumps(meta)}\n\n{table}\n\ngoals met (met / applies): {json.dumps(summary)}\n\n"
+                    f"accept+commit: {json.dumps(extra)}\n")
     return 0 if all(r["ok"] for r in rows) else 1
 
 

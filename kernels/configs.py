@@ -97,12 +97,12 @@ _GLUON_128_ROWS = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_sta
 # head dim 64: the same kernels on 64-key tiles (8 KB, as 32 keys are at 128), the Triton kernel's
 # own 64-row tiles where Gluon cannot run
 _TRITON_64_ROWS_D64 = VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2)
-# head dim 256: tiles of 32 keys (16 KB, as 64 keys are at 128), q in shared memory, 3 ring slots (4 and
-# one warpgroup's own masked-tile buffers would pass 227 KB)
+# head dim 256: tiles of 32 keys (16 KB, as 64 keys are at 128), q in shared memory, 3 ring slots; no
+# tail warpgroup (its key-major MMAs need 64-key tiles, which with its ring slots pass 227 KB)
 _TRITON_D256 = VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0)
 _PINGPONG_D256 = VerifyConfig(block_n=32, max_block_m=128, num_warps=8, num_stages=2, max_tail_m=0, min_block_m=64,
-                              tma=True, gluon=True, gluon_stages=3, gluon_pingpong=True, gluon_pingpong_tail=True,
-                              gluon_pingpong_64=True, triton_fallback=_TRITON_D256)
+                              tma=True, gluon=True, gluon_stages=3, gluon_pingpong=True, gluon_pingpong_64=True,
+                              triton_fallback=_TRITON_D256)
 
 
 def _at_head_dim_64(config: VerifyConfig, fallback: VerifyConfig) -> VerifyConfig:
@@ -118,8 +118,8 @@ def sm90_tiles(head_dim: int, element_size: int, rows: int, pairs: int, cache_ro
         return TileChoice(_TRITON_D256 if head_dim == 256 else _TRITON_64_ROWS,
                           "fp32: the Triton kernel on 64-row tiles (the 128-row tile needs 288 KB at fp32)")
     if head_dim == 256:
-        return TileChoice(_PINGPONG_D256, "the ping-pong kernel on 32-key tiles, q in shared memory (a 256-wide "
-                                          "row doubles every tile)")
+        return TileChoice(_PINGPONG_D256, "the ping-pong kernel on 32-key tiles, q in shared memory, no tail "
+                                          "warpgroup (a 256-wide row doubles every tile)")
     d64 = head_dim == 64
     small_grid, short = pairs < SMALL_GRID_HEADS, cache_rows <= SHORT_CACHE_ROWS
     if rows <= 64 and pairs <= FEW_HEADS:
@@ -160,6 +160,9 @@ VERIFY_D64_MANY = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_sta
 def sm120_tiles(head_dim: int, element_size: int, rows: int, pairs: int, cache_rows: int) -> TileChoice:
     """RTX PRO 6000 / RTX 5090 (about 99 KB shared memory a block, no wgmma or TMA multicast):
     the Triton kernel, two stages, query tiles of at most 64 rows."""
+    if element_size == 4:
+        return TileChoice(VerifyConfig(block_n=16, max_block_m=32, num_warps=8, num_stages=2, max_tail_m=0),
+                          "fp32: 32-row, 16-key tiles (its dots run on the FMA units, operands in registers)")
     if head_dim == 64:
         return TileChoice(VerifyConfig(block_n=64, max_block_m=64, num_warps=8, num_stages=2),
                           "64-key tiles; the tail tile compiles without spills at this head dim only")
@@ -182,6 +185,16 @@ TILE_TABLES = {"sm_90": sm90_tiles, "sm_100": sm90_tiles, "sm_120": sm120_tiles,
 HEAD_DIMS = (64, 128, 256)
 # bytes of shared memory a block may use, opt-in maximum
 SHARED_MEMORY_LIMITS = {"sm_90": 232448, "sm_100": 232448, "sm_120": 101376}
+
+
+def arch_name(device) -> str:
+    """``"sm_XY"`` for a CUDA device, ``"interpreter"`` for CPU tensors under TRITON_INTERPRET."""
+    if device.type != "cuda":
+        return "interpreter"
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}"
 
 
 def tiles_for(arch: str, head_dim: int, element_size: int, rows: int, pairs: int, cache_rows: int) -> TileChoice:

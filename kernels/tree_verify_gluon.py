@@ -1,7 +1,7 @@
 """Hopper (sm_90) split kernel of :func:`specdec_kernels.tree_verify_attention` in Gluon.
 
 Why a second kernel: Triton waits for every q.k MMA right after issuing it (PTX:
-``wgmma.wait_group 0`` before the softmax, whatever the source order; PERF.md round 5), so on
+``wgmma.wait_group 0`` before the softmax, whatever the source order), so on
 the 128-row tile the tensor cores idle while the warps take the exponentials, and the tile runs
 at about half the matmul rate. Gluon exposes the asynchronous warpgroup MMA and its wait, so this
 kernel issues the next key tile's q.k before this tile's softmax and lets the P.V MMA run while
@@ -17,10 +17,8 @@ Same work decomposition, partial layout and merge as the Triton kernel
 (``tree_verify_triton``): packed rows = (node, query head of one KV head), key axis split in
 chunks, mask-free prefix tiles through TMA into a ring of ``STAGES`` shared-memory slots (at
 least 3), the partial last prefix tile and the ancestor-masked tree tiles through masked pointer
-loads into the ring's first slot. The launcher runs it for the table entries that set
-``VerifyConfig.gluon`` when the call allows it (``tree_verify_triton.plan_split_kernel``: a Hopper
-GPU, 16-bit inputs, a positive scale, a cache layout one tensor descriptor can describe, no tail
-tile, at least 16 query rows a warp); everything else takes the Triton kernel.
+loads into the ring's first slot. The planner sends it 16-bit calls of the entries that set
+``VerifyConfig.gluon`` on 64-row tiles with at least 16 rows a warp (``verify_plan.plan_verify``).
 """
 
 from __future__ import annotations
@@ -179,7 +177,7 @@ def _tree_visibility(mask_rows, row_ok, start, num_nodes, keys, ROW_AXIS: gl.con
 
     Each row's words of the tile are loaded once (one a 32 keys, bits past the tree cleared on the
     row vector), then an element costs a select, a shift and a bit test, instead of a gather of
-    one word an element (32 loads a thread on a 64 x 64 tile, how it was until round 13)."""
+    one word an element (32 loads a thread on a 64 x 64 tile)."""
     WORDS: gl.constexpr = (BLOCK_N + 31) // 32
     first = start // 32
     node = (start % 32) + keys  # from bit 0 of word ``first``

@@ -15,13 +15,13 @@ a tile landed, ``empty[slot]`` (one arrival per consumer) that every consumer is
 T = 2^k + 1 leaves a few packed rows past whole 128-row tiles (4 at G = 4, 8 at G = 8). With
 ``TAIL_M = 8`` a fourth partition takes them on the same key tiles with the keys as its MMAs' M
 dimension and the rows as N (WGMMA's N goes down to 8), for a few per cent of the MMA FLOPs
-(though its N = 8 MMAs hold the tensor cores for about a quarter of two warpgroups' time, PERF.md
-round 10), instead of a third warpgroup or another program streaming the cache. Its tiles are
+(though its N = 8 MMAs hold the tensor cores for about a quarter of two warpgroups' time),
+instead of a third warpgroup or another program streaming the cache. Its tiles are
 pipelined like the other warpgroups' (S^T(j+1) issued before P^T(j) is written, softmax(j+1)
 under O^T += V^T.P^T(j)); it takes the masked tiles from where the warpgroups do. Its softmax
 reduces over the keys, which its MMAs spread over its four warps; beside two warpgroups it keeps its row sums per key lane and retakes its running
 max across the warps only where a warp's scores pass it by 2^8, so that a tile costs it one
-barrier instead of three (round 10).
+barrier instead of three.
 
 A 64-row tile (``BLOCK_M = 64``) is one warpgroup handing the turn to itself, fed by the load
 warp; the same tail rides on it for 65 to 72 packed rows (T = 17 at G = 4, T = 9 at G = 8),
@@ -31,16 +31,16 @@ Same work decomposition, partial layout and merge as the other split kernels. Th
 tiles (the split's partial last prefix tile, the tree tiles) come by TMA too, after the
 mask-free ones: through the ring, the request's last tile zeroed past its keys by the load warp,
 or, with one warpgroup beside the tail, through two buffers of their own, each consumer zeroing
-(PERF.md, round 13; until then each warpgroup loaded them through pointers after its stream).
+(each warpgroup loading them through pointers after its stream measured slower).
 Their masks come from each row's ancestor words, loaded once a tile. The merge follows this
-kernel (a programmatic dependent launch measured slower after it, PERF.md round 7).
+kernel (a programmatic dependent launch measured slower after it).
 
-Persistent (``PERSISTENT``, round 14): the kernel works through work items (a query tile of one
+Persistent (``PERSISTENT``): the kernel works through work items (a query tile of one
 (request, KV head) on one split, in the order of a grid of one program an item); launched with
 fewer programs than items, each program takes every grid-size-th one, and every partition carries
 its ring, buffer and turn phases from item to item, so that the load warp streams the next item's
 key tiles while the warpgroups finish the one before. The launcher picks it where short items
-come in several waves (``tree_verify_triton.pingpong_grid``); elsewhere each partition runs its
+come in several waves (``verify_plan.pingpong_grid``); elsewhere each partition runs its
 one item, as the code did before.
 """
 
@@ -473,8 +473,8 @@ def _tail_stream_lazy(acc_t, m_t, l_t, qt_op, s_zero, k_smem, v_smem, p_smem, fl
     """The same tiles with one barrier a tile instead of three: the row sums are kept per key lane
     and summed once at the end, and the max is retaken across the warps only where a warp's
     scores passed it by 2^TAIL_RESCALE_LOG2 (a flag a warp, read behind the barrier P^T needs
-    anyway). Beside two warpgroups, where the tail's cross-warp reductions held each tile up
-    (PERF.md, round 10). The flags alternate between two buffers like P^T."""
+    anyway). Beside two warpgroups, where the tail's cross-warp reductions held each tile up.
+    The flags alternate between two buffers like P^T."""
     l2 = gl.zeros(s_zero.shape, gl.float32, st_layout)
     mbarrier.wait(ready.index(ring_uses % STAGES), phase=(ring_uses // STAGES) & 1)
     s_tok = warpgroup_mma(k_smem.index(ring_uses % STAGES), qt_op, s_zero, use_acc=False, is_async=True)
@@ -562,7 +562,7 @@ def _pingpong_tail_item(args, w, ring_uses, own_uses, GROUP: gl.constexpr, HEAD_
             acc_t, m_t, l_t = _tail_stream_lazy(acc_t, m_t, l_t, qt_op, s_zero, k_smem, v_smem, pt_smem, flag_smem,
                                                 ready, empty, qk_scale, n_full, ring_uses, st_layout, STAGES)
         else:
-            # beside one warpgroup the lazy max measured 2 % slower (round 10)
+            # beside one warpgroup the lazy max measured 2 % slower
             acc_t, m_t, l_t = _tail_stream_exact(acc_t, m_t, l_t, qt_op, s_zero, k_smem, v_smem, pt_smem, ready,
                                                  empty, qk_scale, n_full, ring_uses, ot_layout, STAGES)
         _cta_barrier()  # every warp is done with both P^T buffers before the masked tiles use one
@@ -600,9 +600,9 @@ def _tree_verify_partial_kernel_gluon_pingpong(
 ):
     # launched with 4 warps (warpgroup 0, the default partition); the other warpgroups, the load
     # warp and the tail warpgroup are worker partitions. Q_IN_REGS is not read: q sits in
-    # registers on one or two warpgroups, in shared memory on three. Nor are k_ptr, v_ptr and
-    # their strides since round 13 (every key tile comes by TMA); they stay in the launch
-    # signature the split kernels share.
+    # registers on one or two warpgroups at head dims up to 128, in shared memory otherwise. Nor are
+    # k_ptr, v_ptr and their strides (every key tile comes by TMA): the split kernels share one
+    # launch signature.
     gl.static_assert(num_warps == 4)
     NUM_WG: gl.constexpr = BLOCK_M // 64
     gl.static_assert(NUM_WG * 64 == BLOCK_M)
@@ -616,7 +616,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     # work items: base_programs query tiles of (request, KV head) pairs on each of num_splits splits;
     # a grid of that shape runs one a program, a smaller one (persistent, ``base_programs``
     # apart) several, each program's load warp streaming the next item's key tiles while its
-    # warpgroups finish the one before (round 14)
+    # warpgroups finish the one before
     items = (lens_ptr, num_m_tiles, num_kv_heads, base_programs, chunk, num_nodes)
     work = (gl.program_id(0) + gl.program_id(1) * gl.num_programs(0), base_programs * num_splits,
             gl.num_programs(0) * gl.num_programs(1))
@@ -638,8 +638,8 @@ def _tree_verify_partial_kernel_gluon_pingpong(
         mbarrier.init(turn.index(i), count=1)
     # the masked key tiles (the split's partial last prefix tile; the tree tiles in the split
     # holding the prefix's last row) follow the mask-free ones through the ring, the request's
-    # last one landing on the load warp's own barrier, for it to zero what lies past the keys
-    # (round 13). One 64-row warpgroup beside the tail measured 10-12 % slower so (the cause was
+    # last one landing on the load warp's own barrier, for it to zero what lies past the keys.
+    # One 64-row warpgroup beside the tail measured 10-12 % slower so (the cause was
     # not found): there they take two buffers of their own, and every consumer zeroes.
     MASKED_IN_RING: gl.constexpr = not (NUM_WG == 1 and TAIL_M > 0)
     landed = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())

@@ -18,6 +18,7 @@ log2(e)`` folded in; all accumulation is fp32.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import math
@@ -32,6 +33,7 @@ try:
 except ImportError:  # Triton before 3.4: no grid dependency control, the merge follows the splits
     gdc_launch_dependents = gdc_wait = None
 
+from .configs import arch_name
 from .verify_plan import DEFAULT_POLICY, VerifyPlan, VerifyPolicy, VerifyShape, VerifyTarget, plan_verify
 
 LOG2E = 1.4426950408889634
@@ -363,10 +365,10 @@ def gluon_unusable() -> str | None:
 def target_of(device: torch.device) -> VerifyTarget:
     """The plan's view of ``device``, once per device and process: arch, SMs, whether the Gluon
     kernels build (sm_90 only) and the merge can be a programmatic dependent launch."""
-    if device.type != "cuda":
-        return VerifyTarget("interpreter", 4)
-    major, minor = torch.cuda.get_device_capability(device)
-    arch = f"sm_{major}{minor}"
+    arch = arch_name(device)
+    if arch == "interpreter":
+        return VerifyTarget(arch, 4)
+    major = torch.cuda.get_device_capability(device)[0]
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     return VerifyTarget(arch, sms, gluon=major == 9 and gluon_unusable() is None,
                         dependent_launch=major >= 9 and gdc_wait is not None)
@@ -428,21 +430,38 @@ def _nvmma_layout(block_n: int, head_dim: int, dtype: torch.dtype):
 def kv_descriptor(cache, block_n: int, gluon: bool = False):
     """A tensor descriptor of a K or V cache [B, S, Hkv, D] seen as [B * S, Hkv * D], one
     [block_n, D] box a key tile: Triton's, or Gluon's, which also names the swizzled shared
-    layout its MMA reads. Built per call: it holds the tensor, and a cache of them would keep
-    freed KV caches alive."""
+    layout its MMA reads. The first of a layout is built (and validated) by its constructor; later
+    ones copy its fields but the tensor (a cache of whole descriptors would keep freed KV caches
+    alive)."""
+    key = (cache.shape, cache.stride(), cache.dtype, block_n, gluon)
+    template = _DESCRIPTORS.get(key)
+    if template is not None:
+        cls, fields = template
+        desc = object.__new__(cls)
+        desc.__dict__.update(fields)
+        desc.base = cache
+        return desc
     batch, rows, heads, head_dim = cache.shape
     view = dict(shape=[batch * rows, heads * head_dim], strides=[cache.stride(1), 1], block_shape=[block_n, head_dim])
-    if not gluon:
+    if gluon:
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+        desc = TensorDescriptor(cache, **view, layout=_nvmma_layout(block_n, head_dim, cache.dtype))
+    else:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        return TensorDescriptor(cache, **view)
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+        desc = TensorDescriptor(cache, **view)
+    if len(_DESCRIPTORS) >= _MAX_PLANS:
+        _DESCRIPTORS.clear()
+    _DESCRIPTORS[key] = (type(desc), dict(vars(desc), base=None))
+    return desc
 
-    return TensorDescriptor(cache, **view, layout=_nvmma_layout(block_n, head_dim, cache.dtype))
+
+_DESCRIPTORS: dict = {}
 
 
-# Compiled kernels by (plan, kernel, argument values that Triton specialises on: the integers and
-# the tensors' 16-byte alignment): a repeated call relaunches its compiled kernel directly, without
+# Compiled kernels by (plan, kernel, device, what Triton specialises on: the integer arguments, the
+# tensors' dtypes and 16-byte alignment): a repeated call relaunches its compiled kernel directly, without
 # Triton's dispatch (argument binding, specialisation, cache key), which is most of a launch's
 # host time.
 _COMPILED: dict = {}
@@ -454,15 +473,15 @@ def _parameter_defaults(fn) -> dict:
     return {name: p.default for name, p in params.items() if p.default is not p.empty}
 
 
-def _launch(fn, grid, args: tuple, constexprs: dict, options: dict, plan: VerifyPlan, direct: bool) -> None:
+def _launch(fn, grid, args: tuple, constexprs: dict, options: dict, plan: VerifyPlan, device, direct: bool) -> None:
     """``fn[grid](*args, **constexprs, **options)``, or, where ``direct`` and an earlier call with
-    the same plan and specialisation compiled it, the compiled kernel itself."""
+    the same plan, dtype, device and specialisation compiled it, the compiled kernel itself."""
     if not direct:
         fn[grid](*args, **constexprs, **options)
         return
     ints = tuple(a for a in args if type(a) is int)
-    aligned = tuple(a.data_ptr() & 15 == 0 for a in args if isinstance(a, torch.Tensor))
-    key = (plan, fn, ints, aligned)
+    tensors = tuple((a.dtype, a.data_ptr() & 15 == 0) for a in args if isinstance(a, torch.Tensor))
+    key = (plan, fn, device, ints, tensors)
     compiled = _COMPILED.get(key)
     if compiled is None:
         compiled = fn[grid](*args, **constexprs, **options)
@@ -475,6 +494,54 @@ def _launch(fn, grid, args: tuple, constexprs: dict, options: dict, plan: Verify
         return
     compiled, tail = compiled
     compiled[grid + (1,) * (3 - len(grid))](*args, *tail)
+
+
+@dataclasses.dataclass(frozen=True)
+class _LaunchSpec:
+    """What a plan launches, worked out once per (plan, dtype, device kind): the split kernel, its
+    constexprs and options, and the merge's."""
+
+    split_fn: object
+    split_constexprs: dict
+    split_options: dict
+    merge_constexprs: dict | None
+    merge_options: dict | None
+
+
+@functools.lru_cache(maxsize=4096)
+def _launch_spec(plan: VerifyPlan, head_dim: int, dtype: torch.dtype, on_gpu: bool) -> _LaunchSpec:
+    common = dict(GROUP=plan.group, HEAD_DIM=head_dim, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
+                  SINGLE_SPLIT=plan.single_split)
+    if plan.kernel == "triton":
+        # Triton's CPU interpreter computes bf16 dots wrongly (errors of 1e10 on a 16x16 product
+        # with 3.9): there the tiles are upcast to fp32 first
+        upcast = not on_gpu and dtype == torch.bfloat16
+        fn = _tree_verify_partial_kernel
+        constexprs = dict(common, TAIL_M=plan.tail_m,
+                          DOT_PRECISION="ieee" if dtype == torch.float32 or upcast else "tf32", UPCAST=upcast,
+                          USE_TMA=plan.tma, LAUNCH_MERGE_EARLY=plan.merge is not None and plan.merge.starts_early,
+                          KV_SHARE=plan.head_split)
+        options = dict(num_warps=plan.num_warps, num_stages=plan.stages)
+    elif plan.kernel == "pingpong":
+        from .tree_verify_gluon_pingpong import _tree_verify_partial_kernel_gluon_pingpong as fn
+
+        constexprs = dict(common, STAGES=plan.stages, num_warps=plan.num_warps, TAIL_M=plan.tail_m,
+                          KV_SHARE=plan.head_split, PERSISTENT=plan.persistent, Q_IN_REGS=True)
+        options = {}
+    else:
+        from .tree_verify_gluon import _tree_verify_partial_kernel_gluon as fn
+
+        constexprs = dict(common, STAGES=plan.stages, num_warps=plan.num_warps,
+                          Q_IN_REGS=plan.config.gluon_q_in_registers)
+        options = {}
+    merge = plan.merge
+    if merge is None:
+        return _LaunchSpec(fn, constexprs, options, None, None)
+    return _LaunchSpec(fn, constexprs, options,
+                       dict(GROUP=plan.group, HEAD_DIM=head_dim, MERGE_ROWS=merge.merge_rows,
+                            SPLIT_BLOCK=merge.split_block, WAIT_FOR_SPLITS=merge.starts_early,
+                            ONE_BLOCK=merge.one_block),
+                       dict(num_warps=4, **({"launch_pdl": True} if merge.starts_early else {})))
 
 
 def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask, sm_scale=None, out=None,
@@ -497,56 +564,36 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
     if not cache_lens.is_contiguous():
         cache_lens = cache_lens.contiguous()
     head_dim = q.shape[3]
-    if plan.single_split:
+    on_gpu = q.is_cuda
+    spec = _launch_spec(plan, head_dim, q.dtype, on_gpu)
+    if plan.merge is None:
         part_o = part_lse = out  # not read
     else:
         workspace = torch.empty(plan.workspace_bytes // 4, device=q.device, dtype=torch.float32)
         if policy.poison_workspace:
             workspace.fill_(float("nan"))
-        rows = plan.workspace_bytes // 4 // (head_dim + 1)
-        part_o, part_lse = workspace[:rows * head_dim], workspace[rows * head_dim:]
-    direct = policy.launch_cache and q.is_cuda
-    scale = log2_softmax_scale(head_dim, sm_scale)
+        split_at = plan.workspace_bytes // 4 // (head_dim + 1) * head_dim
+        part_o, part_lse = workspace[:split_at], workspace[split_at:]
+    direct = policy.launch_cache and on_gpu
     # every argument after the K / V descriptors, the same for all split kernels
     qs, ks, vs, os_ = q.stride(), k_cache.stride(), v_cache.stride(), out.stride()
     trailing = (cache_lens, ancestor_mask, out, part_o, part_lse, qs[0], qs[1], qs[2], ks[0], ks[1], ks[2],
                 vs[0], vs[1], vs[2], ancestor_mask.stride(0), ancestor_mask.stride(1), os_[0], os_[1], os_[2],
-                scale, q.shape[1], plan.kv_heads, plan.num_m_tiles, plan.num_splits, plan.chunk, k_cache.shape[1])
-    common = dict(GROUP=plan.group, HEAD_DIM=head_dim, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
-                  SINGLE_SPLIT=plan.single_split)
+                log2_softmax_scale(head_dim, sm_scale), q.shape[1], plan.kv_heads, plan.num_m_tiles, plan.num_splits,
+                plan.chunk, k_cache.shape[1])
     if plan.kernel == "triton":
         descs = ((kv_descriptor(k_cache, plan.block_n), kv_descriptor(v_cache, plan.block_n)) if plan.tma
                  else (k_cache, v_cache))
-        # Triton's CPU interpreter computes bf16 dots wrongly (errors of 1e10 on a 16x16 product
-        # with 3.9): there the tiles are upcast to fp32 first
-        upcast = not q.is_cuda and q.dtype == torch.bfloat16
-        _launch(_tree_verify_partial_kernel, plan.grid, (q, k_cache, v_cache, *descs, *trailing),
-                dict(common, TAIL_M=plan.tail_m, DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast
-                     else "tf32", UPCAST=upcast, USE_TMA=plan.tma,
-                     LAUNCH_MERGE_EARLY=plan.merge is not None and plan.merge.starts_early,
-                     KV_SHARE=plan.head_split),
-                dict(num_warps=plan.num_warps, num_stages=plan.stages), plan, direct)
+        args = (q, k_cache, v_cache, *descs, *trailing)
     else:
         descs = (kv_descriptor(k_cache, plan.block_n, gluon=True), kv_descriptor(v_cache, plan.block_n, gluon=True))
+        args = (q, k_cache, v_cache, *descs, *trailing)
         if plan.kernel == "pingpong":
-            from .tree_verify_gluon_pingpong import _tree_verify_partial_kernel_gluon_pingpong as kernel_fn
-
-            args = (q, k_cache, v_cache, *descs, *trailing, plan.base_programs)
-            extra = dict(TAIL_M=plan.tail_m, KV_SHARE=plan.head_split, PERSISTENT=plan.persistent,
-                         Q_IN_REGS=True)
-        else:
-            from .tree_verify_gluon import _tree_verify_partial_kernel_gluon as kernel_fn
-
-            args = (q, k_cache, v_cache, *descs, *trailing)
-            extra = dict(Q_IN_REGS=plan.config.gluon_q_in_registers)
-        _launch(kernel_fn, plan.grid, args, dict(common, STAGES=plan.stages, num_warps=plan.num_warps, **extra), {},
-                plan, direct)
+            args += (plan.base_programs,)
+    _launch(spec.split_fn, plan.grid, args, spec.split_constexprs, spec.split_options, plan, q.device, direct)
     if plan.merge is not None:
-        merge = plan.merge
-        _launch(_tree_verify_merge_kernel, (merge.grid,),
+        _launch(_tree_verify_merge_kernel, (plan.merge.grid,),
                 (part_o, part_lse, out, os_[0], os_[1], os_[2], plan.group * q.shape[1], plan.kv_heads,
-                 plan.rows_pad, plan.num_splits, merge.grid // (q.shape[0] * plan.kv_heads)),
-                dict(GROUP=plan.group, HEAD_DIM=head_dim, MERGE_ROWS=merge.merge_rows, SPLIT_BLOCK=merge.split_block,
-                     WAIT_FOR_SPLITS=merge.starts_early, ONE_BLOCK=merge.one_block),
-                dict(num_warps=4, **({"launch_pdl": True} if merge.starts_early else {})), plan, direct)
+                 plan.rows_pad, plan.num_splits, plan.merge.grid // (q.shape[0] * plan.kv_heads)),
+                spec.merge_constexprs, spec.merge_options, plan, q.device, direct)
     return out

@@ -1,15 +1,22 @@
 """Verify-kernel benchmark as tests (GPU only): correctness on every timed shape, then the goals.
 
-Goals (bf16, H200): memory-bound shapes (T*G <= 64, batch * prefix >= 32k) reach 75% of the
-device copy bandwidth measured in the same session; compute-bound shapes reach 50% of the bf16
-matmul rate measured in the same session; every shape is at least 10x faster than SDPA with a
-boolean tree mask (reported as xfail, with the numbers, where even the roofline time would not be
-10x under SDPA's); greedy accept + commit stay under 10% of the attention time and never
-synchronise with the host. The full table: ``python -m specdec_kernels.bench``.
+Goals (bf16, H200, ceilings measured in the same session): memory-bound shapes (T*G <= 64,
+batch * prefix >= 32k) at >= 75 % of the copy bandwidth; compute-bound shapes at >= 50 % of the
+bf16 matmul rate; every shape >= 10x faster than SDPA with a boolean tree mask or, where SDPA is
+within 10x of the roofline (no kernel could be 10x faster), >= 70 % of the roofline; eager calls
+within 1.15x of the graph time where that is >= 50 us, and <= 25 us of host time a call; greedy
+accept + commit <= 10 % of one layer's attention, never synchronising with the host.
+
+By default a few shapes of each head dim (``bench.quick_shapes``); with ``SPECDEC_VERIFY_GRID=full``
+the whole grid of ``python -m specdec_kernels.bench``, and with ``SPECDEC_VERIFY_TABLE=DIR`` the
+rows (``verify.jsonl``, as they come) and the table of the run (``verify.md``) are written there:
+one run, tests and table.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import zlib
 
 import pytest
@@ -20,34 +27,67 @@ pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(),
                                  reason="no CUDA GPU found: the verify-kernel benchmark needs one"),
               pytest.mark.usefixtures("l2_flush_by_reading")]  # conftest.py
 
+ROWS: list = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _verify_table(ceilings):
+    """With SPECDEC_VERIFY_TABLE, the run's table once its shapes are timed (conftest's ceilings)."""
+    yield
+    table_dir = os.environ.get("SPECDEC_VERIFY_TABLE")
+    if table_dir and ROWS:
+        from specdec_kernels.bench import format_table, goal_summary
+
+        os.makedirs(table_dir, exist_ok=True)
+        summary = goal_summary(ROWS)
+        with open(os.path.join(table_dir, "verify.md"), "w") as f:
+            f.write(f"{json.dumps(ceilings)}\n\n{format_table(ROWS)}\n\ngoals met (met / applies): "
+                    f"{json.dumps(summary)}\n")
+
 
 def _shapes():
-    from specdec_kernels.bench import quick_shapes
+    from specdec_kernels.bench import grid_shapes, quick_shapes
 
-    return quick_shapes()
+    return grid_shapes() if os.environ.get("SPECDEC_VERIFY_GRID") == "full" else quick_shapes()
+
+
+# FlexAttention is compiled per shape (tens of seconds): the shape of the grid where it came closest
+FLEX = {"B8-T16-H32/8/128-L8192"}
 
 
 @pytest.mark.parametrize("shape", _shapes(), ids=lambda s: s.name)
 def test_verify_kernel_shape(shape, ceilings, record_property):
-    from specdec_kernels.bench import ROW_TOLERANCE_BF16, run_shape
+    from specdec_kernels.bench import EAGER_GOAL, HOST_US_GOAL, ROW_TOLERANCE_BF16, run_shape
 
-    row = run_shape(shape, ceilings, with_flex=False, seed=zlib.crc32(shape.name.encode()))
-    for key in ("us", "tb_s", "tflop_s", "roof_frac", "x_sdpa", "err"):
+    row = run_shape(shape, ceilings, with_flex=shape.name in FLEX, seed=zlib.crc32(shape.name.encode()))
+    ROWS.append(row)
+    table_dir = os.environ.get("SPECDEC_VERIFY_TABLE")
+    if table_dir:  # row by row, so that a run cut short keeps what it measured
+        os.makedirs(table_dir, exist_ok=True)
+        with open(os.path.join(table_dir, "verify.jsonl"), "a") as f:
+            f.write(json.dumps(row) + "\n")
+    for key in ("us", "eager_us", "host_us", "tb_s", "tflop_s", "roof_frac", "x_sdpa", "err"):
         if key in row:
             record_property(key, row[key])
-    assert row["err"] <= ROW_TOLERANCE_BF16, f"wrong output: worst row error {row['err']:.3g}"
+    goals = row["goals"]
+    assert goals["correct"], f"wrong output: worst row error {row['err']:.3g} (bound {ROW_TOLERANCE_BF16})"
     assert "x_sdpa" in row, f"SDPA baseline did not run: {row.get('sdpa_error')}"
-    if shape.memory_bound_goal():
-        assert row["bw_frac"] >= 0.75, (f"{row['tb_s']:.2f} TB/s is {100 * row['bw_frac']:.1f}% of the "
-                                        f"measured copy bandwidth {ceilings['copy_tb_s']:.2f} (goal 75%)")
-    elif row["bound"] == "compute":
-        assert row["mm_frac"] >= 0.5, (f"{row['tflop_s']:.0f} TFLOP/s is {100 * row['mm_frac']:.1f}% of the "
-                                       f"measured bf16 matmul rate (goal 50%)")
-    if row["x_sdpa"] < 10 and row["x_sdpa_max"] < 10:
-        # Even a kernel at the roofline would not be 10x faster than this SDPA: say so, loudly.
-        pytest.xfail(f"10x over SDPA is out of reach here: SDPA takes {row['sdpa_us']:.0f} us, only "
-                     f"{row['x_sdpa_max']:.1f}x the roofline time; measured {row['x_sdpa']:.1f}x")
-    assert row["x_sdpa"] >= 10, f"only {row['x_sdpa']:.1f}x faster than SDPA (goal 10x)"
+    missed = []
+    if not goals.get("memory", True):
+        missed.append(f"{row['tb_s']:.2f} TB/s = {100 * row['bw_frac']:.1f}% of the copy bandwidth (goal 75%)")
+    if not goals.get("compute", True):
+        missed.append(f"{row['tflop_s']:.0f} TFLOP/s = {100 * row['mm_frac']:.1f}% of the matmul rate (goal 50%)")
+    if not goals["sdpa"]:
+        missed.append(f"{row['x_sdpa']:.1f}x SDPA (goal 10x)" if row["x_sdpa_max"] >= 10 else
+                      f"{100 * row['roof_frac']:.0f}% of the roofline where SDPA is {row['x_sdpa_max']:.1f}x it "
+                      f"(goal 70%)")
+    if not goals.get("flex", True):
+        missed.append(f"{row['x_flex']:.2f}x FlexAttention (goal > 1)")
+    if not goals.get("eager", True):
+        missed.append(f"eager {row['eager_us']:.1f} us > {EAGER_GOAL}x the graph's {row['us']:.1f} us")
+    if not goals["host"]:
+        missed.append(f"{row['host_us']:.1f} us of host time a call (goal {HOST_US_GOAL})")
+    assert not missed, f"{shape.name} ({row['us']:.1f} us, plan: {row['why']}): " + "; ".join(missed)
 
 
 def test_accept_and_commit_are_cheap_and_never_sync():
@@ -56,9 +96,6 @@ def test_accept_and_commit_are_cheap_and_never_sync():
     result = run_accept_commit()
     assert result["no_host_sync"], "accept/commit/verify synchronised with the host"
     assert result["fused_matches_separate"], "the fused accept + commit disagrees with the two operations"
-    # the stricter reading: one accept + one all-layer commit against ONE layer's attention, each
-    # timed as the table times a call (a graph of calls on distinct inputs; the attention's
-    # inputs fill one); the single call's launch from an idle GPU is reported beside it
     assert result["ratio_to_one_layer"] <= 0.10, (
         f"accept + commit {result['accept_commit_us']:.2f} us = {100 * result['ratio_to_one_layer']:.1f}% of one "
         f"layer's attention ({result['attention_us_one_layer']:.1f} us; goal 10%); alone in its graph "

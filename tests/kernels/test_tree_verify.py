@@ -175,7 +175,7 @@ def _gluon_configs():
                                 min_block_m=128, gluon=True),
         "w4-m64": VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, max_tail_m=0, min_block_m=64,
                                gluon=True, gluon_stages=4),
-        # head dim 64's 64-row tier (round 15): 64-key tiles
+        # head dim 64's 64-row tier: 64-key tiles
         "w4-m64-n64": VerifyConfig(block_n=32, max_block_m=64, num_warps=4, num_stages=3, max_tail_m=0,
                                    min_block_m=64, gluon=True, gluon_block_n=64, gluon_stages=4),
         "w8-m128-n128-qreg": VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0,
@@ -266,12 +266,13 @@ def test_gluon_kernel_matches_reference(num_nodes, group, lens, head_dim, dtype,
     assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, f"gluon {tile}")
 
 
-# The ping-pong kernel at head dim 256 (q in shared memory), on the sm_90 table's own entry and on
-# tiles that make each warpgroup layout run: one warpgroup (T = 9 at G = 4), one and the tail
-# (T = 17 at G = 4), two (T = 16 at G = 8), two and the tail (T = 33 at G = 4).
+# The ping-pong kernel at head dim 256 (q in shared memory, no tail warpgroup), on the sm_90 table's
+# own entry: one 64-row warpgroup (T = 9 at G = 4), several (T = 17 at G = 4: 68 rows), two (T = 16
+# at G = 8), 128-row tiles and a 64-row one (T = 33 at G = 4, T = 65 at G = 6), on short, empty and
+# split prefixes, and as persistent programs on a GPU of three SMs as the planner sees it.
 D256_CASES = [
     (9, 4, [3000, 100], torch.bfloat16, None),
-    (17, 4, [0, 63, 64, 65], torch.bfloat16, 3),
+    (17, 4, [0, 63, 64, 65], torch.bfloat16, 3),       # 68 rows: two 64-row tiles (no tail at 256)
     (16, 8, [5000, 3000], torch.float16, None),
     (33, 4, [2000, 700], torch.bfloat16, 2),
     (65, 6, [1500, 1], torch.bfloat16, None),

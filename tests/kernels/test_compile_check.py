@@ -1,0 +1,92 @@
+"""The tree-verify kernels compile for sm_90 and sm_120 at every tile their tables plan for the
+compile check's grid (fp32 / fp16 / bf16, T = 9, 17, 33, 65, head dims 64, 128, 256), within each
+arch's shared memory and the plan's own bound, on any host.
+
+Triton compiles for a named GPU target with the ptxas it ships, so this needs neither a GPU nor a
+driver: it is where CI sees the Gluon kernels and the sm_120 binaries at all. The compile runs in a
+subprocess without TRITON_INTERPRET (the interpreter replaces kernels with Python functions).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+pytest.importorskip("triton")
+
+
+def _nvidia_tools_present() -> bool:
+    try:
+        import triton.backends.nvidia as nvidia_backend
+    except ImportError:
+        return False
+    bin_dir = os.path.join(os.path.dirname(nvidia_backend.__file__), "bin")
+    return all(shutil.which(os.path.join(bin_dir, tool)) for tool in ("cuobjdump", "ptxas", "ptxas-blackwell"))
+
+
+@pytest.fixture(scope="module")
+def reports():
+    if not _nvidia_tools_present():
+        pytest.skip("this Triton install ships no NVIDIA ptxas/cuobjdump: cannot compile for sm_90 / sm_120")
+    pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+    from specdec_kernels.compile_check import run_check_subprocess
+
+    return run_check_subprocess()
+
+
+def test_every_planned_kernel_compiles_within_its_arch(reports):
+    from specdec_kernels.configs import SHARED_MEMORY_LIMITS
+
+    for r in reports:
+        where = (f"{r['arch']} {r['kernel']} {r['dtype']} D={r['head_dim']} BM={r['block_m']}+{r['tail_m']} "
+                 f"BN={r['block_n']} stages={r['stages']} persistent={r['persistent']} ({r['shape']})")
+        print(where, {k: r[k] for k in ("shared_bytes", "planned_shared_bytes", "registers", "spill_bytes")})
+        assert r["shared_bytes"] <= min(SHARED_MEMORY_LIMITS[r["arch"]], r["planned_shared_bytes"]), where
+        assert not r["problems"], f"{where}: {r['problems']}"
+
+
+def test_the_check_covers_every_dtype_head_dim_and_kernel(reports):
+    seen = {(r["arch"], r["kernel"], r["dtype"], r["head_dim"]) for r in reports}
+    for head_dim in (64, 128, 256):
+        assert ("sm_90", "pingpong", "bfloat16", head_dim) in seen
+        assert ("sm_90", "triton", "float32", head_dim) in seen      # fp32 at T = 65 fits 227 KB now
+        assert ("sm_120", "triton", "float32", head_dim) in seen
+        assert ("sm_120", "triton", "bfloat16", head_dim) in seen
+        assert ("sm_90", "merge", "bfloat16", head_dim) in seen
+    for kernel in ("pingpong", "gluon"):
+        assert ("sm_90", kernel, "bfloat16", 128) in seen and any(
+            k == ("sm_90", kernel, "float16") for k in (s[:3] for s in seen)), kernel
+    # every ping-pong layout: one to three warpgroups, with the tail, persistent, split query heads
+    pingpong = {(r["block_m"], r["tail_m"], r["persistent"], r["head_split"]) for r in reports
+                if r["arch"] == "sm_90" and r["kernel"] == "pingpong" and r["head_dim"] == 128}
+    assert {(64, 0, False, 1), (64, 8, False, 1), (64, 8, False, 2), (64, 8, True, 1), (128, 0, False, 1),
+            (128, 8, False, 1), (128, 8, True, 1), (192, 0, False, 1)} <= pingpong, pingpong
+
+
+def test_compile_checks_fill_in_constexpr_defaults():
+    """A constexpr the check leaves out must compile at its default, as a launch that leaves it
+    out would, not become a runtime argument with both of its branches compiled."""
+    from specdec_kernels.compile_check import with_constexpr_defaults
+    from specdec_kernels.tree_verify_triton import _tree_verify_merge_kernel
+
+    filled = with_constexpr_defaults(_tree_verify_merge_kernel, dict(SPLIT_BLOCK=4, ONE_BLOCK=True))
+    assert (filled["SPLIT_BLOCK"], filled["ONE_BLOCK"], filled["WAIT_FOR_SPLITS"]) == (4, True, False)
+    assert "GROUP" not in filled
+
+
+def test_hybrid_kernels_fit_sm120():
+    """The tree conv, tree gated delta rule and commit (plain Triton: no Gluon, no Hopper-only
+    paths) compile for sm_120 at Qwen3.6's head dim 128 within its shared memory, without spills."""
+    if not _nvidia_tools_present():
+        pytest.skip("this Triton install ships no NVIDIA ptxas/cuobjdump: cannot compile for sm_120")
+    from specdec_kernels.compile_check import run_check_subprocess
+
+    reports = run_check_subprocess(hybrid=True)
+    assert sorted(r["kernel"] for r in reports) == ["hybrid_commit", "hybrid_conv", "hybrid_delta"]
+    for r in reports:
+        print(r["kernel"], {k: r[k] for k in ("shared_bytes", "registers", "spill_bytes", "problems")})
+        assert not r["problems"], f"{r['kernel']}: {r['problems']}"  # limit, forbidden instructions, spills
+    delta = next(r for r in reports if r["kernel"] == "hybrid_delta")
+    assert delta["mix"].get("HMMA", 0) > 0, "the tree delta rule's dots did not become tensor-core MMAs"
