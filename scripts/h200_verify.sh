@@ -2,8 +2,8 @@
 # The tree-verify kernels on a Hopper GPU: what docs/kernels-performance.md reports. Stages:
 #   suite  the kernel tests (every verify case of the grid on the GPU, the Gluon kernels' own cases)
 #   bench  the grid's kernels compiled in parallel, then the GPU bench tests over the whole grid
-#          (head dims 128 and 256), which write the run's table under $OUT (verify.md, verify.jsonl)
-#   all    both
+#          (head dims 256 and 128), which write the run's table under $OUT (verify.md, verify.jsonl)
+#   all    both, the grid's kernels compiling while the suite runs
 # Results land under $OUT; the package is installed editable from this checkout first.
 set -u
 stage=${1:?usage: scripts/h200_verify.sh suite|bench|all}
@@ -19,10 +19,13 @@ suite() {
   grep -E "^(FAILED|ERROR)|^E " "$OUT/tests.log" | cut -c1-300 | head -10
 }
 
-bench() {
-  timeout 120 python3 -c "from specdec_kernels.bench import grid_shapes, warm_compile; warm_compile(grid_shapes(), 14)" \
+warm() {
+  timeout 200 python3 -c "from specdec_kernels.bench import grid_shapes, warm_compile; warm_compile(grid_shapes(), $1)" \
     >"$OUT/warm.log" 2>&1
   echo "== warm compile rc=$?"
+}
+
+bench() {
   SPECDEC_VERIFY_GRID=full SPECDEC_VERIFY_TABLE="$OUT" timeout "${BENCH_SECONDS:-330}" python3 -m pytest \
     tests/bench/test_verify_kernel.py -rA -p no:cacheprovider -p no:xdist >"$OUT/bench_tests.log" 2>&1
   echo "== bench tests rc=$?"; grep -cE "PASSED" "$OUT/bench_tests.log"; grep -E "passed|failed" "$OUT/bench_tests.log" | tail -2
@@ -31,7 +34,7 @@ bench() {
 
 case $stage in
 suite) suite ;;
-bench) bench ;;
-all) suite; bench ;;
+bench) warm 14; bench ;;
+all) warm 4 & suite; wait; bench ;;
 *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac
