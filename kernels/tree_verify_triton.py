@@ -460,11 +460,29 @@ def kv_descriptor(cache, block_n: int, gluon: bool = False):
 _DESCRIPTORS: dict = {}
 
 
-# Compiled kernels by (plan, kernel, device, what Triton specialises on: the integer arguments, the
-# tensors' dtypes and 16-byte alignment): a repeated call relaunches its compiled kernel directly, without
-# Triton's dispatch (argument binding, specialisation, cache key), which is most of a launch's
-# host time.
+# Compiled kernels by call: (plan, kernel, device, dtype, the strides of every tensor argument), for
+# calls whose pointers are all 16-byte aligned. Everything Triton specialises a kernel on (the
+# integer arguments, the tensors' dtypes and alignment) is in that key, so a repeated call
+# relaunches its compiled kernel directly, without Triton's dispatch (argument binding,
+# specialisation, its cache key), which is most of a launch's host time.
 _COMPILED: dict = {}
+
+
+@functools.cache
+def _runtime_knobs():
+    try:
+        from triton import knobs
+    except ImportError:  # a Triton without knobs: no direct relaunch
+        return None
+    return knobs.runtime
+
+
+def _launch_hooks() -> bool:
+    """Whether a launch hook (a profiler's) may be registered: then every launch goes through
+    Triton."""
+    runtime = _runtime_knobs()
+    return runtime is None or any(hook is not None and getattr(hook, "calls", True)
+                                  for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook))
 
 
 @functools.cache
@@ -473,27 +491,24 @@ def _parameter_defaults(fn) -> dict:
     return {name: p.default for name, p in params.items() if p.default is not p.empty}
 
 
-def _launch(fn, grid, args: tuple, constexprs: dict, options: dict, plan: VerifyPlan, device, direct: bool) -> None:
-    """``fn[grid](*args, **constexprs, **options)``, or, where ``direct`` and an earlier call with
-    the same plan, dtype, device and specialisation compiled it, the compiled kernel itself."""
-    if not direct:
+def _launch(fn, grid, args: tuple, constexprs: dict, options: dict, key, stream) -> None:
+    """``fn[grid](*args, **constexprs, **options)``, or, where ``key`` is given and an earlier call
+    of that key compiled it, the compiled kernel's launcher itself."""
+    if key is None:
         fn[grid](*args, **constexprs, **options)
         return
-    ints = tuple(a for a in args if type(a) is int)
-    tensors = tuple((a.dtype, a.data_ptr() & 15 == 0) for a in args if isinstance(a, torch.Tensor))
-    key = (plan, fn, device, ints, tensors)
-    compiled = _COMPILED.get(key)
-    if compiled is None:
+    entry = _COMPILED.get(key)
+    if entry is None:
         compiled = fn[grid](*args, **constexprs, **options)
         if len(_COMPILED) >= _MAX_PLANS:
             _COMPILED.clear()
         defaults = _parameter_defaults(fn)
-        tail = tuple(constexprs[name] if name in constexprs else defaults[name]
-                     for name in fn.arg_names[len(args):])
-        _COMPILED[key] = (compiled, tail)
+        tail = tuple(constexprs[name] if name in constexprs else defaults[name] for name in fn.arg_names[len(args):])
+        _COMPILED[key] = (compiled, compiled.run, tail, grid + (1,) * (3 - len(grid)))
         return
-    compiled, tail = compiled
-    compiled[grid + (1,) * (3 - len(grid))](*args, *tail)
+    compiled, launcher, tail, grid3 = entry
+    launcher(grid3[0], grid3[1], grid3[2], stream, compiled.function, compiled.packed_metadata, None, None, None,
+             *args, *tail)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -574,13 +589,18 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
             workspace.fill_(float("nan"))
         split_at = plan.workspace_bytes // 4 // (head_dim + 1) * head_dim
         part_o, part_lse = workspace[:split_at], workspace[split_at:]
-    direct = policy.launch_cache and on_gpu
     # every argument after the K / V descriptors, the same for all split kernels
-    qs, ks, vs, os_ = q.stride(), k_cache.stride(), v_cache.stride(), out.stride()
+    qs, ks, vs, os_, ms = q.stride(), k_cache.stride(), v_cache.stride(), out.stride(), ancestor_mask.stride()
     trailing = (cache_lens, ancestor_mask, out, part_o, part_lse, qs[0], qs[1], qs[2], ks[0], ks[1], ks[2],
-                vs[0], vs[1], vs[2], ancestor_mask.stride(0), ancestor_mask.stride(1), os_[0], os_[1], os_[2],
+                vs[0], vs[1], vs[2], ms[0], ms[1], os_[0], os_[1], os_[2],
                 log2_softmax_scale(head_dim, sm_scale), q.shape[1], plan.kv_heads, plan.num_m_tiles, plan.num_splits,
                 plan.chunk, k_cache.shape[1])
+    key = stream = None
+    if (policy.launch_cache and on_gpu and not _launch_hooks()
+            and (q.data_ptr() | k_cache.data_ptr() | v_cache.data_ptr() | cache_lens.data_ptr()
+                 | ancestor_mask.data_ptr() | out.data_ptr()) & 15 == 0):
+        key = (plan, q.device, q.dtype, cache_lens.dtype, qs, ks, vs, os_, ms)
+        stream = torch._C._cuda_getCurrentRawStream(q.device.index)  # what Triton's own launch asks
     if plan.kernel == "triton":
         descs = ((kv_descriptor(k_cache, plan.block_n), kv_descriptor(v_cache, plan.block_n)) if plan.tma
                  else (k_cache, v_cache))
@@ -590,10 +610,11 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
         args = (q, k_cache, v_cache, *descs, *trailing)
         if plan.kernel == "pingpong":
             args += (plan.base_programs,)
-    _launch(spec.split_fn, plan.grid, args, spec.split_constexprs, spec.split_options, plan, q.device, direct)
+    _launch(spec.split_fn, plan.grid, args, spec.split_constexprs, spec.split_options,
+            None if key is None else (key, "split"), stream)
     if plan.merge is not None:
         _launch(_tree_verify_merge_kernel, (plan.merge.grid,),
                 (part_o, part_lse, out, os_[0], os_[1], os_[2], plan.group * q.shape[1], plan.kv_heads,
                  plan.rows_pad, plan.num_splits, plan.merge.grid // (q.shape[0] * plan.kv_heads)),
-                spec.merge_constexprs, spec.merge_options, plan, q.device, direct)
+                spec.merge_constexprs, spec.merge_options, None if key is None else (key, "merge"), stream)
     return out

@@ -534,3 +534,20 @@ def test_torch_path_ignores_rows_past_each_requests_tree(dtype):
     assert torch.isnan(k[0, lens[0] + 9:]).all()  # the slack the short requests must not read
     out = tree_verify_attention(q, k, v, lens_t, mask, impl="torch")
     assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, "torch path, ragged with NaN slack")
+
+
+@needs_triton
+def test_repeated_calls_relaunch_the_right_kernel():
+    """A repeated call relaunches the kernel compiled for its signature (on a GPU without Triton's
+    dispatch): the same plan with another dtype, other strides, a misaligned q and other data each
+    give their own right answer, call after call."""
+    lens = [700, 90]
+    for dtype in (torch.bfloat16, torch.float16):
+        for seed in (1, 2):
+            q, k, v, lens_t, mask, _ = make_verify_inputs(lens, 17, "best_first", 4, 2, 64, dtype, seed=seed)
+            for q_view in (q, torch.cat([q, q[:, :1]], dim=1)[:, :17], torch.empty(q.numel() + 1, dtype=dtype,
+                                                                                   device=q.device)[1:].view_as(q)):
+                q_view.copy_(q)
+                out = run_triton(q_view, k, v, lens_t, mask)
+                assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype,
+                                  f"relaunch {dtype} seed {seed} strides {q_view.stride()}")
