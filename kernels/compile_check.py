@@ -4,8 +4,9 @@ without a GPU, and report what they use.
 CI has neither GPU, so this is where it sees the kernels each table gives those archs: the planner
 is asked for every shape of a grid (fp32 / fp16 / bf16, T = 9, 17, 33, 65, head dims 64, 128 and
 256, the bench's head counts, batches and caches), each distinct split kernel it plans is compiled
-with the ptxas Triton ships, and the report holds shared memory (within the arch's limit and the
-plan's own bound), registers, spills and the SASS mix. sm_120 binaries must hold none of Hopper's
+with the ptxas Triton ships, and the report holds shared memory (within the arch's limit; for the
+Triton kernel also within the bound the planner fits its tiles with), registers, spills and the
+SASS mix. sm_120 binaries must hold none of Hopper's
 or datacenter Blackwell's instructions and no spills; the Gluon kernels must issue warpgroup MMAs
 and keep the next q.k MMA in flight across the softmax (the ping-pong one through its warp
 specialisation). It also catches Gluon API drift between Triton releases.
@@ -87,8 +88,8 @@ def planned_variants(arch: str, dtypes=tuple(ELEMENT_SIZES)) -> list[tuple[str, 
                         plan = plan_verify(shape, TARGETS[arch])
                         key = (ELEMENT_SIZES[dtype], head_dim, plan.kernel, plan.block_m, plan.tail_m, plan.block_n,
                                plan.stages, plan.num_warps, plan.persistent, plan.head_split, plan.tma)
-                        if dtype == "float16":
-                            key = ("float16", plan.kernel)
+                        if dtype == "float16":  # bf16's plans; compiled once, on the first kernel it plans
+                            key = ("float16",)
                         if key not in seen:
                             seen.add(key)
                             out.append((dtype, shape, plan))
@@ -287,7 +288,8 @@ def _judge(report: CompileReport, ptx: str) -> None:
     limit = SHARED_MEMORY_LIMITS[report.arch]
     if report.shared_bytes > limit:
         report.problems.append(f"{report.shared_bytes} B of shared memory > the {limit} B limit")
-    if report.shared_bytes > report.planned_shared_bytes:
+    if report.kernel == "triton" and report.shared_bytes > report.planned_shared_bytes:
+        # the bound the planner fits the Triton tiles with (the Gluon entries are fixed, held to the limit)
         report.problems.append(f"{report.shared_bytes} B of shared memory > the plan's {report.planned_shared_bytes}")
     if report.arch == "sm_120":
         report.problems += [f"forbidden {op}" for op in report.mix if op.startswith(FORBIDDEN_SASS)]

@@ -368,9 +368,9 @@ def _tiles(batch: int, num_nodes: int, group: int, kv_heads: int, cache_rows: in
 
 def shared_memory_bytes(kernel: str, cfg: VerifyConfig, block_m: int, tail_m: int, block_n: int, stages: int,
                         head_dim: int, element_size: int) -> int:
-    """The split kernel's shared memory, an upper bound from its tiles and the element size: the
-    K/V ring, q where it lives in shared memory, the score tile's layout conversions, the tail's
-    buffers, the barriers (the compile checks hold each table entry to it)."""
+    """The split kernel's shared memory from its tiles and the element size: the K/V ring, q where
+    it lives in shared memory, the score tile's layout conversions, the tail's buffers, the
+    barriers (for the Triton kernel an upper bound; the compile check compares both)."""
     tile = block_n * head_dim * element_size
     if kernel == "pingpong":
         warpgroups = max(block_m // 64, 1)

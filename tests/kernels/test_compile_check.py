@@ -1,6 +1,7 @@
 """The tree-verify kernels compile for sm_90 and sm_120 at every tile their tables plan for the
 compile check's grid (fp32 / fp16 / bf16, T = 9, 17, 33, 65, head dims 64, 128, 256), within each
-arch's shared memory and the plan's own bound, on any host.
+arch's shared memory (the Triton kernel also within the bound its tiles are planned with), on any
+host.
 
 Triton compiles for a named GPU target with the ptxas it ships, so this needs neither a GPU nor a
 driver: it is where CI sees the Gluon kernels and the sm_120 binaries at all. The compile runs in a
@@ -43,7 +44,9 @@ def test_every_planned_kernel_compiles_within_its_arch(reports):
         where = (f"{r['arch']} {r['kernel']} {r['dtype']} D={r['head_dim']} BM={r['block_m']}+{r['tail_m']} "
                  f"BN={r['block_n']} stages={r['stages']} persistent={r['persistent']} ({r['shape']})")
         print(where, {k: r[k] for k in ("shared_bytes", "planned_shared_bytes", "registers", "spill_bytes")})
-        assert r["shared_bytes"] <= min(SHARED_MEMORY_LIMITS[r["arch"]], r["planned_shared_bytes"]), where
+        assert r["shared_bytes"] <= SHARED_MEMORY_LIMITS[r["arch"]], where
+        if r["kernel"] == "triton":  # the bound the planner fits the Triton tiles with
+            assert r["shared_bytes"] <= r["planned_shared_bytes"], where
         assert not r["problems"], f"{where}: {r['problems']}"
 
 
@@ -55,9 +58,8 @@ def test_the_check_covers_every_dtype_head_dim_and_kernel(reports):
         assert ("sm_120", "triton", "float32", head_dim) in seen
         assert ("sm_120", "triton", "bfloat16", head_dim) in seen
         assert ("sm_90", "merge", "bfloat16", head_dim) in seen
-    for kernel in ("pingpong", "gluon"):
-        assert ("sm_90", kernel, "bfloat16", 128) in seen and any(
-            k == ("sm_90", kernel, "float16") for k in (s[:3] for s in seen)), kernel
+    assert ("sm_90", "gluon", "bfloat16", 128) in seen
+    assert any(arch == "sm_90" and dtype == "float16" for arch, _, dtype, _ in seen)
     # every ping-pong layout: one to three warpgroups, with the tail, persistent, split query heads
     pingpong = {(r["block_m"], r["tail_m"], r["persistent"], r["head_split"]) for r in reports
                 if r["arch"] == "sm_90" and r["kernel"] == "pingpong" and r["head_dim"] == 128}
