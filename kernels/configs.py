@@ -115,8 +115,8 @@ def _at_head_dim_64(config: VerifyConfig, fallback: VerifyConfig) -> VerifyConfi
 def sm90_tiles(head_dim: int, element_size: int, rows: int, pairs: int, cache_rows: int) -> TileChoice:
     """H100 / H200 (227 KB shared memory a block, wgmma, TMA)."""
     if element_size == 4:
-        return TileChoice(_TRITON_D256 if head_dim == 256 else _TRITON_64_ROWS,
-                          "fp32: the Triton kernel on 64-row tiles (the 128-row tile needs 288 KB at fp32)")
+        return TileChoice(TRITON_FP32, "fp32: the Triton kernel on small tiles (its dots run on the FMA units, "
+                                       "operands in registers; the 128-row tile would need 288 KB)")
     if head_dim == 256:
         return TileChoice(_PINGPONG_D256, "the ping-pong kernel on 32-key tiles, q in shared memory, no tail "
                                           "warpgroup (a 256-wide row doubles every tile)")
@@ -153,6 +153,9 @@ def sm90_tiles(head_dim: int, element_size: int, rows: int, pairs: int, cache_ro
                       "8-warp tile")
 
 
+# fp32 on every arch: 32-row, 16-key tiles on 8 warps, two stages (its FMA dots spill 0.5-3 KB at head dims
+# 128-256 whatever the tile: fp32 is the correctness path, 16 bits the fast one)
+TRITON_FP32 = VerifyConfig(block_n=16, max_block_m=32, num_warps=8, num_stages=2, max_tail_m=0)
 # head dim 64's Triton tile past 255 rows on sm_90
 VERIFY_D64_MANY = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0)
 
@@ -161,8 +164,8 @@ def sm120_tiles(head_dim: int, element_size: int, rows: int, pairs: int, cache_r
     """RTX PRO 6000 / RTX 5090 (about 99 KB shared memory a block, no wgmma or TMA multicast):
     the Triton kernel, two stages, query tiles of at most 64 rows."""
     if element_size == 4:
-        return TileChoice(VerifyConfig(block_n=16, max_block_m=32, num_warps=8, num_stages=2, max_tail_m=0),
-                          "fp32: 32-row, 16-key tiles (its dots run on the FMA units, operands in registers)")
+        return TileChoice(TRITON_FP32, "fp32: 32-row, 16-key tiles (its dots run on the FMA units, operands in "
+                                       "registers)")
     if head_dim == 64:
         return TileChoice(VerifyConfig(block_n=64, max_block_m=64, num_warps=8, num_stages=2),
                           "64-key tiles; the tail tile compiles without spills at this head dim only")

@@ -27,6 +27,10 @@ def _nvidia_tools_present() -> bool:
     return all(shutil.which(os.path.join(bin_dir, tool)) for tool in ("cuobjdump", "ptxas", "ptxas-blackwell"))
 
 
+# some 50 kernels, two at a time: minutes on a 2-core machine with a cold Triton cache
+pytestmark = pytest.mark.timeout(1500)
+
+
 @pytest.fixture(scope="module")
 def reports():
     if not _nvidia_tools_present():
