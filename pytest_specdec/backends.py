@@ -17,18 +17,17 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from . import extras
 from .configuration import MatrixCase
 from .errors import SpecdecUsageError
 from .hardware import Hardware
 from .servers.embedded import ENGINE_MODULE, build_embedded_argv
-from .servers.leases import GpuLeases, read_topology
-from .servers.pool import ServerPool
-from .servers.process import ManagedServer
 from .servers.sglang import build_sglang_argv
 from .servers.spec import ServerSpec
 from .workloads import embedded_token_count
 
 if TYPE_CHECKING:
+    from .servers.pool import ServerPool
     from .state import RunState
 
 ArgvBuilder = Callable[[int], Sequence[str]]
@@ -70,8 +69,17 @@ class Backend:
         """The target model as a local path (the `specdec_model_path` fixture); None: built in."""
         return None
 
+    def check_ready(self, state: RunState) -> None:
+        """SpecdecUsageError, one line, when this run cannot serve its tests (a missing extra, a
+        server that is not there): checked once, after collection, if a test needs a server."""
+
     def pool(self, state: RunState, run_dir: Path) -> ServerPool:
         """The session's server pool: each configuration boots once, on leased GPUs."""
+        # the server manager is imported once a test needs a server, not when the plugin loads
+        from .servers.leases import GpuLeases, read_topology
+        from .servers.pool import ServerPool
+        from .servers.process import ManagedServer
+
         leases = None
         if state.hardware.count:
             # Real GPUs: TP sets follow NVLink where `nvidia-smi topo -m` shows it; a simulated
@@ -119,6 +127,9 @@ class EmbeddedBackend(Backend):
     def argv_builder(self, spec: ServerSpec, state: RunState) -> ArgvBuilder:
         return partial(build_embedded_argv, spec, entry=[sys.executable, "-m", ENGINE_MODULE])
 
+    def check_ready(self, state: RunState) -> None:
+        extras.require("engine", f"the embedded engine (backend {self.reason})")
+
 
 class SGLangBackend(Backend):
     """`python -m sglang.launch_server`, with models provisioned from the Hub into the cache."""
@@ -153,6 +164,13 @@ class SGLangBackend(Backend):
         return {**super().server_settings(spec, state),
                 "method_flags": list(state.config.sglang.method_flags.get(spec.method, ()))}
 
+    def check_ready(self, state: RunState) -> None:
+        from .models import is_hub_id
+
+        for ref in filter(None, (state.config.model, state.config.draft_model)):
+            if is_hub_id(ref):
+                extras.require("models", f"fetching {ref} from the Hugging Face Hub")
+
 
 class AttachBackend(Backend):
     """A server someone else started (`--specdec-server-url`): nothing is launched or stopped,
@@ -174,7 +192,20 @@ class AttachBackend(Backend):
     def server_settings(self, spec: ServerSpec, state: RunState) -> dict[str, Any]:
         return {**super().server_settings(spec, state), "url": state.settings.server_url}
 
+    def check_ready(self, state: RunState) -> None:
+        from .servers.attach import fetch_server_info
+        from .servers.diagnosis import ServerError
+
+        url = state.settings.server_url
+        try:
+            fetch_server_info(url.rstrip("/"))
+        except ServerError as exc:
+            raise SpecdecUsageError(f"--specdec-server-url {url}: {exc.cause}; start the server "
+                                    f"or fix the URL") from None
+
     def pool(self, state: RunState, run_dir: Path) -> ServerPool:
+        from .servers.pool import ServerPool
+
         url = state.settings.server_url
         try:
             return ServerPool.attach(url)

@@ -63,6 +63,17 @@ def parametrize(metafunc: pytest.Metafunc, state: RunState) -> None:
         )
 
 
+def uses_specdec(item: pytest.Item) -> bool:
+    """Whether a test asks for one of the plugin's fixtures (they all start with `specdec_`)."""
+    return any(name.startswith("specdec_") for name in getattr(item, "fixturenames", ()))
+
+
+def needs_server(item: pytest.Item) -> bool:
+    """Whether a test will ask for a server (it requests one and is not marked to skip)."""
+    return "specdec_server" in getattr(item, "fixturenames", ()) \
+        and item.get_closest_marker("skip") is None
+
+
 def skip_reason(item: pytest.Item, state: RunState) -> str | None:
     """Why this item cannot run on this hardware, or None."""
     hw = state.hardware

@@ -8,22 +8,21 @@ them to pytest's scopes.
 from __future__ import annotations
 
 import warnings
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import pytest
 
 from .collection import case_of
-from .config import WorkloadSpec
-from .configuration import MatrixCase
 from .errors import SpecdecUsageError
-from .hardware import Hardware
-from .live import LiveServer, fail
-from .recording import Recorder, recorder_for
-from .servers.attach import AttachMismatch
-from .servers.diagnosis import ServerError
-from .servers.leases import GpuLeaseError, NotEnoughGpus
-from .servers.pool import ServerPool
 from .state import STATE_KEY, RunState, run_dir
+
+if TYPE_CHECKING:  # the modules behind these load when a fixture runs, not with the plugin
+    from .config import WorkloadSpec
+    from .configuration import MatrixCase
+    from .hardware import Hardware
+    from .live import LiveServer
+    from .recording import Recorder
+    from .servers.pool import ServerPool
 
 
 @pytest.fixture(scope="session")
@@ -63,6 +62,8 @@ def specdec_model_path(specdec_state: RunState) -> str | None:
     try:
         return specdec_state.backend.model_path(specdec_state)
     except SpecdecUsageError as exc:
+        from .live import fail
+
         fail(str(exc))
 
 
@@ -71,18 +72,24 @@ def specdec_pool(specdec_state: RunState, request: pytest.FixtureRequest) -> Ite
     """Session-wide server reuse: each configuration boots once; all are stopped at the end."""
     state = specdec_state
     try:
+        if hasattr(request.config, "workerinput"):  # xdist: collection could not check this
+            state.backend.check_ready(state)
         pool = state.backend.pool(state, run_dir(state, request.config))
     except SpecdecUsageError as exc:
-        raise pytest.UsageError(f"pytest-specdec: {exc}") from None
+        pool, problem = None, f"pytest-specdec: {exc}"
+    if pool is None:
+        pytest.fail(problem, pytrace=False)  # one line per test, no chained traceback
     request.config.stash[POOL_KEY] = pool
     yield pool
+    from .servers.diagnosis import ServerError
+
     try:
         pool.close()
     except ServerError as exc:
         warnings.warn(f"pytest-specdec: teardown: {exc}", stacklevel=1)
 
 
-POOL_KEY = pytest.StashKey[ServerPool]()
+POOL_KEY = pytest.StashKey["ServerPool"]()
 
 
 def retire_finished_server(item: pytest.Item, nextitem: pytest.Item | None) -> None:
@@ -98,6 +105,8 @@ def retire_finished_server(item: pytest.Item, nextitem: pytest.Item | None) -> N
     state = item.config.stash[STATE_KEY]
     if not state.backend.launches:
         return
+    from .servers.diagnosis import ServerError
+
     try:
         pool.retire(state.backend.server_spec(case, state))
     except ServerError as exc:
@@ -108,6 +117,11 @@ def retire_finished_server(item: pytest.Item, nextitem: pytest.Item | None) -> N
 def specdec_server(specdec_spec: MatrixCase, specdec_pool: ServerPool,
                    specdec_state: RunState) -> Iterator[LiveServer]:
     """A live, health-checked server for this test's configuration."""
+    from .live import LiveServer, fail
+    from .servers.attach import AttachMismatch
+    from .servers.diagnosis import ServerError
+    from .servers.leases import GpuLeaseError, NotEnoughGpus
+
     state = specdec_state
     spec = state.backend.server_spec(specdec_spec, state)
     try:
@@ -136,5 +150,7 @@ def specdec_server(specdec_spec: MatrixCase, specdec_pool: ServerPool,
 def specdec_record(request: pytest.FixtureRequest) -> Recorder:
     """Record metrics with their direction; they are journaled, gated against the baseline and
     handed to pytest-benchmark when the test's call ends."""
+    from .recording import recorder_for
+
     return recorder_for(request.node)
 

@@ -1,4 +1,8 @@
-"""The report header: the effective settings a reader needs to trust (or doubt) a run."""
+"""The report header: the effective settings a reader needs to trust (or doubt) a run.
+
+One line in every run of the environment; the rest only once a specdec test is collected (pytest
+prints those lines after "collected N items"), so projects that never use the plugin see one.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,14 @@ from .options import OPTIONS
 from .state import RunState
 
 
-def lines(state: RunState) -> list[str]:
+def line(state: RunState) -> str:
+    return f"specdec: backend {state.backend} ({state.backend.reason}); config {state.config.source}"
+
+
+def details(state: RunState) -> list[str]:
     hw = state.hardware
     arch = f"{hw.arch}, {hw.family}" if hw.arch else hw.family
     out = [
-        f"specdec: backend {state.backend} ({state.backend.reason}); config {state.config.source}",
         f"specdec: hardware {hw.describe()} [{arch}, {hw.count} GPU(s), detected by {hw.source}]",
         f"specdec: baselines {state.baseline_path}"
         + ("" if state.baseline_path.is_file() else " (none yet)"),

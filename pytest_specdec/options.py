@@ -45,6 +45,26 @@ def _count(text: str) -> int:
     return value
 
 
+def _positive_count(text: str) -> int:
+    value = _count(text)
+    if value < 1:
+        raise ValueError(f"{text!r} must be 1 or more")
+    return value
+
+
+def _url(text: str) -> str:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{text!r} is not an http(s) URL such as http://127.0.0.1:30000")
+    return text
+
+
 def _backend(text: str) -> str:
     if text not in BACKENDS:
         raise ValueError(f"{text!r} is not one of {', '.join(BACKENDS)}")
@@ -68,6 +88,12 @@ class Option:
     def ini(self) -> str:
         return "specdec_" + self.name
 
+    @property
+    def ini_type(self) -> str:
+        """The `addini` type: pytest parses booleans and numbers itself (and says what is wrong)."""
+        return {_bool: "bool", _count: "int", _positive_count: "int",
+                _positive_float: "float"}.get(self.parse, "string")
+
 
 OPTIONS: tuple[Option, ...] = (
     Option("backend", "server backend: auto (SGLang where it is importable and a GPU is present, "
@@ -77,7 +103,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("gpus", "GPU inventory to schedule on (default: detected; on a CPU machine, a simulated "
            "inventory for scheduling tests)", _count, None, metavar="N"),
     Option("server_url", "use the server running at URL; launch nothing and never stop it",
-           str, None, metavar="URL"),
+           _url, None, metavar="URL"),
     Option("save_baseline", "write this run's results into the baseline file for this hardware "
            "(merged, atomically)", _bool, False, flag=True),
     Option("compare_fail", "fail a test whose metric regressed past a tolerance, e.g. "
@@ -101,6 +127,8 @@ OPTIONS: tuple[Option, ...] = (
            _count, 0, metavar="N"),
     Option("artifacts", "folder for server logs and per-run files", str, ".specdec/artifacts",
            metavar="DIR"),
+    Option("keep_runs", "keep the journals and artifact folders of the last N runs; older ones "
+           "are deleted", _positive_count, 10, metavar="N"),
 )
 
 OPTION_NAMES = frozenset(option.name for option in OPTIONS)
@@ -126,7 +154,7 @@ def parse_value(option: Option, raw: Any, where: str) -> Any:
         return None
     if isinstance(raw, bool) and option.parse is _bool:
         return raw  # a TOML boolean, or a store_true flag
-    numeric = option.parse in (_count, _positive_float)
+    numeric = option.parse in (_count, _positive_count, _positive_float)
     if numeric and isinstance(raw, (int, float)) and not isinstance(raw, bool):
         raw = str(raw)  # a TOML number
     if not isinstance(raw, str):
@@ -138,7 +166,20 @@ def parse_value(option: Option, raw: Any, where: str) -> Any:
         raise SpecdecUsageError(f"{where}: {exc}; {option.cli} takes: {option.help}") from None
 
 
-def resolve(cli: Mapping[str, Any], ini: Mapping[str, str], toml: Mapping[str, Any],
+def read_ini(getini: Callable[[str], Any]) -> dict[str, Any]:
+    """Every option's ini value (None where unset), typed by pytest per `Option.ini_type`; a value
+    pytest cannot convert is a SpecdecUsageError naming the key and what it takes."""
+    values = {}
+    for option in OPTIONS:
+        try:
+            values[option.name] = getini(option.ini)
+        except Exception as exc:  # pytest.UsageError, raised by getini for a bad bool/int/float
+            raise SpecdecUsageError(f"ini {option.ini}: {exc}; {option.cli} takes: {option.help}"
+                                    ) from None
+    return values
+
+
+def resolve(cli: Mapping[str, Any], ini: Mapping[str, Any], toml: Mapping[str, Any],
             toml_name: str) -> Settings:
     """Merge the three sources per OPTIONS' precedence."""
     values: dict[str, Any] = {}

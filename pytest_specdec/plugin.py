@@ -1,24 +1,25 @@
 """pytest hooks of pytest-specdec, and nothing else: each hook hands off to the module owning it.
 
-Loaded for every pytest run through the `pytest11` entry point, so it imports neither torch nor
-triton, and a project without `[tool.specdec]` pays only for reading its pyproject.toml.
+Loaded through the `pytest11` entry point by every pytest run in the environment, also in projects
+that never use it, so loading it costs next to nothing: this module imports only the option
+table, each hook imports what it needs when it runs, and the heavy parts (the HTTP client, the
+server manager, the report) load only once a collected test asks for a specdec fixture.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import sys
+from typing import TYPE_CHECKING
 
-import pytest
+from pluggy import HookimplMarker
 
-from . import collection, fixtures, header, recording, session, summary
-from . import state as state_mod
-from .errors import SpecdecUsageError
 from .options import OPTIONS
-from .servers import cleanup
-from .state import STATE_KEY
 
-GATE_KEY = pytest.StashKey[session.Gate]()
-RESULTS_KEY = pytest.StashKey[session.Results]()
+if TYPE_CHECKING:
+    import pytest
+
+#: `pytest.hookimpl` itself (pytest defines it so), without importing pytest into this module.
+hookimpl = HookimplMarker("pytest")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -31,66 +32,128 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         else:
             group.addoption(option.cli, action="store", default=None, dest=option.ini,
                             metavar=option.metavar, help=text)
-        parser.addini(option.ini, option.help, default="")
+        parser.addini(option.ini, option.help, type=option.ini_type, default=None)
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from pathlib import Path
+
+    import pytest
+
+    from . import collection, fixtures
+    from . import state as state_mod
+    from .errors import SpecdecUsageError
+    from .options import read_ini
+
     for line in collection.MARKERS:
         config.addinivalue_line("markers", line)
     cli = {o.name: config.getoption(o.ini) for o in OPTIONS}
-    ini = {o.name: str(config.getini(o.ini)) for o in OPTIONS}
     root = Path(config.inipath).parent if config.inipath else Path(config.rootpath)
     try:
-        state = state_mod.build(root, cli, ini)
-        gate = session.Gate(state)
-        gate.check()  # a bad baseline file or expression stops the run here, before any boot
+        state = state_mod.build(root, cli, read_ini(config.getini))
+        if state.settings.compare_fail or state.baseline_path.is_file():
+            # a bad baseline file or expression stops the run here, before any boot
+            _gate(config, state).check()
     except SpecdecUsageError as exc:
         raise pytest.UsageError(f"pytest-specdec: {exc}") from None
-    config.stash[STATE_KEY] = state
-    config.stash[GATE_KEY] = gate
-    config.stash[RESULTS_KEY] = session.Results(state)
-    if not session.is_worker(config):
+    config.stash[state_mod.STATE_KEY] = state
+    if not hasattr(config, "workerinput"):  # the only process, or the xdist controller
         config.pluginmanager.register(Controller(config), "specdec-controller")
-        if config.pluginmanager.hasplugin("xdist"):
+        if config.getoption("dist", "no") != "no":  # tests run in xdist workers
             from .xdist_hooks import XdistHooks
 
-            config.pluginmanager.register(XdistHooks(config.stash[RESULTS_KEY]), "specdec-xdist")
+            config.pluginmanager.register(XdistHooks(_results(config)), "specdec-xdist")
     config.pluginmanager.register(fixtures, "specdec-fixtures")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    cleanup.kill_all()  # last resort: anything a failed teardown left behind
+    # Last resort: kill anything a failed teardown left behind. Only a run that started a server
+    # imported the registry of server processes; in any other there is nothing to kill.
+    cleanup = sys.modules.get("pytest_specdec.servers.cleanup")
+    if cleanup is not None:
+        cleanup.kill_all()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    return header.lines(config.stash[STATE_KEY])
+    from . import header
+    from .state import STATE_KEY
+
+    return [header.line(config.stash[STATE_KEY])]
+
+
+def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> list[str]:
+    from . import header
+    from .collection import uses_specdec
+    from .state import STATE_KEY
+
+    if config.option.verbose < 0 or config.option.no_header or not any(map(uses_specdec, items)):
+        return []
+    return header.details(config.stash[STATE_KEY])
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    from . import collection
+    from .state import STATE_KEY
+
     collection.parametrize(metafunc, metafunc.config.stash[STATE_KEY])
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from . import collection
+    from .state import STATE_KEY
+
     state = config.stash[STATE_KEY]
     collection.modify_items(items, state)
+    if not any(map(collection.uses_specdec, items)):
+        return
+    from . import recording, session
+
     session.skip_done(items, state)
     for item in items:
         recording.mark_for_benchmark(item)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    session.config.stash[RESULTS_KEY].total = len(session.items)
+    import pytest
+
+    from .collection import needs_server, uses_specdec
+    from .errors import SpecdecUsageError
+    from .state import STATE_KEY
+
+    config = session.config
+    if not any(map(uses_specdec, session.items)):
+        return
+    if not hasattr(config, "workerinput"):
+        _results(config).total = len(session.items)
+    # An xdist worker cannot stop the run from here: its server fixture says it instead.
+    if not hasattr(config, "workerinput") and any(map(needs_server, session.items)):
+        state = config.stash[STATE_KEY]
+        try:
+            state.backend.check_ready(state)  # once, not as an error in every test
+        except SpecdecUsageError as exc:
+            raise pytest.UsageError(f"pytest-specdec: {exc}") from None
 
 
-@pytest.hookimpl(trylast=True)
+@hookimpl(trylast=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    from . import fixtures
+
     fixtures.retire_finished_server(item, nextitem)
 
 
-@pytest.hookimpl(wrapper=True)
+@hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    finish = (item, item.config.stash[STATE_KEY], item.config.stash[GATE_KEY],
-              state_mod.run_id(item.config))
+    from .collection import uses_specdec
+
+    if not uses_specdec(item):  # nothing of ours to journal: load nothing more
+        return (yield)
+    import pytest
+
+    from . import session
+    from .state import STATE_KEY, run_id
+
+    state = item.config.stash[STATE_KEY]
+    finish = (item, state, _gate(item.config, state), run_id(item.config))
     try:
         result = yield
     except pytest.skip.Exception:
@@ -107,15 +170,43 @@ class Controller:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.results = config.stash[RESULTS_KEY]
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        result = self.results.add_report(report)
+        if "specdec" not in report.keywords and not report.user_properties:
+            return  # not one of ours: pytest's own summary covers it
+        from . import session
+
+        results = _results(self.config)
+        result = results.add_report(report)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if result is not None and reporter is not None:
-            reporter.write_line(session.progress_line(result, len(self.results.results),
-                                                      self.results.total))
+            reporter.write_line(session.progress_line(result, len(results.results), results.total))
 
-    @pytest.hookimpl(trylast=True)  # after pytest-benchmark's tables: the run ends with ours
+    @hookimpl(trylast=True)  # after pytest-benchmark's tables: the run ends with ours
     def pytest_terminal_summary(self, terminalreporter) -> None:
-        summary.write(terminalreporter, self.results)
+        from .state import RESULTS_KEY
+
+        if RESULTS_KEY in self.config.stash:  # else no report of ours came: nothing to sum up
+            from . import summary
+
+            summary.write(terminalreporter, self.config.stash[RESULTS_KEY])
+
+
+def _gate(config: pytest.Config, state):
+    """This process's baseline gate, made on first use (projects that never gate never load it)."""
+    from .session import Gate
+    from .state import GATE_KEY
+
+    if GATE_KEY not in config.stash:
+        config.stash[GATE_KEY] = Gate(state)
+    return config.stash[GATE_KEY]
+
+
+def _results(config: pytest.Config):
+    """The controller's results, made on first use."""
+    from .session import Results
+    from .state import RESULTS_KEY, STATE_KEY
+
+    if RESULTS_KEY not in config.stash:
+        config.stash[RESULTS_KEY] = Results(config.stash[STATE_KEY])
+    return config.stash[RESULTS_KEY]

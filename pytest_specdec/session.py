@@ -50,7 +50,8 @@ def start_journal(state: RunState, run: str) -> None:
 
     Called where tests run (every xdist worker), so the journal's owner is recorded in a marker
     file beside it, under the journal's lock: the first process of a run rotates the old journal
-    (kept beside it, with a time stamp); the others of the same run find the marker and append.
+    (kept beside it, with a time stamp, as many as --specdec-keep-runs allows); the others of the
+    same run find the marker and append.
     Runs that measure nothing never touch the journal.
     """
     journal = journal_for(state)
@@ -61,9 +62,13 @@ def start_journal(state: RunState, run: str) -> None:
         if owner == run:
             return
         if not state.settings.resume and journal.path.exists():
-            stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+            from .retention import prune
+
+            stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
             journal.path.rename(journal.path.with_name(
                 f"{journal.path.stem}.{stamp}{journal.path.suffix}"))
+            earlier = journal.path.parent.glob(f"{journal.path.stem}.*-*{journal.path.suffix}")
+            prune(earlier, state.settings.keep_runs - 1)  # this run's journal is the Nth
         marker.write_text(run + "\n")
 
 

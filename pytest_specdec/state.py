@@ -63,7 +63,7 @@ class RunState:
         return candidate if candidate.is_absolute() else self.config.root / candidate
 
 
-def build(root: Path, cli: Mapping[str, Any], ini: Mapping[str, str],
+def build(root: Path, cli: Mapping[str, Any], ini: Mapping[str, Any],
           detected: Hardware | None = None) -> RunState:
     cfg = config_mod.load(root)
     settings = resolve(cli, ini, cfg.options, cfg.source)
@@ -82,6 +82,10 @@ def build(root: Path, cli: Mapping[str, Any], ini: Mapping[str, str],
 
 #: Where pytest_configure leaves the RunState for hooks and fixtures.
 STATE_KEY = pytest.StashKey[RunState]()
+#: This process's baseline gate and, in the controller, the run's results (`session`), each made
+#: on first use by the plugin.
+GATE_KEY = pytest.StashKey["Gate"]()
+RESULTS_KEY = pytest.StashKey["Results"]()
 _RUN_ID_KEY = pytest.StashKey[str]()
 
 
@@ -96,7 +100,12 @@ def run_id(config: pytest.Config) -> str:
 
 
 def run_dir(state: RunState, config: pytest.Config) -> Path:
-    """`<artifacts>/run-<id>`: server logs and the GPU lease book of this run."""
+    """`<artifacts>/run-<id>`: server logs and the GPU lease book of this run. Creating it
+    deletes the oldest other runs' folders beyond --specdec-keep-runs."""
     path = state.path(state.settings.artifacts) / f"run-{run_id(config)}"
-    path.mkdir(parents=True, exist_ok=True)
+    if not path.is_dir():
+        from .retention import prune
+
+        path.mkdir(parents=True, exist_ok=True)
+        prune((p for p in path.parent.glob("run-*") if p != path), state.settings.keep_runs - 1)
     return path

@@ -2,8 +2,9 @@
 # The package as a user gets it: build the sdist and the wheel (python -m build, the wheel from
 # the sdist), check what the wheel carries, install it without extras into a fresh virtual
 # environment and use it there: `pytest --help`, then a small project with a `cpu` matrix run
-# under --strict-markers, one of whose tests drives pytester. No extra means no torch, so this
-# needs neither the CPU torch nor a GPU. Everything stays under build/wheel-check.
+# under --strict-markers, one of whose tests drives pytester, and a test that needs a server (which
+# must say in one line that the engine extra is missing). No extra means no torch, so this needs
+# neither the CPU torch nor a GPU. Everything stays under build/wheel-check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,4 +65,14 @@ def test_plugin_in_a_pytester_project(pytester):
     pytester.runpytest("--strict-markers", "--specdec-arch", "sm_90").assert_outcomes(passed=1)
 EOF
 ../venv/bin/python -m pytest -q -p no:cacheprovider test_adoption.py
+
+# A test that needs a server, without the engine extra (no torch here): one line saying what to
+# install, and no test runs.
+printf 'def test_generation(specdec_server):\n    assert specdec_server.url\n' > test_server.py
+if ../venv/bin/python -m pytest -q -p no:cacheprovider test_server.py > server.txt 2>&1 \
+    || ! grep -q "needs the \`engine\` extra, and torch.* not installed: pip install torch" server.txt; then
+  cat server.txt >&2
+  echo "check-wheel: a missing engine extra was not one line naming the install command" >&2
+  exit 1
+fi
 echo "check-wheel: ok" >&2

@@ -5,14 +5,26 @@
 xdist workers; `ServerError` is the one failure type, with reason, cause, log path and tail.
 """
 
-from pytest_specdec.servers.attach import AttachedServer, AttachMismatch, ServerIdentity, identify
-from pytest_specdec.servers.embedded import build_embedded_argv
-from pytest_specdec.servers.diagnosis import FATAL_SIGNATURES, ServerError
-from pytest_specdec.servers.leases import GpuLeaseError, GpuLeases, Lease, NotEnoughGpus, read_topology
-from pytest_specdec.servers.pool import ServerPool
-from pytest_specdec.servers.process import ManagedServer
-from pytest_specdec.servers.sglang import METHOD_FLAG_PRESETS, build_sglang_argv, method_flags_from_config
-from pytest_specdec.servers.spec import ServerSpec
+import importlib
+
+#: Each public name and the module it lives in. Imported on first use (PEP 562): the plugin
+#: imports `servers.spec` at load time, and the package must not pull the process manager,
+#: the lease book and their HTTP clients in with it.
+_HOMES = {
+    "AttachMismatch": "attach", "AttachedServer": "attach", "ServerIdentity": "attach",
+    "identify": "attach", "build_embedded_argv": "embedded", "FATAL_SIGNATURES": "diagnosis",
+    "ServerError": "diagnosis", "GpuLeaseError": "leases", "GpuLeases": "leases", "Lease": "leases",
+    "NotEnoughGpus": "leases", "read_topology": "leases", "ServerPool": "pool",
+    "ManagedServer": "process", "METHOD_FLAG_PRESETS": "sglang", "build_sglang_argv": "sglang",
+    "method_flags_from_config": "sglang", "ServerSpec": "spec",
+}
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+
 
 __all__ = [
     "AttachMismatch",

@@ -44,9 +44,10 @@ def test_plugin_is_active_in_a_plain_run(pytester: pytest.Pytester):
     pytester.runpytest().assert_outcomes(passed=1)
 
 
-def test_plugin_import_pulls_in_neither_torch_nor_triton(pytester: pytest.Pytester):
+def test_plugin_import_pulls_in_nothing_heavy(pytester: pytest.Pytester):
     code = ("import sys, pytest_specdec.plugin;"
-            "heavy = [m for m in ('torch', 'triton', 'matplotlib') if m in sys.modules];"
+            "heavy = [m for m in ('torch', 'triton', 'matplotlib', 'aiohttp', 'filelock', 'pytest')"
+            " if m in sys.modules];"
             "print('HEAVY', heavy)")
     result = pytester.run(sys.executable, "-c", code)
     result.stdout.fnmatch_lines(["HEAVY []"])
@@ -59,7 +60,7 @@ def test_help_lists_every_option_and_its_ini_twin(pytester: pytest.Pytester):
     text = result.stdout.str()
     for option in OPTIONS:
         assert option.cli in text
-        assert f"{option.ini} (string)" in text
+        assert f"{option.ini} ({option.ini_type})" in text
 
 
 def test_markers_are_listed(pytester: pytest.Pytester):
@@ -223,17 +224,45 @@ tp = [1, 4]
 
 
 def test_header_states_backend_hardware_and_baseline(pytester: pytest.Pytester):
-    pytester.makepyfile("def test_x(): pass")
+    pytester.makepyprojecttoml(SMALL_MATRIX)
+    pytester.makepyfile(SPEC_TEST)
     result = pytester.runpytest("--specdec-arch=sm_120", "--specdec-gpus=8",
                                 "--specdec-backend=embedded")
     result.stdout.fnmatch_lines([
-        "specdec: backend embedded (requested); config defaults",
+        "specdec: backend embedded (requested); config pyproject.toml [[]tool.specdec[]]",
+        "collected 8 items",
         "specdec: hardware simulated sm_120 (sm_120, blackwell) x8 [[]simulated[]] "
         "[[]sm_120, blackwell, 8 GPU(s), detected by simulated[]]",
         "specdec: baselines */baselines/simulated-sm_120-x8.json (none yet)",
         "specdec: settings *backend=embedded (command line)*",
         "specdec: dry run: the blackwell suite runs on the embedded backend*",
     ])
+
+
+def test_header_is_one_line_when_no_specdec_test_is_collected(pytester: pytest.Pytester):
+    pytester.makepyprojecttoml(SMALL_MATRIX)
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--specdec-arch=sm_120")
+    result.assert_outcomes(passed=1)
+    ours = [line for line in result.stdout.lines if line.startswith("specdec")]
+    assert ours == ["specdec: backend embedded (auto: no GPU); config pyproject.toml [tool.specdec]"]
+
+
+def test_a_run_without_specdec_tests_loads_nothing_heavy(pytester: pytest.Pytester):
+    """The plugin loads in every pytest run of the environment: one that uses none of it must
+    not pay for the HTTP client, the server manager, the metrics or the report."""
+    pytester.makepyprojecttoml(SMALL_MATRIX)
+    pytester.makepyfile("""
+import sys
+HEAVY = ("aiohttp", "filelock", "psutil", "matplotlib", "torch", "pytest_specdec.client",
+         "pytest_specdec.servers.process", "pytest_specdec.servers.cleanup",
+         "pytest_specdec.metrics", "pytest_specdec.report", "pytest_specdec.live")
+
+def test_nothing_heavy_is_loaded():
+    assert [name for name in HEAVY if name in sys.modules] == []
+""")
+    # a subprocess: this process has loaded everything already
+    pytester.runpytest_subprocess("-p", "no:xdist").assert_outcomes(passed=1)
 
 
 @pytest.mark.parametrize("where", ["cli", "ini", "toml"])
@@ -247,9 +276,10 @@ def test_each_option_is_settable_in_three_places(pytester: pytest.Pytester, wher
                "report": "out", "resume": "true", "journal": "j.jsonl",
                "run_known_issues": "true", "startup_timeout": "12.5",
                "restart_on_crash": "3", "artifacts": "arts",
-               "stall_timeout": "7.5"}
+               "stall_timeout": "7.5", "keep_runs": "4"}
     assert set(samples) == {o.name for o in OPTIONS}, "a new option needs a sample here"
     expected = {"gpus": 2, "startup_timeout": 12.5, "restart_on_crash": 3, "stall_timeout": 7.5,
+                "keep_runs": 4,
                 "save_baseline": True, "resume": True, "run_known_issues": True}
     args = []
     if where == "cli":
@@ -301,6 +331,21 @@ def test_dump(specdec_state):
         ["*GOT 5.0 2 command line"])
 
 
+@pytest.mark.parametrize("ini, message", [
+    ("specdec_resume = maybe", "*ini specdec_resume: *'maybe'*; --specdec-resume takes: *"),
+    ("specdec_gpus = many", "*ini specdec_gpus: *'many'*; --specdec-gpus takes: *"),
+    ("specdec_keep_runs = 0", "*ini specdec_keep_runs: '0' must be 1 or more*"),
+])
+def test_ini_values_are_typed_and_a_bad_one_is_a_usage_error(pytester: pytest.Pytester, ini,
+                                                                 message):
+    pytester.makeini("[pytest]\n" + ini)
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: pytest-specdec: " + message])
+    assert "Traceback" not in result.stderr.str()
+
+
 @pytest.mark.parametrize("args, message", [
     (["--specdec-backend=vllm"], "*--specdec-backend: 'vllm' is not one of auto, embedded, sglang*"),
     (["--specdec-startup-timeout=-1"], "*'-1' must be a finite number greater than 0*"),
@@ -308,6 +353,8 @@ def test_dump(specdec_state):
     (["--specdec-stall-timeout=inf"], "*--specdec-stall-timeout: 'inf' must be a finite number*"),
     (["--specdec-gpus=many"], "*--specdec-gpus: 'many' is not a whole number*"),
     (["--specdec-arch=pascal"], "*'pascal' is not a GPU architecture*sm_90*"),
+    (["--specdec-server-url=localhost:30000"], "*'localhost:30000' is not an http(s) URL*"),
+    (["--specdec-server-url=http://127.0.0.1:port"], "*is not an http(s) URL*"),
 ])
 def test_bad_flag_values_are_usage_errors(pytester: pytest.Pytester, args, message):
     pytester.makepyfile("def test_x(): pass")
@@ -315,3 +362,50 @@ def test_bad_flag_values_are_usage_errors(pytester: pytest.Pytester, args, messa
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: pytest-specdec: " + message])
     assert "Traceback" not in result.stderr.str()
+
+
+SERVER_TEST = """
+def test_generation(specdec_server):
+    assert specdec_server.url
+"""
+
+
+def test_a_server_url_where_nothing_answers_is_one_line(pytester: pytest.Pytester):
+    pytester.makepyprojecttoml(SMALL_MATRIX)
+    pytester.makepyfile(SERVER_TEST)
+    result = pytester.runpytest("--specdec-server-url=http://127.0.0.1:9")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stderr.lines if line.strip()]
+    assert len(errors) == 1, result.stderr.str()
+    assert errors[0].startswith("ERROR: pytest-specdec: --specdec-server-url http://127.0.0.1:9: "
+                                "no /server_info at http://127.0.0.1:9")
+    assert errors[0].endswith("start the server or fix the URL")
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_missing_extra_is_one_line_with_the_install_command(pytester: pytest.Pytester,
+                                                               monkeypatch: pytest.MonkeyPatch):
+    from pytest_specdec import extras
+
+    monkeypatch.setattr(extras, "missing", lambda extra: ["torch>=2.4", "safetensors>=0.4"]
+                        if extra == "engine" else [])
+    pytester.makepyprojecttoml(SMALL_MATRIX)
+    pytester.makepyfile(SERVER_TEST)
+    result = pytester.runpytest("--specdec-backend=embedded")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "ERROR: pytest-specdec: the embedded engine (backend requested) needs the `engine` extra, "
+        "and torch, safetensors are not installed: pip install torch --index-url "
+        "https://download.pytorch.org/whl/cpu (*), then pip install 'safetensors>=0.4'"])
+    # a run whose tests need no server does not need the engine either
+    pytester.makepyfile(SPEC_TEST)
+    pytester.runpytest("--specdec-backend=embedded", "test_a_missing_extra_is_one_line_with_the_"
+                       "install_command.py").assert_outcomes(passed=3, skipped=5)
+
+
+def test_requirements_of_an_extra_come_from_the_installed_metadata():
+    from pytest_specdec import extras
+
+    assert any(req.startswith("torch") for req in extras.requirements("engine"))
+    assert extras.requirements("report") == ["matplotlib>=3.7"]
+    assert extras.missing("report") == []
