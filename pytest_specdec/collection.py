@@ -77,6 +77,12 @@ def needs_server(item: pytest.Item) -> bool:
 def skip_reason(item: pytest.Item, state: RunState) -> str | None:
     """Why this item cannot run on this hardware, or None."""
     hw = state.hardware
+    case = case_of(item)
+    if case is not None and case.family == "cpu" and hw.family in state.config.matrices \
+            and hw.family != "cpu" and not state.settings.cpu_matrix:
+        # one matrix per host, so a report has no row twice (cpu and hopper ddtree-tp1-b8 alike)
+        return (f"the cpu matrix runs on a {hw.family} host only with --specdec-cpu-matrix; "
+                f"this host runs its {hw.family} matrix")
     for family in GPU_FAMILIES:
         if item.get_closest_marker(family) and hw.family != family:
             return f"needs a {family.capitalize()} GPU; found: {hw.describe()}"

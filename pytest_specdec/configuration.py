@@ -16,6 +16,8 @@ METHODS = ("ar", "dflash", "ddtree")
 SPECULATIVE_METHODS = frozenset({"dflash", "ddtree"})
 #: Methods whose configurations differ by tree budget (draft nodes, root excluded).
 BUDGETED_METHODS = frozenset({"ddtree"})
+#: The method speedups are measured against: autoregressive decoding, as papers report them.
+REFERENCE_METHOD = "ar"
 #: Spellings servers use for "no speculation" (SGLang's speculative_algorithm None/"NONE", ...).
 _NOT_SPECULATING = frozenset({"ar", "none", "autoregressive", ""})
 

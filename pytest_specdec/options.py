@@ -110,7 +110,8 @@ OPTIONS: tuple[Option, ...] = (
            "output_tok_s:5%,accept_length:2%,ttft_ms:10%", str, None, metavar="EXPR"),
     Option("baseline_dir", "folder of per-hardware baseline files and known_issues.toml",
            str, "baselines", metavar="DIR"),
-    Option("report", "write results.json, report.md, report.tex and plots into DIR",
+    Option("report", "write results.json, report.md, report.tex, report-standalone.tex and plots "
+           "into DIR",
            str, None, metavar="DIR"),
     Option("resume", "skip configurations the results journal records as done", _bool, False,
            flag=True),
@@ -127,6 +128,8 @@ OPTIONS: tuple[Option, ...] = (
            _count, 0, metavar="N"),
     Option("artifacts", "folder for server logs and per-run files", str, ".specdec/artifacts",
            metavar="DIR"),
+    Option("cpu_matrix", "also run the cpu matrix on a GPU host whose family has a matrix (by "
+           "default only that family's runs)", _bool, False, flag=True),
     Option("keep_runs", "keep the journals and artifact folders of the last N runs; older ones "
            "are deleted", _positive_count, 10, metavar="N"),
 )

@@ -1,10 +1,9 @@
-"""Reports of a run: terminal table, results.json, report.md, PNG plots, report.tex, GitHub summary.
+"""Reports of a run: terminal table, results.json, report.md, GitHub summary, and (from
+`plots.py` and `latex.py`) PNG/PDF plots, report.tex and report-standalone.tex.
 
 Input is a list of `ReportRow`s, one per (configuration, workload) test, built from the `Result`
 each test records (`row_from_result`). Every writer is a pure function of the rows, so the
 controller can produce the same report from live results or from the journal after a resume.
-matplotlib is imported only when plots are drawn, and only its object-oriented API is used
-(no pyplot global state, no backend switching inside someone else's process).
 """
 
 from __future__ import annotations
@@ -39,10 +38,12 @@ class ReportRow:
     test_id: str
     config: str
     workload: str | None = None
+    family: str | None = None  # the matrix the configuration came from
     method: str | None = None
     tp: int | None = None
     budget: int | None = None
     metrics: Mapping[str, float] = field(default_factory=dict)
+    spreads: Mapping[str, float] = field(default_factory=dict)  # standard errors, by metric
     verdict: str = ""  # "ok" | "regression" | "improved" | "new" | "" (not compared)
     comparisons: tuple[str, ...] = ()
     outcome: str = "passed"  # pytest's outcome: passed, failed, error, skipped, xfailed
@@ -55,6 +56,7 @@ class ReportRow:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["metrics"] = dict(self.metrics)
+        out["spreads"] = dict(self.spreads)
         out["comparisons"] = list(self.comparisons)
         return out
 
@@ -66,10 +68,12 @@ def row_from_result(result: Result, *, outcome: str = "passed", reason: str | No
         test_id=result.test_id,
         config=result.config,
         workload=result.workload,
+        family=case.family if case is not None else None,
         method=case.method if case is not None else None,
         tp=case.tp if case is not None else None,
         budget=case.budget if case is not None else None,
         metrics=result.values(),
+        spreads={m.name: m.spread for m in result.metrics},
         verdict=result.verdict,
         comparisons=tuple(c.line() for c in result.comparisons if c.noteworthy),
         outcome=outcome,
@@ -106,7 +110,8 @@ def _one_line(text: str | None, limit: int) -> str:
 
 
 def _sorted(rows: Iterable[ReportRow]) -> list[ReportRow]:
-    return sorted(rows, key=lambda r: (r.workload or "", r.method or "", r.tp or 0, r.budget or -1, r.config))
+    return sorted(rows, key=lambda r: (r.workload or "", r.method or "", r.tp or 0, r.family or "cpu",
+                                       r.budget or -1, r.config))
 
 
 def _table(rows: Sequence[ReportRow]) -> tuple[list[str], list[list[str]]]:
@@ -184,110 +189,6 @@ def render_markdown(rows: Sequence[ReportRow], *, title: str = "pytest-specdec r
     return "\n".join(out).rstrip() + "\n"
 
 
-_TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-
-
-def tex_escape(text: str) -> str:
-    return "".join(_TEX_SPECIAL.get(ch, ch) for ch in text)
-
-
-def render_latex(rows: Sequence[ReportRow], plots: Sequence[str | Path] = (), *,
-                 caption: str = "Speculative decoding results") -> str:
-    """A report.tex fragment for `\\input`: booktabs tables per workload and the plots as
-    figures. Needs `\\usepackage{booktabs}` and `\\usepackage{graphicx}` in the preamble."""
-    out = ["% pytest-specdec report; needs \\usepackage{booktabs} and \\usepackage{graphicx}", ""]
-    by_workload: dict[str, list[ReportRow]] = {}
-    for r in _sorted(rows):
-        if not r.failed and r.outcome == "passed":
-            by_workload.setdefault(r.workload or "-", []).append(r)
-    titles = ["Method", "TP", "Budget", *(title.replace("tok/s", "tokens/s") for _, title, _ in COLUMNS)]
-    for workload, group in by_workload.items():
-        out += [
-            "\\begin{table}[t]", "\\centering",
-            f"\\caption{{{tex_escape(caption)} ({tex_escape(workload)})}}",
-            f"\\label{{tab:specdec-{_label(workload)}}}",
-            "\\begin{tabular}{ll" + "r" * (1 + len(COLUMNS)) + "}", "\\toprule",
-            " & ".join(tex_escape(t) for t in titles) + " \\\\", "\\midrule",
-        ]
-        for r in group:
-            cells = [r.method or r.config, "-" if r.tp is None else str(r.tp),
-                     "-" if r.budget is None else str(r.budget),
-                     *(_cell(r, m, f) for m, _, f in COLUMNS)]
-            out.append(" & ".join(tex_escape(c) for c in cells) + " \\\\")
-        out += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
-    for plot in plots:
-        stem = Path(plot).stem
-        out += [
-            "\\begin{figure}[t]", "\\centering",
-            f"\\includegraphics[width=\\linewidth]{{{Path(plot).as_posix()}}}",
-            f"\\caption{{{tex_escape(stem.replace('_', ' '))}}}",
-            f"\\label{{fig:specdec-{_label(stem)}}}",
-            "\\end{figure}", "",
-        ]
-    return "\n".join(out)
-
-
-def _label(text: str) -> str:
-    return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-") or "x"
-
-
-# --------------------------------------------------------------------------------------------
-# Plots
-
-PLOTTED = (("output_tok_s", "tokens/s", "tokens_per_s"), ("accept_length", "accept length", "accept_length"))
-
-
-def plot_rows(rows: Sequence[ReportRow], out_dir: str | Path) -> list[Path]:
-    """PNG plots of tokens/s and accept length against budget, one line per (method, TP), one
-    panel per workload. Methods without a budget (ar, dflash) are drawn as horizontal reference
-    lines. Returns the files written; none when there is nothing to plot."""
-    from matplotlib.figure import Figure  # lazy: a heavy import the plugin does not need otherwise
-
-    out_dir = Path(out_dir)
-    good = [r for r in rows if r.outcome == "passed" and not r.failed]
-    written: list[Path] = []
-    for metric, label, stem in PLOTTED:
-        have = [r for r in good if r.metrics.get(metric) is not None]
-        if not have:
-            continue
-        workloads = sorted({r.workload or "-" for r in have})
-        fig = Figure(figsize=(5.0 * len(workloads), 3.6), layout="constrained")
-        axes = fig.subplots(1, len(workloads), squeeze=False)[0]
-        for ax, workload in zip(axes, workloads):
-            _draw_panel(ax, [r for r in have if (r.workload or "-") == workload], metric)
-            ax.set_title(workload)
-            ax.set_ylabel(label)
-            ax.grid(True, alpha=0.3)
-        axes[-1].legend(fontsize="small", loc="center left", bbox_to_anchor=(1.02, 0.5))  # outside the data
-        out_dir.mkdir(parents=True, exist_ok=True)
-        path = out_dir / f"{stem}.png"
-        fig.savefig(path, dpi=120)
-        written.append(path)
-    return written
-
-
-def _draw_panel(ax: Any, rows: Sequence[ReportRow], metric: str) -> None:
-    series: dict[tuple[str, int | None], list[ReportRow]] = {}
-    for r in rows:
-        series.setdefault((r.method or r.config, r.tp), []).append(r)
-    budgets = sorted({r.budget for r in rows if r.budget is not None})
-    for (method, tp), group in sorted(series.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
-        name = f"{method} tp{tp}" if tp is not None else method
-        with_budget = sorted((r for r in group if r.budget is not None), key=lambda r: r.budget or 0)
-        if with_budget:
-            ax.plot([r.budget for r in with_budget], [r.metrics[metric] for r in with_budget], marker="o", label=name)
-        for r in (r for r in group if r.budget is None):
-            if budgets:  # a reference line across the budget axis (plot, unlike axhline, takes the next colour)
-                ax.plot([budgets[0], budgets[-1]], [r.metrics[metric]] * 2, linestyle="--", label=name)
-            else:
-                ax.bar(name, r.metrics[metric], label=name)
-    if budgets:
-        ax.set_xlabel("budget (draft tree nodes)")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(budgets, [str(b) for b in budgets])
-
-
 # --------------------------------------------------------------------------------------------
 # Writers
 
@@ -296,15 +197,18 @@ def _draw_panel(ax: Any, rows: Sequence[ReportRow], metric: str) -> None:
 class ReportFiles:
     results_json: Path
     markdown: Path
-    latex: Path
-    plots: tuple[Path, ...]
+    latex: Path  # report.tex, to \input
+    standalone: Path  # report-standalone.tex, compiles by itself
+    plots: tuple[Path, ...]  # PNG and PDF of each
     plot_error: str | None = None  # why plots are missing (matplotlib not installed, ...)
 
 
 def write_report(out_dir: str | Path, rows: Sequence[ReportRow], *, meta: Mapping[str, Any] | None = None,
                  plots: bool = True, title: str = "pytest-specdec results") -> ReportFiles:
     """Everything `--specdec-report DIR` promises. Plots are best-effort: a missing matplotlib
-    is reported in `plot_error` and in report.md, never a crash at session end."""
+    is reported in `plot_error` and in report.md, never a crash at session end. report.md shows
+    the PNGs, the LaTeX files include the PDFs."""
+    from . import latex, plots as plots_mod
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = out_dir / "results.json"
@@ -313,18 +217,21 @@ def write_report(out_dir: str | Path, rows: Sequence[ReportRow], *, meta: Mappin
     plot_error = None
     if plots:
         try:
-            images = plot_rows(rows, out_dir / "plots")
+            images = plots_mod.plot_rows(rows, out_dir / "plots")
         except ImportError as exc:
             plot_error = f"plots skipped: {exc} (pip install 'pytest-specdec[report]')"
     relative = [p.relative_to(out_dir) for p in images]
-    md = render_markdown(rows, title=title, meta=meta, plots=relative)
+    md = render_markdown(rows, title=title, meta=meta, plots=[p for p in relative if p.suffix == ".png"])
     if plot_error:
         md += f"\n_{plot_error}_\n"
     markdown = out_dir / "report.md"
     markdown.write_text(md, encoding="utf-8")
-    latex = out_dir / "report.tex"
-    latex.write_text(render_latex(rows, relative), encoding="utf-8")
-    return ReportFiles(results, markdown, latex, tuple(images), plot_error)
+    fragment = latex.render_fragment(rows, [p for p in relative if p.suffix == ".pdf"], meta=meta)
+    tex = out_dir / "report.tex"
+    tex.write_text(fragment, encoding="utf-8")
+    standalone = out_dir / "report-standalone.tex"
+    standalone.write_text(latex.render_standalone(fragment), encoding="utf-8")
+    return ReportFiles(results, markdown, tex, standalone, tuple(images), plot_error)
 
 
 def write_github_summary(rows: Sequence[ReportRow], *, env: Mapping[str, str] | None = None,
@@ -347,12 +254,9 @@ __all__ = [
     "ReportFiles",
     "ReportRow",
     "format_table",
-    "plot_rows",
-    "render_latex",
     "render_markdown",
     "results_document",
     "row_from_result",
-    "tex_escape",
     "verdict_of",
     "write_github_summary",
     "write_report",

@@ -51,7 +51,7 @@ def write(terminalreporter, results: Results) -> None:
         terminalreporter.write_line(f"specdec: saved {len(saved)} result(s) into {path}")
     if state.settings.report:
         files = report.write_report(state.path(state.settings.report), table, meta=meta)
-        written = [files.results_json, files.markdown, files.latex, *files.plots]
+        written = [files.results_json, files.markdown, files.latex, files.standalone, *files.plots]
         terminalreporter.write_line(f"specdec: report written to {files.results_json.parent} "
                                     f"({len(written)} files)")
         if files.plot_error:

@@ -276,10 +276,10 @@ def test_each_option_is_settable_in_three_places(pytester: pytest.Pytester, wher
                "report": "out", "resume": "true", "journal": "j.jsonl",
                "run_known_issues": "true", "startup_timeout": "12.5",
                "restart_on_crash": "3", "artifacts": "arts",
-               "stall_timeout": "7.5", "keep_runs": "4"}
+               "stall_timeout": "7.5", "keep_runs": "4", "cpu_matrix": "true"}
     assert set(samples) == {o.name for o in OPTIONS}, "a new option needs a sample here"
     expected = {"gpus": 2, "startup_timeout": 12.5, "restart_on_crash": 3, "stall_timeout": 7.5,
-                "keep_runs": 4,
+                "keep_runs": 4, "cpu_matrix": True,
                 "save_baseline": True, "resume": True, "run_known_issues": True}
     args = []
     if where == "cli":
@@ -409,3 +409,18 @@ def test_requirements_of_an_extra_come_from_the_installed_metadata():
     assert any(req.startswith("torch") for req in extras.requirements("engine"))
     assert extras.requirements("report") == ["matplotlib>=3.7"]
     assert extras.missing("report") == []
+
+
+def test_a_gpu_host_runs_its_family_matrix_and_the_cpu_matrix_only_when_asked(
+        pytester: pytest.Pytester):
+    pytester.makepyprojecttoml(SMALL_MATRIX)
+    pytester.makepyfile(SPEC_TEST)
+    result = pytester.runpytest("--specdec-arch=sm_90", "--specdec-gpus=4", "-rs")
+    result.assert_outcomes(passed=2, skipped=6)  # hopper's 2 run; cpu's 3 and blackwell's 3 skip
+    result.stdout.fnmatch_lines(["*the cpu matrix runs on a hopper host only with "
+                                 "--specdec-cpu-matrix; this host runs its hopper matrix*"])
+    pytester.runpytest("--specdec-arch=sm_90", "--specdec-gpus=4",
+                       "--specdec-cpu-matrix").assert_outcomes(passed=5, skipped=3)
+    # an Ada host has no matrix of its own: the cpu matrix stands in
+    pytester.runpytest("--specdec-arch=sm_89", "--specdec-gpus=4").assert_outcomes(passed=3,
+                                                                                   skipped=5)

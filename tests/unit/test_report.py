@@ -8,37 +8,24 @@ import sys
 
 import pytest
 
+from report_support import row
+
 from pytest_specdec.baselines import BaselineEntry, compare_metric, parse_tolerances
-from pytest_specdec.configuration import MatrixCase
 from pytest_specdec.metrics import MetricValue
 from pytest_specdec.result import Result
 from pytest_specdec.report import (
     RESULTS_FORMAT,
     ReportRow,
     format_table,
-    plot_rows,
-    render_latex,
     render_markdown,
     results_document,
     row_from_result,
-    tex_escape,
     verdict_of,
     write_github_summary,
     write_report,
 )
 
 TOL = parse_tolerances("output_tok_s:5%,accept_length:2%")
-
-
-def row(method, tp, budget, tok_s, accept=None, comparisons=(), workload="chat"):
-    metrics = [MetricValue("output_tok_s", tok_s, "higher"), MetricValue("ttft_ms", 12.34, "lower"),
-               MetricValue("tpot_ms", 1.5, "lower")]
-    if accept is not None:
-        metrics.append(MetricValue("accept_length", accept, "higher"))
-    case = MatrixCase("cpu", method, tp, budget)
-    test_id = f"test_generation[{case.param_id}-{workload}]"
-    return row_from_result(Result(test_id, f"t.py::{test_id}", case, workload, tuple(metrics),
-                                  tuple(comparisons)))
 
 
 def regression():
@@ -149,51 +136,14 @@ def test_markdown_escapes_pipes():
     assert "a\\|b" in render_markdown([row])
 
 
-def test_tex_escape():
-    assert tex_escape("ddtree_tp1 50% & $x#{y}~^\\") == (
-        "ddtree\\_tp1 50\\% \\& \\$x\\#\\{y\\}\\textasciitilde{}\\textasciicircum{}\\textbackslash{}")
-
-
-def test_render_latex(rows):
-    tex = render_latex(rows, ["plots/tokens_per_s.png"])
-    assert "\\usepackage{booktabs}" in tex.splitlines()[0]
-    assert tex.count("\\begin{tabular}") == 1
-    assert "\\toprule" in tex and "\\midrule" in tex and "\\bottomrule" in tex
-    assert "Method & TP & Budget & tokens/s & accept len & TTFT ms & TPOT ms \\\\" in tex
-    assert "ddtree & 1 & 16 & 812.4 & 3.21 & 12.3 & 1.50 \\\\" in tex
-    assert "ar & 1 & - & 300.0 & - & 12.3 & 1.50 \\\\" in tex
-    assert "b32" not in tex  # failed configurations are not presented as results
-    assert "\\includegraphics[width=\\linewidth]{plots/tokens_per_s.png}" in tex
-    assert tex.count("\\begin{") == tex.count("\\end{")
-    # one table per workload
-    two = render_latex(rows + [row("ar", 1, None, 1.0, workload="code")])
-    assert two.count("\\begin{tabular}") == 2 and "(code)" in two
-
-
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def test_plot_rows_writes_pngs(rows, tmp_path):
-    paths = plot_rows(rows, tmp_path)
-    assert [p.name for p in paths] == ["tokens_per_s.png", "accept_length.png"]
-    for p in paths:
-        assert p.read_bytes()[:8] == PNG_MAGIC and p.stat().st_size > 1000
-
-
-def test_plot_rows_without_budgets_and_empty(tmp_path):
-    only_chain = [row("dflash", 1, None, 650.0, 2.5), row("ar", 1, None, 300.0)]
-    paths = plot_rows(only_chain, tmp_path / "a")
-    assert [p.name for p in paths] == ["tokens_per_s.png", "accept_length.png"]
-    assert plot_rows([], tmp_path / "b") == []
-
-
 def test_write_report_writes_every_file(rows, tmp_path):
     files = write_report(tmp_path / "report", rows, meta={"hardware": "cpu"})
     assert json.loads(files.results_json.read_text())["format"] == RESULTS_FORMAT
     md = files.markdown.read_text()
     assert "![tokens_per_s](plots/tokens_per_s.png)" in md
-    assert "\\includegraphics[width=\\linewidth]{plots/accept_length.png}" in files.latex.read_text()
-    assert [p.name for p in files.plots] == ["tokens_per_s.png", "accept_length.png"]
+    assert "\\includegraphics[width=\\linewidth]{plots/accept_length.pdf}" in files.latex.read_text()
+    assert [p.name for p in files.plots] == ["tokens_per_s.png", "tokens_per_s.pdf",
+                                             "accept_length.png", "accept_length.pdf"]
     assert files.plot_error is None
 
 
@@ -209,7 +159,7 @@ def test_write_report_without_matplotlib_still_writes_the_rest(rows, tmp_path, m
     files = write_report(tmp_path, rows)
     assert files.plots == () and "matplotlib" in (files.plot_error or "")
     assert "plots skipped" in files.markdown.read_text()
-    assert files.latex.exists() and files.results_json.exists()
+    assert files.latex.exists() and files.standalone.exists() and files.results_json.exists()
 
 
 def test_module_import_does_not_import_matplotlib():

@@ -1,0 +1,161 @@
+"""LaTeX of a run's results, for papers: `report.tex`, a fragment to `\\input`, and
+`report-standalone.tex`, the same body in a document that compiles by itself with pdflatex.
+
+Both need only booktabs and graphicx. One table per workload: its caption names the hardware and
+the backend; a family column appears where the rows come from matrices of several families; the
+speedup column is tokens/s over the reference method's (AR) at the same family and TP, the figure
+spec-decoding papers report; the best value of each column is bold. The figures are the plots'
+PDFs (vector).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from .configuration import REFERENCE_METHOD
+from .metrics import METRIC_DIRECTIONS
+
+if TYPE_CHECKING:
+    from .report import ReportRow
+
+PACKAGES = ("booktabs", "graphicx")
+
+_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+            "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def tex_escape(text: str) -> str:
+    return "".join(_SPECIAL.get(ch, ch) for ch in text)
+
+
+@dataclass(frozen=True)
+class Column:
+    """A numeric column: its title, how a row's value is found, its format, and which way is best."""
+
+    title: str
+    value: Callable[[ReportRow], float | None]
+    fmt: str
+    higher_is_better: bool
+
+
+def _metric_column(title: str, metric: str, fmt: str) -> Column:
+    return Column(title, lambda row: row.metrics.get(metric), fmt,
+                  METRIC_DIRECTIONS[metric] == "higher")
+
+
+def columns(speedups: Mapping[str, float]) -> tuple[Column, ...]:
+    """The table's numeric columns; `speedups` by row test id (see `speedups`)."""
+    return (
+        _metric_column("tokens/s", "output_tok_s", "{:.1f}"),
+        Column(f"speedup vs {REFERENCE_METHOD.upper()}", lambda row: speedups.get(row.test_id),
+               "{:.2f}$\\times$", True),
+        _metric_column("accept len", "accept_length", "{:.2f}"),
+        _metric_column("TTFT ms", "ttft_ms", "{:.1f}"),
+        _metric_column("TPOT ms", "tpot_ms", "{:.2f}"),
+    )
+
+
+def speedups(rows: Sequence[ReportRow]) -> dict[str, float]:
+    """tokens/s of each row over the reference method's at the same workload, family and TP."""
+    reference = {(r.workload, r.family, r.tp): r.metrics["output_tok_s"] for r in rows
+                 if r.method == REFERENCE_METHOD and r.metrics.get("output_tok_s")}
+    out = {}
+    for r in rows:
+        base = reference.get((r.workload, r.family, r.tp))
+        if base and "output_tok_s" in r.metrics:
+            out[r.test_id] = r.metrics["output_tok_s"] / base
+    return out
+
+
+def render_fragment(rows: Sequence[ReportRow], plots: Sequence[str | Path] = (), *,
+                    meta: Mapping[str, Any] | None = None,
+                    caption: str = "Speculative decoding results") -> str:
+    """report.tex: booktabs tables per workload and the plots as figures, for `\\input`.
+    Plot paths are relative to the report folder (set `\\graphicspath` to it)."""
+    meta = meta or {}
+    preamble = " and ".join("\\usepackage{" + p + "}" for p in PACKAGES)
+    out = [f"% pytest-specdec report; needs {preamble}",
+           "% plot paths are relative to this folder: \\graphicspath{{<this folder>/}}", ""]
+    measured = [r for r in rows if r.outcome == "passed" and r.method is not None]
+    for workload in sorted({r.workload or "-" for r in measured}):
+        out += _table([r for r in measured if (r.workload or "-") == workload], workload, meta,
+                      caption)
+    from .plots import PLOTTED  # the captions say what the plots show
+
+    captions = {stem: text for _, _, stem, text in PLOTTED}
+    for plot in plots:
+        path = Path(plot)
+        out += [
+            "\\begin{figure}[t]", "\\centering",
+            f"\\includegraphics[width=\\linewidth]{{{path.as_posix()}}}",
+            f"\\caption{{{tex_escape(captions.get(path.stem, path.stem.replace('_', ' ')))}}}",
+            f"\\label{{fig:specdec-{_label(path.stem)}}}",
+            "\\end{figure}", "",
+        ]
+    return "\n".join(out)
+
+
+def render_standalone(fragment: str) -> str:
+    """report-standalone.tex: the fragment in an article that pdflatex compiles by itself."""
+    return "\n".join([
+        "\\documentclass{article}",
+        *(f"\\usepackage{{{p}}}" for p in PACKAGES),
+        "\\begin{document}",
+        fragment,
+        "\\end{document}",
+        "",
+    ])
+
+
+def _table(rows: Sequence[ReportRow], workload: str, meta: Mapping[str, Any],
+           caption: str) -> list[str]:
+    rows = sorted(rows, key=lambda r: (r.family or "", r.tp or 0, r.method or "", r.budget or 0))
+    cols = columns(speedups(rows))
+    with_family = len({r.family for r in rows}) > 1
+    titles = [*(["Family"] if with_family else []), "Method", "TP", "Budget",
+              *(c.title for c in cols)]
+    values = [[c.value(r) for c in cols] for r in rows]
+    cells = [[c.fmt.format(v) if v is not None else "--" for c, v in zip(cols, line)]
+             for line in values]
+    best = [_best(c, [line[i] for line in values]) for i, c in enumerate(cols)]
+    where = [f"on {meta['hardware']}" if meta.get("hardware") else "",
+             f"{meta['backend']} backend" if meta.get("backend") else ""]
+    text = (f"{caption}, workload {workload}" + (f" ({', '.join(w for w in where if w)})"
+                                                  if any(where) else "")
+            + f". Speedup: tokens/s over {REFERENCE_METHOD.upper()} at the same family and TP. "
+            "Bold: the best value of each column.")
+    out = [
+        "\\begin{table}[t]", "\\centering", "\\small",
+        f"\\caption{{{tex_escape(text)}}}",
+        f"\\label{{tab:specdec-{_label(workload)}}}",
+        "\\begin{tabular}{" + "l" * (len(titles) - len(cols) - 2) + "rr" + "r" * len(cols) + "}",
+        "\\toprule",
+        " & ".join(tex_escape(t) for t in titles) + " \\\\",
+        "\\midrule",
+    ]
+    for r, numbers in zip(rows, cells):
+        ident = [*([r.family or "-"] if with_family else []), r.method or r.config,
+                 str(r.tp) if r.tp is not None else "--",
+                 str(r.budget) if r.budget is not None else "--"]
+        shown = [f"\\textbf{{{text}}}" if text == best[i] else text
+                 for i, text in enumerate(numbers)]
+        out.append(" & ".join([*(tex_escape(c) for c in ident), *shown]) + " \\\\")
+    out += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
+    return out
+
+
+def _best(column: Column, values: Sequence[float | None]) -> str | None:
+    """The best value's text; None where it singles nothing out (fewer than two values, or all
+    the same as printed)."""
+    shown = {column.fmt.format(v): v for v in values if v is not None}
+    if len(shown) < 2:
+        return None
+    pick = max if column.higher_is_better else min
+    return next(text for text, v in shown.items() if v == pick(shown.values()))
+
+
+def _label(text: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-") or "x"

@@ -1,0 +1,142 @@
+"""Plots of a run: tokens/s and accept length against the DDTree budget, as PNG and as PDF.
+
+One series per (family, method, TP), one panel per workload, one legend entry per series. A
+method with a budget is a line over the budgets with error bars; one without (AR, DFlash) is a
+dashed line across the budget axis with a band. The reference method (AR) is a line in both
+plots: in the accept-length plot at 1 (one token per step, by definition). Bars and bands are
+±1.96 standard errors of the figure over the workload's requests, the within-run spread (run-to-run
+noise on a busy machine can be larger). Both axes start at 0, so a small difference looks small.
+
+matplotlib is imported only here, and only its object-oriented API is used (no pyplot global
+state, no backend switching inside someone else's process).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .configuration import REFERENCE_METHOD
+
+if TYPE_CHECKING:
+    from .report import ReportRow
+
+#: (metric, axis label, file stem, caption) of each plot.
+PLOTTED = (
+    ("output_tok_s", "tokens/s", "tokens_per_s",
+     "Output tokens/s against the DDTree budget; methods without a budget are dashed lines. "
+     "Bars and bands: 95 % intervals over the workload's requests."),
+    ("accept_length", "accept length (tokens per verify step)", "accept_length",
+     "Accept length (tokens committed per verify step, bonus included) against the DDTree "
+     "budget; AR commits one token per step. Bars and bands: 95 % intervals over the requests."),
+)
+#: the half-width of a bar or band in standard errors (a 95 % interval)
+Z95 = 1.96
+
+SeriesKey = tuple[str, str, int]  # (family, method, tp)
+
+
+def plot_rows(rows: Sequence[ReportRow], out_dir: str | Path) -> list[Path]:
+    """Each plot as `<stem>.png` and `<stem>.pdf` in `out_dir`; none when nothing was measured."""
+    out_dir = Path(out_dir)
+    written: list[Path] = []
+    for metric, label, stem, _ in PLOTTED:
+        if not any(metric in r.metrics for r in _measured(rows)):
+            continue
+        fig = draw(rows, metric, label)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for suffix in (".png", ".pdf"):
+            path = out_dir / f"{stem}{suffix}"
+            fig.savefig(path, dpi=150)
+            written.append(path)
+    return written
+
+
+def draw(rows: Sequence[ReportRow], metric: str, label: str) -> Any:
+    """The figure of one metric: a panel per workload, the legend (one entry per series) beside."""
+    from matplotlib.figure import Figure  # lazy: a heavy import the plugin does not need otherwise
+
+    good = _measured(rows)
+    workloads = sorted({r.workload or "-" for r in good})
+    keys = sorted(_series(good))
+    several = len({family for family, _, _ in keys}) > 1
+    # a series keeps its colour and its label in every panel, so the legend has one entry for it
+    styles = {key: (f"C{i % 10}", series_label(key, several)) for i, key in enumerate(keys)}
+    fig = Figure(figsize=(4.8 * len(workloads) + 2.2, 3.6), layout="constrained")
+    axes = fig.subplots(1, len(workloads), squeeze=False)[0]
+    for ax, workload in zip(axes, workloads):
+        _draw_panel(ax, [r for r in good if (r.workload or "-") == workload], metric, styles)
+        ax.set_title(workload)
+        ax.set_ylabel(label)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+    handles, labels = _unique_legend(axes)
+    fig.legend(handles, labels, loc="outside right center", fontsize="small")
+    return fig
+
+
+def _measured(rows: Sequence[ReportRow]) -> list[ReportRow]:
+    return [r for r in rows if r.outcome == "passed" and r.method is not None]
+
+
+def series_label(key: SeriesKey, several_families: bool) -> str:
+    family, method, tp = key
+    return (f"{family} " if several_families else "") + f"{method} TP{tp}"
+
+
+def _series(rows: Sequence[ReportRow]) -> dict[SeriesKey, dict[int | None, ReportRow]]:
+    """Rows by series and budget; a later row of the same point replaces an earlier one."""
+    out: dict[SeriesKey, dict[int | None, ReportRow]] = {}
+    for r in rows:
+        out.setdefault((r.family or "cpu", r.method or "?", r.tp or 1), {})[r.budget] = r
+    return out
+
+
+def _draw_panel(ax: Any, rows: Sequence[ReportRow], metric: str,
+                styles: dict[SeriesKey, tuple[str, str]]) -> None:
+    series = _series(rows)
+    budgets = sorted({r.budget for r in rows if r.budget is not None})
+    span = [budgets[0], budgets[-1]] if budgets else None
+    for key in sorted(series):
+        points = series[key]
+        color, label = styles[key]
+        measured = {b: r for b, r in points.items() if metric in r.metrics}
+        if not measured and key[1] == REFERENCE_METHOD and metric == "accept_length":
+            value, error = 1.0, 0.0  # no speculation: one token per step, by definition
+            label += " (1 token per step)"
+        elif None in measured:
+            value, error = _value(measured[None], metric)
+        else:
+            value = None
+        if value is not None:  # a method without a budget: a line across the budget axis
+            if span is None:
+                ax.bar(label, value, yerr=error or None, capsize=4, color=color, label=label)
+                continue
+            ax.plot(span, [value, value], linestyle="--", color=color, label=label)
+            if error:
+                ax.fill_between(span, value - error, value + error, color=color, alpha=0.15,
+                                linewidth=0)
+        with_budget = sorted(b for b in measured if b is not None)
+        if with_budget:
+            values, errors = zip(*(_value(measured[b], metric) for b in with_budget))
+            ax.errorbar(with_budget, values, yerr=errors, marker="o", capsize=3, color=color,
+                        label=label)
+    if budgets:
+        ax.set_xlabel("budget (draft tree nodes)")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(budgets, [str(b) for b in budgets])
+        ax.minorticks_off()
+
+
+def _value(row: ReportRow, metric: str) -> tuple[float, float]:
+    return row.metrics[metric], Z95 * row.spreads.get(metric, 0.0)
+
+
+def _unique_legend(axes: Sequence[Any]) -> tuple[list[Any], list[str]]:
+    """One legend entry per series across the panels (each panel draws its own copy)."""
+    seen: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, handle)
+    return list(seen.values()), list(seen)

@@ -1,0 +1,90 @@
+"""report.tex (a fragment to \\input) and report-standalone.tex (compiles by itself)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from report_support import row
+
+from pytest_specdec.latex import render_fragment, speedups, tex_escape
+from pytest_specdec.report import ReportRow, write_report
+
+META = {"hardware": "NVIDIA H200 (sm_90, hopper) x8", "backend": "sglang"}
+
+
+def rows(families=("hopper",)):
+    out = []
+    for family in families:
+        out += [row("ar", 1, None, 300.0, family=family, ttft=20.0, tpot=3.3),
+                row("dflash", 1, None, 650.0, 2.5, family=family, ttft=25.0, tpot=1.6),
+                row("ddtree", 1, 16, 900.0, 3.4, family=family, ttft=30.0, tpot=1.1),
+                row("ddtree", 1, 8, 700.0, 2.9, family=family, ttft=18.0, tpot=1.4)]
+    out.append(ReportRow(test_id="test_generation[ddtree-tp1-b32-chat]", config="ddtree-tp1-b32",
+                         workload="chat", method="ddtree", tp=1, budget=32, outcome="failed",
+                         reason="speculative decoding is not active on this server"))
+    return out
+
+
+def test_tex_escape():
+    assert tex_escape("ddtree_tp1 50% & $x#{y}~^\\") == (
+        "ddtree\\_tp1 50\\% \\& \\$x\\#\\{y\\}\\textasciitilde{}\\textasciicircum{}\\textbackslash{}")
+
+
+def test_speedup_is_over_the_reference_method_of_the_same_family_and_tp():
+    both = rows(("cpu", "hopper"))
+    both[4] = row("ar", 1, None, 100.0, family="hopper")  # hopper's AR is faster than cpu's
+    got = speedups(both)
+    assert got[both[2].test_id] == pytest.approx(900.0 / 300.0)  # cpu ddtree b16 over cpu ar
+    assert got[both[6].test_id] == pytest.approx(900.0 / 100.0)  # hopper ddtree b16 over hopper ar
+
+
+def test_table_names_the_hardware_has_speedups_and_bolds_the_best():
+    tex = render_fragment(rows(), ["plots/tokens_per_s.pdf"], meta=META)
+    assert "\\usepackage{booktabs}" in tex.splitlines()[0]
+    assert "on NVIDIA H200 (sm\\_90, hopper) x8, sglang backend" in tex
+    assert "Method & TP & Budget & tokens/s & speedup vs AR & accept len & TTFT ms & TPOT ms \\\\" in tex
+    assert "ar & 1 & -- & 300.0 & 1.00$\\times$ & -- & 20.0 & 3.30 \\\\" in tex
+    assert ("ddtree & 1 & 16 & \\textbf{900.0} & \\textbf{3.00$\\times$} & \\textbf{3.40} & 30.0 & "
+            "\\textbf{1.10} \\\\") in tex
+    assert "ddtree & 1 & 8 & 700.0 & 2.33$\\times$ & 2.90 & \\textbf{18.0} & 1.40 \\\\" in tex
+    assert "Family" not in tex and "b32" not in tex  # one family; failures are not results
+    same = render_fragment([row("ar", 1, None, 300.0), row("dflash", 1, None, 650.0, 2.5)])
+    assert "12.3 & 1.50 \\\\" in same and "\\textbf{12.3}" not in same  # a tie singles out nothing
+    assert "\\includegraphics[width=\\linewidth]{plots/tokens_per_s.pdf}" in tex
+    assert "Output tokens/s against the DDTree budget" in tex
+    assert tex.count("\\begin{") == tex.count("\\end{") and "\\documentclass" not in tex
+
+
+def test_matrices_of_several_families_get_a_family_column():
+    tex = render_fragment(rows(("cpu", "hopper")), meta=META)
+    assert "Family & Method & TP & Budget" in tex
+    assert "cpu & ddtree & 1 & 16" in tex and "hopper & ddtree & 1 & 16" in tex
+    code = render_fragment(rows() + [row("ar", 1, None, 1.0, workload="code")], meta=META)
+    assert code.count("\\begin{tabular}") == 2 and "workload code" in code
+
+
+def test_write_report_writes_both_tex_files_and_vector_plots(tmp_path):
+    pytest.importorskip("matplotlib")
+    files = write_report(tmp_path / "report", rows(), meta=META)
+    assert files.standalone.name == "report-standalone.tex"
+    fragment, standalone = files.latex.read_text(), files.standalone.read_text()
+    assert "\\includegraphics[width=\\linewidth]{plots/accept_length.pdf}" in fragment
+    assert standalone.startswith("\\documentclass") and fragment in standalone
+    assert "![tokens_per_s](plots/tokens_per_s.png)" in files.markdown.read_text()
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None,
+                    reason="pdflatex is not installed (Debian: apt-get install "
+                           "texlive-latex-recommended)")
+def test_the_standalone_report_compiles_with_pdflatex(tmp_path):
+    pytest.importorskip("matplotlib")
+    files = write_report(tmp_path, rows(("cpu", "hopper")) + [row("ar", 1, None, 1.0, workload="a_b%")],
+                         meta=META)
+    done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error",
+                           files.standalone.name], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert (tmp_path / "report-standalone.pdf").read_bytes()[:5] == b"%PDF-"

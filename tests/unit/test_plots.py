@@ -1,0 +1,75 @@
+"""Plots people can read: one series per (family, method, TP), spread shown, axes from 0."""
+
+from __future__ import annotations
+
+import pytest
+
+from report_support import row
+
+pytest.importorskip("matplotlib")
+
+from pytest_specdec.plots import draw, plot_rows  # noqa: E402
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def two_families():
+    """The same configurations measured from the cpu and the hopper matrices (an H200 run that
+    ran both): they must stay two series each, never one zig-zag line."""
+    out = []
+    for family, scale in (("cpu", 1.0), ("hopper", 3.0)):
+        out += [row("ar", 1, None, 300.0 * scale, family=family, spread=9.0),
+                row("dflash", 1, None, 650.0 * scale, 2.5, family=family, spread=20.0)]
+        out += [row("ddtree", 1, b, (700.0 + 10 * b) * scale, 2.9 + b / 50, family=family,
+                    spread=25.0) for b in (8, 16, 32)]
+    return out
+
+
+def test_one_legend_entry_per_family_method_and_tp():
+    fig = draw(two_families(), "output_tok_s", "tokens/s")
+    labels = [text.get_text() for text in fig.legends[0].get_texts()]
+    assert sorted(labels) == sorted(f"{family} {method} TP1" for family in ("cpu", "hopper")
+                                    for method in ("ar", "dflash", "ddtree"))
+    (ax,) = fig.axes
+    series = {c.get_label(): c for c in ax.containers}  # an errorbar's label is its container's
+    assert list(series["hopper ddtree TP1"].lines[0].get_xdata()) == [8, 16, 32]
+    assert list(series["cpu ddtree TP1"].lines[0].get_ydata()) == [780.0, 860.0, 1020.0]
+
+
+def test_spread_is_drawn_and_the_axis_starts_at_zero():
+    fig = draw(two_families(), "output_tok_s", "tokens/s")
+    (ax,) = fig.axes
+    assert ax.get_ylim()[0] == 0
+    bars = [c for c in ax.containers if c.__class__.__name__ == "ErrorbarContainer"]
+    assert len(bars) == 2  # the two ddtree series, over their budgets
+    segments = bars[0].lines[2][0].get_segments()
+    assert segments[0][1][1] - segments[0][0][1] == pytest.approx(2 * 1.96 * 25.0)
+    assert len(ax.collections) >= 4 + 2  # a band for each budget-less line (ar, dflash x 2)
+
+
+def test_accept_length_has_the_reference_method_as_a_line_at_one():
+    fig = draw(two_families(), "accept_length", "accept length")
+    (ax,) = fig.axes
+    ar = [line for line in ax.lines if line.get_label() == "cpu ar TP1 (1 token per step)"]
+    assert len(ar) == 1 and list(ar[0].get_ydata()) == [1.0, 1.0]
+    assert list(ar[0].get_xdata()) == [8, 32] and ax.get_ylim()[0] == 0
+
+
+def test_one_family_needs_no_family_in_labels():
+    rows = [r for r in two_families() if r.family == "cpu"]
+    labels = [t.get_text() for t in draw(rows, "output_tok_s", "tokens/s").legends[0].get_texts()]
+    assert sorted(labels) == ["ar TP1", "ddtree TP1", "dflash TP1"]
+
+
+def test_plot_rows_writes_png_and_pdf(tmp_path):
+    paths = plot_rows(two_families(), tmp_path)
+    assert [p.name for p in paths] == ["tokens_per_s.png", "tokens_per_s.pdf",
+                                       "accept_length.png", "accept_length.pdf"]
+    assert paths[0].read_bytes()[:8] == PNG_MAGIC and paths[1].read_bytes()[:5] == b"%PDF-"
+
+
+def test_plot_rows_without_budgets_and_empty(tmp_path):
+    only_chain = [row("dflash", 1, None, 650.0, 2.5), row("ar", 1, None, 300.0)]
+    assert [p.name for p in plot_rows(only_chain, tmp_path / "a")][::2] == [
+        "tokens_per_s.png", "accept_length.png"]
+    assert plot_rows([], tmp_path / "b") == []
