@@ -179,7 +179,7 @@ def test_topology_of_a_real_two_gpu_host():
     assert parse_topology(TOPO_H200X2) == {(0, 1): "NV18", (1, 0): "NV18"}
 
 
-def test_topology_prefers_pcie_switch_over_numa_hops():
-    leases = GpuLeases(Path("/tmp/unused-leases"), 4, topology=parse_topology(TOPO))
+def test_topology_prefers_pcie_switch_over_numa_hops(tmp_path):
+    leases = GpuLeases(tmp_path, 4, topology=parse_topology(TOPO))
     assert leases.choose([0, 1, 3], 2) == (1, 3)  # NV4 beats SYS
     assert leases.choose([0, 1], 2) == (0, 1)

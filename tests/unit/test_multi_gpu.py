@@ -288,12 +288,13 @@ def test_loadgroup_schedules_whole_configurations_and_a_replacement_worker_finis
 
 def test_real_gpus_are_leased_by_nvlink_topology(pytester, monkeypatch):
     """On real GPUs the pool's lease book reads `nvidia-smi topo -m`; a simulated one does not."""
-    from pytest_specdec import backends, hardware
+    from pytest_specdec import hardware
+    from pytest_specdec.servers import leases
 
     gpus = tuple(hardware.GPU(i, "NVIDIA H200", "sm_90") for i in range(4))
     monkeypatch.setattr(hardware, "detect", lambda: hardware.Hardware(gpus, "nvidia-smi", 4))
     links = {(0, 2): "NV18", (2, 0): "NV18", (1, 3): "NV18", (3, 1): "NV18"}
-    monkeypatch.setattr(backends, "read_topology", lambda: links)
+    monkeypatch.setattr(leases, "read_topology", lambda: links)
     pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
     pytester.makepyfile("""
         def test_pair(specdec_pool):
