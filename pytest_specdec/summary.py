@@ -8,8 +8,6 @@ from .session import Results
 def rows(results: Results) -> list:
     """One row per test that recorded figures (this run or resumed), and one per test of a
     configuration that failed before it could record anything, so a crash is in the table."""
-    if not results.results and not results.outcomes and not results.state.settings.resume:
-        return []  # nothing of ours ran: load nothing more
     from .report import ReportRow, row_from_result
 
     out = []
