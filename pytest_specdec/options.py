@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from .errors import SpecdecUsageError
+from .shard import parse_shard
 
 BACKENDS = ("auto", "embedded", "sglang")
 
@@ -126,6 +127,10 @@ OPTIONS: tuple[Option, ...] = (
            _positive_float, 60.0, metavar="S"),
     Option("restart_on_crash", "restart a crashed server up to N times per configuration",
            _count, 0, metavar="N"),
+    Option("shard", "run only shard K of N (1-based, e.g. 2/4) of the configuration matrix; "
+           "every shard works out the same partition, balanced by the durations in the baseline "
+           "folder's durations.json; with --specdec-report DIR, DIR is a shard folder for "
+           "python -m pytest_specdec merge", parse_shard, None, metavar="K/N"),
     Option("artifacts", "folder for server logs and per-run files", str, ".specdec/artifacts",
            metavar="DIR"),
     Option("cpu_matrix", "also run the cpu matrix on a GPU host whose family has a matrix (by "

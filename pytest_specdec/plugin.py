@@ -54,6 +54,10 @@ def pytest_configure(config: pytest.Config) -> None:
         if state.settings.compare_fail or state.baseline_path.is_file():
             # a bad baseline file or expression stops the run here, before any boot
             _gate(config, state).check()
+        if state.settings.shard is not None:
+            from . import shard
+
+            config.stash[state_mod.SHARD_KEY] = shard.plan(state)
     except SpecdecUsageError as exc:
         raise pytest.UsageError(f"pytest-specdec: {exc}") from None
     config.stash[state_mod.STATE_KEY] = state
@@ -76,9 +80,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     from . import header
-    from .state import STATE_KEY
+    from .state import SHARD_KEY, STATE_KEY
 
-    return [header.line(config.stash[STATE_KEY])]
+    plan = config.stash.get(SHARD_KEY, None)
+    return [header.line(config.stash[STATE_KEY])] + ([plan.header_line()] if plan else [])
 
 
 def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> list[str]:
@@ -100,9 +105,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     from . import collection
-    from .state import STATE_KEY
+    from .state import SHARD_KEY, STATE_KEY
 
     state = config.stash[STATE_KEY]
+    if SHARD_KEY in config.stash:
+        from .shard import split_items
+
+        items[:], others = split_items(items, config.stash[SHARD_KEY])
+        config.hook.pytest_deselected(items=others)
     collection.modify_items(items, state)
     if not any(map(collection.uses_specdec, items)):
         return
@@ -170,17 +180,44 @@ class Controller:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+        self.durations = None  # seconds per configuration, from the first report of ours on
+        self.shard = None  # the shard folder's recorder, in a sharded run with a report folder
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        from .state import SHARD_KEY, STATE_KEY
+
+        if SHARD_KEY in self.config.stash:
+            from . import shard_dir
+
+            self.shard = shard_dir.Recorder.of(self.config.stash[STATE_KEY],
+                                               self.config.stash[SHARD_KEY])
+            if self.shard is not None:
+                self.shard.start()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if "specdec" not in report.keywords and not report.user_properties:
             return  # not one of ours: pytest's own summary covers it
         from . import session
+        from .durations import Durations
 
         results = _results(self.config)
+        if self.durations is None:
+            self.durations = Durations.for_matrix(results.state)
+        self.durations.add_report(report)
         result = results.add_report(report)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if result is not None and reporter is not None:
             reporter.write_line(session.progress_line(result, len(results.results), results.total))
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        from .state import SHARD_KEY
+
+        if self.durations is not None or SHARD_KEY in self.config.stash:
+            from . import summary
+
+            session.exitstatus = summary.finish(
+                _results(self.config), self.durations, self.config.stash.get(SHARD_KEY, None),
+                self.shard, exitstatus)
 
     @hookimpl(trylast=True)  # after pytest-benchmark's tables: the run ends with ours
     def pytest_terminal_summary(self, terminalreporter) -> None:

@@ -36,7 +36,9 @@ def is_worker(config: pytest.Config) -> bool:
 
 
 def journal_for(state: RunState) -> Journal:
-    return Journal(state.path(state.settings.journal))
+    from .shard_dir import journal_path
+
+    return Journal(journal_path(state))
 
 
 def workload_key(item: pytest.Item) -> str:

@@ -86,6 +86,8 @@ STATE_KEY = pytest.StashKey[RunState]()
 #: on first use by the plugin.
 GATE_KEY = pytest.StashKey["Gate"]()
 RESULTS_KEY = pytest.StashKey["Results"]()
+#: This run's shard plan, under --specdec-shard only.
+SHARD_KEY = pytest.StashKey["ShardPlan"]()
 _RUN_ID_KEY = pytest.StashKey[str]()
 
 

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .session import Results
+
+if TYPE_CHECKING:
+    from .durations import Durations
+    from .shard import ShardPlan
+    from .shard_dir import Recorder
 
 
 def rows(results: Results) -> list:
@@ -55,3 +62,24 @@ def write(terminalreporter, results: Results) -> None:
         if files.plot_error:
             terminalreporter.write_line(f"specdec: {files.plot_error}")
     report.write_github_summary(table, meta=meta)
+
+
+def finish(results: Results, durations: Durations | None, plan: ShardPlan | None,
+           shard: Recorder | None, exitstatus: int) -> int:
+    """At session end, before the summary: the durations beside a saved baseline, the shard
+    folder's outcomes; returns the exit status (an empty shard's run is a success, not
+    pytest's "no tests collected")."""
+    import pytest
+
+    state = results.state
+    seconds = durations.seconds if durations is not None else {}
+    if state.settings.save_baseline and seconds:
+        from . import durations as durations_mod
+        from .shard import DURATIONS_FILE
+
+        durations_mod.save(state.baseline_path.parent / DURATIONS_FILE, seconds)
+    if plan is not None and not plan.mine and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        exitstatus = pytest.ExitCode.OK
+    if shard is not None:
+        shard.finish(results, seconds, exitstatus)
+    return exitstatus

@@ -1,0 +1,82 @@
+"""`python -m pytest_specdec merge --out DIR SHARD_DIR...`: the shards of one run, merged.
+
+Writes into DIR the merged results.json, report.md, report.tex and plots (the report writers
+of a run), junit.xml (JUnit-compatible), durations.json (for the next run's balance), and with
+--save-baseline the baseline file of each shard's hardware key. Exit status: 0 when every shard
+finished and passed, 1 when a shard's gate failed, a shard is missing or did not finish (the
+report is still written and says what), 2 for shards that do not belong together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .errors import SpecdecUsageError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m pytest_specdec",
+                                     description="pytest-specdec tools")
+    commands = parser.add_subparsers(dest="command", required=True)
+    merge = commands.add_parser(
+        "merge", help="merge the shard folders of a sharded run (--specdec-shard K/N "
+                      "--specdec-report SHARD_DIR) into one report",
+        description="Merge the shard folders of a sharded run (each shard's --specdec-report "
+                    "folder) into one results.json, report, JUnit summary and, with "
+                    "--save-baseline, baseline files.")
+    merge.add_argument("shard_dirs", nargs="+", metavar="SHARD_DIR",
+                       help="a shard's --specdec-report folder (its shard.json and journal)")
+    merge.add_argument("--out", required=True, metavar="DIR", help="folder for the merged report")
+    merge.add_argument("--save-baseline", action="store_true",
+                       help="merge the figures into the baseline file of each shard's hardware "
+                            "key, and the durations into durations.json beside them")
+    merge.add_argument("--baseline-dir", default="baselines", metavar="DIR",
+                       help="folder of the baseline files (default: baselines)")
+    merge.add_argument("--no-plots", action="store_true", help="write no plots")
+    return parser
+
+
+def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
+    from . import durations, junit, merge, report
+
+    merged = merge.merge(args.shard_dirs)
+    rows = list(merged.rows)
+    title = f"pytest-specdec results ({merged.meta()['shards']})"
+    target = Path(args.out)
+    files = report.write_report(target, rows, meta=merged.meta(), plots=not args.no_plots,
+                                title=title)
+    written = [files.results_json, files.markdown, files.latex, *files.plots,
+               junit.write(target / "junit.xml", rows)]
+    if merged.durations():
+        written.append(target / "durations.json")
+        durations.save(written[-1], merged.durations())
+    report.write_github_summary(rows, title=title, meta=merged.meta())
+    print(report.format_table(rows), file=out)
+    for line in merge.not_measured(merged):
+        print(f"specdec merge: not measured: {line}", file=out)
+    if args.save_baseline:
+        for path in merge.save_baselines(merged, args.baseline_dir):
+            print(f"specdec merge: saved into {path}", file=out)
+    if files.plot_error:
+        print(f"specdec merge: {files.plot_error}", file=out)
+    print(f"specdec merge: {merged.meta()['shards']}: {len(rows)} row(s) written to {target} "
+          f"({len(written)} files)", file=out)
+    for problem in merged.problems:
+        print(f"specdec merge: FAILED: {problem}", file=out)
+    return 0 if merged.ok else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return merge_command(args)
+    except SpecdecUsageError as exc:
+        print(f"python -m pytest_specdec {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

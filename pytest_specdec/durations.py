@@ -1,0 +1,115 @@
+"""The durations file: how long each configuration took, so that shards balance real costs.
+
+`baselines/durations.json` (beside the baseline files, committed with them, so every shard reads
+the same one) maps a configuration's id to the seconds its tests took on the host that ran it,
+server start included. A run counts them from its test reports (`Durations`); a baseline save
+and the merge of shards write them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+from .errors import SpecdecUsageError
+
+if TYPE_CHECKING:
+    from .state import RunState
+
+FORMAT = "pytest-specdec-durations"
+VERSION = 1
+
+
+def load(path: str | Path) -> dict[str, float]:
+    """{configuration id: seconds}; an absent file is empty, a broken one a usage error."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    fix = "fix or delete it (the next merge with --save-baseline writes it again)"
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecdecUsageError(f"durations file {path} is not valid JSON (line {exc.lineno}: "
+                                f"{exc.msg}); {fix}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise SpecdecUsageError(f"durations file {path} is not a pytest-specdec durations file "
+                                f"(expected \"format\": \"{FORMAT}\"); {fix}")
+    raw = doc.get("configurations")
+    if not isinstance(raw, dict):
+        raise SpecdecUsageError(f"durations file {path}: 'configurations' must map configuration "
+                                f"ids to seconds; {fix}")
+    out = {}
+    for config, seconds in raw.items():
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
+                or not math.isfinite(seconds) or seconds < 0:
+            raise SpecdecUsageError(f"durations file {path}: {config}: {seconds!r} is not a "
+                                    f"number of seconds; {fix}")
+        out[str(config)] = float(seconds)
+    return out
+
+
+def save(path: str | Path, durations: Mapping[str, float]) -> dict[str, float]:
+    """Merge `durations` into the file (other configurations kept), atomically under a lock."""
+    from .baselines import _atomic_write, _lock_for
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _lock_for(path):
+        merged = {**load(path), **{k: round(float(v), 3) for k, v in durations.items()}}
+        doc = {"format": FORMAT, "version": VERSION, "configurations": dict(sorted(merged.items()))}
+        _atomic_write(path, json.dumps(doc, indent=2) + "\n")
+    return merged
+
+
+@dataclass
+class Durations:
+    """Seconds per configuration, summed over its tests' setup, call and teardown (the setup
+    of its first test starts its server). Only configurations whose tests ran count: a skip
+    here says nothing about what the configuration costs where it runs."""
+
+    spent: dict[str, float] = field(default_factory=dict)
+    ran: set[str] = field(default_factory=set)
+    param_ids: tuple[str, ...] = ()  # the matrix's, to find a report's configuration
+
+    @classmethod
+    def for_matrix(cls, state: RunState) -> "Durations":
+        from .collection import matrix_cases
+
+        return cls(param_ids=tuple(case.param_id for case in matrix_cases(state)))
+
+    def add_report(self, report: Any) -> None:
+        """Count one phase of a test report (setup, call or teardown) for its configuration."""
+        from .collection import configuration_in_nodeid
+
+        self.add(configuration_in_nodeid(report.nodeid, self.param_ids), report.duration,
+                 ran=report.when == "call")
+
+    @property
+    def seconds(self) -> dict[str, float]:
+        return {config: s for config, s in self.spent.items() if config in self.ran}
+
+    def add(self, config: str | None, seconds: float, *, ran: bool = True) -> None:
+        if config is None or not math.isfinite(seconds) or seconds < 0:
+            return
+        self.spent[config] = self.spent.get(config, 0.0) + seconds
+        if ran:
+            self.ran.add(config)
+
+    def update(self, other: Mapping[str, float]) -> None:
+        for config, seconds in other.items():
+            self.add(config, seconds)
+
+    @classmethod
+    def of(cls, parts: Iterable[Mapping[str, float]]) -> "Durations":
+        out = cls()
+        for part in parts:
+            out.update(part)
+        return out
+
+
+__all__ = ["FORMAT", "VERSION", "Durations", "load", "save"]

@@ -1,0 +1,219 @@
+"""Merging shards: the shard folders of one sharded run into one set of results.
+
+Each shard's journal is the source of truth for its figures; its `shard.json` says which shard
+it is, what matrix it divided and how its tests ended (outcomes and baseline comparisons). The
+merge refuses shards that cannot belong together (another plugin version, another matrix or
+partition, the same shard twice, a configuration measured by two shards) and says what it lacks
+(a missing or unfinished shard: which configurations have no result). Everything is checked
+before anything is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from .errors import SpecdecUsageError
+from .journal import Journal
+from .report import ReportRow, row_from_result
+from .result import Result
+from .shard_dir import JOURNAL, ShardManifest, read
+
+#: pytest's outcomes that fail a run.
+FAILED_OUTCOMES = ("failed", "error")
+
+
+@dataclass(frozen=True)
+class Merged:
+    """The merged run: its shards, one row per test (and per configuration without a result),
+    the journaled results (with their shard's comparisons) and what went wrong where."""
+
+    shards: tuple[ShardManifest, ...]
+    rows: tuple[ReportRow, ...]
+    results: tuple[tuple[Result, ShardManifest, str], ...]  # with its journal status
+    problems: tuple[str, ...]  # each a line: a shard's gate failed, a shard missing or unfinished
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def count(self) -> int:
+        return self.shards[0].shard.count
+
+    def durations(self) -> dict[str, float]:
+        from .durations import Durations
+
+        return Durations.of(m.durations for m in self.shards).seconds
+
+    def meta(self) -> dict[str, str]:
+        given = ", ".join(str(m.shard) for m in self.shards)
+        return {
+            "shards": f"{len(self.shards)} of {self.count} merged ({given})",
+            "hardware": "; ".join(sorted({m.hardware for m in self.shards})),
+            "hardware_key": ", ".join(sorted({m.hardware_key for m in self.shards})),
+            "backend": ", ".join(sorted({m.backend for m in self.shards})),
+            "plugin_version": self.shards[0].plugin_version,
+        }
+
+
+def load(directories: Iterable[str | Path]) -> list[ShardManifest]:
+    """The shards' manifests, checked to belong to one sharded run."""
+    manifests = [read(d) for d in directories]
+    if not manifests:
+        raise SpecdecUsageError("no shard folders given; name each shard's --specdec-report folder")
+    first = manifests[0]
+    for other in manifests[1:]:
+        if other.plugin_version != first.plugin_version:
+            raise SpecdecUsageError(
+                f"{other.name} was measured with pytest-specdec {other.plugin_version}, "
+                f"{first.name} with {first.plugin_version}; run every shard with one version")
+        if other.matrix_digest != first.matrix_digest or other.shard.count != first.shard.count:
+            raise SpecdecUsageError(
+                f"{other.name} divided another matrix than {first.name} "
+                f"({_matrix_text(other)} vs {_matrix_text(first)}); run every shard with the "
+                f"same configuration and the same N")
+        if other.assignment != first.assignment:
+            raise SpecdecUsageError(
+                f"{other.name} partitioned the matrix differently from {first.name} (their "
+                f"baseline folders' durations.json differ); run every shard from one commit")
+    by_index: dict[int, ShardManifest] = {}
+    for manifest in manifests:
+        earlier = by_index.setdefault(manifest.shard.index, manifest)
+        if earlier is not manifest:
+            raise SpecdecUsageError(f"shard {manifest.shard} is given twice: {earlier.directory} "
+                                    f"and {manifest.directory}; give each shard once")
+    return sorted(manifests, key=lambda m: m.shard.index)
+
+
+def _matrix_text(manifest: ShardManifest) -> str:
+    return f"{len(manifest.configurations)} configurations in {manifest.shard.count} shards, " \
+           f"matrix {manifest.matrix_digest}"
+
+
+def _journaled(manifest: ShardManifest) -> list[tuple[Result, str]]:
+    """The shard's journaled results, the latest per test, with their journal status."""
+    from .baselines import Comparison
+
+    assert manifest.directory is not None
+    comparisons = {t.nodeid: t.comparisons for t in manifest.tests}
+    out = []
+    for record in Journal(manifest.directory / JOURNAL).latest().values():
+        result = Result.from_json(record.data)
+        stored = comparisons.get(result.nodeid, ())
+        if stored:
+            result = result.compared(tuple(Comparison.from_json(result.test_id, c)
+                                           for c in stored))
+        out.append((result, record.status))
+    return out
+
+
+def _rows_of(manifest: ShardManifest, journaled: Sequence[tuple[Result, str]]) -> list[ReportRow]:
+    cases = {c.param_id: c for c in manifest.configurations}
+    tests = {t.nodeid: t for t in manifest.tests}
+    rows, seen = [], set()
+    for result, status in journaled:
+        test = tests.get(result.nodeid)
+        if test is not None and test.outcome != "skipped":
+            outcome, reason = test.outcome, test.reason
+        elif test is not None or status == "done":  # skipped: resumed from the journal
+            outcome, reason = "passed", None
+        else:
+            outcome, reason = "failed", "failed after its figures were journaled"
+        rows.append(row_from_result(result, outcome=outcome, reason=reason))
+        seen.add(result.nodeid)
+    for test in manifest.tests:
+        if test.nodeid in seen or test.outcome == "passed":
+            continue
+        case = cases.get(test.config or "")
+        rows.append(ReportRow(
+            test_id=test.nodeid.split("::")[-1], config=test.config or test.nodeid,
+            method=case.method if case else None, tp=case.tp if case else None,
+            budget=case.budget if case else None, outcome=test.outcome, reason=test.reason))
+    return rows
+
+
+def merge(directories: Iterable[str | Path]) -> Merged:
+    manifests = load(directories)
+    first = manifests[0]
+    present = {m.shard.index: m for m in manifests}
+    rows: list[ReportRow] = []
+    results: list[tuple[Result, ShardManifest, str]] = []
+    measured_by: dict[str, ShardManifest] = {}
+    problems: list[str] = []
+    for manifest in manifests:
+        journaled = _journaled(manifest)
+        for result, status in journaled:
+            key = result.config
+            other = measured_by.setdefault(key, manifest)
+            if other is not manifest:
+                raise SpecdecUsageError(
+                    f"configuration {key} was measured by {other.name} and by {manifest.name}; "
+                    f"each configuration belongs to one shard: merge one of them")
+            results.append((result, manifest, status))
+        shard_rows = _rows_of(manifest, journaled)
+        rows.extend(shard_rows)
+        if manifest.finished is None:
+            problems.append(f"{manifest.name} did not finish: its outcomes and baseline "
+                            f"comparisons are unknown; resume it (--specdec-resume) and merge "
+                            f"again")
+        elif manifest.exitstatus not in (0, None):
+            failed = sorted({r.config for r in shard_rows if r.outcome in FAILED_OUTCOMES})
+            problems.append(f"{manifest.name} failed (pytest exit status {manifest.exitstatus})"
+                            + (f": {', '.join(failed)}" if failed else ""))
+    covered = {row.config for row in rows}
+    for case, index in zip(first.configurations, first.assignment):
+        if case.param_id in covered:
+            continue
+        owner = present.get(index)
+        if owner is None:
+            why = f"no result: shard {index}/{first.shard.count} is missing from the merge"
+        elif owner.finished is None:
+            why = f"no result: shard {owner.shard} did not finish"
+        else:
+            why = f"no result: shard {owner.shard} ran none of its tests (deselected?)"
+        rows.append(ReportRow(test_id=case.param_id, config=case.param_id, method=case.method,
+                              tp=case.tp, budget=case.budget, outcome="error", reason=why))
+    absent = [i for i in range(1, first.shard.count + 1) if i not in present]
+    if absent:
+        lacking = [c.param_id for c, i in zip(first.configurations, first.assignment)
+                   if i in absent]
+        problems.append(f"missing shard(s) {', '.join(f'{i}/{first.shard.count}' for i in absent)}"
+                        f": {len(lacking)} configuration(s) have no result"
+                        + (f": {', '.join(lacking)}" if lacking else ""))
+    return Merged(tuple(manifests), tuple(rows), tuple(results), tuple(problems))
+
+
+def not_measured(merged: Merged) -> list[str]:
+    """`config: reason` for each configuration test that produced no figures."""
+    return [f"{row.config}: {row.outcome}: {row.reason}" for row in merged.rows
+            if not row.metrics and row.outcome in ("skipped", "error")]
+
+
+def save_baselines(merged: Merged, baseline_dir: str | Path) -> list[Path]:
+    """Each shard's journaled figures (as a run's --specdec-save-baseline saves them: every
+    finished measurement) into the baseline file of its hardware key, merged into what is there,
+    with the shard's versions and commit; and the durations beside them."""
+    from . import baselines, durations
+    from .shard import DURATIONS_FILE
+
+    written: list[Path] = []
+    for manifest in merged.shards:
+        mine = [r for r, m, status in merged.results if m is manifest and status == "done"]
+        if not mine:
+            continue
+        path = baselines.baseline_path(baseline_dir, manifest.hardware_key)
+        baselines.save_baselines(
+            path, manifest.hardware_key, {r.test_id: r.metrics for r in mine},
+            versions=manifest.versions, commit=manifest.commit,
+            fingerprints={r.test_id: r.fingerprint.digest for r in mine if r.fingerprint})
+        if path not in written:
+            written.append(path)
+    if merged.durations():
+        written.append(Path(baseline_dir) / DURATIONS_FILE)
+        durations.save(written[-1], merged.durations())
+    return written
+
+
+__all__ = ["FAILED_OUTCOMES", "Merged", "load", "merge", "not_measured", "save_baselines"]

@@ -1,0 +1,261 @@
+"""The shard folder: what one shard leaves for `python -m pytest_specdec merge`.
+
+A sharded run's `--specdec-report DIR` is its shard folder. Beside the usual report it holds:
+
+- `journal.jsonl`: the shard's results journal, the source of truth for its figures (a sharded
+  run journals there unless `--specdec-journal` is given, which is then copied there at the
+  end), so a shard killed and resumed with `--specdec-resume` merges like any other;
+- `shard.json`: the shard's identity, written when the run starts (plugin version, shard K/N,
+  the sharded matrix and its partition, hardware key, versions, commit) and completed when it
+  ends (each test's outcome and baseline comparisons, the durations, pytest's exit status).
+  A shard that never ended has no outcomes: the merge says so and what it lacks.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import shutil
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from .configuration import MatrixCase
+from .errors import SpecdecUsageError
+from .shard import Shard, ShardPlan
+
+if TYPE_CHECKING:
+    from .session import Results
+    from .state import RunState
+
+MANIFEST = "shard.json"
+JOURNAL = "journal.jsonl"
+FORMAT = "pytest-specdec-shard"
+VERSION = 1
+
+
+def folder(state: RunState) -> Path | None:
+    """This run's shard folder: its report folder when sharded; None otherwise."""
+    if state.settings.shard is None or not state.settings.report:
+        return None
+    return state.path(state.settings.report)
+
+
+def journal_path(state: RunState) -> Path:
+    """The results journal: `--specdec-journal`, or the shard folder's when sharded and unset."""
+    shard_folder = folder(state)
+    if shard_folder is not None and state.settings.origins.get("journal") == "default":
+        return shard_folder / JOURNAL
+    return state.path(state.settings.journal)
+
+
+@dataclass(frozen=True)
+class TestOutcome:
+    """How one test of a shard ended, with its baseline comparisons (Comparison JSON)."""
+
+    nodeid: str
+    outcome: str
+    reason: str | None = None
+    config: str | None = None
+    comparisons: tuple[Mapping[str, Any], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"nodeid": self.nodeid, "outcome": self.outcome, "reason": self.reason,
+                "config": self.config, "comparisons": list(self.comparisons)}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> TestOutcome:
+        return cls(str(obj["nodeid"]), str(obj["outcome"]), obj.get("reason"), obj.get("config"),
+                   tuple(obj.get("comparisons") or ()))
+
+
+def _case_json(case: MatrixCase) -> dict[str, Any]:
+    return {"family": case.family, "method": case.method, "tp": case.tp, "budget": case.budget}
+
+
+def _case(obj: Mapping[str, Any]) -> MatrixCase:
+    budget = obj.get("budget")
+    return MatrixCase(str(obj["family"]), str(obj["method"]), int(obj["tp"]),
+                      None if budget is None else int(budget))
+
+
+@dataclass(frozen=True)
+class ShardManifest:
+    """`shard.json`: one shard's identity and, once it ended, its outcomes."""
+
+    plugin_version: str
+    shard: Shard
+    configurations: tuple[MatrixCase, ...]
+    assignment: tuple[int, ...]
+    matrix_digest: str
+    balanced_by: str
+    hardware_key: str
+    hardware: str
+    backend: str
+    versions: Mapping[str, str] = field(default_factory=dict)
+    commit: str | None = None
+    started: str = ""
+    finished: str | None = None
+    exitstatus: int | None = None
+    tests: tuple[TestOutcome, ...] = ()
+    durations: Mapping[str, float] = field(default_factory=dict)
+    directory: Path | None = None  # where it was read from; not stored
+
+    @property
+    def plan(self) -> ShardPlan:
+        return ShardPlan(self.shard, self.configurations, self.assignment, self.balanced_by)
+
+    @property
+    def name(self) -> str:
+        """`shard 2/4 (path)`, how errors and reports name it."""
+        return f"shard {self.shard}" + (f" ({self.directory})" if self.directory else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT, "version": VERSION, "plugin_version": self.plugin_version,
+            "shard": {"index": self.shard.index, "count": self.shard.count},
+            "matrix": {"digest": self.matrix_digest,
+                       "configurations": [_case_json(c) for c in self.configurations],
+                       "assignment": list(self.assignment), "balanced_by": self.balanced_by},
+            "hardware": {"key": self.hardware_key, "description": self.hardware},
+            "backend": self.backend, "versions": dict(self.versions), "commit": self.commit,
+            "started": self.started, "finished": self.finished, "exitstatus": self.exitstatus,
+            "tests": [t.to_json() for t in self.tests], "durations": dict(self.durations),
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any], directory: Path | None = None) -> ShardManifest:
+        matrix = obj["matrix"]
+        return cls(
+            plugin_version=str(obj["plugin_version"]),
+            shard=Shard(int(obj["shard"]["index"]), int(obj["shard"]["count"])),
+            configurations=tuple(_case(c) for c in matrix["configurations"]),
+            assignment=tuple(int(i) for i in matrix["assignment"]),
+            matrix_digest=str(matrix["digest"]), balanced_by=str(matrix.get("balanced_by", "")),
+            hardware_key=str(obj["hardware"]["key"]),
+            hardware=str(obj["hardware"].get("description", "")),
+            backend=str(obj.get("backend", "")), versions=dict(obj.get("versions") or {}),
+            commit=obj.get("commit"), started=str(obj.get("started", "")),
+            finished=obj.get("finished"), exitstatus=obj.get("exitstatus"),
+            tests=tuple(TestOutcome.from_json(t) for t in obj.get("tests") or ()),
+            durations={str(k): float(v) for k, v in (obj.get("durations") or {}).items()},
+            directory=directory,
+        )
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _write(directory: Path, manifest: ShardManifest) -> None:
+    from .baselines import _atomic_write
+
+    directory.mkdir(parents=True, exist_ok=True)
+    _atomic_write(directory / MANIFEST, json.dumps(manifest.to_json(), indent=2) + "\n")
+
+
+def start(plan: ShardPlan, state: RunState, directory: Path) -> ShardManifest:
+    """Write the shard's identity before any test runs, so even a killed shard is recognised."""
+    from . import __version__
+    from .baselines import collect_versions, git_commit
+
+    manifest = ShardManifest(
+        plugin_version=__version__, shard=plan.shard, configurations=plan.configurations,
+        assignment=plan.assignment, matrix_digest=plan.matrix_digest,
+        balanced_by=plan.balanced_by, hardware_key=state.hardware.key,
+        hardware=state.hardware.describe(), backend=state.backend.name,
+        versions=collect_versions(), commit=git_commit(state.config.root), started=_now())
+    _write(directory, manifest)
+    return manifest
+
+
+def outcomes(results: Results, plan: ShardPlan,
+             previous: Mapping[str, TestOutcome] | None = None) -> tuple[TestOutcome, ...]:
+    """Each test's outcome as the controller saw it, with the comparisons of its figures; a
+    test resumed from the journal keeps what the run that measured it recorded (`previous`)."""
+    from .collection import configuration_in_nodeid
+
+    out = []
+    nodeids = list(results.outcomes) + [n for n in results.results if n not in results.outcomes]
+    for nodeid in nodeids:
+        if nodeid in results.resumed_results and nodeid in (previous or {}):
+            out.append(previous[nodeid])
+            continue
+        outcome, reason = results.outcomes.get(nodeid, ("passed", None))
+        result = results.results.get(nodeid)
+        comparisons = tuple(c.to_json() for c in result.comparisons) if result else ()
+        out.append(TestOutcome(nodeid, outcome, reason,
+                               configuration_in_nodeid(nodeid, plan.param_ids), comparisons))
+    return tuple(out)
+
+
+def finish(manifest: ShardManifest, state: RunState, directory: Path, results: Results,
+           durations: Mapping[str, float], exitstatus: int,
+           previous: ShardManifest | None = None) -> ShardManifest:
+    """Complete shard.json at the end of the run; copy an explicit journal into the folder.
+    `previous`: the manifest a resumed run found, whose outcomes its resumed tests keep."""
+    journal = journal_path(state)
+    if journal.exists() and journal.resolve() != (directory / JOURNAL).resolve():
+        shutil.copyfile(journal, directory / JOURNAL)
+    earlier = {t.nodeid: t for t in previous.tests} if previous is not None else {}
+    done = replace(manifest, finished=_now(), exitstatus=int(exitstatus),
+                   tests=outcomes(results, manifest.plan, earlier),
+                   durations={**(previous.durations if previous else {}), **durations})
+    _write(directory, done)
+    return done
+
+
+@dataclass
+class Recorder:
+    """The controller's shard folder: its manifest started with the run and finished with it."""
+
+    state: RunState
+    plan: ShardPlan
+    directory: Path
+    manifest: ShardManifest | None = None
+    previous: ShardManifest | None = None  # what the interrupted run left, under --specdec-resume
+
+    @classmethod
+    def of(cls, state: RunState, plan: ShardPlan | None) -> Recorder | None:
+        directory = folder(state)
+        return None if plan is None or directory is None else cls(state, plan, directory)
+
+    def start(self) -> None:
+        if self.state.settings.resume and (self.directory / MANIFEST).is_file():
+            try:
+                self.previous = read(self.directory)
+            except SpecdecUsageError:
+                self.previous = None  # damaged: its tests are measured again anyway
+        self.manifest = start(self.plan, self.state, self.directory)
+
+    def finish(self, results: Results, durations: Mapping[str, float], exitstatus: int) -> None:
+        if self.manifest is not None:
+            self.manifest = finish(self.manifest, self.state, self.directory, results, durations,
+                                   exitstatus, self.previous)
+
+
+def read(directory: str | Path) -> ShardManifest:
+    """A shard folder's manifest; anything else is a usage error saying what a shard folder is."""
+    directory = Path(directory)
+    path = directory / MANIFEST
+    how = "run pytest with --specdec-shard K/N --specdec-report DIR and merge DIR"
+    if not path.is_file():
+        raise SpecdecUsageError(f"{directory} is not a shard folder: it has no {MANIFEST} ({how})")
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SpecdecUsageError(f"{path} cannot be read ({exc}); re-run that shard") from None
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise SpecdecUsageError(f"{path} is not a pytest-specdec shard manifest ({how})")
+    if not isinstance(obj.get("version"), int) or obj["version"] > VERSION:
+        raise SpecdecUsageError(f"{path} has format version {obj.get('version')!r}, newer than "
+                                f"this pytest-specdec reads ({VERSION}); upgrade pytest-specdec")
+    try:
+        return ShardManifest.from_json(obj, directory)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SpecdecUsageError(f"{path} is damaged ({type(exc).__name__}: {exc}); re-run that "
+                                f"shard") from None
+
+
+__all__ = ["FORMAT", "JOURNAL", "MANIFEST", "VERSION", "Recorder", "ShardManifest", "TestOutcome", "finish",
+           "folder", "journal_path", "outcomes", "read", "start"]
