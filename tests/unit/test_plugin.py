@@ -276,7 +276,8 @@ def test_each_option_is_settable_in_three_places(pytester: pytest.Pytester, wher
                "report": "out", "resume": "true", "journal": "j.jsonl",
                "run_known_issues": "true", "startup_timeout": "12.5",
                "restart_on_crash": "3", "artifacts": "arts",
-               "stall_timeout": "7.5", "keep_runs": "4", "cpu_matrix": "true"}
+               "stall_timeout": "7.5", "keep_runs": "4", "cpu_matrix": "true",
+               "shard": "1/3"}
     assert set(samples) == {o.name for o in OPTIONS}, "a new option needs a sample here"
     expected = {"gpus": 2, "startup_timeout": 12.5, "restart_on_crash": 3, "stall_timeout": 7.5,
                 "keep_runs": 4, "cpu_matrix": True,
@@ -298,7 +299,7 @@ def test_each_option_is_settable_in_three_places(pytester: pytest.Pytester, wher
     pytester.makepyfile("""
 import json
 def test_dump(specdec_state):
-    print("VALUES", json.dumps(dict(specdec_state.settings.values), sort_keys=True))
+    print("VALUES", json.dumps(dict(specdec_state.settings.values), sort_keys=True, default=str))
     print("ORIGINS", json.dumps(sorted(set(specdec_state.settings.origins.values()))))
 """)
     result = pytester.runpytest("-s", *args)

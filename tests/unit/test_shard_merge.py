@@ -1,0 +1,193 @@
+"""Shards run one after another and merged, against one unsharded run: the embedded engine.
+
+One small project (three configurations a 4-GPU host runs, three TP8 ones it cannot) is
+measured once unsharded and once as 3 shards (shard 2 under xdist); the tests then merge those
+shard folders, and copies of them made wrong on purpose.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from xml.etree import ElementTree as ET
+
+import pytest
+
+pytest.importorskip("torch")
+
+GENERATION_TEST = (Path(__file__).resolve().parents[1] / "bench" / "test_generation.py").read_text()
+
+PROJECT = """
+[tool.specdec]
+backend = "embedded"
+gpus = 4
+startup_timeout = 60
+
+[tool.specdec.matrix.cpu]
+methods = ["ar", "dflash", "ddtree"]
+tp = [1, 8]
+budget = [8]
+
+[[tool.specdec.workloads]]
+name = "chat"
+prompts = "chat"
+num_prompts = 2
+max_new_tokens = 8
+"""
+
+GATE = ("--specdec-compare-fail", "accept_length:1%")
+
+
+def pytest_run(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", *args],
+                          cwd=root, capture_output=True, text=True, timeout=300)
+
+
+def merge(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", *args],
+                          cwd=root, capture_output=True, text=True, timeout=120)
+
+
+def figures(report_dir: Path) -> dict[tuple[str, str], tuple[float | None, str]]:
+    """(config, workload) -> (accept length, verdict) of every measured row of a results.json
+    (ar has no accept length)."""
+    rows = json.loads((report_dir / "results.json").read_text())["results"]
+    return {(r["config"], r["workload"]): (r["metrics"].get("accept_length"), r["verdict"])
+            for r in rows if r["metrics"]}
+
+
+def assignment(root: Path) -> dict[str, int]:
+    matrix = json.loads((root / "shard-1" / "shard.json").read_text())["matrix"]
+    ids = [("-".join([c["method"], f"tp{c['tp']}"] + ([f"b{c['budget']}"] if c["budget"] else [])))
+           for c in matrix["configurations"]]
+    return dict(zip(ids, matrix["assignment"]))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> SimpleNamespace:
+    root = tmp_path_factory.mktemp("sharded")
+    (root / "pyproject.toml").write_text(PROJECT)
+    (root / "test_generation.py").write_text(GENERATION_TEST)
+    done = [pytest_run(root, "--specdec-save-baseline"),  # the baseline both runs are gated on
+            pytest_run(root, *GATE, "--specdec-report", "whole")]
+    for k in (1, 2, 3):
+        xdist = ("-n", "2", "--dist", "loadgroup") if k == 2 else ()
+        done.append(pytest_run(root, *GATE, *xdist, f"--specdec-shard={k}/3",
+                               "--specdec-report", f"shard-{k}"))
+    for process in done:
+        assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-2000:]
+    merged = merge(root, "--out", "merged", "shard-1", "shard-2", "shard-3")
+    return SimpleNamespace(root=root, runs=done, merged=merged)
+
+
+def test_three_shards_merged_equal_one_unsharded_run(run):
+    assert run.merged.returncode == 0, run.merged.stdout + run.merged.stderr
+    whole, merged = figures(run.root / "whole"), figures(run.root / "merged")
+    assert set(merged) == set(whole) == {("ar-tp1", "chat"), ("dflash-tp1", "chat"),
+                                         ("ddtree-tp1-b8", "chat")}
+    assert merged == whole  # greedy accept lengths are deterministic; the verdicts carried
+    assert {verdict for _, verdict in merged.values()} == {"ok"}
+    shard_runs = run.runs[2:]
+    for k, process in enumerate(shard_runs, start=1):
+        assert f"specdec: shard {k}/3: 2 of 6 configurations, balanced by the durations in" \
+            in process.stdout  # the baseline run recorded them
+    assert "2 workers" in shard_runs[1].stdout  # shard 2 ran under xdist
+    junit = ET.parse(run.root / "merged" / "junit.xml").getroot().find("testsuite")
+    assert (junit.get("tests"), junit.get("failures"), junit.get("skipped")) == ("6", "0", "3")
+
+
+def test_a_tp8_configuration_on_a_4_gpu_shard_is_skipped_and_reported_as_not_measured(run):
+    for config in ("ar-tp8", "dflash-tp8", "ddtree-tp8-b8"):
+        assert f"specdec merge: not measured: {config}: skipped: needs 8 GPUs; found: " \
+               f"simulated GPU (cpu, cpu) x4" in run.merged.stdout
+    rows = json.loads((run.root / "merged" / "results.json").read_text())["results"]
+    skipped = {r["config"]: r["reason"] for r in rows if r["outcome"] == "skipped"}
+    assert sorted(skipped) == ["ar-tp8", "ddtree-tp8-b8", "dflash-tp8"]
+
+
+def test_a_missing_shard_says_which_configurations_have_no_result(run):
+    result = merge(run.root, "--out", "partial", "shard-1", "shard-3")
+    assert result.returncode == 1
+    lacking = sorted(c for c, k in assignment(run.root).items() if k == 2)
+    assert f"specdec merge: FAILED: missing shard(s) 2/3: 2 configuration(s) have no result: " \
+           f"{', '.join(c for c in assignment(run.root) if c in lacking)}" in result.stdout
+    report = (run.root / "partial" / "report.md").read_text()
+    assert all(f"no result: shard 2/3 is missing from the merge" in report for _ in lacking)
+
+
+def test_a_shard_given_twice_or_a_configuration_measured_twice_is_an_error(run):
+    root = run.root
+    shutil.copytree(root / "shard-2", root / "shard-2-again")
+    result = merge(root, "--out", "dup", "shard-1", "shard-2", "shard-2-again", "shard-3")
+    assert result.returncode == 2
+    assert "error: shard 2/3 is given twice: shard-2 and shard-2-again" in result.stderr
+    assert not (root / "dup").exists()  # checked before anything is written
+
+    shutil.copytree(root / "shard-1", root / "shard-1-plus")
+    with open(root / "shard-1-plus" / "journal.jsonl", "a") as journal:
+        journal.write((root / "shard-2" / "journal.jsonl").read_text())
+    result = merge(root, "--out", "dup", "shard-1-plus", "shard-2", "shard-3")
+    assert result.returncode == 2
+    assert "was measured by shard 1/3 (shard-1-plus) and by shard 2/3 (shard-2)" in result.stderr
+
+
+def test_a_shard_of_another_matrix_or_version_is_an_error(run):
+    root = run.root
+    for name, edit, message in (
+            ("other-version", lambda m: m.update(plugin_version="0.0.1"),
+             "shard 3/3 (other-version) was measured with pytest-specdec 0.0.1"),
+            ("other-matrix", lambda m: m["matrix"].update(digest="0" * 16),
+             "shard 3/3 (other-matrix) divided another matrix than shard 1/3 (shard-1)")):
+        shutil.copytree(root / "shard-3", root / name)
+        manifest = json.loads((root / name / "shard.json").read_text())
+        edit(manifest)
+        (root / name / "shard.json").write_text(json.dumps(manifest))
+        result = merge(root, "--out", "bad", "shard-1", "shard-2", name)
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+    result = merge(root, "--out", "bad", "shard-1", "whole-not-a-shard")
+    assert result.returncode == 2
+    assert "whole-not-a-shard is not a shard folder: it has no shard.json" in result.stderr
+
+
+def test_a_shard_whose_gate_failed_fails_the_merge(run):
+    """Shard 3 again, against a baseline whose throughput is out of reach."""
+    root = run.root
+    shutil.copytree(root / "baselines", root / "strict")
+    baseline = json.loads((root / "strict" / "cpu.json").read_text())
+    for metrics in baseline["entries"].values():
+        metrics["output_tok_s"]["value"] *= 100
+    (root / "strict" / "cpu.json").write_text(json.dumps(baseline))
+    shard = pytest_run(root, "--specdec-compare-fail", "output_tok_s:5%", "--specdec-shard=3/3",
+                       "--specdec-baseline-dir", "strict", "--specdec-report", "shard-3-regressed")
+    assert shard.returncode == 1
+    result = merge(root, "--out", "regressed", "shard-1", "shard-2", "shard-3-regressed")
+    assert result.returncode == 1
+    mine = [c for c, k in assignment(root).items() if k == 3 and "tp1" in c]
+    assert f"FAILED: shard 3/3 (shard-3-regressed) failed (pytest exit status 1): " \
+           f"{', '.join(mine)}" in result.stdout
+    assert "FAILED: regression against cpu.json: output_tok_s" in result.stdout
+
+
+def test_a_resumed_shard_merges_like_any_other_and_merge_saves_the_baseline(run):
+    root = run.root
+    shutil.copytree(root / "shard-1", root / "shard-1-resumed")
+    resumed = pytest_run(root, *GATE, "--specdec-shard=1/3", "--specdec-resume",
+                         "--specdec-report", "shard-1-resumed")
+    assert resumed.returncode == 0 and "already measured" in resumed.stdout
+    result = merge(root, "--out", "again", "--save-baseline", "--baseline-dir", "merged-baselines",
+                   "shard-1-resumed", "shard-2", "shard-3")
+    assert result.returncode == 0, result.stdout
+    assert figures(root / "again") == figures(root / "whole")
+    saved = json.loads((root / "merged-baselines" / "cpu.json").read_text())["entries"]
+    original = json.loads((root / "baselines" / "cpu.json").read_text())["entries"]
+    assert sorted(saved) == sorted(original)
+    for test_id, metrics in saved.items():
+        if "accept_length" in metrics:
+            assert metrics["accept_length"]["value"] == \
+                original[test_id]["accept_length"]["value"]
+    durations = json.loads((root / "merged-baselines" / "durations.json").read_text())
+    assert sorted(durations["configurations"]) == ["ar-tp1", "ddtree-tp1-b8", "dflash-tp1"]
