@@ -48,7 +48,7 @@ def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
     target = Path(args.out)
     files = report.write_report(target, rows, meta=merged.meta(), plots=not args.no_plots,
                                 title=title)
-    written = [files.results_json, files.markdown, files.latex, *files.plots,
+    written = [files.results_json, files.markdown, files.latex, files.standalone, *files.plots,
                junit.write(target / "junit.xml", rows)]
     if merged.durations():
         written.append(target / "durations.json")

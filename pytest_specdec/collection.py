@@ -74,18 +74,30 @@ def needs_server(item: pytest.Item) -> bool:
         and item.get_closest_marker("skip") is None
 
 
+def family_skip_reason(family: str, state: RunState) -> str | None:
+    """Why this host does not run a family's tests, or None: a GPU family's run on its GPUs
+    only, and the cpu matrix on a GPU host whose family has a matrix only with
+    --specdec-cpu-matrix (one matrix per host, so a report has no row twice)."""
+    hw = state.hardware
+    if family == "cpu" and hw.family in state.config.matrices and hw.family != "cpu" \
+            and not state.settings.cpu_matrix:
+        return (f"the cpu matrix runs on a {hw.family} host only with --specdec-cpu-matrix; "
+                f"this host runs its {hw.family} matrix")
+    if family in GPU_FAMILIES and hw.family != family:
+        return f"needs a {family.capitalize()} GPU; found: {hw.describe()}"
+    return None
+
+
 def skip_reason(item: pytest.Item, state: RunState) -> str | None:
     """Why this item cannot run on this hardware, or None."""
     hw = state.hardware
     case = case_of(item)
-    if case is not None and case.family == "cpu" and hw.family in state.config.matrices \
-            and hw.family != "cpu" and not state.settings.cpu_matrix:
-        # one matrix per host, so a report has no row twice (cpu and hopper ddtree-tp1-b8 alike)
-        return (f"the cpu matrix runs on a {hw.family} host only with --specdec-cpu-matrix; "
-                f"this host runs its {hw.family} matrix")
-    for family in GPU_FAMILIES:
-        if item.get_closest_marker(family) and hw.family != family:
-            return f"needs a {family.capitalize()} GPU; found: {hw.describe()}"
+    families = [case.family] if case is not None else []
+    families += [family for family in GPU_FAMILIES if item.get_closest_marker(family)]
+    for family in families:
+        reason = family_skip_reason(family, state)
+        if reason is not None:
+            return reason
     if item.get_closest_marker("gpu") and hw.physical_gpus == 0:
         return f"needs a GPU; found: no GPU" + (" (the simulated arch is for dry runs only)"
                                                 if hw.simulated else "")

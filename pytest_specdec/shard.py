@@ -92,11 +92,11 @@ def costs(cases: Sequence[MatrixCase], durations: Mapping[str, float],
 
 
 def host_runs_family(family: str, state: RunState) -> bool:
-    """Whether this host runs a family's matrix at all (a GPU family's on its own GPUs only);
-    the other families' configurations belong to other host classes' shards."""
-    from .hardware import GPU_FAMILIES
+    """Whether this host runs a family's matrix at all (collection skips the others'); their
+    configurations belong to other host classes' shards."""
+    from .collection import family_skip_reason
 
-    return family not in GPU_FAMILIES or family == state.hardware.family
+    return family_skip_reason(family, state) is None
 
 
 def sharded_matrix(state: RunState) -> list[MatrixCase]:

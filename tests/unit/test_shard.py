@@ -27,10 +27,10 @@ def fake_state(matrices: list[Matrix], shard_text: str, family: str = "hopper",
                baseline_dir: Path = Path("/nonexistent-specdec-baselines")) -> SimpleNamespace:
     """What `shard.plan` reads of a RunState: settings, matrices, workloads, hardware."""
     return SimpleNamespace(
-        settings=SimpleNamespace(shard=shard.parse_shard(shard_text)),
+        settings=SimpleNamespace(shard=shard.parse_shard(shard_text), cpu_matrix=False),
         config=SimpleNamespace(matrices={m.family: m for m in matrices},
                                workloads=(WorkloadSpec("chat", num_prompts=4, max_new_tokens=16),)),
-        hardware=SimpleNamespace(family=family),
+        hardware=SimpleNamespace(family=family, describe=lambda: f"a {family} host"),
         baseline_path=baseline_dir / "cpu.json",
     )
 
@@ -52,8 +52,9 @@ def test_shards_are_disjoint_and_complete_for_every_matrix_and_count(cpu, hopper
     """Each shard works out its part alone; together the parts are the matrix, once."""
     matrices = [m for m in (cpu, hopper, blackwell) if m is not None]
     runs_here = [c for c in shard.sharded_matrix(fake_state(matrices, "1/1"))]
-    # blackwell's configurations belong to Blackwell hosts: a Hopper host's shards skip them
-    assert {c.family for c in runs_here} <= {"cpu", "hopper"}
+    # blackwell's configurations belong to Blackwell hosts, and a Hopper host with a hopper
+    # matrix runs only that one: its shards divide those
+    assert {c.family for c in runs_here} == ({"hopper"} if hopper else {"cpu"})
     if not 1 <= len(runs_here) <= 40:
         return
     for count in range(1, 8):
