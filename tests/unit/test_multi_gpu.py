@@ -281,7 +281,7 @@ def test_loadgroup_schedules_whole_configurations_and_a_replacement_worker_finis
     sched.add_node(gw2)
     sched.add_node_collection(gw2, collection)
     sched.schedule()
-    assert gw2.sent == [1, 4]
+    assert gw2.sent == [4]  # the test gw0 died in is reported failed once, not run again
     # An xdist worker runs a test once it knows the next one or that none will come.
     assert gw2.shutting_down, "the replacement worker would wait forever for a next test"
 
