@@ -2,21 +2,124 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 yaml = pytest.importorskip("yaml")  # huggingface_hub (the `models` extra) brings PyYAML
 
-WORKFLOW = Path(__file__).resolve().parents[2] / "examples" / "github-actions-gpu.yml"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+WORKFLOWS = [EXAMPLES / "github-actions-gpu.yml", EXAMPLES / "github-actions-sharded.yml"]
+SLURM = EXAMPLES / "slurm-sharded.sh"
 
 
-def test_the_gpu_workflow_never_runs_a_fork_pull_request_on_the_self_hosted_runner():
-    """A fork's pull request would run its own conftest.py on the GPU runner: the example is
-    triggered by pushes to the repository and by hand only, and says why."""
-    workflow = yaml.safe_load(WORKFLOW.read_text())
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_the_gpu_workflows_never_run_a_fork_pull_request_on_a_self_hosted_runner(path):
+    """A fork's pull request would run its own conftest.py on the GPU runner: the examples are
+    triggered by pushes to the repository and by hand only, and say why."""
+    workflow = yaml.safe_load(path.read_text())
     triggers = workflow.get("on", workflow.get(True))  # YAML 1.1 reads a bare `on` as true
     assert set(triggers) == {"push", "workflow_dispatch"}
     assert any("self-hosted" in job["runs-on"] for job in workflow["jobs"].values())
     assert workflow["permissions"] == {"contents": "read"}
-    assert "a fork's pull request would run its own" in WORKFLOW.read_text()
+    assert "a fork's pull request would run its own" in path.read_text()
+
+
+def test_the_sharded_workflow_runs_every_shard_then_merges_whatever_happened(tmp_path):
+    from pytest_specdec.__main__ import _parser
+
+    workflow = yaml.safe_load((EXAMPLES / "github-actions-sharded.yml").read_text())
+    shard, merge = workflow["jobs"]["shard"], workflow["jobs"]["merge"]
+    shards = shard["strategy"]["matrix"]["shard"]
+    assert shards == list(range(1, workflow["env"]["SHARDS"] + 1))
+    assert shard["strategy"]["fail-fast"] is False
+    command = next(s["run"] for s in shard["steps"] if "--specdec-shard" in s.get("run", ""))
+    assert '--specdec-shard "${{ matrix.shard }}/$SHARDS"' in command
+    assert '--specdec-report "shard-${{ matrix.shard }}"' in command
+    upload = next(s for s in shard["steps"] if "upload-artifact" in s.get("uses", ""))
+    assert upload["if"] == "always()" and "shard-${{ matrix.shard }}/" in upload["with"]["path"]
+    assert merge["needs"] == "shard" and merge["if"] == "always()"
+    assert "self-hosted" not in merge["runs-on"]
+    download = next(s for s in merge["steps"] if "download-artifact" in s.get("uses", ""))
+    # download-artifact puts each artifact in <path>/<name>/, holding the uploaded shard-N/
+    for k in shards:
+        (tmp_path / download["with"]["path"] / f"specdec-shard-{k}" / f"shard-{k}").mkdir(parents=True)
+    run = next(s["run"] for s in merge["steps"] if "pytest_specdec merge" in s.get("run", ""))
+    expanded = subprocess.run(["bash", "-c", f"echo {run.split(' merge ', 1)[1]}"],
+                              cwd=tmp_path, capture_output=True, text=True).stdout.split()
+    args = _parser().parse_args(["merge", *expanded])
+    assert args.out == "specdec-merged" and len(args.shard_dirs) == len(shards)
+
+
+def test_the_slurm_script_parses_and_submits_an_array_and_a_merge_after_it(tmp_path):
+    """With a stand-in `sbatch` that records its arguments: one array of SHARDS tasks, then a
+    merge job that waits for all of them (afterany: also after a failed shard)."""
+    assert subprocess.run(["bash", "-n", str(SLURM)]).returncode == 0
+    calls = submit_slurm(tmp_path, shards=3)
+    assert len(calls) == 2
+    array, merge = calls
+    assert "--array=1-3" in array and "--dependency=afterany:1001" in merge
+    wrap = shlex.split(next(a for a in array if a.startswith("--wrap=")).removeprefix("--wrap="))
+    assert wrap[1:4] == ["-m", "pytest", "tests/bench"]
+    assert wrap[wrap.index("--specdec-shard") + 1] == "$SLURM_ARRAY_TASK_ID/3"
+
+
+def submit_slurm(root: Path, shards: int) -> list[list[str]]:
+    """Run the Slurm example in `root` with a stand-in sbatch; the arguments of each call."""
+    bin_dir = root / "bin"
+    bin_dir.mkdir()
+    log = root / "sbatch.jsonl"
+    (bin_dir / "sbatch").write_text(
+        "#!/usr/bin/env python3\nimport json, sys\n"
+        f"log = open({str(log)!r}, 'a')\n"
+        "log.write(json.dumps(sys.argv[1:]) + '\\n')\nlog.close()\n"
+        "print(1000 + sum(1 for _ in open(log.name)))\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SHARDS": str(shards),
+           "PYTHON": sys.executable}
+    done = subprocess.run(["bash", str(SLURM)], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "merge: job 1002, after all of them" in done.stdout
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_the_slurm_jobs_run_as_written(tmp_path):
+    """The array's tasks and the merge job, run here as Slurm would run them (their --wrap
+    commands through sh, each task with its SLURM_ARRAY_TASK_ID), on a small embedded project."""
+    pytest.importorskip("torch")
+    (tmp_path / "tests" / "bench").mkdir(parents=True)
+    (tmp_path / "tests" / "bench" / "test_generation.py").write_text(
+        (EXAMPLES.parent / "tests" / "bench" / "test_generation.py").read_text())
+    (tmp_path / "pyproject.toml").write_text("""
+[tool.specdec]
+backend = "embedded"
+startup_timeout = 60
+
+[tool.specdec.matrix.cpu]
+methods = ["ar", "ddtree"]
+tp = [1]
+budget = [8]
+
+[[tool.specdec.workloads]]
+name = "chat"
+num_prompts = 2
+max_new_tokens = 8
+""")
+    array, merge = (next(a for a in call if a.startswith("--wrap=")).removeprefix("--wrap=")
+                    for call in submit_slurm(tmp_path, shards=2))
+    for task in (1, 2):
+        shard = subprocess.run(["sh", "-c", array], cwd=tmp_path, text=True,
+                               env={**os.environ, "SLURM_ARRAY_TASK_ID": str(task)},
+                               capture_output=True, timeout=300)
+        assert shard.returncode == 0, shard.stdout[-2000:]
+    merged = subprocess.run(["sh", "-c", merge], cwd=tmp_path, text=True,
+                            capture_output=True, timeout=120)
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    rows = json.loads((tmp_path / "specdec-merged" / "results.json").read_text())["results"]
+    assert sorted(r["config"] for r in rows) == ["ar-tp1", "ddtree-tp1-b8"]
