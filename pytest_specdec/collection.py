@@ -31,9 +31,11 @@ MARKERS = (
 
 
 def matrix_cases(state: RunState) -> list[MatrixCase]:
+    """Every configured matrix's cells, less the TP sizes --specdec-tp leaves out."""
+    sizes = state.settings.tp
     return [MatrixCase(matrix.family, method, tp, budget)
             for matrix in state.config.matrices.values()
-            for method, tp, budget in matrix.entries()]
+            for method, tp, budget in matrix.entries() if sizes is None or tp in sizes]
 
 
 def case_marks(case: MatrixCase) -> list[pytest.MarkDecorator]:

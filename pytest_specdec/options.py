@@ -53,6 +53,16 @@ def _positive_count(text: str) -> int:
     return value
 
 
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or any(size < 1 for size in sizes):
+        raise ValueError(f"{text!r} is not a list of tensor-parallel sizes, e.g. 8 or 1,4")
+    return sizes
+
+
 def _url(text: str) -> str:
     from urllib.parse import urlsplit
 
@@ -127,6 +137,8 @@ OPTIONS: tuple[Option, ...] = (
            _positive_float, 60.0, metavar="S"),
     Option("restart_on_crash", "restart a crashed server up to N times per configuration",
            _count, 0, metavar="N"),
+    Option("tp", "run only the configurations of these tensor-parallel sizes (e.g. 8, or 1,4): "
+           "one host class's part of the matrix", _sizes, None, metavar="SIZES"),
     Option("shard", "run only shard K of N (1-based, e.g. 2/4) of the configuration matrix; "
            "every shard works out the same partition, balanced by the durations in the baseline "
            "folder's durations.json; with --specdec-report DIR, DIR is a shard folder for "
@@ -162,6 +174,8 @@ def parse_value(option: Option, raw: Any, where: str) -> Any:
         return None
     if isinstance(raw, bool) and option.parse is _bool:
         return raw  # a TOML boolean, or a store_true flag
+    if option.parse is _sizes and isinstance(raw, (int, list)) and not isinstance(raw, bool):
+        raw = ",".join(str(v) for v in (raw if isinstance(raw, list) else [raw]))  # TOML [1, 4]
     numeric = option.parse in (_count, _positive_count, _positive_float)
     if numeric and isinstance(raw, (int, float)) and not isinstance(raw, bool):
         raw = str(raw)  # a TOML number

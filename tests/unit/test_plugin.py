@@ -277,10 +277,10 @@ def test_each_option_is_settable_in_three_places(pytester: pytest.Pytester, wher
                "run_known_issues": "true", "startup_timeout": "12.5",
                "restart_on_crash": "3", "artifacts": "arts",
                "stall_timeout": "7.5", "keep_runs": "4", "cpu_matrix": "true",
-               "shard": "1/3"}
+               "shard": "1/3", "tp": "1"}
     assert set(samples) == {o.name for o in OPTIONS}, "a new option needs a sample here"
     expected = {"gpus": 2, "startup_timeout": 12.5, "restart_on_crash": 3, "stall_timeout": 7.5,
-                "keep_runs": 4, "cpu_matrix": True,
+                "keep_runs": 4, "cpu_matrix": True, "tp": [1],
                 "save_baseline": True, "resume": True, "run_known_issues": True}
     args = []
     if where == "cli":
@@ -293,7 +293,7 @@ def test_each_option_is_settable_in_three_places(pytester: pytest.Pytester, wher
         def toml_value(name: str) -> str:
             value = expected.get(name, samples[name])
             return str(value).lower() if isinstance(value, bool) else (
-                str(value) if isinstance(value, (int, float)) else f'"{value}"')
+                str(value) if isinstance(value, (int, float, list)) else f'"{value}"')
         pytester.makepyprojecttoml("[tool.specdec]\n" + "\n".join(
             f"{o.name} = {toml_value(o.name)}" for o in OPTIONS))
     pytester.makepyfile("""

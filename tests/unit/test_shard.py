@@ -27,7 +27,7 @@ def fake_state(matrices: list[Matrix], shard_text: str, family: str = "hopper",
                baseline_dir: Path = Path("/nonexistent-specdec-baselines")) -> SimpleNamespace:
     """What `shard.plan` reads of a RunState: settings, matrices, workloads, hardware."""
     return SimpleNamespace(
-        settings=SimpleNamespace(shard=shard.parse_shard(shard_text), cpu_matrix=False),
+        settings=SimpleNamespace(shard=shard.parse_shard(shard_text), cpu_matrix=False, tp=None),
         config=SimpleNamespace(matrices={m.family: m for m in matrices},
                                workloads=(WorkloadSpec("chat", num_prompts=4, max_new_tokens=16),)),
         hardware=SimpleNamespace(family=family, describe=lambda: f"a {family} host"),
@@ -182,3 +182,28 @@ def test_a_bad_shard_is_a_usage_error(pytester):
     result = pytester.runpytest("--specdec-shard", "4/3")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--specdec-shard: '4/3': K must lie in 1..N*"])
+
+
+def test_a_host_class_shards_its_tp_sizes_alone(pytester):
+    """4-GPU hosts take TP1 and TP2, 8-GPU hosts TP8, each class in shards of its own."""
+    pytester.makepyprojecttoml("""
+[tool.specdec]
+backend = "embedded"
+gpus = 8
+
+[tool.specdec.matrix.cpu]
+methods = ["ar", "dflash"]
+tp = [1, 2, 8]
+""")
+    pytester.makepyfile(test_cells=SPEC_TEST.replace("def test_plain", "def _not_a_test"))
+    small = [pytester.runpytest("-rA", "-p", "no:cacheprovider", "--specdec-tp=1,2",
+                                f"--specdec-shard={k}/2") for k in (1, 2)]
+    small[0].stdout.fnmatch_lines(["specdec: shard 1/2: 2 of 4 configurations*"])
+    assert sorted(_ran(small[0]) + _ran(small[1])) == [
+        "test_cell[ar-tp1]", "test_cell[ar-tp2]", "test_cell[dflash-tp1]", "test_cell[dflash-tp2]"]
+    pytester.makepyprojecttoml(pytester.path.joinpath("pyproject.toml").read_text()
+                               .replace('gpus = 8', 'gpus = 8\ntp = [8]'))
+    large = pytester.runpytest("-rA", "-p", "no:cacheprovider", "--specdec-shard=1/1")
+    assert _ran(large) == ["test_cell[ar-tp8]", "test_cell[dflash-tp8]"]
+    result = pytester.runpytest("--specdec-tp", "0")
+    result.stderr.fnmatch_lines(["*--specdec-tp: '0' is not a list of tensor-parallel sizes*"])
