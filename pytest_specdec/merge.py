@@ -94,17 +94,13 @@ def _matrix_text(manifest: ShardManifest) -> str:
 
 def _journaled(manifest: ShardManifest) -> list[tuple[Result, str]]:
     """The shard's journaled results, the latest per test, with their journal status."""
-    from .baselines import Comparison
-
     assert manifest.directory is not None
     comparisons = {t.nodeid: t.comparisons for t in manifest.tests}
     out = []
     for record in Journal(manifest.directory / JOURNAL).latest().values():
-        result = Result.from_json(record.data)
-        stored = comparisons.get(result.nodeid, ())
-        if stored:
-            result = result.compared(tuple(Comparison.from_json(result.test_id, c)
-                                           for c in stored))
+        stored = comparisons.get(str(record.data.get("nodeid")), ())
+        # the journal holds figures from before the gate; the manifest, the gate's comparisons
+        result = Result.from_json({**record.data, "comparisons": list(stored)})
         out.append((result, record.status))
     return out
 
