@@ -36,7 +36,8 @@ class Merged:
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        """No problem, and every configuration measured or skipped with its reason."""
+        return not self.problems and not any(row.failed for row in self.rows)
 
     @property
     def count(self) -> int:
@@ -158,7 +159,7 @@ def merge(directories: Iterable[str | Path]) -> Merged:
             failed = sorted({r.config for r in shard_rows if r.outcome in FAILED_OUTCOMES})
             problems.append(f"{manifest.name} failed (pytest exit status {manifest.exitstatus})"
                             + (f": {', '.join(failed)}" if failed else ""))
-    covered = {row.config for row in rows}
+    covered = {row.config for row in rows} | {t.config for m in manifests for t in m.tests}
     for case, index in zip(first.configurations, first.assignment):
         if case.param_id in covered:
             continue

@@ -119,6 +119,20 @@ def test_a_missing_shard_says_which_configurations_have_no_result(run):
     assert all(f"no result: shard 2/3 is missing from the merge" in report for _ in lacking)
 
 
+def test_a_configuration_a_finished_shard_never_ran_fails_the_merge(run):
+    """Shard 2 run again with -k leaving out its TP1 configuration: pytest passes, the merge
+    does not, since that configuration has no result."""
+    root = run.root
+    shard = pytest_run(root, *GATE, "--specdec-shard=2/3", "-k", "tp8",
+                       "--specdec-report", "shard-2-partial")
+    assert shard.returncode == 0
+    result = merge(root, "--out", "incomplete", "shard-1", "shard-2-partial", "shard-3")
+    assert result.returncode == 1
+    lacking = next(c for c, k in assignment(root).items() if k == 2 and "tp1" in c)
+    assert f"not measured: {lacking}: error: no result: shard 2/3 ran none of its tests" \
+        in result.stdout
+
+
 def test_a_shard_given_twice_or_a_configuration_measured_twice_is_an_error(run):
     root = run.root
     shutil.copytree(root / "shard-2", root / "shard-2-again")
