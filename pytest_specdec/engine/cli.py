@@ -124,6 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "scheduler (process alive, no more tokens)")
     g.add_argument("--fault-slow-start", type=float, default=0.0, metavar="SECONDS",
                    help="delay model loading (port not yet bound) by SECONDS")
+    g.add_argument("--fault-slow-factor", type=float, default=1.0, metavar="F",
+                   help="every decode step takes F times as long (a planted performance regression)")
+    g.add_argument("--fault-lossy", type=float, default=0.0, metavar="P",
+                   help="with probability P per verify step, accept one draft token the target did not "
+                        "predict (a planted losslessness bug)")
     return p
 
 
@@ -158,10 +163,15 @@ def parse_args(argv: list[str] | None = None) -> EngineArgs:
                      f"has no recurrent layers (use {' or '.join(HYBRID_PRESETS)})")
     if not 0 < ns.http_idle_timeout < float("inf"):
         parser.error(f"--http-idle-timeout must be a positive number of seconds, got {ns.http_idle_timeout}")
+    if ns.fault_slow_factor < 1:
+        parser.error(f"--fault-slow-factor must be >= 1 (1 is no slowdown), got {ns.fault_slow_factor}")
+    if not 0.0 <= ns.fault_lossy <= 1.0:
+        parser.error(f"--fault-lossy must be a probability in [0, 1], got {ns.fault_lossy}")
     faults = FaultPlan(crash_warmup=ns.fault_crash_warmup, crash_after=ns.fault_crash_after,
                        crash_budgets=ns.fault_crash_budgets, zero_tokens=ns.fault_zero_tokens,
                        hang=ns.fault_hang, hang_after=ns.fault_hang_after,
-                       slow_start=ns.fault_slow_start)
+                       slow_start=ns.fault_slow_start, slow_factor=ns.fault_slow_factor,
+                       lossy=ns.fault_lossy)
     dtype = ns.dtype if ns.dtype != "auto" else ("bfloat16" if ns.device == "cuda" else "float32")
     return EngineArgs(host=ns.host, port=ns.port, method=ns.method, budget=budget, block_size=ns.block_size,
                       draft_agreement=ns.draft_agreement, seed=ns.seed, model_preset=ns.model_preset,

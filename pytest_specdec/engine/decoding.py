@@ -24,6 +24,7 @@ cache is a view, and the kernels' in-place commit writes straight into it.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +34,7 @@ from ..configuration import METHODS, is_speculative
 from .cli import RECURRENT_TREE_MODES
 from .drafter import BlockDrafter
 from .linear_attention import RecurrentBatch
+from .faults import accept_one_wrong_draft
 from .model import TargetModel
 
 
@@ -49,7 +51,8 @@ class SpeculativeDecoder:
     """Owns the KV cache of ``max_batch`` slots and decodes the first ``n`` of them per step."""
 
     def __init__(self, model: TargetModel, method: str, budget: int, drafter: BlockDrafter | None,
-                 max_batch: int, max_seq_len: int, kernel_impl: str = "auto", recurrent_tree: str = "exact") -> None:
+                 max_batch: int, max_seq_len: int, kernel_impl: str = "auto", recurrent_tree: str = "exact",
+                 *, lossy: float = 0.0, seed: int = 0) -> None:
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
         if recurrent_tree not in RECURRENT_TREE_MODES:
@@ -63,6 +66,8 @@ class SpeculativeDecoder:
         self.budget = budget if is_speculative(method) else 0
         self.tree_nodes = self.budget + 1
         self.drafter = drafter
+        self.lossy = lossy  # --fault-lossy: probability of a wrong acceptance per sequence and step
+        self._lossy_coin = random.Random(seed)
         self.max_batch = max_batch
         self.max_seq_len = max_seq_len
         device = model.device
@@ -152,7 +157,12 @@ class SpeculativeDecoder:
                                     tree.ancestor_mask if exact else self._chain_mask[:n])
         logits = self.model.verify(tokens, tree.depths, cache_lens, tree.ancestor_mask, k_cache, v_cache,
                                    kernel_impl=impl, host_lens=self.lens[:n], recurrent=recurrent)
-        accept = tree_accept_and_commit(tokens, tree.parents, logits.argmax(-1), k_cache, v_cache, cache_lens,
+        target_argmax = logits.argmax(-1)
+        if self.lossy:
+            for row in range(n):
+                if self._lossy_coin.random() < self.lossy:
+                    accept_one_wrong_draft(tokens, tree.parents, target_argmax, row)
+        accept = tree_accept_and_commit(tokens, tree.parents, target_argmax, k_cache, v_cache, cache_lens,
                                         impl=impl)
         if exact:
             self._commit_recurrent(recurrent, n, accept.path, accept.path_len)

@@ -22,6 +22,12 @@ broken GPU:
   they are served without the scheduler.
 - ``--fault-slow-start S``: model loading takes S seconds longer; the port is not bound
   meanwhile (connection refused), as while SGLang loads weights.
+- ``--fault-slow-factor F``: every decode step takes F times as long (the step runs, then the
+  scheduler sleeps F - 1 times what it took): a planted performance regression for the gate.
+- ``--fault-lossy P``: with probability P per sequence and verify step, the greedy walk accepts
+  one draft token the target did not predict (where the walk stops, a child of that node is
+  accepted as if the target had chosen it), so the output is no longer the target's own greedy
+  output: a planted losslessness bug for the guard. No effect on ``ar`` (nothing is drafted).
 
 A small ``--context-length`` needs no fault flag: longer requests get SGLang's HTTP 400 errors.
 Warm-up and health-check requests are the engine's own: they do not count towards
@@ -31,8 +37,12 @@ Warm-up and health-check requests are the engine's own: they do not count toward
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from . import logs
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 # torch's wording for an asynchronous CUDA kernel fault, after the signature line
 _CUDA_ERROR_TAIL = (
@@ -55,6 +65,30 @@ class FaultPlan:
     hang: bool = False
     hang_after: int | None = None
     slow_start: float = 0.0
+    slow_factor: float = 1.0
+    lossy: float = 0.0
+
+
+def accept_one_wrong_draft(tokens: Tensor, parents: Tensor, target_argmax: Tensor, row: int) -> bool:
+    """Make `row`'s greedy walk accept one draft token the target did not predict.
+
+    Walks the tree as greedy acceptance will; where the walk stops, the target's argmax is
+    rewritten to the token of a child of that node, so acceptance takes that (wrong) draft and
+    the target's own choice after it as the bonus. `target_argmax` is changed in place. Returns
+    False when the walk stops at a leaf (no draft left to accept wrongly).
+    """
+    toks, pars, chosen = tokens[row].tolist(), parents[row].tolist(), target_argmax[row].tolist()
+    node = 0
+    while True:
+        children = [c for c in range(1, len(toks)) if pars[c] == node]
+        match = next((c for c in children if toks[c] == chosen[node]), None)
+        if match is None:
+            break
+        node = match
+    if not children:
+        return False
+    target_argmax[row, node] = toks[children[0]]
+    return True
 
 
 #: Tokens the request that triggers ``--fault-hang-after`` receives before the freeze.

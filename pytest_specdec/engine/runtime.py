@@ -43,7 +43,8 @@ def build_server(args: EngineArgs) -> EngineServer:
             drafter = BlockDrafter(model, args.block_size - 1, args.draft_agreement, args.seed)
         decoder = SpeculativeDecoder(model, args.method, args.budget, drafter, args.max_batch,
                                      args.context_length, kernel_impl=args.kernel_impl,
-                                     recurrent_tree=args.recurrent_tree)
+                                     recurrent_tree=args.recurrent_tree, lossy=args.faults.lossy,
+                                     seed=args.seed)
     metrics = EngineMetrics(args.served_model_name)
     metrics.spec_num_draft_tokens.set(args.budget + 1 if is_speculative(args.method) else 0)
     scheduler = Scheduler(decoder, drafter, metrics, args.context_length, args.decode_log_interval, args.faults,

@@ -281,8 +281,12 @@ class Scheduler:
         if dec.speculative and dec.budget in self.faults.crash_budgets:
             raise illegal_instruction(f"--fault-crash-budgets: verify with budget {dec.budget} "
                                       f"(T={dec.tree_nodes}) crashes the kernel")
+        started = time.perf_counter()
         out = dec.step(n)
         now = time.perf_counter()
+        if self.faults.slow_factor > 1:
+            time.sleep((self.faults.slow_factor - 1) * (now - started))
+            now = time.perf_counter()
         self.last_output_at = now
         emitted = client_emitted = client_verified = 0
         for req, tokens, drafts in zip(self.running, out.tokens, out.accepted_drafts):

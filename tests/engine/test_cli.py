@@ -14,7 +14,8 @@ CONTRACT = ["--host", "127.0.0.1", "--port", "31234", "--method", "ddtree", "--b
             "--draft-agreement", "0.8", "--seed", "3", "--model-preset", "tiny", "--num-layers", "1",
             "--device", "cpu", "--context-length", "1024", "--max-batch", "4", "--decode-log-interval", "10",
             "--log-level", "info", "--fault-crash-after", "5", "--fault-crash-budgets", "8,12",
-            "--fault-zero-tokens", "--fault-hang", "--fault-slow-start", "0.5", "--fault-crash-warmup"]
+            "--fault-zero-tokens", "--fault-hang", "--fault-slow-start", "0.5", "--fault-crash-warmup",
+            "--fault-slow-factor", "1.5", "--fault-lossy", "0.25"]
 
 
 def test_every_contract_flag_parses():
@@ -24,8 +25,10 @@ def test_every_contract_flag_parses():
     f = args.faults
     assert (f.crash_warmup, f.crash_after, f.crash_budgets, f.zero_tokens, f.hang, f.slow_start) == (
         True, 5, frozenset({8, 12}), True, True, 0.5)
+    assert (f.slow_factor, f.lossy) == (1.5, 0.25)
     info = server_args_dict(args)
     assert info["fault_crash_budgets"] == [8, 12] and info["speculative_num_draft_tokens"] == 13
+    assert info["fault_slow_factor"] == 1.5 and info["fault_lossy"] == 0.25
 
 
 @pytest.mark.parametrize("flags, budget", [
@@ -46,6 +49,8 @@ def test_budget_semantics(flags, budget):
     ["--method", "medusa"],
     ["--method", "ar", "--fault-crash-budgets", "8,x"],
     ["--budget", "8"],
+    ["--method", "ar", "--fault-slow-factor", "0.5"],
+    ["--method", "ddtree", "--fault-lossy", "1.5"],
 ])
 def test_bad_flags_exit_2(flags):
     res = subprocess.run([sys.executable, "-m", "pytest_specdec.engine", *flags], capture_output=True, text=True,

@@ -74,3 +74,17 @@ def test_slow_start_keeps_the_port_closed_meanwhile(engines):
     engine.wait_ready()
     assert time.monotonic() - started >= 3.0
     assert engine.get("/health").status == 200
+
+
+def test_slow_factor_stretches_every_decode_step(engines):
+    """Each decode step sleeps (F - 1) times its own duration: with F = 4 a request's decode
+    takes about four times as long as the same engine's without the flag (2x is the bound:
+    the behaviour is a planted slowdown, not a speed goal)."""
+    normal = engines("--method", "ar")
+    slow = engines("--method", "ar", "--fault-slow-factor", "4")
+    assert slow.get("/server_info").json()["fault_slow_factor"] == 4.0
+
+    def decode_s(engine) -> float:  # server-side e2e latency, best of three
+        return min(engine.generate(PROMPT, max_new_tokens=48)["meta_info"]["e2e_latency"] for _ in range(3))
+
+    assert decode_s(slow) > 2 * decode_s(normal)

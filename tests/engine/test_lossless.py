@@ -25,8 +25,10 @@ def model():
     return TargetModel.from_seed(PRESETS["tiny"], 0, torch.device("cpu"), torch.float32, CONTEXT + 80)
 
 
-def greedy(model, method: str, budget: int, agreement: float = 0.9, block_size: int = 16) -> tuple[list, float]:
-    return greedy_decode(model, method, budget, PROMPTS, NEW_TOKENS, CONTEXT, agreement, block_size)
+def greedy(model, method: str, budget: int, agreement: float = 0.9, block_size: int = 16,
+           lossy: float = 0.0) -> tuple[list, float]:
+    return greedy_decode(model, method, budget, PROMPTS, NEW_TOKENS, CONTEXT, agreement, block_size,
+                         lossy=lossy)
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +53,20 @@ def test_speculative_output_equals_autoregressive(model, reference, method, budg
 @pytest.mark.parametrize("agreement", [0.0, 1.0])
 def test_lossless_whatever_the_drafter(model, reference, agreement):
     out, _ = greedy(model, "ddtree", 16, agreement=agreement)
+    assert out == reference
+
+
+@pytest.mark.parametrize("method", ["dflash", "ddtree"])
+def test_fault_lossy_breaks_losslessness(model, reference, method):
+    """--fault-lossy plants the bug the losslessness guard exists for: outputs leave the target's."""
+    out, _ = greedy(model, method, 8, lossy=0.2)
+    assert out != reference
+    assert all(got[0] == want[0] for got, want in zip(out, reference))  # prefill is never touched
+
+
+def test_fault_lossy_leaves_autoregressive_decoding_alone(model, reference):
+    """Nothing is drafted, so nothing can be accepted wrongly: the reference stays the reference."""
+    out, _ = greedy(model, "ar", 0, lossy=1.0)
     assert out == reference
 
 
