@@ -1,4 +1,4 @@
-"""Per-hardware baseline files, tolerance expressions and the direction- and noise-aware gate.
+"""Per-hardware baseline files: what a run compares its figures with (the gate is gate.py).
 
 One JSON file per hardware key (`baselines/nvidia-h200-sm_90-x8.json`, `baselines/cpu.json`):
 numbers measured on one machine mean nothing on another, so a file records the key it belongs
@@ -7,10 +7,10 @@ into whatever is on disk under a lock (several xdist workers may save at once) a
 file atomically, so an interrupted save never leaves a half-written baseline and a partial run
 never drops other tests' entries.
 
-The gate: a change is a regression only when it is worse than the tolerance AND larger than the
-measured noise (`noise_sigmas` combined standard errors of both runs). Deterministic metrics
-(acceptance under greedy decoding with a fixed seed) carry no noise, so they gate on the
-tolerance alone.
+An entry keeps a figure's value and, for timing figures, the samples it was decided from (its
+distribution, calibrated for CPU contention where the run measured it), so that the gate can
+tell a regression from the noise of both runs. Version 1 files (values and spreads only) are
+still read.
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ import datetime as _dt
 import json
 import math
 import os
-import re
 import stat
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -33,9 +32,10 @@ from .errors import SpecdecUsageError
 from .metrics import Direction, MetricValue
 
 FORMAT = "pytest-specdec-baselines"
-VERSION = 1
-
-Verdict = str  # "new" | "regression" | "improvement" | "unchanged" | "noise"
+VERSION = 2
+#: Saves whose samples a timing figure's entry pools: one run's samples share that run's moment
+#: on a shared machine; several runs' show how much the figure moves between runs.
+POOLED_RUNS = 3
 
 
 # --------------------------------------------------------------------------------------------
@@ -98,6 +98,23 @@ class BaselineEntry:
     versions: tuple[tuple[str, str], ...] = ()
     commit: str | None = None
     fingerprint: str | None = None  # digest of what was measured (fingerprint.py); None: unknown
+    distribution: tuple[float, ...] = ()  # the samples of a timing figure (gate.py decides on them)
+    calibrated: bool = False  # those samples are per second the server had a CPU
+    runs: int = 1  # how many saves the distribution pools (at most POOLED_RUNS)
+
+    def pooled_with(self, newer: BaselineEntry) -> BaselineEntry:
+        """`newer` (this save's entry) with the samples of the saves before it, when both
+        measured the same kind of figure of the same setup: the last POOLED_RUNS saves'
+        samples, newest last."""
+        if (not self.distribution or not newer.distribution or newer.deterministic
+                or (self.direction, self.calibrated, self.deterministic)
+                != (newer.direction, newer.calibrated, newer.deterministic)
+                or None not in (self.fingerprint, newer.fingerprint)
+                and self.fingerprint != newer.fingerprint):
+            return newer
+        runs = min(self.runs, POOLED_RUNS - 1)
+        older = self.distribution[-runs * len(newer.distribution):]
+        return replace(newer, distribution=older + newer.distribution, runs=runs + 1)
 
     @classmethod
     def from_metric(cls, metric: MetricValue, *, date: str | None = None,
@@ -108,6 +125,7 @@ class BaselineEntry:
             samples=int(metric.samples), deterministic=metric.deterministic, date=date or _now(),
             versions=tuple(sorted((versions or {}).items())), commit=commit,
             fingerprint=fingerprint,
+            distribution=tuple(metric.distribution), calibrated=metric.calibrated,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -116,6 +134,8 @@ class BaselineEntry:
             "samples": self.samples, "deterministic": self.deterministic, "date": self.date,
             "versions": dict(self.versions), "commit": self.commit,
             **({"fingerprint": self.fingerprint} if self.fingerprint is not None else {}),
+            "distribution": list(self.distribution), "calibrated": self.calibrated,
+            "runs": self.runs,
         }
 
     @classmethod
@@ -142,12 +162,20 @@ class BaselineEntry:
         if not isinstance(versions, dict):
             raise SpecdecUsageError(f"{where}: 'versions' must be an object, got {versions!r}")
         commit = obj.get("commit")
+        distribution = obj.get("distribution") or []
+        if not isinstance(distribution, list) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                for v in distribution):
+            raise SpecdecUsageError(f"{where}: 'distribution' must be a list of finite numbers")
         return cls(
             value=number("value"), direction=direction, spread=spread, samples=samples,
             deterministic=bool(obj.get("deterministic", False)), date=str(obj.get("date", "")),
             versions=tuple(sorted((str(k), str(v)) for k, v in versions.items())),
             commit=None if commit is None else str(commit),
             fingerprint=None if obj.get("fingerprint") is None else str(obj["fingerprint"]),
+            distribution=tuple(float(v) for v in distribution),
+            calibrated=bool(obj.get("calibrated", False)),
+            runs=max(1, int(obj.get("runs", 1))) if isinstance(obj.get("runs", 1), int) else 1,
         )
 
 
@@ -249,9 +277,10 @@ def save_baselines(
     """Merge `results` ({test id: metrics}) into the file at `path` and return the merged set.
 
     Entries of other tests and of other metrics of the same test are kept; a metric measured
-    now replaces its old entry, carrying `fingerprints[test id]` (what was measured). The file
-    is written to a temporary sibling, fsync'd and moved into place with os.replace, all under
-    a file lock.
+    now replaces its old entry, carrying `fingerprints[test id]` (what was measured), except
+    that a timing figure keeps the samples of the saves of the same setup before it
+    (`BaselineEntry.pooled_with`). The file is written to a temporary sibling, fsync'd and
+    moved into place with os.replace, all under a file lock.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -263,9 +292,11 @@ def save_baselines(
         for test_id, metrics in results.items():
             slot = merged.setdefault(test_id, {})
             for metric in metrics:
-                slot[metric.name] = BaselineEntry.from_metric(
+                entry = BaselineEntry.from_metric(
                     metric, date=date, versions=versions, commit=commit,
                     fingerprint=(fingerprints or {}).get(test_id))
+                old = slot.get(metric.name)
+                slot[metric.name] = old.pooled_with(entry) if old is not None else entry
         out = Baselines(hardware_key=hardware_key, entries=merged, path=path)
         _atomic_write(path, json.dumps(out.to_json(), indent=2, sort_keys=True) + "\n")
     return out
@@ -310,258 +341,15 @@ def _umask() -> int:
     return mask
 
 
-# --------------------------------------------------------------------------------------------
-# Tolerances
-
-_METRIC_NAME = re.compile(r"^(\*|[A-Za-z_][A-Za-z0-9_.]*)$")
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """How much worse than the baseline a metric may get: relative (`5%`) or absolute (`0.05`)."""
-
-    metric: str
-    amount: float
-    relative: bool
-
-    def allowed(self, baseline: float) -> float:
-        """The allowance in the metric's own unit."""
-        return abs(baseline) * self.amount if self.relative else self.amount
-
-    def __str__(self) -> str:
-        return f"{self.amount * 100:g}%" if self.relative else f"{self.amount:g}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"amount": self.amount, "relative": self.relative}
-
-    @classmethod
-    def from_json(cls, metric: str, obj: Mapping[str, Any] | None) -> "Tolerance | None":
-        return None if obj is None else cls(metric, float(obj["amount"]), bool(obj["relative"]))
-
-
-def parse_tolerances(
-    expr: str,
-    *,
-    known_metrics: Iterable[str] | None = None,
-    source: str = "--specdec-compare-fail",
-) -> dict[str, Tolerance]:
-    """`output_tok_s:5%,accept_length:2%,ttft_ms:10%` → {metric: Tolerance}.
-
-    `METRIC:N%` is relative to the baseline, `METRIC:N` absolute in the metric's unit, `*:N%`
-    applies to every metric not named. With `known_metrics`, a misspelt name is an error rather
-    than a gate that silently never fires.
-    """
-    example = "e.g. output_tok_s:5%,accept_length:2%,ttft_ms:10%"
-    if not isinstance(expr, str) or not expr.strip():
-        raise SpecdecUsageError(f"{source}: empty tolerance expression; {example}")
-    known = set(known_metrics) if known_metrics is not None else None
-    out: dict[str, Tolerance] = {}
-    for item in expr.split(","):
-        item = item.strip()
-        if not item:
-            raise SpecdecUsageError(f"{source}: empty item in {expr!r} (stray comma?); {example}")
-        metric, sep, amount = item.partition(":")
-        metric, amount = metric.strip(), amount.strip()
-        if not sep or not metric or not amount:
-            raise SpecdecUsageError(f"{source}: {item!r} is not METRIC:TOLERANCE; {example}")
-        if not _METRIC_NAME.match(metric):
-            raise SpecdecUsageError(f"{source}: {metric!r} is not a metric name; {example}")
-        if known is not None and metric != "*" and metric not in known:
-            raise SpecdecUsageError(
-                f"{source}: unknown metric {metric!r}; known metrics: {', '.join(sorted(known))}"
-            )
-        if metric in out:
-            raise SpecdecUsageError(f"{source}: metric {metric!r} is given twice in {expr!r}")
-        relative = amount.endswith("%")
-        number = amount[:-1].strip() if relative else amount
-        try:
-            value = float(number)
-        except ValueError:
-            raise SpecdecUsageError(
-                f"{source}: tolerance {amount!r} for {metric!r} is not a number or percentage (like 5% or 0.05)"
-            ) from None
-        if not math.isfinite(value) or value < 0:
-            raise SpecdecUsageError(f"{source}: tolerance {amount!r} for {metric!r} must be a finite number >= 0")
-        out[metric] = Tolerance(metric, value / 100.0 if relative else value, relative)
-    return out
-
-
-def tolerance_for(tolerances: Mapping[str, Tolerance], metric: str) -> Tolerance | None:
-    return tolerances.get(metric) or tolerances.get("*")
-
-
-# --------------------------------------------------------------------------------------------
-# Comparison
-
-
-def _fmt(x: float) -> str:
-    a = abs(x)
-    if a >= 100:
-        return f"{x:.1f}"
-    if a >= 1:
-        return f"{x:.2f}"
-    return f"{x:.3g}"
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """One metric of one test against its baseline, with the verdict and the report line."""
-
-    test_id: str
-    metric: str
-    value: float
-    direction: Direction
-    baseline: float | None
-    tolerance: Tolerance | None
-    noise: float  # absolute noise allowance used (0 for deterministic metrics)
-    verdict: Verdict
-
-    @property
-    def change(self) -> float | None:
-        """Relative change (value / baseline - 1); None without a non-zero baseline."""
-        if self.baseline is None or self.baseline == 0:
-            return None
-        return self.value / self.baseline - 1.0
-
-    @property
-    def gated(self) -> bool:
-        return self.tolerance is not None
-
-    @property
-    def failed(self) -> bool:
-        return self.gated and self.verdict == "regression"
-
-    @property
-    def noteworthy(self) -> bool:
-        """Worth a line in the summary's notes (a change, or a change hidden in noise)."""
-        return self.verdict in ("regression", "improvement", "noise")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"metric": self.metric, "value": self.value, "direction": self.direction,
-                "baseline": self.baseline, "noise": self.noise, "verdict": self.verdict,
-                "tolerance": None if self.tolerance is None else self.tolerance.to_json(),
-                "line": self.line()}  # for people reading the journal; derived, never read back
-
-    @classmethod
-    def from_json(cls, test_id: str, obj: Mapping[str, Any]) -> "Comparison":
-        return cls(test_id, obj["metric"], float(obj["value"]), obj["direction"],
-                   None if obj.get("baseline") is None else float(obj["baseline"]),
-                   Tolerance.from_json(obj["metric"], obj.get("tolerance")),
-                   float(obj.get("noise", 0.0)), obj["verdict"])
-
-    def line(self) -> str:
-        """`output_tok_s 812.4 < baseline 901.0 -5% (-9.8%)`: value, baseline, the allowed
-        change in the bad (regression) or good (improvement) direction, the actual change."""
-        if self.baseline is None:
-            return f"{self.metric} {_fmt(self.value)} (no baseline)"
-        op = "<" if self.value < self.baseline else ">" if self.value > self.baseline else "="
-        change = self.change
-        actual = "n/a" if change is None else f"{change * 100:+.1f}%"
-        if self.tolerance is None and self.verdict in ("regression", "improvement"):
-            return f"{self.metric} {_fmt(self.value)} {op} baseline {_fmt(self.baseline)} ({actual}, not gated)"
-        tol = str(self.tolerance) if self.tolerance is not None else "0%"
-        if self.verdict in ("regression", "improvement"):
-            worse_sign = "-" if self.direction == "higher" else "+"
-            better_sign = "+" if worse_sign == "-" else "-"
-            sign = worse_sign if self.verdict == "regression" else better_sign
-            return f"{self.metric} {_fmt(self.value)} {op} baseline {_fmt(self.baseline)} {sign}{tol} ({actual})"
-        if op == "=":
-            op = "=="
-        note = f", within noise ±{_fmt(self.noise)}" if self.verdict == "noise" else ""
-        return f"{self.metric} {_fmt(self.value)} {op} baseline {_fmt(self.baseline)} ±{tol} ({actual}{note})"
-
-
-def compare_metric(
-    test_id: str,
-    metric: MetricValue,
-    baseline: BaselineEntry | None,
-    tolerance: Tolerance | None,
-    *,
-    noise_sigmas: float = 2.0,
-) -> Comparison:
-    """Direction-aware, noise-aware verdict for one metric.
-
-    worse/better means beyond the tolerance (0 when the metric is not gated) AND beyond
-    `noise_sigmas` × the combined standard error of both runs. A metric marked deterministic
-    on both sides has no noise allowance.
-    """
-    if baseline is None:
-        return Comparison(test_id, metric.name, metric.value, metric.direction, None, tolerance, 0.0, "new")
-    if baseline.direction != metric.direction:
-        raise SpecdecUsageError(
-            f"baseline for {test_id} {metric.name} says {baseline.direction!r} is better but the metric is "
-            f"{metric.direction!r}-is-better; re-create the baseline with --specdec-save-baseline"
-        )
-    if metric.deterministic and baseline.deterministic:
-        noise = 0.0
-    else:
-        noise = noise_sigmas * math.hypot(metric.spread, baseline.spread)
-    allowed = tolerance.allowed(baseline.value) if tolerance is not None else 0.0
-    delta = metric.value - baseline.value
-    worse = -delta if metric.direction == "higher" else delta
-    eps = 1e-12 * max(1.0, abs(baseline.value))
-    if abs(worse) <= allowed + eps:
-        verdict = "unchanged"
-    elif abs(worse) <= noise + eps:
-        verdict = "noise"
-    else:
-        verdict = "regression" if worse > 0 else "improvement"
-    return Comparison(test_id, metric.name, metric.value, metric.direction, baseline.value, tolerance, noise, verdict)
-
-
-def compare_all(
-    test_id: str,
-    metrics: Iterable[MetricValue],
-    baselines: Baselines,
-    tolerances: Mapping[str, Tolerance],
-    *,
-    noise_sigmas: float = 2.0,
-) -> list[Comparison]:
-    return [
-        compare_metric(test_id, m, baselines.get(test_id, m.name), tolerance_for(tolerances, m.name),
-                       noise_sigmas=noise_sigmas)
-        for m in metrics
-    ]
-
-
-def verdict_of(comparisons: Iterable[Comparison]) -> str:
-    """A test's verdict: a gated regression wins; then a gated improvement; all-new is "new";
-    anything else compared is "ok"; "" when nothing was compared."""
-    comparisons = list(comparisons)
-    if not comparisons:
-        return ""
-    if any(c.failed for c in comparisons):
-        return "regression"
-    if any(c.verdict == "improvement" and c.gated for c in comparisons):
-        return "improved"
-    if all(c.verdict == "new" for c in comparisons):
-        return "new"
-    return "ok"
-
-
-def regression_message(comparisons: Iterable[Comparison]) -> str | None:
-    """The failure text for a test (one line per gated regression), or None when it passes."""
-    lines = [c.line() for c in comparisons if c.failed]
-    return "\n".join(lines) if lines else None
-
-
 __all__ = [
     "FORMAT",
     "VERSION",
     "BaselineEntry",
     "Baselines",
-    "Comparison",
-    "Tolerance",
     "baseline_path",
     "collect_versions",
-    "compare_all",
-    "compare_metric",
     "git_commit",
     "load_baselines",
     "parse_baselines",
-    "parse_tolerances",
-    "regression_message",
     "save_baselines",
-    "tolerance_for",
-    "verdict_of",
 ]

@@ -197,8 +197,18 @@ async def generate_one(
         spec_accept_rate=_opt_float(meta, api.SPEC_ACCEPT_RATE),
         spec_num_correct_drafts=_opt_int(meta, api.SPEC_NUM_CORRECT_DRAFTS),
         spec_num_proposed_drafts=_opt_int(meta, api.SPEC_NUM_PROPOSED_DRAFTS),
-        text=str(final.get("text") or "") if keep_text else "",
+        text=str(final.get(api.RESPONSE_TEXT) or "") if keep_text else "",
+        output_ids=_cumulative_ids(final, meta) if keep_text else None,
     )
+
+
+def _cumulative_ids(final: dict, meta: dict) -> tuple[int, ...] | None:
+    """The final event's token ids when they are the whole output (SGLang's default streaming);
+    None when they are only the last delta (incremental streaming) or absent."""
+    ids = final.get(api.RESPONSE_OUTPUT_IDS)
+    if not isinstance(ids, list) or len(ids) != int(meta.get(api.COMPLETION_TOKENS) or 0):
+        return None
+    return tuple(int(i) for i in ids)
 
 
 def _decode_event(event: bytes) -> dict:
@@ -400,6 +410,20 @@ async def fetch_server_info_async(url: str, *, timeout_s: float = 10.0) -> dict:
         return await _get(url, api.SERVER_INFO_OLD, timeout_s=timeout_s, as_json=True)
 
 
+#: Where a server states its vocabulary: the embedded engine does; SGLang's /model_info does not.
+VOCAB_SIZE = "vocab_size"
+
+
+def fetch_vocab_size(url: str, *, timeout_s: float = 10.0) -> int | None:
+    """The vocabulary size in /model_info, or None when the server does not say."""
+    try:
+        info = _run_sync(lambda: _get(url, api.MODEL_INFO, timeout_s=timeout_s, as_json=True))
+    except (ServerQueryError, aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        return None
+    value = info.get(VOCAB_SIZE) if isinstance(info, dict) else None
+    return value if isinstance(value, int) and value > 0 else None
+
+
 def fetch_server_info(url: str, *, timeout_s: float = 10.0) -> dict:
     return _run_sync(lambda: fetch_server_info_async(url, timeout_s=timeout_s))
 
@@ -422,6 +446,7 @@ __all__ = [
     "fetch_context_length_async",
     "fetch_server_info",
     "fetch_server_info_async",
+    "fetch_vocab_size",
     "generate_one",
     "run_workload",
     "run_workload_async",

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping
 from .configuration import METHODS, takes_budget
 from .engine.cli import MODEL_PRESETS
 from .errors import SpecdecUsageError
+from .gate import parse_tolerance_table
 from .hardware import ALL_FAMILIES, FAMILIES, normalise_arch
 from .options import OPTION_NAMES
 from .servers.sglang import DEFAULT_METHOD_FLAGS, method_flags_from_config
@@ -27,7 +28,6 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 BUILTIN_PROMPT_SETS = ("chat", "code", "math")
-METRICS = ("output_tok_s", "accept_length", "accept_rate", "ttft_ms", "tpot_ms", "verify_us")
 
 
 @dataclass(frozen=True)
@@ -138,9 +138,9 @@ class SpecdecConfig:
     model_cache: str | None = None
     matrices: Mapping[str, Matrix] = field(default_factory=dict)
     workloads: tuple[WorkloadSpec, ...] = ()
-    tolerances: Mapping[str, str] = field(default_factory=dict)
+    tolerances: Mapping[str, Any] = field(default_factory=dict)  # gate.parse_tolerance_table
     known_issues: tuple[KnownIssue, ...] = ()
-    min_accept_length: float = 1.05
+    min_accept_length: float | None = None  # None: derived per configuration (random-draft bound)
     engine: EngineSettings = EngineSettings()
     sglang: SGLangSettings = SGLangSettings()
     options: Mapping[str, Any] = field(default_factory=dict)  # option values set in the file
@@ -349,22 +349,6 @@ def _parse_sglang(filename: str, data: Any) -> SGLangSettings:
                           reader.get("python", str, sys.executable))
 
 
-def _parse_tolerances(filename: str, data: Any) -> dict[str, str]:
-    reader = _Reader(filename, "tool.specdec.tolerances", data)
-    reader.check_keys(set(METRICS))
-    out = {}
-    for metric, value in data.items():
-        text = str(value) if not isinstance(value, str) else value
-        number = text[:-1] if text.endswith("%") else text
-        try:
-            if not 0 <= float(number) < math.inf:  # also false for nan
-                raise ValueError
-        except ValueError:
-            reader.fail(metric, f"{value!r} is not a tolerance; write a percentage such as \"5%\"")
-        out[metric] = text if text.endswith("%") else text + "%"
-    return out
-
-
 def parse(data: Mapping[str, Any], filename: str, root: Path) -> SpecdecConfig:
     """Build a SpecdecConfig from the `[tool.specdec]` table (or specdec.toml's top level)."""
     reader = _Reader(filename, "tool.specdec" if filename.endswith("pyproject.toml") else "top level",
@@ -398,8 +382,8 @@ def parse(data: Mapping[str, Any], filename: str, root: Path) -> SpecdecConfig:
     issues = [_parse_known_issue(filename, i, entry)
               for i, entry in enumerate(reader.get("known_issues", list, []))]
 
-    min_accept = reader.get("min_accept_length", float, 1.05)
-    if min_accept < 1.0:
+    min_accept = reader.get("min_accept_length", float, None)
+    if min_accept is not None and min_accept < 1.0:
         reader.fail("min_accept_length", f"{min_accept} is below 1; an accept length counts the "
                                          f"bonus token, so 1.0 means nothing was accepted")
     return SpecdecConfig(
@@ -410,7 +394,10 @@ def parse(data: Mapping[str, Any], filename: str, root: Path) -> SpecdecConfig:
         model_cache=reader.get("model_cache", str),
         matrices=matrices,
         workloads=workloads,
-        tolerances=_parse_tolerances(filename, reader.get("tolerances", dict, {})),
+        tolerances=parse_tolerance_table(
+            reader.get("tolerances", dict, {}),
+            f"{filename} [tool.specdec.tolerances]" if filename.endswith("pyproject.toml")
+            else f"{filename} [tolerances]"),
         known_issues=tuple(issues),
         min_accept_length=min_accept,
         engine=_parse_engine(filename, reader.get("engine", dict, {})),

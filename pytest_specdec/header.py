@@ -14,6 +14,22 @@ def line(state: RunState) -> str:
     return f"specdec: backend {state.backend} ({state.backend.reason}); config {state.config.source}"
 
 
+def lossless_line(state: RunState) -> str:
+    """What the losslessness guard compares with what, per family, or why it does not."""
+    if not state.lossless.on:
+        return "off"
+    guarded = [family for family, matrix in state.config.matrices.items()
+               if state.settings.reference in matrix.methods]
+    unguarded = [family for family in state.config.matrices if family not in guarded]
+    text = f"{state.lossless}: speculative outputs against {state.settings.reference}'s"
+    if guarded:
+        text += f" in {', '.join(guarded)}"
+    if unguarded:
+        text += (f"; not in {', '.join(unguarded)} (no {state.settings.reference} in the matrix: "
+                 f"add it to guard them)")
+    return text
+
+
 def details(state: RunState) -> list[str]:
     hw = state.hardware
     arch = f"{hw.arch}, {hw.family}" if hw.arch else hw.family
@@ -26,6 +42,11 @@ def details(state: RunState) -> list[str]:
                for o in OPTIONS if state.settings.origins[o.name] != "default"]
     if changed:
         out.append("specdec: settings " + ", ".join(changed))
+    out.append(f"specdec: gate {state.tolerances.describe()}"
+               + ("; timing figures per second the server had a CPU" if state.backend.launches
+                  else "; timing figures as measured (an attached server's CPU wait is not seen)")
+               + ("; noisy fails" if state.settings.strict_noise else "; noisy passes"))
+    out.append(f"specdec: lossless {lossless_line(state)}")
     if state.dry_run:
         out.append(f"specdec: dry run: the {hw.family} suite runs on the {state.backend} backend; "
                    f"figures are not {hw.family} figures")

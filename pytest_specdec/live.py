@@ -11,7 +11,7 @@ import json
 import warnings
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -19,6 +19,7 @@ import pytest
 
 from . import client, metrics, workloads
 from . import sglang_api as api
+from .calibration import CpuWaitMeter
 from .config import WorkloadSpec
 from .metrics import Measurement, MeasurementError, WorkloadResult
 from .servers.diagnosis import ServerError, tail
@@ -40,7 +41,7 @@ class LiveServer:
     url: str
     log_path: Path | None
     check: Callable[[], None]  # raises ServerError when the server is dead or unresponsive
-    min_accept_length: float = 1.05
+    min_accept_length: float | None = None  # None: the drafts must beat a random draft's
     root: Path | None = None  # relative workload files resolve here
     token_counter: Callable[[str], int] | None = workloads.embedded_token_count
     owned: bool = True
@@ -49,6 +50,8 @@ class LiveServer:
     probe_stall: Callable[[str], ServerError] | None = None  # the server's own stall diagnosis
     report_failure: Callable[[ServerError], None] | None = None  # stops it, marks it failed
     failure: ServerError | None = field(default=None, repr=False)
+    pids: Callable[[], list[int]] | None = None  # the server's processes, for calibration.py
+    _vocab_size: int | None = field(default=None, repr=False)
     last_result: WorkloadResult | None = field(default=None, repr=False)
     last_server_figures: metrics.ServerFigures | None = field(default=None, repr=False)
     disagreements: list[str] = field(default_factory=list, repr=False)
@@ -109,23 +112,28 @@ class LiveServer:
         """
         workload = self.workload(spec)
         log_offset = self.log_path.stat().st_size if self.log_path and self.log_path.exists() else 0
+        vocab_size = self.vocab_size() if self.spec.is_speculative else None
+        meter = CpuWaitMeter(self.pids) if self.pids is not None else None
+        if meter is not None:
+            meter.start()
         try:
             result = client.run_workload(self.url, workload, stall_timeout=self.stall_timeout)
         except client.WorkloadStalled as stall:
             self._stalled(str(stall))
+        calibration = meter.stop(result.wall_s) if meter is not None else None
         self.last_result = result
         if result.errors:
             # A request failed: a dead server explains it better than the HTTP error does.
             self.check_alive()
         try:
             measurement = metrics.measure(
-                result, method=self.spec.method,
-                min_accept_length=self.min_accept_length
-                if self.spec.is_speculative else None,
-                log_tail=self.log_tail)
+                result, method=self.spec.method, min_accept_length=self.min_accept_length,
+                vocab_size=vocab_size, log_tail=self.log_tail)
         except MeasurementError as exc:
             self.check_alive()
             fail(f"server {self.id}: {exc}")  # the diagnosis names the workload itself
+        if calibration is not None:
+            measurement = replace(measurement, calibration=calibration)
         self.check_alive()
         self._cross_check(measurement, log_offset)
         return measurement
@@ -142,6 +150,12 @@ class LiveServer:
         if self.report_failure is not None:
             self.report_failure(error)
         fail(str(error))
+
+    def vocab_size(self) -> int | None:
+        """The server's vocabulary size where it publishes one (/model_info), once."""
+        if self._vocab_size is None:
+            self._vocab_size = client.fetch_vocab_size(self.url) or 0
+        return self._vocab_size or None
 
     def _cross_check(self, measurement: Measurement, log_offset: int) -> None:
         """The server's own accept length (its decode log lines) beside the client's figure.

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Literal, Mapping, Sequence, Union
 
 from . import sglang_api as api
+from .calibration import Calibration
 from .configuration import is_speculative
 from .sglang_api import SPEC_META_KEYS
 
@@ -87,6 +88,7 @@ class RequestRecord:
     spec_num_correct_drafts: int | None = None
     spec_num_proposed_drafts: int | None = None
     text: str = ""
+    output_ids: tuple[int, ...] | None = None  # the whole output's token ids, where the server sent them
 
     @property
     def ok(self) -> bool:
@@ -199,6 +201,9 @@ class MetricValue:
     `spread` is an absolute noise estimate (a standard error) in the metric's unit; 0 means
     unknown or noiseless. `deterministic` marks figures that must reproduce exactly (accept
     length under greedy decoding with a fixed seed), which are compared without noise allowance.
+    `distribution` holds the samples a timing figure is decided from (one per request), and
+    `calibrated` says they were taken per second the server had a CPU (calibration.py); `value`
+    is always the figure as measured.
     """
 
     name: str
@@ -207,6 +212,8 @@ class MetricValue:
     spread: float = 0.0
     samples: int = 1
     deterministic: bool = False
+    distribution: tuple[float, ...] = ()
+    calibrated: bool = False
 
     def __post_init__(self) -> None:
         if self.direction not in ("higher", "lower"):
@@ -217,12 +224,15 @@ class MetricValue:
     def to_json(self) -> dict:
         """The figure without its name (records key their figures by name)."""
         return {"value": self.value, "direction": self.direction, "spread": self.spread,
-                "samples": self.samples, "deterministic": self.deterministic}
+                "samples": self.samples, "deterministic": self.deterministic,
+                "distribution": list(self.distribution), "calibrated": self.calibrated}
 
     @classmethod
     def from_json(cls, name: str, obj: Mapping) -> "MetricValue":
         return cls(name, float(obj["value"]), obj["direction"], float(obj.get("spread", 0.0)),
-                   int(obj.get("samples", 1)), bool(obj.get("deterministic", False)))
+                   int(obj.get("samples", 1)), bool(obj.get("deterministic", False)),
+                   tuple(float(v) for v in obj.get("distribution") or ()),
+                   bool(obj.get("calibrated", False)))
 
 
 def combine_repeats(values: Sequence[MetricValue]) -> MetricValue:
@@ -275,20 +285,38 @@ class Measurement:
     accept_rate: float | None = None
     accept_rate_spread: float = 0.0
     spec_verify_ct: int | None = None
+    #: per request: output rate (scaled so that their mean is output_tok_s), TTFT, TPOT, accept
+    #: length; the samples timing figures are decided from
+    rate_samples: tuple[float, ...] = ()
+    ttft_samples: tuple[float, ...] = ()
+    tpot_samples: tuple[float, ...] = ()
+    accept_samples: tuple[float, ...] = ()
+    calibration: Calibration | None = None  # the server's CPU share during the workload
 
     def metrics(self, *, deterministic_accept: bool = False) -> tuple[MetricValue, ...]:
         """The gated figures. Latencies are gated on their medians (robust to stragglers).
 
         `deterministic_accept`: the run used greedy decoding with a fixed seed, so acceptance
-        figures must reproduce exactly and are compared tightly.
+        figures must reproduce exactly and are compared tightly. Timing figures carry their
+        per-request samples, calibrated when the run measured the server's CPU share.
         """
         n = self.num_requests
-        out = [MetricValue("output_tok_s", self.output_tok_s, "higher", self.output_tok_s_spread, n)]
+        cal = self.calibration
+
+        def timed(name: str, value: float, spread: float, samples: tuple[float, ...],
+                  rate: bool) -> MetricValue:
+            if cal is not None:
+                samples = tuple(cal.rate(s) if rate else cal.duration(s) for s in samples)
+            return MetricValue(name, value, "higher" if rate else "lower", spread, n,
+                               distribution=samples, calibrated=cal is not None)
+
+        out = [timed("output_tok_s", self.output_tok_s, self.output_tok_s_spread,
+                     self.rate_samples, rate=True)]
         if self.accept_length is not None:
             out.append(
                 MetricValue("accept_length", self.accept_length, "higher",
                             0.0 if deterministic_accept else self.accept_length_spread, n,
-                            deterministic_accept)
+                            deterministic_accept, self.accept_samples)
             )
         if self.accept_rate is not None:
             out.append(
@@ -296,9 +324,11 @@ class Measurement:
                             0.0 if deterministic_accept else self.accept_rate_spread, n,
                             deterministic_accept)
             )
-        out.append(MetricValue("ttft_ms", self.ttft_ms.p50, "lower", self.ttft_ms.spread, n))
+        out.append(timed("ttft_ms", self.ttft_ms.p50, self.ttft_ms.spread, self.ttft_samples,
+                         rate=False))
         if self.tpot_ms is not None:
-            out.append(MetricValue("tpot_ms", self.tpot_ms.p50, "lower", self.tpot_ms.spread, n))
+            out.append(timed("tpot_ms", self.tpot_ms.p50, self.tpot_ms.spread, self.tpot_samples,
+                             rate=False))
         return tuple(out)
 
     def to_dict(self) -> dict:
@@ -369,6 +399,10 @@ def summarize(result: WorkloadResult) -> Measurement:
         accept_rate=accept_rate,
         accept_rate_spread=accept_rate_spread,
         spec_verify_ct=verify_total,
+        rate_samples=tuple(r * output_tok_s / statistics.fmean(rates) for r in rates) if rates else (),
+        ttft_samples=tuple(ttfts),
+        tpot_samples=tuple(tpots),
+        accept_samples=tuple(r.completion_tokens / r.spec_verify_ct for r in verified),
     )
 
 
@@ -419,18 +453,52 @@ def check_tokens(result: WorkloadResult, log_tail: LogTail = None) -> None:
     raise MeasurementError(f"{head} ({result.url})\n{_listing(empty)}{_tail_text(log_tail)}")
 
 
+#: How unlikely a random draft must make this run's accepted drafts for the guard to pass.
+CHANCE_ALPHA = 1e-3
+
+
+def chance_acceptance(draft_nodes: float | None, vocab_size: int | None) -> float:
+    """Accepted drafts per verify step that a draft of random tokens reaches, at most.
+
+    A node is accepted only if its whole path matches the target, so a node at depth d of a
+    random draft is accepted with probability (1/V)^d; the most a tree of B nodes can expect is
+    with every node at depth one: B / V. Unknown vocabularies (SGLang does not publish one) are
+    taken as large: an LLM's 32k-256k tokens make B / V negligible.
+    """
+    if not draft_nodes or not vocab_size:
+        return 0.0
+    return draft_nodes / vocab_size
+
+
+def poisson_tail(k: int, mean: float) -> float:
+    """P(X >= k) for X ~ Poisson(mean): accepting k drafts or more by chance."""
+    if k <= 0:
+        return 1.0
+    if mean <= 0:
+        return 0.0
+    if k > mean + 40 * math.sqrt(mean) + 40:
+        return 0.0  # far beyond the mean: below any threshold that matters
+    term = cdf = math.exp(-mean)
+    for i in range(1, k):
+        term *= mean / i
+        cdf += term
+    return max(0.0, 1.0 - cdf)
+
+
 def check_speculation(
     result: WorkloadResult,
     method: str | None,
     *,
     min_accept_length: float | None = None,
+    vocab_size: int | None = None,
     log_tail: LogTail = None,
 ) -> None:
-    """A speculative method must have speculated, and some drafts must have been accepted.
+    """A speculative method must have speculated, and its drafts must beat random ones.
 
-    `min_accept_length=None` fails only the "drafts never accepted" symptom (accept length that
-    rounds to 1.00, or zero correct drafts); a number fails anything below it, so 1.0 allows a
-    run with no accepted drafts.
+    With `min_accept_length=None` the threshold is per configuration: the drafts accepted over
+    the workload must be more than a random draft of the same size over the same vocabulary
+    would get (`chance_acceptance`) with probability 1 - CHANCE_ALPHA. A number replaces that
+    with a fixed floor on the accept length (1.0 allows a run with no accepted drafts).
     """
     if not is_speculative(method):
         return
@@ -452,14 +520,24 @@ def check_speculation(
                 f"{_tail_text(log_tail)}"
             )
         return
-    counted = [r for r in verified if r.spec_num_correct_drafts is not None]
-    none_correct = bool(counted) and sum(r.spec_num_correct_drafts or 0 for r in counted) == 0
-    if none_correct or round(accept_length, 2) <= 1.00:
+    if all(r.spec_num_correct_drafts is not None for r in verified):
+        accepted = sum(r.spec_num_correct_drafts or 0 for r in verified)
+    else:  # each verify step commits its accepted drafts and one bonus token; prefill one more
+        accepted = max(0, tokens - verify - len(verified))
+    proposed = [r for r in verified if r.spec_num_proposed_drafts]
+    nodes = sum(r.spec_num_proposed_drafts or 0 for r in proposed) / \
+        sum(r.spec_verify_ct or 0 for r in proposed) if proposed else None
+    chance = chance_acceptance(nodes, vocab_size)
+    p = poisson_tail(accepted, verify * chance)
+    if p > CHANCE_ALPHA:
+        random_draft = (f"a random draft of {nodes:g} nodes over a {vocab_size}-token vocabulary "
+                        f"accepts up to {chance:.3f} per step by chance (p = {p:.2g})"
+                        if chance else "drafts were never accepted")
         raise MeasurementError(
-            f"method {method!r}: drafts were never accepted over workload {result.workload!r}: accept length "
-            f"{accept_length:.2f} ({tokens} tokens / {verify} verify steps; avg_accepted_drafts="
-            f"{max(accept_length - 1, 0):.2f}); the drafter is not helping. Set min_accept_length=1.0 "
-            f"to allow this{_tail_text(log_tail)}"
+            f"method {method!r}: the drafts do no better than chance over workload {result.workload!r}: "
+            f"{accepted} accepted in {verify} verify steps ({accepted / verify:.3f} per step, accept "
+            f"length {accept_length:.2f}); {random_draft}. The drafter is not helping; set "
+            f"min_accept_length=1.0 to allow this{_tail_text(log_tail)}"
         )
 
 
@@ -468,12 +546,14 @@ def measure(
     *,
     method: str | None = None,
     min_accept_length: float | None = None,
+    vocab_size: int | None = None,
     log_tail: LogTail = None,
 ) -> Measurement:
     """All guards, then aggregation: the one call a test needs."""
     check_no_errors(result, log_tail)
     check_tokens(result, log_tail)
-    check_speculation(result, method, min_accept_length=min_accept_length, log_tail=log_tail)
+    check_speculation(result, method, min_accept_length=min_accept_length, vocab_size=vocab_size,
+                      log_tail=log_tail)
     return summarize(result)
 
 

@@ -11,8 +11,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from .configuration import METHODS
 from .errors import SpecdecUsageError
 from .shard import parse_shard
+from .lossless import parse_exactness
 
 BACKENDS = ("auto", "embedded", "sglang")
 
@@ -82,6 +84,12 @@ def _backend(text: str) -> str:
     return text
 
 
+def _method(text: str) -> str:
+    if text not in METHODS:
+        raise ValueError(f"{text!r} is not one of {', '.join(METHODS)}")
+    return text
+
+
 @dataclass(frozen=True)
 class Option:
     name: str  # the [tool.specdec] key and the attribute of Settings
@@ -118,7 +126,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("save_baseline", "write this run's results into the baseline file for this hardware "
            "(merged, atomically)", _bool, False, flag=True),
     Option("compare_fail", "fail a test whose metric regressed past a tolerance, e.g. "
-           "output_tok_s:5%,accept_length:2%,ttft_ms:10%", str, None, metavar="EXPR"),
+           "output_tok_s:5%,accept_length:2%,ttft_ms:10% (METRIC:off ungates one; names given "
+           "here win over the ini's, which win over [tool.specdec.tolerances])", str, None,
+           metavar="EXPR"),
+    Option("strict_noise", "fail a test whose figure is worse than its tolerance but too noisy "
+           "to call a regression (verdict noisy)", _bool, False, flag=True),
+    Option("reference", "the method whose greedy outputs every speculative configuration must "
+           "reproduce (the losslessness guard)", _method, "ar", metavar="METHOD"),
+    Option("lossless", "how much of each output must match the reference's: exact, prefix:N "
+           "(the first N tokens) or off (default: exact on the embedded engine, prefix:32 on "
+           "SGLang and attached servers)", lambda text: str(parse_exactness(text)), None,
+           metavar="MODE"),
     Option("baseline_dir", "folder of per-hardware baseline files and known_issues.toml",
            str, "baselines", metavar="DIR"),
     Option("report", "write results.json, report.md, report.tex, report-standalone.tex and plots "

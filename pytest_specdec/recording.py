@@ -22,6 +22,7 @@ from typing import Any, Iterable, Sequence
 import pytest
 
 from .collection import case_of
+from .lossless import Outputs
 from .metrics import Measurement, MetricValue, RequestRecord, direction_of
 from .result import Result
 
@@ -60,6 +61,7 @@ class Recorder:
     item: pytest.Item
     metrics: dict[str, MetricValue] = field(default_factory=dict)
     workload: str | None = None
+    outputs: Outputs | None = None  # greedy outputs, for the losslessness guard
     info: dict[str, Any] = field(default_factory=dict)  # Result.details
     finished: bool = False
     pending_samples: list[tuple[list[float], str]] = field(default_factory=list)
@@ -94,6 +96,8 @@ class Recorder:
         measurement = server.run(workload)
         greedy = getattr(workload, "temperature", 0.0) == 0.0
         records = server.last_result.records if server.last_result is not None else ()
+        if greedy and records:
+            self.outputs = Outputs(tuple(r.output_ids for r in records), tuple(r.text for r in records))
         figures = getattr(server, "last_server_figures", None)
         if figures is not None:
             self.info["server_figures"] = {
@@ -140,7 +144,7 @@ class Recorder:
         """What the journal stores and the controller receives for this test."""
         return Result(test_id=self.test_id, nodeid=self.item.nodeid, case=case_of(self.item),
                       workload=self.workload, metrics=tuple(self.metrics.values()),
-                      time=time.time(), details=dict(self.info))
+                      time=time.time(), details=dict(self.info), outputs=self.outputs)
 
 
 def recorder_for(item: pytest.Item) -> Recorder:
@@ -166,6 +170,8 @@ def attach_to_report(item: pytest.Item, result: Result) -> None:
     item.user_properties.append((RESULT_PROPERTY, json.dumps(result.to_json())))
     for metric in result.metrics:
         item.user_properties.append((f"specdec.{metric.name}", metric.value))
+    for comparison in result.comparisons:
+        item.user_properties.append((f"specdec.{comparison.metric}.verdict", comparison.verdict))
 
 
 def result_of_report(report: pytest.TestReport) -> Result | None:

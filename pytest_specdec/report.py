@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .baselines import verdict_of
+from .gate import verdict_of
 from .result import Result
 
 RESULTS_FORMAT = "pytest-specdec-results"
@@ -44,7 +44,7 @@ class ReportRow:
     budget: int | None = None
     metrics: Mapping[str, float] = field(default_factory=dict)
     spreads: Mapping[str, float] = field(default_factory=dict)  # standard errors, by metric
-    verdict: str = ""  # "ok" | "regression" | "improved" | "new" | "" (not compared)
+    verdict: str = ""  # gate.verdict_of: "ok", "regression", "noisy", "improved", "new", "not gated", ""
     comparisons: tuple[str, ...] = ()
     outcome: str = "passed"  # pytest's outcome: passed, failed, error, skipped, xfailed
     reason: str | None = None
@@ -95,8 +95,8 @@ def _verdict_text(row: ReportRow) -> str:
         return f"FAILED: {_one_line(cause.split(' (log: ', 1)[0], 100)}"
     if row.outcome in ("skipped", "xfailed", "xpassed"):
         return f"{row.outcome}" + (f": {_one_line(row.reason, 60)}" if row.reason else "")
-    return {"regression": "REGRESSION", "improved": "improved", "new": "new baseline", "ok": "ok"}.get(
-        row.verdict, "-")
+    return {"regression": "REGRESSION", "noisy": "noisy", "improved": "improved", "new": "new baseline",
+            "ok": "ok", "not gated": "not gated"}.get(row.verdict, "-")
 
 
 def _one_line(text: str | None, limit: int) -> str:

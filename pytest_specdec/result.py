@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from .baselines import Comparison, verdict_of
 from .configuration import MatrixCase
 from .fingerprint import Fingerprint
+from .gate import Comparison, verdict_of
+from .lossless import Outputs
 from .metrics import MetricValue
 
 
@@ -22,8 +23,9 @@ class Result:
     """The figures one test recorded, with where they came from and how they compared.
 
     `test_id` (the test's name with its parameters) keys the baseline file; `nodeid` and
-    `workload` key the journal. `details` holds what reports show but nothing decides on (the
-    workload's full measurement, the server's own figures, client/server disagreements).
+    `workload` key the journal. `outputs` are the greedy outputs the losslessness guard
+    compares (None when not greedy). `details` holds what reports show but nothing decides on
+    (the workload's full measurement, the server's own figures, client/server disagreements).
     """
 
     test_id: str
@@ -36,6 +38,7 @@ class Result:
     details: Mapping[str, Any] = field(default_factory=dict)
     resumed: bool = False  # read back from the journal of an interrupted run
     fingerprint: Fingerprint | None = None  # what was measured (configuration, workload, ...)
+    outputs: Outputs | None = None
 
     @property
     def config(self) -> str:
@@ -72,6 +75,7 @@ class Result:
             "time": self.time,
             "details": dict(self.details),
             "fingerprint": self.fingerprint.to_json() if self.fingerprint is not None else None,
+            "outputs": None if self.outputs is None else self.outputs.to_json(),
         }
 
     @classmethod
@@ -93,4 +97,5 @@ class Result:
             details=dict(obj.get("details") or {}),
             resumed=resumed,
             fingerprint=Fingerprint.from_json(obj.get("fingerprint")),
+            outputs=Outputs.from_json(obj.get("outputs")),
         )

@@ -1,7 +1,8 @@
 """The benchmark session: journal, resume, baseline gate and the controller's collection of results.
 
 Runs in two roles. Where a test runs (the only process, or an xdist worker), `finish_test`
-journals its figures, attaches them to the report and gates them against the baseline. In the
+journals its figures, attaches them to the report, gates them against the baseline and checks
+the losslessness of greedy outputs against the reference configuration's. In the
 controller (the only process, or the xdist master), `Results` gathers every test's figures from
 the reports, prints a progress line per configuration, and at the end hands them to the report
 writers and, with `--specdec-save-baseline`, merges them into the baseline file.
@@ -19,10 +20,14 @@ import pytest
 from filelock import FileLock
 
 from . import baselines as baselines_mod
-from .baselines import Baselines, Comparison
+from . import gate as gate_mod
+from . import lossless
+from .baselines import Baselines
 from .collection import case_of
+from .configuration import MatrixCase, is_speculative
 from .errors import SpecdecUsageError
 from .fingerprint import Fingerprint, measured_setup
+from .gate import Comparison
 from .journal import Journal
 from .metrics import METRIC_DIRECTIONS
 from .recording import (REMEASURED_PROPERTY, RESUMED_PROPERTY, attach_to_report,
@@ -120,13 +125,11 @@ class Gate:
 
     state: RunState
     _baselines: Baselines | None = None
-    _tolerances: dict | None = None
 
     def check(self) -> None:
-        """Read and validate the gate's inputs now (configure time): the tolerance expression
-        and the baseline file, whose built-in metrics must keep their direction. A mistake is a
-        usage error before any server boots, not a failure after each measurement."""
-        self.tolerances()
+        """Read and validate the baseline file now (configure time; the tolerances were checked
+        with the settings): its built-in metrics must keep their direction. A mistake is a usage
+        error before any server boots, not a failure after each measurement."""
         if not self.state.baseline_path.is_file():
             return
         baselines = self.baselines()
@@ -138,12 +141,6 @@ class Gate:
                         f"baseline file {self.state.baseline_path}: {test_id} {name}: direction "
                         f"{entry.direction!r}, but {expected!r} is better for {name}; fix the "
                         f"entry or re-create it with --specdec-save-baseline")
-
-    def tolerances(self) -> dict:
-        if self._tolerances is None:
-            expr = self.state.settings.compare_fail
-            self._tolerances = baselines_mod.parse_tolerances(expr) if expr else {}
-        return self._tolerances
 
     def baselines(self) -> Baselines:
         if self._baselines is None:
@@ -164,14 +161,15 @@ class Gate:
                           f"setup (workload, server settings or model; its fingerprint differs); "
                           f"re-create it with --specdec-save-baseline if the change is meant",
                           stacklevel=1)
-        return baselines_mod.compare_all(result.test_id, result.metrics, self.baselines(),
-                                         self.tolerances())
+        return gate_mod.compare_all(result.test_id, result.metrics, self.baselines().get,
+                                    self.state.tolerances)
 
 
 def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
                 passed: bool = True) -> None:
-    """After a test's call: journal what it recorded, then report, feed pytest-benchmark and
-    gate it against the baseline (raises on regression).
+    """After a test's call: journal what it recorded, then report, feed pytest-benchmark, gate
+    it against the baseline and check its outputs against the reference configuration's
+    (raises on a regression or a divergence).
 
     The journal comes first: a measurement is on disk before anything that could fail on it (a
     bad comparison, the pytest-benchmark bridge) runs. A test that failed after recording keeps
@@ -193,19 +191,62 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
     if not passed:
         return
     broke = None
+    failures: list[str] = []
     try:
         recorder.feed_benchmark()
-        if state.settings.compare_fail or state.baseline_path.is_file():
+        if state.tolerances.any or state.baseline_path.is_file():
             result = result.compared(tuple(gate.compare(result)))
+        failures = lossless_failures(result, state)
     except Exception as exc:  # the figures are journaled; what broke is this test's failure
         broke = f"{type(exc).__name__} after the measurement was journaled " \
                 f"({journal_for(state).path}): {exc}"
     attach_to_report(item, result)
     if broke:
         pytest.fail(broke, pytrace=False)
-    message = baselines_mod.regression_message(result.comparisons)
+    message = gate_mod.failure_message(result.comparisons, state.settings.strict_noise)
     if message:
-        pytest.fail(f"regression against {state.baseline_path.name}:\n{message}", pytrace=False)
+        failures.insert(0, f"regression against {state.baseline_path.name}:\n{message}")
+    if failures:
+        pytest.fail("\n".join(failures), pytrace=False)
+
+
+def reference_case(case: MatrixCase, state: RunState) -> MatrixCase | None:
+    """The configuration whose outputs `case`'s must reproduce: the reference method in the
+    same family, at the same TP where the matrix has it, else at the family's first TP."""
+    matrix = state.config.matrices.get(case.family)
+    method = state.settings.reference
+    if matrix is None or method not in matrix.methods:
+        return None
+    return MatrixCase(case.family, method, case.tp if case.tp in matrix.tp else matrix.tp[0], None)
+
+
+def lossless_failures(result: Result, state: RunState) -> list[str]:
+    """Divergences from the reference's outputs that this result lets us see: its own when it
+    is speculative and the reference is journaled; when it is the reference, those of every
+    speculative configuration journaled before it (which could not be checked then)."""
+    case = result.case
+    if not state.lossless.on or case is None or result.outputs is None:
+        return []
+    speculative = is_speculative(case.method)
+    if not speculative and case.method != state.settings.reference:
+        return []
+    others = [Result.from_json(r.data) for r in journal_for(state).latest().values()
+              if r.status == "done" and r.data.get("workload") == result.workload]
+    others = [r for r in others if r.outputs is not None and r.case is not None
+              and r.nodeid != result.nodeid]
+    if speculative:
+        wanted = reference_case(case, state)
+        pairs = [(result, r) for r in others if r.case == wanted]
+    else:
+        pairs = [(r, result) for r in others
+                 if is_speculative(r.case.method) and reference_case(r.case, state) == case]
+    failures = []
+    for candidate, reference in pairs:
+        divergence = lossless.compare(candidate.config, candidate.outputs, reference.config,
+                                      reference.outputs, state.lossless)
+        if divergence is not None:
+            failures.append(divergence.message())
+    return failures
 
 
 @dataclass

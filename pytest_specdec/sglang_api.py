@@ -17,6 +17,7 @@ HEALTH_GENERATE = "/health_generate"  # readiness: 503 until warm-up is done
 SERVER_INFO = "/server_info"
 SERVER_INFO_OLD = "/get_server_info"  # the name before the rename, still served
 MODELS = "/v1/models"
+MODEL_INFO = "/model_info"
 METRICS = "/metrics"  # served with --enable-metrics
 
 # -- /generate: what the client sends ----------------------------------------------------------------
@@ -24,6 +25,8 @@ REQUEST_FIELDS_SENT = ("text", "sampling_params", "stream")
 SAMPLING_PARAMS_SENT = ("max_new_tokens", "temperature", "ignore_eos")
 
 # -- /generate: what the client reads ----------------------------------------------------------------
+RESPONSE_TEXT = "text"  # the output so far (cumulative unless the server streams deltas)
+RESPONSE_OUTPUT_IDS = "output_ids"  # its token ids, likewise (the losslessness guard's input)
 META_INFO = "meta_info"
 FINISH_REASON = "finish_reason"  # {"type": ..., "message"?: ...}
 FINISH_TYPE = "type"

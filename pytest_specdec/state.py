@@ -18,7 +18,9 @@ from . import config as config_mod
 from . import hardware as hardware_mod
 from .backends import Backend
 from .config import KnownIssue, SpecdecConfig
+from .gate import Tolerances, resolve_tolerances
 from .hardware import Hardware
+from .lossless import Exactness, parse_exactness
 from .options import Settings, resolve
 from .workloads import Workload, configured_workload
 
@@ -34,6 +36,12 @@ class RunState:
     def workload(self, name: str) -> Workload:
         """A configured workload, read at configure time (`[[tool.specdec.workloads]]`)."""
         return self.workloads[name]
+    tolerances: Tolerances = Tolerances()
+
+    @property
+    def lossless(self) -> Exactness:
+        """How much of each output must match the reference's (the option, else the backend's)."""
+        return parse_exactness(self.settings.lossless or self.backend.default_lossless)
 
     @property
     def dry_run(self) -> bool:
@@ -75,7 +83,9 @@ def build(root: Path, cli: Mapping[str, Any], ini: Mapping[str, Any],
     hardware = hardware_mod.resolve(settings.arch, settings.gpus, detected)
     backend = backends.choose(settings.backend, hardware, settings.server_url)
     workloads = {spec.name: configured_workload(spec, root) for spec in cfg.workloads}
-    state = RunState(cfg, settings, hardware, backend, workloads)
+    tolerances = resolve_tolerances(cli.get("compare_fail"), ini.get("compare_fail"),
+                                    cfg.options.get("compare_fail"), cfg.tolerances, cfg.source)
+    state = RunState(cfg, settings, hardware, backend, workloads, tolerances)
     backend.check(state)
     return state
 

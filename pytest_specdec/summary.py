@@ -50,6 +50,12 @@ def write(terminalreporter, results: Results) -> None:
         terminalreporter.write_line(f"specdec: resume: measured {nodeid.split('::')[-1]} again: "
                                     f"what it measures changed since the journal's record "
                                     f"({changed})")
+    ungated = sum(1 for row in table if row.verdict == "not gated")
+    if ungated:
+        terminalreporter.write_line(
+            f"specdec: {ungated} test(s) compared with {state.baseline_path.name} but not gated: no "
+            f"tolerance applies to any of their figures (set --specdec-compare-fail or "
+            f"[tool.specdec.tolerances])")
     saved = results.all()
     if state.settings.save_baseline and saved:
         path = results.save_baseline()

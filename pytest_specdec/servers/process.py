@@ -171,6 +171,12 @@ class ManagedServer:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
+    def processes(self) -> list[int]:
+        """The server's process and its descendants (what its CPU time is spread over)."""
+        if self._proc is None or self._stopped:
+            return []
+        return [self._proc.pid, *cleanup.descendants(self._proc.pid)]
+
     @property
     def returncode(self) -> int | None:
         return self._proc.poll() if self._proc else None

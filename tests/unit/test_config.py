@@ -46,7 +46,10 @@ from pytest_specdec.errors import SpecdecUsageError
     ("[[tool.specdec.workloads]]\nconcurrency = 0\n",
      "*[workloads #1] concurrency: 0 must be at least 1"),
     ("[tool.specdec.tolerances]\noutput_tok_s = 'lots'\n",
-     "*[tool.specdec.tolerances] output_tok_s: 'lots' is not a tolerance; write a percentage*"),
+     "*[tool.specdec.tolerances] output_tok_s: tolerance 'lots' for 'output_tok_s' is not a number or "
+     "percentage*"),
+    ("[tool.specdec.tolerances]\ntok_s = '5%'\n",
+     "*[tool.specdec.tolerances]: unknown metric 'tok_s'; valid names: accept_length, accept_rate*"),
     ("[tool.specdec.engine]\ndraft_agreement = 1.5\n",
      "*[tool.specdec.engine] draft_agreement: 1.5 must lie in [0, 1]"),
     ("[tool.specdec.sglang]\nmethod_flags = 'eagle-ish'\n",
@@ -169,7 +172,7 @@ reason = "NCCL hang"
     (workload,) = cfg.workloads
     assert workload.name == "mine" and workload.prompts == str(tmp_path / "prompts.jsonl")
     assert workload.concurrency == 4 and workload.max_new_tokens == 32
-    assert cfg.tolerances == {"output_tok_s": "5%", "accept_length": "2%"}
+    assert {m: str(t) for m, t in cfg.tolerances.items()} == {"output_tok_s": "5%", "accept_length": "2"}
     assert cfg.engine.draft_agreement == 0.5
     assert cfg.sglang.method_flags["ddtree"][-1] == "{budget}"
     assert tuple(cfg.sglang.method_flags["dflash"]) == ("--speculative-algorithm", "DFLASH")

@@ -17,7 +17,9 @@ from pytest_specdec.metrics import (
     check_no_errors,
     check_speculation,
     check_tokens,
+    chance_acceptance,
     combine_repeats,
+    poisson_tail,
     compare_accept_length,
     direction_of,
     measure,
@@ -229,11 +231,47 @@ def test_speculation_not_required_for_autoregressive(method):
 
 
 def test_never_accepted_drafts_fail_unless_allowed():
-    # 256 tokens from 255 verify steps + the prefill token: accept length 1.0039 rounds to 1.00
+    # 256 tokens from 255 verify steps + the prefill token: nothing accepted
     res = result(rec(0, tokens=256, verify=255), rec(1, tokens=256, verify=255))
-    with pytest.raises(MeasurementError, match=r"drafts were never accepted.*accept length 1\.00.*avg_accepted_drafts=0\.00"):
+    with pytest.raises(MeasurementError, match=r"no better than chance.*: 0 accepted in 510 verify steps "
+                                               r"\(0\.000 per step, accept length 1\.00\); drafts were never accepted"):
         check_speculation(res, "dflash")
     check_speculation(res, "dflash", min_accept_length=1.0)
+
+
+def noise_like(budget: int, per_step: float, steps: int = 500) -> WorkloadResult:
+    """A ddtree workload whose drafts were accepted `per_step` times a step on average."""
+    accepted = round(per_step * steps)
+    return result(rec(0, tokens=steps + accepted + 1, verify=steps, correct=accepted, proposed=steps * budget))
+
+
+@pytest.mark.parametrize("budget", [8, 16, 32, 64])
+def test_a_random_drafter_is_red_at_every_budget(budget):
+    """A random draft of B nodes over V tokens accepts at most B / V drafts a step: at that rate
+    (the noise drafter's, at best) the guard is red; it does not pass a fixed 1.05 either way."""
+    with pytest.raises(MeasurementError, match=rf"a random draft of {budget} nodes over a 259-token "
+                                               rf"vocabulary accepts up to {budget / 259:.3f} per step by chance"):
+        check_speculation(noise_like(budget, budget / 259), "ddtree", vocab_size=259)
+
+
+@pytest.mark.parametrize("budget", [8, 16, 32, 64])
+def test_a_drafter_that_beats_chance_is_green_at_every_budget(budget):
+    check_speculation(noise_like(budget, 2 * budget / 259 + 0.05), "ddtree", vocab_size=259)
+
+
+def test_an_unknown_vocabulary_only_needs_some_accepted_drafts():
+    check_speculation(noise_like(64, 0.01), "ddtree")  # 5 accepted: a large vocabulary's chance is ~0
+    with pytest.raises(MeasurementError, match="drafts were never accepted"):
+        check_speculation(noise_like(64, 0.0), "ddtree")
+
+
+def test_chance_and_poisson_tail():
+    assert chance_acceptance(64, 259) == pytest.approx(64 / 259)
+    assert chance_acceptance(None, 259) == chance_acceptance(16, None) == 0.0
+    assert poisson_tail(0, 3.0) == 1.0 and poisson_tail(1, 0.0) == 0.0
+    assert poisson_tail(1, 2.0) == pytest.approx(1 - math.exp(-2.0))
+    assert poisson_tail(3, 2.0) == pytest.approx(1 - math.exp(-2.0) * (1 + 2 + 2))
+    assert poisson_tail(5000, 10.0) == 0.0
 
 
 def test_zero_correct_drafts_fail_even_for_short_outputs():

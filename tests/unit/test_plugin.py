@@ -277,10 +277,11 @@ def test_each_option_is_settable_in_three_places(pytester: pytest.Pytester, wher
                "run_known_issues": "true", "startup_timeout": "12.5",
                "restart_on_crash": "3", "artifacts": "arts",
                "stall_timeout": "7.5", "keep_runs": "4", "cpu_matrix": "true",
-               "shard": "1/3", "tp": "1"}
+               "shard": "1/3", "tp": "1", "strict_noise": "true", "reference": "dflash",
+               "lossless": "prefix:16"}
     assert set(samples) == {o.name for o in OPTIONS}, "a new option needs a sample here"
     expected = {"gpus": 2, "startup_timeout": 12.5, "restart_on_crash": 3, "stall_timeout": 7.5,
-                "keep_runs": 4, "cpu_matrix": True, "tp": [1],
+                "keep_runs": 4, "cpu_matrix": True, "tp": [1], "strict_noise": True,
                 "save_baseline": True, "resume": True, "run_known_issues": True}
     args = []
     if where == "cli":
@@ -356,6 +357,8 @@ def test_ini_values_are_typed_and_a_bad_one_is_a_usage_error(pytester: pytest.Py
     (["--specdec-arch=pascal"], "*'pascal' is not a GPU architecture*sm_90*"),
     (["--specdec-server-url=localhost:30000"], "*'localhost:30000' is not an http(s) URL*"),
     (["--specdec-server-url=http://127.0.0.1:port"], "*is not an http(s) URL*"),
+    (["--specdec-lossless=nearly"], "*'nearly' is not a losslessness mode; use \"exact\", \"prefix:N\", \"off\"*"),
+    (["--specdec-reference=medusa"], "*--specdec-reference: 'medusa' is not one of ar, dflash, ddtree*"),
 ])
 def test_bad_flag_values_are_usage_errors(pytester: pytest.Pytester, args, message):
     pytester.makepyfile("def test_x(): pass")

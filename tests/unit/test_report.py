@@ -10,7 +10,8 @@ import pytest
 
 from report_support import row
 
-from pytest_specdec.baselines import BaselineEntry, compare_metric, parse_tolerances
+from pytest_specdec.baselines import BaselineEntry
+from pytest_specdec.gate import compare_metric, parse_tolerances
 from pytest_specdec.metrics import MetricValue
 from pytest_specdec.result import Result
 from pytest_specdec.report import (
@@ -64,7 +65,8 @@ def test_verdict_of():
     new = compare_metric("t", MetricValue("output_tok_s", 1.0, "higher"), None, None)
     assert verdict_of([new]) == "new"
     ungated_better = compare_metric("t", MetricValue("output_tok_s", 2.0, "higher"), BaselineEntry(1.0, "higher"), None)
-    assert verdict_of([ungated_better]) == "ok"
+    assert verdict_of([ungated_better]) == "not gated"
+    assert verdict_of([ungated_better, unchanged()]) == "ok"
 
 
 def test_row_from_result(rows):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from pytest_specdec.baselines import BaselineEntry, compare_metric, parse_tolerances
+from pytest_specdec.baselines import BaselineEntry
+from pytest_specdec.gate import compare_metric, parse_tolerances
 from pytest_specdec.configuration import MatrixCase
 from pytest_specdec.metrics import MetricValue
 from pytest_specdec.result import Result

@@ -259,6 +259,12 @@ def test_meta_info_key_read_is_written_by_sglang(srt, key):
     assert key in written, moved([key], written, "the meta_info SGLang's tokenizer manager builds")
 
 
+def test_responses_carry_text_and_output_ids(srt):
+    keys = dict_keys(srt("managers/tokenizer_manager.py"))
+    read = {api.RESPONSE_TEXT, api.RESPONSE_OUTPUT_IDS}
+    assert read <= keys, moved(read, keys, "the responses SGLang's tokenizer manager builds")
+
+
 def test_finish_reasons_carry_their_type(srt):
     tree = srt("managers/schedule_batch.py")
     reasons = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name.startswith("FINISH")]
@@ -296,7 +302,7 @@ def test_model_cards_state_the_context_length(srt):
 # -- endpoints -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("path", [api.GENERATE, api.HEALTH, api.HEALTH_GENERATE, api.SERVER_INFO,
-                                  api.SERVER_INFO_OLD, api.MODELS])
+                                  api.SERVER_INFO_OLD, api.MODELS, api.MODEL_INFO])
 def test_endpoint_is_served(srt, path):
     served = routes(srt("entrypoints/http_server.py"))
     assert path in served, moved([path], served, "SGLang's HTTP routes")

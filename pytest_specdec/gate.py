@@ -1,0 +1,453 @@
+"""The regression gate: which tolerance applies to each figure, and the verdict for each figure.
+
+Tolerances come from three places with the precedence of every option: the command line
+(`--specdec-compare-fail`), the ini file (`specdec_compare_fail`), then `[tool.specdec]`
+(`compare_fail = "..."` and the `[tool.specdec.tolerances]` table). A layer that names a figure
+wins over every lower layer; a `*` applies to the figures no layer names; `METRIC:off` turns a
+lower layer's gate off. Unknown figure names are usage errors, never a gate that cannot fire.
+
+Verdicts. A deterministic figure (acceptance under greedy decoding) must reproduce: any change
+beyond its tolerance is a regression or an improvement. A timing figure is decided from samples
+(the workload's requests), against the samples stored in the baseline: `regression` only when
+the run is worse than the baseline by more than the tolerance and a one-sided rank test
+(Mann-Whitney U against the baseline's samples moved by the tolerance) says so at `ALPHA`;
+worse than the tolerance but not clearly so is `noisy`, which fails the test only under
+`--specdec-strict-noise`. Figures calibrated for CPU contention (calibration.py) are compared
+calibrated, on both sides.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Protocol, Sequence
+
+from .errors import SpecdecUsageError
+from .metrics import METRIC_DIRECTIONS, Direction, MetricValue
+
+#: One-sided significance of a timing regression (and of an improvement).
+ALPHA = 0.01
+
+Verdict = str  # "new" | "unchanged" | "improvement" | "regression" | "noisy"
+
+EXAMPLE = "e.g. output_tok_s:5%,accept_length:2%,ttft_ms:10%"
+
+
+class Figure(Protocol):
+    """What the gate needs of a figure: a `MetricValue` now, a `BaselineEntry` then."""
+
+    value: float
+    direction: Direction
+    spread: float
+    deterministic: bool
+    distribution: tuple[float, ...]
+    calibrated: bool
+
+
+# --------------------------------------------------------------------------------------------
+# Tolerances
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How much worse than the baseline a figure may get: relative (`5%`) or absolute (`0.05`)."""
+
+    metric: str
+    amount: float
+    relative: bool
+
+    def allowed(self, baseline: float) -> float:
+        """The allowance in the figure's own unit."""
+        return abs(baseline) * self.amount if self.relative else self.amount
+
+    def __str__(self) -> str:
+        return f"{self.amount * 100:g}%" if self.relative else f"{self.amount:g}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"amount": self.amount, "relative": self.relative}
+
+    @classmethod
+    def from_json(cls, metric: str, obj: Mapping[str, Any] | None) -> Tolerance | None:
+        return None if obj is None else cls(metric, float(obj["amount"]), bool(obj["relative"]))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The gate in force for one figure, and where it was set (for the report header)."""
+
+    metric: str
+    tolerance: Tolerance | None  # None: not gated
+    origin: str
+
+    def describe(self) -> str:
+        if self.tolerance is None:
+            return f"{self.metric} not gated ({self.origin})"
+        sign = "-" if METRIC_DIRECTIONS.get(self.metric, "higher") == "higher" else "+"
+        return f"{self.metric} {sign}{self.tolerance} ({self.origin})"
+
+
+_METRIC_NAME = re.compile(r"^(\*|[A-Za-z_][A-Za-z0-9_.]*)$")
+_OFF = object()  # `METRIC:off`
+
+
+def _parse_amount(metric: str, amount: str, source: str) -> Tolerance | object:
+    if amount.lower() == "off":
+        return _OFF
+    relative = amount.endswith("%")
+    number = amount[:-1].strip() if relative else amount
+    try:
+        value = float(number)
+    except ValueError:
+        raise SpecdecUsageError(f"{source}: tolerance {amount!r} for {metric!r} is not a number or "
+                                f"percentage (like 5% or 0.05), or off") from None
+    if not math.isfinite(value) or value < 0:
+        raise SpecdecUsageError(f"{source}: tolerance {amount!r} for {metric!r} must be a finite "
+                                f"number >= 0")
+    return Tolerance(metric, value / 100.0 if relative else value, relative)
+
+
+def _check_name(metric: str, source: str) -> None:
+    if not _METRIC_NAME.match(metric):
+        raise SpecdecUsageError(f"{source}: {metric!r} is not a metric name; {EXAMPLE}")
+    if metric != "*" and metric not in METRIC_DIRECTIONS:
+        raise SpecdecUsageError(f"{source}: unknown metric {metric!r}; valid names: "
+                                f"{', '.join(sorted(METRIC_DIRECTIONS))} (or * for all)")
+
+
+def parse_tolerances(expr: str, *, source: str = "--specdec-compare-fail") -> dict[str, Any]:
+    """`output_tok_s:5%,accept_length:2%,ttft_ms:off` -> {metric: Tolerance or off}.
+
+    `METRIC:N%` is relative to the baseline, `METRIC:N` absolute in the figure's unit, `*:N%`
+    applies to every figure not named, `METRIC:off` gates nothing for it.
+    """
+    if not isinstance(expr, str) or not expr.strip():
+        raise SpecdecUsageError(f"{source}: empty tolerance expression; {EXAMPLE}")
+    out: dict[str, Any] = {}
+    for item in expr.split(","):
+        item = item.strip()
+        if not item:
+            raise SpecdecUsageError(f"{source}: empty item in {expr!r} (stray comma?); {EXAMPLE}")
+        metric, sep, amount = item.partition(":")
+        metric, amount = metric.strip(), amount.strip()
+        if not sep or not metric or not amount:
+            raise SpecdecUsageError(f"{source}: {item!r} is not METRIC:TOLERANCE; {EXAMPLE}")
+        _check_name(metric, source)
+        if metric in out:
+            raise SpecdecUsageError(f"{source}: metric {metric!r} is given twice in {expr!r}")
+        out[metric] = _parse_amount(metric, amount, source)
+    return out
+
+
+def parse_tolerance_table(table: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """`[tool.specdec.tolerances]`: `output_tok_s = "5%"`, `accept_length = 0`, `ttft_ms = "off"`."""
+    out: dict[str, Any] = {}
+    for metric, value in table.items():
+        _check_name(metric, source)
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise SpecdecUsageError(f"{source} {metric}: {value!r} is not a tolerance; write a "
+                                    f"percentage such as \"5%\", an absolute number, or \"off\"")
+        out[metric] = _parse_amount(metric, str(value).strip(), f"{source} {metric}")
+    return out
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """Every layer's tolerances, highest precedence first; `rule(metric)` resolves one figure."""
+
+    layers: tuple[tuple[str, Mapping[str, Any]], ...] = ()  # (origin, {metric: Tolerance|off})
+
+    def rule(self, metric: str) -> Rule:
+        for key in (metric, "*"):  # a layer naming the figure beats any layer's wildcard
+            for origin, table in self.layers:
+                if key in table:
+                    value = table[key]
+                    return Rule(metric, None if value is _OFF else value, origin)
+        return Rule(metric, None, "no tolerance set")
+
+    def get(self, metric: str) -> Tolerance | None:
+        return self.rule(metric).tolerance
+
+    @property
+    def any(self) -> bool:
+        return any(value is not _OFF for _, table in self.layers for value in table.values())
+
+    def rules(self) -> list[Rule]:
+        return [self.rule(metric) for metric in METRIC_DIRECTIONS]
+
+    def describe(self) -> str:
+        """One header line's worth: the gate in force for every built-in figure."""
+        gated = [r.describe() for r in self.rules() if r.tolerance is not None]
+        ungated = [r.metric for r in self.rules() if r.tolerance is None]
+        parts = gated + ([f"not gated: {', '.join(ungated)}"] if ungated else [])
+        return "; ".join(parts)
+
+
+def resolve_tolerances(cli: str | None, ini: str | None, file_expr: str | None,
+                       file_table: Mapping[str, Any] | None, file_name: str) -> Tolerances:
+    """The layers in precedence order; a figure named twice within the file is an error.
+
+    `file_table` is `[tool.specdec.tolerances]` as `parse_tolerance_table` returned it.
+    """
+    layers: list[tuple[str, Mapping[str, Any]]] = []
+    if cli:
+        layers.append(("command line", parse_tolerances(cli, source="--specdec-compare-fail")))
+    if ini:
+        layers.append(("ini", parse_tolerances(ini, source="ini specdec_compare_fail")))
+    file_layer: dict[str, Any] = {}
+    if file_expr:
+        file_layer.update(parse_tolerances(file_expr, source=f"{file_name} key 'compare_fail'"))
+    if file_table:
+        table = dict(file_table)
+        twice = sorted(set(table) & set(file_layer))
+        if twice:
+            raise SpecdecUsageError(
+                f"{file_name}: {', '.join(twice)} given both in compare_fail and in "
+                f"[tool.specdec.tolerances]; keep one")
+        file_layer.update(table)
+    if file_layer:
+        layers.append((file_name, file_layer))
+    return Tolerances(tuple(layers))
+
+
+# --------------------------------------------------------------------------------------------
+# Statistics
+
+
+def mann_whitney_p(worse: Sequence[float], better: Sequence[float]) -> float:
+    """One-sided p-value that `worse` is stochastically smaller than `better` (Mann-Whitney U).
+
+    Exact (the U distribution counted by recursion) up to 30 samples a side, the normal
+    approximation beyond; ties count one half. Small samples cannot reach small p-values
+    (3 against 3 never goes below 0.05): that is what makes a short run `noisy`, not red.
+    """
+    n, m = len(worse), len(better)
+    if n == 0 or m == 0:
+        return 1.0
+    u = sum(1.0 if x < y else 0.5 if x == y else 0.0 for x in worse for y in better)
+    if n <= 30 and m <= 30:
+        counts = _u_counts(n, m)
+        # P(U >= u) under H0 (U is symmetric); a tie's half is rounded down: conservative
+        return sum(counts[math.floor(u + 1e-9):]) / sum(counts)
+    mean = n * m / 2
+    sd = math.sqrt(n * m * (n + m + 1) / 12)
+    return 0.5 * math.erfc((u - 0.5 - mean) / sd / math.sqrt(2))
+
+
+@functools.lru_cache(maxsize=64)
+def _u_counts(n: int, m: int) -> list[int]:
+    """Number of orderings of n + m distinct values giving each U = 0..n*m."""
+    table = {(0, j): [1] for j in range(m + 1)}
+    for i in range(1, n + 1):
+        table[(i, 0)] = [1]
+        for j in range(1, m + 1):
+            a, b = table[(i - 1, j)], table[(i, j - 1)]
+            # the largest value is one of the i (it beats all j others: U gains j) or of the j
+            size = i * j + 1
+            out = [0] * size
+            for k, c in enumerate(a):
+                out[k + j] += c
+            for k, c in enumerate(b):
+                out[k] += c
+            table[(i, j)] = out
+    return table[(n, m)]
+
+
+def center(figure: Figure) -> float:
+    """The figure a verdict is about: a timing figure's median sample, else its value (an
+    accept length is a ratio of sums, not a median of per-request ratios)."""
+    if figure.deterministic or not figure.distribution:
+        return figure.value
+    return statistics.median(figure.distribution)
+
+
+# --------------------------------------------------------------------------------------------
+# Comparison
+
+
+def _fmt(x: float) -> str:
+    a = abs(x)
+    if a >= 100:
+        return f"{x:.1f}"
+    if a >= 1:
+        return f"{x:.2f}"
+    return f"{x:.3g}"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One figure of one test against its baseline: the verdict and how it was reached."""
+
+    test_id: str
+    metric: str
+    value: float  # this run's figure as compared (calibrated where `calibrated`)
+    direction: Direction
+    baseline: float | None
+    tolerance: Tolerance | None
+    verdict: Verdict
+    p_value: float | None = None  # the rank test's, for timing figures decided from samples
+    samples: tuple[int, int] = (1, 1)  # (this run's, the baseline's)
+    calibrated: bool = False
+
+    @property
+    def change(self) -> float | None:
+        """Relative change (value / baseline - 1); None without a non-zero baseline."""
+        if self.baseline is None or self.baseline == 0:
+            return None
+        return self.value / self.baseline - 1.0
+
+    @property
+    def gated(self) -> bool:
+        return self.tolerance is not None
+
+    @property
+    def failed(self) -> bool:
+        return self.gated and self.verdict == "regression"
+
+    @property
+    def noisy(self) -> bool:
+        return self.gated and self.verdict == "noisy"
+
+    @property
+    def noteworthy(self) -> bool:
+        """Worth a line in the summary's notes (a change, or one too noisy to call)."""
+        return self.verdict in ("regression", "improvement", "noisy")
+
+    def line(self) -> str:
+        """`output_tok_s 812.4 < baseline 901.0 -5% (-9.8%)`: value, baseline, the allowed
+        change in the bad (regression) or good (improvement) direction, the actual change;
+        then, for figures decided from samples, the evidence."""
+        if self.baseline is None:
+            return f"{self.metric} {_fmt(self.value)} (no baseline)"
+        op = "<" if self.value < self.baseline else ">" if self.value > self.baseline else "="
+        change = self.change
+        actual = "n/a" if change is None else f"{change * 100:+.1f}%"
+        evidence = self._evidence()
+        if self.tolerance is None and self.verdict in ("regression", "improvement", "noisy"):
+            return (f"{self.metric} {_fmt(self.value)} {op} baseline {_fmt(self.baseline)} "
+                    f"({actual}, not gated){evidence}")
+        tol = str(self.tolerance) if self.tolerance is not None else "0%"
+        worse_sign = "-" if self.direction == "higher" else "+"
+        better_sign = "+" if worse_sign == "-" else "-"
+        if self.verdict == "regression":
+            return f"{self.metric} {_fmt(self.value)} {op} baseline {_fmt(self.baseline)} " \
+                   f"{worse_sign}{tol} ({actual}){evidence}"
+        if self.verdict == "noisy":
+            return f"{self.metric} {_fmt(self.value)} {op} baseline {_fmt(self.baseline)} " \
+                   f"{worse_sign}{tol} ({actual}): too noisy to decide{evidence}"
+        if self.verdict == "improvement":
+            return f"{self.metric} {_fmt(self.value)} {op} baseline {_fmt(self.baseline)} " \
+                   f"{better_sign}{tol} ({actual}){evidence}"
+        if op == "=":
+            op = "=="
+        return f"{self.metric} {_fmt(self.value)} {op} baseline {_fmt(self.baseline)} ±{tol} ({actual})"
+
+    def _evidence(self) -> str:
+        if self.p_value is None:
+            return ""
+        n, m = self.samples
+        calibrated = ", per second the server had a CPU" if self.calibrated else ""
+        return f" [p={self.p_value:.2g}, {n} vs {m} samples{calibrated}]"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"metric": self.metric, "value": self.value, "direction": self.direction,
+                "baseline": self.baseline, "verdict": self.verdict, "p_value": self.p_value,
+                "samples": list(self.samples), "calibrated": self.calibrated,
+                "tolerance": None if self.tolerance is None else self.tolerance.to_json(),
+                "line": self.line()}  # for people reading the journal; derived, never read back
+
+    @classmethod
+    def from_json(cls, test_id: str, obj: Mapping[str, Any]) -> Comparison:
+        samples = obj.get("samples") or (1, 1)
+        return cls(test_id, obj["metric"], float(obj["value"]), obj["direction"],
+                   None if obj.get("baseline") is None else float(obj["baseline"]),
+                   Tolerance.from_json(obj["metric"], obj.get("tolerance")), obj["verdict"],
+                   None if obj.get("p_value") is None else float(obj["p_value"]),
+                   (int(samples[0]), int(samples[1])), bool(obj.get("calibrated", False)))
+
+
+def compare_metric(test_id: str, metric: MetricValue, baseline: Figure | None,
+                   tolerance: Tolerance | None) -> Comparison:
+    """The verdict for one figure (see the module docstring)."""
+    if baseline is None:
+        return Comparison(test_id, metric.name, center(metric), metric.direction, None,
+                          tolerance, "new", calibrated=metric.calibrated)
+    if baseline.direction != metric.direction:
+        raise SpecdecUsageError(
+            f"baseline for {test_id} {metric.name} says {baseline.direction!r} is better but the "
+            f"metric is {metric.direction!r}-is-better; re-create the baseline with "
+            f"--specdec-save-baseline")
+    now, then = center(metric), center(baseline)
+    calibrated = metric.calibrated and baseline.calibrated
+    if metric.calibrated != baseline.calibrated:  # one side only: compare as measured
+        now, then = metric.value, baseline.value
+    higher = metric.direction == "higher"
+    allowed = tolerance.allowed(then) if tolerance is not None else 0.0
+    worse = (then - now) if higher else (now - then)
+    eps = 1e-12 * max(1.0, abs(then))
+    base = dict(test_id=test_id, metric=metric.name, value=now, direction=metric.direction,
+                baseline=then, tolerance=tolerance, calibrated=calibrated)
+    if abs(worse) <= allowed + eps:
+        return Comparison(**base, verdict="unchanged")
+    direction = "regression" if worse > 0 else "improvement"
+    if metric.deterministic and baseline.deterministic:
+        return Comparison(**base, verdict=direction)
+    samples_now = metric.distribution if calibrated or not metric.calibrated else ()
+    samples_then = baseline.distribution if calibrated or not baseline.calibrated else ()
+    if len(samples_now) < 2 or len(samples_then) < 2:
+        return _by_spread(base, metric, baseline, worse, allowed, direction)
+    # Move the baseline's samples to the edge of the tolerance, on the side the run moved to:
+    # is this run clearly beyond that edge?
+    moved_down = (direction == "regression") == higher
+    edge = [v - (tolerance.allowed(v) if tolerance else 0.0) if moved_down
+            else v + (tolerance.allowed(v) if tolerance else 0.0) for v in samples_then]
+    p = mann_whitney_p(samples_now, edge) if moved_down else mann_whitney_p(edge, samples_now)
+    verdict = direction if p <= ALPHA else ("noisy" if direction == "regression" else "unchanged")
+    return Comparison(**base, verdict=verdict, p_value=p,
+                      samples=(len(samples_now), len(samples_then)))
+
+
+def _by_spread(base: dict, metric: Figure, baseline: Figure, worse: float, allowed: float,
+               direction: str) -> Comparison:
+    """Figures without samples (recorded one value at a time, or an older baseline): beyond the
+    tolerance by more than two combined standard errors is clear; within them is noisy."""
+    noise = 2.0 * math.hypot(metric.spread, baseline.spread)
+    if abs(worse) - allowed > noise:
+        return Comparison(**base, verdict=direction)
+    return Comparison(**base, verdict="noisy" if direction == "regression" else "unchanged")
+
+
+def compare_all(test_id: str, metrics: Iterable[MetricValue], baseline_of, tolerances: Tolerances
+                ) -> list[Comparison]:
+    """Every figure of a test; `baseline_of(test_id, metric)` gives the stored entry or None."""
+    return [compare_metric(test_id, m, baseline_of(test_id, m.name), tolerances.get(m.name))
+            for m in metrics]
+
+
+def verdict_of(comparisons: Iterable[Comparison]) -> str:
+    """A test's verdict: a gated regression wins; then a gated noisy figure, then a gated
+    improvement; all-new is "new"; compared but nothing gated is "not gated"; else "ok";
+    "" when nothing was compared."""
+    comparisons = list(comparisons)
+    if not comparisons:
+        return ""
+    if any(c.failed for c in comparisons):
+        return "regression"
+    if any(c.noisy for c in comparisons):
+        return "noisy"
+    if any(c.verdict == "improvement" and c.gated for c in comparisons):
+        return "improved"
+    if all(c.verdict == "new" for c in comparisons):
+        return "new"
+    if not any(c.gated for c in comparisons):
+        return "not gated"
+    return "ok"
+
+
+def failure_message(comparisons: Iterable[Comparison], strict_noise: bool = False) -> str | None:
+    """The failure text for a test (one line per gated regression, and per noisy figure under
+    --specdec-strict-noise), or None when it passes."""
+    lines = [c.line() for c in comparisons if c.failed or (strict_noise and c.noisy)]
+    return "\n".join(lines) if lines else None

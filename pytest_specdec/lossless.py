@@ -1,0 +1,134 @@
+"""The losslessness guard: greedy speculative decoding must reproduce the target's own output.
+
+A verify step that keeps one draft token the target would not have chosen still produces
+plausible text and a fine acceptance length; only a comparison with the target's own greedy
+output shows it. The reference configuration (a matrix method, `ar` by default) runs the same
+prompts; every speculative configuration's outputs are compared with it token by token, through
+the HTTP API alone (SGLang's `output_ids`, the text where a server streams only deltas).
+
+Configurations run in some order, and under xdist on different workers, so outputs travel in
+each test's `Result` through the shared journal: a speculative configuration measured after its
+reference is checked at once; one measured before is checked when the reference arrives, and
+that test fails naming it. `compare` works for any pair of configurations (e.g. a hybrid
+model's speculative preset against its own autoregressive one).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+MODES = ('"exact"', '"prefix:N"', '"off"')
+CONTEXT_TOKENS = 6  # tokens of each continuation a failure message shows
+
+
+@dataclass(frozen=True)
+class Exactness:
+    """How much of each output must match: all of it, its first `prefix` tokens, or nothing."""
+
+    mode: str  # "exact" | "prefix" | "off"
+    prefix: int | None = None
+
+    def __str__(self) -> str:
+        return f"prefix:{self.prefix}" if self.mode == "prefix" else self.mode
+
+    @property
+    def on(self) -> bool:
+        return self.mode != "off"
+
+
+def parse_exactness(text: str) -> Exactness:
+    """`exact`, `prefix:N` (N >= 1) or `off`; a ValueError names the accepted forms."""
+    value = text.strip().lower()
+    if value in ("exact", "off"):
+        return Exactness(value)
+    match = re.fullmatch(r"prefix:(\d+)", value)
+    if match and int(match.group(1)) >= 1:
+        return Exactness("prefix", int(match.group(1)))
+    raise ValueError(f"{text!r} is not a losslessness mode; use {', '.join(MODES)}")
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """What a configuration generated for each prompt of a workload, in prompt order.
+
+    `tokens[i]` is None where the server did not send prompt i's token ids (then its text is
+    compared, character by character).
+    """
+
+    tokens: tuple[tuple[int, ...] | None, ...]
+    texts: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tokens": [None if t is None else list(t) for t in self.tokens],
+                "texts": list(self.texts)}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any] | None) -> Outputs | None:
+        if not obj:
+            return None
+        return cls(tuple(None if t is None else tuple(int(i) for i in t) for t in obj["tokens"]),
+                   tuple(str(s) for s in obj["texts"]))
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first place a configuration's output leaves the reference's."""
+
+    config: str
+    reference: str
+    prompt: int
+    position: int
+    unit: str  # "token" or "character"
+    expected: Sequence[Any]  # the reference's continuation from there
+    got: Sequence[Any]  # the configuration's
+    prompts_differing: int
+    prompts: int
+
+    def message(self) -> str:
+        """`ddtree-tp1-b8 is not lossless: prompt 3 differs from ar-tp1 at token 17 ...`."""
+        more = "" if self.prompts_differing == 1 else \
+            f" ({self.prompts_differing} of {self.prompts} prompts differ)"
+        return (f"{self.config} is not lossless: prompt {self.prompt} differs from "
+                f"{self.reference} at {self.unit} {self.position}{more}; {self.reference} continues "
+                f"{_show(self.expected, self.unit)}, {self.config} continues "
+                f"{_show(self.got, self.unit)}")
+
+
+def _show(items: Sequence[Any], unit: str) -> str:
+    head = list(items[:CONTEXT_TOKENS])
+    text = "".join(head) if unit == "character" else ", ".join(str(i) for i in head)
+    tail = ", ..." if len(items) > CONTEXT_TOKENS and unit != "character" else \
+        "..." if len(items) > CONTEXT_TOKENS else ""
+    return f"{text!r}{tail}" if unit == "character" else f"[{text}{tail}]"
+
+
+def compare(config: str, outputs: Outputs, reference: str, expected: Outputs,
+            exactness: Exactness) -> Divergence | None:
+    """The first divergence of `outputs` from the reference's `expected`, or None.
+
+    Prompts are matched by index; a length difference within the compared span counts as a
+    divergence at the shorter output's end.
+    """
+    if not exactness.on:
+        return None
+    found: list[tuple[int, int, str, Sequence[Any], Sequence[Any]]] = []
+    for index, (want_ids, got_ids, want_text, got_text) in enumerate(
+            zip(expected.tokens, outputs.tokens, expected.texts, outputs.texts)):
+        if want_ids is not None and got_ids is not None:
+            want, got, unit = list(want_ids), list(got_ids), "token"
+        else:
+            want, got, unit = list(want_text), list(got_text), "character"
+        if exactness.mode == "prefix":
+            want, got = want[:exactness.prefix], got[:exactness.prefix]
+        position = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b),
+                        None if len(want) == len(got) else min(len(want), len(got)))
+        if position is not None:
+            found.append((index, position, unit, want[position:], got[position:]))
+    if not found:
+        return None
+    index, position, unit, want, got = found[0]
+    return Divergence(config, reference, index, position, unit, want, got, len(found),
+                      min(len(expected.texts), len(outputs.texts)))

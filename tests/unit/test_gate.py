@@ -1,0 +1,262 @@
+"""gate: tolerance layers and precedence, the rank test, verdicts (exact, statistical, noisy)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from pytest_specdec.baselines import BaselineEntry, Baselines
+from pytest_specdec.errors import SpecdecUsageError
+from pytest_specdec.gate import (
+    Tolerance,
+    compare_all,
+    compare_metric,
+    failure_message,
+    mann_whitney_p,
+    parse_tolerance_table,
+    parse_tolerances,
+    resolve_tolerances,
+    verdict_of,
+)
+from pytest_specdec.metrics import MetricValue
+
+TID = "test_generation[ddtree-tp1-b16-chat]"
+
+
+def mv(name="output_tok_s", value=100.0, direction="higher", spread=0.0, deterministic=False,
+       distribution=(), calibrated=False):
+    return MetricValue(name, value, direction, spread, 16, deterministic, tuple(distribution), calibrated)
+
+
+def entry(value=100.0, direction="higher", spread=0.0, deterministic=False, distribution=(),
+          calibrated=False):
+    return BaselineEntry(value=value, direction=direction, spread=spread, samples=16,
+                         deterministic=deterministic, distribution=tuple(distribution),
+                         calibrated=calibrated)
+
+
+def around(center, spread=0.02, n=8, seed=0):
+    rng = random.Random(seed)
+    return [center * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
+
+
+# ------------------------------------------------------------------ tolerances
+
+
+def test_parse_tolerances_relative_absolute_wildcard_and_off():
+    t = parse_tolerances(" output_tok_s:5% , accept_length:0.05,ttft_ms:10%,*:20%,tpot_ms:off")
+    assert t["output_tok_s"] == Tolerance("output_tok_s", pytest.approx(0.05), True)
+    assert t["accept_length"] == Tolerance("accept_length", 0.05, False)
+    assert t["ttft_ms"].allowed(200.0) == pytest.approx(20.0)
+    assert str(t["output_tok_s"]) == "5%" and str(t["accept_length"]) == "0.05"
+    assert set(t) == {"output_tok_s", "accept_length", "ttft_ms", "*", "tpot_ms"}
+
+
+@pytest.mark.parametrize(
+    "expr, match",
+    [
+        ("", "empty tolerance expression"),
+        ("output_tok_s", "is not METRIC:TOLERANCE"),
+        (":5%", "is not METRIC:TOLERANCE"),
+        ("output_tok_s:5%,", "stray comma"),
+        ("output_tok_s:five%", "is not a number or percentage"),
+        ("output_tok_s:-5%", "must be a finite number >= 0"),
+        ("output_tok_s:nan", "must be a finite number >= 0"),
+        ("output_tok_s:5%,output_tok_s:3%", "given twice"),
+        ("tok/s:5%", "is not a metric name"),
+        ("tok_s:5%", "unknown metric 'tok_s'; valid names: accept_length, accept_rate, e2e_ms, "
+                     "output_tok_s, tpot_ms, ttft_ms, verify_us"),
+    ],
+)
+def test_bad_tolerance_expressions_are_usage_errors(expr, match):
+    with pytest.raises(SpecdecUsageError, match=match) as info:
+        parse_tolerances(expr)
+    assert str(info.value).startswith("--specdec-compare-fail:")
+
+
+def test_the_tolerances_table_is_checked_the_same_way():
+    table = parse_tolerance_table({"output_tok_s": "15%", "accept_length": 0, "ttft_ms": "off"}, "f")
+    assert table["accept_length"] == Tolerance("accept_length", 0.0, False)
+    with pytest.raises(SpecdecUsageError, match=r"^f: unknown metric 'tok_s'; valid names: accept_length"):
+        parse_tolerance_table({"tok_s": "5%"}, "f")
+    with pytest.raises(SpecdecUsageError, match="f output_tok_s: True is not a tolerance"):
+        parse_tolerance_table({"output_tok_s": True}, "f")
+
+
+def test_precedence_command_line_then_ini_then_file_per_figure():
+    file_table = parse_tolerance_table({"output_tok_s": "20%", "tpot_ms": "30%", "accept_length": 0}, "f")
+    tol = resolve_tolerances("output_tok_s:5%,ttft_ms:off", "tpot_ms:25%", "*:50%", file_table,
+                             "pyproject.toml")
+    out = tol.rule("output_tok_s")
+    assert (str(out.tolerance), out.origin) == ("5%", "command line")
+    assert (str(tol.get("tpot_ms")), tol.rule("tpot_ms").origin) == ("25%", "ini")
+    assert (str(tol.get("accept_length")), tol.rule("accept_length").origin) == ("0", "pyproject.toml")
+    assert tol.get("ttft_ms") is None and tol.rule("ttft_ms").origin == "command line"  # off beats the file's *
+    assert str(tol.get("accept_rate")) == "50%"  # only the file's wildcard names it
+    assert "output_tok_s -5% (command line)" in tol.describe()
+    assert "tpot_ms +25% (ini)" in tol.describe()
+    assert tol.describe().endswith("not gated: ttft_ms") and tol.any
+
+
+def test_nothing_set_gates_nothing_and_says_so():
+    tol = resolve_tolerances(None, "", None, {}, "pyproject.toml")
+    assert not tol.any and tol.get("output_tok_s") is None
+    assert tol.describe().startswith("not gated: output_tok_s")
+
+
+def test_a_figure_twice_in_the_file_is_an_error():
+    with pytest.raises(SpecdecUsageError, match="output_tok_s given both in compare_fail and in"):
+        resolve_tolerances(None, None, "output_tok_s:5%", {"output_tok_s": Tolerance("output_tok_s", 0.1, True)},
+                           "pyproject.toml")
+
+
+# ------------------------------------------------------------------ the rank test
+
+
+def brute_force_p(worse, better):
+    """P(U >= u) by enumerating every split of the pooled values (no ties)."""
+    pooled, n = worse + better, len(worse)
+    u = sum(x < y for x in worse for y in better)
+    splits = list(itertools.combinations(range(len(pooled)), n))
+    hits = sum(sum(pooled[i] < pooled[j] for i in s for j in range(len(pooled)) if j not in s) >= u
+               for s in splits)
+    return hits / len(splits)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_mann_whitney_matches_enumeration(seed):
+    rng = random.Random(seed)
+    worse, better = [rng.random() for _ in range(5)], [rng.random() + 0.3 for _ in range(4)]
+    assert mann_whitney_p(worse, better) == pytest.approx(brute_force_p(worse, better))
+
+
+def test_mann_whitney_extremes():
+    assert mann_whitney_p([1, 2, 3], [4, 5, 6]) == pytest.approx(1 / 20)  # 3 vs 3 cannot go lower
+    assert mann_whitney_p(list(range(8)), list(range(10, 18))) == pytest.approx(1 / 12870)
+    assert mann_whitney_p([4, 5, 6], [1, 2, 3]) == 1.0
+    assert 0 < mann_whitney_p(list(range(40)), list(range(20, 60))) < 0.01  # normal approximation
+
+
+# ------------------------------------------------------------------ exact figures
+
+TOL = parse_tolerances("output_tok_s:5%,accept_length:2%,ttft_ms:10%")
+
+
+def test_regression_line_matches_the_documented_format():
+    c = compare_metric(TID, mv(value=812.4), entry(901.0), TOL["output_tok_s"])
+    assert c.verdict == "regression" and c.failed
+    assert c.line() == "output_tok_s 812.4 < baseline 901.0 -5% (-9.8%)"
+
+
+def test_deterministic_figures_gate_exactly_whatever_their_samples():
+    c = compare_metric(TID, mv("accept_length", 3.10, spread=1.0, deterministic=True, distribution=[2, 4, 3]),
+                       entry(3.21, spread=1.0, deterministic=True, distribution=[2, 4, 3]), TOL["accept_length"])
+    assert c.failed and c.p_value is None
+    assert c.line() == "accept_length 3.10 < baseline 3.21 -2% (-3.4%)"
+
+
+def test_lower_is_better_and_improvements():
+    slow = compare_metric(TID, mv("ttft_ms", 120.0, "lower"), entry(100.0, "lower"), TOL["ttft_ms"])
+    assert slow.failed and slow.line() == "ttft_ms 120.0 > baseline 100.0 +10% (+20.0%)"
+    fast = compare_metric(TID, mv("ttft_ms", 80.0, "lower"), entry(100.0, "lower"), TOL["ttft_ms"])
+    assert fast.verdict == "improvement" and fast.line() == "ttft_ms 80.00 < baseline 100.0 -10% (-20.0%)"
+
+
+def test_within_tolerance_unchanged_and_new():
+    assert compare_metric(TID, mv(value=870.0), entry(901.0), TOL["output_tok_s"]).line() == \
+        "output_tok_s 870.0 < baseline 901.0 ±5% (-3.4%)"
+    new = compare_metric(TID, mv(value=812.4), None, TOL["output_tok_s"])
+    assert new.verdict == "new" and new.line() == "output_tok_s 812.4 (no baseline)"
+
+
+def test_direction_mismatch_is_a_usage_error():
+    with pytest.raises(SpecdecUsageError, match="re-create the baseline"):
+        compare_metric(TID, mv(value=1.0), entry(1.0, "lower"), None)
+
+
+# ------------------------------------------------------------------ timing figures from samples
+
+
+def test_a_clear_regression_from_samples_is_red_with_its_evidence():
+    now = mv(value=600.0, distribution=around(600.0), calibrated=True)
+    then = entry(900.0, distribution=around(900.0, seed=1), calibrated=True)
+    c = compare_metric(TID, now, then, parse_tolerances("output_tok_s:15%")["output_tok_s"])
+    assert c.verdict == "regression" and c.failed and c.p_value < 0.001
+    assert c.line().startswith("output_tok_s 599.2 < baseline 902.6 -15% (-33.6%) [p=7.8e-05")
+    assert "-15% (-33." in c.line() and "8 vs 8 samples, per second the server had a CPU]" in c.line()
+
+
+def test_beyond_tolerance_but_not_clearly_is_noisy_not_red():
+    now = mv(value=800.0, distribution=[500, 1100, 700, 900, 650, 1000, 600, 950])
+    then = entry(900.0, distribution=around(900.0))
+    c = compare_metric(TID, now, then, parse_tolerances("output_tok_s:5%")["output_tok_s"])
+    assert c.verdict == "noisy" and not c.failed and c.noisy
+    assert "too noisy to decide [p=" in c.line()
+    assert failure_message([c]) is None
+    assert failure_message([c], strict_noise=True) == c.line()
+
+
+def test_three_samples_a_side_are_never_enough_to_call_it():
+    c = compare_metric(TID, mv(value=10.0, distribution=[10, 10.1, 9.9]),
+                       entry(100.0, distribution=[100, 101, 99]), parse_tolerances("output_tok_s:5%")["output_tok_s"])
+    assert c.verdict == "noisy" and c.p_value == pytest.approx(0.05)
+
+
+def test_an_unchanged_run_with_drift_inside_the_tolerance_passes():
+    now = mv(value=850.0, distribution=around(850.0))
+    c = compare_metric(TID, now, entry(900.0, distribution=around(900.0, seed=3)),
+                       parse_tolerances("output_tok_s:10%")["output_tok_s"])
+    assert c.verdict == "unchanged"
+
+
+def test_improvements_must_be_clear_too():
+    clear = compare_metric(TID, mv("tpot_ms", 1.0, "lower", distribution=around(1.0)),
+                           entry(2.0, "lower", distribution=around(2.0, seed=2)), TOL["ttft_ms"])
+    assert clear.verdict == "improvement"
+    vague = compare_metric(TID, mv("tpot_ms", 1.0, "lower", distribution=[0.5, 3.0, 0.7, 2.5, 0.9, 2.2]),
+                           entry(2.0, "lower", distribution=around(2.0)), TOL["ttft_ms"])
+    assert vague.verdict == "unchanged"
+
+
+def test_calibrated_against_uncalibrated_compares_values_by_spread():
+    c = compare_metric(TID, mv(value=600.0, distribution=around(1800.0), calibrated=True),
+                       entry(900.0, spread=5.0, distribution=around(900.0)), TOL["output_tok_s"])
+    assert c.value == 600.0 and c.baseline == 900.0 and c.verdict == "regression" and not c.calibrated
+
+
+def test_values_without_samples_use_their_spreads():
+    noisy = compare_metric(TID, mv(value=812.4, spread=40.0), entry(901.0, spread=30.0), TOL["output_tok_s"])
+    assert noisy.verdict == "noisy"
+    quiet = compare_metric(TID, mv(value=812.4, spread=4.0), entry(901.0, spread=3.0), TOL["output_tok_s"])
+    assert quiet.failed
+
+
+def test_ungated_figures_never_fail_and_comparisons_round_trip():
+    ungated = compare_metric(TID, mv("accept_rate", 0.40), entry(0.50), None)
+    assert ungated.verdict == "regression" and not ungated.failed
+    assert ungated.line() == "accept_rate 0.4 < baseline 0.5 (-20.0%, not gated)"
+    from pytest_specdec.gate import Comparison
+
+    timed = compare_metric(TID, mv(value=600.0, distribution=around(600.0), calibrated=True),
+                           entry(900.0, distribution=around(900.0), calibrated=True), TOL["output_tok_s"])
+    assert Comparison.from_json(TID, timed.to_json()) == timed
+
+
+def test_compare_all_verdicts_and_failure_message():
+    b = Baselines("cpu", {TID: {"output_tok_s": entry(901.0), "accept_length": entry(3.21),
+                                "ttft_ms": entry(100.0, "lower")}})
+    tol = resolve_tolerances("output_tok_s:5%,accept_length:2%,ttft_ms:10%", None, None, {}, "f")
+    comps = compare_all(TID, [mv(value=812.4), mv("accept_length", 3.30), mv("ttft_ms", 101.0, "lower"),
+                              mv("tpot_ms", 5.0, "lower")], b.get, tol)
+    assert [c.verdict for c in comps] == ["regression", "improvement", "unchanged", "new"]
+    assert failure_message(comps) == "output_tok_s 812.4 < baseline 901.0 -5% (-9.8%)"
+    assert verdict_of(comps) == "regression" and verdict_of(comps[1:]) == "improved"
+
+
+def test_a_test_compared_but_never_gated_says_so():
+    b = Baselines("cpu", {TID: {"output_tok_s": entry(901.0)}})
+    comps = compare_all(TID, [mv(value=10.0)], b.get, resolve_tolerances(None, None, None, {}, "f"))
+    assert verdict_of(comps) == "not gated"
+    assert verdict_of([]) == ""

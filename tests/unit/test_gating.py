@@ -1,0 +1,109 @@
+"""The gate as users meet it: unknown figures refused, tolerances from every layer applied, the
+gate in force in the header, noisy verdicts, and tests compared but not gated said so.
+
+These tests record figures by hand (`specdec_record.metric`), so no server starts; the engine's
+own figures are covered in test_bench_flow.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+RECORDING_TEST = """
+import os
+
+def test_figures(specdec_record):
+    value = float(os.environ.get("TOK_S", "100"))
+    spread = float(os.environ.get("SPREAD", "0"))
+    specdec_record.metric("output_tok_s", value, spread=spread)
+    specdec_record.metric("tpot_ms", float(os.environ.get("TPOT_MS", "2.0")))
+"""
+
+
+def save_then_run(pytester: pytest.Pytester, monkeypatch, *args: str, tok_s: float = 100.0,
+                  spread: float = 0.0, tpot_ms: float = 2.0) -> pytest.RunResult:
+    """Save a baseline of 100 tok/s and 2 ms/token, then run with the figures given."""
+    pytester.makepyfile(test_figures=RECORDING_TEST)
+    monkeypatch.setenv("SPREAD", str(spread))
+    pytester.runpytest("-p", "no:cacheprovider", "--specdec-save-baseline").assert_outcomes(passed=1)
+    monkeypatch.setenv("TOK_S", str(tok_s))
+    monkeypatch.setenv("TPOT_MS", str(tpot_ms))
+    return pytester.runpytest("-p", "no:cacheprovider", "-rA", *args)
+
+
+@pytest.mark.parametrize("where", ["cli", "table"])
+def test_an_unknown_figure_is_a_usage_error_listing_the_valid_names(pytester, where):
+    pytester.makepyfile("def test_x(): pass")
+    if where == "cli":
+        result = pytester.runpytest("--specdec-compare-fail", "tok_s:5%")
+        prefix = "--specdec-compare-fail"
+    else:
+        pytester.makepyprojecttoml('[tool.specdec.tolerances]\ntok_s = "5%"\n')
+        result = pytester.runpytest()
+        prefix = "pyproject.toml [[]tool.specdec.tolerances[]]"
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: pytest-specdec: {prefix}*unknown metric 'tok_s'; valid names: "
+                                 "accept_length, accept_rate, e2e_ms, output_tok_s, tpot_ms, ttft_ms, "
+                                 "verify_us (or * for all)"])
+
+
+def test_the_tolerances_table_gates_without_any_option(pytester, monkeypatch):
+    pytester.makepyprojecttoml('[tool.specdec.tolerances]\noutput_tok_s = "10%"\n')
+    result = save_then_run(pytester, monkeypatch, tok_s=2.0)  # -98 %
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*regression against cpu.json:", "*output_tok_s 2.00 < baseline 100.0 -10% (-98.0%)"])
+
+
+def test_the_command_line_beats_the_table_per_figure(pytester, monkeypatch):
+    pytester.makepyprojecttoml('[tool.specdec.tolerances]\noutput_tok_s = "10%"\ntpot_ms = "10%"\n')
+    result = save_then_run(pytester, monkeypatch, "--specdec-compare-fail", "output_tok_s:off",
+                           tok_s=2.0, tpot_ms=3.0)
+    result.assert_outcomes(failed=1)  # tpot_ms still gated by the table; output_tok_s turned off
+    out = result.stdout.str()
+    assert "tpot_ms 3.00 > baseline 2.00 +10% (+50.0%)" in out
+    assert "output_tok_s 2.00 < baseline 100.0 (-98.0%, not gated)" in out
+
+
+def test_the_header_prints_the_gate_in_force_for_each_figure(pytester):
+    pytester.makepyprojecttoml('[tool.pytest.ini_options]\nspecdec_compare_fail = "tpot_ms:20%"\n'
+                               '[tool.specdec.tolerances]\noutput_tok_s = "10%"\naccept_length = 0\n')
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--specdec-compare-fail", "ttft_ms:30%")
+    result.stdout.fnmatch_lines([
+        "specdec: gate output_tok_s -10% (pyproject.toml [[]tool.specdec[]]); accept_length -0 "
+        "(pyproject.toml [[]tool.specdec[]]); ttft_ms +30% (command line); tpot_ms +20% (ini); "
+        "not gated: accept_rate, e2e_ms, verify_us; timing figures per second the server had a CPU; "
+        "noisy passes"])
+
+
+def test_compared_but_not_gated_is_said_in_the_summary(pytester, monkeypatch):
+    result = save_then_run(pytester, monkeypatch, tok_s=2.0)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "test_figures*not gated",
+        "specdec: 1 test(s) compared with cpu.json but not gated: no tolerance applies to any of their "
+        "figures (set --specdec-compare-fail or [[]tool.specdec.tolerances[]])"])
+
+
+def test_a_noisy_figure_passes_unless_strict_noise(pytester, monkeypatch):
+    # -20 % against a 5 % tolerance, but both runs' spreads (20) hide it: 2 * hypot(20, 20) = 57
+    result = save_then_run(pytester, monkeypatch, "--specdec-compare-fail", "output_tok_s:5%",
+                           "--junitxml=out.xml", tok_s=80.0, spread=20.0)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["test_figures*noisy", "*output_tok_s 80.00 < baseline 100.0 -5% (-20.0%): "
+                                 "too noisy to decide"])
+    assert 'name="specdec.output_tok_s.verdict" value="noisy"' in (pytester.path / "out.xml").read_text()
+    strict = pytester.runpytest("-p", "no:cacheprovider", "--specdec-compare-fail", "output_tok_s:5%",
+                                "--specdec-strict-noise")
+    strict.assert_outcomes(failed=1)
+    strict.stdout.fnmatch_lines(["*output_tok_s 80.00 < baseline 100.0 -5% (-20.0%): too noisy to decide"])
+
+
+def test_the_journal_and_the_baseline_keep_the_figures_samples(pytester, monkeypatch):
+    save_then_run(pytester, monkeypatch, tok_s=100.0)
+    doc = json.loads((pytester.path / "baselines" / "cpu.json").read_text())
+    assert doc["version"] == 2
+    entry = doc["entries"]["test_figures"]["output_tok_s"]
+    assert set(entry) >= {"value", "distribution", "calibrated"}

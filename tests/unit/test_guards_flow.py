@@ -1,0 +1,66 @@
+"""The speculation and losslessness guards end to end, against the embedded engine's faults.
+
+Projects as in test_bench_flow.py (a matrix, one small workload, the shipped test_generation),
+run in a subprocess so that servers, journal and verdicts are all real.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from test_bench_flow import engine_processes, no_leftover_engines, project, run  # noqa: F401
+
+pytest.importorskip("torch")
+
+
+def test_a_noise_drafter_is_red_at_every_ddtree_budget(pytester, no_leftover_engines):
+    """draft_agreement = 0: every draft is noise. Its accept length (1.0-1.2 here) passed a
+    fixed 1.05; against what a random draft reaches at each budget it is red everywhere."""
+    project(pytester, methods=("ddtree",), budgets=(8, 16, 32, 64), agreement=0.0, prompts=4,
+            max_new_tokens=48)
+    result = run(pytester)
+    result.assert_outcomes(failed=4)
+    for budget in (8, 16, 32, 64):
+        result.stdout.re_match_lines([
+            rf".*ddtree-tp1-b{budget}.*the drafts do no better than chance.*",
+        ])
+    result.stdout.fnmatch_lines(["*a random draft of 64 nodes over a 259-token vocabulary accepts up to 0.247 "
+                                 "per step by chance*"])
+
+
+def test_the_default_drafter_stays_green_at_the_smallest_and_largest_budget(pytester, no_leftover_engines):
+    project(pytester, methods=("ddtree",), budgets=(8, 64), prompts=4, max_new_tokens=48)
+    run(pytester).assert_outcomes(passed=2)
+
+
+@pytest.mark.parametrize("order", [("ar", "ddtree"), ("ddtree", "ar")])
+def test_a_lossy_engine_is_caught_whichever_runs_first(pytester, no_leftover_engines, order):
+    """--fault-lossy 0.3 accepts wrong drafts; ar, which drafts nothing, stays the reference.
+    Measured after the reference, ddtree's own test fails; measured before it, the reference's
+    test fails when it arrives, naming ddtree."""
+    project(pytester, methods=order, budgets=(8,), engine_args=("--fault-lossy", "0.3"))
+    result = run(pytester)
+    result.assert_outcomes(passed=1, failed=1)
+    failing = "ddtree-tp1-b8" if order[0] == "ar" else "ar-tp1"
+    result.stdout.fnmatch_lines([
+        f"*_ test_generation[[]{failing}-chat[]] _*",
+        "ddtree-tp1-b8 is not lossless: prompt * differs from ar-tp1 at token *; "
+        "ar-tp1 continues [[]*[]], ddtree-tp1-b8 continues [[]*[]]",
+        f"FAILED *test_generation[[]{failing}-chat[]]*",
+    ])
+
+
+def test_the_guard_works_across_xdist_workers(pytester, no_leftover_engines):
+    pytest.importorskip("xdist")
+    project(pytester, methods=("ar", "dflash"), budgets=(8,), engine_args=("--fault-lossy", "0.3"))
+    result = run(pytester, "-n", "2", "--dist", "loadgroup")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["dflash-tp1 is not lossless: prompt * differs from ar-tp1 at token *"])
+
+
+def test_lossless_off_and_a_healthy_engine_pass(pytester, no_leftover_engines):
+    project(pytester, methods=("ar", "ddtree"), budgets=(8,), engine_args=("--fault-lossy", "0.3"),
+            extra='lossless = "off"')
+    result = run(pytester)
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["specdec: lossless off"])
