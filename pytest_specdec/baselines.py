@@ -99,7 +99,7 @@ class BaselineEntry:
     commit: str | None = None
     fingerprint: str | None = None  # digest of what was measured (fingerprint.py); None: unknown
     distribution: tuple[float, ...] = ()  # the samples of a timing figure (gate.py decides on them)
-    calibrated: bool = False  # those samples are per second the server had a CPU
+    cpu_share: float | None = None  # calibrated samples: their runs' CPU share (a running mean)
     runs: int = 1  # how many saves the distribution pools (at most POOLED_RUNS)
 
     def pooled_with(self, newer: BaselineEntry) -> BaselineEntry:
@@ -114,7 +114,14 @@ class BaselineEntry:
             return newer
         runs = min(self.runs, POOLED_RUNS - 1)
         older = self.distribution[-runs * len(newer.distribution):]
-        return replace(newer, distribution=older + newer.distribution, runs=runs + 1)
+        share = None if newer.cpu_share is None else \
+            (self.cpu_share * runs + newer.cpu_share) / (runs + 1)
+        return replace(newer, distribution=older + newer.distribution, runs=runs + 1,
+                       cpu_share=share)
+
+    @property
+    def calibrated(self) -> bool:
+        return self.cpu_share is not None
 
     @classmethod
     def from_metric(cls, metric: MetricValue, *, date: str | None = None,
@@ -125,7 +132,7 @@ class BaselineEntry:
             samples=int(metric.samples), deterministic=metric.deterministic, date=date or _now(),
             versions=tuple(sorted((versions or {}).items())), commit=commit,
             fingerprint=fingerprint,
-            distribution=tuple(metric.distribution), calibrated=metric.calibrated,
+            distribution=tuple(metric.distribution), cpu_share=metric.cpu_share,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -134,7 +141,7 @@ class BaselineEntry:
             "samples": self.samples, "deterministic": self.deterministic, "date": self.date,
             "versions": dict(self.versions), "commit": self.commit,
             **({"fingerprint": self.fingerprint} if self.fingerprint is not None else {}),
-            "distribution": list(self.distribution), "calibrated": self.calibrated,
+            "distribution": list(self.distribution), "cpu_share": self.cpu_share,
             "runs": self.runs,
         }
 
@@ -174,7 +181,7 @@ class BaselineEntry:
             commit=None if commit is None else str(commit),
             fingerprint=None if obj.get("fingerprint") is None else str(obj["fingerprint"]),
             distribution=tuple(float(v) for v in distribution),
-            calibrated=bool(obj.get("calibrated", False)),
+            cpu_share=number("cpu_share") if obj.get("cpu_share") is not None else None,
             runs=max(1, int(obj.get("runs", 1))) if isinstance(obj.get("runs", 1), int) else 1,
         )
 

@@ -30,6 +30,10 @@ from .metrics import METRIC_DIRECTIONS, Direction, MetricValue
 
 #: One-sided significance of a timing regression (and of an improvement).
 ALPHA = 0.01
+#: How far a calibrated figure still moves between runs, in log units per unit of combined CPU
+#: contention (1 - share, both runs): calibration takes out the wait for a CPU, not the cache and
+#: memory traffic of whoever took it. Measured with scripts/gate_power.py (docs/PERF.md).
+CONTENTION_NOISE = 0.6
 
 Verdict = str  # "new" | "unchanged" | "improvement" | "regression" | "noisy"
 
@@ -44,7 +48,7 @@ class Figure(Protocol):
     spread: float
     deterministic: bool
     distribution: tuple[float, ...]
-    calibrated: bool
+    cpu_share: float | None
 
 
 # --------------------------------------------------------------------------------------------
@@ -255,6 +259,14 @@ def _u_counts(n: int, m: int) -> list[int]:
     return table[(n, m)]
 
 
+def contention_allowance(now: Figure, then: Figure) -> float:
+    """The factor (>= 1) by which two calibrated runs' figures may differ for contention alone:
+    about 1.04 when both had their CPU 95 % of the time, 1.8 when both had it 30 %."""
+    if now.cpu_share is None or then.cpu_share is None:
+        return 1.0
+    return math.exp(CONTENTION_NOISE * math.hypot(1 - now.cpu_share, 1 - then.cpu_share))
+
+
 def center(figure: Figure) -> float:
     """The figure a verdict is about: a timing figure's median sample, else its value (an
     accept length is a ratio of sums, not a median of per-request ratios)."""
@@ -290,6 +302,7 @@ class Comparison:
     p_value: float | None = None  # the rank test's, for timing figures decided from samples
     samples: tuple[int, int] = (1, 1)  # (this run's, the baseline's)
     calibrated: bool = False
+    contention: float = 1.0  # the factor allowed for CPU contention (contention_allowance)
 
     @property
     def change(self) -> float | None:
@@ -349,12 +362,15 @@ class Comparison:
             return ""
         n, m = self.samples
         calibrated = ", per second the server had a CPU" if self.calibrated else ""
-        return f" [p={self.p_value:.2g}, {n} vs {m} samples{calibrated}]"
+        contention = f", x{self.contention:.2f} allowed for CPU contention" \
+            if self.contention > 1.005 else ""
+        return f" [p={self.p_value:.2g}, {n} vs {m} samples{calibrated}{contention}]"
 
     def to_json(self) -> dict[str, Any]:
         return {"metric": self.metric, "value": self.value, "direction": self.direction,
                 "baseline": self.baseline, "verdict": self.verdict, "p_value": self.p_value,
                 "samples": list(self.samples), "calibrated": self.calibrated,
+                "contention": self.contention,
                 "tolerance": None if self.tolerance is None else self.tolerance.to_json(),
                 "line": self.line()}  # for people reading the journal; derived, never read back
 
@@ -365,7 +381,8 @@ class Comparison:
                    None if obj.get("baseline") is None else float(obj["baseline"]),
                    Tolerance.from_json(obj["metric"], obj.get("tolerance")), obj["verdict"],
                    None if obj.get("p_value") is None else float(obj["p_value"]),
-                   (int(samples[0]), int(samples[1])), bool(obj.get("calibrated", False)))
+                   (int(samples[0]), int(samples[1])), bool(obj.get("calibrated", False)),
+                   float(obj.get("contention", 1.0)))
 
 
 def compare_metric(test_id: str, metric: MetricValue, baseline: Figure | None,
@@ -398,15 +415,22 @@ def compare_metric(test_id: str, metric: MetricValue, baseline: Figure | None,
     samples_then = baseline.distribution if calibrated or not baseline.calibrated else ()
     if len(samples_now) < 2 or len(samples_then) < 2:
         return _by_spread(base, metric, baseline, worse, allowed, direction)
-    # Move the baseline's samples to the edge of the tolerance, on the side the run moved to:
-    # is this run clearly beyond that edge?
+    # Move the baseline's samples to the edge of what still passes (the tolerance, then what CPU
+    # contention alone explains), on the side the run moved to: is this run clearly beyond it?
     moved_down = (direction == "regression") == higher
-    edge = [v - (tolerance.allowed(v) if tolerance else 0.0) if moved_down
-            else v + (tolerance.allowed(v) if tolerance else 0.0) for v in samples_then]
-    p = mann_whitney_p(samples_now, edge) if moved_down else mann_whitney_p(edge, samples_now)
-    verdict = direction if p <= ALPHA else ("noisy" if direction == "regression" else "unchanged")
+    factor = contention_allowance(metric, baseline) if calibrated else 1.0
+
+    def edge(v: float) -> float:
+        step = tolerance.allowed(v) if tolerance is not None else 0.0
+        return (v - step) / factor if moved_down else (v + step) * factor
+
+    edges = [edge(v) for v in samples_then]
+    beyond = now < edge(then) if moved_down else now > edge(then)
+    p = mann_whitney_p(samples_now, edges) if moved_down else mann_whitney_p(edges, samples_now)
+    clear = beyond and p <= ALPHA
+    verdict = direction if clear else ("noisy" if direction == "regression" else "unchanged")
     return Comparison(**base, verdict=verdict, p_value=p,
-                      samples=(len(samples_now), len(samples_then)))
+                      samples=(len(samples_now), len(samples_then)), contention=factor)
 
 
 def _by_spread(base: dict, metric: Figure, baseline: Figure, worse: float, allowed: float,

@@ -202,8 +202,8 @@ class MetricValue:
     unknown or noiseless. `deterministic` marks figures that must reproduce exactly (accept
     length under greedy decoding with a fixed seed), which are compared without noise allowance.
     `distribution` holds the samples a timing figure is decided from (one per request), and
-    `calibrated` says they were taken per second the server had a CPU (calibration.py); `value`
-    is always the figure as measured.
+    `cpu_share` (calibration.py) says they were taken per second the server had a CPU, and how
+    much of the run it had one (None: not calibrated); `value` is always the figure as measured.
     """
 
     name: str
@@ -213,7 +213,11 @@ class MetricValue:
     samples: int = 1
     deterministic: bool = False
     distribution: tuple[float, ...] = ()
-    calibrated: bool = False
+    cpu_share: float | None = None
+
+    @property
+    def calibrated(self) -> bool:
+        return self.cpu_share is not None
 
     def __post_init__(self) -> None:
         if self.direction not in ("higher", "lower"):
@@ -225,14 +229,14 @@ class MetricValue:
         """The figure without its name (records key their figures by name)."""
         return {"value": self.value, "direction": self.direction, "spread": self.spread,
                 "samples": self.samples, "deterministic": self.deterministic,
-                "distribution": list(self.distribution), "calibrated": self.calibrated}
+                "distribution": list(self.distribution), "cpu_share": self.cpu_share}
 
     @classmethod
     def from_json(cls, name: str, obj: Mapping) -> "MetricValue":
         return cls(name, float(obj["value"]), obj["direction"], float(obj.get("spread", 0.0)),
                    int(obj.get("samples", 1)), bool(obj.get("deterministic", False)),
                    tuple(float(v) for v in obj.get("distribution") or ()),
-                   bool(obj.get("calibrated", False)))
+                   None if obj.get("cpu_share") is None else float(obj["cpu_share"]))
 
 
 def combine_repeats(values: Sequence[MetricValue]) -> MetricValue:
@@ -308,7 +312,8 @@ class Measurement:
             if cal is not None:
                 samples = tuple(cal.rate(s) if rate else cal.duration(s) for s in samples)
             return MetricValue(name, value, "higher" if rate else "lower", spread, n,
-                               distribution=samples, calibrated=cal is not None)
+                               distribution=samples,
+                               cpu_share=cal.share if cal is not None else None)
 
         out = [timed("output_tok_s", self.output_tok_s, self.output_tok_s_spread,
                      self.rate_samples, rate=True)]

@@ -59,7 +59,7 @@ def test_git_commit_inside_and_outside_a_repository(tmp_path):
 
 def test_save_then_load_round_trip(tmp_path):
     path = tmp_path / "baselines" / "cpu.json"
-    timed = MetricValue("ttft_ms", 12.0, "lower", distribution=(11.0, 12.0, 13.5), calibrated=True)
+    timed = MetricValue("ttft_ms", 12.0, "lower", distribution=(11.0, 12.0, 13.5), cpu_share=0.5)
     saved = save_baselines(path, "cpu", {TID: [mv(spread=2.5), timed]},
                            versions={"pytest-specdec": "0.1.0", "torch": "2.13.0"}, commit="abc123",
                            date="2026-11-30T00:00:00+00:00")
@@ -69,7 +69,7 @@ def test_save_then_load_round_trip(tmp_path):
     stored = doc["entries"][TID]["output_tok_s"]
     assert stored == {"value": 100.0, "direction": "higher", "spread": 2.5, "samples": 16, "deterministic": False,
                       "date": "2026-11-30T00:00:00+00:00", "versions": {"pytest-specdec": "0.1.0", "torch": "2.13.0"},
-                      "commit": "abc123", "distribution": [], "calibrated": False, "runs": 1}
+                      "commit": "abc123", "distribution": [], "cpu_share": None, "runs": 1}
     loaded = load_baselines(path, "cpu")
     assert loaded.get(TID, "ttft_ms").value == 12.0
     assert loaded.get(TID, "ttft_ms").distribution == (11.0, 12.0, 13.5) and loaded.get(TID, "ttft_ms").calibrated
@@ -215,11 +215,13 @@ def test_timing_figures_pool_the_samples_of_the_last_saves(tmp_path):
     samples (newest last), so the gate sees that spread; the value is this save's."""
     path = tmp_path / "cpu.json"
     for run in range(1, 5):
-        sample = MetricValue("tpot_ms", float(run), "lower", distribution=(run, run + 0.5), calibrated=True)
+        sample = MetricValue("tpot_ms", float(run), "lower", distribution=(run, run + 0.5), cpu_share=run / 10)
         save_baselines(path, "cpu", {TID: [sample, mv("accept_length", 3.0, deterministic=True)]}, versions={})
     entry = load_baselines(path, "cpu").get(TID, "tpot_ms")
     assert entry.value == 4.0 and entry.runs == 3
     assert entry.distribution == (2, 2.5, 3, 3.5, 4, 4.5)
+    # a running mean as runs are pooled: ((0.1 + 0.2) / 2 * 2 + 0.3) / 3 = 0.2, then (0.2 * 2 + 0.4) / 3
+    assert entry.cpu_share == pytest.approx(0.8 / 3)
     assert load_baselines(path, "cpu").get(TID, "accept_length").runs == 1  # exact figures: this run's
     # another kind of figure (no longer calibrated) starts again
     save_baselines(path, "cpu", {TID: [MetricValue("tpot_ms", 9.0, "lower", distribution=(9, 9))]}, versions={})

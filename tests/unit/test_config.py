@@ -64,7 +64,7 @@ from pytest_specdec.errors import SpecdecUsageError
     ("[tool.specdec]\nstartup_timeout = inf\n",
      "*key 'startup_timeout': 'inf' must be a finite number greater than 0*"),
     ("[tool.specdec.tolerances]\naccept_length = nan\n",
-     "*[tool.specdec.tolerances] accept_length: nan is not a tolerance*"),
+     "*[tool.specdec.tolerances] accept_length: tolerance 'nan' for 'accept_length' must be a finite number*"),
     ("[[tool.specdec.workloads]]\ntemperature = inf\n",
      "*[workloads #1] temperature: inf must be a finite number"),
     ("[tool.specdec]\nresume = 'sometimes'\n",

@@ -26,15 +26,15 @@ TID = "test_generation[ddtree-tp1-b16-chat]"
 
 
 def mv(name="output_tok_s", value=100.0, direction="higher", spread=0.0, deterministic=False,
-       distribution=(), calibrated=False):
-    return MetricValue(name, value, direction, spread, 16, deterministic, tuple(distribution), calibrated)
+       distribution=(), cpu_share=None):
+    return MetricValue(name, value, direction, spread, 16, deterministic, tuple(distribution), cpu_share)
 
 
 def entry(value=100.0, direction="higher", spread=0.0, deterministic=False, distribution=(),
-          calibrated=False):
+          cpu_share=None):
     return BaselineEntry(value=value, direction=direction, spread=spread, samples=16,
                          deterministic=deterministic, distribution=tuple(distribution),
-                         calibrated=calibrated)
+                         cpu_share=cpu_share)
 
 
 def around(center, spread=0.02, n=8, seed=0):
@@ -180,8 +180,8 @@ def test_direction_mismatch_is_a_usage_error():
 
 
 def test_a_clear_regression_from_samples_is_red_with_its_evidence():
-    now = mv(value=600.0, distribution=around(600.0), calibrated=True)
-    then = entry(900.0, distribution=around(900.0, seed=1), calibrated=True)
+    now = mv(value=600.0, distribution=around(600.0), cpu_share=1.0)
+    then = entry(900.0, distribution=around(900.0, seed=1), cpu_share=1.0)
     c = compare_metric(TID, now, then, parse_tolerances("output_tok_s:15%")["output_tok_s"])
     assert c.verdict == "regression" and c.failed and c.p_value < 0.001
     assert c.line().startswith("output_tok_s 599.2 < baseline 902.6 -15% (-33.6%) [p=7.8e-05")
@@ -220,8 +220,23 @@ def test_improvements_must_be_clear_too():
     assert vague.verdict == "unchanged"
 
 
+def test_a_contended_machine_needs_a_larger_drop_to_call_it():
+    """Calibrated figures of runs that waited most of the time for a CPU still move: -30 % when
+    both had a CPU 30 % of the time is noisy; the same drop on a quiet machine is red."""
+    tol = parse_tolerances("output_tok_s:15%")["output_tok_s"]
+    def run(share_now, share_then, ratio=0.7):
+        return compare_metric(TID, mv(value=70.0, distribution=around(100.0 * ratio), cpu_share=share_now),
+                              entry(100.0, distribution=around(100.0, seed=1, n=24), cpu_share=share_then), tol)
+    quiet = run(0.95, 0.95)
+    assert quiet.verdict == "regression" and 1.0 < quiet.contention < 1.05
+    busy = run(0.3, 0.3)
+    assert busy.verdict == "noisy" and busy.contention == pytest.approx(1.81, abs=0.01)
+    assert "x1.81 allowed for CPU contention]" in busy.line()
+    assert run(0.3, 0.3, ratio=0.4).verdict == "regression"  # -60 %: clear even there
+
+
 def test_calibrated_against_uncalibrated_compares_values_by_spread():
-    c = compare_metric(TID, mv(value=600.0, distribution=around(1800.0), calibrated=True),
+    c = compare_metric(TID, mv(value=600.0, distribution=around(1800.0), cpu_share=1.0),
                        entry(900.0, spread=5.0, distribution=around(900.0)), TOL["output_tok_s"])
     assert c.value == 600.0 and c.baseline == 900.0 and c.verdict == "regression" and not c.calibrated
 
@@ -239,8 +254,8 @@ def test_ungated_figures_never_fail_and_comparisons_round_trip():
     assert ungated.line() == "accept_rate 0.4 < baseline 0.5 (-20.0%, not gated)"
     from pytest_specdec.gate import Comparison
 
-    timed = compare_metric(TID, mv(value=600.0, distribution=around(600.0), calibrated=True),
-                           entry(900.0, distribution=around(900.0), calibrated=True), TOL["output_tok_s"])
+    timed = compare_metric(TID, mv(value=600.0, distribution=around(600.0), cpu_share=1.0),
+                           entry(900.0, distribution=around(900.0), cpu_share=1.0), TOL["output_tok_s"])
     assert Comparison.from_json(TID, timed.to_json()) == timed
 
 
