@@ -9,8 +9,9 @@ lower layer's gate off. Unknown figure names are usage errors, never a gate that
 Verdicts. A deterministic figure (acceptance under greedy decoding) must reproduce: any change
 beyond its tolerance is a regression or an improvement. A timing figure is decided from samples
 (the workload's requests), against the samples stored in the baseline: `regression` only when
-the run is worse than the baseline by more than the tolerance and a one-sided rank test
-(Mann-Whitney U against the baseline's samples moved by the tolerance) says so at `ALPHA`;
+the run is worse than the baseline by more than the tolerance (and, for calibrated figures, by more than
+CPU contention explains) and a one-sided rank test (Mann-Whitney U against the baseline's samples
+moved to that edge) says so at `ALPHA`;
 worse than the tolerance but not clearly so is `noisy`, which fails the test only under
 `--specdec-strict-noise`. Figures calibrated for CPU contention (calibration.py) are compared
 calibrated, on both sides.
@@ -28,12 +29,13 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 from .errors import SpecdecUsageError
 from .metrics import METRIC_DIRECTIONS, Direction, MetricValue
 
-#: One-sided significance of a timing regression (and of an improvement).
-ALPHA = 0.01
+#: One-sided significance of a timing regression (and of an improvement); 3 samples a side
+#: cannot reach it (p >= 0.05), 4 can.
+ALPHA = 0.025
 #: How far a calibrated figure still moves between runs, in log units per unit of combined CPU
 #: contention (1 - share, both runs): calibration takes out the wait for a CPU, not the cache and
 #: memory traffic of whoever took it. Measured with scripts/gate_power.py (docs/PERF.md).
-CONTENTION_NOISE = 0.6
+CONTENTION_NOISE = 0.5
 
 Verdict = str  # "new" | "unchanged" | "improvement" | "regression" | "noisy"
 
@@ -261,7 +263,7 @@ def _u_counts(n: int, m: int) -> list[int]:
 
 def contention_allowance(now: Figure, then: Figure) -> float:
     """The factor (>= 1) by which two calibrated runs' figures may differ for contention alone:
-    about 1.04 when both had their CPU 95 % of the time, 1.8 when both had it 30 %."""
+    about 1.04 when both had their CPU 95 % of the time, 1.64 when both had it 30 %."""
     if now.cpu_share is None or then.cpu_share is None:
         return 1.0
     return math.exp(CONTENTION_NOISE * math.hypot(1 - now.cpu_share, 1 - then.cpu_share))
