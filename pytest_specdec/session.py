@@ -227,19 +227,23 @@ def lossless_failures(result: Result, state: RunState) -> list[str]:
     case = result.case
     if not state.lossless.on or case is None or result.outputs is None:
         return []
-    speculative = is_speculative(case.method)
-    if not speculative and case.method != state.settings.reference:
+    reference = state.settings.reference
+
+    def guarded(method: str) -> bool:  # any speculative method but the reference itself
+        return is_speculative(method) and method != reference
+
+    if case.method != reference and not guarded(case.method):
         return []
     others = [Result.from_json(r.data) for r in journal_for(state).latest().values()
               if r.status == "done" and r.data.get("workload") == result.workload]
     others = [r for r in others if r.outputs is not None and r.case is not None
               and r.nodeid != result.nodeid]
-    if speculative:
+    if case.method == reference:
+        pairs = [(r, result) for r in others
+                 if guarded(r.case.method) and reference_case(r.case, state) == case]
+    else:
         wanted = reference_case(case, state)
         pairs = [(result, r) for r in others if r.case == wanted]
-    else:
-        pairs = [(r, result) for r in others
-                 if is_speculative(r.case.method) and reference_case(r.case, state) == case]
     failures = []
     for candidate, reference in pairs:
         divergence = lossless.compare(candidate.config, candidate.outputs, reference.config,
