@@ -1,0 +1,60 @@
+"""lossless: exactness modes and the divergence a configuration's outputs show against a reference."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_specdec.lossless import Exactness, Outputs, compare, parse_exactness
+
+REFERENCE = Outputs(((1, 2, 3, 4, 5, 6, 7, 8), (9, 9, 9)), ("abcdefgh", "zzz"))
+
+
+@pytest.mark.parametrize("text, mode", [("exact", Exactness("exact")), ("OFF", Exactness("off")),
+                                        ("prefix:16", Exactness("prefix", 16))])
+def test_modes(text, mode):
+    assert parse_exactness(text) == mode and str(mode) == text.lower()
+
+
+@pytest.mark.parametrize("text", ["nearly", "prefix:", "prefix:0", "prefix:-3", "prefix:x"])
+def test_bad_modes_name_the_accepted_forms(text):
+    with pytest.raises(ValueError, match='use "exact", "prefix:N", "off"'):
+        parse_exactness(text)
+
+
+def test_identical_outputs_are_lossless():
+    assert compare("ddtree-tp1-b8", REFERENCE, "ar-tp1", REFERENCE, Exactness("exact")) is None
+
+
+def test_the_first_divergence_is_reported_with_both_continuations():
+    got = Outputs(((1, 2, 3, 40, 50, 60, 70, 80), (9, 9, 8)), ("abcXYZW!", "zzy"))
+    divergence = compare("ddtree-tp1-b8", got, "ar-tp1", REFERENCE, Exactness("exact"))
+    assert (divergence.prompt, divergence.position, divergence.unit) == (0, 3, "token")
+    assert divergence.message() == (
+        "ddtree-tp1-b8 is not lossless: prompt 0 differs from ar-tp1 at token 3 (2 of 2 prompts "
+        "differ); ar-tp1 continues [4, 5, 6, 7, 8], ddtree-tp1-b8 continues [40, 50, 60, 70, 80]")
+
+
+def test_a_prefix_tolerates_what_comes_after_it():
+    late = Outputs(((1, 2, 3, 4, 5, 6, 0, 0), (9, 9, 9)), ("", ""))
+    assert compare("x", late, "ar-tp1", REFERENCE, Exactness("prefix", 6)) is None
+    assert compare("x", late, "ar-tp1", REFERENCE, Exactness("prefix", 7)).position == 6
+    assert compare("x", late, "ar-tp1", REFERENCE, Exactness("off")) is None
+
+
+def test_a_shorter_output_diverges_where_it_ends():
+    short = Outputs(((1, 2, 3), (9, 9, 9)), ("abc", "zzz"))
+    divergence = compare("x", short, "ar-tp1", REFERENCE, Exactness("exact"))
+    assert divergence.position == 3 and list(divergence.got) == []
+
+
+def test_without_token_ids_the_text_is_compared():
+    reference = Outputs((None,), ("the capital city",))
+    divergence = compare("dflash-tp1", Outputs((None,), ("the capitol city",)), "ar-tp1", reference,
+                         Exactness("exact"))
+    assert (divergence.unit, divergence.position) == ("character", 9)
+    assert "ar-tp1 continues 'al cit'..., dflash-tp1 continues 'ol cit'..." in divergence.message()
+
+
+def test_outputs_round_trip_through_json():
+    outputs = Outputs(((1, 2), None), ("ab", "cd"))
+    assert Outputs.from_json(outputs.to_json()) == outputs and Outputs.from_json(None) is None
