@@ -224,7 +224,7 @@ def keys_written(tree: ast.AST, var: str) -> set[str]:
 
 
 def dict_keys(tree: ast.AST) -> set[str]:
-    return {k.value for n in ast.walk(tree) if isinstance(n, ast.Dict) for k in n.keys if k is not None and template(k)}
+    return {template(k) for n in ast.walk(tree) if isinstance(n, ast.Dict) for k in n.keys if k is not None and template(k)}
 
 
 def moved(names, sglang_names, where: str) -> str:
