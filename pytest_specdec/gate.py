@@ -8,13 +8,12 @@ lower layer's gate off. Unknown figure names are usage errors, never a gate that
 
 Verdicts. A deterministic figure (acceptance under greedy decoding) must reproduce: any change
 beyond its tolerance is a regression or an improvement. A timing figure is decided from samples
-(the workload's requests), against the samples stored in the baseline: `regression` only when
-the run is worse than the baseline by more than the tolerance (and, for calibrated figures, by more than
-CPU contention explains) and a one-sided rank test (Mann-Whitney U against the baseline's samples
-moved to that edge) says so at `ALPHA`;
-worse than the tolerance but not clearly so is `noisy`, which fails the test only under
-`--specdec-strict-noise`. Figures calibrated for CPU contention (calibration.py) are compared
-calibrated, on both sides.
+(the workload's requests) against the samples stored in the baseline: `regression` only when the
+run is beyond the edge of what still passes (the tolerance, then, for figures calibrated for CPU
+contention by calibration.py, what contention alone explains) and a one-sided rank test
+(Mann-Whitney U against the baseline's samples moved to that edge) says so at `ALPHA`, or, with
+too few samples for that test, by two combined standard errors. Beyond the tolerance but not
+clearly so is `noisy`, which fails the test only under `--specdec-strict-noise`.
 """
 
 from __future__ import annotations
@@ -24,10 +23,13 @@ import math
 import re
 import statistics
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
 
+from .directions import METRIC_DIRECTIONS, Direction
 from .errors import SpecdecUsageError
-from .metrics import METRIC_DIRECTIONS, Direction, MetricValue
+
+if TYPE_CHECKING:
+    from .metrics import MetricValue
 
 #: One-sided significance of a timing regression (and of an improvement); 3 samples a side
 #: cannot reach it (p >= 0.05), 4 can.
@@ -360,13 +362,16 @@ class Comparison:
         return f"{self.metric} {_fmt(self.value)} {op} baseline {_fmt(self.baseline)} ±{tol} ({actual})"
 
     def _evidence(self) -> str:
-        if self.p_value is None:
-            return ""
-        n, m = self.samples
-        calibrated = ", per second the server had a CPU" if self.calibrated else ""
-        contention = f", x{self.contention:.2f} allowed for CPU contention" \
-            if self.contention > 1.005 else ""
-        return f" [p={self.p_value:.2g}, {n} vs {m} samples{calibrated}{contention}]"
+        parts = []
+        if self.p_value is not None:
+            parts.append(f"p={self.p_value:.2g}, {self.samples[0]} vs {self.samples[1]} samples")
+        elif self.calibrated:
+            parts.append("by standard errors: too few samples for a rank test")
+        if self.calibrated:
+            parts.append("per second the server had a CPU")
+        if self.contention > 1.005:
+            parts.append(f"x{self.contention:.2f} allowed for CPU contention")
+        return f" [{', '.join(parts)}]" if parts else ""
 
     def to_json(self) -> dict[str, Any]:
         return {"metric": self.metric, "value": self.value, "direction": self.direction,
@@ -415,10 +420,8 @@ def compare_metric(test_id: str, metric: MetricValue, baseline: Figure | None,
         return Comparison(**base, verdict=direction)
     samples_now = metric.distribution if calibrated or not metric.calibrated else ()
     samples_then = baseline.distribution if calibrated or not baseline.calibrated else ()
-    if len(samples_now) < 2 or len(samples_then) < 2:
-        return _by_spread(base, metric, baseline, worse, allowed, direction)
-    # Move the baseline's samples to the edge of what still passes (the tolerance, then what CPU
-    # contention alone explains), on the side the run moved to: is this run clearly beyond it?
+    # The edge of what still passes: the tolerance, then what CPU contention alone explains, on
+    # the side the run moved to. Is this run clearly beyond it?
     moved_down = (direction == "regression") == higher
     factor = contention_allowance(metric, baseline) if calibrated else 1.0
 
@@ -426,23 +429,25 @@ def compare_metric(test_id: str, metric: MetricValue, baseline: Figure | None,
         step = tolerance.allowed(v) if tolerance is not None else 0.0
         return (v - step) / factor if moved_down else (v + step) * factor
 
-    edges = [edge(v) for v in samples_then]
-    beyond = now < edge(then) if moved_down else now > edge(then)
-    p = mann_whitney_p(samples_now, edges) if moved_down else mann_whitney_p(edges, samples_now)
-    clear = beyond and p <= ALPHA
+    gap = edge(then) - now if moved_down else now - edge(then)  # > 0: beyond the edge
+    n, m = len(samples_now), len(samples_then)
+    if n and m and math.comb(n + m, n) * ALPHA >= 1:
+        # enough samples for the rank test to be able to say so
+        edges = [edge(v) for v in samples_then]
+        p = mann_whitney_p(samples_now, edges) if moved_down else mann_whitney_p(edges, samples_now)
+        clear = gap > 0 and p <= ALPHA
+    else:
+        # too few samples (or none: figures recorded one value at a time, version-1 baselines):
+        # beyond the edge by more than two combined standard errors is clear
+        p = None
+        clear = gap > 2.0 * math.hypot(_relative_spread(metric), _relative_spread(baseline)) * abs(then)
     verdict = direction if clear else ("noisy" if direction == "regression" else "unchanged")
-    return Comparison(**base, verdict=verdict, p_value=p,
-                      samples=(len(samples_now), len(samples_then)), contention=factor)
+    return Comparison(**base, verdict=verdict, p_value=p, samples=(max(n, 1), max(m, 1)),
+                      contention=factor)
 
 
-def _by_spread(base: dict, metric: Figure, baseline: Figure, worse: float, allowed: float,
-               direction: str) -> Comparison:
-    """Figures without samples (recorded one value at a time, or an older baseline): beyond the
-    tolerance by more than two combined standard errors is clear; within them is noisy."""
-    noise = 2.0 * math.hypot(metric.spread, baseline.spread)
-    if abs(worse) - allowed > noise:
-        return Comparison(**base, verdict=direction)
-    return Comparison(**base, verdict="noisy" if direction == "regression" else "unchanged")
+def _relative_spread(figure: Figure) -> float:
+    return figure.spread / abs(figure.value) if figure.value else 0.0
 
 
 def compare_all(test_id: str, metrics: Iterable[MetricValue], baseline_of, tolerances: Tolerances

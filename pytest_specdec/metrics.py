@@ -17,35 +17,13 @@ import re
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Literal, Mapping, Sequence, Union
+from typing import Callable, Iterable, Mapping, Sequence, Union
 
 from . import sglang_api as api
 from .calibration import Calibration
 from .configuration import is_speculative
+from .directions import METRIC_DIRECTIONS, Direction, direction_of
 from .sglang_api import SPEC_META_KEYS
-
-Direction = Literal["higher", "lower"]
-
-#: Whether a bigger value of a metric is better. Unknown metrics must state their direction.
-METRIC_DIRECTIONS: Mapping[str, Direction] = {
-    "output_tok_s": "higher",
-    "accept_length": "higher",
-    "accept_rate": "higher",
-    "ttft_ms": "lower",
-    "tpot_ms": "lower",
-    "e2e_ms": "lower",
-    "verify_us": "lower",
-}
-
-
-def direction_of(metric: str) -> Direction:
-    """The direction of a built-in metric; a KeyError names the known ones otherwise."""
-    try:
-        return METRIC_DIRECTIONS[metric]
-    except KeyError:
-        known = ", ".join(sorted(METRIC_DIRECTIONS))
-        raise KeyError(f"unknown metric {metric!r}: give its direction explicitly (known: {known})") from None
-
 
 class MeasurementError(Exception):
     """A workload ran but its result must not be reported as a measurement.

@@ -198,10 +198,15 @@ def test_beyond_tolerance_but_not_clearly_is_noisy_not_red():
     assert failure_message([c], strict_noise=True) == c.line()
 
 
-def test_three_samples_a_side_are_never_enough_to_call_it():
-    c = compare_metric(TID, mv(value=10.0, distribution=[10, 10.1, 9.9]),
-                       entry(100.0, distribution=[100, 101, 99]), parse_tolerances("output_tok_s:5%")["output_tok_s"])
-    assert c.verdict == "noisy" and c.p_value == pytest.approx(0.05)
+def test_too_few_samples_for_the_rank_test_are_decided_by_standard_errors():
+    """Three a side can never reach p = 0.025 (C(6, 3) = 20 orderings): the spreads decide."""
+    tol = parse_tolerances("output_tok_s:5%")["output_tok_s"]
+    collapse = compare_metric(TID, mv(value=10.0, spread=0.1, distribution=[10, 10.1, 9.9]),
+                              entry(100.0, spread=1.0, distribution=[100, 101, 99]), tol)
+    assert collapse.verdict == "regression" and collapse.p_value is None
+    vague = compare_metric(TID, mv(value=80.0, spread=20.0, distribution=[60, 80, 100]),
+                           entry(100.0, spread=20.0, distribution=[80, 100, 120]), tol)
+    assert vague.verdict == "noisy"
 
 
 def test_an_unchanged_run_with_drift_inside_the_tolerance_passes():

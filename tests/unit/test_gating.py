@@ -69,7 +69,7 @@ def test_the_command_line_beats_the_table_per_figure(pytester, monkeypatch):
 def test_the_header_prints_the_gate_in_force_for_each_figure(pytester):
     pytester.makepyprojecttoml('[tool.pytest.ini_options]\nspecdec_compare_fail = "tpot_ms:20%"\n'
                                '[tool.specdec.tolerances]\noutput_tok_s = "10%"\naccept_length = 0\n')
-    pytester.makepyfile("def test_x(): pass")
+    pytester.makepyfile("def test_x(specdec_record): pass")  # the header's details follow collection
     result = pytester.runpytest("--specdec-compare-fail", "ttft_ms:30%")
     result.stdout.fnmatch_lines([
         "specdec: gate output_tok_s -10% (pyproject.toml [[]tool.specdec[]]); accept_length -0 "
