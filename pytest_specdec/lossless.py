@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .configuration import MatrixCase
+
 MODES = ('"exact"', '"prefix:N"', '"off"')
 CONTEXT_TOKENS = 6  # tokens of each continuation a failure message shows
 
@@ -103,6 +105,14 @@ def _show(items: Sequence[Any], unit: str) -> str:
     tail = ", ..." if len(items) > CONTEXT_TOKENS and unit != "character" else \
         "..." if len(items) > CONTEXT_TOKENS else ""
     return f"{text!r}{tail}" if unit == "character" else f"[{text}{tail}]"
+
+
+def reference_of(case: MatrixCase, method: str, tps: Sequence[int]) -> MatrixCase | None:
+    """The configuration whose outputs `case`'s must reproduce: `method` in the same family, at
+    the same TP where the family's matrix has it (`tps`, in its order), else at its first."""
+    if not tps:
+        return None
+    return MatrixCase(case.family, method, case.tp if case.tp in tps else tps[0], None)
 
 
 def compare(config: str, outputs: Outputs, reference: str, expected: Outputs,

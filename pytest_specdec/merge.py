@@ -10,7 +10,7 @@ before anything is written.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -172,6 +172,11 @@ def merge(directories: Iterable[str | Path]) -> Merged:
             why = f"no result: shard {owner.shard} ran none of its tests (deselected?)"
         rows.append(ReportRow(test_id=case.param_id, config=case.param_id, method=case.method,
                               tp=case.tp, budget=case.budget, outcome="error", reason=why))
+    divergences = _divergences(results)
+    for message in divergences.values():
+        problems.append(f"across shards: {message}")
+    rows = [replace(row, outcome="failed", reason=divergences[row.test_id])
+            if row.test_id in divergences else row for row in rows]
     absent = [i for i in range(1, first.shard.count + 1) if i not in present]
     if absent:
         lacking = [c.param_id for c, i in zip(first.configurations, first.assignment)
@@ -180,6 +185,32 @@ def merge(directories: Iterable[str | Path]) -> Merged:
                         f": {len(lacking)} configuration(s) have no result"
                         + (f": {', '.join(lacking)}" if lacking else ""))
     return Merged(tuple(manifests), tuple(rows), tuple(results), tuple(problems))
+
+
+def _divergences(results: Sequence[tuple[Result, ShardManifest, str]]) -> dict[str, str]:
+    """{test id: message} of speculative configurations whose greedy outputs leave those of
+    their reference configuration measured by another shard (each shard checks its own pairs;
+    this is the check an unsharded run would have made)."""
+    from . import lossless
+    from .configuration import is_speculative
+
+    measured = {(r.case, r.workload): (r, m) for r, m, status in results
+                if status == "done" and r.case is not None and r.outputs is not None}
+    out = {}
+    for (case, workload), (candidate, shard) in measured.items():
+        exactness = lossless.parse_exactness(shard.lossless)
+        if not exactness.on or not is_speculative(case.method) or case.method == shard.reference:
+            continue
+        tps = [c.tp for c in shard.configurations
+               if c.family == case.family and c.method == shard.reference]
+        found = measured.get((lossless.reference_of(case, shard.reference, tps), workload))
+        if found is None or found[1] is shard:
+            continue
+        divergence = lossless.compare(candidate.config, candidate.outputs, found[0].config,
+                                      found[0].outputs, exactness)
+        if divergence is not None:
+            out[candidate.test_id] = divergence.message()
+    return out
 
 
 def not_measured(merged: Merged) -> list[str]:

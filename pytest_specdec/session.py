@@ -217,7 +217,7 @@ def reference_case(case: MatrixCase, state: RunState) -> MatrixCase | None:
     method = state.settings.reference
     if matrix is None or method not in matrix.methods:
         return None
-    return MatrixCase(case.family, method, case.tp if case.tp in matrix.tp else matrix.tp[0], None)
+    return lossless.reference_of(case, method, matrix.tp)
 
 
 def lossless_failures(result: Result, state: RunState) -> list[str]:

@@ -94,6 +94,8 @@ class ShardManifest:
     backend: str
     versions: Mapping[str, str] = field(default_factory=dict)
     commit: str | None = None
+    reference: str = "ar"  # the losslessness guard's reference method and mode in this shard
+    lossless: str = "off"
     started: str = ""
     finished: str | None = None
     exitstatus: int | None = None
@@ -119,6 +121,7 @@ class ShardManifest:
                        "assignment": list(self.assignment), "balanced_by": self.balanced_by},
             "hardware": {"key": self.hardware_key, "description": self.hardware},
             "backend": self.backend, "versions": dict(self.versions), "commit": self.commit,
+            "lossless": {"reference": self.reference, "mode": self.lossless},
             "started": self.started, "finished": self.finished, "exitstatus": self.exitstatus,
             "tests": [t.to_json() for t in self.tests], "durations": dict(self.durations),
         }
@@ -136,6 +139,8 @@ class ShardManifest:
             hardware=str(obj["hardware"].get("description", "")),
             backend=str(obj.get("backend", "")), versions=dict(obj.get("versions") or {}),
             commit=obj.get("commit"), started=str(obj.get("started", "")),
+            reference=str((obj.get("lossless") or {}).get("reference", "ar")),
+            lossless=str((obj.get("lossless") or {}).get("mode", "off")),
             finished=obj.get("finished"), exitstatus=obj.get("exitstatus"),
             tests=tuple(TestOutcome.from_json(t) for t in obj.get("tests") or ()),
             durations={str(k): float(v) for k, v in (obj.get("durations") or {}).items()},
@@ -164,7 +169,8 @@ def start(plan: ShardPlan, state: RunState, directory: Path) -> ShardManifest:
         assignment=plan.assignment, matrix_digest=plan.matrix_digest,
         balanced_by=plan.balanced_by, hardware_key=state.hardware.key,
         hardware=state.hardware.describe(), backend=state.backend.name,
-        versions=collect_versions(), commit=git_commit(state.config.root), started=_now())
+        versions=collect_versions(), commit=git_commit(state.config.root),
+        reference=state.settings.reference, lossless=str(state.lossless), started=_now())
     _write(directory, manifest)
     return manifest
 

@@ -209,3 +209,23 @@ def test_a_resumed_shard_merges_like_any_other_and_merge_saves_the_baseline(run)
                 original[test_id]["accept_length"]["value"]
     durations = json.loads((root / "merged-baselines" / "durations.json").read_text())
     assert sorted(durations["configurations"]) == ["ar-tp1", "ddtree-tp1-b8", "dflash-tp1"]
+
+
+def test_a_lossy_configuration_whose_reference_ran_in_another_shard_fails_the_merge(
+        tmp_path):
+    """ar in shard 1, dflash (accepting wrong drafts: --fault-lossy) in shard 2: neither shard
+    sees the pair, so each passes; the merge compares them, as an unsharded run would have."""
+    (tmp_path / "pyproject.toml").write_text(PROJECT.replace(
+        'methods = ["ar", "dflash", "ddtree"]\ntp = [1, 8]\nbudget = [8]',
+        'methods = ["ar", "dflash"]\ntp = [1]') + """
+[tool.specdec.engine]
+extra_args = ["--fault-lossy", "0.5"]
+""")
+    (tmp_path / "test_generation.py").write_text(GENERATION_TEST)
+    for k in (1, 2):
+        shard = pytest_run(tmp_path, f"--specdec-shard={k}/2", "--specdec-report", f"shard-{k}")
+        assert shard.returncode == 0, shard.stdout[-3000:]
+    result = merge(tmp_path, "--out", "merged", "shard-1", "shard-2")
+    assert result.returncode == 1, result.stdout
+    assert "FAILED: across shards: dflash-tp1 is not lossless: prompt " in result.stdout
+    assert "differs from ar-tp1 at token" in result.stdout
