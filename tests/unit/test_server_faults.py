@@ -206,7 +206,10 @@ def test_slow(specdec_server):
     result = run(pytester, "test_slow.py", "-p", "timeout", "--timeout=8",
                  f"--timeout-method={method}")
     if method == "signal":
-        result.assert_outcomes(failed=1)
+        # On a loaded machine the boot itself can outlast the 8 s: then the timeout lands in
+        # the fixture's setup (an error) instead of the call; either way nothing may survive.
+        outcomes = result.parseoutcomes()
+        assert outcomes.get("failed", 0) + outcomes.get("errors", 0) == 1, outcomes
     assert "Timeout" in result.stdout.str() + result.stderr.str()
 
 
