@@ -23,7 +23,7 @@ GENERATION_TEST = (Path(__file__).resolve().parents[1] / "bench" / "test_generat
 
 def project(pytester: pytest.Pytester, *, methods=("ddtree",), budgets=(8,), agreement=0.9,
             extra: str = "", engine_args: tuple[str, ...] = (), prompts: int = 3,
-            max_new_tokens: int = 24, startup_timeout: float = 60) -> None:
+            max_new_tokens: int = 24, startup_timeout: float = 60, model_preset: str = "tiny") -> None:
     methods_toml = ", ".join(f'"{m}"' for m in methods)
     budgets_toml = ", ".join(str(b) for b in budgets)
     engine_toml = ", ".join(f'"{a}"' for a in engine_args)
@@ -45,6 +45,7 @@ num_prompts = {prompts}
 max_new_tokens = {max_new_tokens}
 
 [tool.specdec.engine]
+model_preset = "{model_preset}"
 draft_agreement = {agreement}
 extra_args = [{engine_toml}]
 """)

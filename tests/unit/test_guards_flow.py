@@ -64,3 +64,19 @@ def test_lossless_off_and_a_healthy_engine_pass(pytester, no_leftover_engines):
     result = run(pytester)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["specdec: lossless off"])
+
+
+@pytest.mark.parametrize("recurrent_tree", ["exact", "chain"])
+def test_a_hybrid_model_is_lossless_only_with_the_tree_aware_recurrent_verify(pytester, no_leftover_engines,
+                                                                             recurrent_tree):
+    """tiny-hybrid (Gated DeltaNet + attention layers): with `exact` the recurrent layers see each
+    node's own path and DDTree gives ar's tokens; with `chain` the tree's nodes leak into each
+    other's recurrent state and the guard fails the run (docs/HYBRID.md has the full table)."""
+    project(pytester, methods=("ar", "ddtree"), budgets=(32,), model_preset="tiny-hybrid",
+            engine_args=("--recurrent-tree", recurrent_tree), prompts=1, max_new_tokens=32)
+    result = run(pytester)
+    if recurrent_tree == "exact":
+        result.assert_outcomes(passed=2)
+    else:
+        result.assert_outcomes(passed=1, failed=1)
+        result.stdout.fnmatch_lines(["ddtree-tp1-b32 is not lossless: prompt * differs from ar-tp1 at token *"])
