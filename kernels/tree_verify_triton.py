@@ -34,6 +34,7 @@ except ImportError:  # Triton before 3.4: no grid dependency control, the merge 
     gdc_launch_dependents = gdc_wait = None
 
 from .configs import arch_name
+from .triton_launch import direct_launch_unusable, launch_hooks_set
 from .verify_plan import DEFAULT_POLICY, VerifyPlan, VerifyPolicy, VerifyShape, VerifyTarget, plan_verify
 
 LOG2E = 1.4426950408889634
@@ -460,55 +461,32 @@ def kv_descriptor(cache, block_n: int, gluon: bool = False):
 _DESCRIPTORS: dict = {}
 
 
-# Compiled kernels by call: (plan, kernel, device, dtype, the strides of every tensor argument), for
-# calls whose pointers are all 16-byte aligned. Everything Triton specialises a kernel on (the
-# integer arguments, the tensors' dtypes and alignment) is in that key, so a repeated call
-# relaunches its compiled kernel directly, without Triton's dispatch (argument binding,
-# specialisation, its cache key), which is most of a launch's host time.
-_COMPILED: dict = {}
-
-
-@functools.cache
-def _runtime_knobs():
-    try:
-        from triton import knobs
-    except ImportError:  # a Triton without knobs: no direct relaunch
-        return None
-    return knobs.runtime
-
-
-def _launch_hooks() -> bool:
-    """Whether a launch hook (a profiler's) may be registered: then every launch goes through
-    Triton."""
-    runtime = _runtime_knobs()
-    return runtime is None or any(hook is not None and getattr(hook, "calls", True)
-                                  for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook))
-
-
 @functools.cache
 def _parameter_defaults(fn) -> dict:
     params = inspect.signature(getattr(fn, "fn", fn)).parameters
     return {name: p.default for name, p in params.items() if p.default is not p.empty}
 
 
-def _launch(fn, grid, args: tuple, constexprs: dict, options: dict, key, stream) -> None:
-    """``fn[grid](*args, **constexprs, **options)``, or, where ``key`` is given and an earlier call
-    of that key compiled it, the compiled kernel's launcher itself."""
-    if key is None:
-        fn[grid](*args, **constexprs, **options)
-        return
-    entry = _COMPILED.get(key)
-    if entry is None:
-        compiled = fn[grid](*args, **constexprs, **options)
-        if len(_COMPILED) >= _MAX_PLANS:
-            _COMPILED.clear()
-        defaults = _parameter_defaults(fn)
-        tail = tuple(constexprs[name] if name in constexprs else defaults[name] for name in fn.arg_names[len(args):])
-        _COMPILED[key] = (compiled, compiled.run, tail, grid + (1,) * (3 - len(grid)))
-        return
-    compiled, launcher, tail, grid3 = entry
-    launcher(grid3[0], grid3[1], grid3[2], stream, compiled.function, compiled.packed_metadata, None, None, None,
-             *args, *tail)
+def _launch(fn, grid, args: tuple, constexprs: dict, options: dict, views: dict | None = None):
+    """``fn[grid](*args, **constexprs, **options)``; with ``views`` (position -> (shape, strides) of
+    each tensor descriptor argument) also the compiled kernel as a
+    :class:`~specdec_kernels.triton_launch.DirectLaunch` (None where it cannot be one)."""
+    compiled = fn[grid](*args, **constexprs, **options)
+    if views is None:
+        return None
+    from .triton_launch import DirectLaunch
+
+    defaults = _parameter_defaults(fn)
+    tail = tuple(constexprs[name] if name in constexprs else defaults[name] for name in fn.arg_names[len(args):])
+    return DirectLaunch.build(compiled, grid, len(args), tail, views)
+
+
+# Direct launches by call, for calls on the current device whose pointers are all 16-byte aligned:
+# (plan, current device, dtypes and strides of the tensors the plan is not keyed by) -> (split, merge)
+# launches, or None where a kernel cannot be launched directly. The plan is found by every other
+# shape, stride, dtype and alignment, so the key holds everything Triton specialises the kernels on.
+_DIRECT: dict = {}
+_UNSEEN = object()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -567,7 +545,8 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
     is what the tests and the benchmark vary (:class:`~specdec_kernels.verify_plan.VerifyPolicy`).
     Inputs need unit stride in D; other strides are free. The split partials are allocated per call
     (one allocation): a call may run on another stream or inside a graph capture, where a buffer
-    shared between calls would race.
+    shared between calls would race. A repeated call on a GPU is launched directly
+    (:mod:`specdec_kernels.triton_launch`), Triton's dispatch skipped.
     """
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
@@ -579,42 +558,114 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
     if not cache_lens.is_contiguous():
         cache_lens = cache_lens.contiguous()
     head_dim = q.shape[3]
-    on_gpu = q.is_cuda
-    spec = _launch_spec(plan, head_dim, q.dtype, on_gpu)
-    if plan.merge is None:
-        part_o = part_lse = out  # not read
-    else:
+    workspace = None
+    if plan.merge is not None:
         workspace = torch.empty(plan.workspace_bytes // 4, device=q.device, dtype=torch.float32)
         if policy.poison_workspace:
             workspace.fill_(float("nan"))
+    key = None
+    if policy.launch_cache and q.is_cuda:
+        ptrs = (q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), cache_lens.data_ptr(), ancestor_mask.data_ptr(),
+                out.data_ptr())
+        if ((ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5]) & 15 == 0 and k_cache.is_cuda
+                and v_cache.is_cuda and cache_lens.is_cuda and ancestor_mask.is_cuda and out.is_cuda
+                and direct_launch_unusable() is None and not launch_hooks_set()):
+            device = torch._C._cuda_getDevice()
+            key = (plan, device, cache_lens.dtype, ancestor_mask.dtype, out.dtype, out.stride(),
+                   ancestor_mask.stride())
+            launches = _DIRECT.get(key, _UNSEEN)
+            if launches is None:
+                key = None  # a kernel Triton must launch
+            elif launches is not _UNSEEN:
+                launches(ptrs, workspace, sm_scale, torch._C._cuda_getCurrentRawStream(device))
+                return out
+    _launch_through_triton(plan, policy, q, k_cache, v_cache, cache_lens, ancestor_mask, out, workspace, sm_scale, key)
+    return out
+
+
+def _split_ints(plan: VerifyPlan, q, k_cache, v_cache, out, ancestor_mask, sm_scale) -> tuple:
+    """The split kernel's integer and float arguments, after its tensors: 14 strides, the softmax
+    scale, the sizes (and the ping-pong kernel's programs a split)."""
+    qs, ks, vs, os_, ms = q.stride(), k_cache.stride(), v_cache.stride(), out.stride(), ancestor_mask.stride()
+    ints = (qs[0], qs[1], qs[2], ks[0], ks[1], ks[2], vs[0], vs[1], vs[2], ms[0], ms[1], os_[0], os_[1], os_[2],
+            log2_softmax_scale(q.shape[3], sm_scale), q.shape[1], plan.kv_heads, plan.num_m_tiles, plan.num_splits,
+            plan.chunk, k_cache.shape[1])
+    return ints + (plan.base_programs,) if plan.kernel == "pingpong" else ints
+
+
+def args_of_merge(plan: VerifyPlan, q, out) -> tuple:
+    """The merge's integer arguments, after its tensors."""
+    os_ = out.stride()
+    return (os_[0], os_[1], os_[2], plan.group * q.shape[1], plan.kv_heads, plan.rows_pad, plan.num_splits,
+            plan.merge.grid // (q.shape[0] * plan.kv_heads))
+
+
+def _descriptor_views(plan: VerifyPlan, k_cache, v_cache) -> dict:
+    """Position -> (shape, strides) of the split kernel's K and V descriptor arguments (none where
+    it reads the caches by pointers)."""
+    if plan.kernel == "triton" and not plan.tma:
+        return {}
+    batch, rows, heads, head_dim = k_cache.shape
+    return {3: ((batch * rows, heads * head_dim), (k_cache.stride(1), 1)),
+            4: ((batch * rows, heads * head_dim), (v_cache.stride(1), 1))}
+
+
+def _launch_through_triton(plan, policy, q, k_cache, v_cache, cache_lens, ancestor_mask, out, workspace, sm_scale,
+                           key) -> None:
+    """Launch through Triton's dispatch (compiling on a first call); with ``key``, keep the compiled
+    kernels as direct launches under it."""
+    head_dim = q.shape[3]
+    spec = _launch_spec(plan, head_dim, q.dtype, q.is_cuda)
+    if workspace is None:
+        part_o = part_lse = out  # not read
+    else:
         split_at = plan.workspace_bytes // 4 // (head_dim + 1) * head_dim
         part_o, part_lse = workspace[:split_at], workspace[split_at:]
-    # every argument after the K / V descriptors, the same for all split kernels
-    qs, ks, vs, os_, ms = q.stride(), k_cache.stride(), v_cache.stride(), out.stride(), ancestor_mask.stride()
-    trailing = (cache_lens, ancestor_mask, out, part_o, part_lse, qs[0], qs[1], qs[2], ks[0], ks[1], ks[2],
-                vs[0], vs[1], vs[2], ms[0], ms[1], os_[0], os_[1], os_[2],
-                log2_softmax_scale(head_dim, sm_scale), q.shape[1], plan.kv_heads, plan.num_m_tiles, plan.num_splits,
-                plan.chunk, k_cache.shape[1])
-    key = stream = None
-    if (policy.launch_cache and on_gpu and not _launch_hooks()
-            and (q.data_ptr() | k_cache.data_ptr() | v_cache.data_ptr() | cache_lens.data_ptr()
-                 | ancestor_mask.data_ptr() | out.data_ptr()) & 15 == 0):
-        key = (plan, q.device, q.dtype, cache_lens.dtype, qs, ks, vs, os_, ms)
-        stream = torch._C._cuda_getCurrentRawStream(q.device.index)  # what Triton's own launch asks
-    if plan.kernel == "triton":
-        descs = ((kv_descriptor(k_cache, plan.block_n), kv_descriptor(v_cache, plan.block_n)) if plan.tma
-                 else (k_cache, v_cache))
-        args = (q, k_cache, v_cache, *descs, *trailing)
+    if plan.kernel == "triton" and not plan.tma:
+        descs = (k_cache, v_cache)
     else:
-        descs = (kv_descriptor(k_cache, plan.block_n, gluon=True), kv_descriptor(v_cache, plan.block_n, gluon=True))
-        args = (q, k_cache, v_cache, *descs, *trailing)
-        if plan.kernel == "pingpong":
-            args += (plan.base_programs,)
-    _launch(spec.split_fn, plan.grid, args, spec.split_constexprs, spec.split_options,
-            None if key is None else (key, "split"), stream)
+        gluon = plan.kernel != "triton"
+        descs = (kv_descriptor(k_cache, plan.block_n, gluon), kv_descriptor(v_cache, plan.block_n, gluon))
+    ints = _split_ints(plan, q, k_cache, v_cache, out, ancestor_mask, sm_scale)
+    args = (q, k_cache, v_cache, *descs, cache_lens, ancestor_mask, out, part_o, part_lse, *ints)
+    views = None if key is None else _descriptor_views(plan, k_cache, v_cache)
+    split = _launch(spec.split_fn, plan.grid, args, spec.split_constexprs, spec.split_options, views)
+    merge = None
     if plan.merge is not None:
-        _launch(_tree_verify_merge_kernel, (plan.merge.grid,),
-                (part_o, part_lse, out, os_[0], os_[1], os_[2], plan.group * q.shape[1], plan.kv_heads,
-                 plan.rows_pad, plan.num_splits, plan.merge.grid // (q.shape[0] * plan.kv_heads)),
-                spec.merge_constexprs, spec.merge_options, None if key is None else (key, "merge"), stream)
-    return out
+        merge = _launch(_tree_verify_merge_kernel, (plan.merge.grid,), (part_o, part_lse, out, *args_of_merge(plan, q, out)),
+                        spec.merge_constexprs, spec.merge_options, None if key is None else {})
+    if key is not None:
+        if len(_DIRECT) >= _MAX_PLANS:
+            _DIRECT.clear()
+        _DIRECT[key] = (None if split is None or (plan.merge is not None and merge is None)
+                        else _DirectCall(plan, head_dim, split, merge, ints,
+                                         None if merge is None else args_of_merge(plan, q, out)))
+
+
+class _DirectCall:
+    """What a repeated call launches directly: the split kernel and the merge, and every integer
+    argument they take (all fixed by the call's key; only the softmax scale may change)."""
+
+    __slots__ = ("split", "merge", "head_dim", "workspace_split", "strides", "scale", "sizes", "merge_ints")
+
+    def __init__(self, plan, head_dim: int, split, merge, split_ints: tuple, merge_ints: tuple | None):
+        self.split, self.merge = split, merge
+        self.head_dim = head_dim
+        # the byte offset of the log2-sum-exps in the workspace (after the partials)
+        self.workspace_split = plan.workspace_bytes // 4 // (head_dim + 1) * head_dim * 4
+        self.strides, self.scale, self.sizes = split_ints[:14], log2_softmax_scale(head_dim), split_ints[15:]
+        self.merge_ints = merge_ints
+
+    def __call__(self, ptrs: tuple, workspace, sm_scale, stream: int) -> None:
+        """Launch on ``stream``: ``ptrs`` the addresses of q, K, V, cache_lens, ancestor_mask and out."""
+        q_ptr, k_ptr, v_ptr, lens_ptr, mask_ptr, out_ptr = ptrs
+        if workspace is None:
+            part_o = part_lse = out_ptr  # not read
+        else:
+            part_o = workspace.data_ptr()
+            part_lse = part_o + self.workspace_split
+        scale = self.scale if sm_scale is None else log2_softmax_scale(self.head_dim, sm_scale)
+        self.split(stream, (q_ptr, k_ptr, v_ptr, k_ptr, v_ptr, lens_ptr, mask_ptr, out_ptr, part_o, part_lse,
+                            *self.strides, scale, *self.sizes))
+        if self.merge is not None:
+            self.merge(stream, (part_o, part_lse, out_ptr, *self.merge_ints))

@@ -90,8 +90,8 @@ class VerifyPolicy:
     merge_one_pass: the merge as a programmatic dependent launch, its two passes as straight-line
     code where all splits fit one block; poison_workspace: fill the split partials with NaN
     before each launch (a partial the merge reads but nobody wrote shows as a wrong output);
-    launch_cache: relaunch a compiled kernel directly (no Triton dispatch) once one call compiled
-    it (``tree_verify_triton``)."""
+    launch_cache: launch a compiled kernel through its C launcher once one call compiled it (no
+    Triton dispatch, tensor maps reused: ``triton_launch``)."""
 
     tiles: VerifyConfig | None = None
     num_splits: int | None = None

@@ -536,18 +536,70 @@ def test_torch_path_ignores_rows_past_each_requests_tree(dtype):
     assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, "torch path, ragged with NaN slack")
 
 
+def _count_direct_launches(monkeypatch) -> list:
+    """A list that grows by one for each call launched directly (``triton_launch``)."""
+    from specdec_kernels import tree_verify_triton
+
+    launched = []
+    direct_call = tree_verify_triton._DirectCall.__call__
+
+    def counting(self, *args):
+        launched.append(self)
+        return direct_call(self, *args)
+
+    monkeypatch.setattr(tree_verify_triton._DirectCall, "__call__", counting)
+    return launched
+
+
+def _launches_directly() -> bool:
+    from specdec_kernels.triton_launch import direct_launch_unusable
+
+    return DEVICE.type == "cuda" and direct_launch_unusable() is None
+
+
+# the last two only where the direct launch runs (a GPU): the interpreter is slow and always ordinary
 @needs_triton
-def test_repeated_calls_relaunch_the_right_kernel():
-    """A repeated call relaunches the kernel compiled for its signature (on a GPU without Triton's
-    dispatch): the same plan with another dtype, other strides, a misaligned q and other data each
-    give their own right answer, call after call."""
+@pytest.mark.parametrize("dtype,num_splits", [(torch.bfloat16, None), (torch.float16, 3)] + (
+    [(torch.bfloat16, 1), (torch.float32, None)] if DEVICE.type == "cuda" else []))
+def test_repeated_calls_relaunch_the_right_kernel(monkeypatch, dtype, num_splits):
+    """A repeated call relaunches the kernels compiled for its signature (on a GPU whose Triton has
+    the known launcher: directly, with cached tensor maps): the same plan with other strides, a
+    misaligned q and other data each give their own right answer, call after call."""
+    launched = _count_direct_launches(monkeypatch)
+    policy = verify_policy(num_splits)  # one policy object: the calls share their plans
     lens = [700, 90]
-    for dtype in (torch.bfloat16, torch.float16):
-        for seed in (1, 2):
-            q, k, v, lens_t, mask, _ = make_verify_inputs(lens, 17, "best_first", 4, 2, 64, dtype, seed=seed)
-            for q_view in (q, torch.cat([q, q[:, :1]], dim=1)[:, :17], torch.empty(q.numel() + 1, dtype=dtype,
-                                                                                   device=q.device)[1:].view_as(q)):
-                q_view.copy_(q)
-                out = run_triton(q_view, k, v, lens_t, mask)
-                assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype,
-                                  f"relaunch {dtype} seed {seed} strides {q_view.stride()}")
+    calls = 0
+    for seed in (1, 2):
+        q, k, v, lens_t, mask, _ = make_verify_inputs(lens, 17, "best_first", 4, 2, 64, dtype, seed=seed)
+        for q_view in (q, torch.cat([q, q[:, :1]], dim=1)[:, :17], torch.empty(q.numel() + 1, dtype=dtype,
+                                                                               device=q.device)[1:].view_as(q)):
+            q_view.copy_(q)
+            out = run_triton(q_view, k, v, lens_t, mask, policy)
+            assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype,
+                              f"relaunch {dtype} seed {seed} strides {q_view.stride()}")
+            calls += 1
+    if _launches_directly():
+        # the second seed's aligned calls repeat the first seed's signatures; the misaligned q never
+        assert len(launched) == 2, f"{len(launched)} of {calls} calls launched directly"
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="tensor maps are encoded on a GPU only")
+def test_a_cache_freed_and_reallocated_at_the_same_address_is_read_anew(monkeypatch):
+    """A tensor map is cached by everything it encodes, the base address included, not by tensor:
+    a new cache at a freed one's address (the caching allocator's usual reuse) reads its own
+    content, and a cache at another address gets its own map."""
+    launched = _count_direct_launches(monkeypatch)
+    policy = verify_policy()
+    lens = [300, 1000]
+    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, 17, "best_first", 4, 2, 128, torch.bfloat16, seed=5)
+    for seed in (6, 7, 8):
+        _, k_new, v_new, _, _, _ = make_verify_inputs(lens, 17, "best_first", 4, 2, 128, torch.bfloat16, seed=seed)
+        k_cache, v_cache = torch.empty_like(k), torch.empty_like(v)
+        k_cache.copy_(k_new)
+        v_cache.copy_(v_new)
+        out = run_triton(q, k_cache, v_cache, lens_t, mask, policy)
+        assert_rows_close(out, float64_reference(q, k_new, v_new, lens_t, mask), torch.bfloat16,
+                          f"cache of seed {seed} at {k_cache.data_ptr():#x}")
+        del k_cache, v_cache
+    if _launches_directly():
+        assert len(launched) == 2

@@ -1,0 +1,184 @@
+"""Launching an already compiled Triton kernel through its C launcher alone (imported lazily).
+
+Triton's launch path does, per launch and in Python: argument binding and specialisation, the
+cache key, launch metadata, then its launcher's tensor-descriptor wrapper, which loops over every
+argument and encodes each descriptor's CUtensorMap (``cuTensorMapEncodeTiled``) anew. A caller that
+already knows everything the kernel was specialised on (its own cache key) can skip all of it:
+:class:`DirectLaunch` holds the compiled kernel's C launch function and calls it with the
+arguments already expanded, the tensor maps taken from :func:`tensor_map`'s cache.
+
+This reaches into Triton internals that change between releases (the C launcher's argument
+layout, the descriptor wrapper, the metadata of a tensor descriptor). :func:`direct_launch_unusable`
+decides once per process whether this Triton has the layout this module was written against
+(Triton 3.6's); where it has not, or a kernel needs what this path does not do (scratch memory,
+a descriptor not lowered to a tensor map), callers take Triton's ordinary ``kernel[grid](...)``.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+
+# The C launcher's leading arguments in the Triton this path was written against: grid x, y, z,
+# stream, function, cooperative, PDL, global scratch, profile scratch, metadata, launch metadata,
+# enter hook, exit hook.
+KNOWN_BASE_ARGS_FORMAT = "iiiKKppOOOOOO"
+
+# Encoded tensor maps kept across calls: a KV cache per layer and K / V each, a few hundred.
+MAX_TENSOR_MAPS = 512
+
+
+def launcher_layout_unknown(driver_module) -> str | None:
+    """Why ``driver_module`` (Triton's ``triton.backends.nvidia.driver``) is not the launcher layout
+    :class:`DirectLaunch` calls (None: it is)."""
+    base = getattr(driver_module, "_BASE_ARGS_FORMAT", None)
+    if base != KNOWN_BASE_ARGS_FORMAT:
+        return f"its C launcher takes {base!r} before the kernel's arguments, not {KNOWN_BASE_ARGS_FORMAT!r}"
+    missing = [name for name in ("CudaLauncher", "TMA_DTYPE_DEVICE_TO_HOST", "wrap_handle_tensordesc")
+               if not hasattr(driver_module, name)]
+    if missing:
+        return f"its CUDA driver module has no {', '.join(missing)}"
+    return None
+
+
+@functools.cache
+def direct_launch_unusable() -> str | None:
+    """Why this process launches through Triton's own path (None: :class:`DirectLaunch` may be
+    used), decided once per process."""
+    import triton
+
+    try:
+        from triton import knobs
+        from triton.backends.nvidia import driver as driver_module
+    except ImportError as exc:
+        return f"Triton {triton.__version__}: {exc}"
+    reason = launcher_layout_unknown(driver_module)
+    if reason is None and not hasattr(knobs.runtime.launch_enter_hook, "calls"):
+        reason = "its launch hooks are not hook chains"
+    return None if reason is None else f"Triton {triton.__version__}: {reason}"
+
+
+@functools.cache
+def _runtime_knobs():
+    from triton import knobs
+
+    return knobs.runtime
+
+
+def launch_hooks_set() -> bool:
+    """Whether a launch hook (a profiler's) is registered: then every launch goes through Triton,
+    which calls it. Only asked where :func:`direct_launch_unusable` is None."""
+    runtime = _runtime_knobs()
+    return bool(getattr(runtime.launch_enter_hook, "calls", True) or getattr(runtime.launch_exit_hook, "calls", True))
+
+
+class _Encoding:
+    """Everything a tensor map encodes but its base address: shape, strides, element size and type,
+    box, swizzle, padding; and the function that encodes it."""
+
+    __slots__ = ("fill", "args")
+
+    def __init__(self, fill, args: tuple):
+        self.fill, self.args = fill, args
+
+
+# (base address, id of its encoding) -> (map, encoding); the encoding is held so that its id
+# cannot be reused while the entry lives
+_TENSOR_MAPS: collections.OrderedDict = collections.OrderedDict()
+_ENCODINGS: dict = {}
+
+
+def tensor_map(base_ptr: int, encoding: _Encoding):
+    """The CUtensorMap of the tensor at ``base_ptr`` under ``encoding`` (:func:`encoding_of`). A
+    map holds only what its key holds, so one from an earlier call is byte-identical to a new one
+    even if that call's tensor is gone and its memory reused; no tensor is kept alive. The least
+    recently used are dropped past :data:`MAX_TENSOR_MAPS`."""
+    key = (base_ptr, id(encoding))
+    found = _TENSOR_MAPS.get(key)
+    if found is not None:
+        _TENSOR_MAPS.move_to_end(key)
+        return found[0]
+    found = _TENSOR_MAPS[key] = (encoding.fill(base_ptr, *encoding.args), encoding)
+    if len(_TENSOR_MAPS) > MAX_TENSOR_MAPS:
+        _TENSOR_MAPS.popitem(last=False)
+    return found[0]
+
+
+def encoding_of(shape: tuple, strides: tuple, meta: dict) -> _Encoding:
+    """The encoding of a view (element ``strides``, the last 1) under a tensor descriptor's
+    metadata in a compiled kernel (swizzle, element size and type, box), padding with zeros."""
+    from triton.backends.nvidia import driver as driver_module
+    from triton.runtime import driver
+
+    args = (meta["swizzle"], meta["elem_size"], driver_module.TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]],
+            tuple(meta["block_size"]), tuple(shape), tuple(strides), 0)
+    found = _ENCODINGS.get(args)
+    if found is None:
+        if len(_ENCODINGS) >= MAX_TENSOR_MAPS:
+            _ENCODINGS.clear()  # only deduplication is lost: launches hold their encodings
+        found = _ENCODINGS[args] = _Encoding(driver.active.utils.fill_tma_descriptor, args)
+    return found
+
+
+def _c_launch_of(launcher):
+    """The C launch function under a Triton ``CudaLauncher``: its ``launch`` itself, or the one
+    its tensor-descriptor wrapper closes over."""
+    launch = launcher.launch
+    if type(launch).__name__ == "builtin_function_or_method":
+        return launch
+    cells = dict(zip(launch.__code__.co_freevars, launch.__closure__ or ()))
+    inner = cells.get("launcher")
+    if inner is not None and type(inner.cell_contents).__name__ == "builtin_function_or_method":
+        return inner.cell_contents
+    return None
+
+
+class DirectLaunch:
+    """One compiled kernel on one grid, launched by its C launcher with expanded arguments.
+
+    Built once per (kernel, everything it was specialised on) by :meth:`build`; a call passes the
+    kernel's arguments in order, pointers as ints, each tensor descriptor as its base address
+    (every other field of the descriptor is fixed by the specialisation: ``views``)."""
+
+    __slots__ = ("c_launch", "grid", "function", "cooperative", "pdl", "metadata", "descriptors", "tail")
+
+    @classmethod
+    def build(cls, compiled, grid: tuple, num_args: int, tail: tuple, views: dict) -> DirectLaunch | None:
+        """``compiled`` (what ``kernel[grid](...)`` returned) as a direct launch, or None where this
+        kernel needs what the direct path does not do. ``num_args``: the positional arguments a
+        call passes (``tail``, the constexprs and defaults after them, is passed for it); ``views``:
+        position -> (shape, strides) of each tensor descriptor argument."""
+        try:
+            launcher = compiled.run
+            signature = list(compiled.src.signature.values())
+            metas = getattr(compiled.metadata, "tensordesc_meta", None) or []
+            c_launch = _c_launch_of(launcher)
+        except AttributeError:  # not the compiled kernel of the Triton this path knows
+            return None
+        desc_positions = [i for i, ty in enumerate(signature) if isinstance(ty, str) and ty.startswith("tensordesc")]
+        if (c_launch is None or len(signature) != num_args + len(tail) or sorted(views) != desc_positions
+                or len(metas) != len(desc_positions) or any(m is None or m.get("fp4_padded") for m in metas)
+                or launcher.global_scratch_size or launcher.profile_scratch_size):
+            return None
+        self = cls()
+        self.c_launch = c_launch
+        self.grid = tuple(grid) + (1,) * (3 - len(grid))
+        self.function = compiled.function
+        self.cooperative = launcher.launch_cooperative_grid
+        self.pdl = launcher.launch_pdl
+        self.metadata = compiled.packed_metadata
+        # last position first, so that expanding one leaves the earlier positions in place
+        self.descriptors = tuple(
+            (pos, encoding_of(*views[pos], meta), (*views[pos][0], *views[pos][1]))
+            for pos, meta in sorted(zip(desc_positions, metas), reverse=True))
+        self.tail = tail
+        return self
+
+    def __call__(self, stream: int, args: tuple) -> None:
+        if self.descriptors:
+            args = list(args)
+            for pos, encoding, fields in self.descriptors:
+                args[pos:pos + 1] = (tensor_map(args[pos], encoding), *fields)
+        grid = self.grid
+        self.c_launch(grid[0], grid[1], grid[2], stream, self.function, self.cooperative, self.pdl, None, None,
+                      self.metadata, None, None, None, *args, *self.tail)
