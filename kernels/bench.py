@@ -10,7 +10,8 @@ best-first tree of T nodes per request), all measured in one run:
 - graph us: ``triton.testing.do_bench`` median over CUDA-graph replays of the call on rotating input
   sets (256 MiB cycled, so no L2 reuse across calls), L2 flushed before each replay by reading a
   256 MiB buffer (:func:`l2_flush`); eager us: the same calls back to back without a graph, GPU time
-  a call between two events around them; host us: the host time one such call takes to issue;
+  a call between two events around them; host us: the host time one such call takes to issue
+  (median over batches of 32 calls, each batch on an idle GPU so the launch queue never fills);
 - bytes = K and V rows read once (prefix + tree) + q + output; FLOPs = 4 * T * Hq * (L + T) * D per
   request; roofline = max(bytes / copy bandwidth, FLOPs / bf16 matmul rate), both measured at the
   start of the run; ``x SDPA``: torch SDPA with a boolean ``[B, 1, T, L + T]`` mask and
@@ -31,6 +32,7 @@ import dataclasses
 import datetime
 import json
 import math
+import statistics
 import sys
 import time
 
@@ -195,23 +197,35 @@ def time_in_graph(call, input_sets, rep_ms: int = 60) -> float:
     return ms * 1e3 / len(input_sets)
 
 
+# Host time is taken over batches this long, synchronised between them: a launch queue that fills
+# makes the host wait for the GPU, which is GPU time, not the host's.
+HOST_BATCH_CALLS = 32
+HOST_BATCHES = 8
+
+
 def time_eagerly(call, input_sets, graph_us: float) -> tuple[float, float]:
     """(GPU us a call, host us a call) of back-to-back eager calls cycling the input sets, no
-    synchronisation between them: events around the calls give the first, the host clock around
-    issuing them the second. As many calls as fill ~20 ms (10 to 300), after the same again as
-    warm-up; the launch queue holds them all, so the host never waits for the GPU."""
+    synchronisation between them. GPU: events around as many calls as fill ~20 ms (10 to 300),
+    after the same again as warm-up. Host: the median over batches of HOST_BATCH_CALLS calls of the
+    host clock around issuing them, each batch starting on an idle GPU."""
     calls = max(10, min(300, int(20000 / max(graph_us, 1.0))))
     for repeat in range(2):
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        host_start = time.perf_counter()
         for i in range(calls):
             call(*input_sets[i % len(input_sets)])
-        host_s = time.perf_counter() - host_start
         end.record()
         torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / calls, host_s * 1e6 / calls
+    host_us = []
+    for batch in range(HOST_BATCHES):
+        torch.cuda.synchronize()
+        host_start = time.perf_counter()
+        for i in range(HOST_BATCH_CALLS):
+            call(*input_sets[i % len(input_sets)])
+        host_us.append((time.perf_counter() - host_start) * 1e6 / HOST_BATCH_CALLS)
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / calls, statistics.median(host_us)
 
 
 def row_error(out, q, k, v, lens, mask, requests) -> float:

@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import threading
 import warnings
 
 import torch
@@ -34,7 +35,7 @@ except ImportError:  # Triton before 3.4: no grid dependency control, the merge 
     gdc_launch_dependents = gdc_wait = None
 
 from .configs import arch_name
-from .triton_launch import direct_launch_unusable, launch_hooks_set
+from .triton_launch import direct_launch_unusable, launch_hooks_set, tensor_map
 from .verify_plan import DEFAULT_POLICY, VerifyPlan, VerifyPolicy, VerifyShape, VerifyTarget, plan_verify
 
 LOG2E = 1.4426950408889634
@@ -481,12 +482,29 @@ def _launch(fn, grid, args: tuple, constexprs: dict, options: dict, views: dict 
     return DirectLaunch.build(compiled, grid, len(args), tail, views)
 
 
-# Direct launches by call, for calls on the current device whose pointers are all 16-byte aligned:
-# (plan, current device, dtypes and strides of the tensors the plan is not keyed by) -> (split, merge)
-# launches, or None where a kernel cannot be launched directly. The plan is found by every other
-# shape, stride, dtype and alignment, so the key holds everything Triton specialises the kernels on.
+# Direct launches by call signature (every shape, stride and dtype, q's device and the current one,
+# the scale's sign, the policy), for calls whose pointers are all 16-byte aligned: everything Triton
+# specialises the kernels on. None: a kernel of that call that Triton must launch.
 _DIRECT: dict = {}
 _UNSEEN = object()
+
+# Split partials by (device, stream, thread), reused call after call: calls on one stream by one
+# thread run in order, so one call's merge has read them before the next call's splits write.
+_WORKSPACES: dict = {}
+
+
+def _workspace(device: int, stream: int, numel: int):
+    """fp32 split partials of at least ``numel`` elements for a call on ``stream``: a fresh buffer
+    inside a graph capture (a replay may run beside eager calls), else this stream and thread's."""
+    if torch._C._cuda_isCurrentStreamCapturing():
+        return torch.empty(numel, device=torch.device("cuda", device), dtype=torch.float32)
+    key = (device, stream, threading.get_ident())
+    workspace = _WORKSPACES.get(key)
+    if workspace is None or workspace.numel() < numel:
+        if len(_WORKSPACES) >= 64:
+            _WORKSPACES.clear()  # the allocator frees them in stream order
+        workspace = _WORKSPACES[key] = torch.empty(numel, device=torch.device("cuda", device), dtype=torch.float32)
+    return workspace
 
 
 @dataclasses.dataclass(frozen=True)
@@ -543,42 +561,41 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
 
     ``out`` (optional, ``[B, T, Hq, D]`` in q's dtype) is written in place and returned; ``policy``
     is what the tests and the benchmark vary (:class:`~specdec_kernels.verify_plan.VerifyPolicy`).
-    Inputs need unit stride in D; other strides are free. The split partials are allocated per call
-    (one allocation): a call may run on another stream or inside a graph capture, where a buffer
-    shared between calls would race. A repeated call on a GPU is launched directly
-    (:mod:`specdec_kernels.triton_launch`), Triton's dispatch skipped.
+    Inputs need unit stride in D; other strides are free. A repeated call on a GPU is launched
+    through the compiled kernels' C launchers (:mod:`specdec_kernels.triton_launch`), Triton's
+    dispatch skipped, its split partials reused per (stream, thread) outside graph captures.
     """
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
     if q.shape[0] == 0 or q.shape[1] == 0:
         return out
-    plan = plan_call(q, k_cache, v_cache, sm_scale, policy)
     if not ancestor_mask.is_contiguous():
         ancestor_mask = ancestor_mask.contiguous()
     if not cache_lens.is_contiguous():
         cache_lens = cache_lens.contiguous()
-    head_dim = q.shape[3]
+    key = None
+    if policy.launch_cache and q.is_cuda and direct_launch_unusable() is None:
+        ptrs = (q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), cache_lens.data_ptr(), ancestor_mask.data_ptr(),
+                out.data_ptr())
+        if ((ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5]) & 15 == 0 and k_cache.is_cuda
+                and v_cache.is_cuda and cache_lens.is_cuda and ancestor_mask.is_cuda and out.is_cuda
+                and not launch_hooks_set()):
+            device = torch._C._cuda_getDevice()
+            key = (q.shape, q.stride(), q.dtype, q.get_device(), device, k_cache.shape, k_cache.stride(),
+                   v_cache.shape, v_cache.stride(), sm_scale is None or sm_scale > 0, policy, out.dtype, out.stride(),
+                   cache_lens.dtype, ancestor_mask.dtype, ancestor_mask.stride())
+            direct = _DIRECT.get(key, _UNSEEN)
+            if direct is None:
+                key = None  # a kernel Triton must launch
+            elif direct is not _UNSEEN:
+                direct(ptrs, sm_scale, device)
+                return out
+    plan = plan_call(q, k_cache, v_cache, sm_scale, policy)
     workspace = None
     if plan.merge is not None:
         workspace = torch.empty(plan.workspace_bytes // 4, device=q.device, dtype=torch.float32)
         if policy.poison_workspace:
             workspace.fill_(float("nan"))
-    key = None
-    if policy.launch_cache and q.is_cuda:
-        ptrs = (q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), cache_lens.data_ptr(), ancestor_mask.data_ptr(),
-                out.data_ptr())
-        if ((ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5]) & 15 == 0 and k_cache.is_cuda
-                and v_cache.is_cuda and cache_lens.is_cuda and ancestor_mask.is_cuda and out.is_cuda
-                and direct_launch_unusable() is None and not launch_hooks_set()):
-            device = torch._C._cuda_getDevice()
-            key = (plan, device, cache_lens.dtype, ancestor_mask.dtype, out.dtype, out.stride(),
-                   ancestor_mask.stride())
-            launches = _DIRECT.get(key, _UNSEEN)
-            if launches is None:
-                key = None  # a kernel Triton must launch
-            elif launches is not _UNSEEN:
-                launches(ptrs, workspace, sm_scale, torch._C._cuda_getCurrentRawStream(device))
-                return out
     _launch_through_triton(plan, policy, q, k_cache, v_cache, cache_lens, ancestor_mask, out, workspace, sm_scale, key)
     return out
 
@@ -638,34 +655,47 @@ def _launch_through_triton(plan, policy, q, k_cache, v_cache, cache_lens, ancest
         if len(_DIRECT) >= _MAX_PLANS:
             _DIRECT.clear()
         _DIRECT[key] = (None if split is None or (plan.merge is not None and merge is None)
-                        else _DirectCall(plan, head_dim, split, merge, ints,
+                        else _DirectCall(plan, policy, head_dim, split, merge, ints,
                                          None if merge is None else args_of_merge(plan, q, out)))
 
 
 class _DirectCall:
-    """What a repeated call launches directly: the split kernel and the merge, and every integer
-    argument they take (all fixed by the call's key; only the softmax scale may change)."""
+    """What a repeated call launches directly: the split kernel and the merge, every integer
+    argument they take (all fixed by the call's signature; only the softmax scale may change) and
+    the K / V descriptors' encodings (their tensor maps cached by base address)."""
 
-    __slots__ = ("split", "merge", "head_dim", "workspace_split", "strides", "scale", "sizes", "merge_ints")
+    __slots__ = ("split", "merge", "k_desc", "v_desc", "head_dim", "workspace_numel", "workspace_split", "poison",
+                 "strides", "scale", "sizes", "merge_ints")
 
-    def __init__(self, plan, head_dim: int, split, merge, split_ints: tuple, merge_ints: tuple | None):
+    def __init__(self, plan, policy, head_dim: int, split, merge, split_ints: tuple, merge_ints: tuple | None):
         self.split, self.merge = split, merge
+        self.k_desc, self.v_desc = split.descriptors.get(3), split.descriptors.get(4)
         self.head_dim = head_dim
+        self.workspace_numel = plan.workspace_bytes // 4
         # the byte offset of the log2-sum-exps in the workspace (after the partials)
         self.workspace_split = plan.workspace_bytes // 4 // (head_dim + 1) * head_dim * 4
+        self.poison = policy.poison_workspace
         self.strides, self.scale, self.sizes = split_ints[:14], log2_softmax_scale(head_dim), split_ints[15:]
         self.merge_ints = merge_ints
 
-    def __call__(self, ptrs: tuple, workspace, sm_scale, stream: int) -> None:
-        """Launch on ``stream``: ``ptrs`` the addresses of q, K, V, cache_lens, ancestor_mask and out."""
+    def __call__(self, ptrs: tuple, sm_scale, device: int) -> None:
+        """Launch on the current stream of ``device``: ``ptrs`` the addresses of q, K, V,
+        cache_lens, ancestor_mask and out."""
         q_ptr, k_ptr, v_ptr, lens_ptr, mask_ptr, out_ptr = ptrs
-        if workspace is None:
+        stream = torch._C._cuda_getCurrentRawStream(device)
+        workspace = None
+        if self.merge is None:
             part_o = part_lse = out_ptr  # not read
         else:
+            workspace = _workspace(device, stream, self.workspace_numel)
+            if self.poison:
+                workspace.fill_(float("nan"))
             part_o = workspace.data_ptr()
             part_lse = part_o + self.workspace_split
+        k_desc = (k_ptr,) if self.k_desc is None else (tensor_map(k_ptr, self.k_desc[0]), *self.k_desc[1])
+        v_desc = (v_ptr,) if self.v_desc is None else (tensor_map(v_ptr, self.v_desc[0]), *self.v_desc[1])
         scale = self.scale if sm_scale is None else log2_softmax_scale(self.head_dim, sm_scale)
-        self.split(stream, (q_ptr, k_ptr, v_ptr, k_ptr, v_ptr, lens_ptr, mask_ptr, out_ptr, part_o, part_lse,
+        self.split(stream, (q_ptr, k_ptr, v_ptr, *k_desc, *v_desc, lens_ptr, mask_ptr, out_ptr, part_o, part_lse,
                             *self.strides, scale, *self.sizes))
         if self.merge is not None:
             self.merge(stream, (part_o, part_lse, out_ptr, *self.merge_ints))

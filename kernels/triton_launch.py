@@ -136,9 +136,10 @@ def _c_launch_of(launcher):
 class DirectLaunch:
     """One compiled kernel on one grid, launched by its C launcher with expanded arguments.
 
-    Built once per (kernel, everything it was specialised on) by :meth:`build`; a call passes the
-    kernel's arguments in order, pointers as ints, each tensor descriptor as its base address
-    (every other field of the descriptor is fixed by the specialisation: ``views``)."""
+    Built once per (kernel, everything it was specialised on) by :meth:`build`. A call passes the
+    kernel's arguments in order, pointers as ints and each tensor descriptor expanded in place to
+    ``(tensor_map(base, encoding), *fields)`` with the ``(encoding, fields)`` of
+    ``descriptors[position]`` (everything but the base address is fixed by the specialisation)."""
 
     __slots__ = ("c_launch", "grid", "function", "cooperative", "pdl", "metadata", "descriptors", "tail")
 
@@ -167,18 +168,12 @@ class DirectLaunch:
         self.cooperative = launcher.launch_cooperative_grid
         self.pdl = launcher.launch_pdl
         self.metadata = compiled.packed_metadata
-        # last position first, so that expanding one leaves the earlier positions in place
-        self.descriptors = tuple(
-            (pos, encoding_of(*views[pos], meta), (*views[pos][0], *views[pos][1]))
-            for pos, meta in sorted(zip(desc_positions, metas), reverse=True))
+        self.descriptors = {pos: (encoding_of(*views[pos], meta), (*views[pos][0], *views[pos][1]))
+                            for pos, meta in zip(desc_positions, metas)}
         self.tail = tail
         return self
 
     def __call__(self, stream: int, args: tuple) -> None:
-        if self.descriptors:
-            args = list(args)
-            for pos, encoding, fields in self.descriptors:
-                args[pos:pos + 1] = (tensor_map(args[pos], encoding), *fields)
         grid = self.grid
         self.c_launch(grid[0], grid[1], grid[2], stream, self.function, self.cooperative, self.pdl, None, None,
                       self.metadata, None, None, None, *args, *self.tail)

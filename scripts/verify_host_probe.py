@@ -64,36 +64,53 @@ for shape in quick_shapes():
     result["shapes"][shape.name] = row
     print(shape.name, json.dumps(row), flush=True)
 
-# the parts of one call alone, at B8-T17-H32/8/128-L8192 (a split kernel and a merge)
-shape = quick_shapes()[1]
-q, k, v, lens, mask = make_inputs(shape, device, 0)
-tvt.tree_verify_attention_triton(q, k, v, lens, mask)
-plan = tvt.plan_call(q, k, v)
-direct = next(d for key, d in tvt._DIRECT.items() if key[0] is plan)
-out = torch.empty_like(q)
-ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), lens.data_ptr(), mask.data_ptr(), out.data_ptr())
-ws = torch.empty(plan.workspace_bytes // 4, device=device)
-stream = torch._C._cuda_getCurrentRawStream(0)
-split_args = (*ptrs[:3], ptrs[1], ptrs[2], *ptrs[3:], ws.data_ptr(), ws.data_ptr() + direct.workspace_split,
-              *direct.strides, direct.scale, *direct.sizes)
-merge_args = (ws.data_ptr(), ws.data_ptr() + direct.workspace_split, ptrs[5], *direct.merge_ints)
+# the parts of one call alone, at B8-T17-H32/8/128-L8192 (a split kernel and a merge) and
+# B8-T65-H32/8/128-L8192 (one split: no merge)
+def parts(shape):
+    q, k, v, lens, mask = make_inputs(shape, device, 0)
+    tvt.tree_verify_attention_triton(q, k, v, lens, mask)
+    plan = tvt.plan_call(q, k, v)
+    direct = next(d for key, d in tvt._DIRECT.items() if key[0] == q.shape and key[5] == k.shape and d is not None)
+    out = torch.empty_like(q)
+    ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), lens.data_ptr(), mask.data_ptr(), out.data_ptr())
+    stream = torch._C._cuda_getCurrentRawStream(0)
+    ws = tvt._workspace(0, stream, max(direct.workspace_numel, 1))
+    part_o, part_lse = (ws.data_ptr(), ws.data_ptr() + direct.workspace_split) if direct.merge else (ptrs[5],) * 2
+    kd = (k.data_ptr(),) if direct.k_desc is None else (tvt.tensor_map(ptrs[1], direct.k_desc[0]), *direct.k_desc[1])
+    vd = (v.data_ptr(),) if direct.v_desc is None else (tvt.tensor_map(ptrs[2], direct.v_desc[0]), *direct.v_desc[1])
+    split_args = (*ptrs[:3], *kd, *vd, *ptrs[3:], part_o, part_lse, *direct.strides, direct.scale, *direct.sizes)
+    result = {
+        "plan": plan.kernel + f" splits {plan.num_splits} descriptors {direct.k_desc is not None}",
+        "whole call": host_us(lambda: tvt.tree_verify_attention_triton(q, k, v, lens, mask)),
+        "empty_like(q)": host_us(lambda: torch.empty_like(q, memory_format=torch.contiguous_format), n=1000),
+        "empty(q.shape)": host_us(lambda: torch.empty(q.shape, dtype=q.dtype, device=q.device), n=1000),
+        "q.new_empty(q.shape)": host_us(lambda: q.new_empty(q.shape), n=1000),
+        "plan_call": host_us(lambda: tvt.plan_call(q, k, v), n=1000),
+        "DirectCall (all launches)": host_us(lambda: direct(ptrs, None, 0)),
+        "split C launch": host_us(lambda: direct.split(stream, split_args)),
+        "tensor_map lookup": host_us(lambda: tvt.tensor_map(ptrs[1], direct.k_desc[0]) if direct.k_desc else None,
+                                     n=1000),
+        "_workspace lookup": host_us(lambda: tvt._workspace(0, stream, direct.workspace_numel), n=1000),
+    }
+    if direct.merge:
+        merge_args = (part_o, part_lse, ptrs[5], *direct.merge_ints)
+        result["merge C launch"] = host_us(lambda: direct.merge(stream, merge_args))
+    return result
+
+
 x = torch.empty(16, device=device)
 compiled = _empty_kernel[(1,)](x)
 empty = DirectLaunch.build(compiled, (1,), 1, (), {})
-floor = {
-    "plan": plan.kernel + f" splits {plan.num_splits}",
-    "empty_like(q)": host_us(lambda: torch.empty_like(q, memory_format=torch.contiguous_format), n=1000),
-    "workspace empty": host_us(lambda: torch.empty(plan.workspace_bytes // 4, device=device, dtype=torch.float32),
-                               n=1000),
-    "plan_call": host_us(lambda: tvt.plan_call(q, k, v), n=1000),
-    "DirectCall (both launches)": host_us(lambda: direct(ptrs, ws, None, stream)),
-    "split C launch + maps": host_us(lambda: direct.split(stream, split_args)),
-    "merge C launch": host_us(lambda: direct.merge(stream, merge_args)),
-    "empty kernel C launch": host_us(lambda: empty(stream, (x.data_ptr(),)), n=1000),
+result["floor"] = {
+    "empty kernel C launch": host_us(lambda: empty(torch._C._cuda_getCurrentRawStream(0), (x.data_ptr(),)), n=1000),
     "empty kernel via Triton dispatch": host_us(lambda: _empty_kernel[(1,)](x), n=1000),
+    "torch x.zero_() (one torch launch)": host_us(lambda: x.zero_(), n=1000),
+    **{shape.name: parts(shape) for shape in (quick_shapes()[1], quick_shapes()[2])},
 }
-result["floor"] = floor
-print(json.dumps(floor), flush=True)
+print(json.dumps(result["floor"], indent=1), flush=True)
+shape = quick_shapes()[1]
+q, k, v, lens, mask = make_inputs(shape, device, 0)
+tvt.tree_verify_attention_triton(q, k, v, lens, mask)
 
 profile = cProfile.Profile()
 profile.enable()

@@ -603,3 +603,37 @@ def test_a_cache_freed_and_reallocated_at_the_same_address_is_read_anew(monkeypa
         del k_cache, v_cache
     if _launches_directly():
         assert len(launched) == 2
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="streams and graphs need a GPU")
+def test_direct_calls_on_two_streams_and_in_a_graph_keep_their_partials_apart(monkeypatch):
+    """Repeated calls reuse split partials per (stream, thread) and take fresh ones inside a graph
+    capture: calls alternating between two streams and a graph's replays, none synchronised with
+    another, each give their own right answer."""
+    from specdec_kernels.tree_verify_triton import tree_verify_attention_triton
+
+    launched = _count_direct_launches(monkeypatch)
+    policy = verify_policy(num_splits=4)  # a merge, so partials in the workspace
+    lens = [2000, 1500]
+    inputs = [make_verify_inputs(lens, 17, "best_first", 4, 2, 128, torch.bfloat16, seed=seed)[:5] for seed in (9, 10)]
+    refs = [float64_reference(*args) for args in inputs]
+    for args in inputs:
+        tree_verify_attention_triton(*args, policy=policy)  # compiles, keeps the direct launch
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for stream in streams:
+        stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        graph_out = tree_verify_attention_triton(*inputs[0], policy=policy)
+    outs = []
+    for _ in range(3):
+        for stream, args in zip(streams, inputs):
+            with torch.cuda.stream(stream):
+                outs.append(tree_verify_attention_triton(*args, policy=policy))
+        graph.replay()
+    torch.cuda.synchronize()
+    for i, out in enumerate(outs):
+        assert_rows_close(out, refs[i % 2], torch.bfloat16, f"call {i} on stream {i % 2}")
+    assert_rows_close(graph_out, refs[0], torch.bfloat16, "graph replay")
+    if _launches_directly():
+        assert len(launched) == 7  # the capture's call and six on the streams
