@@ -25,12 +25,15 @@ def resolve_impl(impl: str, *tensors) -> str:
     Raises ValueError for an unknown ``impl``, or when ``"triton"`` is asked for on CPU tensors
     without the interpreter (Triton cannot run there).
     """
+    if impl == "auto":
+        # a loop, not any() over a generator: this runs on every eager call of every kernel
+        for t in tensors:
+            if t.is_cuda:
+                return "triton"
+        return "triton" if triton_interpreting() else "torch"
     if impl not in IMPLS:
         raise ValueError(f"impl={impl!r} is not one of {IMPLS}")
-    on_cuda = any(t.is_cuda for t in tensors)
-    if impl == "auto":
-        return "triton" if on_cuda or triton_interpreting() else "torch"
-    if impl == "triton" and not on_cuda and not triton_interpreting():
+    if impl == "triton" and not any(t.is_cuda for t in tensors) and not triton_interpreting():
         raise ValueError(
             "impl='triton' needs CUDA tensors or TRITON_INTERPRET=1 (Triton's CPU interpreter); "
             "use impl='torch' or impl='auto' on the CPU"

@@ -21,18 +21,20 @@ from .tree_layout import num_mask_words, unpack_ancestor_mask
 def check_verify_args(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor,
                       ancestor_mask: Tensor) -> None:
     """Raise ValueError naming the offending input when shapes or dtypes do not fit."""
-    if q.dim() != 4:
-        raise ValueError(f"q must be [B, T, Hq, D], got shape {tuple(q.shape)}")
-    batch, num_nodes, q_heads, head_dim = q.shape
-    if k_cache.dim() != 4 or k_cache.shape[0] != batch or k_cache.shape[3] != head_dim:
-        raise ValueError(f"k_cache must be [B={batch}, S, Hkv, D={head_dim}], got {tuple(k_cache.shape)}")
-    if v_cache.shape != k_cache.shape:
-        raise ValueError(f"v_cache shape {tuple(v_cache.shape)} differs from k_cache {tuple(k_cache.shape)}")
-    kv_heads = k_cache.shape[2]
+    q_shape, k_shape = q.shape, k_cache.shape
+    if len(q_shape) != 4:
+        raise ValueError(f"q must be [B, T, Hq, D], got shape {tuple(q_shape)}")
+    batch, num_nodes, q_heads, head_dim = q_shape
+    if len(k_shape) != 4 or k_shape[0] != batch or k_shape[3] != head_dim:
+        raise ValueError(f"k_cache must be [B={batch}, S, Hkv, D={head_dim}], got {tuple(k_shape)}")
+    if v_cache.shape != k_shape:
+        raise ValueError(f"v_cache shape {tuple(v_cache.shape)} differs from k_cache {tuple(k_shape)}")
+    kv_heads = k_shape[2]
     if q_heads % kv_heads:
         raise ValueError(f"Hq={q_heads} is not a multiple of Hkv={kv_heads}")
-    if k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
-        raise ValueError(f"q, k_cache, v_cache dtypes differ: {q.dtype}, {k_cache.dtype}, {v_cache.dtype}")
+    dtype = q.dtype
+    if k_cache.dtype != dtype or v_cache.dtype != dtype:
+        raise ValueError(f"q, k_cache, v_cache dtypes differ: {dtype}, {k_cache.dtype}, {v_cache.dtype}")
     if cache_lens.shape != (batch,):
         raise ValueError(f"cache_lens must be [B={batch}], got {tuple(cache_lens.shape)}")
     words = num_mask_words(num_nodes)
