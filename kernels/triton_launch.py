@@ -96,7 +96,10 @@ def tensor_map(base_ptr: int, encoding: _Encoding):
     key = (base_ptr, id(encoding))
     found = _TENSOR_MAPS.get(key)
     if found is not None:
-        _TENSOR_MAPS.move_to_end(key)
+        try:
+            _TENSOR_MAPS.move_to_end(key)
+        except KeyError:  # another thread dropped it since the lookup: the map is still valid
+            pass
         return found[0]
     found = _TENSOR_MAPS[key] = (encoding.fill(base_ptr, *encoding.args), encoding)
     if len(_TENSOR_MAPS) > MAX_TENSOR_MAPS:
