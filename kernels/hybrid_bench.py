@@ -12,6 +12,7 @@ verify attention (``time_in_graph``: CUDA-graph replays over rotating input sets
 read):
 - ``us``: :func:`tree_gated_delta_rule`; bytes = the state read once + q, k, v, g, beta, the
   ancestor mask and the output; ``BW %`` against the device copy measured at the start;
+  ``mix us``: its first launch alone (the state-independent mixing matrix);
 - ``x alt``: the obvious alternative, a per-node recurrence in torch (each node's state from its
   parent's, T steps of a rank-one update on every request and head), time ratio;
 - ``x chain``: an ordinary chain-shaped gated delta rule pass over the same T tokens (one Triton
@@ -155,7 +156,7 @@ def run_shape(shape: HybridShape, ceilings: dict, seed: int, alternative: bool =
     from .recurrent_commit_triton import sequential_gated_delta_rule_triton
     from .tree_conv import tree_causal_conv1d
     from .tree_delta import tree_gated_delta_rule_reference
-    from .tree_delta_triton import tree_gated_delta_rule_triton
+    from .tree_delta_triton import tree_delta_mixing, tree_gated_delta_rule_triton
     from .tree_layout import ancestor_mask_from_parents
 
     device = torch.device("cuda")
@@ -175,6 +176,12 @@ def run_shape(shape: HybridShape, ceilings: dict, seed: int, alternative: bool =
     row["us"] = time_in_graph(ours, [tuple(s[a] for a in args) for s in sets])
     row["tb_s"] = shape.bytes_moved() / row["us"] / 1e6
     row["bw_frac"] = row["tb_s"] / ceilings["copy_tb_s"]
+
+    def mixing(q, k, g, beta, ancestor_mask):
+        return tree_delta_mixing(q, k, g, beta, ancestor_mask, shape.value_heads, config)
+
+    row["mix_us"] = time_in_graph(mixing, [tuple(s[a] for a in ("q", "k", "g", "beta", "ancestor_mask"))
+                                           for s in sets])
     if only_verify:
         return row
 
@@ -223,39 +230,46 @@ def run_shape(shape: HybridShape, ceilings: dict, seed: int, alternative: bool =
     return row
 
 
-# Tree-delta tiles the sweep tries: (value columns per program, warps).
-SWEEP_TILES = ((64, 4), (64, 8), (128, 8), (32, 4))
+# Tree-delta tiles the sweep tries: (apply's value columns per program, its warps, its rows at
+# once, the mixing kernel's warps, its register cap or 0 for none).
+SWEEP_TILES = ((64, 4, 16, 4, 0), (64, 4, 32, 4, 0), (32, 4, 16, 4, 0), (128, 4, 16, 4, 0), (64, 4, 16, 2, 0),
+               (64, 4, 16, 4, 128), (64, 4, 16, 8, 64))
 SWEEP_SHAPES = (HybridShape(8, 9, 16, 48), HybridShape(8, 33, 16, 48), HybridShape(32, 65, 2, 6))
 
 
-def run_sweep(ceilings: dict) -> tuple[list[dict], tuple[int, int]]:
+def tile_config(base, tile):
+    block_v, warps, rows, mix_warps, mix_registers = tile
+    return dataclasses.replace(base, delta_block_v=block_v, delta_warps=warps, delta_rows=rows,
+                               delta_mix_warps=mix_warps, delta_mix_registers=mix_registers or None)
+
+
+def run_sweep(ceilings: dict) -> tuple[list[dict], tuple[int, ...]]:
     """Time the tree-delta kernel with each of SWEEP_TILES on SWEEP_SHAPES (correctness checked
     on each); return the rows and the tile with the least geometric-mean time."""
     from .hybrid_configs import hybrid_config
 
     base = hybrid_config(torch.device("cuda"))
     rows, logs = [], {}
-    for block_v, warps in SWEEP_TILES:
-        config = dataclasses.replace(base, delta_block_v=block_v, delta_warps=warps)
+    for tile in SWEEP_TILES:
         for i, shape in enumerate(SWEEP_SHAPES):
-            row = run_shape(shape, ceilings, seed=100 + i, config=config, only_verify=True)
-            row["tile"] = f"{block_v}x{warps}"
+            row = run_shape(shape, ceilings, seed=100 + i, config=tile_config(base, tile), only_verify=True)
+            row["tile"] = "x".join(map(str, tile))
             rows.append(row)
             print(json.dumps(row), flush=True)
             if row["ok"]:
-                logs.setdefault((block_v, warps), []).append(math.log(row["us"]))
+                logs.setdefault(tile, []).append(math.log(row["us"]))
     complete = {tile: sum(v) / len(v) for tile, v in logs.items() if len(v) == len(SWEEP_SHAPES)}
     return rows, min(complete, key=complete.get)
 
 
 def format_table(rows) -> str:
-    head = ("| shape | us | TB/s | BW % | chain us | x chain | alt us | x alt | commit us | commit % "
-            f"| commit roof % | conv us | err | ok |\n|{'---|' * 14}")
+    head = ("| shape | us | mix us | TB/s | BW % | chain us | x chain | alt us | x alt | commit us | commit % "
+            f"| commit roof % | conv us | err | ok |\n|{'---|' * 15}")
     lines = [head]
     for r in rows:
         def f(key, fmt):
             return format(r[key], fmt) if key in r else "-"
-        lines.append(f"| {r['shape']} | {r['us']:.1f} | {r['tb_s']:.2f} | {100 * r['bw_frac']:.0f} | "
+        lines.append(f"| {r['shape']} | {r['us']:.1f} | {r['mix_us']:.1f} | {r['tb_s']:.2f} | {100 * r['bw_frac']:.0f} | "
                      f"{r['chain_us']:.1f} | {r['x_chain']:.2f} | {f('alt_us', '.0f')} | {f('x_alt', '.0f')} | "
                      f"{r['commit_us']:.1f} | {100 * r['commit_frac']:.0f} | {100 * r['commit_roof_frac']:.0f} | "
                      f"{r['conv_us']:.1f} | {r['err']:.1e} | {'yes' if r['ok'] else 'FAILED'} |")
@@ -288,10 +302,9 @@ def main(argv=None) -> int:
         if args.sweep:
             from .hybrid_configs import hybrid_config
 
-            sweep_rows, (block_v, warps) = run_sweep(ceilings)
-            meta.update(sweep=sweep_rows, delta_tile=f"{block_v}x{warps}")
-            config = dataclasses.replace(hybrid_config(torch.device("cuda")), delta_block_v=block_v,
-                                         delta_warps=warps)
+            sweep_rows, tile = run_sweep(ceilings)
+            meta.update(sweep=sweep_rows, delta_tile="x".join(map(str, tile)))
+            config = tile_config(hybrid_config(torch.device("cuda")), tile)
             print(json.dumps({"delta_tile": meta["delta_tile"]}), flush=True)
         rows = []
         for i, shape in enumerate(quick_shapes() if args.quick else issue_shapes()):

@@ -1,23 +1,21 @@
-"""Triton kernel for :func:`specdec_kernels.tree_gated_delta_rule` (imported lazily).
+"""Triton kernels for :func:`specdec_kernels.tree_gated_delta_rule` (imported lazily).
 
-Grid ``(B * Hv, Dv / BLOCK_V)``: one program per request, value head and slice of value columns
-(the rule never mixes value columns, so slices are independent). A program reads its slice of
-the committed state once, keeps it in registers, and walks the tree in blocks of 16 nodes
-(``DELTA_BLOCK_T``), in node order, in one pass. For each block:
+The rule's output is ``O = scale (diag(exp G) Q S + W (V - diag(exp G) K S))`` with the node
+mixing matrix ``W = ((Q K^T) * D) (I + strict(diag(beta) (K K^T) * D))^-1 diag(beta)`` [T, T]:
+``W`` depends on the tree's q, k, g, beta and mask only, not on the state. Two launches:
 
-- ``G``, the gate summed along each node's path, from the packed ancestor bits and the node
-  gates (a [16, T] select and sum);
-- the right-hand side ``beta (v - exp(G) k S)`` and the output's state term ``exp(G) q S``;
-- for every earlier block, on the ancestor mask, with ``D = exp(G - G')``: the right-hand side
-  less ``(beta (k k'^T) D) u'`` and the output plus ``((q k'^T) D) u'``, sharing the loads of
-  k', G' and the pseudo-values u';
-- the block's pseudo-values ``u``: the right-hand side times the inverse of its own unit lower
-  triangular system (16 x 16, by repeated squaring); then the output's own-block term, and
-  ``o = scale * (...)`` is stored.
+- ``_tree_delta_mix_kernel``, grid ``(B * Hv)``: ``W`` and the path gates ``G``. It walks the
+  tree in blocks of 16 nodes (``DELTA_BLOCK_T``), in node order: per block the rows of the
+  inverse ``N`` by block forward substitution (each block's own 16 x 16 inverse by repeated
+  squaring) and ``W``'s rows as ``(Q K^T * D) N diag(beta)`` over the earlier blocks; a block's
+  rows of ``N`` go to a workspace only where a later block reads them (none for T <= 16).
+- ``_tree_delta_apply_kernel``, grid ``(Dv / BLOCK_V, B * Hv)``: one program per slice of value
+  columns reads its slice of the state once and does two products with it, ``K S`` and ``Q S``,
+  and one with ``W``. No dependent chain sits between the state load and the output, and the
+  value columns multiply the programs that stream the state (the rule never mixes columns).
 
-A block's ``u`` and ``G`` go to a workspace (u in the output's dtype, as later blocks and the
-block itself use it) only where a later block will read them, with a barrier before that read:
-a tree of at most 16 nodes touches no workspace and has no barrier.
+Keeping the chain (the inverse) out of the state-streaming kernel is the point: a program that
+held its state slice through the chain left the memory idle (docs/HYBRID.md).
 """
 
 from __future__ import annotations
@@ -71,79 +69,119 @@ def _unit_lower_inverse(strict_lower, BT: tl.constexpr, DOUBLINGS: tl.constexpr,
 
 
 @triton.jit
-def _tree_delta_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, state_ptr, mask_ptr, out_ptr, ws_u_ptr, ws_gate_ptr,
-                       T, scale, HV, GROUP,
-                       stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
-                       stride_vb, stride_vt, stride_vh, stride_gb, stride_gt, stride_gh,
-                       stride_bb, stride_bt, stride_bh, stride_sb, stride_sh, stride_sk,
-                       stride_mb, stride_mt, stride_ob, stride_ot, stride_oh,
-                       DK: tl.constexpr, DV: tl.constexpr, BLOCK_V: tl.constexpr, BT: tl.constexpr, TPAD: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                       UPCAST: tl.constexpr, DOUBLINGS: tl.constexpr):
+def _tree_delta_mix_kernel(q_ptr, k_ptr, g_ptr, beta_ptr, mask_ptr, mix_ptr, gate_ptr, ws_ptr,
+                           T, HV, GROUP,
+                           stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
+                           stride_gb, stride_gt, stride_gh, stride_bb, stride_bt, stride_bh, stride_mb, stride_mt,
+                           DK: tl.constexpr, BT: tl.constexpr, TPAD: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                           UPCAST: tl.constexpr, DOUBLINGS: tl.constexpr):
     pid = tl.program_id(0)
     b = (pid // HV).to(tl.int64)
     hv = pid % HV
     hk = hv // GROUP
     dk = tl.arange(0, DK)
-    dv = tl.program_id(1) * BLOCK_V + tl.arange(0, BLOCK_V)
     blk = tl.arange(0, BT)
     cols = tl.arange(0, TPAD)
-
     q_base = q_ptr + b * stride_qb + hk * stride_qh
     k_base = k_ptr + b * stride_kb + hk * stride_kh
-    v_base = v_ptr + b * stride_vb + hv * stride_vh
-    o_base = out_ptr + b * stride_ob + hv * stride_oh
     beta_base = beta_ptr + b * stride_bb + hv * stride_bh
     mask_rows = mask_ptr + b * stride_mb
-    # this program's workspace: pseudo-values [T, DV] of its head (its own columns), gates [TPAD]
-    ws_u = ws_u_ptr + pid.to(tl.int64) * T * DV
-    ws_gate = ws_gate_ptr + (pid * tl.num_programs(1) + tl.program_id(1)) * TPAD
+    # W [T, TPAD] and G [TPAD] of this (request, value head); the workspace holds N's rows [T, TPAD]
+    mix = mix_ptr + pid.to(tl.int64) * T * TPAD
+    gate_out = gate_ptr + pid.to(tl.int64) * TPAD
+    ws = ws_ptr + pid.to(tl.int64) * T * TPAD
     in_dtype: tl.constexpr = q_ptr.dtype.element_ty
-    out_dtype: tl.constexpr = out_ptr.dtype.element_ty
 
-    state = tl.load(state_ptr + b * stride_sb + hv * stride_sh + dk[:, None] * stride_sk + dv[None, :])
-    state = _operand(state, in_dtype, UPCAST)  # [DK, BLOCK_V], an MMA operand in the inputs' dtype
     gates = tl.load(g_ptr + b * stride_gb + cols * stride_gt + hv * stride_gh, mask=cols < T, other=0.0)
     gates = gates.to(tl.float32)
+    beta_cols = tl.load(beta_base + cols * stride_bt, mask=cols < T, other=0.0).to(tl.float32)
     num_blocks = tl.cdiv(T, BT)
     for c in range(num_blocks):
         rows = c * BT + blk
         in_rows = rows < T
-        k_c = tl.load(k_base + rows[:, None] * stride_kt + dk[None, :], mask=in_rows[:, None], other=0.0)
-        k_c = _operand(k_c, in_dtype, UPCAST)
-        q_c = tl.load(q_base + rows[:, None] * stride_qt + dk[None, :], mask=in_rows[:, None], other=0.0)
-        q_c = _operand(q_c, in_dtype, UPCAST)
-        v_c = tl.load(v_base + rows[:, None] * stride_vt + dv[None, :], mask=in_rows[:, None], other=0.0)
+        k_c = _operand(tl.load(k_base + rows[:, None] * stride_kt + dk[None, :], mask=in_rows[:, None], other=0.0),
+                       in_dtype, UPCAST)
+        q_c = _operand(tl.load(q_base + rows[:, None] * stride_qt + dk[None, :], mask=in_rows[:, None], other=0.0),
+                       in_dtype, UPCAST)
         beta_c = tl.load(beta_base + rows * stride_bt, mask=in_rows, other=0.0).to(tl.float32)
         gate_c = _path_gates(mask_rows, stride_mt, rows, in_rows, gates, cols, T)
-        rhs = beta_c[:, None] * (v_c.to(tl.float32)
-                                 - tl.exp(gate_c)[:, None] * tl.dot(k_c, state, input_precision=DOT_PRECISION))
-        out = tl.exp(gate_c)[:, None] * tl.dot(q_c, state, input_precision=DOT_PRECISION)
+        inverse_rhs = tl.where(rows[:, None] == cols[None, :], 1.0, 0.0)  # this block's rows of I
+        mixed = tl.zeros((BT, TPAD), dtype=tl.float32)
         for c2 in range(c):
             rows2 = c2 * BT + blk
             k_2 = _operand(tl.load(k_base + rows2[:, None] * stride_kt + dk[None, :]), in_dtype, UPCAST)
-            u_2 = _operand(tl.load(ws_u + rows2[:, None] * DV + dv[None, :]), out_dtype, UPCAST)
+            n_2 = _operand(tl.load(ws + rows2[:, None] * TPAD + cols[None, :]), in_dtype, UPCAST)
             decay = tl.where(_on_path(mask_rows, stride_mt, rows, in_rows, rows2),
-                             tl.exp(gate_c[:, None] - tl.load(ws_gate + rows2)[None, :]), 0.0)
+                             tl.exp(gate_c[:, None] - tl.load(gate_out + rows2)[None, :]), 0.0)
             coupling = beta_c[:, None] * tl.dot(k_c, tl.trans(k_2), input_precision=DOT_PRECISION) * decay
-            rhs -= tl.dot(_operand(coupling, out_dtype, UPCAST), u_2, input_precision=DOT_PRECISION)
+            inverse_rhs -= tl.dot(_operand(coupling, in_dtype, UPCAST), n_2, input_precision=DOT_PRECISION)
             attend = tl.dot(q_c, tl.trans(k_2), input_precision=DOT_PRECISION) * decay
-            out += tl.dot(_operand(attend, out_dtype, UPCAST), u_2, input_precision=DOT_PRECISION)
-        on_path = _on_path(mask_rows, stride_mt, rows, in_rows, rows)
-        decay = tl.where(on_path, tl.exp(gate_c[:, None] - gate_c[None, :]), 0.0)
+            mixed += tl.dot(_operand(attend, in_dtype, UPCAST), n_2, input_precision=DOT_PRECISION)
+        decay = tl.where(_on_path(mask_rows, stride_mt, rows, in_rows, rows),
+                         tl.exp(gate_c[:, None] - gate_c[None, :]), 0.0)
         coupling = tl.where(blk[:, None] > blk[None, :],
                             beta_c[:, None] * tl.dot(k_c, tl.trans(k_c), input_precision=DOT_PRECISION) * decay, 0.0)
         inverse = _unit_lower_inverse(coupling, BT, DOUBLINGS, DOT_PRECISION)
-        u_c = tl.dot(_operand(inverse, in_dtype, UPCAST), _operand(rhs, in_dtype, UPCAST),
-                     input_precision=DOT_PRECISION).to(out_dtype)
+        n_c = tl.dot(_operand(inverse, in_dtype, UPCAST), _operand(inverse_rhs, in_dtype, UPCAST),
+                     input_precision=DOT_PRECISION).to(in_dtype)
         attend = tl.dot(q_c, tl.trans(k_c), input_precision=DOT_PRECISION) * decay
-        out += tl.dot(_operand(attend, out_dtype, UPCAST), _operand(u_c, out_dtype, UPCAST),
-                      input_precision=DOT_PRECISION)
+        mixed += tl.dot(_operand(attend, in_dtype, UPCAST), _operand(n_c, in_dtype, UPCAST),
+                        input_precision=DOT_PRECISION)
+        tl.store(mix + rows[:, None] * TPAD + cols[None, :], (mixed * beta_cols[None, :]).to(in_dtype),
+                 mask=in_rows[:, None])
+        tl.store(gate_out + rows, gate_c)
+        if c + 1 < num_blocks:  # later blocks read this one's rows of N and its gates
+            tl.store(ws + rows[:, None] * TPAD + cols[None, :], n_c)
+            tl.debug_barrier()
+
+
+@triton.jit
+def _tree_delta_apply_kernel(q_ptr, k_ptr, v_ptr, state_ptr, mix_ptr, gate_ptr, out_ptr, T, scale, HV, GROUP,
+                             stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
+                             stride_vb, stride_vt, stride_vh, stride_sb, stride_sh, stride_sk,
+                             stride_ob, stride_ot, stride_oh,
+                             DK: tl.constexpr, BLOCK_V: tl.constexpr, BR: tl.constexpr, TPAD: tl.constexpr,
+                             DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    pid = tl.program_id(1)
+    b = (pid // HV).to(tl.int64)
+    hv = pid % HV
+    hk = hv // GROUP
+    dk = tl.arange(0, DK)
+    dv = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
+    in_dtype: tl.constexpr = q_ptr.dtype.element_ty
+    out_dtype: tl.constexpr = out_ptr.dtype.element_ty
+    mix = mix_ptr + pid.to(tl.int64) * T * TPAD
+    gate_in = gate_ptr + pid.to(tl.int64) * TPAD
+    q_base = q_ptr + b * stride_qb + hk * stride_qh
+    k_base = k_ptr + b * stride_kb + hk * stride_kh
+    v_base = v_ptr + b * stride_vb + hv * stride_vh
+    o_base = out_ptr + b * stride_ob + hv * stride_oh
+    blk = tl.arange(0, BR)
+
+    state = tl.load(state_ptr + b * stride_sb + hv * stride_sh + dk[:, None] * stride_sk + dv[None, :])
+    state = _operand(state, in_dtype, UPCAST)  # [DK, BLOCK_V], an MMA operand in the inputs' dtype
+    for r in range(tl.cdiv(T, BR)):
+        rows = r * BR + blk
+        in_rows = rows < T
+        q_r = _operand(tl.load(q_base + rows[:, None] * stride_qt + dk[None, :], mask=in_rows[:, None], other=0.0),
+                       in_dtype, UPCAST)
+        gate_r = tl.load(gate_in + rows, mask=in_rows, other=0.0)
+        out = tl.exp(gate_r)[:, None] * tl.dot(q_r, state, input_precision=DOT_PRECISION)
+        for j in range(r + 1):  # W is lower triangular: ancestors precede their descendants
+            cols = j * BR + blk
+            in_cols = cols < T
+            k_j = _operand(tl.load(k_base + cols[:, None] * stride_kt + dk[None, :], mask=in_cols[:, None],
+                                   other=0.0), in_dtype, UPCAST)
+            v_j = tl.load(v_base + cols[:, None] * stride_vt + dv[None, :], mask=in_cols[:, None], other=0.0)
+            gate_j = tl.load(gate_in + cols, mask=in_cols, other=0.0)
+            # what the nodes write before the mixing: V - exp(G) K S (recomputed per row block:
+            # cheaper than holding all of it)
+            written = v_j.to(tl.float32) - tl.exp(gate_j)[:, None] * tl.dot(k_j, state, input_precision=DOT_PRECISION)
+            w_rj = _operand(tl.load(mix + rows[:, None] * TPAD + cols[None, :], mask=in_rows[:, None], other=0.0),
+                            in_dtype, UPCAST)
+            out += tl.dot(w_rj, _operand(written, in_dtype, UPCAST), input_precision=DOT_PRECISION)
         tl.store(o_base + rows[:, None] * stride_ot + dv[None, :], (scale * out).to(out_dtype),
                  mask=in_rows[:, None])
-        if c + 1 < num_blocks:  # later blocks read this one's u and G
-            tl.store(ws_u + rows[:, None] * DV + dv[None, :], u_c)
-            tl.store(ws_gate + rows, gate_c)
-            tl.debug_barrier()
 
 
 def check_triton_dims(key_dim: int, value_dim: int, block_v: int) -> None:
@@ -159,8 +197,51 @@ def last_dim_contiguous(*tensors):
     return [t if t.stride(-1) == 1 else t.contiguous() for t in tensors]
 
 
+def tree_delta_mixing(q, k, g, beta, ancestor_mask, value_heads: int, config=None):
+    """The first launch: ``(mix, gates)``, each (request, value head)'s ``W`` rows [T, TPAD] in
+    q's dtype and path gates [TPAD] float32, flattened. The benchmark times it alone."""
+    import torch
+
+    batch, num_nodes, key_heads, key_dim = q.shape
+    cfg = config or hybrid_config(q.device)
+    heads = batch * value_heads
+    padded = padded_nodes(num_nodes)
+    mix = torch.empty(heads * num_nodes * padded, dtype=q.dtype, device=q.device)
+    gates = torch.empty(heads * padded, dtype=torch.float32, device=q.device)
+    # rows of the inverse a later block reads (none for a tree of at most 16 nodes)
+    workspace = torch.empty(heads * num_nodes * padded if num_nodes > DELTA_BLOCK_T else 1, dtype=q.dtype,
+                            device=q.device)
+    _tree_delta_mix_kernel[(heads,)](
+        q, k, g, beta, ancestor_mask, mix, gates, workspace, num_nodes, value_heads, value_heads // key_heads,
+        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        g.stride(0), g.stride(1), g.stride(2), beta.stride(0), beta.stride(1), beta.stride(2),
+        ancestor_mask.stride(0), ancestor_mask.stride(1),
+        DK=key_dim, BT=DELTA_BLOCK_T, TPAD=padded, DOT_PRECISION=dot_precision(q), UPCAST=upcast(q),
+        DOUBLINGS=DELTA_BLOCK_T.bit_length() - 2, num_warps=cfg.delta_mix_warps,
+        **({"maxnreg": cfg.delta_mix_registers} if cfg.delta_mix_registers and q.is_cuda else {}),
+    )
+    return mix, gates
+
+
+def padded_nodes(num_nodes: int) -> int:
+    return max(DELTA_BLOCK_T, triton.next_power_of_2(num_nodes))
+
+
+def dot_precision(q) -> str:
+    import torch
+
+    return "ieee" if q.dtype == torch.float32 or not q.is_cuda else "tf32"
+
+
+def upcast(q) -> bool:
+    """Under the interpreter 16-bit operands are held in float32 after rounding (see _operand)."""
+    import torch
+
+    return not q.is_cuda and q.dtype != torch.float32
+
+
 def tree_gated_delta_rule_triton(q, k, v, g, beta, state, ancestor_mask, scale: float, config=None):
-    """Launcher: inputs with any strides but a unit last one (copied otherwise); one launch.
+    """Launcher: inputs with any strides but a unit last one (copied otherwise); two launches.
     ``config``: a :class:`HybridConfig` instead of the table's (the benchmark's sweep)."""
     import torch
 
@@ -177,22 +258,14 @@ def tree_gated_delta_rule_triton(q, k, v, g, beta, state, ancestor_mask, scale: 
     out = torch.empty(batch, num_nodes, value_heads, value_dim, dtype=v.dtype, device=v.device)
     if batch == 0 or num_nodes == 0:
         return out
-    grid = (batch * value_heads, value_dim // block_v)
-    padded = max(DELTA_BLOCK_T, triton.next_power_of_2(num_nodes))
-    # workspaces of the blocks a later block reads (none for a tree of at most 16 nodes)
-    read_later = num_nodes > DELTA_BLOCK_T
-    ws_u = torch.empty(grid[0] * num_nodes * value_dim if read_later else 1, dtype=v.dtype, device=q.device)
-    ws_gate = torch.empty(grid[0] * grid[1] * padded if read_later else 1, dtype=torch.float32, device=q.device)
-    _tree_delta_kernel[grid](
-        q, k, v, g, beta, state, ancestor_mask, out, ws_u, ws_gate, num_nodes, scale, value_heads,
-        value_heads // key_heads,
+    mix, gates = tree_delta_mixing(q, k, g, beta, ancestor_mask, value_heads, cfg)
+    padded = padded_nodes(num_nodes)
+    _tree_delta_apply_kernel[(value_dim // block_v, batch * value_heads)](
+        q, k, v, state, mix, gates, out, num_nodes, scale, value_heads, value_heads // key_heads,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2), g.stride(0), g.stride(1), g.stride(2),
-        beta.stride(0), beta.stride(1), beta.stride(2), state.stride(0), state.stride(1), state.stride(2),
-        ancestor_mask.stride(0), ancestor_mask.stride(1), out.stride(0), out.stride(1), out.stride(2),
-        DK=key_dim, DV=value_dim, BLOCK_V=block_v, BT=DELTA_BLOCK_T,
-        TPAD=padded, DOUBLINGS=DELTA_BLOCK_T.bit_length() - 2,
-        DOT_PRECISION="ieee" if q.dtype == torch.float32 or not q.is_cuda else "tf32",
-        UPCAST=not q.is_cuda and q.dtype != torch.float32, num_warps=cfg.delta_warps,
+        v.stride(0), v.stride(1), v.stride(2), state.stride(0), state.stride(1), state.stride(2),
+        out.stride(0), out.stride(1), out.stride(2),
+        DK=key_dim, BLOCK_V=block_v, BR=min(padded, cfg.delta_rows), TPAD=padded, DOT_PRECISION=dot_precision(q),
+        UPCAST=upcast(q), num_warps=cfg.delta_warps,
     )
     return out
