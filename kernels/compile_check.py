@@ -249,21 +249,25 @@ def compile_hybrid_kernels(arch: str = "sm_120", head_dim: int = 128) -> list[Co
     from .hybrid_configs import DELTA_BLOCK_T, HYBRID_CONFIGS
     from .recurrent_commit_triton import _commit_kernel
     from .tree_conv_triton import _tree_conv_kernel
-    from .tree_delta_triton import _tree_delta_apply_kernel, _tree_delta_mix_kernel
+    from .tree_delta_triton import _tree_delta_apply_kernel, _tree_delta_fused_kernel, _tree_delta_mix_kernel, mix_warps
 
     cfg = HYBRID_CONFIGS[arch]
     capability = int(arch.removeprefix("sm_"))
     pointers = {name: "*bf16" for name in ("q_ptr", "k_ptr", "v_ptr", "g_ptr", "beta_ptr", "out_ptr", "x_ptr",
-                                          "w_ptr", "bias_ptr", "conv_ptr", "mix_ptr", "ws_ptr")}
-    pointers.update(state_ptr="*fp32", gate_ptr="*fp32", mask_ptr="*i32", parents_ptr="*i32", path_ptr="*i32",
+                                          "w_ptr", "bias_ptr", "conv_ptr", "mix_ptr", "ws_ptr", "ws_u_ptr")}
+    pointers.update(state_ptr="*fp32", gate_ptr="*fp32", ws_gate_ptr="*fp32", mask_ptr="*i32", parents_ptr="*i32", path_ptr="*i32",
                     path_len_ptr="*i32", scale="fp32")
     kernels = [
         ("hybrid_delta_mix", _tree_delta_mix_kernel, pointers,
          dict(DK=head_dim, BT=DELTA_BLOCK_T, TPAD=128, DOT_PRECISION="tf32", UPCAST=False,
-              DOUBLINGS=DELTA_BLOCK_T.bit_length() - 2), cfg.delta_mix_warps, DELTA_BLOCK_T, 128),
+              DOUBLINGS=DELTA_BLOCK_T.bit_length() - 2), mix_warps(cfg, 128), DELTA_BLOCK_T, 128),
         ("hybrid_delta_apply", _tree_delta_apply_kernel, pointers,
          dict(DK=head_dim, BLOCK_V=cfg.delta_block_v, BR=min(128, cfg.delta_rows), TPAD=128, DOT_PRECISION="tf32",
               UPCAST=False), cfg.delta_warps, min(128, cfg.delta_rows), cfg.delta_block_v),
+        ("hybrid_delta_fused", _tree_delta_fused_kernel, pointers,
+         dict(DK=head_dim, DV=head_dim, BLOCK_V=cfg.delta_block_v, BT=DELTA_BLOCK_T, TPAD=128, DOT_PRECISION="tf32",
+              UPCAST=False, DOUBLINGS=DELTA_BLOCK_T.bit_length() - 2), cfg.delta_warps, DELTA_BLOCK_T,
+         cfg.delta_block_v),
         ("hybrid_commit", _commit_kernel, pointers,
          dict(HV=48, GROUP=3, DK=head_dim, DV=head_dim, BLOCK_V=cfg.commit_block_v, TAPS=3, BLOCK_C=cfg.conv_block_c),
          cfg.commit_warps, 1, cfg.commit_block_v),

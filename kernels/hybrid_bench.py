@@ -12,7 +12,8 @@ verify attention (``time_in_graph``: CUDA-graph replays over rotating input sets
 read):
 - ``us``: :func:`tree_gated_delta_rule`; bytes = the state read once + q, k, v, g, beta, the
   ancestor mask and the output; ``BW %`` against the device copy measured at the start;
-  ``mix us``: its first launch alone (the state-independent mixing matrix);
+  ``mix us``: its first launch alone (the state-independent mixing matrix) where it takes two,
+  ``-`` where it takes the fused kernel;
 - ``x alt``: the obvious alternative, a per-node recurrence in torch (each node's state from its
   parent's, T steps of a rank-one update on every request and head), time ratio;
 - ``x chain``: an ordinary chain-shaped gated delta rule pass over the same T tokens (one Triton
@@ -156,7 +157,8 @@ def run_shape(shape: HybridShape, ceilings: dict, seed: int, alternative: bool =
     from .recurrent_commit_triton import sequential_gated_delta_rule_triton
     from .tree_conv import tree_causal_conv1d
     from .tree_delta import tree_gated_delta_rule_reference
-    from .tree_delta_triton import tree_delta_mixing, tree_gated_delta_rule_triton
+    from .hybrid_configs import hybrid_config
+    from .tree_delta_triton import split_mixing, tree_delta_mixing, tree_gated_delta_rule_triton
     from .tree_layout import ancestor_mask_from_parents
 
     device = torch.device("cuda")
@@ -180,8 +182,10 @@ def run_shape(shape: HybridShape, ceilings: dict, seed: int, alternative: bool =
     def mixing(q, k, g, beta, ancestor_mask):
         return tree_delta_mixing(q, k, g, beta, ancestor_mask, shape.value_heads, config)
 
-    row["mix_us"] = time_in_graph(mixing, [tuple(s[a] for a in ("q", "k", "g", "beta", "ancestor_mask"))
-                                           for s in sets])
+    row["path"] = "split" if split_mixing(shape.batch * shape.value_heads, config or hybrid_config(device)) else "fused"
+    if row["path"] == "split":
+        row["mix_us"] = time_in_graph(mixing, [tuple(s[a] for a in ("q", "k", "g", "beta", "ancestor_mask"))
+                                               for s in sets])
     if only_verify:
         return row
 
@@ -230,17 +234,16 @@ def run_shape(shape: HybridShape, ceilings: dict, seed: int, alternative: bool =
     return row
 
 
-# Tree-delta tiles the sweep tries: (apply's value columns per program, its warps, its rows at
-# once, the mixing kernel's warps, its register cap or 0 for none).
-SWEEP_TILES = ((64, 4, 16, 4, 0), (64, 4, 32, 4, 0), (32, 4, 16, 4, 0), (128, 4, 16, 4, 0), (64, 4, 16, 2, 0),
-               (64, 4, 16, 4, 128), (64, 4, 16, 8, 64))
+# Tree-delta tiles the sweep tries: (value columns per state-streaming program, its warps, the
+# apply's rows at once, the mixing kernel's warps).
+SWEEP_TILES = ((64, 4, 16, 2), (64, 4, 32, 2), (32, 4, 16, 2), (128, 4, 16, 2), (64, 4, 16, 4))
 SWEEP_SHAPES = (HybridShape(8, 9, 16, 48), HybridShape(8, 33, 16, 48), HybridShape(32, 65, 2, 6))
 
 
 def tile_config(base, tile):
-    block_v, warps, rows, mix_warps, mix_registers = tile
+    block_v, warps, rows, mix_warps = tile
     return dataclasses.replace(base, delta_block_v=block_v, delta_warps=warps, delta_rows=rows,
-                               delta_mix_warps=mix_warps, delta_mix_registers=mix_registers or None)
+                               delta_mix_warps=mix_warps)
 
 
 def run_sweep(ceilings: dict) -> tuple[list[dict], tuple[int, ...]]:
@@ -269,7 +272,7 @@ def format_table(rows) -> str:
     for r in rows:
         def f(key, fmt):
             return format(r[key], fmt) if key in r else "-"
-        lines.append(f"| {r['shape']} | {r['us']:.1f} | {r['mix_us']:.1f} | {r['tb_s']:.2f} | {100 * r['bw_frac']:.0f} | "
+        lines.append(f"| {r['shape']} | {r['us']:.1f} | {f('mix_us', '.1f')} | {r['tb_s']:.2f} | {100 * r['bw_frac']:.0f} | "
                      f"{r['chain_us']:.1f} | {r['x_chain']:.2f} | {f('alt_us', '.0f')} | {f('x_alt', '.0f')} | "
                      f"{r['commit_us']:.1f} | {100 * r['commit_frac']:.0f} | {100 * r['commit_roof_frac']:.0f} | "
                      f"{r['conv_us']:.1f} | {r['err']:.1e} | {'yes' if r['ok'] else 'FAILED'} |")

@@ -2,13 +2,17 @@
 per GPU architecture, in one table.
 
 Why the rows differ:
-- ``sm_90`` (H100 / H200): the tree delta rule's apply (the kernel that streams the state) on
-  64 value columns per program and 4 warps, its mixing matrix on 4 warps; the fastest of the
-  tiles the H200 sweep timed (docs/HYBRID.md).
+- ``sm_90`` (H100 / H200): the tree delta rule's state-streaming programs (apply, or fused) on
+  64 value columns and 4 warps, the apply 16 nodes at a time (the fewest registers), the mixing
+  matrix on 2 warps (more programs per multiprocessor: its chain is latency-bound; 4 at T > 64,
+  where 2 spill, see ``mix_warps``); two launches
+  from 128 (request, value head) pairs, about one per multiprocessor. The fastest of the tiles
+  the H200 sweep timed, and the crossover it measured (docs/HYBRID.md).
 - ``sm_120`` (RTX PRO 6000 / RTX 5090): about 99 KB of shared memory per block; the same tiles
   use a fraction of it (the sm_120 compile check reports each kernel's use), so they stay.
 - ``interpreter``: Triton's CPU interpreter runs each block operation in numpy, so the widest
-  tiles are the fastest; no limits apply.
+  tiles are the fastest; no limits apply; two launches from 4 pairs, so that the kernel tests'
+  small grids exercise both paths.
 Unknown architectures take the sm_120 row.
 """
 
@@ -28,8 +32,8 @@ class HybridConfig:
     delta_warps:    warps per tree-delta apply program.
     delta_rows:     the most output rows (nodes) an apply program computes at once.
     delta_mix_warps: warps per mixing-matrix program (one per request and value head).
-    delta_mix_registers: a cap on its registers per thread (None: the compiler's choice), for
-                    more programs per multiprocessor.
+    delta_split_heads: the fewest (request, value head) pairs that take the two launches
+                    (mixing matrix, then apply); fewer take the one fused kernel.
     commit_block_v: value columns per commit (replay) program.
     commit_warps:   warps per commit program.
     conv_block_t, conv_block_c, conv_warps: nodes and channels per tree-conv program.
@@ -39,7 +43,7 @@ class HybridConfig:
     delta_warps: int
     delta_rows: int
     delta_mix_warps: int
-    delta_mix_registers: int | None
+    delta_split_heads: int
     commit_block_v: int
     commit_warps: int
     conv_block_t: int
@@ -52,16 +56,13 @@ class HybridConfig:
 DELTA_BLOCK_T = 16
 
 HYBRID_CONFIGS = {
-    "sm_90": HybridConfig(delta_block_v=64, delta_warps=4, delta_rows=16, delta_mix_warps=4, delta_mix_registers=None,
-                          commit_block_v=32, commit_warps=4,
-                          conv_block_t=16, conv_block_c=128, conv_warps=4),
-    "sm_120": HybridConfig(delta_block_v=64, delta_warps=4, delta_rows=64, delta_mix_warps=4, delta_mix_registers=None,
-                          commit_block_v=32, commit_warps=4,
-                           conv_block_t=16, conv_block_c=128, conv_warps=4),
-    "interpreter": HybridConfig(delta_block_v=128, delta_warps=4, delta_rows=128, delta_mix_warps=4, delta_mix_registers=None,
-                          commit_block_v=128, commit_warps=4,
-                                conv_block_t=64, conv_block_c=1024, conv_warps=4),
+    "sm_90": HybridConfig(delta_block_v=64, delta_warps=4, delta_rows=16, delta_mix_warps=2, delta_split_heads=128,
+                          commit_block_v=32, commit_warps=4, conv_block_t=16, conv_block_c=128, conv_warps=4),
+    "interpreter": HybridConfig(delta_block_v=128, delta_warps=4, delta_rows=128, delta_mix_warps=4,
+                                delta_split_heads=4, commit_block_v=128, commit_warps=4, conv_block_t=64,
+                                conv_block_c=1024, conv_warps=4),
 }
+HYBRID_CONFIGS["sm_120"] = HYBRID_CONFIGS["sm_90"]
 HYBRID_CONFIGS["sm_100"] = HYBRID_CONFIGS["sm_90"]
 
 

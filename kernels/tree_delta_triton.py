@@ -15,7 +15,12 @@ mixing matrix ``W = ((Q K^T) * D) (I + strict(diag(beta) (K K^T) * D))^-1 diag(b
   value columns multiply the programs that stream the state (the rule never mixes columns).
 
 Keeping the chain (the inverse) out of the state-streaming kernel is the point: a program that
-held its state slice through the chain left the memory idle (docs/HYBRID.md).
+holds its state slice through the chain leaves the memory idle. But the mixing kernel has one
+program per (request, value head), so on a grid of fewer of them than the GPU has
+multiprocessors its chain runs alone; there ``_tree_delta_fused_kernel`` (one launch, grid
+``(B * Hv, Dv / BLOCK_V)``, each program reading its state slice and walking the blocks itself,
+solving for the pseudo-values ``u`` of its value columns) is faster. ``split_mixing`` picks
+(the H200 sweep in docs/HYBRID.md).
 """
 
 from __future__ import annotations
@@ -184,6 +189,82 @@ def _tree_delta_apply_kernel(q_ptr, k_ptr, v_ptr, state_ptr, mix_ptr, gate_ptr, 
                  mask=in_rows[:, None])
 
 
+@triton.jit
+def _tree_delta_fused_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, state_ptr, mask_ptr, out_ptr, ws_u_ptr, ws_gate_ptr,
+                       T, scale, HV, GROUP,
+                       stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
+                       stride_vb, stride_vt, stride_vh, stride_gb, stride_gt, stride_gh,
+                       stride_bb, stride_bt, stride_bh, stride_sb, stride_sh, stride_sk,
+                       stride_mb, stride_mt, stride_ob, stride_ot, stride_oh,
+                       DK: tl.constexpr, DV: tl.constexpr, BLOCK_V: tl.constexpr, BT: tl.constexpr, TPAD: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                       UPCAST: tl.constexpr, DOUBLINGS: tl.constexpr):
+    pid = tl.program_id(0)
+    b = (pid // HV).to(tl.int64)
+    hv = pid % HV
+    hk = hv // GROUP
+    dk = tl.arange(0, DK)
+    dv = tl.program_id(1) * BLOCK_V + tl.arange(0, BLOCK_V)
+    blk = tl.arange(0, BT)
+    cols = tl.arange(0, TPAD)
+
+    q_base = q_ptr + b * stride_qb + hk * stride_qh
+    k_base = k_ptr + b * stride_kb + hk * stride_kh
+    v_base = v_ptr + b * stride_vb + hv * stride_vh
+    o_base = out_ptr + b * stride_ob + hv * stride_oh
+    beta_base = beta_ptr + b * stride_bb + hv * stride_bh
+    mask_rows = mask_ptr + b * stride_mb
+    # this program's workspace: pseudo-values [T, DV] of its head (its own columns), gates [TPAD]
+    ws_u = ws_u_ptr + pid.to(tl.int64) * T * DV
+    ws_gate = ws_gate_ptr + (pid * tl.num_programs(1) + tl.program_id(1)) * TPAD
+    in_dtype: tl.constexpr = q_ptr.dtype.element_ty
+    out_dtype: tl.constexpr = out_ptr.dtype.element_ty
+
+    state = tl.load(state_ptr + b * stride_sb + hv * stride_sh + dk[:, None] * stride_sk + dv[None, :])
+    state = _operand(state, in_dtype, UPCAST)  # [DK, BLOCK_V], an MMA operand in the inputs' dtype
+    gates = tl.load(g_ptr + b * stride_gb + cols * stride_gt + hv * stride_gh, mask=cols < T, other=0.0)
+    gates = gates.to(tl.float32)
+    num_blocks = tl.cdiv(T, BT)
+    for c in range(num_blocks):
+        rows = c * BT + blk
+        in_rows = rows < T
+        k_c = tl.load(k_base + rows[:, None] * stride_kt + dk[None, :], mask=in_rows[:, None], other=0.0)
+        k_c = _operand(k_c, in_dtype, UPCAST)
+        q_c = tl.load(q_base + rows[:, None] * stride_qt + dk[None, :], mask=in_rows[:, None], other=0.0)
+        q_c = _operand(q_c, in_dtype, UPCAST)
+        v_c = tl.load(v_base + rows[:, None] * stride_vt + dv[None, :], mask=in_rows[:, None], other=0.0)
+        beta_c = tl.load(beta_base + rows * stride_bt, mask=in_rows, other=0.0).to(tl.float32)
+        gate_c = _path_gates(mask_rows, stride_mt, rows, in_rows, gates, cols, T)
+        rhs = beta_c[:, None] * (v_c.to(tl.float32)
+                                 - tl.exp(gate_c)[:, None] * tl.dot(k_c, state, input_precision=DOT_PRECISION))
+        out = tl.exp(gate_c)[:, None] * tl.dot(q_c, state, input_precision=DOT_PRECISION)
+        for c2 in range(c):
+            rows2 = c2 * BT + blk
+            k_2 = _operand(tl.load(k_base + rows2[:, None] * stride_kt + dk[None, :]), in_dtype, UPCAST)
+            u_2 = _operand(tl.load(ws_u + rows2[:, None] * DV + dv[None, :]), out_dtype, UPCAST)
+            decay = tl.where(_on_path(mask_rows, stride_mt, rows, in_rows, rows2),
+                             tl.exp(gate_c[:, None] - tl.load(ws_gate + rows2)[None, :]), 0.0)
+            coupling = beta_c[:, None] * tl.dot(k_c, tl.trans(k_2), input_precision=DOT_PRECISION) * decay
+            rhs -= tl.dot(_operand(coupling, out_dtype, UPCAST), u_2, input_precision=DOT_PRECISION)
+            attend = tl.dot(q_c, tl.trans(k_2), input_precision=DOT_PRECISION) * decay
+            out += tl.dot(_operand(attend, out_dtype, UPCAST), u_2, input_precision=DOT_PRECISION)
+        on_path = _on_path(mask_rows, stride_mt, rows, in_rows, rows)
+        decay = tl.where(on_path, tl.exp(gate_c[:, None] - gate_c[None, :]), 0.0)
+        coupling = tl.where(blk[:, None] > blk[None, :],
+                            beta_c[:, None] * tl.dot(k_c, tl.trans(k_c), input_precision=DOT_PRECISION) * decay, 0.0)
+        inverse = _unit_lower_inverse(coupling, BT, DOUBLINGS, DOT_PRECISION)
+        u_c = tl.dot(_operand(inverse, in_dtype, UPCAST), _operand(rhs, in_dtype, UPCAST),
+                     input_precision=DOT_PRECISION).to(out_dtype)
+        attend = tl.dot(q_c, tl.trans(k_c), input_precision=DOT_PRECISION) * decay
+        out += tl.dot(_operand(attend, out_dtype, UPCAST), _operand(u_c, out_dtype, UPCAST),
+                      input_precision=DOT_PRECISION)
+        tl.store(o_base + rows[:, None] * stride_ot + dv[None, :], (scale * out).to(out_dtype),
+                 mask=in_rows[:, None])
+        if c + 1 < num_blocks:  # later blocks read this one's u and G
+            tl.store(ws_u + rows[:, None] * DV + dv[None, :], u_c)
+            tl.store(ws_gate + rows, gate_c)
+            tl.debug_barrier()
+
+
 def check_triton_dims(key_dim: int, value_dim: int, block_v: int) -> None:
     for name, dim in (("Dk", key_dim), ("Dv", value_dim)):
         if dim < 16 or dim & (dim - 1):
@@ -217,10 +298,14 @@ def tree_delta_mixing(q, k, g, beta, ancestor_mask, value_heads: int, config=Non
         g.stride(0), g.stride(1), g.stride(2), beta.stride(0), beta.stride(1), beta.stride(2),
         ancestor_mask.stride(0), ancestor_mask.stride(1),
         DK=key_dim, BT=DELTA_BLOCK_T, TPAD=padded, DOT_PRECISION=dot_precision(q), UPCAST=upcast(q),
-        DOUBLINGS=DELTA_BLOCK_T.bit_length() - 2, num_warps=cfg.delta_mix_warps,
-        **({"maxnreg": cfg.delta_mix_registers} if cfg.delta_mix_registers and q.is_cuda else {}),
+        DOUBLINGS=DELTA_BLOCK_T.bit_length() - 2, num_warps=mix_warps(cfg, padded),
     )
     return mix, gates
+
+
+def mix_warps(cfg, padded: int) -> int:
+    """At least a warp per 32 columns of the mixing kernel's [16, TPAD] tiles (fewer spill at T > 64)."""
+    return max(cfg.delta_mix_warps, padded // 32)
 
 
 def padded_nodes(num_nodes: int) -> int:
@@ -258,8 +343,10 @@ def tree_gated_delta_rule_triton(q, k, v, g, beta, state, ancestor_mask, scale: 
     out = torch.empty(batch, num_nodes, value_heads, value_dim, dtype=v.dtype, device=v.device)
     if batch == 0 or num_nodes == 0:
         return out
-    mix, gates = tree_delta_mixing(q, k, g, beta, ancestor_mask, value_heads, cfg)
     padded = padded_nodes(num_nodes)
+    if not split_mixing(batch * value_heads, cfg):
+        return _fused(q, k, v, g, beta, state, ancestor_mask, scale, out, block_v, padded, cfg)
+    mix, gates = tree_delta_mixing(q, k, g, beta, ancestor_mask, value_heads, cfg)
     _tree_delta_apply_kernel[(value_dim // block_v, batch * value_heads)](
         q, k, v, state, mix, gates, out, num_nodes, scale, value_heads, value_heads // key_heads,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
@@ -267,5 +354,35 @@ def tree_gated_delta_rule_triton(q, k, v, g, beta, state, ancestor_mask, scale: 
         out.stride(0), out.stride(1), out.stride(2),
         DK=key_dim, BLOCK_V=block_v, BR=min(padded, cfg.delta_rows), TPAD=padded, DOT_PRECISION=dot_precision(q),
         UPCAST=upcast(q), num_warps=cfg.delta_warps,
+    )
+    return out
+
+
+def split_mixing(heads: int, cfg) -> bool:
+    """Two launches (mixing matrix, then apply) where the (request, value head) pairs fill the
+    GPU, else the fused kernel (below that its two programs per head beat the mixing chain)."""
+    return heads >= cfg.delta_split_heads
+
+
+def _fused(q, k, v, g, beta, state, ancestor_mask, scale, out, block_v, padded, cfg):
+    import torch
+
+    batch, num_nodes, key_heads, key_dim = q.shape
+    value_heads, value_dim = v.shape[2:]
+    grid = (batch * value_heads, value_dim // block_v)
+    # workspaces of the blocks a later block reads (none for a tree of at most 16 nodes)
+    read_later = num_nodes > DELTA_BLOCK_T
+    ws_u = torch.empty(grid[0] * num_nodes * value_dim if read_later else 1, dtype=v.dtype, device=q.device)
+    ws_gate = torch.empty(grid[0] * grid[1] * padded if read_later else 1, dtype=torch.float32, device=q.device)
+    _tree_delta_fused_kernel[grid](
+        q, k, v, g, beta, state, ancestor_mask, out, ws_u, ws_gate, num_nodes, scale, value_heads,
+        value_heads // key_heads,
+        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2), g.stride(0), g.stride(1), g.stride(2),
+        beta.stride(0), beta.stride(1), beta.stride(2), state.stride(0), state.stride(1), state.stride(2),
+        ancestor_mask.stride(0), ancestor_mask.stride(1), out.stride(0), out.stride(1), out.stride(2),
+        DK=key_dim, DV=value_dim, BLOCK_V=block_v, BT=DELTA_BLOCK_T, TPAD=padded,
+        DOUBLINGS=DELTA_BLOCK_T.bit_length() - 2, DOT_PRECISION=dot_precision(q), UPCAST=upcast(q),
+        num_warps=cfg.delta_warps,
     )
     return out

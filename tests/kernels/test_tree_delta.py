@@ -8,6 +8,7 @@ SPECDEC_FULL_KERNEL_TESTS=1 runs the product of T, shape and ratio.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import os
@@ -154,3 +155,21 @@ def test_triton_names_head_dims_it_cannot_take():
     mask = mask_of(torch.tensor([[-1, 0, 1]], dtype=torch.int32)).to(DEVICE)
     with pytest.raises(ValueError, match="Dk a power of two >= 16; got 24"):
         tree_gated_delta_rule(**x, ancestor_mask=mask, impl="triton")
+
+
+@needs_triton
+@pytest.mark.parametrize("split", [False, True], ids=["fused", "split"])
+@pytest.mark.parametrize("case", [c for c in delta_cases() if c[0] in (9, 33)][:2], ids=case_name)
+def test_both_triton_paths_equal_the_oracle(case, split):
+    """The fused kernel (small grids) and the two launches (mixing matrix, then apply) whatever
+    the grid size the configuration table would pick."""
+    from specdec_kernels.hybrid_configs import hybrid_config
+    from specdec_kernels.tree_delta_triton import tree_gated_delta_rule_triton
+
+    t, dtype, scale = case[0], case[4], case[7]
+    x, parents, want = case_with_oracle(case)
+    x = {n: a.to(DEVICE) for n, a in x.items()}
+    config = dataclasses.replace(hybrid_config(x["q"].device), delta_split_heads=0 if split else 10 ** 9)
+    got = tree_gated_delta_rule_triton(**x, ancestor_mask=mask_of(parents).to(DEVICE),
+                                       scale=case[5] ** -0.5 if scale is None else scale, config=config)
+    assert float(row_errors(got.cpu(), want).max()) <= TOLERANCE[dtype]
