@@ -249,7 +249,7 @@ def compile_hybrid_kernels(arch: str = "sm_120", head_dim: int = 128) -> list[Co
     from .hybrid_configs import DELTA_BLOCK_T, HYBRID_CONFIGS
     from .recurrent_commit_triton import _commit_kernel
     from .tree_conv_triton import _tree_conv_kernel
-    from .tree_delta_triton import _tree_delta_apply_kernel, _tree_delta_fused_kernel, _tree_delta_mix_kernel, mix_warps
+    from .tree_delta_triton import _tree_delta_apply_kernel, _tree_delta_fused_kernel, _tree_delta_mix_kernel
 
     cfg = HYBRID_CONFIGS[arch]
     capability = int(arch.removeprefix("sm_"))
@@ -260,7 +260,7 @@ def compile_hybrid_kernels(arch: str = "sm_120", head_dim: int = 128) -> list[Co
     kernels = [
         ("hybrid_delta_mix", _tree_delta_mix_kernel, pointers,
          dict(DK=head_dim, BT=DELTA_BLOCK_T, TPAD=128, DOT_PRECISION="tf32", UPCAST=False,
-              DOUBLINGS=DELTA_BLOCK_T.bit_length() - 2), mix_warps(cfg, 128), DELTA_BLOCK_T, 128),
+              DOUBLINGS=DELTA_BLOCK_T.bit_length() - 2), cfg.delta_mix_warps, DELTA_BLOCK_T, 128),
         ("hybrid_delta_apply", _tree_delta_apply_kernel, pointers,
          dict(DK=head_dim, BLOCK_V=cfg.delta_block_v, BR=min(128, cfg.delta_rows), TPAD=128, DOT_PRECISION="tf32",
               UPCAST=False), cfg.delta_warps, min(128, cfg.delta_rows), cfg.delta_block_v),

@@ -4,12 +4,13 @@ per GPU architecture, in one table.
 Why the rows differ:
 - ``sm_90`` (H100 / H200): the tree delta rule's state-streaming programs (apply, or fused) on
   64 value columns and 4 warps, the apply 16 nodes at a time (the fewest registers), the mixing
-  matrix on 2 warps (more programs per multiprocessor: its chain is latency-bound; 4 at T > 64,
-  where 2 spill, see ``mix_warps``); two launches
-  from 128 (request, value head) pairs, about one per multiprocessor. The fastest of the tiles
-  the H200 sweep timed, and the crossover it measured (docs/HYBRID.md).
+  matrix on 2 warps (more programs per multiprocessor: its chain is latency-bound; at T > 64 it
+  spills a little and is still faster than on 4); two launches from 128 (request, value head)
+  pairs, about one per multiprocessor. The fastest of the tiles the H200 sweeps timed and the
+  crossover they showed (docs/HYBRID.md).
 - ``sm_120`` (RTX PRO 6000 / RTX 5090): about 99 KB of shared memory per block; the same tiles
-  use a fraction of it (the sm_120 compile check reports each kernel's use), so they stay.
+  use a fraction of it (the sm_120 compile check reports each kernel's use), except the mixing
+  matrix on 4 warps, where 2 spill at T > 64. Not timed on such a GPU.
 - ``interpreter``: Triton's CPU interpreter runs each block operation in numpy, so the widest
   tiles are the fastest; no limits apply; two launches from 4 pairs, so that the kernel tests'
   small grids exercise both paths.
@@ -18,6 +19,7 @@ Unknown architectures take the sm_120 row.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from .configs import arch_name
@@ -62,7 +64,7 @@ HYBRID_CONFIGS = {
                                 delta_split_heads=4, commit_block_v=128, commit_warps=4, conv_block_t=64,
                                 conv_block_c=1024, conv_warps=4),
 }
-HYBRID_CONFIGS["sm_120"] = HYBRID_CONFIGS["sm_90"]
+HYBRID_CONFIGS["sm_120"] = dataclasses.replace(HYBRID_CONFIGS["sm_90"], delta_mix_warps=4)
 HYBRID_CONFIGS["sm_100"] = HYBRID_CONFIGS["sm_90"]
 
 

@@ -298,14 +298,9 @@ def tree_delta_mixing(q, k, g, beta, ancestor_mask, value_heads: int, config=Non
         g.stride(0), g.stride(1), g.stride(2), beta.stride(0), beta.stride(1), beta.stride(2),
         ancestor_mask.stride(0), ancestor_mask.stride(1),
         DK=key_dim, BT=DELTA_BLOCK_T, TPAD=padded, DOT_PRECISION=dot_precision(q), UPCAST=upcast(q),
-        DOUBLINGS=DELTA_BLOCK_T.bit_length() - 2, num_warps=mix_warps(cfg, padded),
+        DOUBLINGS=DELTA_BLOCK_T.bit_length() - 2, num_warps=cfg.delta_mix_warps,
     )
     return mix, gates
-
-
-def mix_warps(cfg, padded: int) -> int:
-    """At least a warp per 32 columns of the mixing kernel's [16, TPAD] tiles (fewer spill at T > 64)."""
-    return max(cfg.delta_mix_warps, padded // 32)
 
 
 def padded_nodes(num_nodes: int) -> int:
