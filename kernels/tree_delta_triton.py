@@ -321,7 +321,8 @@ def upcast(q) -> bool:
 
 
 def tree_gated_delta_rule_triton(q, k, v, g, beta, state, ancestor_mask, scale: float, config=None):
-    """Launcher: inputs with any strides but a unit last one (copied otherwise); two launches.
+    """Launcher: inputs with any strides but a unit last one (copied otherwise); one launch or two
+    (:func:`split_mixing`).
     ``config``: a :class:`HybridConfig` instead of the table's (the benchmark's sweep)."""
     import torch
 
