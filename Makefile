@@ -14,9 +14,10 @@ BENCH_GATE ?= output_tok_s:off,tpot_ms:off,ttft_ms:off
 bench: venv
 	$(PY) -m pytest tests/bench --specdec-report .specdec/report --specdec-compare-fail "$(BENCH_GATE)"
 
-# The test suite: plugin, kernels (Triton's interpreter on a CPU), engine, contracts.
+# The test suite: plugin, kernels (Triton's interpreter on a CPU), engine, contracts; two xdist
+# workers, since many tests wait on the engine processes they start.
 test: venv
-	TRITON_INTERPRET=1 $(PY) -m pytest tests/unit tests/kernels tests/engine
+	TRITON_INTERPRET=1 $(PY) -m pytest -n 2 tests/unit tests/kernels tests/engine
 
 # The package as users get it: sdist and wheel, the wheel in a fresh venv (scripts/check-wheel.sh).
 wheel-check: venv

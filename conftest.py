@@ -10,6 +10,14 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
+
+@pytest.fixture(autouse=True)
+def _started_runs_are_not_xdist_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under `make test` (pytest-xdist) a test's PYTEST_XDIST_* variables would reach the pytest runs
+    it starts, which would then act as workers (pytest-benchmark, for one, saves nothing there)."""
+    for name in [name for name in os.environ if name.startswith("PYTEST_XDIST_")]:
+        monkeypatch.delenv(name)
+
 # SGLang itself, installed by scripts/setup-venv.sh into a directory of its own: its pinned
 # dependencies conflict with this venv's, so only the tests that read or run it put it on sys.path.
 SGLANG_REFERENCE = Path(os.environ.get("SPECDEC_SGLANG_REFERENCE", Path(sys.prefix) / "sglang-reference"))
