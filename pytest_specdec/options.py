@@ -13,10 +13,20 @@ from typing import Any, Callable, Mapping
 
 from .configuration import METHODS
 from .errors import SpecdecUsageError
-from .shard import parse_shard
-from .lossless import parse_exactness
 
 BACKENDS = ("auto", "embedded", "sglang")
+
+
+def _shard(text: str) -> Any:
+    from .shard import parse_shard  # here, not at the top: every pytest run loads this table
+
+    return parse_shard(text)
+
+
+def _exactness(text: str) -> str:
+    from .lossless import parse_exactness
+
+    return str(parse_exactness(text))
 
 
 def _bool(text: str) -> bool:
@@ -135,7 +145,7 @@ OPTIONS: tuple[Option, ...] = (
            "reproduce (the losslessness guard)", _method, "ar", metavar="METHOD"),
     Option("lossless", "how much of each output must match the reference's: exact, prefix:N "
            "(the first N tokens) or off (default: exact on the embedded engine, prefix:32 on "
-           "SGLang and attached servers)", lambda text: str(parse_exactness(text)), None,
+           "SGLang and attached servers)", _exactness, None,
            metavar="MODE"),
     Option("baseline_dir", "folder of per-hardware baseline files and known_issues.toml",
            str, "baselines", metavar="DIR"),
@@ -160,7 +170,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("shard", "run only shard K of N (1-based, e.g. 2/4) of the configuration matrix; "
            "every shard works out the same partition, balanced by the durations in the baseline "
            "folder's durations.json; with --specdec-report DIR, DIR is a shard folder for "
-           "python -m pytest_specdec merge", parse_shard, None, metavar="K/N"),
+           "python -m pytest_specdec merge", _shard, None, metavar="K/N"),
     Option("artifacts", "folder for server logs and per-run files", str, ".specdec/artifacts",
            metavar="DIR"),
     Option("cpu_matrix", "also run the cpu matrix on a GPU host whose family has a matrix (by "

@@ -46,7 +46,8 @@ def test_plugin_is_active_in_a_plain_run(pytester: pytest.Pytester):
 
 def test_plugin_import_pulls_in_nothing_heavy(pytester: pytest.Pytester):
     code = ("import sys, pytest_specdec.plugin;"
-            "heavy = [m for m in ('torch', 'triton', 'matplotlib', 'aiohttp', 'filelock', 'pytest')"
+            "heavy = [m for m in ('torch', 'triton', 'matplotlib', 'aiohttp', 'filelock', 'pytest', 'json',"
+            " 'hashlib', 'pytest_specdec.shard', 'pytest_specdec.lossless')"
             " if m in sys.modules];"
             "print('HEAVY', heavy)")
     result = pytester.run(sys.executable, "-c", code)
