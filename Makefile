@@ -16,7 +16,10 @@ bench: venv
 
 # The test suite: plugin, kernels (Triton's interpreter on a CPU), engine, contracts; two xdist
 # workers, since many tests wait on the engine processes they start.
+# The package's bytecode is compiled first: each engine and pytest run the suite starts imports
+# it, and where PYTHONDONTWRITEBYTECODE is set each of them would compile it again.
 test: venv
+	$(PY) -m compileall -q pytest_specdec kernels > /dev/null
 	TRITON_INTERPRET=1 $(PY) -m pytest -n 2 tests/unit tests/kernels tests/engine
 
 # The package as users get it: sdist and wheel, the wheel in a fresh venv (scripts/check-wheel.sh).

@@ -26,8 +26,7 @@ if [ ! -x "$venv/bin/python" ]; then
   echo "setup-venv: creating the virtual environment $venv" >&2
   python3 -m venv "$venv"
 fi
-# --no-compile: Python compiles what an import needs on first use, not all of torch and SGLang now.
-pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q --no-compile)
+pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q)
 
 # SGLang's own code, read by the contract tests (its argv parser, request schema, endpoints, metric
 # and log names) and imported by the client tests (its frontend, bench_serving): installed into a
