@@ -74,6 +74,28 @@ def _unit_lower_inverse(strict_lower, BT: tl.constexpr, DOUBLINGS: tl.constexpr,
 
 
 @triton.jit
+def _earlier_block_terms(k_c, q_c, beta_c, gate_c, k_2, gate_2, on_path, DOT_PRECISION: tl.constexpr):
+    """This block's rows against an earlier block's: the keys' coupling (into the inverse's right-hand
+    side) and the queries' attention, each decayed along the row's own path (0 off it)."""
+    decay = tl.where(on_path, tl.exp(gate_c[:, None] - gate_2[None, :]), 0.0)
+    coupling = beta_c[:, None] * tl.dot(k_c, tl.trans(k_2), input_precision=DOT_PRECISION) * decay
+    attend = tl.dot(q_c, tl.trans(k_2), input_precision=DOT_PRECISION) * decay
+    return coupling, attend
+
+
+@triton.jit
+def _diagonal_block_terms(k_c, q_c, beta_c, gate_c, on_path, blk, BT: tl.constexpr, DOUBLINGS: tl.constexpr,
+                          DOT_PRECISION: tl.constexpr):
+    """The block against itself: the inverse of its unit lower coupling, and its queries' attention."""
+    decay = tl.where(on_path, tl.exp(gate_c[:, None] - gate_c[None, :]), 0.0)
+    coupling = tl.where(blk[:, None] > blk[None, :],
+                        beta_c[:, None] * tl.dot(k_c, tl.trans(k_c), input_precision=DOT_PRECISION) * decay, 0.0)
+    inverse = _unit_lower_inverse(coupling, BT, DOUBLINGS, DOT_PRECISION)
+    attend = tl.dot(q_c, tl.trans(k_c), input_precision=DOT_PRECISION) * decay
+    return inverse, attend
+
+
+@triton.jit
 def _tree_delta_mix_kernel(q_ptr, k_ptr, g_ptr, beta_ptr, mask_ptr, mix_ptr, gate_ptr, ws_ptr,
                            T, HV, GROUP,
                            stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
@@ -116,20 +138,16 @@ def _tree_delta_mix_kernel(q_ptr, k_ptr, g_ptr, beta_ptr, mask_ptr, mix_ptr, gat
             rows2 = c2 * BT + blk
             k_2 = _operand(tl.load(k_base + rows2[:, None] * stride_kt + dk[None, :]), in_dtype, UPCAST)
             n_2 = _operand(tl.load(ws + rows2[:, None] * TPAD + cols[None, :]), in_dtype, UPCAST)
-            decay = tl.where(_on_path(mask_rows, stride_mt, rows, in_rows, rows2),
-                             tl.exp(gate_c[:, None] - tl.load(gate_out + rows2)[None, :]), 0.0)
-            coupling = beta_c[:, None] * tl.dot(k_c, tl.trans(k_2), input_precision=DOT_PRECISION) * decay
+            coupling, attend = _earlier_block_terms(k_c, q_c, beta_c, gate_c, k_2, tl.load(gate_out + rows2),
+                                                    _on_path(mask_rows, stride_mt, rows, in_rows, rows2),
+                                                    DOT_PRECISION)
             inverse_rhs -= tl.dot(_operand(coupling, in_dtype, UPCAST), n_2, input_precision=DOT_PRECISION)
-            attend = tl.dot(q_c, tl.trans(k_2), input_precision=DOT_PRECISION) * decay
             mixed += tl.dot(_operand(attend, in_dtype, UPCAST), n_2, input_precision=DOT_PRECISION)
-        decay = tl.where(_on_path(mask_rows, stride_mt, rows, in_rows, rows),
-                         tl.exp(gate_c[:, None] - gate_c[None, :]), 0.0)
-        coupling = tl.where(blk[:, None] > blk[None, :],
-                            beta_c[:, None] * tl.dot(k_c, tl.trans(k_c), input_precision=DOT_PRECISION) * decay, 0.0)
-        inverse = _unit_lower_inverse(coupling, BT, DOUBLINGS, DOT_PRECISION)
+        inverse, attend = _diagonal_block_terms(k_c, q_c, beta_c, gate_c,
+                                                _on_path(mask_rows, stride_mt, rows, in_rows, rows), blk, BT,
+                                                DOUBLINGS, DOT_PRECISION)
         n_c = tl.dot(_operand(inverse, in_dtype, UPCAST), _operand(inverse_rhs, in_dtype, UPCAST),
                      input_precision=DOT_PRECISION).to(in_dtype)
-        attend = tl.dot(q_c, tl.trans(k_c), input_precision=DOT_PRECISION) * decay
         mixed += tl.dot(_operand(attend, in_dtype, UPCAST), _operand(n_c, in_dtype, UPCAST),
                         input_precision=DOT_PRECISION)
         tl.store(mix + rows[:, None] * TPAD + cols[None, :], (mixed * beta_cols[None, :]).to(in_dtype),
@@ -241,20 +259,16 @@ def _tree_delta_fused_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, state_ptr, ma
             rows2 = c2 * BT + blk
             k_2 = _operand(tl.load(k_base + rows2[:, None] * stride_kt + dk[None, :]), in_dtype, UPCAST)
             u_2 = _operand(tl.load(ws_u + rows2[:, None] * DV + dv[None, :]), out_dtype, UPCAST)
-            decay = tl.where(_on_path(mask_rows, stride_mt, rows, in_rows, rows2),
-                             tl.exp(gate_c[:, None] - tl.load(ws_gate + rows2)[None, :]), 0.0)
-            coupling = beta_c[:, None] * tl.dot(k_c, tl.trans(k_2), input_precision=DOT_PRECISION) * decay
+            coupling, attend = _earlier_block_terms(k_c, q_c, beta_c, gate_c, k_2, tl.load(ws_gate + rows2),
+                                                    _on_path(mask_rows, stride_mt, rows, in_rows, rows2),
+                                                    DOT_PRECISION)
             rhs -= tl.dot(_operand(coupling, out_dtype, UPCAST), u_2, input_precision=DOT_PRECISION)
-            attend = tl.dot(q_c, tl.trans(k_2), input_precision=DOT_PRECISION) * decay
             out += tl.dot(_operand(attend, out_dtype, UPCAST), u_2, input_precision=DOT_PRECISION)
-        on_path = _on_path(mask_rows, stride_mt, rows, in_rows, rows)
-        decay = tl.where(on_path, tl.exp(gate_c[:, None] - gate_c[None, :]), 0.0)
-        coupling = tl.where(blk[:, None] > blk[None, :],
-                            beta_c[:, None] * tl.dot(k_c, tl.trans(k_c), input_precision=DOT_PRECISION) * decay, 0.0)
-        inverse = _unit_lower_inverse(coupling, BT, DOUBLINGS, DOT_PRECISION)
+        inverse, attend = _diagonal_block_terms(k_c, q_c, beta_c, gate_c,
+                                                _on_path(mask_rows, stride_mt, rows, in_rows, rows), blk, BT,
+                                                DOUBLINGS, DOT_PRECISION)
         u_c = tl.dot(_operand(inverse, in_dtype, UPCAST), _operand(rhs, in_dtype, UPCAST),
                      input_precision=DOT_PRECISION).to(out_dtype)
-        attend = tl.dot(q_c, tl.trans(k_c), input_precision=DOT_PRECISION) * decay
         out += tl.dot(_operand(attend, out_dtype, UPCAST), _operand(u_c, out_dtype, UPCAST),
                       input_precision=DOT_PRECISION)
         tl.store(o_base + rows[:, None] * stride_ot + dv[None, :], (scale * out).to(out_dtype),
