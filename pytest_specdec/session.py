@@ -36,10 +36,6 @@ from .result import Result
 from .state import RunState
 
 
-def is_worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput")
-
-
 def journal_for(state: RunState) -> Journal:
     from .shard_dir import journal_path
 

@@ -127,9 +127,6 @@ class ShardPlan:
     def param_ids(self) -> tuple[str, ...]:
         return tuple(case.param_id for case in self.configurations)
 
-    def assignment_by_id(self) -> dict[str, int]:
-        return dict(zip(self.param_ids, self.assignment))
-
     @property
     def matrix_digest(self) -> str:
         """Names the sharded matrix: shards of one run agree on it, and the merge checks that."""
