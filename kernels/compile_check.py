@@ -260,10 +260,11 @@ def compile_hybrid_kernels(arch: str = "sm_120", head_dim: int = 128) -> list[Co
     kernels = [
         ("hybrid_delta_mix", _tree_delta_mix_kernel, pointers,
          dict(DK=head_dim, BT=DELTA_BLOCK_T, TPAD=128, DOT_PRECISION="tf32", UPCAST=False,
-              DOUBLINGS=DELTA_BLOCK_T.bit_length() - 2), cfg.delta_mix_warps, DELTA_BLOCK_T, 128),
+              DOUBLINGS=DELTA_BLOCK_T.bit_length() - 2, LAUNCH_DEPENDENTS=cfg.delta_dependent_launch),
+         cfg.delta_mix_warps, DELTA_BLOCK_T, 128),
         ("hybrid_delta_apply", _tree_delta_apply_kernel, pointers,
          dict(DK=head_dim, BLOCK_V=cfg.delta_block_v, BR=min(128, cfg.delta_rows), TPAD=128, DOT_PRECISION="tf32",
-              UPCAST=False), cfg.delta_warps, min(128, cfg.delta_rows), cfg.delta_block_v),
+              UPCAST=False, WAIT_FOR_MIX=cfg.delta_dependent_launch), cfg.delta_warps, min(128, cfg.delta_rows), cfg.delta_block_v),
         ("hybrid_delta_fused", _tree_delta_fused_kernel, pointers,
          dict(DK=head_dim, DV=head_dim, BLOCK_V=cfg.delta_block_v, BT=DELTA_BLOCK_T, TPAD=128, DOT_PRECISION="tf32",
               UPCAST=False, DOUBLINGS=DELTA_BLOCK_T.bit_length() - 2), cfg.delta_warps, DELTA_BLOCK_T,

@@ -34,6 +34,8 @@ class HybridConfig:
     delta_warps:    warps per tree-delta apply program.
     delta_rows:     the most output rows (nodes) an apply program computes at once.
     delta_mix_warps: warps per mixing-matrix program (one per request and value head).
+    delta_dependent_launch: the apply as the mixing kernel's programmatic dependent (sm_90 and
+                    newer), so that its state stream overlaps the mixing.
     delta_split_heads: the fewest (request, value head) pairs that take the two launches
                     (mixing matrix, then apply); fewer take the one fused kernel.
     commit_block_v: value columns per commit (replay) program.
@@ -46,6 +48,7 @@ class HybridConfig:
     delta_rows: int
     delta_mix_warps: int
     delta_split_heads: int
+    delta_dependent_launch: bool
     commit_block_v: int
     commit_warps: int
     conv_block_t: int
@@ -59,9 +62,9 @@ DELTA_BLOCK_T = 16
 
 HYBRID_CONFIGS = {
     "sm_90": HybridConfig(delta_block_v=64, delta_warps=4, delta_rows=16, delta_mix_warps=2, delta_split_heads=128,
-                          commit_block_v=32, commit_warps=4, conv_block_t=16, conv_block_c=128, conv_warps=4),
+                          delta_dependent_launch=True, commit_block_v=32, commit_warps=4, conv_block_t=16, conv_block_c=128, conv_warps=4),
     "interpreter": HybridConfig(delta_block_v=128, delta_warps=4, delta_rows=128, delta_mix_warps=4,
-                                delta_split_heads=4, commit_block_v=128, commit_warps=4, conv_block_t=64,
+                                delta_split_heads=4, delta_dependent_launch=False, commit_block_v=128, commit_warps=4, conv_block_t=64,
                                 conv_block_c=1024, conv_warps=4),
 }
 HYBRID_CONFIGS["sm_120"] = dataclasses.replace(HYBRID_CONFIGS["sm_90"], delta_mix_warps=4)

@@ -28,6 +28,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+try:
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:  # Triton before 3.4: no grid dependency control, the apply follows the mixing
+    gdc_launch_dependents = gdc_wait = None
+
 from .hybrid_configs import DELTA_BLOCK_T, hybrid_config
 
 
@@ -101,7 +106,9 @@ def _tree_delta_mix_kernel(q_ptr, k_ptr, g_ptr, beta_ptr, mask_ptr, mix_ptr, gat
                            stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
                            stride_gb, stride_gt, stride_gh, stride_bb, stride_bt, stride_bh, stride_mb, stride_mt,
                            DK: tl.constexpr, BT: tl.constexpr, TPAD: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                           UPCAST: tl.constexpr, DOUBLINGS: tl.constexpr):
+                           UPCAST: tl.constexpr, DOUBLINGS: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr):
+    if LAUNCH_DEPENDENTS:  # the apply may start (and stream its state) once every program has started
+        gdc_launch_dependents()
     pid = tl.program_id(0)
     b = (pid // HV).to(tl.int64)
     hv = pid % HV
@@ -164,7 +171,7 @@ def _tree_delta_apply_kernel(q_ptr, k_ptr, v_ptr, state_ptr, mix_ptr, gate_ptr, 
                              stride_vb, stride_vt, stride_vh, stride_sb, stride_sh, stride_sk,
                              stride_ob, stride_ot, stride_oh,
                              DK: tl.constexpr, BLOCK_V: tl.constexpr, BR: tl.constexpr, TPAD: tl.constexpr,
-                             DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+                             DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, WAIT_FOR_MIX: tl.constexpr):
     pid = tl.program_id(1)
     b = (pid // HV).to(tl.int64)
     hv = pid % HV
@@ -183,28 +190,51 @@ def _tree_delta_apply_kernel(q_ptr, k_ptr, v_ptr, state_ptr, mix_ptr, gate_ptr, 
 
     state = tl.load(state_ptr + b * stride_sb + hv * stride_sh + dk[:, None] * stride_sk + dv[None, :])
     state = _operand(state, in_dtype, UPCAST)  # [DK, BLOCK_V], an MMA operand in the inputs' dtype
-    for r in range(tl.cdiv(T, BR)):
-        rows = r * BR + blk
-        in_rows = rows < T
-        q_r = _operand(tl.load(q_base + rows[:, None] * stride_qt + dk[None, :], mask=in_rows[:, None], other=0.0),
-                       in_dtype, UPCAST)
-        gate_r = tl.load(gate_in + rows, mask=in_rows, other=0.0)
-        out = tl.exp(gate_r)[:, None] * tl.dot(q_r, state, input_precision=DOT_PRECISION)
-        for j in range(r + 1):  # W is lower triangular: ancestors precede their descendants
-            cols = j * BR + blk
-            in_cols = cols < T
-            k_j = _operand(tl.load(k_base + cols[:, None] * stride_kt + dk[None, :], mask=in_cols[:, None],
+    if BR == TPAD:
+        # the whole tree at once: both products with the state before the mixing matrix is waited
+        # for, and `V - exp(G) K S` computed once for every row
+        in_rows = blk < T
+        q_all = _operand(tl.load(q_base + blk[:, None] * stride_qt + dk[None, :], mask=in_rows[:, None], other=0.0),
+                         in_dtype, UPCAST)
+        k_all = _operand(tl.load(k_base + blk[:, None] * stride_kt + dk[None, :], mask=in_rows[:, None], other=0.0),
+                         in_dtype, UPCAST)
+        v_all = tl.load(v_base + blk[:, None] * stride_vt + dv[None, :], mask=in_rows[:, None], other=0.0)
+        q_state = tl.dot(q_all, state, input_precision=DOT_PRECISION)
+        k_state = tl.dot(k_all, state, input_precision=DOT_PRECISION)
+        if WAIT_FOR_MIX:  # launched as the mixing kernel's programmatic dependent: W and G are its outputs
+            gdc_wait()
+        gate_all = tl.exp(tl.load(gate_in + blk, mask=in_rows, other=0.0))
+        written = v_all.to(tl.float32) - gate_all[:, None] * k_state
+        w_all = _operand(tl.load(mix + blk[:, None] * TPAD + blk[None, :], mask=in_rows[:, None], other=0.0),
+                         in_dtype, UPCAST)
+        out = gate_all[:, None] * q_state + tl.dot(w_all, _operand(written, in_dtype, UPCAST),
+                                                   input_precision=DOT_PRECISION)
+        tl.store(o_base + blk[:, None] * stride_ot + dv[None, :], (scale * out).to(out_dtype), mask=in_rows[:, None])
+    else:
+        if WAIT_FOR_MIX:
+            gdc_wait()
+        for r in range(tl.cdiv(T, BR)):
+            rows = r * BR + blk
+            in_rows = rows < T
+            q_r = _operand(tl.load(q_base + rows[:, None] * stride_qt + dk[None, :], mask=in_rows[:, None],
                                    other=0.0), in_dtype, UPCAST)
-            v_j = tl.load(v_base + cols[:, None] * stride_vt + dv[None, :], mask=in_cols[:, None], other=0.0)
-            gate_j = tl.load(gate_in + cols, mask=in_cols, other=0.0)
-            # what the nodes write before the mixing: V - exp(G) K S (recomputed per row block:
-            # cheaper than holding all of it)
-            written = v_j.to(tl.float32) - tl.exp(gate_j)[:, None] * tl.dot(k_j, state, input_precision=DOT_PRECISION)
-            w_rj = _operand(tl.load(mix + rows[:, None] * TPAD + cols[None, :], mask=in_rows[:, None], other=0.0),
-                            in_dtype, UPCAST)
-            out += tl.dot(w_rj, _operand(written, in_dtype, UPCAST), input_precision=DOT_PRECISION)
-        tl.store(o_base + rows[:, None] * stride_ot + dv[None, :], (scale * out).to(out_dtype),
-                 mask=in_rows[:, None])
+            gate_r = tl.load(gate_in + rows, mask=in_rows, other=0.0)
+            out = tl.exp(gate_r)[:, None] * tl.dot(q_r, state, input_precision=DOT_PRECISION)
+            for j in range(r + 1):  # W is lower triangular: ancestors precede their descendants
+                cols = j * BR + blk
+                in_cols = cols < T
+                k_j = _operand(tl.load(k_base + cols[:, None] * stride_kt + dk[None, :], mask=in_cols[:, None],
+                                       other=0.0), in_dtype, UPCAST)
+                v_j = tl.load(v_base + cols[:, None] * stride_vt + dv[None, :], mask=in_cols[:, None], other=0.0)
+                gate_j = tl.load(gate_in + cols, mask=in_cols, other=0.0)
+                # what the nodes write before the mixing, V - exp(G) K S, recomputed per row block
+                written = v_j.to(tl.float32) - tl.exp(gate_j)[:, None] * tl.dot(k_j, state,
+                                                                                  input_precision=DOT_PRECISION)
+                w_rj = _operand(tl.load(mix + rows[:, None] * TPAD + cols[None, :], mask=in_rows[:, None],
+                                        other=0.0), in_dtype, UPCAST)
+                out += tl.dot(w_rj, _operand(written, in_dtype, UPCAST), input_precision=DOT_PRECISION)
+            tl.store(o_base + rows[:, None] * stride_ot + dv[None, :], (scale * out).to(out_dtype),
+                     mask=in_rows[:, None])
 
 
 @triton.jit
@@ -294,7 +324,8 @@ def last_dim_contiguous(*tensors):
 
 def tree_delta_mixing(q, k, g, beta, ancestor_mask, value_heads: int, config=None):
     """The first launch: ``(mix, gates)``, each (request, value head)'s ``W`` rows [T, TPAD] in
-    q's dtype and path gates [TPAD] float32, flattened. The benchmark times it alone."""
+    q's dtype and path gates [TPAD] float32, flattened. The benchmark times it alone. Its
+    programs let the apply start (:func:`dependent_launch`) as soon as every one has started."""
     import torch
 
     batch, num_nodes, key_heads, key_dim = q.shape
@@ -312,9 +343,20 @@ def tree_delta_mixing(q, k, g, beta, ancestor_mask, value_heads: int, config=Non
         g.stride(0), g.stride(1), g.stride(2), beta.stride(0), beta.stride(1), beta.stride(2),
         ancestor_mask.stride(0), ancestor_mask.stride(1),
         DK=key_dim, BT=DELTA_BLOCK_T, TPAD=padded, DOT_PRECISION=dot_precision(q), UPCAST=upcast(q),
-        DOUBLINGS=DELTA_BLOCK_T.bit_length() - 2, num_warps=cfg.delta_mix_warps,
+        DOUBLINGS=DELTA_BLOCK_T.bit_length() - 2, LAUNCH_DEPENDENTS=dependent_launch(q, cfg),
+        num_warps=cfg.delta_mix_warps,
     )
     return mix, gates
+
+
+def dependent_launch(q, cfg) -> bool:
+    """The apply as the mixing kernel's programmatic dependent (its programs start while the mixing
+    runs, load their state slice and multiply it, then wait for ``W``): on a GPU of compute
+    capability 9 or more whose Triton has grid dependency control, where the table says so."""
+    import torch
+
+    return (cfg.delta_dependent_launch and q.is_cuda and gdc_wait is not None
+            and torch.cuda.get_device_capability(q.device)[0] >= 9)
 
 
 def padded_nodes(num_nodes: int) -> int:
@@ -357,13 +399,14 @@ def tree_gated_delta_rule_triton(q, k, v, g, beta, state, ancestor_mask, scale: 
     if not split_mixing(batch * value_heads, cfg):
         return _fused(q, k, v, g, beta, state, ancestor_mask, scale, out, block_v, padded, cfg)
     mix, gates = tree_delta_mixing(q, k, g, beta, ancestor_mask, value_heads, cfg)
+    early = dependent_launch(q, cfg)
     _tree_delta_apply_kernel[(value_dim // block_v, batch * value_heads)](
         q, k, v, state, mix, gates, out, num_nodes, scale, value_heads, value_heads // key_heads,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), state.stride(0), state.stride(1), state.stride(2),
         out.stride(0), out.stride(1), out.stride(2),
         DK=key_dim, BLOCK_V=block_v, BR=min(padded, cfg.delta_rows), TPAD=padded, DOT_PRECISION=dot_precision(q),
-        UPCAST=upcast(q), num_warps=cfg.delta_warps,
+        UPCAST=upcast(q), WAIT_FOR_MIX=early, num_warps=cfg.delta_warps, **({"launch_pdl": True} if early else {}),
     )
     return out
 

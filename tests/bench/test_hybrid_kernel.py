@@ -1,7 +1,9 @@
 """Hybrid-layer verify benchmark as tests (GPU only): correctness on every timed shape, then the goals.
 
 Goals (bf16 inputs, float32 state, H200, Qwen3.6-27B's heads per GPU): the tree gated delta
-rule reaches 60 % of the copy bandwidth measured in the same session at batch >= 8; every shape
+rule reaches 60 % of the copy bandwidth measured in the same session at batch >= 8, reported as
+xfail, with the numbers, where a kernel that only reads the shape's bytes once (timed the same
+way) does not reach it either; every shape
 is at least 10x faster than the obvious alternative (a per-node recurrence in torch) and no
 slower than an ordinary chain-shaped pass over the same T tokens; the commit takes at most 10 %
 of the verify's time, reported as xfail, with the numbers, where even a commit at the copy
@@ -30,22 +32,29 @@ def _shapes():
 
 @pytest.mark.parametrize("shape", _shapes(), ids=lambda s: s.name)
 def test_hybrid_verify_shape(shape, ceilings, record_property):
-    from specdec_kernels.hybrid_bench import ROW_TOLERANCE_BF16, run_shape
+    from specdec_kernels.hybrid_bench import BANDWIDTH_GOAL, BANDWIDTH_GOAL_BATCH, ROW_TOLERANCE_BF16, run_shape
 
     row = run_shape(shape, ceilings, seed=zlib.crc32(shape.name.encode()))
-    for key in ("us", "tb_s", "bw_frac", "x_chain", "x_alt", "commit_frac", "err"):
+    for key in ("us", "tb_s", "bw_frac", "stream_us", "goal_us", "x_chain", "x_alt", "commit_frac", "err"):
         record_property(key, row[key])
     assert row["err"] <= ROW_TOLERANCE_BF16, f"wrong output: worst row error {row['err']:.3g}"
     assert row["chain_err"] <= ROW_TOLERANCE_BF16, f"the chain baseline is wrong: {row['chain_err']:.3g}"
-    if shape.batch >= 8:
-        assert row["bw_frac"] >= 0.6, (f"{row['tb_s']:.2f} TB/s is {100 * row['bw_frac']:.0f}% of the measured copy "
-                                       f"bandwidth {ceilings['copy_tb_s']:.2f} TB/s (goal 60%)")
     assert row["x_alt"] >= 10, f"only {row['x_alt']:.1f}x faster than the per-node torch recurrence (goal 10x)"
     assert row["x_chain"] >= 1, (f"{row['us']:.1f} us, slower than an ordinary chain pass of the same T "
                                  f"({row['chain_us']:.1f} us)")
-    if row["commit_frac"] > 0.10 and row["commit_roof_frac"] > 0.10:
-        pytest.xfail(f"commit at 10% of the verify is out of reach: even at the copy bandwidth it would take "
-                     f"{100 * row['commit_roof_frac']:.0f}% ({row['commit_us']:.1f} us measured, "
-                     f"{100 * row['commit_frac']:.0f}%)")
-    assert row["commit_frac"] <= 0.10, (f"commit {row['commit_us']:.1f} us is {100 * row['commit_frac']:.0f}% of the "
-                                        f"verify's {row['us']:.1f} us (goal 10%)")
+    unmet = []
+    if shape.batch >= BANDWIDTH_GOAL_BATCH and row["bw_frac"] < BANDWIDTH_GOAL:
+        bandwidth = (f"{row['us']:.1f} us, {row['tb_s']:.2f} TB/s, is {100 * row['bw_frac']:.0f}% of the measured copy "
+                     f"bandwidth {ceilings['copy_tb_s']:.2f} TB/s (goal {100 * BANDWIDTH_GOAL:.0f}%: "
+                     f"{row['goal_us']:.1f} us)")
+        assert not row["goal_reachable"], bandwidth
+        unmet.append(f"{bandwidth} is out of reach: a kernel that only reads the same bytes once takes "
+                     f"{row['stream_us']:.1f} us (an empty one {row['launch_us']:.1f} us)")
+    if row["commit_frac"] > 0.10:
+        commit = (f"commit {row['commit_us']:.1f} us is {100 * row['commit_frac']:.0f}% of the verify's "
+                  f"{row['us']:.1f} us (goal 10%)")
+        assert row["commit_roof_frac"] > 0.10, commit
+        unmet.append(f"{commit} is out of reach: even at the copy bandwidth it would take "
+                     f"{100 * row['commit_roof_frac']:.0f}%")
+    if unmet:
+        pytest.xfail("; ".join(unmet))

@@ -158,18 +158,21 @@ def test_triton_names_head_dims_it_cannot_take():
 
 
 @needs_triton
-@pytest.mark.parametrize("split", [False, True], ids=["fused", "split"])
+@pytest.mark.parametrize("split,rows", [(False, None), (True, None), (True, 16)],
+                         ids=["fused", "split", "split-row-blocks"])
 @pytest.mark.parametrize("case", [c for c in delta_cases() if c[0] in (9, 33)][:2], ids=case_name)
-def test_both_triton_paths_equal_the_oracle(case, split):
+def test_every_triton_path_equals_the_oracle(case, split, rows):
     """The fused kernel (small grids) and the two launches (mixing matrix, then apply) whatever
-    the grid size the configuration table would pick."""
+    the grid size the configuration table would pick; the apply on the whole tree at once (the
+    table's rows) and in blocks of 16 rows."""
     from specdec_kernels.hybrid_configs import hybrid_config
     from specdec_kernels.tree_delta_triton import tree_gated_delta_rule_triton
 
     t, dtype, scale = case[0], case[4], case[7]
     x, parents, want = case_with_oracle(case)
     x = {n: a.to(DEVICE) for n, a in x.items()}
-    config = dataclasses.replace(hybrid_config(x["q"].device), delta_split_heads=0 if split else 10 ** 9)
+    config = hybrid_config(x["q"].device)
+    config = dataclasses.replace(config, delta_split_heads=0 if split else 10 ** 9, delta_rows=rows or config.delta_rows)
     got = tree_gated_delta_rule_triton(**x, ancestor_mask=mask_of(parents).to(DEVICE),
                                        scale=case[5] ** -0.5 if scale is None else scale, config=config)
     assert float(row_errors(got.cpu(), want).max()) <= TOLERANCE[dtype]

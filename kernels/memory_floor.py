@@ -1,0 +1,72 @@
+"""The measured floor of a memory-bound kernel on this GPU, under the benchmarks' own timing.
+
+A shape's bandwidth goal is only reachable if a kernel that does nothing but read the shape's
+bytes once meets it. Two kernels, timed as the kernel under test (``time_in_graph``: CUDA-graph
+replays over rotating buffers, L2 flushed):
+- ``launch_us``: an empty Triton kernel, the launch floor of one kernel;
+- ``stream_us``: a kernel that reads ``nbytes`` once (each program sums its blocks and writes
+  one number), the floor of any kernel that must read them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import triton
+import triton.language as tl
+
+# float32 words each streaming program reads at once, and its blocks: enough programs to cover
+# the multiprocessors at a few MB, few enough per block to keep loads in flight.
+STREAM_BLOCK = 2048
+STREAM_BLOCKS_PER_PROGRAM = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryFloor:
+    launch_us: float
+    stream_us: float
+
+
+@triton.jit
+def _empty_kernel(out_ptr):
+    pass
+
+
+@triton.jit
+def _stream_kernel(src_ptr, out_ptr, n, BLOCK: tl.constexpr, BLOCKS: tl.constexpr):
+    pid = tl.program_id(0)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for i in tl.static_range(BLOCKS):
+        offs = (pid * BLOCKS + i).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        acc += tl.load(src_ptr + offs, mask=offs < n, other=0.0)
+    tl.store(out_ptr + pid, tl.sum(acc, 0))
+
+
+def measure_floor(nbytes: int, input_sets: int, device) -> MemoryFloor:
+    """Graph-replay microseconds of an empty kernel and of one reading ``nbytes`` once, over
+    ``input_sets`` rotating buffers (as many as the kernel under test rotates through)."""
+    import torch
+
+    from .bench import time_in_graph
+
+    words = math.ceil(nbytes / 4)
+    per_program = STREAM_BLOCK * STREAM_BLOCKS_PER_PROGRAM
+    programs = math.ceil(words / per_program)
+    out = torch.empty(programs, dtype=torch.float32, device=device)
+    buffers = [(torch.ones(words, dtype=torch.float32, device=device),) for _ in range(input_sets)]
+
+    def empty(src):
+        _empty_kernel[(1,)](out)
+
+    def stream(src):
+        _stream_kernel[(programs,)](src, out, words, BLOCK=STREAM_BLOCK, BLOCKS=STREAM_BLOCKS_PER_PROGRAM,
+                                    num_warps=4)
+
+    stream(buffers[0][0])
+    torch.cuda.synchronize()
+    if float(out.double().sum()) != words:  # each word read exactly once
+        raise AssertionError(f"the streaming kernel read {float(out.double().sum())} words, not {words}")
+    floor = MemoryFloor(launch_us=time_in_graph(empty, buffers), stream_us=time_in_graph(stream, buffers))
+    del buffers
+    return floor
