@@ -266,38 +266,39 @@ def run_shape(shape: HybridShape, ceilings: dict, seed: int, alternative: bool =
     return row
 
 
-# Tree-delta tiles the sweep tries: (value columns per state-streaming program, its warps, the
-# apply's rows at once (128: the whole tree), the mixing kernel's warps, the apply as the mixing's
-# programmatic dependent (1) or after it (0)).
-SWEEP_TILES = ((64, 4, 16, 2, 0), (64, 4, 16, 2, 1), (64, 4, 128, 2, 0), (64, 4, 128, 2, 1), (64, 8, 128, 2, 1),
-               (32, 4, 128, 2, 1), (128, 8, 128, 2, 1), (32, 2, 128, 2, 1))
+# What the sweep tries: changes to the table's tree-delta row (HybridConfig fields), the row itself first.
+SWEEP_TILES = ({}, {"delta_mix_whole_nodes": 0}, {"delta_mix_whole_nodes": 32}, {"delta_mix_whole_warps": 8},
+               {"delta_dependent_launch": False}, {"delta_rows": 16}, {"delta_warps": 8},
+               {"delta_block_v": 128, "delta_warps": 8}, {"delta_mix_warps": 4}, {"delta_split_heads": 0})
 SWEEP_SHAPES = (HybridShape(8, 9, 16, 48), HybridShape(8, 33, 16, 48), HybridShape(32, 65, 2, 6),
-                HybridShape(32, 65, 16, 48))
+                HybridShape(32, 65, 16, 48), HybridShape(8, 17, 4, 12), HybridShape(1, 33, 16, 48))
 
 
-def tile_config(base, tile):
-    block_v, warps, rows, mix_warps, dependent = tile
-    return dataclasses.replace(base, delta_block_v=block_v, delta_warps=warps, delta_rows=rows,
-                               delta_mix_warps=mix_warps, delta_dependent_launch=bool(dependent))
+def tile_label(tile: dict) -> str:
+    return ",".join(f"{k.removeprefix('delta_')}={v}" for k, v in tile.items()) or "table"
 
 
-def run_sweep(ceilings: dict) -> tuple[list[dict], tuple[int, ...]]:
+def tile_config(base, tile: dict):
+    return dataclasses.replace(base, **tile)
+
+
+def run_sweep(ceilings: dict) -> tuple[list[dict], dict]:
     """Time the tree-delta kernel with each of SWEEP_TILES on SWEEP_SHAPES (correctness checked
     on each); return the rows and the tile with the least geometric-mean time."""
     from .hybrid_configs import hybrid_config
 
     base = hybrid_config(torch.device("cuda"))
     rows, logs = [], {}
-    for tile in SWEEP_TILES:
+    for t, tile in enumerate(SWEEP_TILES):
         for i, shape in enumerate(SWEEP_SHAPES):
             row = run_shape(shape, ceilings, seed=100 + i, config=tile_config(base, tile), only_verify=True)
-            row["tile"] = "x".join(map(str, tile))
+            row["tile"] = tile_label(tile)
             rows.append(row)
             print(json.dumps(row), flush=True)
             if row["ok"]:
-                logs.setdefault(tile, []).append(math.log(row["us"]))
-    complete = {tile: sum(v) / len(v) for tile, v in logs.items() if len(v) == len(SWEEP_SHAPES)}
-    return rows, min(complete, key=complete.get)
+                logs.setdefault(t, []).append(math.log(row["us"]))
+    complete = {t: sum(v) / len(v) for t, v in logs.items() if len(v) == len(SWEEP_SHAPES)}
+    return rows, SWEEP_TILES[min(complete, key=complete.get)]
 
 
 def format_table(rows) -> str:
@@ -342,7 +343,7 @@ def main(argv=None) -> int:
             from .hybrid_configs import hybrid_config
 
             sweep_rows, tile = run_sweep(ceilings)
-            meta.update(sweep=sweep_rows, delta_tile="x".join(map(str, tile)))
+            meta.update(sweep=sweep_rows, delta_tile=tile_label(tile))
             config = tile_config(hybrid_config(torch.device("cuda")), tile)
             print(json.dumps({"delta_tile": meta["delta_tile"]}), flush=True)
         rows = []
