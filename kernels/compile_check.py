@@ -249,8 +249,7 @@ def compile_hybrid_kernels(arch: str = "sm_120", head_dim: int = 128) -> list[Co
     from .hybrid_configs import DELTA_BLOCK_T, HYBRID_CONFIGS
     from .recurrent_commit_triton import _commit_kernel
     from .tree_conv_triton import _tree_conv_kernel
-    from .tree_delta_triton import (_tree_delta_apply_kernel, _tree_delta_fused_kernel, _tree_delta_mix_kernel,
-                                    _tree_delta_mix_whole_kernel)
+    from .tree_delta_triton import _tree_delta_apply_kernel, _tree_delta_fused_kernel, _tree_delta_mix_kernel
 
     cfg = HYBRID_CONFIGS[arch]
     capability = int(arch.removeprefix("sm_"))
@@ -263,10 +262,6 @@ def compile_hybrid_kernels(arch: str = "sm_120", head_dim: int = 128) -> list[Co
          dict(DK=head_dim, BT=DELTA_BLOCK_T, TPAD=128, DOT_PRECISION="tf32", UPCAST=False,
               DOUBLINGS=DELTA_BLOCK_T.bit_length() - 2, LAUNCH_DEPENDENTS=cfg.delta_dependent_launch),
          cfg.delta_mix_warps, DELTA_BLOCK_T, 128),
-        ("hybrid_delta_mix_whole", _tree_delta_mix_whole_kernel, pointers,
-         dict(DK=head_dim, TPAD=cfg.delta_mix_whole_nodes, DOT_PRECISION="tf32", UPCAST=False,
-              DOUBLINGS=cfg.delta_mix_whole_nodes.bit_length() - 2, LAUNCH_DEPENDENTS=cfg.delta_dependent_launch),
-         cfg.delta_mix_whole_warps, cfg.delta_mix_whole_nodes, cfg.delta_mix_whole_nodes),
         ("hybrid_delta_apply", _tree_delta_apply_kernel, pointers,
          dict(DK=head_dim, BLOCK_V=cfg.delta_block_v, BR=min(128, cfg.delta_rows), TPAD=128, DOT_PRECISION="tf32",
               UPCAST=False, WAIT_FOR_MIX=cfg.delta_dependent_launch), cfg.delta_warps, min(128, cfg.delta_rows), cfg.delta_block_v),

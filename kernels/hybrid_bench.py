@@ -267,11 +267,8 @@ def run_shape(shape: HybridShape, ceilings: dict, seed: int, alternative: bool =
 
 
 # What the sweep tries: changes to the table's tree-delta row (HybridConfig fields), the row itself first.
-SWEEP_TILES = ({}, {"delta_mix_whole_nodes": 0}, {"delta_mix_whole_nodes": 32}, {"delta_mix_whole_warps": 8},
-               {"delta_dependent_launch": False}, {"delta_rows": 16}, {"delta_warps": 8},
-               {"delta_block_v": 128, "delta_warps": 8}, {"delta_mix_warps": 4}, {"delta_split_heads": 0},
-               {"delta_mix_whole_nodes": 128, "delta_mix_whole_warps": 8},
-               {"delta_mix_whole_nodes": 128, "delta_mix_whole_warps": 16})
+SWEEP_TILES = ({}, {"delta_dependent_launch": False}, {"delta_rows": 16}, {"delta_warps": 8},
+               {"delta_block_v": 128, "delta_warps": 8}, {"delta_mix_warps": 4}, {"delta_split_heads": 0})
 SWEEP_SHAPES = (HybridShape(8, 9, 16, 48), HybridShape(8, 33, 16, 48), HybridShape(32, 65, 2, 6),
                 HybridShape(32, 65, 16, 48), HybridShape(8, 17, 4, 12), HybridShape(1, 33, 16, 48))
 

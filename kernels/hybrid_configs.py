@@ -14,8 +14,7 @@ Why the rows differ:
 - ``sm_120`` (RTX PRO 6000 / RTX 5090): about 99 KB of shared memory per block; the same tiles
   use a fraction of it (the sm_120 compile check reports each kernel's use), except the mixing
   matrix on 4 warps, where 2 spill at T > 64, and the apply 16 nodes at a time (on the whole
-  tree its HMMA tiles spill at T > 64, on 4 warps or 8) and the whole-tree mixing matrix up to
-  32 nodes (it spills at 64). Not timed on such a GPU.
+  tree its HMMA tiles spill at T > 64, on 4 warps or 8). Not timed on such a GPU.
 - ``interpreter``: Triton's CPU interpreter runs each block operation in numpy, so the widest
   tiles are the fastest; no limits apply; two launches from 4 pairs, so that the kernel tests'
   small grids exercise both paths.
@@ -39,10 +38,6 @@ class HybridConfig:
     delta_warps:    warps per tree-delta apply program.
     delta_rows:     the most output rows (nodes) an apply program computes at once.
     delta_mix_warps: warps per mixing-matrix program (one per request and value head).
-    delta_mix_whole_nodes: the largest padded tree (a power of two) whose mixing matrix one
-                    program computes in one block (the inverse by squaring over the whole tree);
-                    larger trees walk 16-node blocks (``DELTA_BLOCK_T``).
-    delta_mix_whole_warps: warps per such whole-tree mixing program.
     delta_dependent_launch: the apply as the mixing kernel's programmatic dependent (sm_90 and
                     newer), so that its state stream overlaps the mixing.
     delta_split_heads: the fewest (request, value head) pairs that take the two launches
@@ -57,8 +52,6 @@ class HybridConfig:
     delta_rows: int
     delta_mix_warps: int
     delta_split_heads: int
-    delta_mix_whole_nodes: int
-    delta_mix_whole_warps: int
     delta_dependent_launch: bool
     commit_block_v: int
     commit_warps: int
@@ -73,15 +66,13 @@ DELTA_BLOCK_T = 16
 
 HYBRID_CONFIGS = {
     "sm_90": HybridConfig(delta_block_v=64, delta_warps=4, delta_rows=128, delta_mix_warps=2, delta_split_heads=128,
-                          delta_mix_whole_nodes=64, delta_mix_whole_warps=4, delta_dependent_launch=True,
-                          commit_block_v=32, commit_warps=4, conv_block_t=16, conv_block_c=128, conv_warps=4),
+                          delta_dependent_launch=True, commit_block_v=32, commit_warps=4, conv_block_t=16,
+                          conv_block_c=128, conv_warps=4),
     "interpreter": HybridConfig(delta_block_v=128, delta_warps=4, delta_rows=128, delta_mix_warps=4,
-                                delta_split_heads=4, delta_mix_whole_nodes=64, delta_mix_whole_warps=4,
-                                delta_dependent_launch=False, commit_block_v=128, commit_warps=4, conv_block_t=64,
-                                conv_block_c=1024, conv_warps=4),
+                                delta_split_heads=4, delta_dependent_launch=False, commit_block_v=128, commit_warps=4,
+                                conv_block_t=64, conv_block_c=1024, conv_warps=4),
 }
-HYBRID_CONFIGS["sm_120"] = dataclasses.replace(HYBRID_CONFIGS["sm_90"], delta_rows=16, delta_mix_warps=4,
-                                               delta_mix_whole_nodes=32)
+HYBRID_CONFIGS["sm_120"] = dataclasses.replace(HYBRID_CONFIGS["sm_90"], delta_rows=16, delta_mix_warps=4)
 HYBRID_CONFIGS["sm_100"] = HYBRID_CONFIGS["sm_90"]
 
 

@@ -166,44 +166,6 @@ def _tree_delta_mix_kernel(q_ptr, k_ptr, g_ptr, beta_ptr, mask_ptr, mix_ptr, gat
 
 
 @triton.jit
-def _tree_delta_mix_whole_kernel(q_ptr, k_ptr, g_ptr, beta_ptr, mask_ptr, mix_ptr, gate_ptr,
-                                 T, HV, GROUP,
-                                 stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
-                                 stride_gb, stride_gt, stride_gh, stride_bb, stride_bt, stride_bh,
-                                 stride_mb, stride_mt,
-                                 DK: tl.constexpr, TPAD: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                                 UPCAST: tl.constexpr, DOUBLINGS: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr):
-    """``W`` and ``G`` of one (request, value head) with the whole tree in one block: the inverse
-    by repeated squaring over all TPAD nodes (2 log2(TPAD) - 2 products in a chain) instead of
-    a chain of 16-node blocks through a workspace."""
-    if LAUNCH_DEPENDENTS:
-        gdc_launch_dependents()
-    pid = tl.program_id(0)
-    b = (pid // HV).to(tl.int64)
-    hv = pid % HV
-    hk = hv // GROUP
-    dk = tl.arange(0, DK)
-    nodes = tl.arange(0, TPAD)
-    in_tree = nodes < T
-    in_dtype: tl.constexpr = q_ptr.dtype.element_ty
-    mask_rows = mask_ptr + b * stride_mb
-    q_all = _operand(tl.load(q_ptr + b * stride_qb + hk * stride_qh + nodes[:, None] * stride_qt + dk[None, :],
-                             mask=in_tree[:, None], other=0.0), in_dtype, UPCAST)
-    k_all = _operand(tl.load(k_ptr + b * stride_kb + hk * stride_kh + nodes[:, None] * stride_kt + dk[None, :],
-                             mask=in_tree[:, None], other=0.0), in_dtype, UPCAST)
-    gates = tl.load(g_ptr + b * stride_gb + nodes * stride_gt + hv * stride_gh, mask=in_tree, other=0.0)
-    beta = tl.load(beta_ptr + b * stride_bb + nodes * stride_bt + hv * stride_bh, mask=in_tree, other=0.0)
-    gate = _path_gates(mask_rows, stride_mt, nodes, in_tree, gates.to(tl.float32), nodes, T)
-    inverse, attend = _diagonal_block_terms(k_all, q_all, beta.to(tl.float32), gate,
-                                            _on_path(mask_rows, stride_mt, nodes, in_tree, nodes), nodes, TPAD,
-                                            DOUBLINGS, DOT_PRECISION)
-    mixed = tl.dot(attend, inverse, input_precision=DOT_PRECISION) * beta.to(tl.float32)[None, :]
-    tl.store(mix_ptr + pid.to(tl.int64) * T * TPAD + nodes[:, None] * TPAD + nodes[None, :], mixed.to(in_dtype),
-             mask=in_tree[:, None])
-    tl.store(gate_ptr + pid.to(tl.int64) * TPAD + nodes, gate)
-
-
-@triton.jit
 def _tree_delta_apply_kernel(q_ptr, k_ptr, v_ptr, state_ptr, mix_ptr, gate_ptr, out_ptr, T, scale, HV, GROUP,
                              stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
                              stride_vb, stride_vt, stride_vh, stride_sb, stride_sh, stride_sk,
@@ -372,17 +334,6 @@ def tree_delta_mixing(q, k, g, beta, ancestor_mask, value_heads: int, config=Non
     padded = padded_nodes(num_nodes)
     mix = torch.empty(heads * num_nodes * padded, dtype=q.dtype, device=q.device)
     gates = torch.empty(heads * padded, dtype=torch.float32, device=q.device)
-    if padded <= cfg.delta_mix_whole_nodes:
-        _tree_delta_mix_whole_kernel[(heads,)](
-            q, k, g, beta, ancestor_mask, mix, gates, num_nodes, value_heads, value_heads // key_heads,
-            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-            g.stride(0), g.stride(1), g.stride(2), beta.stride(0), beta.stride(1), beta.stride(2),
-            ancestor_mask.stride(0), ancestor_mask.stride(1),
-            DK=key_dim, TPAD=padded, DOT_PRECISION=dot_precision(q), UPCAST=upcast(q),
-            DOUBLINGS=padded.bit_length() - 2, LAUNCH_DEPENDENTS=dependent_launch(q, cfg),
-            num_warps=cfg.delta_mix_whole_warps,
-        )
-        return mix, gates
     # rows of the inverse a later block reads (none for a tree of at most 16 nodes)
     workspace = torch.empty(heads * num_nodes * padded if num_nodes > DELTA_BLOCK_T else 1, dtype=q.dtype,
                             device=q.device)
