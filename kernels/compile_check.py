@@ -176,15 +176,18 @@ def compile_split_kernel(arch: str, dtype: str, shape: VerifyShape, plan) -> Com
                            f"B{shape.batch}-T{shape.num_nodes}-H{shape.q_heads}/{shape.kv_heads}-S{shape.cache_rows}",
                            planned_shared_bytes=plan.shared_bytes)
     types = dict(q_ptr=f"*{short}", k_ptr=f"*{short}", v_ptr=f"*{short}", out_ptr=f"*{short}", lens_ptr="*i32",
-                 mask_ptr="*i32", part_o_ptr="*fp32", part_lse_ptr="*fp32", qk_scale="fp32")
+                 mask_ptr="*i32", part_o_ptr="*fp32", part_lse_ptr="*fp32", counts_ptr="*i32", qk_scale="fp32")
     common = dict(GROUP=plan.group, HEAD_DIM=shape.head_dim, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
                   SINGLE_SPLIT=False)
+    if plan.merge is not None and plan.merge.fused:  # the eager calls' kernel, the merge folded in
+        common.update(FUSED_MERGE=True, MERGE_ROWS=plan.merge.merge_rows, SPLIT_BLOCK=plan.merge.split_block)
     if plan.kernel == "triton":
         from .tree_verify_triton import _tree_verify_partial_kernel as fn
 
         types.update(k_desc=f"*{short}", v_desc=f"*{short}")
         constexprs = dict(common, TAIL_M=plan.tail_m, DOT_PRECISION="ieee" if dtype == "float32" else "tf32",
-                          UPCAST=False, USE_TMA=False, LAUNCH_MERGE_EARLY=True, KV_SHARE=plan.head_split)
+                          UPCAST=False, USE_TMA=False, LAUNCH_MERGE_EARLY="FUSED_MERGE" not in common,
+                          KV_SHARE=plan.head_split)
         options = dict(num_warps=plan.num_warps, num_stages=plan.stages)
     else:
         from triton.runtime.jit import mangle_type

@@ -256,8 +256,54 @@ def _store_rows(acc, m_i, l_i, b, kv_head, head_b, split, row0, num_rows, rows_p
 
 
 @gluon.jit
+def _merge_if_last(count_ptr, part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_lo, row_hi, rows_pad,
+                   num_splits, stride_ob, stride_ot, stride_oh, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
+                   MERGE_ROWS: gl.constexpr, SPLIT_BLOCK: gl.constexpr, num_warps: gl.constexpr):
+    """The merge folded into the split kernel (the Triton kernel's ``_merge_if_last``, in Gluon):
+    the last of a query tile's num_splits programs to count itself at ``count_ptr`` merges the
+    tile's packed rows [row_lo, row_hi) from every split's partials (read from L2: other programs
+    wrote them) and sets the count back to 0 for the next launch. Called after every partition
+    stored its rows."""
+    count = gl.atomic_add(count_ptr, 1, sem="acq_rel", scope="gpu")
+    if count == num_splits - 1:
+        gl.store(count_ptr, 0)
+        layout: gl.constexpr = gl.BlockedLayout([1, HEAD_DIM // 32], [1, 32], [num_warps, 1], [1, 0])
+        row_layout: gl.constexpr = gl.SliceLayout(1, layout)
+        dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+        lse_base = part_lse_ptr + head_b.to(gl.int64) * num_splits * rows_pad
+        o_base = part_o_ptr + head_b.to(gl.int64) * num_splits * rows_pad * HEAD_DIM
+        for r0 in range(row_lo, row_hi, MERGE_ROWS):
+            rows = r0 + gl.arange(0, MERGE_ROWS, layout=row_layout)
+            row_valid = rows < row_hi
+            # both passes straight-line over all splits: one round trip to L2
+            m_i = gl.full([MERGE_ROWS], float("-inf"), gl.float32, row_layout)
+            for j in gl.static_range(SPLIT_BLOCK):
+                ok = row_valid & (j < num_splits)
+                m_i = gl.maximum(m_i, gl.load(lse_base + j * rows_pad + rows, mask=ok, other=float("-inf"),
+                                              cache_modifier=".cg"))
+            m_shift = gl.where(m_i == float("-inf"), 0.0, m_i)
+            acc = gl.zeros([MERGE_ROWS, HEAD_DIM], gl.float32, layout)
+            l_i = gl.zeros([MERGE_ROWS], gl.float32, row_layout)
+            for j in gl.static_range(SPLIT_BLOCK):
+                ok = row_valid & (j < num_splits)
+                part_row = j * rows_pad + rows
+                lse = gl.load(lse_base + part_row, mask=ok, other=float("-inf"), cache_modifier=".cg")
+                part = gl.load(o_base + gl.expand_dims(part_row * HEAD_DIM, 1) + gl.expand_dims(dims, 0),
+                               mask=gl.expand_dims(ok, 1), other=0.0, cache_modifier=".cg")
+                # an empty split holds lse = -inf (weight 0): select, whatever its partial holds
+                live = lse > float("-inf")
+                weight = gl.where(live, gl.exp2(lse - m_shift), 0.0)
+                acc += gl.where(gl.expand_dims(live, 1), part * gl.expand_dims(weight, 1), 0.0)
+                l_i += weight
+            out = acc / gl.expand_dims(gl.where(l_i == 0.0, 1.0, l_i), 1)
+            out_rows = b.to(gl.int64) * stride_ob + (rows // GROUP) * stride_ot + (kv_head * GROUP + rows % GROUP) * stride_oh
+            gl.store(out_ptr + gl.expand_dims(out_rows, 1) + gl.expand_dims(dims, 0), out.to(out_ptr.dtype.element_ty),
+                     mask=gl.expand_dims(row_valid, 1))
+
+
+@gluon.jit
 def _tree_verify_partial_kernel_gluon(
-    q_ptr, k_ptr, v_ptr, k_desc, v_desc, lens_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr,
+    q_ptr, k_ptr, v_ptr, k_desc, v_desc, lens_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, counts_ptr,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_ks, stride_kh,
     stride_vb, stride_vs, stride_vh,

@@ -55,8 +55,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .tree_verify_gluon import (_cta_barrier, _load_q_rows, _load_tile_pair, _masked_tile_mma, _softmax_step,
-                                _split_keys, _store_rows, _tile_coords, _tree_visibility, _zero_rows_from)
+from .tree_verify_gluon import (_cta_barrier, _load_q_rows, _load_tile_pair, _masked_tile_mma, _merge_if_last,
+                                _softmax_step, _split_keys, _store_rows, _tile_coords, _tree_visibility,
+                                _zero_rows_from)
 
 
 @gluon.jit
@@ -587,7 +588,7 @@ def _pingpong_tail_item(args, w, ring_uses, own_uses, GROUP: gl.constexpr, HEAD_
 
 @gluon.jit
 def _tree_verify_partial_kernel_gluon_pingpong(
-    q_ptr, k_ptr, v_ptr, k_desc, v_desc, lens_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr,
+    q_ptr, k_ptr, v_ptr, k_desc, v_desc, lens_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, counts_ptr,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_ks, stride_kh,
     stride_vb, stride_vs, stride_vh,
@@ -597,6 +598,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, Q_IN_REGS: gl.constexpr, num_warps: gl.constexpr,
     TAIL_M: gl.constexpr = 0, KV_SHARE: gl.constexpr = 1, PERSISTENT: gl.constexpr = False,
+    FUSED_MERGE: gl.constexpr = False, MERGE_ROWS: gl.constexpr = 2, SPLIT_BLOCK: gl.constexpr = 2,
 ):
     # launched with 4 warps (warpgroup 0, the default partition); the other warpgroups, the load
     # warp and the tail warpgroup are worker partitions. Q_IN_REGS is not read: q sits in
@@ -610,6 +612,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     gl.static_assert(STAGES >= NUM_WG + (TAIL_M > 0))
     gl.static_assert(TAIL_M == 0 or (TAIL_M == 8 and NUM_WG <= 2))
     gl.static_assert(not PERSISTENT or NUM_WG <= 2)
+    gl.static_assert(not (PERSISTENT and FUSED_MERGE))
     dtype: gl.constexpr = k_desc.dtype
     kv_sl: gl.constexpr = k_desc.layout
 
@@ -718,3 +721,11 @@ def _tree_verify_partial_kernel_gluon_pingpong(
                                          not Q_SMEM, PERSISTENT)),
             (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT)),
         ], [4, 4, 1], [160, 160, 24])
+    if FUSED_MERGE:
+        # the partitions have joined: every row of this program's partial is stored
+        split, m_tile, head_b, kv_head, b = _item_head(work[0], items)
+        row_lo = m_tile * BLOCK_M
+        row_hi = gl.minimum(gl.where(m_tile == num_m_tiles - 1, rows_pad, row_lo + BLOCK_M), num_nodes * GROUP)
+        _merge_if_last(counts_ptr + work[0] % base_programs, part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head,
+                       row_lo, row_hi, rows_pad, num_splits, stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM,
+                       MERGE_ROWS, SPLIT_BLOCK, num_warps)

@@ -112,7 +112,7 @@ def _store_rows(acc, m_i, l_i, rows, row_valid, b, head_b, split, kv_head, out_p
 
 @triton.jit
 def _tree_verify_partial_kernel(
-    q_ptr, k_ptr, v_ptr, k_desc, v_desc, lens_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr,
+    q_ptr, k_ptr, v_ptr, k_desc, v_desc, lens_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, counts_ptr,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_ks, stride_kh,
     stride_vb, stride_vs, stride_vh,
@@ -124,6 +124,7 @@ def _tree_verify_partial_kernel(
     SINGLE_SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, USE_TMA: tl.constexpr,
     LAUNCH_MERGE_EARLY: tl.constexpr = False,
     KV_SHARE: tl.constexpr = 1,
+    FUSED_MERGE: tl.constexpr = False, MERGE_ROWS: tl.constexpr = 2, SPLIT_BLOCK: tl.constexpr = 2,
 ):
     # KV_SHARE consecutive programs' query heads share one KV head (``VerifyConfig.split_query_heads``):
     # the grid's "KV heads" are then KV_SHARE times the cache's, each with GROUP query heads
@@ -236,18 +237,25 @@ def _tree_verify_partial_kernel(
         _store_rows(acc_t, m_t, l_t, rows_t, row_valid_t, b, head_b, split, kv_head, out_ptr, part_o_ptr,
                     part_lse_ptr, stride_ob, stride_ot, stride_oh, num_splits, rows_pad, GROUP, HEAD_DIM,
                     SINGLE_SPLIT)
+    if FUSED_MERGE:
+        tl.debug_barrier()  # every thread's partial rows stored before the count says so
+        _merge_if_last(counts_ptr + pid, part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head,
+                       m_tile * BLOCK_M, tl.minimum(tl.where(m_tile == num_m_tiles - 1, rows_pad, m_tile * BLOCK_M + BLOCK_M),
+                                                    num_rows),
+                       rows_pad, num_splits, stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM, MERGE_ROWS, SPLIT_BLOCK)
 
 
 @triton.jit
 def _merge_split_block(acc, l_i, s0, lse_base, o_base, rows, row_valid, dims, m_shift, num_splits, rows_pad,
-                       HEAD_DIM: tl.constexpr, SPLIT_BLOCK: tl.constexpr):
+                       HEAD_DIM: tl.constexpr, SPLIT_BLOCK: tl.constexpr, CACHE: tl.constexpr = ""):
     """acc += the weighted partials of splits [s0, s0 + SPLIT_BLOCK), l_i += their weights: the
     splits unrolled, their [rows, D] loads independent of each other (all in flight at once)."""
     for j in tl.static_range(SPLIT_BLOCK):
         ok = row_valid & (tl.zeros_like(rows) + (s0 + j) < num_splits)
         part_row = (s0 + j) * rows_pad + rows
-        lse = tl.load(lse_base + part_row, mask=ok, other=float("-inf"))
-        part = tl.load(o_base + part_row[:, None] * HEAD_DIM + dims[None, :], mask=ok[:, None], other=0.0)
+        lse = tl.load(lse_base + part_row, mask=ok, other=float("-inf"), cache_modifier=CACHE)
+        part = tl.load(o_base + part_row[:, None] * HEAD_DIM + dims[None, :], mask=ok[:, None], other=0.0,
+                       cache_modifier=CACHE)
         # an empty split holds lse = -inf (weight 0); select, so that whatever its partial holds
         # (even NaN) never reaches the sum
         live = lse > float("-inf")
@@ -255,6 +263,58 @@ def _merge_split_block(acc, l_i, s0, lse_base, o_base, rows, row_valid, dims, m_
         acc += tl.where(live[:, None], part * weight[:, None], 0.0)
         l_i += weight
     return acc, l_i
+
+
+@triton.jit
+def _merge_rows_one_block(lse_base, o_base, out_ptr, b, kv_head, rows, row_valid, num_splits, rows_pad,
+                          stride_ob, stride_ot, stride_oh, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+                          MERGE_ROWS: tl.constexpr, SPLIT_BLOCK: tl.constexpr, CACHE: tl.constexpr):
+    """The merged output of packed ``rows`` of one (request, KV head) whose splits all fit one
+    block: the largest log2-sum-exp of each row, then each split's weight, as straight-line code
+    (one round trip to L2). CACHE: the partials' cache modifier."""
+    m_i = tl.full([MERGE_ROWS], float("-inf"), dtype=tl.float32)
+    for j in tl.static_range(SPLIT_BLOCK):
+        ok = row_valid & (tl.zeros_like(rows) + j < num_splits)
+        m_i = tl.maximum(m_i, tl.load(lse_base + j * rows_pad + rows, mask=ok, other=float("-inf"),
+                                      cache_modifier=CACHE))
+    # rows no split saw a key for keep m = -inf: shift by 0 (their weights are all 0)
+    m_shift = tl.where(m_i == float("-inf"), 0.0, m_i)
+    dims = tl.arange(0, HEAD_DIM)
+    acc = tl.zeros([MERGE_ROWS, HEAD_DIM], dtype=tl.float32)
+    l_i = tl.zeros([MERGE_ROWS], dtype=tl.float32)
+    acc, l_i = _merge_split_block(acc, l_i, 0, lse_base, o_base, rows, row_valid, dims, m_shift, num_splits,
+                                  rows_pad, HEAD_DIM, SPLIT_BLOCK, CACHE)
+    _store_merged(acc, l_i, out_ptr, b, kv_head, rows, row_valid, dims, stride_ob, stride_ot, stride_oh, GROUP)
+
+
+@triton.jit
+def _store_merged(acc, l_i, out_ptr, b, kv_head, rows, row_valid, dims, stride_ob, stride_ot, stride_oh,
+                  GROUP: tl.constexpr):
+    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    node = rows // GROUP
+    q_head = kv_head * GROUP + rows % GROUP
+    tl.store(out_ptr + b.to(tl.int64) * stride_ob + node[:, None] * stride_ot
+             + q_head[:, None] * stride_oh + dims[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=row_valid[:, None])
+
+
+@triton.jit
+def _merge_if_last(count_ptr, part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_lo, row_hi, rows_pad,
+                   num_splits, stride_ob, stride_ot, stride_oh, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+                   MERGE_ROWS: tl.constexpr, SPLIT_BLOCK: tl.constexpr):
+    """The merge folded into the split kernel: the last of an item's num_splits programs to count
+    itself at ``count_ptr`` (its partials and every other split's are then in memory) merges the
+    item's packed rows [row_lo, row_hi) and sets the count back to 0 for the next launch. The
+    partials come from L2 (``.cg``): other programs wrote them."""
+    count = tl.atomic_add(count_ptr, 1, sem="acq_rel", scope="gpu")
+    if count == num_splits - 1:
+        tl.store(count_ptr, 0)
+        lse_base = part_lse_ptr + head_b.to(tl.int64) * num_splits * rows_pad
+        o_base = part_o_ptr + head_b.to(tl.int64) * num_splits * rows_pad * HEAD_DIM
+        for r0 in range(row_lo, row_hi, MERGE_ROWS):
+            rows = r0 + tl.arange(0, MERGE_ROWS)
+            _merge_rows_one_block(lse_base, o_base, out_ptr, b, kv_head, rows, rows < row_hi, num_splits, rows_pad,
+                                  stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM, MERGE_ROWS, SPLIT_BLOCK, ".cg")
 
 
 @triton.jit
@@ -289,37 +349,25 @@ def _tree_verify_merge_kernel(
     lse_base = part_lse_ptr + head_b.to(tl.int64) * num_splits * rows_pad
     o_base = part_o_ptr + head_b.to(tl.int64) * num_splits * rows_pad * HEAD_DIM
 
-    m_i = tl.full([MERGE_ROWS], float("-inf"), dtype=tl.float32)
     if WAIT_FOR_SPLITS:
         gdc_wait()
     if ONE_BLOCK:
-        for j in tl.static_range(SPLIT_BLOCK):
-            ok = row_valid & (tl.zeros_like(rows) + j < num_splits)
-            m_i = tl.maximum(m_i, tl.load(lse_base + j * rows_pad + rows, mask=ok, other=float("-inf")))
+        _merge_rows_one_block(lse_base, o_base, out_ptr, b, kv_head, rows, row_valid, num_splits, rows_pad,
+                              stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM, MERGE_ROWS, SPLIT_BLOCK, "")
     else:
+        m_i = tl.full([MERGE_ROWS], float("-inf"), dtype=tl.float32)
         for s0 in range(0, num_splits, SPLIT_BLOCK):
             ok = ((s0 + split_ids) < num_splits)[:, None] & row_valid[None, :]
             lse = tl.load(lse_base + (s0 + split_ids)[:, None] * rows_pad + rows[None, :], mask=ok,
                           other=float("-inf"))
             m_i = tl.maximum(m_i, tl.max(lse, 0))
-    # rows no split saw a key for keep m = -inf: shift by 0 (their weights are all 0)
-    m_shift = tl.where(m_i == float("-inf"), 0.0, m_i)
-
-    acc = tl.zeros([MERGE_ROWS, HEAD_DIM], dtype=tl.float32)
-    l_i = tl.zeros([MERGE_ROWS], dtype=tl.float32)
-    if ONE_BLOCK:
-        acc, l_i = _merge_split_block(acc, l_i, 0, lse_base, o_base, rows, row_valid, dims, m_shift, num_splits,
-                                      rows_pad, HEAD_DIM, SPLIT_BLOCK)
-    else:
+        m_shift = tl.where(m_i == float("-inf"), 0.0, m_i)
+        acc = tl.zeros([MERGE_ROWS, HEAD_DIM], dtype=tl.float32)
+        l_i = tl.zeros([MERGE_ROWS], dtype=tl.float32)
         for s0 in range(0, num_splits, SPLIT_BLOCK):
             acc, l_i = _merge_split_block(acc, l_i, s0, lse_base, o_base, rows, row_valid, dims, m_shift,
                                           num_splits, rows_pad, HEAD_DIM, SPLIT_BLOCK)
-    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
-    node = rows // GROUP
-    q_head = kv_head * GROUP + rows % GROUP
-    tl.store(out_ptr + b.to(tl.int64) * stride_ob + node[:, None] * stride_ot
-             + q_head[:, None] * stride_oh + dims[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=row_valid[:, None])
+        _store_merged(acc, l_i, out_ptr, b, kv_head, rows, row_valid, dims, stride_ob, stride_ot, stride_oh, GROUP)
 
 
 
@@ -482,41 +530,43 @@ def _launch(fn, grid, args: tuple, constexprs: dict, options: dict, views: dict 
     return DirectLaunch.build(compiled, grid, len(args), tail, views)
 
 
-# Direct launches by call signature (every shape, stride and dtype, q's device and the current one,
-# the scale's sign, the policy), for calls whose pointers are all 16-byte aligned: everything Triton
-# specialises the kernels on. None: a kernel of that call that Triton must launch.
+# Direct launches by call signature (shapes, strides and dtypes, q's device and the current one, the
+# scale's sign, the policy, out's layout), for calls whose pointers are all 16-byte aligned:
+# everything Triton specialises the kernels on. None: a kernel of that call that Triton must launch.
 _DIRECT: dict = {}
-_UNSEEN = object()
 
-# Split partials by (device, stream, thread), reused call after call: calls on one stream by one
-# thread run in order, so one call's merge has read them before the next call's splits write.
+# Split partials and the fused merge's item counts by (device, stream, thread), reused call after
+# call: calls on one stream by one thread run in order, so one call's merge has read the partials
+# before the next call's splits write, and each call leaves every count at 0 (its last programs
+# reset them).
 _WORKSPACES: dict = {}
+_COUNTS: dict = {}
 
 
-def _workspace(device: int, stream: int, numel: int):
-    """fp32 split partials of at least ``numel`` elements for a call on ``stream``: a fresh buffer
-    inside a graph capture (a replay may run beside eager calls), else this stream and thread's."""
-    if torch._C._cuda_isCurrentStreamCapturing():
-        return torch.empty(numel, device=torch.device("cuda", device), dtype=torch.float32)
+def _reused(buffers: dict, device: int, stream: int, numel: int, dtype):
+    """This stream and thread's buffer of at least ``numel`` elements (a new one zeroed: the item
+    counts start at 0)."""
     key = (device, stream, threading.get_ident())
-    workspace = _WORKSPACES.get(key)
-    if workspace is None or workspace.numel() < numel:
-        if len(_WORKSPACES) >= 64:
-            _WORKSPACES.clear()  # the allocator frees them in stream order
-        workspace = _WORKSPACES[key] = torch.empty(numel, device=torch.device("cuda", device), dtype=torch.float32)
-    return workspace
+    buffer = buffers.get(key)
+    if buffer is None or buffer.numel() < numel:
+        if len(buffers) >= 64:
+            buffers.clear()  # the allocator frees them in stream order
+        buffer = buffers[key] = torch.zeros(numel, device=torch.device("cuda", device), dtype=dtype)
+    return buffer
 
 
 @dataclasses.dataclass(frozen=True)
 class _LaunchSpec:
     """What a plan launches, worked out once per (plan, dtype, device kind): the split kernel, its
-    constexprs and options, and the merge's."""
+    constexprs and options, the merge's, and the split kernel's constexprs with the merge folded in
+    (None where the plan does not fold it)."""
 
     split_fn: object
     split_constexprs: dict
     split_options: dict
     merge_constexprs: dict | None
     merge_options: dict | None
+    fused_constexprs: dict | None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -547,12 +597,17 @@ def _launch_spec(plan: VerifyPlan, head_dim: int, dtype: torch.dtype, on_gpu: bo
         options = {}
     merge = plan.merge
     if merge is None:
-        return _LaunchSpec(fn, constexprs, options, None, None)
+        return _LaunchSpec(fn, constexprs, options, None, None, None)
+    fused = None
+    if merge.fused:
+        fused = dict(constexprs, FUSED_MERGE=True, MERGE_ROWS=merge.merge_rows, SPLIT_BLOCK=merge.split_block)
+        if "LAUNCH_MERGE_EARLY" in fused:
+            fused["LAUNCH_MERGE_EARLY"] = False
     return _LaunchSpec(fn, constexprs, options,
                        dict(GROUP=plan.group, HEAD_DIM=head_dim, MERGE_ROWS=merge.merge_rows,
                             SPLIT_BLOCK=merge.split_block, WAIT_FOR_SPLITS=merge.starts_early,
                             ONE_BLOCK=merge.one_block),
-                       dict(num_warps=4, **({"launch_pdl": True} if merge.starts_early else {})))
+                       dict(num_warps=4, **({"launch_pdl": True} if merge.starts_early else {})), fused)
 
 
 def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask, sm_scale=None, out=None,
@@ -563,40 +618,63 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
     is what the tests and the benchmark vary (:class:`~specdec_kernels.verify_plan.VerifyPolicy`).
     Inputs need unit stride in D; other strides are free. A repeated call on a GPU is launched
     through the compiled kernels' C launchers (:mod:`specdec_kernels.triton_launch`), Triton's
-    dispatch skipped, its split partials reused per (stream, thread) outside graph captures.
+    dispatch skipped, its split partials reused per (stream, thread) outside graph captures; there
+    a plan that allows it merges its splits in the split kernel (one launch instead of two).
     """
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
+        out_layout = None  # q's shape and dtype, contiguous: q's entries of the key say it
+    else:
+        out_layout = (out.dtype, out.stride())
+    key = None
+    if q.is_cuda:
+        # the call's signature: what its plan and its compiled kernels depend on (cache_lens and
+        # ancestor_mask are [B] and [B, T, W] by the API; their layout is checked below)
+        key = (q.shape, q.stride(), q.dtype, q.get_device(), torch._C._cuda_getDevice(), k_cache.shape,
+               k_cache.stride(), v_cache.shape, v_cache.stride(), cache_lens.dtype, sm_scale is None or sm_scale > 0,
+               policy, out_layout)
+        direct = _DIRECT.get(key)
+        if direct is not None:
+            ptrs = (q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), cache_lens.data_ptr(),
+                    ancestor_mask.data_ptr(), out.data_ptr())
+            # Each check stays because its failure on a cached signature would be a wrong launch:
+            # the kernels assume 16-byte aligned pointers (Triton specialised them so), device
+            # tensors (a host address read as a device one ends the CUDA context), packed lens
+            # and masks (their strides are not passed), and a profiler's hook must see the launch.
+            if ((ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5]) & 15 == 0 and k_cache.is_cuda
+                    and v_cache.is_cuda and cache_lens.is_cuda and ancestor_mask.is_cuda and out.is_cuda
+                    and ancestor_mask.is_contiguous() and cache_lens.is_contiguous() and not launch_hooks_set()):
+                if direct(ptrs, sm_scale, key[4]):
+                    return out
+                # else a kernel this call needs (the merge folded in, or not) is not compiled yet
     if q.shape[0] == 0 or q.shape[1] == 0:
         return out
     if not ancestor_mask.is_contiguous():
         ancestor_mask = ancestor_mask.contiguous()
     if not cache_lens.is_contiguous():
         cache_lens = cache_lens.contiguous()
-    key = None
-    if policy.launch_cache and q.is_cuda and direct_launch_unusable() is None:
-        ptrs = (q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), cache_lens.data_ptr(), ancestor_mask.data_ptr(),
-                out.data_ptr())
-        if ((ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5]) & 15 == 0 and k_cache.is_cuda
-                and v_cache.is_cuda and cache_lens.is_cuda and ancestor_mask.is_cuda and out.is_cuda
-                and not launch_hooks_set()):
-            device = torch._C._cuda_getDevice()
-            key = (q.shape, q.stride(), q.dtype, q.get_device(), device, k_cache.shape, k_cache.stride(),
-                   v_cache.shape, v_cache.stride(), sm_scale is None or sm_scale > 0, policy, out.dtype, out.stride(),
-                   cache_lens.dtype, ancestor_mask.dtype, ancestor_mask.stride())
-            direct = _DIRECT.get(key, _UNSEEN)
-            if direct is None:
-                key = None  # a kernel Triton must launch
-            elif direct is not _UNSEEN:
-                direct(ptrs, sm_scale, device)
-                return out
+    if key is not None and (_DIRECT.get(key, 0) is None or not (
+            policy.launch_cache and direct_launch_unusable() is None and k_cache.is_cuda and v_cache.is_cuda
+            and cache_lens.is_cuda and ancestor_mask.is_cuda and out.is_cuda and not launch_hooks_set()
+            and (q.data_ptr() | k_cache.data_ptr() | v_cache.data_ptr() | cache_lens.data_ptr()
+                 | ancestor_mask.data_ptr() | out.data_ptr()) & 15 == 0)):
+        # launched through Triton, no direct launch kept: Triton must launch this signature, or
+        # this call cannot be launched directly
+        key = None
     plan = plan_call(q, k_cache, v_cache, sm_scale, policy)
-    workspace = None
+    workspace = counts = None
+    fused = False
     if plan.merge is not None:
         workspace = torch.empty(plan.workspace_bytes // 4, device=q.device, dtype=torch.float32)
         if policy.poison_workspace:
             workspace.fill_(float("nan"))
-    _launch_through_triton(plan, policy, q, k_cache, v_cache, cache_lens, ancestor_mask, out, workspace, sm_scale, key)
+        # a graph keeps the merge's own launch: its replays may run beside eager calls, and the
+        # counts would need a memset in the graph
+        fused = plan.merge.fused and not (q.is_cuda and torch._C._cuda_isCurrentStreamCapturing())
+        if fused:
+            counts = torch.zeros(plan.base_programs, device=q.device, dtype=torch.int32)
+    _launch_through_triton(plan, policy, q, k_cache, v_cache, cache_lens, ancestor_mask, out, workspace, counts,
+                           fused, sm_scale, key)
     return out
 
 
@@ -627,10 +705,11 @@ def _descriptor_views(plan: VerifyPlan, k_cache, v_cache) -> dict:
             4: ((batch * rows, heads * head_dim), (v_cache.stride(1), 1))}
 
 
-def _launch_through_triton(plan, policy, q, k_cache, v_cache, cache_lens, ancestor_mask, out, workspace, sm_scale,
-                           key) -> None:
-    """Launch through Triton's dispatch (compiling on a first call); with ``key``, keep the compiled
-    kernels as direct launches under it."""
+def _launch_through_triton(plan, policy, q, k_cache, v_cache, cache_lens, ancestor_mask, out, workspace, counts,
+                           fused: bool, sm_scale, key) -> None:
+    """Launch through Triton's dispatch (compiling on a first call): the split kernel with the merge
+    folded in (``fused``) or followed by the merge; with ``key``, keep the compiled kernels as
+    direct launches under it."""
     head_dim = q.shape[3]
     spec = _launch_spec(plan, head_dim, q.dtype, q.is_cuda)
     if workspace is None:
@@ -644,58 +723,105 @@ def _launch_through_triton(plan, policy, q, k_cache, v_cache, cache_lens, ancest
         gluon = plan.kernel != "triton"
         descs = (kv_descriptor(k_cache, plan.block_n, gluon), kv_descriptor(v_cache, plan.block_n, gluon))
     ints = _split_ints(plan, q, k_cache, v_cache, out, ancestor_mask, sm_scale)
-    args = (q, k_cache, v_cache, *descs, cache_lens, ancestor_mask, out, part_o, part_lse, *ints)
+    args = (q, k_cache, v_cache, *descs, cache_lens, ancestor_mask, out, part_o, part_lse,
+            out if counts is None else counts, *ints)  # the counts are read only where the merge is folded in
     views = None if key is None else _descriptor_views(plan, k_cache, v_cache)
-    split = _launch(spec.split_fn, plan.grid, args, spec.split_constexprs, spec.split_options, views)
-    merge = None
-    if plan.merge is not None:
-        merge = _launch(_tree_verify_merge_kernel, (plan.merge.grid,), (part_o, part_lse, out, *args_of_merge(plan, q, out)),
-                        spec.merge_constexprs, spec.merge_options, None if key is None else {})
-    if key is not None:
+    direct = _DIRECT.get(key) if key is not None else None
+    if direct is None and key is not None:
         if len(_DIRECT) >= _MAX_PLANS:
             _DIRECT.clear()
-        _DIRECT[key] = (None if split is None or (plan.merge is not None and merge is None)
-                        else _DirectCall(plan, policy, head_dim, split, merge, ints,
-                                         None if merge is None else args_of_merge(plan, q, out)))
+        direct = _DIRECT[key] = _DirectCall(plan, policy, head_dim, ints)
+    if not fused or (direct is not None and not direct.split_known):
+        # a call that keeps its kernels also compiles the merge's own launch where it folds the
+        # merge in: a graph captured later then compiles nothing while capturing
+        split = _launch(spec.split_fn, plan.grid, args, spec.split_constexprs, spec.split_options, views)
+        merge = None
+        if plan.merge is not None:
+            merge = _launch(_tree_verify_merge_kernel, (plan.merge.grid,),
+                            (part_o, part_lse, out, *args_of_merge(plan, q, out)),
+                            spec.merge_constexprs, spec.merge_options, None if key is None else {})
+        if direct is not None:
+            direct.split, direct.merge, direct.split_known = split, merge, True
+            direct.merge_ints = None if merge is None else args_of_merge(plan, q, out)
+    if fused:
+        launch = _launch(spec.split_fn, plan.grid, args, spec.fused_constexprs, spec.split_options, views)
+        if direct is not None:
+            direct.fused, direct.fused_known = launch, True
+    if direct is not None and direct.unlaunchable():
+        _DIRECT[key] = None  # a kernel Triton must launch
 
 
 class _DirectCall:
-    """What a repeated call launches directly: the split kernel and the merge, every integer
+    """What a repeated call launches directly: the split kernel and the merge, or the split kernel
+    with the merge folded in, each compiled by the first call that needed it; every integer
     argument they take (all fixed by the call's signature; only the softmax scale may change) and
     the K / V descriptors' encodings (their tensor maps cached by base address)."""
 
-    __slots__ = ("split", "merge", "k_desc", "v_desc", "head_dim", "workspace_numel", "workspace_split", "poison",
-                 "strides", "scale", "sizes", "merge_ints")
+    __slots__ = ("split", "merge", "fused", "split_known", "fused_known", "has_merge", "can_fuse", "head_dim",
+                 "workspace_numel", "workspace_split", "items", "poison", "strides", "scale", "sizes", "merge_ints",
+                 "k_desc", "v_desc")
 
-    def __init__(self, plan, policy, head_dim: int, split, merge, split_ints: tuple, merge_ints: tuple | None):
-        self.split, self.merge = split, merge
-        self.k_desc, self.v_desc = split.descriptors.get(3), split.descriptors.get(4)
+    def __init__(self, plan, policy, head_dim: int, split_ints: tuple):
+        self.split = self.merge = self.fused = None
+        self.split_known = self.fused_known = False
+        self.has_merge = plan.merge is not None
+        self.can_fuse = self.has_merge and plan.merge.fused
         self.head_dim = head_dim
         self.workspace_numel = plan.workspace_bytes // 4
         # the byte offset of the log2-sum-exps in the workspace (after the partials)
         self.workspace_split = plan.workspace_bytes // 4 // (head_dim + 1) * head_dim * 4
+        self.items = plan.base_programs
         self.poison = policy.poison_workspace
         self.strides, self.scale, self.sizes = split_ints[:14], log2_softmax_scale(head_dim), split_ints[15:]
-        self.merge_ints = merge_ints
+        self.merge_ints = None
+        self.k_desc = self.v_desc = None
 
-    def __call__(self, ptrs: tuple, sm_scale, device: int) -> None:
+    def unlaunchable(self) -> bool:
+        """Whether a kernel compiled for this signature cannot be launched directly (then none is);
+        sets what the launches share (descriptor encodings, the merge's integers) otherwise."""
+        launches = []
+        if self.split_known:
+            if self.split is None or (self.has_merge and self.merge is None):
+                return True
+            launches.append(self.split)
+        if self.fused_known:
+            if self.fused is None:
+                return True
+            launches.append(self.fused)
+        first = launches[0]
+        self.k_desc, self.v_desc = first.descriptors.get(3), first.descriptors.get(4)
+        return False
+
+    def __call__(self, ptrs: tuple, sm_scale, device: int) -> bool:
         """Launch on the current stream of ``device``: ``ptrs`` the addresses of q, K, V,
-        cache_lens, ancestor_mask and out."""
+        cache_lens, ancestor_mask and out. False (nothing launched) where the kernel this call
+        needs is not compiled yet."""
         q_ptr, k_ptr, v_ptr, lens_ptr, mask_ptr, out_ptr = ptrs
         stream = torch._C._cuda_getCurrentRawStream(device)
-        workspace = None
-        if self.merge is None:
+        counts = out_ptr  # not read
+        if not self.has_merge:
+            split = self.split
             part_o = part_lse = out_ptr  # not read
         else:
-            workspace = _workspace(device, stream, self.workspace_numel)
+            capturing = torch._C._cuda_isCurrentStreamCapturing()
+            split = self.fused if self.can_fuse and not capturing else self.split
+            if split is None:
+                return False
+            if capturing:  # a fresh buffer: a replay may run beside eager calls
+                workspace = torch.empty(self.workspace_numel, device=torch.device("cuda", device), dtype=torch.float32)
+            else:
+                workspace = _reused(_WORKSPACES, device, stream, self.workspace_numel, torch.float32)
             if self.poison:
                 workspace.fill_(float("nan"))
             part_o = workspace.data_ptr()
             part_lse = part_o + self.workspace_split
+            if split is self.fused:
+                counts = _reused(_COUNTS, device, stream, self.items, torch.int32).data_ptr()
         k_desc = (k_ptr,) if self.k_desc is None else (tensor_map(k_ptr, self.k_desc[0]), *self.k_desc[1])
         v_desc = (v_ptr,) if self.v_desc is None else (tensor_map(v_ptr, self.v_desc[0]), *self.v_desc[1])
         scale = self.scale if sm_scale is None else log2_softmax_scale(self.head_dim, sm_scale)
-        self.split(stream, (q_ptr, k_ptr, v_ptr, *k_desc, *v_desc, lens_ptr, mask_ptr, out_ptr, part_o, part_lse,
-                            *self.strides, scale, *self.sizes))
-        if self.merge is not None:
+        split(stream, (q_ptr, k_ptr, v_ptr, *k_desc, *v_desc, lens_ptr, mask_ptr, out_ptr, part_o, part_lse, counts,
+                       *self.strides, scale, *self.sizes))
+        if split is not self.fused and self.merge is not None:
             self.merge(stream, (part_o, part_lse, out_ptr, *self.merge_ints))
+        return True

@@ -126,6 +126,40 @@ def test_tail_tile_and_many_splits(num_nodes, group, lens, head_dim, dtype, spli
 
 
 @needs_triton
+@pytest.mark.parametrize("fused", [True, False])
+def test_merge_folded_into_the_split_kernel_or_launched_after_it(fused):
+    """An eager call merges its splits in the split kernel where its plan allows it (the last
+    program of each query tile), else by the merge's own launch: both right on NaN-poisoned
+    partials, ragged requests and three splits."""
+    policy = verify_policy(3, fused_merge=fused)
+    q, k, v, lens_t, mask, _ = make_verify_inputs([300, 90], 17, "best_first", 4, 2, 64, torch.float16, seed=11)
+    plan = plan_of(q, k, v, policy)
+    assert plan.merge is not None and plan.merge.fused == fused, plan
+    out = run_triton(q, k, v, lens_t, mask, policy)
+    assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), torch.float16, f"fused={fused}")
+
+
+@needs_triton
+def test_folded_merge_leaves_every_count_at_zero():
+    """Each query tile's last program sets its count back to 0, so that a count buffer reused
+    call after call (the launcher's, per stream and thread) starts every call at 0."""
+    from specdec_kernels import tree_verify_triton as tvt
+
+    policy = verify_policy(4)
+    q, k, v, lens_t, mask, _ = make_verify_inputs([500, 260], 9, "best_first", 2, 2, 64, torch.float16, seed=12)
+    plan = plan_of(q, k, v, policy)
+    assert plan.merge is not None and plan.merge.fused, plan
+    ref = float64_reference(q, k, v, lens_t, mask)
+    counts = torch.zeros(plan.base_programs + 3, dtype=torch.int32, device=q.device)
+    for call in range(2):
+        out = torch.full_like(q, float("nan"))
+        workspace = torch.full((plan.workspace_bytes // 4,), float("nan"), device=q.device)
+        tvt._launch_through_triton(plan, policy, q, k, v, lens_t, mask, out, workspace, counts, True, None, None)
+        assert not counts.any(), f"call {call} left counts {counts.tolist()}"
+        assert_rows_close(out, ref, torch.float16, f"call {call}")
+
+
+@needs_triton
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 def test_shorter_tree_split_matches_reference(dtype):
     """Two planned splits with the first chunk a key tile longer (``relieve_tree_split``): the

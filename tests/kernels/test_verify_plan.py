@@ -321,3 +321,20 @@ def test_plan_call_reads_the_signature_once(monkeypatch):
     assert not tvt.plan_call(q, apart, apart, None, policy).tma and len(calls) == 2
     with pytest.raises(ValueError, match="unit stride in the head dim"):
         tvt.plan_call(q[..., ::2], k[..., ::2], k[..., ::2], None, policy)
+
+
+def test_the_merge_is_folded_in_only_where_one_program_reads_few_partials():
+    """Folding the merge into the split kernel leaves one program a query tile to read every
+    split's partial rows: only where those are at most ``fused_merge_max_bytes``, and only in the
+    kernels that have the folded merge (not the 64-row Gluon kernel, not persistent programs)."""
+    target = H200
+    engine = VerifyShape(8, 17, 32, 8, 128, 8192 + 17)  # 2 splits of 72 rows a KV head
+    plan = plan_verify(engine, target)
+    assert plan.merge is not None and plan.merge.fused, plan
+    read = plan.num_splits * min(plan.block_m + plan.tail_m, engine.packed_rows) * (128 + 1) * 4
+    assert not plan_verify(engine, target, VerifyPolicy(fused_merge_max_bytes=read - 1)).merge.fused
+    assert not plan_verify(engine, target, VerifyPolicy(fused_merge=False)).merge.fused
+    wide = plan_verify(VerifyShape(1, 17, 24, 4, 256, 8192 + 17), target)  # 16 splits of 102 rows x 1 KB
+    assert wide.merge is not None and not wide.merge.fused, wide
+    gluon = plan_verify(VerifyShape(1, 17, 64, 8, 128, 1024 + 17), target)
+    assert gluon.kernel == "gluon" and gluon.merge is not None and not gluon.merge.fused, gluon
