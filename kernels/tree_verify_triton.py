@@ -535,24 +535,26 @@ def _launch(fn, grid, args: tuple, constexprs: dict, options: dict, views: dict 
 # everything Triton specialises the kernels on. None: a kernel of that call that Triton must launch.
 _DIRECT: dict = {}
 
-# Split partials and the fused merge's item counts by (device, stream, thread), reused call after
+# Split partials and the folded merge's item counts by (device, stream, thread), reused call after
 # call: calls on one stream by one thread run in order, so one call's merge has read the partials
 # before the next call's splits write, and each call leaves every count at 0 (its last programs
 # reset them).
 _WORKSPACES: dict = {}
-_COUNTS: dict = {}
 
 
-def _reused(buffers: dict, device: int, stream: int, numel: int, dtype):
-    """This stream and thread's buffer of at least ``numel`` elements (a new one zeroed: the item
-    counts start at 0)."""
+def _reused_workspace(device: int, stream: int, numel: int, items: int):
+    """(fp32 partials of at least ``numel`` elements, int32 counts of at least ``items``, zeroed
+    when new) of this stream and thread."""
     key = (device, stream, threading.get_ident())
-    buffer = buffers.get(key)
-    if buffer is None or buffer.numel() < numel:
-        if len(buffers) >= 64:
-            buffers.clear()  # the allocator frees them in stream order
-        buffer = buffers[key] = torch.zeros(numel, device=torch.device("cuda", device), dtype=dtype)
-    return buffer
+    found = _WORKSPACES.get(key)
+    if found is None or found[0].numel() < numel or found[1].numel() < items:
+        if len(_WORKSPACES) >= 64:
+            _WORKSPACES.clear()  # the allocator frees them in stream order
+        where = torch.device("cuda", device)
+        found = _WORKSPACES[key] = (
+            torch.empty(max(numel, 0 if found is None else found[0].numel()), device=where, dtype=torch.float32),
+            torch.zeros(max(items, 0 if found is None else found[1].numel()), device=where, dtype=torch.int32))
+    return found
 
 
 @dataclasses.dataclass(frozen=True)
@@ -810,13 +812,13 @@ class _DirectCall:
             if capturing:  # a fresh buffer: a replay may run beside eager calls
                 workspace = torch.empty(self.workspace_numel, device=torch.device("cuda", device), dtype=torch.float32)
             else:
-                workspace = _reused(_WORKSPACES, device, stream, self.workspace_numel, torch.float32)
+                workspace, item_counts = _reused_workspace(device, stream, self.workspace_numel, self.items)
+                if split is self.fused:
+                    counts = item_counts.data_ptr()
             if self.poison:
                 workspace.fill_(float("nan"))
             part_o = workspace.data_ptr()
             part_lse = part_o + self.workspace_split
-            if split is self.fused:
-                counts = _reused(_COUNTS, device, stream, self.items, torch.int32).data_ptr()
         k_desc = (k_ptr,) if self.k_desc is None else (tensor_map(k_ptr, self.k_desc[0]), *self.k_desc[1])
         v_desc = (v_ptr,) if self.v_desc is None else (tensor_map(v_ptr, self.v_desc[0]), *self.v_desc[1])
         scale = self.scale if sm_scale is None else log2_softmax_scale(self.head_dim, sm_scale)

@@ -55,8 +55,7 @@ def parts(shape, old_tvt, device):
     ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), lens.data_ptr(), mask.data_ptr(), out.data_ptr())
     stream = torch._C._cuda_getCurrentRawStream(dev)
     split = direct.fused if direct.can_fuse else direct.split
-    ws = tvt._reused(tvt._WORKSPACES, dev, stream, max(direct.workspace_numel, 1), torch.float32)
-    counts = tvt._reused(tvt._COUNTS, dev, stream, direct.items, torch.int32)
+    ws, counts = tvt._reused_workspace(dev, stream, max(direct.workspace_numel, 1), direct.items)
     part_o, part_lse = (ws.data_ptr(), ws.data_ptr() + direct.workspace_split)
     kd = (tensor_map(ptrs[1], direct.k_desc[0]), *direct.k_desc[1])
     vd = (tensor_map(ptrs[2], direct.v_desc[0]), *direct.v_desc[1])
@@ -74,6 +73,8 @@ def parts(shape, old_tvt, device):
         "whole call": host_us(lambda: tvt.tree_verify_attention_triton(q, k, v, lens, mask)),
         "whole call, previous launcher": host_us(lambda: old_tvt.tree_verify_attention_triton(q, k, v, lens, mask)),
         "empty_like(q)": host_us(lambda: torch.empty_like(q, memory_format=torch.contiguous_format)),
+        "empty_like(q), preserve format": host_us(lambda: torch.empty_like(q)),
+        "q.new_empty(q.shape)": host_us(lambda: q.new_empty(q.shape)),
         "signature key": host_us(key),
         "key lookup": host_us(lambda: tvt._DIRECT.get(k0)),
         "6 data_ptr": host_us(lambda: (q.data_ptr(), k.data_ptr(), v.data_ptr(), lens.data_ptr(), mask.data_ptr(),
@@ -83,9 +84,8 @@ def parts(shape, old_tvt, device):
         "split C launch": host_us(lambda: split(stream, split_args)),
         "stream + capture query": host_us(lambda: (torch._C._cuda_getCurrentRawStream(dev),
                                                    torch._C._cuda_isCurrentStreamCapturing())),
-        "workspace + counts lookup": host_us(lambda: (
-            tvt._reused(tvt._WORKSPACES, dev, stream, direct.workspace_numel, torch.float32),
-            tvt._reused(tvt._COUNTS, dev, stream, direct.items, torch.int32))),
+        "workspace + counts lookup": host_us(lambda: tvt._reused_workspace(dev, stream, direct.workspace_numel,
+                                                                           direct.items)),
         "2 tensor_map lookups": host_us(lambda: (tensor_map(ptrs[1], direct.k_desc[0]),
                                                  tensor_map(ptrs[2], direct.v_desc[0]))),
     }
@@ -135,6 +135,23 @@ def main():
         **{s.name: parts(s, old_tvt, device) for s in (shapes[1], shapes[2], shapes[7])},
     }
     print(json.dumps(result["parts"], indent=1), flush=True)
+    # the memory-bound class's misses of the last full grid (head dim 256, one KV head): more splits
+    from specdec_kernels.bench import Shape, measure_ceilings, run_shape
+    ceilings = measure_ceilings(device)
+    result["split_sweep"] = {}
+    for b, t, hq, l in ((1, 9, 6, 32768), (8, 9, 6, 8192), (32, 9, 6, 1024), (1, 17, 3, 32768), (8, 17, 3, 8192),
+                        (32, 17, 3, 1024), (1, 9, 24, 32768)):
+        shape = Shape(b, t, hq, hq // 6 if hq == 24 else 1, 256, l)
+        planned = tvt.plan_call(*make_inputs(shape, device, 0)[:3]).num_splits
+        rows = {}
+        for splits in sorted({planned, 2 * planned, 4 * planned, max(1, planned // 2)}):
+            try:
+                row = run_shape(shape, ceilings, False, 7, policy=VerifyPolicy(num_splits=splits), baselines=False)
+                rows[splits] = {k: round(row[k], 3) for k in ("us", "bw_frac", "err", "eager_us", "host_us")}
+            except Exception as exc:  # noqa: BLE001
+                rows[splits] = repr(exc)[:200]
+        result["split_sweep"][shape.name] = {"planned": planned, "rows": rows}
+        print(shape.name, planned, json.dumps(rows), flush=True)
     with open(f"{out_dir}/host_probe.json", "w") as f:
         json.dump(result, f, indent=1)
 
