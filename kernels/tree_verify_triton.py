@@ -247,7 +247,7 @@ def _tree_verify_partial_kernel(
 
 @triton.jit
 def _merge_split_block(acc, l_i, s0, lse_base, o_base, rows, row_valid, dims, m_shift, num_splits, rows_pad,
-                       HEAD_DIM: tl.constexpr, SPLIT_BLOCK: tl.constexpr, CACHE: tl.constexpr = ""):
+                       HEAD_DIM: tl.constexpr, SPLIT_BLOCK: tl.constexpr, CACHE: tl.constexpr):
     """acc += the weighted partials of splits [s0, s0 + SPLIT_BLOCK), l_i += their weights: the
     splits unrolled, their [rows, D] loads independent of each other (all in flight at once)."""
     for j in tl.static_range(SPLIT_BLOCK):
@@ -366,7 +366,7 @@ def _tree_verify_merge_kernel(
         l_i = tl.zeros([MERGE_ROWS], dtype=tl.float32)
         for s0 in range(0, num_splits, SPLIT_BLOCK):
             acc, l_i = _merge_split_block(acc, l_i, s0, lse_base, o_base, rows, row_valid, dims, m_shift,
-                                          num_splits, rows_pad, HEAD_DIM, SPLIT_BLOCK)
+                                          num_splits, rows_pad, HEAD_DIM, SPLIT_BLOCK, "")
         _store_merged(acc, l_i, out_ptr, b, kv_head, rows, row_valid, dims, stride_ob, stride_ot, stride_oh, GROUP)
 
 
