@@ -20,7 +20,8 @@ read):
   program per head and value slice stepping through them, as decode kernels do), time ratio;
 - ``commit %``: :func:`commit_recurrent_state` along the deepest node's path, in percent of the
   verify's time, and ``commit roof %``: the least it can be, its bytes (the state read and written
-  once) at the copy bandwidth, in percent of the verify's time;
+  once) at the copy bandwidth, in percent of the verify's time (the JSON rows also hold
+  ``commit_floor_us``, the streaming kernel of :mod:`memory_floor` over the commit's bytes);
 - ``conv us``: :func:`tree_causal_conv1d` over the layer's q/k/v channels (kernel 4);
 - ``launch us`` / ``floor us``: an empty kernel and a kernel that only reads the shape's bytes
   once, timed the same way (:mod:`memory_floor`); ``60% us`` the time the bandwidth goal allows
@@ -256,6 +257,8 @@ def run_shape(shape: HybridShape, ceilings: dict, seed: int, alternative: bool =
                                               for s, c in zip(sets, conv_sets)])
     row["commit_frac"] = row["commit_us"] / row["us"]
     row["commit_roof_frac"] = shape.commit_bytes(int(path_len.max())) / (ceilings["copy_tb_s"] * 1e6) / row["us"]
+    # the same bytes read once by the streaming kernel: where even that exceeds 10 % of the verify, so would any commit
+    row["commit_floor_us"] = measure_floor(shape.commit_bytes(int(path_len.max())), count, device).stream_us
 
     def conv(x, conv_state, parents):
         return tree_causal_conv1d(x, weight, None, conv_state, parents, impl="triton")
