@@ -13,6 +13,8 @@ mixing matrix ``W = ((Q K^T) * D) (I + strict(diag(beta) (K K^T) * D))^-1 diag(b
   columns reads its slice of the state once and does two products with it, ``K S`` and ``Q S``,
   and one with ``W``. No dependent chain sits between the state load and the output, and the
   value columns multiply the programs that stream the state (the rule never mixes columns).
+  Where the table says so it is the mixing kernel's programmatic dependent: its programs may
+  start while the mixing runs and do both products with the state before they wait for ``W``.
 
 Keeping the chain (the inverse) out of the state-streaming kernel is the point: a program that
 holds its state slice through the chain leaves the memory idle. But the mixing kernel has one
