@@ -33,7 +33,8 @@ mask-free ones: through the ring, the request's last tile zeroed past its keys b
 or, with one warpgroup beside the tail, through two buffers of their own, each consumer zeroing
 (each warpgroup loading them through pointers after its stream measured slower).
 Their masks come from each row's ancestor words, loaded once a tile. The merge follows this
-kernel (a programmatic dependent launch measured slower after it).
+kernel (a programmatic dependent launch measured slower after it), or with ``FUSED_MERGE`` is its
+own: after the partitions join, the last program of each query tile merges the tile's rows.
 
 Persistent (``PERSISTENT``): the kernel works through work items (a query tile of one
 (request, KV head) on one split, in the order of a grid of one program an item); launched with
