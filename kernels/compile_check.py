@@ -167,10 +167,7 @@ def _source(fn, constexprs: dict, types: dict, gluon: bool):
 def compile_split_kernel(arch: str, dtype: str, shape: VerifyShape, plan) -> CompileReport:
     """Compile the split kernel ``plan`` names for ``arch`` and judge what it uses."""
     import torch
-    import triton
-    from triton.backends.compiler import GPUTarget
 
-    capability = int(arch.removeprefix("sm_"))
     short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[dtype]
     report = CompileReport(arch, plan.kernel, dtype, shape.head_dim, plan.block_m, plan.tail_m, plan.block_n,
                            plan.stages, plan.num_warps, plan.persistent, plan.head_split,
@@ -208,20 +205,11 @@ def compile_split_kernel(arch: str, dtype: str, shape: VerifyShape, plan) -> Com
             extra = dict(Q_IN_REGS=plan.config.gluon_q_in_registers)
         constexprs = dict(common, STAGES=plan.stages, num_warps=plan.num_warps, **extra)
         options = dict(num_warps=plan.num_warps, num_stages=1)
-    compiled = triton.compile(_source(fn, constexprs, types, plan.kernel != "triton"),
-                              target=GPUTarget("cuda", capability, 32), options=options)
-    report.shared_bytes = compiled.metadata.shared
-    ptx = compiled.asm["ptx"]
-    report.spill_bytes = _ptxas_spill_bytes(ptx, capability)
-    _inspect_cubin(compiled.asm["cubin"], report)
-    _judge(report, ptx)
-    return report
+    return _compile_and_judge(report, _source(fn, constexprs, types, plan.kernel != "triton"), options)
 
 
 def compile_merge_kernel(arch: str, head_dim: int, num_splits: int) -> CompileReport:
     """Compile the merge at ``num_splits`` (its largest unrolled block, or all splits in one)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
 
     from .tree_verify_triton import _tree_verify_merge_kernel as fn
 
@@ -231,24 +219,14 @@ def compile_merge_kernel(arch: str, head_dim: int, num_splits: int) -> CompileRe
     constexprs = dict(GROUP=4, HEAD_DIM=head_dim, MERGE_ROWS=merge_rows, SPLIT_BLOCK=split_block, WAIT_FOR_SPLITS=True,
                       ONE_BLOCK=num_splits <= split_block)
     types = dict(part_o_ptr="*fp32", part_lse_ptr="*fp32", out_ptr="*bf16")
-    capability = int(arch.removeprefix("sm_"))
-    compiled = triton.compile(_source(fn, constexprs, types, False), target=GPUTarget("cuda", capability, 32),
-                              options=dict(num_warps=4, num_stages=1))
-    report.shared_bytes = compiled.metadata.shared
     report.planned_shared_bytes = SHARED_MEMORY_LIMITS[arch]
-    ptx = compiled.asm["ptx"]
-    report.spill_bytes = _ptxas_spill_bytes(ptx, capability)
-    _inspect_cubin(compiled.asm["cubin"], report)
-    _judge(report, ptx)
-    return report
+    return _compile_and_judge(report, _source(fn, constexprs, types, False), dict(num_warps=4, num_stages=1))
 
 
 def compile_hybrid_kernels(arch: str = "sm_120", head_dim: int = 128) -> list[CompileReport]:
     """The hybrid-layer kernels (tree conv, tree gated delta rule, commit) at their ``arch``
     configuration for Dk = Dv = ``head_dim``, bf16, the largest tree the engine verifies (T = 65:
     128 gate columns)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
 
     from .hybrid_configs import DELTA_BLOCK_T, HYBRID_CONFIGS
     from .recurrent_commit_triton import _commit_kernel
@@ -256,7 +234,6 @@ def compile_hybrid_kernels(arch: str = "sm_120", head_dim: int = 128) -> list[Co
     from .tree_delta_triton import _tree_delta_apply_kernel, _tree_delta_fused_kernel, _tree_delta_mix_kernel
 
     cfg = HYBRID_CONFIGS[arch]
-    capability = int(arch.removeprefix("sm_"))
     pointers = {name: "*bf16" for name in ("q_ptr", "k_ptr", "v_ptr", "g_ptr", "beta_ptr", "out_ptr", "x_ptr",
                                           "w_ptr", "bias_ptr", "conv_ptr", "mix_ptr", "ws_ptr", "ws_u_ptr")}
     pointers.update(state_ptr="*fp32", gate_ptr="*fp32", ws_gate_ptr="*fp32", mask_ptr="*i32", parents_ptr="*i32", path_ptr="*i32",
@@ -283,16 +260,25 @@ def compile_hybrid_kernels(arch: str = "sm_120", head_dim: int = 128) -> list[Co
     reports = []
     for name, fn, types, constexprs, warps, block_m, block_n in kernels:
         report = CompileReport(arch, name, "bfloat16", head_dim, block_m, 0, block_n, 1, warps, False, 1, "T65")
-        compiled = triton.compile(_source(fn, constexprs, types, False), target=GPUTarget("cuda", capability, 32),
-                                  options=dict(num_warps=warps, num_stages=1))
-        report.shared_bytes = compiled.metadata.shared
         report.planned_shared_bytes = SHARED_MEMORY_LIMITS[arch]
-        ptx = compiled.asm["ptx"]
-        report.spill_bytes = _ptxas_spill_bytes(ptx, capability)
-        _inspect_cubin(compiled.asm["cubin"], report)
-        _judge(report, ptx)
-        reports.append(report)
+        reports.append(_compile_and_judge(report, _source(fn, constexprs, types, False),
+                                          dict(num_warps=warps, num_stages=1)))
     return reports
+
+
+def _compile_and_judge(report: CompileReport, source, options: dict) -> CompileReport:
+    """Compile ``source`` for the report's arch and fill in what the binary uses, then judge it."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    capability = int(report.arch.removeprefix("sm_"))
+    compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options=options)
+    report.shared_bytes = compiled.metadata.shared
+    ptx = compiled.asm["ptx"]
+    report.spill_bytes = _ptxas_spill_bytes(ptx, capability)
+    _inspect_cubin(compiled.asm["cubin"], report)
+    _judge(report, ptx)
+    return report
 
 
 def _judge(report: CompileReport, ptx: str) -> None:
