@@ -613,6 +613,21 @@ def _launch_spec(plan: VerifyPlan, head_dim: int, dtype: torch.dtype, on_gpu: bo
                        dict(num_warps=4, **({"launch_pdl": True} if merge.starts_early else {})), fused)
 
 
+def _direct_pointers(q, k_cache, v_cache, cache_lens, ancestor_mask, out) -> tuple | None:
+    """The addresses of q, K, V, cache_lens, ancestor_mask and out where a direct launch may take
+    them, else None. Each check stays on every call because its failure on a cached signature
+    would be a wrong launch: the kernels assume 16-byte aligned pointers (Triton specialised them
+    so), device tensors (a host address read as a device one ends the CUDA context), packed lens
+    and masks (their strides are not passed), and a profiler's hook must see the launch."""
+    ptrs = (q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), cache_lens.data_ptr(), ancestor_mask.data_ptr(),
+            out.data_ptr())
+    if ((ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5]) & 15 == 0 and k_cache.is_cuda
+            and v_cache.is_cuda and cache_lens.is_cuda and ancestor_mask.is_cuda and out.is_cuda
+            and ancestor_mask.is_contiguous() and cache_lens.is_contiguous() and not launch_hooks_set()):
+        return ptrs
+    return None
+
+
 def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask, sm_scale=None, out=None,
                                  policy: VerifyPolicy = DEFAULT_POLICY):
     """Launcher: check, plan (cached per call signature), launch one or two kernels.
@@ -638,18 +653,10 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
                policy, out_layout)
         direct = _DIRECT.get(key)
         if direct is not None:
-            ptrs = (q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), cache_lens.data_ptr(),
-                    ancestor_mask.data_ptr(), out.data_ptr())
-            # Each check stays because its failure on a cached signature would be a wrong launch:
-            # the kernels assume 16-byte aligned pointers (Triton specialised them so), device
-            # tensors (a host address read as a device one ends the CUDA context), packed lens
-            # and masks (their strides are not passed), and a profiler's hook must see the launch.
-            if ((ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5]) & 15 == 0 and k_cache.is_cuda
-                    and v_cache.is_cuda and cache_lens.is_cuda and ancestor_mask.is_cuda and out.is_cuda
-                    and ancestor_mask.is_contiguous() and cache_lens.is_contiguous() and not launch_hooks_set()):
-                if direct(ptrs, sm_scale, key[4]):
-                    return out
-                # else a kernel this call needs (the merge folded in, or not) is not compiled yet
+            ptrs = _direct_pointers(q, k_cache, v_cache, cache_lens, ancestor_mask, out)
+            if ptrs is not None and direct(ptrs, sm_scale, key[4]):
+                return out
+            # else a kernel this call needs (the merge folded in, or not) is not compiled yet
     if q.shape[0] == 0 or q.shape[1] == 0:
         return out
     if not ancestor_mask.is_contiguous():
@@ -657,10 +664,8 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
     if not cache_lens.is_contiguous():
         cache_lens = cache_lens.contiguous()
     if key is not None and (_DIRECT.get(key, 0) is None or not (
-            policy.launch_cache and direct_launch_unusable() is None and k_cache.is_cuda and v_cache.is_cuda
-            and cache_lens.is_cuda and ancestor_mask.is_cuda and out.is_cuda and not launch_hooks_set()
-            and (q.data_ptr() | k_cache.data_ptr() | v_cache.data_ptr() | cache_lens.data_ptr()
-                 | ancestor_mask.data_ptr() | out.data_ptr()) & 15 == 0)):
+            policy.launch_cache and direct_launch_unusable() is None
+            and _direct_pointers(q, k_cache, v_cache, cache_lens, ancestor_mask, out) is not None)):
         # launched through Triton, no direct launch kept: Triton must launch this signature, or
         # this call cannot be launched directly
         key = None
