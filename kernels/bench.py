@@ -18,6 +18,11 @@ best-first tree of T nodes per request), all measured in one run:
   ``enable_gqa=True`` on the same inputs, in graphs; ``x flex``: FlexAttention (torch.compile'd,
   eager) on the shapes named by ``--flex``; SGLang's Triton extend-attention kernels where they
   import (the run's header says whether they did);
+- floors, timed the same way (:mod:`memory_floor`): ``launch us``, an empty kernel, and ``floor us``,
+  a kernel that only reads the shape's bytes once, over as many rotating input sets; and the host
+  floor, measured once per run with the ceilings: an output's allocation and one direct C launch
+  of an empty kernel. A goal missed where its floor exceeds the time it allows is unreachable
+  (``*`` in the table): no kernel doing the work could meet it here (:func:`goal_verdicts`);
 - correctness on every timed shape: the kernel's output against a float32 reference for the first
   and last request (row relative error, bf16 bound 3e-2).
 A shape whose check fails is FAILED and the exit status is 1. Also timed: greedy accept + KV
@@ -130,7 +135,11 @@ def l2_flush(mode: str):
 
 
 def measure_ceilings(device) -> dict:
+    """The run's limits: copy bandwidth and bf16 matmul rate (ceilings), and the host floor of a
+    call (:func:`~specdec_kernels.memory_floor.host_floor_us`, None where it cannot be measured)."""
     from triton.testing import do_bench
+
+    from .memory_floor import host_floor_us
 
     src = torch.empty(2**30, dtype=torch.uint8, device=device).random_()
     dst = torch.empty_like(src)
@@ -140,7 +149,8 @@ def measure_ceilings(device) -> dict:
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     mm_ms = do_bench(lambda: a @ b, warmup=25, rep=150, return_mode="median")
     del src, dst, a, b
-    return {"copy_tb_s": 2 * 2**30 / copy_ms / 1e9, "matmul_tflop_s": 2 * n**3 / mm_ms / 1e9}
+    return {"copy_tb_s": 2 * 2**30 / copy_ms / 1e9, "matmul_tflop_s": 2 * n**3 / mm_ms / 1e9,
+            "host_floor_us": host_floor_us(device)}
 
 
 def random_best_first_parents(batch: int, num_nodes: int, device, gen) -> torch.Tensor:
@@ -272,37 +282,68 @@ def sglang_verify_kernels() -> str | None:
     return None
 
 
-# The goals, each judged where it applies: (name, applies, met) of a row.
+# The goals, each judged where it applies.
+MEMORY_GOAL = 0.75  # of the copy bandwidth
+COMPUTE_GOAL = 0.5  # of the matmul rate
+SDPA_GOAL = 10.0  # times faster than SDPA, where SDPA is at least this many times the roofline
+ROOF_GOAL = 0.7  # of the roofline elsewhere
 HOST_US_GOAL = 25.0
 EAGER_GOAL = 1.15
 EAGER_GOAL_MIN_GRAPH_US = 50.0
+VERDICTS = ("met", "missed", "unreachable")
+
+
+def goal_bounds(row: dict) -> dict:
+    """Goal name -> (us, allowed_us, floor_us) for each goal that bounds a time and applies to the
+    row: the time measured, the most the goal allows, and the least any kernel (or launcher) doing
+    the work takes on this machine (None: no floor measured).
+
+    memory (memory-bound class, T*G <= 64 and B*L >= 32k): the bytes at 75 % of the copy bandwidth,
+    floor the read-once kernel; compute (compute-bound): the FLOPs at 50 % of the matmul rate, floor
+    the larger of the empty and the read-once kernel; sdpa: a tenth of SDPA's time or, where SDPA is
+    within 10x of the roofline, the roofline at 70 %, same floor; host: 25 us of host time a call,
+    floor the run's host floor (an output's allocation and one direct launch)."""
+    kernel_floor = (max(row["launch_us"], row["stream_us"]) if "launch_us" in row and "stream_us" in row
+                    else None)
+    bounds = {}
+    if row["memory_bound_goal"]:
+        bounds["memory"] = (row["us"], row["mem_us"] / MEMORY_GOAL, row.get("stream_us"))
+    if row["bound"] == "compute":
+        bounds["compute"] = (row["us"], row["mm_us"] / COMPUTE_GOAL, kernel_floor)
+    if "sdpa_us" in row:
+        allowed = row["sdpa_us"] / SDPA_GOAL if row["x_sdpa_max"] >= SDPA_GOAL else row["roof_us"] / ROOF_GOAL
+        bounds["sdpa"] = (row["us"], allowed, kernel_floor)
+    bounds["host"] = (row["host_us"], HOST_US_GOAL, row.get("host_floor_us"))
+    return bounds
+
+
+def verdict(us: float, allowed_us: float, floor_us: float | None) -> str:
+    """``met`` within the allowed time; ``unreachable`` where the floor itself exceeds it (no
+    kernel doing the work could meet it here); ``missed`` otherwise."""
+    if us <= allowed_us:
+        return "met"
+    return "unreachable" if floor_us is not None and floor_us > allowed_us else "missed"
 
 
 def goal_verdicts(row: dict) -> dict:
-    """Goal name -> met (True / False) for the goals that apply to this row.
-
-    memory: memory-bound class (T*G <= 64, B*L >= 32k) at >= 75 % of the copy bandwidth;
-    compute: compute-bound at >= 50 % of the matmul rate; sdpa: >= 10x SDPA or, where SDPA is within
-    10x of the roofline, >= 70 % of the roofline; flex: faster than FlexAttention where it compiled;
-    eager: eager within 1.15x of the graph time where that is >= 50 us; host: <= 25 us of host time a
-    call."""
-    verdicts = {"correct": row["ok"]}
-    if row["memory_bound_goal"]:
-        verdicts["memory"] = row["bw_frac"] >= 0.75
-    if row["bound"] == "compute":
-        verdicts["compute"] = row["mm_frac"] >= 0.5
-    if "x_sdpa" in row:
-        verdicts["sdpa"] = row["x_sdpa"] >= 10 if row["x_sdpa_max"] >= 10 else row["roof_frac"] >= 0.70
+    """Goal name -> ``met`` / ``missed`` / ``unreachable`` for the goals that apply to this row:
+    correct output; those of :func:`goal_bounds`; flex: faster than FlexAttention where it
+    compiled; eager: eager within 1.15x of the graph time where that is >= 50 us."""
+    bounds = goal_bounds(row)
+    verdicts = {"correct": "met" if row["ok"] else "missed"}
+    verdicts.update((name, verdict(*bounds[name])) for name in ("memory", "compute", "sdpa") if name in bounds)
     if "x_flex" in row:
-        verdicts["flex"] = row["x_flex"] > 1
+        verdicts["flex"] = "met" if row["x_flex"] > 1 else "missed"
     if row["us"] >= EAGER_GOAL_MIN_GRAPH_US:
-        verdicts["eager"] = row["eager_us"] <= EAGER_GOAL * row["us"]
-    verdicts["host"] = row["host_us"] <= HOST_US_GOAL
+        verdicts["eager"] = "met" if row["eager_us"] <= EAGER_GOAL * row["us"] else "missed"
+    verdicts["host"] = verdict(*bounds["host"])
     return verdicts
 
 
 def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, policy=None, baselines: bool = True) -> dict:
     from triton.testing import do_bench
+
+    from .memory_floor import measure_floor
 
     from .tree_verify import tree_verify_attention_sdpa
     from .tree_verify_triton import plan_call, tree_verify_attention_triton
@@ -331,11 +372,16 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, policy=N
     row["tflop_s"] = shape.flops() / ms / 1e9
     mem_ms = shape.bytes_moved() / (ceilings["copy_tb_s"] * 1e9)
     mm_ms = shape.flops() / (ceilings["matmul_tflop_s"] * 1e9)
+    row["mem_us"], row["mm_us"] = mem_ms * 1e3, mm_ms * 1e3
     row["roof_us"] = max(mem_ms, mm_ms) * 1e3
     row["roof_frac"] = max(mem_ms, mm_ms) / ms
     row["bw_frac"] = row["tb_s"] / ceilings["copy_tb_s"]
     row["mm_frac"] = row["tflop_s"] / ceilings["matmul_tflop_s"]
     row["bound"] = "memory" if mem_ms >= mm_ms else "compute"
+    # the launch floor too is taken per shape: a graph of N calls shares its replay's start among
+    # them, and N (the input sets) follows the shape's bytes
+    floor = measure_floor(shape.bytes_moved(), len(sets), device)
+    row.update(launch_us=floor.launch_us, stream_us=floor.stream_us, host_floor_us=ceilings.get("host_floor_us"))
     if baselines:
         try:
             row["sdpa_us"] = time_in_graph(tree_verify_attention_sdpa, sets, rep_ms=40)
@@ -445,31 +491,44 @@ def tiles_label(row: dict) -> str:
 KERNEL_MARKS = {"pingpong": " PP", "gluon": " G", "triton": ""}
 
 
+UNREACHABLE_MARK = "*"
+
+
+def missed_goals(row: dict) -> str:
+    """The goals a row missed, each out of any kernel's reach marked ``*``; ``none``."""
+    return ", ".join(name + (UNREACHABLE_MARK if v == "unreachable" else "")
+                     for name, v in row.get("goals", {}).items() if v != "met") or "none"
+
+
 def format_table(rows) -> str:
-    head = ("| shape | tiles/BN/splits | bound | graph us | eager us | host us | roof us | roof % | BW % | MM % "
-            "| SDPA us | x SDPA | x SDPA at roof | x flex | err | goals missed |\n|" + "---|" * 16)
+    head = ("| shape | tiles/BN/splits | bound | graph us | eager us | host us | launch us | floor us | roof us "
+            "| roof % | BW % | MM % | SDPA us | x SDPA | x SDPA at roof | x flex | err | goals missed |\n|"
+            + "---|" * 18)
     lines = [head]
     for r in rows:
         def f(key, fmt):
             return format(r[key], fmt) if key in r else "-"
         flex = f("x_flex", ".1f") if "x_flex" in r else ("error" if "flex_error" in r else "-")
-        missed = ", ".join(name for name, met in r.get("goals", {}).items() if not met) or "none"
         kernel = KERNEL_MARKS.get(r.get("kernel"), "") + (" P" if r.get("persistent") else "")
         lines.append(f"| {r['shape']} | {tiles_label(r)}/{r['block_n']}/{r['splits']}{kernel} | {r['bound']} "
-                     f"| {r['us']:.1f} | {f('eager_us', '.1f')} | {f('host_us', '.1f')} | {r['roof_us']:.1f} "
+                     f"| {r['us']:.1f} | {f('eager_us', '.1f')} | {f('host_us', '.1f')} | {f('launch_us', '.1f')} "
+                     f"| {f('stream_us', '.1f')} | {r['roof_us']:.1f} "
                      f"| {100 * r['roof_frac']:.0f} | {100 * r['bw_frac']:.0f} | {100 * r['mm_frac']:.0f} "
                      f"| {f('sdpa_us', '.1f')} | {f('x_sdpa', '.1f')} | {f('x_sdpa_max', '.1f')} | {flex} "
-                     f"| {r['err']:.1e} | {missed} |")
+                     f"| {r['err']:.1e} | {missed_goals(r)} |")
     return "\n".join(lines)
 
 
+SUMMARY_LEGEND = ("goals (rows met / missed / unreachable; unreachable, * in the table: the floor of any "
+                  "kernel doing the work exceeds the time the goal allows)")
+
+
 def goal_summary(rows) -> dict:
-    """Goal name -> (met, applies) over the rows."""
+    """Goal name -> {verdict: rows} over the rows, every verdict of VERDICTS counted."""
     summary = {}
     for r in rows:
-        for name, met in r.get("goals", {}).items():
-            done, total = summary.get(name, (0, 0))
-            summary[name] = (done + bool(met), total + 1)
+        for name, v in r.get("goals", {}).items():
+            summary.setdefault(name, dict.fromkeys(VERDICTS, 0))[v] += 1
     return summary
 
 
@@ -567,13 +626,13 @@ def _run(args, argv, head_dims) -> int:
     table = format_table(rows)
     summary = goal_summary(rows)
     print(table)
-    print("goals met (met / applies):", json.dumps(summary))
+    print(f"{SUMMARY_LEGEND}:", json.dumps(summary))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": rows, "accept_commit": extra, "goals": summary}, f, indent=1)
     if args.markdown:
         with open(args.markdown, "w") as f:
-            f.write(f"{json.dumps(meta)}\n\n{table}\n\ngoals met (met / applies): {json.dumps(summary)}\n\n"
+            f.write(f"{json.dumps(meta)}\n\n{table}\n\n{SUMMARY_LEGEND}: {json.dumps(summary)}\n\n"
                     f"accept+commit: {json.dumps(extra)}\n")
     return 0 if all(r["ok"] for r in rows) else 1
 

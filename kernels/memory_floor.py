@@ -1,11 +1,15 @@
-"""The measured floor of a memory-bound kernel on this GPU, under the benchmarks' own timing.
+"""The measured floors of a kernel on this GPU and of its launch on this host, under the
+benchmarks' own timing.
 
-A shape's bandwidth goal is only reachable if a kernel that does nothing but read the shape's
-bytes once meets it. Two kernels, timed as the kernel under test (``time_in_graph``: CUDA-graph
-replays over rotating buffers, L2 flushed):
+A shape's time goal is only reachable if the least any kernel doing the work must do meets it.
+Two kernels, timed as the kernel under test (``time_in_graph``: CUDA-graph replays over rotating
+buffers, L2 flushed):
 - ``launch_us``: an empty Triton kernel, the launch floor of one kernel;
 - ``stream_us``: a kernel that reads ``nbytes`` once (each program sums its blocks and writes
   one number), the floor of any kernel that must read them.
+And one host time, as the bench times an eager call's (``time_eagerly``): :func:`host_floor_us`,
+one direct C launch of the empty kernel and the allocation of an output, the least a launcher
+that returns a new output can do.
 """
 
 from __future__ import annotations
@@ -70,3 +74,34 @@ def measure_floor(nbytes: int, input_sets: int, device) -> MemoryFloor:
     floor = MemoryFloor(launch_us=time_in_graph(empty, buffers), stream_us=time_in_graph(stream, buffers))
     del buffers
     return floor
+
+
+# The output whose allocation the host floor counts (a verify call's q at B8-T17-H32/128): the
+# caching allocator hands out a cached block, whatever its size.
+HOST_FLOOR_OUTPUT = (8, 17, 32, 128)
+
+
+def host_floor_us(device) -> float | None:
+    """Host microseconds a call of ``torch.empty_like`` of an output and one direct C launch of an
+    empty compiled kernel (:class:`~specdec_kernels.triton_launch.DirectLaunch`), issued back to
+    back in batches from an idle GPU as ``time_eagerly`` times a verify call. None where this
+    Triton has no direct launch (its own dispatch is a cost, not a floor)."""
+    import torch
+
+    from .bench import time_eagerly
+    from .triton_launch import DirectLaunch, direct_launch_unusable
+
+    if direct_launch_unusable() is not None:
+        return None
+    out = torch.empty(1, dtype=torch.float32, device=device)
+    launch = DirectLaunch.build(_empty_kernel[(1,)](out), (1,), 1, (), {})
+    if launch is None:
+        return None
+    like = torch.empty(HOST_FLOOR_OUTPUT, dtype=torch.bfloat16, device=device)
+    stream, args = torch.cuda.current_stream(device).cuda_stream, (out.data_ptr(),)
+
+    def call():
+        torch.empty_like(like)
+        launch(stream, args)
+
+    return time_eagerly(call, [()], graph_us=1.0)[1]

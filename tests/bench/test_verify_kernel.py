@@ -7,6 +7,12 @@ within 10x of the roofline (no kernel could be 10x faster), >= 70 % of the roofl
 within 1.15x of the graph time where that is >= 50 us, and <= 25 us of host time a call; greedy
 accept + commit <= 10 % of one layer's attention, never synchronising with the host.
 
+A missed goal fails its shape with the numbers, unless it is out of any kernel's reach on this
+machine: its floor, measured in the same run (an empty kernel and one that only reads the
+shape's bytes once, timed the same way; for host time an output's allocation and one direct
+launch), exceeds the time the goal allows (``bench.goal_bounds``). A shape whose only misses are
+such is reported as xfail, with the floor against the allowed time; a reachable miss never is.
+
 By default a few shapes of each head dim (``bench.quick_shapes``); with ``SPECDEC_VERIFY_GRID=full``
 the whole grid of ``python -m specdec_kernels.bench``, and with ``SPECDEC_VERIFY_TABLE=DIR`` the
 rows (``verify.jsonl``, as they come) and the table of the run (``verify.md``) are written there:
@@ -36,13 +42,12 @@ def _verify_table(ceilings):
     yield
     table_dir = os.environ.get("SPECDEC_VERIFY_TABLE")
     if table_dir and ROWS:
-        from specdec_kernels.bench import format_table, goal_summary
+        from specdec_kernels.bench import SUMMARY_LEGEND, format_table, goal_summary
 
         os.makedirs(table_dir, exist_ok=True)
         summary = goal_summary(ROWS)
         with open(os.path.join(table_dir, "verify.md"), "w") as f:
-            f.write(f"{json.dumps(ceilings)}\n\n{format_table(ROWS)}\n\ngoals met (met / applies): "
-                    f"{json.dumps(summary)}\n")
+            f.write(f"{json.dumps(ceilings)}\n\n{format_table(ROWS)}\n\n{SUMMARY_LEGEND}: {json.dumps(summary)}\n")
 
 
 def _shapes():
@@ -58,9 +63,47 @@ def _shapes():
 FLEX = {"B8-T16-H32/8/128-L8192"}
 
 
+def _shortfall(row: dict, goal: str) -> str:
+    """What a row measured against a goal it missed (with the time the goal allows, where it bounds one)."""
+    from specdec_kernels import bench
+
+    if goal == "flex":
+        return f"{row['x_flex']:.2f}x FlexAttention (goal > 1)"
+    if goal == "eager":
+        return f"eager {row['eager_us']:.1f} us > {bench.EAGER_GOAL}x the graph's {row['us']:.1f} us"
+    us, allowed, _ = bench.goal_bounds(row)[goal]
+    if goal == "host":
+        return f"{us:.1f} us of host time a call (goal {bench.HOST_US_GOAL:.0f} us)"
+    if goal == "memory":
+        what = f"{row['tb_s']:.2f} TB/s, {row['bw_frac']:.1%} of the copy bandwidth (goal {bench.MEMORY_GOAL:.0%}"
+    elif goal == "compute":
+        what = f"{row['tflop_s']:.0f} TFLOP/s, {row['mm_frac']:.1%} of the matmul rate (goal {bench.COMPUTE_GOAL:.0%}"
+    elif row["x_sdpa_max"] >= bench.SDPA_GOAL:
+        what = f"{row['x_sdpa']:.1f}x SDPA (goal {bench.SDPA_GOAL:.0f}x"
+    else:
+        what = (f"{row['roof_frac']:.0%} of the roofline where SDPA is {row['x_sdpa_max']:.1f}x it "
+                f"(goal {bench.ROOF_GOAL:.0%}")
+    return f"{us:.1f} us: {what}, at most {allowed:.1f} us)"
+
+
+def _out_of_reach(row: dict, goal: str) -> str:
+    """Why an unreachable goal is: its floor against the time it allows."""
+    from specdec_kernels.bench import goal_bounds
+
+    _, allowed, floor = goal_bounds(row)[goal]
+    if goal == "host":
+        what = "an output's allocation and one direct launch of an empty kernel take"
+    elif goal == "memory":
+        what = "a kernel that only reads the shape's bytes once takes"
+    else:
+        what = (f"the larger of an empty kernel ({row['launch_us']:.1f} us) and one that only reads the shape's "
+                f"bytes once ({row['stream_us']:.1f} us) is")
+    return f"{_shortfall(row, goal)} is out of reach: {what} {floor:.1f} us > the {allowed:.1f} us allowed"
+
+
 @pytest.mark.parametrize("shape", _shapes(), ids=lambda s: s.name)
 def test_verify_kernel_shape(shape, ceilings, record_property):
-    from specdec_kernels.bench import EAGER_GOAL, HOST_US_GOAL, ROW_TOLERANCE_BF16, run_shape
+    from specdec_kernels.bench import ROW_TOLERANCE_BF16, run_shape
 
     row = run_shape(shape, ceilings, with_flex=shape.name in FLEX, seed=zlib.crc32(shape.name.encode()))
     ROWS.append(row)
@@ -69,28 +112,18 @@ def test_verify_kernel_shape(shape, ceilings, record_property):
         os.makedirs(table_dir, exist_ok=True)
         with open(os.path.join(table_dir, "verify.jsonl"), "a") as f:
             f.write(json.dumps(row) + "\n")
-    for key in ("us", "eager_us", "host_us", "tb_s", "tflop_s", "roof_frac", "x_sdpa", "err"):
+    for key in ("us", "eager_us", "host_us", "launch_us", "stream_us", "host_floor_us", "tb_s", "tflop_s",
+                "roof_frac", "x_sdpa", "err"):
         if key in row:
             record_property(key, row[key])
     goals = row["goals"]
-    assert goals["correct"], f"wrong output: worst row error {row['err']:.3g} (bound {ROW_TOLERANCE_BF16})"
+    assert goals["correct"] == "met", f"wrong output: worst row error {row['err']:.3g} (bound {ROW_TOLERANCE_BF16})"
     assert "x_sdpa" in row, f"SDPA baseline did not run: {row.get('sdpa_error')}"
-    missed = []
-    if not goals.get("memory", True):
-        missed.append(f"{row['tb_s']:.2f} TB/s = {100 * row['bw_frac']:.1f}% of the copy bandwidth (goal 75%)")
-    if not goals.get("compute", True):
-        missed.append(f"{row['tflop_s']:.0f} TFLOP/s = {100 * row['mm_frac']:.1f}% of the matmul rate (goal 50%)")
-    if not goals["sdpa"]:
-        missed.append(f"{row['x_sdpa']:.1f}x SDPA (goal 10x)" if row["x_sdpa_max"] >= 10 else
-                      f"{100 * row['roof_frac']:.0f}% of the roofline where SDPA is {row['x_sdpa_max']:.1f}x it "
-                      f"(goal 70%)")
-    if not goals.get("flex", True):
-        missed.append(f"{row['x_flex']:.2f}x FlexAttention (goal > 1)")
-    if not goals.get("eager", True):
-        missed.append(f"eager {row['eager_us']:.1f} us > {EAGER_GOAL}x the graph's {row['us']:.1f} us")
-    if not goals["host"]:
-        missed.append(f"{row['host_us']:.1f} us of host time a call (goal {HOST_US_GOAL})")
+    missed = [_shortfall(row, goal) for goal, verdict in goals.items() if verdict == "missed"]
     assert not missed, f"{shape.name} ({row['us']:.1f} us, plan: {row['why']}): " + "; ".join(missed)
+    unreachable = [_out_of_reach(row, goal) for goal, verdict in goals.items() if verdict == "unreachable"]
+    if unreachable:
+        pytest.xfail(f"{shape.name}: " + "; ".join(unreachable))
 
 
 def test_accept_and_commit_are_cheap_and_never_sync():

@@ -1,5 +1,6 @@
 """The verify benchmark's bookkeeping, on the CPU: byte and FLOP counts, the grid, the goal
-verdicts, the L2 flush switch and the table. (The timings themselves need a GPU:
+verdicts (met, missed, or out of reach where a floor exceeds the goal's time), the L2 flush
+switch and the table. (The timings themselves need a GPU:
 tests/bench/test_verify_kernel.py.)"""
 
 from __future__ import annotations
@@ -34,26 +35,76 @@ def test_grid_holds_head_dim_128_and_the_qwen_27b_heads_at_256():
 
 
 def _row(**fields):
-    row = dict(ok=True, memory_bound_goal=False, bound="memory", bw_frac=0.5, mm_frac=0.1, x_sdpa=12.0,
-               x_sdpa_max=40.0, roof_frac=0.3, us=80.0, eager_us=85.0, host_us=12.0)
+    """A memory-bound row that meets every goal: 80 us against SDPA's 1000 (10x allows 100 us),
+    a roofline of 25 us (SDPA 40x it), floors of 3 us (launch) and 20 us (read once), 12 us of host
+    time against a host floor of 8."""
+    row = dict(ok=True, memory_bound_goal=False, bound="memory", us=80.0, mem_us=25.0, mm_us=5.0, roof_us=25.0,
+               sdpa_us=1000.0, x_sdpa_max=40.0, eager_us=85.0, host_us=12.0, launch_us=3.0, stream_us=20.0,
+               host_floor_us=8.0)
     row.update(fields)
     return row
 
 
 def test_goal_verdicts_apply_each_goal_where_it_applies():
-    assert bench.goal_verdicts(_row()) == {"correct": True, "sdpa": True, "eager": True, "host": True}
-    assert bench.goal_verdicts(_row(memory_bound_goal=True, bw_frac=0.74))["memory"] is False
-    assert bench.goal_verdicts(_row(bound="compute", mm_frac=0.5))["compute"] is True
-    # where SDPA is within 10x of the roofline, 70 % of the roofline stands in for 10x SDPA
-    assert bench.goal_verdicts(_row(x_sdpa=6.0, x_sdpa_max=8.0, roof_frac=0.71))["sdpa"] is True
-    assert bench.goal_verdicts(_row(x_sdpa=6.0, x_sdpa_max=8.0, roof_frac=0.69))["sdpa"] is False
-    assert bench.goal_verdicts(_row(x_sdpa=9.0, x_sdpa_max=12.0, roof_frac=0.9))["sdpa"] is False
-    # eager within 1.15x of the graph only from 50 us of graph time on; host time everywhere
-    assert bench.goal_verdicts(_row(us=80.0, eager_us=93.0))["eager"] is False
-    assert "eager" not in bench.goal_verdicts(_row(us=20.0, eager_us=60.0))
-    assert bench.goal_verdicts(_row(host_us=26.0))["host"] is False
-    assert bench.goal_verdicts(_row(x_flex=0.9))["flex"] is False
-    assert bench.goal_verdicts(_row(ok=False))["correct"] is False
+    assert bench.goal_verdicts(_row()) == {"correct": "met", "sdpa": "met", "eager": "met", "host": "met"}
+    assert bench.goal_verdicts(_row(ok=False))["correct"] == "missed"
+    assert set(bench.goal_verdicts(_row(memory_bound_goal=True, bound="compute"))) == {
+        "correct", "memory", "compute", "sdpa", "eager", "host"}
+    assert "sdpa" not in bench.goal_verdicts({k: v for k, v in _row().items() if k != "sdpa_us"})
+    # eager within 1.15x of the graph only from 50 us of graph time on; flex where it compiled
+    assert bench.goal_verdicts(_row(us=80.0, eager_us=93.0))["eager"] == "missed"
+    assert "eager" not in bench.goal_verdicts(_row(us=20.0, eager_us=60.0, mem_us=5.0, roof_us=5.0))
+    assert bench.goal_verdicts(_row(x_flex=0.9))["flex"] == "missed"
+    assert bench.goal_verdicts(_row(x_flex=1.1))["flex"] == "met"
+
+
+# (row fields, goal, verdict): met at the allowed time, missed above it while the floor fits,
+# unreachable only where the floor itself exceeds it (a floor equal to the allowed time is reachable)
+@pytest.mark.parametrize("fields,goal,expected", [
+    # memory: the bytes at 75 % of the copy bandwidth, 30 / 0.75 = 40 us; floor the read-once kernel
+    (dict(memory_bound_goal=True, mem_us=30.0, us=40.0), "memory", "met"),
+    (dict(memory_bound_goal=True, mem_us=30.0, us=41.0, stream_us=40.0), "memory", "missed"),
+    (dict(memory_bound_goal=True, mem_us=30.0, us=41.0, stream_us=40.5), "memory", "unreachable"),
+    (dict(memory_bound_goal=True, mem_us=30.0, us=41.0, stream_us=30.0, launch_us=45.0), "memory", "missed"),
+    (dict(memory_bound_goal=True, mem_us=30.0, us=39.0, stream_us=45.0), "memory", "met"),
+    (dict(memory_bound_goal=True, mem_us=30.0, us=41.0, stream_us=None), "memory", "missed"),
+    # compute: the FLOPs at 50 % of the matmul rate, 20 / 0.5 = 40 us; floor the larger kernel floor
+    (dict(bound="compute", mm_us=20.0, us=40.0), "compute", "met"),
+    (dict(bound="compute", mm_us=20.0, us=41.0, launch_us=3.0, stream_us=40.0), "compute", "missed"),
+    (dict(bound="compute", mm_us=20.0, us=41.0, launch_us=3.0, stream_us=40.5), "compute", "unreachable"),
+    (dict(bound="compute", mm_us=20.0, us=41.0, launch_us=40.5, stream_us=3.0), "compute", "unreachable"),
+    # sdpa, SDPA at least 10x the roofline: a tenth of SDPA's 1000 us
+    (dict(us=100.0), "sdpa", "met"),
+    (dict(us=101.0, stream_us=100.0), "sdpa", "missed"),
+    (dict(us=101.0, stream_us=100.5), "sdpa", "unreachable"),
+    (dict(us=101.0, launch_us=100.5), "sdpa", "unreachable"),
+    # at exactly 10x the 10x variant applies: a tenth of 250 us, not 25 / 0.7 = 35.7 us
+    (dict(us=101.0, sdpa_us=250.0, x_sdpa_max=10.0, stream_us=30.0), "sdpa", "unreachable"),
+    (dict(us=101.0, sdpa_us=250.0, x_sdpa_max=9.99, stream_us=30.0), "sdpa", "missed"),
+    # sdpa, SDPA within 10x of the roofline: the roofline at 70 %, 25 / 0.7 = 35.7 us
+    (dict(us=35.0, sdpa_us=200.0, x_sdpa_max=8.0), "sdpa", "met"),
+    (dict(us=36.0, sdpa_us=200.0, x_sdpa_max=8.0, stream_us=35.0), "sdpa", "missed"),
+    (dict(us=36.0, sdpa_us=200.0, x_sdpa_max=8.0, stream_us=36.0), "sdpa", "unreachable"),
+    # host: 25 us a call; floor the run's host floor (None where it could not be measured)
+    (dict(host_us=25.0, host_floor_us=30.0), "host", "met"),
+    (dict(host_us=26.0, host_floor_us=25.0), "host", "missed"),
+    (dict(host_us=26.0, host_floor_us=25.5), "host", "unreachable"),
+    (dict(host_us=40.0, host_floor_us=None), "host", "missed"),
+])
+def test_a_goal_is_unreachable_only_where_its_floor_exceeds_the_allowed_time(fields, goal, expected):
+    row = _row(**{k: v for k, v in fields.items() if v is not None})
+    for key in [k for k, v in fields.items() if v is None]:
+        row.pop(key)
+    assert bench.goal_verdicts(row)[goal] == expected
+
+
+def test_goal_bounds_name_the_measured_the_allowed_and_the_floor():
+    bounds = bench.goal_bounds(_row(memory_bound_goal=True, bound="compute", mm_us=30.0, launch_us=25.0))
+    assert bounds["memory"] == (80.0, pytest.approx(25.0 / 0.75), 20.0)
+    assert bounds["compute"] == (80.0, pytest.approx(60.0), 25.0)
+    assert bounds["sdpa"] == (80.0, pytest.approx(100.0), 25.0)
+    assert bounds["host"] == (12.0, 25.0, 8.0)
+    assert bench.goal_bounds({k: v for k, v in _row().items() if k not in ("launch_us", "stream_us")})["sdpa"][2] is None
 
 
 def test_l2_flush_rejects_unknown_modes():
@@ -64,19 +115,25 @@ def test_l2_flush_rejects_unknown_modes():
         pass
 
 
-def test_table_renders_missing_baselines_as_dashes_and_names_missed_goals():
+def test_table_renders_missing_baselines_as_dashes_and_marks_unreachable_goals():
     row = {"shape": "B1-T9-H32/8/128-L1024", "m_tiles": 1, "block_m": 64, "tail_m": 0, "block_n": 32,
            "splits": 4, "bound": "memory", "us": 15.4, "roof_us": 1.2, "tb_s": 0.27, "tflop_s": 8.0,
            "roof_frac": 0.07, "bw_frac": 0.07, "mm_frac": 0.01, "err": 2.7e-3, "ok": True,
-           "goals": {"correct": True, "sdpa": False, "host": True}}
+           "goals": {"correct": "met", "sdpa": "missed", "host": "met"}}
     table = bench.format_table([row])
     header, rule, line = table.splitlines()
     assert header.count("|") == rule.count("|") == line.count("|")
-    assert "| 1x64/32/4 | memory | 15.4 | - | - | 1.2 |" in line and line.endswith("| sdpa |")
+    assert "| launch us | floor us | roof us |" in header
+    assert "| 1x64/32/4 | memory | 15.4 | - | - | - | - | 1.2 |" in line and line.endswith("| sdpa |")
+    floored = dict(row, launch_us=2.46, stream_us=9.04, goals={"correct": "met", "sdpa": "unreachable",
+                                                                "host": "missed"})
+    line = bench.format_table([floored]).splitlines()[2]
+    assert "| 15.4 | - | - | 2.5 | 9.0 | 1.2 |" in line and line.endswith("| sdpa*, host |")
     pingpong = bench.format_table([dict(row, kernel="pingpong", persistent=True, goals={})]).splitlines()[2]
     assert "| 1x64/32/4 PP P | memory |" in pingpong and pingpong.endswith("| none |")
-    assert bench.goal_summary([row, dict(row, goals={"sdpa": True})]) == {"correct": (1, 1), "sdpa": (1, 2),
-                                                                          "host": (1, 1)}
+    assert bench.goal_summary([row, floored, dict(row, goals={"sdpa": "met"})]) == {
+        "correct": {"met": 2, "missed": 0, "unreachable": 0}, "sdpa": {"met": 1, "missed": 1, "unreachable": 1},
+        "host": {"met": 1, "missed": 1, "unreachable": 0}}
 
 
 def test_tiles_name_split_query_heads_and_tails():
