@@ -21,9 +21,13 @@ def test_stream_kernel_reads_every_word_once(words):
     assert float(out.double().sum()) == pytest.approx(words * (words + 1) / 2, rel=1e-6)
 
 
-@pytest.mark.parametrize("batch,bw_frac,reachable,verdict", [
-    (1, 0.1, True, "-"), (8, 0.61, False, "met"), (8, 0.3, True, "missed"), (32, 0.3, False, "unreachable")])
-def test_bandwidth_verdict(batch, bw_frac, reachable, verdict):
+# (batch, us, the goal's time, the read-once floor): met within the goal's time, unreachable only
+# where the floor exceeds it
+@pytest.mark.parametrize("batch,us,goal_us,stream_us,verdict", [
+    (1, 90.0, 10.0, 20.0, "-"), (8, 10.0, 10.0, 12.0, "met"), (8, 30.0, 10.0, 10.0, "missed"),
+    (32, 30.0, 10.0, 10.5, "unreachable")])
+def test_bandwidth_verdict(batch, us, goal_us, stream_us, verdict):
     from specdec_kernels.hybrid_bench import bandwidth_verdict
 
-    assert bandwidth_verdict({"batch": batch, "bw_frac": bw_frac, "goal_reachable": reachable}) == verdict
+    row = {"batch": batch, "us": us, "goal_us": goal_us, "stream_us": stream_us}
+    assert bandwidth_verdict(row) == verdict
