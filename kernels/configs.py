@@ -41,6 +41,9 @@ class VerifyConfig:
         of a grid that is not persistent (0: as gluon_block_n).
     split_query_heads: 129-144 packed rows at an even G run as two programs of half the query heads
         each where the plan would give two programs per KV head anyway.
+    split_key_cost, min_split_keys: the split model's cost of a key row in units of the tiles it
+        was fitted on (head dim 128), and the fewest key rows a split takes (amortising the query
+        load and the partial write; ``verify_plan.pick_splits``).
     triton_fallback: the Triton kernel's tiles where they differ from these fields (None: same).
     """
 
@@ -62,6 +65,8 @@ class VerifyConfig:
     gluon_pingpong_64: bool = False
     gluon_pingpong_64_block_n: int = 0
     split_query_heads: bool = False
+    split_key_cost: float = 1.0
+    min_split_keys: int = 256
     triton_fallback: VerifyConfig | None = None
 
 
@@ -100,9 +105,13 @@ _TRITON_64_ROWS_D64 = VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_
 # head dim 256: tiles of 32 keys (16 KB, as 64 keys are at 128), q in shared memory, 3 ring slots; no
 # tail warpgroup (its key-major MMAs need 64-key tiles, which with its ring slots pass 227 KB)
 _TRITON_D256 = VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0)
+# Its split model: a key row costs one program ~2.5x head dim 128's (twice the bytes; one program an
+# SM, its MMAs on 64 padded rows), and a split may take 128 of them (256 of 128's bytes).
 _PINGPONG_D256 = VerifyConfig(block_n=32, max_block_m=128, num_warps=8, num_stages=2, max_tail_m=0, min_block_m=64,
                               tma=True, gluon=True, gluon_stages=3, gluon_pingpong=True, gluon_pingpong_64=True,
-                              triton_fallback=_TRITON_D256)
+                              split_key_cost=2.5, min_split_keys=128, triton_fallback=_TRITON_D256)
+# one warpgroup (at most 64 packed rows): a fourth ring slot fits (161 KB) and streams 2-5 % faster
+_PINGPONG_D256_ONE_WARPGROUP = dataclasses.replace(_PINGPONG_D256, gluon_stages=4)
 
 
 def _at_head_dim_64(config: VerifyConfig, fallback: VerifyConfig) -> VerifyConfig:
@@ -118,8 +127,9 @@ def sm90_tiles(head_dim: int, element_size: int, rows: int, pairs: int, cache_ro
         return TileChoice(TRITON_FP32, "fp32: the Triton kernel on small tiles (its dots run on the FMA units, "
                                        "operands in registers; the 128-row tile would need 288 KB)")
     if head_dim == 256:
-        return TileChoice(_PINGPONG_D256, "the ping-pong kernel on 32-key tiles, q in shared memory, no tail "
-                                          "warpgroup (a 256-wide row doubles every tile)")
+        return TileChoice(_PINGPONG_D256_ONE_WARPGROUP if rows <= 64 else _PINGPONG_D256,
+                          "the ping-pong kernel on 32-key tiles, q in shared memory, no tail warpgroup (a 256-wide "
+                          "row doubles every tile)")
     d64 = head_dim == 64
     small_grid, short = pairs < SMALL_GRID_HEADS, cache_rows <= SHORT_CACHE_ROWS
     if rows <= 64 and pairs <= FEW_HEADS:

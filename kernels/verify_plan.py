@@ -180,8 +180,6 @@ class VerifyPlan:
         return self.num_splits == 1
 
 
-# Fewest key rows one split handles (amortises the query load and the partial write).
-MIN_SPLIT_KEYS = 256
 # A query tile's fixed cost (its K/V stream and loop overhead) counted as this many padded rows.
 TILE_COST_ROWS = 32
 # The split model's costs in key rows of one program's stream: a program's fixed cost (prologue,
@@ -248,20 +246,22 @@ def relieve_tree_split(chunk: int, num_splits: int, prefix_rows: int, block_n: i
 
 
 def pick_splits(base_programs: int, prefix_rows: int, block_n: int, slots: int, heads: int,
-                rows: int) -> tuple[int, int]:
+                rows: int, key_cost: float = 1.0, min_split_keys: int = VerifyConfig.min_split_keys) -> tuple[int, int]:
     """(chunk, num_splits) minimising a wave model: ``slots`` programs run at once and a wave
-    takes as long as its longest program, about waves x (chunk + PROGRAM_COST_KEYS), plus the merge
-    (its launch, the partials written and read back, a cost a split). Candidates: split counts
-    filling whole waves, powers of two within one wave, and 1. Worked example (H200, 132 SMs x 2
-    slots): B8 x 8 KV heads at L8k, 64 programs: 4 splits (256 programs, one wave)."""
+    takes as long as its longest program, about waves x (chunk + PROGRAM_COST_KEYS) x ``key_cost``
+    (the tile's cost of a key row against the tiles the model was fitted on), plus the merge (its
+    launch, the partials written and read back, a cost a split). Candidates: split counts filling
+    whole waves, powers of two within one wave, and 1, each split at least ``min_split_keys`` key
+    rows. Worked example (H200, 132 SMs x 2 slots): B8 x 8 KV heads at L8k, 64 programs: 4 splits
+    (256 programs, one wave)."""
     prefix_rows = max(prefix_rows, 1)
-    max_splits = max(1, prefix_rows // MIN_SPLIT_KEYS)
+    max_splits = max(1, prefix_rows // min_split_keys)
     candidates = {1} | {min(max_splits, max(1, k * slots // base_programs)) for k in range(1, 9)}
     candidates |= {1 << j for j in range(max_splits.bit_length()) if (1 << j) * base_programs <= slots}
     best = None
     for wanted in sorted(candidates):
         chunk, splits = split_chunks(prefix_rows, wanted, block_n)
-        cost = cdiv(base_programs * splits, slots) * (chunk + PROGRAM_COST_KEYS)
+        cost = cdiv(base_programs * splits, slots) * (chunk + PROGRAM_COST_KEYS) * key_cost
         if splits > 1:
             cost += MERGE_COST_KEYS + cdiv(2 * splits * rows * heads, slots) + MERGE_COST_KEYS_PER_SPLIT * splits
         if best is None or cost < best[0]:
@@ -363,7 +363,8 @@ def _tiles(batch: int, num_nodes: int, group: int, kv_heads: int, cache_rows: in
         cfg = dataclasses.replace(cfg, gluon_pingpong_64_block_n=0)
     base_programs = batch * kv_heads * num_m_tiles
     prefix_rows = max(cache_rows - num_nodes, 1)
-    chunk, num_splits = pick_splits(base_programs, prefix_rows, cfg.block_n, slots, batch * kv_heads, packed)
+    chunk, num_splits = pick_splits(base_programs, prefix_rows, cfg.block_n, slots, batch * kv_heads, packed,
+                                    cfg.split_key_cost, cfg.min_split_keys)
     wide = block_m == 192 or (block_m == 128 and tail_m == PINGPONG_TAIL_ROWS)
     if (wide and chunk < policy.wide_tile_min_chunk
             and base_programs * num_splits < policy.wide_tile_min_waves * slots):
