@@ -117,6 +117,29 @@ def test_head_dim_256_runs_the_pingpong_kernel_on_hopper_and_fits_sm120():
                 assert blackwell.kernel == "triton" and blackwell.shared_bytes <= SHARED_MEMORY_LIMITS["sm_120"]
 
 
+def test_head_dim_256_pingpong_rings_and_split_model():
+    """Head dim 256 on sm_90: one ping-pong warpgroup (at most 64 packed rows) streams through 4
+    ring slots, two through 3; the split model prices its key rows 2.5x head dim 128's and lets a
+    split take 128 of them, so that one KV head at batch 1 runs twice the programs (H200: 64
+    splits at 32k keys), while grids that fill the GPU keep their counts. Other entries keep the
+    model as fitted."""
+    def plan(batch, num_nodes, q_heads, kv_heads, prefix, target=H200):
+        return plan_verify(VerifyShape(batch, num_nodes, q_heads, kv_heads, 256, prefix + num_nodes), target)
+
+    for shape, stages, splits in (((1, 9, 3, 1, 32768), 4, 64), ((1, 17, 3, 1, 32768), 4, 64),
+                                  ((1, 17, 6, 1, 32768), 3, 64), ((8, 9, 6, 1, 8192), 4, 16),
+                                  ((32, 9, 3, 1, 1024), 4, 4), ((1, 9, 24, 4, 32768), 4, 32),
+                                  ((1, 9, 3, 1, 1024), 4, 8), ((8, 17, 24, 4, 8192), 3, 4)):
+        got = plan(*shape)
+        assert (got.kernel, got.stages, got.num_splits) == ("pingpong", stages, splits), (shape, got)
+    assert pick_splits(1, 32768, 32, 132, 1, 27)[1] == 32
+    assert pick_splits(1, 32768, 32, 132, 1, 27, key_cost=2.5)[1] == 64
+    assert pick_splits(1, 1024, 32, 132, 1, 27, key_cost=2.5)[1] == 4                      # 256-key splits
+    assert pick_splits(1, 1024, 32, 132, 1, 27, key_cost=2.5, min_split_keys=128)[1] == 8
+    assert plan(1, 9, 3, 1, 32768, H200_NO_GLUON).num_splits == 32                          # the Triton fallback
+    assert plan(1, 9, 3, 1, 32768, RTX_PRO).num_splits == 32
+
+
 @pytest.mark.parametrize("element_size", [2, 4])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_every_dtype_fits_the_shared_memory_of_its_arch(element_size, head_dim):
