@@ -102,8 +102,8 @@ _GLUON_128_ROWS = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_sta
 # head dim 64: the same kernels on 64-key tiles (8 KB, as 32 keys are at 128), the Triton kernel's
 # own 64-row tiles where Gluon cannot run
 _TRITON_64_ROWS_D64 = VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2)
-# head dim 256: tiles of 32 keys (16 KB, as 64 keys are at 128), q in shared memory, 3 ring slots; no
-# tail warpgroup (its key-major MMAs need 64-key tiles, which with its ring slots pass 227 KB)
+# head dim 256: tiles of 32 keys (16 KB, as 64 keys are at 128), q in shared memory, 3 ring slots (4 on
+# one warpgroup); no tail warpgroup (its key-major MMAs need 64-key tiles, which with its ring pass 227 KB)
 _TRITON_D256 = VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0)
 # Its split model: a key row costs one program ~2.5x head dim 128's (twice the bytes; one program an
 # SM, its MMAs on 64 padded rows), and a split may take 128 of them (256 of 128's bytes).
