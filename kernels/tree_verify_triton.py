@@ -766,7 +766,7 @@ class _DirectCall:
     the K / V descriptors' encodings (their tensor maps cached by base address)."""
 
     __slots__ = ("split", "merge", "fused", "split_known", "fused_known", "has_merge", "can_fuse", "head_dim",
-                 "workspace_numel", "workspace_split", "items", "poison", "strides", "scale", "sizes", "merge_ints",
+                 "workspace_numel", "workspace_split", "items", "poison", "strides", "sizes", "ints", "merge_ints",
                  "k_desc", "v_desc")
 
     def __init__(self, plan, policy, head_dim: int, split_ints: tuple):
@@ -780,7 +780,10 @@ class _DirectCall:
         self.workspace_split = plan.workspace_bytes // 4 // (head_dim + 1) * head_dim * 4
         self.items = plan.base_programs
         self.poison = policy.poison_workspace
-        self.strides, self.scale, self.sizes = split_ints[:14], log2_softmax_scale(head_dim), split_ints[15:]
+        self.strides, self.sizes = split_ints[:14], split_ints[15:]
+        # the integers after the tensors, with the default scale (a call with its own scale
+        # rebuilds them)
+        self.ints = (*self.strides, log2_softmax_scale(head_dim), *self.sizes)
         self.merge_ints = None
         self.k_desc = self.v_desc = None
 
@@ -825,11 +828,16 @@ class _DirectCall:
                 workspace.fill_(float("nan"))
             part_o = workspace.data_ptr()
             part_lse = part_o + self.workspace_split
-        k_desc = (k_ptr,) if self.k_desc is None else (tensor_map(k_ptr, self.k_desc[0]), *self.k_desc[1])
-        v_desc = (v_ptr,) if self.v_desc is None else (tensor_map(v_ptr, self.v_desc[0]), *self.v_desc[1])
-        scale = self.scale if sm_scale is None else log2_softmax_scale(self.head_dim, sm_scale)
-        split(stream, (q_ptr, k_ptr, v_ptr, *k_desc, *v_desc, lens_ptr, mask_ptr, out_ptr, part_o, part_lse, counts,
-                       *self.strides, scale, *self.sizes))
+        ints = self.ints if sm_scale is None else (
+            *self.strides, log2_softmax_scale(self.head_dim, sm_scale), *self.sizes)
+        k_desc, v_desc = self.k_desc, self.v_desc
+        if k_desc is None:  # the kernel reads the caches by pointers
+            split.launch(stream, *split.head, q_ptr, k_ptr, v_ptr, k_ptr, v_ptr, lens_ptr, mask_ptr, out_ptr, part_o,
+                         part_lse, counts, *ints, *split.tail)
+        else:
+            split.launch(stream, *split.head, q_ptr, k_ptr, v_ptr, tensor_map(k_ptr, k_desc[0]), *k_desc[1],
+                         tensor_map(v_ptr, v_desc[0]), *v_desc[1], lens_ptr, mask_ptr, out_ptr, part_o, part_lse,
+                         counts, *ints, *split.tail)
         if split is not self.fused and self.merge is not None:
             self.merge(stream, (part_o, part_lse, out_ptr, *self.merge_ints))
         return True

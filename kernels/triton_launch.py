@@ -16,7 +16,6 @@ a descriptor not lowered to a tensor map), callers take Triton's ordinary ``kern
 
 from __future__ import annotations
 
-import collections
 import functools
 
 # The C launcher's leading arguments in the Triton this path was written against: grid x, y, z,
@@ -24,8 +23,11 @@ import functools
 # enter hook, exit hook.
 KNOWN_BASE_ARGS_FORMAT = "iiiKKppOOOOOO"
 
-# Encoded tensor maps kept across calls: a KV cache per layer and K / V each, a few hundred.
+# Encoded tensor maps kept across calls per encoding: a KV cache per layer, a few hundred.
 MAX_TENSOR_MAPS = 512
+
+# (swizzle, element size and type, box, shape, strides, padding) -> its _Encoding
+_ENCODINGS: dict = {}
 
 
 def launcher_layout_unknown(driver_module) -> str | None:
@@ -74,37 +76,31 @@ def launch_hooks_set() -> bool:
 
 class _Encoding:
     """Everything a tensor map encodes but its base address: shape, strides, element size and type,
-    box, swizzle, padding; and the function that encodes it."""
+    box, swizzle, padding; the function that encodes it; and its maps by base address (a map holds
+    only what its key and this encoding hold)."""
 
-    __slots__ = ("fill", "args")
+    __slots__ = ("fill", "args", "maps")
 
     def __init__(self, fill, args: tuple):
-        self.fill, self.args = fill, args
-
-
-# (base address, id of its encoding) -> (map, encoding); the encoding is held so that its id
-# cannot be reused while the entry lives
-_TENSOR_MAPS: collections.OrderedDict = collections.OrderedDict()
-_ENCODINGS: dict = {}
+        self.fill, self.args, self.maps = fill, args, {}
 
 
 def tensor_map(base_ptr: int, encoding: _Encoding):
     """The CUtensorMap of the tensor at ``base_ptr`` under ``encoding`` (:func:`encoding_of`). A
     map holds only what its key holds, so one from an earlier call is byte-identical to a new one
-    even if that call's tensor is gone and its memory reused; no tensor is kept alive. The least
-    recently used are dropped past :data:`MAX_TENSOR_MAPS`."""
-    key = (base_ptr, id(encoding))
-    found = _TENSOR_MAPS.get(key)
-    if found is not None:
-        try:
-            _TENSOR_MAPS.move_to_end(key)
-        except KeyError:  # another thread dropped it since the lookup: the map is still valid
-            pass
-        return found[0]
-    found = _TENSOR_MAPS[key] = (encoding.fill(base_ptr, *encoding.args), encoding)
-    if len(_TENSOR_MAPS) > MAX_TENSOR_MAPS:
-        _TENSOR_MAPS.popitem(last=False)
-    return found[0]
+    even if that call's tensor is gone and its memory reused; no tensor is kept alive. The oldest
+    of an encoding's maps are dropped past :data:`MAX_TENSOR_MAPS` (insertion order, not use: a
+    lookup stays one dictionary read)."""
+    maps = encoding.maps
+    found = maps.get(base_ptr)
+    if found is None:
+        found = maps[base_ptr] = encoding.fill(base_ptr, *encoding.args)
+        if len(maps) > MAX_TENSOR_MAPS:
+            try:
+                del maps[next(iter(maps))]
+            except (KeyError, RuntimeError):  # another thread changed the dict: it is bounded anyway
+                pass
+    return found
 
 
 def encoding_of(shape: tuple, strides: tuple, meta: dict) -> _Encoding:
@@ -142,9 +138,10 @@ class DirectLaunch:
     Built once per (kernel, everything it was specialised on) by :meth:`build`. A call passes the
     kernel's arguments in order, pointers as ints and each tensor descriptor expanded in place to
     ``(tensor_map(base, encoding), *fields)`` with the ``(encoding, fields)`` of
-    ``descriptors[position]`` (everything but the base address is fixed by the specialisation)."""
+    ``descriptors[position]`` (everything but the base address is fixed by the specialisation).
+    A hot caller may call ``launch(stream, *head, *args, *tail)`` itself (one Python call less)."""
 
-    __slots__ = ("c_launch", "grid", "function", "cooperative", "pdl", "metadata", "descriptors", "tail")
+    __slots__ = ("launch", "head", "descriptors", "tail")
 
     @classmethod
     def build(cls, compiled, grid: tuple, num_args: int, tail: tuple, views: dict) -> DirectLaunch | None:
@@ -165,18 +162,15 @@ class DirectLaunch:
                 or launcher.global_scratch_size or launcher.profile_scratch_size):
             return None
         self = cls()
-        self.c_launch = c_launch
-        self.grid = tuple(grid) + (1,) * (3 - len(grid))
-        self.function = compiled.function
-        self.cooperative = launcher.launch_cooperative_grid
-        self.pdl = launcher.launch_pdl
-        self.metadata = compiled.packed_metadata
+        # the C launcher's leading arguments: the grid, then (after the stream) the function,
+        # cooperative, PDL, no global or profile scratch, the metadata, no launch metadata or hooks
+        self.launch = functools.partial(c_launch, *(tuple(grid) + (1,) * (3 - len(grid))))
+        self.head = (compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl, None, None,
+                     compiled.packed_metadata, None, None, None)
         self.descriptors = {pos: (encoding_of(*views[pos], meta), (*views[pos][0], *views[pos][1]))
                             for pos, meta in zip(desc_positions, metas)}
         self.tail = tail
         return self
 
     def __call__(self, stream: int, args: tuple) -> None:
-        grid = self.grid
-        self.c_launch(grid[0], grid[1], grid[2], stream, self.function, self.cooperative, self.pdl, None, None,
-                      self.metadata, None, None, None, *args, *self.tail)
+        self.launch(stream, *self.head, *args, *self.tail)

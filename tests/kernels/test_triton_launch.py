@@ -68,7 +68,6 @@ def test_calls_without_a_gpu_take_the_ordinary_launch():
 
 @pytest.fixture
 def fresh_maps(monkeypatch):
-    monkeypatch.setattr(triton_launch, "_TENSOR_MAPS", type(triton_launch._TENSOR_MAPS)())
     monkeypatch.setattr(triton_launch, "MAX_TENSOR_MAPS", 3)
 
 
@@ -91,16 +90,17 @@ def test_tensor_maps_are_encoded_once_per_address_and_encoding(fresh_maps):
     assert calls == [(0x1000, rows.args), (0x2000, rows.args), (0x1000, cols.args)]
 
 
-def test_tensor_map_cache_drops_the_least_recently_used(fresh_maps):
+def test_tensor_map_cache_drops_the_oldest_of_an_encoding(fresh_maps):
     calls = []
-    enc = _counting_encoding((0,), calls)
+    enc, other = _counting_encoding((0,), calls), _counting_encoding((1,), calls)
     a, b, c = (triton_launch.tensor_map(ptr, enc) for ptr in (1, 2, 3))
-    assert triton_launch.tensor_map(1, enc) is a  # 1 used again: 2 is now the oldest
-    triton_launch.tensor_map(4, enc)
-    assert len(triton_launch._TENSOR_MAPS) == 3
-    assert triton_launch.tensor_map(1, enc) is a and triton_launch.tensor_map(3, enc) is c
-    assert triton_launch.tensor_map(2, enc) is not b  # re-encoded
-    assert [ptr for ptr, _ in calls] == [1, 2, 3, 4, 2]
+    assert triton_launch.tensor_map(1, enc) is a  # a hit: nothing encoded, nothing dropped
+    triton_launch.tensor_map(9, other)  # another encoding's maps do not count against this one's
+    triton_launch.tensor_map(4, enc)  # past the bound: 1, the oldest, goes
+    assert list(enc.maps) == [2, 3, 4]
+    assert triton_launch.tensor_map(2, enc) is b and triton_launch.tensor_map(3, enc) is c
+    assert triton_launch.tensor_map(1, enc) is not a  # re-encoded
+    assert [ptr for ptr, _ in calls] == [1, 2, 3, 9, 4, 1]
 
 
 def test_encodings_are_shared_and_hold_every_field(monkeypatch):
