@@ -4,7 +4,8 @@
 #   bench  the grid's kernels compiled in parallel, then the GPU bench tests over the whole grid
 #          (head dims 256 and 128), which write the run's table under $OUT (verify.md, verify.jsonl)
 #   all    both, the grid's kernels compiling while the suite runs
-# Results land under $OUT; the package is installed editable from this checkout first.
+# Results land under $OUT; the package is installed editable from this checkout first. Time limits
+# (seconds): SUITE_SECONDS, WARM_SECONDS, BENCH_SECONDS.
 set -u
 stage=${1:?usage: scripts/h200_verify.sh suite|bench|all}
 OUT=${OUT:-/tmp/out}
@@ -20,7 +21,7 @@ suite() {
 }
 
 warm() {
-  timeout 200 python3 -c "from specdec_kernels.bench import grid_shapes, warm_compile; warm_compile(grid_shapes(), $1)" \
+  timeout "${WARM_SECONDS:-200}" python3 -c "from specdec_kernels.bench import grid_shapes, warm_compile; warm_compile(grid_shapes(), $1)" \
     >"$OUT/warm.log" 2>&1
   echo "== warm compile rc=$?"
 }
