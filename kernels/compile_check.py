@@ -33,13 +33,16 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 
 from .configs import SHARED_MEMORY_LIMITS
-from .verify_plan import VerifyShape, VerifyTarget, merge_tiles, plan_verify
+from .verify_plan import MERGE_MIN_SLICE, VerifyShape, VerifyTarget, merge_tiles, plan_verify
 
 TARGETS = {"sm_90": VerifyTarget("sm_90", 132, gluon=True, dependent_launch=True),
            "sm_120": VerifyTarget("sm_120", 188, dependent_launch=True)}
 ELEMENT_SIZES = {"bfloat16": 2, "float16": 2, "float32": 4}
 NODE_COUNTS = (9, 17, 33, 65)
 # (head dim, (q heads, KV heads)...): the bench's head counts
+# the merge's (splits, head-dim slices; None: the narrowest slices): one block and several, whole
+# rows and sliced
+MERGE_VARIANTS = ((32, 1), (1024, 1), (128, None), (1024, 2))
 HEADS = {64: ((32, 8), (64, 8)), 128: ((32, 8), (64, 8)), 256: ((24, 4), (6, 1), (3, 1))}
 GRIDS = ((1, 1024), (1, 8192), (1, 32768), (8, 8192), (8, 32768), (32, 1024), (32, 32768))
 # Instructions that exist only on sm_90a (wgmma, warpgroup register moves) or sm_100a (tcgen05):
@@ -208,16 +211,17 @@ def compile_split_kernel(arch: str, dtype: str, shape: VerifyShape, plan) -> Com
     return _compile_and_judge(report, _source(fn, constexprs, types, plan.kernel != "triton"), options)
 
 
-def compile_merge_kernel(arch: str, head_dim: int, num_splits: int) -> CompileReport:
-    """Compile the merge at ``num_splits`` (its largest unrolled block, or all splits in one)."""
+def compile_merge_kernel(arch: str, head_dim: int, num_splits: int, head_slices: int) -> CompileReport:
+    """Compile the merge at ``num_splits`` (its largest unrolled block, or all splits in one) on
+    head_dim / head_slices columns a program."""
 
     from .tree_verify_triton import _tree_verify_merge_kernel as fn
 
-    split_block, merge_rows = merge_tiles(num_splits, head_dim)
+    split_block, merge_rows = merge_tiles(num_splits, head_dim, head_slices)
     report = CompileReport(arch, "merge", "bfloat16", head_dim, merge_rows, 0, split_block, 1, 4, False, 1,
-                           f"{num_splits} splits")
-    constexprs = dict(GROUP=4, HEAD_DIM=head_dim, MERGE_ROWS=merge_rows, SPLIT_BLOCK=split_block, WAIT_FOR_SPLITS=True,
-                      ONE_BLOCK=num_splits <= split_block)
+                           f"{num_splits} splits, {head_slices} head-dim slices")
+    constexprs = dict(GROUP=4, HEAD_DIM=head_dim, SLICE_D=head_dim // head_slices, MERGE_ROWS=merge_rows,
+                      SPLIT_BLOCK=split_block, WAIT_FOR_SPLITS=True, ONE_BLOCK=num_splits <= split_block)
     types = dict(part_o_ptr="*fp32", part_lse_ptr="*fp32", out_ptr="*bf16")
     report.planned_shared_bytes = SHARED_MEMORY_LIMITS[arch]
     return _compile_and_judge(report, _source(fn, constexprs, types, False), dict(num_warps=4, num_stages=1))
@@ -323,7 +327,8 @@ def _compile_job(job) -> CompileReport:
 def run_check(archs=tuple(TARGETS), workers: int = 2) -> list[CompileReport]:
     """Every distinct kernel of ``archs``, compiled ``workers`` at a time."""
     jobs = [(arch, dtype, shape, plan) for arch in archs for dtype, shape, plan in planned_variants(arch)]
-    jobs += [("merge", arch, head_dim, splits) for arch in archs for head_dim in HEADS for splits in (32, 1024)]
+    jobs += [("merge", arch, head_dim, splits, slices or head_dim // MERGE_MIN_SLICE) for arch in archs
+             for head_dim in HEADS for splits, slices in MERGE_VARIANTS]
     with concurrent.futures.ProcessPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(_compile_job, jobs))
 

@@ -268,11 +268,12 @@ def _merge_split_block(acc, l_i, s0, lse_base, o_base, rows, row_valid, dims, m_
 
 @triton.jit
 def _merge_rows_one_block(lse_base, o_base, out_ptr, b, kv_head, rows, row_valid, num_splits, rows_pad,
-                          stride_ob, stride_ot, stride_oh, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-                          MERGE_ROWS: tl.constexpr, SPLIT_BLOCK: tl.constexpr, CACHE: tl.constexpr):
-    """The merged output of packed ``rows`` of one (request, KV head) whose splits all fit one
-    block: the largest log2-sum-exp of each row, then each split's weight, as straight-line code
-    (one round trip to L2). CACHE: the partials' cache modifier."""
+                          stride_ob, stride_ot, stride_oh, d0, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+                          SLICE_D: tl.constexpr, MERGE_ROWS: tl.constexpr, SPLIT_BLOCK: tl.constexpr,
+                          CACHE: tl.constexpr):
+    """The merged output of packed ``rows`` of one (request, KV head), columns [d0, d0 + SLICE_D),
+    whose splits all fit one block: the largest log2-sum-exp of each row, then each split's
+    weight, as straight-line code (one round trip to L2). CACHE: the partials' cache modifier."""
     m_i = tl.full([MERGE_ROWS], float("-inf"), dtype=tl.float32)
     for j in tl.static_range(SPLIT_BLOCK):
         ok = row_valid & (tl.zeros_like(rows) + j < num_splits)
@@ -280,8 +281,8 @@ def _merge_rows_one_block(lse_base, o_base, out_ptr, b, kv_head, rows, row_valid
                                       cache_modifier=CACHE))
     # rows no split saw a key for keep m = -inf: shift by 0 (their weights are all 0)
     m_shift = tl.where(m_i == float("-inf"), 0.0, m_i)
-    dims = tl.arange(0, HEAD_DIM)
-    acc = tl.zeros([MERGE_ROWS, HEAD_DIM], dtype=tl.float32)
+    dims = d0 + tl.arange(0, SLICE_D)
+    acc = tl.zeros([MERGE_ROWS, SLICE_D], dtype=tl.float32)
     l_i = tl.zeros([MERGE_ROWS], dtype=tl.float32)
     acc, l_i = _merge_split_block(acc, l_i, 0, lse_base, o_base, rows, row_valid, dims, m_shift, num_splits,
                                   rows_pad, HEAD_DIM, SPLIT_BLOCK, CACHE)
@@ -315,7 +316,8 @@ def _merge_if_last(count_ptr, part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_h
         for r0 in range(row_lo, row_hi, MERGE_ROWS):
             rows = r0 + tl.arange(0, MERGE_ROWS)
             _merge_rows_one_block(lse_base, o_base, out_ptr, b, kv_head, rows, rows < row_hi, num_splits, rows_pad,
-                                  stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM, MERGE_ROWS, SPLIT_BLOCK, ".cg")
+                                  stride_ob, stride_ot, stride_oh, 0, GROUP, HEAD_DIM, HEAD_DIM, MERGE_ROWS,
+                                  SPLIT_BLOCK, ".cg")
 
 
 @triton.jit
@@ -323,10 +325,13 @@ def _tree_verify_merge_kernel(
     part_o_ptr, part_lse_ptr, out_ptr,
     stride_ob, stride_ot, stride_oh,
     num_rows, num_kv_heads, rows_pad, num_splits, row_blocks,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, MERGE_ROWS: tl.constexpr, SPLIT_BLOCK: tl.constexpr,
-    WAIT_FOR_SPLITS: tl.constexpr = False, ONE_BLOCK: tl.constexpr = False,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, SLICE_D: tl.constexpr, MERGE_ROWS: tl.constexpr,
+    SPLIT_BLOCK: tl.constexpr, WAIT_FOR_SPLITS: tl.constexpr = False, ONE_BLOCK: tl.constexpr = False,
 ):
-    """Merge the splits of MERGE_ROWS packed rows of one (request, KV head).
+    """Merge the splits of MERGE_ROWS packed rows of one (request, KV head), in SLICE_D of its
+    HEAD_DIM columns: with many splits and few rows, head-dim slices multiply the programs that
+    share the latency (each reads every split's log2-sum-exps of its rows, and its slice of their
+    partials).
 
     The work is a few MB that the split kernel has just left in L2, so this kernel is all
     latency. Two passes: the largest log2-sum-exp of each row first, then each split's weight
@@ -340,12 +345,15 @@ def _tree_verify_merge_kernel(
     them before its first load.
     """
     pid = tl.program_id(0)
-    head_b = pid // row_blocks
+    # a row block's slices are neighbours: they read the same log2-sum-exps
+    d0 = (pid % (HEAD_DIM // SLICE_D)) * SLICE_D
+    row_block = pid // (HEAD_DIM // SLICE_D)
+    head_b = row_block // row_blocks
     kv_head = head_b % num_kv_heads
     b = head_b // num_kv_heads
-    rows = (pid % row_blocks) * MERGE_ROWS + tl.arange(0, MERGE_ROWS)
+    rows = (row_block % row_blocks) * MERGE_ROWS + tl.arange(0, MERGE_ROWS)
     row_valid = rows < num_rows
-    dims = tl.arange(0, HEAD_DIM)
+    dims = d0 + tl.arange(0, SLICE_D)
     split_ids = tl.arange(0, SPLIT_BLOCK)
     lse_base = part_lse_ptr + head_b.to(tl.int64) * num_splits * rows_pad
     o_base = part_o_ptr + head_b.to(tl.int64) * num_splits * rows_pad * HEAD_DIM
@@ -354,7 +362,8 @@ def _tree_verify_merge_kernel(
         gdc_wait()
     if ONE_BLOCK:
         _merge_rows_one_block(lse_base, o_base, out_ptr, b, kv_head, rows, row_valid, num_splits, rows_pad,
-                              stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM, MERGE_ROWS, SPLIT_BLOCK, "")
+                              stride_ob, stride_ot, stride_oh, d0, GROUP, HEAD_DIM, SLICE_D, MERGE_ROWS,
+                              SPLIT_BLOCK, "")
     else:
         m_i = tl.full([MERGE_ROWS], float("-inf"), dtype=tl.float32)
         for s0 in range(0, num_splits, SPLIT_BLOCK):
@@ -363,7 +372,7 @@ def _tree_verify_merge_kernel(
                           other=float("-inf"))
             m_i = tl.maximum(m_i, tl.max(lse, 0))
         m_shift = tl.where(m_i == float("-inf"), 0.0, m_i)
-        acc = tl.zeros([MERGE_ROWS, HEAD_DIM], dtype=tl.float32)
+        acc = tl.zeros([MERGE_ROWS, SLICE_D], dtype=tl.float32)
         l_i = tl.zeros([MERGE_ROWS], dtype=tl.float32)
         for s0 in range(0, num_splits, SPLIT_BLOCK):
             acc, l_i = _merge_split_block(acc, l_i, s0, lse_base, o_base, rows, row_valid, dims, m_shift,
@@ -607,9 +616,9 @@ def _launch_spec(plan: VerifyPlan, head_dim: int, dtype: torch.dtype, on_gpu: bo
         if "LAUNCH_MERGE_EARLY" in fused:
             fused["LAUNCH_MERGE_EARLY"] = False
     return _LaunchSpec(fn, constexprs, options,
-                       dict(GROUP=plan.group, HEAD_DIM=head_dim, MERGE_ROWS=merge.merge_rows,
-                            SPLIT_BLOCK=merge.split_block, WAIT_FOR_SPLITS=merge.starts_early,
-                            ONE_BLOCK=merge.one_block),
+                       dict(GROUP=plan.group, HEAD_DIM=head_dim, SLICE_D=head_dim // merge.head_slices,
+                            MERGE_ROWS=merge.merge_rows, SPLIT_BLOCK=merge.split_block,
+                            WAIT_FOR_SPLITS=merge.starts_early, ONE_BLOCK=merge.one_block),
                        dict(num_warps=4, **({"launch_pdl": True} if merge.starts_early else {})), fused)
 
 
@@ -700,7 +709,7 @@ def args_of_merge(plan: VerifyPlan, q, out) -> tuple:
     """The merge's integer arguments, after its tensors."""
     os_ = out.stride()
     return (os_[0], os_[1], os_[2], plan.group * q.shape[1], plan.kv_heads, plan.rows_pad, plan.num_splits,
-            plan.merge.grid // (q.shape[0] * plan.kv_heads))
+            plan.merge.grid // (q.shape[0] * plan.kv_heads * plan.merge.head_slices))
 
 
 def _descriptor_views(plan: VerifyPlan, k_cache, v_cache) -> dict:

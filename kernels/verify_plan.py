@@ -96,7 +96,8 @@ class VerifyPolicy:
     Triton dispatch, tensor maps reused: ``triton_launch``); fused_merge, fused_merge_max_bytes:
     eager calls merge their splits in the split kernel (its last program of each query tile) where
     one program reads at most that many bytes of partials (more would take one SM longer than the
-    merge's own launch and its grid)."""
+    merge's own launch and its grid); merge_head_slices: a forced head-dim slice count of the
+    merge's own launch (:func:`pick_merge_slices`)."""
 
     tiles: VerifyConfig | None = None
     num_splits: int | None = None
@@ -116,6 +117,7 @@ class VerifyPolicy:
     launch_cache: bool = True
     fused_merge: bool = True
     fused_merge_max_bytes: int = 256 * 1024
+    merge_head_slices: int | None = None
 
 
 DEFAULT_POLICY = VerifyPolicy()
@@ -124,10 +126,11 @@ DEFAULT_POLICY = VerifyPolicy()
 @dataclass(frozen=True)
 class MergePlan:
     """The merge kernel of a call with several splits: SPLIT_BLOCK splits unrolled per block,
-    MERGE_ROWS rows a program, one block of straight-line code where all splits fit it, launched
-    as the split kernel's programmatic dependent where ``starts_early``. ``fused``: an eager call
-    (not a graph capture) folds it into the split kernel instead, whose last program to finish a
-    query tile merges that tile's rows (one launch instead of two: about 5 us of host time)."""
+    MERGE_ROWS rows and head_dim / head_slices columns a program, one block of straight-line code
+    where all splits fit it, launched as the split kernel's programmatic dependent where
+    ``starts_early``. ``fused``: an eager call (not a graph capture) folds it into the split kernel
+    instead, whose last program to finish a query tile merges that tile's rows (one launch instead
+    of two: about 5 us of host time); the folded merge takes every column (head_slices 1)."""
 
     split_block: int
     merge_rows: int
@@ -135,6 +138,7 @@ class MergePlan:
     one_block: bool
     starts_early: bool
     fused: bool = False
+    head_slices: int = 1
 
 
 # eq=False: hashed by identity (the launcher keys its compiled kernels by plan)
@@ -197,6 +201,10 @@ SPLIT_HEAD_MAX_ROWS = 64 + PINGPONG_TAIL_ROWS
 # at most MERGE_ROWS rows a program.
 MERGE_ELEMENTS = 8192
 MERGE_ROWS = 8
+# a sliced merge program's columns at least: one 128-byte line of an fp32 partial row; splits
+# unrolled at most (a longer unroll takes minutes to compile)
+MERGE_MIN_SLICE = 32
+MERGE_MAX_SPLIT_BLOCK = 64
 
 
 def pick_block_m(packed_rows: int, max_block_m: int, min_block_m: int = 16, extra_sizes: tuple = ()) -> int:
@@ -269,13 +277,31 @@ def pick_splits(base_programs: int, prefix_rows: int, block_n: int, slots: int, 
     return best[1], best[2]
 
 
-def merge_tiles(num_splits: int, head_dim: int) -> tuple[int, int]:
-    """(split_block, merge_rows): all splits in one block where MERGE_ELEMENTS allows it at two
-    rows, then as many rows as fit (at most MERGE_ROWS); with many splits a program takes few
-    rows, so that many programs share the latency."""
-    split_block = max(2, min(next_power_of_2(num_splits), MERGE_ELEMENTS // (2 * head_dim)))
-    merge_rows = max(2, min(MERGE_ROWS, MERGE_ELEMENTS // (split_block * head_dim)))
-    return split_block, merge_rows
+def merge_tiles(num_splits: int, head_dim: int, head_slices: int = 1) -> tuple[int, int]:
+    """(split_block, merge_rows) of a program merging head_dim / head_slices columns: all splits in
+    one block where MERGE_ELEMENTS allows it at two rows, then as many rows as fit (at most
+    MERGE_ROWS); with many splits a program takes few rows, so that many programs share the
+    latency. A sliced merge keeps two rows a program: its slices are there to add programs."""
+    width = head_dim // head_slices
+    split_block = max(2, min(next_power_of_2(num_splits), MERGE_ELEMENTS // (2 * width), MERGE_MAX_SPLIT_BLOCK))
+    if head_slices > 1:
+        return split_block, 2
+    return split_block, max(2, min(MERGE_ROWS, MERGE_ELEMENTS // (split_block * width)))
+
+
+def pick_merge_slices(num_splits: int, head_dim: int, rows: int, pairs: int, sms: int) -> int:
+    """Head-dim slices of the merge's own launch: each program merges its rows' columns of one
+    slice (reading every split's log-sum-exps, small, and only its slice of the partials). The
+    fewest slices whose programs fill the SMs with all splits in one block (1 where the unsliced
+    merge does), at most head_dim / MERGE_MIN_SLICE: a merge is latency, and few programs walking
+    many blocks of splits each took half a many-split call."""
+    slices = 1
+    while True:
+        split_block, merge_rows = merge_tiles(num_splits, head_dim, slices)
+        if ((pairs * cdiv(rows, merge_rows) * slices >= sms and num_splits <= split_block)
+                or head_dim // (2 * slices) < MERGE_MIN_SLICE):
+            return slices
+        slices *= 2
 
 
 def runs_pingpong(cfg: VerifyConfig, block_m: int) -> bool:
@@ -457,14 +483,20 @@ def plan_verify(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy =
     rows_pad = tiles["num_m_tiles"] * block_m + tail_m
     merge, workspace = None, 0
     if num_splits > 1:
+        rows = shape.packed_rows // head_split
         split_block, merge_rows = merge_tiles(num_splits, shape.head_dim)
-        row_blocks = cdiv(shape.packed_rows // head_split, merge_rows)
         one_block = policy.merge_one_pass and num_splits <= split_block
-        tile_rows = min(block_m + tail_m, shape.packed_rows // head_split)
-        merge = MergePlan(split_block, merge_rows, shape.batch * kv_heads * row_blocks, one_block,
-                          policy.programmatic_merge and target.dependent_launch and kernel != "pingpong",
-                          fused=(policy.fused_merge and one_block and kernel in FUSED_MERGE_KERNELS and not persistent
-                                 and num_splits * tile_rows * (shape.head_dim + 1) * 4 <= policy.fused_merge_max_bytes))
+        tile_rows = min(block_m + tail_m, rows)
+        fused = (policy.fused_merge and one_block and kernel in FUSED_MERGE_KERNELS and not persistent
+                 and num_splits * tile_rows * (shape.head_dim + 1) * 4 <= policy.fused_merge_max_bytes)
+        slices = 1 if fused else (policy.merge_head_slices
+                                  or pick_merge_slices(num_splits, shape.head_dim, rows, shape.batch * kv_heads, sms))
+        if slices > 1:
+            split_block, merge_rows = merge_tiles(num_splits, shape.head_dim, slices)
+            one_block = policy.merge_one_pass and num_splits <= split_block
+        merge = MergePlan(split_block, merge_rows, shape.batch * kv_heads * cdiv(rows, merge_rows) * slices,
+                          one_block, policy.programmatic_merge and target.dependent_launch and kernel != "pingpong",
+                          fused=fused, head_slices=slices)
         workspace = shape.batch * kv_heads * num_splits * rows_pad * (shape.head_dim + 1) * 4
     reasons = "; ".join(r for r in (why, tiles["why"]) if r)
     return VerifyPlan(kernel=kernel, config=cfg, group=shape.group // head_split, kv_heads=kv_heads, block_m=block_m,

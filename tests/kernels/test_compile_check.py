@@ -63,6 +63,8 @@ def test_the_check_covers_every_dtype_head_dim_and_kernel(reports):
         assert ("sm_120", "triton", "bfloat16", head_dim) in seen
         assert ("sm_90", "merge", "bfloat16", head_dim) in seen
     assert ("sm_90", "gluon", "bfloat16", 128) in seen
+    sliced = {(r["arch"], r["head_dim"]) for r in reports if r["kernel"] == "merge" and "1 head-dim" not in r["shape"]}
+    assert sliced == {(arch, d) for arch in ("sm_90", "sm_120") for d in (64, 128, 256)}, sliced
     assert any(arch == "sm_90" and dtype == "float16" for arch, _, dtype, _ in seen)
     # every ping-pong layout: one to three warpgroups, with the tail, persistent, split query heads
     pingpong = {(r["block_m"], r["tail_m"], r["persistent"], r["head_split"]) for r in reports

@@ -142,6 +142,36 @@ def test_merge_folded_into_the_split_kernel_or_launched_after_it(fused):
     assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), torch.float16, f"fused={fused}")
 
 
+# The merge over head-dim slices: (head dim, slices, splits forced, [L_b]). 16-key splits make 33
+# and 65 of them over a short cache; the ragged second request leaves its later splits empty.
+SLICED_MERGE_CASES = [
+    (64, 2, 5, [300, 41]),
+    (128, 4, 33, [520, 300]),
+    (256, 8, 65, [1030, 517]),
+    (256, 2, 33, [520, 1]),
+    (128, 2, 3, [90, 60]),
+]
+
+
+@needs_triton
+@pytest.mark.parametrize("head_dim,slices,splits,lens", SLICED_MERGE_CASES)
+def test_merge_over_head_dim_slices(head_dim, slices, splits, lens):
+    """The merge's own launch with each program on head_dim / slices columns (every split's
+    log-sum-exps, its slice of the partials), on NaN-poisoned partials: every column merged once,
+    from the right splits, in one block and in several."""
+    from specdec_kernels.configs import VerifyConfig
+
+    config = VerifyConfig(block_n=16, max_block_m=16, num_warps=4, num_stages=1)
+    policy = verify_policy(splits, config, fused_merge=False, merge_head_slices=slices)
+    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, 5, "best_first", 2, 1, head_dim, torch.float16,
+                                                  seed=head_dim + slices + splits)
+    plan = plan_of(q, k, v, policy)
+    assert plan.num_splits == splits and plan.merge.head_slices == slices and not plan.merge.fused, plan
+    out = run_triton(q, k, v, lens_t, mask, policy)
+    assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), torch.float16,
+                      f"D={head_dim} slices={slices} splits={splits}")
+
+
 @needs_triton
 @pytest.mark.parametrize("num_nodes,group", [(9, 2), (17, 4)])
 def test_folded_merge_leaves_every_count_at_zero(num_nodes, group):

@@ -9,7 +9,7 @@ import pytest
 
 from specdec_kernels.configs import SHARED_MEMORY_LIMITS, SHORT_CACHE_ROWS, VerifyConfig, tiles_for
 from specdec_kernels.verify_plan import (DEFAULT_POLICY, VerifyPlan, VerifyPolicy, VerifyShape, VerifyTarget, _tiles,
-                                         merge_tiles, pick_query_tiles, pick_splits, pingpong_grid, plan_verify,
+                                         merge_tiles, pick_merge_slices, pick_query_tiles, pick_splits, pingpong_grid, plan_verify,
                                          relieve_tree_split, runs_pingpong, split_chunks)
 
 H200 = VerifyTarget("sm_90", 132, gluon=True, dependent_launch=True)
@@ -270,8 +270,31 @@ def test_query_tiles_and_split_plan():
     assert split_chunks(1000, 3, 64) == (384, 3)
     for splits in (2, 5, 17, 64, 300):
         for head_dim in (64, 128, 256):
-            block, rows = merge_tiles(splits, head_dim)
-            assert block * rows * head_dim <= 8192 and rows >= 2 and block >= 2
+            for slices in (1, 2, head_dim // 32):
+                block, rows = merge_tiles(splits, head_dim, slices)
+                assert block * rows * head_dim // slices <= 8192 and rows >= 2 and block >= 2
+
+
+def test_the_merge_takes_head_dim_slices_where_its_rows_leave_the_sms_idle():
+    """One KV head at batch 1 and 32k keys: 64 splits of 27 rows are 14 merge programs walking
+    four blocks of splits; in 8 slices of 32 columns they are 112 programs of one block. A grid
+    that fills the SMs, and the folded merge, keep every column in one program."""
+    shape = VerifyShape(1, 9, 3, 1, 256, 32768 + 9)
+    plan = plan_verify(shape, H200)
+    m = plan.merge
+    assert plan.num_splits == 64 and not m.fused
+    assert (m.head_slices, m.split_block, m.merge_rows, m.grid, m.one_block) == (8, 64, 2, 112, True)
+    whole = plan_verify(shape, H200, VerifyPolicy(merge_head_slices=1)).merge
+    assert (whole.head_slices, whole.split_block, whole.merge_rows, whole.grid, whole.one_block) == (1, 16, 2, 14,
+                                                                                                     False)
+    full = plan_verify(VerifyShape(1, 17, 32, 8, 128, 32768 + 17), H200)
+    assert full.merge.grid >= 132 and full.merge.head_slices == 1, full.merge
+    folded = plan_verify(VerifyShape(8, 17, 32, 8, 128, 8209), H200).merge
+    assert folded.fused and folded.head_slices == 1
+    assert pick_merge_slices(64, 256, 27, 1, 132) == 8
+    assert pick_merge_slices(64, 256, 27, 1, 28) == 4     # 28 SMs filled by 2, all splits in one block by 4
+    assert pick_merge_slices(64, 64, 27, 1, 132) == 2     # never under 32 columns
+    assert pick_merge_slices(16, 128, 136, 8, 132) == 1
 
 
 def test_pingpong_grid_is_persistent_only_on_waves_of_short_items_of_one_split():
