@@ -143,12 +143,12 @@ def test_merge_folded_into_the_split_kernel_or_launched_after_it(fused):
 
 
 # The merge over head-dim slices: (head dim, slices, splits forced, [L_b]). 16-key splits make 33
-# and 65 of them over a short cache; the ragged second request leaves its later splits empty.
+# and 65 of them over a short cache; a ragged second request leaves its later splits empty.
 SLICED_MERGE_CASES = [
-    (64, 2, 5, [300, 41]),
-    (128, 4, 33, [520, 300]),
-    (256, 8, 65, [1030, 517]),
-    (256, 2, 33, [520, 1]),
+    (64, 2, 65, [1030, 517]),     # 32 columns: two blocks of 64 splits
+    (128, 4, 33, [520]),
+    (256, 8, 9, [130, 1]),
+    (256, 2, 33, [520]),          # 128 columns: two blocks of 32 splits
     (128, 2, 3, [90, 60]),
 ]
 
@@ -163,7 +163,7 @@ def test_merge_over_head_dim_slices(head_dim, slices, splits, lens):
 
     config = VerifyConfig(block_n=16, max_block_m=16, num_warps=4, num_stages=1)
     policy = verify_policy(splits, config, fused_merge=False, merge_head_slices=slices)
-    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, 5, "best_first", 2, 1, head_dim, torch.float16,
+    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, 3, "best_first", 2, 1, head_dim, torch.float16,
                                                   seed=head_dim + slices + splits)
     plan = plan_of(q, k, v, policy)
     assert plan.num_splits == splits and plan.merge.head_slices == slices and not plan.merge.fused, plan

@@ -275,10 +275,11 @@ def test_query_tiles_and_split_plan():
                 assert block * rows * head_dim // slices <= 8192 and rows >= 2 and block >= 2
 
 
-def test_the_merge_takes_head_dim_slices_where_its_rows_leave_the_sms_idle():
+def test_the_merge_takes_head_dim_slices_where_whole_rows_walk_several_blocks_of_splits():
     """One KV head at batch 1 and 32k keys: 64 splits of 27 rows are 14 merge programs walking
-    four blocks of splits; in 8 slices of 32 columns they are 112 programs of one block. A grid
-    that fills the SMs, and the folded merge, keep every column in one program."""
+    four blocks of splits; in 8 slices of 32 columns they are 112 programs of one block. A merge
+    whose splits fit one block of whole rows, and the folded merge, keep every column in one
+    program."""
     shape = VerifyShape(1, 9, 3, 1, 256, 32768 + 9)
     plan = plan_verify(shape, H200)
     m = plan.merge
@@ -287,14 +288,16 @@ def test_the_merge_takes_head_dim_slices_where_its_rows_leave_the_sms_idle():
     whole = plan_verify(shape, H200, VerifyPolicy(merge_head_slices=1)).merge
     assert (whole.head_slices, whole.split_block, whole.merge_rows, whole.grid, whole.one_block) == (1, 16, 2, 14,
                                                                                                      False)
-    full = plan_verify(VerifyShape(1, 17, 32, 8, 128, 32768 + 17), H200)
-    assert full.merge.grid >= 132 and full.merge.head_slices == 1, full.merge
+    one_block = plan_verify(VerifyShape(1, 9, 3, 1, 256, 1024 + 9), H200, VerifyPolicy(fused_merge=False))
+    assert one_block.num_splits == 8 and one_block.merge.grid < 132 and one_block.merge.head_slices == 1
     folded = plan_verify(VerifyShape(8, 17, 32, 8, 128, 8209), H200).merge
     assert folded.fused and folded.head_slices == 1
     assert pick_merge_slices(64, 256, 27, 1, 132) == 8
     assert pick_merge_slices(64, 256, 27, 1, 28) == 4     # 28 SMs filled by 2, all splits in one block by 4
-    assert pick_merge_slices(64, 64, 27, 1, 132) == 2     # never under 32 columns
-    assert pick_merge_slices(16, 128, 136, 8, 132) == 1
+    assert pick_merge_slices(32, 256, 204, 4, 132) == 2   # programs enough; two slices for one block
+    assert pick_merge_slices(1024, 64, 27, 1, 132) == 2   # never under 32 columns
+    assert pick_merge_slices(8, 256, 27, 1, 132) == 1     # one block of whole rows
+
 
 
 def test_pingpong_grid_is_persistent_only_on_waves_of_short_items_of_one_split():
