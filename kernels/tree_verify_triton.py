@@ -775,7 +775,7 @@ class _DirectCall:
     the K / V descriptors' encodings (their tensor maps cached by base address)."""
 
     __slots__ = ("split", "merge", "fused", "split_known", "fused_known", "has_merge", "can_fuse", "head_dim",
-                 "workspace_numel", "workspace_split", "items", "poison", "strides", "sizes", "ints", "merge_ints",
+                 "workspace_numel", "workspace_split", "items", "poison", "ints", "merge_ints",
                  "k_desc", "v_desc")
 
     def __init__(self, plan, policy, head_dim: int, split_ints: tuple):
@@ -789,10 +789,9 @@ class _DirectCall:
         self.workspace_split = plan.workspace_bytes // 4 // (head_dim + 1) * head_dim * 4
         self.items = plan.base_programs
         self.poison = policy.poison_workspace
-        self.strides, self.sizes = split_ints[:14], split_ints[15:]
-        # the integers after the tensors, with the default scale (a call with its own scale
-        # rebuilds them)
-        self.ints = (*self.strides, log2_softmax_scale(head_dim), *self.sizes)
+        # the integers after the tensors (14 strides, the scale, the sizes), with the default scale
+        # (a call with its own scale replaces it)
+        self.ints = (*split_ints[:14], log2_softmax_scale(head_dim), *split_ints[15:])
         self.merge_ints = None
         self.k_desc = self.v_desc = None
 
@@ -838,7 +837,7 @@ class _DirectCall:
             part_o = workspace.data_ptr()
             part_lse = part_o + self.workspace_split
         ints = self.ints if sm_scale is None else (
-            *self.strides, log2_softmax_scale(self.head_dim, sm_scale), *self.sizes)
+            *self.ints[:14], log2_softmax_scale(self.head_dim, sm_scale), *self.ints[15:])
         k_desc, v_desc = self.k_desc, self.v_desc
         if k_desc is None:  # the kernel reads the caches by pointers
             split.launch(stream, *split.head, q_ptr, k_ptr, v_ptr, k_ptr, v_ptr, lens_ptr, mask_ptr, out_ptr, part_o,
