@@ -43,7 +43,8 @@ class VerifyConfig:
         each where the plan would give two programs per KV head anyway.
     split_key_cost, min_split_keys: the split model's cost of a key row in units of the tiles it
         was fitted on (head dim 128), and the fewest key rows a split takes (amortising the query
-        load and the partial write; ``verify_plan.pick_splits``).
+        load and the partial write; ``verify_plan.pick_splits``); merge_split_keys: the merge's
+        cost a split, in key rows, where all splits fit one block of it (0: the model's default).
     triton_fallback: the Triton kernel's tiles where they differ from these fields (None: same).
     """
 
@@ -67,6 +68,7 @@ class VerifyConfig:
     split_query_heads: bool = False
     split_key_cost: float = 1.0
     min_split_keys: int = 256
+    merge_split_keys: int = 0
     triton_fallback: VerifyConfig | None = None
 
 
@@ -106,10 +108,12 @@ _TRITON_64_ROWS_D64 = VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_
 # one warpgroup); no tail warpgroup (its key-major MMAs need 64-key tiles, which with its ring pass 227 KB)
 _TRITON_D256 = VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0)
 # Its split model: a key row costs one program ~2.5x head dim 128's (twice the bytes; one program an
-# SM, its MMAs on 64 padded rows), and a split may take 128 of them (256 of 128's bytes).
+# SM, its MMAs on 64 padded rows), a split may take 64 of them, and the merge over head-dim slices
+# costs ~8 key rows a split while its splits fit one block.
 _PINGPONG_D256 = VerifyConfig(block_n=32, max_block_m=128, num_warps=8, num_stages=2, max_tail_m=0, min_block_m=64,
                               tma=True, gluon=True, gluon_stages=3, gluon_pingpong=True, gluon_pingpong_64=True,
-                              split_key_cost=2.5, min_split_keys=128, triton_fallback=_TRITON_D256)
+                              split_key_cost=2.5, min_split_keys=64, merge_split_keys=8,
+                              triton_fallback=_TRITON_D256)
 # one warpgroup (at most 64 packed rows): a fourth ring slot fits (161 KB) and streams 2-5 % faster
 _PINGPONG_D256_ONE_WARPGROUP = dataclasses.replace(_PINGPONG_D256, gluon_stages=4)
 

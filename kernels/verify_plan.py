@@ -254,11 +254,13 @@ def relieve_tree_split(chunk: int, num_splits: int, prefix_rows: int, block_n: i
 
 
 def pick_splits(base_programs: int, prefix_rows: int, block_n: int, slots: int, heads: int,
-                rows: int, key_cost: float = 1.0, min_split_keys: int = VerifyConfig.min_split_keys) -> tuple[int, int]:
+                rows: int, key_cost: float = 1.0, min_split_keys: int = VerifyConfig.min_split_keys,
+                merge_split_keys: int = 0) -> tuple[int, int]:
     """(chunk, num_splits) minimising a wave model: ``slots`` programs run at once and a wave
     takes as long as its longest program, about waves x (chunk + PROGRAM_COST_KEYS) x ``key_cost``
     (the tile's cost of a key row against the tiles the model was fitted on), plus the merge (its
-    launch, the partials written and read back, a cost a split). Candidates: split counts filling
+    launch, the partials written and read back, a cost a split: ``merge_split_keys`` where all
+    splits fit one block of the merge, else MERGE_COST_KEYS_PER_SPLIT). Candidates: split counts filling
     whole waves, powers of two within one wave, and 1, each split at least ``min_split_keys`` key
     rows. Worked example (H200, 132 SMs x 2 slots): B8 x 8 KV heads at L8k, 64 programs: 4 splits
     (256 programs, one wave)."""
@@ -271,7 +273,9 @@ def pick_splits(base_programs: int, prefix_rows: int, block_n: int, slots: int, 
         chunk, splits = split_chunks(prefix_rows, wanted, block_n)
         cost = cdiv(base_programs * splits, slots) * (chunk + PROGRAM_COST_KEYS) * key_cost
         if splits > 1:
-            cost += MERGE_COST_KEYS + cdiv(2 * splits * rows * heads, slots) + MERGE_COST_KEYS_PER_SPLIT * splits
+            per_split = (merge_split_keys if merge_split_keys and splits <= MERGE_MAX_SPLIT_BLOCK
+                         else MERGE_COST_KEYS_PER_SPLIT)
+            cost += MERGE_COST_KEYS + cdiv(2 * splits * rows * heads, slots) + per_split * splits
         if best is None or cost < best[0]:
             best = (cost, chunk, splits)
     return best[1], best[2]
@@ -392,7 +396,7 @@ def _tiles(batch: int, num_nodes: int, group: int, kv_heads: int, cache_rows: in
     base_programs = batch * kv_heads * num_m_tiles
     prefix_rows = max(cache_rows - num_nodes, 1)
     chunk, num_splits = pick_splits(base_programs, prefix_rows, cfg.block_n, slots, batch * kv_heads, packed,
-                                    cfg.split_key_cost, cfg.min_split_keys)
+                                    cfg.split_key_cost, cfg.min_split_keys, cfg.merge_split_keys)
     wide = block_m == 192 or (block_m == 128 and tail_m == PINGPONG_TAIL_ROWS)
     if (wide and chunk < policy.wide_tile_min_chunk
             and base_programs * num_splits < policy.wide_tile_min_waves * slots):
