@@ -449,7 +449,22 @@ def plan_verify(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy =
     """The plan of one call: the arch table's entry (or ``policy.tiles``), its query tiles and
     splits, the kernel that runs them (the entry's Gluon kernel where the call allows it, else
     the Triton kernel on the entry's Triton fallback), the grids, the merge and the workspace.
-    Pure and cached: a call of the same shape on the same target and policy reuses it."""
+    Pure and cached: a call of the same shape on the same target and policy reuses it.
+
+    An entry whose merge is priced cheaper a split (``VerifyConfig.merge_split_keys``) keeps the
+    split count of the default price where only that count's merge folds into the split kernel:
+    the merge's own launch costs an eager call more host time than the finer splits save."""
+    plan = _plan(shape, target, policy, cheap_merge=True)
+    if plan.merge is not None and not plan.merge.fused and plan.config.merge_split_keys and policy.num_splits is None:
+        folded = _plan(shape, target, policy, cheap_merge=False)
+        if folded.merge is not None and folded.merge.fused:
+            return dataclasses.replace(folded, why=folded.why + "; the splits whose merge folds into the split kernel")
+    return plan
+
+
+def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_merge: bool) -> VerifyPlan:
+    """:func:`plan_verify`'s plan with the entry's own merge price, or (``cheap_merge`` False) the
+    default one."""
     sms = policy.sms or target.sms
     pairs = shape.batch * shape.kv_heads
     if policy.tiles is not None:
@@ -458,6 +473,8 @@ def plan_verify(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy =
         choice = tiles_for(target.arch, shape.head_dim, shape.element_size, shape.packed_rows, pairs,
                            shape.cache_rows)
         cfg, why = choice.config, choice.why
+    if not cheap_merge:
+        cfg = dataclasses.replace(cfg, merge_split_keys=0)
     args = (shape.batch, shape.num_nodes, shape.group, shape.kv_heads, shape.cache_rows, sms)
     tiles = _tiles(*args, cfg, policy)
     gluon = _gluon_runs(shape, target, tiles["config"], tiles)

@@ -119,23 +119,33 @@ def test_head_dim_256_runs_the_pingpong_kernel_on_hopper_and_fits_sm120():
 
 def test_head_dim_256_pingpong_rings_and_split_model():
     """Head dim 256 on sm_90: one ping-pong warpgroup (at most 64 packed rows) streams through 4
-    ring slots, two through 3; the split model prices its key rows 2.5x head dim 128's and lets a
-    split take 128 of them, so that one KV head at batch 1 runs twice the programs (H200: 64
-    splits at 32k keys), while grids that fill the GPU keep their counts. Other entries keep the
-    model as fitted."""
+    ring slots, two through 3; the split model prices its key rows 2.5x head dim 128's, lets a
+    split take 64 of them and prices the merge 8 key rows a split up to one merge block (64
+    splits), so that one KV head at batch 1 runs more programs (H200: 64 splits at 8k and 32k
+    keys, 16 at 1k), while grids that fill the GPU keep their counts, and a count whose merge
+    folds into the split kernel stays where a finer one's would not. Other entries keep the model
+    as fitted."""
     def plan(batch, num_nodes, q_heads, kv_heads, prefix, target=H200):
         return plan_verify(VerifyShape(batch, num_nodes, q_heads, kv_heads, 256, prefix + num_nodes), target)
 
     for shape, stages, splits in (((1, 9, 3, 1, 32768), 4, 64), ((1, 17, 3, 1, 32768), 4, 64),
                                   ((1, 17, 6, 1, 32768), 3, 64), ((8, 9, 6, 1, 8192), 4, 16),
                                   ((32, 9, 3, 1, 1024), 4, 4), ((1, 9, 24, 4, 32768), 4, 32),
-                                  ((1, 9, 3, 1, 1024), 4, 8), ((8, 17, 24, 4, 8192), 3, 4)):
+                                  ((1, 17, 3, 1, 1024), 4, 16), ((1, 9, 6, 1, 8192), 4, 64),
+                                  ((8, 17, 24, 4, 8192), 3, 4)):
         got = plan(*shape)
         assert (got.kernel, got.stages, got.num_splits) == ("pingpong", stages, splits), (shape, got)
     assert pick_splits(1, 32768, 32, 132, 1, 27)[1] == 32
     assert pick_splits(1, 32768, 32, 132, 1, 27, key_cost=2.5)[1] == 64
     assert pick_splits(1, 1024, 32, 132, 1, 27, key_cost=2.5)[1] == 4                      # 256-key splits
     assert pick_splits(1, 1024, 32, 132, 1, 27, key_cost=2.5, min_split_keys=128)[1] == 8
+    cheap_merge = dict(key_cost=2.5, min_split_keys=64, merge_split_keys=8)
+    assert pick_splits(1, 1024, 32, 132, 1, 27, **cheap_merge)[1] == 16
+    assert pick_splits(1, 8192, 32, 132, 1, 27, **cheap_merge)[1] == 64
+    assert pick_splits(1, 32768, 32, 132, 1, 27, **cheap_merge)[1] == 64   # 128: two merge blocks, the old price
+    folded = plan(1, 9, 3, 1, 1024)   # 16 splits' partials (442 KB a tile) would not fold
+    assert (folded.num_splits, folded.merge.fused) == (8, True) and "folds into the split kernel" in folded.why
+    assert plan_verify(VerifyShape(1, 9, 3, 1, 256, 1024 + 9), H200, VerifyPolicy(num_splits=16)).num_splits == 16
     assert plan(1, 9, 3, 1, 32768, H200_NO_GLUON).num_splits == 32                          # the Triton fallback
     assert plan(1, 9, 3, 1, 32768, RTX_PRO).num_splits == 32
 
@@ -289,7 +299,7 @@ def test_the_merge_takes_head_dim_slices_where_whole_rows_walk_several_blocks_of
     assert (whole.head_slices, whole.split_block, whole.merge_rows, whole.grid, whole.one_block) == (1, 16, 2, 14,
                                                                                                      False)
     one_block = plan_verify(VerifyShape(1, 9, 3, 1, 256, 1024 + 9), H200, VerifyPolicy(fused_merge=False))
-    assert one_block.num_splits == 8 and one_block.merge.grid < 132 and one_block.merge.head_slices == 1
+    assert one_block.num_splits == 16 and one_block.merge.grid < 132 and one_block.merge.head_slices == 1
     folded = plan_verify(VerifyShape(8, 17, 32, 8, 128, 8209), H200).merge
     assert folded.fused and folded.head_slices == 1
     assert pick_merge_slices(64, 256, 27, 1, 132) == 8
