@@ -188,8 +188,7 @@ class VerifyPlan:
 TILE_COST_ROWS = 32
 # The split model's costs in key rows of one program's stream: a program's fixed cost (prologue,
 # pipeline fill, tree tile, epilogue), the merge launch's, and each split's share of the merge
-# (fitted on an H200: at batch 1, 16 against 32 splits took 23.4 / 26.3 us at L8k, 54.8 / 50.5 at
-# L32k: ~9.4 ns a key row, ~35 key rows a split).
+# (fitted on an H200 at batch 1: docs/kernels-performance.md, "Decisions").
 PROGRAM_COST_KEYS = 256
 MERGE_COST_KEYS = 192
 MERGE_COST_KEYS_PER_SPLIT = 35
