@@ -37,9 +37,6 @@ class VerifyConfig:
         gluon_pingpong_192 192-row tiles (three warpgroups) where they pad fewer rows,
         gluon_pingpong_tail an 8-row tail warpgroup for rows past whole 128-row tiles (and
         65-72 rows on one 64-row warpgroup with gluon_pingpong_64).
-    gluon_key_major: the ping-pong kernel without its 64-row warpgroups: at most 64 packed rows on
-        one or two key-major warpgroups (keys as their MMAs' M, up to 32 rows each as N) on 64-key
-        tiles (``block_n``).
     gluon_pingpong_64_block_n: key rows per tile of the single ping-pong warpgroup on long splits
         of a grid that is not persistent (0: as gluon_block_n).
     split_query_heads: 129-144 packed rows at an even G run as two programs of half the query heads
@@ -68,7 +65,6 @@ class VerifyConfig:
     gluon_pingpong_tail: bool = False
     gluon_pingpong_64: bool = False
     gluon_pingpong_64_block_n: int = 0
-    gluon_key_major: bool = False
     split_query_heads: bool = False
     split_key_cost: float = 1.0
     min_split_keys: int = 256
@@ -120,12 +116,6 @@ _PINGPONG_D256 = VerifyConfig(block_n=32, max_block_m=128, num_warps=8, num_stag
                               triton_fallback=_TRITON_D256)
 # one warpgroup (at most 64 packed rows): a fourth ring slot fits (161 KB) and streams 2-5 % faster
 _PINGPONG_D256_ONE_WARPGROUP = dataclasses.replace(_PINGPONG_D256, gluon_stages=4)
-# key-major (at most 32 rows on one warpgroup, 64 on two): 64-key tiles (32 KB each of K and V), 3 ring
-# slots beside one warpgroup's q^T (217 KB), 2 beside two
-KEY_MAJOR_D256 = VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=2, max_tail_m=0, tma=True,
-                              gluon=True, gluon_stages=3, gluon_pingpong=True, gluon_key_major=True,
-                              split_key_cost=2.5, min_split_keys=128, triton_fallback=_TRITON_D256)
-KEY_MAJOR_D256_TWO_WARPGROUPS = dataclasses.replace(KEY_MAJOR_D256, gluon_stages=2)
 
 
 def _at_head_dim_64(config: VerifyConfig, fallback: VerifyConfig) -> VerifyConfig:

@@ -27,11 +27,6 @@ A 64-row tile (``BLOCK_M = 64``) is one warpgroup handing the turn to itself, fe
 warp; the same tail rides on it for 65 to 72 packed rows (T = 17 at G = 4, T = 9 at G = 8),
 which otherwise take a 128-row tile with half its MMAs on padding.
 
-The key-major kernel (``BLOCK_M = 0``) is that tail alone: at most 64 packed rows (a few query
-heads per KV head at head dim 256) on one or two such warpgroups of up to 32 rows, fed by the load
-warp on 64-key tiles. A 64-row warpgroup pads 27 rows (T = 9, G = 3) to 64 and holds a 64 x 256
-fp32 accumulator; key-major, the padding goes to 32 rows and the accumulator halves.
-
 Same work decomposition, partial layout and merge as the other split kernels. The masked key
 tiles (the split's partial last prefix tile, the tree tiles) come by TMA too, after the
 mask-free ones: through the ring, the request's last tile zeroed past its keys by the load warp,
@@ -480,8 +475,7 @@ def _tail_stream_lazy(acc_t, m_t, l_t, qt_op, s_zero, k_smem, v_smem, p_smem, fl
     """The same tiles with one barrier a tile instead of three: the row sums are kept per key lane
     and summed once at the end, and the max is retaken across the warps only where a warp's
     scores passed it by 2^TAIL_RESCALE_LOG2 (a flag a warp, read behind the barrier P^T needs
-    anyway). Beside two warpgroups, where the tail's cross-warp reductions held each tile up, and
-    in the key-major kernel, where nothing else hides them.
+    anyway). Beside two warpgroups, where the tail's cross-warp reductions held each tile up.
     The flags alternate between two buffers like P^T."""
     l2 = gl.zeros(s_zero.shape, gl.float32, st_layout)
     mbarrier.wait(ready.index(ring_uses % STAGES), phase=(ring_uses // STAGES) & 1)
@@ -512,33 +506,30 @@ def _tail_stream_lazy(acc_t, m_t, l_t, qt_op, s_zero, k_smem, v_smem, p_smem, fl
 @gluon.jit
 def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
                              STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr,
-                             TAIL_M: gl.constexpr, PERSISTENT: gl.constexpr, TW: gl.constexpr = 0):
+                             TAIL_M: gl.constexpr, PERSISTENT: gl.constexpr):
     """One warpgroup: the (at most TAIL_M = 8) packed rows past the last whole 128-row tile (the
     G rows of node 2^k at T = 2^k + 1), on the K/V tiles the other warpgroups stream anyway.
     Eight rows fill no 64-row MMA, so the keys are the MMAs' M dimension and the rows their N
     (WGMMA's N goes down to 8): a few per cent of the tile's MMA work instead of another
     warpgroup's worth (a 192-row tile) or a second program streaming the cache. Its masked key
     tiles are the warpgroups' (the buffers the load warp fills while the mask-free tiles stream),
-    so that at the stream's end only their MMAs remain.
-
-    Without row-major warpgroups (``NUM_WG = 0``, the key-major kernel) one or two such warpgroups
-    take all the packed rows, TAIL_M each (up to 32), warpgroup TW the TW-th TAIL_M of them."""
+    so that at the stream's end only their MMAs remain."""
     first_item, num_items, item_step = args[13]
     ring_uses = first_item * 0
     own_uses = first_item * 0
     if PERSISTENT:
         for w in range(first_item, num_items, item_step):
             ring_uses, own_uses = _pingpong_tail_item(args, w, ring_uses, own_uses, GROUP, HEAD_DIM, BLOCK_N, STAGES,
-                                                      SINGLE_SPLIT, NUM_WG, TAIL_M, TW)
+                                                      SINGLE_SPLIT, NUM_WG, TAIL_M)
     else:
         _pingpong_tail_item(args, first_item, ring_uses, own_uses, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT,
-                            NUM_WG, TAIL_M, TW)
+                            NUM_WG, TAIL_M)
 
 
 @gluon.jit
 def _pingpong_tail_item(args, w, ring_uses, own_uses, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr,
-                        NUM_WG: gl.constexpr, TAIL_M: gl.constexpr, TW: gl.constexpr):
+                        NUM_WG: gl.constexpr, TAIL_M: gl.constexpr):
     """The tail warpgroup's work on item w (as :func:`_pingpong_mma_item`)."""
     (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, qt_smem, pt_smem, k_smem, v_smem, ready, empty, flag_smem,
      items, work, bufs, stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh,
@@ -555,7 +546,7 @@ def _pingpong_tail_item(args, w, ring_uses, own_uses, GROUP: gl.constexpr, HEAD_
     masked = _masked_of(bufs, ring_uses, own_uses, it, num_nodes, IN_RING)
     # rows of the last m-tile's program only: the others compute them (cheaply) and store nothing
     num_rows = gl.where(m_tile == num_m_tiles - 1, num_nodes * GROUP, 0)
-    row0 = num_m_tiles * (NUM_WG * 64) + TW * TAIL_M
+    row0 = num_m_tiles * (NUM_WG * 64)
     q_t = _load_q_rows(q_ptr, b, kv_head, row0, num_rows, stride_qb, stride_qt, stride_qh, GROUP, HEAD_DIM, TAIL_M,
                        ld_layout)
     _cta_barrier()  # every warp is past the previous item's MMAs, which read q^T
@@ -569,7 +560,7 @@ def _pingpong_tail_item(args, w, ring_uses, own_uses, GROUP: gl.constexpr, HEAD_
     l_t = gl.zeros([TAIL_M], gl.float32, gl.SliceLayout(0, st_layout))
     s_zero = gl.zeros([BLOCK_N, TAIL_M], gl.float32, st_layout)
     if n_full > 0:
-        if NUM_WG != 1:
+        if NUM_WG > 1:
             acc_t, m_t, l_t = _tail_stream_lazy(acc_t, m_t, l_t, qt_op, s_zero, k_smem, v_smem, pt_smem, flag_smem,
                                                 ready, empty, qk_scale, n_full, ring_uses, st_layout, STAGES)
         else:
@@ -618,15 +609,9 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     gl.static_assert(num_warps == 4)
     NUM_WG: gl.constexpr = BLOCK_M // 64
     gl.static_assert(NUM_WG * 64 == BLOCK_M)
-    # BLOCK_M = 0: the key-major kernel, TAIL_M packed rows on one or two key-major warpgroups of
-    # up to 32 rows each (their N), on 64-key tiles (their M)
-    KEY_MAJOR: gl.constexpr = NUM_WG == 0
-    TAIL_WG: gl.constexpr = TAIL_M // 32 if KEY_MAJOR and TAIL_M > 32 else 1
-    WG_ROWS: gl.constexpr = TAIL_M // TAIL_WG
-    gl.static_assert(NUM_WG == 0 or NUM_WG == 1 or NUM_WG == 2 or NUM_WG == 3)
-    gl.static_assert(STAGES >= NUM_WG + TAIL_WG * (TAIL_M > 0))
-    gl.static_assert(TAIL_M == 0 or (TAIL_M == 8 and NUM_WG <= 2) or KEY_MAJOR)
-    gl.static_assert(not KEY_MAJOR or (BLOCK_N == 64 and WG_ROWS * TAIL_WG == TAIL_M and WG_ROWS >= 8 and WG_ROWS <= 32))
+    gl.static_assert(NUM_WG == 1 or NUM_WG == 2 or NUM_WG == 3)
+    gl.static_assert(STAGES >= NUM_WG + (TAIL_M > 0))
+    gl.static_assert(TAIL_M == 0 or (TAIL_M == 8 and NUM_WG <= 2))
     gl.static_assert(not PERSISTENT or NUM_WG <= 2)
     gl.static_assert(not (PERSISTENT and FUSED_MERGE))
     dtype: gl.constexpr = k_desc.dtype
@@ -643,19 +628,18 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     # q from shared memory for three warpgroups or a 256-wide head (registers: see the partitions'
     # budgets below)
     Q_SMEM: gl.constexpr = NUM_WG == 3 or HEAD_DIM > 128
-    if not KEY_MAJOR:
-        q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, HEAD_DIM], dtype)
-        q_smem = gl.allocate_shared_memory(dtype, [NUM_WG if Q_SMEM else 1, 64, HEAD_DIM], q_sl)
-        turn = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(NUM_WG):
-            mbarrier.init(turn.index(i), count=1)
+    q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, HEAD_DIM], dtype)
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_WG if Q_SMEM else 1, 64, HEAD_DIM], q_sl)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_sl)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_sl)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=NUM_WG + TAIL_WG * (TAIL_M > 0))
+        mbarrier.init(empty.index(i), count=NUM_WG + (TAIL_M > 0))
+    for i in gl.static_range(NUM_WG):
+        mbarrier.init(turn.index(i), count=1)
     # the masked key tiles (the split's partial last prefix tile; the tree tiles in the split
     # holding the prefix's last row) follow the mask-free ones through the ring, the request's
     # last one landing on the load warp's own barrier, for it to zero what lies past the keys.
@@ -673,54 +657,29 @@ def _tree_verify_partial_kernel_gluon_pingpong(
             mbarrier.init(xready.index(i), count=1)
             mbarrier.init(xfree.index(i), count=NUM_WG + (TAIL_M > 0))
     fence_async_shared()
-    if not KEY_MAJOR:
-        mbarrier.arrive(turn.index(0))  # warpgroup 0 has the first turn
+    mbarrier.arrive(turn.index(0))  # warpgroup 0 has the first turn
     if MASKED_IN_RING:
         bufs = (k_smem, v_smem, ready, empty, landed)
     else:
         bufs = (xk_smem, xv_smem, xready, xfree, landed)
 
     rows_pad = num_m_tiles * BLOCK_M + TAIL_M
-    if not KEY_MAJOR:
-        mma_args = (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, q_smem, k_smem, v_smem, ready, empty, turn, items,
-                    work, bufs, stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh,
-                    qk_scale, num_splits, rows_pad, MASKED_IN_RING)
+    mma_args = (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, q_smem, k_smem, v_smem, ready, empty, turn, items,
+                work, bufs, stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh,
+                qk_scale, num_splits, rows_pad, MASKED_IN_RING)
     load_args = (k_desc, v_desc, k_smem, v_smem, ready, empty, items, work, bufs, cache_rows, KV_SHARE,
                  MASKED_IN_RING)
     if TAIL_M > 0:
-        qt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WG_ROWS, HEAD_DIM], dtype)
-        pt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WG_ROWS, BLOCK_N], dtype)
-        qt_smem = gl.allocate_shared_memory(dtype, [WG_ROWS, HEAD_DIM], qt_sl)
-        pt_smem = gl.allocate_shared_memory(dtype, [2, WG_ROWS, BLOCK_N], pt_sl)
+        qt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TAIL_M, HEAD_DIM], dtype)
+        pt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TAIL_M, BLOCK_N], dtype)
+        qt_smem = gl.allocate_shared_memory(dtype, [TAIL_M, HEAD_DIM], qt_sl)
+        pt_smem = gl.allocate_shared_memory(dtype, [2, TAIL_M, BLOCK_N], pt_sl)
         # the tail warps' rescale flags (two tiles' worth, see _tail_stream_lazy)
         flag_smem = gl.allocate_shared_memory(gl.float32, [2, 4], gl.SwizzledSharedLayout(1, 1, 1, [0]))
         tail_args = (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, qt_smem, pt_smem, k_smem, v_smem, ready, empty,
                      flag_smem, items, work, bufs, stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob,
                      stride_ot, stride_oh, qk_scale, num_splits, rows_pad, MASKED_IN_RING)
-        if KEY_MAJOR and TAIL_WG == 1:
-            # the key-major kernel: its one warpgroup takes every row
-            gl.warp_specialize([
-                (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                              WG_ROWS, PERSISTENT, 0)),
-                (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT)),
-            ], [1], [24])
-        elif KEY_MAJOR:
-            # two key-major warpgroups, half the rows each, on the same key tiles, each with its
-            # own q^T, P^T and flags
-            qt1_smem = gl.allocate_shared_memory(dtype, [WG_ROWS, HEAD_DIM], qt_sl)
-            pt1_smem = gl.allocate_shared_memory(dtype, [2, WG_ROWS, BLOCK_N], pt_sl)
-            flag1_smem = gl.allocate_shared_memory(gl.float32, [2, 4], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-            tail1_args = (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, qt1_smem, pt1_smem, k_smem, v_smem, ready,
-                          empty, flag1_smem, items, work, bufs, stride_qb, stride_qt, stride_qh, stride_mb, stride_mt,
-                          stride_ob, stride_ot, stride_oh, qk_scale, num_splits, rows_pad, MASKED_IN_RING)
-            gl.warp_specialize([
-                (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                              WG_ROWS, PERSISTENT, 0)),
-                (_pingpong_tail_partition, (tail1_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                              WG_ROWS, PERSISTENT, 1)),
-                (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT)),
-            ], [4, 1], [240, 24])
-        elif NUM_WG == 1:
+        if NUM_WG == 1:
             # one warpgroup hands the turn to itself; the tail has the registers to spare
             gl.warp_specialize([
                 (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,

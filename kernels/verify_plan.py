@@ -196,9 +196,6 @@ MERGE_COST_KEYS_PER_SPLIT = 35
 PINGPONG_TAIL_ROWS = 8
 # the rows one program of a split KV head takes at most: a 64-row warpgroup and the 8-row tail
 SPLIT_HEAD_MAX_ROWS = 64 + PINGPONG_TAIL_ROWS
-# rows of one key-major warpgroup at most (its MMAs' N), and of the key-major kernel (two of them)
-KEY_MAJOR_WARPGROUP_ROWS = 32
-KEY_MAJOR_MAX_ROWS = 2 * KEY_MAJOR_WARPGROUP_ROWS
 # The merge: MERGE_ELEMENTS fp32 partial values in flight a program (64 a thread at 4 warps),
 # at most MERGE_ROWS rows a program.
 MERGE_ELEMENTS = 8192
@@ -314,16 +311,8 @@ def pick_merge_slices(num_splits: int, head_dim: int, rows: int, pairs: int, sms
 
 def runs_pingpong(cfg: VerifyConfig, block_m: int) -> bool:
     """Whether the Gluon kernel of this tile is the ping-pong one: 128- and 192-row tiles, and
-    64-row ones (with or without the tail) where the entry asks for those, and the key-major
-    kernel (no row-major tile: ``block_m`` 0)."""
-    return cfg.gluon_pingpong and (block_m in (128, 192) or (block_m == 64 and cfg.gluon_pingpong_64)
-                                   or (block_m == 0 and cfg.gluon_key_major))
-
-
-def key_major_rows(packed_rows: int) -> int:
-    """The key-major kernel's rows (its ``tail_m``): a power of two of at least 8 on one warpgroup,
-    two warpgroups' 64 past 32."""
-    return max(8, next_power_of_2(packed_rows)) if packed_rows <= KEY_MAJOR_WARPGROUP_ROWS else KEY_MAJOR_MAX_ROWS
+    64-row ones (with or without the tail) where the entry asks for those."""
+    return cfg.gluon_pingpong and (block_m in (128, 192) or (block_m == 64 and cfg.gluon_pingpong_64))
 
 
 def pingpong_grid(grid: tuple[int, int], sms: int, block_m: int, chunk: int, policy: VerifyPolicy) -> tuple[int, int]:
@@ -345,8 +334,7 @@ def _gluon_runs(shape: VerifyShape, target: VerifyTarget, cfg: VerifyConfig, til
     pingpong = runs_pingpong(cfg, tiles["block_m"])
     return (cfg.gluon and target.gluon and shape.element_size == 2 and shape.positive_scale and shape.descriptors
             and (shape.head_dim <= 128 or pingpong)
-            and (tiles["tail_m"] == 0 or (cfg.gluon_pingpong and tiles["tail_m"] == PINGPONG_TAIL_ROWS)
-                 or (cfg.gluon_key_major and tiles["block_m"] == 0))
+            and (tiles["tail_m"] == 0 or (cfg.gluon_pingpong and tiles["tail_m"] == PINGPONG_TAIL_ROWS))
             and (tiles["block_m"] >= 16 * cfg.num_warps or pingpong)
             and (tiles["head_split"] == 1 or pingpong))
 
@@ -386,12 +374,10 @@ def _tiles(batch: int, num_nodes: int, group: int, kv_heads: int, cache_rows: in
         block_m, num_m_tiles, tail_m = 128, whole, PINGPONG_TAIL_ROWS
     elif cfg.gluon_pingpong_64 and cfg.gluon_pingpong_tail and 64 < packed <= 64 + PINGPONG_TAIL_ROWS:
         block_m, num_m_tiles, tail_m = 64, 1, PINGPONG_TAIL_ROWS
-    elif cfg.gluon_key_major and packed <= KEY_MAJOR_MAX_ROWS:
-        block_m, num_m_tiles, tail_m = 0, 1, key_major_rows(packed)
     else:
         block_m, num_m_tiles, tail_m = pick_query_tiles(packed, cfg.max_block_m, cfg.max_tail_m, cfg.min_block_m,
                                                         extra)
-    if tail_m and block_m and policy.tail_only_when_full and tail_m != PINGPONG_TAIL_ROWS and (
+    if tail_m and policy.tail_only_when_full and tail_m != PINGPONG_TAIL_ROWS and (
             num_m_tiles > 1 or batch * kv_heads * (num_m_tiles + 1) < slots):
         block_m, num_m_tiles, tail_m = pick_query_tiles(packed, cfg.max_block_m, 0, cfg.min_block_m, extra)
         why.append("no tail tile: splits fill the GPU")
@@ -429,12 +415,10 @@ def shared_memory_bytes(kernel: str, cfg: VerifyConfig, block_m: int, tail_m: in
     barriers (for the Triton kernel an upper bound; the compile check compares both)."""
     tile = block_n * head_dim * element_size
     if kernel == "pingpong":
-        warpgroups = block_m // 64  # 0: the key-major kernel, q^T in the tail's buffers only
+        warpgroups = max(block_m // 64, 1)
         q = warpgroups * 64 * head_dim * element_size if (warpgroups == 3 or head_dim > 128) else 64 * head_dim * 2
-        q = q if warpgroups else 0
         own_masked = 2 * 2 * tile if (warpgroups == 1 and tail_m) else 0
-        # q^T, two P^T tiles and the rescale flags of each tail (two key-major warpgroups past 32 rows)
-        tail = (tail_m * head_dim + 2 * tail_m * block_n) * element_size + 64 * cdiv(tail_m, 32) if tail_m else 0
+        tail = (tail_m * head_dim + 2 * tail_m * block_n) * element_size + 64 if tail_m else 0
         return 2 * stages * tile + q + own_masked + tail + 1024
     if kernel == "gluon":
         return 2 * stages * tile + block_m * head_dim * element_size + 1024

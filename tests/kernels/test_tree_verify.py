@@ -374,45 +374,6 @@ def test_pingpong_kernel_at_head_dim_256(num_nodes, group, lens, dtype, splits, 
     assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, f"head dim 256, {plan.why}")
 
 
-# The key-major kernel (sm_90, head dim 256, at most 64 packed rows): one warpgroup of 8, 16 and 32
-# rows (1 row; T = 9 at G = 1; T = 9 at G = 3; exactly 32), two of 32 (T = 17 at G = 3, T = 9 at
-# G = 6, T = 33 at G = 1: a tree past half a key tile); empty, short and split prefixes; its merge
-# folded into it or launched; persistent programs on a GPU of three SMs as the planner sees it.
-KEY_MAJOR_CASES = [
-    (1, 1, [300, 0], torch.bfloat16, 3),
-    (9, 1, [0, 63, 64, 65], torch.float16, None),
-    (9, 3, [5000, 129], torch.bfloat16, None),
-    (16, 2, [2000, 700], torch.bfloat16, 2),
-    (17, 3, [4000, 17], torch.float16, 5),
-    (9, 6, [3000, 100], torch.bfloat16, None),
-    (33, 1, [1500, 1], torch.bfloat16, 1),
-]
-
-
-@needs_sm90
-@pytest.mark.parametrize("mode", ["fused", "merge", "persistent"])
-@pytest.mark.parametrize("num_nodes,group,lens,dtype,splits", KEY_MAJOR_CASES)
-def test_key_major_kernel_at_head_dim_256(num_nodes, group, lens, dtype, splits, mode):
-    from specdec_kernels.configs import KEY_MAJOR_D256, KEY_MAJOR_D256_TWO_WARPGROUPS
-    from specdec_kernels.verify_plan import key_major_rows
-
-    rows = num_nodes * group
-    config = KEY_MAJOR_D256 if rows <= 32 else KEY_MAJOR_D256_TWO_WARPGROUPS
-    fields = dict(fused_merge=mode == "fused")
-    if mode == "persistent":
-        fields.update(sms=3, persistent_min_waves=1.0, persistent_max_keys=1 << 30)
-        splits = 1
-    policy = verify_policy(splits, config, **fields)
-    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, num_nodes, "best_first", group, 2, 256, dtype,
-                                                  seed=31 * num_nodes + group)
-    q, k, v, lens_t, mask = (t.cuda() for t in (q, k, v, lens_t, mask))
-    plan = plan_of(q, k, v, policy)
-    assert (plan.kernel, plan.block_m, plan.tail_m, plan.persistent) == (
-        "pingpong", 0, key_major_rows(rows), mode == "persistent"), plan
-    out = run_triton(q, k, v, lens_t, mask, policy)
-    assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, f"key-major, {plan.why}")
-
-
 # The ping-pong kernel's single warpgroup on 128-key tiles, as head dim 64 takes it: the cases of
 # GLUON_CASES at head dim 64 (such a ring does not fit at 128), the planner's own choice of tiles
 # (asserted), on their short splits too.
