@@ -552,18 +552,19 @@ _DIRECT: dict = {}
 _WORKSPACES: dict = {}
 
 
-def _reused_workspace(device: int, stream: int, numel: int, items: int):
+def _reused_workspace(device: int, stream: int, numel: int, items: int) -> tuple:
     """(fp32 partials of at least ``numel`` elements, int32 counts of at least ``items``, zeroed
-    when new) of this stream and thread."""
+    when new, their two addresses, their two sizes) of this stream and thread."""
     key = (device, stream, threading.get_ident())
     found = _WORKSPACES.get(key)
-    if found is None or found[0].numel() < numel or found[1].numel() < items:
+    if found is None or found[4] < numel or found[5] < items:
         if len(_WORKSPACES) >= 64:
             _WORKSPACES.clear()  # the allocator frees them in stream order
         where = torch.device("cuda", device)
-        found = _WORKSPACES[key] = (
-            torch.empty(max(numel, 0 if found is None else found[0].numel()), device=where, dtype=torch.float32),
-            torch.zeros(max(items, 0 if found is None else found[1].numel()), device=where, dtype=torch.int32))
+        numel, items = max(numel, 0 if found is None else found[4]), max(items, 0 if found is None else found[5])
+        partials = torch.empty(numel, device=where, dtype=torch.float32)
+        counts = torch.zeros(items, device=where, dtype=torch.int32)
+        found = _WORKSPACES[key] = (partials, counts, partials.data_ptr(), counts.data_ptr(), numel, items)
     return found
 
 
@@ -622,18 +623,25 @@ def _launch_spec(plan: VerifyPlan, head_dim: int, dtype: torch.dtype, on_gpu: bo
                        dict(num_warps=4, **({"launch_pdl": True} if merge.starts_early else {})), fused)
 
 
-def _direct_pointers(q, k_cache, v_cache, cache_lens, ancestor_mask, out) -> tuple | None:
-    """The addresses of q, K, V, cache_lens, ancestor_mask and out where a direct launch may take
-    them, else None. Each check stays on every call because its failure on a cached signature
-    would be a wrong launch: the kernels assume 16-byte aligned pointers (Triton specialised them
-    so), device tensors (a host address read as a device one ends the CUDA context), packed lens
-    and masks (their strides are not passed), and a profiler's hook must see the launch."""
+def _aligned_pointers(q, k_cache, v_cache, cache_lens, ancestor_mask, out) -> tuple | None:
+    """The addresses of q, K, V, cache_lens, ancestor_mask and out where a direct launch of their
+    signature may take them, else None: the kernels assume 16-byte aligned pointers (Triton
+    specialised them so), and a profiler's hook must see the launch."""
     ptrs = (q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), cache_lens.data_ptr(), ancestor_mask.data_ptr(),
             out.data_ptr())
-    if ((ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5]) & 15 == 0 and k_cache.is_cuda
-            and v_cache.is_cuda and cache_lens.is_cuda and ancestor_mask.is_cuda and out.is_cuda
-            and ancestor_mask.is_contiguous() and cache_lens.is_contiguous() and not launch_hooks_set()):
+    if (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5]) & 15 == 0 and not launch_hooks_set():
         return ptrs
+    return None
+
+
+def _direct_pointers(q, k_cache, v_cache, cache_lens, ancestor_mask, out) -> tuple | None:
+    """:func:`_aligned_pointers` where the tensors are also what the call's key does not say: device
+    tensors (a host address read as a device one ends the CUDA context), packed lens and masks
+    (their strides are not passed). Each check stays on every call because its failure on a cached
+    signature would be a wrong launch."""
+    if (k_cache.is_cuda and v_cache.is_cuda and cache_lens.is_cuda and ancestor_mask.is_cuda and out.is_cuda
+            and ancestor_mask.is_contiguous() and cache_lens.is_contiguous()):
+        return _aligned_pointers(q, k_cache, v_cache, cache_lens, ancestor_mask, out)
     return None
 
 
@@ -651,6 +659,16 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
         out_layout = None  # q's shape and dtype, contiguous: q's entries of the key say it
+        last = _LAST_DIRECT
+        if (last is not None and last.policy is policy
+                and last.guard.check(q, k_cache, v_cache, cache_lens, ancestor_mask)
+                and (sm_scale is None or sm_scale > 0) is last.positive_scale
+                and torch._C._cuda_getDevice() == last.device):
+            # the last direct call's signature, the five tensors' dtypes, devices, shapes and strides
+            # checked in one C call (so they are device tensors, lens and mask packed as then)
+            ptrs = _aligned_pointers(q, k_cache, v_cache, cache_lens, ancestor_mask, out)
+            if ptrs is not None and last(ptrs, sm_scale, last.device):
+                return out
     else:
         out_layout = (out.dtype, out.stride())
     key = None
@@ -664,6 +682,8 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
         if direct is not None:
             ptrs = _direct_pointers(q, k_cache, v_cache, cache_lens, ancestor_mask, out)
             if ptrs is not None and direct(ptrs, sm_scale, key[4]):
+                if out_layout is None:
+                    _remember_last(direct, key, (q, k_cache, v_cache, cache_lens, ancestor_mask))
                 return out
             # else a kernel this call needs (the merge folded in, or not) is not compiled yet
     if q.shape[0] == 0 or q.shape[1] == 0:
@@ -693,6 +713,34 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
     _launch_through_triton(plan, policy, q, k_cache, v_cache, cache_lens, ancestor_mask, out, workspace, counts,
                            fused, sm_scale, key)
     return out
+
+
+# The direct call of the last signature launched directly with an output allocated here: a call of
+# the same signature (every layer of a model's step) is found by its guard, no key built or hashed.
+_LAST_DIRECT = None
+
+
+def _remember_last(direct, key: tuple, tensors: tuple) -> None:
+    """Make ``direct`` (launched under ``key`` on ``tensors``, which passed every check of
+    :func:`_direct_pointers`) the last direct call, its guard built from them the first time."""
+    global _LAST_DIRECT
+    if direct.guard is None:
+        direct.guard = _tensor_guard(tensors) or False
+        direct.policy, direct.positive_scale, direct.device = key[11], key[10], key[4]
+    if direct.guard:
+        _LAST_DIRECT = direct
+
+
+def _tensor_guard(tensors: tuple):
+    """One C check that tensors have the dtypes, devices, dispatch keys, shapes and strides of
+    ``tensors`` (torch's own guard of compiled graphs), or None where this torch has none."""
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+
+        guard = TensorGuards(*tensors, dynamic_dims_sizes=None, dynamic_dims_strides=None)
+        return guard if guard.check(*tensors) else None
+    except (ImportError, TypeError, RuntimeError, SystemError):
+        return None
 
 
 def _split_ints(plan: VerifyPlan, q, k_cache, v_cache, out, ancestor_mask, sm_scale) -> tuple:
@@ -770,13 +818,15 @@ def _launch_through_triton(plan, policy, q, k_cache, v_cache, cache_lens, ancest
 
 class _DirectCall:
     """What a repeated call launches directly: the split kernel and the merge, or the split kernel
-    with the merge folded in, each compiled by the first call that needed it; every integer
-    argument they take (all fixed by the call's signature; only the softmax scale may change) and
-    the K / V descriptors' encodings (their tensor maps cached by base address)."""
+    with the merge folded in, each compiled by the first call that needed it; every argument they
+    take after the tensors (all fixed by the call's signature; only the softmax scale may change)
+    and the K / V descriptors' encodings (their tensor maps cached by base address); once it is
+    the last direct call (:func:`_remember_last`), the guard of its signature."""
 
     __slots__ = ("split", "merge", "fused", "split_known", "fused_known", "has_merge", "can_fuse", "head_dim",
                  "workspace_numel", "workspace_split", "items", "poison", "ints", "merge_ints",
-                 "k_desc", "v_desc")
+                 "k_desc", "v_desc", "split_after", "fused_after", "merge_after",
+                 "guard", "policy", "positive_scale", "device")
 
     def __init__(self, plan, policy, head_dim: int, split_ints: tuple):
         self.split = self.merge = self.fused = None
@@ -793,20 +843,25 @@ class _DirectCall:
         # (a call with its own scale replaces it)
         self.ints = (*split_ints[:14], log2_softmax_scale(head_dim), *split_ints[15:])
         self.merge_ints = None
-        self.k_desc = self.v_desc = None
+        self.k_desc = self.v_desc = self.split_after = self.fused_after = self.merge_after = None
+        self.guard = self.policy = self.positive_scale = self.device = None
 
     def unlaunchable(self) -> bool:
         """Whether a kernel compiled for this signature cannot be launched directly (then none is);
-        sets what the launches share (descriptor encodings, the merge's integers) otherwise."""
+        sets what the launches share (descriptor encodings, arguments after the tensors) otherwise."""
         launches = []
         if self.split_known:
             if self.split is None or (self.has_merge and self.merge is None):
                 return True
             launches.append(self.split)
+            self.split_after = (*self.ints, *self.split.tail)
+            if self.merge is not None:
+                self.merge_after = (*self.merge_ints, *self.merge.tail)
         if self.fused_known:
             if self.fused is None:
                 return True
             launches.append(self.fused)
+            self.fused_after = (*self.ints, *self.fused.tail)
         first = launches[0]
         self.k_desc, self.v_desc = first.descriptors.get(3), first.descriptors.get(4)
         return False
@@ -819,33 +874,44 @@ class _DirectCall:
         stream = torch._C._cuda_getCurrentRawStream(device)
         counts = out_ptr  # not read
         if not self.has_merge:
-            split = self.split
+            split, after = self.split, self.split_after
             part_o = part_lse = out_ptr  # not read
         else:
-            capturing = torch._C._cuda_isCurrentStreamCapturing()
-            split = self.fused if self.can_fuse and not capturing else self.split
-            if split is None:
-                return False
-            if capturing:  # a fresh buffer: a replay may run beside eager calls
+            if torch._C._cuda_isCurrentStreamCapturing():
+                split, after = self.split, self.split_after
+                if split is None:
+                    return False
+                # a fresh buffer: a replay may run beside eager calls
                 workspace = torch.empty(self.workspace_numel, device=torch.device("cuda", device), dtype=torch.float32)
+                part_o = workspace.data_ptr()
             else:
-                workspace, item_counts = _reused_workspace(device, stream, self.workspace_numel, self.items)
-                if split is self.fused:
-                    counts = item_counts.data_ptr()
+                split, after = (self.fused, self.fused_after) if self.can_fuse else (self.split, self.split_after)
+                if split is None:
+                    return False
+                found = _reused_workspace(device, stream, self.workspace_numel, self.items)
+                workspace, part_o = found[0], found[2]
+                if self.can_fuse:
+                    counts = found[3]
             if self.poison:
                 workspace.fill_(float("nan"))
-            part_o = workspace.data_ptr()
             part_lse = part_o + self.workspace_split
-        ints = self.ints if sm_scale is None else (
-            *self.ints[:14], log2_softmax_scale(self.head_dim, sm_scale), *self.ints[15:])
-        k_desc, v_desc = self.k_desc, self.v_desc
+        if sm_scale is not None:
+            after = (*after[:14], log2_softmax_scale(self.head_dim, sm_scale), *after[15:])
+        k_desc = self.k_desc
         if k_desc is None:  # the kernel reads the caches by pointers
             split.launch(stream, *split.head, q_ptr, k_ptr, v_ptr, k_ptr, v_ptr, lens_ptr, mask_ptr, out_ptr, part_o,
-                         part_lse, counts, *ints, *split.tail)
+                         part_lse, counts, *after)
         else:
-            split.launch(stream, *split.head, q_ptr, k_ptr, v_ptr, tensor_map(k_ptr, k_desc[0]), *k_desc[1],
-                         tensor_map(v_ptr, v_desc[0]), *v_desc[1], lens_ptr, mask_ptr, out_ptr, part_o, part_lse,
-                         counts, *ints, *split.tail)
+            v_desc = self.v_desc
+            # tensor_map's own first step inline: a lookup of an address already encoded
+            k_map, v_map = k_desc[0].maps.get(k_ptr), v_desc[0].maps.get(v_ptr)
+            if k_map is None:
+                k_map = tensor_map(k_ptr, k_desc[0])
+            if v_map is None:
+                v_map = tensor_map(v_ptr, v_desc[0])
+            split.launch(stream, *split.head, q_ptr, k_ptr, v_ptr, k_map, *k_desc[1], v_map, *v_desc[1], lens_ptr,
+                         mask_ptr, out_ptr, part_o, part_lse, counts, *after)
         if split is not self.fused and self.merge is not None:
-            self.merge(stream, (part_o, part_lse, out_ptr, *self.merge_ints))
+            merge = self.merge
+            merge.launch(stream, *merge.head, part_o, part_lse, out_ptr, *self.merge_after)
         return True

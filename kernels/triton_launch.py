@@ -71,7 +71,10 @@ def launch_hooks_set() -> bool:
     """Whether a launch hook (a profiler's) is registered: then every launch goes through Triton,
     which calls it. Only asked where :func:`direct_launch_unusable` is None."""
     runtime = _runtime_knobs()
-    return bool(getattr(runtime.launch_enter_hook, "calls", True) or getattr(runtime.launch_exit_hook, "calls", True))
+    try:
+        return bool(runtime.launch_enter_hook.calls or runtime.launch_exit_hook.calls)
+    except AttributeError:  # a hook set as something else than a chain: Triton's own launch calls it
+        return True
 
 
 class _Encoding:

@@ -709,3 +709,63 @@ def test_direct_calls_on_two_streams_and_in_a_graph_keep_their_partials_apart(mo
     assert_rows_close(graph_out, refs[0], torch.bfloat16, "graph replay")
     if _launches_directly():
         assert len(launched) == 7  # the capture's call and six on the streams
+
+
+@needs_triton
+def test_the_last_signatures_guard_rejects_every_other_layout():
+    """The last direct call is found by a guard on q, K, V, cache_lens and the mask: it passes new
+    tensors of the same dtypes, devices, shapes and strides (other data, other addresses) and
+    rejects any other, a strided mask or lens of the same shape among them (their strides are not
+    passed to the kernels)."""
+    from specdec_kernels.tree_verify_triton import _tensor_guard
+
+    q, k, v, lens, mask, _ = make_verify_inputs([40, 7], 9, "best_first", 2, 2, 64, torch.float16, seed=3)
+    guard = _tensor_guard((q, k, v, lens, mask))
+    assert guard is not None, "this torch has no TensorGuards: calls take the keyed lookup"
+    assert guard.check(*(t.clone() for t in (q, k, v, lens, mask)))
+    others = {
+        "q of another dtype": (q.float(), k, v, lens, mask),
+        "q of other strides": (torch.cat([q, q[:, :1]], dim=1)[:, :9], k, v, lens, mask),
+        "k of another shape": (q, k[:, :-1].contiguous(), v, lens, mask),
+        "v of other strides": (q, k, torch.cat([v, v], dim=2)[:, :, :2], lens, mask),
+        "int64 lens": (q, k, v, lens.long(), mask),
+        "strided lens": (q, k, v, torch.stack([lens, lens], dim=1)[:, 0], mask),
+        "strided mask": (q, k, v, lens, torch.cat([mask, mask], dim=2)[:, :, :1]),
+        "q on another device": (q.to("meta"), k, v, lens, mask),
+        "q that requires grad": (q.detach().requires_grad_(), k, v, lens, mask),
+    }
+    for what, tensors in others.items():
+        assert not guard.check(*tensors), what
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="the direct launch runs on a GPU")
+def test_calls_like_the_last_but_for_a_layout_or_an_address_are_not_launched_as_it(monkeypatch):
+    """After a direct call, one of the same signature is launched directly without a key lookup;
+    one that differs only in q's alignment, the mask's or the lens' strides takes another path, and
+    every call gives its own right answer."""
+    from specdec_kernels import tree_verify_triton
+
+    launched = _count_direct_launches(monkeypatch)
+    policy = verify_policy(num_splits=2)
+    lens = [300, 900]
+    for seed in (11, 12):  # compiles, then launches directly: the last direct call
+        tree_verify_triton.tree_verify_attention_triton(
+            *make_verify_inputs(lens, 17, "best_first", 4, 2, 128, torch.bfloat16, seed=seed)[:5], policy=policy)
+    monkeypatch.setattr(tree_verify_triton, "_DIRECT", {})  # only the last call's guard finds a direct launch now
+    launched.clear()
+    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, 17, "best_first", 4, 2, 128, torch.bfloat16, seed=13)
+    misaligned_q = torch.empty(q.numel() + 1, dtype=q.dtype, device=q.device)[1:].view_as(q)
+    strided_lens = torch.stack([lens_t, lens_t], dim=1)[:, 0]
+    strided_mask = torch.cat([mask, mask], dim=2)[:, :, :mask.shape[2]]
+    calls = {"the last signature": (q, k, v, lens_t, mask), "a misaligned q": (misaligned_q, k, v, lens_t, mask),
+             "strided lens": (q, k, v, strided_lens, mask), "strided mask": (q, k, v, lens_t, strided_mask),
+             "the last signature again": (q, k, v, lens_t, mask)}
+    misaligned_q.copy_(q)
+    strided_lens.copy_(lens_t)
+    strided_mask.copy_(mask)
+    ref = float64_reference(q, k, v, lens_t, mask)
+    for what, args in calls.items():
+        assert_rows_close(tree_verify_triton.tree_verify_attention_triton(*args, policy=policy), ref,
+                          torch.bfloat16, what)
+    if _launches_directly():
+        assert len(launched) == 2, f"{len(launched)} of {len(calls)} calls launched directly"
