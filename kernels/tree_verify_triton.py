@@ -653,8 +653,9 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
     is what the tests and the benchmark vary (:class:`~specdec_kernels.verify_plan.VerifyPolicy`).
     Inputs need unit stride in D; other strides are free. A repeated call on a GPU is launched
     through the compiled kernels' C launchers (:mod:`specdec_kernels.triton_launch`), Triton's
-    dispatch skipped, its split partials reused per (stream, thread) outside graph captures; there
-    a plan that allows it merges its splits in the split kernel (one launch instead of two).
+    dispatch skipped (the last signature recognised by one C guard on its tensors, any other by its
+    key), its split partials reused per (stream, thread) outside graph captures; there a plan that
+    allows it merges its splits in the split kernel (one launch instead of two).
     """
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
