@@ -59,71 +59,62 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from .tree_verify_gluon import (_cta_barrier, _load_q_rows, _load_tile_pair, _masked_tile_mma, _merge_if_last,
                                 _softmax_step, _split_keys, _store_rows, _tile_coords, _tree_visibility,
                                 _zero_rows_from)
+from .tree_verify_pingpong_state import (KeyRing, LoadArgs, MaskedBuffers, MaskedTiles, MmaArgs, ProgramWork,
+                                         RowPointers, RowStrides, TailArgs, WorkGrid, WorkItem)
 
 
 @gluon.jit
 def _item_head(w, items):
-    """(split, query tile, request x KV head, KV head, request) of work item w, without a load."""
-    lens_ptr, num_m_tiles, num_kv_heads, base_programs, chunk, num_nodes = items
-    m_tile, head_b, kv_head, b = _tile_coords(w % base_programs, num_m_tiles, num_kv_heads)
-    return w // base_programs, m_tile, head_b, kv_head, b
+    """(split, query tile, request x KV head, KV head, request) of work item w of ``items`` (a
+    :class:`WorkGrid`), without a load."""
+    m_tile, head_b, kv_head, b = _tile_coords(w % items.base_programs, items.num_m_tiles, items.num_kv_heads)
+    return w // items.base_programs, m_tile, head_b, kv_head, b
 
 
 @gluon.jit
 def _work_item(w, items, BLOCK_N: gl.constexpr):
-    """Work item w of the grid (a query tile of one (request, KV head) on one split of its keys;
-    items in the order of the unpersistent grid: query tiles, then splits): (split, query tile,
-    request x KV head, KV head, request, prefix length, the split's first key, its end, whole key
-    tiles, their end, whether it has a partial prefix tile, its masked tiles). ``items``: (prefix
-    lengths, query tiles, KV heads, programs a split, keys a split, tree nodes)."""
-    lens_ptr, num_m_tiles, num_kv_heads, base_programs, chunk, num_nodes = items
+    """The :class:`WorkItem` w of ``items`` (a :class:`WorkGrid`; items in the order of the
+    unpersistent grid: query tiles, then splits)."""
     split, m_tile, head_b, kv_head, b = _item_head(w, items)
-    prefix_len = gl.load(lens_ptr + b).to(gl.int32)
-    lo, hi, n_full, full_end = _split_keys(split, chunk, prefix_len, BLOCK_N)
+    prefix_len = gl.load(items.lens_ptr + b).to(gl.int32)
+    lo, hi, n_full, full_end = _split_keys(split, items.chunk, prefix_len, BLOCK_N)
     has_partial = full_end < hi
-    has_tree = split == gl.maximum(gl.cdiv(prefix_len, chunk) - 1, 0)
-    n_masked = has_partial.to(gl.int32) + gl.where(has_tree, gl.cdiv(num_nodes, BLOCK_N), 0)
-    return split, m_tile, head_b, kv_head, b, prefix_len, lo, hi, n_full, full_end, has_partial, n_masked
+    has_tree = split == gl.maximum(gl.cdiv(prefix_len, items.chunk) - 1, 0)
+    n_masked = has_partial.to(gl.int32) + gl.where(has_tree, gl.cdiv(items.num_nodes, BLOCK_N), 0)
+    return WorkItem(split, m_tile, head_b, kv_head, b, prefix_len, lo, hi, n_full, full_end, has_partial, n_masked)
 
 
 @gluon.jit
 def _masked_of(bufs, ring_uses, own_uses, it, num_nodes, IN_RING: gl.constexpr):
-    """The ``masked`` tuple of :func:`_masked_tile_at` for work item ``it`` (:func:`_work_item`),
-    after ``ring_uses`` ring slots and ``own_uses`` own-buffer uses of the earlier items."""
-    xk_smem, xv_smem, xready, xfree, landed = bufs
-    split, m_tile, head_b, kv_head, b, prefix_len, lo, hi, n_full, full_end, has_partial, n_masked = it
-    first_use = ring_uses + n_full if IN_RING else own_uses
-    return (xk_smem, xv_smem, xready, xfree, first_use, landed, IN_RING, n_masked, has_partial, full_end, hi,
-            prefix_len, num_nodes, prefix_len + num_nodes)
+    """The :class:`MaskedTiles` of work item ``it`` (:func:`_work_item`) through ``bufs``, after
+    ``ring_uses`` ring slots and ``own_uses`` own-buffer uses of the earlier items."""
+    first_use = ring_uses + it.n_full if IN_RING else own_uses
+    return MaskedTiles(bufs, first_use, IN_RING, it.n_masked, it.has_partial, it.full_end, it.hi, it.prefix_len,
+                       num_nodes, it.prefix_len + num_nodes)
 
 
 @gluon.jit
 def _uses_after(ring_uses, own_uses, it, IN_RING: gl.constexpr):
     """(ring slots, own-buffer uses) after work item ``it``: its mask-free tiles take ring slots,
     its masked tiles too where they come through the ring."""
-    split, m_tile, head_b, kv_head, b, prefix_len, lo, hi, n_full, full_end, has_partial, n_masked = it
     if IN_RING:
-        return ring_uses + n_full + n_masked, own_uses
+        return ring_uses + it.n_full + it.n_masked, own_uses
     else:
-        return ring_uses + n_full, own_uses + n_masked
+        return ring_uses + it.n_full, own_uses + it.n_masked
 
 
 @gluon.jit
 def _masked_tile_at(i, masked):
     """Masked key tile i of the program: (its first key row in the request, whether it is the
     split's partial last prefix tile, its first tree node (negative on the partial tile), its
-    buffer, and the phase its barriers are at for it). ``masked``: (K and V buffers, their
-    ready and free barriers, the buffer use of tile 0, the load warp's own barrier, whether the
-    load warp zeroes, tiles, has partial tile, full_end, hi, prefix length, tree nodes, the
-    request's keys)."""
-    (xk_smem, xv_smem, xready, xfree, first_use, landed, loader_zeroes, n_masked, has_partial, full_end, hi, prefix_len,
-     num_nodes, request_end) = masked
-    block_n: gl.constexpr = xk_smem.shape[1]
-    n_buf: gl.constexpr = xk_smem.shape[0]
-    partial = has_partial & (i == 0)
-    start = (i - has_partial.to(gl.int32)) * block_n
-    use = first_use + i
-    return gl.where(partial, full_end, prefix_len + start), partial, start, use % n_buf, (use // n_buf) & 1
+    buffer, and the phase its barriers are at for it) of ``masked`` (:class:`MaskedTiles`)."""
+    block_n: gl.constexpr = masked.bufs.k.shape[1]
+    n_buf: gl.constexpr = masked.bufs.k.shape[0]
+    partial = masked.has_partial & (i == 0)
+    start = (i - masked.has_partial.to(gl.int32)) * block_n
+    use = masked.first_use + i
+    row = gl.where(partial, masked.full_end, masked.prefix_len + start)
+    return row, partial, start, use % n_buf, (use // n_buf) & 1
 
 
 @gluon.jit
@@ -153,57 +144,55 @@ def _pingpong_load_partition(args, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, 
     slots, or buffers of their own), which so arrive while the stream's last tiles are
     consumed. Rows past the request's keys (read on its last tile) may hold anything, even NaN,
     and a zero weight times NaN would reach the sum: where ``loader_zeroes``, this warp zeroes
-    their V rows before it marks the tile ready; else each consumer does."""
-    k_desc, v_desc, k_smem, v_smem, ready, empty, items, work, bufs, cache_rows, KV_SHARE, IN_RING = args
-    first_item, num_items, item_step = work
+    their V rows before it marks the tile ready; else each consumer does. ``args``: :class:`LoadArgs`."""
+    work = args.work
     # ring slots, own-buffer uses and tiles zeroed by the earlier items
-    ring_uses = first_item * 0
-    own_uses = first_item * 0
-    zeroed = first_item * 0
+    ring_uses = work.first_item * 0
+    own_uses = work.first_item * 0
+    zeroed = work.first_item * 0
     if PERSISTENT:
-        for w in range(first_item, num_items, item_step):
+        for w in range(work.first_item, work.num_items, work.item_step):
             ring_uses, own_uses, zeroed = _pingpong_load_item(args, w, ring_uses, own_uses, zeroed, BLOCK_N, STAGES)
     else:
-        _pingpong_load_item(args, first_item, ring_uses, own_uses, zeroed, BLOCK_N, STAGES)
+        _pingpong_load_item(args, work.first_item, ring_uses, own_uses, zeroed, BLOCK_N, STAGES)
 
 
 @gluon.jit
 def _pingpong_load_item(args, w, ring_uses, own_uses, zeroed, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     """The load warp's work on item w, after ``ring_uses`` ring slots, ``own_uses`` own-buffer
     uses and ``zeroed`` zeroed tiles of the earlier items; returns those counts after it."""
-    k_desc, v_desc, k_smem, v_smem, ready, empty, items, work, bufs, cache_rows, KV_SHARE, IN_RING = args
-    num_nodes = items[5]
+    k_desc = args.k_desc
+    v_desc = args.v_desc
+    ring = args.ring
     HEAD_DIM: gl.constexpr = k_desc.block_type.shape[1]
     tile_bytes: gl.constexpr = 2 * BLOCK_N * HEAD_DIM * k_desc.dtype.primitive_bitwidth // 8
-    it = _work_item(w, items, BLOCK_N)
-    split, m_tile, head_b, kv_head, b, prefix_len, lo, hi, n_full, full_end, has_partial, n_masked = it
-    masked = _masked_of(bufs, ring_uses, own_uses, it, num_nodes, IN_RING)
-    (xk_smem, xv_smem, xready, xfree, first_use, landed, loader_zeroes, n_masked, has_partial, full_end, hi,
-     prefix_len, num_nodes, request_end) = masked
-    request_row = b * cache_rows
+    it = _work_item(w, args.items, BLOCK_N)
+    masked = _masked_of(args.bufs, ring_uses, own_uses, it, args.items.num_nodes, args.IN_RING)
+    x = masked.bufs
+    request_row = it.b * args.cache_rows
     # KV_SHARE consecutive programs' query heads share one KV head (``VerifyConfig.split_query_heads``)
-    desc_col = (kv_head // KV_SHARE) * HEAD_DIM
-    for t in range(n_full):
+    desc_col = (it.kv_head // args.KV_SHARE) * HEAD_DIM
+    for t in range(it.n_full):
         use = ring_uses + t
         slot = use % STAGES
-        mbarrier.wait(empty.index(slot), phase=((use // STAGES) + 1) & 1, pred=use >= STAGES)
-        _load_tile_pair(k_desc, v_desc, request_row + lo + t * BLOCK_N, desc_col, ready.index(slot),
-                        k_smem.index(slot), v_smem.index(slot), True, tile_bytes)
-    for i in range(n_masked):
+        mbarrier.wait(ring.empty.index(slot), phase=((use // STAGES) + 1) & 1, pred=use >= STAGES)
+        _load_tile_pair(k_desc, v_desc, request_row + it.lo + t * BLOCK_N, desc_col, ring.ready.index(slot),
+                        ring.k_smem.index(slot), ring.v_smem.index(slot), True, tile_bytes)
+    for i in range(masked.n_masked):
         row, partial, start, buf, phase = _masked_tile_at(i, masked)
-        mbarrier.wait(xfree.index(buf), phase=phase ^ 1, pred=first_use + i >= xk_smem.shape[0])
-        if loader_zeroes & (row + BLOCK_N > request_end):
+        mbarrier.wait(x.free.index(buf), phase=phase ^ 1, pred=masked.first_use + i >= x.k.shape[0])
+        if masked.loader_zeroes & (row + BLOCK_N > masked.request_end):
             # (the tree's last tile, and a partial prefix tile reaching past the tree)
-            _load_tile_pair(k_desc, v_desc, request_row + row, desc_col, landed, xk_smem.index(buf),
-                            xv_smem.index(buf), True, tile_bytes)
-            mbarrier.wait(landed, phase=zeroed & 1)
-            _zero_rows_one_warp(xv_smem.index(buf), request_end - row)
-            mbarrier.arrive(xready.index(buf))
+            _load_tile_pair(k_desc, v_desc, request_row + row, desc_col, x.landed, x.k.index(buf), x.v.index(buf),
+                            True, tile_bytes)
+            mbarrier.wait(x.landed, phase=zeroed & 1)
+            _zero_rows_one_warp(x.v.index(buf), masked.request_end - row)
+            mbarrier.arrive(x.ready.index(buf))
             zeroed += 1
         else:
-            _load_tile_pair(k_desc, v_desc, request_row + row, desc_col, xready.index(buf), xk_smem.index(buf),
-                            xv_smem.index(buf), True, tile_bytes)
-    ring_uses, own_uses = _uses_after(ring_uses, own_uses, it, IN_RING)
+            _load_tile_pair(k_desc, v_desc, request_row + row, desc_col, x.ready.index(buf), x.k.index(buf),
+                            x.v.index(buf), True, tile_bytes)
+    ring_uses, own_uses = _uses_after(ring_uses, own_uses, it, args.IN_RING)
     return ring_uses, own_uses, zeroed
 
 
@@ -212,12 +201,10 @@ def _masked_tile_visibility(i, masked, mask_rows, row_ok, keys, ROW_AXIS: gl.con
     """Which keys of masked tile i each row sees, as :func:`_tree_visibility` lays them out: the
     partial prefix tile's keys before ``hi``, or the tree tile's ancestor bits (none on the
     partial tile); one form for both, so that no mask is carried across a branch."""
-    (xk_smem, xv_smem, xready, xfree, first_use, landed, loader_zeroes, n_masked, has_partial, full_end, hi, prefix_len,
-     num_nodes, request_end) = masked
     row, partial, start, buf, phase = _masked_tile_at(i, masked)
-    in_prefix = gl.expand_dims(row + keys < gl.where(partial, hi, 0), ROW_AXIS)
-    return in_prefix | _tree_visibility(mask_rows, row_ok & (start >= 0), gl.maximum(start, 0), num_nodes, keys,
-                                        ROW_AXIS, xk_smem.shape[1])
+    in_prefix = gl.expand_dims(row + keys < gl.where(partial, masked.hi, 0), ROW_AXIS)
+    return in_prefix | _tree_visibility(mask_rows, row_ok & (start >= 0), gl.maximum(start, 0), masked.num_nodes,
+                                        keys, ROW_AXIS, masked.bufs.k.shape[1])
 
 
 @gluon.jit
@@ -225,14 +212,13 @@ def _take_masked_tile(i, masked, PARTS: gl.constexpr, ld_layout: gl.constexpr):
     """Wait for masked tile i; where the load warp does not zero the V rows past the request's
     keys, zero them (every consumer does, writing the same bytes; the MMAs of each read them only
     after its own writes). Returns its (K, V) buffers and its buffer index."""
-    (xk_smem, xv_smem, xready, xfree, first_use, landed, loader_zeroes, n_masked, has_partial, full_end, hi, prefix_len,
-     num_nodes, request_end) = masked
+    x = masked.bufs
     row, partial, start, buf, phase = _masked_tile_at(i, masked)
-    mbarrier.wait(xready.index(buf), phase=phase)
-    if not loader_zeroes:
-        if row + xk_smem.shape[1] > request_end:
-            _zero_rows_from(xv_smem.index(buf), request_end - row, PARTS, ld_layout)
-    return xk_smem.index(buf), xv_smem.index(buf), buf
+    mbarrier.wait(x.ready.index(buf), phase=phase)
+    if not masked.loader_zeroes:
+        if row + x.k.shape[1] > masked.request_end:
+            _zero_rows_from(x.v.index(buf), masked.request_end - row, PARTS, ld_layout)
+    return x.k.index(buf), x.v.index(buf), buf
 
 
 @gluon.jit
@@ -243,18 +229,16 @@ def _pingpong_masked_tiles(acc, m_i, l_i, q_op, masked, mask_ptr, b, stride_mb, 
     """A warpgroup's masked key tiles after its stream: the split's partial last prefix tile,
     then, in the split holding the prefix's last row, the tree tiles (synchronous MMAs); each
     buffer released once this warpgroup's MMAs are done with it."""
-    (xk_smem, xv_smem, xready, xfree, first_use, landed, loader_zeroes, n_masked, has_partial, full_end, hi, prefix_len,
-     num_nodes, request_end) = masked
     rows_s = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     cols_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
     mask_rows = mask_ptr + b.to(gl.int64) * stride_mb + (rows_s // GROUP) * stride_mt
     row_ok = rows_s < num_rows
-    for i in range(n_masked):
+    for i in range(masked.n_masked):
         visible = _masked_tile_visibility(i, masked, mask_rows, row_ok, cols_s, 0)
         kx_smem, vx_smem, buf = _take_masked_tile(i, masked, 1, ld_layout)
         acc, m_i, l_i = _masked_tile_mma(acc, m_i, l_i, q_op, kx_smem, vx_smem, visible, qk_scale, s_layout,
                                          o_layout, p_layout, BLOCK_M, BLOCK_N)
-        mbarrier.arrive(xfree.index(buf))
+        mbarrier.arrive(masked.bufs.free.index(buf))
     return acc, m_i, l_i
 
 
@@ -264,19 +248,19 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
                             SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr, Q_IN_REGS: gl.constexpr,
                             PERSISTENT: gl.constexpr):
     """One warpgroup: its HALF_M query rows of each work item against every key tile of the
-    item's split."""
-    first_item, num_items, item_step = args[12]
+    item's split. ``args``: :class:`MmaArgs`."""
+    work = args.work
     # the ring's slots, the own buffers' uses and this warpgroup's turns taken by the earlier items
-    ring_uses = first_item * 0
-    own_uses = first_item * 0
-    turns = first_item * 0
+    ring_uses = work.first_item * 0
+    own_uses = work.first_item * 0
+    turns = work.first_item * 0
     if PERSISTENT:
-        for w in range(first_item, num_items, item_step):
+        for w in range(work.first_item, work.num_items, work.item_step):
             ring_uses, own_uses, turns = _pingpong_mma_item(WG, args, w, ring_uses, own_uses, turns, GROUP, HEAD_DIM,
                                                             HALF_M, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG, Q_IN_REGS)
     else:
-        _pingpong_mma_item(WG, args, first_item, ring_uses, own_uses, turns, GROUP, HEAD_DIM, HALF_M, BLOCK_N, STAGES,
-                           SINGLE_SPLIT, NUM_WG, Q_IN_REGS)
+        _pingpong_mma_item(WG, args, work.first_item, ring_uses, own_uses, turns, GROUP, HEAD_DIM, HALF_M, BLOCK_N,
+                           STAGES, SINGLE_SPLIT, NUM_WG, Q_IN_REGS)
 
 
 @gluon.jit
@@ -285,10 +269,15 @@ def _pingpong_mma_item(WG: gl.constexpr, args, w, ring_uses, own_uses, turns, GR
                        SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr, Q_IN_REGS: gl.constexpr):
     """One warpgroup's work on item w, after the earlier items' ``ring_uses`` ring slots,
     ``own_uses`` own-buffer uses and ``turns`` turns; returns those counts after it."""
-    (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, q_smem, k_smem, v_smem, ready, empty, turn, items, work, bufs,
-     stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh,
-     qk_scale, num_splits, rows_pad, IN_RING) = args
-    num_nodes = items[5]
+    io = args.io
+    st = args.strides
+    k_smem = args.ring.k_smem
+    v_smem = args.ring.v_smem
+    ready = args.ring.ready
+    empty = args.ring.empty
+    turn = args.turn
+    qk_scale = args.qk_scale
+    num_nodes = args.items.num_nodes
     dtype: gl.constexpr = k_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -298,17 +287,17 @@ def _pingpong_mma_item(WG: gl.constexpr, args, w, ring_uses, own_uses, turns, GR
     ld_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[4, 8],
                                                warps_per_cta=[4, 1], order=[1, 0])
     num_rows = num_nodes * GROUP
-    it = _work_item(w, items, BLOCK_N)
-    split, m_tile, head_b, kv_head, b, prefix_len, lo, hi, n_full, full_end, has_partial, n_masked = it
-    masked = _masked_of(bufs, ring_uses, own_uses, it, num_nodes, IN_RING)
-    my_rows = m_tile * (NUM_WG * HALF_M) + WG * HALF_M
-    q = _load_q_rows(q_ptr, b, kv_head, my_rows, num_rows, stride_qb, stride_qt, stride_qh, GROUP, HEAD_DIM, HALF_M,
-                     ld_layout)
+    it = _work_item(w, args.items, BLOCK_N)
+    n_full = it.n_full
+    masked = _masked_of(args.bufs, ring_uses, own_uses, it, num_nodes, args.IN_RING)
+    my_rows = it.m_tile * (NUM_WG * HALF_M) + WG * HALF_M
+    q = _load_q_rows(io.q_ptr, it.b, it.kv_head, my_rows, num_rows, st.stride_qb, st.stride_qt, st.stride_qh, GROUP,
+                     HEAD_DIM, HALF_M, ld_layout)
     if Q_IN_REGS:
         q_op = gl.convert_layout(q, gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
     else:
         # three warpgroups' registers do not hold q beside the scores and the accumulator
-        q_op = q_smem.index(WG)
+        q_op = args.q_smem.index(WG)
         _cta_barrier()  # every warp of this partition is past the previous item's MMAs, which read q
         q_op.store(q)
         fence_async_shared()
@@ -352,13 +341,13 @@ def _pingpong_mma_item(WG: gl.constexpr, args, w, ring_uses, own_uses, turns, GR
         mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
         mbarrier.arrive(empty.index(last))
-    acc, m_i, l_i = _pingpong_masked_tiles(acc, m_i, l_i, q_op, masked, mask_ptr, b, stride_mb, stride_mt, my_rows,
-                                           num_rows, qk_scale, s_layout, o_layout, p_layout, ld_layout, GROUP, HALF_M,
-                                           BLOCK_N)
-    _store_rows(acc, m_i, l_i, b, kv_head, head_b, split, my_rows, num_rows, rows_pad, num_splits, out_ptr,
-                part_o_ptr, part_lse_ptr, stride_ob, stride_ot, stride_oh, o_layout, 0, GROUP, HEAD_DIM, HALF_M,
-                SINGLE_SPLIT)
-    ring_uses, own_uses = _uses_after(ring_uses, own_uses, it, IN_RING)
+    acc, m_i, l_i = _pingpong_masked_tiles(acc, m_i, l_i, q_op, masked, io.mask_ptr, it.b, st.stride_mb, st.stride_mt,
+                                           my_rows, num_rows, qk_scale, s_layout, o_layout, p_layout, ld_layout, GROUP,
+                                           HALF_M, BLOCK_N)
+    _store_rows(acc, m_i, l_i, it.b, it.kv_head, it.head_b, it.split, my_rows, num_rows, args.rows_pad,
+                args.num_splits, io.out_ptr, io.part_o_ptr, io.part_lse_ptr, st.stride_ob, st.stride_ot, st.stride_oh,
+                o_layout, 0, GROUP, HEAD_DIM, HALF_M, SINGLE_SPLIT)
+    ring_uses, own_uses = _uses_after(ring_uses, own_uses, it, args.IN_RING)
     return ring_uses, own_uses, turns + gl.where(n_full > 0, n_full + 1, 0)
 
 
@@ -513,16 +502,16 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
     (WGMMA's N goes down to 8): a few per cent of the tile's MMA work instead of another
     warpgroup's worth (a 192-row tile) or a second program streaming the cache. Its masked key
     tiles are the warpgroups' (the buffers the load warp fills while the mask-free tiles stream),
-    so that at the stream's end only their MMAs remain."""
-    first_item, num_items, item_step = args[13]
-    ring_uses = first_item * 0
-    own_uses = first_item * 0
+    so that at the stream's end only their MMAs remain. ``args``: :class:`TailArgs`."""
+    work = args.work
+    ring_uses = work.first_item * 0
+    own_uses = work.first_item * 0
     if PERSISTENT:
-        for w in range(first_item, num_items, item_step):
+        for w in range(work.first_item, work.num_items, work.item_step):
             ring_uses, own_uses = _pingpong_tail_item(args, w, ring_uses, own_uses, GROUP, HEAD_DIM, BLOCK_N, STAGES,
                                                       SINGLE_SPLIT, NUM_WG, TAIL_M)
     else:
-        _pingpong_tail_item(args, first_item, ring_uses, own_uses, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT,
+        _pingpong_tail_item(args, work.first_item, ring_uses, own_uses, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT,
                             NUM_WG, TAIL_M)
 
 
@@ -531,24 +520,27 @@ def _pingpong_tail_item(args, w, ring_uses, own_uses, GROUP: gl.constexpr, HEAD_
                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr,
                         NUM_WG: gl.constexpr, TAIL_M: gl.constexpr):
     """The tail warpgroup's work on item w (as :func:`_pingpong_mma_item`)."""
-    (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, qt_smem, pt_smem, k_smem, v_smem, ready, empty, flag_smem,
-     items, work, bufs, stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh,
-     qk_scale, num_splits, rows_pad, IN_RING) = args
-    num_m_tiles = items[1]
-    num_nodes = items[5]
+    io = args.io
+    st = args.strides
+    ring = args.ring
+    qt_smem = args.qt_smem
+    pt_smem = args.pt_smem
+    qk_scale = args.qk_scale
+    num_m_tiles = args.items.num_m_tiles
+    num_nodes = args.items.num_nodes
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, TAIL_M, 16])
     ot_layout: gl.constexpr = st_layout
     ld_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[4, 8],
                                                warps_per_cta=[4, 1], order=[1, 0])
-    it = _work_item(w, items, BLOCK_N)
-    split, m_tile, head_b, kv_head, b, prefix_len, lo, hi, n_full, full_end, has_partial, n_masked = it
-    masked = _masked_of(bufs, ring_uses, own_uses, it, num_nodes, IN_RING)
+    it = _work_item(w, args.items, BLOCK_N)
+    n_full = it.n_full
+    masked = _masked_of(args.bufs, ring_uses, own_uses, it, num_nodes, args.IN_RING)
     # rows of the last m-tile's program only: the others compute them (cheaply) and store nothing
-    num_rows = gl.where(m_tile == num_m_tiles - 1, num_nodes * GROUP, 0)
+    num_rows = gl.where(it.m_tile == num_m_tiles - 1, num_nodes * GROUP, 0)
     row0 = num_m_tiles * (NUM_WG * 64)
-    q_t = _load_q_rows(q_ptr, b, kv_head, row0, num_rows, stride_qb, stride_qt, stride_qh, GROUP, HEAD_DIM, TAIL_M,
-                       ld_layout)
+    q_t = _load_q_rows(io.q_ptr, it.b, it.kv_head, row0, num_rows, st.stride_qb, st.stride_qt, st.stride_qh, GROUP,
+                       HEAD_DIM, TAIL_M, ld_layout)
     _cta_barrier()  # every warp is past the previous item's MMAs, which read q^T
     qt_smem.store(q_t)
     fence_async_shared()
@@ -561,29 +553,32 @@ def _pingpong_tail_item(args, w, ring_uses, own_uses, GROUP: gl.constexpr, HEAD_
     s_zero = gl.zeros([BLOCK_N, TAIL_M], gl.float32, st_layout)
     if n_full > 0:
         if NUM_WG > 1:
-            acc_t, m_t, l_t = _tail_stream_lazy(acc_t, m_t, l_t, qt_op, s_zero, k_smem, v_smem, pt_smem, flag_smem,
-                                                ready, empty, qk_scale, n_full, ring_uses, st_layout, STAGES)
+            acc_t, m_t, l_t = _tail_stream_lazy(acc_t, m_t, l_t, qt_op, s_zero, ring.k_smem, ring.v_smem, pt_smem,
+                                                args.flag_smem, ring.ready, ring.empty, qk_scale, n_full, ring_uses,
+                                                st_layout, STAGES)
         else:
             # beside one warpgroup the lazy max measured 2 % slower
-            acc_t, m_t, l_t = _tail_stream_exact(acc_t, m_t, l_t, qt_op, s_zero, k_smem, v_smem, pt_smem, ready,
-                                                 empty, qk_scale, n_full, ring_uses, ot_layout, STAGES)
+            acc_t, m_t, l_t = _tail_stream_exact(acc_t, m_t, l_t, qt_op, s_zero, ring.k_smem, ring.v_smem, pt_smem,
+                                                 ring.ready, ring.empty, qk_scale, n_full, ring_uses, ot_layout,
+                                                 STAGES)
         _cta_barrier()  # every warp is done with both P^T buffers before the masked tiles use one
     p_smem = pt_smem.index(0)  # the masked tiles' P^T (synchronous: one buffer)
     keys_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, st_layout))
     rows_s = row0 + gl.arange(0, TAIL_M, layout=gl.SliceLayout(0, st_layout))
-    mask_cols = mask_ptr + b.to(gl.int64) * stride_mb + (rows_s // GROUP) * stride_mt
+    mask_cols = io.mask_ptr + it.b.to(gl.int64) * st.stride_mb + (rows_s // GROUP) * st.stride_mt
     row_ok = rows_s < num_rows
-    for i in range(n_masked):
+    for i in range(masked.n_masked):
         visible = _masked_tile_visibility(i, masked, mask_cols, row_ok, keys_s, 1)
         kx_smem, vx_smem, buf = _take_masked_tile(i, masked, 4, ld_layout)
         acc_t, m_t, l_t = _tail_tile(acc_t, m_t, l_t, kx_smem, vx_smem, qt_op, p_smem, visible, qk_scale, st_layout,
                                      ot_layout, TAIL_M, BLOCK_N)
-        mbarrier.arrive(masked[3].index(buf))
+        mbarrier.arrive(masked.bufs.free.index(buf))
 
     # output (or partial) rows, from the transposed accumulator
-    _store_rows(acc_t, m_t, l_t, b, kv_head, head_b, split, row0, num_rows, rows_pad, num_splits, out_ptr, part_o_ptr,
-                part_lse_ptr, stride_ob, stride_ot, stride_oh, ot_layout, 1, GROUP, HEAD_DIM, TAIL_M, SINGLE_SPLIT)
-    ring_uses, own_uses = _uses_after(ring_uses, own_uses, it, IN_RING)
+    _store_rows(acc_t, m_t, l_t, it.b, it.kv_head, it.head_b, it.split, row0, num_rows, args.rows_pad, args.num_splits,
+                io.out_ptr, io.part_o_ptr, io.part_lse_ptr, st.stride_ob, st.stride_ot, st.stride_oh, ot_layout, 1,
+                GROUP, HEAD_DIM, TAIL_M, SINGLE_SPLIT)
+    ring_uses, own_uses = _uses_after(ring_uses, own_uses, it, args.IN_RING)
     return ring_uses, own_uses
 
 
@@ -621,9 +616,9 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     # a grid of that shape runs one a program, a smaller one (persistent, ``base_programs``
     # apart) several, each program's load warp streaming the next item's key tiles while its
     # warpgroups finish the one before
-    items = (lens_ptr, num_m_tiles, num_kv_heads, base_programs, chunk, num_nodes)
-    work = (gl.program_id(0) + gl.program_id(1) * gl.num_programs(0), base_programs * num_splits,
-            gl.num_programs(0) * gl.num_programs(1))
+    items = WorkGrid(lens_ptr, num_m_tiles, num_kv_heads, base_programs, chunk, num_nodes)
+    work = ProgramWork(gl.program_id(0) + gl.program_id(1) * gl.num_programs(0), base_programs * num_splits,
+                       gl.num_programs(0) * gl.num_programs(1))
 
     # q from shared memory for three warpgroups or a 256-wide head (registers: see the partitions'
     # budgets below)
@@ -659,16 +654,17 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     fence_async_shared()
     mbarrier.arrive(turn.index(0))  # warpgroup 0 has the first turn
     if MASKED_IN_RING:
-        bufs = (k_smem, v_smem, ready, empty, landed)
+        bufs = MaskedBuffers(k_smem, v_smem, ready, empty, landed)
     else:
-        bufs = (xk_smem, xv_smem, xready, xfree, landed)
+        bufs = MaskedBuffers(xk_smem, xv_smem, xready, xfree, landed)
 
     rows_pad = num_m_tiles * BLOCK_M + TAIL_M
-    mma_args = (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, q_smem, k_smem, v_smem, ready, empty, turn, items,
-                work, bufs, stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh,
-                qk_scale, num_splits, rows_pad, MASKED_IN_RING)
-    load_args = (k_desc, v_desc, k_smem, v_smem, ready, empty, items, work, bufs, cache_rows, KV_SHARE,
-                 MASKED_IN_RING)
+    io = RowPointers(q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr)
+    ring = KeyRing(k_smem, v_smem, ready, empty)
+    strides = RowStrides(stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh)
+    mma_args = MmaArgs(io, q_smem, ring, turn, items, work, bufs, strides, qk_scale, num_splits, rows_pad,
+                       MASKED_IN_RING)
+    load_args = LoadArgs(k_desc, v_desc, ring, items, work, bufs, cache_rows, KV_SHARE, MASKED_IN_RING)
     if TAIL_M > 0:
         qt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TAIL_M, HEAD_DIM], dtype)
         pt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TAIL_M, BLOCK_N], dtype)
@@ -676,9 +672,8 @@ def _tree_verify_partial_kernel_gluon_pingpong(
         pt_smem = gl.allocate_shared_memory(dtype, [2, TAIL_M, BLOCK_N], pt_sl)
         # the tail warps' rescale flags (two tiles' worth, see _tail_stream_lazy)
         flag_smem = gl.allocate_shared_memory(gl.float32, [2, 4], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-        tail_args = (q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr, qt_smem, pt_smem, k_smem, v_smem, ready, empty,
-                     flag_smem, items, work, bufs, stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob,
-                     stride_ot, stride_oh, qk_scale, num_splits, rows_pad, MASKED_IN_RING)
+        tail_args = TailArgs(io, qt_smem, pt_smem, ring, flag_smem, items, work, bufs, strides, qk_scale, num_splits,
+                             rows_pad, MASKED_IN_RING)
         if NUM_WG == 1:
             # one warpgroup hands the turn to itself; the tail has the registers to spare
             gl.warp_specialize([
@@ -724,9 +719,9 @@ def _tree_verify_partial_kernel_gluon_pingpong(
         ], [4, 4, 1], [160, 160, 24])
     if FUSED_MERGE:
         # the partitions have joined: every row of this program's partial is stored
-        split, m_tile, head_b, kv_head, b = _item_head(work[0], items)
+        split, m_tile, head_b, kv_head, b = _item_head(work.first_item, items)
         row_lo = m_tile * BLOCK_M
         row_hi = gl.minimum(gl.where(m_tile == num_m_tiles - 1, rows_pad, row_lo + BLOCK_M), num_nodes * GROUP)
-        _merge_if_last(counts_ptr + work[0] % base_programs, part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head,
-                       row_lo, row_hi, rows_pad, num_splits, stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM,
+        _merge_if_last(counts_ptr + work.first_item % base_programs, part_o_ptr, part_lse_ptr, out_ptr, b, head_b,
+                       kv_head, row_lo, row_hi, rows_pad, num_splits, stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM,
                        MERGE_ROWS, SPLIT_BLOCK, num_warps)
