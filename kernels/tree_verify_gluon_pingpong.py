@@ -59,8 +59,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from .tree_verify_gluon import (_cta_barrier, _load_q_rows, _load_tile_pair, _masked_tile_mma, _merge_if_last,
                                 _softmax_step, _split_keys, _store_rows, _tile_coords, _tree_visibility,
                                 _zero_rows_from)
-from .tree_verify_pingpong_state import (KeyRing, LoadArgs, MaskedBuffers, MaskedTiles, MmaArgs, ProgramWork,
-                                         RowPointers, RowStrides, TailArgs, WorkGrid, WorkItem)
+from .tree_verify_pingpong_state import (ConsumerArgs, KeyRing, LoadArgs, MaskedBuffers, MaskedTiles, MmaArgs,
+                                         ProgramWork, RowPointers, RowStrides, TailArgs, WorkGrid, WorkItem)
 
 
 @gluon.jit
@@ -249,7 +249,7 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
                             PERSISTENT: gl.constexpr):
     """One warpgroup: its HALF_M query rows of each work item against every key tile of the
     item's split. ``args``: :class:`MmaArgs`."""
-    work = args.work
+    work = args.common.work
     # the ring's slots, the own buffers' uses and this warpgroup's turns taken by the earlier items
     ring_uses = work.first_item * 0
     own_uses = work.first_item * 0
@@ -270,14 +270,15 @@ def _pingpong_mma_item(WG: gl.constexpr, args, w, ring_uses, own_uses, turns, GR
     """One warpgroup's work on item w, after the earlier items' ``ring_uses`` ring slots,
     ``own_uses`` own-buffer uses and ``turns`` turns; returns those counts after it."""
     io = args.io
-    st = args.strides
+    c = args.common
+    st = c.strides
     k_smem = args.ring.k_smem
     v_smem = args.ring.v_smem
     ready = args.ring.ready
     empty = args.ring.empty
     turn = args.turn
-    qk_scale = args.qk_scale
-    num_nodes = args.items.num_nodes
+    qk_scale = c.qk_scale
+    num_nodes = c.items.num_nodes
     dtype: gl.constexpr = k_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -287,9 +288,9 @@ def _pingpong_mma_item(WG: gl.constexpr, args, w, ring_uses, own_uses, turns, GR
     ld_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[4, 8],
                                                warps_per_cta=[4, 1], order=[1, 0])
     num_rows = num_nodes * GROUP
-    it = _work_item(w, args.items, BLOCK_N)
+    it = _work_item(w, c.items, BLOCK_N)
     n_full = it.n_full
-    masked = _masked_of(args.bufs, ring_uses, own_uses, it, num_nodes, args.IN_RING)
+    masked = _masked_of(c.bufs, ring_uses, own_uses, it, num_nodes, c.IN_RING)
     my_rows = it.m_tile * (NUM_WG * HALF_M) + WG * HALF_M
     q = _load_q_rows(io.q_ptr, it.b, it.kv_head, my_rows, num_rows, st.stride_qb, st.stride_qt, st.stride_qh, GROUP,
                      HEAD_DIM, HALF_M, ld_layout)
@@ -344,10 +345,10 @@ def _pingpong_mma_item(WG: gl.constexpr, args, w, ring_uses, own_uses, turns, GR
     acc, m_i, l_i = _pingpong_masked_tiles(acc, m_i, l_i, q_op, masked, io.mask_ptr, it.b, st.stride_mb, st.stride_mt,
                                            my_rows, num_rows, qk_scale, s_layout, o_layout, p_layout, ld_layout, GROUP,
                                            HALF_M, BLOCK_N)
-    _store_rows(acc, m_i, l_i, it.b, it.kv_head, it.head_b, it.split, my_rows, num_rows, args.rows_pad,
-                args.num_splits, io.out_ptr, io.part_o_ptr, io.part_lse_ptr, st.stride_ob, st.stride_ot, st.stride_oh,
+    _store_rows(acc, m_i, l_i, it.b, it.kv_head, it.head_b, it.split, my_rows, num_rows, c.rows_pad,
+                c.num_splits, io.out_ptr, io.part_o_ptr, io.part_lse_ptr, st.stride_ob, st.stride_ot, st.stride_oh,
                 o_layout, 0, GROUP, HEAD_DIM, HALF_M, SINGLE_SPLIT)
-    ring_uses, own_uses = _uses_after(ring_uses, own_uses, it, args.IN_RING)
+    ring_uses, own_uses = _uses_after(ring_uses, own_uses, it, c.IN_RING)
     return ring_uses, own_uses, turns + gl.where(n_full > 0, n_full + 1, 0)
 
 
@@ -503,7 +504,7 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
     warpgroup's worth (a 192-row tile) or a second program streaming the cache. Its masked key
     tiles are the warpgroups' (the buffers the load warp fills while the mask-free tiles stream),
     so that at the stream's end only their MMAs remain. ``args``: :class:`TailArgs`."""
-    work = args.work
+    work = args.common.work
     ring_uses = work.first_item * 0
     own_uses = work.first_item * 0
     if PERSISTENT:
@@ -521,21 +522,22 @@ def _pingpong_tail_item(args, w, ring_uses, own_uses, GROUP: gl.constexpr, HEAD_
                         NUM_WG: gl.constexpr, TAIL_M: gl.constexpr):
     """The tail warpgroup's work on item w (as :func:`_pingpong_mma_item`)."""
     io = args.io
-    st = args.strides
+    c = args.common
+    st = c.strides
     ring = args.ring
     qt_smem = args.qt_smem
     pt_smem = args.pt_smem
-    qk_scale = args.qk_scale
-    num_m_tiles = args.items.num_m_tiles
-    num_nodes = args.items.num_nodes
+    qk_scale = c.qk_scale
+    num_m_tiles = c.items.num_m_tiles
+    num_nodes = c.items.num_nodes
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, TAIL_M, 16])
     ot_layout: gl.constexpr = st_layout
     ld_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[4, 8],
                                                warps_per_cta=[4, 1], order=[1, 0])
-    it = _work_item(w, args.items, BLOCK_N)
+    it = _work_item(w, c.items, BLOCK_N)
     n_full = it.n_full
-    masked = _masked_of(args.bufs, ring_uses, own_uses, it, num_nodes, args.IN_RING)
+    masked = _masked_of(c.bufs, ring_uses, own_uses, it, num_nodes, c.IN_RING)
     # rows of the last m-tile's program only: the others compute them (cheaply) and store nothing
     num_rows = gl.where(it.m_tile == num_m_tiles - 1, num_nodes * GROUP, 0)
     row0 = num_m_tiles * (NUM_WG * 64)
@@ -575,10 +577,10 @@ def _pingpong_tail_item(args, w, ring_uses, own_uses, GROUP: gl.constexpr, HEAD_
         mbarrier.arrive(masked.bufs.free.index(buf))
 
     # output (or partial) rows, from the transposed accumulator
-    _store_rows(acc_t, m_t, l_t, it.b, it.kv_head, it.head_b, it.split, row0, num_rows, args.rows_pad, args.num_splits,
+    _store_rows(acc_t, m_t, l_t, it.b, it.kv_head, it.head_b, it.split, row0, num_rows, c.rows_pad, c.num_splits,
                 io.out_ptr, io.part_o_ptr, io.part_lse_ptr, st.stride_ob, st.stride_ot, st.stride_oh, ot_layout, 1,
                 GROUP, HEAD_DIM, TAIL_M, SINGLE_SPLIT)
-    ring_uses, own_uses = _uses_after(ring_uses, own_uses, it, args.IN_RING)
+    ring_uses, own_uses = _uses_after(ring_uses, own_uses, it, c.IN_RING)
     return ring_uses, own_uses
 
 
@@ -662,8 +664,8 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     io = RowPointers(q_ptr, mask_ptr, out_ptr, part_o_ptr, part_lse_ptr)
     ring = KeyRing(k_smem, v_smem, ready, empty)
     strides = RowStrides(stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh)
-    mma_args = MmaArgs(io, q_smem, ring, turn, items, work, bufs, strides, qk_scale, num_splits, rows_pad,
-                       MASKED_IN_RING)
+    common = ConsumerArgs(items, work, bufs, strides, qk_scale, num_splits, rows_pad, MASKED_IN_RING)
+    mma_args = MmaArgs(io, q_smem, ring, turn, common)
     load_args = LoadArgs(k_desc, v_desc, ring, items, work, bufs, cache_rows, KV_SHARE, MASKED_IN_RING)
     if TAIL_M > 0:
         qt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TAIL_M, HEAD_DIM], dtype)
@@ -672,8 +674,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
         pt_smem = gl.allocate_shared_memory(dtype, [2, TAIL_M, BLOCK_N], pt_sl)
         # the tail warps' rescale flags (two tiles' worth, see _tail_stream_lazy)
         flag_smem = gl.allocate_shared_memory(gl.float32, [2, 4], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-        tail_args = TailArgs(io, qt_smem, pt_smem, ring, flag_smem, items, work, bufs, strides, qk_scale, num_splits,
-                             rows_pad, MASKED_IN_RING)
+        tail_args = TailArgs(io, qt_smem, pt_smem, ring, flag_smem, common)
         if NUM_WG == 1:
             # one warpgroup hands the turn to itself; the tail has the registers to spare
             gl.warp_specialize([

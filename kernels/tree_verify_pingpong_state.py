@@ -162,15 +162,11 @@ class LoadArgs:
 
 
 @aggregate
-class MmaArgs:
-    """A 64-row warpgroup's arguments: the tensors it reads and writes, its q buffer (read with three
-    warpgroups or a 256-wide head), the ring, the turn barriers, the work items, the masked tiles'
-    buffers, the strides, the scale of the scores (log2), the splits, the rows a split's partial
-    holds, whether the masked tiles come through the ring."""
-    io: RowPointers
-    q_smem: Smem
-    ring: KeyRing
-    turn: Smem
+class ConsumerArgs:
+    """What the 64-row warpgroups and the tail warpgroup both take, after their own buffers: the
+    work items, this program's work, the masked tiles' buffers, the strides, the scale of the
+    scores (log2), the splits, the rows a split's partial holds, whether the masked tiles come
+    through the ring."""
     items: WorkGrid
     work: ProgramWork
     bufs: MaskedBuffers
@@ -182,6 +178,17 @@ class MmaArgs:
 
 
 @aggregate
+class MmaArgs:
+    """A 64-row warpgroup's arguments: the tensors it reads and writes, its q buffer (read with three
+    warpgroups or a 256-wide head), the ring, the turn barriers, and the rest."""
+    io: RowPointers
+    q_smem: Smem
+    ring: KeyRing
+    turn: Smem
+    common: ConsumerArgs
+
+
+@aggregate
 class TailArgs:
     """The tail warpgroup's arguments: as :class:`MmaArgs`, with its q^T and P^T buffers and its
     rescale flags instead of the q buffer and the turns."""
@@ -190,11 +197,4 @@ class TailArgs:
     pt_smem: Smem
     ring: KeyRing
     flag_smem: Smem
-    items: WorkGrid
-    work: ProgramWork
-    bufs: MaskedBuffers
-    strides: RowStrides
-    qk_scale: gl.tensor
-    num_splits: gl.tensor
-    rows_pad: gl.tensor
-    IN_RING: gl.tensor
+    common: ConsumerArgs
