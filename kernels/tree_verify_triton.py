@@ -552,19 +552,30 @@ _DIRECT: dict = {}
 _WORKSPACES: dict = {}
 
 
-def _reused_workspace(device: int, stream: int, numel: int, items: int) -> tuple:
-    """(fp32 partials of at least ``numel`` elements, int32 counts of at least ``items``, zeroed
-    when new, their two addresses, their two sizes) of this stream and thread."""
+class _Workspace:
+    """Split partials (fp32) and the folded merge's item counts (int32, zeroed when new), with their
+    addresses and sizes kept beside them for the hot path."""
+
+    __slots__ = ("partials", "counts", "partials_ptr", "counts_ptr", "numel", "items")
+
+    def __init__(self, device: int, numel: int, items: int):
+        where = torch.device("cuda", device)
+        self.partials = torch.empty(numel, device=where, dtype=torch.float32)
+        self.counts = torch.zeros(items, device=where, dtype=torch.int32)
+        self.partials_ptr, self.counts_ptr = self.partials.data_ptr(), self.counts.data_ptr()
+        self.numel, self.items = numel, items
+
+
+def _reused_workspace(device: int, stream: int, numel: int, items: int) -> _Workspace:
+    """The workspace of this stream and thread, at least ``numel`` partials and ``items`` counts."""
     key = (device, stream, threading.get_ident())
     found = _WORKSPACES.get(key)
-    if found is None or found[4] < numel or found[5] < items:
+    if found is None or found.numel < numel or found.items < items:
         if len(_WORKSPACES) >= 64:
             _WORKSPACES.clear()  # the allocator frees them in stream order
-        where = torch.device("cuda", device)
-        numel, items = max(numel, 0 if found is None else found[4]), max(items, 0 if found is None else found[5])
-        partials = torch.empty(numel, device=where, dtype=torch.float32)
-        counts = torch.zeros(items, device=where, dtype=torch.int32)
-        found = _WORKSPACES[key] = (partials, counts, partials.data_ptr(), counts.data_ptr(), numel, items)
+        if found is not None:
+            numel, items = max(numel, found.numel), max(items, found.items)
+        found = _WORKSPACES[key] = _Workspace(device, numel, items)
     return found
 
 
@@ -684,7 +695,7 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
             ptrs = _direct_pointers(q, k_cache, v_cache, cache_lens, ancestor_mask, out)
             if ptrs is not None and direct(ptrs, sm_scale, key[4]):
                 if out_layout is None:
-                    _remember_last(direct, key, (q, k_cache, v_cache, cache_lens, ancestor_mask))
+                    _remember_last(direct, (q, k_cache, v_cache, cache_lens, ancestor_mask), policy, key[10], key[4])
                 return out
             # else a kernel this call needs (the merge folded in, or not) is not compiled yet
     if q.shape[0] == 0 or q.shape[1] == 0:
@@ -721,13 +732,14 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
 _LAST_DIRECT = None
 
 
-def _remember_last(direct, key: tuple, tensors: tuple) -> None:
-    """Make ``direct`` (launched under ``key`` on ``tensors``, which passed every check of
-    :func:`_direct_pointers`) the last direct call, its guard built from them the first time."""
+def _remember_last(direct, tensors: tuple, policy, positive_scale: bool, device: int) -> None:
+    """Make ``direct`` (launched on ``tensors``, which passed every check of :func:`_direct_pointers`,
+    under ``policy``, a scale of that sign, on the current ``device``) the last direct call, its
+    guard built from them the first time."""
     global _LAST_DIRECT
     if direct.guard is None:
         direct.guard = _tensor_guard(tensors) or False
-        direct.policy, direct.positive_scale, direct.device = key[11], key[10], key[4]
+        direct.policy, direct.positive_scale, direct.device = policy, positive_scale, device
     if direct.guard:
         _LAST_DIRECT = direct
 
@@ -890,9 +902,9 @@ class _DirectCall:
                 if split is None:
                     return False
                 found = _reused_workspace(device, stream, self.workspace_numel, self.items)
-                workspace, part_o = found[0], found[2]
+                workspace, part_o = found.partials, found.partials_ptr
                 if self.can_fuse:
-                    counts = found[3]
+                    counts = found.counts_ptr
             if self.poison:
                 workspace.fill_(float("nan"))
             part_lse = part_o + self.workspace_split
