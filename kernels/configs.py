@@ -39,8 +39,6 @@ class VerifyConfig:
         65-72 rows on one 64-row warpgroup with gluon_pingpong_64).
     gluon_pingpong_64_block_n: key rows per tile of the single ping-pong warpgroup on long splits
         of a grid that is not persistent (0: as gluon_block_n).
-    gluon_key_split: a 64-row ping-pong tile without a tail runs two warpgroups on the same rows,
-        every other key tile each, combined at the end (one item a program, not persistent).
     split_query_heads: 129-144 packed rows at an even G run as two programs of half the query heads
         each where the plan would give two programs per KV head anyway.
     split_key_cost, min_split_keys: the split model's cost of a key row in units of the tiles it
@@ -67,7 +65,6 @@ class VerifyConfig:
     gluon_pingpong_tail: bool = False
     gluon_pingpong_64: bool = False
     gluon_pingpong_64_block_n: int = 0
-    gluon_key_split: bool = False
     split_query_heads: bool = False
     split_key_cost: float = 1.0
     min_split_keys: int = 256

@@ -59,8 +59,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from .tree_verify_gluon import (_cta_barrier, _load_q_rows, _load_tile_pair, _masked_tile_mma, _merge_if_last,
                                 _softmax_step, _split_keys, _store_rows, _tile_coords, _tree_visibility,
                                 _zero_rows_from)
-from .tree_verify_pingpong_state import (ConsumerArgs, KeyRing, KeySplitArgs, LoadArgs, MaskedBuffers, MaskedTiles,
-                                         MmaArgs, ProgramWork, RowPointers, RowStrides, TailArgs, WorkGrid, WorkItem)
+from .tree_verify_pingpong_state import (ConsumerArgs, KeyRing, LoadArgs, MaskedBuffers, MaskedTiles, MmaArgs,
+                                         ProgramWork, RowPointers, RowStrides, TailArgs, WorkGrid, WorkItem)
 
 
 @gluon.jit
@@ -223,18 +223,17 @@ def _take_masked_tile(i, masked, PARTS: gl.constexpr, ld_layout: gl.constexpr):
 
 @gluon.jit
 def _pingpong_masked_tiles(acc, m_i, l_i, q_op, masked, mask_ptr, b, stride_mb, stride_mt, row0, num_rows, qk_scale,
-                           first, s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
+                           s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
                            ld_layout: gl.constexpr, GROUP: gl.constexpr, BLOCK_M: gl.constexpr,
-                           BLOCK_N: gl.constexpr, STEP: gl.constexpr = 1):
+                           BLOCK_N: gl.constexpr):
     """A warpgroup's masked key tiles after its stream: the split's partial last prefix tile,
     then, in the split holding the prefix's last row, the tree tiles (synchronous MMAs); each
-    buffer released once this warpgroup's MMAs are done with it. From tile ``first``, every
-    STEP-th (two warpgroups sharing the keys take every other one)."""
+    buffer released once this warpgroup's MMAs are done with it."""
     rows_s = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     cols_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
     mask_rows = mask_ptr + b.to(gl.int64) * stride_mb + (rows_s // GROUP) * stride_mt
     row_ok = rows_s < num_rows
-    for i in range(first, masked.n_masked, STEP):
+    for i in range(masked.n_masked):
         visible = _masked_tile_visibility(i, masked, mask_rows, row_ok, cols_s, 0)
         kx_smem, vx_smem, buf = _take_masked_tile(i, masked, 1, ld_layout)
         acc, m_i, l_i = _masked_tile_mma(acc, m_i, l_i, q_op, kx_smem, vx_smem, visible, qk_scale, s_layout,
@@ -247,10 +246,9 @@ def _pingpong_masked_tiles(acc, m_i, l_i, q_op, masked, mask_ptr, b, stride_mb, 
 def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
                             HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                             SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr, Q_IN_REGS: gl.constexpr,
-                            PERSISTENT: gl.constexpr, KEY_SPLIT: gl.constexpr = False):
+                            PERSISTENT: gl.constexpr):
     """One warpgroup: its HALF_M query rows of each work item against every key tile of the
-    item's split (with KEY_SPLIT, the rows both warpgroups take against every other key tile).
-    ``args``: :class:`MmaArgs` (with KEY_SPLIT, :class:`KeySplitArgs`)."""
+    item's split. ``args``: :class:`MmaArgs`."""
     work = args.common.work
     # the ring's slots, the own buffers' uses and this warpgroup's turns taken by the earlier items
     ring_uses = work.first_item * 0
@@ -262,22 +260,15 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
                                                             HALF_M, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG, Q_IN_REGS)
     else:
         _pingpong_mma_item(WG, args, work.first_item, ring_uses, own_uses, turns, GROUP, HEAD_DIM, HALF_M, BLOCK_N,
-                           STAGES, SINGLE_SPLIT, NUM_WG, Q_IN_REGS, KEY_SPLIT)
+                           STAGES, SINGLE_SPLIT, NUM_WG, Q_IN_REGS)
 
 
 @gluon.jit
 def _pingpong_mma_item(WG: gl.constexpr, args, w, ring_uses, own_uses, turns, GROUP: gl.constexpr,
                        HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                       SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr, Q_IN_REGS: gl.constexpr,
-                       KEY_SPLIT: gl.constexpr = False):
+                       SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr, Q_IN_REGS: gl.constexpr):
     """One warpgroup's work on item w, after the earlier items' ``ring_uses`` ring slots,
-    ``own_uses`` own-buffer uses and ``turns`` turns; returns those counts after it.
-
-    KEY_SPLIT (one item a program, no tail): two warpgroups take the same 64 rows, warpgroup WG
-    the item's key tiles WG, WG + 2, ... (mask-free, then masked), without turns; warpgroup 1
-    hands its accumulator, max and sum to warpgroup 0 through shared memory, which combines and
-    stores both. One warpgroup's chain of MMA, softmax and MMA a tile, not the stream, bounds a
-    64-row program; two chains run side by side on one SM's ring."""
+    ``own_uses`` own-buffer uses and ``turns`` turns; returns those counts after it."""
     io = args.io
     c = args.common
     st = c.strides
@@ -298,38 +289,15 @@ def _pingpong_mma_item(WG: gl.constexpr, args, w, ring_uses, own_uses, turns, GR
                                                warps_per_cta=[4, 1], order=[1, 0])
     num_rows = num_nodes * GROUP
     it = _work_item(w, c.items, BLOCK_N)
+    n_full = it.n_full
     masked = _masked_of(c.bufs, ring_uses, own_uses, it, num_nodes, c.IN_RING)
-    # this warpgroup's mask-free tiles: ring uses first, first + STEP, ... (n_full of them, or
-    # with KEY_SPLIT every other one from its own)
-    STEP: gl.constexpr = 2 if KEY_SPLIT else 1
-    if KEY_SPLIT:
-        my_rows = it.m_tile * HALF_M
-        first = ring_uses + WG
-        n_full = (it.n_full + 1 - WG) // 2
-    else:
-        my_rows = it.m_tile * (NUM_WG * HALF_M) + WG * HALF_M
-        first = ring_uses
-        n_full = it.n_full
+    my_rows = it.m_tile * (NUM_WG * HALF_M) + WG * HALF_M
+    q = _load_q_rows(io.q_ptr, it.b, it.kv_head, my_rows, num_rows, st.stride_qb, st.stride_qt, st.stride_qh, GROUP,
+                     HEAD_DIM, HALF_M, ld_layout)
     if Q_IN_REGS:
-        q = _load_q_rows(io.q_ptr, it.b, it.kv_head, my_rows, num_rows, st.stride_qb, st.stride_qt, st.stride_qh,
-                         GROUP, HEAD_DIM, HALF_M, ld_layout)
         q_op = gl.convert_layout(q, gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
-    elif KEY_SPLIT:
-        # one q buffer for both warpgroups: warpgroup 0 fills it, warpgroup 1 waits for it
-        q_op = args.q_smem.index(0)
-        if WG == 0:
-            q = _load_q_rows(io.q_ptr, it.b, it.kv_head, my_rows, num_rows, st.stride_qb, st.stride_qt,
-                             st.stride_qh, GROUP, HEAD_DIM, HALF_M, ld_layout)
-            q_op.store(q)
-            fence_async_shared()
-            _cta_barrier()  # this partition's warps only
-            mbarrier.arrive(args.handoff.index(0))
-        else:
-            mbarrier.wait(args.handoff.index(0), phase=0)
     else:
         # three warpgroups' registers do not hold q beside the scores and the accumulator
-        q = _load_q_rows(io.q_ptr, it.b, it.kv_head, my_rows, num_rows, st.stride_qb, st.stride_qt, st.stride_qh,
-                         GROUP, HEAD_DIM, HALF_M, ld_layout)
         q_op = args.q_smem.index(WG)
         _cta_barrier()  # every warp of this partition is past the previous item's MMAs, which read q
         q_op.store(q)
@@ -343,85 +311,45 @@ def _pingpong_mma_item(WG: gl.constexpr, args, w, ring_uses, own_uses, turns, GR
     # turn k of this warpgroup waits for completion k of turn[WG] (the other warpgroup's
     # arrivals; warpgroup 0's first one is pre-arrived), and ends with an arrival on the other's
     if n_full > 0:
-        mbarrier.wait(ready.index(first % STAGES), phase=(first // STAGES) & 1)
-        if not KEY_SPLIT:
-            mbarrier.wait(turn.index(WG), phase=turns & 1)
-        s_tok = warpgroup_mma(q_op, k_smem.index(first % STAGES).permute((1, 0)), s_zero, use_acc=False,
+        mbarrier.wait(ready.index(ring_uses % STAGES), phase=(ring_uses // STAGES) & 1)
+        mbarrier.wait(turn.index(WG), phase=turns & 1)
+        s_tok = warpgroup_mma(q_op, k_smem.index(ring_uses % STAGES).permute((1, 0)), s_zero, use_acc=False,
                               is_async=True)
-        if not KEY_SPLIT:
-            mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
+        mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
         p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
         for j in range(n_full - 1):
-            slot = (first + j * STEP) % STAGES
-            nxt = first + (j + 1) * STEP
+            slot = (ring_uses + j) % STAGES
+            nxt = ring_uses + j + 1
             mbarrier.wait(ready.index(nxt % STAGES), phase=(nxt // STAGES) & 1)
-            if not KEY_SPLIT:
-                mbarrier.wait(turn.index(WG), phase=(turns + j + 1) & 1)
+            mbarrier.wait(turn.index(WG), phase=(turns + j + 1) & 1)
             s_tok = warpgroup_mma(q_op, k_smem.index(nxt % STAGES).permute((1, 0)), s_zero, use_acc=False,
                                   is_async=True)
             acc = acc * gl.expand_dims(alpha_o, 1)
             acc_tok = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(slot), acc,
                                     is_async=True)
-            if not KEY_SPLIT:
-                mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
+            mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
             # S(j+1) done (P.V(j), issued after it, may still run): its softmax under the other
             # warpgroup's MMAs and our own P.V(j)
             s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
             p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
             mbarrier.arrive(empty.index(slot))
-        last = (first + (n_full - 1) * STEP) % STAGES
-        if not KEY_SPLIT:
-            mbarrier.wait(turn.index(WG), phase=(turns + n_full) & 1)
+        last = (ring_uses + n_full - 1) % STAGES
+        mbarrier.wait(turn.index(WG), phase=(turns + n_full) & 1)
         acc = acc * gl.expand_dims(alpha_o, 1)
         acc_tok = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(last), acc, is_async=True)
-        if not KEY_SPLIT:
-            mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
+        mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
         mbarrier.arrive(empty.index(last))
-    # the masked tiles follow the mask-free ones in the ring: with KEY_SPLIT, this warpgroup's
-    # are those whose ring use it.n_full + i has its parity
     acc, m_i, l_i = _pingpong_masked_tiles(acc, m_i, l_i, q_op, masked, io.mask_ptr, it.b, st.stride_mb, st.stride_mt,
-                                           my_rows, num_rows, qk_scale, (WG + it.n_full) % 2 if KEY_SPLIT else 0,
-                                           s_layout, o_layout, p_layout, ld_layout, GROUP, HALF_M, BLOCK_N, STEP)
-    if KEY_SPLIT:
-        acc, m_i, l_i = _combine_key_halves(WG, acc, m_i, l_i, args.comb_o, args.comb_ml, args.handoff, s_layout,
-                                            o_layout)
-    if WG == 0 or not KEY_SPLIT:
-        _store_rows(acc, m_i, l_i, it.b, it.kv_head, it.head_b, it.split, my_rows, num_rows, c.rows_pad,
-                    c.num_splits, io.out_ptr, io.part_o_ptr, io.part_lse_ptr, st.stride_ob, st.stride_ot,
-                    st.stride_oh, o_layout, 0, GROUP, HEAD_DIM, HALF_M, SINGLE_SPLIT)
+                                           my_rows, num_rows, qk_scale, s_layout, o_layout, p_layout, ld_layout, GROUP,
+                                           HALF_M, BLOCK_N)
+    _store_rows(acc, m_i, l_i, it.b, it.kv_head, it.head_b, it.split, my_rows, num_rows, c.rows_pad,
+                c.num_splits, io.out_ptr, io.part_o_ptr, io.part_lse_ptr, st.stride_ob, st.stride_ot, st.stride_oh,
+                o_layout, 0, GROUP, HEAD_DIM, HALF_M, SINGLE_SPLIT)
     ring_uses, own_uses = _uses_after(ring_uses, own_uses, it, c.IN_RING)
     return ring_uses, own_uses, turns + gl.where(n_full > 0, n_full + 1, 0)
-
-
-@gluon.jit
-def _combine_key_halves(WG: gl.constexpr, acc, m_i, l_i, comb_o, comb_ml, handoff, s_layout: gl.constexpr,
-                        o_layout: gl.constexpr):
-    """KEY_SPLIT's end: warpgroup 1 leaves its accumulator, running max and sum in shared memory
-    (``comb_o``, ``comb_ml``) and signals ``handoff[1]``; warpgroup 0 waits for them and returns
-    the two halves' combination (rescaled to the larger max), which it then stores."""
-    if WG == 1:
-        comb_o.store(acc)
-        comb_ml.index(0).store(m_i)
-        comb_ml.index(1).store(l_i)
-        _cta_barrier()  # every warp's rows in place (this partition's warps only)
-        mbarrier.arrive(handoff.index(1))
-    else:
-        mbarrier.wait(handoff.index(1), phase=0)
-        m_1 = comb_ml.index(0).load(gl.SliceLayout(1, s_layout))
-        l_1 = comb_ml.index(1).load(gl.SliceLayout(1, s_layout))
-        m_new = gl.maximum(m_i, m_1)
-        # rows neither half saw a key for keep m = -inf: shift by 0 (both weights stay 0)
-        m_shift = gl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha_0 = gl.exp2(m_i - m_shift)
-        alpha_1 = gl.exp2(m_1 - m_shift)
-        acc = (acc * gl.expand_dims(gl.convert_layout(alpha_0, gl.SliceLayout(1, o_layout)), 1)
-               + comb_o.load(o_layout) * gl.expand_dims(gl.convert_layout(alpha_1, gl.SliceLayout(1, o_layout)), 1))
-        l_i = l_i * alpha_0 + l_1 * alpha_1
-        m_i = m_new
-    return acc, m_i, l_i
 
 
 @gluon.jit
@@ -669,7 +597,6 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, Q_IN_REGS: gl.constexpr, num_warps: gl.constexpr,
     TAIL_M: gl.constexpr = 0, KV_SHARE: gl.constexpr = 1, PERSISTENT: gl.constexpr = False,
     FUSED_MERGE: gl.constexpr = False, MERGE_ROWS: gl.constexpr = 2, SPLIT_BLOCK: gl.constexpr = 2,
-    KEY_SPLIT: gl.constexpr = False,
 ):
     # launched with 4 warps (warpgroup 0, the default partition); the other warpgroups, the load
     # warp and the tail warpgroup are worker partitions. Q_IN_REGS is not read: q sits in
@@ -684,8 +611,6 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     gl.static_assert(TAIL_M == 0 or (TAIL_M == 8 and NUM_WG <= 2))
     gl.static_assert(not PERSISTENT or NUM_WG <= 2)
     gl.static_assert(not (PERSISTENT and FUSED_MERGE))
-    # two warpgroups on one 64-row tile's keys (see _pingpong_mma_item), one item a program
-    gl.static_assert(not KEY_SPLIT or (NUM_WG == 1 and TAIL_M == 0 and not PERSISTENT))
     dtype: gl.constexpr = k_desc.dtype
     kv_sl: gl.constexpr = k_desc.layout
 
@@ -709,8 +634,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     turn = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-        # every consumer reads every tile, but for KEY_SPLIT's two warpgroups (one each)
-        mbarrier.init(empty.index(i), count=1 if KEY_SPLIT else NUM_WG + (TAIL_M > 0))
+        mbarrier.init(empty.index(i), count=NUM_WG + (TAIL_M > 0))
     for i in gl.static_range(NUM_WG):
         mbarrier.init(turn.index(i), count=1)
     # the masked key tiles (the split's partial last prefix tile; the tree tiles in the split
@@ -743,23 +667,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     common = ConsumerArgs(items, work, bufs, strides, qk_scale, num_splits, rows_pad, MASKED_IN_RING)
     mma_args = MmaArgs(io, q_smem, ring, turn, common)
     load_args = LoadArgs(k_desc, v_desc, ring, items, work, bufs, cache_rows, KV_SHARE, MASKED_IN_RING)
-    if KEY_SPLIT:
-        # warpgroup 1's accumulator, max and sum for warpgroup 0 (fp32), and the barriers of q and of them
-        comb_o = gl.allocate_shared_memory(gl.float32, [64, HEAD_DIM], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-        comb_ml = gl.allocate_shared_memory(gl.float32, [2, 64], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-        handoff = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(2):
-            mbarrier.init(handoff.index(i), count=1)
-        fence_async_shared()
-        split_args = KeySplitArgs(io, q_smem, ring, turn, common, comb_o, comb_ml, handoff)
-        gl.warp_specialize([
-            (_pingpong_mma_partition, (0, split_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM, PERSISTENT, True)),
-            (_pingpong_mma_partition, (1, split_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM, PERSISTENT, True)),
-            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT)),
-        ], [4, 1], [240, 24])
-    elif TAIL_M > 0:
+    if TAIL_M > 0:
         qt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TAIL_M, HEAD_DIM], dtype)
         pt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TAIL_M, BLOCK_N], dtype)
         qt_smem = gl.allocate_shared_memory(dtype, [TAIL_M, HEAD_DIM], qt_sl)

@@ -189,21 +189,6 @@ class MmaArgs:
 
 
 @aggregate
-class KeySplitArgs:
-    """:class:`MmaArgs` of two warpgroups sharing one 64-row tile's keys, and what they share at
-    the end: warpgroup 1's fp32 accumulator and its (max, sum) rows, the barriers of q (0) and of
-    those (1)."""
-    io: RowPointers
-    q_smem: Smem
-    ring: KeyRing
-    turn: Smem
-    common: ConsumerArgs
-    comb_o: Smem
-    comb_ml: Smem
-    handoff: Smem
-
-
-@aggregate
 class TailArgs:
     """The tail warpgroup's arguments: as :class:`MmaArgs`, with its q^T and P^T buffers and its
     rescale flags instead of the q buffer and the turns."""

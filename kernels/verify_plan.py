@@ -154,8 +154,7 @@ class VerifyPlan:
     kernel's launch grid (persistent: one program an SM); rows_pad: partial rows a (request, KV
     head); workspace_bytes: the fp32 partials and log2-sum-exps (0: one split, written directly);
     shared_bytes: the split kernel's shared memory (an upper bound, from the element size);
-    key_split: the ping-pong kernel's 64-row tile on two warpgroups, every other key tile each
-    (``VerifyConfig.gluon_key_split``); why: the table's reason and the planner's."""
+    why: the table's reason and the planner's."""
 
     kernel: str
     config: VerifyConfig
@@ -179,7 +178,6 @@ class VerifyPlan:
     shared_bytes: int
     merge: MergePlan | None
     why: str
-    key_split: bool = False
 
     @property
     def single_split(self) -> bool:
@@ -411,7 +409,7 @@ def _tiles(batch: int, num_nodes: int, group: int, kv_heads: int, cache_rows: in
 
 
 def shared_memory_bytes(kernel: str, cfg: VerifyConfig, block_m: int, tail_m: int, block_n: int, stages: int,
-                        head_dim: int, element_size: int, key_split: bool = False) -> int:
+                        head_dim: int, element_size: int) -> int:
     """The split kernel's shared memory from its tiles and the element size: the K/V ring, q where
     it lives in shared memory, the score tile's layout conversions, the tail's buffers, the
     barriers (for the Triton kernel an upper bound; the compile check compares both)."""
@@ -421,9 +419,7 @@ def shared_memory_bytes(kernel: str, cfg: VerifyConfig, block_m: int, tail_m: in
         q = warpgroups * 64 * head_dim * element_size if (warpgroups == 3 or head_dim > 128) else 64 * head_dim * 2
         own_masked = 2 * 2 * tile if (warpgroups == 1 and tail_m) else 0
         tail = (tail_m * head_dim + 2 * tail_m * block_n) * element_size + 64 if tail_m else 0
-        # a key split's second warpgroup hands over its fp32 accumulator, max and sum
-        handover = (64 * head_dim + 2 * 64) * 4 if key_split else 0
-        return 2 * stages * tile + q + own_masked + tail + handover + 1024
+        return 2 * stages * tile + q + own_masked + tail + 1024
     if kernel == "gluon":
         return 2 * stages * tile + block_m * head_dim * element_size + 1024
     q = (block_m + tail_m) * head_dim * element_size
@@ -502,8 +498,7 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
     base_programs = tiles["grid"][0]
     grid = (base_programs, num_splits)
     persistent = False
-    key_split = kernel == "pingpong" and cfg.gluon_key_split and block_m == 64 and tail_m == 0
-    if kernel == "pingpong" and not key_split:
+    if kernel == "pingpong":
         persistent_grid = pingpong_grid(grid, sms, block_m, chunk, policy)
         persistent, grid = persistent_grid != grid, persistent_grid
     kv_heads = shape.kv_heads * head_split
@@ -533,6 +528,5 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
                       base_programs=base_programs, grid=grid, persistent=persistent, rows_pad=rows_pad,
                       workspace_bytes=workspace,
                       shared_bytes=shared_memory_bytes(kernel, cfg, block_m, tail_m, block_n, stages, shape.head_dim,
-                                                       shape.element_size, key_split),
-                      merge=merge, why=reasons + ("; two warpgroups on every other key tile" if key_split else ""),
-                      key_split=key_split)
+                                                       shape.element_size),
+                      merge=merge, why=reasons)

@@ -374,42 +374,6 @@ def test_pingpong_kernel_at_head_dim_256(num_nodes, group, lens, dtype, splits, 
     assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, f"head dim 256, {plan.why}")
 
 
-# Two warpgroups on one 64-row tile's keys, every other key tile each (``gluon_key_split``), at head
-# dims 64, 128 (q in registers) and 256 (one q buffer in shared memory): an odd and an even count
-# of mask-free tiles, none, one, the partial prefix tile and the tree tiles falling to either
-# warpgroup, empty splits, one split (the output written directly), and the merge folded in
-# (the second call of each case).
-KEY_SPLIT_CASES = [
-    (9, 4, [3000, 100], 256, torch.bfloat16, None),
-    (9, 6, [0, 31, 32, 33], 256, torch.float16, 3),
-    (16, 4, [5000, 3000], 256, torch.bfloat16, 1),
-    (33, 1, [97, 1500, 64], 256, torch.bfloat16, 7),
-    (9, 4, [1000, 127, 16], 128, torch.float16, 5),
-    (17, 2, [8192, 4100], 128, torch.bfloat16, None),
-    (5, 8, [300, 129], 128, torch.bfloat16, 3),
-    (16, 4, [5000, 3000], 64, torch.bfloat16, 2),
-]
-
-
-@needs_sm90
-@pytest.mark.parametrize("num_nodes,group,lens,head_dim,dtype,splits", KEY_SPLIT_CASES)
-def test_pingpong_key_split_matches_reference(num_nodes, group, lens, head_dim, dtype, splits):
-    from specdec_kernels.configs import tiles_for
-
-    config = dataclasses.replace(tiles_for("sm_90", head_dim, 2, num_nodes * group, 8, 8192).config,
-                                 gluon_key_split=True, gluon_pingpong_64_block_n=0)
-    policy = verify_policy(splits, config)
-    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, num_nodes, "best_first", group, 2, head_dim, dtype,
-                                                  seed=31 * num_nodes + group)
-    q, k, v, lens_t, mask = (t.cuda() for t in (q, k, v, lens_t, mask))
-    plan = plan_of(q, k, v, policy)
-    assert (plan.kernel, plan.block_m, plan.key_split) == ("pingpong", 64, True), plan
-    ref = float64_reference(q, k, v, lens_t, mask)
-    for call in range(2):
-        out = run_triton(q, k, v, lens_t, mask, policy)
-        assert_rows_close(out, ref, dtype, f"key split, call {call}, {plan.why}")
-
-
 # The ping-pong kernel's single warpgroup on 128-key tiles, as head dim 64 takes it: the cases of
 # GLUON_CASES at head dim 64 (such a ring does not fit at 128), the planner's own choice of tiles
 # (asserted), on their short splits too.
