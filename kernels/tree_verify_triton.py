@@ -361,16 +361,9 @@ def _tree_verify_merge_kernel(
     if WAIT_FOR_SPLITS:
         gdc_wait()
     if ONE_BLOCK:
-        # every split's log2-sum-exps and partials loaded at once (one round trip to L2), then the
-        # rows' largest log2-sum-exp and each split's weight
-        lse, part = _split_block_partials(lse_base, o_base, split_ids, rows, row_valid, dims, num_splits, rows_pad,
-                                          HEAD_DIM)
-        m_i = tl.max(lse, 0)
-        # rows no split saw a key for keep m = -inf: shift by 0 (their weights are all 0)
-        acc, l_i = _add_weighted(tl.zeros([MERGE_ROWS, SLICE_D], dtype=tl.float32),
-                                 tl.zeros([MERGE_ROWS], dtype=tl.float32), lse, part,
-                                 tl.where(m_i == float("-inf"), 0.0, m_i))
-        _store_merged(acc, l_i, out_ptr, b, kv_head, rows, row_valid, dims, stride_ob, stride_ot, stride_oh, GROUP)
+        _merge_rows_one_block(lse_base, o_base, out_ptr, b, kv_head, rows, row_valid, num_splits, rows_pad,
+                              stride_ob, stride_ot, stride_oh, d0, GROUP, HEAD_DIM, SLICE_D, MERGE_ROWS,
+                              SPLIT_BLOCK, "")
     else:
         m_i = tl.full([MERGE_ROWS], float("-inf"), dtype=tl.float32)
         for s0 in range(0, num_splits, SPLIT_BLOCK):
@@ -382,33 +375,9 @@ def _tree_verify_merge_kernel(
         acc = tl.zeros([MERGE_ROWS, SLICE_D], dtype=tl.float32)
         l_i = tl.zeros([MERGE_ROWS], dtype=tl.float32)
         for s0 in range(0, num_splits, SPLIT_BLOCK):
-            lse, part = _split_block_partials(lse_base, o_base, s0 + split_ids, rows, row_valid, dims, num_splits,
-                                              rows_pad, HEAD_DIM)
-            acc, l_i = _add_weighted(acc, l_i, lse, part, m_shift)
+            acc, l_i = _merge_split_block(acc, l_i, s0, lse_base, o_base, rows, row_valid, dims, m_shift,
+                                          num_splits, rows_pad, HEAD_DIM, SPLIT_BLOCK, "")
         _store_merged(acc, l_i, out_ptr, b, kv_head, rows, row_valid, dims, stride_ob, stride_ot, stride_oh, GROUP)
-
-
-@triton.jit
-def _split_block_partials(lse_base, o_base, splits, rows, row_valid, dims, num_splits, rows_pad,
-                          HEAD_DIM: tl.constexpr):
-    """The log2-sum-exps [splits, rows] and partials [splits, rows, columns] of a block of splits,
-    each one load with all of it in flight (a block unrolled in a loop compiled to loads issued one
-    after another)."""
-    ok = (splits < num_splits)[:, None] & row_valid[None, :]
-    part_row = splits[:, None] * rows_pad + rows[None, :]
-    lse = tl.load(lse_base + part_row, mask=ok, other=float("-inf"))
-    part = tl.load(o_base + part_row[:, :, None] * HEAD_DIM + dims[None, None, :], mask=ok[:, :, None], other=0.0)
-    return lse, part
-
-
-@triton.jit
-def _add_weighted(acc, l_i, lse, part, m_shift):
-    """acc += the block's partials weighted against the rows' largest log2-sum-exp, l_i += the
-    weights; an empty split holds lse = -inf (weight 0), selected out whatever its partial holds."""
-    live = lse > float("-inf")
-    weight = tl.where(live, tl.exp2(lse - m_shift[None, :]), 0.0)
-    acc += tl.sum(tl.where(live[:, :, None], part * weight[:, :, None], 0.0), 0)
-    return acc, l_i + tl.sum(weight, 0)
 
 
 

@@ -200,14 +200,10 @@ SPLIT_HEAD_MAX_ROWS = 64 + PINGPONG_TAIL_ROWS
 # at most MERGE_ROWS rows a program.
 MERGE_ELEMENTS = 8192
 MERGE_ROWS = 8
-# a sliced merge program's columns at least: one 128-byte line of an fp32 partial row; the splits
-# of one block of the merge's own launch at most (each block one load)
+# a sliced merge program's columns at least: one 128-byte line of an fp32 partial row; splits
+# unrolled at most (a longer unroll takes minutes to compile)
 MERGE_MIN_SLICE = 32
-MERGE_MAX_SPLIT_BLOCK = 128
-# the merge folded into the split kernel unrolls its splits: at most this many; and the most splits
-# the split model prices at an entry's cheaper merge (one block of the merge's own launch)
-FUSED_MERGE_MAX_SPLITS = 64
-CHEAP_MERGE_MAX_SPLITS = 128
+MERGE_MAX_SPLIT_BLOCK = 64
 
 
 def pick_block_m(packed_rows: int, max_block_m: int, min_block_m: int = 16, extra_sizes: tuple = ()) -> int:
@@ -276,7 +272,7 @@ def pick_splits(base_programs: int, prefix_rows: int, block_n: int, slots: int, 
         chunk, splits = split_chunks(prefix_rows, wanted, block_n)
         cost = cdiv(base_programs * splits, slots) * (chunk + PROGRAM_COST_KEYS) * key_cost
         if splits > 1:
-            per_split = (merge_split_keys if merge_split_keys and splits <= CHEAP_MERGE_MAX_SPLITS
+            per_split = (merge_split_keys if merge_split_keys and splits <= MERGE_MAX_SPLIT_BLOCK
                          else MERGE_COST_KEYS_PER_SPLIT)
             cost += MERGE_COST_KEYS + cdiv(2 * splits * rows * heads, slots) + per_split * splits
         if best is None or cost < best[0]:
@@ -513,8 +509,7 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
         split_block, merge_rows = merge_tiles(num_splits, shape.head_dim)
         one_block = policy.merge_one_pass and num_splits <= split_block
         tile_rows = min(block_m + tail_m, rows)
-        fused = (policy.fused_merge and one_block and num_splits <= FUSED_MERGE_MAX_SPLITS
-                 and kernel in FUSED_MERGE_KERNELS and not persistent
+        fused = (policy.fused_merge and one_block and kernel in FUSED_MERGE_KERNELS and not persistent
                  and num_splits * tile_rows * (shape.head_dim + 1) * 4 <= policy.fused_merge_max_bytes)
         slices = 1 if fused else (policy.merge_head_slices
                                   or pick_merge_slices(num_splits, shape.head_dim, rows, shape.batch * kv_heads, sms))
