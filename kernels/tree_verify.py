@@ -43,6 +43,19 @@ def check_verify_args(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_lens: T
             f"ancestor_mask must be int32 [B={batch}, T={num_nodes}, W={words}], "
             f"got {ancestor_mask.dtype} {tuple(ancestor_mask.shape)}"
         )
+    if batch and not cache_lens.is_cuda:
+        check_cache_lens(cache_lens, num_nodes, k_shape[1])
+
+
+def check_cache_lens(cache_lens: Tensor, num_nodes: int, cache_rows: int) -> None:
+    """Raise ValueError naming the first request whose L_b is negative or whose tree rows pass the
+    caches' S rows. Only for lengths on the host: on a GPU reading them is a host sync, so there
+    ``0 <= L_b <= S - T`` stays the caller's contract."""
+    lens, limit = cache_lens.tolist(), cache_rows - num_nodes
+    if min(lens) < 0 or max(lens) > limit:
+        b = next(b for b, n in enumerate(lens) if not 0 <= n <= limit)
+        raise ValueError(f"cache_lens[{b}] = {lens[b]}: each request needs 0 <= L_b <= S - T "
+                         f"= {cache_rows - num_nodes} (caches of S = {cache_rows} rows, T = {num_nodes} tree rows)")
 
 
 def tree_attention_mask(cache_lens: Tensor, ancestor_mask: Tensor, num_keys: int) -> Tensor:
@@ -117,13 +130,16 @@ def tree_verify_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_len
                           impl: str = "auto") -> Tensor:
     """Ancestor-masked attention of T tree queries over prefix + tree KV rows, per request.
 
-    q:             [B, T, Hq, D] fp16 / bf16 / fp32; any strides with unit stride in D.
+    q:             [B, T, Hq, D] fp16 / bf16 / fp32 (other dtypes: impl="torch"); any strides
+                   with unit stride in D.
     k_cache/v_cache: [B, S, Hkv, D], q's dtype, unit stride in D. Rows ``[0, L_b)`` are the
                    committed prefix, rows ``[L_b, L_b + T)`` the tree's own K/V rows (written by
                    the caller before the call); ``L_b + T <= S``. Rows past that never reach the output,
                    whatever they hold (NaN included).
     cache_lens:    [B] int32, L_b (tree rows excluded); ragged across the batch. Read on the
-                   device only: no host synchronisation.
+                   device only: no host synchronisation. Lengths on the host are checked
+                   (``0 <= L_b <= S - T``, ValueError naming the request); on a GPU that is the
+                   caller's contract.
     ancestor_mask: [B, T, W] int32 (see :mod:`specdec_kernels.tree_layout`).
     sm_scale:      softmax scale, default ``1 / sqrt(D)``.
     Returns a new ``[B, T, Hq, D]`` tensor in q's dtype. Accumulation is fp32. Asynchronous on

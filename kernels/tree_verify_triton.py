@@ -445,11 +445,18 @@ def descriptor_ok(cache) -> bool:
             and (row_stride * cache.element_size()) % 16 == 0 and cache.data_ptr() % 16 == 0)
 
 
+# the dtypes the kernels are planned and compiled for (the CPU compile check covers each)
+KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
 def call_shape(q, k_cache, v_cache, sm_scale=None) -> VerifyShape:
-    """The :class:`VerifyShape` of a call (checks its layout: unit stride in the head dim, one
-    request's cache within 2**31 elements)."""
+    """The :class:`VerifyShape` of a call (checks its dtype and layout: unit stride in the head dim,
+    one request's cache within 2**31 elements)."""
     batch, num_nodes, q_heads, head_dim = q.shape
     kv_heads = k_cache.shape[2]
+    if q.dtype not in KERNEL_DTYPES:
+        raise ValueError(f"q's dtype {q.dtype} has no Triton kernel; use one of "
+                         f"{', '.join(str(d) for d in KERNEL_DTYPES)}, or impl='torch'")
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if t.stride(-1) != 1:
             raise ValueError(f"{name} needs unit stride in the head dim; pass {name}.contiguous()")

@@ -14,7 +14,7 @@ import torch
 from kernel_cases import (DEVICE, FULL_GRID, ROW_TOLERANCE, case_id, needs_triton, random_tree_batch,
                           ancestor_chain, row_errors, verify_cases)
 from specdec_kernels import tree_verify_attention
-from specdec_kernels.impl import resolve_impl
+from specdec_kernels.impl import resolve_impl, triton_interpreting
 from specdec_kernels.tree_verify import tree_verify_attention_reference, tree_verify_attention_sdpa
 
 # Cache rows past L_b + T are filled with NaN: a kernel that reads them fails.
@@ -546,6 +546,28 @@ def test_bad_shapes_are_rejected_with_the_input_named():
     k = torch.randn(1, 20, 2, 64)
     with pytest.raises(ValueError, match="ancestor_mask"):
         tree_verify_attention(q, k, k, torch.tensor([3], dtype=torch.int32), mask[:, :, :0], impl="torch")
+
+
+@pytest.mark.parametrize("lens", [[11, 12], [11, -1]])
+@pytest.mark.parametrize("impl", ["torch", pytest.param("triton", marks=pytest.mark.skipif(
+    not triton_interpreting(), reason="the Triton path on CPU tensors needs the interpreter"))])
+def test_lengths_on_the_host_that_leave_the_caches_are_rejected(lens, impl):
+    """20 cache rows hold a 9-node tree after at most 11 prefix rows: a longer or negative L_b names
+    its request (on the host, where reading the lengths costs no sync), on both paths."""
+    q, k = torch.randn(2, 9, 2, 64), torch.randn(2, 20, 1, 64)
+    mask = torch.zeros(2, 9, 1, dtype=torch.int32)
+    with pytest.raises(ValueError, match=rf"cache_lens\[1\] = {lens[1]}: .*L_b <= S - T = 11"):
+        tree_verify_attention(q, k, k, torch.tensor(lens, dtype=torch.int32), mask, impl=impl)
+    tree_verify_attention(q, k, k, torch.tensor([11, 0], dtype=torch.int32), mask, impl=impl)
+
+
+@needs_triton
+def test_a_dtype_without_kernels_is_named_with_the_fix():
+    q, k = torch.randn(1, 3, 2, 64, dtype=torch.float64), torch.randn(1, 8, 1, 64, dtype=torch.float64)
+    lens, mask = torch.tensor([4], dtype=torch.int32), torch.zeros(1, 3, 1, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"torch.float64 has no Triton kernel.*impl='torch'"):
+        tree_verify_attention(q.to(DEVICE), k.to(DEVICE), k.to(DEVICE), lens.to(DEVICE), mask.to(DEVICE), impl="triton")
+    assert tree_verify_attention(q, k, k, lens, mask, impl="torch").dtype == torch.float64
 
 
 def test_auto_picks_triton_only_on_gpu_or_interpreter(monkeypatch):
