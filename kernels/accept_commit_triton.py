@@ -13,7 +13,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .kv_commit_triton import BLOCK, _move_four, check_commit_layout, commit_grid
+from .kv_commit_triton import BLOCK, _move_four, check_commit_layout, commit_grid, rows_fit
 from .tree_accept_triton import _accepted_path, prepare_accept_inputs, walk_constexprs
 
 
@@ -37,7 +37,7 @@ def _accept_commit_kernel(tokens_ptr, parents_ptr, argmax_ptr, path_ptr, path_le
                           k_ptr, v_ptr, lens_ptr,
                           stride_tb, stride_pb, stride_ab, stride_pathb,
                           stride_kl, stride_kb, stride_ks, stride_vl, stride_vb, stride_vs,
-                          num_nodes, row_elems, BLOCK_T: tl.constexpr, LOG_T: tl.constexpr,
+                          num_nodes, row_elems, cache_rows, BLOCK_T: tl.constexpr, LOG_T: tl.constexpr,
                           DOUBLING: tl.constexpr, BLOCK: tl.constexpr):
     layer = tl.program_id(0).to(tl.int64)
     b = tl.program_id(1).to(tl.int64)
@@ -53,7 +53,8 @@ def _accept_commit_kernel(tokens_ptr, parents_ptr, argmax_ptr, path_ptr, path_le
     in_row = offs < row_elems
     k_base = k_ptr + layer * stride_kl + b * stride_kb + prefix_len * stride_ks + offs
     v_base = v_ptr + layer * stride_vl + b * stride_vb + prefix_len * stride_vs + offs
-    for i in range(1, length, 4):  # path[0] == 0: the root is already in place
+    moves = tl.where(rows_fit(prefix_len, num_nodes, cache_rows), length, 1)
+    for i in range(1, moves, 4):  # path[0] == 0: the root is already in place
         s0, s1, s2, s3 = _chunk_sources(path, lane, i, length)
         _move_four(k_base, v_base, i, s0, s1, s2, s3, in_row, stride_ks, stride_vs)
 
@@ -78,6 +79,6 @@ def tree_accept_and_commit_triton(tokens, parents, target_argmax, k_cache, v_cac
         tokens.stride(0), parents.stride(0), target_argmax.stride(0), out.path.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        num_nodes, kv_heads * head_dim, **walk_constexprs(num_nodes), BLOCK=BLOCK, num_warps=4,
+        num_nodes, kv_heads * head_dim, k_cache.shape[2], **walk_constexprs(num_nodes), BLOCK=BLOCK, num_warps=4,
     )
     return AcceptResult(*out)

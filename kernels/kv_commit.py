@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .cache_lens import check_cache_lens
 from .impl import resolve_impl
 
 
@@ -37,6 +38,8 @@ def check_commit_args(k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor, path
             f"{tuple(path_len.shape)}, {tuple(cache_lens.shape)}"
         )
     check_tree_fits(path.shape[1], k_cache)
+    if not cache_lens.is_cuda:
+        check_cache_lens(cache_lens, path.shape[1], k_cache.shape[2])
 
 
 def commit_accepted_kv_reference(k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor, path: Tensor,
@@ -65,7 +68,8 @@ def commit_accepted_kv(k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor, pat
     k_cache/v_cache: [layers, B, S, Hkv, D], any dtype; modified in place. Each (layer, b) row
                      block must be addressable with the tensor's strides (unit stride in D).
     cache_lens:      [B] int32, prefix lengths L_b (the tree rows start there); not modified:
-                     the caller advances them by path_len.
+                     the caller advances them by path_len. ``0 <= L_b <= S - T``: checked where
+                     they are on the host; on a GPU a request past it moves nothing.
     path, path_len:  from :func:`tree_accept_greedy`.
     The Triton path is one launch for all layers and both caches, skips rows already in place
     (``path[i] == i``: no copy for a contiguous path) and never synchronises with the host.

@@ -24,6 +24,14 @@ BLOCK = 1024
 
 
 @triton.jit
+def rows_fit(prefix_len, num_nodes, cache_rows):
+    """Whether a request's tree rows ``[L_b, L_b + T)`` lie within its S cache rows: one that
+    does not moves nothing, so a bad length on the GPU (unchecked: reading it is a host sync)
+    never writes into another request's rows."""
+    return (prefix_len >= 0) & (prefix_len + num_nodes <= cache_rows)
+
+
+@triton.jit
 def _step_source(path_row_ptr, i, path_len):
     """Row offset (within the tree) that step i moves to row i; i itself past the path (no move)."""
     return tl.load(path_row_ptr + i, mask=i < path_len, other=i).to(tl.int64)
@@ -59,13 +67,13 @@ def _move_four(k_base, v_base, i, s0, s1, s2, s3, in_row, stride_ks, stride_vs):
 @triton.jit
 def _commit_kernel(k_ptr, v_ptr, lens_ptr, path_ptr, path_len_ptr,
                    stride_kl, stride_kb, stride_ks, stride_vl, stride_vb, stride_vs, stride_pathb,
-                   row_elems, BLOCK: tl.constexpr):
+                   row_elems, cache_rows, num_nodes, BLOCK: tl.constexpr):
     layer = tl.program_id(0).to(tl.int64)
     b = tl.program_id(1).to(tl.int64)
     offs = tl.program_id(2) * BLOCK + tl.arange(0, BLOCK)
     in_row = offs < row_elems
     prefix_len = tl.load(lens_ptr + b).to(tl.int64)
-    path_len = tl.load(path_len_ptr + b)
+    path_len = tl.where(rows_fit(prefix_len, num_nodes, cache_rows), tl.load(path_len_ptr + b), 1)
     path_row = path_ptr + b * stride_pathb
     k_base = k_ptr + layer * stride_kl + b * stride_kb + prefix_len * stride_ks + offs
     v_base = v_ptr + layer * stride_vl + b * stride_vb + prefix_len * stride_vs + offs
@@ -99,5 +107,5 @@ def commit_accepted_kv_triton(k_cache, v_cache, cache_lens, path, path_len):
         k_cache, v_cache, cache_lens.contiguous(), path, path_len.contiguous(),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), path.stride(0),
-        kv_heads * head_dim, BLOCK=BLOCK, num_warps=4,
+        kv_heads * head_dim, k_cache.shape[2], path.shape[1], BLOCK=BLOCK, num_warps=4,
     )

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .cache_lens import check_cache_lens
 from .impl import resolve_impl
 from .tree_layout import num_mask_words, unpack_ancestor_mask
 
@@ -45,17 +46,6 @@ def check_verify_args(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_lens: T
         )
     if batch and not cache_lens.is_cuda:
         check_cache_lens(cache_lens, num_nodes, k_shape[1])
-
-
-def check_cache_lens(cache_lens: Tensor, num_nodes: int, cache_rows: int) -> None:
-    """Raise ValueError naming the first request whose L_b is negative or whose tree rows pass the
-    caches' S rows. Only for lengths on the host: on a GPU reading them is a host sync, so there
-    ``0 <= L_b <= S - T`` stays the caller's contract."""
-    lens, limit = cache_lens.tolist(), cache_rows - num_nodes
-    if min(lens) < 0 or max(lens) > limit:
-        b = next(b for b, n in enumerate(lens) if not 0 <= n <= limit)
-        raise ValueError(f"cache_lens[{b}] = {lens[b]}: each request needs 0 <= L_b <= S - T "
-                         f"= {cache_rows - num_nodes} (caches of S = {cache_rows} rows, T = {num_nodes} tree rows)")
 
 
 def tree_attention_mask(cache_lens: Tensor, ancestor_mask: Tensor, num_keys: int) -> Tensor:

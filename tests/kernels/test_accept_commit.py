@@ -83,6 +83,39 @@ def test_fused_kernel_writes_every_output():
         assert torch.equal(getattr(got, name).cpu(), getattr(expect, name)), name
 
 
+# one tree for every request: node 1 under the root, nodes 2 and 3 under node 1; the target
+# follows nodes 1 and 3, so the accepted path is [0, 1, 3] (a move of row L + 3 to L + 2)
+FOLLOW_THREE = (torch.tensor([[5, 6, 7, 8]]), torch.tensor([[-1, 0, 1, 1]], dtype=torch.int32),
+                torch.tensor([[6, 8, 0, 9]]))
+
+
+@pytest.mark.parametrize("lens", [[8, 9], [8, -2]])
+def test_lengths_on_the_host_that_leave_the_caches_are_rejected(lens):
+    tokens, parents, argmax = (t.expand(2, 4) for t in FOLLOW_THREE)
+    k = torch.zeros(1, 2, 12, 1, 8)
+    with pytest.raises(ValueError, match=rf"cache_lens\[1\] = {lens[1]}: .*S - T = 8"):
+        tree_accept_and_commit(tokens, parents, argmax, k, k.clone(), torch.tensor(lens, dtype=torch.int32))
+
+
+@needs_triton
+def test_a_request_whose_rows_leave_the_caches_moves_nothing_but_is_accepted():
+    """On a GPU the lengths are not checked: the fused kernel still accepts every request, and
+    moves no row of one whose tree rows would leave its S rows (unguarded, L = 10 would write
+    request 1's row 0 and L = -3 its row 11)."""
+    from specdec_kernels.accept_commit_triton import tree_accept_and_commit_triton
+
+    tokens, parents, argmax = (t.expand(3, 4).to(DEVICE) for t in FOLLOW_THREE)
+    gen = torch.Generator().manual_seed(4)
+    k, v = torch.randn(1, 3, 12, 1, 8, generator=gen), torch.randn(1, 3, 12, 1, 8, generator=gen)
+    expect_k, expect_v = k.clone(), v.clone()
+    expect_k[:, 1, 6], expect_v[:, 1, 6] = k[:, 1, 7], v[:, 1, 7]  # request 1 (L = 4) only
+    k_dev, v_dev = k.to(DEVICE), v.to(DEVICE)
+    got = tree_accept_and_commit_triton(tokens, parents, argmax, k_dev, v_dev,
+                                        torch.tensor([10, 4, -3], dtype=torch.int32, device=DEVICE))
+    assert got.path_len.tolist() == [3, 3, 3] and got.path[:, :3].tolist() == [[0, 1, 3]] * 3
+    assert torch.equal(k_dev.cpu(), expect_k) and torch.equal(v_dev.cpu(), expect_v)
+
+
 def test_mismatched_batch_is_rejected_with_the_inputs_named():
     tokens, parents, argmax = random_case(2, 9, seed=1, follow=0.5)
     k = torch.zeros(1, 3, 20, 1, 8)

@@ -58,6 +58,35 @@ def test_commit_equals_python_row_copy(name, dtype, impl):
         assert not torch.equal(expect_k, original_k), "the case moved nothing: it would not test a move"
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("lens", [[8, 9], [8, -2]])
+def test_lengths_on_the_host_that_leave_the_caches_are_rejected(lens, impl):
+    """12 cache rows hold 4 tree rows after at most 8 prefix rows: a longer or negative L_b is
+    named before anything moves (lengths on the host cost no sync to read)."""
+    k = torch.zeros(1, 2, 12, 1, 8)
+    path, path_len = pad_paths([[0, 1, 3], [0, 2]], 4)
+    with pytest.raises(ValueError, match=rf"cache_lens\[1\] = {lens[1]}: .*S - T = 8"):
+        commit_accepted_kv(k, k.clone(), torch.tensor(lens, dtype=torch.int32), path, path_len, impl=impl)
+
+
+@needs_triton
+def test_a_request_whose_rows_leave_the_caches_moves_nothing_in_the_kernel():
+    """Lengths on a GPU are not read on the host, so the kernel guards itself: a request whose
+    tree rows would leave its S rows moves nothing. Unguarded, request 0 (L = 10) would write its
+    row 12 (request 1's row 0) and request 2 (L = -3) its row -1 (request 1's row 11)."""
+    from specdec_kernels.kv_commit_triton import commit_accepted_kv_triton
+
+    gen = torch.Generator().manual_seed(3)
+    k, v = torch.randn(1, 3, 12, 1, 8, generator=gen), torch.randn(1, 3, 12, 1, 8, generator=gen)
+    path, path_len = pad_paths([[0, 1, 3]] * 3, 4)
+    expect_k, expect_v = k.clone(), v.clone()
+    expect_k[:, 1, 6], expect_v[:, 1, 6] = k[:, 1, 7], v[:, 1, 7]  # request 1 (L = 4): row L + 3 to L + 2
+    k_dev, v_dev = k.to(DEVICE), v.to(DEVICE)
+    commit_accepted_kv_triton(k_dev, v_dev, torch.tensor([10, 4, -3], dtype=torch.int32, device=DEVICE),
+                              path.to(DEVICE), path_len.to(DEVICE))
+    assert torch.equal(k_dev.cpu(), expect_k) and torch.equal(v_dev.cpu(), expect_v)
+
+
 def test_strided_layer_views_are_accepted():
     """K and V as two halves of one [layers, 2, B, S, Hkv, D] allocation (a common layout)."""
     kv = torch.randn(2, 2, 1, 20, 2, 16)
