@@ -8,6 +8,7 @@ token among siblings, the lowest-index matching child is taken.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import torch
@@ -35,6 +36,29 @@ def check_accept_args(tokens: Tensor, parents: Tensor, target_argmax: Tensor) ->
             "tokens, parents and target_argmax must all be [B, T]; got "
             f"{tuple(tokens.shape)}, {tuple(parents.shape)}, {tuple(target_argmax.shape)}"
         )
+    if not parents.is_cuda and parents.numel():
+        check_parents_precede(parents)
+
+
+@functools.lru_cache(maxsize=64)
+def _node_bounds(num_nodes: int) -> tuple[Tensor, Tensor]:
+    """Node indices and the least parent + 1 each may have (0 for the root, 1 after it)."""
+    node = torch.arange(num_nodes)
+    return node, node.clamp(max=1)
+
+
+def check_parents_precede(parents: Tensor) -> None:
+    """Raise ValueError naming the first (request, node) that breaks a DDTree's order: the root
+    first with parent -1, every other node after its parent. The walk and the in-place commit
+    (``path[i] >= i``) rely on it; parents on a GPU are not read (a host sync), as with lengths."""
+    node, lowest = _node_bounds(parents.shape[1])
+    # parents + 1: the root's 0, every other node's in [1, i]
+    bad = torch.gt(parents + 1, node).logical_or_(torch.lt(parents + 1, lowest))
+    if bad.any():
+        b, i = (int(x) for x in bad.nonzero()[0])
+        want = "-1 (the root)" if i == 0 else f"a node in [0, {i - 1}]"
+        raise ValueError(f"parents[{b}, {i}] = {int(parents[b, i])}: node {i}'s parent must be {want}; "
+                         "parents come in a DDTree's order, each node after its parent")
 
 
 def tree_accept_greedy_reference(tokens: Tensor, parents: Tensor, target_argmax: Tensor) -> AcceptResult:
@@ -74,7 +98,8 @@ def tree_accept_greedy(tokens: Tensor, parents: Tensor, target_argmax: Tensor,
     """Greedy acceptance over a batch of trees.
 
     tokens:        [B, T] int64, as in :class:`DDTree` (tokens[:, 0] the roots).
-    parents:       [B, T] int32, parents[:, 0] == -1 and parents[:, i] < i.
+    parents:       [B, T] int32, parents[:, 0] == -1 and 0 <= parents[:, i] < i (checked where
+                   they are on the host, ValueError naming the node).
     target_argmax: [B, T] int64, the target's argmax token after each node.
     Returns an :class:`AcceptResult` of new tensors on the input's device; no host
     synchronisation on either implementation.

@@ -7,6 +7,7 @@ import torch
 
 from kernel_cases import DEVICE, FULL_GRID, NODE_COUNTS, TREE_SHAPES, needs_triton, random_parents
 from specdec_kernels import tree_accept_greedy
+from specdec_kernels.impl import triton_interpreting
 
 IMPLS = ["torch", pytest.param("triton", marks=needs_triton)]
 
@@ -124,3 +125,28 @@ def test_both_walks_on_long_paths(num_nodes, doubling, monkeypatch):
     result = run_accept(tokens, parents, argmax, "triton")
     check_against_walk(result, tokens, parents, argmax)
     assert int(result.path_len[-1]) == num_nodes
+
+
+@pytest.mark.parametrize("impl", ["torch", pytest.param("triton", marks=pytest.mark.skipif(
+    not triton_interpreting(), reason="the Triton path on CPU tensors needs the interpreter"))])
+@pytest.mark.parametrize("parents,where", [
+    ([-1, 2, 0, 1], r"parents\[1, 1\] = 2: node 1's parent must be a node in \[0, 0\]"),    # after its child
+    ([0, 0, 1, 1], r"parents\[1, 0\] = 0: node 0's parent must be -1"),                    # no root
+    ([-1, 0, 7, 1], r"parents\[1, 2\] = 7: node 2's parent must be a node in \[0, 1\]"),    # out of range
+    ([-1, -1, 1, 1], r"parents\[1, 1\] = -1: node 1's parent must be a node in \[0, 0\]"),  # two roots
+])
+def test_parents_out_of_order_on_the_host_are_named(parents, where, impl):
+    """Request 0 is a valid tree, request 1 breaks its order: the walk and the in-place commit rely
+    on each node after its parent, so both ops name the (request, node) instead of walking a
+    wrong tree (before: the two paths disagreed on two roots, the torch one raised an IndexError
+    out of range)."""
+    from specdec_kernels import tree_accept_and_commit
+
+    tokens, argmax = torch.tensor([[5, 6, 7, 8]] * 2), torch.tensor([[6, 8, 0, 9]] * 2)
+    parents_t = torch.tensor([[-1, 0, 1, 1], parents], dtype=torch.int32)
+    with pytest.raises(ValueError, match=where):
+        tree_accept_greedy(tokens, parents_t, argmax, impl=impl)
+    k = torch.zeros(1, 2, 8, 1, 4)
+    with pytest.raises(ValueError, match=where):
+        tree_accept_and_commit(tokens, parents_t, argmax, k, k.clone(), torch.zeros(2, dtype=torch.int32), impl=impl)
+    assert tree_accept_greedy(tokens[:1], parents_t[:1], argmax[:1], impl=impl).path_len.tolist() == [3]
