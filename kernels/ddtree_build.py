@@ -22,6 +22,7 @@ maximum of (score, -parent index, -rank). Scores are accumulated in float32.
 from __future__ import annotations
 
 import heapq
+import numbers
 
 import numpy as np
 import torch
@@ -31,6 +32,10 @@ from .impl import resolve_impl
 from .tree_layout import DDTree, ancestor_mask_from_parents
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def _check_build_args(draft_logprobs: Tensor, root_tokens: Tensor, budget: int, topk) -> int:
     """Validate the inputs and return K, the number of ranked tokens needed per depth."""
     if draft_logprobs.dim() != 3:
@@ -38,10 +43,10 @@ def _check_build_args(draft_logprobs: Tensor, root_tokens: Tensor, budget: int, 
     batch, depth, vocab = draft_logprobs.shape
     if root_tokens.shape != (batch,):
         raise ValueError(f"root_tokens must be [B={batch}], got shape {tuple(root_tokens.shape)}")
-    if budget < 0:
-        raise ValueError(f"budget must be >= 0 (draft nodes, root excluded), got {budget}")
-    if topk is not None and topk < 1:
-        raise ValueError(f"topk must be None or >= 1, got {topk}")
+    if not _is_int(budget) or budget < 0:
+        raise ValueError(f"budget must be an int >= 0 (draft nodes, root excluded), got {budget!r}")
+    if topk is not None and (not _is_int(topk) or topk < 1):
+        raise ValueError(f"topk must be None or an int >= 1, got {topk!r}")
     ranks = min(vocab, budget if topk is None else min(topk, budget))
     available, level = 0, 1
     for _ in range(depth):

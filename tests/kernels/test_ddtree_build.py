@@ -150,3 +150,14 @@ def test_budget_beyond_the_enumerable_prefixes_is_an_error():
         build_ddtree(logprobs, torch.tensor([0]), 5, topk=1, impl="torch")
     with pytest.raises(ValueError, match="draft_logprobs"):
         build_ddtree(logprobs[0], torch.tensor([0]), 3, impl="torch")
+
+
+@pytest.mark.parametrize("budget,topk,message", [
+    (-1, None, "budget must be an int >= 0"), (8.0, None, r"budget must be an int >= 0 \(draft nodes, root excluded\), got 8.0"),
+    (True, None, "budget must be an int"), (8, 0, "topk must be None or an int >= 1"),
+    (8, 2.5, "topk must be None or an int >= 1, got 2.5"),
+])
+def test_budget_and_topk_that_are_not_counts_are_named(budget, topk, message):
+    logprobs = torch.zeros(1, 4, 10)
+    with pytest.raises(ValueError, match=message):
+        build_ddtree(logprobs, torch.tensor([0]), budget, topk=topk, impl="torch")
