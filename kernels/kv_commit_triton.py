@@ -32,9 +32,11 @@ def rows_fit(prefix_len, num_nodes, cache_rows):
 
 
 @triton.jit
-def _step_source(path_row_ptr, i, path_len):
-    """Row offset (within the tree) that step i moves to row i; i itself past the path (no move)."""
-    return tl.load(path_row_ptr + i, mask=i < path_len, other=i).to(tl.int64)
+def _step_source(path_row_ptr, i, path_len, num_nodes):
+    """Row offset (within the tree) that step i moves to row i; i itself past the path, or where
+    the path names no tree row (unchecked on a GPU), so that nothing moves."""
+    source = tl.load(path_row_ptr + i, mask=i < path_len, other=i).to(tl.int64)
+    return tl.where((source >= 0) & (source < num_nodes), source, i)
 
 
 @triton.jit
@@ -73,14 +75,17 @@ def _commit_kernel(k_ptr, v_ptr, lens_ptr, path_ptr, path_len_ptr,
     offs = tl.program_id(2) * BLOCK + tl.arange(0, BLOCK)
     in_row = offs < row_elems
     prefix_len = tl.load(lens_ptr + b).to(tl.int64)
-    path_len = tl.where(rows_fit(prefix_len, num_nodes, cache_rows), tl.load(path_len_ptr + b), 1)
+    # no step writes past the tree's rows: at most T steps, none for a request past its caches
+    path_len = tl.minimum(tl.load(path_len_ptr + b), num_nodes)
+    path_len = tl.where(rows_fit(prefix_len, num_nodes, cache_rows), path_len, 1)
     path_row = path_ptr + b * stride_pathb
     k_base = k_ptr + layer * stride_kl + b * stride_kb + prefix_len * stride_ks + offs
     v_base = v_ptr + layer * stride_vl + b * stride_vb + prefix_len * stride_vs + offs
     for i in range(1, path_len, 4):  # path[0] == 0: the root is already in place
-        _move_four(k_base, v_base, i, _step_source(path_row, i, path_len), _step_source(path_row, i + 1, path_len),
-                   _step_source(path_row, i + 2, path_len), _step_source(path_row, i + 3, path_len),
-                   in_row, stride_ks, stride_vs)
+        _move_four(k_base, v_base, i, _step_source(path_row, i, path_len, num_nodes),
+                   _step_source(path_row, i + 1, path_len, num_nodes),
+                   _step_source(path_row, i + 2, path_len, num_nodes),
+                   _step_source(path_row, i + 3, path_len, num_nodes), in_row, stride_ks, stride_vs)
 
 
 def commit_grid(k_cache):

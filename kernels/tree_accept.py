@@ -40,6 +40,26 @@ def check_accept_args(tokens: Tensor, parents: Tensor, target_argmax: Tensor) ->
         check_parents_precede(parents)
 
 
+def check_accepted_path(path: Tensor, path_len: Tensor) -> None:
+    """Raise ValueError naming the first request whose (path, path_len) no greedy acceptance gives:
+    1 <= path_len <= T, path[0] == 0, then strictly increasing node indices below T. The commits
+    rely on it (``path[i] >= i``: moves in place, rows within the tree's); on a GPU it is not read
+    (a host sync)."""
+    num_nodes = path.shape[1]
+    lens = path_len.tolist()
+    for b, n in enumerate(lens):
+        if not 1 <= n <= num_nodes:
+            raise ValueError(f"path_len[{b}] = {n}: an accepted path holds 1 to T = {num_nodes} nodes")
+    step, _ = _node_bounds(num_nodes)
+    live = step < path_len[:, None]
+    prev = torch.cat([torch.full_like(path[:, :1], -1), path[:, :-1]], 1)
+    bad = live & ((path <= prev) | (path >= num_nodes) | ((step == 0) & (path != 0)))
+    if bad.any():
+        b, i = (int(x) for x in bad.nonzero()[0])
+        raise ValueError(f"path[{b}] = {path[b, :lens[b]].tolist()}: an accepted path starts at the root 0 and "
+                         f"climbs to nodes below T = {num_nodes} in increasing order (step {i} does not)")
+
+
 @functools.lru_cache(maxsize=64)
 def _node_bounds(num_nodes: int) -> tuple[Tensor, Tensor]:
     """Node indices and the least parent + 1 each may have (0 for the root, 1 after it)."""

@@ -87,6 +87,43 @@ def test_a_request_whose_rows_leave_the_caches_moves_nothing_in_the_kernel():
     assert torch.equal(k_dev.cpu(), expect_k) and torch.equal(v_dev.cpu(), expect_v)
 
 
+@pytest.mark.parametrize("paths,lens_of_paths,message", [
+    ([[0, 1, 3], [0, 2]], [3, 5], r"path_len\[1\] = 5: an accepted path holds 1 to T = 4 nodes"),
+    ([[0, 1, 3], [0, 2]], [3, 0], r"path_len\[1\] = 0"),
+    ([[0, 1, 3], [1, 2]], None, r"path\[1\] = \[1, 2\]: .* \(step 0 does not\)"),
+    ([[0, 1, 3], [0, 3, 2]], None, r"path\[1\] = \[0, 3, 2\]: .* \(step 2 does not\)"),
+    ([[0, 1, 3], [0, 4]], None, r"path\[1\] = \[0, 4\]: .*below T = 4 .*\(step 1 does not\)"),
+])
+def test_paths_no_acceptance_gives_are_named_on_the_host(paths, lens_of_paths, message):
+    path, path_len = pad_paths(paths, 4)
+    if lens_of_paths is not None:
+        path_len = torch.tensor(lens_of_paths, dtype=torch.int32)
+    k = torch.zeros(1, 2, 12, 1, 8)
+    with pytest.raises(ValueError, match=message):
+        commit_accepted_kv(k, k.clone(), torch.tensor([2, 3], dtype=torch.int32), path, path_len, impl="torch")
+
+
+@needs_triton
+def test_a_path_past_the_tree_moves_no_row_from_outside_it_in_the_kernel():
+    """Paths on a GPU are not checked on the host: steps past T, and sources outside the tree's
+    rows, move nothing (request 0's path_len of 9 would write rows L + 4 .. L + 8, request 1's
+    source 6 read row L + 6, both past T = 4)."""
+    from specdec_kernels.kv_commit_triton import commit_accepted_kv_triton
+
+    gen = torch.Generator().manual_seed(5)
+    k, v = torch.randn(1, 2, 16, 1, 8, generator=gen), torch.randn(1, 2, 16, 1, 8, generator=gen)
+    path = torch.tensor([[0, 2, 3, 3], [0, 6, 3, -1]], dtype=torch.int32)
+    path_len = torch.tensor([9, 3], dtype=torch.int32)
+    expect_k, expect_v = k.clone(), v.clone()
+    for cache, expect in ((k, expect_k), (v, expect_v)):
+        expect[:, 0, 3], expect[:, 0, 4] = cache[:, 0, 4], cache[:, 0, 5]  # request 0, L = 2: steps 1, 2 only
+        expect[:, 1, 5] = cache[:, 1, 6]                                   # request 1, L = 3: step 2 only
+    k_dev, v_dev = k.to(DEVICE), v.to(DEVICE)
+    commit_accepted_kv_triton(k_dev, v_dev, torch.tensor([2, 3], dtype=torch.int32, device=DEVICE),
+                              path.to(DEVICE), path_len.to(DEVICE))
+    assert torch.equal(k_dev.cpu(), expect_k) and torch.equal(v_dev.cpu(), expect_v)
+
+
 def test_strided_layer_views_are_accepted():
     """K and V as two halves of one [layers, 2, B, S, Hkv, D] allocation (a common layout)."""
     kv = torch.randn(2, 2, 1, 20, 2, 16)

@@ -103,3 +103,19 @@ def test_bad_inputs_are_named():
         commit_recurrent_state(x["state"], **dict(args, conv_state=torch.zeros(1, 5, 3)), impl="torch")
     with pytest.raises(ValueError, match=r"path must be \[B, T\]"):
         commit_recurrent_state(x["state"], **dict(args, path=args["path"][:, :2]), impl="torch")
+
+
+def test_a_path_no_acceptance_gives_is_named_on_the_host():
+    """The replay reads the path's nodes: one past T, or out of order, is named before anything
+    changes (the same check as the KV commit's)."""
+    batch, num_nodes, heads, dim, channels = 2, 4, 1, 8, 6
+    k = torch.nn.functional.normalize(torch.randn(batch, num_nodes, heads, dim), dim=-1)
+    v = torch.randn(batch, num_nodes, heads, dim)
+    g, beta = -torch.rand(batch, num_nodes, heads), torch.rand(batch, num_nodes, heads)
+    state, conv_state = torch.zeros(batch, heads, dim, dim), torch.zeros(batch, channels, 3)
+    before = state.clone()
+    path = torch.tensor([[0, 1, -1, -1], [0, 2, 1, -1]], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"path\[1\] = \[0, 2, 1\]"):
+        commit_recurrent_state(state, conv_state, torch.randn(batch, num_nodes, channels), k, v, g, beta, path,
+                               torch.tensor([2, 3], dtype=torch.int32), impl="torch")
+    assert torch.equal(state, before)
