@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from .impl import resolve_impl
 from .cache_lens import check_cache_lens
+from .impl import resolve_impl
 from .kv_commit import check_cache_pair, check_tree_fits, commit_accepted_kv_reference
 from .tree_accept import AcceptResult, check_accept_args, tree_accept_greedy_reference
 
