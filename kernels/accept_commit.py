@@ -25,8 +25,7 @@ def check_caches_fit(tokens: Tensor, k_cache: Tensor, v_cache: Tensor, cache_len
         raise ValueError(f"tokens hold B={batch} requests, but the caches hold {k_cache.shape[1]} and "
                          f"cache_lens has shape {tuple(cache_lens.shape)}; all three must agree")
     check_tree_fits(num_nodes, k_cache)
-    if not cache_lens.is_cuda:
-        check_cache_lens(cache_lens, num_nodes, k_cache.shape[2])
+    check_cache_lens(cache_lens, num_nodes, k_cache.shape[2])
 
 
 def tree_accept_and_commit_reference(tokens: Tensor, parents: Tensor, target_argmax: Tensor,

@@ -13,7 +13,9 @@ from torch import Tensor
 
 def check_cache_lens(cache_lens: Tensor, num_nodes: int, cache_rows: int) -> None:
     """Raise ValueError naming the first request whose L_b is negative or whose tree rows pass the
-    caches' S rows (lengths on the host only: the caller checks ``is_cuda``)."""
+    caches' S rows. Lengths on a GPU are not read (a host sync)."""
+    if cache_lens.is_cuda:
+        return
     lens, limit = cache_lens.tolist(), cache_rows - num_nodes
     if lens and (min(lens) < 0 or max(lens) > limit):
         b = next(b for b, n in enumerate(lens) if not 0 <= n <= limit)

@@ -39,10 +39,8 @@ def check_commit_args(k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor, path
             f"{tuple(path_len.shape)}, {tuple(cache_lens.shape)}"
         )
     check_tree_fits(path.shape[1], k_cache)
-    if not cache_lens.is_cuda:
-        check_cache_lens(cache_lens, path.shape[1], k_cache.shape[2])
-    if batch and not path.is_cuda and not path_len.is_cuda:
-        check_accepted_path(path, path_len)
+    check_cache_lens(cache_lens, path.shape[1], k_cache.shape[2])
+    check_accepted_path(path, path_len)
 
 
 def commit_accepted_kv_reference(k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor, path: Tensor,

@@ -36,8 +36,7 @@ def check_commit_args(state: Tensor, conv_state: Tensor, conv_inputs: Tensor, k:
                          f"{tuple(path_len.shape)}")
     if state.dtype != torch.float32:
         raise ValueError(f"the recurrent state must be float32; got {state.dtype}")
-    if batch and not path.is_cuda and not path_len.is_cuda:
-        check_accepted_path(path, path_len)
+    check_accepted_path(path, path_len)
 
 
 def delta_rule_step(state: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor) -> Tensor:

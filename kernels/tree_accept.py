@@ -36,8 +36,7 @@ def check_accept_args(tokens: Tensor, parents: Tensor, target_argmax: Tensor) ->
             "tokens, parents and target_argmax must all be [B, T]; got "
             f"{tuple(tokens.shape)}, {tuple(parents.shape)}, {tuple(target_argmax.shape)}"
         )
-    if not parents.is_cuda and parents.numel():
-        check_parents_precede(parents)
+    check_parents_precede(parents)
 
 
 def check_accepted_path(path: Tensor, path_len: Tensor) -> None:
@@ -45,6 +44,8 @@ def check_accepted_path(path: Tensor, path_len: Tensor) -> None:
     1 <= path_len <= T, path[0] == 0, then strictly increasing node indices below T. The commits
     rely on it (``path[i] >= i``: moves in place, rows within the tree's); on a GPU it is not read
     (a host sync)."""
+    if path.is_cuda or path_len.is_cuda:
+        return
     num_nodes = path.shape[1]
     lens = path_len.tolist()
     for b, n in enumerate(lens):
@@ -71,6 +72,8 @@ def check_parents_precede(parents: Tensor) -> None:
     """Raise ValueError naming the first (request, node) that breaks a DDTree's order: the root
     first with parent -1, every other node after its parent. The walk and the in-place commit
     (``path[i] >= i``) rely on it; parents on a GPU are not read (a host sync), as with lengths."""
+    if parents.is_cuda:
+        return
     node, lowest = _node_bounds(parents.shape[1])
     # parents + 1: the root's 0, every other node's in [1, i]
     bad = torch.gt(parents + 1, node).logical_or_(torch.lt(parents + 1, lowest))

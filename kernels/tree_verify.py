@@ -44,8 +44,7 @@ def check_verify_args(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_lens: T
             f"ancestor_mask must be int32 [B={batch}, T={num_nodes}, W={words}], "
             f"got {ancestor_mask.dtype} {tuple(ancestor_mask.shape)}"
         )
-    if batch and not cache_lens.is_cuda:
-        check_cache_lens(cache_lens, num_nodes, k_shape[1])
+    check_cache_lens(cache_lens, num_nodes, k_shape[1])
 
 
 def tree_attention_mask(cache_lens: Tensor, ancestor_mask: Tensor, num_keys: int) -> Tensor:
