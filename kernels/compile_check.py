@@ -33,7 +33,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 
 from .configs import SHARED_MEMORY_LIMITS
-from .verify_plan import MERGE_MIN_SLICE, VerifyShape, VerifyTarget, merge_tiles, plan_verify
+from .verify_plan import MERGE_MIN_SLICE, MERGE_VECTOR_MIN_BLOCK, VerifyShape, VerifyTarget, merge_tiles, plan_verify
 
 TARGETS = {"sm_90": VerifyTarget("sm_90", 132, gluon=True, dependent_launch=True),
            "sm_120": VerifyTarget("sm_120", 188, dependent_launch=True)}
@@ -221,7 +221,8 @@ def compile_merge_kernel(arch: str, head_dim: int, num_splits: int, head_slices:
     report = CompileReport(arch, "merge", "bfloat16", head_dim, merge_rows, 0, split_block, 1, 4, False, 1,
                            f"{num_splits} splits, {head_slices} head-dim slices")
     constexprs = dict(GROUP=4, HEAD_DIM=head_dim, SLICE_D=head_dim // head_slices, MERGE_ROWS=merge_rows,
-                      SPLIT_BLOCK=split_block, WAIT_FOR_SPLITS=True, ONE_BLOCK=num_splits <= split_block)
+                      SPLIT_BLOCK=split_block, WAIT_FOR_SPLITS=True, ONE_BLOCK=num_splits <= split_block,
+                      VECTOR_LOADS=split_block >= MERGE_VECTOR_MIN_BLOCK)
     types = dict(part_o_ptr="*fp32", part_lse_ptr="*fp32", out_ptr="*bf16")
     report.planned_shared_bytes = SHARED_MEMORY_LIMITS[arch]
     return _compile_and_judge(report, _source(fn, constexprs, types, False), dict(num_warps=4, num_stages=1))

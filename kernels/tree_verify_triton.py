@@ -327,6 +327,7 @@ def _tree_verify_merge_kernel(
     num_rows, num_kv_heads, rows_pad, num_splits, row_blocks,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, SLICE_D: tl.constexpr, MERGE_ROWS: tl.constexpr,
     SPLIT_BLOCK: tl.constexpr, WAIT_FOR_SPLITS: tl.constexpr = False, ONE_BLOCK: tl.constexpr = False,
+    VECTOR_LOADS: tl.constexpr = False,
 ):
     """Merge the splits of MERGE_ROWS packed rows of one (request, KV head), in SLICE_D of its
     HEAD_DIM columns: with many splits and few rows, head-dim slices multiply the programs that
@@ -360,10 +361,21 @@ def _tree_verify_merge_kernel(
 
     if WAIT_FOR_SPLITS:
         gdc_wait()
-    if ONE_BLOCK:
+    if ONE_BLOCK and not VECTOR_LOADS:
         _merge_rows_one_block(lse_base, o_base, out_ptr, b, kv_head, rows, row_valid, num_splits, rows_pad,
                               stride_ob, stride_ot, stride_oh, d0, GROUP, HEAD_DIM, SLICE_D, MERGE_ROWS,
                               SPLIT_BLOCK, "")
+    elif ONE_BLOCK:
+        # every split's log2-sum-exps and partials loaded at once (one round trip to L2), then the
+        # rows' largest log2-sum-exp and each split's weight
+        lse, part = _split_block_partials(lse_base, o_base, split_ids, rows, row_valid, dims, num_splits, rows_pad,
+                                          HEAD_DIM)
+        m_i = tl.max(lse, 0)
+        # rows no split saw a key for keep m = -inf: shift by 0 (their weights are all 0)
+        acc, l_i = _add_weighted(tl.zeros([MERGE_ROWS, SLICE_D], dtype=tl.float32),
+                                 tl.zeros([MERGE_ROWS], dtype=tl.float32), lse, part,
+                                 tl.where(m_i == float("-inf"), 0.0, m_i))
+        _store_merged(acc, l_i, out_ptr, b, kv_head, rows, row_valid, dims, stride_ob, stride_ot, stride_oh, GROUP)
     else:
         m_i = tl.full([MERGE_ROWS], float("-inf"), dtype=tl.float32)
         for s0 in range(0, num_splits, SPLIT_BLOCK):
@@ -375,9 +387,37 @@ def _tree_verify_merge_kernel(
         acc = tl.zeros([MERGE_ROWS, SLICE_D], dtype=tl.float32)
         l_i = tl.zeros([MERGE_ROWS], dtype=tl.float32)
         for s0 in range(0, num_splits, SPLIT_BLOCK):
-            acc, l_i = _merge_split_block(acc, l_i, s0, lse_base, o_base, rows, row_valid, dims, m_shift,
-                                          num_splits, rows_pad, HEAD_DIM, SPLIT_BLOCK, "")
+            if VECTOR_LOADS:
+                lse, part = _split_block_partials(lse_base, o_base, s0 + split_ids, rows, row_valid, dims,
+                                                  num_splits, rows_pad, HEAD_DIM)
+                acc, l_i = _add_weighted(acc, l_i, lse, part, m_shift)
+            else:
+                acc, l_i = _merge_split_block(acc, l_i, s0, lse_base, o_base, rows, row_valid, dims, m_shift,
+                                              num_splits, rows_pad, HEAD_DIM, SPLIT_BLOCK, "")
         _store_merged(acc, l_i, out_ptr, b, kv_head, rows, row_valid, dims, stride_ob, stride_ot, stride_oh, GROUP)
+
+
+@triton.jit
+def _split_block_partials(lse_base, o_base, splits, rows, row_valid, dims, num_splits, rows_pad,
+                          HEAD_DIM: tl.constexpr):
+    """The log2-sum-exps [splits, rows] and partials [splits, rows, columns] of a block of splits,
+    each one load with all of it in flight (a block unrolled in a loop compiled to loads issued one
+    after another)."""
+    ok = (splits < num_splits)[:, None] & row_valid[None, :]
+    part_row = splits[:, None] * rows_pad + rows[None, :]
+    lse = tl.load(lse_base + part_row, mask=ok, other=float("-inf"))
+    part = tl.load(o_base + part_row[:, :, None] * HEAD_DIM + dims[None, None, :], mask=ok[:, :, None], other=0.0)
+    return lse, part
+
+
+@triton.jit
+def _add_weighted(acc, l_i, lse, part, m_shift):
+    """acc += the block's partials weighted against the rows' largest log2-sum-exp, l_i += the
+    weights; an empty split holds lse = -inf (weight 0), selected out whatever its partial holds."""
+    live = lse > float("-inf")
+    weight = tl.where(live, tl.exp2(lse - m_shift[None, :]), 0.0)
+    acc += tl.sum(tl.where(live[:, :, None], part * weight[:, :, None], 0.0), 0)
+    return acc, l_i + tl.sum(weight, 0)
 
 
 
@@ -637,7 +677,8 @@ def _launch_spec(plan: VerifyPlan, head_dim: int, dtype: torch.dtype, on_gpu: bo
     return _LaunchSpec(fn, constexprs, options,
                        dict(GROUP=plan.group, HEAD_DIM=head_dim, SLICE_D=head_dim // merge.head_slices,
                             MERGE_ROWS=merge.merge_rows, SPLIT_BLOCK=merge.split_block,
-                            WAIT_FOR_SPLITS=merge.starts_early, ONE_BLOCK=merge.one_block),
+                            WAIT_FOR_SPLITS=merge.starts_early, ONE_BLOCK=merge.one_block,
+                            VECTOR_LOADS=merge.vector_loads),
                        dict(num_warps=4, **({"launch_pdl": True} if merge.starts_early else {})), fused)
 
 

@@ -139,6 +139,7 @@ class MergePlan:
     starts_early: bool
     fused: bool = False
     head_slices: int = 1
+    vector_loads: bool = False
 
 
 # eq=False: hashed by identity (the launcher keys its compiled kernels by plan)
@@ -200,10 +201,17 @@ SPLIT_HEAD_MAX_ROWS = 64 + PINGPONG_TAIL_ROWS
 # at most MERGE_ROWS rows a program.
 MERGE_ELEMENTS = 8192
 MERGE_ROWS = 8
-# a sliced merge program's columns at least: one 128-byte line of an fp32 partial row; splits
-# unrolled at most (a longer unroll takes minutes to compile)
+# a sliced merge program's columns at least: one 128-byte line of an fp32 partial row; the splits
+# of one block of the merge's own launch at most (each block one load)
 MERGE_MIN_SLICE = 32
-MERGE_MAX_SPLIT_BLOCK = 64
+MERGE_MAX_SPLIT_BLOCK = 128
+# the merge folded into the split kernel unrolls its splits: at most this many; and the most splits
+# the split model prices at an entry's cheaper merge (one block of the merge's own launch)
+FUSED_MERGE_MAX_SPLITS = 64
+CHEAP_MERGE_MAX_SPLITS = 128
+# a block of at least this many splits is read as one [splits, rows, columns] load; smaller blocks
+# stay unrolled (their sum across splits stays in each thread's registers, no reduction across threads)
+MERGE_VECTOR_MIN_BLOCK = 64
 
 
 def pick_block_m(packed_rows: int, max_block_m: int, min_block_m: int = 16, extra_sizes: tuple = ()) -> int:
@@ -272,7 +280,7 @@ def pick_splits(base_programs: int, prefix_rows: int, block_n: int, slots: int, 
         chunk, splits = split_chunks(prefix_rows, wanted, block_n)
         cost = cdiv(base_programs * splits, slots) * (chunk + PROGRAM_COST_KEYS) * key_cost
         if splits > 1:
-            per_split = (merge_split_keys if merge_split_keys and splits <= MERGE_MAX_SPLIT_BLOCK
+            per_split = (merge_split_keys if merge_split_keys and splits <= CHEAP_MERGE_MAX_SPLITS
                          else MERGE_COST_KEYS_PER_SPLIT)
             cost += MERGE_COST_KEYS + cdiv(2 * splits * rows * heads, slots) + per_split * splits
         if best is None or cost < best[0]:
@@ -509,7 +517,8 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
         split_block, merge_rows = merge_tiles(num_splits, shape.head_dim)
         one_block = policy.merge_one_pass and num_splits <= split_block
         tile_rows = min(block_m + tail_m, rows)
-        fused = (policy.fused_merge and one_block and kernel in FUSED_MERGE_KERNELS and not persistent
+        fused = (policy.fused_merge and one_block and num_splits <= FUSED_MERGE_MAX_SPLITS
+                 and kernel in FUSED_MERGE_KERNELS and not persistent
                  and num_splits * tile_rows * (shape.head_dim + 1) * 4 <= policy.fused_merge_max_bytes)
         slices = 1 if fused else (policy.merge_head_slices
                                   or pick_merge_slices(num_splits, shape.head_dim, rows, shape.batch * kv_heads, sms))
@@ -518,7 +527,7 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
             one_block = policy.merge_one_pass and num_splits <= split_block
         merge = MergePlan(split_block, merge_rows, shape.batch * kv_heads * cdiv(rows, merge_rows) * slices,
                           one_block, policy.programmatic_merge and target.dependent_launch and kernel != "pingpong",
-                          fused=fused, head_slices=slices)
+                          fused=fused, head_slices=slices, vector_loads=split_block >= MERGE_VECTOR_MIN_BLOCK)
         workspace = shape.batch * kv_heads * num_splits * rows_pad * (shape.head_dim + 1) * 4
     reasons = "; ".join(r for r in (why, tiles["why"]) if r)
     return VerifyPlan(kernel=kernel, config=cfg, group=shape.group // head_split, kv_heads=kv_heads, block_m=block_m,

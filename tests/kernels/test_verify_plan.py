@@ -120,16 +120,16 @@ def test_head_dim_256_runs_the_pingpong_kernel_on_hopper_and_fits_sm120():
 def test_head_dim_256_pingpong_rings_and_split_model():
     """Head dim 256 on sm_90: one ping-pong warpgroup (at most 64 packed rows) streams through 4
     ring slots, two through 3; the split model prices its key rows 2.5x head dim 128's, lets a
-    split take 64 of them and prices the merge 8 key rows a split up to one merge block (64
-    splits), so that one KV head at batch 1 runs more programs (H200: 64 splits at 8k and 32k
-    keys, 16 at 1k), while grids that fill the GPU keep their counts, and a count whose merge
+    split take 64 of them and prices the merge 8 key rows a split up to one merge block (128
+    splits), so that one KV head at batch 1 runs more programs (H200: 128 splits at 32k keys, 64
+    at 8k, 16 at 1k), while grids that fill the GPU keep their counts, and a count whose merge
     folds into the split kernel stays where a finer one's would not. Other entries keep the model
     as fitted."""
     def plan(batch, num_nodes, q_heads, kv_heads, prefix, target=H200):
         return plan_verify(VerifyShape(batch, num_nodes, q_heads, kv_heads, 256, prefix + num_nodes), target)
 
-    for shape, stages, splits in (((1, 9, 3, 1, 32768), 4, 64), ((1, 17, 3, 1, 32768), 4, 64),
-                                  ((1, 17, 6, 1, 32768), 3, 64), ((8, 9, 6, 1, 8192), 4, 16),
+    for shape, stages, splits in (((1, 9, 3, 1, 32768), 4, 128), ((1, 17, 3, 1, 32768), 4, 128),
+                                  ((1, 17, 6, 1, 32768), 3, 128), ((8, 9, 6, 1, 8192), 4, 16),
                                   ((32, 9, 3, 1, 1024), 4, 4), ((1, 9, 24, 4, 32768), 4, 32),
                                   ((1, 17, 3, 1, 1024), 4, 16), ((1, 9, 6, 1, 8192), 4, 64),
                                   ((8, 17, 24, 4, 8192), 3, 4)):
@@ -142,7 +142,7 @@ def test_head_dim_256_pingpong_rings_and_split_model():
     cheap_merge = dict(key_cost=2.5, min_split_keys=64, merge_split_keys=8)
     assert pick_splits(1, 1024, 32, 132, 1, 27, **cheap_merge)[1] == 16
     assert pick_splits(1, 8192, 32, 132, 1, 27, **cheap_merge)[1] == 64
-    assert pick_splits(1, 32768, 32, 132, 1, 27, **cheap_merge)[1] == 64   # 128: two merge blocks, the old price
+    assert pick_splits(1, 32768, 32, 132, 1, 27, **cheap_merge)[1] == 128  # one merge block of 128, the cheap price
     folded = plan(1, 9, 3, 1, 1024)   # 16 splits' partials (442 KB a tile) would not fold
     assert (folded.num_splits, folded.merge.fused) == (8, True) and "folds into the split kernel" in folded.why
     assert plan_verify(VerifyShape(1, 9, 3, 1, 256, 1024 + 9), H200, VerifyPolicy(num_splits=16)).num_splits == 16
@@ -286,15 +286,15 @@ def test_query_tiles_and_split_plan():
 
 
 def test_the_merge_takes_head_dim_slices_where_whole_rows_walk_several_blocks_of_splits():
-    """One KV head at batch 1 and 32k keys: 64 splits of 27 rows are 14 merge programs walking
-    four blocks of splits; in 8 slices of 32 columns they are 112 programs of one block. A merge
+    """One KV head at batch 1 and 32k keys: 128 splits of 27 rows are 14 merge programs walking
+    eight blocks of splits; in 8 slices of 32 columns they are 112 programs of one block. A merge
     whose splits fit one block of whole rows, and the folded merge, keep every column in one
     program."""
     shape = VerifyShape(1, 9, 3, 1, 256, 32768 + 9)
     plan = plan_verify(shape, H200)
     m = plan.merge
-    assert plan.num_splits == 64 and not m.fused
-    assert (m.head_slices, m.split_block, m.merge_rows, m.grid, m.one_block) == (8, 64, 2, 112, True)
+    assert plan.num_splits == 128 and not m.fused
+    assert (m.head_slices, m.split_block, m.merge_rows, m.grid, m.one_block) == (8, 128, 2, 112, True)
     whole = plan_verify(shape, H200, VerifyPolicy(merge_head_slices=1)).merge
     assert (whole.head_slices, whole.split_block, whole.merge_rows, whole.grid, whole.one_block) == (1, 16, 2, 14,
                                                                                                      False)
