@@ -337,8 +337,10 @@ def _tree_verify_merge_kernel(
     The work is a few MB that the split kernel has just left in L2, so this kernel is all
     latency. Two passes: the largest log2-sum-exp of each row first, then each split's weight
     is known up front and the weighted sum is a chain of multiply-adds, not of online
-    rescalings; its SPLIT_BLOCK splits are unrolled, their [MERGE_ROWS, D] partials independent
-    loads all in flight at once, with no reduction across threads. int32 offsets from one
+    rescalings. A block of SPLIT_BLOCK splits is unrolled, their [MERGE_ROWS, D] partials
+    independent loads summed in each thread's registers; with VECTOR_LOADS (blocks of 64 splits or
+    more, whose unrolled loads compiled to one after another) it is one [splits, rows, columns]
+    load, summed across threads. int32 offsets from one
     per-head base keep the addresses cheap. With ONE_BLOCK (all splits in one block) both passes
     are straight-line code, so the partials' loads need not wait for the first pass's: one
     round trip to L2 instead of two. With WAIT_FOR_SPLITS it was launched as a programmatic

@@ -130,7 +130,8 @@ class MergePlan:
     where all splits fit it, launched as the split kernel's programmatic dependent where
     ``starts_early``. ``fused``: an eager call (not a graph capture) folds it into the split kernel
     instead, whose last program to finish a query tile merges that tile's rows (one launch instead
-    of two: about 5 us of host time); the folded merge takes every column (head_slices 1)."""
+    of two: about 5 us of host time); the folded merge takes every column (head_slices 1).
+    ``vector_loads``: each block of splits is read as one load (MERGE_VECTOR_MIN_BLOCK)."""
 
     split_block: int
     merge_rows: int

@@ -295,11 +295,14 @@ def test_the_merge_takes_head_dim_slices_where_whole_rows_walk_several_blocks_of
     m = plan.merge
     assert plan.num_splits == 128 and not m.fused
     assert (m.head_slices, m.split_block, m.merge_rows, m.grid, m.one_block) == (8, 128, 2, 112, True)
+    assert m.vector_loads  # 128 splits: one load, not 128 unrolled ones issued in turn
     whole = plan_verify(shape, H200, VerifyPolicy(merge_head_slices=1)).merge
+    assert not whole.vector_loads  # blocks of 16: unrolled, summed in registers
     assert (whole.head_slices, whole.split_block, whole.merge_rows, whole.grid, whole.one_block) == (1, 16, 2, 14,
                                                                                                      False)
     one_block = plan_verify(VerifyShape(1, 9, 3, 1, 256, 1024 + 9), H200, VerifyPolicy(fused_merge=False))
     assert one_block.num_splits == 16 and one_block.merge.grid < 132 and one_block.merge.head_slices == 1
+    assert not one_block.merge.vector_loads  # 16 splits: unrolled (one load measured slower below 64)
     folded = plan_verify(VerifyShape(8, 17, 32, 8, 128, 8209), H200).merge
     assert folded.fused and folded.head_slices == 1
     assert pick_merge_slices(64, 256, 27, 1, 132) == 8
