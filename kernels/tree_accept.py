@@ -8,13 +8,13 @@ token among siblings, the lowest-index matching child is taken.
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from .impl import resolve_impl
+from .tree_layout import check_parents_precede, node_bounds
 
 
 class AcceptResult(NamedTuple):
@@ -51,7 +51,7 @@ def check_accepted_path(path: Tensor, path_len: Tensor) -> None:
     for b, n in enumerate(lens):
         if not 1 <= n <= num_nodes:
             raise ValueError(f"path_len[{b}] = {n}: an accepted path holds 1 to T = {num_nodes} nodes")
-    step, _ = _node_bounds(num_nodes)
+    step, _ = node_bounds(num_nodes)
     live = step < path_len[:, None]
     prev = torch.cat([torch.full_like(path[:, :1], -1), path[:, :-1]], 1)
     bad = live & ((path <= prev) | (path >= num_nodes) | ((step == 0) & (path != 0)))
@@ -59,29 +59,6 @@ def check_accepted_path(path: Tensor, path_len: Tensor) -> None:
         b, i = (int(x) for x in bad.nonzero()[0])
         raise ValueError(f"path[{b}] = {path[b, :lens[b]].tolist()}: an accepted path starts at the root 0 and "
                          f"climbs to nodes below T = {num_nodes} in increasing order (step {i} does not)")
-
-
-@functools.lru_cache(maxsize=64)
-def _node_bounds(num_nodes: int) -> tuple[Tensor, Tensor]:
-    """Node indices and the least parent + 1 each may have (0 for the root, 1 after it)."""
-    node = torch.arange(num_nodes)
-    return node, node.clamp(max=1)
-
-
-def check_parents_precede(parents: Tensor) -> None:
-    """Raise ValueError naming the first (request, node) that breaks a DDTree's order: the root
-    first with parent -1, every other node after its parent. The walk and the in-place commit
-    (``path[i] >= i``) rely on it; parents on a GPU are not read (a host sync), as with lengths."""
-    if parents.is_cuda:
-        return
-    node, lowest = _node_bounds(parents.shape[1])
-    # parents + 1: the root's 0, every other node's in [1, i]
-    bad = torch.gt(parents + 1, node).logical_or_(torch.lt(parents + 1, lowest))
-    if bad.any():
-        b, i = (int(x) for x in bad.nonzero()[0])
-        want = "-1 (the root)" if i == 0 else f"a node in [0, {i - 1}]"
-        raise ValueError(f"parents[{b}, {i}] = {int(parents[b, i])}: node {i}'s parent must be {want}; "
-                         "parents come in a DDTree's order, each node after its parent")
 
 
 def tree_accept_greedy_reference(tokens: Tensor, parents: Tensor, target_argmax: Tensor) -> AcceptResult:

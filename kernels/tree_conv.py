@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .impl import resolve_impl
+from .tree_layout import check_parents_precede
 
 ACTIVATIONS = (None, "silu")
 
@@ -39,6 +40,7 @@ def check_conv_args(x: Tensor, weight: Tensor, bias: Tensor | None, conv_state: 
         raise ValueError(f"bias must be [C] = ({channels},); got {tuple(bias.shape)}")
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    check_parents_precede(parents)
 
 
 def path_sources(parents: Tensor, taps: int) -> Tensor:

@@ -33,6 +33,8 @@ def _tree_conv_kernel(x_ptr, w_ptr, bias_ptr, state_ptr, parents_ptr, out_ptr, T
     for j in tl.static_range(KERNEL):
         if j > 0:
             up = tl.load(parents_ptr + b * stride_pb + tl.maximum(src, 0), mask=in_tree & (src >= 0), other=-1)
+            # parents in [-1, src - 1] (the host checks that, not a GPU's): no read outside the tree or state
+            up = tl.minimum(tl.maximum(up, -1), src - 1)
             src = tl.where(src >= 0, up, src - 1)
         w = tl.load(w_ptr + chans * stride_wc + (KERNEL - 1 - j) * stride_wk, mask=in_chan, other=0.0).to(tl.float32)
         row = tl.load(x_base + tl.maximum(src, 0)[:, None] * stride_xt,

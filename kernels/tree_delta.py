@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from .impl import resolve_impl
-from .tree_layout import num_mask_words, unpack_ancestor_mask
+from .tree_layout import check_ancestor_mask, num_mask_words, unpack_ancestor_mask
 
 
 def check_delta_args(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor) -> None:
@@ -48,6 +48,10 @@ def check_delta_args(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, s
     if state.shape != (batch, value_heads, key_dim, value_dim):
         raise ValueError(f"state must be [B, Hv, Dk, Dv] = {(batch, value_heads, key_dim, value_dim)}; "
                          f"got {tuple(state.shape)}")
+    # a decay alpha in (0, 1] passed for its log is the likely mix-up; g on a GPU is not read (a host sync)
+    if not g.is_cuda and g.numel() and bool((g > 0).any()):
+        raise ValueError(f"g is the log decay, <= 0, but holds {float(g.max()):.3g}; pass log(alpha), "
+                         "not the decay alpha itself")
 
 
 def check_mask(ancestor_mask: Tensor, batch: int, num_nodes: int) -> None:
@@ -55,6 +59,7 @@ def check_mask(ancestor_mask: Tensor, batch: int, num_nodes: int) -> None:
     if ancestor_mask.shape != (batch, num_nodes, words) or ancestor_mask.dtype != torch.int32:
         raise ValueError(f"ancestor_mask must be int32 [B, T, ceil(T / 32)] = {(batch, num_nodes, words)}; "
                          f"got {ancestor_mask.dtype} {tuple(ancestor_mask.shape)}")
+    check_ancestor_mask(ancestor_mask)
 
 
 def default_scale(q: Tensor, scale: float | None) -> float:

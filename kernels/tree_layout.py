@@ -9,6 +9,7 @@ bit ``j % 32`` of word ``j // 32`` is set iff node j is node i or one of its anc
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -77,6 +78,72 @@ def unpack_ancestor_mask(ancestor_mask: Tensor, num_nodes: int) -> Tensor:
 
     ``out[b, i, j]`` is True iff node j is node i or one of its ancestors.
     """
-    node = torch.arange(num_nodes, device=ancestor_mask.device)
-    words = ancestor_mask.to(torch.int64)[..., node // 32]  # [B, T, T]
-    return (torch.bitwise_right_shift(words, node % 32) & 1).bool()
+    # each word shifted by 0..31 at once (an arithmetic shift keeps bit 31's sign: & 1 reads it)
+    shifts = torch.arange(32, device=ancestor_mask.device, dtype=torch.int32)
+    bits = torch.bitwise_right_shift(ancestor_mask.to(torch.int32).unsqueeze(-1), shifts) & 1  # [..., W, 32]
+    return bits.flatten(-2)[..., :num_nodes].bool()
+
+
+@functools.lru_cache(maxsize=64)
+def node_bounds(num_nodes: int) -> tuple[Tensor, Tensor]:
+    """Node indices and the least parent + 1 each may have (0 for the root, 1 after it)."""
+    node = torch.arange(num_nodes)
+    return node, node.clamp(max=1)
+
+
+def check_parents_precede(parents: Tensor) -> None:
+    """Raise ValueError naming the first (request, node) that breaks a DDTree's order: the root
+    first with parent -1, every other node after its parent. The walks and the in-place commit
+    (``path[i] >= i``) rely on it; parents on a GPU are not read (a host sync), as with lengths."""
+    if parents.is_cuda:
+        return
+    node, lowest = node_bounds(parents.shape[1])
+    # parents + 1: the root's 0, every other node's in [1, i]
+    bad = torch.gt(parents + 1, node).logical_or_(torch.lt(parents + 1, lowest))
+    if bad.any():
+        b, i = (int(x) for x in bad.nonzero()[0])
+        want = "-1 (the root)" if i == 0 else f"a node in [0, {i - 1}]"
+        raise ValueError(f"parents[{b}, {i}] = {int(parents[b, i])}: node {i}'s parent must be {want}; "
+                         "parents come in a DDTree's order, each node after its parent")
+
+
+@functools.lru_cache(maxsize=64)
+def _row_words(num_nodes: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Per node, as int64 words [T, W] of 32 bits: its own bit, the bits of every earlier node;
+    and the bits of all T nodes [W]."""
+    words = num_mask_words(num_nodes)
+    own = torch.zeros(num_nodes, words, dtype=torch.int64)
+    before = torch.zeros(num_nodes, words, dtype=torch.int64)
+    for i in range(num_nodes):
+        own[i, i // 32] = 1 << (i % 32)
+        before[i, : i // 32] = 0xFFFFFFFF
+        before[i, i // 32] = (1 << (i % 32)) - 1
+    return own, before, own.sum(0)
+
+
+def check_ancestor_mask(ancestor_mask: Tensor) -> None:
+    """Raise ValueError naming the first (request, node) whose bits are not its ancestors in a
+    DDTree: node i's row holds i and its parent's row, nothing else (its parent: the latest node
+    before i in the row; the root's row is itself alone). A transposed mask (descendants), a
+    forest or a row missing its own bit fails here. The chunked delta rule's triangular solve
+    relies on it; a mask on a GPU is not read (a host sync). Works on the packed words."""
+    batch, num_nodes = ancestor_mask.shape[:2]
+    if ancestor_mask.is_cuda or batch == 0 or num_nodes == 0:
+        return
+    own, before, valid = _row_words(num_nodes)
+    rows = ancestor_mask.to(torch.int64) & valid  # [B, T, W], bits past T ignored
+    earlier = rows & before
+    # the latest earlier node: each word's highest bit (frexp's exponent - 1; -1 for an empty word)
+    exponent = torch.frexp(earlier.double()).exponent
+    word_base = 32 * torch.arange(rows.shape[2])
+    parent = torch.where(earlier > 0, exponent - 1 + word_base, -1).amax(-1)  # [B, T]
+    parent_row = torch.gather(rows, 1, parent.clamp(min=0).unsqueeze(-1).expand_as(rows))
+    want = torch.where(parent.unsqueeze(-1) >= 0, parent_row, 0) | own
+    bad = (rows != want).any(-1)
+    bad[:, 1:] |= parent[:, 1:] < 0  # a second root
+    if bad.any():
+        b, i = (int(x) for x in bad.nonzero()[0])
+        held = unpack_ancestor_mask(ancestor_mask[b:b + 1, i:i + 1], num_nodes)[0, 0].nonzero().flatten().tolist()
+        raise ValueError(f"ancestor_mask[{b}, {i}] holds nodes {held}: node {i}'s row must hold itself and "
+                         "exactly its parent's row, nothing after it (a tree's ancestors, not its descendants); "
+                         "build it with ancestor_mask_from_parents(parents)")

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from .cache_lens import check_cache_lens
 from .impl import resolve_impl
-from .tree_layout import num_mask_words, unpack_ancestor_mask
+from .tree_layout import check_ancestor_mask, num_mask_words, unpack_ancestor_mask
 
 
 def check_verify_args(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor,
@@ -45,6 +45,7 @@ def check_verify_args(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_lens: T
             f"got {ancestor_mask.dtype} {tuple(ancestor_mask.shape)}"
         )
     check_cache_lens(cache_lens, num_nodes, k_shape[1])
+    check_ancestor_mask(ancestor_mask)
 
 
 def tree_attention_mask(cache_lens: Tensor, ancestor_mask: Tensor, num_keys: int) -> Tensor:

@@ -74,3 +74,41 @@ def test_bad_shapes_are_named():
         tree_causal_conv1d(x, weight, None, state, parents, activation="relu", impl="torch")
     with pytest.raises(ValueError, match=r"parents must be \[B, T\]"):
         tree_causal_conv1d(x, weight, None, state, parents[:, :2], impl="torch")
+
+
+BAD_PARENTS = [
+    ([-1, 2, 0, 1], r"parents\[1, 1\] = 2: node 1's parent must be a node in \[0, 0\]"),    # after its child
+    ([0, 0, 1, 1], r"parents\[1, 0\] = 0: node 0's parent must be -1"),                    # no root
+    ([-1, 0, 7, 1], r"parents\[1, 2\] = 7: node 2's parent must be a node in \[0, 1\]"),    # out of range
+    ([-1, -1, 1, 1], r"parents\[1, 1\] = -1: node 1's parent must be a node in \[0, 0\]"),  # two roots
+]
+
+
+@pytest.mark.parametrize("impl", ["torch", "triton"])
+@pytest.mark.parametrize("parents,where", BAD_PARENTS)
+def test_parents_out_of_order_on_the_host_are_named(parents, where, impl):
+    """Request 1 breaks a DDTree's order: named by (request, node), before either path runs.
+    Before, a parent out of range was torch's IndexError on the torch path and reads past the
+    tree on the Triton one (outputs of 1e32), and the other three ran as some other tree."""
+    x, weight, state = torch.randn(2, 4, 8), torch.randn(8, 4), torch.randn(2, 8, 3)
+    parents_t = torch.tensor([[-1, 0, 1, 1], parents], dtype=torch.int32)
+    with pytest.raises(ValueError, match=where):
+        tree_causal_conv1d(x, weight, None, state, parents_t, impl=impl)
+
+
+@needs_triton
+def test_the_kernel_never_reads_past_the_tree_or_its_state():
+    """Parents on a GPU are not checked (a host sync), so the kernel keeps each walk's parent in
+    [-1, node - 1]: out-of-range parents (99, -5, a node's own index) read rows of the tree or
+    columns of the committed state, as the reference does with the parents clamped so, never
+    memory past them."""
+    from specdec_kernels.tree_conv_triton import tree_causal_conv1d_triton
+
+    gen = torch.Generator().manual_seed(3)
+    x, weight, bias, state = conv_inputs(2, 6, 40, 4, torch.float32, True, gen)
+    bad = torch.tensor([[-1, 0, 99, 1, -5, 5], [7, 0, 1, 2, 3, 4]], dtype=torch.int32)
+    node = torch.arange(6, dtype=torch.int32)
+    clamped = torch.minimum(bad.clamp(min=-1), node - 1)
+    got = tree_causal_conv1d_triton(*(t.to(DEVICE) for t in (x, weight, bias, state, bad)), "silu")
+    want = conv_oracle(x, weight, bias, state, clamped, "silu")
+    assert torch.allclose(got.cpu().double(), want, atol=1e-5)

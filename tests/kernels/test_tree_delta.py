@@ -19,7 +19,7 @@ import torch
 
 from hybrid_cases import SHAPES, delta_inputs, mask_of, path_oracle, ragged_parents, step64
 from kernel_cases import DEVICE, HAS_CUDA, needs_triton, row_errors
-from specdec_kernels import tree_gated_delta_rule
+from specdec_kernels import tree_gated_delta_rule, tree_verify_attention, unpack_ancestor_mask
 
 IMPLS = ["torch", pytest.param("triton", marks=needs_triton)]
 NODE_COUNTS = (1, 2, 9, 16, 17, 33, 64, 65)
@@ -146,6 +146,61 @@ def test_state_is_not_modified_and_bad_shapes_are_named():
                               ancestor_mask=mask, impl="torch")
     with pytest.raises(ValueError, match="ancestor_mask must be int32"):
         tree_gated_delta_rule(**x, ancestor_mask=mask.long(), impl="torch")
+
+
+def _flip(mask, node, bit):
+    flipped = mask.clone()
+    flipped[0, node, 0] ^= 1 << bit
+    return flipped
+
+
+TREE = torch.tensor([[-1, 0, 0, 1, 1, 2]], dtype=torch.int32)
+
+
+@pytest.mark.parametrize("impl", ["torch", "triton"])
+@pytest.mark.parametrize("mask,where", [
+    ("transposed", r"ancestor_mask\[0, 0\] holds nodes \[0, 1, 2, 3, 4, 5\]"),  # descendants, not ancestors
+    ("no own bit", r"ancestor_mask\[0, 3\] holds nodes \[0, 1\]"),
+    ("a later node", r"ancestor_mask\[0, 2\] holds nodes \[0, 2, 4\]"),
+    ("a second root", r"ancestor_mask\[0, 4\] holds nodes \[4\]"),
+    ("not its parent's row", r"ancestor_mask\[0, 5\] holds nodes \[0, 1, 2, 5\]"),
+])
+def test_masks_that_are_no_trees_ancestors_are_named(mask, where, impl):
+    """The chunked rule's solve is only the delta rule along each path for a tree's ancestor
+    mask: any other mask gave silently some other numbers on both paths (a transposed one, of
+    descendants, is the likely mistake). Named by (request, node), before either path runs."""
+    good = mask_of(TREE)
+    anc = unpack_ancestor_mask(good, 6)
+    bad = {"transposed": (anc.transpose(1, 2).int() << torch.arange(6, dtype=torch.int32)).sum(-1, keepdim=True)
+           .to(torch.int32),
+           "no own bit": _flip(good, 3, 3), "a later node": _flip(good, 2, 4),
+           "a second root": good.clone().index_fill_(1, torch.tensor([4]), 1 << 4),
+           "not its parent's row": _flip(good, 5, 1)}[mask]
+    x = delta_inputs(1, 6, 1, 2, 16, 16, torch.float32, torch.Generator().manual_seed(2))
+    tree_gated_delta_rule(**x, ancestor_mask=good, impl="torch")
+    with pytest.raises(ValueError, match=where):
+        tree_gated_delta_rule(**x, ancestor_mask=bad, impl=impl)
+    with pytest.raises(ValueError, match=where):
+        tree_verify_attention(torch.zeros(1, 6, 2, 16), torch.zeros(1, 8, 1, 16), torch.zeros(1, 8, 1, 16),
+                              torch.tensor([2], dtype=torch.int32), bad, impl=impl)
+
+
+def test_a_decay_passed_for_its_log_is_named():
+    """g is the log decay (<= 0): a decay alpha in (0, 1] passed instead made the state grow by
+    e^alpha a step, silently. Both operations that take g say so."""
+    from specdec_kernels import commit_recurrent_state
+
+    x = delta_inputs(1, 4, 1, 2, 16, 16, torch.float32, torch.Generator().manual_seed(5))
+    mask = mask_of(torch.tensor([[-1, 0, 0, 1]], dtype=torch.int32))
+    alpha = x["g"].exp()
+    with pytest.raises(ValueError, match=r"g is the log decay, <= 0, but holds 1; pass log\(alpha\)"):
+        tree_gated_delta_rule(**dict(x, g=torch.ones_like(alpha)), ancestor_mask=mask, impl="torch")
+    with pytest.raises(ValueError, match="g is the log decay"):
+        tree_gated_delta_rule(**dict(x, g=alpha), ancestor_mask=mask, impl="torch")
+    path, path_len = torch.tensor([[0, 1, 3, -1]], dtype=torch.int32), torch.tensor([3], dtype=torch.int32)
+    with pytest.raises(ValueError, match="g is the log decay"):
+        commit_recurrent_state(x["state"].clone(), torch.zeros(1, 8, 3), torch.zeros(1, 4, 8), x["k"], x["v"], alpha,
+                               x["beta"], path, path_len, impl="torch")
 
 
 @needs_triton
