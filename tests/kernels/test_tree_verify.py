@@ -13,7 +13,7 @@ import torch
 
 from kernel_cases import (DEVICE, FULL_GRID, ROW_TOLERANCE, case_id, needs_triton, random_tree_batch,
                           ancestor_chain, row_errors, verify_cases)
-from specdec_kernels import tree_verify_attention
+from specdec_kernels import ancestor_mask_from_parents, tree_verify_attention
 from specdec_kernels.impl import resolve_impl, triton_interpreting
 from specdec_kernels.tree_verify import tree_verify_attention_reference, tree_verify_attention_sdpa
 
@@ -556,7 +556,7 @@ def test_lengths_on_the_host_that_leave_the_caches_are_rejected(lens, impl):
     """20 cache rows hold a 9-node tree after at most 11 prefix rows: a longer or negative L_b names
     its request (on the host, where reading the lengths costs no sync), on both paths."""
     q, k = torch.randn(2, 9, 2, 64), torch.randn(2, 20, 1, 64)
-    mask = torch.zeros(2, 9, 1, dtype=torch.int32)
+    mask = ancestor_mask_from_parents(torch.arange(-1, 8, dtype=torch.int32).expand(2, 9))  # a chain
     with pytest.raises(ValueError, match=rf"cache_lens\[1\] = {lens[1]}: .*L_b <= S - T = 11"):
         tree_verify_attention(q, k, k, torch.tensor(lens, dtype=torch.int32), mask, impl=impl)
     tree_verify_attention(q, k, k, torch.tensor([11, 0], dtype=torch.int32), mask, impl=impl)
@@ -565,7 +565,8 @@ def test_lengths_on_the_host_that_leave_the_caches_are_rejected(lens, impl):
 @needs_triton
 def test_a_dtype_without_kernels_is_named_with_the_fix():
     q, k = torch.randn(1, 3, 2, 64, dtype=torch.float64), torch.randn(1, 8, 1, 64, dtype=torch.float64)
-    lens, mask = torch.tensor([4], dtype=torch.int32), torch.zeros(1, 3, 1, dtype=torch.int32)
+    lens = torch.tensor([4], dtype=torch.int32)
+    mask = ancestor_mask_from_parents(torch.tensor([[-1, 0, 0]], dtype=torch.int32))
     with pytest.raises(ValueError, match=r"torch.float64 has no Triton kernel.*impl='torch'"):
         tree_verify_attention(q.to(DEVICE), k.to(DEVICE), k.to(DEVICE), lens.to(DEVICE), mask.to(DEVICE), impl="triton")
     assert tree_verify_attention(q, k, k, lens, mask, impl="torch").dtype == torch.float64
