@@ -62,6 +62,20 @@ def _check_build_args(draft_logprobs: Tensor, root_tokens: Tensor, budget: int, 
     return ranks
 
 
+def check_ranked_logprobs(values: Tensor) -> None:
+    """Raise ValueError where the best-ranked draft values cannot be log-probabilities: NaN (ranked
+    first), or above 0 (probabilities or logits passed for them), naming the first (request,
+    depth). Only the ranked values are read, and only on the host (a GPU's would be a sync)."""
+    if values.is_cuda or not values.numel():
+        return
+    # log_softmax never exceeds 0; a little room for a low-precision cast
+    bad = values.isnan().any(-1) | (values[..., 0] > 1e-3)
+    if bad.any():
+        b, d = (int(x) for x in bad.nonzero()[0])
+        raise ValueError(f"draft_logprobs[{b}, {d}] ranks {float(values[b, d, 0]):.4g} first: draft_logprobs must be "
+                         "log-probabilities (<= 0, no NaN); pass torch.log_softmax(logits, -1)")
+
+
 def ranked_tokens(draft_logprobs: Tensor, ranks: int, exact_sort: bool = False) -> tuple[Tensor, Tensor]:
     """The ``ranks`` best tokens per depth: values ``[B, depth, K]`` float32, ids int64.
 
@@ -124,6 +138,7 @@ def build_ddtree_reference(draft_logprobs: Tensor, root_tokens: Tensor, budget: 
     batch, depth, _ = draft_logprobs.shape
     device = draft_logprobs.device
     vals, ids = ranked_tokens(draft_logprobs.detach().cpu(), ranks)
+    check_ranked_logprobs(vals)
     vals_np, ids_np = vals.numpy(), ids.numpy()
     num_nodes = budget + 1
     tokens = np.empty((batch, num_nodes), dtype=np.int64)

@@ -77,7 +77,7 @@ def _best_first_kernel(vals_ptr, ids_ptr, roots_ptr, tokens_ptr, parents_ptr, de
 
 def build_ddtree_triton(draft_logprobs, root_tokens, budget, topk=None):
     """Launcher for :func:`specdec_kernels.build_ddtree` (same contract)."""
-    from .ddtree_build import _check_build_args, ranked_tokens
+    from .ddtree_build import _check_build_args, check_ranked_logprobs, ranked_tokens
     from .tree_layout import DDTree, ancestor_mask_from_parents
 
     ranks = _check_build_args(draft_logprobs, root_tokens, budget, topk)
@@ -90,6 +90,7 @@ def build_ddtree_triton(draft_logprobs, root_tokens, budget, topk=None):
     log_probs = torch.empty(batch, num_nodes, dtype=torch.float32, device=device)
     if batch:
         vals, ids = ranked_tokens(draft_logprobs, ranks, exact_sort=True)
+        check_ranked_logprobs(vals)
         if budget == 0:
             tokens[:, 0] = root_tokens
             parents[:, 0], depths[:, 0], log_probs[:, 0] = -1, 0, 0.0

@@ -49,9 +49,18 @@ def ancestor_mask_from_parents(parents: Tensor) -> Tensor:
 
     Pointer doubling, ceil(log2 T) rounds of gather + OR on the parents' device: no host
     synchronisation and no loop over nodes. Requires ``parents[:, i] < i`` only through the
-    absence of cycles.
+    absence of cycles; parents on the host out of [-1, T - 1] or in a cycle are named (a GPU's are
+    not read).
     """
+    if parents.dim() != 2 or parents.dtype.is_floating_point or parents.dtype == torch.bool:
+        raise ValueError(f"parents must be an integer [B, T] tensor; got {parents.dtype} {tuple(parents.shape)}")
     batch, num_nodes = parents.shape
+    if not parents.is_cuda:  # a GPU's would be a host sync
+        bad = (parents < -1) | (parents >= num_nodes)
+        if bad.any():
+            b, i = (int(x) for x in bad.nonzero()[0])
+            raise ValueError(f"parents[{b}, {i}] = {int(parents[b, i])}: a parent is -1 (the root) or a node in "
+                             f"[0, {num_nodes - 1}]")
     words = num_mask_words(num_nodes)
     device = parents.device
     node = torch.arange(num_nodes, device=device)
@@ -68,6 +77,11 @@ def ancestor_mask_from_parents(parents: Tensor) -> Tensor:
         bits = bits | torch.gather(bits, 1, ptr.unsqueeze(-1).expand(-1, -1, words))
         ptr = torch.gather(ptr, 1, ptr)
         span *= 2
+    if not parents.is_cuda and (ptr[:, :num_nodes] != sentinel).any():
+        # every path of a tree reaches its root within T steps; a cycle never does
+        b, i = (int(x) for x in (ptr[:, :num_nodes] != sentinel).nonzero()[0])
+        raise ValueError(f"parents[{b}] = {parents[b].tolist()}: node {i}'s ancestors loop without reaching "
+                         "the root; a tree's parents have no cycle")
     bits = bits[:, :num_nodes]
     bits = torch.where(bits >= 2**31, bits - 2**32, bits)
     return bits.to(torch.int32)

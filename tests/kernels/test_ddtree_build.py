@@ -161,3 +161,44 @@ def test_budget_and_topk_that_are_not_counts_are_named(budget, topk, message):
     logprobs = torch.zeros(1, 4, 10)
     with pytest.raises(ValueError, match=message):
         build_ddtree(logprobs, torch.tensor([0]), budget, topk=topk, impl="torch")
+
+
+IMPLS = ["torch", pytest.param("triton", marks=pytest.mark.skipif(
+    not triton_interpreting(), reason="the Triton path on CPU tensors needs the interpreter"))]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("what,where", [
+    ("probabilities", r"draft_logprobs\[0, 0\] ranks 0.\d+ first"),
+    ("logits", r"draft_logprobs\[0, 0\] ranks \d"),
+    ("nan", r"draft_logprobs\[1, 2\] ranks nan first"),
+])
+def test_values_that_are_no_log_probabilities_are_named(what, where, impl):
+    """Probabilities or logits passed for log-probabilities, or a NaN, built a tree silently
+    (scores summed as if they were logs; NaN ranked first). The best-ranked values say so on the
+    host, naming the (request, depth), with the fix."""
+    gen = torch.Generator().manual_seed(4)
+    logits = torch.randn(2, 3, 50, generator=gen) * 3 + 2
+    values = {"probabilities": logits.softmax(-1), "logits": logits,
+              "nan": logits.log_softmax(-1).index_put_((torch.tensor([1]), torch.tensor([2]), torch.tensor([7])),
+                                                       torch.tensor(float("nan")))}[what]
+    build_ddtree(logits.log_softmax(-1), torch.tensor([0, 1]), 8, topk=3, impl=impl)
+    with pytest.raises(ValueError, match=where + r".*log_softmax\(logits, -1\)"):
+        build_ddtree(values, torch.tensor([0, 1]), 8, topk=3, impl=impl)
+
+
+@pytest.mark.parametrize("parents,message", [
+    ([[-1, 0, 9]], r"parents\[0, 2\] = 9: a parent is -1 \(the root\) or a node in \[0, 2\]"),
+    ([[-1, 0, -3]], r"parents\[0, 2\] = -3"),
+    ([[-1, 2, 1]], r"node 1's ancestors loop without reaching the root"),
+    ([[-1.0, 0.0, 1.0]], r"parents must be an integer \[B, T\] tensor; got torch.float32"),
+    ([-1, 0, 1], r"parents must be an integer \[B, T\] tensor; got torch.int64 \(3,\)"),
+])
+def test_parents_that_are_no_tree_are_named_when_building_a_mask(parents, message):
+    """A parent out of range was torch's IndexError, a cycle a silent mask, a 1-D tensor an
+    unpacking error; each is named on the host."""
+    from specdec_kernels import ancestor_mask_from_parents
+
+    with pytest.raises(ValueError, match=message):
+        ancestor_mask_from_parents(torch.tensor(parents))
+    assert ancestor_mask_from_parents(torch.tensor([[-1, 0, 1, 0]])).tolist() == [[[1], [3], [7], [9]]]
