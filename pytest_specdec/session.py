@@ -67,11 +67,12 @@ def start_journal(state: RunState, run: str) -> None:
         if not state.settings.resume and journal.path.exists():
             from .retention import prune
 
+            from .run_paths import rotated_journals
+
             stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
             journal.path.rename(journal.path.with_name(
                 f"{journal.path.stem}.{stamp}{journal.path.suffix}"))
-            earlier = journal.path.parent.glob(f"{journal.path.stem}.*-*{journal.path.suffix}")
-            prune(earlier, state.settings.keep_runs - 1)  # this run's journal is the Nth
+            prune(rotated_journals(journal.path), state.settings.keep_runs - 1)  # this run's is the Nth
         marker.write_text(run + "\n")
 
 

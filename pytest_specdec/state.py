@@ -16,6 +16,7 @@ import pytest
 from . import backends
 from . import config as config_mod
 from . import hardware as hardware_mod
+from . import run_paths
 from .backends import Backend
 from .config import KnownIssue, SpecdecConfig
 from .gate import Tolerances, resolve_tolerances
@@ -71,6 +72,16 @@ class RunState:
         return candidate if candidate.is_absolute() else self.config.root / candidate
 
 
+def _named(settings: Settings, name: str) -> str:
+    """Where an option's value came from, as a user would write it."""
+    from .options import OPTIONS
+
+    option = next(o for o in OPTIONS if o.name == name)
+    origin = settings.origins[name]
+    return {"command line": option.cli, "ini": f"ini {option.ini}", "default": "the default"}.get(
+        origin, f"{origin} key {name!r}")
+
+
 def build(root: Path, cli: Mapping[str, Any], ini: Mapping[str, Any],
           detected: Hardware | None = None) -> RunState:
     cfg = config_mod.load(root)
@@ -86,6 +97,8 @@ def build(root: Path, cli: Mapping[str, Any], ini: Mapping[str, Any],
     tolerances = resolve_tolerances(cli.get("compare_fail"), ini.get("compare_fail"),
                                     cfg.options.get("compare_fail"), cfg.tolerances, cfg.source)
     state = RunState(cfg, settings, hardware, backend, workloads, tolerances)
+    run_paths.check(state.path(settings.journal), _named(settings, "journal"), state.path(settings.artifacts),
+                    _named(settings, "artifacts"))
     backend.check(state)
     return state
 
@@ -119,5 +132,7 @@ def run_dir(state: RunState, config: pytest.Config) -> Path:
         from .retention import prune
 
         path.mkdir(parents=True, exist_ok=True)
-        prune((p for p in path.parent.glob("run-*") if p != path), state.settings.keep_runs - 1)
+        from .run_paths import run_folders
+
+        prune((p for p in run_folders(path.parent) if p != path), state.settings.keep_runs - 1)
     return path

@@ -33,3 +33,60 @@ def test_measures(specdec_pool, specdec_record):
     journals = sorted(p.name for p in state.glob("journal*.jsonl"))
     assert len(journals) == 2 and "journal.jsonl" in journals, journals
     assert len(list((state / "artifacts").glob("run-*"))) == 2
+
+
+def test_pruning_spares_what_the_plugin_did_not_write(pytester: pytest.Pytester):
+    """Journals and artifacts pointed at a user's folder: the prune deleted `run-*` entries and
+    `<stem>.*-*<suffix>` siblings of any kind. Now only `run-<12 hex>` folders and journals rotated
+    with a time stamp are pruned."""
+    pytester.makepyprojecttoml("[tool.specdec]\nkeep_runs = 1\njournal = \"log.jsonl\"\nartifacts = \"scripts\"\n")
+    pytester.makepyfile("""
+def test_measures(specdec_pool, specdec_record):
+    specdec_record.metric("verify_us", 1.0)
+""")
+    scripts = pytester.mkdir("scripts")
+    (scripts / "run-bench.sh").write_text("echo\n")
+    (scripts / "run-data").mkdir()
+    (scripts / "run-0123456789ab.txt").write_text("a file, not a run folder\n")
+    (pytester.path / "log.my-notes.jsonl").write_text('{"mine": 1}\n')
+    for _ in range(3):
+        pytester.runpytest().assert_outcomes(passed=1)
+    assert {"run-bench.sh", "run-data", "run-0123456789ab.txt"} <= {p.name for p in scripts.iterdir()}
+    assert len([p for p in scripts.iterdir() if p.is_dir() and p.name != "run-data"]) == 1
+    assert (pytester.path / "log.my-notes.jsonl").read_text() == '{"mine": 1}\n'
+    assert sorted(p.name for p in pytester.path.glob("log*.jsonl")) == ["log.jsonl", "log.my-notes.jsonl"]
+
+
+@pytest.mark.parametrize("option,message", [
+    ("--specdec-journal=", r"the results journal \(--specdec-journal\) is .*, a folder; .*give a file path"),
+    ("--specdec-journal=.", r"is .*, a folder"),
+    ("--specdec-journal=results", r"results, a folder"),
+    ("--specdec-journal=notes.md", r"notes.md, an existing file that is not a pytest-specdec journal; .*point the"),
+    ("--specdec-journal=pyproject.toml/j.jsonl", r"pyproject.toml is a file, not a folder"),
+    ("--specdec-artifacts=pyproject.toml", r"the artifacts folder \(--specdec-artifacts\) is .*pyproject.toml, a file"),
+])
+def test_journal_and_artifacts_paths_that_name_other_things_stop_the_run_at_start(pytester: pytest.Pytester,
+                                                                                 option, message):
+    """Such a journal path had the project folder, a folder of results or a user's file renamed
+    (and, past --specdec-keep-runs, deleted), or records appended to a user's notes; an artifacts
+    path naming a file failed every test. Now the run stops before anything, naming the path."""
+    pytester.makepyprojecttoml("[tool.specdec]\n")
+    pytester.makepyfile("def test_x(specdec_record):\n    specdec_record.metric('verify_us', 1.0)\n")
+    (pytester.mkdir("results") / "important.txt").write_text("x\n")
+    (pytester.path / "notes.md").write_text("my notes\n")
+    before = sorted(str(p.relative_to(pytester.path)) for p in pytester.path.rglob("*"))
+    result = pytester.runpytest(option, "--specdec-keep-runs=1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.re_match_lines([f".*{message}"])
+    assert sorted(str(p.relative_to(pytester.path)) for p in pytester.path.rglob("*")) == before
+    assert (pytester.path / "notes.md").read_text() == "my notes\n"
+
+
+def test_a_journal_is_known_by_its_first_line_even_torn(tmp_path):
+    from pytest_specdec.run_paths import is_journal
+
+    cases = {"empty": "", "record": '{"config_id": "a::b", "data": {}}\n', "torn": '{"config_id": "a::',
+             "notes": "# notes\n", "other json": '{"mine": 1}\n'}
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text)
+    assert [name for name in cases if is_journal(tmp_path / name)] == ["empty", "record", "torn"]
