@@ -106,6 +106,11 @@ class Journal:
                 obj = json.loads(line)
                 if not isinstance(obj, dict):
                     raise ValueError("not an object")
+                if obj.get("v") != JOURNAL_VERSION:
+                    raise ValueError(f"journal version {obj.get('v')!r}, this pytest-specdec "
+                                     f"reads version {JOURNAL_VERSION}")
+                if not isinstance(obj.get("data") or {}, dict):
+                    raise ValueError("its data is not an object")
                 rec = JournalRecord(
                     config_id=str(obj["config_id"]), workload=str(obj["workload"]),
                     status=str(obj.get("status", "done")), data=obj.get("data") or {},

@@ -18,6 +18,10 @@ from .lossless import Outputs
 from .metrics import MetricValue
 
 
+#: what `Result.from_json` raises on a record of the wrong shape (a hand edit, another version)
+RECORD_DAMAGE = (AttributeError, KeyError, TypeError, ValueError)
+
+
 @dataclass(frozen=True)
 class Result:
     """The figures one test recorded, with where they came from and how they compared.

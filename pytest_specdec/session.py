@@ -28,11 +28,11 @@ from .configuration import MatrixCase, is_speculative
 from .errors import SpecdecUsageError
 from .fingerprint import Fingerprint, measured_setup
 from .gate import Comparison
-from .journal import Journal
+from .journal import Journal, JournalRecord, JournalWarning
 from .metrics import METRIC_DIRECTIONS
 from .recording import (REMEASURED_PROPERTY, RESUMED_PROPERTY, attach_to_report,
                         existing_recorder, result_of_report)
-from .result import Result
+from .result import RECORD_DAMAGE, Result
 from .state import RunState
 
 
@@ -104,6 +104,8 @@ def skip_done(items: list[pytest.Item], state: RunState) -> None:
         if record is None:
             continue
         current = item_fingerprint(item, state)
+        if record.fingerprint == current.digest and not _readable(record, journal):
+            continue  # damaged figures are no measurement: measured again
         if record.fingerprint == current.digest:
             item.add_marker(pytest.mark.skip(
                 reason=f"already measured (resumed from {journal.path})"))
@@ -114,6 +116,18 @@ def skip_done(items: list[pytest.Item], state: RunState) -> None:
             changed = current.changed_parts(old.parts) if old else []
             item.user_properties.append(
                 (REMEASURED_PROPERTY, ", ".join(changed) or "no fingerprint in its journal record"))
+
+
+def _readable(record: JournalRecord, journal: Journal) -> bool:
+    """Whether a journaled record's figures read back; warns (and so re-measures) where not."""
+    try:
+        Result.from_json(record.data)
+    except RECORD_DAMAGE as exc:
+        warnings.warn(f"{journal.path}: the record of {record.config_id} ({record.workload}) is "
+                      f"damaged ({type(exc).__name__}: {exc}); measuring it again",
+                      JournalWarning, stacklevel=2)
+        return False
+    return True
 
 
 @dataclass

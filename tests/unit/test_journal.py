@@ -96,6 +96,21 @@ def test_unreadable_middle_lines_are_skipped_never_raise(tmp_path, junk):
         assert j.done_keys() == {("a", "chat"), ("b", "chat")}
 
 
+@pytest.mark.parametrize("line, why", [
+    (b'{"v": 99, "config_id": "x", "workload": "chat"}\n', "journal version 99"),
+    (b'{"config_id": "x", "workload": "chat"}\n', "journal version None"),
+    (b'{"v": 1, "config_id": "x", "workload": "chat", "data": [1]}\n', "its data is not an object"),
+])
+def test_records_of_another_version_or_shape_are_skipped_with_a_warning(tmp_path, line, why):
+    path = tmp_path / "j.jsonl"
+    j = Journal(path)
+    j.append("a", "chat")
+    with open(path, "ab") as fh:
+        fh.write(line)
+    with pytest.warns(JournalWarning, match=rf"j\.jsonl:2: skipped an unreadable line \({why}"):
+        assert j.done_keys() == {("a", "chat")}
+
+
 def test_intact_journal_reads_without_warnings(tmp_path):
     j = Journal(tmp_path / "j.jsonl")
     j.append("a", "chat")

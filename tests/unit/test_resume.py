@@ -36,6 +36,22 @@ def test_resume_measures_again_what_changed_and_says_so(pytester, no_leftover_en
     assert {r["data"]["details"]["measurement"]["completion_tokens"] for r in latest.values()} == {3 * 16}
 
 
+def test_resume_measures_again_a_record_whose_figures_are_damaged(pytester, no_leftover_engines):
+    project(pytester, max_new_tokens=12)
+    run(pytester).assert_outcomes(passed=1)
+    [good] = journal_lines(pytester)
+    path = pytester.path / ".specdec" / "journal.jsonl"
+    for damage in ({}, {"metrics": "x"}, {"outputs": {"tokens": 5}}):
+        data = {} if not damage else {**good["data"], **damage}
+        path.write_text(json.dumps({**good, "data": data}) + "\n")
+        result = run(pytester, "--specdec-resume")
+        result.assert_outcomes(passed=1)  # measured again, not skipped on figures unreadable
+        result.stdout.fnmatch_lines(["*JournalWarning: *journal.jsonl: the record of *"
+                                     "test_generation[[]ddtree-tp1-b8-chat[]] (chat) is damaged "
+                                     "(*); measuring it again*"])
+        result.stdout.no_fnmatch_line("*INTERNALERROR*")
+
+
 def test_resume_with_save_baseline_saves_what_was_measured_before(pytester,
                                                                   no_leftover_engines):
     project(pytester, budgets=(8, 16), max_new_tokens=12)
