@@ -42,10 +42,13 @@ def _parser() -> argparse.ArgumentParser:
 def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
     from . import durations, junit, merge, report
 
+    target = Path(args.out)
+    if target.exists() and not target.is_dir():
+        raise SpecdecUsageError(f"--out {target} is a file; name a folder for the merged report "
+                                f"(it is created where missing)")
     merged = merge.merge(args.shard_dirs)
     rows = list(merged.rows)
     title = f"pytest-specdec results ({merged.meta()['shards']})"
-    target = Path(args.out)
     files = report.write_report(target, rows, meta=merged.meta(), plots=not args.no_plots,
                                 title=title)
     written = [files.results_json, files.markdown, files.latex, files.standalone, *files.plots,

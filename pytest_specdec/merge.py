@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 from .errors import SpecdecUsageError
 from .journal import Journal
 from .report import ReportRow, row_from_result
-from .result import Result
+from .result import RECORD_DAMAGE, Result
 from .shard_dir import JOURNAL, ShardManifest, read
 
 #: pytest's outcomes that fail a run.
@@ -93,20 +93,37 @@ def _matrix_text(manifest: ShardManifest) -> str:
            f"matrix {manifest.matrix_digest}"
 
 
-def _journaled(manifest: ShardManifest) -> list[tuple[Result, str]]:
-    """The shard's journaled results, the latest per test, with their journal status."""
+def _journaled(manifest: ShardManifest) -> tuple[list[tuple[Result, str]], dict[str, str]]:
+    """The shard's journaled results, the latest per test, with their journal status; and
+    {node id: why} of records whose figures do not read back."""
     assert manifest.directory is not None
     comparisons = {t.nodeid: t.comparisons for t in manifest.tests}
-    out = []
-    for record in Journal(manifest.directory / JOURNAL).latest().values():
+    out, damaged = [], {}
+    journal = manifest.directory / JOURNAL
+    for record in Journal(journal).latest().values():
         stored = comparisons.get(str(record.data.get("nodeid")), ())
-        # the journal holds figures from before the gate; the manifest, the gate's comparisons
-        result = Result.from_json({**record.data, "comparisons": list(stored)})
+        try:
+            # the journal holds figures from before the gate; the manifest, the gate's comparisons
+            result = Result.from_json({**record.data, "comparisons": list(stored)})
+        except RECORD_DAMAGE as exc:
+            damaged[record.config_id] = (f"its record in {journal} is damaged "
+                                         f"({type(exc).__name__}: {exc})")
+            continue
         out.append((result, record.status))
-    return out
+    return out, damaged
 
 
-def _rows_of(manifest: ShardManifest, journaled: Sequence[tuple[Result, str]]) -> list[ReportRow]:
+def _unjournaled(manifest: ShardManifest, journaled: Sequence[tuple[Result, str]],
+                 damaged: dict[str, str]) -> dict[str, str]:
+    """{node id: why} of the tests that passed but whose figures the shard's journal lacks."""
+    have = {result.nodeid for result, _ in journaled}
+    missing = f"it passed, but {(manifest.directory or Path()) / JOURNAL} has no record of it"
+    return {t.nodeid: damaged.get(t.nodeid, missing) for t in manifest.tests
+            if t.outcome == "passed" and t.nodeid not in have}
+
+
+def _rows_of(manifest: ShardManifest, journaled: Sequence[tuple[Result, str]],
+             unjournaled: dict[str, str]) -> list[ReportRow]:
     cases = {c.param_id: c for c in manifest.configurations}
     tests = {t.nodeid: t for t in manifest.tests}
     rows, seen = [], set()
@@ -121,13 +138,16 @@ def _rows_of(manifest: ShardManifest, journaled: Sequence[tuple[Result, str]]) -
         rows.append(row_from_result(result, outcome=outcome, reason=reason))
         seen.add(result.nodeid)
     for test in manifest.tests:
-        if test.nodeid in seen or test.outcome == "passed":
+        if test.nodeid in seen:
             continue
+        outcome, reason = test.outcome, test.reason
+        if test.outcome == "passed":
+            outcome, reason = "error", f"no result: {unjournaled[test.nodeid]}"
         case = cases.get(test.config or "")
         rows.append(ReportRow(
             test_id=test.nodeid.split("::")[-1], config=test.config or test.nodeid,
             method=case.method if case else None, tp=case.tp if case else None,
-            budget=case.budget if case else None, outcome=test.outcome, reason=test.reason))
+            budget=case.budget if case else None, outcome=outcome, reason=reason))
     return rows
 
 
@@ -140,7 +160,7 @@ def merge(directories: Iterable[str | Path]) -> Merged:
     measured_by: dict[str, ShardManifest] = {}
     problems: list[str] = []
     for manifest in manifests:
-        journaled = _journaled(manifest)
+        journaled, damaged = _journaled(manifest)
         for result, status in journaled:
             key = result.config
             other = measured_by.setdefault(key, manifest)
@@ -149,8 +169,12 @@ def merge(directories: Iterable[str | Path]) -> Merged:
                     f"configuration {key} was measured by {other.name} and by {manifest.name}; "
                     f"each configuration belongs to one shard: merge one of them")
             results.append((result, manifest, status))
-        shard_rows = _rows_of(manifest, journaled)
+        unjournaled = _unjournaled(manifest, journaled, damaged)
+        shard_rows = _rows_of(manifest, journaled, unjournaled)
         rows.extend(shard_rows)
+        for nodeid, why in {**damaged, **unjournaled}.items():
+            problems.append(f"{manifest.name}: no result for {nodeid}: {why}; run that shard "
+                            f"again with --specdec-resume and merge again")
         if manifest.finished is None:
             problems.append(f"{manifest.name} did not finish: its outcomes and baseline "
                             f"comparisons are unknown; resume it (--specdec-resume) and merge "

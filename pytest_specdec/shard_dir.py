@@ -129,6 +129,12 @@ class ShardManifest:
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], directory: Path | None = None) -> ShardManifest:
         matrix = obj["matrix"]
+        exitstatus = obj.get("exitstatus")
+        if exitstatus is not None and (isinstance(exitstatus, bool) or not isinstance(exitstatus, int)):
+            raise ValueError(f"exitstatus {exitstatus!r} is not pytest's exit status (an integer)")
+        if not isinstance(obj.get("durations") or {}, Mapping):
+            raise ValueError(f"durations {obj['durations']!r} is not an object of seconds per "
+                             f"configuration")
         return cls(
             plugin_version=str(obj["plugin_version"]),
             shard=Shard(int(obj["shard"]["index"]), int(obj["shard"]["count"])),
@@ -141,7 +147,7 @@ class ShardManifest:
             commit=obj.get("commit"), started=str(obj.get("started", "")),
             reference=str((obj.get("lossless") or {}).get("reference", "ar")),
             lossless=str((obj.get("lossless") or {}).get("mode", "off")),
-            finished=obj.get("finished"), exitstatus=obj.get("exitstatus"),
+            finished=obj.get("finished"), exitstatus=exitstatus,
             tests=tuple(TestOutcome.from_json(t) for t in obj.get("tests") or ()),
             durations={str(k): float(v) for k, v in (obj.get("durations") or {}).items()},
             directory=directory,
@@ -258,7 +264,7 @@ def read(directory: str | Path) -> ShardManifest:
                                 f"this pytest-specdec reads ({VERSION}); upgrade pytest-specdec")
     try:
         return ShardManifest.from_json(obj, directory)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise SpecdecUsageError(f"{path} is damaged ({type(exc).__name__}: {exc}); re-run that "
                                 f"shard") from None
 

@@ -1,0 +1,108 @@
+"""`python -m pytest_specdec merge` on shard folders damaged or incomplete: a clean error or a
+FAILED line naming the file and the fix, never a traceback or a configuration silently missing.
+
+Two shard folders written in-process (no engine): shard 1 measured ar-tp1, shard 2 dflash-tp1.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec import __version__
+from pytest_specdec.configuration import MatrixCase
+from pytest_specdec.journal import Journal
+from pytest_specdec.metrics import MetricValue
+from pytest_specdec.result import Result
+from pytest_specdec.shard import Shard
+from pytest_specdec.shard_dir import JOURNAL, MANIFEST, ShardManifest
+from pytest_specdec.shard_dir import TestOutcome as Outcome
+
+CASES = (MatrixCase("cpu", "ar", 1, None), MatrixCase("cpu", "dflash", 1, None))
+
+
+def nodeid(case: MatrixCase) -> str:
+    return f"test_gen.py::test_generation[{case.param_id}-w]"
+
+
+@pytest.fixture
+def shards(tmp_path) -> Path:
+    for index, case in enumerate(CASES, start=1):
+        folder = tmp_path / f"shard-{index}"
+        manifest = ShardManifest(
+            plugin_version=__version__, shard=Shard(index, 2), configurations=CASES,
+            assignment=(1, 2), matrix_digest="d", balanced_by="", hardware_key="cpu",
+            hardware="no GPU", backend="embedded", finished="now", exitstatus=0,
+            tests=(Outcome(nodeid(case), "passed", config=case.param_id),),
+            durations={case.param_id: 1.0})
+        folder.mkdir()
+        (folder / MANIFEST).write_text(json.dumps({"format": "pytest-specdec-shard", "version": 1,
+                                                   **manifest.to_json()}))
+        result = Result(test_id=nodeid(case).split("::")[-1], nodeid=nodeid(case), case=case,
+                        workload="w", metrics=(MetricValue("output_tok_s", 100.0, "higher"),))
+        Journal(folder / JOURNAL).append(nodeid(case), "w", result.to_json())
+    return tmp_path
+
+
+def merge(root: Path) -> tuple[int, str]:
+    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
+                           str(root / "merged"), str(root / "shard-1"), str(root / "shard-2")],
+                          capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in done.stdout + done.stderr
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_intact_shards_merge(shards):
+    rc, text = merge(shards)
+    assert rc == 0, text
+    assert "2 row(s) written" in text
+
+
+@pytest.mark.parametrize("journal", [None, "garbage\n"])
+def test_a_passed_test_without_a_journaled_result_fails_the_merge(shards, journal):
+    path = shards / "shard-1" / JOURNAL
+    path.unlink() if journal is None else path.write_text(journal)
+    rc, text = merge(shards)
+    assert rc == 1
+    assert (f"specdec merge: FAILED: shard 1/2 ({shards / 'shard-1'}): no result for "
+            f"{nodeid(CASES[0])}: it passed, but {path} has no record of it; run that shard "
+            f"again with --specdec-resume and merge again") in text
+    assert "ar-tp1" in (shards / "merged" / "report.md").read_text()
+    cases = {c.get("name"): c for c in ET.parse(shards / "merged" / "junit.xml").iter("testcase")}
+    assert sorted(cases) == ["test_generation[ar-tp1-w]", "test_generation[dflash-tp1-w]"]
+    assert len(cases["test_generation[ar-tp1-w]"]) == 1  # its error or failure element
+
+
+def test_a_journal_record_of_the_wrong_shape_fails_the_merge_naming_it(shards):
+    path = shards / "shard-1" / JOURNAL
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "data": {"nodeid": "x"}}) + "\n")
+    rc, text = merge(shards)
+    assert rc == 1
+    assert (f"no result for {nodeid(CASES[0])}: its record in {path} is damaged (KeyError: "
+            f"'test_id'); run that shard again with --specdec-resume") in text
+
+
+@pytest.mark.parametrize("key, value, why", [
+    ("durations", "x", "durations 'x' is not an object of seconds per configuration"),
+    ("exitstatus", "x", "exitstatus 'x' is not pytest's exit status (an integer)"),
+    ("tests", [{"nodeid": "n"}], "KeyError: 'outcome'"),
+])
+def test_a_damaged_manifest_is_an_error_naming_it(shards, key, value, why):
+    path = shards / "shard-1" / MANIFEST
+    path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
+    rc, text = merge(shards)
+    assert rc == 2
+    assert f"error: {path} is damaged (" in text and why in text and "re-run that shard" in text
+
+
+def test_out_naming_a_file_is_an_error(shards):
+    (shards / "merged").write_text("")
+    rc, text = merge(shards)
+    assert rc == 2
+    assert f"error: --out {shards / 'merged'} is a file; name a folder" in text
