@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping
 from filelock import FileLock
 
 from .errors import SpecdecUsageError
-from .metrics import Direction, MetricValue
+from .metrics import METRIC_DIRECTIONS, Direction, MetricValue
 
 FORMAT = "pytest-specdec-baselines"
 VERSION = 2
@@ -168,6 +168,13 @@ class BaselineEntry:
         versions = obj.get("versions") or {}
         if not isinstance(versions, dict):
             raise SpecdecUsageError(f"{where}: 'versions' must be an object, got {versions!r}")
+        runs = obj.get("runs", 1)
+        if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+            raise SpecdecUsageError(f"{where}: 'runs' must be a positive integer, got {runs!r}; {_FIX}")
+        cpu_share = number("cpu_share") if obj.get("cpu_share") is not None else None
+        if cpu_share is not None and not 0 < cpu_share <= 1:
+            # a share of the wall time (calibration.py); outside (0, 1] it widens the allowance
+            raise SpecdecUsageError(f"{where}: 'cpu_share' must be in (0, 1], got {cpu_share!r}; {_FIX}")
         commit = obj.get("commit")
         distribution = obj.get("distribution") or []
         if not isinstance(distribution, list) or not all(
@@ -181,8 +188,7 @@ class BaselineEntry:
             commit=None if commit is None else str(commit),
             fingerprint=None if obj.get("fingerprint") is None else str(obj["fingerprint"]),
             distribution=tuple(float(v) for v in distribution),
-            cpu_share=number("cpu_share") if obj.get("cpu_share") is not None else None,
-            runs=max(1, int(obj.get("runs", 1))) if isinstance(obj.get("runs", 1), int) else 1,
+            cpu_share=cpu_share, runs=runs,
         )
 
 
@@ -246,10 +252,13 @@ def parse_baselines(text: str, hardware_key: str, source: str) -> Baselines:
     for test_id, metrics in raw.items():
         if not isinstance(metrics, dict):
             raise SpecdecUsageError(f"baseline file {source}: entry {test_id!r} must map metric names to objects")
-        entries[test_id] = {
-            metric: BaselineEntry.from_json(obj, f"baseline file {source}: {test_id} {metric}")
-            for metric, obj in metrics.items()
-        }
+        entries[test_id] = {}
+        for metric, obj in metrics.items():
+            where = f"baseline file {source}: {test_id} {metric}"
+            entry = entries[test_id][metric] = BaselineEntry.from_json(obj, where)
+            if metric in METRIC_DIRECTIONS and entry.value < 0:
+                # built-in figures are rates, lengths and times; 0 can be measured (accept_rate)
+                raise SpecdecUsageError(f"{where}: 'value' must be >= 0, got {entry.value!r}; {_FIX}")
     return Baselines(hardware_key=hardware_key, entries=entries, path=Path(source))
 
 

@@ -15,6 +15,8 @@ therefore see per-token latencies (generation) or kernel times, not the cost of 
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
@@ -76,6 +78,14 @@ class Recorder:
         """Record one figure; built-in metrics know their direction, others must state it."""
         if direction is None:
             direction = direction_of(name)
+        # checked here, not when a later run reads the baseline it would be saved into
+        if not (math.isfinite(float(spread)) and float(spread) >= 0):
+            raise ValueError(f"metric {name!r}: spread {spread!r} must be a finite number >= 0 "
+                             f"(an absolute noise estimate; 0 for unknown)")
+        if isinstance(samples, bool) or not isinstance(samples, (numbers.Integral, float)) \
+                or not float(samples).is_integer() or samples < 1:
+            raise ValueError(f"metric {name!r}: samples {samples!r} must be an integer >= 1 "
+                             f"(how many measurements the value is made of)")
         self.metrics[name] = MetricValue(name, float(value), direction, float(spread), int(samples),
                                          deterministic)
 

@@ -201,6 +201,39 @@ def test_malformed_or_foreign_files_are_usage_errors(tmp_path, content, match):
     assert str(path) in str(info.value)
 
 
+def _one_entry(**fields) -> str:
+    entry = {"value": 10.0, "direction": "higher", "distribution": [9.0, 11.0], "cpu_share": 0.9,
+             **fields}
+    return json.dumps({"format": FORMAT, "version": VERSION, "hardware_key": "cpu",
+                       "entries": {"t": {"output_tok_s": entry}}})
+
+
+@pytest.mark.parametrize("fields, match", [
+    ({"cpu_share": 0}, r"t output_tok_s: 'cpu_share' must be in \(0, 1\], got 0.0; fix or delete"),
+    ({"cpu_share": -1}, r"'cpu_share' must be in \(0, 1\], got -1.0"),
+    ({"cpu_share": 1.5}, r"'cpu_share' must be in \(0, 1\], got 1.5"),
+    ({"runs": "x"}, r"t output_tok_s: 'runs' must be a positive integer, got 'x'; fix or delete"),
+    ({"runs": 0}, r"'runs' must be a positive integer, got 0"),
+    ({"value": -5}, r"t output_tok_s: 'value' must be >= 0, got -5.0; fix or delete"),
+])
+def test_impossible_figures_in_an_entry_are_usage_errors(tmp_path, fields, match):
+    path = tmp_path / "cpu.json"
+    path.write_text(_one_entry(**fields))
+    with pytest.raises(SpecdecUsageError, match=match) as info:
+        load_baselines(path, "cpu")
+    assert str(path) in str(info.value)
+
+
+def test_figures_that_can_be_measured_are_read(tmp_path):
+    path = tmp_path / "cpu.json"
+    path.write_text(_one_entry(value=0, cpu_share=1.0, runs=3))  # accept_rate 0 can be measured
+    assert load_baselines(path, "cpu").get("t", "output_tok_s").runs == 3
+    doc = json.loads(_one_entry())
+    doc["entries"]["t"] = {"my_fig": {"value": -5.0, "direction": "lower"}}  # a user's figure
+    path.write_text(json.dumps(doc))
+    assert load_baselines(path, "cpu").get("t", "my_fig").value == -5.0
+
+
 def test_save_refuses_to_overwrite_a_foreign_file(tmp_path):
     path = tmp_path / "cpu.json"
     save_baselines(path, "nvidia-h200-sm_90-x8", {"a": [mv()]}, versions={})

@@ -33,6 +33,22 @@ def save_then_run(pytester: pytest.Pytester, monkeypatch, *args: str, tok_s: flo
     return pytester.runpytest("-p", "no:cacheprovider", "-rA", *args)
 
 
+def test_a_spread_or_sample_count_no_figure_can_have_fails_where_it_is_recorded(pytester):
+    pytester.makepyfile(test_figures="""
+def test_spread(specdec_record):
+    specdec_record.metric("my_fig", 1.0, "higher", spread=-1)
+
+def test_samples(specdec_record):
+    specdec_record.metric("my_fig", 1.0, "higher", samples=0)
+""")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--specdec-save-baseline")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*ValueError: metric 'my_fig': spread -1 must be a finite number >= 0*",
+                                 "*ValueError: metric 'my_fig': samples 0 must be an integer >= 1*"],
+                                consecutive=False)
+    assert not (pytester.path / "baselines" / "cpu.json").exists()
+
+
 @pytest.mark.parametrize("where", ["cli", "table"])
 def test_an_unknown_figure_is_a_usage_error_listing_the_valid_names(pytester, where):
     pytester.makepyfile("def test_x(): pass")
