@@ -412,6 +412,13 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         raise SpecdecUsageError(f"{path.name}: invalid TOML ({exc}); fix the syntax") from None
+    except UnicodeDecodeError as exc:  # TOML is UTF-8 by definition; tomllib does not say where
+        line = exc.object.count(b"\n", 0, exc.start) + 1
+        raise SpecdecUsageError(f"{path.name}: line {line} is not UTF-8 (byte "
+                                f"{exc.object[exc.start]:#04x}); save the file as UTF-8") from None
+    except OSError as exc:
+        raise SpecdecUsageError(f"{path.name} cannot be read ({exc.strerror or exc}); fix its "
+                                f"permissions or remove it") from None
 
 
 def load_known_issues(path: Path) -> list[KnownIssue]:

@@ -100,6 +100,28 @@ def test_invalid_toml_in_specdec_toml(pytester: pytest.Pytester):
                                          "fix the syntax")
 
 
+def test_non_utf8_specdec_toml_is_a_usage_error(pytester: pytest.Pytester):
+    (pytester.path / "specdec.toml").write_bytes(b"[matrix.cpu]\nmethods = ['ar'] # \xff\n")
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert_one_line(result.stderr.str(), "ERROR: pytest-specdec: specdec.toml: line 2 is not UTF-8 "
+                                         "(byte 0xff); save the file as UTF-8")
+
+
+def test_non_utf8_known_issues_file_names_file_and_line(tmp_path: Path):
+    path = tmp_path / "known_issues.toml"
+    path.write_bytes(b"[[known_issues]]\nreason = '\xffx'\n")
+    with pytest.raises(SpecdecUsageError, match=r"^known_issues.toml: line 2 is not UTF-8 \(byte "
+                                                r"0xff\); save the file as UTF-8$"):
+        config.load_known_issues(path)
+
+
+def test_unreadable_toml_is_a_usage_error(tmp_path: Path):
+    with pytest.raises(SpecdecUsageError, match=r"cannot be read \(.+\); fix its permissions"):
+        config._read_toml(tmp_path)  # a directory: open() raises IsADirectoryError
+
+
 def test_specdec_toml_is_read_and_wins(tmp_path: Path):
     (tmp_path / "pyproject.toml").write_text("[tool.specdec]\nmodel = 'from-pyproject'\n")
     (tmp_path / "specdec.toml").write_text(
