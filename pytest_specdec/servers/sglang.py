@@ -75,17 +75,42 @@ def method_flags_from_config(value: str | Mapping[str, Sequence[str]], *, source
     for method, templates in value.items():
         if method not in METHODS:
             raise SpecdecUsageError(f"{source}: unknown method {method!r}; use one of {', '.join(METHODS)}")
-        if isinstance(templates, str) or not all(isinstance(t, str) for t in templates):
-            raise SpecdecUsageError(f"{source}.{method}: give a list of strings, e.g. [\"--flag\", \"{{budget}}\"]")
+        if not isinstance(templates, (list, tuple)) or not all(isinstance(t, str) for t in templates):
+            raise SpecdecUsageError(
+                f"{source}.{method}: {templates!r} is not a list of strings; "
+                f"give one, e.g. [\"--flag\", \"{{budget}}\"]"
+            )
         for template in templates:
-            for _, name, _, _ in string.Formatter().parse(template):
-                if name is not None and name not in _PLACEHOLDERS:
-                    raise SpecdecUsageError(
-                        f"{source}.{method}: placeholder {{{name}}} in {template!r} is unknown; "
-                        f"use {', '.join('{' + p + '}' for p in sorted(_PLACEHOLDERS))}"
-                    )
+            _check_template(template, f"{source}.{method}")
         merged[method] = tuple(templates)
     return MappingProxyType(merged)
+
+
+def _check_template(template: str, where: str) -> None:
+    """Reject templates `str.format` would choke on later, when a server is already being built."""
+
+    def invalid(problem: object) -> SpecdecUsageError:
+        return SpecdecUsageError(
+            f"{where}: {template!r} is not a valid flag template ({problem}); write a placeholder "
+            f"as {{budget}} and a literal brace doubled ({{{{ or }}}})"
+        )
+
+    try:
+        fields = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise invalid(exc) from None
+    for _, name, _, _ in fields:
+        if name is not None and name not in _PLACEHOLDERS:
+            raise SpecdecUsageError(
+                f"{where}: placeholder {{{name}}} in {template!r} is unknown; "
+                f"use {', '.join('{' + p + '}' for p in sorted(_PLACEHOLDERS))}"
+            )
+    try:  # a bad conversion or format spec ({budget!z}, {budget:q}) only shows when filled in
+        template.format(**dict.fromkeys(_PLACEHOLDERS, 1))
+    except KeyError as exc:  # a placeholder nested in a format spec: {budget:{depth}}
+        raise invalid(f"unknown placeholder {{{exc.args[0]}}}") from None
+    except (ValueError, IndexError) as exc:
+        raise invalid(exc) from None
 
 
 def speculative_flags(spec: ServerSpec, method_flags: MethodFlags = DEFAULT_METHOD_FLAGS) -> list[str]:

@@ -54,6 +54,11 @@ from pytest_specdec.errors import SpecdecUsageError
      "*[tool.specdec.engine] draft_agreement: 1.5 must lie in [0, 1]"),
     ("[tool.specdec.sglang]\nmethod_flags = 'eagle-ish'\n",
      "*[tool.specdec.sglang] method_flags: unknown SGLang method-flag preset 'eagle-ish'; use one of*"),
+    ("[tool.specdec.sglang]\nmethod_flags = {ddtree = 5}\n",
+     "*[tool.specdec.sglang] method_flags.ddtree: 5 is not a list of strings; give one, e.g.*"),
+    ("[tool.specdec.sglang]\nmethod_flags = {ddtree = ['--budget', '{budget']}\n",
+     "*[tool.specdec.sglang] method_flags.ddtree: '{budget' is not a valid flag template (*); "
+     "write a placeholder as {budget}*"),
     ("[tool.specdec]\nmin_accept_length = 0.5\n",
      "*min_accept_length: 0.5 is below 1*"),
     ("[tool.specdec]\nstartup_timeout = 'soon'\n",

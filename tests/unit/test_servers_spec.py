@@ -118,6 +118,22 @@ def test_method_flags_from_config():
         build_sglang_argv(sg("dflash"), 1, method_flags=bad)
 
 
+@pytest.mark.parametrize("templates, message", [
+    (5, r"^S\.ddtree: 5 is not a list of strings; give one, e\.g\. \["),
+    ({"a": "b"}, r"^S\.ddtree: \{'a': 'b'\} is not a list of strings"),
+    ("--flag", r"^S\.ddtree: '--flag' is not a list of strings"),
+    (["--budget", 8], r"^S\.ddtree: \['--budget', 8\] is not a list of strings"),
+    (["--budget", "{budget"], r"^S\.ddtree: '\{budget' is not a valid flag template \(expected '\}' "
+                              r"before end of string\); write a placeholder as \{budget\}"),
+    (["x}"], r"^S\.ddtree: 'x\}' is not a valid flag template \(Single '\}'"),
+    (["{budget!z}"], r"^S\.ddtree: '\{budget!z\}' is not a valid flag template \(Unknown conversion"),
+    (["{budget:{depth}}"], r"^S\.ddtree: .* \(unknown placeholder \{depth\}\)"),
+])
+def test_method_flags_from_config_names_method_and_fix_for_bad_templates(templates, message):
+    with pytest.raises(SpecdecUsageError, match=message):
+        method_flags_from_config({"ddtree": templates}, source="S")
+
+
 def test_embedded_argv():
     argv = build_embedded_argv(ServerSpec("embedded", "ddtree", budget=12, seed=3, context_length=2048,
                                  extra_args=("--fault-crash-after", "2")), 4242)
