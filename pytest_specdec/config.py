@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .configuration import METHODS, takes_budget
-from .engine.cli import MODEL_PRESETS
+from .engine.cli import DEVICES, MIN_BLOCK_SIZE, MODEL_PRESETS, build_parser
 from .errors import SpecdecUsageError
 from .gate import parse_tolerance_table
 from .hardware import ALL_FAMILIES, FAMILIES, normalise_arch
@@ -28,6 +28,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 BUILTIN_PROMPT_SETS = ("chat", "code", "math")
+ENGINE_DEVICES = ("auto", *DEVICES)  # auto: the plugin passes no --device and the engine picks
 
 
 @dataclass(frozen=True)
@@ -332,11 +333,31 @@ def _parse_engine(filename: str, data: Any) -> EngineSettings:
     )
     if not 0.0 <= settings.draft_agreement <= 1.0:
         reader.fail("draft_agreement", f"{settings.draft_agreement} must lie in [0, 1]")
-    if settings.block_size < 1:
-        reader.fail("block_size", f"{settings.block_size} must be at least 1")
+    if settings.block_size < MIN_BLOCK_SIZE:
+        reader.fail("block_size", f"{settings.block_size} must be at least {MIN_BLOCK_SIZE} (the root "
+                                  f"and at least one draft position)")
+    if settings.num_layers is not None and settings.num_layers < 1:
+        reader.fail("num_layers", f"{settings.num_layers} must be at least 1, or leave it out for the "
+                                  f"preset's layer count")
+    if settings.device not in ENGINE_DEVICES:
+        reader.fail("device", f"{settings.device!r} is unknown; use one of {', '.join(ENGINE_DEVICES)}")
     if settings.model_preset not in MODEL_PRESETS:
         reader.fail("model_preset", f"{settings.model_preset!r} is unknown; use one of {', '.join(MODEL_PRESETS)}")
+    _check_engine_extra_args(reader, settings.extra_args)
     return settings
+
+
+def _check_engine_extra_args(reader: _Reader, extra_args: tuple[str, ...]) -> None:
+    """Parse extra_args with the engine's own parser, so a typo stops the run before any boot."""
+    parser = build_parser()
+
+    def reject(message: str) -> None:
+        reader.fail("extra_args", f"{message}; see python -m pytest_specdec.engine --help")
+
+    parser.error = reject  # type: ignore[method-assign]  # argparse would print and exit
+    parser.print_help = lambda file=None: reader.fail(  # type: ignore[method-assign]
+        "extra_args", "-h/--help is not an engine setting; remove it")
+    parser.parse_args(["--method", METHODS[0], *extra_args])
 
 
 def _parse_sglang(filename: str, data: Any) -> SGLangSettings:

@@ -29,6 +29,8 @@ HYBRID_PRESETS = ("tiny-hybrid", "27b-hybrid-layers")
 RECURRENT_TREE_MODES = ("exact", "chain")
 
 DEFAULT_DDTREE_BUDGET = 16
+DEVICES = ("cpu", "cuda")
+MIN_BLOCK_SIZE = 2  # the root and at least one draft position
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-path", default=None,
                    help="safetensors file or directory (model.safetensors + config.json) instead of seeded weights")
     p.add_argument("--num-layers", type=int, default=None, help="override the preset's (or file's) layer count")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--device", choices=DEVICES, default="cpu")
     p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
                    help="auto: float32 on the CPU, bfloat16 on CUDA")
     p.add_argument("--kernel-impl", choices=("auto", "triton", "torch"), default="auto",
@@ -135,8 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> EngineArgs:
     parser = build_parser()
     ns = parser.parse_args(argv)
-    if ns.block_size < 2:
-        parser.error(f"--block-size must be >= 2 (the root and at least one draft), got {ns.block_size}")
+    if ns.block_size < MIN_BLOCK_SIZE:
+        parser.error(f"--block-size must be >= {MIN_BLOCK_SIZE} (the root and at least one draft), "
+                     f"got {ns.block_size}")
     if not 0.0 <= ns.draft_agreement <= 1.0:
         parser.error(f"--draft-agreement must be in [0, 1], got {ns.draft_agreement}")
     if not is_speculative(ns.method):

@@ -52,6 +52,18 @@ from pytest_specdec.errors import SpecdecUsageError
      "*[tool.specdec.tolerances]: unknown metric 'tok_s'; valid names: accept_length, accept_rate*"),
     ("[tool.specdec.engine]\ndraft_agreement = 1.5\n",
      "*[tool.specdec.engine] draft_agreement: 1.5 must lie in [0, 1]"),
+    ("[tool.specdec.engine]\nblock_size = 1\n",
+     "*[tool.specdec.engine] block_size: 1 must be at least 2 (the root and at least one draft "
+     "position)"),
+    ("[tool.specdec.engine]\nnum_layers = 0\n",
+     "*[tool.specdec.engine] num_layers: 0 must be at least 1, or leave it out*"),
+    ("[tool.specdec.engine]\ndevice = 'gpu'\n",
+     "*[tool.specdec.engine] device: 'gpu' is unknown; use one of auto, cpu, cuda"),
+    ("[tool.specdec.engine]\nextra_args = ['--context-lenght', '256']\n",
+     "*[tool.specdec.engine] extra_args: unrecognized arguments: --context-lenght 256; "
+     "see python -m pytest_specdec.engine --help"),
+    ("[tool.specdec.engine]\nextra_args = ['--fault-lossy', 'some']\n",
+     "*[tool.specdec.engine] extra_args: argument --fault-lossy: invalid float value: 'some'*"),
     ("[tool.specdec.sglang]\nmethod_flags = 'eagle-ish'\n",
      "*[tool.specdec.sglang] method_flags: unknown SGLang method-flag preset 'eagle-ish'; use one of*"),
     ("[tool.specdec.sglang]\nmethod_flags = {ddtree = 5}\n",
