@@ -152,6 +152,13 @@ def parse_prompt_lines(lines: Iterable[str], source: str) -> tuple[Prompt, ...]:
         text = obj.get("prompt")
         if not isinstance(text, str) or not text.strip():
             raise SpecdecUsageError(f"{where}: \"prompt\" must be a non-empty string; {shape}")
+        try:  # JSON's \ud800-style escapes can spell lone surrogates, which no tokenizer encodes
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise SpecdecUsageError(
+                f"{where}: \"prompt\" holds {text[exc.start]!r} at character {exc.start}, a lone "
+                f"surrogate that is not valid Unicode text; fix the \\u escape (pair it or remove it)"
+            ) from None
         max_new = obj.get("max_new_tokens")
         if max_new is not None and (isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1):
             raise SpecdecUsageError(f"{where}: \"max_new_tokens\" must be a positive integer, got {max_new!r}")

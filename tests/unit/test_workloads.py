@@ -136,6 +136,8 @@ def test_load_jsonl_reads_prompts_overrides_and_skips_blank_lines(tmp_path):
         ('{"prompt": "x", "max_new_tokens": 0}\n', 1, '"max_new_tokens" must be a positive integer'),
         ('{"prompt": "x", "max_new_tokens": "8"}\n', 1, '"max_new_tokens" must be a positive integer'),
         ('{"prompt": "x", "max_new_tokens": true}\n', 1, '"max_new_tokens" must be a positive integer'),
+        ('{"prompt": "ok"}\n{"prompt": "a\\ud800b"}\n', 2,
+         r"\"prompt\" holds '\\ud800' at character 1, a lone surrogate .*; fix the \\u escape"),
     ],
 )
 def test_malformed_jsonl_names_file_and_line(tmp_path, content, line, match):
