@@ -139,7 +139,13 @@ def provision_model(
         return path
     check_local(ref)
     local_dir = cache_dir_for(ref, Path(cache_dir), revision)
-    local_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        local_dir.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SpecdecUsageError(
+            f"model cache {local_dir.parent} cannot be created ({e.strerror or e}); "
+            f"set model_cache in [tool.specdec] to a writable directory"
+        ) from None
     is_offline = offline() if offline_mode is None else offline_mode
     with FileLock(str(local_dir) + ".lock"):
         state = check_complete(local_dir)

@@ -120,6 +120,15 @@ def test_hub_failure_is_a_usage_error_with_the_fix(tmp_path):
         provision_model("org/gated", cache_dir=tmp_path, fetcher=hub, offline_mode=False)
 
 
+def test_an_unusable_model_cache_names_model_cache_and_the_fix(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    cache = tmp_path / "a-file" / "models"  # mkdir fails here even for root, unlike a read-only dir
+    with pytest.raises(SpecdecUsageError, match=r"^model cache .*a-file/models cannot be created "
+                                                r"\(Not a directory\); set model_cache in "
+                                                r"\[tool.specdec\] to a writable directory$"):
+        provision_model("org/m", cache_dir=cache, fetcher=FakeHub(), offline_mode=False)
+
+
 def test_neither_path_nor_hub_id(tmp_path):
     with pytest.raises(SpecdecUsageError, match="model directory .*missing/dir does not exist"):
         provision_model(str(tmp_path / "missing" / "dir"), cache_dir=tmp_path, fetcher=FakeHub())
