@@ -159,6 +159,9 @@ _TOP_KEYS = {"model", "draft_model", "model_cache", "matrix", "workloads", "tole
     | OPTION_NAMES
 
 
+_KIND_NAMES = {int: "an int", float: "a number", dict: "a TOML table"}  # what a user wrote in TOML, not Python's name
+
+
 class _Reader:
     """Checks one table's keys and types; errors name the file and the dotted key."""
 
@@ -190,8 +193,9 @@ class _Reader:
         if kind is float and isinstance(value, int):
             value = float(value)
         if not isinstance(value, kind):
-            name = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-            self.fail(key, f"{value!r} must be a {name}")
+            kinds = (kind,) if isinstance(kind, type) else kind
+            names = " or ".join(_KIND_NAMES.get(k, f"a {k.__name__}") for k in kinds)
+            self.fail(key, f"{value!r} must be {names}")
         if isinstance(value, float) and not math.isfinite(value):  # TOML spells nan and inf
             self.fail(key, f"{value!r} must be a finite number")
         return value
@@ -257,8 +261,7 @@ def _parse_matrix(filename: str, family: str, data: Any) -> Matrix:
 
 
 def _parse_known_issue(filename: str, index: int, data: Any) -> KnownIssue:
-    reader = _Reader(filename, f"[tool.specdec.known_issues] entry {index + 1}", data)
-    reader.table = f"known_issues #{index + 1}"
+    reader = _Reader(filename, f"known_issues #{index + 1}", data)
     reader.check_keys({"reason", "arch", "family", "method", "tp", "budget", "backend"})
     reason = reader.get("reason", str)
     if not reason:
@@ -295,6 +298,8 @@ def _parse_workload(filename: str, index: int, data: Any, root: Path) -> Workloa
                        "temperature", "truncate"})
     prompts = reader.get("prompts", str, "chat")
     name = reader.get("name", str, Path(prompts).stem)
+    if not name:
+        reader.fail("name", "is empty; give the workload a name, e.g. name = \"chat\"")
     if prompts not in BUILTIN_PROMPT_SETS:
         path = Path(prompts) if Path(prompts).is_absolute() else root / prompts
         if not path.is_file():
