@@ -30,6 +30,10 @@ def load(path: str | Path) -> dict[str, float]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return {}
+    except (OSError, UnicodeDecodeError) as exc:  # a folder, unreadable: say so, not a traceback
+        why = getattr(exc, "strerror", None) or exc
+        raise SpecdecUsageError(f"durations file {path} cannot be read: {why}; fix or remove it") \
+            from None
     fix = "fix or delete it (the next merge with --save-baseline writes it again)"
     try:
         doc = json.loads(text)

@@ -51,6 +51,10 @@ def pytest_configure(config: pytest.Config) -> None:
     root = Path(config.inipath).parent if config.inipath else Path(config.rootpath)
     try:
         state = state_mod.build(root, cli, read_ini(config.getini))
+        if state.settings.save_baseline or state.settings.report:
+            from . import outputs
+
+            outputs.check(state)  # a path that cannot be written stops the run here, not at its end
         if state.settings.compare_fail or state.baseline_path.is_file():
             # a bad baseline file or expression stops the run here, before any boot
             _gate(config, state).check()
@@ -182,10 +186,13 @@ class Controller:
         self.config = config
         self.durations = None  # seconds per configuration, from the first report of ours on
         self.shard = None  # the shard folder's recorder, in a sharded run with a report folder
+        self.session = None
+        self.problems: list[str] = []  # outputs that could not be written, one line each
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         from .state import SHARD_KEY, STATE_KEY
 
+        self.session = session
         if SHARD_KEY in self.config.stash:
             from . import shard_dir
 
@@ -215,9 +222,9 @@ class Controller:
         if self.durations is not None or SHARD_KEY in self.config.stash:
             from . import summary
 
-            session.exitstatus = summary.finish(
+            session.exitstatus = self._failed_if_problems(summary.finish(
                 _results(self.config), self.durations, self.config.stash.get(SHARD_KEY, None),
-                self.shard, exitstatus)
+                self.shard, exitstatus, self.problems))
 
     @hookimpl(trylast=True)  # after pytest-benchmark's tables: the run ends with ours
     def pytest_terminal_summary(self, terminalreporter) -> None:
@@ -226,7 +233,17 @@ class Controller:
         if RESULTS_KEY in self.config.stash:  # else no report of ours came: nothing to sum up
             from . import summary
 
-            summary.write(terminalreporter, self.config.stash[RESULTS_KEY])
+            summary.write(terminalreporter, self.config.stash[RESULTS_KEY], self.problems)
+            if self.session is not None:
+                self.session.exitstatus = self._failed_if_problems(self.session.exitstatus)
+
+    def _failed_if_problems(self, exitstatus: int) -> int:
+        import pytest
+
+        # a baseline or report asked for and not written fails the run (CI must not go green)
+        if self.problems and exitstatus == pytest.ExitCode.OK:
+            return pytest.ExitCode.TESTS_FAILED
+        return exitstatus
 
 
 def _gate(config: pytest.Config, state):

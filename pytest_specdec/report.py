@@ -208,9 +208,36 @@ def write_report(out_dir: str | Path, rows: Sequence[ReportRow], *, meta: Mappin
     """Everything `--specdec-report DIR` promises. Plots are best-effort: a missing matplotlib
     is reported in `plot_error` and in report.md, never a crash at session end. report.md shows
     the PNGs, the LaTeX files include the PDFs."""
-    from . import latex, plots as plots_mod
+    import shutil
+    import tempfile
+
+    from .outputs import check_report_folder
+
     out_dir = Path(out_dir)
+    check_report_folder(out_dir)  # a target of the wrong kind stops it before anything is written
     out_dir.mkdir(parents=True, exist_ok=True)
+    # Written into a hidden folder first, moved into place once all is written: never half a report.
+    staging = Path(tempfile.mkdtemp(dir=out_dir, prefix=".report-"))
+    try:
+        files = _write_files(staging, rows, meta=meta, plots=plots, title=title)
+        moved = [_move(path, staging, out_dir) for path in
+                 (files.results_json, files.markdown, files.latex, files.standalone, *files.plots)]
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return ReportFiles(*moved[:4], tuple(moved[4:]), files.plot_error)
+
+
+def _move(path: Path, staging: Path, out_dir: Path) -> Path:
+    target = out_dir / path.relative_to(staging)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(path, target)
+    return target
+
+
+def _write_files(out_dir: Path, rows: Sequence[ReportRow], *, meta: Mapping[str, Any] | None,
+                 plots: bool, title: str) -> ReportFiles:
+    from . import latex, plots as plots_mod
+
     results = out_dir / "results.json"
     results.write_text(json.dumps(results_document(rows, meta), indent=2, sort_keys=False) + "\n", encoding="utf-8")
     images: list[Path] = []

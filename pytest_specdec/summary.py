@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .errors import SpecdecUsageError
 from .session import Results
 
 if TYPE_CHECKING:
@@ -34,10 +35,17 @@ def rows(results: Results) -> list:
     return out
 
 
-def write(terminalreporter, results: Results) -> None:
+def write(terminalreporter, results: Results, problems: list[str]) -> None:
+    """The table, the baseline, the report and CI summaries; an output that cannot be written
+    joins `problems` (those of `finish` are there already), each shown as one line at the end."""
     table = rows(results)
-    if not table:
-        return
+    if table:
+        _write(terminalreporter, results, table, problems)
+    for problem in problems:
+        terminalreporter.write_line(f"specdec: ERROR: {problem}", red=True, bold=True)
+
+
+def _write(terminalreporter, results: Results, table: list, problems: list[str]) -> None:
     from . import report  # matplotlib and friends load only when there is something to report
 
     state = results.state
@@ -58,23 +66,37 @@ def write(terminalreporter, results: Results) -> None:
             f"[tool.specdec.tolerances])")
     saved = results.all()
     if state.settings.save_baseline and saved:
-        path = results.save_baseline()
-        terminalreporter.write_line(f"specdec: saved {len(saved)} result(s) into {path}")
+        try:
+            path = results.save_baseline()
+        except (OSError, SpecdecUsageError) as exc:
+            problems.append(f"baseline not saved: {_why(exc, state.baseline_path)}")
+        else:
+            terminalreporter.write_line(f"specdec: saved {len(saved)} result(s) into {path}")
     if state.settings.report:
-        files = report.write_report(state.path(state.settings.report), table, meta=meta)
-        written = [files.results_json, files.markdown, files.latex, files.standalone, *files.plots]
-        terminalreporter.write_line(f"specdec: report written to {files.results_json.parent} "
-                                    f"({len(written)} files)")
-        if files.plot_error:
-            terminalreporter.write_line(f"specdec: {files.plot_error}")
-    report.write_github_summary(table, meta=meta)
+        folder = state.path(state.settings.report)
+        try:
+            files = report.write_report(folder, table, meta=meta)
+        except (OSError, SpecdecUsageError) as exc:
+            problems.append(f"report not written: {_why(exc, folder)}")
+        else:
+            written = [files.results_json, files.markdown, files.latex, files.standalone,
+                       *files.plots]
+            terminalreporter.write_line(f"specdec: report written to {files.results_json.parent} "
+                                        f"({len(written)} files)")
+            if files.plot_error:
+                terminalreporter.write_line(f"specdec: {files.plot_error}")
+    try:
+        report.write_github_summary(table, meta=meta)
+    except OSError as exc:  # the CI runner's variable, not the user's input: the run stands
+        terminalreporter.write_line(f"specdec: warning: GITHUB_STEP_SUMMARY not written: "
+                                    f"{_why(exc, '$GITHUB_STEP_SUMMARY')}", yellow=True)
 
 
 def finish(results: Results, durations: Durations | None, plan: ShardPlan | None,
-           shard: Recorder | None, exitstatus: int) -> int:
+           shard: Recorder | None, exitstatus: int, problems: list[str]) -> int:
     """At session end, before the summary: the durations beside a saved baseline, the shard
     folder's outcomes; returns the exit status (an empty shard's run is a success, not
-    pytest's "no tests collected")."""
+    pytest's "no tests collected"). A file that cannot be written joins `problems`."""
     import pytest
 
     state = results.state
@@ -83,9 +105,21 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
         from . import durations as durations_mod
         from .shard import DURATIONS_FILE
 
-        durations_mod.save(state.baseline_path.parent / DURATIONS_FILE, seconds)
+        path = state.baseline_path.parent / DURATIONS_FILE
+        try:
+            durations_mod.save(path, seconds)
+        except (OSError, SpecdecUsageError) as exc:
+            problems.append(f"durations not saved: {_why(exc, path)}")
     if plan is not None and not plan.mine and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
         exitstatus = pytest.ExitCode.OK
     if shard is not None:
         shard.finish(results, seconds, exitstatus)
     return exitstatus
+
+
+def _why(exc: Exception, path) -> str:
+    """One line: the file and an OSError's reason, without errno and traceback (our own errors
+    name their file already)."""
+    if isinstance(exc, OSError):
+        return f"{exc.filename or path}: {exc.strerror or exc}"
+    return str(exc)

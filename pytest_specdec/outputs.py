@@ -1,0 +1,71 @@
+"""Where a run writes at its end (the baseline folder, the report folder), checked at its start.
+
+A path given by a flag, the ini file or pyproject.toml that cannot be written is a usage error
+before any server boots, not a traceback after the whole benchmark ran.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import SpecdecUsageError
+
+if TYPE_CHECKING:
+    from .state import RunState
+
+#: The files and the folder `report.write_report` puts into the report folder.
+REPORT_FILES = ("results.json", "report.md", "report.tex", "report-standalone.tex")
+REPORT_FOLDERS = ("plots",)
+
+
+def check(state: RunState) -> None:
+    """The outputs this run was asked for can be written; else a SpecdecUsageError naming why."""
+    settings = state.settings
+    if settings.save_baseline:
+        from . import durations
+        from .shard import DURATIONS_FILE
+
+        path = state.baseline_path
+        check_folder(path.parent, "baseline folder", "--specdec-baseline-dir")
+        if path.exists() and not path.is_file():
+            raise SpecdecUsageError(f"baseline file {path} is not a file; remove it or choose "
+                                    f"another --specdec-baseline-dir")
+        durations.load(path.parent / DURATIONS_FILE)  # merged into at the end: broken is an error now
+    if settings.report:
+        check_report_folder(state.path(settings.report))
+
+
+def check_report_folder(folder: Path) -> None:
+    check_folder(folder, "report folder", "--specdec-report")
+    for name in REPORT_FILES:
+        if (folder / name).exists() and not (folder / name).is_file():
+            raise SpecdecUsageError(f"report folder {folder}: {name} is not a file; remove it or "
+                                    f"choose another --specdec-report folder")
+    for name in REPORT_FOLDERS:
+        if (folder / name).exists() and not (folder / name).is_dir():
+            raise SpecdecUsageError(f"report folder {folder}: {name} is not a folder; remove it or "
+                                    f"choose another --specdec-report folder")
+
+
+def check_folder(folder: Path, what: str, option: str) -> None:
+    """`folder` is a folder, or can be made one, where this process can create files."""
+    fix = f"choose another {option}"
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "it" if existing == folder else existing
+        raise SpecdecUsageError(f"{what} {folder} cannot be created: {where} is a file, not a "
+                                f"folder; {fix}")
+    try:  # os.access says yes to root on read-only and virtual file systems (/proc): try it
+        os.rmdir(tempfile.mkdtemp(dir=existing, prefix=".specdec-probe-"))
+    except OSError as exc:
+        why = ("is not writable" if existing == folder
+               else f"cannot be created: making a folder in {existing} fails")
+        raise SpecdecUsageError(f"{what} {folder} {why} ({exc.strerror or exc}); {fix}") from None
+
+
+__all__ = ["REPORT_FILES", "REPORT_FOLDERS", "check", "check_folder", "check_report_folder"]

@@ -1,0 +1,159 @@
+"""Output paths (baseline folder, report folder, CI summary) that cannot be written: a usage
+error before the run when known up front, one line after it when they break during the run,
+never a traceback, never half a report.
+
+The tests record figures by hand (`specdec_record.metric`), so no server starts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from report_support import row
+
+from pytest_specdec import outputs, summary
+from pytest_specdec.errors import SpecdecUsageError
+from pytest_specdec.report import write_report
+
+RECORDING_TEST = """
+def test_figures(specdec_record):
+    specdec_record.metric("output_tok_s", 100.0)
+"""
+
+#: A test that, while the run goes on, puts folders where the baseline and report files go.
+SPOILER_TEST = """
+import os
+
+def test_spoil():
+    os.makedirs("baselines/cpu.json")
+    os.makedirs("rep/report.md")
+"""
+
+NO_PROC = pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    pytester.makepyfile(test_figures=RECORDING_TEST)
+    return pytester.runpytest("-p", "no:cacheprovider", *args)
+
+
+def assert_usage_error(result: pytest.RunResult, message: str) -> None:
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: pytest-specdec: {message}"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    result.stdout.no_fnmatch_line("*passed*")  # stopped before the benchmark ran
+
+
+@pytest.mark.parametrize("where, message", [
+    ("pyproject.toml", "baseline folder */pyproject.toml cannot be created: it is a file, not a "
+                       "folder; choose another --specdec-baseline-dir"),
+    ("pyproject.toml/sub", "baseline folder */pyproject.toml/sub cannot be created: */pyproject.toml "
+                           "is a file, not a folder; *"),
+    pytest.param("/proc/specdec-baselines", "baseline folder /proc/specdec-baselines cannot be "
+                 "created: making a folder in /proc fails (*); *", marks=NO_PROC),
+])
+def test_a_baseline_folder_that_cannot_be_made_stops_a_save_before_the_run(pytester, where, message):
+    pytester.makepyprojecttoml("[tool.specdec]\n")
+    result = run(pytester, f"--specdec-baseline-dir={where}", "--specdec-save-baseline")
+    assert_usage_error(result, message)
+
+
+def test_a_baseline_file_that_is_a_folder_stops_a_save_before_the_run(pytester):
+    (pytester.path / "baselines" / "cpu.json").mkdir(parents=True)
+    result = run(pytester, "--specdec-save-baseline")
+    assert_usage_error(result, "baseline file */baselines/cpu.json is not a file; remove it or choose "
+                               "another --specdec-baseline-dir")
+    assert not (pytester.path / "baselines" / "durations.json").exists()
+
+
+@pytest.mark.parametrize("broken, message", [
+    ("{bad", "durations file */baselines/durations.json is not valid JSON (line 1: *); fix or delete it*"),
+    (None, "durations file */baselines/durations.json cannot be read: Is a directory; fix or remove it"),
+])
+def test_a_broken_durations_file_stops_an_unsharded_save_before_the_run(pytester, broken, message):
+    path = pytester.path / "baselines" / "durations.json"
+    if broken is None:
+        path.mkdir(parents=True)
+    else:
+        path.parent.mkdir()
+        path.write_text(broken)
+    assert_usage_error(run(pytester, "--specdec-save-baseline"), message)
+
+
+@pytest.mark.parametrize("where, message", [
+    ("pyproject.toml", "report folder */pyproject.toml cannot be created: it is a file, not a folder; "
+                       "choose another --specdec-report"),
+    pytest.param("/proc/nope", "report folder /proc/nope cannot be created: making a folder in /proc "
+                 "fails (*); choose another --specdec-report", marks=NO_PROC),
+    ("rep", "report folder */rep: report.md is not a file; remove it or choose another "
+            "--specdec-report folder"),
+])
+def test_a_report_folder_that_cannot_be_written_stops_the_run_before_it(pytester, where, message):
+    pytester.makepyprojecttoml("[tool.specdec]\n")
+    (pytester.path / "rep" / "report.md").mkdir(parents=True)
+    assert_usage_error(run(pytester, f"--specdec-report={where}"), message)
+    assert [p.name for p in (pytester.path / "rep").iterdir()] == ["report.md"]
+
+
+def test_outputs_spoiled_during_the_run_are_one_line_each_and_the_run_result_stays(pytester):
+    pytester.makepyfile(test_spoil=SPOILER_TEST)
+    result = run(pytester, "--specdec-save-baseline", "--specdec-report=rep")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # asked-for outputs are missing
+    result.stdout.fnmatch_lines([
+        "specdec: ERROR: baseline not saved: baseline file */baselines/cpu.json cannot be read*",
+        "specdec: ERROR: report not written: report folder */rep: report.md is not a file*",
+        "*2 passed*",
+    ])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert [p.name for p in (pytester.path / "rep").iterdir()] == ["report.md"]  # nothing half-written
+
+
+def test_a_github_step_summary_pointing_nowhere_is_a_warning(pytester, monkeypatch):
+    # the CI runner sets it, not the user: the benchmark's result must not turn red over it
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "nonexistent" / "summary.md"))
+    result = run(pytester)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["specdec: warning: GITHUB_STEP_SUMMARY not written: "
+                                 "*/nonexistent/summary.md: No such file or directory", "*1 passed*"])
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_durations_that_cannot_be_saved_at_the_end_are_a_problem_not_a_traceback(tmp_path):
+    (tmp_path / "spoiled").write_text("")  # the baseline folder became a file during the run
+    state = SimpleNamespace(settings=SimpleNamespace(save_baseline=True),
+                            baseline_path=tmp_path / "spoiled" / "cpu.json")
+    problems: list[str] = []
+    status = summary.finish(SimpleNamespace(state=state), SimpleNamespace(seconds={"ar-tp1": 1.0}),
+                            None, None, pytest.ExitCode.OK, problems)
+    assert status == pytest.ExitCode.OK  # the plugin fails the run over `problems`
+    assert problems == [f"durations not saved: {tmp_path / 'spoiled'}: File exists"]
+
+
+def test_write_report_refuses_a_target_of_the_wrong_kind_before_writing_anything(tmp_path):
+    (tmp_path / "rep" / "report.tex").mkdir(parents=True)
+    with pytest.raises(SpecdecUsageError, match="report.tex is not a file"):
+        write_report(tmp_path / "rep", [row("ar", 1, None, 10.0)], plots=False)
+    assert [p.name for p in (tmp_path / "rep").iterdir()] == ["report.tex"]
+
+
+def test_write_report_that_fails_midway_leaves_nothing_behind(tmp_path, monkeypatch):
+    from pytest_specdec import latex
+
+    def full_disk(fragment):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(latex, "render_standalone", full_disk)
+    with pytest.raises(OSError):
+        write_report(tmp_path / "rep", [row("ar", 1, None, 10.0)], plots=False)
+    assert list((tmp_path / "rep").iterdir()) == []
+
+
+def test_write_report_still_writes_every_file_in_place(tmp_path):
+    files = write_report(tmp_path / "rep", [row("ar", 1, None, 10.0)], plots=False)
+    assert sorted(p.name for p in (tmp_path / "rep").iterdir()) == sorted(outputs.REPORT_FILES)
+    assert files.results_json == tmp_path / "rep" / "results.json"
+    assert json.loads(files.results_json.read_text())["results"][0]["method"] == "ar"
