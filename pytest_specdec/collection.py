@@ -14,7 +14,7 @@ from typing import Iterable
 
 import pytest
 
-from .configuration import MatrixCase
+from .configuration import METHODS, MatrixCase
 from .hardware import GPU_FAMILIES
 from .state import RunState
 
@@ -36,6 +36,66 @@ def matrix_cases(state: RunState) -> list[MatrixCase]:
     return [MatrixCase(matrix.family, method, tp, budget)
             for matrix in state.config.matrices.values()
             for method, tp, budget in matrix.entries() if sizes is None or tp in sizes]
+
+
+def check_tp_filter(state: RunState) -> None:
+    """A --specdec-tp that leaves no configuration of any matrix would run nothing, green."""
+    sizes = state.settings.tp
+    matrices = state.config.matrices.values()
+    if sizes is None or not matrices or matrix_cases(state):
+        return
+    where = {"command line": "--specdec-tp", "ini": "ini specdec_tp"}.get(
+        state.settings.origins["tp"], f"{state.config.source} key 'tp'")
+    have = "; ".join(f"{m.family} tp = {list(m.tp)}" for m in matrices)
+    raise pytest.UsageError(
+        f"pytest-specdec: {where} {','.join(map(str, sizes))} selects no configuration: the "
+        f"matrices have {have}; pick sizes from those, or add the size to a matrix")
+
+
+def _marker_text(marker: pytest.Mark) -> str:
+    """`@pytest.mark.gpus('two')`: the marker as the user wrote it."""
+    args = [repr(a) for a in marker.args] + [f"{k}={v!r}" for k, v in marker.kwargs.items()]
+    return f"@pytest.mark.{marker.name}({', '.join(args)})"
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def gpus_needed(item: pytest.Item, marker: pytest.Mark) -> int:
+    """The n of `gpus(n)` (or `gpus(n=...)`); anything else stops the run naming the test."""
+    values = list(marker.args) + list(marker.kwargs.values())
+    if len(values) == 1 and set(marker.kwargs) <= {"n"} and _is_count(values[0]):
+        return values[0]
+    raise pytest.UsageError(
+        f"pytest-specdec: {item.nodeid}: {_marker_text(marker)} is not a GPU count; write "
+        f"@pytest.mark.gpus(n) with n a whole number of GPUs, 1 or more, e.g. gpus(2)")
+
+
+def specdec_configuration(item: pytest.Item, marker: pytest.Mark
+                          ) -> tuple[str | None, int, int | None]:
+    """(method, tp, budget) of `specdec(method=..., tp=..., budget=...)`, checked, as known
+    issues match on them; anything else stops the run naming the test."""
+    kwargs = marker.kwargs
+    method, tp, budget = kwargs.get("method"), kwargs.get("tp", 1), kwargs.get("budget")
+    unknown = sorted(set(kwargs) - {"method", "tp", "budget"})
+    problem = None
+    if marker.args:
+        problem = "takes keywords only"
+    elif unknown:
+        problem = f"has unknown keywords {', '.join(unknown)}"
+    elif method is not None and method not in METHODS:
+        problem = f"has method {method!r}, which is not one of {', '.join(METHODS)}"
+    elif not _is_count(tp) or tp & (tp - 1):
+        problem = f"has tp={tp!r}, which is not a power of two (1, 2, 4 or 8)"
+    elif budget is not None and not _is_count(budget):
+        problem = f"has budget={budget!r}, which is not a whole number of draft nodes, 1 or more"
+    if problem is None:
+        return method, tp, budget
+    raise pytest.UsageError(
+        f"pytest-specdec: {item.nodeid}: {_marker_text(marker)} {problem}; write "
+        f"@pytest.mark.specdec(method=..., tp=..., budget=...) with method one of "
+        f"{', '.join(METHODS)}, e.g. specdec(method=\"ddtree\", tp=1, budget=16)")
 
 
 def case_marks(case: MatrixCase) -> list[pytest.MarkDecorator]:
@@ -93,6 +153,8 @@ def family_skip_reason(family: str, state: RunState) -> str | None:
 def skip_reason(item: pytest.Item, state: RunState) -> str | None:
     """Why this item cannot run on this hardware, or None."""
     hw = state.hardware
+    marker = item.get_closest_marker("gpus")
+    needed = gpus_needed(item, marker) if marker is not None else 0  # checked on every test
     case = case_of(item)
     families = [case.family] if case is not None else []
     families += [family for family in GPU_FAMILIES if item.get_closest_marker(family)]
@@ -103,11 +165,8 @@ def skip_reason(item: pytest.Item, state: RunState) -> str | None:
     if item.get_closest_marker("gpu") and hw.physical_gpus == 0:
         return f"needs a GPU; found: no GPU" + (" (the simulated arch is for dry runs only)"
                                                 if hw.simulated else "")
-    marker = item.get_closest_marker("gpus")
-    if marker is not None:
-        needed = int(marker.args[0]) if marker.args else int(marker.kwargs.get("n", 1))
-        if hw.count < needed:
-            return f"needs {needed} GPUs; found: {hw.describe()}"
+    if hw.count < needed:
+        return f"needs {needed} GPUs; found: {hw.describe()}"
     return None
 
 
@@ -116,19 +175,18 @@ def known_issue_reason(item: pytest.Item, state: RunState) -> str | None:
     marker = item.get_closest_marker("specdec")
     if marker is None:
         return None
-    issue = state.known_issue(marker.kwargs.get("method"), marker.kwargs.get("tp", 1),
-                              marker.kwargs.get("budget"))
+    issue = state.known_issue(*specdec_configuration(item, marker))
     return issue.reason if issue is not None else None
 
 
 def modify_items(items: list[pytest.Item], state: RunState) -> None:
+    check_tp_filter(state)
     for item in items:
         reason = skip_reason(item, state)
+        issue = known_issue_reason(item, state)  # also checks the marker of a test that skips
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason))
-            continue
-        issue = known_issue_reason(item, state)
-        if issue is not None:
+        elif issue is not None:
             item.add_marker(pytest.mark.xfail(reason=f"known issue: {issue}", strict=True))
     items[:] = order_by_configuration(items)
 

@@ -217,6 +217,11 @@ def resolve(arch: str | None, gpus: int | None, detected: Hardware | None = None
         simulated = tuple(GPU(i, "simulated GPU", "cpu") for i in range(gpus))
         return Hardware(simulated, "simulated", real.physical_gpus)
     arch = normalise_arch(arch)
+    if arch not in FAMILIES:  # a simulated arch only rehearses a family this plugin knows
+        raise SpecdecUsageError(
+            f"--specdec-arch {arch}: no family known for this architecture, so there is no suite "
+            f"to rehearse; use one of {', '.join(FAMILIES)}"
+        )
     count = gpus if gpus is not None else max(real.count, 1)
     name = f"simulated {arch}"
     return Hardware(tuple(GPU(i, name, arch) for i in range(count)), "simulated", real.physical_gpus)

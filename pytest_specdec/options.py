@@ -58,6 +58,18 @@ def _count(text: str) -> int:
     return value
 
 
+#: More GPUs than one host has; a simulated inventory holds one object per GPU.
+MAX_GPUS = 64
+
+
+def _gpu_count(text: str) -> int:
+    value = _count(text)
+    if value > MAX_GPUS:
+        raise ValueError(f"{text!r} is more GPUs than one host has; give at most {MAX_GPUS} "
+                         f"(the largest tensor-parallel size a matrix runs is 8)")
+    return value
+
+
 def _positive_count(text: str) -> int:
     value = _count(text)
     if value < 1:
@@ -72,6 +84,10 @@ def _sizes(text: str) -> tuple[int, ...]:
         sizes = ()
     if not sizes or any(size < 1 for size in sizes):
         raise ValueError(f"{text!r} is not a list of tensor-parallel sizes, e.g. 8 or 1,4")
+    for size in sizes:
+        if size & (size - 1):  # the matrices accept powers of two only (config._check_tp)
+            raise ValueError(f"{text!r}: {size} is not a power of two; tensor-parallel sizes "
+                             f"are 1, 2, 4 or 8")
     return sizes
 
 
@@ -120,7 +136,7 @@ class Option:
     @property
     def ini_type(self) -> str:
         """The `addini` type: pytest parses booleans and numbers itself (and says what is wrong)."""
-        return {_bool: "bool", _count: "int", _positive_count: "int",
+        return {_bool: "bool", _count: "int", _gpu_count: "int", _positive_count: "int",
                 _positive_float: "float"}.get(self.parse, "string")
 
 
@@ -130,7 +146,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("arch", "pretend the GPUs are ARCH (e.g. sm_120) for dry runs: runs that family's suite "
            "with its known issues on whatever backend is available", str, None, metavar="ARCH"),
     Option("gpus", "GPU inventory to schedule on (default: detected; on a CPU machine, a simulated "
-           "inventory for scheduling tests)", _count, None, metavar="N"),
+           "inventory for scheduling tests)", _gpu_count, None, metavar="N"),
     Option("server_url", "use the server running at URL; launch nothing and never stop it",
            _url, None, metavar="URL"),
     Option("save_baseline", "write this run's results into the baseline file for this hardware "
@@ -204,7 +220,7 @@ def parse_value(option: Option, raw: Any, where: str) -> Any:
         return raw  # a TOML boolean, or a store_true flag
     if option.parse is _sizes and isinstance(raw, (int, list)) and not isinstance(raw, bool):
         raw = ",".join(str(v) for v in (raw if isinstance(raw, list) else [raw]))  # TOML [1, 4]
-    numeric = option.parse in (_count, _positive_count, _positive_float)
+    numeric = option.parse in (_count, _gpu_count, _positive_count, _positive_float)
     if numeric and isinstance(raw, (int, float)) and not isinstance(raw, bool):
         raw = str(raw)  # a TOML number
     if not isinstance(raw, str):

@@ -92,3 +92,11 @@ def test_no_probe_answers_means_cpu_only(monkeypatch):
     monkeypatch.setattr(hardware, "_detect_nvml", lambda: None)
     monkeypatch.setattr(hardware, "_detect_nvidia_smi", lambda: None)
     assert hardware.detect() == Hardware((), "none", 0)
+
+
+def test_a_simulated_arch_must_have_a_family():
+    """A rehearsal of an arch without a family runs no suite and writes a baseline of nothing."""
+    with pytest.raises(SpecdecUsageError, match=r"--specdec-arch sm_999: no family known.*"
+                                                r"use one of sm_80, .*sm_120, sm_121$"):
+        hardware.resolve("sm_999", None, NONE)
+    assert hardware.normalise_arch("sm_70") == "sm_70"  # detection still names an unknown chip

@@ -1,0 +1,103 @@
+"""Bad flag values, marker arguments and filters stop the run with one line naming the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+CPU_MATRIX = """
+[tool.specdec.matrix.cpu]
+methods = ["ar"]
+tp = [1]
+"""
+
+
+def _usage_error(result: pytest.RunResult, message: str) -> None:
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    result.stderr.fnmatch_lines(["ERROR: pytest-specdec: " + message])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--specdec-gpus=65"], "--specdec-gpus: '65' is more GPUs than one host has; give at most "
+                            "64*"),
+    (["--specdec-tp=3"], "--specdec-tp: '3': 3 is not a power of two; tensor-parallel sizes are "
+                         "1, 2, 4 or 8*"),
+    (["--specdec-tp=1,6"], "--specdec-tp: '1,6': 6 is not a power of two*"),
+    (["--specdec-arch=sm_999"], "--specdec-arch sm_999: no family known for this architecture*; "
+                                "use one of sm_80, *sm_90*sm_120*"),
+])
+def test_out_of_range_flag_values_are_usage_errors(pytester: pytest.Pytester, args, message):
+    pytester.makepyfile("def test_x(): pass")
+    _usage_error(pytester.runpytest(*args), message)
+
+
+@pytest.mark.parametrize("ini, message", [
+    ("specdec_gpus = 100", "ini specdec_gpus: '100' is more GPUs than one host has*"),
+    ("specdec_tp = 3", "ini specdec_tp: '3': 3 is not a power of two*"),
+])
+def test_out_of_range_ini_values_are_usage_errors(pytester: pytest.Pytester, ini, message):
+    pytester.makeini("[pytest]\n" + ini)
+    pytester.makepyfile("def test_x(): pass")
+    _usage_error(pytester.runpytest(), message)
+
+
+@pytest.mark.parametrize("args", [["--specdec-tp=16"], ["--specdec-tp=2,4"]])
+def test_a_tp_filter_that_selects_nothing_is_a_usage_error(pytester: pytest.Pytester, args):
+    """Not a green run of "empty parameter set" skips that measured nothing."""
+    pytester.makepyprojecttoml(CPU_MATRIX + '\n[tool.specdec.matrix.hopper]\nmethods = ["ar"]\n'
+                                            'tp = [1, 8]\n')
+    pytester.makepyfile("def test_cell(specdec_spec): pass")
+    _usage_error(pytester.runpytest(*args),
+                 f"{args[0].replace('=', ' ')} selects no configuration: the matrices have "
+                 f"cpu tp = [[]1[]]; hopper tp = [[]1, 8[]]; pick sizes from those*")
+    pytester.runpytest("--specdec-tp=8", "--specdec-gpus=8").assert_outcomes(skipped=1)
+
+
+def test_a_tp_filter_from_the_ini_is_named_as_such(pytester: pytest.Pytester):
+    pytester.makepyprojecttoml(CPU_MATRIX + '\n[tool.pytest.ini_options]\nspecdec_tp = "4"\n')
+    pytester.makepyfile("def test_cell(specdec_spec): pass")
+    _usage_error(pytester.runpytest(), "ini specdec_tp 4 selects no configuration*")
+
+
+@pytest.mark.parametrize("marker, message", [
+    ('gpus("two")', "@pytest.mark.gpus('two') is not a GPU count; write @pytest.mark.gpus(n) "
+                    "with n a whole number of GPUs, 1 or more*"),
+    ('gpus(n="x")', "@pytest.mark.gpus(n='x') is not a GPU count*"),
+    ("gpus(1.5)", "@pytest.mark.gpus(1.5) is not a GPU count*"),
+    ("gpus(-1)", "@pytest.mark.gpus(-1) is not a GPU count*"),
+    ("gpus()", "@pytest.mark.gpus() is not a GPU count*"),
+    ('specdec("ddtree", 4)', "@pytest.mark.specdec('ddtree', 4) takes keywords only; write "
+                             "@pytest.mark.specdec(method=..., tp=..., budget=...)*"),
+    ('specdec(method="ddtre")', "@pytest.mark.specdec(method='ddtre') has method 'ddtre', which "
+                                "is not one of ar, dflash, ddtree*"),
+    ('specdec(method="ddtree", tp=3)', "*has tp=3, which is not a power of two*"),
+    ('specdec(method="ddtree", budget="big")', "*has budget='big', which is not a whole number*"),
+    ('specdec(method="ddtree", tree=8)', "*has unknown keywords tree*"),
+])
+def test_bad_marker_arguments_are_usage_errors_naming_the_test(pytester: pytest.Pytester,
+                                                                marker, message):
+    pytester.makepyfile(test_marked=f"import pytest\n\n@pytest.mark.{marker}\n"
+                                    f"def test_plain():\n    pass\n")
+    _usage_error(pytester.runpytest(), "test_marked.py::test_plain: " + message)
+
+
+def test_a_bad_marker_on_a_test_that_skips_is_still_an_error(pytester: pytest.Pytester):
+    """Else the mistake shows only on the hardware the test targets."""
+    pytester.makepyfile(test_marked="import pytest\n\n@pytest.mark.blackwell\n"
+                                    "@pytest.mark.gpus('two')\n@pytest.mark.specdec(method='ar')\n"
+                                    "def test_plain():\n    pass\n")
+    _usage_error(pytester.runpytest("--specdec-arch=sm_90"),
+                 "test_marked.py::test_plain: @pytest.mark.gpus('two') is not a GPU count*")
+    pytester.makepyfile(test_marked="import pytest\n\n@pytest.mark.blackwell\n"
+                                    "@pytest.mark.specdec(method='ddtre')\n"
+                                    "def test_plain():\n    pass\n")
+    _usage_error(pytester.runpytest("--specdec-arch=sm_90"), "*has method 'ddtre'*")
+
+
+def test_good_marker_arguments_still_work(pytester: pytest.Pytester):
+    pytester.makepyfile(test_marked="import pytest\n\n@pytest.mark.gpus(n=2)\n"
+                                    "@pytest.mark.specdec(method='ddtree', tp=2, budget=8)\n"
+                                    "def test_plain():\n    pass\n")
+    pytester.runpytest("--specdec-gpus=2").assert_outcomes(passed=1)
+    pytester.runpytest("--specdec-gpus=1").assert_outcomes(skipped=1)
