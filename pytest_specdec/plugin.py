@@ -64,6 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
             config.stash[state_mod.SHARD_KEY] = shard.plan(state)
     except SpecdecUsageError as exc:
         raise pytest.UsageError(f"pytest-specdec: {exc}") from None
+    collection.check_tp_filter(state)  # here, not at collection: xdist workers collect
     config.stash[state_mod.STATE_KEY] = state
     if not hasattr(config, "workerinput"):  # the only process, or the xdist controller
         config.pluginmanager.register(Controller(config), "specdec-controller")
@@ -117,7 +118,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
         items[:], others = split_items(items, config.stash[SHARD_KEY])
         config.hook.pytest_deselected(items=others)
-    collection.modify_items(items, state)
+    collection.modify_items(items, state, in_worker=hasattr(config, "workerinput"))
     if not any(map(collection.uses_specdec, items)):
         return
     from . import recording, session
@@ -149,6 +150,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 @hookimpl(trylast=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    import pytest
+
+    from .collection import MARKER_ERROR
+
+    if MARKER_ERROR in item.stash:
+        pytest.fail(item.stash[MARKER_ERROR], pytrace=False)
+
+
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     from . import fixtures
 

@@ -101,3 +101,21 @@ def test_good_marker_arguments_still_work(pytester: pytest.Pytester):
                                     "def test_plain():\n    pass\n")
     pytester.runpytest("--specdec-gpus=2").assert_outcomes(passed=1)
     pytester.runpytest("--specdec-gpus=1").assert_outcomes(skipped=1)
+
+
+def test_under_xdist_a_marker_mistake_fails_its_test_and_a_tp_filter_stops_the_run(pytester: pytest.Pytester):
+    """xdist workers collect, and a usage error raised there read as INTERNALERROR (a worker
+    crash): the marked test fails with the message instead, the other tests run. The tp filter
+    needs no items, so it is checked at configure time, before any worker starts."""
+    pytester.makepyprojecttoml(CPU_MATRIX)
+    pytester.makepyfile(test_marked="import pytest\n\n@pytest.mark.gpus('two')\ndef test_plain():\n    pass\n\n"
+                                    "def test_other():\n    pass\n")
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["pytest-specdec: test_marked.py::test_plain: @pytest.mark.gpus('two') is not a GPU count*",
+                                 "ERROR test_marked.py::test_plain - Failed: pytest-specdec*"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    pytester.makepyfile(test_marked="def test_cell(specdec_spec): pass")
+    stopped = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", "--specdec-tp=4")
+    assert stopped.ret == pytest.ExitCode.USAGE_ERROR
+    stopped.stderr.fnmatch_lines(["*--specdec-tp 4 selects no configuration*"])
