@@ -44,8 +44,7 @@ def check_tp_filter(state: RunState) -> None:
     matrices = state.config.matrices.values()
     if sizes is None or not matrices or matrix_cases(state):
         return
-    where = {"command line": "--specdec-tp", "ini": "ini specdec_tp"}.get(
-        state.settings.origins["tp"], f"{state.config.source} key 'tp'")
+    where = state.settings.source("tp")
     have = "; ".join(f"{m.family} tp = {list(m.tp)}" for m in matrices)
     raise pytest.UsageError(
         f"pytest-specdec: {where} {','.join(map(str, sizes))} selects no configuration: the "

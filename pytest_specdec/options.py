@@ -211,6 +211,13 @@ class Settings:
         except KeyError:
             raise AttributeError(name) from None
 
+    def source(self, name: str) -> str:
+        """Where an option's value came from, as a user would write it (for error messages)."""
+        option = next(o for o in OPTIONS if o.name == name)
+        origin = self.origins[name]
+        return {"command line": option.cli, "ini": f"ini {option.ini}", "default": "the default"}.get(
+            origin, f"{origin} key {name!r}")
+
 
 def parse_value(option: Option, raw: Any, where: str) -> Any:
     """Validate one value; the error names where it was set, the bad value and what is allowed."""

@@ -149,7 +149,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             raise pytest.UsageError(f"pytest-specdec: {exc}") from None
 
 
-@hookimpl(trylast=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     import pytest
 
@@ -159,6 +158,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.fail(item.stash[MARKER_ERROR], pytrace=False)
 
 
+@hookimpl(trylast=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     from . import fixtures
 

@@ -72,16 +72,6 @@ class RunState:
         return candidate if candidate.is_absolute() else self.config.root / candidate
 
 
-def _named(settings: Settings, name: str) -> str:
-    """Where an option's value came from, as a user would write it."""
-    from .options import OPTIONS
-
-    option = next(o for o in OPTIONS if o.name == name)
-    origin = settings.origins[name]
-    return {"command line": option.cli, "ini": f"ini {option.ini}", "default": "the default"}.get(
-        origin, f"{origin} key {name!r}")
-
-
 def build(root: Path, cli: Mapping[str, Any], ini: Mapping[str, Any],
           detected: Hardware | None = None) -> RunState:
     cfg = config_mod.load(root)
@@ -97,8 +87,8 @@ def build(root: Path, cli: Mapping[str, Any], ini: Mapping[str, Any],
     tolerances = resolve_tolerances(cli.get("compare_fail"), ini.get("compare_fail"),
                                     cfg.options.get("compare_fail"), cfg.tolerances, cfg.source)
     state = RunState(cfg, settings, hardware, backend, workloads, tolerances)
-    run_paths.check(state.path(settings.journal), _named(settings, "journal"), state.path(settings.artifacts),
-                    _named(settings, "artifacts"))
+    run_paths.check(state.path(settings.journal), settings.source("journal"), state.path(settings.artifacts),
+                    settings.source("artifacts"))
     backend.check(state)
     return state
 
