@@ -631,12 +631,19 @@ class ServerFigures:
     lines: int = 0
 
 
-def server_figures_from_log(text: str, *, source: str = "server log") -> ServerFigures:
+def server_figures_from_log(text: str, *, source: str = "server log",
+                            whole_intervals_only: bool = False) -> ServerFigures:
     """Average the decode-interval figures of a log excerpt (each line covers the same number of
-    decode steps, so a plain mean is the interval-weighted mean)."""
+    decode steps, so a plain mean is the interval-weighted mean).
+
+    `whole_intervals_only` leaves out the first interval's lines: the interval counters run on
+    across workloads (SGLang's do), so that interval also holds steps taken before the excerpt.
+    """
     lines = text.splitlines()
     decode = parse_decode_lines(lines)
     ddtree = parse_ddtree_lines(lines)
+    if whole_intervals_only:
+        decode, ddtree = decode[1:], ddtree[1:]
     accept = _mean(d.accept_len for d in decode)
     if accept is None and ddtree:
         accept = _mean(
@@ -666,9 +673,10 @@ def read_log_since(path: str | Path, offset: int = 0) -> tuple[str, int]:
     return data.decode("utf-8", errors="replace"), offset + len(data)
 
 
-def server_figures_from_log_file(path: str | Path, offset: int = 0) -> ServerFigures:
+def server_figures_from_log_file(path: str | Path, offset: int = 0, *,
+                                 whole_intervals_only: bool = False) -> ServerFigures:
     text, _ = read_log_since(path, offset)
-    return server_figures_from_log(text, source=str(path))
+    return server_figures_from_log(text, source=str(path), whole_intervals_only=whole_intervals_only)
 
 
 def parse_prometheus_text(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:

@@ -336,6 +336,20 @@ def test_server_figures_from_log_average_and_ddtree_fallback():
     assert server_figures_from_log("nothing here").accept_length is None
 
 
+def test_server_figures_from_log_whole_intervals_only_leaves_the_first_interval_out():
+    second = NEW_LINE.replace("accept len: 3.21", "accept len: 3.01")
+    third = NEW_LINE.replace("accept len: 3.21", "accept len: 2.81")
+    dd_second = DDTREE_LINE.replace("avg_commit_len=5.25", "avg_commit_len=4.25")
+    text = "\n".join([NEW_LINE, DDTREE_LINE, second, dd_second, third, dd_second])
+    fig = server_figures_from_log(text, whole_intervals_only=True)
+    assert fig.accept_length == pytest.approx(2.91)
+    assert fig.lines == 4
+    dd = server_figures_from_log(DDTREE_LINE + "\n" + dd_second, whole_intervals_only=True)
+    assert dd.accept_length == pytest.approx(4.25)
+    alone = server_figures_from_log(NEW_LINE + "\n" + DDTREE_LINE, whole_intervals_only=True)
+    assert alone.accept_length is None and alone.lines == 0
+
+
 def test_read_log_since_offset(tmp_path):
     log = tmp_path / "server.log"
     log.write_text(OLD_LINE + "\n")
