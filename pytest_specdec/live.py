@@ -160,13 +160,16 @@ class LiveServer:
     def _cross_check(self, measurement: Measurement, log_offset: int) -> None:
         """The server's own accept length (its decode log lines) beside the client's figure.
 
+        Only the logging intervals wholly inside the workload are read (the first one after it
+        began also holds earlier steps), so a workload shorter than that has no server figure.
         The log lines average over decode batches rather than tokens, so they agree only to
         rounding on steady workloads; a larger gap is reported, not failed, because it points at
         the measurement rather than at the server.
         """
         if self.log_path is None or not self.log_path.exists():
             return
-        figures = metrics.server_figures_from_log_file(self.log_path, log_offset)
+        figures = metrics.server_figures_from_log_file(self.log_path, log_offset,
+                                                       whole_intervals_only=True)
         self.last_server_figures = figures
         if measurement.accept_length is None or figures.accept_length is None:
             return

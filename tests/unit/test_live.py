@@ -1,0 +1,84 @@
+"""`LiveServer`'s cross-check of the client's accept length against the server's decode log."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_specdec.live import LiveServer
+from pytest_specdec.metrics import RequestRecord, WorkloadResult, summarize
+from pytest_specdec.servers.spec import ServerSpec
+
+WARMUP = [
+    "[2026-12-02 13:34:52 TP0] Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, "
+    "token usage: 0.00, #running-req: 0, #queue-req: 0, ",
+    "[2026-12-02 13:34:52] The server is fired up and ready to roll!",
+]
+
+
+def prefill(running: int = 0) -> str:
+    return ("[2026-12-02 13:34:53 TP0] Prefill batch, #new-seq: 1, #new-token: 100, #cached-token: 0, "
+            f"token usage: 0.00, #running-req: {running}, #queue-req: 0, ")
+
+
+def decode(accept_len: float, running: int = 1) -> str:
+    return (f"[2026-12-02 13:34:53 TP0] Decode batch, #running-req: {running}, #token: 120, "
+            f"token usage: 0.00, accept len: {accept_len:.2f}, accept rate: 0.15, cuda graph: False, "
+            "gen throughput (token/s): 1359.28, #queue-req: 0")
+
+
+def code_c4():
+    """A code-c4 run on dflash-tp1: 8 x 64 tokens in 131 verify steps, so a client accept length
+    of 3.908 (prefill tokens included)."""
+    records = tuple(
+        RequestRecord(index=i, status=200, finish_reason="length", prompt_tokens=100,
+                      completion_tokens=64, ttft_ms=6.5, e2e_ms=20.0, chunks=64, spec_verify_ct=verify)
+        for i, verify in enumerate((16, 17, 21, 19, 14, 17, 13, 14)))
+    return summarize(WorkloadResult("code-c4", "http://127.0.0.1:1", 4, records, wall_s=0.15))
+
+
+def cross_check(tmp_path, before: list[str], during: list[str]) -> LiveServer:
+    """Run the cross-check on a log that held `before` when the workload began."""
+    log = tmp_path / "dflash-tp1.log"
+    log.write_text("".join(line + "\n" for line in before))
+    offset = log.stat().st_size
+    with open(log, "a") as fh:
+        fh.write("".join(line + "\n" for line in during))
+    server = LiveServer(spec=ServerSpec("embedded", "dflash"), url="http://127.0.0.1:1",
+                        log_path=log, check=lambda: None)
+    server._cross_check(code_c4(), offset)
+    return server
+
+
+# The previous workload (chat, one request at a time, accept length about 3.5): its last steps
+# after its last decode line are logged in the next workload's first line.
+CHAT = WARMUP + [prefill(), prefill(), decode(3.92), prefill(), decode(3.33), prefill(), decode(3.65)]
+
+
+def test_a_first_interval_begun_in_the_previous_workload_is_not_this_ones(tmp_path):
+    """The interval counters run on across workloads, as SGLang's do: code-c4's only decode
+    line was mostly chat's tail. It is no figure of code-c4's, so nothing disagrees."""
+    during = [prefill(0), prefill(1), prefill(2), prefill(3), decode(3.62, running=4),
+              prefill(3), prefill(3)]
+    server = cross_check(tmp_path, CHAT, during)
+    assert server.disagreements == []
+    assert server.last_server_figures.accept_length is None
+    assert server.last_server_figures.lines == 0
+
+
+def test_whole_intervals_inside_the_workload_are_compared(tmp_path):
+    """The straddling first line is left out, the whole intervals after it are averaged."""
+    during = [prefill(0), prefill(1), prefill(2), prefill(3), decode(2.90, running=4),
+              decode(3.85, running=4), prefill(3), decode(3.83, running=4)]
+    server = cross_check(tmp_path, CHAT, during)
+    assert server.disagreements == []
+    assert server.last_server_figures.accept_length == pytest.approx(3.84)
+    assert server.last_server_figures.lines == 2
+
+
+def test_whole_intervals_that_genuinely_disagree_still_warn(tmp_path):
+    during = [prefill(0), prefill(1), prefill(2), prefill(3), decode(3.85, running=4),
+              decode(3.05, running=4), prefill(3), decode(3.15, running=4)]
+    with pytest.warns(UserWarning, match=r"dflash-tp1: accept_length disagrees: client 3\.908 vs "
+                                         r".*dflash-tp1\.log 3\.100"):
+        server = cross_check(tmp_path, CHAT, during)
+    assert len(server.disagreements) == 1
