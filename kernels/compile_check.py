@@ -91,7 +91,8 @@ def planned_variants(arch: str, dtypes=tuple(ELEMENT_SIZES)) -> list[tuple[str, 
                         plan = plan_verify(shape, TARGETS[arch])
                         key = (ELEMENT_SIZES[dtype], head_dim, plan.kernel, plan.block_m, plan.tail_m, plan.block_n,
                                plan.stages, plan.num_warps, plan.persistent, plan.head_split, plan.tma,
-                               plan.merge is not None and plan.merge.fused)
+                               plan.merge is not None and plan.merge.fused,
+                               plan.merge is not None and plan.merge.waiters > 0)
                         if dtype == "float16":  # bf16's plans; compiled once, on the first kernel it plans
                             key = ("float16",)
                         if key not in seen:
@@ -182,6 +183,8 @@ def compile_split_kernel(arch: str, dtype: str, shape: VerifyShape, plan) -> Com
                   SINGLE_SPLIT=False)
     if plan.merge is not None and plan.merge.fused:  # the eager calls' kernel, the merge folded in
         common.update(FUSED_MERGE=True, MERGE_ROWS=plan.merge.merge_rows, SPLIT_BLOCK=plan.merge.split_block)
+        if plan.merge.waiters:
+            common.update(MERGE_WAITERS=plan.merge.waiters)
     if plan.kernel == "triton":
         from .tree_verify_triton import _tree_verify_partial_kernel as fn
 

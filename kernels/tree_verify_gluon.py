@@ -267,38 +267,71 @@ def _merge_if_last(count_ptr, part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_h
     count = gl.atomic_add(count_ptr, 1, sem="acq_rel", scope="gpu")
     if count == num_splits - 1:
         gl.store(count_ptr, 0)
-        layout: gl.constexpr = gl.BlockedLayout([1, HEAD_DIM // 32], [1, 32], [num_warps, 1], [1, 0])
-        row_layout: gl.constexpr = gl.SliceLayout(1, layout)
-        dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
-        lse_base = part_lse_ptr + head_b.to(gl.int64) * num_splits * rows_pad
-        o_base = part_o_ptr + head_b.to(gl.int64) * num_splits * rows_pad * HEAD_DIM
-        for r0 in range(row_lo, row_hi, MERGE_ROWS):
-            rows = r0 + gl.arange(0, MERGE_ROWS, layout=row_layout)
-            row_valid = rows < row_hi
-            # both passes straight-line over all splits: one round trip to L2
-            m_i = gl.full([MERGE_ROWS], float("-inf"), gl.float32, row_layout)
-            for j in gl.static_range(SPLIT_BLOCK):
-                ok = row_valid & (j < num_splits)
-                m_i = gl.maximum(m_i, gl.load(lse_base + j * rows_pad + rows, mask=ok, other=float("-inf"),
-                                              cache_modifier=".cg"))
-            m_shift = gl.where(m_i == float("-inf"), 0.0, m_i)
-            acc = gl.zeros([MERGE_ROWS, HEAD_DIM], gl.float32, layout)
-            l_i = gl.zeros([MERGE_ROWS], gl.float32, row_layout)
-            for j in gl.static_range(SPLIT_BLOCK):
-                ok = row_valid & (j < num_splits)
-                part_row = j * rows_pad + rows
-                lse = gl.load(lse_base + part_row, mask=ok, other=float("-inf"), cache_modifier=".cg")
-                part = gl.load(o_base + gl.expand_dims(part_row * HEAD_DIM, 1) + gl.expand_dims(dims, 0),
-                               mask=gl.expand_dims(ok, 1), other=0.0, cache_modifier=".cg")
-                # an empty split holds lse = -inf (weight 0): select, whatever its partial holds
-                live = lse > float("-inf")
-                weight = gl.where(live, gl.exp2(lse - m_shift), 0.0)
-                acc += gl.where(gl.expand_dims(live, 1), part * gl.expand_dims(weight, 1), 0.0)
-                l_i += weight
-            out = acc / gl.expand_dims(gl.where(l_i == 0.0, 1.0, l_i), 1)
-            out_rows = b.to(gl.int64) * stride_ob + (rows // GROUP) * stride_ot + (kv_head * GROUP + rows % GROUP) * stride_oh
-            gl.store(out_ptr + gl.expand_dims(out_rows, 1) + gl.expand_dims(dims, 0), out.to(out_ptr.dtype.element_ty),
-                     mask=gl.expand_dims(row_valid, 1))
+        _merge_tile_rows(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_lo, row_hi, MERGE_ROWS, rows_pad,
+                         num_splits, stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM, MERGE_ROWS, SPLIT_BLOCK,
+                         num_warps)
+
+
+@gluon.jit
+def _merge_when_counted(count_ptr, part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_lo, row_hi, rows_pad,
+                        num_splits, waiter, stride_ob, stride_ot, stride_oh, GROUP: gl.constexpr,
+                        HEAD_DIM: gl.constexpr, MERGE_ROWS: gl.constexpr, SPLIT_BLOCK: gl.constexpr,
+                        WAITERS: gl.constexpr, num_warps: gl.constexpr):
+    """The merge folded into the split kernel as WAITERS programs a query tile past the splits'
+    (``VerifyPlan.fused_grid``): waiter ``waiter`` spins until all num_splits splits have counted
+    themselves at ``count_ptr``, merges every WAITERS-th MERGE_ROWS-row block of the tile's rows
+    [row_lo, row_hi) from L2, and counts itself too; the tile's last waiter sets the count back to
+    0 for the next launch (every waiter has passed its spin by then)."""
+    # acquire: the splits' partials, stored before their release, are visible past the spin
+    seen = gl.atomic_add(count_ptr, 0, sem="acquire", scope="gpu")
+    while seen < num_splits:
+        seen = gl.atomic_add(count_ptr, 0, sem="acquire", scope="gpu")
+    _merge_tile_rows(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_lo + waiter * MERGE_ROWS, row_hi,
+                     WAITERS * MERGE_ROWS, rows_pad, num_splits, stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM,
+                     MERGE_ROWS, SPLIT_BLOCK, num_warps)
+    done = gl.atomic_add(count_ptr, 1, sem="relaxed", scope="gpu")
+    if done == num_splits + WAITERS - 1:
+        gl.store(count_ptr, 0)
+
+
+@gluon.jit
+def _merge_tile_rows(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_start, row_hi, row_step, rows_pad,
+                     num_splits, stride_ob, stride_ot, stride_oh, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
+                     MERGE_ROWS: gl.constexpr, SPLIT_BLOCK: gl.constexpr, num_warps: gl.constexpr):
+    """Merge the MERGE_ROWS-row blocks starting at row_start, row_step apart, below row_hi, from
+    every split's partials (read from L2: other programs wrote them)."""
+    layout: gl.constexpr = gl.BlockedLayout([1, HEAD_DIM // 32], [1, 32], [num_warps, 1], [1, 0])
+    row_layout: gl.constexpr = gl.SliceLayout(1, layout)
+    dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+    lse_base = part_lse_ptr + head_b.to(gl.int64) * num_splits * rows_pad
+    o_base = part_o_ptr + head_b.to(gl.int64) * num_splits * rows_pad * HEAD_DIM
+    for r0 in range(row_start, row_hi, row_step):
+        rows = r0 + gl.arange(0, MERGE_ROWS, layout=row_layout)
+        row_valid = rows < row_hi
+        # both passes straight-line over all splits: one round trip to L2
+        m_i = gl.full([MERGE_ROWS], float("-inf"), gl.float32, row_layout)
+        for j in gl.static_range(SPLIT_BLOCK):
+            ok = row_valid & (j < num_splits)
+            m_i = gl.maximum(m_i, gl.load(lse_base + j * rows_pad + rows, mask=ok, other=float("-inf"),
+                                          cache_modifier=".cg"))
+        m_shift = gl.where(m_i == float("-inf"), 0.0, m_i)
+        acc = gl.zeros([MERGE_ROWS, HEAD_DIM], gl.float32, layout)
+        l_i = gl.zeros([MERGE_ROWS], gl.float32, row_layout)
+        for j in gl.static_range(SPLIT_BLOCK):
+            ok = row_valid & (j < num_splits)
+            part_row = j * rows_pad + rows
+            lse = gl.load(lse_base + part_row, mask=ok, other=float("-inf"), cache_modifier=".cg")
+            part = gl.load(o_base + gl.expand_dims(part_row * HEAD_DIM, 1) + gl.expand_dims(dims, 0),
+                           mask=gl.expand_dims(ok, 1), other=0.0, cache_modifier=".cg")
+            # an empty split holds lse = -inf (weight 0): select, whatever its partial holds
+            live = lse > float("-inf")
+            weight = gl.where(live, gl.exp2(lse - m_shift), 0.0)
+            acc += gl.where(gl.expand_dims(live, 1), part * gl.expand_dims(weight, 1), 0.0)
+            l_i += weight
+        out = acc / gl.expand_dims(gl.where(l_i == 0.0, 1.0, l_i), 1)
+        out_rows = b.to(gl.int64) * stride_ob + (rows // GROUP) * stride_ot + (kv_head * GROUP + rows % GROUP) * stride_oh
+        gl.store(out_ptr + gl.expand_dims(out_rows, 1) + gl.expand_dims(dims, 0), out.to(out_ptr.dtype.element_ty),
+                 mask=gl.expand_dims(row_valid, 1))
 
 
 @gluon.jit

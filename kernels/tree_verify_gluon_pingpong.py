@@ -57,6 +57,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from .tree_verify_gluon import (_cta_barrier, _load_q_rows, _load_tile_pair, _masked_tile_mma, _merge_if_last,
+                                _merge_when_counted,
                                 _softmax_step, _split_keys, _store_rows, _tile_coords, _tree_visibility,
                                 _zero_rows_from)
 from .tree_verify_pingpong_state import (ConsumerArgs, KeyRing, LoadArgs, MaskedBuffers, MaskedTiles, MmaArgs,
@@ -137,7 +138,8 @@ def _zero_rows_one_warp(x_smem, n_valid):
 
 
 @gluon.jit
-def _pingpong_load_partition(args, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PERSISTENT: gl.constexpr):
+def _pingpong_load_partition(args, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PERSISTENT: gl.constexpr,
+                             WAITING: gl.constexpr):
     """One warp: TMA loads of the mask-free key tiles into the ring, tile t into slot t % STAGES
     once every consumer released the tile that held it before; then of the masked tiles (the
     split's partial last prefix tile, the tree tiles) into theirs (``masked``: the ring's next
@@ -153,6 +155,10 @@ def _pingpong_load_partition(args, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, 
     if PERSISTENT:
         for w in range(work.first_item, work.num_items, work.item_step):
             ring_uses, own_uses, zeroed = _pingpong_load_item(args, w, ring_uses, own_uses, zeroed, BLOCK_N, STAGES)
+    elif WAITING:
+        # the merge's waiting programs (past the last item) have no item
+        if work.first_item < work.num_items:
+            _pingpong_load_item(args, work.first_item, ring_uses, own_uses, zeroed, BLOCK_N, STAGES)
     else:
         _pingpong_load_item(args, work.first_item, ring_uses, own_uses, zeroed, BLOCK_N, STAGES)
 
@@ -246,7 +252,7 @@ def _pingpong_masked_tiles(acc, m_i, l_i, q_op, masked, mask_ptr, b, stride_mb, 
 def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
                             HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                             SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr, Q_IN_REGS: gl.constexpr,
-                            PERSISTENT: gl.constexpr):
+                            PERSISTENT: gl.constexpr, WAITING: gl.constexpr):
     """One warpgroup: its HALF_M query rows of each work item against every key tile of the
     item's split. ``args``: :class:`MmaArgs`."""
     work = args.common.work
@@ -258,6 +264,10 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
         for w in range(work.first_item, work.num_items, work.item_step):
             ring_uses, own_uses, turns = _pingpong_mma_item(WG, args, w, ring_uses, own_uses, turns, GROUP, HEAD_DIM,
                                                             HALF_M, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG, Q_IN_REGS)
+    elif WAITING:
+        if work.first_item < work.num_items:
+            _pingpong_mma_item(WG, args, work.first_item, ring_uses, own_uses, turns, GROUP, HEAD_DIM, HALF_M, BLOCK_N,
+                               STAGES, SINGLE_SPLIT, NUM_WG, Q_IN_REGS)
     else:
         _pingpong_mma_item(WG, args, work.first_item, ring_uses, own_uses, turns, GROUP, HEAD_DIM, HALF_M, BLOCK_N,
                            STAGES, SINGLE_SPLIT, NUM_WG, Q_IN_REGS)
@@ -496,7 +506,7 @@ def _tail_stream_lazy(acc_t, m_t, l_t, qt_op, s_zero, k_smem, v_smem, p_smem, fl
 @gluon.jit
 def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
                              STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr,
-                             TAIL_M: gl.constexpr, PERSISTENT: gl.constexpr):
+                             TAIL_M: gl.constexpr, PERSISTENT: gl.constexpr, WAITING: gl.constexpr):
     """One warpgroup: the (at most TAIL_M = 8) packed rows past the last whole 128-row tile (the
     G rows of node 2^k at T = 2^k + 1), on the K/V tiles the other warpgroups stream anyway.
     Eight rows fill no 64-row MMA, so the keys are the MMAs' M dimension and the rows their N
@@ -511,6 +521,10 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
         for w in range(work.first_item, work.num_items, work.item_step):
             ring_uses, own_uses = _pingpong_tail_item(args, w, ring_uses, own_uses, GROUP, HEAD_DIM, BLOCK_N, STAGES,
                                                       SINGLE_SPLIT, NUM_WG, TAIL_M)
+    elif WAITING:
+        if work.first_item < work.num_items:
+            _pingpong_tail_item(args, work.first_item, ring_uses, own_uses, GROUP, HEAD_DIM, BLOCK_N, STAGES,
+                                SINGLE_SPLIT, NUM_WG, TAIL_M)
     else:
         _pingpong_tail_item(args, work.first_item, ring_uses, own_uses, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT,
                             NUM_WG, TAIL_M)
@@ -597,6 +611,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, Q_IN_REGS: gl.constexpr, num_warps: gl.constexpr,
     TAIL_M: gl.constexpr = 0, KV_SHARE: gl.constexpr = 1, PERSISTENT: gl.constexpr = False,
     FUSED_MERGE: gl.constexpr = False, MERGE_ROWS: gl.constexpr = 2, SPLIT_BLOCK: gl.constexpr = 2,
+    MERGE_WAITERS: gl.constexpr = 0,
 ):
     # launched with 4 warps (warpgroup 0, the default partition); the other warpgroups, the load
     # warp and the tail warpgroup are worker partitions. Q_IN_REGS is not read: q sits in
@@ -611,6 +626,8 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     gl.static_assert(TAIL_M == 0 or (TAIL_M == 8 and NUM_WG <= 2))
     gl.static_assert(not PERSISTENT or NUM_WG <= 2)
     gl.static_assert(not (PERSISTENT and FUSED_MERGE))
+    gl.static_assert(MERGE_WAITERS == 0 or FUSED_MERGE)
+    WAITING: gl.constexpr = MERGE_WAITERS > 0
     dtype: gl.constexpr = k_desc.dtype
     kv_sl: gl.constexpr = k_desc.layout
 
@@ -679,50 +696,59 @@ def _tree_verify_partial_kernel_gluon_pingpong(
             # one warpgroup hands the turn to itself; the tail has the registers to spare
             gl.warp_specialize([
                 (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                             not Q_SMEM, PERSISTENT)),
-                (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT)),
+                                             not Q_SMEM, PERSISTENT, WAITING)),
+                (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING)),
                 (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                              TAIL_M, PERSISTENT)),
+                                              TAIL_M, PERSISTENT, WAITING)),
             ], [1, 4], [24, 128])
         else:
             gl.warp_specialize([
                 (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                             not Q_SMEM, PERSISTENT)),
+                                             not Q_SMEM, PERSISTENT, WAITING)),
                 (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                             not Q_SMEM, PERSISTENT)),
-                (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT)),
+                                             not Q_SMEM, PERSISTENT, WAITING)),
+                (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING)),
                 (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                              TAIL_M, PERSISTENT)),
+                                              TAIL_M, PERSISTENT, WAITING)),
             ], [4, 1, 4], [208, 24, 72])
     elif NUM_WG == 1:
         gl.warp_specialize([
             (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM, PERSISTENT)),
-            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT)),
+                                         not Q_SMEM, PERSISTENT, WAITING)),
+            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING)),
         ], [1], [24])
     elif NUM_WG == 2:
         gl.warp_specialize([
             (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM, PERSISTENT)),
+                                         not Q_SMEM, PERSISTENT, WAITING)),
             (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM, PERSISTENT)),
-            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT)),
+                                         not Q_SMEM, PERSISTENT, WAITING)),
+            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING)),
         ], [4, 1], [240, 24])
     else:
         gl.warp_specialize([
             (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM, PERSISTENT)),
+                                         not Q_SMEM, PERSISTENT, WAITING)),
             (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM, PERSISTENT)),
+                                         not Q_SMEM, PERSISTENT, WAITING)),
             (_pingpong_mma_partition, (2, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM, PERSISTENT)),
-            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT)),
+                                         not Q_SMEM, PERSISTENT, WAITING)),
+            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING)),
         ], [4, 4, 1], [160, 160, 24])
     if FUSED_MERGE:
         # the partitions have joined: every row of this program's partial is stored
         split, m_tile, head_b, kv_head, b = _item_head(work.first_item, items)
         row_lo = m_tile * BLOCK_M
         row_hi = gl.minimum(gl.where(m_tile == num_m_tiles - 1, rows_pad, row_lo + BLOCK_M), num_nodes * GROUP)
-        _merge_if_last(counts_ptr + work.first_item % base_programs, part_o_ptr, part_lse_ptr, out_ptr, b, head_b,
-                       kv_head, row_lo, row_hi, rows_pad, num_splits, stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM,
-                       MERGE_ROWS, SPLIT_BLOCK, num_warps)
+        count_ptr = counts_ptr + work.first_item % base_programs
+        if not WAITING:
+            _merge_if_last(count_ptr, part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_lo, row_hi, rows_pad,
+                           num_splits, stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM, MERGE_ROWS, SPLIT_BLOCK,
+                           num_warps)
+        elif work.first_item < work.num_items:
+            gl.atomic_add(count_ptr, 1, sem="release", scope="gpu")
+        else:
+            # a waiting program: the rows past the items' give its query tile and its share
+            _merge_when_counted(count_ptr, part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_lo, row_hi,
+                                rows_pad, num_splits, split - num_splits, stride_ob, stride_ot, stride_oh, GROUP,
+                                HEAD_DIM, MERGE_ROWS, SPLIT_BLOCK, MERGE_WAITERS, num_warps)

@@ -674,6 +674,8 @@ def _launch_spec(plan: VerifyPlan, head_dim: int, dtype: torch.dtype, on_gpu: bo
     fused = None
     if merge.fused:
         fused = dict(constexprs, FUSED_MERGE=True, MERGE_ROWS=merge.merge_rows, SPLIT_BLOCK=merge.split_block)
+        if merge.waiters:
+            fused["MERGE_WAITERS"] = merge.waiters
         if "LAUNCH_MERGE_EARLY" in fused:
             fused["LAUNCH_MERGE_EARLY"] = False
     return _LaunchSpec(fn, constexprs, options,
@@ -872,7 +874,7 @@ def _launch_through_triton(plan, policy, q, k_cache, v_cache, cache_lens, ancest
             direct.split, direct.merge, direct.split_known = split, merge, True
             direct.merge_ints = None if merge is None else args_of_merge(plan, q, out)
     if fused:
-        launch = _launch(spec.split_fn, plan.grid, args, spec.fused_constexprs, spec.split_options, views)
+        launch = _launch(spec.split_fn, plan.fused_grid, args, spec.fused_constexprs, spec.split_options, views)
         if direct is not None:
             direct.fused, direct.fused_known = launch, True
     if direct is not None and direct.unlaunchable():

@@ -96,8 +96,11 @@ class VerifyPolicy:
     Triton dispatch, tensor maps reused: ``triton_launch``); fused_merge, fused_merge_max_bytes:
     eager calls merge their splits in the split kernel (its last program of each query tile) where
     one program reads at most that many bytes of partials (more would take one SM longer than the
-    merge's own launch and its grid); merge_head_slices: a forced head-dim slice count of the
-    merge's own launch (:func:`pick_merge_slices`)."""
+    merge's own launch and its grid); waiting_merge: past that bound, the ping-pong kernel's eager
+    calls still launch once, with programs appended to its grid that wait for a query tile's
+    splits and merge its rows between them (:func:`pick_merge_waiters`), at most
+    ``merge_waiters_max`` of them a launch (default: one an SM); merge_head_slices: a
+    forced head-dim slice count of the merge's own launch (:func:`pick_merge_slices`)."""
 
     tiles: VerifyConfig | None = None
     num_splits: int | None = None
@@ -117,6 +120,8 @@ class VerifyPolicy:
     launch_cache: bool = True
     fused_merge: bool = True
     fused_merge_max_bytes: int = 256 * 1024
+    waiting_merge: bool = True
+    merge_waiters_max: int | None = None
     merge_head_slices: int | None = None
 
 
@@ -131,6 +136,8 @@ class MergePlan:
     ``starts_early``. ``fused``: an eager call (not a graph capture) folds it into the split kernel
     instead, whose last program to finish a query tile merges that tile's rows (one launch instead
     of two: about 5 us of host time); the folded merge takes every column (head_slices 1).
+    ``waiters``: a fused merge's programs a query tile appended to the split kernel's grid, which
+    wait for the tile's splits and share its rows (0: the tile's last split merges it alone).
     ``vector_loads``: each block of splits is read as one load (MERGE_VECTOR_MIN_BLOCK)."""
 
     split_block: int
@@ -141,6 +148,7 @@ class MergePlan:
     fused: bool = False
     head_slices: int = 1
     vector_loads: bool = False
+    waiters: int = 0
 
 
 # eq=False: hashed by identity (the launcher keys its compiled kernels by plan)
@@ -184,6 +192,13 @@ class VerifyPlan:
     @property
     def single_split(self) -> bool:
         return self.num_splits == 1
+
+    @property
+    def fused_grid(self) -> tuple[int, int]:
+        """The split kernel's grid with the merge folded in: the merge's waiting programs, if any,
+        are rows past the splits' (the highest program ids, dispatched after every split's)."""
+        waiters = self.merge.waiters if self.merge is not None else 0
+        return (self.grid[0], self.grid[1] + waiters)
 
 
 # A query tile's fixed cost (its K/V stream and loop overhead) counted as this many padded rows.
@@ -316,6 +331,24 @@ def pick_merge_slices(num_splits: int, head_dim: int, rows: int, pairs: int, sms
                 or head_dim // (2 * slices) < MERGE_MIN_SLICE):
             return slices
         slices *= 2
+
+
+def pick_merge_waiters(num_splits: int, tile_rows: int, merge_rows: int, head_dim: int, tiles: int, sms: int,
+                       max_bytes: int) -> int:
+    """Programs a query tile that wait for its splits and then merge its rows between them, in the
+    split kernel's own launch (0: none fit, the merge keeps its own launch). As many as one a
+    free SM (every waiter of the launch in one wave) up to one per MERGE_ROWS-row block, and only
+    where each then reads at most ``max_bytes`` of partials. They are the grid's last programs:
+    dispatched in program order after every split, they wait only on resident programs.
+
+    Worked example, B8-T9-H6/1/256-L32k on 132 SMs: 8 tiles of 54 rows on 16 splits, 2-row
+    blocks of 16 x 2 x 257 x 4 = 32.9 KB; 132 // 8 = 16 waiters a tile, 2 blocks (66 KB) each."""
+    units = cdiv(tile_rows, merge_rows)
+    waiters = min(sms // tiles, units)
+    if waiters < 2:
+        return 0
+    unit_bytes = num_splits * merge_rows * (head_dim + 1) * 4
+    return waiters if cdiv(units, waiters) * unit_bytes <= max_bytes else 0
 
 
 def runs_pingpong(cfg: VerifyConfig, block_m: int) -> bool:
@@ -460,12 +493,14 @@ def plan_verify(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy =
     Pure and cached: a call of the same shape on the same target and policy reuses it.
 
     An entry whose merge is priced cheaper a split (``VerifyConfig.merge_split_keys``) keeps the
-    split count of the default price where only that count's merge folds into the split kernel:
-    the merge's own launch costs an eager call more host time than the finer splits save."""
+    split count of the default price where only that count's merge folds into the split kernel's
+    last program: the merge's own launch costs an eager call more host time than the finer splits
+    save. (A count whose merge needs waiting programs is not preferred so: it would move graph
+    plans to coarser splits too.)"""
     plan = _plan(shape, target, policy, cheap_merge=True)
     if plan.merge is not None and not plan.merge.fused and plan.config.merge_split_keys and policy.num_splits is None:
         folded = _plan(shape, target, policy, cheap_merge=False)
-        if folded.merge is not None and folded.merge.fused:
+        if folded.merge is not None and folded.merge.fused and not folded.merge.waiters:
             return dataclasses.replace(folded, why=folded.why + "; the splits whose merge folds into the split kernel")
     return plan
 
@@ -521,6 +556,12 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
         fused = (policy.fused_merge and one_block and num_splits <= FUSED_MERGE_MAX_SPLITS
                  and kernel in FUSED_MERGE_KERNELS and not persistent
                  and num_splits * tile_rows * (shape.head_dim + 1) * 4 <= policy.fused_merge_max_bytes)
+        waiters = 0
+        if (not fused and policy.fused_merge and policy.waiting_merge and kernel == "pingpong" and one_block
+                and not persistent and num_splits <= FUSED_MERGE_MAX_SPLITS):
+            waiters = pick_merge_waiters(num_splits, tile_rows, merge_rows, shape.head_dim, base_programs,
+                                         min(sms, policy.merge_waiters_max or sms), policy.fused_merge_max_bytes)
+            fused = waiters > 0
         slices = 1 if fused else (policy.merge_head_slices
                                   or pick_merge_slices(num_splits, shape.head_dim, rows, shape.batch * kv_heads, sms))
         if slices > 1:
@@ -528,7 +569,8 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
             one_block = policy.merge_one_pass and num_splits <= split_block
         merge = MergePlan(split_block, merge_rows, shape.batch * kv_heads * cdiv(rows, merge_rows) * slices,
                           one_block, policy.programmatic_merge and target.dependent_launch and kernel != "pingpong",
-                          fused=fused, head_slices=slices, vector_loads=split_block >= MERGE_VECTOR_MIN_BLOCK)
+                          fused=fused, head_slices=slices, vector_loads=split_block >= MERGE_VECTOR_MIN_BLOCK,
+                          waiters=waiters)
         workspace = shape.batch * kv_heads * num_splits * rows_pad * (shape.head_dim + 1) * 4
     reasons = "; ".join(r for r in (why, tiles["why"]) if r)
     return VerifyPlan(kernel=kernel, config=cfg, group=shape.group // head_split, kv_heads=kv_heads, block_m=block_m,

@@ -197,6 +197,46 @@ def test_folded_merge_leaves_every_count_at_zero(num_nodes, group):
         assert_rows_close(out, ref, torch.float16, f"call {call}")
 
 
+# The merge's waiting programs: (head dim, group, KV heads, T, [L_b], splits forced, the one
+# program's bound in bytes). Ragged requests leave later splits empty; 65 x 3 rows take two tiles.
+WAITING_MERGE_CASES = [
+    (128, 4, 2, 17, [3000, 2600], 4, 20 * 1024),
+    (256, 6, 1, 9, [8000, 30], 16, 256 * 1024),
+    (256, 3, 1, 65, [5000], 8, 64 * 1024),
+    (64, 8, 2, 17, [3000, 100], 5, 16 * 1024),
+]
+
+
+@needs_triton
+@pytest.mark.parametrize("head_dim,group,kv_heads,num_nodes,lens,splits,max_bytes", WAITING_MERGE_CASES)
+def test_waiting_merge_programs_merge_in_the_split_kernels_launch(head_dim, group, kv_heads, num_nodes, lens,
+                                                                  splits, max_bytes):
+    """Past one program's bound, the ping-pong kernel's eager call keeps one launch: programs past
+    the splits' wait for their query tile's splits and merge its row blocks between them. Right
+    on NaN-poisoned partials and outputs, call after call on one count buffer, which each call
+    leaves at 0 (the tile's last waiter resets it); and through the launcher's direct path."""
+    from specdec_kernels import tree_verify_triton as tvt
+
+    policy = verify_policy(splits, fused_merge_max_bytes=max_bytes)
+    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, num_nodes, "best_first", group, kv_heads, head_dim,
+                                                  torch.bfloat16, seed=head_dim + splits + num_nodes)
+    plan = plan_of(q, k, v, policy)
+    if plan.kernel != "pingpong":
+        pytest.skip(f"the waiting merge is the ping-pong kernel's (Hopper GPUs); here: {plan.kernel}")
+    assert plan.merge.fused and plan.merge.waiters >= 2, plan
+    assert plan.fused_grid == (plan.grid[0], plan.grid[1] + plan.merge.waiters)
+    ref = float64_reference(q, k, v, lens_t, mask)
+    counts = torch.zeros(plan.base_programs + 3, dtype=torch.int32, device=q.device)
+    for call in range(3):
+        out = torch.full_like(q, float("nan"))
+        workspace = torch.full((plan.workspace_bytes // 4,), float("nan"), device=q.device)
+        tvt._launch_through_triton(plan, policy, q, k, v, lens_t, mask, out, workspace, counts, True, None, None)
+        assert not counts.any(), f"call {call} left counts {counts.tolist()}"
+        assert_rows_close(out, ref, torch.bfloat16, f"waiting merge, call {call}")
+    for call in range(3):  # the public launcher: compiled, then direct C launches
+        assert_rows_close(run_triton(q, k, v, lens_t, mask, policy), ref, torch.bfloat16, f"launcher call {call}")
+
+
 @needs_triton
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 def test_shorter_tree_split_matches_reference(dtype):

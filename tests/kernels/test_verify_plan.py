@@ -9,7 +9,8 @@ import pytest
 
 from specdec_kernels.configs import SHARED_MEMORY_LIMITS, SHORT_CACHE_ROWS, VerifyConfig, tiles_for
 from specdec_kernels.verify_plan import (DEFAULT_POLICY, VerifyPlan, VerifyPolicy, VerifyShape, VerifyTarget, _tiles,
-                                         merge_tiles, pick_merge_slices, pick_query_tiles, pick_splits, pingpong_grid, plan_verify,
+                                         merge_tiles, pick_merge_slices, pick_merge_waiters, pick_query_tiles, pick_splits,
+                                         pingpong_grid, plan_verify,
                                          relieve_tree_split, runs_pingpong, split_chunks)
 
 H200 = VerifyTarget("sm_90", 132, gluon=True, dependent_launch=True)
@@ -143,8 +144,13 @@ def test_head_dim_256_pingpong_rings_and_split_model():
     assert pick_splits(1, 1024, 32, 132, 1, 27, **cheap_merge)[1] == 16
     assert pick_splits(1, 8192, 32, 132, 1, 27, **cheap_merge)[1] == 64
     assert pick_splits(1, 32768, 32, 132, 1, 27, **cheap_merge)[1] == 128  # one merge block of 128, the cheap price
-    folded = plan(1, 9, 3, 1, 1024)   # 16 splits' partials (442 KB a tile) would not fold
-    assert (folded.num_splits, folded.merge.fused) == (8, True) and "folds into the split kernel" in folded.why
+    # 16 splits' partials (442 KB a tile) would not fold into one program: without waiting merge
+    # programs the coarser count whose merge folds is kept; with them, 16 splits and 14 waiters
+    no_wait = plan_verify(VerifyShape(1, 9, 3, 1, 256, 1024 + 9), H200, VerifyPolicy(waiting_merge=False))
+    assert (no_wait.num_splits, no_wait.merge.fused) == (8, True) and "folds into the split kernel" in no_wait.why
+    waiting = plan(1, 9, 3, 1, 1024)
+    assert (waiting.num_splits, waiting.merge.fused, waiting.merge.waiters) == (16, True, 14), waiting
+    assert waiting.fused_grid == (1, 30) and "folds into" not in waiting.why
     assert plan_verify(VerifyShape(1, 9, 3, 1, 256, 1024 + 9), H200, VerifyPolicy(num_splits=16)).num_splits == 16
     assert plan(1, 9, 3, 1, 32768, H200_NO_GLUON).num_splits == 32                          # the Triton fallback
     assert plan(1, 9, 3, 1, 32768, RTX_PRO).num_splits == 32
@@ -394,9 +400,48 @@ def test_the_merge_is_folded_in_only_where_one_program_reads_few_partials():
     plan = plan_verify(engine, target)
     assert plan.merge is not None and plan.merge.fused, plan
     read = plan.num_splits * min(plan.block_m + plan.tail_m, engine.packed_rows) * (128 + 1) * 4
-    assert not plan_verify(engine, target, VerifyPolicy(fused_merge_max_bytes=read - 1)).merge.fused
+    shared = plan_verify(engine, target, VerifyPolicy(fused_merge_max_bytes=read - 1)).merge
+    assert shared.fused and shared.waiters == 2  # past the bound: programs that wait share the rows
+    assert not plan_verify(engine, target, VerifyPolicy(fused_merge_max_bytes=read - 1,
+                                                        waiting_merge=False)).merge.fused
     assert not plan_verify(engine, target, VerifyPolicy(fused_merge=False)).merge.fused
     wide = plan_verify(VerifyShape(1, 17, 24, 4, 256, 8192 + 17), target)  # 16 splits of 102 rows x 1 KB
     assert wide.merge is not None and not wide.merge.fused, wide
     gluon = plan_verify(VerifyShape(1, 17, 64, 8, 128, 1024 + 17), target)
     assert gluon.kernel == "gluon" and gluon.merge is not None and not gluon.merge.fused, gluon
+
+
+def test_waiting_merge_programs_share_a_tile_in_one_launch_where_one_program_may_not():
+    """Past the single program's bound, the ping-pong kernel's eager calls keep one launch: as many
+    waiting programs a query tile as one a free SM, at most one a row block, each reading at most
+    ``fused_merge_max_bytes``; none where fewer than two fit. They are rows past the splits' in
+    the grid a folded call launches (``fused_grid``); graphs and the merge's own launch keep
+    ``grid``."""
+    plan = plan_verify(VerifyShape(8, 9, 6, 1, 256, 32768 + 9), H200)  # the docstring's example
+    assert (plan.kernel, plan.grid, plan.merge.fused, plan.merge.waiters) == ("pingpong", (8, 16), True, 16)
+    assert plan.fused_grid == (8, 32) and plan.merge.merge_rows == 2
+    assert pick_merge_waiters(16, 54, 2, 256, 8, 132, 256 * 1024) == 16
+    assert pick_merge_waiters(16, 54, 2, 256, 8, 64, 256 * 1024) == 8    # one a free SM
+    assert pick_merge_waiters(16, 6, 2, 256, 8, 132, 256 * 1024) == 3    # one a row block
+    assert pick_merge_waiters(16, 54, 2, 256, 8, 132, 60 * 1024) == 0    # 2 blocks of 32.9 KB each
+    assert pick_merge_waiters(16, 54, 2, 256, 8, 132, 66 * 1024) == 16
+    assert pick_merge_waiters(16, 54, 2, 256, 100, 132, 256 * 1024) == 0  # one a tile: no sharing
+    small_sms = plan_verify(VerifyShape(8, 9, 6, 1, 256, 32768 + 9), H200, VerifyPolicy(sms=12))
+    assert small_sms.merge is None or not small_sms.merge.waiters or small_sms.merge.waiters * small_sms.grid[0] <= 12
+    off = plan_verify(VerifyShape(8, 9, 6, 1, 256, 32768 + 9), H200, VerifyPolicy(waiting_merge=False))
+    assert not off.merge.fused and off.merge.waiters == 0 and off.fused_grid == off.grid
+    # the 64-row Gluon kernel has no waiting programs; nor a merge of several blocks (32 splits
+    # of 256 columns: blocks of 16)
+    gluon = plan_verify(VerifyShape(1, 17, 64, 8, 128, 1024 + 17), H200)
+    assert gluon.kernel == "gluon" and not gluon.merge.fused and gluon.merge.waiters == 0
+    blocks = plan_verify(VerifyShape(1, 9, 24, 4, 256, 8192 + 9), H200)
+    assert blocks.num_splits == 32 and merge_tiles(32, 256)[0] < 32 and not blocks.merge.fused
+    assert blocks.merge.waiters == 0 and blocks.merge.head_slices > 1  # the merge's own launch, sliced
+    for batch, q_heads, kv_heads, head_dim, prefix in ((1, 32, 8, 128, 8192), (8, 6, 1, 256, 1024),
+                                                       (32, 6, 1, 256, 32768), (1, 24, 4, 256, 1024)):
+        shape = VerifyShape(batch, 17, q_heads, kv_heads, head_dim, prefix + 17)
+        p = plan_verify(shape, H200)
+        assert p.merge.waiters >= 2 and p.merge.waiters * p.grid[0] <= 132, (shape, p)
+        rows = min(p.block_m + p.tail_m, shape.packed_rows)
+        share = -(-(-(-rows // p.merge.merge_rows)) // p.merge.waiters) * p.merge.merge_rows
+        assert p.num_splits * share * (head_dim + 1) * 4 <= DEFAULT_POLICY.fused_merge_max_bytes
