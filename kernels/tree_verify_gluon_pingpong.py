@@ -34,7 +34,9 @@ or, with one warpgroup beside the tail, through two buffers of their own, each c
 (each warpgroup loading them through pointers after its stream measured slower).
 Their masks come from each row's ancestor words, loaded once a tile. The merge follows this
 kernel (a programmatic dependent launch measured slower after it), or with ``FUSED_MERGE`` is its
-own: after the partitions join, the last program of each query tile merges the tile's rows.
+own: after the partitions join, the last program of each query tile merges the tile's rows, or,
+with ``MERGE_WAITERS``, that many programs a tile past the splits' (they have no work item) wait
+for the tile's splits to count themselves and merge its row blocks between them.
 
 Persistent (``PERSISTENT``): the kernel works through work items (a query tile of one
 (request, KV head) on one split, in the order of a grid of one program an item); launched with

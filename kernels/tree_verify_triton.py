@@ -5,7 +5,9 @@ The launcher is check -> plan -> launch: it checks the layout once per distinct 
 :func:`specdec_kernels.verify_plan.plan_verify` for the call's plan (cached per call signature),
 and launches the split kernel the plan names (this module's Triton kernel, or on Hopper a Gluon one
 of ``tree_verify_gluon`` / ``tree_verify_gluon_pingpong``) and, with several splits, the merge
-(on eager calls folded into the split kernel where the plan allows it: ``MergePlan.fused``).
+(on eager calls folded into the split kernel where the plan allows it: ``MergePlan.fused``, in its
+last program of a query tile or, on the ping-pong kernel, in ``MergePlan.waiters`` programs a tile
+appended to its grid).
 
 The Triton split kernel: one program owns ``BLOCK_M`` packed query rows of one (request, KV head)
 on one split of its keys; rows past a whole number of query tiles may ride in a 16-row tail tile
