@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .configuration import METHODS, takes_budget
-from .engine.cli import DEVICES, MIN_BLOCK_SIZE, MODEL_PRESETS, build_parser
+from .engine.cli import DEVICES, MIN_BLOCK_SIZE, MODEL_PRESETS, build_parser, parse_args
 from .errors import SpecdecUsageError
 from .gate import parse_tolerance_table
 from .hardware import ALL_FAMILIES, FAMILIES, normalise_arch
@@ -348,12 +348,13 @@ def _parse_engine(filename: str, data: Any) -> EngineSettings:
         reader.fail("device", f"{settings.device!r} is unknown; use one of {', '.join(ENGINE_DEVICES)}")
     if settings.model_preset not in MODEL_PRESETS:
         reader.fail("model_preset", f"{settings.model_preset!r} is unknown; use one of {', '.join(MODEL_PRESETS)}")
-    _check_engine_extra_args(reader, settings.extra_args)
+    _check_engine_extra_args(reader, settings)
     return settings
 
 
-def _check_engine_extra_args(reader: _Reader, extra_args: tuple[str, ...]) -> None:
-    """Parse extra_args with the engine's own parser, so a typo stops the run before any boot."""
+def _check_engine_extra_args(reader: _Reader, settings: EngineSettings) -> None:
+    """Parse extra_args with the engine's own parser and checks, after the settings the plugin
+    passes beside them, so a typo or a bad value stops the run before any boot."""
     parser = build_parser()
 
     def reject(message: str) -> None:
@@ -362,7 +363,9 @@ def _check_engine_extra_args(reader: _Reader, extra_args: tuple[str, ...]) -> No
     parser.error = reject  # type: ignore[method-assign]  # argparse would print and exit
     parser.print_help = lambda file=None: reader.fail(  # type: ignore[method-assign]
         "extra_args", "-h/--help is not an engine setting; remove it")
-    parser.parse_args(["--method", METHODS[0], *extra_args])
+    given = ["--model-preset", settings.model_preset, "--draft-agreement", str(settings.draft_agreement),
+             "--block-size", str(settings.block_size)]
+    parse_args(["--method", METHODS[0], *given, *settings.extra_args], parser)
 
 
 def _parse_sglang(filename: str, data: Any) -> SGLangSettings:

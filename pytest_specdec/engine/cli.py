@@ -134,8 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_args(argv: list[str] | None = None) -> EngineArgs:
-    parser = build_parser()
+def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> EngineArgs:
+    """The engine's arguments, checked beyond what argparse checks; ``parser``: one whose ``error``
+    the caller replaced (the config check names the mistake without exiting)."""
+    parser = parser or build_parser()
     ns = parser.parse_args(argv)
     if ns.block_size < MIN_BLOCK_SIZE:
         parser.error(f"--block-size must be >= {MIN_BLOCK_SIZE} (the root and at least one draft), "

@@ -74,6 +74,13 @@ from pytest_specdec.errors import SpecdecUsageError
      "see python -m pytest_specdec.engine --help"),
     ("[tool.specdec.engine]\nextra_args = ['--fault-lossy', 'some']\n",
      "*[tool.specdec.engine] extra_args: argument --fault-lossy: invalid float value: 'some'*"),
+    ("[tool.specdec.engine]\nextra_args = ['--context-length', '0']\n",
+     "*[tool.specdec.engine] extra_args: --context-length must be >= 1; "
+     "see python -m pytest_specdec.engine --help"),
+    ("[tool.specdec.engine]\nextra_args = ['--fault-lossy', '1.5']\n",
+     "*[tool.specdec.engine] extra_args: --fault-lossy must be a probability in [0, 1], got 1.5*"),
+    ("[tool.specdec.engine]\nextra_args = ['--recurrent-tree', 'chain']\n",
+     "*[tool.specdec.engine] extra_args: --recurrent-tree chain needs a hybrid model: --model-preset tiny*"),
     ("[tool.specdec.sglang]\nmethod_flags = 'eagle-ish'\n",
      "*[tool.specdec.sglang] method_flags: unknown SGLang method-flag preset 'eagle-ish'; use one of*"),
     ("[tool.specdec.sglang]\nmethod_flags = {ddtree = 5}\n",
