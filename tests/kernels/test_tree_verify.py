@@ -180,21 +180,28 @@ def test_folded_merge_leaves_every_count_at_zero(num_nodes, group):
     call after call (the launcher's, per stream and thread) starts every call at 0. On an H200 the
     first case runs the Triton kernel, the second the ping-pong kernel (3000 keys: past the
     tiny-work tiles)."""
-    from specdec_kernels import tree_verify_triton as tvt
-
     policy = verify_policy(4)
     q, k, v, lens_t, mask, _ = make_verify_inputs([3000, 2600], num_nodes, "best_first", group, 2, 64,
                                                   torch.float16, seed=12)
     plan = plan_of(q, k, v, policy)
     assert plan.merge is not None and plan.merge.fused, plan
-    ref = float64_reference(q, k, v, lens_t, mask)
+    assert_folded_calls_leave_counts_at_zero(plan, policy, (q, k, v, lens_t, mask), float64_reference(
+        q, k, v, lens_t, mask), torch.float16, calls=2, what="folded merge")
+
+
+def assert_folded_calls_leave_counts_at_zero(plan, policy, inputs, ref, dtype, calls, what):
+    """``calls`` launches with the merge folded in, on NaN-poisoned outputs and partials and one
+    count buffer: each right, each leaving every count at 0 for the next."""
+    from specdec_kernels import tree_verify_triton as tvt
+
+    q = inputs[0]
     counts = torch.zeros(plan.base_programs + 3, dtype=torch.int32, device=q.device)
-    for call in range(2):
+    for call in range(calls):
         out = torch.full_like(q, float("nan"))
         workspace = torch.full((plan.workspace_bytes // 4,), float("nan"), device=q.device)
-        tvt._launch_through_triton(plan, policy, q, k, v, lens_t, mask, out, workspace, counts, True, None, None)
-        assert not counts.any(), f"call {call} left counts {counts.tolist()}"
-        assert_rows_close(out, ref, torch.float16, f"call {call}")
+        tvt._launch_through_triton(plan, policy, *inputs, out, workspace, counts, True, None, None)
+        assert not counts.any(), f"{what}: call {call} left counts {counts.tolist()}"
+        assert_rows_close(out, ref, dtype, f"{what}, call {call}")
 
 
 # The merge's waiting programs: (head dim, group, KV heads, T, [L_b], splits forced, the one
@@ -215,8 +222,6 @@ def test_waiting_merge_programs_merge_in_the_split_kernels_launch(head_dim, grou
     the splits' wait for their query tile's splits and merge its row blocks between them. Right
     on NaN-poisoned partials and outputs, call after call on one count buffer, which each call
     leaves at 0 (the tile's last waiter resets it); and through the launcher's direct path."""
-    from specdec_kernels import tree_verify_triton as tvt
-
     policy = verify_policy(splits, fused_merge_max_bytes=max_bytes)
     q, k, v, lens_t, mask, _ = make_verify_inputs(lens, num_nodes, "best_first", group, kv_heads, head_dim,
                                                   torch.bfloat16, seed=head_dim + splits + num_nodes)
@@ -226,13 +231,8 @@ def test_waiting_merge_programs_merge_in_the_split_kernels_launch(head_dim, grou
     assert plan.merge.fused and plan.merge.waiters >= 2, plan
     assert plan.fused_grid == (plan.grid[0], plan.grid[1] + plan.merge.waiters)
     ref = float64_reference(q, k, v, lens_t, mask)
-    counts = torch.zeros(plan.base_programs + 3, dtype=torch.int32, device=q.device)
-    for call in range(3):
-        out = torch.full_like(q, float("nan"))
-        workspace = torch.full((plan.workspace_bytes // 4,), float("nan"), device=q.device)
-        tvt._launch_through_triton(plan, policy, q, k, v, lens_t, mask, out, workspace, counts, True, None, None)
-        assert not counts.any(), f"call {call} left counts {counts.tolist()}"
-        assert_rows_close(out, ref, torch.bfloat16, f"waiting merge, call {call}")
+    assert_folded_calls_leave_counts_at_zero(plan, policy, (q, k, v, lens_t, mask), ref, torch.bfloat16, calls=3,
+                                             what="waiting merge")
     for call in range(3):  # the public launcher: compiled, then direct C launches
         assert_rows_close(run_triton(q, k, v, lens_t, mask, policy), ref, torch.bfloat16, f"launcher call {call}")
 
