@@ -182,9 +182,7 @@ def compile_split_kernel(arch: str, dtype: str, shape: VerifyShape, plan) -> Com
     common = dict(GROUP=plan.group, HEAD_DIM=shape.head_dim, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
                   SINGLE_SPLIT=False)
     if plan.merge is not None and plan.merge.fused:  # the eager calls' kernel, the merge folded in
-        common.update(FUSED_MERGE=True, MERGE_ROWS=plan.merge.merge_rows, SPLIT_BLOCK=plan.merge.split_block)
-        if plan.merge.waiters:
-            common.update(MERGE_WAITERS=plan.merge.waiters)
+        common.update(plan.merge.folded_constexprs())
     if plan.kernel == "triton":
         from .tree_verify_triton import _tree_verify_partial_kernel as fn
 

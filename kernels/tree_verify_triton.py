@@ -675,9 +675,7 @@ def _launch_spec(plan: VerifyPlan, head_dim: int, dtype: torch.dtype, on_gpu: bo
         return _LaunchSpec(fn, constexprs, options, None, None, None)
     fused = None
     if merge.fused:
-        fused = dict(constexprs, FUSED_MERGE=True, MERGE_ROWS=merge.merge_rows, SPLIT_BLOCK=merge.split_block)
-        if merge.waiters:
-            fused["MERGE_WAITERS"] = merge.waiters
+        fused = dict(constexprs, **merge.folded_constexprs())
         if "LAUNCH_MERGE_EARLY" in fused:
             fused["LAUNCH_MERGE_EARLY"] = False
     return _LaunchSpec(fn, constexprs, options,

@@ -98,8 +98,7 @@ class VerifyPolicy:
     one program reads at most that many bytes of partials (more would take one SM longer than the
     merge's own launch and its grid); waiting_merge: past that bound, the ping-pong kernel's eager
     calls still launch once, with programs appended to its grid that wait for a query tile's
-    splits and merge its rows between them (:func:`pick_merge_waiters`), at most
-    ``merge_waiters_max`` of them a launch (default: one an SM); merge_head_slices: a
+    splits and merge its rows between them (:func:`pick_merge_waiters`); merge_head_slices: a
     forced head-dim slice count of the merge's own launch (:func:`pick_merge_slices`)."""
 
     tiles: VerifyConfig | None = None
@@ -121,7 +120,6 @@ class VerifyPolicy:
     fused_merge: bool = True
     fused_merge_max_bytes: int = 256 * 1024
     waiting_merge: bool = True
-    merge_waiters_max: int | None = None
     merge_head_slices: int | None = None
 
 
@@ -149,6 +147,13 @@ class MergePlan:
     head_slices: int = 1
     vector_loads: bool = False
     waiters: int = 0
+
+    def folded_constexprs(self) -> dict:
+        """The split kernel's constexprs that fold this merge in (``fused`` plans)."""
+        folded = dict(FUSED_MERGE=True, MERGE_ROWS=self.merge_rows, SPLIT_BLOCK=self.split_block)
+        if self.waiters:
+            folded["MERGE_WAITERS"] = self.waiters
+        return folded
 
 
 # eq=False: hashed by identity (the launcher keys its compiled kernels by plan)
@@ -553,14 +558,13 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
         split_block, merge_rows = merge_tiles(num_splits, shape.head_dim)
         one_block = policy.merge_one_pass and num_splits <= split_block
         tile_rows = min(block_m + tail_m, rows)
-        fused = (policy.fused_merge and one_block and num_splits <= FUSED_MERGE_MAX_SPLITS
-                 and kernel in FUSED_MERGE_KERNELS and not persistent
-                 and num_splits * tile_rows * (shape.head_dim + 1) * 4 <= policy.fused_merge_max_bytes)
+        foldable = (policy.fused_merge and one_block and num_splits <= FUSED_MERGE_MAX_SPLITS
+                    and kernel in FUSED_MERGE_KERNELS and not persistent)
+        fused = foldable and num_splits * tile_rows * (shape.head_dim + 1) * 4 <= policy.fused_merge_max_bytes
         waiters = 0
-        if (not fused and policy.fused_merge and policy.waiting_merge and kernel == "pingpong" and one_block
-                and not persistent and num_splits <= FUSED_MERGE_MAX_SPLITS):
-            waiters = pick_merge_waiters(num_splits, tile_rows, merge_rows, shape.head_dim, base_programs,
-                                         min(sms, policy.merge_waiters_max or sms), policy.fused_merge_max_bytes)
+        if foldable and not fused and policy.waiting_merge and kernel == "pingpong":
+            waiters = pick_merge_waiters(num_splits, tile_rows, merge_rows, shape.head_dim, base_programs, sms,
+                                         policy.fused_merge_max_bytes)
             fused = waiters > 0
         slices = 1 if fused else (policy.merge_head_slices
                                   or pick_merge_slices(num_splits, shape.head_dim, rows, shape.batch * kv_heads, sms))

@@ -115,12 +115,7 @@ class EmbeddedBackend(Backend):
     @staticmethod
     def _engine_args(case: MatrixCase, state: RunState) -> tuple[str, ...]:
         engine = state.config.engine
-        args = ["--model-preset", engine.model_preset, "--draft-agreement",
-                str(engine.draft_agreement), "--block-size", str(engine.block_size)]
-        if engine.device != "auto":  # the engine picks CUDA when it sees a GPU
-            args += ["--device", engine.device]
-        if engine.num_layers is not None:
-            args += ["--num-layers", str(engine.num_layers)]
+        args = engine.argv()
         if state.dry_run and case.budget is not None \
                 and state.known_issue(case.method, case.tp, case.budget) is not None:
             # A dry run rehearses the family's suite: known crashes are reproduced by the engine's

@@ -115,6 +115,16 @@ class EngineSettings:
     num_layers: int | None = None
     extra_args: tuple[str, ...] = ()
 
+    def argv(self) -> list[str]:
+        """The engine flags these settings give every server, before ``extra_args``."""
+        args = ["--model-preset", self.model_preset, "--draft-agreement", str(self.draft_agreement),
+                "--block-size", str(self.block_size)]
+        if self.device != "auto":  # the engine picks CUDA when it sees a GPU
+            args += ["--device", self.device]
+        if self.num_layers is not None:
+            args += ["--num-layers", str(self.num_layers)]
+        return args
+
 
 @dataclass(frozen=True)
 class SGLangSettings:
@@ -363,9 +373,7 @@ def _check_engine_extra_args(reader: _Reader, settings: EngineSettings) -> None:
     parser.error = reject  # type: ignore[method-assign]  # argparse would print and exit
     parser.print_help = lambda file=None: reader.fail(  # type: ignore[method-assign]
         "extra_args", "-h/--help is not an engine setting; remove it")
-    given = ["--model-preset", settings.model_preset, "--draft-agreement", str(settings.draft_agreement),
-             "--block-size", str(settings.block_size)]
-    parse_args(["--method", METHODS[0], *given, *settings.extra_args], parser)
+    parse_args(["--method", METHODS[0], *settings.argv(), *settings.extra_args], parser)
 
 
 def _parse_sglang(filename: str, data: Any) -> SGLangSettings:
