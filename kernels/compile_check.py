@@ -92,7 +92,8 @@ def planned_variants(arch: str, dtypes=tuple(ELEMENT_SIZES)) -> list[tuple[str, 
                         key = (ELEMENT_SIZES[dtype], head_dim, plan.kernel, plan.block_m, plan.tail_m, plan.block_n,
                                plan.stages, plan.num_warps, plan.persistent, plan.head_split, plan.tma,
                                plan.merge is not None and plan.merge.fused,
-                               plan.merge is not None and plan.merge.waiters > 0)
+                               plan.merge is not None and plan.merge.waiters > 0,
+                               plan.merge is not None and plan.merge.fused and plan.merge.head_slices > 1)
                         if dtype == "float16":  # bf16's plans; compiled once, on the first kernel it plans
                             key = ("float16",)
                         if key not in seen:

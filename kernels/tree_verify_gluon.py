@@ -276,19 +276,31 @@ def _merge_if_last(count_ptr, part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_h
 def _merge_when_counted(count_ptr, part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_lo, row_hi, rows_pad,
                         num_splits, waiter, stride_ob, stride_ot, stride_oh, GROUP: gl.constexpr,
                         HEAD_DIM: gl.constexpr, MERGE_ROWS: gl.constexpr, SPLIT_BLOCK: gl.constexpr,
-                        WAITERS: gl.constexpr, num_warps: gl.constexpr):
+                        WAITERS: gl.constexpr, SLICES: gl.constexpr, num_warps: gl.constexpr):
     """The merge folded into the split kernel as WAITERS programs a query tile past the splits'
     (``VerifyPlan.fused_grid``): waiter ``waiter`` spins until all num_splits splits have counted
-    themselves at ``count_ptr``, merges every WAITERS-th MERGE_ROWS-row block of the tile's rows
-    [row_lo, row_hi) from L2, and counts itself too; the tile's last waiter sets the count back to
-    0 for the next launch (every waiter has passed its spin by then)."""
+    themselves at ``count_ptr``, merges every WAITERS-th unit of the tile's rows [row_lo, row_hi)
+    from L2 (a MERGE_ROWS-row block's columns of one of SLICES head-dim slices), and counts itself
+    too; the tile's last waiter sets the count back to 0 for the next launch (every waiter has
+    passed its spin by then)."""
     # acquire: the splits' partials, stored before their release, are visible past the spin
     seen = gl.atomic_add(count_ptr, 0, sem="acquire", scope="gpu")
     while seen < num_splits:
         seen = gl.atomic_add(count_ptr, 0, sem="acquire", scope="gpu")
-    _merge_tile_rows(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_lo + waiter * MERGE_ROWS, row_hi,
-                     WAITERS * MERGE_ROWS, rows_pad, num_splits, stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM,
-                     MERGE_ROWS, SPLIT_BLOCK, num_warps)
+    if SLICES == 1:
+        _merge_tile_rows(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_lo + waiter * MERGE_ROWS, row_hi,
+                         WAITERS * MERGE_ROWS, rows_pad, num_splits, stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM,
+                         MERGE_ROWS, SPLIT_BLOCK, num_warps)
+    else:
+        COLS: gl.constexpr = HEAD_DIM // SLICES
+        units = (row_hi - row_lo + MERGE_ROWS - 1) // MERGE_ROWS * SLICES
+        for unit in range(waiter, units, WAITERS):
+            r0 = row_lo + unit // SLICES * MERGE_ROWS
+            # one block: its rows past row_hi masked as the tile's last block's are
+            _merge_tile_rows(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, r0,
+                             gl.minimum(row_hi, r0 + MERGE_ROWS), MERGE_ROWS, rows_pad, num_splits, stride_ob,
+                             stride_ot, stride_oh, GROUP, HEAD_DIM, MERGE_ROWS, SPLIT_BLOCK, num_warps,
+                             unit % SLICES * COLS, COLS)
     done = gl.atomic_add(count_ptr, 1, sem="relaxed", scope="gpu")
     if done == num_splits + WAITERS - 1:
         gl.store(count_ptr, 0)
@@ -297,12 +309,15 @@ def _merge_when_counted(count_ptr, part_o_ptr, part_lse_ptr, out_ptr, b, head_b,
 @gluon.jit
 def _merge_tile_rows(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_start, row_hi, row_step, rows_pad,
                      num_splits, stride_ob, stride_ot, stride_oh, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
-                     MERGE_ROWS: gl.constexpr, SPLIT_BLOCK: gl.constexpr, num_warps: gl.constexpr):
+                     MERGE_ROWS: gl.constexpr, SPLIT_BLOCK: gl.constexpr, num_warps: gl.constexpr, col0=0,
+                     COLS: gl.constexpr = 0):
     """Merge the MERGE_ROWS-row blocks starting at row_start, row_step apart, below row_hi, from
-    every split's partials (read from L2: other programs wrote them)."""
-    layout: gl.constexpr = gl.BlockedLayout([1, HEAD_DIM // 32], [1, 32], [num_warps, 1], [1, 0])
+    every split's partials (read from L2: other programs wrote them): every column, or with COLS
+    the COLS columns from col0."""
+    WIDTH: gl.constexpr = HEAD_DIM if COLS == 0 else COLS
+    layout: gl.constexpr = gl.BlockedLayout([1, WIDTH // 32], [1, 32], [num_warps, 1], [1, 0])
     row_layout: gl.constexpr = gl.SliceLayout(1, layout)
-    dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+    dims = col0 + gl.arange(0, WIDTH, layout=gl.SliceLayout(0, layout))
     lse_base = part_lse_ptr + head_b.to(gl.int64) * num_splits * rows_pad
     o_base = part_o_ptr + head_b.to(gl.int64) * num_splits * rows_pad * HEAD_DIM
     for r0 in range(row_start, row_hi, row_step):
@@ -315,7 +330,7 @@ def _merge_tile_rows(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_
             m_i = gl.maximum(m_i, gl.load(lse_base + j * rows_pad + rows, mask=ok, other=float("-inf"),
                                           cache_modifier=".cg"))
         m_shift = gl.where(m_i == float("-inf"), 0.0, m_i)
-        acc = gl.zeros([MERGE_ROWS, HEAD_DIM], gl.float32, layout)
+        acc = gl.zeros([MERGE_ROWS, WIDTH], gl.float32, layout)
         l_i = gl.zeros([MERGE_ROWS], gl.float32, row_layout)
         for j in gl.static_range(SPLIT_BLOCK):
             ok = row_valid & (j < num_splits)

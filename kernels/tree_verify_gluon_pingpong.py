@@ -36,7 +36,8 @@ Their masks come from each row's ancestor words, loaded once a tile. The merge f
 kernel (a programmatic dependent launch measured slower after it), or with ``FUSED_MERGE`` is its
 own: after the partitions join, the last program of each query tile merges the tile's rows, or,
 with ``MERGE_WAITERS``, that many programs a tile past the splits' (they have no work item) wait
-for the tile's splits to count themselves and merge its row blocks between them.
+for the tile's splits to count themselves and merge its row blocks between them (each block's
+columns in ``MERGE_SLICES`` head-dim slices where a block of all splits is too wide whole).
 
 Persistent (``PERSISTENT``): the kernel works through work items (a query tile of one
 (request, KV head) on one split, in the order of a grid of one program an item); launched with
@@ -613,7 +614,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, Q_IN_REGS: gl.constexpr, num_warps: gl.constexpr,
     TAIL_M: gl.constexpr = 0, KV_SHARE: gl.constexpr = 1, PERSISTENT: gl.constexpr = False,
     FUSED_MERGE: gl.constexpr = False, MERGE_ROWS: gl.constexpr = 2, SPLIT_BLOCK: gl.constexpr = 2,
-    MERGE_WAITERS: gl.constexpr = 0,
+    MERGE_WAITERS: gl.constexpr = 0, MERGE_SLICES: gl.constexpr = 1,
 ):
     # launched with 4 warps (warpgroup 0, the default partition); the other warpgroups, the load
     # warp and the tail warpgroup are worker partitions. Q_IN_REGS is not read: q sits in
@@ -629,6 +630,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     gl.static_assert(not PERSISTENT or NUM_WG <= 2)
     gl.static_assert(not (PERSISTENT and FUSED_MERGE))
     gl.static_assert(MERGE_WAITERS == 0 or FUSED_MERGE)
+    gl.static_assert(MERGE_SLICES == 1 or MERGE_WAITERS > 0)
     WAITING: gl.constexpr = MERGE_WAITERS > 0
     dtype: gl.constexpr = k_desc.dtype
     kv_sl: gl.constexpr = k_desc.layout
@@ -753,4 +755,4 @@ def _tree_verify_partial_kernel_gluon_pingpong(
             # a waiting program: the rows past the items' give its query tile and its share
             _merge_when_counted(count_ptr, part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_lo, row_hi,
                                 rows_pad, num_splits, split - num_splits, stride_ob, stride_ot, stride_oh, GROUP,
-                                HEAD_DIM, MERGE_ROWS, SPLIT_BLOCK, MERGE_WAITERS, num_warps)
+                                HEAD_DIM, MERGE_ROWS, SPLIT_BLOCK, MERGE_WAITERS, MERGE_SLICES, num_warps)

@@ -98,8 +98,11 @@ class VerifyPolicy:
     one program reads at most that many bytes of partials (more would take one SM longer than the
     merge's own launch and its grid); waiting_merge: past that bound, the ping-pong kernel's eager
     calls still launch once, with programs appended to its grid that wait for a query tile's
-    splits and merge its rows between them (:func:`pick_merge_waiters`); merge_head_slices: a
-    forced head-dim slice count of the merge's own launch (:func:`pick_merge_slices`)."""
+    splits and merge its rows between them (:func:`pick_merge_waiters`);
+    sliced_waiters_max_split_bytes: waiters that merge head-dim slices only where one split's
+    partials of a (request, KV head) span at most that many bytes (past it they measured 12-60 us
+    slower on an H200: docs/kernels-performance.md); merge_head_slices: a forced head-dim slice
+    count of the merge's own launch and its waiters (:func:`pick_merge_slices`)."""
 
     tiles: VerifyConfig | None = None
     num_splits: int | None = None
@@ -120,6 +123,7 @@ class VerifyPolicy:
     fused_merge: bool = True
     fused_merge_max_bytes: int = 256 * 1024
     waiting_merge: bool = True
+    sliced_waiters_max_split_bytes: int = 128 * 1024
     merge_head_slices: int | None = None
 
 
@@ -133,9 +137,10 @@ class MergePlan:
     where all splits fit it, launched as the split kernel's programmatic dependent where
     ``starts_early``. ``fused``: an eager call (not a graph capture) folds it into the split kernel
     instead, whose last program to finish a query tile merges that tile's rows (one launch instead
-    of two: about 5 us of host time); the folded merge takes every column (head_slices 1).
+    of two: about 5 us of host time); a tile's last program merges every column (head_slices 1).
     ``waiters``: a fused merge's programs a query tile appended to the split kernel's grid, which
-    wait for the tile's splits and share its rows (0: the tile's last split merges it alone).
+    wait for the tile's splits and share its row blocks, each block's columns in head_slices
+    slices as the merge's own launch takes them (0: the tile's last split merges it alone).
     ``vector_loads``: each block of splits is read as one load (MERGE_VECTOR_MIN_BLOCK)."""
 
     split_block: int
@@ -153,6 +158,8 @@ class MergePlan:
         folded = dict(FUSED_MERGE=True, MERGE_ROWS=self.merge_rows, SPLIT_BLOCK=self.split_block)
         if self.waiters:
             folded["MERGE_WAITERS"] = self.waiters
+        if self.head_slices > 1:
+            folded["MERGE_SLICES"] = self.head_slices
         return folded
 
 
@@ -339,20 +346,23 @@ def pick_merge_slices(num_splits: int, head_dim: int, rows: int, pairs: int, sms
 
 
 def pick_merge_waiters(num_splits: int, tile_rows: int, merge_rows: int, head_dim: int, tiles: int, sms: int,
-                       max_bytes: int) -> int:
+                       max_bytes: int, head_slices: int = 1) -> int:
     """Programs a query tile that wait for its splits and then merge its rows between them, in the
-    split kernel's own launch (0: none fit, the merge keeps its own launch). As many as one a
-    free SM (every waiter of the launch in one wave) up to one per MERGE_ROWS-row block, and only
-    where each then reads at most ``max_bytes`` of partials. They are the grid's last programs:
-    dispatched in program order after every split, they wait only on resident programs.
+    split kernel's own launch (0: none fit, the merge keeps its own launch). Their units are a
+    MERGE_ROWS-row block's columns of one of ``head_slices`` head-dim slices. As many waiters as
+    one a free SM (every waiter of the launch in one wave) up to one a unit, and only where each
+    then reads at most ``max_bytes`` of partials. They are the grid's last programs: dispatched
+    in program order after every split, they wait only on resident programs.
 
     Worked example, B8-T9-H6/1/256-L32k on 132 SMs: 8 tiles of 54 rows on 16 splits, 2-row
-    blocks of 16 x 2 x 257 x 4 = 32.9 KB; 132 // 8 = 16 waiters a tile, 2 blocks (66 KB) each."""
-    units = cdiv(tile_rows, merge_rows)
+    blocks of 16 x 2 x 257 x 4 = 32.9 KB; 132 // 8 = 16 waiters a tile, 2 blocks (66 KB) each.
+    B1-T9-H24/4/256-L8k: 4 tiles of 54 rows on 32 splits, two slices of 128 columns: 54 units of
+    32 x 2 x 129 x 4 = 33 KB; 33 waiters a tile, 2 units each."""
+    units = cdiv(tile_rows, merge_rows) * head_slices
     waiters = min(sms // tiles, units)
     if waiters < 2:
         return 0
-    unit_bytes = num_splits * merge_rows * (head_dim + 1) * 4
+    unit_bytes = num_splits * merge_rows * (head_dim // head_slices + 1) * 4
     return waiters if cdiv(units, waiters) * unit_bytes <= max_bytes else 0
 
 
@@ -558,19 +568,22 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
         split_block, merge_rows = merge_tiles(num_splits, shape.head_dim)
         one_block = policy.merge_one_pass and num_splits <= split_block
         tile_rows = min(block_m + tail_m, rows)
-        foldable = (policy.fused_merge and one_block and num_splits <= FUSED_MERGE_MAX_SPLITS
-                    and kernel in FUSED_MERGE_KERNELS and not persistent)
-        fused = foldable and num_splits * tile_rows * (shape.head_dim + 1) * 4 <= policy.fused_merge_max_bytes
-        waiters = 0
-        if foldable and not fused and policy.waiting_merge and kernel == "pingpong":
-            waiters = pick_merge_waiters(num_splits, tile_rows, merge_rows, shape.head_dim, base_programs, sms,
-                                         policy.fused_merge_max_bytes)
-            fused = waiters > 0
+        folds_here = (policy.fused_merge and num_splits <= FUSED_MERGE_MAX_SPLITS and kernel in FUSED_MERGE_KERNELS
+                      and not persistent)
+        fused = (folds_here and one_block
+                 and num_splits * tile_rows * (shape.head_dim + 1) * 4 <= policy.fused_merge_max_bytes)
         slices = 1 if fused else (policy.merge_head_slices
                                   or pick_merge_slices(num_splits, shape.head_dim, rows, shape.batch * kv_heads, sms))
         if slices > 1:
             split_block, merge_rows = merge_tiles(num_splits, shape.head_dim, slices)
             one_block = policy.merge_one_pass and num_splits <= split_block
+        waiters = 0
+        near = slices == 1 or rows_pad * shape.head_dim * 4 <= policy.sliced_waiters_max_split_bytes
+        if folds_here and one_block and not fused and policy.waiting_merge and kernel == "pingpong" and near:
+            # the merge's own launch's slices: all splits in one block of unrolled loads
+            waiters = pick_merge_waiters(num_splits, tile_rows, merge_rows, shape.head_dim, base_programs, sms,
+                                         policy.fused_merge_max_bytes, slices)
+            fused = waiters > 0
         merge = MergePlan(split_block, merge_rows, shape.batch * kv_heads * cdiv(rows, merge_rows) * slices,
                           one_block, policy.programmatic_merge and target.dependent_launch and kernel != "pingpong",
                           fused=fused, head_slices=slices, vector_loads=split_block >= MERGE_VECTOR_MIN_BLOCK,

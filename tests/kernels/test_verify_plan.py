@@ -405,8 +405,8 @@ def test_the_merge_is_folded_in_only_where_one_program_reads_few_partials():
     assert not plan_verify(engine, target, VerifyPolicy(fused_merge_max_bytes=read - 1,
                                                         waiting_merge=False)).merge.fused
     assert not plan_verify(engine, target, VerifyPolicy(fused_merge=False)).merge.fused
-    wide = plan_verify(VerifyShape(1, 17, 24, 4, 256, 8192 + 17), target)  # 16 splits of 102 rows x 1 KB
-    assert wide.merge is not None and not wide.merge.fused, wide
+    wide = VerifyShape(1, 17, 24, 4, 256, 8192 + 17)  # 32 splits of 102 rows x 1 KB
+    assert not plan_verify(wide, target, VerifyPolicy(waiting_merge=False)).merge.fused
     gluon = plan_verify(VerifyShape(1, 17, 64, 8, 128, 1024 + 17), target)
     assert gluon.kernel == "gluon" and gluon.merge is not None and not gluon.merge.fused, gluon
 
@@ -430,13 +430,28 @@ def test_waiting_merge_programs_share_a_tile_in_one_launch_where_one_program_may
     assert small_sms.merge is None or not small_sms.merge.waiters or small_sms.merge.waiters * small_sms.grid[0] <= 12
     off = plan_verify(VerifyShape(8, 9, 6, 1, 256, 32768 + 9), H200, VerifyPolicy(waiting_merge=False))
     assert not off.merge.fused and off.merge.waiters == 0 and off.fused_grid == off.grid
-    # the 64-row Gluon kernel has no waiting programs; nor a merge of several blocks (32 splits
-    # of 256 columns: blocks of 16)
+    # the 64-row Gluon kernel has no waiting programs
     gluon = plan_verify(VerifyShape(1, 17, 64, 8, 128, 1024 + 17), H200)
     assert gluon.kernel == "gluon" and not gluon.merge.fused and gluon.merge.waiters == 0
-    blocks = plan_verify(VerifyShape(1, 9, 24, 4, 256, 8192 + 9), H200)
-    assert blocks.num_splits == 32 and merge_tiles(32, 256)[0] < 32 and not blocks.merge.fused
-    assert blocks.merge.waiters == 0 and blocks.merge.head_slices > 1  # the merge's own launch, sliced
+    # 32 splits of 256 columns take blocks of 16: the waiters merge two 128-column slices of each
+    # 2-row block, as the merge's own launch does (the docstring's second example)
+    sliced = plan_verify(VerifyShape(1, 9, 24, 4, 256, 8192 + 9), H200)
+    assert sliced.num_splits == 32 and merge_tiles(32, 256)[0] < 32 <= merge_tiles(32, 256, 2)[0]
+    assert (sliced.merge.fused, sliced.merge.head_slices, sliced.merge.waiters) == (True, 2, 33), sliced
+    assert sliced.merge.folded_constexprs()["MERGE_SLICES"] == 2
+    assert pick_merge_waiters(32, 54, 2, 256, 4, 132, 256 * 1024, head_slices=2) == 33
+    assert pick_merge_waiters(32, 54, 2, 256, 4, 132, 256 * 1024) == 27  # whole rows: one a row block
+    assert pick_merge_waiters(32, 54, 2, 256, 4, 132, 60 * 1024, head_slices=2) == 0  # 2 units of 33 KB
+    # sliced waiters only where one split's partials of a (request, KV head) span at most 128 KB:
+    # four 128-row tiles of 256 columns (512 KB) keep the merge's own launch
+    far = VerifyShape(1, 65, 6, 1, 256, 8192 + 65)
+    apart = plan_verify(far, H200)
+    assert apart.rows_pad * 256 * 4 == 512 * 1024 and apart.merge.head_slices > 1 and not apart.merge.fused
+    near = plan_verify(far, H200, VerifyPolicy(sliced_waiters_max_split_bytes=512 * 1024))
+    assert near.merge.fused and near.merge.waiters > 0 and near.num_splits == apart.num_splits, near
+    # past the unrolled merge's 64 splits (128 at one KV head, batch 1, 32k keys): two launches
+    many = plan_verify(VerifyShape(1, 9, 6, 1, 256, 32768 + 9), H200)
+    assert many.num_splits == 128 and not many.merge.fused and many.merge.waiters == 0, many
     for batch, q_heads, kv_heads, head_dim, prefix in ((1, 32, 8, 128, 8192), (8, 6, 1, 256, 1024),
                                                        (32, 6, 1, 256, 32768), (1, 24, 4, 256, 1024)):
         shape = VerifyShape(batch, 17, q_heads, kv_heads, head_dim, prefix + 17)
