@@ -71,6 +71,7 @@ class CompileReport:
     spill_bytes: int | None = None
     mix: dict = field(default_factory=dict)
     problems: list = field(default_factory=list)
+    folded_merge: bool = False  # the eager calls' variant: the merge in this kernel, none launched after it
 
     @property
     def ok(self) -> bool:
@@ -177,7 +178,8 @@ def compile_split_kernel(arch: str, dtype: str, shape: VerifyShape, plan) -> Com
     report = CompileReport(arch, plan.kernel, dtype, shape.head_dim, plan.block_m, plan.tail_m, plan.block_n,
                            plan.stages, plan.num_warps, plan.persistent, plan.head_split,
                            f"B{shape.batch}-T{shape.num_nodes}-H{shape.q_heads}/{shape.kv_heads}-S{shape.cache_rows}",
-                           planned_shared_bytes=plan.shared_bytes)
+                           planned_shared_bytes=plan.shared_bytes,
+                           folded_merge=plan.merge is not None and plan.merge.fused)
     types = dict(q_ptr=f"*{short}", k_ptr=f"*{short}", v_ptr=f"*{short}", out_ptr=f"*{short}", lens_ptr="*i32",
                  mask_ptr="*i32", part_o_ptr="*fp32", part_lse_ptr="*fp32", counts_ptr="*i32", qk_scale="fp32")
     common = dict(GROUP=plan.group, HEAD_DIM=shape.head_dim, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
@@ -307,7 +309,7 @@ def _judge(report: CompileReport, ptx: str) -> None:
             report.problems.append("no q.k MMA in flight across the softmax (no wgmma.wait_group 1)")
         if report.kernel == "pingpong" and "setmaxnreg" not in ptx:
             report.problems.append("no warp specialisation (no setmaxnreg)")
-        if report.kernel == "gluon" and "griddepcontrol.launch_dependents" not in ptx:
+        if report.kernel == "gluon" and not report.folded_merge and "griddepcontrol.launch_dependents" not in ptx:
             report.problems.append("the merge cannot start early (no griddepcontrol.launch_dependents)")
     if report.arch == "sm_120" and report.kernel == "triton" and report.dtype != "float32" and not report.mix.get("HMMA"):
         report.problems.append("the dots did not become tensor-core MMAs (no HMMA)")

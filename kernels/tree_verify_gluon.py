@@ -360,6 +360,7 @@ def _tree_verify_partial_kernel_gluon(
     qk_scale, num_nodes, num_kv_heads, num_m_tiles, num_splits, chunk, cache_rows,
     GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, Q_IN_REGS: gl.constexpr, num_warps: gl.constexpr,
+    FUSED_MERGE: gl.constexpr = False, MERGE_ROWS: gl.constexpr = 2, SPLIT_BLOCK: gl.constexpr = 2,
 ):
     # tile t + STAGES - 1 is loaded while tile t's softmax runs, into the slot tile t - 1 used:
     # with fewer than 3 slots the next tile would be waited for before it is asked for
@@ -376,7 +377,7 @@ def _tree_verify_partial_kernel_gluon(
     kv_sl: gl.constexpr = k_desc.layout
 
     split, m_tile, head_b, kv_head, b, prefix_len = _program_coords(lens_ptr, num_m_tiles, num_kv_heads,
-                                                                    not SINGLE_SPLIT)
+                                                                    not SINGLE_SPLIT and not FUSED_MERGE)
     num_rows = num_nodes * GROUP
     rows_pad = num_m_tiles * BLOCK_M
 
@@ -451,3 +452,10 @@ def _tree_verify_partial_kernel_gluon(
     _store_rows(acc, m_i, l_i, b, kv_head, head_b, split, m_tile * BLOCK_M, num_rows, rows_pad, num_splits, out_ptr,
                 part_o_ptr, part_lse_ptr, stride_ob, stride_ot, stride_oh, o_layout, 0, GROUP, HEAD_DIM, BLOCK_M,
                 SINGLE_SPLIT)
+    if FUSED_MERGE:
+        # every warp's partial rows are stored before the tile's count says this split is done
+        _cta_barrier()
+        row_lo = m_tile * BLOCK_M
+        _merge_if_last(counts_ptr + gl.program_id(0), part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_lo,
+                       gl.minimum(row_lo + BLOCK_M, num_rows), rows_pad, num_splits, stride_ob, stride_ot, stride_oh,
+                       GROUP, HEAD_DIM, MERGE_ROWS, SPLIT_BLOCK, num_warps)

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from .configs import SHARED_MEMORY_LIMITS, VerifyConfig, tiles_for
 
 KERNELS = ("pingpong", "gluon", "triton")
-# the split kernels that can merge their own splits (the 64-row Gluon kernel cannot)
-FUSED_MERGE_KERNELS = ("pingpong", "triton")
+# the split kernels that can merge their own splits (waiting programs: the ping-pong kernel only)
+FUSED_MERGE_KERNELS = ("pingpong", "triton", "gluon")
 
 
 def cdiv(a: int, b: int) -> int:

@@ -136,7 +136,7 @@ def test_merge_folded_into_the_split_kernel_or_launched_after_it(fused):
     policy = verify_policy(3, fused_merge=fused)
     q, k, v, lens_t, mask, _ = make_verify_inputs([300, 90], 17, "best_first", 4, 2, 64, torch.float16, seed=11)
     plan = plan_of(q, k, v, policy)
-    # on an H200 this tiny call takes the 64-row Gluon kernel, which has no folded merge
+    # on an H200 this tiny call takes the 64-row Gluon kernel
     assert plan.merge is not None and plan.merge.fused == (fused and plan.kernel in FUSED_MERGE_KERNELS), plan
     out = run_triton(q, k, v, lens_t, mask, policy)
     assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), torch.float16, f"fused={fused}")
@@ -174,15 +174,15 @@ def test_merge_over_head_dim_slices(head_dim, slices, splits, lens):
 
 
 @needs_triton
-@pytest.mark.parametrize("num_nodes,group", [(9, 2), (17, 4)])
-def test_folded_merge_leaves_every_count_at_zero(num_nodes, group):
+@pytest.mark.parametrize("num_nodes,group,lens", [(9, 2, [3000, 2600]), (17, 4, [3000, 2600]), (17, 4, [700, 90])])
+def test_folded_merge_leaves_every_count_at_zero(num_nodes, group, lens):
     """Each query tile's last program sets its count back to 0, so that a count buffer reused
     call after call (the launcher's, per stream and thread) starts every call at 0. On an H200 the
     first case runs the Triton kernel, the second the ping-pong kernel (3000 keys: past the
-    tiny-work tiles)."""
+    tiny-work tiles), the third the 64-row Gluon kernel (tiny work)."""
     policy = verify_policy(4)
-    q, k, v, lens_t, mask, _ = make_verify_inputs([3000, 2600], num_nodes, "best_first", group, 2, 64,
-                                                  torch.float16, seed=12)
+    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, num_nodes, "best_first", group, 2, 64, torch.float16,
+                                                  seed=12)
     plan = plan_of(q, k, v, policy)
     assert plan.merge is not None and plan.merge.fused, plan
     assert_folded_calls_leave_counts_at_zero(plan, policy, (q, k, v, lens_t, mask), float64_reference(

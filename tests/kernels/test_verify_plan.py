@@ -394,7 +394,7 @@ def test_plan_call_reads_the_signature_once(monkeypatch):
 def test_the_merge_is_folded_in_only_where_one_program_reads_few_partials():
     """Folding the merge into the split kernel leaves one program a query tile to read every
     split's partial rows: only where those are at most ``fused_merge_max_bytes``, and only in the
-    kernels that have the folded merge (not the 64-row Gluon kernel, not persistent programs)."""
+    kernels that have the folded merge (not persistent programs)."""
     target = H200
     engine = VerifyShape(8, 17, 32, 8, 128, 8192 + 17)  # 2 splits of 72 rows a KV head
     plan = plan_verify(engine, target)
@@ -407,8 +407,10 @@ def test_the_merge_is_folded_in_only_where_one_program_reads_few_partials():
     assert not plan_verify(engine, target, VerifyPolicy(fused_merge=False)).merge.fused
     wide = VerifyShape(1, 17, 24, 4, 256, 8192 + 17)  # 32 splits of 102 rows x 1 KB
     assert not plan_verify(wide, target, VerifyPolicy(waiting_merge=False)).merge.fused
-    gluon = plan_verify(VerifyShape(1, 17, 64, 8, 128, 1024 + 17), target)
-    assert gluon.kernel == "gluon" and gluon.merge is not None and not gluon.merge.fused, gluon
+    gluon = plan_verify(VerifyShape(1, 17, 64, 8, 128, 1024 + 17), target)  # 4 splits of 64 rows: 132 KB
+    assert gluon.kernel == "gluon" and gluon.merge.fused and not gluon.merge.waiters, gluon
+    wide_gluon = plan_verify(VerifyShape(1, 33, 64, 8, 128, 1024 + 33), target)  # 4 of 128 rows: 264 KB
+    assert wide_gluon.kernel == "gluon" and not wide_gluon.merge.fused, wide_gluon
 
 
 def test_waiting_merge_programs_share_a_tile_in_one_launch_where_one_program_may_not():
@@ -430,8 +432,8 @@ def test_waiting_merge_programs_share_a_tile_in_one_launch_where_one_program_may
     assert small_sms.merge is None or not small_sms.merge.waiters or small_sms.merge.waiters * small_sms.grid[0] <= 12
     off = plan_verify(VerifyShape(8, 9, 6, 1, 256, 32768 + 9), H200, VerifyPolicy(waiting_merge=False))
     assert not off.merge.fused and off.merge.waiters == 0 and off.fused_grid == off.grid
-    # the 64-row Gluon kernel has no waiting programs
-    gluon = plan_verify(VerifyShape(1, 17, 64, 8, 128, 1024 + 17), H200)
+    # the 64-row Gluon kernel has no waiting programs (4 splits of 128 rows: past one program's bound)
+    gluon = plan_verify(VerifyShape(1, 33, 64, 8, 128, 1024 + 33), H200)
     assert gluon.kernel == "gluon" and not gluon.merge.fused and gluon.merge.waiters == 0
     # 32 splits of 256 columns take blocks of 16: the waiters merge two 128-column slices of each
     # 2-row block, as the merge's own launch does (the docstring's second example)
