@@ -72,6 +72,8 @@ class CompileReport:
     mix: dict = field(default_factory=dict)
     problems: list = field(default_factory=list)
     folded_merge: bool = False  # the eager calls' variant: the merge in this kernel, none launched after it
+    merge_waiters: int = 0  # of a folded merge: its waiting programs a query tile, and their head-dim slices
+    merge_slices: int = 1
 
     @property
     def ok(self) -> bool:
@@ -179,7 +181,9 @@ def compile_split_kernel(arch: str, dtype: str, shape: VerifyShape, plan) -> Com
                            plan.stages, plan.num_warps, plan.persistent, plan.head_split,
                            f"B{shape.batch}-T{shape.num_nodes}-H{shape.q_heads}/{shape.kv_heads}-S{shape.cache_rows}",
                            planned_shared_bytes=plan.shared_bytes,
-                           folded_merge=plan.merge is not None and plan.merge.fused)
+                           folded_merge=plan.merge is not None and plan.merge.fused,
+                           merge_waiters=plan.merge.waiters if plan.merge is not None else 0,
+                           merge_slices=plan.merge.head_slices if plan.merge is not None and plan.merge.fused else 1)
     types = dict(q_ptr=f"*{short}", k_ptr=f"*{short}", v_ptr=f"*{short}", out_ptr=f"*{short}", lens_ptr="*i32",
                  mask_ptr="*i32", part_o_ptr="*fp32", part_lse_ptr="*fp32", counts_ptr="*i32", qk_scale="fp32")
     common = dict(GROUP=plan.group, HEAD_DIM=shape.head_dim, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,

@@ -63,6 +63,12 @@ def test_the_check_covers_every_dtype_head_dim_and_kernel(reports):
         assert ("sm_120", "triton", "bfloat16", head_dim) in seen
         assert ("sm_90", "merge", "bfloat16", head_dim) in seen
     assert ("sm_90", "gluon", "bfloat16", 128) in seen
+    # the eager calls' variants: the merge folded into each split kernel, and the ping-pong kernel's
+    # waiting merge programs over whole rows and over head-dim slices
+    folded = {(r["arch"], r["kernel"]) for r in reports if r["folded_merge"]}
+    assert {("sm_90", "pingpong"), ("sm_90", "gluon"), ("sm_90", "triton"), ("sm_120", "triton")} <= folded, folded
+    waiting = {r["merge_slices"] > 1 for r in reports if r["kernel"] == "pingpong" and r["merge_waiters"]}
+    assert waiting == {False, True}, waiting
     sliced = {(r["arch"], r["head_dim"]) for r in reports if r["kernel"] == "merge" and "1 head-dim" not in r["shape"]}
     assert sliced == {(arch, d) for arch in ("sm_90", "sm_120") for d in (64, 128, 256)}, sliced
     assert any(arch == "sm_90" and dtype == "float16" for arch, _, dtype, _ in seen)
