@@ -500,6 +500,41 @@ def _fit_shared_memory(cfg: VerifyConfig, arch: str, block_m: int, head_dim: int
     return cfg
 
 
+def plan_merge(num_splits: int, head_dim: int, rows: int, pairs: int, tile_rows: int, rows_pad: int,
+               tiles: int, kernel: str, persistent: bool, sms: int, dependent_launch: bool,
+               policy: VerifyPolicy) -> MergePlan:
+    """The merge of a call's ``num_splits`` splits: ``rows`` packed rows of each of ``pairs``
+    (request, KV head) pairs, ``tile_rows`` a query tile, one split's partials ``rows_pad`` rows
+    apart, ``tiles`` query tiles a split. In the order the rules apply:
+
+    1. The merge's own launch (graphs always take it): all splits in one block of MERGE_ROWS rows
+       where MERGE_ELEMENTS allows, else head-dim slices (:func:`pick_merge_slices`).
+    2. Eager calls fold it into the split kernel, whose last program of a query tile merges the
+       tile: where the kernel can, all splits fit one block of whole rows and that program reads at
+       most ``policy.fused_merge_max_bytes``.
+    3. Past that bound, the ping-pong kernel's waiting programs (:func:`pick_merge_waiters`) share a
+       tile's row blocks, at the slices of rule 1; sliced, only where one split's partials span at
+       most ``policy.sliced_waiters_max_split_bytes``."""
+    split_block, merge_rows = merge_tiles(num_splits, head_dim)
+    one_block = policy.merge_one_pass and num_splits <= split_block
+    folds_here = (policy.fused_merge and num_splits <= FUSED_MERGE_MAX_SPLITS and kernel in FUSED_MERGE_KERNELS
+                  and not persistent)
+    fused = folds_here and one_block and num_splits * tile_rows * (head_dim + 1) * 4 <= policy.fused_merge_max_bytes
+    slices = 1 if fused else (policy.merge_head_slices or pick_merge_slices(num_splits, head_dim, rows, pairs, sms))
+    if slices > 1:
+        split_block, merge_rows = merge_tiles(num_splits, head_dim, slices)
+        one_block = policy.merge_one_pass and num_splits <= split_block
+    waiters = 0
+    near = slices == 1 or rows_pad * head_dim * 4 <= policy.sliced_waiters_max_split_bytes
+    if folds_here and one_block and not fused and policy.waiting_merge and kernel == "pingpong" and near:
+        waiters = pick_merge_waiters(num_splits, tile_rows, merge_rows, head_dim, tiles, sms,
+                                     policy.fused_merge_max_bytes, slices)
+        fused = waiters > 0
+    return MergePlan(split_block, merge_rows, pairs * cdiv(rows, merge_rows) * slices, one_block,
+                     policy.programmatic_merge and dependent_launch and kernel != "pingpong", fused=fused,
+                     head_slices=slices, vector_loads=split_block >= MERGE_VECTOR_MIN_BLOCK, waiters=waiters)
+
+
 @functools.lru_cache(maxsize=4096)
 def plan_verify(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy = DEFAULT_POLICY) -> VerifyPlan:
     """The plan of one call: the arch table's entry (or ``policy.tiles``), its query tiles and
@@ -564,30 +599,9 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
     rows_pad = tiles["num_m_tiles"] * block_m + tail_m
     merge, workspace = None, 0
     if num_splits > 1:
-        rows = shape.packed_rows // head_split
-        split_block, merge_rows = merge_tiles(num_splits, shape.head_dim)
-        one_block = policy.merge_one_pass and num_splits <= split_block
-        tile_rows = min(block_m + tail_m, rows)
-        folds_here = (policy.fused_merge and num_splits <= FUSED_MERGE_MAX_SPLITS and kernel in FUSED_MERGE_KERNELS
-                      and not persistent)
-        fused = (folds_here and one_block
-                 and num_splits * tile_rows * (shape.head_dim + 1) * 4 <= policy.fused_merge_max_bytes)
-        slices = 1 if fused else (policy.merge_head_slices
-                                  or pick_merge_slices(num_splits, shape.head_dim, rows, shape.batch * kv_heads, sms))
-        if slices > 1:
-            split_block, merge_rows = merge_tiles(num_splits, shape.head_dim, slices)
-            one_block = policy.merge_one_pass and num_splits <= split_block
-        waiters = 0
-        near = slices == 1 or rows_pad * shape.head_dim * 4 <= policy.sliced_waiters_max_split_bytes
-        if folds_here and one_block and not fused and policy.waiting_merge and kernel == "pingpong" and near:
-            # the merge's own launch's slices: all splits in one block of unrolled loads
-            waiters = pick_merge_waiters(num_splits, tile_rows, merge_rows, shape.head_dim, base_programs, sms,
-                                         policy.fused_merge_max_bytes, slices)
-            fused = waiters > 0
-        merge = MergePlan(split_block, merge_rows, shape.batch * kv_heads * cdiv(rows, merge_rows) * slices,
-                          one_block, policy.programmatic_merge and target.dependent_launch and kernel != "pingpong",
-                          fused=fused, head_slices=slices, vector_loads=split_block >= MERGE_VECTOR_MIN_BLOCK,
-                          waiters=waiters)
+        merge = plan_merge(num_splits, shape.head_dim, shape.packed_rows // head_split, shape.batch * kv_heads,
+                           min(block_m + tail_m, shape.packed_rows // head_split), rows_pad, base_programs, kernel,
+                           persistent, sms, target.dependent_launch, policy)
         workspace = shape.batch * kv_heads * num_splits * rows_pad * (shape.head_dim + 1) * 4
     reasons = "; ".join(r for r in (why, tiles["why"]) if r)
     return VerifyPlan(kernel=kernel, config=cfg, group=shape.group // head_split, kv_heads=kv_heads, block_m=block_m,
