@@ -383,17 +383,17 @@ def pingpong_grid(grid: tuple[int, int], sms: int, block_m: int, chunk: int, pol
     return grid
 
 
-def _gluon_runs(shape: VerifyShape, target: VerifyTarget, cfg: VerifyConfig, tiles: dict) -> bool:
+def _gluon_runs(shape: VerifyShape, target: VerifyTarget, cfg: VerifyConfig, tiles: QueryTiles) -> bool:
     """Whether this call's Gluon entry can run its Gluon kernel: a Hopper target that builds it,
     16-bit inputs, a positive scale, caches tensor descriptors can describe, and a tile that kernel
     has (no Triton tail tile, >= 16 rows a warp or a ping-pong tile; the 64-row kernel up to head
     dim 128)."""
-    pingpong = runs_pingpong(cfg, tiles["block_m"])
+    pingpong = runs_pingpong(cfg, tiles.block_m)
     return (cfg.gluon and target.gluon and shape.element_size == 2 and shape.positive_scale and shape.descriptors
             and (shape.head_dim <= 128 or pingpong)
-            and (tiles["tail_m"] == 0 or (cfg.gluon_pingpong and tiles["tail_m"] == PINGPONG_TAIL_ROWS))
-            and (tiles["block_m"] >= 16 * cfg.num_warps or pingpong)
-            and (tiles["head_split"] == 1 or pingpong))
+            and (tiles.tail_m == 0 or (cfg.gluon_pingpong and tiles.tail_m == PINGPONG_TAIL_ROWS))
+            and (tiles.block_m >= 16 * cfg.num_warps or pingpong)
+            and (tiles.head_split == 1 or pingpong))
 
 
 def _triton_fallback(cfg: VerifyConfig) -> VerifyConfig | None:
@@ -407,19 +407,37 @@ def _triton_fallback(cfg: VerifyConfig) -> VerifyConfig | None:
 
 
 @functools.lru_cache(maxsize=4096)
+@dataclass(frozen=True)
+class QueryTiles:
+    """One table entry's query tiles and splits for a call (:func:`_tiles`): block_m x num_m_tiles
+    (+ tail_m) packed rows a (request, KV head), head_split programs sharing one KV head's query
+    heads, chunk keys a split, num_splits splits, grid (programs a split, splits), why."""
+
+    config: VerifyConfig
+    block_m: int
+    num_m_tiles: int
+    tail_m: int
+    chunk: int
+    num_splits: int
+    grid: tuple[int, int]
+    head_split: int
+    why: str
+
+
 def _tiles(batch: int, num_nodes: int, group: int, kv_heads: int, cache_rows: int, sms: int, cfg: VerifyConfig,
-           policy: VerifyPolicy) -> dict:
+           policy: VerifyPolicy) -> QueryTiles:
     """Query tiles and splits of one table entry (the planner's core; pure)."""
     packed = num_nodes * group
     if (policy.split_query_heads and cfg.split_query_heads and group % 2 == 0
             and 128 < packed <= 2 * SPLIT_HEAD_MAX_ROWS):
         plain = dataclasses.replace(cfg, split_query_heads=False)
         whole = _tiles(batch, num_nodes, group, kv_heads, cache_rows, sms, plain, policy)
-        if whole["num_m_tiles"] > 1:
+        if whole.num_m_tiles > 1:
             # two programs a KV head anyway: half its query heads each, the plan of a call with
             # twice the KV heads at half the group
             half = _tiles(batch, num_nodes, group // 2, kv_heads * 2, cache_rows, sms, plain, policy)
-            return dict(half, head_split=2, why=half["why"] + "; query heads split in two programs a KV head")
+            return dataclasses.replace(half, head_split=2,
+                                       why=half.why + "; query heads split in two programs a KV head")
         return whole
     slots = cfg.resident_per_sm * sms
     extra = (192,) if cfg.gluon_pingpong_192 else ()
@@ -445,9 +463,9 @@ def _tiles(batch: int, num_nodes: int, group: int, kv_heads: int, cache_rows: in
         wide = _tiles(batch, num_nodes, group, kv_heads, cache_rows, sms,
                       dataclasses.replace(cfg, block_n=tiles, gluon_block_n=tiles, gluon_pingpong_64_block_n=0),
                       policy)
-        if (wide["chunk"] >= policy.wide_keys_min_chunk
-                and pingpong_grid(wide["grid"], sms, block_m, wide["chunk"], policy) == wide["grid"]):
-            return dict(wide, why=wide["why"] + f"; {tiles}-key tiles on long splits")
+        if (wide.chunk >= policy.wide_keys_min_chunk
+                and pingpong_grid(wide.grid, sms, block_m, wide.chunk, policy) == wide.grid):
+            return dataclasses.replace(wide, why=wide.why + f"; {tiles}-key tiles on long splits")
         cfg = dataclasses.replace(cfg, gluon_pingpong_64_block_n=0)
     base_programs = batch * kv_heads * num_m_tiles
     prefix_rows = max(cache_rows - num_nodes, 1)
@@ -459,10 +477,10 @@ def _tiles(batch: int, num_nodes: int, group: int, kv_heads: int, cache_rows: in
         # short streams on a part-filled GPU: more, narrower programs
         narrow = _tiles(batch, num_nodes, group, kv_heads, cache_rows, sms,
                         dataclasses.replace(cfg, gluon_pingpong_192=False, gluon_pingpong_tail=False), policy)
-        return dict(narrow, why=narrow["why"] + "; narrower programs on short streams of a part-filled GPU")
+        return dataclasses.replace(narrow, why=narrow.why + "; narrower programs on short streams of a part-filled GPU")
     chunk = relieve_tree_split(chunk, num_splits, prefix_rows, cfg.block_n, tail_m, policy.tree_split_relief_tiles)
-    return dict(config=cfg, block_m=block_m, num_m_tiles=num_m_tiles, tail_m=tail_m, chunk=chunk,
-                num_splits=num_splits, grid=(base_programs, num_splits), head_split=1, why="; ".join(why))
+    return QueryTiles(config=cfg, block_m=block_m, num_m_tiles=num_m_tiles, tail_m=tail_m, chunk=chunk,
+                      num_splits=num_splits, grid=(base_programs, num_splits), head_split=1, why="; ".join(why))
 
 
 def shared_memory_bytes(kernel: str, cfg: VerifyConfig, block_m: int, tail_m: int, block_n: int, stages: int,
@@ -570,14 +588,14 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
         cfg = dataclasses.replace(cfg, merge_split_keys=0)
     args = (shape.batch, shape.num_nodes, shape.group, shape.kv_heads, shape.cache_rows, sms)
     tiles = _tiles(*args, cfg, policy)
-    gluon = _gluon_runs(shape, target, tiles["config"], tiles)
-    if not gluon and _triton_fallback(tiles["config"]) is not None:
-        fallback = _triton_fallback(tiles["config"])
+    gluon = _gluon_runs(shape, target, tiles.config, tiles)
+    if not gluon and _triton_fallback(tiles.config) is not None:
+        fallback = _triton_fallback(tiles.config)
         tiles = _tiles(*args, fallback, policy)
-        gluon = _gluon_runs(shape, target, tiles["config"], tiles)
+        gluon = _gluon_runs(shape, target, tiles.config, tiles)
         why += "; the Triton fallback (the Gluon kernel cannot take this call)"
-    cfg = tiles["config"]
-    block_m, tail_m, head_split = tiles["block_m"], tiles["tail_m"], tiles["head_split"]
+    cfg = tiles.config
+    block_m, tail_m, head_split = tiles.block_m, tiles.tail_m, tiles.head_split
     if gluon:
         kernel = "pingpong" if runs_pingpong(cfg, block_m) else "gluon"
         block_n, stages = cfg.gluon_block_n or cfg.block_n, cfg.gluon_stages or cfg.num_stages
@@ -586,26 +604,26 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
         kernel = "triton"
         cfg = _fit_shared_memory(cfg, target.arch, block_m + tail_m, shape.head_dim, shape.element_size)
         block_n, stages, num_warps = cfg.block_n, cfg.num_stages, cfg.num_warps
-    chunk, num_splits = tiles["chunk"], tiles["num_splits"]
+    chunk, num_splits = tiles.chunk, tiles.num_splits
     if policy.num_splits is not None:
         chunk, num_splits = split_chunks(max(shape.cache_rows - shape.num_nodes, 1), policy.num_splits, cfg.block_n)
-    base_programs = tiles["grid"][0]
+    base_programs = tiles.grid[0]
     grid = (base_programs, num_splits)
     persistent = False
     if kernel == "pingpong":
         persistent_grid = pingpong_grid(grid, sms, block_m, chunk, policy)
         persistent, grid = persistent_grid != grid, persistent_grid
     kv_heads = shape.kv_heads * head_split
-    rows_pad = tiles["num_m_tiles"] * block_m + tail_m
+    rows_pad = tiles.num_m_tiles * block_m + tail_m
     merge, workspace = None, 0
     if num_splits > 1:
         merge = plan_merge(num_splits, shape.head_dim, shape.packed_rows // head_split, shape.batch * kv_heads,
                            min(block_m + tail_m, shape.packed_rows // head_split), rows_pad, base_programs, kernel,
                            persistent, sms, target.dependent_launch, policy)
         workspace = shape.batch * kv_heads * num_splits * rows_pad * (shape.head_dim + 1) * 4
-    reasons = "; ".join(r for r in (why, tiles["why"]) if r)
+    reasons = "; ".join(r for r in (why, tiles.why) if r)
     return VerifyPlan(kernel=kernel, config=cfg, group=shape.group // head_split, kv_heads=kv_heads, block_m=block_m,
-                      num_m_tiles=tiles["num_m_tiles"], tail_m=tail_m, head_split=head_split, block_n=block_n,
+                      num_m_tiles=tiles.num_m_tiles, tail_m=tail_m, head_split=head_split, block_n=block_n,
                       stages=stages, num_warps=num_warps,
                       tma=kernel == "triton" and cfg.tma and shape.descriptors, chunk=chunk, num_splits=num_splits,
                       base_programs=base_programs, grid=grid, persistent=persistent, rows_pad=rows_pad,

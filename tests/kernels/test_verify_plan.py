@@ -207,19 +207,19 @@ def test_split_query_heads_plans_two_programs_per_kv_head():
     whole = dataclasses.replace(split, split_query_heads=False)
     for batch, prefix in ((1, 8192), (8, 1024)):
         for num_nodes, group in ((17, 8), (33, 4), (9, 16)):
-            assert tiles(batch, num_nodes, group, prefix + num_nodes, whole)["num_m_tiles"] == 2
+            assert tiles(batch, num_nodes, group, prefix + num_nodes, whole).num_m_tiles == 2
             plan = tiles(batch, num_nodes, group, prefix + num_nodes, split)
-            assert (plan["head_split"], plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == (2, 64, 1, 8)
-            assert plan["grid"][0] == batch * 8 * 2, plan
-    assert tiles(2, 17, 8, 3000 + 22, split, kv_heads=2)["head_split"] == 2
-    assert tiles(2, 33, 4, 5000 + 38, split, kv_heads=2)["head_split"] == 2
+            assert (plan.head_split, plan.block_m, plan.num_m_tiles, plan.tail_m) == (2, 64, 1, 8)
+            assert plan.grid[0] == batch * 8 * 2, plan
+    assert tiles(2, 17, 8, 3000 + 22, split, kv_heads=2).head_split == 2
+    assert tiles(2, 33, 4, 5000 + 38, split, kv_heads=2).head_split == 2
     for batch, prefix in ((8, 8192), (32, 1024), (1, 32768)):
         plan = tiles(batch, 17, 8, prefix + 17, split)
-        assert (plan["head_split"], plan["block_m"], plan["tail_m"]) == (1, 128, 8), plan
+        assert (plan.head_split, plan.block_m, plan.tail_m) == (1, 128, 8), plan
     for num_nodes, group in ((16, 8), (145, 1), (29, 5)):
-        assert tiles(1, num_nodes, group, 8192 + num_nodes, split)["head_split"] == 1
+        assert tiles(1, num_nodes, group, 8192 + num_nodes, split).head_split == 1
     off = VerifyPolicy(split_query_heads=False)
-    assert tiles(1, 17, 8, 8192 + 17, split, policy=off)["head_split"] == 1
+    assert tiles(1, 17, 8, 8192 + 17, split, policy=off).head_split == 1
     plan = plan_verify(VerifyShape(1, 17, 64, 8, 128, 8209), H200)
     assert (plan.head_split, plan.kv_heads, plan.group) == (2, 16, 4)  # the kernels' view: twice the KV heads
 
@@ -243,37 +243,37 @@ def test_query_tiles_and_split_plan():
     for rows, expected in ((132, (128, 1, 8)), (136, (128, 1, 8)), (260, (128, 2, 8)), (264, (128, 2, 8)),
                            (520, (192, 3, 0)), (68, (128, 1, 0)), (144, (192, 1, 0))):
         plan = tiles(8, rows, 1, 8192 + rows, tail)
-        assert (plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == expected, rows
+        assert (plan.block_m, plan.num_m_tiles, plan.tail_m) == expected, rows
     tail64 = dataclasses.replace(tail, gluon_pingpong_64=True)
     for rows, expected in ((68, (64, 1, 8)), (72, (64, 1, 8)), (73, (128, 1, 0)), (64, (128, 1, 0)),
                            (136, (128, 1, 8))):
         plan = tiles(8, rows, 1, 8192 + rows, tail64)
-        assert (plan["block_m"], plan["num_m_tiles"], plan["tail_m"]) == expected, rows
+        assert (plan.block_m, plan.num_m_tiles, plan.tail_m) == expected, rows
     assert runs_pingpong(tail64, 64) and not runs_pingpong(tail, 64)
     few = VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=1, max_tail_m=0,
                        gluon=True, gluon_pingpong=True, gluon_pingpong_64=True)
     plan = tiles(8, 9, 4, 8192 + 9, few)
-    assert (plan["block_m"], plan["tail_m"], plan["num_splits"], plan["chunk"]) == (64, 0, 2, 4096 + 64)
+    assert (plan.block_m, plan.tail_m, plan.num_splits, plan.chunk) == (64, 0, 2, 4096 + 64)
     plan = tiles(8, 17, 4, 8192 + 17, tail64)
-    assert (plan["block_m"], plan["tail_m"], plan["num_splits"], plan["chunk"]) == (64, 8, 2, 4096 + 128)
+    assert (plan.block_m, plan.tail_m, plan.num_splits, plan.chunk) == (64, 8, 2, 4096 + 128)
     plan = tiles(1, 9, 4, 8192 + 9, few)
-    assert plan["num_splits"] > 2 and plan["chunk"] * plan["num_splits"] == 8192
+    assert plan.num_splits > 2 and plan.chunk * plan.num_splits == 8192
     wide = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_stages=3, max_tail_m=0, min_block_m=128,
                         gluon=True, gluon_pingpong=True, gluon_pingpong_192=True)
-    assert tiles(1, 33, 4, 32768 + 33, wide)["block_m"] == 192   # B1-L32k: 2048 keys a program
-    assert tiles(32, 33, 4, 1024 + 33, wide)["block_m"] == 192   # B32-L1k: 256 programs
-    assert tiles(1, 33, 4, 8192 + 33, wide)["block_m"] == 128    # B1-L8k: short streams, part-filled GPU
-    assert tiles(8, 33, 4, 1024 + 33, wide)["block_m"] == 128
-    assert tiles(8, 33, 4, 1024 + 33, wide, policy=VerifyPolicy(wide_tile_min_chunk=0))["block_m"] == 192
+    assert tiles(1, 33, 4, 32768 + 33, wide).block_m == 192   # B1-L32k: 2048 keys a program
+    assert tiles(32, 33, 4, 1024 + 33, wide).block_m == 192   # B32-L1k: 256 programs
+    assert tiles(1, 33, 4, 8192 + 33, wide).block_m == 128    # B1-L8k: short streams, part-filled GPU
+    assert tiles(8, 33, 4, 1024 + 33, wide).block_m == 128
+    assert tiles(8, 33, 4, 1024 + 33, wide, policy=VerifyPolicy(wide_tile_min_chunk=0)).block_m == 192
     assert relieve_tree_split(128, 2, 130, 64, 0) == 128
     assert relieve_tree_split(128, 2, 200, 64, 0) == 192
     assert relieve_tree_split(128, 2, 300, 64, 8) == 256
     assert relieve_tree_split(128, 3, 300, 64, 0) == 128
     cfg = VerifyConfig(32, 64, 4, 4, resident_per_sm=2)
-    assert tiles(32, 17, 4, 32768 + 17, cfg)["tail_m"] == 16
-    assert tiles(8, 17, 4, 8192 + 17, cfg)["num_m_tiles"] == 2
-    assert tiles(8, 17, 4, 8192 + 17, cfg, policy=VerifyPolicy(tail_only_when_full=False))["tail_m"] == 16
-    assert tiles(32, 33, 4, 8192 + 33, cfg)["num_m_tiles"] == 3
+    assert tiles(32, 17, 4, 32768 + 17, cfg).tail_m == 16
+    assert tiles(8, 17, 4, 8192 + 17, cfg).num_m_tiles == 2
+    assert tiles(8, 17, 4, 8192 + 17, cfg, policy=VerifyPolicy(tail_only_when_full=False)).tail_m == 16
+    assert tiles(32, 33, 4, 8192 + 33, cfg).num_m_tiles == 3
     for base, keys in ((8, 32768), (64, 8192), (256, 1024), (512, 32768), (1, 100), (3, 300000)):
         chunk, splits = pick_splits(base, keys, 32, 264, base, 64)
         assert chunk % 32 == 0 and (splits - 1) * chunk < keys <= splits * chunk
