@@ -100,9 +100,9 @@ class VerifyPolicy:
     calls still launch once, with programs appended to its grid that wait for a query tile's
     splits and merge its rows between them (:func:`pick_merge_waiters`);
     sliced_waiters_max_split_bytes: waiters that merge head-dim slices only where one split's
-    partials of a (request, KV head) span at most that many bytes (past it they measured 12-60 us
-    slower on an H200: docs/kernels-performance.md); merge_head_slices: a forced head-dim slice
-    count of the merge's own launch and its waiters (:func:`pick_merge_slices`)."""
+    partials of a (request, KV head) span at most that many bytes (past it they measured slower
+    than two launches on an H200: docs/kernels-performance.md, "Decisions"); merge_head_slices: a
+    forced head-dim slice count of the merge's own launch and its waiters (:func:`pick_merge_slices`)."""
 
     tiles: VerifyConfig | None = None
     num_splits: int | None = None
