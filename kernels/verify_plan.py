@@ -523,16 +523,17 @@ def plan_merge(num_splits: int, head_dim: int, rows: int, pairs: int, tile_rows:
                policy: VerifyPolicy) -> MergePlan:
     """The merge of a call's ``num_splits`` splits: ``rows`` packed rows of each of ``pairs``
     (request, KV head) pairs, ``tile_rows`` a query tile, one split's partials ``rows_pad`` rows
-    apart, ``tiles`` query tiles a split. In the order the rules apply:
+    apart, ``tiles`` query tiles a split. The rules, in the order they apply:
 
-    1. The merge's own launch (graphs always take it): all splits in one block of MERGE_ROWS rows
-       where MERGE_ELEMENTS allows, else head-dim slices (:func:`pick_merge_slices`).
-    2. Eager calls fold it into the split kernel, whose last program of a query tile merges the
-       tile: where the kernel can, all splits fit one block of whole rows and that program reads at
-       most ``policy.fused_merge_max_bytes``.
-    3. Past that bound, the ping-pong kernel's waiting programs (:func:`pick_merge_waiters`) share a
-       tile's row blocks, at the slices of rule 1; sliced, only where one split's partials span at
-       most ``policy.sliced_waiters_max_split_bytes``."""
+    1. Eager calls fold it into the split kernel, whose last program of a query tile merges the
+       tile's whole rows: where the kernel can, all splits fit one block (:func:`merge_tiles`) and
+       that program reads at most ``policy.fused_merge_max_bytes``. Graphs launch the same merge.
+    2. Else the merge's own launch (graphs always take it) takes head-dim slices where whole rows
+       would walk several blocks of splits (:func:`pick_merge_slices`).
+    3. Past rule 1's bound, the ping-pong kernel's eager calls still fold it: waiting programs
+       (:func:`pick_merge_waiters`) share the tile's row blocks at rule 2's slices, all splits in
+       one block; sliced, only where one split's partials span at most
+       ``policy.sliced_waiters_max_split_bytes``."""
     split_block, merge_rows = merge_tiles(num_splits, head_dim)
     one_block = policy.merge_one_pass and num_splits <= split_block
     folds_here = (policy.fused_merge and num_splits <= FUSED_MERGE_MAX_SPLITS and kernel in FUSED_MERGE_KERNELS
