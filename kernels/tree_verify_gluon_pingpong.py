@@ -158,11 +158,7 @@ def _pingpong_load_partition(args, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, 
     if PERSISTENT:
         for w in range(work.first_item, work.num_items, work.item_step):
             ring_uses, own_uses, zeroed = _pingpong_load_item(args, w, ring_uses, own_uses, zeroed, BLOCK_N, STAGES)
-    elif WAITING:
-        # the merge's waiting programs (past the last item) have no item
-        if work.first_item < work.num_items:
-            _pingpong_load_item(args, work.first_item, ring_uses, own_uses, zeroed, BLOCK_N, STAGES)
-    else:
+    elif not WAITING or work.first_item < work.num_items:  # the merge's waiting programs have no item
         _pingpong_load_item(args, work.first_item, ring_uses, own_uses, zeroed, BLOCK_N, STAGES)
 
 
@@ -267,11 +263,7 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
         for w in range(work.first_item, work.num_items, work.item_step):
             ring_uses, own_uses, turns = _pingpong_mma_item(WG, args, w, ring_uses, own_uses, turns, GROUP, HEAD_DIM,
                                                             HALF_M, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG, Q_IN_REGS)
-    elif WAITING:
-        if work.first_item < work.num_items:
-            _pingpong_mma_item(WG, args, work.first_item, ring_uses, own_uses, turns, GROUP, HEAD_DIM, HALF_M, BLOCK_N,
-                               STAGES, SINGLE_SPLIT, NUM_WG, Q_IN_REGS)
-    else:
+    elif not WAITING or work.first_item < work.num_items:  # the merge's waiting programs have no item
         _pingpong_mma_item(WG, args, work.first_item, ring_uses, own_uses, turns, GROUP, HEAD_DIM, HALF_M, BLOCK_N,
                            STAGES, SINGLE_SPLIT, NUM_WG, Q_IN_REGS)
 
@@ -524,11 +516,7 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
         for w in range(work.first_item, work.num_items, work.item_step):
             ring_uses, own_uses = _pingpong_tail_item(args, w, ring_uses, own_uses, GROUP, HEAD_DIM, BLOCK_N, STAGES,
                                                       SINGLE_SPLIT, NUM_WG, TAIL_M)
-    elif WAITING:
-        if work.first_item < work.num_items:
-            _pingpong_tail_item(args, work.first_item, ring_uses, own_uses, GROUP, HEAD_DIM, BLOCK_N, STAGES,
-                                SINGLE_SPLIT, NUM_WG, TAIL_M)
-    else:
+    elif not WAITING or work.first_item < work.num_items:  # the merge's waiting programs have no item
         _pingpong_tail_item(args, work.first_item, ring_uses, own_uses, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT,
                             NUM_WG, TAIL_M)
 

@@ -383,11 +383,12 @@ def pingpong_grid(grid: tuple[int, int], sms: int, block_m: int, chunk: int, pol
     return grid
 
 
-def _gluon_runs(shape: VerifyShape, target: VerifyTarget, cfg: VerifyConfig, tiles: QueryTiles) -> bool:
+def _gluon_runs(shape: VerifyShape, target: VerifyTarget, tiles: QueryTiles) -> bool:
     """Whether this call's Gluon entry can run its Gluon kernel: a Hopper target that builds it,
     16-bit inputs, a positive scale, caches tensor descriptors can describe, and a tile that kernel
     has (no Triton tail tile, >= 16 rows a warp or a ping-pong tile; the 64-row kernel up to head
     dim 128)."""
+    cfg = tiles.config
     pingpong = runs_pingpong(cfg, tiles.block_m)
     return (cfg.gluon and target.gluon and shape.element_size == 2 and shape.positive_scale and shape.descriptors
             and (shape.head_dim <= 128 or pingpong)
@@ -406,7 +407,6 @@ def _triton_fallback(cfg: VerifyConfig) -> VerifyConfig | None:
     return None
 
 
-@functools.lru_cache(maxsize=4096)
 @dataclass(frozen=True)
 class QueryTiles:
     """One table entry's query tiles and splits for a call (:func:`_tiles`): block_m x num_m_tiles
@@ -424,6 +424,7 @@ class QueryTiles:
     why: str
 
 
+@functools.lru_cache(maxsize=4096)
 def _tiles(batch: int, num_nodes: int, group: int, kv_heads: int, cache_rows: int, sms: int, cfg: VerifyConfig,
            policy: VerifyPolicy) -> QueryTiles:
     """Query tiles and splits of one table entry (the planner's core; pure)."""
@@ -477,7 +478,8 @@ def _tiles(batch: int, num_nodes: int, group: int, kv_heads: int, cache_rows: in
         # short streams on a part-filled GPU: more, narrower programs
         narrow = _tiles(batch, num_nodes, group, kv_heads, cache_rows, sms,
                         dataclasses.replace(cfg, gluon_pingpong_192=False, gluon_pingpong_tail=False), policy)
-        return dataclasses.replace(narrow, why=narrow.why + "; narrower programs on short streams of a part-filled GPU")
+        return dataclasses.replace(narrow,
+                                   why=narrow.why + "; narrower programs on short streams of a part-filled GPU")
     chunk = relieve_tree_split(chunk, num_splits, prefix_rows, cfg.block_n, tail_m, policy.tree_split_relief_tiles)
     return QueryTiles(config=cfg, block_m=block_m, num_m_tiles=num_m_tiles, tail_m=tail_m, chunk=chunk,
                       num_splits=num_splits, grid=(base_programs, num_splits), head_split=1, why="; ".join(why))
@@ -589,11 +591,11 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
         cfg = dataclasses.replace(cfg, merge_split_keys=0)
     args = (shape.batch, shape.num_nodes, shape.group, shape.kv_heads, shape.cache_rows, sms)
     tiles = _tiles(*args, cfg, policy)
-    gluon = _gluon_runs(shape, target, tiles.config, tiles)
+    gluon = _gluon_runs(shape, target, tiles)
     if not gluon and _triton_fallback(tiles.config) is not None:
         fallback = _triton_fallback(tiles.config)
         tiles = _tiles(*args, fallback, policy)
-        gluon = _gluon_runs(shape, target, tiles.config, tiles)
+        gluon = _gluon_runs(shape, target, tiles)
         why += "; the Triton fallback (the Gluon kernel cannot take this call)"
     cfg = tiles.config
     block_m, tail_m, head_split = tiles.block_m, tiles.tail_m, tiles.head_split
