@@ -211,8 +211,8 @@ def time_in_graph(call, input_sets, rep_ms: int = 60) -> float:
 # makes the host wait for the GPU, which is GPU time, not the host's.
 HOST_BATCH_CALLS = 32
 HOST_BATCHES = 8
-# untimed calls at a batch's start: the first launch after a synchronisation waits on the idle
-# stream's wake-up (25-190 us on an H200 host, growing with the wait), a cost of the sync
+# untimed calls at a batch's start: the first launch after a synchronisation took 25-190 us of host
+# time on an H200 (the next ones 10-13), a cost of the sync, not of back-to-back calls
 HOST_LEAD_CALLS = 1
 
 
