@@ -592,8 +592,7 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
     args = (shape.batch, shape.num_nodes, shape.group, shape.kv_heads, shape.cache_rows, sms)
     tiles = _tiles(*args, cfg, policy)
     gluon = _gluon_runs(shape, target, tiles)
-    if not gluon and _triton_fallback(tiles.config) is not None:
-        fallback = _triton_fallback(tiles.config)
+    if not gluon and (fallback := _triton_fallback(tiles.config)) is not None:
         tiles = _tiles(*args, fallback, policy)
         gluon = _gluon_runs(shape, target, tiles)
         why += "; the Triton fallback (the Gluon kernel cannot take this call)"
