@@ -104,4 +104,4 @@ def host_floor_us(device) -> float | None:
         torch.empty_like(like)
         launch(stream, args)
 
-    return time_eagerly(call, [()], graph_us=1.0)[1]
+    return time_eagerly(call, [()], graph_us=1.0).host_us

@@ -54,6 +54,9 @@ def test_goal_verdicts_apply_each_goal_where_it_applies():
     # eager within 1.15x of the graph only from 50 us of graph time on; flex where it compiled
     assert bench.goal_verdicts(_row(us=80.0, eager_us=93.0))["eager"] == "missed"
     assert "eager" not in bench.goal_verdicts(_row(us=20.0, eager_us=60.0, mem_us=5.0, roof_us=5.0))
+    # with the graph timed back to back beside the eager calls, the goal is their ratio
+    assert bench.goal_verdicts(_row(us=80.0, eager_us=93.0, eager_x_graph=1.10))["eager"] == "met"
+    assert bench.goal_verdicts(_row(us=80.0, eager_us=85.0, eager_x_graph=1.16))["eager"] == "missed"
     assert bench.goal_verdicts(_row(x_flex=0.9))["flex"] == "missed"
     assert bench.goal_verdicts(_row(x_flex=1.1))["flex"] == "met"
 
@@ -124,11 +127,13 @@ def test_table_renders_missing_baselines_as_dashes_and_marks_unreachable_goals()
     header, rule, line = table.splitlines()
     assert header.count("|") == rule.count("|") == line.count("|")
     assert "| launch us | floor us | roof us |" in header
-    assert "| 1x64/32/4 | memory | 15.4 | - | - | - | - | 1.2 |" in line and line.endswith("| sdpa |")
+    assert "| 1x64/32/4 | memory | 15.4 | - | - | - | - | - | 1.2 |" in line and line.endswith("| sdpa |")
     floored = dict(row, launch_us=2.46, stream_us=9.04, goals={"correct": "met", "sdpa": "unreachable",
                                                                 "host": "missed"})
     line = bench.format_table([floored]).splitlines()[2]
-    assert "| 15.4 | - | - | 2.5 | 9.0 | 1.2 |" in line and line.endswith("| sdpa*, host |")
+    assert "| 15.4 | - | - | - | 2.5 | 9.0 | 1.2 |" in line and line.endswith("| sdpa*, host |")
+    timed = bench.format_table([dict(row, eager_us=17.0, eager_x_graph=1.0625, host_us=12.0)]).splitlines()[2]
+    assert "| 15.4 | 17.0 | 1.06 | 12.0 | - |" in timed
     pingpong = bench.format_table([dict(row, kernel="pingpong", persistent=True, goals={})]).splitlines()[2]
     assert "| 1x64/32/4 PP P | memory |" in pingpong and pingpong.endswith("| none |")
     assert bench.goal_summary([row, floored, dict(row, goals={"sdpa": "met"})]) == {
@@ -157,3 +162,26 @@ def test_unknown_shape_names_and_head_dims_are_refused_before_any_gpu_work(capsy
     with pytest.raises(SystemExit):
         bench.main(["--head-dims", "96"])
     assert "--head-dims takes a comma-separated subset of 128, 256" in capsys.readouterr().err
+
+
+def test_time_eagerly_alternates_eager_and_graph_windows_and_takes_medians(monkeypatch):
+    """Eager and graph windows alternate, so a clock that moves between them moves both; each
+    window issues whole cycles of the input sets; the warm-up window is left out of the medians."""
+    windows = []
+    eager_us = iter([99.0, 10.0, 12.0, 11.0, 30.0, 13.0])  # warm-up, then 5 rounds
+    graph_us = iter([9.0, 10.0, 10.0, 11.0, 20.0])
+
+    def window(issue, calls):
+        windows.append((issue.__name__, calls))
+        return next(eager_us if issue.__name__ == "eager" else graph_us, 5.0)
+
+    monkeypatch.setattr(bench, "_window_us", window)
+    monkeypatch.setattr(bench.torch.cuda, "synchronize", lambda: None)
+    calls = []
+    timing = bench.time_eagerly(lambda *a: calls.append(a), [(1,), (2,), (3,)], graph_us=500.0, graph=object())
+    assert [name for name, _ in windows] == ["eager"] + ["eager", "replayed"] * bench.EAGER_ROUNDS
+    assert {n for _, n in windows} == {21}  # ~10 ms of 500 us calls is 20, rounded to whole cycles of 3
+    assert (timing.gpu_us, timing.graph_us) == (12.0, 10.0) and timing.eager_x_graph == pytest.approx(1.2)
+    assert timing.host_us >= 0 and len(calls) == bench.HOST_BATCHES * (bench.HOST_LEAD_CALLS + bench.HOST_BATCH_CALLS)
+    no_graph = bench.time_eagerly(lambda *a: None, [()], graph_us=500.0)
+    assert no_graph.graph_us is None and no_graph.eager_x_graph is None
