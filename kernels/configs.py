@@ -41,6 +41,8 @@ class VerifyConfig:
         of a grid that is not persistent (0: as gluon_block_n).
     split_query_heads: 129-144 packed rows at an even G run as two programs of half the query heads
         each where the plan would give two programs per KV head anyway.
+    split_query_heads_into: 65-128 packed rows at an even G run as two programs of half the query
+        heads each, on these tiles (None: never).
     split_key_cost, min_split_keys: the split model's cost of a key row in units of the tiles it
         was fitted on (head dim 128), and the fewest key rows a split takes (amortising the query
         load and the partial write; ``verify_plan.pick_splits``); merge_split_keys: the merge's
@@ -66,6 +68,7 @@ class VerifyConfig:
     gluon_pingpong_64: bool = False
     gluon_pingpong_64_block_n: int = 0
     split_query_heads: bool = False
+    split_query_heads_into: VerifyConfig | None = None
     split_key_cost: float = 1.0
     min_split_keys: int = 256
     merge_split_keys: int = 0
@@ -116,6 +119,10 @@ _PINGPONG_D256 = VerifyConfig(block_n=32, max_block_m=128, num_warps=8, num_stag
                               triton_fallback=_TRITON_D256)
 # one warpgroup (at most 64 packed rows): a fourth ring slot fits (161 KB) and streams 2-5 % faster
 _PINGPONG_D256_ONE_WARPGROUP = dataclasses.replace(_PINGPONG_D256, gluon_stages=4)
+# 65-128 rows on little work (two programs a KV head still one wave): half the query heads a program on
+# one such warpgroup beat one 128-row program up to 131k K/V rows in all, lost from 262k
+_PINGPONG_D256_HALF_HEADS = dataclasses.replace(_PINGPONG_D256, split_query_heads_into=_PINGPONG_D256_ONE_WARPGROUP)
+D256_HALF_HEADS_MAX_KV_ROWS = 192 * 1024
 
 
 def _at_head_dim_64(config: VerifyConfig, fallback: VerifyConfig) -> VerifyConfig:
@@ -131,9 +138,14 @@ def sm90_tiles(head_dim: int, element_size: int, rows: int, pairs: int, cache_ro
         return TileChoice(TRITON_FP32, "fp32: the Triton kernel on small tiles (its dots run on the FMA units, "
                                        "operands in registers; the 128-row tile would need 288 KB)")
     if head_dim == 256:
-        return TileChoice(_PINGPONG_D256_ONE_WARPGROUP if rows <= 64 else _PINGPONG_D256,
-                          "the ping-pong kernel on 32-key tiles, q in shared memory, no tail warpgroup (a 256-wide "
-                          "row doubles every tile)")
+        why = ("the ping-pong kernel on 32-key tiles, q in shared memory, no tail warpgroup (a 256-wide row "
+               "doubles every tile)")
+        if rows <= 64:
+            return TileChoice(_PINGPONG_D256_ONE_WARPGROUP, why)
+        if rows <= 128 and pairs <= FEW_HEADS and pairs * cache_rows <= D256_HALF_HEADS_MAX_KV_ROWS:
+            return TileChoice(_PINGPONG_D256_HALF_HEADS, why + "; little work: at an even G, half the query heads a "
+                                                               "program on one warpgroup of 4 ring slots")
+        return TileChoice(_PINGPONG_D256, why)
     d64 = head_dim == 64
     small_grid, short = pairs < SMALL_GRID_HEADS, cache_rows <= SHORT_CACHE_ROWS
     if rows <= 64 and pairs <= FEW_HEADS:

@@ -84,9 +84,9 @@ class VerifyPolicy:
     grid too full for splits to help (it measured slower elsewhere); wide_tile_min_chunk,
     wide_tile_min_waves: 192-row tiles and 8-row tails only on splits of at least that many keys or
     grids of at least that many waves (short streams on a part-filled GPU take narrower programs);
-    split_query_heads: allow ``VerifyConfig.split_query_heads``; persistent*: the ping-pong kernel
-    runs one program an SM over work items on one split of at least that many waves of items of at
-    most that many keys; wide_keys_min_chunk: the single ping-pong warpgroup's
+    split_query_heads: allow ``VerifyConfig.split_query_heads`` and ``split_query_heads_into``;
+    persistent*: the ping-pong kernel runs one program an SM over work items on one split of at
+    least that many waves of items of at most that many keys; wide_keys_min_chunk: the single ping-pong warpgroup's
     ``gluon_pingpong_64_block_n`` tiles only on splits that long; tree_split_relief_tiles: the last
     of two splits (it also streams the tree) is that many key tiles shorter; programmatic_merge,
     merge_one_pass: the merge as a programmatic dependent launch, its two passes as straight-line
@@ -429,6 +429,12 @@ def _tiles(batch: int, num_nodes: int, group: int, kv_heads: int, cache_rows: in
            policy: VerifyPolicy) -> QueryTiles:
     """Query tiles and splits of one table entry (the planner's core; pure)."""
     packed = num_nodes * group
+    into = cfg.split_query_heads_into
+    if into is not None and policy.split_query_heads and group % 2 == 0 and 64 < packed <= 128:
+        # the plan of a call with twice the KV heads at half the group, on the entry's half-head tiles
+        half = _tiles(batch, num_nodes, group // 2, kv_heads * 2, cache_rows, sms,
+                      dataclasses.replace(into, merge_split_keys=cfg.merge_split_keys), policy)
+        return dataclasses.replace(half, head_split=2, why=half.why + "; query heads split in two programs a KV head")
     if (policy.split_query_heads and cfg.split_query_heads and group % 2 == 0
             and 128 < packed <= 2 * SPLIT_HEAD_MAX_ROWS):
         plain = dataclasses.replace(cfg, split_query_heads=False)

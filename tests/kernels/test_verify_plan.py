@@ -118,6 +118,34 @@ def test_head_dim_256_runs_the_pingpong_kernel_on_hopper_and_fits_sm120():
                 assert blackwell.kernel == "triton" and blackwell.shared_bytes <= SHARED_MEMORY_LIMITS["sm_120"]
 
 
+def test_head_dim_256_splits_query_heads_on_little_work():
+    """65-128 packed rows at an even G, with at most 64 (request, KV head) pairs and 192k K/V rows
+    in all: two one-warpgroup programs a KV head (4 ring slots), half its query heads each, the plan
+    of twice the KV heads at half the group; elsewhere one 128-row program on 3 slots."""
+    def plan(batch, num_nodes, q_heads, kv_heads, prefix, target=H200, policy=DEFAULT_POLICY):
+        return plan_verify(VerifyShape(batch, num_nodes, q_heads, kv_heads, 256, prefix + num_nodes), target, policy)
+
+    for shape in ((1, 17, 24, 4, 1024), (1, 17, 24, 4, 32768), (8, 17, 24, 4, 1024), (1, 17, 6, 1, 32768),
+                  (8, 17, 6, 1, 8192), (32, 17, 6, 1, 1024), (1, 11, 12, 2, 4096)):
+        got = plan(*shape)
+        assert (got.kernel, got.head_split, got.block_m, got.num_m_tiles, got.stages) == ("pingpong", 2, 64, 1, 4), (
+            shape, got)
+        assert (got.kv_heads, got.group) == (2 * shape[3], shape[2] // shape[3] // 2)
+        assert "query heads split in two programs a KV head" in got.why
+    for shape in ((8, 17, 24, 4, 8192),      # 262k K/V rows in all
+                  (32, 17, 24, 4, 1024),     # 128 pairs: two programs a KV head would take two waves
+                  (8, 17, 6, 1, 32768),      # 262k again
+                  (1, 33, 3, 1, 1024),       # 99 rows at an odd G
+                  (1, 33, 6, 1, 1024),       # 198 rows
+                  (1, 9, 24, 4, 1024)):      # 54 rows: one warpgroup already
+        got = plan(*shape)
+        assert got.head_split == 1 and got.kernel == "pingpong", (shape, got)
+    assert plan(1, 17, 24, 4, 1024, policy=VerifyPolicy(split_query_heads=False)).head_split == 1
+    whole = plan(1, 17, 24, 4, 1024, H200_NO_GLUON)  # the Triton fallback takes whole KV heads
+    assert (whole.kernel, whole.head_split) == ("triton", 1)
+    assert plan(1, 17, 24, 4, 1024, RTX_PRO).head_split == 1
+
+
 def test_head_dim_256_pingpong_rings_and_split_model():
     """Head dim 256 on sm_90: one ping-pong warpgroup (at most 64 packed rows) streams through 4
     ring slots, two through 3; the split model prices its key rows 2.5x head dim 128's, lets a
@@ -130,7 +158,7 @@ def test_head_dim_256_pingpong_rings_and_split_model():
         return plan_verify(VerifyShape(batch, num_nodes, q_heads, kv_heads, 256, prefix + num_nodes), target)
 
     for shape, stages, splits in (((1, 9, 3, 1, 32768), 4, 128), ((1, 17, 3, 1, 32768), 4, 128),
-                                  ((1, 17, 6, 1, 32768), 3, 128), ((8, 9, 6, 1, 8192), 4, 16),
+                                  ((8, 17, 6, 1, 32768), 3, 16), ((8, 9, 6, 1, 8192), 4, 16),
                                   ((32, 9, 3, 1, 1024), 4, 4), ((1, 9, 24, 4, 32768), 4, 32),
                                   ((1, 17, 3, 1, 1024), 4, 16), ((1, 9, 6, 1, 8192), 4, 64),
                                   ((8, 17, 24, 4, 8192), 3, 4)):
