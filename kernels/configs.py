@@ -119,9 +119,7 @@ _PINGPONG_D256 = VerifyConfig(block_n=32, max_block_m=128, num_warps=8, num_stag
                               triton_fallback=_TRITON_D256)
 # one warpgroup (at most 64 packed rows): a fourth ring slot fits (161 KB) and streams 2-5 % faster
 _PINGPONG_D256_ONE_WARPGROUP = dataclasses.replace(_PINGPONG_D256, gluon_stages=4)
-# 65-128 rows on little work (two programs a KV head still one wave): half the query heads a program on
-# one such warpgroup outruns one 128-row program while the K/V rows in all are few (bound: the measured
-# crossover, docs/kernels-performance.md, "Decisions")
+# 65-128 rows on little work: two such programs a KV head outrun one 128-row program (bound: the measured crossover)
 _PINGPONG_D256_HALF_HEADS = dataclasses.replace(_PINGPONG_D256, split_query_heads_into=_PINGPONG_D256_ONE_WARPGROUP)
 D256_HALF_HEADS_MAX_KV_ROWS = 192 * 1024
 

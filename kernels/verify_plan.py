@@ -87,8 +87,9 @@ class VerifyPolicy:
     split_query_heads: allow ``VerifyConfig.split_query_heads`` and ``split_query_heads_into``;
     persistent*: the ping-pong kernel runs one program an SM over work items on one split of at
     least that many waves of items of at most that many keys; wide_keys_min_chunk: the single
-    ping-pong warpgroup's ``gluon_pingpong_64_block_n`` tiles only on splits that long; tree_split_relief_tiles: the last
-    of two splits (it also streams the tree) is that many key tiles shorter; programmatic_merge,
+    ping-pong warpgroup's ``gluon_pingpong_64_block_n`` tiles only on splits that long;
+    tree_split_relief_tiles: the last of two splits (it also streams the tree) is that many key
+    tiles shorter; programmatic_merge,
     merge_one_pass: the merge as a programmatic dependent launch, its two passes as straight-line
     code where all splits fit one block; poison_workspace: fill the split partials with NaN
     before each launch (a partial the merge reads but nobody wrote shows as a wrong output);
