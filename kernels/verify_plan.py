@@ -173,7 +173,8 @@ class VerifyPlan:
     kernel) or "triton"; config: the table entry in effect (a Gluon entry's Triton fallback where
     the Triton kernel runs); block_m x num_m_tiles (+ tail_m) packed rows a (request, KV head),
     head_split programs sharing one KV head's query heads; block_n, stages, num_warps: the split
-    kernel's; tma: the Triton kernel loads its mask-free key tiles through tensor descriptors; chunk keys a split, num_splits splits, base_programs programs a split; grid: the split
+    kernel's; tma: the Triton kernel loads its mask-free key tiles through tensor descriptors;
+    chunk keys a split, num_splits splits, base_programs programs a split; grid: the split
     kernel's launch grid (persistent: one program an SM); rows_pad: partial rows a (request, KV
     head); workspace_bytes: the fp32 partials and log2-sum-exps (0: one split, written directly);
     shared_bytes: the split kernel's shared memory (an upper bound, from the element size);
