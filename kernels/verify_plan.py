@@ -89,10 +89,10 @@ class VerifyPolicy:
     least that many waves of items of at most that many keys; wide_keys_min_chunk: the single
     ping-pong warpgroup's ``gluon_pingpong_64_block_n`` tiles only on splits that long;
     tree_split_relief_tiles: the last of two splits (it also streams the tree) is that many key
-    tiles shorter; programmatic_merge,
-    merge_one_pass: the merge as a programmatic dependent launch, its two passes as straight-line
-    code where all splits fit one block; poison_workspace: fill the split partials with NaN
-    before each launch (a partial the merge reads but nobody wrote shows as a wrong output);
+    tiles shorter; programmatic_merge, merge_one_pass: the merge as a programmatic dependent
+    launch, its two passes as straight-line code where all splits fit one block; poison_workspace:
+    fill the split partials with NaN before each launch (a partial the merge reads but nobody
+    wrote shows as a wrong output);
     launch_cache: launch a compiled kernel through its C launcher once one call compiled it (no
     Triton dispatch, tensor maps reused: ``triton_launch``); fused_merge, fused_merge_max_bytes:
     eager calls merge their splits in the split kernel (its last program of each query tile) where
