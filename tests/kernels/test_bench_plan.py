@@ -126,14 +126,15 @@ def test_table_renders_missing_baselines_as_dashes_and_marks_unreachable_goals()
     table = bench.format_table([row])
     header, rule, line = table.splitlines()
     assert header.count("|") == rule.count("|") == line.count("|")
-    assert "| launch us | floor us | roof us |" in header
-    assert "| 1x64/32/4 | memory | 15.4 | - | - | - | - | - | 1.2 |" in line and line.endswith("| sdpa |")
+    assert "| host us | host floor us | launch us | floor us | roof us |" in header
+    assert "| 1x64/32/4 | memory | 15.4 | - | - | - | - | - | - | 1.2 |" in line and line.endswith("| sdpa |")
     floored = dict(row, launch_us=2.46, stream_us=9.04, goals={"correct": "met", "sdpa": "unreachable",
                                                                 "host": "missed"})
     line = bench.format_table([floored]).splitlines()[2]
-    assert "| 15.4 | - | - | - | 2.5 | 9.0 | 1.2 |" in line and line.endswith("| sdpa*, host |")
-    timed = bench.format_table([dict(row, eager_us=17.0, eager_x_graph=1.0625, host_us=12.0)]).splitlines()[2]
-    assert "| 15.4 | 17.0 | 1.06 | 12.0 | - |" in timed
+    assert "| 15.4 | - | - | - | - | 2.5 | 9.0 | 1.2 |" in line and line.endswith("| sdpa*, host |")
+    timed = bench.format_table([dict(row, eager_us=17.0, eager_x_graph=1.0625, host_us=12.0,
+                                     host_floor_us=6.74)]).splitlines()[2]
+    assert "| 15.4 | 17.0 | 1.06 | 12.0 | 6.7 | - |" in timed
     pingpong = bench.format_table([dict(row, kernel="pingpong", persistent=True, goals={})]).splitlines()[2]
     assert "| 1x64/32/4 PP P | memory |" in pingpong and pingpong.endswith("| none |")
     assert bench.goal_summary([row, floored, dict(row, goals={"sdpa": "met"})]) == {
