@@ -618,6 +618,44 @@ def warm_compile(shapes, processes: int = 8) -> None:
         pool.map(_compile_one, shapes, chunksize=1)
 
 
+ROW_KEYS = ("shape", "us", "roof_us", "roof_frac", "bw_frac", "mm_frac", "bound", "err", "goals")
+
+
+def load_rows(path: str) -> list[dict]:
+    """The rows of a JSON-lines file as the bench writes them, each checked for what the table
+    needs (ValueError naming the line and what it lacks)."""
+    rows = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{number}: not JSON ({exc.msg}); expected one bench row a line, "
+                                 "as the bench tests write verify.jsonl") from None
+            missing = [key for key in ROW_KEYS if key not in row] if isinstance(row, dict) else list(ROW_KEYS)
+            if missing:
+                raise ValueError(f"{path}:{number}: not a bench row (no {', '.join(missing)}); expected one "
+                                 "bench row a line, as the bench tests write verify.jsonl")
+            rows.append(row)
+    if not rows:
+        raise ValueError(f"{path}: no rows; expected one bench row a line, as the bench tests write verify.jsonl")
+    return rows
+
+
+def write_table(rows, markdown: str | None, title: str, footer: str = "") -> int:
+    """Print the rows' table and goal summary (and write them under ``title``, ``footer`` after,
+    to ``markdown``); 1 where a row's output was wrong."""
+    table, summary = format_table(rows), goal_summary(rows)
+    print(table)
+    print(f"{SUMMARY_LEGEND}:", json.dumps(summary))
+    if markdown:
+        with open(markdown, "w") as f:
+            f.write(f"{title}\n\n{table}\n\n{SUMMARY_LEGEND}: {json.dumps(summary)}\n{footer}")
+    return 0 if all(r.get("ok", True) for r in rows) else 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specdec_kernels.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few shapes of each head dim instead of the grid")
@@ -634,7 +672,18 @@ def main(argv=None) -> int:
                         help="compile the shapes' kernels in N processes first (Triton's cache serves the run)")
     parser.add_argument("--json", help="write every row as JSON here")
     parser.add_argument("--markdown", help="write the table here")
+    parser.add_argument("--table-from", metavar="ROWS.jsonl",
+                        help="render the table of rows saved one JSON object a line (a bench run's verify.jsonl, "
+                             "e.g. of a run cut short) and exit; no GPU needed")
     args = parser.parse_args(argv)
+    if args.table_from:
+        try:
+            rows = load_rows(args.table_from)
+        except OSError as exc:
+            parser.error(f"cannot read {args.table_from}: {exc.strerror or exc}")
+        except ValueError as exc:
+            parser.error(str(exc))
+        return write_table(rows, args.markdown, f"table of {len(rows)} rows from {args.table_from}")
     try:
         head_dims = tuple(int(d) for d in args.head_dims.split(","))
     except ValueError:
@@ -689,18 +738,10 @@ def _run(args, argv, head_dims) -> int:
     if time.time() - started <= args.max_seconds:
         extra = run_accept_commit()
         print(json.dumps({"accept_commit": extra}), flush=True)
-    table = format_table(rows)
-    summary = goal_summary(rows)
-    print(table)
-    print(f"{SUMMARY_LEGEND}:", json.dumps(summary))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"meta": meta, "rows": rows, "accept_commit": extra, "goals": summary}, f, indent=1)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(f"{json.dumps(meta)}\n\n{table}\n\n{SUMMARY_LEGEND}: {json.dumps(summary)}\n\n"
-                    f"accept+commit: {json.dumps(extra)}\n")
-    return 0 if all(r["ok"] for r in rows) else 1
+            json.dump({"meta": meta, "rows": rows, "accept_commit": extra, "goals": goal_summary(rows)}, f, indent=1)
+    return write_table(rows, args.markdown, json.dumps(meta), f"\naccept+commit: {json.dumps(extra)}\n")
 
 
 if __name__ == "__main__":

@@ -165,6 +165,54 @@ def test_unknown_shape_names_and_head_dims_are_refused_before_any_gpu_work(capsy
     assert "--head-dims takes a comma-separated subset of 128, 256" in capsys.readouterr().err
 
 
+def _saved_row(name: str, **fields) -> dict:
+    row = _row(shape=name, m_tiles=1, block_m=64, tail_m=0, block_n=32, splits=4, roof_frac=0.3, bw_frac=0.3,
+               mm_frac=0.1, err=2.5e-3)
+    row["goals"] = bench.goal_verdicts(row)
+    row.update(fields)
+    return row
+
+
+def test_a_saved_run_renders_its_table_without_a_gpu(tmp_path, capsys):
+    """A run cut short keeps its rows (verify.jsonl): --table-from renders what they hold."""
+    import json
+
+    rows = tmp_path / "verify.jsonl"
+    rows.write_text("\n".join(json.dumps(r) for r in (
+        _saved_row("B1-T9-H32/8/128-L1024"), _saved_row("B8-T9-H32/8/128-L1024", host_us=30.0,
+                                                        goals={"correct": "met", "host": "missed"}))) + "\n\n")
+    table = tmp_path / "verify.md"
+    assert bench.main(["--table-from", str(rows), "--markdown", str(table)]) == 0
+    text = table.read_text()
+    assert text.startswith(f"table of 2 rows from {rows}\n")
+    assert "| B1-T9-H32/8/128-L1024 | 1x64/32/4 | memory | 80.0 |" in text
+    assert text.count("| host |") == 1 and '"host": {"met": 1, "missed": 1, "unreachable": 0}' in text
+    assert "B8-T9-H32/8/128-L1024" in capsys.readouterr().out
+    wrong = tmp_path / "wrong.jsonl"
+    wrong.write_text(json.dumps(_saved_row("B1-T9-H32/8/128-L1024", ok=False)) + "\n")
+    assert bench.main(["--table-from", str(wrong)]) == 1
+
+
+@pytest.mark.parametrize("content, message", [
+    ("", "no rows"),
+    ('{"shape": "B1-T9-H32/8/128-L1024"}\n', ":1: not a bench row (no us, roof_us"),
+    ("[1, 2]\n", ":1: not a bench row (no shape,"),
+    ("{truncated\n", ":1: not JSON"),
+])
+def test_a_saved_run_that_is_not_bench_rows_is_refused_by_line(tmp_path, capsys, content, message):
+    rows = tmp_path / "verify.jsonl"
+    rows.write_text(content)
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--table-from", str(rows), "--markdown", str(tmp_path / "verify.md")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "verify.jsonl" in err
+    assert not (tmp_path / "verify.md").exists()
+    with pytest.raises(SystemExit):
+        bench.main(["--table-from", str(tmp_path / "missing.jsonl")])
+    assert "cannot read" in capsys.readouterr().err
+
+
 def test_time_eagerly_alternates_eager_and_graph_windows_and_takes_medians(monkeypatch):
     """Eager and graph windows alternate, so a clock that moves between them moves both; each
     window issues whole cycles of the input sets; the warm-up window is left out of the medians."""
