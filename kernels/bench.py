@@ -426,8 +426,7 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, policy=N
     row["us"] = time_in_graph(ours, sets, graph=graph)
     eager = time_eagerly(ours, sets, row["us"], graph)
     del graph
-    # the host's speed drifts in phases of tens of seconds (the same calls took 12-13 or 19-22 us of
-    # host time in one run): the floor is taken again beside each shape's host time
+    # the host's speed drifts within a run: its floor is taken again beside each shape's host time
     row.update(eager_us=eager.gpu_us, host_us=eager.host_us, eager_graph_us=eager.graph_us,
                eager_x_graph=eager.eager_x_graph, host_floor_us=host_floor_us(device))
     ms = row["us"] / 1e3
@@ -618,7 +617,8 @@ def warm_compile(shapes, processes: int = 8) -> None:
         pool.map(_compile_one, shapes, chunksize=1)
 
 
-ROW_KEYS = ("shape", "us", "roof_us", "roof_frac", "bw_frac", "mm_frac", "bound", "err", "goals")
+# what the table reads of a row, besides its name and bound (the rest is shown as "-" where missing)
+ROW_NUMBERS = ("m_tiles", "block_m", "block_n", "splits", "us", "roof_us", "roof_frac", "bw_frac", "mm_frac", "err")
 
 
 def load_rows(path: str) -> list[dict]:
@@ -634,10 +634,15 @@ def load_rows(path: str) -> list[dict]:
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}:{number}: not JSON ({exc.msg}); expected one bench row a line, "
                                  "as the bench tests write verify.jsonl") from None
-            missing = [key for key in ROW_KEYS if key not in row] if isinstance(row, dict) else list(ROW_KEYS)
-            if missing:
-                raise ValueError(f"{path}:{number}: not a bench row (no {', '.join(missing)}); expected one "
-                                 "bench row a line, as the bench tests write verify.jsonl")
+            if not isinstance(row, dict):
+                row = {}
+            wrong = [key for key in ("shape", "bound") if not isinstance(row.get(key), str)]
+            wrong += [key for key in ROW_NUMBERS if not isinstance(row.get(key), (int, float))]
+            if not isinstance(row.get("goals", {}), dict):
+                wrong.append("goals")
+            if wrong:
+                raise ValueError(f"{path}:{number}: not a bench row (no {', '.join(wrong)}, or not of its type); "
+                                 "expected one bench row a line, as the bench tests write verify.jsonl")
             rows.append(row)
     if not rows:
         raise ValueError(f"{path}: no rows; expected one bench row a line, as the bench tests write verify.jsonl")
@@ -683,7 +688,10 @@ def main(argv=None) -> int:
             parser.error(f"cannot read {args.table_from}: {exc.strerror or exc}")
         except ValueError as exc:
             parser.error(str(exc))
-        return write_table(rows, args.markdown, f"table of {len(rows)} rows from {args.table_from}")
+        try:
+            return write_table(rows, args.markdown, f"table of {len(rows)} rows from {args.table_from}")
+        except OSError as exc:
+            parser.error(f"cannot write {args.markdown}: {exc.strerror or exc}")
     try:
         head_dims = tuple(int(d) for d in args.head_dims.split(","))
     except ValueError:

@@ -195,8 +195,11 @@ def test_a_saved_run_renders_its_table_without_a_gpu(tmp_path, capsys):
 
 @pytest.mark.parametrize("content, message", [
     ("", "no rows"),
-    ('{"shape": "B1-T9-H32/8/128-L1024"}\n', ":1: not a bench row (no us, roof_us"),
-    ("[1, 2]\n", ":1: not a bench row (no shape,"),
+    ('{"shape": "B1-T9-H32/8/128-L1024"}\n', ":1: not a bench row (no bound, m_tiles, block_m,"),
+    ('{"shape": "B1", "bound": "memory", "m_tiles": 1, "block_m": 64, "block_n": 32, "splits": 1, "us": "fast", '
+     '"roof_us": 1, "roof_frac": 1, "bw_frac": 1, "mm_frac": 1, "err": 0, "goals": []}\n',
+     ":1: not a bench row (no us, goals, or not of its type)"),
+    ("[1, 2]\n", ":1: not a bench row (no shape, bound,"),
     ("{truncated\n", ":1: not JSON"),
 ])
 def test_a_saved_run_that_is_not_bench_rows_is_refused_by_line(tmp_path, capsys, content, message):
@@ -211,6 +214,16 @@ def test_a_saved_run_that_is_not_bench_rows_is_refused_by_line(tmp_path, capsys,
     with pytest.raises(SystemExit):
         bench.main(["--table-from", str(tmp_path / "missing.jsonl")])
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_a_saved_run_whose_table_cannot_be_written_says_where(tmp_path, capsys):
+    import json
+
+    rows = tmp_path / "verify.jsonl"
+    rows.write_text(json.dumps(_saved_row("B1-T9-H32/8/128-L1024")) + "\n")
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--table-from", str(rows), "--markdown", str(tmp_path / "no-such-dir" / "verify.md")])
+    assert exit_info.value.code == 2 and "cannot write" in capsys.readouterr().err
 
 
 def test_time_eagerly_alternates_eager_and_graph_windows_and_takes_medians(monkeypatch):
