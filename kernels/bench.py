@@ -219,8 +219,7 @@ def time_in_graph(call, input_sets, rep_ms: int = 60, graph=None) -> float:
 # makes the host wait for the GPU, which is GPU time, not the host's.
 HOST_BATCH_CALLS = 32
 HOST_BATCHES = 8
-# untimed calls at a batch's start: the first launch after a synchronisation took 25-190 us of host
-# time on an H200 (the next ones 10-13), a cost of the sync, not of back-to-back calls
+# untimed calls at a batch's start: the first launch after a synchronisation pays for the wait
 HOST_LEAD_CALLS = 1
 
 
