@@ -426,8 +426,10 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, policy=N
     eager = time_eagerly(ours, sets, row["us"], graph)
     del graph
     # the host's speed drifts within a run: its floor is taken again beside each shape's host time
+    floor_now = host_floor_us(device)
     row.update(eager_us=eager.gpu_us, host_us=eager.host_us, eager_graph_us=eager.graph_us,
-               eager_x_graph=eager.eager_x_graph, host_floor_us=host_floor_us(device))
+               eager_x_graph=eager.eager_x_graph,
+               host_floor_us=ceilings.get("host_floor_us") if floor_now is None else floor_now)
     ms = row["us"] / 1e3
     row["tb_s"] = shape.bytes_moved() / ms / 1e9
     row["tflop_s"] = shape.flops() / ms / 1e9
@@ -443,8 +445,6 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, policy=N
     # them, and N (the input sets) follows the shape's bytes
     floor = measure_floor(shape.bytes_moved(), len(sets), device)
     row.update(launch_us=floor.launch_us, stream_us=floor.stream_us)
-    if row["host_floor_us"] is None:
-        row["host_floor_us"] = ceilings.get("host_floor_us")
     if baselines:
         try:
             row["sdpa_us"] = time_in_graph(tree_verify_attention_sdpa, sets, rep_ms=40)
