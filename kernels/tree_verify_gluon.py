@@ -276,7 +276,8 @@ def _merge_if_last(count_ptr, part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_h
 def _merge_when_counted(count_ptr, part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_lo, row_hi, rows_pad,
                         num_splits, waiter, stride_ob, stride_ot, stride_oh, GROUP: gl.constexpr,
                         HEAD_DIM: gl.constexpr, MERGE_ROWS: gl.constexpr, SPLIT_BLOCK: gl.constexpr,
-                        WAITERS: gl.constexpr, SLICES: gl.constexpr, num_warps: gl.constexpr):
+                        WAITERS: gl.constexpr, SLICES: gl.constexpr, num_warps: gl.constexpr,
+                        VECTOR: gl.constexpr = False):
     """The merge folded into the split kernel as WAITERS programs a query tile past the splits'
     (``VerifyPlan.fused_grid``): waiter ``waiter`` spins until all num_splits splits have counted
     themselves at ``count_ptr``, merges every WAITERS-th unit of the tile's rows [row_lo, row_hi)
@@ -290,7 +291,7 @@ def _merge_when_counted(count_ptr, part_o_ptr, part_lse_ptr, out_ptr, b, head_b,
     if SLICES == 1:
         _merge_tile_rows(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_lo + waiter * MERGE_ROWS, row_hi,
                          WAITERS * MERGE_ROWS, rows_pad, num_splits, stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM,
-                         MERGE_ROWS, SPLIT_BLOCK, num_warps)
+                         MERGE_ROWS, SPLIT_BLOCK, num_warps, 0, 0, VECTOR)
     else:
         COLS: gl.constexpr = HEAD_DIM // SLICES
         units = (row_hi - row_lo + MERGE_ROWS - 1) // MERGE_ROWS * SLICES
@@ -300,7 +301,7 @@ def _merge_when_counted(count_ptr, part_o_ptr, part_lse_ptr, out_ptr, b, head_b,
             _merge_tile_rows(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, r0,
                              gl.minimum(row_hi, r0 + MERGE_ROWS), MERGE_ROWS, rows_pad, num_splits, stride_ob,
                              stride_ot, stride_oh, GROUP, HEAD_DIM, MERGE_ROWS, SPLIT_BLOCK, num_warps,
-                             unit % SLICES * COLS, COLS)
+                             unit % SLICES * COLS, COLS, VECTOR)
     done = gl.atomic_add(count_ptr, 1, sem="relaxed", scope="gpu")
     if done == num_splits + WAITERS - 1:
         gl.store(count_ptr, 0)
@@ -310,11 +311,28 @@ def _merge_when_counted(count_ptr, part_o_ptr, part_lse_ptr, out_ptr, b, head_b,
 def _merge_tile_rows(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_start, row_hi, row_step, rows_pad,
                      num_splits, stride_ob, stride_ot, stride_oh, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
                      MERGE_ROWS: gl.constexpr, SPLIT_BLOCK: gl.constexpr, num_warps: gl.constexpr, col0=0,
-                     COLS: gl.constexpr = 0):
+                     COLS: gl.constexpr = 0, VECTOR: gl.constexpr = False):
     """Merge the MERGE_ROWS-row blocks starting at row_start, row_step apart, below row_hi, from
     every split's partials (read from L2: other programs wrote them): every column, or with COLS
-    the COLS columns from col0."""
+    the COLS columns from col0. With VECTOR a block's splits are one load, else unrolled (64 or
+    more unrolled compile to loads issued one after another)."""
     WIDTH: gl.constexpr = HEAD_DIM if COLS == 0 else COLS
+    if VECTOR:
+        _merge_tile_rows_vector(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_start, row_hi, row_step,
+                                rows_pad, num_splits, stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM, MERGE_ROWS,
+                                SPLIT_BLOCK, num_warps, col0, WIDTH)
+    else:
+        _merge_tile_rows_unrolled(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_start, row_hi, row_step,
+                                  rows_pad, num_splits, stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM, MERGE_ROWS,
+                                  SPLIT_BLOCK, num_warps, col0, WIDTH)
+
+
+@gluon.jit
+def _merge_tile_rows_unrolled(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_start, row_hi, row_step,
+                              rows_pad, num_splits, stride_ob, stride_ot, stride_oh, GROUP: gl.constexpr,
+                              HEAD_DIM: gl.constexpr, MERGE_ROWS: gl.constexpr, SPLIT_BLOCK: gl.constexpr,
+                              num_warps: gl.constexpr, col0, WIDTH: gl.constexpr):
+    """:func:`_merge_tile_rows` with a block's splits unrolled, summed in each thread's registers."""
     layout: gl.constexpr = gl.BlockedLayout([1, WIDTH // 32], [1, 32], [num_warps, 1], [1, 0])
     row_layout: gl.constexpr = gl.SliceLayout(1, layout)
     dims = col0 + gl.arange(0, WIDTH, layout=gl.SliceLayout(0, layout))
@@ -347,6 +365,43 @@ def _merge_tile_rows(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_
         out_rows = b.to(gl.int64) * stride_ob + (rows // GROUP) * stride_ot + (kv_head * GROUP + rows % GROUP) * stride_oh
         gl.store(out_ptr + gl.expand_dims(out_rows, 1) + gl.expand_dims(dims, 0), out.to(out_ptr.dtype.element_ty),
                  mask=gl.expand_dims(row_valid, 1))
+
+
+@gluon.jit
+def _merge_tile_rows_vector(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_start, row_hi, row_step,
+                            rows_pad, num_splits, stride_ob, stride_ot, stride_oh, GROUP: gl.constexpr,
+                            HEAD_DIM: gl.constexpr, MERGE_ROWS: gl.constexpr, SPLIT_BLOCK: gl.constexpr,
+                            num_warps: gl.constexpr, col0, WIDTH: gl.constexpr):
+    """:func:`_merge_tile_rows` with all SPLIT_BLOCK splits of a row block in one load each of
+    log2-sum-exps and partials (the Triton merge's ``VECTOR_LOADS``), summed across threads."""
+    LANES_D: gl.constexpr = WIDTH // 4 if WIDTH < 128 else 32
+    layout: gl.constexpr = gl.BlockedLayout([1, 1, 4], [32 // LANES_D, 1, LANES_D], [num_warps, 1, 1], [2, 1, 0])
+    sr_layout: gl.constexpr = gl.SliceLayout(2, layout)
+    rw_layout: gl.constexpr = gl.SliceLayout(0, layout)
+    splits = gl.arange(0, SPLIT_BLOCK, layout=gl.SliceLayout(1, sr_layout))
+    dims = col0 + gl.arange(0, WIDTH, layout=gl.SliceLayout(0, rw_layout))
+    lse_base = part_lse_ptr + head_b.to(gl.int64) * num_splits * rows_pad
+    o_base = part_o_ptr + head_b.to(gl.int64) * num_splits * rows_pad * HEAD_DIM
+    for r0 in range(row_start, row_hi, row_step):
+        rows = r0 + gl.arange(0, MERGE_ROWS, layout=gl.SliceLayout(0, sr_layout))
+        ok = gl.expand_dims(splits < num_splits, 1) & gl.expand_dims(rows < row_hi, 0)
+        part_row = gl.expand_dims(splits * rows_pad, 1) + gl.expand_dims(rows, 0)
+        lse = gl.load(lse_base + part_row, mask=ok, other=float("-inf"), cache_modifier=".cg")
+        part = gl.load(o_base + gl.expand_dims(part_row * HEAD_DIM, 2) + gl.expand_dims(gl.expand_dims(dims, 0), 0),
+                       mask=gl.expand_dims(ok, 2), other=0.0, cache_modifier=".cg")
+        m_i = gl.max(lse, 0)
+        # rows no split saw a key for keep m = -inf: shift by 0 (their weights are all 0)
+        m_shift = gl.where(m_i == float("-inf"), 0.0, m_i)
+        live = lse > float("-inf")
+        weight = gl.where(live, gl.exp2(lse - gl.expand_dims(m_shift, 0)), 0.0)
+        acc = gl.sum(gl.where(gl.expand_dims(live, 2), part * gl.expand_dims(weight, 2), 0.0), 0)
+        l_i = gl.convert_layout(gl.sum(weight, 0), gl.SliceLayout(1, rw_layout))
+        out = acc / gl.expand_dims(gl.where(l_i == 0.0, 1.0, l_i), 1)
+        rows_o = r0 + gl.arange(0, MERGE_ROWS, layout=gl.SliceLayout(1, rw_layout))
+        out_rows = (b.to(gl.int64) * stride_ob + (rows_o // GROUP) * stride_ot
+                    + (kv_head * GROUP + rows_o % GROUP) * stride_oh)
+        gl.store(out_ptr + gl.expand_dims(out_rows, 1) + gl.expand_dims(dims, 0), out.to(out_ptr.dtype.element_ty),
+                 mask=gl.expand_dims(rows_o < row_hi, 1))
 
 
 @gluon.jit

@@ -602,7 +602,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, Q_IN_REGS: gl.constexpr, num_warps: gl.constexpr,
     TAIL_M: gl.constexpr = 0, KV_SHARE: gl.constexpr = 1, PERSISTENT: gl.constexpr = False,
     FUSED_MERGE: gl.constexpr = False, MERGE_ROWS: gl.constexpr = 2, SPLIT_BLOCK: gl.constexpr = 2,
-    MERGE_WAITERS: gl.constexpr = 0, MERGE_SLICES: gl.constexpr = 1,
+    MERGE_WAITERS: gl.constexpr = 0, MERGE_SLICES: gl.constexpr = 1, MERGE_VECTOR: gl.constexpr = False,
 ):
     # launched with 4 warps (warpgroup 0, the default partition); the other warpgroups, the load
     # warp and the tail warpgroup are worker partitions. Q_IN_REGS is not read: q sits in
@@ -743,4 +743,5 @@ def _tree_verify_partial_kernel_gluon_pingpong(
             # a waiting program: the rows past the items' give its query tile and its share
             _merge_when_counted(count_ptr, part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_lo, row_hi,
                                 rows_pad, num_splits, split - num_splits, stride_ob, stride_ot, stride_oh, GROUP,
-                                HEAD_DIM, MERGE_ROWS, SPLIT_BLOCK, MERGE_WAITERS, MERGE_SLICES, num_warps)
+                                HEAD_DIM, MERGE_ROWS, SPLIT_BLOCK, MERGE_WAITERS, MERGE_SLICES, num_warps,
+                                MERGE_VECTOR)

@@ -103,7 +103,9 @@ class VerifyPolicy:
     sliced_waiters_max_split_bytes: waiters that merge head-dim slices only where one split's
     partials of a (request, KV head) span at most that many bytes (past it they measured slower
     than two launches on an H200: docs/kernels-performance.md, "Decisions"); merge_head_slices: a
-    forced head-dim slice count of the merge's own launch and its waiters (:func:`pick_merge_slices`)."""
+    forced head-dim slice count of the merge's own launch and its waiters (:func:`pick_merge_slices`);
+    merge_vector_loads: blocks of MERGE_VECTOR_MIN_BLOCK splits or more read as one load by the merge's
+    own launch and its waiters (False: unrolled, and no waiters past FUSED_MERGE_MAX_SPLITS)."""
 
     tiles: VerifyConfig | None = None
     num_splits: int | None = None
@@ -126,6 +128,7 @@ class VerifyPolicy:
     waiting_merge: bool = True
     sliced_waiters_max_split_bytes: int = 128 * 1024
     merge_head_slices: int | None = None
+    merge_vector_loads: bool = True
 
 
 DEFAULT_POLICY = VerifyPolicy()
@@ -161,6 +164,8 @@ class MergePlan:
             folded["MERGE_WAITERS"] = self.waiters
         if self.head_slices > 1:
             folded["MERGE_SLICES"] = self.head_slices
+        if self.waiters and self.vector_loads:
+            folded["MERGE_VECTOR"] = True
         return folded
 
 
@@ -235,7 +240,8 @@ MERGE_ROWS = 8
 # of one block of the merge's own launch at most (each block one load)
 MERGE_MIN_SLICE = 32
 MERGE_MAX_SPLIT_BLOCK = 128
-# the merge folded into the split kernel unrolls its splits: at most this many; and the most splits
+# a query tile's last program merging its splits unrolls them: at most this many (waiting programs
+# read blocks of MERGE_VECTOR_MIN_BLOCK or more as one load, up to one block); and the most splits
 # the split model prices at an entry's cheaper merge (one block of the merge's own launch)
 FUSED_MERGE_MAX_SPLITS = 64
 CHEAP_MERGE_MAX_SPLITS = 128
@@ -542,26 +548,28 @@ def plan_merge(num_splits: int, head_dim: int, rows: int, pairs: int, tile_rows:
        would walk several blocks of splits (:func:`pick_merge_slices`).
     3. Past rule 1's bound, the ping-pong kernel's eager calls still fold it: waiting programs
        (:func:`pick_merge_waiters`) share the tile's row blocks at rule 2's slices, all splits in
-       one block; sliced, only where one split's partials span at most
-       ``policy.sliced_waiters_max_split_bytes``."""
+       one block (past FUSED_MERGE_MAX_SPLITS only as one load, ``vector_loads``); sliced, only
+       where one split's partials span at most ``policy.sliced_waiters_max_split_bytes``."""
     split_block, merge_rows = merge_tiles(num_splits, head_dim)
     one_block = policy.merge_one_pass and num_splits <= split_block
-    folds_here = (policy.fused_merge and num_splits <= FUSED_MERGE_MAX_SPLITS and kernel in FUSED_MERGE_KERNELS
-                  and not persistent)
-    fused = folds_here and one_block and num_splits * tile_rows * (head_dim + 1) * 4 <= policy.fused_merge_max_bytes
+    folds_here = policy.fused_merge and kernel in FUSED_MERGE_KERNELS and not persistent
+    fused = (folds_here and one_block and num_splits <= FUSED_MERGE_MAX_SPLITS
+             and num_splits * tile_rows * (head_dim + 1) * 4 <= policy.fused_merge_max_bytes)
     slices = 1 if fused else (policy.merge_head_slices or pick_merge_slices(num_splits, head_dim, rows, pairs, sms))
     if slices > 1:
         split_block, merge_rows = merge_tiles(num_splits, head_dim, slices)
         one_block = policy.merge_one_pass and num_splits <= split_block
     waiters = 0
+    vector_loads = policy.merge_vector_loads and split_block >= MERGE_VECTOR_MIN_BLOCK
     near = slices == 1 or rows_pad * head_dim * 4 <= policy.sliced_waiters_max_split_bytes
-    if folds_here and one_block and not fused and policy.waiting_merge and kernel == "pingpong" and near:
+    if (folds_here and one_block and not fused and policy.waiting_merge and kernel == "pingpong" and near
+            and (num_splits <= FUSED_MERGE_MAX_SPLITS or vector_loads)):
         waiters = pick_merge_waiters(num_splits, tile_rows, merge_rows, head_dim, tiles, sms,
                                      policy.fused_merge_max_bytes, slices)
         fused = waiters > 0
     return MergePlan(split_block, merge_rows, pairs * cdiv(rows, merge_rows) * slices, one_block,
                      policy.programmatic_merge and dependent_launch and kernel != "pingpong", fused=fused,
-                     head_slices=slices, vector_loads=split_block >= MERGE_VECTOR_MIN_BLOCK, waiters=waiters)
+                     head_slices=slices, vector_loads=vector_loads, waiters=waiters)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -321,16 +321,16 @@ def test_query_tiles_and_split_plan():
 
 def test_the_merge_takes_head_dim_slices_where_whole_rows_walk_several_blocks_of_splits():
     """One KV head at batch 1 and 32k keys: 128 splits of 27 rows are 14 merge programs walking
-    eight blocks of splits; in 8 slices of 32 columns they are 112 programs of one block. A merge
-    whose splits fit one block of whole rows, and the folded merge, keep every column in one
-    program."""
+    eight blocks of splits; in 8 slices of 32 columns they are 112 programs of one block (the
+    merge's own launch: graphs, and eager calls without waiters). A merge whose splits fit one
+    block of whole rows, and the folded merge, keep every column in one program."""
     shape = VerifyShape(1, 9, 3, 1, 256, 32768 + 9)
-    plan = plan_verify(shape, H200)
+    plan = plan_verify(shape, H200, VerifyPolicy(waiting_merge=False))
     m = plan.merge
     assert plan.num_splits == 128 and not m.fused
     assert (m.head_slices, m.split_block, m.merge_rows, m.grid, m.one_block) == (8, 128, 2, 112, True)
     assert m.vector_loads  # 128 splits: one load, not 128 unrolled ones issued in turn
-    whole = plan_verify(shape, H200, VerifyPolicy(merge_head_slices=1)).merge
+    whole = plan_verify(shape, H200, VerifyPolicy(merge_head_slices=1, waiting_merge=False)).merge
     assert not whole.vector_loads  # blocks of 16: unrolled, summed in registers
     assert (whole.head_slices, whole.split_block, whole.merge_rows, whole.grid, whole.one_block) == (1, 16, 2, 14,
                                                                                                      False)
@@ -479,9 +479,17 @@ def test_waiting_merge_programs_share_a_tile_in_one_launch_where_one_program_may
     assert apart.rows_pad * 256 * 4 == 512 * 1024 and apart.merge.head_slices > 1 and not apart.merge.fused
     near = plan_verify(far, H200, VerifyPolicy(sliced_waiters_max_split_bytes=512 * 1024))
     assert near.merge.fused and near.merge.waiters > 0 and near.num_splits == apart.num_splits, near
-    # past the unrolled merge's 64 splits (128 at one KV head, batch 1, 32k keys): two launches
+    # 128 splits (one KV head, batch 1, 32k keys) fit one block only as one load: the waiters read
+    # it so (MERGE_VECTOR), as 64 splits' do; unrolled, past 64 splits the merge keeps its own launch
     many = plan_verify(VerifyShape(1, 9, 6, 1, 256, 32768 + 9), H200)
-    assert many.num_splits == 128 and not many.merge.fused and many.merge.waiters == 0, many
+    assert many.num_splits == 128 and many.merge.fused and many.merge.waiters == 132, many
+    assert many.merge.vector_loads and many.merge.folded_constexprs()["MERGE_VECTOR"] is True
+    assert plan_verify(VerifyShape(1, 9, 6, 1, 256, 8192 + 9), H200).merge.folded_constexprs()["MERGE_VECTOR"]
+    unrolled = plan_verify(VerifyShape(1, 9, 6, 1, 256, 32768 + 9), H200, VerifyPolicy(merge_vector_loads=False))
+    assert unrolled.num_splits == 128 and not unrolled.merge.fused and unrolled.merge.waiters == 0, unrolled
+    few = plan_verify(VerifyShape(1, 9, 6, 1, 256, 8192 + 9), H200, VerifyPolicy(merge_vector_loads=False))
+    assert few.num_splits == 64 and few.merge.waiters and "MERGE_VECTOR" not in few.merge.folded_constexprs()
+    assert "MERGE_VECTOR" not in sliced.merge.folded_constexprs()  # blocks of 32 stay unrolled
     for batch, q_heads, kv_heads, head_dim, prefix in ((1, 32, 8, 128, 8192), (8, 6, 1, 256, 1024),
                                                        (32, 6, 1, 256, 32768), (1, 24, 4, 256, 1024)):
         shape = VerifyShape(batch, 17, q_heads, kv_heads, head_dim, prefix + 17)
