@@ -100,12 +100,14 @@ class VerifyPolicy:
     merge's own launch and its grid); waiting_merge: past that bound, the ping-pong kernel's eager
     calls still launch once, with programs appended to its grid that wait for a query tile's
     splits and merge its rows between them (:func:`pick_merge_waiters`);
-    sliced_waiters_max_split_bytes: waiters that merge head-dim slices only where one split's
-    partials of a (request, KV head) span at most that many bytes (past it they measured slower
-    than two launches on an H200: docs/kernels-performance.md, "Decisions"); merge_head_slices: a
-    forced head-dim slice count of the merge's own launch and its waiters (:func:`pick_merge_slices`);
-    merge_vector_loads: blocks of MERGE_VECTOR_MIN_BLOCK splits or more read as one load by the merge's
-    own launch and its waiters (False: unrolled, and no waiters past FUSED_MERGE_MAX_SPLITS)."""
+    sliced_waiters_max_split_bytes: waiters that merge head-dim slices read a block of splits unrolled
+    only where one split's partials of a (request, KV head) span at most that many bytes (past it,
+    unrolled, they measured much slower than two launches on an H200: docs/kernels-performance.md,
+    "Decisions"), past it as one load from WAITER_VECTOR_MIN_BLOCK splits;
+    merge_head_slices: a forced head-dim slice count of the merge's own launch and its waiters
+    (:func:`pick_merge_slices`); merge_vector_loads: blocks of MERGE_VECTOR_MIN_BLOCK splits or more
+    read as one load by the merge's own launch and its waiters (False: unrolled, and no waiters past
+    FUSED_MERGE_MAX_SPLITS or past sliced_waiters_max_split_bytes)."""
 
     tiles: VerifyConfig | None = None
     num_splits: int | None = None
@@ -145,7 +147,8 @@ class MergePlan:
     ``waiters``: a fused merge's programs a query tile appended to the split kernel's grid, which
     wait for the tile's splits and share its row blocks, each block's columns in head_slices
     slices as the merge's own launch takes them (0: the tile's last split merges it alone).
-    ``vector_loads``: each block of splits is read as one load (MERGE_VECTOR_MIN_BLOCK)."""
+    ``vector_loads``: the merge's own launch reads each block of splits as one load
+    (MERGE_VECTOR_MIN_BLOCK); ``vector_waiters``: its waiters do."""
 
     split_block: int
     merge_rows: int
@@ -156,6 +159,7 @@ class MergePlan:
     head_slices: int = 1
     vector_loads: bool = False
     waiters: int = 0
+    vector_waiters: bool = False
 
     def folded_constexprs(self) -> dict:
         """The split kernel's constexprs that fold this merge in (``fused`` plans)."""
@@ -164,7 +168,7 @@ class MergePlan:
             folded["MERGE_WAITERS"] = self.waiters
         if self.head_slices > 1:
             folded["MERGE_SLICES"] = self.head_slices
-        if self.waiters and self.vector_loads:
+        if self.waiters and self.vector_waiters:
             folded["MERGE_VECTOR"] = True
         return folded
 
@@ -248,6 +252,9 @@ CHEAP_MERGE_MAX_SPLITS = 128
 # a block of at least this many splits is read as one [splits, rows, columns] load; smaller blocks
 # stay unrolled (their sum across splits stays in each thread's registers, no reduction across threads)
 MERGE_VECTOR_MIN_BLOCK = 64
+# sliced waiters whose splits' partials lie far apart read a block of at least this many splits as one
+# load (unrolled, 32 splits of 128-row tiles took 1.4-2x the GPU time of two launches there)
+WAITER_VECTOR_MIN_BLOCK = 32
 
 
 def pick_block_m(packed_rows: int, max_block_m: int, min_block_m: int = 16, extra_sizes: tuple = ()) -> int:
@@ -548,8 +555,9 @@ def plan_merge(num_splits: int, head_dim: int, rows: int, pairs: int, tile_rows:
        would walk several blocks of splits (:func:`pick_merge_slices`).
     3. Past rule 1's bound, the ping-pong kernel's eager calls still fold it: waiting programs
        (:func:`pick_merge_waiters`) share the tile's row blocks at rule 2's slices, all splits in
-       one block (past FUSED_MERGE_MAX_SPLITS only as one load, ``vector_loads``); sliced, only
-       where one split's partials span at most ``policy.sliced_waiters_max_split_bytes``."""
+       one block, a block of MERGE_VECTOR_MIN_BLOCK splits or more as one load (past
+       FUSED_MERGE_MAX_SPLITS only so); sliced, where one split's partials span more than
+       ``policy.sliced_waiters_max_split_bytes``, only as one load, from WAITER_VECTOR_MIN_BLOCK."""
     split_block, merge_rows = merge_tiles(num_splits, head_dim)
     one_block = policy.merge_one_pass and num_splits <= split_block
     folds_here = policy.fused_merge and kernel in FUSED_MERGE_KERNELS and not persistent
@@ -561,15 +569,18 @@ def plan_merge(num_splits: int, head_dim: int, rows: int, pairs: int, tile_rows:
         one_block = policy.merge_one_pass and num_splits <= split_block
     waiters = 0
     vector_loads = policy.merge_vector_loads and split_block >= MERGE_VECTOR_MIN_BLOCK
-    near = slices == 1 or rows_pad * head_dim * 4 <= policy.sliced_waiters_max_split_bytes
-    if (folds_here and one_block and not fused and policy.waiting_merge and kernel == "pingpong" and near
-            and (num_splits <= FUSED_MERGE_MAX_SPLITS or vector_loads)):
+    far = slices > 1 and rows_pad * head_dim * 4 > policy.sliced_waiters_max_split_bytes
+    vector_waiters = policy.merge_vector_loads and split_block >= (WAITER_VECTOR_MIN_BLOCK if far
+                                                                   else MERGE_VECTOR_MIN_BLOCK)
+    if (folds_here and one_block and not fused and policy.waiting_merge and kernel == "pingpong"
+            and (not far or vector_waiters) and (num_splits <= FUSED_MERGE_MAX_SPLITS or vector_waiters)):
         waiters = pick_merge_waiters(num_splits, tile_rows, merge_rows, head_dim, tiles, sms,
                                      policy.fused_merge_max_bytes, slices)
         fused = waiters > 0
     return MergePlan(split_block, merge_rows, pairs * cdiv(rows, merge_rows) * slices, one_block,
                      policy.programmatic_merge and dependent_launch and kernel != "pingpong", fused=fused,
-                     head_slices=slices, vector_loads=vector_loads, waiters=waiters)
+                     head_slices=slices, vector_loads=vector_loads, waiters=waiters,
+                     vector_waiters=vector_waiters and waiters > 0)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -206,15 +206,17 @@ def assert_folded_calls_leave_counts_at_zero(plan, policy, inputs, ref, dtype, c
 
 # The merge's waiting programs: (head dim, group, KV heads, T, [L_b], splits forced, the one
 # program's bound in bytes, whether the waiters merge head-dim slices, whether a block of 64 splits
-# or more is one load). Ragged requests leave later splits empty; 65 x 3 rows take two tiles. 32-128
-# splits of head dim 256 (47 of 128) are too wide for one block of whole rows: the waiters take 64-,
-# 32- and 64-column slices; 65-128 splits fit one block only as one load.
+# or more is one load, or of 32 where one split's partials span past 128 KB). Ragged requests leave later splits empty; 65 x 3 rows take two tiles, 65 x 6
+# four (512 KB a split). 32-128 splits of head dim 256 (47 of 128) are too wide for one block of whole
+# rows: the waiters take 64-, 32- and 64-column slices; 65-128 splits fit one block only as one load.
 WAITING_MERGE_CASES = [
     (128, 4, 2, 17, [3000, 2600], 4, 20 * 1024, False, True),
     (256, 6, 1, 9, [8000, 30], 16, 256 * 1024, False, True),
     (256, 3, 1, 65, [5000], 8, 64 * 1024, False, True),
     (64, 8, 2, 17, [3000, 100], 5, 16 * 1024, False, True),
     (256, 6, 1, 9, [8000, 30], 32, 256 * 1024, True, True),
+    (256, 6, 1, 65, [9000], 32, 256 * 1024, True, True),
+    (256, 6, 1, 65, [9000], 32, 256 * 1024, True, False),
     (256, 6, 1, 9, [8000], 64, 256 * 1024, True, True),
     (256, 6, 1, 9, [8000], 64, 256 * 1024, True, False),
     (256, 3, 1, 65, [5000], 53, 256 * 1024, True, True),
@@ -235,9 +237,11 @@ def test_waiting_merge_programs_merge_in_the_split_kernels_launch(head_dim, grou
     slices) between them, a block of splits unrolled or as one load. Right on NaN-poisoned partials
     and outputs, call after call on one count buffer, which each call leaves at 0 (the tile's last
     waiter resets it); and through the launcher's direct path."""
-    # sliced waiters wherever they fit, also where the planner keeps them off for speed
-    policy = verify_policy(splits, fused_merge_max_bytes=max_bytes, sliced_waiters_max_split_bytes=1 << 40,
-                           merge_vector_loads=vector)
+    from specdec_kernels.verify_plan import DEFAULT_POLICY, MERGE_VECTOR_MIN_BLOCK, WAITER_VECTOR_MIN_BLOCK
+
+    # unrolled sliced waiters wherever they fit, also where the planner keeps them off for speed
+    unrolled_far = {} if vector else {"sliced_waiters_max_split_bytes": 1 << 40}
+    policy = verify_policy(splits, fused_merge_max_bytes=max_bytes, merge_vector_loads=vector, **unrolled_far)
     q, k, v, lens_t, mask, _ = make_verify_inputs(lens, num_nodes, "best_first", group, kv_heads, head_dim,
                                                   torch.bfloat16, seed=head_dim + splits + num_nodes)
     plan = plan_of(q, k, v, policy)
@@ -245,7 +249,9 @@ def test_waiting_merge_programs_merge_in_the_split_kernels_launch(head_dim, grou
         pytest.skip(f"the waiting merge is the ping-pong kernel's (Hopper GPUs); here: {plan.kernel}")
     assert plan.merge.fused and plan.merge.waiters >= 2, plan
     assert (plan.merge.head_slices > 1) == sliced, plan
-    assert ("MERGE_VECTOR" in plan.merge.folded_constexprs()) == (vector and plan.merge.split_block >= 64), plan
+    far = sliced and plan.rows_pad * head_dim * 4 > DEFAULT_POLICY.sliced_waiters_max_split_bytes
+    one_load = vector and plan.merge.split_block >= (WAITER_VECTOR_MIN_BLOCK if far else MERGE_VECTOR_MIN_BLOCK)
+    assert ("MERGE_VECTOR" in plan.merge.folded_constexprs()) == one_load, plan
     assert plan.fused_grid == (plan.grid[0], plan.grid[1] + plan.merge.waiters)
     ref = float64_reference(q, k, v, lens_t, mask)
     assert_folded_calls_leave_counts_at_zero(plan, policy, (q, k, v, lens_t, mask), ref, torch.bfloat16, calls=3,

@@ -472,13 +472,18 @@ def test_waiting_merge_programs_share_a_tile_in_one_launch_where_one_program_may
     assert pick_merge_waiters(32, 54, 2, 256, 4, 132, 256 * 1024, head_slices=2) == 33
     assert pick_merge_waiters(32, 54, 2, 256, 4, 132, 256 * 1024) == 27  # whole rows: one a row block
     assert pick_merge_waiters(32, 54, 2, 256, 4, 132, 60 * 1024, head_slices=2) == 0  # 2 units of 33 KB
-    # sliced waiters only where one split's partials of a (request, KV head) span at most 128 KB:
-    # four 128-row tiles of 256 columns (512 KB) keep the merge's own launch
+    # sliced waiters unrolled only where one split's partials of a (request, KV head) span at most
+    # 128 KB: four 128-row tiles of 256 columns (512 KB) keep the merge's own launch, unless the
+    # waiters read their 32 splits as one load (the default there)
     far = VerifyShape(1, 65, 6, 1, 256, 8192 + 65)
-    apart = plan_verify(far, H200)
+    apart = plan_verify(far, H200, VerifyPolicy(merge_vector_loads=False))
     assert apart.rows_pad * 256 * 4 == 512 * 1024 and apart.merge.head_slices > 1 and not apart.merge.fused
-    near = plan_verify(far, H200, VerifyPolicy(sliced_waiters_max_split_bytes=512 * 1024))
+    near = plan_verify(far, H200,
+                       VerifyPolicy(merge_vector_loads=False, sliced_waiters_max_split_bytes=512 * 1024))
     assert near.merge.fused and near.merge.waiters > 0 and near.num_splits == apart.num_splits, near
+    vector = plan_verify(far, H200)
+    assert vector.merge.fused and vector.merge.waiters == near.merge.waiters and vector.merge.vector_waiters, vector
+    assert vector.merge.split_block == 32 and not vector.merge.vector_loads  # the merge's own launch: unrolled
     # 128 splits (one KV head, batch 1, 32k keys) fit one block only as one load: the waiters read
     # it so (MERGE_VECTOR), as 64 splits' do; unrolled, past 64 splits the merge keeps its own launch
     many = plan_verify(VerifyShape(1, 9, 6, 1, 256, 32768 + 9), H200)
@@ -489,7 +494,7 @@ def test_waiting_merge_programs_share_a_tile_in_one_launch_where_one_program_may
     assert unrolled.num_splits == 128 and not unrolled.merge.fused and unrolled.merge.waiters == 0, unrolled
     few = plan_verify(VerifyShape(1, 9, 6, 1, 256, 8192 + 9), H200, VerifyPolicy(merge_vector_loads=False))
     assert few.num_splits == 64 and few.merge.waiters and "MERGE_VECTOR" not in few.merge.folded_constexprs()
-    assert "MERGE_VECTOR" not in sliced.merge.folded_constexprs()  # blocks of 32 stay unrolled
+    assert "MERGE_VECTOR" not in sliced.merge.folded_constexprs()  # 32 splits 54 KB apart: unrolled
     for batch, q_heads, kv_heads, head_dim, prefix in ((1, 32, 8, 128, 8192), (8, 6, 1, 256, 1024),
                                                        (32, 6, 1, 256, 32768), (1, 24, 4, 256, 1024)):
         shape = VerifyShape(batch, 17, q_heads, kv_heads, head_dim, prefix + 17)
