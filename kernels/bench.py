@@ -620,6 +620,9 @@ def warm_compile(shapes, processes: int = 8) -> None:
 ROW_NUMBERS = ("m_tiles", "block_m", "block_n", "splits", "us", "roof_us", "roof_frac", "bw_frac", "mm_frac", "err")
 
 
+ROWS_EXPECTED = "expected one bench row a line, as the bench tests write verify.jsonl"
+
+
 def load_rows(path: str) -> list[dict]:
     """The rows of a JSON-lines file as the bench writes them, each checked for what the table
     needs (ValueError naming the line and what it lacks)."""
@@ -631,8 +634,7 @@ def load_rows(path: str) -> list[dict]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{number}: not JSON ({exc.msg}); expected one bench row a line, "
-                                 "as the bench tests write verify.jsonl") from None
+                raise ValueError(f"{path}:{number}: not JSON ({exc.msg}); {ROWS_EXPECTED}") from None
             if not isinstance(row, dict):
                 row = {}
             wrong = [key for key in ("shape", "bound") if not isinstance(row.get(key), str)]
@@ -641,10 +643,10 @@ def load_rows(path: str) -> list[dict]:
                 wrong.append("goals")
             if wrong:
                 raise ValueError(f"{path}:{number}: not a bench row (no {', '.join(wrong)}, or not of its type); "
-                                 "expected one bench row a line, as the bench tests write verify.jsonl")
+                                 f"{ROWS_EXPECTED}")
             rows.append(row)
     if not rows:
-        raise ValueError(f"{path}: no rows; expected one bench row a line, as the bench tests write verify.jsonl")
+        raise ValueError(f"{path}: no rows; {ROWS_EXPECTED}")
     return rows
 
 

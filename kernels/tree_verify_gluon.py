@@ -317,27 +317,36 @@ def _merge_tile_rows(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_
     the COLS columns from col0. With VECTOR a block's splits are one load, else unrolled (the
     waiters ran 32 or more unrolled 1.4-2x slower than the merge's own launch)."""
     WIDTH: gl.constexpr = HEAD_DIM if COLS == 0 else COLS
+    lse_base = part_lse_ptr + head_b.to(gl.int64) * num_splits * rows_pad
+    o_base = part_o_ptr + head_b.to(gl.int64) * num_splits * rows_pad * HEAD_DIM
     if VECTOR:
-        _merge_tile_rows_vector(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_start, row_hi, row_step,
-                                rows_pad, num_splits, stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM, MERGE_ROWS,
-                                SPLIT_BLOCK, num_warps, col0, WIDTH)
+        _merge_tile_rows_vector(lse_base, o_base, out_ptr, b, kv_head, row_start, row_hi, row_step, rows_pad,
+                                num_splits, stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM, MERGE_ROWS, SPLIT_BLOCK,
+                                num_warps, col0, WIDTH)
     else:
-        _merge_tile_rows_unrolled(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_start, row_hi, row_step,
-                                  rows_pad, num_splits, stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM, MERGE_ROWS,
+        _merge_tile_rows_unrolled(lse_base, o_base, out_ptr, b, kv_head, row_start, row_hi, row_step, rows_pad,
+                                  num_splits, stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM, MERGE_ROWS,
                                   SPLIT_BLOCK, num_warps, col0, WIDTH)
 
 
 @gluon.jit
-def _merge_tile_rows_unrolled(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_start, row_hi, row_step,
-                              rows_pad, num_splits, stride_ob, stride_ot, stride_oh, GROUP: gl.constexpr,
+def _store_merged_rows(out_ptr, out, b, kv_head, rows, row_valid, dims, stride_ob, stride_ot, stride_oh,
+                       GROUP: gl.constexpr):
+    """Store merged packed rows (row r: node r // GROUP, query head kv_head * GROUP + r % GROUP)."""
+    out_rows = b.to(gl.int64) * stride_ob + (rows // GROUP) * stride_ot + (kv_head * GROUP + rows % GROUP) * stride_oh
+    gl.store(out_ptr + gl.expand_dims(out_rows, 1) + gl.expand_dims(dims, 0), out.to(out_ptr.dtype.element_ty),
+             mask=gl.expand_dims(row_valid, 1))
+
+
+@gluon.jit
+def _merge_tile_rows_unrolled(lse_base, o_base, out_ptr, b, kv_head, row_start, row_hi, row_step, rows_pad,
+                              num_splits, stride_ob, stride_ot, stride_oh, GROUP: gl.constexpr,
                               HEAD_DIM: gl.constexpr, MERGE_ROWS: gl.constexpr, SPLIT_BLOCK: gl.constexpr,
                               num_warps: gl.constexpr, col0, WIDTH: gl.constexpr):
     """:func:`_merge_tile_rows` with a block's splits unrolled, summed in each thread's registers."""
     layout: gl.constexpr = gl.BlockedLayout([1, WIDTH // 32], [1, 32], [num_warps, 1], [1, 0])
     row_layout: gl.constexpr = gl.SliceLayout(1, layout)
     dims = col0 + gl.arange(0, WIDTH, layout=gl.SliceLayout(0, layout))
-    lse_base = part_lse_ptr + head_b.to(gl.int64) * num_splits * rows_pad
-    o_base = part_o_ptr + head_b.to(gl.int64) * num_splits * rows_pad * HEAD_DIM
     for r0 in range(row_start, row_hi, row_step):
         rows = r0 + gl.arange(0, MERGE_ROWS, layout=row_layout)
         row_valid = rows < row_hi
@@ -362,14 +371,12 @@ def _merge_tile_rows_unrolled(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_h
             acc += gl.where(gl.expand_dims(live, 1), part * gl.expand_dims(weight, 1), 0.0)
             l_i += weight
         out = acc / gl.expand_dims(gl.where(l_i == 0.0, 1.0, l_i), 1)
-        out_rows = b.to(gl.int64) * stride_ob + (rows // GROUP) * stride_ot + (kv_head * GROUP + rows % GROUP) * stride_oh
-        gl.store(out_ptr + gl.expand_dims(out_rows, 1) + gl.expand_dims(dims, 0), out.to(out_ptr.dtype.element_ty),
-                 mask=gl.expand_dims(row_valid, 1))
+        _store_merged_rows(out_ptr, out, b, kv_head, rows, row_valid, dims, stride_ob, stride_ot, stride_oh, GROUP)
 
 
 @gluon.jit
-def _merge_tile_rows_vector(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_start, row_hi, row_step,
-                            rows_pad, num_splits, stride_ob, stride_ot, stride_oh, GROUP: gl.constexpr,
+def _merge_tile_rows_vector(lse_base, o_base, out_ptr, b, kv_head, row_start, row_hi, row_step, rows_pad,
+                            num_splits, stride_ob, stride_ot, stride_oh, GROUP: gl.constexpr,
                             HEAD_DIM: gl.constexpr, MERGE_ROWS: gl.constexpr, SPLIT_BLOCK: gl.constexpr,
                             num_warps: gl.constexpr, col0, WIDTH: gl.constexpr):
     """:func:`_merge_tile_rows` with all SPLIT_BLOCK splits of a row block in one load each of
@@ -380,8 +387,6 @@ def _merge_tile_rows_vector(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_hea
     rw_layout: gl.constexpr = gl.SliceLayout(0, layout)
     splits = gl.arange(0, SPLIT_BLOCK, layout=gl.SliceLayout(1, sr_layout))
     dims = col0 + gl.arange(0, WIDTH, layout=gl.SliceLayout(0, rw_layout))
-    lse_base = part_lse_ptr + head_b.to(gl.int64) * num_splits * rows_pad
-    o_base = part_o_ptr + head_b.to(gl.int64) * num_splits * rows_pad * HEAD_DIM
     for r0 in range(row_start, row_hi, row_step):
         rows = r0 + gl.arange(0, MERGE_ROWS, layout=gl.SliceLayout(0, sr_layout))
         ok = gl.expand_dims(splits < num_splits, 1) & gl.expand_dims(rows < row_hi, 0)
@@ -398,10 +403,8 @@ def _merge_tile_rows_vector(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_hea
         l_i = gl.convert_layout(gl.sum(weight, 0), gl.SliceLayout(1, rw_layout))
         out = acc / gl.expand_dims(gl.where(l_i == 0.0, 1.0, l_i), 1)
         rows_o = r0 + gl.arange(0, MERGE_ROWS, layout=gl.SliceLayout(1, rw_layout))
-        out_rows = (b.to(gl.int64) * stride_ob + (rows_o // GROUP) * stride_ot
-                    + (kv_head * GROUP + rows_o % GROUP) * stride_oh)
-        gl.store(out_ptr + gl.expand_dims(out_rows, 1) + gl.expand_dims(dims, 0), out.to(out_ptr.dtype.element_ty),
-                 mask=gl.expand_dims(rows_o < row_hi, 1))
+        _store_merged_rows(out_ptr, out, b, kv_head, rows_o, rows_o < row_hi, dims, stride_ob, stride_ot, stride_oh,
+                           GROUP)
 
 
 @gluon.jit

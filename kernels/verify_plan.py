@@ -168,7 +168,7 @@ class MergePlan:
             folded["MERGE_WAITERS"] = self.waiters
         if self.head_slices > 1:
             folded["MERGE_SLICES"] = self.head_slices
-        if self.waiters and self.vector_waiters:
+        if self.vector_waiters:
             folded["MERGE_VECTOR"] = True
         return folded
 
