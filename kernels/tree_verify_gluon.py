@@ -314,8 +314,8 @@ def _merge_tile_rows(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_
                      COLS: gl.constexpr = 0, VECTOR: gl.constexpr = False):
     """Merge the MERGE_ROWS-row blocks starting at row_start, row_step apart, below row_hi, from
     every split's partials (read from L2: other programs wrote them): every column, or with COLS
-    the COLS columns from col0. With VECTOR a block's splits are one load, else unrolled (the
-    waiters ran 32 or more unrolled 1.4-2x slower than the merge's own launch)."""
+    the COLS columns from col0. With VECTOR a block's splits are one load, else unrolled (waiters
+    unrolling 32 far-apart splits or more were slower than the merge's own launch)."""
     WIDTH: gl.constexpr = HEAD_DIM if COLS == 0 else COLS
     lse_base = part_lse_ptr + head_b.to(gl.int64) * num_splits * rows_pad
     o_base = part_o_ptr + head_b.to(gl.int64) * num_splits * rows_pad * HEAD_DIM

@@ -253,7 +253,7 @@ CHEAP_MERGE_MAX_SPLITS = 128
 # stay unrolled (their sum across splits stays in each thread's registers, no reduction across threads)
 MERGE_VECTOR_MIN_BLOCK = 64
 # sliced waiters whose splits' partials lie far apart read a block of at least this many splits as one
-# load (unrolled, 32 splits of 128-row tiles took 1.4-2x the GPU time of two launches there)
+# load (unrolled there, they were slower than two launches: docs/kernels-performance.md, "Decisions")
 WAITER_VECTOR_MIN_BLOCK = 32
 
 

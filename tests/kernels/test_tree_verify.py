@@ -206,9 +206,10 @@ def assert_folded_calls_leave_counts_at_zero(plan, policy, inputs, ref, dtype, c
 
 # The merge's waiting programs: (head dim, group, KV heads, T, [L_b], splits forced, the one
 # program's bound in bytes, whether the waiters merge head-dim slices, whether a block of 64 splits
-# or more is one load, or of 32 where one split's partials span past 128 KB). Ragged requests leave later splits empty; 65 x 3 rows take two tiles, 65 x 6
-# four (512 KB a split). 32-128 splits of head dim 256 (47 of 128) are too wide for one block of whole
-# rows: the waiters take 64-, 32- and 64-column slices; 65-128 splits fit one block only as one load.
+# or more is one load, or of 32 where one split's partials span past 128 KB). Ragged requests leave
+# later splits empty; 65 x 3 rows take two tiles, 65 x 6 four (512 KB a split). 32-128 splits of
+# head dim 256 (47 of 128) are too wide for one block of whole rows: the waiters take 64-, 32- and
+# 64-column slices; 65-128 splits fit one block only as one load.
 WAITING_MERGE_CASES = [
     (128, 4, 2, 17, [3000, 2600], 4, 20 * 1024, False, True),
     (256, 6, 1, 9, [8000, 30], 16, 256 * 1024, False, True),
