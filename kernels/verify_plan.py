@@ -107,7 +107,8 @@ class VerifyPolicy:
     merge_head_slices: a forced head-dim slice count of the merge's own launch and its waiters
     (:func:`pick_merge_slices`); merge_vector_loads: blocks of MERGE_VECTOR_MIN_BLOCK splits or more
     read as one load by the merge's own launch and its waiters (False: unrolled, and no waiters past
-    FUSED_MERGE_MAX_SPLITS or past sliced_waiters_max_split_bytes)."""
+    FUSED_MERGE_MAX_SPLITS or past sliced_waiters_max_split_bytes); narrow_partials: 16-bit inputs'
+    split partials stored in their own dtype (the log2-sum-exps stay fp32) instead of fp32."""
 
     tiles: VerifyConfig | None = None
     num_splits: int | None = None
@@ -131,6 +132,7 @@ class VerifyPolicy:
     sliced_waiters_max_split_bytes: int = 128 * 1024
     merge_head_slices: int | None = None
     merge_vector_loads: bool = True
+    narrow_partials: bool = False
 
 
 DEFAULT_POLICY = VerifyPolicy()
@@ -185,7 +187,8 @@ class VerifyPlan:
     kernel's; tma: the Triton kernel loads its mask-free key tiles through tensor descriptors;
     chunk keys a split, num_splits splits, base_programs programs a split; grid: the split
     kernel's launch grid (persistent: one program an SM); rows_pad: partial rows a (request, KV
-    head); workspace_bytes: the fp32 partials and log2-sum-exps (0: one split, written directly);
+    head); workspace_bytes: the partials and their fp32 log2-sum-exps (0: one split, written
+    directly), partial_size bytes an element of the partials, the log2-sum-exps from lse_offset;
     shared_bytes: the split kernel's shared memory (an upper bound, from the element size);
     why: the table's reason and the planner's."""
 
@@ -208,6 +211,8 @@ class VerifyPlan:
     persistent: bool
     rows_pad: int
     workspace_bytes: int
+    partial_size: int
+    lse_offset: int
     shared_bytes: int
     merge: MergePlan | None
     why: str
@@ -644,19 +649,21 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
         persistent, grid = persistent_grid != grid, persistent_grid
     kv_heads = shape.kv_heads * head_split
     rows_pad = tiles.num_m_tiles * block_m + tail_m
-    merge, workspace = None, 0
+    merge, workspace, lse_offset = None, 0, 0
+    partial_size = 2 if policy.narrow_partials and shape.element_size == 2 else 4
     if num_splits > 1:
         merge = plan_merge(num_splits, shape.head_dim, shape.packed_rows // head_split, shape.batch * kv_heads,
                            min(block_m + tail_m, shape.packed_rows // head_split), rows_pad, base_programs, kernel,
                            persistent, sms, target.dependent_launch, policy)
-        workspace = shape.batch * kv_heads * num_splits * rows_pad * (shape.head_dim + 1) * 4
+        lse_offset = shape.batch * kv_heads * num_splits * rows_pad * shape.head_dim * partial_size
+        workspace = lse_offset + shape.batch * kv_heads * num_splits * rows_pad * 4
     reasons = "; ".join(r for r in (why, tiles.why) if r)
     return VerifyPlan(kernel=kernel, config=cfg, group=shape.group // head_split, kv_heads=kv_heads, block_m=block_m,
                       num_m_tiles=tiles.num_m_tiles, tail_m=tail_m, head_split=head_split, block_n=block_n,
                       stages=stages, num_warps=num_warps,
                       tma=kernel == "triton" and cfg.tma and shape.descriptors, chunk=chunk, num_splits=num_splits,
                       base_programs=base_programs, grid=grid, persistent=persistent, rows_pad=rows_pad,
-                      workspace_bytes=workspace,
+                      workspace_bytes=workspace, partial_size=partial_size, lse_offset=lse_offset,
                       shared_bytes=shared_memory_bytes(kernel, cfg, block_m, tail_m, block_n, stages, shape.head_dim,
                                                        shape.element_size),
                       merge=merge, why=reasons)

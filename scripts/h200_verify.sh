@@ -4,8 +4,9 @@
 #   bench  the grid's kernels compiled in parallel, then the GPU bench tests over the whole grid
 #          (head dims 256 and 128), which write the run's table under $OUT (verify.md, verify.jsonl)
 #   all    both, the grid's kernels compiling while the suite runs
+#   flex   the GPU test of FlexAttention against the kernel over the whole grid (flex.jsonl under $OUT)
 # Results land under $OUT; the package is installed editable from this checkout first. Time limits
-# (seconds): SUITE_SECONDS, WARM_SECONDS, BENCH_SECONDS (the whole grid took 370-470 s after a warm
+# (seconds): SUITE_SECONDS, WARM_SECONDS, BENCH_SECONDS, FLEX_SECONDS (the whole grid took 370-470 s after a warm
 # compile of 60-105 s on an H200; on a fresh machine the compile took over 90 s). A bench run cut
 # short still leaves verify.md: the table of the rows it kept.
 set -u
@@ -38,9 +39,17 @@ bench() {
   grep -E "^FAILED" "$OUT/bench_tests.log" | cut -c1-400 | head -40
 }
 
+flex() {
+  SPECDEC_VERIFY_GRID=full SPECDEC_VERIFY_TABLE="$OUT" timeout "${FLEX_SECONDS:-600}" python3 -m pytest \
+    tests/bench/test_flex_sweep.py -rA -p no:cacheprovider -p no:xdist >"$OUT/flex_tests.log" 2>&1
+  echo "== flex tests rc=$?"; grep -E "passed|failed" "$OUT/flex_tests.log" | tail -2
+  grep -E "^(FAILED|SKIPPED)" "$OUT/flex_tests.log" | cut -c1-300 | head -40
+}
+
 case $stage in
 suite) suite ;;
 bench) warm 14; bench ;;
 all) warm 4 & suite; wait; bench ;;
+flex) flex ;;
 *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac

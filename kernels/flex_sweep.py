@@ -1,0 +1,163 @@
+"""FlexAttention against the verify kernel over a grid of shapes, its compiles spread over processes.
+
+    python -m specdec_kernels.flex_sweep --out DIR                 # the whole grid, 14 processes
+    python -m specdec_kernels.flex_sweep --out DIR --quick --processes 4
+
+FlexAttention is a torch.compile of its own for every shape (tens of seconds of CPU each): one
+after another, a grid of ~200 shapes would hold a GPU for over an hour, most of it idle. Here each
+worker process compiles one shape at a time and times it only while it holds the GPU's lock, so
+the compiles of some shapes overlap the timing of another. Per shape, under the lock: the verify
+kernel in a CUDA graph over rotating input sets (as the bench times it), FlexAttention's compiled
+call under ``do_bench`` (as the bench times it), both with L2 flushed by a read before each
+timed call, and both outputs against a float32 reference. The rows go to ``DIR/flex.jsonl`` as
+they come (a run cut short keeps them); the summary names every shape where FlexAttention was
+faster and every shape where it did not compile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+LOCK_NAME = "gpu.lock"
+ROWS_NAME = "flex.jsonl"
+# a worker's Inductor compiles in its own process: the pool's workers are the parallelism
+COMPILE_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+
+
+def flex_row(shape, seed: int, lock_path: str) -> dict:
+    """One shape: FlexAttention compiled outside the lock, then both kernels checked and timed
+    holding it. A FlexAttention that does not compile or run leaves ``flex_error``."""
+    import torch
+    from filelock import FileLock
+    from triton.testing import do_bench
+
+    from .bench import (ROW_TOLERANCE_BF16, flex_runner, input_sets_needed, l2_flush, make_inputs, row_error,
+                        time_in_graph)
+    from .tree_verify_triton import tree_verify_attention_triton
+
+    device = torch.device("cuda")
+    sets = [make_inputs(shape, device, seed + i) for i in range(input_sets_needed(shape))]
+    requests = sorted({0, shape.batch - 1})
+    row = {"shape": shape.name, "input_sets": len(sets)}
+    flex = None
+    try:
+        flex = flex_runner(*sets[0], shape.num_nodes)
+        flex()  # the compile, on this process's CPU
+        torch.cuda.synchronize()
+    except Exception as exc:  # a shape FlexAttention cannot take is reported, not fatal
+        row["flex_error"] = _first_line(exc)
+    with FileLock(lock_path), l2_flush("read"):
+        row["err"] = max(row_error(tree_verify_attention_triton(*s), *s, requests) for s in sets[:2])
+        row["us"] = time_in_graph(tree_verify_attention_triton, sets)
+        if flex is not None and "flex_error" not in row:
+            try:
+                row["flex_err"] = row_error(flex(), *sets[0], requests)
+                row["flex_us"] = do_bench(flex, warmup=10, rep=40, return_mode="median") * 1e3
+                row["x_flex"] = row["flex_us"] / row["us"]
+            except Exception as exc:
+                row["flex_error"] = _first_line(exc)
+        torch.cuda.synchronize()
+    row["ok"] = row["err"] <= ROW_TOLERANCE_BF16
+    if "flex_err" in row:
+        row["flex_ok"] = row["flex_err"] <= ROW_TOLERANCE_BF16
+    del sets, flex
+    torch.cuda.empty_cache()
+    return row
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:200] if text else ''}"
+
+
+def _worker(task) -> dict:
+    shape, seed, lock_path = task
+    try:
+        return flex_row(shape, seed, lock_path)
+    except Exception as exc:  # the verify kernel itself failed: a row that says so, the sweep goes on
+        return {"shape": shape.name, "error": _first_line(exc), "ok": False}
+
+
+def _init_worker() -> None:
+    os.environ.update(COMPILE_ENV)
+
+
+def sweep(shapes, out_dir: str, processes: int, seed: int = 0, log=print) -> list[dict]:
+    """Every shape's row, in the order they finish, each appended to ``out_dir/flex.jsonl`` as it
+    comes; progress on ``log``."""
+    import multiprocessing
+
+    os.makedirs(out_dir, exist_ok=True)
+    lock_path = os.path.join(out_dir, LOCK_NAME)
+    rows, started = [], time.time()
+    tasks = [(shape, seed + i, lock_path) for i, shape in enumerate(shapes)]
+    with open(os.path.join(out_dir, ROWS_NAME), "a") as sink, \
+            multiprocessing.get_context("spawn").Pool(processes, initializer=_init_worker) as pool:
+        for row in pool.imap_unordered(_worker, tasks, chunksize=1):
+            rows.append(row)
+            sink.write(json.dumps(row) + "\n")
+            sink.flush()
+            log(f"[{len(rows)}/{len(tasks)} {time.time() - started:.0f}s] {describe(row)}")
+    return rows
+
+
+def describe(row: dict) -> str:
+    """One line of a row: the ratio, or why there is none."""
+    if "error" in row:
+        return f"{row['shape']}: the verify kernel failed: {row['error']}"
+    if "x_flex" in row:
+        return (f"{row['shape']}: {row['x_flex']:.1f}x FlexAttention ({row['us']:.1f} us against "
+                f"{row['flex_us']:.1f}; row errors {row['err']:.1e} and {row['flex_err']:.1e})")
+    return f"{row['shape']}: {row['us']:.1f} us; FlexAttention did not run: {row.get('flex_error', '?')}"
+
+
+def summary(rows) -> dict:
+    """Faster / slower than FlexAttention where it ran, where it did not, wrong outputs."""
+    ran = [r for r in rows if "x_flex" in r]
+    return {"faster": sum(r["x_flex"] > 1 for r in ran),
+            "slower": sorted(r["shape"] for r in ran if r["x_flex"] <= 1),
+            "flex_did_not_run": sorted(r["shape"] for r in rows if "x_flex" not in r and "error" not in r),
+            "wrong_or_failed": sorted(r["shape"] for r in rows if not r.get("ok", False)),
+            "flex_wrong": sorted(r["shape"] for r in ran if not r.get("flex_ok", True)),
+            "x_flex_min": min((r["x_flex"] for r in ran), default=None),
+            "x_flex_median": sorted(r["x_flex"] for r in ran)[len(ran) // 2] if ran else None}
+
+
+def main(argv=None) -> int:
+    from .bench import HEAD_DIMS, grid_shapes, quick_shapes
+
+    parser = argparse.ArgumentParser(prog="python -m specdec_kernels.flex_sweep", description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, help="directory for flex.jsonl (appended) and the GPU lock")
+    parser.add_argument("--quick", action="store_true", help="a few shapes of each head dim instead of the grid")
+    parser.add_argument("--shapes", help="comma-separated shape names of the grid (default: all)")
+    parser.add_argument("--processes", type=int, default=14, help="worker processes compiling at once (default 14)")
+    args = parser.parse_args(argv)
+    if args.processes < 1:
+        parser.error(f"--processes takes a positive count, not {args.processes}")
+    known = grid_shapes(HEAD_DIMS)
+    shapes = quick_shapes() if args.quick else known
+    if args.shapes:
+        wanted = args.shapes.split(",")
+        names = {s.name for s in known}
+        unknown = [name for name in wanted if name not in names]
+        if unknown:
+            parser.error(f"unknown shape name(s) {', '.join(unknown)}: names look like {known[0].name} "
+                         f"(python -m specdec_kernels.bench --list-shapes prints all {len(known)})")
+        shapes = [s for s in known if s.name in set(wanted)]
+    import torch
+
+    if not torch.cuda.is_available():
+        print("no CUDA GPU found: the FlexAttention sweep needs one", file=sys.stderr)
+        return 2
+    rows = sweep(shapes, args.out, args.processes, log=lambda line: print(line, flush=True))
+    result = summary(rows)
+    print(json.dumps(result), flush=True)
+    return 0 if not result["slower"] and not result["wrong_or_failed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""The FlexAttention sweep's bookkeeping, on the CPU: its summary, its lines and its arguments.
+(The sweep itself needs a GPU: tests/bench/test_flex_sweep.py.)"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+from specdec_kernels import flex_sweep  # noqa: E402
+from specdec_kernels.bench import Shape  # noqa: E402
+
+
+def _row(name, x_flex=None, **fields):
+    row = {"shape": name, "us": 10.0, "err": 2e-3, "ok": True}
+    if x_flex is not None:
+        row.update(flex_us=10.0 * x_flex, x_flex=x_flex, flex_err=3e-3, flex_ok=True)
+    row.update(fields)
+    return row
+
+
+def test_summary_sorts_shapes_by_outcome():
+    rows = [_row("a", 6.0), _row("b", 0.9), _row("c", 1.0), _row("d", flex_error="OutOfResources: shared memory"),
+            _row("e", 2.0, err=0.5, ok=False), _row("f", 3.0, flex_err=0.4, flex_ok=False),
+            {"shape": "g", "error": "RuntimeError: boom", "ok": False}]
+    result = flex_sweep.summary(rows)
+    # equal is not faster
+    assert result["faster"] == 3 and result["slower"] == ["b", "c"]
+    assert result["flex_did_not_run"] == ["d"] and result["wrong_or_failed"] == ["e", "g"]
+    assert result["flex_wrong"] == ["f"]
+    assert result["x_flex_min"] == 0.9 and result["x_flex_median"] == 2.0
+    empty = flex_sweep.summary([_row("d", flex_error="x")])
+    assert empty["faster"] == 0 and empty["x_flex_min"] is None and empty["x_flex_median"] is None
+
+
+def test_each_row_reads_as_one_line_with_its_ratio_or_why_not():
+    assert flex_sweep.describe(_row("B1-T9-H32/8/128-L1024", 6.25)) == (
+        "B1-T9-H32/8/128-L1024: 6.2x FlexAttention (10.0 us against 62.5; row errors 2.0e-03 and 3.0e-03)")
+    line = flex_sweep.describe(_row("s", flex_error="OutOfResources: shared memory, Required: 264192"))
+    assert line == "s: 10.0 us; FlexAttention did not run: OutOfResources: shared memory, Required: 264192"
+    assert "the verify kernel failed: RuntimeError: boom" in flex_sweep.describe({"shape": "s", "error":
+                                                                                 "RuntimeError: boom"})
+
+
+def test_unknown_shapes_and_worker_counts_are_refused_before_any_gpu_work(capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_info:
+        flex_sweep.main(["--out", str(tmp_path), "--shapes", "B8-T9-H32/8/128-L8192,B8-T9-L8k"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown shape name(s) B8-T9-L8k" in err and "--list-shapes" in err
+    with pytest.raises(SystemExit):
+        flex_sweep.main(["--out", str(tmp_path), "--processes", "0"])
+    assert "--processes takes a positive count, not 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        flex_sweep.main(["--quick"])
+    assert "--out" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_without_a_gpu_it_says_so(monkeypatch, capsys, tmp_path):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert flex_sweep.main(["--out", str(tmp_path), "--quick"]) == 2
+    assert "no CUDA GPU found" in capsys.readouterr().err
+
+
+def test_a_worker_whose_kernel_fails_leaves_a_row_that_says_so(monkeypatch):
+    def fail(shape, seed, lock_path):
+        raise RuntimeError("CUDA error: an illegal memory access\nmore")
+
+    monkeypatch.setattr(flex_sweep, "flex_row", fail)
+    shape = Shape(1, 9, 32, 8, 128, 1024)
+    row = flex_sweep._worker((shape, 0, "lock"))
+    assert row == {"shape": shape.name, "error": "RuntimeError: CUDA error: an illegal memory access", "ok": False}
