@@ -73,3 +73,35 @@ def test_a_worker_whose_kernel_fails_leaves_a_row_that_says_so(monkeypatch):
     shape = Shape(1, 9, 32, 8, 128, 1024)
     row = flex_sweep._worker((shape, 0, "lock"))
     assert row == {"shape": shape.name, "error": "RuntimeError: CUDA error: an illegal memory access", "ok": False}
+
+
+def test_shapes_out_of_gpu_memory_run_again_alone_and_every_row_is_kept(tmp_path):
+    import json
+
+    shapes = [Shape(1, 9, 32, 8, 128, 1024), Shape(32, 65, 32, 8, 128, 32768), Shape(8, 9, 64, 8, 128, 32768)]
+    passes = []
+
+    def pool_rows(tasks, processes):
+        passes.append(([task[0].name for task in tasks], processes))
+        for shape, seed, lock in tasks:
+            assert lock == str(tmp_path / flex_sweep.LOCK_NAME)
+            if len(passes) == 1 and shape.batch == 32:
+                yield {"shape": shape.name, "error": "OutOfMemoryError: CUDA out of memory.", "ok": False}
+            elif len(passes) == 1 and shape.batch == 8:
+                yield _row(shape.name, flex_error="OutOfMemoryError: CUDA out of memory. Tried to allocate 4 GiB")
+            else:
+                yield _row(shape.name, 3.0)
+
+    lines = []
+    rows = flex_sweep.sweep(shapes, str(tmp_path), 4, log=lines.append, pool_rows=pool_rows)
+    assert passes == [([s.name for s in shapes], 4), ([shapes[1].name, shapes[2].name], 1)]
+    assert sorted(r["shape"] for r in rows) == sorted(s.name for s in shapes)
+    assert all(r["x_flex"] == 3.0 for r in rows)
+    saved = [json.loads(line) for line in (tmp_path / flex_sweep.ROWS_NAME).read_text().splitlines()]
+    assert len(saved) == 5 and flex_sweep.out_of_memory(saved[1]) and not flex_sweep.out_of_memory(saved[-1])
+    assert any("2 shapes ran out of GPU memory" in line for line in lines)
+    assert lines[-1].startswith("[again 2/2 ")
+    # one worker: nothing to gain by running again
+    passes.clear()
+    flex_sweep.sweep(shapes, str(tmp_path), 1, log=lines.append, pool_rows=pool_rows)
+    assert len(passes) == 1
