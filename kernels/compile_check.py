@@ -185,8 +185,7 @@ def compile_split_kernel(arch: str, dtype: str, shape: VerifyShape, plan) -> Com
                            merge_waiters=plan.merge.waiters if plan.merge is not None else 0,
                            merge_slices=plan.merge.head_slices if plan.merge is not None and plan.merge.fused else 1)
     types = dict(q_ptr=f"*{short}", k_ptr=f"*{short}", v_ptr=f"*{short}", out_ptr=f"*{short}", lens_ptr="*i32",
-                 mask_ptr="*i32", part_o_ptr="*fp32" if plan.partial_size == 4 else f"*{short}",
-                 part_lse_ptr="*fp32", counts_ptr="*i32", qk_scale="fp32")
+                 mask_ptr="*i32", part_o_ptr="*fp32", part_lse_ptr="*fp32", counts_ptr="*i32", qk_scale="fp32")
     common = dict(GROUP=plan.group, HEAD_DIM=shape.head_dim, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
                   SINGLE_SPLIT=False)
     if plan.merge is not None and plan.merge.fused:  # the eager calls' kernel, the merge folded in

@@ -230,9 +230,9 @@ def _masked_key_tiles(acc, m_i, l_i, q_op, kx_smem, vx_smem, k_ptr, v_ptr, mask_
 def _store_rows(acc, m_i, l_i, b, kv_head, head_b, split, row0, num_rows, rows_pad, num_splits, out_ptr, part_o_ptr,
                 part_lse_ptr, stride_ob, stride_ot, stride_oh, o_layout: gl.constexpr, ROW_AXIS: gl.constexpr,
                 GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, SINGLE_SPLIT: gl.constexpr):
-    """Normalised output (one split) or partial (in the workspace's dtype) + fp32 log2-sum-exp of
-    rows row0 .. row0 + BLOCK_M, valid rows only. The rows lie along ``ROW_AXIS`` of ``acc``: 0 for
-    [rows, D], 1 for the ping-pong kernel's key-major tail ([D, rows])."""
+    """Normalised output (one split) or fp32 partial + log2-sum-exp of rows row0 .. row0 + BLOCK_M,
+    valid rows only. The rows lie along ``ROW_AXIS`` of ``acc``: 0 for [rows, D], 1 for the
+    ping-pong kernel's key-major tail ([D, rows])."""
     D_AXIS: gl.constexpr = 1 - ROW_AXIS
     rows_o = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(D_AXIS, o_layout))
     dims_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(ROW_AXIS, o_layout))
@@ -248,8 +248,8 @@ def _store_rows(acc, m_i, l_i, b, kv_head, head_b, split, row0, num_rows, rows_p
     else:
         # partials: [B * Hkv, num_splits, rows_pad, D] and [B * Hkv, num_splits, rows_pad]
         part_row = (head_b.to(gl.int64) * num_splits + split) * rows_pad + rows_o
-        gl.store(part_o_ptr + gl.expand_dims(part_row * HEAD_DIM, D_AXIS) + gl.expand_dims(dims_o, ROW_AXIS),
-                 out.to(part_o_ptr.dtype.element_ty), mask=gl.expand_dims(row_valid, D_AXIS))
+        gl.store(part_o_ptr + gl.expand_dims(part_row * HEAD_DIM, D_AXIS) + gl.expand_dims(dims_o, ROW_AXIS), out,
+                 mask=gl.expand_dims(row_valid, D_AXIS))
         m_o = gl.convert_layout(m_i, gl.SliceLayout(D_AXIS, o_layout))
         lse = gl.where(l_o == 0.0, float("-inf"), m_o + gl.log2(l_safe))
         gl.store(part_lse_ptr + part_row, lse, mask=row_valid)
@@ -364,7 +364,7 @@ def _merge_tile_rows_unrolled(lse_base, o_base, out_ptr, b, kv_head, row_start, 
             part_row = j * rows_pad + rows
             lse = gl.load(lse_base + part_row, mask=ok, other=float("-inf"), cache_modifier=".cg")
             part = gl.load(o_base + gl.expand_dims(part_row * HEAD_DIM, 1) + gl.expand_dims(dims, 0),
-                           mask=gl.expand_dims(ok, 1), other=0.0, cache_modifier=".cg").to(gl.float32)
+                           mask=gl.expand_dims(ok, 1), other=0.0, cache_modifier=".cg")
             # an empty split holds lse = -inf (weight 0): select, whatever its partial holds
             live = lse > float("-inf")
             weight = gl.where(live, gl.exp2(lse - m_shift), 0.0)
@@ -393,7 +393,7 @@ def _merge_tile_rows_vector(lse_base, o_base, out_ptr, b, kv_head, row_start, ro
         part_row = gl.expand_dims(splits * rows_pad, 1) + gl.expand_dims(rows, 0)
         lse = gl.load(lse_base + part_row, mask=ok, other=float("-inf"), cache_modifier=".cg")
         part = gl.load(o_base + gl.expand_dims(part_row * HEAD_DIM, 2) + gl.expand_dims(gl.expand_dims(dims, 0), 0),
-                       mask=gl.expand_dims(ok, 2), other=0.0, cache_modifier=".cg").to(gl.float32)
+                       mask=gl.expand_dims(ok, 2), other=0.0, cache_modifier=".cg")
         m_i = gl.max(lse, 0)
         # rows no split saw a key for keep m = -inf: shift by 0 (their weights are all 0)
         m_shift = gl.where(m_i == float("-inf"), 0.0, m_i)

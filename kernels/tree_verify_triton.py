@@ -94,8 +94,7 @@ def _load_key_tile(desc, tile_ptrs, stride_s, desc_row, start, kv_head, HEAD_DIM
 def _store_rows(acc, m_i, l_i, rows, row_valid, b, head_b, split, kv_head, out_ptr, part_o_ptr, part_lse_ptr,
                 stride_ob, stride_ot, stride_oh, num_splits, rows_pad,
                 GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, SINGLE_SPLIT: tl.constexpr):
-    """Normalised output (one split) or partial (in the workspace's dtype) + fp32 log2-sum-exp,
-    valid rows only."""
+    """Normalised output (one split) or fp32 partial + log2-sum-exp, valid rows only."""
     dims = tl.arange(0, HEAD_DIM)
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc / l_safe[:, None]
@@ -109,8 +108,7 @@ def _store_rows(acc, m_i, l_i, rows, row_valid, b, head_b, split, kv_head, out_p
         # partials: [B * Hkv, num_splits, rows_pad, D] and [B * Hkv, num_splits, rows_pad];
         # padded rows are never written (and never read by the merge)
         part_row = (head_b.to(tl.int64) * num_splits + split) * rows_pad + rows
-        tl.store(part_o_ptr + part_row[:, None] * HEAD_DIM + dims[None, :], out.to(part_o_ptr.dtype.element_ty),
-                 mask=row_valid[:, None])
+        tl.store(part_o_ptr + part_row[:, None] * HEAD_DIM + dims[None, :], out, mask=row_valid[:, None])
         lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe))
         tl.store(part_lse_ptr + part_row, lse, mask=row_valid)
 
@@ -260,7 +258,7 @@ def _merge_split_block(acc, l_i, s0, lse_base, o_base, rows, row_valid, dims, m_
         part_row = (s0 + j) * rows_pad + rows
         lse = tl.load(lse_base + part_row, mask=ok, other=float("-inf"), cache_modifier=CACHE)
         part = tl.load(o_base + part_row[:, None] * HEAD_DIM + dims[None, :], mask=ok[:, None], other=0.0,
-                       cache_modifier=CACHE).to(tl.float32)
+                       cache_modifier=CACHE)
         # an empty split holds lse = -inf (weight 0); select, so that whatever its partial holds
         # (even NaN) never reaches the sum
         live = lse > float("-inf")
@@ -412,8 +410,7 @@ def _split_block_partials(lse_base, o_base, splits, rows, row_valid, dims, num_s
     ok = (splits < num_splits)[:, None] & row_valid[None, :]
     part_row = splits[:, None] * rows_pad + rows[None, :]
     lse = tl.load(lse_base + part_row, mask=ok, other=float("-inf"))
-    part = tl.load(o_base + part_row[:, :, None] * HEAD_DIM + dims[None, None, :], mask=ok[:, :, None],
-                   other=0.0).to(tl.float32)
+    part = tl.load(o_base + part_row[:, :, None] * HEAD_DIM + dims[None, None, :], mask=ok[:, :, None], other=0.0)
     return lse, part
 
 
@@ -848,9 +845,8 @@ def _launch_through_triton(plan, policy, q, k_cache, v_cache, cache_lens, ancest
     if workspace is None:
         part_o = part_lse = out  # not read
     else:
-        part_o, part_lse = workspace[:plan.lse_offset // 4], workspace[plan.lse_offset // 4:]
-        if plan.partial_size == 2:
-            part_o = part_o.view(q.dtype)
+        split_at = plan.workspace_bytes // 4 // (head_dim + 1) * head_dim
+        part_o, part_lse = workspace[:split_at], workspace[split_at:]
     if plan.kernel == "triton" and not plan.tma:
         descs = (k_cache, v_cache)
     else:
@@ -905,7 +901,7 @@ class _DirectCall:
         self.head_dim = head_dim
         self.workspace_numel = plan.workspace_bytes // 4
         # the byte offset of the log2-sum-exps in the workspace (after the partials)
-        self.workspace_split = plan.lse_offset
+        self.workspace_split = plan.workspace_bytes // 4 // (head_dim + 1) * head_dim * 4
         self.items = plan.base_programs
         self.poison = policy.poison_workspace
         # the integers after the tensors (14 strides, the scale, the sizes), with the default scale

@@ -107,8 +107,7 @@ class VerifyPolicy:
     merge_head_slices: a forced head-dim slice count of the merge's own launch and its waiters
     (:func:`pick_merge_slices`); merge_vector_loads: blocks of MERGE_VECTOR_MIN_BLOCK splits or more
     read as one load by the merge's own launch and its waiters (False: unrolled, and no waiters past
-    FUSED_MERGE_MAX_SPLITS or past sliced_waiters_max_split_bytes); narrow_partials: 16-bit inputs'
-    split partials stored in their own dtype (the log2-sum-exps stay fp32) instead of fp32."""
+    FUSED_MERGE_MAX_SPLITS or past sliced_waiters_max_split_bytes)."""
 
     tiles: VerifyConfig | None = None
     num_splits: int | None = None
@@ -132,7 +131,6 @@ class VerifyPolicy:
     sliced_waiters_max_split_bytes: int = 128 * 1024
     merge_head_slices: int | None = None
     merge_vector_loads: bool = True
-    narrow_partials: bool = False
 
 
 DEFAULT_POLICY = VerifyPolicy()
@@ -187,8 +185,7 @@ class VerifyPlan:
     kernel's; tma: the Triton kernel loads its mask-free key tiles through tensor descriptors;
     chunk keys a split, num_splits splits, base_programs programs a split; grid: the split
     kernel's launch grid (persistent: one program an SM); rows_pad: partial rows a (request, KV
-    head); workspace_bytes: the partials and their fp32 log2-sum-exps (0: one split, written
-    directly), partial_size bytes an element of the partials, the log2-sum-exps from lse_offset;
+    head); workspace_bytes: the fp32 partials and log2-sum-exps (0: one split, written directly);
     shared_bytes: the split kernel's shared memory (an upper bound, from the element size);
     why: the table's reason and the planner's."""
 
@@ -211,8 +208,6 @@ class VerifyPlan:
     persistent: bool
     rows_pad: int
     workspace_bytes: int
-    partial_size: int
-    lse_offset: int
     shared_bytes: int
     merge: MergePlan | None
     why: str
@@ -366,12 +361,12 @@ def pick_merge_slices(num_splits: int, head_dim: int, rows: int, pairs: int, sms
 
 
 def pick_merge_waiters(num_splits: int, tile_rows: int, merge_rows: int, head_dim: int, tiles: int, sms: int,
-                       max_bytes: int, head_slices: int = 1, partial_size: int = 4) -> int:
+                       max_bytes: int, head_slices: int = 1) -> int:
     """Programs a query tile that wait for its splits and then merge its rows between them, in the
     split kernel's own launch (0: none fit, the merge keeps its own launch). Their units are a
     MERGE_ROWS-row block's columns of one of ``head_slices`` head-dim slices. As many waiters as
     one a free SM (every waiter of the launch in one wave) up to one a unit, and only where each
-    then reads at most ``max_bytes`` of partials (``partial_size`` bytes an element). They are the grid's last programs: dispatched
+    then reads at most ``max_bytes`` of partials. They are the grid's last programs: dispatched
     in program order after every split, they wait only on resident programs.
 
     Worked example, B8-T9-H6/1/256-L32k on 132 SMs: 8 tiles of 54 rows on 16 splits, 2-row
@@ -382,7 +377,7 @@ def pick_merge_waiters(num_splits: int, tile_rows: int, merge_rows: int, head_di
     waiters = min(sms // tiles, units)
     if waiters < 2:
         return 0
-    unit_bytes = num_splits * merge_rows * (head_dim // head_slices * partial_size + 4)
+    unit_bytes = num_splits * merge_rows * (head_dim // head_slices + 1) * 4
     return waiters if cdiv(units, waiters) * unit_bytes <= max_bytes else 0
 
 
@@ -548,12 +543,10 @@ def _fit_shared_memory(cfg: VerifyConfig, arch: str, block_m: int, head_dim: int
 
 def plan_merge(num_splits: int, head_dim: int, rows: int, pairs: int, tile_rows: int, rows_pad: int,
                tiles: int, kernel: str, persistent: bool, sms: int, dependent_launch: bool,
-               policy: VerifyPolicy, partial_size: int = 4) -> MergePlan:
+               policy: VerifyPolicy) -> MergePlan:
     """The merge of a call's ``num_splits`` splits: ``rows`` packed rows of each of ``pairs``
     (request, KV head) pairs, ``tile_rows`` a query tile, one split's partials ``rows_pad`` rows
-    apart, ``tiles`` query tiles a split, ``partial_size`` bytes an element of a partial (the
-    bounds below are bytes of partials and their fp32 log2-sum-exps). The rules, in the order they
-    apply:
+    apart, ``tiles`` query tiles a split. The rules, in the order they apply:
 
     1. Eager calls fold it into the split kernel, whose last program of a query tile merges the
        tile's whole rows: where the kernel can, all splits fit one block (:func:`merge_tiles`) and
@@ -569,20 +562,20 @@ def plan_merge(num_splits: int, head_dim: int, rows: int, pairs: int, tile_rows:
     one_block = policy.merge_one_pass and num_splits <= split_block
     folds_here = policy.fused_merge and kernel in FUSED_MERGE_KERNELS and not persistent
     fused = (folds_here and one_block and num_splits <= FUSED_MERGE_MAX_SPLITS
-             and num_splits * tile_rows * (head_dim * partial_size + 4) <= policy.fused_merge_max_bytes)
+             and num_splits * tile_rows * (head_dim + 1) * 4 <= policy.fused_merge_max_bytes)
     slices = 1 if fused else (policy.merge_head_slices or pick_merge_slices(num_splits, head_dim, rows, pairs, sms))
     if slices > 1:
         split_block, merge_rows = merge_tiles(num_splits, head_dim, slices)
         one_block = policy.merge_one_pass and num_splits <= split_block
     waiters = 0
     vector_loads = policy.merge_vector_loads and split_block >= MERGE_VECTOR_MIN_BLOCK
-    far = slices > 1 and rows_pad * head_dim * partial_size > policy.sliced_waiters_max_split_bytes
+    far = slices > 1 and rows_pad * head_dim * 4 > policy.sliced_waiters_max_split_bytes
     vector_waiters = policy.merge_vector_loads and split_block >= (WAITER_VECTOR_MIN_BLOCK if far
                                                                    else MERGE_VECTOR_MIN_BLOCK)
     if (folds_here and one_block and not fused and policy.waiting_merge and kernel == "pingpong"
             and (not far or vector_waiters) and (num_splits <= FUSED_MERGE_MAX_SPLITS or vector_waiters)):
         waiters = pick_merge_waiters(num_splits, tile_rows, merge_rows, head_dim, tiles, sms,
-                                     policy.fused_merge_max_bytes, slices, partial_size)
+                                     policy.fused_merge_max_bytes, slices)
         fused = waiters > 0
     return MergePlan(split_block, merge_rows, pairs * cdiv(rows, merge_rows) * slices, one_block,
                      policy.programmatic_merge and dependent_launch and kernel != "pingpong", fused=fused,
@@ -651,21 +644,19 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
         persistent, grid = persistent_grid != grid, persistent_grid
     kv_heads = shape.kv_heads * head_split
     rows_pad = tiles.num_m_tiles * block_m + tail_m
-    merge, workspace, lse_offset = None, 0, 0
-    partial_size = 2 if policy.narrow_partials and shape.element_size == 2 else 4
+    merge, workspace = None, 0
     if num_splits > 1:
         merge = plan_merge(num_splits, shape.head_dim, shape.packed_rows // head_split, shape.batch * kv_heads,
                            min(block_m + tail_m, shape.packed_rows // head_split), rows_pad, base_programs, kernel,
-                           persistent, sms, target.dependent_launch, policy, partial_size)
-        lse_offset = shape.batch * kv_heads * num_splits * rows_pad * shape.head_dim * partial_size
-        workspace = lse_offset + shape.batch * kv_heads * num_splits * rows_pad * 4
+                           persistent, sms, target.dependent_launch, policy)
+        workspace = shape.batch * kv_heads * num_splits * rows_pad * (shape.head_dim + 1) * 4
     reasons = "; ".join(r for r in (why, tiles.why) if r)
     return VerifyPlan(kernel=kernel, config=cfg, group=shape.group // head_split, kv_heads=kv_heads, block_m=block_m,
                       num_m_tiles=tiles.num_m_tiles, tail_m=tail_m, head_split=head_split, block_n=block_n,
                       stages=stages, num_warps=num_warps,
                       tma=kernel == "triton" and cfg.tma and shape.descriptors, chunk=chunk, num_splits=num_splits,
                       base_programs=base_programs, grid=grid, persistent=persistent, rows_pad=rows_pad,
-                      workspace_bytes=workspace, partial_size=partial_size, lse_offset=lse_offset,
+                      workspace_bytes=workspace,
                       shared_bytes=shared_memory_bytes(kernel, cfg, block_m, tail_m, block_n, stages, shape.head_dim,
                                                        shape.element_size),
                       merge=merge, why=reasons)

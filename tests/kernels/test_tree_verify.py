@@ -142,23 +142,6 @@ def test_merge_folded_into_the_split_kernel_or_launched_after_it(fused):
     assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), torch.float16, f"fused={fused}")
 
 
-@needs_triton
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("fused", [True, False])
-def test_narrow_partials_merge_right_in_either_merge(dtype, fused):
-    """Split partials in the inputs' 16-bit dtype (fp32 inputs keep fp32 ones), their
-    log2-sum-exps in fp32: right through the folded merge and the merge's own launch, on
-    NaN-poisoned workspaces, ragged requests and 20 splits (one beyond the unrolled block)."""
-    policy = verify_policy(20, narrow_partials=True, fused_merge=fused)
-    q, k, v, lens_t, mask, _ = make_verify_inputs([700, 90], 9, "best_first", 4, 2, 64, dtype, seed=13)
-    plan = plan_of(q, k, v, policy)
-    assert plan.partial_size == (4 if dtype == torch.float32 else 2), plan
-    rows = 2 * 2 * plan.num_splits * plan.rows_pad
-    assert (plan.lse_offset, plan.workspace_bytes) == (rows * 64 * plan.partial_size, rows * (64 * plan.partial_size + 4))
-    out = run_triton(q, k, v, lens_t, mask, policy)
-    assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, f"narrow partials, fused={fused}")
-
-
 # The merge over head-dim slices: (head dim, slices, splits forced, [L_b]). 16-key splits make 33
 # and 65 of them over a short cache; a ragged second request leaves its later splits empty.
 SLICED_MERGE_CASES = [
