@@ -321,7 +321,9 @@ def flex_runner(q, k, v, lens, mask, num_nodes):
         return (kv_idx < prefix[b]) | (in_tree & tree_visible[b, q_idx, rel.clamp(0, num_nodes - 1)])
 
     block_mask = create_block_mask(mask_mod, batch, None, num_nodes, rows, device=q.device)
-    compiled = torch.compile(flex_attention, dynamic=False)
+    # fullgraph: a FlexAttention that would run uncompiled (a graph break, dynamo's recompile
+    # limit) raises instead of being timed at its unfused speed
+    compiled = torch.compile(flex_attention, dynamic=False, fullgraph=True)
     qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     return lambda: compiled(qh, kh, vh, block_mask=block_mask, enable_gqa=True).transpose(1, 2)
 

@@ -35,7 +35,7 @@ def flex_row(shape, seed: int, lock_path: str) -> dict:
     from filelock import FileLock
     from triton.testing import do_bench
 
-    from .bench import (ROW_TOLERANCE_BF16, flex_runner, input_sets_needed, l2_flush, make_inputs, row_error,
+    from .bench import (ROW_TOLERANCE_BF16, input_sets_needed, l2_flush, make_inputs, row_error,
                         time_in_graph)
     from .tree_verify_triton import tree_verify_attention_triton
 
@@ -45,7 +45,7 @@ def flex_row(shape, seed: int, lock_path: str) -> dict:
     row = {"shape": shape.name, "input_sets": len(sets)}
     flex = None
     try:
-        flex = flex_runner(*sets[0], shape.num_nodes)
+        flex = fresh_flex(sets[0], shape.num_nodes)
         flex()  # the compile, on this process's CPU
         torch.cuda.synchronize()
     except Exception as exc:  # a shape FlexAttention cannot take is reported, not fatal
@@ -67,6 +67,18 @@ def flex_row(shape, seed: int, lock_path: str) -> dict:
     del sets, flex
     torch.cuda.empty_cache()
     return row
+
+
+def fresh_flex(inputs, num_nodes: int):
+    """FlexAttention on ``inputs`` (:func:`bench.flex_runner`), compiled afresh: each shape is one
+    more compile of flex_attention, and past dynamo's recompile limit for it a worker's later
+    shapes would not compile (run uncompiled, they measured 10-100x slower)."""
+    import torch
+
+    from .bench import flex_runner
+
+    torch._dynamo.reset()
+    return flex_runner(*inputs, num_nodes)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -105,3 +105,25 @@ def test_shapes_out_of_gpu_memory_run_again_alone_and_every_row_is_kept(tmp_path
     passes.clear()
     flex_sweep.sweep(shapes, str(tmp_path), 1, log=lines.append, pool_rows=pool_rows)
     assert len(passes) == 1
+
+
+def test_each_shape_compiles_flex_attention_afresh_past_dynamos_recompile_limit(monkeypatch):
+    """Past the limit FlexAttention raises rather than run uncompiled (a sweep once timed it so),
+    and the sweep's workers compile each shape afresh: on the CPU, with the limit at 1."""
+    import torch
+    import torch._dynamo.config as dynamo_config
+
+    from specdec_kernels.bench import flex_runner, make_inputs, row_error
+
+    limit = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
+    monkeypatch.setattr(dynamo_config, limit, 1)
+    first, second = Shape(1, 9, 4, 2, 16, 64), Shape(1, 9, 4, 2, 16, 96)
+    cpu = torch.device("cpu")
+    torch._dynamo.reset()
+    flex_runner(*make_inputs(first, cpu, 0), first.num_nodes)()
+    inputs = make_inputs(second, cpu, 0)
+    with pytest.raises(Exception, match="fullgraph|recompile"):
+        flex_runner(*inputs, second.num_nodes)()
+    out = flex_sweep.fresh_flex(inputs, second.num_nodes)()
+    assert row_error(out, *inputs, [0]) < 1e-2
+    torch._dynamo.reset()
