@@ -72,7 +72,7 @@ def flex_row(shape, seed: int, lock_path: str) -> dict:
 def fresh_flex(inputs, num_nodes: int):
     """FlexAttention on ``inputs`` (:func:`bench.flex_runner`), compiled afresh: each shape is one
     more compile of flex_attention, and past dynamo's recompile limit for it a worker's later
-    shapes would not compile (run uncompiled, they measured 10-100x slower)."""
+    shapes would not compile (``flex_runner``'s fullgraph makes that raise rather than run unfused)."""
     import torch
 
     from .bench import flex_runner
