@@ -2,6 +2,7 @@
 
     python -m specdec_kernels.flex_sweep --out DIR                 # the whole grid, 14 processes
     python -m specdec_kernels.flex_sweep --out DIR --quick --processes 4
+    python -m specdec_kernels.flex_sweep --out DIR --resume        # finish a run cut short
 
 FlexAttention is a torch.compile of its own for every shape (tens of seconds of CPU each): one
 after another, a grid of ~200 shapes would hold a GPU for over an hour, most of it idle. Here each
@@ -24,6 +25,8 @@ import time
 
 LOCK_NAME = "gpu.lock"
 ROWS_NAME = "flex.jsonl"
+# rows of earlier sweeps (which compiled FlexAttention without a fresh start per shape) are not resumed
+ROW_FORMAT = 2
 # a worker's Inductor compiles in its own process: the pool's workers are the parallelism
 COMPILE_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 
@@ -42,7 +45,7 @@ def flex_row(shape, seed: int, lock_path: str) -> dict:
     device = torch.device("cuda")
     sets = [make_inputs(shape, device, seed + i) for i in range(input_sets_needed(shape))]
     requests = sorted({0, shape.batch - 1})
-    row = {"shape": shape.name, "input_sets": len(sets)}
+    row = {"shape": shape.name, "format": ROW_FORMAT, "input_sets": len(sets)}
     flex = None
     try:
         flex = fresh_flex(sets[0], shape.num_nodes)
@@ -91,7 +94,7 @@ def _worker(task) -> dict:
     try:
         return flex_row(shape, seed, lock_path)
     except Exception as exc:  # the verify kernel itself failed: a row that says so, the sweep goes on
-        return {"shape": shape.name, "error": _first_line(exc), "ok": False}
+        return {"shape": shape.name, "format": ROW_FORMAT, "error": _first_line(exc), "ok": False}
 
 
 def _init_worker() -> None:
@@ -111,16 +114,48 @@ def out_of_memory(row: dict) -> bool:
     return any(str(row.get(key, "")).startswith("OutOfMemoryError") for key in ("error", "flex_error"))
 
 
-def sweep(shapes, out_dir: str, processes: int, seed: int = 0, log=print, pool_rows=_pool_rows) -> list[dict]:
+def load_rows(path: str) -> dict:
+    """The last row of each shape in a sweep's rows file (empty where there is no file); a line that
+    is not a sweep row is a ValueError naming it."""
+    rows = {}
+    try:
+        f = open(path)
+    except FileNotFoundError:
+        return rows
+    with f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{number}: not JSON ({exc.msg}); expected one sweep row a line") from None
+            if not isinstance(row, dict) or not isinstance(row.get("shape"), str):
+                raise ValueError(f"{path}:{number}: not a sweep row (no shape name); expected one sweep row a line")
+            rows[row["shape"]] = row
+    return rows
+
+
+def sweep(shapes, out_dir: str, processes: int, seed: int = 0, log=print, pool_rows=_pool_rows,
+          resume: bool = False) -> list[dict]:
     """Every shape's row, each appended to ``out_dir/flex.jsonl`` as it comes; progress on ``log``.
     The workers share the GPU's memory, which the lock does not govern: shapes that ran out of it
     run again one at a time after the rest (their second row, later in the file, is the one that
-    counts)."""
+    counts). ``resume``: shapes that already have a row of this format there (not out of memory)
+    keep it and are not run again, so that a run cut short is finished by the next."""
     os.makedirs(out_dir, exist_ok=True)
-    lock_path = os.path.join(out_dir, LOCK_NAME)
+    lock_path, rows_path = os.path.join(out_dir, LOCK_NAME), os.path.join(out_dir, ROWS_NAME)
     rows, started = {}, time.time()
-    tasks = [(shape, seed + i, lock_path) for i, shape in enumerate(shapes)]
-    with open(os.path.join(out_dir, ROWS_NAME), "a") as sink:
+    if resume:
+        wanted = {shape.name for shape in shapes}
+        saved = load_rows(rows_path)
+        rows = {name: row for name, row in saved.items()
+                if name in wanted and row.get("format") == ROW_FORMAT and not out_of_memory(row)}
+        stale = sum(name in wanted and saved[name].get("format") != ROW_FORMAT for name in saved)
+        log(f"resuming {rows_path}: {len(rows)} of {len(shapes)} shapes timed already"
+            + (f", {stale} rows of an earlier format timed again" if stale else ""))
+    tasks = [(shape, seed + i, lock_path) for i, shape in enumerate(shapes) if shape.name not in rows]
+    with open(rows_path, "a") as sink:
         def keep(row, label):
             rows[row["shape"]] = row
             sink.write(json.dumps(row) + "\n")
@@ -167,6 +202,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="a few shapes of each head dim instead of the grid")
     parser.add_argument("--shapes", help="comma-separated shape names of the grid (default: all)")
     parser.add_argument("--processes", type=int, default=14, help="worker processes compiling at once (default 14)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the rows OUT/flex.jsonl holds already and time only the shapes it lacks")
     args = parser.parse_args(argv)
     if args.processes < 1:
         parser.error(f"--processes takes a positive count, not {args.processes}")
@@ -186,7 +223,10 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("no CUDA GPU found: the FlexAttention sweep needs one", file=sys.stderr)
         return 2
-    rows = sweep(shapes, args.out, args.processes, log=lambda line: print(line, flush=True))
+    try:
+        rows = sweep(shapes, args.out, args.processes, log=lambda line: print(line, flush=True), resume=args.resume)
+    except ValueError as exc:  # a rows file to resume that is not one
+        parser.error(f"{exc} (start afresh in another --out, or without --resume)")
     result = summary(rows)
     print(json.dumps(result), flush=True)
     return 0 if not result["slower"] and not result["wrong_or_failed"] else 1

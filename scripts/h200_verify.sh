@@ -4,7 +4,8 @@
 #   bench  the grid's kernels compiled in parallel, then the GPU bench tests over the whole grid
 #          (head dims 256 and 128), which write the run's table under $OUT (verify.md, verify.jsonl)
 #   all    both, the grid's kernels compiling while the suite runs
-#   flex   the GPU test of FlexAttention against the kernel over the whole grid (flex.jsonl under $OUT)
+#   flex   the GPU test of FlexAttention against the kernel over the whole grid (flex.jsonl under $OUT;
+#          run again with the same OUT, it times only the shapes that file lacks)
 # Results land under $OUT; the package is installed editable from this checkout first. Time limits
 # (seconds): SUITE_SECONDS, WARM_SECONDS, BENCH_SECONDS, FLEX_SECONDS (the whole grid took 370-470 s after a warm
 # compile of 60-105 s on an H200; on a fresh machine the compile took over 90 s). A bench run cut

@@ -4,7 +4,8 @@ FlexAttention is a torch.compile of its own per shape; ``flex_sweep`` compiles t
 processes and times each shape while holding the GPU's lock. The shapes are those of
 test_verify_kernel.py (a few by default, the whole grid with ``SPECDEC_VERIFY_GRID=full``);
 ``SPECDEC_FLEX_PROCESSES`` sets the workers (default 14); with ``SPECDEC_VERIFY_TABLE=DIR`` the
-rows go to ``DIR/flex.jsonl``. A shape FlexAttention does not compile or run on is skipped with its
+rows go to ``DIR/flex.jsonl``, and a run there again times only the shapes it lacks (a whole grid
+takes longer than one command may run on some machines). A shape FlexAttention does not compile or run on is skipped with its
 error: the goal holds wherever it compiles.
 """
 
@@ -32,8 +33,10 @@ def _shapes():
 def flex_rows(tmp_path_factory) -> dict:
     from specdec_kernels.flex_sweep import sweep
 
-    out = os.environ.get("SPECDEC_VERIFY_TABLE") or str(tmp_path_factory.mktemp("flex"))
-    rows = sweep(_shapes(), out, int(os.environ.get("SPECDEC_FLEX_PROCESSES", "14")), log=lambda line: None)
+    kept = os.environ.get("SPECDEC_VERIFY_TABLE")
+    out = kept or str(tmp_path_factory.mktemp("flex"))
+    rows = sweep(_shapes(), out, int(os.environ.get("SPECDEC_FLEX_PROCESSES", "14")), log=lambda line: None,
+                 resume=bool(kept))
     return {row["shape"]: row for row in rows}
 
 

@@ -72,7 +72,8 @@ def test_a_worker_whose_kernel_fails_leaves_a_row_that_says_so(monkeypatch):
     monkeypatch.setattr(flex_sweep, "flex_row", fail)
     shape = Shape(1, 9, 32, 8, 128, 1024)
     row = flex_sweep._worker((shape, 0, "lock"))
-    assert row == {"shape": shape.name, "error": "RuntimeError: CUDA error: an illegal memory access", "ok": False}
+    assert row == {"shape": shape.name, "format": flex_sweep.ROW_FORMAT,
+                   "error": "RuntimeError: CUDA error: an illegal memory access", "ok": False}
 
 
 def test_shapes_out_of_gpu_memory_run_again_alone_and_every_row_is_kept(tmp_path):
@@ -127,3 +128,52 @@ def test_each_shape_compiles_flex_attention_afresh_past_dynamos_recompile_limit(
     out = flex_sweep.fresh_flex(inputs, second.num_nodes)()
     assert row_error(out, *inputs, [0]) < 1e-2
     torch._dynamo.reset()
+
+
+def test_a_resumed_sweep_times_only_the_shapes_its_file_lacks(tmp_path):
+    import json
+
+    shapes = [Shape(1, 9, 32, 8, 128, 1024), Shape(8, 9, 32, 8, 128, 1024), Shape(32, 9, 32, 8, 128, 1024),
+              Shape(1, 17, 32, 8, 128, 1024)]
+    saved = [_row(shapes[0].name, 5.0, format=flex_sweep.ROW_FORMAT),
+             _row(shapes[1].name, 300.0),  # an earlier sweep's row (no format): timed again
+             {"shape": shapes[2].name, "format": flex_sweep.ROW_FORMAT, "error": "OutOfMemoryError: x", "ok": False},
+             _row("B1-T9-H32/8/128-L8192", 4.0, format=flex_sweep.ROW_FORMAT)]  # not asked for: left out
+    path = tmp_path / flex_sweep.ROWS_NAME
+    path.write_text("".join(json.dumps(row) + "\n" for row in saved) + "\n")
+    ran = []
+
+    def pool_rows(tasks, processes):
+        ran.extend(task[0].name for task in tasks)
+        for task in tasks:
+            yield _row(task[0].name, 3.0, format=flex_sweep.ROW_FORMAT)
+
+    lines = []
+    rows = flex_sweep.sweep(shapes, str(tmp_path), 2, log=lines.append, pool_rows=pool_rows, resume=True)
+    assert ran == [s.name for s in shapes[1:]]
+    assert {r["shape"]: r["x_flex"] for r in rows} == {shapes[0].name: 5.0, shapes[1].name: 3.0,
+                                                       shapes[2].name: 3.0, shapes[3].name: 3.0}
+    assert lines[0] == f"resuming {path}: 1 of 4 shapes timed already, 1 rows of an earlier format timed again"
+    assert flex_sweep.load_rows(str(path))[shapes[1].name]["x_flex"] == 3.0  # the later row counts
+    ran.clear()
+    flex_sweep.sweep(shapes, str(tmp_path), 2, log=lines.append, pool_rows=pool_rows, resume=True)
+    assert ran == []
+    assert flex_sweep.load_rows(str(tmp_path / "none.jsonl")) == {}
+
+
+@pytest.mark.parametrize("content,message", [
+    ('{"shape": "a"}\nnot json\n', ":2: not JSON"),
+    ('[1, 2]\n', ":1: not a sweep row (no shape name)"),
+])
+def test_a_file_to_resume_that_is_not_sweep_rows_is_refused_by_line(tmp_path, capsys, monkeypatch, content,
+                                                                     message):
+    import torch
+
+    (tmp_path / flex_sweep.ROWS_NAME).write_text(content)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(SystemExit) as exit_info:
+        flex_sweep.main(["--out", str(tmp_path), "--quick", "--resume"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "without --resume" in err
+    assert (tmp_path / flex_sweep.ROWS_NAME).read_text() == content  # nothing appended
