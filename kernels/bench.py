@@ -625,28 +625,34 @@ ROW_NUMBERS = ("m_tiles", "block_m", "block_n", "splits", "us", "roof_us", "roof
 ROWS_EXPECTED = "expected one bench row a line, as the bench tests write verify.jsonl"
 
 
-def load_rows(path: str) -> list[dict]:
-    """The rows of a JSON-lines file as the bench writes them, each checked for what the table
-    needs (ValueError naming the line and what it lacks)."""
-    rows = []
+def read_json_lines(path: str, expected: str):
+    """(line number, value) of each non-blank line of a JSON-lines file; a line that is not JSON is
+    a ValueError naming it, with ``expected`` (what the file should hold)."""
     with open(path) as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                yield number, json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{number}: not JSON ({exc.msg}); {ROWS_EXPECTED}") from None
-            if not isinstance(row, dict):
-                row = {}
-            wrong = [key for key in ("shape", "bound") if not isinstance(row.get(key), str)]
-            wrong += [key for key in ROW_NUMBERS if not isinstance(row.get(key), (int, float))]
-            if not isinstance(row.get("goals", {}), dict):
-                wrong.append("goals")
-            if wrong:
-                raise ValueError(f"{path}:{number}: not a bench row (no {', '.join(wrong)}, or not of its type); "
-                                 f"{ROWS_EXPECTED}")
-            rows.append(row)
+                raise ValueError(f"{path}:{number}: not JSON ({exc.msg}); {expected}") from None
+
+
+def load_rows(path: str) -> list[dict]:
+    """The rows of a JSON-lines file as the bench writes them, each checked for what the table
+    needs (ValueError naming the line and what it lacks)."""
+    rows = []
+    for number, row in read_json_lines(path, ROWS_EXPECTED):
+        if not isinstance(row, dict):
+            row = {}
+        wrong = [key for key in ("shape", "bound") if not isinstance(row.get(key), str)]
+        wrong += [key for key in ROW_NUMBERS if not isinstance(row.get(key), (int, float))]
+        if not isinstance(row.get("goals", {}), dict):
+            wrong.append("goals")
+        if wrong:
+            raise ValueError(f"{path}:{number}: not a bench row (no {', '.join(wrong)}, or not of its type); "
+                             f"{ROWS_EXPECTED}")
+        rows.append(row)
     if not rows:
         raise ValueError(f"{path}: no rows; {ROWS_EXPECTED}")
     return rows

@@ -117,22 +117,16 @@ def out_of_memory(row: dict) -> bool:
 def load_rows(path: str) -> dict:
     """The last row of each shape in a sweep's rows file (empty where there is no file); a line that
     is not a sweep row is a ValueError naming it."""
+    from .bench import read_json_lines
+
+    expected = "expected one sweep row a line"
     rows = {}
-    try:
-        f = open(path)
-    except FileNotFoundError:
+    if not os.path.exists(path):
         return rows
-    with f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{number}: not JSON ({exc.msg}); expected one sweep row a line") from None
-            if not isinstance(row, dict) or not isinstance(row.get("shape"), str):
-                raise ValueError(f"{path}:{number}: not a sweep row (no shape name); expected one sweep row a line")
-            rows[row["shape"]] = row
+    for number, row in read_json_lines(path, expected):
+        if not isinstance(row, dict) or not isinstance(row.get("shape"), str):
+            raise ValueError(f"{path}:{number}: not a sweep row (no shape name); {expected}")
+        rows[row["shape"]] = row
     return rows
 
 
