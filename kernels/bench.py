@@ -98,6 +98,12 @@ def grid_shapes(head_dims=HEAD_DIMS) -> list[Shape]:
     return shapes
 
 
+def run_shapes(full: bool) -> list[Shape]:
+    """The shapes a GPU run times in order: the whole grid with head dim 256 first (a run cut short
+    keeps the shapes the kernels were least tuned for), or (``full`` False) :func:`quick_shapes`."""
+    return grid_shapes((256,)) + grid_shapes((128,)) if full else quick_shapes()
+
+
 def quick_shapes(head_dims=HEAD_DIMS) -> list[Shape]:
     """A few shapes of each head dim's grid: memory- and compute-bound, one split and many."""
     shapes = []

@@ -189,7 +189,7 @@ def summary(rows) -> dict:
 
 
 def main(argv=None) -> int:
-    from .bench import grid_shapes, quick_shapes
+    from .bench import run_shapes
 
     parser = argparse.ArgumentParser(prog="python -m specdec_kernels.flex_sweep", description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="directory for flex.jsonl (appended) and the GPU lock")
@@ -201,9 +201,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.processes < 1:
         parser.error(f"--processes takes a positive count, not {args.processes}")
-    # head dim 256 first, as the bench tests: a run cut short keeps the least tuned shapes
-    known = grid_shapes((256,)) + grid_shapes((128,))
-    shapes = quick_shapes() if args.quick else known
+    known = run_shapes(full=True)
+    shapes = run_shapes(full=not args.quick)
     if args.shapes:
         wanted = args.shapes.split(",")
         names = {s.name for s in known}

@@ -22,11 +22,9 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
 
 
 def _shapes():
-    from specdec_kernels.bench import grid_shapes, quick_shapes
+    from specdec_kernels.bench import run_shapes
 
-    if os.environ.get("SPECDEC_VERIFY_GRID") == "full":
-        return grid_shapes((256,)) + grid_shapes((128,))
-    return quick_shapes()
+    return run_shapes(os.environ.get("SPECDEC_VERIFY_GRID") == "full")
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,10 @@ def test_grid_holds_head_dim_128_and_the_qwen_27b_heads_at_256():
     # at 256: T*G <= 64 is T = 9 at G = 6 and T = 9 or 17 at G = 3
     assert {(s.num_nodes, s.group) for s in at_256 if s.memory_bound_goal()} == {(9, 6), (9, 3), (17, 3)}
     assert all(s in bench.grid_shapes() for s in bench.quick_shapes())
+    # a GPU run's order: head dim 256 first
+    full = bench.run_shapes(full=True)
+    assert sorted(s.name for s in full) == sorted(s.name for s in bench.grid_shapes())
+    assert [s.head_dim for s in full] == [256] * 108 + [128] * 90 and bench.run_shapes(False) == bench.quick_shapes()
 
 
 def _row(**fields):
