@@ -42,7 +42,7 @@ bench() {
 
 flex() {
   SPECDEC_VERIFY_GRID=full SPECDEC_VERIFY_TABLE="$OUT" timeout "${FLEX_SECONDS:-600}" python3 -m pytest \
-    tests/bench/test_flex_sweep.py -rA -p no:cacheprovider -p no:xdist >"$OUT/flex_tests.log" 2>&1
+    tests/bench/test_faster_than_flex.py -rA -p no:cacheprovider -p no:xdist >"$OUT/flex_tests.log" 2>&1
   echo "== flex tests rc=$?"; grep -E "passed|failed" "$OUT/flex_tests.log" | tail -2
   grep -E "^(FAILED|SKIPPED)" "$OUT/flex_tests.log" | cut -c1-300 | head -40
 }

@@ -1,5 +1,5 @@
 """The FlexAttention sweep's bookkeeping, on the CPU: its summary, its lines and its arguments.
-(The sweep itself needs a GPU: tests/bench/test_flex_sweep.py.)"""
+(The sweep itself needs a GPU: tests/bench/test_faster_than_flex.py.)"""
 
 from __future__ import annotations
 
