@@ -227,6 +227,9 @@ HOST_BATCH_CALLS = 32
 HOST_BATCHES = 8
 # untimed calls at a batch's start: the first launch after a synchronisation pays for the wait
 HOST_LEAD_CALLS = 1
+# a shape's host time and its floor are each the least of this many measurements taken in turn: the
+# host's speed drifts from moment to moment and a slow moment only adds time
+HOST_REPEATS = 3
 
 
 # eager and graph windows alternate: a power-capped GPU's SM clock moves within seconds
@@ -284,8 +287,16 @@ def time_eagerly(call, input_sets, graph_us: float, graph=None) -> EagerTiming:
         eager_us.append(_window_us(eager, calls))
         if graph is not None:
             graph_windows.append(_window_us(replayed, calls))
+    return EagerTiming(statistics.median(eager_us), host_us_per_call(call, input_sets),
+                       statistics.median(graph_windows) if graph_windows else None)
+
+
+def host_us_per_call(call, input_sets) -> float:
+    """Host microseconds to issue one call: the median over HOST_BATCHES batches of
+    HOST_BATCH_CALLS back-to-back calls, each batch starting on an idle GPU behind
+    HOST_LEAD_CALLS untimed calls."""
     host_us = []
-    for batch in range(HOST_BATCHES):
+    for _ in range(HOST_BATCHES):
         torch.cuda.synchronize()
         for i in range(HOST_LEAD_CALLS):
             call(*input_sets[i % len(input_sets)])
@@ -294,8 +305,20 @@ def time_eagerly(call, input_sets, graph_us: float, graph=None) -> EagerTiming:
             call(*input_sets[i % len(input_sets)])
         host_us.append((time.perf_counter() - host_start) * 1e6 / HOST_BATCH_CALLS)
     torch.cuda.synchronize()
-    return EagerTiming(statistics.median(eager_us), statistics.median(host_us),
-                       statistics.median(graph_windows) if graph_windows else None)
+    return statistics.median(host_us)
+
+
+def least_host_times(call, input_sets, first_us: float, floor_call, repeats: int = HOST_REPEATS):
+    """(host µs a call, host floor µs): each the least of ``repeats`` measurements, the call's and
+    the floor's taken in turn so that both see the same moments of the host (``first_us``: the
+    call's first, from :func:`time_eagerly`; the floor None where ``floor_call`` is None)."""
+    host, floor = [first_us], []
+    for repeat in range(repeats):
+        if floor_call is not None:
+            floor.append(host_us_per_call(floor_call, [()]))
+        if repeat:
+            host.append(host_us_per_call(call, input_sets))
+    return min(host), (min(floor) if floor else None)
 
 
 def row_error(out, q, k, v, lens, mask, requests) -> float:
@@ -407,7 +430,7 @@ def goal_verdicts(row: dict) -> dict:
 def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, policy=None, baselines: bool = True) -> dict:
     from triton.testing import do_bench
 
-    from .memory_floor import host_floor_us, measure_floor
+    from .memory_floor import host_floor_call, measure_floor
 
     from .tree_verify import tree_verify_attention_sdpa
     from .tree_verify_triton import plan_call, tree_verify_attention_triton
@@ -434,8 +457,8 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, policy=N
     eager = time_eagerly(ours, sets, row["us"], graph)
     del graph
     # the host's speed drifts within a run: its floor is taken again beside each shape's host time
-    floor_now = host_floor_us(device)
-    row.update(eager_us=eager.gpu_us, host_us=eager.host_us, eager_graph_us=eager.graph_us,
+    host_us, floor_now = least_host_times(ours, sets, eager.host_us, host_floor_call(device))
+    row.update(eager_us=eager.gpu_us, host_us=host_us, eager_graph_us=eager.graph_us,
                eager_x_graph=eager.eager_x_graph,
                host_floor_us=ceilings.get("host_floor_us") if floor_now is None else floor_now)
     ms = row["us"] / 1e3

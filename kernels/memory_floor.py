@@ -7,7 +7,7 @@ buffers, L2 flushed):
 - ``launch_us``: an empty Triton kernel, the launch floor of one kernel;
 - ``stream_us``: a kernel that reads ``nbytes`` once (each program sums its blocks and writes
   one number), the floor of any kernel that must read them.
-And one host time, as the bench times an eager call's (``time_eagerly``): :func:`host_floor_us`,
+And one host time, as the bench times an eager call's (``host_us_per_call``): :func:`host_floor_us`,
 one direct C launch of the empty kernel and the allocation of an output, the least a launcher
 that returns a new output can do.
 """
@@ -82,13 +82,21 @@ HOST_FLOOR_OUTPUT = (8, 17, 32, 128)
 
 
 def host_floor_us(device) -> float | None:
-    """Host microseconds a call of ``torch.empty_like`` of an output and one direct C launch of an
-    empty compiled kernel (:class:`~specdec_kernels.triton_launch.DirectLaunch`), issued back to
-    back in batches from an idle GPU as ``time_eagerly`` times a verify call. None where this
-    Triton has no direct launch (its own dispatch is a cost, not a floor)."""
+    """Host microseconds a call of :func:`host_floor_call`, issued back to back in batches from an
+    idle GPU as the bench times a verify call (``bench.host_us_per_call``); None where it has none."""
+    from .bench import host_us_per_call
+
+    call = host_floor_call(device)
+    return None if call is None else host_us_per_call(call, [()])
+
+
+def host_floor_call(device):
+    """A call of ``torch.empty_like`` of an output and one direct C launch of an empty compiled
+    kernel (:class:`~specdec_kernels.triton_launch.DirectLaunch`): the least a launcher that
+    returns a new output can do. None where this Triton has no direct launch (its own dispatch is a
+    cost, not a floor)."""
     import torch
 
-    from .bench import time_eagerly
     from .triton_launch import DirectLaunch, direct_launch_unusable
 
     if direct_launch_unusable() is not None:
@@ -104,4 +112,4 @@ def host_floor_us(device) -> float | None:
         torch.empty_like(like)
         launch(stream, args)
 
-    return time_eagerly(call, [()], graph_us=1.0).host_us
+    return call

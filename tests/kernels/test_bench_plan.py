@@ -251,3 +251,27 @@ def test_time_eagerly_alternates_eager_and_graph_windows_and_takes_medians(monke
     assert timing.host_us >= 0 and len(calls) == bench.HOST_BATCHES * (bench.HOST_LEAD_CALLS + bench.HOST_BATCH_CALLS)
     no_graph = bench.time_eagerly(lambda *a: None, [()], graph_us=500.0)
     assert no_graph.graph_us is None and no_graph.eager_x_graph is None
+
+
+def test_host_time_and_its_floor_are_each_the_least_of_measurements_taken_in_turn(monkeypatch):
+    """A slow moment of the host only adds time: the call's and the floor's host times are each the
+    least of HOST_REPEATS measurements, taken alternately so that both see the same moments."""
+    order, samples = [], {"call": iter([30.0, 17.0]), "floor": iter([12.0, 8.0, 9.0])}
+
+    def measured(call, input_sets):
+        order.append(call.__name__)
+        return next(samples[call.__name__])
+
+    def call(*_):
+        pass
+
+    def floor(*_):
+        pass
+
+    monkeypatch.setattr(bench, "host_us_per_call", measured)
+    assert bench.least_host_times(call, [()], 32.5, floor, repeats=3) == (17.0, 8.0)
+    assert order == ["floor", "floor", "call", "floor", "call"]
+    order.clear()
+    samples["call"] = iter([40.0, 41.0])
+    assert bench.least_host_times(call, [()], 32.5, None, repeats=3) == (32.5, None)
+    assert order == ["call", "call"]
