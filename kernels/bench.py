@@ -357,6 +357,25 @@ def flex_runner(q, k, v, lens, mask, num_nodes):
     return lambda: compiled(qh, kh, vh, block_mask=block_mask, enable_gqa=True).transpose(1, 2)
 
 
+def time_flex(flex, inputs, requests, kernel_us: float) -> dict:
+    """FlexAttention's worst row error on ``requests`` of ``inputs``, its time (``do_bench``
+    median) and that over ``kernel_us``; ``flex_error`` alone where it does not compile or run."""
+    from triton.testing import do_bench
+
+    try:
+        err = row_error(flex(), *inputs, requests)
+        us = do_bench(flex, warmup=10, rep=40, return_mode="median") * 1e3
+    except Exception as exc:  # a shape FlexAttention cannot take is reported, not fatal
+        return {"flex_error": error_line(exc)}
+    return {"flex_err": err, "flex_us": us, "x_flex": us / kernel_us}
+
+
+def error_line(exc: BaseException) -> str:
+    """An exception as one line of a row: its type and its message's first line."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:200] if text else ''}"
+
+
 def sglang_verify_kernels() -> str | None:
     """Why SGLang's Triton extend-attention kernels (its tree-verify path) cannot be timed here
     (None: they import)."""
@@ -428,8 +447,6 @@ def goal_verdicts(row: dict) -> dict:
 
 
 def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, policy=None, baselines: bool = True) -> dict:
-    from triton.testing import do_bench
-
     from .memory_floor import host_floor_call, measure_floor
 
     from .tree_verify import tree_verify_attention_sdpa
@@ -486,11 +503,10 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, policy=N
     if with_flex:
         try:
             flex = flex_runner(q, k, v, lens, mask, shape.num_nodes)
-            row["flex_err"] = row_error(flex(), q, k, v, lens, mask, requests)
-            row["flex_us"] = do_bench(flex, warmup=10, rep=40, return_mode="median") * 1e3
-            row["x_flex"] = row["flex_us"] / row["us"]
         except Exception as exc:
-            row["flex_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+            row["flex_error"] = error_line(exc)
+        else:
+            row.update(time_flex(flex, sets[0], requests, row["us"]))
     row["goals"] = goal_verdicts(row)
     del sets, q, k, v
     torch.cuda.empty_cache()

@@ -36,10 +36,9 @@ def flex_row(shape, seed: int, lock_path: str) -> dict:
     holding it. A FlexAttention that does not compile or run leaves ``flex_error``."""
     import torch
     from filelock import FileLock
-    from triton.testing import do_bench
 
-    from .bench import (ROW_TOLERANCE_BF16, input_sets_needed, l2_flush, make_inputs, row_error,
-                        time_in_graph)
+    from .bench import (ROW_TOLERANCE_BF16, error_line, input_sets_needed, l2_flush, make_inputs, row_error,
+                        time_flex, time_in_graph)
     from .tree_verify_triton import tree_verify_attention_triton
 
     device = torch.device("cuda")
@@ -52,17 +51,12 @@ def flex_row(shape, seed: int, lock_path: str) -> dict:
         flex()  # the compile, on this process's CPU
         torch.cuda.synchronize()
     except Exception as exc:  # a shape FlexAttention cannot take is reported, not fatal
-        row["flex_error"] = _first_line(exc)
+        row["flex_error"] = error_line(exc)
     with FileLock(lock_path), l2_flush("read"):
         row["err"] = max(row_error(tree_verify_attention_triton(*s), *s, requests) for s in sets[:2])
         row["us"] = time_in_graph(tree_verify_attention_triton, sets)
-        if flex is not None and "flex_error" not in row:
-            try:
-                row["flex_err"] = row_error(flex(), *sets[0], requests)
-                row["flex_us"] = do_bench(flex, warmup=10, rep=40, return_mode="median") * 1e3
-                row["x_flex"] = row["flex_us"] / row["us"]
-            except Exception as exc:
-                row["flex_error"] = _first_line(exc)
+        if "flex_error" not in row:
+            row.update(time_flex(flex, sets[0], requests, row["us"]))
         torch.cuda.synchronize()
     row["ok"] = row["err"] <= ROW_TOLERANCE_BF16
     if "flex_err" in row:
@@ -84,17 +78,14 @@ def fresh_flex(inputs, num_nodes: int):
     return flex_runner(*inputs, num_nodes)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0][:200] if text else ''}"
-
-
 def _worker(task) -> dict:
+    from .bench import error_line
+
     shape, seed, lock_path = task
     try:
         return flex_row(shape, seed, lock_path)
     except Exception as exc:  # the verify kernel itself failed: a row that says so, the sweep goes on
-        return {"shape": shape.name, "format": ROW_FORMAT, "error": _first_line(exc), "ok": False}
+        return {"shape": shape.name, "format": ROW_FORMAT, "error": error_line(exc), "ok": False}
 
 
 def _init_worker() -> None:

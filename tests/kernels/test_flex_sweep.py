@@ -177,3 +177,12 @@ def test_a_file_to_resume_that_is_not_sweep_rows_is_refused_by_line(tmp_path, ca
     err = capsys.readouterr().err
     assert message in err and "without --resume" in err
     assert (tmp_path / flex_sweep.ROWS_NAME).read_text() == content  # nothing appended
+
+
+def test_a_flex_attention_that_does_not_run_leaves_only_its_error_line():
+    from specdec_kernels.bench import time_flex
+
+    def flex():
+        raise RuntimeError("no kernel for this shape\nsecond line")
+
+    assert time_flex(flex, (), [0], kernel_us=10.0) == {"flex_error": "RuntimeError: no kernel for this shape"}
