@@ -2,7 +2,7 @@
 without a GPU, and report what they use.
 
 CI has neither GPU, so this is where it sees the kernels each table gives those archs: the planner
-is asked for every shape of a grid (fp32 / fp16 / bf16, T = 9, 17, 33, 65, head dims 64, 128 and
+is asked for every shape of a grid (fp32 / fp16 / bf16, T = 9, 16, 17, 33, 65, head dims 64, 128 and
 256, the bench's head counts, batches and caches), each distinct split kernel it plans is compiled
 with the ptxas Triton ships, and the report holds shared memory (within the arch's limit; for the
 Triton kernel also within the bound the planner fits its tiles with), registers, spills and the
@@ -38,7 +38,7 @@ from .verify_plan import MERGE_MIN_SLICE, MERGE_VECTOR_MIN_BLOCK, VerifyShape, V
 TARGETS = {"sm_90": VerifyTarget("sm_90", 132, gluon=True, dependent_launch=True),
            "sm_120": VerifyTarget("sm_120", 188, dependent_launch=True)}
 ELEMENT_SIZES = {"bfloat16": 2, "float16": 2, "float32": 4}
-NODE_COUNTS = (9, 17, 33, 65)
+NODE_COUNTS = (9, 16, 17, 33, 65)
 # (head dim, (q heads, KV heads)...): the bench's head counts
 # the merge's (splits, head-dim slices; None: the narrowest slices): one block and several, whole
 # rows and sliced

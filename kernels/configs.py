@@ -43,6 +43,8 @@ class VerifyConfig:
         each where the plan would give two programs per KV head anyway.
     split_query_heads_into: 65-128 packed rows at an even G run as two programs of half the query
         heads each, on these tiles (None: never).
+    short_split_tiles: where this entry's splits stream at most ``VerifyPolicy.short_split_max_keys``
+        keys, the call runs on these tiles instead, with their own splits (None: never).
     split_key_cost, min_split_keys: the split model's cost of a key row in units of the tiles it
         was fitted on (head dim 128), and the fewest key rows a split takes (amortising the query
         load and the partial write; ``verify_plan.pick_splits``); merge_split_keys: the merge's
@@ -69,6 +71,7 @@ class VerifyConfig:
     gluon_pingpong_64_block_n: int = 0
     split_query_heads: bool = False
     split_query_heads_into: VerifyConfig | None = None
+    short_split_tiles: VerifyConfig | None = None
     split_key_cost: float = 1.0
     min_split_keys: int = 256
     merge_split_keys: int = 0
@@ -119,8 +122,12 @@ _PINGPONG_D256 = VerifyConfig(block_n=32, max_block_m=128, num_warps=8, num_stag
                               triton_fallback=_TRITON_D256)
 # one warpgroup (at most 64 packed rows): a fourth ring slot fits (161 KB) and streams 2-5 % faster
 _PINGPONG_D256_ONE_WARPGROUP = dataclasses.replace(_PINGPONG_D256, gluon_stages=4)
+# past 64 rows on short splits: 64-row programs of one warpgroup, whose fixed cost is less than a 128-row pair's
+_PINGPONG_D256_64_ROWS = dataclasses.replace(_PINGPONG_D256_ONE_WARPGROUP, max_block_m=64)
+_PINGPONG_D256_MANY_ROWS = dataclasses.replace(_PINGPONG_D256, short_split_tiles=_PINGPONG_D256_64_ROWS)
 # 65-128 rows on little work: two such programs a KV head outrun one 128-row program (bound: the measured crossover)
-_PINGPONG_D256_HALF_HEADS = dataclasses.replace(_PINGPONG_D256, split_query_heads_into=_PINGPONG_D256_ONE_WARPGROUP)
+_PINGPONG_D256_HALF_HEADS = dataclasses.replace(_PINGPONG_D256_MANY_ROWS,
+                                                split_query_heads_into=_PINGPONG_D256_ONE_WARPGROUP)
 D256_HALF_HEADS_MAX_KV_ROWS = 192 * 1024
 
 
@@ -144,7 +151,7 @@ def sm90_tiles(head_dim: int, element_size: int, rows: int, pairs: int, cache_ro
         if rows <= 128 and pairs <= FEW_HEADS and pairs * cache_rows <= D256_HALF_HEADS_MAX_KV_ROWS:
             return TileChoice(_PINGPONG_D256_HALF_HEADS, why + "; little work: at an even G, half the query heads a "
                                                                "program on one warpgroup of 4 ring slots")
-        return TileChoice(_PINGPONG_D256, why)
+        return TileChoice(_PINGPONG_D256_MANY_ROWS, why)
     d64 = head_dim == 64
     small_grid, short = pairs < SMALL_GRID_HEADS, cache_rows <= SHORT_CACHE_ROWS
     if rows <= 64 and pairs <= FEW_HEADS:

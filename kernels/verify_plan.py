@@ -82,8 +82,11 @@ class VerifyPolicy:
     count; sms: the SM count the planner assumes (tests of the persistent path on a few SMs).
     tail_only_when_full: the Triton kernel's 16-row tail tile only with one full query tile and a
     grid too full for splits to help (it measured slower elsewhere); wide_tile_min_chunk,
-    wide_tile_min_waves: 192-row tiles and 8-row tails only on splits of at least that many keys or
-    grids of at least that many waves (short streams on a part-filled GPU take narrower programs);
+    wide_tile_min_waves: a KV head's one 192-row tile or 128-row tile with an 8-row tail only on
+    splits of at least that many keys or grids of at least that many waves (short streams on a
+    part-filled GPU take two narrower programs; where a KV head has several wide tiles, narrowing
+    them adds a padded tile, which measured slower); short_split_max_keys: the longest split on which
+    an entry's ``short_split_tiles`` take the call (0: never);
     split_query_heads: allow ``VerifyConfig.split_query_heads`` and ``split_query_heads_into``;
     persistent*: the ping-pong kernel runs one program an SM over work items on one split of at
     least that many waves of items of at most that many keys; wide_keys_min_chunk: the single
@@ -115,6 +118,7 @@ class VerifyPolicy:
     tail_only_when_full: bool = True
     wide_tile_min_chunk: int = 2048
     wide_tile_min_waves: float = 1.5
+    short_split_max_keys: int = 512
     split_query_heads: bool = True
     persistent: bool = True
     persistent_min_waves: float = 1.5
@@ -439,6 +443,13 @@ class QueryTiles:
     why: str
 
 
+HEADS_SPLIT = "query heads split in two programs a KV head"
+
+
+def _also(why: str, reason: str) -> str:
+    return f"{why}; {reason}" if why else reason
+
+
 @functools.lru_cache(maxsize=4096)
 def _tiles(batch: int, num_nodes: int, group: int, kv_heads: int, cache_rows: int, sms: int, cfg: VerifyConfig,
            policy: VerifyPolicy) -> QueryTiles:
@@ -449,7 +460,7 @@ def _tiles(batch: int, num_nodes: int, group: int, kv_heads: int, cache_rows: in
         # the plan of a call with twice the KV heads at half the group, on the entry's half-head tiles
         half = _tiles(batch, num_nodes, group // 2, kv_heads * 2, cache_rows, sms,
                       dataclasses.replace(into, merge_split_keys=cfg.merge_split_keys), policy)
-        return dataclasses.replace(half, head_split=2, why=half.why + "; query heads split in two programs a KV head")
+        return dataclasses.replace(half, head_split=2, why=_also(half.why, HEADS_SPLIT))
     if (policy.split_query_heads and cfg.split_query_heads and group % 2 == 0
             and 128 < packed <= 2 * SPLIT_HEAD_MAX_ROWS):
         plain = dataclasses.replace(cfg, split_query_heads=False)
@@ -458,8 +469,7 @@ def _tiles(batch: int, num_nodes: int, group: int, kv_heads: int, cache_rows: in
             # two programs a KV head anyway: half its query heads each, the plan of a call with
             # twice the KV heads at half the group
             half = _tiles(batch, num_nodes, group // 2, kv_heads * 2, cache_rows, sms, plain, policy)
-            return dataclasses.replace(half, head_split=2,
-                                       why=half.why + "; query heads split in two programs a KV head")
+            return dataclasses.replace(half, head_split=2, why=_also(half.why, HEADS_SPLIT))
         return whole
     slots = cfg.resident_per_sm * sms
     extra = (192,) if cfg.gluon_pingpong_192 else ()
@@ -487,20 +497,25 @@ def _tiles(batch: int, num_nodes: int, group: int, kv_heads: int, cache_rows: in
                       policy)
         if (wide.chunk >= policy.wide_keys_min_chunk
                 and pingpong_grid(wide.grid, sms, block_m, wide.chunk, policy) == wide.grid):
-            return dataclasses.replace(wide, why=wide.why + f"; {tiles}-key tiles on long splits")
+            return dataclasses.replace(wide, why=_also(wide.why, f"{tiles}-key tiles on long splits"))
         cfg = dataclasses.replace(cfg, gluon_pingpong_64_block_n=0)
     base_programs = batch * kv_heads * num_m_tiles
     prefix_rows = max(cache_rows - num_nodes, 1)
     chunk, num_splits = pick_splits(base_programs, prefix_rows, cfg.block_n, slots, batch * kv_heads, packed,
                                     cfg.split_key_cost, cfg.min_split_keys, cfg.merge_split_keys)
     wide = block_m == 192 or (block_m == 128 and tail_m == PINGPONG_TAIL_ROWS)
-    if (wide and chunk < policy.wide_tile_min_chunk
+    if (wide and num_m_tiles == 1 and chunk < policy.wide_tile_min_chunk
             and base_programs * num_splits < policy.wide_tile_min_waves * slots):
         # short streams on a part-filled GPU: more, narrower programs
         narrow = _tiles(batch, num_nodes, group, kv_heads, cache_rows, sms,
                         dataclasses.replace(cfg, gluon_pingpong_192=False, gluon_pingpong_tail=False), policy)
         return dataclasses.replace(narrow,
-                                   why=narrow.why + "; narrower programs on short streams of a part-filled GPU")
+                                   why=_also(narrow.why, "narrower programs on short streams of a part-filled GPU"))
+    if cfg.short_split_tiles is not None and chunk <= policy.short_split_max_keys:
+        # short splits: each program's fixed cost weighs, and the narrower entry's programs pay less of it
+        short = _tiles(batch, num_nodes, group, kv_heads, cache_rows, sms,
+                       dataclasses.replace(cfg.short_split_tiles, merge_split_keys=cfg.merge_split_keys), policy)
+        return dataclasses.replace(short, why=_also(short.why, "narrower programs on short splits"))
     chunk = relieve_tree_split(chunk, num_splits, prefix_rows, cfg.block_n, tail_m, policy.tree_split_relief_tiles)
     return QueryTiles(config=cfg, block_m=block_m, num_m_tiles=num_m_tiles, tail_m=tail_m, chunk=chunk,
                       num_splits=num_splits, grid=(base_programs, num_splits), head_split=1, why="; ".join(why))
@@ -599,7 +614,8 @@ def plan_verify(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy =
     if plan.merge is not None and not plan.merge.fused and plan.config.merge_split_keys and policy.num_splits is None:
         folded = _plan(shape, target, policy, cheap_merge=False)
         if folded.merge is not None and folded.merge.fused and not folded.merge.waiters:
-            return dataclasses.replace(folded, why=folded.why + "; the splits whose merge folds into the split kernel")
+            return dataclasses.replace(folded,
+                                       why=_also(folded.why, "the splits whose merge folds into the split kernel"))
     return plan
 
 

@@ -1,5 +1,5 @@
 """The tree-verify kernels compile for sm_90 and sm_120 at every tile their tables plan for the
-compile check's grid (fp32 / fp16 / bf16, T = 9, 17, 33, 65, head dims 64, 128, 256), within each
+compile check's grid (fp32 / fp16 / bf16, T = 9, 16, 17, 33, 65, head dims 64, 128, 256), within each
 arch's shared memory (the Triton kernel also within the bound its tiles are planned with), on any
 host.
 

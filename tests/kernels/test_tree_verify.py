@@ -405,7 +405,8 @@ def test_gluon_kernel_matches_reference(num_nodes, group, lens, head_dim, dtype,
 # The ping-pong kernel at head dim 256 (q in shared memory, no tail warpgroup), on the sm_90 table's
 # own entry: one 64-row warpgroup (T = 9 at G = 4), several (T = 17 at G = 4: 68 rows), two (T = 16
 # at G = 8), 128-row tiles and a 64-row one (T = 33 at G = 4, T = 65 at G = 6), on short, empty and
-# split prefixes, and as persistent programs on a GPU of three SMs as the planner sees it.
+# split prefixes, and as persistent programs on a GPU of three SMs as the planner sees it; past 64
+# rows both as planned (64-row programs on short splits) and on 128-row tiles whatever the splits.
 D256_CASES = [
     (9, 4, [3000, 100], torch.bfloat16, None),
     (17, 4, [0, 63, 64, 65], torch.bfloat16, 3),       # 68 rows: two 64-row tiles (no tail at 256)
@@ -417,13 +418,16 @@ D256_CASES = [
 
 
 @needs_sm90
+@pytest.mark.parametrize("short_splits", [512, 0])
 @pytest.mark.parametrize("persistent", [False, True])
 @pytest.mark.parametrize("num_nodes,group,lens,dtype,splits", D256_CASES)
-def test_pingpong_kernel_at_head_dim_256(num_nodes, group, lens, dtype, splits, persistent):
+def test_pingpong_kernel_at_head_dim_256(num_nodes, group, lens, dtype, splits, persistent, short_splits):
     from specdec_kernels.configs import tiles_for
 
     config = tiles_for("sm_90", 256, 2, num_nodes * group, 64, 8192).config
-    fields = dict(wide_tile_min_chunk=0)
+    if short_splits and config.short_split_tiles is None:
+        pytest.skip("no short-split tiles at these rows")
+    fields = dict(wide_tile_min_chunk=0, short_split_max_keys=short_splits)
     if persistent:
         fields.update(sms=3, persistent_min_waves=1.0, persistent_max_keys=1 << 30)
         splits = 1

@@ -146,6 +146,32 @@ def test_head_dim_256_splits_query_heads_on_little_work():
     assert plan(1, 17, 24, 4, 1024, RTX_PRO).head_split == 1
 
 
+def test_head_dim_256_short_splits_run_one_warpgroup_programs():
+    """Past 64 packed rows at head dim 256, where the 128-row plan's splits stream at most 512 keys,
+    the call runs 64-row programs of one warpgroup on 4 ring slots with their own splits (T = 65 at
+    G = 6: 7 x 64 rows instead of 4 x 128); longer splits keep the 128-row pairs, and the policy
+    can turn it off. Other head dims have no such entry."""
+    def plan(batch, num_nodes, q_heads, kv_heads, prefix, policy=DEFAULT_POLICY):
+        return plan_verify(VerifyShape(batch, num_nodes, q_heads, kv_heads, 256, prefix + num_nodes), H200, policy)
+
+    off = VerifyPolicy(short_split_max_keys=0)
+    for shape, rows in (((1, 65, 6, 1, 1024), 7 * 64), ((8, 65, 6, 1, 1024), 7 * 64), ((1, 33, 24, 4, 8192), 4 * 64),
+                        ((32, 33, 6, 1, 1024), 4 * 64), ((1, 33, 3, 1, 32768), 2 * 64), ((1, 65, 3, 1, 8192), 4 * 64)):
+        pair = plan(*shape, policy=off)
+        got = plan(*shape)
+        assert (pair.block_m, pair.stages) == (128, 3) and shape[4] <= 512 * pair.num_splits, (shape, pair)
+        assert (got.kernel, got.block_m, got.num_m_tiles * got.block_m, got.stages) == ("pingpong", 64, rows, 4), (
+            shape, got)
+        assert got.why.endswith("narrower programs on short splits") and "; ;" not in got.why
+    for shape in ((8, 65, 24, 4, 1024), (1, 65, 24, 4, 8192), (8, 33, 6, 1, 8192), (32, 65, 6, 1, 32768)):
+        got = plan(*shape)
+        assert got.block_m == 128 and shape[4] > 512 * got.num_splits and "short splits" not in got.why, (shape, got)
+    assert plan(1, 65, 6, 1, 1024, VerifyPolicy(short_split_max_keys=4096)).block_m == 64
+    for head_dim in (64, 128):
+        for rows in (68, 132, 260, 520):
+            assert config_of("sm_90", head_dim, rows).short_split_tiles is None
+
+
 def test_head_dim_256_pingpong_rings_and_split_model():
     """Head dim 256 on sm_90: one ping-pong warpgroup (at most 64 packed rows) streams through 4
     ring slots, two through 3; the split model prices its key rows 2.5x head dim 128's, lets a
@@ -293,6 +319,13 @@ def test_query_tiles_and_split_plan():
     assert tiles(1, 33, 4, 8192 + 33, wide).block_m == 128    # B1-L8k: short streams, part-filled GPU
     assert tiles(8, 33, 4, 1024 + 33, wide).block_m == 128
     assert tiles(8, 33, 4, 1024 + 33, wide, policy=VerifyPolicy(wide_tile_min_chunk=0)).block_m == 192
+    # several wide tiles a KV head stay wide there: narrowing them would add a padded tile
+    assert tiles(8, 65, 8, 1024 + 65, wide).block_m == 192                      # 3 x 192 rows, not 5 x 128
+    wide_tail = dataclasses.replace(wide, gluon_pingpong_tail=True)
+    got = tiles(8, 65, 4, 1024 + 65, wide_tail)
+    assert (got.block_m, got.num_m_tiles, got.tail_m) == (128, 2, 8), got      # 264 rows, not 3 x 128
+    got = tiles(8, 33, 4, 1024 + 33, wide_tail)
+    assert (got.block_m, got.num_m_tiles, got.tail_m) == (128, 2, 0), got      # one wide tile: narrowed
     assert relieve_tree_split(128, 2, 130, 64, 0) == 128
     assert relieve_tree_split(128, 2, 200, 64, 0) == 192
     assert relieve_tree_split(128, 2, 300, 64, 8) == 256
@@ -474,14 +507,14 @@ def test_waiting_merge_programs_share_a_tile_in_one_launch_where_one_program_may
     assert pick_merge_waiters(32, 54, 2, 256, 4, 132, 60 * 1024, head_slices=2) == 0  # 2 units of 33 KB
     # sliced waiters unrolled only where one split's partials of a (request, KV head) span at most
     # 128 KB: four 128-row tiles of 256 columns (512 KB) keep the merge's own launch, unless the
-    # waiters read their 32 splits as one load (the default there)
+    # waiters read their 32 splits as one load (the default there); the 128-row tiles of long splits
     far = VerifyShape(1, 65, 6, 1, 256, 8192 + 65)
-    apart = plan_verify(far, H200, VerifyPolicy(merge_vector_loads=False))
+    apart = plan_verify(far, H200, VerifyPolicy(merge_vector_loads=False, short_split_max_keys=0))
     assert apart.rows_pad * 256 * 4 == 512 * 1024 and apart.merge.head_slices > 1 and not apart.merge.fused
-    near = plan_verify(far, H200,
-                       VerifyPolicy(merge_vector_loads=False, sliced_waiters_max_split_bytes=512 * 1024))
+    near = plan_verify(far, H200, VerifyPolicy(merge_vector_loads=False, sliced_waiters_max_split_bytes=512 * 1024,
+                                               short_split_max_keys=0))
     assert near.merge.fused and near.merge.waiters > 0 and near.num_splits == apart.num_splits, near
-    vector = plan_verify(far, H200)
+    vector = plan_verify(far, H200, VerifyPolicy(short_split_max_keys=0))
     assert vector.merge.fused and vector.merge.waiters == near.merge.waiters and vector.merge.vector_waiters, vector
     assert vector.merge.split_block == 32 and not vector.merge.vector_loads  # the merge's own launch: unrolled
     # 128 splits (one KV head, batch 1, 32k keys) fit one block only as one load: the waiters read
