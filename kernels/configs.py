@@ -122,7 +122,7 @@ _PINGPONG_D256 = VerifyConfig(block_n=32, max_block_m=128, num_warps=8, num_stag
                               triton_fallback=_TRITON_D256)
 # one warpgroup (at most 64 packed rows): a fourth ring slot fits (161 KB) and streams 2-5 % faster
 _PINGPONG_D256_ONE_WARPGROUP = dataclasses.replace(_PINGPONG_D256, gluon_stages=4)
-# past 64 rows on short splits: 64-row programs of one warpgroup, whose fixed cost is less than a 128-row pair's
+# past 64 rows on short splits: 64-row programs of one warpgroup outran the 128-row pairs there, not on long ones
 _PINGPONG_D256_64_ROWS = dataclasses.replace(_PINGPONG_D256_ONE_WARPGROUP, max_block_m=64)
 _PINGPONG_D256_MANY_ROWS = dataclasses.replace(_PINGPONG_D256, short_split_tiles=_PINGPONG_D256_64_ROWS)
 # 65-128 rows on little work: two such programs a KV head outrun one 128-row program (bound: the measured crossover)

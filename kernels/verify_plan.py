@@ -512,7 +512,7 @@ def _tiles(batch: int, num_nodes: int, group: int, kv_heads: int, cache_rows: in
         return dataclasses.replace(narrow,
                                    why=_also(narrow.why, "narrower programs on short streams of a part-filled GPU"))
     if cfg.short_split_tiles is not None and chunk <= policy.short_split_max_keys:
-        # short splits: each program's fixed cost weighs, and the narrower entry's programs pay less of it
+        # short splits: the entry's narrower tiles, measured faster there and slower on long splits
         short = _tiles(batch, num_nodes, group, kv_heads, cache_rows, sms,
                        dataclasses.replace(cfg.short_split_tiles, merge_split_keys=cfg.merge_split_keys), policy)
         return dataclasses.replace(short, why=_also(short.why, "narrower programs on short splits"))
