@@ -507,7 +507,7 @@ def test_waiting_merge_programs_share_a_tile_in_one_launch_where_one_program_may
     assert pick_merge_waiters(32, 54, 2, 256, 4, 132, 60 * 1024, head_slices=2) == 0  # 2 units of 33 KB
     # sliced waiters unrolled only where one split's partials of a (request, KV head) span at most
     # 128 KB: four 128-row tiles of 256 columns (512 KB) keep the merge's own launch, unless the
-    # waiters read their 32 splits as one load (the default there); the 128-row tiles of long splits
+    # waiters read their 32 splits as one load (the default there); on 128-row tiles whatever the splits
     far = VerifyShape(1, 65, 6, 1, 256, 8192 + 65)
     apart = plan_verify(far, H200, VerifyPolicy(merge_vector_loads=False, short_split_max_keys=0))
     assert apart.rows_pad * 256 * 4 == 512 * 1024 and apart.merge.head_slices > 1 and not apart.merge.fused
