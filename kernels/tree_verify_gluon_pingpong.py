@@ -297,95 +297,64 @@ def _pingpong_mma_item(WG: gl.constexpr, args, w, ring_uses, own_uses, turns, GR
     n_full = it.n_full
     masked = _masked_of(c.bufs, ring_uses, own_uses, it, num_nodes, c.IN_RING)
     my_rows = it.m_tile * (NUM_WG * HALF_M) + WG * HALF_M
-    if my_rows >= num_rows:
-        # no packed row of this tile falls to this warpgroup (T = 65 at G = 6: 390 rows on 4 x 128)
-        _idle_warpgroup_item(WG, args, it, masked, ring_uses, turns, STAGES, NUM_WG)
+    q = _load_q_rows(io.q_ptr, it.b, it.kv_head, my_rows, num_rows, st.stride_qb, st.stride_qt, st.stride_qh, GROUP,
+                     HEAD_DIM, HALF_M, ld_layout)
+    if Q_IN_REGS:
+        q_op = gl.convert_layout(q, gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
     else:
-        q = _load_q_rows(io.q_ptr, it.b, it.kv_head, my_rows, num_rows, st.stride_qb, st.stride_qt, st.stride_qh,
-                         GROUP, HEAD_DIM, HALF_M, ld_layout)
-        if Q_IN_REGS:
-            q_op = gl.convert_layout(q, gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
-        else:
-            # three warpgroups' registers do not hold q beside the scores and the accumulator
-            q_op = args.q_smem.index(WG)
-            _cta_barrier()  # every warp of this partition is past the previous item's MMAs, which read q
-            q_op.store(q)
-            fence_async_shared()
-            _cta_barrier()  # this partition's warps only
+        # three warpgroups' registers do not hold q beside the scores and the accumulator
+        q_op = args.q_smem.index(WG)
+        _cta_barrier()  # every warp of this partition is past the previous item's MMAs, which read q
+        q_op.store(q)
+        fence_async_shared()
+        _cta_barrier()  # this partition's warps only
 
-        acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
-        m_i = gl.full([HALF_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
-        l_i = gl.zeros([HALF_M], gl.float32, gl.SliceLayout(1, s_layout))
-        s_zero = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
-        # turn k of this warpgroup waits for completion k of turn[WG] (the other warpgroup's
-        # arrivals; warpgroup 0's first one is pre-arrived), and ends with an arrival on the other's
-        if n_full > 0:
-            mbarrier.wait(ready.index(ring_uses % STAGES), phase=(ring_uses // STAGES) & 1)
-            mbarrier.wait(turn.index(WG), phase=turns & 1)
-            s_tok = warpgroup_mma(q_op, k_smem.index(ring_uses % STAGES).permute((1, 0)), s_zero, use_acc=False,
+    acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
+    m_i = gl.full([HALF_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([HALF_M], gl.float32, gl.SliceLayout(1, s_layout))
+    s_zero = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
+    # turn k of this warpgroup waits for completion k of turn[WG] (the other warpgroup's
+    # arrivals; warpgroup 0's first one is pre-arrived), and ends with an arrival on the other's
+    if n_full > 0:
+        mbarrier.wait(ready.index(ring_uses % STAGES), phase=(ring_uses // STAGES) & 1)
+        mbarrier.wait(turn.index(WG), phase=turns & 1)
+        s_tok = warpgroup_mma(q_op, k_smem.index(ring_uses % STAGES).permute((1, 0)), s_zero, use_acc=False,
+                              is_async=True)
+        mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
+        p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
+        for j in range(n_full - 1):
+            slot = (ring_uses + j) % STAGES
+            nxt = ring_uses + j + 1
+            mbarrier.wait(ready.index(nxt % STAGES), phase=(nxt // STAGES) & 1)
+            mbarrier.wait(turn.index(WG), phase=(turns + j + 1) & 1)
+            s_tok = warpgroup_mma(q_op, k_smem.index(nxt % STAGES).permute((1, 0)), s_zero, use_acc=False,
                                   is_async=True)
-            mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
-            p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
-            for j in range(n_full - 1):
-                slot = (ring_uses + j) % STAGES
-                nxt = ring_uses + j + 1
-                mbarrier.wait(ready.index(nxt % STAGES), phase=(nxt // STAGES) & 1)
-                mbarrier.wait(turn.index(WG), phase=(turns + j + 1) & 1)
-                s_tok = warpgroup_mma(q_op, k_smem.index(nxt % STAGES).permute((1, 0)), s_zero, use_acc=False,
-                                      is_async=True)
-                acc = acc * gl.expand_dims(alpha_o, 1)
-                acc_tok = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(slot), acc,
-                                        is_async=True)
-                mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
-                # S(j+1) done (P.V(j), issued after it, may still run): its softmax under the other
-                # warpgroup's MMAs and our own P.V(j)
-                s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
-                p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
-                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
-                mbarrier.arrive(empty.index(slot))
-            last = (ring_uses + n_full - 1) % STAGES
-            mbarrier.wait(turn.index(WG), phase=(turns + n_full) & 1)
             acc = acc * gl.expand_dims(alpha_o, 1)
-            acc_tok = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(last), acc, is_async=True)
+            acc_tok = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(slot), acc,
+                                    is_async=True)
             mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
+            # S(j+1) done (P.V(j), issued after it, may still run): its softmax under the other
+            # warpgroup's MMAs and our own P.V(j)
+            s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
+            p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
-            mbarrier.arrive(empty.index(last))
-        acc, m_i, l_i = _pingpong_masked_tiles(acc, m_i, l_i, q_op, masked, io.mask_ptr, it.b, st.stride_mb,
-                                               st.stride_mt, my_rows, num_rows, qk_scale, s_layout, o_layout, p_layout,
-                                               ld_layout, GROUP, HALF_M, BLOCK_N)
-        _store_rows(acc, m_i, l_i, it.b, it.kv_head, it.head_b, it.split, my_rows, num_rows, c.rows_pad,
-                    c.num_splits, io.out_ptr, io.part_o_ptr, io.part_lse_ptr, st.stride_ob, st.stride_ot, st.stride_oh,
-                    o_layout, 0, GROUP, HEAD_DIM, HALF_M, SINGLE_SPLIT)
+            mbarrier.arrive(empty.index(slot))
+        last = (ring_uses + n_full - 1) % STAGES
+        mbarrier.wait(turn.index(WG), phase=(turns + n_full) & 1)
+        acc = acc * gl.expand_dims(alpha_o, 1)
+        acc_tok = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(last), acc, is_async=True)
+        mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
+        mbarrier.arrive(empty.index(last))
+    acc, m_i, l_i = _pingpong_masked_tiles(acc, m_i, l_i, q_op, masked, io.mask_ptr, it.b, st.stride_mb, st.stride_mt,
+                                           my_rows, num_rows, qk_scale, s_layout, o_layout, p_layout, ld_layout, GROUP,
+                                           HALF_M, BLOCK_N)
+    _store_rows(acc, m_i, l_i, it.b, it.kv_head, it.head_b, it.split, my_rows, num_rows, c.rows_pad,
+                c.num_splits, io.out_ptr, io.part_o_ptr, io.part_lse_ptr, st.stride_ob, st.stride_ot, st.stride_oh,
+                o_layout, 0, GROUP, HEAD_DIM, HALF_M, SINGLE_SPLIT)
     ring_uses, own_uses = _uses_after(ring_uses, own_uses, it, c.IN_RING)
     return ring_uses, own_uses, turns + gl.where(n_full > 0, n_full + 1, 0)
-
-
-@gluon.jit
-def _idle_warpgroup_item(WG: gl.constexpr, args, it, masked, ring_uses, turns, STAGES: gl.constexpr,
-                         NUM_WG: gl.constexpr):
-    """A warpgroup without rows on item ``it``: no MMAs, only its share of the protocol (each turn
-    passed on, each ring slot and masked buffer released once it landed, in the order the MMA
-    path takes them), so that its partner streams alone instead of beside MMAs on padding."""
-    ready = args.ring.ready
-    empty = args.ring.empty
-    turn = args.turn
-    n_full = it.n_full
-    if n_full > 0:
-        for j in range(n_full):
-            use = ring_uses + j
-            # a release only after the slot landed: an early one would count toward its previous use
-            mbarrier.wait(ready.index(use % STAGES), phase=(use // STAGES) & 1)
-            mbarrier.wait(turn.index(WG), phase=(turns + j) & 1)
-            mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
-            mbarrier.arrive(empty.index(use % STAGES))
-        mbarrier.wait(turn.index(WG), phase=(turns + n_full) & 1)
-        mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
-    x = masked.bufs
-    for i in range(masked.n_masked):
-        row, partial, start, buf, phase = _masked_tile_at(i, masked)
-        mbarrier.wait(x.ready.index(buf), phase=phase)
-        mbarrier.arrive(x.free.index(buf))
 
 
 @gluon.jit
