@@ -1,6 +1,7 @@
 """Write a variant of the ping-pong kernel: python3 patch.py SRC DST VARIANT[,VARIANT...]
 no_rescale: the accumulator's per-tile rescale dropped; no_turn: the warpgroups' turn waits dropped;
-no_softmax: P = S * scale (no max, no exp2, alpha = 1). These three give wrong outputs by design.
+no_softmax: P = S * scale (no max, no exp2, alpha = 1). no_rescale and no_softmax give wrong outputs
+by design; no_turn only lets both warpgroups issue MMAs at will.
 early: the rescale and P's conversion done before the turn wait instead of between the two MMAs."""
 import sys
 
