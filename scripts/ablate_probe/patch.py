@@ -1,7 +1,7 @@
 """Write a variant of the ping-pong kernel: python3 patch.py SRC DST VARIANT[,VARIANT...]
 no_rescale: the accumulator's per-tile rescale dropped; no_turn: the warpgroups' turn waits dropped;
 no_softmax: P = S * scale (no max, no exp2, alpha = 1). no_rescale and no_softmax give wrong outputs
-by design; no_turn only lets both warpgroups issue MMAs at will.
+by design; no_turn only lets both warpgroups issue MMAs at will; noturn also drops the turns' arrivals.
 early: the rescale and P's conversion done before the turn wait instead of between the two MMAs."""
 import sys
 
@@ -65,6 +65,11 @@ for v in variants:
         seg = text[seg_start:seg_end]
         assert seg.count("= _softmax_step(s, m_i") == 2
         text = text[:seg_start] + seg.replace("= _softmax_step(s, m_i", "= _fake_softmax(s, m_i") + text[seg_end:]
+    elif v == "noturn":
+        assert text.count("mbarrier.wait(turn.index(WG)") == 3
+        assert text.count("mbarrier.arrive(turn.index((WG + 1) % NUM_WG))") == 3
+        text = text.replace("mbarrier.wait(turn.index(WG)", "pass  # mbarrier.wait(turn.index(WG)")
+        text = text.replace("mbarrier.arrive(turn.index((WG + 1) % NUM_WG))", "pass  # no turn to hand over")
     elif v == "early":
         for old, new in EARLY:
             assert text.count(old) == 1, old
