@@ -32,9 +32,10 @@ class VerifyConfig:
         Triton fields).
     gluon_q_in_registers: the 64-row Gluon kernel keeps q in registers (shared memory then holds
         key tiles only).
-    gluon_pingpong: 128-row tiles run two warpgroups taking turns at the tensor cores, fed by a
-        TMA warp; gluon_pingpong_64 adds 64-row tiles (one warpgroup and the load warp),
-        gluon_pingpong_192 192-row tiles (three warpgroups) where they pad fewer rows,
+    gluon_pingpong: 128-row tiles run two warp-specialised warpgroups, each issuing its MMAs while
+        the other takes its softmax, fed by a TMA warp; gluon_pingpong_64 adds 64-row tiles (one
+        warpgroup and the load warp), gluon_pingpong_192 192-row tiles (three warpgroups) where
+        they pad fewer rows,
         gluon_pingpong_tail an 8-row tail warpgroup for rows past whole 128-row tiles (and
         65-72 rows on one 64-row warpgroup with gluon_pingpong_64).
     gluon_pingpong_64_block_n: key rows per tile of the single ping-pong warpgroup on long splits
@@ -181,8 +182,8 @@ def sm90_tiles(head_dim: int, element_size: int, rows: int, pairs: int, cache_ro
     fallback = (_TRITON_64_ROWS_D64 if rows <= 255 else VERIFY_D64_MANY) if d64 else _TRITON_128_ROWS
     return TileChoice(dataclasses.replace(_at_head_dim_64(_PINGPONG, fallback) if d64 else _PINGPONG,
                                           triton_fallback=fallback),
-                      "the ping-pong kernel: warpgroups taking turns at the tensor cores, 8-14 % faster than one "
-                      "8-warp tile")
+                      "the ping-pong kernel: warp-specialised warpgroups fed by a TMA warp, faster than one 8-warp "
+                      "tile")
 
 
 # fp32 on every arch: 32-row, 16-key tiles on 8 warps, two stages (its FMA dots spill 0.5-3 KB at head dims

@@ -1,16 +1,17 @@
-"""The Hopper split kernel's 128- and 192-row tiles with their warpgroups in ping-pong (Gluon),
+"""The Hopper split kernel's 128- and 192-row tiles on warp-specialised warpgroups (Gluon),
 and its 64-row tile fed by the same load warp.
 
 Why: in the 8-warp kernel of ``tree_verify_gluon`` both warpgroups run the same code in
 lockstep (a CTA barrier every key tile), so they take their softmax at the same time and leave
 the tensor cores idle together; each only hides its softmax under its own next q.k. Here each
-warpgroup is its own warp-specialised partition with its own 64 query rows, and mbarriers pass a
-turn between them (round robin over two, or three on a 192-row tile): a warpgroup issues its MMAs
-(S(j+1) = q.K(j+1), then acc += P(j).V(j)) only on its turn and hands the turn over as soon as
-they are issued, so one warpgroup's softmax runs while another's MMAs keep the tensor cores busy
-(FlashAttention 3's inter-warpgroup ping-pong, on top of its intra-warpgroup overlap). A one-warp
-partition streams the key tiles through TMA into a ring of ``STAGES`` slots: ``ready[slot]`` says
-a tile landed, ``empty[slot]`` (one arrival per consumer) that every consumer is done with it.
+warpgroup is its own warp-specialised partition with its own 64 query rows, issuing its MMAs
+(S(j+1) = q.K(j+1), then acc += P(j).V(j)) as soon as its softmax and its key tile allow, so one
+warpgroup's softmax runs while another's MMAs keep the tensor cores busy (FlashAttention 3's
+inter-warpgroup overlap, on top of its intra-warpgroup one). The kernel is named for the turns
+its warpgroups once passed between them to order their MMAs (FlashAttention 3's ping-pong),
+which at head dim 256 cost more than they gave. A one-warp partition streams the key tiles
+through TMA into a ring of ``STAGES`` slots: ``ready[slot]`` says a tile landed,
+``empty[slot]`` (one arrival per consumer) that every consumer is done with it.
 
 T = 2^k + 1 leaves a few packed rows past whole 128-row tiles (4 at G = 4, 8 at G = 8). With
 ``TAIL_M = 8`` a fourth partition takes them on the same key tiles with the keys as its MMAs' M
@@ -19,13 +20,13 @@ dimension and the rows as N (WGMMA's N goes down to 8), for a few per cent of th
 instead of a third warpgroup or another program streaming the cache. Its tiles are
 pipelined like the other warpgroups' (S^T(j+1) issued before P^T(j) is written, softmax(j+1)
 under O^T += V^T.P^T(j)); it takes the masked tiles from where the warpgroups do. Its softmax
-reduces over the keys, which its MMAs spread over its four warps; beside two warpgroups it keeps its row sums per key lane and retakes its running
-max across the warps only where a warp's scores pass it by 2^8, so that a tile costs it one
-barrier instead of three.
+reduces over the keys, which its MMAs spread over its four warps; beside two warpgroups it
+keeps its row sums per key lane and retakes its running max across the warps only where a warp's
+scores pass it by 2^8, so that a tile costs it one barrier instead of three.
 
-A 64-row tile (``BLOCK_M = 64``) is one warpgroup handing the turn to itself, fed by the load
-warp; the same tail rides on it for 65 to 72 packed rows (T = 17 at G = 4, T = 9 at G = 8),
-which otherwise take a 128-row tile with half its MMAs on padding.
+A 64-row tile (``BLOCK_M = 64``) is one such warpgroup, fed by the load warp; the same tail
+rides on it for 65 to 72 packed rows (T = 17 at G = 4, T = 9 at G = 8), which otherwise take a
+128-row tile with half its MMAs on padding.
 
 Same work decomposition, partial layout and merge as the other split kernels. The masked key
 tiles (the split's partial last prefix tile, the tree tiles) come by TMA too, after the
@@ -42,7 +43,7 @@ columns in ``MERGE_SLICES`` head-dim slices where a block of all splits is too w
 Persistent (``PERSISTENT``): the kernel works through work items (a query tile of one
 (request, KV head) on one split, in the order of a grid of one program an item); launched with
 fewer programs than items, each program takes every grid-size-th one, and every partition carries
-its ring, buffer and turn phases from item to item, so that the load warp streams the next item's
+its ring and buffer phases from item to item, so that the load warp streams the next item's
 key tiles while the warpgroups finish the one before. The launcher picks it where short items
 come in several waves (``verify_plan.pingpong_grid``); elsewhere each partition runs its
 one item, as the code did before.
@@ -255,25 +256,24 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
     """One warpgroup: its HALF_M query rows of each work item against every key tile of the
     item's split. ``args``: :class:`MmaArgs`."""
     work = args.common.work
-    # the ring's slots, the own buffers' uses and this warpgroup's turns taken by the earlier items
+    # the ring's slots and the own buffers' uses taken by the earlier items
     ring_uses = work.first_item * 0
     own_uses = work.first_item * 0
-    turns = work.first_item * 0
     if PERSISTENT:
         for w in range(work.first_item, work.num_items, work.item_step):
-            ring_uses, own_uses, turns = _pingpong_mma_item(WG, args, w, ring_uses, own_uses, turns, GROUP, HEAD_DIM,
-                                                            HALF_M, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG, Q_IN_REGS)
+            ring_uses, own_uses = _pingpong_mma_item(WG, args, w, ring_uses, own_uses, GROUP, HEAD_DIM, HALF_M,
+                                                     BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG, Q_IN_REGS)
     elif not WAITING or work.first_item < work.num_items:  # the merge's waiting programs have no item
-        _pingpong_mma_item(WG, args, work.first_item, ring_uses, own_uses, turns, GROUP, HEAD_DIM, HALF_M, BLOCK_N,
-                           STAGES, SINGLE_SPLIT, NUM_WG, Q_IN_REGS)
+        _pingpong_mma_item(WG, args, work.first_item, ring_uses, own_uses, GROUP, HEAD_DIM, HALF_M, BLOCK_N, STAGES,
+                           SINGLE_SPLIT, NUM_WG, Q_IN_REGS)
 
 
 @gluon.jit
-def _pingpong_mma_item(WG: gl.constexpr, args, w, ring_uses, own_uses, turns, GROUP: gl.constexpr,
-                       HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                       SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr, Q_IN_REGS: gl.constexpr):
-    """One warpgroup's work on item w, after the earlier items' ``ring_uses`` ring slots,
-    ``own_uses`` own-buffer uses and ``turns`` turns; returns those counts after it."""
+def _pingpong_mma_item(WG: gl.constexpr, args, w, ring_uses, own_uses, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
+                       HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr,
+                       NUM_WG: gl.constexpr, Q_IN_REGS: gl.constexpr):
+    """One warpgroup's work on item w, after the earlier items' ``ring_uses`` ring slots and
+    ``own_uses`` own-buffer uses; returns those counts after it."""
     io = args.io
     c = args.common
     st = c.strides
@@ -281,7 +281,6 @@ def _pingpong_mma_item(WG: gl.constexpr, args, w, ring_uses, own_uses, turns, GR
     v_smem = args.ring.v_smem
     ready = args.ring.ready
     empty = args.ring.empty
-    turn = args.turn
     qk_scale = c.qk_scale
     num_nodes = c.items.num_nodes
     dtype: gl.constexpr = k_smem.dtype
@@ -313,27 +312,21 @@ def _pingpong_mma_item(WG: gl.constexpr, args, w, ring_uses, own_uses, turns, GR
     m_i = gl.full([HALF_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([HALF_M], gl.float32, gl.SliceLayout(1, s_layout))
     s_zero = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
-    # turn k of this warpgroup waits for completion k of turn[WG] (the other warpgroup's
-    # arrivals; warpgroup 0's first one is pre-arrived), and ends with an arrival on the other's
     if n_full > 0:
         mbarrier.wait(ready.index(ring_uses % STAGES), phase=(ring_uses // STAGES) & 1)
-        mbarrier.wait(turn.index(WG), phase=turns & 1)
         s_tok = warpgroup_mma(q_op, k_smem.index(ring_uses % STAGES).permute((1, 0)), s_zero, use_acc=False,
                               is_async=True)
-        mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
         p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
         for j in range(n_full - 1):
             slot = (ring_uses + j) % STAGES
             nxt = ring_uses + j + 1
             mbarrier.wait(ready.index(nxt % STAGES), phase=(nxt // STAGES) & 1)
-            mbarrier.wait(turn.index(WG), phase=(turns + j + 1) & 1)
             s_tok = warpgroup_mma(q_op, k_smem.index(nxt % STAGES).permute((1, 0)), s_zero, use_acc=False,
                                   is_async=True)
             acc = acc * gl.expand_dims(alpha_o, 1)
             acc_tok = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(slot), acc,
                                     is_async=True)
-            mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
             # S(j+1) done (P.V(j), issued after it, may still run): its softmax under the other
             # warpgroup's MMAs and our own P.V(j)
             s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
@@ -341,10 +334,8 @@ def _pingpong_mma_item(WG: gl.constexpr, args, w, ring_uses, own_uses, turns, GR
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
             mbarrier.arrive(empty.index(slot))
         last = (ring_uses + n_full - 1) % STAGES
-        mbarrier.wait(turn.index(WG), phase=(turns + n_full) & 1)
         acc = acc * gl.expand_dims(alpha_o, 1)
         acc_tok = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(last), acc, is_async=True)
-        mbarrier.arrive(turn.index((WG + 1) % NUM_WG))
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
         mbarrier.arrive(empty.index(last))
     acc, m_i, l_i = _pingpong_masked_tiles(acc, m_i, l_i, q_op, masked, io.mask_ptr, it.b, st.stride_mb, st.stride_mt,
@@ -354,7 +345,7 @@ def _pingpong_mma_item(WG: gl.constexpr, args, w, ring_uses, own_uses, turns, GR
                 c.num_splits, io.out_ptr, io.part_o_ptr, io.part_lse_ptr, st.stride_ob, st.stride_ot, st.stride_oh,
                 o_layout, 0, GROUP, HEAD_DIM, HALF_M, SINGLE_SPLIT)
     ring_uses, own_uses = _uses_after(ring_uses, own_uses, it, c.IN_RING)
-    return ring_uses, own_uses, turns + gl.where(n_full > 0, n_full + 1, 0)
+    return ring_uses, own_uses
 
 
 @gluon.jit
@@ -438,8 +429,8 @@ def _tail_commit_p(x_t, p_t, over, acc_t, l2, m_t, pt_buf, flag_buf):
 def _tail_stream_exact(acc_t, m_t, l_t, qt_op, s_zero, k_smem, v_smem, p_smem, ready, empty, qk_scale, n_full,
                        ring_uses, ot_layout: gl.constexpr, STAGES: gl.constexpr):
     """The tail's mask-free tiles with the max and the sums taken across its warps every tile,
-    pipelined like the other warpgroups' (without turns): S^T(j+1) runs while P^T(j) goes to
-    shared memory, O^T += V^T.P^T(j) while softmax(j + 1) runs. P^T alternates between two
+    pipelined like the other warpgroups': S^T(j+1) runs while P^T(j) goes to shared memory,
+    O^T += V^T.P^T(j) while softmax(j + 1) runs. P^T alternates between two
     buffers: the one written at tile j was last read by the MMA of tile j - 2, which every warp
     waited for before the barrier of tile j - 1. ``ring_uses``: the ring slots earlier work
     items took."""
@@ -640,12 +631,9 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_sl)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=NUM_WG + (TAIL_M > 0))
-    for i in gl.static_range(NUM_WG):
-        mbarrier.init(turn.index(i), count=1)
     # the masked key tiles (the split's partial last prefix tile; the tree tiles in the split
     # holding the prefix's last row) follow the mask-free ones through the ring, the request's
     # last one landing on the load warp's own barrier, for it to zero what lies past the keys.
@@ -663,7 +651,6 @@ def _tree_verify_partial_kernel_gluon_pingpong(
             mbarrier.init(xready.index(i), count=1)
             mbarrier.init(xfree.index(i), count=NUM_WG + (TAIL_M > 0))
     fence_async_shared()
-    mbarrier.arrive(turn.index(0))  # warpgroup 0 has the first turn
     if MASKED_IN_RING:
         bufs = MaskedBuffers(k_smem, v_smem, ready, empty, landed)
     else:
@@ -674,7 +661,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     ring = KeyRing(k_smem, v_smem, ready, empty)
     strides = RowStrides(stride_qb, stride_qt, stride_qh, stride_mb, stride_mt, stride_ob, stride_ot, stride_oh)
     common = ConsumerArgs(items, work, bufs, strides, qk_scale, num_splits, rows_pad, MASKED_IN_RING)
-    mma_args = MmaArgs(io, q_smem, ring, turn, common)
+    mma_args = MmaArgs(io, q_smem, ring, common)
     load_args = LoadArgs(k_desc, v_desc, ring, items, work, bufs, cache_rows, KV_SHARE, MASKED_IN_RING)
     if TAIL_M > 0:
         qt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TAIL_M, HEAD_DIM], dtype)
@@ -685,7 +672,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
         flag_smem = gl.allocate_shared_memory(gl.float32, [2, 4], gl.SwizzledSharedLayout(1, 1, 1, [0]))
         tail_args = TailArgs(io, qt_smem, pt_smem, ring, flag_smem, common)
         if NUM_WG == 1:
-            # one warpgroup hands the turn to itself; the tail has the registers to spare
+            # the tail has the registers to spare beside one warpgroup
             gl.warp_specialize([
                 (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                              not Q_SMEM, PERSISTENT, WAITING)),

@@ -180,18 +180,17 @@ class ConsumerArgs:
 @aggregate
 class MmaArgs:
     """A 64-row warpgroup's arguments: the tensors it reads and writes, its q buffer (read with three
-    warpgroups or a 256-wide head), the ring, the turn barriers, and the rest."""
+    warpgroups or a 256-wide head), the ring, and the rest."""
     io: RowPointers
     q_smem: Smem
     ring: KeyRing
-    turn: Smem
     common: ConsumerArgs
 
 
 @aggregate
 class TailArgs:
     """The tail warpgroup's arguments: as :class:`MmaArgs`, with its q^T and P^T buffers and its
-    rescale flags instead of the q buffer and the turns."""
+    rescale flags instead of the q buffer."""
     io: RowPointers
     qt_smem: Smem
     pt_smem: Smem
