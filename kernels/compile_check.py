@@ -209,8 +209,7 @@ def compile_split_kernel(arch: str, dtype: str, shape: VerifyShape, plan) -> Com
         if plan.kernel == "pingpong":
             from .tree_verify_gluon_pingpong import _tree_verify_partial_kernel_gluon_pingpong as fn
 
-            extra = dict(TAIL_M=plan.tail_m, KV_SHARE=plan.head_split, PERSISTENT=plan.persistent, Q_IN_REGS=True,
-                         MMA_N=plan.mma_block_n)
+            extra = dict(TAIL_M=plan.tail_m, KV_SHARE=plan.head_split, PERSISTENT=plan.persistent, Q_IN_REGS=True)
         else:
             from .tree_verify_gluon import _tree_verify_partial_kernel_gluon as fn
 

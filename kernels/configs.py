@@ -40,11 +40,6 @@ class VerifyConfig:
         65-72 rows on one 64-row warpgroup with gluon_pingpong_64).
     gluon_pingpong_64_block_n: key rows per tile of the single ping-pong warpgroup on long splits
         of a grid that is not persistent (0: as gluon_block_n).
-    gluon_mma_block_n: key rows of each of the ping-pong warpgroups' MMAs where a ring tile holds
-        more (0: a ring tile's): the tail warpgroup's key-major MMAs need tiles of at least 64 keys,
-        and at head dim 256 the warpgroups' scores of 64 keys do not fit their registers.
-    tail_tiles: where the rows past whole 128-row tiles fit the tail warpgroup, the call runs on
-        these tiles instead (None: this entry's own).
     split_query_heads: 129-144 packed rows at an even G run as two programs of half the query heads
         each where the plan would give two programs per KV head anyway.
     split_query_heads_into: 65-128 packed rows at an even G run as two programs of half the query
@@ -75,8 +70,6 @@ class VerifyConfig:
     gluon_pingpong_tail: bool = False
     gluon_pingpong_64: bool = False
     gluon_pingpong_64_block_n: int = 0
-    gluon_mma_block_n: int = 0
-    tail_tiles: VerifyConfig | None = None
     split_query_heads: bool = False
     split_query_heads_into: VerifyConfig | None = None
     short_split_tiles: VerifyConfig | None = None
@@ -119,7 +112,7 @@ _GLUON_128_ROWS = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_sta
 # own 64-row tiles where Gluon cannot run
 _TRITON_64_ROWS_D64 = VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2)
 # head dim 256: tiles of 32 keys (16 KB, as 64 keys are at 128), q in shared memory, 3 ring slots (4 on
-# one warpgroup); the tail warpgroup on a ring of its own (below)
+# one warpgroup); no tail warpgroup (its key-major MMAs need 64-key tiles, which with its ring pass 227 KB)
 _TRITON_D256 = VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0)
 # Its split model: a key row costs one program ~2.5x head dim 128's (twice the bytes; one program an
 # SM, its MMAs on 64 padded rows), a split may take 64 of them, and the merge over head-dim slices
@@ -132,12 +125,7 @@ _PINGPONG_D256 = VerifyConfig(block_n=32, max_block_m=128, num_warps=8, num_stag
 _PINGPONG_D256_ONE_WARPGROUP = dataclasses.replace(_PINGPONG_D256, gluon_stages=4)
 # past 64 rows on short splits: 64-row programs of one warpgroup outran the 128-row pairs there, not on long ones
 _PINGPONG_D256_64_ROWS = dataclasses.replace(_PINGPONG_D256_ONE_WARPGROUP, max_block_m=64)
-# rows past whole 128-row tiles that fit the 8-row tail warpgroup: two ring slots of 64 keys (its
-# key-major MMAs' M; 198 KB with q), each taken by the other warpgroups as two 32-key halves
-_PINGPONG_D256_TAIL = dataclasses.replace(_PINGPONG_D256, block_n=64, gluon_stages=2, gluon_pingpong_tail=True,
-                                          gluon_mma_block_n=32, short_split_tiles=_PINGPONG_D256_64_ROWS)
-_PINGPONG_D256_MANY_ROWS = dataclasses.replace(_PINGPONG_D256, short_split_tiles=_PINGPONG_D256_64_ROWS,
-                                               tail_tiles=_PINGPONG_D256_TAIL)
+_PINGPONG_D256_MANY_ROWS = dataclasses.replace(_PINGPONG_D256, short_split_tiles=_PINGPONG_D256_64_ROWS)
 # 65-128 rows on little work: two such programs a KV head outrun one 128-row program (bound: the measured crossover)
 _PINGPONG_D256_HALF_HEADS = dataclasses.replace(_PINGPONG_D256_MANY_ROWS,
                                                 split_query_heads_into=_PINGPONG_D256_ONE_WARPGROUP)
@@ -157,7 +145,8 @@ def sm90_tiles(head_dim: int, element_size: int, rows: int, pairs: int, cache_ro
         return TileChoice(TRITON_FP32, "fp32: the Triton kernel on small tiles (its dots run on the FMA units, "
                                        "operands in registers; the 128-row tile would need 288 KB)")
     if head_dim == 256:
-        why = "the ping-pong kernel on 32-key MMAs, q in shared memory (a 256-wide row doubles every tile)"
+        why = ("the ping-pong kernel on 32-key tiles, q in shared memory, no tail warpgroup (a 256-wide row "
+               "doubles every tile)")
         if rows <= 64:
             return TileChoice(_PINGPONG_D256_ONE_WARPGROUP, why)
         if rows <= 128 and pairs <= FEW_HEADS and pairs * cache_rows <= D256_HALF_HEADS_MAX_KV_ROWS:

@@ -231,62 +231,30 @@ def _take_masked_tile(i, masked, PARTS: gl.constexpr, ld_layout: gl.constexpr):
 def _pingpong_masked_tiles(acc, m_i, l_i, q_op, masked, mask_ptr, b, stride_mb, stride_mt, row0, num_rows, qk_scale,
                            s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
                            ld_layout: gl.constexpr, GROUP: gl.constexpr, BLOCK_M: gl.constexpr,
-                           MMA_N: gl.constexpr):
+                           BLOCK_N: gl.constexpr):
     """A warpgroup's masked key tiles after its stream: the split's partial last prefix tile,
-    then, in the split holding the prefix's last row, the tree tiles (synchronous MMAs of MMA_N
-    keys); each buffer released once this warpgroup's MMAs are done with it."""
-    HALVES: gl.constexpr = masked.bufs.k.shape[1] // MMA_N
+    then, in the split holding the prefix's last row, the tree tiles (synchronous MMAs); each
+    buffer released once this warpgroup's MMAs are done with it."""
     rows_s = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-    cols_s = gl.arange(0, MMA_N, layout=gl.SliceLayout(0, s_layout))
+    cols_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
     mask_rows = mask_ptr + b.to(gl.int64) * stride_mb + (rows_s // GROUP) * stride_mt
     row_ok = rows_s < num_rows
     for i in range(masked.n_masked):
         visible = _masked_tile_visibility(i, masked, mask_rows, row_ok, cols_s, 0)
         kx_smem, vx_smem, buf = _take_masked_tile(i, masked, 1, ld_layout)
-        acc, m_i, l_i = _masked_tile_mma(acc, m_i, l_i, q_op, _key_rows(kx_smem, 0, MMA_N),
-                                         _key_rows(vx_smem, 0, MMA_N), visible, qk_scale, s_layout, o_layout,
-                                         p_layout, BLOCK_M, MMA_N)
-        for h in gl.static_range(1, HALVES):
-            visible = _masked_tile_visibility(i, masked, mask_rows, row_ok, cols_s + h * MMA_N, 0)
-            acc, m_i, l_i = _masked_tile_mma(acc, m_i, l_i, q_op, _key_rows(kx_smem, h, MMA_N),
-                                             _key_rows(vx_smem, h, MMA_N), visible, qk_scale, s_layout, o_layout,
-                                             p_layout, BLOCK_M, MMA_N)
+        acc, m_i, l_i = _masked_tile_mma(acc, m_i, l_i, q_op, kx_smem, vx_smem, visible, qk_scale, s_layout,
+                                         o_layout, p_layout, BLOCK_M, BLOCK_N)
         mbarrier.arrive(masked.bufs.free.index(buf))
     return acc, m_i, l_i
 
 
 @gluon.jit
-def _key_rows(tile, h: gl.constexpr, ROWS: gl.constexpr):
-    """Key rows h * ROWS .. of a ring tile in shared memory (the whole tile where it has ROWS): a row
-    slice of a swizzled tile is a valid MMA operand, two adjacent tiles are not one."""
-    if ROWS < tile.shape[0]:
-        tile = tile.slice(h * ROWS, ROWS)
-    return tile
-
-
-@gluon.jit
-def _mma_step(acc, p, alpha_o, m_i, l_i, q_op, k_next, v_cur, s_zero, qk_scale, s_layout: gl.constexpr,
-              o_layout: gl.constexpr, p_layout: gl.constexpr):
-    """One step of a warpgroup's stream: S of the next keys issued, then acc = acc * alpha + P.V of
-    the current ones; the next keys' softmax runs under P.V (and the other warpgroups' MMAs)."""
-    s_tok = warpgroup_mma(q_op, k_next.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    acc = acc * gl.expand_dims(alpha_o, 1)
-    acc_tok = warpgroup_mma(gl.convert_layout(p.to(v_cur.dtype), p_layout), v_cur, acc, is_async=True)
-    # S(next) done (P.V, issued after it, may still run)
-    s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
-    p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
-    return acc, p, alpha_o, m_i, l_i
-
-
-@gluon.jit
 def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
-                            HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, MMA_N: gl.constexpr, PV_N: gl.constexpr,
-                            STAGES: gl.constexpr,
+                            HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                             SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr, Q_IN_REGS: gl.constexpr,
                             PERSISTENT: gl.constexpr, WAITING: gl.constexpr):
     """One warpgroup: its HALF_M query rows of each work item against every key tile of the
-    item's split, MMA_N keys an MMA, P.V in MMAs PV_N wide. ``args``: :class:`MmaArgs`."""
+    item's split. ``args``: :class:`MmaArgs`."""
     work = args.common.work
     # the ring's slots and the own buffers' uses taken by the earlier items
     ring_uses = work.first_item * 0
@@ -294,22 +262,18 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
     if PERSISTENT:
         for w in range(work.first_item, work.num_items, work.item_step):
             ring_uses, own_uses = _pingpong_mma_item(WG, args, w, ring_uses, own_uses, GROUP, HEAD_DIM, HALF_M,
-                                                     BLOCK_N, MMA_N, PV_N, STAGES, SINGLE_SPLIT, NUM_WG, Q_IN_REGS)
+                                                     BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG, Q_IN_REGS)
     elif not WAITING or work.first_item < work.num_items:  # the merge's waiting programs have no item
-        _pingpong_mma_item(WG, args, work.first_item, ring_uses, own_uses, GROUP, HEAD_DIM, HALF_M, BLOCK_N, MMA_N,
-                           PV_N, STAGES, SINGLE_SPLIT, NUM_WG, Q_IN_REGS)
+        _pingpong_mma_item(WG, args, work.first_item, ring_uses, own_uses, GROUP, HEAD_DIM, HALF_M, BLOCK_N, STAGES,
+                           SINGLE_SPLIT, NUM_WG, Q_IN_REGS)
 
 
 @gluon.jit
 def _pingpong_mma_item(WG: gl.constexpr, args, w, ring_uses, own_uses, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
-                       HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, MMA_N: gl.constexpr, PV_N: gl.constexpr,
-                       STAGES: gl.constexpr,
-                       SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr, Q_IN_REGS: gl.constexpr):
+                       HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr,
+                       NUM_WG: gl.constexpr, Q_IN_REGS: gl.constexpr):
     """One warpgroup's work on item w, after the earlier items' ``ring_uses`` ring slots and
-    ``own_uses`` own-buffer uses; returns those counts after it. A ring tile of BLOCK_N keys takes
-    HALVES MMAs of MMA_N keys each (the scores of a whole 64-key tile at head dim 256 would not fit
-    the registers beside the accumulator)."""
-    HALVES: gl.constexpr = BLOCK_N // MMA_N
+    ``own_uses`` own-buffer uses; returns those counts after it."""
     io = args.io
     c = args.common
     st = c.strides
@@ -321,9 +285,9 @@ def _pingpong_mma_item(WG: gl.constexpr, args, w, ring_uses, own_uses, GROUP: gl
     num_nodes = c.items.num_nodes
     dtype: gl.constexpr = k_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, MMA_N, 16])
+                                                       instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, PV_N, 16])
+                                                       instr_shape=[16, HEAD_DIM, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     ld_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[4, 8],
                                                warps_per_cta=[4, 1], order=[1, 0])
@@ -347,41 +311,36 @@ def _pingpong_mma_item(WG: gl.constexpr, args, w, ring_uses, own_uses, GROUP: gl
     acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
     m_i = gl.full([HALF_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([HALF_M], gl.float32, gl.SliceLayout(1, s_layout))
-    s_zero = gl.zeros([HALF_M, MMA_N], gl.float32, s_layout)
+    s_zero = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
     if n_full > 0:
         mbarrier.wait(ready.index(ring_uses % STAGES), phase=(ring_uses // STAGES) & 1)
-        s_tok = warpgroup_mma(q_op, _key_rows(k_smem.index(ring_uses % STAGES), 0, MMA_N).permute((1, 0)), s_zero,
-                              use_acc=False, is_async=True)
+        s_tok = warpgroup_mma(q_op, k_smem.index(ring_uses % STAGES).permute((1, 0)), s_zero, use_acc=False,
+                              is_async=True)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
         p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
         for j in range(n_full - 1):
             slot = (ring_uses + j) % STAGES
             nxt = ring_uses + j + 1
-            for h in gl.static_range(HALVES - 1):  # the slot's next MMA_N keys
-                acc, p, alpha_o, m_i, l_i = _mma_step(acc, p, alpha_o, m_i, l_i, q_op,
-                                                      _key_rows(k_smem.index(slot), h + 1, MMA_N),
-                                                      _key_rows(v_smem.index(slot), h, MMA_N), s_zero, qk_scale,
-                                                      s_layout, o_layout, p_layout)
             mbarrier.wait(ready.index(nxt % STAGES), phase=(nxt // STAGES) & 1)
-            acc, p, alpha_o, m_i, l_i = _mma_step(acc, p, alpha_o, m_i, l_i, q_op,
-                                                  _key_rows(k_smem.index(nxt % STAGES), 0, MMA_N),
-                                                  _key_rows(v_smem.index(slot), HALVES - 1, MMA_N), s_zero, qk_scale,
-                                                  s_layout, o_layout, p_layout)
+            s_tok = warpgroup_mma(q_op, k_smem.index(nxt % STAGES).permute((1, 0)), s_zero, use_acc=False,
+                                  is_async=True)
+            acc = acc * gl.expand_dims(alpha_o, 1)
+            acc_tok = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(slot), acc,
+                                    is_async=True)
+            # S(j+1) done (P.V(j), issued after it, may still run): its softmax under the other
+            # warpgroup's MMAs and our own P.V(j)
+            s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
+            p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
             mbarrier.arrive(empty.index(slot))
         last = (ring_uses + n_full - 1) % STAGES
-        for h in gl.static_range(HALVES - 1):
-            acc, p, alpha_o, m_i, l_i = _mma_step(acc, p, alpha_o, m_i, l_i, q_op,
-                                                  _key_rows(k_smem.index(last), h + 1, MMA_N),
-                                                  _key_rows(v_smem.index(last), h, MMA_N), s_zero, qk_scale, s_layout,
-                                                  o_layout, p_layout)
         acc = acc * gl.expand_dims(alpha_o, 1)
-        acc_tok = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout),
-                                _key_rows(v_smem.index(last), HALVES - 1, MMA_N), acc, is_async=True)
+        acc_tok = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(last), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
         mbarrier.arrive(empty.index(last))
     acc, m_i, l_i = _pingpong_masked_tiles(acc, m_i, l_i, q_op, masked, io.mask_ptr, it.b, st.stride_mb, st.stride_mt,
                                            my_rows, num_rows, qk_scale, s_layout, o_layout, p_layout, ld_layout, GROUP,
-                                           HALF_M, MMA_N)
+                                           HALF_M, BLOCK_N)
     _store_rows(acc, m_i, l_i, it.b, it.kv_head, it.head_b, it.split, my_rows, num_rows, c.rows_pad,
                 c.num_splits, io.out_ptr, io.part_o_ptr, io.part_lse_ptr, st.stride_ob, st.stride_ot, st.stride_oh,
                 o_layout, 0, GROUP, HEAD_DIM, HALF_M, SINGLE_SPLIT)
@@ -430,10 +389,6 @@ def _tail_pv_issue(acc_t, alpha, p_t, pt_buf, v_tile):
 # How far (log2 units) the tail's scores may pass its running max before the max is retaken (the
 # mask-free tiles beside two warpgroups; P^T <= 2^8 in between)
 TAIL_RESCALE_LOG2: gl.constexpr = gl.constexpr(8.0)
-
-
-
-
 
 
 @gluon.jit
@@ -639,7 +594,6 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     TAIL_M: gl.constexpr = 0, KV_SHARE: gl.constexpr = 1, PERSISTENT: gl.constexpr = False,
     FUSED_MERGE: gl.constexpr = False, MERGE_ROWS: gl.constexpr = 2, SPLIT_BLOCK: gl.constexpr = 2,
     MERGE_WAITERS: gl.constexpr = 0, MERGE_SLICES: gl.constexpr = 1, MERGE_VECTOR: gl.constexpr = False,
-    MMA_N: gl.constexpr = 0,
 ):
     # launched with 4 warps (warpgroup 0, the default partition); the other warpgroups, the load
     # warp and the tail warpgroup are worker partitions. Q_IN_REGS is not read: q sits in
@@ -650,13 +604,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     NUM_WG: gl.constexpr = BLOCK_M // 64
     gl.static_assert(NUM_WG * 64 == BLOCK_M)
     gl.static_assert(NUM_WG == 1 or NUM_WG == 2 or NUM_WG == 3)
-    gl.static_assert(STAGES >= 2)
-    # the warpgroups' keys an MMA (0: a ring tile's); fewer where the tail needs 64-key ring tiles
-    WG_N: gl.constexpr = BLOCK_N if MMA_N == 0 else MMA_N
-    gl.static_assert(BLOCK_N % WG_N == 0)
-    # the P.V MMAs' N: four warpgroups (the tail's) leave a thread 128 registers at launch, and ptxas
-    # sizes one MMA's registers against that (a 64 x 256 fp32 accumulator's needs 158)
-    PV_N: gl.constexpr = 128 if TAIL_M > 0 and NUM_WG > 1 and HEAD_DIM > 128 else HEAD_DIM
+    gl.static_assert(STAGES >= NUM_WG + (TAIL_M > 0))
     gl.static_assert(TAIL_M == 0 or (TAIL_M == 8 and NUM_WG <= 2))
     gl.static_assert(not PERSISTENT or NUM_WG <= 2)
     gl.static_assert(not (PERSISTENT and FUSED_MERGE))
@@ -726,7 +674,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
         if NUM_WG == 1:
             # the tail has the registers to spare beside one warpgroup
             gl.warp_specialize([
-                (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, WG_N, PV_N, STAGES, SINGLE_SPLIT, NUM_WG,
+                (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                              not Q_SMEM, PERSISTENT, WAITING)),
                 (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING)),
                 (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
@@ -734,9 +682,9 @@ def _tree_verify_partial_kernel_gluon_pingpong(
             ], [1, 4], [24, 128])
         else:
             gl.warp_specialize([
-                (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, WG_N, PV_N, STAGES, SINGLE_SPLIT, NUM_WG,
+                (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                              not Q_SMEM, PERSISTENT, WAITING)),
-                (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, WG_N, PV_N, STAGES, SINGLE_SPLIT, NUM_WG,
+                (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                              not Q_SMEM, PERSISTENT, WAITING)),
                 (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING)),
                 (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
@@ -744,25 +692,25 @@ def _tree_verify_partial_kernel_gluon_pingpong(
             ], [4, 1, 4], [208, 24, 72])
     elif NUM_WG == 1:
         gl.warp_specialize([
-            (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, WG_N, PV_N, STAGES, SINGLE_SPLIT, NUM_WG,
+            (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                          not Q_SMEM, PERSISTENT, WAITING)),
             (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING)),
         ], [1], [24])
     elif NUM_WG == 2:
         gl.warp_specialize([
-            (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, WG_N, PV_N, STAGES, SINGLE_SPLIT, NUM_WG,
+            (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                          not Q_SMEM, PERSISTENT, WAITING)),
-            (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, WG_N, PV_N, STAGES, SINGLE_SPLIT, NUM_WG,
+            (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                          not Q_SMEM, PERSISTENT, WAITING)),
             (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING)),
         ], [4, 1], [240, 24])
     else:
         gl.warp_specialize([
-            (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, WG_N, PV_N, STAGES, SINGLE_SPLIT, NUM_WG,
+            (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                          not Q_SMEM, PERSISTENT, WAITING)),
-            (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, WG_N, PV_N, STAGES, SINGLE_SPLIT, NUM_WG,
+            (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                          not Q_SMEM, PERSISTENT, WAITING)),
-            (_pingpong_mma_partition, (2, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, WG_N, PV_N, STAGES, SINGLE_SPLIT, NUM_WG,
+            (_pingpong_mma_partition, (2, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                          not Q_SMEM, PERSISTENT, WAITING)),
             (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING)),
         ], [4, 4, 1], [160, 160, 24])

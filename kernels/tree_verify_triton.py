@@ -662,8 +662,7 @@ def _launch_spec(plan: VerifyPlan, head_dim: int, dtype: torch.dtype, on_gpu: bo
         from .tree_verify_gluon_pingpong import _tree_verify_partial_kernel_gluon_pingpong as fn
 
         constexprs = dict(common, STAGES=plan.stages, num_warps=plan.num_warps, TAIL_M=plan.tail_m,
-                          KV_SHARE=plan.head_split, PERSISTENT=plan.persistent, Q_IN_REGS=True,
-                          MMA_N=plan.mma_block_n)
+                          KV_SHARE=plan.head_split, PERSISTENT=plan.persistent, Q_IN_REGS=True)
         options = {}
     else:
         from .tree_verify_gluon import _tree_verify_partial_kernel_gluon as fn

@@ -88,7 +88,6 @@ class VerifyPolicy:
     them adds a padded tile, which measured slower); short_split_max_keys: the longest split on which
     an entry's ``short_split_tiles`` take the call (0: never);
     split_query_heads: allow ``VerifyConfig.split_query_heads`` and ``split_query_heads_into``;
-    tail_tiles: allow ``VerifyConfig.tail_tiles``;
     persistent*: the ping-pong kernel runs one program an SM over work items on one split of at
     least that many waves of items of at most that many keys; wide_keys_min_chunk: the single
     ping-pong warpgroup's ``gluon_pingpong_64_block_n`` tiles only on splits that long;
@@ -121,7 +120,6 @@ class VerifyPolicy:
     wide_tile_min_waves: float = 1.5
     short_split_max_keys: int = 512
     split_query_heads: bool = True
-    tail_tiles: bool = True
     persistent: bool = True
     persistent_min_waves: float = 1.5
     persistent_max_keys: int = 2048
@@ -188,8 +186,7 @@ class VerifyPlan:
     kernel) or "triton"; config: the table entry in effect (a Gluon entry's Triton fallback where
     the Triton kernel runs); block_m x num_m_tiles (+ tail_m) packed rows a (request, KV head),
     head_split programs sharing one KV head's query heads; block_n, stages, num_warps: the split
-    kernel's (block_n: key rows a tile); mma_block_n: key rows of each of the ping-pong warpgroups'
-    MMAs (block_n, or a part of it); tma: the Triton kernel loads its mask-free key tiles through tensor descriptors;
+    kernel's; tma: the Triton kernel loads its mask-free key tiles through tensor descriptors;
     chunk keys a split, num_splits splits, base_programs programs a split; grid: the split
     kernel's launch grid (persistent: one program an SM); rows_pad: partial rows a (request, KV
     head); workspace_bytes: the fp32 partials and log2-sum-exps (0: one split, written directly);
@@ -205,7 +202,6 @@ class VerifyPlan:
     tail_m: int
     head_split: int
     block_n: int
-    mma_block_n: int
     stages: int
     num_warps: int
     tma: bool
@@ -475,12 +471,9 @@ def _tiles(batch: int, num_nodes: int, group: int, kv_heads: int, cache_rows: in
             half = _tiles(batch, num_nodes, group // 2, kv_heads * 2, cache_rows, sms, plain, policy)
             return dataclasses.replace(half, head_split=2, why=_also(half.why, HEADS_SPLIT))
         return whole
-    whole, over = divmod(packed, 128)
-    if cfg.tail_tiles is not None and policy.tail_tiles and whole >= 1 and 0 < over <= PINGPONG_TAIL_ROWS:
-        tail = _tiles(batch, num_nodes, group, kv_heads, cache_rows, sms, cfg.tail_tiles, policy)
-        return dataclasses.replace(tail, why=_also(tail.why, "the tail warpgroup's tiles"))
     slots = cfg.resident_per_sm * sms
     extra = (192,) if cfg.gluon_pingpong_192 else ()
+    whole, over = divmod(packed, 128)
     why = []
     # the tail warpgroup unless 192-row tiles need fewer programs (520 rows: 3 x 192 against 4 x 128 + 8)
     if (cfg.gluon_pingpong_tail and whole >= 1 and 0 < over <= PINGPONG_TAIL_ROWS
@@ -652,12 +645,10 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
         kernel = "pingpong" if runs_pingpong(cfg, block_m) else "gluon"
         block_n, stages = cfg.gluon_block_n or cfg.block_n, cfg.gluon_stages or cfg.num_stages
         num_warps = 4 if kernel == "pingpong" else cfg.num_warps
-        mma_block_n = (cfg.gluon_mma_block_n or block_n) if kernel == "pingpong" else block_n
     else:
         kernel = "triton"
         cfg = _fit_shared_memory(cfg, target.arch, block_m + tail_m, shape.head_dim, shape.element_size)
         block_n, stages, num_warps = cfg.block_n, cfg.num_stages, cfg.num_warps
-        mma_block_n = block_n
     chunk, num_splits = tiles.chunk, tiles.num_splits
     if policy.num_splits is not None:
         chunk, num_splits = split_chunks(max(shape.cache_rows - shape.num_nodes, 1), policy.num_splits, cfg.block_n)
@@ -678,7 +669,7 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
     reasons = "; ".join(r for r in (why, tiles.why) if r)
     return VerifyPlan(kernel=kernel, config=cfg, group=shape.group // head_split, kv_heads=kv_heads, block_m=block_m,
                       num_m_tiles=tiles.num_m_tiles, tail_m=tail_m, head_split=head_split, block_n=block_n,
-                      mma_block_n=mma_block_n, stages=stages, num_warps=num_warps,
+                      stages=stages, num_warps=num_warps,
                       tma=kernel == "triton" and cfg.tma and shape.descriptors, chunk=chunk, num_splits=num_splits,
                       base_programs=base_programs, grid=grid, persistent=persistent, rows_pad=rows_pad,
                       workspace_bytes=workspace,
