@@ -112,7 +112,7 @@ _GLUON_128_ROWS = VerifyConfig(block_n=64, max_block_m=128, num_warps=8, num_sta
 # own 64-row tiles where Gluon cannot run
 _TRITON_64_ROWS_D64 = VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=3, resident_per_sm=2)
 # head dim 256: tiles of 32 keys (16 KB, as 64 keys are at 128), q in shared memory, 3 ring slots (4 on
-# one warpgroup); no tail warpgroup (its key-major MMAs need 64-key tiles, which with its ring pass 227 KB)
+# one warpgroup); no tail warpgroup (its key-major MMAs need 64-key tiles, and on their ring it was slower)
 _TRITON_D256 = VerifyConfig(block_n=32, max_block_m=64, num_warps=8, num_stages=2, max_tail_m=0)
 # Its split model: a key row costs one program ~2.5x head dim 128's (twice the bytes; one program an
 # SM, its MMAs on 64 padded rows), a split may take 64 of them, and the merge over head-dim slices
