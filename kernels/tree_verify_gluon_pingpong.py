@@ -248,6 +248,25 @@ def _pingpong_masked_tiles(acc, m_i, l_i, q_op, masked, mask_ptr, b, stride_mb, 
     return acc, m_i, l_i
 
 
+# How far (log2 units) a row's scores may pass the max its accumulator and sums are scaled to before
+# they are rescaled to a new one (P <= 2^8 in between; exact once divided by the sums)
+RESCALE_LOG2: gl.constexpr = gl.constexpr(8.0)
+
+
+@gluon.jit
+def _lazy_softmax_step(s, m_i, l_i, qk_scale, s_layout: gl.constexpr, o_layout: gl.constexpr):
+    """The online softmax of one mask-free tile whose rows keep their max unless the tile's scores
+    pass it by 2^RESCALE_LOG2; also whether any row took a new max (one flag for the warpgroup: where
+    none did, the accumulator needs no rescale, 128 multiplies a thread at head dim 256)."""
+    m_tile = gl.max(s, 1) * qk_scale
+    moved = m_tile > m_i + RESCALE_LOG2  # every row on the first tile (m_i = -inf)
+    m_new = gl.where(moved, m_tile, m_i)
+    alpha = gl.exp2(m_i - m_new)
+    p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+    l_i = l_i * alpha + gl.sum(p, 1)
+    return p, gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), m_new, l_i, gl.max(moved.to(gl.int32), 0) > 0
+
+
 @gluon.jit
 def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
                             HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
@@ -317,24 +336,26 @@ def _pingpong_mma_item(WG: gl.constexpr, args, w, ring_uses, own_uses, GROUP: gl
         s_tok = warpgroup_mma(q_op, k_smem.index(ring_uses % STAGES).permute((1, 0)), s_zero, use_acc=False,
                               is_async=True)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
-        p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
+        p, alpha_o, m_i, l_i, moved = _lazy_softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
         for j in range(n_full - 1):
             slot = (ring_uses + j) % STAGES
             nxt = ring_uses + j + 1
             mbarrier.wait(ready.index(nxt % STAGES), phase=(nxt // STAGES) & 1)
             s_tok = warpgroup_mma(q_op, k_smem.index(nxt % STAGES).permute((1, 0)), s_zero, use_acc=False,
                                   is_async=True)
-            acc = acc * gl.expand_dims(alpha_o, 1)
+            if moved:
+                acc = acc * gl.expand_dims(alpha_o, 1)
             acc_tok = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(slot), acc,
                                     is_async=True)
             # S(j+1) done (P.V(j), issued after it, may still run): its softmax under the other
             # warpgroup's MMAs and our own P.V(j)
             s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
-            p, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
+            p, alpha_o, m_i, l_i, moved = _lazy_softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
             mbarrier.arrive(empty.index(slot))
         last = (ring_uses + n_full - 1) % STAGES
-        acc = acc * gl.expand_dims(alpha_o, 1)
+        if moved:
+            acc = acc * gl.expand_dims(alpha_o, 1)
         acc_tok = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(last), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, ))
         mbarrier.arrive(empty.index(last))
