@@ -248,8 +248,8 @@ def _pingpong_masked_tiles(acc, m_i, l_i, q_op, masked, mask_ptr, b, stride_mb, 
     return acc, m_i, l_i
 
 
-# How far (log2 units) a row's scores may pass the max its accumulator and sums are scaled to before
-# they are rescaled to a new one (P <= 2^8 in between; exact once divided by the sums)
+# How far (log2 units) a row's scores on mask-free tiles may pass the max its accumulator and sums are
+# scaled to before they are rescaled to a new one, in the warpgroups and the tail alike (P <= 2^8)
 RESCALE_LOG2: gl.constexpr = gl.constexpr(8.0)
 
 
@@ -407,18 +407,13 @@ def _tail_pv_issue(acc_t, alpha, p_t, pt_buf, v_tile):
                          is_async=True)
 
 
-# How far (log2 units) the tail's scores may pass its running max before the max is retaken (the
-# mask-free tiles beside two warpgroups; P^T <= 2^8 in between)
-TAIL_RESCALE_LOG2: gl.constexpr = gl.constexpr(8.0)
-
-
 @gluon.jit
 def _tail_scores(x_t, m_t):
     """P^T [keys, rows] against the running max as it stands, and each warp's largest score past it
     less the threshold ([4], one a warp): reductions within each warp only."""
     p_t = gl.exp2(x_t - gl.expand_dims(m_t, 0))
     over = gl.reshape(x_t - gl.expand_dims(m_t, 0), [4, x_t.shape[0] // 4, x_t.shape[1]])
-    return p_t, gl.max(gl.max(over, 2), 1) - TAIL_RESCALE_LOG2
+    return p_t, gl.max(gl.max(over, 2), 1) - RESCALE_LOG2
 
 
 @gluon.jit
@@ -481,7 +476,7 @@ def _tail_stream_lazy(acc_t, m_t, l_t, qt_op, s_zero, k_smem, v_smem, p_smem, fl
                       n_full, ring_uses, st_layout: gl.constexpr, STAGES: gl.constexpr):
     """The same tiles with one barrier a tile instead of three: the row sums are kept per key lane
     and summed once at the end, and the max is retaken across the warps only where a warp's
-    scores passed it by 2^TAIL_RESCALE_LOG2 (a flag a warp, read behind the barrier P^T needs
+    scores passed it by 2^RESCALE_LOG2 (a flag a warp, read behind the barrier P^T needs
     anyway). Beside two warpgroups, where the tail's cross-warp reductions held each tile up.
     The flags alternate between two buffers like P^T."""
     l2 = gl.zeros(s_zero.shape, gl.float32, st_layout)
