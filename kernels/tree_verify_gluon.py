@@ -239,7 +239,8 @@ def _store_rows(acc, m_i, l_i, b, kv_head, head_b, split, row0, num_rows, rows_p
     row_valid = rows_o < num_rows
     l_o = gl.convert_layout(l_i, gl.SliceLayout(D_AXIS, o_layout))
     l_safe = gl.where(l_o == 0.0, 1.0, l_o)
-    out = acc / gl.expand_dims(l_safe, D_AXIS)
+    # a reciprocal a row and a multiply an element: a divide an element is several instructions
+    out = acc * gl.expand_dims(1.0 / l_safe, D_AXIS)
     if SINGLE_SPLIT:
         out_rows = (b.to(gl.int64) * stride_ob + (rows_o // GROUP) * stride_ot
                     + (kv_head * GROUP + rows_o % GROUP) * stride_oh)
@@ -370,7 +371,7 @@ def _merge_tile_rows_unrolled(lse_base, o_base, out_ptr, b, kv_head, row_start, 
             weight = gl.where(live, gl.exp2(lse - m_shift), 0.0)
             acc += gl.where(gl.expand_dims(live, 1), part * gl.expand_dims(weight, 1), 0.0)
             l_i += weight
-        out = acc / gl.expand_dims(gl.where(l_i == 0.0, 1.0, l_i), 1)
+        out = acc * gl.expand_dims(1.0 / gl.where(l_i == 0.0, 1.0, l_i), 1)
         _store_merged_rows(out_ptr, out, b, kv_head, rows, row_valid, dims, stride_ob, stride_ot, stride_oh, GROUP)
 
 
@@ -401,7 +402,7 @@ def _merge_tile_rows_vector(lse_base, o_base, out_ptr, b, kv_head, row_start, ro
         weight = gl.where(live, gl.exp2(lse - gl.expand_dims(m_shift, 0)), 0.0)
         acc = gl.sum(gl.where(gl.expand_dims(live, 2), part * gl.expand_dims(weight, 2), 0.0), 0)
         l_i = gl.convert_layout(gl.sum(weight, 0), gl.SliceLayout(1, rw_layout))
-        out = acc / gl.expand_dims(gl.where(l_i == 0.0, 1.0, l_i), 1)
+        out = acc * gl.expand_dims(1.0 / gl.where(l_i == 0.0, 1.0, l_i), 1)
         rows_o = r0 + gl.arange(0, MERGE_ROWS, layout=gl.SliceLayout(1, rw_layout))
         _store_merged_rows(out_ptr, out, b, kv_head, rows_o, rows_o < row_hi, dims, stride_ob, stride_ot, stride_oh,
                            GROUP)

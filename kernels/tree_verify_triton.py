@@ -97,7 +97,7 @@ def _store_rows(acc, m_i, l_i, rows, row_valid, b, head_b, split, kv_head, out_p
     """Normalised output (one split) or fp32 partial + log2-sum-exp, valid rows only."""
     dims = tl.arange(0, HEAD_DIM)
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
-    out = acc / l_safe[:, None]
+    out = acc * (1.0 / l_safe)[:, None]  # a reciprocal a row, not a divide an element
     if SINGLE_SPLIT:
         node = rows // GROUP
         q_head = kv_head * GROUP + rows % GROUP
@@ -294,7 +294,7 @@ def _merge_rows_one_block(lse_base, o_base, out_ptr, b, kv_head, rows, row_valid
 @triton.jit
 def _store_merged(acc, l_i, out_ptr, b, kv_head, rows, row_valid, dims, stride_ob, stride_ot, stride_oh,
                   GROUP: tl.constexpr):
-    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    out = acc * (1.0 / tl.where(l_i == 0.0, 1.0, l_i))[:, None]
     node = rows // GROUP
     q_head = kv_head * GROUP + rows % GROUP
     tl.store(out_ptr + b.to(tl.int64) * stride_ob + node[:, None] * stride_ot
