@@ -73,6 +73,38 @@ p = sub(p, """        visible = _masked_tile_visibility(i, masked, mask_rows, ro
         if i == masked.n_masked - 1:
             _stamp(io, WG, 10)
 """)
+if "fine" in sys.argv:
+    p = sub(p, "def _stamp(io, WG: gl.constexpr, K: gl.constexpr):", """def _stamp_on(io, WG: gl.constexpr, K: gl.constexpr, dep):
+    pid = gl.program_id(0) + gl.program_id(1) * gl.num_programs(0)
+    t = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [dep], dtype=gl.int64, is_pure=False, pack=1)
+    gl.store(io.dbg_ptr + (pid * 4 + WG) * 16 + K, t)
+
+
+@gluon.jit
+def _stamp(io, WG: gl.constexpr, K: gl.constexpr):""")
+    p = sub(p, """        if i == masked.n_masked - 1:
+            _stamp(io, WG, 8)
+""", """        if i == masked.n_masked - 1:
+            _stamp_on(io, WG, 8, gl.max(gl.max(visible.to(gl.int32), 1), 0))
+""")
+    p = sub(p, """        acc, m_i, l_i = _masked_tile_mma(acc, m_i, l_i, q_op, kx_smem, vx_smem, visible, qk_scale, s_layout,
+                                         o_layout, p_layout, BLOCK_M, BLOCK_N)
+        if i == masked.n_masked - 1:""", """        if i == masked.n_masked - 1:
+            s = warpgroup_mma(q_op, kx_smem.permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
+                              use_acc=False)
+            _stamp_on(io, WG, 11, gl.max(gl.max(s, 1), 0).to(gl.int32))
+            s = gl.where(visible, s, float("-inf"))
+            p_, alpha_o, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, s_layout, o_layout)
+            acc = acc * gl.expand_dims(alpha_o, 1)
+            p_op = gl.convert_layout(p_.to(kx_smem.dtype), p_layout)
+            _stamp_on(io, WG, 12, gl.max(gl.max(p_, 1), 0).to(gl.int32))
+            acc = warpgroup_mma(p_op, vx_smem, acc)
+        else:
+            acc, m_i, l_i = _masked_tile_mma(acc, m_i, l_i, q_op, kx_smem, vx_smem, visible, qk_scale, s_layout,
+                                             o_layout, p_layout, BLOCK_M, BLOCK_N)
+        if i == masked.n_masked - 1:""")
+    p = sub(p, "from .tree_verify_gluon import (_cta_barrier,", "from .tree_verify_gluon import (_softmax_step as _softmax_step_x, _cta_barrier,")
+    p = p.replace("p_, alpha_o, m_i, l_i = _softmax_step(s,", "p_, alpha_o, m_i, l_i = _softmax_step_x(s,")
 if "prefetch" in sys.argv:
     p = sub(p, "    q = _load_q_rows(io.q_ptr, it.b, it.kv_head, my_rows, num_rows,",
             """    pf_rows = my_rows + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, s_layout))

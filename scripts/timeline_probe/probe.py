@@ -2,6 +2,7 @@
 python3 probe.py OUT  (on the H200, after python3 instrument.py)"""
 import dataclasses
 import json
+import os
 import statistics
 import sys
 
@@ -13,7 +14,8 @@ from specdec_kernels.verify_plan import DEFAULT_POLICY
 
 SHAPES = ("B8-T65-H24/4/256-L1024 B8-T65-H24/4/256-L8192 B1-T65-H24/4/256-L8192 B8-T33-H24/4/256-L1024 "
           "B32-T65-H24/4/256-L1024 B8-T65-H6/1/256-L1024 B8-T33-H6/1/256-L1024 B8-T9-H24/4/256-L8192 "
-          "B8-T65-H32/8/128-L1024 B8-T65-H32/8/128-L8192 B8-T33-H64/8/128-L1024 B8-T17-H32/8/128-L1024").split()
+          "B8-T65-H32/8/128-L1024 B8-T65-H32/8/128-L8192 B8-T33-H64/8/128-L1024 B8-T17-H32/8/128-L1024")
+SHAPES = (os.environ.get("SHAPES") or SHAPES).split()
 POLICY = dataclasses.replace(DEFAULT_POLICY, launch_cache=False, fused_merge=False, waiting_merge=False,
                              persistent=False)
 PHASES = ("q", "first", "stream", "masked", "store")
@@ -65,8 +67,8 @@ def main(out, label):
         span_us = (max(s[7] for _, _, s in rows) - g0) / 1e3
         starts = [(s[6] - g0) / 1e3 for _, _, s in rows]
         phase = {ph: [(s[i + 1] - s[i]) / rate / 1e3 for _, _, s in rows] for i, ph in enumerate(PHASES)}
-        fine = [s for _, _, s in rows if s[8] and s[9] and s[10]]
-        for nm, i0, i1 in (("m_vis", 3, 8), ("m_wait", 8, 9), ("m_mma", 9, 10), ("m_end", 10, 4)):
+        fine = [s for _, _, s in rows if s[8] and s[9] and s[10] and (s[11] or not os.environ.get('FINE'))]
+        for nm, i0, i1 in (("m_vis", 3, 8), ("m_wait", 8, 9), ("m_mma", 9, 10), ("m_end", 10, 4), ("m_qk", 9, 11), ("m_soft", 11, 12), ("m_pv", 12, 10)):
             v = [(s[i1] - s[i0]) / rate / 1e3 for s in fine]
             if v:
                 phase[nm] = v
