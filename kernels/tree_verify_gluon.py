@@ -227,6 +227,13 @@ def _masked_key_tiles(acc, m_i, l_i, q_op, kx_smem, vx_smem, k_ptr, v_ptr, mask_
 
 
 @gluon.jit
+def _over_row_sums(acc, l_i, ROW_AXIS: gl.constexpr):
+    """acc's rows (along ROW_AXIS) over their sums l_i, a reciprocal a row and a multiply an
+    element (a divide an element is several instructions); a row that saw no key stays 0."""
+    return acc * gl.expand_dims(1.0 / gl.where(l_i == 0.0, 1.0, l_i), 1 - ROW_AXIS)
+
+
+@gluon.jit
 def _store_rows(acc, m_i, l_i, b, kv_head, head_b, split, row0, num_rows, rows_pad, num_splits, out_ptr, part_o_ptr,
                 part_lse_ptr, stride_ob, stride_ot, stride_oh, o_layout: gl.constexpr, ROW_AXIS: gl.constexpr,
                 GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, SINGLE_SPLIT: gl.constexpr):
@@ -238,9 +245,7 @@ def _store_rows(acc, m_i, l_i, b, kv_head, head_b, split, row0, num_rows, rows_p
     dims_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(ROW_AXIS, o_layout))
     row_valid = rows_o < num_rows
     l_o = gl.convert_layout(l_i, gl.SliceLayout(D_AXIS, o_layout))
-    l_safe = gl.where(l_o == 0.0, 1.0, l_o)
-    # a reciprocal a row and a multiply an element: a divide an element is several instructions
-    out = acc * gl.expand_dims(1.0 / l_safe, D_AXIS)
+    out = _over_row_sums(acc, l_o, ROW_AXIS)
     if SINGLE_SPLIT:
         out_rows = (b.to(gl.int64) * stride_ob + (rows_o // GROUP) * stride_ot
                     + (kv_head * GROUP + rows_o % GROUP) * stride_oh)
@@ -252,7 +257,7 @@ def _store_rows(acc, m_i, l_i, b, kv_head, head_b, split, row0, num_rows, rows_p
         gl.store(part_o_ptr + gl.expand_dims(part_row * HEAD_DIM, D_AXIS) + gl.expand_dims(dims_o, ROW_AXIS), out,
                  mask=gl.expand_dims(row_valid, D_AXIS))
         m_o = gl.convert_layout(m_i, gl.SliceLayout(D_AXIS, o_layout))
-        lse = gl.where(l_o == 0.0, float("-inf"), m_o + gl.log2(l_safe))
+        lse = gl.where(l_o == 0.0, float("-inf"), m_o + gl.log2(gl.where(l_o == 0.0, 1.0, l_o)))
         gl.store(part_lse_ptr + part_row, lse, mask=row_valid)
 
 
@@ -371,7 +376,7 @@ def _merge_tile_rows_unrolled(lse_base, o_base, out_ptr, b, kv_head, row_start, 
             weight = gl.where(live, gl.exp2(lse - m_shift), 0.0)
             acc += gl.where(gl.expand_dims(live, 1), part * gl.expand_dims(weight, 1), 0.0)
             l_i += weight
-        out = acc * gl.expand_dims(1.0 / gl.where(l_i == 0.0, 1.0, l_i), 1)
+        out = _over_row_sums(acc, l_i, 0)
         _store_merged_rows(out_ptr, out, b, kv_head, rows, row_valid, dims, stride_ob, stride_ot, stride_oh, GROUP)
 
 
@@ -402,7 +407,7 @@ def _merge_tile_rows_vector(lse_base, o_base, out_ptr, b, kv_head, row_start, ro
         weight = gl.where(live, gl.exp2(lse - gl.expand_dims(m_shift, 0)), 0.0)
         acc = gl.sum(gl.where(gl.expand_dims(live, 2), part * gl.expand_dims(weight, 2), 0.0), 0)
         l_i = gl.convert_layout(gl.sum(weight, 0), gl.SliceLayout(1, rw_layout))
-        out = acc * gl.expand_dims(1.0 / gl.where(l_i == 0.0, 1.0, l_i), 1)
+        out = _over_row_sums(acc, l_i, 0)
         rows_o = r0 + gl.arange(0, MERGE_ROWS, layout=gl.SliceLayout(1, rw_layout))
         _store_merged_rows(out_ptr, out, b, kv_head, rows_o, rows_o < row_hi, dims, stride_ob, stride_ot, stride_oh,
                            GROUP)

@@ -62,7 +62,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from .tree_verify_gluon import (_cta_barrier, _load_q_rows, _load_tile_pair, _masked_tile_mma, _merge_if_last,
                                 _merge_when_counted,
-                                _softmax_step, _split_keys, _store_rows, _tile_coords, _tree_visibility,
+                                _split_keys, _store_rows, _tile_coords, _tree_visibility,
                                 _zero_rows_from)
 from .tree_verify_pingpong_state import (ConsumerArgs, KeyRing, LoadArgs, MaskedBuffers, MaskedTiles, MmaArgs,
                                          ProgramWork, RowPointers, RowStrides, TailArgs, WorkGrid, WorkItem)
