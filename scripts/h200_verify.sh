@@ -18,7 +18,7 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 
 suite() {
-  timeout "${SUITE_SECONDS:-300}" python3 -m pytest tests/kernels -q -x -n 14 -p no:cacheprovider \
+  timeout "${SUITE_SECONDS:-590}" python3 -m pytest tests/kernels -q -x -n 14 -p no:cacheprovider \
     >"$OUT/tests.log" 2>&1
   echo "== kernel tests rc=$?"; tail -3 "$OUT/tests.log" | cut -c1-300
   grep -E "^(FAILED|ERROR)|^E " "$OUT/tests.log" | cut -c1-300 | head -10
