@@ -374,7 +374,9 @@ def main(argv=None) -> int:
         for r in reports:
             print(json.dumps(dict(asdict(r), ok=r.ok)))
     else:
-        print(f"tree-verify kernels compiled for {', '.join(archs)} "
+        import triton
+
+        print(f"tree-verify kernels compiled by Triton {triton.__version__} for {', '.join(archs)} "
               f"(shared memory limits {', '.join(f'{a} {SHARED_MEMORY_LIMITS[a]} B' for a in archs)})")
         print(format_reports(reports))
     return 0 if all(r.ok for r in reports) else 1
