@@ -964,8 +964,7 @@ class _DirectCall:
             after = (*after[:14], log2_softmax_scale(self.head_dim, sm_scale), *after[15:])
         k_desc = self.k_desc
         if k_desc is None:  # the kernel reads the caches by pointers
-            split.launch(stream, *split.head, q_ptr, k_ptr, v_ptr, k_ptr, v_ptr, lens_ptr, mask_ptr, out_ptr, part_o,
-                         part_lse, counts, *after)
+            args = (q_ptr, k_ptr, v_ptr, k_ptr, v_ptr, lens_ptr, mask_ptr, out_ptr, part_o, part_lse, counts, *after)
         else:
             v_desc = self.v_desc
             # tensor_map's own first step inline: a lookup of an address already encoded
@@ -974,9 +973,16 @@ class _DirectCall:
                 k_map = tensor_map(k_ptr, k_desc[0])
             if v_map is None:
                 v_map = tensor_map(v_ptr, v_desc[0])
-            split.launch(stream, *split.head, q_ptr, k_ptr, v_ptr, k_map, *k_desc[1], v_map, *v_desc[1], lens_ptr,
-                         mask_ptr, out_ptr, part_o, part_lse, counts, *after)
+            args = (q_ptr, k_ptr, v_ptr, k_map, *k_desc[1], v_map, *v_desc[1], lens_ptr, mask_ptr, out_ptr, part_o,
+                    part_lse, counts, *after)
+        if split.packed:
+            split.launch(stream, *split.head, args)
+        else:
+            split.launch(stream, *split.head, *args)
         if split is not self.fused and self.merge is not None:
             merge = self.merge
-            merge.launch(stream, *merge.head, part_o, part_lse, out_ptr, *self.merge_after)
+            if merge.packed:
+                merge.launch(stream, *merge.head, (part_o, part_lse, out_ptr, *self.merge_after))
+            else:
+                merge.launch(stream, *merge.head, part_o, part_lse, out_ptr, *self.merge_after)
         return True

@@ -8,20 +8,34 @@ already knows everything the kernel was specialised on (its own cache key) can s
 arguments already expanded, the tensor maps taken from :func:`tensor_map`'s cache.
 
 This reaches into Triton internals that change between releases (the C launcher's argument
-layout, the descriptor wrapper, the metadata of a tensor descriptor). :func:`direct_launch_unusable`
-decides once per process whether this Triton has the layout this module was written against
-(Triton 3.6's); where it has not, or a kernel needs what this path does not do (scratch memory,
-a descriptor not lowered to a tensor map), callers take Triton's ordinary ``kernel[grid](...)``.
+layout, the descriptor wrapper, the metadata of a tensor descriptor). Two layouts are known: a C
+launcher compiled per kernel that takes the kernel's arguments one by one (Triton 3.5 and 3.6), and
+one C launch for every kernel that takes them as one tuple beside their annotations and C
+signature (Triton 3.7 to 3.9). :func:`direct_launch_unusable` decides once per process whether this
+Triton has one of them; where it has not, or a kernel needs what this path does not do (scratch
+memory, a descriptor not lowered to a tensor map), callers take Triton's ordinary
+``kernel[grid](...)``.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 
-# The C launcher's leading arguments in the Triton this path was written against: grid x, y, z,
-# stream, function, cooperative, PDL, global scratch, profile scratch, metadata, launch metadata,
-# enter hook, exit hook.
+# The per-kernel C launcher's leading arguments (Triton 3.5, 3.6): grid x, y, z, stream, function,
+# cooperative, PDL, global scratch, profile scratch, metadata, launch metadata, enter hook, exit hook.
 KNOWN_BASE_ARGS_FORMAT = "iiiKKppOOOOOO"
+
+# How a Triton 3.7-3.9 launcher calls its one C launch (whitespace removed): the kernel's arguments
+# follow as one tuple.
+PACKED_LAUNCH_CALL = ("self.launch(gridX,gridY,gridZ,stream,function,self.launch_cooperative_grid,self.launch_pdl,"
+                      "kernel_metadata,launch_metadata,launch_enter_hook,launch_exit_hook,global_scratch,"
+                      "profile_scratch,self.arg_annotations,self.kernel_signature,")
+
+# What the descriptor wrapper passes for a tensor descriptor, in both layouts: the map, then the
+# shape and the strides; the map encoded from the base address and the compiled kernel's metadata.
+DESCRIPTOR_EXPANSION = "return[cu_tensor_map,*shape,*strides]"
+DESCRIPTOR_FILL_ARGS = "(arg.base.data_ptr(),swizzle,elem_size,TMA_DTYPE_DEVICE_TO_HOST[elem_type],block_size,"
 
 # Encoded tensor maps kept across calls per encoding: a KV cache per layer, a few hundred.
 MAX_TENSOR_MAPS = 512
@@ -30,16 +44,34 @@ MAX_TENSOR_MAPS = 512
 _ENCODINGS: dict = {}
 
 
+def _source_of(function) -> str | None:
+    """``function``'s source without whitespace (None where Python cannot read it)."""
+    import inspect
+
+    try:
+        return re.sub(r"\s+", "", inspect.getsource(function))
+    except (OSError, TypeError):
+        return None
+
+
 def launcher_layout_unknown(driver_module) -> str | None:
-    """Why ``driver_module`` (Triton's ``triton.backends.nvidia.driver``) is not the launcher layout
-    :class:`DirectLaunch` calls (None: it is)."""
-    base = getattr(driver_module, "_BASE_ARGS_FORMAT", None)
-    if base != KNOWN_BASE_ARGS_FORMAT:
-        return f"its C launcher takes {base!r} before the kernel's arguments, not {KNOWN_BASE_ARGS_FORMAT!r}"
-    missing = [name for name in ("CudaLauncher", "TMA_DTYPE_DEVICE_TO_HOST", "wrap_handle_tensordesc")
-               if not hasattr(driver_module, name)]
+    """Why ``driver_module`` (Triton's ``triton.backends.nvidia.driver``) has neither launcher
+    layout :class:`DirectLaunch` calls (None: it has one)."""
+    missing = [name for name in ("CudaLauncher", "TMA_DTYPE_DEVICE_TO_HOST", "wrap_handle_tensordesc",
+                                 "make_tensordesc_arg") if not hasattr(driver_module, name)]
     if missing:
         return f"its CUDA driver module has no {', '.join(missing)}"
+    base = getattr(driver_module, "_BASE_ARGS_FORMAT", None)
+    if base is None:
+        call = _source_of(driver_module.CudaLauncher.__call__)
+        if call is None or PACKED_LAUNCH_CALL not in call:
+            return ("its launcher passes neither the per-kernel C launcher's arguments nor the packed "
+                    "layout's to its C launch")
+    elif base != KNOWN_BASE_ARGS_FORMAT:
+        return f"its C launcher takes {base!r} before the kernel's arguments, not {KNOWN_BASE_ARGS_FORMAT!r}"
+    expand = _source_of(driver_module.make_tensordesc_arg)
+    if expand is None or DESCRIPTOR_EXPANSION not in expand or DESCRIPTOR_FILL_ARGS not in expand:
+        return "its tensor descriptors are passed otherwise than as a map encoded from the base, shape and strides"
     return None
 
 
@@ -118,8 +150,14 @@ def encoding_of(shape: tuple, strides: tuple, meta: dict) -> _Encoding:
     if found is None:
         if len(_ENCODINGS) >= MAX_TENSOR_MAPS:
             _ENCODINGS.clear()  # only deduplication is lost: launches hold their encodings
-        found = _ENCODINGS[args] = _Encoding(driver.active.utils.fill_tma_descriptor, args)
+        found = _ENCODINGS[args] = _Encoding(_fill_function(driver.active.utils), args)
     return found
+
+
+def _fill_function(utils):
+    """The C function that encodes a tiled tensor map (renamed in Triton 3.7)."""
+    fill = getattr(utils, "fill_tma_descriptor_tiled", None)
+    return fill if fill is not None else utils.fill_tma_descriptor
 
 
 def _c_launch_of(launcher):
@@ -142,9 +180,10 @@ class DirectLaunch:
     kernel's arguments in order, pointers as ints and each tensor descriptor expanded in place to
     ``(tensor_map(base, encoding), *fields)`` with the ``(encoding, fields)`` of
     ``descriptors[position]`` (everything but the base address is fixed by the specialisation).
-    A hot caller may call ``launch(stream, *head, *args, *tail)`` itself (one Python call less)."""
+    A hot caller may call the C launch itself (one Python call less): ``launch(stream, *head,
+    args)`` where ``packed``, else ``launch(stream, *head, *args)``, ``args`` ending with ``tail``."""
 
-    __slots__ = ("launch", "head", "descriptors", "tail")
+    __slots__ = ("launch", "head", "descriptors", "tail", "packed")
 
     @classmethod
     def build(cls, compiled, grid: tuple, num_args: int, tail: tuple, views: dict) -> DirectLaunch | None:
@@ -159,21 +198,36 @@ class DirectLaunch:
             c_launch = _c_launch_of(launcher)
         except AttributeError:  # not the compiled kernel of the Triton this path knows
             return None
+        packed = hasattr(launcher, "arg_annotations")
         desc_positions = [i for i, ty in enumerate(signature) if isinstance(ty, str) and ty.startswith("tensordesc")]
         if (c_launch is None or len(signature) != num_args + len(tail) or sorted(views) != desc_positions
-                or len(metas) != len(desc_positions) or any(m is None or m.get("fp4_padded") for m in metas)
-                or launcher.global_scratch_size or launcher.profile_scratch_size):
+                or len(metas) != len(desc_positions)
+                or any(m is None or m.get("fp4_padded") or m.get("is_im2col") for m in metas)
+                or launcher.global_scratch_size or launcher.profile_scratch_size
+                or getattr(launcher, "gsan_enabled", False)
+                or (packed and not hasattr(launcher, "kernel_signature"))):
             return None
         self = cls()
-        # the C launcher's leading arguments: the grid, then (after the stream) the function,
-        # cooperative, PDL, no global or profile scratch, the metadata, no launch metadata or hooks
         self.launch = functools.partial(c_launch, *(tuple(grid) + (1,) * (3 - len(grid))))
-        self.head = (compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl, None, None,
-                     compiled.packed_metadata, None, None, None)
+        if packed:
+            # after the stream: the function, cooperative, PDL, the metadata, no launch metadata or
+            # hooks, no global or profile scratch, the arguments' annotations and C signature
+            self.head = (compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl,
+                         compiled.packed_metadata, None, None, None, None, None, launcher.arg_annotations,
+                         launcher.kernel_signature)
+        else:
+            # after the stream: the function, cooperative, PDL, no global or profile scratch, the
+            # metadata, no launch metadata or hooks
+            self.head = (compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl, None, None,
+                         compiled.packed_metadata, None, None, None)
+        self.packed = packed
         self.descriptors = {pos: (encoding_of(*views[pos], meta), (*views[pos][0], *views[pos][1]))
                             for pos, meta in zip(desc_positions, metas)}
         self.tail = tail
         return self
 
     def __call__(self, stream: int, args: tuple) -> None:
-        self.launch(stream, *self.head, *args, *self.tail)
+        if self.packed:
+            self.launch(stream, *self.head, (*args, *self.tail))
+        else:
+            self.launch(stream, *self.head, *args, *self.tail)

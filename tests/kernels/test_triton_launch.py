@@ -17,19 +17,52 @@ from specdec_kernels.triton_launch import KNOWN_BASE_ARGS_FORMAT, launcher_layou
 
 
 def _driver_module(**names):
+    """A CUDA driver module like the installed Triton's, with ``names`` replaced."""
+    from triton.backends.nvidia import driver as driver_module
+
     return types.SimpleNamespace(**{"CudaLauncher": object, "TMA_DTYPE_DEVICE_TO_HOST": {},
-                                    "wrap_handle_tensordesc": None, **names})
+                                    "wrap_handle_tensordesc": None,
+                                    "make_tensordesc_arg": driver_module.make_tensordesc_arg, **names})
 
 
-def test_only_the_known_launcher_layout_is_launched_directly():
+class _PackedLauncher:
+    """The call a launcher of the packed layout makes (never run: its source is what is read)."""
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata, launch_enter_hook,
+                 launch_exit_hook, *args):
+        global_scratch = profile_scratch = None
+        self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl,
+                    kernel_metadata, launch_metadata, launch_enter_hook, launch_exit_hook, global_scratch,
+                    profile_scratch, self.arg_annotations, self.kernel_signature, args)
+
+
+class _ReorderedLauncher(_PackedLauncher):
+    def __call__(self, gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata, launch_enter_hook,
+                 launch_exit_hook, *args):
+        self.launch(gridX, gridY, gridZ, stream, function, kernel_metadata, self.launch_cooperative_grid,
+                    self.launch_pdl, launch_metadata, launch_enter_hook, launch_exit_hook, None, None,
+                    self.arg_annotations, self.kernel_signature, args)
+
+
+def _expands_to_a_pointer(arg, metadata, _):
+    return [arg.base, *arg.shape, *arg.strides]
+
+
+def test_only_the_known_launcher_layouts_are_launched_directly():
+    # the per-kernel C launcher (Triton 3.5, 3.6)
     assert launcher_layout_unknown(_driver_module(_BASE_ARGS_FORMAT=KNOWN_BASE_ARGS_FORMAT)) is None
-    # a later Triton passes the kernel's arguments as one tuple after other leading arguments
     reason = launcher_layout_unknown(_driver_module(_BASE_ARGS_FORMAT="iiiKKppOOOOOOOO"))
     assert reason is not None and "'iiiKKppOOOOOOOO'" in reason
-    assert "_BASE_ARGS_FORMAT" not in vars(_driver_module()) and launcher_layout_unknown(_driver_module())
+    # one C launch for every kernel, the kernel's arguments as one tuple (Triton 3.7 to 3.9)
+    assert launcher_layout_unknown(_driver_module(CudaLauncher=_PackedLauncher)) is None
+    assert "neither" in launcher_layout_unknown(_driver_module(CudaLauncher=_ReorderedLauncher))
+    assert "neither" in launcher_layout_unknown(_driver_module())  # no launcher source to read
     missing = _driver_module(_BASE_ARGS_FORMAT=KNOWN_BASE_ARGS_FORMAT)
     del missing.TMA_DTYPE_DEVICE_TO_HOST
     assert "TMA_DTYPE_DEVICE_TO_HOST" in launcher_layout_unknown(missing)
+    # descriptors passed as anything else than an encoded map, shape and strides
+    other = _driver_module(_BASE_ARGS_FORMAT=KNOWN_BASE_ARGS_FORMAT, make_tensordesc_arg=_expands_to_a_pointer)
+    assert "descriptors" in launcher_layout_unknown(other)
 
 
 def test_this_processes_decision_matches_its_triton():
@@ -122,3 +155,75 @@ def test_encodings_are_shared_and_hold_every_field(monkeypatch):
                   triton_launch.encoding_of((4096, 1024), (1024, 1), dict(meta, swizzle=64)),
                   triton_launch.encoding_of((4096, 1024), (1024, 1), dict(meta, elem_type=1))):
         assert other is not base
+
+
+def _installed_launcher(c_launch, signature: dict, tensordesc_meta: list):
+    """The installed Triton's own CudaLauncher for a kernel of ``signature``, its C launch replaced
+    by ``c_launch`` (built without compiling anything: the attributes its call reads)."""
+    from triton.backends.nvidia import driver as driver_module
+
+    launcher = object.__new__(driver_module.CudaLauncher)
+    launcher.launch = driver_module.wrap_handle_tensordesc(c_launch, signature, tensordesc_meta)
+    launcher.global_scratch_size = launcher.profile_scratch_size = 0
+    launcher.global_scratch_align = launcher.profile_scratch_align = 1
+    launcher.launch_cooperative_grid, launcher.launch_pdl = False, True
+    launcher.num_ctas, launcher.gsan_enabled = 1, False
+    if getattr(driver_module, "_BASE_ARGS_FORMAT", None) is None:
+        launcher.arg_annotations, launcher.kernel_signature = ("annotations",), b"signature"
+    return launcher
+
+
+def test_a_direct_launch_passes_its_c_launch_what_tritons_own_launcher_does(monkeypatch):
+    """The same kernel call, once through the installed Triton's own launcher (as its dispatch
+    calls it, no launch hook) and once directly: its C launch, here a recorder, gets the same
+    arguments, the tensor descriptor's map and fields included. Run on the CPU against whichever
+    layout the installed Triton has."""
+    import triton.runtime
+    from triton.backends.nvidia import driver as driver_module
+
+    reason = triton_launch.direct_launch_unusable()
+    if reason is not None:
+        pytest.skip(reason)
+    calls = []
+
+    def fill(base_ptr, *fields):
+        return ("map", base_ptr, tuple(tuple(f) if isinstance(f, list) else f for f in fields))
+
+    utils = types.SimpleNamespace(fill_tma_descriptor=fill, fill_tma_descriptor_tiled=fill)
+    monkeypatch.setattr(triton.runtime, "driver", types.SimpleNamespace(active=types.SimpleNamespace(utils=utils)))
+    monkeypatch.setattr(triton_launch, "_ENCODINGS", {})
+    signature = {"q": "*bf16", "cache": "tensordesc<bf16[64, 128]>", "n": "i32", "BLOCK": "constexpr"}
+    meta = [{"swizzle": 128, "elem_size": 2, "elem_type": 10, "block_size": [64, 128], "fp4_padded": False}]
+    launcher = _installed_launcher(lambda *args: calls.append(args), signature, meta)
+    descriptor = types.SimpleNamespace(base=types.SimpleNamespace(data_ptr=lambda: 0x7000), shape=[4096, 1024],
+                                       strides=[1024, 1], padding="zero", round_f32_to_tf32=False)
+    function, metadata, stream = 0xF00, (4, 1, 1024), 0x5A
+    launcher(8, 3, 1, stream, function, metadata, None, None, None, 0x1000, descriptor, 7, 64)
+
+    compiled = types.SimpleNamespace(run=launcher, src=types.SimpleNamespace(signature=signature),
+                                     metadata=types.SimpleNamespace(tensordesc_meta=meta), function=function,
+                                     packed_metadata=metadata)
+    monkeypatch.setattr(triton_launch, "_c_launch_of", lambda _: lambda *args: calls.append(args))
+    direct = triton_launch.DirectLaunch.build(compiled, (8, 3), 3, (64,), {1: ((4096, 1024), (1024, 1))})
+    assert direct is not None and direct.packed == (getattr(driver_module, "_BASE_ARGS_FORMAT", None) is None)
+    encoding, fields = direct.descriptors[1]
+    direct(stream, (0x1000, triton_launch.tensor_map(0x7000, encoding), *fields, 7))
+
+    def flat(args):  # the packed layout's last argument, the kernel's, as a tuple
+        return (*args[:-1], tuple(args[-1])) if direct.packed else args
+
+    assert len(calls) == 2 and flat(calls[1]) == flat(calls[0])
+    assert ("map", 0x7000, (128, 2, driver_module.TMA_DTYPE_DEVICE_TO_HOST[10], (64, 128), (4096, 1024), (1024, 1),
+                            0)) in (flat(calls[0])[-1] if direct.packed else calls[0])
+
+
+def test_the_c_launch_is_found_under_the_installed_descriptor_wrapper():
+    from triton.backends.nvidia import driver as driver_module
+
+    if triton_launch.direct_launch_unusable() is not None:
+        pytest.skip(triton_launch.direct_launch_unusable())
+    meta = [{"swizzle": 128, "elem_size": 2, "elem_type": 10, "block_size": [64, 128], "fp4_padded": False}]
+    wrapped = driver_module.wrap_handle_tensordesc(max, {"q": "*bf16", "cache": "tensordesc<bf16[64, 128]>"}, meta)
+    assert wrapped is not max and triton_launch._c_launch_of(types.SimpleNamespace(launch=wrapped)) is max
+    assert triton_launch._c_launch_of(types.SimpleNamespace(launch=max)) is max
+    assert triton_launch._c_launch_of(types.SimpleNamespace(launch=lambda *args: None)) is None
