@@ -11,6 +11,11 @@ K=${K:-"relaunch or freed or streams or guard or last or layout or direct or pin
 for v in ${VERSIONS:-36 39}; do
   # in-tree backends only: the image's Triton 3.6 entry points name an AMD backend the carried one lacks
   if [ $v = 39 ]; then export PYTHONPATH=/tmp/t39 TRITON_BACKENDS_IN_TREE=1; else unset PYTHONPATH TRITON_BACKENDS_IN_TREE; fi
+  # Triton 3.9 compiles sm_90 with its ptxas-blackwell (not carried): the image's CUDA 13.0 ptxas instead
+  if [ $v = 39 ]; then
+    export TRITON_PTXAS_BLACKWELL_PATH=$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)
+    $TRITON_PTXAS_BLACKWELL_PATH --version | tail -1
+  fi
   python3 -c "import triton, torch; print('triton', triton.__version__, 'torch', torch.__version__)"
   timeout ${TEST_SECONDS:-150} python3 -m pytest -q -n 8 -p no:randomly -p no:cacheprovider $TESTS -k "$K" \
     > $OUT/tests$v.log 2>&1
