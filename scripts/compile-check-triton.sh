@@ -8,11 +8,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 version=3.6.0
 case ${1:-} in [0-9]*) version=$1; shift ;; esac
-[ -x .venv/bin/python ] || bash scripts/setup-venv.sh
-dir=.triton-$version
-if [ ! -e "$dir/triton/__init__.py" ]; then
-  rm -rf "$dir.partial"
-  .venv/bin/python -m pip install -q --no-deps --target "$dir.partial" "triton==$version"
-  mv "$dir.partial" "$dir"  # a download cut short leaves no half-installed Triton behind
-fi
-env -u TRITON_INTERPRET PYTHONPATH="$PWD/$dir" .venv/bin/python -m specdec_kernels.compile_check "${@:-sm_90}"
+dir=$(bash scripts/install-triton.sh "$version")
+env -u TRITON_INTERPRET PYTHONPATH="$dir" .venv/bin/python -m specdec_kernels.compile_check "${@:-sm_90}"

@@ -16,13 +16,20 @@ from specdec_kernels import triton_launch  # noqa: E402
 from specdec_kernels.triton_launch import KNOWN_BASE_ARGS_FORMAT, launcher_layout_unknown  # noqa: E402
 
 
-def _driver_module(**names):
-    """A CUDA driver module like the installed Triton's, with ``names`` replaced."""
-    from triton.backends.nvidia import driver as driver_module
+def _encodes_a_map(arg, metadata, fill):
+    """A descriptor expanded as both known layouts expand it (never run: its source is what is read)."""
+    TMA_DTYPE_DEVICE_TO_HOST = {}  # noqa: N806
+    swizzle, elem_size, elem_type, block_size, padding = metadata
+    shape, strides = arg.shape, arg.strides
+    cu_tensor_map = fill(arg.base.data_ptr(), swizzle, elem_size, TMA_DTYPE_DEVICE_TO_HOST[elem_type], block_size,
+                         shape, strides, padding)
+    return [cu_tensor_map, *shape, *strides]
 
+
+def _driver_module(**names):
+    """A CUDA driver module of a known layout's names, with ``names`` replaced."""
     return types.SimpleNamespace(**{"CudaLauncher": object, "TMA_DTYPE_DEVICE_TO_HOST": {},
-                                    "wrap_handle_tensordesc": None,
-                                    "make_tensordesc_arg": driver_module.make_tensordesc_arg, **names})
+                                    "wrap_handle_tensordesc": None, "make_tensordesc_arg": _encodes_a_map, **names})
 
 
 class _PackedLauncher:
