@@ -1,7 +1,7 @@
 # The README's jobs. Each sets up its own environment first (scripts/setup-venv.sh).
 PY := .venv/bin/python
 
-.PHONY: venv bench test wheel-check
+.PHONY: venv bench test wheel-check launch-check
 
 venv:
 	bash scripts/setup-venv.sh
@@ -21,6 +21,11 @@ bench: venv
 test: venv
 	$(PY) -m compileall -q pytest_specdec kernels > /dev/null
 	TRITON_INTERPRET=1 $(PY) -m pytest -n 2 tests/unit tests/kernels tests/engine
+
+# The direct launch's CPU tests under the GPU image's Triton (3.6: a C launcher per kernel), beside
+# `make test`'s run under the venv's (one C launch for every kernel since 3.7).
+launch-check: venv
+	bash scripts/launch-check-triton.sh 3.6.0
 
 # The package as users get it: sdist and wheel, the wheel in a fresh venv (scripts/check-wheel.sh).
 wheel-check: venv
