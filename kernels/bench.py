@@ -778,8 +778,11 @@ def _run(args, argv, head_dims) -> int:
     props = torch.cuda.get_device_properties(device)
     import triton
 
+    from .triton_launch import direct_launch_unusable
+
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "gpu": props.name, "torch": torch.__version__, "triton": triton.__version__,
+            "eager_launch": direct_launch_unusable() or "direct",
             "command": "python -m specdec_kernels.bench " + " ".join(sys.argv[1:] if argv is None else argv),
             "l2_flush": args.l2_flush, "sglang": sglang_verify_kernels() or "imported", **ceilings}
     print(json.dumps(meta), flush=True)

@@ -466,6 +466,19 @@ def gluon_unusable() -> str | None:
 
 
 @functools.cache
+def eager_launch_through_dispatch() -> str | None:
+    """Why repeated calls on a GPU go through Triton's dispatch (None: they launch directly),
+    decided once per process: a Triton whose C launcher layout :mod:`triton_launch` does not know
+    costs one warning and tens of microseconds of host time a call, not a failed call."""
+    reason = direct_launch_unusable()
+    if reason is not None:
+        warnings.warn(f"{reason}: each eager tree-verify call goes through Triton's dispatch, with tens of "
+                      "microseconds more host time (CUDA graph replays are unaffected; Triton 3.5 to 3.9 "
+                      "launch directly)", RuntimeWarning, stacklevel=3)
+    return reason
+
+
+@functools.cache
 def target_of(device: torch.device) -> VerifyTarget:
     """The plan's view of ``device``, once per device and process: arch, SMs, whether the Gluon
     kernels build (sm_90 only) and the merge can be a programmatic dependent launch."""
@@ -757,7 +770,7 @@ def tree_verify_attention_triton(q, k_cache, v_cache, cache_lens, ancestor_mask,
     if not cache_lens.is_contiguous():
         cache_lens = cache_lens.contiguous()
     if key is not None and (_DIRECT.get(key, 0) is None or not (
-            policy.launch_cache and direct_launch_unusable() is None
+            policy.launch_cache and eager_launch_through_dispatch() is None
             and _direct_pointers(q, k_cache, v_cache, cache_lens, ancestor_mask, out) is not None)):
         # launched through Triton, no direct launch kept: Triton must launch this signature, or
         # this call cannot be launched directly

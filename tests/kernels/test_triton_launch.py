@@ -234,3 +234,27 @@ def test_the_c_launch_is_found_under_the_installed_descriptor_wrapper():
     assert wrapped is not max and triton_launch._c_launch_of(types.SimpleNamespace(launch=wrapped)) is max
     assert triton_launch._c_launch_of(types.SimpleNamespace(launch=max)) is max
     assert triton_launch._c_launch_of(types.SimpleNamespace(launch=lambda *args: None)) is None
+
+
+@needs_triton
+def test_a_triton_of_unknown_launcher_layout_is_named_once(monkeypatch):
+    """Eager calls that fall back to Triton's dispatch (tens of µs of host time more) say so once
+    per process, with the reason; a known layout says nothing."""
+    import warnings
+
+    from specdec_kernels import tree_verify_triton
+
+    monkeypatch.setattr(tree_verify_triton, "direct_launch_unusable", lambda: "Triton 9.9: its launcher is new")
+    tree_verify_triton.eager_launch_through_dispatch.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="Triton 9.9: its launcher is new: each eager tree-verify call") as seen:
+            for _ in range(3):
+                assert tree_verify_triton.eager_launch_through_dispatch() == "Triton 9.9: its launcher is new"
+        assert len(seen) == 1 and "Triton 3.5 to 3.9 launch directly" in str(seen[0].message)
+        monkeypatch.setattr(tree_verify_triton, "direct_launch_unusable", lambda: None)
+        tree_verify_triton.eager_launch_through_dispatch.cache_clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert tree_verify_triton.eager_launch_through_dispatch() is None
+    finally:
+        tree_verify_triton.eager_launch_through_dispatch.cache_clear()
