@@ -9,12 +9,23 @@
 # Results land under $OUT; the package is installed editable from this checkout first. Time limits
 # (seconds): SUITE_SECONDS, WARM_SECONDS, BENCH_SECONDS, FLEX_SECONDS (the whole grid took 370-470 s after a warm
 # compile of 60-105 s on an H200; on a fresh machine the compile took over 90 s). A bench run cut
-# short still leaves verify.md: the table of the rows it kept.
+# short still leaves verify.md: the table of the rows it kept. CARRIED_TRITON=ARCHIVE runs a stage
+# under the Triton that scripts/pack-triton.sh packed into ARCHIVE (the call carries it).
 set -u
 stage=${1:?usage: scripts/h200_verify.sh suite|bench|all}
 OUT=${OUT:-/tmp/out}
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
+# Under another Triton than the image's: CARRIED_TRITON names an archive of scripts/pack-triton.sh (the
+# call carries it). In-tree backends only: the image's entry points name an AMD backend the archive
+# lacks; and the image's ptxas for sm_90, where newer releases call their Blackwell ptxas, not packed.
+if [ -n "${CARRIED_TRITON:-}" ]; then
+  rm -rf /tmp/carried-triton
+  python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$CARRIED_TRITON" /tmp/carried-triton
+  export PYTHONPATH=/tmp/carried-triton${PYTHONPATH:+:$PYTHONPATH} TRITON_BACKENDS_IN_TREE=1
+  export TRITON_PTXAS_BLACKWELL_PATH=${TRITON_PTXAS_BLACKWELL_PATH:-$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)}
+fi
+python3 -c "import triton; print('triton', triton.__version__)"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 
 suite() {
