@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Pack a Triton release for the GPU machine, which has no network and takes at most 64 MiB a call:
 # its Linux wheel for CPython 3.12 without the AMD backend, CUPTI, the profiler and the Blackwell
-# ptxas, libtriton stripped of debug symbols, as one xz archive (Triton 3.9.0: ~51 MB).
+# ptxas, libtriton stripped of debug symbols, as one xz archive.
 # scripts/h200_verify.sh runs under it where CARRIED_TRITON names the archive.
 #   bash scripts/pack-triton.sh VERSION [OUT_DIR]    (OUT_DIR: .triton-carry, ignored by git)
 set -euo pipefail
