@@ -1,7 +1,7 @@
 # The README's jobs. Each sets up its own environment first (scripts/setup-venv.sh).
 PY := .venv/bin/python
 
-.PHONY: venv bench test wheel-check launch-check
+.PHONY: venv bench test wheel-check launch-check sglang-check
 
 venv:
 	bash scripts/setup-venv.sh
@@ -26,6 +26,16 @@ test: venv
 # `make test`'s run under the venv's (one C launch for every kernel since 3.7).
 launch-check: venv
 	bash scripts/launch-check-triton.sh 3.6.0
+
+# The bench's SGLang column on SGLang's own kernel (its release below, three modules of its wheel:
+# scripts/pack-sglang.sh), in Triton's interpreter: the batch laid out as SGLang's backend does.
+SGLANG_VERSION ?= 0.5.15
+sglang-check: venv
+	bash scripts/pack-sglang.sh $(SGLANG_VERSION) > /dev/null
+	PYTHONPATH=.sglang-carry/sglang-$(SGLANG_VERSION) $(PY) -c "from specdec_kernels.sglang_tree_path import \
+	  sglang_tree_path_unusable as why; import sys; sys.exit(why())"
+	TRITON_INTERPRET=1 PYTHONPATH=.sglang-carry/sglang-$(SGLANG_VERSION) $(PY) -m pytest -q -p no:cacheprovider \
+	  tests/kernels/test_sglang_tree_path.py
 
 # The package as users get it: sdist and wheel, the wheel in a fresh venv (scripts/check-wheel.sh).
 wheel-check: venv

@@ -18,8 +18,10 @@ best-first tree of T nodes per request), all measured in one run:
   request; roofline = max(bytes / copy bandwidth, FLOPs / bf16 matmul rate), both measured at the
   start of the run; ``x SDPA``: torch SDPA with a boolean ``[B, 1, T, L + T]`` mask and
   ``enable_gqa=True`` on the same inputs, in graphs; ``x flex``: FlexAttention (torch.compile'd,
-  eager) on the shapes named by ``--flex``; SGLang's Triton extend-attention kernels where they
-  import (the run's header says whether they did);
+  eager) on the shapes named by ``--flex``; ``x SGLang``: SGLang's tree-verify path (its Triton
+  extend-attention kernel with the tree as a custom mask, :mod:`sglang_tree_path`) in graphs, on
+  every shape where it imports (``--sglang``; the run's header says whether it did), its output
+  checked too: the goal is 10x it;
 - floors, timed the same way (:mod:`memory_floor`): ``launch us``, an empty kernel, and ``floor us``,
   a kernel that only reads the shape's bytes once, over as many rotating input sets; and the host
   floor, measured once per run with the ceilings: an output's allocation and one direct C launch
@@ -376,20 +378,23 @@ def error_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0][:200] if text else ''}"
 
 
-def sglang_verify_kernels() -> str | None:
-    """Why SGLang's Triton extend-attention kernels (its tree-verify path) cannot be timed here
-    (None: they import)."""
-    try:
-        import sglang.srt.layers.attention.triton_ops.extend_attention  # noqa: F401
-    except Exception as exc:  # not installed, or its imports fail on this machine
-        return f"{type(exc).__name__}: {str(exc)[:120]}"
-    return None
+def time_sglang(input_sets, requests, kernel_us: float) -> dict:
+    """SGLang's tree-verify path on the same input sets, timed as the kernel is (in a graph, L2
+    flushed), its output checked against the float32 reference like the kernel's; each input set
+    laid out as SGLang's backend holds it beforehand (:mod:`sglang_tree_path`)."""
+    from .sglang_tree_path import sglang_tree_verify, sglang_verify_batch
+
+    batches = [(sglang_verify_batch(*inputs),) for inputs in input_sets]
+    err = max(row_error(sglang_tree_verify(*batches[i]), *input_sets[i], requests) for i in range(min(2, len(batches))))
+    us = time_in_graph(sglang_tree_verify, batches, rep_ms=40)
+    return {"sglang_us": us, "x_sglang": us / kernel_us, "sglang_err": err, "sglang_ok": err <= ROW_TOLERANCE_BF16}
 
 
 # The goals, each judged where it applies.
 MEMORY_GOAL = 0.75  # of the copy bandwidth
 COMPUTE_GOAL = 0.5  # of the matmul rate
 SDPA_GOAL = 10.0  # times faster than SDPA, where SDPA is at least this many times the roofline
+SGLANG_GOAL = 10.0  # times faster than SGLang's tree-verify path (graph against graph)
 ROOF_GOAL = 0.7  # of the roofline elsewhere
 HOST_US_GOAL = 25.0
 EAGER_GOAL = 1.15
@@ -405,8 +410,9 @@ def goal_bounds(row: dict) -> dict:
     memory (memory-bound class, T*G <= 64 and B*L >= 32k): the bytes at 75 % of the copy bandwidth,
     floor the read-once kernel; compute (compute-bound): the FLOPs at 50 % of the matmul rate, floor
     the larger of the empty and the read-once kernel; sdpa: a tenth of SDPA's time or, where SDPA is
-    within 10x of the roofline, the roofline at 70 %, same floor; host: 25 us of host time a call,
-    floor the run's host floor (an output's allocation and one direct launch)."""
+    within 10x of the roofline, the roofline at 70 %, same floor; sglang (where SGLang's path ran and
+    its output was right): a tenth of its time, same floor; host: 25 us of host time a call, floor
+    the run's host floor (an output's allocation and one direct launch)."""
     kernel_floor = (max(row["launch_us"], row["stream_us"]) if "launch_us" in row and "stream_us" in row
                     else None)
     bounds = {}
@@ -417,6 +423,8 @@ def goal_bounds(row: dict) -> dict:
     if "sdpa_us" in row:
         allowed = row["sdpa_us"] / SDPA_GOAL if row["x_sdpa_max"] >= SDPA_GOAL else row["roof_us"] / ROOF_GOAL
         bounds["sdpa"] = (row["us"], allowed, kernel_floor)
+    if "sglang_us" in row and row.get("sglang_ok"):
+        bounds["sglang"] = (row["us"], row["sglang_us"] / SGLANG_GOAL, kernel_floor)
     bounds["host"] = (row["host_us"], HOST_US_GOAL, row.get("host_floor_us"))
     return bounds
 
@@ -436,7 +444,8 @@ def goal_verdicts(row: dict) -> dict:
     to back in alternating windows (``eager_x_graph``; rows without it: against the graph us)."""
     bounds = goal_bounds(row)
     verdicts = {"correct": "met" if row["ok"] else "missed"}
-    verdicts.update((name, verdict(*bounds[name])) for name in ("memory", "compute", "sdpa") if name in bounds)
+    verdicts.update((name, verdict(*bounds[name])) for name in ("memory", "compute", "sdpa", "sglang")
+                    if name in bounds)
     if "x_flex" in row:
         verdicts["flex"] = "met" if row["x_flex"] > 1 else "missed"
     if row["us"] >= EAGER_GOAL_MIN_GRAPH_US:
@@ -446,7 +455,8 @@ def goal_verdicts(row: dict) -> dict:
     return verdicts
 
 
-def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, policy=None, baselines: bool = True) -> dict:
+def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, policy=None, baselines: bool = True,
+              with_sglang: bool = False) -> dict:
     from .memory_floor import host_floor_call, measure_floor
 
     from .tree_verify import tree_verify_attention_sdpa
@@ -500,6 +510,11 @@ def run_shape(shape: Shape, ceilings: dict, with_flex: bool, seed: int, policy=N
             row["x_sdpa_max"] = row["sdpa_us"] / row["roof_us"]
         except Exception as exc:  # a baseline that cannot run is reported, not fatal
             row["sdpa_error"] = f"{type(exc).__name__}: {str(exc)[:120]}"
+    if with_sglang:
+        try:
+            row.update(time_sglang(sets, requests, row["us"]))
+        except Exception as exc:
+            row["sglang_error"] = error_line(exc)
     if with_flex:
         try:
             flex = flex_runner(q, k, v, lens, mask, shape.num_nodes)
@@ -612,20 +627,22 @@ def missed_goals(row: dict) -> str:
 
 def format_table(rows) -> str:
     head = ("| shape | tiles/BN/splits | bound | graph us | eager us | eager x graph | host us | host floor us "
-            "| launch us | floor us | roof us | roof % | BW % | MM % | SDPA us | x SDPA | x SDPA at roof | x flex | err "
-            "| goals missed |\n|" + "---|" * 20)
+            "| launch us | floor us | roof us | roof % | BW % | MM % | SDPA us | x SDPA | x SDPA at roof | x flex "
+            "| x SGLang | err | goals missed |\n|" + "---|" * 21)
     lines = [head]
     for r in rows:
         def f(key, fmt):
             return format(r[key], fmt) if key in r else "-"
         flex = f("x_flex", ".1f") if "x_flex" in r else ("error" if "flex_error" in r else "-")
+        sglang = (f("x_sglang", ".1f") + ("" if r.get("sglang_ok", True) else " (wrong)") if "x_sglang" in r
+                  else ("error" if "sglang_error" in r else "-"))
         kernel = KERNEL_MARKS.get(r.get("kernel"), "") + (" P" if r.get("persistent") else "")
         lines.append(f"| {r['shape']} | {tiles_label(r)}/{r['block_n']}/{r['splits']}{kernel} | {r['bound']} "
                      f"| {r['us']:.1f} | {f('eager_us', '.1f')} | {f('eager_x_graph', '.2f')} | {f('host_us', '.1f')} "
                      f"| {f('host_floor_us', '.1f')} | {f('launch_us', '.1f')} "
                      f"| {f('stream_us', '.1f')} | {r['roof_us']:.1f} "
                      f"| {100 * r['roof_frac']:.0f} | {100 * r['bw_frac']:.0f} | {100 * r['mm_frac']:.0f} "
-                     f"| {f('sdpa_us', '.1f')} | {f('x_sdpa', '.1f')} | {f('x_sdpa_max', '.1f')} | {flex} "
+                     f"| {f('sdpa_us', '.1f')} | {f('x_sdpa', '.1f')} | {f('x_sdpa_max', '.1f')} | {flex} | {sglang} "
                      f"| {r['err']:.1e} | {missed_goals(r)} |")
     return "\n".join(lines)
 
@@ -721,7 +738,11 @@ def main(argv=None) -> int:
     parser.add_argument("--head-dims", default="128,256", help="comma-separated head dims of the grid (128, 256)")
     parser.add_argument("--flex", default=DEFAULT_FLEX,
                         help="comma-separated shape names to also time FlexAttention on ('all', 'none')")
-    parser.add_argument("--max-seconds", type=float, default=1e9, help="stop starting new shapes after this")
+    parser.add_argument("--sglang", default="auto",
+                        help="comma-separated shape names to also time SGLang's tree-verify path on ('all', 'none'; "
+                             "default 'auto': all where its kernels import, see scripts/pack-sglang.sh)")
+    parser.add_argument("--max-seconds", type=float, default=1e9,
+                        help="stop starting new shapes this many seconds after the start (warm compile included)")
     parser.add_argument("--no-sdpa", action="store_true", help="time the kernel alone (no SDPA baseline)")
     parser.add_argument("--shapes", help="comma-separated shape names of the grid to run (default: all)")
     parser.add_argument("--list-shapes", action="store_true", help="print the grid's shape names and exit")
@@ -762,41 +783,52 @@ def main(argv=None) -> int:
         if unknown:
             parser.error(f"unknown shape name(s) {', '.join(unknown)}: names look like {known[0]} "
                          f"(--list-shapes prints all {len(known)})")
+    if args.sglang not in ("all", "none", "auto"):
+        unknown = [name for name in args.sglang.split(",") if name not in known]
+        if unknown:
+            parser.error(f"--sglang names unknown shape(s) {', '.join(unknown)}: give 'all', 'none', 'auto' or "
+                         f"names like {known[0]} (--list-shapes prints all {len(known)})")
     if not torch.cuda.is_available():
         print("no CUDA GPU found: the verify benchmark needs one", file=sys.stderr)
         return 2
+    started = time.time()  # --max-seconds counts the warm compile too
     if args.warm:
         warm_compile(quick_shapes(head_dims) if args.quick else grid_shapes(head_dims), args.warm)
     with l2_flush(args.l2_flush):
-        return _run(args, argv, head_dims)
+        return _run(args, argv, head_dims, started)
 
 
-def _run(args, argv, head_dims) -> int:
-    started = time.time()
+def _run(args, argv, head_dims, started: float) -> int:
     device = torch.device("cuda")
     ceilings = measure_ceilings(device)
     props = torch.cuda.get_device_properties(device)
     import triton
 
+    from .sglang_tree_path import sglang_tree_path_unusable
     from .triton_launch import direct_launch_unusable
+
+    sglang_unusable = sglang_tree_path_unusable()
 
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "gpu": props.name, "torch": torch.__version__, "triton": triton.__version__,
             "eager_launch": direct_launch_unusable() or "direct",
             "command": "python -m specdec_kernels.bench " + " ".join(sys.argv[1:] if argv is None else argv),
-            "l2_flush": args.l2_flush, "sglang": sglang_verify_kernels() or "imported", **ceilings}
+            "l2_flush": args.l2_flush, "sglang": sglang_unusable or "imported", **ceilings}
     print(json.dumps(meta), flush=True)
     shapes = quick_shapes(head_dims) if args.quick else grid_shapes(head_dims)
     if args.shapes:
         shapes = [s for s in grid_shapes(head_dims) if s.name in set(args.shapes.split(","))]
     flex_names = set() if args.flex == "none" else ({s.name for s in shapes} if args.flex == "all"
                                                     else set(args.flex.split(",")))
+    sglang_names = ({s.name for s in shapes} if args.sglang == "all" or (args.sglang == "auto" and not sglang_unusable)
+                    else set() if args.sglang in ("none", "auto") else set(args.sglang.split(",")))
     rows = []
     for i, shape in enumerate(shapes):
         if time.time() - started > args.max_seconds:
             print(f"time budget reached: {len(shapes) - i} shapes not run", flush=True)
             break
-        row = run_shape(shape, ceilings, shape.name in flex_names, seed=i, baselines=not args.no_sdpa)
+        row = run_shape(shape, ceilings, shape.name in flex_names, seed=i, baselines=not args.no_sdpa,
+                        with_sglang=shape.name in sglang_names)
         rows.append(row)
         print(json.dumps(row), flush=True)
     extra = None

@@ -6,11 +6,15 @@
 #   all    both, the grid's kernels compiling while the suite runs
 #   flex   the GPU test of FlexAttention against the kernel over the whole grid (flex.jsonl under $OUT;
 #          run again with the same OUT, it times only the shapes that file lacks)
+#   sglang the kernel against SGLang's tree-verify path (CARRIED_SGLANG) over the grid of HEAD_DIMS
+#          (default 256,128; SDPA not timed): sglang.md and sglang.json under $OUT
 # Results land under $OUT; the package is installed editable from this checkout first. Time limits
 # (seconds): SUITE_SECONDS, WARM_SECONDS, BENCH_SECONDS, FLEX_SECONDS (the whole grid took 370-470 s after a warm
 # compile of 60-105 s on an H200; on a fresh machine the compile took over 90 s). A bench run cut
 # short still leaves verify.md: the table of the rows it kept. CARRIED_TRITON=ARCHIVE runs a stage
-# under the Triton that scripts/pack-triton.sh packed into ARCHIVE (the call carries it).
+# under the Triton that scripts/pack-triton.sh packed into ARCHIVE (the call carries it);
+# CARRIED_SGLANG=DIR puts SGLang's kernels that scripts/pack-sglang.sh wrote in DIR on the path (the
+# bench's SGLang column: the bench stage's tests then time it too).
 set -u
 stage=${1:?usage: scripts/h200_verify.sh suite|bench|all}
 OUT=${OUT:-/tmp/out}
@@ -24,6 +28,9 @@ if [ -n "${CARRIED_TRITON:-}" ]; then
   python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$CARRIED_TRITON" /tmp/carried-triton
   export PYTHONPATH=/tmp/carried-triton${PYTHONPATH:+:$PYTHONPATH} TRITON_BACKENDS_IN_TREE=1
   export TRITON_PTXAS_BLACKWELL_PATH=${TRITON_PTXAS_BLACKWELL_PATH:-$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)}
+fi
+if [ -n "${CARRIED_SGLANG:-}" ]; then
+  export PYTHONPATH=$(realpath "$CARRIED_SGLANG")${PYTHONPATH:+:$PYTHONPATH}
 fi
 python3 -c "import triton; print('triton', triton.__version__)"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
@@ -58,10 +65,18 @@ flex() {
   grep -E "^(FAILED|SKIPPED)" "$OUT/flex_tests.log" | cut -c1-300 | head -40
 }
 
+sglang() {
+  timeout "${SGLANG_SECONDS:-560}" python3 -m specdec_kernels.bench --head-dims "${HEAD_DIMS:-256,128}" --sglang all \
+    --flex none --no-sdpa --warm 14 --max-seconds $(( ${SGLANG_SECONDS:-560} - 40 )) --json "$OUT/sglang.json" \
+    --markdown "$OUT/sglang.md" >"$OUT/sglang.log" 2>&1
+  echo "== sglang bench rc=$?"; head -1 "$OUT/sglang.log" | cut -c1-600; tail -3 "$OUT/sglang.log" | cut -c1-600
+}
+
 case $stage in
 suite) suite ;;
 bench) warm 14; bench ;;
 all) warm 4 & suite; wait; bench ;;
 flex) flex ;;
+sglang) sglang ;;
 *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac

@@ -3,7 +3,8 @@
 Goals (bf16, H200, ceilings measured in the same session): memory-bound shapes (T*G <= 64,
 batch * prefix >= 32k) at >= 75 % of the copy bandwidth; compute-bound shapes at >= 50 % of the
 bf16 matmul rate; every shape >= 10x faster than SDPA with a boolean tree mask or, where SDPA is
-within 10x of the roofline (no kernel could be 10x faster), >= 70 % of the roofline; eager calls
+within 10x of the roofline (no kernel could be 10x faster), >= 70 % of the roofline; >= 10x faster
+than SGLang's tree-verify path where its kernels import (``scripts/pack-sglang.sh``); eager calls
 within 1.15x of the graph time where that is >= 50 us, and <= 25 us of host time a call; greedy
 accept + commit <= 10 % of one layer's attention, never synchronising with the host.
 
@@ -56,6 +57,14 @@ def _shapes():
     return run_shapes(os.environ.get("SPECDEC_VERIFY_GRID") == "full")
 
 
+def _sglang_unusable():
+    from specdec_kernels.sglang_tree_path import sglang_tree_path_unusable
+
+    return sglang_tree_path_unusable()
+
+
+SGLANG_UNUSABLE = _sglang_unusable()
+
 # FlexAttention is compiled per shape (tens of seconds): the shape of the grid where it came closest
 FLEX = {"B8-T16-H32/8/128-L8192"}
 
@@ -64,6 +73,9 @@ def _shortfall(row: dict, goal: str) -> str:
     """What a row measured against a goal it missed (with the time the goal allows, where it bounds one)."""
     from specdec_kernels import bench
 
+    if goal == "sglang":
+        return (f"{row['x_sglang']:.2f}x SGLang's tree-verify path ({row['us']:.1f} us against "
+                f"{row['sglang_us']:.1f}; goal {bench.SGLANG_GOAL:.0f}x, at most {row['sglang_us'] / bench.SGLANG_GOAL:.1f} us)")
     if goal == "flex":
         return f"{row['x_flex']:.2f}x FlexAttention (goal > 1)"
     if goal == "eager":
@@ -105,7 +117,8 @@ def _out_of_reach(row: dict, goal: str) -> str:
 def test_verify_kernel_shape(shape, ceilings, record_property):
     from specdec_kernels.bench import ROW_TOLERANCE_BF16, run_shape
 
-    row = run_shape(shape, ceilings, with_flex=shape.name in FLEX, seed=zlib.crc32(shape.name.encode()))
+    row = run_shape(shape, ceilings, with_flex=shape.name in FLEX, seed=zlib.crc32(shape.name.encode()),
+                    with_sglang=SGLANG_UNUSABLE is None)
     ROWS.append(row)
     table_dir = os.environ.get("SPECDEC_VERIFY_TABLE")
     if table_dir:  # row by row, so that a run cut short keeps what it measured
@@ -119,6 +132,10 @@ def test_verify_kernel_shape(shape, ceilings, record_property):
     goals = row["goals"]
     assert goals["correct"] == "met", f"wrong output: worst row error {row['err']:.3g} (bound {ROW_TOLERANCE_BF16})"
     assert "x_sdpa" in row, f"SDPA baseline did not run: {row.get('sdpa_error')}"
+    if SGLANG_UNUSABLE is None:
+        assert "x_sglang" in row, f"SGLang's tree-verify path imports but did not run: {row.get('sglang_error')}"
+        assert row["sglang_ok"], (f"SGLang's own output is wrong here (row error {row['sglang_err']:.3g}): "
+                                  "the comparison would be meaningless")
     missed = [_shortfall(row, goal) for goal, verdict in goals.items() if verdict == "missed"]
     assert not missed, f"{shape.name} ({row['us']:.1f} us, plan: {row['why']}): " + "; ".join(missed)
     unreachable = [_out_of_reach(row, goal) for goal, verdict in goals.items() if verdict == "unreachable"]

@@ -92,6 +92,11 @@ def test_goal_verdicts_apply_each_goal_where_it_applies():
     (dict(us=35.0, sdpa_us=200.0, x_sdpa_max=8.0), "sdpa", "met"),
     (dict(us=36.0, sdpa_us=200.0, x_sdpa_max=8.0, stream_us=35.0), "sdpa", "missed"),
     (dict(us=36.0, sdpa_us=200.0, x_sdpa_max=8.0, stream_us=36.0), "sdpa", "unreachable"),
+    # sglang: a tenth of SGLang's time, where its output was right (no verdict where it was wrong)
+    (dict(us=50.0, sglang_us=500.0, x_sglang=10.0, sglang_ok=True), "sglang", "met"),
+    (dict(us=51.0, sglang_us=500.0, x_sglang=9.8, sglang_ok=True, stream_us=49.0), "sglang", "missed"),
+    (dict(us=51.0, sglang_us=500.0, x_sglang=9.8, sglang_ok=True, stream_us=50.5), "sglang", "unreachable"),
+    (dict(us=51.0, sglang_us=500.0, x_sglang=9.8, sglang_ok=False), "sglang", None),
     # host: 25 us a call; floor the run's host floor (None where it could not be measured)
     (dict(host_us=25.0, host_floor_us=30.0), "host", "met"),
     (dict(host_us=26.0, host_floor_us=25.0), "host", "missed"),
@@ -102,7 +107,7 @@ def test_a_goal_is_unreachable_only_where_its_floor_exceeds_the_allowed_time(fie
     row = _row(**{k: v for k, v in fields.items() if v is not None})
     for key in [k for k, v in fields.items() if v is None]:
         row.pop(key)
-    assert bench.goal_verdicts(row)[goal] == expected
+    assert bench.goal_verdicts(row).get(goal) == expected
 
 
 def test_goal_bounds_name_the_measured_the_allowed_and_the_floor():
@@ -139,6 +144,10 @@ def test_table_renders_missing_baselines_as_dashes_and_marks_unreachable_goals()
     timed = bench.format_table([dict(row, eager_us=17.0, eager_x_graph=1.0625, host_us=12.0,
                                      host_floor_us=6.74)]).splitlines()[2]
     assert "| 15.4 | 17.0 | 1.06 | 12.0 | 6.7 | - |" in timed
+    sglang = bench.format_table([dict(row, x_sglang=31.25, sglang_ok=True)]).splitlines()[2]
+    assert "| - | - | 31.2 | 2.7e-03 |" in sglang
+    assert "| 31.2 (wrong) |" in bench.format_table([dict(row, x_sglang=31.25, sglang_ok=False)])
+    assert "| - | error | 2.7e-03 |" in bench.format_table([dict(row, sglang_error="ImportError: x")])
     pingpong = bench.format_table([dict(row, kernel="pingpong", persistent=True, goals={})]).splitlines()[2]
     assert "| 1x64/32/4 PP P | memory |" in pingpong and pingpong.endswith("| none |")
     assert bench.goal_summary([row, floored, dict(row, goals={"sdpa": "met"})]) == {
@@ -151,6 +160,13 @@ def test_tiles_name_split_query_heads_and_tails():
     assert bench.tiles_label(row) == "1x64+8"
     assert bench.tiles_label(dict(row, head_split=2)) == "2x(1x64+8)"
     assert bench.tiles_label(dict(row, tail_m=0, m_tiles=3, head_split=1)) == "3x64"
+
+
+def test_unknown_sglang_shape_names_are_refused_before_any_gpu_work(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--sglang", "B8-T9-H32/8/128-L8192,B8-T9"])
+    assert exit_info.value.code == 2
+    assert "--sglang names unknown shape(s) B8-T9:" in capsys.readouterr().err
 
 
 def test_unknown_shape_names_and_head_dims_are_refused_before_any_gpu_work(capsys):
