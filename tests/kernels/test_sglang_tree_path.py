@@ -22,7 +22,8 @@ UNUSABLE = sglang_tree_path_unusable()
 needs_sglang = pytest.mark.skipif(UNUSABLE is not None, reason=f"SGLang's kernels do not import: {UNUSABLE}")
 # the interpreter stores float32 into bf16 as raw bits (SGLang's store relies on the implicit cast)
 DTYPES = [torch.float16, torch.float32] + ([torch.bfloat16] if DEVICE.type == "cuda" else [])
-TOLERANCE = {torch.float16: 5e-3, torch.float32: 1e-4, torch.bfloat16: 3e-2}
+# on a GPU SGLang's dots take float32 as tf32 (Triton's default): about float16's precision
+TOLERANCE = {torch.float16: 5e-3, torch.float32: 5e-3 if DEVICE.type == "cuda" else 1e-4, torch.bfloat16: 3e-2}
 
 
 def _inputs(dtype, lens, num_nodes, q_heads, kv_heads, head_dim, slots, seed=0):
