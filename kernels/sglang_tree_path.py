@@ -7,8 +7,9 @@ there), then the tree rows under a flattened boolean ``[T, L_b + T]`` mask a req
 lays a batch of :func:`specdec_kernels.tree_verify_attention` inputs out as that backend does for a
 target-verify batch, once per input set, so that a timed call is SGLang's kernel alone.
 
-SGLang need not be installed whole: ``bash scripts/pack-sglang.sh`` keeps its three kernel modules
-(and the platform checks they import) in a directory to put on ``PYTHONPATH``.
+SGLang need not be installed whole: ``bash scripts/pack-sglang.sh`` keeps the three kernel modules
+of its 0.5.15 release (and the platform checks they import) in a directory to put on
+``PYTHONPATH``; newer releases (0.5.23) keep the kernel in their kernel library, found there too.
 """
 
 from __future__ import annotations
@@ -19,13 +20,31 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-EXTEND_ATTENTION = "sglang.srt.layers.attention.triton_ops.extend_attention"
+# Where SGLang keeps the kernel: its kernel library in newer releases (0.5.23), its attention
+# layers' Triton ops before (0.5.15).
+EXTEND_ATTENTION_MODULES = ("sglang.kernels.ops.attention.extend_attention",
+                            "sglang.srt.layers.attention.triton_ops.extend_attention")
+
+
+def extend_attention_module():
+    """SGLang's extend-attention module, from the first place it imports from; raises the last
+    place's error where none does."""
+    import importlib
+
+    for name in EXTEND_ATTENTION_MODULES:
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not name.startswith(exc.name):
+                raise  # the module is there but one of its own imports is not
+            error = exc
+    raise error
 
 
 def sglang_tree_path_unusable() -> str | None:
     """Why SGLang's extend-attention kernel cannot run here (None: it imports)."""
     try:
-        __import__(EXTEND_ATTENTION)
+        extend_attention_module()
     except Exception as exc:  # not installed, or its imports fail on this machine
         text = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
         return (f"{type(exc).__name__}: {text} (install SGLang, or put the directory "
@@ -94,9 +113,7 @@ def sglang_tree_verify(batch: SglangVerifyBatch) -> Tensor:
     """SGLang's tree-verify attention on one batch, called as its Triton backend calls it for a
     target-verify forward (causal, prefix without the custom mask, no logit cap, unit KV scales).
     Returns ``[B, T, Hq, D]``."""
-    import importlib
-
-    extend_attention_fwd = importlib.import_module(EXTEND_ATTENTION).extend_attention_fwd
+    extend_attention_fwd = extend_attention_module().extend_attention_fwd
     extend_attention_fwd(batch.q_extend, batch.k_extend, batch.v_extend, batch.o_extend, batch.k_buffer,
                          batch.v_buffer, batch.qo_indptr, batch.kv_indptr, batch.kv_indices, batch.custom_mask,
                          True, batch.mask_indptr, batch.num_nodes, 1.0, 1.0, batch.sm_scale)

@@ -1,7 +1,8 @@
 """The bench's SGLang column lays a batch out as SGLang's Triton backend does for a target verify:
 SGLang's own extend-attention kernel on that layout gives the reference's output (Triton's
-interpreter on a CPU, as ``make sglang-check`` runs it with the kernels of ``scripts/pack-sglang.sh``;
-a GPU also in bf16). Skipped where SGLang's kernels do not import."""
+interpreter on a CPU; a GPU also in bf16). The kernel is the one on the path, as ``make
+sglang-check`` puts 0.5.15's there (``scripts/pack-sglang.sh``), else that of SGLang's reference copy
+(0.5.23, the ``sglang_reference`` fixture: ``make test``)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,6 @@ from specdec_kernels.tree_verify import tree_verify_attention_reference  # noqa:
 
 # SGLang's epilogue divides its padding rows by a zero sum (rows it never stores)
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered in divide:RuntimeWarning")
-UNUSABLE = sglang_tree_path_unusable()
-needs_sglang = pytest.mark.skipif(UNUSABLE is not None, reason=f"SGLang's kernels do not import: {UNUSABLE}")
 # the interpreter stores float32 into bf16 as raw bits (SGLang's store relies on the implicit cast)
 DTYPES = [torch.float16, torch.float32] + ([torch.bfloat16] if DEVICE.type == "cuda" else [])
 # on a GPU SGLang's dots take float32 as tf32 (Triton's default): about float16's precision
@@ -41,8 +40,20 @@ def _inputs(dtype, lens, num_nodes, q_heads, kv_heads, head_dim, slots, seed=0):
             torch.tensor(lens, dtype=torch.int32, **to), mask.to(**to))
 
 
+@pytest.fixture(scope="module")
+def sglang_kernel(request) -> str:
+    """Which SGLang's kernel the tests run: the one on the path, else the reference copy's."""
+    if sglang_tree_path_unusable() is None:
+        return "on the path"
+    request.getfixturevalue("sglang_reference")  # skips where it is not installed (fails under CI)
+    why = sglang_tree_path_unusable()
+    if why is not None:
+        pytest.fail(f"SGLang's reference copy is installed but its extend-attention kernel does not import: {why}")
+    return "reference copy"
+
+
 @needs_triton
-@needs_sglang
+@pytest.mark.usefixtures("sglang_kernel")
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("lens, num_nodes, q_heads, kv_heads, head_dim", [
     ([5, 70, 0], 9, 4, 2, 64),  # ragged, one request without a prefix, two blocks of keys
@@ -59,7 +70,7 @@ def test_sglang_path_matches_the_reference(dtype, lens, num_nodes, q_heads, kv_h
 
 
 @needs_triton
-@needs_sglang
+@pytest.mark.usefixtures("sglang_kernel")
 def test_a_wrong_layout_shows():
     """The check above can fail: the tree's mask of the wrong request gives another output."""
     q, k, v, cache_lens, mask = _inputs(torch.float32, [5, 40], 9, 2, 1, 32, 55, seed=1)
