@@ -27,15 +27,18 @@ test: venv
 launch-check: venv
 	bash scripts/launch-check-triton.sh 3.6.0
 
-# The bench's SGLang column on SGLang's own kernel (its release below, three modules of its wheel:
-# scripts/pack-sglang.sh), in Triton's interpreter: the batch laid out as SGLang's backend does.
-SGLANG_VERSION ?= 0.5.15
+# The bench's SGLang column on SGLang's own kernel, as scripts/pack-sglang.sh packs it for machines
+# without SGLang (the releases below: its kernel library's layout and the older one), in Triton's
+# interpreter: the batch laid out as SGLang's backend does.
+SGLANG_VERSIONS ?= 0.5.23 0.5.15
 sglang-check: venv
-	bash scripts/pack-sglang.sh $(SGLANG_VERSION) > /dev/null
-	PYTHONPATH=.sglang-carry/sglang-$(SGLANG_VERSION) $(PY) -c "from specdec_kernels.sglang_tree_path import \
-	  sglang_tree_path_unusable as why; import sys; sys.exit(why())"
-	TRITON_INTERPRET=1 PYTHONPATH=.sglang-carry/sglang-$(SGLANG_VERSION) $(PY) -m pytest -q -p no:cacheprovider \
-	  tests/kernels/test_sglang_tree_path.py
+	for version in $(SGLANG_VERSIONS); do \
+	  bash scripts/pack-sglang.sh $$version > /dev/null && \
+	  PYTHONPATH=.sglang-carry/sglang-$$version $(PY) -c "from specdec_kernels.sglang_tree_path import \
+	    sglang_tree_path_unusable as why; import sys; sys.exit(why())" && \
+	  TRITON_INTERPRET=1 PYTHONPATH=.sglang-carry/sglang-$$version $(PY) -m pytest -q -p no:cacheprovider \
+	    tests/kernels/test_sglang_tree_path.py || exit 1; \
+	done
 
 # The package as users get it: sdist and wheel, the wheel in a fresh venv (scripts/check-wheel.sh).
 wheel-check: venv

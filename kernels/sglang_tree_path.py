@@ -7,9 +7,9 @@ there), then the tree rows under a flattened boolean ``[T, L_b + T]`` mask a req
 lays a batch of :func:`specdec_kernels.tree_verify_attention` inputs out as that backend does for a
 target-verify batch, once per input set, so that a timed call is SGLang's kernel alone.
 
-SGLang need not be installed whole: ``bash scripts/pack-sglang.sh`` keeps the three kernel modules
-of its 0.5.15 release (and the platform checks they import) in a directory to put on
-``PYTHONPATH``; newer releases (0.5.23) keep the kernel in their kernel library, found there too.
+SGLang need not be installed whole: ``bash scripts/pack-sglang.sh [VERSION]`` keeps a release's
+attention-kernel modules (and the platform checks they import) in a directory to put on
+``PYTHONPATH``. The kernel is found where 0.5.23 keeps it (its kernel library) or 0.5.15 did.
 """
 
 from __future__ import annotations
