@@ -96,7 +96,8 @@ def planned_variants(arch: str, dtypes=tuple(ELEMENT_SIZES)) -> list[tuple[str, 
                                plan.stages, plan.num_warps, plan.persistent, plan.head_split, plan.tma,
                                plan.merge is not None and plan.merge.fused,
                                plan.merge is not None and plan.merge.waiters > 0,
-                               plan.merge is not None and plan.merge.fused and plan.merge.head_slices > 1)
+                               plan.merge is not None and plan.merge.fused and plan.merge.head_slices > 1,
+                               plan.own_tree_split)
                         if dtype == "float16":  # bf16's plans; compiled once, on the first kernel it plans
                             key = ("float16",)
                         if key not in seen:
@@ -216,6 +217,8 @@ def compile_split_kernel(arch: str, dtype: str, shape: VerifyShape, plan) -> Com
             extra = dict(Q_IN_REGS=plan.config.gluon_q_in_registers)
         constexprs = dict(common, STAGES=plan.stages, num_warps=plan.num_warps, **extra)
         options = dict(num_warps=plan.num_warps, num_stages=1)
+    if plan.own_tree_split:
+        constexprs["TREE_SPLIT"] = 1
     return _compile_and_judge(report, _source(fn, constexprs, types, plan.kernel != "triton"), options)
 
 

@@ -190,13 +190,13 @@ def _tree_visibility(mask_rows, row_ok, start, num_nodes, keys, ROW_AXIS: gl.con
 
 @gluon.jit
 def _masked_key_tiles(acc, m_i, l_i, q_op, kx_smem, vx_smem, k_ptr, v_ptr, mask_ptr, b, kv_head, split, prefix_len,
-                      num_nodes, chunk, full_end, hi, row0, num_rows, qk_scale, stride_kb, stride_ks, stride_kh,
+                      num_nodes, tree_split, full_end, hi, row0, num_rows, qk_scale, stride_kb, stride_ks, stride_kh,
                       stride_vb, stride_vs, stride_vh, stride_mb, stride_mt, s_layout: gl.constexpr,
                       o_layout: gl.constexpr, p_layout: gl.constexpr, ld_layout: gl.constexpr, GROUP: gl.constexpr,
                       HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
     """The key tiles with a mask, through the free ring slot kx_smem / vx_smem: the split's
-    partial last prefix tile (full_end .. hi), then, in the split holding the prefix's last row,
-    the ancestor-masked tree rows."""
+    partial last prefix tile (full_end .. hi), then, in the split ``tree_split``, the
+    ancestor-masked tree rows."""
     cols_ld = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ld_layout))
     dims_ld = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ld_layout))
     k_base = k_ptr + b.to(gl.int64) * stride_kb + kv_head * stride_kh
@@ -211,8 +211,6 @@ def _masked_key_tiles(acc, m_i, l_i, q_op, kx_smem, vx_smem, k_ptr, v_ptr, mask_
         acc, m_i, l_i = _masked_tile(acc, m_i, l_i, q_op, kx_smem, vx_smem, k_tile_ptrs + full_end * stride_ks,
                                      v_tile_ptrs + full_end * stride_vs, key_ok, visible, qk_scale,
                                      s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N)
-    # the tree rows, ancestor-masked, streamed by the split that holds the prefix's last row
-    tree_split = gl.maximum(gl.cdiv(prefix_len, chunk) - 1, 0)
     if split == tree_split:
         mask_rows = mask_ptr + b.to(gl.int64) * stride_mb + (rows_s // GROUP) * stride_mt
         row_ok = rows_s < num_rows
@@ -425,6 +423,7 @@ def _tree_verify_partial_kernel_gluon(
     GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, Q_IN_REGS: gl.constexpr, num_warps: gl.constexpr,
     FUSED_MERGE: gl.constexpr = False, MERGE_ROWS: gl.constexpr = 2, SPLIT_BLOCK: gl.constexpr = 2,
+    TREE_SPLIT: gl.constexpr = 0,
 ):
     # tile t + STAGES - 1 is loaded while tile t's softmax runs, into the slot tile t - 1 used:
     # with fewer than 3 slots the next tile would be waited for before it is asked for
@@ -507,9 +506,11 @@ def _tree_verify_partial_kernel_gluon(
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(i))
 
-    # masked tiles, through ring slot 0 (every TMA load and MMA of the loop is done by now)
+    # masked tiles, through ring slot 0 (every TMA load and MMA of the loop is done by now); the tree
+    # rows in the split holding the prefix's last row or (TREE_SPLIT 1) the one after it
+    tree_split = gl.maximum(gl.cdiv(prefix_len, chunk) - 1 + TREE_SPLIT, 0)
     acc, m_i, l_i = _masked_key_tiles(acc, m_i, l_i, q_op, k_smem.index(0), v_smem.index(0), k_ptr, v_ptr,
-                                      mask_ptr, b, kv_head, split, prefix_len, num_nodes, chunk, full_end, hi,
+                                      mask_ptr, b, kv_head, split, prefix_len, num_nodes, tree_split, full_end, hi,
                                       m_tile * BLOCK_M, num_rows, qk_scale, stride_kb, stride_ks, stride_kh,
                                       stride_vb, stride_vs, stride_vh, stride_mb, stride_mt, s_layout, o_layout,
                                       p_layout, ld_layout, GROUP, HEAD_DIM, BLOCK_M, BLOCK_N)

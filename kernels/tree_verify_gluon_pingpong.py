@@ -84,7 +84,7 @@ def _work_item(w, items, BLOCK_N: gl.constexpr):
     prefix_len = gl.load(items.lens_ptr + b).to(gl.int32)
     lo, hi, n_full, full_end = _split_keys(split, items.chunk, prefix_len, BLOCK_N)
     has_partial = full_end < hi
-    has_tree = split == gl.maximum(gl.cdiv(prefix_len, items.chunk) - 1, 0)
+    has_tree = split == gl.maximum(gl.cdiv(prefix_len, items.chunk) - 1 + items.tree_split, 0)
     n_masked = has_partial.to(gl.int32) + gl.where(has_tree, gl.cdiv(items.num_nodes, BLOCK_N), 0)
     return WorkItem(split, m_tile, head_b, kv_head, b, prefix_len, lo, hi, n_full, full_end, has_partial, n_masked)
 
@@ -610,6 +610,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     TAIL_M: gl.constexpr = 0, KV_SHARE: gl.constexpr = 1, PERSISTENT: gl.constexpr = False,
     FUSED_MERGE: gl.constexpr = False, MERGE_ROWS: gl.constexpr = 2, SPLIT_BLOCK: gl.constexpr = 2,
     MERGE_WAITERS: gl.constexpr = 0, MERGE_SLICES: gl.constexpr = 1, MERGE_VECTOR: gl.constexpr = False,
+    TREE_SPLIT: gl.constexpr = 0,
 ):
     # launched with 4 warps (warpgroup 0, the default partition); the other warpgroups, the load
     # warp and the tail warpgroup are worker partitions. Q_IN_REGS is not read: q sits in
@@ -634,7 +635,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     # a grid of that shape runs one a program, a smaller one (persistent, ``base_programs``
     # apart) several, each program's load warp streaming the next item's key tiles while its
     # warpgroups finish the one before
-    items = WorkGrid(lens_ptr, num_m_tiles, num_kv_heads, base_programs, chunk, num_nodes)
+    items = WorkGrid(lens_ptr, num_m_tiles, num_kv_heads, base_programs, chunk, num_nodes, TREE_SPLIT)
     work = ProgramWork(gl.program_id(0) + gl.program_id(1) * gl.num_programs(0), base_programs * num_splits,
                        gl.num_programs(0) * gl.num_programs(1))
 

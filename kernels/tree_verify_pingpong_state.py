@@ -47,13 +47,15 @@ Smem = gl.shared_memory_descriptor
 @aggregate
 class WorkGrid:
     """The launch's work items: where the requests' prefix lengths are, query tiles a (request,
-    KV head), KV heads, programs a split, keys a split, tree nodes."""
+    KV head), KV heads, programs a split, keys a split, tree nodes, and where the tree's rows go:
+    0 the split holding the prefix's last row, 1 the one after it (``VerifyPlan.own_tree_split``)."""
     lens_ptr: gl.tensor
     num_m_tiles: gl.tensor
     num_kv_heads: gl.tensor
     base_programs: gl.tensor
     chunk: gl.tensor
     num_nodes: gl.tensor
+    tree_split: gl.tensor
 
 
 @aggregate

@@ -128,6 +128,7 @@ def _tree_verify_partial_kernel(
     LAUNCH_MERGE_EARLY: tl.constexpr = False,
     KV_SHARE: tl.constexpr = 1,
     FUSED_MERGE: tl.constexpr = False, MERGE_ROWS: tl.constexpr = 2, SPLIT_BLOCK: tl.constexpr = 2,
+    TREE_SPLIT: tl.constexpr = 0,
 ):
     # KV_SHARE consecutive programs' query heads share one KV head (``VerifyConfig.split_query_heads``):
     # the grid's "KV heads" are then KV_SHARE times the cache's, each with GROUP query heads
@@ -207,8 +208,9 @@ def _tree_verify_partial_kernel(
             raw_t = tl.dot(q_t, tl.trans(k_tile), input_precision=DOT_PRECISION)
             acc_t, m_t, l_t = _online_update(acc_t, m_t, l_t, raw_t, qk_scale, in_range[None, :], v_tile, True,
                                              DOT_PRECISION)
-    # the tree rows, ancestor-masked, streamed by the split that holds the prefix's last row
-    tree_split = tl.maximum(tl.cdiv(prefix_len, chunk) - 1, 0)
+    # the tree rows, ancestor-masked, streamed by the split that holds the prefix's last row or
+    # (TREE_SPLIT 1) the split after it, which holds no prefix row
+    tree_split = tl.maximum(tl.cdiv(prefix_len, chunk) - 1 + TREE_SPLIT, 0)
     if split == tree_split:
         mask_ptrs = mask_ptr + b.to(tl.int64) * stride_mb + node[:, None] * stride_mt
         if TAIL_M > 0:
@@ -683,6 +685,8 @@ def _launch_spec(plan: VerifyPlan, head_dim: int, dtype: torch.dtype, on_gpu: bo
         constexprs = dict(common, STAGES=plan.stages, num_warps=plan.num_warps,
                           Q_IN_REGS=plan.config.gluon_q_in_registers)
         options = {}
+    if plan.own_tree_split:
+        constexprs["TREE_SPLIT"] = 1
     merge = plan.merge
     if merge is None:
         return _LaunchSpec(fn, constexprs, options, None, None, None)

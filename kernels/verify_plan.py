@@ -92,7 +92,8 @@ class VerifyPolicy:
     least that many waves of items of at most that many keys; wide_keys_min_chunk: the single
     ping-pong warpgroup's ``gluon_pingpong_64_block_n`` tiles only on splits that long;
     tree_split_relief_tiles: the last of two splits (it also streams the tree) is that many key
-    tiles shorter; programmatic_merge, merge_one_pass: the merge as a programmatic dependent
+    tiles shorter; own_tree_split: the tree's rows in a split of their own after the prefix's
+    (``VerifyPlan.own_tree_split``); programmatic_merge, merge_one_pass: the merge as a programmatic dependent
     launch, its two passes as straight-line code where all splits fit one block; poison_workspace:
     fill the split partials with NaN before each launch (a partial the merge reads but nobody
     wrote shows as a wrong output);
@@ -125,6 +126,7 @@ class VerifyPolicy:
     persistent_max_keys: int = 2048
     wide_keys_min_chunk: int = 2048
     tree_split_relief_tiles: int = 1
+    own_tree_split: bool = False
     programmatic_merge: bool = True
     merge_one_pass: bool = True
     poison_workspace: bool = False
@@ -191,7 +193,9 @@ class VerifyPlan:
     kernel's launch grid (persistent: one program an SM); rows_pad: partial rows a (request, KV
     head); workspace_bytes: the fp32 partials and log2-sum-exps (0: one split, written directly);
     shared_bytes: the split kernel's shared memory (an upper bound, from the element size);
-    why: the table's reason and the planner's."""
+    why: the table's reason and the planner's; own_tree_split: the last split streams only the
+    tree's rows (its keys masked by the ancestor mask), the others only prefix rows, so that the
+    tree's masked tiles run beside the prefix's stream instead of after one split's share of it."""
 
     kernel: str
     config: VerifyConfig
@@ -215,6 +219,7 @@ class VerifyPlan:
     shared_bytes: int
     merge: MergePlan | None
     why: str
+    own_tree_split: bool = False
 
     @property
     def single_split(self) -> bool:
@@ -652,6 +657,9 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
     chunk, num_splits = tiles.chunk, tiles.num_splits
     if policy.num_splits is not None:
         chunk, num_splits = split_chunks(max(shape.cache_rows - shape.num_nodes, 1), policy.num_splits, cfg.block_n)
+    own_tree_split = policy.own_tree_split
+    if own_tree_split:
+        num_splits = cdiv(max(shape.cache_rows - shape.num_nodes, 1), chunk) + 1
     base_programs = tiles.grid[0]
     grid = (base_programs, num_splits)
     persistent = False
@@ -675,4 +683,4 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
                       workspace_bytes=workspace,
                       shared_bytes=shared_memory_bytes(kernel, cfg, block_m, tail_m, block_n, stages, shape.head_dim,
                                                        shape.element_size),
-                      merge=merge, why=reasons)
+                      merge=merge, why=reasons, own_tree_split=own_tree_split)

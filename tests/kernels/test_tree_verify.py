@@ -281,6 +281,48 @@ def test_shorter_tree_split_matches_reference(dtype):
     assert_rows_close(out, float64_reference(q, k, v, lens_t, mask), dtype, "shorter tree split")
 
 
+@needs_triton
+@pytest.mark.parametrize("num_nodes, group, num_splits", [(9, 4, None), (17, 4, 3), (33, 2, 1)])
+def test_own_tree_split_matches_reference(num_nodes, group, num_splits):
+    """The tree's rows in a split of their own (``VerifyPolicy.own_tree_split``): the split after
+    the long request's last prefix split holds only its tree; the short request's tree sits in the
+    split after its own last prefix row, the splits between empty; a request without a prefix has
+    its tree in split 0."""
+    from specdec_kernels.configs import VerifyConfig
+    from specdec_kernels.verify_plan import cdiv
+
+    policy = verify_policy(num_splits, config=VerifyConfig(block_n=64, max_block_m=64, num_warps=4, num_stages=1),
+                           sms=4, own_tree_split=True)
+    lens = [700, 130, 0]
+    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, num_nodes, "best_first", group, 1, 64, torch.float16,
+                                                  seed=1013)
+    plan = plan_of(q, k, v, policy)
+    assert plan.own_tree_split and plan.num_splits == cdiv(k.shape[1] - num_nodes, plan.chunk) + 1, plan
+    assert_rows_close(run_triton(q, k, v, lens_t, mask, policy), float64_reference(q, k, v, lens_t, mask),
+                      torch.float16, "own tree split")
+    assert_tree_in_its_own_split(plan, policy, (q, k, v, lens_t, mask), lens)
+
+
+def assert_tree_in_its_own_split(plan, policy, inputs, lens):
+    """Each request's split after its last prefix row holds its tree (a finite log-sum-exp), and
+    a split past that one nothing (the ones in between, when a short request leaves some)."""
+    from specdec_kernels import tree_verify_triton as tvt
+    from specdec_kernels.verify_plan import cdiv
+
+    q = inputs[0]
+    workspace = torch.full((plan.workspace_bytes // 4,), float("nan"), device=q.device)
+    tvt._launch_through_triton(plan, policy, *inputs, torch.full_like(q, float("nan")), workspace, None, False,
+                               None, None)
+    head_dim, rows = q.shape[3], q.shape[1] * plan.group
+    lse = workspace[plan.workspace_bytes // 4 // (head_dim + 1) * head_dim:].view(-1, plan.num_splits, plan.rows_pad)
+    lse = lse.view(len(lens), -1, plan.num_splits, plan.rows_pad)[..., :rows].cpu()
+    for b, prefix in enumerate(lens):
+        tree = cdiv(prefix, plan.chunk)
+        assert torch.isfinite(lse[b, :, tree]).all(), f"request {b}: no tree in split {tree}"
+        for split in range(tree + 1, plan.num_splits):
+            assert not torch.isfinite(lse[b, :, split]).any(), f"request {b}: split {split} past its tree has keys"
+
+
 # Key tiles through tensor descriptors (the sm_90 path), on layouts that allow one and on some
 # that do not (the launcher then keeps per-element loads): (T, G, [L_b], D, dtype, splits, layout).
 TMA_CASES = [
@@ -861,3 +903,21 @@ def test_calls_like_the_last_but_for_a_layout_or_an_address_are_not_launched_as_
                           torch.bfloat16, what)
     if _launches_directly():
         assert len(launched) == 2, f"{len(launched)} of {len(calls)} calls launched directly"
+
+
+@needs_sm90
+@pytest.mark.parametrize("name", ["w4-m64", "w8-m128", "pingpong", "pingpong-tail", "pingpong-64",
+                                  "pingpong-64tail", "pingpong-hsplit"])
+@pytest.mark.parametrize("num_nodes, group", [(9, 8), (17, 4), (33, 4), (65, 2)])
+def test_own_tree_split_on_gluon_kernels(name, num_nodes, group):
+    """The same on Hopper's Gluon kernels (graph-style launch and the eager folded merge alike)."""
+    policy = verify_policy(config=_gluon_configs()[name], own_tree_split=True)
+    lens = [1000, 300, 0]
+    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, num_nodes, "best_first", group, 2, 128, torch.bfloat16,
+                                                  seed=1019)
+    plan = plan_of(q, k, v, policy)
+    assert plan.own_tree_split and plan.kernel != "triton", plan
+    ref = float64_reference(q, k, v, lens_t, mask)
+    for call in range(2):
+        assert_rows_close(run_triton(q, k, v, lens_t, mask, policy), ref, torch.bfloat16, f"{name} call {call}")
+    assert_tree_in_its_own_split(plan, policy, (q, k, v, lens_t, mask), lens)
