@@ -93,8 +93,9 @@ class VerifyPolicy:
     ping-pong warpgroup's ``gluon_pingpong_64_block_n`` tiles only on splits that long;
     tree_split_relief_tiles: the last of two splits (it also streams the tree) is that many key
     tiles shorter; own_tree_split: the tree's rows in a split of their own after the prefix's
-    (``VerifyPlan.own_tree_split``); programmatic_merge, merge_one_pass: the merge as a programmatic dependent
-    launch, its two passes as straight-line code where all splits fit one block; poison_workspace:
+    (``VerifyPlan.own_tree_split``) always (True), never (False) or by :func:`wants_own_tree_split`
+    (None), whose longest split is own_tree_split_max_chunk keys; programmatic_merge,
+    merge_one_pass: the merge as a programmatic dependent launch, its two passes as straight-line code where all splits fit one block; poison_workspace:
     fill the split partials with NaN before each launch (a partial the merge reads but nobody
     wrote shows as a wrong output);
     launch_cache: launch a compiled kernel through its C launcher once one call compiled it (no
@@ -126,7 +127,8 @@ class VerifyPolicy:
     persistent_max_keys: int = 2048
     wide_keys_min_chunk: int = 2048
     tree_split_relief_tiles: int = 1
-    own_tree_split: bool = False
+    own_tree_split: bool | None = None
+    own_tree_split_max_chunk: int = 256
     programmatic_merge: bool = True
     merge_one_pass: bool = True
     poison_workspace: bool = False
@@ -226,6 +228,11 @@ class VerifyPlan:
         return self.num_splits == 1
 
     @property
+    def prefix_splits(self) -> int:
+        """The splits over the prefix's keys (the split model's count)."""
+        return self.num_splits - self.own_tree_split
+
+    @property
     def fused_grid(self) -> tuple[int, int]:
         """The split kernel's grid with the merge folded in: the merge's waiting programs, if any,
         are rows past the splits' (the highest program ids, dispatched after every split's)."""
@@ -310,6 +317,17 @@ def relieve_tree_split(chunk: int, num_splits: int, prefix_rows: int, block_n: i
         return chunk
     longer = chunk + (relief_tiles + (tail_m > 0)) * block_n
     return longer if cdiv(prefix_rows, longer) == 2 else chunk
+
+
+def wants_own_tree_split(chunk: int, num_splits: int, base_programs: int, sms: int,
+                         policy: VerifyPolicy) -> bool:
+    """Whether the tree's rows take a split of their own (``VerifyPlan.own_tree_split``): on
+    short splits, where the tree's masked tiles are a large share of the split that would hold
+    them, and only where the extra split keeps one program an SM and the merge's splits in one
+    block (a second wave, or a second block, cost more than the tree's tiles: measured on the
+    Hopper Gluon kernels, docs/kernels-performance.md, "Decisions")."""
+    return (chunk <= policy.own_tree_split_max_chunk and base_programs * (num_splits + 1) <= sms
+            and num_splits + 1 <= MERGE_MAX_SPLIT_BLOCK)
 
 
 def pick_splits(base_programs: int, prefix_rows: int, block_n: int, slots: int, heads: int,
@@ -658,6 +676,9 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
     if policy.num_splits is not None:
         chunk, num_splits = split_chunks(max(shape.cache_rows - shape.num_nodes, 1), policy.num_splits, cfg.block_n)
     own_tree_split = policy.own_tree_split
+    if own_tree_split is None:
+        own_tree_split = (gluon and policy.num_splits is None
+                          and wants_own_tree_split(chunk, num_splits, tiles.grid[0], sms, policy))
     if own_tree_split:
         num_splits = cdiv(max(shape.cache_rows - shape.num_nodes, 1), chunk) + 1
     base_programs = tiles.grid[0]

@@ -11,7 +11,7 @@ from specdec_kernels.configs import SHARED_MEMORY_LIMITS, SHORT_CACHE_ROWS, Veri
 from specdec_kernels.verify_plan import (DEFAULT_POLICY, VerifyPlan, VerifyPolicy, VerifyShape, VerifyTarget, _tiles,
                                          merge_tiles, pick_merge_slices, pick_merge_waiters, pick_query_tiles, pick_splits,
                                          pingpong_grid, plan_verify,
-                                         relieve_tree_split, runs_pingpong, split_chunks)
+                                         relieve_tree_split, runs_pingpong, split_chunks, wants_own_tree_split)
 
 H200 = VerifyTarget("sm_90", 132, gluon=True, dependent_launch=True)
 H200_NO_GLUON = VerifyTarget("sm_90", 132, gluon=False, dependent_launch=True)
@@ -189,7 +189,7 @@ def test_head_dim_256_pingpong_rings_and_split_model():
                                   ((1, 17, 3, 1, 1024), 4, 16), ((1, 9, 6, 1, 8192), 4, 64),
                                   ((8, 17, 24, 4, 8192), 3, 4)):
         got = plan(*shape)
-        assert (got.kernel, got.stages, got.num_splits) == ("pingpong", stages, splits), (shape, got)
+        assert (got.kernel, got.stages, got.prefix_splits) == ("pingpong", stages, splits), (shape, got)
     assert pick_splits(1, 32768, 32, 132, 1, 27)[1] == 32
     assert pick_splits(1, 32768, 32, 132, 1, 27, key_cost=2.5)[1] == 64
     assert pick_splits(1, 1024, 32, 132, 1, 27, key_cost=2.5)[1] == 4                      # 256-key splits
@@ -200,9 +200,10 @@ def test_head_dim_256_pingpong_rings_and_split_model():
     assert pick_splits(1, 32768, 32, 132, 1, 27, **cheap_merge)[1] == 128  # one merge block of 128, the cheap price
     # 16 splits' partials (442 KB a tile) would not fold into one program: without waiting merge
     # programs the coarser count whose merge folds is kept; with them, 16 splits and 14 waiters
-    no_wait = plan_verify(VerifyShape(1, 9, 3, 1, 256, 1024 + 9), H200, VerifyPolicy(waiting_merge=False))
+    no_wait = plan_verify(VerifyShape(1, 9, 3, 1, 256, 1024 + 9), H200,
+                          VerifyPolicy(waiting_merge=False, own_tree_split=False))
     assert (no_wait.num_splits, no_wait.merge.fused) == (8, True) and "folds into the split kernel" in no_wait.why
-    waiting = plan(1, 9, 3, 1, 1024)
+    waiting = plan_verify(VerifyShape(1, 9, 3, 1, 256, 1024 + 9), H200, VerifyPolicy(own_tree_split=False))
     assert (waiting.num_splits, waiting.merge.fused, waiting.merge.waiters) == (16, True, 14), waiting
     assert waiting.fused_grid == (1, 30) and "folds into" not in waiting.why
     assert plan_verify(VerifyShape(1, 9, 3, 1, 256, 1024 + 9), H200, VerifyPolicy(num_splits=16)).num_splits == 16
@@ -367,7 +368,8 @@ def test_the_merge_takes_head_dim_slices_where_whole_rows_walk_several_blocks_of
     assert not whole.vector_loads  # blocks of 16: unrolled, summed in registers
     assert (whole.head_slices, whole.split_block, whole.merge_rows, whole.grid, whole.one_block) == (1, 16, 2, 14,
                                                                                                      False)
-    one_block = plan_verify(VerifyShape(1, 9, 3, 1, 256, 1024 + 9), H200, VerifyPolicy(fused_merge=False))
+    one_block = plan_verify(VerifyShape(1, 9, 3, 1, 256, 1024 + 9), H200,
+                            VerifyPolicy(fused_merge=False, own_tree_split=False))
     assert one_block.num_splits == 16 and one_block.merge.grid < 132 and one_block.merge.head_slices == 1
     assert not one_block.merge.vector_loads  # 16 splits: unrolled (one load measured slower below 64)
     folded = plan_verify(VerifyShape(8, 17, 32, 8, 128, 8209), H200).merge
@@ -474,13 +476,16 @@ def test_the_merge_is_folded_in_only_where_one_program_reads_few_partials():
     assert wide_gluon.kernel == "gluon" and not wide_gluon.merge.fused, wide_gluon
 
 
+ONE_TREE_SPLIT_OFF = VerifyPolicy(own_tree_split=False)
+
+
 def test_waiting_merge_programs_share_a_tile_in_one_launch_where_one_program_may_not():
     """Past the single program's bound, the ping-pong kernel's eager calls keep one launch: as many
     waiting programs a query tile as one a free SM, at most one a row block, each reading at most
     ``fused_merge_max_bytes``; none where fewer than two fit. They are rows past the splits' in
     the grid a folded call launches (``fused_grid``); graphs and the merge's own launch keep
-    ``grid``."""
-    plan = plan_verify(VerifyShape(8, 9, 6, 1, 256, 32768 + 9), H200)  # the docstring's example
+    ``grid``. (On the split model's counts: no split of the tree's own.)"""
+    plan = plan_verify(VerifyShape(8, 9, 6, 1, 256, 32768 + 9), H200, ONE_TREE_SPLIT_OFF)  # the docstring's example
     assert (plan.kernel, plan.grid, plan.merge.fused, plan.merge.waiters) == ("pingpong", (8, 16), True, 16)
     assert plan.fused_grid == (8, 32) and plan.merge.merge_rows == 2
     assert pick_merge_waiters(16, 54, 2, 256, 8, 132, 256 * 1024) == 16
@@ -489,16 +494,17 @@ def test_waiting_merge_programs_share_a_tile_in_one_launch_where_one_program_may
     assert pick_merge_waiters(16, 54, 2, 256, 8, 132, 60 * 1024) == 0    # 2 blocks of 32.9 KB each
     assert pick_merge_waiters(16, 54, 2, 256, 8, 132, 66 * 1024) == 16
     assert pick_merge_waiters(16, 54, 2, 256, 100, 132, 256 * 1024) == 0  # one a tile: no sharing
-    small_sms = plan_verify(VerifyShape(8, 9, 6, 1, 256, 32768 + 9), H200, VerifyPolicy(sms=12))
+    small_sms = plan_verify(VerifyShape(8, 9, 6, 1, 256, 32768 + 9), H200, VerifyPolicy(sms=12, own_tree_split=False))
     assert small_sms.merge is None or not small_sms.merge.waiters or small_sms.merge.waiters * small_sms.grid[0] <= 12
-    off = plan_verify(VerifyShape(8, 9, 6, 1, 256, 32768 + 9), H200, VerifyPolicy(waiting_merge=False))
+    off = plan_verify(VerifyShape(8, 9, 6, 1, 256, 32768 + 9), H200,
+                      VerifyPolicy(waiting_merge=False, own_tree_split=False))
     assert not off.merge.fused and off.merge.waiters == 0 and off.fused_grid == off.grid
     # the 64-row Gluon kernel has no waiting programs (4 splits of 128 rows: past one program's bound)
-    gluon = plan_verify(VerifyShape(1, 33, 64, 8, 128, 1024 + 33), H200)
+    gluon = plan_verify(VerifyShape(1, 33, 64, 8, 128, 1024 + 33), H200, ONE_TREE_SPLIT_OFF)
     assert gluon.kernel == "gluon" and not gluon.merge.fused and gluon.merge.waiters == 0
     # 32 splits of 256 columns take blocks of 16: the waiters merge two 128-column slices of each
     # 2-row block, as the merge's own launch does (the docstring's second example)
-    sliced = plan_verify(VerifyShape(1, 9, 24, 4, 256, 8192 + 9), H200)
+    sliced = plan_verify(VerifyShape(1, 9, 24, 4, 256, 8192 + 9), H200, ONE_TREE_SPLIT_OFF)
     assert sliced.num_splits == 32 and merge_tiles(32, 256)[0] < 32 <= merge_tiles(32, 256, 2)[0]
     assert (sliced.merge.fused, sliced.merge.head_slices, sliced.merge.waiters) == (True, 2, 33), sliced
     assert sliced.merge.folded_constexprs()["MERGE_SLICES"] == 2
@@ -509,30 +515,65 @@ def test_waiting_merge_programs_share_a_tile_in_one_launch_where_one_program_may
     # 128 KB: four 128-row tiles of 256 columns (512 KB) keep the merge's own launch, unless the
     # waiters read their 32 splits as one load (the default there); on 128-row tiles whatever the splits
     far = VerifyShape(1, 65, 6, 1, 256, 8192 + 65)
-    apart = plan_verify(far, H200, VerifyPolicy(merge_vector_loads=False, short_split_max_keys=0))
+    apart = plan_verify(far, H200,
+                        VerifyPolicy(merge_vector_loads=False, short_split_max_keys=0, own_tree_split=False))
     assert apart.rows_pad * 256 * 4 == 512 * 1024 and apart.merge.head_slices > 1 and not apart.merge.fused
-    near = plan_verify(far, H200, VerifyPolicy(merge_vector_loads=False, sliced_waiters_max_split_bytes=512 * 1024,
+    near = plan_verify(far, H200, VerifyPolicy(own_tree_split=False, merge_vector_loads=False,
+                                               sliced_waiters_max_split_bytes=512 * 1024,
                                                short_split_max_keys=0))
     assert near.merge.fused and near.merge.waiters > 0 and near.num_splits == apart.num_splits, near
-    vector = plan_verify(far, H200, VerifyPolicy(short_split_max_keys=0))
+    vector = plan_verify(far, H200, VerifyPolicy(short_split_max_keys=0, own_tree_split=False))
     assert vector.merge.fused and vector.merge.waiters == near.merge.waiters and vector.merge.vector_waiters, vector
     assert vector.merge.split_block == 32 and not vector.merge.vector_loads  # the merge's own launch: unrolled
     # 128 splits (one KV head, batch 1, 32k keys) fit one block only as one load: the waiters read
     # it so (MERGE_VECTOR), as 64 splits' do; unrolled, past 64 splits the merge keeps its own launch
-    many = plan_verify(VerifyShape(1, 9, 6, 1, 256, 32768 + 9), H200)
+    many = plan_verify(VerifyShape(1, 9, 6, 1, 256, 32768 + 9), H200, ONE_TREE_SPLIT_OFF)
     assert many.num_splits == 128 and many.merge.fused and many.merge.waiters == 132, many
     assert many.merge.vector_loads and many.merge.folded_constexprs()["MERGE_VECTOR"] is True
-    assert plan_verify(VerifyShape(1, 9, 6, 1, 256, 8192 + 9), H200).merge.folded_constexprs()["MERGE_VECTOR"]
-    unrolled = plan_verify(VerifyShape(1, 9, 6, 1, 256, 32768 + 9), H200, VerifyPolicy(merge_vector_loads=False))
+    assert plan_verify(VerifyShape(1, 9, 6, 1, 256, 8192 + 9), H200,
+                       ONE_TREE_SPLIT_OFF).merge.folded_constexprs()["MERGE_VECTOR"]
+    no_vector = VerifyPolicy(merge_vector_loads=False, own_tree_split=False)
+    unrolled = plan_verify(VerifyShape(1, 9, 6, 1, 256, 32768 + 9), H200, no_vector)
     assert unrolled.num_splits == 128 and not unrolled.merge.fused and unrolled.merge.waiters == 0, unrolled
-    few = plan_verify(VerifyShape(1, 9, 6, 1, 256, 8192 + 9), H200, VerifyPolicy(merge_vector_loads=False))
+    few = plan_verify(VerifyShape(1, 9, 6, 1, 256, 8192 + 9), H200, no_vector)
     assert few.num_splits == 64 and few.merge.waiters and "MERGE_VECTOR" not in few.merge.folded_constexprs()
     assert "MERGE_VECTOR" not in sliced.merge.folded_constexprs()  # 32 splits 54 KB apart: unrolled
     for batch, q_heads, kv_heads, head_dim, prefix in ((1, 32, 8, 128, 8192), (8, 6, 1, 256, 1024),
                                                        (32, 6, 1, 256, 32768), (1, 24, 4, 256, 1024)):
         shape = VerifyShape(batch, 17, q_heads, kv_heads, head_dim, prefix + 17)
-        p = plan_verify(shape, H200)
+        p = plan_verify(shape, H200, ONE_TREE_SPLIT_OFF)
         assert p.merge.waiters >= 2 and p.merge.waiters * p.grid[0] <= 132, (shape, p)
         rows = min(p.block_m + p.tail_m, shape.packed_rows)
         share = -(-(-(-rows // p.merge.merge_rows)) // p.merge.waiters) * p.merge.merge_rows
         assert p.num_splits * share * (head_dim + 1) * 4 <= DEFAULT_POLICY.fused_merge_max_bytes
+
+
+def test_the_tree_takes_a_split_of_its_own_on_short_splits_of_one_wave():
+    """The tree's rows take a split of their own after the prefix's (``VerifyPlan.own_tree_split``)
+    on the Hopper Gluon kernels where splits are short and the extra split keeps one program an SM
+    and the merge's splits in one block; the split model's count stays the prefix's."""
+    def plan(batch, num_nodes, q_heads, kv_heads, head_dim, prefix, target=H200, policy=DEFAULT_POLICY):
+        return plan_verify(VerifyShape(batch, num_nodes, q_heads, kv_heads, head_dim, prefix + num_nodes), target,
+                           policy)
+
+    own = plan(1, 9, 32, 8, 128, 1024)
+    assert own.own_tree_split and (own.prefix_splits, own.num_splits, own.chunk) == (4, 5, 256), own
+    assert own.grid == (8, 5)
+    assert plan(1, 9, 3, 1, 256, 1024).num_splits == 17                         # 16 splits of 64 keys, and the tree
+    assert not plan(8, 9, 32, 8, 128, 1024).own_tree_split                      # 64 x 3 programs: a second wave
+    assert not plan(1, 17, 24, 4, 256, 1024).own_tree_split                     # 8 x 17 = 136 programs
+    assert not plan(1, 9, 32, 8, 128, 8192).own_tree_split                      # splits of 512 keys
+    assert plan(1, 9, 3, 1, 256, 8192).num_splits == 65                         # 64 of 128 keys: one merge block
+    assert not plan(1, 9, 3, 1, 256, 32768).own_tree_split                      # 128 + 1: a second block
+    assert not plan(1, 9, 32, 8, 128, 1024, H200_NO_GLUON).own_tree_split       # the Triton kernel: not measured
+    assert not plan(1, 9, 32, 8, 128, 1024, RTX_PRO).own_tree_split
+    forced = plan(1, 9, 32, 8, 128, 1024, policy=VerifyPolicy(num_splits=4))
+    assert (forced.num_splits, forced.own_tree_split) == (4, False)              # a forced count is kept
+    always = plan(8, 9, 32, 8, 128, 1024, policy=VerifyPolicy(own_tree_split=True))
+    assert always.own_tree_split and always.num_splits == always.prefix_splits + 1
+    assert not plan(1, 9, 32, 8, 128, 1024, policy=VerifyPolicy(own_tree_split=False)).own_tree_split
+    assert wants_own_tree_split(256, 4, 8, 132, DEFAULT_POLICY)
+    assert not wants_own_tree_split(288, 4, 8, 132, DEFAULT_POLICY)
+    assert not wants_own_tree_split(256, 4, 27, 132, DEFAULT_POLICY)              # 27 x 5 = 135 programs
+    assert not wants_own_tree_split(64, 128, 1, 132, DEFAULT_POLICY)
+    assert wants_own_tree_split(512, 4, 8, 132, VerifyPolicy(own_tree_split_max_chunk=512))
