@@ -95,9 +95,9 @@ class VerifyPolicy:
     tiles shorter; own_tree_split: the tree's rows in a split of their own after the prefix's
     (``VerifyPlan.own_tree_split``) always (True), never (False) or by :func:`wants_own_tree_split`
     (None), whose longest split is own_tree_split_max_chunk keys; programmatic_merge,
-    merge_one_pass: the merge as a programmatic dependent launch, its two passes as straight-line code where all splits fit one block; poison_workspace:
-    fill the split partials with NaN before each launch (a partial the merge reads but nobody
-    wrote shows as a wrong output);
+    merge_one_pass: the merge as a programmatic dependent launch, its two passes as straight-line
+    code where all splits fit one block; poison_workspace: fill the split partials with NaN before
+    each launch (a partial the merge reads but nobody wrote shows as a wrong output);
     launch_cache: launch a compiled kernel through its C launcher once one call compiled it (no
     Triton dispatch, tensor maps reused: ``triton_launch``); fused_merge, fused_merge_max_bytes:
     eager calls merge their splits in the split kernel (its last program of each query tile) where
