@@ -9,14 +9,14 @@
 #   sglang the kernel against SGLang's tree-verify path (CARRIED_SGLANG) over the grid of HEAD_DIMS
 #          (default 256,128; SDPA not timed): sglang.md and sglang.json under $OUT
 # Results land under $OUT; the package is installed editable from this checkout first. Time limits
-# (seconds): SUITE_SECONDS, WARM_SECONDS, BENCH_SECONDS, FLEX_SECONDS (the whole grid took 370-470 s after a warm
+# (seconds): SUITE_SECONDS, WARM_SECONDS, BENCH_SECONDS, FLEX_SECONDS, SGLANG_SECONDS (the whole grid took 370-470 s after a warm
 # compile of 60-105 s on an H200; on a fresh machine the compile took over 90 s). A bench run cut
 # short still leaves verify.md: the table of the rows it kept. CARRIED_TRITON=ARCHIVE runs a stage
 # under the Triton that scripts/pack-triton.sh packed into ARCHIVE (the call carries it);
 # CARRIED_SGLANG=DIR puts SGLang's kernels that scripts/pack-sglang.sh wrote in DIR on the path (the
 # bench's SGLang column: the bench stage's tests then time it too).
 set -u
-stage=${1:?usage: scripts/h200_verify.sh suite|bench|all}
+stage=${1:?usage: scripts/h200_verify.sh suite|bench|all|flex|sglang}
 OUT=${OUT:-/tmp/out}
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
