@@ -233,7 +233,7 @@ def _pingpong_masked_tiles(acc, m_i, l_i, q_op, masked, mask_ptr, b, stride_mb, 
                            ld_layout: gl.constexpr, GROUP: gl.constexpr, BLOCK_M: gl.constexpr,
                            BLOCK_N: gl.constexpr):
     """A warpgroup's masked key tiles after its stream: the split's partial last prefix tile,
-    then, in the split holding the prefix's last row, the tree tiles (synchronous MMAs); each
+    then, in the tree's split (``WorkGrid.tree_split``), the tree tiles (synchronous MMAs); each
     buffer released once this warpgroup's MMAs are done with it."""
     rows_s = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     cols_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
@@ -651,8 +651,8 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=NUM_WG + (TAIL_M > 0))
-    # the masked key tiles (the split's partial last prefix tile; the tree tiles in the split
-    # holding the prefix's last row) follow the mask-free ones through the ring, the request's
+    # the masked key tiles (the split's partial last prefix tile; the tree tiles in the tree's
+    # split) follow the mask-free ones through the ring, the request's
     # last one landing on the load warp's own barrier, for it to zero what lies past the keys.
     # One 64-row warpgroup beside the tail measured 10-12 % slower so (the cause was
     # not found): there they take two buffers of their own, and every consumer zeroes.
