@@ -14,8 +14,9 @@ on one split of its keys; rows past a whole number of query tiles may ride in a 
 (``TAIL_M``) so the cache is streamed once. Prefix tiles are mask-free except the split's partial
 last one (and load through tensor descriptors where the entry asks and the layout allows); the
 split holding the prefix's last row (split 0 when L_b = 0), or with ``TREE_SPLIT`` the split after
-it (``VerifyPlan.own_tree_split``), streams the T tree rows under the ancestor bitmask. With one split the program writes the normalised output, with several an fp32
-partial and its log2-sum-exp that the merge combines. Scores use ``exp2`` with ``sm_scale *
+it (``VerifyPlan.own_tree_split``), streams the T tree rows under the ancestor bitmask. With one
+split the program writes the normalised output, with several an fp32 partial and its
+log2-sum-exp that the merge combines. Scores use ``exp2`` with ``sm_scale *
 log2(e)`` folded in; all accumulation is fp32.
 """
 

@@ -673,14 +673,15 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
         cfg = _fit_shared_memory(cfg, target.arch, block_m + tail_m, shape.head_dim, shape.element_size)
         block_n, stages, num_warps = cfg.block_n, cfg.num_stages, cfg.num_warps
     chunk, num_splits = tiles.chunk, tiles.num_splits
+    prefix_rows = max(shape.cache_rows - shape.num_nodes, 1)
     if policy.num_splits is not None:
-        chunk, num_splits = split_chunks(max(shape.cache_rows - shape.num_nodes, 1), policy.num_splits, cfg.block_n)
+        chunk, num_splits = split_chunks(prefix_rows, policy.num_splits, cfg.block_n)
     own_tree_split = policy.own_tree_split
     if own_tree_split is None:
         own_tree_split = (gluon and policy.num_splits is None
                           and wants_own_tree_split(chunk, num_splits, tiles.grid[0], sms, policy))
     if own_tree_split:
-        num_splits = cdiv(max(shape.cache_rows - shape.num_nodes, 1), chunk) + 1
+        num_splits = cdiv(prefix_rows, chunk) + 1
     base_programs = tiles.grid[0]
     grid = (base_programs, num_splits)
     persistent = False
