@@ -60,10 +60,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .tree_verify_gluon import (_cta_barrier, _load_q_rows, _load_tile_pair, _masked_tile_mma, _merge_if_last,
-                                _merge_when_counted,
-                                _split_keys, _store_rows, _tile_coords, _tree_visibility,
-                                _zero_rows_from)
+from .tree_verify_gluon import (_cta_barrier, _let_merge_launch, _load_q_rows, _load_tile_pair, _masked_tile_mma,
+                                _merge_if_last, _merge_when_counted, _split_keys, _store_rows, _tile_coords,
+                                _tree_visibility, _zero_rows_from)
 from .tree_verify_pingpong_state import (ConsumerArgs, KeyRing, LoadArgs, MaskedBuffers, MaskedTiles, MmaArgs,
                                          ProgramWork, RowPointers, RowStrides, TailArgs, WorkGrid, WorkItem)
 
@@ -630,6 +629,8 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     WAITING: gl.constexpr = MERGE_WAITERS > 0
     dtype: gl.constexpr = k_desc.dtype
     kv_sl: gl.constexpr = k_desc.layout
+    if not SINGLE_SPLIT and not FUSED_MERGE:
+        _let_merge_launch()
 
     # work items: base_programs query tiles of (request, KV head) pairs on each of num_splits splits;
     # a grid of that shape runs one a program, a smaller one (persistent, ``base_programs``

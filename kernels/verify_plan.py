@@ -130,6 +130,7 @@ class VerifyPolicy:
     own_tree_split: bool | None = None
     own_tree_split_max_chunk: int = 256
     programmatic_merge: bool = True
+    pingpong_programmatic_merge: bool = False
     merge_one_pass: bool = True
     poison_workspace: bool = False
     launch_cache: bool = True
@@ -616,7 +617,8 @@ def plan_merge(num_splits: int, head_dim: int, rows: int, pairs: int, tile_rows:
                                      policy.fused_merge_max_bytes, slices)
         fused = waiters > 0
     return MergePlan(split_block, merge_rows, pairs * cdiv(rows, merge_rows) * slices, one_block,
-                     policy.programmatic_merge and dependent_launch and kernel != "pingpong", fused=fused,
+                     policy.programmatic_merge and dependent_launch
+                     and (kernel != "pingpong" or policy.pingpong_programmatic_merge), fused=fused,
                      head_slices=slices, vector_loads=vector_loads, waiters=waiters,
                      vector_waiters=vector_waiters and waiters > 0)
 
