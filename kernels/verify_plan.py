@@ -96,7 +96,8 @@ class VerifyPolicy:
     (``VerifyPlan.own_tree_split``) always (True), never (False) or by :func:`wants_own_tree_split`
     (None), whose longest split is own_tree_split_max_chunk keys; programmatic_merge,
     merge_one_pass: the merge as a programmatic dependent launch, its two passes as straight-line
-    code where all splits fit one block; poison_workspace: fill the split partials with NaN before
+    code where all splits fit one block; pingpong_programmatic_merge: after the ping-pong kernel
+    too always (True), never (False) or by :func:`pingpong_merge_starts_early` (None); poison_workspace: fill the split partials with NaN before
     each launch (a partial the merge reads but nobody wrote shows as a wrong output);
     launch_cache: launch a compiled kernel through its C launcher once one call compiled it (no
     Triton dispatch, tensor maps reused: ``triton_launch``); fused_merge, fused_merge_max_bytes:
@@ -130,7 +131,7 @@ class VerifyPolicy:
     own_tree_split: bool | None = None
     own_tree_split_max_chunk: int = 256
     programmatic_merge: bool = True
-    pingpong_programmatic_merge: bool = False
+    pingpong_programmatic_merge: bool | None = None
     merge_one_pass: bool = True
     poison_workspace: bool = False
     launch_cache: bool = True
@@ -272,6 +273,10 @@ MERGE_VECTOR_MIN_BLOCK = 64
 # sliced waiters whose splits' partials lie far apart read a block of at least this many splits as one
 # load (unrolled there, they were slower than two launches: docs/kernels-performance.md, "Decisions")
 WAITER_VECTOR_MIN_BLOCK = 32
+# the ping-pong kernel's merge starts early (a programmatic dependent) only beside the tree's own split
+# and at most this many splits: elsewhere its early programs cost more than the launch they hide
+# (docs/kernels-performance.md, "Decisions")
+PINGPONG_EARLY_MERGE_MAX_SPLITS = 17
 
 
 def pick_block_m(packed_rows: int, max_block_m: int, min_block_m: int = 16, extra_sizes: tuple = ()) -> int:
@@ -407,6 +412,16 @@ def pick_merge_waiters(num_splits: int, tile_rows: int, merge_rows: int, head_di
         return 0
     unit_bytes = num_splits * merge_rows * (head_dim // head_slices + 1) * 4
     return waiters if cdiv(units, waiters) * unit_bytes <= max_bytes else 0
+
+
+def pingpong_merge_starts_early(num_splits: int, own_tree_split: bool, policy: VerifyPolicy) -> bool:
+    """Whether the merge's own launch after the ping-pong kernel is its programmatic dependent:
+    ``policy.pingpong_programmatic_merge``, or by default beside the tree's own split on at most
+    PINGPONG_EARLY_MERGE_MAX_SPLITS splits (small grids of short splits, where the merge's launch is
+    a large share of the call)."""
+    if policy.pingpong_programmatic_merge is not None:
+        return policy.pingpong_programmatic_merge
+    return own_tree_split and num_splits <= PINGPONG_EARLY_MERGE_MAX_SPLITS
 
 
 def runs_pingpong(cfg: VerifyConfig, block_m: int) -> bool:
@@ -582,7 +597,7 @@ def _fit_shared_memory(cfg: VerifyConfig, arch: str, block_m: int, head_dim: int
 
 def plan_merge(num_splits: int, head_dim: int, rows: int, pairs: int, tile_rows: int, rows_pad: int,
                tiles: int, kernel: str, persistent: bool, sms: int, dependent_launch: bool,
-               policy: VerifyPolicy) -> MergePlan:
+               policy: VerifyPolicy, own_tree_split: bool = False) -> MergePlan:
     """The merge of a call's ``num_splits`` splits: ``rows`` packed rows of each of ``pairs``
     (request, KV head) pairs, ``tile_rows`` a query tile, one split's partials ``rows_pad`` rows
     apart, ``tiles`` query tiles a split. The rules, in the order they apply:
@@ -591,7 +606,10 @@ def plan_merge(num_splits: int, head_dim: int, rows: int, pairs: int, tile_rows:
        tile's whole rows: where the kernel can, all splits fit one block (:func:`merge_tiles`) and
        that program reads at most ``policy.fused_merge_max_bytes``. Graphs launch the same merge.
     2. Else the merge's own launch (graphs always take it) takes head-dim slices where whole rows
-       would walk several blocks of splits (:func:`pick_merge_slices`).
+       would walk several blocks of splits (:func:`pick_merge_slices`). It starts early, its
+       programs waiting for the split grid's end (a programmatic dependent launch), after the
+       Triton and 64-row Gluon kernels, and after the ping-pong kernel where
+       :func:`pingpong_merge_starts_early` says so.
     3. Past rule 1's bound, the ping-pong kernel's eager calls still fold it: waiting programs
        (:func:`pick_merge_waiters`) share the tile's row blocks at rule 2's slices, all splits in
        one block, a block of MERGE_VECTOR_MIN_BLOCK splits or more as one load (past
@@ -618,7 +636,8 @@ def plan_merge(num_splits: int, head_dim: int, rows: int, pairs: int, tile_rows:
         fused = waiters > 0
     return MergePlan(split_block, merge_rows, pairs * cdiv(rows, merge_rows) * slices, one_block,
                      policy.programmatic_merge and dependent_launch
-                     and (kernel != "pingpong" or policy.pingpong_programmatic_merge), fused=fused,
+                     and (kernel != "pingpong" or pingpong_merge_starts_early(num_splits, own_tree_split, policy)),
+                     fused=fused,
                      head_slices=slices, vector_loads=vector_loads, waiters=waiters,
                      vector_waiters=vector_waiters and waiters > 0)
 
@@ -696,7 +715,7 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
     if num_splits > 1:
         merge = plan_merge(num_splits, shape.head_dim, shape.packed_rows // head_split, shape.batch * kv_heads,
                            min(block_m + tail_m, shape.packed_rows // head_split), rows_pad, base_programs, kernel,
-                           persistent, sms, target.dependent_launch, policy)
+                           persistent, sms, target.dependent_launch, policy, own_tree_split)
         workspace = shape.batch * kv_heads * num_splits * rows_pad * (shape.head_dim + 1) * 4
     reasons = "; ".join(r for r in (why, tiles.why) if r)
     return VerifyPlan(kernel=kernel, config=cfg, group=shape.group // head_split, kv_heads=kv_heads, block_m=block_m,

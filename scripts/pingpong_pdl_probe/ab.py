@@ -17,6 +17,10 @@ LIMIT_S = float(os.environ.get("LIMIT_S", "480"))
 def _policies():
     from specdec_kernels.verify_plan import DEFAULT_POLICY
 
+    # RULE=1: the planner's rule (pingpong_merge_starts_early) against never
+    if os.environ.get("RULE"):
+        return {"plain": dataclasses.replace(DEFAULT_POLICY, pingpong_programmatic_merge=False),
+                "pdl": DEFAULT_POLICY}
     return {"plain": DEFAULT_POLICY, "pdl": dataclasses.replace(DEFAULT_POLICY, pingpong_programmatic_merge=True)}
 
 
@@ -57,6 +61,8 @@ def main():
     shapes = [s for s in bench.grid_shapes()]
     names = [s.name for s in shapes if (p := _planned(s)).kernel == "pingpong" and p.merge is not None]
     names.sort(key=lambda n: (_shape(n).prefix, _shape(n).batch))  # the latency-bound shapes first
+    if os.environ.get("SHAPES"):
+        names = os.environ["SHAPES"].split()
     policies = _policies()
     with mp.get_context("spawn").Pool(14) as pool:
         list(pool.imap_unordered(_compile, [(n, w) for n in names for w in policies]))

@@ -921,3 +921,30 @@ def test_own_tree_split_on_gluon_kernels(name, num_nodes, group):
     for call in range(2):
         assert_rows_close(run_triton(q, k, v, lens_t, mask, policy), ref, torch.bfloat16, f"{name} call {call}")
     assert_tree_in_its_own_split(plan, policy, (q, k, v, lens_t, mask), lens)
+
+
+@needs_sm90
+@pytest.mark.parametrize("name", ["pingpong", "pingpong-tail", "pingpong-64", "pingpong-64tail"])
+@pytest.mark.parametrize("own_tree_split", [True, False])
+def test_pingpong_merge_as_programmatic_dependent(name, own_tree_split):
+    """The merge's own launch as the ping-pong kernel's programmatic dependent (its programs wait
+    for the split grid's end): right rows eagerly and replayed in a graph, on a ragged batch."""
+    from specdec_kernels.tree_verify_triton import tree_verify_attention_triton
+
+    policy = verify_policy(num_splits=4, config=_gluon_configs()[name], own_tree_split=own_tree_split,
+                           fused_merge=False, pingpong_programmatic_merge=True)
+    lens = [1000, 300, 0]
+    q, k, v, lens_t, mask, _ = make_verify_inputs(lens, 17, "best_first", 4, 2, 128, torch.bfloat16, seed=1021)
+    plan = plan_of(q, k, v, policy)
+    assert plan.kernel == "pingpong" and plan.merge is not None and plan.merge.starts_early, plan
+    ref = float64_reference(q, k, v, lens_t, mask)
+    assert_rows_close(run_triton(q, k, v, lens_t, mask, policy), ref, torch.bfloat16, f"{name} eager")
+    out = torch.full_like(q, float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        tree_verify_attention_triton(q, k, v, lens_t, mask, out=out, policy=policy)
+    for replay in range(2):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_rows_close(out, ref, torch.bfloat16, f"{name} graph replay {replay}")

@@ -397,12 +397,22 @@ def test_pingpong_grid_is_persistent_only_on_waves_of_short_items_of_one_split()
 
 def test_merge_starts_early_only_where_it_paid():
     """The merge is a programmatic dependent launch with splits on a target that has it, after the
-    64-row and Triton split kernels, never after the ping-pong kernel (it measured slower there),
-    and not with the policy's switch off."""
+    64-row and Triton split kernels, after the ping-pong kernel only beside the tree's own split
+    on at most 17 splits (elsewhere it measured slower there), and not with the policy's switch off."""
     gluon_64 = plan_verify(VerifyShape(32, 9, 32, 8, 128, 32768 + 9), H200, VerifyPolicy(num_splits=4))
     assert gluon_64.kernel == "gluon" and gluon_64.merge.starts_early
     pingpong = plan_verify(VerifyShape(8, 17, 32, 8, 128, 8209), H200)
     assert pingpong.kernel == "pingpong" and pingpong.num_splits > 1 and not pingpong.merge.starts_early
+    assert plan_verify(VerifyShape(8, 17, 32, 8, 128, 8209), H200,
+                       VerifyPolicy(pingpong_programmatic_merge=True)).merge.starts_early
+    short = plan_verify(VerifyShape(1, 9, 32, 8, 128, 1024 + 9), H200)            # B1-T9-L1k: 4 + 1 splits
+    assert short.kernel == "pingpong" and short.own_tree_split and short.num_splits == 5
+    assert short.merge.starts_early
+    assert not plan_verify(VerifyShape(1, 9, 32, 8, 128, 1024 + 9), H200,
+                           VerifyPolicy(pingpong_programmatic_merge=False)).merge.starts_early
+    many = plan_verify(VerifyShape(1, 9, 3, 1, 256, 8192 + 9), H200)              # 64 + 1 splits
+    assert many.kernel == "pingpong" and many.own_tree_split and many.num_splits == 65
+    assert not many.merge.starts_early
     triton = plan_verify(VerifyShape(8, 17, 32, 8, 128, 8209), H200_NO_GLUON)
     assert triton.kernel == "triton" and triton.merge.starts_early
     no_pdl = VerifyTarget("sm_80", 108)
