@@ -94,7 +94,9 @@ class VerifyPolicy:
     tree_split_relief_tiles: the last of two splits (it also streams the tree) is that many key
     tiles shorter; own_tree_split: the tree's rows in a split of their own after the prefix's
     (``VerifyPlan.own_tree_split``) always (True), never (False) or by :func:`wants_own_tree_split`
-    (None), whose longest split is own_tree_split_max_chunk keys; programmatic_merge,
+    (None), whose longest split is own_tree_split_max_chunk keys; own_tree_split_min_chunk: beside
+    it the 64-row Gluon kernel's prefix splits are halved down to that many keys
+    (:func:`finer_prefix_splits`; 0: never); programmatic_merge,
     merge_one_pass: the merge as a programmatic dependent launch, its two passes as straight-line
     code where all splits fit one block; pingpong_programmatic_merge: after the ping-pong kernel
     too always (True), never (False) or by :func:`pingpong_merge_starts_early` (None); poison_workspace: fill the split partials with NaN before
@@ -130,6 +132,7 @@ class VerifyPolicy:
     tree_split_relief_tiles: int = 1
     own_tree_split: bool | None = None
     own_tree_split_max_chunk: int = 256
+    own_tree_split_min_chunk: int = 128
     programmatic_merge: bool = True
     pingpong_programmatic_merge: bool | None = None
     merge_one_pass: bool = True
@@ -334,6 +337,20 @@ def wants_own_tree_split(chunk: int, num_splits: int, base_programs: int, sms: i
     Hopper Gluon kernels, docs/kernels-performance.md, "Decisions")."""
     return (chunk <= policy.own_tree_split_max_chunk and base_programs * (num_splits + 1) <= sms
             and num_splits + 1 <= MERGE_MAX_SPLIT_BLOCK)
+
+
+def finer_prefix_splits(chunk: int, prefix_rows: int, base_programs: int, slots: int, block_n: int,
+                        policy: VerifyPolicy) -> int:
+    """The prefix splits' chunk beside the tree's own split on the 64-row Gluon kernel: half the
+    model's, down to ``policy.own_tree_split_min_chunk`` keys, where the programs still fit the
+    resident ``slots`` of one wave (two programs an SM, each one's start and end hidden under the
+    other's stream; the split model prices a program as if alone on its SM, docs/kernels-performance.md,
+    "Decisions")."""
+    half = chunk // 2 // block_n * block_n
+    if (policy.own_tree_split_min_chunk and half >= policy.own_tree_split_min_chunk
+            and base_programs * (cdiv(prefix_rows, half) + 1) <= slots):
+        return half
+    return chunk
 
 
 def pick_splits(base_programs: int, prefix_rows: int, block_n: int, slots: int, heads: int,
@@ -702,6 +719,8 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
         own_tree_split = (gluon and policy.num_splits is None
                           and wants_own_tree_split(chunk, num_splits, tiles.grid[0], sms, policy))
     if own_tree_split:
+        if kernel == "gluon" and block_m == 64 and policy.num_splits is None:
+            chunk = finer_prefix_splits(chunk, prefix_rows, tiles.grid[0], sms * cfg.resident_per_sm, block_n, policy)
         num_splits = cdiv(prefix_rows, chunk) + 1
     base_programs = tiles.grid[0]
     grid = (base_programs, num_splits)
