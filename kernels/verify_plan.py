@@ -95,7 +95,7 @@ class VerifyPolicy:
     tiles shorter; own_tree_split: the tree's rows in a split of their own after the prefix's
     (``VerifyPlan.own_tree_split``) always (True), never (False) or by :func:`wants_own_tree_split`
     (None), whose longest split is own_tree_split_max_chunk keys; own_tree_split_min_chunk: beside
-    it the 64-row Gluon kernel's prefix splits are halved down to that many keys
+    it the 64-row Gluon kernel's prefix splits are made finer down to that many keys
     (:func:`finer_prefix_splits`; 0: never); programmatic_merge,
     merge_one_pass: the merge as a programmatic dependent launch, its two passes as straight-line
     code where all splits fit one block; pingpong_programmatic_merge: after the ping-pong kernel
@@ -340,17 +340,22 @@ def wants_own_tree_split(chunk: int, num_splits: int, base_programs: int, sms: i
 
 
 def finer_prefix_splits(chunk: int, prefix_rows: int, base_programs: int, slots: int, block_n: int,
-                        policy: VerifyPolicy) -> int:
-    """The prefix splits' chunk beside the tree's own split on the 64-row Gluon kernel: half the
-    model's, down to ``policy.own_tree_split_min_chunk`` keys, where the programs still fit the
-    resident ``slots`` of one wave (two programs an SM, each one's start and end hidden under the
-    other's stream; the split model prices a program as if alone on its SM, docs/kernels-performance.md,
-    "Decisions")."""
-    half = chunk // 2 // block_n * block_n
-    if (policy.own_tree_split_min_chunk and half >= policy.own_tree_split_min_chunk
-            and base_programs * (cdiv(prefix_rows, half) + 1) <= slots):
-        return half
-    return chunk
+                        split_bytes: int, policy: VerifyPolicy) -> int:
+    """The prefix splits' chunk beside the tree's own split on the 64-row Gluon kernel: the finest
+    multiple of ``block_n`` from the model's down to ``policy.own_tree_split_min_chunk`` keys whose
+    programs still fit the resident ``slots`` of one wave (two programs an SM, each one's start and
+    end hidden under the other's stream, where the split model prices a program as if alone) and
+    whose merge still folds into eager calls (all splits' partials, ``split_bytes`` each, within
+    ``policy.fused_merge_max_bytes``: a second launch costs an eager call more host time than the
+    finer splits save; docs/kernels-performance.md, "Decisions")."""
+    best = chunk
+    finer = chunk - block_n
+    while policy.own_tree_split_min_chunk and finer >= policy.own_tree_split_min_chunk:
+        splits = cdiv(prefix_rows, finer) + 1
+        if base_programs * splits > slots or splits * split_bytes > policy.fused_merge_max_bytes:
+            break
+        best, finer = finer, finer - block_n
+    return best
 
 
 def pick_splits(base_programs: int, prefix_rows: int, block_n: int, slots: int, heads: int,
@@ -720,7 +725,9 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
                           and wants_own_tree_split(chunk, num_splits, tiles.grid[0], sms, policy))
     if own_tree_split:
         if kernel == "gluon" and block_m == 64 and policy.num_splits is None:
-            chunk = finer_prefix_splits(chunk, prefix_rows, tiles.grid[0], sms * cfg.resident_per_sm, block_n, policy)
+            split_bytes = min(block_m + tail_m, shape.packed_rows // head_split) * (shape.head_dim + 1) * 4
+            chunk = finer_prefix_splits(chunk, prefix_rows, tiles.grid[0], sms * cfg.resident_per_sm, block_n,
+                                        split_bytes, policy)
         num_splits = cdiv(prefix_rows, chunk) + 1
     base_programs = tiles.grid[0]
     grid = (base_programs, num_splits)

@@ -9,8 +9,8 @@ import pytest
 
 from specdec_kernels.configs import SHARED_MEMORY_LIMITS, SHORT_CACHE_ROWS, VerifyConfig, tiles_for
 from specdec_kernels.verify_plan import (DEFAULT_POLICY, VerifyPlan, VerifyPolicy, VerifyShape, VerifyTarget, _tiles,
-                                         merge_tiles, pick_merge_slices, pick_merge_waiters, pick_query_tiles, pick_splits,
-                                         pingpong_grid, plan_verify,
+                                         finer_prefix_splits, merge_tiles, pick_merge_slices, pick_merge_waiters,
+                                         pick_query_tiles, pick_splits, pingpong_grid, plan_verify,
                                          relieve_tree_split, runs_pingpong, split_chunks, wants_own_tree_split)
 
 H200 = VerifyTarget("sm_90", 132, gluon=True, dependent_launch=True)
@@ -587,3 +587,25 @@ def test_the_tree_takes_a_split_of_its_own_on_short_splits_of_one_wave():
     assert not wants_own_tree_split(256, 4, 27, 132, DEFAULT_POLICY)              # 27 x 5 = 135 programs
     assert not wants_own_tree_split(64, 128, 1, 132, DEFAULT_POLICY)
     assert wants_own_tree_split(512, 4, 8, 132, VerifyPolicy(own_tree_split_max_chunk=512))
+
+
+def test_the_64_row_gluon_kernel_takes_finer_prefix_splits_beside_the_trees_own():
+    """Beside the tree's own split the 64-row Gluon kernel takes the finest prefix splits (down to
+    128 keys) whose programs fit two an SM and whose merge still folds into eager calls; the
+    ping-pong and 128-row Gluon plans keep the model's."""
+    gluon = plan_verify(VerifyShape(1, 17, 32, 8, 128, 1024 + 17), H200)        # 2 x 64 rows a KV head
+    assert gluon.kernel == "gluon" and gluon.block_m == 64 and gluon.own_tree_split, gluon
+    assert (gluon.chunk, gluon.prefix_splits, gluon.num_splits) == (192, 6, 7), gluon
+    assert gluon.merge.fused and 7 * 64 * 129 * 4 <= DEFAULT_POLICY.fused_merge_max_bytes < 8 * 64 * 129 * 4
+    model = plan_verify(VerifyShape(1, 17, 32, 8, 128, 1024 + 17), H200, VerifyPolicy(own_tree_split_min_chunk=0))
+    assert (model.chunk, model.num_splits) == (256, 5)
+    wide = plan_verify(VerifyShape(1, 33, 64, 8, 128, 1024 + 33), H200)         # 128-row Gluon tiles
+    assert wide.kernel == "gluon" and wide.block_m == 128 and (wide.chunk, wide.num_splits) == (256, 5), wide
+    pingpong = plan_verify(VerifyShape(1, 9, 32, 8, 128, 1024 + 9), H200)
+    assert pingpong.kernel == "pingpong" and (pingpong.chunk, pingpong.num_splits) == (256, 5), pingpong
+    no_fold_bound = VerifyPolicy(fused_merge_max_bytes=1 << 30)
+    finest = plan_verify(VerifyShape(1, 17, 32, 8, 128, 1024 + 17), H200, no_fold_bound)
+    assert (finest.chunk, finest.num_splits) == (128, 9), finest                 # 16 x 9 programs within 2 x 132
+    assert finer_prefix_splits(256, 1024, 16, 264, 32, 64 * 129 * 4, DEFAULT_POLICY) == 192
+    assert finer_prefix_splits(256, 1024, 16, 264, 32, 64 * 129 * 4, VerifyPolicy(own_tree_split_min_chunk=0)) == 256
+    assert finer_prefix_splits(256, 1024, 40, 264, 32, 1, DEFAULT_POLICY) == 224  # 40 x 7 = 280 > 264 at 192
