@@ -34,11 +34,12 @@ mask-free ones: through the ring, the request's last tile zeroed past its keys b
 or, with one warpgroup beside the tail, through two buffers of their own, each consumer zeroing
 (each warpgroup loading them through pointers after its stream measured slower).
 Their masks come from each row's ancestor words, loaded once a tile. The merge follows this
-kernel (a programmatic dependent launch measured slower after it), or with ``FUSED_MERGE`` is its
-own: after the partitions join, the last program of each query tile merges the tile's rows, or,
-with ``MERGE_WAITERS``, that many programs a tile past the splits' (they have no work item) wait
-for the tile's splits to count themselves and merge its row blocks between them (each block's
-columns in ``MERGE_SLICES`` head-dim slices where a block of all splits is too wide whole).
+kernel (as its programmatic dependent only beside the tree's own split on few splits: elsewhere
+that measured slower), or with ``FUSED_MERGE`` is its own: after the partitions join, the last
+program of each query tile merges the tile's rows, or, with ``MERGE_WAITERS``, that many programs a
+tile past the splits' (they have no work item) wait for the tile's splits to count themselves and
+merge its row blocks between them (each block's columns in ``MERGE_SLICES`` head-dim slices where
+a block of all splits is too wide whole).
 
 Persistent (``PERSISTENT``): the kernel works through work items (a query tile of one
 (request, KV head) on one split, in the order of a grid of one program an item); launched with
@@ -630,7 +631,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     dtype: gl.constexpr = k_desc.dtype
     kv_sl: gl.constexpr = k_desc.layout
     if not SINGLE_SPLIT and not FUSED_MERGE:
-        _let_merge_launch()
+        _let_merge_launch()  # a no-op unless the planner made the merge this grid's programmatic dependent
 
     # work items: base_programs query tiles of (request, KV head) pairs on each of num_splits splits;
     # a grid of that shape runs one a program, a smaller one (persistent, ``base_programs``

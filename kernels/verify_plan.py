@@ -99,8 +99,9 @@ class VerifyPolicy:
     (:func:`finer_prefix_splits`; 0: never); programmatic_merge,
     merge_one_pass: the merge as a programmatic dependent launch, its two passes as straight-line
     code where all splits fit one block; pingpong_programmatic_merge: after the ping-pong kernel
-    too always (True), never (False) or by :func:`pingpong_merge_starts_early` (None); poison_workspace: fill the split partials with NaN before
-    each launch (a partial the merge reads but nobody wrote shows as a wrong output);
+    too always (True), never (False) or by :func:`pingpong_merge_starts_early` (None);
+    poison_workspace: fill the split partials with NaN before each launch (a partial the merge
+    reads but nobody wrote shows as a wrong output);
     launch_cache: launch a compiled kernel through its C launcher once one call compiled it (no
     Triton dispatch, tensor maps reused: ``triton_launch``); fused_merge, fused_merge_max_bytes:
     eager calls merge their splits in the split kernel (its last program of each query tile) where
