@@ -340,6 +340,12 @@ def wants_own_tree_split(chunk: int, num_splits: int, base_programs: int, sms: i
             and num_splits + 1 <= MERGE_MAX_SPLIT_BLOCK)
 
 
+def partial_bytes(rows: int, width: int) -> int:
+    """Bytes of one split's fp32 partials for ``rows`` rows of ``width`` columns, with their
+    log2-sum-exps (the workspace, and what a folded merge or a waiter reads)."""
+    return rows * (width + 1) * 4
+
+
 def finer_prefix_splits(chunk: int, prefix_rows: int, base_programs: int, slots: int, block_n: int,
                         split_bytes: int, policy: VerifyPolicy) -> int:
     """The prefix splits' chunk beside the tree's own split on the 64-row Gluon kernel: the finest
@@ -433,7 +439,7 @@ def pick_merge_waiters(num_splits: int, tile_rows: int, merge_rows: int, head_di
     waiters = min(sms // tiles, units)
     if waiters < 2:
         return 0
-    unit_bytes = num_splits * merge_rows * (head_dim // head_slices + 1) * 4
+    unit_bytes = num_splits * partial_bytes(merge_rows, head_dim // head_slices)
     return waiters if cdiv(units, waiters) * unit_bytes <= max_bytes else 0
 
 
@@ -642,7 +648,7 @@ def plan_merge(num_splits: int, head_dim: int, rows: int, pairs: int, tile_rows:
     one_block = policy.merge_one_pass and num_splits <= split_block
     folds_here = policy.fused_merge and kernel in FUSED_MERGE_KERNELS and not persistent
     fused = (folds_here and one_block and num_splits <= FUSED_MERGE_MAX_SPLITS
-             and num_splits * tile_rows * (head_dim + 1) * 4 <= policy.fused_merge_max_bytes)
+             and num_splits * partial_bytes(tile_rows, head_dim) <= policy.fused_merge_max_bytes)
     slices = 1 if fused else (policy.merge_head_slices or pick_merge_slices(num_splits, head_dim, rows, pairs, sms))
     if slices > 1:
         split_block, merge_rows = merge_tiles(num_splits, head_dim, slices)
@@ -724,11 +730,11 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
     if own_tree_split is None:
         own_tree_split = (gluon and policy.num_splits is None
                           and wants_own_tree_split(chunk, num_splits, tiles.grid[0], sms, policy))
+    tile_rows = min(block_m + tail_m, shape.packed_rows // head_split)
     if own_tree_split:
         if kernel == "gluon" and block_m == 64 and policy.num_splits is None:
-            split_bytes = min(block_m + tail_m, shape.packed_rows // head_split) * (shape.head_dim + 1) * 4
             chunk = finer_prefix_splits(chunk, prefix_rows, tiles.grid[0], sms * cfg.resident_per_sm, block_n,
-                                        split_bytes, policy)
+                                        partial_bytes(tile_rows, shape.head_dim), policy)
         num_splits = cdiv(prefix_rows, chunk) + 1
     base_programs = tiles.grid[0]
     grid = (base_programs, num_splits)
@@ -741,9 +747,9 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
     merge, workspace = None, 0
     if num_splits > 1:
         merge = plan_merge(num_splits, shape.head_dim, shape.packed_rows // head_split, shape.batch * kv_heads,
-                           min(block_m + tail_m, shape.packed_rows // head_split), rows_pad, base_programs, kernel,
-                           persistent, sms, target.dependent_launch, policy, own_tree_split)
-        workspace = shape.batch * kv_heads * num_splits * rows_pad * (shape.head_dim + 1) * 4
+                           tile_rows, rows_pad, base_programs, kernel, persistent, sms, target.dependent_launch,
+                           policy, own_tree_split)
+        workspace = shape.batch * kv_heads * num_splits * partial_bytes(rows_pad, shape.head_dim)
     reasons = "; ".join(r for r in (why, tiles.why) if r)
     return VerifyPlan(kernel=kernel, config=cfg, group=shape.group // head_split, kv_heads=kv_heads, block_m=block_m,
                       num_m_tiles=tiles.num_m_tiles, tail_m=tail_m, head_split=head_split, block_n=block_n,
