@@ -312,29 +312,6 @@ def _merge_when_counted(count_ptr, part_o_ptr, part_lse_ptr, out_ptr, b, head_b,
 
 
 @gluon.jit
-def _merge_among_splits(count_ptr, part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_lo, row_hi, rows_pad,
-                        num_splits, split, stride_ob, stride_ot, stride_oh, GROUP: gl.constexpr,
-                        HEAD_DIM: gl.constexpr, MERGE_ROWS: gl.constexpr, SPLIT_BLOCK: gl.constexpr,
-                        num_warps: gl.constexpr):
-    """The merge folded into the split kernel, shared by a query tile's num_splits programs: each
-    counts itself at ``count_ptr`` once its rows are stored, waits for the tile's other splits,
-    then merges every num_splits-th MERGE_ROWS-row block of [row_lo, row_hi) from L2; the last to
-    finish sets the count back to 0. Every program of the launch must be resident together (the
-    planner takes it only on grids of one wave)."""
-    # release: this program's partial rows, stored past a CTA barrier, are visible to the acquirers
-    gl.atomic_add(count_ptr, 1, sem="release", scope="gpu")
-    seen = gl.atomic_add(count_ptr, 0, sem="acquire", scope="gpu")
-    while seen < num_splits:
-        seen = gl.atomic_add(count_ptr, 0, sem="acquire", scope="gpu")
-    _merge_tile_rows(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_lo + split * MERGE_ROWS, row_hi,
-                     num_splits * MERGE_ROWS, rows_pad, num_splits, stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM,
-                     MERGE_ROWS, SPLIT_BLOCK, num_warps)
-    done = gl.atomic_add(count_ptr, 1, sem="relaxed", scope="gpu")
-    if done == 2 * num_splits - 1:
-        gl.store(count_ptr, 0)
-
-
-@gluon.jit
 def _merge_tile_rows(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_start, row_hi, row_step, rows_pad,
                      num_splits, stride_ob, stride_ot, stride_oh, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
                      MERGE_ROWS: gl.constexpr, SPLIT_BLOCK: gl.constexpr, num_warps: gl.constexpr, col0=0,
@@ -446,7 +423,7 @@ def _tree_verify_partial_kernel_gluon(
     GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, Q_IN_REGS: gl.constexpr, num_warps: gl.constexpr,
     FUSED_MERGE: gl.constexpr = False, MERGE_ROWS: gl.constexpr = 2, SPLIT_BLOCK: gl.constexpr = 2,
-    TREE_SPLIT: gl.constexpr = 0, MERGE_AMONG_SPLITS: gl.constexpr = False,
+    TREE_SPLIT: gl.constexpr = 0,
 ):
     # tile t + STAGES - 1 is loaded while tile t's softmax runs, into the slot tile t - 1 used:
     # with fewer than 3 slots the next tile would be waited for before it is asked for
@@ -544,11 +521,6 @@ def _tree_verify_partial_kernel_gluon(
         # every warp's partial rows are stored before the tile's count says this split is done
         _cta_barrier()
         row_lo = m_tile * BLOCK_M
-        if MERGE_AMONG_SPLITS:
-            _merge_among_splits(counts_ptr + gl.program_id(0), part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head,
-                                row_lo, gl.minimum(row_lo + BLOCK_M, num_rows), rows_pad, num_splits, split,
-                                stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM, MERGE_ROWS, SPLIT_BLOCK, num_warps)
-        else:
-            _merge_if_last(counts_ptr + gl.program_id(0), part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head,
-                           row_lo, gl.minimum(row_lo + BLOCK_M, num_rows), rows_pad, num_splits, stride_ob, stride_ot,
-                           stride_oh, GROUP, HEAD_DIM, MERGE_ROWS, SPLIT_BLOCK, num_warps)
+        _merge_if_last(counts_ptr + gl.program_id(0), part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_lo,
+                       gl.minimum(row_lo + BLOCK_M, num_rows), rows_pad, num_splits, stride_ob, stride_ot, stride_oh,
+                       GROUP, HEAD_DIM, MERGE_ROWS, SPLIT_BLOCK, num_warps)

@@ -62,7 +62,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from .tree_verify_gluon import (_cta_barrier, _let_merge_launch, _load_q_rows, _load_tile_pair, _masked_tile_mma,
-                                _merge_among_splits, _merge_if_last, _merge_when_counted, _split_keys, _store_rows, _tile_coords,
+                                _merge_if_last, _merge_when_counted, _split_keys, _store_rows, _tile_coords,
                                 _tree_visibility, _zero_rows_from)
 from .tree_verify_pingpong_state import (ConsumerArgs, KeyRing, LoadArgs, MaskedBuffers, MaskedTiles, MmaArgs,
                                          ProgramWork, RowPointers, RowStrides, TailArgs, WorkGrid, WorkItem)
@@ -610,7 +610,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     TAIL_M: gl.constexpr = 0, KV_SHARE: gl.constexpr = 1, PERSISTENT: gl.constexpr = False,
     FUSED_MERGE: gl.constexpr = False, MERGE_ROWS: gl.constexpr = 2, SPLIT_BLOCK: gl.constexpr = 2,
     MERGE_WAITERS: gl.constexpr = 0, MERGE_SLICES: gl.constexpr = 1, MERGE_VECTOR: gl.constexpr = False,
-    TREE_SPLIT: gl.constexpr = 0, MERGE_AMONG_SPLITS: gl.constexpr = False,
+    TREE_SPLIT: gl.constexpr = 0,
 ):
     # launched with 4 warps (warpgroup 0, the default partition); the other warpgroups, the load
     # warp and the tail warpgroup are worker partitions. Q_IN_REGS is not read: q sits in
@@ -626,7 +626,6 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     gl.static_assert(not PERSISTENT or NUM_WG <= 2)
     gl.static_assert(not (PERSISTENT and FUSED_MERGE))
     gl.static_assert(MERGE_WAITERS == 0 or FUSED_MERGE)
-    gl.static_assert(not MERGE_AMONG_SPLITS or (FUSED_MERGE and MERGE_WAITERS == 0))
     gl.static_assert(MERGE_SLICES == 1 or MERGE_WAITERS > 0)
     WAITING: gl.constexpr = MERGE_WAITERS > 0
     dtype: gl.constexpr = k_desc.dtype
@@ -740,11 +739,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
         row_lo = m_tile * BLOCK_M
         row_hi = gl.minimum(gl.where(m_tile == num_m_tiles - 1, rows_pad, row_lo + BLOCK_M), num_nodes * GROUP)
         count_ptr = counts_ptr + work.first_item % base_programs
-        if MERGE_AMONG_SPLITS:
-            _merge_among_splits(count_ptr, part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_lo, row_hi,
-                                rows_pad, num_splits, split, stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM,
-                                MERGE_ROWS, SPLIT_BLOCK, num_warps)
-        elif not WAITING:
+        if not WAITING:
             _merge_if_last(count_ptr, part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_lo, row_hi, rows_pad,
                            num_splits, stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM, MERGE_ROWS, SPLIT_BLOCK,
                            num_warps)
