@@ -121,7 +121,7 @@ _PINGPONG_D256 = VerifyConfig(block_n=32, max_block_m=128, num_warps=8, num_stag
                               tma=True, gluon=True, gluon_stages=3, gluon_pingpong=True, gluon_pingpong_64=True,
                               split_key_cost=2.5, min_split_keys=64, merge_split_keys=8,
                               triton_fallback=_TRITON_D256)
-# one warpgroup (at most 64 packed rows): a fourth ring slot fits (161 KB) and streams 2-5 % faster
+# one warpgroup (at most 64 packed rows): a fourth ring slot fits (161 KB) and streams faster
 _PINGPONG_D256_ONE_WARPGROUP = dataclasses.replace(_PINGPONG_D256, gluon_stages=4)
 # past 64 rows on short splits: 64-row programs of one warpgroup outran the 128-row pairs there, not on long ones
 _PINGPONG_D256_64_ROWS = dataclasses.replace(_PINGPONG_D256_ONE_WARPGROUP, max_block_m=64)
@@ -160,7 +160,7 @@ def sm90_tiles(head_dim: int, element_size: int, rows: int, pairs: int, cache_ro
         if d64:
             config = _at_head_dim_64(config, _TRITON_64_ROWS_D64)
         return TileChoice(config, "small grid: one ping-pong warpgroup fed by its load warp, half the splits "
-                                  "(1-8 % faster than two 64-row programs an SM)")
+                                  "(faster than two 64-row programs an SM)")
     if rows <= 64:
         config = (_at_head_dim_64(dataclasses.replace(_GLUON_64_ROWS, gluon_block_n=64), _TRITON_64_ROWS_D64) if d64
                   else _GLUON_64_ROWS)

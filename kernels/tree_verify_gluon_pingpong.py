@@ -571,7 +571,7 @@ def _pingpong_tail_item(args, w, ring_uses, own_uses, GROUP: gl.constexpr, HEAD_
                                                 args.flag_smem, ring.ready, ring.empty, qk_scale, n_full, ring_uses,
                                                 st_layout, STAGES)
         else:
-            # beside one warpgroup the lazy max measured 2 % slower
+            # beside one warpgroup the lazy max measured slower
             acc_t, m_t, l_t = _tail_stream_exact(acc_t, m_t, l_t, qt_op, s_zero, ring.k_smem, ring.v_smem, pt_smem,
                                                  ring.ready, ring.empty, qk_scale, n_full, ring_uses, ot_layout,
                                                  STAGES)
@@ -656,8 +656,8 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     # the masked key tiles (the split's partial last prefix tile; the tree tiles in the tree's
     # split) follow the mask-free ones through the ring, the request's
     # last one landing on the load warp's own barrier, for it to zero what lies past the keys.
-    # One 64-row warpgroup beside the tail measured 10-12 % slower so (the cause was
-    # not found): there they take two buffers of their own, and every consumer zeroes.
+    # One 64-row warpgroup beside the tail measured slower so (the cause was not
+    # found): there they take two buffers of their own, and every consumer zeroes.
     MASKED_IN_RING: gl.constexpr = not (NUM_WG == 1 and TAIL_M > 0)
     landed = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(landed, count=1)

@@ -157,7 +157,7 @@ class MergePlan:
     where all splits fit it, launched as the split kernel's programmatic dependent where
     ``starts_early``. ``fused``: an eager call (not a graph capture) folds it into the split kernel
     instead, whose last program to finish a query tile merges that tile's rows (one launch instead
-    of two: about 5 us of host time); a tile's last program merges every column (head_slices 1).
+    of two, a launch's host time less); a tile's last program merges every column (head_slices 1).
     ``waiters``: a fused merge's programs a query tile appended to the split kernel's grid, which
     wait for the tile's splits and share its row blocks, each block's columns in head_slices
     slices as the merge's own launch takes them (0: the tile's last split merges it alone).
@@ -408,7 +408,7 @@ def merge_tiles(num_splits: int, head_dim: int, head_slices: int = 1) -> tuple[i
 def pick_merge_slices(num_splits: int, head_dim: int, rows: int, pairs: int, sms: int) -> int:
     """Head-dim slices of the merge's own launch: each program merges its rows' columns of one
     slice (reading every split's log-sum-exps, small, and only its slice of the partials). Where
-    whole rows take several blocks of splits (a walk of ~0.15 us a split), the fewest slices whose
+    whole rows take several blocks of splits (a walk that lengthens with the splits), the fewest slices whose
     programs fill the SMs with all splits in one block, at most head_dim / MERGE_MIN_SLICE; else 1
     (a merge of one block of whole rows measured no faster sliced)."""
     if num_splits <= merge_tiles(num_splits, head_dim)[0]:
