@@ -1,6 +1,6 @@
 """Self-calibration of timing figures: take out the time the machine gave to other processes.
 
-On a shared or oversubscribed host the same server measures 30 % faster or slower from one
+On a shared or oversubscribed host the same server measures much faster or slower from one
 minute to the next, because its decode loop spends most of the wall time waiting for a CPU, not
 because it changed. Linux counts that wait per thread (`/proc/<pid>/task/<tid>/schedstat`: time
 on a CPU, time runnable but waiting for one). During each workload the plugin reads it for every
