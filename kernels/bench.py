@@ -126,8 +126,8 @@ def l2_flush(mode: str):
     """Make ``do_bench`` flush L2 by reading its 256 MiB buffer (``"read"``) or keep its zeroing.
 
     Zeroing leaves the last ~60 MB of the buffer dirty in L2, so the timed call starts by writing
-    that back while it reads its own inputs (docs/kernels-performance.md, "Method"); a real decode step
-    finds little dirty data in L2. A read leaves L2 full of clean lines.
+    that back while it reads its own inputs (docs/kernels-performance.md, "Method"); a real decode
+    step finds little dirty data in L2. A read leaves L2 full of clean lines.
     """
     if mode not in L2_FLUSH_MODES:
         raise ValueError(f"--l2-flush must be one of {L2_FLUSH_MODES}, not {mode!r}")

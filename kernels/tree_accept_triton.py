@@ -11,8 +11,8 @@ the tree, which maps to itself), and the path's i-th node is the chosen-child ma
 times to the root, found for every i together by repeated squaring of the map (log2 BLOCK_T
 rounds of two gathers). The walk step by step (two reductions across the program's warps a
 step, each waiting on the one before) stays for larger trees, and for the diagnostics
-(``WALK_BY_DOUBLING``; the fused accept + commit measured faster by doubling: docs/kernels-performance.md,
-"Decisions").
+(``WALK_BY_DOUBLING``; the fused accept + commit measured faster by doubling:
+docs/kernels-performance.md, "Decisions").
 """
 
 from __future__ import annotations

@@ -355,9 +355,11 @@ def finer_prefix_splits(chunk: int, prefix_rows: int, base_programs: int, slots:
     whose merge still folds into eager calls (all splits' partials, ``split_bytes`` each, within
     ``policy.fused_merge_max_bytes``: a second launch costs an eager call more host time than the
     finer splits save; docs/kernels-performance.md, "Decisions")."""
+    if not policy.own_tree_split_min_chunk:
+        return chunk
     best = chunk
     finer = chunk - block_n
-    while policy.own_tree_split_min_chunk and finer >= policy.own_tree_split_min_chunk:
+    while finer >= policy.own_tree_split_min_chunk:
         splits = cdiv(prefix_rows, finer) + 1
         if base_programs * splits > slots or splits * split_bytes > policy.fused_merge_max_bytes:
             break
@@ -408,9 +410,9 @@ def merge_tiles(num_splits: int, head_dim: int, head_slices: int = 1) -> tuple[i
 def pick_merge_slices(num_splits: int, head_dim: int, rows: int, pairs: int, sms: int) -> int:
     """Head-dim slices of the merge's own launch: each program merges its rows' columns of one
     slice (reading every split's log-sum-exps, small, and only its slice of the partials). Where
-    whole rows take several blocks of splits (a walk that lengthens with the splits), the fewest slices whose
-    programs fill the SMs with all splits in one block, at most head_dim / MERGE_MIN_SLICE; else 1
-    (a merge of one block of whole rows measured no faster sliced)."""
+    whole rows take several blocks of splits (a walk that lengthens with the splits), the fewest
+    slices whose programs fill the SMs with all splits in one block, at most head_dim /
+    MERGE_MIN_SLICE; else 1 (a merge of one block of whole rows measured no faster sliced)."""
     if num_splits <= merge_tiles(num_splits, head_dim)[0]:
         return 1
     slices = 1
