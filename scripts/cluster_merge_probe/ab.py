@@ -68,6 +68,9 @@ def _caller(shape, variant):
             args = (q, k, v, *descs, lens, mask, out, part_o, part_lse, counts, *ints)
             direct = _launch(spec.split_fn, (s, plan.base_programs), args, constexprs, spec.split_options,
                              _descriptor_views(plan, k, v))
+            if os.environ.get("STEPS"):
+                torch.cuda.synchronize()
+                print("  unclustered launch returned", flush=True)
             assert direct is not None and not direct.packed, "needs Triton 3.6's per-kernel launcher"
             c_launch = direct.launch.func
             meta = direct.head[5]
@@ -79,6 +82,9 @@ def _caller(shape, variant):
                 tensor_map(v.data_ptr(), v_enc), *v_fields, lens.data_ptr(), mask.data_ptr(), out.data_ptr(),
                 part_o.data_ptr(), part_lse.data_ptr(), counts.data_ptr(), *ints)
         direct(torch.cuda.current_stream().cuda_stream, args)
+        if os.environ.get("STEPS"):
+            torch.cuda.synchronize()
+            print("  cluster launch returned", flush=True)
         return out
     return call
 
@@ -96,6 +102,21 @@ def _compile(name):
 
 def main():
     out_dir = sys.argv[1]
+    if sys.argv[2] == "--one":  # one variant of one shape, each step synchronised and reported
+        from specdec_kernels.bench import make_inputs
+
+        shape = _shape(sys.argv[3])
+        print(sys.argv[3], sys.argv[4], _plan(shape).kernel, flush=True)
+        inputs = make_inputs(shape, torch.device("cuda"), 0)
+        out = torch.empty_like(inputs[0])
+        call = _caller(shape, sys.argv[4])
+        for i in range(2):
+            call(*inputs, out)
+            torch.cuda.synchronize()
+            print(f"  call {i} returned", flush=True)
+        from specdec_kernels import bench
+        print("  err", bench.row_error(out, *inputs, range(shape.batch)), flush=True)
+        return
     if sys.argv[2] == "--compile":
         _compile(sys.argv[3])
         return
