@@ -143,7 +143,7 @@ def _zero_rows_one_warp(x_smem, n_valid):
 
 @gluon.jit
 def _pingpong_load_partition(args, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PERSISTENT: gl.constexpr,
-                             WAITING: gl.constexpr, CLUSTER: gl.constexpr = False):
+                             WAITING: gl.constexpr, CLUSTER: gl.constexpr = 0):
     """One warp: TMA loads of the mask-free key tiles into the ring, tile t into slot t % STAGES
     once every consumer released the tile that held it before; then of the masked tiles (the
     split's partial last prefix tile, the tree tiles) into theirs (``masked``: the ring's next
@@ -161,7 +161,7 @@ def _pingpong_load_partition(args, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, 
             ring_uses, own_uses, zeroed = _pingpong_load_item(args, w, ring_uses, own_uses, zeroed, BLOCK_N, STAGES)
     elif not WAITING or work.first_item < work.num_items:  # the merge's waiting programs have no item
         _pingpong_load_item(args, work.first_item, ring_uses, own_uses, zeroed, BLOCK_N, STAGES)
-    if CLUSTER:
+    if CLUSTER == 1 or CLUSTER == 2:
         _cluster_arrive()
 
 
@@ -270,17 +270,18 @@ def _lazy_softmax_step(s, m_i, l_i, qk_scale, s_layout: gl.constexpr, o_layout: 
 
 
 @gluon.jit
-def _cluster_arrive_partition(unused):
+def _cluster_arrive_partition(MODE: gl.constexpr):
     """The warps that would pad the partitions to whole warpgroups: they too must arrive at the
     cluster barrier."""
-    _cluster_arrive()
+    if MODE == 1 or MODE == 2:
+        _cluster_arrive()
 
 
 @gluon.jit
 def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
                             HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                             SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr, Q_IN_REGS: gl.constexpr,
-                            PERSISTENT: gl.constexpr, WAITING: gl.constexpr, CLUSTER: gl.constexpr = False):
+                            PERSISTENT: gl.constexpr, WAITING: gl.constexpr, CLUSTER: gl.constexpr = 0):
     """One warpgroup: its HALF_M query rows of each work item against every key tile of the
     item's split. ``args``: :class:`MmaArgs`."""
     work = args.common.work
@@ -294,8 +295,10 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
     elif not WAITING or work.first_item < work.num_items:  # the merge's waiting programs have no item
         _pingpong_mma_item(WG, args, work.first_item, ring_uses, own_uses, GROUP, HEAD_DIM, HALF_M, BLOCK_N, STAGES,
                            SINGLE_SPLIT, NUM_WG, Q_IN_REGS)
-    if CLUSTER:
+    if CLUSTER == 1 or CLUSTER == 2:
         _cluster_arrive()
+    if CLUSTER == 2 and WG == 0:
+        _cluster_wait()
 
 
 @gluon.jit
@@ -520,7 +523,7 @@ def _tail_stream_lazy(acc_t, m_t, l_t, qt_op, s_zero, k_smem, v_smem, p_smem, fl
 def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
                              STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr,
                              TAIL_M: gl.constexpr, PERSISTENT: gl.constexpr, WAITING: gl.constexpr,
-                             CLUSTER: gl.constexpr = False):
+                             CLUSTER: gl.constexpr = 0):
     """One warpgroup: the (at most TAIL_M = 8) packed rows past the last whole 128-row tile (the
     G rows of node 2^k at T = 2^k + 1), on the K/V tiles the other warpgroups stream anyway.
     Eight rows fill no 64-row MMA, so the keys are the MMAs' M dimension and the rows their N
@@ -538,7 +541,7 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
     elif not WAITING or work.first_item < work.num_items:  # the merge's waiting programs have no item
         _pingpong_tail_item(args, work.first_item, ring_uses, own_uses, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT,
                             NUM_WG, TAIL_M)
-    if CLUSTER:
+    if CLUSTER == 1 or CLUSTER == 2:
         _cluster_arrive()
 
 
@@ -624,7 +627,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     TAIL_M: gl.constexpr = 0, KV_SHARE: gl.constexpr = 1, PERSISTENT: gl.constexpr = False,
     FUSED_MERGE: gl.constexpr = False, MERGE_ROWS: gl.constexpr = 2, SPLIT_BLOCK: gl.constexpr = 2,
     MERGE_WAITERS: gl.constexpr = 0, MERGE_SLICES: gl.constexpr = 1, MERGE_VECTOR: gl.constexpr = False,
-    TREE_SPLIT: gl.constexpr = 0, CLUSTER_MERGE: gl.constexpr = False,
+    TREE_SPLIT: gl.constexpr = 0, CLUSTER_MERGE: gl.constexpr = 0,
 ):
     # launched with 4 warps (warpgroup 0, the default partition); the other warpgroups, the load
     # warp and the tail warpgroup are worker partitions. Q_IN_REGS is not read: q sits in
@@ -713,8 +716,8 @@ def _tree_verify_partial_kernel_gluon_pingpong(
                 (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                              not Q_SMEM, PERSISTENT, WAITING, CLUSTER_MERGE)),
                 (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING, CLUSTER_MERGE)),
-                (_cluster_arrive_partition, (num_splits, )),
-                (_cluster_arrive_partition, (num_splits, )),
+                (_cluster_arrive_partition, (CLUSTER_MERGE, )),
+                (_cluster_arrive_partition, (CLUSTER_MERGE, )),
                 (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                               TAIL_M, PERSISTENT, WAITING, CLUSTER_MERGE)),
             ], [1, 1, 2, 4], [24, 24, 24, 128])
@@ -742,8 +745,8 @@ def _tree_verify_partial_kernel_gluon_pingpong(
             (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                          not Q_SMEM, PERSISTENT, WAITING, CLUSTER_MERGE)),
             (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING, CLUSTER_MERGE)),
-            (_cluster_arrive_partition, (num_splits, )),
-            (_cluster_arrive_partition, (num_splits, )),
+            (_cluster_arrive_partition, (CLUSTER_MERGE, )),
+            (_cluster_arrive_partition, (CLUSTER_MERGE, )),
         ], [1, 1, 2], [24, 24, 24])
     elif NUM_WG == 2 and CLUSTER_MERGE:
         gl.warp_specialize([
@@ -752,8 +755,8 @@ def _tree_verify_partial_kernel_gluon_pingpong(
             (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
                                          not Q_SMEM, PERSISTENT, WAITING, CLUSTER_MERGE)),
             (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING, CLUSTER_MERGE)),
-            (_cluster_arrive_partition, (num_splits, )),
-            (_cluster_arrive_partition, (num_splits, )),
+            (_cluster_arrive_partition, (CLUSTER_MERGE, )),
+            (_cluster_arrive_partition, (CLUSTER_MERGE, )),
         ], [4, 1, 1, 2], [240, 24, 24, 24])
     elif NUM_WG == 1:
         gl.warp_specialize([
@@ -781,7 +784,8 @@ def _tree_verify_partial_kernel_gluon_pingpong(
         ], [4, 4, 1], [160, 160, 24])
     if CLUSTER_MERGE:
         # every partition arrived after its stores: the tile's splits' partials are all in memory past the wait
-        _cluster_wait()
+        if CLUSTER_MERGE == 1:
+            _cluster_wait()
         split, m_tile, head_b, kv_head, b = _item_head(work.first_item, items)
         row_lo = m_tile * BLOCK_M
         row_hi = gl.minimum(gl.where(m_tile == num_m_tiles - 1, rows_pad, row_lo + BLOCK_M), num_nodes * GROUP)

@@ -14,7 +14,10 @@ import time
 import torch
 
 LIMIT_S = float(os.environ.get("LIMIT_S", "300"))
-VARIANTS = ("base", "split_only", "cluster")
+VARIANTS = tuple(os.environ.get("VARIANTS", "base split_only cluster").split())
+# CLUSTER_MERGE of each cluster variant: the wait after the partitions join, inside warpgroup 0's
+# partition, or no barrier at all (a diagnostic: its output wrong)
+MODES = {"cluster": 1, "cluster_in": 2, "cluster_nobar": 3}
 
 
 def _shape(name):
@@ -60,7 +63,7 @@ def _caller(shape, variant):
             args = (q, k, v, *descs, lens, mask, out, part_o, part_lse, counts, *ints)
             _launch(spec.split_fn, plan.grid, args, constexprs, spec.split_options)
             return out
-        constexprs.update(FUSED_MERGE=True, MERGE_ROWS=mr, SPLIT_BLOCK=sb, CLUSTER_MERGE=True)
+        constexprs.update(FUSED_MERGE=True, MERGE_ROWS=mr, SPLIT_BLOCK=sb, CLUSTER_MERGE=MODES[variant])
         direct = state.get("direct")
         if direct is None:
             # compiled by one launch without a cluster (each program its own: a wrong output, no wait)

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 STALL_S = float(os.environ.get("STALL_S", "45"))
 LIMIT_S = float(os.environ.get("LIMIT_S", "300"))
@@ -18,23 +19,21 @@ def main():
     rows = os.path.join(out_dir, "cluster_merge.jsonl")
     start = time.time()
     # compile each shape's variants in parallel workers, each under a time limit
-    procs = {}
-    for name in names:
-        procs[name] = subprocess.Popen([sys.executable, os.path.join(here, "ab.py"), out_dir, "--compile", name],
-                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        while sum(p.poll() is None for p in procs.values()) >= 12:
-            time.sleep(0.2)
     hung = set()
-    for name, p in procs.items():
+
+    def compile_one(name):
         try:
-            out, _ = p.communicate(timeout=max(5.0, 150 - (time.time() - start)))
-            if p.returncode:
-                print(f"compile {name}: rc {p.returncode}\n{out[-1500:]}", flush=True)
+            done = subprocess.run([sys.executable, os.path.join(here, "ab.py"), out_dir, "--compile", name],
+                                  capture_output=True, text=True, timeout=150)
+            if done.returncode:
+                print(f"compile {name}: rc {done.returncode}\n{done.stdout[-800:]}{done.stderr[-800:]}", flush=True)
                 hung.add(name)
         except subprocess.TimeoutExpired:
-            p.kill()
             print(f"compile {name}: hung, killed", flush=True)
             hung.add(name)
+
+    with ThreadPoolExecutor(12) as pool:
+        list(pool.map(compile_one, names))
     print(f"compiled in {time.time() - start:.0f} s; failed or hung: {sorted(hung)}", flush=True)
     todo = [n for n in names if n not in hung]
     while todo and time.time() - start < LIMIT_S:
