@@ -74,20 +74,6 @@ def _let_merge_launch():
 
 
 @gluon.jit
-def _cluster_arrive():
-    """This thread's arrival at its thread-block cluster's barrier, releasing its stores."""
-    gl.inline_asm_elementwise("barrier.cluster.arrive.release; // $0", "=r", [], dtype=gl.int32, is_pure=False,
-                              pack=1)
-
-
-@gluon.jit
-def _cluster_wait():
-    """Wait until every thread of the cluster has arrived, acquiring their stores."""
-    gl.inline_asm_elementwise("barrier.cluster.wait.acquire; // $0", "=r", [], dtype=gl.int32, is_pure=False,
-                              pack=1)
-
-
-@gluon.jit
 def _program_coords(lens_ptr, num_m_tiles, num_kv_heads, LET_MERGE_START: gl.constexpr):
     """(split, query tile, request x KV head, KV head, request, its prefix length) of this
     program: grid axis 0 runs over query tiles within (request, KV head), axis 1 over splits.
@@ -437,7 +423,7 @@ def _tree_verify_partial_kernel_gluon(
     GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, Q_IN_REGS: gl.constexpr, num_warps: gl.constexpr,
     FUSED_MERGE: gl.constexpr = False, MERGE_ROWS: gl.constexpr = 2, SPLIT_BLOCK: gl.constexpr = 2,
-    TREE_SPLIT: gl.constexpr = 0, CLUSTER_MERGE: gl.constexpr = False,
+    TREE_SPLIT: gl.constexpr = 0,
 ):
     # tile t + STAGES - 1 is loaded while tile t's softmax runs, into the slot tile t - 1 used:
     # with fewer than 3 slots the next tile would be waited for before it is asked for
@@ -453,14 +439,8 @@ def _tree_verify_partial_kernel_gluon(
     q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
     kv_sl: gl.constexpr = k_desc.layout
 
-    if CLUSTER_MERGE:
-        # a query tile's splits are one cluster along grid axis 0
-        m_tile, head_b, kv_head, b = _tile_coords(gl.program_id(1), num_m_tiles, num_kv_heads)
-        prefix_len = gl.load(lens_ptr + b).to(gl.int32)
-        split = gl.program_id(0)
-    else:
-        split, m_tile, head_b, kv_head, b, prefix_len = _program_coords(lens_ptr, num_m_tiles, num_kv_heads,
-                                                                        not SINGLE_SPLIT and not FUSED_MERGE)
+    split, m_tile, head_b, kv_head, b, prefix_len = _program_coords(lens_ptr, num_m_tiles, num_kv_heads,
+                                                                    not SINGLE_SPLIT and not FUSED_MERGE)
     num_rows = num_nodes * GROUP
     rows_pad = num_m_tiles * BLOCK_M
 
@@ -541,13 +521,6 @@ def _tree_verify_partial_kernel_gluon(
         # every warp's partial rows are stored before the tile's count says this split is done
         _cta_barrier()
         row_lo = m_tile * BLOCK_M
-        if CLUSTER_MERGE:
-            _cluster_arrive()
-            _cluster_wait()
-            _merge_tile_rows(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_lo + split * MERGE_ROWS,
-                             gl.minimum(row_lo + BLOCK_M, num_rows), num_splits * MERGE_ROWS, rows_pad, num_splits,
-                             stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM, MERGE_ROWS, SPLIT_BLOCK, num_warps)
-        else:
-            _merge_if_last(counts_ptr + gl.program_id(0), part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head,
-                           row_lo, gl.minimum(row_lo + BLOCK_M, num_rows), rows_pad, num_splits, stride_ob, stride_ot,
-                           stride_oh, GROUP, HEAD_DIM, MERGE_ROWS, SPLIT_BLOCK, num_warps)
+        _merge_if_last(counts_ptr + gl.program_id(0), part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_lo,
+                       gl.minimum(row_lo + BLOCK_M, num_rows), rows_pad, num_splits, stride_ob, stride_ot, stride_oh,
+                       GROUP, HEAD_DIM, MERGE_ROWS, SPLIT_BLOCK, num_warps)

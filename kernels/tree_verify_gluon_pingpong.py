@@ -61,8 +61,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .tree_verify_gluon import (_cluster_arrive, _cluster_wait, _cta_barrier, _let_merge_launch, _load_q_rows, _load_tile_pair, _masked_tile_mma,
-                                _merge_if_last, _merge_tile_rows, _merge_when_counted, _split_keys, _store_rows, _tile_coords,
+from .tree_verify_gluon import (_cta_barrier, _let_merge_launch, _load_q_rows, _load_tile_pair, _masked_tile_mma,
+                                _merge_if_last, _merge_when_counted, _split_keys, _store_rows, _tile_coords,
                                 _tree_visibility, _zero_rows_from)
 from .tree_verify_pingpong_state import (ConsumerArgs, KeyRing, LoadArgs, MaskedBuffers, MaskedTiles, MmaArgs,
                                          ProgramWork, RowPointers, RowStrides, TailArgs, WorkGrid, WorkItem)
@@ -143,7 +143,7 @@ def _zero_rows_one_warp(x_smem, n_valid):
 
 @gluon.jit
 def _pingpong_load_partition(args, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PERSISTENT: gl.constexpr,
-                             WAITING: gl.constexpr, CLUSTER: gl.constexpr = 0):
+                             WAITING: gl.constexpr):
     """One warp: TMA loads of the mask-free key tiles into the ring, tile t into slot t % STAGES
     once every consumer released the tile that held it before; then of the masked tiles (the
     split's partial last prefix tile, the tree tiles) into theirs (``masked``: the ring's next
@@ -161,8 +161,6 @@ def _pingpong_load_partition(args, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, 
             ring_uses, own_uses, zeroed = _pingpong_load_item(args, w, ring_uses, own_uses, zeroed, BLOCK_N, STAGES)
     elif not WAITING or work.first_item < work.num_items:  # the merge's waiting programs have no item
         _pingpong_load_item(args, work.first_item, ring_uses, own_uses, zeroed, BLOCK_N, STAGES)
-    if CLUSTER == 1 or CLUSTER == 2:
-        _cluster_arrive()
 
 
 @gluon.jit
@@ -270,18 +268,10 @@ def _lazy_softmax_step(s, m_i, l_i, qk_scale, s_layout: gl.constexpr, o_layout: 
 
 
 @gluon.jit
-def _cluster_arrive_partition(MODE: gl.constexpr):
-    """The warps that would pad the partitions to whole warpgroups: they too must arrive at the
-    cluster barrier."""
-    if MODE == 1 or MODE == 2:
-        _cluster_arrive()
-
-
-@gluon.jit
 def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
                             HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                             SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr, Q_IN_REGS: gl.constexpr,
-                            PERSISTENT: gl.constexpr, WAITING: gl.constexpr, CLUSTER: gl.constexpr = 0):
+                            PERSISTENT: gl.constexpr, WAITING: gl.constexpr):
     """One warpgroup: its HALF_M query rows of each work item against every key tile of the
     item's split. ``args``: :class:`MmaArgs`."""
     work = args.common.work
@@ -295,10 +285,6 @@ def _pingpong_mma_partition(WG: gl.constexpr, args, GROUP: gl.constexpr, HEAD_DI
     elif not WAITING or work.first_item < work.num_items:  # the merge's waiting programs have no item
         _pingpong_mma_item(WG, args, work.first_item, ring_uses, own_uses, GROUP, HEAD_DIM, HALF_M, BLOCK_N, STAGES,
                            SINGLE_SPLIT, NUM_WG, Q_IN_REGS)
-    if CLUSTER == 1 or CLUSTER == 2:
-        _cluster_arrive()
-    if CLUSTER == 2 and WG == 0:
-        _cluster_wait()
 
 
 @gluon.jit
@@ -522,8 +508,7 @@ def _tail_stream_lazy(acc_t, m_t, l_t, qt_op, s_zero, k_smem, v_smem, p_smem, fl
 @gluon.jit
 def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
                              STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, NUM_WG: gl.constexpr,
-                             TAIL_M: gl.constexpr, PERSISTENT: gl.constexpr, WAITING: gl.constexpr,
-                             CLUSTER: gl.constexpr = 0):
+                             TAIL_M: gl.constexpr, PERSISTENT: gl.constexpr, WAITING: gl.constexpr):
     """One warpgroup: the (at most TAIL_M = 8) packed rows past the last whole 128-row tile (the
     G rows of node 2^k at T = 2^k + 1), on the K/V tiles the other warpgroups stream anyway.
     Eight rows fill no 64-row MMA, so the keys are the MMAs' M dimension and the rows their N
@@ -541,8 +526,6 @@ def _pingpong_tail_partition(args, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, 
     elif not WAITING or work.first_item < work.num_items:  # the merge's waiting programs have no item
         _pingpong_tail_item(args, work.first_item, ring_uses, own_uses, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT,
                             NUM_WG, TAIL_M)
-    if CLUSTER == 1 or CLUSTER == 2:
-        _cluster_arrive()
 
 
 @gluon.jit
@@ -627,7 +610,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     TAIL_M: gl.constexpr = 0, KV_SHARE: gl.constexpr = 1, PERSISTENT: gl.constexpr = False,
     FUSED_MERGE: gl.constexpr = False, MERGE_ROWS: gl.constexpr = 2, SPLIT_BLOCK: gl.constexpr = 2,
     MERGE_WAITERS: gl.constexpr = 0, MERGE_SLICES: gl.constexpr = 1, MERGE_VECTOR: gl.constexpr = False,
-    TREE_SPLIT: gl.constexpr = 0, CLUSTER_MERGE: gl.constexpr = 0,
+    TREE_SPLIT: gl.constexpr = 0,
 ):
     # launched with 4 warps (warpgroup 0, the default partition); the other warpgroups, the load
     # warp and the tail warpgroup are worker partitions. Q_IN_REGS is not read: q sits in
@@ -655,12 +638,8 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     # apart) several, each program's load warp streaming the next item's key tiles while its
     # warpgroups finish the one before
     items = WorkGrid(lens_ptr, num_m_tiles, num_kv_heads, base_programs, chunk, num_nodes, TREE_SPLIT)
-    if CLUSTER_MERGE:
-        # a query tile's splits are one cluster along grid axis 0
-        first = gl.program_id(1) + gl.program_id(0) * base_programs
-    else:
-        first = gl.program_id(0) + gl.program_id(1) * gl.num_programs(0)
-    work = ProgramWork(first, base_programs * num_splits, gl.num_programs(0) * gl.num_programs(1))
+    work = ProgramWork(gl.program_id(0) + gl.program_id(1) * gl.num_programs(0), base_programs * num_splits,
+                       gl.num_programs(0) * gl.num_programs(1))
 
     # q from shared memory for three warpgroups or a 256-wide head (registers: see the partitions'
     # budgets below)
@@ -711,88 +690,50 @@ def _tree_verify_partial_kernel_gluon_pingpong(
         # the tail warps' rescale flags (two tiles' worth, see _tail_stream_lazy)
         flag_smem = gl.allocate_shared_memory(gl.float32, [2, 4], gl.SwizzledSharedLayout(1, 1, 1, [0]))
         tail_args = TailArgs(io, qt_smem, pt_smem, ring, flag_smem, common)
-        if NUM_WG == 1 and CLUSTER_MERGE:
-            gl.warp_specialize([
-                (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                             not Q_SMEM, PERSISTENT, WAITING, CLUSTER_MERGE)),
-                (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING, CLUSTER_MERGE)),
-                (_cluster_arrive_partition, (CLUSTER_MERGE, )),
-                (_cluster_arrive_partition, (CLUSTER_MERGE, )),
-                (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                              TAIL_M, PERSISTENT, WAITING, CLUSTER_MERGE)),
-            ], [1, 1, 2, 4], [24, 24, 24, 128])
-        elif NUM_WG == 1:
+        if NUM_WG == 1:
             # the tail has the registers to spare beside one warpgroup
             gl.warp_specialize([
                 (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                             not Q_SMEM, PERSISTENT, WAITING, CLUSTER_MERGE)),
-                (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING, CLUSTER_MERGE)),
+                                             not Q_SMEM, PERSISTENT, WAITING)),
+                (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING)),
                 (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                              TAIL_M, PERSISTENT, WAITING, CLUSTER_MERGE)),
+                                              TAIL_M, PERSISTENT, WAITING)),
             ], [1, 4], [24, 128])
         else:
             gl.warp_specialize([
                 (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                             not Q_SMEM, PERSISTENT, WAITING, CLUSTER_MERGE)),
+                                             not Q_SMEM, PERSISTENT, WAITING)),
                 (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                             not Q_SMEM, PERSISTENT, WAITING, CLUSTER_MERGE)),
-                (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING, CLUSTER_MERGE)),
+                                             not Q_SMEM, PERSISTENT, WAITING)),
+                (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING)),
                 (_pingpong_tail_partition, (tail_args, GROUP, HEAD_DIM, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                              TAIL_M, PERSISTENT, WAITING, CLUSTER_MERGE)),
+                                              TAIL_M, PERSISTENT, WAITING)),
             ], [4, 1, 4], [208, 24, 72])
-    elif NUM_WG == 1 and CLUSTER_MERGE:
-        gl.warp_specialize([
-            (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM, PERSISTENT, WAITING, CLUSTER_MERGE)),
-            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING, CLUSTER_MERGE)),
-            (_cluster_arrive_partition, (CLUSTER_MERGE, )),
-            (_cluster_arrive_partition, (CLUSTER_MERGE, )),
-        ], [1, 1, 2], [24, 24, 24])
-    elif NUM_WG == 2 and CLUSTER_MERGE:
-        gl.warp_specialize([
-            (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM, PERSISTENT, WAITING, CLUSTER_MERGE)),
-            (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM, PERSISTENT, WAITING, CLUSTER_MERGE)),
-            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING, CLUSTER_MERGE)),
-            (_cluster_arrive_partition, (CLUSTER_MERGE, )),
-            (_cluster_arrive_partition, (CLUSTER_MERGE, )),
-        ], [4, 1, 1, 2], [240, 24, 24, 24])
     elif NUM_WG == 1:
         gl.warp_specialize([
             (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM, PERSISTENT, WAITING, CLUSTER_MERGE)),
-            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING, CLUSTER_MERGE)),
+                                         not Q_SMEM, PERSISTENT, WAITING)),
+            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING)),
         ], [1], [24])
     elif NUM_WG == 2:
         gl.warp_specialize([
             (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM, PERSISTENT, WAITING, CLUSTER_MERGE)),
+                                         not Q_SMEM, PERSISTENT, WAITING)),
             (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM, PERSISTENT, WAITING, CLUSTER_MERGE)),
-            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING, CLUSTER_MERGE)),
+                                         not Q_SMEM, PERSISTENT, WAITING)),
+            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING)),
         ], [4, 1], [240, 24])
     else:
         gl.warp_specialize([
             (_pingpong_mma_partition, (0, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM, PERSISTENT, WAITING, CLUSTER_MERGE)),
+                                         not Q_SMEM, PERSISTENT, WAITING)),
             (_pingpong_mma_partition, (1, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM, PERSISTENT, WAITING, CLUSTER_MERGE)),
+                                         not Q_SMEM, PERSISTENT, WAITING)),
             (_pingpong_mma_partition, (2, mma_args, GROUP, HEAD_DIM, 64, BLOCK_N, STAGES, SINGLE_SPLIT, NUM_WG,
-                                         not Q_SMEM, PERSISTENT, WAITING, CLUSTER_MERGE)),
-            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING, CLUSTER_MERGE)),
+                                         not Q_SMEM, PERSISTENT, WAITING)),
+            (_pingpong_load_partition, (load_args, BLOCK_N, STAGES, PERSISTENT, WAITING)),
         ], [4, 4, 1], [160, 160, 24])
-    if CLUSTER_MERGE:
-        # every partition arrived after its stores: the tile's splits' partials are all in memory past the wait
-        if CLUSTER_MERGE == 1:
-            _cluster_wait()
-        split, m_tile, head_b, kv_head, b = _item_head(work.first_item, items)
-        row_lo = m_tile * BLOCK_M
-        row_hi = gl.minimum(gl.where(m_tile == num_m_tiles - 1, rows_pad, row_lo + BLOCK_M), num_nodes * GROUP)
-        _merge_tile_rows(part_o_ptr, part_lse_ptr, out_ptr, b, head_b, kv_head, row_lo + split * MERGE_ROWS, row_hi,
-                         num_splits * MERGE_ROWS, rows_pad, num_splits, stride_ob, stride_ot, stride_oh, GROUP, HEAD_DIM,
-                         MERGE_ROWS, SPLIT_BLOCK, num_warps)
-    elif FUSED_MERGE:
+    if FUSED_MERGE:
         # the partitions have joined: every row of this program's partial is stored
         split, m_tile, head_b, kv_head, b = _item_head(work.first_item, items)
         row_lo = m_tile * BLOCK_M
