@@ -65,12 +65,13 @@ def main():
             shape = _shape(name)
             sets = [bench.make_inputs(shape, device, i * 97 + j) for j in range(bench.input_sets_needed(shape))]
             row = {"shape": name}
-            graphs = {}
+            graphs, keep = {}, []
             for variant, policy in policies.items():
                 outs = {id(s[0]): torch.empty_like(s[0]) for s in sets}
                 call = _caller(policy)
                 bound = (lambda q, k, v, lens, mask, call=call, outs=outs: call(q, k, v, lens, mask, outs[id(q)]))
                 graphs[variant] = bench.capture_graph(bound, sets)
+                keep.append(outs)  # the graph writes into these: alive while it is replayed
                 outs[id(sets[-1][0])].fill_(float("nan"))
                 graphs[variant].replay()
                 torch.cuda.synchronize()
@@ -85,7 +86,7 @@ def main():
             f.flush()
             print(f"{name} base {row['base_us']:.2f} pdl {row['pdl_us']:.2f} x{row['x']:.3f} "
                   f"err {row['base_err']:.1e}/{row['pdl_err']:.1e}", flush=True)
-            del sets, graphs
+            del sets, graphs, keep
             torch.cuda.empty_cache()
 
 
