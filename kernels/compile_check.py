@@ -191,8 +191,6 @@ def compile_split_kernel(arch: str, dtype: str, shape: VerifyShape, plan) -> Com
                   SINGLE_SPLIT=False)
     if plan.merge is not None and plan.merge.fused:  # the eager calls' kernel, the merge folded in
         common.update(plan.merge.folded_constexprs())
-    if plan.programmatic_split:
-        common["WAIT_PRIOR"] = True
     if plan.kernel == "triton":
         from .tree_verify_triton import _tree_verify_partial_kernel as fn
 
@@ -221,8 +219,6 @@ def compile_split_kernel(arch: str, dtype: str, shape: VerifyShape, plan) -> Com
         options = dict(num_warps=plan.num_warps, num_stages=1)
     if plan.own_tree_split:
         constexprs["TREE_SPLIT"] = 1
-    if plan.programmatic_split:
-        options["launch_pdl"] = True
     return _compile_and_judge(report, _source(fn, constexprs, types, plan.kernel != "triton"), options)
 
 

@@ -74,13 +74,6 @@ def _let_merge_launch():
 
 
 @gluon.jit
-def _wait_prior_grids():
-    """Wait until the grids this one was launched as a programmatic dependent of have ended and
-    their writes are visible (a no-op for an ordinary launch)."""
-    gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-
-
-@gluon.jit
 def _program_coords(lens_ptr, num_m_tiles, num_kv_heads, LET_MERGE_START: gl.constexpr):
     """(split, query tile, request x KV head, KV head, request, its prefix length) of this
     program: grid axis 0 runs over query tiles within (request, KV head), axis 1 over splits.
@@ -430,7 +423,7 @@ def _tree_verify_partial_kernel_gluon(
     GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SINGLE_SPLIT: gl.constexpr, Q_IN_REGS: gl.constexpr, num_warps: gl.constexpr,
     FUSED_MERGE: gl.constexpr = False, MERGE_ROWS: gl.constexpr = 2, SPLIT_BLOCK: gl.constexpr = 2,
-    TREE_SPLIT: gl.constexpr = 0, WAIT_PRIOR: gl.constexpr = False,
+    TREE_SPLIT: gl.constexpr = 0,
 ):
     # tile t + STAGES - 1 is loaded while tile t's softmax runs, into the slot tile t - 1 used:
     # with fewer than 3 slots the next tile would be waited for before it is asked for
@@ -446,8 +439,6 @@ def _tree_verify_partial_kernel_gluon(
     q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
     kv_sl: gl.constexpr = k_desc.layout
 
-    if WAIT_PRIOR:
-        _wait_prior_grids()
     split, m_tile, head_b, kv_head, b, prefix_len = _program_coords(lens_ptr, num_m_tiles, num_kv_heads,
                                                                     not SINGLE_SPLIT and not FUSED_MERGE)
     num_rows = num_nodes * GROUP

@@ -63,7 +63,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from .tree_verify_gluon import (_cta_barrier, _let_merge_launch, _load_q_rows, _load_tile_pair, _masked_tile_mma,
                                 _merge_if_last, _merge_when_counted, _split_keys, _store_rows, _tile_coords,
-                                _tree_visibility, _wait_prior_grids, _zero_rows_from)
+                                _tree_visibility, _zero_rows_from)
 from .tree_verify_pingpong_state import (ConsumerArgs, KeyRing, LoadArgs, MaskedBuffers, MaskedTiles, MmaArgs,
                                          ProgramWork, RowPointers, RowStrides, TailArgs, WorkGrid, WorkItem)
 
@@ -610,7 +610,7 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     TAIL_M: gl.constexpr = 0, KV_SHARE: gl.constexpr = 1, PERSISTENT: gl.constexpr = False,
     FUSED_MERGE: gl.constexpr = False, MERGE_ROWS: gl.constexpr = 2, SPLIT_BLOCK: gl.constexpr = 2,
     MERGE_WAITERS: gl.constexpr = 0, MERGE_SLICES: gl.constexpr = 1, MERGE_VECTOR: gl.constexpr = False,
-    TREE_SPLIT: gl.constexpr = 0, WAIT_PRIOR: gl.constexpr = False,
+    TREE_SPLIT: gl.constexpr = 0,
 ):
     # launched with 4 warps (warpgroup 0, the default partition); the other warpgroups, the load
     # warp and the tail warpgroup are worker partitions. Q_IN_REGS is not read: q sits in
@@ -630,8 +630,6 @@ def _tree_verify_partial_kernel_gluon_pingpong(
     WAITING: gl.constexpr = MERGE_WAITERS > 0
     dtype: gl.constexpr = k_desc.dtype
     kv_sl: gl.constexpr = k_desc.layout
-    if WAIT_PRIOR:
-        _wait_prior_grids()
     if not SINGLE_SPLIT and not FUSED_MERGE:
         _let_merge_launch()  # a no-op unless the planner made the merge this grid's programmatic dependent
 

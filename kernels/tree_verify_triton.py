@@ -129,12 +129,10 @@ def _tree_verify_partial_kernel(
     LAUNCH_MERGE_EARLY: tl.constexpr = False,
     KV_SHARE: tl.constexpr = 1,
     FUSED_MERGE: tl.constexpr = False, MERGE_ROWS: tl.constexpr = 2, SPLIT_BLOCK: tl.constexpr = 2,
-    TREE_SPLIT: tl.constexpr = 0, WAIT_PRIOR: tl.constexpr = False,
+    TREE_SPLIT: tl.constexpr = 0,
 ):
     # KV_SHARE consecutive programs' query heads share one KV head (``VerifyConfig.split_query_heads``):
     # the grid's "KV heads" are then KV_SHARE times the cache's, each with GROUP query heads
-    if WAIT_PRIOR:
-        gdc_wait()
     if LAUNCH_MERGE_EARLY:
         # the merge (a programmatic dependent launch) may start once every program has started
         gdc_launch_dependents()
@@ -690,9 +688,6 @@ def _launch_spec(plan: VerifyPlan, head_dim: int, dtype: torch.dtype, on_gpu: bo
         options = {}
     if plan.own_tree_split:
         constexprs["TREE_SPLIT"] = 1
-    if plan.programmatic_split:
-        constexprs["WAIT_PRIOR"] = True
-        options = dict(options, launch_pdl=True)
     merge = plan.merge
     if merge is None:
         return _LaunchSpec(fn, constexprs, options, None, None, None)

@@ -116,9 +116,7 @@ class VerifyPolicy:
     merge_head_slices: a forced head-dim slice count of the merge's own launch and its waiters
     (:func:`pick_merge_slices`); merge_vector_loads: blocks of MERGE_VECTOR_MIN_BLOCK splits or more
     read as one load by the merge's own launch and its waiters (False: unrolled, and no waiters past
-    FUSED_MERGE_MAX_SPLITS or past sliced_waiters_max_split_bytes); programmatic_split: the split
-    kernel as a programmatic dependent launch of whatever the stream ran before it (its programs
-    start as that kernel's end, and wait for it before they read or write anything)."""
+    FUSED_MERGE_MAX_SPLITS or past sliced_waiters_max_split_bytes)."""
 
     tiles: VerifyConfig | None = None
     num_splits: int | None = None
@@ -147,7 +145,6 @@ class VerifyPolicy:
     sliced_waiters_max_split_bytes: int = 128 * 1024
     merge_head_slices: int | None = None
     merge_vector_loads: bool = True
-    programmatic_split: bool = False
 
 
 DEFAULT_POLICY = VerifyPolicy()
@@ -206,9 +203,7 @@ class VerifyPlan:
     shared_bytes: the split kernel's shared memory (an upper bound, from the element size);
     why: the table's reason and the planner's; own_tree_split: the last split streams only the
     tree's rows (its keys masked by the ancestor mask), the others only prefix rows, so that the
-    tree's masked tiles run beside the prefix's stream instead of after one split's share of it;
-    programmatic_split: the split kernel is launched as a programmatic dependent of the stream's
-    previous kernel (``VerifyPolicy.programmatic_split``)."""
+    tree's masked tiles run beside the prefix's stream instead of after one split's share of it."""
 
     kernel: str
     config: VerifyConfig
@@ -233,7 +228,6 @@ class VerifyPlan:
     merge: MergePlan | None
     why: str
     own_tree_split: bool = False
-    programmatic_split: bool = False
 
     @property
     def single_split(self) -> bool:
@@ -767,5 +761,4 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
                       workspace_bytes=workspace,
                       shared_bytes=shared_memory_bytes(kernel, cfg, block_m, tail_m, block_n, stages, shape.head_dim,
                                                        shape.element_size),
-                      merge=merge, why=reasons, own_tree_split=own_tree_split,
-                      programmatic_split=policy.programmatic_split and target.dependent_launch)
+                      merge=merge, why=reasons, own_tree_split=own_tree_split)
