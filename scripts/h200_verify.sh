@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The tree-verify kernels on a Hopper GPU: what docs/kernels-performance.md reports. Stages:
-#   suite  the kernel tests (every verify case of the grid on the GPU, the Gluon kernels' own cases)
+#   suite  the kernel tests (every verify case of the grid on the GPU, the Gluon kernels' own cases);
+#          SUITE_SHARD=i/n runs every n-th of them from the i-th (the whole suite outgrew one call's
+#          600 s: SUITE_SHARD=1/2, then 2/2, in two calls)
 #   bench  the grid's kernels compiled in parallel, then the GPU bench tests over the whole grid
 #          (head dims 256 and 128), which write the run's table under $OUT (verify.md, verify.jsonl)
 #   all    both, the grid's kernels compiling while the suite runs
@@ -36,8 +38,8 @@ python3 -c "import triton; print('triton', triton.__version__)"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 
 suite() {
-  timeout "${SUITE_SECONDS:-590}" python3 -m pytest tests/kernels -q -x -n 14 -p no:cacheprovider \
-    >"$OUT/tests.log" 2>&1
+  KERNEL_SUITE_SHARD="${SUITE_SHARD:-}" timeout "${SUITE_SECONDS:-590}" python3 -m pytest tests/kernels -q -x -n 14 \
+    -p no:cacheprovider >"$OUT/tests.log" 2>&1
   echo "== kernel tests rc=$?"; tail -3 "$OUT/tests.log" | cut -c1-300
   grep -E "^(FAILED|ERROR)|^E " "$OUT/tests.log" | cut -c1-300 | head -10
 }
