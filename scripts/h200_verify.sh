@@ -38,8 +38,8 @@ python3 -c "import triton; print('triton', triton.__version__)"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 
 suite() {
-  KERNEL_SUITE_SHARD="${SUITE_SHARD:-}" timeout "${SUITE_SECONDS:-590}" python3 -m pytest tests/kernels -q -x -n 14 \
-    -p no:cacheprovider >"$OUT/tests.log" 2>&1
+  KERNEL_SUITE_SHARD="${SUITE_SHARD:-}" timeout "${SUITE_SECONDS:-590}" \
+    python3 -m pytest tests/kernels -q -x -n 14 -p no:cacheprovider >"$OUT/tests.log" 2>&1
   echo "== kernel tests rc=$?"; tail -3 "$OUT/tests.log" | cut -c1-300
   grep -E "^(FAILED|ERROR)|^E " "$OUT/tests.log" | cut -c1-300 | head -10
 }
