@@ -11,29 +11,24 @@ from pathlib import Path
 
 import pytest
 
+from pytest_specdec.shard import parse_shard
+
 SHARD_VARIABLE = "KERNEL_SUITE_SHARD"
 HERE = Path(__file__).resolve().parent
-
-
-def parse_suite_shard(text: str) -> tuple[int, int]:
-    """(i, n) of ``i/n``, 1 <= i <= n; a usage error naming the variable otherwise."""
-    try:
-        index, count = (int(part) for part in text.split("/"))
-    except ValueError:
-        index = count = 0
-    if not 1 <= index <= count:
-        raise pytest.UsageError(f"{SHARD_VARIABLE} must be i/n with 1 <= i <= n (e.g. 1/2), not {text!r}")
-    return index, count
 
 
 def pytest_collection_modifyitems(config, items):
     text = os.environ.get(SHARD_VARIABLE, "").strip()
     if not text:
         return
-    index, count = parse_suite_shard(text)
+    try:
+        shard = parse_shard(text)
+    except ValueError as exc:
+        raise pytest.UsageError(f"{SHARD_VARIABLE} must be i/n with 1 <= i <= n: {exc}") from None
     # this directory's tests only: a session that also collects others runs those whole
     ours = [item for item in items if Path(item.path).resolve().is_relative_to(HERE)]
-    dropped = {id(item) for position, item in enumerate(ours) if position % count != index - 1}
+    dropped = [item for position, item in enumerate(ours) if position % shard.count != shard.index - 1]
     if dropped:
-        config.hook.pytest_deselected(items=[item for item in items if id(item) in dropped])
-        items[:] = [item for item in items if id(item) not in dropped]
+        config.hook.pytest_deselected(items=dropped)
+        gone = set(map(id, dropped))
+        items[:] = [item for item in items if id(item) not in gone]
