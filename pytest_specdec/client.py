@@ -292,10 +292,15 @@ async def run_workload_async(
         all_done = asyncio.gather(*(worker() for _ in range(workers)))
         if stall_timeout is not None:
             watchdog = asyncio.ensure_future(stream.watch(stall_timeout, len(workload.prompts)))
-            await asyncio.wait({all_done, watchdog}, return_when=asyncio.FIRST_COMPLETED)
+            try:
+                await asyncio.wait({all_done, watchdog}, return_when=asyncio.FIRST_COMPLETED)
+            except BaseException:
+                # cancelled from outside (Ctrl-C): asyncio.wait leaves both running, and the
+                # gather's unread CancelledError would print a traceback at exit
+                await _cancelled(all_done, watchdog)
+                raise
             if watchdog.done():
-                all_done.cancel()
-                await asyncio.gather(all_done, return_exceptions=True)
+                await _cancelled(all_done)
                 watchdog.result()  # raises WorkloadStalled
             watchdog.cancel()
         await all_done
@@ -310,6 +315,13 @@ async def run_workload_async(
         records=tuple(r for r in records if r is not None),
         wall_s=wall,
     )
+
+
+async def _cancelled(*futures: asyncio.Future) -> None:
+    """Cancel ``futures`` and wait until they are done, their outcomes read."""
+    for future in futures:
+        future.cancel()
+    await asyncio.gather(*futures, return_exceptions=True)
 
 
 def _run_sync(factory: Callable[[], Awaitable[T]]) -> T:

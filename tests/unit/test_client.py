@@ -10,6 +10,7 @@ No wall-clock assertions: timings are only checked for order and presence.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import re
 import threading
@@ -364,3 +365,23 @@ def test_server_info_and_metrics(fake):
     fake.metrics_text = None
     with pytest.raises(ServerQueryError, match="HTTP 404"):
         scrape_metrics(fake.url)
+
+
+def test_a_workload_cancelled_from_outside_leaves_no_unretrieved_futures(fake):
+    # Ctrl-C cancels the task running the workload; a future of it left with an unread
+    # CancelledError makes asyncio print a traceback at exit
+    async def cancel_mid_stream():
+        loop = asyncio.get_running_loop()
+        reported = []
+        loop.set_exception_handler(lambda _loop, context: reported.append(context["message"]))
+        task = asyncio.ensure_future(run_workload_async(
+            fake.url, workload("mode:freeze", "b", n=10, concurrency=2), stall_timeout=30))
+        await asyncio.sleep(0.5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0)
+        gc.collect()
+        return reported
+
+    assert asyncio.run(cancel_mid_stream()) == []
