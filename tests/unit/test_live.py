@@ -82,3 +82,14 @@ def test_whole_intervals_that_genuinely_disagree_still_warn(tmp_path):
                                          r".*dflash-tp1\.log 3\.100"):
         server = cross_check(tmp_path, CHAT, during)
     assert len(server.disagreements) == 1
+
+
+def test_one_whole_interval_is_kept_but_not_compared(tmp_path):
+    """A single interval is one sample of the workload's steps: far from the client's figure is
+    no disagreement yet."""
+    during = [prefill(0), prefill(1), prefill(2), prefill(3), decode(3.85, running=4),
+              decode(3.05, running=4), prefill(3)]
+    server = cross_check(tmp_path, CHAT, during)
+    assert server.disagreements == []
+    assert server.last_server_figures.accept_length == pytest.approx(3.05)
+    assert server.last_server_figures.lines == 1
