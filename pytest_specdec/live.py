@@ -176,7 +176,7 @@ class LiveServer:
                                                        whole_intervals_only=True)
         self.last_server_figures = figures
         if (measurement.accept_length is None or figures.accept_length is None
-                or figures.lines < CROSS_CHECK_MIN_INTERVALS):
+                or figures.intervals < CROSS_CHECK_MIN_INTERVALS):
             return
         # The client's figure counts each request's first token, which prefill produced without a
         # verify step; the log's does not. That, plus the log's per-interval averaging, is slack.

@@ -620,7 +620,8 @@ class ServerFigures:
     """What the server says about a window of its run (log lines or /metrics).
 
     accept_length is bonus-inclusive tokens per verify step: SGLang's `accept len`, or the
-    DDTree forks' avg_commit_len (avg_accepted_drafts + 1 when only that is logged).
+    DDTree forks' avg_commit_len (avg_accepted_drafts + 1 when only that is logged). intervals:
+    the logging intervals read (an interval logs a decode line, and a DDTree line beside it).
     """
 
     source: str
@@ -629,6 +630,7 @@ class ServerFigures:
     gen_throughput: float | None = None
     avg_accepted_depth: float | None = None
     lines: int = 0
+    intervals: int = 0
 
 
 def server_figures_from_log(text: str, *, source: str = "server log",
@@ -658,6 +660,7 @@ def server_figures_from_log(text: str, *, source: str = "server log",
         gen_throughput=_mean(d.gen_throughput for d in decode),
         avg_accepted_depth=_mean(d.avg_accepted_depth for d in ddtree),
         lines=len(decode) + len(ddtree),
+        intervals=max(len(decode), len(ddtree)),
     )
 
 

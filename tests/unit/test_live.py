@@ -92,4 +92,15 @@ def test_one_whole_interval_is_kept_but_not_compared(tmp_path):
     server = cross_check(tmp_path, CHAT, during)
     assert server.disagreements == []
     assert server.last_server_figures.accept_length == pytest.approx(3.05)
-    assert server.last_server_figures.lines == 1
+    assert server.last_server_figures.intervals == 1
+
+
+def test_an_interval_logged_twice_counts_once(tmp_path):
+    """A DDTree server logs its own line beside each decode line: still one interval."""
+    ddtree = ("[2026-12-02 13:34:53 TP0] DDTree verify: avg_accepted_drafts=2.05 avg_commit_len=3.05 "
+              "avg_accepted_depth=2.05")
+    during = [prefill(0), prefill(1), prefill(2), prefill(3), decode(3.85, running=4),
+              ddtree.replace("3.05", "3.85"), decode(3.05, running=4), ddtree, prefill(3)]
+    server = cross_check(tmp_path, CHAT, during)
+    assert server.disagreements == []
+    assert (server.last_server_figures.lines, server.last_server_figures.intervals) == (2, 1)
