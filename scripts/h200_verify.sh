@@ -5,7 +5,8 @@
 #          600 s: SUITE_SHARD=1/2, then 2/2, in two calls)
 #   bench  the grid's kernels compiled in parallel, then the GPU bench tests over the whole grid
 #          (head dims 256 and 128), which write the run's table under $OUT (verify.md, verify.jsonl)
-#   all    both, the grid's kernels compiling while the suite runs
+#   all    both, the grid's kernels compiling while the suite runs (longer than one 600 s call: for
+#          a machine of your own, with SUITE_SECONDS raised past the suite's ~700 s)
 #   flex   the GPU test of FlexAttention against the kernel over the whole grid (flex.jsonl under $OUT;
 #          run again with the same OUT, it times only the shapes that file lacks)
 #   sglang the kernel against SGLang's tree-verify path (CARRIED_SGLANG) over the grid of HEAD_DIMS
