@@ -160,13 +160,18 @@ class Gate:
                 if path.is_file() else Baselines(self.state.hardware.key, {}, path)
         return self._baselines
 
-    def compare(self, result: Result) -> list[Comparison]:
-        """`result` against its baseline entries, with a warning where an entry measured
-        something else (its fingerprint differs: another workload, server setting or model)."""
+    def other_setup(self, result: Result) -> list[str]:
+        """The figures of `result` whose baseline entry measured something else (its fingerprint
+        differs: another workload, server setting or model)."""
         stored = self.baselines().entries.get(result.test_id, {})
         digest = result.fingerprint.digest if result.fingerprint is not None else None
-        other = sorted(m for m, e in stored.items()
-                       if digest is not None and e.fingerprint not in (None, digest))
+        return sorted(m for m, e in stored.items()
+                      if digest is not None and e.fingerprint not in (None, digest))
+
+    def compare(self, result: Result) -> list[Comparison]:
+        """`result` against its baseline entries, with a warning where an entry measured
+        something else (:meth:`other_setup`)."""
+        other = self.other_setup(result)
         if other:
             warnings.warn(f"{result.test_id}: the baseline of {', '.join(other)} measured another "
                           f"setup (workload, server settings or model; its fingerprint differs); "
@@ -216,7 +221,12 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
         pytest.fail(broke, pytrace=False)
     message = gate_mod.failure_message(result.comparisons, state.settings.strict_noise)
     if message:
-        failures.insert(0, f"regression against {state.baseline_path.name}:\n{message}")
+        # a "regression" against figures of another workload or model says more than it knows
+        other = gate.other_setup(result)
+        stale = (f" (its entries of {', '.join(other)} measured another setup: workload, server "
+                 f"settings or model; re-create them with --specdec-save-baseline if the change "
+                 f"is meant)") if other else ""
+        failures.insert(0, f"regression against {state.baseline_path.name}{stale}:\n{message}")
     if failures:
         pytest.fail("\n".join(failures), pytrace=False)
 

@@ -114,3 +114,25 @@ def benchmark():
     result.stdout.fnmatch_lines(["*RuntimeError after the measurement was journaled*"
                                  "the bridge broke*"])
     assert [r["status"] for r in journal_lines(pytester)] == ["done"]
+
+
+def test_a_regression_against_a_baseline_of_another_setup_says_so(pytester):
+    """The gate still compares (the user may mean the change), but its red names the stale entry."""
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
+    pytester.makepyfile(test_widgets=RECORDING_TEST)
+    (pytester.path / "baselines").mkdir()
+    entry = {"value": 5.0, "direction": "higher"}
+    baseline = {"format": "pytest-specdec-baselines", "version": 1, "hardware_key": "cpu",
+                "entries": {"test_widgets": {"widgets": entry}}}
+    (pytester.path / "baselines" / "cpu.json").write_text(json.dumps(baseline))
+    result = run(pytester, "--specdec-compare-fail", "*:0%")  # an entry of no known setup
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*regression against cpu.json:"])
+
+    entry["fingerprint"] = "0123456789abcdef"  # measured another setup than this one
+    (pytester.path / "baselines" / "cpu.json").write_text(json.dumps(baseline))
+    result = run(pytester, "--specdec-compare-fail", "*:0%")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*regression against cpu.json (its entries of widgets measured another "
+                                 "setup: workload, server settings or model; re-create them with "
+                                 "--specdec-save-baseline if the change is meant):"])
