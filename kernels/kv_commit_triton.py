@@ -11,8 +11,8 @@ The walk goes four steps at a time: the four source rows are all loaded, then th
 destinations stored, so a program waits for memory once per four steps rather than once per
 step (step by step, accept + commit took as long as a tenth of one layer's verify attention:
 docs/kernels-performance.md, "Decisions"). Loading a chunk before storing it is safe: a store at
-step k writes row k, and every source of a later step j is ``path[j] >= j > k``; within the chunk, a source
-that is also a destination (``path[j] = k > j``) has been loaded before any store.
+step k writes row k, and every source of a later step j is ``path[j] >= j > k``; within the
+chunk, a source that is also a destination (``path[j] = k > j``) has been loaded before any store.
 """
 
 from __future__ import annotations
