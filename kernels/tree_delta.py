@@ -27,6 +27,8 @@ L2-normalises q and k, as Qwen3.5/3.6 do before the rule.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -63,7 +65,12 @@ def check_mask(ancestor_mask: Tensor, batch: int, num_nodes: int) -> None:
 
 
 def default_scale(q: Tensor, scale: float | None) -> float:
-    return q.shape[-1] ** -0.5 if scale is None else float(scale)
+    """Dk ** -0.5, or ``scale``; a NaN or infinite one is refused, as it would make every output NaN."""
+    if scale is None:
+        return q.shape[-1] ** -0.5
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be a finite number, got {scale}; pass None for Dk ** -0.5")
+    return float(scale)
 
 
 def tree_gated_delta_rule_reference(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor,
@@ -101,7 +108,7 @@ def tree_gated_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tens
     state:         [B, Hv, Dk, Dv] float32, the committed state; read, not modified.
     ancestor_mask: [B, T, W] int32 (:func:`ancestor_mask_from_parents`); a chain-shaped tree gives
                    the ordinary sequential gated delta rule.
-    scale:         multiplies q (default Dk ** -0.5).
+    scale:         multiplies q, a finite number (default Dk ** -0.5).
     Returns a new [B, T, Hv, Dv] tensor of v's dtype. The state after the accepted path is
     :func:`commit_recurrent_state`'s to write. No host synchronisation.
     """

@@ -20,8 +20,11 @@ from .tree_layout import check_ancestor_mask, num_mask_words, unpack_ancestor_ma
 
 
 def check_verify_args(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor,
-                      ancestor_mask: Tensor) -> None:
-    """Raise ValueError naming the offending input when shapes or dtypes do not fit."""
+                      ancestor_mask: Tensor, sm_scale: float | None = None) -> None:
+    """Raise ValueError naming the offending input when shapes, dtypes or the scale do not fit."""
+    if sm_scale is not None and not math.isfinite(sm_scale):
+        # a NaN or infinite scale would make every output row NaN without a word
+        raise ValueError(f"sm_scale must be a finite number, got {sm_scale}; pass None for 1 / sqrt(D)")
     q_shape, k_shape = q.shape, k_cache.shape
     if len(q_shape) != 4:
         raise ValueError(f"q must be [B, T, Hq, D], got shape {tuple(q_shape)}")
@@ -131,11 +134,11 @@ def tree_verify_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_len
                    (``0 <= L_b <= S - T``, ValueError naming the request); on a GPU that is the
                    caller's contract.
     ancestor_mask: [B, T, W] int32 (see :mod:`specdec_kernels.tree_layout`).
-    sm_scale:      softmax scale, default ``1 / sqrt(D)``.
+    sm_scale:      softmax scale, a finite number; default ``1 / sqrt(D)``.
     Returns a new ``[B, T, Hq, D]`` tensor in q's dtype. Accumulation is fp32. Asynchronous on
     CUDA like any kernel launch.
     """
-    check_verify_args(q, k_cache, v_cache, cache_lens, ancestor_mask)
+    check_verify_args(q, k_cache, v_cache, cache_lens, ancestor_mask, sm_scale)
     if resolve_impl(impl, q, k_cache, v_cache) == "torch":
         # Look only at the rows in use (one host read of max(L); free on the CPU, a sync on CUDA).
         num_keys = min(k_cache.shape[1], int(cache_lens.max()) + q.shape[1]) if q.shape[0] else 0

@@ -38,7 +38,7 @@ try:
 except ImportError:  # Triton before 3.4: no grid dependency control, the merge follows the splits
     gdc_launch_dependents = gdc_wait = None
 
-from .configs import arch_name
+from .configs import HEAD_DIMS, arch_name
 from .triton_launch import direct_launch_unusable, launch_hooks_set, tensor_map
 from .verify_plan import DEFAULT_POLICY, VerifyPlan, VerifyPolicy, VerifyShape, VerifyTarget, plan_verify
 
@@ -517,6 +517,9 @@ def call_shape(q, k_cache, v_cache, sm_scale=None) -> VerifyShape:
     if q.dtype not in KERNEL_DTYPES:
         raise ValueError(f"q's dtype {q.dtype} has no Triton kernel; use one of "
                          f"{', '.join(str(d) for d in KERNEL_DTYPES)}, or impl='torch'")
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"head dim {head_dim} has no Triton kernel; use one of "
+                         f"{', '.join(map(str, HEAD_DIMS))}, or impl='torch'")
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if t.stride(-1) != 1:
             raise ValueError(f"{name} needs unit stride in the head dim; pass {name}.contiguous()")

@@ -203,6 +203,17 @@ def test_a_decay_passed_for_its_log_is_named():
                                x["beta"], path, path_len, impl="torch")
 
 
+@pytest.mark.parametrize("impl", ["torch", pytest.param("triton", marks=needs_triton)])
+@pytest.mark.parametrize("scale", [float("nan"), float("inf")])
+def test_a_scale_that_is_not_finite_is_refused(scale, impl):
+    """It would make every output NaN on either path, without a word."""
+    x = {n: a.to(DEVICE) for n, a in delta_inputs(1, 3, 1, 1, 16, 16, torch.float32,
+                                                   torch.Generator().manual_seed(4)).items()}
+    mask = mask_of(torch.tensor([[-1, 0, 1]], dtype=torch.int32)).to(DEVICE)
+    with pytest.raises(ValueError, match=r"scale must be a finite number.*None for Dk \*\* -0.5"):
+        tree_gated_delta_rule(**x, ancestor_mask=mask, scale=scale, impl=impl)
+
+
 @needs_triton
 def test_triton_names_head_dims_it_cannot_take():
     gen = torch.Generator().manual_seed(9)

@@ -682,6 +682,27 @@ def test_a_dtype_without_kernels_is_named_with_the_fix():
     assert tree_verify_attention(q, k, k, lens, mask, impl="torch").dtype == torch.float64
 
 
+@needs_triton
+def test_a_head_dim_without_kernels_is_named_with_the_fix():
+    """Head dim 96 (a model's, not the caller's to change) names the kernels' head dims and the
+    reference as the way out, not a tile table's internals."""
+    q, k = torch.randn(1, 3, 2, 96), torch.randn(1, 8, 1, 96)
+    lens = torch.tensor([4], dtype=torch.int32)
+    mask = ancestor_mask_from_parents(torch.tensor([[-1, 0, 0]], dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"head dim 96 has no Triton kernel; use one of 64, 128, 256, or impl='torch'"):
+        tree_verify_attention(q.to(DEVICE), k.to(DEVICE), k.to(DEVICE), lens.to(DEVICE), mask.to(DEVICE), impl="triton")
+    assert tree_verify_attention(q, k, k, lens, mask, impl="torch").shape == q.shape
+
+
+@pytest.mark.parametrize("sm_scale", [float("nan"), float("inf"), -float("inf")])
+def test_a_scale_that_is_not_finite_is_rejected(sm_scale):
+    """Such a scale turns every output row into NaN: refused before any path runs."""
+    q, k = torch.randn(1, 3, 2, 64), torch.randn(1, 8, 1, 64)
+    mask = ancestor_mask_from_parents(torch.tensor([[-1, 0, 0]], dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"sm_scale must be a finite number.*None for 1 / sqrt\(D\)"):
+        tree_verify_attention(q, k, k, torch.tensor([4], dtype=torch.int32), mask, sm_scale=sm_scale, impl="torch")
+
+
 def test_auto_picks_triton_only_on_gpu_or_interpreter(monkeypatch):
     cpu = torch.zeros(1)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
