@@ -21,6 +21,7 @@ TRITON_INTERPRET unset.
 
 from __future__ import annotations
 
+import argparse
 import collections
 import concurrent.futures
 import inspect
@@ -369,17 +370,32 @@ def run_check_subprocess(archs=tuple(TARGETS), hybrid: bool = False) -> list[dic
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
+def _target(arch: str) -> str:
+    if arch not in TARGETS:
+        raise argparse.ArgumentTypeError(f"{arch!r} is not a target; use one of {', '.join(TARGETS)}")
+    return arch
+
+
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    archs = tuple(a for a in argv if a in TARGETS) or tuple(TARGETS)
-    reports = compile_hybrid_kernels() if "--hybrid" in argv else run_check(archs)
-    if "--json" in argv:
+    parser = argparse.ArgumentParser(prog="python -m specdec_kernels.compile_check",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("archs", nargs="*", type=_target, metavar="ARCH",
+                        help=f"targets to compile for, of {', '.join(TARGETS)} (default: all)")
+    parser.add_argument("--json", action="store_true", help="one JSON report a kernel instead of a table")
+    parser.add_argument("--hybrid", action="store_true", help="the hybrid-layer kernels for sm_120 instead")
+    args = parser.parse_args(argv)
+    if args.hybrid and args.archs:
+        parser.error("--hybrid compiles for sm_120 only; leave out the targets")
+    archs = ("sm_120",) if args.hybrid else tuple(dict.fromkeys(args.archs)) or tuple(TARGETS)
+    reports = compile_hybrid_kernels() if args.hybrid else run_check(archs)
+    if args.json:
         for r in reports:
             print(json.dumps(dict(asdict(r), ok=r.ok)))
     else:
         import triton
 
-        print(f"tree-verify kernels compiled by Triton {triton.__version__} for {', '.join(archs)} "
+        what = "hybrid-layer" if args.hybrid else "tree-verify"
+        print(f"{what} kernels compiled by Triton {triton.__version__} for {', '.join(archs)} "
               f"(shared memory limits {', '.join(f'{a} {SHARED_MEMORY_LIMITS[a]} B' for a in archs)})")
         print(format_reports(reports))
     return 0 if all(r.ok for r in reports) else 1

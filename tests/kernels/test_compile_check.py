@@ -105,3 +105,21 @@ def test_hybrid_kernels_fit_sm120():
         assert not r["problems"], f"{r['kernel']}: {r['problems']}"  # limit, forbidden instructions, spills
     for delta in (r for r in reports if r["kernel"].startswith("hybrid_delta")):
         assert delta["mix"].get("HMMA", 0) > 0, f"{delta['kernel']}'s dots did not become tensor-core MMAs"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["sm90"], "'sm90' is not a target; use one of sm_90, sm_120"),
+    (["--hybird"], "unrecognized arguments: --hybird"),
+    (["--hybrid", "sm_90"], "--hybrid compiles for sm_120 only"),
+])
+def test_a_misspelt_argument_is_named_before_anything_compiles(argv, message, capsys, monkeypatch):
+    """A typo once ran the whole check for every target instead (the arguments were matched, not
+    parsed)."""
+    from specdec_kernels import compile_check
+
+    monkeypatch.setattr(compile_check, "run_check", lambda archs: pytest.fail(f"compiled for {archs}"))
+    monkeypatch.setattr(compile_check, "compile_hybrid_kernels", lambda: pytest.fail("compiled the hybrid kernels"))
+    with pytest.raises(SystemExit) as exited:
+        compile_check.main(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
