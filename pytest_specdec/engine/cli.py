@@ -15,6 +15,7 @@ import argparse
 import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from ..configuration import METHODS, algorithm_of_method, is_speculative, takes_budget
 from . import logs
@@ -60,6 +61,12 @@ class EngineArgs:
     @property
     def served_model_name(self) -> str:
         return self.model_path or f"specdec-embedded/{self.model_preset}"
+
+
+def model_file_of(model_path: str | Path) -> Path:
+    """The weights file ``--model-path`` names: the path itself, or a directory's model.safetensors."""
+    path = Path(model_path)
+    return path / "model.safetensors" if path.is_dir() else path
 
 
 def _budget_set(text: str) -> frozenset[int]:
@@ -155,6 +162,15 @@ def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | 
     for name in ("context_length", "max_batch", "cpu_threads"):
         if getattr(ns, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if is_speculative(ns.method) and budget + 1 >= ns.context_length:
+        # the verify step's T = budget + 1 rows and at least one prompt token share the context
+        parser.error(f"--budget {budget} verifies {budget + 1} tokens a step, which leaves no room for a prompt "
+                     f"in --context-length {ns.context_length}; use a smaller budget or a longer context")
+    if not 1 <= ns.port <= 65535:
+        parser.error(f"--port must be in 1-65535, got {ns.port}")
+    if ns.model_path is not None and not model_file_of(ns.model_path).is_file():
+        parser.error(f"--model-path {ns.model_path}: no {model_file_of(ns.model_path)}; pass a .safetensors file "
+                     "or a directory holding model.safetensors and config.json")
     if ns.num_layers is not None and ns.num_layers < 1:
         parser.error("--num-layers must be >= 1")
     if ns.fault_crash_after is not None and ns.fault_crash_after < 0:

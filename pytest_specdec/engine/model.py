@@ -29,6 +29,7 @@ from torch import Tensor
 
 from . import linear_attention as gdn
 from . import tokenizer as tok
+from .cli import model_file_of
 from .linear_attention import LinearAttentionConfig, RecurrentBatch
 
 # Printable ASCII and newline: the alphabet the seeded model writes in.
@@ -253,7 +254,7 @@ class TargetModel:
         from safetensors import safe_open
 
         path = Path(path)
-        file = path / "model.safetensors" if path.is_dir() else path
+        file = model_file_of(path)
         if not file.is_file():
             raise FileNotFoundError(f"no safetensors file at {file}")
         with safe_open(str(file), framework="pt") as f:

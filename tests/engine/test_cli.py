@@ -51,12 +51,16 @@ def test_budget_semantics(flags, budget):
     ["--budget", "8"],
     ["--method", "ar", "--fault-slow-factor", "0.5"],
     ["--method", "ddtree", "--fault-lossy", "1.5"],
+    ["--method", "ddtree", "--port", "99999"],
+    ["--method", "ddtree", "--budget", "4095"],
+    ["--method", "ddtree", "--model-path", "/nonexistent/model"],
 ])
 def test_bad_flags_exit_2(flags):
     res = subprocess.run([sys.executable, "-m", "pytest_specdec.engine", *flags], capture_output=True, text=True,
                          timeout=30)
     assert res.returncode == 2, res.stderr
     assert "error:" in res.stderr
+    assert "Traceback" not in res.stderr, res.stderr
 
 
 def test_bench_reports_throughput_and_acceptance():
@@ -73,3 +77,22 @@ def test_command_line_and_bench_import_without_torch():
             "print(sorted(m for m in ('torch', 'aiohttp') if m in sys.modules))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert res.stdout.strip() == "[]", res.stderr
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--port", "99999"], "--port must be in 1-65535, got 99999"),
+    (["--budget", "100000"], "--budget 100000 verifies 100001 tokens a step, which leaves no room for a prompt "
+                             "in --context-length 4096; use a smaller budget or a longer context"),
+    (["--budget", "63", "--context-length", "64"], "--budget 63 verifies 64 tokens a step"),
+    (["--model-path", "/nonexistent/model"], "--model-path /nonexistent/model: no /nonexistent/model; pass a "
+                                             ".safetensors file or a directory holding model.safetensors"),
+])
+def test_flags_that_cannot_serve_are_named_before_the_model_loads(flags, message, capsys, tmp_path):
+    """A port past 65535 and a missing model file each ended in a traceback after start-up; a budget
+    past the context length never became ready (its warm-up building a tree as long as the context)."""
+    with pytest.raises(SystemExit):
+        parse_args(["--method", "ddtree", *flags])
+    assert message in capsys.readouterr().err
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    assert parse_args(["--method", "ddtree", "--model-path", str(tmp_path)]).model_path == str(tmp_path)
+    assert parse_args(["--method", "ddtree", "--budget", "62", "--context-length", "64"]).budget == 62
