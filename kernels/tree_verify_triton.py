@@ -517,12 +517,12 @@ def call_shape(q, k_cache, v_cache, sm_scale=None) -> VerifyShape:
     if q.dtype not in KERNEL_DTYPES:
         raise ValueError(f"q's dtype {q.dtype} has no Triton kernel; use one of "
                          f"{', '.join(str(d) for d in KERNEL_DTYPES)}, or impl='torch'")
-    if head_dim not in HEAD_DIMS:
-        raise ValueError(f"head dim {head_dim} has no Triton kernel; use one of "
-                         f"{', '.join(map(str, HEAD_DIMS))}, or impl='torch'")
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if t.stride(-1) != 1:
             raise ValueError(f"{name} needs unit stride in the head dim; pass {name}.contiguous()")
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"head dim {head_dim} has no Triton kernel; use one of "
+                         f"{', '.join(map(str, HEAD_DIMS))}, or impl='torch'")
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         if (t.shape[1] - 1) * t.stride(1) + (kv_heads - 1) * t.stride(2) + head_dim > 2**31 - 1:
             raise ValueError(f"{name}: one request's cache spans more than 2**31 elements; "

@@ -440,14 +440,23 @@ def compare_metric(test_id: str, metric: MetricValue, baseline: Figure | None,
         # too few samples (or none: figures recorded one value at a time, version-1 baselines):
         # beyond the edge by more than two combined standard errors is clear
         p = None
-        clear = gap > 2.0 * math.hypot(_relative_spread(metric), _relative_spread(baseline)) * abs(then)
+        noise = math.hypot(_relative_error(metric, samples_now, samples_then),
+                           _relative_error(baseline, samples_then, samples_now))
+        clear = gap > 2.0 * noise * abs(then)
     verdict = direction if clear else ("noisy" if direction == "regression" else "unchanged")
     return Comparison(**base, verdict=verdict, p_value=p, samples=(max(n, 1), max(m, 1)),
                       contention=factor)
 
 
-def _relative_spread(figure: Figure) -> float:
-    return figure.spread / abs(figure.value) if figure.value else 0.0
+def _relative_error(figure: Figure, own: Sequence[float], other: Sequence[float]) -> float:
+    """The figure's standard error over its value: its spread, or more where its samples say so
+    (a baseline's pool of several runs); a side of one sample, which shows no noise, takes the
+    other side's scatter a sample (one request a workload once made any drift past the edge red)."""
+    scatter = own if len(own) >= 2 else other if len(other) >= 2 else ()
+    error = figure.spread
+    if scatter:
+        error = max(error, 1.2533 * statistics.stdev(scatter) / math.sqrt(max(len(own), 1)))
+    return error / abs(figure.value) if figure.value else 0.0
 
 
 def compare_all(test_id: str, metrics: Iterable[MetricValue], baseline_of, tolerances: Tolerances
@@ -459,8 +468,8 @@ def compare_all(test_id: str, metrics: Iterable[MetricValue], baseline_of, toler
 
 def verdict_of(comparisons: Iterable[Comparison]) -> str:
     """A test's verdict: a gated regression wins; then a gated noisy figure, then a gated
-    improvement; all-new is "new"; compared but nothing gated is "not gated"; else "ok";
-    "" when nothing was compared."""
+    improvement; all-new, or every gated figure new, is "new"; compared but nothing gated is
+    "not gated"; else "ok"; "" when nothing was compared."""
     comparisons = list(comparisons)
     if not comparisons:
         return ""
@@ -470,8 +479,9 @@ def verdict_of(comparisons: Iterable[Comparison]) -> str:
         return "noisy"
     if any(c.verdict == "improvement" and c.gated for c in comparisons):
         return "improved"
-    if all(c.verdict == "new" for c in comparisons):
-        return "new"
+    gated = [c for c in comparisons if c.gated]
+    if all(c.verdict == "new" for c in gated or comparisons):
+        return "new"  # nothing gated had a baseline to compare with: not "ok"
     if not any(c.gated for c in comparisons):
         return "not gated"
     return "ok"

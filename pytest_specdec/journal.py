@@ -24,6 +24,10 @@ JOURNAL_VERSION = 1
 
 Key = tuple[str, str]  # (config id, workload)
 
+#: The status of a record appended after a `done` one whose figures then failed their checks
+#: (the gate, the losslessness check): whole figures, which resume measures again.
+FAILED_CHECKS = "failed-checks"
+
 
 class JournalWarning(UserWarning):
     """A journal line could not be read (torn by a crash, or edited by hand) and was skipped."""
@@ -33,7 +37,8 @@ class JournalWarning(UserWarning):
 class JournalRecord:
     """One finished measurement (status "done") or a recorded failure (any other status).
 
-    Only "done" records count for resume: a configuration that failed is measured again.
+    Only a "done" record that is its key's last counts for resume: a configuration that failed,
+    in its measurement or in the checks after it (gate, losslessness), is measured again.
     """
 
     config_id: str
@@ -124,13 +129,15 @@ class Journal:
             yield rec
 
     def done_keys(self) -> set[Key]:
-        """(config id, workload) pairs with a finished measurement: what a resumed run skips."""
-        return {r.key for r in self._iter_records() if r.status == "done"}
+        """(config id, workload) pairs whose last record is a finished measurement: what a
+        resumed run skips."""
+        return set(self.done())
 
     def done(self) -> dict[Key, JournalRecord]:
-        """The last finished measurement per key (a later failure does not hide it: resume
-        re-measures only what never finished or whose fingerprint changed)."""
-        return {r.key: r for r in self._iter_records() if r.status == "done"}
+        """The last record per key where it is a finished measurement: a failure recorded after
+        it (the test failed its gate or its losslessness check on those figures) is measured
+        again, not skipped as passed."""
+        return {key: r for key, r in self.latest().items() if r.status == "done"}
 
     def latest(self) -> dict[Key, JournalRecord]:
         """The last record per key, so a configuration measured twice is counted once (the most
@@ -167,4 +174,4 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-__all__ = ["JOURNAL_VERSION", "Journal", "JournalRecord", "JournalWarning", "Key"]
+__all__ = ["FAILED_CHECKS", "JOURNAL_VERSION", "Journal", "JournalRecord", "JournalWarning", "Key"]

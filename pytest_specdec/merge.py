@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from .errors import SpecdecUsageError
-from .journal import Journal
+from .journal import FAILED_CHECKS, Journal
 from .report import ReportRow, row_from_result
 from .result import RECORD_DAMAGE, Result
 from .shard_dir import JOURNAL, ShardManifest, read
@@ -219,7 +219,7 @@ def _divergences(results: Sequence[tuple[Result, ShardManifest, str]]) -> dict[s
     from .configuration import is_speculative
 
     measured = {(r.case, r.workload): (r, m) for r, m, status in results
-                if status == "done" and r.case is not None and r.outputs is not None}
+                if status in ("done", FAILED_CHECKS) and r.case is not None and r.outputs is not None}
     out = {}
     for (case, workload), (candidate, shard) in measured.items():
         exactness = lossless.parse_exactness(shard.lossless)

@@ -197,6 +197,7 @@ class Controller:
         self.durations = None  # seconds per configuration, from the first report of ours on
         self.shard = None  # the shard folder's recorder, in a sharded run with a report folder
         self.session = None
+        self.notes: list[str] = []  # outputs written at session end, one line each
         self.problems: list[str] = []  # outputs that could not be written, one line each
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -234,7 +235,7 @@ class Controller:
 
             session.exitstatus = self._failed_if_problems(summary.finish(
                 _results(self.config), self.durations, self.config.stash.get(SHARD_KEY, None),
-                self.shard, exitstatus, self.problems))
+                self.shard, exitstatus, self.notes, self.problems))
 
     @hookimpl(trylast=True)  # after pytest-benchmark's tables: the run ends with ours
     def pytest_terminal_summary(self, terminalreporter) -> None:
@@ -243,7 +244,7 @@ class Controller:
         if RESULTS_KEY in self.config.stash:  # else no report of ours came: nothing to sum up
             from . import summary
 
-            summary.write(terminalreporter, self.config.stash[RESULTS_KEY], self.problems)
+            summary.write(terminalreporter, self.config.stash[RESULTS_KEY], self.notes, self.problems)
             if self.session is not None:
                 self.session.exitstatus = self._failed_if_problems(self.session.exitstatus)
 

@@ -28,7 +28,7 @@ from .configuration import MatrixCase, is_speculative
 from .errors import SpecdecUsageError
 from .fingerprint import Fingerprint, measured_setup
 from .gate import Comparison
-from .journal import Journal, JournalRecord, JournalWarning
+from .journal import FAILED_CHECKS, Journal, JournalRecord, JournalWarning
 from .metrics import METRIC_DIRECTIONS
 from .recording import (REMEASURED_PROPERTY, RESUMED_PROPERTY, attach_to_report,
                         existing_recorder, result_of_report)
@@ -189,7 +189,8 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
 
     The journal comes first: a measurement is on disk before anything that could fail on it (a
     bad comparison, the pytest-benchmark bridge) runs. A test that failed after recording keeps
-    its figures in the journal as `failed`, which resume measures again.
+    its figures in the journal as `failed`, which resume measures again; so does one that fails
+    the checks on them (a second record, `failed-checks`, after its `done`).
     """
     recorder = existing_recorder(item)
     if recorder is None or recorder.finished:
@@ -218,6 +219,7 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
                 f"({journal_for(state).path}): {exc}"
     attach_to_report(item, result)
     if broke:
+        _journal_failed(item, state, result)
         pytest.fail(broke, pytrace=False)
     message = gate_mod.failure_message(result.comparisons, state.settings.strict_noise)
     if message:
@@ -228,7 +230,15 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
                  f"is meant)") if other else ""
         failures.insert(0, f"regression against {state.baseline_path.name}{stale}:\n{message}")
     if failures:
+        _journal_failed(item, state, result)
         pytest.fail("\n".join(failures), pytrace=False)
+
+
+def _journal_failed(item: pytest.Item, state: RunState, result: Result) -> None:
+    """Mark a journaled measurement as failed by its checks, so that --specdec-resume measures
+    and checks it again instead of skipping it as done (a red run resumed must not go green)."""
+    journal_for(state).append(item.nodeid, workload_key(item), result.to_json(), status=FAILED_CHECKS,
+                              fingerprint=result.fingerprint.digest)
 
 
 def reference_case(case: MatrixCase, state: RunState) -> MatrixCase | None:
@@ -256,7 +266,7 @@ def lossless_failures(result: Result, state: RunState) -> list[str]:
     if case.method != reference and not guarded(case.method):
         return []
     others = [Result.from_json(r.data) for r in journal_for(state).latest().values()
-              if r.status == "done" and r.data.get("workload") == result.workload]
+              if r.status in ("done", FAILED_CHECKS) and r.data.get("workload") == result.workload]
     others = [r for r in others if r.outputs is not None and r.case is not None
               and r.nodeid != result.nodeid]
     if case.method == reference:
@@ -284,11 +294,14 @@ class Results:
     resumed_results: dict[str, Result] = field(default_factory=dict)
     remeasured: dict[str, str] = field(default_factory=dict)  # node id -> what changed
     outcomes: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    failed: set[str] = field(default_factory=set)  # node ids that failed or errored, any test of ours
     total: int = 0
 
     def add_report(self, report: pytest.TestReport) -> Result | None:
         """Note the test's outcome; return its result when this report carries one."""
         self._note_outcome(report)
+        if report.failed:
+            self.failed.add(report.nodeid)
         for name, value in getattr(report, "user_properties", ()):
             if name == RESUMED_PROPERTY and report.when == "setup":
                 self.resumed_results[report.nodeid] = Result.from_json(json.loads(value),
@@ -323,16 +336,23 @@ class Results:
     def all(self) -> list[Result]:
         return list(self.results.values()) + self.resumed()
 
-    def save_baseline(self) -> Path:
-        """Merge this run's figures, resumed ones included, into the baseline file (atomic,
-        locked; other entries are kept)."""
-        figures = {r.test_id: r.metrics for r in self.all()}
+    def baseline_candidates(self) -> tuple[list[Result], list[Result]]:
+        """(results to save, results left out): a test that failed or errored after recording
+        (its gate, its losslessness check, its own assertions) is no reference for later runs."""
+        saved, failed = [], []
+        for result in self.all():
+            (failed if result.nodeid in self.failed else saved).append(result)
+        return saved, failed
+
+    def save_baseline(self, results: list[Result]) -> Path:
+        """Merge `results` (:meth:`baseline_candidates`) into the baseline file (atomic, locked;
+        other entries are kept)."""
         path = self.state.baseline_path
         baselines_mod.save_baselines(
-            path, self.state.hardware.key, figures,
+            path, self.state.hardware.key, {r.test_id: r.metrics for r in results},
             versions=baselines_mod.collect_versions(),
             commit=baselines_mod.git_commit(self.state.config.root),
-            fingerprints={r.test_id: r.fingerprint.digest for r in self.all() if r.fingerprint})
+            fingerprints={r.test_id: r.fingerprint.digest for r in results if r.fingerprint})
         return path
 
 

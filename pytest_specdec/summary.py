@@ -35,22 +35,22 @@ def rows(results: Results) -> list:
     return out
 
 
-def write(terminalreporter, results: Results, problems: list[str]) -> None:
-    """The table, the baseline, the report and CI summaries; an output that cannot be written
-    joins `problems` (those of `finish` are there already), each shown as one line at the end."""
+def write(terminalreporter, results: Results, notes: list[str], problems: list[str]) -> None:
+    """The table, then what :func:`finish` wrote (`notes`) and could not write (`problems`),
+    each one line at the end."""
     table = rows(results)
     if table:
-        _write(terminalreporter, results, table, problems)
+        _write_table(terminalreporter, results, table)
+    for note in notes:
+        terminalreporter.write_line(f"specdec: {note}")
     for problem in problems:
         terminalreporter.write_line(f"specdec: ERROR: {problem}", red=True, bold=True)
 
 
-def _write(terminalreporter, results: Results, table: list, problems: list[str]) -> None:
-    from . import report  # matplotlib and friends load only when there is something to report
+def _write_table(terminalreporter, results: Results, table: list) -> None:
+    from . import report
 
     state = results.state
-    meta = {"hardware": state.hardware.describe(), "hardware_key": state.hardware.key,
-            "backend": state.backend.name, "baseline": str(state.baseline_path)}
     terminalreporter.write_sep("=", "specdec summary")
     for line in report.format_table(table).splitlines():
         terminalreporter.write_line(line)
@@ -58,20 +58,50 @@ def _write(terminalreporter, results: Results, table: list, problems: list[str])
         terminalreporter.write_line(f"specdec: resume: measured {nodeid.split('::')[-1]} again: "
                                     f"what it measures changed since the journal's record "
                                     f"({changed})")
+    unmatched = [f"{r.test_id} {c.metric}" for r in results.all() if not r.resumed
+                 for c in r.comparisons if c.gated and c.verdict == "new"]
+    if state.settings.save_baseline:
+        unmatched = []  # being saved now
+    if unmatched and not state.baseline_path.is_file():
+        terminalreporter.write_line(
+            f"specdec: gate: no baseline file at {state.baseline_path}, so none of the "
+            f"{len(unmatched)} gated figure(s) was compared; save one with --specdec-save-baseline "
+            f"(or point --specdec-baseline-dir at yours)", yellow=True)
+    elif unmatched:
+        terminalreporter.write_line(
+            f"specdec: gate: {len(unmatched)} gated figure(s) have no entry in "
+            f"{state.baseline_path.name}, so nothing gated them: {', '.join(unmatched)}; save them "
+            f"with --specdec-save-baseline, or fix a misspelt name in the file", yellow=True)
     ungated = sum(1 for row in table if row.verdict == "not gated")
     if ungated:
         terminalreporter.write_line(
             f"specdec: {ungated} test(s) compared with {state.baseline_path.name} but not gated: no "
             f"tolerance applies to any of their figures (set --specdec-compare-fail or "
             f"[tool.specdec.tolerances])")
-    saved = results.all()
+
+
+def _write_outputs(results: Results, table: list, notes: list[str], problems: list[str]) -> None:
+    """The baseline file, the report folder and the CI summary, at session end whether or not a
+    terminal summary follows (another plugin's summary may raise, or the terminal be off)."""
+    from . import report  # matplotlib and friends load only when there is something to report
+
+    state = results.state
+    meta = {"hardware": state.hardware.describe(), "hardware_key": state.hardware.key,
+            "backend": state.backend.name, "baseline": str(state.baseline_path)}
+    saved, failed = results.baseline_candidates()
+    failed_ids = ", ".join(r.test_id for r in failed)
     if state.settings.save_baseline and saved:
         try:
-            path = results.save_baseline()
+            path = results.save_baseline(saved)
         except (OSError, SpecdecUsageError) as exc:
             problems.append(f"baseline not saved: {_why(exc, state.baseline_path)}")
         else:
-            terminalreporter.write_line(f"specdec: saved {len(saved)} result(s) into {path}")
+            left_out = (f"; left out {len(failed)} of failed tests, which are no reference "
+                        f"({failed_ids})") if failed else ""
+            notes.append(f"saved {len(saved)} result(s) into {path}{left_out}")
+    elif state.settings.save_baseline and failed:
+        notes.append(f"nothing saved into {state.baseline_path}: its {len(failed)} result(s) are of "
+                     f"failed tests, which are no reference ({failed_ids})")
     if state.settings.report:
         folder = state.path(state.settings.report)
         try:
@@ -81,22 +111,21 @@ def _write(terminalreporter, results: Results, table: list, problems: list[str])
         else:
             written = [files.results_json, files.markdown, files.latex, files.standalone,
                        *files.plots]
-            terminalreporter.write_line(f"specdec: report written to {files.results_json.parent} "
-                                        f"({len(written)} files)")
+            notes.append(f"report written to {files.results_json.parent} ({len(written)} files)")
             if files.plot_error:
-                terminalreporter.write_line(f"specdec: {files.plot_error}")
+                notes.append(files.plot_error)
     try:
         report.write_github_summary(table, meta=meta)
     except OSError as exc:  # the CI runner's variable, not the user's input: the run stands
-        terminalreporter.write_line(f"specdec: warning: GITHUB_STEP_SUMMARY not written: "
-                                    f"{_why(exc, '$GITHUB_STEP_SUMMARY')}", yellow=True)
+        notes.append(f"warning: GITHUB_STEP_SUMMARY not written: {_why(exc, '$GITHUB_STEP_SUMMARY')}")
 
 
 def finish(results: Results, durations: Durations | None, plan: ShardPlan | None,
-           shard: Recorder | None, exitstatus: int, problems: list[str]) -> int:
-    """At session end, before the summary: the durations beside a saved baseline, the shard
-    folder's outcomes; returns the exit status (an empty shard's run is a success, not
-    pytest's "no tests collected"). A file that cannot be written joins `problems`."""
+           shard: Recorder | None, exitstatus: int, notes: list[str], problems: list[str]) -> int:
+    """At session end, before the summary: the durations beside a saved baseline, the baseline,
+    the report, the shard folder's outcomes; returns the exit status (an empty shard's run is a
+    success, not pytest's "no tests collected"). What was written joins `notes`, a file that
+    cannot be written `problems`."""
     import pytest
 
     state = results.state
@@ -110,6 +139,9 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
             durations_mod.save(path, seconds)
         except (OSError, SpecdecUsageError) as exc:
             problems.append(f"durations not saved: {_why(exc, path)}")
+    table = rows(results)
+    if table:
+        _write_outputs(results, table, notes, problems)
     if plan is not None and not plan.mine and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
         exitstatus = pytest.ExitCode.OK
     if shard is not None:

@@ -69,6 +69,24 @@ def test_lengths_on_the_host_that_leave_the_caches_are_rejected(lens, impl):
         commit_accepted_kv(k, k.clone(), torch.tensor(lens, dtype=torch.int32), path, path_len, impl=impl)
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int16, torch.bool])
+def test_lengths_that_are_not_int32_or_int64_are_named(dtype, impl):
+    """The kernels index rows with the lengths: other dtypes are refused on the host or the device,
+    for the attention as for the commits."""
+    from specdec_kernels import tree_verify_attention
+
+    k = torch.zeros(1, 2, 12, 1, 8, device=DEVICE)
+    path, path_len = (t.to(DEVICE) for t in pad_paths([[0, 1, 3], [0, 2]], 4))
+    lens = torch.tensor([8, 1], device=DEVICE).to(dtype)
+    with pytest.raises(ValueError, match=rf"cache_lens must hold integer lengths \(int32 or int64\), got {dtype}"):
+        commit_accepted_kv(k, k.clone(), lens, path, path_len, impl=impl)
+    q, cache = torch.zeros(2, 4, 2, 64, device=DEVICE), torch.zeros(2, 12, 1, 64, device=DEVICE)
+    mask = torch.tensor([1, 3, 5, 9], dtype=torch.int32, device=DEVICE).view(1, 4, 1).expand(2, 4, 1).contiguous()
+    with pytest.raises(ValueError, match="cache_lens must hold integer lengths"):
+        tree_verify_attention(q, cache, cache, lens, mask, impl=impl)
+
+
 @needs_triton
 def test_a_request_whose_rows_leave_the_caches_moves_nothing_in_the_kernel():
     """Lengths on a GPU are not read on the host, so the kernel guards itself: a request whose

@@ -209,6 +209,18 @@ def test_too_few_samples_for_the_rank_test_are_decided_by_standard_errors():
     assert vague.verdict == "noisy"
 
 
+def test_one_sample_against_a_pool_of_runs_borrows_the_pools_scatter():
+    """One request a workload: the run's figure has one sample and no spread, the baseline's the
+    pool of its last saves (one sample each) and the last save's spread, 0. Unchanged runs drifting
+    past the edge went red; the pool's scatter decides now, and a collapse is still red."""
+    tol = parse_tolerances("ttft_ms:30%")["ttft_ms"]
+    pool = entry(5.42, "lower", distribution=[5.42, 4.71, 8.42])
+    drift = compare_metric(TID, mv("ttft_ms", 10.14, "lower", distribution=[10.14]), pool, tol)
+    assert drift.verdict == "noisy" and drift.p_value is None
+    collapse = compare_metric(TID, mv("ttft_ms", 40.0, "lower", distribution=[40.0]), pool, tol)
+    assert collapse.verdict == "regression"
+
+
 def test_an_unchanged_run_with_drift_inside_the_tolerance_passes():
     now = mv(value=850.0, distribution=around(850.0))
     c = compare_metric(TID, now, entry(900.0, distribution=around(900.0, seed=3)),
@@ -280,3 +292,11 @@ def test_a_test_compared_but_never_gated_says_so():
     comps = compare_all(TID, [mv(value=10.0)], b.get, resolve_tolerances(None, None, None, {}, "f"))
     assert verdict_of(comps) == "not gated"
     assert verdict_of([]) == ""
+
+
+def test_a_test_whose_gated_figures_all_lack_a_baseline_is_new_not_ok():
+    b = Baselines("cpu", {TID: {"tpot_ms": entry(2.0, "lower")}})  # output_tok_s misspelt away
+    comps = compare_all(TID, [mv(value=10.0), mv("tpot_ms", 2.0, "lower")], b.get,
+                        resolve_tolerances("output_tok_s:5%", None, None, {}, "f"))
+    assert [c.verdict for c in comps] == ["new", "unchanged"]
+    assert verdict_of(comps) == "new"

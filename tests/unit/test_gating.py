@@ -103,6 +103,40 @@ def test_compared_but_not_gated_is_said_in_the_summary(pytester, monkeypatch):
         "figures (set --specdec-compare-fail or [[]tool.specdec.tolerances[]])"])
 
 
+def test_gated_figures_with_nothing_to_compare_with_are_said_not_passed_as_ok(pytester, monkeypatch):
+    """A misspelt figure or test in the baseline file, or a misspelt baseline folder, left a gated
+    run comparing nothing and saying "ok" or nothing at all."""
+    save_then_run(pytester, monkeypatch).assert_outcomes(passed=1)
+    baseline = pytester.path / "baselines" / "cpu.json"
+    doc = json.loads(baseline.read_text())
+    figures = doc["entries"]["test_figures"]
+    figures["output_tok_sec"] = figures.pop("output_tok_s")
+    baseline.write_text(json.dumps(doc))
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rA", "--specdec-compare-fail", "output_tok_s:5%")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "test_figures*new baseline",
+        "specdec: gate: 1 gated figure(s) have no entry in cpu.json, so nothing gated them: test_figures "
+        "output_tok_s; save them with --specdec-save-baseline, or fix a misspelt name in the file"])
+    junit = pytester.path / "j.xml"
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rA", "--specdec-compare-fail", "output_tok_s:5%",
+                                "--specdec-baseline-dir=baseline", f"--junitxml={junit}")
+    result.stdout.fnmatch_lines([
+        "specdec: gate: no baseline file at *baseline/cpu.json, so none of the 1 gated figure(s) was "
+        "compared; save one with --specdec-save-baseline (or point --specdec-baseline-dir at yours)"])
+    assert 'name="specdec.output_tok_s.verdict" value="new"' in junit.read_text()
+
+
+def test_a_figure_no_tolerance_gates_says_so_in_junit(pytester, monkeypatch):
+    """Its verdict once read "regression" there, on a green test."""
+    junit = pytester.path / "j.xml"
+    save_then_run(pytester, monkeypatch, "--specdec-compare-fail", "tpot_ms:10%", f"--junitxml={junit}",
+                  tok_s=2.0).assert_outcomes(passed=1)
+    xml = junit.read_text()
+    assert 'name="specdec.output_tok_s.verdict" value="not gated"' in xml
+    assert 'name="specdec.tpot_ms.verdict" value="unchanged"' in xml
+
+
 def test_a_noisy_figure_passes_unless_strict_noise(pytester, monkeypatch):
     # -20 % against a 5 % tolerance, but both runs' spreads (20) hide it: 2 * hypot(20, 20) = 57
     result = save_then_run(pytester, monkeypatch, "--specdec-compare-fail", "output_tok_s:5%",

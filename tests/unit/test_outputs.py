@@ -127,8 +127,9 @@ def test_durations_that_cannot_be_saved_at_the_end_are_a_problem_not_a_traceback
     state = SimpleNamespace(settings=SimpleNamespace(save_baseline=True),
                             baseline_path=tmp_path / "spoiled" / "cpu.json")
     problems: list[str] = []
-    status = summary.finish(SimpleNamespace(state=state), SimpleNamespace(seconds={"ar-tp1": 1.0}),
-                            None, None, pytest.ExitCode.OK, problems)
+    status = summary.finish(SimpleNamespace(state=state, all=lambda: [], outcomes={}),
+                            SimpleNamespace(seconds={"ar-tp1": 1.0}), None, None, pytest.ExitCode.OK, [],
+                            problems)
     assert status == pytest.ExitCode.OK  # the plugin fails the run over `problems`
     assert problems == [f"durations not saved: {tmp_path / 'spoiled'}: File exists"]
 

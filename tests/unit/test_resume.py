@@ -93,7 +93,7 @@ def test_a_failing_comparison_or_benchmark_bridge_loses_no_measurement(pytester)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*SpecdecUsageError after the measurement was journaled*"
                                  "baseline for test_widgets widgets says 'lower' is better*"])
-    assert [r["data"]["metrics"]["widgets"]["value"] for r in journal_lines(pytester)] == [3.0]
+    assert [r["data"]["metrics"]["widgets"]["value"] for r in journal_lines(pytester)] == [3.0, 3.0]
 
     (pytester.path / "baselines" / "cpu.json").unlink()
     pytester.makeconftest("""
@@ -113,7 +113,7 @@ def benchmark():
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*RuntimeError after the measurement was journaled*"
                                  "the bridge broke*"])
-    assert [r["status"] for r in journal_lines(pytester)] == ["done"]
+    assert [r["status"] for r in journal_lines(pytester)] == ["done", "failed-checks"]
 
 
 def test_a_regression_against_a_baseline_of_another_setup_says_so(pytester):
@@ -136,3 +136,58 @@ def test_a_regression_against_a_baseline_of_another_setup_says_so(pytester):
     result.stdout.fnmatch_lines(["*regression against cpu.json (its entries of widgets measured another "
                                  "setup: workload, server settings or model; re-create them with "
                                  "--specdec-save-baseline if the change is meant):"])
+
+
+def test_a_test_that_failed_its_checks_is_measured_again_on_resume_and_saved_nowhere(pytester):
+    """Its figures were journaled as done before the gate failed it: resume once skipped it as
+    measured, and a red run retried with --specdec-resume went green; --specdec-save-baseline
+    made its regressed figure the reference."""
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
+    pytester.makepyfile(test_widgets=RECORDING_TEST)
+    baseline = pytester.path / "baselines" / "cpu.json"
+    baseline.parent.mkdir()
+    baseline.write_text(json.dumps({
+        "format": "pytest-specdec-baselines", "version": 1, "hardware_key": "cpu",
+        "entries": {"test_widgets": {"widgets": {"value": 5.0, "direction": "higher"}}}}))
+    before = baseline.read_text()
+    gate = ("--specdec-compare-fail", "*:10%")
+    result = run(pytester, *gate, "--specdec-save-baseline")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["regression against cpu.json:", "widgets 3.00 < baseline 5.00 -10% (-40.0%)",
+                                 "specdec: nothing saved into *cpu.json: its 1 result(s) are of failed tests, "
+                                 "which are no reference (test_widgets)"])
+    assert baseline.read_text() == before
+    assert [r["status"] for r in journal_lines(pytester)] == ["done", "failed-checks"]
+
+    result = run(pytester, "--specdec-resume", *gate)
+    result.assert_outcomes(failed=1)  # measured and gated again, not skipped as done
+    result.stdout.fnmatch_lines(["*regression against cpu.json*"])
+    result.stdout.no_fnmatch_line("*already measured*")
+
+    baseline.unlink()  # the gate has nothing to fail on now: a pass, then resumed as done
+    run(pytester, "--specdec-resume", *gate).assert_outcomes(passed=1)
+    run(pytester, "--specdec-resume", *gate).assert_outcomes(skipped=1)
+
+
+@pytest.mark.parametrize("how", ["a summary that raises", "no terminal"])
+def test_the_baseline_and_the_report_are_written_when_no_terminal_summary_follows(pytester, how):
+    """pytest-benchmark's --benchmark-compare-fail raises in its terminal summary, and -p
+    no:terminal has none: the baseline and the report were written there, last, and were lost."""
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
+    pytester.makepyfile(test_widgets=RECORDING_TEST)
+    args = ["--specdec-save-baseline", "--specdec-report", "rep"]
+    if how == "no terminal":
+        args += ["-p", "no:terminal"]
+    else:
+        pytester.makeconftest("""
+import pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_terminal_summary(terminalreporter):
+    raise RuntimeError("Performance has regressed")
+""")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=240)  # -rA needs a terminal
+    assert (result.ret == 0) is (how == "no terminal"), result.stderr.str()
+    entries = json.loads((pytester.path / "baselines" / "cpu.json").read_text())["entries"]
+    assert entries["test_widgets"]["widgets"]["value"] == 3.0
+    assert (pytester.path / "rep" / "results.json").is_file()
