@@ -126,6 +126,28 @@ class EmbeddedBackend(Backend):
     def argv_builder(self, spec: ServerSpec, state: RunState) -> ArgvBuilder:
         return partial(build_embedded_argv, spec, entry=[sys.executable, "-m", ENGINE_MODULE])
 
+    def check(self, state: RunState) -> None:
+        """Each matrix budget through the engine's own checks (a tree that fills the context got
+        the engine killed for its memory after minutes of warm-up)."""
+        from .engine.cli import build_parser, parse_args
+
+        for matrix in state.config.matrices.values():
+            for method, _, budget in matrix.entries():
+                if budget is None:
+                    continue
+                parser = build_parser()
+
+                def reject(message: str, family=matrix.family, budget=budget) -> None:
+                    source = state.config.source
+                    table = (f"{source[:-1]}.matrix.{family}]" if source.endswith("]")
+                             else f"{source} [matrix.{family}]")
+                    raise SpecdecUsageError(f"{table} budget {budget}: the embedded engine refuses it: "
+                                            f"{message}")
+
+                parser.error = reject  # type: ignore[method-assign]  # argparse would print and exit
+                parse_args(["--method", method, "--budget", str(budget), *state.config.engine.argv(),
+                            *state.config.engine.extra_args], parser)
+
     def check_ready(self, state: RunState) -> None:
         extras.require("engine", f"the embedded engine (backend {self.reason})")
 

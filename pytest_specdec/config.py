@@ -8,7 +8,9 @@ at start with one line naming the file, the key and the fix.
 from __future__ import annotations
 
 import difflib
+import json
 import math
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -257,6 +259,10 @@ def _parse_matrix(filename: str, family: str, data: Any) -> Matrix:
     methods = reader.str_list("methods", ())
     tps = reader.int_list("tp", (1,))
     budgets = reader.int_list("budget", ())
+    for key, values in (("methods", methods), ("tp", tps), ("budget", budgets)):
+        twice = sorted({v for v in values if values.count(v) > 1}, key=values.index)
+        if twice:  # each would be a test of its own, the same configuration measured again
+            reader.fail(key, f"lists {', '.join(map(repr, twice))} more than once; list each once")
     if not methods:
         reader.fail("methods", f"is empty; list at least one of {', '.join(METHODS)}")
     _check_methods(reader, "methods", methods)
@@ -344,7 +350,7 @@ def _parse_engine(filename: str, data: Any) -> EngineSettings:
         seed=reader.get("seed", int, 0),
         device=reader.get("device", str, "auto"),
         num_layers=reader.get("num_layers", int, None),
-        extra_args=reader.str_list("extra_args", ()),
+        extra_args=_argv_list(reader, ENGINE_FLAGS_SET_BY_PLUGIN),
     )
     if not 0.0 <= settings.draft_agreement <= 1.0:
         reader.fail("draft_agreement", f"{settings.draft_agreement} must lie in [0, 1]")
@@ -382,8 +388,41 @@ def _parse_sglang(filename: str, data: Any) -> SGLangSettings:
     raw = reader.get("method_flags", (str, dict), None)
     flags = DEFAULT_METHOD_FLAGS if raw is None else method_flags_from_config(
         raw, source=reader.where("method_flags"))
-    return SGLangSettings(dict(flags), reader.str_list("extra_args", ()),
-                          reader.get("python", str, sys.executable))
+    python = reader.get("python", str, sys.executable)
+    if shutil.which(python) is None:  # a path that is no program failed every test with a traceback
+        reader.fail("python", f"{python!r} is not an executable Python; give the interpreter that has "
+                              f"SGLang installed, e.g. \"/opt/sglang/bin/python\"")
+    return SGLangSettings(dict(flags), _argv_list(reader, SGLANG_FLAGS_SET_BY_PLUGIN), python)
+
+
+#: Flags the plugin passes every server itself, and what a user sets instead: in extra_args they
+#: would override it (a --port the plugin never hears of, a budget other than the test's).
+ENGINE_FLAGS_SET_BY_PLUGIN = {
+    "--host": "the plugin binds each server to 127.0.0.1", "--port": "the plugin picks each server's port",
+    "--method": "the matrix sets each test's method", "--budget": "the matrix sets each test's budget",
+    "--seed": "set [tool.specdec.engine] seed", "--log-level": "the plugin reads the server's info log",
+    "--model-preset": "set [tool.specdec.engine] model_preset",
+}
+SGLANG_FLAGS_SET_BY_PLUGIN = {
+    "--host": ENGINE_FLAGS_SET_BY_PLUGIN["--host"], "--port": ENGINE_FLAGS_SET_BY_PLUGIN["--port"],
+    "--tp-size": "the matrix sets each test's tensor-parallel size", "--tp": "the matrix sets each test's "
+    "tensor-parallel size", "--model-path": "set [tool.specdec] model",
+    "--log-level": ENGINE_FLAGS_SET_BY_PLUGIN["--log-level"], "--random-seed": "set [tool.specdec.engine] seed",
+}
+
+
+def _argv_list(reader: _Reader, set_by_plugin: Mapping[str, str]) -> tuple[str, ...]:
+    """extra_args: a list of arguments, one element each, none of the flags the plugin sets."""
+    if isinstance(reader.data.get("extra_args"), str):
+        words = reader.data["extra_args"].split()
+        reader.fail("extra_args", f"{reader.data['extra_args']!r} is one string; give one argument an "
+                                  f"element, e.g. {json.dumps(words)}")
+    args = reader.str_list("extra_args", ())
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if flag in set_by_plugin:
+            reader.fail("extra_args", f"{flag} is set by the plugin ({set_by_plugin[flag]}); remove it")
+    return args
 
 
 def parse(data: Mapping[str, Any], filename: str, root: Path) -> SpecdecConfig:

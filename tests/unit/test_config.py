@@ -103,6 +103,25 @@ from pytest_specdec.errors import SpecdecUsageError
      "*[workloads #1] temperature: inf must be a finite number"),
     ("[tool.specdec]\nresume = 'sometimes'\n",
      "*key 'resume': 'sometimes' is not a boolean (use true or false)*"),
+    ("[tool.specdec.matrix.cpu]\nmethods = ['ddtree', 'ddtree']\nbudget = [8]\n",
+     "*[tool.specdec.matrix.cpu] methods: lists 'ddtree' more than once; list each once"),
+    ("[tool.specdec.matrix.cpu]\nmethods = ['ddtree']\ntp = [1]\nbudget = [8, 16, 8]\n",
+     "*[tool.specdec.matrix.cpu] budget: lists 8 more than once; list each once"),
+    ("[tool.specdec]\nbackend = 'embedded'\n[tool.specdec.matrix.cpu]\nmethods = ['ddtree']\nbudget = [100000]\n",
+     "*[tool.specdec.matrix.cpu] budget 100000: the embedded engine refuses it: --budget 100000 verifies "
+     "100001 tokens a step, which leaves no room for a prompt in --context-length 4096*"),
+    ("[tool.specdec.engine]\nextra_args = '--cpu-threads 2'\n",
+     "*[tool.specdec.engine] extra_args: '--cpu-threads 2' is one string; give one argument an element, "
+     "e.g. [\"--cpu-threads\", \"2\"]"),
+    ("[tool.specdec.engine]\nextra_args = ['--port=38777']\n",
+     "*[tool.specdec.engine] extra_args: --port is set by the plugin (the plugin picks each server's port); "
+     "remove it"),
+    ("[tool.specdec.sglang]\nextra_args = ['--tp-size', '2']\n",
+     "*[tool.specdec.sglang] extra_args: --tp-size is set by the plugin (the matrix sets each test's "
+     "tensor-parallel size); remove it"),
+    ("[tool.specdec.sglang]\npython = '/nonexistent/python'\n",
+     "*[tool.specdec.sglang] python: '/nonexistent/python' is not an executable Python; give the "
+     "interpreter that has SGLang installed*"),
 ])
 def test_config_errors_stop_the_run_with_one_clear_line(pytester: pytest.Pytester, toml, message):
     pytester.makepyprojecttoml(toml)

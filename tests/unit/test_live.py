@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pytest_specdec.live import LiveServer
@@ -104,3 +106,38 @@ def test_an_interval_logged_twice_counts_once(tmp_path):
     server = cross_check(tmp_path, CHAT, during)
     assert server.disagreements == []
     assert (server.last_server_figures.lines, server.last_server_figures.intervals) == (2, 1)
+
+
+@pytest.mark.parametrize("status, body, said", [
+    (400, b'{"error": {"message": "The embedded engine cannot honour the sampling parameter(s) top_p=0.5"}}',
+     "/generate failed: HTTP 400 Bad Request: The embedded engine cannot honour the sampling parameter(s) top_p=0.5"),
+    (500, b"Internal Server Error\n", "/generate failed: HTTP 500 Internal Server Error: Internal Server Error"),
+    (200, b"<html>ok</html>", "/generate answered with something that is not JSON: <html>ok</html>"),
+])
+def test_generate_fails_with_the_servers_own_words(status, body, said):
+    """An HTTP error said only "HTTP Error 400: Bad Request", the reason in its body thrown away;
+    a 200 that was not JSON escaped as a JSONDecodeError traceback."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        server = LiveServer(spec=ServerSpec("embedded", "ar"), url=f"http://127.0.0.1:{httpd.server_port}",
+                            log_path=None, check=lambda: None)
+        with pytest.raises(pytest.fail.Exception, match="server ar-tp1: " + re.escape(said)):
+            server.generate("Hello", max_new_tokens=4, top_p=0.5)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
