@@ -48,13 +48,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _count(text: str) -> int:
+def _count(text: str, least: int = 0) -> int:
     try:
         value = int(text)
     except ValueError:
         raise ValueError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise ValueError(f"{text!r} must be 0 or more")
+    if value < least:
+        raise ValueError(f"{text!r} must be {least} or more")
     return value
 
 
@@ -71,10 +71,7 @@ def _gpu_count(text: str) -> int:
 
 
 def _positive_count(text: str) -> int:
-    value = _count(text)
-    if value < 1:
-        raise ValueError(f"{text!r} must be 1 or more")
-    return value
+    return _count(text, least=1)
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -102,6 +99,21 @@ def _url(text: str) -> str:
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{text!r} is not an http(s) URL such as http://127.0.0.1:30000")
     return text
+
+
+def _arch(text: str) -> str:
+    """Checked where it is set, so that its error names the ini key or config key it came from."""
+    from .hardware import FAMILIES, normalise_arch
+
+    try:
+        arch = normalise_arch(text)
+    except SpecdecUsageError:
+        raise ValueError(f"{text!r} is not a GPU architecture; use a compute capability such as sm_90 "
+                         f"(Hopper) or sm_120 (Blackwell RTX PRO 6000); known: {', '.join(FAMILIES)}") from None
+    if arch not in FAMILIES:
+        raise ValueError(f"{text!r}: no family known for this architecture, so there is no suite to "
+                         f"rehearse; use one of {', '.join(FAMILIES)}")
+    return arch
 
 
 def _backend(text: str) -> str:
@@ -144,7 +156,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("backend", "server backend: auto (SGLang where it is importable and a GPU is present, "
            "else embedded), embedded or sglang", _backend, "auto", metavar="{auto,embedded,sglang}"),
     Option("arch", "pretend the GPUs are ARCH (e.g. sm_120) for dry runs: runs that family's suite "
-           "with its known issues on whatever backend is available", str, None, metavar="ARCH"),
+           "with its known issues on whatever backend is available", _arch, None, metavar="ARCH"),
     Option("gpus", "GPU inventory to schedule on (default: detected; on a CPU machine, a simulated "
            "inventory for scheduling tests)", _gpu_count, None, metavar="N"),
     Option("server_url", "use the server running at URL; launch nothing and never stop it",

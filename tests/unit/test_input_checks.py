@@ -24,7 +24,7 @@ def _usage_error(result: pytest.RunResult, message: str) -> None:
     (["--specdec-tp=3"], "--specdec-tp: '3': 3 is not a power of two; tensor-parallel sizes are "
                          "1, 2, 4 or 8*"),
     (["--specdec-tp=1,6"], "--specdec-tp: '1,6': 6 is not a power of two*"),
-    (["--specdec-arch=sm_999"], "--specdec-arch sm_999: no family known for this architecture*; "
+    (["--specdec-arch=sm_999"], "--specdec-arch: 'sm_999': no family known for this architecture*; "
                                 "use one of sm_80, *sm_90*sm_120*"),
 ])
 def test_out_of_range_flag_values_are_usage_errors(pytester: pytest.Pytester, args, message):
@@ -35,6 +35,7 @@ def test_out_of_range_flag_values_are_usage_errors(pytester: pytest.Pytester, ar
 @pytest.mark.parametrize("ini, message", [
     ("specdec_gpus = 100", "ini specdec_gpus: '100' is more GPUs than one host has*"),
     ("specdec_tp = 3", "ini specdec_tp: '3': 3 is not a power of two*"),
+    ("specdec_arch = banana", "ini specdec_arch: 'banana' is not a GPU architecture*"),  # once "--specdec-arch"
 ])
 def test_out_of_range_ini_values_are_usage_errors(pytester: pytest.Pytester, ini, message):
     pytester.makeini("[pytest]\n" + ini)

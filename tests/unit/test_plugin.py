@@ -338,6 +338,7 @@ def test_dump(specdec_state):
     ("specdec_resume = maybe", "*ini specdec_resume: *'maybe'*; --specdec-resume takes: *"),
     ("specdec_gpus = many", "*ini specdec_gpus: *'many'*; --specdec-gpus takes: *"),
     ("specdec_keep_runs = 0", "*ini specdec_keep_runs: '0' must be 1 or more*"),
+    ("specdec_keep_runs = -1", "*ini specdec_keep_runs: '-1' must be 1 or more*"),  # once "0 or more"
 ])
 def test_ini_values_are_typed_and_a_bad_one_is_a_usage_error(pytester: pytest.Pytester, ini,
                                                                  message):
