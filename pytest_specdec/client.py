@@ -135,10 +135,13 @@ async def generate_one(
                 error = f"HTTP {status}: {_error_text(body)}"
             else:
                 buf = bytearray()
+                head = bytearray()  # the body's first bytes, to show one that is no event stream
                 async for data in resp.content.iter_any():
                     if on_event is not None:
                         on_event()
                     buf += data
+                    if len(head) < 200:
+                        head += data[:200 - len(head)]
                     if b"\n" not in data:
                         continue
                     *lines, buf = buf.split(b"\n")
@@ -161,7 +164,11 @@ async def generate_one(
                                 first_meta = meta
                     if done:
                         break
-                if not done and error is None:
+                if not done and error is None and chunks == 0 and head \
+                        and not head.lstrip().startswith((_DATA, b":")):  # ":": an SSE comment
+                    error = (f"answered with a body that is no event stream (no 'data:' lines; was the request's "
+                             f"stream: true ignored?): {_error_text(head.decode('utf-8', 'replace'))}")
+                elif not done and error is None:
                     error = "stream ended without 'data: [DONE]' (server closed the connection mid-response)"
     except asyncio.TimeoutError:
         error = f"timed out after {timeout_s} s"

@@ -137,7 +137,7 @@ class LiveServer:
         try:
             measurement = metrics.measure(
                 result, method=self.spec.method, min_accept_length=self.min_accept_length,
-                vocab_size=vocab_size, log_tail=self.log_tail)
+                vocab_size=vocab_size, log_tail=self.log_tail if self.log_path else None)
         except MeasurementError as exc:
             self.check_alive()
             fail(f"server {self.id}: {exc}")  # the diagnosis names the workload itself

@@ -52,16 +52,27 @@ def identify(info: dict) -> ServerIdentity:
     method = method_of_algorithm(algorithm)
     budget = None
     if takes_budget(method):
-        budget = info.get("speculative_ddtree_budget") or info.get("budget")
+        key = "speculative_ddtree_budget" if info.get("speculative_ddtree_budget") else "budget"
+        budget = _whole(info, key) if info.get(key) else None
         if budget is None and info.get(api.INFO_NUM_DRAFT_TOKENS):
-            budget = int(info[api.INFO_NUM_DRAFT_TOKENS]) - 1
-        budget = None if budget is None else int(budget)
+            budget = _whole(info, api.INFO_NUM_DRAFT_TOKENS) - 1
     return ServerIdentity(
         method=method,
-        tp=int(info.get(api.INFO_TP_SIZE) or 1),
+        tp=_whole(info, api.INFO_TP_SIZE) if info.get(api.INFO_TP_SIZE) else 1,
         budget=budget,
         model=info.get(api.INFO_MODEL_PATH),
     )
+
+
+def _whole(info: dict, key: str) -> int:
+    """A count out of /server_info, or a ValueError that names the key and what it held."""
+    value = info[key]
+    try:
+        if isinstance(value, bool) or int(value) != float(value):
+            raise ValueError
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"its /server_info says {key} = {value!r}, which is not a whole number") from None
 
 
 def fetch_server_info(url: str, timeout: float = 10.0) -> dict:
@@ -70,9 +81,13 @@ def fetch_server_info(url: str, timeout: float = 10.0) -> dict:
     for path in (api.SERVER_INFO, api.SERVER_INFO_OLD):
         try:
             with urllib.request.urlopen(url.rstrip("/") + path, timeout=timeout) as resp:
-                return json.loads(resp.read())
+                info = json.loads(resp.read())
         except (urllib.error.URLError, OSError, ValueError) as e:
             last = e
+            continue
+        if isinstance(info, dict):
+            return info
+        last = ValueError(f"{path} answered a JSON {type(info).__name__}, not an object of server arguments")
     raise ServerError(
         url,
         "unreachable",

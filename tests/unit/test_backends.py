@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -36,6 +37,48 @@ def test_the_configuration_id_is_one_function():
     assert case.spec_id == spec.id == identity.id == configuration_id("ddtree", 4, 16) == "ddtree-tp4-b16"
     assert case.param_id == "blackwell-ddtree-tp4-b16"
     assert configuration_id("dflash", 1, None) == ServerSpec("embedded", "dflash").id == "dflash-tp1"
+
+
+@pytest.mark.parametrize("info, said", [
+    ({"tp_size": "two"}, "its /server_info says tp_size = 'two', which is not a whole number"),
+    ({"speculative_algorithm": "DDTREE", "speculative_ddtree_budget": 16.5},
+     "speculative_ddtree_budget = 16.5, which is not a whole number"),
+    ({"speculative_algorithm": "DDTREE", "speculative_num_draft_tokens": [9]},
+     "speculative_num_draft_tokens = [9], which is not a whole number"),
+])
+def test_an_attached_servers_counts_that_are_no_counts_are_named(info, said):
+    """They surfaced as int()'s "invalid literal for int() with base 10"."""
+    with pytest.raises(ValueError, match=re.escape(said)):
+        identify(info)
+    assert identify({"tp_size": "4", "speculative_algorithm": "DDTREE", "speculative_num_draft_tokens": 9.0}).id \
+        == "ddtree-tp4-b8"
+
+
+def test_a_server_info_that_is_no_object_is_named():
+    """A JSON list surfaced as "'list' object has no attribute 'get'"."""
+    import http.server
+    import threading
+
+    from pytest_specdec.servers.attach import fetch_server_info
+    from pytest_specdec.servers.diagnosis import ServerError
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"[1, 2, 3]")
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(ServerError, match="answered a JSON list, not an object of server arguments"):
+            fetch_server_info(f"http://127.0.0.1:{httpd.server_port}")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 @pytest.mark.parametrize("method, speculative", [("ar", False), ("AR", False), ("none", False), (None, False),

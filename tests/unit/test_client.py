@@ -79,6 +79,8 @@ class FakeSGLang:
                                       "code": 400}, status=400)
         if mode == "http500":
             return web.Response(status=500, text="Internal Server Error")
+        if mode == "not_streamed":  # a server that ignores stream: true
+            return web.json_response({"text": "xx", "meta_info": {"completion_tokens": 2}})
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         try:
@@ -235,6 +237,8 @@ def test_spec_fields_absent_stay_none(fake):
         ("http500", 500, "HTTP 500: Internal Server Error"),
         ("midstream_error", 200, "CUDA out of memory"),
         ("no_done", 200, "stream ended without 'data: \\[DONE\\]'"),
+        ("not_streamed", 200, "answered with a body that is no event stream \\(no 'data:' lines; was the "
+                              "request's stream: true ignored\\?\\): \\{\"text\": \"xx\""),
         ("abort", 200, "request aborted by the server: too long"),
     ],
 )
