@@ -128,6 +128,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         recording.mark_for_benchmark(item)
 
 
+@hookimpl(wrapper=True, specname="pytest_collection_modifyitems")
+def pytest_collection_modifyitems_benchmarks(config: pytest.Config, items: list[pytest.Item]):
+    """Around every plugin's item hook: pytest-benchmark sorts tests by whether they name its
+    fixture, which ours request only after measuring, so --benchmark-skip measured them and then
+    skipped them, and --benchmark-only skipped them all."""
+    if not config.pluginmanager.hasplugin("benchmark") or not any(
+            "specdec_record" in getattr(item, "fixturenames", ()) for item in items):
+        return (yield)
+    from . import recording
+
+    shown = recording.show_benchmark_fixture(items)
+    try:
+        return (yield)
+    finally:
+        recording.hide_benchmark_fixture(shown)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     import pytest
 

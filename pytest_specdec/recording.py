@@ -167,6 +167,25 @@ def existing_recorder(item: pytest.Item) -> Recorder | None:
     return item.stash.get(_RECORDER_KEY, None)
 
 
+def show_benchmark_fixture(items: list[pytest.Item]) -> list[list[str]]:
+    """Name pytest-benchmark's fixture in each recording test's fixture list while the item hooks
+    run (it is requested when the measurement is fed to it, not at setup); returns the lists to
+    restore with :func:`hide_benchmark_fixture`."""
+    shown = []
+    for item in items:
+        names = getattr(item, "fixturenames", None)
+        if isinstance(names, list) and "specdec_record" in names and "benchmark" not in names:
+            names.append("benchmark")  # items of one function share the list: once per list
+            shown.append(names)
+    return shown
+
+
+def hide_benchmark_fixture(shown: list[list[str]]) -> None:
+    for names in shown:
+        if "benchmark" in names:
+            names.remove("benchmark")
+
+
 def mark_for_benchmark(item: pytest.Item) -> None:
     """Give recorded tests the replay clock as their pytest-benchmark timer."""
     if "specdec_record" in getattr(item, "fixturenames", ()) \

@@ -157,3 +157,16 @@ def test_the_journal_and_the_baseline_keep_the_figures_samples(pytester, monkeyp
     assert doc["version"] == 2
     entry = doc["entries"]["test_figures"]["output_tok_s"]
     assert set(entry) >= {"value", "distribution", "cpu_share"}
+
+
+def test_benchmark_skip_and_only_treat_recorded_tests_as_benchmarks(pytester, monkeypatch):
+    """pytest-benchmark sorts tests by its fixture's name, which ours request only once measured:
+    --benchmark-skip measured them and then skipped them, --benchmark-only skipped them all."""
+    pytester.makepyfile(test_figures=RECORDING_TEST, test_plain="def test_plain(): pass")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rs", "--benchmark-skip")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_figures.py: Skipping benchmark (--benchmark-skip active)."])
+    assert not (pytester.path / ".specdec" / "journal.jsonl").exists()  # nothing was measured
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rs", "--benchmark-only")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_plain.py: Skipping non-benchmark (--benchmark-only active)."])
