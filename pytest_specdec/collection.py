@@ -14,7 +14,7 @@ from typing import Iterable
 
 import pytest
 
-from .configuration import METHODS, MatrixCase
+from .configuration import METHODS, MatrixCase, takes_budget
 from .hardware import GPU_FAMILIES
 from .state import RunState
 
@@ -89,6 +89,8 @@ def specdec_configuration(item: pytest.Item, marker: pytest.Mark
         problem = f"has tp={tp!r}, which is not a power of two (1, 2, 4 or 8)"
     elif budget is not None and not _is_count(budget):
         problem = f"has budget={budget!r}, which is not a whole number of draft nodes, 1 or more"
+    elif budget is not None and method is not None and not takes_budget(method):
+        problem = f"has budget={budget!r}, but {method} takes no budget (a tree budget is ddtree's)"
     if problem is None:
         return method, tp, budget
     raise pytest.UsageError(

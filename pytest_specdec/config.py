@@ -511,14 +511,17 @@ def load_known_issues(path: Path) -> list[KnownIssue]:
 
 
 def load(root: Path) -> SpecdecConfig:
-    """specdec.toml wins over pyproject.toml's [tool.specdec]; neither gives the defaults."""
+    """specdec.toml or pyproject.toml's [tool.specdec], not both (one would be ignored without a
+    word); neither gives the defaults."""
     specdec_toml = root / "specdec.toml"
-    if specdec_toml.is_file():
-        return parse(_read_toml(specdec_toml), "specdec.toml", root)
     pyproject = root / "pyproject.toml"
-    if pyproject.is_file():
-        table = _read_toml(pyproject).get("tool", {}).get("specdec")
+    table = _read_toml(pyproject).get("tool", {}).get("specdec") if pyproject.is_file() else None
+    if specdec_toml.is_file():
         if table is not None:
-            return parse(table, "pyproject.toml", root)
+            raise SpecdecUsageError("both specdec.toml and pyproject.toml [tool.specdec] configure "
+                                    "pytest-specdec; keep one of them (merge the other into it)")
+        return parse(_read_toml(specdec_toml), "specdec.toml", root)
+    if table is not None:
+        return parse(table, "pyproject.toml", root)
     return SpecdecConfig(source="defaults", root=root, matrices=dict(DEFAULT_MATRICES),
                          workloads=DEFAULT_WORKLOADS)

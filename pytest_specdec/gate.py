@@ -110,7 +110,7 @@ def _parse_amount(metric: str, amount: str, source: str) -> Tolerance | object:
         value = float(number)
     except ValueError:
         raise SpecdecUsageError(f"{source}: tolerance {amount!r} for {metric!r} is not a number or "
-                                f"percentage (like 5% or 0.05), or off") from None
+                                f"percentage (like 5%, relative, or 0.05, absolute in the figure's unit), or off") from None
     if not math.isfinite(value) or value < 0:
         raise SpecdecUsageError(f"{source}: tolerance {amount!r} for {metric!r} must be a finite "
                                 f"number >= 0")

@@ -172,7 +172,7 @@ class Gate:
         """`result` against its baseline entries, with a warning where an entry measured
         something else (:meth:`other_setup`)."""
         other = self.other_setup(result)
-        if other:
+        if other and not self.state.settings.save_baseline:  # a saving run re-creates them itself
             warnings.warn(f"{result.test_id}: the baseline of {', '.join(other)} measured another "
                           f"setup (workload, server settings or model; its fingerprint differs); "
                           f"re-create it with --specdec-save-baseline if the change is meant",

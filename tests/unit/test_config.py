@@ -153,6 +153,19 @@ def test_invalid_toml_in_specdec_toml(pytester: pytest.Pytester):
                                          "fix the syntax")
 
 
+def test_specdec_toml_beside_a_tool_specdec_table_is_a_usage_error(pytester: pytest.Pytester):
+    """specdec.toml won, and pyproject.toml's table was ignored without a word."""
+    pytester.makefile(".toml", specdec="[matrix.cpu]\nmethods = ['ar']\n")
+    pytester.makepyprojecttoml("[tool.specdec]\nbackend = 'embedded'\n")
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert_one_line(result.stderr.str(), "ERROR: pytest-specdec: both specdec.toml and pyproject.toml "
+                                         "[tool.specdec] configure pytest-specdec; keep one of them")
+    pytester.makepyprojecttoml("[tool.pytest.ini_options]\naddopts = '-q'\n")  # no table: specdec.toml rules
+    assert pytester.runpytest().ret == pytest.ExitCode.OK
+
+
 def test_non_utf8_specdec_toml_is_a_usage_error(pytester: pytest.Pytester):
     (pytester.path / "specdec.toml").write_bytes(b"[matrix.cpu]\nmethods = ['ar'] # \xff\n")
     pytester.makepyfile("def test_x(): pass")

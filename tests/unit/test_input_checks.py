@@ -75,6 +75,7 @@ def test_a_tp_filter_from_the_ini_is_named_as_such(pytester: pytest.Pytester):
     ('specdec(method="ddtree", tp=3)', "*has tp=3, which is not a power of two*"),
     ('specdec(method="ddtree", budget="big")', "*has budget='big', which is not a whole number*"),
     ('specdec(method="ddtree", tree=8)', "*has unknown keywords tree*"),
+    ('specdec(method="ar", budget=8)', "*has budget=8, but ar takes no budget (a tree budget is ddtree's)*"),
 ])
 def test_bad_marker_arguments_are_usage_errors_naming_the_test(pytester: pytest.Pytester,
                                                                 marker, message):

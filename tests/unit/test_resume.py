@@ -136,6 +136,11 @@ def test_a_regression_against_a_baseline_of_another_setup_says_so(pytester):
     result.stdout.fnmatch_lines(["*regression against cpu.json (its entries of widgets measured another "
                                  "setup: workload, server settings or model; re-create them with "
                                  "--specdec-save-baseline if the change is meant):"])
+    result.stdout.fnmatch_lines(["*UserWarning: test_widgets: the baseline of widgets measured another setup*"])
+
+    result = run(pytester, "--specdec-save-baseline")  # re-creating them: no advice to do so
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("*measured another setup*")
 
 
 def test_a_test_that_failed_its_checks_is_measured_again_on_resume_and_saved_nowhere(pytester):
