@@ -173,6 +173,17 @@ def skip_reason(item: pytest.Item, state: RunState) -> str | None:
 
 def known_issue_reason(item: pytest.Item, state: RunState) -> str | None:
     """Why the configuration in the item's `specdec` marker is expected to fail here, or None."""
+    case = case_of(item)
+    if case is not None:  # a matrix test runs its parameter's configuration, whatever else it says
+        for marker in item.iter_markers("specdec"):
+            if specdec_configuration(item, marker) != (case.method, case.tp, case.budget):
+                raise pytest.UsageError(
+                    f"pytest-specdec: {item.nodeid}: {_marker_text(marker)} names another "
+                    f"configuration than the matrix's {case.spec_id} this test runs, and known issues "
+                    f"would match the marker's; remove the marker (a matrix test's configuration is "
+                    f"its parameter)")
+        issue = state.known_issue(case.method, case.tp, case.budget)
+        return issue.reason if issue is not None else None
     marker = item.get_closest_marker("specdec")
     if marker is None:
         return None

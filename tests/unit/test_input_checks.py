@@ -84,6 +84,23 @@ def test_bad_marker_arguments_are_usage_errors_naming_the_test(pytester: pytest.
     _usage_error(pytester.runpytest(), "test_marked.py::test_plain: " + message)
 
 
+def test_a_hand_written_specdec_marker_on_a_matrix_test_is_an_error(pytester: pytest.Pytester):
+    """It overrode each configuration's own marker, so known issues matched the marker's
+    configuration, not the one the test ran (an expected failure passed as a plain pass)."""
+    pytester.makepyprojecttoml("[tool.specdec]\nbackend = 'embedded'\n[tool.specdec.matrix.cpu]\n"
+                               "methods = ['ddtree']\nbudget = [8]\n[[tool.specdec.known_issues]]\n"
+                               "method = 'ddtree'\nbudget = [8]\nreason = 'crashes'\n")
+    pytester.makepyfile(test_marked="import pytest\n\n@pytest.mark.specdec(method='ar')\n"
+                                    "def test_x(specdec_spec):\n    pass\n")
+    _usage_error(pytester.runpytest(), "test_marked.py::test_x[[]ddtree-tp1-b8[]]: "
+                 "@pytest.mark.specdec(method='ar') names another configuration than the matrix's "
+                 "ddtree-tp1-b8 this test runs*")
+    pytester.makepyfile(test_marked="def test_x(specdec_spec):\n    pass\n")
+    result = pytester.runpytest("-rX")  # the known issue applies: its strict xfail passing is a failure
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*XPASS(strict)*known issue: crashes*"])
+
+
 def test_a_bad_marker_on_a_test_that_skips_is_still_an_error(pytester: pytest.Pytester):
     """Else the mistake shows only on the hardware the test targets."""
     pytester.makepyfile(test_marked="import pytest\n\n@pytest.mark.blackwell\n"
