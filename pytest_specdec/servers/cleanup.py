@@ -4,13 +4,15 @@ Three layers, because each covers a way out the others miss:
 
 1. normal teardown (the pool's `close()`, fixtures' finalizers) -- the polite path;
 2. this registry: an `atexit` hook plus SIGTERM / SIGHUP handlers that SIGKILL every registered
-   process group -- covers `sys.exit`, an uncaught exception and a CI runner's SIGTERM
-   (SIGINT already becomes KeyboardInterrupt, which runs teardown and then atexit);
+   process group, and what its leader spawned into sessions of their own -- covers `sys.exit`, an
+   uncaught exception and a CI runner's SIGTERM (SIGINT already becomes KeyboardInterrupt, which
+   runs teardown and then atexit);
 3. for what runs no Python code at all (pytest SIGKILLed, or `os._exit` as pytest-timeout's
    thread method does): a watchdog process per pytest process, told each group over a pipe; the
    pipe reaches EOF when its writer dies, however it dies, and the watchdog then SIGKILLs every
    group still registered. `PR_SET_PDEATHSIG` (Linux) on the server's leader process is a second
-   net for the leader itself (it cannot reach grandchildren, hence the watchdog).
+   net for the leader itself (it cannot reach grandchildren, hence the watchdog). A grandchild
+   that left the group (setsid) is beyond this layer: nothing walks the tree once pytest is gone.
 
 Also here: finding a server's descendants and the members of its process group (psutil), used
 to confirm that nothing survived a teardown.
@@ -102,12 +104,18 @@ def registered() -> dict[int, str]:
 
 
 def kill_all() -> None:
-    """SIGKILL every registered group. Async-signal-tolerant: no waiting, no allocation-heavy work."""
+    """SIGKILL every registered group, and the leaders' descendants that left it (setsid), found
+    before the group goes (orphaned, they would be init's). No waiting."""
     for pgid in list(_groups):
         try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, OSError):
-            pass
+            strays = descendants(pgid)  # a group's leader is the server process itself
+        except Exception:  # psutil missing or failing: the group still goes
+            strays = []
+        for pid in [pgid, *strays]:
+            try:
+                os.killpg(pid, signal.SIGKILL) if pid == pgid else os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError, OSError):
+                pass
         _groups.pop(pgid, None)
 
 

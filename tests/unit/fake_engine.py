@@ -39,6 +39,7 @@ def parse_args(argv=None):
     p.add_argument("--fault-hang", action="store_true")
     p.add_argument("--fault-slow-start", type=float, default=0.0)
     p.add_argument("--spawn-child", action="store_true")
+    p.add_argument("--spawn-setsid-child", action="store_true", help="a child in a session of its own")
     p.add_argument("--ignore-sigterm", action="store_true")
     return p.parse_args(argv)
 
@@ -56,8 +57,9 @@ def main(argv=None) -> None:
     )
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if args.spawn_child:
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    if args.spawn_child or args.spawn_setsid_child:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                 start_new_session=args.spawn_setsid_child)
         log.info("spawned child pid %d", child.pid)
     log.info("server_args=%s", vars(args))
     if args.fault_slow_start:

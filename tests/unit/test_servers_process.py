@@ -212,7 +212,7 @@ STANDIN = textwrap.dedent(
         cleanup.parent_death_preexec = lambda: None  # prove the Python-level layer alone
     from servers_support import FAKE_ENTRY, server, spec
     from pathlib import Path
-    s = server(spec("ar", None, "--spawn-child"), Path({log_dir!r}), entry=FAKE_ENTRY)
+    s = server(spec("ar", None, {child_flag!r}), Path({log_dir!r}), entry=FAKE_ENTRY)
     s.start()
     from pytest_specdec.servers.cleanup import descendants
     print(" ".join(str(p) for p in [s.pid] + descendants(s.pid)), flush=True)
@@ -224,18 +224,21 @@ STANDIN = textwrap.dedent(
 
 
 @pytest.mark.parametrize(
-    "how, sig, no_pdeathsig",
+    "how, sig, no_pdeathsig, child_flag",
     [
-        ("exit", None, True),  # atexit
-        ("sleep", signal.SIGTERM, True),  # our SIGTERM handler
-        ("sleep", signal.SIGINT, True),  # KeyboardInterrupt, then atexit
-        ("sleep", signal.SIGKILL, True),  # no Python runs: the watchdog kills the whole tree
-        ("sleep", signal.SIGKILL, False),  # ... with PR_SET_PDEATHSIG on the leader as well
+        ("exit", None, True, "--spawn-child"),  # atexit
+        ("sleep", signal.SIGTERM, True, "--spawn-child"),  # our SIGTERM handler
+        ("sleep", signal.SIGINT, True, "--spawn-child"),  # KeyboardInterrupt, then atexit
+        ("sleep", signal.SIGKILL, True, "--spawn-child"),  # no Python runs: the watchdog kills the whole tree
+        ("sleep", signal.SIGKILL, False, "--spawn-child"),  # ... with PR_SET_PDEATHSIG on the leader as well
+        # a child that left the server's group (setsid) survived these two, which killed only groups
+        ("exit", None, True, "--spawn-setsid-child"),
+        ("sleep", signal.SIGTERM, True, "--spawn-setsid-child"),
     ],
 )
-def test_servers_die_with_their_parent(tmp_path, how, sig, no_pdeathsig):
+def test_servers_die_with_their_parent(tmp_path, how, sig, no_pdeathsig, child_flag):
     code = STANDIN.format(support=str(Path(__file__).parent), no_pdeathsig=no_pdeathsig,
-                          log_dir=str(tmp_path), how=how)
+                          log_dir=str(tmp_path), how=how, child_flag=child_flag)
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                               preexec_fn=default_sigint)
     pids: list[int] = []
