@@ -137,11 +137,14 @@ def test_port_already_in_use(pytester, no_leftover_engines):
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        faulty_project(pytester, ("--port", str(port)), workloads=ONE_WORKLOAD)
+        faulty_project(pytester, (), workloads=ONE_WORKLOAD)
+        # the port the plugin picks is taken before the server binds it (another process won the race)
+        pytester.makeconftest(f"import pytest_specdec.servers.process as process\n"
+                              f"process.free_port = lambda host='127.0.0.1': {port}\n")
         result = run(pytester)
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([f"*server ddtree-tp1-b8 cannot start: address 127.0.0.1:{port} "
-                                 f"already in use*"])  # the port taken, not the one we picked
+                                 f"already in use*"])
 
 
 def test_zero_tokens_is_a_failure_with_a_diagnosis(pytester, no_leftover_engines):
