@@ -132,7 +132,7 @@ async def generate_one(
             status = resp.status
             if status != 200:
                 body = await resp.text(errors="replace")
-                error = f"HTTP {status}: {_error_text(body)}"
+                error = f"HTTP {status}: {error_text(body)}"
             else:
                 buf = bytearray()
                 head = bytearray()  # the body's first bytes, to show one that is no event stream
@@ -154,7 +154,7 @@ async def generate_one(
                             break
                         chunks += 1
                         if event.startswith(_ERROR_PREFIX):
-                            error = _error_text(event.decode("utf-8", "replace"))
+                            error = error_text(event.decode("utf-8", "replace"))
                             continue
                         last_event = event
                         if first_token_at is None:
@@ -167,7 +167,7 @@ async def generate_one(
                 if not done and error is None and chunks == 0 and head \
                         and not head.lstrip().startswith((_DATA, b":")):  # ":": an SSE comment
                     error = (f"answered with a body that is no event stream (no 'data:' lines; was the request's "
-                             f"stream: true ignored?): {_error_text(head.decode('utf-8', 'replace'))}")
+                             f"stream: true ignored?): {error_text(head.decode('utf-8', 'replace'))}")
                 elif not done and error is None:
                     error = "stream ended without 'data: [DONE]' (server closed the connection mid-response)"
     except asyncio.TimeoutError:
@@ -225,7 +225,7 @@ def _decode_event(event: bytes) -> dict:
     return obj
 
 
-def _error_text(body: str) -> str:
+def error_text(body: str) -> str:
     """The message of an SGLang error body ({"message"} or {"error": {"message"}}), else the body."""
     try:
         obj = json.loads(body)
@@ -371,7 +371,7 @@ async def _get(url: str, path: str, *, timeout_s: float, as_json: bool) -> Any:
         async with session.get(f"{_base(url)}{path}", timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             body = await resp.text(errors="replace")
             if resp.status != 200:
-                raise ServerQueryError(f"GET {_base(url)}{path}: HTTP {resp.status}: {_error_text(body)}")
+                raise ServerQueryError(f"GET {_base(url)}{path}: HTTP {resp.status}: {error_text(body)}")
     if not as_json:
         return body
     try:
@@ -461,6 +461,7 @@ __all__ = [
     "ServerQueryError",
     "WorkloadStalled",
     "context_length_from",
+    "error_text",
     "fetch_context_length",
     "fetch_context_length_async",
     "fetch_server_info",

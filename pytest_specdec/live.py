@@ -82,14 +82,16 @@ class LiveServer:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 raw = response.read()
         except urllib.error.HTTPError as exc:  # the server's own words say what it refused
-            fail(f"server {self.id}: /generate failed: HTTP {exc.code} {exc.reason}: {_error_text(exc.read())}")
+            fail(f"server {self.id}: /generate failed: HTTP {exc.code} {exc.reason}: "
+                 f"{client.error_text(exc.read().decode('utf-8', 'replace'))}")
         except (urllib.error.URLError, OSError) as exc:
             self.check_alive()
             fail(f"server {self.id}: /generate failed: {exc}")
         try:
             return json.loads(raw)
         except ValueError:
-            fail(f"server {self.id}: /generate answered with something that is not JSON: {_error_text(raw)}")
+            fail(f"server {self.id}: /generate answered with something that is not JSON: "
+                 f"{client.error_text(raw.decode('utf-8', 'replace'))}")
             raise  # unreachable: fail() raises
 
     def workload(self, spec: WorkloadSpec | Workload) -> Workload:
@@ -194,21 +196,4 @@ class LiveServer:
         if disagreement is not None:
             self.disagreements.append(str(disagreement))
             warnings.warn(f"server {self.id}: {disagreement}", stacklevel=2)
-
-
-def _error_text(body: bytes, limit: int = 300) -> str:
-    """An error body in one line: SGLang's and OpenAI's ``{"error": {"message": ...}}`` or
-    ``{"message": ...}``, else the text itself, shortened."""
-    text = body.decode("utf-8", "replace").strip()
-    try:
-        obj = json.loads(text)
-    except ValueError:
-        obj = None
-    if isinstance(obj, dict):
-        error = obj.get("error")
-        message = error.get("message") if isinstance(error, dict) else error or obj.get("message")
-        if isinstance(message, str) and message:
-            text = message
-    text = " ".join(text.split()) or "(empty body)"
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
