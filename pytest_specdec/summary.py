@@ -58,26 +58,34 @@ def _write_table(terminalreporter, results: Results, table: list) -> None:
         terminalreporter.write_line(f"specdec: resume: measured {nodeid.split('::')[-1]} again: "
                                     f"what it measures changed since the journal's record "
                                     f"({changed})")
-    unmatched = [f"{r.test_id} {c.metric}" for r in results.all() if not r.resumed
-                 for c in r.comparisons if c.gated and c.verdict == "new"]
-    if state.settings.save_baseline:
-        unmatched = []  # being saved now
-    if unmatched and not state.baseline_path.is_file():
-        terminalreporter.write_line(
-            f"specdec: gate: no baseline file at {state.baseline_path}, so none of the "
-            f"{len(unmatched)} gated figure(s) was compared; save one with --specdec-save-baseline "
-            f"(or point --specdec-baseline-dir at yours)", yellow=True)
-    elif unmatched:
-        terminalreporter.write_line(
-            f"specdec: gate: {len(unmatched)} gated figure(s) have no entry in "
-            f"{state.baseline_path.name}, so nothing gated them: {', '.join(unmatched)}; save them "
-            f"with --specdec-save-baseline, or fix a misspelt name in the file", yellow=True)
+    uncompared = _uncompared_gate(results)
+    if uncompared:
+        terminalreporter.write_line(f"specdec: gate: {uncompared}", yellow=True)
     ungated = sum(1 for row in table if row.verdict == "not gated")
     if ungated:
         terminalreporter.write_line(
             f"specdec: {ungated} test(s) compared with {state.baseline_path.name} but not gated: no "
             f"tolerance applies to any of their figures (set --specdec-compare-fail or "
             f"[tool.specdec.tolerances])")
+
+
+def _uncompared_gate(results: Results) -> str | None:
+    """What a gate that compared nothing for some figures did not gate, and the likely why (a
+    misspelt name in the baseline file, a baseline folder that is not there), or None."""
+    state = results.state
+    if state.settings.save_baseline:
+        return None  # being saved now
+    unmatched = [f"{r.test_id} {c.metric}" for r in results.all() if not r.resumed
+                 for c in r.comparisons if c.gated and c.verdict == "new"]
+    if not unmatched:
+        return None
+    if not state.baseline_path.is_file():
+        return (f"no baseline file at {state.baseline_path}, so none of the {len(unmatched)} gated "
+                f"figure(s) was compared; save one with --specdec-save-baseline (or point "
+                f"--specdec-baseline-dir at yours)")
+    return (f"{len(unmatched)} gated figure(s) have no entry in {state.baseline_path.name}, so nothing "
+            f"gated them: {', '.join(unmatched)}; save them with --specdec-save-baseline, or fix a "
+            f"misspelt name in the file")
 
 
 def _write_outputs(results: Results, table: list, notes: list[str], problems: list[str]) -> None:
