@@ -188,8 +188,8 @@ def test_unreadable_toml_is_a_usage_error(tmp_path: Path):
         config._read_toml(tmp_path)  # a directory: open() raises IsADirectoryError
 
 
-def test_specdec_toml_is_read_and_wins(tmp_path: Path):
-    (tmp_path / "pyproject.toml").write_text("[tool.specdec]\nmodel = 'from-pyproject'\n")
+def test_specdec_toml_is_read(tmp_path: Path):
+    (tmp_path / "pyproject.toml").write_text("[tool.other]\nmodel = 'not ours'\n")
     (tmp_path / "specdec.toml").write_text(
         "model = 'from-specdec-toml'\n[matrix.cpu]\nmethods = ['ar']\n")
     cfg = config.load(tmp_path)
