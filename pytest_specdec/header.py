@@ -47,7 +47,10 @@ def details(state: RunState) -> list[str]:
                   else "; timing figures as measured (an attached server's CPU wait is not seen)")
                + ("; noisy fails" if state.settings.strict_noise else "; noisy passes"))
     out.append(f"specdec: lossless {lossless_line(state)}")
-    if state.dry_run:
+    if state.dry_run and hw.family not in state.config.matrices:
+        out.append(f"specdec: dry run: no {hw.family} matrix is configured, so there is no {hw.family} "
+                   f"suite to rehearse and the cpu matrix runs; add [tool.specdec.matrix.{hw.family}]")
+    elif state.dry_run:
         out.append(f"specdec: dry run: the {hw.family} suite runs on the {state.backend} backend; "
                    f"figures are not {hw.family} figures")
     return out

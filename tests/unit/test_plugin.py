@@ -240,6 +240,17 @@ def test_header_states_backend_hardware_and_baseline(pytester: pytest.Pytester):
     ])
 
 
+def test_a_dry_run_of_a_family_without_a_matrix_says_the_cpu_matrix_runs(pytester: pytest.Pytester):
+    """It said the hopper suite ran, and the cpu matrix's tests ran."""
+    pytester.makepyprojecttoml("[tool.specdec]\nbackend = 'embedded'\n[tool.specdec.matrix.cpu]\n"
+                               "methods = ['ar']\n")
+    pytester.makepyfile(SPEC_TEST)
+    result = pytester.runpytest("--specdec-arch=sm_90", "--co")
+    result.stdout.fnmatch_lines(["specdec: dry run: no hopper matrix is configured, so there is no hopper suite "
+                                 "to rehearse and the cpu matrix runs; add [[]tool.specdec.matrix.hopper[]]",
+                                 "*<Function test_cell[[]ar-tp1[]]>"])
+
+
 def test_header_is_one_line_when_no_specdec_test_is_collected(pytester: pytest.Pytester):
     pytester.makepyprojecttoml(SMALL_MATRIX)
     pytester.makepyfile("def test_x(): pass")
