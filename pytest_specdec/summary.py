@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 def rows(results: Results) -> list:
     """One row per test that recorded figures (this run or resumed), and one per test of a
     configuration that failed before it could record anything, so a crash is in the table."""
+    from .collection import configuration_in_nodeid, matrix_cases
     from .report import ReportRow, row_from_result
 
     out = []
@@ -26,12 +27,20 @@ def rows(results: Results) -> list:
             outcome, reason = "passed", "resumed from the journal"
         out.append(row_from_result(result, outcome=outcome, reason=reason))
         seen.add(result.nodeid)
+    cases = {case.param_id: case for case in matrix_cases(results.state)}
     for nodeid, (outcome, reason) in results.outcomes.items():
         if nodeid in seen or outcome not in ("failed", "error", "xfailed", "xpassed"):
             continue
         name = nodeid.split("::")[-1]
-        config = name[name.find("[") + 1:-1] if "[" in name else name
-        out.append(ReportRow(test_id=name, config=config, outcome=outcome, reason=reason))
+        params = name[name.find("[") + 1:-1] if "[" in name else name
+        config = configuration_in_nodeid(nodeid, cases)
+        case = cases.get(config or "")
+        # the parameters past the configuration's id name the workload (`ar-tp1-chat`)
+        workload = params.replace(config, "", 1).strip("-") or None if config else None
+        out.append(ReportRow(test_id=name, config=config or params, workload=workload,
+                             family=case.family if case else None, method=case.method if case else None,
+                             tp=case.tp if case else None, budget=case.budget if case else None,
+                             outcome=outcome, reason=reason))
     return out
 
 

@@ -158,3 +158,18 @@ def test_write_report_still_writes_every_file_in_place(tmp_path):
     assert sorted(p.name for p in (tmp_path / "rep").iterdir()) == sorted(outputs.REPORT_FILES)
     assert files.results_json == tmp_path / "rep" / "results.json"
     assert json.loads(files.results_json.read_text())["results"][0]["method"] == "ar"
+
+
+def test_a_test_that_failed_before_recording_has_its_configuration_and_workload_in_the_table(pytester):
+    """Its row read `ar-tp1-chat` under config and `-` under workload."""
+    pytester.makepyprojecttoml("[tool.specdec]\nbackend = 'embedded'\n[tool.specdec.matrix.cpu]\n"
+                               "methods = ['ar', 'ddtree']\nbudget = [8]\n")
+    pytester.makepyfile(test_gen="def test_gen(specdec_spec, specdec_workload):\n"
+                                 "    assert False, 'broke before recording'\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--specdec-report", "rep")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["ar-tp1 * chat * FAILED: AssertionError: broke before recording",
+                                 "ddtree-tp1-b8 * chat * FAILED: AssertionError: broke before recording"])
+    rows = json.loads((pytester.path / "rep" / "results.json").read_text())["results"]
+    assert sorted((r["config"], r["workload"], r["method"], r["budget"]) for r in rows) == [
+        ("ar-tp1", "chat", "ar", None), ("ddtree-tp1-b8", "chat", "ddtree", 8)]
