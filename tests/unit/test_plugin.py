@@ -370,6 +370,8 @@ def test_ini_values_are_typed_and_a_bad_one_is_a_usage_error(pytester: pytest.Py
     (["--specdec-arch=pascal"], "*'pascal' is not a GPU architecture*sm_90*"),
     (["--specdec-server-url=localhost:30000"], "*'localhost:30000' is not an http(s) URL*"),
     (["--specdec-server-url=http://127.0.0.1:port"], "*is not an http(s) URL*"),
+    (["--specdec-server-url=http://127.0.0.1:99999"], "*'http://127.0.0.1:99999': its port is out of range; "
+                                                      "a port is 1-65535*"),
     (["--specdec-lossless=nearly"], "*'nearly' is not a losslessness mode; use \"exact\", \"prefix:N\", \"off\"*"),
     (["--specdec-reference=medusa"], "*--specdec-reference: 'medusa' is not one of ar, dflash, ddtree*"),
 ])
