@@ -86,7 +86,7 @@ def specdec_configuration(item: pytest.Item, marker: pytest.Mark
     elif method is not None and method not in METHODS:
         problem = f"has method {method!r}, which is not one of {', '.join(METHODS)}"
     elif not _is_count(tp) or tp & (tp - 1):
-        problem = f"has tp={tp!r}, which is not a power of two (1, 2, 4 or 8)"
+        problem = f"has tp={tp!r}, which is not a power of two (1, 2, 4, 8, ...)"
     elif budget is not None and not _is_count(budget):
         problem = f"has budget={budget!r}, which is not a whole number of draft nodes, 1 or more"
     elif budget is not None and method is not None and not takes_budget(method):

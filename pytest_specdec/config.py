@@ -243,7 +243,7 @@ def _check_methods(reader: _Reader, key: str, methods: tuple[str, ...]) -> None:
 def _check_tp(reader: _Reader, key: str, tps: tuple[int, ...]) -> None:
     for tp in tps:
         if tp < 1 or tp & (tp - 1):
-            reader.fail(key, f"{tp} is not a power of two; tensor-parallel sizes are 1, 2, 4 or 8")
+            reader.fail(key, f"{tp} is not a power of two; tensor-parallel sizes are 1, 2, 4, 8, ...")
 
 
 def _check_budgets(reader: _Reader, key: str, budgets: tuple[int, ...]) -> None:

@@ -84,7 +84,7 @@ def _sizes(text: str) -> tuple[int, ...]:
     for size in sizes:
         if size & (size - 1):  # the matrices accept powers of two only (config._check_tp)
             raise ValueError(f"{text!r}: {size} is not a power of two; tensor-parallel sizes "
-                             f"are 1, 2, 4 or 8")
+                             f"are 1, 2, 4, 8, ...")
     return sizes
 
 

@@ -22,7 +22,7 @@ def _usage_error(result: pytest.RunResult, message: str) -> None:
     (["--specdec-gpus=65"], "--specdec-gpus: '65' is more GPUs than one host has; give at most "
                             "64*"),
     (["--specdec-tp=3"], "--specdec-tp: '3': 3 is not a power of two; tensor-parallel sizes are "
-                         "1, 2, 4 or 8*"),
+                         "1, 2, 4, 8, ...*"),
     (["--specdec-tp=1,6"], "--specdec-tp: '1,6': 6 is not a power of two*"),
     (["--specdec-arch=sm_999"], "--specdec-arch: 'sm_999': no family known for this architecture*; "
                                 "use one of sm_80, *sm_90*sm_120*"),
