@@ -180,6 +180,9 @@ def build_ddtree(draft_logprobs: Tensor, root_tokens: Tensor, budget: int,
     ``budget`` prefixes. The torch path walks a heap on the host (one device-to-host copy);
     the Triton path runs one program per request on the device, with no host synchronisation.
     """
+    # numpy's ints are ints to the checks; the Triton kernels take Python ints only
+    budget = int(budget) if _is_int(budget) else budget
+    topk = int(topk) if _is_int(topk) else topk
     if resolve_impl(impl, draft_logprobs) == "torch":
         return build_ddtree_reference(draft_logprobs, root_tokens, budget, topk)
     from .ddtree_build_triton import build_ddtree_triton

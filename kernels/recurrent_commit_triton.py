@@ -112,6 +112,7 @@ def commit_recurrent_state_triton(state, conv_state, conv_inputs, k, v, g, beta,
     if batch == 0:
         return
     k, v, path = last_dim_contiguous(k, v, path)
+    path_len = path_len.contiguous()  # read without a stride
     block_c = cfg.conv_block_c
     state_programs = batch * value_heads * (value_dim // block_v)
     _commit_kernel[(state_programs + batch * triton.cdiv(channels, block_c),)](

@@ -36,6 +36,8 @@ def check_conv_args(x: Tensor, weight: Tensor, bias: Tensor | None, conv_state: 
                          f"got {tuple(conv_state.shape)}")
     if parents.shape != (batch, num_nodes):
         raise ValueError(f"parents must be [B, T] = {(batch, num_nodes)}; got {tuple(parents.shape)}")
+    if parents.dtype not in (torch.int32, torch.int64):  # the Triton kernel indexes rows with them
+        raise ValueError(f"parents must hold node indices (int32), got {parents.dtype}; pass parents.to(torch.int32)")
     if bias is not None and bias.shape != (channels,):
         raise ValueError(f"bias must be [C] = ({channels},); got {tuple(bias.shape)}")
     if activation not in ACTIVATIONS:

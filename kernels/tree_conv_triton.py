@@ -60,6 +60,7 @@ def tree_causal_conv1d_triton(x, weight, bias, conv_state, parents, activation):
         return out
     cfg = hybrid_config(x.device)
     parents = parents.contiguous()
+    bias = bias.contiguous() if bias is not None else None  # read without a stride
     grid = (batch, triton.cdiv(num_nodes, cfg.conv_block_t), triton.cdiv(channels, cfg.conv_block_c))
     _tree_conv_kernel[grid](
         x, weight, bias if bias is not None else weight, conv_state, parents, out, num_nodes, channels,

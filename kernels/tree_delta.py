@@ -54,6 +54,11 @@ def check_delta_args(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, s
     if not g.is_cuda and g.numel() and bool((g > 0).any()):
         raise ValueError(f"g is the log decay, <= 0, but holds {float(g.max()):.3g}; pass log(alpha), "
                          "not the decay alpha itself")
+    # a decay of 0 is g = -inf, whose path sums the chunked form cannot difference (NaN, spread to
+    # the node's siblings); exp(-30) already forgets to float32's precision
+    if not g.is_cuda and g.numel() and not bool(torch.isfinite(g).all()):
+        raise ValueError(f"g must be finite, but holds {float(g[~torch.isfinite(g)][0])}; a decay of 0 is "
+                         "g.clamp_min(-30), which forgets as fully in float32")
 
 
 def check_mask(ancestor_mask: Tensor, batch: int, num_nodes: int) -> None:
@@ -104,7 +109,7 @@ def tree_gated_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tens
 
     q, k:          [B, T, Hk, Dk] fp16/bf16/fp32 (L2-normalised by the caller).
     v:             [B, T, Hv, Dv], same dtype; Hv a multiple of Hk (GQA).
-    g, beta:       [B, T, Hv], log decay (<= 0) and write strength, any float dtype.
+    g, beta:       [B, T, Hv], log decay (finite, <= 0) and write strength, any float dtype.
     state:         [B, Hv, Dk, Dv] float32, the committed state; read, not modified.
     ancestor_mask: [B, T, W] int32 (:func:`ancestor_mask_from_parents`); a chain-shaped tree gives
                    the ordinary sequential gated delta rule.

@@ -139,6 +139,7 @@ def tree_verify_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_len
     CUDA like any kernel launch.
     """
     check_verify_args(q, k_cache, v_cache, cache_lens, ancestor_mask, sm_scale)
+    sm_scale = None if sm_scale is None else float(sm_scale)  # a 0-d tensor passes; the kernels take a float
     if resolve_impl(impl, q, k_cache, v_cache) == "torch":
         # Look only at the rows in use (one host read of max(L); free on the CPU, a sync on CUDA).
         num_keys = min(k_cache.shape[1], int(cache_lens.max()) + q.shape[1]) if q.shape[0] else 0

@@ -202,3 +202,13 @@ def test_parents_that_are_no_tree_are_named_when_building_a_mask(parents, messag
     with pytest.raises(ValueError, match=message):
         ancestor_mask_from_parents(torch.tensor(parents))
     assert ancestor_mask_from_parents(torch.tensor([[-1, 0, 1, 0]])).tolist() == [[[1], [3], [7], [9]]]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_numpy_integers_are_budgets_and_topks_on_both_paths(impl):
+    """They passed the checks, then failed inside the Triton kernel."""
+    logprobs = torch.log_softmax(torch.randn(1, 4, 20, generator=torch.Generator().manual_seed(25)), -1).to(DEVICE)
+    roots = torch.tensor([1], device=DEVICE)
+    tree = build_ddtree(logprobs, roots, np.int64(8), topk=np.int64(2), impl=impl)
+    expect = build_ddtree(logprobs.cpu(), roots.cpu(), 8, topk=2, impl="torch")
+    assert torch.equal(tree.tokens.cpu(), expect.tokens) and torch.equal(tree.parents.cpu(), expect.parents)

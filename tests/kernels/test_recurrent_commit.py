@@ -119,3 +119,24 @@ def test_a_path_no_acceptance_gives_is_named_on_the_host():
         commit_recurrent_state(state, conv_state, torch.randn(batch, num_nodes, channels), k, v, g, beta, path,
                                torch.tensor([2, 3], dtype=torch.int32), impl="torch")
     assert torch.equal(state, before)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_strided_path_len_is_read_by_its_stride(impl):
+    """A [B] column of a bookkeeping table: the Triton kernel read it as contiguous, replaying the
+    table's other column's steps (a wrong state, or past the path)."""
+    x = delta_inputs(2, 3, 1, 1, 16, 16, torch.float32, torch.Generator().manual_seed(23))
+    path = torch.tensor([[0, 1, -1], [0, 1, 2]], dtype=torch.int32)
+    table = torch.tensor([[2, 99], [3, 99]], dtype=torch.int32)
+    conv_state, conv_inputs = torch.randn(2, 8, 3), torch.randn(2, 3, 8)
+
+    def commit(path_len, how, device):
+        state, conv = x["state"].clone().to(device), conv_state.clone().to(device)
+        commit_recurrent_state(state, conv, conv_inputs.to(device), x["k"].to(device), x["v"].to(device),
+                               x["g"].to(device), x["beta"].to(device), path.to(device), path_len, impl=how)
+        return state.cpu(), conv.cpu()
+
+    got = commit(table.to(DEVICE)[:, 0], impl, DEVICE)
+    expect = commit(table[:, 0].contiguous(), "torch", torch.device("cpu"))
+    for a, b in zip(got, expect):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

@@ -112,3 +112,24 @@ def test_the_kernel_never_reads_past_the_tree_or_its_state():
     got = tree_causal_conv1d_triton(*(t.to(DEVICE) for t in (x, weight, bias, state, bad)), "silu")
     want = conv_oracle(x, weight, bias, state, clamped, "silu")
     assert torch.allclose(got.cpu().double(), want, atol=1e-5)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_strided_bias_is_read_by_its_stride(impl):
+    """A [C] view of every other element of a wider table: the Triton kernel read it as contiguous."""
+    gen = torch.Generator().manual_seed(21)
+    x, weight, _, state = conv_inputs(1, 3, 8, 4, torch.float32, False, gen)
+    bias = torch.randn(8, 2, generator=gen)[:, 0]
+    parents = torch.tensor([[-1, 0, 0]], dtype=torch.int32)
+    args = [t.to(DEVICE) for t in (x, weight, bias, state, parents)]
+    out = tree_causal_conv1d(*args, impl=impl)
+    expect = tree_causal_conv1d(x, weight, bias.contiguous(), state, parents, impl="torch")
+    torch.testing.assert_close(out.cpu(), expect, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_parents_that_are_not_indices_are_named(impl):
+    gen = torch.Generator().manual_seed(22)
+    x, weight, bias, state = (t if t is None else t.to(DEVICE) for t in conv_inputs(1, 3, 8, 4, torch.float32, True, gen))
+    with pytest.raises(ValueError, match=r"parents must hold node indices \(int32\), got torch.float32"):
+        tree_causal_conv1d(x, weight, bias, state, torch.tensor([[-1.0, 0.0, 0.0]], device=DEVICE), impl=impl)

@@ -242,3 +242,18 @@ def test_every_triton_path_equals_the_oracle(case, split, rows):
     got = tree_gated_delta_rule_triton(**x, ancestor_mask=mask_of(parents).to(DEVICE),
                                        scale=case[5] ** -0.5 if scale is None else scale, config=config)
     assert float(row_errors(got.cpu(), want).max()) <= TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("bad", [-float("inf"), float("nan")])
+def test_a_log_decay_that_is_not_finite_is_named(bad):
+    """A decay of 0 (g = -inf) met "<= 0" but the chunked form differences path sums: NaN spread to
+    the node's siblings on the torch path, and the two paths disagreed."""
+    x = delta_inputs(1, 3, 1, 2, 16, 16, torch.float32, torch.Generator().manual_seed(24))
+    x["g"][0, 2, 0] = bad
+    mask = mask_of(torch.tensor([[-1, 0, 0]], dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"g must be finite, but holds (-inf|nan); a decay of 0 is "
+                                         r"g.clamp_min\(-30\)"):
+        tree_gated_delta_rule(**x, ancestor_mask=mask, impl="torch")
+    x["g"][0, 2, 0] = -30.0  # what the message offers: finite, and node 2's siblings untouched
+    out = tree_gated_delta_rule(**x, ancestor_mask=mask, impl="torch")
+    assert torch.isfinite(out).all()

@@ -694,6 +694,18 @@ def test_a_head_dim_without_kernels_is_named_with_the_fix():
     assert tree_verify_attention(q, k, k, lens, mask, impl="torch").shape == q.shape
 
 
+@needs_triton
+def test_a_scale_given_as_a_zero_dim_tensor_is_a_scale():
+    """It passed the finiteness check, ran on the torch path and failed inside the Triton kernel."""
+    q, k = torch.randn(1, 3, 2, 64), torch.randn(1, 8, 1, 64)
+    lens = torch.tensor([4], dtype=torch.int32)
+    mask = ancestor_mask_from_parents(torch.tensor([[-1, 0, 0]], dtype=torch.int32))
+    expect = tree_verify_attention(q, k, k, lens, mask, sm_scale=0.125, impl="torch")
+    out = tree_verify_attention(*(t.to(DEVICE) for t in (q, k, k, lens, mask)), sm_scale=torch.tensor(0.125),
+                                impl="triton")
+    assert_rows_close(out.cpu(), expect, torch.float32, "a 0-d tensor scale")
+
+
 @pytest.mark.parametrize("sm_scale", [float("nan"), float("inf"), -float("inf")])
 def test_a_scale_that_is_not_finite_is_rejected(sm_scale):
     """Such a scale turns every output row into NaN: refused before any path runs."""
