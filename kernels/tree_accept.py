@@ -36,6 +36,8 @@ def check_accept_args(tokens: Tensor, parents: Tensor, target_argmax: Tensor) ->
             "tokens, parents and target_argmax must all be [B, T]; got "
             f"{tuple(tokens.shape)}, {tuple(parents.shape)}, {tuple(target_argmax.shape)}"
         )
+    if tokens.shape[1] == 0:  # the paths would disagree on what to accept of nothing
+        raise ValueError("a tree has at least its root: T must be 1 or more, got 0")
     check_parents_precede(parents)
 
 

@@ -92,6 +92,9 @@ def unpack_ancestor_mask(ancestor_mask: Tensor, num_nodes: int) -> Tensor:
 
     ``out[b, i, j]`` is True iff node j is node i or one of its ancestors.
     """
+    if not 0 <= num_nodes <= 32 * ancestor_mask.shape[-1]:  # else fewer columns than asked, silently
+        raise ValueError(f"num_nodes={num_nodes} does not fit the mask's {ancestor_mask.shape[-1]} words of "
+                         f"32 nodes (mask shape {tuple(ancestor_mask.shape)}); pass the tree's T")
     # each word shifted by 0..31 at once (an arithmetic shift keeps bit 31's sign: & 1 reads it)
     shifts = torch.arange(32, device=ancestor_mask.device, dtype=torch.int32)
     bits = torch.bitwise_right_shift(ancestor_mask.to(torch.int32).unsqueeze(-1), shifts) & 1  # [..., W, 32]

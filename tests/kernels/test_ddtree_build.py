@@ -204,6 +204,16 @@ def test_parents_that_are_no_tree_are_named_when_building_a_mask(parents, messag
     assert ancestor_mask_from_parents(torch.tensor([[-1, 0, 1, 0]])).tolist() == [[[1], [3], [7], [9]]]
 
 
+def test_unpacking_more_nodes_than_the_mask_holds_is_named():
+    """A [1, 40, 2] mask asked for 70 nodes gave a [1, 40, 64] matrix."""
+    from specdec_kernels import ancestor_mask_from_parents
+
+    mask = ancestor_mask_from_parents(torch.arange(-1, 39).view(1, 40))
+    with pytest.raises(ValueError, match=r"num_nodes=70 does not fit the mask's 2 words of 32 nodes"):
+        unpack_ancestor_mask(mask, 70)
+    assert unpack_ancestor_mask(mask, 40).shape == (1, 40, 40)
+
+
 @pytest.mark.parametrize("impl", IMPLS)
 def test_numpy_integers_are_budgets_and_topks_on_both_paths(impl):
     """They passed the checks, then failed inside the Triton kernel."""

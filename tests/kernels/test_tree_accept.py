@@ -150,3 +150,11 @@ def test_parents_out_of_order_on_the_host_are_named(parents, where, impl):
     with pytest.raises(ValueError, match=where):
         tree_accept_and_commit(tokens, parents_t, argmax, k, k.clone(), torch.zeros(2, dtype=torch.int32), impl=impl)
     assert tree_accept_greedy(tokens[:1], parents_t[:1], argmax[:1], impl=impl).path_len.tolist() == [3]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_tree_without_its_root_is_named(impl):
+    """T = 0: torch's path raised an IndexError, Triton's accepted a path of one node."""
+    empty = torch.zeros(2, 0, dtype=torch.int64, device=DEVICE)
+    with pytest.raises(ValueError, match="a tree has at least its root: T must be 1 or more, got 0"):
+        tree_accept_greedy(empty, empty.to(torch.int32), empty, impl=impl)
