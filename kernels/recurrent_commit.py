@@ -34,8 +34,6 @@ def check_commit_args(state: Tensor, conv_state: Tensor, conv_inputs: Tensor, k:
     if path.shape != (batch, num_nodes) or path_len.shape != (batch,):
         raise ValueError(f"path must be [B, T] = {(batch, num_nodes)} and path_len [B]; got {tuple(path.shape)}, "
                          f"{tuple(path_len.shape)}")
-    if state.dtype != torch.float32:
-        raise ValueError(f"the recurrent state must be float32; got {state.dtype}")
     check_accepted_path(path, path_len)
 
 

@@ -42,6 +42,10 @@ def check_delta_args(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, s
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
     batch, num_nodes, key_heads, key_dim = q.shape
     value_heads, value_dim = v.shape[2:]
+    if not q.dtype == k.dtype == v.dtype or not q.dtype.is_floating_point:  # the Triton path's rule too
+        raise ValueError(f"q, k and v must share one float dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if state.dtype != torch.float32:
+        raise ValueError(f"the recurrent state must be float32; got {state.dtype}")
     if value_heads % key_heads:
         raise ValueError(f"Hv={value_heads} value heads are not a multiple of Hk={key_heads} key heads")
     for name, t in (("g", g), ("beta", beta)):

@@ -146,6 +146,11 @@ def test_state_is_not_modified_and_bad_shapes_are_named():
                               ancestor_mask=mask, impl="torch")
     with pytest.raises(ValueError, match="ancestor_mask must be int32"):
         tree_gated_delta_rule(**x, ancestor_mask=mask.long(), impl="torch")
+    # the torch path once took what the Triton path refuses, against the docstring
+    with pytest.raises(ValueError, match="q, k and v must share one float dtype; got torch.float16"):
+        tree_gated_delta_rule(**dict(x, q=x["q"].half()), ancestor_mask=mask, impl="torch")
+    with pytest.raises(ValueError, match="the recurrent state must be float32; got torch.bfloat16"):
+        tree_gated_delta_rule(**dict(x, state=x["state"].bfloat16()), ancestor_mask=mask, impl="torch")
 
 
 def _flip(mask, node, bit):
