@@ -196,3 +196,16 @@ def pytest_terminal_summary(terminalreporter):
     entries = json.loads((pytester.path / "baselines" / "cpu.json").read_text())["entries"]
     assert entries["test_widgets"]["widgets"]["value"] == 3.0
     assert (pytester.path / "rep" / "results.json").is_file()
+
+
+def test_a_known_issue_that_now_passes_is_measured_again_on_resume(pytester):
+    """XPASS(strict) fails the run, but its figures were journaled as done: resume skipped it (a red
+    run went green) and a merge saved its figures as a reference."""
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
+    pytester.makepyfile(test_widgets="import pytest\n\n@pytest.mark.xfail(strict=True, reason='known issue')\n"
+                                     + RECORDING_TEST.strip() + "\n")
+    run(pytester).assert_outcomes(failed=1)
+    assert [r["status"] for r in journal_lines(pytester)] == ["done", "failed-checks"]
+    result = run(pytester, "--specdec-resume")
+    result.assert_outcomes(failed=1)  # measured again, and failed again
+    result.stdout.fnmatch_lines(["*XPASS(strict)*known issue*"])
