@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 if TYPE_CHECKING:
@@ -80,6 +80,19 @@ def measured_setup(case: MatrixCase | None, workload: str | None, state: RunStat
         parts["workload"] = {**state.workload(workload).fingerprint_part(),
                              "truncate": configured.truncate}
     return fingerprint(parts)
+
+
+def run_setup(state: RunState) -> Fingerprint:
+    """What every test of a run shares, whatever its configuration: the workloads as read at
+    configure time, the server settings of the configuration file and the model. Shards merged into
+    one report must agree on it (each configuration's own part is the matrix's)."""
+    workloads = {w.name: {**state.workload(w.name).fingerprint_part(), "truncate": w.truncate}
+                 for w in state.config.workloads if w.name in state.workloads}
+    return fingerprint({
+        "workloads": workloads,
+        "server": {"engine": asdict(state.config.engine), "sglang": asdict(state.config.sglang)},
+        "model": {"model": state.config.model, "draft_model": state.config.draft_model},
+    })
 
 
 def text_digest(texts: Iterable[str]) -> str:

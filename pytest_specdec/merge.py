@@ -2,10 +2,10 @@
 
 Each shard's journal is the source of truth for its figures; its `shard.json` says which shard
 it is, what matrix it divided and how its tests ended (outcomes and baseline comparisons). The
-merge refuses shards that cannot belong together (another plugin version, another matrix or
-partition, the same shard twice, a configuration measured by two shards) and says what it lacks
-(a missing or unfinished shard: which configurations have no result). Everything is checked
-before anything is written.
+merge refuses shards that cannot belong together (another plugin version, another matrix, setup
+(workloads, server settings, model) or partition, the same shard twice, a configuration measured
+by two shards) and says what it lacks (a missing or unfinished shard: which configurations have
+no result). Everything is checked before anything is written.
 """
 
 from __future__ import annotations
@@ -75,6 +75,11 @@ def load(directories: Iterable[str | Path]) -> list[ShardManifest]:
                 f"{other.name} divided another matrix than {first.name} "
                 f"({_matrix_text(other)} vs {_matrix_text(first)}); run every shard with the "
                 f"same configuration and the same N")
+        if other.setup is not None and first.setup is not None and other.setup.digest != first.setup.digest:
+            raise SpecdecUsageError(
+                f"{other.name} measured another setup than {first.name} (its "
+                f"{', '.join(other.setup.changed_parts(first.setup.parts))} differ); a report of both "
+                f"would mix them: run every shard with the same configuration file")
         if other.assignment != first.assignment:
             raise SpecdecUsageError(
                 f"{other.name} partitioned the matrix differently from {first.name} (their "

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from .configuration import MatrixCase
 from .errors import SpecdecUsageError
+from .fingerprint import Fingerprint, run_setup
 from .shard import Shard, ShardPlan
 
 if TYPE_CHECKING:
@@ -96,6 +97,7 @@ class ShardManifest:
     commit: str | None = None
     reference: str = "ar"  # the losslessness guard's reference method and mode in this shard
     lossless: str = "off"
+    setup: Fingerprint | None = None  # fingerprint.run_setup; None in shards older than it
     started: str = ""
     finished: str | None = None
     exitstatus: int | None = None
@@ -122,6 +124,7 @@ class ShardManifest:
             "hardware": {"key": self.hardware_key, "description": self.hardware},
             "backend": self.backend, "versions": dict(self.versions), "commit": self.commit,
             "lossless": {"reference": self.reference, "mode": self.lossless},
+            "setup": self.setup.to_json() if self.setup is not None else None,
             "started": self.started, "finished": self.finished, "exitstatus": self.exitstatus,
             "tests": [t.to_json() for t in self.tests], "durations": dict(self.durations),
         }
@@ -147,6 +150,7 @@ class ShardManifest:
             commit=obj.get("commit"), started=str(obj.get("started", "")),
             reference=str((obj.get("lossless") or {}).get("reference", "ar")),
             lossless=str((obj.get("lossless") or {}).get("mode", "off")),
+            setup=Fingerprint.from_json(obj.get("setup")),
             finished=obj.get("finished"), exitstatus=exitstatus,
             tests=tuple(TestOutcome.from_json(t) for t in obj.get("tests") or ()),
             durations={str(k): float(v) for k, v in (obj.get("durations") or {}).items()},
@@ -176,7 +180,8 @@ def start(plan: ShardPlan, state: RunState, directory: Path) -> ShardManifest:
         balanced_by=plan.balanced_by, hardware_key=state.hardware.key,
         hardware=state.hardware.describe(), backend=state.backend.name,
         versions=collect_versions(), commit=git_commit(state.config.root),
-        reference=state.settings.reference, lossless=str(state.lossless), started=_now())
+        reference=state.settings.reference, lossless=str(state.lossless), setup=run_setup(state),
+        started=_now())
     _write(directory, manifest)
     return manifest
 

@@ -157,7 +157,12 @@ def test_a_shard_of_another_matrix_or_version_is_an_error(run):
             ("other-version", lambda m: m.update(plugin_version="0.0.1"),
              "shard 3/3 (other-version) was measured with pytest-specdec 0.0.1"),
             ("other-matrix", lambda m: m["matrix"].update(digest="0" * 16),
-             "shard 3/3 (other-matrix) divided another matrix than shard 1/3 (shard-1)")):
+             "shard 3/3 (other-matrix) divided another matrix than shard 1/3 (shard-1)"),
+            # run with another workload: the merge once mixed both setups in one report, rc 0
+            ("other-setup", lambda m: m["setup"]["parts"]["workloads"]["chat"].update(num_prompts=99)
+             or m["setup"].update(digest="0" * 16),
+             "shard 3/3 (other-setup) measured another setup than shard 1/3 (shard-1) (its workloads "
+             "differ); a report of both would mix them")):
         shutil.copytree(root / "shard-3", root / name)
         manifest = json.loads((root / name / "shard.json").read_text())
         edit(manifest)
