@@ -99,6 +99,15 @@ def _verdict_text(row: ReportRow) -> str:
             "ok": "ok", "not gated": "not gated"}.get(row.verdict, "-")
 
 
+def _workload_part(row: ReportRow) -> str:
+    return f" [{row.workload}]" if row.workload else ""  # a test with no workload: no "[None]"
+
+
+def _named(row: ReportRow) -> str:
+    """`ddtree-tp1-b8 [chat]`, or the configuration alone where the test ran no workload."""
+    return f"{row.config}{_workload_part(row)}"
+
+
 def _one_line(text: str | None, limit: int) -> str:
     """`text` on one line in at most `limit` characters, shortened in the middle: a message
     opens with what failed and often ends with the detail that says why, so both ends stay."""
@@ -135,7 +144,7 @@ def format_table(rows: Sequence[ReportRow]) -> str:
 
     rule = "  ".join("-" * w for w in widths)
     lines = [fmt(header), rule, *(fmt(line) for line in body)]
-    notes = [f"  {r.config} [{r.workload}]: {c}" for r in _sorted(rows) for c in r.comparisons]
+    notes = [f"  {_named(r)}: {c}" for r in _sorted(rows) for c in r.comparisons]
     if notes:
         lines += ["", "against baseline:", *notes]
     return "\n".join(lines)
@@ -177,12 +186,12 @@ def render_markdown(rows: Sequence[ReportRow], *, title: str = "pytest-specdec r
     notes = [(r, c) for r in _sorted(rows) for c in r.comparisons]
     if notes:
         out += ["", "## Against the baseline", ""]
-        out += [f"- `{r.config}` [{r.workload}]: `{c}`" for r, c in notes]
+        out += [f"- `{r.config}`{_workload_part(r)}: `{c}`" for r, c in notes]
     failures = [r for r in _sorted(rows) if r.failed]
     if failures:
         out += ["", "## Failures", ""]
         for r in failures:
-            out += [f"### {r.config} [{r.workload}]", "", "```", (r.reason or r.outcome).rstrip(), "```", ""]
+            out += [f"### {_named(r)}", "", "```", (r.reason or r.outcome).rstrip(), "```", ""]
     if plots:
         out += ["", "## Plots", ""]
         out += [f"![{Path(p).stem}]({Path(p).as_posix()})" for p in plots]

@@ -200,3 +200,16 @@ def test_the_verdict_keeps_the_cause_of_a_long_failure():
     gate = next(line for line in table.splitlines() if line.startswith("ddtree-tp1-b16"))
     assert gate.endswith(
         "FAILED: regression against cpu.json: accept_length 1.20 < baseline 1.50 -2% (-20.0%)")
+
+
+def test_a_row_without_a_workload_is_named_by_its_configuration_alone(tmp_path):
+    """A merged failure of a test that ran no workload read `### ddtree-tp1-b16 [None]`."""
+    from dataclasses import replace
+
+    from pytest_specdec.report import ReportRow, write_report
+
+    failed = ReportRow(test_id="test_x[ddtree-tp1-b16]", config="ddtree-tp1-b16", outcome="failed",
+                       reason="boom")
+    files = write_report(tmp_path / "rep", [replace(row("ar", 1, None, 10.0), workload=None), failed], plots=False)
+    text = files.markdown.read_text()
+    assert "### ddtree-tp1-b16\n" in text and "None" not in text
