@@ -28,6 +28,8 @@ def rows(results: Results) -> list:
         out.append(row_from_result(result, outcome=outcome, reason=reason))
         seen.add(result.nodeid)
     cases = {case.param_id: case for case in matrix_cases(results.state)}
+    # pytest escapes non-ASCII in ids (`ü` is `\xfc`): back to the configured names
+    workloads = {w.encode("unicode_escape").decode("ascii"): w for w in results.state.workloads}
     for nodeid, (outcome, reason) in results.outcomes.items():
         if nodeid in seen or outcome not in ("failed", "error", "xfailed", "xpassed"):
             continue
@@ -37,6 +39,7 @@ def rows(results: Results) -> list:
         case = cases.get(config or "")
         # the parameters past the configuration's id name the workload (`ar-tp1-chat`)
         workload = params.replace(config, "", 1).strip("-") or None if config else None
+        workload = workloads.get(workload, workload)
         out.append(ReportRow(test_id=name, config=config or params, workload=workload,
                              family=case.family if case else None, method=case.method if case else None,
                              tp=case.tp if case else None, budget=case.budget if case else None,

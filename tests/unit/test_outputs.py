@@ -173,3 +173,15 @@ def test_a_test_that_failed_before_recording_has_its_configuration_and_workload_
     rows = json.loads((pytester.path / "rep" / "results.json").read_text())["results"]
     assert sorted((r["config"], r["workload"], r["method"], r["budget"]) for r in rows) == [
         ("ar-tp1", "chat", "ar", None), ("ddtree-tp1-b8", "chat", "ddtree", 8)]
+
+
+def test_a_failed_tests_workload_keeps_its_configured_name(pytester):
+    """pytest escapes non-ASCII in test ids: the row of a test that failed before recording read
+    `my chat \\xfc`, beside the other rows' `my chat ü`."""
+    pytester.makepyprojecttoml("[tool.specdec]\nbackend = 'embedded'\n[tool.specdec.matrix.cpu]\n"
+                               "methods = ['ar']\n[[tool.specdec.workloads]]\nname = 'my chat ü'\n"
+                               "prompts = 'chat'\n")
+    pytester.makepyfile(test_gen="def test_gen(specdec_spec, specdec_workload):\n    assert False\n")
+    pytester.runpytest("-p", "no:cacheprovider", "--specdec-report", "rep").assert_outcomes(failed=1)
+    [row] = json.loads((pytester.path / "rep" / "results.json").read_text(encoding="utf-8"))["results"]
+    assert (row["config"], row["workload"]) == ("ar-tp1", "my chat ü")
