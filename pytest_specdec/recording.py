@@ -189,7 +189,8 @@ def hide_benchmark_fixture(shown: list[list[str]]) -> None:
 def mark_for_benchmark(item: pytest.Item) -> None:
     """Give recorded tests the replay clock as their pytest-benchmark timer."""
     if "specdec_record" in getattr(item, "fixturenames", ()) \
-            and item.get_closest_marker("benchmark") is None:
+            and item.get_closest_marker("benchmark") is None \
+            and item.config.pluginmanager.hasplugin("benchmark"):  # else an unknown mark, warned of
         item.add_marker(pytest.mark.benchmark(timer=replay_clock, group=item.originalname
                                               if hasattr(item, "originalname") else None))
 

@@ -170,3 +170,11 @@ def test_benchmark_skip_and_only_treat_recorded_tests_as_benchmarks(pytester, mo
     result = pytester.runpytest("-p", "no:cacheprovider", "-rs", "--benchmark-only")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_plain.py: Skipping non-benchmark (--benchmark-only active)."])
+
+
+def test_without_pytest_benchmark_no_unknown_mark_is_warned_of(pytester, monkeypatch):
+    """-p no:benchmark warned "Unknown pytest.mark.benchmark" once a recording test ran."""
+    pytester.makepyfile(test_figures=RECORDING_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:benchmark")
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("*PytestUnknownMarkWarning*")
