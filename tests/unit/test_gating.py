@@ -175,6 +175,6 @@ def test_benchmark_skip_and_only_treat_recorded_tests_as_benchmarks(pytester, mo
 def test_without_pytest_benchmark_no_unknown_mark_is_warned_of(pytester, monkeypatch):
     """-p no:benchmark warned "Unknown pytest.mark.benchmark" once a recording test ran."""
     pytester.makepyfile(test_figures=RECORDING_TEST)
-    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:benchmark")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:benchmark")  # marks are per process
     result.assert_outcomes(passed=1)
     result.stdout.no_fnmatch_line("*PytestUnknownMarkWarning*")
