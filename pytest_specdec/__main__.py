@@ -46,6 +46,10 @@ def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
     if target.exists() and not target.is_dir():
         raise SpecdecUsageError(f"--out {target} is a file; name a folder for the merged report "
                                 f"(it is created where missing)")
+    for shard in args.shard_dirs:
+        if target.resolve() == Path(shard).resolve():  # its report and shard.json are a shard's
+            raise SpecdecUsageError(f"--out {target} is the shard folder {shard}: the merged report "
+                                    f"would overwrite that shard's own; name another folder")
     merged = merge.merge(args.shard_dirs)
     rows = list(merged.rows)
     title = f"pytest-specdec results ({merged.meta()['shards']})"

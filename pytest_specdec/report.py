@@ -233,7 +233,20 @@ def write_report(out_dir: str | Path, rows: Sequence[ReportRow], *, meta: Mappin
                  (files.results_json, files.markdown, files.latex, files.standalone, *files.plots)]
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    _remove_stale_plots(out_dir / "plots", set(moved[4:]))
     return ReportFiles(*moved[:4], tuple(moved[4:]), files.plot_error)
+
+
+def _remove_stale_plots(folder: Path, written: set[Path]) -> None:
+    """An earlier report's plots this one did not draw (a metric no row has now) would read as
+    current beside it; only the plots' own file names are touched."""
+    from .plots import PLOTTED
+
+    for _, _, stem, _ in PLOTTED:
+        for suffix in (".png", ".pdf"):
+            path = folder / f"{stem}{suffix}"
+            if path not in written and path.is_file():
+                path.unlink()
 
 
 def _move(path: Path, staging: Path, out_dir: Path) -> Path:

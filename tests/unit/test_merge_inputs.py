@@ -106,3 +106,29 @@ def test_out_naming_a_file_is_an_error(shards):
     rc, text = merge(shards)
     assert rc == 2
     assert f"error: --out {shards / 'merged'} is a file; name a folder" in text
+
+
+def test_out_naming_a_shard_folder_is_an_error(shards):
+    """The merged report replaced that shard's own, rc 0."""
+    before = sorted(p.name for p in (shards / "shard-1").iterdir())
+    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
+                           str(shards / "shard-1"), str(shards / "shard-1"), str(shards / "shard-2")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert f"error: --out {shards / 'shard-1'} is the shard folder {shards / 'shard-1'}: the merged report " \
+           f"would overwrite that shard's own" in done.stderr
+    assert sorted(p.name for p in (shards / "shard-1").iterdir()) == before
+
+
+def test_a_report_drops_the_plots_an_earlier_one_drew_and_it_does_not(tmp_path):
+    """A report folder reused for rows without acceptance kept the earlier accept-length plot."""
+    pytest.importorskip("matplotlib")
+    from report_support import row
+
+    from pytest_specdec.report import write_report
+
+    write_report(tmp_path, [row("ddtree", 1, 8, 100.0, accept=3.0), row("ar", 1, None, 50.0, accept=1.0)])
+    assert (tmp_path / "plots" / "accept_length.png").is_file()
+    files = write_report(tmp_path, [row("ar", 1, None, 50.0)])
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == sorted(p.name for p in files.plots)
+    assert not (tmp_path / "plots" / "accept_length.png").exists()
