@@ -32,6 +32,22 @@ class XdistHooks:
         if not self._seen:  # every worker collects the same items
             self.results.total = len(ids)
             self._seen = True
+            self._write_header_details(node.config, ids)
+
+    def _write_header_details(self, config, ids) -> None:
+        """The header's lines that follow collection (hardware, baselines, settings, gate,
+        losslessness): pytest asks for them only where it collects, which the controller does
+        not. Written once a worker's collection names a configuration of the matrix."""
+        from . import header
+
+        state = self.results.state
+        param_ids = [case.param_id for case in matrix_cases(state)]
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None or config.option.verbose < 0 or config.option.no_header \
+                or not any(configuration_in_nodeid(nodeid, param_ids) for nodeid in ids):
+            return
+        for line in header.details(state):
+            reporter.write_line(line)
 
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:
         """A worker died in a test: that test fails once, as "worker crashed" (the scheduler

@@ -251,6 +251,21 @@ def test_a_dry_run_of_a_family_without_a_matrix_says_the_cpu_matrix_runs(pyteste
                                  "*<Function test_cell[[]ar-tp1[]]>"])
 
 
+def test_the_header_details_are_written_under_xdist_too(pytester: pytest.Pytester):
+    """The controller collects nothing, so pytest never asked it for the lines after collection:
+    hardware, baselines, settings, gate and losslessness were missing under -n 2."""
+    pytest.importorskip("xdist")
+    pytester.makepyprojecttoml("[tool.specdec]\nbackend = 'embedded'\n[tool.specdec.matrix.cpu]\n"
+                               "methods = ['ar']\n")
+    pytester.makepyfile(SPEC_TEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "xdist", "-n", "2",
+                                           "--specdec-compare-fail", "accept_length:0")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["specdec: hardware *", "specdec: baselines *", "specdec: settings *",
+                                 "specdec: gate accept_length -0 (command line)*", "specdec: lossless *"])
+    assert sum(line.startswith("specdec: gate ") for line in result.stdout.lines) == 1  # once, not a worker
+
+
 def test_header_is_one_line_when_no_specdec_test_is_collected(pytester: pytest.Pytester):
     pytester.makepyprojecttoml(SMALL_MATRIX)
     pytester.makepyfile("def test_x(): pass")
