@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .configuration import REFERENCE_METHOD
 from .metrics import METRIC_DIRECTIONS
+from .report import test_function
 
 if TYPE_CHECKING:
     from .report import ReportRow
@@ -59,12 +60,13 @@ def columns(speedups: Mapping[str, float]) -> tuple[Column, ...]:
 
 
 def speedups(rows: Sequence[ReportRow]) -> dict[str, float]:
-    """tokens/s of each row over the reference method's at the same workload, family and TP."""
-    reference = {(r.workload, r.family, r.tp): r.metrics["output_tok_s"] for r in rows
+    """tokens/s of each row over the reference method's at the same workload, family and TP,
+    measured by the same test function (two tests of one configuration are two references)."""
+    reference = {(test_function(r), r.workload, r.family, r.tp): r.metrics["output_tok_s"] for r in rows
                  if r.method == REFERENCE_METHOD and r.metrics.get("output_tok_s")}
     out = {}
     for r in rows:
-        base = reference.get((r.workload, r.family, r.tp))
+        base = reference.get((test_function(r), r.workload, r.family, r.tp))
         if base and "output_tok_s" in r.metrics:
             out[r.test_id] = r.metrics["output_tok_s"] / base
     return out
@@ -112,10 +114,12 @@ def render_standalone(fragment: str) -> str:
 
 def _table(rows: Sequence[ReportRow], workload: str, meta: Mapping[str, Any],
            caption: str) -> list[str]:
-    rows = sorted(rows, key=lambda r: (r.family or "", r.tp or 0, r.method or "", r.budget or 0))
+    rows = sorted(rows, key=lambda r: (test_function(r), r.family or "", r.tp or 0, r.method or "",
+                                       r.budget or 0))
     cols = columns(speedups(rows))
+    with_test = len({test_function(r) for r in rows}) > 1
     with_family = len({r.family for r in rows}) > 1
-    titles = [*(["Family"] if with_family else []), "Method", "TP", "Budget",
+    titles = [*(["Test"] if with_test else []), *(["Family"] if with_family else []), "Method", "TP", "Budget",
               *(c.title for c in cols)]
     values = [[c.value(r) for c in cols] for r in rows]
     cells = [[c.fmt.format(v) if v is not None else "--" for c, v in zip(cols, line)]
@@ -137,7 +141,8 @@ def _table(rows: Sequence[ReportRow], workload: str, meta: Mapping[str, Any],
         "\\midrule",
     ]
     for r, numbers in zip(rows, cells):
-        ident = [*([r.family or "-"] if with_family else []), r.method or r.config,
+        ident = [*([test_function(r)] if with_test else []), *([r.family or "-"] if with_family else []),
+                 r.method or r.config,
                  str(r.tp) if r.tp is not None else "--",
                  str(r.budget) if r.budget is not None else "--"]
         shown = [f"\\textbf{{{text}}}" if text == best[i] else text

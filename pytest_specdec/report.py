@@ -123,9 +123,18 @@ def _sorted(rows: Iterable[ReportRow]) -> list[ReportRow]:
                                        r.budget or -1, r.config))
 
 
+def test_function(row: ReportRow) -> str:
+    """The test function a row's test is a case of (`test_generation` of
+    `test_generation[ar-tp1-chat]`)."""
+    return row.test_id.split("[", 1)[0]
+
+
 def _table(rows: Sequence[ReportRow]) -> tuple[list[str], list[list[str]]]:
+    # several test functions measuring one configuration: each row says whose it is
+    several = len({test_function(r) for r in rows}) > 1
     header = ["config", "workload", *(title for _, title, _ in COLUMNS), "verdict"]
-    body = [[r.config, r.workload or "-", *(_cell(r, m, f) for m, _, f in COLUMNS), _verdict_text(r)]
+    body = [[f"{r.config} ({test_function(r)})" if several else r.config, r.workload or "-",
+             *(_cell(r, m, f) for m, _, f in COLUMNS), _verdict_text(r)]
             for r in _sorted(rows)]
     return header, body
 

@@ -88,3 +88,23 @@ def test_the_standalone_report_compiles_with_pdflatex(tmp_path):
                           timeout=120)
     assert done.returncode == 0, done.stdout[-3000:]
     assert (tmp_path / "report-standalone.pdf").read_bytes()[:5] == b"%PDF-"
+
+
+def test_two_tests_of_one_configuration_each_have_their_own_reference_and_their_name():
+    """Their AR rows read 0.85x and 1.00x (one test's AR divided by the other's), and nothing told
+    the two tests' rows apart."""
+    from dataclasses import replace
+
+    from pytest_specdec.latex import render_fragment, speedups
+    from pytest_specdec.report import format_table
+
+    def of(test, r):
+        return replace(r, test_id=r.test_id.replace("test_generation", test))
+
+    rows = [of("test_a", row("ar", 1, None, 400.0)), of("test_a", row("ddtree", 1, 8, 800.0)),
+            of("test_b", row("ar", 1, None, 500.0)), of("test_b", row("ddtree", 1, 8, 750.0))]
+    assert sorted(speedups(rows).values()) == [1.0, 1.0, 1.5, 2.0]
+    fragment = render_fragment(rows)
+    assert "Test & Method" in fragment and "test\\_a & ar" in fragment
+    table = format_table(rows)
+    assert "ar-tp1 (test_a)" in table and "ddtree-tp1-b8 (test_b)" in table
