@@ -27,12 +27,14 @@ def rows(results: Results) -> list:
             outcome, reason = "passed", "resumed from the journal"
         out.append(row_from_result(result, outcome=outcome, reason=reason))
         seen.add(result.nodeid)
+    unrecorded = [(nodeid, outcome, reason) for nodeid, (outcome, reason) in results.outcomes.items()
+                  if nodeid not in seen and outcome in ("failed", "error", "xfailed", "xpassed")]
+    if not unrecorded:
+        return out
     cases = {case.param_id: case for case in matrix_cases(results.state)}
     # pytest escapes non-ASCII in ids (`ü` is `\xfc`): back to the configured names
     workloads = {w.encode("unicode_escape").decode("ascii"): w for w in results.state.workloads}
-    for nodeid, (outcome, reason) in results.outcomes.items():
-        if nodeid in seen or outcome not in ("failed", "error", "xfailed", "xpassed"):
-            continue
+    for nodeid, outcome, reason in unrecorded:
         name = nodeid.split("::")[-1]
         params = name[name.find("[") + 1:-1] if "[" in name else name
         config = configuration_in_nodeid(nodeid, cases)
