@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 PACKAGES = ("booktabs", "graphicx")
 
 _SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-            "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+            "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+            # OT1, LaTeX's default font encoding, prints these three as an em dash, ¡ and ¿
+            "|": r"\textbar{}", "<": r"\textless{}", ">": r"\textgreater{}"}
 
 
 def tex_escape(text: str) -> str:

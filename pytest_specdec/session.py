@@ -390,6 +390,7 @@ def progress_line(result: Result, done: int, total: int) -> str:
 
     verdicts = [c.line() for c in result.comparisons if c.verdict in ("regression", "improvement")]
     tail = f" | {'; '.join(verdicts)}" if verdicts else ""
-    return (f"specdec [{done}/{total}] {result.config} {result.workload or ''}:"
+    workload = f" {result.workload}" if result.workload else ""  # a test with no workload: no stray space
+    return (f"specdec [{done}/{total}] {result.config}{workload}:"
             f"{fmt('output_tok_s', ' tok/s')}{fmt('accept_length', '')}{fmt('ttft_ms', 'ms')}"
             f"{fmt('tpot_ms', 'ms')}{fmt('verify_us', 'us')}{tail}")

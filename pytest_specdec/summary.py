@@ -118,7 +118,7 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
         except (OSError, SpecdecUsageError) as exc:
             problems.append(f"baseline not saved: {_why(exc, state.baseline_path)}")
         else:
-            left_out = (f"; left out {len(failed)} of failed tests, which are no reference "
+            left_out = (f"; left out {len(failed)} result(s) of failed tests, which are no reference "
                         f"({failed_ids})") if failed else ""
             notes.append(f"saved {len(saved)} result(s) into {path}{left_out}")
     elif state.settings.save_baseline and failed:

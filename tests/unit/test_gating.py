@@ -178,3 +178,9 @@ def test_without_pytest_benchmark_no_unknown_mark_is_warned_of(pytester, monkeyp
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:benchmark")  # marks are per process
     result.assert_outcomes(passed=1)
     result.stdout.no_fnmatch_line("*PytestUnknownMarkWarning*")
+
+
+def test_the_progress_line_of_a_test_without_a_workload_has_no_stray_space(pytester, monkeypatch):
+    pytester.makepyfile(test_figures=RECORDING_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["specdec [[]1/1[]] test_figures: output_tok_s=100 tok/s*"])

@@ -31,6 +31,8 @@ def rows(families=("hopper",)):
 def test_tex_escape():
     assert tex_escape("ddtree_tp1 50% & $x#{y}~^\\") == (
         "ddtree\\_tp1 50\\% \\& \\$x\\#\\{y\\}\\textasciitilde{}\\textasciicircum{}\\textbackslash{}")
+    # OT1 printed these as an em dash, an inverted ! and an inverted ?
+    assert tex_escape("a|b<c>d") == "a\\textbar{}b\\textless{}c\\textgreater{}d"
 
 
 def test_speedup_is_over_the_reference_method_of_the_same_family_and_tp():
