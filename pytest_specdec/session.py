@@ -30,7 +30,7 @@ from .fingerprint import Fingerprint, measured_setup
 from .gate import Comparison
 from .journal import FAILED_CHECKS, Journal, JournalRecord, JournalWarning
 from .metrics import METRIC_DIRECTIONS
-from .recording import (REMEASURED_PROPERTY, RESUMED_PROPERTY, attach_to_report,
+from .recording import (REMEASURED_PROPERTY, RESULT_PROPERTY, RESUMED_PROPERTY, attach_to_report,
                         existing_recorder, result_of_report)
 from .result import RECORD_DAMAGE, Result
 from .state import RunState
@@ -206,6 +206,7 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
                               status="done" if passed else "failed",
                               fingerprint=result.fingerprint.digest)
     if not passed:
+        attach_to_report(item, result)  # its figures beside its failure, as a merge of shards shows them
         return
     broke = None
     failures: list[str] = []
@@ -328,8 +329,9 @@ class Results:
         return result
 
     def _note_outcome(self, report: pytest.TestReport) -> None:
-        if "specdec" not in getattr(report, "keywords", {}):
-            return  # not a benchmark configuration: pytest's own summary covers it
+        recorded = any(name == RESULT_PROPERTY for name, _ in getattr(report, "user_properties", ()))
+        if "specdec" not in getattr(report, "keywords", {}) and not recorded:
+            return  # neither a configuration nor figures of ours: pytest's own summary covers it
         if hasattr(report, "wasxfail"):
             outcome = "xfailed" if report.skipped else "xpassed"
             self.outcomes[report.nodeid] = (outcome, str(report.wasxfail))

@@ -209,3 +209,16 @@ def test_a_known_issue_that_now_passes_is_measured_again_on_resume(pytester):
     result = run(pytester, "--specdec-resume")
     result.assert_outcomes(failed=1)  # measured again, and failed again
     result.stdout.fnmatch_lines(["*XPASS(strict)*known issue*"])
+
+
+def test_a_test_that_fails_after_recording_shows_its_figures(pytester):
+    """The unsharded summary showed `-` where a merge of the same run's shards showed the figures."""
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
+    pytester.makepyfile(test_widgets="def test_widgets(specdec_record):\n"
+                                     "    specdec_record.metric('output_tok_s', 123.0, 'higher')\n"
+                                     "    assert False, 'too slow for me'\n")
+    result = run(pytester, "--specdec-report", "rep")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["test_widgets *  123.0 * FAILED: AssertionError: too slow for me"])
+    [row] = json.loads((pytester.path / "rep" / "results.json").read_text())["results"]
+    assert row["metrics"]["output_tok_s"] == 123.0 and row["outcome"] == "failed"
