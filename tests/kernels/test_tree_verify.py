@@ -673,25 +673,19 @@ def test_lengths_on_the_host_that_leave_the_caches_are_rejected(lens, impl):
 
 
 @needs_triton
-def test_a_dtype_without_kernels_is_named_with_the_fix():
-    q, k = torch.randn(1, 3, 2, 64, dtype=torch.float64), torch.randn(1, 8, 1, 64, dtype=torch.float64)
+@pytest.mark.parametrize("dtype, head_dim, message", [
+    (torch.float64, 64, r"torch.float64 has no Triton kernel.*impl='torch'"),
+    # a model's head dim, not the caller's to change: the kernels' head dims and the way out
+    (torch.float32, 96, r"head dim 96 has no Triton kernel; use one of 64, 128, 256, or impl='torch'"),
+])
+def test_a_call_without_kernels_is_named_with_the_fix(dtype, head_dim, message):
+    q, k = torch.randn(1, 3, 2, head_dim, dtype=dtype), torch.randn(1, 8, 1, head_dim, dtype=dtype)
     lens = torch.tensor([4], dtype=torch.int32)
     mask = ancestor_mask_from_parents(torch.tensor([[-1, 0, 0]], dtype=torch.int32))
-    with pytest.raises(ValueError, match=r"torch.float64 has no Triton kernel.*impl='torch'"):
+    with pytest.raises(ValueError, match=message):
         tree_verify_attention(q.to(DEVICE), k.to(DEVICE), k.to(DEVICE), lens.to(DEVICE), mask.to(DEVICE), impl="triton")
-    assert tree_verify_attention(q, k, k, lens, mask, impl="torch").dtype == torch.float64
-
-
-@needs_triton
-def test_a_head_dim_without_kernels_is_named_with_the_fix():
-    """Head dim 96 (a model's, not the caller's to change) names the kernels' head dims and the
-    reference as the way out, not a tile table's internals."""
-    q, k = torch.randn(1, 3, 2, 96), torch.randn(1, 8, 1, 96)
-    lens = torch.tensor([4], dtype=torch.int32)
-    mask = ancestor_mask_from_parents(torch.tensor([[-1, 0, 0]], dtype=torch.int32))
-    with pytest.raises(ValueError, match=r"head dim 96 has no Triton kernel; use one of 64, 128, 256, or impl='torch'"):
-        tree_verify_attention(q.to(DEVICE), k.to(DEVICE), k.to(DEVICE), lens.to(DEVICE), mask.to(DEVICE), impl="triton")
-    assert tree_verify_attention(q, k, k, lens, mask, impl="torch").shape == q.shape
+    out = tree_verify_attention(q, k, k, lens, mask, impl="torch")
+    assert out.shape == q.shape and out.dtype == dtype
 
 
 @needs_triton
