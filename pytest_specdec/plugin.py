@@ -256,7 +256,7 @@ class Controller:
 
     @hookimpl(trylast=True)  # after pytest-benchmark's tables: the run ends with ours
     def pytest_terminal_summary(self, terminalreporter) -> None:
-        from .state import RESULTS_KEY
+        from .state import RESULTS_KEY, STATE_KEY
 
         if RESULTS_KEY in self.config.stash:  # else no report of ours came: nothing to sum up
             from . import summary
@@ -264,6 +264,10 @@ class Controller:
             summary.write(terminalreporter, self.config.stash[RESULTS_KEY], self.notes, self.problems)
             if self.session is not None:
                 self.session.exitstatus = self._failed_if_problems(self.session.exitstatus)
+        elif self.config.stash[STATE_KEY].settings.report:
+            from . import summary
+
+            terminalreporter.write_line(f"specdec: {summary.nothing_reported(self.config.stash[STATE_KEY])}")
 
     def _failed_if_problems(self, exitstatus: int) -> int:
         import pytest

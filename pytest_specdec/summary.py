@@ -77,10 +77,12 @@ def _write_table(terminalreporter, results: Results, table: list) -> None:
         terminalreporter.write_line(f"specdec: gate: {uncompared}", yellow=True)
     ungated = sum(1 for row in table if row.verdict == "not gated")
     if ungated:
+        # with a gate in force, "set --specdec-compare-fail" would read as if none were
+        advice = ("the gate in force names none of their figures; add theirs, or * for all" if state.tolerances.any
+                  else "set --specdec-compare-fail or [tool.specdec.tolerances]")
         terminalreporter.write_line(
             f"specdec: {ungated} test(s) compared with {state.baseline_path.name} but not gated: no "
-            f"tolerance applies to any of their figures (set --specdec-compare-fail or "
-            f"[tool.specdec.tolerances])")
+            f"tolerance applies to any of their figures ({advice})")
 
 
 def _uncompared_gate(results: Results) -> str | None:
@@ -164,11 +166,18 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
     table = rows(results)
     if table:
         _write_outputs(results, table, notes, problems)
+    elif state.settings.report:  # an old report there would read as this run's
+        notes.append(nothing_reported(state))
     if plan is not None and not plan.mine and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
         exitstatus = pytest.ExitCode.OK
     if shard is not None:
         shard.finish(results, seconds, exitstatus)
     return exitstatus
+
+
+def nothing_reported(state) -> str:
+    return (f"no report written to {state.path(state.settings.report)}: no test recorded figures or "
+            f"failed (what is there is an earlier run's)")
 
 
 def _why(exc: Exception, path) -> str:

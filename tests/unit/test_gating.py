@@ -101,6 +101,11 @@ def test_compared_but_not_gated_is_said_in_the_summary(pytester, monkeypatch):
         "test_figures*not gated",
         "specdec: 1 test(s) compared with cpu.json but not gated: no tolerance applies to any of their "
         "figures (set --specdec-compare-fail or [[]tool.specdec.tolerances[]])"])
+    # with a gate in force that names none of its figures, the advice is not to set one
+    result = pytester.runpytest("-p", "no:cacheprovider", "--specdec-compare-fail", "accept_length:0")
+    result.stdout.fnmatch_lines([
+        "specdec: 1 test(s) compared with cpu.json but not gated: no tolerance applies to any of their "
+        "figures (the gate in force names none of their figures; add theirs, or * for all)"])
 
 
 def test_gated_figures_with_nothing_to_compare_with_are_said_not_passed_as_ok(pytester, monkeypatch):

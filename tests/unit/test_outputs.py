@@ -185,3 +185,11 @@ def test_a_failed_tests_workload_keeps_its_configured_name(pytester):
     pytester.runpytest("-p", "no:cacheprovider", "--specdec-report", "rep").assert_outcomes(failed=1)
     [row] = json.loads((pytester.path / "rep" / "results.json").read_text(encoding="utf-8"))["results"]
     assert (row["config"], row["workload"]) == ("ar-tp1", "my chat ü")
+
+
+def test_a_run_with_nothing_to_report_says_no_report_was_written(pytester):
+    """`-k nothing` wrote nothing and said nothing, so an earlier results.json read as this run's."""
+    pytester.makepyfile(test_figures=RECORDING_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--specdec-report", "rep", "-k", "nothing")
+    result.stdout.fnmatch_lines(["specdec: no report written to *rep: no test recorded figures or failed "
+                                 "(what is there is an earlier run's)"])
