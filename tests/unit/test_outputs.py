@@ -124,7 +124,7 @@ def test_a_github_step_summary_pointing_nowhere_is_a_warning(pytester, monkeypat
 
 def test_durations_that_cannot_be_saved_at_the_end_are_a_problem_not_a_traceback(tmp_path):
     (tmp_path / "spoiled").write_text("")  # the baseline folder became a file during the run
-    state = SimpleNamespace(settings=SimpleNamespace(save_baseline=True),
+    state = SimpleNamespace(settings=SimpleNamespace(save_baseline=True, report=None),
                             baseline_path=tmp_path / "spoiled" / "cpu.json")
     problems: list[str] = []
     status = summary.finish(SimpleNamespace(state=state, all=lambda: [], outcomes={}),
