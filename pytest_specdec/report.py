@@ -92,11 +92,20 @@ def _verdict_text(row: ReportRow) -> str:
     if row.failed:  # the headline, with what it announces; report.md has the whole reason
         lines = [line for line in (row.reason or "").splitlines() if line.strip()] or [row.outcome]
         cause = lines[0] + (" " + lines[1] if lines[0].endswith(":") and len(lines) > 1 else "")
-        return f"FAILED: {_one_line(cause.split(' (log: ', 1)[0], 100)}"
+        label = "ERROR" if row.outcome == "error" else "FAILED"  # as pytest says it: setup or call
+        return f"{label}: {_one_line(cause.split(' (log: ', 1)[0], 100)}"
     if row.outcome in ("skipped", "xfailed", "xpassed"):
         return f"{row.outcome}" + (f": {_one_line(row.reason, 60)}" if row.reason else "")
     return {"regression": "REGRESSION", "noisy": "noisy", "improved": "improved", "new": "new baseline",
             "ok": "ok", "not gated": "not gated"}.get(row.verdict, "-")
+
+
+def _longest_backtick_run(text: str) -> int:
+    longest = current = 0
+    for ch in text:
+        current = current + 1 if ch == "`" else 0
+        longest = max(longest, current)
+    return longest
 
 
 def _workload_part(row: ReportRow) -> str:
@@ -200,7 +209,9 @@ def render_markdown(rows: Sequence[ReportRow], *, title: str = "pytest-specdec r
     if failures:
         out += ["", "## Failures", ""]
         for r in failures:
-            out += [f"### {_named(r)}", "", "```", (r.reason or r.outcome).rstrip(), "```", ""]
+            text = (r.reason or r.outcome).rstrip()
+            fence = "`" * max(3, _longest_backtick_run(text) + 1)  # a ``` in the message must not close it
+            out += [f"### {_named(r)}", "", fence, text, fence, ""]
     if plots:
         out += ["", "## Plots", ""]
         out += [f"![{Path(p).stem}]({Path(p).as_posix()})" for p in plots]

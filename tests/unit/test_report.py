@@ -213,3 +213,17 @@ def test_a_row_without_a_workload_is_named_by_its_configuration_alone(tmp_path):
     files = write_report(tmp_path / "rep", [replace(row("ar", 1, None, 10.0), workload=None), failed], plots=False)
     text = files.markdown.read_text()
     assert "### ddtree-tp1-b16\n" in text and "None" not in text
+
+
+def test_an_error_reads_error_and_a_message_with_a_fence_keeps_its_code_block(tmp_path):
+    """A server that crashed in setup showed `FAILED:` where pytest said ERROR; a reason holding
+    ``` closed report.md's code block early."""
+    from pytest_specdec.report import ReportRow, format_table, write_report
+
+    crashed = ReportRow(test_id="test_x[ar-tp1]", config="ar-tp1", outcome="error",
+                        reason="server ar-tp1 crashed during warm-up: boom")
+    fenced = ReportRow(test_id="test_y[ar-tp1]", config="ar-tp1", workload="w", outcome="failed",
+                       reason="AssertionError: see\n```\ncode\n```")
+    assert "ERROR: server ar-tp1 crashed during warm-up: boom" in format_table([crashed])
+    text = write_report(tmp_path, [crashed, fenced], plots=False).markdown.read_text()
+    assert "````\nAssertionError: see\n```\ncode\n```\n````" in text
