@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from . import extras
 from .configuration import MatrixCase
@@ -129,24 +129,21 @@ class EmbeddedBackend(Backend):
     def check(self, state: RunState) -> None:
         """Each matrix budget through the engine's own checks (a tree that fills the context got
         the engine killed for its memory after minutes of warm-up)."""
-        from .engine.cli import build_parser, parse_args
+        from .engine.cli import parse_args, rejecting_parser
 
+        source, engine = state.config.source, state.config.engine
         for matrix in state.config.matrices.values():
+            table = f"{source[:-1]}.matrix.{matrix.family}]" if source.endswith("]") else \
+                f"{source} [matrix.{matrix.family}]"
             for method, _, budget in matrix.entries():
                 if budget is None:
                     continue
-                parser = build_parser()
 
-                def reject(message: str, family=matrix.family, budget=budget) -> None:
-                    source = state.config.source
-                    table = (f"{source[:-1]}.matrix.{family}]" if source.endswith("]")
-                             else f"{source} [matrix.{family}]")
-                    raise SpecdecUsageError(f"{table} budget {budget}: the embedded engine refuses it: "
-                                            f"{message}")
+                def reject(message: str) -> NoReturn:  # called at once, in this iteration
+                    raise SpecdecUsageError(f"{table} budget {budget}: the embedded engine refuses it: {message}")
 
-                parser.error = reject  # type: ignore[method-assign]  # argparse would print and exit
-                parse_args(["--method", method, "--budget", str(budget), *state.config.engine.argv(),
-                            *state.config.engine.extra_args], parser)
+                parse_args(["--method", method, "--budget", str(budget), *engine.argv(), *engine.extra_args],
+                           rejecting_parser(reject))
 
     def check_ready(self, state: RunState) -> None:
         extras.require("engine", f"the embedded engine (backend {self.reason})")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .configuration import METHODS, takes_budget
-from .engine.cli import DEVICES, MIN_BLOCK_SIZE, MODEL_PRESETS, build_parser, parse_args
+from .engine.cli import DEVICES, MIN_BLOCK_SIZE, MODEL_PRESETS, parse_args, rejecting_parser
 from .errors import SpecdecUsageError
 from .gate import parse_tolerance_table
 from .hardware import ALL_FAMILIES, FAMILIES, normalise_arch
@@ -371,12 +371,8 @@ def _parse_engine(filename: str, data: Any) -> EngineSettings:
 def _check_engine_extra_args(reader: _Reader, settings: EngineSettings) -> None:
     """Parse extra_args with the engine's own parser and checks, after the settings the plugin
     passes beside them, so a typo or a bad value stops the run before any boot."""
-    parser = build_parser()
-
-    def reject(message: str) -> None:
-        reader.fail("extra_args", f"{message}; see python -m pytest_specdec.engine --help")
-
-    parser.error = reject  # type: ignore[method-assign]  # argparse would print and exit
+    parser = rejecting_parser(
+        lambda message: reader.fail("extra_args", f"{message}; see python -m pytest_specdec.engine --help"))
     parser.print_help = lambda file=None: reader.fail(  # type: ignore[method-assign]
         "extra_args", "-h/--help is not an engine setting; remove it")
     parse_args(["--method", METHODS[0], *settings.argv(), *settings.extra_args], parser)

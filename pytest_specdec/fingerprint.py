@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 if TYPE_CHECKING:
+    from .config import WorkloadSpec
     from .configuration import MatrixCase
     from .state import RunState
 
@@ -77,17 +78,20 @@ def measured_setup(case: MatrixCase | None, workload: str | None, state: RunStat
         parts["server"] = state.backend.server_settings(spec, state)
     if workload is not None and workload in state.workloads:
         configured = next(w for w in state.config.workloads if w.name == workload)
-        parts["workload"] = {**state.workload(workload).fingerprint_part(),
-                             "truncate": configured.truncate}
+        parts["workload"] = _workload_part(configured, state)
     return fingerprint(parts)
+
+
+def _workload_part(configured: WorkloadSpec, state: RunState) -> dict[str, Any]:
+    """A configured workload as its prompts were read at configure time, and whether it truncates."""
+    return {**state.workload(configured.name).fingerprint_part(), "truncate": configured.truncate}
 
 
 def run_setup(state: RunState) -> Fingerprint:
     """What every test of a run shares, whatever its configuration: the workloads as read at
     configure time, the server settings of the configuration file and the model. Shards merged into
     one report must agree on it (each configuration's own part is the matrix's)."""
-    workloads = {w.name: {**state.workload(w.name).fingerprint_part(), "truncate": w.truncate}
-                 for w in state.config.workloads if w.name in state.workloads}
+    workloads = {w.name: _workload_part(w, state) for w in state.config.workloads if w.name in state.workloads}
     return fingerprint({
         "workloads": workloads,
         "server": {"engine": asdict(state.config.engine), "sglang": asdict(state.config.sglang)},

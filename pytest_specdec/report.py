@@ -12,6 +12,7 @@ import datetime as _dt
 import json
 import math
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -98,14 +99,6 @@ def _verdict_text(row: ReportRow) -> str:
         return f"{row.outcome}" + (f": {_one_line(row.reason, 60)}" if row.reason else "")
     return {"regression": "REGRESSION", "noisy": "noisy", "improved": "improved", "new": "new baseline",
             "ok": "ok", "not gated": "not gated"}.get(row.verdict, "-")
-
-
-def _longest_backtick_run(text: str) -> int:
-    longest = current = 0
-    for ch in text:
-        current = current + 1 if ch == "`" else 0
-        longest = max(longest, current)
-    return longest
 
 
 def _workload_part(row: ReportRow) -> str:
@@ -210,7 +203,8 @@ def render_markdown(rows: Sequence[ReportRow], *, title: str = "pytest-specdec r
         out += ["", "## Failures", ""]
         for r in failures:
             text = (r.reason or r.outcome).rstrip()
-            fence = "`" * max(3, _longest_backtick_run(text) + 1)  # a ``` in the message must not close it
+            longest = max((len(run) for run in re.findall("`+", text)), default=0)
+            fence = "`" * max(3, longest + 1)  # a ``` in the message must not close it
             out += [f"### {_named(r)}", "", fence, text, fence, ""]
     if plots:
         out += ["", "## Plots", ""]

@@ -307,14 +307,11 @@ class Results:
     resumed_results: dict[str, Result] = field(default_factory=dict)
     remeasured: dict[str, str] = field(default_factory=dict)  # node id -> what changed
     outcomes: dict[str, tuple[str, str | None]] = field(default_factory=dict)
-    failed: set[str] = field(default_factory=set)  # node ids that failed or errored, any test of ours
     total: int = 0
 
     def add_report(self, report: pytest.TestReport) -> Result | None:
         """Note the test's outcome; return its result when this report carries one."""
         self._note_outcome(report)
-        if report.failed:
-            self.failed.add(report.nodeid)
         for name, value in getattr(report, "user_properties", ()):
             if name == RESUMED_PROPERTY and report.when == "setup":
                 self.resumed_results[report.nodeid] = Result.from_json(json.loads(value),
@@ -355,7 +352,8 @@ class Results:
         (its gate, its losslessness check, its own assertions) is no reference for later runs."""
         saved, failed = [], []
         for result in self.all():
-            (failed if result.nodeid in self.failed else saved).append(result)
+            outcome = self.outcomes.get(result.nodeid, ("passed", None))[0]
+            (failed if outcome in ("failed", "error") else saved).append(result)
         return saved, failed
 
     def save_baseline(self, results: list[Result]) -> Path:

@@ -16,6 +16,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable, NoReturn
 
 from ..configuration import METHODS, algorithm_of_method, is_speculative, takes_budget
 from . import logs
@@ -139,6 +140,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with probability P per verify step, accept one draft token the target did not "
                         "predict (a planted losslessness bug)")
     return p
+
+
+def rejecting_parser(reject: Callable[[str], NoReturn]) -> argparse.ArgumentParser:
+    """The engine's parser, telling `reject` of a mistake instead of printing it and exiting: the
+    plugin checks its servers' arguments at start."""
+    parser = build_parser()
+    parser.error = reject  # type: ignore[method-assign]
+    return parser
 
 
 def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> EngineArgs:

@@ -111,9 +111,9 @@ def kill_all() -> None:
             strays = descendants(pgid)  # a group's leader is the server process itself
         except Exception:  # psutil missing or failing: the group still goes
             strays = []
-        for pid in [pgid, *strays]:
+        for kill, target in [(os.killpg, pgid), *((os.kill, pid) for pid in strays)]:
             try:
-                os.killpg(pid, signal.SIGKILL) if pid == pgid else os.kill(pid, signal.SIGKILL)
+                kill(target, signal.SIGKILL)
             except (ProcessLookupError, PermissionError, OSError):
                 pass
         _groups.pop(pgid, None)
