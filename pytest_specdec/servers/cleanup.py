@@ -12,7 +12,9 @@ Three layers, because each covers a way out the others miss:
    pipe reaches EOF when its writer dies, however it dies, and the watchdog then SIGKILLs every
    group still registered. `PR_SET_PDEATHSIG` (Linux) on the server's leader process is a second
    net for the leader itself (it cannot reach grandchildren, hence the watchdog). A grandchild
-   that left the group (setsid) is beyond this layer: nothing walks the tree once pytest is gone.
+   that left the group (setsid) is an orphan by then, beyond any tree walk: every server starts
+   with this process's owner token in its environment (`server_env`), its descendants inherit it,
+   and on Linux the watchdog, like layer 2, kills every process whose environment holds it.
 
 Also here: finding a server's descendants and the members of its process group (psutil), used
 to confirm that nothing survived a teardown.
@@ -28,7 +30,10 @@ import signal
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Callable
+
+from pytest_specdec.servers import watchdog
 
 _lock = threading.Lock()
 _groups: dict[int, str] = {}  # pgid -> label, for processes still to be killed at exit
@@ -36,24 +41,22 @@ _installed = False
 _previous_handlers: dict[int, object] = {}
 
 
-# Runs in its own session so neither a terminal's Ctrl-C nor our killpg of a server reaches it.
-_WATCHDOG = """
-import os, signal, sys
-groups = set()
-for line in sys.stdin:
-    line = line.strip()
-    if line[:1] == "+":
-        groups.add(int(line[1:]))
-    elif line[:1] == "-":
-        groups.discard(int(line[1:]))
-for g in groups:
-    try:
-        os.killpg(g, signal.SIGKILL)
-    except OSError:
-        pass
-"""
 _watchdog: subprocess.Popen | None = None
 _watchdog_owner: int | None = None
+_token: tuple[int, str] | None = None  # (pid, token): a forked child takes a token of its own
+
+
+def owner_token() -> str:
+    """This process's token, which every server it starts carries in its environment."""
+    global _token
+    if _token is None or _token[0] != os.getpid():
+        _token = (os.getpid(), f"{os.getpid()}-{uuid.uuid4().hex[:12]}")
+    return _token[1]
+
+
+def server_env(env: dict[str, str]) -> dict[str, str]:
+    """`env` with this process's owner token, for a server about to start."""
+    return {**env, watchdog.OWNER_ENV: owner_token()}
 
 
 def register(pgid: int, label: str) -> None:
@@ -83,8 +86,9 @@ def _tell_watchdog(message: str) -> None:
         if _watchdog is None or _watchdog.poll() is not None:
             if message.startswith("-"):
                 return
+            # In its own session so neither a terminal's Ctrl-C nor our killpg of a server reaches it.
             _watchdog = subprocess.Popen(
-                [sys.executable, "-c", _WATCHDOG],
+                [sys.executable, watchdog.__file__, owner_token()],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -104,8 +108,8 @@ def registered() -> dict[int, str]:
 
 
 def kill_all() -> None:
-    """SIGKILL every registered group, and the leaders' descendants that left it (setsid), found
-    before the group goes (orphaned, they would be init's). No waiting."""
+    """SIGKILL every registered group, and the leaders' descendants that left it (setsid): found
+    before the group goes (orphaned, they would be init's), and by the owner token. No waiting."""
     for pgid in list(_groups):
         try:
             strays = descendants(pgid)  # a group's leader is the server process itself
@@ -117,6 +121,8 @@ def kill_all() -> None:
             except (ProcessLookupError, PermissionError, OSError):
                 pass
         _groups.pop(pgid, None)
+    if _token is not None and _token[0] == os.getpid():  # started servers: their setsid descendants too
+        watchdog.kill_tagged(_token[1])
 
 
 def _install_signal_handlers() -> None:

@@ -220,6 +220,7 @@ class ManagedServer:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.gpus)
             env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env.update(self.extra_env)
+        env = cleanup.server_env(env)
         self._log_file = open(self.log_path, "ab")
         self._log_file.write(f"# specdec: {' '.join(self.argv)}\n".encode())
         self._log_file.flush()

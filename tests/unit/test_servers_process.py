@@ -234,6 +234,9 @@ STANDIN = textwrap.dedent(
         # a child that left the server's group (setsid) survived these two, which killed only groups
         ("exit", None, True, "--spawn-setsid-child"),
         ("sleep", signal.SIGTERM, True, "--spawn-setsid-child"),
+        # ... and these, where no Python runs: an orphan by then, found by its owner token
+        ("sleep", signal.SIGKILL, True, "--spawn-setsid-child"),
+        ("sleep", signal.SIGKILL, False, "--spawn-setsid-child"),
     ],
 )
 def test_servers_die_with_their_parent(tmp_path, how, sig, no_pdeathsig, child_flag):
