@@ -89,14 +89,18 @@ def _cell(row: ReportRow, metric: str, fmt: str) -> str:
     return fmt.format(value)
 
 
+SET_ASIDE = ("skipped", "xfailed", "xpassed")  # outcomes whose reason is not a failure's
+REASON_CELL = 60  # characters of such a reason the table's verdict cell shows
+
+
 def _verdict_text(row: ReportRow) -> str:
     if row.failed:  # the headline, with what it announces; report.md has the whole reason
         lines = [line for line in (row.reason or "").splitlines() if line.strip()] or [row.outcome]
         cause = lines[0] + (" " + lines[1] if lines[0].endswith(":") and len(lines) > 1 else "")
         label = "ERROR" if row.outcome == "error" else "FAILED"  # as pytest says it: setup or call
         return f"{label}: {_one_line(cause.split(' (log: ', 1)[0], 100)}"
-    if row.outcome in ("skipped", "xfailed", "xpassed"):
-        return f"{row.outcome}" + (f": {_one_line(row.reason, 60)}" if row.reason else "")
+    if row.outcome in SET_ASIDE:
+        return f"{row.outcome}" + (f": {_one_line(row.reason, REASON_CELL)}" if row.reason else "")
     return {"regression": "REGRESSION", "noisy": "noisy", "improved": "improved", "new": "new baseline",
             "ok": "ok", "not gated": "not gated"}.get(row.verdict, "-")
 
@@ -206,10 +210,27 @@ def render_markdown(rows: Sequence[ReportRow], *, title: str = "pytest-specdec r
             longest = max((len(run) for run in re.findall("`+", text)), default=0)
             fence = "`" * max(3, longest + 1)  # a ``` in the message must not close it
             out += [f"### {_named(r)}", "", fence, text, fence, ""]
+    out += _set_aside(rows)
     if plots:
         out += ["", "## Plots", ""]
         out += [f"![{Path(p).stem}]({Path(p).as_posix()})" for p in plots]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _set_aside(rows: Sequence[ReportRow]) -> list[str]:
+    """Skip and xfail reasons the verdict cell shortened, whole: one line per reason with the
+    rows it covers, since a family's skip often covers many."""
+    covered: dict[tuple[str, str], list[str]] = {}
+    for r in _sorted(rows):
+        reason = " ".join((r.reason or "").split())
+        if r.outcome in SET_ASIDE and len(reason) > REASON_CELL:
+            covered.setdefault((r.outcome, reason), []).append(f"`{_named(r)}`")
+    if not covered:
+        return []
+    out = ["", "## Skipped and expected failures", ""]
+    out += [f"- {outcome}: {_md_escape(reason)} ({', '.join(names)})"
+            for (outcome, reason), names in covered.items()]
+    return out
 
 
 # --------------------------------------------------------------------------------------------

@@ -227,3 +227,19 @@ def test_an_error_reads_error_and_a_message_with_a_fence_keeps_its_code_block(tm
     assert "ERROR: server ar-tp1 crashed during warm-up: boom" in format_table([crashed])
     text = write_report(tmp_path, [crashed, fenced], plots=False).markdown.read_text()
     assert "````\nAssertionError: see\n```\ncode\n```\n````" in text
+
+
+def test_a_long_skip_reason_is_whole_in_report_md_once_per_reason(tmp_path):
+    """The verdict cell shortens a skip or xfail reason to 60 characters; report.md had no other
+    place where it was whole."""
+    from pytest_specdec.report import ReportRow, write_report
+
+    reason = ("known issue sm120-smem: DDTree budget 64 needs 232 KB of shared memory per block, past "
+              "the RTX PRO 6000's 100 KB; fixed upstream in a later release")
+    rows = [ReportRow(test_id=f"test_x[ddtree-tp1-b{b}]", config=f"ddtree-tp1-b{b}", outcome="xfailed",
+                      reason=reason) for b in (32, 64)]
+    rows.append(ReportRow(test_id="test_x[ar-tp1]", config="ar-tp1", outcome="skipped", reason="short"))
+    text = write_report(tmp_path, rows, plots=False).markdown.read_text()
+    section = text.split("## Skipped and expected failures\n", 1)[1]
+    assert section.count(reason) == 1 and "`ddtree-tp1-b32`, `ddtree-tp1-b64`" in section
+    assert "short" not in section  # whole in its cell already
