@@ -182,7 +182,9 @@ def test_a_shard_whose_gate_failed_fails_the_merge(run):
     for metrics in baseline["entries"].values():
         figure = metrics["output_tok_s"]  # the value, and the samples the gate decides on
         figure["value"] *= 100
-        figure["distribution"] = [sample * 100 for sample in figure["distribution"]]
+        # all at that value: samples scaled x100 kept their scatter x100, and on a loaded machine
+        # two requests' scatter made even -99 % too noisy to call
+        figure["distribution"] = [figure["value"]] * len(figure["distribution"])
     (root / "strict" / "cpu.json").write_text(json.dumps(baseline))
     shard = pytest_run(root, "--specdec-compare-fail", "output_tok_s:5%", "--specdec-shard=3/3",
                        "--specdec-baseline-dir", "strict", "--specdec-report", "shard-3-regressed")
