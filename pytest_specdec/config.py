@@ -19,6 +19,7 @@ from typing import Any, Iterable, Mapping
 from .configuration import METHODS, takes_budget
 from .engine.cli import DEVICES, MIN_BLOCK_SIZE, MODEL_PRESETS, parse_args, rejecting_parser
 from .errors import SpecdecUsageError
+from .directions import METRIC_DIRECTIONS, METRIC_NAME, Direction, known_directions
 from .gate import parse_tolerance_table
 from .hardware import ALL_FAMILIES, FAMILIES, normalise_arch
 from .options import OPTION_NAMES
@@ -152,6 +153,7 @@ class SpecdecConfig:
     matrices: Mapping[str, Matrix] = field(default_factory=dict)
     workloads: tuple[WorkloadSpec, ...] = ()
     tolerances: Mapping[str, Any] = field(default_factory=dict)  # gate.parse_tolerance_table
+    metrics: Mapping[str, Direction] = field(default_factory=dict)  # the user's own, [tool.specdec.metrics]
     known_issues: tuple[KnownIssue, ...] = ()
     min_accept_length: float | None = None  # None: derived per configuration (random-draft bound)
     engine: EngineSettings = EngineSettings()
@@ -166,7 +168,7 @@ DEFAULT_MATRICES = {
 }
 DEFAULT_WORKLOADS = (WorkloadSpec("chat"),)
 
-_TOP_KEYS = {"model", "draft_model", "model_cache", "matrix", "workloads", "tolerances",
+_TOP_KEYS = {"model", "draft_model", "model_cache", "matrix", "workloads", "tolerances", "metrics",
              "known_issues", "min_accept_length", "engine", "sglang"} \
     | OPTION_NAMES
 
@@ -339,6 +341,25 @@ def _parse_workload(filename: str, index: int, data: Any, root: Path) -> Workloa
     return spec
 
 
+def _parse_metrics(filename: str, table: Mapping[str, Any]) -> dict[str, Direction]:
+    """`[tool.specdec.metrics]`: the metrics tests record of their own, with the way each improves,
+    so that tolerances may name them (a misspelt name stays an error) and `metric()` need not."""
+    reader = _Reader(filename, "tool.specdec.metrics" if filename.endswith("pyproject.toml") else "metrics",
+                     table)
+    out: dict[str, Direction] = {}
+    for name, direction in table.items():
+        if not METRIC_NAME.match(name):
+            reader.fail(name, "is not a metric name: letters, digits, _ and ., not starting with a digit")
+        if direction not in ("higher", "lower"):
+            reader.fail(name, f"{direction!r} is not a direction; write \"higher\" (bigger is better) "
+                              f"or \"lower\"")
+        if name in METRIC_DIRECTIONS:
+            reader.fail(name, f"is a built-in metric ({METRIC_DIRECTIONS[name]} is better); remove it "
+                              f"from this table")
+        out[name] = direction
+    return out
+
+
 def _parse_engine(filename: str, data: Any) -> EngineSettings:
     reader = _Reader(filename, "tool.specdec.engine", data)
     reader.check_keys({"model_preset", "draft_agreement", "block_size", "seed", "device",
@@ -454,6 +475,7 @@ def parse(data: Mapping[str, Any], filename: str, root: Path) -> SpecdecConfig:
     issues = [_parse_known_issue(filename, i, entry)
               for i, entry in enumerate(reader.get("known_issues", list, []))]
 
+    metrics = _parse_metrics(filename, reader.get("metrics", dict, {}))
     min_accept = reader.get("min_accept_length", float, None)
     if min_accept is not None and min_accept < 1.0:
         reader.fail("min_accept_length", f"{min_accept} is below 1; an accept length counts the "
@@ -469,7 +491,8 @@ def parse(data: Mapping[str, Any], filename: str, root: Path) -> SpecdecConfig:
         tolerances=parse_tolerance_table(
             reader.get("tolerances", dict, {}),
             f"{filename} [tool.specdec.tolerances]" if filename.endswith("pyproject.toml")
-            else f"{filename} [tolerances]"),
+            else f"{filename} [tolerances]", known_directions(metrics)),
+        metrics=metrics,
         known_issues=tuple(issues),
         min_accept_length=min_accept,
         engine=_parse_engine(filename, reader.get("engine", dict, {})),

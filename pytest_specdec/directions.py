@@ -6,6 +6,7 @@ not load the measurement code.
 
 from __future__ import annotations
 
+import re
 from typing import Literal, Mapping
 
 Direction = Literal["higher", "lower"]
@@ -22,10 +23,23 @@ METRIC_DIRECTIONS: Mapping[str, Direction] = {
 }
 
 
-def direction_of(metric: str) -> Direction:
-    """The direction of a built-in metric; a KeyError names the known ones otherwise."""
+#: What a metric's name may be: as a tolerance expression and a TOML key can spell it.
+METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+
+#: How a user names a metric of their own, so that tolerances may gate it by name.
+DECLARE_HINT = "declare a metric of your own, with the way it improves (higher or lower), in [tool.specdec.metrics]"
+
+
+def known_directions(declared: Mapping[str, Direction] | None = None) -> Mapping[str, Direction]:
+    """The built-in metrics and those the configuration declares."""
+    return {**METRIC_DIRECTIONS, **(declared or {})}
+
+
+def direction_of(metric: str, declared: Mapping[str, Direction] | None = None) -> Direction:
+    """The direction of a built-in or declared metric; a KeyError names the known ones otherwise."""
+    known = known_directions(declared)
     try:
-        return METRIC_DIRECTIONS[metric]
+        return known[metric]
     except KeyError:
-        known = ", ".join(sorted(METRIC_DIRECTIONS))
-        raise KeyError(f"unknown metric {metric!r}: give its direction explicitly (known: {known})") from None
+        raise KeyError(f"unknown metric {metric!r}: give its direction explicitly, or {DECLARE_HINT} "
+                       f"(known: {', '.join(sorted(known))})") from None

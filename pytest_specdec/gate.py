@@ -4,7 +4,8 @@ Tolerances come from three places with the precedence of every option: the comma
 (`--specdec-compare-fail`), the ini file (`specdec_compare_fail`), then `[tool.specdec]`
 (`compare_fail = "..."` and the `[tool.specdec.tolerances]` table). A layer that names a figure
 wins over every lower layer; a `*` applies to the figures no layer names; `METRIC:off` turns a
-lower layer's gate off. Unknown figure names are usage errors, never a gate that cannot fire.
+lower layer's gate off. Unknown figure names are usage errors, never a gate that cannot fire: a
+metric of the user's own is named once, with its direction, in `[tool.specdec.metrics]`.
 
 Verdicts. A deterministic figure (acceptance under greedy decoding) must reproduce: any change
 beyond its tolerance is a regression or an improvement. A timing figure is decided from samples
@@ -20,12 +21,11 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
 
-from .directions import METRIC_DIRECTIONS, Direction
+from .directions import DECLARE_HINT, METRIC_DIRECTIONS, METRIC_NAME, Direction
 from .errors import SpecdecUsageError
 
 if TYPE_CHECKING:
@@ -89,15 +89,15 @@ class Rule:
     metric: str
     tolerance: Tolerance | None  # None: not gated
     origin: str
+    direction: Direction = "higher"
 
     def describe(self) -> str:
         if self.tolerance is None:
             return f"{self.metric} not gated ({self.origin})"
-        sign = "-" if METRIC_DIRECTIONS.get(self.metric, "higher") == "higher" else "+"
+        sign = "-" if self.direction == "higher" else "+"
         return f"{self.metric} {sign}{self.tolerance} ({self.origin})"
 
 
-_METRIC_NAME = re.compile(r"^(\*|[A-Za-z_][A-Za-z0-9_.]*)$")
 _OFF = object()  # `METRIC:off`
 
 
@@ -117,15 +117,18 @@ def _parse_amount(metric: str, amount: str, source: str) -> Tolerance | object:
     return Tolerance(metric, value / 100.0 if relative else value, relative)
 
 
-def _check_name(metric: str, source: str) -> None:
-    if not _METRIC_NAME.match(metric):
+def _check_name(metric: str, source: str, known: Mapping[str, Direction]) -> None:
+    if metric == "*":
+        return
+    if not METRIC_NAME.match(metric):
         raise SpecdecUsageError(f"{source}: {metric!r} is not a metric name; {EXAMPLE}")
-    if metric != "*" and metric not in METRIC_DIRECTIONS:
+    if metric not in known:
         raise SpecdecUsageError(f"{source}: unknown metric {metric!r}; valid names: "
-                                f"{', '.join(sorted(METRIC_DIRECTIONS))} (or * for all)")
+                                f"{', '.join(sorted(known))} (or * for all); {DECLARE_HINT}")
 
 
-def parse_tolerances(expr: str, *, source: str = "--specdec-compare-fail") -> dict[str, Any]:
+def parse_tolerances(expr: str, *, source: str = "--specdec-compare-fail",
+                     known: Mapping[str, Direction] = METRIC_DIRECTIONS) -> dict[str, Any]:
     """`output_tok_s:5%,accept_length:2%,ttft_ms:off` -> {metric: Tolerance or off}.
 
     `METRIC:N%` is relative to the baseline, `METRIC:N` absolute in the figure's unit, `*:N%`
@@ -142,18 +145,19 @@ def parse_tolerances(expr: str, *, source: str = "--specdec-compare-fail") -> di
         metric, amount = metric.strip(), amount.strip()
         if not sep or not metric or not amount:
             raise SpecdecUsageError(f"{source}: {item!r} is not METRIC:TOLERANCE; {EXAMPLE}")
-        _check_name(metric, source)
+        _check_name(metric, source, known)
         if metric in out:
             raise SpecdecUsageError(f"{source}: metric {metric!r} is given twice in {expr!r}")
         out[metric] = _parse_amount(metric, amount, source)
     return out
 
 
-def parse_tolerance_table(table: Mapping[str, Any], source: str) -> dict[str, Any]:
+def parse_tolerance_table(table: Mapping[str, Any], source: str,
+                          known: Mapping[str, Direction] = METRIC_DIRECTIONS) -> dict[str, Any]:
     """`[tool.specdec.tolerances]`: `output_tok_s = "5%"`, `accept_length = 0`, `ttft_ms = "off"`."""
     out: dict[str, Any] = {}
     for metric, value in table.items():
-        _check_name(metric, source)
+        _check_name(metric, source, known)
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise SpecdecUsageError(f"{source} {metric}: {value!r} is not a tolerance; write a "
                                     f"percentage such as \"5%\", an absolute number, or \"off\"")
@@ -166,14 +170,16 @@ class Tolerances:
     """Every layer's tolerances, highest precedence first; `rule(metric)` resolves one figure."""
 
     layers: tuple[tuple[str, Mapping[str, Any]], ...] = ()  # (origin, {metric: Tolerance|off})
+    directions: Mapping[str, Direction] = field(default_factory=lambda: dict(METRIC_DIRECTIONS))
 
     def rule(self, metric: str) -> Rule:
+        direction = self.directions.get(metric, "higher")
         for key in (metric, "*"):  # a layer naming the figure beats any layer's wildcard
             for origin, table in self.layers:
                 if key in table:
                     value = table[key]
-                    return Rule(metric, None if value is _OFF else value, origin)
-        return Rule(metric, None, "no tolerance set")
+                    return Rule(metric, None if value is _OFF else value, origin, direction)
+        return Rule(metric, None, "no tolerance set", direction)
 
     def get(self, metric: str) -> Tolerance | None:
         return self.rule(metric).tolerance
@@ -183,10 +189,10 @@ class Tolerances:
         return any(value is not _OFF for _, table in self.layers for value in table.values())
 
     def rules(self) -> list[Rule]:
-        return [self.rule(metric) for metric in METRIC_DIRECTIONS]
+        return [self.rule(metric) for metric in self.directions]
 
     def describe(self) -> str:
-        """One header line's worth: the gate in force for every built-in figure."""
+        """One header line's worth: the gate in force for every built-in and declared figure."""
         gated = [r.describe() for r in self.rules() if r.tolerance is not None]
         ungated = [r.metric for r in self.rules() if r.tolerance is None]
         parts = gated + ([f"not gated: {', '.join(ungated)}"] if ungated else [])
@@ -194,19 +200,21 @@ class Tolerances:
 
 
 def resolve_tolerances(cli: str | None, ini: str | None, file_expr: str | None,
-                       file_table: Mapping[str, Any] | None, file_name: str) -> Tolerances:
+                       file_table: Mapping[str, Any] | None, file_name: str,
+                       known: Mapping[str, Direction] = METRIC_DIRECTIONS) -> Tolerances:
     """The layers in precedence order; a figure named twice within the file is an error.
 
-    `file_table` is `[tool.specdec.tolerances]` as `parse_tolerance_table` returned it.
+    `file_table` is `[tool.specdec.tolerances]` as `parse_tolerance_table` returned it; `known`
+    the built-in metrics and the declared ones.
     """
     layers: list[tuple[str, Mapping[str, Any]]] = []
     if cli:
-        layers.append(("command line", parse_tolerances(cli, source="--specdec-compare-fail")))
+        layers.append(("command line", parse_tolerances(cli, source="--specdec-compare-fail", known=known)))
     if ini:
-        layers.append(("ini", parse_tolerances(ini, source="ini specdec_compare_fail")))
+        layers.append(("ini", parse_tolerances(ini, source="ini specdec_compare_fail", known=known)))
     file_layer: dict[str, Any] = {}
     if file_expr:
-        file_layer.update(parse_tolerances(file_expr, source=f"{file_name} key 'compare_fail'"))
+        file_layer.update(parse_tolerances(file_expr, source=f"{file_name} key 'compare_fail'", known=known))
     if file_table:
         table = dict(file_table)
         twice = sorted(set(table) & set(file_layer))
@@ -217,7 +225,7 @@ def resolve_tolerances(cli: str | None, ini: str | None, file_expr: str | None,
         file_layer.update(table)
     if file_layer:
         layers.append((file_name, file_layer))
-    return Tolerances(tuple(layers))
+    return Tolerances(tuple(layers), dict(known))
 
 
 # --------------------------------------------------------------------------------------------

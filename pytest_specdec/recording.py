@@ -19,12 +19,13 @@ import math
 import numbers
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import pytest
 
 from .collection import case_of
 from .lossless import Outputs
+from .directions import Direction, known_directions
 from .metrics import Measurement, MetricValue, RequestRecord, direction_of
 from .result import Result
 
@@ -68,6 +69,13 @@ class Recorder:
     finished: bool = False
     pending_samples: list[tuple[list[float], str]] = field(default_factory=list)
 
+    def _declared(self) -> Mapping[str, Direction]:
+        """The configuration's `[tool.specdec.metrics]`."""
+        from .state import STATE_KEY
+
+        state = self.item.config.stash.get(STATE_KEY, None)
+        return state.config.metrics if state is not None else {}
+
     @property
     def test_id(self) -> str:
         """The key of this test in baselines and the journal: its name with parameters."""
@@ -75,9 +83,15 @@ class Recorder:
 
     def metric(self, name: str, value: float, direction: str | None = None, *,
                spread: float = 0.0, samples: int = 1, deterministic: bool = False) -> None:
-        """Record one figure; built-in metrics know their direction, others must state it."""
+        """Record one figure; built-in and declared metrics know their direction, others must
+        state it."""
+        declared = self._declared()
         if direction is None:
-            direction = direction_of(name)
+            direction = direction_of(name, declared)
+        known = known_directions(declared).get(name)
+        if known is not None and direction != known:  # it would be gated the wrong way round
+            raise ValueError(f"metric {name!r}: direction {direction!r}, but {known!r} is better for "
+                             f"{name}; leave the direction out")
         # checked here, not when a later run reads the baseline it would be saved into
         if not (math.isfinite(float(spread)) and float(spread) >= 0):
             raise ValueError(f"metric {name!r}: spread {spread!r} must be a finite number >= 0 "

@@ -29,7 +29,7 @@ from .errors import SpecdecUsageError
 from .fingerprint import Fingerprint, measured_setup
 from .gate import Comparison
 from .journal import FAILED_CHECKS, Journal, JournalRecord, JournalWarning
-from .metrics import METRIC_DIRECTIONS
+from .directions import known_directions
 from .recording import (REMEASURED_PROPERTY, RESULT_PROPERTY, RESUMED_PROPERTY, attach_to_report,
                         existing_recorder, result_of_report)
 from .result import RECORD_DAMAGE, Result
@@ -139,14 +139,15 @@ class Gate:
 
     def check(self) -> None:
         """Read and validate the baseline file now (configure time; the tolerances were checked
-        with the settings): its built-in metrics must keep their direction. A mistake is a usage
+        with the settings): its built-in and declared metrics must keep their direction. A mistake is a usage
         error before any server boots, not a failure after each measurement."""
         if not self.state.baseline_path.is_file():
             return
         baselines = self.baselines()
+        known = known_directions(self.state.config.metrics)
         for test_id, metrics in baselines.entries.items():
             for name, entry in metrics.items():
-                expected = METRIC_DIRECTIONS.get(name)
+                expected = known.get(name)
                 if expected is not None and entry.direction != expected:
                     raise SpecdecUsageError(
                         f"baseline file {self.state.baseline_path}: {test_id} {name}: direction "

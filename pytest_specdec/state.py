@@ -19,6 +19,7 @@ from . import hardware as hardware_mod
 from . import run_paths
 from .backends import Backend
 from .config import KnownIssue, SpecdecConfig
+from .directions import known_directions
 from .gate import Tolerances, resolve_tolerances
 from .hardware import Hardware
 from .lossless import Exactness, parse_exactness
@@ -85,7 +86,8 @@ def build(root: Path, cli: Mapping[str, Any], ini: Mapping[str, Any],
     backend = backends.choose(settings.backend, hardware, settings.server_url)
     workloads = {spec.name: configured_workload(spec, root) for spec in cfg.workloads}
     tolerances = resolve_tolerances(cli.get("compare_fail"), ini.get("compare_fail"),
-                                    cfg.options.get("compare_fail"), cfg.tolerances, cfg.source)
+                                    cfg.options.get("compare_fail"), cfg.tolerances, cfg.source,
+                                    known_directions(cfg.metrics))
     state = RunState(cfg, settings, hardware, backend, workloads, tolerances)
     run_paths.check(state.path(settings.journal), settings.source("journal"), state.path(settings.artifacts),
                     settings.source("artifacts"))

@@ -62,7 +62,66 @@ def test_an_unknown_figure_is_a_usage_error_listing_the_valid_names(pytester, wh
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: pytest-specdec: {prefix}*unknown metric 'tok_s'; valid names: "
                                  "accept_length, accept_rate, e2e_ms, output_tok_s, tpot_ms, ttft_ms, "
-                                 "verify_us (or * for all)"])
+                                 "verify_us (or * for all); declare a metric of your own, with the way it improves "
+                                 "(higher or lower), in [[]tool.specdec.metrics[]]"])
+
+
+CUSTOM_TEST = """
+import os
+
+def test_custom(specdec_record):
+    specdec_record.metric("kv_hit_rate", float(os.environ.get("HIT", "0.9")))
+"""
+
+
+def test_a_declared_metric_is_gated_by_name_and_records_without_a_direction(pytester, monkeypatch):
+    """A figure of the user's own could be gated only through `*`: naming it was an unknown metric."""
+    pytester.makepyprojecttoml('[tool.specdec.metrics]\nkv_hit_rate = "higher"\n'
+                               '[tool.specdec.tolerances]\nkv_hit_rate = "5%"\n')
+    pytester.makepyfile(test_custom=CUSTOM_TEST)
+    pytester.runpytest("-p", "no:cacheprovider", "--specdec-save-baseline").assert_outcomes(passed=1)
+    monkeypatch.setenv("HIT", "0.5")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rA")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*specdec: gate *kv_hit_rate -5% (pyproject.toml [[]tool.specdec[]])*",
+                                 "*kv_hit_rate 0.5 < baseline 0.9 -5% (-44.4%)*"], consecutive=False)
+    # a misspelt name is still refused, its message naming the declared one
+    result = pytester.runpytest("-p", "no:cacheprovider", "--specdec-compare-fail", "kv_hitrate:5%")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown metric 'kv_hitrate'; valid names: accept_length, accept_rate, "
+                                 "e2e_ms, kv_hit_rate, *"])
+
+
+@pytest.mark.parametrize("table, problem", [
+    ('kv_hit_rate = "up"', "[[]tool.specdec.metrics[]] kv_hit_rate: 'up' is not a direction; write "
+                           '"higher" (bigger is better) or "lower"'),
+    ('ttft_ms = "lower"', "[[]tool.specdec.metrics[]] ttft_ms: is a built-in metric (lower is better); "
+                          "remove it from this table"),
+    ('"9lives" = "higher"', "[[]tool.specdec.metrics[]] 9lives: is not a metric name*"),
+])
+def test_a_bad_metrics_table_is_a_usage_error(pytester, table, problem):
+    pytester.makepyprojecttoml(f"[tool.specdec.metrics]\n{table}\n")
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: pytest-specdec: pyproject.toml {problem}"])
+
+
+def test_a_direction_against_the_known_one_fails_where_it_is_recorded(pytester):
+    pytester.makepyprojecttoml('[tool.specdec.metrics]\nkv_hit_rate = "higher"\n')
+    pytester.makepyfile(test_figures="""
+def test_declared(specdec_record):
+    specdec_record.metric("kv_hit_rate", 0.9, "lower")
+
+def test_built_in(specdec_record):
+    specdec_record.metric("ttft_ms", 10.0, "higher")
+""")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*ValueError: metric 'kv_hit_rate': direction 'lower', but 'higher' is "
+                                 "better for kv_hit_rate; leave the direction out*",
+                                 "*ValueError: metric 'ttft_ms': direction 'higher', but 'lower' is better*"],
+                                consecutive=False)
 
 
 def test_the_tolerances_table_gates_without_any_option(pytester, monkeypatch):
