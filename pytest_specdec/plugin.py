@@ -229,10 +229,11 @@ class Controller:
             if self.shard is not None:
                 self.shard.start()
 
+    @hookimpl(tryfirst=True)  # before --junitxml, which writes the teardown report's properties
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if "specdec" not in report.keywords and not report.user_properties:
             return  # not one of ours: pytest's own summary covers it
-        from . import session
+        from . import recording, session
         from .durations import Durations
 
         results = _results(self.config)
@@ -240,6 +241,8 @@ class Controller:
             self.durations = Durations.for_matrix(results.state)
         self.durations.add_report(report)
         result = results.add_report(report)
+        if report.when == "teardown":  # read by now; JUnit keeps the figures and verdicts
+            recording.drop_carriers(report)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if result is not None and reporter is not None:
             reporter.write_line(session.progress_line(result, len(results.results), results.total))

@@ -220,6 +220,15 @@ def attach_to_report(item: pytest.Item, result: Result) -> None:
         item.user_properties.append((f"specdec.{comparison.metric}.verdict", verdict))
 
 
+def drop_carriers(report: pytest.TestReport) -> None:
+    """Remove the properties that only carry results to the controller (a whole result, outputs
+    included, is kilobytes a test), in place: without xdist every phase's report and the item
+    share one list, so this must come after the call's report was read."""
+    carriers = (RESULT_PROPERTY, RESUMED_PROPERTY, REMEASURED_PROPERTY)
+    report.user_properties[:] = [(name, value) for name, value in report.user_properties
+                                 if name not in carriers]
+
+
 def result_of_report(report: pytest.TestReport) -> Result | None:
     """The `Result` a test report carries (from this process or an xdist worker), if any."""
     for name, value in getattr(report, "user_properties", ()):

@@ -201,6 +201,20 @@ def test_a_figure_no_tolerance_gates_says_so_in_junit(pytester, monkeypatch):
     assert 'name="specdec.tpot_ms.verdict" value="unchanged"' in xml
 
 
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_junit_carries_figures_and_verdicts_but_not_the_whole_result(pytester, monkeypatch, workers):
+    """The property carrying a whole result to the controller, outputs included, went into JUnit
+    too: kilobytes a test."""
+    junit = pytester.path / "j.xml"
+    result = save_then_run(pytester, monkeypatch, "--specdec-compare-fail", "tpot_ms:10%",
+                           f"--junitxml={junit}", *workers)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["test_figures  -  *100.0  *2.00  ok"])  # the summary still had the result
+    xml = junit.read_text()
+    assert 'name="specdec.tpot_ms.verdict" value="unchanged"' in xml and 'name="specdec.output_tok_s"' in xml
+    assert "specdec_result" not in xml
+
+
 def test_a_noisy_figure_passes_unless_strict_noise(pytester, monkeypatch):
     # -20 % against a 5 % tolerance, but both runs' spreads (20) hide it: 2 * hypot(20, 20) = 57
     result = save_then_run(pytester, monkeypatch, "--specdec-compare-fail", "output_tok_s:5%",
