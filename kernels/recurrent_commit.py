@@ -34,6 +34,9 @@ def check_commit_args(state: Tensor, conv_state: Tensor, conv_inputs: Tensor, k:
     if path.shape != (batch, num_nodes) or path_len.shape != (batch,):
         raise ValueError(f"path must be [B, T] = {(batch, num_nodes)} and path_len [B]; got {tuple(path.shape)}, "
                          f"{tuple(path_len.shape)}")
+    for name, t, what in (("path", path, "node indices"), ("path_len", path_len, "path lengths")):
+        if t.dtype not in (torch.int32, torch.int64):  # a float one was truncated, or failed to compile in Triton
+            raise ValueError(f"{name} must hold {what} (int32), got {t.dtype}; pass {name}.to(torch.int32)")
     check_accepted_path(path, path_len)
 
 

@@ -140,3 +140,21 @@ def test_a_strided_path_len_is_read_by_its_stride(impl):
     expect = commit(table[:, 0].contiguous(), "torch", torch.device("cpu"))
     for a, b in zip(got, expect):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("which, dtype", [("path", torch.float32), ("path_len", torch.float32),
+                                          ("path_len", torch.bool)], ids=["float-path", "float-len", "bool-len"])
+def test_a_path_of_no_integer_dtype_is_named(which, dtype, impl):
+    """A float path was truncated (node 1.5 replayed node 1) by the reference, and a float path_len
+    failed to compile in the Triton kernel: both are named before anything changes."""
+    x = delta_inputs(1, 3, 1, 1, 16, 16, torch.float32, torch.Generator().manual_seed(31))
+    args = dict(path=torch.tensor([[0, 1, -1]], dtype=torch.int32), path_len=torch.tensor([2], dtype=torch.int32))
+    args[which] = args[which].to(dtype)
+    state = x["state"].to(DEVICE)
+    before = state.clone()
+    with pytest.raises(ValueError, match=rf"{which} must hold .* \(int32\), got torch\.{str(dtype)[6:]}"):
+        commit_recurrent_state(state, torch.zeros(1, 4, 3, device=DEVICE), torch.zeros(1, 3, 4, device=DEVICE),
+                               x["k"].to(DEVICE), x["v"].to(DEVICE), x["g"].to(DEVICE), x["beta"].to(DEVICE),
+                               **{n: t.to(DEVICE) for n, t in args.items()}, impl=impl)
+    assert torch.equal(state, before)
