@@ -38,6 +38,9 @@ def check_conv_args(x: Tensor, weight: Tensor, bias: Tensor | None, conv_state: 
         raise ValueError(f"parents must be [B, T] = {(batch, num_nodes)}; got {tuple(parents.shape)}")
     if parents.dtype not in (torch.int32, torch.int64):  # the Triton kernel indexes rows with them
         raise ValueError(f"parents must hold node indices (int32), got {parents.dtype}; pass parents.to(torch.int32)")
+    for name, t in (("x", x), ("weight", weight), ("conv_state", conv_state), ("bias", bias)):
+        if t is not None and not t.dtype.is_floating_point:  # integer inputs came back truncated to integers
+            raise ValueError(f"{name} must be a float tensor (fp16/bf16/fp32), got {t.dtype}; pass {name}.float()")
     if bias is not None and bias.shape != (channels,):
         raise ValueError(f"bias must be [C] = ({channels},); got {tuple(bias.shape)}")
     if activation not in ACTIVATIONS:

@@ -133,3 +133,17 @@ def test_parents_that_are_not_indices_are_named(impl):
     x, weight, bias, state = (t if t is None else t.to(DEVICE) for t in conv_inputs(1, 3, 8, 4, torch.float32, True, gen))
     with pytest.raises(ValueError, match=r"parents must hold node indices \(int32\), got torch.float32"):
         tree_causal_conv1d(x, weight, bias, state, torch.tensor([[-1.0, 0.0, 0.0]], device=DEVICE), impl=impl)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("which", ["x", "weight", "conv_state"])
+def test_inputs_of_no_float_dtype_are_named(which, impl):
+    """Integer conv inputs came back as integers (the convolution truncated, silently): named."""
+    gen = torch.Generator().manual_seed(24)
+    x, weight, _, state = conv_inputs(1, 3, 8, 4, torch.float32, False, gen)
+    args = dict(x=x, weight=weight, conv_state=state)
+    args[which] = args[which].round().to(torch.int64)
+    args = {n: t.to(DEVICE) for n, t in args.items()}
+    with pytest.raises(ValueError, match=rf"{which} must be a float tensor .*, got torch.int64"):
+        tree_causal_conv1d(args["x"], args["weight"], None, args["conv_state"],
+                           torch.tensor([[-1, 0, 0]], dtype=torch.int32, device=DEVICE), impl=impl)
