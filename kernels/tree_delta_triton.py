@@ -37,6 +37,11 @@ except ImportError:  # Triton before 3.4: no grid dependency control, the apply 
 
 from .hybrid_configs import DELTA_BLOCK_T, hybrid_config
 
+# The block inverse's products are the kernels' only float32 x float32 dots: their alternating sum
+# cancels terms thousands of times its result for keys alike, which TF32's 10-bit operands (what
+# "tf32" gives 16-bit inputs on a GPU) turned into row errors of 0.2 and more; full float32 keeps it.
+INVERSE_PRECISION: tl.constexpr = tl.constexpr("ieee")
+
 
 @triton.jit
 def _path_gates(mask_row_ptr, stride_mt, nodes, in_tree, gates, cols, T):
@@ -69,7 +74,7 @@ def _unit_lower_inverse(strict_lower, BT: tl.constexpr, DOUBLINGS: tl.constexpr,
     """(I + L)^-1 for a strictly lower triangular [BT, BT] L (so L^BT = 0), as the product
     (I - L)(I + L^2)(I + L^4)...(I + L^(BT/2)) = sum_k (-L)^k: 2 log2(BT) - 2 small float32
     products (DOUBLINGS = log2(BT) - 1), where solving row by row would take BT - 1 dependent
-    steps of two reductions each."""
+    steps of two reductions each. The callers pass INVERSE_PRECISION."""
     r = tl.arange(0, BT)
     eye = tl.where(r[:, None] == r[None, :], 1.0, 0.0)
     inv = eye - strict_lower
@@ -97,7 +102,7 @@ def _diagonal_block_terms(k_c, q_c, beta_c, gate_c, on_path, blk, BT: tl.constex
     decay = tl.where(on_path, tl.exp(gate_c[:, None] - gate_c[None, :]), 0.0)
     coupling = tl.where(blk[:, None] > blk[None, :],
                         beta_c[:, None] * tl.dot(k_c, tl.trans(k_c), input_precision=DOT_PRECISION) * decay, 0.0)
-    inverse = _unit_lower_inverse(coupling, BT, DOUBLINGS, DOT_PRECISION)
+    inverse = _unit_lower_inverse(coupling, BT, DOUBLINGS, INVERSE_PRECISION)
     attend = tl.dot(q_c, tl.trans(k_c), input_precision=DOT_PRECISION) * decay
     return inverse, attend
 

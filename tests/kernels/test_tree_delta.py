@@ -262,3 +262,53 @@ def test_a_log_decay_that_is_not_finite_is_named(bad):
     x["g"][0, 2, 0] = -30.0  # what the message offers: finite, and node 2's siblings untouched
     out = tree_gated_delta_rule(**x, ancestor_mask=mask, impl="torch")
     assert torch.isfinite(out).all()
+
+
+def _tf32(data):
+    """Finite float32 values rounded to TF32's 10 mantissa bits (to nearest even), as tensor cores read them."""
+    import numpy as np
+
+    bits = np.ascontiguousarray(data, dtype=np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0xFFF) + ((bits >> np.uint32(13)) & np.uint32(1))) & np.uint32(0xFFFFE000)
+    return rounded.view(np.float32)
+
+
+@needs_triton
+@pytest.mark.parametrize("split", [False, True], ids=["fused", "split"])
+def test_sixteen_bit_inputs_keep_the_block_inverse_in_float32(split, monkeypatch):
+    """On a GPU 16-bit inputs ran every dot with input_precision "tf32", whose only float32
+    operands are the block inverse's powers of the keys' coupling: their alternating sum cancels
+    terms thousands of times the result, and TF32's 10-bit operands left a row error of 0.26 here
+    (keys alike, cosine ~0.99, written at beta 0.9; 0.02 with the inverse in float32). The
+    interpreter multiplies float32 exactly, so here its dots round float32 operands to TF32 where
+    asked to, as tensor cores do."""
+    from specdec_kernels import tree_delta_triton
+    from specdec_kernels.hybrid_configs import hybrid_config
+
+    if not HAS_CUDA:
+        from triton.runtime import interpreter
+
+        plain_dot = interpreter.InterpreterBuilder.create_dot
+
+        def tf32_dot(self, a, b, d, input_precision, *rest):
+            if str(input_precision).upper().endswith(".TF32"):
+                a, b = (interpreter.TensorHandle(_tf32(t.data), t.dtype) if t.data.dtype == "float32" else t
+                        for t in (a, b))
+            return plain_dot(self, a, b, d, input_precision, *rest)
+
+        monkeypatch.setattr(interpreter.InterpreterBuilder, "create_dot", tf32_dot)
+        monkeypatch.setattr(tree_delta_triton, "dot_precision", lambda q: "tf32")  # the GPU's choice for 16 bits
+    gen = torch.Generator().manual_seed(25)
+    batch, t, dim = 4, 33, 64
+    x = delta_inputs(batch, t, 1, 1, dim, 16, torch.bfloat16, gen)
+    x["k"] = torch.nn.functional.normalize(torch.randn(batch, 1, 1, dim, generator=gen)
+                                           + 0.1 * torch.randn(batch, t, 1, dim, generator=gen), dim=-1).bfloat16()
+    x["beta"] = torch.full_like(x["beta"], 0.9)
+    x["g"] = x["g"] / 10
+    parents = ragged_parents(batch, t, "chain", gen)
+    want = path_oracle(**x, parents=parents, scale=dim ** -0.5)
+    x = {n: a.to(DEVICE) for n, a in x.items()}
+    config = dataclasses.replace(hybrid_config(x["q"].device), delta_split_heads=0 if split else 10 ** 9)
+    got = tree_delta_triton.tree_gated_delta_rule_triton(**x, ancestor_mask=mask_of(parents).to(DEVICE),
+                                                         scale=dim ** -0.5, config=config)
+    assert float(row_errors(got.cpu(), want).max()) <= TOLERANCE[torch.bfloat16]
