@@ -39,3 +39,14 @@ def resolve_impl(impl: str, *tensors) -> str:
             "use impl='torch' or impl='auto' on the CPU"
         )
     return impl
+
+
+def check_distinct_elements(**tensors) -> None:
+    """Raise ValueError for a tensor written in place whose elements share memory (a stride of 0
+    on a dimension of more than one, as ``expand`` makes): Triton's programs would write each other's
+    elements without a word, where torch refuses."""
+    for name, t in tensors.items():
+        if any(stride == 0 and size > 1 for size, stride in zip(t.shape, t.stride())):
+            raise ValueError(f"{name} {tuple(t.shape)} has a dimension of stride 0 ({name}.stride() = "
+                             f"{t.stride()}), so its elements share memory and the in-place update "
+                             f"would write them over each other; pass {name}.contiguous() and keep that copy")

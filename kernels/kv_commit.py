@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from .cache_lens import check_cache_lens
-from .impl import resolve_impl
+from .impl import check_distinct_elements, resolve_impl
 from .tree_accept import check_accepted_path
 
 
@@ -41,6 +41,7 @@ def check_commit_args(k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor, path
     check_tree_fits(path.shape[1], k_cache)
     check_cache_lens(cache_lens, path.shape[1], k_cache.shape[2])
     check_accepted_path(path, path_len)
+    check_distinct_elements(k_cache=k_cache, v_cache=v_cache)
 
 
 def commit_accepted_kv_reference(k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor, path: Tensor,

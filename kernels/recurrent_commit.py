@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .impl import resolve_impl
+from .impl import check_distinct_elements, resolve_impl
 from .tree_accept import check_accepted_path
 from .tree_delta import check_delta_args
 
@@ -38,6 +38,7 @@ def check_commit_args(state: Tensor, conv_state: Tensor, conv_inputs: Tensor, k:
         if t.dtype not in (torch.int32, torch.int64):  # a float one was truncated, or failed to compile in Triton
             raise ValueError(f"{name} must hold {what} (int32), got {t.dtype}; pass {name}.to(torch.int32)")
     check_accepted_path(path, path_len)
+    check_distinct_elements(state=state, conv_state=conv_state)
 
 
 def delta_rule_step(state: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor) -> Tensor:

@@ -190,13 +190,16 @@ def test_values_that_are_no_log_probabilities_are_named(what, where, impl):
 @pytest.mark.parametrize("parents,message", [
     ([[-1, 0, 9]], r"parents\[0, 2\] = 9: a parent is -1 \(the root\) or a node in \[0, 2\]"),
     ([[-1, 0, -3]], r"parents\[0, 2\] = -3"),
-    ([[-1, 2, 1]], r"node 1's ancestors loop without reaching the root"),
+    ([[-1, 2, 1]], r"parents\[0, 1\] = 2: node 1's parent must be a node in \[0, 0\]"),  # a cycle
+    ([[-1, 2, 0]], r"parents\[0, 1\] = 2: node 1's parent must be a node in \[0, 0\]"),  # no cycle: a mask
+    ([[-1, 0, -1]], r"parents\[0, 2\] = -1: node 2's parent must be a node in \[0, 1\]"),  # two roots
     ([[-1.0, 0.0, 1.0]], r"parents must be an integer \[B, T\] tensor; got torch.float32"),
     ([-1, 0, 1], r"parents must be an integer \[B, T\] tensor; got torch.int64 \(3,\)"),
 ])
 def test_parents_that_are_no_tree_are_named_when_building_a_mask(parents, message):
     """A parent out of range was torch's IndexError, a cycle a silent mask, a 1-D tensor an
-    unpacking error; each is named on the host."""
+    unpacking error, parents out of order a mask the kernels refused as if it were built wrong;
+    each is named on the host."""
     from specdec_kernels import ancestor_mask_from_parents
 
     with pytest.raises(ValueError, match=message):

@@ -70,6 +70,15 @@ def test_lengths_on_the_host_that_leave_the_caches_are_rejected(lens, impl):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+def test_caches_whose_elements_share_memory_are_named(impl):
+    k = torch.zeros(1, 1, 12, 1, 8, device=DEVICE).expand(1, 2, 12, 1, 8)
+    path, path_len = (t.to(DEVICE) for t in pad_paths([[0, 1, 3], [0, 2]], 4))
+    with pytest.raises(ValueError, match=r"k_cache \(1, 2, 12, 1, 8\) has a dimension of stride 0"):
+        commit_accepted_kv(k, k.contiguous(), torch.tensor([0, 1], dtype=torch.int32, device=DEVICE),
+                           path, path_len, impl=impl)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int16, torch.bool])
 def test_lengths_that_are_not_int32_or_int64_are_named(dtype, impl):
     """The kernels index rows with the lengths: other dtypes are refused on the host or the device,

@@ -158,3 +158,18 @@ def test_a_path_of_no_integer_dtype_is_named(which, dtype, impl):
                                x["k"].to(DEVICE), x["v"].to(DEVICE), x["g"].to(DEVICE), x["beta"].to(DEVICE),
                                **{n: t.to(DEVICE) for n, t in args.items()}, impl=impl)
     assert torch.equal(state, before)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("which", ["state", "conv_state"])
+def test_a_state_whose_elements_share_memory_is_named(which, impl):
+    """One state expanded over the batch: Triton's programs wrote the same memory without a word,
+    where torch raised its own RuntimeError."""
+    x = delta_inputs(2, 3, 1, 1, 16, 16, torch.float32, torch.Generator().manual_seed(32))
+    states = dict(state=x["state"].to(DEVICE), conv_state=torch.zeros(2, 4, 3, device=DEVICE))
+    states[which] = states[which][:1].expand_as(states[which])
+    with pytest.raises(ValueError, match=rf"{which} .* has a dimension of stride 0 .*pass {which}\.contiguous\(\)"):
+        commit_recurrent_state(states["state"], states["conv_state"], torch.zeros(2, 3, 4, device=DEVICE),
+                               x["k"].to(DEVICE), x["v"].to(DEVICE), x["g"].to(DEVICE), x["beta"].to(DEVICE),
+                               torch.tensor([[0, 1, -1]] * 2, dtype=torch.int32, device=DEVICE),
+                               torch.tensor([2, 2], dtype=torch.int32, device=DEVICE), impl=impl)
