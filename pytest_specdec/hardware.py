@@ -84,6 +84,11 @@ class Hardware:
         return len(self.gpus)
 
     @property
+    def name(self) -> str | None:
+        """The first GPU's name (`NVIDIA H200`), as `arch` is its arch; None without a GPU."""
+        return self.gpus[0].name if self.gpus else None
+
+    @property
     def arch(self) -> str | None:
         return self.gpus[0].arch if self.gpus else None
 

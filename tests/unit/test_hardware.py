@@ -34,6 +34,13 @@ def test_describe_and_key():
     assert NONE.describe() == "no GPU" and NONE.key == "cpu" and NONE.family == "cpu"
 
 
+def test_the_fixture_fields_the_readme_names():
+    # the README's specdec_hardware: name, arch, family, count
+    assert (H200x8.name, H200x8.arch, H200x8.family, H200x8.count) == \
+        ("NVIDIA H200", "sm_90", "hopper", 8)
+    assert (NONE.name, NONE.arch, NONE.family, NONE.count) == (None, None, "cpu", 0)
+
+
 @pytest.mark.parametrize(
     "name, arch, count, key",
     [
