@@ -279,10 +279,11 @@ def lossless_failures(result: Result, state: RunState) -> list[str]:
 
     if case.method != reference and not guarded(case.method):
         return []
-    others = [Result.from_json(r.data) for r in journal_for(state).latest().values()
-              if r.status in ("done", FAILED_CHECKS) and r.data.get("workload") == result.workload]
-    others = [r for r in others if r.outputs is not None and r.case is not None
-              and r.nodeid != result.nodeid]
+    records = [r for r in journal_for(state).latest().values()
+               if r.status in ("done", FAILED_CHECKS) and r.data.get("workload") == result.workload]
+    others = [(r, Result.from_json(r.data)) for r in records]
+    others = [other for r, other in others if other.outputs is not None and other.case is not None
+              and other.nodeid != result.nodeid and _current(r, other.case, state)]
     if case.method == reference:
         pairs = [(r, result) for r in others
                  if guarded(r.case.method) and reference_case(r.case, state) == case]
@@ -296,6 +297,14 @@ def lossless_failures(result: Result, state: RunState) -> list[str]:
         if divergence is not None:
             failures.append(divergence.message())
     return failures
+
+
+def _current(record: JournalRecord, case: MatrixCase, state: RunState) -> bool:
+    """Whether a journaled record measured what its test measures in this run: a resumed run's
+    journal still holds the records of tests it measures again (another workload, model or
+    server settings), whose outputs are no reference for this run's, nor held to it."""
+    workload = None if record.workload == "-" else record.workload
+    return record.fingerprint == measured_setup(case, workload, state).digest
 
 
 @dataclass

@@ -36,6 +36,17 @@ def test_resume_measures_again_what_changed_and_says_so(pytester, no_leftover_en
     assert {r["data"]["details"]["measurement"]["completion_tokens"] for r in latest.values()} == {3 * 16}
 
 
+def test_a_resumed_run_checks_losslessness_against_no_stale_record(pytester, no_leftover_engines):
+    project(pytester, methods=("ar", "ddtree"), max_new_tokens=12)
+    run(pytester).assert_outcomes(passed=2)
+    # the workload changed: ar, measured first, must not be held to ddtree's journaled outputs
+    # of the old workload, which this run measures again
+    project(pytester, methods=("ar", "ddtree"), max_new_tokens=16)
+    result = run(pytester, "--specdec-resume")
+    result.assert_outcomes(passed=2)
+    result.stdout.no_fnmatch_line("*is not lossless*")
+
+
 def test_resume_measures_again_a_record_whose_figures_are_damaged(pytester, no_leftover_engines):
     project(pytester, max_new_tokens=12)
     run(pytester).assert_outcomes(passed=1)
