@@ -21,7 +21,7 @@ from .engine.cli import DEVICES, MIN_BLOCK_SIZE, MODEL_PRESETS, parse_args, reje
 from .errors import SpecdecUsageError
 from .directions import METRIC_DIRECTIONS, METRIC_NAME, Direction, known_directions
 from .gate import parse_tolerance_table
-from .hardware import ALL_FAMILIES, FAMILIES, normalise_arch
+from .hardware import ALL_FAMILIES, FAMILIES, family_of, normalise_arch
 from .options import OPTION_NAMES
 from .servers.sglang import DEFAULT_METHOD_FLAGS, method_flags_from_config
 
@@ -293,6 +293,10 @@ def _parse_known_issue(filename: str, index: int, data: Any) -> KnownIssue:
     family = reader.get("family", str)
     if family is not None and family not in ALL_FAMILIES:
         reader.fail("family", f"{family!r} is unknown; use one of {', '.join(ALL_FAMILIES)}")
+    if arch is not None and family is not None and family_of(arch) != family:
+        # both must match, so the entry would never apply
+        reader.fail("family", f"{family!r} contradicts arch = {arch!r}, which is "
+                              f"{family_of(arch)}; give one of them")
     methods = reader.str_list("method")
     if methods is not None:
         _check_methods(reader, "method", methods)
@@ -302,6 +306,11 @@ def _parse_known_issue(filename: str, index: int, data: Any) -> KnownIssue:
     budgets = reader.int_list("budget")
     if budgets is not None:
         _check_budgets(reader, "budget", budgets)
+        if methods is not None and not any(takes_budget(m) for m in methods):
+            # a configuration without a budget never matches a budget
+            reader.fail("budget", f"{', '.join(methods)} take{'s' if len(methods) == 1 else ''} "
+                                  f"no budget (a tree budget is ddtree's); remove the budget or "
+                                  f"add ddtree to method")
     backends = reader.str_list("backend")
     if backends is not None:
         for backend in backends:

@@ -41,6 +41,13 @@ from pytest_specdec.errors import SpecdecUsageError
      "*[known_issues #1] budget: -1 is impossible*"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nmethods = ['ddtree']\n",
      "*[known_issues #1]: unknown key 'methods'; did you mean 'method'?"),
+    # entries that could never match a configuration
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\narch = 'sm_120'\nfamily = 'hopper'\n",
+     "*[known_issues #1] family: 'hopper' contradicts arch = 'sm_120', which is blackwell; "
+     "give one of them*"),
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\nmethod = ['ar', 'dflash']\nbudget = [8]\n",
+     "*[known_issues #1] budget: ar, dflash take no budget (a tree budget is ddtree's); remove the "
+     "budget or add ddtree to method*"),
     ("[[tool.specdec.workloads]]\nprompts = 'missing.jsonl'\n",
      "*[workloads #1] prompts: 'missing.jsonl' is neither a built-in set (chat, code, math) nor a *"),
     ("[[tool.specdec.workloads]]\nconcurrency = 0\n",
