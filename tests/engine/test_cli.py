@@ -96,3 +96,17 @@ def test_flags_that_cannot_serve_are_named_before_the_model_loads(flags, message
     (tmp_path / "model.safetensors").write_bytes(b"")
     assert parse_args(["--method", "ddtree", "--model-path", str(tmp_path)]).model_path == str(tmp_path)
     assert parse_args(["--method", "ddtree", "--budget", "62", "--context-length", "64"]).budget == 62
+
+
+def test_the_architecture_page_lists_every_engine_flag():
+    import re
+    from pathlib import Path
+
+    from pytest_specdec.engine.cli import build_parser
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "ARCHITECTURE.md").read_text()
+    usage = page.split("python -m pytest_specdec.engine --host", 1)[1].split("```", 1)[0]
+    listed = set(re.findall(r"--[a-z][a-z-]*", "--host" + usage))
+    flags = {f for action in build_parser()._actions for f in action.option_strings
+             if f.startswith("--") and f != "--help"}
+    assert flags - listed == set()
