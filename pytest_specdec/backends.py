@@ -218,8 +218,8 @@ class AttachBackend(Backend):
         try:
             fetch_server_info(url.rstrip("/"))
         except ServerError as exc:
-            raise SpecdecUsageError(f"--specdec-server-url {url}: {exc.cause}; start the server "
-                                    f"or fix the URL") from None
+            raise SpecdecUsageError(f"{state.settings.source('server_url')} {url}: {exc.cause}; "
+                                    f"start the server or fix the URL") from None
 
     def pool(self, state: RunState, run_dir: Path) -> ServerPool:
         from .servers.pool import ServerPool
@@ -228,7 +228,7 @@ class AttachBackend(Backend):
         try:
             return ServerPool.attach(url)
         except Exception as exc:
-            raise SpecdecUsageError(f"--specdec-server-url {url}: {exc}") from None
+            raise SpecdecUsageError(f"{state.settings.source('server_url')} {url}: {exc}") from None
 
 
 def _provision(model: str, state: RunState) -> str:

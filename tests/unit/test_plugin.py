@@ -417,6 +417,15 @@ def test_a_server_url_where_nothing_answers_is_one_line(pytester: pytest.Pyteste
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
 
 
+def test_a_server_url_set_in_the_ini_is_named_as_set(pytester: pytest.Pytester):
+    pytester.makepyprojecttoml(SMALL_MATRIX)
+    pytester.makepyfile(SERVER_TEST)
+    result = pytester.runpytest("-o", "specdec_server_url=http://127.0.0.1:9")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: pytest-specdec: ini specdec_server_url http://127.0.0.1:9: "
+                                 "no /server_info at http://127.0.0.1:9*"])
+
+
 def test_a_missing_extra_is_one_line_with_the_install_command(pytester: pytest.Pytester,
                                                                monkeypatch: pytest.MonkeyPatch):
     from pytest_specdec import extras
