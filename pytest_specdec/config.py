@@ -434,6 +434,10 @@ SGLANG_FLAGS_SET_BY_PLUGIN = {
     "--tp-size": "the matrix sets each test's tensor-parallel size", "--tp": "the matrix sets each test's "
     "tensor-parallel size", "--model-path": "set [tool.specdec] model",
     "--log-level": ENGINE_FLAGS_SET_BY_PLUGIN["--log-level"], "--random-seed": "set [tool.specdec.engine] seed",
+    "--speculative-algorithm": "the matrix sets each test's method, through [tool.specdec.sglang] method_flags",
+    "--speculative-ddtree-budget": "the matrix sets each test's budget, through [tool.specdec.sglang] "
+    "method_flags", "--speculative-num-draft-tokens": "the matrix sets each test's budget, through "
+    "[tool.specdec.sglang] method_flags", "--speculative-draft-model-path": "set [tool.specdec] draft_model",
 }
 
 

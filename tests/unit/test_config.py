@@ -126,6 +126,19 @@ from pytest_specdec.errors import SpecdecUsageError
     ("[tool.specdec.sglang]\nextra_args = ['--tp-size', '2']\n",
      "*[tool.specdec.sglang] extra_args: --tp-size is set by the plugin (the matrix sets each test's "
      "tensor-parallel size); remove it"),
+    # the method, budget and draft model flags: in extra_args they would override every test's
+    ("[tool.specdec.sglang]\nextra_args = ['--speculative-algorithm', 'EAGLE']\n",
+     "*[tool.specdec.sglang] extra_args: --speculative-algorithm is set by the plugin (the matrix "
+     "sets each test's method, through [tool.specdec.sglang] method_flags); remove it"),
+    ("[tool.specdec.sglang]\nextra_args = ['--speculative-ddtree-budget=8']\n",
+     "*[tool.specdec.sglang] extra_args: --speculative-ddtree-budget is set by the plugin (the matrix "
+     "sets each test's budget, through [tool.specdec.sglang] method_flags); remove it"),
+    ("[tool.specdec.sglang]\nextra_args = ['--speculative-num-draft-tokens', '9']\n",
+     "*extra_args: --speculative-num-draft-tokens is set by the plugin (the matrix sets each test's "
+     "budget, *"),
+    ("[tool.specdec.sglang]\nextra_args = ['--speculative-draft-model-path', '/m']\n",
+     "*extra_args: --speculative-draft-model-path is set by the plugin (set [tool.specdec] "
+     "draft_model); remove it"),
     ("[tool.specdec.sglang]\npython = '/nonexistent/python'\n",
      "*[tool.specdec.sglang] python: '/nonexistent/python' is not an executable Python; give the "
      "interpreter that has SGLang installed*"),
