@@ -350,10 +350,11 @@ class Comparison:
         change = self.change
         actual = "n/a" if change is None else f"{change * 100:+.1f}%"
         evidence = self._evidence()
-        if self.tolerance is None and self.verdict in ("regression", "improvement", "noisy"):
-            return (f"{self.metric} {_fmt(self.value)} {op} baseline {_fmt(self.baseline)} "
-                    f"({actual}, not gated){evidence}")
-        tol = str(self.tolerance) if self.tolerance is not None else "0%"
+        if self.tolerance is None:
+            shown = "==" if op == "=" else op
+            return (f"{self.metric} {_fmt(self.value)} {shown} baseline {_fmt(self.baseline)} "
+                    f"({actual}, not gated){evidence if self.noteworthy else ''}")
+        tol = str(self.tolerance)
         worse_sign = "-" if self.direction == "higher" else "+"
         better_sign = "+" if worse_sign == "-" else "-"
         if self.verdict == "regression":

@@ -269,6 +269,9 @@ def test_ungated_figures_never_fail_and_comparisons_round_trip():
     ungated = compare_metric(TID, mv("accept_rate", 0.40), entry(0.50), None)
     assert ungated.verdict == "regression" and not ungated.failed
     assert ungated.line() == "accept_rate 0.4 < baseline 0.5 (-20.0%, not gated)"
+    # unchanged and ungated: no tolerance to show (it read as gated at ±0%)
+    same = compare_metric(TID, mv("accept_rate", 0.50), entry(0.50), None)
+    assert same.line() == "accept_rate 0.5 == baseline 0.5 (+0.0%, not gated)"
     from pytest_specdec.gate import Comparison
 
     timed = compare_metric(TID, mv(value=600.0, distribution=around(600.0), cpu_share=1.0),
