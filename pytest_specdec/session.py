@@ -269,6 +269,17 @@ def lossless_failures(result: Result, state: RunState) -> list[str]:
     """Divergences from the reference's outputs that this result lets us see: its own when it
     is speculative and the reference is journaled; when it is the reference, those of every
     speculative configuration journaled before it (which could not be checked then)."""
+    if not state.lossless.on or result.case is None or result.outputs is None:
+        return []  # without reading the journal
+    records = [(r, Result.from_json(r.data)) for r in journal_for(state).latest().values()
+               if r.status in ("done", FAILED_CHECKS)]
+    others = [other for r, other in records if other.case is not None and _current(r, other.case, state)]
+    return [divergence.message() for _, divergence in divergences(result, others, state)]
+
+
+def divergences(result: Result, others: list[Result], state: RunState) -> list[tuple[Result, lossless.Divergence]]:
+    """(speculative result, its divergence) for each pair of `result` and one of `others` (of its
+    workload) where one is the other's reference and the speculative one's outputs differ."""
     case = result.case
     if not state.lossless.on or case is None or result.outputs is None:
         return []
@@ -277,26 +288,23 @@ def lossless_failures(result: Result, state: RunState) -> list[str]:
     def guarded(method: str) -> bool:  # any speculative method but the reference itself
         return is_speculative(method) and method != reference
 
-    if case.method != reference and not guarded(case.method):
-        return []
-    records = [r for r in journal_for(state).latest().values()
-               if r.status in ("done", FAILED_CHECKS) and r.data.get("workload") == result.workload]
-    others = [(r, Result.from_json(r.data)) for r in records]
-    others = [other for r, other in others if other.outputs is not None and other.case is not None
-              and other.nodeid != result.nodeid and _current(r, other.case, state)]
+    others = [r for r in others if r.outputs is not None and r.case is not None
+              and r.nodeid != result.nodeid and r.workload == result.workload]
     if case.method == reference:
         pairs = [(r, result) for r in others
                  if guarded(r.case.method) and reference_case(r.case, state) == case]
-    else:
+    elif guarded(case.method):
         wanted = reference_case(case, state)
         pairs = [(result, r) for r in others if r.case == wanted]
-    failures = []
-    for candidate, reference in pairs:
-        divergence = lossless.compare(candidate.config, candidate.outputs, reference.config,
-                                      reference.outputs, state.lossless)
+    else:
+        return []
+    found = []
+    for candidate, expected in pairs:
+        divergence = lossless.compare(candidate.config, candidate.outputs, expected.config,
+                                      expected.outputs, state.lossless)
         if divergence is not None:
-            failures.append(divergence.message())
-    return failures
+            found.append((candidate, divergence))
+    return found
 
 
 def _current(record: JournalRecord, case: MatrixCase, state: RunState) -> bool:
@@ -357,14 +365,22 @@ class Results:
     def all(self) -> list[Result]:
         return list(self.results.values()) + self.resumed()
 
-    def baseline_candidates(self) -> tuple[list[Result], list[Result]]:
-        """(results to save, results left out): a test that failed or errored after recording
-        (its gate, its losslessness check, its own assertions) is no reference for later runs."""
-        saved, failed = [], []
-        for result in self.all():
+    def baseline_candidates(self) -> tuple[list[Result], list[Result], list[Result]]:
+        """(results to save, results of failed tests, results that are not lossless): a test that
+        failed or errored after recording (its gate, its losslessness check, its own assertions)
+        is no reference for later runs, nor is a speculative configuration whose outputs differ
+        from its reference's (measured before the reference, its own test passed)."""
+        results = self.all()
+        lossy = {candidate.nodeid for result in results
+                 for candidate, _ in divergences(result, results, self.state)}
+        saved, failed, not_lossless = [], [], []
+        for result in results:
             outcome = self.outcomes.get(result.nodeid, ("passed", None))[0]
-            (failed if outcome in ("failed", "error") else saved).append(result)
-        return saved, failed
+            if outcome in ("failed", "error"):
+                failed.append(result)
+            else:
+                (not_lossless if result.nodeid in lossy else saved).append(result)
+        return saved, failed, not_lossless
 
     def save_baseline(self, results: list[Result]) -> Path:
         """Merge `results` (:meth:`baseline_candidates`) into the baseline file (atomic, locked;

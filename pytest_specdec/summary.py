@@ -112,20 +112,24 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
     state = results.state
     meta = {"hardware": state.hardware.describe(), "hardware_key": state.hardware.key,
             "backend": state.backend.name, "baseline": str(state.baseline_path)}
-    saved, failed = results.baseline_candidates()
-    failed_ids = ", ".join(r.test_id for r in failed)
+    saved, failed, lossy = results.baseline_candidates()
+
+    def left_out(are: str) -> str:
+        parts = [f"{len(group)} result(s){are} of {what} ({', '.join(r.test_id for r in group)})"
+                 for group, what in ((failed, "failed tests, which are no reference"),
+                                     (lossy, "configurations that are not lossless")) if group]
+        return "; ".join(parts)
+
     if state.settings.save_baseline and saved:
         try:
             path = results.save_baseline(saved)
         except (OSError, SpecdecUsageError) as exc:
             problems.append(f"baseline not saved: {_why(exc, state.baseline_path)}")
         else:
-            left_out = (f"; left out {len(failed)} result(s) of failed tests, which are no reference "
-                        f"({failed_ids})") if failed else ""
-            notes.append(f"saved {len(saved)} result(s) into {path}{left_out}")
-    elif state.settings.save_baseline and failed:
-        notes.append(f"nothing saved into {state.baseline_path}: its {len(failed)} result(s) are of "
-                     f"failed tests, which are no reference ({failed_ids})")
+            skipped = f"; left out {left_out('')}" if failed or lossy else ""
+            notes.append(f"saved {len(saved)} result(s) into {path}{skipped}")
+    elif state.settings.save_baseline and (failed or lossy):
+        notes.append(f"nothing saved into {state.baseline_path}: its {left_out(' are')}")
     if state.settings.report:
         folder = state.path(state.settings.report)
         try:

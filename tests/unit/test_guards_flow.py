@@ -50,6 +50,19 @@ def test_a_lossy_engine_is_caught_whichever_runs_first(pytester, no_leftover_eng
     ])
 
 
+def test_a_lossy_configuration_measured_before_its_reference_is_saved_into_no_baseline(
+        pytester, no_leftover_engines):
+    """Its own test passed (the reference's failed, naming it), so --specdec-save-baseline saved
+    the lossy figures as the reference for later runs and left out only the reference's."""
+    project(pytester, methods=("ddtree", "ar"), budgets=(8,), engine_args=("--fault-lossy", "0.3"))
+    result = run(pytester, "--specdec-save-baseline")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["specdec: nothing saved into *cpu.json: its 1 result(s) are of failed tests, "
+                                 "which are no reference (test_generation[[]ar-tp1-chat[]]); 1 result(s) are "
+                                 "of configurations that are not lossless (test_generation[[]ddtree-tp1-b8-chat[]])"])
+    assert not (pytester.path / "baselines" / "cpu.json").exists()
+
+
 def test_the_guard_works_across_xdist_workers(pytester, no_leftover_engines):
     pytest.importorskip("xdist")
     project(pytester, methods=("ar", "dflash"), budgets=(8,), engine_args=("--fault-lossy", "0.3"))
