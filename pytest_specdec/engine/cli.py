@@ -168,7 +168,7 @@ def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | 
         budget = DEFAULT_DDTREE_BUDGET if ns.budget is None else ns.budget
     if is_speculative(ns.method) and budget < 1:
         parser.error(f"--budget must be >= 1 for {ns.method} (use --method ar for no speculation)")
-    for name in ("context_length", "max_batch", "cpu_threads"):
+    for name in ("context_length", "max_batch", "cpu_threads", "decode_log_interval"):
         if getattr(ns, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if is_speculative(ns.method) and budget + 1 >= ns.context_length:
@@ -186,15 +186,15 @@ def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | 
         parser.error("--fault-crash-after must be >= 0")
     if ns.fault_hang_after is not None and ns.fault_hang_after < 0:
         parser.error("--fault-hang-after must be >= 0")
-    if ns.fault_slow_start < 0:
-        parser.error("--fault-slow-start must be >= 0")
+    if not 0 <= ns.fault_slow_start < float("inf"):
+        parser.error(f"--fault-slow-start must be a finite number of seconds >= 0, got {ns.fault_slow_start}")
     if ns.recurrent_tree != "exact" and ns.model_path is None and ns.model_preset not in HYBRID_PRESETS:
         parser.error(f"--recurrent-tree {ns.recurrent_tree} needs a hybrid model: --model-preset {ns.model_preset} "
                      f"has no recurrent layers (use {' or '.join(HYBRID_PRESETS)})")
     if not 0 < ns.http_idle_timeout < float("inf"):
         parser.error(f"--http-idle-timeout must be a positive number of seconds, got {ns.http_idle_timeout}")
-    if ns.fault_slow_factor < 1:
-        parser.error(f"--fault-slow-factor must be >= 1 (1 is no slowdown), got {ns.fault_slow_factor}")
+    if not 1 <= ns.fault_slow_factor < float("inf"):
+        parser.error(f"--fault-slow-factor must be a finite number >= 1 (1 is no slowdown), got {ns.fault_slow_factor}")
     if not 0.0 <= ns.fault_lossy <= 1.0:
         parser.error(f"--fault-lossy must be a probability in [0, 1], got {ns.fault_lossy}")
     faults = FaultPlan(crash_warmup=ns.fault_crash_warmup, crash_after=ns.fault_crash_after,

@@ -110,3 +110,19 @@ def test_the_architecture_page_lists_every_engine_flag():
     flags = {f for action in build_parser()._actions for f in action.option_strings
              if f.startswith("--") and f != "--help"}
     assert flags - listed == set()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--fault-slow-start", "nan"], "--fault-slow-start must be a finite number of seconds >= 0, got nan"),
+    (["--fault-slow-start", "inf"], "--fault-slow-start must be a finite number of seconds >= 0, got inf"),
+    (["--fault-slow-factor", "nan"], "--fault-slow-factor must be a finite number >= 1 (1 is no slowdown), got nan"),
+    (["--fault-slow-factor", "inf"], "--fault-slow-factor must be a finite number >= 1 (1 is no slowdown), got inf"),
+    (["--decode-log-interval", "0"], "--decode-log-interval must be >= 1"),
+])
+def test_numbers_the_engine_cannot_act_on_are_refused(flags, message, capsys):
+    """A NaN or infinite delay ended in a traceback (at start, or in the scheduler at the first
+    decode step), a NaN slow factor planted no slowdown at all, and a log interval of 0 or less
+    was taken as 1, each without a word."""
+    with pytest.raises(SystemExit):
+        parse_args(["--method", "ddtree", *flags])
+    assert message in capsys.readouterr().err
