@@ -107,8 +107,7 @@ class EngineServer:
             if self.faults.crash_warmup:
                 raise RuntimeError("warm-up request failed: CUDA out of memory. Tried to allocate 2.00 GiB "
                                    "(injected by --fault-crash-warmup)")
-            req = Request(self.tokenizer.encode(WARMUP_PROMPT), WARMUP_MAX_NEW_TOKENS, internal=True)
-            await self._finished(req)
+            await self._finished(self._warmup_request())
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -116,6 +115,12 @@ class EngineServer:
             logs.die(1)
         self.ready = True
         logs.SERVER.info(logs.READY_LINE)
+
+    def _warmup_request(self) -> Request:
+        """SGLang's warm-up request, shortened to fit a short --context-length as a client's must."""
+        new_tokens = max(min(WARMUP_MAX_NEW_TOKENS, self.context_length - 2), 0)
+        prompt = self.tokenizer.encode(WARMUP_PROMPT)[: max(self.context_length - 1 - new_tokens, 1)]
+        return Request(prompt, new_tokens, internal=True)
 
     # ------------------------------------------------------------------ plumbing
 

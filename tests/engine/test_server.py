@@ -335,3 +335,14 @@ def test_sigterm_stops_the_engine_cleanly(engines):
     engine = engines("--method", "ar")
     engine.proc.send_signal(signal.SIGTERM)
     assert engine.wait_exit(timeout=15) == 0
+
+
+@pytest.mark.parametrize("method", ["ar", "ddtree"])
+def test_a_context_shorter_than_the_warmup_request_still_becomes_ready(engines, method):
+    """The warm-up request (a 30-token prompt and 8 new tokens) ignored --context-length: below 38
+    tokens the scheduler died of an IndexError before the server was ever ready."""
+    engine = engines("--method", method, "--budget", "4", "--context-length", "16")
+    assert engine.generate("Hi", max_new_tokens=8)["meta_info"]["completion_tokens"] == 8
+    tiny = engines("--method", "ar", "--context-length", "2")  # room for a 1-token prompt only
+    assert tiny.get("/health_generate").status == 200
+    assert tiny.post("/generate", {"text": "", "sampling_params": {"max_new_tokens": 0}}).status == 200
