@@ -89,7 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context-length", type=int, default=4096,
                         help="the engine's --context-length, recorded as model_max_length")
     args = parser.parse_args(argv)
-    print(export(args.directory, context_length=args.context_length))
+    if args.context_length < 1:
+        parser.error(f"--context-length must be >= 1, got {args.context_length}")
+    if args.directory.exists() and not args.directory.is_dir():
+        parser.error(f"cannot write the tokenizer into {args.directory}: it is a file; name a directory")
+    try:
+        print(export(args.directory, context_length=args.context_length))
+    except OSError as exc:  # permissions, a read-only or full file system
+        parser.exit(1, f"{parser.prog}: error: cannot write the tokenizer into {args.directory}: "
+                       f"{exc.strerror or exc}\n")
     return 0
 
 

@@ -126,3 +126,23 @@ def test_numbers_the_engine_cannot_act_on_are_refused(flags, message, capsys):
     with pytest.raises(SystemExit):
         parse_args(["--method", "ddtree", *flags])
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where, flags, message", [
+    ("a-file", [], "cannot write the tokenizer into {dir}: it is a file"),
+    ("tok", ["--context-length", "0"], "--context-length must be >= 1, got 0"),
+])
+def test_export_tokenizer_names_what_it_cannot_do(tmp_path, capsys, where, flags, message):
+    """A target that was a file ended in a FileExistsError traceback, and a context length of 0 was
+    written into the tokenizer as its model_max_length."""
+    from pytest_specdec.engine.export_tokenizer import main
+
+    target = tmp_path / where
+    if where == "a-file":
+        target.write_text("")
+    with pytest.raises(SystemExit) as exited:
+        main([str(target), *flags])
+    assert exited.value.code != 0
+    err = capsys.readouterr().err
+    assert message.format(dir=target) in err and "Traceback" not in err
+    assert not (target / "tokenizer.json").exists()
