@@ -67,6 +67,9 @@ def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
     if args.save_baseline:
         for path in merge.save_baselines(merged, args.baseline_dir):
             print(f"specdec merge: saved into {path}", file=out)
+        lossy = merge.not_lossless(merged)
+        if lossy:
+            print(f"specdec merge: left out of the baseline, not lossless: {', '.join(lossy)}", file=out)
     if files.plot_error:
         print(f"specdec merge: {files.plot_error}", file=out)
     print(f"specdec merge: {merged.meta()['shards']}: {len(rows)} row(s) written to {target} "

@@ -216,10 +216,11 @@ def merge(directories: Iterable[str | Path]) -> Merged:
     return Merged(tuple(manifests), tuple(rows), tuple(results), tuple(problems))
 
 
-def _divergences(results: Sequence[tuple[Result, ShardManifest, str]]) -> dict[str, str]:
+def _divergences(results: Sequence[tuple[Result, ShardManifest, str]], *,
+                 within_shards: bool = False) -> dict[str, str]:
     """{test id: message} of speculative configurations whose greedy outputs leave those of
     their reference configuration measured by another shard (each shard checks its own pairs;
-    this is the check an unsharded run would have made)."""
+    this is the check an unsharded run would have made); `within_shards`: by any shard."""
     from . import lossless
     from .configuration import is_speculative
 
@@ -233,7 +234,7 @@ def _divergences(results: Sequence[tuple[Result, ShardManifest, str]]) -> dict[s
         tps = [c.tp for c in shard.configurations
                if c.family == case.family and c.method == shard.reference]
         found = measured.get((lossless.reference_of(case, shard.reference, tps), workload))
-        if found is None or found[1] is shard:
+        if found is None or (found[1] is shard and not within_shards):
             continue
         divergence = lossless.compare(candidate.config, candidate.outputs, found[0].config,
                                       found[0].outputs, exactness)
@@ -248,16 +249,26 @@ def not_measured(merged: Merged) -> list[str]:
             if not row.metrics and row.outcome in ("skipped", "error")]
 
 
+def not_lossless(merged: Merged) -> list[str]:
+    """Test ids of speculative configurations whose outputs leave their reference's, in one shard
+    or across two: no reference for a baseline (a shard that measured one before its reference
+    journaled it as done and failed the reference's test instead)."""
+    return sorted(_divergences(merged.results, within_shards=True))
+
+
 def save_baselines(merged: Merged, baseline_dir: str | Path) -> list[Path]:
     """Each shard's journaled figures (as a run's --specdec-save-baseline saves them: every
-    finished measurement) into the baseline file of its hardware key, merged into what is there,
-    with the shard's versions and commit; and the durations beside them."""
+    finished measurement but those :func:`not_lossless` names) into the baseline file of its
+    hardware key, merged into what is there, with the shard's versions and commit; and the
+    durations beside them."""
     from . import baselines, durations
     from .shard import DURATIONS_FILE
 
+    lossy = set(not_lossless(merged))
     written: list[Path] = []
     for manifest in merged.shards:
-        mine = [r for r, m, status in merged.results if m is manifest and status == "done"]
+        mine = [r for r, m, status in merged.results
+                if m is manifest and status == "done" and r.test_id not in lossy]
         if not mine:
             continue
         path = baselines.baseline_path(baseline_dir, manifest.hardware_key)
@@ -273,4 +284,4 @@ def save_baselines(merged: Merged, baseline_dir: str | Path) -> list[Path]:
     return written
 
 
-__all__ = ["FAILED_OUTCOMES", "Merged", "load", "merge", "not_measured", "save_baselines"]
+__all__ = ["FAILED_OUTCOMES", "Merged", "load", "merge", "not_lossless", "not_measured", "save_baselines"]

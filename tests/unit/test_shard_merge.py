@@ -232,7 +232,13 @@ extra_args = ["--fault-lossy", "0.5"]
     for k in (1, 2):
         shard = pytest_run(tmp_path, f"--specdec-shard={k}/2", "--specdec-report", f"shard-{k}")
         assert shard.returncode == 0, shard.stdout[-3000:]
-    result = merge(tmp_path, "--out", "merged", "shard-1", "shard-2")
+    result = merge(tmp_path, "--out", "merged", "--save-baseline", "--baseline-dir", "merged-baselines",
+                   "shard-1", "shard-2")
     assert result.returncode == 1, result.stdout
     assert "FAILED: across shards: dflash-tp1 is not lossless: prompt " in result.stdout
     assert "differs from ar-tp1 at token" in result.stdout
+    # its figures are no reference: --save-baseline saved them as dflash's all the same
+    saved = json.loads((tmp_path / "merged-baselines" / "cpu.json").read_text())["entries"]
+    assert sorted(saved) == ["test_generation[ar-tp1-chat]"]
+    assert "specdec merge: left out of the baseline, not lossless: test_generation[dflash-tp1-chat]" \
+        in result.stdout
