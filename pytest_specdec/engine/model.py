@@ -251,26 +251,37 @@ class TargetModel:
                          max_positions: int, num_layers: int | None = None) -> "TargetModel":
         """Load a file written by :meth:`save_safetensors`, or a directory holding
         ``model.safetensors`` and a Hugging Face Llama ``config.json``."""
-        from safetensors import safe_open
+        from safetensors import SafetensorError, safe_open
 
         path = Path(path)
         file = model_file_of(path)
         if not file.is_file():
             raise FileNotFoundError(f"no safetensors file at {file}")
-        with safe_open(str(file), framework="pt") as f:
-            meta = f.metadata() or {}
-            weights = {k: f.get_tensor(k) for k in f.keys()}
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                meta = f.metadata() or {}
+                weights = {k: f.get_tensor(k) for k in f.keys()}
+        except SafetensorError as exc:
+            raise ValueError(f"{file} is not a safetensors file ({exc})") from None
         if "specdec_config" in meta:
             cfg = ModelConfig(**json.loads(meta["specdec_config"]))
         else:
             config_json = (path if path.is_dir() else path.parent) / "config.json"
             if not config_json.is_file():
                 raise FileNotFoundError(f"{file} has no specdec_config metadata and no {config_json}")
-            hf = json.loads(config_json.read_text())
+            try:
+                hf = json.loads(config_json.read_text())
+            except ValueError as exc:
+                raise ValueError(f"{config_json} is not JSON: {exc}") from None
+            required = [v for k, v in _CONFIG_KEYS.items() if k not in ("head_dim", "rope_theta", "rms_norm_eps")]
+            missing = [key for key in required if not isinstance(hf, dict) or key not in hf]
+            if missing:
+                raise ValueError(f"{config_json} lacks {', '.join(missing)} (a Hugging Face Llama config.json "
+                                 f"has them)")
             fields = {k: hf[v] for k, v in _CONFIG_KEYS.items() if v in hf}
             fields.setdefault("head_dim", hf["hidden_size"] // hf["num_attention_heads"])
             cfg = ModelConfig(**fields)
-            if "lm_head.weight" not in weights:  # tied embeddings
+            if "lm_head.weight" not in weights and "model.embed_tokens.weight" in weights:  # tied embeddings
                 weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
         if num_layers is not None and num_layers != cfg.num_layers:
             if num_layers > cfg.num_layers:

@@ -27,7 +27,10 @@ def build_server(args: EngineArgs) -> EngineServer:
     max_positions = args.context_length + tree_rows
     with torch.inference_mode():
         if args.model_path:
-            model = TargetModel.from_safetensors(args.model_path, device, dtype, max_positions, args.num_layers)
+            try:
+                model = TargetModel.from_safetensors(args.model_path, device, dtype, max_positions, args.num_layers)
+            except (OSError, ValueError, TypeError) as exc:  # the file's contents, not the engine's code
+                raise SystemExit(f"--model-path {args.model_path}: {exc}") from None
         else:
             cfg = PRESETS[args.model_preset]
             if args.num_layers is not None:

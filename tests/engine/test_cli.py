@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -146,3 +147,31 @@ def test_export_tokenizer_names_what_it_cannot_do(tmp_path, capsys, where, flags
     err = capsys.readouterr().err
     assert message.format(dir=target) in err and "Traceback" not in err
     assert not (target / "tokenizer.json").exists()
+
+
+@pytest.mark.parametrize("case, message", [
+    ("not safetensors", "is not a safetensors file (Error while deserializing header"),
+    ("config lacks keys", "lacks vocab_size, num_hidden_layers, num_key_value_heads, intermediate_size"),
+    ("other weight names", "weights lack 12 tensors, e.g. ['lm_head.weight', 'model.embed_tokens.weight'"),
+])
+def test_a_model_path_the_engine_cannot_load_is_named_in_one_line(tmp_path, case, message):
+    """Each ended in a traceback (SafetensorError, a TypeError of ModelConfig, a KeyError of the
+    tied embeddings) instead of a line naming --model-path and what is wrong with it."""
+    import torch
+    from safetensors.torch import save_file
+
+    config = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 1, "intermediate_size": 128,
+              "num_key_value_heads": 2, "vocab_size": 259}
+    if case == "not safetensors":
+        (tmp_path / "model.safetensors").write_text("garbage")
+    else:
+        save_file({"transformer.wte.weight": torch.zeros(259, 64)}, str(tmp_path / "model.safetensors"))
+    if case == "config lacks keys":
+        config = {"hidden_size": 64, "num_attention_heads": 4}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    res = subprocess.run([sys.executable, "-m", "pytest_specdec.engine", "--method", "ar", "--port", "31235",
+                          "--model-path", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1
+    assert "Traceback" not in res.stderr, res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"--model-path {tmp_path}: ") and message in last, last
