@@ -88,7 +88,13 @@ class EngineServer:
                                keepalive_timeout=self.idle_timeout)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:  # a port taken, an address of no interface here: one line, as uvicorn logs it
+            # asyncio's bind error repeats the address before the cause; a resolver error has its own words
+            why = os.strerror(exc.errno).lower() if (exc.errno or 0) > 0 else str(exc.strerror or exc)
+            logs.SERVER.error(f"cannot bind {self.host}:{self.port}: {why}; choose another --host and --port")
+            logs.die(1)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -175,3 +175,25 @@ def test_a_model_path_the_engine_cannot_load_is_named_in_one_line(tmp_path, case
     assert "Traceback" not in res.stderr, res.stderr
     last = res.stderr.strip().splitlines()[-1]
     assert last.startswith(f"--model-path {tmp_path}: ") and message in last, last
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "192.0.2.1", "nonexistent.invalid"])  # a port taken; an
+def test_an_address_the_engine_cannot_bind_is_named_in_one_line(host):  # address of no interface; no address
+    """Either ended in a 20-line asyncio traceback; SGLang (uvicorn) logs one error line. The
+    plugin's diagnosis still finds "address already in use" in it."""
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        res = subprocess.run([sys.executable, "-m", "pytest_specdec.engine", "--method", "ar", "--host", host,
+                              "--port", str(port)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1
+    assert "Traceback" not in res.stderr, res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert f"cannot bind {host}:{port}: " in last and "--host and --port" in last, last
+    if host == "nonexistent.invalid":  # the resolver's own words, which vary with the network
+        assert "unknown error" not in last, last
+    else:
+        assert {"127.0.0.1": "address already in use", "192.0.2.1": "cannot assign requested address"}[host] in last
