@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .configuration import REFERENCE_METHOD
 from .metrics import METRIC_DIRECTIONS
-from .report import test_function
+from .report import several_test_functions, test_function
 
 if TYPE_CHECKING:
     from .report import ReportRow
@@ -119,7 +119,7 @@ def _table(rows: Sequence[ReportRow], workload: str, meta: Mapping[str, Any],
     rows = sorted(rows, key=lambda r: (test_function(r), r.family or "", r.tp or 0, r.method or "",
                                        r.budget or 0))
     cols = columns(speedups(rows))
-    with_test = len({test_function(r) for r in rows}) > 1
+    with_test = several_test_functions(rows)
     with_family = len({r.family for r in rows}) > 1
     titles = [*(["Test"] if with_test else []), *(["Family"] if with_family else []), "Method", "TP", "Budget",
               *(c.title for c in cols)]
@@ -143,7 +143,7 @@ def _table(rows: Sequence[ReportRow], workload: str, meta: Mapping[str, Any],
         "\\midrule",
     ]
     for r, numbers in zip(rows, cells):
-        ident = [*([test_function(r)] if with_test else []), *([r.family or "-"] if with_family else []),
+        ident = [*([test_function(r) or "--"] if with_test else []), *([r.family or "-"] if with_family else []),
                  r.method or r.config,
                  str(r.tp) if r.tp is not None else "--",
                  str(r.budget) if r.budget is not None else "--"]

@@ -131,15 +131,21 @@ def _sorted(rows: Iterable[ReportRow]) -> list[ReportRow]:
 
 def test_function(row: ReportRow) -> str:
     """The test function a row's test is a case of (`test_generation` of
-    `test_generation[ar-tp1-chat]`)."""
-    return row.test_id.split("[", 1)[0]
+    `test_generation[ar-tp1-chat]`); "" for a row that is its own name (a configuration a merge
+    has no result for, a test of no configuration), which no test function column needs."""
+    return "" if row.test_id == row.config else row.test_id.split("[", 1)[0]
+
+
+def several_test_functions(rows: Iterable[ReportRow]) -> bool:
+    """Whether rows come from more than one test function, so each must say whose it is."""
+    return len({test_function(r) for r in rows} - {""}) > 1
 
 
 def _table(rows: Sequence[ReportRow]) -> tuple[list[str], list[list[str]]]:
     # several test functions measuring one configuration: each row says whose it is
-    several = len({test_function(r) for r in rows}) > 1
+    several = several_test_functions(rows)
     header = ["config", "workload", *(title for _, title, _ in COLUMNS), "verdict"]
-    body = [[f"{r.config} ({test_function(r)})" if several else r.config, r.workload or "-",
+    body = [[f"{r.config} ({test_function(r)})" if several and test_function(r) else r.config, r.workload or "-",
              *(_cell(r, m, f) for m, _, f in COLUMNS), _verdict_text(r)]
             for r in _sorted(rows)]
     return header, body

@@ -243,3 +243,16 @@ def test_a_long_skip_reason_is_whole_in_report_md_once_per_reason(tmp_path):
     section = text.split("## Skipped and expected failures\n", 1)[1]
     assert section.count(reason) == 1 and "`ddtree-tp1-b32`, `ddtree-tp1-b64`" in section
     assert "short" not in section  # whole in its cell already
+
+
+def test_a_configuration_with_no_result_takes_no_test_function_column(rows):
+    """A merge's row for a configuration of a missing shard is named by the configuration alone:
+    read as a test function of its own, it made every row say whose it was, "dflash-tp1
+    (dflash-tp1)" among them."""
+    from pytest_specdec.report import ReportRow, format_table
+
+    missing = ReportRow(test_id="dflash-tp1", config="dflash-tp1", method="dflash", tp=1, outcome="error",
+                        reason="no result: shard 2/3 is missing from the merge")
+    lines = format_table([*rows, missing]).splitlines()
+    assert not any(line.split()[0].endswith(")") or "(test_generation)" in line for line in lines if line.strip())
+    assert any(line.startswith("dflash-tp1 ") and "no result: shard 2/3" in line for line in lines)
