@@ -275,6 +275,10 @@ def _parse_matrix(filename: str, family: str, data: Any) -> Matrix:
     budgeted = [m for m in methods if takes_budget(m)]
     if budgeted and not budgets:
         reader.fail("budget", f"is empty but methods include {budgeted[0]}; list budgets, e.g. [8, 16, 32]")
+    if budgets and not budgeted:  # it would be read by no configuration
+        reader.fail("budget", f"is given but none of the methods {', '.join(methods)} takes a budget "
+                              f"(only {', '.join(m for m in METHODS if takes_budget(m))} does); add "
+                              f"one, or remove budget")
     return Matrix(family, methods, tps, budgets)
 
 

@@ -110,6 +110,9 @@ from pytest_specdec.errors import SpecdecUsageError
      "*[workloads #1] temperature: inf must be a finite number"),
     ("[tool.specdec]\nresume = 'sometimes'\n",
      "*key 'resume': 'sometimes' is not a boolean (use true or false)*"),
+    ("[tool.specdec.matrix.cpu]\nmethods = ['ar', 'dflash']\nbudget = [8]\n",  # was silently read by none
+     "*[tool.specdec.matrix.cpu] budget: is given but none of the methods ar, dflash takes a budget (only "
+     "ddtree does); add one, or remove budget"),
     ("[tool.specdec.matrix.cpu]\nmethods = ['ddtree', 'ddtree']\nbudget = [8]\n",
      "*[tool.specdec.matrix.cpu] methods: lists 'ddtree' more than once; list each once"),
     ("[tool.specdec.matrix.cpu]\nmethods = ['ddtree']\ntp = [1]\nbudget = [8, 16, 8]\n",
