@@ -199,11 +199,13 @@ def detect() -> Hardware:
     return Hardware((), "none", physical_gpus=0)
 
 
-def resolve(arch: str | None, gpus: int | None, detected: Hardware | None = None) -> Hardware:
+def resolve(arch: str | None, gpus: int | None, detected: Hardware | None = None,
+            gpus_source: str = "--specdec-gpus") -> Hardware:
     """Apply `--specdec-arch` / `--specdec-gpus` to the detected inventory.
 
     `arch` pretends every GPU is that arch (one GPU when none exists); `gpus` sets the inventory
     size to schedule on (a simulated inventory on a CPU machine, or fewer than detected).
+    `gpus_source` names where `gpus` was set, for its error.
     """
     real = detected if detected is not None else detect()
     if gpus is not None and gpus < 0:
@@ -215,7 +217,7 @@ def resolve(arch: str | None, gpus: int | None, detected: Hardware | None = None
             return Hardware(real.gpus[:gpus], real.source, real.physical_gpus)
         if real.count:
             raise SpecdecUsageError(
-                f"--specdec-gpus {gpus}: only {real.count} GPUs found ({real.describe()}); "
+                f"{gpus_source} {gpus}: only {real.count} GPUs found ({real.describe()}); "
                 f"ask for at most {real.count}, or add --specdec-arch to simulate an inventory"
             )
         # Slots for scheduling tests on a CPU machine: no arch, so no GPU family's suite runs.

@@ -76,6 +76,9 @@ def test_gpus_limits_a_real_inventory_and_cannot_exceed_it():
     assert hardware.resolve(None, 2, H200x8).family == "hopper"
     with pytest.raises(SpecdecUsageError, match="--specdec-gpus 9: only 8 GPUs found"):
         hardware.resolve(None, 9, H200x8)
+    # named where it was set: the ini's twin read as a flag the user never typed
+    with pytest.raises(SpecdecUsageError, match="^ini specdec_gpus 9: only 8 GPUs found"):
+        hardware.resolve(None, 9, H200x8, "ini specdec_gpus")
 
 
 def test_gpus_on_a_cpu_machine_simulates_slots_without_a_family():
