@@ -199,12 +199,22 @@ class Scheduler:
         try:
             with torch.inference_mode():
                 while True:
-                    self._take_inbox(block=not self.running and not self.waiting)
+                    idle = not self.running and not self.waiting
+                    if idle:
+                        self._publish_idle()
+                    self._take_inbox(block=idle)
                     self._admit()
                     if self.running:
                         self._decode()
         except BaseException as exc:  # the process dies with the scheduler, as SGLang's does
             logs.scheduler_crash(exc)
+
+    def _publish_idle(self) -> None:
+        """Zero the load gauges on going idle, as SGLang's idle housekeeping does: they are set
+        every decode-log interval, so the last one before idling would otherwise stand."""
+        m = self.metrics
+        for gauge in (m.num_running_reqs, m.num_queue_reqs, m.num_used_tokens, m.token_usage):
+            gauge.set(0)
 
     def _take_inbox(self, block: bool) -> None:
         if block:

@@ -220,6 +220,17 @@ def test_metrics_use_sglang_names_and_count(ddtree):
         read_metric(ddtree, name)
 
 
+def test_load_gauges_read_zero_once_idle(ar):
+    """They were set every decode-log interval only, so the last one of a request (1 running)
+    stood once the engine went idle; SGLang publishes the idle values."""
+    ar.generate(PROMPT, max_new_tokens=23)  # 22 decode steps: the last log (step 20) saw 1 running
+    deadline = time.monotonic() + 5
+    while read_metric(ar, "sglang:num_running_reqs") != 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert read_metric(ar, "sglang:num_running_reqs") == 0
+    assert read_metric(ar, "sglang:token_usage") == 0
+
+
 def test_flush_cache_resets_lifetime_acceptance(ddtree):
     ddtree.generate(PROMPT, max_new_tokens=16)
     assert "avg_spec_accept_length" in ddtree.get("/server_info").json()["internal_states"][0]
