@@ -128,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--fault-zero-tokens", action="store_true",
                    help="answer every request with zero tokens while /health stays 200")
     g.add_argument("--fault-hang", action="store_true",
-                   help="once ready, never answer /generate, /health, /health_generate, /server_info, /flush_cache")
+                   help="once ready, never answer /generate, /v1/completions, /v1/chat/completions, /health, "
+                        "/health_generate, /server_info, /flush_cache")
     g.add_argument("--fault-hang-after", type=int, default=None, metavar="N",
                    help="serve N requests, then stream a few tokens of the next and freeze the "
                         "scheduler (process alive, no more tokens)")

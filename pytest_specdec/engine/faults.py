@@ -16,8 +16,8 @@ broken GPU:
   hang as under ``--fault-hang``, and the process stays alive (a GPU kernel that never returns).
 - ``--fault-zero-tokens``: every client request finishes at once with no tokens
   (completion_tokens 0, finish_reason stop) while /health stays 200.
-- ``--fault-hang``: once ready, the endpoints that need the scheduler (/generate, /health,
-  /health_generate, /server_info, /flush_cache) accept the connection and never answer, like a
+- ``--fault-hang``: once ready, the endpoints that need the scheduler (/generate,
+  /v1/completions, /v1/chat/completions, /health, /health_generate, /server_info, /flush_cache) accept the connection and never answer, like a
   stuck scheduler; /ready, /model_info, /v1/models and /metrics still answer, because in SGLang
   they are served without the scheduler.
 - ``--fault-slow-start S``: model loading takes S seconds longer; the port is not bound
