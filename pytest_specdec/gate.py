@@ -13,7 +13,8 @@ beyond its tolerance is a regression or an improvement. A timing figure is decid
 run is beyond the edge of what still passes (the tolerance, then, for figures calibrated for CPU
 contention by calibration.py, what contention alone explains) and a one-sided rank test
 (Mann-Whitney U against the baseline's samples moved to that edge) says so at `ALPHA`, or, with
-too few samples for that test, by two combined standard errors. Beyond the tolerance but not
+too few samples for that test, by two combined relative standard errors of the log ratio of the
+figure to the edge. Beyond the tolerance but not
 clearly so is `noisy`, which fails the test only under `--specdec-strict-noise`.
 """
 
@@ -451,10 +452,21 @@ def compare_metric(test_id: str, metric: MetricValue, baseline: Figure | None,
         p = None
         noise = math.hypot(_relative_error(metric, samples_now, samples_then),
                            _relative_error(baseline, samples_then, samples_now))
-        clear = gap > 2.0 * noise * abs(then)
+        ratio = _log_ratio(edge(then), now, moved_down)
+        # relative errors are errors of the logarithm: a -99 % figure read as a -99 % gap, below
+        # two errors of 50 %, was "noisy"; as a log ratio it is 4.6 of them
+        clear = ratio > 2.0 * noise if ratio is not None else gap > 2.0 * noise * abs(then)
     verdict = direction if clear else ("noisy" if direction == "regression" else "unchanged")
     return Comparison(**base, verdict=verdict, p_value=p, samples=(max(n, 1), max(m, 1)),
                       contention=factor)
+
+
+def _log_ratio(edge_value: float, now: float, moved_down: bool) -> float | None:
+    """How far beyond the edge `now` is, as the log of their ratio (> 0: beyond it); None where
+    either is not positive (a figure of the user's own may be), which has no logarithm."""
+    if edge_value <= 0 or now <= 0:
+        return None
+    return math.log(edge_value / now) if moved_down else math.log(now / edge_value)
 
 
 def _relative_error(figure: Figure, own: Sequence[float], other: Sequence[float]) -> float:

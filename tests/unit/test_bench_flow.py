@@ -25,7 +25,7 @@ def project(pytester: pytest.Pytester, *, methods=("ddtree",), budgets=(8,), agr
             extra: str = "", engine_args: tuple[str, ...] = (), prompts: int = 3,
             max_new_tokens: int = 24, startup_timeout: float = 60, model_preset: str = "tiny") -> None:
     methods_toml = ", ".join(f'"{m}"' for m in methods)
-    budgets_toml = ", ".join(str(b) for b in budgets)
+    budgets_toml = ", ".join(str(b) for b in budgets) if "ddtree" in methods else ""  # only ddtree takes one
     engine_toml = ", ".join(f'"{a}"' for a in engine_args)
     pytester.makepyprojecttoml(f"""
 [tool.specdec]
@@ -36,7 +36,7 @@ startup_timeout = {startup_timeout}
 [tool.specdec.matrix.cpu]
 methods = [{methods_toml}]
 tp = [1]
-budget = [{budgets_toml}]
+{f"budget = [{budgets_toml}]" if budgets_toml else ""}
 
 [[tool.specdec.workloads]]
 name = "chat"

@@ -209,6 +209,22 @@ def test_too_few_samples_for_the_rank_test_are_decided_by_standard_errors():
     assert vague.verdict == "noisy"
 
 
+def test_a_collapse_is_red_however_noisy_its_samples():
+    """Decided by standard errors, a drop was measured against two errors in the baseline's units:
+    two requests of 1.5 and 0.5 tok/s against 100 (-99 %) read as "noisy", a silent green. As a
+    log ratio against relative errors, it is red; vague drops stay noisy."""
+    tol = parse_tolerances("output_tok_s:5%")["output_tok_s"]
+    collapse = compare_metric(TID, mv(value=1.0, distribution=[1.5, 0.5]),
+                              entry(100.0, distribution=[100.0, 100.0]), tol)
+    assert collapse.verdict == "regression" and collapse.p_value is None
+    slower = compare_metric(TID, mv("tpot_ms", 100.0, "lower", distribution=[150.0, 50.0]),
+                            entry(1.0, "lower", distribution=[1.0, 1.0]), tol)
+    assert slower.verdict == "regression"
+    vague = compare_metric(TID, mv(value=60.0, distribution=[90.0, 30.0]),
+                           entry(100.0, distribution=[100.0, 100.0]), tol)
+    assert vague.verdict == "noisy"
+
+
 def test_one_sample_against_a_pool_of_runs_borrows_the_pools_scatter():
     """One request a workload: the run's figure has one sample and no spread, the baseline's the
     pool of its last saves (one sample each) and the last save's spread, 0. Unchanged runs drifting

@@ -81,7 +81,7 @@ startup_timeout = 90
 [tool.specdec.matrix.cpu]
 methods = [{toml_list(methods)}]
 tp = [{toml_list(tp)}]
-budget = [{toml_list(budgets)}]
+{f"budget = [{toml_list(budgets)}]" if "ddtree" in methods else ""}
 
 [[tool.specdec.workloads]]
 name = "chat"
