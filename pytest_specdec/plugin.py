@@ -81,6 +81,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     cleanup = sys.modules.get("pytest_specdec.servers.cleanup")
     if cleanup is not None:
         cleanup.kill_all()
+    owner = sys.modules.get("pytest_specdec.journal_owner")
+    if owner is not None:  # a run in a process that lives on (pytester's) lets go of its journal
+        owner.release_all()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -155,15 +158,21 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
     if not any(map(uses_specdec, session.items)):
         return
-    if not hasattr(config, "workerinput"):
-        _results(config).total = len(session.items)
-    # An xdist worker cannot stop the run from here: its server fixture says it instead.
-    if not hasattr(config, "workerinput") and any(map(needs_server, session.items)):
-        state = config.stash[STATE_KEY]
-        try:
+    # An xdist worker cannot stop the run from here: its fixtures and test calls say it instead.
+    if hasattr(config, "workerinput"):
+        return
+    _results(config).total = len(session.items)
+    state = config.stash[STATE_KEY]
+    try:
+        if any(map(needs_server, session.items)):
             state.backend.check_ready(state)  # once, not as an error in every test
-        except SpecdecUsageError as exc:
-            raise pytest.UsageError(f"pytest-specdec: {exc}") from None
+        if any("specdec_record" in getattr(item, "fixturenames", ()) for item in session.items):
+            from .session import check_journal_free
+            from .state import run_id
+
+            check_journal_free(state, run_id(config))  # before any server boots for nothing
+    except SpecdecUsageError as exc:
+        raise pytest.UsageError(f"pytest-specdec: {exc}") from None
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -195,6 +204,13 @@ def pytest_runtest_call(item: pytest.Item):
 
     state = item.config.stash[STATE_KEY]
     finish = (item, state, _gate(item.config, state), run_id(item.config))
+    if "specdec_record" in getattr(item, "fixturenames", ()):
+        from .errors import SpecdecUsageError
+
+        try:  # before measuring: figures that cannot be journaled are not worth the wait
+            session.check_journal_free(state, finish[3])
+        except SpecdecUsageError as exc:
+            pytest.fail(f"pytest-specdec: {exc}", pytrace=False)
     try:
         result = yield
     except pytest.skip.Exception:

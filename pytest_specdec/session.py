@@ -21,6 +21,7 @@ from filelock import FileLock
 
 from . import baselines as baselines_mod
 from . import gate as gate_mod
+from . import journal_owner
 from . import lossless
 from .baselines import Baselines
 from .collection import case_of
@@ -54,17 +55,16 @@ def start_journal(state: RunState, run: str) -> None:
     Called where tests run (every xdist worker), so the journal's owner is recorded in a marker
     file beside it, under the journal's lock: the first process of a run rotates the old journal
     (kept beside it, with a time stamp, as many as --specdec-keep-runs allows); the others of the
-    same run find the marker and append.
+    same run find the marker and append. Another run still writing it is a SpecdecUsageError
+    (`journal_owner`).
     Runs that measure nothing never touch the journal.
     """
     journal = journal_for(state)
-    marker = journal.path.with_name(journal.path.name + ".run")
     journal.path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(journal.path) + ".lock"):
-        owner = marker.read_text().strip() if marker.exists() else None
-        if owner == run:
-            return
-        if not state.settings.resume and journal.path.exists():
+        journal_owner.check_free(journal.path, run)
+        if journal_owner.owner(journal_owner.marker_of(journal.path))[0] != run \
+                and not state.settings.resume and journal.path.exists():
             from .retention import prune
 
             from .run_paths import rotated_journals
@@ -73,7 +73,16 @@ def start_journal(state: RunState, run: str) -> None:
             journal.path.rename(journal.path.with_name(
                 f"{journal.path.stem}.{stamp}{journal.path.suffix}"))
             prune(rotated_journals(journal.path), state.settings.keep_runs - 1)  # this run's is the Nth
-        marker.write_text(run + "\n")
+        journal_owner.take(journal.path, run)
+
+
+def check_journal_free(state: RunState, run: str) -> None:
+    """Before a recording test measures: SpecdecUsageError if another live run writes the journal
+    (its figures could not be journaled; the other run's stay as they are)."""
+    journal = journal_for(state)
+    if journal.path.parent.is_dir():
+        with FileLock(str(journal.path) + ".lock"):
+            journal_owner.check_free(journal.path, run)
 
 
 _FINGERPRINT_KEY = pytest.StashKey[Fingerprint]()
@@ -202,7 +211,10 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
             recorder.feed_benchmark()  # samples without figures: nothing to journal or gate
         return
     result = replace(recorder.to_result(), fingerprint=item_fingerprint(item, state))
-    start_journal(state, run)
+    try:
+        start_journal(state, run)
+    except SpecdecUsageError as exc:  # another run started writing the journal while this test measured
+        pytest.fail(f"pytest-specdec: {exc}", pytrace=False)
     journal_for(state).append(item.nodeid, workload_key(item), result.to_json(),
                               status="done" if passed else "failed",
                               fingerprint=result.fingerprint.digest)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -90,3 +94,47 @@ def test_a_journal_is_known_by_its_first_line_even_torn(tmp_path):
     for name, text in cases.items():
         (tmp_path / name).write_text(text)
     assert [name for name in cases if is_journal(tmp_path / name)] == ["empty", "record", "torn"]
+
+
+@pytest.mark.parametrize("xdist", [False, True])
+def test_a_second_run_leaves_the_journal_of_a_running_one_alone(pytester: pytest.Pytester, xdist):
+    """Two runs in one project each rotated the journal when they first recorded, so it went back
+    and forth between them and --specdec-keep-runs pruned the rotated parts: of two runs' 16
+    measurements 2 were left, both runs green. Now a run that finds another live run writing the
+    journal stops before any test (under xdist, whose workers collect: its recording tests fail),
+    naming it, and the other's records stay where they were."""
+    pytester.makepyprojecttoml("[tool.specdec]\n")
+    pytester.makepyfile(test_slow="""
+import pathlib, time
+
+def test_first(specdec_record):
+    specdec_record.metric("verify_us", 1.0)
+
+def test_second(specdec_record):
+    while not pathlib.Path("go").exists():
+        time.sleep(0.05)
+    specdec_record.metric("verify_us", 2.0)
+""", test_other="def test_other(specdec_record):\n    specdec_record.metric('verify_us', 3.0)\n")
+    journal = pytester.path / ".specdec" / "journal.jsonl"
+    first = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_slow.py"],
+                             cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (journal.is_file() and journal.read_text().endswith("\n")):
+            assert first.poll() is None and time.monotonic() < deadline, "the first run did not record"
+            time.sleep(0.05)
+        second = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_other.py", "--specdec-keep-runs=1",
+                                               *(["-n", "1"] if xdist else []))
+    finally:
+        (pytester.path / "go").write_text("")
+        out = first.communicate(timeout=120)[0]
+    message = "*the results journal * is being written by another pytest run (pid *)*--specdec-journal*"
+    if xdist:
+        second.assert_outcomes(failed=1)
+        second.stdout.fnmatch_lines([message])
+    else:
+        assert second.ret == pytest.ExitCode.USAGE_ERROR
+        second.stderr.fnmatch_lines([message])
+    assert first.returncode == 0, out
+    values = [json.loads(line)["data"]["metrics"]["verify_us"]["value"] for line in journal.read_text().splitlines()]
+    assert values == [1.0, 2.0]
