@@ -72,8 +72,11 @@ def specdec_pool(specdec_state: RunState, request: pytest.FixtureRequest) -> Ite
     """Session-wide server reuse: each configuration boots once; all are stopped at the end."""
     state = specdec_state
     try:
-        if hasattr(request.config, "workerinput"):  # xdist: collection could not check this
+        if hasattr(request.config, "workerinput"):  # xdist: collection could not check these
+            from .outputs import check_artifacts
+
             state.backend.check_ready(state)
+            check_artifacts(state)
         pool = state.backend.pool(state, run_dir(state, request.config))
     except SpecdecUsageError as exc:
         pool, problem = None, f"pytest-specdec: {exc}"

@@ -1,4 +1,5 @@
-"""Where a run writes at its end (the baseline folder, the report folder), checked at its start.
+"""Where a run writes (the baseline and report folders at its end, the journal and artifacts
+folders as it goes), checked at its start.
 
 A path given by a flag, the ini file or pyproject.toml that cannot be written is a usage error
 before any server boots, not a traceback after the whole benchmark ran.
@@ -38,6 +39,11 @@ def check(state: RunState) -> None:
         check_report_folder(state.path(settings.report))
 
 
+def check_artifacts(state: RunState) -> None:
+    """The artifacts folder, where a server pool keeps its run folder (logs, GPU leases)."""
+    check_folder(state.path(state.settings.artifacts), "artifacts folder", "--specdec-artifacts")
+
+
 def check_report_folder(folder: Path) -> None:
     check_folder(folder, "report folder", "--specdec-report")
     for name in REPORT_FILES:
@@ -68,4 +74,4 @@ def check_folder(folder: Path, what: str, option: str) -> None:
         raise SpecdecUsageError(f"{what} {folder} {why} ({exc.strerror or exc}); {fix}") from None
 
 
-__all__ = ["REPORT_FILES", "REPORT_FOLDERS", "check", "check_folder", "check_report_folder"]
+__all__ = ["REPORT_FILES", "REPORT_FOLDERS", "check", "check_artifacts", "check_folder", "check_report_folder"]

@@ -166,6 +166,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     try:
         if any(map(needs_server, session.items)):
             state.backend.check_ready(state)  # once, not as an error in every test
+        if any("specdec_pool" in getattr(item, "fixturenames", ()) for item in session.items):
+            from .outputs import check_artifacts
+
+            check_artifacts(state)
         if any("specdec_record" in getattr(item, "fixturenames", ()) for item in session.items):
             from .session import check_journal_free
             from .state import run_id

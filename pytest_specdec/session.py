@@ -77,9 +77,13 @@ def start_journal(state: RunState, run: str) -> None:
 
 
 def check_journal_free(state: RunState, run: str) -> None:
-    """Before a recording test measures: SpecdecUsageError if another live run writes the journal
-    (its figures could not be journaled; the other run's stay as they are)."""
+    """Before a recording test measures: SpecdecUsageError if the journal's folder cannot be
+    written, or another live run writes the journal (its figures could not be journaled; the
+    other run's stay as they are)."""
+    from .outputs import check_folder
+
     journal = journal_for(state)
+    check_folder(journal.path.parent, "journal folder", "--specdec-journal")
     if journal.path.parent.is_dir():
         with FileLock(str(journal.path) + ".lock"):
             journal_owner.check_free(journal.path, run)

@@ -99,6 +99,35 @@ def test_a_report_folder_that_cannot_be_written_stops_the_run_before_it(pytester
     assert [p.name for p in (pytester.path / "rep").iterdir()] == ["report.md"]
 
 
+POOL_TEST = "def test_pool(specdec_pool):\n    pass\n"
+
+
+@NO_PROC
+@pytest.mark.parametrize("option, test, message", [
+    pytest.param("--specdec-journal=/proc/specdec/journal.jsonl", RECORDING_TEST, "journal folder /proc/specdec "
+                 "cannot be created: making a folder in /proc fails (*); choose another --specdec-journal",
+                 id="journal"),
+    pytest.param("--specdec-artifacts=/proc/specdec-artifacts", POOL_TEST, "artifacts folder "
+                 "/proc/specdec-artifacts cannot be created: making a folder in /proc fails (*); choose another "
+                 "--specdec-artifacts", id="artifacts"),
+])
+@pytest.mark.parametrize("xdist", [False, True], ids=["plain", "xdist"])
+def test_a_journal_or_artifacts_folder_that_cannot_be_written_stops_the_run_before_it(pytester, option, test,
+                                                                                       message, xdist):
+    """Both were first written during the run: a traceback in every test, the journal's after each
+    measurement, whose figures were lost. Now a usage error before the run, or, under xdist, whose
+    workers collect, one line in each test before it measures."""
+    pytester.makepyprojecttoml("[tool.specdec]\n")
+    pytester.makepyfile(test_figures=test)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", option, *(["-n", "1"] if xdist else []))
+    if not xdist:
+        assert_usage_error(result, message)
+        return
+    result.assert_outcomes(**({"failed": 1} if test == RECORDING_TEST else {"errors": 1}))
+    result.stdout.fnmatch_lines([f"*pytest-specdec: {message}"])
+    assert "Traceback" not in result.stdout.str() and "OSError" not in result.stdout.str()
+
+
 def test_outputs_spoiled_during_the_run_are_one_line_each_and_the_run_result_stays(pytester):
     pytester.makepyfile(test_spoil=SPOILER_TEST)
     result = run(pytester, "--specdec-save-baseline", "--specdec-report=rep")
