@@ -222,19 +222,28 @@ def load_workload(spec: str, *, base_dir: str | Path | None = None, **fields: An
 
 
 class ContextLengthError(SpecdecUsageError):
-    """A prompt plus its generation budget does not fit the server's context."""
+    """A prompt plus its generation budget does not fit the server's context. `room`: whether a
+    cut prompt would fit (so `truncate = true` is a fix); without it only the budget or the
+    context can change."""
 
-    def __init__(self, workload: str, index: int, prompt_tokens: int, max_new_tokens: int, context_length: int):
+    def __init__(self, workload: str, index: int, prompt_tokens: int, max_new_tokens: int, context_length: int,
+                 *, room: bool = True):
         self.workload = workload
         self.index = index
         self.prompt_tokens = prompt_tokens
         self.max_new_tokens = max_new_tokens
         self.context_length = context_length
+        total = prompt_tokens + max_new_tokens
+        context = (f"raise the server's --context-length to at least {total + 1} (in extra_args of "
+                   f"[tool.specdec.engine] or [tool.specdec.sglang])")
+        fixes = (f"shorten the prompt, lower max_new_tokens, {context}, or set truncate = true in the "
+                 f"workload's [[tool.specdec.workloads]] entry to cut its prompts to fit") if room else (
+                 f"lower max_new_tokens ({max_new_tokens} of them leave no room for a prompt in a context "
+                 f"of {context_length}), or {context}")
         super().__init__(
             f"workload {workload!r}, prompt {index}: {prompt_tokens} prompt tokens + {max_new_tokens} "
-            f"max_new_tokens = {prompt_tokens + max_new_tokens}, but a request must stay below the "
-            f"server context length {context_length}; shorten the prompt, lower max_new_tokens, "
-            "raise the server's --context-length, or enable truncation"
+            f"max_new_tokens = {total}, but a request must stay below the server context length "
+            f"{context_length}; {fixes}"
         )
 
 
@@ -272,9 +281,9 @@ def fit_to_context(
         if n + budget < context_length:
             continue
         allowed = context_length - 1 - budget
-        cut = _longest_prefix(prompt.text, allowed, count_tokens) if truncate and allowed > 0 else ""
-        if not cut:
-            raise ContextLengthError(workload.name, i, n, budget, context_length)
+        cut = _longest_prefix(prompt.text, allowed, count_tokens) if allowed > 0 else ""
+        if not cut or not truncate:
+            raise ContextLengthError(workload.name, i, n, budget, context_length, room=bool(cut))
         prompts[i] = Prompt(cut, prompt.max_new_tokens)
         changed = True
     return workload.replace(prompts=tuple(prompts)) if changed else workload

@@ -208,6 +208,23 @@ def test_fit_to_context_truncates_when_configured():
     assert w.prompts[1].text.startswith(cut.text)
 
 
+def test_a_context_length_error_names_the_settings_that_fix_it():
+    """It ended "or enable truncation", which names no setting (the workload key is `truncate`),
+    and said so where no cut prompt could fit. Now it names the key and the context length that
+    fits, and offers truncation only where a cut prompt fits."""
+    with pytest.raises(ContextLengthError) as info:
+        fit_to_context(wl("x" * 50, max_new_tokens=20), 64)
+    assert str(info.value).endswith(
+        "shorten the prompt, lower max_new_tokens, raise the server's --context-length to at least 72 (in "
+        "extra_args of [tool.specdec.engine] or [tool.specdec.sglang]), or set truncate = true in the "
+        "workload's [[tool.specdec.workloads]] entry to cut its prompts to fit")
+    for truncate in (False, True):
+        with pytest.raises(ContextLengthError) as info:
+            fit_to_context(wl("abc", max_new_tokens=64), 64, truncate=truncate)
+        assert "truncate" not in str(info.value)
+        assert "lower max_new_tokens (64 of them leave no room for a prompt in a context of 64)" in str(info.value)
+
+
 def test_truncation_impossible_when_budget_fills_context():
     with pytest.raises(ContextLengthError):
         fit_to_context(wl("abc", max_new_tokens=64), 64, truncate=True)
