@@ -172,11 +172,18 @@ def load_jsonl(path: str | Path, *, name: str | None = None, **fields: Any) -> W
     """A workload from a JSONL prompt file; `fields` set the other `Workload` fields."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise SpecdecUsageError(f"workload file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecdecUsageError(f"workload file {path} cannot be read: {exc}") from None
+    except OSError as exc:
+        raise SpecdecUsageError(f"workload file {path} cannot be read ({exc.strerror or exc}); fix its "
+                                f"permissions or the path") from None
+    try:  # -sig: the byte order mark some editors write is not part of the first prompt
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = exc.object.count(b"\n", 0, exc.start) + 1
+        raise SpecdecUsageError(f"{path}:{line}: not UTF-8 (byte {exc.object[exc.start]:#04x}); save the "
+                                f"file as UTF-8") from None
     prompts = parse_prompt_lines(text.splitlines(), str(path))
     return Workload(name=name or path.stem, prompts=prompts, **fields)
 

@@ -152,10 +152,25 @@ def test_empty_or_missing_files(tmp_path):
         load_jsonl(write(tmp_path, "\n  \n"))
     with pytest.raises(SpecdecUsageError, match="does not exist"):
         load_jsonl(tmp_path / "absent.jsonl")
-    bad = tmp_path / "latin1.jsonl"
-    bad.write_bytes(b'{"prompt": "caf\xe9"}\n')
-    with pytest.raises(SpecdecUsageError, match="cannot be read"):
+
+
+@pytest.mark.parametrize("encoding, line, byte", [("latin-1", 2, "0xe9"), ("utf-16", 1, "0xff")])
+def test_a_prompt_file_not_in_utf8_names_its_line_and_the_fix(tmp_path, encoding, line, byte):
+    """It said "cannot be read: 'utf-8' codec can't decode byte 0xe9 in position 30: invalid
+    continuation byte": no line, no fix."""
+    bad = tmp_path / "other.jsonl"
+    bad.write_bytes('{"prompt": "tea"}\n{"prompt": "café"}\n'.encode(encoding))
+    with pytest.raises(SpecdecUsageError) as info:
         load_jsonl(bad)
+    assert str(info.value) == f"{bad}:{line}: not UTF-8 (byte {byte}); save the file as UTF-8"
+
+
+def test_a_prompt_file_saved_with_a_byte_order_mark_reads_as_without(tmp_path):
+    """Editors that save UTF-8 with a BOM made line 1 "not valid JSON (Unexpected UTF-8 BOM (decode
+    using utf-8-sig))", a fix for the plugin's code, not for the user."""
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes('{"prompt": "café"}\n'.encode("utf-8-sig"))
+    assert load_jsonl(path).prompts == (Prompt("café"),)
 
 
 def test_load_workload_resolves_builtin_or_relative_path(tmp_path):
