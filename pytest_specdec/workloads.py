@@ -184,7 +184,7 @@ def load_jsonl(path: str | Path, *, name: str | None = None, **fields: Any) -> W
         line = exc.object.count(b"\n", 0, exc.start) + 1
         raise SpecdecUsageError(f"{path}:{line}: not UTF-8 (byte {exc.object[exc.start]:#04x}); save the "
                                 f"file as UTF-8") from None
-    prompts = parse_prompt_lines(text.splitlines(), str(path))
+    prompts = parse_prompt_lines(text.split("\n"), str(path))  # JSON strings may hold U+2028 and U+0085
     return Workload(name=name or path.stem, prompts=prompts, **fields)
 
 
@@ -195,7 +195,7 @@ def builtin_workload(name: str, **fields: Any) -> Workload:
             f"unknown built-in workload {name!r}: choose one of {', '.join(BUILTIN_WORKLOADS)} or give a .jsonl path"
         )
     resource = resources.files(__package__).joinpath("prompts", f"{name}.jsonl")
-    prompts = parse_prompt_lines(resource.read_text(encoding="utf-8").splitlines(), f"<built-in {name}.jsonl>")
+    prompts = parse_prompt_lines(resource.read_text(encoding="utf-8").split("\n"), f"<built-in {name}.jsonl>")
     fields.setdefault("max_new_tokens", _BUILTIN_MAX_NEW_TOKENS[name])
     return Workload(name=name, prompts=prompts, **fields)
 

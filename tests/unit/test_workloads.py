@@ -165,6 +165,16 @@ def test_a_prompt_file_not_in_utf8_names_its_line_and_the_fix(tmp_path, encoding
     assert str(info.value) == f"{bad}:{line}: not UTF-8 (byte {byte}); save the file as UTF-8"
 
 
+def test_prompts_holding_unicode_line_separators_stay_whole(tmp_path):
+    """JSON takes U+2028, U+2029 and U+0085 unescaped in a string (json.dumps with
+    ensure_ascii=False writes them so); the loader split lines where str.splitlines does, so
+    such a prompt was "not valid JSON (Unterminated string ...)"."""
+    prompts = ["first\u2028second", "para\u2029graph", "next\x85line", "crlf"]
+    path = tmp_path / "text.jsonl"
+    path.write_bytes("\r\n".join(json.dumps({"prompt": p}, ensure_ascii=False) for p in prompts).encode())
+    assert [p.text for p in load_jsonl(path).prompts] == prompts
+
+
 def test_a_prompt_file_saved_with_a_byte_order_mark_reads_as_without(tmp_path):
     """Editors that save UTF-8 with a BOM made line 1 "not valid JSON (Unexpected UTF-8 BOM (decode
     using utf-8-sig))", a fix for the plugin's code, not for the user."""
