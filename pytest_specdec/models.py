@@ -152,14 +152,17 @@ def provision_model(
         if state is not None and state.complete:
             return local_dir
         if is_offline:
-            what = (
-                f"is not in the cache {local_dir}"
-                if state is None
-                else f"is incomplete in {local_dir}: {state.describe()}"
-            )
+            if state is not None:
+                what = f"is incomplete in {local_dir}: {state.describe()}"
+            elif local_dir.is_dir() and any(local_dir.iterdir()):  # a copy put there by hand
+                what = (f"is not in the cache {local_dir} (files copied there are not used: the cache "
+                        f"holds what the plugin downloaded, with its manifest {MANIFEST})")
+            else:
+                what = f"is not in the cache {local_dir}"
             raise SpecdecUsageError(
                 f"model {ref} {what}, and HF_HUB_OFFLINE is set so it cannot be downloaded; "
-                f"unset HF_HUB_OFFLINE, or copy the model there (or point model_cache at a copy)"
+                f"unset HF_HUB_OFFLINE, or set model / draft_model in [tool.specdec] to the folder of a "
+                f"local copy"
             )
         fetcher = fetcher or HubFetcher()
         try:

@@ -106,6 +106,23 @@ def test_offline_names_the_missing_files(tmp_path):
     assert hub.listed == 1  # offline never reaches the Hub
 
 
+def test_offline_names_a_fix_that_works(tmp_path):
+    """Offline, a model not in the cache said "copy the model there (or point model_cache at a
+    copy)", but the cache takes only what the plugin downloaded, with its manifest: a model copied
+    there as told failed the same way, run after run. Now it names the setting that takes a copy,
+    and says why copied files were not used."""
+    copied = tmp_path / "org--m"
+    copied.mkdir()
+    (copied / "config.json").write_text("{}")
+    with pytest.raises(SpecdecUsageError) as info:
+        provision_model("org/m", cache_dir=tmp_path, fetcher=FakeHub(), offline_mode=True)
+    assert str(info.value) == (
+        f"model org/m is not in the cache {copied} (files copied there are not used: the cache holds what "
+        f"the plugin downloaded, with its manifest {MANIFEST}), and HF_HUB_OFFLINE is set so it cannot be "
+        f"downloaded; unset HF_HUB_OFFLINE, or set model / draft_model in [tool.specdec] to the folder of a "
+        f"local copy")
+
+
 def test_offline_mode_follows_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(SpecdecUsageError, match="HF_HUB_OFFLINE"):
