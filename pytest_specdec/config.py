@@ -459,6 +459,14 @@ def _argv_list(reader: _Reader, set_by_plugin: Mapping[str, str]) -> tuple[str, 
     return args
 
 
+def _array_of_tables(reader: _Reader, key: str, what: str) -> list[Any]:
+    """`[[key]]` entries; `[key]`, one table, is the usual slip and is named as such."""
+    if isinstance(reader.data.get(key), Mapping):
+        header = f"tool.specdec.{key}" if reader.table == "tool.specdec" else key
+        reader.fail(key, f"is one table; give each {what} an entry of its own headed [[{header}]] (two brackets)")
+    return reader.get(key, list, [])
+
+
 def parse(data: Mapping[str, Any], filename: str, root: Path) -> SpecdecConfig:
     """Build a SpecdecConfig from the `[tool.specdec]` table (or specdec.toml's top level)."""
     reader = _Reader(filename, "tool.specdec" if filename.endswith("pyproject.toml") else "top level",
@@ -481,7 +489,7 @@ def parse(data: Mapping[str, Any], filename: str, root: Path) -> SpecdecConfig:
 
     workloads = DEFAULT_WORKLOADS
     if "workloads" in data:
-        raw_workloads = reader.get("workloads", list)
+        raw_workloads = _array_of_tables(reader, "workloads", "workload")
         if not raw_workloads:
             reader.fail("workloads", "is empty; add at least one [[tool.specdec.workloads]] entry")
         workloads = tuple(_parse_workload(filename, i, w, root) for i, w in enumerate(raw_workloads))
@@ -490,7 +498,7 @@ def parse(data: Mapping[str, Any], filename: str, root: Path) -> SpecdecConfig:
             reader.fail("workloads", f"names {names} repeat; give each workload its own name")
 
     issues = [_parse_known_issue(filename, i, entry)
-              for i, entry in enumerate(reader.get("known_issues", list, []))]
+              for i, entry in enumerate(_array_of_tables(reader, "known_issues", "known issue"))]
 
     metrics = _parse_metrics(filename, reader.get("metrics", dict, {}))
     min_accept = reader.get("min_accept_length", float, None)

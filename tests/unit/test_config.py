@@ -142,6 +142,12 @@ from pytest_specdec.errors import SpecdecUsageError
     ("[tool.specdec.sglang]\nextra_args = ['--speculative-draft-model-path', '/m']\n",
      "*extra_args: --speculative-draft-model-path is set by the plugin (set [tool.specdec] "
      "draft_model); remove it"),
+    ("[tool.specdec.workloads]\nname = 'chat'\nprompts = 'chat'\n",
+     "pyproject.toml [tool.specdec] workloads: is one table; give each workload an entry of its own "
+     "headed [[tool.specdec.workloads]] (two brackets)"),
+    ("[tool.specdec.known_issues]\nreason = 'x'\n",
+     "pyproject.toml [tool.specdec] known_issues: is one table; give each known issue an entry of its own "
+     "headed [[tool.specdec.known_issues]] (two brackets)"),
     ("[tool.specdec.sglang]\npython = '/nonexistent/python'\n",
      "*[tool.specdec.sglang] python: '/nonexistent/python' is not an executable Python; give the "
      "interpreter that has SGLang installed*"),
