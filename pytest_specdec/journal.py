@@ -10,6 +10,7 @@ takes a file lock, repairs a torn tail by starting on a fresh line, and writes w
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -86,8 +87,14 @@ class Journal:
             try:
                 if not created and not _ends_with_newline(self.path):
                     line = b"\n" + line  # a crash tore the last line: never glue onto it
-                _write_all(fd, line)
-                os.fsync(fd)
+                size = os.fstat(fd).st_size
+                try:
+                    _write_all(fd, line)
+                    os.fsync(fd)
+                except OSError:
+                    with contextlib.suppress(OSError):  # a record is whole or absent (a full disk)
+                        os.ftruncate(fd, size)
+                    raise
             finally:
                 os.close(fd)
             if created:

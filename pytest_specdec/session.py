@@ -11,6 +11,7 @@ writers and, with `--specdec-save-baseline`, merges them into the baseline file.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
 import warnings
 from dataclasses import dataclass, field, replace
@@ -219,9 +220,7 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
         start_journal(state, run)
     except SpecdecUsageError as exc:  # another run started writing the journal while this test measured
         pytest.fail(f"pytest-specdec: {exc}", pytrace=False)
-    journal_for(state).append(item.nodeid, workload_key(item), result.to_json(),
-                              status="done" if passed else "failed",
-                              fingerprint=result.fingerprint.digest)
+    _append(item, state, result, "done" if passed else "failed")
     if not passed:
         attach_to_report(item, result)  # its figures beside its failure, as a merge of shards shows them
         return
@@ -267,8 +266,20 @@ def _xpasses_strictly(item: pytest.Item) -> bool:
 def _journal_failed(item: pytest.Item, state: RunState, result: Result) -> None:
     """Mark a journaled measurement as failed by its checks, so that --specdec-resume measures
     and checks it again instead of skipping it as done (a red run resumed must not go green)."""
-    journal_for(state).append(item.nodeid, workload_key(item), result.to_json(), status=FAILED_CHECKS,
-                              fingerprint=result.fingerprint.digest)
+    _append(item, state, result, FAILED_CHECKS)
+
+
+def _append(item: pytest.Item, state: RunState, result: Result, status: str) -> None:
+    """Journal a test's figures; a journal that cannot take them fails the test in one line."""
+    journal = journal_for(state)
+    try:
+        journal.append(item.nodeid, workload_key(item), result.to_json(), status=status,
+                       fingerprint=result.fingerprint.digest)
+    except OSError as exc:
+        room = "free space there or " if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+        pytest.fail(f"pytest-specdec: the results journal {journal.path} cannot take this test's figures "
+                    f"({exc.strerror or exc}), so they were not kept; {room}choose another --specdec-journal",
+                    pytrace=False)
 
 
 def reference_case(case: MatrixCase, state: RunState) -> MatrixCase | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing
 import os
@@ -131,6 +132,30 @@ def test_unserialisable_data_fails_before_touching_the_file(tmp_path):
     with pytest.raises(ValueError, match="config id"):
         j.append("", "chat")
     assert path.read_bytes() == before
+
+
+def test_an_append_that_fails_midway_leaves_no_part_of_its_record(tmp_path, monkeypatch):
+    """A full disk wrote part of a record and raised: the journal kept a torn line in its middle,
+    which every later read warned about. Now the record is whole or absent."""
+    path = tmp_path / "j.jsonl"
+    j = Journal(path)
+    j.append("a", "chat")
+    before = path.read_bytes()
+    real_write = os.write
+
+    def full_after_ten_bytes(fd, data):
+        real_write(fd, bytes(data[:10]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full_after_ten_bytes)
+    with pytest.raises(OSError, match="No space left"):
+        j.append("b", "chat", {"x": 1})
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    j.append("c", "chat")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert [r.config_id for r in j.records()] == ["a", "c"]
 
 
 def _append_many(path: str, worker: int, n: int) -> None:

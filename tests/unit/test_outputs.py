@@ -128,6 +128,28 @@ def test_a_journal_or_artifacts_folder_that_cannot_be_written_stops_the_run_befo
     assert "Traceback" not in result.stdout.str() and "OSError" not in result.stdout.str()
 
 
+def test_a_journal_that_cannot_take_a_record_fails_its_test_in_one_line(pytester):
+    """A full disk under the journal failed the test with an OSError traceback from deep in the
+    journal. Now one line says the figures were not journaled, why, and what to do."""
+    pytester.makepyprojecttoml("[tool.specdec]\n")
+    pytester.makeconftest("""
+import errno
+import pytest_specdec.journal
+
+def _full(fd, data):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+pytest_specdec.journal._write_all = _full
+""")
+    pytester.makepyfile(test_figures=RECORDING_TEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*pytest-specdec: the results journal */.specdec/journal.jsonl cannot take this "
+                                 "test's figures (No space left on device), so they were not kept; free space "
+                                 "there or choose another --specdec-journal"])
+    assert "Traceback" not in result.stdout.str() and "journal.py" not in result.stdout.str()
+
+
 def test_outputs_spoiled_during_the_run_are_one_line_each_and_the_run_result_stays(pytester):
     pytester.makepyfile(test_spoil=SPOILER_TEST)
     result = run(pytester, "--specdec-save-baseline", "--specdec-report=rep")
