@@ -99,6 +99,10 @@ class LiveServer:
         if isinstance(spec, Workload):
             workload = spec
             truncate = False
+        elif not isinstance(spec, WorkloadSpec):
+            fail(f"server {self.id}: run() takes a workload: the specdec_workload fixture's value, or a "
+                 f"pytest_specdec.workloads.Workload (load_workload('chat') builds one), not the "
+                 f"{type(spec).__name__} {spec!r}")
         else:
             workload = self.workloads.get(spec.name) or workloads.configured_workload(spec, self.root)
             truncate = spec.truncate

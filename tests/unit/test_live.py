@@ -141,3 +141,17 @@ def test_generate_fails_with_the_servers_own_words(status, body, said):
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+@pytest.mark.parametrize("given", ["chat", None, {"prompts": "chat"}])
+def test_run_given_something_that_is_no_workload_says_what_it_takes(given):
+    """`specdec_server.run("chat")` (a workload's name) failed with "AttributeError: 'str' object
+    has no attribute 'name'" from the plugin's insides."""
+    server = LiveServer(spec=ServerSpec("embedded", "ar"), url="http://127.0.0.1:1", log_path=None,
+                        check=lambda: None)
+    with pytest.raises(pytest.fail.Exception) as info:
+        server.run(given)
+    assert str(info.value) == (
+        f"server ar-tp1: run() takes a workload: the specdec_workload fixture's value, or a "
+        f"pytest_specdec.workloads.Workload (load_workload('chat') builds one), not the "
+        f"{type(given).__name__} {given!r}")
