@@ -125,6 +125,9 @@ def test_second(specdec_record):
             time.sleep(0.05)
         second = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_other.py", "--specdec-keep-runs=1",
                                                *(["-n", "1"] if xdist else []))
+        # runs that measure nothing are not refused
+        listed = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--co")
+        skipped = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_other.py", "--benchmark-skip")
     finally:
         (pytester.path / "go").write_text("")
         out = first.communicate(timeout=120)[0]
@@ -136,5 +139,7 @@ def test_second(specdec_record):
         assert second.ret == pytest.ExitCode.USAGE_ERROR
         second.stderr.fnmatch_lines([message])
     assert first.returncode == 0, out
+    assert listed.ret == pytest.ExitCode.OK
+    skipped.assert_outcomes(skipped=1)
     values = [json.loads(line)["data"]["metrics"]["verify_us"]["value"] for line in journal.read_text().splitlines()]
     assert values == [1.0, 2.0]
