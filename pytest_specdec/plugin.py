@@ -35,6 +35,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini(option.ini, option.help, type=option.ini_type, default=None)
 
 
+@hookimpl(wrapper=True)
+def pytest_cmdline_main(config: pytest.Config):
+    # before xdist turns -n's distribution "no" into "load": whether the user chose a mode
+    from .state import DIST_CHOSEN_KEY
+
+    option = config.option
+    config.stash[DIST_CHOSEN_KEY] = getattr(option, "dist", "no") != "no" or getattr(option, "distload", False)
+    return (yield)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     from pathlib import Path
 

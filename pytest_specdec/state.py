@@ -104,6 +104,8 @@ RESULTS_KEY = pytest.StashKey["Results"]()
 #: This run's shard plan, under --specdec-shard only.
 SHARD_KEY = pytest.StashKey["ShardPlan"]()
 _RUN_ID_KEY = pytest.StashKey[str]()
+#: Whether the user chose xdist's distribution mode, rather than -n choosing "load" for them.
+DIST_CHOSEN_KEY = pytest.StashKey[bool]()
 
 
 def run_id(config: pytest.Config) -> str:

@@ -3,8 +3,8 @@
 Workers collect, the controller does not: the controller learns the size of the run here, for
 its `[done/total]` progress lines.
 
-`--dist loadgroup` sends each configuration's tests to one worker, so a server boots once and
-its GPU lease is held by one process. xdist's own groups come from `xdist_group` marks, as an
+`--dist loadgroup`, and a bare `-n`, send each configuration's tests to one worker, so a server
+boots once and its GPU lease is held by one process. xdist's own groups come from `xdist_group` marks, as an
 `@group` suffix on node ids that pytest 9.2 silently drops (and the mark is unknown where xdist is
 not installed). The controller therefore schedules with `ConfigurationScheduling`, which reads
 the configuration from the node id's parameters, and honours a user's `@group` suffix where one
@@ -20,7 +20,7 @@ from xdist.scheduler import LoadGroupScheduling
 
 from .collection import configuration_in_nodeid, matrix_cases
 from .session import Results
-from .state import STATE_KEY
+from .state import DIST_CHOSEN_KEY, STATE_KEY
 
 
 class XdistHooks:
@@ -48,6 +48,10 @@ class XdistHooks:
             return
         for line in header.details(state):
             reporter.write_line(line)
+        if not by_configuration(config):
+            reporter.write_line(f"specdec: --dist {config.getvalue('dist')} may give one configuration's tests "
+                                f"to several workers, each booting its server; --dist loadgroup (or -n "
+                                f"alone) boots each once")
 
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:
         """A worker died in a test: that test fails once, as "worker crashed" (the scheduler
@@ -60,10 +64,18 @@ class XdistHooks:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log):
-        if config.getvalue("dist") != "loadgroup":
+        if not by_configuration(config):
             return None
         param_ids = [case.param_id for case in matrix_cases(config.stash[STATE_KEY])]
         return ConfigurationScheduling(config, log, param_ids)
+
+
+def by_configuration(config: pytest.Config) -> bool:
+    """Whether workers are given whole configurations: under `--dist loadgroup`, and under the
+    "load" that a bare `-n` implies (which would boot a configuration's server on every worker
+    that runs one of its tests); another mode the user chose is theirs."""
+    dist = config.getvalue("dist")
+    return dist == "loadgroup" or dist == "load" and not config.stash.get(DIST_CHOSEN_KEY, True)
 
 
 class ConfigurationScheduling(LoadGroupScheduling):

@@ -455,3 +455,19 @@ def test_a_configuration_larger_than_the_inventory_skips_with_a_reason(tmp_path)
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED*needs 8 GPUs; found: *x4*"])
     assert not list((tmp_path / ".specdec").glob("artifacts/run-*/leases/lease-history.jsonl"))
+
+
+@pytest.mark.parametrize("dist", [(), ("--dist", "load")], ids=["bare-n", "dist-load"])
+def test_a_bare_n_boots_each_configuration_once(tmp_path, dist):
+    """`-n 2` alone meant xdist's "load": a configuration's two tests could go to both workers,
+    each booting the server. It now schedules by configuration; a mode the user chose is kept,
+    with a header line saying what it costs."""
+    write_project(tmp_path, methods=("ar",))
+    result = run_pytest(tmp_path, "-n", "2", *dist, "--specdec-gpus", "2")
+    result.assert_outcomes(passed=2)
+    warned = any("specdec: --dist load may give one configuration's tests to several workers" in line
+                 for line in result.outlines)
+    assert warned == bool(dist)
+    if not dist:
+        logs = sorted(p.name for p in (tmp_path / ".specdec" / "artifacts").glob("run-*/logs/*.log"))
+        assert logs == ["ar-tp1.log"], logs
