@@ -215,7 +215,8 @@ class Baselines:
         }
 
 
-_FIX = "fix or delete it, or re-create it with --specdec-save-baseline"
+# --specdec-save-baseline merges into the file, so it stops on the same error: move the file first
+_FIX = "fix it, or move it aside (or delete it) and save a new one with --specdec-save-baseline"
 
 
 def parse_baselines(text: str, hardware_key: str, source: str) -> Baselines:

@@ -166,7 +166,7 @@ class Gate:
                     raise SpecdecUsageError(
                         f"baseline file {self.state.baseline_path}: {test_id} {name}: direction "
                         f"{entry.direction!r}, but {expected!r} is better for {name}; fix the "
-                        f"entry or re-create it with --specdec-save-baseline")
+                        f"entry, or move the file aside and save a new one with --specdec-save-baseline")
 
     def baselines(self) -> Baselines:
         if self._baselines is None:

@@ -312,8 +312,8 @@ BASELINE_HEAD = '{"format": "pytest-specdec-baselines", "version": 1, "hardware_
 
 @pytest.mark.parametrize("files, message", [
     ({"baselines/cpu.json": BASELINE_HEAD + '"entries": {\n  "t": {,}\n}}'},
-     "baseline file */baselines/cpu.json is not valid JSON (line 2, column 9: *); fix or delete "
-     "it, or re-create it with --specdec-save-baseline"),
+     "baseline file */baselines/cpu.json is not valid JSON (line 2, column 9: *); fix it, or "
+     "move it aside (or delete it) and save a new one with --specdec-save-baseline"),
     ({"baselines/cpu.json": BASELINE_HEAD + '"entries": {"test_generation[ar-tp1-chat]": '
                                             '{"output_tok_s": {"value": NaN, "direction": '
                                             '"higher"}}}}'},
@@ -323,7 +323,8 @@ BASELINE_HEAD = '{"format": "pytest-specdec-baselines", "version": 1, "hardware_
                                             '{"accept_length": {"value": 2.0, "direction": '
                                             '"lower"}}}}'},
      "baseline file */cpu.json: test_generation[ar-tp1-chat] accept_length: direction 'lower', "
-     "but 'higher' is better for accept_length; fix the entry or re-create it*"),
+     "but 'higher' is better for accept_length; fix the entry, or move the file aside and save a new "
+     "one with --specdec-save-baseline"),
     ({"prompts.jsonl": '{"prompt": "fine"}\n{"prompt": "unterminated}\n'},
      "*prompts.jsonl:2: not valid JSON (*); each line must be a JSON object like*"),
     ({"prompts.jsonl": '{"prompt": "\\ud800"}\n'},
