@@ -209,12 +209,12 @@ def _one_entry(**fields) -> str:
 
 
 @pytest.mark.parametrize("fields, match", [
-    ({"cpu_share": 0}, r"t output_tok_s: 'cpu_share' must be in \(0, 1\], got 0.0; fix or delete"),
+    ({"cpu_share": 0}, r"t output_tok_s: 'cpu_share' must be in \(0, 1\], got 0.0; fix it, or move it aside"),
     ({"cpu_share": -1}, r"'cpu_share' must be in \(0, 1\], got -1.0"),
     ({"cpu_share": 1.5}, r"'cpu_share' must be in \(0, 1\], got 1.5"),
-    ({"runs": "x"}, r"t output_tok_s: 'runs' must be a positive integer, got 'x'; fix or delete"),
+    ({"runs": "x"}, r"t output_tok_s: 'runs' must be a positive integer, got 'x'; fix it, or move it aside"),
     ({"runs": 0}, r"'runs' must be a positive integer, got 0"),
-    ({"value": -5}, r"t output_tok_s: 'value' must be >= 0, got -5.0; fix or delete"),
+    ({"value": -5}, r"t output_tok_s: 'value' must be >= 0, got -5.0; fix it, or move it aside"),
 ])
 def test_impossible_figures_in_an_entry_are_usage_errors(tmp_path, fields, match):
     path = tmp_path / "cpu.json"
