@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
@@ -238,24 +239,38 @@ def _provision(model: str, state: RunState) -> str:
     return str(provision_model(model, **({"cache_dir": cache} if cache else {})))
 
 
-def sglang_importable() -> bool:
-    return importlib.util.find_spec("sglang") is not None
+@lru_cache(maxsize=8)
+def sglang_importable(python: str = sys.executable) -> bool:
+    """Whether `python` finds the sglang package; another interpreter is asked in a subprocess
+    (finding, not importing: a second or so)."""
+    if python == sys.executable:
+        return importlib.util.find_spec("sglang") is not None
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('sglang') is None)"
+    try:
+        return subprocess.run([python, "-c", probe], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
-def choose(requested: str, hardware: Hardware, server_url: str | None) -> Backend:
-    """`auto` means SGLang where it is importable and a real GPU is present, else embedded."""
+def choose(requested: str, hardware: Hardware, server_url: str | None,
+           python: str = sys.executable) -> Backend:
+    """`auto` means SGLang where it is importable (in `python`, the interpreter that launches
+    SGLang's servers) and a real GPU is present, else embedded."""
     if server_url:
         return AttachBackend(f"attached to {server_url}")
     if requested == "embedded":
         return EmbeddedBackend("requested")
+    where = "this Python" if python == sys.executable else f"{python} ([tool.specdec.sglang] python)"
     if requested == "sglang":
-        if not sglang_importable():
+        if not sglang_importable(python):
             raise SpecdecUsageError(
-                "--specdec-backend sglang: the sglang package is not importable in this Python; "
-                "install it (pip install sglang) or use --specdec-backend embedded")
+                f"--specdec-backend sglang: the sglang package is not importable in {where}; "
+                "install it (pip install sglang), point [tool.specdec.sglang] python at the "
+                "interpreter that has it, or use --specdec-backend embedded")
         return SGLangBackend("requested")
     if hardware.physical_gpus == 0:
         return EmbeddedBackend("auto: no GPU")
-    if not sglang_importable():
-        return EmbeddedBackend("auto: sglang not importable")
+    if not sglang_importable(python):
+        return EmbeddedBackend(f"auto: sglang not importable in {where}")
     return SGLangBackend("auto: GPU and sglang present")

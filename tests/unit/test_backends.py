@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -93,15 +94,36 @@ def test_algorithm_names_round_trip():
 
 
 def test_choose_decides_once_with_a_reason(monkeypatch):
-    monkeypatch.setattr(backends, "sglang_importable", lambda: False)
+    monkeypatch.setattr(backends, "sglang_importable", lambda python=None: False)
     assert isinstance(backends.choose("auto", CPU, None), backends.EmbeddedBackend)
     attach = backends.choose("sglang", CPU, "http://h:1")
     assert attach.name == "attach" and attach.reason == "attached to http://h:1" and not attach.launches
     with pytest.raises(SpecdecUsageError, match="sglang package is not importable"):
         backends.choose("sglang", CPU, None)
-    monkeypatch.setattr(backends, "sglang_importable", lambda: True)
+    monkeypatch.setattr(backends, "sglang_importable", lambda python=None: True)
     h200 = Hardware((GPU(0, "NVIDIA H200", "sm_90"),), "nvml", 1)
     assert str(backends.choose("auto", h200, None)) == "sglang"
+
+
+def test_sglang_is_looked_for_in_the_interpreter_that_runs_it(tmp_path):
+    """SGLang installed in another interpreter ([tool.specdec.sglang] python, as the README has it)
+    was looked for in pytest's own, so --specdec-backend sglang was refused and auto chose the
+    embedded engine."""
+    site = tmp_path / "site"
+    (site / "sglang").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
+    other = tmp_path / "python"
+    other.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    other.chmod(0o755)
+    h200 = Hardware((GPU(0, "NVIDIA H200", "sm_90"),), "nvml", 1)
+    assert str(backends.choose("sglang", CPU, None, str(other))) == "sglang"
+    assert str(backends.choose("auto", h200, None, str(other))) == "sglang"
+    missing = tmp_path / "bare-python"
+    missing.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    missing.chmod(0o755)
+    with pytest.raises(SpecdecUsageError, match=rf"not importable in {missing} \(\[tool.specdec.sglang\] python\)"):
+        backends.choose("sglang", CPU, None, str(missing))
+    assert backends.choose("auto", h200, None, str(missing)).reason.startswith("auto: sglang not importable in ")
 
 
 def test_embedded_spec_carries_engine_args_and_a_dry_runs_known_crash():

@@ -162,7 +162,7 @@ def test_a_missing_local_model_directory_is_named_before_any_boot(pytester, monk
     """A model path that is not there is a missing directory, not a malformed setting."""
     from pytest_specdec import backends
 
-    monkeypatch.setattr(backends, "sglang_importable", lambda: True)
+    monkeypatch.setattr(backends, "sglang_importable", lambda python=None: True)
     pytester.makepyprojecttoml('[tool.specdec]\nbackend = "sglang"\n'
                                'model = "/nonexistent/models/Qwen3-8B"\n')
     pytester.makepyfile("def test_x(): pass")
