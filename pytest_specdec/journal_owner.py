@@ -13,16 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from . import liveness
 from .errors import SpecdecUsageError
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not POSIX: runs are not told apart
-    fcntl = None  # type: ignore[assignment]
-
-#: The descriptor through which this process locks each marker (one per marker: a second one
-#: would conflict with the first).
-_HELD: dict[Path, int] = {}
 
 
 def marker_of(journal: Path) -> Path:
@@ -42,17 +34,11 @@ def check_free(journal: Path, run: str) -> None:
     """Raise SpecdecUsageError when a live run other than `run` writes `journal`."""
     marker = marker_of(journal)
     current, pid = owner(marker)
-    if current == run or fcntl is None:
-        return
-    fd = _descriptor(marker)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if current != run and liveness.held_elsewhere(marker):
         raise SpecdecUsageError(
             f"the results journal {journal} is being written by another pytest run (pid {pid}) that "
             f"is still going; wait for it to end, or give this run a journal of its own "
-            f"(--specdec-journal)") from None
-    fcntl.flock(fd, fcntl.LOCK_UN)
+            f"(--specdec-journal)")
 
 
 def take(journal: Path, run: str) -> None:
@@ -60,20 +46,7 @@ def take(journal: Path, run: str) -> None:
     marker = marker_of(journal)
     if owner(marker)[0] != run:
         marker.write_text(f"{run}\n{os.getpid()}\n")
-    if fcntl is not None:
-        fcntl.flock(_descriptor(marker), fcntl.LOCK_SH)
+    liveness.hold(marker)
 
 
-def release_all() -> None:
-    """Let go of every marker (a run that ends in a process that lives on: pytester's in-process runs)."""
-    while _HELD:
-        os.close(_HELD.popitem()[1])
-
-
-def _descriptor(marker: Path) -> int:
-    if marker not in _HELD:
-        _HELD[marker] = os.open(marker, os.O_RDWR | os.O_CREAT, 0o644)
-    return _HELD[marker]
-
-
-__all__ = ["check_free", "marker_of", "owner", "release_all", "take"]
+__all__ = ["check_free", "marker_of", "owner", "take"]

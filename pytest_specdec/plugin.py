@@ -91,9 +91,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     cleanup = sys.modules.get("pytest_specdec.servers.cleanup")
     if cleanup is not None:
         cleanup.kill_all()
-    owner = sys.modules.get("pytest_specdec.journal_owner")
-    if owner is not None:  # a run in a process that lives on (pytester's) lets go of its journal
-        owner.release_all()
+    liveness = sys.modules.get("pytest_specdec.liveness")
+    if liveness is not None:  # a run in a process that lives on (pytester's) lets go of its files
+        liveness.release_all()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -104,6 +104,8 @@ RESULTS_KEY = pytest.StashKey["Results"]()
 #: This run's shard plan, under --specdec-shard only.
 SHARD_KEY = pytest.StashKey["ShardPlan"]()
 _RUN_ID_KEY = pytest.StashKey[str]()
+#: The file in a run's artifact folder whose lock says a live process uses it (liveness.py).
+LIVE_MARKER = ".live"
 #: Whether the user chose xdist's distribution mode, rather than -n choosing "load" for them.
 DIST_CHOSEN_KEY = pytest.StashKey[bool]()
 
@@ -119,8 +121,11 @@ def run_id(config: pytest.Config) -> str:
 
 
 def run_dir(state: RunState, config: pytest.Config) -> Path:
-    """`<artifacts>/run-<id>`: server logs and the GPU lease book of this run. Creating it
-    deletes the oldest other runs' folders beyond --specdec-keep-runs."""
+    """`<artifacts>/run-<id>`: server logs and the GPU lease book of this run, held for this
+    process's lifetime. Creating it deletes the oldest other runs' folders beyond
+    --specdec-keep-runs, but not one a live run holds."""
+    from . import liveness
+
     path = state.path(state.settings.artifacts) / f"run-{run_id(config)}"
     if not path.is_dir():
         from .retention import prune
@@ -128,5 +133,7 @@ def run_dir(state: RunState, config: pytest.Config) -> Path:
         path.mkdir(parents=True, exist_ok=True)
         from .run_paths import run_folders
 
-        prune((p for p in run_folders(path.parent) if p != path), state.settings.keep_runs - 1)
+        prune((p for p in run_folders(path.parent)
+               if p != path and not liveness.held_elsewhere(p / LIVE_MARKER)), state.settings.keep_runs - 1)
+    liveness.hold(path / LIVE_MARKER)  # each xdist worker too
     return path

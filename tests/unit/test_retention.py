@@ -143,3 +143,38 @@ def test_second(specdec_record):
     skipped.assert_outcomes(skipped=1)
     values = [json.loads(line)["data"]["metrics"]["verify_us"]["value"] for line in journal.read_text().splitlines()]
     assert values == [1.0, 2.0]
+
+
+def test_pruning_spares_the_artifact_folder_of_a_live_run(pytester: pytest.Pytester):
+    """A second run with --specdec-keep-runs=1 (and a journal of its own) deleted the server logs
+    and lease book of a run still going."""
+    pytester.makepyprojecttoml("[tool.specdec]\n")
+    pytester.makepyfile(test_slow="""
+import pathlib, time
+
+def test_waits(specdec_pool):
+    pathlib.Path("started").write_text("")
+    while not pathlib.Path("go").exists():
+        time.sleep(0.05)
+""", test_other="def test_other(specdec_pool):\n    pass\n")
+    artifacts = pytester.path / ".specdec" / "artifacts"
+    first = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_slow.py"],
+                             cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (pytester.path / "started").exists():
+            assert first.poll() is None and time.monotonic() < deadline, "the first run did not start"
+            time.sleep(0.05)
+        (live,) = artifacts.glob("run-*")
+        for _ in range(2):
+            pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_other.py", "--specdec-keep-runs=1",
+                                          "--specdec-journal=other.jsonl").assert_outcomes(passed=1)
+        assert live.is_dir()
+        assert len(list(artifacts.glob("run-*"))) == 2  # the live one, and the newest of the other two
+    finally:
+        (pytester.path / "go").write_text("")
+        out = first.communicate(timeout=120)[0]
+    assert first.returncode == 0, out
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_other.py", "--specdec-keep-runs=1",
+                                  "--specdec-journal=other.jsonl").assert_outcomes(passed=1)
+    assert not live.is_dir()  # no longer live: pruned as any other
