@@ -332,7 +332,8 @@ def _parse_workload(filename: str, index: int, data: Any, root: Path) -> Workloa
     if not name:
         reader.fail("name", "is empty; give the workload a name, e.g. name = \"chat\"")
     if prompts not in BUILTIN_PROMPT_SETS:
-        path = Path(prompts) if Path(prompts).is_absolute() else root / prompts
+        path = Path(prompts).expanduser()  # as the model paths are
+        path = path if path.is_absolute() else root / path
         if not path.is_file():
             reader.fail("prompts", f"{prompts!r} is neither a built-in set "
                                    f"({', '.join(BUILTIN_PROMPT_SETS)}) nor a JSONL file; "

@@ -357,3 +357,17 @@ def test_generation(specdec_server, specdec_workload):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert_one_line(result.stderr.str(), "ERROR: pytest-specdec: " + message)
     assert not (pytester.path / ".specdec" / "artifacts").exists(), "a server was started"
+
+
+def test_a_prompt_file_under_the_home_folder_is_found(tmp_path, monkeypatch):
+    """`prompts = "~/p.jsonl"` was read relative to the project ("'~/p.jsonl' is neither a built-in
+    set nor a JSONL file"), where model paths expand `~`."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "p.jsonl").write_text('{"prompt": "hi"}\n')
+    monkeypatch.setenv("HOME", str(home))
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text('[[tool.specdec.workloads]]\nname = "mine"\nprompts = "~/p.jsonl"\n')
+    (workload,) = config.load(project).workloads
+    assert workload.prompts == str(home / "p.jsonl")
