@@ -2,12 +2,15 @@
 
 The pytest controller must never create a CUDA context: it would pin memory on every GPU and break
 the CUDA_VISIBLE_DEVICES pinning of the servers and xdist workers started later. So detection asks
-NVML (nvidia-ml-py) first, then `nvidia-smi`, and otherwise reports a CPU-only machine.
+NVML (nvidia-ml-py) first, then `nvidia-smi`, and otherwise reports a CPU-only machine. Both see
+every GPU of the host; the run takes only those its CUDA_VISIBLE_DEVICES leaves it (a shared host,
+a Slurm allocation), keeping their physical indices for the servers' own CUDA_VISIBLE_DEVICES.
 `--specdec-arch` replaces the inventory with a simulated one for dry runs.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -65,6 +68,7 @@ class GPU:
     name: str
     arch: str  # "sm_90"
     memory_mib: int = 0
+    uuid: str = ""  # "GPU-8f6d...", as CUDA_VISIBLE_DEVICES may name it
 
     @property
     def family(self) -> str:
@@ -156,7 +160,9 @@ def _detect_nvml() -> list[GPU] | None:
                 name = name.decode()
             major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
             memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024)
-            gpus.append(GPU(index, name, f"sm_{major}{minor}", int(memory)))
+            uuid = pynvml.nvmlDeviceGetUUID(handle)
+            uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+            gpus.append(GPU(index, name, f"sm_{major}{minor}", int(memory), uuid))
         return gpus
     except Exception:
         return None
@@ -173,7 +179,7 @@ def _detect_nvidia_smi() -> list[GPU] | None:
         return None
     try:
         out = subprocess.run(
-            [exe, "--query-gpu=index,name,compute_cap,memory.total", "--format=csv,noheader,nounits"],
+            [exe, "--query-gpu=index,name,compute_cap,memory.total,uuid", "--format=csv,noheader,nounits"],
             capture_output=True, text=True, timeout=20, check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
@@ -184,19 +190,48 @@ def _detect_nvidia_smi() -> list[GPU] | None:
         if len(fields) < 4:
             continue
         try:
-            gpus.append(GPU(int(fields[0]), fields[1], normalise_arch(fields[2]), int(float(fields[3]))))
+            gpus.append(GPU(int(fields[0]), fields[1], normalise_arch(fields[2]), int(float(fields[3])),
+                            fields[4] if len(fields) > 4 else ""))
         except (ValueError, SpecdecUsageError):
             continue
     return gpus
 
 
 def detect() -> Hardware:
-    """The real inventory; a machine where neither NVML nor nvidia-smi answers has no GPU."""
+    """The real inventory, as far as CUDA_VISIBLE_DEVICES lets this run see it; a machine where
+    neither NVML nor nvidia-smi answers has no GPU."""
     for source, probe in (("nvml", _detect_nvml), ("nvidia-smi", _detect_nvidia_smi)):
         gpus = probe()
         if gpus:
+            setting = os.environ.get("CUDA_VISIBLE_DEVICES")
+            if setting is not None:
+                gpus = visible_to_cuda(gpus, setting)
+                source = f"{source}, CUDA_VISIBLE_DEVICES={setting}"
             return Hardware(tuple(gpus), source, physical_gpus=len(gpus))
     return Hardware((), "none", physical_gpus=0)
+
+
+def visible_to_cuda(gpus: list[GPU], setting: str) -> list[GPU]:
+    """The GPUs a CUDA_VISIBLE_DEVICES value leaves, read as CUDA reads it: indices (CUDA's order,
+    which is NVML's PCI order where CUDA_DEVICE_ORDER=PCI_BUS_ID or the GPUs are alike) or UUIDs
+    (a unique prefix will do), the list ending at the first entry that names no GPU (-1 hides all).
+    Servers then get physical indices with CUDA_DEVICE_ORDER=PCI_BUS_ID (servers/process.py)."""
+    chosen: list[GPU] = []
+    for entry in (part.strip() for part in setting.split(",")):
+        if entry.startswith("MIG-"):
+            raise SpecdecUsageError(f"CUDA_VISIBLE_DEVICES={setting}: {entry} is a MIG instance; servers are "
+                                    f"placed on whole GPUs, so name GPUs (indices or GPU- UUIDs)")
+        if entry.startswith("GPU-"):
+            found = [gpu for gpu in gpus if gpu.uuid and gpu.uuid.startswith(entry)]
+            gpu = found[0] if len(found) == 1 else None
+        else:
+            index = int(entry) if re.fullmatch(r"\d+", entry) else -1
+            gpu = gpus[index] if 0 <= index < len(gpus) else None
+        if gpu is None:
+            break
+        if gpu not in chosen:
+            chosen.append(gpu)
+    return chosen
 
 
 def resolve(arch: str | None, gpus: int | None, detected: Hardware | None = None,

@@ -93,9 +93,39 @@ def test_nvidia_smi_output_is_parsed(monkeypatch):
     monkeypatch.setattr(hardware.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
     monkeypatch.setattr(hardware.subprocess, "run", lambda *a, **k: Done())
     monkeypatch.setattr(hardware, "_detect_nvml", lambda: None)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     hw = hardware.detect()
     assert hw.source == "nvidia-smi" and hw.count == 2 and hw.arch == "sm_120"
     assert hw.describe() == "NVIDIA RTX PRO 6000 Blackwell Server Edition (sm_120, blackwell) x2"
+
+
+EIGHT = [GPU(i, "NVIDIA H200", "sm_90", 143771, f"GPU-{i}a{i}b-uuid") for i in range(8)]
+
+
+@pytest.mark.parametrize("setting, indices", [
+    ("4,5,6,7", [4, 5, 6, 7]),  # a Slurm allocation of the host's second half
+    (" 6 , GPU-1a1b ", [6, 1]),  # CUDA's order is the listed one; a UUID prefix names a GPU
+    ("0,2,-1,3", [0, 2]),  # the list ends at the first entry that names no GPU
+    ("3,9,4", [3]),
+    ("", []),
+    ("-1", []),
+])
+def test_cuda_visible_devices_limits_the_inventory(monkeypatch, setting, indices):
+    """NVML sees every GPU of the host: a run given GPUs 4-7 leased 0-3, another job's, and set
+    them as its servers' CUDA_VISIBLE_DEVICES."""
+    monkeypatch.setattr(hardware, "_detect_nvml", lambda: list(EIGHT))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", setting)
+    hw = hardware.detect()
+    assert [gpu.index for gpu in hw.gpus] == indices and hw.physical_gpus == len(indices)
+    assert hw.source == f"nvml, CUDA_VISIBLE_DEVICES={setting}"
+    assert hw.key == (f"nvidia-h200-sm_90-x{len(indices)}" if indices else "cpu")
+
+
+def test_a_mig_instance_in_cuda_visible_devices_is_named(monkeypatch):
+    monkeypatch.setattr(hardware, "_detect_nvml", lambda: list(EIGHT))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-1234")
+    with pytest.raises(SpecdecUsageError, match=r"CUDA_VISIBLE_DEVICES=MIG-1234: MIG-1234 is a MIG instance"):
+        hardware.detect()
 
 
 def test_no_probe_answers_means_cpu_only(monkeypatch):
