@@ -34,6 +34,8 @@ from .tokenizer import ByteTokenizer
 
 WARMUP_PROMPT = "The capital city of France is"
 WARMUP_MAX_NEW_TOKENS = 8
+#: How often a non-streaming request looks whether its client is still there.
+DISCONNECT_POLL_S = 0.05
 
 
 class EngineServer:
@@ -152,6 +154,21 @@ class EngineServer:
             if p.finish_reason is not None:
                 return p
 
+    async def _answered(self, request: web.Request, req: Request) -> Progress:
+        """`_finished`, aborting `req` when its client leaves first, as SGLang aborts a request
+        whose connection closed: a non-streaming one writes nothing that would fail and tell."""
+        task = asyncio.ensure_future(self._finished(req))
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+                if done:
+                    return task.result()
+                if request.transport is None or request.transport.is_closing():
+                    req.aborted = True
+                    raise ConnectionResetError(f"the client of request {req.rid} left before its answer")
+        finally:
+            task.cancel()
+
     async def _hang_if_faulty(self) -> None:
         if (self.faults.hang and self.ready) or self.scheduler.frozen:
             await asyncio.Event().wait()  # never set: the connection stays open, unanswered
@@ -206,7 +223,7 @@ class EngineServer:
             return self._error(exc)
         if req.stream:
             return await self._stream(request, req, (self._output(req, p) async for p in self._progress(req)))
-        p = await self._finished(req)
+        p = await self._answered(request, req)
         return web.json_response(self._output(req, p))
 
     async def _read_generate(self, request: web.Request) -> Request:
@@ -344,7 +361,7 @@ class EngineServer:
                       stop_token_ids=s.stop_token_ids, stream=o.stream, rid=o.rid)
         usage = lambda p: openai_api.usage(len(req.input_ids), p.num_ids)  # noqa: E731
         if not o.stream:
-            p = await self._finished(req)
+            p = await self._answered(request, req)
             choice = (openai_api.completion_choice if kind == "text_completion" else openai_api.chat_choice)(
                 p.text, p.finish_reason)
             return web.json_response(openai_api.envelope(kind, req.rid, self.served_model_name, [choice], usage(p)))

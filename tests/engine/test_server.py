@@ -340,6 +340,32 @@ def test_client_disconnect_mid_stream_frees_the_slot(loaded_small_batch):
     assert engine.generate(PROMPT, max_new_tokens=8)["meta_info"]["completion_tokens"] == 8
 
 
+@pytest.mark.parametrize("path, body", [
+    ("/generate", {"text": PROMPT, "sampling_params": {"max_new_tokens": 450, "ignore_eos": True}}),
+    ("/v1/completions", {"model": "specdec-embedded/tiny", "prompt": PROMPT, "max_tokens": 450,
+                         "ignore_eos": True}),
+], ids=["generate", "openai"])
+def test_a_client_that_leaves_a_plain_request_aborts_it(loaded_small_batch, path, body):
+    """A non-streaming request ran to its end after its client left, holding a slot; SGLang
+    aborts it."""
+    import socket
+
+    engine = loaded_small_batch
+    aborted = read_metric(engine, "sglang:num_aborted_requests_total")
+    data = json.dumps(body).encode()
+    with socket.create_connection(("127.0.0.1", engine.port), timeout=30) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        deadline = time.monotonic() + 20
+        while engine.get("/server_info").json()["internal_states"][0]["num_running_reqs"] == 0:
+            assert time.monotonic() < deadline, "the request never ran"
+            time.sleep(0.02)
+    deadline = time.monotonic() + 20  # walked away: the slot must free long before 450 tokens
+    while read_metric(engine, "sglang:num_aborted_requests_total") != aborted + 1:
+        assert time.monotonic() < deadline, "the request left behind was not aborted"
+        time.sleep(0.05)
+
+
 def test_sigterm_stops_the_engine_cleanly(engines):
     import signal
 
