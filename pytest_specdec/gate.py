@@ -454,18 +454,22 @@ def compare_metric(test_id: str, metric: MetricValue, baseline: Figure | None,
                            _relative_error(baseline, samples_then, samples_now))
         ratio = _log_ratio(edge(then), now, moved_down)
         # relative errors are errors of the logarithm: a -99 % figure read as a -99 % gap, below
-        # two errors of 50 %, was "noisy"; as a log ratio it is 4.6 of them
-        clear = ratio > 2.0 * noise if ratio is not None else gap > 2.0 * noise * abs(then)
+        # two errors of 50 %, was "noisy"; as a log ratio it is 4.6 of them. A rise reads farther
+        # as a difference (+110 % against log 2.1 = 0.74), so either measure beyond two errors is clear
+        clear = gap > 2.0 * noise * abs(then) or (ratio is not None and ratio > 2.0 * noise)
     verdict = direction if clear else ("noisy" if direction == "regression" else "unchanged")
     return Comparison(**base, verdict=verdict, p_value=p, samples=(max(n, 1), max(m, 1)),
                       contention=factor)
 
 
 def _log_ratio(edge_value: float, now: float, moved_down: bool) -> float | None:
-    """How far beyond the edge `now` is, as the log of their ratio (> 0: beyond it); None where
-    either is not positive (a figure of the user's own may be), which has no logarithm."""
-    if edge_value <= 0 or now <= 0:
+    """How far beyond the edge `now` is, as the log of their ratio (> 0: beyond it): infinite for a
+    drop to 0 or below; None where the edge is not positive (a figure of the user's own may be),
+    which has no logarithm."""
+    if edge_value <= 0 or (now <= 0 and not moved_down):
         return None
+    if now <= 0:
+        return math.inf
     return math.log(edge_value / now) if moved_down else math.log(now / edge_value)
 
 

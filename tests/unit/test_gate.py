@@ -223,6 +223,12 @@ def test_a_collapse_is_red_however_noisy_its_samples():
     vague = compare_metric(TID, mv(value=60.0, distribution=[90.0, 30.0]),
                            entry(100.0, distribution=[100.0, 100.0]), tol)
     assert vague.verdict == "noisy"
+    nothing = compare_metric(TID, mv(value=0.0, distribution=[0.0, 0.0]), entry(100.0, spread=60.0), tol)
+    assert nothing.verdict == "regression"
+    # a rise reads farther as a difference than as a log ratio: a doubled latency stays red
+    doubled = compare_metric(TID, mv("ttft_ms", 210.0, "lower", spread=63.0),
+                             entry(100.0, "lower", spread=30.0), parse_tolerances("ttft_ms:0%")["ttft_ms"])
+    assert doubled.verdict == "regression"
 
 
 def test_one_sample_against_a_pool_of_runs_borrows_the_pools_scatter():
