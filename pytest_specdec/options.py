@@ -225,6 +225,11 @@ class Settings:
         except KeyError:
             raise AttributeError(name) from None
 
+    def setter(self, name: str) -> str:
+        """Where to change an option: where the user set it, else its command-line flag."""
+        option = next(o for o in OPTIONS if o.name == name)
+        return option.cli if self.origins[name] == "default" else self.source(name)
+
     def source(self, name: str) -> str:
         """Where an option's value came from, as a user would write it (for error messages)."""
         option = next(o for o in OPTIONS if o.name == name)

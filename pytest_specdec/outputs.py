@@ -30,7 +30,7 @@ def check(state: RunState) -> None:
         from .shard import DURATIONS_FILE
 
         path = state.baseline_path
-        check_folder(path.parent, "baseline folder", "--specdec-baseline-dir")
+        check_folder(path.parent, "baseline folder", settings.setter("baseline_dir"))
         if path.exists() and not path.is_file():
             raise SpecdecUsageError(f"baseline file {path} is not a file; remove it or choose "
                                     f"another --specdec-baseline-dir")
@@ -41,7 +41,7 @@ def check(state: RunState) -> None:
 
 def check_artifacts(state: RunState) -> None:
     """The artifacts folder, where a server pool keeps its run folder (logs, GPU leases)."""
-    check_folder(state.path(state.settings.artifacts), "artifacts folder", "--specdec-artifacts")
+    check_folder(state.path(state.settings.artifacts), "artifacts folder", state.settings.setter("artifacts"))
 
 
 def check_report_folder(folder: Path) -> None:

@@ -84,7 +84,7 @@ def check_journal_free(state: RunState, run: str) -> None:
     from .outputs import check_folder
 
     journal = journal_for(state)
-    check_folder(journal.path.parent, "journal folder", "--specdec-journal")
+    check_folder(journal.path.parent, "journal folder", state.settings.setter("journal"))
     if journal.path.parent.is_dir():
         with FileLock(str(journal.path) + ".lock"):
             journal_owner.check_free(journal.path, run)
@@ -278,7 +278,8 @@ def _append(item: pytest.Item, state: RunState, result: Result, status: str) -> 
     except OSError as exc:
         room = "free space there or " if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
         pytest.fail(f"pytest-specdec: the results journal {journal.path} cannot take this test's figures "
-                    f"({exc.strerror or exc}), so they were not kept; {room}choose another --specdec-journal",
+                    f"({exc.strerror or exc}), so they were not kept; {room}choose another "
+                    f"{state.settings.setter('journal')}",
                     pytrace=False)
 
 

@@ -127,13 +127,13 @@ def run_dir(state: RunState, config: pytest.Config) -> Path:
     from . import liveness
 
     path = state.path(state.settings.artifacts) / f"run-{run_id(config)}"
-    if not path.is_dir():
+    created = not path.is_dir()
+    path.mkdir(parents=True, exist_ok=True)
+    liveness.hold(path / LIVE_MARKER)  # before pruning, which another run may be doing too; each worker too
+    if created:
         from .retention import prune
-
-        path.mkdir(parents=True, exist_ok=True)
         from .run_paths import run_folders
 
         prune((p for p in run_folders(path.parent)
                if p != path and not liveness.held_elsewhere(p / LIVE_MARKER)), state.settings.keep_runs - 1)
-    liveness.hold(path / LIVE_MARKER)  # each xdist worker too
     return path

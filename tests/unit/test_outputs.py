@@ -128,6 +128,16 @@ def test_a_journal_or_artifacts_folder_that_cannot_be_written_stops_the_run_befo
     assert "Traceback" not in result.stdout.str() and "OSError" not in result.stdout.str()
 
 
+@NO_PROC
+def test_a_folder_set_in_the_ini_is_named_as_set(pytester):
+    """The folder errors named --specdec-journal for a journal the ini had set."""
+    pytester.makeini("[pytest]\nspecdec_journal = /proc/specdec/journal.jsonl\n")
+    pytester.makepyfile(test_figures=RECORDING_TEST)
+    assert_usage_error(pytester.runpytest_subprocess("-p", "no:cacheprovider"),
+                       "journal folder /proc/specdec cannot be created: making a folder in /proc fails (*); "
+                       "choose another ini specdec_journal")
+
+
 def test_a_journal_that_cannot_take_a_record_fails_its_test_in_one_line(pytester):
     """A full disk under the journal failed the test with an OSError traceback from deep in the
     journal. Now one line says the figures were not journaled, why, and what to do."""
