@@ -299,9 +299,16 @@ def lossless_failures(result: Result, state: RunState) -> list[str]:
     speculative configuration journaled before it (which could not be checked then)."""
     if not state.lossless.on or result.case is None or result.outputs is None:
         return []  # without reading the journal
-    records = [(r, Result.from_json(r.data)) for r in journal_for(state).latest().values()
-               if r.status in ("done", FAILED_CHECKS)]
-    others = [other for r, other in records if other.case is not None and _current(r, other.case, state)]
+    others = []
+    for record in journal_for(state).latest().values():
+        if record.status not in ("done", FAILED_CHECKS) or record.data.get("workload") != result.workload:
+            continue
+        try:
+            other = Result.from_json(record.data)
+        except RECORD_DAMAGE:  # warned of, and measured again, by skip_done
+            continue
+        if other.case is not None and _current(record, other.case, state):
+            others.append(other)
     return [divergence.message() for _, divergence in divergences(result, others, state)]
 
 

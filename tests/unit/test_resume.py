@@ -63,6 +63,20 @@ def test_resume_measures_again_a_record_whose_figures_are_damaged(pytester, no_l
         result.stdout.no_fnmatch_line("*INTERNALERROR*")
 
 
+def test_a_damaged_record_of_another_workload_fails_no_losslessness_check(pytester, no_leftover_engines):
+    """The losslessness check parsed every journaled record: one damaged record of any workload
+    failed every speculative test after its measurement was journaled."""
+    project(pytester, methods=("ar", "ddtree"), max_new_tokens=12)
+    run(pytester, "-k", "ar-tp1").assert_outcomes(passed=1, deselected=1)
+    [good] = journal_lines(pytester)
+    path = pytester.path / ".specdec" / "journal.jsonl"
+    damaged = {**good, "config_id": good["config_id"].replace("chat", "long"), "workload": "long",
+               "data": {"workload": "long"}}
+    path.write_text(path.read_text() + json.dumps(damaged) + "\n")
+    result = run(pytester, "--specdec-resume")
+    result.assert_outcomes(passed=1, skipped=1)
+
+
 def test_resume_with_save_baseline_saves_what_was_measured_before(pytester,
                                                                   no_leftover_engines):
     project(pytester, budgets=(8, 16), max_new_tokens=12)
