@@ -133,8 +133,24 @@ def uses_specdec(item: pytest.Item) -> bool:
 
 def needs_server(item: pytest.Item) -> bool:
     """Whether a test will ask for a server (it requests one and is not marked to skip)."""
-    return "specdec_server" in getattr(item, "fixturenames", ()) \
-        and item.get_closest_marker("skip") is None
+    return "specdec_server" in getattr(item, "fixturenames", ()) and will_run(item)
+
+
+def will_run(item: pytest.Item) -> bool:
+    """Whether pytest will call the test: no skip mark, no skipif whose condition holds, no
+    xfail(run=False). A condition that cannot be evaluated counts as running: the test reports
+    that error itself."""
+    if item.get_closest_marker("skip") is not None:
+        return False
+    try:  # pytest's own reading of its marks (stable since pytest 6)
+        from _pytest.skipping import evaluate_skip_marks, evaluate_xfail_marks
+
+        if evaluate_skip_marks(item) is not None:
+            return False
+        xfail = evaluate_xfail_marks(item)
+        return xfail is None or xfail.run or item.config.option.runxfail
+    except Exception:
+        return True
 
 
 def family_skip_reason(family: str, state: RunState) -> str | None:

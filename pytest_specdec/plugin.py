@@ -161,7 +161,7 @@ def pytest_collection_modifyitems_benchmarks(config: pytest.Config, items: list[
 def pytest_collection_finish(session: pytest.Session) -> None:
     import pytest
 
-    from .collection import needs_server, uses_specdec
+    from .collection import needs_server, uses_specdec, will_run
     from .errors import SpecdecUsageError
     from .state import STATE_KEY
 
@@ -180,8 +180,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             from .outputs import check_artifacts
 
             check_artifacts(state)
-        if not config.option.collectonly and any(  # a run that measures nothing is not refused
-                "specdec_record" in getattr(item, "fixturenames", ()) and item.get_closest_marker("skip") is None
+        if not (config.option.collectonly or config.option.setupplan) and any(  # a run that measures
+                "specdec_record" in getattr(item, "fixturenames", ()) and will_run(item)  # nothing is not refused
                 for item in session.items):
             from .session import check_journal_free
             from .state import run_id
@@ -223,8 +223,8 @@ def pytest_runtest_call(item: pytest.Item):
     if "specdec_record" in getattr(item, "fixturenames", ()):
         from .errors import SpecdecUsageError
 
-        try:  # before measuring: figures that cannot be journaled are not worth the wait
-            session.check_journal_free(state, finish[3])
+        try:  # before measuring: figures that cannot be journaled are not worth the wait, and
+            session.claim_journal(state, finish[3])  # a run starting meanwhile finds it taken
         except SpecdecUsageError as exc:
             pytest.fail(f"pytest-specdec: {exc}", pytrace=False)
     try:

@@ -58,7 +58,7 @@ def start_journal(state: RunState, run: str) -> None:
     (kept beside it, with a time stamp, as many as --specdec-keep-runs allows); the others of the
     same run find the marker and append. Another run still writing it is a SpecdecUsageError
     (`journal_owner`).
-    Runs that measure nothing never touch the journal.
+    Runs whose recording tests never run never touch the journal.
     """
     journal = journal_for(state)
     journal.path.parent.mkdir(parents=True, exist_ok=True)
@@ -75,6 +75,16 @@ def start_journal(state: RunState, run: str) -> None:
                 f"{journal.path.stem}.{stamp}{journal.path.suffix}"))
             prune(rotated_journals(journal.path), state.settings.keep_runs - 1)  # this run's is the Nth
         journal_owner.take(journal.path, run)
+
+
+def claim_journal(state: RunState, run: str) -> None:
+    """Before a recording test measures: the journal's folder must be writable and no other live
+    run may write the journal; then this run takes it (`start_journal`), so a run that starts
+    while this test measures is stopped at its collection, not after its own first measurement."""
+    from .outputs import check_folder
+
+    check_folder(journal_for(state).path.parent, "journal folder", state.settings.setter("journal"))
+    start_journal(state, run)
 
 
 def check_journal_free(state: RunState, run: str) -> None:

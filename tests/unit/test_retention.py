@@ -114,7 +114,9 @@ def test_second(specdec_record):
     while not pathlib.Path("go").exists():
         time.sleep(0.05)
     specdec_record.metric("verify_us", 2.0)
-""", test_other="def test_other(specdec_record):\n    specdec_record.metric('verify_us', 3.0)\n")
+""", test_other="def test_other(specdec_record):\n    specdec_record.metric('verify_us', 3.0)\n",
+        test_skipif="import pytest\n\n@pytest.mark.skipif(True, reason='not here')\n"
+                    "def test_skipped(specdec_record):\n    specdec_record.metric('verify_us', 4.0)\n")
     journal = pytester.path / ".specdec" / "journal.jsonl"
     first = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_slow.py"],
                              cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -128,6 +130,7 @@ def test_second(specdec_record):
         # runs that measure nothing are not refused
         listed = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--co")
         skipped = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_other.py", "--benchmark-skip")
+        skipif = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_skipif.py")
     finally:
         (pytester.path / "go").write_text("")
         out = first.communicate(timeout=120)[0]
@@ -141,6 +144,7 @@ def test_second(specdec_record):
     assert first.returncode == 0, out
     assert listed.ret == pytest.ExitCode.OK
     skipped.assert_outcomes(skipped=1)
+    skipif.assert_outcomes(skipped=1)
     values = [json.loads(line)["data"]["metrics"]["verify_us"]["value"] for line in journal.read_text().splitlines()]
     assert values == [1.0, 2.0]
 
@@ -178,3 +182,34 @@ def test_waits(specdec_pool):
     pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_other.py", "--specdec-keep-runs=1",
                                   "--specdec-journal=other.jsonl").assert_outcomes(passed=1)
     assert not live.is_dir()  # no longer live: pruned as any other
+
+
+def test_a_run_that_starts_while_another_measures_its_first_test_is_stopped(pytester: pytest.Pytester):
+    """The journal was taken after a run's first measurement: a second run starting meanwhile
+    passed its checks, and whichever finished its first test second lost that measurement."""
+    pytester.makepyprojecttoml("[tool.specdec]\n")
+    pytester.makepyfile(test_slow="""
+import pathlib, time
+
+def test_first(specdec_record):
+    pathlib.Path("measuring").write_text("")
+    while not pathlib.Path("go").exists():
+        time.sleep(0.05)
+    specdec_record.metric("verify_us", 1.0)
+""", test_other="def test_other(specdec_record):\n    specdec_record.metric('verify_us', 3.0)\n")
+    first = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_slow.py"],
+                             cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (pytester.path / "measuring").exists():
+            assert first.poll() is None and time.monotonic() < deadline, "the first run did not start"
+            time.sleep(0.05)
+        second = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_other.py")
+    finally:
+        (pytester.path / "go").write_text("")
+        out = first.communicate(timeout=120)[0]
+    assert second.ret == pytest.ExitCode.USAGE_ERROR
+    second.stderr.fnmatch_lines(["*the results journal * is being written by another pytest run*"])
+    assert first.returncode == 0, out
+    journal = pytester.path / ".specdec" / "journal.jsonl"
+    assert [json.loads(line)["data"]["metrics"]["verify_us"]["value"] for line in journal.read_text().splitlines()] == [1.0]
