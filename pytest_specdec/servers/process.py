@@ -200,6 +200,10 @@ class ManagedServer:
                         and attempt + 1 < PORT_RETRIES:
                     continue  # we picked the port and lost a race for it: pick another
                 raise
+            except BaseException:
+                # a pytest-timeout or Ctrl-C mid-boot: no half-started server outlives its boot
+                self.stop(check_gpu_release=False, grace=min(self.term_grace, 2.0))
+                raise
 
     def launch(self) -> None:
         port = self._requested_port or free_port(self.host)

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -119,6 +120,32 @@ def test_slow_start_past_the_deadline(tmp_path):
     assert "raise --specdec-startup-timeout" in str(e)
     assert 2 <= e.elapsed < 10
     assert wait_gone([s.pid]) == []
+
+
+class _Interrupted(BaseException):
+    """What pytest-timeout's signal method (pytest.fail) or Ctrl-C raises into a running boot."""
+
+
+def test_a_boot_interrupted_from_outside_stops_its_process(tmp_path):
+    """An exception that is no ServerError (a pytest-timeout, Ctrl-C) raised while the server
+    starts: the half-started process goes with it, instead of booting on beside the next test's
+    boot of the same configuration (on a GPU, holding the memory that boot needs)."""
+    s = server(spec("ar", None, "--fault-slow-start", "60"), tmp_path, entry=FAKE_ENTRY)
+
+    def interrupt(signum, frame):
+        raise _Interrupted()
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)  # SIGALRM is pytest-timeout's own
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGUSR1))
+    timer.start()
+    try:
+        with pytest.raises(_Interrupted):
+            s.start()
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
+    assert s.pid is not None and wait_gone([s.pid], timeout=5) == []
+    assert not s.is_running() and s.pid not in registered()
 
 
 def test_slow_start_within_the_deadline_is_fine(tmp_path):
