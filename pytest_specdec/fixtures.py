@@ -154,7 +154,7 @@ def specdec_server(specdec_spec: MatrixCase, specdec_pool: ServerPool,
 def specdec_record(request: pytest.FixtureRequest) -> Recorder:
     """Record metrics with their direction; they are journaled, gated against the baseline and
     handed to pytest-benchmark when the test's call ends."""
-    from .recording import recorder_for
+    from .recording import new_recorder
 
-    return recorder_for(request.node)
+    return new_recorder(request.node)
 

@@ -171,9 +171,13 @@ class Recorder:
                       time=time.time(), details=dict(self.info), outputs=self.outputs)
 
 
-def recorder_for(item: pytest.Item) -> Recorder:
-    if _RECORDER_KEY not in item.stash:
-        item.stash[_RECORDER_KEY] = Recorder(item)
+def new_recorder(item: pytest.Item) -> Recorder:
+    """The recorder of this attempt of `item`. A test run again on the same item (pytest-
+    rerunfailures) journals, gates and reports its own figures: its earlier attempt's recorder
+    and the properties that carried that attempt's figures are dropped."""
+    item.user_properties[:] = [(name, value) for name, value in item.user_properties
+                               if name != RESULT_PROPERTY and not name.startswith("specdec.")]
+    item.stash[_RECORDER_KEY] = Recorder(item)
     return item.stash[_RECORDER_KEY]
 
 

@@ -1,0 +1,100 @@
+"""pytest-specdec beside plugins that run a test again or reorder the run.
+
+pytest-rerunfailures is not among this suite's dependencies: `RERUN_PLUGIN` runs a failed test's
+protocol once more on the same item, logging the failed attempt's reports with the outcome
+"rerun", as that plugin does.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from test_bench_flow import journal_lines
+
+RERUN_PLUGIN = """
+import pytest
+from _pytest.runner import runtestprotocol
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    for attempt in (1, 2):
+        reports = runtestprotocol(item, nextitem=nextitem, log=False)
+        again = attempt == 1 and any(r.failed for r in reports)
+        for report in reports:
+            if again and report.failed:
+                report.outcome = "rerun"
+            item.ihook.pytest_runtest_logreport(report=report)
+        if not again:
+            break
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+
+
+def pytest_report_teststatus(report):
+    if report.outcome == "rerun":
+        return "rerun", "R", "RERUN"
+"""
+
+SCORE_PROJECT = """
+[tool.specdec]
+backend = "embedded"
+
+[tool.specdec.metrics]
+score = "higher"
+
+[tool.specdec.tolerances]
+score = "0"
+"""
+
+# Each attempt records the next score of SCORES (a file of one number a line) and fails while
+# the file says FAIL after it.
+SCORE_TEST = """
+from pathlib import Path
+
+
+def test_score(specdec_record):
+    lines = Path("SCORES").read_text().split()
+    Path("SCORES").write_text("\\n".join(lines[1:]))
+    score, fails = lines[0].split(",")
+    specdec_record.metric("score", float(score))
+    assert fails == "ok", "this attempt fails"
+"""
+
+
+def score_run(pytester: pytest.Pytester, *attempts: str, rerun: bool = True, args=()):
+    (pytester.path / "SCORES").write_text("\n".join(attempts))
+    if rerun:
+        pytester.makeconftest(RERUN_PLUGIN)
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", *args,
+                                         timeout=120)
+
+
+def test_a_rerun_is_gated_and_a_regression_stays_red(pytester: pytest.Pytester):
+    pytester.makepyprojecttoml(SCORE_PROJECT)
+    pytester.makepyfile(test_score=SCORE_TEST)
+    score_run(pytester, "10,ok", rerun=False, args=["--specdec-save-baseline"]).assert_outcomes(passed=1)
+
+    result = score_run(pytester, "1,ok", "1,ok")  # regressed both times: red however often it runs
+    assert result.parseoutcomes() == {"failed": 1, "rerun": 1}
+    result.stdout.fnmatch_lines(["*score 1.00 < baseline 10.00*"])
+    assert [r["status"] for r in journal_lines(pytester)] == ["done", "failed-checks"] * 2
+
+
+def test_a_rerun_that_passes_is_journaled_reported_and_saved_with_its_own_figures(
+        pytester: pytest.Pytester):
+    pytester.makepyprojecttoml(SCORE_PROJECT.replace('score = "0"', 'score = "off"'))
+    pytester.makepyfile(test_score=SCORE_TEST)
+    result = score_run(pytester, "3,FAIL", "7,ok",
+                       args=["--specdec-save-baseline", "--specdec-report", "report"])
+    assert result.parseoutcomes() == {"passed": 1, "rerun": 1}
+    records = journal_lines(pytester)
+    assert [(r["status"], r["data"]["metrics"]["score"]["value"]) for r in records] == \
+        [("failed", 3.0), ("done", 7.0)]
+    results = json.loads((pytester.path / "report" / "results.json").read_text())["results"]
+    assert [(r["metrics"]["score"], r["outcome"]) for r in results] == [(7.0, "passed")]
+    entries = json.loads((pytester.path / "baselines" / "cpu.json").read_text())["entries"]
+    assert entries["test_score"]["score"]["value"] == 7.0
