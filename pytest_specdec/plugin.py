@@ -200,11 +200,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.fail(item.stash[MARKER_ERROR], pytrace=False)
 
 
-@hookimpl(trylast=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    from . import fixtures
+@hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    # around the whole protocol, not in its teardown: pytest-rerunfailures runs a failed test's
+    # setup, call and teardown again within it, on the server it had
+    try:
+        return (yield)
+    finally:
+        from . import fixtures
 
-    fixtures.retire_finished_server(item, nextitem)
+        fixtures.retire_finished_server(item, nextitem)
 
 
 @hookimpl(wrapper=True)

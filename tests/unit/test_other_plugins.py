@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from test_bench_flow import journal_lines
+from test_bench_flow import journal_lines, no_leftover_engines, project, run  # noqa: F401
 
 RERUN_PLUGIN = """
 import pytest
@@ -98,3 +98,27 @@ def test_a_rerun_that_passes_is_journaled_reported_and_saved_with_its_own_figure
     assert [(r["metrics"]["score"], r["outcome"]) for r in results] == [(7.0, "passed")]
     entries = json.loads((pytester.path / "baselines" / "cpu.json").read_text())["entries"]
     assert entries["test_score"]["score"]["value"] == 7.0
+
+
+FLAKY_ONCE = """
+from pathlib import Path
+
+
+def test_generation(specdec_server, specdec_workload, specdec_record):
+    specdec_record.run(specdec_server, specdec_workload)
+    flag = Path(f"failed-once-{specdec_server.spec.id}")
+    if specdec_server.spec.method == "ar" and not flag.exists():
+        flag.write_text("")
+        raise AssertionError("flaky once")
+"""
+
+
+def test_a_rerun_uses_its_configuration_server_without_booting_it_again(pytester, no_leftover_engines):
+    pytest.importorskip("torch")
+    project(pytester, methods=("ar", "dflash"), prompts=2, max_new_tokens=8)
+    pytester.makepyfile(test_generation=FLAKY_ONCE)
+    pytester.makeconftest(RERUN_PLUGIN)
+    result = run(pytester)
+    assert result.parseoutcomes() == {"passed": 2, "rerun": 1}
+    logs = sorted(p.name for p in pytester.path.glob(".specdec/artifacts/run-*/logs/*.log"))
+    assert logs == ["ar-tp1.log", "dflash-tp1.log"]  # no ar-tp1.2.log
