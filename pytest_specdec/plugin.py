@@ -83,6 +83,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
             config.pluginmanager.register(XdistHooks(_results(config)), "specdec-xdist")
     config.pluginmanager.register(fixtures, "specdec-fixtures")
+    config.pluginmanager.register(LastOrdering(), "specdec-last-ordering")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -241,6 +242,23 @@ def pytest_runtest_call(item: pytest.Item):
         raise
     session.finish_test(*finish)
     return result
+
+
+class LastOrdering:
+    """Groups the items by configuration once more after every other plugin's item hook.
+
+    pytest's cache plugin reorders for --ff and --nf after the plain hooks, ours included, and
+    would split a configuration's tests (its server booting twice). Registered at configure time,
+    after that plugin, this wrapper is outside its wrapper and so runs after it.
+    """
+
+    @hookimpl(wrapper=True, tryfirst=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]):
+        result = yield
+        from .collection import order_by_configuration
+
+        items[:] = order_by_configuration(items)
+        return result
 
 
 class Controller:

@@ -122,3 +122,38 @@ def test_a_rerun_uses_its_configuration_server_without_booting_it_again(pytester
     assert result.parseoutcomes() == {"passed": 2, "rerun": 1}
     logs = sorted(p.name for p in pytester.path.glob(".specdec/artifacts/run-*/logs/*.log"))
     assert logs == ["ar-tp1.log", "dflash-tp1.log"]  # no ar-tp1.2.log
+
+
+ORDER_PROJECT = """
+[tool.specdec]
+backend = "embedded"
+
+[tool.specdec.matrix.cpu]
+methods = ["ar", "dflash", "ddtree"]
+tp = [1]
+budget = [8]
+"""
+
+ORDER_TESTS = """
+def test_one(specdec_spec):
+    assert specdec_spec.method != "dflash"
+
+
+def test_two(specdec_spec):
+    pass
+"""
+
+
+@pytest.mark.parametrize("flag", ["--ff", "--nf"])
+def test_failed_first_and_new_first_keep_each_configuration_together(pytester: pytest.Pytester, flag):
+    """pytest's cache plugin reorders after every other plugin's item hook: the configurations
+    it split would each boot twice."""
+    pytester.makepyprojecttoml(ORDER_PROJECT)
+    pytester.makepyfile(test_order=ORDER_TESTS)
+    pytester.runpytest_subprocess("-p", "no:randomly").assert_outcomes(passed=5, failed=1)
+    if flag == "--nf":
+        pytester.makepyfile(test_new="def test_new(specdec_spec):\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:randomly", flag, "--co", "-q")
+    configurations = [line.split("[")[1].rstrip("]") for line in result.stdout.lines if "::" in line]
+    runs = [c for i, c in enumerate(configurations) if i == 0 or configurations[i - 1] != c]
+    assert len(runs) == len(set(runs)) == 3, configurations
