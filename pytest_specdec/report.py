@@ -13,6 +13,7 @@ import json
 import math
 import os
 import re
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -141,12 +142,39 @@ def several_test_functions(rows: Iterable[ReportRow]) -> bool:
     return len({test_function(r) for r in rows} - {""}) > 1
 
 
-def _table(rows: Sequence[ReportRow]) -> tuple[list[str], list[list[str]]]:
-    # several test functions measuring one configuration: each row says whose it is
+def other_parameters(row: ReportRow) -> str:
+    """The parameters of a row's test besides its configuration and workload (the test's own
+    parametrization, pytest-repeat's `1-3`), or ""."""
+    name = row.test_id
+    if not name.endswith("]") or "[" not in name:
+        return ""
+    params = name[name.index("[") + 1:-1]
+    for known in (row.config, row.workload):
+        if known:
+            params = params.replace(known, "", 1)
+    return "-".join(part for part in params.split("-") if part)
+
+
+def _labels(rows: Sequence[ReportRow]) -> dict[int, str]:
+    """The config cell of each row (by id): the configuration, with the test function where
+    several measure it, and the other parameters where rows would otherwise read alike."""
     several = several_test_functions(rows)
+    whose = {id(r): test_function(r) if several else "" for r in rows}
+    alike = Counter((r.config, whose[id(r)], r.workload) for r in rows)
+    labels = {}
+    for r in rows:
+        parts = [whose[id(r)]]
+        if alike[(r.config, whose[id(r)], r.workload)] > 1:
+            parts.append(other_parameters(r))
+        label = " ".join(part for part in parts if part)
+        labels[id(r)] = f"{r.config} ({label})" if label else r.config
+    return labels
+
+
+def _table(rows: Sequence[ReportRow]) -> tuple[list[str], list[list[str]]]:
+    labels = _labels(rows)
     header = ["config", "workload", *(title for _, title, _ in COLUMNS), "verdict"]
-    body = [[f"{r.config} ({test_function(r)})" if several and test_function(r) else r.config, r.workload or "-",
-             *(_cell(r, m, f) for m, _, f in COLUMNS), _verdict_text(r)]
+    body = [[labels[id(r)], r.workload or "-", *(_cell(r, m, f) for m, _, f in COLUMNS), _verdict_text(r)]
             for r in _sorted(rows)]
     return header, body
 
@@ -165,7 +193,8 @@ def format_table(rows: Sequence[ReportRow]) -> str:
 
     rule = "  ".join("-" * w for w in widths)
     lines = [fmt(header), rule, *(fmt(line) for line in body)]
-    notes = [f"  {_named(r)}: {c}" for r in _sorted(rows) for c in r.comparisons]
+    labels = _labels(rows)
+    notes = [f"  {labels[id(r)]}{_workload_part(r)}: {c}" for r in _sorted(rows) for c in r.comparisons]
     if notes:
         lines += ["", "against baseline:", *notes]
     return "\n".join(lines)

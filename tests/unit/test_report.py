@@ -256,3 +256,21 @@ def test_a_configuration_with_no_result_takes_no_test_function_column(rows):
     lines = format_table([*rows, missing]).splitlines()
     assert not any(line.split()[0].endswith(")") or "(test_generation)" in line for line in lines if line.strip())
     assert any(line.startswith("dflash-tp1 ") and "no result: shard 2/3" in line for line in lines)
+
+
+def test_rows_that_differ_only_in_other_parameters_say_which_they_are():
+    """pytest-repeat's `--count 2` (or a test's own parametrize) gives one configuration and
+    workload several tests: each row names its other parameters, instead of two rows that read
+    as one result counted twice."""
+    from pytest_specdec.report import ReportRow, format_table, render_markdown
+
+    rows = [ReportRow(test_id=f"test_generation[ar-tp1-chat-{n}-2]", config="ar-tp1", workload="chat",
+                      method="ar", tp=1, metrics={"output_tok_s": tok_s},
+                      comparisons=(f"output_tok_s {tok_s} note",))
+            for n, tok_s in ((1, 100.0), (2, 200.0))]
+    rows.append(ReportRow(test_id="test_generation[dflash-tp1-chat-1-2]", config="dflash-tp1",
+                          workload="chat", method="dflash", tp=1, metrics={"output_tok_s": 300.0}))
+    lines = format_table(rows).splitlines()
+    assert [line.split("  ")[0] for line in lines[2:5]] == ["ar-tp1 (1-2)", "ar-tp1 (2-2)", "dflash-tp1"]
+    assert "  ar-tp1 (1-2) [chat]: output_tok_s 100.0 note" in lines
+    assert "| ar-tp1 (2-2) | chat |" in render_markdown(rows)
