@@ -161,7 +161,7 @@ class SGLangBackend(Backend):
 
         for model in (state.config.model, state.config.draft_model):
             if model:
-                check_local(model)
+                check_local(_in_project(model, state))
 
     def server_spec(self, case: MatrixCase, state: RunState) -> ServerSpec:
         return ServerSpec(backend=self.name, method=case.method, tp=case.tp, budget=case.budget,
@@ -187,7 +187,7 @@ class SGLangBackend(Backend):
         from .models import is_hub_id
 
         for ref in filter(None, (state.config.model, state.config.draft_model)):
-            if is_hub_id(ref):
+            if is_hub_id(_in_project(ref, state)):
                 extras.require("models", f"fetching {ref} from the Hugging Face Hub")
 
 
@@ -232,11 +232,18 @@ class AttachBackend(Backend):
             raise SpecdecUsageError(f"{state.settings.source('server_url')} {url}: {exc}") from None
 
 
+def _in_project(model: str, state: RunState) -> str:
+    from .models import in_project
+
+    return in_project(model, state.config.root)
+
+
 def _provision(model: str, state: RunState) -> str:
     from .models import provision_model  # huggingface_hub is imported only when needed
 
     cache = state.config.model_cache
-    return str(provision_model(model, **({"cache_dir": cache} if cache else {})))
+    return str(provision_model(_in_project(model, state),
+                               **({"cache_dir": state.config.root / Path(cache).expanduser()} if cache else {})))
 
 
 @lru_cache(maxsize=8)

@@ -413,13 +413,15 @@ def _check_engine_extra_args(reader: _Reader, settings: EngineSettings) -> None:
     parse_args(["--method", METHODS[0], *settings.argv(), *settings.extra_args], parser)
 
 
-def _parse_sglang(filename: str, data: Any) -> SGLangSettings:
+def _parse_sglang(filename: str, data: Any, root: Path) -> SGLangSettings:
     reader = _Reader(filename, "tool.specdec.sglang", data)
     reader.check_keys({"method_flags", "extra_args", "python"})
     raw = reader.get("method_flags", (str, dict), None)
     flags = DEFAULT_METHOD_FLAGS if raw is None else method_flags_from_config(
         raw, source=reader.where("method_flags"))
     python = reader.get("python", str, sys.executable)
+    if "/" in python:  # a path, the project root's as every path here; a bare name is looked up in PATH
+        python = str(root / Path(python).expanduser())
     if shutil.which(python) is None:  # a path that is no program failed every test with a traceback
         reader.fail("python", f"{python!r} is not an executable Python; give the interpreter that has "
                               f"SGLang installed, e.g. \"/opt/sglang/bin/python\"")
@@ -522,7 +524,7 @@ def parse(data: Mapping[str, Any], filename: str, root: Path) -> SpecdecConfig:
         known_issues=tuple(issues),
         min_accept_length=min_accept,
         engine=_parse_engine(filename, reader.get("engine", dict, {})),
-        sglang=_parse_sglang(filename, reader.get("sglang", dict, {})),
+        sglang=_parse_sglang(filename, reader.get("sglang", dict, {}), root),
         options={k: v for k, v in data.items() if k in OPTION_NAMES},
     )
 

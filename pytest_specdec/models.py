@@ -83,6 +83,19 @@ def is_hub_id(ref: str) -> bool:
     )
 
 
+def in_project(ref: str, root: Path) -> str:
+    """`ref` as a project file means it: a relative path is the project root's, as every path in
+    [tool.specdec] is, not the working directory's; a Hub id (org/name, no such folder in the
+    project) stays as it is."""
+    path = Path(ref).expanduser()
+    if path.is_absolute():
+        return str(path)
+    local = Path(root) / path
+    if local.exists() or ref.startswith((".", "~")) or ref.count("/") > 1 or not all(ref.split("/")):
+        return str(local)
+    return ref
+
+
 def check_local(ref: str) -> None:
     """Raise SpecdecUsageError when `ref` is a local path that does not exist (a Hub id passes:
     it is fetched later). Cheap, so a run checks its models before any server boots."""

@@ -171,3 +171,30 @@ def test_attach_never_launches():
         attach.argv_builder(spec, run)
     with pytest.raises(SpecdecUsageError, match="--specdec-server-url http://127.0.0.1:9"):
         attach.pool(run, Path("."))
+
+
+def test_relative_model_paths_are_the_projects_not_the_working_directorys(tmp_path, monkeypatch):
+    """A relative model, draft model or model cache in [tool.specdec] is read from the project
+    root, as prompt files and the baseline folder are: run from a subfolder, `models/target` was
+    looked for there, taken for a Hub id and fetched (offline: refused)."""
+    for name in ("target", "draft"):
+        (tmp_path / "models" / name).mkdir(parents=True)
+    (tmp_path / "tests").mkdir()
+    monkeypatch.chdir(tmp_path / "tests")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = SpecdecConfig(source="test", root=tmp_path, model="models/target", draft_model="./models/draft",
+                        model_cache="cache")
+    sglang = backends.SGLangBackend("requested")
+    run = RunState(cfg, resolve({}, {}, {}, "test"), CPU, sglang)
+    sglang.check(run)
+    sglang.check_ready(run)
+    spec = sglang.server_spec(MatrixCase("hopper", "dflash", 1, None), run)
+    argv = sglang.argv_builder(spec, run)(30000)
+    assert argv[argv.index("--model-path") + 1] == str(tmp_path / "models" / "target")
+    assert argv[argv.index("--speculative-draft-model-path") + 1] == str(tmp_path / "models" / "draft")
+    hub = RunState(replace(cfg, model="org/missing"), resolve({}, {}, {}, "test"), CPU, sglang)
+    with pytest.raises(SpecdecUsageError, match=re.escape(f"not in the cache {tmp_path / 'cache'}")):
+        sglang.model_path(hub)
+    missing = RunState(replace(cfg, model="models/gone/target"), resolve({}, {}, {}, "test"), CPU, sglang)
+    with pytest.raises(SpecdecUsageError, match=re.escape(f"model directory {tmp_path}/models/gone/target does not")):
+        sglang.check(missing)

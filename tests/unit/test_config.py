@@ -371,3 +371,17 @@ def test_a_prompt_file_under_the_home_folder_is_found(tmp_path, monkeypatch):
     (project / "pyproject.toml").write_text('[[tool.specdec.workloads]]\nname = "mine"\nprompts = "~/p.jsonl"\n')
     (workload,) = config.load(project).workloads
     assert workload.prompts == str(home / "p.jsonl")
+
+
+def test_a_relative_sglang_python_is_the_projects(tmp_path: Path, monkeypatch):
+    """[tool.specdec.sglang] python = "venv/bin/python" is the project's interpreter, as every
+    path in [tool.specdec] is the project root's: from a subfolder it was refused."""
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    (tmp_path / "tests").mkdir()
+    monkeypatch.chdir(tmp_path / "tests")
+    cfg = config.parse({"sglang": {"python": "venv/bin/python"}}, "pyproject.toml", tmp_path)
+    assert cfg.sglang.python == str(python)
+    assert config.parse({"sglang": {"python": "sh"}}, "pyproject.toml", tmp_path).sglang.python == "sh"
