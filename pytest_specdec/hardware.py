@@ -266,4 +266,8 @@ def resolve(arch: str | None, gpus: int | None, detected: Hardware | None = None
         )
     count = gpus if gpus is not None else max(real.count, 1)
     name = f"simulated {arch}"
-    return Hardware(tuple(GPU(i, name, arch) for i in range(count)), "simulated", real.physical_gpus)
+    # the GPUs this run was given keep their indices: leases become the servers' CUDA_VISIBLE_DEVICES
+    given = [gpu.index for gpu in real.gpus]
+    after = max(given, default=-1) + 1
+    indices = given[:count] + list(range(after, after + count - len(given)))
+    return Hardware(tuple(GPU(i, name, arch) for i in indices), "simulated", real.physical_gpus)

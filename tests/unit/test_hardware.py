@@ -140,3 +140,13 @@ def test_a_simulated_arch_must_have_a_family():
                                                 r"use one of sm_80, .*sm_120, sm_121$"):
         hardware.resolve("sm_999", None, NONE)
     assert hardware.normalise_arch("sm_70") == "sm_70"  # detection still names an unknown chip
+
+
+def test_a_simulated_arch_keeps_the_gpus_this_run_was_given():
+    """A rehearsal on a host whose CUDA_VISIBLE_DEVICES gives the run GPUs 4-7 schedules on 4-7:
+    its simulated GPUs were numbered 0-3, so its servers' CUDA_VISIBLE_DEVICES named another
+    job's GPUs."""
+    given = Hardware(tuple(EIGHT[4:]), "nvml, CUDA_VISIBLE_DEVICES=4,5,6,7", 4)
+    assert [gpu.index for gpu in hardware.resolve("sm_120", None, given).gpus] == [4, 5, 6, 7]
+    assert [gpu.index for gpu in hardware.resolve("sm_120", 2, given).gpus] == [4, 5]
+    assert [gpu.index for gpu in hardware.resolve("sm_120", 3, NONE).gpus] == [0, 1, 2]
