@@ -47,6 +47,8 @@ class Backend:
     #: how much of each output must match the reference's unless `lossless` says otherwise:
     #: batched GPU kernels are not bit-stable, so a long output may drift by a near-tie
     default_lossless: ClassVar[str] = "prefix:32"
+    #: where the flags of a command line the server refused come from, and the fix
+    argv_hint: ClassVar[str] = ""
 
     def __init__(self, reason: str) -> None:
         self.reason = reason  # why this backend was chosen, for the report header
@@ -97,7 +99,7 @@ class Backend:
             return ManagedServer(
                 spec, self.argv_builder(spec, state), log_dir=log_dir, gpus=gpus,
                 startup_timeout=state.settings.startup_timeout,
-                wait_gpu_release=state.hardware.physical_gpus > 0)
+                wait_gpu_release=state.hardware.physical_gpus > 0, argv_hint=self.argv_hint)
 
         return ServerPool(factory, leases=leases, restart_on_crash=state.settings.restart_on_crash)
 
@@ -107,6 +109,7 @@ class EmbeddedBackend(Backend):
 
     name = "embedded"
     count_tokens = staticmethod(embedded_token_count)
+    argv_hint = "check [tool.specdec.engine] extra_args"
     default_lossless = "exact"  # one process, greedy, batch-independent: bit-stable by design
 
     def server_spec(self, case: MatrixCase, state: RunState) -> ServerSpec:
@@ -155,6 +158,8 @@ class SGLangBackend(Backend):
 
     name = "sglang"
     issue_backend = "sglang"
+    argv_hint = ("match [tool.specdec.sglang] method_flags to this SGLang build (the preset num-draft-tokens "
+                 "takes upstream's flags only) and check its extra_args")
 
     def check(self, state: RunState) -> None:
         from .models import check_local

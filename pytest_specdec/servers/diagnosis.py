@@ -21,6 +21,8 @@ _SIGNATURE_RES = tuple(re.compile(re.escape(s), re.IGNORECASE) for s in FATAL_SI
 _ADDRESS_IN_USE_RE = re.compile(r"address already in use", re.IGNORECASE)
 # asyncio (aiohttp, uvicorn): "error while attempting to bind on address ('127.0.0.1', 30000)"
 _BIND_ADDRESS_RE = re.compile(r"\('([^']*)',\s*(\d+)\)")
+# argparse's refusal before it exits 2: "sglang serve: error: unrecognized arguments: --flag 8"
+_USAGE_ERROR_RE = re.compile(r"^\S[^:]*: error: .+")
 
 TAIL_LINES = 15
 _TAIL_BYTES = 64 * 1024
@@ -41,6 +43,7 @@ class LogFinding:
     taken_port: int | None = None  # the port the bind failure names, when the log line says
     ready: bool = False
     exception_line: str | None = None
+    usage_error: str | None = None  # an argument parser's complaint (`prog: error: ...`)
 
     @property
     def cause(self) -> str | None:
@@ -67,6 +70,7 @@ class LogWatcher:
         self._address_in_use = False
         self._taken_port: int | None = None
         self._ready = False
+        self._usage_error: str | None = None
 
     def scan(self) -> LogFinding:
         try:
@@ -96,6 +100,8 @@ class LogWatcher:
                 self._taken_port = int(address.group(2))
         if READY_LINE in line:
             self._ready = True
+        if _USAGE_ERROR_RE.match(line):
+            self._usage_error = line.strip()
 
     def finding(self, include_partial: bool = False) -> LogFinding:
         fatal, in_use = self._fatal_line, self._address_in_use
@@ -105,8 +111,8 @@ class LogWatcher:
                 fatal = self._partial.strip()
             in_use = in_use or bool(_ADDRESS_IN_USE_RE.search(self._partial))
         return LogFinding(fatal_line=fatal, address_in_use=in_use, taken_port=self._taken_port,
-                          ready=self._ready,
-                          exception_line=self._exception_line)
+                          ready=self._ready, exception_line=self._exception_line,
+                          usage_error=self._usage_error)
 
 
 def _rank(line: str) -> int | None:
@@ -172,7 +178,7 @@ class ServerError(Exception):
     """A server could not be started, died, or stopped answering.
 
     `reason` is a short stable kind the plugin can branch on (`warmup-crash`, `hang`,
-    `slow-start`, `port-in-use`, `exited`, `died`, `unresponsive`, `teardown`, `lease`);
+    `slow-start`, `port-in-use`, `refused`, `exited`, `died`, `unresponsive`, `teardown`, `lease`);
     `cause` the one-line why; the message is what a test failure shows, log path and tail included.
     """
 

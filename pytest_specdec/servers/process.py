@@ -136,6 +136,7 @@ class ManagedServer:
         health_timeout: float = HEALTH_TIMEOUT_S,
         term_grace: float = TERM_GRACE_S,
         wait_gpu_release: bool = True,
+        argv_hint: str = "",
     ) -> None:
         self.spec = spec
         self.argv_for_port = argv_for_port
@@ -148,6 +149,7 @@ class ManagedServer:
         self.health_timeout = health_timeout
         self.term_grace = term_grace
         self.wait_gpu_release = wait_gpu_release
+        self.argv_hint = argv_hint  # where the flags a refused command line got come from, and the fix
         self._requested_port = port
         self.port: int | None = port
         self.log_path: Path | None = None
@@ -288,8 +290,8 @@ class ManagedServer:
         return finding
 
     def _raise_if_failed_during_startup(self) -> None:
+        code = self._proc.poll()  # first: a process that has exited has written all its log
         finding = self._scan()
-        code = self._proc.poll()
         if finding.address_in_use:
             # The log names the port that was taken; an extra `--port` may have replaced ours.
             port = finding.taken_port or self.port
@@ -308,6 +310,14 @@ class ManagedServer:
                 "warmup-crash",
                 cause,
                 headline=f"server {self.spec.id} crashed during warm-up{how}: {cause}",
+            )
+        if code == 2 and finding.usage_error is not None:  # argparse's exit status
+            hint = f"; {self.argv_hint}" if self.argv_hint else ""
+            raise self._error(
+                "refused",
+                finding.usage_error,
+                headline=f"server {self.spec.id} cannot start: its command line was refused "
+                f"({finding.usage_error}){hint}",
             )
         if code is not None:
             raise self._error(

@@ -198,3 +198,14 @@ def test_relative_model_paths_are_the_projects_not_the_working_directorys(tmp_pa
     missing = RunState(replace(cfg, model="models/gone/target"), resolve({}, {}, {}, "test"), CPU, sglang)
     with pytest.raises(SpecdecUsageError, match=re.escape(f"model directory {tmp_path}/models/gone/target does not")):
         sglang.check(missing)
+
+
+def test_a_refused_sglang_command_line_names_method_flags(tmp_path, monkeypatch):
+    """SGLang without the DDTree pull request refuses the default preset's
+    --speculative-ddtree-budget: the error says which setting to change."""
+    sglang = backends.SGLangBackend("requested")
+    run = state(sglang)
+    monkeypatch.setattr(backends, "_provision", lambda model, st: f"/cache/{model}")
+    spec = sglang.server_spec(MatrixCase("hopper", "ddtree", 1, 8), run)
+    server = sglang.pool(run, tmp_path).factory(spec, ())
+    assert server.argv_hint.startswith("match [tool.specdec.sglang] method_flags to this SGLang build")

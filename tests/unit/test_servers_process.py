@@ -187,10 +187,21 @@ def test_port_lost_in_a_race_shows_in_the_log_and_a_picked_port_is_retried(tmp_p
 
 
 def test_exit_before_ready(tmp_path):
-    s = server(spec("ar", None, "--no-such-flag"), tmp_path)
+    s = server(spec("ar"), tmp_path, entry=(sys.executable, "-c", "import sys; sys.exit(3)"))
     e = fails_with(s, "exited")
-    assert "exited with code 2 before it was ready" in str(e)
-    assert "--no-such-flag" in e.tail  # argparse's complaint is in the last lines
+    assert str(e).startswith("server ar-tp1 exited with code 3 before it was ready (no known fatal error")
+
+
+def test_a_refused_command_line_is_named_with_where_its_flags_come_from(tmp_path):
+    """A server whose parser refuses its flags (SGLang without the DDTree pull request, given the
+    default method_flags) said it "exited with code 2 before it was ready (no known fatal error in
+    its log)", its complaint somewhere in the last lines of a usage text hundreds of lines long."""
+    s = server(spec("ar", None, "--no-such-flag"), tmp_path, argv_hint="fix [tool.specdec.engine] extra_args")
+    e = fails_with(s, "refused")
+    assert str(e).startswith("server ar-tp1 cannot start: its command line was refused "
+                             "(python -m pytest_specdec.engine: error: unrecognized arguments: --no-such-flag); "
+                             "fix [tool.specdec.engine] extra_args (log: ")
+    assert e.cause == "python -m pytest_specdec.engine: error: unrecognized arguments: --no-such-flag"
 
 
 def test_death_after_ready_names_the_cause_and_is_remembered(tmp_path):
