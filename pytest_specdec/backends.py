@@ -49,6 +49,8 @@ class Backend:
     default_lossless: ClassVar[str] = "prefix:32"
     #: where the flags of a command line the server refused come from, and the fix
     argv_hint: ClassVar[str] = ""
+    #: whether a dry run's servers fail as a known issue says (so that its XPASS means "fixed")
+    reproduces_known_issues: ClassVar[bool] = False
 
     def __init__(self, reason: str) -> None:
         self.reason = reason  # why this backend was chosen, for the report header
@@ -110,6 +112,7 @@ class EmbeddedBackend(Backend):
     name = "embedded"
     count_tokens = staticmethod(embedded_token_count)
     argv_hint = "check [tool.specdec.engine] extra_args"
+    reproduces_known_issues = True  # a dry run's known crash is injected (see _engine_args)
     default_lossless = "exact"  # one process, greedy, batch-independent: bit-stable by design
 
     def server_spec(self, case: MatrixCase, state: RunState) -> ServerSpec:

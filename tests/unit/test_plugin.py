@@ -467,3 +467,37 @@ def test_a_gpu_host_runs_its_family_matrix_and_the_cpu_matrix_only_when_asked(
     # an Ada host has no matrix of its own: the cpu matrix stands in
     pytester.runpytest("--specdec-arch=sm_89", "--specdec-gpus=4").assert_outcomes(passed=3,
                                                                                    skipped=5)
+
+
+def test_a_dry_run_on_sglang_does_not_call_a_known_issue_fixed(pytester: pytest.Pytester):
+    """A dry run on the sglang backend (the Blackwell suite rehearsed on an H200) runs a known
+    issue's configuration on hardware that never had the bug, and SGLang cannot be made to fail
+    as the entry says, as the embedded engine is: its XPASS was strict, failing the run with
+    "[XPASS(strict)] known issue: ..." as if the bug were fixed and the entry stale."""
+    site = pytester.path / "site"
+    (site / "sglang").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
+    python = pytester.path / "sglang-python"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    pytester.makepyprojecttoml(SMALL_MATRIX + f"""
+[tool.specdec.sglang]
+python = "{python}"
+
+[[tool.specdec.known_issues]]
+arch = "sm_120"
+method = "ddtree"
+budget = [8]
+reason = "verify crashes on sm_120"
+""")
+    pytester.makepyfile("""
+import pytest
+
+@pytest.mark.specdec(method="ddtree", tp=1, budget=8)
+def test_b8():
+    pass
+""")
+    result = pytester.runpytest("--specdec-arch=sm_120", "--specdec-backend=sglang", "-rX")
+    result.assert_outcomes(xpassed=1)
+    result.stdout.fnmatch_lines(["*known issue: verify crashes on sm_120 (a dry run on the sglang "
+                                 "backend does not reproduce it: an XPASS here does not mean it is fixed)*"])
