@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -474,15 +475,9 @@ def test_a_dry_run_on_sglang_does_not_call_a_known_issue_fixed(pytester: pytest.
     issue's configuration on hardware that never had the bug, and SGLang cannot be made to fail
     as the entry says, as the embedded engine is: its XPASS was strict, failing the run with
     "[XPASS(strict)] known issue: ..." as if the bug were fixed and the entry stale."""
-    site = pytester.path / "site"
-    (site / "sglang").mkdir(parents=True)
-    (site / "sglang" / "__init__.py").write_text("")
-    python = pytester.path / "sglang-python"
-    python.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
-    python.chmod(0o755)
     pytester.makepyprojecttoml(SMALL_MATRIX + f"""
 [tool.specdec.sglang]
-python = "{python}"
+python = "{python_with_sglang(pytester)}"
 
 [[tool.specdec.known_issues]]
 arch = "sm_120"
@@ -501,3 +496,36 @@ def test_b8():
     result.assert_outcomes(xpassed=1)
     result.stdout.fnmatch_lines(["*known issue: verify crashes on sm_120 (a dry run on the sglang "
                                  "backend does not reproduce it: an XPASS here does not mean it is fixed)*"])
+
+
+def python_with_sglang(pytester: pytest.Pytester) -> Path:
+    """An interpreter that finds an (empty) sglang package, for the sglang backend's choice."""
+    site = pytester.path / "site"
+    (site / "sglang").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
+    python = pytester.path / "sglang-python"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    return python
+
+
+def test_the_header_says_truncate_is_not_applied_on_sglang(pytester: pytest.Pytester):
+    """`truncate = true` cuts prompts too long for the context with the server's token count,
+    which the plugin has for the embedded engine only: on SGLang it did nothing, silently."""
+    pytester.makepyprojecttoml(SMALL_MATRIX + f"""
+[tool.specdec.sglang]
+python = "{python_with_sglang(pytester)}"
+
+[[tool.specdec.workloads]]
+name = "long"
+truncate = true
+
+[[tool.specdec.workloads]]
+name = "short"
+""")
+    pytester.makepyfile(SPEC_TEST)
+    result = pytester.runpytest("--specdec-backend=sglang")
+    result.stdout.fnmatch_lines(["specdec: truncate is not applied on the sglang backend (workload long): "
+                                 "the plugin cannot count the model's tokens, so a prompt too long for "
+                                 "the context fails its requests"])
+    assert "specdec: truncate" not in pytester.runpytest("--specdec-backend=embedded").stdout.str()
