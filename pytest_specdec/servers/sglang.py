@@ -21,7 +21,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
-from pytest_specdec.configuration import METHODS
+from pytest_specdec.configuration import METHODS, takes_budget
 from pytest_specdec.errors import SpecdecUsageError
 from pytest_specdec.servers.spec import ServerSpec
 
@@ -55,6 +55,7 @@ METHOD_FLAG_PRESETS: Mapping[str, MethodFlags] = MappingProxyType(
 DEFAULT_METHOD_FLAGS: MethodFlags = METHOD_FLAG_PRESETS["ddtree-budget"]
 
 _PLACEHOLDERS = frozenset({"budget", "num_draft_tokens", "tp"})
+_BUDGET_PLACEHOLDERS = frozenset({"budget", "num_draft_tokens"})
 
 
 def method_flags_from_config(value: str | Mapping[str, Sequence[str]], *, source: str) -> MethodFlags:
@@ -82,6 +83,11 @@ def method_flags_from_config(value: str | Mapping[str, Sequence[str]], *, source
             )
         for template in templates:
             _check_template(template, f"{source}.{method}")
+            budgeted = {n for _, n, _, _ in string.Formatter().parse(template) if n} & _BUDGET_PLACEHOLDERS
+            if budgeted and not takes_budget(method):  # else found only when its server is built
+                raise SpecdecUsageError(
+                    f"{source}.{method}: placeholder {{{min(budgeted)}}} in {template!r} has no value: method "
+                    f"{method} takes no budget; write the number itself, or use {{tp}}")
         merged[method] = tuple(templates)
     return MappingProxyType(merged)
 

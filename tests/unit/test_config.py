@@ -92,6 +92,10 @@ from pytest_specdec.errors import SpecdecUsageError
      "*[tool.specdec.sglang] method_flags: unknown SGLang method-flag preset 'eagle-ish'; use one of*"),
     ("[tool.specdec.sglang]\nmethod_flags = {ddtree = 5}\n",
      "*[tool.specdec.sglang] method_flags.ddtree: 5 is not a list of strings; give one, e.g.*"),
+    # a budget for a method that takes none had no value until its server was built, hours in
+    ("[tool.specdec.sglang.method_flags]\ndflash = ['--speculative-num-draft-tokens', '{num_draft_tokens}']\n",
+     "*[tool.specdec.sglang] method_flags.dflash: placeholder {num_draft_tokens} in '{num_draft_tokens}' has no "
+     "value: method dflash takes no budget; write the number itself, or use {tp}"),
     ("[tool.specdec.sglang]\nmethod_flags = {ddtree = ['--budget', '{budget']}\n",
      "*[tool.specdec.sglang] method_flags.ddtree: '{budget' is not a valid flag template (*); "
      "write a placeholder as {budget}*"),

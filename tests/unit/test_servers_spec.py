@@ -113,9 +113,11 @@ def test_method_flags_from_config():
         method_flags_from_config({"ddtree": ["--d", "{depth}"]}, source="x")
     with pytest.raises(SpecdecUsageError, match="unknown method 'medusa'"):
         method_flags_from_config({"medusa": []}, source="x")
-    bad = method_flags_from_config({"dflash": ["--b", "{budget}"]}, source="x")
-    with pytest.raises(SpecdecUsageError, match="needs budget"):
-        build_sglang_argv(sg("dflash"), 1, method_flags=bad)
+    with pytest.raises(SpecdecUsageError, match=r"^x\.dflash: placeholder \{budget\} in '\{budget\}' has no "
+                                                r"value: method dflash takes no budget"):
+        method_flags_from_config({"dflash": ["--b", "{budget}"]}, source="x")
+    with pytest.raises(SpecdecUsageError, match="needs budget"):  # a mapping given directly
+        build_sglang_argv(sg("dflash"), 1, method_flags={"dflash": ("--b", "{budget}")})
 
 
 @pytest.mark.parametrize("templates, message", [
