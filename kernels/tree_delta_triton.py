@@ -37,9 +37,8 @@ except ImportError:  # Triton before 3.4: no grid dependency control, the apply 
 
 from .hybrid_configs import DELTA_BLOCK_T, hybrid_config
 
-# The block inverse's products are the kernels' only float32 x float32 dots: their alternating sum
-# cancels terms thousands of times its result for keys alike, which TF32's 10-bit operands (what
-# "tf32" gives 16-bit inputs on a GPU) turned into row errors of 0.2 and more; full float32 keeps it.
+# The block inverse's alternating sum cancels terms far larger than its result for keys alike:
+# TF32 operands ("tf32" for 16-bit inputs on a GPU) lose it, full float32 keeps it (docs/HYBRID.md).
 INVERSE_PRECISION: tl.constexpr = tl.constexpr("ieee")
 
 

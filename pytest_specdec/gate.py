@@ -453,9 +453,8 @@ def compare_metric(test_id: str, metric: MetricValue, baseline: Figure | None,
         noise = math.hypot(_relative_error(metric, samples_now, samples_then),
                            _relative_error(baseline, samples_then, samples_now))
         ratio = _log_ratio(edge(then), now, moved_down)
-        # relative errors are errors of the logarithm: a -99 % figure read as a -99 % gap, below
-        # two errors of 50 %, was "noisy"; as a log ratio it is 4.6 of them. A rise reads farther
-        # as a difference (+110 % against log 2.1 = 0.74), so either measure beyond two errors is clear
+        # relative errors are errors of the log, where a collapse reads far; a rise reads farther
+        # as a difference: beyond two errors by either measure is clear
         clear = gap > 2.0 * noise * abs(then) or (ratio is not None and ratio > 2.0 * noise)
     verdict = direction if clear else ("noisy" if direction == "regression" else "unchanged")
     return Comparison(**base, verdict=verdict, p_value=p, samples=(max(n, 1), max(m, 1)),
