@@ -439,7 +439,8 @@ ENGINE_FLAGS_SET_BY_PLUGIN = {
 SGLANG_FLAGS_SET_BY_PLUGIN = {
     "--host": ENGINE_FLAGS_SET_BY_PLUGIN["--host"], "--port": ENGINE_FLAGS_SET_BY_PLUGIN["--port"],
     "--tp-size": "the matrix sets each test's tensor-parallel size", "--tp": "the matrix sets each test's "
-    "tensor-parallel size", "--model-path": "set [tool.specdec] model",
+    "tensor-parallel size", "--tensor-parallel-size": "the matrix sets each test's tensor-parallel size",
+    "--model-path": "set [tool.specdec] model",
     "--log-level": ENGINE_FLAGS_SET_BY_PLUGIN["--log-level"], "--random-seed": "set [tool.specdec.engine] seed",
     "--speculative-algorithm": "the matrix sets each test's method, through [tool.specdec.sglang] method_flags",
     "--speculative-ddtree-budget": "the matrix sets each test's budget, through [tool.specdec.sglang] "
@@ -457,9 +458,23 @@ def _argv_list(reader: _Reader, set_by_plugin: Mapping[str, str]) -> tuple[str, 
     args = reader.str_list("extra_args", ())
     for arg in args:
         flag = arg.split("=", 1)[0]
-        if flag in set_by_plugin:
+        meant = _flag_set_by_plugin(flag, set_by_plugin)
+        if meant == flag:
             reader.fail("extra_args", f"{flag} is set by the plugin ({set_by_plugin[flag]}); remove it")
+        if meant is not None:
+            reader.fail("extra_args", f"{flag} reads as {meant}, which is set by the plugin "
+                                      f"({set_by_plugin[meant]}); remove it")
     return args
+
+
+def _flag_set_by_plugin(flag: str, set_by_plugin: Mapping[str, str]) -> str | None:
+    """The plugin's flag that `flag` sets: itself, or one it abbreviates, as argparse reads a
+    unique prefix (and as SGLang's aliases --model, --speculative-draft-model are)."""
+    if flag in set_by_plugin:
+        return flag
+    if not flag.startswith("--") or len(flag) < 3:
+        return None
+    return next((full for full in set_by_plugin if full.startswith(flag)), None)
 
 
 def _array_of_tables(reader: _Reader, key: str, what: str) -> list[Any]:

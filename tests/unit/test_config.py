@@ -143,6 +143,19 @@ from pytest_specdec.errors import SpecdecUsageError
     ("[tool.specdec.sglang]\nextra_args = ['--speculative-num-draft-tokens', '9']\n",
      "*extra_args: --speculative-num-draft-tokens is set by the plugin (the matrix sets each test's "
      "budget, *"),
+    # SGLang's aliases and argparse's abbreviations of those flags set them as well
+    ("[tool.specdec.sglang]\nextra_args = ['--model', '/m']\n",
+     "*[tool.specdec.sglang] extra_args: --model reads as --model-path, which is set by the plugin (set "
+     "[tool.specdec] model); remove it"),
+    ("[tool.specdec.sglang]\nextra_args = ['--tensor-parallel-size=2']\n",
+     "*extra_args: --tensor-parallel-size is set by the plugin (the matrix sets each test's "
+     "tensor-parallel size); remove it"),
+    ("[tool.specdec.sglang]\nextra_args = ['--rand', '3']\n",
+     "*extra_args: --rand reads as --random-seed, which is set by the plugin (set [tool.specdec.engine] "
+     "seed); remove it"),
+    ("[tool.specdec.engine]\nextra_args = ['--budg', '3']\n",
+     "*[tool.specdec.engine] extra_args: --budg reads as --budget, which is set by the plugin (the matrix "
+     "sets each test's budget); remove it"),
     ("[tool.specdec.sglang]\nextra_args = ['--speculative-draft-model-path', '/m']\n",
      "*extra_args: --speculative-draft-model-path is set by the plugin (set [tool.specdec] "
      "draft_model); remove it"),

@@ -122,6 +122,17 @@ def test_argv_parses_with_sglang_parser(parsers, preset, spec):
         assert ns.speculative_num_draft_tokens == spec.budget + 1  # tree nodes + root
 
 
+def test_extra_args_cannot_spell_a_flag_the_plugin_sets_another_way(server_args):
+    """Every spelling SGLang's parser takes for a flag the plugin sets (an alias, an abbreviation)
+    is refused in [tool.specdec.sglang] extra_args, or it would override the test's setting."""
+    from pytest_specdec.config import SGLANG_FLAGS_SET_BY_PLUGIN, _flag_set_by_plugin
+
+    for action in upstream_parser(server_args)._actions:
+        if set(action.option_strings) & set(SGLANG_FLAGS_SET_BY_PLUGIN):
+            for spelling in action.option_strings:
+                assert _flag_set_by_plugin(spelling, SGLANG_FLAGS_SET_BY_PLUGIN), spelling
+
+
 def test_dflash_is_an_upstream_algorithm(sglang_reference):
     spec_info = pytest.importorskip("sglang.srt.speculative.spec_info")
     assert spec_info.SpeculativeAlgorithm.from_string("DFLASH").is_dflash()
