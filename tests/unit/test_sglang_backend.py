@@ -1,0 +1,146 @@
+"""The sglang backend end to end, on a CPU: `[tool.specdec.sglang] python` is fake_sglang.py, which
+checks each launch's flags with SGLang's own parser (0.5.23, its reference copy) and serves them
+with the embedded engine. So the argv the plugin builds per (method, TP, budget), the GPUs each
+server is given, readiness and failures from SGLang-style logs, and teardown of SGLang's process
+tree (a scheduler per TP rank) are all real; only the model is not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+STAND_IN = Path(__file__).with_name("fake_sglang.py")
+
+GENERATION_TEST = """
+def test_generation(specdec_server, specdec_workload, specdec_record):
+    assert specdec_record.run(specdec_server, specdec_workload).completion_tokens > 0
+"""
+
+
+@pytest.fixture
+def sglang_project(pytester: pytest.Pytester, sglang_reference: Path, monkeypatch: pytest.MonkeyPatch):
+    """A project whose SGLang is the stand-in: `write(matrix, sglang=...)` writes its config."""
+    python = pytester.path / "sglang-python"
+    python.write_text(f"#!/bin/sh\nFAKE_SGLANG_REF={sglang_reference} exec {sys.executable} {STAND_IN} \"$@\"\n")
+    python.chmod(0o755)
+    for name in ("target", "draft"):
+        (pytester.path / "models" / name).mkdir(parents=True)
+    monkeypatch.setenv("FAKE_SGLANG_RECORD", str(pytester.path / "launches.jsonl"))
+    monkeypatch.delenv("FAKE_SGLANG_FAULTS", raising=False)
+    monkeypatch.setenv("FAKE_SGLANG_PR", "1")
+
+    def write(matrix: str, sglang: str = "") -> None:
+        pytester.makepyprojecttoml(f"""
+[tool.specdec]
+model = "models/target"
+draft_model = "models/draft"
+startup_timeout = 60
+
+[tool.specdec.matrix.hopper]
+{matrix}
+
+[[tool.specdec.workloads]]
+name = "chat"
+prompts = "chat"
+num_prompts = 2
+max_new_tokens = 24
+concurrency = 2
+
+[tool.specdec.sglang]
+python = "{python}"
+{sglang}
+""")
+        pytester.makepyfile(test_generation=GENERATION_TEST)
+
+    yield write
+    leftovers = server_processes(pytester.path)
+    assert leftovers == [], f"processes of the SGLang stand-in survived the session: {leftovers}"
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:benchmark", "-rA",
+                                         "--specdec-backend=sglang", "--specdec-arch=sm_90", *args, timeout=240)
+
+
+def launches(pytester: pytest.Pytester) -> list[dict]:
+    path = pytester.path / "launches.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def server_processes(root: Path, wait: float = 10.0) -> list[str]:
+    """Engines and scheduler children started from the project at `root`, after up to `wait` s."""
+    deadline = time.monotonic() + wait
+    while True:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                cwd = os.readlink(entry / "cwd")
+            except OSError:
+                continue
+            if ("pytest_specdec.engine" in args or "sglang::scheduler" in args) and cwd.startswith(str(root)):
+                found.append(f"{entry.name} {args}")
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
+
+
+def test_each_configuration_gets_sglangs_flags_and_its_own_gpus(pytester, sglang_project, monkeypatch):
+    monkeypatch.setenv("FAKE_SGLANG_GPUS", "2")
+    sglang_project('methods = ["ar", "dflash", "ddtree"]\ntp = [1, 2]\nbudget = [8]',
+                   sglang='extra_args = ["--mem-fraction-static", "0.8"]')
+    result = run(pytester, "--specdec-gpus=2", *(f"test_generation.py::test_generation[hopper-{config}-chat]"
+                                                  for config in ("ar-tp1", "ddtree-tp1-b8", "dflash-tp2")))
+    result.assert_outcomes(passed=3)
+    seen = {(r["args"]["speculative_algorithm"], r["args"]["tp_size"]): r for r in launches(pytester)}
+    assert set(seen) == {(None, 1), ("DDTREE", 1), ("DFLASH", 2)}
+    for record in seen.values():
+        args = record["args"]
+        assert args["model_path"] == str(pytester.path / "models" / "target")
+        assert (args["host"], args["log_level"], args["random_seed"], args["enable_metrics"]) == \
+            ("127.0.0.1", "info", 0, True)
+        assert record["argv"][-2:] == ["--mem-fraction-static", "0.8"]
+        assert len(record["cuda_visible_devices"].split(",")) == args["tp_size"]
+    assert seen[(None, 1)]["args"]["speculative_draft_model_path"] is None
+    assert seen[("DDTREE", 1)]["args"]["speculative_ddtree_budget"] == 8
+    assert seen[("DFLASH", 2)]["args"]["speculative_draft_model_path"] == str(pytester.path / "models" / "draft")
+    assert seen[("DFLASH", 2)]["cuda_visible_devices"] == "0,1"
+
+
+def test_the_num_draft_tokens_preset_runs_on_upstreams_parser(pytester, sglang_project, monkeypatch):
+    monkeypatch.setenv("FAKE_SGLANG_PR", "0")
+    sglang_project('methods = ["ddtree"]\ntp = [1]\nbudget = [8]', sglang='method_flags = "num-draft-tokens"')
+    run(pytester).assert_outcomes(passed=1)
+    assert launches(pytester)[0]["args"]["speculative_num_draft_tokens"] == 9
+
+
+def test_upstreams_parser_refusing_the_default_preset_is_named(pytester, sglang_project, monkeypatch):
+    monkeypatch.setenv("FAKE_SGLANG_PR", "0")
+    sglang_project('methods = ["ddtree"]\ntp = [1]\nbudget = [8]')
+    result = run(pytester)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([
+        "server ddtree-tp1-b8 cannot start: its command line was refused (sglang serve: error: unrecognized "
+        "arguments: --speculative-ddtree-budget 8); match [[]tool.specdec.sglang[]] method_flags to this SGLang "
+        "build*"])
+
+
+def test_failures_read_from_sglang_style_logs(pytester, sglang_project, monkeypatch):
+    monkeypatch.setenv("FAKE_SGLANG_FAULTS", json.dumps({
+        "ddtree-b8": ["--fault-crash-warmup"], "ddtree-b16": ["--fault-crash-after", "1"],
+        "dflash": ["--fault-zero-tokens"]}))
+    sglang_project('methods = ["dflash", "ddtree"]\ntp = [2]\nbudget = [8, 16]')
+    result = run(pytester, "--specdec-gpus=2")
+    result.assert_outcomes(failed=2, errors=1)
+    for line in ("server ddtree-tp2-b8 crashed during warm-up (exited with code 1): CUDA out of memory*",
+                 "server ddtree-tp2-b16 died: CUDA error: an illegal instruction was encountered*",
+                 "server dflash-tp2: workload 'chat': the server produced zero completion tokens for all 2 *"):
+        result.stdout.fnmatch_lines([line])
