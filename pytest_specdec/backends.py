@@ -192,8 +192,22 @@ class SGLangBackend(Backend):
                 "method_flags": list(state.config.sglang.method_flags.get(spec.method, ()))}
 
     def check_ready(self, state: RunState) -> None:
+        from .configuration import is_speculative
         from .models import is_hub_id
 
+        # else each test errors as its server is built, after the configurations before it ran
+        source = state.config.source
+        where = source if source.endswith("]") else "[tool.specdec] of pyproject.toml (or specdec.toml)"
+        if not state.config.model:
+            raise SpecdecUsageError(f"the sglang backend serves a model: set model in {where} "
+                                    f"(a local folder or a Hub id)")
+        for matrix in state.config.matrices.values():
+            speculative = [m for m in matrix.methods if is_speculative(m)]
+            if speculative and not state.config.draft_model:
+                table = f"{source[:-1]}.matrix.{matrix.family}]" if source.endswith("]") else \
+                    f"{source} [matrix.{matrix.family}]"
+                raise SpecdecUsageError(f"methods {', '.join(speculative)} of {table} need a draft model on the "
+                                        f"sglang backend: set draft_model in {where}")
         for ref in filter(None, (state.config.model, state.config.draft_model)):
             if is_hub_id(_in_project(ref, state)):
                 extras.require("models", f"fetching {ref} from the Hugging Face Hub")

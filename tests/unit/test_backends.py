@@ -209,3 +209,23 @@ def test_a_refused_sglang_command_line_names_method_flags(tmp_path, monkeypatch)
     spec = sglang.server_spec(MatrixCase("hopper", "ddtree", 1, 8), run)
     server = sglang.pool(run, tmp_path).factory(spec, ())
     assert server.argv_hint.startswith("match [tool.specdec.sglang] method_flags to this SGLang build")
+
+
+def test_the_sglang_backend_names_a_missing_model_before_any_server_boots():
+    """Without model (or draft_model, for a matrix with speculative methods) every test of the
+    missing kind errored as its server was built, after the configurations before it had run."""
+    from pytest_specdec.config import Matrix
+
+    sglang = backends.SGLangBackend("requested")
+    matrices = {"hopper": Matrix("hopper", ("ar", "dflash", "ddtree"), (1,), (8,))}
+    no_model = SpecdecConfig(source="pyproject.toml [tool.specdec]", root=Path("."), matrices=matrices)
+    with pytest.raises(SpecdecUsageError, match=r"^the sglang backend serves a model: set model in "
+                                                r"pyproject.toml \[tool.specdec\] \(a local folder or a Hub id\)$"):
+        sglang.check_ready(RunState(no_model, resolve({}, {}, {}, "test"), CPU, sglang))
+    no_draft = replace(no_model, model="/models/target")
+    with pytest.raises(SpecdecUsageError, match=r"^methods dflash, ddtree of pyproject.toml \[tool.specdec.matrix.hopper\] need a "
+                                                r"draft model on the sglang backend: set draft_model in "
+                                                r"pyproject.toml \[tool.specdec\]$"):
+        sglang.check_ready(RunState(no_draft, resolve({}, {}, {}, "test"), CPU, sglang))
+    ar_only = replace(no_draft, matrices={"hopper": Matrix("hopper", ("ar",), (1,), ())})
+    sglang.check_ready(RunState(ar_only, resolve({}, {}, {}, "test"), CPU, sglang))
