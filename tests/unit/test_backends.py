@@ -137,6 +137,11 @@ def test_embedded_spec_carries_engine_args_and_a_dry_runs_known_crash():
     running_them = state(embedded, SM120, issues=[SM120_CRASH], run_known_issues=True)
     assert "--fault-crash-budgets" not in embedded.server_spec(
         MatrixCase("blackwell", "ddtree", 1, 8), running_them).extra_args
+    # an entry by method (no budget): the configuration crashes at its first request
+    dflash_crash = KnownIssue("draft diverges", arch="sm_120", methods=("dflash",))
+    dflash = embedded.server_spec(MatrixCase("blackwell", "dflash", 1, None),
+                                  state(embedded, SM120, issues=[dflash_crash]))
+    assert dflash.extra_args[dflash.extra_args.index("--fault-crash-after") + 1] == "0"
     argv = embedded.argv_builder(crash, rehearsal)(4242)
     assert argv[1:3] == ["-m", "pytest_specdec.engine"] and "4242" in argv
     assert embedded.count_tokens is embedded_token_count and embedded.model_path(rehearsal) is None
