@@ -446,6 +446,11 @@ SGLANG_FLAGS_SET_BY_PLUGIN = {
     "--speculative-ddtree-budget": "the matrix sets each test's budget, through [tool.specdec.sglang] "
     "method_flags", "--speculative-num-draft-tokens": "the matrix sets each test's budget, through "
     "[tool.specdec.sglang] method_flags", "--speculative-draft-model-path": "set [tool.specdec] draft_model",
+    # GPUs beyond the TP size the plugin leases, or other than those it gives as CUDA_VISIBLE_DEVICES
+    **dict.fromkeys(("--dp-size", "--data-parallel-size", "--pp-size", "--pipeline-parallel-size",
+                     "--base-gpu-id", "--gpu-id-step", "--nnodes", "--node-rank"),
+                    "the plugin leases each server the matrix's TP size in GPUs and gives them as "
+                    "CUDA_VISIBLE_DEVICES; this would take others, or more"),
 }
 
 

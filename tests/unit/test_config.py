@@ -130,6 +130,11 @@ from pytest_specdec.errors import SpecdecUsageError
     ("[tool.specdec.engine]\nextra_args = ['--port=38777']\n",
      "*[tool.specdec.engine] extra_args: --port is set by the plugin (the plugin picks each server's port); "
      "remove it"),
+    ("[tool.specdec.sglang]\nextra_args = ['--dp-size', '2']\n",  # GPUs the plugin never leased
+     "*[tool.specdec.sglang] extra_args: --dp-size is set by the plugin (the plugin leases each server the "
+     "matrix's TP size in GPUs and gives them as CUDA_VISIBLE_DEVICES; this would take others, or more); "
+     "remove it"),
+    ("[tool.specdec.sglang]\nextra_args = ['--base-gpu-id=4']\n", "*extra_args: --base-gpu-id is set by the plugin*"),
     ("[tool.specdec.sglang]\nextra_args = ['--tp-size', '2']\n",
      "*[tool.specdec.sglang] extra_args: --tp-size is set by the plugin (the matrix sets each test's "
      "tensor-parallel size); remove it"),
