@@ -172,11 +172,41 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
         _write_outputs(results, table, notes, problems)
     elif state.settings.report:  # an old report there would read as this run's
         notes.append(nothing_reported(state))
+    unchecked = None if plan is not None else unchecked_lossless(results)  # a merge checks a shard's
+    if unchecked:
+        notes.append(unchecked)
     if plan is not None and not plan.mine and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
         exitstatus = pytest.ExitCode.OK
     if shard is not None:
         shard.finish(results, seconds, exitstatus)
     return exitstatus
+
+
+def unchecked_lossless(results: Results) -> str | None:
+    """The speculative results whose reference recorded no outputs in this run (left out by -k,
+    --deselect or --lf, skipped, failed before measuring), so nothing checked their
+    losslessness; one line, or None."""
+    from .configuration import is_speculative
+    from .session import reference_case
+
+    state = results.state
+    if not state.lossless.on:
+        return None
+    measured = {(r.case, r.workload) for r in results.all() if r.case is not None and r.outputs is not None}
+    unchecked, references = [], []
+    for r in results.all():
+        if r.case is None or r.outputs is None or not is_speculative(r.case.method) \
+                or r.case.method == state.settings.reference:
+            continue
+        reference = reference_case(r.case, state)
+        if reference is not None and (reference, r.workload) not in measured:
+            unchecked.append(f"{r.config} [{r.workload}]" if r.workload else r.config)
+            references += [] if reference.param_id in references else [reference.param_id]
+    if not unchecked:
+        return None
+    return (f"lossless: not checked: {', '.join(unchecked)} (their reference {', '.join(references)} "
+            f"recorded no outputs in this run: left out by -k, -m, --deselect or --lf, skipped, or "
+            f"failed before it measured); run the reference with them")
 
 
 def nothing_reported(state) -> str:

@@ -104,6 +104,7 @@ def test_main_flow_prints_the_table_and_writes_the_journal(pytester, no_leftover
     assert ddtree["data"]["metrics"]["accept_length"]["value"] > 1.5
     assert (pytester.path / "report" / "results.json").is_file()
     assert (pytester.path / "report" / "report.md").is_file()
+    assert "no report written" not in result.stdout.str()
 
 
 def test_planted_regression_fails_the_gate_and_improvement_passes(pytester, no_leftover_engines):

@@ -63,6 +63,22 @@ def test_a_lossy_configuration_measured_before_its_reference_is_saved_into_no_ba
     assert not (pytester.path / "baselines" / "cpu.json").exists()
 
 
+def test_a_run_that_leaves_out_the_reference_says_what_it_did_not_check(pytester, no_leftover_engines):
+    """-k, -m, --deselect or --lf can leave the reference out of a run: a lossy configuration
+    then meets no reference and passes; the summary says it was not checked, and against what."""
+    project(pytester, methods=("ar", "dflash", "ddtree"), budgets=(8,),
+            engine_args=("--fault-lossy", "0.3"), prompts=2, max_new_tokens=16)
+    result = run(pytester, "--deselect", "test_generation.py::test_generation[ar-tp1-chat]",
+                 "--specdec-report", "report")
+    result.assert_outcomes(passed=2, deselected=1)
+    result.stdout.fnmatch_lines(["specdec: report written to *report (* files)"])
+    assert "no report written" not in result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "specdec: lossless: not checked: dflash-tp1 [[]chat[]], ddtree-tp1-b8 [[]chat[]] (their reference "
+        "ar-tp1 recorded no outputs in this run: left out by -k, -m, --deselect or --lf, skipped, "
+        "or failed before it measured); run the reference with them"])
+
+
 def test_the_guard_works_across_xdist_workers(pytester, no_leftover_engines):
     pytest.importorskip("xdist")
     project(pytester, methods=("ar", "dflash"), budgets=(8,), engine_args=("--fault-lossy", "0.3"))
