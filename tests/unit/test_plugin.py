@@ -159,20 +159,25 @@ reason = "was broken"
     result.assert_outcomes(passed=3)
 
 
-def test_specdec_marker_on_a_plain_test_matches_known_issues(pytester: pytest.Pytester):
-    pytester.makepyprojecttoml("""
+# An sm_120 known issue of ddtree at budget 8, and a plain test marked as that configuration.
+SM120_B8_ISSUE = """
 [[tool.specdec.known_issues]]
 arch = "sm_120"
 method = "ddtree"
 budget = [8]
-reason = "crashes"
-""")
-    pytester.makepyfile("""
+reason = "{reason}"
+"""
+B8_MARKED = """
 import pytest
 
 @pytest.mark.specdec(method="ddtree", tp=1, budget=8)
 def test_b8():
-    raise RuntimeError("illegal instruction")
+"""
+
+
+def test_specdec_marker_on_a_plain_test_matches_known_issues(pytester: pytest.Pytester):
+    pytester.makepyprojecttoml(SM120_B8_ISSUE.format(reason="crashes"))
+    pytester.makepyfile(B8_MARKED + """    raise RuntimeError("illegal instruction")
 
 @pytest.mark.specdec(method="ddtree", tp=1, budget=16)
 def test_b16():
@@ -478,20 +483,8 @@ def test_a_dry_run_on_sglang_does_not_call_a_known_issue_fixed(pytester: pytest.
     pytester.makepyprojecttoml(SMALL_MATRIX + f"""
 [tool.specdec.sglang]
 python = "{python_with_sglang(pytester)}"
-
-[[tool.specdec.known_issues]]
-arch = "sm_120"
-method = "ddtree"
-budget = [8]
-reason = "verify crashes on sm_120"
-""")
-    pytester.makepyfile("""
-import pytest
-
-@pytest.mark.specdec(method="ddtree", tp=1, budget=8)
-def test_b8():
-    pass
-""")
+""" + SM120_B8_ISSUE.format(reason="verify crashes on sm_120"))
+    pytester.makepyfile(B8_MARKED + "    pass\n")
     result = pytester.runpytest("--specdec-arch=sm_120", "--specdec-backend=sglang", "-rX")
     result.assert_outcomes(xpassed=1)
     result.stdout.fnmatch_lines(["*known issue: verify crashes on sm_120 (a dry run on the sglang "

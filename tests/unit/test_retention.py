@@ -2,15 +2,41 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from pytest_specdec.retention import prune
+
+
+@contextlib.contextmanager
+def first_run(pytester: pytest.Pytester, test_file: str, started: Callable[[], bool]) -> Iterator[None]:
+    """A run of `test_file` in the background, past `started()`, while the body runs; its tests
+    wait for a file `go`, written when the body ends. The run must pass."""
+    run = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", test_file],
+                           cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not started():
+            assert run.poll() is None and time.monotonic() < deadline, "the first run did not get going"
+            time.sleep(0.05)
+        yield
+    finally:
+        (pytester.path / "go").write_text("")
+        out = run.communicate(timeout=120)[0]
+    assert run.returncode == 0, out
+
+
+def waiting_test(fixture: str, then: str = "pass") -> str:
+    """A test using `fixture` that writes `started`, waits for `go`, then runs `then`."""
+    return (f"import pathlib, time\n\ndef test_waits({fixture}):\n    pathlib.Path('started').write_text('')\n"
+            f"    while not pathlib.Path('go').exists():\n        time.sleep(0.05)\n    {then}\n")
 
 
 def test_prune_keeps_the_most_recent(tmp_path):
@@ -118,22 +144,13 @@ def test_second(specdec_record):
         test_skipif="import pytest\n\n@pytest.mark.skipif(True, reason='not here')\n"
                     "def test_skipped(specdec_record):\n    specdec_record.metric('verify_us', 4.0)\n")
     journal = pytester.path / ".specdec" / "journal.jsonl"
-    first = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_slow.py"],
-                             cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not (journal.is_file() and journal.read_text().endswith("\n")):
-            assert first.poll() is None and time.monotonic() < deadline, "the first run did not record"
-            time.sleep(0.05)
+    with first_run(pytester, "test_slow.py", lambda: journal.is_file() and journal.read_text().endswith("\n")):
         second = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_other.py", "--specdec-keep-runs=1",
                                                *(["-n", "1"] if xdist else []))
         # runs that measure nothing are not refused
         listed = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--co")
         skipped = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_other.py", "--benchmark-skip")
         skipif = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_skipif.py")
-    finally:
-        (pytester.path / "go").write_text("")
-        out = first.communicate(timeout=120)[0]
     message = "*the results journal * is being written by another pytest run (pid *)*--specdec-journal*"
     if xdist:
         second.assert_outcomes(failed=1)
@@ -141,7 +158,6 @@ def test_second(specdec_record):
     else:
         assert second.ret == pytest.ExitCode.USAGE_ERROR
         second.stderr.fnmatch_lines([message])
-    assert first.returncode == 0, out
     assert listed.ret == pytest.ExitCode.OK
     skipped.assert_outcomes(skipped=1)
     skipif.assert_outcomes(skipped=1)
@@ -153,32 +169,15 @@ def test_pruning_spares_the_artifact_folder_of_a_live_run(pytester: pytest.Pytes
     """A second run with --specdec-keep-runs=1 (and a journal of its own) deleted the server logs
     and lease book of a run still going."""
     pytester.makepyprojecttoml("[tool.specdec]\n")
-    pytester.makepyfile(test_slow="""
-import pathlib, time
-
-def test_waits(specdec_pool):
-    pathlib.Path("started").write_text("")
-    while not pathlib.Path("go").exists():
-        time.sleep(0.05)
-""", test_other="def test_other(specdec_pool):\n    pass\n")
+    pytester.makepyfile(test_slow=waiting_test("specdec_pool"), test_other="def test_other(specdec_pool):\n    pass\n")
     artifacts = pytester.path / ".specdec" / "artifacts"
-    first = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_slow.py"],
-                             cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not (pytester.path / "started").exists():
-            assert first.poll() is None and time.monotonic() < deadline, "the first run did not start"
-            time.sleep(0.05)
+    with first_run(pytester, "test_slow.py", (pytester.path / "started").exists):
         (live,) = artifacts.glob("run-*")
         for _ in range(2):
             pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_other.py", "--specdec-keep-runs=1",
                                           "--specdec-journal=other.jsonl").assert_outcomes(passed=1)
         assert live.is_dir()
         assert len(list(artifacts.glob("run-*"))) == 2  # the live one, and the newest of the other two
-    finally:
-        (pytester.path / "go").write_text("")
-        out = first.communicate(timeout=120)[0]
-    assert first.returncode == 0, out
     pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_other.py", "--specdec-keep-runs=1",
                                   "--specdec-journal=other.jsonl").assert_outcomes(passed=1)
     assert not live.is_dir()  # no longer live: pruned as any other
@@ -188,28 +187,11 @@ def test_a_run_that_starts_while_another_measures_its_first_test_is_stopped(pyte
     """The journal was taken after a run's first measurement: a second run starting meanwhile
     passed its checks, and whichever finished its first test second lost that measurement."""
     pytester.makepyprojecttoml("[tool.specdec]\n")
-    pytester.makepyfile(test_slow="""
-import pathlib, time
-
-def test_first(specdec_record):
-    pathlib.Path("measuring").write_text("")
-    while not pathlib.Path("go").exists():
-        time.sleep(0.05)
-    specdec_record.metric("verify_us", 1.0)
-""", test_other="def test_other(specdec_record):\n    specdec_record.metric('verify_us', 3.0)\n")
-    first = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_slow.py"],
-                             cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not (pytester.path / "measuring").exists():
-            assert first.poll() is None and time.monotonic() < deadline, "the first run did not start"
-            time.sleep(0.05)
+    pytester.makepyfile(test_slow=waiting_test("specdec_record", then='specdec_record.metric("verify_us", 1.0)'),
+                        test_other="def test_other(specdec_record):\n    specdec_record.metric('verify_us', 3.0)\n")
+    with first_run(pytester, "test_slow.py", (pytester.path / "started").exists):
         second = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_other.py")
-    finally:
-        (pytester.path / "go").write_text("")
-        out = first.communicate(timeout=120)[0]
     assert second.ret == pytest.ExitCode.USAGE_ERROR
     second.stderr.fnmatch_lines(["*the results journal * is being written by another pytest run*"])
-    assert first.returncode == 0, out
     journal = pytester.path / ".specdec" / "journal.jsonl"
     assert [json.loads(line)["data"]["metrics"]["verify_us"]["value"] for line in journal.read_text().splitlines()] == [1.0]
