@@ -209,9 +209,21 @@ class SGLangBackend(Backend):
                     f"{source} [matrix.{matrix.family}]"
                 raise SpecdecUsageError(f"methods {', '.join(speculative)} of {table} need a draft model on the "
                                         f"sglang backend: set draft_model in {where}")
-        for ref in filter(None, (state.config.model, state.config.draft_model)):
-            if is_hub_id(_in_project(ref, state)):
-                extras.require("models", f"fetching {ref} from the Hugging Face Hub")
+        hub = [ref for ref in filter(None, (state.config.model, state.config.draft_model))
+               if is_hub_id(_in_project(ref, state))]
+        for ref in hub:
+            extras.require("models", f"fetching {ref} from the Hugging Face Hub")
+        from .models import offline
+
+        if offline():  # what the cache lacks cannot be fetched: say so once, for each model
+            problems = []
+            for ref in hub:
+                try:
+                    _provision(ref, state)
+                except SpecdecUsageError as exc:
+                    problems.append(str(exc))
+            if problems:
+                raise SpecdecUsageError("; and ".join(problems))
 
 
 class AttachBackend(Backend):

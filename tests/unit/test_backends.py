@@ -234,3 +234,19 @@ def test_the_sglang_backend_names_a_missing_model_before_any_server_boots():
         sglang.check_ready(RunState(no_draft, resolve({}, {}, {}, "test"), CPU, sglang))
     ar_only = replace(no_draft, matrices={"hopper": Matrix("hopper", ("ar",), (1,), ())})
     sglang.check_ready(RunState(ar_only, resolve({}, {}, {}, "test"), CPU, sglang))
+
+
+def test_offline_models_missing_from_the_cache_are_named_once_at_start(tmp_path, monkeypatch):
+    """Offline, each configuration errored as its server was built, naming only the draft model
+    (provisioned first); both are named now, before any server boots."""
+    from pytest_specdec.config import Matrix
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(backends.extras, "require", lambda *a, **k: None)
+    sglang = backends.SGLangBackend("requested")
+    cfg = SpecdecConfig(source="pyproject.toml [tool.specdec]", root=tmp_path, model="org/target",
+                        draft_model="org/draft", model_cache=str(tmp_path / "cache"),
+                        matrices={"hopper": Matrix("hopper", ("ddtree",), (1,), (8,))})
+    with pytest.raises(SpecdecUsageError, match=r"^model org/target is not in the cache .*; and model "
+                                                r"org/draft is not in the cache .*HF_HUB_OFFLINE"):
+        sglang.check_ready(RunState(cfg, resolve({}, {}, {}, "test"), CPU, sglang))
