@@ -57,6 +57,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
     for line in collection.MARKERS:
         config.addinivalue_line("markers", line)
+    if config.option.help or getattr(config.option, "markers", False):
+        return  # pytest only lists: a settings mistake must not hide the help that explains them
     cli = {o.name: config.getoption(o.ini) for o in OPTIONS}
     root = Path(config.inipath).parent if config.inipath else Path(config.rootpath)
     try:

@@ -65,6 +65,17 @@ def test_help_lists_every_option_and_its_ini_twin(pytester: pytest.Pytester):
         assert f"{option.ini} ({option.ini_type})" in text
 
 
+@pytest.mark.parametrize("flag, shown", [("--help", "*--specdec-backend=*"),
+                                          ("--markers", "@pytest.mark.specdec(method=*")])
+def test_help_and_markers_are_listed_in_a_project_whose_settings_are_wrong(
+        pytester: pytest.Pytester, flag, shown):
+    """The help that says what a setting takes must not be hidden by the setting's mistake."""
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embeded"\n')
+    result = pytester.runpytest_subprocess(flag, "--specdec-tp", "3")
+    assert result.ret == 0, result.stderr.str()
+    result.stdout.fnmatch_lines([shown])
+
+
 def test_markers_are_listed(pytester: pytest.Pytester):
     result = pytester.runpytest("--markers")
     result.stdout.fnmatch_lines([
