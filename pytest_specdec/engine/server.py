@@ -154,9 +154,10 @@ class EngineServer:
             if p.finish_reason is not None:
                 return p
 
-    async def _answered(self, request: web.Request, req: Request) -> Progress:
-        """`_finished`, aborting `req` when its client leaves first, as SGLang aborts a request
-        whose connection closed: a non-streaming one writes nothing that would fail and tell."""
+    async def _answered(self, request: web.Request, req: Request) -> Progress | None:
+        """`_finished`, or None once `req` is aborted because its client left first, as SGLang
+        aborts a request whose connection closed: a non-streaming one writes nothing that would
+        fail and tell."""
         task = asyncio.ensure_future(self._finished(req))
         try:
             while True:
@@ -164,10 +165,16 @@ class EngineServer:
                 if done:
                     return task.result()
                 if request.transport is None or request.transport.is_closing():
-                    req.aborted = True
-                    raise ConnectionResetError(f"the client of request {req.rid} left before its answer")
+                    self._abort(req)
+                    return None
         finally:
             task.cancel()
+
+    @staticmethod
+    def _abort(req: Request) -> None:
+        """A request whose client left: one line, as SGLang logs an abort, not a traceback."""
+        req.aborted = True
+        logs.SERVER.info(f"Abort request {req.rid}: the client disconnected")
 
     async def _hang_if_faulty(self) -> None:
         if (self.faults.hang and self.ready) or self.scheduler.frozen:
@@ -224,7 +231,7 @@ class EngineServer:
         if req.stream:
             return await self._stream(request, req, (self._output(req, p) async for p in self._progress(req)))
         p = await self._answered(request, req)
-        return web.json_response(self._output(req, p))
+        return web.json_response(self._output(req, p)) if p is not None else web.Response(status=499)
 
     async def _read_generate(self, request: web.Request) -> Request:
         body = parse_json(await self._read_body(request))
@@ -273,7 +280,9 @@ class EngineServer:
                 await self._send(resp, event)
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
-        except (ConnectionResetError, asyncio.CancelledError):
+        except ConnectionResetError:
+            self._abort(req)
+        except asyncio.CancelledError:
             req.aborted = True
             raise
         return resp
@@ -362,6 +371,8 @@ class EngineServer:
         usage = lambda p: openai_api.usage(len(req.input_ids), p.num_ids)  # noqa: E731
         if not o.stream:
             p = await self._answered(request, req)
+            if p is None:
+                return web.Response(status=499)
             choice = (openai_api.completion_choice if kind == "text_completion" else openai_api.chat_choice)(
                 p.text, p.finish_reason)
             return web.json_response(openai_api.envelope(kind, req.rid, self.served_model_name, [choice], usage(p)))

@@ -321,6 +321,7 @@ def test_client_disconnect_mid_stream_frees_the_slot(loaded_small_batch):
     import http.client
 
     engine = loaded_small_batch
+    mark = len(engine.lines)
     aborted = read_metric(engine, "sglang:num_aborted_requests_total")
     conn = http.client.HTTPConnection("127.0.0.1", engine.port, timeout=30)
     body = json.dumps({"text": PROMPT, "stream": True, "sampling_params": {"max_new_tokens": 450, "ignore_eos": True}})
@@ -338,6 +339,7 @@ def test_client_disconnect_mid_stream_frees_the_slot(loaded_small_batch):
         raise AssertionError(f"aborted stream still occupies the scheduler: {state}")
     assert read_metric(engine, "sglang:num_aborted_requests_total") == aborted + 1
     assert engine.generate(PROMPT, max_new_tokens=8)["meta_info"]["completion_tokens"] == 8
+    assert not any("Traceback" in line for line in engine.lines[mark:])  # one line, as SGLang logs an abort
 
 
 @pytest.mark.parametrize("path, body", [
@@ -351,6 +353,7 @@ def test_a_client_that_leaves_a_plain_request_aborts_it(loaded_small_batch, path
     import socket
 
     engine = loaded_small_batch
+    mark = len(engine.lines)
     aborted = read_metric(engine, "sglang:num_aborted_requests_total")
     data = json.dumps(body).encode()
     with socket.create_connection(("127.0.0.1", engine.port), timeout=30) as sock:
@@ -364,6 +367,7 @@ def test_a_client_that_leaves_a_plain_request_aborts_it(loaded_small_batch, path
     while read_metric(engine, "sglang:num_aborted_requests_total") != aborted + 1:
         assert time.monotonic() < deadline, "the request left behind was not aborted"
         time.sleep(0.05)
+    assert not any("Traceback" in line for line in engine.lines[mark:])
 
 
 def test_sigterm_stops_the_engine_cleanly(engines):
