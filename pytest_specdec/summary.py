@@ -190,7 +190,7 @@ def unchecked_lossless(results: Results) -> str | None:
     from .session import reference_case
 
     state = results.state
-    if not state.lossless.on:
+    if not results.all() or not state.lossless.on:
         return None
     measured = {(r.case, r.workload) for r in results.all() if r.case is not None and r.outputs is not None}
     unchecked, references = [], []

@@ -140,7 +140,8 @@ def test_failures_read_from_sglang_style_logs(pytester, sglang_project, monkeypa
     sglang_project('methods = ["dflash", "ddtree"]\ntp = [2]\nbudget = [8, 16]')
     result = run(pytester, "--specdec-gpus=2")
     result.assert_outcomes(failed=2, errors=1)
-    for line in ("server ddtree-tp2-b8 crashed during warm-up (exited with code 1): CUDA out of memory*",
+    # "(exited with code 1)" only where the process had exited when its log was read
+    for line in ("server ddtree-tp2-b8 crashed during warm-up*: CUDA out of memory*",
                  "server ddtree-tp2-b16 died: CUDA error: an illegal instruction was encountered*",
                  "server dflash-tp2: workload 'chat': the server produced zero completion tokens for all 2 *"):
         result.stdout.fnmatch_lines([line])
