@@ -58,9 +58,12 @@ def start_journal(state: RunState, run: str) -> None:
     (kept beside it, with a time stamp, as many as --specdec-keep-runs allows); the others of the
     same run find the marker and append. Another run still writing it is a SpecdecUsageError
     (`journal_owner`).
-    Runs whose recording tests never run never touch the journal.
+    Runs whose recording tests never run never touch the journal. Once a process took it, its
+    marker's lock keeps other runs off: nothing is checked again.
     """
     journal = journal_for(state)
+    if (journal.path, run) in _TAKEN:
+        return
     journal.path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(journal.path) + ".lock"):
         journal_owner.check_free(journal.path, run)
@@ -75,6 +78,12 @@ def start_journal(state: RunState, run: str) -> None:
                 f"{journal.path.stem}.{stamp}{journal.path.suffix}"))
             prune(rotated_journals(journal.path), state.settings.keep_runs - 1)  # this run's is the Nth
         journal_owner.take(journal.path, run)
+    _TAKEN.add((journal.path, run))
+
+
+#: (journal, run) this process took: each recording test would otherwise probe the folder and
+#: take the journal's lock again.
+_TAKEN: set[tuple[Path, str]] = set()
 
 
 def claim_journal(state: RunState, run: str) -> None:
@@ -83,8 +92,10 @@ def claim_journal(state: RunState, run: str) -> None:
     while this test measures is stopped at its collection, not after its own first measurement."""
     from .outputs import check_folder
 
-    check_folder(journal_for(state).path.parent, "journal folder", state.settings.setter("journal"))
-    start_journal(state, run)
+    journal = journal_for(state)
+    if (journal.path, run) not in _TAKEN:
+        check_folder(journal.path.parent, "journal folder", state.settings.setter("journal"))
+        start_journal(state, run)
 
 
 def check_journal_free(state: RunState, run: str) -> None:
@@ -416,7 +427,9 @@ class Results:
         is no reference for later runs, nor is a speculative configuration whose outputs differ
         from its reference's (measured before the reference, its own test passed)."""
         results = self.all()
+        # every pair is seen from its speculative side: the references need not look again
         lossy = {candidate.nodeid for result in results
+                 if result.case is not None and result.case.method != self.state.settings.reference
                  for candidate, _ in divergences(result, results, self.state)}
         saved, failed, not_lossless = [], [], []
         for result in results:
