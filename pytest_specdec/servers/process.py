@@ -305,6 +305,11 @@ class ManagedServer:
             cause = finding.cause
             if is_hang_signature(finding.fatal_line):  # a watchdog / health verdict: stuck, not crashed
                 raise self._error("hang", cause, headline=f"server {self.spec.id} hangs during warm-up: {cause}")
+            if code is None:  # a crashing server exits just after its last line; name its exit status
+                try:
+                    code = self._proc.wait(timeout=2.0)
+                except subprocess.TimeoutExpired:
+                    pass
             how = "" if code is None else f" ({describe_exit(code)})"
             raise self._error(
                 "warmup-crash",

@@ -94,6 +94,16 @@ def test_crash_during_warmup(tmp_path):
     assert wait_gone([s.pid]) == []
 
 
+def test_a_crash_names_the_exit_status_of_a_server_slow_to_exit(tmp_path):
+    # The fatal line is logged before the process exits; the report still names how it ended.
+    late = (sys.executable, "-c", "import sys, time; print('RuntimeError: CUDA out of memory. Tried to allocate "
+            "1.00 GiB', flush=True); time.sleep(0.8); sys.exit(1)")
+    s = server(spec("ar"), tmp_path, entry=late)
+    e = fails_with(s, "warmup-crash")
+    assert str(e).startswith("server ar-tp1 crashed during warm-up (exited with code 1): CUDA out of memory"), str(e)
+    assert wait_gone([s.pid]) == []
+
+
 def test_crash_for_listed_budgets_only(tmp_path):
     crashing = server(spec("ddtree", 12, "--fault-crash-budgets", "8,12"), tmp_path)
     e = fails_with(crashing, "warmup-crash")
