@@ -25,6 +25,8 @@ _BIND_ADDRESS_RE = re.compile(r"\('([^']*)',\s*(\d+)\)")
 _USAGE_ERROR_RE = re.compile(r"^\S[^:]*: error: .+")
 
 TAIL_LINES = 15
+# The plugin's own first line in a server log, naming the command; not the server's words.
+COMMAND_LINE_PREFIX = "# specdec: "
 _TAIL_BYTES = 64 * 1024
 
 
@@ -88,6 +90,8 @@ class LogWatcher:
         return self.finding(include_partial=True)
 
     def _note(self, line: str) -> None:
+        if line.startswith(COMMAND_LINE_PREFIX):
+            return
         rank = _line_rank(line)
         if rank is not None and (self._fatal_rank is None or rank < self._fatal_rank):
             self._fatal_line, self._fatal_rank = line.strip(), rank

@@ -29,6 +29,7 @@ from pathlib import Path
 from pytest_specdec import sglang_api as api
 from pytest_specdec.servers import cleanup
 from pytest_specdec.servers.diagnosis import (
+    COMMAND_LINE_PREFIX,
     LogFinding,
     LogWatcher,
     ServerError,
@@ -228,7 +229,7 @@ class ManagedServer:
         env.update(self.extra_env)
         env = cleanup.server_env(env)
         self._log_file = open(self.log_path, "ab")
-        self._log_file.write(f"# specdec: {' '.join(self.argv)}\n".encode())
+        self._log_file.write(f"{COMMAND_LINE_PREFIX}{' '.join(self.argv)}\n".encode())
         self._log_file.flush()
         self._ready = False
         self._stopped = False

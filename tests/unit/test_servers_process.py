@@ -100,7 +100,8 @@ def test_a_crash_names_the_exit_status_of_a_server_slow_to_exit(tmp_path):
             "1.00 GiB', flush=True); time.sleep(0.8); sys.exit(1)")
     s = server(spec("ar"), tmp_path, entry=late)
     e = fails_with(s, "warmup-crash")
-    assert str(e).startswith("server ar-tp1 crashed during warm-up (exited with code 1): CUDA out of memory"), str(e)
+    assert str(e).startswith("server ar-tp1 crashed during warm-up (exited with code 1): CUDA out of memory. "
+                             "Tried to allocate 1.00 GiB ("), str(e)  # the server's line, not the logged command's
     assert wait_gone([s.pid]) == []
 
 
