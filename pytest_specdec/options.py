@@ -210,6 +210,7 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 OPTION_NAMES = frozenset(option.name for option in OPTIONS)
+OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}
 
 
 @dataclass(frozen=True)
@@ -227,12 +228,11 @@ class Settings:
 
     def setter(self, name: str) -> str:
         """Where to change an option: where the user set it, else its command-line flag."""
-        option = next(o for o in OPTIONS if o.name == name)
-        return option.cli if self.origins[name] == "default" else self.source(name)
+        return OPTIONS_BY_NAME[name].cli if self.origins[name] == "default" else self.source(name)
 
     def source(self, name: str) -> str:
         """Where an option's value came from, as a user would write it (for error messages)."""
-        option = next(o for o in OPTIONS if o.name == name)
+        option = OPTIONS_BY_NAME[name]
         origin = self.origins[name]
         return {"command line": option.cli, "ini": f"ini {option.ini}", "default": "the default"}.get(
             origin, f"{origin} key {name!r}")
