@@ -136,6 +136,13 @@ def needs_server(item: pytest.Item) -> bool:
     return "specdec_server" in getattr(item, "fixturenames", ()) and will_run(item)
 
 
+def can_record(item: pytest.Item) -> bool:
+    """Whether a test can record a result: it asks for `specdec_record` and pytest will call it
+    (a test resumed from the journal is marked to skip). Known at collection; whether it records
+    is not (it may skip itself, fail first or record nothing), so this counts what can."""
+    return "specdec_record" in getattr(item, "fixturenames", ()) and will_run(item)
+
+
 def will_run(item: pytest.Item) -> bool:
     """Whether pytest will call the test: no skip mark, no skipif whose condition holds, no
     xfail(run=False). A condition that cannot be evaluated counts as running: the test reports

@@ -84,6 +84,8 @@ def pytest_configure(config: pytest.Config) -> None:
             from .xdist_hooks import XdistHooks
 
             config.pluginmanager.register(XdistHooks(_results(config)), "specdec-xdist")
+    else:
+        config.pluginmanager.register(Worker(), "specdec-worker")
     config.pluginmanager.register(fixtures, "specdec-fixtures")
     config.pluginmanager.register(LastOrdering(), "specdec-last-ordering")
 
@@ -164,17 +166,19 @@ def pytest_collection_modifyitems_benchmarks(config: pytest.Config, items: list[
 def pytest_collection_finish(session: pytest.Session) -> None:
     import pytest
 
-    from .collection import needs_server, uses_specdec, will_run
+    from .collection import can_record, needs_server, uses_specdec
     from .errors import SpecdecUsageError
     from .state import STATE_KEY
 
     config = session.config
     if not any(map(uses_specdec, session.items)):
         return
+    recording = sum(map(can_record, session.items))  # the total of the `[done/total]` progress lines
     # An xdist worker cannot stop the run from here: its fixtures and test calls say it instead.
     if hasattr(config, "workerinput"):
+        config.pluginmanager.get_plugin("specdec-worker").recording = recording
         return
-    _results(config).total = len(session.items)
+    _results(config).total = recording
     state = config.stash[STATE_KEY]
     try:
         if any(map(needs_server, session.items)):
@@ -183,9 +187,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             from .outputs import check_artifacts
 
             check_artifacts(state)
-        if not (config.option.collectonly or config.option.setupplan) and any(  # a run that measures
-                "specdec_record" in getattr(item, "fixturenames", ()) and will_run(item)  # nothing is not refused
-                for item in session.items):
+        # a run that measures nothing is not refused
+        if not (config.option.collectonly or config.option.setupplan) and recording:
             from .session import check_journal_free
             from .state import run_id
 
@@ -261,6 +264,23 @@ class LastOrdering:
 
         items[:] = order_by_configuration(items)
         return result
+
+
+class Worker:
+    """Hooks of an xdist worker. It collects and the controller does not, so the number of tests
+    that can record, the total of the controller's progress lines, rides on each call report."""
+
+    def __init__(self) -> None:
+        self.recording: int | None = None  # set when collection finishes
+
+    @hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call):
+        report = yield
+        if call.when == "call" and self.recording is not None:
+            from .recording import RECORDING_TOTAL
+
+            setattr(report, RECORDING_TOTAL, self.recording)  # xdist sends a report's attributes along
+        return report
 
 
 class Controller:

@@ -35,6 +35,9 @@ RESULT_PROPERTY = "specdec_result"
 RESUMED_PROPERTY = "specdec_resumed"
 #: Says, on a test that resume measures again, which parts of its fingerprint changed.
 REMEASURED_PROPERTY = "specdec_remeasured"
+#: Attribute of an xdist worker's call reports: how many of its tests can record (the total of
+#: the controller's progress lines, which it cannot count: it collects nothing).
+RECORDING_TOTAL = "specdec_recording_total"
 
 _RECORDER_KEY = pytest.StashKey["Recorder"]()
 

@@ -32,8 +32,8 @@ from .fingerprint import Fingerprint, measured_setup
 from .gate import Comparison
 from .journal import FAILED_CHECKS, Journal, JournalRecord, JournalWarning
 from .directions import known_directions
-from .recording import (REMEASURED_PROPERTY, RESULT_PROPERTY, RESUMED_PROPERTY, attach_to_report,
-                        existing_recorder, result_of_report)
+from .recording import (RECORDING_TOTAL, REMEASURED_PROPERTY, RESULT_PROPERTY, RESUMED_PROPERTY,
+                        attach_to_report, existing_recorder, result_of_report)
 from .result import RECORD_DAMAGE, Result
 from .state import RunState
 
@@ -381,11 +381,15 @@ class Results:
     resumed_results: dict[str, Result] = field(default_factory=dict)
     remeasured: dict[str, str] = field(default_factory=dict)  # node id -> what changed
     outcomes: dict[str, tuple[str, str | None]] = field(default_factory=dict)
-    total: int = 0
+    #: tests that can record (`collection.can_record`); under xdist, the first count a worker's
+    #: report carries (a replacement worker that collects later in a resumed run may count fewer)
+    total: int | None = None
 
     def add_report(self, report: pytest.TestReport) -> Result | None:
         """Note the test's outcome; return its result when this report carries one."""
         self._note_outcome(report)
+        if self.total is None:
+            self.total = getattr(report, RECORDING_TOTAL, None)
         for name, value in getattr(report, "user_properties", ()):
             if name == RESUMED_PROPERTY and report.when == "setup":
                 self.resumed_results[report.nodeid] = Result.from_json(json.loads(value),
@@ -464,7 +468,8 @@ def _reason(report: pytest.TestReport) -> str:
     return head + ")" if tail_marker else head
 
 
-def progress_line(result: Result, done: int, total: int) -> str:
+def progress_line(result: Result, done: int, total: int | None) -> str:
+    """`done` counts the tests that recorded so far, `total` those that can (`Results.total`)."""
     metrics = result.values()
 
     def fmt(name: str, unit: str) -> str:
@@ -475,6 +480,7 @@ def progress_line(result: Result, done: int, total: int) -> str:
     verdicts = [c.line() for c in result.comparisons if c.verdict in ("regression", "improvement")]
     tail = f" | {'; '.join(verdicts)}" if verdicts else ""
     workload = f" {result.workload}" if result.workload else ""  # a test with no workload: no stray space
-    return (f"specdec [{done}/{total}] {result.config}{workload}:"
+    count = f"{done}/{total}" if total is not None else str(done)  # a total no report carried
+    return (f"specdec [{count}] {result.config}{workload}:"
             f"{fmt('output_tok_s', ' tok/s')}{fmt('accept_length', '')}{fmt('ttft_ms', 'ms')}"
             f"{fmt('tpot_ms', 'ms')}{fmt('verify_us', 'us')}{tail}")

@@ -1,7 +1,8 @@
 """Hooks that exist only under pytest-xdist; registered from pytest_configure when it is loaded.
 
-Workers collect, the controller does not: the controller learns the size of the run here, for
-its `[done/total]` progress lines.
+Workers collect, the controller does not: the controller learns here that a worker's collection
+names the matrix, for the header's details. The total of its `[done/total]` progress lines comes
+with the workers' reports (`plugin.Worker`): which tests can record is known only from the items.
 
 `--dist loadgroup`, and a bare `-n`, send each configuration's tests to one worker, so a server
 boots once and its GPU lease is held by one process. xdist's own groups come from `xdist_group` marks, as an
@@ -30,7 +31,6 @@ class XdistHooks:
 
     def pytest_xdist_node_collection_finished(self, node, ids) -> None:
         if not self._seen:  # every worker collects the same items
-            self.results.total = len(ids)
             self._seen = True
             self._write_header_details(node.config, ids)
 

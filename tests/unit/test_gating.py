@@ -8,6 +8,7 @@ own figures are covered in test_bench_flow.py.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -262,3 +263,33 @@ def test_the_progress_line_of_a_test_without_a_workload_has_no_stray_space(pytes
     pytester.makepyfile(test_figures=RECORDING_TEST)
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["specdec [[]1/1[]] test_figures: output_tok_s=100 tok/s*"])
+
+
+COUNTED_TESTS = """
+import pytest
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_figures(specdec_record, n):
+    specdec_record.metric("output_tok_s", 100.0 * n)
+
+
+@pytest.mark.skip(reason="not today")
+def test_skipped(specdec_record):
+    specdec_record.metric("output_tok_s", 1.0)
+
+
+@pytest.mark.parametrize("n", range(5))
+def test_plain(n):
+    pass
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_the_progress_total_counts_the_tests_that_can_record(pytester, workers):
+    """The total counted every collected test: beside ordinary tests the run ended at [2/7]."""
+    pytester.makepyfile(test_counted=COUNTED_TESTS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly",
+                                           "--deselect", "test_counted.py::test_figures[3]", *workers)
+    assert (result.parseoutcomes()["passed"], result.parseoutcomes()["skipped"]) == (7, 1)
+    assert sorted(re.findall(r"specdec \[(\d+/\d+)\]", result.stdout.str())) == ["1/2", "2/2"]
