@@ -124,17 +124,22 @@ class OpenAIRequest:
     input_ids: tuple[int, ...]
     sampling: Sampling
     stream: bool
-    include_usage: bool
+    include_usage: bool  # a last chunk, with no choices, carries the whole request's usage
+    #: each chunk of content carries the usage so far (`carries_usage`); SGLang reads it apart from
+    #: include_usage, so either comes without the other
+    continuous_usage: bool
     rid: str | None
 
 
 def _common(body: Any, fields: frozenset[str], neutral: Mapping[str, Neutral], default_max_tokens: int | None,
-            *, vocab_size: int) -> tuple[dict, Sampling, bool, bool]:
+            *, vocab_size: int) -> tuple[dict, Sampling, dict]:
+    """The fields both endpoints share: the body, its sampling, and how to answer (stream, usage)."""
     b = known_fields(body, fields)
     stream = expect("stream", b.get("stream", False), (bool,), "a boolean")
     options = expect("stream_options", b.get("stream_options", {}), (dict,), "an object")
-    include_usage = expect("stream_options.include_usage", options.get("include_usage") or False, (bool,),
-                            "a boolean")
+    answer = {"stream": stream}
+    for name, key in (("include_usage", "include_usage"), ("continuous_usage", "continuous_usage_stats")):
+        answer[name] = expect(f"stream_options.{key}", options.get(key) or False, (bool,), "a boolean")
     check_neutral("field(s)", b, neutral)
     max_tokens = b.get("max_completion_tokens", b.get("max_tokens", default_max_tokens))
     if max_tokens is not None and (type(max_tokens) is not int or max_tokens <= 0):
@@ -143,12 +148,11 @@ def _common(body: Any, fields: frozenset[str], neutral: Mapping[str, Neutral], d
               "ignore_eos": b.get("ignore_eos")}
     if max_tokens is not None:
         params["max_new_tokens"] = max_tokens
-    return b, parse_sampling(params, vocab_size=vocab_size), stream, include_usage
+    return b, parse_sampling(params, vocab_size=vocab_size), answer
 
 
 def parse_completion(body: Any, *, encode, vocab_size: int, context_length: int) -> OpenAIRequest:
-    b, sampling, stream, include_usage = _common(body, COMPLETION_FIELDS, COMPLETION_NEUTRAL, 16,
-                                                 vocab_size=vocab_size)
+    b, sampling, answer = _common(body, COMPLETION_FIELDS, COMPLETION_NEUTRAL, 16, vocab_size=vocab_size)
     prompt = b.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
@@ -159,7 +163,7 @@ def parse_completion(body: Any, *, encode, vocab_size: int, context_length: int)
     else:
         raise OpenAIError("prompt must be a string or a list of token ids (one prompt per request).")
     check_context(len(ids), sampling.max_new_tokens, context_length)
-    return OpenAIRequest(tuple(ids), sampling, stream, include_usage, b.get("rid"))
+    return OpenAIRequest(tuple(ids), sampling, rid=b.get("rid"), **answer)
 
 
 def _message_text(message: Any, index: int) -> dict:
@@ -193,7 +197,7 @@ def render_chat(messages: list[dict]) -> str:
 
 
 def parse_chat(body: Any, *, encode, vocab_size: int, context_length: int) -> OpenAIRequest:
-    b, sampling, stream, include_usage = _common(body, CHAT_FIELDS, CHAT_NEUTRAL, None, vocab_size=vocab_size)
+    b, sampling, answer = _common(body, CHAT_FIELDS, CHAT_NEUTRAL, None, vocab_size=vocab_size)
     messages = b.get("messages")
     if not isinstance(messages, list) or not messages:
         raise OpenAIError("messages must be a non-empty list.")
@@ -202,7 +206,7 @@ def parse_chat(body: Any, *, encode, vocab_size: int, context_length: int) -> Op
         sampling = Sampling(max(context_length - len(ids) - 1, 0), sampling.ignore_eos, sampling.stop,
                             sampling.stop_token_ids)
     check_context(len(ids), sampling.max_new_tokens, context_length)
-    return OpenAIRequest(tuple(ids), sampling, stream, include_usage, b.get("rid"))
+    return OpenAIRequest(tuple(ids), sampling, rid=b.get("rid"), **answer)
 
 
 # -- responses -------------------------------------------------------------------------------------
@@ -217,6 +221,13 @@ def finish(reason: dict | None) -> tuple[str | None, Any]:
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens}
+
+
+def carries_usage(kind: str, text: str) -> bool:
+    """Whether a stream chunk of `kind` with `text` carries the usage so far when a request asks for
+    continuous_usage_stats: SGLang puts it on every chunk of /v1/completions, and on the chunks of
+    /v1/chat/completions that carry content, not on the role's first chunk nor the finish chunk."""
+    return kind == "text_completion" or bool(text)
 
 
 def envelope(kind: str, rid: str, model: str, choices: list[dict], usage_: dict | None) -> dict:

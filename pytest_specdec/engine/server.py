@@ -378,20 +378,21 @@ class EngineServer:
             return web.json_response(openai_api.envelope(kind, req.rid, self.served_model_name, [choice], usage(p)))
         chunk_kind = "chat.completion.chunk" if kind == "chat.completion" else kind
 
-        def chunk(text: str, reason: dict | None, first: bool) -> dict:
+        def chunk(text: str, p: Progress, first: bool) -> dict:
             if kind == "text_completion":
-                choice = openai_api.completion_choice(text, reason)
+                choice = openai_api.completion_choice(text, p.finish_reason)
             else:
                 choice = openai_api.chat_delta({"role": "assistant", "content": text} if first else
-                                               {"content": text}, reason)
-            return openai_api.envelope(chunk_kind, req.rid, self.served_model_name, [choice], None)
+                                               {"content": text}, p.finish_reason)
+            so_far = usage(p) if o.continuous_usage and openai_api.carries_usage(chunk_kind, text) else None
+            return openai_api.envelope(chunk_kind, req.rid, self.served_model_name, [choice], so_far)
 
         async def chunks():
             sent = ""
             async for p in self._progress(req):
                 delta = p.text[len(sent):] if p.text.startswith(sent) else ""  # a cut stop string cannot be unsent
                 if delta or p.finish_reason is not None or not sent:
-                    yield chunk(delta, p.finish_reason, first=not sent)
+                    yield chunk(delta, p, first=not sent)
                     sent += delta
                 if p.finish_reason is not None and o.include_usage:
                     yield openai_api.envelope(chunk_kind, req.rid, self.served_model_name, [], usage(p))

@@ -84,6 +84,31 @@ def test_openai_chat_stream(client, engine):
     assert chunks[-1].choices[0].finish_reason == "length"
 
 
+@pytest.mark.parametrize("include_usage", [True, False], ids=["and-final-usage", "alone"])
+def test_openai_continuous_usage_stats(client, include_usage):
+    """SGLang puts the usage so far on every completion chunk and on each chat chunk with content;
+    include_usage, read apart, adds the final usage chunk. The engine ignored the option."""
+    options = {"include_usage": include_usage, "continuous_usage_stats": True}
+    completion = list(client.completions.create(model=model_name(client), prompt=PROMPT, max_tokens=40,
+                                                stream=True, stream_options=options))
+    messages = [{"role": "user", "content": "Count to five."}]
+    chat = list(client.chat.completions.create(model=model_name(client), messages=messages, max_tokens=30,
+                                               stream=True, stream_options=options))
+    for chunks, prompt, content, most in (
+            (completion, len(ByteTokenizer().encode(PROMPT)), lambda c: True, 40),
+            (chat, len(ByteTokenizer().encode(render_chat(messages))), lambda c: bool(c.choices[0].delta.content), 30)):
+        streamed = [c for c in chunks if c.choices]
+        assert all((c.usage is not None) == content(c) for c in streamed)
+        usages = [c.usage for c in streamed if c.usage is not None]
+        assert usages and all((u.prompt_tokens, u.total_tokens) == (prompt, prompt + u.completion_tokens)
+                              for u in usages)
+        counts = [u.completion_tokens for u in usages]
+        assert counts == sorted(counts) and counts[-1] <= most
+        assert [c.usage.completion_tokens for c in chunks if not c.choices] == ([most] if include_usage else [])
+    finish = [c for c in completion if c.choices][-1]
+    assert (finish.choices[0].finish_reason, finish.usage.completion_tokens) == ("length", 40)
+
+
 def test_openai_client_sees_what_the_engine_cannot_honour(client):
     with pytest.raises(openai.BadRequestError, match="n=2"):
         client.completions.create(model=model_name(client), prompt=PROMPT, max_tokens=4, n=2)

@@ -108,6 +108,29 @@ def test_streaming_sends_a_chunk_a_step_to_a_reader_that_keeps_up(engines):
     assert counts == sorted(set(counts)) and counts[-1] == 48
 
 
+def test_continuous_usage_stats_puts_the_usage_so_far_on_the_chunks_sglang_does(ddtree):
+    """SGLang reads continuous_usage_stats apart from include_usage: alone it puts the usage so
+    far on every /v1/completions chunk and on each /v1/chat/completions chunk with content, and
+    sends no final usage chunk. A value that is no boolean is refused as include_usage's is."""
+    requests = (("/v1/completions", {"prompt": PROMPT}, lambda c: True),
+                ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]},
+                 lambda c: bool(c["choices"][0]["delta"].get("content"))))
+    for path, body, has_content in requests:
+        res = ddtree.post(path, {**body, "max_tokens": 24, "ignore_eos": True, "stream": True,
+                                 "stream_options": {"continuous_usage_stats": True}})
+        chunks = [json.loads(e) for e in sse_events(res.body)[:-1]]
+        assert chunks and all(c["choices"] for c in chunks), path  # no usage chunk without include_usage
+        assert [c.get("usage") is not None for c in chunks] == [has_content(c) for c in chunks], path
+        usages = [c["usage"] for c in chunks if c.get("usage")]
+        assert all(set(u) == {"prompt_tokens", "completion_tokens", "total_tokens"}
+                   and u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"] for u in usages)
+        assert [u["completion_tokens"] for u in usages] == sorted(u["completion_tokens"] for u in usages)
+        assert usages[-1]["completion_tokens"] <= 24 and chunks[-1]["choices"][0]["finish_reason"] == "length"
+    res = ddtree.post("/v1/completions", {"prompt": PROMPT, "stream": True,
+                                          "stream_options": {"continuous_usage_stats": "yes"}})
+    assert res.status == 400 and "stream_options.continuous_usage_stats" in error_message(res)
+
+
 def test_stop_string_ends_generation_and_is_cut(ddtree):
     full = ddtree.generate(PROMPT, max_new_tokens=64)["text"]
     stop = full[20:23]
