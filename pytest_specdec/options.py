@@ -7,7 +7,9 @@ has an ini twin `specdec_x_y` and a `[tool.specdec]` key `x_y`. Precedence: comm
 
 from __future__ import annotations
 
+import ast
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -266,9 +268,26 @@ def read_ini(getini: Callable[[str], Any]) -> dict[str, Any]:
         try:
             values[option.name] = getini(option.ini)
         except Exception as exc:  # pytest.UsageError, raised by getini for a bad bool/int/float
-            raise SpecdecUsageError(f"ini {option.ini}: {exc}; {option.cli} takes: {option.help}"
-                                    ) from None
+            raise SpecdecUsageError(f"ini {option.ini}: {_ini_problem(option, exc)}; {option.cli} takes: "
+                                    f"{option.help}") from None
     return values
+
+
+# int()'s, float()'s and pytest's boolean words for a value they cannot read, as getini passes them on
+_UNREADABLE_RE = re.compile(r"(?:invalid literal for int\(\) with base 10: |could not convert string to float: "
+                            r"|invalid truth value )"
+                            r"('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")")
+
+
+def _ini_problem(option: Option, exc: Exception) -> str:
+    """The option's own words for a value pytest could not convert (as the command line's), else pytest's."""
+    match = _UNREADABLE_RE.search(str(exc))
+    if match is not None:
+        try:
+            option.parse(ast.literal_eval(match.group(1)))
+        except (ValueError, SyntaxError) as own:
+            return str(own)
+    return str(exc)
 
 
 def resolve(cli: Mapping[str, Any], ini: Mapping[str, Any], toml: Mapping[str, Any],

@@ -36,6 +36,10 @@ def test_out_of_range_flag_values_are_usage_errors(pytester: pytest.Pytester, ar
     ("specdec_gpus = 100", "ini specdec_gpus: '100' is more GPUs than one host has*"),
     ("specdec_tp = 3", "ini specdec_tp: '3': 3 is not a power of two*"),
     ("specdec_arch = banana", "ini specdec_arch: 'banana' is not a GPU architecture*"),  # once "--specdec-arch"
+    # values pytest cannot convert get the option's own words, not int()'s or float()'s
+    ("specdec_gpus = two", "ini specdec_gpus: 'two' is not a whole number; --specdec-gpus takes: *"),
+    ("specdec_startup_timeout = soon", "ini specdec_startup_timeout: 'soon' is not a number; *"),
+    ("specdec_save_baseline = maybe", "ini specdec_save_baseline: 'maybe' is not a boolean (use true or false); *"),
 ])
 def test_out_of_range_ini_values_are_usage_errors(pytester: pytest.Pytester, ini, message):
     pytester.makeini("[pytest]\n" + ini)
