@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .configuration import REFERENCE_METHOD
 from .metrics import METRIC_DIRECTIONS
-from .report import several_test_functions, test_function
+from .report import other_parameters, several_test_functions, test_function
 
 if TYPE_CHECKING:
     from .report import ReportRow
@@ -63,12 +63,13 @@ def columns(speedups: Mapping[str, float]) -> tuple[Column, ...]:
 
 def speedups(rows: Sequence[ReportRow]) -> dict[str, float]:
     """tokens/s of each row over the reference method's at the same workload, family and TP,
-    measured by the same test function (two tests of one configuration are two references)."""
-    reference = {(test_function(r), r.workload, r.family, r.tp): r.metrics["output_tok_s"] for r in rows
-                 if r.method == REFERENCE_METHOD and r.metrics.get("output_tok_s")}
+    measured by the same test function with the same other parameters (two tests of one
+    configuration, or pytest-repeat's repeats, are as many references)."""
+    reference = {(test_function(r), other_parameters(r), r.workload, r.family, r.tp): r.metrics["output_tok_s"]
+                 for r in rows if r.method == REFERENCE_METHOD and r.metrics.get("output_tok_s")}
     out = {}
     for r in rows:
-        base = reference.get((test_function(r), r.workload, r.family, r.tp))
+        base = reference.get((test_function(r), other_parameters(r), r.workload, r.family, r.tp))
         if base and "output_tok_s" in r.metrics:
             out[r.test_id] = r.metrics["output_tok_s"] / base
     return out
@@ -117,12 +118,14 @@ def render_standalone(fragment: str) -> str:
 def _table(rows: Sequence[ReportRow], workload: str, meta: Mapping[str, Any],
            caption: str) -> list[str]:
     rows = sorted(rows, key=lambda r: (test_function(r), r.family or "", r.tp or 0, r.method or "",
-                                       r.budget or 0))
+                                       r.budget or 0, other_parameters(r)))
     cols = columns(speedups(rows))
     with_test = several_test_functions(rows)
     with_family = len({r.family for r in rows}) > 1
+    # rows of one configuration apart only in other parameters (pytest-repeat's 1-3) would read alike
+    with_variant = len({_identity(r) for r in rows}) < len(rows)
     titles = [*(["Test"] if with_test else []), *(["Family"] if with_family else []), "Method", "TP", "Budget",
-              *(c.title for c in cols)]
+              *(["Variant"] if with_variant else []), *(c.title for c in cols)]
     values = [[c.value(r) for c in cols] for r in rows]
     cells = [[c.fmt.format(v) if v is not None else "--" for c, v in zip(cols, line)]
              for line in values]
@@ -137,7 +140,7 @@ def _table(rows: Sequence[ReportRow], workload: str, meta: Mapping[str, Any],
         "\\begin{table}[t]", "\\centering", "\\small",
         f"\\caption{{{tex_escape(text)}}}",
         f"\\label{{tab:specdec-{_label(workload)}}}",
-        "\\begin{tabular}{" + "l" * (len(titles) - len(cols) - 2) + "rr" + "r" * len(cols) + "}",
+        "\\begin{tabular}{" + "l" * (with_test + with_family + 1) + "rr" + "l" * with_variant + "r" * len(cols) + "}",
         "\\toprule",
         " & ".join(tex_escape(t) for t in titles) + " \\\\",
         "\\midrule",
@@ -146,12 +149,17 @@ def _table(rows: Sequence[ReportRow], workload: str, meta: Mapping[str, Any],
         ident = [*([test_function(r) or "--"] if with_test else []), *([r.family or "-"] if with_family else []),
                  r.method or r.config,
                  str(r.tp) if r.tp is not None else "--",
-                 str(r.budget) if r.budget is not None else "--"]
+                 str(r.budget) if r.budget is not None else "--",
+                 *([other_parameters(r) or "--"] if with_variant else [])]
         shown = [f"\\textbf{{{text}}}" if text == best[i] else text
                  for i, text in enumerate(numbers)]
         out.append(" & ".join([*(tex_escape(c) for c in ident), *shown]) + " \\\\")
     out += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
     return out
+
+
+def _identity(row: ReportRow) -> tuple:
+    return test_function(row), row.family, row.method, row.tp, row.budget
 
 
 def _best(column: Column, values: Sequence[float | None]) -> str | None:

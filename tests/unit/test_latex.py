@@ -110,3 +110,22 @@ def test_two_tests_of_one_configuration_each_have_their_own_reference_and_their_
     assert "Test & Method" in fragment and "test\\_a & ar" in fragment
     table = format_table(rows)
     assert "ar-tp1 (test_a)" in table and "ddtree-tp1-b8 (test_b)" in table
+
+
+def test_repeats_of_one_configuration_are_told_apart_and_each_has_its_own_reference():
+    """pytest-repeat's --count 2: four rows that read alike, speedups of one repeat's DDTree over
+    the other repeat's AR."""
+    from dataclasses import replace
+
+    def repeat(r, i):
+        return replace(r, test_id=r.test_id[:-1] + f"-{i}-2]")
+
+    rows = [repeat(row("ar", 1, None, 400.0), 1), repeat(row("ddtree", 1, 8, 800.0), 1),
+            repeat(row("ar", 1, None, 500.0), 2), repeat(row("ddtree", 1, 8, 750.0), 2)]
+    assert sorted(speedups(rows).values()) == [1.0, 1.0, 1.5, 2.0]
+    fragment = render_fragment(rows)
+    assert "Method & TP & Budget & Variant & tokens/s" in fragment
+    assert "\\begin{tabular}{lrrlrrrrr}" in fragment
+    assert "ddtree & 1 & 8 & 1-2 & \\textbf{800.0} & \\textbf{2.00$\\times$}" in fragment
+    assert "ddtree & 1 & 8 & 2-2 & 750.0 & 1.50$\\times$" in fragment
+    assert "Variant" not in render_fragment(rows[:2])  # no repeats: no column
