@@ -19,6 +19,8 @@ SERVER_INFO_OLD = "/get_server_info"  # the name before the rename, still served
 MODELS = "/v1/models"
 MODEL_INFO = "/model_info"
 METRICS = "/metrics"  # served with --enable-metrics
+TOKENIZE = "/v1/tokenize"  # since 0.5.3.post1; a release before it answers 404
+TOKENIZE_ALIAS = "/tokenize"  # the same handler, left out of the OpenAPI schema
 
 # -- /generate: what the client sends ----------------------------------------------------------------
 REQUEST_FIELDS_SENT = ("text", "sampling_params", "stream")
@@ -44,6 +46,16 @@ SPEC_NUM_PROPOSED_DRAFTS = "spec_num_proposed_drafts"
 SPEC_META_KEYS = (SPEC_VERIFY_CT, SPEC_ACCEPT_LENGTH, SPEC_ACCEPT_RATE, SPEC_NUM_CORRECT_DRAFTS,
                   SPEC_NUM_PROPOSED_DRAFTS)
 META_INFO_KEYS_READ = (FINISH_REASON, PROMPT_TOKENS, COMPLETION_TOKENS, E2E_LATENCY, *SPEC_META_KEYS)
+
+# -- /v1/tokenize: the context-length guard's count ------------------------------------------------
+#: {"prompt": str | [str, ...], "add_special_tokens": bool}; the special tokens default to added, as
+#: /generate adds them, so the count is the prompt_tokens a request of that text would have
+TOKENIZE_PROMPT = "prompt"
+TOKENIZE_ADD_SPECIAL_TOKENS = "add_special_tokens"
+#: {"tokens": ids | [ids, ...], "count": int | [int, ...], "max_model_len": int}, a list for a list
+TOKENIZE_COUNT = "count"
+TOKENIZE_TOKENS = "tokens"
+TOKENIZE_MAX_MODEL_LEN = "max_model_len"
 
 # -- /server_info and /v1/models: what the plugin reads ---------------------------------------------
 INFO_SPECULATIVE_ALGORITHM = "speculative_algorithm"

@@ -18,8 +18,8 @@ broken GPU:
   (completion_tokens 0, finish_reason stop) while /health stays 200.
 - ``--fault-hang``: once ready, the endpoints that need the scheduler (/generate,
   /v1/completions, /v1/chat/completions, /health, /health_generate, /server_info, /flush_cache) accept the connection and never answer, like a
-  stuck scheduler; /ready, /model_info, /v1/models and /metrics still answer, because in SGLang
-  they are served without the scheduler.
+  stuck scheduler; /ready, /model_info, /v1/models, /v1/tokenize and /metrics still answer,
+  because in SGLang they are served without the scheduler.
 - ``--fault-slow-start S``: model loading takes S seconds longer; the port is not bound
   meanwhile (connection refused), as while SGLang loads weights.
 - ``--fault-slow-factor F``: every decode step takes F times as long (the step runs, then the

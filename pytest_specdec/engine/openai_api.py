@@ -1,5 +1,6 @@
 """SGLang's OpenAI-compatible endpoints, /v1/completions and /v1/chat/completions: their request
-fields mapped onto the engine's generation, and their response and stream chunk shapes.
+fields mapped onto the engine's generation, and their response and stream chunk shapes; and
+/v1/tokenize, which counts a prompt as the engine's tokenizer encodes it.
 
 Request fields follow protocol.py's rules (honoured, hints, neutral-only; unknown names refused)
 over the names SGLang's CompletionRequest and ChatCompletionRequest declare. A chat is rendered
@@ -16,6 +17,7 @@ from typing import Any, Mapping
 
 from .protocol import (
     TOP_K_ALL,
+    InvalidBody,
     Neutral,
     RequestError,
     Sampling,
@@ -207,6 +209,36 @@ def parse_chat(body: Any, *, encode, vocab_size: int, context_length: int) -> Op
                             sampling.stop_token_ids)
     check_context(len(ids), sampling.max_new_tokens, context_length)
     return OpenAIRequest(tuple(ids), sampling, rid=b.get("rid"), **answer)
+
+
+# -- /v1/tokenize ----------------------------------------------------------------------------------
+
+def tokenize(body: Any, *, encode, context_length: int) -> dict:
+    """SGLang's /v1/tokenize answer: the ids of `prompt` (a string, or a list of strings answered
+    with a list each), special tokens included unless `add_special_tokens` is false, their count,
+    and the context length as `max_model_len`. A chat (`messages`) is refused; the other fields of
+    SGLang's TokenizeRequest (the model's name, a chat's options) are ignored, as SGLang ignores
+    them beside a prompt."""
+    if not isinstance(body, dict):
+        raise InvalidBody("The request body must be a JSON object.")
+    prompt, messages = body.get("prompt"), body.get("messages")
+    if messages is not None and prompt is None:
+        raise Unsupported("The embedded engine's /v1/tokenize counts prompts, not messages: send the "
+                          "rendered chat as \"prompt\".")
+    if (prompt is None) == (messages is None):
+        raise InvalidBody("Exactly one of 'prompt' or 'messages' must be provided.")
+    add = body.get("add_special_tokens", True)
+    if not isinstance(add, bool):
+        raise InvalidBody(f"add_special_tokens must be a boolean, got {add!r}.")
+    if isinstance(prompt, str):
+        ids: list = encode(prompt, add_special_tokens=add)
+        count: Any = len(ids)
+    elif isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
+        ids = [encode(p, add_special_tokens=add) for p in prompt]
+        count = [len(i) for i in ids]
+    else:
+        raise InvalidBody(f"Invalid prompt type: {type(prompt).__name__}. Expected str or List[str].")
+    return {"tokens": ids, "count": count, "max_model_len": context_length}
 
 
 # -- responses -------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ sampling parameter SGLang accepts: see protocol.py; SSE streaming with cumulativ
 ``data: [DONE]``), ``/server_info`` (and its old name ``/get_server_info``), ``/model_info``
 (and ``/get_model_info``), ``/v1/models`` and ``/v1/models/{id}``, ``/flush_cache``, ``/metrics``,
 and the OpenAI-compatible ``/v1/completions`` and ``/v1/chat/completions`` (streaming too; see
-openai_api.py).
+openai_api.py) and ``/v1/tokenize`` (and ``/tokenize``), which counts prompts with the engine's
+tokenizer as SGLang's counts with the model's.
 
 Anyone on the host can reach this server, so a hostile request is a 400, never a 500 or a stuck
 handler: see protocol.parse_json, and ``idle_timeout``, which closes a connection that sends no
@@ -28,7 +29,7 @@ from .. import sglang_api as api
 from . import logs, openai_api
 from .faults import FaultPlan
 from .metrics import EngineMetrics
-from .protocol import Refused, RequestError, parse_generate, parse_json
+from .protocol import InvalidBody, Refused, RequestError, parse_generate, parse_json
 from .scheduler import Progress, Request, Scheduler
 from .tokenizer import ByteTokenizer
 
@@ -76,6 +77,8 @@ class EngineServer:
         r.add_get(api.MODELS + "/{model:.+}", self.retrieve_model)
         r.add_post("/v1/completions", self.completions)
         r.add_post("/v1/chat/completions", self.chat_completions)
+        for path in (api.TOKENIZE, api.TOKENIZE_ALIAS):
+            r.add_post(path, self.tokenize)
         r.add_route("GET", "/flush_cache", self.flush_cache)
         r.add_route("POST", "/flush_cache", self.flush_cache)
         r.add_get(api.METRICS, self.get_metrics)
@@ -398,6 +401,18 @@ class EngineServer:
                     yield openai_api.envelope(chunk_kind, req.rid, self.served_model_name, [], usage(p))
 
         return await self._stream(request, req, chunks())
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """No scheduler behind it (SGLang tokenizes in its HTTP process), so a hung server answers it."""
+        try:
+            answer = openai_api.tokenize(parse_json(await self._read_body(request)), encode=self.tokenizer.encode,
+                                         context_length=self.context_length)
+        except RequestError as exc:
+            logs.SERVER.error(f"[http_server] Error: {exc}")
+            # a malformed request meets SGLang's validation handler, a refused one its serving class
+            body = exc.body() if isinstance(exc, InvalidBody) else openai_api.error_body(exc)
+            return web.json_response(body, status=exc.status)
+        return web.json_response(answer)
 
     async def flush_cache(self, request: web.Request) -> web.Response:
         await self._hang_if_faulty()

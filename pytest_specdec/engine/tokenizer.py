@@ -23,8 +23,8 @@ class ByteTokenizer:
     eos_id = EOS_ID
     pad_id = PAD_ID
 
-    def encode(self, text: str) -> list[int]:
-        return [BOS_ID, *text.encode("utf-8")]
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [BOS_ID, *text.encode("utf-8")] if add_special_tokens else list(text.encode("utf-8"))
 
     def decode(self, ids: list[int]) -> str:
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")

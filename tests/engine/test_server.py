@@ -191,6 +191,28 @@ def test_context_length_errors_match_sglang(ddtree):
     assert ok.status == 200 and ok.json()["meta_info"]["completion_tokens"] == CONTEXT - 102
 
 
+def test_tokenize_counts_what_generate_gets(ddtree):
+    """/v1/tokenize (and /tokenize) as SGLang serves it: the count is the prompt_tokens of a request."""
+    prompt_tokens = ddtree.generate(PROMPT, max_new_tokens=1)["meta_info"]["prompt_tokens"]
+    for path in ("/v1/tokenize", "/tokenize"):
+        one = ddtree.post(path, {"prompt": PROMPT, "model": "anything"}).json()  # SGLang ignores the model
+        assert one["count"] == prompt_tokens == len(one["tokens"]) and one["max_model_len"] == CONTEXT
+    many = ddtree.post("/v1/tokenize", {"prompt": [PROMPT, "é", ""], "add_special_tokens": False}).json()
+    assert many["count"] == [prompt_tokens - 1, 2, 0] and many["tokens"][1] == list("é".encode())
+
+
+@pytest.mark.parametrize("body, status, fragment", [
+    ({}, 400, "Exactly one of 'prompt' or 'messages' must be provided."),
+    ({"prompt": 7}, 400, "Invalid prompt type: int. Expected str or List[str]."),
+    ({"prompt": ["a", 1]}, 400, "Invalid prompt type: list"),
+    ({"prompt": "a", "add_special_tokens": "no"}, 400, "add_special_tokens must be a boolean"),
+    ({"messages": [{"role": "user", "content": "hi"}]}, 400, "counts prompts, not messages"),
+])
+def test_tokenize_refuses_what_it_cannot_count(ddtree, body, status, fragment):
+    res = ddtree.post("/v1/tokenize", body)
+    assert res.status == status and fragment in res.json()["message"], res.text
+
+
 def test_server_info_reports_args_and_acceptance(ddtree):
     ddtree.generate(PROMPT, max_new_tokens=32)
     for path in ("/server_info", "/get_server_info"):

@@ -310,10 +310,44 @@ def test_model_cards_state_the_context_length(srt):
     assert api.MODEL_CARD_MAX_LEN in card, moved([api.MODEL_CARD_MAX_LEN], card, "ModelCard")
 
 
+# -- /v1/tokenize: the context-length guard's count -----------------------------------------------
+
+def test_tokenize_takes_a_prompt_or_a_list_and_adds_special_tokens_by_default(srt):
+    """The guard sends its prompts as one list and counts what /generate will: special tokens in."""
+    fields = class_fields(srt("entrypoints/openai/protocol.py"), "TokenizeRequest")
+    assert {api.TOKENIZE_PROMPT, api.TOKENIZE_ADD_SPECIAL_TOKENS} <= set(fields), \
+        moved([api.TOKENIZE_PROMPT, api.TOKENIZE_ADD_SPECIAL_TOKENS], fields, "TokenizeRequest")
+    cls = next(n for n in ast.walk(srt("entrypoints/openai/protocol.py"))
+               if isinstance(n, ast.ClassDef) and n.name == "TokenizeRequest")
+    prompt = next(ast.unparse(n.annotation) for n in cls.body
+                  if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", None) == api.TOKENIZE_PROMPT)
+    assert "List[str]" in prompt, f"TokenizeRequest.prompt is {prompt}: no list of prompts"
+    assert field_default(fields[api.TOKENIZE_ADD_SPECIAL_TOKENS]) is True
+
+
+def test_tokenize_answers_with_the_count(srt):
+    fields = class_fields(srt("entrypoints/openai/protocol.py"), "TokenizeResponse")
+    read = {api.TOKENIZE_COUNT, api.TOKENIZE_TOKENS, api.TOKENIZE_MAX_MODEL_LEN}
+    assert read <= set(fields), moved(read, fields, "TokenizeResponse")
+
+
+def test_the_engine_tokenizes_as_sglang_answers():
+    """Its answer has TokenizeResponse's keys, a list for a list, BOS only with special tokens."""
+    from pytest_specdec.engine.tokenizer import BOS_ID, ByteTokenizer
+
+    encode = ByteTokenizer().encode
+    one = openai_api.tokenize({api.TOKENIZE_PROMPT: "ab"}, encode=encode, context_length=64)
+    assert one == {api.TOKENIZE_TOKENS: [BOS_ID, 97, 98], api.TOKENIZE_COUNT: 3, api.TOKENIZE_MAX_MODEL_LEN: 64}
+    many = openai_api.tokenize({api.TOKENIZE_PROMPT: ["ab", ""], api.TOKENIZE_ADD_SPECIAL_TOKENS: False},
+                               encode=encode, context_length=64)
+    assert many[api.TOKENIZE_TOKENS] == [[97, 98], []] and many[api.TOKENIZE_COUNT] == [2, 0]
+
+
 # -- endpoints -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("path", [api.GENERATE, api.HEALTH, api.HEALTH_GENERATE, api.SERVER_INFO,
-                                  api.SERVER_INFO_OLD, api.MODELS, api.MODEL_INFO])
+                                  api.SERVER_INFO_OLD, api.MODELS, api.MODEL_INFO, api.TOKENIZE,
+                                  api.TOKENIZE_ALIAS])
 def test_endpoint_is_served(srt, path):
     served = routes(srt("entrypoints/http_server.py"))
     assert path in served, moved([path], served, "SGLang's HTTP routes")
