@@ -25,11 +25,13 @@ from .hardware import Hardware
 from .servers.embedded import ENGINE_MODULE, build_embedded_argv
 from .servers.sglang import build_sglang_argv
 from .servers.spec import ServerSpec
+from .sglang_api import TOKENIZE
 from .workloads import embedded_token_count
 
 if TYPE_CHECKING:
     from .servers.pool import ServerPool
     from .state import RunState
+    from .token_count import ServerTokenCounter
 
 ArgvBuilder = Callable[[int], Sequence[str]]
 
@@ -42,8 +44,6 @@ class Backend:
     issue_backend: ClassVar[str] = "embedded"
     #: whether this run starts its servers (and so leases GPUs for them and stops them)
     launches: ClassVar[bool] = True
-    #: prompt length in the server's tokens, for the context-length guard; None: not counted
-    count_tokens: ClassVar[Callable[[str], int] | None] = None
     #: how much of each output must match the reference's unless `lossless` says otherwise:
     #: batched GPU kernels are not bit-stable, so a long output may drift by a near-tie
     default_lossless: ClassVar[str] = "prefix:32"
@@ -54,6 +54,7 @@ class Backend:
 
     def __init__(self, reason: str) -> None:
         self.reason = reason  # why this backend was chosen, for the report header
+        self._counters: dict[str, ServerTokenCounter] = {}  # by URL: each asks its server once a text
 
     def __str__(self) -> str:
         return self.name
@@ -63,6 +64,26 @@ class Backend:
 
     def server_spec(self, case: MatrixCase, state: RunState) -> ServerSpec:
         raise NotImplementedError
+
+    def token_counter(self, url: str) -> Callable[[str], int] | None:
+        """Prompt length in the tokens of the live server at `url`, for the context-length guard;
+        None: not counted."""
+        return None
+
+    def counting(self, state: RunState) -> str | None:
+        """How the guard counts prompt tokens, for the report header; None: as the server does,
+        nothing to say."""
+        return None
+
+    def _server_counter(self, url: str, fallback: Callable[[str], int] | None = None,
+                        fallback_source: str = "") -> ServerTokenCounter:
+        """The server's own count (its /v1/tokenize), one counter per URL for the session."""
+        from .token_count import ServerTokenCounter  # aiohttp, once a server is up
+
+        url = url.rstrip("/")
+        if url not in self._counters:
+            self._counters[url] = ServerTokenCounter(url, fallback, fallback_source=fallback_source)
+        return self._counters[url]
 
     def argv_builder(self, spec: ServerSpec, state: RunState) -> ArgvBuilder:
         """`port -> argv` for `spec` (the server manager picks the port)."""
@@ -110,7 +131,6 @@ class EmbeddedBackend(Backend):
     """The engine of this package, one process per configuration, with synthetic weights."""
 
     name = "embedded"
-    count_tokens = staticmethod(embedded_token_count)
     argv_hint = "check [tool.specdec.engine] extra_args"
     reproduces_known_issues = True  # a dry run's known crash is injected (see _engine_args)
     default_lossless = "exact"  # one process, greedy, batch-independent: bit-stable by design
@@ -133,6 +153,9 @@ class EmbeddedBackend(Backend):
 
     def argv_builder(self, spec: ServerSpec, state: RunState) -> ArgvBuilder:
         return partial(build_embedded_argv, spec, entry=[sys.executable, "-m", ENGINE_MODULE])
+
+    def token_counter(self, url: str) -> Callable[[str], int] | None:
+        return embedded_token_count  # the engine's own tokenizer, here: no request needed
 
     def check(self, state: RunState) -> None:
         """Each matrix budget through the engine's own checks (a tree that fills the context got
@@ -188,6 +211,15 @@ class SGLangBackend(Backend):
     def model_path(self, state: RunState) -> str | None:
         return _provision(state.config.model, state) if state.config.model else None
 
+    def token_counter(self, url: str) -> Callable[[str], int] | None:
+        return self._server_counter(url)
+
+    def counting(self, state: RunState) -> str | None:
+        uncut = [w.name for w in state.config.workloads if w.truncate]
+        return (f"by each server's {TOKENIZE} (SGLang 0.5.3.post1 and later); a server without it is not "
+                f"guarded" + (f", and truncate is not applied to it (workload {', '.join(uncut)}): a prompt too "
+                              f"long for its context fails its requests" if uncut else ""))
+
     def server_settings(self, spec: ServerSpec, state: RunState) -> dict[str, Any]:
         return {**super().server_settings(spec, state),
                 "method_flags": list(state.config.sglang.method_flags.get(spec.method, ()))}
@@ -232,9 +264,9 @@ class AttachBackend(Backend):
 
     name = "attach"
     launches = False
-    # a byte-level tokenizer with a BOS never makes fewer tokens than a subword one that adds at
-    # most one special token: an upper bound for the servers this plugin drives
-    count_tokens = staticmethod(embedded_token_count)
+    #: where the server has no /v1/tokenize: a byte-level tokenizer with a BOS never makes fewer
+    #: tokens than a subword one that adds at most one special token, an upper bound
+    FALLBACK_SOURCE = "as the embedded engine counts (BOS + one per UTF-8 byte), an upper bound"
 
     def server_spec(self, case: MatrixCase, state: RunState) -> ServerSpec:
         return ServerSpec(backend=self.name, method=case.method, tp=case.tp, budget=case.budget,
@@ -245,6 +277,19 @@ class AttachBackend(Backend):
 
     def server_settings(self, spec: ServerSpec, state: RunState) -> dict[str, Any]:
         return {**super().server_settings(spec, state), "url": state.settings.server_url}
+
+    def token_counter(self, url: str) -> Callable[[str], int] | None:
+        return self._server_counter(url, embedded_token_count, self.FALLBACK_SOURCE)
+
+    def counting(self, state: RunState) -> str | None:
+        """The server is up already: whether it counts is asked now (a server that does not
+        answer is the readiness check's to report)."""
+        counter = self._server_counter(state.settings.server_url, embedded_token_count, self.FALLBACK_SOURCE)
+        served = counter.probe()
+        text = counter.source.removeprefix("counted ")  # after the probe: which count is in effect
+        if served is False:
+            text += "; a prompt that fits may be refused, and truncate cuts more than it needs to"
+        return text
 
     def check_ready(self, state: RunState) -> None:
         from .servers.attach import fetch_server_info

@@ -38,6 +38,10 @@ class ServerQueryError(Exception):
     """A server endpoint did not answer as SGLang's would (status, body or shape)."""
 
 
+class TokenizeNotServed(ServerQueryError):
+    """The server has no /v1/tokenize (SGLang before 0.5.3.post1): it cannot count tokens for us."""
+
+
 class WorkloadStalled(Exception):
     """No request of a running workload received anything for `stalled_s` seconds.
 
@@ -447,6 +451,34 @@ def fetch_server_info(url: str, *, timeout_s: float = 10.0) -> dict:
     return _run_sync(lambda: fetch_server_info_async(url, timeout_s=timeout_s))
 
 
+async def count_tokens_async(url: str, texts: list[str], *, timeout_s: float = 30.0) -> list[int]:
+    """Each text's tokens as the server's tokenizer counts them, special tokens included as
+    /generate adds them: one /v1/tokenize request for the list. TokenizeNotServed on a 404."""
+    where = f"POST {_base(url)}{api.TOKENIZE}"
+    body = {api.TOKENIZE_PROMPT: texts, api.TOKENIZE_ADD_SPECIAL_TOKENS: True}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{_base(url)}{api.TOKENIZE}", json=body,
+                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            text = await resp.text(errors="replace")
+            if resp.status == 404:
+                raise TokenizeNotServed(f"{where}: HTTP 404: {error_text(text)}")
+            if resp.status != 200:
+                raise ServerQueryError(f"{where}: HTTP {resp.status}: {error_text(text)}")
+    try:
+        counts = json.loads(text).get(api.TOKENIZE_COUNT)
+    except (ValueError, AttributeError):
+        counts = None
+    if not (isinstance(counts, list) and len(counts) == len(texts)
+            and all(type(c) is int and c >= 0 for c in counts)):
+        raise ServerQueryError(f"{where}: expected {{{api.TOKENIZE_COUNT!r}: [one count per prompt]}} for "
+                               f"{len(texts)} prompt(s), got {text[:200]!r}")
+    return counts
+
+
+def count_tokens(url: str, texts: list[str], *, timeout_s: float = 30.0) -> list[int]:
+    return _run_sync(lambda: count_tokens_async(url, texts, timeout_s=timeout_s))
+
+
 async def scrape_metrics_async(url: str, *, timeout_s: float = 10.0) -> str:
     """The raw Prometheus text of /metrics (SGLang serves it only with --enable-metrics)."""
     return await _get(url, api.METRICS, timeout_s=timeout_s, as_json=False)
@@ -459,8 +491,11 @@ def scrape_metrics(url: str, *, timeout_s: float = 10.0) -> dict[str, list[tuple
 
 __all__ = [
     "ServerQueryError",
+    "TokenizeNotServed",
     "WorkloadStalled",
     "context_length_from",
+    "count_tokens",
+    "count_tokens_async",
     "error_text",
     "fetch_context_length",
     "fetch_context_length_async",

@@ -47,11 +47,9 @@ def details(state: RunState) -> list[str]:
                   else "; timing figures as measured (an attached server's CPU wait is not seen)")
                + ("; noisy fails" if state.settings.strict_noise else "; noisy passes"))
     out.append(f"specdec: lossless {lossless_line(state)}")
-    uncut = [w.name for w in state.config.workloads if w.truncate]
-    if uncut and state.backend.count_tokens is None:  # fit_to_context needs the server's token count
-        out.append(f"specdec: truncate is not applied on the {state.backend} backend (workload "
-                   f"{', '.join(uncut)}): the plugin cannot count the model's tokens, so a prompt too "
-                   f"long for the context fails its requests")
+    counting = state.backend.counting(state)
+    if counting is not None:  # the guard and truncate are only as good as this count
+        out.append(f"specdec: context guard: prompt tokens counted {counting}")
     if state.dry_run and hw.family not in state.config.matrices:
         out.append(f"specdec: dry run: no {hw.family} matrix is configured, so there is no {hw.family} "
                    f"suite to rehearse and the cpu matrix runs; add [tool.specdec.matrix.{hw.family}]")

@@ -7,6 +7,7 @@ than with a connection error or, worse, a throughput of zero.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import warnings
 import urllib.error
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+import aiohttp
 import pytest
 
 from . import client, metrics, workloads
@@ -117,7 +119,20 @@ class LiveServer:
             return workloads.fit_to_context(workload, context, self.token_counter,
                                             truncate=truncate)
         except workloads.ContextLengthError as exc:
-            fail(f"server {self.id}: {exc}")
+            source = getattr(self.token_counter, "source", None)  # a server's count says whose it is
+            fail(f"server {self.id}: {exc}" + (f" (prompt tokens {source})" if source else ""))
+        except client.TokenizeNotServed:
+            # a server that cannot count for us runs the workload as it stands, as before the guard
+            from .token_count import NOT_SERVED
+
+            warnings.warn(f"server {self.id} {NOT_SERVED}, so workload "
+                          f"{workload.name!r} was not checked against its context length"
+                          + (" and its truncate = true was not applied" if truncate else "")
+                          + ": a prompt too long fails its requests", stacklevel=2)
+            return workload
+        except (client.ServerQueryError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            self.check_alive()
+            fail(f"server {self.id}: could not count its prompt tokens: {exc or type(exc).__name__}")
 
     def run(self, spec: WorkloadSpec | Workload) -> Measurement:
         """Run a workload and return its guarded measurement, or fail the test with a diagnosis.

@@ -17,6 +17,8 @@ Environment:
 - FAKE_SGLANG_FAULTS: JSON {"<method>" | "<method>-b<budget>" | "*": [engine fault flags]}.
 - FAKE_SGLANG_RECORD: a file to append one JSON line per launch to (argv, parsed values,
   CUDA_VISIBLE_DEVICES, pid).
+- FAKE_SGLANG_NO_TOKENIZE=1: a release before /v1/tokenize (0.5.3 and older), which answers it
+  404 as FastAPI answers a path it does not route.
 """
 
 from __future__ import annotations
@@ -29,6 +31,17 @@ import time
 from pathlib import Path
 
 REFERENCE = os.environ.get("FAKE_SGLANG_REF") or str(Path(sys.prefix) / "sglang-reference")
+# the engine with its /v1/tokenize handler answering as a route SGLang does not have
+ENGINE_WITHOUT_TOKENIZE = """import sys
+from aiohttp import web
+from pytest_specdec.engine import cli, server
+
+async def not_found(self, request):
+    return web.json_response({"detail": "Not Found"}, status=404)
+
+server.EngineServer.tokenize = not_found
+sys.exit(cli.main(sys.argv[1:]))
+"""
 RECORDED = ("model_path", "tp_size", "host", "port", "log_level", "random_seed", "enable_metrics",
             "context_length", "speculative_algorithm", "speculative_draft_model_path",
             "speculative_num_draft_tokens", "speculative_ddtree_budget")
@@ -96,6 +109,8 @@ def launch_server(argv: list[str]) -> None:
         if os.fork() == 0:
             os.execv(sys.executable, [sys.executable, "-c", "import time\nwhile True: time.sleep(1)",
                                       f"sglang::scheduler_TP{rank}"])
+    if os.environ.get("FAKE_SGLANG_NO_TOKENIZE") == "1":
+        os.execv(sys.executable, [sys.executable, "-c", ENGINE_WITHOUT_TOKENIZE, *engine])
     os.execv(sys.executable, [sys.executable, "-m", "pytest_specdec.engine", *engine])
 
 

@@ -144,7 +144,8 @@ def test_embedded_spec_carries_engine_args_and_a_dry_runs_known_crash():
     assert dflash.extra_args[dflash.extra_args.index("--fault-crash-after") + 1] == "0"
     argv = embedded.argv_builder(crash, rehearsal)(4242)
     assert argv[1:3] == ["-m", "pytest_specdec.engine"] and "4242" in argv
-    assert embedded.count_tokens is embedded_token_count and embedded.model_path(rehearsal) is None
+    assert embedded.token_counter("http://127.0.0.1:4242") is embedded_token_count
+    assert embedded.model_path(rehearsal) is None
 
 
 def test_known_issues_match_the_backends_own_name():
@@ -164,7 +165,10 @@ def test_sglang_spec_and_argv(monkeypatch):
     argv = sglang.argv_builder(spec, run)(30000)
     assert argv[argv.index("--model-path") + 1] == "/cache/org/model"
     assert argv[argv.index("--speculative-draft-model-path") + 1] == "/cache/org/draft"
-    assert sglang.count_tokens is None and sglang.model_path(run) == "/cache/org/model"
+    assert sglang.model_path(run) == "/cache/org/model"
+    counter = sglang.token_counter("http://127.0.0.1:30000/")
+    assert (counter.url, counter.fallback) == ("http://127.0.0.1:30000", None)  # the server's count, or none
+    assert sglang.token_counter("http://127.0.0.1:30000") is counter  # one per server: its counts are kept
 
 
 def test_attach_never_launches():

@@ -6,6 +6,7 @@ pytest on it in a subprocess, so servers, journal, baselines and reports are all
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -167,9 +169,9 @@ def test_benchmark_compare_works_on_a_second_run(pytester, no_leftover_engines):
     result.stdout.fnmatch_lines(["*test_generation[[]ddtree-tp1-b8-chat[]] (NOW)*"])
 
 
-def test_attach_to_a_running_server_uses_it_and_never_stops_it(pytester):
-    """--specdec-server-url: nothing is launched; tests of other configurations skip; the
-    server we did not start is still serving afterwards."""
+@contextlib.contextmanager
+def attached_engine(*flags: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """An engine someone else started (`flags` added), ready: its URL and process, killed after."""
     import socket
     import urllib.request
 
@@ -177,8 +179,8 @@ def test_attach_to_a_running_server_uses_it_and_never_stops_it(pytester):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = subprocess.Popen(
-        [sys.executable, "-m", "pytest_specdec.engine", "--port", str(port), "--method", "ddtree",
-         "--budget", "8"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [sys.executable, "-m", "pytest_specdec.engine", "--port", str(port), *flags],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True, cwd="/")  # not the project: engine_processes() looks there
     url = f"http://127.0.0.1:{port}"
     try:
@@ -189,6 +191,18 @@ def test_attach_to_a_running_server_uses_it_and_never_stops_it(pytester):
                 break
             except OSError:
                 time.sleep(0.2)
+        yield url, server
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+def test_attach_to_a_running_server_uses_it_and_never_stops_it(pytester):
+    """--specdec-server-url: nothing is launched; tests of other configurations skip; the
+    server we did not start is still serving afterwards."""
+    import urllib.request
+
+    with attached_engine("--method", "ddtree", "--budget", "8") as (url, server):
         project(pytester, budgets=(8, 16))
         result = run(pytester, f"--specdec-server-url={url}")
         result.assert_outcomes(passed=1, skipped=1)
@@ -197,9 +211,23 @@ def test_attach_to_a_running_server_uses_it_and_never_stops_it(pytester):
         assert not engine_processes(pytester.path), "attach mode must launch nothing"
         assert server.poll() is None, "the attached server must not be stopped"
         urllib.request.urlopen(url + "/health", timeout=10).read()
-    finally:
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
+
+
+def test_the_guard_on_an_attached_server_counts_with_its_tokenizer(pytester):
+    """An attached server's prompts were counted by the byte bound, whatever its tokenizer: now
+    by its own /v1/tokenize, as the header and the refusal say."""
+    with attached_engine("--method", "ar", "--context-length", "256") as (url, _):
+        project(pytester, methods=("ar",), max_new_tokens=64)
+        pytester.path.joinpath("long.jsonl").write_text(json.dumps({"prompt": "x" * 300}) + "\n")
+        config = pytester.path / "pyproject.toml"
+        config.write_text(config.read_text().replace('prompts = "chat"', 'prompts = "long.jsonl"'))
+        result = run(pytester, f"--specdec-server-url={url}")
+        result.assert_outcomes(failed=1)
+        result.stdout.fnmatch_lines([
+            "specdec: context guard: prompt tokens counted by the server's tokenizer (/v1/tokenize)",
+            "*server ar-tp1: workload 'chat', prompt 0: 301 prompt tokens + 64 max_new_tokens = 365, but a "
+            "request must stay below the server context length 256; * (prompt tokens counted by the server's "
+            "tokenizer (/v1/tokenize))"])
 
 
 def test_fixtures_a_hand_written_test_can_use(pytester, no_leftover_engines):

@@ -1,4 +1,5 @@
-"""`LiveServer`'s cross-check of the client's accept length against the server's decode log."""
+"""`LiveServer`: its cross-check of the client's accept length against the server's decode log, and the
+context-length guard's count by a server's own /v1/tokenize."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import re
 
 import pytest
 
+from pytest_specdec.backends import AttachBackend, SGLangBackend
 from pytest_specdec.live import LiveServer
 from pytest_specdec.metrics import RequestRecord, WorkloadResult, summarize
 from pytest_specdec.servers.spec import ServerSpec
+from pytest_specdec.workloads import Prompt, Workload, fit_to_context
 
 WARMUP = [
     "[2026-12-02 13:34:52 TP0] Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, "
@@ -155,3 +158,152 @@ def test_run_given_something_that_is_no_workload_says_what_it_takes(given):
         f"server ar-tp1: run() takes a workload: the specdec_workload fixture's value, or a "
         f"pytest_specdec.workloads.Workload (load_workload('chat') builds one), not the "
         f"{type(given).__name__} {given!r}")
+
+
+class TokenizerStub:
+    """An attached server's HTTP side, as far as the context guard asks it: /v1/models states the
+    context, /v1/tokenize counts a BOS plus one token per word (a subword model, to the guard), or
+    answers 404 as a release without it does, or `status` for every request; `asked` holds the
+    lists it counted."""
+
+    def __init__(self, context: int = 128, tokenize: bool = True, status: int = 200):
+        import http.server
+        import json
+        import threading
+
+        stub = self
+        self.asked: list[list[str]] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def answer(self, code, body):
+                raw = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_GET(self):
+                self.answer(200, {"data": [{"id": "m", "max_model_len": context}]})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if not tokenize or self.path != "/v1/tokenize":
+                    return self.answer(404, {"detail": "Not Found"})
+                if status != 200:
+                    return self.answer(status, {"object": "error", "message": "tokenizer exploded"})
+                stub.asked.append(body["prompt"])
+                assert body["add_special_tokens"] is True
+                self.answer(200, {"count": [len(t.split()) + 1 for t in body["prompt"]], "max_model_len": context})
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def stub():
+    made = []
+
+    def make(**kw) -> TokenizerStub:
+        made.append(TokenizerStub(**kw))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def live(url: str, backend) -> LiveServer:
+    return LiveServer(spec=ServerSpec(backend.name, "ar"), url=url, log_path=None, check=lambda: None,
+                      token_counter=backend.token_counter(url))
+
+
+WORDS = Workload("words", prompts=(Prompt("word " * 100),), max_new_tokens=16)  # 101 tokens, 501 bytes
+
+
+def test_an_attached_server_counts_its_own_prompts(stub):
+    """The byte bound (501 + 16 > 128) refused a prompt of 101 subword tokens, which fits."""
+    server = stub()
+    assert live(server.url, AttachBackend("attached")).workload(WORDS) is WORDS
+    assert server.asked == [[WORDS.prompts[0].text]]
+
+
+def test_a_prompt_is_refused_by_the_servers_count_and_says_so(stub):
+    server = stub(context=64)
+    with pytest.raises(pytest.fail.Exception) as info:
+        live(server.url, AttachBackend("attached")).workload(WORDS)
+    assert str(info.value).startswith("server ar-tp1: workload 'words', prompt 0: 101 prompt tokens + 16 "
+                                      "max_new_tokens = 117, but a request must stay below the server context "
+                                      "length 64;")
+    assert str(info.value).endswith("(prompt tokens counted by the server's tokenizer (/v1/tokenize))")
+
+
+def test_truncation_asks_the_server_a_round_of_prefixes_at_once(stub):
+    """The search over prefixes asks for 16 at a time, and each text once: a handful of
+    requests for a 10 000-character prompt, where a binary search would send 14."""
+    server = stub()
+    counter = AttachBackend("attached").token_counter(server.url)
+    long = Workload("long", prompts=(Prompt("word " * 2000), Prompt("word " * 2000)), max_new_tokens=16)
+    fitted = fit_to_context(long, 128, counter, truncate=True)
+    assert [p.text for p in fitted.prompts] == ["word " * 110] * 2  # 110 words + BOS + 16 < 128
+    assert len(server.asked) <= 5 and all(len(set(a)) == len(a) for a in server.asked)
+    asked = [t for a in server.asked for t in a]
+    assert len(asked) == len(set(asked))
+
+
+def test_an_attached_server_without_tokenize_is_counted_by_the_byte_bound(stub):
+    server = stub(tokenize=False)
+    with pytest.raises(pytest.fail.Exception) as info:
+        live(server.url, AttachBackend("attached")).workload(WORDS)
+    assert "501 prompt tokens + 16 max_new_tokens" in str(info.value)
+    assert str(info.value).endswith(
+        "(prompt tokens counted as the embedded engine counts (BOS + one per UTF-8 byte), an upper bound, as "
+        "the server has no /v1/tokenize (SGLang before 0.5.3.post1))")
+
+
+def test_an_sglang_server_without_tokenize_runs_the_workload_as_it_stands(stub):
+    server = stub(context=64, tokenize=False)
+    with pytest.warns(UserWarning, match=r"server ar-tp1 has no /v1/tokenize \(SGLang before 0\.5\.3\.post1\), "
+                                         r"so workload 'words' was not checked against its context length: "):
+        assert live(server.url, SGLangBackend("requested")).workload(WORDS) is WORDS
+
+
+def test_a_tokenize_error_fails_with_the_servers_words(stub):
+    server = stub(status=500)
+    with pytest.raises(pytest.fail.Exception, match=re.escape(
+            f"server ar-tp1: could not count its prompt tokens: POST {server.url}/v1/tokenize: HTTP 500: "
+            f"tokenizer exploded")):
+        live(server.url, SGLangBackend("requested")).workload(WORDS)
+
+
+@pytest.mark.parametrize("tokenize, said", [
+    (True, "by the server's tokenizer (/v1/tokenize)"),
+    (False, "as the embedded engine counts (BOS + one per UTF-8 byte), an upper bound, as the server has no "
+            "/v1/tokenize (SGLang before 0.5.3.post1); a prompt that fits may be refused, and truncate cuts "
+            "more than it needs to"),
+])
+def test_the_header_says_which_count_an_attached_server_gets(stub, tokenize, said):
+    from types import SimpleNamespace
+
+    server = stub(tokenize=tokenize)
+    attach = AttachBackend("attached")
+    assert attach.counting(SimpleNamespace(settings=SimpleNamespace(server_url=server.url + "/"))) == said
+    attach.token_counter(server.url)("word")  # the fixture's counter is the one the header asked
+    assert len(server.asked) == (2 if tokenize else 0)
+
+
+def test_the_header_of_an_attached_server_that_does_not_answer_says_both():
+    from types import SimpleNamespace
+
+    nowhere = SimpleNamespace(settings=SimpleNamespace(server_url="http://127.0.0.1:9"))
+    said = AttachBackend("attached").counting(nowhere)
+    assert said == ("by the server's /v1/tokenize where it serves it, else as the embedded engine counts "
+                    "(BOS + one per UTF-8 byte), an upper bound")

@@ -513,9 +513,10 @@ def python_with_sglang(pytester: pytest.Pytester) -> Path:
     return python
 
 
-def test_the_header_says_truncate_is_not_applied_on_sglang(pytester: pytest.Pytester):
-    """`truncate = true` cuts prompts too long for the context with the server's token count,
-    which the plugin has for the embedded engine only: on SGLang it did nothing, silently."""
+def test_the_header_says_how_sglangs_prompts_are_counted(pytester: pytest.Pytester):
+    """`truncate = true` cuts prompts too long for the context with the server's token count: on
+    SGLang each server's /v1/tokenize gives it, and a release without the endpoint is not guarded,
+    which the header says before any server starts."""
     pytester.makepyprojecttoml(SMALL_MATRIX + f"""
 [tool.specdec.sglang]
 python = "{python_with_sglang(pytester)}"
@@ -529,7 +530,8 @@ name = "short"
 """)
     pytester.makepyfile(SPEC_TEST)
     result = pytester.runpytest("--specdec-backend=sglang")
-    result.stdout.fnmatch_lines(["specdec: truncate is not applied on the sglang backend (workload long): "
-                                 "the plugin cannot count the model's tokens, so a prompt too long for "
-                                 "the context fails its requests"])
-    assert "specdec: truncate" not in pytester.runpytest("--specdec-backend=embedded").stdout.str()
+    result.stdout.fnmatch_lines(["specdec: context guard: prompt tokens counted by each server's /v1/tokenize "
+                                 "(SGLang 0.5.3.post1 and later); a server without it is not guarded, and "
+                                 "truncate is not applied to it (workload long): a prompt too long for its "
+                                 "context fails its requests"])
+    assert "specdec: context guard" not in pytester.runpytest("--specdec-backend=embedded").stdout.str()

@@ -145,3 +145,53 @@ def test_failures_read_from_sglang_style_logs(pytester, sglang_project, monkeypa
                  "server ddtree-tp2-b16 died: CUDA error: an illegal instruction was encountered*",
                  "server dflash-tp2: workload 'chat': the server produced zero completion tokens for all 2 *"):
         result.stdout.fnmatch_lines([line])
+
+
+def long_prompts(pytester: pytest.Pytester, truncate: bool) -> None:
+    """The chat workload becomes one 300-character prompt (301 tokens), 64 new tokens each."""
+    pytester.path.joinpath("long.jsonl").write_text(json.dumps({"prompt": "x" * 300}) + "\n")
+    path = pytester.path / "pyproject.toml"
+    path.write_text(path.read_text().replace('prompts = "chat"', f'prompts = "long.jsonl"\ntruncate = '
+                                             f'{str(truncate).lower()}').replace("max_new_tokens = 24",
+                                                                                 "max_new_tokens = 64"))
+
+
+def test_truncate_cuts_prompts_by_each_servers_own_count(pytester, sglang_project):
+    """`truncate = true` was not applied on the sglang backend, which had no count of the model's
+    tokens: the prompt too long for the context failed its requests. The server's /v1/tokenize
+    counts now, so the prompts are cut to fit (191 tokens + 64 new stay below 256)."""
+    sglang_project('methods = ["ar"]\ntp = [1]', sglang='extra_args = ["--context-length", "256"]')
+    long_prompts(pytester, truncate=True)
+    result = run(pytester)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["specdec: context guard: prompt tokens counted by each server's /v1/tokenize "
+                                 "(SGLang 0.5.3.post1 and later); a server without it is not guarded, and "
+                                 "truncate is not applied to it (workload chat)*"])
+    assert "has no /v1/tokenize" not in result.stdout.str()
+
+
+def test_a_prompt_too_long_is_refused_by_the_servers_count(pytester, sglang_project):
+    """The guard was off on the sglang backend: the workload's requests failed at the server."""
+    sglang_project('methods = ["ar"]\ntp = [1]', sglang='extra_args = ["--context-length", "256"]')
+    long_prompts(pytester, truncate=False)
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*server ar-tp1: workload 'chat', prompt 0: 301 prompt tokens + 64 max_new_tokens = 365, but a request "
+        "must stay below the server context length 256; * (prompt tokens counted by the server's tokenizer "
+        "(/v1/tokenize))"])
+
+
+def test_a_release_without_tokenize_runs_the_workload_as_it_stands_and_says_so(pytester, sglang_project,
+                                                                               monkeypatch):
+    """Before 0.5.3.post1 SGLang has no /v1/tokenize: the prompts go out uncut, as they did, the
+    server refuses the one too long, and a warning names the endpoint it lacks."""
+    monkeypatch.setenv("FAKE_SGLANG_NO_TOKENIZE", "1")
+    sglang_project('methods = ["ar"]\ntp = [1]', sglang='extra_args = ["--context-length", "256"]')
+    long_prompts(pytester, truncate=True)
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*The input (301 tokens) is longer than the model's context length (256 tokens)*"])
+    result.stdout.fnmatch_lines(["*server ar-tp1 has no /v1/tokenize (SGLang before 0.5.3.post1), so workload "
+                                 "'chat' was not checked against its context length and its truncate = true was "
+                                 "not applied: a prompt too long fails its requests*"])

@@ -233,6 +233,32 @@ def test_fit_to_context_truncates_when_configured():
     assert w.prompts[1].text.startswith(cut.text)
 
 
+class ListCounter:
+    """A counter that counts a list at once, as a server's /v1/tokenize does; `calls` its lists."""
+
+    def __init__(self):
+        self.calls: list[list[str]] = []
+
+    def __call__(self, text: str) -> int:
+        return self.count_many([text])[0]
+
+    def count_many(self, texts):
+        self.calls.append(list(texts))
+        return [embedded_token_count(t) for t in texts]
+
+
+@pytest.mark.parametrize("text", ["x" * 5000, "é" * 777, "ab€" * 301 + "z", "word " * 2000])
+@pytest.mark.parametrize("context", [30, 100, 1000])
+def test_a_list_counter_cuts_where_one_text_at_a_time_does(text, context):
+    """The 16-ary search a list counter gets finds the binary search's prefix, in a workload's
+    one call plus one call a round."""
+    w = wl(text, max_new_tokens=10)
+    counter = ListCounter()
+    assert fit_to_context(w, context, counter, truncate=True) == fit_to_context(w, context, truncate=True)
+    assert counter.calls[0] == [text] and len(counter.calls) <= 5
+    assert all(1 <= len(call) <= 16 for call in counter.calls)
+
+
 def test_a_context_length_error_names_the_settings_that_fix_it():
     """It ended "or enable truncation", which names no setting (the workload key is `truncate`),
     and said so where no cut prompt could fit. Now it names the key and the context length that

@@ -1,0 +1,108 @@
+"""Prompt tokens as a live server counts them, for the context-length guard (fit_to_context).
+
+SGLang serves its tokenizer at /v1/tokenize from release 0.5.3.post1: a list of prompts in, one
+count each out, special tokens added as /generate adds them, so a count is the prompt_tokens a
+request of that text gets. A subword model's count is far below the embedded engine's byte count,
+which is only an upper bound. `ServerTokenCounter` asks for the texts it has not seen yet, as one
+list, so a workload is counted in one request and a truncation's search in one a round. A server
+without the endpoint (a 404) is counted by the fallback from then on, or, with none, not at all
+(`TokenizeNotServed` tells the caller).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator, Sequence
+
+import aiohttp
+
+from . import client
+from . import sglang_api as api
+
+#: Prompt text per request: the embedded engine takes request bodies up to 1 MiB.
+BATCH_BYTES = 256 * 1024
+#: Seconds the report header waits to learn whether an attached server counts.
+PROBE_TIMEOUT_S = 5.0
+#: What a server without the endpoint lacks, for messages.
+NOT_SERVED = f"has no {api.TOKENIZE} (SGLang before 0.5.3.post1)"
+
+
+class ServerTokenCounter:
+    """`counter(text)` and `counter.count_many(texts)`: the server at `url` counts, each text once.
+
+    `fallback` counts when the server has no /v1/tokenize, described by `fallback_source` ("as
+    ...", for messages); None: TokenizeNotServed is raised instead.
+    """
+
+    def __init__(self, url: str, fallback: Callable[[str], int] | None = None, *, fallback_source: str = "",
+                 timeout_s: float = 30.0) -> None:
+        self.url = url
+        self.fallback = fallback
+        self.fallback_source = fallback_source
+        self.timeout_s = timeout_s
+        self.served: bool | None = None  # None: not asked yet
+        self._counts: dict[str, int] = {}
+
+    def __call__(self, text: str) -> int:
+        return self.count_many([text])[0]
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        return self._count(texts, self.timeout_s)
+
+    def _count(self, texts: Sequence[str], timeout_s: float) -> list[int]:
+        if self.served is not False:
+            todo = [t for t in dict.fromkeys(texts) if t not in self._counts]
+            try:
+                for batch in _batches(todo):
+                    self._counts.update(zip(batch, client.count_tokens(self.url, batch, timeout_s=timeout_s)))
+            except client.TokenizeNotServed as exc:
+                if self.served:  # it counted before: this 404 is no missing endpoint
+                    raise client.ServerQueryError(str(exc)) from None
+                self.served = False
+            else:
+                if todo:
+                    self.served = True
+                return [self._counts[t] for t in texts]
+        if self.fallback is None:
+            raise client.TokenizeNotServed(f"{self.url} {NOT_SERVED}")
+        return [self.fallback(t) for t in texts]
+
+    def probe(self) -> bool | None:
+        """Whether the server counts for us, asked with an empty prompt until it answers; None
+        while it does not (a server that is down is the readiness check's to report)."""
+        if self.served is None:
+            try:
+                self._count([""], min(self.timeout_s, PROBE_TIMEOUT_S))
+            except (client.ServerQueryError, aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                pass
+        return self.served
+
+    @property
+    def source(self) -> str:
+        """How the counts are made, as a phrase: "counted by ..."."""
+        if self.served:
+            return f"counted by the server's tokenizer ({api.TOKENIZE})"
+        if self.served is None:
+            return f"counted by the server's {api.TOKENIZE} where it serves it" + (
+                f", else {self.fallback_source}" if self.fallback is not None else "")
+        if self.fallback is None:
+            return f"not counted: the server {NOT_SERVED}"
+        return f"counted {self.fallback_source}, as the server {NOT_SERVED}"
+
+
+def _batches(texts: list[str]) -> Iterator[list[str]]:
+    """`texts` in runs of at most BATCH_BYTES of text (a longer text alone)."""
+    batch: list[str] = []
+    size = 0
+    for text in texts:
+        n = len(text.encode("utf-8"))
+        if batch and size + n > BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+        batch.append(text)
+        size += n
+    if batch:
+        yield batch
+
+
+__all__ = ["BATCH_BYTES", "NOT_SERVED", "PROBE_TIMEOUT_S", "ServerTokenCounter"]
