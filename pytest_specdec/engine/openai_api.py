@@ -127,7 +127,7 @@ class OpenAIRequest:
     sampling: Sampling
     stream: bool
     include_usage: bool  # a last chunk, with no choices, carries the whole request's usage
-    #: each chunk of content carries the usage so far (`carries_usage`); SGLang reads it apart from
+    #: chunks with content carry the usage so far (see Chunks); SGLang reads it apart from
     #: include_usage, so either comes without the other
     continuous_usage: bool
     rid: str | None
@@ -251,21 +251,20 @@ def finish(reason: dict | None) -> tuple[str | None, Any]:
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    """SGLang's UsageInfo as it reports a text request on a server without --enable-cache-report
+    (prompt_tokens_details null) and without a reasoning parser (reasoning_tokens 0, hence
+    completion_tokens_details null)."""
+    return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
+            "completion_tokens": completion_tokens, "prompt_tokens_details": None, "reasoning_tokens": 0,
+            "completion_tokens_details": None}
 
 
-def carries_usage(kind: str, text: str) -> bool:
-    """Whether a stream chunk of `kind` with `text` carries the usage so far when a request asks for
-    continuous_usage_stats: SGLang puts it on every chunk of /v1/completions, and on the chunks of
-    /v1/chat/completions that carry content, not on the role's first chunk nor the finish chunk."""
-    return kind == "text_completion" or bool(text)
-
-
-def envelope(kind: str, rid: str, model: str, choices: list[dict], usage_: dict | None) -> dict:
+def envelope(kind: str, rid: str, model: str, choices: list[dict], usage_: dict | None,
+             created: int | None = None) -> dict:
     """A response or chunk: `kind` is text_completion, chat.completion or chat.completion.chunk."""
     prefix = "cmpl-" if kind == "text_completion" else "chatcmpl-"
-    out = {"id": prefix + rid, "object": kind, "created": int(time.time()), "model": model, "choices": choices}
+    out = {"id": prefix + rid, "object": kind, "created": int(time.time()) if created is None else created,
+           "model": model, "choices": choices}
     if usage_ is not None or kind != "chat.completion.chunk":
         out["usage"] = usage_
     return out
@@ -283,9 +282,64 @@ def chat_choice(text: str, reason: dict | None) -> dict:
             "logprobs": None, "finish_reason": finish_reason, "matched_stop": matched}
 
 
-def chat_delta(delta: dict, reason: dict | None) -> dict:
+def chat_delta(*, role: str | None = None, content: str | None = None, reason: dict | None = None) -> dict:
+    """A chat chunk's choice as SGLang builds it: the delta always names reasoning_content (null
+    without a reasoning parser) and holds role and content only where they are set."""
+    delta: dict[str, Any] = {"reasoning_content": None}
+    if role is not None:
+        delta["role"] = role
+    if content is not None:
+        delta["content"] = content
     finish_reason, matched = finish(reason)
     return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason, "matched_stop": matched}
+
+
+class Chunks:
+    """The chunks SGLang streams for one request, built step by step from the cumulative text.
+
+    /v1/completions: one chunk a step with the new text, the finish reason on the last one.
+    /v1/chat/completions: a first chunk with the role alone (content ""), a chunk for each step
+    that adds text, then one more holding only the finish reason and matched_stop.
+    continuous_usage_stats puts the usage so far on every completion chunk and on each chat chunk
+    with content, never on the role's or the finish's; include_usage adds a last chunk with no
+    choices and the whole request's usage, whose null fields SGLang drops for /v1/completions
+    (it serialises that chunk without None) and keeps for chat.
+    """
+
+    def __init__(self, kind: str, rid: str, model: str, prompt_tokens: int, *, include_usage: bool,
+                 continuous_usage: bool) -> None:
+        self.kind = "chat.completion.chunk" if kind == "chat.completion" else kind
+        self.rid, self.model, self.prompt_tokens = rid, model, prompt_tokens
+        self.include_usage, self.continuous_usage = include_usage, continuous_usage
+        self.created = int(time.time())  # one timestamp for the whole stream, as SGLang's
+        self.sent = ""
+        self.started = False
+
+    def step(self, text: str, completion_tokens: int, reason: dict | None) -> list[dict]:
+        """The chunks for the request's state after a step: its text so far, its output tokens
+        so far and its finish reason (None until the last step)."""
+        delta = text[len(self.sent):] if text.startswith(self.sent) else ""  # a cut stop string cannot be unsent
+        self.sent += delta
+        so_far = usage(self.prompt_tokens, completion_tokens)
+        out = []
+        if self.kind == "text_completion":
+            if delta or reason is not None or not self.started:
+                out.append(self._chunk([completion_choice(delta, reason)], so_far if self.continuous_usage else None))
+        else:
+            if not self.started:
+                out.append(self._chunk([chat_delta(role="assistant", content="")], None))
+            if delta:
+                out.append(self._chunk([chat_delta(content=delta)], so_far if self.continuous_usage else None))
+            if reason is not None:
+                out.append(self._chunk([chat_delta(reason=reason)], None))
+        self.started = True
+        if reason is not None and self.include_usage:
+            total = so_far if self.kind != "text_completion" else {k: v for k, v in so_far.items() if v is not None}
+            out.append(self._chunk([], total))
+        return out
+
+    def _chunk(self, choices: list[dict], usage_: dict | None) -> dict:
+        return envelope(self.kind, self.rid, self.model, choices, usage_, self.created)
 
 
 def model_card(name: str, context_length: int, created: int) -> dict:

@@ -371,34 +371,21 @@ class EngineServer:
         s = o.sampling
         req = Request(list(o.input_ids), s.max_new_tokens, ignore_eos=s.ignore_eos, stop=s.stop,
                       stop_token_ids=s.stop_token_ids, stream=o.stream, rid=o.rid)
-        usage = lambda p: openai_api.usage(len(req.input_ids), p.num_ids)  # noqa: E731
         if not o.stream:
             p = await self._answered(request, req)
             if p is None:
                 return web.Response(status=499)
             choice = (openai_api.completion_choice if kind == "text_completion" else openai_api.chat_choice)(
                 p.text, p.finish_reason)
-            return web.json_response(openai_api.envelope(kind, req.rid, self.served_model_name, [choice], usage(p)))
-        chunk_kind = "chat.completion.chunk" if kind == "chat.completion" else kind
-
-        def chunk(text: str, p: Progress, first: bool) -> dict:
-            if kind == "text_completion":
-                choice = openai_api.completion_choice(text, p.finish_reason)
-            else:
-                choice = openai_api.chat_delta({"role": "assistant", "content": text} if first else
-                                               {"content": text}, p.finish_reason)
-            so_far = usage(p) if o.continuous_usage and openai_api.carries_usage(chunk_kind, text) else None
-            return openai_api.envelope(chunk_kind, req.rid, self.served_model_name, [choice], so_far)
+            usage = openai_api.usage(len(req.input_ids), p.num_ids)
+            return web.json_response(openai_api.envelope(kind, req.rid, self.served_model_name, [choice], usage))
+        stream = openai_api.Chunks(kind, req.rid, self.served_model_name, len(req.input_ids),
+                                   include_usage=o.include_usage, continuous_usage=o.continuous_usage)
 
         async def chunks():
-            sent = ""
             async for p in self._progress(req):
-                delta = p.text[len(sent):] if p.text.startswith(sent) else ""  # a cut stop string cannot be unsent
-                if delta or p.finish_reason is not None or not sent:
-                    yield chunk(delta, p, first=not sent)
-                    sent += delta
-                if p.finish_reason is not None and o.include_usage:
-                    yield openai_api.envelope(chunk_kind, req.rid, self.served_model_name, [], usage(p))
+                for chunk in stream.step(p.text, p.num_ids, p.finish_reason):
+                    yield chunk
 
         return await self._stream(request, req, chunks())
 

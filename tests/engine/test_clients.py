@@ -53,6 +53,7 @@ def test_openai_completion_matches_generate(client, engine):
     assert out.choices[0].text == native["text"]
     assert out.choices[0].finish_reason == "length"
     assert (out.usage.prompt_tokens, out.usage.completion_tokens) == (native["meta_info"]["prompt_tokens"], 24)
+    assert out.usage.prompt_tokens_details is None and out.usage.model_extra == {"reasoning_tokens": 0}  # SGLang's
 
 
 def test_openai_completion_stream(client, engine):
@@ -79,9 +80,11 @@ def test_openai_chat_stream(client, engine):
     native = engine.generate(render_chat([{"role": "user", "content": "Count to five."}]), max_new_tokens=30)
     chunks = list(client.chat.completions.create(model=model_name(client), messages=messages, max_tokens=30,
                                                  stream=True))
-    assert chunks[0].choices[0].delta.role == "assistant"
-    assert "".join(c.choices[0].delta.content or "" for c in chunks) == native["text"]
-    assert chunks[-1].choices[0].finish_reason == "length"
+    role, *content, finish = chunks  # as SGLang streams a chat: the role alone, the text, the finish alone
+    assert (role.choices[0].delta.role, role.choices[0].delta.content) == ("assistant", "")
+    assert all(c.choices[0].delta.role is None and c.choices[0].finish_reason is None for c in content)
+    assert "".join(c.choices[0].delta.content for c in content) == native["text"]
+    assert (finish.choices[0].delta.content, finish.choices[0].finish_reason) == (None, "length")
 
 
 @pytest.mark.parametrize("include_usage", [True, False], ids=["and-final-usage", "alone"])

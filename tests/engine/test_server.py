@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
 from pytest_specdec.engine.logs import READY_LINE
+from pytest_specdec.engine.openai_api import render_chat
+from pytest_specdec.engine.tokenizer import ByteTokenizer
 
 CONTEXT = 512
 PROMPT = "The capital city of France is"
@@ -122,13 +126,103 @@ def test_continuous_usage_stats_puts_the_usage_so_far_on_the_chunks_sglang_does(
         assert chunks and all(c["choices"] for c in chunks), path  # no usage chunk without include_usage
         assert [c.get("usage") is not None for c in chunks] == [has_content(c) for c in chunks], path
         usages = [c["usage"] for c in chunks if c.get("usage")]
-        assert all(set(u) == {"prompt_tokens", "completion_tokens", "total_tokens"}
-                   and u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"] for u in usages)
+        assert all(u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"] for u in usages)
         assert [u["completion_tokens"] for u in usages] == sorted(u["completion_tokens"] for u in usages)
         assert usages[-1]["completion_tokens"] <= 24 and chunks[-1]["choices"][0]["finish_reason"] == "length"
     res = ddtree.post("/v1/completions", {"prompt": PROMPT, "stream": True,
                                           "stream_options": {"continuous_usage_stats": "yes"}})
     assert res.status == 400 and "stream_options.continuous_usage_stats" in error_message(res)
+
+
+@pytest.fixture(scope="module")
+def sglang_openai(sglang_reference):
+    """SGLang's own response models, usage and chat chunk builder: what its server would send,
+    serialised by its code (no server, no GPU)."""
+    package = "sglang.srt.entrypoints.openai."
+    return SimpleNamespace(protocol=importlib.import_module(package + "protocol"),
+                           sse=importlib.import_module(package + "sse_utils"),
+                           usage=importlib.import_module(package + "usage_processor").UsageProcessor)
+
+
+OPENAI_REQUESTS = {"/v1/completions": {"prompt": PROMPT},
+                   "/v1/chat/completions": {"messages": [{"role": "user", "content": "Count to five."}]}}
+
+
+def prompt_tokens(path: str) -> int:
+    body = OPENAI_REQUESTS[path]
+    return len(ByteTokenizer().encode(body["prompt"] if "prompt" in body else render_chat(body["messages"])))
+
+
+def as_sglang_streams(sg, path: str, chunks: list[dict], finish: tuple[str, str | None], *, include_usage: bool,
+                      continuous: bool) -> list[dict]:
+    """The stream SGLang's serving_completions / serving_chat build for the texts and token counts
+    the engine's chunks carry, one step of output per engine chunk with text."""
+    ident = {"id": chunks[0]["id"], "created": chunks[0]["created"], "model": chunks[0]["model"]}
+
+    def usage(chunk: dict):  # the token counts the engine's chunk states, in SGLang's UsageInfo
+        counted = (chunk.get("usage") or {}).get("completion_tokens", -1)
+        return sg.usage.calculate_token_usage(prompt_tokens=prompt_tokens(path), completion_tokens=counted)
+
+    def sse(**fields) -> str:
+        return sg.sse.build_sse_content(ident["id"], ident["created"], ident["model"], 0, **fields)
+
+    streamed = [c for c in chunks if c["choices"]]
+    reason, matched = finish
+    out = []
+    if path == "/v1/completions":
+        for i, c in enumerate(streamed):
+            last = i == len(streamed) - 1
+            choice = sg.protocol.CompletionResponseStreamChoice(
+                index=0, text=c["choices"][0]["text"], finish_reason=reason if last else None,
+                matched_stop=matched if last else None)
+            out.append(sg.protocol.CompletionStreamResponse(
+                **ident, choices=[choice], usage=usage(c) if continuous else None).model_dump_json())
+        if include_usage:
+            out.append(sg.protocol.CompletionStreamResponse(**ident, choices=[], usage=usage(chunks[-1]))
+                       .model_dump_json(exclude_none=True))
+    else:
+        out.append(sse(role="assistant", content=""))
+        for c in streamed[1:-1]:
+            out.append(sse(content=c["choices"][0]["delta"].get("content"),
+                           usage=usage(c).model_dump() if continuous else None))
+        out.append(sse(finish_reason=reason, matched_stop=matched))
+        if include_usage:
+            out.append(sg.protocol.ChatCompletionStreamResponse(**ident, choices=[], usage=usage(chunks[-1]))
+                       .model_dump_json())
+    return [json.loads(o.removeprefix("data: ")) for o in out]
+
+
+@pytest.mark.parametrize("path", sorted(OPENAI_REQUESTS))
+@pytest.mark.parametrize("options", [{}, {"continuous_usage_stats": True}, {"include_usage": True},
+                                     {"include_usage": True, "continuous_usage_stats": True}],
+                         ids=["plain", "continuous", "include", "both"])
+@pytest.mark.parametrize("finish", ["length", "stop"])
+def test_openai_streams_are_laid_out_as_sglangs(ddtree, sglang_openai, path, options, finish):
+    """Chunk for chunk what SGLang's own code builds: chat opens with a chunk holding only the
+    role and ends with one holding only the finish reason and matched_stop, where completions
+    put the finish on the last text chunk; usage is SGLang's whole UsageInfo."""
+    body = {**OPENAI_REQUESTS[path], "max_tokens": 24, "ignore_eos": True}
+    stop = None
+    if finish == "stop":
+        plain = ddtree.post(path, body).json()["choices"][0]
+        stop = (plain["text"] if "text" in plain else plain["message"]["content"])[10:13]
+        body["stop"] = [stop]
+    res = ddtree.post(path, {**body, "stream": True, "stream_options": options})
+    chunks = [json.loads(e) for e in sse_events(res.body)[:-1]]
+    assert len({(c["id"], c["created"]) for c in chunks}) == 1
+    if options.get("include_usage") and finish == "length":
+        assert chunks[-1]["usage"]["completion_tokens"] == 24
+    assert chunks == as_sglang_streams(sglang_openai, path, chunks, (finish, stop),
+                                       include_usage=bool(options.get("include_usage")),
+                                       continuous=bool(options.get("continuous_usage_stats")))
+
+
+@pytest.mark.parametrize("path", sorted(OPENAI_REQUESTS))
+def test_openai_usage_is_sglangs_usage_info(ddtree, sglang_openai, path):
+    """prompt_tokens_details null (no cache report) and reasoning_tokens 0 (no reasoning parser)."""
+    out = ddtree.post(path, {**OPENAI_REQUESTS[path], "max_tokens": 24, "ignore_eos": True}).json()
+    assert out["usage"] == sglang_openai.usage.calculate_token_usage(
+        prompt_tokens=prompt_tokens(path), completion_tokens=24).model_dump()
 
 
 def test_stop_string_ends_generation_and_is_cut(ddtree):
