@@ -270,6 +270,12 @@ def envelope(kind: str, rid: str, model: str, choices: list[dict], usage_: dict 
     return out
 
 
+def response(kind: str, rid: str, model: str, choice: dict, usage_: dict, meta_info: dict) -> dict:
+    """A whole (not streamed) response: SGLang adds the version of the weights that answered,
+    from the request's meta_info."""
+    return {**envelope(kind, rid, model, [choice], usage_), "metadata": {"weight_version": meta_info["weight_version"]}}
+
+
 def completion_choice(text: str, reason: dict | None) -> dict:
     finish_reason, matched = finish(reason)
     return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "matched_stop": matched}
@@ -277,8 +283,8 @@ def completion_choice(text: str, reason: dict | None) -> dict:
 
 def chat_choice(text: str, reason: dict | None) -> dict:
     finish_reason, matched = finish(reason)
-    return {"index": 0, "message": {"role": "assistant", "content": text, "reasoning_content": None,
-                                    "tool_calls": None},
+    # without tool calls SGLang's message has no tool_calls key, not a null one
+    return {"index": 0, "message": {"role": "assistant", "content": text, "reasoning_content": None},
             "logprobs": None, "finish_reason": finish_reason, "matched_stop": matched}
 
 

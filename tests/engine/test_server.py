@@ -218,11 +218,22 @@ def test_openai_streams_are_laid_out_as_sglangs(ddtree, sglang_openai, path, opt
 
 
 @pytest.mark.parametrize("path", sorted(OPENAI_REQUESTS))
-def test_openai_usage_is_sglangs_usage_info(ddtree, sglang_openai, path):
-    """prompt_tokens_details null (no cache report) and reasoning_tokens 0 (no reasoning parser)."""
+def test_openai_responses_are_sglangs(ddtree, sglang_openai, path):
+    """Field for field what SGLang's own models serialise: its whole UsageInfo, a chat message
+    without tool_calls, and the weights' version as metadata (SGLang's default, "default")."""
     out = ddtree.post(path, {**OPENAI_REQUESTS[path], "max_tokens": 24, "ignore_eos": True}).json()
-    assert out["usage"] == sglang_openai.usage.calculate_token_usage(
-        prompt_tokens=prompt_tokens(path), completion_tokens=24).model_dump()
+    sg = sglang_openai.protocol
+    usage = sglang_openai.usage.calculate_token_usage(prompt_tokens=prompt_tokens(path), completion_tokens=24)
+    if path == "/v1/completions":
+        choice = sg.CompletionResponseChoice(index=0, text=out["choices"][0]["text"], finish_reason="length")
+        model = sg.CompletionResponse
+    else:
+        message = sg.ChatMessage(role="assistant", content=out["choices"][0]["message"]["content"])
+        choice = sg.ChatCompletionResponseChoice(index=0, message=message, finish_reason="length")
+        model = sg.ChatCompletionResponse
+    expected = model(id=out["id"], created=out["created"], model=out["model"], choices=[choice], usage=usage,
+                     metadata={"weight_version": "default"})
+    assert out == json.loads(expected.model_dump_json(by_alias=True))
 
 
 def test_stop_string_ends_generation_and_is_cut(ddtree):
