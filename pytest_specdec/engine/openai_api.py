@@ -261,9 +261,9 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
 
 def envelope(kind: str, rid: str, model: str, choices: list[dict], usage_: dict | None,
              created: int | None = None) -> dict:
-    """A response or chunk: `kind` is text_completion, chat.completion or chat.completion.chunk."""
-    prefix = "cmpl-" if kind == "text_completion" else "chatcmpl-"
-    out = {"id": prefix + rid, "object": kind, "created": int(time.time()) if created is None else created,
+    """A response or chunk: `kind` is text_completion, chat.completion or chat.completion.chunk.
+    Its id is the request's rid as is (the client's, else a uuid), as SGLang's."""
+    out = {"id": rid, "object": kind, "created": int(time.time()) if created is None else created,
            "model": model, "choices": choices}
     if usage_ is not None or kind != "chat.completion.chunk":
         out["usage"] = usage_

@@ -236,6 +236,17 @@ def test_openai_responses_are_sglangs(ddtree, sglang_openai, path):
     assert out == json.loads(expected.model_dump_json(by_alias=True))
 
 
+@pytest.mark.parametrize("path", sorted(OPENAI_REQUESTS))
+def test_openai_ids_are_the_request_rid(ddtree, path):
+    """SGLang answers with its request's rid as the id, unprefixed: the client's, else a uuid's hex."""
+    body = {**OPENAI_REQUESTS[path], "max_tokens": 4}
+    assert ddtree.post(path, {**body, "rid": "my-request"}).json()["id"] == "my-request"
+    assert re.fullmatch(r"[0-9a-f]{32}", ddtree.post(path, body).json()["id"])
+    streamed = ddtree.post(path, {**body, "rid": "my-stream", "stream": True,
+                                  "stream_options": {"include_usage": True}})
+    assert {json.loads(e)["id"] for e in sse_events(streamed.body)[:-1]} == {"my-stream"}
+
+
 def test_stop_string_ends_generation_and_is_cut(ddtree):
     full = ddtree.generate(PROMPT, max_new_tokens=64)["text"]
     stop = full[20:23]
