@@ -49,7 +49,7 @@ def error_body(exc: RequestError) -> dict:
 
 _ROUTING_HINTS = frozenset({"bootstrap_host", "bootstrap_port", "bootstrap_room", "routed_dp_rank",
                             "disagg_prefill_dp_rank", "data_parallel_rank", "extra_key", "cache_salt", "priority",
-                            "rid", "session_id", "user", "seed", "model", "custom_params", "images_config",
+                            "rid", "session_id", "user", "seed", "custom_params", "images_config",
                             "mm_processor_kwargs", "routed_experts_start_len"})
 _SHARED_NEUTRAL: Mapping[str, Neutral] = {
     "frequency_penalty": Neutral(0.0, also=(0,)),
@@ -78,7 +78,8 @@ _SHARED_NEUTRAL: Mapping[str, Neutral] = {
     "return_token_ids": Neutral(False),
 }
 _SHARED_HONOURED = frozenset({"max_tokens", "temperature", "stop", "stop_token_ids", "ignore_eos", "stream",
-                              "stream_options"})
+                              "stream_options", "model"})
+DEFAULT_MODEL = "default"  # SGLang's model when a request names none
 
 COMPLETION_HONOURED = _SHARED_HONOURED | {"prompt"}
 COMPLETION_HINTS = _ROUTING_HINTS | {"custom_labels"}
@@ -131,15 +132,17 @@ class OpenAIRequest:
     #: include_usage, so either comes without the other
     continuous_usage: bool
     rid: str | None
+    model: str  # answered as the request named it, as SGLang does, whatever the served name
 
 
 def _common(body: Any, fields: frozenset[str], neutral: Mapping[str, Neutral], default_max_tokens: int | None,
             *, vocab_size: int) -> tuple[dict, Sampling, dict]:
-    """The fields both endpoints share: the body, its sampling, and how to answer (stream, usage)."""
+    """The fields both endpoints share: the body, its sampling, and how to answer (stream, usage, model)."""
     b = known_fields(body, fields)
     stream = expect("stream", b.get("stream", False), (bool,), "a boolean")
     options = expect("stream_options", b.get("stream_options", {}), (dict,), "an object")
-    answer = {"stream": stream}
+    model = b.get("model")
+    answer = {"stream": stream, "model": DEFAULT_MODEL if model is None else expect("model", model, (str,), "a string")}
     for name, key in (("include_usage", "include_usage"), ("continuous_usage", "continuous_usage_stats")):
         answer[name] = expect(f"stream_options.{key}", options.get(key) or False, (bool,), "a boolean")
     check_neutral("field(s)", b, neutral)

@@ -378,9 +378,9 @@ class EngineServer:
             choice = (openai_api.completion_choice if kind == "text_completion" else openai_api.chat_choice)(
                 p.text, p.finish_reason)
             usage = openai_api.usage(len(req.input_ids), p.num_ids)
-            return web.json_response(openai_api.response(kind, req.rid, self.served_model_name, choice, usage,
+            return web.json_response(openai_api.response(kind, req.rid, o.model, choice, usage,
                                                          self._meta_info(req, p)))
-        stream = openai_api.Chunks(kind, req.rid, self.served_model_name, len(req.input_ids),
+        stream = openai_api.Chunks(kind, req.rid, o.model, len(req.input_ids),
                                    include_usage=o.include_usage, continuous_usage=o.continuous_usage)
 
         async def chunks():

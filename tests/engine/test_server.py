@@ -247,6 +247,18 @@ def test_openai_ids_are_the_request_rid(ddtree, path):
     assert {json.loads(e)["id"] for e in sse_events(streamed.body)[:-1]} == {"my-stream"}
 
 
+@pytest.mark.parametrize("path", sorted(OPENAI_REQUESTS))
+def test_openai_answers_name_the_model_the_request_named(ddtree, path):
+    """SGLang echoes the request's model (its default "default" when none), not its served name."""
+    body = {**OPENAI_REQUESTS[path], "max_tokens": 4}
+    assert ddtree.post(path, {**body, "model": "my-model"}).json()["model"] == "my-model"
+    assert ddtree.post(path, {**body, "model": None}).json()["model"] == "default"
+    streamed = ddtree.post(path, {**body, "stream": True, "stream_options": {"include_usage": True}})
+    assert {json.loads(e)["model"] for e in sse_events(streamed.body)[:-1]} == {"default"}
+    res = ddtree.post(path, {**body, "model": 7})
+    assert res.status == 400 and "model: invalid type: integer 7, expected a string" in error_message(res)
+
+
 def test_stop_string_ends_generation_and_is_cut(ddtree):
     full = ddtree.generate(PROMPT, max_new_tokens=64)["text"]
     stop = full[20:23]
