@@ -29,6 +29,7 @@ from .sglang_api import TOKENIZE
 from .workloads import embedded_token_count
 
 if TYPE_CHECKING:
+    from .servers.host_claims import HostClaims
     from .servers.pool import ServerPool
     from .state import RunState
     from .token_count import ServerTokenCounter
@@ -102,8 +103,10 @@ class Backend:
         """SpecdecUsageError, one line, when this run cannot serve its tests (a missing extra, a
         server that is not there): checked once, after collection, if a test needs a server."""
 
-    def pool(self, state: RunState, run_dir: Path) -> ServerPool:
-        """The session's server pool: each configuration boots once, on leased GPUs."""
+    def pool(self, state: RunState, run_dir: Path,
+             announce: Callable[[str], None] | None = None) -> ServerPool:
+        """The session's server pool: each configuration boots once, on leased GPUs (claimed
+        host-wide on a real inventory; `announce` prints a wait for another run's GPU)."""
         # the server manager is imported once a test needs a server, not when the plugin loads
         from .servers.leases import GpuLeases, read_topology
         from .servers.pool import ServerPool
@@ -115,7 +118,7 @@ class Backend:
             # inventory has no links to read.
             topology = read_topology() if not state.hardware.simulated else None
             leases = GpuLeases(run_dir / "leases", [gpu.index for gpu in state.hardware.gpus],
-                               topology=topology)
+                               topology=topology, claims=_host_claims(state, run_dir), announce=announce)
         log_dir = run_dir / "logs"
 
         def factory(spec: ServerSpec, gpus: tuple[int, ...]) -> ManagedServer:
@@ -302,7 +305,8 @@ class AttachBackend(Backend):
             raise SpecdecUsageError(f"{state.settings.source('server_url')} {url}: {exc.cause}; "
                                     f"start the server or fix the URL") from None
 
-    def pool(self, state: RunState, run_dir: Path) -> ServerPool:
+    def pool(self, state: RunState, run_dir: Path,
+             announce: Callable[[str], None] | None = None) -> ServerPool:
         from .servers.pool import ServerPool
 
         url = state.settings.server_url
@@ -310,6 +314,22 @@ class AttachBackend(Backend):
             return ServerPool.attach(url)
         except Exception as exc:
             raise SpecdecUsageError(f"{state.settings.source('server_url')} {url}: {exc}") from None
+
+
+def _host_claims(state: RunState, run_dir: Path) -> HostClaims | None:
+    """This process's claims on the host's GPUs, or None for a simulated inventory."""
+    folder = state.gpu_claims
+    if folder is None:
+        return None
+    from .servers.host_claims import HostClaims
+
+    keys = {gpu.index: gpu.uuid for gpu in state.hardware.gpus if gpu.uuid}  # else the physical index
+    try:
+        return HostClaims(folder, keys, run=run_dir.name.removeprefix("run-"), project=str(state.config.root))
+    except OSError as exc:
+        raise SpecdecUsageError(f"GPU claims folder {folder}: {exc.strerror or exc}; set "
+                                f"{state.settings.setter('gpu_claims')} to a folder every run on this host "
+                                f"can write") from None
 
 
 def _in_project(model: str, state: RunState) -> str:

@@ -7,8 +7,10 @@ them to pytest's scopes.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import warnings
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import pytest
 
@@ -77,7 +79,7 @@ def specdec_pool(specdec_state: RunState, request: pytest.FixtureRequest) -> Ite
 
             state.backend.check_ready(state)
             check_artifacts(state)
-        pool = state.backend.pool(state, run_dir(state, request.config))
+        pool = state.backend.pool(state, run_dir(state, request.config), announce=_announcer(request.config))
     except SpecdecUsageError as exc:
         pool, problem = None, f"pytest-specdec: {exc}"
     if pool is None:
@@ -93,6 +95,21 @@ def specdec_pool(specdec_state: RunState, request: pytest.FixtureRequest) -> Ite
 
 
 POOL_KEY = pytest.StashKey["ServerPool"]()
+
+
+def _announcer(config: pytest.Config) -> Callable[[str], None]:
+    """Print a progress line while a test waits, past pytest's capture (and from an xdist worker,
+    whose stderr is the controller's)."""
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    prefix = f"specdec: [{worker}] " if worker else "specdec: "
+
+    def announce(text: str) -> None:
+        capture = config.pluginmanager.getplugin("capturemanager")
+        with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+            sys.stderr.write(f"\n{prefix}{text}\n")
+            sys.stderr.flush()
+
+    return announce
 
 
 def retire_finished_server(item: pytest.Item, nextitem: pytest.Item | None) -> None:

@@ -42,6 +42,11 @@ def details(state: RunState) -> list[str]:
                for o in OPTIONS if state.settings.origins[o.name] != "default"]
     if changed:
         out.append("specdec: settings " + ", ".join(changed))
+    if state.gpu_claims is not None:
+        out.append(f"specdec: GPU claims {state.gpu_claims} ({state.settings.origins['gpu_claims']}): "
+                   f"another run on this host waits for the GPUs this one holds")
+    elif hw.simulated and hw.count and state.backend.launches:
+        out.append("specdec: GPU claims none: the inventory is simulated, so no host's GPUs are taken")
     out.append(f"specdec: gate {state.tolerances.describe()}"
                + ("; timing figures per second the server had a CPU" if state.backend.launches
                   else "; timing figures as measured (an attached server's CPU wait is not seen)")

@@ -205,6 +205,10 @@ OPTIONS: tuple[Option, ...] = (
            "python -m pytest_specdec merge", _shard, None, metavar="K/N"),
     Option("artifacts", "folder for server logs and per-run files", str, ".specdec/artifacts",
            metavar="DIR"),
+    Option("gpu_claims", "folder of host-wide GPU claims (one lock file per GPU) through which runs "
+           "sharing a host (other checkouts, users, CI jobs) never put servers on one GPU at once; "
+           "real GPUs only (default: pytest-specdec-gpu-claims in the temporary directory)",
+           str, None, metavar="DIR"),
     Option("cpu_matrix", "also run the cpu matrix on a GPU host whose family has a matrix (by "
            "default only that family's runs)", _bool, False, flag=True),
     Option("keep_runs", "keep the journals and artifact folders of the last N runs; older ones "

@@ -67,6 +67,18 @@ class RunState:
             self.config.known_issues, arch=hw.arch, family=hw.family, method=method, tp=tp,
             budget=budget, backend=self.backend.issue_backend)
 
+    @property
+    def gpu_claims(self) -> Path | None:
+        """The host-wide GPU claims folder; None where this run puts no server on a real GPU."""
+        hw = self.hardware
+        if not hw.count or hw.simulated or not self.backend.launches:
+            return None  # simulated GPUs are no host's: concurrent test runs must not wait on each other
+        if self.settings.gpu_claims:
+            return self.path(self.settings.gpu_claims)
+        from .servers.host_claims import default_directory
+
+        return default_directory()
+
     def path(self, value: str) -> Path:
         """A path option, relative to the project root."""
         candidate = Path(value)

@@ -2,7 +2,7 @@
 
 `ServerSpec` says what a server is; `build_embedded_argv` / `build_sglang_argv` how to start it;
 `ManagedServer` starts, watches and stops one process; `ServerPool` reuses them across a session; `GpuLeases` shares GPUs between
-xdist workers; `ServerError` is the one failure type, with reason, cause, log path and tail.
+xdist workers, `HostClaims` between runs on one host; `ServerError` is the one failure type, with reason, cause, log path and tail.
 """
 
 import importlib
@@ -13,7 +13,7 @@ import importlib
 _HOMES = {
     "AttachMismatch": "attach", "AttachedServer": "attach", "ServerIdentity": "attach",
     "identify": "attach", "build_embedded_argv": "embedded", "FATAL_SIGNATURES": "diagnosis",
-    "ServerError": "diagnosis", "GpuLeaseError": "leases", "GpuLeases": "leases", "Lease": "leases",
+    "ServerError": "diagnosis", "HostClaims": "host_claims", "GpuLeaseError": "leases", "GpuLeases": "leases", "Lease": "leases",
     "NotEnoughGpus": "leases", "read_topology": "leases", "ServerPool": "pool",
     "ManagedServer": "process", "METHOD_FLAG_PRESETS": "sglang", "build_sglang_argv": "sglang",
     "method_flags_from_config": "sglang", "ServerSpec": "spec",
@@ -32,6 +32,7 @@ __all__ = [
     "FATAL_SIGNATURES",
     "GpuLeaseError",
     "GpuLeases",
+    "HostClaims",
     "Lease",
     "METHOD_FLAG_PRESETS",
     "ManagedServer",

@@ -12,6 +12,12 @@ Choosing GPUs: with `nvidia-smi topo -m` information, the free set whose weakest
 (NVLink over PCIe switch over host bridge over NUMA hop); without it, the lowest contiguous run,
 which keeps aligned blocks free for large TP sizes. On a CPU host the inventory is simulated
 (`--specdec-gpus N`): the numbers still partition the work, CUDA_VISIBLE_DEVICES is then harmless.
+
+Other runs on the host: with `claims` (a real inventory), a lease also holds a host-wide claim on
+each of its GPUs (host_claims.py), taken while the book's lock is held and let go before the book
+forgets the lease, so this run's own workers never see each other's claims. A GPU another run
+claims is passed over for the next best free set; with none left, the lease waits as for its own
+run's workers, naming the other run once through `announce`.
 """
 
 from __future__ import annotations
@@ -24,11 +30,13 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock
+
+from pytest_specdec.servers.host_claims import HostClaims
 
 LEASE_FILE = "gpu-leases.json"
 HISTORY_FILE = "lease-history.jsonl"
@@ -65,7 +73,8 @@ class GpuLeases:
 
     `inventory` is the list of usable GPU indices (or a count N for 0..N-1). `topology` maps an
     index pair to its `nvidia-smi topo -m` link label (`NV12`, `PIX`, `SYS`, ...); see
-    `read_topology()`. Every worker of one run must use the same `run_dir`.
+    `read_topology()`. Every worker of one run must use the same `run_dir`. `claims` (None for a
+    simulated inventory) are this process's host-wide claims; `announce` prints a progress line.
     """
 
     def __init__(
@@ -73,6 +82,8 @@ class GpuLeases:
         run_dir: Path,
         inventory: Sequence[int] | int,
         topology: Mapping[tuple[int, int], str] | None = None,
+        claims: HostClaims | None = None,
+        announce: Callable[[str], None] | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -81,6 +92,8 @@ class GpuLeases:
         self.path = self.run_dir / LEASE_FILE
         self.history_path = self.run_dir / HISTORY_FILE
         self._lock = FileLock(str(self.path) + ".lock")
+        self.claims = claims
+        self.announce = announce
 
     # -- public --------------------------------------------------------------------------------
 
@@ -92,13 +105,14 @@ class GpuLeases:
         """
         self.check_fits(n, owner=owner)
         deadline = None if timeout is None else time.monotonic() + timeout
+        announced: set[str] = set()
         while True:
             with self._lock:
                 leases = self._load_live()
                 taken = {g for lease in leases.values() for g in lease["gpus"]}
                 free = [g for g in self.inventory if g not in taken]
-                if len(free) >= n:
-                    gpus = self.choose(free, n)
+                gpus, elsewhere = self._claim(free, n)
+                if gpus is not None:
                     lease = Lease(uuid.uuid4().hex[:12], gpus, owner, os.getpid())
                     leases[lease.lease_id] = {
                         "gpus": list(gpus),
@@ -107,12 +121,22 @@ class GpuLeases:
                         "start_time": _start_time(lease.pid),
                         "since": time.time(),
                     }
-                    self._save(leases)
+                    try:
+                        self._save(leases)
+                    except BaseException:
+                        if self.claims is not None:
+                            self.claims.release(gpus)  # no claim outlives its lease
+                        raise
                     self._log("acquire", lease.lease_id, leases[lease.lease_id])
                     return lease
+            for gpu, holder in elsewhere.items():
+                if holder not in announced and self.announce is not None:
+                    self.announce(f"{owner} waits: GPU {gpu} is claimed by another run on this host, {holder}")
+                announced.add(holder)
             if deadline is not None and time.monotonic() >= deadline:
                 held = "; ".join(
-                    f"{v['owner']} (pid {v['pid']}): GPUs {_fmt(v['gpus'])}" for v in self.holders().values()
+                    [f"{v['owner']} (pid {v['pid']}): GPUs {_fmt(v['gpus'])}" for v in self.holders().values()]
+                    + [f"GPU {gpu} by another run on this host, {holder}" for gpu, holder in elsewhere.items()]
                 )
                 raise GpuLeaseError(
                     f"{owner} waited {timeout:g}s for {n} free GPUs of {_fmt(self.inventory)}; held: {held}"
@@ -129,6 +153,8 @@ class GpuLeases:
 
     def release(self, lease: Lease) -> None:
         with self._lock:
+            if self.claims is not None and lease.pid == os.getpid():
+                self.claims.release(lease.gpus)
             leases = self._load()
             entry = leases.pop(lease.lease_id, None)
             if entry is not None:
@@ -140,6 +166,8 @@ class GpuLeases:
         with self._lock:
             leases = self._load()
             kept = {k: v for k, v in leases.items() if v["pid"] != pid}
+            if self.claims is not None and pid == os.getpid():
+                self.claims.release(g for v in leases.values() if v["pid"] == pid for g in v["gpus"])
             if len(kept) != len(leases):
                 self._save(kept)
                 for lease_id in leases.keys() - kept.keys():
@@ -180,6 +208,20 @@ class GpuLeases:
             if best_key is None or key > best_key:
                 best, best_key = combo, key
         return tuple(best)
+
+    def _claim(self, free: Sequence[int], n: int) -> tuple[tuple[int, ...] | None, dict[int, str]]:
+        """The best `n` of the `free` GPUs that no other run claims (now claimed by this process),
+        or None; and who holds each GPU passed over."""
+        elsewhere: dict[int, str] = {}
+        candidates = list(free)
+        while len(candidates) >= n:
+            gpus = self.choose(candidates, n)
+            taken = self.claims.claim(gpus) if self.claims is not None else None
+            if taken is None:
+                return gpus, elsewhere
+            elsewhere[taken[0]] = taken[1]
+            candidates.remove(taken[0])
+        return None, elsewhere
 
     # -- storage -------------------------------------------------------------------------------
 

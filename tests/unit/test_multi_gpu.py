@@ -301,7 +301,8 @@ def test_real_gpus_are_leased_by_nvlink_topology(pytester, monkeypatch):
             lease = specdec_pool.leases.acquire(2, owner="ddtree-tp2-b16")
             assert lease.gpus == (0, 2)  # the NVLink pair, not the lowest pair 0,1
     """)
-    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    claims = pytester.path / "claims"  # a real inventory claims its GPUs host-wide: not in the host's folder
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", f"--specdec-gpu-claims={claims}").assert_outcomes(passed=1)
     monkeypatch.setattr(hardware, "detect", lambda: hardware.Hardware((), "none", 0))
     pytester.makepyfile("""
         def test_pair(specdec_pool):

@@ -1,0 +1,135 @@
+"""`HostClaims`: one host-wide claim per physical GPU, so that pytest runs sharing a host never put
+servers on one GPU at once.
+
+A run's lease book (leases.py) is shared by that run's xdist workers only; another run on the same
+host (another checkout, another user, a CI job) keeps a book of its own. So a lease also claims
+each of its GPUs in a folder every run of the host looks in: an exclusive `flock` on one small
+file per GPU, named by the GPU's UUID (by its physical index where the inventory knows no UUID,
+which is the same GPU to every run that sees the whole host). The kernel drops a flock when its
+process exits, however it exits, so a crashed run frees its GPUs with nothing left to clean up.
+The holder writes who it is (pid, user, run, project folder, since when) into the file, for a
+waiting run to name it. Files are never deleted: unlinking a lock file races with a process
+that has just opened it.
+
+Only a real inventory claims: simulated GPUs (a CPU machine, tests) are no host's GPUs, and
+concurrent test runs would wait on each other for nothing.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+#: The folder's name under the temporary directory when no option names one.
+DEFAULT_NAME = "pytest-specdec-gpu-claims"
+
+
+def default_directory() -> Path:
+    """Shared by every user of the host, as the temporary directory is."""
+    return Path(tempfile.gettempdir()) / DEFAULT_NAME
+
+
+class HostClaims:
+    """This process's claims in `directory`; `keys` maps a physical GPU index to its file's name
+    (a UUID, or the index). `run` and `project` say who claims, for a waiting run's message."""
+
+    def __init__(self, directory: Path, keys: Mapping[int, str], *, run: str, project: str) -> None:
+        self.directory = Path(directory)
+        self.keys = {gpu: re.sub(r"[^A-Za-z0-9_.-]", "_", key) for gpu, key in keys.items()}
+        self.identity = {"user": _user(), "run": run, "project": project}
+        self._held: dict[int, int] = {}  # GPU -> the descriptor whose flock claims it
+        try:
+            self.directory.mkdir(parents=True)
+            os.chmod(self.directory, 0o1777)  # every user's runs claim here; sticky, as /tmp is
+        except FileExistsError:
+            pass
+        if not self.directory.is_dir() or not os.access(self.directory, os.W_OK | os.X_OK):
+            raise PermissionError("not a folder this user can write in")
+
+    def path(self, gpu: int) -> Path:
+        return self.directory / f"{self.keys.get(gpu, f'gpu{gpu}')}.lock"
+
+    def claim(self, gpus: Iterable[int]) -> tuple[int, str] | None:
+        """Claim all of `gpus` or none: None once this process holds them all, else the first GPU
+        another process holds and who that is (what was claimed on the way is let go)."""
+        got: list[int] = []
+        for gpu in gpus:
+            holder = self._claim_one(gpu)
+            if holder is not None:
+                self.release(got)
+                return gpu, holder
+            got.append(gpu)
+        return None
+
+    def release(self, gpus: Iterable[int]) -> None:
+        for gpu in gpus:
+            fd = self._held.pop(gpu, None)
+            if fd is not None:
+                try:
+                    os.ftruncate(fd, 0)  # no stale name once free
+                except OSError:
+                    pass
+                os.close(fd)  # closing drops the flock
+
+    def held(self) -> tuple[int, ...]:
+        return tuple(sorted(self._held))
+
+    def _claim_one(self, gpu: int) -> str | None:
+        import fcntl  # POSIX; real GPU hosts are Linux
+
+        if gpu in self._held:
+            return None
+        fd = self._open(self.path(gpu))
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                return describe(os.pread(fd, 4096, 0))
+            finally:
+                os.close(fd)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), **self.identity, "since": time.time()}).encode(), 0)
+        except OSError:
+            pass  # a file another user made read-only: the claim holds, unnamed
+        self._held[gpu] = fd
+        return None
+
+    @staticmethod
+    def _open(path: Path) -> int:
+        """The claim file, made readable and writable by every user; never through a symlink,
+        which another user of a shared folder could point at one of this user's files."""
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+            os.fchmod(fd, 0o666)  # past the umask
+            return fd
+        except FileExistsError:
+            pass
+        try:
+            return os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+        except PermissionError:
+            return os.open(path, os.O_RDONLY | os.O_NOFOLLOW)  # flock needs no write access
+
+
+def describe(raw: bytes) -> str:
+    """`pid 4242 (user ana, run 3f2a9c1b7d04, project /home/ana/bench, since 2026-01-05 10:32:07)`."""
+    try:
+        who = json.loads(raw.decode())
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(who["since"])))
+        return (f"pid {who['pid']} (user {who['user']}, run {who['run']}, project {who['project']}, "
+                f"since {since})")
+    except (ValueError, KeyError, TypeError):
+        return "a process that has not written its name"  # between its flock and its write
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # a uid without a passwd entry (containers)
+        return str(os.getuid())

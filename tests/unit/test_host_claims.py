@@ -1,0 +1,213 @@
+"""Host-wide GPU claims: two runs on one host, each with its own lease book, never lease one GPU
+at once. The claim folder and a 'real' inventory are injected, so this runs on a CPU machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.servers.host_claims import HostClaims
+from pytest_specdec.servers.leases import GpuLeaseError, GpuLeases
+
+pytestmark = pytest.mark.timeout(120)
+
+KEYS = {0: "GPU-aaaa-0000", 1: "GPU-bbbb-1111"}
+
+
+def _other_run(procs: list, claims: Path, run_dir: Path, n: int) -> subprocess.Popen:
+    """Another pytest run's worker: its own book, the host's claims; leases `n` GPUs, starts a
+    'server' on them (its pid on the `held` line), and releases its lease (staying alive) when
+    told `release` on stdin."""
+    code = textwrap.dedent(f"""
+        import subprocess, sys
+        from pathlib import Path
+        from pytest_specdec.servers.host_claims import HostClaims
+        from pytest_specdec.servers.leases import GpuLeases
+        claims = HostClaims(Path({str(claims)!r}), {KEYS!r}, run="run-a", project="/home/ana/bench")
+        leases = GpuLeases(Path({str(run_dir)!r}), [0, 1], claims=claims)
+        lease = leases.acquire({n}, owner="ar-tp{n}")
+        server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        print("held", server.pid, flush=True)
+        assert sys.stdin.readline().strip() == "release"
+        leases.release(lease)
+        print("released", flush=True)
+        sys.stdin.readline()
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc.server = None
+    procs.append(proc)
+    word, server = proc.stdout.readline().split()
+    assert word == "held"
+    proc.server = int(server)
+    return proc
+
+
+@pytest.fixture
+def procs():
+    started: list[subprocess.Popen] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.server is not None:
+            try:
+                os.kill(proc.server, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _this_run(tmp_path: Path, said: list[str], on_wait=None) -> GpuLeases:
+    claims = HostClaims(tmp_path / "claims", KEYS, run="run-b", project="/home/bo/bench")
+
+    def announce(text: str) -> None:
+        said.append(text)
+        if on_wait is not None:
+            on_wait()
+
+    return GpuLeases(tmp_path / "run-b", [0, 1], claims=claims, announce=announce)
+
+
+def test_another_runs_gpu_is_passed_over_then_waited_for_naming_its_holder(tmp_path, procs):
+    """Each run's book was its own: both leased GPU 0."""
+    other = _other_run(procs, tmp_path / "claims", tmp_path / "run-a", 1)
+    said: list[str] = []
+    leases = _this_run(tmp_path, said)
+    assert leases.acquire(1, owner="ar-tp1").gpus == (1,)  # the next free GPU, at once
+    assert said == []
+    with pytest.raises(GpuLeaseError, match=rf"waited 0.3s for 1 free GPUs of 0,1; held: ar-tp1 \(pid {os.getpid()}\): "
+                                            rf"GPUs 1; GPU 0 by another run on this host, pid {other.pid} \(user .+, "
+                                            rf"run run-a, project /home/ana/bench, since .+\)"):
+        leases.acquire(1, owner="ddtree-tp1-b8", timeout=0.3, poll=0.02)
+    assert len(said) == 1, "the holder is named once, not at every look"
+    assert said[0].startswith(f"ddtree-tp1-b8 waits: GPU 0 is claimed by another run on this host, pid {other.pid} ")
+
+
+def test_a_waiting_run_gets_the_gpu_when_the_other_releases_its_lease(tmp_path, procs):
+    other = _other_run(procs, tmp_path / "claims", tmp_path / "run-a", 2)
+
+    def release_there() -> None:
+        other.stdin.write("release\n")
+        other.stdin.flush()
+        assert other.stdout.readline().strip() == "released"
+
+    said: list[str] = []
+    leases = _this_run(tmp_path, said, on_wait=release_there)
+    assert leases.acquire(2, owner="ar-tp2", timeout=60).gpus == (0, 1)
+    assert len(said) == 1 and other.poll() is None  # it waited, and the other run lives on
+    held = json.loads((tmp_path / "claims" / "GPU-aaaa-0000.lock").read_text())
+    assert held["pid"] == os.getpid() and held["run"] == "run-b" and held["project"] == "/home/bo/bench"
+
+
+def test_a_waiting_run_gets_the_gpu_when_the_other_is_killed(tmp_path, procs):
+    other = _other_run(procs, tmp_path / "claims", tmp_path / "run-a", 2)
+    said: list[str] = []
+    leases = _this_run(tmp_path, said, on_wait=lambda: (other.kill(), other.wait()))
+    assert leases.acquire(1, owner="ar-tp1", timeout=60).gpus == (0,)  # the kernel let go of its flock
+    assert len(said) == 1 and other.returncode == -9
+    os.kill(other.server, 0)  # its server outlived it without keeping the claim (no inherited descriptor)
+
+
+def test_releasing_a_lease_lets_go_of_its_claims(tmp_path):
+    mine = GpuLeases(tmp_path / "run-b", [0, 1], claims=HostClaims(tmp_path / "claims", KEYS, run="b", project="/b"))
+    theirs = HostClaims(tmp_path / "claims", KEYS, run="a", project="/a")  # another open file: as another process
+    lease = mine.acquire(2, owner="ar-tp2")
+    gpu, holder = theirs.claim([1])
+    assert gpu == 1 and holder.startswith(f"pid {os.getpid()} (user ") and "run b, project /b, since " in holder
+    mine.release(lease)
+    assert (tmp_path / "claims" / "GPU-aaaa-0000.lock").read_text() == ""  # no stale name once free
+    assert theirs.claim([0, 1]) is None and theirs.held() == (0, 1)
+    with pytest.raises(GpuLeaseError, match="GPU 0 by another run on this host, pid"):
+        mine.acquire(1, owner="ar-tp1", timeout=0.1)
+    theirs.release([0, 1])
+    lease = mine.acquire(2, owner="ar-tp2", timeout=0.1)
+    mine.release_all_of(os.getpid())  # a worker's session end lets go too
+    assert theirs.claim([0, 1]) is None
+
+
+def test_claims_are_all_or_none_and_files_fall_back_to_the_index(tmp_path):
+    a = HostClaims(tmp_path / "claims", {0: "GPU-aaaa"}, run="a", project="/a")
+    b = HostClaims(tmp_path / "claims", {0: "GPU-aaaa"}, run="b", project="/b")
+    assert a.claim([3]) is None and (tmp_path / "claims" / "gpu3.lock").is_file()  # no UUID known
+    busy = b.claim([0, 3])
+    assert busy is not None and busy[0] == 3 and b.held() == ()  # GPU 0, claimed on the way, let go
+    assert a.claim([0]) is None
+
+
+def test_the_default_folder_is_shared_by_the_hosts_users(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    from pytest_specdec.servers.host_claims import default_directory
+
+    claims = HostClaims(default_directory(), KEYS, run="a", project="/a")
+    assert claims.directory == tmp_path / "pytest-specdec-gpu-claims"
+    assert claims.directory.stat().st_mode & 0o7777 == 0o1777
+    assert claims.claim([0]) is None
+    assert (claims.directory / "GPU-aaaa-0000.lock").stat().st_mode & 0o777 == 0o666
+    claims.release([0])
+
+
+def test_a_symlinked_claim_file_is_refused(tmp_path):
+    """Another user of a shared folder could point a claim file at one of this user's files."""
+    victim = tmp_path / "notes.txt"
+    victim.write_text("keep me")
+    (tmp_path / "claims").mkdir()
+    (tmp_path / "claims" / "GPU-aaaa-0000.lock").symlink_to(victim)
+    with pytest.raises(OSError):
+        HostClaims(tmp_path / "claims", KEYS, run="a", project="/a").claim([0])
+    assert victim.read_text() == "keep me"
+
+
+def test_a_real_inventory_claims_host_wide_and_a_simulated_one_does_not(pytester, monkeypatch, tmp_path):
+    """The plugin wires the claims to a real inventory only; the header names the folder."""
+    from pytest_specdec import hardware
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the default folder, away from the host's
+    default = tmp_path / "pytest-specdec-gpu-claims"
+    gpus = (hardware.GPU(0, "NVIDIA H200", "sm_90", uuid="GPU-8f6d0c1e"), hardware.GPU(1, "NVIDIA H200", "sm_90"))
+    monkeypatch.setattr(hardware, "detect", lambda: hardware.Hardware(gpus, "nvml", 2))
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n[tool.specdec.matrix.hopper]\n'
+                               'methods = ["ar"]\n[tool.specdec.matrix.cpu]\nmethods = ["ar"]\n')
+    pytester.makepyfile(f"""
+        import json, os
+        from pathlib import Path
+
+        def test_claims(specdec_pool, specdec_spec):
+            lease = specdec_pool.leases.acquire(2, owner="ar-tp2")
+            held = json.loads((Path({str(default)!r}) / "GPU-8f6d0c1e.lock").read_text())
+            assert held["pid"] == os.getpid() and held["project"] == {str(pytester.path)!r}
+            assert (Path({str(default)!r}) / "gpu1.lock").is_file()  # no UUID known: the index
+            specdec_pool.leases.release(lease)
+            assert (Path({str(default)!r}) / "GPU-8f6d0c1e.lock").read_text() == ""
+    """)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, skipped=1)  # the other family's matrix skips
+    result.stdout.fnmatch_lines([f"specdec: GPU claims {default} (default): another run on this host waits*"])
+    chosen = tmp_path / "chosen"
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--co", "-o", f"specdec_gpu_claims={chosen}")
+    result.stdout.fnmatch_lines([f"specdec: GPU claims {chosen} (ini): *"])
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", f"--specdec-gpu-claims={a_file}")
+    result.assert_outcomes(errors=1, skipped=1)  # the pool fixture fails its setup
+    result.stdout.fnmatch_lines([f"*pytest-specdec: GPU claims folder {a_file}: not a folder this user can write in; "
+                                 f"set --specdec-gpu-claims to a folder every run on this host can write"])
+
+    monkeypatch.setattr(hardware, "detect", lambda: hardware.Hardware((), "none", 0))
+    default.rename(tmp_path / "earlier")
+    pytester.makepyfile("""
+        def test_claims(specdec_pool, specdec_spec):
+            assert specdec_pool.leases.claims is None
+            specdec_pool.leases.release(specdec_pool.leases.acquire(2, owner="ar-tp2"))
+    """)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--specdec-gpus", "2")
+    result.assert_outcomes(passed=1, skipped=1)  # the other family's matrix skips
+    result.stdout.fnmatch_lines(["specdec: GPU claims none: the inventory is simulated*"])
+    assert not default.exists()
