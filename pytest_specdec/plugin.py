@@ -62,6 +62,10 @@ def pytest_configure(config: pytest.Config) -> None:
     cli = {o.name: config.getoption(o.ini) for o in OPTIONS}
     root = Path(config.inipath).parent if config.inipath else Path(config.rootpath)
     try:
+        if not hasattr(config, "workerinput"):  # a worker's rootdir is the controller's, checked there
+            from . import early_args
+
+            early_args.check(config)  # before anything reads the configuration it may have missed
         state = state_mod.build(root, cli, read_ini(config.getini))
         if state.settings.save_baseline or state.settings.report:
             from . import outputs

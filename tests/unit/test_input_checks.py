@@ -142,3 +142,49 @@ def test_under_xdist_a_marker_mistake_fails_its_test_and_a_tp_filter_stops_the_r
     stopped = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", "--specdec-tp=4")
     assert stopped.ret == pytest.ExitCode.USAGE_ERROR
     stopped.stderr.fnmatch_lines(["*--specdec-tp 4 selects no configuration*"])
+
+
+@pytest.mark.parametrize("flag, name", [
+    ("--specdec-report", "out"), ("--specdec-artifacts", "artifacts"), ("--specdec-gpu-claims", "claims"),
+    ("--specdec-baseline-dir", "baselines"), ("--specdec-journal", "journal.jsonl"),
+])
+def test_a_spaced_path_outside_the_project_that_moved_the_rootdir_is_a_usage_error(
+        pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory, flag, name):
+    """pytest settles its rootdir before it loads the plugin, so the value was a test path then:
+    the rootdir moved to it and the project's matrix (one configuration here) was not read."""
+    pytester.makepyprojecttoml(CPU_MATRIX)
+    pytester.makepyfile("def test_cell(specdec_spec): pass")
+    value = tmp_path_factory.mktemp("elsewhere") / name
+    if name.endswith(".jsonl"):
+        value.touch()
+    else:
+        value.mkdir()
+    _usage_error(pytester.runpytest("--co", flag, str(value)),
+                 f"{flag} {value}: pytest chooses its rootdir and config file before it knows this plugin's "
+                 f"options, so it took this value for test paths and settled on rootdir {value.parent.parent} "
+                 f"and no config file instead of rootdir {pytester.path} and config file "
+                 f"{pytester.path / 'pyproject.toml'}: the project's configuration was not read. Join each "
+                 f"value to its flag with '=': {flag}={value}")
+    pytester.runpytest("--co", "-q", f"{flag}={value}").stdout.fnmatch_lines(["1 test collected*"])
+
+
+def test_only_flags_with_their_value_in_the_next_argument_count_as_spaced():
+    from pytest_specdec.early_args import Spaced, spaced_values
+
+    assert spaced_values(["--specdec-report", "a", "--specdec-journal=b", "--specdec-resume", "c", "--",
+                          "--specdec-artifacts", "d"]) == [Spaced("--specdec-report", "a")]
+
+
+def test_spaced_values_that_leave_the_rootdir_alone_are_fine(pytester: pytest.Pytester,
+                                                              tmp_path_factory: pytest.TempPathFactory):
+    """In the project, or beside a test path that settles the rootdir anyway: no false alarm."""
+    pytester.makepyprojecttoml(CPU_MATRIX)
+    pytester.makepyfile("def test_cell(specdec_spec): pass")
+    pytester.mkdir("out")
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    for args in (["--specdec-report", "out"], ["--specdec-report", str(pytester.path / "out")],
+                 [str(pytester.path), "--specdec-artifacts", str(elsewhere)],
+                 ["--specdec-backend", "embedded", "--specdec-tp", "1"]):
+        result = pytester.runpytest("--co", "-q", *args)
+        assert result.ret == pytest.ExitCode.OK, (args, result.stderr.str())
+        result.stdout.fnmatch_lines(["1 test collected*"])

@@ -1,0 +1,121 @@
+"""A flag's value written after a space, which pytest took for a test path when it chose its rootdir.
+
+pytest settles its rootdir and config file from the command line's free arguments before it loads
+entry-point plugins. At that moment `--specdec-report /tmp/x/out` is an unknown flag followed by a
+free argument: an existing /tmp/x/out counts as a test path, the rootdir moves towards it, and the
+project's config file (its `[tool.specdec]` matrix, its ini options) is silently not read. Once
+the plugin is loaded the flag takes its value as it should, so nothing else shows the mistake.
+
+The check works pytest's choice out again without those values and speaks only where they made
+the difference, so an in-project `--specdec-report out` never trips it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+
+from .errors import SpecdecUsageError
+from .options import OPTIONS
+
+if TYPE_CHECKING:
+    import pytest
+
+#: The plugin's flags that take a value (switches take none, so none can be misread).
+VALUE_FLAGS = frozenset(option.cli for option in OPTIONS if not option.flag)
+
+
+@dataclass(frozen=True)
+class Spaced:
+    """One flag given with its value as the next argument."""
+
+    flag: str
+    value: str
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What pytest settles before loading plugins: the rootdir and the config file (None: none)."""
+
+    rootpath: Path
+    inipath: Path | None
+
+    def describe(self) -> str:
+        return f"rootdir {self.rootpath} and " + (f"config file {self.inipath}" if self.inipath
+                                                    else "no config file")
+
+
+def spaced_values(args: Sequence[str], flags: Iterable[str] = VALUE_FLAGS) -> list[Spaced]:
+    """Each of `flags` whose value is the next argument rather than joined by '='."""
+    flags = frozenset(flags)
+    found = []
+    for index, arg in enumerate(args[:-1]):
+        if arg == "--":  # everything after it is a free argument
+            break
+        if arg in flags:
+            found.append(Spaced(arg, args[index + 1]))
+    return found
+
+
+def check(config: pytest.Config) -> None:
+    """Stop a run whose rootdir or config file a spaced flag value changed, naming the fix."""
+    params = config.invocation_params
+    # pytest puts PYTEST_ADDOPTS before the command line when it settles the rootdir
+    args = shlex.split(os.environ.get("PYTEST_ADDOPTS", "")) + list(params.args)
+    spaced = [s for s in spaced_values(args) if (Path(params.dir) / s.value).exists()]
+    if not spaced:
+        return
+    settle = _settler(config)
+    if settle is None:
+        return
+    free = [str(arg) for arg in (config.option.file_or_dir or [])]
+    # in command-line order: pytest looks for a config file above the first path first
+    early = sorted(free + [s.value for s in spaced], key=lambda arg: args.index(arg) if arg in args else -1)
+    actual = Setup(Path(config.rootpath), Path(config.inipath) if config.inipath else None)
+    without, with_values = settle(free), settle(early)
+    # only where the values made the difference, and pytest went by them (a pytest that loads
+    # plugins first never misreads them)
+    if without is None or with_values is None or with_values == without or actual != with_values:
+        return
+    given = ", ".join(f"{s.flag} {s.value}" for s in spaced)
+    fixed = " ".join(f"{s.flag}={s.value}" for s in spaced)
+    raise SpecdecUsageError(
+        f"{given}: pytest chooses its rootdir and config file before it knows this plugin's options, "
+        f"so it took {'this value' if len(spaced) == 1 else 'these values'} for test paths and settled "
+        f"on {actual.describe()} instead of {without.describe()}: the project's configuration was not "
+        f"read. Join each value to its flag with '=': {fixed}")
+
+
+def _settler(config: pytest.Config) -> Callable[[list[str]], Setup | None] | None:
+    """pytest's own rootdir and config-file choice for given free arguments; None where this pytest
+    has no such function (the check then stays silent rather than guess)."""
+    try:
+        from _pytest.config.findpaths import determine_setup
+    except ImportError:
+        return None
+    option = config.option
+    given = {"inifile": getattr(option, "inifilename", None),
+             "override_ini": getattr(option, "override_ini", None),
+             "rootdir_cmd_arg": getattr(option, "rootdir", None) or None,
+             "invocation_dir": Path(config.invocation_params.dir)}
+    try:
+        accepted = inspect.signature(determine_setup).parameters
+    except (TypeError, ValueError):
+        return None
+    required = {name for name, param in accepted.items() if param.default is inspect.Parameter.empty}
+    if "args" not in accepted or not required <= set(given) | {"args"}:
+        return None
+    kwargs = {name: value for name, value in given.items() if name in accepted}
+
+    def settle(free: list[str]) -> Setup | None:
+        try:
+            rootpath, inipath, *_ = determine_setup(args=free, **kwargs)
+        except Exception:  # pytest's own UsageError: it settled once, its message stands
+            return None
+        return Setup(Path(rootpath), Path(inipath) if inipath else None)
+
+    return settle
