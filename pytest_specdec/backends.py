@@ -325,7 +325,8 @@ def _host_claims(state: RunState, run_dir: Path) -> HostClaims | None:
 
     keys = {gpu.index: gpu.uuid for gpu in state.hardware.gpus if gpu.uuid}  # else the physical index
     try:
-        return HostClaims(folder, keys, run=run_dir.name.removeprefix("run-"), project=str(state.config.root))
+        return HostClaims(folder, keys, run=run_dir.name.removeprefix("run-"), project=str(state.config.root),
+                          setting=state.settings.setter("gpu_claims"))
     except OSError as exc:
         raise SpecdecUsageError(f"GPU claims folder {folder}: {exc.strerror or exc}; set "
                                 f"{state.settings.setter('gpu_claims')} to a folder every run on this host "

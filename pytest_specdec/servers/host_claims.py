@@ -26,6 +26,8 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from pytest_specdec.errors import SpecdecUsageError
+
 #: The folder's name under the temporary directory when no option names one.
 DEFAULT_NAME = "pytest-specdec-gpu-claims"
 
@@ -37,10 +39,13 @@ def default_directory() -> Path:
 
 class HostClaims:
     """This process's claims in `directory`; `keys` maps a physical GPU index to its file's name
-    (a UUID, or the index). `run` and `project` say who claims, for a waiting run's message."""
+    (a UUID, or the index). `run` and `project` say who claims, for a waiting run's message;
+    `setting` is where the user chose the folder, for the message of a claim file that is unusable."""
 
-    def __init__(self, directory: Path, keys: Mapping[int, str], *, run: str, project: str) -> None:
+    def __init__(self, directory: Path, keys: Mapping[int, str], *, run: str, project: str,
+                 setting: str = "--specdec-gpu-claims") -> None:
         self.directory = Path(directory)
+        self.setting = setting
         self.keys = {gpu: re.sub(r"[^A-Za-z0-9_.-]", "_", key) for gpu, key in keys.items()}
         self.identity = {"user": _user(), "run": run, "project": project}
         self._held: dict[int, int] = {}  # GPU -> the descriptor whose flock claims it
@@ -57,14 +62,19 @@ class HostClaims:
 
     def claim(self, gpus: Iterable[int]) -> tuple[int, str] | None:
         """Claim all of `gpus` or none: None once this process holds them all, else the first GPU
-        another process holds and who that is (what was claimed on the way is let go)."""
+        another process holds and who that is (what was claimed on the way is let go). A claim
+        file that cannot be used is a SpecdecUsageError naming it and the fix."""
         got: list[int] = []
-        for gpu in gpus:
-            holder = self._claim_one(gpu)
-            if holder is not None:
-                self.release(got)
-                return gpu, holder
-            got.append(gpu)
+        try:
+            for gpu in gpus:
+                holder = self._claim_one(gpu)
+                if holder is not None:
+                    self.release(got)
+                    return gpu, holder
+                got.append(gpu)
+        except BaseException:
+            self.release(got)  # no claim outlives a lease that was never made
+            raise
         return None
 
     def release(self, gpus: Iterable[int]) -> None:
@@ -85,7 +95,11 @@ class HostClaims:
 
         if gpu in self._held:
             return None
-        fd = self._open(self.path(gpu))
+        path = self.path(gpu)
+        try:
+            fd = self._open(path)
+        except OSError as exc:
+            raise SpecdecUsageError(self._unusable(path, exc)) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -115,6 +129,26 @@ class HostClaims:
             return os.open(path, os.O_RDWR | os.O_NOFOLLOW)
         except PermissionError:
             return os.open(path, os.O_RDONLY | os.O_NOFOLLOW)  # flock needs no write access
+
+
+    def _unusable(self, path: Path, exc: OSError) -> str:
+        elsewhere = f"or set {self.setting} to another folder every run on this host uses"
+        if path.is_symlink():
+            return (f"GPU claim file {path} is a symbolic link{_made_by(path)}, which a claim never follows (another "
+                    f"user of the folder could point it at one of your files): remove the link (in a shared folder "
+                    f"only its owner or root can), {elsewhere}")
+        return (f"GPU claim file {path}: {exc.strerror or exc}; remove it (a run makes it afresh; in a shared folder "
+                f"only its owner or root can), {elsewhere}")
+
+
+def _made_by(path: Path) -> str:
+    """` (made by user ana)`, or nothing where the owner cannot be told."""
+    try:
+        import pwd
+
+        return f" (made by user {pwd.getpwuid(path.lstat().st_uid).pw_name})"
+    except (ImportError, KeyError, OSError):
+        return ""
 
 
 def describe(raw: bytes) -> str:

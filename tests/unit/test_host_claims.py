@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_specdec.errors import SpecdecUsageError
 from pytest_specdec.servers.host_claims import HostClaims
 from pytest_specdec.servers.leases import GpuLeaseError, GpuLeases
 
@@ -154,15 +155,44 @@ def test_the_default_folder_is_shared_by_the_hosts_users(tmp_path, monkeypatch):
     claims.release([0])
 
 
-def test_a_symlinked_claim_file_is_refused(tmp_path):
-    """Another user of a shared folder could point a claim file at one of this user's files."""
+def test_a_symlinked_claim_file_is_refused_naming_it_and_the_fix(tmp_path):
+    """Another user of a shared folder could point a claim file at one of this user's files.
+    The refusal names the file and what to do, not an OSError; what was claimed on the way is let go."""
     victim = tmp_path / "notes.txt"
     victim.write_text("keep me")
     (tmp_path / "claims").mkdir()
-    (tmp_path / "claims" / "GPU-aaaa-0000.lock").symlink_to(victim)
-    with pytest.raises(OSError):
-        HostClaims(tmp_path / "claims", KEYS, run="a", project="/a").claim([0])
+    link = tmp_path / "claims" / "GPU-aaaa-0000.lock"
+    link.symlink_to(victim)
+    claims = HostClaims(tmp_path / "claims", KEYS, run="a", project="/a", setting="ini specdec_gpu_claims")
+    with pytest.raises(SpecdecUsageError) as refused:
+        claims.claim([1, 0])
+    assert str(refused.value).startswith(f"GPU claim file {link} is a symbolic link (made by user ")
+    assert str(refused.value).endswith(
+        "), which a claim never follows (another user of the folder could point it at one of your files): remove "
+        "the link (in a shared folder only its owner or root can), or set ini specdec_gpu_claims to another "
+        "folder every run on this host uses")
+    assert claims.held() == () and HostClaims(tmp_path / "claims", KEYS, run="b", project="/b").claim([1]) is None
     assert victim.read_text() == "keep me"
+
+
+def test_a_symlinked_claim_file_fails_the_test_with_one_line(pytester, monkeypatch, tmp_path):
+    """Through the server fixture: the message, no traceback."""
+    from pytest_specdec import hardware
+
+    gpus = (hardware.GPU(0, "NVIDIA H200", "sm_90", uuid="GPU-8f6d0c1e"),)
+    monkeypatch.setattr(hardware, "detect", lambda: hardware.Hardware(gpus, "nvml", 1))
+    link = tmp_path / "claims" / "GPU-8f6d0c1e.lock"
+    link.parent.mkdir()
+    link.symlink_to(tmp_path / "notes.txt")
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n[tool.specdec.matrix.hopper]\n'
+                               'methods = ["ar"]\n')
+    pytester.makepyfile("def test_served(specdec_server): pass")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", f"--specdec-gpu-claims={link.parent}")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([f"server ar-tp1: GPU claim file {link} is a symbolic link (made by user *), "
+                                 f"which a claim never follows*: remove the link*, or set --specdec-gpu-claims "
+                                 f"to another folder every run on this host uses"])
+    assert "OSError" not in result.stdout.str() and "Traceback" not in result.stdout.str()
 
 
 def test_a_real_inventory_claims_host_wide_and_a_simulated_one_does_not(pytester, monkeypatch, tmp_path):
