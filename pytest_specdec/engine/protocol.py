@@ -147,6 +147,24 @@ class InvalidBody(RequestError):
         return {"object": "error", "message": str(self), "type": "Bad Request", "param": None, "code": 400}
 
 
+class UnsupportedMediaType(InvalidBody):
+    """A request to a route SGLang guards with its validate_json_request whose Content-Type is not
+    application/json (or is missing): SGLang's request-validation handler answers it, as here."""
+
+
+#: The error SGLang's validate_json_request raises, as its validation handler words a FastAPI
+#: RequestValidationError: the error counted and listed, then the list again.
+MEDIA_TYPE_ERROR = {"loc": ["header", "content-type"],
+                    "msg": "Unsupported Media Type: Only 'application/json' is allowed", "type": "value_error"}
+
+
+def check_json_media_type(content_type: str | None) -> None:
+    """UnsupportedMediaType unless the media type is application/json (any case, any parameters
+    after ';'), by SGLang's rule: a missing header is refused too, and so is application/*+json."""
+    if (content_type or "").lower().split(";", maxsplit=1)[0] != "application/json":
+        raise UnsupportedMediaType(f"1 validation error:\n  {MEDIA_TYPE_ERROR} {[MEDIA_TYPE_ERROR]}")
+
+
 class SchemaViolation(RequestError):
     """A wrong type or an unknown name: SGLang's API contract check answers these, before any
     streaming starts, with the message as a plain string."""

@@ -7,7 +7,8 @@ sampling parameter SGLang accepts: see protocol.py; SSE streaming with cumulativ
 (and ``/get_model_info``), ``/v1/models`` and ``/v1/models/{id}``, ``/flush_cache``, ``/metrics``,
 and the OpenAI-compatible ``/v1/completions`` and ``/v1/chat/completions`` (streaming too; see
 openai_api.py) and ``/v1/tokenize`` (and ``/tokenize``), which counts prompts with the engine's
-tokenizer as SGLang's counts with the model's.
+tokenizer as SGLang's counts with the model's. The OpenAI-compatible routes and the tokenize ones
+refuse a body not sent as application/json, as SGLang's do.
 
 Anyone on the host can reach this server, so a hostile request is a 400, never a 500 or a stuck
 handler: see protocol.parse_json, and ``idle_timeout``, which closes a connection that sends no
@@ -29,7 +30,7 @@ from .. import sglang_api as api
 from . import logs, openai_api
 from .faults import FaultPlan
 from .metrics import EngineMetrics
-from .protocol import InvalidBody, Refused, RequestError, parse_generate, parse_json
+from .protocol import InvalidBody, Refused, RequestError, check_json_media_type, parse_generate, parse_json
 from .scheduler import Progress, Request, Scheduler
 from .tokenizer import ByteTokenizer
 
@@ -256,6 +257,14 @@ class EngineServer:
         except asyncio.TimeoutError:
             raise web.HTTPRequestTimeout(text=f"The request body did not arrive within {self.idle_timeout:g} s.")
 
+    async def _read_json(self, request: web.Request):
+        """The JSON body of a route SGLang guards with validate_json_request (the OpenAI-compatible
+        ones and /tokenize): read whole first, as FastAPI reads it, then refused unless its
+        Content-Type is application/json, then parsed. /generate has no such guard."""
+        raw = await self._read_body(request)
+        check_json_media_type(request.headers.get("Content-Type"))
+        return parse_json(raw)
+
     def _meta_info(self, req: Request, p: Progress) -> dict:
         meta = {"id": req.rid, api.FINISH_REASON: p.finish_reason, api.PROMPT_TOKENS: len(req.input_ids),
                 api.COMPLETION_TOKENS: p.num_ids, "cached_tokens": 0, "weight_version": "default"}
@@ -363,11 +372,13 @@ class EngineServer:
     async def _openai(self, request: web.Request, parse, kind: str) -> web.StreamResponse:
         await self._hang_if_faulty()
         try:
-            o = parse(parse_json(await self._read_body(request)), encode=self.tokenizer.encode,
+            o = parse(await self._read_json(request), encode=self.tokenizer.encode,
                       vocab_size=self.tokenizer.vocab_size, context_length=self.context_length)
         except RequestError as exc:
             logs.SERVER.error(f"[http_server] Error: {exc}")
-            return web.json_response(openai_api.error_body(exc), status=exc.status)
+            # a malformed request meets SGLang's validation handler, a refused one its serving class
+            body = exc.body() if isinstance(exc, InvalidBody) else openai_api.error_body(exc)
+            return web.json_response(body, status=exc.status)
         s = o.sampling
         req = Request(list(o.input_ids), s.max_new_tokens, ignore_eos=s.ignore_eos, stop=s.stop,
                       stop_token_ids=s.stop_token_ids, stream=o.stream, rid=o.rid)
@@ -393,7 +404,7 @@ class EngineServer:
     async def tokenize(self, request: web.Request) -> web.Response:
         """No scheduler behind it (SGLang tokenizes in its HTTP process), so a hung server answers it."""
         try:
-            answer = openai_api.tokenize(parse_json(await self._read_body(request)), encode=self.tokenizer.encode,
+            answer = openai_api.tokenize(await self._read_json(request), encode=self.tokenizer.encode,
                                          context_length=self.context_length)
         except RequestError as exc:
             logs.SERVER.error(f"[http_server] Error: {exc}")

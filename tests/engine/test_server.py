@@ -341,6 +341,48 @@ def test_tokenize_refuses_what_it_cannot_count(ddtree, body, status, fragment):
     assert res.status == status and fragment in res.json()["message"], res.text
 
 
+# SGLang's validation handler's words for its validate_json_request's error (FastAPI's own format)
+MEDIA_TYPE_ERROR = ("1 validation error:\n  {'loc': ['header', 'content-type'], 'msg': \"Unsupported Media Type: "
+                    "Only 'application/json' is allowed\", 'type': 'value_error'} [{'loc': ['header', "
+                    "'content-type'], 'msg': \"Unsupported Media Type: Only 'application/json' is allowed\", "
+                    "'type': 'value_error'}]")
+
+
+def _post(engine, path: str, body: bytes, content_type: str | None):
+    """A POST with exactly this Content-Type, or none (urllib would add its form type)."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", engine.port, timeout=60)
+    try:
+        conn.request("POST", path, body, {} if content_type is None else {"Content-Type": content_type})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("path, body", [*OPENAI_REQUESTS.items(), ("/v1/tokenize", {"prompt": PROMPT}),
+                                        ("/tokenize", {"prompt": PROMPT})])
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded",
+                                          "application/vnd.api+json"])
+def test_the_json_routes_refuse_a_body_not_sent_as_json_as_sglang_does(ddtree, path, body, content_type):
+    """SGLang guards its OpenAI-compatible routes and /tokenize with validate_json_request: a client
+    that leaves the header out (or sends a form) gets a 400 there, so it must here too."""
+    status, answer = _post(ddtree, path, json.dumps({**body, "max_tokens": 2}).encode(), content_type)
+    assert status == 400 and json.loads(answer) == {"object": "error", "message": MEDIA_TYPE_ERROR,
+                                                    "type": "Bad Request", "param": None, "code": 400}, answer
+    status, answer = _post(ddtree, path, json.dumps({**body, "max_tokens": 2}).encode(),
+                           "Application/JSON; charset=utf-8")
+    assert status == 200, answer
+
+
+@pytest.mark.parametrize("path", sorted(OPENAI_REQUESTS))
+def test_a_malformed_openai_request_gets_the_validation_handlers_body(ddtree, path):
+    """As SGLang's FastAPI answers a body it cannot parse: its validation handler's shape."""
+    res = ddtree.request("POST", path, raw=b"{not json")
+    assert res.status == 400 and res.json()["type"] == "Bad Request" and "JSON" in res.json()["message"], res.text
+
+
 def test_server_info_reports_args_and_acceptance(ddtree):
     ddtree.generate(PROMPT, max_new_tokens=32)
     for path in ("/server_info", "/get_server_info"):

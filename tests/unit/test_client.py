@@ -40,6 +40,7 @@ class FakeSGLang:
 
     def __init__(self, *, models=None, server_info=None, metrics_text=None):
         self.payloads: list[dict] = []
+        self.content_types: list[str | None] = []
         self.in_flight = 0
         self.peak_in_flight = 0
         self.models = models
@@ -71,6 +72,7 @@ class FakeSGLang:
     async def generate(self, request: web.Request) -> web.StreamResponse:
         payload = await request.json()
         self.payloads.append(payload)
+        self.content_types.append(request.headers.get("Content-Type"))
         text = payload["text"]
         mode = text.split("mode:", 1)[1].split()[0] if "mode:" in text else "ok"
         n = payload["sampling_params"]["max_new_tokens"]
@@ -180,6 +182,7 @@ def workload(*texts, n=10, concurrency=2) -> Workload:
 
 def test_streaming_records_tokens_timings_and_spec_fields(fake):
     res = run_workload(fake.url, workload("hello", "world", n=10))
+    assert fake.content_types == ["application/json"] * 2  # SGLang's FastAPI parses nothing else as JSON
     assert res.workload == "t" and res.concurrency == 2 and res.wall_s > 0
     assert [r.index for r in res.records] == [0, 1]
     for r in res.records:

@@ -164,7 +164,7 @@ class TokenizerStub:
     """An attached server's HTTP side, as far as the context guard asks it: /v1/models states the
     context, /v1/tokenize counts a BOS plus one token per word (a subword model, to the guard), or
     answers 404 as a release without it does, or `status` for every request; `asked` holds the
-    lists it counted."""
+    lists it counted. A body not sent as application/json gets SGLang's 400."""
 
     def __init__(self, context: int = 128, tokenize: bool = True, status: int = 200):
         import http.server
@@ -192,6 +192,8 @@ class TokenizerStub:
                     return self.answer(404, {"detail": "Not Found"})
                 if status != 200:
                     return self.answer(status, {"object": "error", "message": "tokenizer exploded"})
+                if self.headers.get("Content-Type", "").lower().split(";")[0] != "application/json":
+                    return self.answer(400, {"object": "error", "message": "Unsupported Media Type"})
                 stub.asked.append(body["prompt"])
                 assert body["add_special_tokens"] is True
                 self.answer(200, {"count": [len(t.split()) + 1 for t in body["prompt"]], "max_model_len": context})

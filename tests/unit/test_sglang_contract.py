@@ -353,6 +353,38 @@ def test_endpoint_is_served(srt, path):
     assert path in served, moved([path], served, "SGLang's HTTP routes")
 
 
+def json_guarded_routes(tree: ast.Module) -> set[str]:
+    """Paths whose route has `dependencies=[Depends(validate_json_request)]`."""
+    guarded = set()
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for d in n.decorator_list:
+                if isinstance(d, ast.Call) and d.args and template(d.args[0]) is not None and any(
+                        k.arg == "dependencies" and any(getattr(c, "id", None) == "validate_json_request"
+                                                        for c in ast.walk(k.value)) for k in d.keywords):
+                    guarded.add(d.args[0].value)
+    return guarded
+
+
+def test_the_engine_checks_the_content_type_where_sglang_does(srt):
+    """The engine refuses a body not sent as application/json on exactly these routes."""
+    guarded = json_guarded_routes(srt("entrypoints/http_server.py"))
+    ours = {"/v1/completions", "/v1/chat/completions", api.TOKENIZE, api.TOKENIZE_ALIAS}
+    assert ours <= guarded, moved(ours, guarded, "SGLang's routes guarded by validate_json_request")
+    assert api.GENERATE not in guarded, "SGLang now guards /generate with validate_json_request: so must the engine"
+
+
+def test_the_engine_words_the_content_type_error_as_sglang(srt):
+    tree = srt("entrypoints/http_server.py")
+    check = function(tree, "validate_json_request")
+    errors = [ast.literal_eval(n) for n in ast.walk(check) if isinstance(n, ast.Dict)]
+    assert errors == [protocol.MEDIA_TYPE_ERROR], errors
+    assert "application/json" in templates(check) and ";" in templates(check)
+    handler = next(n for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef) and any(
+        getattr(a, "id", None) == "RequestValidationError" for d in n.decorator_list for a in ast.walk(d)))
+    assert "{} {}" in templates(handler)  # its message: the error, then the list of errors
+
+
 def test_metrics_endpoint_is_mounted(srt):
     mounts = [template(n.args[0]) for n in ast.walk(srt("utils/common.py"))
               if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Mount" and n.args]
