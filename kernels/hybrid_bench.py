@@ -209,7 +209,8 @@ def run_shape(shape: HybridShape, ceilings: dict, seed: int, alternative: bool =
     def mixing(q, k, g, beta, ancestor_mask):
         return tree_delta_mixing(q, k, g, beta, ancestor_mask, shape.value_heads, config)
 
-    row["path"] = "split" if split_mixing(shape.batch * shape.value_heads, config or hybrid_config(device)) else "fused"
+    row["path"] = "split" if split_mixing(shape.batch * shape.value_heads, config or hybrid_config(device),
+                                          first["q"]) else "fused"
     if row["path"] == "split":
         row["mix_us"] = time_in_graph(mixing, [tuple(s[a] for a in ("q", "k", "g", "beta", "ancestor_mask"))
                                                for s in sets])
