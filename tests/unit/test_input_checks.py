@@ -175,6 +175,16 @@ def test_only_flags_with_their_value_in_the_next_argument_count_as_spaced():
                           "--specdec-artifacts", "d"]) == [Spaced("--specdec-report", "a")]
 
 
+def test_a_spaced_value_no_file_can_be_named_is_no_crash(pytester: pytest.Pytester):
+    """A value too long for a file name is not a path: its own check names it, no INTERNALERROR."""
+    pytester.makepyprojecttoml(CPU_MATRIX)
+    pytester.makepyfile("def test_cell(specdec_spec): pass")
+    result = pytester.runpytest("--co", "-q", "--specdec-compare-fail", "x" * 300)
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--specdec-compare-fail*"])
+
+
 def test_spaced_values_that_leave_the_rootdir_alone_are_fine(pytester: pytest.Pytester,
                                                               tmp_path_factory: pytest.TempPathFactory):
     """In the project, or beside a test path that settles the rootdir anyway: no false alarm."""
