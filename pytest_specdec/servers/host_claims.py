@@ -107,6 +107,9 @@ class HostClaims:
                 return describe(os.pread(fd, 4096, 0))
             finally:
                 os.close(fd)
+        except OSError as exc:  # a folder whose filesystem has no flock (ENOLCK): no claim can hold here
+            os.close(fd)
+            raise SpecdecUsageError(self._unusable(path, exc)) from None
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps({"pid": os.getpid(), **self.identity, "since": time.time()}).encode(), 0)
@@ -121,10 +124,15 @@ class HostClaims:
         which another user of a shared folder could point at one of this user's files."""
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
-            os.fchmod(fd, 0o666)  # past the umask
-            return fd
         except FileExistsError:
             pass
+        else:
+            try:
+                os.fchmod(fd, 0o666)  # past the umask
+            except OSError:
+                os.close(fd)
+                raise
+            return fd
         try:
             return os.open(path, os.O_RDWR | os.O_NOFOLLOW)
         except PermissionError:

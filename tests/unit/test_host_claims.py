@@ -134,6 +134,28 @@ def test_releasing_a_lease_lets_go_of_its_claims(tmp_path):
     assert theirs.claim([0, 1]) is None
 
 
+def test_a_folder_without_flock_is_a_usage_error_and_leaks_no_descriptor(tmp_path, monkeypatch):
+    """A filesystem that cannot lock (ENOLCK) names the file and the fix, and every descriptor
+    opened on the way is closed, the GPU claimed before it let go."""
+    import errno
+    import fcntl
+
+    claims = HostClaims(tmp_path / "claims", KEYS, run="r", project="p")
+    real = fcntl.flock
+
+    def flock(fd, op):
+        if os.fstat(fd).st_ino == os.stat(claims.path(1)).st_ino:
+            raise OSError(errno.ENOLCK, "No locks available")
+        return real(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(SpecdecUsageError, match=r"gpu-claims.*another folder|No locks available"):
+        claims.claim([0, 1])
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert claims.held() == ()
+
+
 def test_claims_are_all_or_none_and_files_fall_back_to_the_index(tmp_path):
     a = HostClaims(tmp_path / "claims", {0: "GPU-aaaa"}, run="a", project="/a")
     b = HostClaims(tmp_path / "claims", {0: "GPU-aaaa"}, run="b", project="/b")
