@@ -12,6 +12,7 @@ without the endpoint (a 404) is counted by the fallback from then on, or, with n
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Callable, Iterator, Sequence
 
 import aiohttp
@@ -41,7 +42,7 @@ class ServerTokenCounter:
         self.fallback_source = fallback_source
         self.timeout_s = timeout_s
         self.served: bool | None = None  # None: not asked yet
-        self._counts: dict[str, int] = {}
+        self._counts: dict[bytes, int] = {}  # by the text's digest: a truncation's prefixes are not kept
 
     def __call__(self, text: str) -> int:
         return self.count_many([text])[0]
@@ -51,10 +52,12 @@ class ServerTokenCounter:
 
     def _count(self, texts: Sequence[str], timeout_s: float) -> list[int]:
         if self.served is not False:
-            todo = [t for t in dict.fromkeys(texts) if t not in self._counts]
+            keys = [_key(t) for t in texts]
+            todo = list({key: t for key, t in zip(keys, texts) if key not in self._counts}.items())
             try:
                 for batch in _batches(todo):
-                    self._counts.update(zip(batch, client.count_tokens(self.url, batch, timeout_s=timeout_s)))
+                    counts = client.count_tokens(self.url, [t for _, t in batch], timeout_s=timeout_s)
+                    self._counts.update(zip((key for key, _ in batch), counts))
             except client.TokenizeNotServed as exc:
                 if self.served:  # it counted before: this 404 is no missing endpoint
                     raise client.ServerQueryError(str(exc)) from None
@@ -62,7 +65,7 @@ class ServerTokenCounter:
             else:
                 if todo:
                     self.served = True
-                return [self._counts[t] for t in texts]
+                return [self._counts[key] for key in keys]
         if self.fallback is None:
             raise client.TokenizeNotServed(f"{self.url} {NOT_SERVED}")
         return [self.fallback(t) for t in texts]
@@ -90,16 +93,21 @@ class ServerTokenCounter:
         return f"counted {self.fallback_source}, as the server {NOT_SERVED}"
 
 
-def _batches(texts: list[str]) -> Iterator[list[str]]:
-    """`texts` in runs of at most BATCH_BYTES of text (a longer text alone)."""
-    batch: list[str] = []
+def _key(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=20).digest()
+
+
+def _batches(texts: list[tuple[bytes, str]]) -> Iterator[list[tuple[bytes, str]]]:
+    """`(key, text)` pairs in runs of at most BATCH_BYTES of text (a longer text alone)."""
+    batch: list[tuple[bytes, str]] = []
     size = 0
-    for text in texts:
-        n = len(text.encode("utf-8"))
+    for item in texts:
+        text = item[1]
+        n = len(text.encode("utf-8", "surrogatepass"))
         if batch and size + n > BATCH_BYTES:
             yield batch
             batch, size = [], 0
-        batch.append(text)
+        batch.append(item)
         size += n
     if batch:
         yield batch

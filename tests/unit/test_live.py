@@ -261,6 +261,29 @@ def test_truncation_asks_the_server_a_round_of_prefixes_at_once(stub):
     assert len(asked) == len(set(asked))
 
 
+def test_a_truncations_prefixes_are_not_kept_by_the_counter(stub):
+    """The counter outlives the test (one per server for the session): what it keeps of a long
+    prompt's search is its counts, not the prefixes it measured (about 9 copies of the prompt)."""
+    import gc
+    import tracemalloc
+
+    server = stub()
+    counter = AttachBackend("attached").token_counter(server.url)
+    long = Workload("long", prompts=(Prompt("word " * 40000),), max_new_tokens=16)  # 200 000 characters
+    fit_to_context(Workload("warm", prompts=(Prompt("word"),), max_new_tokens=16), 128, counter)
+    tracemalloc.start()
+    try:
+        fitted = fit_to_context(long, 128, counter, truncate=True)
+        assert fitted.prompts[0].text == "word " * 110
+        del fitted
+        server.asked.clear()  # the stub's record of the requests, not the counter's
+        gc.collect()
+        kept, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert kept < len(long.prompts[0].text)
+
+
 def test_an_attached_server_without_tokenize_is_counted_by_the_byte_bound(stub):
     server = stub(tokenize=False)
     with pytest.raises(pytest.fail.Exception) as info:
