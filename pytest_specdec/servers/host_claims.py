@@ -17,6 +17,7 @@ concurrent test runs would wait on each other for nothing.
 
 from __future__ import annotations
 
+import errno
 import getpass
 import json
 import os
@@ -145,6 +146,9 @@ class HostClaims:
             return (f"GPU claim file {path} is a symbolic link{_made_by(path)}, which a claim never follows (another "
                     f"user of the folder could point it at one of your files): remove the link (in a shared folder "
                     f"only its owner or root can), {elsewhere}")
+        if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+            return (f"GPU claim file {path}: {exc.strerror or exc}: the folder's filesystem cannot lock files; set "
+                    f"{self.setting} to a folder on a local filesystem every run on this host uses")
         return (f"GPU claim file {path}: {exc.strerror or exc}; remove it (a run makes it afresh; in a shared folder "
                 f"only its owner or root can), {elsewhere}")
 
