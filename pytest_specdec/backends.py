@@ -229,7 +229,7 @@ class SGLangBackend(Backend):
 
     def check_ready(self, state: RunState) -> None:
         from .configuration import is_speculative
-        from .models import is_hub_id
+        from .models import is_hub_id, offline
 
         # else each test errors as its server is built, after the configurations before it ran
         source = state.config.source
@@ -248,8 +248,6 @@ class SGLangBackend(Backend):
                if is_hub_id(_in_project(ref, state))]
         for ref in hub:
             extras.require("models", f"fetching {ref} from the Hugging Face Hub")
-        from .models import offline
-
         if offline():  # what the cache lacks cannot be fetched: say so once, for each model
             problems = []
             for ref in hub:
@@ -281,13 +279,13 @@ class AttachBackend(Backend):
     def server_settings(self, spec: ServerSpec, state: RunState) -> dict[str, Any]:
         return {**super().server_settings(spec, state), "url": state.settings.server_url}
 
-    def token_counter(self, url: str) -> Callable[[str], int] | None:
+    def token_counter(self, url: str) -> ServerTokenCounter:
         return self._server_counter(url, embedded_token_count, self.FALLBACK_SOURCE)
 
     def counting(self, state: RunState) -> str | None:
         """The server is up already: whether it counts is asked now (a server that does not
         answer is the readiness check's to report)."""
-        counter = self._server_counter(state.settings.server_url, embedded_token_count, self.FALLBACK_SOURCE)
+        counter = self.token_counter(state.settings.server_url)
         served = counter.probe()
         text = counter.source.removeprefix("counted ")  # after the probe: which count is in effect
         if served is False:
