@@ -25,6 +25,7 @@ request SGLang's tokenizer manager refuses each look as they do from SGLang.
 
 from __future__ import annotations
 
+import email.message
 import json
 import math
 from dataclasses import dataclass
@@ -148,21 +149,61 @@ class InvalidBody(RequestError):
 
 
 class UnsupportedMediaType(InvalidBody):
-    """A request to a route SGLang guards with its validate_json_request whose Content-Type is not
-    application/json (or is missing): SGLang's request-validation handler answers it, as here."""
+    """A body whose Content-Type SGLang (or FastAPI under it) does not read as JSON, or a missing
+    header: SGLang's request-validation handler answers it, as here."""
 
 
-#: The error SGLang's validate_json_request raises, as its validation handler words a FastAPI
-#: RequestValidationError: the error counted and listed, then the list again.
+def validation_message(errors: list[dict], endpoint: str | None = None) -> str:
+    """How SGLang's validation handler words a FastAPI RequestValidationError: the errors counted
+    and listed, the endpoint where FastAPI names one, then the list again. FastAPI names the
+    endpoint by its source file and line where it can read them; the engine has no such file of
+    SGLang's to name, so it says ``Endpoint: METHOD /path``, as FastAPI does without one."""
+    listed = "".join(f"  {e}\n" for e in errors)
+    where = f"\n  Endpoint: {endpoint}" if endpoint else ""
+    return f"{len(errors)} validation error{'s' if len(errors) != 1 else ''}:\n{listed}{where}".rstrip() + f" {errors}"
+
+
+#: The error SGLang's validate_json_request raises (it names no endpoint).
 MEDIA_TYPE_ERROR = {"loc": ["header", "content-type"],
                     "msg": "Unsupported Media Type: Only 'application/json' is allowed", "type": "value_error"}
+#: FastAPI's error for a route's body that is empty.
+MISSING_BODY_ERROR = {"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}
 
 
 def check_json_media_type(content_type: str | None) -> None:
     """UnsupportedMediaType unless the media type is application/json (any case, any parameters
-    after ';'), by SGLang's rule: a missing header is refused too, and so is application/*+json."""
+    after ';'), by SGLang's validate_json_request: a missing header is refused too, and so is
+    application/*+json."""
     if (content_type or "").lower().split(";", maxsplit=1)[0] != "application/json":
-        raise UnsupportedMediaType(f"1 validation error:\n  {MEDIA_TYPE_ERROR} {[MEDIA_TYPE_ERROR]}")
+        raise UnsupportedMediaType(validation_message([MEDIA_TYPE_ERROR]))
+
+
+def _fastapi_reads_json(content_type: str | None) -> bool:
+    """FastAPI's rule for parsing a body as JSON (strict content type, its default): an
+    application/json or application/*+json media type; no header means not JSON."""
+    if not content_type:
+        return False
+    header = email.message.Message()
+    header["content-type"] = content_type
+    subtype = header.get_content_subtype()
+    return header.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
+
+
+def check_body(raw: bytes, content_type: str | None, endpoint: str, *, json_guard: bool) -> None:
+    """Refuse a body as SGLang's FastAPI app does before any JSON is parsed. A route guarded with
+    validate_json_request (``json_guard``) checks the media type first, by check_json_media_type;
+    then FastAPI finds an empty body missing. /generate has no guard, but FastAPI reads a body of
+    another media type as bytes, which SGLang's GenerateReqInput (a dataclass) cannot take: the
+    raw body comes back in the message, as SGLang's handler words it."""
+    if json_guard:
+        check_json_media_type(content_type)
+    if not raw:
+        raise InvalidBody(validation_message([MISSING_BODY_ERROR], endpoint))
+    if not _fastapi_reads_json(content_type):
+        error = {"type": "dataclass_type", "loc": ("body",),
+                 "msg": "Input should be a dictionary or an instance of GenerateReqInput", "input": raw,
+                 "ctx": {"class_name": "GenerateReqInput"}}
+        raise UnsupportedMediaType(validation_message([error], endpoint))
 
 
 class SchemaViolation(RequestError):

@@ -8,7 +8,8 @@ sampling parameter SGLang accepts: see protocol.py; SSE streaming with cumulativ
 and the OpenAI-compatible ``/v1/completions`` and ``/v1/chat/completions`` (streaming too; see
 openai_api.py) and ``/v1/tokenize`` (and ``/tokenize``), which counts prompts with the engine's
 tokenizer as SGLang's counts with the model's. The OpenAI-compatible routes and the tokenize ones
-refuse a body not sent as application/json, as SGLang's do.
+refuse a body not sent as application/json, and /generate one not sent as a JSON type, as SGLang's
+do (see protocol.check_body).
 
 Anyone on the host can reach this server, so a hostile request is a 400, never a 500 or a stuck
 handler: see protocol.parse_json, and ``idle_timeout``, which closes a connection that sends no
@@ -30,7 +31,7 @@ from .. import sglang_api as api
 from . import logs, openai_api
 from .faults import FaultPlan
 from .metrics import EngineMetrics
-from .protocol import InvalidBody, Refused, RequestError, check_json_media_type, parse_generate, parse_json
+from .protocol import InvalidBody, Refused, RequestError, check_body, parse_generate, parse_json
 from .scheduler import Progress, Request, Scheduler
 from .tokenizer import ByteTokenizer
 
@@ -238,7 +239,7 @@ class EngineServer:
         return web.json_response(self._output(req, p)) if p is not None else web.Response(status=499)
 
     async def _read_generate(self, request: web.Request) -> Request:
-        body = parse_json(await self._read_body(request))
+        body = await self._read_json(request, json_guard=False)
         try:
             g = parse_generate(body, encode=self.tokenizer.encode, vocab_size=self.tokenizer.vocab_size,
                                context_length=self.context_length)
@@ -257,12 +258,12 @@ class EngineServer:
         except asyncio.TimeoutError:
             raise web.HTTPRequestTimeout(text=f"The request body did not arrive within {self.idle_timeout:g} s.")
 
-    async def _read_json(self, request: web.Request):
-        """The JSON body of a route SGLang guards with validate_json_request (the OpenAI-compatible
-        ones and /tokenize): read whole first, as FastAPI reads it, then refused unless its
-        Content-Type is application/json, then parsed. /generate has no such guard."""
+    async def _read_json(self, request: web.Request, *, json_guard: bool = True):
+        """The JSON body, read whole first, as FastAPI reads it, then checked as SGLang's app checks
+        it (protocol.check_body), then parsed. ``json_guard``: the route is one SGLang guards with
+        validate_json_request (the OpenAI-compatible ones and /tokenize); /generate is not."""
         raw = await self._read_body(request)
-        check_json_media_type(request.headers.get("Content-Type"))
+        check_body(raw, request.headers.get("Content-Type"), f"{request.method} {request.path}", json_guard=json_guard)
         return parse_json(raw)
 
     def _meta_info(self, req: Request, p: Progress) -> dict:

@@ -348,13 +348,13 @@ MEDIA_TYPE_ERROR = ("1 validation error:\n  {'loc': ['header', 'content-type'], 
                     "'type': 'value_error'}]")
 
 
-def _post(engine, path: str, body: bytes, content_type: str | None):
-    """A POST with exactly this Content-Type, or none (urllib would add its form type)."""
+def _post(engine, path: str, body: bytes, content_type: str | None, method: str = "POST"):
+    """A POST (or `method`) with exactly this Content-Type, or none (urllib would add its form type)."""
     import http.client
 
     conn = http.client.HTTPConnection("127.0.0.1", engine.port, timeout=60)
     try:
-        conn.request("POST", path, body, {} if content_type is None else {"Content-Type": content_type})
+        conn.request(method, path, body, {} if content_type is None else {"Content-Type": content_type})
         resp = conn.getresponse()
         return resp.status, resp.read()
     finally:
@@ -374,6 +374,51 @@ def test_the_json_routes_refuse_a_body_not_sent_as_json_as_sglang_does(ddtree, p
     status, answer = _post(ddtree, path, json.dumps({**body, "max_tokens": 2}).encode(),
                            "Application/JSON; charset=utf-8")
     assert status == 200, answer
+
+
+def validation_error(message: str) -> dict:
+    return {"object": "error", "message": message, "type": "Bad Request", "param": None, "code": 400}
+
+
+GENERATE_RAW = b'{"text": "hi", "sampling_params": {"max_new_tokens": 2}, "stream": true}'
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT"])
+@pytest.mark.parametrize("content_type", [None, "", "text/plain", "application/x-www-form-urlencoded", "json"])
+def test_generate_refuses_a_body_not_sent_as_a_json_type_as_sglang_does(ddtree, method, content_type):
+    """SGLang's /generate has no content-type guard of its own, but FastAPI, under it, reads a body
+    of another type (or of none) as bytes, which its GenerateReqInput dataclass refuses: a 400 from
+    SGLang's validation handler, echoing the body, before any streaming."""
+    status, answer = _post(ddtree, "/generate", GENERATE_RAW, content_type, method)
+    error = ("{'type': 'dataclass_type', 'loc': ('body',), 'msg': 'Input should be a dictionary or an instance of "
+             "GenerateReqInput', 'input': b'{\"text\": \"hi\", \"sampling_params\": {\"max_new_tokens\": 2}, "
+             "\"stream\": true}', 'ctx': {'class_name': 'GenerateReqInput'}}")
+    assert status == 400 and json.loads(answer) == validation_error(
+        f"1 validation error:\n  {error}\n\n  Endpoint: {method} /generate [{error}]"), answer
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "Application/JSON; charset=utf-8",
+                                          "application/json ; charset=utf-8", "application/vnd.api+json"])
+def test_generate_takes_a_json_type_as_sglang_does(ddtree, content_type):
+    """FastAPI's rule, not validate_json_request's: any case, parameters, and application/*+json."""
+    status, answer = _post(ddtree, "/generate", GENERATE_RAW, content_type)
+    assert status == 200 and sse_events(answer)[-1] == "[DONE]", answer
+
+
+MISSING_BODY = "{'type': 'missing', 'loc': ('body',), 'msg': 'Field required', 'input': None}"
+
+
+@pytest.mark.parametrize("path", ["/generate", *sorted(OPENAI_REQUESTS), "/v1/tokenize"])
+def test_an_empty_body_is_missing_as_sglang_says(ddtree, path):
+    """FastAPI finds an empty body missing; on a route SGLang guards, only once its type passed."""
+    status, answer = _post(ddtree, path, b"", "application/json")
+    assert status == 400 and json.loads(answer) == validation_error(
+        f"1 validation error:\n  {MISSING_BODY}\n\n  Endpoint: POST {path} [{MISSING_BODY}]"), answer
+    status, answer = _post(ddtree, path, b"", None)
+    if path == "/generate":
+        assert status == 400 and "'type': 'missing'" in json.loads(answer)["message"], answer
+    else:
+        assert status == 400 and json.loads(answer) == validation_error(MEDIA_TYPE_ERROR), answer
 
 
 @pytest.mark.parametrize("path", sorted(OPENAI_REQUESTS))

@@ -385,6 +385,19 @@ def test_the_engine_words_the_content_type_error_as_sglang(srt):
     assert "{} {}" in templates(handler)  # its message: the error, then the list of errors
 
 
+def test_generate_reads_its_body_into_a_dataclass_as_the_engine_assumes(srt):
+    """protocol.check_body words a /generate body FastAPI does not parse as JSON as FastAPI's error
+    for the dataclass GenerateReqInput: the route must still take its body as that class."""
+    route = function(srt("entrypoints/http_server.py"), "generate_request")
+    assert any(isinstance(d, ast.Call) and d.args and template(d.args[0]) == api.GENERATE
+               for d in route.decorator_list), "generate_request no longer serves /generate"
+    body = route.args.args[0].annotation
+    assert getattr(body, "id", None) == "GenerateReqInput", ast.unparse(body)
+    cls = next(n for n in ast.walk(srt("managers/io_struct.py")) if isinstance(n, ast.ClassDef)
+               and n.name == "GenerateReqInput")
+    assert [getattr(d, "id", None) for d in cls.decorator_list] == ["dataclass"], "GenerateReqInput is no dataclass"
+
+
 def test_metrics_endpoint_is_mounted(srt):
     mounts = [template(n.args[0]) for n in ast.walk(srt("utils/common.py"))
               if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Mount" and n.args]
