@@ -306,7 +306,9 @@ def chat_delta(*, role: str | None = None, content: str | None = None, reason: d
 class Chunks:
     """The chunks SGLang streams for one request, built step by step from the cumulative text.
 
-    /v1/completions: one chunk a step with the new text, the finish reason on the last one.
+    /v1/completions: one chunk a step with the new text, the finish reason on the last one; a step
+    that adds no text (a byte of an unfinished UTF-8 character, a stop string cut back) still
+    sends its chunk, with text "", as SGLang's does for every output it gets.
     /v1/chat/completions: a first chunk with the role alone (content ""), a chunk for each step
     that adds text, then one more holding only the finish reason and matched_stop.
     continuous_usage_stats puts the usage so far on every completion chunk and on each chat chunk
@@ -332,8 +334,7 @@ class Chunks:
         so_far = usage(self.prompt_tokens, completion_tokens)
         out = []
         if self.kind == "text_completion":
-            if delta or reason is not None or not self.started:
-                out.append(self._chunk([completion_choice(delta, reason)], so_far if self.continuous_usage else None))
+            out.append(self._chunk([completion_choice(delta, reason)], so_far if self.continuous_usage else None))
         else:
             if not self.started:
                 out.append(self._chunk([chat_delta(role="assistant", content="")], None))

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_specdec.engine.logs import READY_LINE
-from pytest_specdec.engine.openai_api import render_chat
+from pytest_specdec.engine.openai_api import Chunks, render_chat
 from pytest_specdec.engine.tokenizer import ByteTokenizer
 
 CONTEXT = 512
@@ -257,6 +257,21 @@ def test_openai_answers_name_the_model_the_request_named(ddtree, path):
     assert {json.loads(e)["model"] for e in sse_events(streamed.body)[:-1]} == {"default"}
     res = ddtree.post(path, {**body, "model": 7})
     assert res.status == 400 and "model: invalid type: integer 7, expected a string" in error_message(res)
+
+
+def test_a_completion_step_that_adds_no_text_still_sends_its_chunk():
+    """SGLang's completion stream sends a chunk for every output, text "" where a step added none
+    (a byte of an unfinished character, a stop string cut back); its chat stream sends content
+    only where there is some."""
+    steps = [("ab", 2, None), ("ab", 3, None), ("abc", 4, None), ("ab", 5, {"type": "stop", "matched": "c"})]
+    completion = Chunks("text_completion", "r", "m", 7, include_usage=False, continuous_usage=True)
+    sent = [completion.step(*step) for step in steps]
+    assert [[(c["choices"][0]["text"], c["usage"]["completion_tokens"]) for c in chunks] for chunks in sent] == [
+        [("ab", 2)], [("", 3)], [("c", 4)], [("", 5)]]
+    assert sent[-1][0]["choices"][0]["finish_reason"] == "stop"
+    chat = Chunks("chat.completion", "r", "m", 7, include_usage=False, continuous_usage=True)
+    contents = [[c["choices"][0]["delta"].get("content") for c in chat.step(*step)] for step in steps]
+    assert contents == [["", "ab"], [], ["c"], [None]]
 
 
 def test_stop_string_ends_generation_and_is_cut(ddtree):

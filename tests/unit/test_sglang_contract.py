@@ -398,6 +398,17 @@ def test_generate_reads_its_body_into_a_dataclass_as_the_engine_assumes(srt):
     assert [getattr(d, "id", None) for d in cls.decorator_list] == ["dataclass"], "GenerateReqInput is no dataclass"
 
 
+def test_the_completion_stream_sends_a_chunk_for_every_output(srt):
+    """The engine sends a /v1/completions chunk for every step, text "" included: SGLang's stream
+    sets no condition on the delta (its chat stream does, and the engine follows that too)."""
+    stream = function(srt("entrypoints/openai/serving_completions.py"), "_generate_completion_stream")
+    gated = [ast.unparse(n.test) for n in ast.walk(stream) if isinstance(n, ast.If)
+             and any(getattr(x, "id", None) == "delta" for x in ast.walk(n.test))]
+    assert not gated, f"SGLang's completion stream now sends a chunk only if {gated}"
+    chat = function(srt("entrypoints/openai/serving_chat.py"), "_generate_stream_content")
+    assert any(isinstance(n, ast.If) and getattr(n.test, "id", None) == "delta" for n in ast.walk(chat))
+
+
 def test_metrics_endpoint_is_mounted(srt):
     mounts = [template(n.args[0]) for n in ast.walk(srt("utils/common.py"))
               if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Mount" and n.args]
