@@ -3,9 +3,11 @@ fields mapped onto the engine's generation, and their response and stream chunk 
 /v1/tokenize, which counts a prompt as the engine's tokenizer encodes it.
 
 Request fields follow protocol.py's rules (honoured, hints, neutral-only; unknown names refused)
-over the names SGLang's CompletionRequest and ChatCompletionRequest declare. A chat is rendered
-with CHAT_TEMPLATE, the same template the exported tokenizer carries (tokenizer.py), so a client
-that applies the tokenizer's template counts the same prompt tokens the engine sees.
+over the names SGLang's CompletionRequest and ChatCompletionRequest declare. A LoRA adapter, named
+as ``"model": "base:adapter"`` or in ``lora_path``, is refused as SGLang refuses it on a server
+started without --enable-lora (see lora_adapter). A chat is rendered with CHAT_TEMPLATE, the same
+template the exported tokenizer carries (tokenizer.py), so a client that applies the tokenizer's
+template counts the same prompt tokens the engine sees.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from .protocol import (
     Sampling,
     Unsupported,
     check_context,
+    check_no_lora,
     check_neutral,
     expect,
     known_fields,
+    lora_path_field,
     parse_sampling,
 )
 
@@ -67,7 +71,6 @@ _SHARED_NEUTRAL: Mapping[str, Neutral] = {
     "no_stop_trim": Neutral(False),
     "skip_special_tokens": Neutral(True),
     "response_format": Neutral(None),
-    "lora_path": Neutral(None),
     "session_params": Neutral(None),
     "custom_logit_processor": Neutral(None),
     "watermark": Neutral(None),
@@ -78,7 +81,7 @@ _SHARED_NEUTRAL: Mapping[str, Neutral] = {
     "return_token_ids": Neutral(False),
 }
 _SHARED_HONOURED = frozenset({"max_tokens", "temperature", "stop", "stop_token_ids", "ignore_eos", "stream",
-                              "stream_options", "model"})
+                              "stream_options", "model", "lora_path"})
 DEFAULT_MODEL = "default"  # SGLang's model when a request names none
 
 COMPLETION_HONOURED = _SHARED_HONOURED | {"prompt"}
@@ -135,6 +138,22 @@ class OpenAIRequest:
     model: str  # answered as the request named it, as SGLang does, whatever the served name
 
 
+def lora_adapter(model: str, served_model_name: str) -> str | None:
+    """The LoRA adapter a request's model names, by SGLang's reading of ``base:adapter``: none
+    without a colon or for the served name itself (which may hold colons, a URI say); after the
+    served name and a colon when the model starts so, else after the first colon; none if blank."""
+    if ":" not in model or model == served_model_name:
+        return None
+    prefix = served_model_name + ":"
+    adapter = model[len(prefix):] if model.startswith(prefix) else model.split(":", 1)[1]
+    return adapter.strip() or None
+
+
+def _check_adapter(b: dict, model: str, served_model_name: str) -> None:
+    """Refuse a LoRA adapter as SGLang without --enable-lora does; the model's adapter wins over lora_path."""
+    check_no_lora(lora_adapter(model, served_model_name) or b.get("lora_path"), OpenAIError)
+
+
 def _common(body: Any, fields: frozenset[str], neutral: Mapping[str, Neutral], default_max_tokens: int | None,
             *, vocab_size: int) -> tuple[dict, Sampling, dict]:
     """The fields both endpoints share: the body, its sampling, and how to answer (stream, usage, model)."""
@@ -146,6 +165,7 @@ def _common(body: Any, fields: frozenset[str], neutral: Mapping[str, Neutral], d
     for name, key in (("include_usage", "include_usage"), ("continuous_usage", "continuous_usage_stats")):
         answer[name] = expect(f"stream_options.{key}", options.get(key) or False, (bool,), "a boolean")
     check_neutral("field(s)", b, neutral)
+    lora_path_field(b.get("lora_path"))  # its type only: an adapter is refused later, where SGLang refuses it
     max_tokens = b.get("max_completion_tokens", b.get("max_tokens", default_max_tokens))
     if max_tokens is not None and (type(max_tokens) is not int or max_tokens <= 0):
         raise OpenAIError(f"max_tokens must be a positive integer, got {max_tokens!r}.")
@@ -156,7 +176,8 @@ def _common(body: Any, fields: frozenset[str], neutral: Mapping[str, Neutral], d
     return b, parse_sampling(params, vocab_size=vocab_size), answer
 
 
-def parse_completion(body: Any, *, encode, vocab_size: int, context_length: int) -> OpenAIRequest:
+def parse_completion(body: Any, *, encode, vocab_size: int, context_length: int,
+                     served_model_name: str) -> OpenAIRequest:
     b, sampling, answer = _common(body, COMPLETION_FIELDS, COMPLETION_NEUTRAL, 16, vocab_size=vocab_size)
     prompt = b.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
@@ -167,6 +188,7 @@ def parse_completion(body: Any, *, encode, vocab_size: int, context_length: int)
         ids = prompt
     else:
         raise OpenAIError("prompt must be a string or a list of token ids (one prompt per request).")
+    _check_adapter(b, answer["model"], served_model_name)
     check_context(len(ids), sampling.max_new_tokens, context_length)
     return OpenAIRequest(tuple(ids), sampling, rid=b.get("rid"), **answer)
 
@@ -201,7 +223,8 @@ def render_chat(messages: list[dict]) -> str:
     return _chat_template().render(messages=messages, add_generation_prompt=True)
 
 
-def parse_chat(body: Any, *, encode, vocab_size: int, context_length: int) -> OpenAIRequest:
+def parse_chat(body: Any, *, encode, vocab_size: int, context_length: int,
+               served_model_name: str) -> OpenAIRequest:
     b, sampling, answer = _common(body, CHAT_FIELDS, CHAT_NEUTRAL, None, vocab_size=vocab_size)
     messages = b.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -210,6 +233,7 @@ def parse_chat(body: Any, *, encode, vocab_size: int, context_length: int) -> Op
     if "max_tokens" not in b and "max_completion_tokens" not in b:  # SGLang: the rest of the context
         sampling = Sampling(max(context_length - len(ids) - 1, 0), sampling.ignore_eos, sampling.stop,
                             sampling.stop_token_ids)
+    _check_adapter(b, answer["model"], served_model_name)
     check_context(len(ids), sampling.max_new_tokens, context_length)
     return OpenAIRequest(tuple(ids), sampling, rid=b.get("rid"), **answer)
 

@@ -7,10 +7,14 @@ Each name is of one kind:
 - a hint: routing, caching, logging and tracing hints, and options that only shape an output the
   engine never produces (logprob formats without ``return_logprob``); any value is accepted and
   changes nothing;
-- neutral-only: a feature the engine does not have (logprobs, media inputs, LoRA, constrained
+- neutral-only: a feature the engine does not have (logprobs, media inputs, constrained
   decoding, sampling shape). ``null`` or the value that turns it off (SGLang's default) is
   accepted; any other value is refused with a 400 naming it, because serving it silently would
   measure something other than what the client asked for.
+
+A LoRA adapter (``lora_path``) is refused as SGLang refuses it on a server started without
+``--enable-lora``, in its words and at its point (see ``check_no_lora``): the engine has no LoRA,
+and SGLang's answer to that request is defined, so the engine gives that answer.
 
 A name SGLang does not declare is refused too (SGLang's own server ignores unknown top-level
 names; the engine does not, so a typo cannot pass unnoticed). ``null`` always means the default.
@@ -52,7 +56,7 @@ class Neutral:
 
 # -- /generate's top-level fields (SGLang's GenerateReqInput) --------------------------------------
 
-HONOURED_FIELDS = frozenset({"text", "input_ids", "sampling_params", "stream", "rid"})
+HONOURED_FIELDS = frozenset({"text", "input_ids", "sampling_params", "stream", "rid", "lora_path"})
 HINT_FIELDS = frozenset({
     # routing, scheduling, caching, sessions, accounting
     "session_id", "log_metrics", "priority", "routing_key", "conversation_id", "extra_key", "cache_salt",
@@ -83,7 +87,6 @@ NEUTRAL_FIELDS: Mapping[str, Neutral] = {
     "return_entropy": Neutral(False),
     "return_prompt_token_ids": Neutral(False),
     "session_params": Neutral(None),
-    "lora_path": Neutral(None),
     "lora_id": Neutral(None),
     "custom_logit_processor": Neutral(None),
     "positional_embed_overrides": Neutral(None),
@@ -377,10 +380,12 @@ def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int) -
         expect("input_ids", input_ids, (list,), "a list of integers")
         for i in input_ids:
             expect("input_ids", i, (int,), "a list of integers (batched requests are not supported)")
+    lora_path = lora_path_field(b.get("lora_path"))
     check_neutral("field(s)", b, NEUTRAL_FIELDS)
     sampling = parse_sampling(b.get("sampling_params"), vocab_size=vocab_size)
     if (text is None) == (input_ids is None):
         raise Refused("Either text or input_ids should be provided.")
+    check_no_lora(lora_path)
     if text is not None:
         input_ids = encode(text)
     elif not input_ids:
@@ -389,6 +394,28 @@ def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int) -
         raise Refused(f"The input_ids {input_ids} contains values greater than the vocab size ({vocab_size}).")
     check_context(len(input_ids), sampling.max_new_tokens, context_length)
     return GenerateRequest(tuple(input_ids), sampling, stream, rid)
+
+
+def lora_path_field(value: Any) -> str | list | None:
+    """The ``lora_path`` field once it has SGLang's type: a string, or a list of strings and nulls."""
+    if value is None:
+        return None
+    expect("lora_path", value, (str, list), "a string or a list of strings")
+    for adapter in value if isinstance(value, list) else ():
+        if adapter is not None:
+            expect("lora_path", adapter, (str,), "a string or a list of strings")
+    return value
+
+
+def check_no_lora(lora_path: str | list | None, error: type[RequestError] = Refused) -> None:
+    """SGLang's refusal of any LoRA adapter on a server started without --enable-lora, which the
+    engine is: it comes after the request's own checks and before its prompt is measured against
+    the context. An empty name (or list) asks for none; a list names its first adapter."""
+    if not lora_path:
+        return
+    first = lora_path if isinstance(lora_path, str) else next((a for a in lora_path if a), None)
+    raise error(f"LoRA adapter '{first}' was requested, but LoRA is not enabled. Please launch the server with "
+                "--enable-lora flag and preload adapters using --lora-paths or /load_lora_adapter endpoint.")
 
 
 def check_context(prompt_tokens: int, max_new_tokens: int, context_length: int) -> None:

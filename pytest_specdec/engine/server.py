@@ -374,7 +374,8 @@ class EngineServer:
         await self._hang_if_faulty()
         try:
             o = parse(await self._read_json(request), encode=self.tokenizer.encode,
-                      vocab_size=self.tokenizer.vocab_size, context_length=self.context_length)
+                      vocab_size=self.tokenizer.vocab_size, context_length=self.context_length,
+                      served_model_name=self.served_model_name)
         except RequestError as exc:
             logs.SERVER.error(f"[http_server] Error: {exc}")
             # a malformed request meets SGLang's validation handler, a refused one its serving class

@@ -112,12 +112,37 @@ def test_unhonourable_values_are_all_named_in_one_message():
     ({"text": ["a", "b"]}, SchemaViolation, "batched"),
     ({"input_ids": [[1, 2]]}, SchemaViolation, "batched"),
     ({"input_ids": []}, Refused, "must not be empty"),
+    ({"text": "hi", "lora_path": 5}, SchemaViolation, "lora_path: invalid type: integer 5"),
+    ({"text": "hi", "lora_path": ["a", 3]}, SchemaViolation, "lora_path: invalid type: integer 3"),
     ([{"text": "hi"}], InvalidBody, "JSON object"),
 ])
 def test_bad_requests_are_refused_with_the_reason(body, error, fragment):
     with pytest.raises(error) as info:
         parse(body)
     assert fragment in str(info.value)
+
+
+#: SGLang's refusal of an adapter on a server started without --enable-lora, for adapter {}
+LORA_REFUSAL = ("LoRA adapter '{}' was requested, but LoRA is not enabled. Please launch the server with --enable-lora "
+                "flag and preload adapters using --lora-paths or /load_lora_adapter endpoint.")
+
+
+@pytest.mark.parametrize("lora_path, adapter", [("my-adapter", "my-adapter"), ([None, "", "second"], "second"),
+                                                ([None], "None")])
+def test_a_lora_adapter_is_refused_in_sglangs_words(lora_path, adapter):
+    """The engine has no LoRA: SGLang started without --enable-lora refuses any adapter, naming the
+    first one given (a list of nulls names None, as SGLang's does), once the request's own checks
+    passed and before the prompt is measured against the context."""
+    with pytest.raises(Refused) as info:
+        parse({"text": "a" * 300, "lora_path": lora_path}, context_length=256)
+    assert str(info.value) == LORA_REFUSAL.format(adapter)
+    with pytest.raises(Refused, match="Either text or input_ids"):
+        parse({"lora_path": lora_path})
+
+
+@pytest.mark.parametrize("lora_path", [None, "", []])
+def test_no_lora_adapter_is_no_refusal(lora_path):
+    assert parse({"text": "hi", "lora_path": lora_path}).input_ids == tuple(TOKENIZER.encode("hi"))
 
 
 @pytest.mark.parametrize("raw, fragment", [
@@ -179,6 +204,16 @@ def test_a_request_sglang_refuses_while_streaming_is_an_error_event(engine):
     error = json.loads(events[0][len("data: "):])["error"]
     assert "longer than the model's context length" in error["message"]
     assert (error["type"], error["code"], error["retryable"]) == ("invalid_request_error", 400, False)
+
+
+def test_a_lora_adapter_is_refused_over_http_as_sglang_refuses_it(engine):
+    """A 400 with SGLang's error body; streaming, a 200 with its error event, as from SGLang, whose
+    tokenizer manager refuses the adapter after the stream has started."""
+    res = engine.post("/generate", {"text": "hi", "lora_path": "my-adapter"})
+    assert res.status == 400 and res.json() == {"error": {"message": LORA_REFUSAL.format("my-adapter")}}
+    res = engine.post("/generate", {"text": "hi", "lora_path": "my-adapter", "stream": True})
+    assert res.status == 200 and res.text == "data: " + json.dumps(Refused(LORA_REFUSAL.format("my-adapter"))
+                                                                   .stream_event()) + "\n\ndata: [DONE]\n\n"
 
 
 def test_unhonourable_streaming_request_is_a_400_before_streaming(engine):

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_specdec.engine.logs import READY_LINE
-from pytest_specdec.engine.openai_api import Chunks, render_chat
+from pytest_specdec.engine.openai_api import Chunks, lora_adapter, render_chat
 from pytest_specdec.engine.tokenizer import ByteTokenizer
 
 CONTEXT = 512
@@ -272,6 +272,50 @@ def test_a_completion_step_that_adds_no_text_still_sends_its_chunk():
     chat = Chunks("chat.completion", "r", "m", 7, include_usage=False, continuous_usage=True)
     contents = [[c["choices"][0]["delta"].get("content") for c in chat.step(*step)] for step in steps]
     assert contents == [["", "ab"], [], ["c"], [None]]
+
+
+LORA_REFUSAL = ("LoRA adapter '{}' was requested, but LoRA is not enabled. Please launch the server with --enable-lora "
+                "flag and preload adapters using --lora-paths or /load_lora_adapter endpoint.")
+
+
+@pytest.mark.parametrize("path", sorted(OPENAI_REQUESTS))
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("fields, adapter", [
+    ({"model": "base:my-adapter"}, "my-adapter"),
+    ({"model": "base: my-adapter "}, "my-adapter"),
+    ({"lora_path": "other"}, "other"),
+    ({"model": "base:my-adapter", "lora_path": "other"}, "my-adapter"),  # the model's adapter first
+    ({"lora_path": [None, "listed"]}, "listed"),
+], ids=["model", "spaced", "lora_path", "both", "list"])
+def test_a_lora_adapter_is_refused_as_sglang_without_lora_refuses_it(ddtree, path, stream, fields, adapter):
+    """The engine has no LoRA; SGLang started without --enable-lora answers a request for an
+    adapter with this 400, before any streaming, even for a prompt longer than the context."""
+    body = {**OPENAI_REQUESTS[path], "max_tokens": 4, "stream": stream, **fields}
+    for request in (body, {**body, "max_tokens": CONTEXT}):
+        res = ddtree.post(path, request)
+        assert res.status == 400 and res.json() == {"object": "error", "message": LORA_REFUSAL.format(adapter),
+                                                    "type": "BadRequestError", "param": None, "code": 400}, res.text
+
+
+@pytest.mark.parametrize("path", sorted(OPENAI_REQUESTS))
+def test_a_model_without_an_adapter_is_answered(ddtree, path):
+    """No colon, or nothing after it, names no adapter; the model is echoed as named."""
+    for model in ("base", "base:", "base: "):
+        res = ddtree.post(path, {**OPENAI_REQUESTS[path], "max_tokens": 2, "model": model, "lora_path": ""})
+        assert res.status == 200 and res.json()["model"] == model, res.text
+    res = ddtree.post(path, {**OPENAI_REQUESTS[path], "max_tokens": 2, "lora_path": 5})
+    assert res.status == 400 and "lora_path: invalid type: integer 5" in error_message(res)
+
+
+@pytest.mark.parametrize("model, served, adapter", [
+    ("s3://bucket/model", "s3://bucket/model", None),  # the served name, colons and all
+    ("s3://bucket/model:tuned", "s3://bucket/model", "tuned"),  # after the served name, not its first colon
+    ("other:tuned", "s3://bucket/model", "tuned"),
+    ("a:b:c", "served", "b:c"),
+    ("plain", "served", None),
+])
+def test_the_adapter_a_model_names_is_read_as_sglang_reads_it(model, served, adapter):
+    assert lora_adapter(model, served) == adapter
 
 
 def test_stop_string_ends_generation_and_is_cut(ddtree):

@@ -398,6 +398,25 @@ def test_generate_reads_its_body_into_a_dataclass_as_the_engine_assumes(srt):
     assert [getattr(d, "id", None) for d in cls.decorator_list] == ["dataclass"], "GenerateReqInput is no dataclass"
 
 
+def test_the_engine_refuses_a_lora_adapter_in_sglangs_words(srt):
+    """The engine is an SGLang server started without --enable-lora: its refusal, word for word."""
+    check = function(srt("managers/tokenizer_manager.py"), "_validate_and_resolve_lora")
+    with pytest.raises(protocol.Refused) as info:
+        protocol.check_no_lora("{}")
+    assert str(info.value) in templates(check), templates(check)
+
+
+def test_the_openai_routes_read_an_adapter_from_the_model_as_the_engine_does(srt):
+    """openai_api.lora_adapter follows serving_base's reading of "base:adapter", which both
+    routes apply ahead of lora_path."""
+    base = srt("entrypoints/openai/serving_base.py")
+    assert "served_model_name" in ast.unparse(function(base, "_parse_model_parameter"))
+    for module in ("serving_completions.py", "serving_chat.py"):
+        calls = [n for n in ast.walk(srt("entrypoints/openai/" + module)) if isinstance(n, ast.Call)
+                 and getattr(n.func, "attr", None) == "_resolve_lora_path"]
+        assert [ast.unparse(c) for c in calls] == ["self._resolve_lora_path(request.model, request.lora_path)"], module
+
+
 def test_the_completion_stream_sends_a_chunk_for_every_output(srt):
     """The engine sends a /v1/completions chunk for every step, text "" included: SGLang's stream
     sets no condition on the delta (its chat stream does, and the engine follows that too)."""
