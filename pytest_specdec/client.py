@@ -38,8 +38,18 @@ class ServerQueryError(Exception):
     """A server endpoint did not answer as SGLang's would (status, body or shape)."""
 
 
+#: Why a server cannot count tokens for us, as the phrase after "the server".
+NO_TOKENIZE = f"has no {api.TOKENIZE} (SGLang before 0.5.3.post1)"
+NO_TOKENIZER = f"has no tokenizer (started with {api.SKIP_TOKENIZER_INIT_FLAG})"
+
+
 class TokenizeNotServed(ServerQueryError):
-    """The server has no /v1/tokenize (SGLang before 0.5.3.post1): it cannot count tokens for us."""
+    """The server cannot count tokens for us: it has no /v1/tokenize, or no tokenizer behind it;
+    `why` says which (NO_TOKENIZE or NO_TOKENIZER)."""
+
+    def __init__(self, message: str, why: str = NO_TOKENIZE) -> None:
+        super().__init__(message)
+        self.why = why
 
 
 class WorkloadStalled(Exception):
@@ -453,7 +463,8 @@ def fetch_server_info(url: str, *, timeout_s: float = 10.0) -> dict:
 
 async def count_tokens_async(url: str, texts: list[str], *, timeout_s: float = 30.0) -> list[int]:
     """Each text's tokens as the server's tokenizer counts them, special tokens included as
-    /generate adds them: one /v1/tokenize request for the list. TokenizeNotServed on a 404."""
+    /generate adds them: one /v1/tokenize request for the list. TokenizeNotServed on a 404, and on
+    the 500 of a server without a tokenizer."""
     where = f"POST {_base(url)}{api.TOKENIZE}"
     body = {api.TOKENIZE_PROMPT: texts, api.TOKENIZE_ADD_SPECIAL_TOKENS: True}
     async with aiohttp.ClientSession() as session:
@@ -462,6 +473,8 @@ async def count_tokens_async(url: str, texts: list[str], *, timeout_s: float = 3
             text = await resp.text(errors="replace")
             if resp.status == 404:
                 raise TokenizeNotServed(f"{where}: HTTP 404: {error_text(text)}")
+            if resp.status == 500 and _no_tokenizer(error_text(text)):
+                raise TokenizeNotServed(f"{where}: HTTP 500: {error_text(text)}", why=NO_TOKENIZER)
             if resp.status != 200:
                 raise ServerQueryError(f"{where}: HTTP {resp.status}: {error_text(text)}")
     try:
@@ -473,6 +486,12 @@ async def count_tokens_async(url: str, texts: list[str], *, timeout_s: float = 3
         raise ServerQueryError(f"{where}: expected {{{api.TOKENIZE_COUNT!r}: [one count per prompt]}} for "
                                f"{len(texts)} prompt(s), got {text[:200]!r}")
     return counts
+
+
+def _no_tokenizer(message: str) -> bool:
+    """Whether a /v1/tokenize error is SGLang's without a tokenizer (--skip-tokenizer-init), which
+    is no fault: any other 500 is a server that broke."""
+    return message.startswith(api.TOKENIZE_FAILED) and message.rstrip().endswith(api.TOKENIZE_NO_TOKENIZER)
 
 
 def count_tokens(url: str, texts: list[str], *, timeout_s: float = 30.0) -> list[int]:
@@ -490,6 +509,8 @@ def scrape_metrics(url: str, *, timeout_s: float = 10.0) -> dict[str, list[tuple
 
 
 __all__ = [
+    "NO_TOKENIZE",
+    "NO_TOKENIZER",
     "ServerQueryError",
     "TokenizeNotServed",
     "WorkloadStalled",

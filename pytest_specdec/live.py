@@ -121,11 +121,9 @@ class LiveServer:
         except workloads.ContextLengthError as exc:
             source = getattr(self.token_counter, "source", None)  # a server's count says whose it is
             fail(f"server {self.id}: {exc}" + (f" (prompt tokens {source})" if source else ""))
-        except client.TokenizeNotServed:
+        except client.TokenizeNotServed as exc:
             # a server that cannot count for us runs the workload as it stands, as before the guard
-            from .token_count import NOT_SERVED
-
-            warnings.warn(f"server {self.id} {NOT_SERVED}, so workload "
+            warnings.warn(f"server {self.id} {exc.why}, so workload "
                           f"{workload.name!r} was not checked against its context length"
                           + (" and its truncate = true was not applied" if truncate else "")
                           + ": a prompt too long fails its requests", stacklevel=2)

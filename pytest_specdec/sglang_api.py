@@ -56,6 +56,12 @@ TOKENIZE_ADD_SPECIAL_TOKENS = "add_special_tokens"
 TOKENIZE_COUNT = "count"
 TOKENIZE_TOKENS = "tokens"
 TOKENIZE_MAX_MODEL_LEN = "max_model_len"
+#: A server started with --skip-tokenizer-init serves /v1/tokenize with no tokenizer behind it: the
+#: handler calls encode on None and answers HTTP 500 {"object": "error", "type": "InternalServerError",
+#: "message": TOKENIZE_FAILED + ": " + TOKENIZE_NO_TOKENIZER}
+TOKENIZE_FAILED = "Internal server error during tokenization"
+TOKENIZE_NO_TOKENIZER = "'NoneType' object has no attribute 'encode'"
+SKIP_TOKENIZER_INIT_FLAG = "--skip-tokenizer-init"
 
 # -- /server_info and /v1/models: what the plugin reads ---------------------------------------------
 INFO_SPECULATIVE_ALGORITHM = "speculative_algorithm"

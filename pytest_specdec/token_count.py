@@ -5,8 +5,9 @@ count each out, special tokens added as /generate adds them, so a count is the p
 request of that text gets. A subword model's count is far below the embedded engine's byte count,
 which is only an upper bound. `ServerTokenCounter` asks for the texts it has not seen yet, as one
 list, so a workload is counted in one request and a truncation's search in one a round. A server
-without the endpoint (a 404) is counted by the fallback from then on, or, with none, not at all
-(`TokenizeNotServed` tells the caller).
+that cannot count -- without the endpoint (a 404), or started with --skip-tokenizer-init (its
+handler then answers a 500 that names the missing tokenizer) -- is counted by the fallback from
+then on, or, with none, not at all (`TokenizeNotServed` tells the caller, and why).
 """
 
 from __future__ import annotations
@@ -25,14 +26,15 @@ BATCH_BYTES = 256 * 1024
 #: Seconds the report header waits to learn whether an attached server counts.
 PROBE_TIMEOUT_S = 5.0
 #: What a server without the endpoint lacks, for messages.
-NOT_SERVED = f"has no {api.TOKENIZE} (SGLang before 0.5.3.post1)"
+NOT_SERVED = client.NO_TOKENIZE
 
 
 class ServerTokenCounter:
     """`counter(text)` and `counter.count_many(texts)`: the server at `url` counts, each text once.
 
-    `fallback` counts when the server has no /v1/tokenize, described by `fallback_source` ("as
-    ...", for messages); None: TokenizeNotServed is raised instead.
+    `fallback` counts when the server cannot (no /v1/tokenize, or no tokenizer), described by
+    `fallback_source` ("as ...", for messages); None: TokenizeNotServed is raised instead.
+    `not_served` is why it cannot, once it said so (client.NO_TOKENIZE or client.NO_TOKENIZER).
     """
 
     def __init__(self, url: str, fallback: Callable[[str], int] | None = None, *, fallback_source: str = "",
@@ -42,6 +44,7 @@ class ServerTokenCounter:
         self.fallback_source = fallback_source
         self.timeout_s = timeout_s
         self.served: bool | None = None  # None: not asked yet
+        self.not_served = NOT_SERVED
         self._counts: dict[bytes, int] = {}  # by the text's digest: a truncation's prefixes are not kept
 
     def __call__(self, text: str) -> int:
@@ -62,12 +65,13 @@ class ServerTokenCounter:
                 if self.served:  # it counted before: this 404 is no missing endpoint
                     raise client.ServerQueryError(str(exc)) from None
                 self.served = False
+                self.not_served = exc.why
             else:
                 if todo:
                     self.served = True
                 return [self._counts[key] for key in keys]
         if self.fallback is None:
-            raise client.TokenizeNotServed(f"{self.url} {NOT_SERVED}")
+            raise client.TokenizeNotServed(f"{self.url} {self.not_served}", why=self.not_served)
         return [self.fallback(t) for t in texts]
 
     def probe(self) -> bool | None:
@@ -89,8 +93,8 @@ class ServerTokenCounter:
             return f"counted by the server's {api.TOKENIZE} where it serves it" + (
                 f", else {self.fallback_source}" if self.fallback is not None else "")
         if self.fallback is None:
-            return f"not counted: the server {NOT_SERVED}"
-        return f"counted {self.fallback_source}, as the server {NOT_SERVED}"
+            return f"not counted: the server {self.not_served}"
+        return f"counted {self.fallback_source}, as the server {self.not_served}"
 
 
 def _key(text: str) -> bytes:

@@ -163,10 +163,12 @@ def test_run_given_something_that_is_no_workload_says_what_it_takes(given):
 class TokenizerStub:
     """An attached server's HTTP side, as far as the context guard asks it: /v1/models states the
     context, /v1/tokenize counts a BOS plus one token per word (a subword model, to the guard), or
-    answers 404 as a release without it does, or `status` for every request; `asked` holds the
-    lists it counted. A body not sent as application/json gets SGLang's 400."""
+    answers 404 as a release without it does, or `status` with SGLang's error body saying `message`
+    for every request; `asked` holds the lists it counted. A body not sent as application/json gets
+    SGLang's 400."""
 
-    def __init__(self, context: int = 128, tokenize: bool = True, status: int = 200):
+    def __init__(self, context: int = 128, tokenize: bool = True, status: int = 200,
+                 message: str = "tokenizer exploded"):
         import http.server
         import json
         import threading
@@ -191,7 +193,9 @@ class TokenizerStub:
                 if not tokenize or self.path != "/v1/tokenize":
                     return self.answer(404, {"detail": "Not Found"})
                 if status != 200:
-                    return self.answer(status, {"object": "error", "message": "tokenizer exploded"})
+                    return self.answer(status, {"object": "error", "message": message, "param": None,
+                                                "type": "InternalServerError" if status == 500 else "BadRequestError",
+                                                "code": status})
                 if self.headers.get("Content-Type", "").lower().split(";")[0] != "application/json":
                     return self.answer(400, {"object": "error", "message": "Unsupported Media Type"})
                 stub.asked.append(body["prompt"])
@@ -301,12 +305,41 @@ def test_an_sglang_server_without_tokenize_runs_the_workload_as_it_stands(stub):
         assert live(server.url, SGLangBackend("requested")).workload(WORDS) is WORDS
 
 
-def test_a_tokenize_error_fails_with_the_servers_words(stub):
-    server = stub(status=500)
+#: SGLang's /v1/tokenize answer on a server started with --skip-tokenizer-init (no tokenizer loaded)
+NO_TOKENIZER = "Internal server error during tokenization: 'NoneType' object has no attribute 'encode'"
+
+
+@pytest.mark.parametrize("status, message", [
+    (500, "tokenizer exploded"),
+    (500, "Internal server error during tokenization: CUDA error: an illegal memory access was encountered"),
+    (503, NO_TOKENIZER),  # a proxy's or a dying server's status: not SGLang's answer
+])
+@pytest.mark.parametrize("backend", [SGLangBackend("requested"), AttachBackend("attached")], ids=str)
+def test_a_tokenize_error_fails_with_the_servers_words(stub, backend, status, message):
+    server = stub(status=status, message=message)
     with pytest.raises(pytest.fail.Exception, match=re.escape(
-            f"server ar-tp1: could not count its prompt tokens: POST {server.url}/v1/tokenize: HTTP 500: "
-            f"tokenizer exploded")):
-        live(server.url, SGLangBackend("requested")).workload(WORDS)
+            f"server ar-tp1: could not count its prompt tokens: POST {server.url}/v1/tokenize: HTTP {status}: "
+            f"{message}")):
+        live(server.url, backend).workload(WORDS)
+
+
+def test_an_attached_server_without_a_tokenizer_is_counted_by_the_byte_bound(stub):
+    """SGLang started with --skip-tokenizer-init answers /v1/tokenize with a 500 naming the missing
+    tokenizer; that failed the test as a broken server, where it is one that cannot count."""
+    server = stub(status=500, message=NO_TOKENIZER)
+    with pytest.raises(pytest.fail.Exception) as info:
+        live(server.url, AttachBackend("attached")).workload(WORDS)
+    assert "501 prompt tokens + 16 max_new_tokens" in str(info.value)
+    assert str(info.value).endswith(
+        "(prompt tokens counted as the embedded engine counts (BOS + one per UTF-8 byte), an upper bound, as "
+        "the server has no tokenizer (started with --skip-tokenizer-init))")
+
+
+def test_an_sglang_server_without_a_tokenizer_runs_the_workload_as_it_stands(stub):
+    server = stub(context=64, status=500, message=NO_TOKENIZER)
+    with pytest.warns(UserWarning, match=r"server ar-tp1 has no tokenizer \(started with --skip-tokenizer-init\), "
+                                         r"so workload 'words' was not checked against its context length: "):
+        assert live(server.url, SGLangBackend("requested")).workload(WORDS) is WORDS
 
 
 @pytest.mark.parametrize("tokenize, said", [
@@ -314,15 +347,18 @@ def test_a_tokenize_error_fails_with_the_servers_words(stub):
     (False, "as the embedded engine counts (BOS + one per UTF-8 byte), an upper bound, as the server has no "
             "/v1/tokenize (SGLang before 0.5.3.post1); a prompt that fits may be refused, and truncate cuts "
             "more than it needs to"),
+    (NO_TOKENIZER, "as the embedded engine counts (BOS + one per UTF-8 byte), an upper bound, as the server has no "
+                   "tokenizer (started with --skip-tokenizer-init); a prompt that fits may be refused, and truncate "
+                   "cuts more than it needs to"),
 ])
 def test_the_header_says_which_count_an_attached_server_gets(stub, tokenize, said):
     from types import SimpleNamespace
 
-    server = stub(tokenize=tokenize)
+    server = stub(status=500, message=tokenize) if isinstance(tokenize, str) else stub(tokenize=tokenize)
     attach = AttachBackend("attached")
     assert attach.counting(SimpleNamespace(settings=SimpleNamespace(server_url=server.url + "/"))) == said
     attach.token_counter(server.url)("word")  # the fixture's counter is the one the header asked
-    assert len(server.asked) == (2 if tokenize else 0)
+    assert len(server.asked) == (2 if tokenize is True else 0)
 
 
 def test_the_header_of_an_attached_server_that_does_not_answer_says_both():

@@ -331,6 +331,28 @@ def test_tokenize_answers_with_the_count(srt):
     assert read <= set(fields), moved(read, fields, "TokenizeResponse")
 
 
+def test_a_server_without_a_tokenizer_answers_tokenize_with_a_500_naming_it(srt, server_args):
+    """--skip-tokenizer-init leaves the tokenizer manager's tokenizer None; the handler calls its
+    encode unchecked and answers the AttributeError as a 500, which the counter takes for "cannot
+    count" (client.NO_TOKENIZER) rather than a broken server."""
+    assert api.SKIP_TOKENIZER_INIT_FLAG in upstream_parser(server_args)._option_string_actions
+    manager = srt("managers/tokenizer_manager.py")
+    unset = [n for n in ast.walk(manager) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+             and n.value.value is None and any(ast.unparse(t) == "self.tokenizer" for t in n.targets)]
+    assert unset, "SGLang's tokenizer manager no longer sets self.tokenizer = None without a tokenizer"
+    handler = function(next(n for n in ast.walk(srt("entrypoints/openai/serving_tokenize.py"))
+                            if isinstance(n, ast.ClassDef) and n.name == "OpenAIServingTokenize"),
+                       "_handle_non_streaming_request")
+    source = ast.unparse(handler)
+    assert "tokenizer = self.tokenizer_manager.tokenizer" in source and "tokenizer.encode(" in source
+    assert "tokenizer is None" not in source, "SGLang's /v1/tokenize now checks for a missing tokenizer"
+    assert f"{api.TOKENIZE_FAILED}: {{}}" in templates(handler) and "INTERNAL_SERVER_ERROR" in source
+    try:
+        None.encode("x")
+    except AttributeError as exc:
+        assert str(exc) == api.TOKENIZE_NO_TOKENIZER  # Python's words for it, which the 500 carries
+
+
 def test_the_engine_tokenizes_as_sglang_answers():
     """Its answer has TokenizeResponse's keys, a list for a list, BOS only with special tokens."""
     from pytest_specdec.engine.tokenizer import BOS_ID, ByteTokenizer
