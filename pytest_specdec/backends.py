@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 
 ArgvBuilder = Callable[[int], Sequence[str]]
 
+#: CUDA_VISIBLE_DEVICES that shows a process no GPU (CUDA's list ends at the first invalid entry)
+NO_GPU = "-1"
+
 
 class Backend:
     """What a run needs to know about its servers; subclasses fill in their backend's part."""
@@ -122,8 +125,10 @@ class Backend:
         log_dir = run_dir / "logs"
 
         def factory(spec: ServerSpec, gpus: tuple[int, ...]) -> ManagedServer:
+            # a slot of a simulated inventory that is none of this run's GPUs: its server sees none
+            hidden = {"CUDA_VISIBLE_DEVICES": NO_GPU} if state.hardware.hides(gpus) else None
             return ManagedServer(
-                spec, self.argv_builder(spec, state), log_dir=log_dir, gpus=gpus,
+                spec, self.argv_builder(spec, state), log_dir=log_dir, gpus=gpus, env=hidden,
                 startup_timeout=state.settings.startup_timeout,
                 wait_gpu_release=state.hardware.physical_gpus > 0, argv_hint=self.argv_hint)
 
@@ -315,16 +320,18 @@ class AttachBackend(Backend):
 
 
 def _host_claims(state: RunState, run_dir: Path) -> HostClaims | None:
-    """This process's claims on the host's GPUs, or None for a simulated inventory."""
+    """This process's claims on the host's GPUs (a simulated inventory's too, on the GPUs it is laid
+    over), or None where no GPU of the host is leased."""
     folder = state.gpu_claims
     if folder is None:
         return None
     from .servers.host_claims import HostClaims
 
-    keys = {gpu.index: gpu.uuid for gpu in state.hardware.gpus if gpu.uuid}  # else the physical index
+    real = [gpu for gpu in state.hardware.gpus if gpu.real]
+    keys = {gpu.index: gpu.uuid for gpu in real if gpu.uuid}  # else the physical index
     try:
         return HostClaims(folder, keys, run=run_dir.name.removeprefix("run-"), project=str(state.config.root),
-                          setting=state.settings.setter("gpu_claims"))
+                          setting=state.settings.setter("gpu_claims"), gpus=[gpu.index for gpu in real])
     except OSError as exc:
         raise SpecdecUsageError(f"GPU claims folder {folder}: {exc.strerror or exc}; set "
                                 f"{state.settings.setter('gpu_claims')} to a folder every run on this host "

@@ -5,7 +5,9 @@ the CUDA_VISIBLE_DEVICES pinning of the servers and xdist workers started later.
 NVML (nvidia-ml-py) first, then `nvidia-smi`, and otherwise reports a CPU-only machine. Both see
 every GPU of the host; the run takes only those its CUDA_VISIBLE_DEVICES leaves it (a shared host,
 a Slurm allocation), keeping their physical indices for the servers' own CUDA_VISIBLE_DEVICES.
-`--specdec-arch` replaces the inventory with a simulated one for dry runs.
+`--specdec-arch` replaces the inventory with a simulated one for dry runs, laid over the GPUs the
+run was given: those slots stay real GPUs (`GPU.real`; a dry run's servers run on them and claim
+them host-wide), and a slot beyond them is no GPU, which a server on a GPU host never sees.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class GPU:
     arch: str  # "sm_90"
     memory_mib: int = 0
     uuid: str = ""  # "GPU-8f6d...", as CUDA_VISIBLE_DEVICES may name it
+    real: bool = True  # a GPU this run was given; False: a simulated slot with no GPU behind it
 
     @property
     def family(self) -> str:
@@ -82,6 +85,7 @@ class Hardware:
     gpus: tuple[GPU, ...]
     source: str  # "nvml", "nvidia-smi", "simulated" or "none"
     physical_gpus: int = 0
+    host_gpus: int = 0  # the host's, CUDA_VISIBLE_DEVICES aside: a run given none may still run on one
 
     @property
     def count(self) -> int:
@@ -104,6 +108,16 @@ class Hardware:
     @property
     def simulated(self) -> bool:
         return self.source == "simulated"
+
+    @property
+    def real_indices(self) -> tuple[int, ...]:
+        """The GPUs of the inventory that are GPUs this run was given, simulated arch or not."""
+        return tuple(gpu.index for gpu in self.gpus if gpu.real)
+
+    def hides(self, gpus: tuple[int, ...]) -> bool:
+        """Whether a server leased `gpus` must see no GPU: on a host with GPUs, a slot that is none
+        of this run's GPUs would name, as CUDA_VISIBLE_DEVICES, a GPU another job was given."""
+        return max(self.physical_gpus, self.host_gpus) > 0 and not set(gpus) <= set(self.real_indices)
 
     def describe(self) -> str:
         """`NVIDIA H200 (sm_90, hopper) x8`, or `no GPU`: the phrase skip reasons quote."""
@@ -203,11 +217,12 @@ def detect() -> Hardware:
     for source, probe in (("nvml", _detect_nvml), ("nvidia-smi", _detect_nvidia_smi)):
         gpus = probe()
         if gpus:
+            host = len(gpus)
             setting = os.environ.get("CUDA_VISIBLE_DEVICES")
             if setting is not None:
                 gpus = visible_to_cuda(gpus, setting)
                 source = f"{source}, CUDA_VISIBLE_DEVICES={setting}"
-            return Hardware(tuple(gpus), source, physical_gpus=len(gpus))
+            return Hardware(tuple(gpus), source, physical_gpus=len(gpus), host_gpus=host)
     return Hardware((), "none", physical_gpus=0)
 
 
@@ -249,15 +264,15 @@ def resolve(arch: str | None, gpus: int | None, detected: Hardware | None = None
         return real
     if arch is None:
         if gpus <= real.count:
-            return Hardware(real.gpus[:gpus], real.source, real.physical_gpus)
+            return Hardware(real.gpus[:gpus], real.source, real.physical_gpus, real.host_gpus)
         if real.count:
             raise SpecdecUsageError(
                 f"{gpus_source} {gpus}: only {real.count} GPUs found ({real.describe()}); "
                 f"ask for at most {real.count}, or add --specdec-arch to simulate an inventory"
             )
         # Slots for scheduling tests on a CPU machine: no arch, so no GPU family's suite runs.
-        simulated = tuple(GPU(i, "simulated GPU", "cpu") for i in range(gpus))
-        return Hardware(simulated, "simulated", real.physical_gpus)
+        simulated = tuple(GPU(i, "simulated GPU", "cpu", real=False) for i in range(gpus))
+        return Hardware(simulated, "simulated", real.physical_gpus, real.host_gpus)
     arch = normalise_arch(arch)
     if arch not in FAMILIES:  # a simulated arch only rehearses a family this plugin knows
         raise SpecdecUsageError(
@@ -266,8 +281,10 @@ def resolve(arch: str | None, gpus: int | None, detected: Hardware | None = None
         )
     count = gpus if gpus is not None else max(real.count, 1)
     name = f"simulated {arch}"
-    # the GPUs this run was given keep their indices: leases become the servers' CUDA_VISIBLE_DEVICES
-    given = [gpu.index for gpu in real.gpus]
-    after = max(given, default=-1) + 1
-    indices = given[:count] + list(range(after, after + count - len(given)))
-    return Hardware(tuple(GPU(i, name, arch) for i in indices), "simulated", real.physical_gpus)
+    # the GPUs this run was given keep their indices (and UUIDs, for their claims): leases become
+    # the servers' CUDA_VISIBLE_DEVICES
+    given = real.gpus[:count]
+    after = max((gpu.index for gpu in real.gpus), default=-1) + 1
+    slots = [GPU(gpu.index, name, arch, gpu.memory_mib, gpu.uuid) for gpu in given]
+    slots += [GPU(i, name, arch, real=False) for i in range(after, after + count - len(given))]
+    return Hardware(tuple(slots), "simulated", real.physical_gpus, real.host_gpus)

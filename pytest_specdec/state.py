@@ -71,8 +71,8 @@ class RunState:
     def gpu_claims(self) -> Path | None:
         """The host-wide GPU claims folder; None where this run puts no server on a real GPU."""
         hw = self.hardware
-        if not hw.count or hw.simulated or not self.backend.launches:
-            return None  # simulated GPUs are no host's: concurrent test runs must not wait on each other
+        if not hw.real_indices or not self.backend.launches:
+            return None  # slots with no GPU behind them are no host's: test runs must not wait on each other
         if self.settings.gpu_claims:
             return self.path(self.settings.gpu_claims)
         from .servers.host_claims import default_directory

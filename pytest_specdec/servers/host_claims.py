@@ -11,8 +11,10 @@ The holder writes who it is (pid, user, run, project folder, since when) into th
 waiting run to name it. Files are never deleted: unlinking a lock file races with a process
 that has just opened it.
 
-Only a real inventory claims: simulated GPUs (a CPU machine, tests) are no host's GPUs, and
-concurrent test runs would wait on each other for nothing.
+Only GPUs of the host are claimed: a real inventory's, and those a simulated one (a dry run's
+`--specdec-arch`) is laid over, on which its servers run. Slots with no GPU behind them (a CPU
+machine, tests, a simulated inventory larger than the host) are no host's GPUs, and concurrent
+test runs would wait on each other for nothing.
 """
 
 from __future__ import annotations
@@ -41,11 +43,14 @@ def default_directory() -> Path:
 class HostClaims:
     """This process's claims in `directory`; `keys` maps a physical GPU index to its file's name
     (a UUID, or the index). `run` and `project` say who claims, for a waiting run's message;
-    `setting` is where the user chose the folder, for the message of a claim file that is unusable."""
+    `setting` is where the user chose the folder, for the message of a claim file that is unusable.
+    `gpus` are the host's GPUs among those leased (None: all); the others are slots of a simulated
+    inventory, claimed by no file."""
 
     def __init__(self, directory: Path, keys: Mapping[int, str], *, run: str, project: str,
-                 setting: str = "--specdec-gpu-claims") -> None:
+                 setting: str = "--specdec-gpu-claims", gpus: Iterable[int] | None = None) -> None:
         self.directory = Path(directory)
+        self.gpus = None if gpus is None else frozenset(gpus)
         self.setting = setting
         self.keys = {gpu: re.sub(r"[^A-Za-z0-9_.-]", "_", key) for gpu, key in keys.items()}
         self.identity = {"user": _user(), "run": run, "project": project}
@@ -68,6 +73,8 @@ class HostClaims:
         got: list[int] = []
         try:
             for gpu in gpus:
+                if self.gpus is not None and gpu not in self.gpus:
+                    continue  # no GPU behind the slot: nobody else can hold it
                 holder = self._claim_one(gpu)
                 if holder is not None:
                     self.release(got)

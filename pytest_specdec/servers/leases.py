@@ -73,8 +73,8 @@ class GpuLeases:
 
     `inventory` is the list of usable GPU indices (or a count N for 0..N-1). `topology` maps an
     index pair to its `nvidia-smi topo -m` link label (`NV12`, `PIX`, `SYS`, ...); see
-    `read_topology()`. Every worker of one run must use the same `run_dir`. `claims` (None for a
-    simulated inventory) are this process's host-wide claims; `announce` prints a progress line.
+    `read_topology()`. Every worker of one run must use the same `run_dir`. `claims` (None where no
+    GPU of the host is leased) are this process's host-wide claims; `announce` prints a progress line.
     """
 
     def __init__(

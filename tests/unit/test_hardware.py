@@ -117,6 +117,7 @@ def test_cuda_visible_devices_limits_the_inventory(monkeypatch, setting, indices
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", setting)
     hw = hardware.detect()
     assert [gpu.index for gpu in hw.gpus] == indices and hw.physical_gpus == len(indices)
+    assert hw.host_gpus == 8  # a dry run's slots beyond the run's GPUs would name the others
     assert hw.source == f"nvml, CUDA_VISIBLE_DEVICES={setting}"
     assert hw.key == (f"nvidia-h200-sm_90-x{len(indices)}" if indices else "cpu")
 
@@ -150,3 +151,21 @@ def test_a_simulated_arch_keeps_the_gpus_this_run_was_given():
     assert [gpu.index for gpu in hardware.resolve("sm_120", None, given).gpus] == [4, 5, 6, 7]
     assert [gpu.index for gpu in hardware.resolve("sm_120", 2, given).gpus] == [4, 5]
     assert [gpu.index for gpu in hardware.resolve("sm_120", 3, NONE).gpus] == [0, 1, 2]
+
+
+def test_a_simulated_arch_keeps_the_gpus_it_is_laid_over_and_hides_the_slots_beyond():
+    """A dry run's slots on the run's GPUs stay those GPUs (UUIDs kept, for their claims); a slot
+    beyond names a GPU the run was not given (here 2, another job's) or none, so on a host with
+    GPUs its server must see none. On a CPU machine nothing is there: the lease numbers pass."""
+    given = Hardware(tuple(EIGHT[:2]), "nvml, CUDA_VISIBLE_DEVICES=0,1", 2, 8)
+    dry = hardware.resolve("sm_120", 3, given)
+    assert [(gpu.index, gpu.uuid, gpu.real) for gpu in dry.gpus] == [
+        (0, EIGHT[0].uuid, True), (1, EIGHT[1].uuid, True), (2, "", False)]
+    assert dry.real_indices == (0, 1) and dry.host_gpus == 8
+    assert not dry.hides((0, 1)) and dry.hides((2,)) and dry.hides((1, 2))
+    hidden_all = hardware.resolve("sm_120", 1, Hardware((), "nvml, CUDA_VISIBLE_DEVICES=-1", 0, 8))
+    assert hidden_all.real_indices == () and hidden_all.hides((0,))  # GPU 0 is the host's, not the run's
+    cpu = hardware.resolve("sm_120", 2, NONE)
+    assert cpu.real_indices == () and not cpu.hides((0, 1))
+    assert hardware.resolve(None, 2, NONE).real_indices == ()
+    assert hardware.resolve(None, 1, H200x8).real_indices == (0,) and not H200x8.hides((7,))

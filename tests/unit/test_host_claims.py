@@ -264,3 +264,41 @@ def test_a_real_inventory_claims_host_wide_and_a_simulated_one_does_not(pytester
     result.assert_outcomes(passed=1, skipped=1)  # the other family's matrix skips
     result.stdout.fnmatch_lines(["specdec: GPU claims none: the inventory is simulated*"])
     assert not default.exists()
+
+
+@pytest.mark.parametrize("backend", ["embedded", "sglang"])
+def test_a_dry_run_on_a_gpu_host_claims_the_gpus_its_servers_run_on(tmp_path, monkeypatch, backend):
+    """--specdec-arch on a host with GPUs gives its servers the run's GPUs as CUDA_VISIBLE_DEVICES
+    (SGLang, or the engine with device = "cuda", computes on them) but claimed none: a dry run
+    leased GPU 0 while another run held it, and both servers shared it. Now it claims them as any
+    run does and passes over GPU 0; a slot beyond the run's GPUs is claimed by nobody and its
+    server sees no GPU."""
+    from pytest_specdec import backends, hardware
+    from pytest_specdec.config import SpecdecConfig
+    from pytest_specdec.configuration import MatrixCase
+    from pytest_specdec.options import resolve
+    from pytest_specdec.state import RunState
+
+    host = tuple(hardware.GPU(i, "NVIDIA H100", "sm_90", 81559, uuid) for i, uuid in KEYS.items())
+    dry = hardware.resolve("sm_120", 3, hardware.Hardware(host, "nvml", 2, 2))  # two GPUs and a slot
+    chosen = backends.EmbeddedBackend("requested") if backend == "embedded" else backends.SGLangBackend("requested")
+    monkeypatch.setattr(backends, "_provision", lambda model, st: f"/cache/{model}")
+    run = RunState(SpecdecConfig(source="test", root=tmp_path, model="org/model"),
+                   resolve({"gpu_claims": str(tmp_path / "claims")}, {}, {}, "test"), dry, chosen)
+    assert run.dry_run and run.gpu_claims == tmp_path / "claims"
+    theirs = HostClaims(tmp_path / "claims", KEYS, run="a", project="/a")  # another open file: as another run
+    assert theirs.claim([0]) is None
+    pool = chosen.pool(run, tmp_path / "run-b")
+    lease = pool.leases.acquire(1, owner="ar-tp1", timeout=5)
+    assert lease.gpus == (1,) and pool.leases.claims.held() == (1,)
+    assert json.loads((tmp_path / "claims" / f"{KEYS[1]}.lock").read_text())["pid"] == os.getpid()
+    slot = pool.leases.acquire(1, owner="dflash-tp1", timeout=5)
+    assert slot.gpus == (2,) and pool.leases.claims.held() == (1,)  # no GPU behind it: no claim file
+    assert sorted(p.name for p in (tmp_path / "claims").iterdir()) == [f"{KEYS[0]}.lock", f"{KEYS[1]}.lock"]
+    spec = chosen.server_spec(MatrixCase("blackwell", "ar", 1, None), run)
+    assert pool.factory(spec, lease.gpus).extra_env == {}
+    assert pool.factory(spec, slot.gpus).extra_env == {"CUDA_VISIBLE_DEVICES": "-1"}
+    pool.leases.release(lease)
+    pool.leases.release(slot)
+    assert pool.leases.claims.held() == ()
+    theirs.release([0])
