@@ -24,6 +24,7 @@ from .gate import parse_tolerance_table
 from .hardware import ALL_FAMILIES, FAMILIES, family_of, normalise_arch
 from .options import OPTION_NAMES
 from .servers.sglang import DEFAULT_METHOD_FLAGS, method_flags_from_config
+from .sglang_api import SKIP_TOKENIZER_INIT_FLAG
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -425,7 +426,8 @@ def _parse_sglang(filename: str, data: Any, root: Path) -> SGLangSettings:
     if shutil.which(python) is None:  # a path that is no program failed every test with a traceback
         reader.fail("python", f"{python!r} is not an executable Python; give the interpreter that has "
                               f"SGLang installed, e.g. \"/opt/sglang/bin/python\"")
-    return SGLangSettings(dict(flags), _argv_list(reader, SGLANG_FLAGS_SET_BY_PLUGIN), python)
+    return SGLangSettings(dict(flags), _argv_list(reader, SGLANG_FLAGS_SET_BY_PLUGIN, SGLANG_FLAGS_REFUSED),
+                          python)
 
 
 #: Flags the plugin passes every server itself, and what a user sets instead: in extra_args they
@@ -453,9 +455,17 @@ SGLANG_FLAGS_SET_BY_PLUGIN = {
                     "CUDA_VISIBLE_DEVICES; this would take others, or more"),
 }
 
+#: Flags no server of the plugin's can run with, and why.
+SGLANG_FLAGS_REFUSED = {
+    SKIP_TOKENIZER_INIT_FLAG: "SGLang then loads no tokenizer and refuses every request the plugin sends, "
+                              "whose prompts are text",
+}
 
-def _argv_list(reader: _Reader, set_by_plugin: Mapping[str, str]) -> tuple[str, ...]:
-    """extra_args: a list of arguments, one element each, none of the flags the plugin sets."""
+
+def _argv_list(reader: _Reader, set_by_plugin: Mapping[str, str],
+               refused: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """extra_args: a list of arguments, one element each, none of the flags the plugin sets or
+    `refused` names."""
     if isinstance(reader.data.get("extra_args"), str):
         words = reader.data["extra_args"].split()
         reader.fail("extra_args", f"{reader.data['extra_args']!r} is one string; give one argument an "
@@ -469,6 +479,10 @@ def _argv_list(reader: _Reader, set_by_plugin: Mapping[str, str]) -> tuple[str, 
         if meant is not None:
             reader.fail("extra_args", f"{flag} reads as {meant}, which is set by the plugin "
                                       f"({set_by_plugin[meant]}); remove it")
+        meant = _flag_set_by_plugin(flag, refused or {})
+        if meant is not None:
+            spelled = flag if meant == flag else f"{flag} (read as {meant})"
+            reader.fail("extra_args", f"{spelled}: {refused[meant]}; remove it")
     return args
 
 

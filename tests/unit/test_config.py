@@ -155,6 +155,12 @@ from pytest_specdec.errors import SpecdecUsageError
     ("[tool.specdec.sglang]\nextra_args = ['--tensor-parallel-size=2']\n",
      "*extra_args: --tensor-parallel-size is set by the plugin (the matrix sets each test's "
      "tensor-parallel size); remove it"),
+    # a server without its tokenizer refuses every text prompt: no test of the run could pass
+    ("[tool.specdec.sglang]\nextra_args = ['--skip-tokenizer-init']\n",
+     "*[tool.specdec.sglang] extra_args: --skip-tokenizer-init: SGLang then loads no tokenizer and refuses every "
+     "request the plugin sends, whose prompts are text; remove it"),
+    ("[tool.specdec.sglang]\nextra_args = ['--skip-tok=true']\n",
+     "*extra_args: --skip-tok (read as --skip-tokenizer-init): SGLang then loads no tokenizer*"),
     ("[tool.specdec.sglang]\nextra_args = ['--rand', '3']\n",
      "*extra_args: --rand reads as --random-seed, which is set by the plugin (set [tool.specdec.engine] "
      "seed); remove it"),

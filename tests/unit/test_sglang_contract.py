@@ -340,6 +340,9 @@ def test_a_server_without_a_tokenizer_answers_tokenize_with_a_500_naming_it(srt,
     unset = [n for n in ast.walk(manager) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
              and n.value.value is None and any(ast.unparse(t) == "self.tokenizer" for t in n.targets)]
     assert unset, "SGLang's tokenizer manager no longer sets self.tokenizer = None without a tokenizer"
+    refusal = "The engine initialized with skip_tokenizer_init=True cannot accept text prompts"
+    assert any(t.startswith(refusal) for t in templates(manager)), \
+        "SGLang without a tokenizer may take text prompts now: config.SGLANG_FLAGS_REFUSED need not refuse the flag"
     handler = function(next(n for n in ast.walk(srt("entrypoints/openai/serving_tokenize.py"))
                             if isinstance(n, ast.ClassDef) and n.name == "OpenAIServingTokenize"),
                        "_handle_non_streaming_request")
