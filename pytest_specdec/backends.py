@@ -25,7 +25,7 @@ from .hardware import Hardware
 from .servers.embedded import ENGINE_MODULE, build_embedded_argv
 from .servers.sglang import build_sglang_argv
 from .servers.spec import ServerSpec
-from .sglang_api import TOKENIZE
+from .sglang_api import INFO_SKIP_TOKENIZER_INIT, SKIP_TOKENIZER_INIT_FLAG, TOKENIZE
 from .workloads import embedded_token_count
 
 if TYPE_CHECKING:
@@ -303,10 +303,15 @@ class AttachBackend(Backend):
 
         url = state.settings.server_url
         try:
-            fetch_server_info(url.rstrip("/"))
+            info = fetch_server_info(url.rstrip("/"))
         except ServerError as exc:
             raise SpecdecUsageError(f"{state.settings.source('server_url')} {url}: {exc.cause}; "
                                     f"start the server or fix the URL") from None
+        if info.get(INFO_SKIP_TOKENIZER_INIT) is True:  # else every test fails on SGLang's refusal, one by one
+            raise SpecdecUsageError(f"{state.settings.source('server_url')} {url}: the server runs with "
+                                    f"{SKIP_TOKENIZER_INIT_FLAG} (its /server_info says so), so it has no tokenizer "
+                                    f"and refuses every request the plugin sends, whose prompts are text; restart "
+                                    f"it without {SKIP_TOKENIZER_INIT_FLAG}")
 
     def pool(self, state: RunState, run_dir: Path,
              announce: Callable[[str], None] | None = None) -> ServerPool:

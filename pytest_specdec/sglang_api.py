@@ -70,8 +70,9 @@ INFO_TP_SIZE = "tp_size"
 INFO_MODEL_PATH = "model_path"
 INFO_CONTEXT_LENGTH = "context_length"  # a server argument: None when the model's default applies
 INFO_MAX_REQ_INPUT_LEN = "max_req_input_len"  # from the scheduler
+INFO_SKIP_TOKENIZER_INIT = "skip_tokenizer_init"  # no tokenizer: text prompts are refused
 SERVER_ARGS_READ = (INFO_SPECULATIVE_ALGORITHM, INFO_NUM_DRAFT_TOKENS, INFO_TP_SIZE, INFO_MODEL_PATH,
-                    INFO_CONTEXT_LENGTH)
+                    INFO_CONTEXT_LENGTH, INFO_SKIP_TOKENIZER_INIT)
 MODEL_CARD_MAX_LEN = "max_model_len"  # /v1/models data[i]
 
 # -- Prometheus metrics parsed -----------------------------------------------------------------------

@@ -82,6 +82,43 @@ def test_a_server_info_that_is_no_object_is_named():
         httpd.server_close()
 
 
+@pytest.mark.parametrize("skip", [True, False])
+def test_an_attached_server_without_a_tokenizer_is_refused_before_any_test(skip):
+    """SGLang started with --skip-tokenizer-init refuses text prompts, all the plugin sends: each
+    test failed on that refusal in turn. Its /server_info says so, and the run stops at once."""
+    import http.server
+    import json
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            raw = json.dumps({"tp_size": 1, "skip_tokenizer_init": skip}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_port}"
+    attach = backends.AttachBackend("attached")
+    try:
+        if not skip:
+            attach.check_ready(state(attach, server_url=url))
+            return
+        with pytest.raises(SpecdecUsageError, match=re.escape(
+                f"--specdec-server-url {url}: the server runs with --skip-tokenizer-init (its /server_info says so), "
+                f"so it has no tokenizer and refuses every request the plugin sends, whose prompts are text; "
+                f"restart it without --skip-tokenizer-init")):
+            attach.check_ready(state(attach, server_url=url))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
 @pytest.mark.parametrize("method, speculative", [("ar", False), ("AR", False), ("none", False), (None, False),
                                                  ("dflash", True), ("ddtree", True), ("EAGLE3", True)])
 def test_which_methods_speculate(method, speculative):
