@@ -32,7 +32,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 BUILTIN_PROMPT_SETS = ("chat", "code", "math")
-ENGINE_DEVICES = ("auto", *DEVICES)  # auto: the plugin passes no --device and the engine picks
+ENGINE_DEVICES = ("auto", *DEVICES)  # auto: no --device given, so the engine runs on the CPU
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class EngineSettings:
         """The engine flags these settings give every server, before ``extra_args``."""
         args = ["--model-preset", self.model_preset, "--draft-agreement", str(self.draft_agreement),
                 "--block-size", str(self.block_size)]
-        if self.device != "auto":  # the engine picks CUDA when it sees a GPU
+        if self.device != "auto":  # auto leaves the engine on its default device, the CPU
             args += ["--device", self.device]
         if self.num_layers is not None:
             args += ["--num-layers", str(self.num_layers)]
@@ -132,7 +132,8 @@ class EngineSettings:
 
 @dataclass(frozen=True)
 class SGLangSettings:
-    """How methods map to SGLang flags: forks differ (REFERENCE.md), so it is configuration.
+    """How methods map to SGLang flags: forks differ (README, "DDTree budget semantics"), so it is
+    configuration.
 
     `method_flags` is a preset name (`ddtree-budget`, `num-draft-tokens`) or a table of
     method -> argv templates merged over the default preset (see servers/sglang.py).
