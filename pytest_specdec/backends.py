@@ -106,6 +106,36 @@ class Backend:
         """SpecdecUsageError, one line, when this run cannot serve its tests (a missing extra, a
         server that is not there): checked once, after collection, if a test needs a server."""
 
+    def needs_gpu(self, state: RunState) -> tuple[str, str] | None:
+        """What of this run's servers cannot start without a GPU, and how to run them without one;
+        None: they start on the CPU."""
+        return None
+
+    def check_gpu_slots(self, state: RunState) -> None:
+        """A server that needs a GPU, on a dry run's slot with none of this run's GPUs behind it
+        (on a GPU host its CUDA_VISIBLE_DEVICES is -1), fails to start after its startup time, test
+        after test: say so once, before any server boots."""
+        hw = state.hardware
+        empty = [gpu.index for gpu in hw.gpus if hw.hides((gpu.index,))]
+        need = self.needs_gpu(state) if empty else None
+        if need is None:
+            return
+        what, fix = need
+        settings = state.settings
+        asked = (f"{settings.source('gpus')} {settings.gpus}" if settings.gpus is not None
+                 else f"{settings.source('arch')} {settings.arch}")
+        given = hw.real_indices
+        if not given:
+            raise SpecdecUsageError(
+                f"{asked}: {what} need a GPU, and this run was given none of this host's "
+                f"{max(hw.host_gpus, hw.physical_gpus)} (CUDA_VISIBLE_DEVICES hides them), so its servers would "
+                f"see none and fail to start; give the run GPUs in CUDA_VISIBLE_DEVICES, or {fix}")
+        raise SpecdecUsageError(
+            f"{asked}: a dry run of {hw.count} GPUs laid over the {len(given)} this run was given "
+            f"({', '.join(map(str, given))}); {what} need a GPU, and the {len(empty)} slots beyond have none "
+            f"(their servers would see CUDA_VISIBLE_DEVICES={NO_GPU} and fail to start, one test after "
+            f"another); set {settings.setter('gpus')} to at most {len(given)}, or {fix}")
+
     def pool(self, state: RunState, run_dir: Path,
              announce: Callable[[str], None] | None = None) -> ServerPool:
         """The session's server pool: each configuration boots once, on leased GPUs (claimed
@@ -186,6 +216,23 @@ class EmbeddedBackend(Backend):
 
     def check_ready(self, state: RunState) -> None:
         extras.require("engine", f"the embedded engine (backend {self.reason})")
+        self.check_gpu_slots(state)
+
+    def needs_gpu(self, state: RunState) -> tuple[str, str] | None:
+        from .engine.cli import rejecting_parser
+
+        source, engine = state.config.source, state.config.engine
+        table = f"{source[:-1]}.engine]" if source.endswith("]") else f"{source} [engine]"
+
+        def reject(message: str) -> NoReturn:
+            raise SpecdecUsageError(f"{table} extra_args: the embedded engine refuses them: {message}")
+
+        argv = ["--method", "ar", *engine.argv(), *engine.extra_args]
+        if rejecting_parser(reject).parse_args(argv).device != "cuda":
+            return None  # the CPU: any slot will do
+        fix = (f'set device = "auto" in {table}' if engine.device == "cuda"
+               else f"drop --device cuda from {table} extra_args")
+        return "the embedded engine's servers on device cuda", f"run the engine on the CPU ({fix})"
 
 
 class SGLangBackend(Backend):
@@ -202,6 +249,10 @@ class SGLangBackend(Backend):
         for model in (state.config.model, state.config.draft_model):
             if model:
                 check_local(_in_project(model, state))
+
+    def needs_gpu(self, state: RunState) -> tuple[str, str] | None:
+        return ("SGLang's servers", f"rehearse on the embedded engine, which runs on the CPU (set "
+                                    f"{state.settings.setter('backend')} to embedded)")
 
     def server_spec(self, case: MatrixCase, state: RunState) -> ServerSpec:
         return ServerSpec(backend=self.name, method=case.method, tp=case.tp, budget=case.budget,
@@ -236,6 +287,7 @@ class SGLangBackend(Backend):
         from .configuration import is_speculative
         from .models import is_hub_id, offline
 
+        self.check_gpu_slots(state)
         # else each test errors as its server is built, after the configurations before it ran
         source = state.config.source
         where = source if source.endswith("]") else "[tool.specdec] of pyproject.toml (or specdec.toml)"

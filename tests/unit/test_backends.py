@@ -291,3 +291,52 @@ def test_offline_models_missing_from_the_cache_are_named_once_at_start(tmp_path,
     with pytest.raises(SpecdecUsageError, match=r"^model org/target is not in the cache .*; and model "
                                                 r"org/draft is not in the cache .*HF_HUB_OFFLINE"):
         sglang.check_ready(RunState(cfg, resolve({}, {}, {}, "test"), CPU, sglang))
+
+
+def test_a_dry_run_beyond_the_runs_gpus_on_a_backend_that_needs_one_is_refused_before_any_server_boots(monkeypatch):
+    """--specdec-arch sm_120 --specdec-gpus 8 on a host whose run was given GPUs 0-1: the six slots
+    beyond are no GPU (their servers get CUDA_VISIBLE_DEVICES=-1), and SGLang cannot start without
+    one, so each of their tests failed after its server's startup time. Now check_ready says so
+    once; the embedded engine on the CPU serves any slot, and a CPU machine hides nothing."""
+    from pytest_specdec import hardware
+    from pytest_specdec.config import EngineSettings
+
+    monkeypatch.setattr(backends.extras, "require", lambda *a, **k: None)
+    host = tuple(GPU(i, "NVIDIA H100", "sm_90", 81559, f"GPU-{i}") for i in range(2))
+    given_two = Hardware(host, "nvml, CUDA_VISIBLE_DEVICES=0,1", 2, 8)
+    sglang = backends.SGLangBackend("auto: GPU and sglang present")
+
+    def ready(backend, detected, **options):
+        run = state(backend, hardware.resolve(options.get("arch"), options.get("gpus"), detected), **options)
+        backend.check_ready(run)
+
+    with pytest.raises(SpecdecUsageError, match=re.escape(
+            "--specdec-gpus 8: a dry run of 8 GPUs laid over the 2 this run was given (0, 1); SGLang's servers "
+            "need a GPU, and the 6 slots beyond have none (their servers would see CUDA_VISIBLE_DEVICES=-1 and "
+            "fail to start, one test after another); set --specdec-gpus to at most 2, or rehearse on the "
+            "embedded engine, which runs on the CPU (set --specdec-backend to embedded)")):
+        ready(sglang, given_two, arch="sm_120", gpus=8)
+    ready(sglang, given_two, arch="sm_120", gpus=2)  # the run's own GPUs: SGLang runs on them
+    ready(sglang, given_two, arch="sm_120")
+    ready(sglang, Hardware((), "none", 0), arch="sm_120", gpus=8)  # no GPU on the host: nothing to hide
+    none_given = Hardware((), "nvml, CUDA_VISIBLE_DEVICES=-1", 0, 8)
+    with pytest.raises(SpecdecUsageError, match=re.escape(
+            "--specdec-arch sm_120: SGLang's servers need a GPU, and this run was given none of this host's 8 "
+            "(CUDA_VISIBLE_DEVICES hides them), so its servers would see none and fail to start; give the run "
+            "GPUs in CUDA_VISIBLE_DEVICES, or rehearse on the embedded engine")):
+        ready(sglang, none_given, arch="sm_120")
+
+    embedded = backends.EmbeddedBackend("requested")
+    ready(embedded, given_two, arch="sm_120", gpus=8)  # the engine on the CPU: every slot serves
+    ready(embedded, none_given, arch="sm_120", gpus=4)
+    on_gpu = replace(state(embedded, hardware.resolve("sm_120", 8, given_two), arch="sm_120", gpus=8),
+                     config=SpecdecConfig(source="pyproject.toml [tool.specdec]", root=Path("."),
+                                          engine=EngineSettings(device="cuda")))
+    with pytest.raises(SpecdecUsageError, match=re.escape(
+            "the embedded engine's servers on device cuda need a GPU, and the 6 slots beyond have none") + ".*" +
+            re.escape('or run the engine on the CPU (set device = "auto" in pyproject.toml [tool.specdec.engine])')):
+        embedded.check_ready(on_gpu)
+    by_flag = replace(on_gpu, config=replace(on_gpu.config, engine=EngineSettings(extra_args=("--device=cuda",))))
+    with pytest.raises(SpecdecUsageError, match=re.escape(
+            "drop --device cuda from pyproject.toml [tool.specdec.engine] extra_args")):
+        embedded.check_ready(by_flag)

@@ -302,3 +302,60 @@ def test_a_dry_run_on_a_gpu_host_claims_the_gpus_its_servers_run_on(tmp_path, mo
     pool.leases.release(slot)
     assert pool.leases.claims.held() == ()
     theirs.release([0])
+
+
+@pytest.mark.parametrize("backend", ["sglang", "auto"])
+def test_a_dry_run_on_sglang_beyond_the_runs_gpus_stops_before_any_server_boots(pytester, monkeypatch, tmp_path,
+                                                                                backend):
+    """--specdec-arch sm_120 --specdec-gpus 4 on a run given two GPUs put SGLang servers on the slots
+    beyond with CUDA_VISIBLE_DEVICES=-1, where SGLang cannot start: a red test per such server, each
+    after its startup. Now the run stops at collection with one line naming the problem and the fix;
+    no server is launched and no GPU claimed."""
+    from pytest_specdec import backends, hardware
+
+    host = tuple(hardware.GPU(i, "NVIDIA H100", "sm_90", 81559, uuid) for i, uuid in KEYS.items())
+    monkeypatch.setattr(hardware, "detect", lambda: hardware.Hardware(host, "nvml", 2, 2))
+    monkeypatch.setattr(backends, "sglang_importable", lambda python=None: True)
+    launched = tmp_path / "launched"
+    python = tmp_path / "sglang-python"  # every launch is written down, and fails
+    python.write_text(f"#!/bin/sh\necho \"$CUDA_VISIBLE_DEVICES\" >> {launched}\nexit 1\n")
+    python.chmod(0o755)
+    (pytester.path / "models" / "target").mkdir(parents=True)
+    pytester.makepyprojecttoml(f'[tool.specdec]\nmodel = "models/target"\nstartup_timeout = 5\n'
+                               f'[tool.specdec.matrix.blackwell]\nmethods = ["ar"]\ntp = [1, 4]\n'
+                               f'[tool.specdec.sglang]\npython = "{python}"\n')
+    pytester.makepyfile("def test_served(specdec_server): pass")
+    claims = tmp_path / "claims"
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--specdec-arch=sm_120", "--specdec-gpus=4",
+                                          f"--specdec-backend={backend}", f"--specdec-gpu-claims={claims}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "*pytest-specdec: --specdec-gpus 4: a dry run of 4 GPUs laid over the 2 this run was given (0, 1); "
+        "SGLang's servers need a GPU, and the 2 slots beyond have none*; set --specdec-gpus to at most 2, or "
+        "rehearse on the embedded engine, which runs on the CPU (set --specdec-backend to embedded)"])
+    assert not launched.exists() and not claims.exists()
+    pytester.makepyfile("def test_served(specdec_spec): pass")  # no server needed: nothing to refuse
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", "--specdec-arch=sm_120", "--specdec-gpus=4",
+                                 f"--specdec-backend={backend}").assert_outcomes(passed=2)
+
+
+def test_the_embedded_engine_on_the_cpu_serves_a_dry_runs_slots_beyond_the_runs_gpus(pytester, monkeypatch,
+                                                                                      tmp_path):
+    """The same rehearsal on the engine: TP1 on the run's GPU 0, TP4 on slots that include the two
+    with no GPU behind them (its server sees none, which the engine on the CPU does not need)."""
+    from pytest_specdec import hardware
+
+    host = tuple(hardware.GPU(i, "NVIDIA H100", "sm_90", 81559, uuid) for i, uuid in KEYS.items())
+    monkeypatch.setattr(hardware, "detect", lambda: hardware.Hardware(host, "nvml", 2, 2))
+    pytester.makepyprojecttoml('[tool.specdec.matrix.blackwell]\nmethods = ["ar"]\ntp = [1, 4]\n')
+    pytester.makepyfile("""
+        import json, urllib.request
+
+        def test_served(specdec_server, specdec_spec):
+            with urllib.request.urlopen(specdec_server.url + "/server_info") as response:
+                seen = json.load(response)["cuda_visible_devices"]
+            assert seen == ("0" if specdec_spec.tp == 1 else "-1")
+    """)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--specdec-arch=sm_120", "--specdec-gpus=4",
+                                          "--specdec-backend=embedded", f"--specdec-gpu-claims={tmp_path / 'claims'}")
+    result.assert_outcomes(passed=2)
