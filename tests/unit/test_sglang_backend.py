@@ -59,6 +59,9 @@ python = "{python}"
 {sglang}
 """)
         pytester.makepyfile(test_generation=GENERATION_TEST)
+        # the stand-in's GPUs are FAKE_SGLANG_GPUS's, whatever this host has (and its claims are no GPU's)
+        pytester.makeconftest("from pytest_specdec import hardware\n"
+                              "hardware.detect = lambda: hardware.Hardware((), 'none', physical_gpus=0)\n")
 
     yield write
     leftovers = server_processes(pytester.path)
