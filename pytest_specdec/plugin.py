@@ -224,33 +224,50 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 
 @hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    from .collection import uses_specdec
-
-    if not uses_specdec(item):  # nothing of ours to journal: load nothing more
-        return (yield)
     import pytest
 
-    from . import session
-    from .state import STATE_KEY, run_id
+    from .collection import uses_specdec
 
-    state = item.config.stash[STATE_KEY]
-    finish = (item, state, _gate(item.config, state), run_id(item.config))
-    if "specdec_record" in getattr(item, "fixturenames", ()):
-        from .errors import SpecdecUsageError
+    finish = None  # a test that asks for nothing of ours loads nothing more, unless it records
+    if uses_specdec(item):
+        finish = _finishing(item)
+        if "specdec_record" in getattr(item, "fixturenames", ()):
+            from . import session
+            from .errors import SpecdecUsageError
 
-        try:  # before measuring: figures that cannot be journaled are not worth the wait, and
-            session.claim_journal(state, finish[3])  # a run starting meanwhile finds it taken
-        except SpecdecUsageError as exc:
-            pytest.fail(f"pytest-specdec: {exc}", pytrace=False)
+            _, state, _, run = finish
+            try:  # before measuring: figures that cannot be journaled are not worth the wait, and
+                session.claim_journal(state, run)  # a run starting meanwhile finds it taken
+            except SpecdecUsageError as exc:
+                pytest.fail(f"pytest-specdec: {exc}", pytrace=False)
     try:
         result = yield
     except pytest.skip.Exception:
         raise
     except BaseException:  # pytest.fail() and KeyboardInterrupt are BaseExceptions
-        session.finish_test(*finish, passed=False)  # what it recorded is journaled, as failed
+        _finish_test(item, finish, passed=False)  # what it recorded is journaled, as failed
         raise
-    session.finish_test(*finish)
+    _finish_test(item, finish)
     return result
+
+
+def _finishing(item: pytest.Item) -> tuple:
+    """`session.finish_test`'s arguments for `item`."""
+    from .state import STATE_KEY, run_id
+
+    state = item.config.stash[STATE_KEY]
+    return item, state, _gate(item.config, state), run_id(item.config)
+
+
+def _finish_test(item: pytest.Item, finish: tuple | None, passed: bool = True) -> None:
+    if finish is None:
+        recording = sys.modules.get("pytest_specdec.recording")  # loaded by the first recorder
+        if recording is None or recording.existing_recorder(item) is None:
+            return
+        finish = _finishing(item)  # it fetched specdec_record with request.getfixturevalue
+    from . import session
+
+    session.finish_test(*finish, passed=passed)
 
 
 class LastOrdering:

@@ -12,6 +12,8 @@ import re
 
 import pytest
 
+from test_bench_flow import journal_lines
+
 RECORDING_TEST = """
 import os
 
@@ -293,3 +295,24 @@ def test_the_progress_total_counts_the_tests_that_can_record(pytester, workers):
                                            "--deselect", "test_counted.py::test_figures[3]", *workers)
     assert (result.parseoutcomes()["passed"], result.parseoutcomes()["skipped"]) == (7, 1)
     assert sorted(re.findall(r"specdec \[(\d+/\d+)\]", result.stdout.str())) == ["1/2", "2/2"]
+
+
+def test_a_test_that_asks_for_nothing_of_ours_but_fetches_the_recorder_is_journaled(pytester):
+    """request.getfixturevalue("specdec_record") in a test that named no fixture of ours: its
+    figures went nowhere (no journal record, no progress line, no row)."""
+    pytester.makepyfile(test_fetched="""
+def test_fetched(request):
+    request.getfixturevalue("specdec_record").metric("output_tok_s", 4.0)
+
+
+def test_fetched_then_failed(request):
+    request.getfixturevalue("specdec_record").metric("output_tok_s", 5.0)
+    assert False, "after recording"
+""")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(passed=1, failed=1)
+    assert [(r["config_id"], r["status"], r["data"]["metrics"]["output_tok_s"]["value"])
+            for r in journal_lines(pytester)] == [("test_fetched.py::test_fetched", "done", 4.0),
+                                                  ("test_fetched.py::test_fetched_then_failed", "failed", 5.0)]
+    result.stdout.fnmatch_lines(["specdec [[]*[]] test_fetched: output_tok_s=4 tok/s",
+                                 "test_fetched * 4.0 *"], consecutive=False)
