@@ -143,6 +143,26 @@ def can_record(item: pytest.Item) -> bool:
     return "specdec_record" in getattr(item, "fixturenames", ()) and will_run(item)
 
 
+_COUNTED_KEY = pytest.StashKey[bool]()
+
+
+def count_recording(items: Iterable[pytest.Item]) -> int:
+    """How many of `items` can record: the total of the `[done/total]` progress lines. Each item
+    counted is marked, so a test that records uncounted (it fetched `specdec_record` with
+    `request.getfixturevalue`, or ran though marked to skip) is told apart as it runs (`counted`)."""
+    total = 0
+    for item in items:
+        if can_record(item):
+            item.stash[_COUNTED_KEY] = True
+            total += 1
+    return total
+
+
+def counted(item: pytest.Item) -> bool:
+    """Whether `count_recording` counted this test in this process."""
+    return item.stash.get(_COUNTED_KEY, False)
+
+
 def will_run(item: pytest.Item) -> bool:
     """Whether pytest will call the test: no skip mark, no skipif whose condition holds, no
     xfail(run=False). A condition that cannot be evaluated counts as running: the test reports

@@ -170,14 +170,14 @@ def pytest_collection_modifyitems_benchmarks(config: pytest.Config, items: list[
 def pytest_collection_finish(session: pytest.Session) -> None:
     import pytest
 
-    from .collection import can_record, needs_server, uses_specdec
+    from .collection import count_recording, needs_server, uses_specdec
     from .errors import SpecdecUsageError
     from .state import STATE_KEY
 
     config = session.config
     if not any(map(uses_specdec, session.items)):
         return
-    recording = sum(map(can_record, session.items))  # the total of the `[done/total]` progress lines
+    recording = count_recording(session.items)  # the total of the `[done/total]` progress lines
     # An xdist worker cannot stop the run from here: its fixtures and test calls say it instead.
     if hasattr(config, "workerinput"):
         config.pluginmanager.get_plugin("specdec-worker").recording = recording
@@ -270,6 +270,15 @@ def _finish_test(item: pytest.Item, finish: tuple | None, passed: bool = True) -
     session.finish_test(*finish, passed=passed)
 
 
+@hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    report = yield
+    recording = sys.modules.get("pytest_specdec.recording")  # loaded by the first recorder
+    if recording is not None and recording.records_uncounted(item):
+        setattr(report, recording.UNCOUNTED, True)  # xdist sends a report's attributes along
+    return report
+
+
 class LastOrdering:
     """Groups the items by configuration once more after every other plugin's item hook.
 
@@ -343,7 +352,8 @@ class Controller:
             recording.drop_carriers(report)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if result is not None and reporter is not None:
-            reporter.write_line(session.progress_line(result, len(results.results), results.total))
+            reporter.write_line(session.progress_line(result, len(results.results),
+                                                      results.progress_total()))
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         from .state import SHARD_KEY

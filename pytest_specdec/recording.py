@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pytest
 
-from .collection import case_of
+from .collection import case_of, counted
 from .lossless import Outputs
 from .directions import Direction, known_directions
 from .metrics import Measurement, MetricValue, RequestRecord, direction_of
@@ -38,6 +38,9 @@ REMEASURED_PROPERTY = "specdec_remeasured"
 #: Attribute of an xdist worker's call reports: how many of its tests can record (the total of
 #: the controller's progress lines, which it cannot count: it collects nothing).
 RECORDING_TOTAL = "specdec_recording_total"
+#: Attribute of the reports of a test that records without having been counted in that total
+#: (it fetched `specdec_record` with `request.getfixturevalue`): the controller raises its total.
+UNCOUNTED = "specdec_uncounted"
 
 _RECORDER_KEY = pytest.StashKey["Recorder"]()
 
@@ -186,6 +189,11 @@ def new_recorder(item: pytest.Item) -> Recorder:
 
 def existing_recorder(item: pytest.Item) -> Recorder | None:
     return item.stash.get(_RECORDER_KEY, None)
+
+
+def records_uncounted(item: pytest.Item) -> bool:
+    """Whether `item` has a recorder but was not counted in the progress lines' total."""
+    return existing_recorder(item) is not None and not counted(item)
 
 
 def show_benchmark_fixture(items: list[pytest.Item]) -> list[list[str]]:

@@ -33,7 +33,7 @@ from .gate import Comparison
 from .journal import FAILED_CHECKS, Journal, JournalRecord, JournalWarning
 from .directions import known_directions
 from .recording import (RECORDING_TOTAL, REMEASURED_PROPERTY, RESULT_PROPERTY, RESUMED_PROPERTY,
-                        attach_to_report, existing_recorder, result_of_report)
+                        UNCOUNTED, attach_to_report, existing_recorder, result_of_report)
 from .result import RECORD_DAMAGE, Result
 from .state import RunState
 
@@ -384,12 +384,16 @@ class Results:
     #: tests that can record (`collection.can_record`); under xdist, the first count a worker's
     #: report carries (a replacement worker that collects later in a resumed run may count fewer)
     total: int | None = None
+    #: tests that record though `total` did not count them: each raises the progress lines' total
+    uncounted: set[str] = field(default_factory=set)
 
     def add_report(self, report: pytest.TestReport) -> Result | None:
         """Note the test's outcome; return its result when this report carries one."""
         self._note_outcome(report)
         if self.total is None:
             self.total = getattr(report, RECORDING_TOTAL, None)
+        if getattr(report, UNCOUNTED, False):  # from its first report after it fetched a recorder
+            self.uncounted.add(report.nodeid)  # a node id, so a rerun raises the total once
         for name, value in getattr(report, "user_properties", ()):
             if name == RESUMED_PROPERTY and report.when == "setup":
                 self.resumed_results[report.nodeid] = Result.from_json(json.loads(value),
@@ -402,6 +406,13 @@ class Results:
         if result is not None:
             self.results[report.nodeid] = result
         return result
+
+    def progress_total(self) -> int | None:
+        """The `[done/total]` lines' total: the tests counted at collection and those that turned
+        out to record uncounted; None while neither is known (no worker's report carried a count)."""
+        if self.total is None and not self.uncounted:
+            return None
+        return (self.total or 0) + len(self.uncounted)
 
     def _note_outcome(self, report: pytest.TestReport) -> None:
         recorded = any(name == RESULT_PROPERTY for name, _ in getattr(report, "user_properties", ()))
@@ -469,7 +480,8 @@ def _reason(report: pytest.TestReport) -> str:
 
 
 def progress_line(result: Result, done: int, total: int | None) -> str:
-    """`done` counts the tests that recorded so far, `total` those that can (`Results.total`)."""
+    """`done` counts the tests that recorded so far, `total` those that can
+    (`Results.progress_total`)."""
     metrics = result.values()
 
     def fmt(name: str, unit: str) -> str:

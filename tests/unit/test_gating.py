@@ -13,6 +13,7 @@ import re
 import pytest
 
 from test_bench_flow import journal_lines
+from test_other_plugins import RERUN_PLUGIN
 
 RECORDING_TEST = """
 import os
@@ -316,3 +317,97 @@ def test_fetched_then_failed(request):
                                                   ("test_fetched.py::test_fetched_then_failed", "failed", 5.0)]
     result.stdout.fnmatch_lines(["specdec [[]*[]] test_fetched: output_tok_s=4 tok/s",
                                  "test_fetched * 4.0 *"], consecutive=False)
+
+
+FETCHED_TESTS = """
+import pytest
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_counted(specdec_record, n):
+    specdec_record.metric("output_tok_s", 100.0 * n)
+
+
+def test_fetched(request, specdec_hardware):
+    request.getfixturevalue("specdec_record").metric("output_tok_s", 3.0)
+    request.getfixturevalue("specdec_record").metric("tpot_ms", 1.0)  # the same recorder
+
+
+def test_fetched_alone(request):
+    request.getfixturevalue("specdec_record").metric("output_tok_s", 4.0)
+
+
+@pytest.fixture
+def recorder(request):
+    return request.getfixturevalue("specdec_record")
+
+
+def test_fetched_in_setup(recorder):
+    recorder.metric("output_tok_s", 5.0)
+"""
+
+
+def progress_counts(result: pytest.RunResult) -> list[tuple[int, int]]:
+    """(done, total) of each progress line, in the order printed."""
+    return [(int(done), int(total))
+            for done, total in re.findall(r"specdec \[(\d+)/(\d+)\]", result.stdout.str())]
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_a_test_that_fetches_the_recorder_raises_the_progress_total(pytester, workers):
+    """A test that fetched specdec_record with request.getfixturevalue recorded uncounted: the
+    lines read [3/2], [4/2]; one that asked for no other fixture of ours lost its figures."""
+    pytester.makepyfile(test_fetched=FETCHED_TESTS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", *workers)
+    result.assert_outcomes(passed=5)
+    counts = progress_counts(result)
+    assert sorted(done for done, _ in counts) == [1, 2, 3, 4, 5]
+    assert all(done <= total for done, total in counts), counts
+    totals = [total for _, total in counts]
+    assert totals == sorted(totals) and totals[0] >= 2 and totals[-1] == 5, counts
+    if not workers:
+        assert counts == [(1, 2), (2, 2), (3, 3), (4, 4), (5, 5)]
+    records = journal_lines(pytester)
+    assert sorted(r["data"]["metrics"]["output_tok_s"]["value"] for r in records) == [3, 4, 5, 100, 200]
+    result.stdout.fnmatch_lines(["test_fetched_alone * 4.0 *"])  # its row in the summary
+
+
+def test_a_test_that_runs_though_marked_to_skip_raises_the_progress_total(pytester):
+    """Without pytest's skipping plugin a test marked to skip runs: it read [2/1]."""
+    pytester.makepyfile(test_marked="""
+import pytest
+
+
+def test_counted(specdec_record):
+    specdec_record.metric("output_tok_s", 1.0)
+
+
+@pytest.mark.skip(reason="not today")
+def test_marked(specdec_record):
+    specdec_record.metric("output_tok_s", 2.0)
+""")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:skipping")
+    result.assert_outcomes(passed=2)
+    assert progress_counts(result) == [(1, 1), (2, 2)]
+
+
+def test_a_rerun_of_a_test_that_fetches_the_recorder_raises_the_progress_total_once(pytester):
+    pytester.makeconftest(RERUN_PLUGIN)
+    pytester.makepyfile(test_flaky="""
+from pathlib import Path
+
+
+def test_counted(specdec_record):
+    specdec_record.metric("output_tok_s", 1.0)
+
+
+def test_fetched(request):
+    request.getfixturevalue("specdec_record").metric("output_tok_s", 2.0)
+    flag = Path("failed-once")
+    if not flag.exists():
+        flag.write_text("")
+        raise AssertionError("flaky once")
+""")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+    assert result.parseoutcomes() == {"passed": 2, "rerun": 1}
+    assert progress_counts(result) == [(1, 1), (2, 2), (2, 2)]
