@@ -184,6 +184,7 @@ def new_recorder(item: pytest.Item) -> Recorder:
     item.user_properties[:] = [(name, value) for name, value in item.user_properties
                                if name != RESULT_PROPERTY and not name.startswith("specdec.")]
     item.stash[_RECORDER_KEY] = Recorder(item)
+    _replay_clock_timer(item)  # a test that fetched the recorder as it ran was not marked at collection
     return item.stash[_RECORDER_KEY]
 
 
@@ -217,8 +218,14 @@ def hide_benchmark_fixture(shown: list[list[str]]) -> None:
 
 def mark_for_benchmark(item: pytest.Item) -> None:
     """Give recorded tests the replay clock as their pytest-benchmark timer."""
-    if "specdec_record" in getattr(item, "fixturenames", ()) \
-            and item.get_closest_marker("benchmark") is None \
+    if "specdec_record" in getattr(item, "fixturenames", ()):
+        _replay_clock_timer(item)
+
+
+def _replay_clock_timer(item: pytest.Item) -> None:
+    """The replay clock as `item`'s pytest-benchmark timer, unless a mark of its own names one:
+    read when the `benchmark` fixture is made, which `Recorder.feed_benchmark` asks for."""
+    if item.get_closest_marker("benchmark") is None \
             and item.config.pluginmanager.hasplugin("benchmark"):  # else an unknown mark, warned of
         item.add_marker(pytest.mark.benchmark(timer=replay_clock, group=item.originalname
                                               if hasattr(item, "originalname") else None))

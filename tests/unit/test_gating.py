@@ -411,3 +411,18 @@ def test_fetched(request):
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
     assert result.parseoutcomes() == {"passed": 2, "rerun": 1}
     assert progress_counts(result) == [(1, 1), (2, 2), (2, 2)]
+
+
+def test_a_fetched_recorder_gives_pytest_benchmark_its_samples(pytester):
+    """A test that fetched specdec_record as it ran was not given the replay clock at collection:
+    pytest-benchmark timed its no-op rounds (nanoseconds) instead of the samples."""
+    pytester.makepyfile(test_fetched="""
+def test_fetched(request):
+    recorder = request.getfixturevalue("specdec_record")
+    recorder.metric("output_tok_s", 4.0)
+    recorder.samples([0.5, 0.25])
+""")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--benchmark-json", "bench.json")
+    result.assert_outcomes(passed=1)
+    (bench,) = json.loads((pytester.path / "bench.json").read_text())["benchmarks"]
+    assert (bench["stats"]["min"], bench["stats"]["max"], bench["stats"]["rounds"]) == (0.25, 0.5, 2)
