@@ -12,8 +12,6 @@ import re
 
 import pytest
 
-from test_bench_flow import journal_lines
-from test_other_plugins import RERUN_PLUGIN
 
 RECORDING_TEST = """
 import os
@@ -298,6 +296,11 @@ def test_the_progress_total_counts_the_tests_that_can_record(pytester, workers):
     assert sorted(re.findall(r"specdec \[(\d+/\d+)\]", result.stdout.str())) == ["1/2", "2/2"]
 
 
+def journal_lines(pytester: pytest.Pytester) -> list[dict]:
+    path = pytester.path / ".specdec" / "journal.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] \
+        if path.exists() else []
+
 def test_a_test_that_asks_for_nothing_of_ours_but_fetches_the_recorder_is_journaled(pytester):
     """request.getfixturevalue("specdec_record") in a test that named no fixture of ours: its
     figures went nowhere (no journal record, no progress line, no row)."""
@@ -389,28 +392,6 @@ def test_marked(specdec_record):
     result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:skipping")
     result.assert_outcomes(passed=2)
     assert progress_counts(result) == [(1, 1), (2, 2)]
-
-
-def test_a_rerun_of_a_test_that_fetches_the_recorder_raises_the_progress_total_once(pytester):
-    pytester.makeconftest(RERUN_PLUGIN)
-    pytester.makepyfile(test_flaky="""
-from pathlib import Path
-
-
-def test_counted(specdec_record):
-    specdec_record.metric("output_tok_s", 1.0)
-
-
-def test_fetched(request):
-    request.getfixturevalue("specdec_record").metric("output_tok_s", 2.0)
-    flag = Path("failed-once")
-    if not flag.exists():
-        flag.write_text("")
-        raise AssertionError("flaky once")
-""")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
-    assert result.parseoutcomes() == {"passed": 2, "rerun": 1}
-    assert progress_counts(result) == [(1, 1), (2, 2), (2, 2)]
 
 
 def test_a_fetched_recorder_gives_pytest_benchmark_its_samples(pytester):

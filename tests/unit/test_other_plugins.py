@@ -8,6 +8,7 @@ protocol once more on the same item, logging the failed attempt's reports with t
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -98,6 +99,30 @@ def test_a_rerun_that_passes_is_journaled_reported_and_saved_with_its_own_figure
     assert [(r["metrics"]["score"], r["outcome"]) for r in results] == [(7.0, "passed")]
     entries = json.loads((pytester.path / "baselines" / "cpu.json").read_text())["entries"]
     assert entries["test_score"]["score"]["value"] == 7.0
+
+
+def test_a_rerun_of_a_test_that_fetches_the_recorder_raises_the_progress_total_once(pytester):
+    """A test that fetched specdec_record with request.getfixturevalue was not counted at
+    collection: it read [2/1] on each attempt, and must raise the total once, not per attempt."""
+    pytester.makeconftest(RERUN_PLUGIN)
+    pytester.makepyfile(test_flaky="""
+from pathlib import Path
+
+
+def test_counted(specdec_record):
+    specdec_record.metric("output_tok_s", 1.0)
+
+
+def test_fetched(request):
+    request.getfixturevalue("specdec_record").metric("output_tok_s", 2.0)
+    flag = Path("failed-once")
+    if not flag.exists():
+        flag.write_text("")
+        raise AssertionError("flaky once")
+""")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+    assert result.parseoutcomes() == {"passed": 2, "rerun": 1}
+    assert re.findall(r"specdec \[(\d+/\d+)\]", result.stdout.str()) == ["1/1", "2/2", "2/2"]
 
 
 FLAKY_ONCE = """
