@@ -173,5 +173,19 @@ def specdec_record(request: pytest.FixtureRequest) -> Recorder:
     handed to pytest-benchmark when the test's call ends."""
     from .recording import new_recorder
 
+    if "specdec_record" not in getattr(request.node, "fixturenames", ()):
+        _claim_journal(request.config)  # fetched as the test runs: the call wrapper claimed nothing
     return new_recorder(request.node)
+
+
+def _claim_journal(config: pytest.Config) -> None:
+    """Before a test that fetched the recorder measures: as the call wrapper does for a test
+    that names it, so a journal that cannot be written fails it now, in one line."""
+    from .session import claim_journal
+    from .state import run_id
+
+    try:
+        claim_journal(config.stash[STATE_KEY], run_id(config))
+    except SpecdecUsageError as exc:  # its text says it all: no chained traceback
+        raise pytest.fail.Exception(f"pytest-specdec: {exc}", pytrace=False) from None
 

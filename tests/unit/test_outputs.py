@@ -129,6 +129,27 @@ def test_a_journal_or_artifacts_folder_that_cannot_be_written_stops_the_run_befo
 
 
 @NO_PROC
+def test_a_test_that_fetches_the_recorder_fails_in_one_line_before_it_measures(pytester):
+    """request.getfixturevalue("specdec_record") claimed no journal: the test measured, then
+    failed with an OSError traceback from the journal's folder."""
+    pytester.makepyprojecttoml("[tool.specdec]\n")
+    pytester.makepyfile(test_fetched="""
+from pathlib import Path
+
+
+def test_fetched(request):
+    recorder = request.getfixturevalue("specdec_record")
+    Path("measured").write_text("")
+    recorder.metric("output_tok_s", 100.0)
+""")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-journal=/proc/specdec/journal.jsonl")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["pytest-specdec: journal folder /proc/specdec cannot be created: making a folder "
+                                 "in /proc fails (*); choose another --specdec-journal"])
+    assert "Traceback" not in result.stdout.str() and "OSError" not in result.stdout.str()
+    assert not (pytester.path / "measured").exists()
+
+@NO_PROC
 def test_a_folder_set_in_the_ini_is_named_as_set(pytester):
     """The folder errors named --specdec-journal for a journal the ini had set."""
     pytester.makeini("[pytest]\nspecdec_journal = /proc/specdec/journal.jsonl\n")
