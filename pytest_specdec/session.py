@@ -392,7 +392,7 @@ class Results:
         self._note_outcome(report)
         if self.total is None:
             self.total = getattr(report, RECORDING_TOTAL, None)
-        if getattr(report, UNCOUNTED, False):  # from its first report after it fetched a recorder
+        if getattr(report, UNCOUNTED, False):  # on each of its reports once it has a recorder
             self.uncounted.add(report.nodeid)  # a node id, so a rerun raises the total once
         for name, value in getattr(report, "user_properties", ()):
             if name == RESUMED_PROPERTY and report.when == "setup":
