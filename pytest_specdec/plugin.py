@@ -338,7 +338,8 @@ class Controller:
 
     @hookimpl(tryfirst=True)  # before --junitxml, which writes the teardown report's properties
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if "specdec" not in report.keywords and not report.user_properties:
+        if "specdec" not in report.keywords and not report.user_properties \
+                and not self._runs_again(report):
             return  # not one of ours: pytest's own summary covers it
         from . import recording, session
         from .durations import Durations
@@ -354,6 +355,14 @@ class Controller:
         if result is not None and reporter is not None:
             reporter.write_line(session.progress_line(result, len(results.results),
                                                       results.progress_total()))
+
+    def _runs_again(self, report: pytest.TestReport) -> bool:
+        """Whether this is the setup of a test run again (pytest-rerunfailures) whose earlier
+        attempt recorded: its figures are to be dropped, whatever this attempt records."""
+        from .state import RESULTS_KEY
+
+        return report.when == "setup" and RESULTS_KEY in self.config.stash \
+            and report.nodeid in self.config.stash[RESULTS_KEY].results
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         from .state import SHARD_KEY

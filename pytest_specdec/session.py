@@ -392,6 +392,8 @@ class Results:
         self._note_outcome(report)
         if self.total is None:
             self.total = getattr(report, RECORDING_TOTAL, None)
+        if report.when == "setup":  # run again: an earlier attempt's figures are not its result
+            self.results.pop(report.nodeid, None)
         if getattr(report, UNCOUNTED, False):  # on each of its reports once it has a recorder
             self.uncounted.add(report.nodeid)  # a node id, so a rerun raises the total once
         for name, value in getattr(report, "user_properties", ()):

@@ -101,6 +101,28 @@ def test_a_rerun_that_passes_is_journaled_reported_and_saved_with_its_own_figure
     assert entries["test_score"]["score"]["value"] == 7.0
 
 
+def test_a_rerun_that_passes_without_recording_keeps_no_figures_of_the_failed_attempt(pytester):
+    """The controller kept the failed attempt's figures as the test's result: the summary showed
+    them as passed and --specdec-save-baseline saved them."""
+    pytester.makepyprojecttoml(SCORE_PROJECT.replace('score = "0"', 'score = "off"'))
+    pytester.makepyfile(test_score="""
+from pathlib import Path
+
+
+def test_score(specdec_record):
+    if not Path("attempted").exists():
+        Path("attempted").write_text("")
+        specdec_record.metric("score", 3.0)
+        raise AssertionError("this attempt fails")
+""")
+    result = score_run(pytester, args=["--specdec-save-baseline", "--specdec-report", "report"])
+    assert result.parseoutcomes() == {"passed": 1, "rerun": 1}
+    assert [(r["status"], r["data"]["metrics"]["score"]["value"]) for r in journal_lines(pytester)] == \
+        [("failed", 3.0)]
+    result.stdout.fnmatch_lines(["specdec: no report written to *: no test recorded figures or failed*"])
+    assert "specdec summary" not in result.stdout.str()
+    assert not (pytester.path / "baselines" / "cpu.json").exists()
+
 def test_a_rerun_of_a_test_that_fetches_the_recorder_raises_the_progress_total_once(pytester):
     """A test that fetched specdec_record with request.getfixturevalue was not counted at
     collection: it read [2/1] on each attempt, and must raise the total once, not per attempt."""
