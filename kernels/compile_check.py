@@ -278,8 +278,8 @@ def compile_hybrid_kernels(arch: str = "sm_120", head_dim: int = 128) -> list[Co
     for name, fn, types, constexprs, warps, block_m, block_n in kernels:
         report = CompileReport(arch, name, "bfloat16", head_dim, block_m, 0, block_n, 1, warps, False, 1, "T65")
         report.planned_shared_bytes = SHARED_MEMORY_LIMITS[arch]
-        reports.append(_compile_and_judge(report, _source(fn, constexprs, types, False),
-                                          dict(num_warps=warps, num_stages=1)))
+        # Triton's default stages, as the launchers leave them: the pipelined loops' buffers count
+        reports.append(_compile_and_judge(report, _source(fn, constexprs, types, False), dict(num_warps=warps)))
     return reports
 
 
@@ -290,6 +290,8 @@ def _compile_and_judge(report: CompileReport, source, options: dict) -> CompileR
 
     capability = int(report.arch.removeprefix("sm_"))
     compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options=options)
+    if "num_stages" not in options:  # the compiler's default, as the launch leaves it
+        report.stages = compiled.metadata.num_stages
     report.shared_bytes = compiled.metadata.shared
     ptx = compiled.asm["ptx"]
     report.spill_bytes = _ptxas_spill_bytes(ptx, capability)

@@ -10,6 +10,8 @@ subprocess without TRITON_INTERPRET (the interpreter replaces kernels with Pytho
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import shutil
 
@@ -95,14 +97,19 @@ def test_hybrid_kernels_fit_sm120():
     (plain Triton: no Gluon, no Hopper-only paths) compile for sm_120 at Qwen3.6's head dim 128 within its shared memory, without spills."""
     if not _nvidia_tools_present():
         pytest.skip("this Triton install ships no NVIDIA ptxas/cuobjdump: cannot compile for sm_120")
+    from triton.backends.nvidia.compiler import CUDAOptions
+
     from specdec_kernels.compile_check import run_check_subprocess
 
     reports = run_check_subprocess(hybrid=True)
     assert sorted(r["kernel"] for r in reports) == ["hybrid_commit", "hybrid_conv", "hybrid_delta_apply",
                                                     "hybrid_delta_fused", "hybrid_delta_mix"]
+    # the launchers give no num_stages: what runs is pipelined at the compiler's default, buffers and all
+    default_stages = {f.name: f.default for f in dataclasses.fields(CUDAOptions)}["num_stages"]
     for r in reports:
-        print(r["kernel"], {k: r[k] for k in ("shared_bytes", "registers", "spill_bytes", "problems")})
+        print(r["kernel"], {k: r[k] for k in ("shared_bytes", "registers", "spill_bytes", "problems", "stages")})
         assert not r["problems"], f"{r['kernel']}: {r['problems']}"  # limit, forbidden instructions, spills
+        assert r["stages"] == default_stages, f"{r['kernel']} was compiled at {r['stages']} stages, not as launched"
     for delta in (r for r in reports if r["kernel"].startswith("hybrid_delta")):
         assert delta["mix"].get("HMMA", 0) > 0, f"{delta['kernel']}'s dots did not become tensor-core MMAs"
 
