@@ -237,7 +237,8 @@ def compile_merge_kernel(arch: str, head_dim: int, num_splits: int, head_slices:
                       VECTOR_LOADS=split_block >= MERGE_VECTOR_MIN_BLOCK)
     types = dict(part_o_ptr="*fp32", part_lse_ptr="*fp32", out_ptr="*bf16")
     report.planned_shared_bytes = SHARED_MEMORY_LIMITS[arch]
-    return _compile_and_judge(report, _source(fn, constexprs, types, False), dict(num_warps=4, num_stages=1))
+    # num_warps as the launcher gives it, num_stages left to Triton as the launcher leaves it
+    return _compile_and_judge(report, _source(fn, constexprs, types, False), dict(num_warps=4))
 
 
 def compile_hybrid_kernels(arch: str = "sm_120", head_dim: int = 128) -> list[CompileReport]:

@@ -44,7 +44,11 @@ def reports():
 
 
 def test_every_planned_kernel_compiles_within_its_arch(reports):
+    from triton.backends.nvidia.compiler import CUDAOptions
+
     from specdec_kernels.configs import SHARED_MEMORY_LIMITS
+
+    default_stages = {f.name: f.default for f in dataclasses.fields(CUDAOptions)}["num_stages"]
 
     for r in reports:
         where = (f"{r['arch']} {r['kernel']} {r['dtype']} D={r['head_dim']} BM={r['block_m']}+{r['tail_m']} "
@@ -54,6 +58,8 @@ def test_every_planned_kernel_compiles_within_its_arch(reports):
         if r["kernel"] == "triton":  # the bound the planner fits the Triton tiles with
             assert r["shared_bytes"] <= r["planned_shared_bytes"], where
         assert not r["problems"], f"{where}: {r['problems']}"
+        if r["kernel"] == "merge":  # launched with no num_stages: compiled at the compiler's default
+            assert r["stages"] == default_stages, where
 
 
 def test_the_check_covers_every_dtype_head_dim_and_kernel(reports):
