@@ -238,6 +238,12 @@ class _Reader:
         return tuple(value)
 
 
+def _table_name(filename: str, name: str) -> str:
+    """A sub-table's name as its file spells it: under `tool.specdec.` in pyproject.toml, at the
+    top level of specdec.toml (errors must name a table the user can find)."""
+    return f"tool.specdec.{name}" if filename.endswith("pyproject.toml") else name
+
+
 def _check_methods(reader: _Reader, key: str, methods: tuple[str, ...]) -> None:
     for method in methods:
         if method not in METHODS:
@@ -258,7 +264,7 @@ def _check_budgets(reader: _Reader, key: str, budgets: tuple[int, ...]) -> None:
 
 
 def _parse_matrix(filename: str, family: str, data: Any) -> Matrix:
-    reader = _Reader(filename, f"tool.specdec.matrix.{family}", data)
+    reader = _Reader(filename, _table_name(filename, f"matrix.{family}"), data)
     reader.check_keys({"methods", "tp", "budget"})
     methods = reader.str_list("methods", ())
     tps = reader.int_list("tp", (1,))
@@ -360,8 +366,7 @@ def _parse_workload(filename: str, index: int, data: Any, root: Path) -> Workloa
 def _parse_metrics(filename: str, table: Mapping[str, Any]) -> dict[str, Direction]:
     """`[tool.specdec.metrics]`: the metrics tests record of their own, with the way each improves,
     so that tolerances may name them (a misspelt name stays an error) and `metric()` need not."""
-    reader = _Reader(filename, "tool.specdec.metrics" if filename.endswith("pyproject.toml") else "metrics",
-                     table)
+    reader = _Reader(filename, _table_name(filename, "metrics"), table)
     out: dict[str, Direction] = {}
     for name, direction in table.items():
         if not METRIC_NAME.match(name):
@@ -377,7 +382,7 @@ def _parse_metrics(filename: str, table: Mapping[str, Any]) -> dict[str, Directi
 
 
 def _parse_engine(filename: str, data: Any) -> EngineSettings:
-    reader = _Reader(filename, "tool.specdec.engine", data)
+    reader = _Reader(filename, _table_name(filename, "engine"), data)
     reader.check_keys({"model_preset", "draft_agreement", "block_size", "seed", "device",
                        "num_layers", "extra_args"})
     settings = EngineSettings(
@@ -416,7 +421,7 @@ def _check_engine_extra_args(reader: _Reader, settings: EngineSettings) -> None:
 
 
 def _parse_sglang(filename: str, data: Any, root: Path) -> SGLangSettings:
-    reader = _Reader(filename, "tool.specdec.sglang", data)
+    reader = _Reader(filename, _table_name(filename, "sglang"), data)
     reader.check_keys({"method_flags", "extra_args", "python"})
     raw = reader.get("method_flags", (str, dict), None)
     flags = DEFAULT_METHOD_FLAGS if raw is None else method_flags_from_config(

@@ -255,10 +255,18 @@ def test_specdec_toml_is_read(tmp_path: Path):
     assert list(cfg.matrices) == ["cpu"]
 
 
-def test_specdec_toml_errors_name_that_file(tmp_path: Path):
-    (tmp_path / "specdec.toml").write_text("[matrix.cpu]\nmethods = ['ar']\ntp = [6]\n")
-    with pytest.raises(SpecdecUsageError, match=r"^specdec.toml \[tool.specdec.matrix.cpu\] tp: 6"):
+@pytest.mark.parametrize("toml, where", [
+    ("[matrix.cpu]\nmethods = ['ar']\ntp = [6]\n", "specdec.toml [matrix.cpu] tp: 6"),
+    ("[engine]\nseed = 'x'\n", "specdec.toml [engine] seed: 'x'"),
+    ("[sglang]\nmethod_flags = 'eagle-ish'\n", "specdec.toml [sglang] method_flags: unknown"),
+    ("[metrics]\nmy_figure = 'up'\n", "specdec.toml [metrics] my_figure: 'up'"),
+])
+def test_specdec_toml_errors_name_that_file_and_its_own_tables(tmp_path: Path, toml, where):
+    """specdec.toml holds [matrix.cpu], not [tool.specdec.matrix.cpu]: the error names what the user wrote."""
+    (tmp_path / "specdec.toml").write_text(toml)
+    with pytest.raises(SpecdecUsageError) as raised:
         config.load(tmp_path)
+    assert str(raised.value).startswith(where), str(raised.value)
 
 
 def test_defaults_without_any_config(tmp_path: Path):
