@@ -49,6 +49,9 @@ def parse_exactness(text: str) -> Exactness:
     match = re.fullmatch(r"prefix:(\d+)", value)
     if match and int(match.group(1)) >= 1:
         return Exactness("prefix", int(match.group(1)))
+    if value.startswith("prefix:"):  # the form is right, its N is not
+        raise ValueError(f"{text!r}: N of prefix:N counts the leading tokens that must match, a whole "
+                         f"number 1 or more (e.g. prefix:32); use {', '.join(MODES)}")
     raise ValueError(f"{text!r} is not a losslessness mode; use {', '.join(MODES)}")
 
 

@@ -21,6 +21,12 @@ def test_bad_modes_name_the_accepted_forms(text):
         parse_exactness(text)
 
 
+@pytest.mark.parametrize("text", ["prefix:", "prefix:0", "prefix:-3", "prefix:x", "prefix:1.5"])
+def test_a_bad_prefix_length_says_what_n_must_be(text):
+    with pytest.raises(ValueError, match="a whole number 1 or more"):
+        parse_exactness(text)
+
+
 def test_identical_outputs_are_lossless():
     assert compare("ddtree-tp1-b8", REFERENCE, "ar-tp1", REFERENCE, Exactness("exact")) is None
 
