@@ -150,6 +150,14 @@ class Option:
         return "specdec_" + self.name
 
     @property
+    def described(self) -> str:
+        """The help with the default, as `pytest --help` shows it (where the help does not say it)."""
+        if self.default is None or self.default is False or "default" in self.help:
+            return self.help
+        default = f"{self.default:g}" if isinstance(self.default, float) else self.default
+        return f"{self.help} (default: {default})"
+
+    @property
     def ini_type(self) -> str:
         """The `addini` type: pytest parses booleans and numbers itself (and says what is wrong)."""
         return {_bool: "bool", _count: "int", _gpu_count: "int", _positive_count: "int",

@@ -25,14 +25,14 @@ hookimpl = HookimplMarker("pytest")
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("specdec", "speculative-decoding benchmarks (pytest-specdec)")
     for option in OPTIONS:
-        text = option.help.replace("%", "%%") + f" (ini: {option.ini})"  # argparse %-formats help
+        text = option.described.replace("%", "%%") + f" (ini: {option.ini})"  # argparse %-formats help
         if option.flag:
             group.addoption(option.cli, action="store_true", default=None, dest=option.ini,
                             help=text)
         else:
             group.addoption(option.cli, action="store", default=None, dest=option.ini,
                             metavar=option.metavar, help=text)
-        parser.addini(option.ini, option.help, type=option.ini_type, default=None)
+        parser.addini(option.ini, option.described, type=option.ini_type, default=None)
 
 
 @hookimpl(wrapper=True)

@@ -65,6 +65,21 @@ def test_help_lists_every_option_and_its_ini_twin(pytester: pytest.Pytester):
         assert f"{option.ini} ({option.ini_type})" in text
 
 
+@pytest.mark.parametrize("flag, default", [("--specdec-startup-timeout", "600"), ("--specdec-stall-timeout", "60"),
+                                            ("--specdec-keep-runs", "10"), ("--specdec-restart-on-crash", "0"),
+                                            ("--specdec-journal", ".specdec/journal.jsonl"),
+                                            ("--specdec-artifacts", ".specdec/artifacts"),
+                                            ("--specdec-baseline-dir", "baselines"), ("--specdec-backend", "auto"),
+                                            ("--specdec-reference", "ar")])
+def test_help_shows_each_options_default(pytester: pytest.Pytester, flag, default):
+    """The README's table gives these defaults; `pytest --help` is where a user looks first."""
+    lines = pytester.runpytest("--help").stdout.lines
+    start = next(i for i, line in enumerate(lines) if line.lstrip().startswith(flag))
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith(" " * 8))
+    entry = " ".join(line.strip() for line in lines[start:end])
+    assert f"(default: {default})" in entry, entry
+
+
 @pytest.mark.parametrize("flag, shown", [("--help", "*--specdec-backend=*"),
                                           ("--markers", "@pytest.mark.specdec(method=*")])
 def test_help_and_markers_are_listed_in_a_project_whose_settings_are_wrong(
