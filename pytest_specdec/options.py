@@ -192,9 +192,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("report", "write results.json, report.md, report.tex, report-standalone.tex and plots "
            "into DIR",
            str, None, metavar="DIR"),
-    Option("resume", "skip configurations the results journal records as done", _bool, False,
+    Option("resume", "skip the tests the results journal records as done, measuring again those "
+           "that failed and those whose workload, server settings or model changed", _bool, False,
            flag=True),
-    Option("journal", "results journal (append-only JSONL) used by --specdec-resume",
+    Option("journal", "the results journal (JSONL) every run appends each measurement to as it "
+           "finishes; --specdec-resume reads it, and a run without it starts a new one",
            str, ".specdec/journal.jsonl", metavar="PATH"),
     Option("run_known_issues", "run known-broken configurations instead of marking them xfail",
            _bool, False, flag=True),

@@ -80,6 +80,16 @@ def test_help_shows_each_options_default(pytester: pytest.Pytester, flag, defaul
     assert f"(default: {default})" in entry, entry
 
 
+def test_help_says_what_resume_skips_and_that_every_run_journals():
+    """--specdec-resume skips tests, not configurations, and measures failed or changed ones again;
+    the journal is written by every run, not only for --specdec-resume."""
+    from pytest_specdec.options import OPTIONS_BY_NAME
+
+    resume, journal = OPTIONS_BY_NAME["resume"].help, OPTIONS_BY_NAME["journal"].help
+    assert "skip the tests" in resume and "failed" in resume and "changed" in resume
+    assert "every run" in journal
+
+
 @pytest.mark.parametrize("flag, shown", [("--help", "*--specdec-backend=*"),
                                           ("--markers", "@pytest.mark.specdec(method=*")])
 def test_help_and_markers_are_listed_in_a_project_whose_settings_are_wrong(
