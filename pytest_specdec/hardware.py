@@ -279,6 +279,10 @@ def resolve(arch: str | None, gpus: int | None, detected: Hardware | None = None
             f"--specdec-arch {arch}: no family known for this architecture, so there is no suite "
             f"to rehearse; use one of {', '.join(FAMILIES)}"
         )
+    if gpus == 0:  # an inventory of no GPU has no arch: the family's suite would skip, unrehearsed
+        raise SpecdecUsageError(
+            f"{gpus_source} 0 leaves no GPU to simulate as {arch} (--specdec-arch); give at least 1, "
+            f"or leave it out for one simulated GPU (as many as the host has, on a GPU host)")
     count = gpus if gpus is not None else max(real.count, 1)
     name = f"simulated {arch}"
     # the GPUs this run was given keep their indices (and UUIDs, for their claims): leases become

@@ -71,6 +71,14 @@ def test_arch_override_simulates_that_family():
     assert hardware.resolve("sm_120", 4, H200x8).count == 4
 
 
+@pytest.mark.parametrize("detected", [NONE, H200x8])
+def test_arch_with_no_gpus_is_a_usage_error(detected):
+    """The arch vanished: the header said no GPU and the family's suite skipped, unrehearsed."""
+    with pytest.raises(SpecdecUsageError, match=r"^ini specdec_gpus 0 leaves no GPU to simulate as sm_120 "
+                                                r"\(--specdec-arch\); give at least 1"):
+        hardware.resolve("sm_120", 0, detected, "ini specdec_gpus")
+
+
 def test_gpus_limits_a_real_inventory_and_cannot_exceed_it():
     assert hardware.resolve(None, 2, H200x8).count == 2
     assert hardware.resolve(None, 2, H200x8).family == "hopper"
