@@ -293,6 +293,14 @@ _UNREADABLE_RE = re.compile(r"(?:invalid literal for int\(\) with base 10: |coul
                             r"('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")")
 
 
+# pytest's words for a TOML value of another type under [tool.pytest], whose options are typed strictly
+_NOT_TEXT_RE = re.compile(r"expects a string, got (?:list|int|float|bool|dict)\b")
+
+#: What a string-typed option's value looks like, for the fix of a TOML value that is not a string.
+_TEXT_EXAMPLES = {"tp": "1,4", "compare_fail": "output_tok_s:5%,accept_length:0", "shard": "2/4",
+                  "arch": "sm_120"}
+
+
 def _ini_problem(option: Option, exc: Exception) -> str:
     """The option's own words for a value pytest could not convert (as the command line's), else pytest's."""
     match = _UNREADABLE_RE.search(str(exc))
@@ -301,6 +309,10 @@ def _ini_problem(option: Option, exc: Exception) -> str:
             option.parse(ast.literal_eval(match.group(1)))
         except (ValueError, SyntaxError) as own:
             return str(own)
+    if _NOT_TEXT_RE.search(str(exc)):  # e.g. specdec_tp = [1, 4], the form [tool.specdec] takes
+        example = _TEXT_EXAMPLES.get(option.name, option.metavar or "...")
+        return (f"{exc}; an ini value is written as on the command line, in quotes: "
+                f"{option.ini} = \"{example}\"")
     return str(exc)
 
 

@@ -59,6 +59,19 @@ def test_a_tp_filter_that_selects_nothing_is_a_usage_error(pytester: pytest.Pyte
     pytester.runpytest("--specdec-tp=8", "--specdec-gpus=8").assert_outcomes(skipped=1)
 
 
+@pytest.mark.parametrize("toml, fix", [("specdec_tp = [1, 4]", 'specdec_tp = "1,4"'),
+                                       ("specdec_tp = 8", 'specdec_tp = "1,4"'),
+                                       ("specdec_shard = 2", 'specdec_shard = "2/4"')])
+def test_a_toml_value_that_is_no_string_under_tool_pytest_says_how_to_write_it(
+        pytester: pytest.Pytester, toml, fix):
+    """pytest's native [tool.pytest] table types its options strictly: [tool.specdec]'s tp = [1, 4]
+    there named the type only, not the form the option takes."""
+    pytester.makepyprojecttoml(CPU_MATRIX + f"\n[tool.pytest]\n{toml}\n")
+    pytester.makepyfile("def test_x(): pass")
+    _usage_error(pytester.runpytest(), f"ini {toml.split()[0]}: *expects a string, got *; an ini value is "
+                                       f"written as on the command line, in quotes: {fix}*")
+
+
 def test_a_tp_filter_from_the_ini_is_named_as_such(pytester: pytest.Pytester):
     pytester.makepyprojecttoml(CPU_MATRIX + '\n[tool.pytest.ini_options]\nspecdec_tp = "4"\n')
     pytester.makepyfile("def test_cell(specdec_spec): pass")
