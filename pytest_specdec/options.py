@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from .configuration import METHODS
+from .configuration import METHODS, takes_budget
 from .errors import SpecdecUsageError
 
 BACKENDS = ("auto", "embedded", "sglang")
@@ -126,9 +126,13 @@ def _backend(text: str) -> str:
     return text
 
 
-def _method(text: str) -> str:
+def _reference(text: str) -> str:
     if text not in METHODS:
         raise ValueError(f"{text!r} is not one of {', '.join(METHODS)}")
+    if takes_budget(text):  # a reference is one configuration per family and TP: it has no budget
+        raise ValueError(f"{text!r} has a configuration per tree budget, so no one of them is the "
+                         f"reference and no output would be checked; use "
+                         f"{' or '.join(m for m in METHODS if not takes_budget(m))}")
     return text
 
 
@@ -182,7 +186,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("strict_noise", "fail a test whose figure is worse than its tolerance but too noisy "
            "to call a regression (verdict noisy)", _bool, False, flag=True),
     Option("reference", "the method whose greedy outputs every speculative configuration must "
-           "reproduce (the losslessness guard)", _method, "ar", metavar="METHOD"),
+           "reproduce (the losslessness guard)", _reference, "ar", metavar="METHOD"),
     Option("lossless", "how much of each output must match the reference's: exact, prefix:N "
            "(the first N tokens) or off (default: exact on the embedded engine, prefix:32 on "
            "SGLang and attached servers)", _exactness, None,

@@ -431,6 +431,9 @@ def test_ini_values_are_typed_and_a_bad_one_is_a_usage_error(pytester: pytest.Py
                                                       "a port is 1-65535*"),
     (["--specdec-lossless=nearly"], "*'nearly' is not a losslessness mode; use \"exact\", \"prefix:N\", \"off\"*"),
     (["--specdec-reference=medusa"], "*--specdec-reference: 'medusa' is not one of ar, dflash, ddtree*"),
+    # its reference case has no budget, so it matched no ddtree configuration: nothing was checked
+    (["--specdec-reference=ddtree"], "*--specdec-reference: 'ddtree' has a configuration per tree budget, so "
+                                     "no one of them is the reference*; use ar or dflash*"),
 ])
 def test_bad_flag_values_are_usage_errors(pytester: pytest.Pytester, args, message):
     pytester.makepyfile("def test_x(): pass")
