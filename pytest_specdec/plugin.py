@@ -109,8 +109,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     from . import header
     from .state import SHARD_KEY, STATE_KEY
 
-    plan = config.stash.get(SHARD_KEY, None)
-    return [header.line(config.stash[STATE_KEY])] + ([plan.header_line()] if plan else [])
+    state, plan = config.stash[STATE_KEY], config.stash.get(SHARD_KEY, None)
+    lines = [header.line(state)]
+    if plan is not None:
+        from .shard import no_folder_line
+
+        lines += [plan.header_line()] + ([] if state.settings.report else [no_folder_line(plan)])
+    return lines
 
 
 def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> list[str]:

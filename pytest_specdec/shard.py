@@ -140,6 +140,13 @@ class ShardPlan:
                 f"configurations, balanced by {self.balanced_by}: {listed}")
 
 
+def no_folder_line(plan: ShardPlan) -> str:
+    """The header's note for a sharded run without `--specdec-report`: it leaves no shard folder,
+    so hours of measurement would reach the merge as a missing shard."""
+    return (f"specdec: shard {plan.shard} writes no shard folder for python -m pytest_specdec merge "
+            f"(its figures stay in the journal only): give --specdec-report DIR to merge it")
+
+
 def split_items(items: Sequence, plan: ShardPlan) -> tuple[list, list]:
     """(this shard's items, the others'): a configuration's tests go to its shard, tests of no
     configuration to shard 1, and configurations of families this host does not run nowhere
@@ -178,4 +185,4 @@ def plan(state: RunState) -> ShardPlan | None:
 
 
 __all__ = ["DURATIONS_FILE", "Shard", "ShardPlan", "costs", "estimated_cost", "host_runs_family",
-           "parse_shard", "partition", "plan", "sharded_matrix", "split_items"]
+           "no_folder_line", "parse_shard", "partition", "plan", "sharded_matrix", "split_items"]

@@ -177,6 +177,18 @@ def test_the_shard_comes_from_ini_or_tool_specdec_and_an_empty_shard_passes(pyte
     result.assert_outcomes(passed=2)
 
 
+def test_a_shard_without_a_report_folder_says_the_merge_will_not_have_it(pytester):
+    """Without --specdec-report a shard leaves nothing for the merge, which found out hours later."""
+    pytester.makepyprojecttoml(MATRIX.format(extra=""))
+    pytester.makepyfile(test_cells=SPEC_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--co", "--specdec-shard=1/2")
+    result.stdout.fnmatch_lines(["specdec: shard 1/2 writes no shard folder for python -m pytest_specdec "
+                                 "merge *: give --specdec-report DIR to merge it"])
+    result = pytester.runpytest("-p", "no:cacheprovider", "--co", "--specdec-shard=1/2",
+                                "--specdec-report=shard-1")
+    assert "writes no shard folder" not in result.stdout.str()
+
+
 def test_a_bad_shard_is_a_usage_error(pytester):
     pytester.makepyprojecttoml(MATRIX.format(extra=""))
     result = pytester.runpytest("--specdec-shard", "4/3")
