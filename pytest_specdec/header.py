@@ -27,6 +27,9 @@ def lossless_line(state: RunState) -> str:
     if unguarded:
         text += (f"; not in {', '.join(unguarded)} (no {state.settings.reference} in the matrix: "
                  f"add it to guard them)")
+    sampled = [w.name for w in state.config.workloads if w.temperature > 0]
+    if sampled:  # only greedy outputs are kept and compared (recording.Recorder.run)
+        text += f"; not for workload {', '.join(sampled)} (temperature above 0: not greedy)"
     return text
 
 

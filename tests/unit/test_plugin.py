@@ -308,6 +308,18 @@ def test_the_header_details_are_written_under_xdist_too(pytester: pytest.Pyteste
     assert sum(line.startswith("specdec: gate ") for line in result.stdout.lines) == 1  # once, not a worker
 
 
+def test_the_lossless_header_names_sampled_workloads_it_does_not_check(pytester: pytest.Pytester):
+    """Only greedy outputs are compared: a workload at temperature 0.7 went unchecked while the
+    header said speculative outputs were checked against ar's."""
+    pytester.makepyprojecttoml("[tool.specdec]\nbackend = 'embedded'\n[tool.specdec.matrix.cpu]\n"
+                               "methods = ['ar', 'dflash']\n[[tool.specdec.workloads]]\nname = 'greedy'\n"
+                               "[[tool.specdec.workloads]]\nname = 'sampled'\ntemperature = 0.7\n")
+    pytester.makepyfile(SPEC_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--co")
+    result.stdout.fnmatch_lines(["specdec: lossless exact: speculative outputs against ar's in cpu; not for "
+                                 "workload sampled (temperature above 0: not greedy)"])
+
+
 def test_header_is_one_line_when_no_specdec_test_is_collected(pytester: pytest.Pytester):
     pytester.makepyprojecttoml(SMALL_MATRIX)
     pytester.makepyfile("def test_x(): pass")
