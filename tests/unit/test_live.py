@@ -288,23 +288,6 @@ def test_a_truncations_prefixes_are_not_kept_by_the_counter(stub):
     assert kept < len(long.prompts[0].text)
 
 
-def test_an_attached_server_without_tokenize_is_counted_by_the_byte_bound(stub):
-    server = stub(tokenize=False)
-    with pytest.raises(pytest.fail.Exception) as info:
-        live(server.url, AttachBackend("attached")).workload(WORDS)
-    assert "501 prompt tokens + 16 max_new_tokens" in str(info.value)
-    assert str(info.value).endswith(
-        "(prompt tokens counted as the embedded engine counts (BOS + one per UTF-8 byte), an upper bound, as "
-        "the server has no /v1/tokenize (SGLang before 0.5.3.post1))")
-
-
-def test_an_sglang_server_without_tokenize_runs_the_workload_as_it_stands(stub):
-    server = stub(context=64, tokenize=False)
-    with pytest.warns(UserWarning, match=r"server ar-tp1 has no /v1/tokenize \(SGLang before 0\.5\.3\.post1\), "
-                                         r"so workload 'words' was not checked against its context length: "):
-        assert live(server.url, SGLangBackend("requested")).workload(WORDS) is WORDS
-
-
 #: SGLang's /v1/tokenize answer on a server started with --skip-tokenizer-init (no tokenizer loaded)
 NO_TOKENIZER = "Internal server error during tokenization: 'NoneType' object has no attribute 'encode'"
 
@@ -323,22 +306,30 @@ def test_a_tokenize_error_fails_with_the_servers_words(stub, backend, status, me
         live(server.url, backend).workload(WORDS)
 
 
-def test_an_attached_server_without_a_tokenizer_is_counted_by_the_byte_bound(stub):
-    """SGLang started with --skip-tokenizer-init answers /v1/tokenize with a 500 naming the missing
-    tokenizer; that failed the test as a broken server, where it is one that cannot count."""
-    server = stub(status=500, message=NO_TOKENIZER)
+#: how a server that cannot count is faked, and the reason the plugin gives: no /v1/tokenize (404), or
+#: SGLang's 500 from a server started with --skip-tokenizer-init, which failed the test as a broken server
+CANNOT_COUNT = [
+    (dict(tokenize=False), "has no /v1/tokenize (SGLang before 0.5.3.post1)"),
+    (dict(status=500, message=NO_TOKENIZER), "has no tokenizer (started with --skip-tokenizer-init)"),
+]
+
+
+@pytest.mark.parametrize("fake, reason", CANNOT_COUNT, ids=["no-endpoint", "no-tokenizer"])
+def test_an_attached_server_that_cannot_count_is_counted_by_the_byte_bound(stub, fake, reason):
+    server = stub(**fake)
     with pytest.raises(pytest.fail.Exception) as info:
         live(server.url, AttachBackend("attached")).workload(WORDS)
     assert "501 prompt tokens + 16 max_new_tokens" in str(info.value)
     assert str(info.value).endswith(
         "(prompt tokens counted as the embedded engine counts (BOS + one per UTF-8 byte), an upper bound, as "
-        "the server has no tokenizer (started with --skip-tokenizer-init))")
+        f"the server {reason})")
 
 
-def test_an_sglang_server_without_a_tokenizer_runs_the_workload_as_it_stands(stub):
-    server = stub(context=64, status=500, message=NO_TOKENIZER)
-    with pytest.warns(UserWarning, match=r"server ar-tp1 has no tokenizer \(started with --skip-tokenizer-init\), "
-                                         r"so workload 'words' was not checked against its context length: "):
+@pytest.mark.parametrize("fake, reason", CANNOT_COUNT, ids=["no-endpoint", "no-tokenizer"])
+def test_an_sglang_server_that_cannot_count_runs_the_workload_as_it_stands(stub, fake, reason):
+    server = stub(context=64, **fake)
+    with pytest.warns(UserWarning, match=re.escape(f"server ar-tp1 {reason}, so workload 'words' was not checked "
+                                                   "against its context length: ")):
         assert live(server.url, SGLangBackend("requested")).workload(WORDS) is WORDS
 
 
