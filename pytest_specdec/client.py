@@ -22,6 +22,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 import aiohttp
 
+from . import context_rule
 from . import sglang_api as api
 from .metrics import RequestRecord, WorkloadResult, parse_prometheus_text
 from .workloads import Workload
@@ -398,7 +399,8 @@ def context_length_from(models: Any = None, server_info: Any = None) -> int | No
     """The context length in a /v1/models or /server_info answer, if it states one.
 
     /v1/models: `data[0].max_model_len`. /server_info: `context_length` (the resolved server
-    arg; None when the model default applies), else `max_req_input_len` + 1 as a lower bound.
+    arg; None when the model default applies), else the one SGLang's scheduler derives `max_req_input_len`
+    from (see context_rule).
     """
     if isinstance(models, dict):
         for card in models.get("data") or []:
@@ -410,7 +412,7 @@ def context_length_from(models: Any = None, server_info: Any = None) -> int | No
             return value
         max_input = server_info.get(api.INFO_MAX_REQ_INPUT_LEN)
         if isinstance(max_input, int) and max_input > 0:
-            return max_input + 1
+            return context_rule.context_from_max_req_input_len(max_input)
     return None
 
 

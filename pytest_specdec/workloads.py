@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from . import context_rule
 from .errors import SpecdecUsageError
 from .fingerprint import text_digest
 
@@ -241,7 +242,8 @@ class ContextLengthError(SpecdecUsageError):
         self.max_new_tokens = max_new_tokens
         self.context_length = context_length
         total = prompt_tokens + max_new_tokens
-        context = (f"raise the server's --context-length to at least {total + 1} (in extra_args of "
+        context = (f"raise the server's --context-length to at least "
+                   f"{context_rule.context_needed(prompt_tokens, max_new_tokens)} (in extra_args of "
                    f"[tool.specdec.engine] or [tool.specdec.sglang])")
         fixes = (f"shorten the prompt, lower max_new_tokens, {context}, or set truncate = true in the "
                  f"workload's [[tool.specdec.workloads]] entry to cut its prompts to fit") if room else (
@@ -249,8 +251,9 @@ class ContextLengthError(SpecdecUsageError):
                  f"of {context_length}), or {context}")
         super().__init__(
             f"workload {workload!r}, prompt {index}: {prompt_tokens} prompt tokens + {max_new_tokens} "
-            f"max_new_tokens = {total}, but a request must stay below the server context length "
-            f"{context_length}; {fixes}"
+            f"max_new_tokens = {total}, but the server (context length {context_length}) serves a request in "
+            f"full only up to {context_length - 2} tokens, with a prompt of at most "
+            f"{context_rule.max_req_input_len(context_length) - 1}; {fixes}"
         )
 
 
@@ -282,8 +285,8 @@ def fit_to_context(
 ) -> Workload:
     """Check every prompt + max_new_tokens against the server's context length.
 
-    SGLang (and the embedded engine) reject a request whose prompt tokens plus max_new_tokens
-    reach the context length, so the total must stay strictly below it, counted with the
+    Every request must be one SGLang (and the embedded engine) serves in full: neither refused
+    nor with its max_new_tokens cut (context_rule.fits), its prompt counted with the
     special tokens the server's tokenizer adds (`count_tokens` must be that tokenizer, or a
     faithful stand-in: a guess here only moves the failure to the server). A counter with a
     `count_many(texts)` method (a server's tokenize endpoint) is asked for the whole workload at
@@ -299,9 +302,9 @@ def fit_to_context(
     changed = False
     for i, (prompt, n) in enumerate(zip(prompts, counts)):
         budget = workload.max_new_tokens_for(i)
-        if n + budget < context_length:
+        if context_rule.fits(n, budget, context_length):
             continue
-        allowed = context_length - 1 - budget
+        allowed = context_rule.max_prompt_tokens(budget, context_length)
         cut = _longest_prefix(prompt.text, allowed, count_tokens) if allowed > 0 else ""
         if not cut or not truncate:
             raise ContextLengthError(workload.name, i, n, budget, context_length, room=bool(cut))

@@ -12,6 +12,7 @@ template counts the same prompt tokens the engine sees.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from functools import cache
@@ -189,8 +190,9 @@ def parse_completion(body: Any, *, encode, vocab_size: int, context_length: int,
     else:
         raise OpenAIError("prompt must be a string or a list of token ids (one prompt per request).")
     _check_adapter(b, answer["model"], served_model_name)
-    check_context(len(ids), sampling.max_new_tokens, context_length)
-    return OpenAIRequest(tuple(ids), sampling, rid=b.get("rid"), **answer)
+    served = check_context(len(ids), sampling.max_new_tokens, context_length)
+    return OpenAIRequest(tuple(ids), dataclasses.replace(sampling, max_new_tokens=served), rid=b.get("rid"),
+                         **answer)
 
 
 def _message_text(message: Any, index: int) -> dict:
@@ -234,8 +236,9 @@ def parse_chat(body: Any, *, encode, vocab_size: int, context_length: int,
         sampling = Sampling(max(context_length - len(ids) - 1, 0), sampling.ignore_eos, sampling.stop,
                             sampling.stop_token_ids)
     _check_adapter(b, answer["model"], served_model_name)
-    check_context(len(ids), sampling.max_new_tokens, context_length)
-    return OpenAIRequest(tuple(ids), sampling, rid=b.get("rid"), **answer)
+    served = check_context(len(ids), sampling.max_new_tokens, context_length)
+    return OpenAIRequest(tuple(ids), dataclasses.replace(sampling, max_new_tokens=served), rid=b.get("rid"),
+                         **answer)
 
 
 # -- /v1/tokenize ----------------------------------------------------------------------------------

@@ -29,11 +29,14 @@ request SGLang's tokenizer manager refuses each look as they do from SGLang.
 
 from __future__ import annotations
 
+import dataclasses
 import email.message
 import json
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping
+
+from .. import context_rule
 
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default
 TOP_K_ALL = 1 << 30  # SGLang's "whole vocabulary"
@@ -230,6 +233,20 @@ class Refused(RequestError):
                           "retryable": False}}
 
 
+class InputTooLong(Refused):
+    """SGLang's scheduler's refusal of a prompt too long for it: it finishes the request as
+    aborted, so a stream's one event is an output chunk with that finish reason, not an error."""
+
+    def __init__(self, message: str, prompt_tokens: int) -> None:
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
+
+    def stream_event(self) -> dict:
+        reason = {"type": "abort", "message": str(self), "status_code": self.status, "err_type": "BadRequestError"}
+        meta = {"finish_reason": reason, "prompt_tokens": self.prompt_tokens, "completion_tokens": 0}
+        return {"text": "", "output_ids": [], "meta_info": meta}
+
+
 # -- parsing ---------------------------------------------------------------------------------------
 
 def _reject_constant(name: str) -> float:
@@ -392,8 +409,8 @@ def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int) -
         raise Refused("input_ids must not be empty.")
     elif any(not 0 <= i < vocab_size for i in input_ids):
         raise Refused(f"The input_ids {input_ids} contains values greater than the vocab size ({vocab_size}).")
-    check_context(len(input_ids), sampling.max_new_tokens, context_length)
-    return GenerateRequest(tuple(input_ids), sampling, stream, rid)
+    served = check_context(len(input_ids), sampling.max_new_tokens, context_length)
+    return GenerateRequest(tuple(input_ids), dataclasses.replace(sampling, max_new_tokens=served), stream, rid)
 
 
 def lora_path_field(value: Any) -> str | list | None:
@@ -418,14 +435,20 @@ def check_no_lora(lora_path: str | list | None, error: type[RequestError] = Refu
                 "--enable-lora flag and preload adapters using --lora-paths or /load_lora_adapter endpoint.")
 
 
-def check_context(prompt_tokens: int, max_new_tokens: int, context_length: int) -> None:
-    """SGLang's two context-length refusals, in its words."""
+def check_context(prompt_tokens: int, max_new_tokens: int, context_length: int) -> int:
+    """SGLang's context-length rule (see context_rule), in its words: its tokenizer manager's two
+    refusals, then its scheduler's. Returns max_new_tokens as the scheduler cuts it."""
     if prompt_tokens >= context_length:
         raise Refused(f"The input ({prompt_tokens} tokens) is longer than the model's context length "
                       f"({context_length} tokens).")
-    if prompt_tokens + max_new_tokens >= context_length:
+    if prompt_tokens + max_new_tokens > context_length:
         raise Refused(
             f"Requested token count exceeds the model's maximum context length of {context_length} "
             f"tokens. You requested a total of {prompt_tokens + max_new_tokens} tokens: {prompt_tokens} tokens "
             f"from the input messages and {max_new_tokens} tokens for the completion. Please reduce the number "
             f"of tokens in the input messages or the completion to fit within the limit.")
+    limit = context_rule.max_req_input_len(context_length)
+    if prompt_tokens >= limit:
+        raise InputTooLong(f"Input length ({prompt_tokens} tokens) exceeds the maximum allowed length ({limit} "
+                           f"tokens). Use a shorter input or enable --allow-auto-truncate.", prompt_tokens)
+    return context_rule.new_tokens_served(prompt_tokens, max_new_tokens, context_length)

@@ -27,6 +27,7 @@ import traceback
 
 from aiohttp import web
 
+from .. import context_rule
 from .. import sglang_api as api
 from . import logs, openai_api
 from .faults import FaultPlan
@@ -327,7 +328,7 @@ class EngineServer:
         return web.json_response({
             **self.server_args,
             "max_total_num_tokens": self.scheduler.max_total_num_tokens,
-            "max_req_input_len": self.context_length - 1,
+            "max_req_input_len": context_rule.max_req_input_len(self.context_length),
             "internal_states": [self.scheduler.internal_state()],
             "version": self.version,
             **self._devices(),

@@ -367,15 +367,47 @@ def test_context_length_errors_match_sglang(ddtree):
     assert res.status == 400
     assert error_message(res) == (
         f"The input ({CONTEXT + 1} tokens) is longer than the model's context length ({CONTEXT} tokens).")
-    res = ddtree.post("/generate", {"text": "a" * 100, "sampling_params": {"max_new_tokens": CONTEXT}})
+    res = ddtree.post("/generate", {"text": "a" * 100, "sampling_params": {"max_new_tokens": CONTEXT - 100}})
     assert res.status == 400
     assert error_message(res).startswith(
         f"Requested token count exceeds the model's maximum context length of {CONTEXT} tokens. "
-        f"You requested a total of {101 + CONTEXT} tokens: 101 tokens from the input messages")
-    # right at the limit still works
-    ok = ddtree.post("/generate", {"text": "a" * 100, "sampling_params": {"max_new_tokens": CONTEXT - 102,
-                                                                          "ignore_eos": True}})
-    assert ok.status == 200 and ok.json()["meta_info"]["completion_tokens"] == CONTEXT - 102
+        f"You requested a total of {CONTEXT + 1} tokens: 101 tokens from the input messages")
+    res = ddtree.post("/generate", {"text": "a" * (CONTEXT - 7), "sampling_params": {"max_new_tokens": 1}})
+    assert res.status == 400
+    assert error_message(res) == (f"Input length ({CONTEXT - 6} tokens) exceeds the maximum allowed length "
+                                  f"({CONTEXT - 6} tokens). Use a shorter input or enable --allow-auto-truncate.")
+
+
+def test_a_request_up_to_the_context_is_served_cut_as_sglang_cuts_it(ddtree):
+    """SGLang's tokenizer manager takes prompt + max_new_tokens equal to the context length (the
+    engine refused it), then its scheduler cuts max_new_tokens to context - 2 - prompt; a request
+    within that gets all it asked for."""
+    for max_new_tokens, served in ((CONTEXT - 101, CONTEXT - 103), (CONTEXT - 102, CONTEXT - 103),
+                                   (CONTEXT - 103, CONTEXT - 103), (CONTEXT - 104, CONTEXT - 104)):
+        ok = ddtree.post("/generate", {"text": "a" * 100, "sampling_params": {"max_new_tokens": max_new_tokens,
+                                                                              "ignore_eos": True}})
+        assert ok.status == 200 and ok.json()["meta_info"]["completion_tokens"] == served, max_new_tokens
+    longest = ddtree.post("/generate", {"text": "a" * (CONTEXT - 8), "sampling_params": {"max_new_tokens": 7,
+                                                                                        "ignore_eos": True}})
+    assert longest.status == 200 and longest.json()["meta_info"]["completion_tokens"] == 5
+    chat = ddtree.post("/v1/completions", {"prompt": "a" * 100, "max_tokens": CONTEXT - 101, "ignore_eos": True})
+    assert chat.status == 200 and chat.json()["usage"]["completion_tokens"] == CONTEXT - 103
+
+
+def test_a_prompt_sglangs_scheduler_refuses_while_streaming_ends_the_stream_aborted(ddtree):
+    """SGLang's scheduler finishes such a request as aborted: a stream's one chunk carries that
+    finish reason (not the error event of a tokenizer-manager refusal), then [DONE]."""
+    res = ddtree.post("/generate", {"text": "a" * (CONTEXT - 7), "sampling_params": {"max_new_tokens": 1},
+                                    "stream": True})
+    assert res.status == 200
+    events = [e for e in res.text.split("\n\n") if e]
+    assert events[-1] == "data: [DONE]" and len(events) == 2
+    chunk = json.loads(events[0][len("data: "):])
+    assert chunk["text"] == "" and chunk["output_ids"] == []
+    assert chunk["meta_info"]["finish_reason"] == {
+        "type": "abort", "status_code": 400, "err_type": "BadRequestError",
+        "message": f"Input length ({CONTEXT - 6} tokens) exceeds the maximum allowed length ({CONTEXT - 6} "
+                   f"tokens). Use a shorter input or enable --allow-auto-truncate."}
 
 
 def test_tokenize_counts_what_generate_gets(ddtree):
@@ -493,7 +525,7 @@ def test_server_info_reports_args_and_acceptance(ddtree):
         info = ddtree.get(path).json()
         assert info["method"] == "ddtree" and info["budget"] == 16
         assert info["speculative_algorithm"] == "DDTREE" and info["speculative_num_draft_tokens"] == 17
-        assert info["context_length"] == CONTEXT and info["max_req_input_len"] == CONTEXT - 1
+        assert info["context_length"] == CONTEXT and info["max_req_input_len"] == CONTEXT - 6
         assert info["internal_states"][0]["avg_spec_accept_length"] > 1.0
         assert "version" in info
 
@@ -703,6 +735,7 @@ def test_a_context_shorter_than_the_warmup_request_still_becomes_ready(engines, 
     tokens the scheduler died of an IndexError before the server was ever ready."""
     engine = engines("--method", method, "--budget", "4", "--context-length", "16")
     assert engine.generate("Hi", max_new_tokens=8)["meta_info"]["completion_tokens"] == 8
-    tiny = engines("--method", "ar", "--context-length", "2")  # room for a 1-token prompt only
+    tiny = engines("--method", "ar", "--context-length", "2")  # too short for SGLang to serve any request
     assert tiny.get("/health_generate").status == 200
-    assert tiny.post("/generate", {"text": "", "sampling_params": {"max_new_tokens": 0}}).status == 200
+    refused = tiny.post("/generate", {"text": "", "sampling_params": {"max_new_tokens": 0}})
+    assert refused.status == 400 and "Input length (1 tokens) exceeds" in error_message(refused)

@@ -349,7 +349,7 @@ def test_sse_parsing_survives_arbitrary_chunk_boundaries():
 def test_context_length_from_models_then_server_info(fake):
     assert fetch_context_length(fake.url) == 4096
     fake.models = None
-    assert fetch_context_length(fake.url) == 2048  # max_req_input_len + 1
+    assert fetch_context_length(fake.url) == 2053  # the context SGLang derives max_req_input_len 2047 from
     fake.server_info = {"context_length": 8192}
     assert fetch_context_length(fake.url) == 8192
     fake.server_info = {"unrelated": 1}

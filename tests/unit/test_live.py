@@ -247,8 +247,8 @@ def test_a_prompt_is_refused_by_the_servers_count_and_says_so(stub):
     with pytest.raises(pytest.fail.Exception) as info:
         live(server.url, AttachBackend("attached")).workload(WORDS)
     assert str(info.value).startswith("server ar-tp1: workload 'words', prompt 0: 101 prompt tokens + 16 "
-                                      "max_new_tokens = 117, but a request must stay below the server context "
-                                      "length 64;")
+                                      "max_new_tokens = 117, but the server (context length 64) serves a "
+                                      "request in full only up to 62 tokens, with a prompt of at most 57;")
     assert str(info.value).endswith("(prompt tokens counted by the server's tokenizer (/v1/tokenize))")
 
 
@@ -259,7 +259,7 @@ def test_truncation_asks_the_server_a_round_of_prefixes_at_once(stub):
     counter = AttachBackend("attached").token_counter(server.url)
     long = Workload("long", prompts=(Prompt("word " * 2000), Prompt("word " * 2000)), max_new_tokens=16)
     fitted = fit_to_context(long, 128, counter, truncate=True)
-    assert [p.text for p in fitted.prompts] == ["word " * 110] * 2  # 110 words + BOS + 16 < 128
+    assert [p.text for p in fitted.prompts] == ["word " * 109] * 2  # 109 words + BOS + 16 = 128 - 2
     assert len(server.asked) <= 5 and all(len(set(a)) == len(a) for a in server.asked)
     asked = [t for a in server.asked for t in a]
     assert len(asked) == len(set(asked))
@@ -278,7 +278,7 @@ def test_a_truncations_prefixes_are_not_kept_by_the_counter(stub):
     tracemalloc.start()
     try:
         fitted = fit_to_context(long, 128, counter, truncate=True)
-        assert fitted.prompts[0].text == "word " * 110
+        assert fitted.prompts[0].text == "word " * 109
         del fitted
         server.asked.clear()  # the stub's record of the requests, not the counter's
         gc.collect()

@@ -162,7 +162,7 @@ def long_prompts(pytester: pytest.Pytester, truncate: bool) -> None:
 def test_truncate_cuts_prompts_by_each_servers_own_count(pytester, sglang_project):
     """`truncate = true` was not applied on the sglang backend, which had no count of the model's
     tokens: the prompt too long for the context failed its requests. The server's /v1/tokenize
-    counts now, so the prompts are cut to fit (191 tokens + 64 new stay below 256)."""
+    counts now, so the prompts are cut to fit (190 tokens + 64 new, 256 - 2 at most)."""
     sglang_project('methods = ["ar"]\ntp = [1]', sglang='extra_args = ["--context-length", "256"]')
     long_prompts(pytester, truncate=True)
     result = run(pytester)
@@ -180,8 +180,9 @@ def test_a_prompt_too_long_is_refused_by_the_servers_count(pytester, sglang_proj
     result = run(pytester)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*server ar-tp1: workload 'chat', prompt 0: 301 prompt tokens + 64 max_new_tokens = 365, but a request "
-        "must stay below the server context length 256; * (prompt tokens counted by the server's tokenizer "
+        "*server ar-tp1: workload 'chat', prompt 0: 301 prompt tokens + 64 max_new_tokens = 365, but the server "
+        "(context length 256) serves a request in full only up to 254 tokens, *; * (prompt tokens counted by the "
+        "server's tokenizer "
         "(/v1/tokenize))"])
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec import metrics
+from pytest_specdec import context_rule, metrics
 from pytest_specdec import sglang_api as api
 from pytest_specdec.engine import openai_api, protocol
 from pytest_specdec.servers import METHOD_FLAG_PRESETS, ServerSpec
@@ -421,6 +421,29 @@ def test_generate_reads_its_body_into_a_dataclass_as_the_engine_assumes(srt):
     cls = next(n for n in ast.walk(srt("managers/io_struct.py")) if isinstance(n, ast.ClassDef)
                and n.name == "GenerateReqInput")
     assert [getattr(d, "id", None) for d in cls.decorator_list] == ["dataclass"], "GenerateReqInput is no dataclass"
+
+
+def test_the_context_rule_is_sglangs(srt):
+    """context_rule (the engine's limits and the plugin's guard) states SGLang's two stages: the
+    tokenizer manager's refusals, then the scheduler's request limit, its cut of max_new_tokens and
+    its refusal of a prompt near that limit; the engine words each refusal as SGLang does."""
+    manager = function(srt("managers/tokenizer_manager.py"), "_validate_one_request")
+    code = ast.unparse(manager)
+    assert "input_token_num >= self.context_len" in code, code
+    assert "max_new_tokens + input_token_num > _max_req_len" in code and "_max_req_len = self.context_len" in code
+    worker = ast.unparse(function(srt("managers/tp_worker.py"), "get_worker_info"))
+    assert "self.model_config.context_len - 1" in worker, worker
+    assert f"max_req_input_len = max_req_len - {context_rule.INPUT_MARGIN}" in worker, worker
+    cut = ast.unparse(function(srt("managers/scheduler.py"), "init_req_max_new_tokens"))
+    assert "self.max_req_len - input_len - 1" in cut, cut
+    scheduler = ast.unparse(function(srt("managers/utils.py"), "validate_input_length"))
+    assert "len(req.origin_input_ids) >= max_req_input_len" in scheduler, scheduler
+    words = "\n".join(templates(manager) + templates(function(srt("managers/utils.py"), "validate_input_length")))
+    for prompt_tokens, max_new_tokens in ((100, 1), (10, 95), (94, 1)):
+        with pytest.raises(protocol.Refused) as info:
+            protocol.check_context(prompt_tokens, max_new_tokens, 100)
+        pieces = re.split(r"\d+", str(info.value))
+        assert all(piece in words for piece in pieces), (str(info.value), words)
 
 
 def test_the_engine_refuses_a_lora_adapter_in_sglangs_words(srt):

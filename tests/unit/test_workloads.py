@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
+from pytest_specdec import context_rule
 from pytest_specdec.errors import SpecdecUsageError
 from pytest_specdec.workloads import (
     BUILTIN_WORKLOADS,
@@ -198,7 +200,7 @@ def test_load_workload_resolves_builtin_or_relative_path(tmp_path):
 
 def test_fit_to_context_passes_fitting_workload_unchanged():
     w = wl("abcd", max_new_tokens=4)
-    assert fit_to_context(w, 10) is w  # BOS + 4 bytes + 4 new tokens = 9 < 10
+    assert fit_to_context(w, 12) is w  # BOS + 4 bytes + 4 new tokens = 9 <= 12 - 2, and 5 <= 12 - 7
 
 
 def test_fit_to_context_names_index_and_sizes():
@@ -207,8 +209,8 @@ def test_fit_to_context_names_index_and_sizes():
         fit_to_context(w, 64)
     err = info.value
     assert (err.index, err.prompt_tokens, err.max_new_tokens, err.context_length) == (1, 51, 20, 64)
-    assert "workload 'chat', prompt 1: 51 prompt tokens + 20 max_new_tokens = 71, but a request must stay " \
-        "below the server context length 64" in str(err)
+    assert "workload 'chat', prompt 1: 51 prompt tokens + 20 max_new_tokens = 71, but the server (context " \
+        "length 64) serves a request in full only up to 62 tokens, with a prompt of at most 57" in str(err)
     assert isinstance(err, SpecdecUsageError)
 
 
@@ -217,9 +219,9 @@ def test_fit_to_context_uses_per_prompt_budget_and_counter():
     with pytest.raises(ContextLengthError, match="100 max_new_tokens"):
         fit_to_context(w, 64)
     words = lambda text: len(text.split())  # noqa: E731 - a word-level stand-in tokenizer
-    assert fit_to_context(wl("a b c", max_new_tokens=4), 8, words).prompts[0].text == "a b c"
-    with pytest.raises(ContextLengthError, match="3 prompt tokens"):  # 3 + 5 reaches 8
-        fit_to_context(wl("a b c", max_new_tokens=5), 8, words)
+    assert fit_to_context(wl("a b c", max_new_tokens=5), 10, words).prompts[0].text == "a b c"
+    with pytest.raises(ContextLengthError, match="3 prompt tokens"):  # 3 + 6 passes 10 - 2
+        fit_to_context(wl("a b c", max_new_tokens=6), 10, words)
 
 
 def test_fit_to_context_truncates_when_configured():
@@ -228,8 +230,8 @@ def test_fit_to_context_truncates_when_configured():
     assert fitted.prompts[0] is w.prompts[0]
     cut = fitted.prompts[1]
     assert cut.max_new_tokens == 10
-    # strictly below 30 with 10 new tokens: BOS + 18 bytes (two per 'é'), the longest that fits
-    assert embedded_token_count(cut.text) == 19 and cut.text == "é" * 9
+    # up to 30 - 2 with 10 new tokens: BOS + 16 bytes (two per 'é'), the longest that fits
+    assert embedded_token_count(cut.text) == 17 and cut.text == "é" * 8
     assert w.prompts[1].text.startswith(cut.text)
 
 
@@ -266,7 +268,7 @@ def test_a_context_length_error_names_the_settings_that_fix_it():
     with pytest.raises(ContextLengthError) as info:
         fit_to_context(wl("x" * 50, max_new_tokens=20), 64)
     assert str(info.value).endswith(
-        "shorten the prompt, lower max_new_tokens, raise the server's --context-length to at least 72 (in "
+        "shorten the prompt, lower max_new_tokens, raise the server's --context-length to at least 73 (in "
         "extra_args of [tool.specdec.engine] or [tool.specdec.sglang]), or set truncate = true in the "
         "workload's [[tool.specdec.workloads]] entry to cut its prompts to fit")
     for truncate in (False, True):
@@ -274,6 +276,46 @@ def test_a_context_length_error_names_the_settings_that_fix_it():
             fit_to_context(wl("abc", max_new_tokens=64), 64, truncate=truncate)
         assert "truncate" not in str(info.value)
         assert "lower max_new_tokens (64 of them leave no room for a prompt in a context of 64)" in str(info.value)
+
+
+@pytest.mark.parametrize("context", [8, 64, 4096])
+def test_the_guard_passes_exactly_what_sglang_serves_in_full(context):
+    """SGLang's tokenizer manager allows prompt + max_new_tokens up to the context length, but its
+    scheduler then serves at most context - 1 tokens a request, cutting max_new_tokens to
+    context - 2 - prompt, and refuses a prompt of context - 6 tokens or more. The guard let through
+    a total of context - 1 (served one token short) and a prompt up to context - 2 (refused); now
+    it passes a request exactly when both stages serve it as asked."""
+    words = lambda text: len(text.split())  # noqa: E731 - a word-level stand-in tokenizer
+
+    def passes(prompt_tokens: int, max_new_tokens: int) -> bool:
+        try:
+            fit_to_context(wl("w " * prompt_tokens, max_new_tokens=max_new_tokens), context, words)
+        except ContextLengthError:
+            return False
+        return True
+
+    longest = context - 7  # the longest prompt the scheduler takes
+    assert passes(longest, 5) and not passes(longest + 1, 1) and not passes(longest + 1, 4)
+    assert passes(1, context - 3) and not passes(1, context - 2)  # the total's limit is context - 2
+    short = max(1, longest // 2)
+    assert passes(short, context - 2 - short) and not passes(short, context - 1 - short)
+    for prompt_tokens in range(max(1, context - 40), context + 2):  # every case near the limits
+        for max_new_tokens in range(1, 45):
+            served = context_rule.new_tokens_served(prompt_tokens, max_new_tokens, context)
+            refused = prompt_tokens >= context_rule.max_req_input_len(context) or \
+                prompt_tokens + max_new_tokens > context
+            assert passes(prompt_tokens, max_new_tokens) == (not refused and served == max_new_tokens)
+
+
+def test_the_fix_named_is_the_context_that_fits():
+    """The context length a ContextLengthError asks for serves that request in full, one less does not."""
+    for prompt_tokens, max_new_tokens in ((51, 20), (60, 1), (3, 1)):
+        with pytest.raises(ContextLengthError, match="at least (\\d+)") as info:
+            fit_to_context(wl("x" * (prompt_tokens - 1), max_new_tokens=max_new_tokens), prompt_tokens)
+        needed = int(re.search(r"at least (\d+)", str(info.value)).group(1))
+        assert context_rule.fits(prompt_tokens, max_new_tokens, needed)
+        assert not context_rule.fits(prompt_tokens, max_new_tokens, needed - 1)
+        fit_to_context(wl("x" * (prompt_tokens - 1), max_new_tokens=max_new_tokens), needed)
 
 
 def test_truncation_impossible_when_budget_fills_context():
