@@ -195,21 +195,42 @@ def _fastapi_reads_json(content_type: str | None) -> bool:
     return header.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
-def check_body(raw: bytes, content_type: str | None, endpoint: str, *, json_guard: bool) -> None:
-    """Refuse a body as SGLang's FastAPI app does before any JSON is parsed. A route guarded with
-    validate_json_request (``json_guard``) checks the media type first, by check_json_media_type;
-    then FastAPI finds an empty body missing. /generate has no guard, but FastAPI reads a body of
-    another media type as bytes, which SGLang's GenerateReqInput (a dataclass) cannot take: the
-    raw body comes back in the message, as SGLang's handler words it."""
+def read_body(raw: bytes, content_type: str | None, endpoint: str, *, json_guard: bool) -> dict:
+    """The body as SGLang's FastAPI app takes it, or the InvalidBody it answers, in FastAPI's order.
+    FastAPI parses a body of a JSON media type first (parse_json: json_invalid). A route guarded
+    with validate_json_request (``json_guard``: the OpenAI-compatible ones and /tokenize) then checks
+    the media type (check_json_media_type). Then the body is validated against the route's class:
+    an empty body or a JSON null is missing, and anything but an object is refused, in pydantic's
+    words for that class (not_an_object). /generate has no guard, so a body of another media type
+    reaches its class as bytes and is refused there, echoed in the message."""
+    reads_json = _fastapi_reads_json(content_type)
+    value: Any = parse_json(raw, endpoint) if raw and reads_json else raw
     if json_guard:
         check_json_media_type(content_type)
-    if not raw:
+    if not raw or value is None:
         raise InvalidBody(validation_message([MISSING_BODY_ERROR], endpoint))
-    if not _fastapi_reads_json(content_type):
-        error = {"type": "dataclass_type", "loc": ("body",),
-                 "msg": "Input should be a dictionary or an instance of GenerateReqInput", "input": raw,
-                 "ctx": {"class_name": "GenerateReqInput"}}
-        raise UnsupportedMediaType(validation_message([error], endpoint))
+    if not isinstance(value, dict):
+        raise InvalidBody(validation_message([not_an_object(value, json_guard=json_guard)], endpoint))
+    return value
+
+
+def not_an_object(value: Any, *, json_guard: bool) -> dict:
+    """pydantic's error for a body that is no object: /generate's GenerateReqInput is a dataclass;
+    the guarded routes take pydantic models, which FastAPI validates with from_attributes. SGLang's
+    chat route answers 500 instead (its model's own before-validator reads the body as an object);
+    the engine answers it as the other guarded routes, since a bad request must never be a 500."""
+    if json_guard:
+        return {"type": "model_attributes_type", "loc": ("body",),
+                "msg": "Input should be a valid dictionary or object to extract fields from", "input": value}
+    return {"type": "dataclass_type", "loc": ("body",),
+            "msg": "Input should be a dictionary or an instance of GenerateReqInput", "input": value,
+            "ctx": {"class_name": "GenerateReqInput"}}
+
+
+def json_invalid(exc: json.JSONDecodeError) -> dict:
+    """FastAPI's error for a body of a JSON media type that does not parse."""
+    return {"type": "json_invalid", "loc": ("body", exc.pos), "msg": "JSON decode error", "input": {},
+            "ctx": {"error": exc.msg}}
 
 
 class SchemaViolation(RequestError):
@@ -253,16 +274,19 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def parse_json(raw: bytes) -> Any:
-    """The request body as JSON, or InvalidBody: not UTF-8, not JSON (NaN and Infinity included),
-    nested deeper than MAX_JSON_DEPTH, or holding a string that is not Unicode text (a lone
-    surrogate such as "\\ud800", which no tokenizer can encode)."""
+def parse_json(raw: bytes, endpoint: str | None = None) -> Any:
+    """The request body as JSON, or InvalidBody: not JSON (FastAPI's json_invalid error, from
+    ``endpoint``), not UTF-8, NaN or Infinity (which Python's parser would take), nested deeper than
+    MAX_JSON_DEPTH, or holding a string that is not Unicode text (a lone surrogate such as
+    "\\ud800", which no tokenizer can encode)."""
     try:
         value = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
     except UnicodeDecodeError as exc:
         raise InvalidBody(f"The request body is not UTF-8: {exc}") from None
     except RecursionError:
         raise InvalidBody(f"The request body nests deeper than {MAX_JSON_DEPTH} levels.") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidBody(validation_message([json_invalid(exc)], endpoint)) from None
     except ValueError as exc:
         raise InvalidBody(f"The request body is not valid JSON: {exc}") from None
     stack = [(value, 1)]

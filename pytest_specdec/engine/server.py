@@ -9,7 +9,7 @@ and the OpenAI-compatible ``/v1/completions`` and ``/v1/chat/completions`` (stre
 openai_api.py) and ``/v1/tokenize`` (and ``/tokenize``), which counts prompts with the engine's
 tokenizer as SGLang's counts with the model's. The OpenAI-compatible routes and the tokenize ones
 refuse a body not sent as application/json, and /generate one not sent as a JSON type, as SGLang's
-do (see protocol.check_body).
+do (see protocol.read_body).
 
 Anyone on the host can reach this server, so a hostile request is a 400, never a 500 or a stuck
 handler: see protocol.parse_json, and ``idle_timeout``, which closes a connection that sends no
@@ -32,7 +32,7 @@ from .. import sglang_api as api
 from . import logs, openai_api
 from .faults import FaultPlan
 from .metrics import EngineMetrics
-from .protocol import InvalidBody, Refused, RequestError, check_body, parse_generate, parse_json
+from .protocol import InvalidBody, Refused, RequestError, parse_generate, read_body
 from .scheduler import Progress, Request, Scheduler
 from .tokenizer import ByteTokenizer
 
@@ -259,13 +259,13 @@ class EngineServer:
         except asyncio.TimeoutError:
             raise web.HTTPRequestTimeout(text=f"The request body did not arrive within {self.idle_timeout:g} s.")
 
-    async def _read_json(self, request: web.Request, *, json_guard: bool = True):
-        """The JSON body, read whole first, as FastAPI reads it, then checked as SGLang's app checks
-        it (protocol.check_body), then parsed. ``json_guard``: the route is one SGLang guards with
-        validate_json_request (the OpenAI-compatible ones and /tokenize); /generate is not."""
+    async def _read_json(self, request: web.Request, *, json_guard: bool = True) -> dict:
+        """The JSON object of the body, read whole first, as FastAPI reads it, then parsed and
+        checked as SGLang's app does (protocol.read_body). ``json_guard``: the route is one SGLang
+        guards with validate_json_request (the OpenAI-compatible ones and /tokenize); /generate is not."""
         raw = await self._read_body(request)
-        check_body(raw, request.headers.get("Content-Type"), f"{request.method} {request.path}", json_guard=json_guard)
-        return parse_json(raw)
+        return read_body(raw, request.headers.get("Content-Type"), f"{request.method} {request.path}",
+                         json_guard=json_guard)
 
     def _meta_info(self, req: Request, p: Progress) -> dict:
         meta = {"id": req.rid, api.FINISH_REASON: p.finish_reason, api.PROMPT_TOKENS: len(req.input_ids),

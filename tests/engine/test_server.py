@@ -512,6 +512,52 @@ def test_an_empty_body_is_missing_as_sglang_says(ddtree, path):
         assert status == 400 and json.loads(answer) == validation_error(MEDIA_TYPE_ERROR), answer
 
 
+JSON_ROUTES = ["/generate", *sorted(OPENAI_REQUESTS), "/v1/tokenize", "/tokenize"]
+
+
+@pytest.mark.parametrize("path", JSON_ROUTES)
+@pytest.mark.parametrize("raw, at, why", [(b"{not json", 1, "Expecting property name enclosed in double quotes"),
+                                          (b'{"text" "hi"}', 8, "Expecting ':' delimiter"),
+                                          (b"  ", 2, "Expecting value")])
+def test_a_body_that_is_not_json_gets_fastapis_json_invalid(ddtree, path, raw, at, why):
+    """The engine answered "The request body is not valid JSON: ..."; SGLang's FastAPI raises its
+    json_invalid validation error, at the character where parsing stopped, and SGLang's
+    validation handler words it. FastAPI parses before a route's media-type guard runs, so a
+    JSON type the guard refuses still gets json_invalid."""
+    error = (f"{{'type': 'json_invalid', 'loc': ('body', {at}), 'msg': 'JSON decode error', 'input': {{}}, "
+             f"'ctx': {{'error': {why!r}}}}}")
+    expected = validation_error(f"1 validation error:\n  {error}\n\n  Endpoint: POST {path} [{error}]")
+    for content_type in ("application/json", "application/vnd.api+json"):
+        status, answer = _post(ddtree, path, raw, content_type)
+        assert status == 400 and json.loads(answer) == expected, answer
+
+
+@pytest.mark.parametrize("path", JSON_ROUTES)
+@pytest.mark.parametrize("raw, shown", [(b"[1]", "[1]"), (b'"hi"', "'hi'"), (b"7", "7"), (b"true", "True")])
+def test_a_body_that_is_no_object_gets_pydantics_error_for_the_routes_class(ddtree, path, raw, shown):
+    """The engine said "The request body must be a JSON object, got list."; SGLang's FastAPI
+    validates the body against the route's class: /generate's GenerateReqInput is a dataclass,
+    the OpenAI-compatible routes and /tokenize take pydantic models (read with from_attributes),
+    and each kind words the refusal its own way, echoing the value."""
+    if path == "/generate":
+        error = (f"{{'type': 'dataclass_type', 'loc': ('body',), 'msg': 'Input should be a dictionary or an "
+                 f"instance of GenerateReqInput', 'input': {shown}, 'ctx': {{'class_name': 'GenerateReqInput'}}}}")
+    else:
+        error = (f"{{'type': 'model_attributes_type', 'loc': ('body',), 'msg': 'Input should be a valid dictionary "
+                 f"or object to extract fields from', 'input': {shown}}}")
+    status, answer = _post(ddtree, path, raw, "application/json")
+    assert status == 400 and json.loads(answer) == validation_error(
+        f"1 validation error:\n  {error}\n\n  Endpoint: POST {path} [{error}]"), answer
+
+
+@pytest.mark.parametrize("path", JSON_ROUTES)
+def test_a_json_null_body_is_missing_as_fastapi_says(ddtree, path):
+    """FastAPI takes a null body for an absent one: the required body is missing."""
+    status, answer = _post(ddtree, path, b"null", "application/json")
+    assert status == 400 and json.loads(answer) == validation_error(
+        f"1 validation error:\n  {MISSING_BODY}\n\n  Endpoint: POST {path} [{MISSING_BODY}]"), answer
+
+
 @pytest.mark.parametrize("path", sorted(OPENAI_REQUESTS))
 def test_a_malformed_openai_request_gets_the_validation_handlers_body(ddtree, path):
     """As SGLang's FastAPI answers a body it cannot parse: its validation handler's shape."""

@@ -411,7 +411,7 @@ def test_the_engine_words_the_content_type_error_as_sglang(srt):
 
 
 def test_generate_reads_its_body_into_a_dataclass_as_the_engine_assumes(srt):
-    """protocol.check_body words a /generate body FastAPI does not parse as JSON as FastAPI's error
+    """protocol.read_body words a /generate body FastAPI does not parse as JSON as FastAPI's error
     for the dataclass GenerateReqInput: the route must still take its body as that class."""
     route = function(srt("entrypoints/http_server.py"), "generate_request")
     assert any(isinstance(d, ast.Call) and d.args and template(d.args[0]) == api.GENERATE
