@@ -25,7 +25,7 @@ from .protocol import (
     RequestError,
     Sampling,
     Unsupported,
-    check_context,
+    admit,
     check_no_lora,
     check_neutral,
     expect,
@@ -155,8 +155,8 @@ def _check_adapter(b: dict, model: str, served_model_name: str) -> None:
     check_no_lora(lora_adapter(model, served_model_name) or b.get("lora_path"), OpenAIError)
 
 
-def _common(body: Any, fields: frozenset[str], neutral: Mapping[str, Neutral], default_max_tokens: int | None,
-            *, vocab_size: int) -> tuple[dict, Sampling, dict]:
+def _common(body: Any, fields: frozenset[str], neutral: Mapping[str, Neutral],
+            default_max_tokens: int | None) -> tuple[dict, Sampling, dict]:
     """The fields both endpoints share: the body, its sampling, and how to answer (stream, usage, model)."""
     b = known_fields(body, fields)
     stream = expect("stream", b.get("stream", False), (bool,), "a boolean")
@@ -174,12 +174,12 @@ def _common(body: Any, fields: frozenset[str], neutral: Mapping[str, Neutral], d
               "ignore_eos": b.get("ignore_eos")}
     if max_tokens is not None:
         params["max_new_tokens"] = max_tokens
-    return b, parse_sampling(params, vocab_size=vocab_size), answer
+    return b, parse_sampling(params), answer
 
 
 def parse_completion(body: Any, *, encode, vocab_size: int, context_length: int,
                      served_model_name: str) -> OpenAIRequest:
-    b, sampling, answer = _common(body, COMPLETION_FIELDS, COMPLETION_NEUTRAL, 16, vocab_size=vocab_size)
+    b, sampling, answer = _common(body, COMPLETION_FIELDS, COMPLETION_NEUTRAL, 16)
     prompt = b.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
@@ -190,9 +190,8 @@ def parse_completion(body: Any, *, encode, vocab_size: int, context_length: int,
     else:
         raise OpenAIError("prompt must be a string or a list of token ids (one prompt per request).")
     _check_adapter(b, answer["model"], served_model_name)
-    served = check_context(len(ids), sampling.max_new_tokens, context_length)
-    return OpenAIRequest(tuple(ids), dataclasses.replace(sampling, max_new_tokens=served), rid=b.get("rid"),
-                         **answer)
+    sampling = admit(len(ids), sampling, vocab_size=vocab_size, context_length=context_length)
+    return OpenAIRequest(tuple(ids), sampling, rid=b.get("rid"), **answer)
 
 
 def _message_text(message: Any, index: int) -> dict:
@@ -227,18 +226,16 @@ def render_chat(messages: list[dict]) -> str:
 
 def parse_chat(body: Any, *, encode, vocab_size: int, context_length: int,
                served_model_name: str) -> OpenAIRequest:
-    b, sampling, answer = _common(body, CHAT_FIELDS, CHAT_NEUTRAL, None, vocab_size=vocab_size)
+    b, sampling, answer = _common(body, CHAT_FIELDS, CHAT_NEUTRAL, None)
     messages = b.get("messages")
     if not isinstance(messages, list) or not messages:
         raise OpenAIError("messages must be a non-empty list.")
     ids = encode(render_chat([_message_text(m, i) for i, m in enumerate(messages)]))
     if "max_tokens" not in b and "max_completion_tokens" not in b:  # SGLang: the rest of the context
-        sampling = Sampling(max(context_length - len(ids) - 1, 0), sampling.ignore_eos, sampling.stop,
-                            sampling.stop_token_ids)
+        sampling = dataclasses.replace(sampling, max_new_tokens=max(context_length - len(ids) - 1, 0))
     _check_adapter(b, answer["model"], served_model_name)
-    served = check_context(len(ids), sampling.max_new_tokens, context_length)
-    return OpenAIRequest(tuple(ids), dataclasses.replace(sampling, max_new_tokens=served), rid=b.get("rid"),
-                         **answer)
+    sampling = admit(len(ids), sampling, vocab_size=vocab_size, context_length=context_length)
+    return OpenAIRequest(tuple(ids), sampling, rid=b.get("rid"), **answer)
 
 
 # -- /v1/tokenize ----------------------------------------------------------------------------------

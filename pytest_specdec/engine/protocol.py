@@ -352,16 +352,32 @@ def check_neutral(kind: str, params: Mapping[str, Any], rules: Mapping[str, Neut
 
 @dataclass(frozen=True)
 class Sampling:
-    """The sampling parameters the engine acts on (the rest were checked and have no effect)."""
+    """The sampling parameters the engine acts on or checks (the rest were checked and have no
+    effect; decoding is greedy whatever the temperature)."""
 
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     ignore_eos: bool = False
     stop: tuple[str, ...] = ()
     stop_token_ids: frozenset[int] = frozenset()
+    temperature: float = 1.0
+
+    def verify(self, vocab_size: int) -> None:
+        """The ranges SGLang's SamplingParams.verify checks (and the engine's own stop checks),
+        which come after its context checks: see admit."""
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise Refused(f"temperature must be a non-negative finite number, got {self.temperature}.")
+        if self.max_new_tokens < 0:
+            raise Refused(f"max_new_tokens must be at least 0, got {self.max_new_tokens}.")
+        if any(not s for s in self.stop):
+            raise Refused("stop strings must be non-empty (an empty one would end every request at once).")
+        if any(not 0 <= i < vocab_size for i in self.stop_token_ids):
+            raise Refused(f"stop_token_ids must be token ids in [0, {vocab_size - 1}], got "
+                          f"{sorted(self.stop_token_ids)}.")
 
 
-def parse_sampling(params: Any, *, vocab_size: int) -> Sampling:
-    """SGLang's sampling_params, checked in SGLang's order: schema, then honour-ability, then range."""
+def parse_sampling(params: Any) -> Sampling:
+    """SGLang's sampling_params, checked for their schema, then for what the engine can honour;
+    their ranges are checked later, where SGLang checks them (Sampling.verify, from admit)."""
     if params is None:
         return Sampling()
     if not isinstance(params, dict):
@@ -382,15 +398,7 @@ def parse_sampling(params: Any, *, vocab_size: int) -> Sampling:
     for i in stop_ids:
         expect("stop_token_ids", i, (int,), "a list of integers")
     check_neutral("sampling parameter(s)", p, NEUTRAL_SAMPLING)
-    if not math.isfinite(temperature) or temperature < 0:
-        raise Refused(f"temperature must be a non-negative finite number, got {temperature}.")
-    if max_new_tokens < 0:
-        raise Refused(f"max_new_tokens must be at least 0, got {max_new_tokens}.")
-    if any(not s for s in stop):
-        raise Refused("stop strings must be non-empty (an empty one would end every request at once).")
-    if any(not 0 <= i < vocab_size for i in stop_ids):
-        raise Refused(f"stop_token_ids must be token ids in [0, {vocab_size - 1}], got {stop_ids}.")
-    return Sampling(max_new_tokens, ignore_eos, tuple(stop), frozenset(stop_ids))
+    return Sampling(max_new_tokens, ignore_eos, tuple(stop), frozenset(stop_ids), temperature)
 
 
 @dataclass(frozen=True)
@@ -407,7 +415,8 @@ def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int) -
     """Check a /generate body as SGLang does (plus the engine's own limits) and say what to serve.
 
     ``encode`` turns text into token ids. Raises a RequestError subclass, in SGLang's order:
-    the body's shape, then the schema, then what the engine cannot honour, then SGLang's refusals.
+    the body's shape, then the schema, then what the engine cannot honour, then SGLang's refusals:
+    the prompt given once, a LoRA adapter, then the context and the sampling ranges (admit).
     """
     b = known_fields(body, GENERATE_FIELDS)
     stream = expect("stream", b.get("stream", False), (bool,), "a boolean")
@@ -423,18 +432,18 @@ def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int) -
             expect("input_ids", i, (int,), "a list of integers (batched requests are not supported)")
     lora_path = lora_path_field(b.get("lora_path"))
     check_neutral("field(s)", b, NEUTRAL_FIELDS)
-    sampling = parse_sampling(b.get("sampling_params"), vocab_size=vocab_size)
+    sampling = parse_sampling(b.get("sampling_params"))
     if (text is None) == (input_ids is None):
         raise Refused("Either text or input_ids should be provided.")
+    if input_ids is not None and not input_ids:
+        raise Refused("input_ids must not be empty.")
     check_no_lora(lora_path)
     if text is not None:
         input_ids = encode(text)
-    elif not input_ids:
-        raise Refused("input_ids must not be empty.")
     elif any(not 0 <= i < vocab_size for i in input_ids):
         raise Refused(f"The input_ids {input_ids} contains values greater than the vocab size ({vocab_size}).")
-    served = check_context(len(input_ids), sampling.max_new_tokens, context_length)
-    return GenerateRequest(tuple(input_ids), dataclasses.replace(sampling, max_new_tokens=served), stream, rid)
+    sampling = admit(len(input_ids), sampling, vocab_size=vocab_size, context_length=context_length)
+    return GenerateRequest(tuple(input_ids), sampling, stream, rid)
 
 
 def lora_path_field(value: Any) -> str | list | None:
@@ -459,9 +468,18 @@ def check_no_lora(lora_path: str | list | None, error: type[RequestError] = Refu
                 "--enable-lora flag and preload adapters using --lora-paths or /load_lora_adapter endpoint.")
 
 
-def check_context(prompt_tokens: int, max_new_tokens: int, context_length: int) -> int:
-    """SGLang's context-length rule (see context_rule), in its words: its tokenizer manager's two
-    refusals, then its scheduler's. Returns max_new_tokens as the scheduler cuts it."""
+def admit(prompt_tokens: int, sampling: Sampling, *, vocab_size: int, context_length: int) -> Sampling:
+    """What SGLang checks once a request's prompt is tokenized, in its order: its tokenizer
+    manager's context refusals, then the sampling ranges (Sampling.verify), then its scheduler's
+    limit. Returns the sampling with max_new_tokens as the scheduler cuts it."""
+    check_context(prompt_tokens, sampling.max_new_tokens, context_length)
+    sampling.verify(vocab_size)
+    return dataclasses.replace(sampling, max_new_tokens=schedule(prompt_tokens, sampling.max_new_tokens,
+                                                                 context_length))
+
+
+def check_context(prompt_tokens: int, max_new_tokens: int, context_length: int) -> None:
+    """SGLang's tokenizer manager's two context-length refusals (see context_rule), in its words."""
     if prompt_tokens >= context_length:
         raise Refused(f"The input ({prompt_tokens} tokens) is longer than the model's context length "
                       f"({context_length} tokens).")
@@ -471,6 +489,11 @@ def check_context(prompt_tokens: int, max_new_tokens: int, context_length: int) 
             f"tokens. You requested a total of {prompt_tokens + max_new_tokens} tokens: {prompt_tokens} tokens "
             f"from the input messages and {max_new_tokens} tokens for the completion. Please reduce the number "
             f"of tokens in the input messages or the completion to fit within the limit.")
+
+
+def schedule(prompt_tokens: int, max_new_tokens: int, context_length: int) -> int:
+    """SGLang's scheduler's limit (see context_rule): its refusal of a prompt too close to it, in
+    its words, or max_new_tokens as it cuts it."""
     limit = context_rule.max_req_input_len(context_length)
     if prompt_tokens >= limit:
         raise InputTooLong(f"Input length ({prompt_tokens} tokens) exceeds the maximum allowed length ({limit} "

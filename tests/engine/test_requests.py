@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pytest_specdec.engine import protocol
+from pytest_specdec.engine import openai_api, protocol
 from pytest_specdec.engine.protocol import (
     GENERATE_FIELDS,
     HINT_FIELDS,
@@ -19,6 +19,7 @@ from pytest_specdec.engine.protocol import (
     SAMPLING_FIELDS,
     InvalidBody,
     Refused,
+    RequestError,
     SchemaViolation,
     Unsupported,
     parse_generate,
@@ -138,6 +139,47 @@ def test_a_lora_adapter_is_refused_in_sglangs_words(lora_path, adapter):
     assert str(info.value) == LORA_REFUSAL.format(adapter)
     with pytest.raises(Refused, match="Either text or input_ids"):
         parse({"lora_path": lora_path})
+
+
+BAD_RANGES = [{"temperature": -0.5}, {"temperature": float("nan")}, {"max_new_tokens": -1}, {"stop": [""]},
+              {"stop_token_ids": [259]}]
+
+
+@pytest.mark.parametrize("bad", BAD_RANGES, ids=lambda bad: next(iter(bad)))
+def test_sampling_ranges_are_checked_where_sglang_checks_them(bad):
+    """SGLang checks the sampling ranges (SamplingParams.verify) after the prompt is given once,
+    after a LoRA adapter is refused and after its tokenizer manager's context checks, and before
+    its scheduler's limit; the engine checked them first, so a request with two faults was
+    refused for the other one."""
+    with pytest.raises(Refused, match="Either text or input_ids"):
+        parse({"sampling_params": bad})
+    with pytest.raises(Refused) as info:
+        parse({"text": "hi", "lora_path": "my-adapter", "sampling_params": bad})
+    assert str(info.value) == LORA_REFUSAL.format("my-adapter")
+    with pytest.raises(Refused, match="longer than the model's context length"):
+        parse({"text": "a" * 300, "sampling_params": bad}, context_length=256)
+    if "max_new_tokens" not in bad:
+        with pytest.raises(Refused, match="Requested token count exceeds"):
+            parse({"text": "hi", "sampling_params": {"max_new_tokens": 300, **bad}}, context_length=256)
+    with pytest.raises(Refused) as info:  # the scheduler's limit comes after the ranges
+        parse({"text": "a" * 250, "sampling_params": {"max_new_tokens": 1, **bad}}, context_length=256)
+    assert next(iter(bad)) in str(info.value)
+
+
+def test_the_openai_routes_check_sampling_ranges_where_sglang_does():
+    """The same order on /v1/completions and /v1/chat/completions: their adapter and context
+    refusals come before a bad temperature."""
+    kwargs = {"encode": TOKENIZER.encode, "vocab_size": TOKENIZER.vocab_size, "context_length": 256,
+              "served_model_name": "tiny"}
+    for parse_openai, prompt in ((openai_api.parse_completion, {"prompt": "hi"}),
+                                 (openai_api.parse_chat, {"messages": [{"role": "user", "content": "hi"}]})):
+        with pytest.raises(RequestError) as info:
+            parse_openai({**prompt, "model": "tiny:my-adapter", "temperature": -1}, **kwargs)
+        assert str(info.value) == LORA_REFUSAL.format("my-adapter")
+        with pytest.raises(RequestError, match="Requested token count exceeds"):
+            parse_openai({**prompt, "max_tokens": 300, "temperature": -1}, **kwargs)
+        with pytest.raises(RequestError, match="temperature must be a non-negative finite number"):
+            parse_openai({**prompt, "max_tokens": 3, "temperature": -1}, **kwargs)
 
 
 @pytest.mark.parametrize("lora_path", [None, "", []])

@@ -441,7 +441,7 @@ def test_the_context_rule_is_sglangs(srt):
     words = "\n".join(templates(manager) + templates(function(srt("managers/utils.py"), "validate_input_length")))
     for prompt_tokens, max_new_tokens in ((100, 1), (10, 95), (94, 1)):
         with pytest.raises(protocol.Refused) as info:
-            protocol.check_context(prompt_tokens, max_new_tokens, 100)
+            protocol.admit(prompt_tokens, protocol.Sampling(max_new_tokens), vocab_size=256, context_length=100)
         pieces = re.split(r"\d+", str(info.value))
         assert all(piece in words for piece in pieces), (str(info.value), words)
 
