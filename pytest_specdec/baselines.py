@@ -105,7 +105,11 @@ class BaselineEntry:
     def pooled_with(self, newer: BaselineEntry) -> BaselineEntry:
         """`newer` (this save's entry) with the samples of the saves before it, when both
         measured the same kind of figure of the same setup: the last POOLED_RUNS saves'
-        samples, newest last."""
+        samples, newest last. The same measurement saved again (a merge or a resumed run with
+        --specdec-save-baseline run twice) is already pooled: the entry stays as it is, or its
+        samples would count twice and the gate take them for two runs that agree."""
+        if self.is_save_of(newer):
+            return self
         if (not self.distribution or not newer.distribution or newer.deterministic
                 or (self.direction, self.calibrated, self.deterministic)
                 != (newer.direction, newer.calibrated, newer.deterministic)
@@ -118,6 +122,14 @@ class BaselineEntry:
             (self.cpu_share * runs + newer.cpu_share) / (runs + 1)
         return replace(newer, distribution=older + newer.distribution, runs=runs + 1,
                        cpu_share=share)
+
+    def is_save_of(self, newer: BaselineEntry) -> bool:
+        """Whether this entry's newest save is `newer`'s measurement: the same figure and
+        samples of the same setup (two runs' timing samples never all agree)."""
+        n = len(newer.distribution)
+        return (n > 0 and not newer.deterministic and self.value == newer.value
+                and self.fingerprint == newer.fingerprint
+                and self.distribution[len(self.distribution) - n:] == newer.distribution)
 
     @property
     def calibrated(self) -> bool:

@@ -234,6 +234,23 @@ def test_figures_that_can_be_measured_are_read(tmp_path):
     assert load_baselines(path, "cpu").get("t", "my_fig").value == -5.0
 
 
+def test_the_same_measurement_saved_again_is_pooled_once(tmp_path):
+    """A merge (or a resumed run) with --save-baseline run twice saves the same figures twice:
+    the second save must not count their samples as a second run that agrees with the first."""
+    path = tmp_path / "cpu.json"
+    first = MetricValue("tpot_ms", 1.0, "lower", distribution=(0.9, 1.1), cpu_share=0.5)
+    again = MetricValue("tpot_ms", 2.0, "lower", distribution=(1.9, 2.1), cpu_share=0.7)
+    save_baselines(path, "cpu", {TID: [first]}, versions={}, fingerprints={TID: "f1"})
+    save_baselines(path, "cpu", {TID: [again]}, versions={}, fingerprints={TID: "f1"})
+    pooled = load_baselines(path, "cpu").get(TID, "tpot_ms")
+    save_baselines(path, "cpu", {TID: [again]}, versions={}, fingerprints={TID: "f1"})
+    entry = load_baselines(path, "cpu").get(TID, "tpot_ms")
+    assert entry == pooled
+    assert (entry.runs, entry.distribution, entry.value) == (2, (0.9, 1.1, 1.9, 2.1), 2.0)
+    # the same samples of another setup are another measurement: it replaces the entry
+    save_baselines(path, "cpu", {TID: [again]}, versions={}, fingerprints={TID: "f2"})
+    assert load_baselines(path, "cpu").get(TID, "tpot_ms").runs == 1
+
 def test_save_refuses_to_overwrite_a_foreign_file(tmp_path):
     path = tmp_path / "cpu.json"
     save_baselines(path, "nvidia-h200-sm_90-x8", {"a": [mv()]}, versions={})
