@@ -440,9 +440,10 @@ class Results:
 
     def baseline_candidates(self) -> tuple[list[Result], list[Result], list[Result]]:
         """(results to save, results of failed tests, results that are not lossless): a test that
-        failed or errored after recording (its gate, its losslessness check, its own assertions)
-        is no reference for later runs, nor is a speculative configuration whose outputs differ
-        from its reference's (measured before the reference, its own test passed)."""
+        failed or errored after recording (its gate, its losslessness check, its own assertions),
+        an expected failure (a known issue's xfail) too, is no reference for later runs, nor is a
+        speculative configuration whose outputs differ from its reference's (measured before the
+        reference, its own test passed)."""
         results = self.all()
         # every pair is seen from its speculative side: the references need not look again
         lossy = {candidate.nodeid for result in results
@@ -451,7 +452,7 @@ class Results:
         saved, failed, not_lossless = [], [], []
         for result in results:
             outcome = self.outcomes.get(result.nodeid, ("passed", None))[0]
-            if outcome in ("failed", "error"):
+            if outcome in ("failed", "error", "xfailed"):  # the journal has them as failed too
                 failed.append(result)
             else:
                 (not_lossless if result.nodeid in lossy else saved).append(result)

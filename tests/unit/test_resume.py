@@ -168,6 +168,27 @@ def test_a_regression_against_a_baseline_of_another_setup_says_so(pytester):
     result.stdout.no_fnmatch_line("*measured another setup*")
 
 
+def test_an_expected_failure_that_recorded_is_no_reference(pytester):
+    """A known issue's xfail that measured and then failed (its gate, its own assertions) failed
+    like any other test: its figures are journaled as failed, so a merge of shards left them out
+    of the baseline while an unsharded run's --specdec-save-baseline saved them."""
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
+    pytester.makepyfile(test_widgets="""
+import pytest
+
+@pytest.mark.xfail(reason="known issue: widgets break")
+def test_widgets(specdec_record):
+    specdec_record.metric("widgets", 3.0, "higher")
+    specdec_record.samples([0.1, 0.2])
+    assert False, "broken widgets"
+""")
+    result = run(pytester, "--specdec-save-baseline")
+    result.assert_outcomes(xfailed=1)
+    result.stdout.fnmatch_lines(["specdec: nothing saved into *cpu.json: its 1 result(s) are of failed tests, "
+                                 "which are no reference (test_widgets)"])
+    assert not (pytester.path / "baselines" / "cpu.json").exists()
+    assert journal_lines(pytester)[-1]["status"] == "failed"  # what a merge reads
+
 def test_a_test_that_failed_its_checks_is_measured_again_on_resume_and_saved_nowhere(pytester):
     """Its figures were journaled as done before the gate failed it: resume once skipped it as
     measured, and a red run retried with --specdec-resume went green; --specdec-save-baseline
