@@ -4,7 +4,8 @@ Writes into DIR the merged results.json, report.md, report.tex and plots (the re
 of a run), junit.xml (JUnit-compatible), durations.json (for the next run's balance), and with
 --save-baseline the baseline file of each shard's hardware key. Exit status: 0 when every shard
 finished and passed, 1 when a shard's gate failed, a shard is missing or did not finish (the
-report is still written and says what), 2 for shards that do not belong together.
+report is still written and says what), 2 for shards that do not belong together or an
+output that cannot be written (nothing is written then).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
             raise SpecdecUsageError(f"--out {target} is the shard folder {shard}: the merged report "
                                     f"would overwrite that shard's own; name another folder")
     merged = merge.merge(args.shard_dirs)
+    _check_targets(args, merged)
     rows = list(merged.rows)
     title = f"pytest-specdec results ({merged.meta()['shards']})"
     files = report.write_report(target, rows, meta=merged.meta(), plots=not args.no_plots,
@@ -77,6 +79,26 @@ def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
     for problem in merged.problems:
         print(f"specdec merge: FAILED: {problem}", file=out)
     return 0 if merged.ok else 1
+
+
+def _check_targets(args: argparse.Namespace, merged) -> None:
+    """What the merge writes into can take it, before anything is written: a junit.xml that is
+    a folder, or a broken durations or baseline file it merges into, stops it with no report
+    half-written."""
+    from . import baselines, durations
+    from .outputs import REPORT_FILES, check_folder, check_report_folder
+    from .shard import DURATIONS_FILE
+
+    target = Path(args.out)
+    check_report_folder(target, (*REPORT_FILES, "junit.xml", DURATIONS_FILE), "--out")
+    if merged.durations():
+        durations.load(target / DURATIONS_FILE)
+    if not args.save_baseline:
+        return
+    check_folder(Path(args.baseline_dir), "baseline folder", "--baseline-dir")
+    for key in sorted({m.hardware_key for m in merged.shards}):
+        baselines.load_baselines(baselines.baseline_path(args.baseline_dir, key), key)
+    durations.load(Path(args.baseline_dir) / DURATIONS_FILE)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -44,16 +44,18 @@ def check_artifacts(state: RunState) -> None:
     check_folder(state.path(state.settings.artifacts), "artifacts folder", state.settings.setter("artifacts"))
 
 
-def check_report_folder(folder: Path) -> None:
-    check_folder(folder, "report folder", "--specdec-report")
-    for name in REPORT_FILES:
+def check_report_folder(folder: Path, files: tuple[str, ...] = REPORT_FILES,
+                        option: str = "--specdec-report") -> None:
+    """`folder` can take a report: `files` (the merge writes more than a run) and its plots."""
+    check_folder(folder, "report folder", option)
+    for name in files:
         if (folder / name).exists() and not (folder / name).is_file():
             raise SpecdecUsageError(f"report folder {folder}: {name} is not a file; remove it or "
-                                    f"choose another --specdec-report folder")
+                                    f"choose another {option} folder")
     for name in REPORT_FOLDERS:
         if (folder / name).exists() and not (folder / name).is_dir():
             raise SpecdecUsageError(f"report folder {folder}: {name} is not a folder; remove it or "
-                                    f"choose another --specdec-report folder")
+                                    f"choose another {option} folder")
 
 
 def check_folder(folder: Path, what: str, option: str) -> None:

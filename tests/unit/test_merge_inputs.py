@@ -120,6 +120,30 @@ def test_out_naming_a_shard_folder_is_an_error(shards):
     assert sorted(p.name for p in (shards / "shard-1").iterdir()) == before
 
 
+@pytest.mark.parametrize("damage, args, why", [
+    ("merged/junit.xml/", (), "report folder {root}/merged: junit.xml is not a file; remove it or "
+                              "choose another --out folder"),
+    ("merged/durations.json", (), "durations file {root}/merged/durations.json is not valid JSON"),
+    ("baselines/cpu.json", ("--save-baseline",), "baseline file {root}/baselines/cpu.json is not valid JSON"),
+    ("baselines/durations.json", ("--save-baseline",),
+     "durations file {root}/baselines/durations.json is not valid JSON"),
+])
+def test_a_target_the_merge_cannot_write_stops_it_before_anything_is_written(shards, damage, args, why):
+    """The report was written first and junit.xml, durations.json or the baseline failed after
+    it: a traceback or an error with half the merged outputs on disk, the baseline unsaved."""
+    path = shards / damage
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.mkdir() if damage.endswith("/") else path.write_text("garbage")
+    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", *args,
+                           "--baseline-dir", str(shards / "baselines"), "--out", str(shards / "merged"),
+                           str(shards / "shard-1"), str(shards / "shard-2")],
+                          capture_output=True, text=True, timeout=120, cwd=shards)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2
+    assert why.format(root=shards) in done.stderr
+    left = [path.name] if path.parent.name == "merged" else []  # the damage, and nothing beside it
+    assert sorted(p.name for p in (shards / "merged").glob("*")) == left
+
 def test_a_report_drops_the_plots_an_earlier_one_drew_and_it_does_not(tmp_path):
     """A report folder reused for rows without acceptance kept the earlier accept-length plot."""
     pytest.importorskip("matplotlib")
