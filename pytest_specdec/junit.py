@@ -2,7 +2,7 @@
 
 One `<testcase>` per row (class name: the configuration; name: the test id), a `<failure>` for a
 failed test and for a configuration without a result, `<skipped>` for one not measured here, and
-each figure and the baseline verdict as a `<property>`, as pytest's own `--junitxml` carries them.
+each figure, its verdict and the test's as a `<property>`, as a run's `--junitxml` carries them.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ def render(rows: Sequence[ReportRow], *, name: str = "pytest-specdec") -> bytes:
     for row in rows:
         case = ET.SubElement(suite, "testcase", classname=row.config, name=row.test_id)
         properties = [(f"specdec.{metric}", f"{value!r}") for metric, value in row.metrics.items()]
+        # each figure's verdict under the name a run's --junitxml gives it
+        properties += [(f"specdec.{metric}.verdict", verdict) for metric, verdict in row.verdicts.items()]
         if row.verdict:
             properties.append(("specdec.verdict", row.verdict))
         if row.workload:

@@ -236,10 +236,8 @@ def attach_to_report(item: pytest.Item, result: Result) -> None:
     item.user_properties.append((RESULT_PROPERTY, json.dumps(result.to_json())))
     for metric in result.metrics:
         item.user_properties.append((f"specdec.{metric.name}", metric.value))
-    for comparison in result.comparisons:
-        # a dashboard reading "regression" on a figure no tolerance gates would see a red that is not
-        verdict = comparison.verdict if comparison.gated else "not gated"
-        item.user_properties.append((f"specdec.{comparison.metric}.verdict", verdict))
+    for metric, verdict in result.figure_verdicts().items():
+        item.user_properties.append((f"specdec.{metric}.verdict", verdict))
 
 
 def drop_carriers(report: pytest.TestReport) -> None:

@@ -47,6 +47,7 @@ class ReportRow:
     metrics: Mapping[str, float] = field(default_factory=dict)
     spreads: Mapping[str, float] = field(default_factory=dict)  # standard errors, by metric
     verdict: str = ""  # gate.verdict_of: "ok", "regression", "noisy", "improved", "new", "not gated", ""
+    verdicts: Mapping[str, str] = field(default_factory=dict)  # each compared figure's, as JUnit shows it
     comparisons: tuple[str, ...] = ()
     outcome: str = "passed"  # pytest's outcome: passed, failed, error, skipped, xfailed
     reason: str | None = None
@@ -59,6 +60,7 @@ class ReportRow:
         out = asdict(self)
         out["metrics"] = dict(self.metrics)
         out["spreads"] = dict(self.spreads)
+        out["verdicts"] = dict(self.verdicts)
         out["comparisons"] = list(self.comparisons)
         return out
 
@@ -77,6 +79,7 @@ def row_from_result(result: Result, *, outcome: str = "passed", reason: str | No
         metrics=result.values(),
         spreads={m.name: m.spread for m in result.metrics},
         verdict=result.verdict,
+        verdicts=result.figure_verdicts(),
         comparisons=tuple(c.line() for c in result.comparisons if c.noteworthy),
         outcome=outcome,
         reason=reason,

@@ -53,6 +53,10 @@ class Result:
     def verdict(self) -> str:
         return verdict_of(self.comparisons)
 
+    def figure_verdicts(self) -> dict[str, str]:
+        """{figure: its verdict as shown (`Comparison.shown_verdict`)} of the compared figures."""
+        return {c.metric: c.shown_verdict for c in self.comparisons}
+
     def metric(self, name: str) -> MetricValue | None:
         return next((m for m in self.metrics if m.name == name), None)
 

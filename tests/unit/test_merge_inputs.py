@@ -144,6 +144,38 @@ def test_a_target_the_merge_cannot_write_stops_it_before_anything_is_written(sha
     left = [path.name] if path.parent.name == "merged" else []  # the damage, and nothing beside it
     assert sorted(p.name for p in (shards / "merged").glob("*")) == left
 
+def test_merged_junit_carries_each_figures_verdict_as_a_runs_junit_does(shards):
+    """A run's --junitxml gives each compared figure `specdec.<metric>.verdict`; the merge's
+    junit.xml gave only the test's verdict, so a dashboard reading the figures' lost them once
+    the run was sharded."""
+    from types import SimpleNamespace
+
+    from pytest_specdec.gate import Comparison, Tolerance
+    from pytest_specdec.recording import attach_to_report
+
+    case = CASES[0]
+    comparisons = (
+        Comparison(nodeid(case), "output_tok_s", 100.0, "higher", 101.0, Tolerance("output_tok_s", 0.1, True),
+                   "unchanged"),
+        Comparison(nodeid(case), "tpot_ms", 2.0, "lower", 1.0, None, "regression"))  # no tolerance gates it
+    path = shards / "shard-1" / MANIFEST
+    doc = json.loads(path.read_text())
+    doc["tests"][0]["comparisons"] = [c.to_json() for c in comparisons]
+    path.write_text(json.dumps(doc))
+    rc, text = merge(shards)
+    assert rc == 0, text
+    case_xml = next(c for c in ET.parse(shards / "merged" / "junit.xml").iter("testcase")
+                    if c.get("name") == nodeid(case).split("::")[-1])
+    shown = {p.get("name"): p.get("value") for p in case_xml.iter("property")}
+    item = SimpleNamespace(user_properties=[])
+    attach_to_report(item, Result(test_id="t", nodeid="t", metrics=(), comparisons=comparisons))
+    expected = {name: value for name, value in item.user_properties if name.endswith(".verdict")}
+    assert expected == {"specdec.output_tok_s.verdict": "unchanged", "specdec.tpot_ms.verdict": "not gated"}
+    assert {name: value for name, value in shown.items() if name in expected} == expected
+    row = next(r for r in json.loads((shards / "merged" / "results.json").read_text())["results"]
+               if r["config"] == case.param_id)
+    assert row["verdicts"] == {"output_tok_s": "unchanged", "tpot_ms": "not gated"}
+
 def test_a_report_drops_the_plots_an_earlier_one_drew_and_it_does_not(tmp_path):
     """A report folder reused for rows without acceptance kept the earlier accept-length plot."""
     pytest.importorskip("matplotlib")
