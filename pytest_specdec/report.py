@@ -113,11 +113,6 @@ def _workload_part(row: ReportRow) -> str:
     return f" [{row.workload}]" if row.workload else ""  # a test with no workload: no "[None]"
 
 
-def _named(row: ReportRow) -> str:
-    """`ddtree-tp1-b8 [chat]`, or the configuration alone where the test ran no workload."""
-    return f"{row.config}{_workload_part(row)}"
-
-
 def _one_line(text: str | None, limit: int) -> str:
     """`text` on one line in at most `limit` characters, shortened in the middle: a message
     opens with what failed and often ends with the detail that says why, so both ends stay."""
@@ -236,10 +231,11 @@ def render_markdown(rows: Sequence[ReportRow], *, title: str = "pytest-specdec r
     out.append("| " + " | ".join(header) + " |")
     out.append("|" + "|".join("---:" if 2 <= i < 2 + len(COLUMNS) else "---" for i in range(len(header))) + "|")
     out += ["| " + " | ".join(_md_escape(c) for c in line) + " |" for line in body]
+    labels = _labels(rows)  # as the table names them: two tests of one configuration read apart
     notes = [(r, c) for r in _sorted(rows) for c in r.comparisons]
     if notes:
         out += ["", "## Against the baseline", ""]
-        out += [f"- `{r.config}`{_workload_part(r)}: `{c}`" for r, c in notes]
+        out += [f"- `{labels[id(r)]}`{_workload_part(r)}: `{c}`" for r, c in notes]
     failures = [r for r in _sorted(rows) if r.failed]
     if failures:
         out += ["", "## Failures", ""]
@@ -247,22 +243,23 @@ def render_markdown(rows: Sequence[ReportRow], *, title: str = "pytest-specdec r
             text = (r.reason or r.outcome).rstrip()
             longest = max((len(run) for run in re.findall("`+", text)), default=0)
             fence = "`" * max(3, longest + 1)  # a ``` in the message must not close it
-            out += [f"### {_named(r)}", "", fence, text, fence, ""]
-    out += _set_aside(rows)
+            out += [f"### {labels[id(r)]}{_workload_part(r)}", "", fence, text, fence, ""]
+    out += _set_aside(rows, labels)
     if plots:
         out += ["", "## Plots", ""]
         out += [f"![{Path(p).stem}]({Path(p).as_posix()})" for p in plots]
     return "\n".join(out).rstrip() + "\n"
 
 
-def _set_aside(rows: Sequence[ReportRow]) -> list[str]:
+def _set_aside(rows: Sequence[ReportRow], labels: Mapping[int, str]) -> list[str]:
     """Skip and xfail reasons the verdict cell shortened, whole: one line per reason with the
-    rows it covers, since a family's skip often covers many."""
+    rows it covers (named by `labels`, as the table names them), since a family's skip often
+    covers many."""
     covered: dict[tuple[str, str], list[str]] = {}
     for r in _sorted(rows):
         reason = " ".join((r.reason or "").split())
         if r.outcome in SET_ASIDE and len(reason) > REASON_CELL:
-            covered.setdefault((r.outcome, reason), []).append(f"`{_named(r)}`")
+            covered.setdefault((r.outcome, reason), []).append(f"`{labels[id(r)]}{_workload_part(r)}`")
     if not covered:
         return []
     out = ["", "## Skipped and expected failures", ""]

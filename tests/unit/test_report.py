@@ -212,7 +212,7 @@ def test_a_row_without_a_workload_is_named_by_its_configuration_alone(tmp_path):
                        reason="boom")
     files = write_report(tmp_path / "rep", [replace(row("ar", 1, None, 10.0), workload=None), failed], plots=False)
     text = files.markdown.read_text()
-    assert "### ddtree-tp1-b16\n" in text and "None" not in text
+    assert "### ddtree-tp1-b16 (test_x)\n" in text and "None" not in text  # named as the table names it
 
 
 def test_an_error_reads_error_and_a_message_with_a_fence_keeps_its_code_block(tmp_path):
@@ -274,3 +274,21 @@ def test_rows_that_differ_only_in_other_parameters_say_which_they_are():
     assert [line.split("  ")[0] for line in lines[2:5]] == ["ar-tp1 (1-2)", "ar-tp1 (2-2)", "dflash-tp1"]
     assert "  ar-tp1 (1-2) [chat]: output_tok_s 100.0 note" in lines
     assert "| ar-tp1 (2-2) | chat |" in render_markdown(rows)
+
+
+def test_report_md_names_two_tests_of_one_configuration_as_the_table_does():
+    """Two test functions measuring ar-tp1: the table said `ar-tp1 (test_a)` and `ar-tp1
+    (test_b)`, but report.md's comparisons, failure headings and skip reasons said `ar-tp1`
+    for both, so a reader could not tell whose regression or failure each was."""
+    from pytest_specdec.report import ReportRow, render_markdown
+
+    reason = "known issue: " + "x" * 80
+    rows = [ReportRow(test_id=f"{fn}[ar-tp1-chat]", config="ar-tp1", workload="chat", method="ar", tp=1,
+                      metrics={"output_tok_s": 1.0}, comparisons=(f"note of {fn}",), outcome=outcome,
+                      reason=reason if outcome == "xfailed" else f"why {fn}")
+            for fn, outcome in (("test_a", "failed"), ("test_b", "failed"), ("test_c", "xfailed"))]
+    md = render_markdown(rows)
+    assert "| ar-tp1 (test_a) | chat |" in md  # the table's names
+    assert "- `ar-tp1 (test_a)` [chat]: `note of test_a`" in md and "- `ar-tp1 (test_b)` [chat]: `note of test_b`" in md
+    assert "### ar-tp1 (test_a) [chat]\n\n```\nwhy test_a" in md and "### ar-tp1 (test_b) [chat]\n\n```\nwhy test_b" in md
+    assert f"- xfailed: {reason} (`ar-tp1 (test_c) [chat]`)" in md
