@@ -149,11 +149,21 @@ def _rows_of(manifest: ShardManifest, journaled: Sequence[tuple[Result, str]],
         if test.outcome == "passed":
             outcome, reason = "error", f"no result: {unjournaled[test.nodeid]}"
         case = cases.get(test.config or "")
+        name = test.nodeid.split("::")[-1]
         rows.append(ReportRow(
-            test_id=test.nodeid.split("::")[-1], config=test.config or test.nodeid,
-            method=case.method if case else None, tp=case.tp if case else None,
-            budget=case.budget if case else None, outcome=outcome, reason=reason))
+            test_id=name, config=test.config or test.nodeid, workload=_workload_in(name, test.config),
+            family=case.family if case else None, method=case.method if case else None,
+            tp=case.tp if case else None, budget=case.budget if case else None, outcome=outcome,
+            reason=reason))
     return rows
+
+
+def _workload_in(name: str, config: str | None) -> str | None:
+    """The workload a test's parameters name past its configuration's (`ar-tp1-chat`), as a
+    run's summary reads it for a test that recorded nothing."""
+    if not config or "[" not in name:
+        return None
+    return name[name.find("[") + 1:-1].replace(config, "", 1).strip("-") or None
 
 
 def merge(directories: Iterable[str | Path]) -> Merged:

@@ -15,7 +15,9 @@ if TYPE_CHECKING:
 
 def rows(results: Results) -> list:
     """One row per test that recorded figures (this run or resumed), and one per test of a
-    configuration that failed before it could record anything, so a crash is in the table."""
+    configuration that failed before it could record anything, so a crash is in the table, or
+    was skipped on a host that runs its family (a TP8 configuration on a 4-GPU host), so the
+    report says why it has no figures, as a merge of shards does."""
     from .collection import configuration_in_nodeid, matrix_cases
     from .report import ReportRow, row_from_result
 
@@ -28,10 +30,13 @@ def rows(results: Results) -> list:
         out.append(row_from_result(result, outcome=outcome, reason=reason))
         seen.add(result.nodeid)
     unrecorded = [(nodeid, outcome, reason) for nodeid, (outcome, reason) in results.outcomes.items()
-                  if nodeid not in seen and outcome in ("failed", "error", "xfailed", "xpassed")]
+                  if nodeid not in seen and outcome in ("failed", "error", "skipped", "xfailed", "xpassed")]
     if not unrecorded:
         return out
     cases = {case.param_id: case for case in matrix_cases(results.state)}
+    # another family's tests belong to other hosts (a shard deselects them): not this report's
+    unrecorded = [(nodeid, outcome, reason) for nodeid, outcome, reason in unrecorded
+                  if outcome != "skipped" or _runs_here(configuration_in_nodeid(nodeid, cases), cases, results)]
     # pytest escapes non-ASCII in ids (`ü` is `\xfc`): back to the configured names
     workloads = {w.encode("unicode_escape").decode("ascii"): w for w in results.state.workloads}
     for nodeid, outcome, reason in unrecorded:
@@ -47,6 +52,14 @@ def rows(results: Results) -> list:
                              tp=case.tp if case else None, budget=case.budget if case else None,
                              outcome=outcome, reason=reason))
     return out
+
+
+def _runs_here(config: str | None, cases: dict, results: Results) -> bool:
+    """Whether `config` is a configuration of a family this host runs."""
+    from .collection import family_skip_reason
+
+    case = cases.get(config or "")
+    return case is not None and family_skip_reason(case.family, results.state) is None
 
 
 def write(terminalreporter, results: Results, notes: list[str], problems: list[str]) -> None:

@@ -111,6 +111,21 @@ def test_a_tp8_configuration_on_a_4_gpu_shard_is_skipped_and_reported_as_not_mea
     assert sorted(skipped) == ["ar-tp8", "ddtree-tp8-b8", "dflash-tp8"]
 
 
+def test_the_unsharded_report_says_why_a_configuration_was_not_measured_as_the_merged_does(run):
+    """The merge reported the TP8 configurations as skipped, with the reason; the unsharded
+    run's report (table, report.md, results.json) had no row for them, as if they were not in
+    the matrix."""
+    def skipped(report_dir: Path) -> dict:
+        rows = json.loads((report_dir / "results.json").read_text())["results"]
+        return {(r["config"], r["workload"], r["family"], r["method"], r["tp"]): r["reason"]
+                for r in rows if r["outcome"] == "skipped"}
+
+    whole = skipped(run.root / "whole")
+    assert sorted(config for config, *_ in whole) == ["ar-tp8", "ddtree-tp8-b8", "dflash-tp8"]
+    assert whole == skipped(run.root / "merged")
+    assert "needs 8 GPUs" in (run.root / "whole" / "report.md").read_text()
+    assert "ar-tp8         chat" in run.runs[1].stdout  # the terminal table has the row too
+
 def test_a_missing_shard_says_which_configurations_have_no_result(run):
     result = merge(run.root, "--out", "partial", "shard-1", "shard-3")
     assert result.returncode == 1
