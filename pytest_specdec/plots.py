@@ -38,7 +38,8 @@ SeriesKey = tuple[str, str, int]  # (family, method, tp)
 
 
 def plot_rows(rows: Sequence[ReportRow], out_dir: str | Path) -> list[Path]:
-    """Each plot as `<stem>.png` and `<stem>.pdf` in `out_dir`; none when nothing was measured."""
+    """Each plot as `<stem>.png` and `<stem>.pdf` in `out_dir`, the same bytes for the same rows;
+    none when nothing was measured."""
     out_dir = Path(out_dir)
     written: list[Path] = []
     for metric, label, stem, _ in PLOTTED:
@@ -48,7 +49,8 @@ def plot_rows(rows: Sequence[ReportRow], out_dir: str | Path) -> list[Path]:
         out_dir.mkdir(parents=True, exist_ok=True)
         for suffix in (".png", ".pdf"):
             path = out_dir / f"{stem}{suffix}"
-            fig.savefig(path, dpi=150)
+            # no creation date: the same rows draw the same bytes (a merge run again, a report in git)
+            fig.savefig(path, dpi=150, metadata={"CreationDate": None} if suffix == ".pdf" else None)
             written.append(path)
     return written
 

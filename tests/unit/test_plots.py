@@ -73,3 +73,15 @@ def test_plot_rows_without_budgets_and_empty(tmp_path):
     assert [p.name for p in plot_rows(only_chain, tmp_path / "a")][::2] == [
         "tokens_per_s.png", "accept_length.png"]
     assert plot_rows([], tmp_path / "b") == []
+
+
+def test_the_same_rows_draw_the_same_files(tmp_path, monkeypatch):
+    """The PDFs carried the moment they were written, so a merge run again (or a report kept in
+    git) changed every plot though nothing it shows had."""
+    rows = [row("ar", 1, None, 300.0), row("ddtree", 1, 8, 700.0, 2.9)]
+    drawn = []
+    for moment in ("1000000000", "2000000000"):  # matplotlib dates a PDF by it where set
+        monkeypatch.setenv("SOURCE_DATE_EPOCH", moment)
+        drawn.append({p.name: p.read_bytes() for p in plot_rows(rows, tmp_path / moment)})
+    assert sorted(drawn[0]) == ["accept_length.pdf", "accept_length.png", "tokens_per_s.pdf", "tokens_per_s.png"]
+    assert drawn[0] == drawn[1]
