@@ -94,6 +94,8 @@ def _cell(row: ReportRow, metric: str, fmt: str) -> str:
 
 
 SET_ASIDE = ("skipped", "xfailed", "xpassed")  # outcomes whose reason is not a failure's
+#: The reason of a passed row whose figures an earlier run of the journal measured and gated.
+RESUMED = "resumed from the journal"
 REASON_CELL = 60  # characters of such a reason the table's verdict cell shows
 
 
@@ -105,6 +107,8 @@ def _verdict_text(row: ReportRow) -> str:
         return f"{label}: {_one_line(cause.split(' (log: ', 1)[0], 100)}"
     if row.outcome in SET_ASIDE:
         return f"{row.outcome}" + (f": {_one_line(row.reason, REASON_CELL)}" if row.reason else "")
+    if not row.verdict and row.reason == RESUMED:  # the journal keeps figures, not the verdict
+        return "resumed"
     return {"regression": "REGRESSION", "noisy": "noisy", "improved": "improved", "new": "new baseline",
             "ok": "ok", "not gated": "not gated"}.get(row.verdict, "-")
 

@@ -19,14 +19,14 @@ def rows(results: Results) -> list:
     was skipped on a host that runs its family (a TP8 configuration on a 4-GPU host), so the
     report says why it has no figures, as a merge of shards does."""
     from .collection import configuration_in_nodeid, matrix_cases
-    from .report import ReportRow, row_from_result
+    from .report import RESUMED, ReportRow, row_from_result
 
     out = []
     seen = set()
     for result in results.all():
         outcome, reason = results.outcomes.get(result.nodeid, ("passed", None))
         if result.resumed:
-            outcome, reason = "passed", "resumed from the journal"
+            outcome, reason = "passed", RESUMED
         out.append(row_from_result(result, outcome=outcome, reason=reason))
         seen.add(result.nodeid)
     unrecorded = [(nodeid, outcome, reason) for nodeid, (outcome, reason) in results.outcomes.items()

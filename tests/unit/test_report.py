@@ -292,3 +292,16 @@ def test_report_md_names_two_tests_of_one_configuration_as_the_table_does():
     assert "- `ar-tp1 (test_a)` [chat]: `note of test_a`" in md and "- `ar-tp1 (test_b)` [chat]: `note of test_b`" in md
     assert "### ar-tp1 (test_a) [chat]\n\n```\nwhy test_a" in md and "### ar-tp1 (test_b) [chat]\n\n```\nwhy test_b" in md
     assert f"- xfailed: {reason} (`ar-tp1 (test_c) [chat]`)" in md
+
+
+def test_a_resumed_row_says_so_where_its_verdict_would_be():
+    """A test resumed from the journal is not compared again (the journal keeps its figures, not
+    its verdict): its verdict cell read `-`, as if it had never been compared."""
+    from dataclasses import replace
+
+    from pytest_specdec.report import format_table, render_markdown
+
+    rows = [replace(row("ar", 1, None, 300.0), reason="resumed from the journal"),  # as summary.rows has it
+            row("dflash", 1, None, 650.0, 2.5)]
+    assert "| ar-tp1 | chat | 300.0 | - | 12.3 | 1.50 | resumed |" in render_markdown(rows)
+    assert format_table(rows).splitlines()[2].endswith("resumed")
