@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from http import HTTPStatus
 from functools import cache
 from typing import Any, Mapping
 
@@ -25,13 +26,14 @@ from .protocol import (
     RequestError,
     Sampling,
     Unsupported,
-    admit,
+    abort_error,
     check_no_lora,
     check_neutral,
     expect,
     known_fields,
     lora_path_field,
     parse_sampling,
+    scheduled,
 )
 
 #: Roles and contents as plain text; the assistant's turn opens at the end.
@@ -137,6 +139,7 @@ class OpenAIRequest:
     continuous_usage: bool
     rid: str | None
     model: str  # answered as the request named it, as SGLang does, whatever the served name
+    abort: dict | None = None  # the scheduler's refusal, which the request finishes with (protocol.scheduled)
 
 
 def lora_adapter(model: str, served_model_name: str) -> str | None:
@@ -190,8 +193,8 @@ def parse_completion(body: Any, *, encode, vocab_size: int, context_length: int,
     else:
         raise OpenAIError("prompt must be a string or a list of token ids (one prompt per request).")
     _check_adapter(b, answer["model"], served_model_name)
-    sampling = admit(len(ids), sampling, vocab_size=vocab_size, context_length=context_length)
-    return OpenAIRequest(tuple(ids), sampling, rid=b.get("rid"), **answer)
+    ids, sampling, abort = scheduled(ids, sampling, vocab_size=vocab_size, context_length=context_length)
+    return OpenAIRequest(ids, sampling, rid=b.get("rid"), abort=abort, **answer)
 
 
 def _message_text(message: Any, index: int) -> dict:
@@ -234,8 +237,8 @@ def parse_chat(body: Any, *, encode, vocab_size: int, context_length: int,
     if "max_tokens" not in b and "max_completion_tokens" not in b:  # SGLang: the rest of the context
         sampling = dataclasses.replace(sampling, max_new_tokens=max(context_length - len(ids) - 1, 0))
     _check_adapter(b, answer["model"], served_model_name)
-    sampling = admit(len(ids), sampling, vocab_size=vocab_size, context_length=context_length)
-    return OpenAIRequest(tuple(ids), sampling, rid=b.get("rid"), **answer)
+    ids, sampling, abort = scheduled(ids, sampling, vocab_size=vocab_size, context_length=context_length)
+    return OpenAIRequest(ids, sampling, rid=b.get("rid"), abort=abort, **answer)
 
 
 # -- /v1/tokenize ----------------------------------------------------------------------------------
@@ -339,6 +342,9 @@ class Chunks:
     with content, never on the role's or the finish's; include_usage adds a last chunk with no
     choices and the whole request's usage, whose null fields SGLang drops for /v1/completions
     (it serialises that chunk without None) and keeps for chat.
+    An abort that names a status (the scheduler's refusal of a prompt: protocol.scheduled) sends
+    only stream_error's chunk, then include_usage's: SGLang's answer with its default pickled IPC,
+    which keeps the status an HTTPStatus on its way to the serving class.
     """
 
     def __init__(self, kind: str, rid: str, model: str, prompt_tokens: int, *, include_usage: bool,
@@ -353,9 +359,11 @@ class Chunks:
     def step(self, text: str, completion_tokens: int, reason: dict | None) -> list[dict]:
         """The chunks for the request's state after a step: its text so far, its output tokens
         so far and its finish reason (None until the last step)."""
+        so_far = usage(self.prompt_tokens, completion_tokens)
+        if abort_error(reason) is not None:  # before any chunk of its own, as SGLang breaks off
+            return [stream_error(reason), *self._usage_chunk(so_far)]
         delta = text[len(self.sent):] if text.startswith(self.sent) else ""  # a cut stop string cannot be unsent
         self.sent += delta
-        so_far = usage(self.prompt_tokens, completion_tokens)
         out = []
         if self.kind == "text_completion":
             out.append(self._chunk([completion_choice(delta, reason)], so_far if self.continuous_usage else None))
@@ -367,13 +375,27 @@ class Chunks:
             if reason is not None:
                 out.append(self._chunk([chat_delta(reason=reason)], None))
         self.started = True
-        if reason is not None and self.include_usage:
-            total = so_far if self.kind != "text_completion" else {k: v for k, v in so_far.items() if v is not None}
-            out.append(self._chunk([], total))
+        if reason is not None:
+            out += self._usage_chunk(so_far)
         return out
+
+    def _usage_chunk(self, total: dict) -> list[dict]:
+        """The last chunk include_usage asks for, with the whole request's usage."""
+        if not self.include_usage:
+            return []
+        return [self._chunk([], total if self.kind != "text_completion" else
+                            {k: v for k, v in total.items() if v is not None})]
 
     def _chunk(self, choices: list[dict], usage_: dict | None) -> dict:
         return envelope(self.kind, self.rid, self.model, choices, usage_, self.created)
+
+
+def stream_error(reason: dict) -> dict:
+    """The chunk SGLang streams for an abort that names a status (its serving classes'
+    create_streaming_error_response): the status's name as the type, its number as the code."""
+    status = HTTPStatus(reason["status_code"])
+    return {"error": {"object": "error", "message": reason.get("message", "Generation aborted."), "type": status.name,
+                      "param": None, "code": status.value}}
 
 
 def model_card(name: str, context_length: int, created: int) -> dict:

@@ -255,17 +255,21 @@ class Refused(RequestError):
 
 
 class InputTooLong(Refused):
-    """SGLang's scheduler's refusal of a prompt too long for it: it finishes the request as
-    aborted, so a stream's one event is an output chunk with that finish reason, not an error."""
+    """SGLang's scheduler's refusal of a prompt too long for it. It is no error of the request's
+    parsing there: the scheduler puts one token (ABORT_STUB) in place of the prompt, prefills it,
+    keeps the one token that yields and finishes the request with this abort reason (see
+    ``scheduled``), so a stream carries the reason in an output, and a whole response is a 400."""
 
-    def __init__(self, message: str, prompt_tokens: int) -> None:
-        super().__init__(message)
-        self.prompt_tokens = prompt_tokens
+    def finish_reason(self) -> dict:
+        return {"type": "abort", "message": str(self), "status_code": self.status, "err_type": "BadRequestError"}
 
-    def stream_event(self) -> dict:
-        reason = {"type": "abort", "message": str(self), "status_code": self.status, "err_type": "BadRequestError"}
-        meta = {"finish_reason": reason, "prompt_tokens": self.prompt_tokens, "completion_tokens": 0}
-        return {"text": "", "output_ids": [], "meta_info": meta}
+
+def abort_error(reason: dict | None) -> Refused | None:
+    """The error a finish reason answers a whole (not streamed) request with: an abort that names
+    a status (the engine's are 400), as SGLang's tokenizer manager raises it; None for any other."""
+    if reason is None or reason.get("type") != "abort" or reason.get("status_code") is None:
+        return None
+    return Refused(reason.get("message", "Aborted"))
 
 
 # -- parsing ---------------------------------------------------------------------------------------
@@ -409,6 +413,7 @@ class GenerateRequest:
     sampling: Sampling
     stream: bool
     rid: str | None
+    abort: dict | None = None  # the scheduler's refusal, which the request finishes with (see scheduled)
 
 
 def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int) -> GenerateRequest:
@@ -442,8 +447,8 @@ def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int) -
         input_ids = encode(text)
     elif any(not 0 <= i < vocab_size for i in input_ids):
         raise Refused(f"The input_ids {input_ids} contains values greater than the vocab size ({vocab_size}).")
-    sampling = admit(len(input_ids), sampling, vocab_size=vocab_size, context_length=context_length)
-    return GenerateRequest(tuple(input_ids), sampling, stream, rid)
+    input_ids, sampling, abort = scheduled(input_ids, sampling, vocab_size=vocab_size, context_length=context_length)
+    return GenerateRequest(input_ids, sampling, stream, rid, abort)
 
 
 def lora_path_field(value: Any) -> str | list | None:
@@ -497,5 +502,21 @@ def schedule(prompt_tokens: int, max_new_tokens: int, context_length: int) -> in
     limit = context_rule.max_req_input_len(context_length)
     if prompt_tokens >= limit:
         raise InputTooLong(f"Input length ({prompt_tokens} tokens) exceeds the maximum allowed length ({limit} "
-                           f"tokens). Use a shorter input or enable --allow-auto-truncate.", prompt_tokens)
+                           f"tokens). Use a shorter input or enable --allow-auto-truncate.")
     return context_rule.new_tokens_served(prompt_tokens, max_new_tokens, context_length)
+
+
+#: The prompt SGLang's scheduler puts in place of one it refuses, "to skip the long prefill".
+ABORT_STUB = (0,)
+
+
+def scheduled(input_ids, sampling: Sampling, *, vocab_size: int, context_length: int
+              ) -> tuple[tuple[int, ...], Sampling, dict | None]:
+    """admit, then what SGLang's scheduler serves: the prompt, its sampling and no abort reason;
+    or, for a prompt its scheduler refuses (InputTooLong), ABORT_STUB for one token and the abort
+    reason the request finishes with once that token is out."""
+    try:
+        return tuple(input_ids), admit(len(input_ids), sampling, vocab_size=vocab_size,
+                                       context_length=context_length), None
+    except InputTooLong as exc:
+        return ABORT_STUB, dataclasses.replace(sampling, max_new_tokens=1), exc.finish_reason()

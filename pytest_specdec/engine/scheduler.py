@@ -45,7 +45,7 @@ class Request:
 
     def __init__(self, input_ids: list[int], max_new_tokens: int, *, ignore_eos: bool = False,
                  stop: tuple[str, ...] = (), stop_token_ids: frozenset[int] = frozenset(), stream: bool = False,
-                 rid: str | None = None, internal: bool = False) -> None:
+                 rid: str | None = None, internal: bool = False, abort: dict | None = None) -> None:
         self.rid = rid or uuid.uuid4().hex
         self.input_ids = input_ids
         self.max_new_tokens = max_new_tokens
@@ -55,6 +55,7 @@ class Request:
         self.stop = stop
         self.stream = stream
         self.internal = internal  # warm-up and health checks: not client traffic
+        self.abort = abort  # a finish reason to end with on the first token (protocol.scheduled)
         self.output_ids: list[int] = []
         self.text = ""
         self.finish_reason: dict | None = None
@@ -73,9 +74,14 @@ class Request:
 
     def append(self, tokens: list[int]) -> int:
         """Append committed tokens up to the first finishing condition; return how many were
-        taken. Finishing: ``max_new_tokens`` reached (length), EOS or a stop token id unless
+        taken. Finishing: ``abort`` at once, ``max_new_tokens`` reached (length), EOS or a stop token id unless
         ``ignore_eos``, or a stop string in the text (which is cut off before it, as SGLang does)."""
         tokens = tokens[: self.max_new_tokens - len(self.output_ids)]
+        if self.abort is not None:  # SGLang's scheduler keeps the token before it reads the reason
+            self.output_ids.extend(tokens[:1])
+            self.text = self._decoder.feed(tokens[:1])
+            self.finish(self.abort)
+            return len(tokens[:1])
         if not self.stop and self.stop_ids.isdisjoint(tokens):
             self.output_ids.extend(tokens)
             self.text = self._decoder.feed(tokens)

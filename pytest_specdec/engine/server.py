@@ -32,7 +32,7 @@ from .. import sglang_api as api
 from . import logs, openai_api
 from .faults import FaultPlan
 from .metrics import EngineMetrics
-from .protocol import InvalidBody, Refused, RequestError, parse_generate, read_body
+from .protocol import InvalidBody, Refused, RequestError, abort_error, parse_generate, read_body
 from .scheduler import Progress, Request, Scheduler
 from .tokenizer import ByteTokenizer
 
@@ -235,9 +235,12 @@ class EngineServer:
                 return await self._stream_error(request, exc)
             return self._error(exc)
         if req.stream:
-            return await self._stream(request, req, (self._output(req, p) async for p in self._progress(req)))
+            return await self._stream(request, req, self._outputs(req))
         p = await self._answered(request, req)
-        return web.json_response(self._output(req, p)) if p is not None else web.Response(status=499)
+        if p is None:
+            return web.Response(status=499)
+        error = abort_error(p.finish_reason)
+        return self._error(error) if error is not None else web.json_response(self._output(req, p))
 
     async def _read_generate(self, request: web.Request) -> Request:
         body = await self._read_json(request, json_guard=False)
@@ -249,7 +252,7 @@ class EngineServer:
             raise
         s = g.sampling
         return Request(list(g.input_ids), s.max_new_tokens, ignore_eos=s.ignore_eos, stop=s.stop,
-                       stop_token_ids=s.stop_token_ids, stream=g.stream, rid=g.rid)
+                       stop_token_ids=s.stop_token_ids, stream=g.stream, rid=g.rid, abort=g.abort)
 
     async def _read_body(self, request: web.Request) -> bytes:
         """The body, or a 408 when it trickles in slower than the idle timeout allows: aiohttp's
@@ -267,9 +270,12 @@ class EngineServer:
         return read_body(raw, request.headers.get("Content-Type"), f"{request.method} {request.path}",
                          json_guard=json_guard)
 
-    def _meta_info(self, req: Request, p: Progress) -> dict:
+    def _meta_info(self, req: Request, p: Progress, *, first: bool = True) -> dict:
+        """SGLang's meta_info, its keys in its order; ``first``: the request's first answer (a
+        whole response, a stream's first chunk), which says when it was sent."""
         meta = {"id": req.rid, api.FINISH_REASON: p.finish_reason, api.PROMPT_TOKENS: len(req.input_ids),
-                api.COMPLETION_TOKENS: p.num_ids, "cached_tokens": 0, "weight_version": "default"}
+                "weight_version": "default", "num_retractions": 0, "reasoning_tokens": 0,
+                api.COMPLETION_TOKENS: p.num_ids, "cached_tokens": 0}
         if p.e2e_latency is not None:
             meta[api.E2E_LATENCY] = p.e2e_latency
         budget = self.scheduler.decoder.budget
@@ -280,10 +286,20 @@ class EngineServer:
             meta[api.SPEC_ACCEPT_RATE] = p.correct_drafts / proposed
             meta[api.SPEC_NUM_CORRECT_DRAFTS] = p.correct_drafts
             meta[api.SPEC_NUM_PROPOSED_DRAFTS] = proposed
+        if first:
+            meta["response_sent_to_client_ts"] = time.time()
         return meta
 
-    def _output(self, req: Request, p: Progress) -> dict:
-        return {"text": p.text, "output_ids": req.output_ids[: p.num_ids], api.META_INFO: self._meta_info(req, p)}
+    def _output(self, req: Request, p: Progress, *, first: bool = True) -> dict:
+        return {"text": p.text, "output_ids": req.output_ids[: p.num_ids],
+                api.META_INFO: self._meta_info(req, p, first=first)}
+
+    async def _outputs(self, req: Request):
+        """The outputs of a /generate stream, one a step."""
+        first = True
+        async for p in self._progress(req):
+            yield self._output(req, p, first=first)
+            first = False
 
     async def _stream(self, request: web.Request, req: Request, events) -> web.StreamResponse:
         """Send ``events`` (an async iterator of dicts) as SSE, then ``[DONE]``; a client that
@@ -384,11 +400,14 @@ class EngineServer:
             return web.json_response(body, status=exc.status)
         s = o.sampling
         req = Request(list(o.input_ids), s.max_new_tokens, ignore_eos=s.ignore_eos, stop=s.stop,
-                      stop_token_ids=s.stop_token_ids, stream=o.stream, rid=o.rid)
+                      stop_token_ids=s.stop_token_ids, stream=o.stream, rid=o.rid, abort=o.abort)
         if not o.stream:
             p = await self._answered(request, req)
             if p is None:
                 return web.Response(status=499)
+            if (error := abort_error(p.finish_reason)) is not None:
+                logs.SERVER.error(f"[http_server] Error: {error}")
+                return web.json_response(openai_api.error_body(error), status=error.status)
             choice = (openai_api.completion_choice if kind == "text_completion" else openai_api.chat_choice)(
                 p.text, p.finish_reason)
             usage = openai_api.usage(len(req.input_ids), p.num_ids)

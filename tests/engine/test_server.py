@@ -394,20 +394,52 @@ def test_a_request_up_to_the_context_is_served_cut_as_sglang_cuts_it(ddtree):
     assert chat.status == 200 and chat.json()["usage"]["completion_tokens"] == CONTEXT - 103
 
 
+SCHEDULER_REFUSAL = (f"Input length ({CONTEXT - 6} tokens) exceeds the maximum allowed length ({CONTEXT - 6} "
+                     f"tokens). Use a shorter input or enable --allow-auto-truncate.")
+
+
 def test_a_prompt_sglangs_scheduler_refuses_while_streaming_ends_the_stream_aborted(ddtree):
-    """SGLang's scheduler finishes such a request as aborted: a stream's one chunk carries that
-    finish reason (not the error event of a tokenizer-manager refusal), then [DONE]."""
+    """SGLang's scheduler puts one token in place of such a prompt, keeps the one token its prefill
+    yields and finishes the request as aborted: a stream's one chunk is that output, with SGLang's
+    meta_info (not the error event of a tokenizer-manager refusal), then [DONE]."""
     res = ddtree.post("/generate", {"text": "a" * (CONTEXT - 7), "sampling_params": {"max_new_tokens": 1},
-                                    "stream": True})
+                                    "stream": True, "rid": "too-long"})
     assert res.status == 200
-    events = [e for e in res.text.split("\n\n") if e]
-    assert events[-1] == "data: [DONE]" and len(events) == 2
-    chunk = json.loads(events[0][len("data: "):])
-    assert chunk["text"] == "" and chunk["output_ids"] == []
-    assert chunk["meta_info"]["finish_reason"] == {
-        "type": "abort", "status_code": 400, "err_type": "BadRequestError",
-        "message": f"Input length ({CONTEXT - 6} tokens) exceeds the maximum allowed length ({CONTEXT - 6} "
-                   f"tokens). Use a shorter input or enable --allow-auto-truncate."}
+    (event,) = sse_events(res.body)[:-1]
+    chunk = json.loads(event)
+    stub = ddtree.post("/generate", {"input_ids": [0], "sampling_params": {"max_new_tokens": 1}}).json()
+    assert chunk["text"] == stub["text"] and chunk["output_ids"] == stub["output_ids"]
+    meta = chunk["meta_info"]
+    assert meta["finish_reason"] == {"type": "abort", "status_code": 400, "err_type": "BadRequestError",
+                                     "message": SCHEDULER_REFUSAL}
+    assert list(meta)[:8] == ["id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions",
+                              "reasoning_tokens", "completion_tokens", "cached_tokens"]
+    assert (meta["id"], meta["prompt_tokens"], meta["completion_tokens"], meta["weight_version"]) == (
+        "too-long", 1, 1, "default")
+    assert meta["e2e_latency"] > 0 and meta["response_sent_to_client_ts"] > 0
+    whole = ddtree.post("/generate", {"text": "a" * (CONTEXT - 7), "sampling_params": {"max_new_tokens": 1}})
+    assert whole.status == 400 and whole.json() == {"error": {"message": SCHEDULER_REFUSAL}}
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/completions", {"prompt": "a" * (CONTEXT - 7), "max_tokens": 1}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a" * (CONTEXT - 31)}], "max_tokens": 1}),
+])
+def test_an_openai_stream_sglangs_scheduler_refuses_is_an_error_chunk(ddtree, path, body):
+    """SGLang's OpenAI stream answers 200 with one error chunk typed by the status's name (and
+    include_usage's chunk, counting the one-token stand-in), then [DONE]; a whole request a 400."""
+    error = {"error": {"object": "error", "message": SCHEDULER_REFUSAL, "type": "BAD_REQUEST", "param": None,
+                       "code": 400}}
+    res = ddtree.post(path, {**body, "stream": True})
+    assert res.status == 200 and [json.loads(e) for e in sse_events(res.body)[:-1]] == [error]
+    res = ddtree.post(path, {**body, "stream": True, "stream_options": {"include_usage": True}})
+    assert res.status == 200
+    first, last = [json.loads(e) for e in sse_events(res.body)[:-1]]
+    assert first == error and last["choices"] == [] and last["usage"]["prompt_tokens"] == 1
+    assert last["usage"]["completion_tokens"] == 1 and last["usage"]["total_tokens"] == 2
+    res = ddtree.post(path, body)
+    assert res.status == 400 and res.json() == {"object": "error", "message": SCHEDULER_REFUSAL,
+                                                "type": "BadRequestError", "param": None, "code": 400}
 
 
 def test_tokenize_counts_what_generate_gets(ddtree):

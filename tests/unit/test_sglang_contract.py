@@ -476,6 +476,53 @@ def test_the_completion_stream_sends_a_chunk_for_every_output(srt):
     assert any(isinstance(n, ast.If) and getattr(n.test, "id", None) == "delta" for n in ast.walk(chat))
 
 
+def test_the_scheduler_serves_a_refused_prompt_as_one_token_then_aborts(srt):
+    """protocol.scheduled: SGLang's scheduler refuses a prompt by replacing it with token 0 and
+    marking the request to finish as aborted with a 400; the prefill's token is appended before
+    the finish is read, and the output reports the stand-in prompt's length."""
+    abort = ast.unparse(function(srt("managers/schedule_batch.py"), "set_finish_with_abort"))
+    assert "status_code: int=HTTPStatus.BAD_REQUEST" in abort and "err_type: str='BadRequestError'" in abort
+    assert "self.origin_input_ids = array('q', [0])" in abort, abort
+    assert protocol.ABORT_STUB == (0,)
+    update = ast.unparse(function(srt("managers/schedule_batch.py"), "update_finish_state"))
+    assert update.index("if self.to_finish:") < update.index("self.output_ids[-new_accepted_len:]"), update
+    prefill = ast.unparse(function(srt("managers/scheduler_components/batch_result_processor.py"),
+                                   "process_batch_result_prefill"))
+    assert prefill.index("req.output_ids.append(next_token_id)") < prefill.index("req.update_finish_state()")
+    streamer = ast.unparse(function(srt("managers/scheduler_components/output_streamer.py"), "accept"))
+    assert "self.prompt_tokens.append(len(req.origin_input_ids))" in streamer, streamer
+
+
+def test_an_openai_stream_reports_an_abort_with_a_status_as_an_error_chunk(srt, sglang_reference):
+    """openai_api.stream_error: both OpenAI streams answer an abort whose status_code is an
+    HTTPStatus with one error chunk typed by its name, and stop; the status stays an HTTPStatus
+    from the scheduler to them because SGLang's IPC pickles by default."""
+    for module, name in (("serving_completions.py", "_generate_completion_stream"),
+                         ("serving_chat.py", "_generate_chat_stream")):
+        code = ast.unparse(function(srt(f"entrypoints/openai/{module}"), name))
+        assert "isinstance(finish_reason.get('status_code'), HTTPStatus)" in code, module
+        assert "self.create_streaming_error_response(finish_reason.get('message', 'Generation aborted.'), " \
+               "code.name, code.value)" in code, module
+    error = function(srt("entrypoints/openai/serving_base.py"), "create_streaming_error_response")
+    assert "json.dumps({'error': error.model_dump()})" in ast.unparse(error)
+    assert set(openai_api.stream_error({"status_code": 400})["error"]) == set(
+        class_fields(srt("entrypoints/openai/protocol.py"), "ErrorResponse"))
+    assert "SGLANG_USE_PICKLE_IPC = EnvBool(True)" in (sglang_reference / "sglang/srt/environ.py").read_text()
+    assert "socket.send_pyobj(obj" in ast.unparse(function(srt("managers/io_struct.py"), "sock_send"))
+
+
+def test_meta_info_keys_are_sglangs_in_its_order(srt):
+    """server._meta_info writes SGLang's keys in the order its tokenizer manager does."""
+    handle = function(srt("managers/tokenizer_manager.py"), "_handle_batch_output")
+    first = next(n for n in ast.walk(handle) if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None)
+                 == "meta_info" and isinstance(n.value, ast.Dict))
+    update = next(n for n in ast.walk(handle) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                  and n.func.attr == "update" and getattr(n.func.value, "id", None) == "meta_info")
+    keys = [template(k) for k in first.value.keys] + [template(k) for k in update.args[0].keys]
+    assert keys == ["id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions",
+                    "reasoning_tokens", "completion_tokens", "cached_tokens"], keys
+
+
 def test_metrics_endpoint_is_mounted(srt):
     mounts = [template(n.args[0]) for n in ast.walk(srt("utils/common.py"))
               if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Mount" and n.args]
