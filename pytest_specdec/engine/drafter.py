@@ -60,7 +60,7 @@ class BlockDrafter:
 
     def stream_key(self, prompt_ids: list[int]) -> int:
         """The request's key for the noise coin: a function of the seed and prompt only."""
-        data = b"".join(i.to_bytes(4, "little") for i in prompt_ids)
+        data = b"".join((i & 0xFFFFFFFF).to_bytes(4, "little") for i in prompt_ids)  # an id may be negative
         return zlib.crc32(data, self.seed & 0xFFFFFFFF)
 
     def draft(self, roots: Tensor, positions: Tensor, stream_keys: Tensor) -> Tensor:

@@ -365,7 +365,9 @@ class TargetModel:
         if self.is_hybrid and state is None:
             state, conv_state = self.new_recurrent_state(b)
         cos, sin = self._rope_tables(torch.arange(p, device=self.device).expand(b, p))
-        x = self.embed[tokens.reshape(-1)]
+        flat = tokens.reshape(-1)
+        # a prompt id outside the vocabulary (protocol.OUT_OF_VOCAB, below 0) embeds as zeros
+        x = self.embed[flat.clamp(min=0)] * (flat >= 0).unsqueeze(-1).to(self.embed.dtype)
         for i, layer in enumerate(self.layers):
             if "state_index" in layer:
                 j = layer["state_index"]

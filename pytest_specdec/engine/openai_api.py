@@ -33,6 +33,7 @@ from .protocol import (
     known_fields,
     lora_path_field,
     parse_sampling,
+    prompt_ids,
     scheduled,
 )
 
@@ -188,8 +189,8 @@ def parse_completion(body: Any, *, encode, vocab_size: int, context_length: int,
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
         ids = encode(prompt)
-    elif isinstance(prompt, list) and prompt and all(type(i) is int and 0 <= i < vocab_size for i in prompt):
-        ids = prompt
+    elif isinstance(prompt, list) and prompt and all(type(i) is int for i in prompt):
+        ids = prompt_ids(prompt, vocab_size)
     else:
         raise OpenAIError("prompt must be a string or a list of token ids (one prompt per request).")
     _check_adapter(b, answer["model"], served_model_name)

@@ -421,7 +421,7 @@ def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int) -
 
     ``encode`` turns text into token ids. Raises a RequestError subclass, in SGLang's order:
     the body's shape, then the schema, then what the engine cannot honour, then SGLang's refusals:
-    the prompt given once, a LoRA adapter, then the context and the sampling ranges (admit).
+    the prompt given, a LoRA adapter, then the context and the sampling ranges (admit).
     """
     b = known_fields(body, GENERATE_FIELDS)
     stream = expect("stream", b.get("stream", False), (bool,), "a boolean")
@@ -438,17 +438,32 @@ def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int) -
     lora_path = lora_path_field(b.get("lora_path"))
     check_neutral("field(s)", b, NEUTRAL_FIELDS)
     sampling = parse_sampling(b.get("sampling_params"))
-    if (text is None) == (input_ids is None):
-        raise Refused("Either text or input_ids should be provided.")
+    if text is None and input_ids is None:
+        raise Refused("Either text, input_ids or input_embeds should be provided.")
     if input_ids is not None and not input_ids:
-        raise Refused("input_ids must not be empty.")
+        raise Refused(EMPTY_INPUT_IDS)
     check_no_lora(lora_path)
-    if text is not None:
-        input_ids = encode(text)
-    elif any(not 0 <= i < vocab_size for i in input_ids):
-        raise Refused(f"The input_ids {input_ids} contains values greater than the vocab size ({vocab_size}).")
+    # SGLang tokenizes the text only when no input_ids are given: given both, the ids are the prompt
+    input_ids = encode(text) if input_ids is None else prompt_ids(input_ids, vocab_size)
     input_ids, sampling, abort = scheduled(input_ids, sampling, vocab_size=vocab_size, context_length=context_length)
     return GenerateRequest(input_ids, sampling, stream, rid, abort)
+
+
+#: SGLang's words for an empty input_ids. It checks only when no text is given and passes an
+#: empty prompt beside a text on to its scheduler; the engine, which cannot prefill nothing,
+#: refuses that too, in the same words.
+EMPTY_INPUT_IDS = "input_ids cannot be empty."
+#: The id the engine gives every prompt id outside its vocabulary (see prompt_ids).
+OUT_OF_VOCAB = -1
+
+
+def prompt_ids(ids: list[int], vocab_size: int) -> list[int]:
+    """A prompt given as token ids, as the engine prefills it. SGLang refuses no id: under tensor
+    parallelism its vocab-parallel embedding embeds one outside the vocabulary as zeros; on one
+    GPU it indexes the embedding out of bounds, a device error. The engine does the former
+    (OUT_OF_VOCAB, which its model embeds as zeros): the request is served and counted, whatever
+    the id, and nothing crashes."""
+    return [i if 0 <= i < vocab_size else OUT_OF_VOCAB for i in ids]
 
 
 def lora_path_field(value: Any) -> str | list | None:

@@ -9,6 +9,7 @@ import torch
 
 from pytest_specdec.engine.decoding import SpeculativeDecoder
 from pytest_specdec.engine.model import PRESETS, TargetModel
+from pytest_specdec.engine.protocol import OUT_OF_VOCAB
 from pytest_specdec.engine.tokenizer import BOS_ID, EOS_ID, ByteTokenizer, IncrementalDecoder
 
 CPU = torch.device("cpu")
@@ -73,6 +74,16 @@ def test_context_overturns_the_context_free_choice_sometimes(model):
     seq = ids[-1:] + out
     flips = sum(int(successor[a]) != b for a, b in zip(seq, seq[1:])) / len(out)
     assert 0.03 < flips < 0.4
+
+
+def test_an_id_outside_the_vocabulary_embeds_as_zeros(model):
+    """protocol.OUT_OF_VOCAB: the prefill embeds it as zeros (not as the vocabulary's last row,
+    where a negative index would land), as SGLang's vocab-parallel embedding embeds such an id."""
+    zeroed = TargetModel.from_seed(PRESETS["tiny"], 0, CPU, torch.float32, 256)
+    zeroed.embed = torch.cat([model.embed, torch.zeros(1, model.embed.shape[1])])  # row 259: zeros
+    with torch.inference_mode():
+        out = model.prefill(torch.tensor([[BOS_ID, OUT_OF_VOCAB, 65]]))
+        assert torch.equal(out, zeroed.prefill(torch.tensor([[BOS_ID, model.config.vocab_size, 65]])))
 
 
 def test_safetensors_round_trip(model, tmp_path):

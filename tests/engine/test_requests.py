@@ -112,7 +112,7 @@ def test_unhonourable_values_are_all_named_in_one_message():
     ({"text": "hi", "sampling_params": {"stop_token_ids": [259]}}, Refused, "stop_token_ids"),
     ({"text": ["a", "b"]}, SchemaViolation, "batched"),
     ({"input_ids": [[1, 2]]}, SchemaViolation, "batched"),
-    ({"input_ids": []}, Refused, "must not be empty"),
+    ({"input_ids": []}, Refused, "input_ids cannot be empty."),
     ({"text": "hi", "lora_path": 5}, SchemaViolation, "lora_path: invalid type: integer 5"),
     ({"text": "hi", "lora_path": ["a", 3]}, SchemaViolation, "lora_path: invalid type: integer 3"),
     ([{"text": "hi"}], InvalidBody, "JSON object"),
@@ -137,7 +137,7 @@ def test_a_lora_adapter_is_refused_in_sglangs_words(lora_path, adapter):
     with pytest.raises(Refused) as info:
         parse({"text": "a" * 300, "lora_path": lora_path}, context_length=256)
     assert str(info.value) == LORA_REFUSAL.format(adapter)
-    with pytest.raises(Refused, match="Either text or input_ids"):
+    with pytest.raises(Refused, match="Either text, input_ids or input_embeds should be provided."):
         parse({"lora_path": lora_path})
 
 
@@ -151,7 +151,7 @@ def test_sampling_ranges_are_checked_where_sglang_checks_them(bad):
     after a LoRA adapter is refused and after its tokenizer manager's context checks, and before
     its scheduler's limit; the engine checked them first, so a request with two faults was
     refused for the other one."""
-    with pytest.raises(Refused, match="Either text or input_ids"):
+    with pytest.raises(Refused, match="Either text, input_ids or input_embeds should be provided."):
         parse({"sampling_params": bad})
     with pytest.raises(Refused) as info:
         parse({"text": "hi", "lora_path": "my-adapter", "sampling_params": bad})

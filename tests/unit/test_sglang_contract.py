@@ -446,6 +446,25 @@ def test_the_context_rule_is_sglangs(srt):
         assert all(piece in words for piece in pieces), (str(info.value), words)
 
 
+def test_the_prompt_is_given_as_sglang_takes_it(srt):
+    """parse_generate words a missing or empty prompt as GenerateReqInput does, takes input_ids over
+    a text beside them (SGLang tokenizes the text only without ids), and refuses no prompt id: the
+    tokenizer manager checks ids against the vocabulary only for token_ids_logprob."""
+    io_struct = srt("managers/io_struct.py")
+    words = templates(function(io_struct, "_validate_inputs")) + templates(function(io_struct, "_determine_batch_size"))
+    with pytest.raises(protocol.Refused) as info:
+        protocol.parse_generate({}, encode=list, vocab_size=256, context_length=100)
+    assert str(info.value) in words
+    assert protocol.EMPTY_INPUT_IDS in words
+    tokenize = ast.unparse(function(srt("managers/tokenizer_manager.py"), "_tokenize_one_request"))
+    assert tokenize.index("elif obj.input_ids is not None:\n") < tokenize.index("self._tokenize_texts("), tokenize
+    checked = [n for n in ast.walk(srt("managers/tokenizer_manager.py")) if isinstance(n, ast.Compare)
+               and any("vocab_size" in ast.unparse(c) for c in n.comparators)]
+    assert all("token_id" in ast.unparse(n.left) for n in checked), [ast.unparse(n) for n in checked]
+    masked = ast.unparse(function(srt("layers/vocab_parallel_embedding.py"), "get_masked_input_and_mask"))
+    assert "input_ = vocab_mask * (input_ - valid_offset)" in masked, masked
+
+
 def test_the_engine_refuses_a_lora_adapter_in_sglangs_words(srt):
     """The engine is an SGLang server started without --enable-lora: its refusal, word for word."""
     check = function(srt("managers/tokenizer_manager.py"), "_validate_and_resolve_lora")
