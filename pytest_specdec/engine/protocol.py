@@ -40,7 +40,8 @@ from .. import context_rule
 
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default
 TOP_K_ALL = 1 << 30  # SGLang's "whole vocabulary"
-MAX_JSON_DEPTH = 64  # SGLang's request types nest a few levels; far deeper is an attack, not a request
+#: The deepest body the engine parses (see parse_json), well inside Python's recursion limit.
+MAX_JSON_DEPTH = 500
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,19 @@ class InvalidBody(RequestError):
 
     def body(self) -> dict:
         return {"object": "error", "message": str(self), "type": "Bad Request", "param": None, "code": 400}
+
+
+class UnparsableBody(InvalidBody):
+    """A body of a JSON media type that FastAPI fails to parse other than as bad JSON (see
+    parse_json): its HTTPException, which SGLang's handler answers with the status as the type."""
+
+    def body(self) -> dict:
+        return {"object": "error", "message": str(self), "type": str(self.status), "param": None,
+                "code": self.status}
+
+
+#: FastAPI's words for an UnparsableBody.
+PARSE_ERROR = "There was an error parsing the body"
 
 
 class UnsupportedMediaType(InvalidBody):
@@ -274,25 +288,20 @@ def abort_error(reason: dict | None) -> Refused | None:
 
 # -- parsing ---------------------------------------------------------------------------------------
 
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def parse_json(raw: bytes, endpoint: str | None = None) -> Any:
-    """The request body as JSON, or InvalidBody: not JSON (FastAPI's json_invalid error, from
-    ``endpoint``), not UTF-8, NaN or Infinity (which Python's parser would take), nested deeper than
-    MAX_JSON_DEPTH, or holding a string that is not Unicode text (a lone surrogate such as
-    "\\ud800", which no tokenizer can encode)."""
+    """The request body as JSON, parsed as FastAPI parses it (Python's json.loads of the bytes,
+    which reads UTF-8, -16 and -32 and takes NaN and Infinity), or InvalidBody: bad JSON (FastAPI's
+    json_invalid error, from ``endpoint``); UnparsableBody for whatever else fails (bytes that are
+    not text in those encodings, a nesting deeper than Python's parser goes, a number too long
+    to convert), and for a body nested deeper than MAX_JSON_DEPTH, which keeps the engine's
+    own walks and error messages clear of the recursion limit; an InvalidBody for a string that
+    is not Unicode text (a lone surrogate such as "\\ud800", which no tokenizer can encode)."""
     try:
-        value = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except UnicodeDecodeError as exc:
-        raise InvalidBody(f"The request body is not UTF-8: {exc}") from None
-    except RecursionError:
-        raise InvalidBody(f"The request body nests deeper than {MAX_JSON_DEPTH} levels.") from None
+        value = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise InvalidBody(validation_message([json_invalid(exc)], endpoint)) from None
-    except ValueError as exc:
-        raise InvalidBody(f"The request body is not valid JSON: {exc}") from None
+    except Exception:  # FastAPI answers every other failure to parse the same way
+        raise UnparsableBody(PARSE_ERROR) from None
     stack = [(value, 1)]
     while stack:  # iterative: a deep document must not exhaust this process's stack either
         item, depth = stack.pop()
@@ -300,7 +309,7 @@ def parse_json(raw: bytes, endpoint: str | None = None) -> Any:
             _check_text(item)
         elif isinstance(item, (list, dict)):
             if depth > MAX_JSON_DEPTH:
-                raise InvalidBody(f"The request body nests deeper than {MAX_JSON_DEPTH} levels.")
+                raise UnparsableBody(PARSE_ERROR)
             if isinstance(item, dict):
                 for key in item:
                     _check_text(key)

@@ -4,6 +4,7 @@ that hostile or slow clients cannot make answer 500 or hold a connection."""
 from __future__ import annotations
 
 import json
+import math
 import socket
 import time
 
@@ -21,6 +22,7 @@ from pytest_specdec.engine.protocol import (
     Refused,
     RequestError,
     SchemaViolation,
+    UnparsableBody,
     Unsupported,
     parse_generate,
     parse_json,
@@ -191,15 +193,48 @@ def test_no_lora_adapter_is_no_refusal(lora_path):
     (b'{"text": "\\ud800"}', "not valid Unicode"),
     (b'{"text": "ok", "rid": "\\udfff\\ud800"}', "not valid Unicode"),
     (b'{"text": "ok", "custom_labels": {"\\ud83d": "x"}}', "not valid Unicode"),
-    (b'[' * 100_000 + b']' * 100_000, "nests deeper"),
-    (b'{"text": "ok", "custom_params": ' + b'{"a": ' * 65 + b'1' + b'}' * 65 + b'}', "nests deeper"),
-    (b'{"text": "ok", "sampling_params": {"temperature": NaN}}', "not valid JSON"),
-    (b'{"text": "ok", "sampling_params": {"temperature": -Infinity}}', "not valid JSON"),
-    (b'\xff\xfe{}', "not UTF-8"),
 ])
 def test_hostile_bodies_are_invalid(raw, fragment):
     with pytest.raises(InvalidBody, match=fragment):
         parse_json(raw)
+
+
+@pytest.mark.parametrize("raw", [
+    b'[' * 100_000 + b']' * 100_000,  # deeper than Python's parser goes
+    b'{"text": "ok", "custom_params": ' + b'{"a": ' * 600 + b'1' + b'}' * 600 + b'}',  # than MAX_JSON_DEPTH
+    b'{"text": "\xff"}',  # not UTF-8, nor UTF-16 or -32
+    b'{"text": "ok", "sampling_params": {"max_new_tokens": ' + b'9' * 5000 + b'}}',  # too long for an int
+])
+def test_a_body_fastapi_cannot_parse_gets_its_answer(raw):
+    """FastAPI answers any failure to parse but bad JSON with HTTPException(400, its words), which
+    SGLang's handler turns into its ErrorResponse with the status as the type."""
+    with pytest.raises(UnparsableBody) as info:
+        parse_json(raw)
+    assert info.value.body() == {"object": "error", "message": "There was an error parsing the body", "type": "400",
+                                 "param": None, "code": 400}
+
+
+def test_a_body_is_parsed_as_fastapi_parses_it():
+    """Python's json.loads of the bytes, as FastAPI's: UTF-16 and -32 and a UTF-8 BOM are read,
+    NaN and Infinity are numbers, and a body nested 100 levels deep is taken."""
+    for encoding in ("utf-16", "utf-32", "utf-8-sig", "utf-16-le"):
+        assert parse_json('{"text": "é"}'.encode(encoding)) == {"text": "é"}, encoding
+    body = parse_json(b'{"temperature": NaN, "top_p": Infinity, "min_p": -Infinity}')
+    assert math.isnan(body["temperature"]) and body["top_p"] == math.inf and body["min_p"] == -math.inf
+    deep = b'{"text": "ok", "custom_labels": ' + b'{"a": ' * 100 + b'1' + b'}' * 100 + b'}'
+    assert parse(parse_json(deep)).input_ids == tuple(TOKENIZER.encode("ok"))
+
+
+@pytest.mark.parametrize("sampling, fragment", [
+    ('{"temperature": NaN}', "temperature must be a non-negative finite number, got nan."),
+    ('{"temperature": Infinity}', "temperature must be a non-negative finite number, got inf."),
+    ('{"max_new_tokens": NaN}', "max_new_tokens: invalid type"),
+    ('{"top_p": NaN}', "top_p=NaN"),
+])
+def test_nan_and_infinity_meet_sglangs_validation(sampling, fragment):
+    with pytest.raises(RequestError) as info:
+        parse(parse_json(b'{"text": "hi", "sampling_params": ' + sampling.encode() + b'}'))
+    assert fragment in str(info.value)
 
 
 def test_a_paired_surrogate_escape_is_text():
@@ -235,6 +270,23 @@ def engine(module_engines):
 def test_hostile_requests_get_400_not_500(engine, raw):
     res = engine.request("POST", "/generate", raw=raw)
     assert res.status == 400, res.text
+    assert engine.generate(PROMPT, max_new_tokens=2)["meta_info"]["completion_tokens"] == 2
+
+
+@pytest.mark.parametrize("path", ["/generate", "/v1/completions", "/v1/tokenize"])
+def test_a_body_fastapi_cannot_parse_gets_its_answer_over_http(engine, path):
+    res = engine.request("POST", path, raw=b'{"text": "\xff", "prompt": "\xff"}')
+    assert res.status == 400 and res.json() == {"object": "error", "message": "There was an error parsing the body",
+                                                "type": "400", "param": None, "code": 400}
+
+
+def test_a_nan_temperature_gets_sglangs_refusal_over_http(engine):
+    raw = b'{"text": "hi", "sampling_params": {"temperature": NaN, "max_new_tokens": 2}}'
+    res = engine.request("POST", "/generate", raw=raw)
+    assert res.status == 400 and res.json() == {
+        "error": {"message": "temperature must be a non-negative finite number, got nan."}}
+    res = engine.request("POST", "/v1/completions", raw=b'{"prompt": "hi", "temperature": NaN}')
+    assert res.status == 400 and res.json()["message"] == "temperature must be a non-negative finite number, got nan."
     assert engine.generate(PROMPT, max_new_tokens=2)["meta_info"]["completion_tokens"] == 2
 
 

@@ -465,6 +465,21 @@ def test_the_prompt_is_given_as_sglang_takes_it(srt):
     assert "input_ = vocab_mask * (input_ - valid_offset)" in masked, masked
 
 
+def test_a_body_fastapi_cannot_parse_gets_sglangs_http_exception_shape(srt, sglang_reference):
+    """protocol.UnparsableBody: Starlette parses a body with Python's json.loads of its bytes (so
+    UTF-16, NaN and Infinity are read), and SGLang answers FastAPI's HTTPException for any other
+    failure in its ErrorResponse, the status as the type."""
+    starlette = _parse(sglang_reference / "starlette" / "requests.py")
+    assert "self._json = json.loads(body)" in ast.unparse(function(starlette, "json"))
+    http_server = srt("entrypoints/http_server.py")
+    handler = next(n for n in ast.walk(http_server) if isinstance(n, ast.AsyncFunctionDef) and any(
+        "exception_handler(HTTPException)" in ast.unparse(d) for d in n.decorator_list))
+    assert "ErrorResponse(object='error', message=exc.detail, type=str(exc.status_code), code=exc.status_code)" \
+        in ast.unparse(handler), ast.unparse(handler)
+    assert protocol.UnparsableBody("m").body() == {"object": "error", "message": "m", "type": "400", "param": None,
+                                                   "code": 400}
+
+
 def test_the_engine_refuses_a_lora_adapter_in_sglangs_words(srt):
     """The engine is an SGLang server started without --enable-lora: its refusal, word for word."""
     check = function(srt("managers/tokenizer_manager.py"), "_validate_and_resolve_lora")
