@@ -32,6 +32,7 @@ from .protocol import (
     expect,
     known_fields,
     lora_path_field,
+    out_of_range,
     parse_sampling,
     prompt_ids,
     scheduled,
@@ -159,6 +160,21 @@ def _check_adapter(b: dict, model: str, served_model_name: str) -> None:
     check_no_lora(lora_adapter(model, served_model_name) or b.get("lora_path"), OpenAIError)
 
 
+#: The OpenAI fields that are SGLang sampling parameters with a range (protocol.SAMPLING_RANGES),
+#: by their sampling parameter's name.
+SAMPLING_NAMES = {"top_p": "top_p", "min_p": "min_p", "top_k": "top_k", "frequency_penalty": "frequency_penalty",
+                  "presence_penalty": "presence_penalty", "repetition_penalty": "repetition_penalty",
+                  "min_tokens": "min_new_tokens"}
+#: The OpenAI fields SGLang's request models type as floats.
+FLOAT_FIELDS = frozenset({"temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty",
+                          "repetition_penalty"})
+
+
+def _as_float(value: Any) -> Any:
+    """A float field's value as pydantic hands it to SGLang: an integer becomes a float."""
+    return float(value) if type(value) is int else value
+
+
 def _common(body: Any, fields: frozenset[str], neutral: Mapping[str, Neutral],
             default_max_tokens: int | None) -> tuple[dict, Sampling, dict]:
     """The fields both endpoints share: the body, its sampling, and how to answer (stream, usage, model)."""
@@ -169,13 +185,16 @@ def _common(body: Any, fields: frozenset[str], neutral: Mapping[str, Neutral],
     answer = {"stream": stream, "model": DEFAULT_MODEL if model is None else expect("model", model, (str,), "a string")}
     for name, key in (("include_usage", "include_usage"), ("continuous_usage", "continuous_usage_stats")):
         answer[name] = expect(f"stream_options.{key}", options.get(key) or False, (bool,), "a boolean")
-    check_neutral("field(s)", b, neutral)
+    check_neutral("field(s)", b, neutral, SAMPLING_NAMES)
     lora_path_field(b.get("lora_path"))  # its type only: an adapter is refused later, where SGLang refuses it
     max_tokens = b.get("max_completion_tokens", b.get("max_tokens", default_max_tokens))
     if max_tokens is not None and (type(max_tokens) is not int or max_tokens <= 0):
         raise OpenAIError(f"max_tokens must be a positive integer, got {max_tokens!r}.")
-    params = {"temperature": b.get("temperature"), "stop": b.get("stop"), "stop_token_ids": b.get("stop_token_ids"),
-              "ignore_eos": b.get("ignore_eos")}
+    params = {"temperature": _as_float(b.get("temperature")), "stop": b.get("stop"),
+              "stop_token_ids": b.get("stop_token_ids"), "ignore_eos": b.get("ignore_eos")}
+    # a neutral-only field outside SGLang's range goes on to its refusal there (Sampling.verify)
+    params |= out_of_range({SAMPLING_NAMES[k]: _as_float(v) if k in FLOAT_FIELDS else v
+                            for k, v in b.items() if k in SAMPLING_NAMES})
     if max_tokens is not None:
         params["max_new_tokens"] = max_tokens
     return b, parse_sampling(params), answer

@@ -34,7 +34,7 @@ import email.message
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .. import context_rule
 
@@ -353,10 +353,52 @@ def expect(name: str, value: Any, kinds: tuple[type, ...], expected: str) -> Any
     raise SchemaViolation(f"{name}: invalid type: {_type_name(value)} {json.dumps(value)[:80]}, expected {expected}")
 
 
-def check_neutral(kind: str, params: Mapping[str, Any], rules: Mapping[str, Neutral]) -> None:
-    """Unsupported naming every field of ``params`` set to a value the engine cannot honour."""
+@dataclass(frozen=True)
+class Range:
+    """A sampling parameter's range as SGLang's SamplingParams.verify checks it, and its words
+    (``{}``: the value) for a value of the parameter's type outside it."""
+
+    kinds: tuple[type, ...]
+    inside: Callable[[Any], bool]
+    words: str
+
+    def refuses(self, value: Any) -> bool:
+        return isinstance(value, self.kinds) and not isinstance(value, bool) and not self.inside(value)
+
+
+#: verify's ranges of the neutral-only sampling parameters, in its order (beam_width comes before
+#: temperature, the rest after). SGLang refuses a value outside them there, so the engine does
+#: too, in its words and at its point (Sampling.verify), not as a value it cannot honour.
+SAMPLING_RANGES: Mapping[str, Range] = {
+    "beam_width": Range((int,), lambda v: v >= 1, "beam_width must be at least 1, got {}."),
+    "top_p": Range((int, float), lambda v: 0.0 < v <= 1.0, "top_p must be in (0, 1], got {}."),
+    "min_p": Range((int, float), lambda v: 0.0 <= v <= 1.0, "min_p must be in [0, 1], got {}."),
+    "top_k": Range((int,), lambda v: v >= 1 or v == -1, "top_k must be -1 (disable) or at least 1, got {}."),
+    "frequency_penalty": Range((int, float), lambda v: -2.0 <= v <= 2.0,
+                               "frequency_penalty must be in [-2, 2], got {}."),
+    "presence_penalty": Range((int, float), lambda v: -2.0 <= v <= 2.0,
+                              "presence_penalty must be in [-2, 2], got {}."),
+    "repetition_penalty": Range((int, float), lambda v: 0.0 < v <= 2.0,
+                                "repetition_penalty must be in (0, 2] (1.0 = no penalty), got {}."),
+    "min_new_tokens": Range((int,), lambda v: v >= 0, "min_new_tokens must be in [0, max_new_tokens], got {}."),
+}
+
+
+def out_of_range(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The sampling parameters of ``params`` set outside SGLang's ranges (SAMPLING_RANGES)."""
+    return tuple((name, params[name]) for name in SAMPLING_RANGES
+                 if name in params and SAMPLING_RANGES[name].refuses(params[name]))
+
+
+def check_neutral(kind: str, params: Mapping[str, Any], rules: Mapping[str, Neutral],
+                  ranged: Mapping[str, str] | None = None) -> None:
+    """Unsupported naming every field of ``params`` set to a value the engine cannot honour,
+    but for one SGLang refuses later as out of range: ``ranged`` maps names of ``params`` to
+    those of SAMPLING_RANGES (sampling parameters map to themselves)."""
+    ranged = {name: name for name in SAMPLING_RANGES} if ranged is None else ranged
     refused = [f"{name}={json.dumps(value)[:60]}" for name, value in params.items()
-               if name in rules and not rules[name].accepts(value)]
+               if name in rules and not rules[name].accepts(value)
+               and not (name in ranged and SAMPLING_RANGES[ranged[name]].refuses(value))]
     if refused:
         raise Unsupported(f"The embedded engine cannot honour the {kind} {', '.join(refused)}: it decodes "
                           f"greedily, one sequence per request, without logprobs, media inputs, LoRA adapters or "
@@ -373,12 +415,19 @@ class Sampling:
     stop: tuple[str, ...] = ()
     stop_token_ids: frozenset[int] = frozenset()
     temperature: float = 1.0
+    out_of_range: tuple[tuple[str, Any], ...] = ()  # neutral-only parameters SGLang refuses (SAMPLING_RANGES)
 
     def verify(self, vocab_size: int) -> None:
-        """The ranges SGLang's SamplingParams.verify checks (and the engine's own stop checks),
-        which come after its context checks: see admit."""
+        """The ranges SGLang's SamplingParams.verify checks, in its order (and the engine's own
+        stop checks), which come after its context checks: see admit."""
+        refused = dict(self.out_of_range)
+        if "beam_width" in refused:
+            raise Refused(SAMPLING_RANGES["beam_width"].words.format(refused["beam_width"]))
         if not math.isfinite(self.temperature) or self.temperature < 0:
             raise Refused(f"temperature must be a non-negative finite number, got {self.temperature}.")
+        if refused:
+            name, value = next(iter(refused.items()))
+            raise Refused(SAMPLING_RANGES[name].words.format(value))
         if self.max_new_tokens < 0:
             raise Refused(f"max_new_tokens must be at least 0, got {self.max_new_tokens}.")
         if any(not s for s in self.stop):
@@ -411,7 +460,7 @@ def parse_sampling(params: Any) -> Sampling:
     for i in stop_ids:
         expect("stop_token_ids", i, (int,), "a list of integers")
     check_neutral("sampling parameter(s)", p, NEUTRAL_SAMPLING)
-    return Sampling(max_new_tokens, ignore_eos, tuple(stop), frozenset(stop_ids), temperature)
+    return Sampling(max_new_tokens, ignore_eos, tuple(stop), frozenset(stop_ids), temperature, out_of_range(p))
 
 
 @dataclass(frozen=True)

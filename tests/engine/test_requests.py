@@ -59,8 +59,10 @@ def test_a_neutral_field_at_its_off_value_is_accepted_and_any_other_value_is_nam
 @pytest.mark.parametrize("name", sorted(NEUTRAL_SAMPLING))
 def test_a_neutral_sampling_parameter_at_its_off_value_is_accepted_and_any_other_value_is_named(name):
     parse({"text": "hi", "sampling_params": {name: NEUTRAL_SAMPLING[name].off}})
+    within = protocol.SAMPLING_RANGES.get(name)
+    other = 12345 if within is None or not within.refuses(12345) else 0.5  # a value SGLang would serve
     with pytest.raises(Unsupported, match=rf"\b{name}="):
-        parse({"text": "hi", "sampling_params": {name: 12345}})
+        parse({"text": "hi", "sampling_params": {name: other}})
 
 
 def test_hints_take_any_value():
@@ -229,12 +231,58 @@ def test_a_body_is_parsed_as_fastapi_parses_it():
     ('{"temperature": NaN}', "temperature must be a non-negative finite number, got nan."),
     ('{"temperature": Infinity}', "temperature must be a non-negative finite number, got inf."),
     ('{"max_new_tokens": NaN}', "max_new_tokens: invalid type"),
-    ('{"top_p": NaN}', "top_p=NaN"),
+    ('{"top_p": NaN}', "top_p must be in (0, 1], got nan."),
+    ('{"repetition_penalty": Infinity}', "repetition_penalty must be in (0, 2] (1.0 = no penalty), got inf."),
 ])
 def test_nan_and_infinity_meet_sglangs_validation(sampling, fragment):
     with pytest.raises(RequestError) as info:
         parse(parse_json(b'{"text": "hi", "sampling_params": ' + sampling.encode() + b'}'))
     assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("params, words", [
+    ({"top_p": 5}, "top_p must be in (0, 1], got 5."),
+    ({"top_p": 0}, "top_p must be in (0, 1], got 0."),
+    ({"min_p": -0.5}, "min_p must be in [0, 1], got -0.5."),
+    ({"top_k": 0}, "top_k must be -1 (disable) or at least 1, got 0."),
+    ({"frequency_penalty": 3}, "frequency_penalty must be in [-2, 2], got 3."),
+    ({"presence_penalty": -3.5}, "presence_penalty must be in [-2, 2], got -3.5."),
+    ({"min_new_tokens": -1}, "min_new_tokens must be in [0, max_new_tokens], got -1."),
+    ({"beam_width": 0, "temperature": -1}, "beam_width must be at least 1, got 0."),
+    ({"top_p": 5, "temperature": -1}, "temperature must be a non-negative finite number, got -1."),
+    ({"top_p": 5, "top_k": 0}, "top_p must be in (0, 1], got 5."),
+    ({"min_new_tokens": -1, "max_new_tokens": -1}, "min_new_tokens must be in [0, max_new_tokens], got -1."),
+])
+def test_a_neutral_sampling_value_sglang_refuses_gets_its_refusal(params, words):
+    """A value SamplingParams.verify refuses is refused in its words, in its order and at its
+    point (after the context checks), not as one the engine cannot honour; an honourable value
+    the engine lacks still is that."""
+    with pytest.raises(Refused) as info:
+        parse({"text": "hi", "sampling_params": params})
+    assert str(info.value) == words
+    with pytest.raises(Refused, match="longer than the model's context length"):
+        parse({"text": "a" * 300, "sampling_params": params}, context_length=256)
+    with pytest.raises(Unsupported, match="top_p=0.5"):
+        parse({"text": "hi", "sampling_params": {**params, "top_p": 0.5}})
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"top_p": 5}, "top_p must be in (0, 1], got 5.0."),
+    ({"top_k": -2}, "top_k must be -1 (disable) or at least 1, got -2."),
+    ({"min_tokens": -1}, "min_new_tokens must be in [0, max_new_tokens], got -1."),
+    ({"repetition_penalty": 0}, "repetition_penalty must be in (0, 2] (1.0 = no penalty), got 0.0."),
+    ({"temperature": -1}, "temperature must be a non-negative finite number, got -1.0."),
+])
+def test_the_openai_routes_refuse_an_out_of_range_value_as_sglang(fields, words):
+    """The same on /v1/completions and /v1/chat/completions, with SGLang's sampling parameter
+    names and pydantic's floats (an integer given for a float field is worded as one)."""
+    kwargs = {"encode": TOKENIZER.encode, "vocab_size": TOKENIZER.vocab_size, "context_length": 256,
+              "served_model_name": "m"}
+    for parse_openai, prompt in ((openai_api.parse_completion, {"prompt": "hi"}),
+                                 (openai_api.parse_chat, {"messages": [{"role": "user", "content": "hi"}]})):
+        with pytest.raises(RequestError) as info:
+            parse_openai({**prompt, "max_tokens": 3, **fields}, **kwargs)
+        assert str(info.value) == words
 
 
 def test_a_paired_surrogate_escape_is_text():

@@ -480,6 +480,20 @@ def test_a_body_fastapi_cannot_parse_gets_sglangs_http_exception_shape(srt, sgla
                                                    "code": 400}
 
 
+def test_the_engine_refuses_a_sampling_value_out_of_range_in_verifys_words_and_order(srt):
+    """protocol.SAMPLING_RANGES and Sampling.verify: SamplingParams.verify's words for each range,
+    checked in its order (beam_width, temperature, then the rest), max_new_tokens after them."""
+    verify = function(srt("sampling/sampling_params.py"), "verify")
+    said = [t for _, t in sorted((n.lineno, template(n)) for n in ast.walk(verify)
+                                 if isinstance(n, ast.JoinedStr) and template(n))]
+    engine = [r.words for r in protocol.SAMPLING_RANGES.values()]
+    temperature = "temperature must be a non-negative finite number, got {}."
+    max_new_tokens = "max_new_tokens must be at least 0, got {}."
+    assert all(words in said for words in engine + [temperature, max_new_tokens]), said
+    order = [said.index(words) for words in [engine[0], temperature, *engine[1:], max_new_tokens]]
+    assert order == sorted(order), said
+
+
 def test_the_engine_refuses_a_lora_adapter_in_sglangs_words(srt):
     """The engine is an SGLang server started without --enable-lora: its refusal, word for word."""
     check = function(srt("managers/tokenizer_manager.py"), "_validate_and_resolve_lora")
