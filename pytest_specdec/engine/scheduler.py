@@ -263,6 +263,8 @@ class Scheduler:
                     self._done(req)
                     req.notify()
                     continue
+            if req.abort is not None:  # as SGLang's scheduler logs the refusal it aborts with
+                logs.SCHEDULER.error(f"{req.abort['message']}, self.rid={req.rid!r}")
             if req.max_new_tokens == 0:
                 req.finish({"type": "length", "length": 0})
                 self._done(req)

@@ -439,6 +439,7 @@ def test_a_prompt_sglangs_scheduler_refuses_while_streaming_ends_the_stream_abor
     assert (meta["id"], meta["prompt_tokens"], meta["completion_tokens"], meta["weight_version"]) == (
         "too-long", 1, 1, "default")
     assert meta["e2e_latency"] > 0 and meta["response_sent_to_client_ts"] > 0
+    ddtree.wait_for_line(TIMESTAMP + r" TP0\] " + re.escape(f"{SCHEDULER_REFUSAL}, self.rid='too-long'"))
     whole = ddtree.post("/generate", {"text": "a" * (CONTEXT - 7), "sampling_params": {"max_new_tokens": 1}})
     assert whole.status == 400 and whole.json() == {"error": {"message": SCHEDULER_REFUSAL}}
 

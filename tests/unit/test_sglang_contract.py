@@ -531,6 +531,7 @@ def test_the_scheduler_serves_a_refused_prompt_as_one_token_then_aborts(srt):
     abort = ast.unparse(function(srt("managers/schedule_batch.py"), "set_finish_with_abort"))
     assert "status_code: int=HTTPStatus.BAD_REQUEST" in abort and "err_type: str='BadRequestError'" in abort
     assert "self.origin_input_ids = array('q', [0])" in abort, abort
+    assert "logger.error(f'{error_msg}, self.rid={self.rid!r}')" in abort, abort  # the engine's scheduler logs it so
     assert protocol.ABORT_STUB == (0,)
     update = ast.unparse(function(srt("managers/schedule_batch.py"), "update_finish_state"))
     assert update.index("if self.to_finish:") < update.index("self.output_ids[-new_accepted_len:]"), update
