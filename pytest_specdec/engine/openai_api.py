@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from http import HTTPStatus
 from functools import cache
+from http import HTTPStatus
 from typing import Any, Mapping
 
 from .protocol import (

@@ -579,7 +579,7 @@ def schedule(prompt_tokens: int, max_new_tokens: int, context_length: int) -> in
     return context_rule.new_tokens_served(prompt_tokens, max_new_tokens, context_length)
 
 
-#: The prompt SGLang's scheduler puts in place of one it refuses, "to skip the long prefill".
+#: The prompt SGLang's scheduler puts in place of one it refuses, which it prefills instead.
 ABORT_STUB = (0,)
 
 

@@ -74,8 +74,9 @@ class Request:
 
     def append(self, tokens: list[int]) -> int:
         """Append committed tokens up to the first finishing condition; return how many were
-        taken. Finishing: ``abort`` at once, ``max_new_tokens`` reached (length), EOS or a stop token id unless
-        ``ignore_eos``, or a stop string in the text (which is cut off before it, as SGLang does)."""
+        taken. Finishing: ``abort`` at once, ``max_new_tokens`` reached (length), EOS or a stop
+        token id unless ``ignore_eos``, or a stop string in the text (which is cut off before it,
+        as SGLang does)."""
         tokens = tokens[: self.max_new_tokens - len(self.output_ids)]
         if self.abort is not None:  # SGLang's scheduler keeps the token before it reads the reason
             self.output_ids.extend(tokens[:1])
