@@ -130,6 +130,9 @@ async def generate_one(
 ) -> RequestRecord:
     """One streaming /generate request; never raises for server or network failures.
 
+    `on_event` is called for each `data:` event (the stall watchdog's sign of progress); SSE
+    comments and blank lines, which a proxy may send as keep-alives, are no progress.
+
     Failures become a `RequestRecord` with `error` set, so that one bad request is reported
     with its status and message next to the others instead of aborting the whole workload.
     """
@@ -152,8 +155,6 @@ async def generate_one(
                 buf = bytearray()
                 head = bytearray()  # the body's first bytes, to show one that is no event stream
                 async for data in resp.content.iter_any():
-                    if on_event is not None:
-                        on_event()
                     buf += data
                     if len(head) < 200:
                         head += data[:200 - len(head)]
@@ -163,6 +164,8 @@ async def generate_one(
                     for line in lines:
                         if not line.startswith(_DATA):
                             continue  # blank separators, SSE comments, keep-alives
+                        if on_event is not None:  # an event, not a keep-alive: the server made progress
+                            on_event()
                         event = line[5:].strip()
                         if event == _DONE:
                             done = True
@@ -275,8 +278,9 @@ async def run_workload_async(
     Records come back in prompt order. `on_record` is called as each request finishes (for
     progress lines). The wall time runs from the first send to the last finish, which is the
     denominator of output_tok_s. With `stall_timeout`, the workload is abandoned with
-    `WorkloadStalled` as soon as requests are in flight and none has received a byte of its
-    stream for that long (a frozen server), instead of after each request's own timeout.
+    `WorkloadStalled` as soon as requests are in flight and none has received an event of its
+    stream for that long (a frozen server, keep-alives or not), instead of after each request's
+    own timeout.
     """
     owned = session is None
     if session is None:

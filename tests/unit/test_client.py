@@ -114,6 +114,10 @@ class FakeSGLang:
                     return resp
                 if mode == "freeze" and emitted > 1:
                     await asyncio.sleep(60)  # a frozen scheduler: the stream stays open, silent
+                if mode == "keepalive" and emitted > 1:
+                    for _ in range(600):  # a frozen scheduler behind a proxy that keeps the stream warm
+                        await resp.write(b": keep-alive\n\n")
+                        await asyncio.sleep(0.1)
                 if mode == "midstream_error" and emitted > 1:
                     await resp.write(b'data: {"error": {"message": "CUDA out of memory"}}\n\n')
                     break
@@ -275,6 +279,15 @@ def test_a_frozen_stream_stops_the_workload_after_the_stall_timeout(fake):
     assert (stall.in_flight, stall.done, stall.total) == (1, 1, 3)
     assert stall.stalled_s > 0.5
     assert str(stall).startswith("no token for ") and "while 1 request was in flight" in str(stall)
+
+
+def test_keep_alives_without_events_are_a_stall(fake):
+    """SSE comments (a proxy's keep-alives) carry no token: they must not reset the stall clock,
+    or a frozen server behind such a proxy holds the workload until each request's own timeout."""
+    with pytest.raises(WorkloadStalled) as info:
+        run_workload(fake.url, workload("mode:keepalive", n=10, concurrency=1),
+                     timeout_s=30, stall_timeout=0.5)
+    assert (info.value.in_flight, info.value.done) == (1, 0)
 
 
 def test_a_slow_but_moving_stream_is_no_stall(fake):
