@@ -145,7 +145,10 @@ class LiveServer:
         if meter is not None:
             meter.start()
         try:
-            result = client.run_workload(self.url, workload, stall_timeout=self.stall_timeout)
+            # a request that keeps streaming may take as long as it takes; the stall watchdog
+            # bounds a silent one (the client's per-request cap only where there is none)
+            timeout = {} if self.stall_timeout is None else {"timeout_s": None}
+            result = client.run_workload(self.url, workload, stall_timeout=self.stall_timeout, **timeout)
         except client.WorkloadStalled as stall:
             self._stalled(str(stall))
         calibration = meter.stop(result.wall_s) if meter is not None else None

@@ -359,3 +359,25 @@ def test_the_header_of_an_attached_server_that_does_not_answer_says_both():
     said = AttachBackend("attached").counting(nowhere)
     assert said == ("by the server's /v1/tokenize where it serves it, else as the embedded engine counts "
                     "(BOS + one per UTF-8 byte), an upper bound")
+
+
+def test_a_long_but_moving_workload_meets_no_per_request_cap(monkeypatch):
+    """With a stall timeout, a request that keeps receiving tokens is not cut at the client's
+    600 s per-request cap (a long generation on a large model outlasts it): the stall watchdog
+    bounds a silent one."""
+    import pytest_specdec.client as client_module
+
+    seen = {}
+
+    def run_workload(url, workload, **kwargs):
+        seen.update(kwargs)
+        record = RequestRecord(index=0, status=200, finish_reason="length", prompt_tokens=4,
+                               completion_tokens=4, ttft_ms=1.0, e2e_ms=2.0, chunks=4)
+        return WorkloadResult(workload.name, url, 1, (record,), wall_s=0.01)
+
+    monkeypatch.setattr(client_module, "run_workload", run_workload)
+    server = LiveServer(spec=ServerSpec("embedded", "ar"), url="http://127.0.0.1:1", log_path=None,
+                        check=lambda: None, token_counter=None, stall_timeout=5.0)
+    server.run(Workload(name="w", prompts=(Prompt("hi"),), max_new_tokens=4, concurrency=1))
+    assert seen["stall_timeout"] == 5.0
+    assert seen.get("timeout_s", "the client's default") is None
