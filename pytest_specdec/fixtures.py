@@ -158,7 +158,7 @@ def specdec_server(specdec_spec: MatrixCase, specdec_pool: ServerPool,
         min_accept_length=state.config.min_accept_length, root=state.config.root,
         token_counter=state.backend.token_counter(server.url), owned=owned, workloads=state.workloads,
         stall_timeout=state.settings.stall_timeout, probe_stall=server.stall_error,
-        report_failure=(lambda error: specdec_pool.report_death(spec, error)) if owned else None,
+        report_failure=lambda error: specdec_pool.report_death(spec, error),
         pids=server.processes if owned else None)
     yield live
     if live.failure is None and owned:

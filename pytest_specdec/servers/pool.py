@@ -9,7 +9,8 @@ Policy, and why:
 - A failure (boot failure, death, unresponsive) consumes one of `restart_on_crash` restarts;
   once they are spent, the error is remembered and every later request for that spec raises it at
   once, so a crashed spec costs one timeout, not one per test.
-- In attach mode (`--specdec-server-url`) nothing is launched, leased or killed.
+- In attach mode (`--specdec-server-url`) nothing is launched, leased or killed; a failure is
+  sticky at once (there is nothing to restart).
 """
 
 from __future__ import annotations
@@ -75,7 +76,13 @@ class ServerPool:
         GpuLeaseError, or AttachMismatch (skip)."""
         if self._attached is not None:
             server = self._attached.for_spec(spec)
-            server.check_alive()
+            if spec in self._failed:
+                raise self._failed[spec]
+            try:
+                server.check_alive()
+            except ServerError as e:
+                self._failed[spec] = e  # we cannot restart it: one health timeout, not one per test
+                raise
             return server
         if spec in self._failed:
             raise self._failed[spec]
@@ -107,7 +114,11 @@ class ServerPool:
     def report_death(self, spec: ServerSpec, error: ServerError) -> None:
         """A test saw `spec`'s server die or stall (e.g. from `server.diagnose()` after a failed
         request): tear it down now and count the failure, so the next test does not even try it.
-        Nothing in a dead or frozen server is worth a long SIGTERM grace."""
+        Nothing in a dead or frozen server is worth a long SIGTERM grace. An attached server is
+        neither stopped nor restarted: its later tests fail at once with `error`."""
+        if self._attached is not None:
+            self._failed.setdefault(spec, error)
+            return
         if spec in self._live:
             self._drop(spec, grace=DEAD_SERVER_GRACE_S)
             try:

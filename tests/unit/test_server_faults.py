@@ -252,6 +252,27 @@ def test_a_stalled_server_is_red_in_seconds_and_the_run_goes_on(pytester, no_lef
     assert elapsed < 120  # the bound is the behaviour: one request alone would wait 600 s
 
 
+def test_a_stalled_attached_server_fails_its_later_tests_at_once(pytester, no_leftover_engines, tmp_path):
+    """A server the run did not start (--specdec-server-url) stalls: it cannot be stopped or
+    restarted, so its later tests error at once with the stall, as a launched server's do,
+    instead of each waiting out a /health probe of the frozen server and naming only that."""
+    from servers_support import server, spec
+
+    running = server(spec("ddtree", 8, "--fault-hang-after", "1"), tmp_path)
+    running.start()
+    try:
+        faulty_project(pytester, ())
+        result = run(pytester, f"--specdec-server-url={running.url}", "--specdec-stall-timeout", "3")
+    finally:
+        running.stop()
+    result.assert_outcomes(failed=1, errors=2)
+    for workload in ("w2", "w3"):
+        result.stdout.fnmatch_lines([f"*ERROR at setup of test_generation[[]ddtree-tp1-b8-{workload}[]]*",
+                                     "server ddtree-tp1-b8 stalled: no token for *(attached at *)"],
+                                    consecutive=True)
+    assert "is not healthy" not in result.stdout.str()
+
+
 def failures_section(result) -> str:
     text = result.stdout.str()
     return text[text.index("= FAILURES ="):text.index("specdec summary")]
