@@ -134,8 +134,8 @@ def retire_finished_server(item: pytest.Item, nextitem: pytest.Item | None) -> N
 
 
 @pytest.fixture
-def specdec_server(specdec_spec: MatrixCase, specdec_pool: ServerPool,
-                   specdec_state: RunState) -> Iterator[LiveServer]:
+def specdec_server(specdec_spec: MatrixCase, specdec_pool: ServerPool, specdec_state: RunState,
+                   request: pytest.FixtureRequest) -> Iterator[LiveServer]:
     """A live, health-checked server for this test's configuration."""
     from .live import LiveServer, fail
     from .servers.attach import AttachMismatch
@@ -161,7 +161,10 @@ def specdec_server(specdec_spec: MatrixCase, specdec_pool: ServerPool,
         report_failure=lambda error: specdec_pool.report_death(spec, error),
         pids=server.processes if owned else None)
     yield live
-    if live.failure is None and owned:
+    # an interrupted session (Ctrl-C mid-workload) stops every server next: probing one that is
+    # frozen would only hold the interrupt up for the health timeout
+    interrupted = getattr(request.session, "exitstatus", pytest.ExitCode.OK) != pytest.ExitCode.OK
+    if live.failure is None and owned and not interrupted:
         error = server.diagnose()
         if error is not None:
             specdec_pool.report_death(spec, error)

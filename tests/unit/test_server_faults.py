@@ -180,6 +180,47 @@ def test_sigint_mid_run_leaves_no_server_behind(pytester, no_leftover_engines):
     # no_leftover_engines checks that nothing survived
 
 
+PROBES_SEEN = """
+import pytest_specdec.servers.process as process
+
+_probe = process.probe
+
+
+def probe(url, timeout):
+    with open("probes.txt", "a") as f:
+        f.write(url.rsplit("/", 1)[-1] + "\\n")
+    return _probe(url, timeout)
+
+
+process.probe = probe
+"""
+
+
+def test_ctrl_c_on_a_frozen_server_does_not_wait_for_its_health_probe(pytester, no_leftover_engines):
+    """The moment a user presses Ctrl-C is a frozen server's workload. The interrupted session
+    stops every server next, so the test's teardown must not first probe the frozen server's
+    /health (a health timeout of 25 s before the interrupt takes effect). Three workloads: the
+    interrupted test is not its configuration's last, whose server would be retired first."""
+    faulty_project(pytester, ("--fault-hang-after", "1"))
+    pytester.makeconftest(PROBES_SEEN)
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                             "--specdec-stall-timeout", "300"],
+                            cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, preexec_fn=default_sigint)
+    frozen = "Fault injection: --fault-hang-after 1"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(
+            frozen in log.read_text() for log in pytester.path.glob(".specdec/artifacts/run-*/logs/*.log")):
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()[0]
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=120)
+    assert "KeyboardInterrupt" in output
+    probes = (pytester.path / "probes.txt").read_text().split()
+    assert "health_generate" in probes  # the boot's readiness probes were seen
+    assert "health" not in probes, probes
+
+
 def test_sigkill_of_pytest_takes_the_server_down_too(pytester, no_leftover_engines):
     faulty_project(pytester, (), workloads=THREE_WORKLOADS.replace("max_new_tokens = 8",
                                                                    "max_new_tokens = 400"))
