@@ -66,10 +66,15 @@ class LiveServer:
         return self.spec.id
 
     def check_alive(self) -> None:
-        """Fail the test at once, with the server's own last words, if it is gone."""
+        """Fail the test at once, with the server's own last words, if it is gone. A server found
+        dead or unresponsive is reported as failed (stopped, its later tests erroring at once), so
+        the fixture's teardown does not probe it a second time."""
         try:
             self.check()
         except ServerError as exc:
+            self.failure = exc
+            if self.report_failure is not None:
+                self.report_failure(exc)
             fail(str(exc))
 
     def log_tail(self, lines: int = 20) -> str:

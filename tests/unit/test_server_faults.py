@@ -221,6 +221,23 @@ def test_ctrl_c_on_a_frozen_server_does_not_wait_for_its_health_probe(pytester, 
     assert "health" not in probes, probes
 
 
+def test_a_server_found_unresponsive_is_probed_once(pytester, no_leftover_engines):
+    """A test's request to a frozen server times out; its check names the server unresponsive
+    after one /health timeout. The test's teardown must not wait out a second one on the same
+    server before the configuration counts as failed."""
+    faulty_project(pytester, ("--fault-hang-after", "0"), workloads=ONE_WORKLOAD)
+    pytester.makeconftest(PROBES_SEEN)
+    pytester.makepyfile(test_generation="""
+def test_generate(specdec_server):
+    specdec_server.generate("hi", timeout=2, max_new_tokens=8)
+""")
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*server ddtree-tp1-b8 unresponsive: /health did not answer within *"])
+    probes = (pytester.path / "probes.txt").read_text().split()
+    assert probes.count("health") == 1, probes
+
+
 def test_sigkill_of_pytest_takes_the_server_down_too(pytester, no_leftover_engines):
     faulty_project(pytester, (), workloads=THREE_WORKLOADS.replace("max_new_tokens = 8",
                                                                    "max_new_tokens = 400"))
