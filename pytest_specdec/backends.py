@@ -357,8 +357,8 @@ class AttachBackend(Backend):
         try:
             info = fetch_server_info(url.rstrip("/"))
         except ServerError as exc:
-            raise SpecdecUsageError(f"{state.settings.source('server_url')} {url}: {exc.cause}; "
-                                    f"start the server or fix the URL") from None
+            fix = "restart it" if exc.reason == "hang" else "start the server or fix the URL"
+            raise SpecdecUsageError(f"{state.settings.source('server_url')} {url}: {exc.cause}; {fix}") from None
         if info.get(INFO_SKIP_TOKENIZER_INIT) is True:  # else every test fails on SGLang's refusal, one by one
             raise SpecdecUsageError(f"{state.settings.source('server_url')} {url}: the server runs with "
                                     f"{SKIP_TOKENIZER_INIT_FLAG} (its /server_info says so), so it has no tokenizer "

@@ -8,6 +8,7 @@ spec the server actually is, and skips the rest with a reason naming both.
 from __future__ import annotations
 
 import json
+import socket
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -76,13 +77,20 @@ def _whole(info: dict, key: str) -> int:
 
 
 def fetch_server_info(url: str, timeout: float = 10.0) -> dict:
-    """GET /server_info (or the pre-rename /get_server_info) as a dict."""
+    """GET /server_info (or the pre-rename /get_server_info) as a dict. A server that takes the
+    connection and never answers is `hang` (a stuck scheduler), not `unreachable`."""
     last: Exception | None = None
     for path in (api.SERVER_INFO, api.SERVER_INFO_OLD):
         try:
             with urllib.request.urlopen(url.rstrip("/") + path, timeout=timeout) as resp:
                 info = json.loads(resp.read())
         except (urllib.error.URLError, OSError, ValueError) as e:
+            if isinstance(getattr(e, "reason", e), (TimeoutError, socket.timeout)):
+                # the old name would only wait as long again on the same stuck server
+                raise ServerError(
+                    url, "hang", f"it accepted the connection but did not answer {path} within {timeout:g}s",
+                    headline=f"attached server {url} accepted the connection but did not answer {path} "
+                             f"within {timeout:g}s; is it hung?") from None
             last = e
             continue
         if isinstance(info, dict):

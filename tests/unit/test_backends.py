@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -206,6 +207,21 @@ def test_sglang_spec_and_argv(monkeypatch):
     counter = sglang.token_counter("http://127.0.0.1:30000/")
     assert (counter.url, counter.fallback) == ("http://127.0.0.1:30000", None)  # the server's count, or none
     assert sglang.token_counter("http://127.0.0.1:30000") is counter  # one per server: its counts are kept
+
+
+def test_an_attached_server_that_takes_connections_but_never_answers_is_called_hung():
+    """A frozen server accepts connections (the kernel's backlog does) and never answers: not
+    'start the server or fix the URL', which sends the user looking at the wrong thing, and
+    not a second wait on /server_info's old name."""
+    with socket.socket() as frozen:
+        frozen.bind(("127.0.0.1", 0))
+        frozen.listen()
+        url = f"http://127.0.0.1:{frozen.getsockname()[1]}"
+        attach = backends.AttachBackend("attached")
+        with pytest.raises(SpecdecUsageError) as info:
+            attach.check_ready(state(attach, server_url=url))
+    assert str(info.value) == (f"--specdec-server-url {url}: it accepted the connection but did not "
+                               f"answer /server_info within 10s; restart it")
 
 
 def test_attach_never_launches():
