@@ -52,6 +52,7 @@ class LiveServer:
     owned: bool = True
     workloads: Mapping[str, Workload] = field(default_factory=dict)  # configured, read at start
     stall_timeout: float | None = None  # seconds a workload may go without any token
+    stall_setting: str = "--specdec-stall-timeout"  # where the user set it: the advice names it
     probe_stall: Callable[[str], ServerError] | None = None  # the server's own stall diagnosis
     report_failure: Callable[[ServerError], None] | None = None  # stops it, marks it failed
     failure: ServerError | None = field(default=None, repr=False)
@@ -155,7 +156,8 @@ class LiveServer:
             timeout = {} if self.stall_timeout is None else {"timeout_s": None}
             result = client.run_workload(self.url, workload, stall_timeout=self.stall_timeout, **timeout)
         except client.WorkloadStalled as stall:
-            self._stalled(str(stall))
+            # the advice before the probe: the table keeps a failure's end, which says why
+            self._stalled(f"{stall}; raise {self.stall_setting} if the server is just slow")
         calibration = meter.stop(result.wall_s) if meter is not None else None
         self.last_result = result
         if result.errors:

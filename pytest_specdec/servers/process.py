@@ -138,6 +138,7 @@ class ManagedServer:
         term_grace: float = TERM_GRACE_S,
         wait_gpu_release: bool = True,
         argv_hint: str = "",
+        startup_setting: str = "--specdec-startup-timeout",
     ) -> None:
         self.spec = spec
         self.argv_for_port = argv_for_port
@@ -151,6 +152,7 @@ class ManagedServer:
         self.term_grace = term_grace
         self.wait_gpu_release = wait_gpu_release
         self.argv_hint = argv_hint  # where the flags a refused command line got come from, and the fix
+        self.startup_setting = startup_setting  # where the user set startup_timeout: the advice names it
         self._requested_port = port
         self.port: int | None = port
         self.log_path: Path | None = None
@@ -355,7 +357,7 @@ class ManagedServer:
             "slow-start",
             f"not ready after the {t:g}s startup timeout ({state})",
             headline=f"server {self.spec.id} not ready after the {t:g}s startup timeout: still "
-            f"starting ({state}); raise --specdec-startup-timeout if it is just slow",
+            f"starting ({state}); raise {self.startup_setting} if it is just slow",
         )
 
     def check_alive(self, timeout: float | None = None) -> None:

@@ -123,13 +123,21 @@ def test_hang_is_reported_as_a_hang(pytester, no_leftover_engines):
                                  "connections but never answered*"])
 
 
-def test_slow_start_past_the_deadline(pytester, no_leftover_engines):
+@pytest.mark.parametrize("where, setting", [
+    ("tool.specdec", "pyproject.toml [[]tool.specdec[]] key 'startup_timeout'"),
+    ("ini", "ini specdec_startup_timeout"),
+], ids=["tool.specdec", "ini"])
+def test_slow_start_past_the_deadline(pytester, no_leftover_engines, where, setting):
+    """The advice names the setting where the user set the deadline, not a flag they never gave."""
     faulty_project(pytester, ("--fault-slow-start", "30"), workloads=ONE_WORKLOAD,
-                   startup_timeout=3)
+                   startup_timeout=3 if where == "tool.specdec" else 600)
+    if where == "ini":
+        with (pytester.path / "pyproject.toml").open("a") as toml:
+            toml.write('\n[tool.pytest.ini_options]\nspecdec_startup_timeout = "3"\n')
     result = run(pytester)
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*server ddtree-tp1-b8 not ready after the 3s startup timeout*"
-                                 "raise --specdec-startup-timeout*"])
+    result.stdout.fnmatch_lines([f"*server ddtree-tp1-b8 not ready after the 3s startup timeout*"
+                                 f"; raise {setting} if it is just slow*"])
 
 
 def test_port_already_in_use(pytester, no_leftover_engines):
@@ -294,15 +302,18 @@ def test_a_stalled_server_is_red_in_seconds_and_the_run_goes_on(pytester, no_lef
     """A server that stops producing tokens mid-workload: probed once, stopped, its
     configuration failed (its next test errors at once with the same cause), the next
     configuration runs; all long before a request's own 600 s timeout."""
-    faulty_project(pytester, ("--fault-hang-after", "2"), budgets=(8, 16), workloads=ONE_WORKLOAD)
+    faulty_project(pytester, ("--fault-hang-after", "2"), budgets=(8, 16), workloads=ONE_WORKLOAD,
+                   extra="stall_timeout = 5")
     pytester.makepyfile(test_generation=STALL_TESTS)
     started = time.monotonic()
-    result = run(pytester, "--specdec-stall-timeout", "5")
+    result = run(pytester)
     elapsed = time.monotonic() - started
     result.assert_outcomes(passed=2, failed=1, errors=1)
+    # the advice names where the bound was set (here [tool.specdec]), not a flag never given
     result.stdout.re_match_lines([
         r".*server ddtree-tp1-b8 stalled: no token for 5\.\d+s while 1 request was in flight "
-        r"\(2 of 8 requests done\); probe: process alive \(pid \d+\), /health_generate did not "
+        r"\(2 of 8 requests done\); raise pyproject\.toml \[tool\.specdec\] key 'stall_timeout' if "
+        r"the server is just slow; probe: process alive \(pid \d+\), /health_generate did not "
         r"answer within 2s \(log: .*ddtree-tp1-b8\.log.*"])
     result.stdout.fnmatch_lines(["*ERROR at setup of test_alive[[]ddtree-tp1-b8[]]*",
                                  "server ddtree-tp1-b8 stalled: no token for*"])
