@@ -80,7 +80,10 @@ class Outputs:
 
 @dataclass(frozen=True)
 class Divergence:
-    """The first place a configuration's output leaves the reference's."""
+    """The first place a configuration's output leaves the reference's.
+
+    `prompt` and `position` are indices from 0; the message counts both from 1 (prompt 1, its
+    token 1), as every message does, so `prefix:N`'s last compared token is token N."""
 
     config: str
     reference: str
@@ -93,11 +96,11 @@ class Divergence:
     prompts: int
 
     def message(self) -> str:
-        """`ddtree-tp1-b8 is not lossless: prompt 3 differs from ar-tp1 at token 17 ...`."""
+        """`ddtree-tp1-b8 is not lossless: prompt 4 differs from ar-tp1 at token 18 ...`."""
         more = "" if self.prompts_differing == 1 else \
             f" ({self.prompts_differing} of {self.prompts} prompts differ)"
-        return (f"{self.config} is not lossless: prompt {self.prompt} differs from "
-                f"{self.reference} at {self.unit} {self.position}{more}; {self.reference} continues "
+        return (f"{self.config} is not lossless: prompt {self.prompt + 1} differs from "
+                f"{self.reference} at {self.unit} {self.position + 1}{more}; {self.reference} continues "
                 f"{_show(self.expected, self.unit)}, {self.config} continues "
                 f"{_show(self.got, self.unit)}")
 

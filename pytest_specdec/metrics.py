@@ -50,7 +50,7 @@ class RequestRecord:
     them when nothing was verified), never zero-filled, so "not speculating" stays visible.
     """
 
-    index: int
+    index: int  # the request's prompt's position in the workload, from 0 (messages count from 1)
     status: int  # HTTP status; 0 when no response arrived (connection refused, timeout)
     error: str | None = None
     finish_reason: str | None = None
@@ -81,7 +81,7 @@ class RequestRecord:
 
     def describe(self) -> str:
         """One line for failure messages."""
-        parts = [f"request {self.index}: HTTP {self.status or 'no response'}"]
+        parts = [f"request {self.index + 1}: HTTP {self.status or 'no response'}"]
         parts.append(f"finish_reason={self.finish_reason or 'none'}")
         parts.append(f"completion_tokens={self.completion_tokens}")
         if self.error:

@@ -69,7 +69,7 @@ class Workload:
         _check_positive_int(self.concurrency, f"{where}: concurrency")
         for i, p in enumerate(prompts):
             if p.max_new_tokens is not None:
-                _check_positive_int(p.max_new_tokens, f"{where}: prompt {i} max_new_tokens")
+                _check_positive_int(p.max_new_tokens, f"{where}: prompt {i + 1} max_new_tokens")
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
                 or not math.isfinite(self.temperature) or self.temperature < 0:
             raise SpecdecUsageError(f"{where}: temperature must be a number >= 0, got {self.temperature!r}")
@@ -157,7 +157,7 @@ def parse_prompt_lines(lines: Iterable[str], source: str) -> tuple[Prompt, ...]:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise SpecdecUsageError(
-                f"{where}: \"prompt\" holds {text[exc.start]!r} at character {exc.start}, a lone "
+                f"{where}: \"prompt\" holds {text[exc.start]!r} at character {exc.start + 1}, a lone "
                 f"surrogate that is not valid Unicode text; fix the \\u escape (pair it or remove it)"
             ) from None
         max_new = obj.get("max_new_tokens")
@@ -232,7 +232,8 @@ def load_workload(spec: str, *, base_dir: str | Path | None = None, **fields: An
 class ContextLengthError(SpecdecUsageError):
     """A prompt plus its generation budget does not fit the server's context. `room`: whether a
     cut prompt would fit (so `truncate = true` is a fix); without it only the budget or the
-    context can change."""
+    context can change. `index` is the prompt's position in the workload, from 0; the message
+    counts from 1, as every message does (and a prompt file's line numbers)."""
 
     def __init__(self, workload: str, index: int, prompt_tokens: int, max_new_tokens: int, context_length: int,
                  *, room: bool = True):
@@ -250,7 +251,7 @@ class ContextLengthError(SpecdecUsageError):
                  f"lower max_new_tokens ({max_new_tokens} of them leave no room for a prompt in a context "
                  f"of {context_length}), or {context}")
         super().__init__(
-            f"workload {workload!r}, prompt {index}: {prompt_tokens} prompt tokens + {max_new_tokens} "
+            f"workload {workload!r}, prompt {index + 1}: {prompt_tokens} prompt tokens + {max_new_tokens} "
             f"max_new_tokens = {total}, but the server (context length {context_length}) serves a request in "
             f"full only up to {context_length - 2} tokens, with a prompt of at most "
             f"{context_rule.max_req_input_len(context_length) - 1}; {fixes}"

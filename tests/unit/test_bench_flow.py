@@ -225,7 +225,7 @@ def test_the_guard_on_an_attached_server_counts_with_its_tokenizer(pytester):
         result.assert_outcomes(failed=1)
         result.stdout.fnmatch_lines([
             "specdec: context guard: prompt tokens counted by the server's tokenizer (/v1/tokenize)",
-            "*server ar-tp1: workload 'chat', prompt 0: 301 prompt tokens + 64 max_new_tokens = 365, but the "
+            "*server ar-tp1: workload 'chat', prompt 1: 301 prompt tokens + 64 max_new_tokens = 365, but the "
             "server (context length 256) serves a request in full only up to 254 tokens, *; * (prompt tokens counted by the server's "
             "tokenizer (/v1/tokenize))"])
 

@@ -364,7 +364,7 @@ BASELINE_HEAD = '{"format": "pytest-specdec-baselines", "version": 1, "hardware_
     ({"prompts.jsonl": '{"prompt": "fine"}\n{"prompt": "unterminated}\n'},
      "*prompts.jsonl:2: not valid JSON (*); each line must be a JSON object like*"),
     ({"prompts.jsonl": '{"prompt": "\\ud800"}\n'},
-     "*prompts.jsonl:1: \"prompt\" holds '\\ud800' at character 0, a lone surrogate*"),
+     "*prompts.jsonl:1: \"prompt\" holds '\\ud800' at character 1, a lone surrogate*"),
     ({"baselines/known_issues.toml": "[[known_issues]]\nreason = 'x'\ntp = [3]\n"},
      "known_issues.toml [known_issues #1] tp: 3 is not a power of two*"),
 ])

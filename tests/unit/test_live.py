@@ -246,7 +246,7 @@ def test_a_prompt_is_refused_by_the_servers_count_and_says_so(stub):
     server = stub(context=64)
     with pytest.raises(pytest.fail.Exception) as info:
         live(server.url, AttachBackend("attached")).workload(WORDS)
-    assert str(info.value).startswith("server ar-tp1: workload 'words', prompt 0: 101 prompt tokens + 16 "
+    assert str(info.value).startswith("server ar-tp1: workload 'words', prompt 1: 101 prompt tokens + 16 "
                                       "max_new_tokens = 117, but the server (context length 64) serves a "
                                       "request in full only up to 62 tokens, with a prompt of at most 57;")
     assert str(info.value).endswith("(prompt tokens counted by the server's tokenizer (/v1/tokenize))")

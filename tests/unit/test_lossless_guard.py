@@ -36,7 +36,7 @@ def test_the_first_divergence_is_reported_with_both_continuations():
     divergence = compare("ddtree-tp1-b8", got, "ar-tp1", REFERENCE, Exactness("exact"))
     assert (divergence.prompt, divergence.position, divergence.unit) == (0, 3, "token")
     assert divergence.message() == (
-        "ddtree-tp1-b8 is not lossless: prompt 0 differs from ar-tp1 at token 3 (2 of 2 prompts "
+        "ddtree-tp1-b8 is not lossless: prompt 1 differs from ar-tp1 at token 4 (2 of 2 prompts "
         "differ); ar-tp1 continues [4, 5, 6, 7, 8], ddtree-tp1-b8 continues [40, 50, 60, 70, 80]")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -213,7 +214,7 @@ def test_check_no_errors_lists_requests_and_truncates_listing():
         check_no_errors(result(rec(99), *bad), log_tail="tail text")
     msg = str(info.value)
     assert "8 of 9 requests failed" in msg
-    assert "request 0: HTTP 503" in msg and "overloaded 0" in msg
+    assert re.search(r"request 1: HTTP 503, [^\n]*overloaded 0\n", msg), msg  # the first, counted from 1
     assert "... and 3 more" in msg and "tail text" in msg
     assert "partial run" in msg
 

@@ -180,7 +180,7 @@ def test_a_prompt_too_long_is_refused_by_the_servers_count(pytester, sglang_proj
     result = run(pytester)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*server ar-tp1: workload 'chat', prompt 0: 301 prompt tokens + 64 max_new_tokens = 365, but the server "
+        "*server ar-tp1: workload 'chat', prompt 1: 301 prompt tokens + 64 max_new_tokens = 365, but the server "
         "(context length 256) serves a request in full only up to 254 tokens, *; * (prompt tokens counted by the "
         "server's tokenizer "
         "(/v1/tokenize))"])

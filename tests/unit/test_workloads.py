@@ -9,6 +9,7 @@ import pytest
 
 from pytest_specdec import context_rule
 from pytest_specdec.errors import SpecdecUsageError
+from pytest_specdec.lossless import Exactness, Outputs, compare
 from pytest_specdec.workloads import (
     BUILTIN_WORKLOADS,
     ContextLengthError,
@@ -139,7 +140,7 @@ def test_load_jsonl_reads_prompts_overrides_and_skips_blank_lines(tmp_path):
         ('{"prompt": "x", "max_new_tokens": "8"}\n', 1, '"max_new_tokens" must be a positive integer'),
         ('{"prompt": "x", "max_new_tokens": true}\n', 1, '"max_new_tokens" must be a positive integer'),
         ('{"prompt": "ok"}\n{"prompt": "a\\ud800b"}\n', 2,
-         r"\"prompt\" holds '\\ud800' at character 1, a lone surrogate .*; fix the \\u escape"),
+         r"\"prompt\" holds '\\ud800' at character 2, a lone surrogate .*; fix the \\u escape"),
     ],
 )
 def test_malformed_jsonl_names_file_and_line(tmp_path, content, line, match):
@@ -209,9 +210,26 @@ def test_fit_to_context_names_index_and_sizes():
         fit_to_context(w, 64)
     err = info.value
     assert (err.index, err.prompt_tokens, err.max_new_tokens, err.context_length) == (1, 51, 20, 64)
-    assert "workload 'chat', prompt 1: 51 prompt tokens + 20 max_new_tokens = 71, but the server (context " \
+    assert "workload 'chat', prompt 2: 51 prompt tokens + 20 max_new_tokens = 71, but the server (context " \
         "length 64) serves a request in full only up to 62 tokens, with a prompt of at most 57" in str(err)
     assert isinstance(err, SpecdecUsageError)
+
+
+def test_a_prompt_is_numbered_as_its_line_in_every_message(tmp_path):
+    """One convention, from 1: the prompt a context-length error names is the line a
+    malformed-file error would name, and a divergence's prompt and token count the same way."""
+    lines = ['{"prompt": "ok"}', '{"prompt": "fine"}', json.dumps({"prompt": "z" * 60})]
+    with pytest.raises(ContextLengthError, match="workload 'mine', prompt 3: 61 prompt tokens"):
+        fit_to_context(load_jsonl(write(tmp_path, "\n".join(lines) + "\n"), max_new_tokens=8), 64)
+    with pytest.raises(SpecdecUsageError, match=r"mine\.jsonl:3: "):
+        load_jsonl(write(tmp_path, "\n".join(lines[:2] + ['{"prompt": 3}']) + "\n"))
+    with pytest.raises(SpecdecUsageError, match="prompt 1 max_new_tokens must be a positive integer"):
+        Workload(name="w", prompts=(Prompt("a", 0),))
+    reference = Outputs(((1, 2, 3), (4, 5, 6)), ("", ""))
+    got = Outputs(((1, 2, 3), (4, 9, 6)), ("", ""))
+    divergence = compare("ddtree-tp1-b8", got, "ar-tp1", reference, Exactness("exact"))
+    assert (divergence.prompt, divergence.position) == (1, 1)  # indices, from 0
+    assert "prompt 2 differs from ar-tp1 at token 2;" in divergence.message()
 
 
 def test_fit_to_context_uses_per_prompt_budget_and_counter():
