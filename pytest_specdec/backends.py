@@ -424,10 +424,24 @@ def sglang_importable(python: str = sys.executable) -> bool:
         return False
 
 
+def _flag(name: str) -> str:
+    from .options import OPTIONS_BY_NAME
+
+    return OPTIONS_BY_NAME[name].cli
+
+
 def choose(requested: str, hardware: Hardware, server_url: str | None,
-           python: str = sys.executable) -> Backend:
+           python: str = sys.executable, *, source: Callable[[str], str] = _flag) -> Backend:
     """`auto` means SGLang where it is importable (in `python`, the interpreter that launches
-    SGLang's servers) and a real GPU is present, else embedded."""
+    SGLang's servers) and a real GPU is present, else embedded. A server URL attaches, under
+    `auto` only: a backend asked for by name launches servers, which an attached run never does.
+    `source(option)` says where an option was set, for the errors."""
+    if server_url and requested != "auto":  # the default is auto: any other value was given
+        raise SpecdecUsageError(
+            f"{source('server_url')} {server_url} attaches to a server someone else runs, but "
+            f"{source('backend')} {requested} asks for {requested} servers launched by the run; "
+            f"to attach, leave the backend at auto (--specdec-backend=auto overrides a value set in a "
+            f"file); to launch {requested} servers, drop {source('server_url')}")
     if server_url:
         return AttachBackend(f"attached to {server_url}")
     if requested == "embedded":
@@ -436,9 +450,9 @@ def choose(requested: str, hardware: Hardware, server_url: str | None,
     if requested == "sglang":
         if not sglang_importable(python):
             raise SpecdecUsageError(
-                f"--specdec-backend sglang: the sglang package is not importable in {where}; "
+                f"{source('backend')} sglang: the sglang package is not importable in {where}; "
                 "install it (pip install sglang), point [tool.specdec.sglang] python at the "
-                "interpreter that has it, or use --specdec-backend embedded")
+                "interpreter that has it, or run the embedded engine (--specdec-backend=embedded)")
         return SGLangBackend("requested")
     if hardware.physical_gpus == 0:
         return EmbeddedBackend("auto: no GPU")

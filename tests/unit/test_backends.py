@@ -134,13 +134,30 @@ def test_algorithm_names_round_trip():
 def test_choose_decides_once_with_a_reason(monkeypatch):
     monkeypatch.setattr(backends, "sglang_importable", lambda python=None: False)
     assert isinstance(backends.choose("auto", CPU, None), backends.EmbeddedBackend)
-    attach = backends.choose("sglang", CPU, "http://h:1")
+    attach = backends.choose("auto", CPU, "http://h:1")
     assert attach.name == "attach" and attach.reason == "attached to http://h:1" and not attach.launches
     with pytest.raises(SpecdecUsageError, match="sglang package is not importable"):
         backends.choose("sglang", CPU, None)
     monkeypatch.setattr(backends, "sglang_importable", lambda python=None: True)
     h200 = Hardware((GPU(0, "NVIDIA H200", "sm_90"),), "nvml", 1)
     assert str(backends.choose("auto", h200, None)) == "sglang"
+
+
+@pytest.mark.parametrize("backend", ["embedded", "sglang"])
+def test_a_server_url_beside_a_backend_named_is_refused(monkeypatch, backend):
+    """A backend asked for by name launches its servers; an attached run launches none: asked
+    for both, the run stops naming the two settings and the fix instead of attaching."""
+    monkeypatch.setattr(backends, "sglang_importable", lambda python=None: True)
+    settings = resolve({"server_url": "http://h:1"}, {}, {"backend": backend}, "pyproject.toml [tool.specdec]")
+    with pytest.raises(SpecdecUsageError) as info:
+        backends.choose(settings.backend, CPU, settings.server_url, source=settings.source)
+    assert str(info.value) == (
+        f"--specdec-server-url http://h:1 attaches to a server someone else runs, but pyproject.toml "
+        f"[tool.specdec] key 'backend' {backend} asks for {backend} servers launched by the run; to attach, "
+        f"leave the backend at auto (--specdec-backend=auto overrides a value set in a file); to launch "
+        f"{backend} servers, drop --specdec-server-url")
+    settings = resolve({"server_url": "http://h:1", "backend": "auto"}, {}, {"backend": backend}, "p")
+    assert backends.choose(settings.backend, CPU, settings.server_url).name == "attach"
 
 
 def test_sglang_is_looked_for_in_the_interpreter_that_runs_it(tmp_path):

@@ -25,13 +25,14 @@ GENERATION_TEST = (Path(__file__).resolve().parents[1] / "bench" / "test_generat
 
 def project(pytester: pytest.Pytester, *, methods=("ddtree",), budgets=(8,), agreement=0.9,
             extra: str = "", engine_args: tuple[str, ...] = (), prompts: int = 3,
-            max_new_tokens: int = 24, startup_timeout: float = 60, model_preset: str = "tiny") -> None:
+            max_new_tokens: int = 24, startup_timeout: float = 60, model_preset: str = "tiny",
+            backend: str = "embedded") -> None:
     methods_toml = ", ".join(f'"{m}"' for m in methods)
     budgets_toml = ", ".join(str(b) for b in budgets) if "ddtree" in methods else ""  # only ddtree takes one
     engine_toml = ", ".join(f'"{a}"' for a in engine_args)
     pytester.makepyprojecttoml(f"""
 [tool.specdec]
-backend = "embedded"
+backend = "{backend}"
 startup_timeout = {startup_timeout}
 {extra}
 
@@ -203,7 +204,7 @@ def test_attach_to_a_running_server_uses_it_and_never_stops_it(pytester):
     import urllib.request
 
     with attached_engine("--method", "ddtree", "--budget", "8") as (url, server):
-        project(pytester, budgets=(8, 16))
+        project(pytester, budgets=(8, 16), backend="auto")  # a backend named would launch its own
         result = run(pytester, f"--specdec-server-url={url}")
         result.assert_outcomes(passed=1, skipped=1)
         result.stdout.fnmatch_lines([f"*specdec: backend attach (attached to {url})*",
@@ -217,7 +218,7 @@ def test_the_guard_on_an_attached_server_counts_with_its_tokenizer(pytester):
     """An attached server's prompts were counted by the byte bound, whatever its tokenizer: now
     by its own /v1/tokenize, as the header and the refusal say."""
     with attached_engine("--method", "ar", "--context-length", "256") as (url, _):
-        project(pytester, methods=("ar",), max_new_tokens=64)
+        project(pytester, methods=("ar",), max_new_tokens=64, backend="auto")
         pytester.path.joinpath("long.jsonl").write_text(json.dumps({"prompt": "x" * 300}) + "\n")
         config = pytester.path / "pyproject.toml"
         config.write_text(config.read_text().replace('prompts = "chat"', 'prompts = "long.jsonl"'))

@@ -351,7 +351,7 @@ def test_each_option_is_settable_in_three_places(pytester: pytest.Pytester, wher
     """Every option reaches the run state from the command line, the ini file or [tool.specdec]."""
     from pytest_specdec.options import OPTIONS
 
-    samples = {"backend": "embedded", "arch": "sm_120", "gpus": "2",
+    samples = {"backend": "auto", "arch": "sm_120", "gpus": "2",  # auto: a server_url attaches
                "server_url": "http://127.0.0.1:9", "save_baseline": "true",
                "compare_fail": "output_tok_s:5%", "baseline_dir": "elsewhere",
                "report": "out", "resume": "true", "journal": "j.jsonl",
@@ -481,6 +481,29 @@ def test_a_server_url_set_in_the_ini_is_named_as_set(pytester: pytest.Pytester):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: pytest-specdec: ini specdec_server_url http://127.0.0.1:9: "
                                  "no /server_info at http://127.0.0.1:9*"])
+
+
+@pytest.mark.parametrize("where", ["cli", "ini", "toml"])
+def test_a_server_url_beside_a_named_backend_is_a_usage_error(pytester: pytest.Pytester, where: str):
+    """--specdec-server-url attached even where the backend was asked for by name: now one line
+    naming both settings, wherever the backend was set."""
+    args = ["--specdec-server-url=http://127.0.0.1:9"]
+    if where == "cli":
+        pytester.makepyprojecttoml(SMALL_MATRIX)
+        args.append("--specdec-backend=embedded")
+    elif where == "ini":
+        pytester.makepyprojecttoml('[tool.pytest.ini_options]\nspecdec_backend = "embedded"\n' + SMALL_MATRIX)
+    else:
+        pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n' + SMALL_MATRIX)
+    pytester.makepyfile(SERVER_TEST)
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    named = {"cli": "--specdec-backend", "ini": "ini specdec_backend",
+             "toml": "pyproject.toml [[]tool.specdec[]] key 'backend'"}[where]
+    result.stderr.fnmatch_lines([f"ERROR: pytest-specdec: --specdec-server-url http://127.0.0.1:9 attaches to a "
+                                 f"server someone else runs, but {named} embedded asks for embedded servers *; "
+                                 f"to attach, leave the backend at auto *"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
 
 
 def test_a_missing_extra_is_one_line_with_the_install_command(pytester: pytest.Pytester,
