@@ -12,7 +12,7 @@ venv:
 # (BENCH_GATE= gates everything [tool.specdec.tolerances] names).
 BENCH_GATE ?= output_tok_s:off,tpot_ms:off,ttft_ms:off
 bench: venv
-	$(PY) -m pytest tests/bench --specdec-report .specdec/report --specdec-compare-fail "$(BENCH_GATE)"
+	$(PY) -m pytest tests/bench --specdec-report=.specdec/report --specdec-compare-fail="$(BENCH_GATE)"
 
 # The test suite: plugin, kernels (Triton's interpreter on a CPU), engine, contracts; two xdist
 # workers, since many tests wait on the engine processes they start.

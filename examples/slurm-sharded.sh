@@ -5,10 +5,13 @@
 #   bash examples/slurm-sharded.sh                  # 4 shards on 8-GPU nodes
 #   SHARDS=8 GPUS=4 bash examples/slurm-sharded.sh  # 8 shards on 4-GPU nodes
 #
-# Each array task runs `pytest --specdec-shard K/N` and leaves its shard folder in
+# Each array task runs `pytest --specdec-shard=K/N` and leaves its shard folder in
 # $OUT/shard-K; the merge job writes specdec-merged/ and fails (exit 1) when a shard's gate
 # failed or a shard left no results (a task that never started, or was killed: resume it with
-# --specdec-resume and the same --specdec-report folder, then merge again).
+# --specdec-resume and the same --specdec-report=DIR, then merge again). Each value is joined
+# to its flag with '=': pytest chooses its rootdir before it loads the plugin, taking a value
+# after a space for a test path, and with $OUT outside the project (a shared file system) may
+# settle on another config file and never read the project's (the run then stops, saying so).
 set -euo pipefail
 
 SHARDS=${SHARDS:-4}                # shards, one array task each
@@ -22,8 +25,8 @@ mkdir -p "$OUT" logs
 # $SLURM_ARRAY_TASK_ID is escaped: each task expands its own.
 shards_job=$(sbatch --parsable --job-name=specdec-shard --array="1-$SHARDS" \
     --nodes=1 --gpus-per-node="$GPUS" --time=04:00:00 --output="logs/%x-%A_%a.out" \
-    --wrap="$PYTHON -m pytest tests/bench --specdec-shard \$SLURM_ARRAY_TASK_ID/$SHARDS \
---specdec-report $OUT/shard-\$SLURM_ARRAY_TASK_ID --specdec-compare-fail $GATE")
+    --wrap="$PYTHON -m pytest tests/bench --specdec-shard=\$SLURM_ARRAY_TASK_ID/$SHARDS \
+--specdec-report=$OUT/shard-\$SLURM_ARRAY_TASK_ID --specdec-compare-fail=$GATE")
 
 # afterany: merge also after a failed shard; the merge's own exit status says whether all passed.
 merge_job=$(sbatch --parsable --job-name=specdec-merge --dependency="afterany:$shards_job" \

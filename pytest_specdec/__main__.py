@@ -23,8 +23,8 @@ def _parser() -> argparse.ArgumentParser:
                                      description="pytest-specdec tools")
     commands = parser.add_subparsers(dest="command", required=True)
     merge = commands.add_parser(
-        "merge", help="merge the shard folders of a sharded run (--specdec-shard K/N "
-                      "--specdec-report SHARD_DIR) into one report",
+        "merge", help="merge the shard folders of a sharded run (--specdec-shard=K/N "
+                      "--specdec-report=SHARD_DIR) into one report",
         description="Merge the shard folders of a sharded run (each shard's --specdec-report "
                     "folder) into one results.json, report, JUnit summary and, with "
                     "--save-baseline, baseline files.")

@@ -215,7 +215,7 @@ OPTIONS: tuple[Option, ...] = (
            "one host class's part of the matrix", _sizes, None, metavar="SIZES"),
     Option("shard", "run only shard K of N (1-based, e.g. 2/4) of the configuration matrix; "
            "every shard works out the same partition, balanced by the durations in the baseline "
-           "folder's durations.json; with --specdec-report DIR, DIR is a shard folder for "
+           "folder's durations.json; with --specdec-report=DIR, DIR is a shard folder for "
            "python -m pytest_specdec merge", _shard, None, metavar="K/N"),
     Option("artifacts", "folder for server logs and per-run files", str, ".specdec/artifacts",
            metavar="DIR"),

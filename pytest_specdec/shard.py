@@ -144,7 +144,7 @@ def no_folder_line(plan: ShardPlan) -> str:
     """The header's note for a sharded run without `--specdec-report`: it leaves no shard folder,
     so hours of measurement would reach the merge as a missing shard."""
     return (f"specdec: shard {plan.shard} writes no shard folder for python -m pytest_specdec merge "
-            f"(its figures stay in the journal only): give --specdec-report DIR to merge it")
+            f"(its figures stay in the journal only): give --specdec-report=DIR to merge it")
 
 
 def split_items(items: Sequence, plan: ShardPlan) -> tuple[list, list]:

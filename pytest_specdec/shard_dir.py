@@ -255,7 +255,7 @@ def read(directory: str | Path) -> ShardManifest:
     """A shard folder's manifest; anything else is a usage error saying what a shard folder is."""
     directory = Path(directory)
     path = directory / MANIFEST
-    how = "run pytest with --specdec-shard K/N --specdec-report DIR and merge DIR"
+    how = "run pytest with --specdec-shard=K/N --specdec-report=DIR and merge DIR"
     if not path.is_file():
         raise SpecdecUsageError(f"{directory} is not a shard folder: it has no {MANIFEST} ({how})")
     try:

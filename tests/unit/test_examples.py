@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -16,6 +17,50 @@ yaml = pytest.importorskip("yaml")  # huggingface_hub (the `models` extra) bring
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 WORKFLOWS = [EXAMPLES / "github-actions-gpu.yml", EXAMPLES / "github-actions-sharded.yml"]
 SLURM = EXAMPLES / "slurm-sharded.sh"
+OUT_DEFAULT = "specdec-shards"  # the Slurm example's $OUT
+#: Where commands are written for users to copy: every file of examples/, the README, docs/, the Makefile.
+COMMAND_FILES = sorted(EXAMPLES.iterdir()) + [EXAMPLES.parent / "README.md", EXAMPLES.parent / "Makefile",
+                                             *sorted((EXAMPLES.parent / "docs").glob("*.md"))]
+#: The README's and the architecture notes' example of the form not to use, named as such.
+SPACED_ON_PURPOSE = ("not `--specdec-report /tmp/out`", "(`--specdec-report /tmp/out`) whose")
+
+
+#: Words that follow a flag named in prose ("raise --specdec-startup-timeout if it is slow"): no value.
+PROSE = frozenset({"if", "and", "or", "to", "is", "in", "at", "of", "the", "with", "takes", "folder", "file"})
+
+
+def spaced_flags(text: str) -> list[str]:
+    """Each value-taking specdec flag followed by a space and a value (a word, a metavar, a quoted
+    or expanded value, a line continuation) rather than joined to it with '='."""
+    from pytest_specdec.early_args import VALUE_FLAGS
+
+    flags = "|".join(sorted(map(re.escape, VALUE_FLAGS), key=len, reverse=True))
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if any(mark in line for mark in SPACED_ON_PURPOSE):
+            continue
+        found += [f"{number}: {m.group(0)}" for m in re.finditer(rf"(?:{flags})[ \t]+(\S+)", line)
+                  if m.group(1).rstrip(";,.:)") not in PROSE]
+    return found
+
+
+@pytest.mark.parametrize("path", COMMAND_FILES, ids=lambda p: p.name)
+def test_every_command_joins_a_specdec_flag_to_its_value(path):
+    """`--specdec-report $OUT/shard-K` with a space: pytest reads the value as a test path before
+    it loads the plugin and, for a folder outside the project, settles on another rootdir without
+    the project's configuration. Every command users copy joins the value with '='."""
+    assert spaced_flags(path.read_text()) == []
+
+
+def test_the_spaced_flag_check_sees_each_spelling():
+    text = ('--wrap="pytest --specdec-shard \\$SLURM_ARRAY_TASK_ID/$SHARDS \\\n'
+            '--specdec-report $OUT/shard-K --specdec-compare-fail $GATE"\n'
+            '  --specdec-report "shard-${{ matrix.shard }}" \\\n'
+            '| `--specdec-report DIR` | `--specdec-arch sm_120` `--specdec-tp 1,4` --specdec-report out\n'
+            '--specdec-backend embedded --specdec-report \\\n'
+            'raise --specdec-startup-timeout if it is slow; the same --specdec-report folder; '
+            '`--specdec-report=DIR`')
+    assert len(spaced_flags(text)) == 10, spaced_flags(text)
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
@@ -39,8 +84,8 @@ def test_the_sharded_workflow_runs_every_shard_then_merges_whatever_happened(tmp
     assert shards == list(range(1, workflow["env"]["SHARDS"] + 1))
     assert shard["strategy"]["fail-fast"] is False
     command = next(s["run"] for s in shard["steps"] if "--specdec-shard" in s.get("run", ""))
-    assert '--specdec-shard "${{ matrix.shard }}/$SHARDS"' in command
-    assert '--specdec-report "shard-${{ matrix.shard }}"' in command
+    assert '--specdec-shard="${{ matrix.shard }}/$SHARDS"' in command
+    assert '--specdec-report="shard-${{ matrix.shard }}"' in command
     upload = next(s for s in shard["steps"] if "upload-artifact" in s.get("uses", ""))
     assert upload["if"] == "always()" and "shard-${{ matrix.shard }}/" in upload["with"]["path"]
     assert merge["needs"] == "shard" and merge["if"] == "always()"
@@ -66,11 +111,13 @@ def test_the_slurm_script_parses_and_submits_an_array_and_a_merge_after_it(tmp_p
     assert "--array=1-3" in array and "--dependency=afterany:1001" in merge
     wrap = shlex.split(next(a for a in array if a.startswith("--wrap=")).removeprefix("--wrap="))
     assert wrap[1:4] == ["-m", "pytest", "tests/bench"]
-    assert wrap[wrap.index("--specdec-shard") + 1] == "$SLURM_ARRAY_TASK_ID/3"
+    assert "--specdec-shard=$SLURM_ARRAY_TASK_ID/3" in wrap
+    assert f"--specdec-report={OUT_DEFAULT}/shard-$SLURM_ARRAY_TASK_ID" in wrap
 
 
-def submit_slurm(root: Path, shards: int) -> list[list[str]]:
-    """Run the Slurm example in `root` with a stand-in sbatch; the arguments of each call."""
+def submit_slurm(root: Path, shards: int, out: Path | None = None) -> list[list[str]]:
+    """Run the Slurm example in `root` with a stand-in sbatch (and `out` as its $OUT); the
+    arguments of each call."""
     bin_dir = root / "bin"
     bin_dir.mkdir()
     log = root / "sbatch.jsonl"
@@ -81,7 +128,7 @@ def submit_slurm(root: Path, shards: int) -> list[list[str]]:
         "print(1000 + sum(1 for _ in open(log.name)))\n")
     (bin_dir / "sbatch").chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SHARDS": str(shards),
-           "PYTHON": sys.executable}
+           "PYTHON": sys.executable, **({"OUT": str(out)} if out is not None else {})}
     done = subprocess.run(["bash", str(SLURM)], cwd=root, env=env, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -91,12 +138,21 @@ def submit_slurm(root: Path, shards: int) -> list[list[str]]:
 
 def test_the_slurm_jobs_run_as_written(tmp_path):
     """The array's tasks and the merge job, run here as Slurm would run them (their --wrap
-    commands through sh, each task with its SLURM_ARRAY_TASK_ID), on a small embedded project."""
+    commands through sh, each task with its SLURM_ARRAY_TASK_ID), on a small embedded project
+    inside a repository with a pytest configuration of its own, and $OUT beside the project,
+    where a shard's folder is there already (a task run again): a value given after a space
+    would be a test path to pytest, which would settle on the repository's configuration and
+    never read the project's."""
     pytest.importorskip("torch")
-    (tmp_path / "tests" / "bench").mkdir(parents=True)
-    (tmp_path / "tests" / "bench" / "test_generation.py").write_text(
+    root, out = tmp_path / "project", tmp_path / "shared" / "specdec-shards"
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (out / "shard-1").mkdir(parents=True)
+    (root / "tests" / "bench").mkdir(parents=True)
+    (root / "tests" / "bench" / "test_generation.py").write_text(
         (EXAMPLES.parent / "tests" / "bench" / "test_generation.py").read_text())
-    (tmp_path / "pyproject.toml").write_text("""
+    (root / "pyproject.toml").write_text("""
+[tool.pytest.ini_options]
+
 [tool.specdec]
 backend = "embedded"
 startup_timeout = 60
@@ -112,14 +168,14 @@ num_prompts = 2
 max_new_tokens = 8
 """)
     array, merge = (next(a for a in call if a.startswith("--wrap=")).removeprefix("--wrap=")
-                    for call in submit_slurm(tmp_path, shards=2))
+                    for call in submit_slurm(root, shards=2, out=out))
     for task in (1, 2):
-        shard = subprocess.run(["sh", "-c", array], cwd=tmp_path, text=True,
+        shard = subprocess.run(["sh", "-c", array], cwd=root, text=True,
                                env={**os.environ, "SLURM_ARRAY_TASK_ID": str(task)},
                                capture_output=True, timeout=300)
-        assert shard.returncode == 0, shard.stdout[-2000:]
-    merged = subprocess.run(["sh", "-c", merge], cwd=tmp_path, text=True,
+        assert shard.returncode == 0, shard.stdout[-2000:] + shard.stderr[-2000:]
+    merged = subprocess.run(["sh", "-c", merge], cwd=root, text=True,
                             capture_output=True, timeout=120)
     assert merged.returncode == 0, merged.stdout + merged.stderr
-    rows = json.loads((tmp_path / "specdec-merged" / "results.json").read_text())["results"]
+    rows = json.loads((root / "specdec-merged" / "results.json").read_text())["results"]
     assert sorted(r["config"] for r in rows) == ["ar-tp1", "ddtree-tp1-b8"]

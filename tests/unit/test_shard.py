@@ -183,7 +183,7 @@ def test_a_shard_without_a_report_folder_says_the_merge_will_not_have_it(pyteste
     pytester.makepyfile(test_cells=SPEC_TEST)
     result = pytester.runpytest("-p", "no:cacheprovider", "--co", "--specdec-shard=1/2")
     result.stdout.fnmatch_lines(["specdec: shard 1/2 writes no shard folder for python -m pytest_specdec "
-                                 "merge *: give --specdec-report DIR to merge it"])
+                                 "merge *: give --specdec-report=DIR to merge it"])
     result = pytester.runpytest("-p", "no:cacheprovider", "--co", "--specdec-shard=1/2",
                                 "--specdec-report=shard-1")
     assert "writes no shard folder" not in result.stdout.str()
