@@ -252,6 +252,33 @@ def test_benchmark_skip_and_only_treat_recorded_tests_as_benchmarks(pytester, mo
     result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_plain.py: Skipping non-benchmark (--benchmark-only active)."])
 
 
+FETCHING_TEST = """
+def test_fetched(request):
+    recorder = request.getfixturevalue("specdec_record")
+    print("MEASURING")
+    recorder.metric("output_tok_s", 4.0)
+"""
+
+
+def test_benchmark_skip_skips_a_test_that_fetches_the_recorder_before_it_measures(pytester):
+    """A test that fetches specdec_record with request.getfixturevalue is no benchmark to
+    pytest-benchmark at collection: --benchmark-skip ran it, journaled its figures and only then
+    skipped it. It is skipped as it fetches the recorder, saying how to skip it before setup."""
+    pytester.makepyfile(test_fetched=FETCHING_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rs", "-s", "--benchmark-skip")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_fetched.py:*: --benchmark-skip: this test records (it "
+                                 "fetched specdec_record with request.getfixturevalue)*; name specdec_record "
+                                 "in its signature to skip it before any server boots"])
+    result.stdout.no_fnmatch_line("*MEASURING*")
+    assert not (pytester.path / ".specdec" / "journal.jsonl").exists()
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)  # without it, it records
+    # --benchmark-only decides before the test runs, by its signature: the README says to name the fixture
+    only = pytester.runpytest("-p", "no:cacheprovider", "-rs", "--benchmark-only")
+    only.assert_outcomes(skipped=1)
+    only.stdout.fnmatch_lines(["*Skipping non-benchmark (--benchmark-only active)."])
+
+
 def test_without_pytest_benchmark_no_unknown_mark_is_warned_of(pytester, monkeypatch):
     """-p no:benchmark warned "Unknown pytest.mark.benchmark" once a recording test ran."""
     pytester.makepyfile(test_figures=RECORDING_TEST)
