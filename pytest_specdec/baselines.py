@@ -24,12 +24,15 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from filelock import FileLock
-
+from .directions import METRIC_DIRECTIONS, Direction
 from .errors import SpecdecUsageError
-from .metrics import METRIC_DIRECTIONS, Direction, MetricValue
+
+if TYPE_CHECKING:
+    from filelock import FileLock
+
+    from .metrics import MetricValue
 
 FORMAT = "pytest-specdec-baselines"
 VERSION = 2
@@ -290,6 +293,8 @@ def load_baselines(path: str | Path, hardware_key: str) -> Baselines:
 def _lock_for(path: Path) -> FileLock:
     """The lock beside the baseline file (hidden), where only those who may write the file can
     create it: a fixed name in a shared /tmp could be planted by another user to block saves."""
+    from filelock import FileLock  # only a save takes it: reading a baseline file stays light
+
     return FileLock(str(path.with_name(f".{path.name}.lock")))
 
 

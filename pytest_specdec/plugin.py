@@ -97,12 +97,20 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     # Last resort: kill anything a failed teardown left behind. Only a run that started a server
     # imported the registry of server processes; in any other there is nothing to kill.
-    cleanup = sys.modules.get("pytest_specdec.servers.cleanup")
+    cleanup = _imported("pytest_specdec.servers.cleanup")
     if cleanup is not None:
         cleanup.kill_all()
-    liveness = sys.modules.get("pytest_specdec.liveness")
+    liveness = _imported("pytest_specdec.liveness")
     if liveness is not None:  # a run in a process that lives on (pytester's) lets go of its files
         liveness.release_all()
+
+
+def _imported(name: str):
+    """The module `name` as the modules that use it got it, or None where none did (nothing
+    imported here). `from . import x` binds its package's attribute, which outlives the module's
+    sys.modules entry where pytester restores sys.modules after an in-process run."""
+    parent, _, child = name.rpartition(".")
+    return getattr(sys.modules.get(parent), child, None) or sys.modules.get(name)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -405,7 +413,7 @@ class Controller:
 
 def _gate(config: pytest.Config, state):
     """This process's baseline gate, made on first use (projects that never gate never load it)."""
-    from .session import Gate
+    from .baseline_gate import Gate
     from .state import GATE_KEY
 
     if GATE_KEY not in config.stash:

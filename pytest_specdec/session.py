@@ -24,14 +24,12 @@ from . import baselines as baselines_mod
 from . import gate as gate_mod
 from . import journal_owner
 from . import lossless
-from .baselines import Baselines
+from .baseline_gate import Gate
 from .collection import case_of
 from .configuration import MatrixCase, is_speculative
 from .errors import SpecdecUsageError
 from .fingerprint import Fingerprint, measured_setup
-from .gate import Comparison
 from .journal import FAILED_CHECKS, Journal, JournalRecord, JournalWarning
-from .directions import known_directions
 from .recording import (RECORDING_TOTAL, REMEASURED_PROPERTY, RESULT_PROPERTY, RESUMED_PROPERTY,
                         UNCOUNTED, attach_to_report, existing_recorder, result_of_report)
 from .result import RECORD_DAMAGE, Result
@@ -163,58 +161,6 @@ def _readable(record: JournalRecord, journal: Journal) -> bool:
                       JournalWarning, stacklevel=2)
         return False
     return True
-
-
-@dataclass
-class Gate:
-    """The baseline comparison, loaded once per process."""
-
-    state: RunState
-    _baselines: Baselines | None = None
-
-    def check(self) -> None:
-        """Read and validate the baseline file now (configure time; the tolerances were checked
-        with the settings): its built-in and declared metrics must keep their direction. A mistake is a usage
-        error before any server boots, not a failure after each measurement."""
-        if not self.state.baseline_path.is_file():
-            return
-        baselines = self.baselines()
-        known = known_directions(self.state.config.metrics)
-        for test_id, metrics in baselines.entries.items():
-            for name, entry in metrics.items():
-                expected = known.get(name)
-                if expected is not None and entry.direction != expected:
-                    raise SpecdecUsageError(
-                        f"baseline file {self.state.baseline_path}: {test_id} {name}: direction "
-                        f"{entry.direction!r}, but {expected!r} is better for {name}; fix the "
-                        f"entry, or move the file aside and save a new one with --specdec-save-baseline")
-
-    def baselines(self) -> Baselines:
-        if self._baselines is None:
-            path = self.state.baseline_path
-            self._baselines = baselines_mod.load_baselines(path, self.state.hardware.key) \
-                if path.is_file() else Baselines(self.state.hardware.key, {}, path)
-        return self._baselines
-
-    def other_setup(self, result: Result) -> list[str]:
-        """The figures of `result` whose baseline entry measured something else (its fingerprint
-        differs: another workload, server setting or model)."""
-        stored = self.baselines().entries.get(result.test_id, {})
-        digest = result.fingerprint.digest if result.fingerprint is not None else None
-        return sorted(m for m, e in stored.items()
-                      if digest is not None and e.fingerprint not in (None, digest))
-
-    def compare(self, result: Result) -> list[Comparison]:
-        """`result` against its baseline entries, with a warning where an entry measured
-        something else (:meth:`other_setup`)."""
-        other = self.other_setup(result)
-        if other and not self.state.settings.save_baseline:  # a saving run re-creates them itself
-            warnings.warn(f"{result.test_id}: the baseline of {', '.join(other)} measured another "
-                          f"setup (workload, server settings or model; its fingerprint differs); "
-                          f"re-create it with --specdec-save-baseline if the change is meant",
-                          stacklevel=1)
-        return gate_mod.compare_all(result.test_id, result.metrics, self.baselines().get,
-                                    self.state.tolerances)
 
 
 def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,

@@ -329,15 +329,27 @@ def test_header_is_one_line_when_no_specdec_test_is_collected(pytester: pytest.P
     assert ours == ["specdec: backend embedded (auto: no GPU); config pyproject.toml [tool.specdec]"]
 
 
-def test_a_run_without_specdec_tests_loads_nothing_heavy(pytester: pytest.Pytester):
+BASELINE_FILE = """{"format": "pytest-specdec-baselines", "version": 2, "hardware_key": "%s",
+ "entries": {"test_gen[ar-tp1]": {"output_tok_s": {"value": 10.0, "direction": "higher"}}}}"""
+
+
+@pytest.mark.parametrize("baseline", [False, True], ids=["no-baseline", "baseline-file"])
+def test_a_run_without_specdec_tests_loads_nothing_heavy(pytester: pytest.Pytester, baseline):
     """The plugin loads in every pytest run of the environment: one that uses none of it must
-    not pay for the HTTP client, the server manager, the metrics or the report."""
+    not pay for the HTTP client, the server manager, the metrics or the report. A baseline file
+    is still read and checked at start, by light code: the session, its journal and the metrics
+    load with the first specdec test."""
     pytester.makepyprojecttoml(SMALL_MATRIX)
+    if baseline:
+        pytester.mkdir("baselines")
+        pytester.path.joinpath("baselines", f"{hardware.detect().key}.json").write_text(
+            BASELINE_FILE % hardware.detect().key)
     pytester.makepyfile("""
 import sys
 HEAVY = ("aiohttp", "filelock", "psutil", "matplotlib", "torch", "pytest_specdec.client",
          "pytest_specdec.servers.process", "pytest_specdec.servers.cleanup",
-         "pytest_specdec.metrics", "pytest_specdec.report", "pytest_specdec.live")
+         "pytest_specdec.metrics", "pytest_specdec.report", "pytest_specdec.live",
+         "pytest_specdec.session", "pytest_specdec.journal", "pytest_specdec.recording")
 
 def test_nothing_heavy_is_loaded():
     assert [name for name in HEAVY if name in sys.modules] == []
