@@ -65,14 +65,34 @@ class Gate:
         return sorted(m for m, e in stored.items()
                       if digest is not None and e.fingerprint not in (None, digest))
 
+    def what_changed(self, result: Result) -> str:
+        """Which parts of the setup (`fingerprint.measured_setup`) the entries of
+        :meth:`other_setup` measured otherwise, as resume says it of a journal record:
+        `its model differs`."""
+        from .fingerprint import Fingerprint
+
+        baselines = self.baselines()
+        stored = baselines.entries.get(result.test_id, {})
+        unknown = "workload, server settings or model: the baseline file does not record which"
+        texts = []
+        for metric in self.other_setup(result):
+            digest = stored[metric].fingerprint
+            parts = baselines.setups.get(digest)
+            old = Fingerprint(digest, parts) if parts is not None else None
+            text = result.fingerprint.what_changed(old, unknown)
+            if text not in texts:
+                texts.append(text)
+        return "; ".join(t if t == unknown else f"its {t} differ{'s' if ',' not in t else ''}"
+                         for t in texts)
+
     def compare(self, result: Result) -> list[Comparison]:
         """`result` against its baseline entries, with a warning where an entry measured
-        something else (:meth:`other_setup`)."""
+        something else (:meth:`other_setup`), naming what (:meth:`what_changed`)."""
         other = self.other_setup(result)
         if other and not self.state.settings.save_baseline:  # a saving run re-creates them itself
             warnings.warn(f"{result.test_id}: the baseline of {', '.join(other)} measured another "
-                          f"setup (workload, server settings or model; its fingerprint differs); "
-                          f"re-create it with --specdec-save-baseline if the change is meant",
+                          f"setup ({self.what_changed(result)}); re-create it with "
+                          f"--specdec-save-baseline if the change is meant",
                           stacklevel=1)
         return gate_mod.compare_all(result.test_id, result.metrics, self.baselines().get,
                                     self.state.tolerances)

@@ -32,6 +32,7 @@ from .errors import SpecdecUsageError
 if TYPE_CHECKING:
     from filelock import FileLock
 
+    from .fingerprint import Fingerprint
     from .metrics import MetricValue
 
 FORMAT = "pytest-specdec-baselines"
@@ -214,6 +215,9 @@ class Baselines:
     hardware_key: str
     entries: Mapping[str, Mapping[str, BaselineEntry]] = field(default_factory=dict)
     path: Path | None = None
+    #: {fingerprint digest: its parts} of the entries' setups, so that a run measuring another
+    #: setup can say which part changed; empty in files saved before they were kept
+    setups: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def get(self, test_id: str, metric: str) -> BaselineEntry | None:
         return self.entries.get(test_id, {}).get(metric)
@@ -227,6 +231,7 @@ class Baselines:
             "version": VERSION,
             "hardware_key": self.hardware_key,
             "entries": {t: {m: e.to_json() for m, e in sorted(ms.items())} for t, ms in sorted(self.entries.items())},
+            **({"setups": {d: dict(p) for d, p in sorted(self.setups.items())}} if self.setups else {}),
         }
 
 
@@ -275,7 +280,11 @@ def parse_baselines(text: str, hardware_key: str, source: str) -> Baselines:
             if metric in METRIC_DIRECTIONS and entry.value < 0:
                 # built-in figures are rates, lengths and times; 0 can be measured (accept_rate)
                 raise SpecdecUsageError(f"{where}: 'value' must be >= 0, got {entry.value!r}; {_FIX}")
-    return Baselines(hardware_key=hardware_key, entries=entries, path=Path(source))
+    setups = doc.get("setups", {})
+    if not isinstance(setups, dict) or not all(isinstance(p, dict) for p in setups.values()):
+        raise SpecdecUsageError(f"baseline file {source}: 'setups' must map fingerprint digests to "
+                                f"objects; {_FIX}")
+    return Baselines(hardware_key=hardware_key, entries=entries, path=Path(source), setups=setups)
 
 
 def load_baselines(path: str | Path, hardware_key: str) -> Baselines:
@@ -306,12 +315,13 @@ def save_baselines(
     versions: Mapping[str, str] | None = None,
     commit: str | None = None,
     date: str | None = None,
-    fingerprints: Mapping[str, str] | None = None,
+    fingerprints: Mapping[str, str | Fingerprint] | None = None,
 ) -> Baselines:
     """Merge `results` ({test id: metrics}) into the file at `path` and return the merged set.
 
     Entries of other tests and of other metrics of the same test are kept; a metric measured
-    now replaces its old entry, carrying `fingerprints[test id]` (what was measured), except
+    now replaces its old entry, carrying `fingerprints[test id]` (what was measured: a digest,
+    or a Fingerprint whose parts the file keeps under `setups`), except
     that a timing figure keeps the samples of the saves of the same setup before it
     (`BaselineEntry.pooled_with`). The file is written to a temporary sibling, fsync'd and
     moved into place with os.replace, all under a file lock.
@@ -323,15 +333,21 @@ def save_baselines(
     with _lock_for(path):
         current = load_baselines(path, hardware_key)
         merged: dict[str, dict[str, BaselineEntry]] = {t: dict(m) for t, m in current.entries.items()}
+        setups = dict(current.setups)
         for test_id, metrics in results.items():
             slot = merged.setdefault(test_id, {})
+            measured = (fingerprints or {}).get(test_id)
+            digest = getattr(measured, "digest", measured)
+            if digest is not None and hasattr(measured, "parts"):
+                setups[digest] = dict(measured.parts)
             for metric in metrics:
                 entry = BaselineEntry.from_metric(
-                    metric, date=date, versions=versions, commit=commit,
-                    fingerprint=(fingerprints or {}).get(test_id))
+                    metric, date=date, versions=versions, commit=commit, fingerprint=digest)
                 old = slot.get(metric.name)
                 slot[metric.name] = old.pooled_with(entry) if old is not None else entry
-        out = Baselines(hardware_key=hardware_key, entries=merged, path=path)
+        used = {e.fingerprint for ms in merged.values() for e in ms.values()}
+        out = Baselines(hardware_key=hardware_key, entries=merged, path=path,
+                        setups={d: p for d, p in setups.items() if d in used})
         _atomic_write(path, json.dumps(out.to_json(), indent=2, sort_keys=True) + "\n")
     return out
 

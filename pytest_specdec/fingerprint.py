@@ -42,6 +42,11 @@ class Fingerprint:
         names = set(self.parts) | set(other_parts)
         return sorted(n for n in names if _canonical(self.parts.get(n)) != _canonical(other_parts.get(n)))
 
+    def what_changed(self, other: Fingerprint | None, unknown: str) -> str:
+        """The parts that differ from `other`'s, for a message (`workload, server`); `unknown`
+        where `other` is not known (a record or entry saved without its parts)."""
+        return ", ".join(self.changed_parts(other.parts) if other is not None else []) or unknown
+
     def to_json(self) -> dict[str, Any]:
         return {"digest": self.digest, "parts": dict(self.parts)}
 

@@ -285,7 +285,7 @@ def save_baselines(merged: Merged, baseline_dir: str | Path) -> list[Path]:
         baselines.save_baselines(
             path, manifest.hardware_key, {r.test_id: r.metrics for r in mine},
             versions=manifest.versions, commit=manifest.commit,
-            fingerprints={r.test_id: r.fingerprint.digest for r in mine if r.fingerprint})
+            fingerprints={r.test_id: r.fingerprint for r in mine if r.fingerprint})
         if path not in written:
             written.append(path)
     if merged.durations():

@@ -146,9 +146,8 @@ def skip_done(items: list[pytest.Item], state: RunState) -> None:
                 (RESUMED_PROPERTY, json.dumps(record.data)))
         else:
             old = Fingerprint.from_json(record.data.get("fingerprint"))
-            changed = current.changed_parts(old.parts) if old else []
             item.user_properties.append(
-                (REMEASURED_PROPERTY, ", ".join(changed) or "no fingerprint in its journal record"))
+                (REMEASURED_PROPERTY, current.what_changed(old, "no fingerprint in its journal record")))
 
 
 def _readable(record: JournalRecord, journal: Journal) -> bool:
@@ -209,9 +208,9 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
     if message:
         # a "regression" against figures of another workload or model says more than it knows
         other = gate.other_setup(result)
-        stale = (f" (its entries of {', '.join(other)} measured another setup: workload, server "
-                 f"settings or model; re-create them with --specdec-save-baseline if the change "
-                 f"is meant)") if other else ""
+        stale = (f" (its entries of {', '.join(other)} measured another setup: "
+                 f"{gate.what_changed(result)}; re-create them with --specdec-save-baseline if "
+                 f"the change is meant)") if other else ""
         failures.insert(0, f"regression against {state.baseline_path.name}{stale}:\n{message}")
     if failures:
         _journal_failed(item, state, result)
@@ -412,7 +411,7 @@ class Results:
             path, self.state.hardware.key, {r.test_id: r.metrics for r in results},
             versions=baselines_mod.collect_versions(),
             commit=baselines_mod.git_commit(self.state.config.root),
-            fingerprints={r.test_id: r.fingerprint.digest for r in results if r.fingerprint})
+            fingerprints={r.test_id: r.fingerprint for r in results if r.fingerprint})
         return path
 
 

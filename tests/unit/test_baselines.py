@@ -57,6 +57,29 @@ def test_git_commit_inside_and_outside_a_repository(tmp_path):
 # ------------------------------------------------------------------ save and load
 
 
+def test_the_file_keeps_the_parts_of_the_setups_its_entries_measured(tmp_path):
+    """So a run of another setup can name the part that changed; parts no entry uses any more go."""
+    from pytest_specdec.fingerprint import fingerprint
+
+    path = tmp_path / "cpu.json"
+    first, second = fingerprint({"model": "a"}), fingerprint({"model": "b"})
+    save_baselines(path, "cpu", {"a": [mv()], "b": [mv()]}, versions={},
+                   fingerprints={"a": first, "b": "0123456789abcdef"})
+    assert load_baselines(path, "cpu").setups == {first.digest: {"model": "a"}}
+    save_baselines(path, "cpu", {"a": [mv()]}, versions={}, fingerprints={"a": second})
+    loaded = load_baselines(path, "cpu")
+    assert loaded.setups == {second.digest: {"model": "b"}}
+    assert loaded.get("a", "output_tok_s").fingerprint == second.digest
+    assert loaded.get("b", "output_tok_s").fingerprint == "0123456789abcdef"
+
+    doc = json.loads(path.read_text())
+    doc["setups"] = {second.digest: "model b"}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SpecdecUsageError, match="'setups' must map fingerprint digests to objects"):
+        load_baselines(path, "cpu")
+
+
+
 def test_save_then_load_round_trip(tmp_path):
     path = tmp_path / "baselines" / "cpu.json"
     timed = MetricValue("ttft_ms", 12.0, "lower", distribution=(11.0, 12.0, 13.5), cpu_share=0.5)

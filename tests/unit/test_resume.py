@@ -159,8 +159,9 @@ def test_a_regression_against_a_baseline_of_another_setup_says_so(pytester):
     result = run(pytester, "--specdec-compare-fail", "*:0%")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*regression against cpu.json (its entries of widgets measured another "
-                                 "setup: workload, server settings or model; re-create them with "
-                                 "--specdec-save-baseline if the change is meant):"])
+                                 "setup: workload, server settings or model: the baseline file does "
+                                 "not record which; re-create them with --specdec-save-baseline if "
+                                 "the change is meant):"])
     result.stdout.fnmatch_lines(["*UserWarning: test_widgets: the baseline of widgets measured another setup*"])
 
     result = run(pytester, "--specdec-save-baseline")  # re-creating them: no advice to do so
@@ -188,6 +189,35 @@ def test_widgets(specdec_record):
                                  "which are no reference (test_widgets)"])
     assert not (pytester.path / "baselines" / "cpu.json").exists()
     assert journal_lines(pytester)[-1]["status"] == "failed"  # what a merge reads
+
+
+def test_a_baseline_of_another_setup_names_the_part_that_changed(pytester):
+    """As resume does: the warning and the regression's red say which part of the setup the
+    baseline measured otherwise, not only that one of three may have."""
+    pytester.makepyfile(test_widgets=RECORDING_TEST)
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\nmodel = "org/first"\n')
+    run(pytester, "--specdec-save-baseline").assert_outcomes(passed=1)
+    saved = json.loads((pytester.path / "baselines" / "cpu.json").read_text())
+    digest = saved["entries"]["test_widgets"]["widgets"]["fingerprint"]
+    assert saved["setups"][digest]["model"]["model"] == "org/first"
+    saved["entries"]["test_widgets"]["widgets"].update(value=5.0, distribution=[])  # a regression
+    (pytester.path / "baselines" / "cpu.json").write_text(json.dumps(saved))
+
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\nmodel = "org/second"\n')
+    result = run(pytester)
+    result.stdout.fnmatch_lines(["*UserWarning: test_widgets: the baseline of widgets measured another "
+                                 "setup (its model differs)*"])
+    result = run(pytester, "--specdec-compare-fail", "*:0%", "-W", "ignore::UserWarning")
+    result.stdout.fnmatch_lines(["*regression against cpu.json (its entries of widgets measured another "
+                                 "setup: its model differs; *"])
+
+    del saved["setups"]  # a file saved before baselines kept the parts: said, not guessed
+    (pytester.path / "baselines" / "cpu.json").write_text(json.dumps(saved))
+    result = run(pytester)
+    result.stdout.fnmatch_lines(["*UserWarning: test_widgets: the baseline of widgets measured another "
+                                 "setup (workload, server settings or model: the baseline file does "
+                                 "not record which)*"])
+
 
 def test_a_test_that_failed_its_checks_is_measured_again_on_resume_and_saved_nowhere(pytester):
     """Its figures were journaled as done before the gate failed it: resume once skipped it as
