@@ -4,8 +4,9 @@ Writes into DIR the merged results.json, report.md, report.tex and plots (the re
 of a run), junit.xml (JUnit-compatible), durations.json (for the next run's balance), and with
 --save-baseline the baseline file of each shard's hardware key. Exit status: 0 when every shard
 finished and passed, 1 when a shard's gate failed, a shard is missing or did not finish (the
-report is still written and says what), 2 for shards that do not belong together or an
-output that cannot be written (nothing is written then).
+report is still written and says what), 2 for shards that do not belong together, an output that
+cannot be written or a durations file it merges into that is broken (checked before anything is
+written, so nothing is).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
                junit.write(target / "junit.xml", rows)]
     if merged.durations():
         written.append(target / "durations.json")
-        durations.save(written[-1], merged.durations())
+        durations.save(written[-1], merged.durations(), merge.REMADE_BY_MERGING)
     report.write_github_summary(rows, title=title, meta=merged.meta())
     print(report.format_table(rows), file=out)
     for line in merge.not_measured(merged):
@@ -85,20 +86,19 @@ def _check_targets(args: argparse.Namespace, merged) -> None:
     """What the merge writes into can take it, before anything is written: a junit.xml that is
     a folder, or a broken durations or baseline file it merges into, stops it with no report
     half-written."""
-    from . import baselines, durations
+    from . import baselines, merge
     from .outputs import REPORT_FILES, check_folder, check_report_folder
     from .shard import DURATIONS_FILE
 
     target = Path(args.out)
     check_report_folder(target, (*REPORT_FILES, "junit.xml", DURATIONS_FILE), "--out")
-    if merged.durations():
-        durations.load(target / DURATIONS_FILE)
+    if args.save_baseline:
+        check_folder(Path(args.baseline_dir), "baseline folder", "--baseline-dir")
+    merge.check_durations(target, args.baseline_dir if args.save_baseline else None)
     if not args.save_baseline:
         return
-    check_folder(Path(args.baseline_dir), "baseline folder", "--baseline-dir")
     for key in sorted({m.hardware_key for m in merged.shards}):
         baselines.load_baselines(baselines.baseline_path(args.baseline_dir, key), key)
-    durations.load(Path(args.baseline_dir) / DURATIONS_FILE)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

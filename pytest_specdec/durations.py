@@ -23,18 +23,23 @@ FORMAT = "pytest-specdec-durations"
 VERSION = 1
 
 
-def load(path: str | Path) -> dict[str, float]:
-    """{configuration id: seconds}; an absent file is empty, a broken one a usage error."""
+#: What writes the baseline folder's file again once a broken one is deleted, for its readers that
+#: do not write it themselves (a sharded run balancing its shards).
+REMADE_BY_A_SAVE = "a run with --specdec-save-baseline, or a merge with --save-baseline, writes it again"
+
+
+def load(path: str | Path, remade_by: str = REMADE_BY_A_SAVE) -> dict[str, float]:
+    """{configuration id: seconds}; an absent file is empty, a broken one a usage error whose
+    fix says what writes it again where it is deleted (`remade_by`: the caller knows)."""
     path = Path(path)
+    fix = f"fix or delete it ({remade_by})"
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return {}
     except (OSError, UnicodeDecodeError) as exc:  # a folder, unreadable: say so, not a traceback
         why = getattr(exc, "strerror", None) or exc
-        raise SpecdecUsageError(f"durations file {path} cannot be read: {why}; fix or remove it") \
-            from None
-    fix = "fix or delete it (the next merge with --save-baseline writes it again)"
+        raise SpecdecUsageError(f"durations file {path} cannot be read: {why}; {fix}") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -57,14 +62,16 @@ def load(path: str | Path) -> dict[str, float]:
     return out
 
 
-def save(path: str | Path, durations: Mapping[str, float]) -> dict[str, float]:
-    """Merge `durations` into the file (other configurations kept), atomically under a lock."""
+def save(path: str | Path, durations: Mapping[str, float],
+         remade_by: str = REMADE_BY_A_SAVE) -> dict[str, float]:
+    """Merge `durations` into the file (other configurations kept), atomically under a lock; a
+    broken file is a usage error (`load`), not overwritten."""
     from .baselines import _atomic_write, _lock_for
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with _lock_for(path):
-        merged = {**load(path), **{k: round(float(v), 3) for k, v in durations.items()}}
+        merged = {**load(path, remade_by), **{k: round(float(v), 3) for k, v in durations.items()}}
         doc = {"format": FORMAT, "version": VERSION, "configurations": dict(sorted(merged.items()))}
         _atomic_write(path, json.dumps(doc, indent=2) + "\n")
     return merged
@@ -116,4 +123,4 @@ class Durations:
         return out
 
 
-__all__ = ["FORMAT", "VERSION", "Durations", "load", "save"]
+__all__ = ["FORMAT", "REMADE_BY_A_SAVE", "VERSION", "Durations", "load", "save"]

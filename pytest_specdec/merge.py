@@ -290,8 +290,26 @@ def save_baselines(merged: Merged, baseline_dir: str | Path) -> list[Path]:
             written.append(path)
     if merged.durations():
         written.append(Path(baseline_dir) / DURATIONS_FILE)
-        durations.save(written[-1], merged.durations())
+        durations.save(written[-1], merged.durations(), REMADE_BY_MERGING_BASELINES)
     return written
 
 
-__all__ = ["FAILED_OUTCOMES", "Merged", "load", "merge", "not_lossless", "not_measured", "save_baselines"]
+#: What writes each durations file a merge merges into again, once a broken one is deleted.
+REMADE_BY_MERGING = "the next merge writes it again"
+REMADE_BY_MERGING_BASELINES = "the next merge with --save-baseline writes it again"
+
+
+def check_durations(out: str | Path, baseline_dir: str | Path | None) -> None:
+    """The durations files the merge will merge into (the report folder's; with --save-baseline,
+    the baseline folder's) read now: a broken one stops the merge before it writes anything, so
+    merging again once it is fixed saves no figure twice into a baseline."""
+    from . import durations
+    from .shard import DURATIONS_FILE
+
+    durations.load(Path(out) / DURATIONS_FILE, REMADE_BY_MERGING)
+    if baseline_dir is not None:
+        durations.load(Path(baseline_dir) / DURATIONS_FILE, REMADE_BY_MERGING_BASELINES)
+
+
+__all__ = ["FAILED_OUTCOMES", "Merged", "check_durations", "load", "merge", "not_lossless", "not_measured",
+           "save_baselines"]

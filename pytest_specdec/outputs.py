@@ -34,7 +34,8 @@ def check(state: RunState) -> None:
         if path.exists() and not path.is_file():
             raise SpecdecUsageError(f"baseline file {path} is not a file; remove it or choose "
                                     f"another --specdec-baseline-dir")
-        durations.load(path.parent / DURATIONS_FILE)  # merged into at the end: broken is an error now
+        # merged into at the end: broken is an error now
+        durations.load(path.parent / DURATIONS_FILE, "this run writes it again when it ends")
     if settings.report:
         check_report_folder(state.path(settings.report))
 

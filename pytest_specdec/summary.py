@@ -177,7 +177,7 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
 
         path = state.baseline_path.parent / DURATIONS_FILE
         try:
-            durations_mod.save(path, seconds)
+            durations_mod.save(path, seconds, "the next run with --specdec-save-baseline writes it again")
         except (OSError, SpecdecUsageError) as exc:
             problems.append(f"durations not saved: {_why(exc, path)}")
     table = rows(results)

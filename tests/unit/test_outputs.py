@@ -71,8 +71,10 @@ def test_a_baseline_file_that_is_a_folder_stops_a_save_before_the_run(pytester):
 
 
 @pytest.mark.parametrize("broken, message", [
-    ("{bad", "durations file */baselines/durations.json is not valid JSON (line 1: *); fix or delete it*"),
-    (None, "durations file */baselines/durations.json cannot be read: Is a directory; fix or remove it"),
+    ("{bad", "durations file */baselines/durations.json is not valid JSON (line 1: *); fix or delete "
+             "it (this run writes it again when it ends)"),
+    (None, "durations file */baselines/durations.json cannot be read: Is a directory; fix or delete "
+           "it (this run writes it again when it ends)"),
 ])
 def test_a_broken_durations_file_stops_an_unsharded_save_before_the_run(pytester, broken, message):
     path = pytester.path / "baselines" / "durations.json"
@@ -82,6 +84,18 @@ def test_a_broken_durations_file_stops_an_unsharded_save_before_the_run(pytester
         path.parent.mkdir()
         path.write_text(broken)
     assert_usage_error(run(pytester, "--specdec-save-baseline"), message)
+
+
+def test_a_broken_durations_file_stops_a_sharded_run_saying_what_writes_it_again(pytester):
+    """A sharded run only reads it (to balance its shards); a save, or a merge's save, writes it."""
+    pytester.makepyprojecttoml("[tool.specdec]\n")
+    path = pytester.path / "baselines" / "durations.json"
+    path.parent.mkdir()
+    path.write_text("{bad")
+    assert_usage_error(run(pytester, "--specdec-shard", "1/2"),
+                       "durations file */baselines/durations.json is not valid JSON (line 1: *); fix "
+                       "or delete it (a run with --specdec-save-baseline, or a merge with "
+                       "--save-baseline, writes it again)")
 
 
 @pytest.mark.parametrize("where, message", [
