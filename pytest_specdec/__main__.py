@@ -77,6 +77,8 @@ def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
         print(f"specdec merge: {files.plot_error}", file=out)
     print(f"specdec merge: {merged.meta()['shards']}: {len(rows)} row(s) written to {target} "
           f"({len(written)} files)", file=out)
+    for line in merged.skipped:
+        print(f"specdec merge: {line}", file=out)
     for problem in merged.problems:
         print(f"specdec merge: FAILED: {problem}", file=out)
     return 0 if merged.ok else 1

@@ -35,6 +35,18 @@ class JournalWarning(UserWarning):
 
 
 @dataclass(frozen=True)
+class DamagedLine:
+    """A journal line that could not be read, and so was skipped."""
+
+    path: Path
+    lineno: int
+    what: str  # "an unreadable line (why)" or "an incomplete last line (interrupted write)"
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.lineno}: skipped {self.what}"
+
+
+@dataclass(frozen=True)
 class JournalRecord:
     """One finished measurement (status "done") or a recorded failure (any other status).
 
@@ -104,7 +116,9 @@ class Journal:
     def records(self) -> list[JournalRecord]:
         return list(self._iter_records())
 
-    def _iter_records(self) -> Iterator[JournalRecord]:
+    def _iter_records(self, damaged: list[DamagedLine] | None = None) -> Iterator[JournalRecord]:
+        """The readable records; each damaged line is skipped with a JournalWarning, or, where
+        the caller says it itself (`damaged` given), appended there instead."""
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
@@ -131,7 +145,11 @@ class Journal:
                 )
             except (ValueError, KeyError, TypeError) as exc:
                 what = "an incomplete last line (interrupted write)" if torn else f"an unreadable line ({exc})"
-                warnings.warn(f"{self.path}:{lineno}: skipped {what}", JournalWarning, stacklevel=3)
+                line = DamagedLine(self.path, lineno, what)
+                if damaged is None:
+                    warnings.warn(str(line), JournalWarning, stacklevel=3)
+                else:
+                    damaged.append(line)
                 continue
             yield rec
 
@@ -146,10 +164,11 @@ class Journal:
         again, not skipped as passed."""
         return {key: r for key, r in self.latest().items() if r.status == "done"}
 
-    def latest(self) -> dict[Key, JournalRecord]:
+    def latest(self, damaged: list[DamagedLine] | None = None) -> dict[Key, JournalRecord]:
         """The last record per key, so a configuration measured twice is counted once (the most
-        recent outcome wins, failures included: a re-run that failed is not hidden by an old pass)."""
-        return {r.key: r for r in self._iter_records()}
+        recent outcome wins, failures included: a re-run that failed is not hidden by an old pass).
+        `damaged`: where the lines skipped go instead of a JournalWarning each."""
+        return {r.key: r for r in self._iter_records(damaged)}
 
 
 def _ends_with_newline(path: Path) -> bool:
@@ -181,4 +200,5 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-__all__ = ["FAILED_CHECKS", "JOURNAL_VERSION", "Journal", "JournalRecord", "JournalWarning", "Key"]
+__all__ = ["FAILED_CHECKS", "JOURNAL_VERSION", "DamagedLine", "Journal", "JournalRecord", "JournalWarning",
+           "Key"]

@@ -5,7 +5,9 @@ it is, what matrix it divided and how its tests ended (outcomes and baseline com
 merge refuses shards that cannot belong together (another plugin version, another matrix, setup
 (workloads, server settings, model) or partition, the same shard twice, a configuration measured
 by two shards) and says what it lacks (a missing or unfinished shard: which configurations have
-no result). Everything is checked before anything is written.
+no result). Everything is checked before anything is written. A journal line that cannot be read
+is skipped aloud (`Merged.skipped`), as a resumed run skips it; a test whose record it may have
+held has no result, and that fails the merge.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from .errors import SpecdecUsageError
-from .journal import FAILED_CHECKS, Journal
+from .journal import FAILED_CHECKS, DamagedLine, Journal
 from .report import ReportRow, row_from_result
 from .result import RECORD_DAMAGE, Result
 from .shard_dir import JOURNAL, ShardManifest, read
@@ -33,6 +35,8 @@ class Merged:
     rows: tuple[ReportRow, ...]
     results: tuple[tuple[Result, ShardManifest, str], ...]  # with its journal status
     problems: tuple[str, ...]  # each a line: a shard's gate failed, a shard missing or unfinished
+    #: each a line: a damaged journal line skipped (shard, file, line) and what that cost
+    skipped: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -56,6 +60,7 @@ class Merged:
             "hardware_key": ", ".join(sorted({m.hardware_key for m in self.shards})),
             "backend": ", ".join(sorted({m.backend for m in self.shards})),
             "plugin_version": self.shards[0].plugin_version,
+            **({"journal": "; ".join(self.skipped)} if self.skipped else {}),
         }
 
 
@@ -98,14 +103,16 @@ def _matrix_text(manifest: ShardManifest) -> str:
            f"matrix {manifest.matrix_digest}"
 
 
-def _journaled(manifest: ShardManifest) -> tuple[list[tuple[Result, str]], dict[str, str]]:
-    """The shard's journaled results, the latest per test, with their journal status; and
-    {node id: why} of records whose figures do not read back."""
+def _journaled(manifest: ShardManifest) -> tuple[list[tuple[Result, str]], dict[str, str],
+                                                 list[DamagedLine]]:
+    """The shard's journaled results, the latest per test, with their journal status;
+    {node id: why} of records whose figures do not read back; and the journal's lines that could
+    not be read at all (skipped, as a resumed run skips them; the caller says so)."""
     assert manifest.directory is not None
     comparisons = {t.nodeid: t.comparisons for t in manifest.tests}
-    out, damaged = [], {}
+    out, damaged, lines = [], {}, []
     journal = manifest.directory / JOURNAL
-    for record in Journal(journal).latest().values():
+    for record in Journal(journal).latest(lines).values():
         stored = comparisons.get(str(record.data.get("nodeid")), ())
         try:
             # the journal holds figures from before the gate; the manifest, the gate's comparisons
@@ -115,16 +122,27 @@ def _journaled(manifest: ShardManifest) -> tuple[list[tuple[Result, str]], dict[
                                          f"({type(exc).__name__}: {exc})")
             continue
         out.append((result, record.status))
-    return out, damaged
+    return out, damaged, lines
 
 
 def _unjournaled(manifest: ShardManifest, journaled: Sequence[tuple[Result, str]],
-                 damaged: dict[str, str]) -> dict[str, str]:
-    """{node id: why} of the tests that passed but whose figures the shard's journal lacks."""
-    have = {result.nodeid for result, _ in journaled}
-    missing = f"it passed, but {(manifest.directory or Path()) / JOURNAL} has no record of it"
-    return {t.nodeid: damaged.get(t.nodeid, missing) for t in manifest.tests
-            if t.outcome == "passed" and t.nodeid not in have}
+                 damaged: dict[str, str], lines: Sequence[DamagedLine] = ()) -> dict[str, str]:
+    """{node id: why} of the tests that passed but whose figures the shard's journal lacks, or
+    holds only from an attempt that failed (its passing record was lost: a damaged line)."""
+    journal = (manifest.directory or Path()) / JOURNAL
+    status = {result.nodeid: s for result, s in journaled}
+    missing = f"it passed, but {journal} has no record of it"
+    out = {}
+    for test in manifest.tests:
+        if test.outcome != "passed" or status.get(test.nodeid) == "done":
+            continue
+        if test.nodeid in status:
+            lost = " (a damaged line may have held a later one)" if lines else ""
+            out[test.nodeid] = (f"it passed, but its latest record in {journal} is "
+                                f"{status[test.nodeid]!r}{lost}")
+        else:
+            out[test.nodeid] = damaged.get(test.nodeid, missing)
+    return out
 
 
 def _rows_of(manifest: ShardManifest, journaled: Sequence[tuple[Result, str]],
@@ -174,8 +192,9 @@ def merge(directories: Iterable[str | Path]) -> Merged:
     results: list[tuple[Result, ShardManifest, str]] = []
     measured_by: dict[str, ShardManifest] = {}
     problems: list[str] = []
+    skipped: list[str] = []
     for manifest in manifests:
-        journaled, damaged = _journaled(manifest)
+        journaled, damaged, lines = _journaled(manifest)
         for result, status in journaled:
             key = result.config
             other = measured_by.setdefault(key, manifest)
@@ -184,12 +203,17 @@ def merge(directories: Iterable[str | Path]) -> Merged:
                     f"configuration {key} was measured by {other.name} and by {manifest.name}; "
                     f"each configuration belongs to one shard: merge one of them")
             results.append((result, manifest, status))
-        unjournaled = _unjournaled(manifest, journaled, damaged)
+        unjournaled = _unjournaled(manifest, journaled, damaged, lines)
         shard_rows = _rows_of(manifest, journaled, unjournaled)
         rows.extend(shard_rows)
-        for nodeid, why in {**damaged, **unjournaled}.items():
+        lacking = {**damaged, **unjournaled}
+        for nodeid, why in lacking.items():
             problems.append(f"{manifest.name}: no result for {nodeid}: {why}; run that shard "
                             f"again with --specdec-resume and merge again")
+        # as a resumed run does: the line is skipped, and what it may have held is missed aloud
+        cost = "a test of that shard lacks its result (FAILED below)" if lacking else \
+            "every test of that shard has its record"
+        skipped += [f"{manifest.name}: {line}; {cost}" for line in lines]
         if manifest.finished is None:
             problems.append(f"{manifest.name} did not finish: its outcomes and baseline "
                             f"comparisons are unknown; resume it (--specdec-resume) and merge "
@@ -223,7 +247,7 @@ def merge(directories: Iterable[str | Path]) -> Merged:
         problems.append(f"missing shard(s) {', '.join(f'{i}/{first.shard.count}' for i in absent)}"
                         f": {len(lacking)} configuration(s) have no result"
                         + (f": {', '.join(lacking)}" if lacking else ""))
-    return Merged(tuple(manifests), tuple(rows), tuple(results), tuple(problems))
+    return Merged(tuple(manifests), tuple(rows), tuple(results), tuple(problems), tuple(skipped))
 
 
 def _divergences(results: Sequence[tuple[Result, ShardManifest, str]], *,
@@ -277,8 +301,10 @@ def save_baselines(merged: Merged, baseline_dir: str | Path) -> list[Path]:
     lossy = set(not_lossless(merged))
     written: list[Path] = []
     for manifest in merged.shards:
-        mine = [r for r, m, status in merged.results
-                if m is manifest and status == "done" and r.test_id not in lossy]
+        # a test that failed is no reference, whatever its journal's last readable record says
+        failed = {t.nodeid for t in manifest.tests if t.outcome in FAILED_OUTCOMES}
+        mine = [r for r, m, status in merged.results if m is manifest and status == "done"
+                and r.test_id not in lossy and r.nodeid not in failed]
         if not mine:
             continue
         path = baselines.baseline_path(baseline_dir, manifest.hardware_key)

@@ -78,6 +78,53 @@ def test_a_passed_test_without_a_journaled_result_fails_the_merge(shards, journa
     assert [e.tag for e in cases["test_generation[ar-tp1-w]"] if e.tag in ("error", "failure")] == ["error"]
 
 
+def test_a_damaged_journal_line_is_skipped_loudly_naming_shard_file_and_line(shards):
+    """As a resumed run skips a damaged line of its journal and measures again what it lacks:
+    the merge says where the line is and what it did, in its output and in the report; a line
+    that held a record the merge needs fails it (below)."""
+    path = shards / "shard-1" / JOURNAL
+    with path.open("a") as fh:
+        fh.write("garbage\n")
+    rc, text = merge(shards)
+    assert rc == 0, text
+    line = (f"shard 1/2 ({shards / 'shard-1'}): {path}:2: skipped an unreadable line (Expecting "
+            f"value: line 1 column 1 (char 0)); every test of that shard has its record")
+    assert f"specdec merge: {line}" in text
+    assert "JournalWarning" not in text  # said once, by the merge, not as a Python warning
+    assert line in (shards / "merged" / "report.md").read_text()
+    assert line in json.loads((shards / "merged" / "results.json").read_text())["meta"]["journal"]
+
+
+def test_a_damaged_line_that_held_a_later_record_fails_the_merge_and_saves_nothing(shards):
+    """The damaged line may have been the record that overrides the one before it (a test's
+    failed checks after its figures, a passing attempt after a failed one): the merge trusts no
+    stale record as the shard's result, and no figure of a failed test goes into a baseline."""
+    path = shards / "shard-1" / JOURNAL
+    manifest = json.loads((shards / "shard-1" / MANIFEST).read_text())
+    manifest["tests"][0].update(outcome="failed", reason="regression")  # its failed-checks record lost
+    (shards / "shard-1" / MANIFEST).write_text(json.dumps(manifest))
+    with path.open("a") as fh:
+        fh.write('{"v": 1, "config_id": "test_gen.py::test_gen\n')
+    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
+                           str(shards / "merged"), str(shards / "shard-1"), str(shards / "shard-2"),
+                           "--save-baseline", "--baseline-dir", str(shards / "baselines")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout
+    assert f"{path}:2: skipped an unreadable line" in done.stdout
+    saved = json.loads((shards / "baselines" / "cpu.json").read_text())["entries"]
+    assert sorted(saved) == ["test_generation[dflash-tp1-w]"]
+
+    record = json.loads(path.read_text().splitlines()[0])
+    manifest["tests"][0].update(outcome="passed", reason=None)  # it passed on its second attempt
+    (shards / "shard-1" / MANIFEST).write_text(json.dumps(manifest))
+    path.write_text(json.dumps({**record, "status": "failed"}) + "\ngarbage\n")
+    rc, text = merge(shards)
+    assert rc == 1
+    assert (f"no result for {nodeid(CASES[0])}: it passed, but its latest record in {path} is "
+            f"'failed' (a damaged line may have held a later one); run that shard again with "
+            f"--specdec-resume and merge again") in text
+
+
 def test_a_journal_record_of_the_wrong_shape_fails_the_merge_naming_it(shards):
     path = shards / "shard-1" / JOURNAL
     record = json.loads(path.read_text())
