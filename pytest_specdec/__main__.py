@@ -88,7 +88,7 @@ def _check_targets(args: argparse.Namespace, merged) -> None:
     """What the merge writes into can take it, before anything is written: a junit.xml that is
     a folder, or a broken durations or baseline file it merges into, stops it with no report
     half-written."""
-    from . import baselines, merge
+    from . import merge
     from .outputs import REPORT_FILES, check_folder, check_report_folder
     from .shard import DURATIONS_FILE
 
@@ -96,11 +96,7 @@ def _check_targets(args: argparse.Namespace, merged) -> None:
     check_report_folder(target, (*REPORT_FILES, "junit.xml", DURATIONS_FILE), "--out")
     if args.save_baseline:
         check_folder(Path(args.baseline_dir), "baseline folder", "--baseline-dir")
-    merge.check_durations(target, args.baseline_dir if args.save_baseline else None)
-    if not args.save_baseline:
-        return
-    for key in sorted({m.hardware_key for m in merged.shards}):
-        baselines.load_baselines(baselines.baseline_path(args.baseline_dir, key), key)
+    merge.check_targets(merged, target, args.baseline_dir if args.save_baseline else None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -325,17 +325,25 @@ REMADE_BY_MERGING = "the next merge writes it again"
 REMADE_BY_MERGING_BASELINES = "the next merge with --save-baseline writes it again"
 
 
-def check_durations(out: str | Path, baseline_dir: str | Path | None) -> None:
-    """The durations files the merge will merge into (the report folder's; with --save-baseline,
-    the baseline folder's) read now: a broken one stops the merge before it writes anything, so
-    merging again once it is fixed saves no figure twice into a baseline."""
-    from . import durations
+def check_targets(merged: Merged, out: str | Path, baseline_dir: str | Path | None) -> None:
+    """The files the merge will merge into, read now: the durations files (the report folder's;
+    with --save-baseline, the baseline folder's) and the baseline file of each shard's hardware
+    key. A broken one stops the merge before it writes anything, so merging again once it is
+    fixed saves no figure twice into a baseline."""
+    from . import baselines, durations
     from .shard import DURATIONS_FILE
 
     durations.load(Path(out) / DURATIONS_FILE, REMADE_BY_MERGING)
-    if baseline_dir is not None:
-        durations.load(Path(baseline_dir) / DURATIONS_FILE, REMADE_BY_MERGING_BASELINES)
+    if baseline_dir is None:
+        return
+    durations.load(Path(baseline_dir) / DURATIONS_FILE, REMADE_BY_MERGING_BASELINES)
+    for key in sorted({m.hardware_key for m in merged.shards}):
+        try:
+            baselines.load_baselines(baselines.baseline_path(baseline_dir, key), key)
+        except SpecdecUsageError as exc:  # its advice is a run's: here the merge saves a new one
+            raise SpecdecUsageError(str(exc).replace("--specdec-save-baseline",
+                                                     "merge --save-baseline")) from None
 
 
-__all__ = ["FAILED_OUTCOMES", "Merged", "check_durations", "load", "merge", "not_lossless", "not_measured",
+__all__ = ["FAILED_OUTCOMES", "Merged", "check_targets", "load", "merge", "not_lossless", "not_measured",
            "save_baselines"]

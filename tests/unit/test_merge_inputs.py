@@ -78,6 +78,23 @@ def test_a_passed_test_without_a_journaled_result_fails_the_merge(shards, journa
     assert [e.tag for e in cases["test_generation[ar-tp1-w]"] if e.tag in ("error", "failure")] == ["error"]
 
 
+def test_a_broken_baseline_file_stops_a_saving_merge_before_it_writes_anything(shards):
+    """It was read only when the merge came to save into it, after the report was written."""
+    where = shards / "baselines"
+    where.mkdir()
+    (where / "cpu.json").write_text("{bad")
+    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
+                           str(shards / "merged"), str(shards / "shard-1"), str(shards / "shard-2"),
+                           "--save-baseline", "--baseline-dir", str(where)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert (f"error: baseline file {where / 'cpu.json'} is not valid JSON (line 1, column 2: "
+            f"Expecting property name enclosed in double quotes); fix it, or move it aside (or "
+            f"delete it) and save a new one with merge --save-baseline") in done.stderr
+    assert sorted(p.name for p in where.iterdir()) == ["cpu.json"]
+    assert not (shards / "merged").exists()
+
+
 def test_a_damaged_journal_line_is_skipped_loudly_naming_shard_file_and_line(shards):
     """As a resumed run skips a damaged line of its journal and measures again what it lacks:
     the merge says where the line is and what it did, in its output and in the report; a line
