@@ -1,12 +1,13 @@
 """`python -m pytest_specdec merge --out DIR SHARD_DIR...`: the shards of one run, merged.
 
 Writes into DIR the merged results.json, report.md, report.tex and plots (the report writers
-of a run), junit.xml (JUnit-compatible), durations.json (for the next run's balance), and with
---save-baseline the baseline file of each shard's hardware key. Exit status: 0 when every shard
-finished and passed, 1 when a shard's gate failed, a shard is missing or did not finish (the
-report is still written and says what), 2 for shards that do not belong together, an output that
-cannot be written or a durations file it merges into that is broken (checked before anything is
-written, so nothing is).
+of a run), junit.xml (JUnit-compatible), durations.json (this merge's durations alone, replacing
+an earlier merge's), and with --save-baseline the baseline file of each shard's hardware key and
+the durations added to the baseline folder's (for the next run's balance). Exit status: 0 when
+every shard finished and passed, 1 when a shard's gate failed, a shard is missing or did not
+finish (the report is still written and says what), 2 for shards that do not belong together, an
+output that cannot be written or a baseline or durations file of the baseline folder that is
+broken (checked before anything is written, so nothing is).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
     from . import durations, junit, merge, report
+    from .shard import DURATIONS_FILE
 
     target = Path(args.out)
     if target.exists() and not target.is_dir():
@@ -60,9 +62,12 @@ def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
                                 title=title)
     written = [files.results_json, files.markdown, files.latex, files.standalone, *files.plots,
                junit.write(target / "junit.xml", rows)]
-    if merged.durations():
-        written.append(target / "durations.json")
-        durations.save(written[-1], merged.durations(), merge.REMADE_BY_MERGING)
+    seconds = target / DURATIONS_FILE
+    if merged.durations():  # replaced: an earlier merge's configurations would read as this one's
+        written.append(seconds)
+        durations.write(seconds, merged.durations())
+    elif seconds.is_file():
+        seconds.unlink()
     report.write_github_summary(rows, title=title, meta=merged.meta())
     print(report.format_table(rows), file=out)
     for line in merge.not_measured(merged):
@@ -86,8 +91,8 @@ def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
 
 def _check_targets(args: argparse.Namespace, merged) -> None:
     """What the merge writes into can take it, before anything is written: a junit.xml that is
-    a folder, or a broken durations or baseline file it merges into, stops it with no report
-    half-written."""
+    a folder, or a broken durations or baseline file of the baseline folder it merges into,
+    stops it with no report half-written (the report folder's durations.json is replaced)."""
     from . import merge
     from .outputs import REPORT_FILES, check_folder, check_report_folder
     from .shard import DURATIONS_FILE
@@ -96,7 +101,7 @@ def _check_targets(args: argparse.Namespace, merged) -> None:
     check_report_folder(target, (*REPORT_FILES, "junit.xml", DURATIONS_FILE), "--out")
     if args.save_baseline:
         check_folder(Path(args.baseline_dir), "baseline folder", "--baseline-dir")
-    merge.check_targets(merged, target, args.baseline_dir if args.save_baseline else None)
+    merge.check_targets(merged, args.baseline_dir if args.save_baseline else None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

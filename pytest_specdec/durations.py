@@ -3,7 +3,8 @@
 `baselines/durations.json` (beside the baseline files, committed with them, so every shard reads
 the same one) maps a configuration's id to the seconds its tests took on the host that ran it,
 server start included. A run counts them from its test reports (`Durations`); a baseline save
-and the merge of shards write them.
+and the merge of shards with --save-baseline add to it. The merge's report folder gets a copy of
+its own durations only (`write`), which replaces what an earlier merge left there.
 """
 
 from __future__ import annotations
@@ -64,17 +65,38 @@ def load(path: str | Path, remade_by: str = REMADE_BY_A_SAVE) -> dict[str, float
 
 def save(path: str | Path, durations: Mapping[str, float],
          remade_by: str = REMADE_BY_A_SAVE) -> dict[str, float]:
-    """Merge `durations` into the file (other configurations kept), atomically under a lock; a
-    broken file is a usage error (`load`), not overwritten."""
+    """Merge `durations` into the file (other configurations kept), atomically under a lock: the
+    baseline folder's file, which every run and merge adds to; a broken one is a usage error
+    (`load`), not overwritten."""
     from .baselines import _atomic_write, _lock_for
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with _lock_for(path):
-        merged = {**load(path, remade_by), **{k: round(float(v), 3) for k, v in durations.items()}}
-        doc = {"format": FORMAT, "version": VERSION, "configurations": dict(sorted(merged.items()))}
-        _atomic_write(path, json.dumps(doc, indent=2) + "\n")
+        merged = {**load(path, remade_by), **_rounded(durations)}
+        _atomic_write(path, _document(merged))
     return merged
+
+
+def write(path: str | Path, durations: Mapping[str, float]) -> dict[str, float]:
+    """Replace the file with `durations` alone, atomically and with no lock file: a report's
+    copy, which says what the run it belongs to took, not what earlier runs there did."""
+    from .baselines import _atomic_write
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    written = _rounded(durations)
+    _atomic_write(path, _document(written))
+    return written
+
+
+def _rounded(durations: Mapping[str, float]) -> dict[str, float]:
+    return {k: round(float(v), 3) for k, v in durations.items()}
+
+
+def _document(durations: Mapping[str, float]) -> str:
+    doc = {"format": FORMAT, "version": VERSION, "configurations": dict(sorted(durations.items()))}
+    return json.dumps(doc, indent=2) + "\n"
 
 
 @dataclass
@@ -123,4 +145,4 @@ class Durations:
         return out
 
 
-__all__ = ["FORMAT", "REMADE_BY_A_SAVE", "VERSION", "Durations", "load", "save"]
+__all__ = ["FORMAT", "REMADE_BY_A_SAVE", "VERSION", "Durations", "load", "save", "write"]

@@ -321,19 +321,17 @@ def save_baselines(merged: Merged, baseline_dir: str | Path) -> list[Path]:
 
 
 #: What writes each durations file a merge merges into again, once a broken one is deleted.
-REMADE_BY_MERGING = "the next merge writes it again"
 REMADE_BY_MERGING_BASELINES = "the next merge with --save-baseline writes it again"
 
 
-def check_targets(merged: Merged, out: str | Path, baseline_dir: str | Path | None) -> None:
-    """The files the merge will merge into, read now: the durations files (the report folder's;
-    with --save-baseline, the baseline folder's) and the baseline file of each shard's hardware
-    key. A broken one stops the merge before it writes anything, so merging again once it is
-    fixed saves no figure twice into a baseline."""
+def check_targets(merged: Merged, baseline_dir: str | Path | None) -> None:
+    """With --save-baseline (`baseline_dir`), the files the merge will merge into, read now: the
+    baseline folder's durations file and the baseline file of each shard's hardware key. A broken
+    one stops the merge before it writes anything, so merging again once it is fixed saves no
+    figure twice into a baseline. The report folder's durations file is an output, replaced."""
     from . import baselines, durations
     from .shard import DURATIONS_FILE
 
-    durations.load(Path(out) / DURATIONS_FILE, REMADE_BY_MERGING)
     if baseline_dir is None:
         return
     durations.load(Path(baseline_dir) / DURATIONS_FILE, REMADE_BY_MERGING_BASELINES)

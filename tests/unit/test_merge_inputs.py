@@ -208,7 +208,8 @@ def test_out_naming_a_shard_folder_is_an_error(shards):
 @pytest.mark.parametrize("damage, args, why", [
     ("merged/junit.xml/", (), "report folder {root}/merged: junit.xml is not a file; remove it or "
                               "choose another --out folder"),
-    ("merged/durations.json", (), "durations file {root}/merged/durations.json is not valid JSON"),
+    ("merged/durations.json/", (), "report folder {root}/merged: durations.json is not a file; "
+                                   "remove it or choose another --out folder"),
     ("baselines/cpu.json", ("--save-baseline",), "baseline file {root}/baselines/cpu.json is not valid JSON"),
     ("baselines/durations.json", ("--save-baseline",),
      "durations file {root}/baselines/durations.json is not valid JSON"),
@@ -228,6 +229,26 @@ def test_a_target_the_merge_cannot_write_stops_it_before_anything_is_written(sha
     assert why.format(root=shards) in done.stderr
     left = [path.name] if path.parent.name == "merged" else []  # the damage, and nothing beside it
     assert sorted(p.name for p in (shards / "merged").glob("*")) == left
+
+def test_the_merged_durations_are_this_merges_alone_and_leave_no_lock_file(shards):
+    """The merge added its durations to the durations.json an earlier merge left in --out, so
+    configurations of that merge stayed in this one's, and left .durations.json.lock beside it."""
+    out = shards / "merged"
+    out.mkdir()
+    (out / "durations.json").write_text(json.dumps({
+        "format": "pytest-specdec-durations", "version": 1,
+        "configurations": {"ddtree-tp1-b8": 9.0, "ar-tp1": 5.0}}))
+    rc, text = merge(shards)
+    assert rc == 0, text
+    written = json.loads((out / "durations.json").read_text())["configurations"]
+    assert written == {"ar-tp1": 1.0, "dflash-tp1": 1.0}
+    assert not list(out.glob(".*")), list(out.glob(".*"))
+    # a broken one there is replaced too: it is this merge's output, not an input
+    (out / "durations.json").write_text("garbage")
+    rc, text = merge(shards)
+    assert rc == 0, text
+    assert json.loads((out / "durations.json").read_text())["configurations"] == written
+
 
 def test_merged_junit_carries_each_figures_verdict_as_a_runs_junit_does(shards):
     """A run's --junitxml gives each compared figure `specdec.<metric>.verdict`; the merge's
