@@ -57,7 +57,7 @@ def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
     merged = merge.merge(args.shard_dirs)
     _check_targets(args, merged)
     rows = list(merged.rows)
-    title = f"pytest-specdec results ({merged.meta()['shards']})"
+    title = merged.title
     files = report.write_report(target, rows, meta=merged.meta(), plots=not args.no_plots,
                                 title=title)
     written = [files.results_json, files.markdown, files.latex, files.standalone, *files.plots,

@@ -52,10 +52,19 @@ class Merged:
 
         return Durations.of(m.durations for m in self.shards).seconds
 
+    @property
+    def title(self) -> str:
+        """The report's title: `pytest-specdec results: 2 of 2 shards merged (1/2, 2/2)`."""
+        return f"pytest-specdec results: {len(self.shards)} of {self.count} shards merged " \
+               f"({self._given})"
+
+    @property
+    def _given(self) -> str:
+        return ", ".join(str(m.shard) for m in self.shards)
+
     def meta(self) -> dict[str, str]:
-        given = ", ".join(str(m.shard) for m in self.shards)
         return {
-            "shards": f"{len(self.shards)} of {self.count} merged ({given})",
+            "shards": f"{len(self.shards)} of {self.count} merged ({self._given})",
             "hardware": "; ".join(sorted({m.hardware for m in self.shards})),
             "hardware_key": ", ".join(sorted({m.hardware_key for m in self.shards})),
             "backend": ", ".join(sorted({m.backend for m in self.shards})),

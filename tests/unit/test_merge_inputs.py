@@ -63,6 +63,14 @@ def test_intact_shards_merge(shards):
     assert "2 row(s) written" in text
 
 
+def test_the_merged_reports_title_nests_no_parentheses(shards):
+    """It read `pytest-specdec results (2 of 2 merged (1/2, 2/2))`."""
+    rc, text = merge(shards)
+    assert rc == 0, text
+    title = "pytest-specdec results: 2 of 2 shards merged (1/2, 2/2)"
+    assert (shards / "merged" / "report.md").read_text().splitlines()[0] == f"# {title}"
+
+
 @pytest.mark.parametrize("journal", [None, "garbage\n"])
 def test_a_passed_test_without_a_journaled_result_fails_the_merge(shards, journal):
     path = shards / "shard-1" / JOURNAL
