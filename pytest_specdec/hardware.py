@@ -78,6 +78,10 @@ class GPU:
         return family_of(self.arch)
 
 
+#: How `Hardware.describe` names a host without a GPU.
+NO_GPU = "no GPU"
+
+
 @dataclass(frozen=True)
 class Hardware:
     """What the tests run on. `physical_gpus` stays the real count when an arch is simulated."""
@@ -122,7 +126,7 @@ class Hardware:
     def describe(self) -> str:
         """`NVIDIA H200 (sm_90, hopper) x8`, or `no GPU`: the phrase skip reasons quote."""
         if not self.gpus:
-            return "no GPU"
+            return NO_GPU
         groups: dict[tuple[str, str, str], int] = {}
         for gpu in self.gpus:
             key = (gpu.name, gpu.arch, gpu.family)

@@ -130,7 +130,7 @@ def _table(rows: Sequence[ReportRow], workload: str, meta: Mapping[str, Any],
     cells = [[c.fmt.format(v) if v is not None else "--" for c, v in zip(cols, line)]
              for line in values]
     best = [_best(c, [line[i] for line in values]) for i, c in enumerate(cols)]
-    where = [f"on {meta['hardware']}" if meta.get("hardware") else "",
+    where = [f"on {_hardware_phrase(meta['hardware'])}" if meta.get("hardware") else "",
              f"{meta['backend']} backend" if meta.get("backend") else ""]
     text = (f"{caption}, workload {workload}" + (f" ({', '.join(w for w in where if w)})"
                                                   if any(where) else "")
@@ -156,6 +156,14 @@ def _table(rows: Sequence[ReportRow], workload: str, meta: Mapping[str, Any],
         out.append(" & ".join([*(tex_escape(c) for c in ident), *shown]) + " \\\\")
     out += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
     return out
+
+
+def _hardware_phrase(hardware: str) -> str:
+    """What the caption says the rows ran on: a host without a GPU ran them on its CPU (a
+    merge's hardware lists each shard's, `; ` between them)."""
+    from .hardware import NO_GPU
+
+    return "; ".join("the CPU" if part == NO_GPU else part for part in str(hardware).split("; "))
 
 
 def _identity(row: ReportRow) -> tuple:

@@ -60,6 +60,14 @@ def test_table_names_the_hardware_has_speedups_and_bolds_the_best():
     assert tex.count("\\begin{") == tex.count("\\end{") and "\\documentclass" not in tex
 
 
+def test_a_table_measured_without_a_gpu_says_it_ran_on_the_cpu():
+    """The caption read "on no GPU, embedded backend"."""
+    tex = render_fragment(rows(("cpu",)), meta={"hardware": "no GPU", "backend": "embedded"})
+    assert "workload chat (on the CPU, embedded backend)." in tex and "no GPU" not in tex
+    mixed = render_fragment(rows(("cpu",)), meta={"hardware": f"{META['hardware']}; no GPU"})
+    assert "(on NVIDIA H200 (sm\\_90, hopper) x8; the CPU)." in mixed
+
+
 def test_matrices_of_several_families_get_a_family_column():
     tex = render_fragment(rows(("cpu", "hopper")), meta=META)
     assert "Family & Method & TP & Budget" in tex
