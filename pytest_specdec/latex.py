@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .configuration import REFERENCE_METHOD
 from .metrics import METRIC_DIRECTIONS
-from .report import other_parameters, several_test_functions, test_function
+from .report import measured, other_parameters, several_test_functions, test_function
 
 if TYPE_CHECKING:
     from .report import ReportRow
@@ -84,9 +84,9 @@ def render_fragment(rows: Sequence[ReportRow], plots: Sequence[str | Path] = (),
     preamble = " and ".join("\\usepackage{" + p + "}" for p in PACKAGES)
     out = [f"% pytest-specdec report; needs {preamble}",
            "% plot paths are relative to this folder: \\graphicspath{{<this folder>/}}", ""]
-    measured = [r for r in rows if r.outcome == "passed" and r.method is not None]
-    for workload in sorted({r.workload or "-" for r in measured}):
-        out += _table([r for r in measured if (r.workload or "-") == workload], workload, meta,
+    results = measured(rows)
+    for workload in sorted({r.workload or "-" for r in results}):
+        out += _table([r for r in results if (r.workload or "-") == workload], workload, meta,
                       caption)
     from .plots import PLOTTED  # the captions say what the plots show
 

@@ -49,7 +49,7 @@ class ReportRow:
     verdict: str = ""  # gate.verdict_of: "ok", "regression", "noisy", "improved", "new", "not gated", ""
     verdicts: Mapping[str, str] = field(default_factory=dict)  # each compared figure's, as JUnit shows it
     comparisons: tuple[str, ...] = ()
-    outcome: str = "passed"  # pytest's outcome: passed, failed, error, skipped, xfailed
+    outcome: str = "passed"  # pytest's outcome: passed, failed, error, skipped, xfailed, xpassed
     reason: str | None = None
 
     @property
@@ -94,6 +94,14 @@ def _cell(row: ReportRow, metric: str, fmt: str) -> str:
 
 
 SET_ASIDE = ("skipped", "xfailed", "xpassed")  # outcomes whose reason is not a failure's
+#: Outcomes of a test whose figures are a result: a known issue that passes (xpassed, where its
+#: xfail is not strict) measured as any passing test did, and its figures are saved as a baseline.
+MEASURED = ("passed", "xpassed")
+
+
+def measured(rows: Iterable[ReportRow]) -> list[ReportRow]:
+    """The rows report.tex and the plots show: results of a configuration (`MEASURED`)."""
+    return [r for r in rows if r.outcome in MEASURED and r.method is not None]
 #: The reason of a passed row whose figures an earlier run of the journal measured and gated.
 RESUMED = "resumed from the journal"
 REASON_CELL = 60  # characters of such a reason the table's verdict cell shows
@@ -372,11 +380,13 @@ def write_github_summary(rows: Sequence[ReportRow], *, env: Mapping[str, str] | 
 
 __all__ = [
     "COLUMNS",
+    "MEASURED",
     "RESULTS_FORMAT",
     "RESULTS_VERSION",
     "ReportFiles",
     "ReportRow",
     "format_table",
+    "measured",
     "render_markdown",
     "results_document",
     "row_from_result",
