@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -44,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
     from . import durations, junit, merge, report
+    from .relpaths import relative
     from .shard import DURATIONS_FILE
 
     target = Path(args.out)
@@ -56,7 +58,9 @@ def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
                                     f"would overwrite that shard's own; name another folder")
     merged = merge.merge(args.shard_dirs)
     _check_targets(args, merged)
-    rows = list(merged.rows)
+    # the merge runs in the project, as its default --baseline-dir says: paths relative to it
+    rows = [replace(row, reason=relative(row.reason, Path.cwd())) if row.reason else row
+            for row in merged.rows]
     title = merged.title
     files = report.write_report(target, rows, meta=merged.meta(), plots=not args.no_plots,
                                 title=title)

@@ -8,6 +8,8 @@ by two shards) and says what it lacks (a missing or unfinished shard: which conf
 no result). Everything is checked before anything is written. A journal line that cannot be read
 is skipped aloud (`Merged.skipped`), as a resumed run skips it; a test whose record it may have
 held has no result, and that fails the merge.
+The command writes the paths in failure messages relative to the folder it runs in (the
+project) where inside it (relpaths.py).
 """
 
 from __future__ import annotations

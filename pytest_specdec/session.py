@@ -367,14 +367,20 @@ class Results:
             return  # neither a configuration nor figures of ours: pytest's own summary covers it
         if hasattr(report, "wasxfail"):
             outcome = "xfailed" if report.skipped else "xpassed"
-            self.outcomes[report.nodeid] = (outcome, str(report.wasxfail))
+            self.outcomes[report.nodeid] = (outcome, self._published(str(report.wasxfail)))
         elif report.failed:
             outcome = "failed" if report.when == "call" else "error"
-            self.outcomes[report.nodeid] = (outcome, _reason(report))
+            self.outcomes[report.nodeid] = (outcome, self._published(_reason(report)))
         elif report.skipped and report.nodeid not in self.outcomes:
-            self.outcomes[report.nodeid] = ("skipped", _reason(report))
+            self.outcomes[report.nodeid] = ("skipped", self._published(_reason(report)))
         elif report.when == "call" and report.passed:
             self.outcomes.setdefault(report.nodeid, ("passed", None))
+
+    def _published(self, reason: str) -> str:
+        """A reason as the reports and shard.json publish it: paths relative to the project."""
+        from .relpaths import relative
+
+        return relative(reason, self.state.config.root)
 
     def resumed(self) -> list[Result]:
         """Results measured by an earlier, interrupted run of this journal (--specdec-resume)."""

@@ -121,10 +121,12 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
     """The baseline file, the report folder and the CI summary, at session end whether or not a
     terminal summary follows (another plugin's summary may raise, or the terminal be off)."""
     from . import report  # matplotlib and friends load only when there is something to report
+    from .relpaths import relative_path
 
     state = results.state
     meta = {"hardware": state.hardware.describe(), "hardware_key": state.hardware.key,
-            "backend": state.backend.name, "baseline": str(state.baseline_path)}
+            "backend": state.backend.name,
+            "baseline": relative_path(state.baseline_path, state.config.root)}
     saved, failed, lossy = results.baseline_candidates()
 
     def left_out(are: str) -> str:

@@ -236,6 +236,29 @@ def test_a_target_the_merge_cannot_write_stops_it_before_anything_is_written(sha
     left = [path.name] if path.parent.name == "merged" else []  # the damage, and nothing beside it
     assert sorted(p.name for p in (shards / "merged").glob("*")) == left
 
+def test_the_merged_report_names_files_in_the_project_relative_to_it(shards):
+    """A failure's message in a shard's shard.json, and the merge's own (a journal with no
+    record), named files by absolute path in report.md, results.json and junit.xml; inside the
+    project the merge runs in they are relative to it, outside it they stay as they are."""
+    path = shards / "shard-1" / MANIFEST
+    doc = json.loads(path.read_text())
+    doc["tests"][0].update(outcome="failed", reason=f"server ar-tp1 died (log: {shards}/.specdec/"
+                                                     f"ar-tp1.log; prompts /elsewhere/p.txt)")
+    doc["exitstatus"] = 1
+    path.write_text(json.dumps(doc))
+    (shards / "shard-2" / JOURNAL).unlink()
+    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
+                           str(shards / "merged"), str(shards / "shard-1"), str(shards / "shard-2")],
+                          capture_output=True, text=True, timeout=120, cwd=shards)
+    assert done.returncode == 1, done.stdout + done.stderr
+    published = [(shards / "merged" / name).read_text() for name in ("report.md", "results.json",
+                                                                      "junit.xml")]
+    for text in published:
+        assert str(shards) not in text
+        assert "(log: .specdec/ar-tp1.log; prompts /elsewhere/p.txt)" in text
+        assert "it passed, but shard-2/journal.jsonl has no record of it" in text
+
+
 def test_the_merged_durations_are_this_merges_alone_and_leave_no_lock_file(shards):
     """The merge added its durations to the durations.json an earlier merge left in --out, so
     configurations of that merge stayed in this one's, and left .durations.json.lock beside it."""

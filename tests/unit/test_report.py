@@ -305,3 +305,16 @@ def test_a_resumed_row_says_so_where_its_verdict_would_be():
             row("dflash", 1, None, 650.0, 2.5)]
     assert "| ar-tp1 | chat | 300.0 | - | 12.3 | 1.50 | resumed |" in render_markdown(rows)
     assert format_table(rows).splitlines()[2].endswith("resumed")
+
+
+def test_paths_are_made_relative_only_under_the_project_root():
+    """A sibling folder whose name starts with the root's is not inside it, and a root at the
+    file system's root would make every path relative."""
+    from pytest_specdec.relpaths import relative
+
+    root = "/work/proj"
+    assert relative("(log: /work/proj/.specdec/a.log)", root) == "(log: .specdec/a.log)"
+    assert relative("in /work/proj, /work/proj-2/x and /other/work/proj/y", root) \
+        == "in ., /work/proj-2/x and /other/work/proj/y"
+    assert relative("see /work/proj/a.log.", root) == "see a.log."
+    assert relative("/x/y", "/") == "/x/y" and relative("/x/y", "rel") == "/x/y"

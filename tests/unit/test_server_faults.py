@@ -7,6 +7,7 @@ teardown are all real.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -70,6 +71,23 @@ def test_crash_mid_run_fails_that_test_and_errors_the_rest_at_once(pytester, no_
     # no zero throughput reported (a rate such as "400 tok/s" is not one)
     assert not re.search(r"(?<![\d.])0(\.0+)? tok/s", text), text
     assert not re.search(r"output_tok_s=0(\.0+)?(?![\d.])", text), text
+
+
+def test_a_published_report_names_the_servers_log_relative_to_the_project(pytester,
+                                                                          no_leftover_engines):
+    """report.md and results.json named the log by absolute path, and the baseline too: a
+    report published from a machine leaked its paths and found nothing on another."""
+    faulty_project(pytester, ("--fault-crash-after", "0"), workloads=ONE_WORKLOAD)
+    result = run(pytester, "--specdec-report=rep", "--specdec-shard=1/1")
+    result.assert_outcomes(failed=1)
+    assert f"(log: {pytester.path}/.specdec/artifacts/run-" in result.stdout.str()  # pytest's own
+    for name in ("report.md", "results.json", "shard.json"):
+        text = (pytester.path / "rep" / name).read_text()
+        assert str(pytester.path) not in text, text
+        assert "died: CUDA error: an illegal instruction was encountered (log: .specdec/artifacts/run-" \
+            in text, text
+    meta = json.loads((pytester.path / "rep" / "results.json").read_text())["meta"]
+    assert meta["baseline"] == "baselines/cpu.json"
 
 
 def test_crash_during_warmup_has_its_own_message(pytester, no_leftover_engines):
