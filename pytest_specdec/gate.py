@@ -498,8 +498,9 @@ def compare_all(test_id: str, metrics: Iterable[MetricValue], baseline_of, toler
 
 def verdict_of(comparisons: Iterable[Comparison]) -> str:
     """A test's verdict: a gated regression wins; then a gated noisy figure, then a gated
-    improvement; all-new, or every gated figure new, is "new"; compared but nothing gated is
-    "not gated"; else "ok"; "" when nothing was compared."""
+    improvement; a gated figure new (no baseline entry), or every figure new where none is
+    gated, is "new"; compared but nothing gated is "not gated"; else "ok"; "" when nothing was
+    compared."""
     comparisons = list(comparisons)
     if not comparisons:
         return ""
@@ -510,8 +511,8 @@ def verdict_of(comparisons: Iterable[Comparison]) -> str:
     if any(c.verdict == "improvement" and c.gated for c in comparisons):
         return "improved"
     gated = [c for c in comparisons if c.gated]
-    if all(c.verdict == "new" for c in gated or comparisons):
-        return "new"  # nothing gated had a baseline to compare with: not "ok"
+    if any(c.verdict == "new" for c in gated) or all(c.verdict == "new" for c in comparisons):
+        return "new"  # a gated figure had no baseline to compare with: not "ok"
     if not any(c.gated for c in comparisons):
         return "not gated"
     return "ok"

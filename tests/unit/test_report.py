@@ -67,6 +67,12 @@ def test_verdict_of():
     ungated_better = compare_metric("t", MetricValue("output_tok_s", 2.0, "higher"), BaselineEntry(1.0, "higher"), None)
     assert verdict_of([ungated_better]) == "not gated"
     assert verdict_of([ungated_better, unchanged()]) == "ok"
+    # one gated figure compared, another with no baseline entry: nothing gated it, so not "ok"
+    gated_new = compare_metric("t", MetricValue("accept_length", 3.0, "higher"), None,
+                               TOL["accept_length"])
+    assert verdict_of([unchanged(), gated_new]) == "new"
+    assert verdict_of([ungated_better, compare_metric("t", MetricValue("tpot_ms", 1.0, "lower"),
+                                                      None, None)]) == "not gated"
 
 
 def test_row_from_result(rows):
