@@ -41,6 +41,11 @@ ALPHA = 0.025
 CONTENTION_NOISE = 0.5
 
 Verdict = str  # "new" | "unchanged" | "improvement" | "regression" | "noisy"
+#: A figure's verdicts, as JUnit (`specdec.<metric>.verdict`) and results.json show them: a
+#: figure no tolerance gates is "not gated" whatever it did (`Comparison.shown_verdict`).
+FIGURE_VERDICTS = ("new", "unchanged", "improvement", "regression", "noisy", "not gated")
+#: A test's verdicts (`verdict_of`), from the worst; the table words them (report.VERDICT_TEXT).
+TEST_VERDICTS = ("regression", "noisy", "improved", "new", "ok", "not gated")
 
 EXAMPLE = "e.g. output_tok_s:5%,accept_length:2%,ttft_ms:10%"
 

@@ -93,6 +93,10 @@ def _cell(row: ReportRow, metric: str, fmt: str) -> str:
     return fmt.format(value)
 
 
+#: A test's verdict (`gate.TEST_VERDICTS`, as JUnit and results.json carry it) as the table words
+#: it; the README's table of verdicts lists both.
+VERDICT_TEXT = {"regression": "REGRESSION", "noisy": "noisy", "improved": "improved",
+                "new": "new baseline", "ok": "ok", "not gated": "not gated"}
 SET_ASIDE = ("skipped", "xfailed", "xpassed")  # outcomes whose reason is not a failure's
 #: Outcomes of a test whose figures are a result: a known issue that passes (xpassed, where its
 #: xfail is not strict) measured as any passing test did, and its figures are saved as a baseline.
@@ -117,8 +121,7 @@ def _verdict_text(row: ReportRow) -> str:
         return f"{row.outcome}" + (f": {_one_line(row.reason, REASON_CELL)}" if row.reason else "")
     if not row.verdict and row.reason == RESUMED:  # the journal keeps figures, not the verdict
         return "resumed"
-    return {"regression": "REGRESSION", "noisy": "noisy", "improved": "improved", "new": "new baseline",
-            "ok": "ok", "not gated": "not gated"}.get(row.verdict, "-")
+    return VERDICT_TEXT.get(row.verdict, "-")
 
 
 def _workload_part(row: ReportRow) -> str:
@@ -383,6 +386,7 @@ __all__ = [
     "MEASURED",
     "RESULTS_FORMAT",
     "RESULTS_VERSION",
+    "VERDICT_TEXT",
     "ReportFiles",
     "ReportRow",
     "format_table",

@@ -27,3 +27,22 @@ def test_the_readme_example_runs_its_cpu_matrix(pytester: pytest.Pytester):
     result = pytester.runpytest_subprocess("-k", "ddtree-tp1-b8", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*specdec summary*", "ddtree-tp1-b8 *chat *"])
+
+
+def test_the_readme_maps_every_test_verdict_to_its_table_text_and_figure_verdicts():
+    """The table said ok / improved / new baseline, the figures' JUnit verdicts unchanged /
+    improvement / new, and the README said a figure's verdict was shown in the table: a reader
+    could not tell which word meant what. Its table of verdicts lists each as the code says it."""
+    from pytest_specdec.gate import FIGURE_VERDICTS, TEST_VERDICTS
+    from pytest_specdec.report import VERDICT_TEXT
+
+    gate = README.read_text(encoding="utf-8").split("#### The gate", 1)[1].split("\n#### ", 1)[0]
+    listed = re.search(r"Each figure gets a verdict \((.*?)\)", gate, re.S).group(1)
+    assert tuple(re.findall(r"`([^`]+)`", listed)) == FIGURE_VERDICTS
+    lines = gate.split("| test verdict | table | its figures' verdicts |", 1)[1].splitlines()[2:]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")]
+            for line in lines[:next(i for i, line in enumerate(lines) if not line.startswith("|"))]]
+    assert [row[0].strip("`") for row in rows] == list(TEST_VERDICTS)
+    assert {row[0].strip("`"): row[1].strip("`") for row in rows} == VERDICT_TEXT
+    named = {word for row in rows for word in re.findall(r"`([^`]+)`", row[2])}
+    assert named == set(FIGURE_VERDICTS)
