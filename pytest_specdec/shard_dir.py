@@ -173,11 +173,12 @@ def start(plan: ShardPlan, state: RunState, directory: Path) -> ShardManifest:
     """Write the shard's identity before any test runs, so even a killed shard is recognised."""
     from . import __version__
     from .baselines import collect_versions, git_commit
+    from .relpaths import relative
 
     manifest = ShardManifest(
         plugin_version=__version__, shard=plan.shard, configurations=plan.configurations,
         assignment=plan.assignment, matrix_digest=plan.matrix_digest,
-        balanced_by=plan.balanced_by, hardware_key=state.hardware.key,
+        balanced_by=relative(plan.balanced_by, state.config.root), hardware_key=state.hardware.key,
         hardware=state.hardware.describe(), backend=state.backend.name,
         versions=collect_versions(), commit=git_commit(state.config.root),
         reference=state.settings.reference, lossless=str(state.lossless), setup=run_setup(state),

@@ -78,6 +78,9 @@ def test_a_published_report_names_the_servers_log_relative_to_the_project(pytest
     """report.md and results.json named the log by absolute path, and the baseline too: a
     report published from a machine leaked its paths and found nothing on another."""
     faulty_project(pytester, ("--fault-crash-after", "0"), workloads=ONE_WORKLOAD)
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / "durations.json").write_text(json.dumps(
+        {"format": "pytest-specdec-durations", "version": 1, "configurations": {"ddtree-tp1-b8": 1.0}}))
     result = run(pytester, "--specdec-report=rep", "--specdec-shard=1/1")
     result.assert_outcomes(failed=1)
     assert f"(log: {pytester.path}/.specdec/artifacts/run-" in result.stdout.str()  # pytest's own
@@ -88,6 +91,8 @@ def test_a_published_report_names_the_servers_log_relative_to_the_project(pytest
             in text, text
     meta = json.loads((pytester.path / "rep" / "results.json").read_text())["meta"]
     assert meta["baseline"] == "baselines/cpu.json"
+    shard = json.loads((pytester.path / "rep" / "shard.json").read_text())
+    assert shard["matrix"]["balanced_by"] == "the durations in baselines/durations.json (1 of 1 configurations)"
 
 
 def test_crash_during_warmup_has_its_own_message(pytester, no_leftover_engines):
