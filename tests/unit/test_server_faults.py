@@ -354,7 +354,9 @@ def test_a_stalled_attached_server_fails_its_later_tests_at_once(pytester, no_le
     running.start()
     try:
         faulty_project(pytester, ())
-        result = run(pytester, f"--specdec-server-url={running.url}", "--specdec-stall-timeout", "3")
+        # backend auto: the project's "embedded" beside a server URL is a usage error
+        result = run(pytester, f"--specdec-server-url={running.url}", "--specdec-backend=auto",
+                     "--specdec-stall-timeout=3")
     finally:
         running.stop()
     result.assert_outcomes(failed=1, errors=2)
