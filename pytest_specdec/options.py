@@ -278,9 +278,13 @@ def parse_value(option: Option, raw: Any, where: str) -> Any:
         raise SpecdecUsageError(f"{where}: {exc}; {option.cli} takes: {option.help}") from None
 
 
-def read_ini(getini: Callable[[str], Any]) -> dict[str, Any]:
+def read_ini(getini: Callable[[str], Any], text: Callable[[str], Any] | None = None) -> dict[str, Any]:
     """Every option's ini value (None where unset), typed by pytest per `Option.ini_type`; a value
-    pytest cannot convert is a SpecdecUsageError naming the key and what it takes."""
+    pytest cannot convert is a SpecdecUsageError naming the key and what it takes.
+
+    `text` gives a key's value as the user wrote it (`ini_text`): a number pytest read is kept in
+    that form, so that an error echoes '0' rather than the 0.0 pytest made of it.
+    """
     values = {}
     for option in OPTIONS:
         try:
@@ -288,7 +292,26 @@ def read_ini(getini: Callable[[str], Any]) -> dict[str, Any]:
         except Exception as exc:  # pytest.UsageError, raised by getini for a bad bool/int/float
             raise SpecdecUsageError(f"ini {option.ini}: {_ini_problem(option, exc)}; {option.cli} takes: "
                                     f"{option.help}") from None
+        if option.ini_type in ("int", "float") and values[option.name] is not None and text is not None:
+            written = text(option.ini)
+            if isinstance(written, str):  # a TOML number of [tool.pytest] has no text of its own
+                values[option.name] = written.strip()
     return values
+
+
+def ini_text(config: Any, key: str) -> Any:
+    """The value of ini `key` as written: the last `-o key=value`, else the config file's (None
+    where neither is found); the typed value pytest hands plugins has lost how it was spelled."""
+    for override in reversed(getattr(config.option, "override_ini", None) or []):
+        name, sep, value = override.partition("=")
+        if sep and name.strip() == key:
+            return value
+    entries = getattr(config, "_inicfg", None)
+    if isinstance(entries, Mapping):  # pytest 9 keeps the file's values there and deprecates inicfg
+        entry = entries.get(key)
+        return getattr(entry, "value", None)
+    entries = getattr(config, "inicfg", None)  # pytest 8: the file's values as written
+    return entries.get(key) if isinstance(entries, Mapping) else None
 
 
 # int()'s, float()'s and pytest's boolean words for a value they cannot read, as getini passes them on

@@ -53,7 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from . import collection, fixtures
     from . import state as state_mod
     from .errors import SpecdecUsageError
-    from .options import read_ini
+    from .options import ini_text, read_ini
 
     for line in collection.MARKERS:
         config.addinivalue_line("markers", line)
@@ -66,7 +66,7 @@ def pytest_configure(config: pytest.Config) -> None:
             from . import early_args
 
             early_args.check(config)  # before anything reads the configuration it may have missed
-        state = state_mod.build(root, cli, read_ini(config.getini))
+        state = state_mod.build(root, cli, read_ini(config.getini, lambda key: ini_text(config, key)))
         if state.settings.save_baseline or state.settings.report:
             from . import outputs
 

@@ -40,11 +40,26 @@ def test_out_of_range_flag_values_are_usage_errors(pytester: pytest.Pytester, ar
     ("specdec_gpus = two", "ini specdec_gpus: 'two' is not a whole number; --specdec-gpus takes: *"),
     ("specdec_startup_timeout = soon", "ini specdec_startup_timeout: 'soon' is not a number; *"),
     ("specdec_save_baseline = maybe", "ini specdec_save_baseline: 'maybe' is not a boolean (use true or false); *"),
+    # a number pytest read is echoed as written, not as the float or int pytest made of it
+    ("specdec_stall_timeout = 0", "ini specdec_stall_timeout: '0' must be a finite number greater than 0; *"),
+    ("specdec_keep_runs = 00", "ini specdec_keep_runs: '00' must be 1 or more; *"),
 ])
 def test_out_of_range_ini_values_are_usage_errors(pytester: pytest.Pytester, ini, message):
     pytester.makeini("[pytest]\n" + ini)
     pytester.makepyfile("def test_x(): pass")
     _usage_error(pytester.runpytest(), message)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("specdec_stall_timeout=0", "ini specdec_stall_timeout: '0' must be a finite number greater than 0; *"),
+    ("specdec_startup_timeout=1e-999", "ini specdec_startup_timeout: '1e-999' must be a finite number greater than 0; *"),
+    ("specdec_restart_on_crash=-01", "ini specdec_restart_on_crash: '-01' must be 0 or more; *"),
+])
+def test_an_override_is_echoed_as_the_user_wrote_it(pytester: pytest.Pytester, override, message):
+    """`-o specdec_stall_timeout=0` was told "'0.0' must be ...": a value the user never wrote."""
+    pytester.makeini("[pytest]\nspecdec_stall_timeout = 5\n")
+    pytester.makepyfile("def test_x(): pass")
+    _usage_error(pytester.runpytest("-o", override), message)
 
 
 @pytest.mark.parametrize("args", [["--specdec-tp=16"], ["--specdec-tp=2,4"]])
