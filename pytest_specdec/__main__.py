@@ -63,7 +63,7 @@ def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
             for row in merged.rows]
     title = merged.title
     files = report.write_report(target, rows, meta=merged.meta(), plots=not args.no_plots,
-                                title=title)
+                                title=title, option="--out")
     written = [files.results_json, files.markdown, files.latex, files.standalone, *files.plots,
                junit.write(target / "junit.xml", rows)]
     seconds = target / DURATIONS_FILE

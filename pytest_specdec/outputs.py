@@ -33,11 +33,11 @@ def check(state: RunState) -> None:
         check_folder(path.parent, "baseline folder", settings.setter("baseline_dir"))
         if path.exists() and not path.is_file():
             raise SpecdecUsageError(f"baseline file {path} is not a file; remove it or choose "
-                                    f"another --specdec-baseline-dir")
+                                    f"another {settings.setter('baseline_dir')}")
         # merged into at the end: broken is an error now
         durations.load(path.parent / DURATIONS_FILE, "this run writes it again when it ends")
     if settings.report:
-        check_report_folder(state.path(settings.report))
+        check_report_folder(state.path(settings.report), option=settings.setter("report"))
 
 
 def check_artifacts(state: RunState) -> None:
@@ -47,16 +47,17 @@ def check_artifacts(state: RunState) -> None:
 
 def check_report_folder(folder: Path, files: tuple[str, ...] = REPORT_FILES,
                         option: str = "--specdec-report") -> None:
-    """`folder` can take a report: `files` (the merge writes more than a run) and its plots."""
+    """`folder` can take a report: `files` (the merge writes more than a run) and its plots;
+    `option` is where the folder was set, as errors name it."""
     check_folder(folder, "report folder", option)
     for name in files:
         if (folder / name).exists() and not (folder / name).is_file():
             raise SpecdecUsageError(f"report folder {folder}: {name} is not a file; remove it or "
-                                    f"choose another {option} folder")
+                                    f"choose another {option}")
     for name in REPORT_FOLDERS:
         if (folder / name).exists() and not (folder / name).is_dir():
             raise SpecdecUsageError(f"report folder {folder}: {name} is not a folder; remove it or "
-                                    f"choose another {option} folder")
+                                    f"choose another {option}")
 
 
 def check_folder(folder: Path, what: str, option: str) -> None:

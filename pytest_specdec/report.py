@@ -298,17 +298,19 @@ class ReportFiles:
 
 
 def write_report(out_dir: str | Path, rows: Sequence[ReportRow], *, meta: Mapping[str, Any] | None = None,
-                 plots: bool = True, title: str = "pytest-specdec results") -> ReportFiles:
+                 plots: bool = True, title: str = "pytest-specdec results",
+                 option: str = "--specdec-report") -> ReportFiles:
     """Everything `--specdec-report DIR` promises. Plots are best-effort: a missing matplotlib
     is reported in `plot_error` and in report.md, never a crash at session end. report.md shows
-    the PNGs, the LaTeX files include the PDFs."""
+    the PNGs, the LaTeX files include the PDFs. `option` is where `out_dir` was set, as an error
+    names it."""
     import shutil
     import tempfile
 
     from .outputs import check_report_folder
 
     out_dir = Path(out_dir)
-    check_report_folder(out_dir)  # a target of the wrong kind stops it before anything is written
+    check_report_folder(out_dir, option=option)  # a target of the wrong kind stops it before anything is written
     out_dir.mkdir(parents=True, exist_ok=True)
     # Written into a hidden folder first, moved into place once all is written: never half a report.
     staging = Path(tempfile.mkdtemp(dir=out_dir, prefix=".report-"))

@@ -148,7 +148,7 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
     if state.settings.report:
         folder = state.path(state.settings.report)
         try:
-            files = report.write_report(folder, table, meta=meta)
+            files = report.write_report(folder, table, meta=meta, option=state.settings.setter("report"))
         except (OSError, SpecdecUsageError) as exc:
             problems.append(f"report not written: {_why(exc, folder)}")
         else:

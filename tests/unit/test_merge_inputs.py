@@ -213,9 +213,9 @@ def test_out_naming_a_shard_folder_is_an_error(shards):
 
 @pytest.mark.parametrize("damage, args, why", [
     ("merged/junit.xml/", (), "report folder {root}/merged: junit.xml is not a file; remove it or "
-                              "choose another --out folder"),
+                              "choose another --out"),
     ("merged/durations.json/", (), "report folder {root}/merged: durations.json is not a file; "
-                                   "remove it or choose another --out folder"),
+                                   "remove it or choose another --out"),
     ("baselines/cpu.json", ("--save-baseline",), "baseline file {root}/baselines/cpu.json is not valid JSON"),
     ("baselines/durations.json", ("--save-baseline",),
      "durations file {root}/baselines/durations.json is not valid JSON"),

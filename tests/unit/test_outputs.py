@@ -104,7 +104,7 @@ def test_a_broken_durations_file_stops_a_sharded_run_saying_what_writes_it_again
     pytest.param("/proc/nope", "report folder /proc/nope cannot be created: making a folder in /proc "
                  "fails (*); choose another --specdec-report", marks=NO_PROC),
     ("rep", "report folder */rep: report.md is not a file; remove it or choose another "
-            "--specdec-report folder"),
+            "--specdec-report"),
 ])
 def test_a_report_folder_that_cannot_be_written_stops_the_run_before_it(pytester, where, message):
     pytester.makepyprojecttoml("[tool.specdec]\n")
@@ -171,6 +171,40 @@ def test_a_folder_set_in_the_ini_is_named_as_set(pytester):
     assert_usage_error(pytester.runpytest_subprocess("-p", "no:cacheprovider"),
                        "journal folder /proc/specdec cannot be created: making a folder in /proc fails (*); "
                        "choose another ini specdec_journal")
+
+
+TOOL_SPECDEC = "pyproject.toml [[]tool.specdec[]] key"
+
+
+@pytest.mark.parametrize("where", ["tool.specdec", "ini"])
+@pytest.mark.parametrize("option, value, message", [
+    ("report", "rep", "report folder */rep: report.md is not a file; remove it or choose another {setting}"),
+    ("report", "pyproject.toml", "report folder */pyproject.toml cannot be created: it is a file, not a folder; "
+                                 "choose another {setting}"),
+    ("baseline_dir", "spoilt", "baseline file */spoilt/cpu.json is not a file; remove it or choose another "
+                              "{setting}"),
+], ids=["report-file", "report-folder", "baseline-file"])
+def test_a_report_or_baseline_folder_set_in_a_file_is_named_as_set(pytester, where, option, value, message):
+    """The report and baseline errors said --specdec-report and --specdec-baseline-dir however the
+    folder was set, while every other folder error names the ini key or [tool.specdec] key."""
+    (pytester.path / "rep" / "report.md").mkdir(parents=True)
+    (pytester.path / "spoilt" / "cpu.json").mkdir(parents=True)
+    if where == "ini":
+        pytester.makepyprojecttoml(f"[tool.specdec]\n\n[tool.pytest.ini_options]\nspecdec_{option} = \"{value}\"\n")
+        setting = f"ini specdec_{option}"
+    else:
+        pytester.makepyprojecttoml(f"[tool.specdec]\n{option} = \"{value}\"\n")
+        setting = f"{TOOL_SPECDEC} '{option}'"
+    args = ("--specdec-save-baseline",) if option == "baseline_dir" else ()
+    assert_usage_error(run(pytester, *args), message.format(setting=setting))
+
+
+def test_a_report_folder_set_in_a_file_and_spoiled_during_the_run_is_named_as_set(pytester):
+    pytester.makepyprojecttoml('[tool.specdec]\nreport = "rep"\n')
+    pytester.makepyfile(test_spoil=SPOILER_TEST)
+    result = run(pytester)
+    result.stdout.fnmatch_lines([f"specdec: ERROR: report not written: report folder */rep: report.md is not a "
+                                 f"file; remove it or choose another {TOOL_SPECDEC} 'report'"])
 
 
 def test_a_journal_that_cannot_take_a_record_fails_its_test_in_one_line(pytester):
