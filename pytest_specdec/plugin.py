@@ -66,6 +66,9 @@ def pytest_configure(config: pytest.Config) -> None:
             from . import early_args
 
             early_args.check(config)  # before anything reads the configuration it may have missed
+            from . import config_root
+
+            config_root.check(config, root)  # a project's own [tool.specdec] that pytest's rootdir passes over
         state = state_mod.build(root, cli, read_ini(config.getini, lambda key: ini_text(config, key)))
         if state.settings.save_baseline or state.settings.report:
             from . import outputs

@@ -421,3 +421,59 @@ def test_a_relative_sglang_python_is_the_projects(tmp_path: Path, monkeypatch):
     cfg = config.parse({"sglang": {"python": "venv/bin/python"}}, "pyproject.toml", tmp_path)
     assert cfg.sglang.python == str(python)
     assert config.parse({"sglang": {"python": "sh"}}, "pyproject.toml", tmp_path).sglang.python == "sh"
+
+
+AR_ONLY = "[tool.specdec.matrix.cpu]\nmethods = [\"ar\"]\ntp = [1]\n"
+
+
+def nested_project(tmp_path: Path, settings: str = "pyproject.toml") -> Path:
+    """`a/pytest.ini` above `a/project`, whose own file holds an ar-only matrix (one test)."""
+    (tmp_path / "a" / "project").mkdir(parents=True)
+    (tmp_path / "a" / "pytest.ini").write_text("[pytest]\n")
+    project = tmp_path / "a" / "project"
+    (project / settings).write_text(AR_ONLY if settings == "pyproject.toml"
+                                     else AR_ONLY.replace("tool.specdec.", ""))
+    (project / "test_cells.py").write_text("def test_cell(specdec_spec):\n    pass\n")
+    return project
+
+
+def collect(cwd: Path, *args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider",
+                           "-p", "no:randomly", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("settings", ["pyproject.toml", "specdec.toml"])
+@pytest.mark.parametrize("where", ["in the project", "above it"])
+def test_a_project_config_that_pytest_passes_over_stops_the_run(tmp_path, settings, where):
+    """A pytest.ini above a project whose pyproject.toml has [tool.specdec] but no
+    [tool.pytest.ini_options] became pytest's config file: the run collected the default matrix
+    (47 tests), its header saying only "config defaults"."""
+    project = nested_project(tmp_path, settings)
+    done = collect(project) if where == "in the project" else collect(project.parent, "project/test_cells.py")
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
+    ini = tmp_path / "a" / "pytest.ini"
+    fix = (f"add a [tool.pytest.ini_options] table to it (pytest then takes it for the config file) or pass "
+           f"-c {project / settings}" if settings == "pyproject.toml" else
+           f"give {project} a pytest config file (a pytest.ini, or a [tool.pytest.ini_options] table in its "
+           f"pyproject.toml) or pass -c with that file")
+    assert_one_line(done.stderr, f"ERROR: pytest-specdec: {project / settings} configures pytest-specdec but is "
+                                 f"not read: pytest chose the config file {ini} above it, so the plugin runs its "
+                                 f"default matrix. To use it, {fix}; to keep the defaults, pass -c {ini}")
+
+
+def test_each_way_out_of_a_passed_over_config_is_taken(tmp_path):
+    """The fixes the error names work, and a project pytest reads is not questioned."""
+    project = nested_project(tmp_path)
+    assert "1 test collected" in collect(project, "-c", str(project / "pyproject.toml")).stdout
+    assert "47 tests collected" in collect(project, "-c", str(tmp_path / "a" / "pytest.ini")).stdout
+    with (project / "pyproject.toml").open("a") as toml:
+        toml.write("\n[tool.pytest.ini_options]\n")
+    assert "1 test collected" in collect(project).stdout
+    # settings above the folder pytest starts in, none in it: a subfolder of the project
+    (project / "pyproject.toml").unlink()
+    (tmp_path / "a" / "pytest.ini").unlink()
+    (tmp_path / "a" / "pyproject.toml").write_text(AR_ONLY + "\n[tool.pytest.ini_options]\n")
+    assert "1 test collected" in collect(project).stdout
