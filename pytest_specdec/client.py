@@ -381,6 +381,109 @@ def run_workload(url: str, workload: Workload, **kwargs: Any) -> WorkloadResult:
     return _run_sync(lambda: run_workload_async(url, workload, **kwargs))
 
 
+class GenerateFailed(Exception):
+    """A one-off /generate that brought no answer, said as what follows "/generate ": the server's
+    refusal (`answered`), or a stream cut short, which a dead server explains better."""
+
+    def __init__(self, message: str, *, answered: bool = True) -> None:
+        super().__init__(message)
+        self.answered = answered
+
+
+async def generate_body_async(url: str, payload: dict[str, Any], *, timeout_s: float | None = None,
+                              stall_timeout: float | None = None) -> dict:
+    """One /generate request, streamed so that the stall watchdog sees its progress, returned as
+    the body SGLang answers a request without `stream` (the last event: text, output_ids and
+    meta_info; ids sent as deltas are joined, their text too).
+
+    Raises WorkloadStalled (as a workload's, 1 request in flight) once nothing arrived for
+    `stall_timeout` s, asyncio.TimeoutError past `timeout_s` in all, GenerateFailed for an error
+    answer, aiohttp.ClientError for the connection's. A server that ignores `stream` and answers
+    one JSON body has that body returned.
+    """
+    watch = _StreamWatch()
+    events: list[dict] = []
+
+    async def request() -> dict | None:
+        body = dict(payload, stream=True)
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{_base(url)}{api.GENERATE}", json=body,
+                                    timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                if resp.status != 200:
+                    text = await resp.text(errors="replace")
+                    raise GenerateFailed(f"failed: HTTP {resp.status} {resp.reason}: {error_text(text)}")
+                buf, raw = bytearray(), bytearray()
+                async for data in resp.content.iter_any():
+                    raw += data if not events else b""  # a body that is no event stream, whole
+                    buf += data
+                    *lines, buf = buf.split(b"\n")
+                    for line in lines:
+                        if not line.startswith(_DATA):
+                            continue  # blank separators, SSE comments, keep-alives
+                        watch.heard()
+                        event = line[5:].strip()
+                        if event == _DONE:
+                            return None
+                        if event.startswith(_ERROR_PREFIX):
+                            raise GenerateFailed(f"failed: {error_text(event.decode('utf-8', 'replace'))}")
+                        try:
+                            events.append(_decode_event(event))
+                        except ValueError as exc:
+                            raise GenerateFailed(f"failed: malformed stream event: {exc}") from None
+                if events:
+                    raise GenerateFailed("failed: stream ended without 'data: [DONE]' (server closed the "
+                                         "connection mid-response)", answered=False)
+                try:
+                    whole = json.loads(bytes(raw))
+                except ValueError:
+                    whole = None
+                if not isinstance(whole, dict):
+                    raise GenerateFailed("answered with something that is not JSON: "
+                                         f"{error_text(bytes(raw).decode('utf-8', 'replace'))}")
+                return whole
+
+    watch.in_flight = 1
+    task = asyncio.ensure_future(request())
+    if stall_timeout is None:
+        whole = await task
+    else:
+        watchdog = asyncio.ensure_future(watch.watch(stall_timeout, 1))
+        try:
+            await asyncio.wait({task, watchdog}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            await _cancelled(task, watchdog)
+            raise
+        if watchdog.done():
+            await _cancelled(task)
+            watchdog.result()  # raises WorkloadStalled
+        watchdog.cancel()
+        whole = await task
+    if whole is not None:
+        return whole
+    if not events:
+        raise GenerateFailed("failed: the stream held no event before 'data: [DONE]'")
+    return _whole_body(events)
+
+
+def _whole_body(events: list[dict]) -> dict:
+    """The last event, holding the whole output also where the server streamed deltas."""
+    final = dict(events[-1])
+    meta = final.get(api.META_INFO) or {}
+    ids = final.get(api.RESPONSE_OUTPUT_IDS)
+    if isinstance(ids, list) and _cumulative_ids(final, meta) is None:
+        parts = [e.get(api.RESPONSE_OUTPUT_IDS) for e in events]
+        if all(isinstance(part, list) for part in parts) \
+                and sum(map(len, parts)) == int(meta.get(api.COMPLETION_TOKENS) or 0):
+            final[api.RESPONSE_OUTPUT_IDS] = [i for part in parts for i in part]
+            final[api.RESPONSE_TEXT] = "".join(str(e.get(api.RESPONSE_TEXT) or "") for e in events)
+    return final
+
+
+def generate_body(url: str, payload: dict[str, Any], **kwargs: Any) -> dict:
+    """Blocking `generate_body_async`, for `LiveServer.generate`."""
+    return _run_sync(lambda: generate_body_async(url, payload, **kwargs))
+
+
 # --------------------------------------------------------------------------------------------
 # Server information
 
@@ -519,6 +622,7 @@ __all__ = [
     "NO_TOKENIZER",
     "ServerQueryError",
     "TokenizeNotServed",
+    "GenerateFailed",
     "WorkloadStalled",
     "context_length_from",
     "count_tokens",
@@ -529,6 +633,8 @@ __all__ = [
     "fetch_server_info",
     "fetch_server_info_async",
     "fetch_vocab_size",
+    "generate_body",
+    "generate_body_async",
     "generate_one",
     "run_workload",
     "run_workload_async",

@@ -8,10 +8,7 @@ than with a connection error or, worse, a throughput of zero.
 from __future__ import annotations
 
 import asyncio
-import json
 import warnings
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -20,7 +17,6 @@ import aiohttp
 import pytest
 
 from . import client, metrics, workloads
-from . import sglang_api as api
 from .calibration import CpuWaitMeter
 from .config import WorkloadSpec
 from .metrics import Measurement, MeasurementError, WorkloadResult
@@ -81,26 +77,33 @@ class LiveServer:
     def log_tail(self, lines: int = 20) -> str:
         return tail(self.log_path, lines) if self.log_path else ""
 
-    def generate(self, text: str, timeout: float = 120.0, **sampling_params: Any) -> dict:
-        """One blocking, non-streaming `/generate` call; returns SGLang's response body."""
-        body = json.dumps({"text": text, "sampling_params": sampling_params}).encode()
-        request = urllib.request.Request(self.url + api.GENERATE, data=body,
-                                         headers={"Content-Type": "application/json"})
+    def generate(self, text: str, timeout: float | None = None, **sampling_params: Any) -> dict:
+        """One blocking `/generate` call; returns SGLang's response body (text, output_ids,
+        meta_info), as it answers a request without `stream`.
+
+        The request is streamed so that the stall watchdog bounds it as it bounds a workload: a
+        frozen server fails it after the stall timeout with a workload's stall message, and a
+        long generation that keeps receiving tokens has no cap. `timeout` caps it in all where
+        given (else 120 s where the server has no stall timeout).
+        """
+        if timeout is None and self.stall_timeout is None:
+            timeout = 120.0  # nothing else would bound a silent server
+        payload = {"text": text, "sampling_params": sampling_params}
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as exc:  # the server's own words say what it refused
-            fail(f"server {self.id}: /generate failed: HTTP {exc.code} {exc.reason}: "
-                 f"{client.error_text(exc.read().decode('utf-8', 'replace'))}")
-        except (urllib.error.URLError, OSError) as exc:
+            return client.generate_body(self.url, payload, timeout_s=timeout, stall_timeout=self.stall_timeout)
+        except client.WorkloadStalled as stall:
+            self._stalled(f"{stall}; raise {self.stall_setting} if the server is just slow")
+        except client.GenerateFailed as exc:
+            if not exc.answered:  # a stream cut short: a dead server says why better
+                self.check_alive()
+            fail(f"server {self.id}: /generate {exc}")
+        except asyncio.TimeoutError:
             self.check_alive()
-            fail(f"server {self.id}: /generate failed: {exc}")
-        try:
-            return json.loads(raw)
-        except ValueError:
-            fail(f"server {self.id}: /generate answered with something that is not JSON: "
-                 f"{client.error_text(raw.decode('utf-8', 'replace'))}")
-            raise  # unreachable: fail() raises
+            fail(f"server {self.id}: /generate failed: timed out after {timeout:g} s")
+        except (aiohttp.ClientError, OSError) as exc:
+            self.check_alive()
+            fail(f"server {self.id}: /generate failed: {exc or type(exc).__name__}")
+        raise AssertionError("unreachable: each branch above raises")
 
     def workload(self, spec: WorkloadSpec | Workload) -> Workload:
         """Resolve a configured workload, checked against this server's context length."""

@@ -381,3 +381,115 @@ def test_a_long_but_moving_workload_meets_no_per_request_cap(monkeypatch):
     server.run(Workload(name="w", prompts=(Prompt("hi"),), max_new_tokens=4, concurrency=1))
     assert seen["stall_timeout"] == 5.0
     assert seen.get("timeout_s", "the client's default") is None
+
+
+class StreamStub:
+    """A /generate that sends `events` (bytes of SSE lines, a keep-alive comment among them
+    where given), then holds the connection silent for `hold` s (a frozen server) or ends it."""
+
+    def __init__(self, events: list[bytes], *, hold: float = 0.0, keepalive: float | None = None):
+        import http.server
+        import threading
+        import time
+
+        self.bodies: list[dict] = []
+        stub = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def do_POST(self):
+                import json
+
+                stub.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                try:
+                    for event in events:
+                        self.wfile.write(event)
+                        self.wfile.flush()
+                    until = time.monotonic() + hold
+                    while time.monotonic() < until:
+                        time.sleep(keepalive or 0.05)
+                        if keepalive:  # what a proxy in front of a frozen server sends
+                            self.wfile.write(b": keep-alive\n\n")
+                            self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up on the frozen server
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def sse(obj) -> bytes:
+    import json
+
+    return b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+
+
+def event(text: str, ids: list[int], tokens: int) -> bytes:
+    return sse({"text": text, "output_ids": ids, "meta_info": {"completion_tokens": tokens}})
+
+
+@pytest.mark.parametrize("sent, keepalive", [
+    ([], None),
+    ([event("Hel", [1], 1)], None),
+    ([event("Hel", [1], 1)], 0.1),
+], ids=["before-any-token", "mid-stream", "keep-alives"])
+def test_generate_on_a_frozen_server_fails_after_the_stall_timeout(sent, keepalive):
+    """generate() waited its own 120 s timeout on a frozen server, then a /health probe, while a
+    workload's requests fail after the stall timeout: it now stalls as a workload does, with the
+    same message, and its configuration is reported failed. The stub holds 10 s: longer than the
+    stall timeout, shorter than the old wait, so the old code fails this test otherwise."""
+    stub = StreamStub(sent, hold=10.0, keepalive=keepalive)
+    reported = []
+    try:
+        server = LiveServer(spec=ServerSpec("embedded", "ar"), url=stub.url, log_path=None,
+                            check=lambda: None, stall_timeout=0.5, stall_setting="ini specdec_stall_timeout",
+                            report_failure=reported.append)
+        with pytest.raises(pytest.fail.Exception) as info:
+            server.generate("Hello", max_new_tokens=4)
+    finally:
+        stub.close()
+    assert re.fullmatch(r"server ar-tp1 stalled: no token for 0\.\d+s while 1 request was in flight \(0 of 1 "
+                        r"requests done\); raise ini specdec_stall_timeout if the server is just slow",
+                        str(info.value)), str(info.value)
+    assert [error.reason for error in reported] == ["stalled"]
+    assert server.failure is reported[0]
+
+
+@pytest.mark.parametrize("sent, text, ids", [
+    ([event("He", [1], 1), event("Hello", [1, 2], 2)], "Hello", [1, 2]),  # cumulative, SGLang's default
+    ([event("He", [1], 1), event("llo", [2], 2)], "Hello", [1, 2]),  # deltas, joined
+], ids=["cumulative", "deltas"])
+def test_generate_returns_the_whole_answer(sent, text, ids):
+    stub = StreamStub([*sent, sse(b"[DONE]")])
+    try:
+        server = LiveServer(spec=ServerSpec("embedded", "ar"), url=stub.url, log_path=None,
+                            check=lambda: None, stall_timeout=5.0)
+        body = server.generate("Hello", max_new_tokens=2, temperature=0.0)
+    finally:
+        stub.close()
+    assert (body["text"], body["output_ids"], body["meta_info"]) == (text, ids, {"completion_tokens": 2})
+    assert stub.bodies == [{"text": "Hello", "sampling_params": {"max_new_tokens": 2, "temperature": 0.0},
+                            "stream": True}]
+
+
+def test_generate_says_the_servers_error_event():
+    stub = StreamStub([sse({"error": {"message": "The engine refused it"}}), sse(b"[DONE]")])
+    try:
+        server = LiveServer(spec=ServerSpec("embedded", "ar"), url=stub.url, log_path=None, check=lambda: None)
+        with pytest.raises(pytest.fail.Exception, match=r"^server ar-tp1: /generate failed: The engine refused it$"):
+            server.generate("Hello")
+    finally:
+        stub.close()

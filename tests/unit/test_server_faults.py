@@ -269,6 +269,32 @@ def test_generate(specdec_server):
     assert probes.count("health") == 1, probes
 
 
+def test_generate_on_a_frozen_server_stalls_as_a_workload_does(pytester, no_leftover_engines):
+    """specdec_server.generate() waited its own 120 s timeout on a frozen server, then a /health
+    probe; it now fails after the stall timeout with a stalled workload's message (its probe
+    included), and the configuration counts as failed."""
+    faulty_project(pytester, ("--fault-hang-after", "0"), workloads=ONE_WORKLOAD, extra="stall_timeout = 3")
+    pytester.makeconftest(PROBES_SEEN)
+    pytester.makepyfile(test_generation="""
+def test_generate(specdec_server):
+    specdec_server.generate("hi", max_new_tokens=8)
+
+
+def test_alive(specdec_server):
+    specdec_server.check_alive()
+""")
+    result = run(pytester, "-p", "timeout", "--timeout=90")  # the old wait was 120 s
+    result.assert_outcomes(failed=1, errors=1)
+    result.stdout.re_match_lines([
+        r".*server ddtree-tp1-b8 stalled: no token for 3\.\d+s while 1 request was in flight "
+        r"\(0 of 1 requests done\); raise pyproject\.toml \[tool\.specdec\] key 'stall_timeout' if "
+        r"the server is just slow; probe: process alive \(pid \d+\), /health_generate did not "
+        r"answer within 2s \(log: .*ddtree-tp1-b8\.log.*"])
+    result.stdout.fnmatch_lines(["*ERROR at setup of test_alive[[]ddtree-tp1-b8[]]*",
+                                 "server ddtree-tp1-b8 stalled: no token for*"])
+    assert "health" not in (pytester.path / "probes.txt").read_text().split()  # no /health wait
+
+
 def test_sigkill_of_pytest_takes_the_server_down_too(pytester, no_leftover_engines):
     faulty_project(pytester, (), workloads=THREE_WORKLOADS.replace("max_new_tokens = 8",
                                                                    "max_new_tokens = 400"))
