@@ -316,20 +316,7 @@ async def run_workload_async(
         stream.heard()
         workers = min(workload.concurrency, len(workload.prompts))
         all_done = asyncio.gather(*(worker() for _ in range(workers)))
-        if stall_timeout is not None:
-            watchdog = asyncio.ensure_future(stream.watch(stall_timeout, len(workload.prompts)))
-            try:
-                await asyncio.wait({all_done, watchdog}, return_when=asyncio.FIRST_COMPLETED)
-            except BaseException:
-                # cancelled from outside (Ctrl-C): asyncio.wait leaves both running, and the
-                # gather's unread CancelledError would print a traceback at exit
-                await _cancelled(all_done, watchdog)
-                raise
-            if watchdog.done():
-                await _cancelled(all_done)
-                watchdog.result()  # raises WorkloadStalled
-            watchdog.cancel()
-        await all_done
+        await _watched(all_done, stream, stall_timeout, len(workload.prompts))
         wall = time.perf_counter() - start
     finally:
         if owned:
@@ -341,6 +328,26 @@ async def run_workload_async(
         records=tuple(r for r in records if r is not None),
         wall_s=wall,
     )
+
+
+async def _watched(work: asyncio.Future, stream: _StreamWatch, stall_timeout: float | None, requests: int):
+    """`work`'s result, unless `stream` hears no event for `stall_timeout` s first: then `work`
+    is cancelled and WorkloadStalled raised (over `requests` requests)."""
+    if stall_timeout is None:
+        return await work
+    watchdog = asyncio.ensure_future(stream.watch(stall_timeout, requests))
+    try:
+        await asyncio.wait({work, watchdog}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        # cancelled from outside (Ctrl-C): asyncio.wait leaves both running, and the
+        # gather's unread CancelledError would print a traceback at exit
+        await _cancelled(work, watchdog)
+        raise
+    if watchdog.done():
+        await _cancelled(work)
+        watchdog.result()  # raises WorkloadStalled
+    watchdog.cancel()
+    return await work
 
 
 async def _cancelled(*futures: asyncio.Future) -> None:
@@ -443,21 +450,7 @@ async def generate_body_async(url: str, payload: dict[str, Any], *, timeout_s: f
                 return whole
 
     watch.in_flight = 1
-    task = asyncio.ensure_future(request())
-    if stall_timeout is None:
-        whole = await task
-    else:
-        watchdog = asyncio.ensure_future(watch.watch(stall_timeout, 1))
-        try:
-            await asyncio.wait({task, watchdog}, return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:
-            await _cancelled(task, watchdog)
-            raise
-        if watchdog.done():
-            await _cancelled(task)
-            watchdog.result()  # raises WorkloadStalled
-        watchdog.cancel()
-        whole = await task
+    whole = await _watched(asyncio.ensure_future(request()), watch, stall_timeout, 1)
     if whole is not None:
         return whole
     if not events:

@@ -86,21 +86,29 @@ def test_a_passed_test_without_a_journaled_result_fails_the_merge(shards, journa
     assert [e.tag for e in cases["test_generation[ar-tp1-w]"] if e.tag in ("error", "failure")] == ["error"]
 
 
-def test_a_broken_baseline_file_stops_a_saving_merge_before_it_writes_anything(shards):
-    """It was read only when the merge came to save into it, after the report was written."""
+@pytest.mark.parametrize("name, error", [
+    ("cpu.json", "baseline file {file} is not valid JSON (line 1, column 2: Expecting property name enclosed in "
+                 "double quotes); fix it, or move it aside (or delete it) and save a new one with merge "
+                 "--save-baseline"),
+    ("durations.json", "durations file {file} is not valid JSON (line 1: Expecting property name enclosed in "
+                       "double quotes); fix or delete it (the next merge with --save-baseline writes it again)"),
+])
+def test_a_broken_baseline_folder_file_stops_a_saving_merge_before_it_writes_anything(shards, name, error):
+    """Each was read only when the merge came to save into it, after the report was written; its
+    advice (delete it, merge again) must hold: a merge that stopped after saving a baseline would
+    pool the same samples twice when run again. (The report folder's own durations.json is an
+    output: replaced, not read.)"""
     where = shards / "baselines"
     where.mkdir()
-    (where / "cpu.json").write_text("{bad")
+    (where / name).write_text("{bad")
     done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
                            str(shards / "merged"), str(shards / "shard-1"), str(shards / "shard-2"),
-                           "--save-baseline", "--baseline-dir", str(where)],
+                           "--save-baseline", f"--baseline-dir={where}"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert (f"error: baseline file {where / 'cpu.json'} is not valid JSON (line 1, column 2: "
-            f"Expecting property name enclosed in double quotes); fix it, or move it aside (or "
-            f"delete it) and save a new one with merge --save-baseline") in done.stderr
-    assert sorted(p.name for p in where.iterdir()) == ["cpu.json"]
-    assert not (shards / "merged").exists()
+    assert "error: " + error.format(file=where / name) in done.stderr
+    assert sorted(p.name for p in where.iterdir()) == [name]
+    assert not (shards / "merged" / "report.md").exists()
 
 
 def test_a_damaged_journal_line_is_skipped_loudly_naming_shard_file_and_line(shards):
@@ -158,25 +166,6 @@ def test_a_journal_record_of_the_wrong_shape_fails_the_merge_naming_it(shards):
     assert rc == 1
     assert (f"no result for {nodeid(CASES[0])}: its record in {path} is damaged (KeyError: "
             f"'test_id'); run that shard again with --specdec-resume") in text
-
-
-def test_a_broken_baseline_durations_file_stops_a_saving_merge_before_it_writes_anything(shards):
-    """Its advice (delete it, merge again) must hold: a merge that stopped after saving the
-    baseline would pool the same samples twice when run again. (The report folder's own
-    durations.json is an output: replaced, not read.)"""
-    where = shards / "baselines"
-    where.mkdir()
-    (where / "durations.json").write_text("{bad")
-    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
-                           str(shards / "merged"), str(shards / "shard-1"), str(shards / "shard-2"),
-                           "--save-baseline", f"--baseline-dir={where}"],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert (f"error: durations file {where / 'durations.json'} is not valid JSON (line 1: "
-            f"Expecting property name enclosed in double quotes); fix or delete it (the next merge with "
-            f"--save-baseline writes it again)") in done.stderr
-    assert sorted(p.name for p in where.iterdir()) == ["durations.json"]
-    assert not (shards / "merged" / "report.md").exists()
 
 
 @pytest.mark.parametrize("key, value, why", [
