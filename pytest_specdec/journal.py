@@ -6,26 +6,43 @@ with a warning. Records are keyed by (config id, workload) and carry the fingerp
 measured (`fingerprint.py`): `done()` is what `--specdec-resume` skips where the fingerprint still
 matches. Several processes (xdist workers) may append at once: each append
 takes a file lock, repairs a torn tail by starting on a fresh line, and writes with O_APPEND.
+
+A test's figures are journaled as `measured` before anything checks them, and a small `done`
+mark naming that record (`mark_done`) follows once its checks passed: a process that dies in
+between (or whose mark is torn) leaves the figures without a verdict, which resume measures
+again rather than trusting. `latest()` resolves each mark to the figures it confirms, so every
+reader sees one record per key. Version 1 journals wrote `done` with the figures themselves;
+such a record still reads as done.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import hashlib
 import json
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from filelock import FileLock
 
-JOURNAL_VERSION = 1
+#: The version written. 2: figures are journaled `measured`, and a `done` mark confirms them.
+JOURNAL_VERSION = 2
+#: The versions read: a version 1 `done` record holds its figures and means done.
+READ_VERSIONS = (1, 2)
 
 Key = tuple[str, str]  # (config id, workload)
 
-#: The status of a record appended after a `done` one whose figures then failed their checks
+#: Whole figures, journaled before their checks (the gate, the losslessness check) ran: without a
+#: `done` mark after them, resume measures them again.
+MEASURED = "measured"
+#: A finished measurement whose checks passed: a mark confirming a `measured` record, or (written by
+#: `append`, and by version 1 journals) the figures themselves.
+DONE = "done"
+#: The status of a record appended after a `measured` one whose figures then failed their checks
 #: (the gate, the losslessness check): whole figures, which resume measures again.
 FAILED_CHECKS = "failed-checks"
 
@@ -48,19 +65,25 @@ class DamagedLine:
 
 @dataclass(frozen=True)
 class JournalRecord:
-    """One finished measurement (status "done") or a recorded failure (any other status).
+    """One finished measurement (status "done"), figures awaiting their checks ("measured") or a
+    recorded failure (any other status).
 
     Only a "done" record that is its key's last counts for resume: a configuration that failed,
-    in its measurement or in the checks after it (gate, losslessness), is measured again.
+    in its measurement or in the checks after it (gate, losslessness), or whose checks never
+    finished, is measured again.
     """
 
     config_id: str
     workload: str
-    status: str = "done"
+    status: str = DONE
     data: Mapping[str, Any] = field(default_factory=dict)
     time: str = ""
     pid: int = 0
     fingerprint: str = ""  # digest of what was measured; "" in records older than fingerprints
+    #: a `done` mark's: the `digest` of the `measured` record it confirms ("" for whole records)
+    confirms: str = ""
+    #: the digest of this record's journal line, which a `done` mark names; "" where not read or written
+    digest: str = field(default="", compare=False)
 
     @property
     def key(self) -> Key:
@@ -70,7 +93,7 @@ class JournalRecord:
         return {
             "v": JOURNAL_VERSION, "config_id": self.config_id, "workload": self.workload,
             "status": self.status, "time": self.time, "pid": self.pid, "data": dict(self.data),
-            "fingerprint": self.fingerprint,
+            "fingerprint": self.fingerprint, **({"confirms": self.confirms} if self.confirms else {}),
         }
 
 
@@ -82,16 +105,32 @@ class Journal:
         self._lock = FileLock(str(self.path) + ".lock")
 
     def append(self, config_id: str, workload: str, data: Mapping[str, Any] | None = None,
-               *, status: str = "done", fingerprint: str = "") -> JournalRecord:
-        """Durably append one record; returns it. `data` must be JSON-serialisable."""
+               *, status: str = DONE, fingerprint: str = "") -> JournalRecord:
+        """Durably append one record; returns it (with its `digest`, for `mark_done`). `data` must
+        be JSON-serialisable. Figures whose checks are still to run are appended as MEASURED."""
+        return self._write(config_id, workload, data, status, fingerprint, "")
+
+    def mark_done(self, measured: JournalRecord) -> JournalRecord:
+        """Durably append the `done` mark of a MEASURED record of this journal (as `append`
+        returns it or `records` reads it): its checks passed, so resume may skip it."""
+        if measured.status != MEASURED or not measured.digest:
+            raise ValueError(f"only a {MEASURED!r} record appended by this journal can be marked "
+                             f"done, not a {measured.status!r} one")
+        return self._write(measured.config_id, measured.workload, None, DONE,
+                           measured.fingerprint, measured.digest)
+
+    def _write(self, config_id: str, workload: str, data: Mapping[str, Any] | None, status: str,
+               fingerprint: str, confirms: str) -> JournalRecord:
         if not config_id or not workload:
             raise ValueError("a journal record needs a config id and a workload name")
         record = JournalRecord(
             config_id=config_id, workload=workload, status=status, data=dict(data or {}),
             time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), pid=os.getpid(),
-            fingerprint=fingerprint,
+            fingerprint=fingerprint, confirms=confirms,
         )
-        line = json.dumps(record.to_json(), sort_keys=True, allow_nan=False).encode("utf-8") + b"\n"
+        text = json.dumps(record.to_json(), sort_keys=True, allow_nan=False).encode("utf-8")
+        record = replace(record, digest=_line_digest(text))
+        line = text + b"\n"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock:
             created = not self.path.exists()
@@ -114,11 +153,12 @@ class Journal:
         return record
 
     def records(self) -> list[JournalRecord]:
-        return list(self._iter_records())
+        """The readable lines as written: `done` marks unresolved (`latest` resolves them)."""
+        return [record for _, record in self._iter_records()]
 
-    def _iter_records(self, damaged: list[DamagedLine] | None = None) -> Iterator[JournalRecord]:
-        """The readable records; each damaged line is skipped with a JournalWarning, or, where
-        the caller says it itself (`damaged` given), appended there instead."""
+    def _iter_records(self, damaged: list[DamagedLine] | None = None) -> Iterator[tuple[int, JournalRecord]]:
+        """(line number, record) of the readable records; each damaged line is skipped with a
+        JournalWarning, or, where the caller says it itself (`damaged` given), appended there."""
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
@@ -132,26 +172,33 @@ class Journal:
                 obj = json.loads(line)
                 if not isinstance(obj, dict):
                     raise ValueError("not an object")
-                if obj.get("v") != JOURNAL_VERSION:
+                if isinstance(obj.get("v"), bool) or obj.get("v") not in READ_VERSIONS:
                     raise ValueError(f"journal version {obj.get('v')!r}, this pytest-specdec "
-                                     f"reads version {JOURNAL_VERSION}")
+                                     f"reads versions {READ_VERSIONS[0]} to {READ_VERSIONS[-1]}")
                 if not isinstance(obj.get("data") or {}, dict):
                     raise ValueError("its data is not an object")
                 rec = JournalRecord(
                     config_id=str(obj["config_id"]), workload=str(obj["workload"]),
-                    status=str(obj.get("status", "done")), data=obj.get("data") or {},
+                    status=str(obj.get("status", DONE)), data=obj.get("data") or {},
                     time=str(obj.get("time", "")), pid=int(obj.get("pid", 0)),
                     fingerprint=str(obj.get("fingerprint") or ""),
+                    confirms=str(obj.get("confirms") or "") if obj["v"] >= 2 else "",
+                    digest=_line_digest(line),
                 )
+                if rec.confirms and rec.status != DONE:
+                    raise ValueError(f"a {rec.status!r} record confirms another")
             except (ValueError, KeyError, TypeError) as exc:
                 what = "an incomplete last line (interrupted write)" if torn else f"an unreadable line ({exc})"
-                line = DamagedLine(self.path, lineno, what)
-                if damaged is None:
-                    warnings.warn(str(line), JournalWarning, stacklevel=3)
-                else:
-                    damaged.append(line)
+                self._skip(DamagedLine(self.path, lineno, what), damaged)
                 continue
-            yield rec
+            yield lineno, rec
+
+    @staticmethod
+    def _skip(line: DamagedLine, damaged: list[DamagedLine] | None) -> None:
+        if damaged is None:
+            warnings.warn(str(line), JournalWarning, stacklevel=4)
+        else:
+            damaged.append(line)
 
     def done_keys(self) -> set[Key]:
         """(config id, workload) pairs whose last record is a finished measurement: what a
@@ -160,15 +207,36 @@ class Journal:
 
     def done(self) -> dict[Key, JournalRecord]:
         """The last record per key where it is a finished measurement: a failure recorded after
-        it (the test failed its gate or its losslessness check on those figures) is measured
-        again, not skipped as passed."""
-        return {key: r for key, r in self.latest().items() if r.status == "done"}
+        it (the test failed its gate or its losslessness check on those figures), or figures
+        whose checks never finished (`measured` with no `done` mark), are measured again, not
+        skipped as passed."""
+        return {key: r for key, r in self.latest().items() if r.status == DONE}
 
     def latest(self, damaged: list[DamagedLine] | None = None) -> dict[Key, JournalRecord]:
         """The last record per key, so a configuration measured twice is counted once (the most
         recent outcome wins, failures included: a re-run that failed is not hidden by an old pass).
+        A `done` mark becomes the `measured` record it confirms, as `done`; one that confirms no
+        record (its figures were on a damaged line) is skipped as damaged, so what it marked is
+        measured again rather than an older record trusted.
         `damaged`: where the lines skipped go instead of a JournalWarning each."""
-        return {r.key: r for r in self._iter_records(damaged)}
+        out: dict[Key, JournalRecord] = {}
+        for lineno, record in self._iter_records(damaged):
+            if not record.confirms:
+                out[record.key] = record
+                continue
+            measured = out.get(record.key)
+            if measured is None or measured.status != MEASURED or measured.digest != record.confirms:
+                self._skip(DamagedLine(self.path, lineno, "a 'done' mark whose figures are not its "
+                                       "test's last readable record (a damaged line?)"), damaged)
+                continue
+            out[record.key] = replace(measured, status=DONE)
+        return out
+
+
+def _line_digest(line: bytes) -> str:
+    """What a `done` mark names a journal line by: its bytes, so a mark confirms exactly the figures
+    written, and nothing edited since."""
+    return hashlib.sha256(line).hexdigest()[:16]
 
 
 def _ends_with_newline(path: Path) -> bool:
@@ -200,5 +268,5 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-__all__ = ["FAILED_CHECKS", "JOURNAL_VERSION", "DamagedLine", "Journal", "JournalRecord", "JournalWarning",
-           "Key"]
+__all__ = ["DONE", "FAILED_CHECKS", "JOURNAL_VERSION", "MEASURED", "READ_VERSIONS", "DamagedLine", "Journal",
+           "JournalRecord", "JournalWarning", "Key"]

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from .errors import SpecdecUsageError
-from .journal import FAILED_CHECKS, DamagedLine, Journal
+from .journal import DONE, FAILED_CHECKS, MEASURED, DamagedLine, Journal
 from .report import ReportRow, row_from_result
 from .result import RECORD_DAMAGE, Result
 from .shard_dir import JOURNAL, ShardManifest, read
@@ -145,12 +145,13 @@ def _unjournaled(manifest: ShardManifest, journaled: Sequence[tuple[Result, str]
     missing = f"it passed, but {journal} has no record of it"
     out = {}
     for test in manifest.tests:
-        if test.outcome != "passed" or status.get(test.nodeid) == "done":
+        if test.outcome != "passed" or status.get(test.nodeid) == DONE:
             continue
         if test.nodeid in status:
             lost = " (a damaged line may have held a later one)" if lines else ""
+            unchecked = " (figures whose checks never finished)" if status[test.nodeid] == MEASURED else ""
             out[test.nodeid] = (f"it passed, but its latest record in {journal} is "
-                                f"{status[test.nodeid]!r}{lost}")
+                                f"{status[test.nodeid]!r}{unchecked}{lost}")
         else:
             out[test.nodeid] = damaged.get(test.nodeid, missing)
     return out
@@ -163,10 +164,16 @@ def _rows_of(manifest: ShardManifest, journaled: Sequence[tuple[Result, str]],
     rows, seen = [], set()
     for result, status in journaled:
         test = tests.get(result.nodeid)
-        if test is not None and test.outcome != "skipped":
+        if test is not None and test.outcome == "skipped" and status != DONE:
+            continue  # skipped for its own reason: an older run's record is not its result
+        if result.nodeid in unjournaled:  # it passed, but this record is no passed result
+            outcome, reason = "error", f"no result: {unjournaled[result.nodeid]}"
+        elif test is not None and test.outcome != "skipped":
             outcome, reason = test.outcome, test.reason
-        elif test is not None or status == "done":  # skipped: resumed from the journal
+        elif status == DONE:  # skipped: resumed from the journal
             outcome, reason = "passed", None
+        elif status == MEASURED:
+            outcome, reason = "error", "its checks never finished after its figures were journaled"
         else:
             outcome, reason = "failed", "failed after its figures were journaled"
         rows.append(row_from_result(result, outcome=outcome, reason=reason))
@@ -270,7 +277,7 @@ def _divergences(results: Sequence[tuple[Result, ShardManifest, str]], *,
     from .configuration import is_speculative
 
     measured = {(r.case, r.workload): (r, m) for r, m, status in results
-                if status in ("done", FAILED_CHECKS) and r.case is not None and r.outputs is not None}
+                if status in (DONE, MEASURED, FAILED_CHECKS) and r.case is not None and r.outputs is not None}
     out = {}
     for (case, workload), (candidate, shard) in measured.items():
         exactness = lossless.parse_exactness(shard.lossless)
@@ -314,7 +321,7 @@ def save_baselines(merged: Merged, baseline_dir: str | Path) -> list[Path]:
     for manifest in merged.shards:
         # a test that failed is no reference, whatever its journal's last readable record says
         failed = {t.nodeid for t in manifest.tests if t.outcome in FAILED_OUTCOMES}
-        mine = [r for r, m, status in merged.results if m is manifest and status == "done"
+        mine = [r for r, m, status in merged.results if m is manifest and status == DONE
                 and r.test_id not in lossy and r.nodeid not in failed]
         if not mine:
             continue

@@ -16,6 +16,7 @@ import json
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from filelock import FileLock
@@ -29,7 +30,7 @@ from .collection import case_of
 from .configuration import MatrixCase, is_speculative
 from .errors import SpecdecUsageError
 from .fingerprint import Fingerprint, measured_setup
-from .journal import FAILED_CHECKS, Journal, JournalRecord, JournalWarning
+from .journal import DONE, FAILED_CHECKS, MEASURED, Journal, JournalRecord, JournalWarning
 from .recording import (RECORDING_TOTAL, REMEASURED_PROPERTY, RESULT_PROPERTY, RESUMED_PROPERTY,
                         UNCOUNTED, attach_to_report, existing_recorder, result_of_report)
 from .result import RECORD_DAMAGE, Result
@@ -168,10 +169,12 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
     it against the baseline and check its outputs against the reference configuration's
     (raises on a regression or a divergence).
 
-    The journal comes first: a measurement is on disk before anything that could fail on it (a
-    bad comparison, the pytest-benchmark bridge) runs. A test that failed after recording keeps
-    its figures in the journal as `failed`, which resume measures again; so does one that fails
-    the checks on them (a second record, `failed-checks`, after its `done`).
+    The journal comes first: a measurement is on disk, as `measured`, before anything that could
+    fail on it (a bad comparison, the pytest-benchmark bridge) runs, and is marked `done` only
+    once its checks passed, so a process that dies in between leaves figures that resume
+    measures again. A test that failed after recording keeps its figures in the journal as
+    `failed`, which resume measures again; so does one that fails the checks on them (a second
+    record, `failed-checks`, after its `measured`).
     """
     recorder = existing_recorder(item)
     if recorder is None or recorder.finished:
@@ -186,7 +189,7 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
         start_journal(state, run)
     except SpecdecUsageError as exc:  # another run started writing the journal while this test measured
         pytest.fail(f"pytest-specdec: {exc}", pytrace=False)
-    _append(item, state, result, "done" if passed else "failed")
+    measured = _append(item, state, result, MEASURED if passed else "failed")
     if not passed:
         attach_to_report(item, result)  # its figures beside its failure, as a merge of shards shows them
         return
@@ -217,6 +220,8 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
         pytest.fail("\n".join(failures), pytrace=False)
     if _xpasses_strictly(item):  # a known issue that now passes: pytest fails it as XPASS(strict)
         _journal_failed(item, state, result)
+        return
+    _mark_done(item, state, measured)
 
 
 def _xpasses_strictly(item: pytest.Item) -> bool:
@@ -235,18 +240,33 @@ def _journal_failed(item: pytest.Item, state: RunState, result: Result) -> None:
     _append(item, state, result, FAILED_CHECKS)
 
 
-def _append(item: pytest.Item, state: RunState, result: Result, status: str) -> None:
+def _append(item: pytest.Item, state: RunState, result: Result, status: str) -> JournalRecord:
     """Journal a test's figures; a journal that cannot take them fails the test in one line."""
     journal = journal_for(state)
     try:
-        journal.append(item.nodeid, workload_key(item), result.to_json(), status=status,
-                       fingerprint=result.fingerprint.digest)
+        return journal.append(item.nodeid, workload_key(item), result.to_json(), status=status,
+                              fingerprint=result.fingerprint.digest)
     except OSError as exc:
-        room = "free space there or " if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
-        pytest.fail(f"pytest-specdec: the results journal {journal.path} cannot take this test's figures "
-                    f"({exc.strerror or exc}), so they were not kept; {room}choose another "
-                    f"{state.settings.setter('journal')}",
-                    pytrace=False)
+        _journal_refused(state, exc, "figures", "so they were not kept")
+
+
+def _mark_done(item: pytest.Item, state: RunState, measured: JournalRecord) -> None:
+    """Confirm a test's journaled figures once their checks passed: only now may resume skip it."""
+    try:
+        journal_for(state).mark_done(measured)
+    except OSError as exc:  # without its mark the journal holds this test as unchecked, as a merge reads it
+        _journal_refused(state, exc, "verdict", "so a resumed run would measure it again and a "
+                                                "merge of shards would find no result of it")
+
+
+def _journal_refused(state: RunState, exc: OSError, what: str, cost: str) -> NoReturn:
+    """Fail the test in one line: the journal could not take its `what` (figures, verdict)."""
+    journal = journal_for(state)
+    room = "free space there or " if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+    pytest.fail(f"pytest-specdec: the results journal {journal.path} cannot take this test's {what} "
+                f"({exc.strerror or exc}), {cost}; {room}choose another "
+                f"{state.settings.setter('journal')}",
+                pytrace=False)
 
 
 def reference_case(case: MatrixCase, state: RunState) -> MatrixCase | None:
@@ -267,7 +287,7 @@ def lossless_failures(result: Result, state: RunState) -> list[str]:
         return []  # without reading the journal
     others = []
     for record in journal_for(state).latest().values():
-        if record.status not in ("done", FAILED_CHECKS) or record.data.get("workload") != result.workload:
+        if record.status not in (DONE, MEASURED, FAILED_CHECKS) or record.data.get("workload") != result.workload:
             continue
         try:
             other = Result.from_json(record.data)

@@ -267,7 +267,9 @@ def metrics(root: Path) -> dict[str, dict]:
     if path.exists():
         for line in path.read_text().splitlines():
             record = json.loads(line)
-            m = record["data"].get("metrics", {})
+            m = record["data"].get("metrics")
+            if m is None:  # a 'done' mark: the figures are on the record it confirms
+                continue
             out[record["data"].get("config", record["config_id"])] = {
                 k: round(m[k]["value"], 3) for k in ("output_tok_s", "accept_length", "ttft_ms")
                 if k in m}

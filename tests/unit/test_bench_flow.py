@@ -18,6 +18,8 @@ from typing import Iterator
 
 import pytest
 
+from pytest_specdec.journal import Journal
+
 pytest.importorskip("torch")
 
 GENERATION_TEST = (Path(__file__).resolve().parents[1] / "bench" / "test_generation.py").read_text()
@@ -66,6 +68,11 @@ def journal_lines(pytester: pytest.Pytester) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def journal_figures(pytester: pytest.Pytester) -> list[dict]:
+    """The journal's records of figures, without the `done` marks that confirm them."""
+    return [r for r in journal_lines(pytester) if "confirms" not in r]
+
+
 def engine_processes(root: Path) -> list[str]:
     """Engine processes started from the project at `root` (their working directory)."""
     found = []
@@ -100,7 +107,7 @@ def test_main_flow_prints_the_table_and_writes_the_journal(pytester, no_leftover
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["*specdec [[]1/3[]] ar-tp1 chat:*output_tok_s=*",
                                  "*specdec summary*", "*ddtree-tp1-b16*"])
-    records = journal_lines(pytester)
+    records = journal_figures(pytester)
     assert sorted(r["config_id"].split("[")[-1] for r in records) == \
         ["ar-tp1-chat]", "ddtree-tp1-b16-chat]", "ddtree-tp1-b8-chat]"]
     ddtree = next(r for r in records if "b16" in r["config_id"])
@@ -133,22 +140,24 @@ def test_killed_run_resumes_without_remeasuring_or_duplicates(pytester, no_lefto
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"],
                             cwd=pytester.path, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
+    journal = Journal(pytester.path / ".specdec" / "journal.jsonl")
     try:
         deadline = time.monotonic() + 120
-        while len(journal_lines(pytester)) < 1 and time.monotonic() < deadline:
+        while not journal.done_keys() and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert journal_lines(pytester), "the first configuration never finished"
+        assert journal.done_keys(), "the first configuration never finished"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # a reboot, as far as pytest can tell
         proc.wait()
-    done_before = {r["config_id"] for r in journal_lines(pytester)}
+    done_before = {config_id for config_id, _ in journal.done_keys()}
     assert 1 <= len(done_before) < 3
 
     result = run(pytester, "--specdec-resume")
     result.assert_outcomes(passed=3 - len(done_before), skipped=len(done_before))
     result.stdout.fnmatch_lines(["*already measured (resumed from*journal.jsonl)*"])
-    ids = [r["config_id"] for r in journal_lines(pytester)]
-    assert len(ids) == len(set(ids)) == 3
+    ids = [r["config_id"] for r in journal_figures(pytester)]
+    assert all(ids.count(config_id) == 1 for config_id in done_before)  # none measured twice
+    assert len(journal.done_keys()) == 3
     result.stdout.fnmatch_lines(["*specdec summary*"])
     assert result.stdout.str().count("ar-tp1") >= 1
 
@@ -263,5 +272,5 @@ def test_truncated_prompts_are_accepted_by_the_server(pytester, no_leftover_engi
         text.replace('prompts = "chat"', 'prompts = "long.jsonl"\ntruncate = true'))
     result = run(pytester)
     result.assert_outcomes(passed=1)
-    (record,) = journal_lines(pytester)
+    (record,) = journal_figures(pytester)
     assert record["data"]["details"]["measurement"]["completion_tokens"] == 3 * 64

@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 
-from pytest_specdec.journal import Journal, JournalWarning
+from pytest_specdec.journal import JOURNAL_VERSION, MEASURED, Journal, JournalWarning
 
 
 def test_append_and_read_back(tmp_path):
@@ -22,7 +22,7 @@ def test_append_and_read_back(tmp_path):
     assert [r.key for r in got] == [("ddtree-tp1-b16", "chat"), ("dflash-tp1", "chat")]
     assert got[0].data == {"output_tok_s": 812.4, "accept_length": 3.21}
     lines = (tmp_path / "sub" / "journal.jsonl").read_text().splitlines()
-    assert len(lines) == 2 and json.loads(lines[0])["v"] == 1
+    assert len(lines) == 2 and json.loads(lines[0])["v"] == JOURNAL_VERSION
 
 
 def test_every_append_is_fsynced(tmp_path, monkeypatch):
@@ -178,3 +178,80 @@ def test_concurrent_appenders_interleave_whole_lines(tmp_path):
         records = Journal(path).records()
     assert len(records) == 160
     assert Journal(path).done_keys() == {(f"cfg{w}-{i}", "chat") for w in range(4) for i in range(40)}
+
+
+def test_measured_figures_are_done_only_once_marked(tmp_path):
+    """Figures are journaled before their checks run: until the mark after the checks, a crash
+    leaves them unchecked, and resume must measure them again."""
+    j = Journal(tmp_path / "j.jsonl")
+    measured = j.append("a", "chat", {"n": 1}, status=MEASURED, fingerprint="f1")
+    assert j.done_keys() == set() and j.latest()[("a", "chat")].status == MEASURED
+    j.mark_done(measured)
+    [done] = j.done().values()
+    assert (done.status, done.data, done.fingerprint) == ("done", {"n": 1}, "f1")
+    assert [r.status for r in j.records()] == [MEASURED, "done"]
+    assert j.records()[1].data == {}  # the mark is small: the figures stay on their own line
+    again = j.append("a", "chat", {"n": 2}, status=MEASURED, fingerprint="f1")  # a rerun, unchecked
+    assert j.done_keys() == set()
+    j.mark_done(again)
+    assert j.done()[("a", "chat")].data == {"n": 2}
+
+
+def test_a_torn_done_mark_leaves_the_figures_unchecked(tmp_path):
+    path = tmp_path / "j.jsonl"
+    j = Journal(path)
+    j.mark_done(j.append("a", "chat", {"n": 1}, status=MEASURED))
+    j.append("b", "chat", {"n": 2}, status=MEASURED)
+    whole = path.read_bytes()
+    j.mark_done(j.records()[-1])
+    mark = path.read_bytes()[len(whole):]
+    path.write_bytes(whole + mark[:len(mark) // 2])  # the crash tore the mark's write
+    with pytest.warns(JournalWarning, match=r"j\.jsonl:4: skipped an incomplete last line"):
+        latest = j.latest()
+    assert latest[("b", "chat")].status == MEASURED
+    with pytest.warns(JournalWarning):
+        assert j.done_keys() == {("a", "chat")}
+
+
+def test_a_done_mark_confirms_only_the_figures_it_names(tmp_path):
+    """A mark whose figures' line was damaged (or edited) must not pass an older record of its
+    test, nor the edited figures."""
+    path = tmp_path / "j.jsonl"
+    j = Journal(path)
+    j.append("a", "chat", {"n": 1}, status=MEASURED)  # an attempt whose checks never finished
+    second = j.append("a", "chat", {"n": 2}, status=MEASURED)
+    j.mark_done(second)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], "garbage", lines[2]]) + "\n")
+    damaged = []
+    assert j.latest(damaged)[("a", "chat")].data == {"n": 1}
+    assert [(d.lineno, d.what) for d in damaged] == [
+        (2, "an unreadable line (Expecting value: line 1 column 1 (char 0))"),
+        (3, "a 'done' mark whose figures are not its test's last readable record (a damaged line?)")]
+    path.write_text("\n".join([lines[0], lines[1].replace('"n": 2', '"n": 3'), lines[2]]) + "\n")
+    with pytest.warns(JournalWarning, match=r"j\.jsonl:3: skipped a 'done' mark"):
+        assert j.done_keys() == set()
+
+
+def test_only_measured_figures_appended_here_can_be_marked_done(tmp_path):
+    j = Journal(tmp_path / "j.jsonl")
+    with pytest.raises(ValueError, match="only a 'measured' record"):
+        j.mark_done(j.append("a", "chat", status="failed"))
+
+
+def test_a_version_1_journal_reads_as_it_was_written(tmp_path):
+    """Version 1 wrote `done` with the figures: such a record still means done, and a failure
+    after it still means measure again."""
+    path = tmp_path / "j.jsonl"
+    base = {"v": 1, "workload": "chat", "time": "t", "pid": 1, "fingerprint": "f"}
+    lines = [{**base, "config_id": "a", "status": "done", "data": {"n": 1}},
+             {**base, "config_id": "b", "status": "done", "data": {"n": 2}},
+             {**base, "config_id": "b", "status": "failed-checks", "data": {"n": 2}}]
+    path.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
+    j = Journal(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        done = j.done()
+    assert list(done) == [("a", "chat")] and done[("a", "chat")].data == {"n": 1}
+    j.mark_done(j.append("b", "chat", {"n": 3}, status=MEASURED))  # a resumed run appends version 2
+    assert j.done()[("b", "chat")].data == {"n": 3}

@@ -158,6 +158,37 @@ def test_a_damaged_line_that_held_a_later_record_fails_the_merge_and_saves_nothi
             f"--specdec-resume and merge again") in text
 
 
+@pytest.mark.parametrize("outcome", ["passed", "skipped"])
+def test_figures_whose_checks_never_finished_are_no_result_of_the_merge(shards, outcome):
+    """A shard's journal whose last record of a test is its figures without their `done` mark (the
+    process died during the checks, or the mark was torn): the merge showed the test as passed,
+    and a test skipped for its own reason passed on an older run's unchecked figures."""
+    path = shards / "shard-1" / JOURNAL
+    record = Journal(path).records()[0]
+    path.unlink()
+    Journal(path).append(record.config_id, record.workload, record.data, status="measured")
+    manifest = json.loads((shards / "shard-1" / MANIFEST).read_text())
+    manifest["tests"][0].update(outcome=outcome, reason="not on this host" if outcome == "skipped" else None)
+    (shards / "shard-1" / MANIFEST).write_text(json.dumps(manifest))
+    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
+                           str(shards / "merged"), str(shards / "shard-1"), str(shards / "shard-2"),
+                           "--save-baseline", "--baseline-dir", str(shards / "baselines")],
+                          capture_output=True, text=True, timeout=120)
+    saved = json.loads((shards / "baselines" / "cpu.json").read_text())["entries"]
+    assert sorted(saved) == ["test_generation[dflash-tp1-w]"]
+    rows = {r["test_id"]: r for r in json.loads((shards / "merged" / "results.json").read_text())["results"]}
+    row = rows["test_generation[ar-tp1-w]"]
+    if outcome == "skipped":
+        assert done.returncode == 0, done.stdout
+        assert (row["outcome"], row["reason"], row["metrics"]) == ("skipped", "not on this host", {})
+    else:
+        assert done.returncode == 1
+        why = (f"it passed, but its latest record in {path} is 'measured' (figures whose checks "
+               f"never finished)")
+        assert f"no result for {nodeid(CASES[0])}: {why}; run that shard again" in done.stdout
+        assert (row["outcome"], row["reason"]) == ("error", f"no result: {why}")
+
+
 def test_a_journal_record_of_the_wrong_shape_fails_the_merge_naming_it(shards):
     path = shards / "shard-1" / JOURNAL
     record = json.loads(path.read_text())

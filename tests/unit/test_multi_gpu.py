@@ -364,9 +364,10 @@ def test_every_workers_results_reach_journal_summary_report_and_baseline(eight_t
     records = [json.loads(line) for line in lines]  # every line whole: no torn or glued records
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert len(Journal(root / ".specdec" / "journal.jsonl").records()) == 8
+        assert len(Journal(root / ".specdec" / "journal.jsonl").done()) == 8
+    records = [r for r in records if "confirms" not in r]  # the figures, not their checks' marks
     assert sorted(r["config_id"] for r in records) == sorted(f"test_generation.py::{t}" for t in test_ids)
-    assert all(r["status"] == "done" and r["data"]["metrics"]["output_tok_s"]["value"] > 0
+    assert all(r["status"] == "measured" and r["data"]["metrics"]["output_tok_s"]["value"] > 0
                for r in records)
     assert len({r["pid"] for r in records}) >= 2, "the journal holds one worker's results only"
 

@@ -229,6 +229,29 @@ pytest_specdec.journal._write_all = _full
     assert "Traceback" not in result.stdout.str() and "journal.py" not in result.stdout.str()
 
 
+def test_a_journal_that_cannot_take_a_verdict_fails_its_test_in_one_line(pytester):
+    """The figures are journaled, but the disk fills before the mark of their passed checks: without
+    it resume measures the test again and a merge finds no result, so the test must not pass."""
+    pytester.makepyprojecttoml("[tool.specdec]\n")
+    pytester.makeconftest("""
+import errno
+import pytest_specdec.journal
+
+def _full(self, measured):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+pytest_specdec.journal.Journal.mark_done = _full
+""")
+    pytester.makepyfile(test_figures=RECORDING_TEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*pytest-specdec: the results journal */.specdec/journal.jsonl cannot take this "
+                                 "test's verdict (No space left on device), so a resumed run would measure it "
+                                 "again and a merge of shards would find no result of it; free space there or "
+                                 "choose another --specdec-journal"])
+    assert "Traceback" not in result.stdout.str() and "journal.py" not in result.stdout.str()
+
+
 def test_outputs_spoiled_during_the_run_are_one_line_each_and_the_run_result_stays(pytester):
     pytester.makepyfile(test_spoil=SPOILER_TEST)
     result = run(pytester, "--specdec-save-baseline", "--specdec-report=rep")

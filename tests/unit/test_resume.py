@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from test_bench_flow import journal_lines, no_leftover_engines, project, run  # noqa: F401
+from test_bench_flow import journal_figures, journal_lines, no_leftover_engines, project, run  # noqa: F401
 
 pytest.importorskip("torch")
 
@@ -31,7 +31,7 @@ def test_resume_measures_again_what_changed_and_says_so(pytester, no_leftover_en
         "*specdec: resume: measured test_generation[[]ddtree-tp1-b8-chat[]] again: what it "
         "measures changed since the journal's record (workload)*"])
     latest = {}
-    for record in journal_lines(pytester):
+    for record in journal_figures(pytester):
         latest[record["config_id"]] = record
     assert {r["data"]["details"]["measurement"]["completion_tokens"] for r in latest.values()} == {3 * 16}
 
@@ -50,11 +50,11 @@ def test_a_resumed_run_checks_losslessness_against_no_stale_record(pytester, no_
 def test_resume_measures_again_a_record_whose_figures_are_damaged(pytester, no_leftover_engines):
     project(pytester, max_new_tokens=12)
     run(pytester).assert_outcomes(passed=1)
-    [good] = journal_lines(pytester)
+    [good] = journal_figures(pytester)
     path = pytester.path / ".specdec" / "journal.jsonl"
     for damage in ({}, {"metrics": "x"}, {"outputs": {"tokens": 5}}):
         data = {} if not damage else {**good["data"], **damage}
-        path.write_text(json.dumps({**good, "data": data}) + "\n")
+        path.write_text(json.dumps({**good, "status": "done", "data": data}) + "\n")
         result = run(pytester, "--specdec-resume")
         result.assert_outcomes(passed=1)  # measured again, not skipped on figures unreadable
         result.stdout.fnmatch_lines(["*JournalWarning: *journal.jsonl: the record of *"
@@ -68,10 +68,10 @@ def test_a_damaged_record_of_another_workload_fails_no_losslessness_check(pytest
     failed every speculative test after its measurement was journaled."""
     project(pytester, methods=("ar", "ddtree"), max_new_tokens=12)
     run(pytester, "-k", "ar-tp1").assert_outcomes(passed=1, deselected=1)
-    [good] = journal_lines(pytester)
+    [good] = journal_figures(pytester)
     path = pytester.path / ".specdec" / "journal.jsonl"
     damaged = {**good, "config_id": good["config_id"].replace("chat", "long"), "workload": "long",
-               "data": {"workload": "long"}}
+               "status": "done", "data": {"workload": "long"}}
     path.write_text(path.read_text() + json.dumps(damaged) + "\n")
     result = run(pytester, "--specdec-resume")
     result.assert_outcomes(passed=1, skipped=1)
@@ -88,7 +88,7 @@ def test_resume_with_save_baseline_saves_what_was_measured_before(pytester,
     assert sorted(entries) == ["test_generation[ddtree-tp1-b16-chat]",
                                "test_generation[ddtree-tp1-b8-chat]"]
     assert entries["test_generation[ddtree-tp1-b8-chat]"]["accept_length"]["value"] > 1.0
-    journaled = {r["config_id"].split("::")[-1]: r["fingerprint"] for r in journal_lines(pytester)}
+    journaled = {r["config_id"].split("::")[-1]: r["fingerprint"] for r in journal_figures(pytester)}
     for test_id, metrics in entries.items():
         assert {m["fingerprint"] for m in metrics.values()} == {journaled[test_id]}
 
@@ -118,7 +118,7 @@ def test_a_failing_comparison_or_benchmark_bridge_loses_no_measurement(pytester)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*SpecdecUsageError after the measurement was journaled*"
                                  "baseline for test_widgets widgets says 'lower' is better*"])
-    assert [r["data"]["metrics"]["widgets"]["value"] for r in journal_lines(pytester)] == [3.0, 3.0]
+    assert [r["data"]["metrics"]["widgets"]["value"] for r in journal_figures(pytester)] == [3.0, 3.0]
 
     (pytester.path / "baselines" / "cpu.json").unlink()
     pytester.makeconftest("""
@@ -138,7 +138,7 @@ def benchmark():
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*RuntimeError after the measurement was journaled*"
                                  "the bridge broke*"])
-    assert [r["status"] for r in journal_lines(pytester)] == ["done", "failed-checks"]
+    assert [r["status"] for r in journal_lines(pytester)] == ["measured", "failed-checks"]
 
 
 def test_a_regression_against_a_baseline_of_another_setup_says_so(pytester):
@@ -238,7 +238,7 @@ def test_a_test_that_failed_its_checks_is_measured_again_on_resume_and_saved_now
                                  "specdec: nothing saved into *cpu.json: its 1 result(s) are of failed tests, "
                                  "which are no reference (test_widgets)"])
     assert baseline.read_text() == before
-    assert [r["status"] for r in journal_lines(pytester)] == ["done", "failed-checks"]
+    assert [r["status"] for r in journal_lines(pytester)] == ["measured", "failed-checks"]
 
     result = run(pytester, "--specdec-resume", *gate)
     result.assert_outcomes(failed=1)  # measured and gated again, not skipped as done
@@ -248,6 +248,51 @@ def test_a_test_that_failed_its_checks_is_measured_again_on_resume_and_saved_now
     baseline.unlink()  # the gate has nothing to fail on now: a pass, then resumed as done
     run(pytester, "--specdec-resume", *gate).assert_outcomes(passed=1)
     run(pytester, "--specdec-resume", *gate).assert_outcomes(skipped=1)
+
+
+@pytest.mark.parametrize("crash", ["before its verdict", "tearing its verdict"])
+def test_a_test_whose_checks_never_finished_is_measured_again_on_resume(pytester, crash):
+    """Its figures were journaled as done before its checks ran: a process killed during them, or
+    one whose failed-checks line the crash tore, left done as its last readable record, so
+    --specdec-resume skipped the red test as measured and --specdec-save-baseline saved its
+    regressed figure as the reference."""
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
+    pytester.makepyfile(test_widgets=RECORDING_TEST)
+    baseline = pytester.path / "baselines" / "cpu.json"
+    baseline.parent.mkdir()
+    baseline.write_text(json.dumps({
+        "format": "pytest-specdec-baselines", "version": 1, "hardware_key": "cpu",
+        "entries": {"test_widgets": {"widgets": {"value": 5.0, "direction": "higher"}}}}))
+    before = baseline.read_text()
+    gate = ("--specdec-compare-fail", "*:10%")
+    run(pytester, *gate).assert_outcomes(failed=1)
+    path = pytester.path / ".specdec" / "journal.jsonl"
+    figures, verdict = path.read_text().splitlines(keepends=True)
+    path.write_text(figures + ("" if crash == "before its verdict" else verdict[:len(verdict) // 2]))
+
+    result = run(pytester, "--specdec-resume", "--specdec-save-baseline", *gate)
+    result.assert_outcomes(failed=1)  # measured and gated again, not skipped as done
+    result.stdout.fnmatch_lines(["*regression against cpu.json*"])
+    result.stdout.no_fnmatch_line("*already measured*")
+    assert baseline.read_text() == before
+
+
+def test_a_passing_test_is_resumed_once_its_verdict_is_journaled(pytester):
+    """Its figures go to the journal before its checks, its `done` mark after them: a torn mark
+    leaves it to be measured again, a whole one resumes it."""
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
+    pytester.makepyfile(test_widgets=RECORDING_TEST)
+    run(pytester).assert_outcomes(passed=1)
+    path = pytester.path / ".specdec" / "journal.jsonl"
+    figures, mark = path.read_text().splitlines(keepends=True)
+    path.write_text(figures + mark[:len(mark) // 2])
+    result = run(pytester, "--specdec-resume")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*journal.jsonl:2: skipped an incomplete last line*"])
+    result = run(pytester, "--specdec-resume", "--specdec-report", "rep")
+    result.assert_outcomes(skipped=1)
+    [row] = json.loads((pytester.path / "rep" / "results.json").read_text())["results"]
+    assert row["metrics"]["widgets"] == 3.0 and row["outcome"] == "passed"
 
 
 @pytest.mark.parametrize("how", ["a summary that raises", "no terminal"])
@@ -281,7 +326,7 @@ def test_a_known_issue_that_now_passes_is_measured_again_on_resume(pytester):
     pytester.makepyfile(test_widgets="import pytest\n\n@pytest.mark.xfail(strict=True, reason='known issue')\n"
                                      + RECORDING_TEST.strip() + "\n")
     run(pytester).assert_outcomes(failed=1)
-    assert [r["status"] for r in journal_lines(pytester)] == ["done", "failed-checks"]
+    assert [r["status"] for r in journal_lines(pytester)] == ["measured", "failed-checks"]
     result = run(pytester, "--specdec-resume")
     result.assert_outcomes(failed=1)  # measured again, and failed again
     result.stdout.fnmatch_lines(["*XPASS(strict)*known issue*"])
