@@ -69,7 +69,7 @@ class Gate:
         """Which parts of the setup (`fingerprint.measured_setup`) the entries of
         :meth:`other_setup` measured otherwise, as resume says it of a journal record:
         `its model differs`."""
-        from .fingerprint import Fingerprint
+        from .fingerprint import OLDER_VERSION, Fingerprint
 
         baselines = self.baselines()
         stored = baselines.entries.get(result.test_id, {})
@@ -82,7 +82,7 @@ class Gate:
             text = result.fingerprint.what_changed(old, unknown)
             if text not in texts:
                 texts.append(text)
-        return "; ".join(t if t == unknown else f"its {t} differ{'s' if ',' not in t else ''}"
+        return "; ".join(t if t in (unknown, OLDER_VERSION) else f"its {t} differ{'s' if ',' not in t else ''}"
                          for t in texts)
 
     def compare(self, result: Result) -> list[Comparison]:

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 #: Bump when the parts' meaning changes, so old records never match new ones by accident.
 VERSION = 1
 DIGEST_CHARS = 16
+#: What a digest mismatch means where every part is equal: the parts were fingerprinted under
+#: another VERSION, which changed the digest and nothing measured.
+OLDER_VERSION = "measured by an older fingerprint version: no part of the setup differs"
 
 
 @dataclass(frozen=True)
@@ -44,8 +47,14 @@ class Fingerprint:
 
     def what_changed(self, other: Fingerprint | None, unknown: str) -> str:
         """The parts that differ from `other`'s, for a message (`workload, server`); `unknown`
-        where `other` is not known (a record or entry saved without its parts)."""
-        return ", ".join(self.changed_parts(other.parts) if other is not None else []) or unknown
+        where `other` is not known (a record or entry saved without its parts); OLDER_VERSION
+        where its parts are all equal but its digest is not."""
+        if other is None or not other.parts:
+            return unknown
+        changed = self.changed_parts(other.parts)
+        if changed:
+            return ", ".join(changed)
+        return OLDER_VERSION if other.digest != self.digest else unknown
 
     def to_json(self) -> dict[str, Any]:
         return {"digest": self.digest, "parts": dict(self.parts)}
@@ -119,4 +128,4 @@ def _canonical(value: Any) -> str:
                       allow_nan=False)
 
 
-__all__ = ["DIGEST_CHARS", "VERSION", "Fingerprint", "fingerprint", "measured_setup", "text_digest"]
+__all__ = ["DIGEST_CHARS", "OLDER_VERSION", "VERSION", "Fingerprint", "fingerprint", "measured_setup", "text_digest"]

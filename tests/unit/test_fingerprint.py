@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pytest_specdec.configuration import MatrixCase
-from pytest_specdec.fingerprint import fingerprint, text_digest
+from pytest_specdec.fingerprint import Fingerprint, fingerprint, text_digest
 from pytest_specdec.fingerprint import measured_setup
 from pytest_specdec.state import build
 
@@ -25,6 +25,21 @@ def test_changed_parts_name_what_differs():
     now = fingerprint({"workload": {"n": 8}, "server": ["--budget", "8"]})
     assert now.changed_parts({"workload": {"n": 4}, "server": ["--budget", "8"]}) == ["workload"]
     assert now.changed_parts(None) == ["server", "workload"]
+
+
+def test_a_fingerprint_of_an_older_version_says_so(monkeypatch):
+    """Equal parts under another fingerprint VERSION: the message said the record or entry did
+    not record which part changed, though it did record them all, unchanged."""
+    from pytest_specdec import fingerprint as fingerprint_mod
+
+    old = fingerprint({"workload": {"n": 8}, "model": None})
+    monkeypatch.setattr(fingerprint_mod, "VERSION", fingerprint_mod.VERSION + 1)
+    now = fingerprint({"workload": {"n": 8}, "model": None})
+    assert now.digest != old.digest
+    assert now.what_changed(old, "unknown") == fingerprint_mod.OLDER_VERSION
+    assert "older fingerprint version" in fingerprint_mod.OLDER_VERSION
+    assert now.what_changed(Fingerprint(old.digest, {}), "unknown") == "unknown"  # parts not kept
+    assert now.what_changed(None, "unknown") == "unknown"
 
 
 def test_text_digest_separates_texts():

@@ -169,6 +169,22 @@ def test_a_regression_against_a_baseline_of_another_setup_says_so(pytester):
     result.stdout.no_fnmatch_line("*measured another setup*")
 
 
+def test_a_record_of_an_older_fingerprint_version_is_named_so_by_resume_and_gate(pytester):
+    """After a fingerprint VERSION bump every part is equal but the digest is not: resume said the
+    record had no fingerprint, the gate that the baseline file does not record which part changed."""
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
+    pytester.makepyfile(test_widgets=RECORDING_TEST)
+    run(pytester, "--specdec-save-baseline").assert_outcomes(passed=1)
+    pytester.makeconftest("import pytest_specdec.fingerprint as f\nf.VERSION += 1\n")
+    result = run(pytester, "--specdec-resume", "--specdec-compare-fail", "*:0%")
+    result.assert_outcomes(passed=1)
+    older = "measured by an older fingerprint version: no part of the setup differs"
+    result.stdout.fnmatch_lines([f"*test_widgets: the baseline of widgets measured another setup ({older}); "
+                                 f"re-create it with --specdec-save-baseline*"])
+    result.stdout.fnmatch_lines([f"specdec: resume: measured test_widgets again: what it measures changed "
+                                 f"since the journal's record ({older})"])
+
+
 def test_an_expected_failure_that_recorded_is_no_reference(pytester):
     """A known issue's xfail that measured and then failed (its gate, its own assertions) failed
     like any other test: its figures are journaled as failed, so a merge of shards left them out
