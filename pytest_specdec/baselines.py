@@ -235,6 +235,15 @@ class Baselines:
         }
 
 
+class WrongHardwareError(SpecdecUsageError):
+    """A baseline file of another hardware key than the one it is read for: its message advises a
+    run; `source`, `found` and `expected` let another reader (a merge of shards) advise its own."""
+
+    def __init__(self, message: str, source: str, found: object, expected: str):
+        super().__init__(message)
+        self.source, self.found, self.expected = source, found, expected
+
+
 # --specdec-save-baseline merges into the file, so it stops on the same error: move the file first
 _FIX = "fix it, or move it aside (or delete it) and save a new one with --specdec-save-baseline"
 
@@ -261,11 +270,11 @@ def parse_baselines(text: str, hardware_key: str, source: str) -> Baselines:
         )
     key = doc.get("hardware_key")
     if key != hardware_key:
-        raise SpecdecUsageError(
+        raise WrongHardwareError(
             f"baseline file {source} belongs to hardware {key!r}, but this machine is {hardware_key!r}; "
             f"baselines do not transfer between machines: use {hardware_key}.json (or --specdec-arch/"
-            "--specdec-gpus to match), or point --specdec-baseline-dir elsewhere"
-        )
+            "--specdec-gpus to match), or point --specdec-baseline-dir elsewhere",
+            source, key, hardware_key)
     raw = doc.get("entries", {})
     if not isinstance(raw, dict):
         raise SpecdecUsageError(f"baseline file {source}: 'entries' must be an object; {_FIX}")
@@ -396,6 +405,7 @@ __all__ = [
     "VERSION",
     "BaselineEntry",
     "Baselines",
+    "WrongHardwareError",
     "baseline_path",
     "collect_versions",
     "git_commit",

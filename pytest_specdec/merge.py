@@ -356,6 +356,12 @@ def check_targets(merged: Merged, baseline_dir: str | Path | None) -> None:
     for key in sorted({m.hardware_key for m in merged.shards}):
         try:
             baselines.load_baselines(baselines.baseline_path(baseline_dir, key), key)
+        except baselines.WrongHardwareError as exc:  # its advice is a run's, which picks its file by hardware
+            shards = ", ".join(str(m.shard) for m in merged.shards if m.hardware_key == key)
+            raise SpecdecUsageError(
+                f"baseline file {exc.source} belongs to hardware {exc.found!r}, but the figures of shard(s) "
+                f"{shards}, measured on {key!r}, go there; baselines do not transfer between machines: "
+                f"move it aside, or point --baseline-dir elsewhere") from None
         except SpecdecUsageError as exc:  # its advice is a run's: here the merge saves a new one
             raise SpecdecUsageError(str(exc).replace("--specdec-save-baseline",
                                                      "merge --save-baseline")) from None

@@ -111,6 +111,25 @@ def test_a_broken_baseline_folder_file_stops_a_saving_merge_before_it_writes_any
     assert not (shards / "merged" / "report.md").exists()
 
 
+def test_a_baseline_file_of_other_hardware_stops_a_saving_merge_naming_its_option(shards):
+    """Its advice named a run's --specdec-baseline-dir (and "this machine"), which the merge has not."""
+    where = shards / "baselines"
+    where.mkdir()
+    (where / "cpu.json").write_text(json.dumps({"format": "pytest-specdec-baselines", "version": 1,
+                                                "hardware_key": "nvidia-h100-sm_90-x1", "entries": {}}))
+    before = (where / "cpu.json").read_text()
+    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
+                           str(shards / "merged"), str(shards / "shard-1"), str(shards / "shard-2"),
+                           "--save-baseline", "--baseline-dir", str(where)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert (f"error: baseline file {where / 'cpu.json'} belongs to hardware 'nvidia-h100-sm_90-x1', but "
+            f"the figures of shard(s) 1/2, 2/2, measured on 'cpu', go there; baselines do not transfer "
+            f"between machines: move it aside, or point --baseline-dir elsewhere") in done.stderr
+    assert "--specdec-" not in done.stderr
+    assert (where / "cpu.json").read_text() == before and not (shards / "merged").exists()
+
+
 def test_a_damaged_journal_line_is_skipped_loudly_naming_shard_file_and_line(shards):
     """As a resumed run skips a damaged line of its journal and measures again what it lacks:
     the merge says where the line is and what it did, in its output and in the report; a line
