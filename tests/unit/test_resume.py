@@ -235,10 +235,9 @@ def test_a_baseline_of_another_setup_names_the_part_that_changed(pytester):
                                  "not record which)*"])
 
 
-def test_a_test_that_failed_its_checks_is_measured_again_on_resume_and_saved_nowhere(pytester):
-    """Its figures were journaled as done before the gate failed it: resume once skipped it as
-    measured, and a red run retried with --specdec-resume went green; --specdec-save-baseline
-    made its regressed figure the reference."""
+def regressing_project(pytester):
+    """RECORDING_TEST against a baseline entry its figure regresses from, and the gate that fails
+    it: (the baseline file, its text, the gate's flags)."""
     pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
     pytester.makepyfile(test_widgets=RECORDING_TEST)
     baseline = pytester.path / "baselines" / "cpu.json"
@@ -248,6 +247,14 @@ def test_a_test_that_failed_its_checks_is_measured_again_on_resume_and_saved_now
         "entries": {"test_widgets": {"widgets": {"value": 5.0, "direction": "higher"}}}}))
     before = baseline.read_text()
     gate = ("--specdec-compare-fail", "*:10%")
+    return baseline, before, gate
+
+
+def test_a_test_that_failed_its_checks_is_measured_again_on_resume_and_saved_nowhere(pytester):
+    """Its figures were journaled as done before the gate failed it: resume once skipped it as
+    measured, and a red run retried with --specdec-resume went green; --specdec-save-baseline
+    made its regressed figure the reference."""
+    baseline, before, gate = regressing_project(pytester)
     result = run(pytester, *gate, "--specdec-save-baseline")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["regression against cpu.json:", "widgets 3.00 < baseline 5.00 -10% (-40.0%)",
@@ -272,15 +279,7 @@ def test_a_test_whose_checks_never_finished_is_measured_again_on_resume(pytester
     one whose failed-checks line the crash tore, left done as its last readable record, so
     --specdec-resume skipped the red test as measured and --specdec-save-baseline saved its
     regressed figure as the reference."""
-    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
-    pytester.makepyfile(test_widgets=RECORDING_TEST)
-    baseline = pytester.path / "baselines" / "cpu.json"
-    baseline.parent.mkdir()
-    baseline.write_text(json.dumps({
-        "format": "pytest-specdec-baselines", "version": 1, "hardware_key": "cpu",
-        "entries": {"test_widgets": {"widgets": {"value": 5.0, "direction": "higher"}}}}))
-    before = baseline.read_text()
-    gate = ("--specdec-compare-fail", "*:10%")
+    baseline, before, gate = regressing_project(pytester)
     run(pytester, *gate).assert_outcomes(failed=1)
     path = pytester.path / ".specdec" / "journal.jsonl"
     figures, verdict = path.read_text().splitlines(keepends=True)
