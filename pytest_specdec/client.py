@@ -18,7 +18,7 @@ import asyncio
 import json
 import threading
 import time
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 import aiohttp
 
@@ -152,36 +152,21 @@ async def generate_one(
                 body = await resp.text(errors="replace")
                 error = f"HTTP {status}: {error_text(body)}"
             else:
-                buf = bytearray()
                 head = bytearray()  # the body's first bytes, to show one that is no event stream
-                async for data in resp.content.iter_any():
-                    buf += data
-                    if len(head) < 200:
-                        head += data[:200 - len(head)]
-                    if b"\n" not in data:
-                        continue
-                    *lines, buf = buf.split(b"\n")
-                    for line in lines:
-                        if not line.startswith(_DATA):
-                            continue  # blank separators, SSE comments, keep-alives
-                        if on_event is not None:  # an event, not a keep-alive: the server made progress
-                            on_event()
-                        event = line[5:].strip()
-                        if event == _DONE:
-                            done = True
-                            break
-                        chunks += 1
-                        if event.startswith(_ERROR_PREFIX):
-                            error = error_text(event.decode("utf-8", "replace"))
-                            continue
-                        last_event = event
-                        if first_token_at is None:
-                            meta = _decode_event(event).get(api.META_INFO) or {}
-                            if int(meta.get(api.COMPLETION_TOKENS) or 0) > 0:
-                                first_token_at = time.perf_counter()
-                                first_meta = meta
-                    if done:
+                async for event in _data_events(resp, head, 200, on_event):
+                    if event == _DONE:
+                        done = True
                         break
+                    chunks += 1
+                    if event.startswith(_ERROR_PREFIX):
+                        error = error_text(event.decode("utf-8", "replace"))
+                        continue
+                    last_event = event
+                    if first_token_at is None:
+                        meta = _decode_event(event).get(api.META_INFO) or {}
+                        if int(meta.get(api.COMPLETION_TOKENS) or 0) > 0:
+                            first_token_at = time.perf_counter()
+                            first_meta = meta
                 if not done and error is None and chunks == 0 and head \
                         and not head.lstrip().startswith((_DATA, b":")):  # ":": an SSE comment
                     error = (f"answered with a body that is no event stream (no 'data:' lines; was the request's "
@@ -225,6 +210,28 @@ async def generate_one(
         text=str(final.get(api.RESPONSE_TEXT) or "") if keep_text else "",
         output_ids=_cumulative_ids(final, meta) if keep_text else None,
     )
+
+
+async def _data_events(resp: aiohttp.ClientResponse, head: bytearray, head_limit: int | None,
+                       on_event: Callable[[], None] | None) -> AsyncIterator[bytes]:
+    """Each `data:` event's payload of a /generate stream, `[DONE]` included, with `on_event`
+    called for each (the stall watchdog's sign of progress: SSE comments and blank lines, which a
+    proxy may send as keep-alives, are none). `head` gathers the body's first `head_limit` bytes
+    (all with None), to show a body that is no event stream."""
+    buf = bytearray()
+    async for data in resp.content.iter_any():
+        buf += data
+        if head_limit is None or len(head) < head_limit:
+            head += data if head_limit is None else data[:head_limit - len(head)]
+        if b"\n" not in data:
+            continue
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            if not line.startswith(_DATA):
+                continue  # blank separators, SSE comments, keep-alives
+            if on_event is not None:
+                on_event()
+            yield line[5:].strip()
 
 
 def _cumulative_ids(final: dict, meta: dict) -> tuple[int, ...] | None:
@@ -419,24 +426,16 @@ async def generate_body_async(url: str, payload: dict[str, Any], *, timeout_s: f
                 if resp.status != 200:
                     text = await resp.text(errors="replace")
                     raise GenerateFailed(f"failed: HTTP {resp.status} {resp.reason}: {error_text(text)}")
-                buf, raw = bytearray(), bytearray()
-                async for data in resp.content.iter_any():
-                    raw += data if not events else b""  # a body that is no event stream, whole
-                    buf += data
-                    *lines, buf = buf.split(b"\n")
-                    for line in lines:
-                        if not line.startswith(_DATA):
-                            continue  # blank separators, SSE comments, keep-alives
-                        watch.heard()
-                        event = line[5:].strip()
-                        if event == _DONE:
-                            return None
-                        if event.startswith(_ERROR_PREFIX):
-                            raise GenerateFailed(f"failed: {error_text(event.decode('utf-8', 'replace'))}")
-                        try:
-                            events.append(_decode_event(event))
-                        except ValueError as exc:
-                            raise GenerateFailed(f"failed: malformed stream event: {exc}") from None
+                raw = bytearray()  # a body that is no event stream, whole
+                async for event in _data_events(resp, raw, None, watch.heard):
+                    if event == _DONE:
+                        return None
+                    if event.startswith(_ERROR_PREFIX):
+                        raise GenerateFailed(f"failed: {error_text(event.decode('utf-8', 'replace'))}")
+                    try:
+                        events.append(_decode_event(event))
+                    except ValueError as exc:
+                        raise GenerateFailed(f"failed: malformed stream event: {exc}") from None
                 if events:
                     raise GenerateFailed("failed: stream ended without 'data: [DONE]' (server closed the "
                                          "connection mid-response)", answered=False)
