@@ -46,14 +46,15 @@ class Gate:
                     raise SpecdecUsageError(
                         f"baseline file {self.state.baseline_path}: {test_id} {name}: direction "
                         f"{entry.direction!r}, but {expected!r} is better for {name}; fix the "
-                        f"entry, or move the file aside and save a new one with --specdec-save-baseline")
+                        f"entry, or move the file aside and save a new one with "
+                        f"{self.state.settings.setter('save_baseline')}")
 
     def baselines(self) -> Baselines:
         if self._baselines is None:
             from . import baselines as baselines_mod
 
             path = self.state.baseline_path
-            self._baselines = baselines_mod.load_baselines(path, self.state.hardware.key) \
+            self._baselines = baselines_mod.load_baselines(path, self.state.hardware.key, self.state.settings.setter) \
                 if path.is_file() else baselines_mod.Baselines(self.state.hardware.key, {}, path)
         return self._baselines
 

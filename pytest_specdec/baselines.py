@@ -24,7 +24,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from .directions import METRIC_DIRECTIONS, Direction
 from .errors import SpecdecUsageError
@@ -162,7 +162,7 @@ class BaselineEntry:
         }
 
     @classmethod
-    def from_json(cls, obj: Any, where: str) -> "BaselineEntry":
+    def from_json(cls, obj: Any, where: str, fix: str) -> "BaselineEntry":
         if not isinstance(obj, dict):
             raise SpecdecUsageError(f"{where}: expected an object with value, direction, spread, ...")
 
@@ -186,11 +186,11 @@ class BaselineEntry:
             raise SpecdecUsageError(f"{where}: 'versions' must be an object, got {versions!r}")
         runs = obj.get("runs", 1)
         if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-            raise SpecdecUsageError(f"{where}: 'runs' must be a positive integer, got {runs!r}; {_FIX}")
+            raise SpecdecUsageError(f"{where}: 'runs' must be a positive integer, got {runs!r}; {fix}")
         cpu_share = number("cpu_share") if obj.get("cpu_share") is not None else None
         if cpu_share is not None and not 0 < cpu_share <= 1:
             # a share of the wall time (calibration.py); outside (0, 1] it widens the allowance
-            raise SpecdecUsageError(f"{where}: 'cpu_share' must be in (0, 1], got {cpu_share!r}; {_FIX}")
+            raise SpecdecUsageError(f"{where}: 'cpu_share' must be in (0, 1], got {cpu_share!r}; {fix}")
         commit = obj.get("commit")
         distribution = obj.get("distribution") or []
         if not isinstance(distribution, list) or not all(
@@ -244,25 +244,39 @@ class WrongHardwareError(SpecdecUsageError):
         self.source, self.found, self.expected = source, found, expected
 
 
-# --specdec-save-baseline merges into the file, so it stops on the same error: move the file first
-_FIX = "fix it, or move it aside (or delete it) and save a new one with --specdec-save-baseline"
+def _flag(name: str) -> str:
+    """An option's command-line flag: where to set it for a reader without the run's settings."""
+    from .options import OPTIONS_BY_NAME
+
+    return OPTIONS_BY_NAME[name].cli
 
 
-def parse_baselines(text: str, hardware_key: str, source: str) -> Baselines:
-    """Validate a baseline document; every error names the file, the entry and the fix."""
+def _fix(setter: Callable[[str], str]) -> str:
+    # saving merges into the file, so it stops on the same error: move the file first
+    return f"fix it, or move it aside (or delete it) and save a new one with {setter('save_baseline')}"
+
+
+def parse_baselines(text: str, hardware_key: str, source: str,
+                    setter: Callable[[str], str] = _flag) -> Baselines:
+    """Validate a baseline document; every error names the file, the entry and the fix.
+
+    `setter` names where to change an option (`Settings.setter`: where the run set it, else its
+    flag), so the advice points at the ini or [tool.specdec] key the user wrote.
+    """
+    fix = _fix(setter)
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SpecdecUsageError(
-            f"baseline file {source} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); {_FIX}"
+            f"baseline file {source} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); {fix}"
         ) from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise SpecdecUsageError(
-            f"baseline file {source} is not a pytest-specdec baseline file (expected \"format\": \"{FORMAT}\"); {_FIX}"
+            f"baseline file {source} is not a pytest-specdec baseline file (expected \"format\": \"{FORMAT}\"); {fix}"
         )
     version = doc.get("version")
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise SpecdecUsageError(f"baseline file {source}: 'version' must be a positive integer, got {version!r}; {_FIX}")
+        raise SpecdecUsageError(f"baseline file {source}: 'version' must be a positive integer, got {version!r}; {fix}")
     if version > VERSION:
         raise SpecdecUsageError(
             f"baseline file {source} has format version {version}, newer than this pytest-specdec reads "
@@ -272,12 +286,12 @@ def parse_baselines(text: str, hardware_key: str, source: str) -> Baselines:
     if key != hardware_key:
         raise WrongHardwareError(
             f"baseline file {source} belongs to hardware {key!r}, but this machine is {hardware_key!r}; "
-            f"baselines do not transfer between machines: use {hardware_key}.json (or --specdec-arch/"
-            "--specdec-gpus to match), or point --specdec-baseline-dir elsewhere",
+            f"baselines do not transfer between machines: use {hardware_key}.json (or {setter('arch')}/"
+            f"{setter('gpus')} to match), or point {setter('baseline_dir')} elsewhere",
             source, key, hardware_key)
     raw = doc.get("entries", {})
     if not isinstance(raw, dict):
-        raise SpecdecUsageError(f"baseline file {source}: 'entries' must be an object; {_FIX}")
+        raise SpecdecUsageError(f"baseline file {source}: 'entries' must be an object; {fix}")
     entries: dict[str, dict[str, BaselineEntry]] = {}
     for test_id, metrics in raw.items():
         if not isinstance(metrics, dict):
@@ -285,19 +299,20 @@ def parse_baselines(text: str, hardware_key: str, source: str) -> Baselines:
         entries[test_id] = {}
         for metric, obj in metrics.items():
             where = f"baseline file {source}: {test_id} {metric}"
-            entry = entries[test_id][metric] = BaselineEntry.from_json(obj, where)
+            entry = entries[test_id][metric] = BaselineEntry.from_json(obj, where, fix)
             if metric in METRIC_DIRECTIONS and entry.value < 0:
                 # built-in figures are rates, lengths and times; 0 can be measured (accept_rate)
-                raise SpecdecUsageError(f"{where}: 'value' must be >= 0, got {entry.value!r}; {_FIX}")
+                raise SpecdecUsageError(f"{where}: 'value' must be >= 0, got {entry.value!r}; {fix}")
     setups = doc.get("setups", {})
     if not isinstance(setups, dict) or not all(isinstance(p, dict) for p in setups.values()):
         raise SpecdecUsageError(f"baseline file {source}: 'setups' must map fingerprint digests to "
-                                f"objects; {_FIX}")
+                                f"objects; {fix}")
     return Baselines(hardware_key=hardware_key, entries=entries, path=Path(source), setups=setups)
 
 
-def load_baselines(path: str | Path, hardware_key: str) -> Baselines:
-    """The baselines in `path`; an absent file is an empty set (nothing saved yet)."""
+def load_baselines(path: str | Path, hardware_key: str, setter: Callable[[str], str] = _flag) -> Baselines:
+    """The baselines in `path`; an absent file is an empty set (nothing saved yet). `setter` as
+    for :func:`parse_baselines`."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -305,7 +320,7 @@ def load_baselines(path: str | Path, hardware_key: str) -> Baselines:
         return Baselines(hardware_key=hardware_key, entries={}, path=path)
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecdecUsageError(f"baseline file {path} cannot be read: {exc}") from None
-    return parse_baselines(text, hardware_key, str(path))
+    return parse_baselines(text, hardware_key, str(path), setter)
 
 
 def _lock_for(path: Path) -> FileLock:
@@ -325,6 +340,7 @@ def save_baselines(
     commit: str | None = None,
     date: str | None = None,
     fingerprints: Mapping[str, str | Fingerprint] | None = None,
+    setter: Callable[[str], str] = _flag,
 ) -> Baselines:
     """Merge `results` ({test id: metrics}) into the file at `path` and return the merged set.
 
@@ -333,14 +349,15 @@ def save_baselines(
     or a Fingerprint whose parts the file keeps under `setups`), except
     that a timing figure keeps the samples of the saves of the same setup before it
     (`BaselineEntry.pooled_with`). The file is written to a temporary sibling, fsync'd and
-    moved into place with os.replace, all under a file lock.
+    moved into place with os.replace, all under a file lock. `setter` as for
+    :func:`parse_baselines`, for the errors of the file already there.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     versions = collect_versions() if versions is None else versions
     date = date or _now()
     with _lock_for(path):
-        current = load_baselines(path, hardware_key)
+        current = load_baselines(path, hardware_key, setter)
         merged: dict[str, dict[str, BaselineEntry]] = {t: dict(m) for t, m in current.entries.items()}
         setups = dict(current.setups)
         for test_id, metrics in results.items():

@@ -254,12 +254,12 @@ def visible_to_cuda(gpus: list[GPU], setting: str) -> list[GPU]:
 
 
 def resolve(arch: str | None, gpus: int | None, detected: Hardware | None = None,
-            gpus_source: str = "--specdec-gpus") -> Hardware:
+            gpus_source: str = "--specdec-gpus", arch_source: str = "--specdec-arch") -> Hardware:
     """Apply `--specdec-arch` / `--specdec-gpus` to the detected inventory.
 
     `arch` pretends every GPU is that arch (one GPU when none exists); `gpus` sets the inventory
     size to schedule on (a simulated inventory on a CPU machine, or fewer than detected).
-    `gpus_source` names where `gpus` was set, for its error.
+    `gpus_source` and `arch_source` name where `gpus` and `arch` were set, for their errors.
     """
     real = detected if detected is not None else detect()
     if gpus is not None and gpus < 0:
@@ -280,12 +280,12 @@ def resolve(arch: str | None, gpus: int | None, detected: Hardware | None = None
     arch = normalise_arch(arch)
     if arch not in FAMILIES:  # a simulated arch only rehearses a family this plugin knows
         raise SpecdecUsageError(
-            f"--specdec-arch {arch}: no family known for this architecture, so there is no suite "
+            f"{arch_source} {arch}: no family known for this architecture, so there is no suite "
             f"to rehearse; use one of {', '.join(FAMILIES)}"
         )
     if gpus == 0:  # an inventory of no GPU has no arch: the family's suite would skip, unrehearsed
         raise SpecdecUsageError(
-            f"{gpus_source} 0 leaves no GPU to simulate as {arch} (--specdec-arch); give at least 1, "
+            f"{gpus_source} 0 leaves no GPU to simulate as {arch} ({arch_source}); give at least 1, "
             f"or leave it out for one simulated GPU (as many as the host has, on a GPU host)")
     count = gpus if gpus is not None else max(real.count, 1)
     name = f"simulated {arch}"

@@ -30,15 +30,16 @@ def owner(marker: Path) -> tuple[str | None, str]:
     return (lines[0] if lines else None), (lines[1] if len(lines) > 1 else "?")
 
 
-def check_free(journal: Path, run: str) -> None:
-    """Raise SpecdecUsageError when a live run other than `run` writes `journal`."""
+def check_free(journal: Path, run: str, setting: str = "--specdec-journal") -> None:
+    """Raise SpecdecUsageError when a live run other than `run` writes `journal`; `setting` is
+    where the journal was set (`Settings.setter`), which the advice names."""
     marker = marker_of(journal)
     current, pid = owner(marker)
     if current != run and liveness.held_elsewhere(marker):
         raise SpecdecUsageError(
             f"the results journal {journal} is being written by another pytest run (pid {pid}) that "
             f"is still going; wait for it to end, or give this run a journal of its own "
-            f"(--specdec-journal)")
+            f"({setting})")
 
 
 def take(journal: Path, run: str) -> None:

@@ -65,7 +65,7 @@ def start_journal(state: RunState, run: str) -> None:
         return
     journal.path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(journal.path) + ".lock"):
-        journal_owner.check_free(journal.path, run)
+        journal_owner.check_free(journal.path, run, state.settings.setter("journal"))
         if journal_owner.owner(journal_owner.marker_of(journal.path))[0] != run \
                 and not state.settings.resume and journal.path.exists():
             from .retention import prune
@@ -107,7 +107,7 @@ def check_journal_free(state: RunState, run: str) -> None:
     check_folder(journal.path.parent, "journal folder", state.settings.setter("journal"))
     if journal.path.parent.is_dir():
         with FileLock(str(journal.path) + ".lock"):
-            journal_owner.check_free(journal.path, run)
+            journal_owner.check_free(journal.path, run, state.settings.setter("journal"))
 
 
 _FINGERPRINT_KEY = pytest.StashKey[Fingerprint]()
@@ -437,7 +437,8 @@ class Results:
             path, self.state.hardware.key, {r.test_id: r.metrics for r in results},
             versions=baselines_mod.collect_versions(),
             commit=baselines_mod.git_commit(self.state.config.root),
-            fingerprints={r.test_id: r.fingerprint for r in results if r.fingerprint})
+            fingerprints={r.test_id: r.fingerprint for r in results if r.fingerprint},
+            setter=self.state.settings.setter)
         return path
 
 

@@ -94,7 +94,8 @@ def build(root: Path, cli: Mapping[str, Any], ini: Mapping[str, Any],
     if known_file.is_file():
         extra = tuple(config_mod.load_known_issues(known_file))
         cfg = replace(cfg, known_issues=tuple(cfg.known_issues) + extra)
-    hardware = hardware_mod.resolve(settings.arch, settings.gpus, detected, settings.source("gpus"))
+    hardware = hardware_mod.resolve(settings.arch, settings.gpus, detected, settings.source("gpus"),
+                                    settings.source("arch"))
     backend = backends.choose(settings.backend, hardware, settings.server_url, cfg.sglang.python,
                               source=settings.source)
     workloads = {spec.name: configured_workload(spec, root) for spec in cfg.workloads}

@@ -92,7 +92,7 @@ def _write_table(terminalreporter, results: Results, table: list) -> None:
     if ungated:
         # with a gate in force, "set --specdec-compare-fail" would read as if none were
         advice = ("the gate in force names none of their figures; add theirs, or * for all" if state.tolerances.any
-                  else "set --specdec-compare-fail or [tool.specdec.tolerances]")
+                  else f"set {state.settings.setter('compare_fail')} or [tool.specdec.tolerances]")
         terminalreporter.write_line(
             f"specdec: {ungated} test(s) compared with {state.baseline_path.name} but not gated: no "
             f"tolerance applies to any of their figures ({advice})")
@@ -110,11 +110,11 @@ def _uncompared_gate(results: Results) -> str | None:
         return None
     if not state.baseline_path.is_file():
         return (f"no baseline file at {state.baseline_path}, so none of the {len(unmatched)} gated "
-                f"figure(s) was compared; save one with --specdec-save-baseline (or point "
-                f"--specdec-baseline-dir at yours)")
+                f"figure(s) was compared; save one with {state.settings.setter('save_baseline')} (or point "
+                f"{state.settings.setter('baseline_dir')} at yours)")
     return (f"{len(unmatched)} gated figure(s) have no entry in {state.baseline_path.name}, so nothing "
-            f"gated them: {', '.join(unmatched)}; save them with --specdec-save-baseline, or fix a "
-            f"misspelt name in the file")
+            f"gated them: {', '.join(unmatched)}; save them with {state.settings.setter('save_baseline')}, "
+            f"or fix a misspelt name in the file")
 
 
 def _write_outputs(results: Results, table: list, notes: list[str], problems: list[str]) -> None:
@@ -179,7 +179,8 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
 
         path = state.baseline_path.parent / DURATIONS_FILE
         try:
-            durations_mod.save(path, seconds, "the next run with --specdec-save-baseline writes it again")
+            durations_mod.save(path, seconds, f"the next run with {state.settings.setter('save_baseline')} "
+                                              f"writes it again")
         except (OSError, SpecdecUsageError) as exc:
             problems.append(f"durations not saved: {_why(exc, path)}")
     table = rows(results)

@@ -435,3 +435,42 @@ def test_fetched(request):
     result.assert_outcomes(passed=1)
     (bench,) = json.loads((pytester.path / "bench.json").read_text())["benchmarks"]
     assert (bench["stats"]["min"], bench["stats"]["max"], bench["stats"]["rounds"]) == (0.25, 0.5, 2)
+
+
+def test_the_gate_advice_names_where_each_value_was_set(pytester, monkeypatch):
+    """The summary's advice said --specdec-compare-fail and --specdec-baseline-dir where the run
+    had them from the ini file."""
+    pytester.makeini("[pytest]\nspecdec_compare_fail = output_tok_s:off\nspecdec_baseline_dir = mine\n")
+    result = save_then_run(pytester, monkeypatch, tok_s=2.0)
+    result.stdout.fnmatch_lines([
+        "specdec: 1 test(s) compared with cpu.json but not gated: no tolerance applies to any of their "
+        "figures (set ini specdec_compare_fail or [[]tool.specdec.tolerances[]])"])
+    result = pytester.runpytest("-p", "no:cacheprovider", "-o", "specdec_baseline_dir=elsewhere",
+                                "--specdec-compare-fail", "output_tok_s:5%")
+    result.stdout.fnmatch_lines([
+        "specdec: gate: no baseline file at *elsewhere/cpu.json, so none of the 1 gated figure(s) was "
+        "compared; save one with --specdec-save-baseline (or point ini specdec_baseline_dir at yours)"])
+
+
+def test_a_baseline_file_of_other_hardware_names_where_the_folder_was_set(pytester):
+    pytester.makepyprojecttoml('[tool.specdec]\nbaseline_dir = "mine"\n')
+    pytester.makepyfile(test_figures=RECORDING_TEST)
+    (pytester.path / "mine").mkdir()
+    (pytester.path / "mine" / "cpu.json").write_text(json.dumps(
+        {"format": "pytest-specdec-baselines", "version": 1, "hardware_key": "nvidia-h200-sm_90-x8", "entries": {}}))
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.stderr.fnmatch_lines(["*belongs to hardware 'nvidia-h200-sm_90-x8', but this machine is 'cpu'; baselines "
+                                 "do not transfer between machines: use cpu.json (or --specdec-arch/--specdec-gpus "
+                                 "to match), or point pyproject.toml [[]tool.specdec[]] key 'baseline_dir' elsewhere"])
+
+
+def test_a_broken_baseline_file_names_where_saving_was_set(pytester):
+    """Its fix said 'save a new one with --specdec-save-baseline' to a run saving through [tool.specdec]."""
+    pytester.makepyprojecttoml("[tool.specdec]\nsave_baseline = true\n")
+    pytester.makepyfile(test_figures=RECORDING_TEST)
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / "cpu.json").write_text("{bad")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.stderr.fnmatch_lines(["*cpu.json is not valid JSON (line 1, column 2: *); fix it, or move it aside (or "
+                                 "delete it) and save a new one with pyproject.toml [[]tool.specdec[]] key "
+                                 "'save_baseline'"])

@@ -77,6 +77,9 @@ def test_arch_with_no_gpus_is_a_usage_error(detected):
     with pytest.raises(SpecdecUsageError, match=r"^ini specdec_gpus 0 leaves no GPU to simulate as sm_120 "
                                                 r"\(--specdec-arch\); give at least 1"):
         hardware.resolve("sm_120", 0, detected, "ini specdec_gpus")
+    # the arch named where it was set too, not as a flag the user never typed
+    with pytest.raises(SpecdecUsageError, match=r"as sm_120 \(pyproject.toml \[tool.specdec\] key 'arch'\); give at least 1"):
+        hardware.resolve("sm_120", 0, detected, "ini specdec_gpus", "pyproject.toml [tool.specdec] key 'arch'")
 
 
 def test_gpus_limits_a_real_inventory_and_cannot_exceed_it():

@@ -201,3 +201,15 @@ def test_a_run_that_starts_while_another_measures_its_first_test_is_stopped(pyte
 def figures(journal: Path) -> list[dict]:
     """The journal's records of figures, without the `done` marks that confirm them."""
     return [r for r in map(json.loads, journal.read_text().splitlines()) if "confirms" not in r]
+
+
+def test_the_journal_in_use_error_names_where_the_journal_was_set(pytester: pytest.Pytester):
+    """It said '(--specdec-journal)' for a journal set as `journal` in [tool.specdec]."""
+    pytester.makepyprojecttoml('[tool.specdec]\njournal = "runs/j.jsonl"\n')
+    pytester.makepyfile(test_slow=waiting_test("specdec_record", then='specdec_record.metric("verify_us", 1.0)'),
+                        test_other="def test_other(specdec_record):\n    specdec_record.metric('verify_us', 3.0)\n")
+    with first_run(pytester, "test_slow.py", (pytester.path / "started").exists):
+        second = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_other.py")
+    assert second.ret == pytest.ExitCode.USAGE_ERROR
+    second.stderr.fnmatch_lines(["*is being written by another pytest run (pid *)*; wait for it to end, or give "
+                                 "this run a journal of its own (pyproject.toml [[]tool.specdec[]] key 'journal')"])
