@@ -277,7 +277,7 @@ def _finishing(item: pytest.Item) -> tuple:
 
 def _finish_test(item: pytest.Item, finish: tuple | None, passed: bool = True) -> None:
     if finish is None:
-        recording = sys.modules.get("pytest_specdec.recording")  # loaded by the first recorder
+        recording = _imported("pytest_specdec.recording")  # loaded by the first recorder
         if recording is None or recording.existing_recorder(item) is None:
             return
         finish = _finishing(item)  # it fetched specdec_record with request.getfixturevalue
@@ -289,7 +289,7 @@ def _finish_test(item: pytest.Item, finish: tuple | None, passed: bool = True) -
 @hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call):
     report = yield
-    recording = sys.modules.get("pytest_specdec.recording")  # loaded by the first recorder
+    recording = _imported("pytest_specdec.recording")  # loaded by the first recorder
     if recording is not None and recording.records_uncounted(item):
         setattr(report, recording.UNCOUNTED, True)  # xdist sends a report's attributes along
     return report
