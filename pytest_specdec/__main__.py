@@ -65,7 +65,7 @@ def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
     files = report.write_report(target, rows, meta=merged.meta(), plots=not args.no_plots,
                                 title=title, option="--out")
     written = [files.results_json, files.markdown, files.latex, files.standalone, *files.plots,
-               junit.write(target / "junit.xml", rows)]
+               junit.write(target / "junit.xml", rows, nodeids=merged.nodeids)]
     seconds = target / DURATIONS_FILE
     if merged.durations():  # replaced: an earlier merge's configurations would read as this one's
         written.append(seconds)

@@ -55,6 +55,13 @@ class Merged:
         return Durations.of(m.durations for m in self.shards).seconds
 
     @property
+    def nodeids(self) -> dict[str, str]:
+        """Each test's pytest node id by its test id (a row's), from its journal and its shard's outcomes."""
+        found = {test.nodeid.split("::")[-1]: test.nodeid for m in self.shards for test in m.tests}
+        found.update((result.test_id, result.nodeid) for result, _, _ in self.results)
+        return found
+
+    @property
     def title(self) -> str:
         """The report's title: `pytest-specdec results: 2 of 2 shards merged (1/2, 2/2)`."""
         return f"pytest-specdec results: {len(self.shards)} of {self.count} shards merged " \

@@ -362,3 +362,21 @@ def test_a_report_drops_the_plots_an_earlier_one_drew_and_it_does_not(tmp_path):
     files = write_report(tmp_path, [row("ar", 1, None, 50.0)])
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == sorted(p.name for p in files.plots)
     assert not (tmp_path / "plots" / "accept_length.png").exists()
+
+
+def test_merged_junit_class_names_are_pytests_and_a_configuration_without_a_test_keeps_its_own(shards):
+    """The class name was the configuration (`ar-tp1`) where pytest's --junitxml gives the test's
+    module (`test_gen`); a configuration with no test (its shard missing) has no module to give."""
+    rc, text = merge(shards)
+    assert rc == 0, text
+    cases = {c.get("name"): c.get("classname") for c in ET.parse(shards / "merged" / "junit.xml").iter("testcase")}
+    assert cases == {"test_generation[ar-tp1-w]": "test_gen", "test_generation[dflash-tp1-w]": "test_gen"}
+    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
+                           str(shards / "partial"), str(shards / "shard-1")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    cases = {c.get("name"): c.get("classname") for c in ET.parse(shards / "partial" / "junit.xml").iter("testcase")}
+    assert cases == {"test_generation[ar-tp1-w]": "test_gen", "dflash-tp1": "dflash-tp1"}
+    from pytest_specdec.junit import classname_of  # a class's tests, and parameters that look like a path
+
+    assert classname_of("tests/bench/test_x.py::TestA::test_b[a::b/c.py]") == "tests.bench.test_x.TestA"

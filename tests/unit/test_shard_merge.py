@@ -73,7 +73,7 @@ def run(tmp_path_factory) -> SimpleNamespace:
     (root / "pyproject.toml").write_text(PROJECT)
     (root / "test_generation.py").write_text(GENERATION_TEST)
     done = [pytest_run(root, "--specdec-save-baseline"),  # the baseline both runs are gated on
-            pytest_run(root, *GATE, "--specdec-report", "whole")]
+            pytest_run(root, *GATE, "--specdec-report", "whole", "--junitxml", "whole.xml")]
     for k in (1, 2, 3):
         xdist = ("-n", "2", "--dist", "loadgroup") if k == 2 else ()
         done.append(pytest_run(root, *GATE, *xdist, f"--specdec-shard={k}/3",
@@ -100,6 +100,18 @@ def test_three_shards_merged_equal_one_unsharded_run(run):
     assert "2 workers" in shard_runs[1].stdout  # shard 2 ran under xdist
     junit = ET.parse(run.root / "merged" / "junit.xml").getroot().find("testsuite")
     assert (junit.get("tests"), junit.get("failures"), junit.get("skipped")) == ("6", "0", "3")
+
+
+def test_the_merged_junit_names_each_test_as_the_unsharded_runs_junitxml_does(run):
+    """The merge's junit.xml gave each test its configuration for class name (`ar-tp1`) where
+    pytest's --junitxml of one unsharded run gives its module (`test_generation`), so a CI history
+    saw other tests once the run was sharded."""
+    def names(path: Path) -> list[tuple[str, str]]:
+        return sorted((c.get("classname"), c.get("name")) for c in ET.parse(path).iter("testcase"))
+
+    whole = names(run.root / "whole.xml")
+    assert len(whole) == 6 and {classname for classname, _ in whole} == {"test_generation"}
+    assert names(run.root / "merged" / "junit.xml") == whole
 
 
 def test_a_tp8_configuration_on_a_4_gpu_shard_is_skipped_and_reported_as_not_measured(run):
