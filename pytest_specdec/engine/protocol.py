@@ -10,7 +10,8 @@ Each name is of one kind:
 - neutral-only: a feature the engine does not have (logprobs, media inputs, constrained
   decoding, sampling shape). ``null`` or the value that turns it off (SGLang's default) is
   accepted; any other value is refused with a 400 naming it, because serving it silently would
-  measure something other than what the client asked for.
+  measure something other than what the client asked for. A value of another type than SGLang's
+  API contract decodes the name as is refused first, as the contract refuses it (``Neutral.kinds``).
 
 A LoRA adapter (``lora_path``) is refused as SGLang refuses it on a server started without
 ``--enable-lora``, in its words and at its point (see ``check_no_lora``): the engine has no LoRA,
@@ -47,15 +48,41 @@ MAX_JSON_DEPTH = 500
 @dataclass(frozen=True)
 class Neutral:
     """A feature the engine lacks: ``off`` (SGLang's default or the value that disables it), the
-    values in ``also`` and null are accepted, and so is an empty string, list or object."""
+    values in ``also`` and null are accepted, and so is an empty string, list or object.
+
+    ``kinds`` is the JSON type SGLang's API contract decodes the name as on /generate (None where
+    its contract does not check it), ``each`` that of a list's or an object's items, and
+    ``expected`` says it: a value of another type (or a negative one where ``unsigned``) is the
+    contract's 400 (check_type), not a value the engine cannot honour."""
 
     off: Any
     also: tuple = ()
+    kinds: tuple[type, ...] | None = None
+    expected: str = ""
+    each: tuple[type, ...] | None = None
+    unsigned: bool = False
 
     def accepts(self, value: Any) -> bool:
         if value is None or value in ("", [], {}):
             return True
         return any(type(value) is type(ok) and value == ok for ok in (self.off, *self.also))
+
+    def check_type(self, name: str, value: Any) -> None:
+        if self.kinds is None or value is None:
+            return
+        expect(name, value, self.kinds, self.expected)
+        if self.unsigned and value < 0:
+            raise SchemaViolation(f"{name}: invalid value: integer {value}, expected {self.expected}")
+        if self.each is not None and isinstance(value, (list, dict)):
+            for item in value.values() if isinstance(value, dict) else value:
+                expect(name, item, self.each, self.expected)
+
+
+_BOOL = dict(kinds=(bool,), expected="a boolean")
+_BOOLS = dict(kinds=(bool, list), each=(bool,), expected="a boolean or a list of booleans")
+_NUMBER = dict(kinds=(int, float), expected="a number")
+_INT = dict(kinds=(int,), expected="an integer")
+_TEXT = dict(kinds=(str,), expected="a string")
 
 
 # -- /generate's top-level fields (SGLang's GenerateReqInput) --------------------------------------
@@ -82,21 +109,22 @@ NEUTRAL_FIELDS: Mapping[str, Neutral] = {
     "video_data": Neutral(None),
     "audio_data": Neutral(None),
     "watermark": Neutral(None),
-    "return_logprob": Neutral(False),
-    "return_sampling_mask": Neutral(False),
-    "return_hidden_states": Neutral(False),
+    "return_logprob": Neutral(False, **_BOOLS),
+    "return_sampling_mask": Neutral(False, **_BOOLS),
+    "return_hidden_states": Neutral(False, **_BOOLS),
     "return_routed_experts": Neutral(False),
     "return_indexer_topk": Neutral(False),
     "return_bytes": Neutral(False),
     "return_entropy": Neutral(False),
-    "return_prompt_token_ids": Neutral(False),
+    "return_prompt_token_ids": Neutral(False, **_BOOL),
     "session_params": Neutral(None),
     "lora_id": Neutral(None),
-    "custom_logit_processor": Neutral(None),
+    "custom_logit_processor": Neutral(None, kinds=(str, list), each=(str, type(None)),
+                                      expected="a string or a list of strings"),
     "positional_embed_overrides": Neutral(None),
     "background": Neutral(False),
-    "require_reasoning": Neutral(False),
-    "max_thinking_tokens": Neutral(None),
+    "require_reasoning": Neutral(False, **_BOOL),
+    "max_thinking_tokens": Neutral(None, kinds=(int,), expected="a non-negative integer", unsigned=True),
     "need_wait_for_mm_inputs": Neutral(False),
     "multi_item_delimiter_indices": Neutral(None),
     "token_indices_to_pool": Neutral(None),
@@ -113,25 +141,25 @@ HINT_SAMPLING = frozenset({
     "custom_params",  # read only by a custom logit processor (neutral-only)
 })
 NEUTRAL_SAMPLING: Mapping[str, Neutral] = {
-    "stop_regex": Neutral(None),
-    "top_p": Neutral(1.0, also=(1,)),
-    "top_k": Neutral(TOP_K_ALL, also=(-1, 1)),  # all, all, and greedy's own top-1
-    "min_p": Neutral(0.0, also=(0,)),
-    "frequency_penalty": Neutral(0.0, also=(0,)),
-    "presence_penalty": Neutral(0.0, also=(0,)),
-    "repetition_penalty": Neutral(1.0, also=(1,)),
-    "min_new_tokens": Neutral(0),
-    "n": Neutral(1),
-    "beam_width": Neutral(None, also=(1,)),
-    "json_schema": Neutral(None),
-    "regex": Neutral(None),
-    "ebnf": Neutral(None),
-    "structural_tag": Neutral(None),
-    "choice": Neutral([]),
-    "skip_special_tokens": Neutral(True),
-    "no_stop_trim": Neutral(False),
-    "logit_bias": Neutral({}),
-    "watermark": Neutral(None),
+    "stop_regex": Neutral(None, kinds=(str, list), each=(str,), expected="a string or a list of strings"),
+    "top_p": Neutral(1.0, also=(1,), **_NUMBER),
+    "top_k": Neutral(TOP_K_ALL, also=(-1, 1), **_INT),  # all, all, and greedy's own top-1
+    "min_p": Neutral(0.0, also=(0,), **_NUMBER),
+    "frequency_penalty": Neutral(0.0, also=(0,), **_NUMBER),
+    "presence_penalty": Neutral(0.0, also=(0,), **_NUMBER),
+    "repetition_penalty": Neutral(1.0, also=(1,), **_NUMBER),
+    "min_new_tokens": Neutral(0, **_INT),
+    "n": Neutral(1, **_INT),
+    "beam_width": Neutral(None, also=(1,), **_INT),
+    "json_schema": Neutral(None, **_TEXT),
+    "regex": Neutral(None, **_TEXT),
+    "ebnf": Neutral(None, **_TEXT),
+    "structural_tag": Neutral(None, **_TEXT),
+    "choice": Neutral([], kinds=(list,), each=(str,), expected="a list of strings"),
+    "skip_special_tokens": Neutral(True, **_BOOL),
+    "no_stop_trim": Neutral(False, **_BOOL),
+    "logit_bias": Neutral({}, kinds=(dict,), each=(int, float), expected="an object of numbers"),
+    "watermark": Neutral(None, kinds=(dict,), expected="an object"),
 }
 SAMPLING_FIELDS = HONOURED_SAMPLING | HINT_SAMPLING | frozenset(NEUTRAL_SAMPLING)
 
@@ -390,6 +418,14 @@ def out_of_range(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
                  if name in params and SAMPLING_RANGES[name].refuses(params[name]))
 
 
+def check_types(params: Mapping[str, Any], rules: Mapping[str, Neutral]) -> None:
+    """SchemaViolation for the first name of ``params`` whose value SGLang's API contract decodes
+    as another type (Neutral.kinds): the contract refuses it before anything is served."""
+    for name, value in params.items():
+        if name in rules:
+            rules[name].check_type(name, value)
+
+
 def check_neutral(kind: str, params: Mapping[str, Any], rules: Mapping[str, Neutral],
                   ranged: Mapping[str, str] | None = None) -> None:
     """Unsupported naming every field of ``params`` set to a value the engine cannot honour,
@@ -416,6 +452,7 @@ class Sampling:
     stop_token_ids: frozenset[int] = frozenset()
     temperature: float = 1.0
     out_of_range: tuple[tuple[str, Any], ...] = ()  # neutral-only parameters SGLang refuses (SAMPLING_RANGES)
+    min_over_max: int | None = None  # a min_new_tokens above max_new_tokens, which verify refuses
 
     def verify(self, vocab_size: int) -> None:
         """The ranges SGLang's SamplingParams.verify checks, in its order (and the engine's own
@@ -430,6 +467,9 @@ class Sampling:
             raise Refused(SAMPLING_RANGES[name].words.format(value))
         if self.max_new_tokens < 0:
             raise Refused(f"max_new_tokens must be at least 0, got {self.max_new_tokens}.")
+        if self.min_over_max is not None and self.min_over_max > self.max_new_tokens:
+            raise Refused(f"min_new_tokens must be in [0, max_new_tokens({self.max_new_tokens})], got "
+                          f"{self.min_over_max}.")
         if any(not s for s in self.stop):
             raise Refused("stop strings must be non-empty (an empty one would end every request at once).")
         if any(not 0 <= i < vocab_size for i in self.stop_token_ids):
@@ -459,8 +499,14 @@ def parse_sampling(params: Any) -> Sampling:
     stop_ids = expect("stop_token_ids", p.get("stop_token_ids", []), (list,), "a list of integers")
     for i in stop_ids:
         expect("stop_token_ids", i, (int,), "a list of integers")
-    check_neutral("sampling parameter(s)", p, NEUTRAL_SAMPLING)
-    return Sampling(max_new_tokens, ignore_eos, tuple(stop), frozenset(stop_ids), temperature, out_of_range(p))
+    check_types(p, NEUTRAL_SAMPLING)
+    # SGLang checks min_new_tokens against max_new_tokens as given (default 128), not when it is null
+    least = p.get("min_new_tokens", 0)
+    over = least if least > max_new_tokens and params.get("max_new_tokens", 0) is not None else None
+    check_neutral("sampling parameter(s)", {k: v for k, v in p.items() if not (k == "min_new_tokens" and over)},
+                  NEUTRAL_SAMPLING)
+    return Sampling(max_new_tokens, ignore_eos, tuple(stop), frozenset(stop_ids), temperature, out_of_range(p),
+                    over)
 
 
 @dataclass(frozen=True)
@@ -494,8 +540,9 @@ def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int) -
         for i in input_ids:
             expect("input_ids", i, (int,), "a list of integers (batched requests are not supported)")
     lora_path = lora_path_field(b.get("lora_path"))
+    check_types(b, NEUTRAL_FIELDS)
+    sampling = parse_sampling(b.get("sampling_params"))  # its types are the contract's too: checked first
     check_neutral("field(s)", b, NEUTRAL_FIELDS)
-    sampling = parse_sampling(b.get("sampling_params"))
     if text is None and input_ids is None:
         raise Refused("Either text, input_ids or input_embeds should be provided.")
     if input_ids is not None and not input_ids:

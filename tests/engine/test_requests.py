@@ -49,18 +49,31 @@ def test_every_field_and_sampling_parameter_accepts_null():
     assert (req.stream, req.rid) == (False, None)
 
 
+def other_value(rule: protocol.Neutral) -> object:
+    """A value of the type SGLang's contract takes for a neutral-only name, not its off value."""
+    kinds = rule.kinds or (str,)
+    if bool in kinds:
+        return not rule.off
+    for kind, value in ((str, "something-else"), (int, 5), (float, 0.5), (dict, {"1": 1.0})):
+        if kind in kinds:
+            return value
+    return ["something-else"]
+
+
 @pytest.mark.parametrize("name", sorted(NEUTRAL_FIELDS))
 def test_a_neutral_field_at_its_off_value_is_accepted_and_any_other_value_is_named(name):
     parse({"text": "hi", name: NEUTRAL_FIELDS[name].off})
     with pytest.raises(Unsupported, match=rf"\b{name}="):
-        parse({"text": "hi", name: "something-else"})
+        parse({"text": "hi", name: other_value(NEUTRAL_FIELDS[name])})
 
 
 @pytest.mark.parametrize("name", sorted(NEUTRAL_SAMPLING))
 def test_a_neutral_sampling_parameter_at_its_off_value_is_accepted_and_any_other_value_is_named(name):
     parse({"text": "hi", "sampling_params": {name: NEUTRAL_SAMPLING[name].off}})
     within = protocol.SAMPLING_RANGES.get(name)
-    other = 12345 if within is None or not within.refuses(12345) else 0.5  # a value SGLang would serve
+    other = other_value(NEUTRAL_SAMPLING[name])
+    if within is not None and within.refuses(other):
+        other = 0.5  # a value SGLang would serve
     with pytest.raises(Unsupported, match=rf"\b{name}="):
         parse({"text": "hi", "sampling_params": {name: other}})
 
@@ -264,6 +277,47 @@ def test_a_neutral_sampling_value_sglang_refuses_gets_its_refusal(params, words)
         parse({"text": "a" * 300, "sampling_params": params}, context_length=256)
     with pytest.raises(Unsupported, match="top_p=0.5"):
         parse({"text": "hi", "sampling_params": {**params, "top_p": 0.5}})
+
+
+@pytest.mark.parametrize("params, words", [
+    ({"min_new_tokens": 9, "max_new_tokens": 8}, "min_new_tokens must be in [0, max_new_tokens(8)], got 9."),
+    ({"min_new_tokens": 129}, "min_new_tokens must be in [0, max_new_tokens(128)], got 129."),  # SGLang's default
+    ({"min_new_tokens": 9, "max_new_tokens": -1}, "max_new_tokens must be at least 0, got -1."),
+])
+def test_min_new_tokens_above_max_new_tokens_gets_sglangs_refusal(params, words):
+    """SamplingParams.verify refuses it in these words after its max_new_tokens check; the engine
+    said it could not honour min_new_tokens (a 400 of another shape). Where max_new_tokens is null
+    SGLang checks nothing, and the engine still cannot honour the minimum."""
+    with pytest.raises(Refused) as info:
+        parse({"text": "hi", "sampling_params": params})
+    assert str(info.value) == words
+    with pytest.raises(Unsupported, match="min_new_tokens=9"):
+        parse({"text": "hi", "sampling_params": {"min_new_tokens": 9, "max_new_tokens": None}})
+
+
+@pytest.mark.parametrize("body, words", [
+    ({"sampling_params": {"top_p": "0.9"}}, 'top_p: invalid type: string "0.9", expected a number'),
+    ({"sampling_params": {"top_p": True}}, "top_p: invalid type: boolean true, expected a number"),
+    ({"sampling_params": {"n": 1.0}}, "n: invalid type: number 1.0, expected an integer"),
+    ({"sampling_params": {"regex": 5}}, "regex: invalid type: integer 5, expected a string"),
+    ({"sampling_params": {"skip_special_tokens": "false"}},
+     'skip_special_tokens: invalid type: string "false", expected a boolean'),
+    ({"sampling_params": {"logit_bias": {"1": "x"}}}, 'logit_bias: invalid type: string "x", expected an object of numbers'),
+    ({"sampling_params": {"choice": ["a", 1]}}, "choice: invalid type: integer 1, expected a list of strings"),
+    ({"sampling_params": {"top_p": ""}}, 'top_p: invalid type: string "", expected a number'),
+    ({"return_logprob": "yes"}, 'return_logprob: invalid type: string "yes", expected a boolean or a list of booleans'),
+    ({"require_reasoning": 0}, "require_reasoning: invalid type: integer 0, expected a boolean"),
+    ({"max_thinking_tokens": "8"}, 'max_thinking_tokens: invalid type: string "8", expected a non-negative integer'),
+    ({"max_thinking_tokens": -1}, "max_thinking_tokens: invalid value: integer -1, expected a non-negative integer"),
+])
+def test_a_wrongly_typed_neutral_only_value_is_sglangs_contract_error(body, words):
+    """SGLang's API contract decodes these names with their types and answers another type with
+    its 400 {"error": text}, before anything else; the engine said it could not honour the value
+    ({"error": {"message": ...}}), or took an empty string as the default."""
+    with pytest.raises(SchemaViolation) as info:
+        parse({"text": "hi", "top_logprobs_num": None, **body, "return_hidden_states": True})
+    assert str(info.value) == words
+    assert info.value.body() == {"error": words}
 
 
 @pytest.mark.parametrize("fields, words", [

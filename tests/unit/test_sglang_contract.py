@@ -654,6 +654,52 @@ def test_engine_neutral_sampling_value_is_sglangs_default(api_types, name):
     assert protocol.NEUTRAL_SAMPLING[name].accepts(default), f"SGLang's default {name}={default!r} would be refused"
 
 
+#: Values of every JSON type, for the contract's type checks.
+JSON_VALUES = ("x", "", 5, -1, 1.5, True, None, [], ["x"], [True], [1.5], {}, {"1": 1.5}, {"1": "x"})
+
+
+@pytest.mark.parametrize("name", sorted(protocol.NEUTRAL_SAMPLING))
+def test_engine_types_a_neutral_sampling_param_as_sglangs_contract(api_types, name):
+    """A value SGLang's contract decoder refuses for its type is the engine's SchemaViolation, and
+    one it decodes is not (the engine may still be unable to honour it)."""
+    for value in JSON_VALUES:
+        if value is None or (name == "watermark" and value):  # its struct's own keys are not the engine's
+            continue
+        try:
+            api_types.decode_SamplingParams({name: value})
+            sglang = False
+        except api_types.JsonContractError:
+            sglang = True
+        try:
+            protocol.NEUTRAL_SAMPLING[name].check_type(name, value)
+            engine = False
+        except protocol.SchemaViolation:
+            engine = True
+        assert engine == sglang, f"{name}={value!r}: SGLang's contract {'refuses' if sglang else 'takes'} it"
+
+
+@pytest.mark.parametrize("name", sorted(protocol.NEUTRAL_FIELDS))
+def test_engine_types_a_neutral_field_as_sglangs_contract(api_types, name):
+    """As for the sampling parameters, for the top-level fields SGLang's contract decodes (media
+    inputs excepted: their shapes are many, and the engine takes none of them)."""
+    if name in ("image_data", "video_data", "audio_data"):
+        pytest.skip("media inputs are not typed by the engine")
+    for value in JSON_VALUES:
+        if value is None:
+            continue
+        try:
+            api_types.decode_GenerateRequest({name: value})
+            sglang = False
+        except api_types.JsonContractError:
+            sglang = True
+        try:
+            protocol.NEUTRAL_FIELDS[name].check_type(name, value)
+            engine = False
+        except protocol.SchemaViolation:
+            engine = True
+        assert engine == sglang, f"{name}={value!r}: SGLang's contract {'refuses' if sglang else 'takes'} it"
+
+
 def test_engine_default_max_new_tokens_is_sglangs(api_types):
     assert api_types.SamplingParams().max_new_tokens == protocol.DEFAULT_MAX_NEW_TOKENS
 
