@@ -41,8 +41,6 @@ from .. import context_rule
 
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default
 TOP_K_ALL = 1 << 30  # SGLang's "whole vocabulary"
-#: The deepest body the engine parses (see parse_json), well inside Python's recursion limit.
-MAX_JSON_DEPTH = 500
 
 
 @dataclass(frozen=True)
@@ -206,6 +204,7 @@ def validation_message(errors: list[dict], endpoint: str | None = None) -> str:
     and listed, the endpoint where FastAPI names one, then the list again. FastAPI names the
     endpoint by its source file and line where it can read them; the engine has no such file of
     SGLang's to name, so it says ``Endpoint: METHOD /path``, as FastAPI does without one."""
+    errors = [_renderable(e) for e in errors]
     listed = "".join(f"  {e}\n" for e in errors)
     where = f"\n  Endpoint: {endpoint}" if endpoint else ""
     return f"{len(errors)} validation error{'s' if len(errors) != 1 else ''}:\n{listed}{where}".rstrip() + f" {errors}"
@@ -321,30 +320,57 @@ def parse_json(raw: bytes, endpoint: str | None = None) -> Any:
     which reads UTF-8, -16 and -32 and takes NaN and Infinity), or InvalidBody: bad JSON (FastAPI's
     json_invalid error, from ``endpoint``); UnparsableBody for whatever else fails (bytes that are
     not text in those encodings, a nesting deeper than Python's parser goes, a number too long
-    to convert), and for a body nested deeper than MAX_JSON_DEPTH, which keeps the engine's
-    own walks and error messages clear of the recursion limit; an InvalidBody for a string that
-    is not Unicode text (a lone surrogate such as "\\ud800", which no tokenizer can encode)."""
+    to convert): a body that parser takes is taken, however deep, as SGLang's FastAPI takes it
+    (the engine's walks are iterative and its echoes of a value cut, see _shown); an InvalidBody
+    for a string that is not Unicode text (a lone surrogate such as "\\ud800", which no tokenizer
+    can encode: SGLang's own fast tokenizer raises a TypeError there, which its server answers
+    with a 500, and a bad request is never a 500 here)."""
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise InvalidBody(validation_message([json_invalid(exc)], endpoint)) from None
     except Exception:  # FastAPI answers every other failure to parse the same way
         raise UnparsableBody(PARSE_ERROR) from None
-    stack = [(value, 1)]
+    stack = [value]
     while stack:  # iterative: a deep document must not exhaust this process's stack either
-        item, depth = stack.pop()
+        item = stack.pop()
         if isinstance(item, str):
             _check_text(item)
-        elif isinstance(item, (list, dict)):
-            if depth > MAX_JSON_DEPTH:
-                raise UnparsableBody(PARSE_ERROR)
-            if isinstance(item, dict):
-                for key in item:
-                    _check_text(key)
-                stack.extend((v, depth + 1) for v in item.values())
-            else:
-                stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, dict):
+            for key in item:
+                _check_text(key)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
     return value
+
+
+def _shown(value: Any, limit: int) -> str:
+    """The first ``limit`` characters of ``value`` as JSON, for an error message; a value nested
+    too deep to render (json.loads took it with less of the stack in use) is shown by its head."""
+    try:
+        return json.dumps(value)[:limit]
+    except RecursionError:
+        return repr(_Head(value))
+
+
+class _Head:
+    """Stands for a value too deep to render in a message: its repr is the value's head."""
+
+    def __init__(self, value: Any):
+        self.text = ("[" if isinstance(value, list) else "{") * 3 + "..."
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _renderable(error: dict) -> dict:
+    """A validation error whose echoed input can be rendered (see _shown)."""
+    try:
+        repr(error.get("input"))
+    except RecursionError:
+        return {**error, "input": _Head(error["input"])}
+    return error
 
 
 def _check_text(s: str) -> None:
@@ -378,7 +404,7 @@ def _type_name(value: Any) -> str:
 def expect(name: str, value: Any, kinds: tuple[type, ...], expected: str) -> Any:
     if isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds):
         return value
-    raise SchemaViolation(f"{name}: invalid type: {_type_name(value)} {json.dumps(value)[:80]}, expected {expected}")
+    raise SchemaViolation(f"{name}: invalid type: {_type_name(value)} {_shown(value, 80)}, expected {expected}")
 
 
 @dataclass(frozen=True)
@@ -432,7 +458,7 @@ def check_neutral(kind: str, params: Mapping[str, Any], rules: Mapping[str, Neut
     but for one SGLang refuses later as out of range: ``ranged`` maps names of ``params`` to
     those of SAMPLING_RANGES (sampling parameters map to themselves)."""
     ranged = {name: name for name in SAMPLING_RANGES} if ranged is None else ranged
-    refused = [f"{name}={json.dumps(value)[:60]}" for name, value in params.items()
+    refused = [f"{name}={_shown(value, 60)}" for name, value in params.items()
                if name in rules and not rules[name].accepts(value)
                and not (name in ranged and SAMPLING_RANGES[ranged[name]].refuses(value))]
     if refused:

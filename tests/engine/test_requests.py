@@ -216,7 +216,6 @@ def test_hostile_bodies_are_invalid(raw, fragment):
 
 @pytest.mark.parametrize("raw", [
     b'[' * 100_000 + b']' * 100_000,  # deeper than Python's parser goes
-    b'{"text": "ok", "custom_params": ' + b'{"a": ' * 600 + b'1' + b'}' * 600 + b'}',  # than MAX_JSON_DEPTH
     b'{"text": "\xff"}',  # not UTF-8, nor UTF-16 or -32
     b'{"text": "ok", "sampling_params": {"max_new_tokens": ' + b'9' * 5000 + b'}}',  # too long for an int
 ])
@@ -227,6 +226,37 @@ def test_a_body_fastapi_cannot_parse_gets_its_answer(raw):
         parse_json(raw)
     assert info.value.body() == {"object": "error", "message": "There was an error parsing the body", "type": "400",
                                  "param": None, "code": 400}
+
+
+def deep(levels: int, inner: bytes = b"1") -> bytes:
+    return b'{"a": ' * levels + inner + b"}" * levels
+
+
+@pytest.mark.parametrize("levels", [600, 900])
+def test_a_body_nested_as_deep_as_pythons_parser_takes_is_taken(levels):
+    """FastAPI takes whatever json.loads takes, so SGLang serves a hint nested 600 or 900 deep;
+    the engine refused anything deeper than 500 levels as a body it could not parse."""
+    body = parse_json(b'{"text": "ok", "sampling_params": {"custom_params": ' + deep(levels) + b'}}')
+    assert parse(body).input_ids == tuple(TOKENIZER.encode("ok"))
+    with pytest.raises(Unsupported, match=r'session_params=\{"a": \{"a"'):
+        parse(parse_json(b'{"text": "ok", "session_params": ' + deep(levels) + b'}'))
+    with pytest.raises(SchemaViolation, match="unknown field"):
+        parse(parse_json(b'{"text": "ok", "deep": ' + deep(levels) + b'}'))
+
+
+def test_an_echo_of_a_value_too_deep_to_render_is_cut_not_a_crash():
+    """A value json.loads took may be too deep to render further down the stack: its echo in a
+    message is cut to its head rather than raising RecursionError (a 500)."""
+    value = json.loads(b"[" * 20 + b"]" * 20)
+    inner = value
+    for _ in range(5000):  # deeper than any recursion limit, built without parsing
+        inner.append([])
+        inner = inner[-1]
+    assert protocol._shown(value, 60) == "[[[..."
+    message = protocol.validation_message([protocol.not_an_object(value, json_guard=False)], "POST /generate")
+    assert "'input': [[[..., 'ctx'" in message and message.endswith("'input': [[[..., 'ctx': {'class_name': 'GenerateReqInput'}}]")
+    with pytest.raises(SchemaViolation, match=r"^text: invalid type: list \[\[\[\.\.\., expected"):
+        parse({"text": value})
 
 
 def test_a_body_is_parsed_as_fastapi_parses_it():
@@ -372,6 +402,23 @@ def engine(module_engines):
 def test_hostile_requests_get_400_not_500(engine, raw):
     res = engine.request("POST", "/generate", raw=raw)
     assert res.status == 400, res.text
+    assert engine.generate(PROMPT, max_new_tokens=2)["meta_info"]["completion_tokens"] == 2
+
+
+def test_a_deep_body_is_served_or_refused_never_a_500(engine):
+    """Nested 600 deep, a hint is served, as SGLang serves it; at any depth up to where the
+    parser gives up (and past it) every route answers 200 or 400, never 500."""
+    hinted = b'{"text": "hi", "sampling_params": {"max_new_tokens": 2, "custom_params": ' + deep(600) + b'}}'
+    res = engine.request("POST", "/generate", raw=hinted)
+    assert res.status == 200, res.text
+    for levels in (600, 900, 980, 5000):
+        nested = b"[" * levels + b"]" * levels
+        for path, raw in (("/generate", nested), ("/generate", b'{"text": "hi", "session_params": ' + deep(levels) + b"}"),
+                          ("/generate", b'{"text": ' + nested + b"}"), ("/v1/completions", nested),
+                          ("/v1/chat/completions", b'{"messages": ' + nested + b', "max_tokens": 2}'),
+                          ("/v1/completions", b'{"prompt": "hi", "stop": ' + nested + b', "max_tokens": 2}')):
+            res = engine.request("POST", path, raw=raw)
+            assert res.status == 400, (levels, path, res.status, res.text[:300])
     assert engine.generate(PROMPT, max_new_tokens=2)["meta_info"]["completion_tokens"] == 2
 
 
