@@ -185,9 +185,13 @@ def _common(body: Any, fields: frozenset[str], neutral: Mapping[str, Neutral],
     answer = {"stream": stream, "model": DEFAULT_MODEL if model is None else expect("model", model, (str,), "a string")}
     for name, key in (("include_usage", "include_usage"), ("continuous_usage", "continuous_usage_stats")):
         answer[name] = expect(f"stream_options.{key}", options.get(key) or False, (bool,), "a boolean")
-    check_neutral("field(s)", b, neutral, SAMPLING_NAMES)
-    lora_path_field(b.get("lora_path"))  # its type only: an adapter is refused later, where SGLang refuses it
     max_tokens = b.get("max_completion_tokens", b.get("max_tokens", default_max_tokens))
+    least = b.get("min_tokens")
+    # above max_tokens, SGLang's SamplingParams.verify refuses min_tokens (Sampling.min_over_max)
+    over = type(least) is int and type(max_tokens) is int and least > max_tokens
+    check_neutral("field(s)", {k: v for k, v in b.items() if not (over and k == "min_tokens")}, neutral,
+                  SAMPLING_NAMES)
+    lora_path_field(b.get("lora_path"))  # its type only: an adapter is refused later, where SGLang refuses it
     if max_tokens is not None and (type(max_tokens) is not int or max_tokens <= 0):
         raise OpenAIError(f"max_tokens must be a positive integer, got {max_tokens!r}.")
     params = {"temperature": _as_float(b.get("temperature")), "stop": b.get("stop"),
@@ -195,8 +199,9 @@ def _common(body: Any, fields: frozenset[str], neutral: Mapping[str, Neutral],
     # a neutral-only field outside SGLang's range goes on to its refusal there (Sampling.verify)
     params |= out_of_range({SAMPLING_NAMES[k]: _as_float(v) if k in FLOAT_FIELDS else v
                             for k, v in b.items() if k in SAMPLING_NAMES})
-    if max_tokens is not None:
-        params["max_new_tokens"] = max_tokens
+    params["max_new_tokens"] = max_tokens  # null where none is given: SGLang then checks no min_tokens against it
+    if over:
+        params["min_new_tokens"] = least
     return b, parse_sampling(params), answer
 
 

@@ -354,6 +354,7 @@ def test_a_wrongly_typed_neutral_only_value_is_sglangs_contract_error(body, word
     ({"top_p": 5}, "top_p must be in (0, 1], got 5.0."),
     ({"top_k": -2}, "top_k must be -1 (disable) or at least 1, got -2."),
     ({"min_tokens": -1}, "min_new_tokens must be in [0, max_new_tokens], got -1."),
+    ({"min_tokens": 9}, "min_new_tokens must be in [0, max_new_tokens(3)], got 9."),
     ({"repetition_penalty": 0}, "repetition_penalty must be in (0, 2] (1.0 = no penalty), got 0.0."),
     ({"temperature": -1}, "temperature must be a non-negative finite number, got -1.0."),
 ])
