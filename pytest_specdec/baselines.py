@@ -181,7 +181,9 @@ class BaselineEntry:
         samples = obj.get("samples", 1)
         if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
             raise SpecdecUsageError(f"{where}: 'samples' must be a positive integer, got {samples!r}")
-        versions = obj.get("versions") or {}
+        versions = obj.get("versions", {})
+        if versions is None:
+            versions = {}
         if not isinstance(versions, dict):
             raise SpecdecUsageError(f"{where}: 'versions' must be an object, got {versions!r}")
         runs = obj.get("runs", 1)
@@ -191,15 +193,22 @@ class BaselineEntry:
         if cpu_share is not None and not 0 < cpu_share <= 1:
             # a share of the wall time (calibration.py); outside (0, 1] it widens the allowance
             raise SpecdecUsageError(f"{where}: 'cpu_share' must be in (0, 1], got {cpu_share!r}; {fix}")
+        deterministic = obj.get("deterministic", False)
+        if not isinstance(deterministic, bool):
+            # a string reads as true: a timing figure gated exactly, with no allowance for noise
+            raise SpecdecUsageError(f"{where}: 'deterministic' must be true or false, got "
+                                    f"{deterministic!r}; {fix}")
         commit = obj.get("commit")
-        distribution = obj.get("distribution") or []
+        distribution = obj.get("distribution", [])
+        if distribution is None:
+            distribution = []
         if not isinstance(distribution, list) or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                 for v in distribution):
             raise SpecdecUsageError(f"{where}: 'distribution' must be a list of finite numbers")
         return cls(
             value=number("value"), direction=direction, spread=spread, samples=samples,
-            deterministic=bool(obj.get("deterministic", False)), date=str(obj.get("date", "")),
+            deterministic=deterministic, date=str(obj.get("date", "")),
             versions=tuple(sorted((str(k), str(v)) for k, v in versions.items())),
             commit=None if commit is None else str(commit),
             fingerprint=None if obj.get("fingerprint") is None else str(obj["fingerprint"]),

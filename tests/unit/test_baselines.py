@@ -238,6 +238,11 @@ def _one_entry(**fields) -> str:
     ({"runs": "x"}, r"t output_tok_s: 'runs' must be a positive integer, got 'x'; fix it, or move it aside"),
     ({"runs": 0}, r"'runs' must be a positive integer, got 0"),
     ({"value": -5}, r"t output_tok_s: 'value' must be >= 0, got -5.0; fix it, or move it aside"),
+    ({"deterministic": "false"}, r"t output_tok_s: 'deterministic' must be true or false, got "
+                                 r"'false'; fix it, or move it aside"),
+    ({"deterministic": 0}, r"'deterministic' must be true or false, got 0"),
+    ({"distribution": {}}, r"'distribution' must be a list of finite numbers"),
+    ({"versions": []}, r"'versions' must be an object, got \[\]"),
 ])
 def test_impossible_figures_in_an_entry_are_usage_errors(tmp_path, fields, match):
     path = tmp_path / "cpu.json"
