@@ -224,6 +224,24 @@ def test_malformed_or_foreign_files_are_usage_errors(tmp_path, content, match):
     assert str(path) in str(info.value)
 
 
+@pytest.mark.parametrize("twice", ["test", "metric"])
+def test_a_key_given_twice_is_a_usage_error_not_the_last_one_read(tmp_path, twice):
+    """A hand-merged file naming a test (or a figure) twice: JSON keeps the last object, so the
+    first one's entries vanished without a word."""
+    entry = '{"value": 10.0, "direction": "higher"}'
+    if twice == "test":
+        entries = f'"t": {{"output_tok_s": {entry}}}, "t": {{"tpot_ms": {entry.replace("higher", "lower")}}}'
+    else:
+        entries = f'"t": {{"output_tok_s": {entry}, "output_tok_s": {entry.replace("10.0", "20.0")}}}'
+    path = tmp_path / "cpu.json"
+    path.write_text(f'{{"format": "{FORMAT}", "version": {VERSION}, "hardware_key": "cpu", '
+                    f'"entries": {{{entries}}}}}')
+    key = "t" if twice == "test" else "output_tok_s"
+    with pytest.raises(SpecdecUsageError, match=f"names '{key}' twice in one object") as info:
+        load_baselines(path, "cpu")
+    assert str(path) in str(info.value) and "--specdec-save-baseline" in str(info.value)
+
+
 def _one_entry(**fields) -> str:
     entry = {"value": 10.0, "direction": "higher", "distribution": [9.0, 11.0], "cpu_share": 0.9,
              **fields}
