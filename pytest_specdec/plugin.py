@@ -183,6 +183,13 @@ def pytest_collection_modifyitems_benchmarks(config: pytest.Config, items: list[
         recording.hide_benchmark_fixture(shown)
 
 
+@hookimpl(optionalhook=True)  # pytest-benchmark's hook: absent without it
+def pytest_benchmark_compare_machine_info(config: pytest.Config, compared_benchmark: dict) -> None:
+    from . import benchmark_info
+
+    benchmark_info.note_compared(config, compared_benchmark)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     import pytest
 

@@ -10,6 +10,7 @@ pytest-benchmark gets the time samples through its public API: the test is marke
 clock as its `timer`, and `benchmark.pedantic` runs one round per sample, each advancing the
 clock by exactly that sample. Its statistics, `--benchmark-autosave` and `--benchmark-compare`
 therefore see per-token latencies (generation) or kernel times, not the cost of a no-op.
+Each record also says where and what it measured (`benchmark_info.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pytest
 
+from . import benchmark_info
 from .collection import case_of, counted
 from .lossless import Outputs
 from .directions import Direction, known_directions
@@ -145,13 +147,14 @@ class Recorder:
         if values:
             self.pending_samples.append((values, unit))
 
-    def feed_benchmark(self) -> None:
-        """Give the pending samples to pytest-benchmark (called once the figures are journaled)."""
+    def feed_benchmark(self, where: Mapping[str, Any]) -> None:
+        """Give the pending samples to pytest-benchmark (called once the figures are journaled),
+        with `where` (`measured_where`) among their extra info."""
         pending, self.pending_samples = self.pending_samples, []
         for values, unit in pending:
-            self._feed(values, unit)
+            self._feed(values, unit, where)
 
-    def _feed(self, values: list[float], unit: str) -> None:
+    def _feed(self, values: list[float], unit: str, where: Mapping[str, Any]) -> None:
         try:
             benchmark = self.item._request.getfixturevalue("benchmark")
         except pytest.FixtureLookupError:
@@ -168,7 +171,10 @@ class Recorder:
 
         benchmark.extra_info.update({name: v.value for name, v in self.metrics.items()})
         benchmark.extra_info["sample_unit"] = unit
+        benchmark.extra_info[benchmark_info.KEY] = dict(where)
         benchmark.pedantic(one_sample, rounds=len(values), iterations=1, warmup_rounds=0)
+        benchmark_info.warn_if_compared_otherwise(self.item.config, getattr(benchmark, "fullname", None),
+                                                  self.test_id, where)
 
     def to_result(self) -> Result:
         """What the journal stores and the controller receives for this test."""

@@ -26,6 +26,7 @@ from . import gate as gate_mod
 from . import journal_owner
 from . import lossless
 from .baseline_gate import Gate
+from .benchmark_info import measured_where
 from .collection import case_of
 from .configuration import MatrixCase, is_speculative
 from .errors import SpecdecUsageError
@@ -181,8 +182,8 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
         return
     recorder.finished = True
     if not recorder.metrics:
-        if passed:
-            recorder.feed_benchmark()  # samples without figures: nothing to journal or gate
+        if passed:  # samples without figures: nothing to journal or gate
+            recorder.feed_benchmark(measured_where(state, item_fingerprint(item, state)))
         return
     result = replace(recorder.to_result(), fingerprint=item_fingerprint(item, state))
     try:
@@ -196,7 +197,7 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
     broke = None
     failures: list[str] = []
     try:
-        recorder.feed_benchmark()
+        recorder.feed_benchmark(measured_where(state, result.fingerprint))
         if state.tolerances.any or state.baseline_path.is_file():
             result = result.compared(tuple(gate.compare(result)))
         failures = lossless_failures(result, state)

@@ -474,3 +474,35 @@ def test_a_broken_baseline_file_names_where_saving_was_set(pytester):
     result.stderr.fnmatch_lines(["*cpu.json is not valid JSON (line 1, column 2: *); fix it, or move it aside (or "
                                  "delete it) and save a new one with pyproject.toml [[]tool.specdec[]] key "
                                  "'save_baseline'"])
+
+
+def test_benchmark_compare_with_a_run_of_other_hardware_or_another_setup_warns(pytester):
+    """pytest-benchmark names a saved run's machine by its CPU and Python, and a test by its id:
+    a run on other GPUs (here a dry run's), or of another workload, was compared row by row
+    without a word."""
+    pytester.makepyfile(test_figures="""
+def test_figures(specdec_record):
+    specdec_record.metric("output_tok_s", 4.0)
+    specdec_record.samples([0.5, 0.25])
+""")
+    pytester.makepyprojecttoml('[tool.specdec]\nmodel = "a"\n')
+
+    def run(*args: str) -> pytest.RunResult:
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+        result.assert_outcomes(passed=1)
+        return result
+
+    run("--benchmark-autosave", "--specdec-arch=sm_120")
+    (saved,) = (pytester.path / ".benchmarks").rglob("*.json")
+    (bench,) = json.loads(saved.read_text())["benchmarks"]
+    assert bench["extra_info"]["specdec"]["hardware"] == "simulated-sm_120-x1"
+    result = run("--benchmark-compare")
+    result.stdout.fnmatch_lines(["*BenchmarkCompareWarning: test_figures: --benchmark-compare puts it "
+                                 "beside the run saved *, which measured it on hardware "
+                                 "'simulated-sm_120-x1' (this run: 'cpu'): that row compares "
+                                 "different things*"])
+    run("--benchmark-autosave")
+    run("--benchmark-compare").stdout.no_fnmatch_line("*BenchmarkCompareWarning*")  # like with like
+    pytester.makepyprojecttoml('[tool.specdec]\nmodel = "b"\n')
+    run("--benchmark-compare").stdout.fnmatch_lines(
+        ["*BenchmarkCompareWarning: test_figures: *which measured it with another setup (model)*"])
