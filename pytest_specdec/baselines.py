@@ -334,6 +334,10 @@ def parse_baselines(text: str, hardware_key: str, source: str,
             if metric in METRIC_DIRECTIONS and entry.value < 0:
                 # built-in figures are rates, lengths and times; 0 can be measured (accept_rate)
                 raise SpecdecUsageError(f"{where}: 'value' must be >= 0, got {entry.value!r}; {fix}")
+            if metric in METRIC_DIRECTIONS and any(v < 0 for v in entry.distribution):
+                # a timing figure is gated on its samples' median, not on its value
+                raise SpecdecUsageError(f"{where}: 'distribution' must hold samples >= 0, got "
+                                        f"{min(entry.distribution)!r}; {fix}")
     setups = doc.get("setups", {})
     if not isinstance(setups, dict) or not all(isinstance(p, dict) for p in setups.values()):
         raise SpecdecUsageError(f"baseline file {source}: 'setups' must map fingerprint digests to "

@@ -256,6 +256,8 @@ def _one_entry(**fields) -> str:
     ({"runs": "x"}, r"t output_tok_s: 'runs' must be a positive integer, got 'x'; fix it, or move it aside"),
     ({"runs": 0}, r"'runs' must be a positive integer, got 0"),
     ({"value": -5}, r"t output_tok_s: 'value' must be >= 0, got -5.0; fix it, or move it aside"),
+    ({"distribution": [9.0, -11.0]}, r"t output_tok_s: 'distribution' must hold samples >= 0, got "
+                                     r"-11.0; fix it, or move it aside"),
     ({"deterministic": "false"}, r"t output_tok_s: 'deterministic' must be true or false, got "
                                  r"'false'; fix it, or move it aside"),
     ({"deterministic": 0}, r"'deterministic' must be true or false, got 0"),
@@ -275,7 +277,7 @@ def test_figures_that_can_be_measured_are_read(tmp_path):
     path.write_text(_one_entry(value=0, cpu_share=1.0, runs=3))  # accept_rate 0 can be measured
     assert load_baselines(path, "cpu").get("t", "output_tok_s").runs == 3
     doc = json.loads(_one_entry())
-    doc["entries"]["t"] = {"my_fig": {"value": -5.0, "direction": "lower"}}  # a user's figure
+    doc["entries"]["t"] = {"my_fig": {"value": -5.0, "direction": "lower", "distribution": [-5.0]}}  # a user's figure
     path.write_text(json.dumps(doc))
     assert load_baselines(path, "cpu").get("t", "my_fig").value == -5.0
 
