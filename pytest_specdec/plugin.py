@@ -397,8 +397,14 @@ class Controller:
                 _results(self.config), self.durations, self.config.stash.get(SHARD_KEY, None),
                 self.shard, exitstatus, self.notes, self.problems))
 
-    @hookimpl(trylast=True)  # after pytest-benchmark's tables: the run ends with ours
-    def pytest_terminal_summary(self, terminalreporter) -> None:
+    @hookimpl(wrapper=True)  # after every plugin's summary, also one that raises: ours ends the run
+    def pytest_terminal_summary(self, terminalreporter):
+        try:
+            return (yield)
+        finally:  # pytest-benchmark's --benchmark-compare-fail raises in its summary
+            self._summary(terminalreporter)
+
+    def _summary(self, terminalreporter) -> None:
         from .state import RESULTS_KEY, STATE_KEY
 
         if RESULTS_KEY in self.config.stash:  # else no report of ours came: nothing to sum up

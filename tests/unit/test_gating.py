@@ -506,3 +506,21 @@ def test_figures(specdec_record):
     pytester.makepyprojecttoml('[tool.specdec]\nmodel = "b"\n')
     run("--benchmark-compare").stdout.fnmatch_lines(
         ["*BenchmarkCompareWarning: test_figures: *which measured it with another setup (model)*"])
+
+
+def test_the_summary_is_written_when_another_plugins_summary_raises(pytester):
+    """pytest-benchmark's --benchmark-compare-fail raises in its terminal summary: the table, the
+    gate's lines and any problem of ours (a baseline not saved) went missing from the run's log
+    exactly when something had regressed."""
+    pytester.makepyfile(test_figures=RECORDING_TEST)
+    pytester.makeconftest("""
+import pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_terminal_summary(terminalreporter):
+    raise RuntimeError("Performance has regressed")
+""")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*specdec summary*", "config*verdict*", "test_figures * 100.0 *"])
+    result.stderr.fnmatch_lines(["*RuntimeError: Performance has regressed*"])
