@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+from glob import escape as glob_escape
 import math
 import os
 import stat
@@ -392,6 +393,7 @@ def save_baselines(
     versions = collect_versions() if versions is None else versions
     date = date or _now()
     with _lock_for(path):
+        _remove_torn_writes(path)
         current = load_baselines(path, hardware_key, setter)
         merged: dict[str, dict[str, BaselineEntry]] = {t: dict(m) for t, m in current.entries.items()}
         setups = dict(current.setups)
@@ -411,6 +413,17 @@ def save_baselines(
                         setups={d: p for d, p in setups.items() if d in used})
         _atomic_write(path, json.dumps(out.to_json(), indent=2, sort_keys=True) + "\n")
     return out
+
+
+def _remove_torn_writes(path: Path) -> None:
+    """Delete the temporary siblings (`_atomic_write`'s) that a save killed before its rename left
+    beside `path`. Called under the file's lock, which every writer of it holds from its temporary
+    file's creation to its rename: any such file there now is a dead save's, never a live one's."""
+    for torn in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
+        try:
+            torn.unlink()
+        except OSError:
+            pass
 
 
 def _atomic_write(path: Path, text: str) -> None:

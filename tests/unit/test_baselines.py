@@ -146,6 +146,20 @@ def test_failed_write_leaves_the_old_file_intact(tmp_path, monkeypatch):
     assert [name for name in os.listdir(tmp_path) if name != ".cpu.json.lock"] == ["cpu.json"]
 
 
+def test_a_save_killed_before_its_rename_leaves_nothing_behind_the_next_save(tmp_path):
+    """A save killed between writing its temporary file and the rename (SIGKILL, OOM, power)
+    left the file intact but its hidden temporary sibling there for good (untracked in git)."""
+    path = tmp_path / "cpu.json"
+    save_baselines(path, "cpu", {"a": [mv(value=1.0)]}, versions={})
+    torn = tmp_path / ".cpu.json.k1ll3d.tmp"
+    torn.write_text('{"format": "pytest-specdec-base')
+    other = tmp_path / ".other.json.k1ll3d.tmp"  # another file's: not this save's to remove
+    other.write_text("{")
+    save_baselines(path, "cpu", {"b": [mv(value=2.0)]}, versions={})
+    assert not torn.exists() and other.exists()
+    assert set(load_baselines(path, "cpu").entries) == {"a", "b"}
+
+
 def test_the_lock_is_beside_the_file_and_saving_keeps_its_mode(tmp_path, monkeypatch):
     """No predictable lock path in a shared /tmp (another user could hold it), and a saved
     baseline keeps the mode it had (mkstemp's private 0600 would hide it from the team)."""
