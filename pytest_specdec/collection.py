@@ -158,6 +158,37 @@ def count_recording(items: Iterable[pytest.Item]) -> int:
     return total
 
 
+_SHARED_KEY = pytest.StashKey[str]()
+
+
+def shared_baseline_keys(items: Iterable[pytest.Item]) -> str | None:
+    """Where two recording tests of different files or classes have one name and parameters, the
+    one key a baseline file (and the gate) knows a test by (`Recorder.test_id`): each would be
+    compared with, and saved over, the other's figures. The message naming them, also kept on
+    each such item (`shared_key_error`), or None."""
+    nodeids: dict[str, list[str]] = {}
+    for item in items:
+        if "specdec_record" in getattr(item, "fixturenames", ()):
+            nodeids.setdefault(item.name, []).append(item.nodeid)
+    shared = {name: ids for name, ids in nodeids.items() if len(set(ids)) > 1}
+    if not shared:
+        return None
+    lines = [f"{', '.join(sorted(set(ids)))} share the baseline key {name}"
+             for name, ids in sorted(shared.items())]
+    message = ("; ".join(lines) + ": a baseline file keys a test by its name and parameters, not "
+               "its file or class, so each would be compared with, and saved over, the other's "
+               "figures; rename one of the test functions")
+    for item in items:
+        if item.name in shared:
+            item.stash[_SHARED_KEY] = message
+    return message
+
+
+def shared_key_error(item: pytest.Item) -> str | None:
+    """`shared_baseline_keys`' message where `item` is one of the tests it names."""
+    return item.stash.get(_SHARED_KEY, None)
+
+
 def counted(item: pytest.Item) -> bool:
     """Whether `count_recording` counted this test in this process."""
     return item.stash.get(_COUNTED_KEY, False)

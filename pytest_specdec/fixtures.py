@@ -174,8 +174,12 @@ def specdec_server(specdec_spec: MatrixCase, specdec_pool: ServerPool, specdec_s
 def specdec_record(request: pytest.FixtureRequest) -> Recorder:
     """Record metrics with their direction; they are journaled, gated against the baseline and
     handed to pytest-benchmark when the test's call ends."""
+    from .collection import shared_key_error
     from .recording import new_recorder
 
+    shared = shared_key_error(request.node)  # an xdist worker's: a single process stopped at collection
+    if shared:
+        pytest.fail(f"pytest-specdec: {shared}", pytrace=False)
     if "specdec_record" not in getattr(request.node, "fixturenames", ()):
         _skip_benchmark(request.config)
         _claim_journal(request.config)  # fetched as the test runs: the call wrapper claimed nothing

@@ -193,7 +193,7 @@ def pytest_benchmark_compare_machine_info(config: pytest.Config, compared_benchm
 def pytest_collection_finish(session: pytest.Session) -> None:
     import pytest
 
-    from .collection import count_recording, needs_server, uses_specdec
+    from .collection import count_recording, needs_server, shared_baseline_keys, uses_specdec
     from .errors import SpecdecUsageError
     from .state import STATE_KEY
 
@@ -201,6 +201,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if not any(map(uses_specdec, session.items)):
         return
     recording = count_recording(session.items)  # the total of the `[done/total]` progress lines
+    shared = shared_baseline_keys(session.items)
     # An xdist worker cannot stop the run from here: its fixtures and test calls say it instead.
     if hasattr(config, "workerinput"):
         config.pluginmanager.get_plugin("specdec-worker").recording = recording
@@ -208,6 +209,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     _results(config).total = recording
     state = config.stash[STATE_KEY]
     try:
+        if shared:
+            raise SpecdecUsageError(shared)
         if any(map(needs_server, session.items)):
             state.backend.check_ready(state)  # once, not as an error in every test
         if any("specdec_pool" in getattr(item, "fixturenames", ()) for item in session.items):

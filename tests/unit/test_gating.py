@@ -524,3 +524,20 @@ def pytest_terminal_summary(terminalreporter):
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*specdec summary*", "config*verdict*", "test_figures * 100.0 *"])
     result.stderr.fnmatch_lines(["*RuntimeError: Performance has regressed*"])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_two_recording_tests_of_one_name_in_two_files_are_refused(pytester, workers):
+    """A baseline file keys a test by its name and parameters: tests/a/test_x.py::test_figures and
+    tests/b/test_x.py::test_figures were compared with, and saved over, each other's figures."""
+    for folder, value in (("a", 100.0), ("b", 1.0)):
+        pytester.mkpydir(folder).joinpath("test_x.py").write_text(
+            f"def test_figures(specdec_record):\n    specdec_record.metric('output_tok_s', {value})\n")
+    args = ["-p", "no:cacheprovider", "--specdec-save-baseline"] + (["-n", str(workers)] if workers else [])
+    result = pytester.runpytest_subprocess(*args)
+    assert result.ret != 0
+    message = ("*a/test_x.py::test_figures, b/test_x.py::test_figures share the baseline key "
+               "test_figures: a baseline file keys a test by its name and parameters, not its file "
+               "or class*rename one of the test functions*")
+    (result.stderr if not workers else result.stdout).fnmatch_lines([message])
+    assert not (pytester.path / "baselines" / "cpu.json").exists()
