@@ -76,7 +76,9 @@ def specdec_pool(specdec_state: RunState, request: pytest.FixtureRequest) -> Ite
     try:
         if hasattr(request.config, "workerinput"):  # xdist: collection could not check these
             from .outputs import check_artifacts
+            from .servers.cleanup import die_with_parent
 
+            die_with_parent()  # before any server: a killed controller takes this worker and them along
             state.backend.check_ready(state)
             check_artifacts(state)
         pool = state.backend.pool(state, run_dir(state, request.config), announce=_announcer(request.config))

@@ -15,6 +15,8 @@ Three layers, because each covers a way out the others miss:
    that left the group (setsid) is an orphan by then, beyond any tree walk: every server starts
    with this process's owner token in its environment (`server_env`), its descendants inherit it,
    and on Linux the watchdog, like layer 2, kills every process whose environment holds it.
+   An xdist worker that starts servers asks to die with its controller (`die_with_parent`), so a
+   killed controller sets this layer off in its workers at once.
 
 Also here: finding a server's descendants and the members of its process group (psutil), used
 to confirm that nothing survived a teardown.
@@ -155,6 +157,20 @@ def _on_signal(signum, frame) -> None:
     os.kill(os.getpid(), signum)
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def _prctl() -> Callable[..., int] | None:
+    """libc's `prctl`, or None where there is none (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name or "libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
 def parent_death_preexec() -> Callable[[], None] | None:
     """A `preexec_fn` that asks Linux to SIGKILL the child when its parent thread dies.
 
@@ -163,23 +179,37 @@ def parent_death_preexec() -> Callable[[], None] | None:
     Note the kernel ties this to the *thread* that forked: launch servers from the main thread or
     from a thread that outlives them. Returns None where prctl is unavailable.
     """
-    if not sys.platform.startswith("linux"):
+    prctl = _prctl()
+    if prctl is None:
         return None
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name or "libc.so.6", use_errno=True)
-        prctl = libc.prctl
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig = 1
     parent = os.getpid()
 
     def preexec() -> None:
-        prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         if os.getppid() != parent:  # the parent died before prctl took effect
             os._exit(1)
 
     return preexec
+
+
+def die_with_parent() -> bool:
+    """Ask Linux to SIGKILL this process when its parent dies; False where prctl is unavailable.
+
+    For an xdist worker, whose parent is the controller: a controller killed outright (SIGKILL,
+    the OOM killer) closes the worker's channel, but the worker notices only once its test
+    returns, or after execnet's grace of 5 s and 10 more if the test ignores the SIGINT it then
+    sends itself; meanwhile it keeps its servers. Killed with the controller, it leaves them to
+    the watchdog and their own `PR_SET_PDEATHSIG`, which end them at once.
+    """
+    prctl = _prctl()
+    if prctl is None:
+        return False
+    parent = os.getppid()
+    if prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+        return False
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGKILL)
+    return True
 
 
 def group_members(pgid: int) -> list[int]:
