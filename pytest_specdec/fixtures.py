@@ -89,9 +89,12 @@ def specdec_pool(specdec_state: RunState, request: pytest.FixtureRequest) -> Ite
     request.config.stash[POOL_KEY] = pool
     yield pool
     from .servers.diagnosis import ServerError
+    from .servers.process import INTERRUPTED_GRACE_S
 
+    # after Ctrl-C the user is waiting: a server slow to honour SIGTERM gets SIGKILL soon
+    interrupted = getattr(request.session, "exitstatus", None) == pytest.ExitCode.INTERRUPTED
     try:
-        pool.close()
+        pool.close(grace=INTERRUPTED_GRACE_S if interrupted else None)
     except ServerError as exc:
         warnings.warn(f"pytest-specdec: teardown: {exc}", stacklevel=1)
 
@@ -114,11 +117,13 @@ def _announcer(config: pytest.Config) -> Callable[[str], None]:
     return announce
 
 
-def retire_finished_server(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+def retire_finished_server(item: pytest.Item, nextitem: pytest.Item | None,
+                           interrupted: bool = False) -> None:
     """Stop a configuration's server as soon as this process has no further test for it.
 
     Items are ordered by configuration, so the next item tells. Under xdist this frees the GPU
-    lease for other workers instead of holding it until this worker's next boot.
+    lease for other workers instead of holding it until this worker's next boot. `interrupted`
+    (Ctrl-C in the test): the run is ending and the user waits, so the SIGTERM grace is short.
     """
     pool = item.config.stash.get(POOL_KEY, None)
     case = case_of(item)
@@ -128,9 +133,10 @@ def retire_finished_server(item: pytest.Item, nextitem: pytest.Item | None) -> N
     if not state.backend.launches:
         return
     from .servers.diagnosis import ServerError
+    from .servers.process import INTERRUPTED_GRACE_S
 
     try:
-        pool.retire(state.backend.server_spec(case, state))
+        pool.retire(state.backend.server_spec(case, state), grace=INTERRUPTED_GRACE_S if interrupted else None)
     except ServerError as exc:
         warnings.warn(f"pytest-specdec: teardown: {exc}", stacklevel=1)
 

@@ -240,12 +240,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     # around the whole protocol, not in its teardown: pytest-rerunfailures runs a failed test's
     # setup, call and teardown again within it, on the server it had
+    interrupted = True  # until the protocol returns: Ctrl-C, pytest.exit() propagate through it
     try:
-        return (yield)
+        result = yield
+        interrupted = False
+        return result
     finally:
         from . import fixtures
 
-        fixtures.retire_finished_server(item, nextitem)
+        fixtures.retire_finished_server(item, nextitem, interrupted)
 
 
 @hookimpl(wrapper=True)

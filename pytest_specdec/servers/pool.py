@@ -126,10 +126,11 @@ class ServerPool:
             except ServerError:
                 pass  # now sticky; the next acquire raises it
 
-    def retire(self, spec: ServerSpec) -> None:
-        """Stop `spec`'s server and release its GPUs (call when no later test needs it)."""
+    def retire(self, spec: ServerSpec, grace: float | None = None) -> None:
+        """Stop `spec`'s server (with `grace`, default its own SIGTERM grace) and release its GPUs
+        (call when no later test needs it)."""
         if spec in self._live:
-            self._drop(spec, raise_teardown=True)
+            self._drop(spec, raise_teardown=True, grace=grace)
 
     def retire_all(self, keep: ServerSpec | None = None) -> None:
         for spec in [s for s in self._live if s != keep]:
@@ -138,12 +139,13 @@ class ServerPool:
     def live(self) -> dict[ServerSpec, ManagedServer]:
         return {spec: slot.server for spec, slot in self._live.items()}
 
-    def close(self) -> None:
-        """Stop everything this pool started; raises the first teardown error after trying all."""
+    def close(self, grace: float | None = None) -> None:
+        """Stop everything this pool started, each with `grace` (default: its own SIGTERM grace);
+        raises the first teardown error after trying all."""
         errors = []
         for spec in list(self._live):
             try:
-                self._drop(spec, raise_teardown=True)
+                self._drop(spec, raise_teardown=True, grace=grace)
             except ServerError as e:
                 errors.append(e)
         if errors:

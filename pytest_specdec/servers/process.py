@@ -49,6 +49,9 @@ HEALTH_TIMEOUT_S = 25.0
 # A stalled workload has already waited its stall timeout: the probe that says why is short.
 STALL_PROBE_TIMEOUT_S = 2.0
 TERM_GRACE_S = 10.0
+# A server that failed to boot, or one stopped because the user interrupted the run: nothing in it
+# is worth waiting out the full grace for.
+INTERRUPTED_GRACE_S = 2.0
 PORT_RETRIES = 3
 
 
@@ -200,14 +203,14 @@ class ManagedServer:
                 return
             except ServerError as e:
                 # Nothing to save in a server that failed to start: short grace, then SIGKILL.
-                self.stop(check_gpu_release=False, grace=min(self.term_grace, 2.0))
+                self.stop(check_gpu_release=False, grace=min(self.term_grace, INTERRUPTED_GRACE_S))
                 if e.reason == "port-in-use" and self._requested_port is None and self._lost_port_race \
                         and attempt + 1 < PORT_RETRIES:
                     continue  # we picked the port and lost a race for it: pick another
                 raise
             except BaseException:
                 # a pytest-timeout or Ctrl-C mid-boot: no half-started server outlives its boot
-                self.stop(check_gpu_release=False, grace=min(self.term_grace, 2.0))
+                self.stop(check_gpu_release=False, grace=min(self.term_grace, INTERRUPTED_GRACE_S))
                 raise
 
     def launch(self) -> None:

@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from servers_support import wait_gone  # noqa: E402
+from servers_support import default_sigint, wait_gone  # noqa: E402
 from test_bench_flow import engine_processes, project  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
@@ -39,6 +39,18 @@ def test_hold(specdec_server, pytestconfig):
     time.sleep(240)
 '''
 
+# Freezes its server first (SIGSTOP): a server that honours no signal but SIGKILL, as one wedged
+# in a driver call.
+FROZEN_SERVER_TEST = '''
+import os, signal, time
+
+
+def test_hold(specdec_server, pytestconfig):
+    os.kill(specdec_server.pids()[0], signal.SIGSTOP)
+    (pytestconfig.rootpath / "holding").write_text(str(os.getpid()))
+    time.sleep(240)
+'''
+
 
 def start(root: Path, *args: str) -> subprocess.Popen:
     """pytest in `root`, in a session of its own (so the test can kill all of it), output to a file."""
@@ -47,7 +59,7 @@ def start(root: Path, *args: str) -> subprocess.Popen:
     with open(root / "pytest.out", "wb") as out:
         return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
                                 cwd=root, env=environ, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=default_sigint)
 
 
 def wait_holding(root: Path, proc: subprocess.Popen, timeout: float = 180) -> int:
@@ -96,6 +108,25 @@ def test_a_killed_xdist_controller_takes_its_workers_and_their_servers_along(pyt
         proc.wait()
         assert wait_gone(noted, timeout=GONE_WITHIN_S) == []
         assert engine_processes(pytester.path) == []
+    finally:
+        kill_everything(proc, noted)
+
+
+def test_ctrl_c_does_not_wait_out_a_frozen_servers_full_sigterm_grace(pytester):
+    """Ctrl-C mid-test stopped the test's server with the full SIGTERM grace (10 s) before
+    SIGKILL, as a normal end does; the user who interrupted waited that long. The bound is well
+    under the full grace."""
+    project(pytester, methods=("ar",), prompts=1, max_new_tokens=4)
+    pytester.makepyfile(test_hold=FROZEN_SERVER_TEST)
+    proc = start(pytester.path, "test_hold.py")
+    noted: list[int] = []
+    try:
+        wait_holding(pytester.path, proc)
+        noted = engine_pids(pytester.path)
+        assert len(noted) == 1, f"expected one server, found {noted}"
+        proc.send_signal(signal.SIGINT)
+        assert wait_gone(noted, timeout=6.0) == []
+        proc.wait(timeout=60)
     finally:
         kill_everything(proc, noted)
 
