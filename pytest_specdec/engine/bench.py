@@ -7,7 +7,8 @@ process per method, times launch-to-ready (the readiness log line), sends the re
 = completion tokens / wall time of the whole batch, the acceptance length (completion tokens /
 verify steps), and a fingerprint of the output tokens: equal fingerprints across methods mean
 the speculative outputs equal the autoregressive ones. Every engine
-it starts runs in its own process group and is killed before the next one starts.
+it starts runs in its own process group and is killed before the next one starts, and on Linux
+dies with the bench however the bench ends (SIGTERM, SIGKILL, a closed terminal).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 from ..configuration import is_speculative
+from ..servers.cleanup import parent_death_preexec
 from .logs import READY_LINE
 
 PROMPTS = [
@@ -61,7 +63,7 @@ def run_method(method: str, budget: int | None, requests: int, max_new_tokens: i
     argv += engine_flags
     launched = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=parent_death_preexec())
     ready = threading.Event()
     log: list[str] = []
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -69,6 +72,39 @@ def test_bench_reports_throughput_and_acceptance():
     assert result["completion_tokens"] == 64
     assert result["output_tok_s"] > 0 and result["ready_s"] > 0
     assert result["accept_length"] > 1.0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=lambda sig: sig.name)
+def test_a_bench_that_is_killed_takes_its_engine_along(sig, tmp_path):
+    """The bench killed (SIGTERM, SIGKILL, a closed terminal's SIGHUP) left its engine, in a
+    session of its own, serving until someone found it."""
+    import psutil
+
+    bench = subprocess.Popen([sys.executable, "-m", "pytest_specdec.engine.bench", "--methods", "ar",
+                              "--requests", "1000", "--", "--model-preset", "tiny"],
+                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    engines: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not engines and time.monotonic() < deadline and bench.poll() is None:
+            engines = [p for p in psutil.Process(bench.pid).children()
+                       if "pytest_specdec.engine" in " ".join(p.cmdline())]
+            time.sleep(0.1)
+        assert engines, "the bench started no engine"
+        bench.send_signal(sig)
+        bench.wait(timeout=30)
+        gone, alive = psutil.wait_procs(engines, timeout=10)
+        assert alive == [], f"engines outlived the bench: {[p.pid for p in alive]}"
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()
+        for engine in engines:
+            try:
+                os.kill(engine.pid, signal.SIGKILL)
+            except OSError:
+                pass
 
 
 def test_command_line_and_bench_import_without_torch():
