@@ -410,6 +410,24 @@ class Results:
     def all(self) -> list[Result]:
         return list(self.results.values()) + self.resumed()
 
+    def found_lossy(self) -> dict[str, str]:
+        """{node id: why} of speculative configurations whose test passed (or was resumed as
+        passed) though their outputs leave their reference's: measured before the reference, so
+        only the reference's test could compare them, and it failed naming them. Their rows in
+        the summary, the reports and the shard folder say so, as a merge of shards does."""
+        results = self.all()
+        found = {}
+        for result in results:
+            if result.case is None or result.case.method == self.state.settings.reference:
+                continue
+            outcome = self.outcomes.get(result.nodeid, ("passed", None))[0]
+            if not (result.resumed or outcome == "passed"):
+                continue
+            for _, divergence in divergences(result, results, self.state)[:1]:
+                found[result.nodeid] = (f"{divergence.message()} (found by the test of "
+                                        f"{divergence.reference}, measured after it)")
+        return found
+
     def baseline_candidates(self) -> tuple[list[Result], list[Result], list[Result]]:
         """(results to save, results of failed tests, results that are not lossless): a test that
         failed or errored after recording (its gate, its losslessness check, its own assertions),

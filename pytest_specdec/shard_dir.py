@@ -195,15 +195,19 @@ def outcomes(results: Results, plan: ShardPlan,
 
     out = []
     nodeids = list(results.outcomes) + [n for n in results.results if n not in results.outcomes]
+    lossy = results.found_lossy()
     for nodeid in nodeids:
         if nodeid in results.resumed_results and nodeid in (previous or {}):
-            out.append(previous[nodeid])
-            continue
-        outcome, reason = results.outcomes.get(nodeid, ("passed", None))
-        result = results.results.get(nodeid)
-        comparisons = tuple(c.to_json() for c in result.comparisons) if result else ()
-        out.append(TestOutcome(nodeid, outcome, reason,
-                               configuration_in_nodeid(nodeid, plan.param_ids), comparisons))
+            test = previous[nodeid]
+        else:
+            outcome, reason = results.outcomes.get(nodeid, ("passed", None))
+            result = results.results.get(nodeid)
+            comparisons = tuple(c.to_json() for c in result.comparisons) if result else ()
+            test = TestOutcome(nodeid, outcome, reason,
+                               configuration_in_nodeid(nodeid, plan.param_ids), comparisons)
+        if nodeid in lossy:  # its test passed before the reference's could compare it
+            test = replace(test, outcome="failed", reason=lossy[nodeid])
+        out.append(test)
     return tuple(out)
 
 

@@ -23,10 +23,14 @@ def rows(results: Results) -> list:
 
     out = []
     seen = set()
-    for result in results.all():
+    measured = results.all()
+    lossy = results.found_lossy() if measured else {}
+    for result in measured:
         outcome, reason = results.outcomes.get(result.nodeid, ("passed", None))
         if result.resumed:
             outcome, reason = "passed", RESUMED
+        if result.nodeid in lossy:  # its test passed before the reference's could compare it
+            outcome, reason = "failed", lossy[result.nodeid]
         out.append(row_from_result(result, outcome=outcome, reason=reason))
         seen.add(result.nodeid)
     unrecorded = [(nodeid, outcome, reason) for nodeid, (outcome, reason) in results.outcomes.items()

@@ -6,6 +6,8 @@ run in a subprocess so that servers, journal and verdicts are all real.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from test_bench_flow import engine_processes, no_leftover_engines, project, run  # noqa: F401
@@ -61,6 +63,25 @@ def test_a_lossy_configuration_measured_before_its_reference_is_saved_into_no_ba
                                  "which are no reference (test_generation[[]ar-tp1-chat[]]); 1 result(s) are "
                                  "of configurations that are not lossless (test_generation[[]ddtree-tp1-b8-chat[]])"])
     assert not (pytester.path / "baselines" / "cpu.json").exists()
+
+
+def test_a_lossy_configuration_measured_before_its_reference_reads_failed_in_every_report(
+        pytester, no_leftover_engines):
+    """Its own test passed (the reference's failed, naming it); the summary, results.json,
+    report.md and shard.json showed it as passed with no verdict, beside the failed reference."""
+    project(pytester, methods=("ddtree", "ar"), budgets=(8,), engine_args=("--fault-lossy", "0.3"),
+            prompts=2, max_new_tokens=16)
+    result = run(pytester, "--specdec-shard=1/1", "--specdec-report=shard-1")
+    result.assert_outcomes(passed=1, failed=1)  # pytest's own outcomes: the reference's test failed
+    result.stdout.re_match_lines([r"ddtree-tp1-b8 +chat .* FAILED: ddtree-tp1-b8 is not lossless: .*"])
+    folder = pytester.path / "shard-1"
+    rows = {r["config"]: r for r in json.loads((folder / "results.json").read_text())["results"]}
+    tests = {t["config"]: t for t in json.loads((folder / "shard.json").read_text())["tests"]}
+    for found in (rows["ddtree-tp1-b8"], tests["ddtree-tp1-b8"]):
+        assert found["outcome"] == "failed"
+        assert found["reason"].startswith("ddtree-tp1-b8 is not lossless: prompt ")
+        assert found["reason"].endswith("(found by the test of ar-tp1, measured after it)")
+    assert "### ddtree-tp1-b8 [chat]" in (folder / "report.md").read_text()
 
 
 def test_a_run_that_leaves_out_the_reference_says_what_it_did_not_check(pytester, no_leftover_engines):
