@@ -200,7 +200,9 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
         recorder.feed_benchmark(measured_where(state, result.fingerprint))
         if state.tolerances.any or state.baseline_path.is_file():
             result = result.compared(tuple(gate.compare(result)))
-        failures = lossless_failures(result, state)
+        lossy = lossless_failures(result, state)
+        failures = [divergence.message() for _, divergence in lossy]
+        _journal_found_lossy(item, state, lossy)
     except Exception as exc:  # the figures are journaled; what broke is this test's failure
         broke = f"{type(exc).__name__} after the measurement was journaled " \
                 f"({journal_for(state).path}): {exc}"
@@ -280,13 +282,15 @@ def reference_case(case: MatrixCase, state: RunState) -> MatrixCase | None:
     return lossless.reference_of(case, method, matrix.tp)
 
 
-def lossless_failures(result: Result, state: RunState) -> list[str]:
-    """Divergences from the reference's outputs that this result lets us see: its own when it
-    is speculative and the reference is journaled; when it is the reference, those of every
+def lossless_failures(result: Result,
+                      state: RunState) -> list[tuple[JournalRecord | None, lossless.Divergence]]:
+    """Divergences from the reference's outputs that this result lets us see, each with the
+    journal record of the speculative configuration that diverged: its own when it is
+    speculative and the reference is journaled; when it is the reference, those of every
     speculative configuration journaled before it (which could not be checked then)."""
     if not state.lossless.on or result.case is None or result.outputs is None:
         return []  # without reading the journal
-    others = []
+    others, records = [], {}
     for record in journal_for(state).latest().values():
         if record.status not in (DONE, MEASURED, FAILED_CHECKS) or record.data.get("workload") != result.workload:
             continue
@@ -296,7 +300,23 @@ def lossless_failures(result: Result, state: RunState) -> list[str]:
             continue
         if other.case is not None and _current(record, other.case, state):
             others.append(other)
-    return [divergence.message() for _, divergence in divergences(result, others, state)]
+            records[other.nodeid] = record
+    return [(records.get(candidate.nodeid), divergence)
+            for candidate, divergence in divergences(result, others, state)]
+
+
+def _journal_found_lossy(item: pytest.Item, state: RunState,
+                         lossy: list[tuple[JournalRecord | None, lossless.Divergence]]) -> None:
+    """Mark the records of speculative configurations this reference found not lossless as
+    failed by their checks: they passed before the reference was measured, and a resumed run
+    must measure them again rather than skip them as done and compare their old outputs. A
+    `measured` record is left alone: its test is still being checked (its `done` mark would then
+    confirm no last record) or died, which resume measures again anyway."""
+    for record, _ in lossy:
+        if record is None or record.config_id == item.nodeid or record.status != DONE:
+            continue
+        journal_for(state).append(record.config_id, record.workload, record.data,
+                                  status=FAILED_CHECKS, fingerprint=record.fingerprint)
 
 
 def divergences(result: Result, others: list[Result], state: RunState) -> list[tuple[Result, lossless.Divergence]]:

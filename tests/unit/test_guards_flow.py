@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from test_bench_flow import engine_processes, no_leftover_engines, project, run  # noqa: F401
+from test_bench_flow import engine_processes, journal_figures, no_leftover_engines, project, run  # noqa: F401
 
 pytest.importorskip("torch")
 
@@ -82,6 +82,21 @@ def test_a_lossy_configuration_measured_before_its_reference_reads_failed_in_eve
         assert found["reason"].startswith("ddtree-tp1-b8 is not lossless: prompt ")
         assert found["reason"].endswith("(found by the test of ar-tp1, measured after it)")
     assert "### ddtree-tp1-b8 [chat]" in (folder / "report.md").read_text()
+
+
+def test_a_lossy_configuration_measured_before_its_reference_is_measured_again_on_resume(
+        pytester, no_leftover_engines):
+    """The reference's test found it lossy, but its journal record stayed `done`: a resumed run
+    skipped it as passed and held the reference to its old outputs, red until a run without
+    resume, however the server was fixed."""
+    project(pytester, methods=("ddtree", "ar"), budgets=(8,), engine_args=("--fault-lossy", "0.3"),
+            prompts=2, max_new_tokens=16)
+    run(pytester).assert_outcomes(passed=1, failed=1)
+    latest = {r["config_id"].split("::")[-1]: r["status"] for r in journal_figures(pytester)}
+    assert latest["test_generation[ddtree-tp1-b8-chat]"] == "failed-checks"
+    result = run(pytester, "--specdec-resume")
+    result.assert_outcomes(failed=2)  # both measured again, not ddtree resumed as passed
+    result.stdout.fnmatch_lines(["ddtree-tp1-b8 is not lossless: prompt * differs from ar-tp1 at token *"])
 
 
 def test_a_run_that_leaves_out_the_reference_says_what_it_did_not_check(pytester, no_leftover_engines):
