@@ -121,6 +121,18 @@ def reference_of(case: MatrixCase, method: str, tps: Sequence[int]) -> MatrixCas
     return MatrixCase(case.family, method, case.tp if case.tp in tps else tps[0], None)
 
 
+def counterpart(nodeid: str, config: str) -> str:
+    """What a configuration's test has in common with its reference's: its node id without the
+    configuration's parameter (`test_generation.py::test_generation[chat]`). Only tests that
+    share it are compared: another test function, or another parametrization of one, may run
+    other prompts or lengths under the same workload name."""
+    base, bracket, params = nodeid.partition("[")
+    if not bracket or not params.endswith("]"):
+        return nodeid
+    rest = "-".join(part for part in params[:-1].replace(config, "", 1).split("-") if part)
+    return f"{base}[{rest}]"
+
+
 def compare(config: str, outputs: Outputs, reference: str, expected: Outputs,
             exactness: Exactness) -> Divergence | None:
     """The first divergence of `outputs` from the reference's `expected`, or None.

@@ -283,16 +283,16 @@ def _divergences(results: Sequence[tuple[Result, ShardManifest, str]], *,
     from . import lossless
     from .configuration import is_speculative
 
-    measured = {(r.case, r.workload): (r, m) for r, m, status in results
+    measured = {(r.case, r.workload, lossless.counterpart(r.nodeid, r.config)): (r, m) for r, m, status in results
                 if status in (DONE, MEASURED, FAILED_CHECKS) and r.case is not None and r.outputs is not None}
     out = {}
-    for (case, workload), (candidate, shard) in measured.items():
+    for (case, workload, shared), (candidate, shard) in measured.items():
         exactness = lossless.parse_exactness(shard.lossless)
         if not exactness.on or not is_speculative(case.method) or case.method == shard.reference:
             continue
         tps = [c.tp for c in shard.configurations
                if c.family == case.family and c.method == shard.reference]
-        found = measured.get((lossless.reference_of(case, shard.reference, tps), workload))
+        found = measured.get((lossless.reference_of(case, shard.reference, tps), workload, shared))
         if found is None or (found[1] is shard and not within_shards):
             continue
         divergence = lossless.compare(candidate.config, candidate.outputs, found[0].config,

@@ -321,7 +321,8 @@ def _journal_found_lossy(item: pytest.Item, state: RunState,
 
 def divergences(result: Result, others: list[Result], state: RunState) -> list[tuple[Result, lossless.Divergence]]:
     """(speculative result, its divergence) for each pair of `result` and one of `others` (of its
-    workload) where one is the other's reference and the speculative one's outputs differ."""
+    workload and test: `lossless.counterpart`) where one is the other's reference and the
+    speculative one's outputs differ."""
     case = result.case
     if not state.lossless.on or case is None or result.outputs is None:
         return []
@@ -330,8 +331,10 @@ def divergences(result: Result, others: list[Result], state: RunState) -> list[t
     def guarded(method: str) -> bool:  # any speculative method but the reference itself
         return is_speculative(method) and method != reference
 
+    shared = lossless.counterpart(result.nodeid, result.config)
     others = [r for r in others if r.outputs is not None and r.case is not None
-              and r.nodeid != result.nodeid and r.workload == result.workload]
+              and r.nodeid != result.nodeid and r.workload == result.workload
+              and lossless.counterpart(r.nodeid, r.config) == shared]
     if case.method == reference:
         pairs = [(r, result) for r in others
                  if guarded(r.case.method) and reference_case(r.case, state) == case]

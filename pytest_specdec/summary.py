@@ -207,19 +207,21 @@ def unchecked_lossless(results: Results) -> str | None:
     --deselect or --lf, skipped, failed before measuring), so nothing checked their
     losslessness; one line, or None."""
     from .configuration import is_speculative
+    from .lossless import counterpart
     from .session import reference_case
 
     state = results.state
     if not results.all() or not state.lossless.on:
         return None
-    measured = {(r.case, r.workload) for r in results.all() if r.case is not None and r.outputs is not None}
+    measured = {(r.case, r.workload, counterpart(r.nodeid, r.config)) for r in results.all()
+                if r.case is not None and r.outputs is not None}
     unchecked, references = [], []
     for r in results.all():
         if r.case is None or r.outputs is None or not is_speculative(r.case.method) \
                 or r.case.method == state.settings.reference:
             continue
         reference = reference_case(r.case, state)
-        if reference is not None and (reference, r.workload) not in measured:
+        if reference is not None and (reference, r.workload, counterpart(r.nodeid, r.config)) not in measured:
             unchecked.append(f"{r.config} [{r.workload}]" if r.workload else r.config)
             references += [] if reference.param_id in references else [reference.param_id]
     if not unchecked:

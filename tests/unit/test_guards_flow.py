@@ -99,6 +99,29 @@ def test_a_lossy_configuration_measured_before_its_reference_is_measured_again_o
     result.stdout.fnmatch_lines(["ddtree-tp1-b8 is not lossless: prompt * differs from ar-tp1 at token *"])
 
 
+def test_outputs_are_compared_with_the_reference_of_the_same_test_function(pytester, no_leftover_engines):
+    """A second test function ran 8 tokens of the chat prompts under the workload name `chat`:
+    each test's ddtree was compared with the other test's ar as well, and a healthy engine
+    failed as not lossless (at token 9, where the shorter output ends)."""
+    project(pytester, methods=("ddtree", "ar"), budgets=(8,), prompts=2, max_new_tokens=16)
+    pytester.makepyfile(test_generation="""
+from pytest_specdec.workloads import load_workload
+
+
+def test_generation(specdec_server, specdec_workload, specdec_record):
+    assert specdec_record.run(specdec_server, specdec_workload).completion_tokens > 0
+
+
+def test_short(specdec_server, specdec_record):
+    workload = load_workload("chat").resized(2).replace(max_new_tokens=8)
+    assert specdec_record.run(specdec_server, workload).completion_tokens > 0
+""")
+    result = run(pytester)
+    result.assert_outcomes(passed=4)
+    result.stdout.no_fnmatch_line("*is not lossless*")
+    result.stdout.no_fnmatch_line("*lossless: not checked*")
+
+
 def test_a_run_that_leaves_out_the_reference_says_what_it_did_not_check(pytester, no_leftover_engines):
     """-k, -m, --deselect or --lf can leave the reference out of a run: a lossy configuration
     then meets no reference and passes; the summary says it was not checked, and against what."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_specdec.lossless import Exactness, Outputs, compare, parse_exactness
+from pytest_specdec.lossless import Exactness, Outputs, compare, counterpart, parse_exactness
 
 REFERENCE = Outputs(((1, 2, 3, 4, 5, 6, 7, 8), (9, 9, 9)), ("abcdefgh", "zzz"))
 
@@ -64,3 +64,14 @@ def test_without_token_ids_the_text_is_compared():
 def test_outputs_round_trip_through_json():
     outputs = Outputs(((1, 2), None), ("ab", "cd"))
     assert Outputs.from_json(outputs.to_json()) == outputs and Outputs.from_json(None) is None
+
+
+@pytest.mark.parametrize("nodeid, config, shared", [
+    ("t.py::test_generation[ddtree-tp1-b8-chat]", "ddtree-tp1-b8", "t.py::test_generation[chat]"),
+    ("t.py::test_generation[ar-tp1-chat]", "ar-tp1", "t.py::test_generation[chat]"),
+    ("t.py::test_generation[chat-blackwell-ar-tp4]", "blackwell-ar-tp4", "t.py::test_generation[chat]"),
+    ("t.py::test_short[ar-tp1]", "ar-tp1", "t.py::test_short[]"),
+    ("t.py::test_x[ddtree-tp1-b8-chat-2-3]", "ddtree-tp1-b8", "t.py::test_x[chat-2-3]"),
+])
+def test_a_configuration_is_compared_within_its_test(nodeid, config, shared):
+    assert counterpart(nodeid, config) == shared
