@@ -89,14 +89,21 @@ class Divergence:
     reference: str
     prompt: int
     position: int
-    unit: str  # "token" or "character"
+    unit: str  # "token", "character", or "prompt" where the numbers of outputs differ
     expected: Sequence[Any]  # the reference's continuation from there
     got: Sequence[Any]  # the configuration's
     prompts_differing: int
     prompts: int
+    #: (the configuration's, the reference's) number of outputs where they differ: then the
+    #: prompts past the shorter list could not be compared, and nothing else is said
+    counts: tuple[int, int] | None = None
 
     def message(self) -> str:
         """`ddtree-tp1-b8 is not lossless: prompt 4 differs from ar-tp1 at token 18 ...`."""
+        if self.counts is not None:
+            return (f"{self.config} cannot be checked for losslessness: it has outputs of "
+                    f"{self.counts[0]} prompts, {self.reference} of {self.counts[1]}; run the same "
+                    f"prompts in both")
         more = "" if self.prompts_differing == 1 else \
             f" ({self.prompts_differing} of {self.prompts} prompts differ)"
         return (f"{self.config} is not lossless: prompt {self.prompt + 1} differs from "
@@ -138,10 +145,15 @@ def compare(config: str, outputs: Outputs, reference: str, expected: Outputs,
     """The first divergence of `outputs` from the reference's `expected`, or None.
 
     Prompts are matched by index; a length difference within the compared span counts as a
-    divergence at the shorter output's end.
+    divergence at the shorter output's end, and a different number of outputs as one that names
+    both counts.
     """
     if not exactness.on:
         return None
+    counts = (len(outputs.texts), len(expected.texts))
+    if counts[0] != counts[1]:  # prompts past the shorter list would go unchecked
+        return Divergence(config, reference, min(counts), 0, "prompt", (), (), abs(counts[0] - counts[1]),
+                          max(counts), counts)
     found: list[tuple[int, int, str, Sequence[Any], Sequence[Any]]] = []
     for index, (want_ids, got_ids, want_text, got_text) in enumerate(
             zip(expected.tokens, outputs.tokens, expected.texts, outputs.texts)):

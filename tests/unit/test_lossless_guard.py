@@ -53,6 +53,16 @@ def test_a_shorter_output_diverges_where_it_ends():
     assert divergence.position == 3 and list(divergence.got) == []
 
 
+def test_outputs_of_another_number_of_prompts_fail_naming_both_counts():
+    """zip stopped at the shorter list: the reference's second prompt went unchecked."""
+    fewer = Outputs(((1, 2, 3, 4, 5, 6, 7, 8),), ("abcdefgh",))
+    for outputs, expected, counts in ((fewer, REFERENCE, "1 prompts, ar-tp1 of 2"),
+                                      (REFERENCE, fewer, "2 prompts, ar-tp1 of 1")):
+        divergence = compare("ddtree-tp1-b8", outputs, "ar-tp1", expected, Exactness("prefix", 4))
+        assert divergence.message() == (f"ddtree-tp1-b8 cannot be checked for losslessness: it has "
+                                        f"outputs of {counts}; run the same prompts in both")
+
+
 def test_without_token_ids_the_text_is_compared():
     reference = Outputs((None,), ("the capital city",))
     divergence = compare("dflash-tp1", Outputs((None,), ("the capitol city",)), "ar-tp1", reference,
