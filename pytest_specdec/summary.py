@@ -195,6 +195,9 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
     unchecked = None if plan is not None else unchecked_lossless(results)  # a merge checks a shard's
     if unchecked:
         notes.append(unchecked)
+    sampled = sampled_lossless(results)
+    if sampled:
+        notes.append(sampled)
     if plan is not None and not plan.mine and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
         exitstatus = pytest.ExitCode.OK
     if shard is not None:
@@ -229,6 +232,27 @@ def unchecked_lossless(results: Results) -> str | None:
     return (f"lossless: not checked: {', '.join(unchecked)} (their reference {', '.join(references)} "
             f"recorded no outputs in this run: left out by -k, -m, --deselect or --lf, skipped, or "
             f"failed before it measured); run the reference with them")
+
+
+def sampled_lossless(results: Results) -> str | None:
+    """The speculative results of a workload that samples (temperature above 0), whose outputs
+    no greedy reference can reproduce, so nothing checked their losslessness: said at the end,
+    where `-q` (which hides the header's line) still shows it; one line, or None."""
+    from .configuration import is_speculative
+
+    state = results.state
+    if not results.all() or not state.lossless.on:
+        return None
+    temperatures = {w.name: w.temperature for w in state.config.workloads}
+    sampled = [r for r in results.all() if r.case is not None and r.outputs is None
+               and is_speculative(r.case.method) and r.case.method != state.settings.reference
+               and temperatures.get(r.workload or "", 0) > 0]
+    if not sampled:
+        return None
+    names = ", ".join(f"{r.config} [{r.workload}]" for r in sampled)
+    workloads = ", ".join(sorted({f"{r.workload} at temperature {temperatures[r.workload]:g}" for r in sampled}))
+    return (f"lossless: not checked: {names} (sampled: {workloads}; only greedy outputs must equal "
+            f"the reference's); a workload with temperature = 0 checks them")
 
 
 def nothing_reported(state) -> str:

@@ -138,6 +138,19 @@ def test_a_run_that_leaves_out_the_reference_says_what_it_did_not_check(pytester
         "or failed before it measured); run the reference with them"])
 
 
+def test_a_sampled_workload_says_at_the_end_that_nothing_checked_it(pytester, no_leftover_engines):
+    """Only the header said so, which -q hides: a lossy engine passed with no word on the guard."""
+    project(pytester, methods=("ar", "ddtree"), budgets=(8,), engine_args=("--fault-lossy", "0.3"),
+            prompts=2, max_new_tokens=16)
+    pyproject = pytester.path / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace("max_new_tokens = 16", "max_new_tokens = 16\ntemperature = 0.7"))
+    result = run(pytester, "-q")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([
+        "specdec: lossless: not checked: ddtree-tp1-b8 [[]chat[]] (sampled: chat at temperature 0.7; "
+        "only greedy outputs must equal the reference's); a workload with temperature = 0 checks them"])
+
+
 def test_the_guard_works_across_xdist_workers(pytester, no_leftover_engines):
     pytest.importorskip("xdist")
     project(pytester, methods=("ar", "dflash"), budgets=(8,), engine_args=("--fault-lossy", "0.3"))
