@@ -302,7 +302,15 @@ def lossless_failures(result: Result,
             others.append(other)
             records[other.nodeid] = record
     return [(records.get(candidate.nodeid), divergence)
-            for candidate, divergence in divergences(result, others, state)]
+            for candidate, divergence in divergences(result, others, state)
+            if candidate.nodeid == result.nodeid or not _known_issue(candidate, state)]
+
+
+def _known_issue(result: Result, state: RunState) -> bool:
+    """Whether `result`'s configuration is a known issue here: its divergence is its own test's
+    expected failure, not the reference's test's."""
+    case = result.case
+    return case is not None and state.known_issue(case.method, case.tp, case.budget) is not None
 
 
 def _journal_found_lossy(item: pytest.Item, state: RunState,
