@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from . import gate as gate_mod
 from .directions import known_directions
@@ -85,6 +85,32 @@ class Gate:
                 texts.append(text)
         return "; ".join(t if t in (unknown, OLDER_VERSION) else f"its {t} differ{'s' if ',' not in t else ''}"
                          for t in texts)
+
+    def unmatched(self, result: Result, claimed_tests: Iterable[str]) -> str | None:
+        """The failure text for `result`'s gated figures that found no entry to compare with (a
+        first run, a misspelt name in the file, a baseline folder that is not there), naming the
+        file, the test and figure and the likely fix; None when every gated figure had one.
+        `claimed_tests`: the test ids of this run's recording tests, never a misspelling of another."""
+        from . import unmatched
+
+        figures = [c.metric for c in result.comparisons if c.gated and c.verdict == "new"]
+        if not figures:
+            return None
+        settings = self.state.settings
+        path = self.state.baseline_path
+        head = f"no baseline to compare with in {path} (required by {settings.setter('require_baseline')})"
+        absent = unmatched.missing_file(path, settings)
+        if absent is not None:
+            return (f"{head}: {absent}, so nothing gated {result.test_id} {', '.join(figures)}; save "
+                    f"a baseline with {settings.setter('save_baseline')}")
+        recorded = [m.name for m in result.metrics]
+        lines = []
+        for metric in figures:
+            why, near = unmatched.missing_entry(self.baselines(), result.test_id, metric, claimed_tests,
+                                                recorded)
+            lines.append(f"{result.test_id} {metric}: {why}{unmatched.did_you_mean(near)}")
+        return "\n".join([f"{head}; fix a misspelt name in the file, or save the figures with "
+                          f"{settings.setter('save_baseline')}:", *lines])
 
     def compare(self, result: Result) -> list[Comparison]:
         """`result` against its baseline entries, with a warning where an entry measured

@@ -33,6 +33,15 @@ def lossless_line(state: RunState) -> str:
     return text
 
 
+def _without_baseline(state: RunState) -> str:
+    """What the gate does with a gated figure that has no baseline entry, where it fails one."""
+    if not state.settings.require_baseline:
+        return ""
+    if state.settings.save_baseline:  # this run saves them: nothing is missing afterwards
+        return "; a figure without a baseline entry would fail, but this run saves them"
+    return "; a figure without a baseline entry fails"
+
+
 def details(state: RunState) -> list[str]:
     hw = state.hardware
     arch = f"{hw.arch}, {hw.family}" if hw.arch else hw.family
@@ -53,7 +62,8 @@ def details(state: RunState) -> list[str]:
     out.append(f"specdec: gate {state.tolerances.describe()}"
                + ("; timing figures per second the server had a CPU" if state.backend.launches
                   else "; timing figures as measured (an attached server's CPU wait is not seen)")
-               + ("; noisy fails" if state.settings.strict_noise else "; noisy passes"))
+               + ("; noisy fails" if state.settings.strict_noise else "; noisy passes")
+               + _without_baseline(state))
     out.append(f"specdec: lossless {lossless_line(state)}")
     counting = state.backend.counting(state)
     if counting is not None:  # the guard and truncate are only as good as this count

@@ -185,6 +185,10 @@ OPTIONS: tuple[Option, ...] = (
            metavar="EXPR"),
     Option("strict_noise", "fail a test whose figure is worse than its tolerance but too noisy "
            "to call a regression (verdict noisy)", _bool, False, flag=True),
+    Option("require_baseline", "fail a test whose gated figure has no baseline entry to compare "
+           "with (a first run, a misspelt name in the baseline file, a baseline folder that is not "
+           "there) instead of passing it as a new baseline; a run with --specdec-save-baseline "
+           "saves them and does not fail", _bool, False, flag=True),
     Option("reference", "the method whose greedy outputs every speculative configuration must "
            "reproduce (the losslessness guard)", _reference, "ar", metavar="METHOD"),
     Option("lossless", "how much of each output must match the reference's: exact, prefix:N "

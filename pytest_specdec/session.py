@@ -218,6 +218,10 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
                  f"{gate.what_changed(result)}; re-create them with --specdec-save-baseline if "
                  f"the change is meant)") if other else ""
         failures.insert(0, f"regression against {state.baseline_path.name}{stale}:\n{message}")
+    if state.settings.require_baseline and not state.settings.save_baseline:  # a save run makes them
+        unmatched = gate.unmatched(result, _recording_tests(item))
+        if unmatched:
+            failures.insert(1 if message else 0, unmatched)  # after a regression, before the rest
     if failures:
         _journal_failed(item, state, result)
         pytest.fail("\n".join(failures), pytrace=False)
@@ -225,6 +229,13 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
         _journal_failed(item, state, result)
         return
     _mark_done(item, state, measured)
+
+
+def _recording_tests(item: pytest.Item) -> set[str]:
+    """The baseline keys of this run's recording tests (`Recorder.test_id`): an entry of one of
+    them is its own, never a misspelling of another test's."""
+    return {other.name for other in item.session.items
+            if "specdec_record" in getattr(other, "fixturenames", ())}
 
 
 def _xpasses_strictly(item: pytest.Item) -> bool:

@@ -104,20 +104,40 @@ def _write_table(terminalreporter, results: Results, table: list) -> None:
 
 def _uncompared_gate(results: Results) -> str | None:
     """What a gate that compared nothing for some figures did not gate, and the likely why (a
-    misspelt name in the baseline file, a baseline folder that is not there), or None."""
+    misspelt name in the baseline file, with the entries it likely meant; a baseline folder that
+    is not there, and where it was set), or None."""
+    from . import unmatched as unmatched_mod
+
     state = results.state
     if state.settings.save_baseline:
         return None  # being saved now
-    unmatched = [f"{r.test_id} {c.metric}" for r in results.all() if not r.resumed
+    unmatched = [(r, c.metric) for r in results.all() if not r.resumed
                  for c in r.comparisons if c.gated and c.verdict == "new"]
     if not unmatched:
         return None
-    if not state.baseline_path.is_file():
-        return (f"no baseline file at {state.baseline_path}, so none of the {len(unmatched)} gated "
-                f"figure(s) was compared; save one with {state.settings.setter('save_baseline')} (or point "
-                f"{state.settings.setter('baseline_dir')} at yours)")
+    absent = unmatched_mod.missing_file(state.baseline_path, state.settings)
+    if absent is not None:
+        return (f"no baseline file at {state.baseline_path}: {absent}, so none of the "
+                f"{len(unmatched)} gated figure(s) was compared; save one with "
+                f"{state.settings.setter('save_baseline')} (or point {state.settings.setter('baseline_dir')} "
+                f"at yours)")
+    from .baselines import load_baselines
+
+    try:  # read and checked at configure time; a save by another run since may have broken it
+        baselines = load_baselines(state.baseline_path, state.hardware.key, state.settings.setter)
+    except SpecdecUsageError:
+        baselines = None
+    claimed = {r.test_id for r in results.all()}
+    named = []
+    for result, metric in unmatched:
+        why, near = unmatched_mod.missing_entry(baselines, result.test_id, metric, claimed,
+                                                [m.name for m in result.metrics]) \
+            if baselines is not None else ("", [])
+        # a near name only: "no entry" for every figure of a first run says nothing more
+        named.append(f"{result.test_id} {metric}"
+                     + (f" ({why}{unmatched_mod.did_you_mean(near)})" if near else ""))
     return (f"{len(unmatched)} gated figure(s) have no entry in {state.baseline_path.name}, so nothing "
-            f"gated them: {', '.join(unmatched)}; save them with {state.settings.setter('save_baseline')}, "
+            f"gated them: {', '.join(named)}; save them with {state.settings.setter('save_baseline')}, "
             f"or fix a misspelt name in the file")
 
 

@@ -183,14 +183,98 @@ def test_gated_figures_with_nothing_to_compare_with_are_said_not_passed_as_ok(py
     result.stdout.fnmatch_lines([
         "test_figures*new baseline",
         "specdec: gate: 1 gated figure(s) have no entry in cpu.json, so nothing gated them: test_figures "
-        "output_tok_s; save them with --specdec-save-baseline, or fix a misspelt name in the file"])
+        "output_tok_s (its entry has no output_tok_s; did you mean 'output_tok_sec'?); save them with "
+        "--specdec-save-baseline, or fix a misspelt name in the file"])
     junit = pytester.path / "j.xml"
     result = pytester.runpytest("-p", "no:cacheprovider", "-rA", "--specdec-compare-fail", "output_tok_s:5%",
                                 "--specdec-baseline-dir=baseline", f"--junitxml={junit}")
     result.stdout.fnmatch_lines([
-        "specdec: gate: no baseline file at *baseline/cpu.json, so none of the 1 gated figure(s) was "
-        "compared; save one with --specdec-save-baseline (or point --specdec-baseline-dir at yours)"])
+        "specdec: gate: no baseline file at *baseline/cpu.json: the baseline folder *baseline does not exist "
+        "(set by --specdec-baseline-dir), so none of the 1 gated figure(s) was compared; save one with "
+        "--specdec-save-baseline (or point --specdec-baseline-dir at yours)"])
     assert 'name="specdec.output_tok_s.verdict" value="new"' in junit.read_text()
+
+
+def rename_in_baseline(pytester: pytest.Pytester, test_id: str | None = None, figure: str | None = None) -> None:
+    """Misspell a test id (to `test_id`) or the output_tok_s figure (to `figure`) in the saved file."""
+    baseline = pytester.path / "baselines" / "cpu.json"
+    doc = json.loads(baseline.read_text())
+    if figure is not None:
+        doc["entries"]["test_figures"][figure] = doc["entries"]["test_figures"].pop("output_tok_s")
+    if test_id is not None:
+        doc["entries"][test_id] = doc["entries"].pop("test_figures")
+    baseline.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+@pytest.mark.parametrize("misspelt, meant", [
+    ({"figure": "output_tok_sec"}, "test_figures output_tok_s: its entry has no output_tok_s; did you mean "
+                                   "'output_tok_sec'?"),
+    ({"test_id": "test_figure"}, "test_figures output_tok_s: no entry for this test; did you mean 'test_figure'?"),
+])
+def test_require_baseline_fails_a_gated_figure_with_no_entry_naming_the_likely_one(
+        pytester, monkeypatch, workers, misspelt, meant):
+    """A misspelt name in the baseline file made its test `new baseline`: green. With
+    --specdec-require-baseline it fails, in each xdist worker as in one process."""
+    save_then_run(pytester, monkeypatch).assert_outcomes(passed=1)
+    rename_in_baseline(pytester, **misspelt)
+    gate = ["--specdec-compare-fail", "output_tok_s:5%"]
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rA", *gate, *workers)
+    result.assert_outcomes(passed=1)  # without the option: green, the summary names the likely entry
+    result.stdout.fnmatch_lines([f"specdec: gate: 1 gated figure(s) have no entry in cpu.json, so nothing gated "
+                                 f"them: test_figures output_tok_s ({meant.split(': ', 1)[1]}); save them*"])
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rA", *gate, "--specdec-require-baseline", *workers)
+    result.assert_outcomes(failed=1)
+    # under xdist the header's details come only for tests of the matrix
+    header = [] if workers else ["*settings *require_baseline=True (command line)*",
+                                 "*specdec: gate *; a figure without a baseline entry fails"]
+    result.stdout.fnmatch_lines([
+        *header,
+        "*no baseline to compare with in */baselines/cpu.json (required by --specdec-require-baseline); "
+        "fix a misspelt name in the file, or save the figures with --specdec-save-baseline:",
+        f"*{meant}"], consecutive=False)
+
+
+def test_require_baseline_names_a_baseline_folder_that_is_not_there_and_where_it_was_set(pytester, monkeypatch):
+    save_then_run(pytester, monkeypatch).assert_outcomes(passed=1)
+    pytester.makepyprojecttoml('[tool.specdec]\nbaseline_dir = "baseline"\ncompare_fail = "output_tok_s:5%"\n'
+                               '[tool.pytest.ini_options]\nspecdec_require_baseline = true\n')
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rA")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*no baseline to compare with in */baseline/cpu.json (required by ini specdec_require_baseline): the "
+        "baseline folder */baseline does not exist (set by pyproject.toml [[]tool.specdec[]] key 'baseline_dir'), "
+        "so nothing gated test_figures output_tok_s; save a baseline with --specdec-save-baseline"])
+    (pytester.path / "baseline").mkdir()
+    (pytester.path / "baselines" / "cpu.json").rename(pytester.path / "baseline" / "cpus.json")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rA")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*the baseline folder */baseline (set by pyproject.toml [[]tool.specdec[]] key 'baseline_dir') holds "
+        "no cpu.json (did you mean 'cpus.json'?), so nothing gated*"])
+
+
+def test_require_baseline_suggests_no_entry_that_a_test_of_this_run_records(pytester, monkeypatch):
+    """Every new configuration of a matrix is a close match of the others: an entry its own test
+    records is not the one a new test meant."""
+    pytester.makepyfile(test_figures=RECORDING_TEST + "\n\ntest_figures_2 = test_figures\n")
+    pytester.runpytest("-p", "no:cacheprovider", "--specdec-save-baseline", "-k", "not test_figures_2"
+                       ).assert_outcomes(passed=1)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rA", "--specdec-compare-fail", "output_tok_s:5%",
+                                "--specdec-require-baseline")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*test_figures_2 output_tok_s: no entry for this test"])
+    assert "did you mean" not in result.stdout.str()
+
+
+def test_require_baseline_does_not_fail_the_figures_a_saving_run_saves(pytester):
+    pytester.makepyfile(test_figures=RECORDING_TEST)
+    args = ("-p", "no:cacheprovider", "--specdec-compare-fail", "output_tok_s:5%", "--specdec-require-baseline")
+    result = pytester.runpytest(*args, "--specdec-save-baseline")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*specdec: gate *; a figure without a baseline entry would fail, but this run "
+                                 "saves them"])
+    pytester.runpytest(*args).assert_outcomes(passed=1)  # and the next run has them
 
 
 def test_a_figure_no_tolerance_gates_says_so_in_junit(pytester, monkeypatch):
@@ -448,8 +532,9 @@ def test_the_gate_advice_names_where_each_value_was_set(pytester, monkeypatch):
     result = pytester.runpytest("-p", "no:cacheprovider", "-o", "specdec_baseline_dir=elsewhere",
                                 "--specdec-compare-fail", "output_tok_s:5%")
     result.stdout.fnmatch_lines([
-        "specdec: gate: no baseline file at *elsewhere/cpu.json, so none of the 1 gated figure(s) was "
-        "compared; save one with --specdec-save-baseline (or point ini specdec_baseline_dir at yours)"])
+        "specdec: gate: no baseline file at *elsewhere/cpu.json: the baseline folder *elsewhere does not exist "
+        "(set by ini specdec_baseline_dir), so none of the 1 gated figure(s) was compared; save one with "
+        "--specdec-save-baseline (or point ini specdec_baseline_dir at yours)"])
 
 
 def test_a_baseline_file_of_other_hardware_names_where_the_folder_was_set(pytester):

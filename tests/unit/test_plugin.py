@@ -371,11 +371,11 @@ def test_each_option_is_settable_in_three_places(pytester: pytest.Pytester, wher
                "restart_on_crash": "3", "artifacts": "arts",
                "stall_timeout": "7.5", "keep_runs": "4", "cpu_matrix": "true",
                "shard": "1/3", "tp": "1", "strict_noise": "true", "reference": "dflash",
-               "lossless": "prefix:16", "gpu_claims": "claims"}
+               "lossless": "prefix:16", "gpu_claims": "claims", "require_baseline": "true"}
     assert set(samples) == {o.name for o in OPTIONS}, "a new option needs a sample here"
     expected = {"gpus": 2, "startup_timeout": 12.5, "restart_on_crash": 3, "stall_timeout": 7.5,
                 "keep_runs": 4, "cpu_matrix": True, "tp": [1], "strict_noise": True,
-                "save_baseline": True, "resume": True, "run_known_issues": True}
+                "save_baseline": True, "resume": True, "run_known_issues": True, "require_baseline": True}
     args = []
     if where == "cli":
         for option in OPTIONS:

@@ -1,0 +1,69 @@
+"""Why a gated figure found no baseline entry to compare with, in words a user can act on.
+
+A first run has nothing to compare with, but so has a run whose baseline file spells a test or
+figure differently from the test, or whose baseline folder is misspelt: all three read as `new`.
+This module tells them apart: the folder or file that is not there (and where the folder was
+set), or the entries of similar names, not claimed by a test of this run, that were likely meant.
+Both the `--specdec-require-baseline` failure and the summary's note use it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:
+    from .baselines import Baselines
+    from .options import Settings
+
+#: Files of a baseline folder that are not a hardware's baselines.
+_NOT_BASELINES = ("durations.json",)
+
+
+def close(name: str, candidates: Iterable[str]) -> list[str]:
+    """The candidates most like `name`, best first (difflib's default cut-off, at most three)."""
+    return difflib.get_close_matches(name, sorted(set(candidates)), n=3)
+
+
+def did_you_mean(names: list[str]) -> str:
+    """`; did you mean 'a' or 'b'?`, or "" for no names."""
+    return f"; did you mean {' or '.join(repr(n) for n in names)}?" if names else ""
+
+
+def where_folder_was_set(settings: Settings) -> str:
+    """Where the baseline folder came from, as the user would change it."""
+    if settings.origins["baseline_dir"] == "default":
+        return f"the default of {settings.setter('baseline_dir')}"
+    return f"set by {settings.source('baseline_dir')}"
+
+
+def missing_file(path: Path, settings: Settings) -> str | None:
+    """None where the baseline file is there; else that its folder is not (and where the folder
+    was set), or that the folder holds no such file (and the files there of similar names: another
+    hardware key's)."""
+    if path.is_file():
+        return None
+    folder = path.parent
+    if not folder.is_dir():
+        return f"the baseline folder {folder} does not exist ({where_folder_was_set(settings)})"
+    others = [p.name for p in folder.glob("*.json") if p.name not in _NOT_BASELINES]
+    near = close(path.name, others)
+    return (f"the baseline folder {folder} ({where_folder_was_set(settings)}) holds no {path.name}"
+            + (f" ({did_you_mean(near).removeprefix('; ')})" if near else ""))
+
+
+def missing_entry(baselines: Baselines, test_id: str, metric: str, claimed_tests: Iterable[str],
+                  claimed_figures: Iterable[str]) -> tuple[str, list[str]]:
+    """Why the file has no entry for `metric` of `test_id`, and the names it likely meant.
+
+    An entry a test of this run recorded itself (`claimed_tests`, and the test's own
+    `claimed_figures`) is that test's, not a misspelling of this one: it is never suggested.
+    """
+    stored = baselines.entries.get(test_id)
+    if stored is not None:
+        return f"its entry has no {metric}", close(metric, set(stored) - set(claimed_figures))
+    return "no entry for this test", close(test_id, set(baselines.entries) - set(claimed_tests))
+
+
+__all__ = ["close", "did_you_mean", "missing_entry", "missing_file", "where_folder_was_set"]
