@@ -46,7 +46,8 @@ def missing_file(path: Path, settings: Settings) -> str | None:
         return None
     folder = path.parent
     if not folder.is_dir():
-        return f"the baseline folder {folder} does not exist ({where_folder_was_set(settings)})"
+        what = "is not a folder" if folder.exists() else "does not exist"
+        return f"the baseline folder {folder} {what} ({where_folder_was_set(settings)})"
     others = [p.name for p in folder.glob("*.json") if p.name not in _NOT_BASELINES]
     near = close(path.name, others)
     return (f"the baseline folder {folder} ({where_folder_was_set(settings)}) holds no {path.name}"
