@@ -658,24 +658,29 @@ def test_engine_neutral_sampling_value_is_sglangs_default(api_types, name):
 JSON_VALUES = ("x", "", 5, -1, 1.5, True, None, [], ["x"], [True], [1.5], {}, {"1": 1.5}, {"1": "x"})
 
 
-@pytest.mark.parametrize("name", sorted(protocol.NEUTRAL_SAMPLING))
-def test_engine_types_a_neutral_sampling_param_as_sglangs_contract(api_types, name):
+def assert_types_agree(decode, contract_error, neutral, name, values):
     """A value SGLang's contract decoder refuses for its type is the engine's SchemaViolation, and
     one it decodes is not (the engine may still be unable to honour it)."""
-    for value in JSON_VALUES:
-        if value is None or (name == "watermark" and value):  # its struct's own keys are not the engine's
-            continue
+    for value in values:
         try:
-            api_types.decode_SamplingParams({name: value})
+            decode({name: value})
             sglang = False
-        except api_types.JsonContractError:
+        except contract_error:
             sglang = True
         try:
-            protocol.NEUTRAL_SAMPLING[name].check_type(name, value)
+            neutral[name].check_type(name, value)
             engine = False
         except protocol.SchemaViolation:
             engine = True
         assert engine == sglang, f"{name}={value!r}: SGLang's contract {'refuses' if sglang else 'takes'} it"
+
+
+@pytest.mark.parametrize("name", sorted(protocol.NEUTRAL_SAMPLING))
+def test_engine_types_a_neutral_sampling_param_as_sglangs_contract(api_types, name):
+    # a watermark struct's own keys are not the engine's
+    values = [v for v in JSON_VALUES if v is not None and not (name == "watermark" and v)]
+    assert_types_agree(api_types.decode_SamplingParams, api_types.JsonContractError, protocol.NEUTRAL_SAMPLING,
+                       name, values)
 
 
 @pytest.mark.parametrize("name", sorted(protocol.NEUTRAL_FIELDS))
@@ -684,20 +689,8 @@ def test_engine_types_a_neutral_field_as_sglangs_contract(api_types, name):
     inputs excepted: their shapes are many, and the engine takes none of them)."""
     if name in ("image_data", "video_data", "audio_data"):
         pytest.skip("media inputs are not typed by the engine")
-    for value in JSON_VALUES:
-        if value is None:
-            continue
-        try:
-            api_types.decode_GenerateRequest({name: value})
-            sglang = False
-        except api_types.JsonContractError:
-            sglang = True
-        try:
-            protocol.NEUTRAL_FIELDS[name].check_type(name, value)
-            engine = False
-        except protocol.SchemaViolation:
-            engine = True
-        assert engine == sglang, f"{name}={value!r}: SGLang's contract {'refuses' if sglang else 'takes'} it"
+    assert_types_agree(api_types.decode_GenerateRequest, api_types.JsonContractError, protocol.NEUTRAL_FIELDS,
+                       name, [v for v in JSON_VALUES if v is not None])
 
 
 def test_engine_default_max_new_tokens_is_sglangs(api_types):
