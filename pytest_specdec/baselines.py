@@ -16,6 +16,7 @@ still read.
 from __future__ import annotations
 
 import datetime as _dt
+import difflib
 import json
 from glob import escape as glob_escape
 import math
@@ -88,6 +89,10 @@ def _now() -> str:
 
 # --------------------------------------------------------------------------------------------
 # File model
+
+#: The keys an entry of this format may hold (BaselineEntry.to_json writes them).
+ENTRY_KEYS = ("value", "direction", "spread", "samples", "deterministic", "date", "versions", "commit",
+              "fingerprint", "distribution", "cpu_share", "runs")
 
 
 @dataclass(frozen=True)
@@ -173,6 +178,10 @@ class BaselineEntry:
                 raise SpecdecUsageError(f"{where}: {key!r} must be a finite number, got {value!r}")
             return float(value)
 
+        for key in obj:
+            if key not in ENTRY_KEYS and (near := difflib.get_close_matches(key, ENTRY_KEYS, n=1, cutoff=0.75)):
+                # a misspelt optional key would change how the figure is gated without a word
+                raise SpecdecUsageError(f"{where}: unknown key {key!r}; did you mean {near[0]!r}? {fix}")
         direction = obj.get("direction")
         if direction not in ("higher", "lower"):
             raise SpecdecUsageError(f"{where}: 'direction' must be 'higher' or 'lower', got {direction!r}")

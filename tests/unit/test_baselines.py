@@ -277,6 +277,8 @@ def _one_entry(**fields) -> str:
     ({"deterministic": 0}, r"'deterministic' must be true or false, got 0"),
     ({"distribution": {}}, r"'distribution' must be a list of finite numbers"),
     ({"versions": []}, r"'versions' must be an object, got \[\]"),
+    ({"determinstic": True}, r"t output_tok_s: unknown key 'determinstic'; did you mean 'deterministic'\? fix it"),
+    ({"distrbution": [1.0]}, r"unknown key 'distrbution'; did you mean 'distribution'\?"),
 ])
 def test_impossible_figures_in_an_entry_are_usage_errors(tmp_path, fields, match):
     path = tmp_path / "cpu.json"
@@ -288,8 +290,8 @@ def test_impossible_figures_in_an_entry_are_usage_errors(tmp_path, fields, match
 
 def test_figures_that_can_be_measured_are_read(tmp_path):
     path = tmp_path / "cpu.json"
-    path.write_text(_one_entry(value=0, cpu_share=1.0, runs=3))  # accept_rate 0 can be measured
-    assert load_baselines(path, "cpu").get("t", "output_tok_s").runs == 3
+    path.write_text(_one_entry(value=0, cpu_share=1.0, runs=3, note="mine"))  # accept_rate 0 can be measured
+    assert load_baselines(path, "cpu").get("t", "output_tok_s").runs == 3  # a key like none of ours is a note
     doc = json.loads(_one_entry())
     doc["entries"]["t"] = {"my_fig": {"value": -5.0, "direction": "lower", "distribution": [-5.0]}}  # a user's figure
     path.write_text(json.dumps(doc))
