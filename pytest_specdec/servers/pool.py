@@ -92,7 +92,7 @@ class ServerPool:
                 slot.server.check_alive()
                 return slot.server
             except ServerError as e:
-                self._drop(spec)
+                self._drop(spec, grace=DEAD_SERVER_GRACE_S)  # as report_death: nothing to wait for
                 self._count_failure(spec, e)
         if self.leases is not None:
             self.leases.check_fits(spec.num_gpus, owner=spec.id)  # skip before tearing anything down

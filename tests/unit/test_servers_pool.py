@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 import urllib.request
 
@@ -101,6 +103,33 @@ def test_report_death_makes_the_failure_sticky_before_the_next_acquire(tmp_path)
         assert pool.live() == {} and pool.failure(s).reason == "died"
     finally:
         pool.close()
+    assert wait_gone(pids_of(started)) == []
+
+
+def test_a_server_found_frozen_before_its_next_test_is_not_given_the_full_sigterm_grace(tmp_path):
+    """A server found unresponsive as the next test asks for it was stopped with the full SIGTERM
+    grace, which a frozen server (SIGSTOP, or wedged in a driver call) never honours: every other
+    dead or frozen server the pool stops gets DEAD_SERVER_GRACE_S. The grace here is 30 s."""
+    started = []
+
+    def factory(s, gpus):
+        started.append(server(s, tmp_path / "logs", term_grace=30.0, health_timeout=2.0,
+                              wait_gpu_release=False))
+        return started[-1]
+
+    pool, s = ServerPool(factory), spec("ar")
+    try:
+        frozen = pool.acquire(s)
+        os.kill(frozen.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        with pytest.raises(ServerError, match="unresponsive: /health did not answer within 2s"):
+            pool.acquire(s)
+        assert time.monotonic() - t0 < 15  # a 2 s probe and a short grace; the old wait was 32 s
+        assert pool.live() == {}
+    finally:
+        pool.close()
+        for m in started:
+            m.stop()
     assert wait_gone(pids_of(started)) == []
 
 
