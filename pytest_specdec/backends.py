@@ -161,6 +161,7 @@ class Backend:
                 spec, self.argv_builder(spec, state), log_dir=log_dir, gpus=gpus, env=hidden,
                 startup_timeout=state.settings.startup_timeout,
                 startup_setting=state.settings.setter("startup_timeout"),
+                stall_timeout=state.settings.stall_timeout, stall_setting=state.settings.setter("stall_timeout"),
                 wait_gpu_release=state.hardware.physical_gpus > 0, argv_hint=self.argv_hint)
 
         return ServerPool(factory, leases=leases, restart_on_crash=state.settings.restart_on_crash)

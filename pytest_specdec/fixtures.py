@@ -173,9 +173,7 @@ def specdec_server(specdec_spec: MatrixCase, specdec_pool: ServerPool, specdec_s
     # frozen would only hold the interrupt up for the health timeout
     interrupted = getattr(request.session, "exitstatus", pytest.ExitCode.OK) != pytest.ExitCode.OK
     if live.failure is None and owned and not interrupted:
-        error = server.diagnose()
-        if error is not None:
-            specdec_pool.report_death(spec, error)
+        live.check_after_test()
 
 
 @pytest.fixture

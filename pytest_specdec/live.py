@@ -34,6 +34,19 @@ def fail(message: str) -> None:
     raise pytest.fail.Exception(message, pytrace=False) from None
 
 
+# what a server found failed after its test did, in a word
+_AFTER_TEST = {"unresponsive": "froze", "hang": "hangs", "died": "died"}
+
+
+def after_test_warning(error: ServerError) -> str:
+    """The warning for a server found dead or frozen once its test had finished."""
+    what = _AFTER_TEST.get(error.reason, error.reason)
+    log = f" (log: {error.log_path})" if error.log_path is not None else ""
+    return (f"pytest-specdec: server {error.spec_id} {what} after its test finished: {error.cause}; "
+            f"it was stopped and counts as crashed{log}. The test's verdict stands: it measured "
+            f"while the server answered")
+
+
 @dataclass
 class LiveServer:
     """A ready server for one configuration: `url`, `spec`, `log_path`, `generate()`, `run()`."""
@@ -73,6 +86,19 @@ class LiveServer:
             if self.report_failure is not None:
                 self.report_failure(exc)
             fail(str(exc))
+
+    def check_after_test(self) -> None:
+        """After the test: a server that died or froze since its last check is stopped and counted
+        as crashed, as in a test, and said in a warning. The test's verdict stands: `run()` checks
+        liveness after each workload, so what the test measured, it measured on a server that
+        answered; the freeze came after, and its configuration's later tests fail on it."""
+        try:
+            self.check()
+        except ServerError as exc:
+            self.failure = exc
+            if self.report_failure is not None:
+                self.report_failure(exc)
+            warnings.warn(after_test_warning(exc), stacklevel=2)
 
     def log_tail(self, lines: int = 20) -> str:
         return tail(self.log_path, lines) if self.log_path else ""

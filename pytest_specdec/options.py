@@ -211,7 +211,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("startup_timeout", "seconds a server may take to become ready", _positive_float, 600.0,
            metavar="S"),
     Option("stall_timeout", "seconds a running workload may go without any request receiving a "
-           "token before its server counts as stalled (probed, stopped, its configuration failed)",
+           "token before its server counts as stalled (probed, stopped, its configuration failed); "
+           "a ready server's /health check waits no longer either (and at most 25)",
            _positive_float, 60.0, metavar="S"),
     Option("restart_on_crash", "restart a crashed server up to N times per configuration",
            _count, 0, metavar="N"),

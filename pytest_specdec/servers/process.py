@@ -142,6 +142,8 @@ class ManagedServer:
         wait_gpu_release: bool = True,
         argv_hint: str = "",
         startup_setting: str = "--specdec-startup-timeout",
+        stall_timeout: float | None = None,
+        stall_setting: str = "--specdec-stall-timeout",
     ) -> None:
         self.spec = spec
         self.argv_for_port = argv_for_port
@@ -156,6 +158,8 @@ class ManagedServer:
         self.wait_gpu_release = wait_gpu_release
         self.argv_hint = argv_hint  # where the flags a refused command line got come from, and the fix
         self.startup_setting = startup_setting  # where the user set startup_timeout: the advice names it
+        self.stall_timeout = stall_timeout  # the run's bound on silence, which caps a liveness probe
+        self.stall_setting = stall_setting
         self._requested_port = port
         self.port: int | None = port
         self.log_path: Path | None = None
@@ -191,6 +195,15 @@ class ManagedServer:
 
     def is_running(self) -> bool:
         return self._proc is not None and not self._stopped and self._proc.poll() is None
+
+    @property
+    def liveness_timeout(self) -> float:
+        """How long a ready server's /health may take: `health_timeout`, capped by the run's stall
+        timeout, since a server that produces no token for that long counts as stalled in a
+        workload and so counts as frozen between workloads too."""
+        if self.stall_timeout is None:
+            return self.health_timeout
+        return min(self.health_timeout, self.stall_timeout)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -365,7 +378,8 @@ class ManagedServer:
 
     def check_alive(self, timeout: float | None = None) -> None:
         """Liveness: the process runs, its log shows no fatal line, and `/health` answers 200
-        within `timeout`. Raises ServerError `died` / `unresponsive`; a death is remembered."""
+        within `timeout` (default `liveness_timeout`). Raises ServerError `died` / `unresponsive`;
+        a death is remembered."""
         if self.died is not None:
             raise self.died
         if self._proc is None or self._stopped:
@@ -375,7 +389,9 @@ class ManagedServer:
         if finding.fatal_line is not None or code is not None:
             self.died = self._death_error(self._scan(), code)
             raise self.died
-        outcome, status = probe(self.url + api.HEALTH, timeout or self.health_timeout)
+        capped = not timeout and self.liveness_timeout < self.health_timeout  # by the stall timeout
+        timeout = timeout or self.liveness_timeout
+        outcome, status = probe(self.url + api.HEALTH, timeout)
         if outcome != "ok":
             # Give a crash that is just happening a moment to reach the log / exit status.
             time.sleep(0.2)
@@ -383,8 +399,10 @@ class ManagedServer:
             if finding.fatal_line is not None or code is not None:
                 self.died = self._death_error(finding, code)
                 raise self.died
-            what = describe_probe("/health", outcome, status, timeout or self.health_timeout)
-            raise self._error("unresponsive", f"{what} (process alive, pid {self.pid})")
+            what = describe_probe("/health", outcome, status, timeout)
+            advice = f"; raise {self.stall_setting} if the server is just slow" \
+                if outcome == "timeout" and capped else ""
+            raise self._error("unresponsive", f"{what} (process alive, pid {self.pid}){advice}")
 
     def stall_error(self, stall: str, probe_timeout: float = STALL_PROBE_TIMEOUT_S) -> ServerError:
         """The error for a workload that stalled (`stall` says for how long, with how many

@@ -4,12 +4,14 @@ context-length guard's count by a server's own /v1/tokenize."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 from pytest_specdec.backends import AttachBackend, SGLangBackend
 from pytest_specdec.live import LiveServer
 from pytest_specdec.metrics import RequestRecord, WorkloadResult, summarize
+from pytest_specdec.servers.diagnosis import ServerError
 from pytest_specdec.servers.spec import ServerSpec
 from pytest_specdec.workloads import Prompt, Workload, fit_to_context
 
@@ -466,6 +468,39 @@ def test_generate_on_a_frozen_server_fails_after_the_stall_timeout(sent, keepali
                         str(info.value)), str(info.value)
     assert [error.reason for error in reported] == ["stalled"]
     assert server.failure is reported[0]
+
+
+@pytest.mark.parametrize("reason, cause, said", [
+    ("unresponsive", "/health did not answer within 3s (process alive, pid 7)", "froze"),
+    ("died", "CUDA error: an illegal instruction was encountered", "died"),
+])
+def test_a_server_found_failed_after_its_test_is_stopped_and_warned_of_not_failed(reason, cause, said):
+    """The fixture's teardown used to report such a server failed in silence: the user saw a
+    slow teardown and a green run. It is now reported as failed (stopped, its later tests
+    erroring) and named in a warning with its log, and the test that measured before stands."""
+    error = ServerError("ar-tp1", reason, cause, log_path=Path("logs/ar-tp1.log"))
+
+    def check():
+        raise error
+
+    reported = []
+    server = LiveServer(spec=ServerSpec("embedded", "ar"), url="http://127.0.0.1:9", log_path=None,
+                        check=check, report_failure=reported.append)
+    with pytest.warns(UserWarning) as seen:
+        server.check_after_test()  # no pytest.fail: the test's verdict stands
+    assert [str(w.message) for w in seen] == [
+        f"pytest-specdec: server ar-tp1 {said} after its test finished: {cause}; it was stopped and "
+        f"counts as crashed (log: logs/ar-tp1.log). The test's verdict stands: it measured while the "
+        f"server answered"]
+    assert reported == [error] and server.failure is error
+
+
+def test_a_server_alive_after_its_test_is_left_as_it_is():
+    reported = []
+    server = LiveServer(spec=ServerSpec("embedded", "ar"), url="http://127.0.0.1:9", log_path=None,
+                        check=lambda: None, report_failure=reported.append)
+    server.check_after_test()
+    assert reported == [] and server.failure is None
 
 
 @pytest.mark.parametrize("sent, text, ids", [

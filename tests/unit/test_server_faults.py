@@ -418,3 +418,62 @@ def test_each_failure_is_told_once_with_its_cause_and_log(pytester, no_leftover_
     assert not re.search(r"pytest_specdec/\S+\.py:\d+: ", failures), failures
     assert "workload 'w1': workload 'w1'" not in failures
     assert "last server log lines:" in failures or "last lines:" in failures
+
+
+# Freezes its configuration's server (SIGSTOP: a server that answers nothing, as one wedged on its
+# GPU) as its only test passes; `frozen` picks which configurations' servers.
+FROZEN_AFTER_TEST = '''
+import os, signal
+
+
+def test_freeze(specdec_server, specdec_spec):
+    if specdec_spec.method in {frozen!r}:
+        os.kill(specdec_server.pids()[0], signal.SIGSTOP)
+'''
+# generous beside the stall timeout it now takes; the old teardown took the 25 s health timeout
+TEARDOWN_WITHIN_S = 15.0
+
+
+def teardown_durations(result) -> dict[str, float]:
+    """Each test's teardown duration, by test id, from `--durations=0 -vv`."""
+    found = re.findall(r"^([\d.]+)s teardown +\S+::(\S+)$", result.stdout.str(), re.MULTILINE)
+    return {test: float(seconds) for seconds, test in found}
+
+
+def frozen_warnings(result) -> list[str]:
+    return re.findall(r"server (\S+) froze after its test finished", result.stdout.str())
+
+
+def test_a_server_frozen_after_its_last_test_is_stopped_within_the_stall_timeout_and_said(
+        pytester, no_leftover_engines):
+    """A server frozen as its last test passed was found at teardown only, after the fixed 25 s
+    health timeout, then stopped in silence: the run stayed green and the wait unexplained. It is
+    now found within the run's stall timeout, stopped, and named in a warning with its log; the
+    test's verdict stands (it measured before the freeze)."""
+    project(pytester, methods=("ar",), prompts=1, max_new_tokens=4, extra="stall_timeout = 3")
+    pytester.makepyfile(test_generation=FROZEN_AFTER_TEST.format(frozen={"ar"}))
+    result = run(pytester, "--durations=0", "-vv")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.re_match_lines([
+        r".*pytest-specdec: server ar-tp1 froze after its test finished: /health did not answer within 3s "
+        r"\(process alive, pid \d+\); raise pyproject\.toml \[tool\.specdec\] key 'stall_timeout' if the "
+        r"server is just slow; it was stopped and counts as crashed \(log: .*/logs/ar-tp1\.log\)\. "
+        r"The test's verdict stands: it measured while the server answered"])
+    assert teardown_durations(result)["test_freeze[ar-tp1]"] < TEARDOWN_WITHIN_S
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["one-process", "xdist"])
+def test_of_several_servers_only_the_frozen_one_is_said_and_none_waits_the_health_timeout(
+        pytester, no_leftover_engines, xdist):
+    """Two configurations, one server frozen after its last test: that one alone is named, every
+    teardown ends within the stall timeout, under xdist too (the warning reaches the controller)."""
+    if xdist:
+        pytest.importorskip("xdist")
+    project(pytester, methods=("ar", "ddtree"), prompts=1, max_new_tokens=4, extra="stall_timeout = 3")
+    pytester.makepyfile(test_generation=FROZEN_AFTER_TEST.format(frozen={"ddtree"}))
+    result = run(pytester, "--durations=0", "-vv", *xdist)
+    result.assert_outcomes(passed=2, warnings=1)
+    assert frozen_warnings(result) == ["ddtree-tp1-b8"]
+    durations = teardown_durations(result)
+    assert set(durations) == {"test_freeze[ar-tp1]", "test_freeze[ddtree-tp1-b8]"}, result.stdout.str()
+    assert max(durations.values()) < TEARDOWN_WITHIN_S, durations
