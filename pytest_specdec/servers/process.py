@@ -459,6 +459,7 @@ class ManagedServer:
         pgid = proc.pid
         tree = set(cleanup.descendants(pgid)) | {pgid}
         self._signal_group(pgid, signal.SIGTERM)
+        self._signal_group(pgid, signal.SIGCONT)  # a stopped process acts on SIGTERM only once resumed
         try:
             proc.wait(timeout=self.term_grace if grace is None else grace)
         except subprocess.TimeoutExpired:

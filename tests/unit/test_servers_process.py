@@ -252,6 +252,17 @@ def test_unresponsive_but_alive(tmp_path):
     assert wait_gone([s.pid]) == []
 
 
+def test_a_stopped_server_is_woken_to_honour_sigterm(tmp_path):
+    """A process stopped by SIGSTOP (a debugger, a job-control stop) never acts on SIGTERM: it
+    waited out the whole grace and was SIGKILLed, its shutdown (and its log's last lines) lost."""
+    s = server(spec("ar"), tmp_path, entry=FAKE_ENTRY)
+    s.start()
+    os.kill(s.pid, signal.SIGSTOP)
+    s.stop(grace=5)
+    assert s.returncode != -signal.SIGKILL
+    assert wait_gone([s.pid]) == []
+
+
 STANDIN = textwrap.dedent(
     """
     import sys, time
