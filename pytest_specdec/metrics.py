@@ -550,14 +550,16 @@ DECODE_LINE_FIELDS = {
     "accept_rate": re.compile(r"accept rate:\s*([0-9.]+)"),
     "gen_throughput": re.compile(r"gen throughput \(token/s\):\s*([0-9.]+)"),
 }
-_DECODE_MARK = re.compile(re.escape(api.DECODE_BATCH) + "[.,]")
+# SGLANG_LOG_FORWARD_ITERS=1 puts the forward iteration between the mark and its comma
+_DECODE_MARK = re.compile(re.escape(api.DECODE_BATCH) + r"(?: \[\d+\])?[.,]")
 _DDTREE_FIELDS = ("avg_accepted_drafts", "avg_commit_len", "avg_accepted_depth")
 _DDTREE_RE = {name: re.compile(rf"\b{name}\s*=\s*([0-9.]+)") for name in _DDTREE_FIELDS}
 
 
 @dataclass(frozen=True)
 class DecodeLogLine:
-    """One SGLang `Decode batch` line (both the `Decode batch.` and `Decode batch,` forms)."""
+    """One SGLang `Decode batch` line (the `Decode batch.` and `Decode batch,` forms, and
+    `Decode batch [N],` where SGLANG_LOG_FORWARD_ITERS tags it with its forward iteration)."""
 
     running_req: int | None
     accept_len: float | None

@@ -114,5 +114,6 @@ FATAL_SIGNATURES_FROM_TORCH = frozenset({
     "CUDA out of memory",
     "Watchdog caught collective operation timeout",
 })
-#: The scheduler's periodic decode line starts with this, then `, ` (older releases: `.`).
+#: The scheduler's periodic decode line starts with this, then `, ` (older releases: `.`), or
+#: ` [N], ` with SGLANG_LOG_FORWARD_ITERS set (N: the forward iteration).
 DECODE_BATCH = "Decode batch"

@@ -308,6 +308,8 @@ NEW_LINE = ("[2026-11-29 23:42:31 TP0] Decode batch, #running-req: 8, #token: 12
 OLD_LINE = ("[2025-01-02 10:00:00 TP0] Decode batch. #running-req: 4, #token: 999, token usage: 0.01, "
             "accept len: 2.50, gen throughput (token/s): 300.00, #queue-req: 0, ")
 PLAIN_LINE = "[gpu=0] Decode batch. #running-req: 2, #token: 10, token usage: 0.00, gen throughput (token/s): 55.50, #queue-req: 1"
+#: with SGLANG_LOG_FORWARD_ITERS=1 SGLang tags the line with its forward iteration
+ITER_LINE = NEW_LINE.replace("Decode batch,", "Decode batch [4096],")
 DDTREE_LINE = "[TP0] ddtree stats: avg_accepted_drafts=4.25 avg_commit_len=5.25 avg_accepted_depth=4.10 budget=16"
 
 
@@ -318,6 +320,12 @@ def test_parse_decode_lines_new_old_and_plain_forms():
     assert (new.running_req, new.accept_len, new.accept_rate, new.gen_throughput) == (8, 3.21, 0.55, 1234.56)
     assert (old.running_req, old.accept_len, old.accept_rate, old.gen_throughput) == (4, 2.50, None, 300.0)
     assert (plain.accept_len, plain.gen_throughput) == (None, 55.5)
+
+
+def test_parse_decode_lines_reads_a_line_tagged_with_its_forward_iteration():
+    (tagged,) = parse_decode_lines([ITER_LINE])
+    assert (tagged.running_req, tagged.accept_len, tagged.accept_rate) == (8, 3.21, 0.55)
+    assert server_figures_from_log(ITER_LINE).accept_length == pytest.approx(3.21)
 
 
 def test_parse_ddtree_lines_including_partial_forks():

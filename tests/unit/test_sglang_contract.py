@@ -619,6 +619,17 @@ def test_the_decode_line_starts_as_the_plugin_expects(srt):
         f"no {api.DECODE_BATCH!r} line (as the plugin reads it) in report_decode_stats: {lines[:3]}")
 
 
+def test_the_decode_line_tagged_with_its_forward_iteration_is_read(srt):
+    """SGLANG_LOG_FORWARD_ITERS=1 puts `iter_msg` between the mark and its comma."""
+    stats = function(srt("managers/scheduler_components/metrics_reporter.py"), "report_decode_stats")
+    tags = [template(n.value.body) for n in ast.walk(stats) if isinstance(n, ast.Assign)
+            and getattr(n.targets[0], "id", None) == "iter_msg" and isinstance(n.value, ast.IfExp)]
+    assert tags and tags[0] is not None, "report_decode_stats no longer builds iter_msg from a template"
+    line = next(t for t in templates(stats) if t.startswith(api.DECODE_BATCH))
+    tagged = line.replace("{}", tags[0].replace("{}", "4096"), 1).replace("{}", "")
+    assert metrics.parse_decode_lines([tagged]), f"the plugin does not read {tagged!r}"
+
+
 @pytest.mark.parametrize("field", sorted(metrics.DECODE_LINE_FIELDS))
 def test_decode_line_field_is_logged(srt, field):
     lines = templates(function(srt("managers/scheduler_components/metrics_reporter.py"), "report_decode_stats"))
