@@ -704,19 +704,29 @@ def parse_prometheus_text(text: str) -> dict[str, list[tuple[dict[str, str], flo
 def server_figures_from_metrics(text: str) -> ServerFigures:
     """SGLang's /metrics gauges (mean over label sets, e.g. TP ranks or DP groups).
 
-    Note: these gauges describe the latest logging interval, not the workload as a whole.
+    Note: these gauges describe the latest logging interval, not the workload as a whole
+    (gen_throughput reads 0 once the server is idle). SGLang's spec gauges read 0, not absent,
+    on a server without speculation and before its first decode interval: an accept length of 0
+    (at least 1 where anything was verified) is no figure, and that label set's accept rate
+    with it.
     """
     samples = parse_prometheus_text(text)
 
-    def gauge(name: str) -> float | None:
-        values = [v for _, v in samples.get(name, []) if math.isfinite(v)]
+    def labelled(name: str) -> list[tuple[frozenset, float]]:
+        return [(frozenset(labels.items()), v) for labels, v in samples.get(name, []) if math.isfinite(v)]
+
+    def mean(values: list[float]) -> float | None:
         return sum(values) / len(values) if values else None
 
+    lengths = labelled(api.METRIC_SPEC_ACCEPT_LENGTH)
+    unverified = {labels for labels, v in lengths if v <= 0}
+    accept_length = mean([v for _, v in lengths if v > 0])
+    rates = [v for labels, v in labelled(api.METRIC_SPEC_ACCEPT_RATE) if labels not in unverified]
     return ServerFigures(
         source="/metrics",
-        accept_length=gauge(api.METRIC_SPEC_ACCEPT_LENGTH),
-        accept_rate=gauge(api.METRIC_SPEC_ACCEPT_RATE),
-        gen_throughput=gauge(api.METRIC_GEN_THROUGHPUT),
+        accept_length=accept_length,
+        accept_rate=None if accept_length is None else mean(rates),
+        gen_throughput=mean([v for _, v in labelled(api.METRIC_GEN_THROUGHPUT)]),
         lines=sum(len(v) for v in samples.values()),
     )
 

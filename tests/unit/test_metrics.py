@@ -397,6 +397,21 @@ def test_parse_prometheus_text_and_figures():
     assert server_figures_from_metrics("").accept_length is None
 
 
+def test_metrics_spec_gauges_at_zero_are_no_figure():
+    """SGLang sets both spec gauges to 0 on a server without speculation and serves them at 0
+    before its first decode interval; an accept length is at least 1 where a step was verified."""
+    off = ('sglang:spec_accept_length{model_name="m"} 0.0\nsglang:spec_accept_rate{model_name="m"} 0.0\n'
+           'sglang:gen_throughput{model_name="m"} 0.0\n')
+    fig = server_figures_from_metrics(off)
+    assert (fig.accept_length, fig.accept_rate, fig.gen_throughput) == (None, None, 0.0)
+    assert compare_accept_length(2.5, fig) is None
+    # a DP group that has not logged a speculative interval yet does not halve the others' figure
+    groups = ('sglang:spec_accept_length{dp_rank="0"} 3.0\nsglang:spec_accept_length{dp_rank="1"} 0.0\n'
+              'sglang:spec_accept_rate{dp_rank="0"} 0.4\nsglang:spec_accept_rate{dp_rank="1"} 0.0\n')
+    fig = server_figures_from_metrics(groups)
+    assert (fig.accept_length, fig.accept_rate) == (pytest.approx(3.0), pytest.approx(0.4))
+
+
 def test_parse_prometheus_text_rejects_what_is_not_prometheus():
     with pytest.raises(ValueError, match="not Prometheus' text format"):
         parse_prometheus_text("garbage line without value\n")

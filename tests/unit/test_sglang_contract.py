@@ -587,6 +587,15 @@ def test_metric_parsed_is_defined(srt, name):
     assert name in defined, moved([name], defined, "SGLang's metrics collector")
 
 
+def test_spec_gauges_read_zero_without_speculation(srt):
+    """What server_figures_from_metrics takes an accept length of 0 for: no verified step."""
+    stats = function(srt("managers/scheduler_components/metrics_reporter.py"), "report_decode_stats")
+    zeroed = {t.id for n in ast.walk(stats) if isinstance(n, ast.Assign)
+              and isinstance(n.value, ast.Constant) and n.value.value == 0 for t in n.targets
+              if isinstance(t, ast.Name)}
+    assert {"spec_accept_length", "spec_accept_rate"} <= zeroed, zeroed
+
+
 # -- log lines -----------------------------------------------------------------------------------
 
 def test_readiness_line_is_logged(srt):
