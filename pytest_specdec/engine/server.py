@@ -279,7 +279,8 @@ class EngineServer:
         if p.e2e_latency is not None:
             meta[api.E2E_LATENCY] = p.e2e_latency
         budget = self.scheduler.decoder.budget
-        if p.verify_ct > 0 and budget > 0:  # absent, not zero, when nothing was verified
+        # SGLang adds them to a request's last answer only; absent, not zero, when nothing was verified
+        if p.finish_reason is not None and p.verify_ct > 0 and budget > 0:
             proposed = p.verify_ct * budget
             meta[api.SPEC_VERIFY_CT] = p.verify_ct
             meta[api.SPEC_ACCEPT_LENGTH] = p.num_ids / p.verify_ct

@@ -110,6 +110,9 @@ def test_streaming_sends_a_chunk_a_step_to_a_reader_that_keeps_up(engines):
     assert len(chunks) > 2, [c["meta_info"]["completion_tokens"] for c in chunks]
     counts = [c["meta_info"]["completion_tokens"] for c in chunks]
     assert counts == sorted(set(counts)) and counts[-1] == 48
+    # as SGLang's: the speculative counters and the latency come with the finished request only
+    assert not any((SPEC_KEYS | {"e2e_latency"}) & set(c["meta_info"]) for c in chunks[:-1]), chunks[0]
+    assert SPEC_KEYS <= set(chunks[-1]["meta_info"])
 
 
 def test_continuous_usage_stats_puts_the_usage_so_far_on_the_chunks_sglang_does(ddtree):

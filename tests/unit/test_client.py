@@ -103,7 +103,7 @@ class FakeSGLang:
                     meta["finish_reason"] = {"type": "abort", "message": "too long"} if mode == "abort" \
                         else {"type": "length", "length": n}
                     meta["e2e_latency"] = 0.01
-                if verify and mode != "nospec":
+                if verify and mode != "nospec" and emitted == n:  # SGLang: on the last answer only
                     meta.update(spec_verify_ct=verify, spec_accept_length=emitted / verify,
                                 spec_accept_rate=0.5, spec_num_correct_drafts=verify * (TOKENS_PER_STEP - 1),
                                 spec_num_proposed_drafts=verify * 15)
