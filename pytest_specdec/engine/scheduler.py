@@ -220,7 +220,8 @@ class Scheduler:
         """Zero the load gauges on going idle, as SGLang's idle housekeeping does: they are set
         every decode-log interval, so the last one before idling would otherwise stand."""
         m = self.metrics
-        for gauge in (m.num_running_reqs, m.num_queue_reqs, m.num_used_tokens, m.token_usage):
+        # the running count last: a reader that sees it at 0 sees the others zeroed
+        for gauge in (m.gen_throughput, m.token_usage, m.num_used_tokens, m.num_queue_reqs, m.num_running_reqs):
             gauge.set(0)
 
     def _take_inbox(self, block: bool) -> None:

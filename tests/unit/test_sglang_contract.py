@@ -596,6 +596,15 @@ def test_spec_gauges_read_zero_without_speculation(srt):
     assert {"spec_accept_length", "spec_accept_rate"} <= zeroed, zeroed
 
 
+def test_the_idle_publish_zeroes_the_generation_throughput(srt):
+    """What the engine's idle gauges follow (and why /metrics' gen_throughput reads 0 after a workload)."""
+    idle = function(srt("managers/scheduler_components/metrics_reporter.py"), "_maybe_log_idle_metrics")
+    zeroed = {t.attr for n in ast.walk(idle) if isinstance(n, ast.Assign)
+              and isinstance(n.value, ast.Constant) and n.value.value == 0 for t in n.targets
+              if isinstance(t, ast.Attribute)}
+    assert "gen_throughput" in zeroed, zeroed
+
+
 # -- log lines -----------------------------------------------------------------------------------
 
 def test_readiness_line_is_logged(srt):
