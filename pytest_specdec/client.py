@@ -7,9 +7,12 @@ then `data: [DONE]`; errors raised mid-stream arrive as `data: {"error": {"messa
 HTTP 200, so a 200 alone does not mean success.
 
 Why the parsing is lazy: with cumulative text every event repeats the whole output so far, so
-decoding all of them costs O(tokens²) JSON work. Only events up to the first token and the last
-event before `[DONE]` are decoded; the rest are only scanned for an error prefix. That keeps
-the client far faster than any server it measures (see tests/bench/test_client_throughput.py).
+decoding all of them costs O(tokens²) JSON work. Only events up to the second that carries
+tokens and the last event before `[DONE]` are decoded; the rest are only scanned for an error
+prefix. That keeps the client far faster than any server it measures (see
+tests/bench/test_client_throughput.py). A server started with --incremental-streaming-output
+sends each step's text and ids alone (the second event's ids are fewer than its
+completion_tokens): then every event is decoded, small as each is, and the output joined.
 """
 
 from __future__ import annotations
@@ -141,6 +144,9 @@ async def generate_one(
     first_token_at: float | None = None
     first_meta: dict | None = None
     last_event: bytes | None = None
+    # the events decoded while the stream may be deltas (None: it is not, or no text is kept)
+    decoded: list[dict] | None = [] if keep_text else None
+    token_events = 0
     chunks = 0
     done = False
     error: str | None = None
@@ -162,11 +168,18 @@ async def generate_one(
                         error = error_text(event.decode("utf-8", "replace"))
                         continue
                     last_event = event
-                    if first_token_at is None:
-                        meta = _decode_event(event).get(api.META_INFO) or {}
-                        if int(meta.get(api.COMPLETION_TOKENS) or 0) > 0:
+                    if first_token_at is None or decoded is not None:
+                        obj = _decode_event(event)
+                        meta = obj.get(api.META_INFO) or {}
+                        tokens = int(meta.get(api.COMPLETION_TOKENS) or 0)
+                        if first_token_at is None and tokens > 0:
                             first_token_at = time.perf_counter()
                             first_meta = meta
+                        if decoded is not None:
+                            decoded.append(obj)
+                            token_events += tokens > 0
+                            if token_events == 2 and not _is_delta(obj, tokens):
+                                decoded = None  # cumulative: the last event holds the whole output
                 if not done and error is None and chunks == 0 and head \
                         and not head.lstrip().startswith((_DATA, b":")):  # ":": an SSE comment
                     error = (f"answered with a body that is no event stream (no 'data:' lines; was the request's "
@@ -182,7 +195,9 @@ async def generate_one(
     end = time.perf_counter()
 
     final: dict = {}
-    if last_event is not None:
+    if decoded:
+        final = _whole_body(decoded)  # deltas joined, as far as they add up
+    elif last_event is not None:
         try:
             final = _decode_event(last_event)
         except ValueError as exc:
@@ -232,6 +247,13 @@ async def _data_events(resp: aiohttp.ClientResponse, head: bytearray, head_limit
             if on_event is not None:
                 on_event()
             yield line[5:].strip()
+
+
+def _is_delta(event: dict, tokens: int) -> bool:
+    """Whether a stream's second event with tokens is a delta (SGLang's --incremental-streaming-output):
+    its token ids fewer than its completion_tokens. A stream without ids is read as cumulative."""
+    ids = event.get(api.RESPONSE_OUTPUT_IDS)
+    return isinstance(ids, list) and len(ids) < tokens
 
 
 def _cumulative_ids(final: dict, meta: dict) -> tuple[int, ...] | None:

@@ -108,6 +108,10 @@ class FakeSGLang:
                                 spec_accept_rate=0.5, spec_num_correct_drafts=verify * (TOKENS_PER_STEP - 1),
                                 spec_num_proposed_drafts=verify * 15)
                 event = {"text": "x" * emitted, "output_ids": list(range(emitted)), "meta_info": meta}
+                if mode == "incremental":  # SGLang's --incremental-streaming-output: the step's part alone
+                    start = emitted - step
+                    event.update(text="".join(chr(97 + i % 26) for i in range(start, emitted)),
+                                 output_ids=list(range(start, emitted)))
                 await resp.write(b"data: " + json.dumps(event).encode() + b"\n\n")
                 if mode == "cut" and emitted > 1:
                     request.transport.close()
@@ -220,6 +224,17 @@ def test_concurrency_is_respected(fake):
     run_workload(fake.url, workload(*[f"p{i}" for i in range(12)], n=30, concurrency=3))
     assert len(fake.payloads) == 12
     assert 1 <= fake.peak_in_flight <= 3
+
+
+def test_a_stream_of_deltas_is_joined_into_the_whole_output(fake):
+    """SGLang's --incremental-streaming-output: each event holds its step's text and ids alone,
+    while meta_info's counts stay cumulative."""
+    r = run_workload(fake.url, workload("mode:incremental", n=10)).records[0]
+    assert r.ok and r.completion_tokens == 10 and r.chunks == 4
+    assert r.output_ids == tuple(range(10)) and r.text == "abcdefghij"
+    assert r.spec_verify_ct == 3
+    whole = run_workload(fake.url, workload("cumulative", n=10)).records[0]
+    assert whole.output_ids == tuple(range(10)) and whole.text == "x" * 10
 
 
 def test_keep_text_false_drops_output_text(fake):
