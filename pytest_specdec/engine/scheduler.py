@@ -317,7 +317,7 @@ class Scheduler:
                 client_verified += 1
             if dec.speculative:
                 req.verify_ct += 1
-                req.correct_drafts += min(drafts, taken)
+                req.correct_drafts += drafts  # as SGLang counts them: a finish inside the step cuts no draft
             if not req.internal and taken:
                 self.metrics.inter_token_latency.observe((now - req.last_token_at) / taken)
             req.last_token_at = now

@@ -62,6 +62,15 @@ def test_generate_meta_info_with_speculation(ddtree):
     assert meta["spec_accept_length"] > 1.5
 
 
+def test_drafts_accepted_past_the_length_limit_count_as_sglangs_do(ddtree):
+    """SGLang adds a step's accepted drafts to spec_num_correct_drafts whole, while the output
+    stops at max_new_tokens: a request of 2 tokens (one from prefill, one verify step) reports
+    every draft its step accepted."""
+    metas = [ddtree.generate(f"{PROMPT} {i}", max_new_tokens=2)["meta_info"] for i in range(4)]
+    assert all(m["completion_tokens"] == 2 and m["spec_verify_ct"] == 1 for m in metas)
+    assert max(m["spec_num_correct_drafts"] for m in metas) > 1, metas
+
+
 def test_speculative_and_autoregressive_servers_agree_token_for_token(ddtree, ar):
     spec = ddtree.generate(PROMPT, max_new_tokens=80)
     plain = ar.generate(PROMPT, max_new_tokens=80)
