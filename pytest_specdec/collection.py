@@ -3,7 +3,8 @@
 Each family's matrix becomes parameters of tests that ask for `specdec_spec` (or the server built
 from it). Items carry the family's marker, `gpus(tp)` and `specdec(method, tp, budget)`;
 collection then turns hardware mismatches into skips with a reason, known issues into strict
-xfails, and orders items so each configuration boots once. No `xdist_group` mark: under xdist the
+xfails, and orders items so each configuration boots once and each reference configuration runs
+before the configurations the losslessness guard holds to it. No `xdist_group` mark: under xdist the
 scheduler reads the configuration from the node id, and without xdist the mark would be unknown
 (an error under --strict-markers).
 """
@@ -14,8 +15,9 @@ from typing import Iterable
 
 import pytest
 
-from .configuration import METHODS, MatrixCase, takes_budget
+from .configuration import METHODS, MatrixCase, is_speculative, takes_budget
 from .hardware import GPU_FAMILIES
+from .lossless import reference_of
 from .state import RunState
 
 MARKERS = (
@@ -289,7 +291,7 @@ def modify_items(items: list[pytest.Item], state: RunState, in_worker: bool = Fa
             why = "" if strict else (f" (a dry run on the {state.backend} backend does not reproduce it: "
                                      f"an XPASS here does not mean it is fixed)")
             item.add_marker(pytest.mark.xfail(reason=f"known issue: {issue}{why}", strict=strict))
-    items[:] = order_by_configuration(items)
+    items[:] = order_by_configuration(items, state)
 
 
 def case_of(item: pytest.Item) -> MatrixCase | None:
@@ -316,19 +318,59 @@ def configuration_in_nodeid(nodeid: str, param_ids: Iterable[str]) -> str | None
     return None
 
 
-def order_by_configuration(items: Iterable[pytest.Item]) -> list[pytest.Item]:
-    """Stable sort that pulls each configuration's items together at its first appearance.
+def reference_case(case: MatrixCase, state: RunState) -> MatrixCase | None:
+    """The configuration whose outputs `case`'s must reproduce: the reference method in the
+    same family, at the same TP where the matrix has it, else at the family's first TP."""
+    matrix = state.config.matrices.get(case.family)
+    method = state.settings.reference
+    if matrix is None or method not in matrix.methods:
+        return None
+    return reference_of(case, method, matrix.tp)
+
+
+def checked_against(case: MatrixCase, state: RunState) -> MatrixCase | None:
+    """The reference configuration the losslessness guard holds `case`'s outputs to, or None
+    (the guard is off, `case` is the reference or does not speculate, its family has no
+    reference)."""
+    if not state.lossless.on or not is_speculative(case.method) or case.method == state.settings.reference:
+        return None
+    return reference_case(case, state)
+
+
+def order_by_configuration(items: Iterable[pytest.Item],
+                           state: RunState | None = None) -> list[pytest.Item]:
+    """Stable sort that pulls each configuration's items together at its first appearance, and,
+    given the run's `state`, each reference configuration to just before the first
+    configuration checked against it.
 
     A server boots once per configuration and stays up only while its tests run, so at most one
-    server per GPU set is alive.
+    server per GPU set is alive. A speculative configuration measured after its reference is
+    checked by its own test, which fails where it is not lossless; measured before, only the
+    reference's test could find it out.
     """
+    items = list(items)
     first_seen: dict[str, int] = {}
-    keyed = []
+    cases: dict[str, MatrixCase] = {}
     for index, item in enumerate(items):
         case = case_of(item)
-        group = case.param_id if case else None
-        if group is None:
-            keyed.append((index, index, item))
-        else:
-            keyed.append((first_seen.setdefault(group, index), index, item))
-    return [item for _, _, item in sorted(keyed, key=lambda entry: (entry[0], entry[1]))]
+        if case is not None:
+            first_seen.setdefault(case.param_id, index)
+            cases.setdefault(case.param_id, case)
+    anchor = dict(first_seen)
+    references: set[str] = set()
+    for param_id, case in cases.items() if state is not None else ():
+        reference = checked_against(case, state)
+        if reference is None or reference.param_id not in first_seen:
+            continue
+        references.add(reference.param_id)
+        anchor[reference.param_id] = min(anchor[reference.param_id], first_seen[param_id])
+
+    def key(entry: tuple[int, pytest.Item]) -> tuple[int, int, int]:
+        index, item = entry
+        case = case_of(item)
+        if case is None:
+            return index, 1, index
+        # a reference pulled forward lands before the configuration it was pulled to
+        return anchor[case.param_id], 0 if case.param_id in references else 1, index
+
+    return [item for _, item in sorted(enumerate(items), key=key)]

@@ -6,10 +6,12 @@ output shows it. The reference configuration (a matrix method, `ar` by default) 
 prompts; every speculative configuration's outputs are compared with it token by token, through
 the HTTP API alone (SGLang's `output_ids`, the text where a server streams only deltas).
 
-Configurations run in some order, and under xdist on different workers, so outputs travel in
-each test's `Result` through the shared journal: a speculative configuration measured after its
-reference is checked at once; one measured before is checked when the reference arrives, and
-that test fails naming it. `compare` works for any pair of configurations (e.g. a hybrid
+Collection runs each reference configuration before the configurations held to it, so in one
+process a speculative configuration's own test is checked as it runs. Under xdist configurations
+run side by side on different workers, and a resumed run may measure the reference after the
+configurations it resumes, so outputs also travel in each test's `Result` through the shared
+journal: a speculative configuration measured after its reference is checked at once; one
+measured before is checked when the reference arrives, and that test fails naming it. `compare` works for any pair of configurations (e.g. a hybrid
 model's speculative preset against its own autoregressive one).
 """
 

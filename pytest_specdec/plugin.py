@@ -309,7 +309,8 @@ def pytest_runtest_makereport(item: pytest.Item, call):
 
 
 class LastOrdering:
-    """Groups the items by configuration once more after every other plugin's item hook.
+    """Groups the items by configuration, references first, once more after every other plugin's
+    item hook.
 
     pytest's cache plugin reorders for --ff and --nf after the plain hooks, ours included, and
     would split a configuration's tests (its server booting twice). Registered at configure time,
@@ -317,11 +318,12 @@ class LastOrdering:
     """
 
     @hookimpl(wrapper=True, tryfirst=True)
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]):
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]):
         result = yield
         from .collection import order_by_configuration
+        from .state import STATE_KEY
 
-        items[:] = order_by_configuration(items)
+        items[:] = order_by_configuration(items, config.stash[STATE_KEY])
         return result
 
 

@@ -27,7 +27,7 @@ from . import journal_owner
 from . import lossless
 from .baseline_gate import Gate
 from .benchmark_info import measured_where
-from .collection import case_of
+from .collection import case_of, checked_against, reference_case, will_run
 from .configuration import MatrixCase, is_speculative
 from .errors import SpecdecUsageError
 from .fingerprint import Fingerprint, measured_setup
@@ -129,14 +129,21 @@ def skip_done(items: list[pytest.Item], state: RunState) -> None:
 
     The journaled figures ride on the skipped test's report, so the controller (also under
     xdist, where it collects nothing) shows them and can save them into the baseline file.
+    The last records of the tests it measures again are noted (`REPLACED_KEY`): a reference that
+    runs first must not hold itself to their outputs, nor they to its.
     """
     if not state.settings.resume:
         return
     journal = journal_for(state)
-    done = journal.done()
+    latest = journal.latest()
+    done = {key: r for key, r in latest.items() if r.status == DONE}
+    replaced = set()
     for item in items:
         record = done.get((item.nodeid, workload_key(item)))
         if record is None:
+            earlier = latest.get((item.nodeid, workload_key(item)))
+            if earlier is not None and will_run(item):
+                replaced.add(earlier.digest)
             continue
         current = item_fingerprint(item, state)
         if record.fingerprint == current.digest and not _readable(record, journal):
@@ -150,6 +157,13 @@ def skip_done(items: list[pytest.Item], state: RunState) -> None:
             old = Fingerprint.from_json(record.data.get("fingerprint"))
             item.user_properties.append(
                 (REMEASURED_PROPERTY, current.what_changed(old, "no fingerprint in its journal record")))
+    if items:
+        items[0].config.stash[REPLACED_KEY] = frozenset(replaced)
+
+
+#: Digests of the journal records an earlier run left of tests this resumed run measures again:
+#: until their new records land, their outputs are no one's reference nor held to one.
+REPLACED_KEY = pytest.StashKey[frozenset]()
 
 
 def _readable(record: JournalRecord, journal: Journal) -> bool:
@@ -196,11 +210,12 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
         return
     broke = None
     failures: list[str] = []
+    unsettled = None
     try:
         recorder.feed_benchmark(measured_where(state, result.fingerprint))
         if state.tolerances.any or state.baseline_path.is_file():
             result = result.compared(tuple(gate.compare(result)))
-        lossy = lossless_failures(result, state)
+        lossy, unsettled = lossless_failures(result, state, item.config.stash.get(REPLACED_KEY, frozenset()))
         failures = [divergence.message() for _, divergence in lossy]
         _journal_found_lossy(item, state, lossy)
     except Exception as exc:  # the figures are journaled; what broke is this test's failure
@@ -227,6 +242,8 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
         pytest.fail("\n".join(failures), pytrace=False)
     if _xpasses_strictly(item):  # a known issue that now passes: pytest fails it as XPASS(strict)
         _journal_failed(item, state, result)
+        if unsettled is not None:  # its outputs may be its known divergence: no XPASS on that
+            pytest.skip(unsettled_reason(_xfail_reason(item), unsettled))
         return
     _mark_done(item, state, measured)
 
@@ -246,6 +263,11 @@ def _xpasses_strictly(item: pytest.Item) -> bool:
             continue
         return bool(mark.kwargs.get("strict", item.config.getini("xfail_strict")))
     return False
+
+
+def _xfail_reason(item: pytest.Item) -> str:
+    mark = item.get_closest_marker("xfail")
+    return str(mark.kwargs.get("reason", "")) if mark is not None else ""
 
 
 def _journal_failed(item: pytest.Item, state: RunState, result: Result) -> None:
@@ -283,27 +305,33 @@ def _journal_refused(state: RunState, exc: OSError, what: str, cost: str) -> NoR
                 pytrace=False)
 
 
-def reference_case(case: MatrixCase, state: RunState) -> MatrixCase | None:
-    """The configuration whose outputs `case`'s must reproduce: the reference method in the
-    same family, at the same TP where the matrix has it, else at the family's first TP."""
-    matrix = state.config.matrices.get(case.family)
-    method = state.settings.reference
-    if matrix is None or method not in matrix.methods:
-        return None
-    return lossless.reference_of(case, method, matrix.tp)
-
-
-def lossless_failures(result: Result,
-                      state: RunState) -> list[tuple[JournalRecord | None, lossless.Divergence]]:
+def lossless_failures(result: Result, state: RunState, replaced: frozenset = frozenset()
+                      ) -> tuple[list[tuple[JournalRecord | None, lossless.Divergence]], MatrixCase | None]:
     """Divergences from the reference's outputs that this result lets us see, each with the
     journal record of the speculative configuration that diverged: its own when it is
     speculative and the reference is journaled; when it is the reference, those of every
-    speculative configuration journaled before it (which could not be checked then)."""
+    speculative configuration journaled before it (which could not be checked then). Also the
+    reference a speculative result is held to where that had journaled no outputs to compare
+    with yet (from the same reading of the journal: another worker's may land in between).
+    `replaced`: digests of records (`REPLACED_KEY`) an earlier run left of tests this run
+    measures again, left out."""
     if not state.lossless.on or result.case is None or result.outputs is None:
-        return []  # without reading the journal
+        return [], None  # without reading the journal
+    others, records = _journaled(result, state, replaced)
+    found = [(records.get(candidate.nodeid), divergence)
+             for candidate, divergence in divergences(result, others, state)
+             if candidate.nodeid == result.nodeid or not _known_issue(candidate, state)]
+    return found, uncompared_reference(result, others, state)
+
+
+def _journaled(result: Result, state: RunState,
+               replaced: frozenset) -> tuple[list[Result], dict[str, JournalRecord]]:
+    """The journal's results of `result`'s workload that measured what this run measures, with
+    their records by node id, less the `replaced` ones."""
     others, records = [], {}
     for record in journal_for(state).latest().values():
-        if record.status not in (DONE, MEASURED, FAILED_CHECKS) or record.data.get("workload") != result.workload:
+        if record.status not in (DONE, MEASURED, FAILED_CHECKS) or record.data.get("workload") != result.workload \
+                or record.digest in replaced:
             continue
         try:
             other = Result.from_json(record.data)
@@ -312,9 +340,26 @@ def lossless_failures(result: Result,
         if other.case is not None and _current(record, other.case, state):
             others.append(other)
             records[other.nodeid] = record
-    return [(records.get(candidate.nodeid), divergence)
-            for candidate, divergence in divergences(result, others, state)
-            if candidate.nodeid == result.nodeid or not _known_issue(candidate, state)]
+    return others, records
+
+
+def uncompared_reference(result: Result, others: list[Result], state: RunState) -> MatrixCase | None:
+    """The reference configuration `result`'s outputs are held to where none of `others` holds
+    its outputs of `result`'s test and workload, so nothing compared them; else None."""
+    reference = checked_against(result.case, state) if result.case is not None else None
+    if reference is None or result.outputs is None:
+        return None
+    shared = lossless.counterpart(result.nodeid, result.config)
+    found = any(other.case == reference and other.outputs is not None
+                and lossless.counterpart(other.nodeid, other.config) == shared for other in others)
+    return None if found else reference
+
+
+def unsettled_reason(xfail_reason: str, reference: MatrixCase) -> str:
+    """Why a known issue whose test passed is skipped: nothing compared its outputs yet."""
+    return (f"{xfail_reason}: its test passed, but its outputs could not be compared with "
+            f"{reference.param_id}'s, which had recorded none yet (measured by another xdist worker "
+            f"or shard, or left out of the run), so whether it is fixed is not known here")
 
 
 def _known_issue(result: Result, state: RunState) -> bool:
@@ -470,6 +515,44 @@ class Results:
                                         f"{divergence.reference}, measured after it)")
         return found
 
+    def settled_known_issues(self) -> dict[str, tuple[str, str]]:
+        """{node id: (outcome, why)} of known issues whose test passed and was skipped because
+        nothing had compared their outputs yet (`unsettled_reason`), where their reference's
+        outputs came later in this run: "xfailed" with the divergence that is their expected
+        failure, or "failed" as XPASS(strict) where the outputs match, as a test that ran after
+        its reference would have ended."""
+        results = self.all()
+        settled = {}
+        for result in results:
+            case = result.case
+            outcome = self.outcomes.get(result.nodeid, ("passed", None))[0]
+            if case is None or result.resumed or outcome != "skipped":
+                continue
+            issue = self.state.known_issue(case.method, case.tp, case.budget)
+            reference = checked_against(case, self.state)
+            if issue is None or reference is None or uncompared_reference(result, results, self.state):
+                continue
+            found = divergences(result, results, self.state)
+            if found:
+                settled[result.nodeid] = ("xfailed", f"known issue: {issue.reason}: {found[0][1].message()} "
+                                                     f"(found by the test of {reference.param_id}, measured after it)")
+            else:
+                settled[result.nodeid] = ("failed", f"[XPASS(strict)] known issue: {issue.reason}: its outputs "
+                                                    f"match {reference.param_id}'s (compared after it ran); "
+                                                    f"remove the known issue if it is fixed")
+        return settled
+
+    def late_verdicts(self) -> dict[str, tuple[str, str]]:
+        """{node id: (outcome, why)} of tests whose verdict came only after they ended, from the
+        test of a reference measured after them (:meth:`found_lossy`,
+        :meth:`settled_known_issues`): their rows in the summary, the reports and the shard
+        folder say it."""
+        if not self.all():
+            return {}
+        late = {nodeid: ("failed", why) for nodeid, why in self.found_lossy().items()}
+        late.update(self.settled_known_issues())
+        return late
+
     def baseline_candidates(self) -> tuple[list[Result], list[Result], list[Result]]:
         """(results to save, results of failed tests, results that are not lossless): a test that
         failed or errored after recording (its gate, its losslessness check, its own assertions),
@@ -482,9 +565,12 @@ class Results:
                  if result.case is not None and result.case.method != self.state.settings.reference
                  for candidate, _ in divergences(result, results, self.state)}
         saved, failed, not_lossless = [], [], []
+        late = self.settled_known_issues()  # a lossy one found late is `lossy`, not failed
         for result in results:
-            outcome = self.outcomes.get(result.nodeid, ("passed", None))[0]
-            if outcome in ("failed", "error", "xfailed"):  # the journal has them as failed too
+            outcome = late.get(result.nodeid, self.outcomes.get(result.nodeid, ("passed", None)))[0]
+            # a known issue skipped with figures: nothing compared its outputs
+            unsettled = outcome == "skipped" and not result.resumed
+            if outcome in ("failed", "error", "xfailed") or unsettled:  # the journal has them as failed too
                 failed.append(result)
             else:
                 (not_lossless if result.nodeid in lossy else saved).append(result)

@@ -195,7 +195,7 @@ def outcomes(results: Results, plan: ShardPlan,
 
     out = []
     nodeids = list(results.outcomes) + [n for n in results.results if n not in results.outcomes]
-    lossy = results.found_lossy()
+    late = results.late_verdicts()
     for nodeid in nodeids:
         if nodeid in results.resumed_results and nodeid in (previous or {}):
             test = previous[nodeid]
@@ -205,8 +205,9 @@ def outcomes(results: Results, plan: ShardPlan,
             comparisons = tuple(c.to_json() for c in result.comparisons) if result else ()
             test = TestOutcome(nodeid, outcome, reason,
                                configuration_in_nodeid(nodeid, plan.param_ids), comparisons)
-        if nodeid in lossy:  # its test passed before the reference's could compare it
-            test = replace(test, outcome="failed", reason=lossy[nodeid])
+        if nodeid in late:  # it ended before the reference's test could compare it
+            outcome, reason = late[nodeid]
+            test = replace(test, outcome=outcome, reason=reason)
         out.append(test)
     return tuple(out)
 

@@ -24,13 +24,13 @@ def rows(results: Results) -> list:
     out = []
     seen = set()
     measured = results.all()
-    lossy = results.found_lossy() if measured else {}
+    late = results.late_verdicts()
     for result in measured:
         outcome, reason = results.outcomes.get(result.nodeid, ("passed", None))
         if result.resumed:
             outcome, reason = "passed", RESUMED
-        if result.nodeid in lossy:  # its test passed before the reference's could compare it
-            outcome, reason = "failed", lossy[result.nodeid]
+        if result.nodeid in late:  # it ended before the reference's test could compare it
+            outcome, reason = late[result.nodeid]
         out.append(row_from_result(result, outcome=outcome, reason=reason))
         seen.add(result.nodeid)
     unrecorded = [(nodeid, outcome, reason) for nodeid, (outcome, reason) in results.outcomes.items()
@@ -218,6 +218,13 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
     sampled = sampled_lossless(results)
     if sampled:
         notes.append(sampled)
+    fixed = [nodeid.split("::")[-1] for nodeid, (outcome, _) in results.settled_known_issues().items()
+             if outcome == "failed"]
+    if fixed:  # a known issue that passes fails the run, as pytest's XPASS(strict) would have
+        notes.append(f"known issue(s) whose outputs match their reference's, compared after their test "
+                     f"ran: {', '.join(fixed)} ([XPASS(strict)]); remove the known issue if it is fixed")
+        if exitstatus == pytest.ExitCode.OK:
+            exitstatus = pytest.ExitCode.TESTS_FAILED
     if plan is not None and not plan.mine and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
         exitstatus = pytest.ExitCode.OK
     if shard is not None:
@@ -229,9 +236,9 @@ def unchecked_lossless(results: Results) -> str | None:
     """The speculative results whose reference recorded no outputs in this run (left out by -k,
     --deselect or --lf, skipped, failed before measuring), so nothing checked their
     losslessness; one line, or None."""
+    from .collection import reference_case
     from .configuration import is_speculative
     from .lossless import counterpart
-    from .session import reference_case
 
     state = results.state
     if not results.all() or not state.lossless.on:
