@@ -384,6 +384,10 @@ class Controller:
             recording.drop_carriers(report)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if result is not None and reporter is not None:
+            reporter.ensure_newline()
+            writer = getattr(reporter, "_tw", None)
+            if writer is not None and writer.width_of_current_line:  # xdist's letters name no file to end
+                writer.line()
             reporter.write_line(session.progress_line(result, len(results.results),
                                                       results.progress_total()))
 
