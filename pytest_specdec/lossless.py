@@ -130,6 +130,18 @@ def reference_of(case: MatrixCase, method: str, tps: Sequence[int]) -> MatrixCas
     return MatrixCase(case.family, method, case.tp if case.tp in tps else tps[0], None)
 
 
+def known_issue_verdict(reason: str, reference: str, divergence: Divergence | None,
+                        checked_by: str) -> tuple[str, str]:
+    """(outcome, why) of a known issue whose outputs met its reference's only after its test
+    ended (`checked_by` says what compared them: `the test of ar-tp1, measured after it`), as its
+    test would have ended had the reference come first: "xfailed" with the divergence that is its
+    expected failure, or "failed" as [XPASS(strict)] where they match (the issue may be fixed)."""
+    if divergence is not None:
+        return "xfailed", f"known issue: {reason}: {divergence.message()} (found by {checked_by})"
+    return "failed", (f"[XPASS(strict)] known issue: {reason}: its outputs match {reference}'s "
+                      f"(compared by {checked_by}); remove the known issue if it is fixed")
+
+
 def counterpart(nodeid: str, config: str) -> str:
     """What a configuration's test has in common with its reference's: its node id without the
     configuration's parameter (`test_generation.py::test_generation[chat]`). Only tests that

@@ -18,11 +18,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from . import lossless
 from .errors import SpecdecUsageError
 from .journal import DONE, FAILED_CHECKS, MEASURED, DamagedLine, Journal
 from .report import ReportRow, row_from_result
 from .result import RECORD_DAMAGE, Result
-from .shard_dir import JOURNAL, ShardManifest, read
+from .shard_dir import JOURNAL, ShardManifest, TestOutcome, read
 
 #: pytest's outcomes that fail a run.
 FAILED_OUTCOMES = ("failed", "error")
@@ -171,11 +172,11 @@ def _rows_of(manifest: ShardManifest, journaled: Sequence[tuple[Result, str]],
     rows, seen = [], set()
     for result, status in journaled:
         test = tests.get(result.nodeid)
-        if test is not None and test.outcome == "skipped" and status != DONE:
+        if test is not None and test.outcome == "skipped" and status != DONE and test.awaits is None:
             continue  # skipped for its own reason: an older run's record is not its result
         if result.nodeid in unjournaled:  # it passed, but this record is no passed result
             outcome, reason = "error", f"no result: {unjournaled[result.nodeid]}"
-        elif test is not None and test.outcome != "skipped":
+        elif test is not None and (test.outcome != "skipped" or test.awaits is not None):
             outcome, reason = test.outcome, test.reason
         elif status == DONE:  # skipped: resumed from the journal
             outcome, reason = "passed", None
@@ -260,11 +261,10 @@ def merge(directories: Iterable[str | Path]) -> Merged:
             why = f"no result: shard {owner.shard} ran none of its tests (deselected?)"
         rows.append(ReportRow(test_id=case.param_id, config=case.param_id, method=case.method,
                               tp=case.tp, budget=case.budget, outcome="error", reason=why))
-    divergences = _divergences(results)
-    for message in divergences.values():
-        problems.append(f"across shards: {message}")
-    rows = [replace(row, outcome="failed", reason=divergences[row.test_id])
-            if row.test_id in divergences else row for row in rows]
+    verdicts = _verdicts(_compared(results), {t.nodeid: t for m in manifests for t in m.tests})
+    problems += [f"across shards: {problem}" for _, _, problem in verdicts.values() if problem]
+    rows = [replace(row, outcome=verdicts[row.test_id][0], reason=verdicts[row.test_id][1])
+            if row.test_id in verdicts else row for row in rows]
     absent = [i for i in range(1, first.shard.count + 1) if i not in present]
     if absent:
         lacking = [c.param_id for c, i in zip(first.configurations, first.assignment)
@@ -275,12 +275,21 @@ def merge(directories: Iterable[str | Path]) -> Merged:
     return Merged(tuple(manifests), tuple(rows), tuple(results), tuple(problems), tuple(skipped))
 
 
-def _divergences(results: Sequence[tuple[Result, ShardManifest, str]], *,
-                 within_shards: bool = False) -> dict[str, str]:
-    """{test id: message} of speculative configurations whose greedy outputs leave those of
+@dataclass(frozen=True)
+class _Compared:
+    """A speculative configuration's outputs compared with its reference's, which `shard` measured."""
+
+    candidate: Result
+    reference: Result
+    shard: ShardManifest
+    divergence: lossless.Divergence | None
+
+
+def _compared(results: Sequence[tuple[Result, ShardManifest, str]], *,
+              within_shards: bool = False) -> dict[str, _Compared]:
+    """{test id: comparison} of speculative configurations whose greedy outputs meet those of
     their reference configuration measured by another shard (each shard checks its own pairs;
     this is the check an unsharded run would have made); `within_shards`: by any shard."""
-    from . import lossless
     from .configuration import is_speculative
 
     measured = {(r.case, r.workload, lossless.counterpart(r.nodeid, r.config)): (r, m) for r, m, status in results
@@ -295,10 +304,41 @@ def _divergences(results: Sequence[tuple[Result, ShardManifest, str]], *,
         found = measured.get((lossless.reference_of(case, shard.reference, tps), workload, shared))
         if found is None or (found[1] is shard and not within_shards):
             continue
-        divergence = lossless.compare(candidate.config, candidate.outputs, found[0].config,
-                                      found[0].outputs, exactness)
-        if divergence is not None:
-            out[candidate.test_id] = divergence.message()
+        out[candidate.test_id] = _Compared(candidate, found[0], found[1], lossless.compare(
+            candidate.config, candidate.outputs, found[0].config, found[0].outputs, exactness))
+    return out
+
+
+def _divergences(results: Sequence[tuple[Result, ShardManifest, str]], *,
+                 within_shards: bool = False) -> dict[str, str]:
+    """{test id: message} of the :func:`_compared` configurations whose outputs leave their
+    reference's."""
+    return {test_id: check.divergence.message()
+            for test_id, check in _compared(results, within_shards=within_shards).items()
+            if check.divergence is not None}
+
+
+def _verdicts(compared: dict[str, _Compared],
+              tests: dict[str, TestOutcome]) -> dict[str, tuple[str, str, str | None]]:
+    """{test id: (outcome, why, the merge's failure or None)} of the tests the comparisons across
+    shards decide, as one unsharded run would have ended them: a divergence fails the test,
+    unless its shard held its configuration to a known issue; then, and for a known issue whose
+    verdict awaited its reference's outputs, `lossless.known_issue_verdict` decides, as a run
+    whose reference came after the test does."""
+    out: dict[str, tuple[str, str, str | None]] = {}
+    for test_id, check in compared.items():
+        test = tests.get(check.candidate.nodeid)
+        if test is None or test.known_issue is None:
+            if check.divergence is not None:
+                message = check.divergence.message()
+                out[test_id] = ("failed", message, message)
+            continue
+        if check.divergence is None and test.awaits is None:  # a known issue that passed, not strict
+            continue
+        outcome, why = lossless.known_issue_verdict(
+            test.known_issue, check.reference.config, check.divergence,
+            f"the merge, against {check.reference.config} of shard {check.shard.shard}")
+        out[test_id] = (outcome, why, f"{test_id}: {why}" if outcome == "failed" else None)
     return out
 
 

@@ -28,6 +28,7 @@ from . import lossless
 from .baseline_gate import Gate
 from .benchmark_info import measured_where
 from .collection import case_of, checked_against, reference_case, will_run
+from .config import KnownIssue
 from .configuration import MatrixCase, is_speculative
 from .errors import SpecdecUsageError
 from .fingerprint import Fingerprint, measured_setup
@@ -515,31 +516,35 @@ class Results:
                                         f"{divergence.reference}, measured after it)")
         return found
 
-    def settled_known_issues(self) -> dict[str, tuple[str, str]]:
-        """{node id: (outcome, why)} of known issues whose test passed and was skipped because
-        nothing had compared their outputs yet (`unsettled_reason`), where their reference's
-        outputs came later in this run: "xfailed" with the divergence that is their expected
-        failure, or "failed" as XPASS(strict) where the outputs match, as a test that ran after
-        its reference would have ended."""
-        results = self.all()
-        settled = {}
-        for result in results:
+    def unsettled_known_issues(self) -> dict[str, tuple[Result, KnownIssue, MatrixCase]]:
+        """{node id: (its result, its known issue, its reference)} of known issues whose test
+        passed in this run and was skipped because nothing had compared their outputs yet
+        (`unsettled_reason`)."""
+        unsettled = {}
+        for result in self.all():
             case = result.case
             outcome = self.outcomes.get(result.nodeid, ("passed", None))[0]
             if case is None or result.resumed or outcome != "skipped":
                 continue
             issue = self.state.known_issue(case.method, case.tp, case.budget)
             reference = checked_against(case, self.state)
-            if issue is None or reference is None or uncompared_reference(result, results, self.state):
+            if issue is not None and reference is not None:
+                unsettled[result.nodeid] = (result, issue, reference)
+        return unsettled
+
+    def settled_known_issues(self) -> dict[str, tuple[str, str]]:
+        """{node id: (outcome, why)} of the :meth:`unsettled_known_issues` whose reference's
+        outputs came later in this run: `lossless.known_issue_verdict`, as a test that ran after
+        its reference would have ended."""
+        results = self.all()
+        settled = {}
+        for nodeid, (result, issue, reference) in self.unsettled_known_issues().items():
+            if uncompared_reference(result, results, self.state):
                 continue
             found = divergences(result, results, self.state)
-            if found:
-                settled[result.nodeid] = ("xfailed", f"known issue: {issue.reason}: {found[0][1].message()} "
-                                                     f"(found by the test of {reference.param_id}, measured after it)")
-            else:
-                settled[result.nodeid] = ("failed", f"[XPASS(strict)] known issue: {issue.reason}: its outputs "
-                                                    f"match {reference.param_id}'s (compared after it ran); "
-                                                    f"remove the known issue if it is fixed")
+            settled[nodeid] = lossless.known_issue_verdict(
+                issue.reason, reference.param_id, found[0][1] if found else None,
+                f"the test of {reference.param_id}, measured after it")
         return settled
 
     def late_verdicts(self) -> dict[str, tuple[str, str]]:

@@ -52,22 +52,30 @@ def journal_path(state: RunState) -> Path:
 
 @dataclass(frozen=True)
 class TestOutcome:
-    """How one test of a shard ended, with its baseline comparisons (Comparison JSON)."""
+    """How one test of a shard ended, with its baseline comparisons (Comparison JSON); for a
+    known issue, its reason, so the merge holds a divergence across shards to be its expected
+    failure, and the reference whose outputs its verdict `awaits` where its test passed before
+    anything in the shard could compare them (skipped: `session.unsettled_reason`)."""
 
     nodeid: str
     outcome: str
     reason: str | None = None
     config: str | None = None
     comparisons: tuple[Mapping[str, Any], ...] = ()
+    known_issue: str | None = None
+    awaits: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"nodeid": self.nodeid, "outcome": self.outcome, "reason": self.reason,
-                "config": self.config, "comparisons": list(self.comparisons)}
+                "config": self.config, "comparisons": list(self.comparisons),
+                "known_issue": self.known_issue, "awaits": self.awaits}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> TestOutcome:
+        known_issue, awaits = obj.get("known_issue"), obj.get("awaits")
         return cls(str(obj["nodeid"]), str(obj["outcome"]), obj.get("reason"), obj.get("config"),
-                   tuple(obj.get("comparisons") or ()))
+                   tuple(obj.get("comparisons") or ()), None if known_issue is None else str(known_issue),
+                   None if awaits is None else str(awaits))
 
 
 def _case_json(case: MatrixCase) -> dict[str, Any]:
@@ -196,6 +204,7 @@ def outcomes(results: Results, plan: ShardPlan,
     out = []
     nodeids = list(results.outcomes) + [n for n in results.results if n not in results.outcomes]
     late = results.late_verdicts()
+    unsettled = results.unsettled_known_issues()
     for nodeid in nodeids:
         if nodeid in results.resumed_results and nodeid in (previous or {}):
             test = previous[nodeid]
@@ -203,11 +212,17 @@ def outcomes(results: Results, plan: ShardPlan,
             outcome, reason = results.outcomes.get(nodeid, ("passed", None))
             result = results.results.get(nodeid)
             comparisons = tuple(c.to_json() for c in result.comparisons) if result else ()
+            recorded = result or results.resumed_results.get(nodeid)
+            case = recorded.case if recorded else None
+            issue = results.state.known_issue(case.method, case.tp, case.budget) if case else None
             test = TestOutcome(nodeid, outcome, reason,
-                               configuration_in_nodeid(nodeid, plan.param_ids), comparisons)
+                               configuration_in_nodeid(nodeid, plan.param_ids), comparisons,
+                               known_issue=issue.reason if issue else None)
         if nodeid in late:  # it ended before the reference's test could compare it
             outcome, reason = late[nodeid]
             test = replace(test, outcome=outcome, reason=reason)
+        elif nodeid in unsettled:  # its reference is another shard's, or left out of the run
+            test = replace(test, awaits=unsettled[nodeid][2].param_id)
         out.append(test)
     return tuple(out)
 
