@@ -8,6 +8,12 @@ also appended to a history beside the book (`lease-history.jsonl`: acquire, rele
 for a dead holder's lease), written under the same lock, so its line order is the order in which
 the book changed: it answers "who held which GPUs when" after a run.
 
+Waiting is first come, first served: a request that finds too few GPUs free enters a queue in the
+book, and a later request is granted only with enough GPUs left over for every request queued
+before it (but a worker's that waits while it holds a lease, a server that would not stop, which
+may never be met). Without the queue a TP8 configuration polled for all eight GPUs while other workers
+freed one and leased the next at once, so it waited as long as smaller configurations remained.
+
 Choosing GPUs: with `nvidia-smi topo -m` information, the free set whose weakest link is strongest
 (NVLink over PCIe switch over host bridge over NUMA hop); without it, the lowest contiguous run,
 which keeps aligned blocks free for large TP sizes. On a CPU host the inventory is simulated
@@ -98,7 +104,8 @@ class GpuLeases:
     # -- public --------------------------------------------------------------------------------
 
     def acquire(self, n: int, *, owner: str, timeout: float | None = 3600.0, poll: float = 0.2) -> Lease:
-        """Lease `n` GPUs for this process, waiting up to `timeout` s for others to release.
+        """Lease `n` GPUs for this process, waiting up to `timeout` s for others to release, after
+        the requests that began waiting before this one (see module docstring).
 
         Raises NotEnoughGpus at once when `n` exceeds the inventory (a skip, not a failure),
         GpuLeaseError when the wait times out (naming who holds what).
@@ -106,42 +113,74 @@ class GpuLeases:
         self.check_fits(n, owner=owner)
         deadline = None if timeout is None else time.monotonic() + timeout
         announced: set[str] = set()
-        while True:
-            with self._lock:
-                leases = self._load_live()
-                taken = {g for lease in leases.values() for g in lease["gpus"]}
-                free = [g for g in self.inventory if g not in taken]
-                gpus, elsewhere = self._claim(free, n)
-                if gpus is not None:
-                    lease = Lease(uuid.uuid4().hex[:12], gpus, owner, os.getpid())
-                    leases[lease.lease_id] = {
-                        "gpus": list(gpus),
-                        "owner": owner,
-                        "pid": lease.pid,
-                        "start_time": _start_time(lease.pid),
-                        "since": time.time(),
-                    }
-                    try:
-                        self._save(leases)
-                    except BaseException:
-                        if self.claims is not None:
-                            self.claims.release(gpus)  # no claim outlives its lease
-                        raise
-                    self._log("acquire", lease.lease_id, leases[lease.lease_id])
-                    return lease
-            for gpu, holder in elsewhere.items():
-                if holder not in announced and self.announce is not None:
-                    self.announce(f"{owner} waits: GPU {gpu} is claimed by another run on this host, {holder}")
-                announced.add(holder)
-            if deadline is not None and time.monotonic() >= deadline:
-                held = "; ".join(
-                    [f"{v['owner']} (pid {v['pid']}): GPUs {_fmt(v['gpus'])}" for v in self.holders().values()]
-                    + [f"GPU {gpu} by another run on this host, {holder}" for gpu, holder in elsewhere.items()]
-                )
-                raise GpuLeaseError(
-                    f"{owner} waited {timeout:g}s for {n} free GPUs of {_fmt(self.inventory)}; held: {held}"
-                )
-            time.sleep(poll)
+        ticket: str | None = None  # this request's place in the queue, once it waits
+        place: dict = {}
+        try:
+            while True:
+                with self._lock:
+                    leases, waiters = self._load_live()
+                    taken = {g for lease in leases.values() for g in lease["gpus"]}
+                    free = [g for g in self.inventory if g not in taken]
+                    if ticket is not None and ticket not in waiters:  # a book rewritten under it
+                        waiters[ticket] = place
+                    order = place["order"] if ticket is not None else None
+                    # a worker that waits while it holds GPUs (a server that would not stop) keeps no
+                    # one else waiting: its own lease may never end
+                    holding = {v["pid"] for v in leases.values()}
+                    ahead = [w for key, w in waiters.items() if key != ticket and w["pid"] not in holding
+                             and (order is None or w["order"] < order)]
+                    gpus, elsewhere = None, {}
+                    if len(free) - sum(w["n"] for w in ahead) >= n:  # never a GPU an earlier request needs
+                        gpus, elsewhere = self._claim(free, n)
+                    if gpus is not None:
+                        lease = Lease(uuid.uuid4().hex[:12], gpus, owner, os.getpid())
+                        leases[lease.lease_id] = {
+                            "gpus": list(gpus),
+                            "owner": owner,
+                            "pid": lease.pid,
+                            "start_time": _start_time(lease.pid),
+                            "since": time.time(),
+                        }
+                        waiters.pop(ticket, None)
+                        try:
+                            self._save(leases, waiters)
+                        except BaseException:
+                            if self.claims is not None:
+                                self.claims.release(gpus)  # no claim outlives its lease
+                            raise
+                        ticket = None
+                        self._log("acquire", lease.lease_id, leases[lease.lease_id])
+                        return lease
+                    if ticket is None:
+                        ticket = uuid.uuid4().hex[:12]
+                        place = {"n": n, "owner": owner, "pid": os.getpid(), "start_time": _start_time(os.getpid()),
+                                 "since": time.time(),
+                                 "order": 1 + max((w["order"] for w in waiters.values()), default=0)}
+                        waiters[ticket] = place
+                        self._save(leases, waiters)
+                for gpu, holder in elsewhere.items():
+                    if holder not in announced and self.announce is not None:
+                        self.announce(f"{owner} waits: GPU {gpu} is claimed by another run on this host, {holder}")
+                    announced.add(holder)
+                if deadline is not None and time.monotonic() >= deadline:
+                    held = "; ".join(
+                        [f"{v['owner']} (pid {v['pid']}): GPUs {_fmt(v['gpus'])}" for v in self.holders().values()]
+                        + [f"GPU {gpu} by another run on this host, {holder}" for gpu, holder in elsewhere.items()]
+                    )
+                    raise GpuLeaseError(
+                        f"{owner} waited {timeout:g}s for {n} free GPUs of {_fmt(self.inventory)}; held: {held}"
+                    )
+                time.sleep(poll)
+        finally:
+            if ticket is not None:
+                self._leave_queue(ticket)
+
+    def _leave_queue(self, ticket: str) -> None:
+        """Drop a request that stopped waiting (a timeout, an interrupt) from the queue."""
+        with self._lock:
+            leases, waiters = self._load_book()
+            if waiters.pop(ticket, None) is not None:
+                self._save(leases, waiters)
 
     def check_fits(self, n: int, *, owner: str) -> None:
         """NotEnoughGpus when `n` GPUs can never be leased from this inventory."""
@@ -176,7 +215,12 @@ class GpuLeases:
     def holders(self) -> dict[str, dict]:
         """Live leases, by id (dead holders' leases are dropped on the way)."""
         with self._lock:
-            return self._load_live()
+            return self._load_live()[0]
+
+    def waiting(self) -> dict[str, dict]:
+        """Requests waiting for GPUs, by ticket: `n`, `owner`, `pid`, `since`, `order` (first come first)."""
+        with self._lock:
+            return self._load_live()[1]
 
     def history(self) -> list[dict]:
         """Every change to the book so far, oldest first: dicts with `event` (acquire, release,
@@ -233,22 +277,28 @@ class GpuLeases:
         return _LINK_SCORES.get(label, 0)
 
     def _load(self) -> dict[str, dict]:
+        return self._load_book()[0]
+
+    def _load_book(self) -> tuple[dict[str, dict], dict[str, dict]]:
+        """The leases and the queue of waiting requests, by id."""
         try:
             data = json.loads(self.path.read_text())
         except FileNotFoundError:
-            return {}
+            return {}, {}
         except (json.JSONDecodeError, OSError):
-            return {}  # a torn write cannot happen (atomic replace); garbage means start over
-        return dict(data.get("leases", {}))
+            return {}, {}  # a torn write cannot happen (atomic replace); garbage means start over
+        return dict(data.get("leases", {})), dict(data.get("waiters", {}))
 
-    def _load_live(self) -> dict[str, dict]:
-        leases = self._load()
+    def _load_live(self) -> tuple[dict[str, dict], dict[str, dict]]:
+        """The book less dead holders' leases and dead processes' places in the queue."""
+        leases, waiters = self._load_book()
         live = {k: v for k, v in leases.items() if _holder_alive(v)}
-        if len(live) != len(leases):
-            self._save(live)
+        waiting = {k: v for k, v in waiters.items() if _holder_alive(v)}
+        if len(live) != len(leases) or len(waiting) != len(waiters):
+            self._save(live, waiting)
             for lease_id in leases.keys() - live.keys():
                 self._log("expire", lease_id, leases[lease_id])
-        return live
+        return live, waiting
 
     def _log(self, event: str, lease_id: str, entry: Mapping) -> None:
         """Append one event to the history; the caller holds the lock. One write per line, so a
@@ -262,9 +312,12 @@ class GpuLeases:
         finally:
             os.close(fd)
 
-    def _save(self, leases: Mapping[str, dict]) -> None:
+    def _save(self, leases: Mapping[str, dict], waiters: Mapping[str, dict] | None = None) -> None:
+        if waiters is None:
+            waiters = self._load_book()[1]
         tmp = self.path.with_suffix(f".tmp.{os.getpid()}")
-        tmp.write_text(json.dumps({"inventory": list(self.inventory), "leases": leases}, indent=1))
+        tmp.write_text(json.dumps({"inventory": list(self.inventory), "leases": leases, "waiters": waiters},
+                                  indent=1))
         os.replace(tmp, self.path)
 
 

@@ -54,6 +54,81 @@ def test_waiting_times_out_naming_the_holders(tmp_path):
     assert time.monotonic() - t0 < 3
 
 
+def _queued(run_dir: Path) -> dict:
+    """The requests the book says are waiting."""
+    path = run_dir / "gpu-leases.json"
+    return json.loads(path.read_text()).get("waiters", {}) if path.exists() else {}
+
+
+def _wait_for_all(run_dir: str, inventory: int, got) -> None:
+    """A worker whose configuration needs the whole inventory: it reports what it was leased."""
+    lease = GpuLeases(Path(run_dir), inventory).acquire(inventory, owner="ddtree-tp8-b8", timeout=60, poll=0.5)
+    got.put(lease.gpus)
+
+
+def test_a_large_request_is_not_overtaken_by_small_ones(tmp_path):
+    """A TP8 configuration waiting for all GPUs, while another worker goes from one TP1
+    configuration to the next: each release was followed at once by the next lease, so the TP8
+    request found no moment with every GPU free until the small configurations ran out."""
+    leases = GpuLeases(tmp_path, 8)
+    lease = leases.acquire(1, owner="ar-tp1")
+    ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    got = ctx.Queue()
+    waiter = ctx.Process(target=_wait_for_all, args=(str(tmp_path), 8, got))
+    waiter.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not _queued(tmp_path) and time.monotonic() < deadline and waiter.is_alive():
+            time.sleep(0.05)
+        time.sleep(0.1)  # the old book had no queue to watch: give the waiter its first look
+        leases.release(lease)
+        with pytest.raises(GpuLeaseError, match="waited 0s for 1 free GPUs"):
+            leases.acquire(1, owner="dflash-tp1", timeout=0)  # the next TP1 queues behind the TP8
+        assert got.get(timeout=30) == tuple(range(8))
+        waiter.join(timeout=30)
+        assert waiter.exitcode == 0
+        assert leases.acquire(1, owner="dflash-tp1", timeout=30).gpus == (0,)  # its turn, once TP8 is done
+        assert _queued(tmp_path) == {}  # nobody left queued, the timed-out request included
+    finally:
+        if waiter.is_alive():
+            waiter.kill()
+        waiter.join()
+
+
+def _hold_one_then_wait_for_all(run_dir: str, inventory: int) -> None:
+    """A worker whose server would not stop (it keeps that lease) and asks for the whole inventory."""
+    leases = GpuLeases(Path(run_dir), inventory)
+    leases.acquire(1, owner="stuck-tp1")
+    with pytest.raises(GpuLeaseError):
+        leases.acquire(inventory, owner="ddtree-tp8-b8", timeout=20, poll=0.05)
+
+
+def test_a_worker_waiting_while_it_holds_gpus_keeps_no_one_waiting(tmp_path):
+    ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    stuck = ctx.Process(target=_hold_one_then_wait_for_all, args=(str(tmp_path), 4))
+    stuck.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not _queued(tmp_path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _queued(tmp_path), "the stuck worker never queued"
+        assert GpuLeases(tmp_path, 4).acquire(2, owner="ar-tp2", timeout=0).gpus == (2, 3)
+    finally:
+        stuck.kill()
+        stuck.join()
+
+
+def test_a_queued_request_that_gives_up_or_dies_leaves_the_queue(tmp_path):
+    leases = GpuLeases(tmp_path, 2)
+    leases.acquire(2, owner="dflash-tp2")
+    with pytest.raises(GpuLeaseError):
+        leases.acquire(2, owner="ar-tp2", timeout=0.3, poll=0.05)
+    assert _queued(tmp_path) == {}
+    (tmp_path / "gpu-leases.json").write_text(json.dumps({"leases": {}, "waiters": {
+        "gone": {"n": 2, "owner": "gw3", "pid": os.getpid(), "start_time": 1, "since": 0, "order": 1}}}))
+    assert leases.acquire(1, owner="ar-tp1", timeout=1).gpus == (0,)  # a dead worker's place holds nothing
+
+
 def test_inventory_of_explicit_indices(tmp_path):
     leases = GpuLeases(tmp_path, [3, 5])
     assert leases.acquire(2, owner="x").gpus == (3, 5)
