@@ -23,7 +23,8 @@ Other runs on the host: with `claims` (a real inventory), a lease also holds a h
 each of its GPUs (host_claims.py), taken while the book's lock is held and let go before the book
 forgets the lease, so this run's own workers never see each other's claims. A GPU another run
 claims is passed over for the next best free set; with none left, the lease waits as for its own
-run's workers, naming the other run once through `announce`.
+run's workers, naming the other run once through `announce`, which also says once what a wait for
+this run's own workers is for (who holds the GPUs, who is queued first, when the wait gives up).
 """
 
 from __future__ import annotations
@@ -158,6 +159,8 @@ class GpuLeases:
                                  "order": 1 + max((w["order"] for w in waiters.values()), default=0)}
                         waiters[ticket] = place
                         self._save(leases, waiters)
+                        if not elsewhere and self.announce is not None:  # another run's holder is named below
+                            self.announce(self._waiting(n, owner, leases, ahead, timeout))
                 for gpu, holder in elsewhere.items():
                     if holder not in announced and self.announce is not None:
                         self.announce(f"{owner} waits: GPU {gpu} is claimed by another run on this host, {holder}")
@@ -174,6 +177,16 @@ class GpuLeases:
         finally:
             if ticket is not None:
                 self._leave_queue(ticket)
+
+    def _waiting(self, n: int, owner: str, leases: Mapping[str, dict], ahead: Sequence[Mapping],
+                 timeout: float | None) -> str:
+        """What a request waits for, said once as it starts waiting, so a long wait is never silent:
+        `ddtree-tp8-b8 waits for 8 free GPUs of 0,...,7: held by ar-tp1 (pid 4242) GPUs 0; ...`."""
+        held = ", ".join(f"{v['owner']} (pid {v['pid']}) GPUs {_fmt(v['gpus'])}" for v in leases.values())
+        before = ", ".join(f"{w['owner']} ({w['n']} GPU{'s' if w['n'] != 1 else ''})" for w in ahead)
+        bound = f"the test fails after {timeout:g}s without them" if timeout is not None else "no time limit"
+        return (f"{owner} waits for {n} free GPU{'s' if n != 1 else ''} of {_fmt(self.inventory)}: "
+                f"held by {held or 'no one'}" + (f"; queued before it: {before}" if before else "") + f"; {bound}")
 
     def _leave_queue(self, ticket: str) -> None:
         """Drop a request that stopped waiting (a timeout, an interrupt) from the queue."""

@@ -129,6 +129,18 @@ def test_a_queued_request_that_gives_up_or_dies_leaves_the_queue(tmp_path):
     assert leases.acquire(1, owner="ar-tp1", timeout=1).gpus == (0,)  # a dead worker's place holds nothing
 
 
+def test_a_wait_for_this_runs_own_workers_says_what_it_waits_for_once(tmp_path):
+    """Only a wait for another run's GPU was announced: a TP8 configuration waiting on this run's
+    other workers, up to the hour's timeout, printed nothing."""
+    said: list[str] = []
+    leases = GpuLeases(tmp_path, 2, announce=said.append)
+    leases.acquire(1, owner="ar-tp1")
+    with pytest.raises(GpuLeaseError):
+        leases.acquire(2, owner="ddtree-tp2-b8", timeout=0.3, poll=0.02)
+    assert said == [f"ddtree-tp2-b8 waits for 2 free GPUs of 0,1: held by ar-tp1 (pid {os.getpid()}) GPUs 0; "
+                    f"the test fails after 0.3s without them"]
+
+
 def test_inventory_of_explicit_indices(tmp_path):
     leases = GpuLeases(tmp_path, [3, 5])
     assert leases.acquire(2, owner="x").gpus == (3, 5)
