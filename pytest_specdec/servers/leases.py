@@ -162,9 +162,10 @@ class GpuLeases:
                         if not elsewhere and self.announce is not None:  # another run's holder is named below
                             self.announce(self._waiting(n, owner, leases, ahead, timeout))
                 for gpu, holder in elsewhere.items():
-                    if holder not in announced and self.announce is not None:
+                    who = re.sub(r", since [^)]*\)$", ")", holder)  # the run re-claims as it moves on
+                    if who not in announced and self.announce is not None:
                         self.announce(f"{owner} waits: GPU {gpu} is claimed by another run on this host, {holder}")
-                    announced.add(holder)
+                    announced.add(who)
                 if deadline is not None and time.monotonic() >= deadline:
                     held = "; ".join(
                         [f"{v['owner']} (pid {v['pid']}): GPUs {_fmt(v['gpus'])}" for v in self.holders().values()]

@@ -92,6 +92,24 @@ def test_another_runs_gpu_is_passed_over_then_waited_for_naming_its_holder(tmp_p
     assert said[0].startswith(f"ddtree-tp1-b8 waits: GPU 0 is claimed by another run on this host, pid {other.pid} ")
 
 
+def test_another_run_moving_on_to_its_next_configuration_is_named_once(tmp_path):
+    """The other run's claim names when it was taken; each of its configurations claims anew, and
+    every new time made the wait announce the same run again, a line per configuration."""
+    theirs = HostClaims(tmp_path / "claims", KEYS, run="run-a", project="/home/ana/bench")  # as another process
+    assert theirs.claim([0]) is None
+    path = tmp_path / "claims" / "GPU-aaaa-0000.lock"
+
+    def next_configuration() -> None:
+        who = json.loads(path.read_text())
+        path.write_text(json.dumps({**who, "since": who["since"] + 60}))
+
+    said: list[str] = []
+    leases = _this_run(tmp_path, said, on_wait=next_configuration)
+    with pytest.raises(GpuLeaseError, match="GPU 0 by another run on this host"):
+        leases.acquire(2, owner="ar-tp2", timeout=0.3, poll=0.02)
+    assert len(said) == 1 and "run run-a, project /home/ana/bench" in said[0]
+
+
 def test_a_waiting_run_gets_the_gpu_when_the_other_releases_its_lease(tmp_path, procs):
     other = _other_run(procs, tmp_path / "claims", tmp_path / "run-a", 2)
 
