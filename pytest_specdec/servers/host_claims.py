@@ -11,6 +11,13 @@ The holder writes who it is (pid, user, run, project folder, since when) into th
 waiting run to name it. Files are never deleted: unlinking a lock file races with a process
 that has just opened it.
 
+A request that waits for GPUs another run claims reserves them: an exclusive `flock` on a second
+file per GPU (`<name>.wait.lock`), all of them or none, which every other process's claim of those
+GPUs respects. Otherwise a run going from one small configuration to the next re-claimed each GPU
+the moment it let go of it, and the other run's large configuration waited until the first had no
+small one left. A reservation only keeps new claims off: it never waits for one, so it cannot
+deadlock, and its holder lets go of it once it has its claims, gives up or exits.
+
 Only GPUs of the host are claimed: a real inventory's, and those a simulated one (a dry run's
 `--specdec-arch`) is laid over, on which its servers run. Slots with no GPU behind them (a CPU
 machine, tests, a simulated inventory larger than the host) are no host's GPUs, and concurrent
@@ -55,6 +62,7 @@ class HostClaims:
         self.keys = {gpu: re.sub(r"[^A-Za-z0-9_.-]", "_", key) for gpu, key in keys.items()}
         self.identity = {"user": _user(), "run": run, "project": project}
         self._held: dict[int, int] = {}  # GPU -> the descriptor whose flock claims it
+        self._reserved: dict[int, int] = {}  # GPU -> the descriptor whose flock reserves it for this process
         try:
             self.directory.mkdir(parents=True)
             os.chmod(self.directory, 0o1777)  # every user's runs claim here; sticky, as /tmp is
@@ -63,8 +71,63 @@ class HostClaims:
         if not self.directory.is_dir() or not os.access(self.directory, os.W_OK | os.X_OK):
             raise PermissionError("not a folder this user can write in")
 
-    def path(self, gpu: int) -> Path:
-        return self.directory / f"{self.keys.get(gpu, f'gpu{gpu}')}.lock"
+    def path(self, gpu: int, kind: str = "") -> Path:
+        return self.directory / f"{self.keys.get(gpu, f'gpu{gpu}')}{kind}.lock"
+
+    def reserve(self, gpus: Iterable[int]) -> bool:
+        """Reserve all of `gpus` for this process's waiting request, or none (False: another
+        process reserves one of them). Replaces this process's earlier reservation."""
+        import fcntl
+
+        wanted = sorted(g for g in gpus if self.gpus is None or g in self.gpus)
+        if wanted == sorted(self._reserved):
+            return True
+        self.unreserve()
+        for gpu in wanted:
+            path = self.path(gpu, ".wait")
+            try:
+                fd = self._open(path)
+            except OSError as exc:
+                self.unreserve()
+                raise SpecdecUsageError(self._unusable(path, exc)) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # another waiter's, or a filesystem without flock (the claim says so)
+                os.close(fd)
+                self.unreserve()
+                return False
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, json.dumps({"pid": os.getpid(), **self.identity, "since": time.time()}).encode(), 0)
+            except OSError:
+                pass
+            self._reserved[gpu] = fd
+        return True
+
+    def unreserve(self) -> None:
+        for fd in self._reserved.values():
+            os.close(fd)  # closing drops the flock
+        self._reserved.clear()
+
+    def _reserved_elsewhere(self, gpu: int) -> str | None:
+        """Who reserves `gpu` for a request of theirs, where that is another process."""
+        import fcntl
+
+        if gpu in self._reserved:
+            return None
+        try:
+            fd = os.open(self.path(gpu, ".wait"), os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return None  # never reserved (or unusable: the claim file names the problem)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return describe(os.pread(fd, 4096, 0)).replace(", since ", ", waiting for it since ")
+        except OSError:
+            return None
+        finally:
+            os.close(fd)  # also lets go of the shared lock just taken
+        return None
 
     def claim(self, gpus: Iterable[int]) -> tuple[int, str] | None:
         """Claim all of `gpus` or none: None once this process holds them all, else the first GPU
@@ -103,6 +166,9 @@ class HostClaims:
 
         if gpu in self._held:
             return None
+        reserved = self._reserved_elsewhere(gpu)
+        if reserved is not None:
+            return reserved
         path = self.path(gpu)
         try:
             fd = self._open(path)

@@ -161,8 +161,11 @@ class GpuLeases:
                         self._save(leases, waiters)
                         if not elsewhere and self.announce is not None:  # another run's holder is named below
                             self.announce(self._waiting(n, owner, leases, ahead, timeout))
+                    if elsewhere and not ahead and len(free) >= n and self.claims is not None:
+                        # first in this run's queue, kept waiting by another run: keep its new claims off
+                        self.claims.reserve(self.choose(free, n))
                 for gpu, holder in elsewhere.items():
-                    who = re.sub(r", since [^)]*\)$", ")", holder)  # the run re-claims as it moves on
+                    who = re.sub(r", (waiting for it )?since [^)]*\)$", ")", holder)  # the run re-claims as it moves on
                     if who not in announced and self.announce is not None:
                         self.announce(f"{owner} waits: GPU {gpu} is claimed by another run on this host, {holder}")
                     announced.add(who)
@@ -176,6 +179,8 @@ class GpuLeases:
                     )
                 time.sleep(poll)
         finally:
+            if self.claims is not None:
+                self.claims.unreserve()
             if ticket is not None:
                 self._leave_queue(ticket)
 

@@ -110,6 +110,38 @@ def test_another_run_moving_on_to_its_next_configuration_is_named_once(tmp_path)
     assert len(said) == 1 and "run run-a, project /home/ana/bench" in said[0]
 
 
+def test_a_waiting_run_is_not_overtaken_by_the_other_runs_next_configuration(tmp_path):
+    """The other run let go of GPU 0 between two configurations and claimed it again at once for
+    its next one, so this run's TP2 configuration waited as long as the other had any left."""
+    theirs = HostClaims(tmp_path / "claims", KEYS, run="run-a", project="/home/ana/bench")  # as another process
+    assert theirs.claim([0]) is None
+    refused: list = []
+
+    def their_next_configuration() -> None:
+        theirs.release([0])
+        refused.append(theirs.claim([0]))
+
+    said: list[str] = []
+    leases = _this_run(tmp_path, said, on_wait=their_next_configuration)
+    lease = leases.acquire(2, owner="ar-tp2", timeout=5, poll=0.02)
+    assert lease.gpus == (0, 1) and len(refused) == 1
+    gpu, holder = refused[0]
+    assert gpu == 0 and holder.startswith(f"pid {os.getpid()} (user ") and "run run-b, project /home/bo/bench, " \
+        "waiting for it since " in holder
+    leases.release(lease)
+    assert theirs.claim([0, 1]) is None  # granted, it reserves nothing more
+
+
+def test_a_reservation_ends_when_its_request_gives_up(tmp_path):
+    theirs = HostClaims(tmp_path / "claims", KEYS, run="run-a", project="/home/ana/bench")
+    assert theirs.claim([0]) is None
+    leases = _this_run(tmp_path, [])
+    with pytest.raises(GpuLeaseError):
+        leases.acquire(2, owner="ar-tp2", timeout=0.2, poll=0.02)
+    theirs.release([0])
+    assert theirs.claim([0, 1]) is None
+
+
 def test_a_waiting_run_gets_the_gpu_when_the_other_releases_its_lease(tmp_path, procs):
     other = _other_run(procs, tmp_path / "claims", tmp_path / "run-a", 2)
 
