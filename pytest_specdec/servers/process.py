@@ -245,9 +245,12 @@ class ManagedServer:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.gpus)
             env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env.update(self.extra_env)
+        # the GPUs the server was given, in its log: where else a user could tell is the lease book
+        placement = "".join(f"{name}={env[name]} " for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+                            if name in env and (self.gpus or name in self.extra_env))
         env = cleanup.server_env(env)
         self._log_file = open(self.log_path, "ab")
-        self._log_file.write(f"{COMMAND_LINE_PREFIX}{' '.join(self.argv)}\n".encode())
+        self._log_file.write(f"{COMMAND_LINE_PREFIX}{placement}{' '.join(self.argv)}\n".encode())
         self._log_file.flush()
         self._ready = False
         self._stopped = False

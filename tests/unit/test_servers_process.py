@@ -48,6 +48,25 @@ def fails_with(s, reason: str) -> ServerError:
     return e
 
 
+def test_the_log_names_the_gpus_the_server_was_given(tmp_path):
+    """Its log began with the command line alone: which GPUs a server had (to check that no two
+    live servers shared one) was nowhere a user would look."""
+    s = server(spec("ar", None, tp=2), tmp_path, entry=FAKE_ENTRY, gpus=(2, 3))
+    s.start()
+    try:
+        first = s.log_path.read_text().splitlines()[0]
+        assert first.startswith("# specdec: CUDA_VISIBLE_DEVICES=2,3 CUDA_DEVICE_ORDER=PCI_BUS_ID "), first
+        assert first.endswith(" ".join(s.argv))
+    finally:
+        s.stop()
+    hidden = server(spec("ar", None), tmp_path / "hidden", entry=FAKE_ENTRY, gpus=(9,), env={"CUDA_VISIBLE_DEVICES": "-1"})
+    hidden.start()
+    try:
+        assert hidden.log_path.read_text().startswith("# specdec: CUDA_VISIBLE_DEVICES=-1 CUDA_DEVICE_ORDER=PCI_BUS_ID ")
+    finally:
+        hidden.stop()
+
+
 def test_boot_check_alive_and_teardown_kill_the_whole_tree(tmp_path):
     s = server(spec("ar", None, "--spawn-child"), tmp_path, entry=FAKE_ENTRY)
     s.start()
