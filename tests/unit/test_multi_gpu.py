@@ -415,7 +415,8 @@ def test_a_killed_workers_lease_is_recovered_and_the_run_finishes(tmp_path):
     which needs the GPU the dead worker held.
     """
     write_project(tmp_path, methods=("ar", "ddtree"), budgets=(8,))
-    result = run_pytest(tmp_path, "-n", "2", "--dist", "loadgroup", "--specdec-gpus", "1",
+    # the files' order decides which test the worker dies in: pytest-randomly's shuffle would move it
+    result = run_pytest(tmp_path, "-p", "no:randomly", "-n", "2", "--dist", "loadgroup", "--specdec-gpus", "1",
                         env={KILL_ENV: "ar-tp1"})
     killed = int((tmp_path / "killed-worker.pid").read_text())
     result.stdout.fnmatch_lines(["*replacing crashed worker gw*"])
