@@ -164,7 +164,9 @@ class Backend:
                 stall_timeout=state.settings.stall_timeout, stall_setting=state.settings.setter("stall_timeout"),
                 wait_gpu_release=state.hardware.physical_gpus > 0, argv_hint=self.argv_hint)
 
-        return ServerPool(factory, leases=leases, restart_on_crash=state.settings.restart_on_crash)
+        return ServerPool(factory, leases=leases, restart_on_crash=state.settings.restart_on_crash,
+                          lease_timeout=state.settings.gpu_wait_timeout,
+                          lease_setting=state.settings.setter("gpu_wait_timeout"))
 
 
 class EmbeddedBackend(Backend):

@@ -214,6 +214,9 @@ OPTIONS: tuple[Option, ...] = (
            "token before its server counts as stalled (probed, stopped, its configuration failed); "
            "a ready server's /health check waits no longer either (and at most 25)",
            _positive_float, 60.0, metavar="S"),
+    Option("gpu_wait_timeout", "seconds a configuration may wait for free GPUs (its lease) while "
+           "other configurations, or another run on this host, hold them, before its test fails",
+           _positive_float, 3600.0, metavar="S"),
     Option("restart_on_crash", "restart a crashed server up to N times per configuration",
            _count, 0, metavar="N"),
     Option("tp", "run only the configurations of these tensor-parallel sizes (e.g. 8, or 1,4): "

@@ -25,6 +25,8 @@ forgets the lease, so this run's own workers never see each other's claims. A GP
 claims is passed over for the next best free set; with none left, the lease waits as for its own
 run's workers, naming the other run once through `announce`, which also says once what a wait for
 this run's own workers is for (who holds the GPUs, who is queued first, when the wait gives up).
+Each wait line and a wait's timeout name the setting that bounds it (`--specdec-gpu-wait-timeout`,
+or where the run set it): how long a wait is worth depends on how long the configurations run.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ from pytest_specdec.servers.host_claims import HostClaims
 LEASE_FILE = "gpu-leases.json"
 HISTORY_FILE = "lease-history.jsonl"
 _COMBINATION_LIMIT = 20000
+#: How long a lease waits by default, and where a user changes it (options.py's gpu_wait_timeout).
+WAIT_TIMEOUT_S = 3600.0
+WAIT_TIMEOUT_SETTING = "--specdec-gpu-wait-timeout"
 
 # Higher is better. NV# (NVLink with # links) ranks above every PCIe path.
 _LINK_SCORES = {"X": 1000, "PIX": 40, "PXB": 30, "PHB": 20, "NODE": 10, "SOC": 0, "SYS": 0}
@@ -104,12 +109,14 @@ class GpuLeases:
 
     # -- public --------------------------------------------------------------------------------
 
-    def acquire(self, n: int, *, owner: str, timeout: float | None = 3600.0, poll: float = 0.2) -> Lease:
+    def acquire(self, n: int, *, owner: str, timeout: float | None = WAIT_TIMEOUT_S,
+                timeout_setting: str = WAIT_TIMEOUT_SETTING, poll: float = 0.2) -> Lease:
         """Lease `n` GPUs for this process, waiting up to `timeout` s for others to release, after
         the requests that began waiting before this one (see module docstring).
 
         Raises NotEnoughGpus at once when `n` exceeds the inventory (a skip, not a failure),
-        GpuLeaseError when the wait times out (naming who holds what).
+        GpuLeaseError when the wait times out (naming who holds what). `timeout_setting` is where
+        the user sets `timeout`: the wait line and the timeout's error name it.
         """
         self.check_fits(n, owner=owner)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -160,14 +167,15 @@ class GpuLeases:
                         waiters[ticket] = place
                         self._save(leases, waiters)
                         if not elsewhere and self.announce is not None:  # another run's holder is named below
-                            self.announce(self._waiting(n, owner, leases, ahead, timeout))
+                            self.announce(self._waiting(n, owner, leases, ahead, timeout, timeout_setting))
                     if elsewhere and not ahead and len(free) >= n and self.claims is not None:
                         # first in this run's queue, kept waiting by another run: keep its new claims off
                         self.claims.reserve(self.choose(free, n))
                 for gpu, holder in elsewhere.items():
                     who = re.sub(r", (waiting for it )?since [^)]*\)$", ")", holder)  # the run re-claims as it moves on
                     if who not in announced and self.announce is not None:
-                        self.announce(f"{owner} waits: GPU {gpu} is claimed by another run on this host, {holder}")
+                        self.announce(f"{owner} waits: GPU {gpu} is claimed by another run on this host, {holder}; "
+                                      f"{_bound(timeout, timeout_setting)}")
                     announced.add(who)
                 if deadline is not None and time.monotonic() >= deadline:
                     held = "; ".join(
@@ -175,7 +183,8 @@ class GpuLeases:
                         + [f"GPU {gpu} by another run on this host, {holder}" for gpu, holder in elsewhere.items()]
                     )
                     raise GpuLeaseError(
-                        f"{owner} waited {timeout:g}s for {n} free GPUs of {_fmt(self.inventory)}; held: {held}"
+                        f"{owner} waited {timeout:g}s for {n} free GPU{'s' if n != 1 else ''} of "
+                        f"{_fmt(self.inventory)}; held: {held}; raise {timeout_setting} to wait longer"
                     )
                 time.sleep(poll)
         finally:
@@ -185,12 +194,12 @@ class GpuLeases:
                 self._leave_queue(ticket)
 
     def _waiting(self, n: int, owner: str, leases: Mapping[str, dict], ahead: Sequence[Mapping],
-                 timeout: float | None) -> str:
+                 timeout: float | None, timeout_setting: str) -> str:
         """What a request waits for, said once as it starts waiting, so a long wait is never silent:
         `ddtree-tp8-b8 waits for 8 free GPUs of 0,...,7: held by ar-tp1 (pid 4242) GPUs 0; ...`."""
         held = ", ".join(f"{v['owner']} (pid {v['pid']}) GPUs {_fmt(v['gpus'])}" for v in leases.values())
         before = ", ".join(f"{w['owner']} ({w['n']} GPU{'s' if w['n'] != 1 else ''})" for w in ahead)
-        bound = f"the test fails after {timeout:g}s without them" if timeout is not None else "no time limit"
+        bound = _bound(timeout, timeout_setting)
         return (f"{owner} waits for {n} free GPU{'s' if n != 1 else ''} of {_fmt(self.inventory)}: "
                 f"held by {held or 'no one'}" + (f"; queued before it: {before}" if before else "") + f"; {bound}")
 
@@ -418,6 +427,11 @@ def _n_choose_k(n: int, k: int) -> int:
     from math import comb
 
     return comb(n, k)
+
+
+def _bound(timeout: float | None, setting: str) -> str:
+    """When a wait gives up, and where the user changes that."""
+    return f"the test fails after {timeout:g}s without them ({setting})" if timeout is not None else "no time limit"
 
 
 def _fmt(gpus: Sequence[int]) -> str:

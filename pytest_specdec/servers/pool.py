@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from pytest_specdec.servers.attach import AttachedServer
 from pytest_specdec.servers.diagnosis import ServerError
-from pytest_specdec.servers.leases import GpuLeaseError, GpuLeases, Lease
+from pytest_specdec.servers.leases import WAIT_TIMEOUT_S, WAIT_TIMEOUT_SETTING, GpuLeaseError, GpuLeases, Lease
 from pytest_specdec.servers.process import ManagedServer
 from pytest_specdec.servers.spec import ServerSpec
 
@@ -52,13 +52,15 @@ class ServerPool:
         *,
         leases: GpuLeases | None = None,
         restart_on_crash: int = 0,
-        lease_timeout: float | None = 3600.0,
+        lease_timeout: float | None = WAIT_TIMEOUT_S,
+        lease_setting: str = WAIT_TIMEOUT_SETTING,
         attached: AttachedServer | None = None,
     ) -> None:
         self.factory = factory
         self.leases = leases
         self.restart_on_crash = restart_on_crash
         self.lease_timeout = lease_timeout
+        self.lease_setting = lease_setting  # where the user set lease_timeout: the wait and its timeout name it
         self._attached = attached
         self._live: dict[ServerSpec, _Slot] = {}
         self._failed: dict[ServerSpec, ServerError] = {}
@@ -162,7 +164,8 @@ class ServerPool:
     def _boot(self, spec: ServerSpec) -> ManagedServer:
         lease = None
         if self.leases is not None:
-            lease = self.leases.acquire(spec.num_gpus, owner=spec.id, timeout=self.lease_timeout)
+            lease = self.leases.acquire(spec.num_gpus, owner=spec.id, timeout=self.lease_timeout,
+                                        timeout_setting=self.lease_setting)
         try:
             server = self.factory(spec, lease.gpus if lease else ())
             server.start()

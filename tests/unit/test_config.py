@@ -108,6 +108,9 @@ from pytest_specdec.errors import SpecdecUsageError
      "pyproject.toml [tool.specdec] min_accept_length: nan must be a finite number"),
     ("[tool.specdec]\nstartup_timeout = inf\n",
      "*key 'startup_timeout': 'inf' must be a finite number greater than 0*"),
+    ("[tool.specdec]\ngpu_wait_timeout = 0\n",
+     "pyproject.toml [tool.specdec] key 'gpu_wait_timeout': '0' must be a finite number greater than 0; "
+     "--specdec-gpu-wait-timeout takes*"),
     ("[tool.specdec.tolerances]\naccept_length = nan\n",
      "*[tool.specdec.tolerances] accept_length: tolerance 'nan' for 'accept_length' must be a finite number*"),
     ("[[tool.specdec.workloads]]\ntemperature = inf\n",

@@ -26,6 +26,8 @@ def _usage_error(result: pytest.RunResult, message: str) -> None:
     (["--specdec-tp=1,6"], "--specdec-tp: '1,6': 6 is not a power of two*"),
     (["--specdec-arch=sm_999"], "--specdec-arch: 'sm_999': no family known for this architecture*; "
                                 "use one of sm_80, *sm_90*sm_120*"),
+    (["--specdec-gpu-wait-timeout=inf"], "--specdec-gpu-wait-timeout: 'inf' must be a finite number greater "
+                                         "than 0; --specdec-gpu-wait-timeout takes: *"),
 ])
 def test_out_of_range_flag_values_are_usage_errors(pytester: pytest.Pytester, args, message):
     pytester.makepyfile("def test_x(): pass")
@@ -43,6 +45,9 @@ def test_out_of_range_flag_values_are_usage_errors(pytester: pytest.Pytester, ar
     # a number pytest read is echoed as written, not as the float or int pytest made of it
     ("specdec_stall_timeout = 0", "ini specdec_stall_timeout: '0' must be a finite number greater than 0; *"),
     ("specdec_keep_runs = 00", "ini specdec_keep_runs: '00' must be 1 or more; *"),
+    ("specdec_gpu_wait_timeout = -5", "ini specdec_gpu_wait_timeout: '-5' must be a finite number greater than "
+                                      "0; --specdec-gpu-wait-timeout takes: seconds a configuration may wait*"),
+    ("specdec_gpu_wait_timeout = later", "ini specdec_gpu_wait_timeout: 'later' is not a number; *"),
 ])
 def test_out_of_range_ini_values_are_usage_errors(pytester: pytest.Pytester, ini, message):
     pytester.makeini("[pytest]\n" + ini)

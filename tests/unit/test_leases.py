@@ -49,7 +49,7 @@ def test_waiting_times_out_naming_the_holders(tmp_path):
     leases = GpuLeases(tmp_path, 2)
     leases.acquire(2, owner="dflash-tp2")
     t0 = time.monotonic()
-    with pytest.raises(GpuLeaseError, match=r"waited 0.5s for 1 free GPUs .* held: dflash-tp2 \(pid \d+\): GPUs 0,1"):
+    with pytest.raises(GpuLeaseError, match=r"waited 0.5s for 1 free GPU .* held: dflash-tp2 \(pid \d+\): GPUs 0,1"):
         leases.acquire(1, owner="ar-tp1", timeout=0.5)
     assert time.monotonic() - t0 < 3
 
@@ -82,7 +82,7 @@ def test_a_large_request_is_not_overtaken_by_small_ones(tmp_path):
             time.sleep(0.05)
         time.sleep(0.1)  # the old book had no queue to watch: give the waiter its first look
         leases.release(lease)
-        with pytest.raises(GpuLeaseError, match="waited 0s for 1 free GPUs"):
+        with pytest.raises(GpuLeaseError, match="waited 0s for 1 free GPU of"):
             leases.acquire(1, owner="dflash-tp1", timeout=0)  # the next TP1 queues behind the TP8
         assert got.get(timeout=30) == tuple(range(8))
         waiter.join(timeout=30)
@@ -138,7 +138,33 @@ def test_a_wait_for_this_runs_own_workers_says_what_it_waits_for_once(tmp_path):
     with pytest.raises(GpuLeaseError):
         leases.acquire(2, owner="ddtree-tp2-b8", timeout=0.3, poll=0.02)
     assert said == [f"ddtree-tp2-b8 waits for 2 free GPUs of 0,1: held by ar-tp1 (pid {os.getpid()}) GPUs 0; "
-                    f"the test fails after 0.3s without them"]
+                    f"the test fails after 0.3s without them (--specdec-gpu-wait-timeout)"]
+
+
+def test_the_wait_and_its_timeout_name_where_the_bound_is_set(tmp_path):
+    """The bound was an hour with no option: neither the wait line nor the timeout said how to
+    change it. Both name the setting, where the user set it (else its flag)."""
+    said: list[str] = []
+    leases = GpuLeases(tmp_path, 1, announce=said.append)
+    leases.acquire(1, owner="ar-tp1")
+    where = "pyproject.toml [tool.specdec] key 'gpu_wait_timeout'"
+    with pytest.raises(GpuLeaseError) as caught:
+        leases.acquire(1, owner="ddtree-tp1-b8", timeout=0.2, timeout_setting=where, poll=0.02)
+    assert said == [f"ddtree-tp1-b8 waits for 1 free GPU of 0: held by ar-tp1 (pid {os.getpid()}) GPUs 0; "
+                    f"the test fails after 0.2s without them ({where})"]
+    assert str(caught.value) == (f"ddtree-tp1-b8 waited 0.2s for 1 free GPU of 0; held: ar-tp1 (pid {os.getpid()}): "
+                                 f"GPUs 0; raise {where} to wait longer")
+    with pytest.raises(GpuLeaseError, match="; raise --specdec-gpu-wait-timeout to wait longer$"):
+        leases.acquire(1, owner="ddtree-tp1-b8", timeout=0)
+
+
+def test_the_lease_default_is_the_options(tmp_path):
+    """The pool's and the lease book's own defaults (for callers outside the plugin) are the option's."""
+    from pytest_specdec.options import OPTIONS_BY_NAME
+    from pytest_specdec.servers.leases import WAIT_TIMEOUT_S, WAIT_TIMEOUT_SETTING
+
+    option = OPTIONS_BY_NAME["gpu_wait_timeout"]
+    assert (option.default, option.cli) == (WAIT_TIMEOUT_S, WAIT_TIMEOUT_SETTING)
 
 
 def test_inventory_of_explicit_indices(tmp_path):

@@ -449,6 +449,39 @@ def test_a_killed_workers_lease_is_recovered_and_the_run_finishes(tmp_path):
     assert engine_processes(tmp_path) == [], "the killed worker's engine survived"
 
 
+# -- waiting for GPUs ------------------------------------------------------------------------------
+
+# Another configuration holds the only GPU for the whole test, so the test's own server waits.
+HELD_ELSEWHERE = """
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def gpu_held_elsewhere(specdec_pool):
+    lease = specdec_pool.leases.acquire(1, owner="other-tp1")
+    yield
+    specdec_pool.leases.release(lease)
+"""
+
+
+def test_the_gpu_wait_is_bounded_by_its_option_and_both_name_where_it_was_set(tmp_path):
+    """The wait for free GPUs was fixed at an hour: a configuration queued behind longer ones
+    failed after it, and a CI run could not bound it lower; neither message said how to change it."""
+    write_project(tmp_path, methods=("ar",), generation_test=False, devices_test=False)
+    toml = tmp_path / "pyproject.toml"
+    toml.write_text(toml.read_text().replace("startup_timeout = 90", "startup_timeout = 90\ngpu_wait_timeout = 0.5"))
+    (tmp_path / "conftest.py").write_text(HELD_ELSEWHERE)
+    (tmp_path / "test_waits.py").write_text("def test_boot(specdec_server):\n    pass\n")
+    result = run_pytest(tmp_path, "--specdec-gpus", "1", timeout=90)
+    result.assert_outcomes(errors=1)  # the server fixture fails the test's setup
+    where = "pyproject.toml [[]tool.specdec[]] key 'gpu_wait_timeout'"
+    result.stderr.fnmatch_lines([f"specdec: ar-tp1 waits for 1 free GPU of 0: held by other-tp1 (pid *) GPUs 0; "
+                                 f"the test fails after 0.5s without them ({where})"])
+    result.stdout.fnmatch_lines([f"*server ar-tp1: ar-tp1 waited 0.5s for 1 free GPU of 0; held: other-tp1 "
+                                 f"(pid *): GPUs 0; raise {where} to wait longer*"])
+    result.stdout.fnmatch_lines(["specdec: settings *gpu_wait_timeout=0.5 (pyproject.toml [[]tool.specdec[]])*"])
+
+
 # -- more GPUs than exist --------------------------------------------------------------------------
 
 
