@@ -134,8 +134,25 @@ def uses_specdec(item: pytest.Item) -> bool:
 
 
 def needs_server(item: pytest.Item) -> bool:
-    """Whether a test will ask for a server (it requests one and is not marked to skip)."""
-    return "specdec_server" in getattr(item, "fixturenames", ()) and will_run(item)
+    """Whether a test will ask for a server (it requests one, is not marked to skip and is no
+    stand-in for figures resumed from the journal)."""
+    return "specdec_server" in getattr(item, "fixturenames", ()) and will_run(item) \
+        and not stands_in(item)
+
+
+_STAND_IN_KEY = pytest.StashKey[bool]()
+#: Attribute of a stand-in's reports (`mark_stand_in`), which xdist sends along to the controller.
+STAND_IN = "specdec_stand_in"
+
+
+def mark_stand_in(item: pytest.Item) -> None:
+    """`item` runs without its fixtures, judged on figures resumed from the journal (resume.py)."""
+    item.stash[_STAND_IN_KEY] = True
+
+
+def stands_in(item: pytest.Item) -> bool:
+    """Whether `item` runs as a stand-in for figures resumed from the journal (`mark_stand_in`)."""
+    return item.stash.get(_STAND_IN_KEY, False)
 
 
 def can_record(item: pytest.Item) -> bool:

@@ -117,8 +117,10 @@ class Durations:
 
     def add_report(self, report: Any) -> None:
         """Count one phase of a test report (setup, call or teardown) for its configuration."""
-        from .collection import configuration_in_nodeid
+        from .collection import STAND_IN, configuration_in_nodeid
 
+        if getattr(report, STAND_IN, False):  # judged on resumed figures: it measured nothing
+            return
         self.add(configuration_in_nodeid(report.nodeid, self.param_ids), report.duration,
                  ran=report.when == "call")
 

@@ -159,9 +159,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     collection.modify_items(items, state, in_worker=hasattr(config, "workerinput"))
     if not any(map(collection.uses_specdec, items)):
         return
-    from . import recording, session
+    from . import recording, resume
 
-    session.skip_done(items, state)
+    resume.resume_done(items, state, _gate(config, state))
     for item in items:
         recording.mark_for_benchmark(item)
 
@@ -305,6 +305,10 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     recording = _imported("pytest_specdec.recording")  # loaded by the first recorder
     if recording is not None and recording.records_uncounted(item):
         setattr(report, recording.UNCOUNTED, True)  # xdist sends a report's attributes along
+    from .collection import STAND_IN, stands_in
+
+    if stands_in(item):  # its time is no measurement's: the durations file must not count it
+        setattr(report, STAND_IN, True)
     return report
 
 

@@ -187,11 +187,16 @@ def new_recorder(item: pytest.Item) -> Recorder:
     """The recorder of this attempt of `item`. A test run again on the same item (pytest-
     rerunfailures) journals, gates and reports its own figures: its earlier attempt's recorder
     and the properties that carried that attempt's figures are dropped."""
-    item.user_properties[:] = [(name, value) for name, value in item.user_properties
-                               if name != RESULT_PROPERTY and not name.startswith("specdec.")]
+    drop_results(item)
     item.stash[_RECORDER_KEY] = Recorder(item)
     _replay_clock_timer(item)  # a test that fetched the recorder as it ran was not marked at collection
     return item.stash[_RECORDER_KEY]
+
+
+def drop_results(item: pytest.Item) -> None:
+    """Remove the properties that carried an earlier attempt's figures to its report."""
+    item.user_properties[:] = [(name, value) for name, value in item.user_properties
+                               if name != RESULT_PROPERTY and not name.startswith("specdec.")]
 
 
 def existing_recorder(item: pytest.Item) -> Recorder | None:

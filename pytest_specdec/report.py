@@ -106,7 +106,7 @@ MEASURED = ("passed", "xpassed")
 def measured(rows: Iterable[ReportRow]) -> list[ReportRow]:
     """The rows report.tex and the plots show: results of a configuration (`MEASURED`)."""
     return [r for r in rows if r.outcome in MEASURED and r.method is not None]
-#: The reason of a passed row whose figures an earlier run of the journal measured and gated.
+#: The reason of a passed row whose figures an earlier run of the journal measured (this run judged them).
 RESUMED = "resumed from the journal"
 REASON_CELL = 60  # characters of such a reason the table's verdict cell shows
 

@@ -1,8 +1,9 @@
-"""The benchmark session: journal, resume, baseline gate and the controller's collection of results.
+"""The benchmark session: journal, the checks of a test's figures and the controller's collection of results.
 
 Runs in two roles. Where a test runs (the only process, or an xdist worker), `finish_test`
 journals its figures, attaches them to the report, gates them against the baseline and checks
-the losslessness of greedy outputs against the reference configuration's. In the
+the losslessness of greedy outputs against the reference configuration's (`judge`, which
+--specdec-resume also runs on journaled figures: resume.py). In the
 controller (the only process, or the xdist master), `Results` gathers every test's figures from
 the reports, prints a progress line per configuration, and at the end hands them to the report
 writers and, with `--specdec-save-baseline`, merges them into the baseline file.
@@ -13,7 +14,6 @@ from __future__ import annotations
 import datetime as _dt
 import errno
 import json
-import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NoReturn
@@ -32,7 +32,7 @@ from .config import KnownIssue
 from .configuration import MatrixCase, is_speculative
 from .errors import SpecdecUsageError
 from .fingerprint import Fingerprint, measured_setup
-from .journal import DONE, FAILED_CHECKS, MEASURED, Journal, JournalRecord, JournalWarning
+from .journal import DONE, FAILED_CHECKS, MEASURED, Journal, JournalRecord
 from .recording import (RECORDING_TOTAL, REMEASURED_PROPERTY, RESULT_PROPERTY, RESUMED_PROPERTY,
                         UNCOUNTED, attach_to_report, existing_recorder, result_of_report)
 from .result import RECORD_DAMAGE, Result
@@ -124,59 +124,9 @@ def item_fingerprint(item: pytest.Item, state: RunState) -> Fingerprint:
     return item.stash[_FINGERPRINT_KEY]
 
 
-def skip_done(items: list[pytest.Item], state: RunState) -> None:
-    """--specdec-resume: a test the journal records as done is not measured again, unless what
-    it measures changed since (its fingerprint differs): then it is, and the summary says why.
-
-    The journaled figures ride on the skipped test's report, so the controller (also under
-    xdist, where it collects nothing) shows them and can save them into the baseline file.
-    The last records of the tests it measures again are noted (`REPLACED_KEY`): a reference that
-    runs first must not hold itself to their outputs, nor they to its.
-    """
-    if not state.settings.resume:
-        return
-    journal = journal_for(state)
-    latest = journal.latest()
-    done = {key: r for key, r in latest.items() if r.status == DONE}
-    replaced = set()
-    for item in items:
-        record = done.get((item.nodeid, workload_key(item)))
-        if record is None:
-            earlier = latest.get((item.nodeid, workload_key(item)))
-            if earlier is not None and will_run(item):
-                replaced.add(earlier.digest)
-            continue
-        current = item_fingerprint(item, state)
-        if record.fingerprint == current.digest and not _readable(record, journal):
-            continue  # damaged figures are no measurement: measured again
-        if record.fingerprint == current.digest:
-            item.add_marker(pytest.mark.skip(
-                reason=f"already measured (resumed from {journal.path})"))
-            item.user_properties.append(
-                (RESUMED_PROPERTY, json.dumps(record.data)))
-        else:
-            old = Fingerprint.from_json(record.data.get("fingerprint"))
-            item.user_properties.append(
-                (REMEASURED_PROPERTY, current.what_changed(old, "no fingerprint in its journal record")))
-    if items:
-        items[0].config.stash[REPLACED_KEY] = frozenset(replaced)
-
-
-#: Digests of the journal records an earlier run left of tests this resumed run measures again:
-#: until their new records land, their outputs are no one's reference nor held to one.
+#: Digests of the journal records an earlier run left of tests this resumed run measures again
+#: (resume.py): until their new records land, their outputs are no one's reference nor held to one.
 REPLACED_KEY = pytest.StashKey[frozenset]()
-
-
-def _readable(record: JournalRecord, journal: Journal) -> bool:
-    """Whether a journaled record's figures read back; warns (and so re-measures) where not."""
-    try:
-        Result.from_json(record.data)
-    except RECORD_DAMAGE as exc:
-        warnings.warn(f"{journal.path}: the record of {record.config_id} ({record.workload}) is "
-                      f"damaged ({type(exc).__name__}: {exc}); measuring it again",
-                      JournalWarning, stacklevel=2)
-        return False
-    return True
 
 
 def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
@@ -214,11 +164,10 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
     unsettled = None
     try:
         recorder.feed_benchmark(measured_where(state, result.fingerprint))
-        if state.tolerances.any or state.baseline_path.is_file():
-            result = result.compared(tuple(gate.compare(result)))
-        lossy, unsettled = lossless_failures(result, state, item.config.stash.get(REPLACED_KEY, frozenset()))
-        failures = [divergence.message() for _, divergence in lossy]
-        _journal_found_lossy(item, state, lossy)
+        judged = judge(result, state, gate, recording_tests(item.session.items),
+                       item.config.stash.get(REPLACED_KEY, frozenset()))
+        result, failures, unsettled = judged.result, judged.failures, judged.unsettled
+        _journal_found_lossy(item, state, judged.lossy)
     except Exception as exc:  # the figures are journaled; what broke is this test's failure
         broke = f"{type(exc).__name__} after the measurement was journaled " \
                 f"({journal_for(state).path}): {exc}"
@@ -226,6 +175,45 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
     if broke:
         _journal_failed(item, state, result)
         pytest.fail(broke, pytrace=False)
+    if failures:
+        _journal_failed(item, state, result)
+        pytest.fail("\n".join(failures), pytrace=False)
+    if xpasses_strictly(item):  # a known issue that now passes: pytest fails it as XPASS(strict)
+        _journal_failed(item, state, result)
+        if unsettled is not None:  # its outputs may be its known divergence: no XPASS on that
+            pytest.skip(unsettled_reason(xfail_reason(item), unsettled))
+        return
+    _mark_done(item, state, measured)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """This run's verdict on a test's figures (`judge`)."""
+
+    result: Result  # with this run's baseline comparisons
+    failures: list[str]  # why the test fails, in order; none: it passes
+    lossy: list[tuple[JournalRecord | None, lossless.Divergence]]  # the divergences found
+    #: the reference its outputs are held to, where that had journaled none to compare with yet
+    unsettled: MatrixCase | None
+
+
+def judge(result: Result, state: RunState, gate: Gate, claimed: set[str],
+          replaced: frozenset = frozenset(), *, own_only: bool = False) -> Judged:
+    """This run's checks of a test's figures, whether measured now or resumed from the journal.
+
+    The failures, in order: a regression (under this run's tolerances and
+    `--specdec-strict-noise`), gated figures with no baseline entry under
+    `--specdec-require-baseline`, outputs that leave the reference's under this run's
+    losslessness settings. `claimed`: the test ids of this run's recording tests
+    (`recording_tests`); `replaced`: as `lossless_failures` reads it; `own_only`: only
+    `result`'s own divergence, not those of speculative configurations it is the reference of (a
+    resumed reference: each of those this run collects is checked by its own test, measured or
+    resumed).
+    """
+    compares = state.tolerances.any or state.baseline_path.is_file()
+    result = result.compared(tuple(gate.compare(result)) if compares else ())  # never another run's
+    lossy, unsettled = lossless_failures(result, state, replaced, own_only=own_only)
+    failures = [divergence.message() for _, divergence in lossy]
     message = gate_mod.failure_message(result.comparisons, state.settings.strict_noise)
     if message:
         # a "regression" against figures of another workload or model says more than it knows
@@ -235,28 +223,19 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
                  f"the change is meant)") if other else ""
         failures.insert(0, f"regression against {state.baseline_path.name}{stale}:\n{message}")
     if state.settings.require_baseline and not state.settings.save_baseline:  # a save run makes them
-        unmatched = gate.unmatched(result, _recording_tests(item))
+        unmatched = gate.unmatched(result, claimed)
         if unmatched:
             failures.insert(1 if message else 0, unmatched)  # after a regression, before the rest
-    if failures:
-        _journal_failed(item, state, result)
-        pytest.fail("\n".join(failures), pytrace=False)
-    if _xpasses_strictly(item):  # a known issue that now passes: pytest fails it as XPASS(strict)
-        _journal_failed(item, state, result)
-        if unsettled is not None:  # its outputs may be its known divergence: no XPASS on that
-            pytest.skip(unsettled_reason(_xfail_reason(item), unsettled))
-        return
-    _mark_done(item, state, measured)
+    return Judged(result, failures, lossy, unsettled)
 
 
-def _recording_tests(item: pytest.Item) -> set[str]:
+def recording_tests(items: list[pytest.Item]) -> set[str]:
     """The baseline keys of this run's recording tests (`Recorder.test_id`): an entry of one of
     them is its own, never a misspelling of another test's."""
-    return {other.name for other in item.session.items
-            if "specdec_record" in getattr(other, "fixturenames", ())}
+    return {other.name for other in items if "specdec_record" in getattr(other, "fixturenames", ())}
 
 
-def _xpasses_strictly(item: pytest.Item) -> bool:
+def xpasses_strictly(item: pytest.Item) -> bool:
     """Whether a passing call fails as XPASS(strict): an unconditional strict xfail, as known issues
     are marked (a conditional one is pytest's to evaluate, and is left to it)."""
     for mark in item.iter_markers("xfail"):
@@ -266,7 +245,7 @@ def _xpasses_strictly(item: pytest.Item) -> bool:
     return False
 
 
-def _xfail_reason(item: pytest.Item) -> str:
+def xfail_reason(item: pytest.Item) -> str:
     mark = item.get_closest_marker("xfail")
     return str(mark.kwargs.get("reason", "")) if mark is not None else ""
 
@@ -306,22 +285,23 @@ def _journal_refused(state: RunState, exc: OSError, what: str, cost: str) -> NoR
                 pytrace=False)
 
 
-def lossless_failures(result: Result, state: RunState, replaced: frozenset = frozenset()
+def lossless_failures(result: Result, state: RunState, replaced: frozenset = frozenset(), *,
+                      own_only: bool = False
                       ) -> tuple[list[tuple[JournalRecord | None, lossless.Divergence]], MatrixCase | None]:
     """Divergences from the reference's outputs that this result lets us see, each with the
     journal record of the speculative configuration that diverged: its own when it is
     speculative and the reference is journaled; when it is the reference, those of every
-    speculative configuration journaled before it (which could not be checked then). Also the
-    reference a speculative result is held to where that had journaled no outputs to compare
-    with yet (from the same reading of the journal: another worker's may land in between).
-    `replaced`: digests of records (`REPLACED_KEY`) an earlier run left of tests this run
-    measures again, left out."""
+    speculative configuration journaled before it (which could not be checked then), unless
+    `own_only`. Also the reference a speculative result is held to where that had journaled no
+    outputs to compare with yet (from the same reading of the journal: another worker's may land
+    in between). `replaced`: digests of records (`REPLACED_KEY`) an earlier run left of tests
+    this run measures again, left out."""
     if not state.lossless.on or result.case is None or result.outputs is None:
         return [], None  # without reading the journal
     others, records = _journaled(result, state, replaced)
     found = [(records.get(candidate.nodeid), divergence)
              for candidate, divergence in divergences(result, others, state)
-             if candidate.nodeid == result.nodeid or not _known_issue(candidate, state)]
+             if candidate.nodeid == result.nodeid or not (own_only or _known_issue(candidate, state))]
     return found, uncompared_reference(result, others, state)
 
 
@@ -336,7 +316,7 @@ def _journaled(result: Result, state: RunState,
             continue
         try:
             other = Result.from_json(record.data)
-        except RECORD_DAMAGE:  # warned of, and measured again, by skip_done
+        except RECORD_DAMAGE:  # warned of, and measured again, by resume.resume_done
             continue
         if other.case is not None and _current(record, other.case, state):
             others.append(other)

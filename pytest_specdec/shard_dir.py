@@ -195,29 +195,29 @@ def start(plan: ShardPlan, state: RunState, directory: Path) -> ShardManifest:
     return manifest
 
 
-def outcomes(results: Results, plan: ShardPlan,
-             previous: Mapping[str, TestOutcome] | None = None) -> tuple[TestOutcome, ...]:
+def outcomes(results: Results, plan: ShardPlan) -> tuple[TestOutcome, ...]:
     """Each test's outcome as the controller saw it, with the comparisons of its figures; a
-    test resumed from the journal keeps what the run that measured it recorded (`previous`)."""
+    test resumed from the journal passed (its figures passed this run's checks, which compared
+    them: `resume.py`), though pytest skipped it; a test whose verdict came after it ended
+    (`Results.late_verdicts`), resumed or not, has that verdict."""
     from .collection import configuration_in_nodeid
 
     out = []
     nodeids = list(results.outcomes) + [n for n in results.results if n not in results.outcomes]
     late = results.late_verdicts()
     unsettled = results.unsettled_known_issues()
+    resumed = {r.nodeid: r for r in results.resumed()}
     for nodeid in nodeids:
-        if nodeid in results.resumed_results and nodeid in (previous or {}):
-            test = previous[nodeid]
-        else:
-            outcome, reason = results.outcomes.get(nodeid, ("passed", None))
-            result = results.results.get(nodeid)
-            comparisons = tuple(c.to_json() for c in result.comparisons) if result else ()
-            recorded = result or results.resumed_results.get(nodeid)
-            case = recorded.case if recorded else None
-            issue = results.state.known_issue(case.method, case.tp, case.budget) if case else None
-            test = TestOutcome(nodeid, outcome, reason,
-                               configuration_in_nodeid(nodeid, plan.param_ids), comparisons,
-                               known_issue=issue.reason if issue else None)
+        outcome, reason = results.outcomes.get(nodeid, ("passed", None))
+        result = results.results.get(nodeid)
+        if nodeid in resumed:
+            outcome, reason, result = "passed", None, resumed[nodeid]
+        comparisons = tuple(c.to_json() for c in result.comparisons) if result else ()
+        recorded = result or results.resumed_results.get(nodeid)
+        case = recorded.case if recorded else None
+        issue = results.state.known_issue(case.method, case.tp, case.budget) if case else None
+        test = TestOutcome(nodeid, outcome, reason, configuration_in_nodeid(nodeid, plan.param_ids),
+                           comparisons, known_issue=issue.reason if issue else None)
         if nodeid in late:  # it ended before the reference's test could compare it
             outcome, reason = late[nodeid]
             test = replace(test, outcome=outcome, reason=reason)
@@ -231,13 +231,12 @@ def finish(manifest: ShardManifest, state: RunState, directory: Path, results: R
            durations: Mapping[str, float], exitstatus: int,
            previous: ShardManifest | None = None) -> ShardManifest:
     """Complete shard.json at the end of the run; copy an explicit journal into the folder.
-    `previous`: the manifest a resumed run found, whose outcomes its resumed tests keep."""
+    `previous`: the manifest a resumed run found, whose durations its resumed tests keep."""
     journal = journal_path(state)
     if journal.exists() and journal.resolve() != (directory / JOURNAL).resolve():
         shutil.copyfile(journal, directory / JOURNAL)
-    earlier = {t.nodeid: t for t in previous.tests} if previous is not None else {}
     done = replace(manifest, finished=_now(), exitstatus=int(exitstatus),
-                   tests=outcomes(results, manifest.plan, earlier),
+                   tests=outcomes(results, manifest.plan),
                    durations={**(previous.durations if previous else {}), **durations})
     _write(directory, done)
     return done

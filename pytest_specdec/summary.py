@@ -111,7 +111,7 @@ def _uncompared_gate(results: Results) -> str | None:
     state = results.state
     if state.settings.save_baseline:
         return None  # being saved now
-    unmatched = [(r, c.metric) for r in results.all() if not r.resumed
+    unmatched = [(r, c.metric) for r in results.all()
                  for c in r.comparisons if c.gated and c.verdict == "new"]
     if not unmatched:
         return None

@@ -6,6 +6,8 @@ pytester projects against the embedded engine (see test_bench_flow.py).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -358,3 +360,162 @@ def test_a_test_that_fails_after_recording_shows_its_figures(pytester):
     result.stdout.fnmatch_lines(["test_widgets *  123.0 * FAILED: AssertionError: too slow for me"])
     [row] = json.loads((pytester.path / "rep" / "results.json").read_text())["results"]
     assert row["metrics"]["output_tok_s"] == 123.0 and row["outcome"] == "failed"
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_a_resumed_test_is_judged_again_under_this_runs_gate(pytester, workers):
+    """The journal's figures were trusted with the verdict of the run that measured them: a resumed
+    run with a gate, a baseline or --specdec-require-baseline that fails them skipped the test as
+    passed (`resumed`, exit 0), and its summary's notes left resumed results out."""
+    baseline, before, gate = regressing_project(pytester)
+    entries = json.loads(before)
+    run(pytester, *workers).assert_outcomes(passed=1)  # compared with the baseline, but not gated
+
+    result = run(pytester, "--specdec-resume", *gate, "--specdec-report", "rep", "--junitxml", "junit.xml",
+                 *workers)
+    result.assert_outcomes(failed=1)  # as a measuring run with this gate, on the journaled figures
+    result.stdout.fnmatch_lines(["regression against cpu.json:", "widgets 3.00 < baseline 5.00 -10% (-40.0%)",
+                                 "(judged on its figures resumed from *journal.jsonl, measured *)"])
+    result.stdout.re_match_lines([r"test_widgets +- .* FAILED: regression against cpu.json: widgets 3.00 < .*"])
+    result.stdout.no_fnmatch_line("*already measured*")
+    [row] = json.loads((pytester.path / "rep" / "results.json").read_text())["results"]
+    assert (row["outcome"], row["verdict"]) == ("failed", "regression")
+    assert row["reason"].startswith("regression against cpu.json:\nwidgets 3.00 < baseline 5.00")
+    assert "## Failures" in (pytester.path / "rep" / "report.md").read_text()
+    junit = (pytester.path / "junit.xml").read_text()
+    assert '<failure message="Failed: regression against cpu.json:' in junit
+    assert 'name="specdec.widgets.verdict" value="regression"' in junit
+    assert [r["status"] for r in journal_lines(pytester)] == ["measured", "done"]  # not measured again
+
+    entries["entries"]["test_widgets"]["widgets"]["value"] = 3.0  # the baseline edited since
+    baseline.write_text(json.dumps(entries))
+    result = run(pytester, "--specdec-resume", *gate, *workers)
+    result.assert_outcomes(skipped=1)
+    result.stdout.re_match_lines([r"test_widgets +- .* ok$"])
+
+    baseline.unlink()
+    result = run(pytester, "--specdec-resume", *gate, *workers)
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["specdec: gate: no baseline file at *cpu.json: *, so none of the 1 gated "
+                                 "figure(s) was compared*"])
+    result = run(pytester, "--specdec-resume", *gate, "--specdec-require-baseline", *workers)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["no baseline to compare with in *cpu.json (required by "
+                                 "--specdec-require-baseline): the baseline folder * holds no cpu.json, *"])
+    assert len(journal_lines(pytester)) == 2
+
+
+def test_a_resumed_test_is_held_to_this_runs_strict_noise(pytester):
+    """A figure beyond its tolerance but not clearly so passes as `noisy`, and fails only under
+    --specdec-strict-noise: a resumed run with it passed the journaled figure as before."""
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
+    pytester.makepyfile(test_widgets="def test_widgets(specdec_record):\n"
+                                     "    specdec_record.metric('widgets', 4.4, 'higher', spread=1.0)\n")
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / "cpu.json").write_text(json.dumps({
+        "format": "pytest-specdec-baselines", "version": 1, "hardware_key": "cpu",
+        "entries": {"test_widgets": {"widgets": {"value": 5.0, "direction": "higher", "spread": 1.0}}}}))
+    gate = ("--specdec-compare-fail", "*:10%")
+    result = run(pytester, *gate)
+    result.assert_outcomes(passed=1)
+    result.stdout.re_match_lines([r"test_widgets +- .* noisy"])
+    result = run(pytester, "--specdec-resume", *gate, "--specdec-strict-noise")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["regression against cpu.json:", "*widgets*noisy*"])
+
+
+def test_a_resumed_known_issue_is_decided_by_pytest_as_a_measured_one(pytester):
+    """A test that passed and is now marked a strict known issue fails as XPASS(strict) when
+    measured; resumed, the skip hid that."""
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
+    pytester.makepyfile(test_widgets=RECORDING_TEST)
+    run(pytester).assert_outcomes(passed=1)
+    pytester.makepyfile(test_widgets="import pytest\n\n@pytest.mark.xfail(strict=True, reason='known issue')\n"
+                                     + RECORDING_TEST.strip() + "\n")
+    result = run(pytester, "--specdec-resume")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*XPASS(strict)*known issue*"])
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_a_resumed_shard_is_judged_again_under_this_runs_losslessness_and_merged_so(
+        pytester, no_leftover_engines, workers):
+    """Outputs journaled under `--specdec-lossless off` were resumed as passed by a run that checks
+    them, and the merge of that shard kept the verdict of the run that measured them. The test that
+    fails now measures nothing: its configuration's duration stays the one measured."""
+    project(pytester, methods=("ar", "ddtree"), budgets=(8,), engine_args=("--fault-lossy", "0.3"),
+            prompts=2, max_new_tokens=16)
+    shard = ("--specdec-shard=1/1", "--specdec-report=shard-1", *workers)
+    run(pytester, *shard, "--specdec-lossless", "off").assert_outcomes(passed=2)
+    durations = json.loads((pytester.path / "shard-1" / "shard.json").read_text())["durations"]
+    result = run(pytester, *shard, "--specdec-resume")
+    result.assert_outcomes(failed=1, skipped=1)  # ar's figures pass; ddtree's leave them
+    result.stdout.fnmatch_lines(["ddtree-tp1-b8 is not lossless: prompt * differs from ar-tp1 at token *",
+                                 "(judged on its figures resumed from *journal.jsonl, measured *)"])
+    journal = (pytester.path / "shard-1" / "journal.jsonl").read_text().splitlines()
+    assert [json.loads(line)["status"] for line in journal] == ["measured", "done"] * 2  # none measured again
+    # judging took no time of the configuration's: the shard's durations are those it measured in
+    assert json.loads((pytester.path / "shard-1" / "shard.json").read_text())["durations"] == durations
+
+    merged = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
+                             "merged", "shard-1"], cwd=pytester.path, capture_output=True, text=True,
+                            timeout=120)
+    assert merged.returncode != 0, merged.stdout + merged.stderr
+    rows = {r["config"]: r for r in json.loads((pytester.path / "merged" / "results.json").read_text())["results"]}
+    assert rows["ddtree-tp1-b8"]["outcome"] == "failed"
+    assert rows["ddtree-tp1-b8"]["reason"].startswith("ddtree-tp1-b8 is not lossless: prompt ")
+    assert rows["ar-tp1"]["outcome"] == "passed"
+
+
+KNOWN_LOSSY = """
+[[tool.specdec.known_issues]]
+method = "ddtree"
+budget = [8]
+reason = "accepts wrong drafts: outputs differ from ar"
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_a_resumed_known_issue_is_compared_with_the_reference_this_run_measured_before_it(
+        pytester, no_leftover_engines, workers):
+    """A lossy ddtree journaled by a run without ar, then filed as a known issue: the resumed run
+    measures ar first and stands ddtree in. Judged only at collection, before ar's outputs existed,
+    it read [XPASS(strict)] (its outputs compared with nothing), where one uninterrupted run finds
+    the divergence that is its expected failure. Under xdist its stand-in may end before ar
+    measures: it then skips as not compared, and its row gets ar's verdict."""
+    args = dict(methods=("ar", "ddtree"), budgets=(8,), engine_args=("--fault-lossy", "0.3"), prompts=2,
+                max_new_tokens=16)
+    project(pytester, **args)
+    run(pytester, "--deselect", "test_generation.py::test_generation[ar-tp1-chat]").assert_outcomes(
+        passed=1, deselected=1)
+    project(pytester, **args, extra=KNOWN_LOSSY)
+    result = run(pytester, "--specdec-resume", *workers)
+    assert result.ret == 0
+    if not workers:
+        result.assert_outcomes(passed=1, xfailed=1)
+        result.stdout.fnmatch_lines(["PASSED test_generation.py::test_generation[[]ar-tp1-chat[]]",
+                                     "XFAIL test_generation.py::test_generation[[]ddtree-tp1-b8-chat[]]*"])
+    result.stdout.re_match_lines([r"ddtree-tp1-b8 +chat .* xfailed: known issue: accepts wrong d.*"])
+    result.stdout.no_fnmatch_line("*XPASS*")
+    statuses = [(r["config_id"].split("[")[-1], r["status"]) for r in journal_figures(pytester)]
+    assert statuses == [("ddtree-tp1-b8-chat]", "measured"), ("ar-tp1-chat]", "measured")]  # ddtree not measured again
+
+
+def test_a_resumed_configuration_is_not_held_to_the_old_outputs_of_a_reference_measured_again(
+        pytester, no_leftover_engines):
+    """The reference's last record failed its checks, with other outputs (a server since fixed):
+    this run measures it again, and a resumed ddtree judged against those old outputs failed,
+    though it matches the reference this run measures."""
+    project(pytester, methods=("ar", "ddtree"), budgets=(8,), prompts=2, max_new_tokens=16)
+    run(pytester).assert_outcomes(passed=2)
+    [ar] = [r for r in journal_figures(pytester) if "ar-tp1" in r["config_id"]]
+    outputs = ar["data"]["outputs"]
+    wrong = {**outputs, "tokens": [[(t + 1) % 200 for t in tokens] for tokens in outputs["tokens"]]}
+    stale = {**ar, "status": "failed-checks", "data": {**ar["data"], "outputs": wrong}}
+    with (pytester.path / ".specdec" / "journal.jsonl").open("a") as journal:
+        journal.write(json.dumps(stale) + "\n")
+    result = run(pytester, "--specdec-resume")
+    result.assert_outcomes(passed=1, skipped=1)  # ar measured again, ddtree resumed as passed
+    result.stdout.no_fnmatch_line("*is not lossless*")
+    result.stdout.fnmatch_lines(["PASSED test_generation.py::test_generation[[]ar-tp1-chat[]]",
+                                 "SKIPPED * already measured (resumed from *"])
