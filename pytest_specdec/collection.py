@@ -257,8 +257,8 @@ def skip_reason(item: pytest.Item, state: RunState) -> str | None:
         if reason is not None:
             return reason
     if item.get_closest_marker("gpu") and hw.physical_gpus == 0:
-        return f"needs a GPU; found: no GPU" + (" (the simulated arch is for dry runs only)"
-                                                if hw.simulated else "")
+        return "needs a GPU; found: no GPU" + (" (the simulated arch is for dry runs only)"
+                                               if hw.simulated else "")
     if hw.count < needed:
         return f"needs {needed} GPUs; found: {hw.describe()}"
     return None
