@@ -175,12 +175,21 @@ class Scheduler:
         return self._pending > 0
 
     def flush(self) -> bool:
-        """Reset the lifetime speculative counters, only when no client request is queued or
-        running (SGLang's /flush_cache rule; the engine's own health checks do not count, so a
-        health poll cannot make a flush fail). Returns whether it did."""
+        """Reset the decode-log interval's counters and the lifetime speculative ones, only when
+        no client request is queued or running (SGLang's /flush_cache rule; the engine's own health
+        checks do not count, so a health poll cannot make a flush fail). Returns whether it did.
+
+        SGLang's flush resets the same set (its metrics reporter's reset_metrics): the step count
+        that times the decode log and the interval's token and acceptance counts, so the first
+        decode-log line after a flush comes a full interval later and carries only what ran after
+        it. The interval's start time is not reset there either."""
         with self._lock:
             if self._pending:
                 return False
+            self.forward_ct_decode = 0
+            self._interval_tokens = 0
+            self._interval_accept_tokens = 0
+            self._interval_forward_ct = 0
             self.spec_total_accept_tokens = 0
             self.spec_total_forward_ct = 0
             return True

@@ -706,6 +706,30 @@ def test_flush_cache_resets_lifetime_acceptance(ddtree):
     assert ddtree.get("/server_info").json()["internal_states"][0]["avg_spec_accept_length"] > 1.0
 
 
+def _decode_figures_until_flush(engine, prompt: str, max_new_tokens: int) -> list[str]:
+    """The decode-log figures (time-dependent throughput cut) of one request, then a flush
+    whose log line marks where its lines end."""
+    mark = len(engine.lines)
+    engine.generate(prompt, max_new_tokens=max_new_tokens)
+    assert engine.post("/flush_cache").status == 200
+    engine.wait_for_line(r"Cache flushed successfully!", timeout=5, after=mark)
+    lines = engine.lines[mark:]
+    lines = lines[:next(i for i, line in enumerate(lines) if "Cache flushed successfully!" in line)]
+    return [re.sub(r"gen throughput \(token/s\): \S+", "", line.split("] ", 1)[1])
+            for line in lines if "Decode batch" in line or "DDTree verify" in line]
+
+
+def test_a_flush_clears_the_decode_log_interval_as_sglangs_does(ddtree):
+    """The interval's step count and acceptance counts outlived a flush, so the first decode-log
+    line after one came early and mixed in the steps before it: the same request logged other
+    figures depending on what ran before the flush."""
+    assert ddtree.post("/flush_cache").status == 200
+    _decode_figures_until_flush(ddtree, "Something else entirely, and longer.", 37)
+    after_other = _decode_figures_until_flush(ddtree, PROMPT, 48)
+    after_itself = _decode_figures_until_flush(ddtree, PROMPT, 48)
+    assert after_other and after_other == after_itself
+
+
 def test_concurrent_requests_are_batched_and_unchanged(ddtree):
     prompts = [f"Request number {i}: tell me a story." for i in range(4)]
     alone = [ddtree.generate(p, max_new_tokens=120)["output_ids"] for p in prompts]
