@@ -54,7 +54,7 @@ class LiveServer:
     spec: ServerSpec
     url: str
     log_path: Path | None
-    check: Callable[[], None]  # raises ServerError when the server is dead or unresponsive
+    check: Callable[..., None]  # raises ServerError when the server is dead or unresponsive
     min_accept_length: float | None = None  # None: the drafts must beat a random draft's
     root: Path | None = None  # relative workload files resolve here
     token_counter: Callable[[str], int] | None = workloads.embedded_token_count
@@ -66,6 +66,8 @@ class LiveServer:
     report_failure: Callable[[ServerError], None] | None = None  # stops it, marks it failed
     failure: ServerError | None = field(default=None, repr=False)
     pids: Callable[[], list[int]] | None = None  # the server's processes, for calibration.py
+    # a progress line past capture, for the teardown check's wait (check then takes announce=)
+    announce: Callable[[str], None] | None = None
     _vocab_size: int | None = field(default=None, repr=False)
     last_result: WorkloadResult | None = field(default=None, repr=False)
     last_server_figures: metrics.ServerFigures | None = field(default=None, repr=False)
@@ -91,9 +93,13 @@ class LiveServer:
         """After the test: a server that died or froze since its last check is stopped and counted
         as crashed, as in a test, and said in a warning. The test's verdict stands: `run()` checks
         liveness after each workload, so what the test measured, it measured on a server that
-        answered; the freeze came after, and its configuration's later tests fail on it."""
+        answered; the freeze came after, and its configuration's later tests fail on it. A check
+        that waits (a frozen server is only found when /health times out) says so as it starts."""
         try:
-            self.check()
+            if self.announce is not None:
+                self.check(announce=self.announce)
+            else:
+                self.check()
         except ServerError as exc:
             self.failure = exc
             if self.report_failure is not None:

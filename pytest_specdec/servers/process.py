@@ -48,6 +48,8 @@ POLL_INTERVAL_S = 0.5
 HEALTH_TIMEOUT_S = 25.0
 # A stalled workload has already waited its stall timeout: the probe that says why is short.
 STALL_PROBE_TIMEOUT_S = 2.0
+# A ready, idle server answers /health at once: one silent this long gets the rest of its wait said.
+HEALTH_QUIET_S = 2.0
 TERM_GRACE_S = 10.0
 # A server that failed to boot, or one stopped because the user interrupted the run: nothing in it
 # is worth waiting out the full grace for.
@@ -379,10 +381,12 @@ class ManagedServer:
             f"starting ({state}); raise {self.startup_setting} if it is just slow",
         )
 
-    def check_alive(self, timeout: float | None = None) -> None:
+    def check_alive(self, timeout: float | None = None, announce: Callable[[str], None] | None = None) -> None:
         """Liveness: the process runs, its log shows no fatal line, and `/health` answers 200
         within `timeout` (default `liveness_timeout`). Raises ServerError `died` / `unresponsive`;
-        a death is remembered."""
+        a death is remembered. `announce` (a progress printer): a /health silent for
+        `HEALTH_QUIET_S` gets the rest of the wait said as it starts, since the whole of it is long
+        enough to pass for a hung run."""
         if self.died is not None:
             raise self.died
         if self._proc is None or self._stopped:
@@ -394,7 +398,7 @@ class ManagedServer:
             raise self.died
         capped = not timeout and self.liveness_timeout < self.health_timeout  # by the stall timeout
         timeout = timeout or self.liveness_timeout
-        outcome, status = probe(self.url + api.HEALTH, timeout)
+        outcome, status = self._probe_health(timeout, capped, announce)
         if outcome != "ok":
             # Give a crash that is just happening a moment to reach the log / exit status.
             time.sleep(0.2)
@@ -406,6 +410,24 @@ class ManagedServer:
             advice = f"; raise {self.stall_setting} if the server is just slow" \
                 if outcome == "timeout" and capped else ""
             raise self._error("unresponsive", f"{what} (process alive, pid {self.pid}){advice}")
+
+    def _probe_health(self, timeout: float, capped: bool,
+                      announce: Callable[[str], None] | None) -> tuple[str, int | None]:
+        """`probe` of /health within `timeout`; with `announce`, a quick first probe, then the rest
+        of the wait said (the server, how long, the setting that bounds it) and waited."""
+        url = self.url + api.HEALTH
+        if announce is None or timeout <= HEALTH_QUIET_S:
+            return probe(url, timeout)
+        started = time.monotonic()
+        outcome, status = probe(url, HEALTH_QUIET_S)
+        if outcome != "timeout":
+            return outcome, status
+        rest = max(timeout - (time.monotonic() - started), 0.1)
+        bound = (f"the stall timeout, {self.stall_setting}" if capped else
+                 f"the {self.health_timeout:g}s /health limit; {self.stall_setting} lowers it")
+        announce(f"server {self.spec.id}: /health did not answer within {HEALTH_QUIET_S:g}s; waiting "
+                 f"up to {rest:.0f}s more before counting it as frozen (bound: {bound})")
+        return probe(url, rest)
 
     def stall_error(self, stall: str, probe_timeout: float = STALL_PROBE_TIMEOUT_S) -> ServerError:
         """The error for a workload that stalled (`stall` says for how long, with how many

@@ -463,6 +463,25 @@ def test_a_server_frozen_after_its_last_test_is_stopped_within_the_stall_timeout
 
 
 @pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["one-process", "xdist"])
+def test_the_teardown_wait_on_a_frozen_server_is_said_as_it_starts(pytester, no_leftover_engines, xdist):
+    """The teardown's /health probe of a server frozen after its last test waited the whole
+    liveness timeout (25 s by default) with nothing printed, the warning only after it. A probe
+    unanswered for 2 s now prints a progress line at once, past capture and from an xdist worker
+    too: the server, how much longer, and the setting that bounds the wait."""
+    if xdist:
+        pytest.importorskip("xdist")
+    project(pytester, methods=("ar",), prompts=1, max_new_tokens=4, extra="stall_timeout = 3")
+    pytester.makepyfile(test_generation=FROZEN_AFTER_TEST.format(frozen={"ar"}))
+    result = run(pytester, *xdist)
+    result.assert_outcomes(passed=1, warnings=1)
+    said = re.findall(r"^specdec: (?:\[gw\d+\] )?server ar-tp1: /health did not answer within 2s; waiting up "
+                      r"to \d+s more before counting it as frozen \(bound: the stall timeout, pyproject\.toml "
+                      r"\[tool\.specdec\] key 'stall_timeout'\)$", result.stderr.str(), re.MULTILINE)
+    assert len(said) == 1, result.stderr.str()
+    assert frozen_warnings(result) == ["ar-tp1"]
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["one-process", "xdist"])
 def test_of_several_servers_only_the_frozen_one_is_said_and_none_waits_the_health_timeout(
         pytester, no_leftover_engines, xdist):
     """Two configurations, one server frozen after its last test: that one alone is named, every
