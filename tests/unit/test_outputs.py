@@ -280,7 +280,9 @@ def test_durations_that_cannot_be_saved_at_the_end_are_a_problem_not_a_traceback
     settings = SimpleNamespace(save_baseline=True, report=None, setter=lambda name: f"--specdec-{name}")
     state = SimpleNamespace(settings=settings, baseline_path=tmp_path / "spoiled" / "cpu.json")
     problems: list[str] = []
-    status = summary.finish(SimpleNamespace(state=state, all=lambda: [], outcomes={}),
+    results = SimpleNamespace(state=state, all=lambda: [], outcomes={}, late_verdicts=dict,
+                              settled_known_issues=dict)
+    status = summary.finish(results,
                             SimpleNamespace(seconds={"ar-tp1": 1.0}), None, None, pytest.ExitCode.OK, [],
                             problems)
     assert status == pytest.ExitCode.OK  # the plugin fails the run over `problems`
