@@ -81,12 +81,8 @@ class LiveServer:
         """Fail the test at once, with the server's own last words, if it is gone. A server found
         dead or unresponsive is reported as failed (stopped, its later tests erroring at once), so
         the fixture's teardown does not probe it a second time."""
-        try:
-            self.check()
-        except ServerError as exc:
-            self.failure = exc
-            if self.report_failure is not None:
-                self.report_failure(exc)
+        exc = self._failed_check()
+        if exc is not None:
             fail(str(exc))
 
     def check_after_test(self) -> None:
@@ -95,16 +91,20 @@ class LiveServer:
         liveness after each workload, so what the test measured, it measured on a server that
         answered; the freeze came after, and its configuration's later tests fail on it. A check
         that waits (a frozen server is only found when /health times out) says so as it starts."""
+        exc = self._failed_check(**({"announce": self.announce} if self.announce is not None else {}))
+        if exc is not None:
+            warnings.warn(after_test_warning(exc), stacklevel=2)
+
+    def _failed_check(self, **options) -> ServerError | None:
+        """The check's error, once recorded and reported as this server's failure; None if it passed."""
         try:
-            if self.announce is not None:
-                self.check(announce=self.announce)
-            else:
-                self.check()
+            self.check(**options)
         except ServerError as exc:
             self.failure = exc
             if self.report_failure is not None:
                 self.report_failure(exc)
-            warnings.warn(after_test_warning(exc), stacklevel=2)
+            return exc
+        return None
 
     def log_tail(self, lines: int = 20) -> str:
         return tail(self.log_path, lines) if self.log_path else ""
