@@ -195,6 +195,9 @@ class Scheduler:
             return True
 
     def internal_state(self) -> dict:
+        """/server_info's internal state. ``avg_spec_accept_length`` covers the decode-log
+        intervals completed so far, as SGLang's does: the steps since the last decode-log line are
+        not in it yet, and it is absent before the first line (or the first after a flush)."""
         with self._lock:
             state = {"last_gen_throughput": self.last_gen_throughput,
                      "num_running_reqs": len(self.running), "num_queue_reqs": len(self.waiting)}
@@ -337,8 +340,6 @@ class Scheduler:
             if dec.speculative:
                 self._interval_accept_tokens += accepted + n
                 self._interval_forward_ct += n
-                self.spec_total_accept_tokens += accepted + n
-                self.spec_total_forward_ct += n
         # client traffic only, like generation_tokens, so their ratio is the acceptance length
         self.metrics.generation_tokens.inc(client_emitted)
         if dec.speculative:
@@ -384,6 +385,9 @@ class Scheduler:
             elapsed = now - self._interval_start
             self.last_gen_throughput = self._interval_tokens / elapsed if elapsed > 0 else 0.0
             accept_tokens, forward_ct = self._interval_accept_tokens, self._interval_forward_ct
+            # SGLang folds an interval into the lifetime totals when it logs it, not every step
+            self.spec_total_accept_tokens += accept_tokens
+            self.spec_total_forward_ct += forward_ct
             self._interval_start = now
             self._interval_tokens = self._interval_accept_tokens = self._interval_forward_ct = 0
         used = sum(dec.lens[:n])

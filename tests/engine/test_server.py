@@ -633,7 +633,7 @@ def test_a_malformed_openai_request_gets_the_validation_handlers_body(ddtree, pa
 
 
 def test_server_info_reports_args_and_acceptance(ddtree):
-    ddtree.generate(PROMPT, max_new_tokens=32)
+    ddtree.generate(PROMPT, max_new_tokens=200)  # steps enough for a decode-log line
     for path in ("/server_info", "/get_server_info"):
         info = ddtree.get(path).json()
         assert info["method"] == "ddtree" and info["budget"] == 16
@@ -696,14 +696,34 @@ def test_load_gauges_read_zero_once_idle(ar):
 
 
 def test_flush_cache_resets_lifetime_acceptance(ddtree):
-    ddtree.generate(PROMPT, max_new_tokens=16)
+    ddtree.generate(PROMPT, max_new_tokens=200)  # steps enough for a decode-log line
     assert "avg_spec_accept_length" in ddtree.get("/server_info").json()["internal_states"][0]
     assert ddtree.get("/health").status == 200  # a health check in flight must not block the flush
     res = ddtree.post("/flush_cache")
     assert res.status == 200 and res.text.startswith("Cache flushed.")
     assert "avg_spec_accept_length" not in ddtree.get("/server_info").json()["internal_states"][0]
-    ddtree.generate(PROMPT, max_new_tokens=16)
+    ddtree.generate(PROMPT, max_new_tokens=200)
     assert ddtree.get("/server_info").json()["internal_states"][0]["avg_spec_accept_length"] > 1.0
+
+
+def test_server_info_acceptance_moves_at_decode_log_lines_as_sglangs_does(ddtree):
+    """It took every decode step in at once, where SGLang folds a decode-log interval into its
+    lifetime totals when it logs that interval: a client polling /server_info mid-workload saw
+    figures SGLang never shows, and before the first decode-log line a figure SGLang leaves out."""
+    assert ddtree.post("/flush_cache").status == 200
+    mark = len(ddtree.lines)
+    meta = ddtree.generate(PROMPT, max_new_tokens=200)["meta_info"]
+    steps = meta["spec_verify_ct"]  # after a flush, this request's decode steps are all there are
+    logged = [float(m.group(1)) for line in ddtree.lines[mark:]
+              if (m := re.search(r"Decode batch, .*accept len: (\d+\.\d+)", line))]
+    assert len(logged) == steps // 5 >= 1 and steps % 5, (steps, logged)
+    state = ddtree.get("/server_info").json()["internal_states"][0]
+    # one request, 5 steps a line: the lifetime figure is the mean of the lines' figures
+    assert state["avg_spec_accept_length"] == pytest.approx(sum(logged) / len(logged), abs=0.006)
+    assert state["avg_spec_accept_length"] != pytest.approx(meta["completion_tokens"] / steps, abs=0.006)
+    assert ddtree.post("/flush_cache").status == 200
+    ddtree.generate(PROMPT, max_new_tokens=8)  # fewer steps than an interval: no line, no figure
+    assert "avg_spec_accept_length" not in ddtree.get("/server_info").json()["internal_states"][0]
 
 
 def _decode_figures_until_flush(engine, prompt: str, max_new_tokens: int) -> list[str]:
