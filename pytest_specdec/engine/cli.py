@@ -234,6 +234,8 @@ def server_args_dict(args: EngineArgs) -> dict:
         "speculative_dflash_block_size": args.block_size if speculative else None,
         "speculative_ddtree_budget": args.budget if takes_budget(args.method) else None,
         "enable_metrics": True,
+        # no prefix is kept between requests: SGLang's --disable-radix-cache, whose cached_tokens are 0
+        "disable_radix_cache": True,
     }
 
 

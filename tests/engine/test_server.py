@@ -643,6 +643,20 @@ def test_server_info_reports_args_and_acceptance(ddtree):
         assert "version" in info
 
 
+def test_no_prefix_is_reused_and_server_info_says_so_as_sglang_would(ddtree):
+    """The engine prefills every prompt whole, as SGLang does with --disable-radix-cache; its
+    /server_info claimed a radix cache by leaving that flag out (SGLang's default is on), which
+    contradicted the cached_tokens of 0 on a prompt served twice."""
+    info = ddtree.get("/server_info").json()
+    assert info["disable_radix_cache"] is True
+    mark = len(ddtree.lines)
+    metas = [ddtree.generate(PROMPT + " again", max_new_tokens=4)["meta_info"] for _ in range(2)]
+    assert [m["cached_tokens"] for m in metas] == [0, 0]
+    prefills = [line for line in ddtree.lines[mark:] if "Prefill batch" in line]
+    assert len(prefills) == 2 and all("#cached-token: 0," in line for line in prefills), prefills
+    assert read_metric(ddtree, "sglang:cache_hit_rate") == 0
+
+
 def test_server_info_without_speculation_has_no_acceptance(ar):
     ar.generate(PROMPT, max_new_tokens=8)
     info = ar.get("/server_info").json()
