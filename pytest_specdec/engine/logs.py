@@ -12,7 +12,7 @@ import os
 import sys
 import traceback
 
-from pytest_specdec.sglang_api import READY_LINE  # noqa: F401  (the engine logs it)
+from pytest_specdec.sglang_api import READY_LINE
 
 SERVER = logging.getLogger("specdec.engine.server")
 SCHEDULER = logging.getLogger("specdec.engine.scheduler")
@@ -34,6 +34,11 @@ def setup(level: str) -> None:
         logger.handlers[:] = [handler]
         logger.setLevel(level.upper())
         logger.propagate = False
+
+
+def ready() -> None:
+    """The readiness line that launchers wait for, logged once warm-up has answered."""
+    SERVER.info(READY_LINE)
 
 
 def die(exit_code: int = 1) -> None:

@@ -128,7 +128,7 @@ class EngineServer:
             logs.SERVER.error(f"Initialization failed. warmup error: {traceback.format_exc()}")
             logs.die(1)
         self.ready = True
-        logs.SERVER.info(logs.READY_LINE)
+        logs.ready()
 
     def _warmup_request(self) -> Request:
         """SGLang's warm-up request, shortened to fit a short --context-length as a client's must."""

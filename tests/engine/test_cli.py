@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -233,3 +234,18 @@ def test_an_address_the_engine_cannot_bind_is_named_in_one_line(host):  # addres
         assert "unknown error" not in last, last
     else:
         assert {"127.0.0.1": "address already in use", "192.0.2.1": "cannot assign requested address"}[host] in last
+
+
+@pytest.mark.parametrize("level, shown", [("info", True), ("warning", False)])
+def test_the_readiness_line_is_sglangs_in_its_format(capsys, level, shown):
+    """The engine's readiness line comes from logs.ready, the one place that words it."""
+    from pytest_specdec.engine import logs
+    from pytest_specdec.sglang_api import READY_LINE
+
+    logs.setup(level)
+    logs.ready()
+    err = capsys.readouterr().err
+    if shown:
+        assert re.fullmatch(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] " + re.escape(READY_LINE) + "\n", err), err
+    else:
+        assert err == ""  # as SGLang at --log-level warning
