@@ -250,11 +250,10 @@ class Scheduler:
             with self._lock:
                 self._pending -= 1
             m = self.metrics
-            m.num_requests.inc()
+            m.finished(stream=req.stream, prompt_tokens=len(req.input_ids), completion_tokens=len(req.output_ids),
+                       verify_ct=req.verify_ct, e2e_latency=None if req.aborted else req.e2e_latency)
             if req.aborted:
                 m.num_aborted_requests.inc()
-            elif req.e2e_latency is not None:
-                m.e2e_request_latency.observe(req.e2e_latency)
 
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.max_batch:
@@ -264,7 +263,6 @@ class Scheduler:
                 continue
             if not req.internal:
                 self.client_requests_admitted += 1
-                self.metrics.prompt_tokens.inc(len(req.input_ids))
                 crash_after = self.faults.crash_after
                 if crash_after is not None and self.client_requests_admitted > crash_after:
                     raise illegal_instruction(f"--fault-crash-after {crash_after}: request "
@@ -292,8 +290,7 @@ class Scheduler:
             req.last_token_at = now
             req.append([first])
             if not req.internal:
-                self.metrics.time_to_first_token.observe(now - req.created)
-                self.metrics.generation_tokens.inc(1)
+                self.metrics.time_to_first_token[req.stream].observe(now - req.created)
             self._interval_tokens += 1
             logs.SCHEDULER.info(
                 f"Prefill batch, #new-seq: 1, #new-token: {len(req.input_ids)}, #cached-token: 0, "
@@ -320,13 +317,10 @@ class Scheduler:
             time.sleep((self.faults.slow_factor - 1) * (now - started))
             now = time.perf_counter()
         self.last_output_at = now
-        emitted = client_emitted = client_verified = 0
+        emitted = 0
         for req, tokens, drafts in zip(self.running, out.tokens, out.accepted_drafts):
             taken = req.append(tokens)
             emitted += taken
-            if not req.internal:
-                client_emitted += taken
-                client_verified += 1
             if dec.speculative:
                 req.verify_ct += 1
                 req.correct_drafts += drafts  # as SGLang counts them: a finish inside the step cuts no draft
@@ -340,10 +334,6 @@ class Scheduler:
             if dec.speculative:
                 self._interval_accept_tokens += accepted + n
                 self._interval_forward_ct += n
-        # client traffic only, like generation_tokens, so their ratio is the acceptance length
-        self.metrics.generation_tokens.inc(client_emitted)
-        if dec.speculative:
-            self.metrics.spec_verify_calls.inc(client_verified)
         if self.forward_ct_decode % self.decode_log_interval == 0:
             self._log_decode_batch(n)
         stepped = list(self.running)

@@ -7,6 +7,7 @@ import json
 import re
 import threading
 import time
+import urllib.request
 from types import SimpleNamespace
 
 import pytest
@@ -674,11 +675,17 @@ def test_model_info_and_models_list(ddtree):
     assert models["data"][0]["max_model_len"] == CONTEXT
 
 
-def read_metric(engine, name: str) -> float:
+def metric_series(engine, name: str) -> dict[frozenset, float]:
+    """Each series of `name` in /metrics, by its labels (a set of name-value pairs)."""
     text = engine.get("/metrics").text
-    m = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M)
-    assert m, f"{name} not in /metrics:\n{text[:2000]}"
-    return float(m.group(1))
+    found = re.findall(rf"^{re.escape(name)}(?:{{([^}}]*)}})? (\S+)$", text, re.M)
+    assert found, f"{name} not in /metrics:\n{text[:2000]}"
+    return {frozenset(re.findall(r'(\w+)="([^"]*)"', labels)): float(value) for labels, value in found}
+
+
+def read_metric(engine, name: str) -> float:
+    """`name` summed over its series (a counter SGLang splits by is_streaming has two)."""
+    return sum(metric_series(engine, name).values())
 
 
 def test_metrics_use_sglang_names_and_count(ddtree):
@@ -695,6 +702,38 @@ def test_metrics_use_sglang_names_and_count(ddtree):
                  "sglang:time_to_first_token_seconds_count", "sglang:e2e_request_latency_seconds_count",
                  "sglang:inter_token_latency_seconds_count"):
         read_metric(ddtree, name)
+
+
+def test_metrics_carry_sglangs_labels_and_count_a_request_when_it_finishes(engines):
+    """The token, request and verify counters rose every decode step and carried only the model's
+    label, where SGLang's tokenizer counts a request once it finishes, split by is_streaming, and
+    labels every series with the engine type (its scheduler's gauges with the ranks too): a scrape
+    mid-request saw counts SGLang shows only at its end, and a query by SGLang's labels found
+    nothing."""
+    engine = engines("--method", "ddtree", "--budget", "8", "--context-length", str(CONTEXT))
+    names = ("sglang:prompt_tokens_total", "sglang:generation_tokens_total", "sglang:num_requests_total",
+             "sglang:spec_verify_calls_total")
+    before = {name: read_metric(engine, name) for name in names}
+    body = json.dumps({"text": PROMPT, "stream": True,
+                       "sampling_params": {"max_new_tokens": 300, "ignore_eos": True, "temperature": 0}}).encode()
+    req = urllib.request.Request(engine.url + "/generate", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        first = resp.readline()  # the request runs: its first chunk is out
+        assert first.startswith(b"data: "), first
+        mid = {name: read_metric(engine, name) for name in names}
+        rest = resp.read().decode()
+    assert mid == before, (before, mid)
+    last = json.loads([e for e in sse_events(first + rest.encode()) if e != "[DONE]"][-1])["meta_info"]
+    tokenizer = frozenset({("model_name", "specdec-embedded/tiny"), ("engine_type", "unified")})
+    streamed = tokenizer | {("is_streaming", "true")}
+    assert metric_series(engine, "sglang:generation_tokens_total")[streamed] == before[names[1]] + 300
+    assert metric_series(engine, "sglang:prompt_tokens_total")[streamed] == before[names[0]] + last["prompt_tokens"]
+    assert metric_series(engine, "sglang:num_requests_total")[streamed] == before[names[2]] + 1
+    assert metric_series(engine, "sglang:spec_verify_calls_total")[tokenizer] == \
+        before[names[3]] + last["spec_verify_ct"]
+    assert set(metric_series(engine, "sglang:num_running_reqs")) == {
+        tokenizer | {("tp_rank", "0"), ("pp_rank", "0"), ("moe_ep_rank", "0")}}
+    assert streamed in metric_series(engine, "sglang:time_to_first_token_seconds_count")
 
 
 def test_load_gauges_read_zero_once_idle(ar):
