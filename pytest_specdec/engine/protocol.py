@@ -210,6 +210,23 @@ def validation_message(errors: list[dict], endpoint: str | None = None) -> str:
     return f"{len(errors)} validation error{'s' if len(errors) != 1 else ''}:\n{listed}{where}".rstrip() + f" {errors}"
 
 
+def flush_timeout(raw: str | None, endpoint: str) -> float:
+    """/flush_cache's ``timeout`` query parameter as SGLang's route declares it (a float >= 0,
+    default 0: how long a flush may wait for the server to go idle), its refusals as FastAPI's."""
+    if raw is None:
+        return 0.0
+    error = {"loc": ("query", "timeout"), "input": raw}
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidBody(validation_message([{"type": "float_parsing", **error, "msg": (
+            "Input should be a valid number, unable to parse string as a number")}], endpoint)) from None
+    if not value >= 0:  # NaN too
+        raise InvalidBody(validation_message([{"type": "greater_than_equal", **error, "msg": (
+            "Input should be greater than or equal to 0"), "ctx": {"ge": 0.0}}], endpoint))
+    return value
+
+
 #: The error SGLang's validate_json_request raises (it names no endpoint).
 MEDIA_TYPE_ERROR = {"loc": ["header", "content-type"],
                     "msg": "Unsupported Media Type: Only 'application/json' is allowed", "type": "value_error"}

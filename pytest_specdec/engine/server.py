@@ -32,7 +32,7 @@ from .. import sglang_api as api
 from . import logs, openai_api
 from .faults import FaultPlan
 from .metrics import EngineMetrics
-from .protocol import InvalidBody, Refused, RequestError, abort_error, parse_generate, read_body
+from .protocol import InvalidBody, Refused, RequestError, abort_error, flush_timeout, parse_generate, read_body
 from .scheduler import Progress, Request, Scheduler
 from .tokenizer import ByteTokenizer
 
@@ -61,6 +61,7 @@ class EngineServer:
         self.created = int(time.time())
         self.health_timeout = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", 20))
         self._device_info: dict | None = None
+        self._flush_deferred = False  # a /flush_cache with a timeout waits for the server to go idle
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -437,14 +438,42 @@ class EngineServer:
         return web.json_response(answer)
 
     async def flush_cache(self, request: web.Request) -> web.Response:
+        """SGLang's /flush_cache: at once (``timeout`` 0, the default), or once the server is idle
+        within ``timeout`` seconds; one such deferred flush at a time. Its words and log lines."""
         await self._hang_if_faulty()
+        try:
+            timeout = flush_timeout(request.query.get("timeout"), f"{request.method} {request.path}")
+        except RequestError as exc:
+            return self._error(exc)
+        if self._flush_deferred:
+            return self._flush_answer(False, "Another flush_cache is already in progress.")
         flushed = self.scheduler.flush()
-        logs.SERVER.info("Cache flushed successfully!" if flushed else
-                         "Cache not flushed because there are pending requests.")
-        return web.Response(
-            text="Cache flushed.\nPlease check backend logs for more details. (When there are running or "
-                 "waiting requests, the operation will not be performed.)\n",
-            status=200 if flushed else 400)
+        if not flushed and timeout <= 0:
+            logs.SCHEDULER.warning(f"Cache not flushed because there are pending requests. "
+                                   f"#queue-req: {len(self.scheduler.waiting)}, "
+                                   f"#running-req: {len(self.scheduler.running)}")
+            return self._flush_answer(False)
+        if not flushed:
+            self._flush_deferred = True
+            try:
+                deadline = time.monotonic() + timeout
+                while not flushed and time.monotonic() < deadline:
+                    await asyncio.sleep(min(DISCONNECT_POLL_S, max(deadline - time.monotonic(), 0)))
+                    flushed = self.scheduler.flush()
+            finally:
+                self._flush_deferred = False
+            if not flushed:
+                logs.SCHEDULER.warning("Deferred flush_cache timed out while waiting for idle state.")
+                return self._flush_answer(False, "Timed out waiting for idle state.")
+        logs.SCHEDULER.info("Cache flushed successfully!")
+        return self._flush_answer(True)
+
+    @staticmethod
+    def _flush_answer(flushed: bool, message: str = "") -> web.Response:
+        if flushed:
+            return web.Response(text="Cache flushed.\nPlease check backend logs for more details. (When there "
+                                     "are running or waiting requests, the operation will not be performed.)\n")
+        return web.Response(text=message or "Flush cache failed.\n", status=400)
 
     async def get_metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), headers={"Content-Type": self.metrics.content_type})

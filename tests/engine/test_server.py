@@ -779,6 +779,53 @@ def test_server_info_acceptance_moves_at_decode_log_lines_as_sglangs_does(ddtree
     assert "avg_spec_accept_length" not in ddtree.get("/server_info").json()["internal_states"][0]
 
 
+def _stream_in_background(engine, max_new_tokens: int) -> threading.Thread:
+    """A streaming request that has started running (its first chunk is out) when this returns;
+    the thread reads the rest."""
+    body = json.dumps({"text": PROMPT, "stream": True, "sampling_params": {
+        "max_new_tokens": max_new_tokens, "ignore_eos": True, "temperature": 0}}).encode()
+    resp = urllib.request.urlopen(urllib.request.Request(
+        engine.url + "/generate", data=body, headers={"Content-Type": "application/json"}), timeout=60)
+    assert resp.readline().startswith(b"data: ")
+    thread = threading.Thread(target=lambda: (resp.read(), resp.close()), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_flush_cache_answers_and_waits_as_sglangs_does(engines):
+    """A flush refused for pending requests answered SGLang's success text (with a 400), logged
+    other words, and `timeout` (SGLang waits up to that long for the server to go idle) was
+    ignored: a script's `/flush_cache?timeout=30` between runs failed at once on the engine."""
+    engine = engines("--method", "ar", "--fault-slow-factor", "40", "--context-length", str(CONTEXT))
+    running = _stream_in_background(engine, 40)
+    mark = len(engine.lines)
+    res = engine.post("/flush_cache")
+    assert (res.status, res.text) == (400, "Flush cache failed.\n")
+    engine.wait_for_line(TIMESTAMP + r" TP0\] Cache not flushed because there are pending requests\. "
+                         r"#queue-req: 0, #running-req: 1$", timeout=5, after=mark)
+    res = engine.post("/flush_cache?timeout=0.1")
+    assert (res.status, res.text) == (400, "Timed out waiting for idle state.")
+    engine.wait_for_line(r"TP0\] Deferred flush_cache timed out while waiting for idle state\.$", timeout=5,
+                         after=mark)
+    waiting: list = []
+    flusher = threading.Thread(target=lambda: waiting.append(engine.post("/flush_cache?timeout=60")))
+    flusher.start()
+    while True:  # a second flush meets the deferred one once it is pending
+        other = engine.post("/flush_cache")
+        if other.text != "Flush cache failed.\n" or not flusher.is_alive():
+            break
+    assert (other.status, other.text) == (400, "Another flush_cache is already in progress.")
+    flusher.join(60)
+    running.join(60)
+    assert waiting[0].status == 200 and waiting[0].text.startswith("Cache flushed.")
+    engine.wait_for_line(TIMESTAMP + r" TP0\] Cache flushed successfully!$", timeout=5, after=mark)
+    for query, words in (("-1", "Input should be greater than or equal to 0"),
+                         ("soon", "Input should be a valid number")):
+        res = engine.post(f"/flush_cache?timeout={query}")
+        assert res.status == 400 and res.json()["type"] == "Bad Request", res.text
+        assert words in res.json()["message"] and "'query', 'timeout'" in res.json()["message"], res.text
+
+
 def _decode_figures_until_flush(engine, prompt: str, max_new_tokens: int) -> list[str]:
     """The decode-log figures (time-dependent throughput cut) of one request, then a flush
     whose log line marks where its lines end."""
