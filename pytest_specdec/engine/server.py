@@ -73,10 +73,10 @@ class EngineServer:
         r.add_get("/ready", self.ready_check)
         r.add_route("POST", api.GENERATE, self.generate)
         r.add_route("PUT", api.GENERATE, self.generate)
-        for path in (api.SERVER_INFO, api.SERVER_INFO_OLD):
-            r.add_get(path, self.get_server_info)
-        for path in ("/model_info", "/get_model_info"):
-            r.add_get(path, self.get_model_info)
+        r.add_get(api.SERVER_INFO, self.get_server_info)
+        r.add_get(api.SERVER_INFO_OLD, self._deprecated(api.SERVER_INFO_OLD, api.SERVER_INFO, self.get_server_info))
+        r.add_get(api.MODEL_INFO, self.get_model_info)
+        r.add_get("/get_model_info", self._deprecated("/get_model_info", api.MODEL_INFO, self.get_model_info))
         r.add_get(api.MODELS, self.list_models)
         r.add_get(api.MODELS + "/{model:.+}", self.retrieve_model)
         r.add_post("/v1/completions", self.completions)
@@ -87,6 +87,16 @@ class EngineServer:
         r.add_route("POST", "/flush_cache", self.flush_cache)
         r.add_get(api.METRICS, self.get_metrics)
         return app
+
+    @staticmethod
+    def _deprecated(old: str, new: str, handler):
+        """An old endpoint name: served as the new one, with SGLang's warning on each call."""
+        async def warn_then_serve(request: web.Request) -> web.StreamResponse:
+            logs.SERVER.warning(f"Endpoint '{old}' is deprecated and will be removed in a future version. "
+                                f"Please use '{new}' instead.")
+            return await handler(request)
+
+        return warn_then_serve
 
     def serve(self) -> None:
         """Bind, warm up, log the readiness line, and serve until SIGTERM or SIGINT."""

@@ -658,6 +658,18 @@ def test_no_prefix_is_reused_and_server_info_says_so_as_sglang_would(ddtree):
     assert read_metric(ddtree, "sglang:cache_hit_rate") == 0
 
 
+@pytest.mark.parametrize("old, new", [("/get_server_info", "/server_info"), ("/get_model_info", "/model_info")])
+def test_an_old_endpoint_name_is_served_with_sglangs_deprecation_warning(ddtree, old, new):
+    """SGLang still serves the names before the rename, and warns on each call; the engine
+    served them in silence."""
+    warning = (TIMESTAMP + rf"\] Endpoint '{old}' is deprecated and will be removed in a future version\. "
+               rf"Please use '{new}' instead\.$")
+    mark = len(ddtree.lines)
+    assert set(ddtree.get(new).json()) == set(ddtree.get(old).json())
+    ddtree.wait_for_line(warning, timeout=5, after=mark)
+    assert len([line for line in ddtree.lines[mark:] if "is deprecated" in line]) == 1
+
+
 def test_server_info_without_speculation_has_no_acceptance(ar):
     ar.generate(PROMPT, max_new_tokens=8)
     info = ar.get("/server_info").json()
