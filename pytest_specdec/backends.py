@@ -139,7 +139,8 @@ class Backend:
     def pool(self, state: RunState, run_dir: Path,
              announce: Callable[[str], None] | None = None) -> ServerPool:
         """The session's server pool: each configuration boots once, on leased GPUs (claimed
-        host-wide on a real inventory; `announce` prints a wait for another run's GPU)."""
+        host-wide on a real inventory; `announce` prints a wait for another run's GPU, a slow
+        boot's and a slow liveness check's)."""
         # the server manager is imported once a test needs a server, not when the plugin loads
         from .servers.leases import GpuLeases, read_topology
         from .servers.pool import ServerPool
@@ -162,7 +163,7 @@ class Backend:
                 startup_timeout=state.settings.startup_timeout,
                 startup_setting=state.settings.setter("startup_timeout"),
                 stall_timeout=state.settings.stall_timeout, stall_setting=state.settings.setter("stall_timeout"),
-                wait_gpu_release=state.hardware.physical_gpus > 0, argv_hint=self.argv_hint)
+                wait_gpu_release=state.hardware.physical_gpus > 0, argv_hint=self.argv_hint, announce=announce)
 
         return ServerPool(factory, leases=leases, restart_on_crash=state.settings.restart_on_crash,
                           lease_timeout=state.settings.gpu_wait_timeout,
@@ -375,7 +376,7 @@ class AttachBackend(Backend):
 
         url = state.settings.server_url
         try:
-            return ServerPool.attach(url)
+            return ServerPool.attach(url, announce=announce)
         except Exception as exc:
             raise SpecdecUsageError(f"{state.settings.source('server_url')} {url}: {exc}") from None
 

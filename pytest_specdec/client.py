@@ -70,6 +70,13 @@ class WorkloadStalled(Exception):
                          f"({done} of {total} requests done)")
 
 
+#: A workload silent this long has the rest of its stall timeout said (the server streams tokens
+#: every few milliseconds, so a silence of seconds looks like a hung run).
+STALL_QUIET_S = 3.0
+#: `on_quiet(silent_s, left_s, in_flight)`: a workload's silence, said once while it waits.
+OnQuiet = Callable[[float, float, int], None]
+
+
 class _StreamWatch:
     """When the workload last heard from the server, and how many requests wait on it."""
 
@@ -81,14 +88,19 @@ class _StreamWatch:
     def heard(self) -> None:
         self.last_event = time.perf_counter()
 
-    async def watch(self, stall_timeout: float, total: int) -> None:
-        """Return never; raise WorkloadStalled once requests wait `stall_timeout` s in silence."""
+    async def watch(self, stall_timeout: float, total: int, on_quiet: OnQuiet | None = None) -> None:
+        """Return never; raise WorkloadStalled once requests wait `stall_timeout` s in silence.
+        `on_quiet(silent_s, left_s, in_flight)` is called once, the first time requests have
+        waited `STALL_QUIET_S` in silence with more of the wait left."""
         poll = min(0.25, stall_timeout / 4)
         while True:
             await asyncio.sleep(poll)
             silent = time.perf_counter() - self.last_event
             if self.in_flight and silent > stall_timeout:
                 raise WorkloadStalled(silent, self.in_flight, self.done, total)
+            if on_quiet is not None and self.in_flight and silent >= STALL_QUIET_S:
+                on_quiet(silent, stall_timeout - silent, self.in_flight)
+                on_quiet = None
 
 
 def _base(url: str) -> str:
@@ -301,6 +313,7 @@ async def run_workload_async(
     session: aiohttp.ClientSession | None = None,
     on_record: Callable[[RequestRecord], None] | None = None,
     stall_timeout: float | None = None,
+    on_quiet: OnQuiet | None = None,
 ) -> WorkloadResult:
     """Send every prompt of `workload`, at most `workload.concurrency` in flight at once.
 
@@ -309,7 +322,7 @@ async def run_workload_async(
     denominator of output_tok_s. With `stall_timeout`, the workload is abandoned with
     `WorkloadStalled` as soon as requests are in flight and none has received an event of its
     stream for that long (a frozen server, keep-alives or not), instead of after each request's
-    own timeout.
+    own timeout; `on_quiet` hears of the wait once it has lasted `STALL_QUIET_S`.
     """
     owned = session is None
     if session is None:
@@ -345,7 +358,7 @@ async def run_workload_async(
         stream.heard()
         workers = min(workload.concurrency, len(workload.prompts))
         all_done = asyncio.gather(*(worker() for _ in range(workers)))
-        await _watched(all_done, stream, stall_timeout, len(workload.prompts))
+        await _watched(all_done, stream, stall_timeout, len(workload.prompts), on_quiet)
         wall = time.perf_counter() - start
     finally:
         if owned:
@@ -359,12 +372,13 @@ async def run_workload_async(
     )
 
 
-async def _watched(work: asyncio.Future, stream: _StreamWatch, stall_timeout: float | None, requests: int):
+async def _watched(work: asyncio.Future, stream: _StreamWatch, stall_timeout: float | None, requests: int,
+                   on_quiet: OnQuiet | None = None):
     """`work`'s result, unless `stream` hears no event for `stall_timeout` s first: then `work`
     is cancelled and WorkloadStalled raised (over `requests` requests)."""
     if stall_timeout is None:
         return await work
-    watchdog = asyncio.ensure_future(stream.watch(stall_timeout, requests))
+    watchdog = asyncio.ensure_future(stream.watch(stall_timeout, requests, on_quiet))
     try:
         await asyncio.wait({work, watchdog}, return_when=asyncio.FIRST_COMPLETED)
     except BaseException:
@@ -427,13 +441,14 @@ class GenerateFailed(Exception):
 
 
 async def generate_body_async(url: str, payload: dict[str, Any], *, timeout_s: float | None = None,
-                              stall_timeout: float | None = None) -> dict:
+                              stall_timeout: float | None = None, on_quiet: OnQuiet | None = None) -> dict:
     """One /generate request, streamed so that the stall watchdog sees its progress, returned as
     the body SGLang answers a request without `stream` (the last event: text, output_ids and
     meta_info; ids sent as deltas are joined, their text too).
 
     Raises WorkloadStalled (as a workload's, 1 request in flight) once nothing arrived for
-    `stall_timeout` s, asyncio.TimeoutError past `timeout_s` in all, GenerateFailed for an error
+    `stall_timeout` s (said through `on_quiet` once it has lasted `STALL_QUIET_S`),
+    asyncio.TimeoutError past `timeout_s` in all, GenerateFailed for an error
     answer, aiohttp.ClientError for the connection's. A server that ignores `stream` and answers
     one JSON body has that body returned.
     """
@@ -471,7 +486,7 @@ async def generate_body_async(url: str, payload: dict[str, Any], *, timeout_s: f
                 return whole
 
     watch.in_flight = 1
-    whole = await _watched(asyncio.ensure_future(request()), watch, stall_timeout, 1)
+    whole = await _watched(asyncio.ensure_future(request()), watch, stall_timeout, 1, on_quiet)
     if whole is not None:
         return whole
     if not events:

@@ -167,7 +167,7 @@ def specdec_server(specdec_spec: MatrixCase, specdec_pool: ServerPool, specdec_s
         token_counter=state.backend.token_counter(server.url), owned=owned, workloads=state.workloads,
         stall_timeout=state.settings.stall_timeout, stall_setting=state.settings.setter("stall_timeout"),
         probe_stall=server.stall_error, report_failure=lambda error: specdec_pool.report_death(spec, error),
-        pids=server.processes if owned else None, announce=_announcer(request.config) if owned else None)
+        pids=server.processes if owned else None, announce=_announcer(request.config))
     yield live
     # an interrupted session (Ctrl-C mid-workload) stops every server next: probing one that is
     # frozen would only hold the interrupt up for the health timeout

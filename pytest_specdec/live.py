@@ -66,7 +66,8 @@ class LiveServer:
     report_failure: Callable[[ServerError], None] | None = None  # stops it, marks it failed
     failure: ServerError | None = field(default=None, repr=False)
     pids: Callable[[], list[int]] | None = None  # the server's processes, for calibration.py
-    # a progress line past capture, for the teardown check's wait (check then takes announce=)
+    # a progress line past capture: a silent workload's wait, and the teardown check's (check then
+    # takes announce=)
     announce: Callable[[str], None] | None = None
     _vocab_size: int | None = field(default=None, repr=False)
     last_result: WorkloadResult | None = field(default=None, repr=False)
@@ -122,7 +123,8 @@ class LiveServer:
             timeout = 120.0  # nothing else would bound a silent server
         payload = {"text": text, "sampling_params": sampling_params}
         try:
-            return client.generate_body(self.url, payload, timeout_s=timeout, stall_timeout=self.stall_timeout)
+            return client.generate_body(self.url, payload, timeout_s=timeout, stall_timeout=self.stall_timeout,
+                                        on_quiet=self._say_silence())
         except client.WorkloadStalled as stall:
             self._stalled(f"{stall}; raise {self.stall_setting} if the server is just slow")
         except client.GenerateFailed as exc:
@@ -189,7 +191,8 @@ class LiveServer:
             # a request that keeps streaming may take as long as it takes; the stall watchdog
             # bounds a silent one (the client's per-request cap only where there is none)
             timeout = {} if self.stall_timeout is None else {"timeout_s": None}
-            result = client.run_workload(self.url, workload, stall_timeout=self.stall_timeout, **timeout)
+            result = client.run_workload(self.url, workload, stall_timeout=self.stall_timeout,
+                                         on_quiet=self._say_silence(), **timeout)
         except client.WorkloadStalled as stall:
             # the advice before the probe: the table keeps a failure's end, which says why
             self._stalled(f"{stall}; raise {self.stall_setting} if the server is just slow")
@@ -210,6 +213,20 @@ class LiveServer:
         self.check_alive()
         self._cross_check(measurement, log_offset)
         return measurement
+
+    def _say_silence(self) -> client.OnQuiet | None:
+        """The stall watchdog's progress line: a silent workload says how much longer it waits."""
+        if self.announce is None or self.stall_timeout is None:
+            return None
+        announce = self.announce
+
+        def say(silent: float, left: float, in_flight: int) -> None:
+            requests = "request" if in_flight == 1 else "requests"
+            announce(f"server {self.id}: no token for {silent:.0f}s while {in_flight} {requests} in flight; "
+                     f"waiting up to {left:.0f}s more before counting it as stalled (bound: the stall "
+                     f"timeout, {self.stall_setting})")
+
+        return say
 
     def _stalled(self, stall: str) -> None:
         """A workload stopped receiving tokens: probe once, stop the server and mark its

@@ -11,14 +11,15 @@ import json
 import socket
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_specdec import sglang_api as api
 from pytest_specdec.configuration import configuration_id, method_of_algorithm, takes_budget
 from pytest_specdec.servers.diagnosis import ServerError
-from pytest_specdec.servers.process import (HEALTH_TIMEOUT_S, STALL_PROBE_TIMEOUT_S, ManagedServer,
-                                            describe_probe, probe)
+from pytest_specdec.servers.process import (HEALTH_QUIET_S, HEALTH_TIMEOUT_S, STALL_PROBE_TIMEOUT_S,
+                                            ManagedServer, describe_probe, probe, probe_saying)
 from pytest_specdec.servers.spec import ServerSpec
 
 
@@ -111,9 +112,11 @@ class AttachedServer:
     log_path: Path | None = None
     pid: int | None = None
 
-    def __init__(self, url: str, *, health_timeout: float = HEALTH_TIMEOUT_S) -> None:
+    def __init__(self, url: str, *, health_timeout: float = HEALTH_TIMEOUT_S,
+                 announce: Callable[[str], None] | None = None) -> None:
         self.url = url.rstrip("/")
         self.health_timeout = health_timeout
+        self.announce = announce  # says a /health check's wait as it goes on
         self.info = fetch_server_info(self.url)
         self.identity = identify(self.info)
         self.spec: ServerSpec | None = None
@@ -128,11 +131,15 @@ class AttachedServer:
         self.spec = spec
         return self
 
-    def check_alive(self, timeout: float | None = None) -> None:
-        outcome, status = probe(self.url + api.HEALTH, timeout or self.health_timeout)
+    def check_alive(self, timeout: float | None = None, announce: Callable[[str], None] | None = None) -> None:
+        name = self.spec.id if self.spec else self.identity.id
+        outcome, status = probe_saying(
+            self.url + api.HEALTH, timeout or self.health_timeout, announce or self.announce,
+            lambda rest: f"server {name} (attached at {self.url}): /health did not answer within "
+                         f"{HEALTH_QUIET_S:g}s; waiting up to {rest:.0f}s more before counting it as "
+                         f"unresponsive (bound: the {self.health_timeout:g}s /health limit)")
         if outcome != "ok":
             what = f"HTTP {status}" if outcome == "http" else outcome
-            name = self.spec.id if self.spec else self.identity.id
             raise ServerError(
                 name,
                 "unresponsive",

@@ -67,9 +67,10 @@ class ServerPool:
         self.stats = PoolStats()
 
     @classmethod
-    def attach(cls, url: str) -> ServerPool:
-        """A pool over one running server; `acquire(spec)` raises AttachMismatch unless it is `spec`."""
-        return cls(None, attached=AttachedServer(url))
+    def attach(cls, url: str, announce: Callable[[str], None] | None = None) -> ServerPool:
+        """A pool over one running server; `acquire(spec)` raises AttachMismatch unless it is `spec`.
+        `announce` says a liveness check's wait as it goes on."""
+        return cls(None, attached=AttachedServer(url, announce=announce))
 
     # -- public --------------------------------------------------------------------------------
 

@@ -50,6 +50,8 @@ HEALTH_TIMEOUT_S = 25.0
 STALL_PROBE_TIMEOUT_S = 2.0
 # A ready, idle server answers /health at once: one silent this long gets the rest of its wait said.
 HEALTH_QUIET_S = 2.0
+# The embedded engine boots in 2-4 s on a loaded CPU: a boot not ready by then gets its wait said.
+BOOT_QUIET_S = 5.0
 TERM_GRACE_S = 10.0
 # A server that failed to boot, or one stopped because the user interrupted the run: nothing in it
 # is worth waiting out the full grace for.
@@ -107,6 +109,23 @@ def probe(url: str, timeout: float) -> tuple[str, int | None]:
         return "reset", None
 
 
+def probe_saying(url: str, timeout: float, announce: Callable[[str], None] | None,
+                 waiting: Callable[[float], str]) -> tuple[str, int | None]:
+    """`probe` within `timeout`; with `announce`, one probe still unanswered after
+    `HEALTH_QUIET_S` has `waiting(seconds left)` said, once, while it goes on waiting."""
+    if announce is None or timeout <= HEALTH_QUIET_S:
+        return probe(url, timeout)
+    result: list[tuple[str, int | None]] = []
+    started = time.monotonic()
+    thread = threading.Thread(target=lambda: result.append(probe(url, timeout)), daemon=True)
+    thread.start()
+    thread.join(HEALTH_QUIET_S)
+    if not result:
+        announce(waiting(max(timeout - (time.monotonic() - started), 0.0)))
+        thread.join()
+    return result[0]
+
+
 def describe_probe(path: str, outcome: str, status: int | None, timeout: float) -> str:
     """`/health_generate did not answer within 2s`: a `probe` outcome in words."""
     what = {
@@ -146,6 +165,7 @@ class ManagedServer:
         startup_setting: str = "--specdec-startup-timeout",
         stall_timeout: float | None = None,
         stall_setting: str = "--specdec-stall-timeout",
+        announce: Callable[[str], None] | None = None,
     ) -> None:
         self.spec = spec
         self.argv_for_port = argv_for_port
@@ -162,6 +182,7 @@ class ManagedServer:
         self.startup_setting = startup_setting  # where the user set startup_timeout: the advice names it
         self.stall_timeout = stall_timeout  # the run's bound on silence, which caps a liveness probe
         self.stall_setting = stall_setting
+        self.announce = announce  # a progress line past capture, for a wait long enough to pass for a hang
         self._requested_port = port
         self.port: int | None = port
         self.log_path: Path | None = None
@@ -173,6 +194,8 @@ class ManagedServer:
         self._stopped = False
         self._settled = False
         self._lost_port_race = True
+        self._boot_started = self._boot_deadline = 0.0  # wait_ready's, for the line it says
+        self._boot_said = True
         self.died: ServerError | None = None
 
     # -- public state --------------------------------------------------------------------------
@@ -274,10 +297,13 @@ class ManagedServer:
     def wait_ready(self) -> None:
         """Poll /health_generate until 200; raise a specific ServerError otherwise."""
         assert self._proc is not None and self._watcher is not None, "launch() first"
-        deadline = time.monotonic() + self.startup_timeout
+        self._boot_started = time.monotonic()
+        deadline = self._boot_deadline = self._boot_started + self.startup_timeout
+        self._boot_said = self.announce is None
         seen: list[str] = []
         while True:
             self._raise_if_failed_during_startup()
+            self._say_boot_wait()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
@@ -302,6 +328,17 @@ class ManagedServer:
             if result:
                 return result[0]
             self._raise_if_failed_during_startup()
+            self._say_boot_wait()
+
+    def _say_boot_wait(self) -> None:
+        """Once a boot has taken `BOOT_QUIET_S`, say how much longer it may take and what bounds it."""
+        now = time.monotonic()
+        if self._boot_said or now - self._boot_started < BOOT_QUIET_S:
+            return
+        self._boot_said = True
+        self.announce(f"server {self.spec.id}: not ready after {now - self._boot_started:.0f}s; waiting up to "
+                      f"{max(self._boot_deadline - now, 0):.0f}s more for its warm-up to answer "
+                      f"/health_generate (bound: the startup timeout, {self.startup_setting})")
 
     def _scan(self):
         """Scan the log; after a first fatal line, wait a moment so the rest of the traceback
@@ -384,9 +421,9 @@ class ManagedServer:
     def check_alive(self, timeout: float | None = None, announce: Callable[[str], None] | None = None) -> None:
         """Liveness: the process runs, its log shows no fatal line, and `/health` answers 200
         within `timeout` (default `liveness_timeout`). Raises ServerError `died` / `unresponsive`;
-        a death is remembered. `announce` (a progress printer): a /health silent for
-        `HEALTH_QUIET_S` gets the rest of the wait said as it starts, since the whole of it is long
-        enough to pass for a hung run."""
+        a death is remembered. `announce` (a progress printer, default the server's own): a
+        /health silent for `HEALTH_QUIET_S` gets the rest of the wait said as it goes on, since the
+        whole of it is long enough to pass for a hung run."""
         if self.died is not None:
             raise self.died
         if self._proc is None or self._stopped:
@@ -398,7 +435,7 @@ class ManagedServer:
             raise self.died
         capped = not timeout and self.liveness_timeout < self.health_timeout  # by the stall timeout
         timeout = timeout or self.liveness_timeout
-        outcome, status = self._probe_health(timeout, capped, announce)
+        outcome, status = self._probe_health(timeout, capped, announce or self.announce)
         if outcome != "ok":
             # Give a crash that is just happening a moment to reach the log / exit status.
             time.sleep(0.2)
@@ -413,21 +450,14 @@ class ManagedServer:
 
     def _probe_health(self, timeout: float, capped: bool,
                       announce: Callable[[str], None] | None) -> tuple[str, int | None]:
-        """`probe` of /health within `timeout`; with `announce`, a quick first probe, then the rest
-        of the wait said (the server, how long, the setting that bounds it) and waited."""
-        url = self.url + api.HEALTH
-        if announce is None or timeout <= HEALTH_QUIET_S:
-            return probe(url, timeout)
-        started = time.monotonic()
-        outcome, status = probe(url, HEALTH_QUIET_S)
-        if outcome != "timeout":
-            return outcome, status
-        rest = max(timeout - (time.monotonic() - started), 0.1)
+        """`probe` of /health within `timeout`; with `announce`, the rest of a wait that outlasts
+        `HEALTH_QUIET_S` said (the server, how long, the setting that bounds it) as it goes on."""
         bound = (f"the stall timeout, {self.stall_setting}" if capped else
                  f"the {self.health_timeout:g}s /health limit; {self.stall_setting} lowers it")
-        announce(f"server {self.spec.id}: /health did not answer within {HEALTH_QUIET_S:g}s; waiting "
-                 f"up to {rest:.0f}s more before counting it as frozen (bound: {bound})")
-        return probe(url, rest)
+        return probe_saying(
+            self.url + api.HEALTH, timeout, announce,
+            lambda rest: f"server {self.spec.id}: /health did not answer within {HEALTH_QUIET_S:g}s; "
+                         f"waiting up to {rest:.0f}s more before counting it as frozen (bound: {bound})")
 
     def stall_error(self, stall: str, probe_timeout: float = STALL_PROBE_TIMEOUT_S) -> ServerError:
         """The error for a workload that stalled (`stall` says for how long, with how many

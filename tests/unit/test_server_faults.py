@@ -496,3 +496,62 @@ def test_of_several_servers_only_the_frozen_one_is_said_and_none_waits_the_healt
     durations = teardown_durations(result)
     assert set(durations) == {"test_freeze[ar-tp1]", "test_freeze[ddtree-tp1-b8]"}, result.stdout.str()
     assert max(durations.values()) < TEARDOWN_WITHIN_S, durations
+
+
+SAID = r"^specdec: (?:\[gw\d+\] )?server {server}: {what}$"
+
+
+def said_lines(result, server: str, what: str) -> list[str]:
+    """The progress lines (past capture, from an xdist worker too) matching `what`, a regex."""
+    return re.findall(SAID.format(server=re.escape(server), what=what), result.stderr.str(), re.MULTILINE)
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["one-process", "xdist"])
+def test_a_slow_boot_and_a_silent_workload_say_their_waits_as_they_go(pytester, no_leftover_engines, xdist):
+    """A boot not ready after 5 s waited out its startup timeout (600 s by default) in silence,
+    and a workload whose server stopped streaming waited out the stall timeout (60 s) the same
+    way; only the teardown's /health check said its wait. Each now prints one line as it waits:
+    the server, what it waits for, how much longer, and the setting that bounds it."""
+    if xdist:
+        pytest.importorskip("xdist")
+    faulty_project(pytester, ("--fault-slow-start", "6", "--fault-hang-after", "0"), workloads=ONE_WORKLOAD,
+                   extra="stall_timeout = 5")
+    pytester.makepyfile(test_generation="""
+def test_generate(specdec_server):
+    specdec_server.generate("hi", max_new_tokens=8)
+""")
+    result = run(pytester, *xdist)
+    result.assert_outcomes(failed=1)
+    setting = r"pyproject\.toml \[tool\.specdec\] key '{}'"
+    assert len(said_lines(result, "ddtree-tp1-b8",
+                          r"not ready after 5s; waiting up to \d+s more for its warm-up to answer "
+                          r"/health_generate \(bound: the startup timeout, " + setting.format("startup_timeout")
+                          + r"\)")) == 1, result.stderr.str()
+    assert len(said_lines(result, "ddtree-tp1-b8",
+                          r"no token for 3s while 1 request in flight; waiting up to 2s more before counting "
+                          r"it as stalled \(bound: the stall timeout, " + setting.format("stall_timeout")
+                          + r"\)")) == 1, result.stderr.str()
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["one-process", "xdist"])
+def test_a_liveness_check_inside_a_test_says_its_wait(pytester, no_leftover_engines, xdist):
+    """specdec_server.check_alive() on a frozen server (as run() makes after a workload) waited
+    its /health limit in silence; it now says the rest of the wait once /health has been silent
+    for 2 s, as the teardown's check does."""
+    if xdist:
+        pytest.importorskip("xdist")
+    project(pytester, methods=("ar",), prompts=1, max_new_tokens=4, extra="stall_timeout = 5")
+    pytester.makepyfile(test_generation="""
+import os, signal
+
+
+def test_freeze(specdec_server):
+    os.kill(specdec_server.pids()[0], signal.SIGSTOP)
+    specdec_server.check_alive()
+""")
+    result = run(pytester, *xdist)
+    result.assert_outcomes(failed=1)
+    assert len(said_lines(result, "ar-tp1",
+                          r"/health did not answer within 2s; waiting up to \d+s more before counting it as "
+                          r"frozen \(bound: the stall timeout, pyproject\.toml \[tool\.specdec\] key "
+                          r"'stall_timeout'\)")) == 1, result.stderr.str()

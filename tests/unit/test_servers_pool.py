@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 import urllib.request
@@ -126,6 +127,35 @@ def test_a_server_found_frozen_before_its_next_test_is_not_given_the_full_sigter
             pool.acquire(s)
         assert time.monotonic() - t0 < 15  # a 2 s probe and a short grace; the old wait was 32 s
         assert pool.live() == {}
+    finally:
+        pool.close()
+        for m in started:
+            m.stop()
+    assert wait_gone(pids_of(started)) == []
+
+
+def test_the_check_of_a_reused_server_before_its_next_test_says_its_wait(tmp_path):
+    """The pool's check of a server it hands out again waited its /health limit in silence
+    (25 s by default) when the server had frozen since its last test; only the teardown's check
+    said such a wait. It now says the rest of the wait, once, through the server's announcer."""
+    said: list[str] = []
+    started = []
+
+    def factory(s, gpus):
+        started.append(server(s, tmp_path / "logs", term_grace=3.0, health_timeout=5.0,
+                              wait_gpu_release=False, announce=said.append))
+        return started[-1]
+
+    pool, s = ServerPool(factory), spec("ar")
+    try:
+        frozen = pool.acquire(s)
+        assert said == []  # a boot of a few seconds says nothing
+        os.kill(frozen.pid, signal.SIGSTOP)
+        with pytest.raises(ServerError, match="unresponsive: /health did not answer within 5s"):
+            pool.acquire(s)
+        assert len(said) == 1 and re.fullmatch(
+            r"server ar-tp1: /health did not answer within 2s; waiting up to \d+s more before counting it "
+            r"as frozen \(bound: the 5s /health limit; --specdec-stall-timeout lowers it\)", said[0]), said
     finally:
         pool.close()
         for m in started:
