@@ -13,7 +13,9 @@ broken GPU:
   first verify (during warm-up) crashes the same way (the sm_120 DDTree b8/b12 story).
 - ``--fault-hang-after N``: N client requests are served; the next one streams a few tokens,
   then the scheduler freezes for good: no more tokens, the endpoints that need the scheduler
-  hang as under ``--fault-hang``, and the process stays alive (a GPU kernel that never returns).
+  hang as under ``--fault-hang``, except /health and /health_generate, which answer 503 after
+  SGLANG_HEALTH_CHECK_TIMEOUT (20 s) with SGLang's ``Health check failed`` line, as SGLang's
+  HTTP side does over a stuck scheduler; the process stays alive (a GPU kernel that never returns).
 - ``--fault-zero-tokens``: every client request finishes at once with no tokens
   (completion_tokens 0, finish_reason stop) while /health stays 200.
 - ``--fault-hang``: once ready, the endpoints that need the scheduler (/generate,

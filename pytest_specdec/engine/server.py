@@ -42,6 +42,11 @@ WARMUP_MAX_NEW_TOKENS = 8
 DISCONNECT_POLL_S = 0.05
 
 
+def _clock(wall: float) -> str:
+    """A wall-clock time as SGLang's health check logs it (local time of day)."""
+    return time.strftime("%H:%M:%S", time.localtime(wall))
+
+
 class EngineServer:
     def __init__(self, *, host: str, port: int, scheduler: Scheduler, metrics: EngineMetrics,
                  faults: FaultPlan, context_length: int, server_args: dict, model_info: dict,
@@ -215,9 +220,14 @@ class EngineServer:
     # ------------------------------------------------------------------ endpoints
 
     async def health(self, request: web.Request) -> web.Response:
+        """SGLang's /health and /health_generate: a one-token request, 200 on any output of the
+        scheduler, else 503 and its "Health check failed" line after SGLANG_HEALTH_CHECK_TIMEOUT,
+        a frozen scheduler (--fault-hang-after) included: the HTTP side still answers it."""
         if not self.ready:
             return web.Response(status=503)
-        await self._hang_if_faulty()
+        if self.faults.hang:
+            await asyncio.Event().wait()  # --fault-hang: unanswered, as documented in faults.py
+        started = time.time()
         tic = time.perf_counter()
         req = Request([0], 1, internal=True, rid=f"HEALTH_CHECK_{time.time()}")
         task = asyncio.ensure_future(self._finished(req))
@@ -230,8 +240,10 @@ class EngineServer:
         finally:
             req.aborted = not task.done()
             task.cancel()
+        heard = started - (tic - self.scheduler.last_output_at)  # the scheduler's last output, wall clock
         logs.SERVER.error(f"Health check failed. Server couldn't get a response from detokenizer for last "
-                          f"{self.health_timeout:g} seconds.")
+                          f"{self.health_timeout:g} seconds. tic start time: {_clock(started)}. "
+                          f"last_heartbeat time: {_clock(heard)}")
         return web.Response(status=503)
 
     async def ready_check(self, request: web.Request) -> web.Response:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import socket
+import threading
 import time
 import urllib.error
 
@@ -88,3 +89,26 @@ def test_slow_factor_stretches_every_decode_step(engines):
         return min(engine.generate(PROMPT, max_new_tokens=48)["meta_info"]["e2e_latency"] for _ in range(3))
 
     assert decode_s(slow) > 2 * decode_s(normal)
+
+
+def test_a_frozen_scheduler_fails_health_checks_as_sglangs_http_side_does(engines, monkeypatch):
+    """With the scheduler frozen, /health and /health_generate never answered; SGLang's HTTP side
+    still answers them: 503 once SGLANG_HEALTH_CHECK_TIMEOUT has passed without any output, with
+    its "Health check failed" line (a hang signature launchers read)."""
+    monkeypatch.setenv("SGLANG_HEALTH_CHECK_TIMEOUT", "2")
+    engine = engines("--method", "ar", "--fault-hang-after", "0")
+    def send() -> None:
+        try:
+            engine.post("/generate", {"text": PROMPT}, timeout=30)
+        except OSError:
+            pass  # never answered: the engine is killed at the end
+
+    threading.Thread(target=send, daemon=True).start()
+    engine.wait_for_line(r"Fault injection: --fault-hang-after 0", timeout=30)
+    for path in ("/health", "/health_generate"):
+        mark = len(engine.lines)
+        assert engine.get(path, timeout=15).status == 503, path
+        engine.wait_for_line(r"\] Health check failed\. Server couldn't get a response from detokenizer for last "
+                             r"2 seconds\. tic start time: \d\d:\d\d:\d\d\. last_heartbeat time: "
+                             r"\d\d:\d\d:\d\d$", timeout=5, after=mark)
+    assert engine.proc.poll() is None
