@@ -152,6 +152,7 @@ class Scheduler:
         self.forward_ct_decode = 0
         self.last_gen_throughput = 0.0
         self._interval_start = time.perf_counter()
+        self._last_prefill_at = self._interval_start  # the prefill log's input throughput runs from here
         self._interval_tokens = 0
         self._interval_accept_tokens = 0
         self._interval_forward_ct = 0
@@ -292,10 +293,13 @@ class Scheduler:
             if not req.internal:
                 self.metrics.time_to_first_token[req.stream].observe(now - req.created)
             self._interval_tokens += 1
+            gap, self._last_prefill_at = now - self._last_prefill_at, now
             logs.SCHEDULER.info(
                 f"Prefill batch, #new-seq: 1, #new-token: {len(req.input_ids)}, #cached-token: 0, "
                 f"token usage: {self._token_usage(len(self.running) + 1):.2f}, "
-                f"#running-req: {len(self.running)}, #queue-req: {len(self.waiting)}, ")
+                f"#running-req: {len(self.running)}, #queue-req: {len(self.waiting)}, "
+                f"#pending-token: {sum(len(r.input_ids) for r in self.waiting)}, cuda graph: False, "
+                f"input throughput (token/s): {len(req.input_ids) / gap if gap > 0 else 0.0:.2f}")
             self.running.append(req)
             if req.finished:
                 self._remove_finished()

@@ -894,6 +894,17 @@ def test_decode_log_lines_follow_sglang_format(ddtree):
     assert commit == pytest.approx(drafts + 1, abs=0.011) and depth == drafts
 
 
+def test_prefill_log_lines_follow_sglang_format(ddtree):
+    """The engine's prefill line stopped at `#queue-req: N, `; SGLang's goes on with the pending
+    prompt tokens, the graph flag and the input throughput."""
+    mark = len(ddtree.lines)
+    ddtree.generate(PROMPT, max_new_tokens=4)
+    ddtree.wait_for_line(
+        TIMESTAMP + r" TP0\] Prefill batch, #new-seq: 1, #new-token: 30, #cached-token: 0, token usage: \d+\.\d\d, "
+        r"#running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, "
+        r"input throughput \(token/s\): \d+\.\d\d$", timeout=5, after=mark)
+
+
 def test_autoregressive_decode_log_has_no_acceptance(ar):
     ar.generate(PROMPT, max_new_tokens=32)
     m = ar.wait_for_line(r"TP0\] Decode batch, .*", timeout=5)
