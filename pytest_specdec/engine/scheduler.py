@@ -37,6 +37,7 @@ class Progress:
     verify_ct: int
     correct_drafts: int
     e2e_latency: float | None
+    drafts_histogram: tuple[int, ...] = ()  # verify steps by their correct drafts (index), as SGLang's
 
 
 class Request:
@@ -61,6 +62,7 @@ class Request:
         self.finish_reason: dict | None = None
         self.verify_ct = 0
         self.correct_drafts = 0
+        self.drafts_histogram: list[int] = []
         self.aborted = False
         self.created = time.perf_counter()
         self.last_token_at: float | None = None
@@ -121,7 +123,14 @@ class Request:
 
     def progress(self) -> Progress:
         return Progress(len(self.output_ids), self.text, self.finish_reason, self.verify_ct,
-                        self.correct_drafts, self.e2e_latency)
+                        self.correct_drafts, self.e2e_latency, tuple(self.drafts_histogram))
+
+    def count_verify(self, drafts: int) -> None:
+        """One verify step that accepted ``drafts`` draft tokens (bonus excluded)."""
+        self.verify_ct += 1
+        self.correct_drafts += drafts  # as SGLang counts them: a finish inside the step cuts no draft
+        self.drafts_histogram.extend([0] * (drafts + 1 - len(self.drafts_histogram)))
+        self.drafts_histogram[drafts] += 1
 
     def notify(self) -> None:
         if self.on_progress is not None and (self.stream or self.finished):
@@ -326,8 +335,7 @@ class Scheduler:
             taken = req.append(tokens)
             emitted += taken
             if dec.speculative:
-                req.verify_ct += 1
-                req.correct_drafts += drafts  # as SGLang counts them: a finish inside the step cuts no draft
+                req.count_verify(drafts)
             if not req.internal and taken:
                 self.metrics.inter_token_latency.observe((now - req.last_token_at) / taken)
             req.last_token_at = now

@@ -305,11 +305,12 @@ class EngineServer:
         # SGLang adds them to a request's last answer only; absent, not zero, when nothing was verified
         if p.finish_reason is not None and p.verify_ct > 0 and budget > 0:
             proposed = p.verify_ct * budget
-            meta[api.SPEC_VERIFY_CT] = p.verify_ct
-            meta[api.SPEC_ACCEPT_LENGTH] = p.num_ids / p.verify_ct
             meta[api.SPEC_ACCEPT_RATE] = p.correct_drafts / proposed
+            meta[api.SPEC_ACCEPT_LENGTH] = p.num_ids / p.verify_ct
             meta[api.SPEC_NUM_CORRECT_DRAFTS] = p.correct_drafts
             meta[api.SPEC_NUM_PROPOSED_DRAFTS] = proposed
+            meta[api.SPEC_VERIFY_CT] = p.verify_ct
+            meta["spec_correct_drafts_histogram"] = list(p.drafts_histogram)
         if first:
             meta["response_sent_to_client_ts"] = time.time()
         return meta

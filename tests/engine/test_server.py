@@ -19,7 +19,7 @@ from pytest_specdec.engine.tokenizer import ByteTokenizer
 CONTEXT = 512
 PROMPT = "The capital city of France is"
 SPEC_KEYS = {"spec_verify_ct", "spec_accept_length", "spec_accept_rate", "spec_num_correct_drafts",
-             "spec_num_proposed_drafts"}
+             "spec_num_proposed_drafts", "spec_correct_drafts_histogram"}
 TIMESTAMP = r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
 
 
@@ -61,6 +61,18 @@ def test_generate_meta_info_with_speculation(ddtree):
     assert meta["spec_num_proposed_drafts"] == 16 * meta["spec_verify_ct"]
     assert meta["spec_accept_rate"] == pytest.approx(meta["spec_num_correct_drafts"] / meta["spec_num_proposed_drafts"])
     assert meta["spec_accept_length"] > 1.5
+
+
+def test_speculative_meta_info_is_sglangs_in_its_order_with_the_histogram(ddtree):
+    """SGLang writes a finished speculative request's figures in its own order and adds how many
+    verify steps accepted each number of drafts; the engine had another order and no histogram."""
+    meta = ddtree.generate(PROMPT, max_new_tokens=64)["meta_info"]
+    assert [k for k in meta if k.startswith("spec_")] == [
+        "spec_accept_rate", "spec_accept_length", "spec_num_correct_drafts", "spec_num_proposed_drafts",
+        "spec_verify_ct", "spec_correct_drafts_histogram"]
+    histogram = meta["spec_correct_drafts_histogram"]
+    assert sum(histogram) == meta["spec_verify_ct"] and histogram[-1] > 0
+    assert sum(k * steps for k, steps in enumerate(histogram)) == meta["spec_num_correct_drafts"]
 
 
 def test_drafts_accepted_past_the_length_limit_count_as_sglangs_do(ddtree):
