@@ -139,12 +139,12 @@ class AttachedServer:
                          f"{HEALTH_QUIET_S:g}s; waiting up to {rest:.0f}s more before counting it as "
                          f"unresponsive (bound: the {self.health_timeout:g}s /health limit)")
         if outcome != "ok":
-            what = f"HTTP {status}" if outcome == "http" else outcome
+            what = describe_probe(api.HEALTH, outcome, status, timeout or self.health_timeout)
             raise ServerError(
                 name,
                 "unresponsive",
-                f"/health at {self.url}: {what}",
-                headline=f"attached server {name} at {self.url} is not healthy: /health {what}",
+                f"{what} (attached at {self.url})",
+                headline=f"attached server {name} at {self.url} is not healthy: {what}",
             )
 
     def stall_error(self, stall: str, probe_timeout: float = STALL_PROBE_TIMEOUT_S) -> ServerError:

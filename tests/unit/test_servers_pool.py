@@ -217,6 +217,32 @@ def test_attach_identifies_the_server_and_never_kills_it(tmp_path):
     assert wait_gone([running.pid]) == []
 
 
+def test_an_attached_server_that_stops_answering_says_its_wait_and_what_it_saw(tmp_path):
+    """An attached server's /health check waited in silence, then named the probe's outcome in
+    the probe's own code word (`/health timeout`); it now says the wait as it goes on and the
+    outcome in the words a launched server's check uses."""
+    from pytest_specdec.servers.attach import AttachedServer
+
+    running = server(spec("ar"), tmp_path)
+    running.start()
+    said: list[str] = []
+    try:
+        attached = AttachedServer(running.url, health_timeout=4.0, announce=said.append).for_spec(spec("ar"))
+        os.kill(running.pid, signal.SIGSTOP)
+        with pytest.raises(ServerError) as caught:
+            attached.check_alive()
+        assert str(caught.value).startswith(f"attached server ar-tp1 at {running.url} is not healthy: "
+                                            f"/health did not answer within 4s"), str(caught.value)
+        assert len(said) == 1 and re.fullmatch(
+            rf"server ar-tp1 \(attached at {re.escape(running.url)}\): /health did not answer within 2s; "
+            r"waiting up to \d+s more before counting it as unresponsive \(bound: the 4s /health limit\)",
+            said[0]), said
+    finally:
+        os.kill(running.pid, signal.SIGCONT)
+        running.stop()
+    assert wait_gone([running.pid]) == []
+
+
 def test_attach_to_nothing_says_so(tmp_path):
     from pytest_specdec.servers.process import free_port
 
