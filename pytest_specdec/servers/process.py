@@ -53,6 +53,8 @@ HEALTH_QUIET_S = 2.0
 # The embedded engine boots in 2-4 s on a loaded CPU: a boot not ready by then gets its wait said.
 BOOT_QUIET_S = 5.0
 TERM_GRACE_S = 10.0
+# A server that honours SIGTERM exits within a second or two: one still running this long gets the rest said.
+TERM_QUIET_S = 3.0
 # A server that failed to boot, or one stopped because the user interrupted the run: nothing in it
 # is worth waiting out the full grace for.
 INTERRUPTED_GRACE_S = 2.0
@@ -515,10 +517,7 @@ class ManagedServer:
         tree = set(cleanup.descendants(pgid)) | {pgid}
         self._signal_group(pgid, signal.SIGTERM)
         self._signal_group(pgid, signal.SIGCONT)  # a stopped process acts on SIGTERM only once resumed
-        try:
-            proc.wait(timeout=self.term_grace if grace is None else grace)
-        except subprocess.TimeoutExpired:
-            pass
+        self._wait_exit(proc, self.term_grace if grace is None else grace)
         self._signal_group(pgid, signal.SIGKILL)
         for pid in tree:  # descendants that moved to their own session
             try:
@@ -552,6 +551,23 @@ class ManagedServer:
                     "teardown",
                     f"GPU memory not released after teardown: {leftover}",
                 )
+
+    def _wait_exit(self, proc: subprocess.Popen, grace: float) -> None:
+        """Wait up to `grace` for `proc` to exit after SIGTERM; one still running after
+        `TERM_QUIET_S` has the rest of the wait said."""
+        quiet = TERM_QUIET_S if self.announce is not None and grace > TERM_QUIET_S else grace
+        try:
+            proc.wait(timeout=quiet)
+            return
+        except subprocess.TimeoutExpired:
+            if quiet >= grace:
+                return
+        self.announce(f"server {self.spec.id}: still running {quiet:g}s after SIGTERM; waiting up to "
+                      f"{grace - quiet:.0f}s more before SIGKILL (bound: the {grace:g}s SIGTERM grace)")
+        try:
+            proc.wait(timeout=grace - quiet)
+        except subprocess.TimeoutExpired:
+            pass
 
     @staticmethod
     def _signal_group(pgid: int, sig: int) -> None:

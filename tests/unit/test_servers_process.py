@@ -95,6 +95,23 @@ def test_sigterm_ignored_escalates_to_sigkill(tmp_path):
     assert s.returncode == -signal.SIGKILL
 
 
+def test_a_server_slow_to_honour_sigterm_has_the_rest_of_its_grace_said(tmp_path):
+    """A server still running 3 s after SIGTERM was waited on in silence for the rest of its
+    grace (10 s by default) before SIGKILL; that wait is now said once, as it goes on."""
+    said: list[str] = []
+    s = server(spec("ar", None, "--ignore-sigterm"), tmp_path, entry=FAKE_ENTRY, term_grace=4.0,
+               announce=said.append)
+    s.start()
+    s.stop()
+    assert s.returncode == -signal.SIGKILL
+    assert said == ["server ar-tp1: still running 3s after SIGTERM; waiting up to 1s more before SIGKILL "
+                    "(bound: the 4s SIGTERM grace)"], said
+    quick = server(spec("ar"), tmp_path, entry=FAKE_ENTRY, announce=said.append)
+    quick.start()
+    quick.stop()
+    assert len(said) == 1  # a server that exits on SIGTERM is stopped without a word
+
+
 def test_gpus_become_cuda_visible_devices(tmp_path):
     s = server(spec("ar"), tmp_path, entry=FAKE_ENTRY, gpus=(2, 3), wait_gpu_release=False)
     with s:
