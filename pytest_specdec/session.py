@@ -27,7 +27,7 @@ from . import journal_owner
 from . import lossless
 from .baseline_gate import Gate
 from .benchmark_info import measured_where
-from .collection import case_of, checked_against, reference_case, will_run
+from .collection import case_of, checked_against, reference_case
 from .config import KnownIssue
 from .configuration import MatrixCase, is_speculative
 from .errors import SpecdecUsageError
