@@ -90,9 +90,13 @@ def _now() -> str:
 # --------------------------------------------------------------------------------------------
 # File model
 
+#: The keys of the file itself (Baselines.to_json writes them).
+FILE_KEYS = ("format", "version", "hardware_key", "entries", "setups")
 #: The keys an entry of this format may hold (BaselineEntry.to_json writes them).
 ENTRY_KEYS = ("value", "direction", "spread", "samples", "deterministic", "date", "versions", "commit",
               "fingerprint", "distribution", "cpu_share", "runs")
+#: Keys earlier releases of this format wrote, read past: `calibrated` is `cpu_share` now.
+FORMER_ENTRY_KEYS = ("calibrated",)
 
 
 @dataclass(frozen=True)
@@ -179,9 +183,10 @@ class BaselineEntry:
             return float(value)
 
         for key in obj:
-            if key not in ENTRY_KEYS and (near := difflib.get_close_matches(key, ENTRY_KEYS, n=1, cutoff=0.75)):
-                # a misspelt optional key would change how the figure is gated without a word
-                raise SpecdecUsageError(f"{where}: unknown key {key!r}; did you mean {near[0]!r}? {fix}")
+            if key not in ENTRY_KEYS and key not in FORMER_ENTRY_KEYS:
+                # read past, a misspelt key would change how the figure is gated without a word, and
+                # any other (a note, a per-entry "tolerance") would be believed in and a save drop it
+                raise SpecdecUsageError(f"{where}: unknown key {key!r}{_unknown_key_hint(key, obj, fix)}")
         direction = obj.get("direction")
         if direction not in ("higher", "lower"):
             raise SpecdecUsageError(f"{where}: 'direction' must be 'higher' or 'lower', got {direction!r}")
@@ -225,6 +230,21 @@ class BaselineEntry:
             distribution=tuple(float(v) for v in distribution),
             cpu_share=cpu_share, runs=runs,
         )
+
+
+def _unknown_key_hint(key: str, obj: Mapping[str, Any], fix: str) -> str:
+    """What to do about an entry's key this format does not hold: its near namesake, or that
+    nothing reads it (and, for an entry another pytest-specdec saved, which one)."""
+    from . import __version__
+
+    near = difflib.get_close_matches(key, ENTRY_KEYS, n=1, cutoff=0.75)
+    if near:
+        return f"; did you mean {near[0]!r}? {fix}"
+    saved_by = obj.get("versions", {}).get("pytest-specdec") if isinstance(obj.get("versions"), dict) else None
+    newer = (f", or upgrade pytest-specdec if {saved_by}, which saved the entry, is newer than this one "
+             f"({__version__})" if saved_by not in (None, __version__) else "")
+    return (f": an entry holds only {', '.join(ENTRY_KEYS)}, nothing reads another key and a save "
+            f"would drop it; remove it (a note belongs in the commit message){newer}")
 
 
 @dataclass(frozen=True)
@@ -323,6 +343,14 @@ def parse_baselines(text: str, hardware_key: str, source: str,
             f"baseline file {source} has format version {version}, newer than this pytest-specdec reads "
             f"({VERSION}); upgrade pytest-specdec"
         )
+    for name in doc:
+        if name not in FILE_KEYS:
+            # a misspelt 'entries' would read as a file of no entries: every figure `new`
+            near = difflib.get_close_matches(name, FILE_KEYS, n=1, cutoff=0.75)
+            raise SpecdecUsageError(
+                f"baseline file {source}: unknown top-level key {name!r}"
+                + (f"; did you mean {near[0]!r}? {fix}" if near else
+                   f": the file holds only {', '.join(FILE_KEYS)} and nothing reads another; remove it"))
     key = doc.get("hardware_key")
     if key != hardware_key:
         raise WrongHardwareError(

@@ -101,6 +101,13 @@ def test_save_then_load_round_trip(tmp_path):
     assert loaded.to_json() == doc
 
 
+def test_an_entry_saved_with_a_former_key_is_still_read(tmp_path):
+    """Version 2 entries once carried 'calibrated' (what cpu_share says now)."""
+    path = tmp_path / "cpu.json"
+    path.write_text(_one_entry(calibrated=True))
+    assert load_baselines(path, "cpu").get("t", "output_tok_s").calibrated
+
+
 def test_version_1_files_are_still_read(tmp_path):
     """Files saved before distributions: values and spreads only, gated on those (gate.py)."""
     path = tmp_path / "cpu.json"
@@ -279,6 +286,12 @@ def _one_entry(**fields) -> str:
     ({"versions": []}, r"'versions' must be an object, got \[\]"),
     ({"determinstic": True}, r"t output_tok_s: unknown key 'determinstic'; did you mean 'deterministic'\? fix it"),
     ({"distrbution": [1.0]}, r"unknown key 'distrbution'; did you mean 'distribution'\?"),
+    # a key like none of the format's: nothing reads it, and the user meant something by it
+    ({"tolerance": "10%"}, r"t output_tok_s: unknown key 'tolerance': an entry holds only value, "
+                           r"direction, .*nothing reads another key and a save would drop it; remove it"),
+    ({"note": "x", "versions": {"pytest-specdec": "9.0"}},
+     r"unknown key 'note'.* remove it \(a note belongs in the commit message\), or upgrade "
+     r"pytest-specdec if 9.0, which saved the entry, is newer"),
 ])
 def test_impossible_figures_in_an_entry_are_usage_errors(tmp_path, fields, match):
     path = tmp_path / "cpu.json"
@@ -288,10 +301,26 @@ def test_impossible_figures_in_an_entry_are_usage_errors(tmp_path, fields, match
     assert str(path) in str(info.value)
 
 
+@pytest.mark.parametrize("name, match", [
+    ("entires", r"unknown top-level key 'entires'; did you mean 'entries'\? fix it"),
+    ("comment", r"unknown top-level key 'comment': the file holds only format, version, "
+                r"hardware_key, entries, setups and nothing reads another; remove it"),
+])
+def test_an_unknown_top_level_key_is_a_usage_error(tmp_path, name, match):
+    """A misspelt 'entries' read as a file with no entries: every figure passed as new."""
+    doc = json.loads(_one_entry())
+    doc[name] = doc.pop("entries") if name == "entires" else "mine"
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SpecdecUsageError, match=match) as info:
+        load_baselines(path, "cpu")
+    assert str(path) in str(info.value)
+
+
 def test_figures_that_can_be_measured_are_read(tmp_path):
     path = tmp_path / "cpu.json"
-    path.write_text(_one_entry(value=0, cpu_share=1.0, runs=3, note="mine"))  # accept_rate 0 can be measured
-    assert load_baselines(path, "cpu").get("t", "output_tok_s").runs == 3  # a key like none of ours is a note
+    path.write_text(_one_entry(value=0, cpu_share=1.0, runs=3))  # accept_rate 0 can be measured
+    assert load_baselines(path, "cpu").get("t", "output_tok_s").runs == 3
     doc = json.loads(_one_entry())
     doc["entries"]["t"] = {"my_fig": {"value": -5.0, "direction": "lower", "distribution": [-5.0]}}  # a user's figure
     path.write_text(json.dumps(doc))
