@@ -2,9 +2,9 @@
 
 Tolerances come from three places with the precedence of every option: the command line
 (`--specdec-compare-fail`), the ini file (`specdec_compare_fail`), then `[tool.specdec]`
-(`compare_fail = "..."` and the `[tool.specdec.tolerances]` table). A layer that names a figure
-wins over every lower layer; a `*` applies to the figures no layer names; `METRIC:off` turns a
-lower layer's gate off. Unknown figure names are usage errors, never a gate that cannot fire: a
+(`compare_fail = "..."` and the `[tool.specdec.tolerances]` table). The highest layer that names
+a figure or gives `*` decides it, a name beating the wildcard within that layer only: `*:off` on
+the command line ungates every figure the ini or the file names, and `METRIC:off` one. Unknown figure names are usage errors, never a gate that cannot fire: a
 metric of the user's own is named once, with its direction, in `[tool.specdec.metrics]`.
 
 Verdicts. A deterministic figure (acceptance under greedy decoding) must reproduce: any change
@@ -180,8 +180,8 @@ class Tolerances:
 
     def rule(self, metric: str) -> Rule:
         direction = self.directions.get(metric, "higher")
-        for key in (metric, "*"):  # a layer naming the figure beats any layer's wildcard
-            for origin, table in self.layers:
+        for origin, table in self.layers:
+            for key in (metric, "*"):  # the name beats the wildcard within a layer only
                 if key in table:
                     value = table[key]
                     return Rule(metric, None if value is _OFF else value, origin, direction)
@@ -192,7 +192,8 @@ class Tolerances:
 
     @property
     def any(self) -> bool:
-        return any(value is not _OFF for _, table in self.layers for value in table.values())
+        """Whether some figure is gated (a higher layer's `*:off` may ungate all a lower one names)."""
+        return any(rule.tolerance is not None for rule in self.rules())
 
     def rules(self) -> list[Rule]:
         return [self.rule(metric) for metric in self.directions]

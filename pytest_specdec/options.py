@@ -180,8 +180,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("save_baseline", "write this run's results into the baseline file for this hardware "
            "(merged, atomically)", _bool, False, flag=True),
     Option("compare_fail", "fail a test whose metric regressed past a tolerance, e.g. "
-           "output_tok_s:5%,accept_length:2%,ttft_ms:10% (METRIC:off ungates one; names given "
-           "here win over the ini's, which win over [tool.specdec.tolerances])", str, None,
+           "output_tok_s:5%,accept_length:2%,ttft_ms:10% (METRIC:off ungates one, *:off all; "
+           "names and * given here win over the ini's, which win over [tool.specdec.tolerances])", str, None,
            metavar="EXPR"),
     Option("strict_noise", "fail a test whose figure is worse than its tolerance but too noisy "
            "to call a regression (verdict noisy)", _bool, False, flag=True),

@@ -96,6 +96,8 @@ def _write_table(terminalreporter, results: Results, table: list) -> None:
     if ungated:
         # with a gate in force, "set --specdec-compare-fail" would read as if none were
         advice = ("the gate in force names none of their figures; add theirs, or * for all" if state.tolerances.any
+                  else "the gate in force turns every figure off"
+                  if all(r.origin != "no tolerance set" for r in state.tolerances.rules())
                   else f"set {state.settings.setter('compare_fail')} or [tool.specdec.tolerances]")
         terminalreporter.write_line(
             f"specdec: {ungated} test(s) compared with {state.baseline_path.name} but not gated: no "

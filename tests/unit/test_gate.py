@@ -100,6 +100,22 @@ def test_precedence_command_line_then_ini_then_file_per_figure():
     assert tol.describe().endswith("not gated: ttft_ms") and tol.any
 
 
+def test_a_higher_layer_wildcard_beats_a_lower_layer_name():
+    """`*:off` on the command line must ungate what [tool.specdec.tolerances] names, as any option
+    given there beats the file; a name beats the wildcard within one layer only."""
+    file_table = parse_tolerance_table({"output_tok_s": "20%", "tpot_ms": "30%"}, "f")
+    tol = resolve_tolerances("*:off", None, None, file_table, "pyproject.toml")
+    assert tol.get("output_tok_s") is None and tol.rule("output_tok_s").origin == "command line"
+    assert not tol.any and tol.describe().startswith("not gated: output_tok_s")
+    tol = resolve_tolerances(None, "*:5%", "ttft_ms:1%", file_table, "pyproject.toml")
+    assert (str(tol.get("tpot_ms")), tol.rule("tpot_ms").origin) == ("5%", "ini")
+    tol = resolve_tolerances("*:off,tpot_ms:7%", "output_tok_s:2%", None, file_table, "pyproject.toml")
+    assert (str(tol.get("tpot_ms")), tol.rule("tpot_ms").origin) == ("7%", "command line")
+    assert tol.get("output_tok_s") is None and tol.any
+    tol = resolve_tolerances(None, "output_tok_s:2%", "*:9%", file_table, "pyproject.toml")
+    assert str(tol.get("tpot_ms")) == "30%" and str(tol.get("ttft_ms")) == "9%"  # the file: name, then *
+
+
 def test_nothing_set_gates_nothing_and_says_so():
     tol = resolve_tolerances(None, "", None, {}, "pyproject.toml")
     assert not tol.any and tol.get("output_tok_s") is None

@@ -143,6 +143,16 @@ def test_the_command_line_beats_the_table_per_figure(pytester, monkeypatch):
     assert "output_tok_s 2.00 < baseline 100.0 (-98.0%, not gated)" in out
 
 
+def test_a_wildcard_off_on_the_command_line_ungates_what_the_table_names(pytester, monkeypatch):
+    pytester.makepyprojecttoml('[tool.specdec.tolerances]\noutput_tok_s = "10%"\ntpot_ms = "10%"\n')
+    result = save_then_run(pytester, monkeypatch, "--specdec-compare-fail", "*:off", tok_s=2.0, tpot_ms=3.0)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "specdec: gate not gated: output_tok_s, accept_length, *",
+        "*specdec: 1 test(s) compared with cpu.json but not gated: no tolerance applies to any of their "
+        "figures (the gate in force turns every figure off)"], consecutive=False)
+
+
 def test_the_header_prints_the_gate_in_force_for_each_figure(pytester):
     pytester.makepyprojecttoml('[tool.pytest.ini_options]\nspecdec_compare_fail = "tpot_ms:20%"\n'
                                '[tool.specdec.tolerances]\noutput_tok_s = "10%"\naccept_length = 0\n')
