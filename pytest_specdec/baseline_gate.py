@@ -103,11 +103,11 @@ class Gate:
         if absent is not None:
             return (f"{head}: {absent}, so nothing gated {result.test_id} {', '.join(figures)}; save "
                     f"a baseline with {settings.setter('save_baseline')}")
-        recorded = [m.name for m in result.metrics]
+        recorded = {m.name: m.direction for m in result.metrics}
         lines = []
         for metric in figures:
             why, near = unmatched.missing_entry(self.baselines(), result.test_id, metric, claimed_tests,
-                                                recorded)
+                                                recorded, recorded.get(metric))
             lines.append(f"{result.test_id} {metric}: {why}{unmatched.did_you_mean(near)}")
         return "\n".join([f"{head}; fix a misspelt name in the file, or save the figures with "
                           f"{settings.setter('save_baseline')}:", *lines])

@@ -177,6 +177,27 @@ def count_recording(items: Iterable[pytest.Item]) -> int:
     return total
 
 
+_COLLECTED_KEY = pytest.StashKey["set[str]"]()
+
+
+def note_collected(config: pytest.Config, names: Iterable[str]) -> None:
+    """Keep baseline keys of recording tests this run collected (`recording_names`), deselected
+    ones too (-k, -m, --lf, a shard's split): an entry of one of them is that test's own, never a
+    misspelling for a "did you mean" to suggest."""
+    config.stash.setdefault(_COLLECTED_KEY, set()).update(names)
+
+
+def recording_names(items: Iterable[pytest.Item]) -> set[str]:
+    """The baseline keys (`Recorder.test_id`) of the recording tests among `items`."""
+    return {item.name for item in items if "specdec_record" in getattr(item, "fixturenames", ())}
+
+
+def collected_tests(config: pytest.Config) -> set[str]:
+    """What `note_collected` kept in this process (under xdist, the controller's holds its
+    workers')."""
+    return set(config.stash.get(_COLLECTED_KEY, ()))
+
+
 _SHARED_KEY = pytest.StashKey[str]()
 
 

@@ -190,16 +190,25 @@ def pytest_benchmark_compare_machine_info(config: pytest.Config, compared_benchm
     benchmark_info.note_compared(config, compared_benchmark)
 
 
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    from .collection import note_collected, recording_names
+
+    if items:  # a deselected test's entry is its own, not a misspelling (unmatched.py)
+        note_collected(items[0].config, recording_names(items))
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     import pytest
 
-    from .collection import count_recording, needs_server, shared_baseline_keys, uses_specdec
+    from .collection import (count_recording, needs_server, note_collected, recording_names,
+                             shared_baseline_keys, uses_specdec)
     from .errors import SpecdecUsageError
     from .state import STATE_KEY
 
     config = session.config
     if not any(map(uses_specdec, session.items)):
         return
+    note_collected(config, recording_names(session.items))
     recording = count_recording(session.items)  # the total of the `[done/total]` progress lines
     shared = shared_baseline_keys(session.items)
     # An xdist worker cannot stop the run from here: its fixtures and test calls say it instead.
@@ -331,6 +340,10 @@ class LastOrdering:
         return result
 
 
+#: The `workeroutput` key under which an xdist worker hands the controller its collected tests.
+COLLECTED_OUTPUT = "specdec_collected"
+
+
 class Worker:
     """Hooks of an xdist worker. It collects and the controller does not, so the number of tests
     that can record, the total of the controller's progress lines, rides on each call report."""
@@ -346,6 +359,12 @@ class Worker:
 
             setattr(report, RECORDING_TOTAL, self.recording)  # xdist sends a report's attributes along
         return report
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        from .collection import collected_tests
+
+        # the controller collects nothing: its summary's hints learn the collected tests here
+        session.config.workeroutput[COLLECTED_OUTPUT] = sorted(collected_tests(session.config))
 
 
 class Controller:
@@ -408,6 +427,9 @@ class Controller:
 
         if self.durations is not None or SHARD_KEY in self.config.stash:
             from . import summary
+            from .collection import collected_tests
+
+            _results(self.config).collected |= collected_tests(self.config)
 
             session.exitstatus = self._failed_if_problems(summary.finish(
                 _results(self.config), self.durations, self.config.stash.get(SHARD_KEY, None),

@@ -125,8 +125,8 @@ def _stand_in(item: pytest.Item, resumed: Result, record: JournalRecord, journal
 
     def runtest() -> None:
         drop_results(item)  # a rerun reports them once
-        judged = _judged(resumed, state, gate, claimed, item.config.stash.get(REPLACED_KEY, frozenset()),
-                         journal)
+        judged = _judged(resumed, state, gate, claimed | recording_tests([item]),
+                         item.config.stash.get(REPLACED_KEY, frozenset()), journal)
         attach_to_report(item, judged.result)
         if judged.failures:
             pytest.fail("\n".join([*judged.failures, whence]), pytrace=False)

@@ -230,9 +230,13 @@ def judge(result: Result, state: RunState, gate: Gate, claimed: set[str],
 
 
 def recording_tests(items: list[pytest.Item]) -> set[str]:
-    """The baseline keys of this run's recording tests (`Recorder.test_id`): an entry of one of
-    them is its own, never a misspelling of another test's."""
-    return {other.name for other in items if "specdec_record" in getattr(other, "fixturenames", ())}
+    """The baseline keys of this run's recording tests (`Recorder.test_id`), those it deselected
+    too (`collection.note_collected`): an entry of one of them is its own, never a misspelling of
+    another test's."""
+    from .collection import collected_tests, recording_names
+
+    config = items[0].config if items else None
+    return recording_names(items) | (collected_tests(config) if config is not None else set())
 
 
 def xpasses_strictly(item: pytest.Item) -> bool:
@@ -420,6 +424,9 @@ class Results:
     total: int | None = None
     #: tests that record though `total` did not count them: each raises the progress lines' total
     uncounted: set[str] = field(default_factory=set)
+    #: baseline keys of the recording tests collected, deselected ones too, also by xdist workers
+    #: (`collection.note_collected`): never a misspelt entry for the summary to suggest
+    collected: set[str] = field(default_factory=set)
 
     def add_report(self, report: pytest.TestReport) -> Result | None:
         """Note the test's outcome; return its result when this report carries one."""

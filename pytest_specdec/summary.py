@@ -129,11 +129,12 @@ def _uncompared_gate(results: Results) -> str | None:
         baselines = load_baselines(state.baseline_path, state.hardware.key, state.settings.setter)
     except SpecdecUsageError:
         baselines = None
-    claimed = {r.test_id for r in results.all()}
+    claimed = {r.test_id for r in results.all()} | results.collected
     named = []
     for result, metric in unmatched:
+        recorded = {m.name: m.direction for m in result.metrics}
         why, near = unmatched_mod.missing_entry(baselines, result.test_id, metric, claimed,
-                                                [m.name for m in result.metrics]) \
+                                                recorded, recorded.get(metric)) \
             if baselines is not None else ("", [])
         # a near name only: "no entry" for every figure of a first run says nothing more
         named.append(f"{result.test_id} {metric}"

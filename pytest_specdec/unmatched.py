@@ -55,16 +55,21 @@ def missing_file(path: Path, settings: Settings) -> str | None:
 
 
 def missing_entry(baselines: Baselines, test_id: str, metric: str, claimed_tests: Iterable[str],
-                  claimed_figures: Iterable[str]) -> tuple[str, list[str]]:
+                  claimed_figures: Iterable[str], direction: str | None = None) -> tuple[str, list[str]]:
     """Why the file has no entry for `metric` of `test_id`, and the names it likely meant.
 
-    An entry a test of this run recorded itself (`claimed_tests`, and the test's own
-    `claimed_figures`) is that test's, not a misspelling of this one: it is never suggested.
+    Only a name whose renaming would give the figure an entry to compare with is suggested: an
+    entry that a test this run collected (`claimed_tests`, deselected ones too) or this test's own
+    `claimed_figures` stand for is theirs, a test's entry without `metric` would still have none,
+    and a figure of the other `direction` would be refused as this one's.
     """
     stored = baselines.entries.get(test_id)
     if stored is not None:
-        return f"its entry has no {metric}", close(metric, set(stored) - set(claimed_figures))
-    return "no entry for this test", close(test_id, set(baselines.entries) - set(claimed_tests))
+        figures = {name for name, entry in stored.items()
+                   if direction is None or entry.direction == direction}
+        return f"its entry has no {metric}", close(metric, figures - set(claimed_figures))
+    tests = {name for name, figures in baselines.entries.items() if metric in figures}
+    return "no entry for this test", close(test_id, tests - set(claimed_tests))
 
 
 __all__ = ["close", "did_you_mean", "missing_entry", "missing_file", "where_folder_was_set"]

@@ -53,6 +53,13 @@ class XdistHooks:
                                 f"to several workers, each booting its server; --dist loadgroup (or -n "
                                 f"alone) boots each once")
 
+    def pytest_testnodedown(self, node, error) -> None:
+        """Keep the tests a worker collected, deselected ones too, for the summary's hints."""
+        from .collection import note_collected
+        from .plugin import COLLECTED_OUTPUT
+
+        note_collected(node.config, getattr(node, "workeroutput", {}).get(COLLECTED_OUTPUT, ()))
+
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:
         """A worker died in a test: that test fails once, as "worker crashed" (the scheduler
         does not run it again), and the summary table says so in its row."""

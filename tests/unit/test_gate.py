@@ -341,3 +341,21 @@ def test_a_test_whose_gated_figures_all_lack_a_baseline_is_new_not_ok():
                         resolve_tolerances("output_tok_s:5%", None, None, {}, "f"))
     assert [c.verdict for c in comps] == ["new", "unchanged"]
     assert verdict_of(comps) == "new"
+
+
+# ------------------------------------------------------------------ hints for a missing entry
+
+def test_a_hint_names_only_an_entry_whose_renaming_gives_the_figure_a_baseline():
+    from pytest_specdec.baselines import Baselines
+    from pytest_specdec.unmatched import missing_entry
+
+    lower = entry(5.0, "lower")
+    stored = Baselines("cpu", {"test_gen[ab]": {"ttft_ms": lower}, "test_gen[abd]": {"ttft_ms": lower},
+                               "test_gen[abc_]": {"my_fig": lower},
+                               "test_gen[x]": {"ttft_msec": entry(5.0, "higher"), "ttfb_ms": lower}})
+    # [ab] is a test this run collected (deselected, say); [abc_] holds no ttft_ms
+    assert missing_entry(stored, "test_gen[abc]", "ttft_ms", {"test_gen[ab]"}, {}) == (
+        "no entry for this test", ["test_gen[abd]"])
+    # a figure of the other direction would be refused as this one's
+    assert missing_entry(stored, "test_gen[x]", "ttft_ms", set(), {"ttft_ms": "lower"}, "lower") == (
+        "its entry has no ttft_ms", ["ttfb_ms"])

@@ -245,6 +245,36 @@ def test_require_baseline_fails_a_gated_figure_with_no_entry_naming_the_likely_o
         f"*{meant}"], consecutive=False)
 
 
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_a_deselected_tests_entry_is_never_suggested_for_another(pytester, workers):
+    """test_figures[alpha] and [beta] were deselected by -k, so their entries are theirs, not misspellings
+    of test_figures[gamma]'s; an entry no collected test stands for ([gamma2]) is still suggested, but not
+    one that holds no output_tok_s ([gamma_]): renaming it would give the figure nothing to compare with."""
+    pytester.makepyfile(test_figures="""
+import pytest
+
+@pytest.mark.parametrize("case", ["alpha", "beta", "gamma"])
+def test_figures(specdec_record, case):
+    specdec_record.metric("output_tok_s", 100.0)
+""")
+    pytester.runpytest("-p", "no:cacheprovider", "--specdec-save-baseline", "-k", "alpha or beta").assert_outcomes(passed=2)
+    baseline = pytester.path / "baselines" / "cpu.json"
+    doc = json.loads(baseline.read_text())
+    doc["entries"]["test_figures[gamma2]"] = doc["entries"]["test_figures[alpha]"]
+    doc["entries"]["test_figures[gamma_]"] = {"my_fig": doc["entries"]["test_figures[alpha]"]["output_tok_s"]}
+    baseline.write_text(json.dumps(doc))
+    gate = ["--specdec-compare-fail", "output_tok_s:5%", "-k", "gamma", *workers]
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rA", *gate)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["specdec: gate: 1 gated figure(s) have no entry in cpu.json, so nothing "
+                                 "gated them: test_figures[[]gamma[]] output_tok_s (no entry for this test; "
+                                 "did you mean 'test_figures[[]gamma2[]]'?); save them*"])
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rA", *gate, "--specdec-require-baseline")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*test_figures[[]gamma[]] output_tok_s: no entry for this test; did you mean "
+                                 "'test_figures[[]gamma2[]]'?"])
+
+
 def test_require_baseline_names_a_baseline_folder_that_is_not_there_and_where_it_was_set(pytester, monkeypatch):
     save_then_run(pytester, monkeypatch).assert_outcomes(passed=1)
     pytester.makepyprojecttoml('[tool.specdec]\nbaseline_dir = "baseline"\ncompare_fail = "output_tok_s:5%"\n'
