@@ -370,3 +370,28 @@ def test_timing_figures_pool_the_samples_of_the_last_saves(tmp_path):
     save_baselines(path, "cpu", {TID: [MetricValue("tpot_ms", 9.0, "lower", distribution=(9, 9))]}, versions={})
     entry = load_baselines(path, "cpu").get(TID, "tpot_ms")
     assert (entry.runs, entry.distribution, entry.calibrated) == (1, (9, 9), False)
+
+
+@pytest.mark.parametrize("fields, match", [
+    ({"value": 10 ** 400}, r"t output_tok_s: 'value' must be a finite number, got inf"),
+    ({"cpu_share": 10 ** 400}, r"'cpu_share' must be a finite number, got inf"),
+    ({"distribution": [10 ** 400]}, r"'distribution' must be a list of finite numbers"),
+    ({"runs": 10 ** 5000}, r"'runs' must be a positive integer, got inf"),
+])
+def test_a_number_too_long_for_a_float_is_a_usage_error_not_a_crash(tmp_path, fields, match):
+    """A hand edit's stray digits raised OverflowError (or ValueError past Python's limit on
+    integer digits) from the checks, a traceback instead of the entry and the fix."""
+    import sys
+
+    path = tmp_path / "cpu.json"
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)  # to write the file; the reader runs under the default limit
+    try:
+        text = _one_entry(**fields)
+    finally:
+        sys.set_int_max_str_digits(limit)
+    path.write_text(text)
+    with pytest.raises(SpecdecUsageError, match=match) as info:
+        load_baselines(path, "cpu")
+    assert str(path) in str(info.value)
+
