@@ -329,6 +329,9 @@ def parse_baselines(text: str, hardware_key: str, source: str,
     flag), so the advice points at the ini or [tool.specdec] key the user wrote.
     """
     fix = _fix(setter)
+    if not text.strip():
+        raise SpecdecUsageError(f"baseline file {source} is empty (saves replace it whole, so something "
+                                f"else emptied it); {fix}")
     try:
         doc = json.loads(text, object_pairs_hook=_unique_keys, parse_int=_parse_int)
     except _DuplicateKey as exc:

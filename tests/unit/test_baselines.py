@@ -395,3 +395,9 @@ def test_a_number_too_long_for_a_float_is_a_usage_error_not_a_crash(tmp_path, fi
         load_baselines(path, "cpu")
     assert str(path) in str(info.value)
 
+
+def test_an_empty_file_says_so(tmp_path):
+    path = tmp_path / "cpu.json"
+    path.write_text("\n")
+    with pytest.raises(SpecdecUsageError, match=r"cpu.json is empty .*; fix it, or move it aside"):
+        load_baselines(path, "cpu")
