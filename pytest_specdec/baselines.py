@@ -438,11 +438,12 @@ def save_baselines(
     :func:`parse_baselines`, for the errors of the file already there.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    real = through_links(path)
+    real.parent.mkdir(parents=True, exist_ok=True)
     versions = collect_versions() if versions is None else versions
     date = date or _now()
-    with _lock_for(path):
-        _remove_torn_writes(path)
+    with _lock_for(real):
+        _remove_torn_writes(real)
         current = load_baselines(path, hardware_key, setter)
         merged: dict[str, dict[str, BaselineEntry]] = {t: dict(m) for t, m in current.entries.items()}
         setups = dict(current.setups)
@@ -460,8 +461,15 @@ def save_baselines(
         used = {e.fingerprint for ms in merged.values() for e in ms.values()}
         out = Baselines(hardware_key=hardware_key, entries=merged, path=path,
                         setups={d: p for d, p in setups.items() if d in used})
-        _atomic_write(path, json.dumps(out.to_json(), indent=2, sort_keys=True) + "\n")
+        _atomic_write(real, json.dumps(out.to_json(), indent=2, sort_keys=True) + "\n")
     return out
+
+
+def through_links(path: Path) -> Path:
+    """Where a save of `path` writes: the file a symbolic link there points to (a baseline folder
+    may link a file kept elsewhere), whose folder the lock and the temporary file go to, so that
+    the rename replaces that file and not the link, and saves through either name share a lock."""
+    return path.resolve() if path.is_symlink() else path
 
 
 def _remove_torn_writes(path: Path) -> None:

@@ -68,9 +68,9 @@ def save(path: str | Path, durations: Mapping[str, float],
     """Merge `durations` into the file (other configurations kept), atomically under a lock: the
     baseline folder's file, which every run and merge adds to; a broken one is a usage error
     (`load`), not overwritten."""
-    from .baselines import _atomic_write, _lock_for
+    from .baselines import _atomic_write, _lock_for, through_links
 
-    path = Path(path)
+    path = through_links(Path(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     with _lock_for(path):
         merged = {**load(path, remade_by), **_rounded(durations)}

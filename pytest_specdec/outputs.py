@@ -29,8 +29,13 @@ def check(state: RunState) -> None:
         from . import durations
         from .shard import DURATIONS_FILE
 
+        from .baselines import through_links
+
         path = state.baseline_path
         check_folder(path.parent, "baseline folder", settings.setter("baseline_dir"))
+        if through_links(path).parent != path.parent:  # a save writes where the link points
+            check_folder(through_links(path).parent, f"folder of the file {path} links to",
+                         settings.setter("baseline_dir"))
         if path.exists() and not path.is_file():
             raise SpecdecUsageError(f"baseline file {path} is not a file; remove it or choose "
                                     f"another {settings.setter('baseline_dir')}")

@@ -193,6 +193,25 @@ def _save_worker(path: str, i: int) -> None:
                        versions={})
 
 
+def test_a_save_through_a_symbolic_link_updates_the_file_it_points_to(tmp_path):
+    """The rename replaced the link with a file of its own: the shared file it pointed to kept the
+    old entries, and the link was gone."""
+    shared = tmp_path / "shared" / "cpu.json"
+    save_baselines(shared, "cpu", {"a": [mv(value=1.0)]})
+    (tmp_path / "baselines").mkdir()
+    link = tmp_path / "baselines" / "cpu.json"
+    link.symlink_to(os.path.relpath(shared, link.parent))
+    save_baselines(link, "cpu", {"b": [mv(value=2.0)]})
+    assert link.is_symlink() and sorted(load_baselines(shared, "cpu").entries) == ["a", "b"]
+    assert not list((tmp_path / "baselines").glob(".*"))  # the lock is beside the file written
+    from pytest_specdec import durations
+
+    durations.save(shared.with_name("durations.json"), {"ar-tp1": 1.0})
+    (tmp_path / "baselines" / "durations.json").symlink_to(shared.with_name("durations.json"))
+    durations.save(tmp_path / "baselines" / "durations.json", {"ar-tp2": 2.0})
+    assert durations.load(shared.with_name("durations.json")) == {"ar-tp1": 1.0, "ar-tp2": 2.0}
+
+
 def test_concurrent_writers_lose_nothing(tmp_path):
     path = str(tmp_path / "cpu.json")
     ctx = multiprocessing.get_context("fork")

@@ -70,6 +70,16 @@ def test_a_baseline_file_that_is_a_folder_stops_a_save_before_the_run(pytester):
     assert not (pytester.path / "baselines" / "durations.json").exists()
 
 
+def test_a_baseline_file_linking_into_a_folder_that_cannot_be_made_stops_a_save(pytester):
+    """A save writes where the link points: that folder must take the file, not the link's."""
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / "cpu.json").symlink_to(pytester.path / "pyproject.toml" / "cpu.json")
+    pytester.makepyprojecttoml("[tool.specdec]\n")
+    result = run(pytester, "--specdec-save-baseline")
+    assert_usage_error(result, "folder of the file */baselines/cpu.json links to */pyproject.toml cannot be "
+                               "created: it is a file, not a folder; choose another --specdec-baseline-dir")
+
+
 @pytest.mark.parametrize("broken, message", [
     ("{bad", "durations file */baselines/durations.json is not valid JSON (line 1: *); fix or delete "
              "it (this run writes it again when it ends)"),
