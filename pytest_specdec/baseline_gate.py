@@ -35,7 +35,12 @@ class Gate:
         """Read and validate the baseline file now (configure time; the tolerances were checked
         with the settings): its built-in and declared metrics must keep their direction. A mistake is a usage
         error before any server boots, not a failure after each measurement."""
-        if not self.state.baseline_path.is_file():
+        path = self.state.baseline_path
+        if path.exists() and not path.is_file():
+            # read as "no baseline yet", every figure would pass as new
+            raise SpecdecUsageError(f"baseline file {path} is not a file; remove it or choose another "
+                                    f"{self.state.settings.setter('baseline_dir')}")
+        if not path.is_file():
             return
         baselines = self.baselines()
         known = known_directions(self.state.config.metrics)

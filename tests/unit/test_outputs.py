@@ -70,6 +70,14 @@ def test_a_baseline_file_that_is_a_folder_stops_a_save_before_the_run(pytester):
     assert not (pytester.path / "baselines" / "durations.json").exists()
 
 
+def test_a_baseline_file_that_is_a_folder_stops_a_gated_run_too(pytester):
+    """It read as no baseline yet: every gated figure passed as new."""
+    (pytester.path / "baselines" / "cpu.json").mkdir(parents=True)
+    result = run(pytester, "--specdec-compare-fail=output_tok_s:5%")
+    assert_usage_error(result, "baseline file */baselines/cpu.json is not a file; remove it or choose "
+                               "another --specdec-baseline-dir")
+
+
 def test_a_baseline_file_linking_into_a_folder_that_cannot_be_made_stops_a_save(pytester):
     """A save writes where the link points: that folder must take the file, not the link's."""
     (pytester.path / "baselines").mkdir()
