@@ -356,6 +356,10 @@ def test_a_hint_names_only_an_entry_whose_renaming_gives_the_figure_a_baseline()
     # [ab] is a test this run collected (deselected, say); [abc_] holds no ttft_ms
     assert missing_entry(stored, "test_gen[abc]", "ttft_ms", {"test_gen[ab]"}, {}) == (
         "no entry for this test", ["test_gen[abd]"])
+    node_id = "tests/benchmarks/speculative/test_generation_against_sglang.py::test_generation[dflash-tp1-chat]"
+    stored.entries[node_id] = {"ttft_ms": lower}
+    assert missing_entry(stored, "test_generation[dflash-tp1-chat]", "ttft_ms", set(), {}) == (
+        "no entry for this test", [node_id])
     # a figure of the other direction would be refused as this one's
     assert missing_entry(stored, "test_gen[x]", "ttft_ms", set(), {"ttft_ms": "lower"}, "lower") == (
         "its entry has no ttft_ms", ["ttfb_ms"])
