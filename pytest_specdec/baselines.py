@@ -454,6 +454,7 @@ def save_baselines(
             if digest is not None and hasattr(measured, "parts"):
                 setups[digest] = dict(measured.parts)
             for metric in metrics:
+                _check_saveable(metric, test_id, path)
                 entry = BaselineEntry.from_metric(
                     metric, date=date, versions=versions, commit=commit, fingerprint=digest)
                 old = slot.get(metric.name)
@@ -470,6 +471,17 @@ def through_links(path: Path) -> Path:
     may link a file kept elsewhere), whose folder the lock and the temporary file go to, so that
     the rename replaces that file and not the link, and saves through either name share a lock."""
     return path.resolve() if path.is_symlink() else path
+
+
+def _check_saveable(metric: MetricValue, test_id: str, path: Path) -> None:
+    """Refuse a figure that would make the file unreadable (`from_json` refuses what is not finite,
+    as JSON writes NaN and Infinity), before anything is written: the file keeps its entries."""
+    numbers = [("spread", metric.spread), ("cpu_share", metric.cpu_share),
+               *(("a sample", v) for v in metric.distribution)]
+    for what, value in numbers:
+        if value is not None and not math.isfinite(value):
+            raise SpecdecUsageError(f"{test_id} {metric.name}: {what} is {value!r}, which a baseline "
+                                    f"cannot hold; nothing was saved into {path}, which keeps its entries")
 
 
 def _remove_torn_writes(path: Path) -> None:

@@ -212,6 +212,20 @@ def test_a_save_through_a_symbolic_link_updates_the_file_it_points_to(tmp_path):
     assert durations.load(shared.with_name("durations.json")) == {"ar-tp1": 1.0, "ar-tp2": 2.0}
 
 
+@pytest.mark.parametrize("field", ["distribution", "cpu_share", "spread"])
+def test_a_figure_that_is_not_finite_is_not_saved(tmp_path, field):
+    """JSON writes NaN and Infinity, and the reader refuses them: such a save left a file every later
+    run stopped on."""
+    path = tmp_path / "cpu.json"
+    save_baselines(path, "cpu", {"a": [mv(value=1.0)]})
+    bad = {"distribution": (1.0, float("nan")), "cpu_share": float("inf"), "spread": float("inf")}[field]
+    metric = MetricValue("output_tok_s", 2.0, "higher", **{field: bad})
+    with pytest.raises(SpecdecUsageError, match=r"^b output_tok_s: .* is (nan|inf), which a baseline cannot "
+                                                r"hold; nothing was saved into .*cpu.json, which keeps its entries"):
+        save_baselines(path, "cpu", {"b": [metric]})
+    assert sorted(load_baselines(path, "cpu").entries) == ["a"]
+
+
 def test_concurrent_writers_lose_nothing(tmp_path):
     path = str(tmp_path / "cpu.json")
     ctx = multiprocessing.get_context("fork")
