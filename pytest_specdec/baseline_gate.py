@@ -120,6 +120,18 @@ class Gate:
     def compare(self, result: Result) -> list[Comparison]:
         """`result` against its baseline entries, with a warning where an entry measured
         something else (:meth:`other_setup`), naming what (:meth:`what_changed`)."""
+        baselines = self.baselines()
+        for metric in result.metrics:
+            entry = baselines.get(result.test_id, metric.name)
+            if entry is not None and entry.direction != metric.direction:
+                # a figure of the user's own (check() knows the declared ones); a saving run compares
+                # first and fails, so saving again never replaces the entry
+                raise SpecdecUsageError(
+                    f"baseline file {self.state.baseline_path}: {result.test_id} {metric.name}: the "
+                    f"entry says {entry.direction!r} is better, but the test records it as "
+                    f"{metric.direction!r}-is-better; if the change is meant, delete that entry and "
+                    f"save the figure again with {self.state.settings.setter('save_baseline')}, else "
+                    f"record it as {entry.direction!r}")
         other = self.other_setup(result)
         if other and not self.state.settings.save_baseline:  # a saving run re-creates them itself
             warnings.warn(f"{result.test_id}: the baseline of {', '.join(other)} measured another "

@@ -423,8 +423,9 @@ def compare_metric(test_id: str, metric: MetricValue, baseline: Figure | None,
     if baseline.direction != metric.direction:
         raise SpecdecUsageError(
             f"baseline for {test_id} {metric.name} says {baseline.direction!r} is better but the "
-            f"metric is {metric.direction!r}-is-better; re-create the baseline with "
-            f"--specdec-save-baseline")
+            f"metric is {metric.direction!r}-is-better; if the change is meant, delete the entry "
+            f"(a saving run compares with it first, so cannot replace it) and save the figure again "
+            f"with --specdec-save-baseline")
     now, then = center(metric), center(baseline)
     calibrated = metric.calibrated and baseline.calibrated
     if metric.calibrated != baseline.calibrated:  # one side only: compare as measured

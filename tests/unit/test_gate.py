@@ -188,7 +188,8 @@ def test_within_tolerance_unchanged_and_new():
 
 
 def test_direction_mismatch_is_a_usage_error():
-    with pytest.raises(SpecdecUsageError, match="re-create the baseline"):
+    with pytest.raises(SpecdecUsageError, match="if the change is meant, delete the entry .* and save the "
+                                                "figure again with --specdec-save-baseline"):
         compare_metric(TID, mv(value=1.0), entry(1.0, "lower"), None)
 
 

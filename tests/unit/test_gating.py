@@ -153,6 +153,26 @@ def test_a_wildcard_off_on_the_command_line_ungates_what_the_table_names(pyteste
         "figures (the gate in force turns every figure off)"], consecutive=False)
 
 
+def test_a_figure_of_ones_own_recorded_the_other_way_names_a_fix_that_works(pytester):
+    """The advice was to re-create the baseline with --specdec-save-baseline, but a saving run
+    compares first, fails the test and saves no failed test's figures: the advice looped."""
+    pytester.makepyfile(test_x="def test_fig(specdec_record):\n    specdec_record.metric('my_fig', 1.0, 'higher')\n")
+    pytester.runpytest("-p", "no:cacheprovider", "--specdec-save-baseline").assert_outcomes(passed=1)
+    pytester.makepyfile(test_x="def test_fig(specdec_record):\n    specdec_record.metric('my_fig', 1.0, 'lower')\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--specdec-save-baseline")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*baseline file */baselines/cpu.json: test_fig my_fig: the entry says 'higher' is "
+                                 "better, but the test records it as 'lower'-is-better; if the change is meant, "
+                                 "delete that entry and save the figure again with --specdec-save-baseline, else "
+                                 "record it as 'higher'"])
+    baseline = pytester.path / "baselines" / "cpu.json"
+    doc = json.loads(baseline.read_text())
+    del doc["entries"]["test_fig"]["my_fig"]
+    baseline.write_text(json.dumps(doc))
+    pytester.runpytest("-p", "no:cacheprovider", "--specdec-save-baseline").assert_outcomes(passed=1)
+    assert json.loads(baseline.read_text())["entries"]["test_fig"]["my_fig"]["direction"] == "lower"
+
+
 def test_the_header_prints_the_gate_in_force_for_each_figure(pytester):
     pytester.makepyprojecttoml('[tool.pytest.ini_options]\nspecdec_compare_fail = "tpot_ms:20%"\n'
                                '[tool.specdec.tolerances]\noutput_tok_s = "10%"\naccept_length = 0\n')

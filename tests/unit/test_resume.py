@@ -119,7 +119,7 @@ def test_a_failing_comparison_or_benchmark_bridge_loses_no_measurement(pytester)
     result = run(pytester)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*SpecdecUsageError after the measurement was journaled*"
-                                 "baseline for test_widgets widgets says 'lower' is better*"])
+                                 "baseline file *cpu.json: test_widgets widgets: the entry says 'lower' is better*"])
     assert [r["data"]["metrics"]["widgets"]["value"] for r in journal_figures(pytester)] == [3.0, 3.0]
 
     (pytester.path / "baselines" / "cpu.json").unlink()
