@@ -218,9 +218,10 @@ def judge(result: Result, state: RunState, gate: Gate, claimed: set[str],
     if message:
         # a "regression" against figures of another workload or model says more than it knows
         other = gate.other_setup(result)
+        # a saving run gates them first and saves no failed test's figures: saving alone never replaces them
         stale = (f" (its entries of {', '.join(other)} measured another setup: "
-                 f"{gate.what_changed(result)}; re-create them with --specdec-save-baseline if "
-                 f"the change is meant)") if other else ""
+                 f"{gate.what_changed(result)}; if the change is meant, delete them and save again "
+                 f"with {state.settings.setter('save_baseline')})") if other else ""
         failures.insert(0, f"regression against {state.baseline_path.name}{stale}:\n{message}")
     if state.settings.require_baseline and not state.settings.save_baseline:  # a save run makes them
         unmatched = gate.unmatched(result, claimed)

@@ -162,9 +162,11 @@ def test_a_regression_against_a_baseline_of_another_setup_says_so(pytester):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*regression against cpu.json (its entries of widgets measured another "
                                  "setup: workload, server settings or model: the baseline file does "
-                                 "not record which; re-create them with --specdec-save-baseline if "
-                                 "the change is meant):"])
+                                 "not record which; if the change is meant, delete them and save again "
+                                 "with --specdec-save-baseline):"])
     result.stdout.fnmatch_lines(["*UserWarning: test_widgets: the baseline of widgets measured another setup*"])
+    # saving alone cannot replace them where the gate is in force: the test fails again, saving nothing
+    run(pytester, "--specdec-compare-fail", "*:0%", "--specdec-save-baseline").assert_outcomes(failed=1)
 
     result = run(pytester, "--specdec-save-baseline")  # re-creating them: no advice to do so
     result.assert_outcomes(passed=1)
