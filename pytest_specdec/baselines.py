@@ -214,6 +214,11 @@ class BaselineEntry:
             raise SpecdecUsageError(f"{where}: 'deterministic' must be true or false, got "
                                     f"{deterministic!r}; {fix}")
         commit = obj.get("commit")
+        fingerprint = obj.get("fingerprint")
+        if fingerprint is not None and not isinstance(fingerprint, str):
+            # str() of anything else matches no setup: every run would warn of another one
+            raise SpecdecUsageError(f"{where}: 'fingerprint' must be a digest string or null, got "
+                                    f"{fingerprint!r}; {fix}")
         distribution = obj.get("distribution", [])
         if distribution is None:
             distribution = []
@@ -226,7 +231,7 @@ class BaselineEntry:
             deterministic=deterministic, date=str(obj.get("date", "")),
             versions=tuple(sorted((str(k), str(v)) for k, v in versions.items())),
             commit=None if commit is None else str(commit),
-            fingerprint=None if obj.get("fingerprint") is None else str(obj["fingerprint"]),
+            fingerprint=fingerprint,
             distribution=tuple(float(v) for v in distribution),
             cpu_share=cpu_share, runs=runs,
         )

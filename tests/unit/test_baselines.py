@@ -317,6 +317,8 @@ def _one_entry(**fields) -> str:
     ({"deterministic": 0}, r"'deterministic' must be true or false, got 0"),
     ({"distribution": {}}, r"'distribution' must be a list of finite numbers"),
     ({"versions": []}, r"'versions' must be an object, got \[\]"),
+    ({"fingerprint": {"model": "m"}}, r"t output_tok_s: 'fingerprint' must be a digest string or null, got "
+                                      r"\{'model': 'm'\}; fix it, or move it aside"),
     ({"determinstic": True}, r"t output_tok_s: unknown key 'determinstic'; did you mean 'deterministic'\? fix it"),
     ({"distrbution": [1.0]}, r"unknown key 'distrbution'; did you mean 'distribution'\?"),
     # a key like none of the format's: nothing reads it, and the user meant something by it
