@@ -54,6 +54,16 @@ def _post(url: str, body: dict, timeout: float) -> dict:
         return json.loads(resp.read())
 
 
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill the engine's process group; an engine that already exited has none left, and
+    raising then would hide the error that says why it exited."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
 def run_method(method: str, budget: int | None, requests: int, max_new_tokens: int, concurrency: int,
                engine_flags: list[str], ready_timeout: float = 120.0) -> dict:
     port = free_port()
@@ -92,8 +102,7 @@ def run_method(method: str, budget: int | None, requests: int, max_new_tokens: i
             outputs = list(pool.map(one, range(requests)))
         wall = time.perf_counter() - started
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        _kill_group(proc)
     metas = [o["meta_info"] for o in outputs]
     # the same greedy tokens for every method means lossless decoding on this device and dtype
     fingerprint = hashlib.sha256(json.dumps([o["output_ids"] for o in outputs]).encode()).hexdigest()[:12]

@@ -249,3 +249,12 @@ def test_the_readiness_line_is_sglangs_in_its_format(capsys, level, shown):
         assert re.fullmatch(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] " + re.escape(READY_LINE) + "\n", err), err
     else:
         assert err == ""  # as SGLang at --log-level warning
+
+
+def test_bench_names_why_an_engine_exited_before_it_was_ready():
+    """An engine that refused its flags and exited was reported as "[Errno 3] No such process":
+    killing its process group, gone with it, raised over the engine's own error."""
+    with pytest.raises(RuntimeError) as excinfo:
+        run_method("ddtree", 16, requests=1, max_new_tokens=4, concurrency=1,
+                   engine_flags=["--block-size", "1"])
+    assert "--block-size must be >= 2" in str(excinfo.value)
