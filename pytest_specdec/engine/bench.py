@@ -25,9 +25,12 @@ import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import NoReturn
 
-from ..configuration import is_speculative
+from ..configuration import METHODS, is_speculative
 from ..servers.cleanup import parent_death_preexec
+from .cli import parse_args, rejecting_parser
 from .logs import READY_LINE
 
 PROMPTS = [
@@ -114,6 +117,38 @@ def run_method(method: str, budget: int | None, requests: int, max_new_tokens: i
             "accept_length": round(tokens / verify, 3) if verify else None, "outputs_sha256": fingerprint}
 
 
+def _checked(parser: argparse.ArgumentParser, ns: argparse.Namespace, engine_flags: list[str]) -> list[str]:
+    """The methods to run, once every flag is known to be usable: a mistake is named before any
+    engine starts, not as each engine's failure or, for --json, after the whole run."""
+    methods = [m.strip() for m in ns.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHODS]
+    if not methods or unknown:
+        parser.error(f"--methods {ns.methods!r}: give a comma-separated list of {', '.join(METHODS)}")
+    for name in ("budget", "requests", "max_new_tokens", "concurrency"):
+        if getattr(ns, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(ns, name)}")
+    if ns.json:
+        target = Path(ns.json)
+        if target.is_dir() or not target.resolve().parent.is_dir():
+            parser.error(f"--json {ns.json}: name a file in an existing folder")
+
+    def reject(message: str) -> NoReturn:
+        parser.error(f"engine flags after '--': {message}")
+
+    for method in methods:  # the engine's own checks, without starting it (no torch import)
+        budget = ["--budget", str(ns.budget)] if is_speculative(method) else []
+        parse_args(["--method", method, *budget, *engine_flags], parser=rejecting_parser(reject))
+    return methods
+
+
+def _write_json(path: str, payload: dict) -> None:
+    """Whole or not at all: an interrupted write leaves no half a file where a result was."""
+    target = Path(path)
+    partial = target.with_name(f".{target.name}.partial")
+    partial.write_text(json.dumps(payload, indent=2))
+    os.replace(partial, target)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     engine_flags: list[str] = []
@@ -128,8 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--json", default=None, help="also write the results here")
     ns = p.parse_args(argv)
+    methods = _checked(p, ns, engine_flags)
     results, failed = [], []
-    for method in ns.methods.split(","):
+    for method in methods:
         try:
             r = run_method(method, ns.budget, ns.requests, ns.max_new_tokens, ns.concurrency, engine_flags)
         except Exception as exc:  # one method failing should not hide the others' numbers
@@ -143,8 +179,7 @@ def main(argv: list[str] | None = None) -> int:
               f"outputs={r['outputs_sha256']}",
               flush=True)
     if ns.json:
-        with open(ns.json, "w") as f:
-            json.dump({"engine_flags": engine_flags, "results": results, "failed": failed}, f, indent=2)
+        _write_json(ns.json, {"engine_flags": engine_flags, "results": results, "failed": failed})
     return 1 if failed else 0
 
 

@@ -258,3 +258,44 @@ def test_bench_names_why_an_engine_exited_before_it_was_ready():
         run_method("ddtree", 16, requests=1, max_new_tokens=4, concurrency=1,
                    engine_flags=["--block-size", "1"])
     assert "--block-size must be >= 2" in str(excinfo.value)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--requests", "0"], "--requests must be >= 1, got 0"),
+    (["--concurrency", "0"], "--concurrency must be >= 1, got 0"),
+    (["--methods", "ddtree,foo"], "--methods 'ddtree,foo': give a comma-separated list of ar, dflash, ddtree"),
+    (["--json", "/nonexistent/results.json"], "--json /nonexistent/results.json: name a file in an existing folder"),
+    (["--", "--block-size", "1"], "engine flags after '--': --block-size must be >= 2"),
+])
+def test_bench_refuses_unusable_flags_before_any_engine_starts(flags, message, capsys, monkeypatch):
+    """A zero --requests printed 0 tok/s and exited 0; a zero --concurrency, an unknown method and an
+    engine flag the engine refuses each failed every method after starting its engine; an unwritable
+    --json raised a traceback after the whole run, its results lost."""
+    from pytest_specdec.engine import bench
+
+    def no_engine(*args, **kwargs):
+        raise AssertionError("an engine was started")
+
+    monkeypatch.setattr(bench, "run_method", no_engine)
+    with pytest.raises(SystemExit) as excinfo:
+        bench.main(flags)
+    assert excinfo.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bench_writes_its_json_whole_or_not_at_all(tmp_path, monkeypatch):
+    """The results file was opened for writing (emptied) before they were serialized: a write
+    that stopped part-way left half a file in place of the previous results."""
+    from pytest_specdec.engine import bench
+
+    result = {"method": "ar", "budget": None, "ready_s": 0.1, "output_tok_s": 1.0, "accept_length": None,
+              "completion_tokens": 1, "wall_s": 1.0, "concurrency": 1, "outputs_sha256": "0"}
+    monkeypatch.setattr(bench, "run_method", lambda method, *args, **kwargs: dict(result))
+    target = tmp_path / "bench.json"
+    assert bench.main(["--methods", "ar", "--json", str(target)]) == 0
+    assert [r["method"] for r in json.loads(target.read_text())["results"]] == ["ar"]
+    before = target.read_text()
+    monkeypatch.setattr(bench, "run_method", lambda method, *args, **kwargs: {**result, "extra": object()})
+    with pytest.raises(TypeError):  # the write stops part-way
+        bench.main(["--methods", "ar", "--json", str(target)])
+    assert target.read_text() == before
