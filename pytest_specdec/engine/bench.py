@@ -111,7 +111,9 @@ def run_method(method: str, budget: int | None, requests: int, max_new_tokens: i
     fingerprint = hashlib.sha256(json.dumps([o["output_ids"] for o in outputs]).encode()).hexdigest()[:12]
     tokens = sum(m["completion_tokens"] for m in metas)
     verify = sum(m.get("spec_verify_ct", 0) for m in metas)
-    return {"method": method, "budget": budget if is_speculative(method) else None, "requests": requests,
+    # what the engine verifies (dflash caps the budget at block-size - 1), not what was asked
+    served = parse_args(argv[argv.index("--method"):]).budget if is_speculative(method) else None
+    return {"method": method, "budget": served, "requests": requests,
             "concurrency": concurrency, "max_new_tokens": max_new_tokens, "ready_s": round(ready_s, 3),
             "completion_tokens": tokens, "wall_s": round(wall, 4), "output_tok_s": round(tokens / wall, 1),
             "accept_length": round(tokens / verify, 3) if verify else None, "outputs_sha256": fingerprint}

@@ -299,3 +299,9 @@ def test_bench_writes_its_json_whole_or_not_at_all(tmp_path, monkeypatch):
     with pytest.raises(TypeError):  # the write stops part-way
         bench.main(["--methods", "ar", "--json", str(target)])
     assert target.read_text() == before
+
+
+def test_bench_reports_the_budget_the_engine_verifies():
+    """dflash caps its budget at block-size - 1: the bench said budget=16 for a chain of 15."""
+    result = run_method("dflash", 16, requests=1, max_new_tokens=8, concurrency=1, engine_flags=[])
+    assert result["budget"] == 15
