@@ -50,8 +50,10 @@ HEALTH_TIMEOUT_S = 25.0
 STALL_PROBE_TIMEOUT_S = 2.0
 # A ready, idle server answers /health at once: one silent this long gets the rest of its wait said.
 HEALTH_QUIET_S = 2.0
-# The embedded engine boots in 2-4 s on a loaded CPU: a boot not ready by then gets its wait said.
+# The embedded engine boots in 2-4 s on a loaded CPU: a boot not ready by then gets its wait said,
+# and again each interval after, so a model loading for minutes does not pass for a hung run.
 BOOT_QUIET_S = 5.0
+BOOT_SAY_EVERY_S = 60.0
 TERM_GRACE_S = 10.0
 # A server that honours SIGTERM exits within a second or two: one still running this long gets the rest said.
 TERM_QUIET_S = 3.0
@@ -197,7 +199,7 @@ class ManagedServer:
         self._settled = False
         self._lost_port_race = True
         self._boot_started = self._boot_deadline = 0.0  # wait_ready's, for the line it says
-        self._boot_said = True
+        self._boot_say_at = float("inf")
         self.died: ServerError | None = None
 
     # -- public state --------------------------------------------------------------------------
@@ -301,7 +303,7 @@ class ManagedServer:
         assert self._proc is not None and self._watcher is not None, "launch() first"
         self._boot_started = time.monotonic()
         deadline = self._boot_deadline = self._boot_started + self.startup_timeout
-        self._boot_said = self.announce is None
+        self._boot_say_at = self._boot_started + BOOT_QUIET_S
         seen: list[str] = []
         while True:
             self._raise_if_failed_during_startup()
@@ -333,14 +335,20 @@ class ManagedServer:
             self._say_boot_wait()
 
     def _say_boot_wait(self) -> None:
-        """Once a boot has taken `BOOT_QUIET_S`, say how much longer it may take and what bounds it."""
+        """Once a boot has taken `BOOT_QUIET_S`, and each `BOOT_SAY_EVERY_S` after, say how much
+        longer it may take, what bounds it and the log's last line."""
         now = time.monotonic()
-        if self._boot_said or now - self._boot_started < BOOT_QUIET_S:
+        if self.announce is None or now < self._boot_say_at:
             return
-        self._boot_said = True
+        self._boot_say_at = now + BOOT_SAY_EVERY_S
+        last = tail(self.log_path, 1).strip()
+        if last.startswith(COMMAND_LINE_PREFIX):
+            last = ""  # the command line the log opens with: the server has said nothing yet
+        said = f"its log's last line: {last[:200]}" if last else "nothing in its log yet"
         self.announce(f"server {self.spec.id}: not ready after {now - self._boot_started:.0f}s; waiting up to "
                       f"{max(self._boot_deadline - now, 0):.0f}s more for its warm-up to answer "
-                      f"/health_generate (bound: the startup timeout, {self.startup_setting})")
+                      f"/health_generate (bound: the startup timeout, {self.startup_setting}); {said} "
+                      f"(log: {self.log_path})")
 
     def _scan(self):
         """Scan the log; after a first fatal line, wait a moment so the rest of the traceback

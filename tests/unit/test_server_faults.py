@@ -528,7 +528,7 @@ def test_generate(specdec_server):
     assert len(said_lines(result, "ddtree-tp1-b8",
                           r"not ready after 5s; waiting up to \d+s more for its warm-up to answer "
                           r"/health_generate \(bound: the startup timeout, " + setting.format("startup_timeout")
-                          + r"\)")) == 1, result.stderr.str()
+                          + r"\); (?:its log's last line: .+|nothing in its log yet) \(log: .+\.log\)")) == 1, result.stderr.str()
     assert len(said_lines(result, "ddtree-tp1-b8",
                           r"no token for 3s while 1 request in flight; waiting up to 2s more before counting "
                           r"it as stalled \(bound: the stall timeout, " + setting.format("stall_timeout")

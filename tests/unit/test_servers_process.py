@@ -380,3 +380,23 @@ def test_group_members_are_the_server_and_its_child(tmp_path):
     assert group_members(s.pid) == []
     assert wait_gone(tree, timeout=0) == []
     assert not any(alive(pid) for pid in tree)
+
+
+def test_a_slow_boot_is_said_while_it_lasts(tmp_path, monkeypatch):
+    """A server loading for minutes (a large model on SGLang) printed nothing until it was ready
+    or its startup timeout ran out: a run that looked hung. The wait is said after a quiet spell,
+    naming the server, the time left and its setting, and the log's last line."""
+    monkeypatch.setattr(process, "BOOT_QUIET_S", 0.5)
+    said: list[str] = []
+    s = server(spec("ar", None, "--fault-slow-start", "3"), tmp_path, announce=said.append,
+               startup_setting="pyproject.toml [tool.specdec] key 'startup_timeout'")
+    try:
+        s.start()
+        assert said, "a 3 s boot was never said"
+        assert said[0].startswith("server ar-tp1: not ready after ")
+        assert "(bound: the startup timeout, pyproject.toml [tool.specdec] key 'startup_timeout')" in said[0]
+        assert "delayed 3 s by --fault-slow-start" in said[0] and str(s.log_path) in said[0]
+        assert len(said) == 1  # then once a minute, not every poll
+    finally:
+        s.stop()
+    assert wait_gone([s.pid]) == []
