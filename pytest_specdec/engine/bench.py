@@ -170,20 +170,23 @@ def main(argv: list[str] | None = None) -> int:
     for method in methods:
         try:
             r = run_method(method, ns.budget, ns.requests, ns.max_new_tokens, ns.concurrency, engine_flags)
+        except KeyboardInterrupt:  # the engine is already killed; the methods done are kept
+            print(f"{method:>7} interrupted; {len(results)} method(s) measured before it"
+                  f"{f' are in {ns.json}' if ns.json else ''}", file=sys.stderr, flush=True)
+            return 130
         except Exception as exc:  # one method failing should not hide the others' numbers
             print(f"{method:>7} FAILED: {exc}", flush=True)
             failed.append({"method": method, "error": str(exc)})
-            continue
-        results.append(r)
-        print(f"{r['method']:>7} budget={str(r['budget']):>4} ready={r['ready_s']:6.2f}s "
-              f"output={r['output_tok_s']:9.1f} tok/s accept_len={r['accept_length']} "
-              f"({r['completion_tokens']} tokens in {r['wall_s']:.2f}s, concurrency {r['concurrency']}) "
-              f"outputs={r['outputs_sha256']}",
-              flush=True)
-    if ns.json:
-        _write_json(ns.json, {"engine_flags": engine_flags, "results": results, "failed": failed})
+        else:
+            results.append(r)
+            print(f"{r['method']:>7} budget={str(r['budget']):>4} ready={r['ready_s']:6.2f}s "
+                  f"output={r['output_tok_s']:9.1f} tok/s accept_len={r['accept_length']} "
+                  f"({r['completion_tokens']} tokens in {r['wall_s']:.2f}s, concurrency {r['concurrency']}) "
+                  f"outputs={r['outputs_sha256']}",
+                  flush=True)
+        if ns.json:  # after each method: an interrupted or killed bench keeps what it measured
+            _write_json(ns.json, {"engine_flags": engine_flags, "results": results, "failed": failed})
     return 1 if failed else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -305,3 +305,25 @@ def test_bench_reports_the_budget_the_engine_verifies():
     """dflash caps its budget at block-size - 1: the bench said budget=16 for a chain of 15."""
     result = run_method("dflash", 16, requests=1, max_new_tokens=8, concurrency=1, engine_flags=[])
     assert result["budget"] == 15
+
+
+def test_an_interrupted_bench_keeps_the_methods_it_measured(tmp_path, monkeypatch, capsys):
+    """Ctrl-C during the third method ended in a traceback, and --json, written only at the end,
+    lost the two methods already measured."""
+    from pytest_specdec.engine import bench
+
+    def run(method, *args, **kwargs):
+        if method == "ddtree":
+            raise KeyboardInterrupt
+        return {"method": method, "budget": None, "ready_s": 0.1, "output_tok_s": 1.0, "accept_length": None,
+                "completion_tokens": 1, "wall_s": 1.0, "concurrency": 1, "outputs_sha256": "0"}
+
+    monkeypatch.setattr(bench, "run_method", run)
+    target = tmp_path / "bench.json"
+    try:
+        code = bench.main(["--json", str(target)])
+    except KeyboardInterrupt:
+        pytest.fail("the interrupt escaped the bench as a traceback")
+    assert code == 130
+    assert [r["method"] for r in json.loads(target.read_text())["results"]] == ["ar", "dflash"]
+    assert f"ddtree interrupted; 2 method(s) measured before it are in {target}" in capsys.readouterr().err
