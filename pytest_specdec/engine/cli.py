@@ -243,6 +243,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     args = parse_args(argv)
     logs.setup(args.log_level)
+    try:
+        return _start(args, started)
+    except KeyboardInterrupt:  # before serve() owns SIGINT: loading, not a crash to trace back
+        logs.SERVER.info("Interrupted before the engine was ready; exiting.")
+        return 130
+
+
+def _start(args: EngineArgs, started: float) -> int:
     logs.SERVER.info(f"server_args={args}")
     if args.faults.slow_start:
         logs.SERVER.info(f"Load weight begin (delayed {args.faults.slow_start:g} s by --fault-slow-start).")

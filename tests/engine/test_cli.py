@@ -327,3 +327,26 @@ def test_an_interrupted_bench_keeps_the_methods_it_measured(tmp_path, monkeypatc
     assert code == 130
     assert [r["method"] for r in json.loads(target.read_text())["results"]] == ["ar", "dflash"]
     assert f"ddtree interrupted; 2 method(s) measured before it are in {target}" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGINT to a child process group")
+def test_ctrl_c_while_the_engine_loads_is_one_line(tmp_path):
+    """Ctrl-C before the engine was serving (its model loading, torch importing) printed a
+    traceback of wherever it happened to be."""
+    engine = subprocess.Popen([sys.executable, "-m", "pytest_specdec.engine", "--method", "ar",
+                               "--port", "1", "--fault-slow-start", "60"], cwd=tmp_path,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 30
+        line = ""
+        while "Load weight begin" not in line and time.monotonic() < deadline:
+            line = engine.stderr.readline()
+        engine.send_signal(signal.SIGINT)
+        err = engine.communicate(timeout=30)[1]
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait()
+    assert engine.returncode == 130, err
+    assert "Traceback" not in err and "Interrupted before the engine was ready; exiting." in err
