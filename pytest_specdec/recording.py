@@ -27,7 +27,7 @@ import pytest
 from . import benchmark_info
 from .collection import case_of, counted
 from .lossless import Outputs
-from .directions import Direction, known_directions
+from .directions import METRIC_NAME, Direction, known_directions
 from .metrics import Measurement, MetricValue, RequestRecord, direction_of
 from .result import Result
 
@@ -93,6 +93,13 @@ class Recorder:
                spread: float = 0.0, samples: int = 1, deterministic: bool = False) -> None:
         """Record one figure; built-in and declared metrics know their direction, others must
         state it."""
+        # a name a tolerance cannot spell (--specdec-compare-fail, [tool.specdec.tolerances]) is
+        # never gated, and its baseline entry and JUnit property would carry it as it is
+        if not isinstance(name, str) or not METRIC_NAME.match(name):
+            raise ValueError(f"metric {name!r} is not a metric name: letters, digits, _ and ., not "
+                             f"starting with a digit (e.g. kv_hit_rate)")
+        if isinstance(value, (bool, str, bytes)):  # float() would take them: True, "1e3"
+            raise ValueError(f"metric {name!r}: value {value!r} is not a number")
         declared = self._declared()
         if direction is None:
             direction = direction_of(name, declared)

@@ -51,6 +51,34 @@ def test_samples(specdec_record):
     assert not (pytester.path / "baselines" / "cpu.json").exists()
 
 
+def test_a_figure_no_tolerance_could_name_fails_where_it_is_recorded(pytester):
+    """A name with a space or none at all, and a value of True or a string, were recorded and
+    saved: no --specdec-compare-fail or tolerances key can spell such a name, so it was never
+    gated, and its JUnit property read `specdec.` or `specdec.hit rate`."""
+    pytester.makepyfile(test_figures="""
+import pytest
+
+@pytest.mark.parametrize("name", ["hit rate", "", "2x", "a:b"])
+def test_name(specdec_record, name):
+    specdec_record.metric(name, 1.0, "higher")
+
+@pytest.mark.parametrize("value", [True, "1e3"])
+def test_value(specdec_record, value):
+    specdec_record.metric("my_fig", value, "higher")
+""")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--specdec-save-baseline")
+    result.assert_outcomes(failed=6)
+    result.stdout.fnmatch_lines(["*ValueError: metric 'hit rate' is not a metric name: letters, digits, _ and ., "
+                                 "not starting with a digit*",
+                                 "*ValueError: metric '' is not a metric name*",
+                                 "*ValueError: metric '2x' is not a metric name*",
+                                 "*ValueError: metric 'a:b' is not a metric name*",
+                                 "*ValueError: metric 'my_fig': value True is not a number*",
+                                 "*ValueError: metric 'my_fig': value '1e3' is not a number*"],
+                                consecutive=False)
+    assert not (pytester.path / "baselines" / "cpu.json").exists()
+
+
 @pytest.mark.parametrize("where", ["cli", "table"])
 def test_an_unknown_figure_is_a_usage_error_listing_the_valid_names(pytester, where):
     pytester.makepyfile("def test_x(): pass")
