@@ -222,6 +222,24 @@ class EmbeddedBackend(Backend):
     def check_ready(self, state: RunState) -> None:
         extras.require("engine", f"the embedded engine (backend {self.reason})")
         self.check_gpu_slots(state)
+        self._check_a_gpu_exists(state)
+
+    def _check_a_gpu_exists(self, state: RunState) -> None:
+        """The engine on device cuda on a host without a GPU exits at start, test after test, its
+        reason only in each log's last lines: say so once, before any server boots."""
+        hw = state.hardware
+        if max(hw.physical_gpus, hw.host_gpus) > 0:
+            return  # the slots' own check (check_gpu_slots) covers a GPU host
+        need = self.needs_gpu(state)
+        if need is None:
+            return
+        import torch  # only for device cuda on a host where no GPU was detected: ask as the engine will
+
+        if torch.cuda.device_count() > 0:
+            return
+        what, fix = need
+        raise SpecdecUsageError(f"{what} need a GPU, and this host has none (none detected, and torch sees "
+                                f"no CUDA device), so each would exit at start, test after test; {fix}")
 
     def needs_gpu(self, state: RunState) -> tuple[str, str] | None:
         from .engine.cli import rejecting_parser

@@ -373,3 +373,29 @@ def test_a_dry_run_beyond_the_runs_gpus_on_a_backend_that_needs_one_is_refused_b
     with pytest.raises(SpecdecUsageError, match=re.escape(
             "drop --device cuda from pyproject.toml [tool.specdec.engine] extra_args")):
         embedded.check_ready(by_flag)
+
+
+def test_the_engine_on_cuda_on_a_host_without_a_gpu_stops_the_run_before_any_server(monkeypatch):
+    """device = "cuda" on a machine without a GPU: every test errored in turn with "server ar-tp1
+    exited with code 1 before it was ready (no known fatal error in its log)", the reason only in
+    each log's last lines."""
+    pytest.importorskip("torch")
+    import torch
+
+    from pytest_specdec import hardware
+    from pytest_specdec.config import EngineSettings
+
+    monkeypatch.setattr(backends.extras, "require", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    embedded = backends.EmbeddedBackend("auto: no GPU")
+    cpu_host = state(embedded, hardware.resolve(None, None, Hardware((), "none", 0)))
+    embedded.check_ready(cpu_host)  # the engine on the CPU: nothing to say
+    on_gpu = replace(cpu_host, config=SpecdecConfig(source="pyproject.toml [tool.specdec]", root=Path("."),
+                                                    engine=EngineSettings(device="cuda")))
+    with pytest.raises(SpecdecUsageError, match=re.escape(
+            "the embedded engine's servers on device cuda need a GPU, and this host has none (none detected, and "
+            "torch sees no CUDA device), so each would exit at start, test after test; run the engine on the CPU "
+            '(set device = "auto" in pyproject.toml [tool.specdec.engine])')):
+        embedded.check_ready(on_gpu)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # a GPU no detector saw: the engine may run
+    embedded.check_ready(on_gpu)
