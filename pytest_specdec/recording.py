@@ -121,6 +121,7 @@ class Recorder:
     def result(self, measurement: Measurement, *, records: Sequence[RequestRecord] = (),
                deterministic_accept: bool = False) -> Measurement:
         """Record a workload's figures (and its per-token latencies for pytest-benchmark)."""
+        self._first_measurement()
         for value in measurement.metrics(deterministic_accept=deterministic_accept):
             self.metrics[value.name] = value
         self.workload = measurement.workload
@@ -132,6 +133,7 @@ class Recorder:
 
     def run(self, server: Any, workload: Any) -> Measurement:
         """Run `workload` on `server` (a `specdec_server`) and record everything it measured."""
+        self._first_measurement()  # before the workload runs, not after it
         measurement = server.run(workload)
         greedy = getattr(workload, "temperature", 0.0) == 0.0
         records = server.last_result.records if server.last_result is not None else ()
@@ -146,6 +148,15 @@ class Recorder:
         if getattr(server, "disagreements", None):
             self.info["disagreements"] = list(server.disagreements)
         return self.result(measurement, records=records, deterministic_accept=greedy)
+
+    def _first_measurement(self) -> None:
+        """A test records one workload measurement: a second would replace the first's figures,
+        outputs and journal record, and pytest-benchmark takes one set of samples a test."""
+        if "measurement" in self.info:
+            raise ValueError(f"specdec_record holds one workload measurement per test, and {self.test_id} "
+                             f"has recorded one already (workload {self.workload}); a second would replace "
+                             f"its figures: measure one workload per test (each [[tool.specdec.workloads]] "
+                             f"entry is a parameter of specdec_workload)")
 
     def samples(self, seconds: Iterable[float], unit: str = "s") -> None:
         """Time samples for pytest-benchmark (when it is active), one round each; handed over

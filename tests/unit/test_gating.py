@@ -79,6 +79,32 @@ def test_value(specdec_record, value):
     assert not (pytester.path / "baselines" / "cpu.json").exists()
 
 
+def test_a_second_workload_measurement_in_one_test_fails_where_it_is_recorded(pytester):
+    """A test that recorded two workloads kept only the second's figures (the first's replaced
+    without a word) and then failed on pytest-benchmark's "FixtureAlreadyUsed ... Fixture can only
+    be used once", which named neither the recorder nor the fix."""
+    pytester.makepyfile(test_figures="""
+from pytest_specdec.metrics import RequestRecord, WorkloadResult, summarize
+
+
+def measured(name):
+    records = tuple(RequestRecord(index=i, status=200, finish_reason="length", prompt_tokens=10,
+                                  completion_tokens=8, ttft_ms=5.0, e2e_ms=20.0, chunks=8)
+                    for i in range(2))
+    return summarize(WorkloadResult(name, "http://127.0.0.1:1", 1, records, wall_s=0.1))
+
+
+def test_two(specdec_record):
+    specdec_record.result(measured("chat"))
+    specdec_record.result(measured("code"))
+""")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*ValueError: specdec_record holds one workload measurement per test, and "
+                                 "test_two has recorded one already (workload chat); a second would replace its "
+                                 "figures: measure one workload per test*"])
+
+
 @pytest.mark.parametrize("where", ["cli", "table"])
 def test_an_unknown_figure_is_a_usage_error_listing_the_valid_names(pytester, where):
     pytester.makepyfile("def test_x(): pass")
