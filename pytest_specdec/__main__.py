@@ -115,6 +115,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecdecUsageError as exc:
         print(f"python -m pytest_specdec {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # the shard folders are only read: running it again is the fix
+        print(f"python -m pytest_specdec {args.command}: interrupted; --out {args.out} may hold an "
+              f"incomplete merge: run the merge again", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

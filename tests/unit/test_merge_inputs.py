@@ -436,3 +436,23 @@ def test_a_known_issue_whose_reference_recorded_no_outputs_in_any_shard_stays_sk
     assert rc == 0, text
     assert merged_rows(tmp_path)["dflash-tp1"] == ("skipped", True, "known issue: drafts wrongly")
     assert "not measured: dflash-tp1" not in text
+
+
+def test_an_interrupted_merge_says_so_in_one_line(shards, monkeypatch, capsys):
+    """Ctrl-C during a merge (its plots, a slow shared file system) printed a traceback of
+    wherever it happened to be."""
+    from pytest_specdec import __main__ as cli
+    from pytest_specdec import merge as merge_mod
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(merge_mod, "merge", interrupted)
+    out = shards / "merged"
+    try:
+        code = cli.main(["merge", "--out", str(out), str(shards / "shard-1"), str(shards / "shard-2")])
+    except KeyboardInterrupt:
+        pytest.fail("the interrupt escaped the merge as a traceback")
+    assert code == 130
+    assert capsys.readouterr().err == (f"python -m pytest_specdec merge: interrupted; --out {out} may hold "
+                                       f"an incomplete merge: run the merge again\n")
