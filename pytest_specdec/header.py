@@ -42,13 +42,24 @@ def _without_baseline(state: RunState) -> str:
     return "; a figure without a baseline entry fails"
 
 
+def _baseline_state(state: RunState) -> str:
+    """Why there is no baseline file, where there is none: a first run's folder is made by its
+    first save, but a folder path naming a file can neither be read nor saved into."""
+    path = state.baseline_path
+    if path.is_file():
+        return ""
+    if path.parent.exists() and not path.parent.is_dir():
+        return (f" (none: the baseline folder is a file, so nothing is compared, nor can be saved; "
+                f"point {state.settings.setter('baseline_dir')} at a folder)")
+    return " (none yet)"
+
+
 def details(state: RunState) -> list[str]:
     hw = state.hardware
     arch = f"{hw.arch}, {hw.family}" if hw.arch else hw.family
     out = [
         f"specdec: hardware {hw.describe()} [{arch}, {hw.count} GPU(s), detected by {hw.source}]",
-        f"specdec: baselines {state.baseline_path}"
-        + ("" if state.baseline_path.is_file() else " (none yet)"),
+        f"specdec: baselines {state.baseline_path}{_baseline_state(state)}",
     ]
     changed = [f"{o.name}={state.settings.values[o.name]} ({state.settings.origins[o.name]})"
                for o in OPTIONS if state.settings.origins[o.name] != "default"]

@@ -283,6 +283,17 @@ def test_header_states_backend_hardware_and_baseline(pytester: pytest.Pytester):
     ])
 
 
+def test_the_header_says_a_baseline_folder_that_is_a_file_is_none(pytester: pytest.Pytester):
+    """--specdec-baseline-dir naming a file read "(none yet)", as a first run's folder does, though
+    nothing could be compared against it nor ever saved into it."""
+    pytester.makepyprojecttoml(SMALL_MATRIX)
+    pytester.makepyfile(SPEC_TEST)
+    pytester.makefile(".txt", notes="a file")
+    result = pytester.runpytest("--co", "--specdec-baseline-dir=notes.txt")
+    result.stdout.fnmatch_lines(["specdec: baselines */notes.txt/cpu.json (none: the baseline folder is a file, "
+                                 "so nothing is compared, nor can be saved; point --specdec-baseline-dir at a folder)"])
+
+
 def test_a_dry_run_of_a_family_without_a_matrix_says_the_cpu_matrix_runs(pytester: pytest.Pytester):
     """It said the hopper suite ran, and the cpu matrix's tests ran."""
     pytester.makepyprojecttoml("[tool.specdec]\nbackend = 'embedded'\n[tool.specdec.matrix.cpu]\n"
