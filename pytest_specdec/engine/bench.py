@@ -30,7 +30,7 @@ from typing import NoReturn
 
 from ..configuration import METHODS, is_speculative
 from ..servers.cleanup import parent_death_preexec
-from .cli import parse_args, rejecting_parser
+from .cli import build_parser, parse_args, rejecting_parser
 from .logs import READY_LINE
 
 PROMPTS = [
@@ -137,10 +137,36 @@ def _checked(parser: argparse.ArgumentParser, ns: argparse.Namespace, engine_fla
     def reject(message: str) -> NoReturn:
         parser.error(f"engine flags after '--': {message}")
 
+    given = _own_flags_given(engine_flags)
+    if given:  # the engine's last --method or --port would win over the bench's own
+        reject(f"{', '.join(given)}: the bench sets these itself (--methods and --budget choose the method "
+               f"and budget, and it picks the port); remove them")
+
     for method in methods:  # the engine's own checks, without starting it (no torch import)
         budget = ["--budget", str(ns.budget)] if is_speculative(method) else []
         parse_args(["--method", method, *budget, *engine_flags], parser=rejecting_parser(reject))
     return methods
+
+
+#: The engine flags the bench sets per method: given again after '--', the engine would serve
+#: another method than the one reported, or listen where the bench does not send.
+_OWN_FLAGS = {"method": "--method", "budget": "--budget", "port": "--port"}
+
+
+def _own_flags_given(engine_flags: list[str]) -> list[str]:
+    """Which of the bench's own engine flags `engine_flags` sets, in any spelling the engine's
+    parser takes (`--port=1`, an abbreviation such as `--meth`)."""
+    unset = object()
+    parser = build_parser()
+    for action in parser._actions:
+        if action.dest in _OWN_FLAGS:
+            action.default, action.required = unset, False
+    parser.error = lambda message: None  # type: ignore[method-assign]  # the engine's checks say the rest
+    try:
+        ns, _ = parser.parse_known_args(engine_flags)
+    except (SystemExit, TypeError, AttributeError):
+        return []
+    return [flag for dest, flag in _OWN_FLAGS.items() if getattr(ns, dest, unset) is not unset]
 
 
 def _write_json(path: str, payload: dict) -> None:

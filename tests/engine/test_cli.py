@@ -266,6 +266,11 @@ def test_bench_names_why_an_engine_exited_before_it_was_ready():
     (["--methods", "ddtree,foo"], "--methods 'ddtree,foo': give a comma-separated list of ar, dflash, ddtree"),
     (["--json", "/nonexistent/results.json"], "--json /nonexistent/results.json: name a file in an existing folder"),
     (["--", "--block-size", "1"], "engine flags after '--': --block-size must be >= 2"),
+    # the engine took the last --method: `--methods ar -- --method ddtree` reported ddtree's figures as ar's
+    (["--methods", "ar", "--", "--meth=ddtree"], "engine flags after '--': --method: the bench sets these "
+                                                  "itself (--methods and --budget choose the method and budget, "
+                                                  "and it picks the port); remove them"),
+    (["--", "--port", "31999", "--budget=4"], "engine flags after '--': --budget, --port: the bench sets"),
 ])
 def test_bench_refuses_unusable_flags_before_any_engine_starts(flags, message, capsys, monkeypatch):
     """A zero --requests printed 0 tok/s and exited 0; a zero --concurrency, an unknown method and an
