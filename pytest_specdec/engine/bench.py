@@ -9,6 +9,11 @@ verify steps), and a fingerprint of the output tokens: equal fingerprints across
 the speculative outputs equal the autoregressive ones. Every engine
 it starts runs in its own process group and is killed before the next one starts, and on Linux
 dies with the bench however the bench ends (SIGTERM, SIGKILL, a closed terminal).
+
+Every flag, the engine flags included (checked by the engine's own parser; ``--method``,
+``--budget`` and ``--port`` are the bench's), is checked before the first engine starts.
+``--json`` is rewritten, whole, after each method, so an interrupted bench keeps what it measured;
+the budget it reports is the one the engine verifies (dflash's capped at block-size - 1).
 """
 
 from __future__ import annotations
