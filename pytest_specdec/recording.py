@@ -35,6 +35,9 @@ from .result import Result
 RESULT_PROPERTY = "specdec_result"
 #: Carries a resumed (skipped) test's journaled results to the controller.
 RESUMED_PROPERTY = "specdec_resumed"
+#: Names, on a resumed test's stand-in that skipped because the reference this run measures had
+#: recorded no outputs yet, that reference: the controller settles its verdict once they come.
+AWAITS_PROPERTY = "specdec_awaits"
 #: Says, on a test that resume measures again, which parts of its fingerprint changed.
 REMEASURED_PROPERTY = "specdec_remeasured"
 #: Attribute of an xdist worker's call reports: how many of its tests can record (the total of
@@ -213,8 +216,9 @@ def new_recorder(item: pytest.Item) -> Recorder:
 
 def drop_results(item: pytest.Item) -> None:
     """Remove the properties that carried an earlier attempt's figures to its report."""
+    attempt = (RESULT_PROPERTY, AWAITS_PROPERTY)
     item.user_properties[:] = [(name, value) for name, value in item.user_properties
-                               if name != RESULT_PROPERTY and not name.startswith("specdec.")]
+                               if name not in attempt and not name.startswith("specdec.")]
 
 
 def existing_recorder(item: pytest.Item) -> Recorder | None:
@@ -273,7 +277,7 @@ def drop_carriers(report: pytest.TestReport) -> None:
     """Remove the properties that only carry results to the controller (a whole result, outputs
     included, is kilobytes a test), in place: without xdist every phase's report and the item
     share one list, so this must come after the call's report was read."""
-    carriers = (RESULT_PROPERTY, RESUMED_PROPERTY, REMEASURED_PROPERTY)
+    carriers = (RESULT_PROPERTY, RESUMED_PROPERTY, REMEASURED_PROPERTY, AWAITS_PROPERTY)
     report.user_properties[:] = [(name, value) for name, value in report.user_properties
                                  if name not in carriers]
 

@@ -7,13 +7,15 @@ tolerances, `--specdec-strict-noise`, `--specdec-require-baseline` and losslessn
 not trusted from the run that measured it, whose settings may have been others. A resumed run
 then ends as one uninterrupted run with its settings would have on those figures.
 
-A test whose figures pass is marked to skip (`already measured`); its figures, with this run's
-comparisons, ride on its report to the controller (also under xdist, where it collects
-nothing), which shows them and can save them into the baseline file. A test whose figures fail,
-or that pytest may hold to an xfail mark (a known issue: xfailed, xpassed and XPASS(strict) are
-pytest's to decide), runs as a stand-in (`_stand_in`): none of its fixtures is made, so no
-server boots, and its call fails with the reasons a measuring run gives, or passes. Its journal
-record stays `done`: the figures are whole and checked; the next resume judges them again under
+A test whose figures pass, and that no reference this run measures has still to compare, is
+marked to skip (`already measured`); its figures, with this run's comparisons, ride on its report
+to the controller (also under xdist, where it collects nothing), which shows them and can save
+them into the baseline file. A test whose figures fail, that pytest may hold to an xfail mark (a
+known issue: xfailed, xpassed and XPASS(strict) are pytest's to decide), or whose reference this
+run measures (its own test, not the reference's, is red where their outputs differ, as in one
+uninterrupted run), runs as a stand-in (`_stand_in`): none of its fixtures is made, so no server
+boots, and its call fails with the reasons a measuring run gives, or passes. Its journal record
+stays `done`: the figures are whole and checked; the next resume judges them again under
 its own settings.
 """
 
@@ -24,14 +26,17 @@ import warnings
 
 import pytest
 
+from . import lossless
 from .baseline_gate import Gate
-from .collection import mark_stand_in, will_run
+from .collection import case_of, mark_stand_in, will_run
+from .configuration import MatrixCase
 from .fingerprint import Fingerprint
 from .journal import DONE, Journal, JournalRecord, JournalWarning
-from .recording import REMEASURED_PROPERTY, RESUMED_PROPERTY, attach_to_report, drop_results
+from .recording import (AWAITS_PROPERTY, REMEASURED_PROPERTY, RESUMED_PROPERTY,
+                        attach_to_report, drop_results)
 from .result import RECORD_DAMAGE, Result
-from .session import (REPLACED_KEY, Judged, item_fingerprint, journal_for, judge, recording_tests,
-                      unsettled_reason, workload_key, xfail_reason, xpasses_strictly)
+from .session import (REPLACED_KEY, STOOD_IN_KEY, Judged, item_fingerprint, journal_for, judge,
+                      recording_tests, unsettled_reason, workload_key, xfail_reason, xpasses_strictly)
 from .state import RunState
 
 
@@ -51,6 +56,7 @@ def resume_done(items: list[pytest.Item], state: RunState, gate: Gate) -> None:
     if items:
         items[0].config.stash[REPLACED_KEY] = replaced
     claimed = recording_tests(items)
+    resumable: list[tuple[pytest.Item, JournalRecord, Result]] = []
     for item in items:
         record = done.get(_key(item))
         if record is None:
@@ -62,18 +68,41 @@ def resume_done(items: list[pytest.Item], state: RunState, gate: Gate) -> None:
                 (REMEASURED_PROPERTY, current.what_changed(old, "no fingerprint in its journal record")))
             continue
         resumed = _readable(record, journal)
-        if resumed is None:
-            continue  # damaged figures are no measurement: measured again
+        if resumed is not None:  # damaged figures are no measurement: measured again
+            resumable.append((item, record, resumed))
+    measured_here = _measured_here(items, {id(item) for item, _, _ in resumable})
+    stood_in = set()
+    for item, record, resumed in resumable:
         judged = _judged(resumed, state, gate, claimed, replaced, journal)
-        if judged.failures or _may_xfail(item):
-            _stand_in(item, resumed, record, journal, state, gate, claimed)
+        # a reference this run measures compares it later: its own test must give that verdict
+        awaits = judged.unsettled is not None and _compared_here(resumed, judged.unsettled, measured_here)
+        if judged.failures or _may_xfail(item) or awaits:
+            _stand_in(item, resumed, record, journal, state, gate, claimed, measured_here)
+            stood_in.add(item.nodeid)
         else:
             item.add_marker(pytest.mark.skip(reason=f"already measured (resumed from {journal.path})"))
             item.user_properties.append((RESUMED_PROPERTY, json.dumps(judged.result.to_json())))
+    if items:
+        items[0].config.stash[STOOD_IN_KEY] = frozenset(stood_in)
 
 
 def _key(item: pytest.Item) -> tuple[str, str]:
     return item.nodeid, workload_key(item)
+
+
+def _measured_here(items: list[pytest.Item], resumed: set[int]) -> set[tuple[MatrixCase, str]]:
+    """(configuration, `lossless.counterpart`) of the tests this run measures (not resumed)."""
+    measured = set()
+    for item in items:
+        case = case_of(item)
+        if case is not None and id(item) not in resumed and will_run(item):
+            measured.add((case, lossless.counterpart(item.nodeid, case.param_id)))
+    return measured
+
+
+def _compared_here(result: Result, reference: MatrixCase, measured_here: set[tuple[MatrixCase, str]]) -> bool:
+    """Whether this run measures the test of `reference` that `result`'s outputs are held to."""
+    return (reference, lossless.counterpart(result.nodeid, result.config)) in measured_here
 
 
 def _judged(resumed: Result, state: RunState, gate: Gate, claimed: set[str], replaced: frozenset,
@@ -111,7 +140,8 @@ def _may_xfail(item: pytest.Item) -> bool:
 
 
 def _stand_in(item: pytest.Item, resumed: Result, record: JournalRecord, journal: Journal,
-              state: RunState, gate: Gate, claimed: set[str]) -> None:
+              state: RunState, gate: Gate, claimed: set[str],
+              measured_here: set[tuple[MatrixCase, str]]) -> None:
     """Run `item` without measuring: its setup makes none of its fixtures, and its call judges the
     resumed figures again as the journal then stands (a reference this run measured before it has
     outputs to compare with by then, as in one uninterrupted run), reports them (as a measuring
@@ -132,6 +162,12 @@ def _stand_in(item: pytest.Item, resumed: Result, record: JournalRecord, journal
             pytest.fail("\n".join([*judged.failures, whence]), pytrace=False)
         if judged.unsettled is not None and xpasses_strictly(item):  # no XPASS on uncompared outputs
             pytest.skip(f"{unsettled_reason(xfail_reason(item), judged.unsettled)} {whence}")
+        if judged.unsettled is not None and _compared_here(resumed, judged.unsettled, measured_here):
+            # its reference, measured by another xdist worker, compares it later: its verdict is late
+            item.user_properties.append((AWAITS_PROPERTY, judged.unsettled.param_id))
+            pytest.skip(f"its outputs could not be compared with {judged.unsettled.param_id}'s, which this "
+                        f"run measures and had recorded none yet (another xdist worker's); that test's "
+                        f"comparison decides its row {whence}")
 
     item.setup = setup  # type: ignore[method-assign]
     item.runtest = runtest  # type: ignore[method-assign]

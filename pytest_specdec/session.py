@@ -33,8 +33,8 @@ from .configuration import MatrixCase, is_speculative
 from .errors import SpecdecUsageError
 from .fingerprint import Fingerprint, measured_setup
 from .journal import DONE, FAILED_CHECKS, MEASURED, Journal, JournalRecord
-from .recording import (RECORDING_TOTAL, REMEASURED_PROPERTY, RESULT_PROPERTY, RESUMED_PROPERTY,
-                        UNCOUNTED, attach_to_report, existing_recorder, result_of_report)
+from .recording import (AWAITS_PROPERTY, RECORDING_TOTAL, REMEASURED_PROPERTY, RESULT_PROPERTY,
+                        RESUMED_PROPERTY, UNCOUNTED, attach_to_report, existing_recorder, result_of_report)
 from .result import RECORD_DAMAGE, Result
 from .state import RunState
 
@@ -127,6 +127,9 @@ def item_fingerprint(item: pytest.Item, state: RunState) -> Fingerprint:
 #: Digests of the journal records an earlier run left of tests this resumed run measures again
 #: (resume.py): until their new records land, their outputs are no one's reference nor held to one.
 REPLACED_KEY = pytest.StashKey[frozenset]()
+#: Node ids of the tests a resumed run stands in (resume.py): each is judged by its own test, not
+#: by the reference's test this run measures.
+STOOD_IN_KEY = pytest.StashKey[frozenset]()
 
 
 def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
@@ -165,7 +168,8 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
     try:
         recorder.feed_benchmark(measured_where(state, result.fingerprint))
         judged = judge(result, state, gate, recording_tests(item.session.items),
-                       item.config.stash.get(REPLACED_KEY, frozenset()))
+                       item.config.stash.get(REPLACED_KEY, frozenset()),
+                       stood_in=item.config.stash.get(STOOD_IN_KEY, frozenset()))
         result, failures, unsettled = judged.result, judged.failures, judged.unsettled
         _journal_found_lossy(item, state, judged.lossy)
     except Exception as exc:  # the figures are journaled; what broke is this test's failure
@@ -198,7 +202,8 @@ class Judged:
 
 
 def judge(result: Result, state: RunState, gate: Gate, claimed: set[str],
-          replaced: frozenset = frozenset(), *, own_only: bool = False) -> Judged:
+          replaced: frozenset = frozenset(), *, own_only: bool = False,
+          stood_in: frozenset = frozenset()) -> Judged:
     """This run's checks of a test's figures, whether measured now or resumed from the journal.
 
     The failures, in order: a regression (under this run's tolerances and
@@ -208,11 +213,11 @@ def judge(result: Result, state: RunState, gate: Gate, claimed: set[str],
     (`recording_tests`); `replaced`: as `lossless_failures` reads it; `own_only`: only
     `result`'s own divergence, not those of speculative configurations it is the reference of (a
     resumed reference: each of those this run collects is checked by its own test, measured or
-    resumed).
+    resumed); `stood_in`: tests whose own stand-in judges them (`STOOD_IN_KEY`), left out likewise.
     """
     compares = state.tolerances.any or state.baseline_path.is_file()
     result = result.compared(tuple(gate.compare(result)) if compares else ())  # never another run's
-    lossy, unsettled = lossless_failures(result, state, replaced, own_only=own_only)
+    lossy, unsettled = lossless_failures(result, state, replaced, own_only=own_only, stood_in=stood_in)
     failures = [divergence.message() for _, divergence in lossy]
     message = gate_mod.failure_message(result.comparisons, state.settings.strict_noise)
     if message:
@@ -291,7 +296,7 @@ def _journal_refused(state: RunState, exc: OSError, what: str, cost: str) -> NoR
 
 
 def lossless_failures(result: Result, state: RunState, replaced: frozenset = frozenset(), *,
-                      own_only: bool = False
+                      own_only: bool = False, stood_in: frozenset = frozenset()
                       ) -> tuple[list[tuple[JournalRecord | None, lossless.Divergence]], MatrixCase | None]:
     """Divergences from the reference's outputs that this result lets us see, each with the
     journal record of the speculative configuration that diverged: its own when it is
@@ -300,13 +305,14 @@ def lossless_failures(result: Result, state: RunState, replaced: frozenset = fro
     `own_only`. Also the reference a speculative result is held to where that had journaled no
     outputs to compare with yet (from the same reading of the journal: another worker's may land
     in between). `replaced`: digests of records (`REPLACED_KEY`) an earlier run left of tests
-    this run measures again, left out."""
+    this run measures again, left out; `stood_in`: as `judge` reads it."""
     if not state.lossless.on or result.case is None or result.outputs is None:
         return [], None  # without reading the journal
     others, records = _journaled(result, state, replaced)
     found = [(records.get(candidate.nodeid), divergence)
              for candidate, divergence in divergences(result, others, state)
-             if candidate.nodeid == result.nodeid or not (own_only or _known_issue(candidate, state))]
+             if candidate.nodeid == result.nodeid
+             or not (own_only or _known_issue(candidate, state) or candidate.nodeid in stood_in)]
     return found, uncompared_reference(result, others, state)
 
 
@@ -428,6 +434,8 @@ class Results:
     #: baseline keys of the recording tests collected, deselected ones too, also by xdist workers
     #: (`collection.note_collected`): never a misspelt entry for the summary to suggest
     collected: set[str] = field(default_factory=set)
+    #: resumed tests stood in that skipped awaiting the outputs of a reference this run measures
+    awaiting: set[str] = field(default_factory=set)
 
     def add_report(self, report: pytest.TestReport) -> Result | None:
         """Note the test's outcome; return its result when this report carries one."""
@@ -444,6 +452,8 @@ class Results:
                                                                        resumed=True)
             elif name == REMEASURED_PROPERTY and report.when == "setup":
                 self.remeasured[report.nodeid] = value
+            elif name == AWAITS_PROPERTY and report.when == "call":
+                self.awaiting.add(report.nodeid)
         if report.when != "call":
             return None
         result = result_of_report(report)
@@ -535,6 +545,23 @@ class Results:
                 f"the test of {reference.param_id}, measured after it")
         return settled
 
+    def settled_stand_ins(self) -> dict[str, tuple[str, str | None]]:
+        """{node id: (outcome, why)} of the resumed tests stood in that skipped awaiting the
+        outputs of a reference this run measures (another xdist worker's), once those came:
+        "failed" where their outputs leave the reference's, else "passed", as their stand-in
+        would have ended after the reference."""
+        results = self.all()
+        settled: dict[str, tuple[str, str | None]] = {}
+        for nodeid in self.awaiting:
+            result = self.results.get(nodeid)
+            if result is None or uncompared_reference(result, results, self.state):
+                continue
+            found = divergences(result, results, self.state)
+            settled[nodeid] = (("failed", f"{found[0][1].message()} (found by the test of "
+                                          f"{found[0][1].reference}, measured after it)")
+                               if found else ("passed", None))
+        return settled
+
     def late_verdicts(self) -> dict[str, tuple[str, str]]:
         """{node id: (outcome, why)} of tests whose verdict came only after they ended, from the
         test of a reference measured after them (:meth:`found_lossy`,
@@ -544,6 +571,7 @@ class Results:
             return {}
         late = {nodeid: ("failed", why) for nodeid, why in self.found_lossy().items()}
         late.update(self.settled_known_issues())
+        late.update(self.settled_stand_ins())
         return late
 
     def baseline_candidates(self) -> tuple[list[Result], list[Result], list[Result]]:
@@ -558,7 +586,8 @@ class Results:
                  if result.case is not None and result.case.method != self.state.settings.reference
                  for candidate, _ in divergences(result, results, self.state)}
         saved, failed, not_lossless = [], [], []
-        late = self.settled_known_issues()  # a lossy one found late is `lossy`, not failed
+        # a lossy one found late is `lossy`, not failed
+        late = {**self.settled_known_issues(), **self.settled_stand_ins()}
         for result in results:
             outcome = late.get(result.nodeid, self.outcomes.get(result.nodeid, ("passed", None)))[0]
             # a known issue skipped with figures: nothing compared its outputs

@@ -228,6 +228,13 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
                      f"ran: {', '.join(fixed)} ([XPASS(strict)]); remove the known issue if it is fixed")
         if exitstatus == pytest.ExitCode.OK:
             exitstatus = pytest.ExitCode.TESTS_FAILED
+    lossy = [nodeid.split("::")[-1] for nodeid, (outcome, _) in results.settled_stand_ins().items()
+             if outcome == "failed"]
+    if lossy:  # their stand-in skipped before the reference's outputs came: the run fails as it would have
+        notes.append(f"resumed test(s) whose outputs leave their reference's, compared after their "
+                     f"stand-in ran: {', '.join(lossy)}")
+        if exitstatus == pytest.ExitCode.OK:
+            exitstatus = pytest.ExitCode.TESTS_FAILED
     if plan is not None and not plan.mine and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
         exitstatus = pytest.ExitCode.OK
     if shard is not None:

@@ -517,7 +517,43 @@ def test_a_resumed_configuration_is_not_held_to_the_old_outputs_of_a_reference_m
     with (pytester.path / ".specdec" / "journal.jsonl").open("a") as journal:
         journal.write(json.dumps(stale) + "\n")
     result = run(pytester, "--specdec-resume")
-    result.assert_outcomes(passed=1, skipped=1)  # ar measured again, ddtree resumed as passed
+    result.assert_outcomes(passed=2)  # ar measured again, ddtree's stand-in compared with it
     result.stdout.no_fnmatch_line("*is not lossless*")
     result.stdout.fnmatch_lines(["PASSED test_generation.py::test_generation[[]ar-tp1-chat[]]",
-                                 "SKIPPED * already measured (resumed from *"])
+                                 "PASSED test_generation.py::test_generation[[]ddtree-tp1-b8-chat[]]"])
+    assert [r["status"] for r in journal_figures(pytester)][-1] == "measured"  # ddtree not measured again
+
+
+def _junit_outcomes(path) -> dict[str, str]:
+    import xml.etree.ElementTree as ET
+
+    out = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        kinds = [child.tag for child in case if child.tag in ("failure", "error", "skipped")]
+        out[case.get("name")] = kinds[0] if kinds else "passed"
+    return out
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_a_resumed_lossy_configuration_fails_its_own_test_not_the_references(
+        pytester, no_leftover_engines, workers):
+    """A lossy ddtree journaled by a run without ar, resumed by a run that measures ar: ar's test
+    went red naming ddtree, which was skipped as passed, where one uninterrupted run fails
+    ddtree's own test. Under xdist its stand-in may end before ar measures: it then skips, its
+    row gets ar's verdict and the run fails."""
+    args = dict(methods=("ar", "ddtree"), budgets=(8,), engine_args=("--fault-lossy", "0.3"), prompts=2,
+                max_new_tokens=16)
+    project(pytester, **args)
+    run(pytester, "--deselect", "test_generation.py::test_generation[ar-tp1-chat]").assert_outcomes(
+        passed=1, deselected=1)
+    result = run(pytester, "--specdec-resume", "--junitxml=junit.xml", *workers)
+    assert result.ret == 1
+    junit = _junit_outcomes(pytester.path / "junit.xml")
+    assert junit["test_generation[ar-tp1-chat]"] == "passed"
+    stand_in = junit["test_generation[ddtree-tp1-b8-chat]"]
+    assert stand_in == "failure" or workers and stand_in == "skipped"
+    result.stdout.re_match_lines([r"ar-tp1 +chat .* -$",
+                                  r"ddtree-tp1-b8 +chat .* FAILED: ddtree-tp1-b8 is not lossless: .*"])
+    ar = [r for r in journal_lines(pytester) if "ar-tp1" in r["config_id"]]
+    assert [r["status"] for r in ar] == ["measured", "done"]  # ar passed its checks
+
