@@ -411,8 +411,8 @@ class Controller:
             writer = getattr(reporter, "_tw", None)
             if writer is not None and writer.width_of_current_line:  # xdist's letters name no file to end
                 writer.line()
-            reporter.write_line(session.progress_line(result, len(results.results),
-                                                      results.progress_total()))
+            reporter.write_line(session.progress_line(result, len(results.results), results.progress_total(),
+                                                      results.stood_in.get(report.nodeid)))
 
     def _runs_again(self, report: pytest.TestReport) -> bool:
         """Whether this is the setup of a test run again (pytest-rerunfailures) whose earlier

@@ -38,6 +38,8 @@ RESUMED_PROPERTY = "specdec_resumed"
 #: Names, on a resumed test's stand-in that skipped because the reference this run measures had
 #: recorded no outputs yet, that reference: the controller settles its verdict once they come.
 AWAITS_PROPERTY = "specdec_awaits"
+#: Says, on a resumed test's stand-in, where its figures come from: its progress line names it.
+STOOD_IN_PROPERTY = "specdec_stood_in"
 #: Says, on a test that resume measures again, which parts of its fingerprint changed.
 REMEASURED_PROPERTY = "specdec_remeasured"
 #: Attribute of an xdist worker's call reports: how many of its tests can record (the total of
@@ -216,7 +218,7 @@ def new_recorder(item: pytest.Item) -> Recorder:
 
 def drop_results(item: pytest.Item) -> None:
     """Remove the properties that carried an earlier attempt's figures to its report."""
-    attempt = (RESULT_PROPERTY, AWAITS_PROPERTY)
+    attempt = (RESULT_PROPERTY, AWAITS_PROPERTY, STOOD_IN_PROPERTY)
     item.user_properties[:] = [(name, value) for name, value in item.user_properties
                                if name not in attempt and not name.startswith("specdec.")]
 
@@ -277,7 +279,7 @@ def drop_carriers(report: pytest.TestReport) -> None:
     """Remove the properties that only carry results to the controller (a whole result, outputs
     included, is kilobytes a test), in place: without xdist every phase's report and the item
     share one list, so this must come after the call's report was read."""
-    carriers = (RESULT_PROPERTY, RESUMED_PROPERTY, REMEASURED_PROPERTY, AWAITS_PROPERTY)
+    carriers = (RESULT_PROPERTY, RESUMED_PROPERTY, REMEASURED_PROPERTY, AWAITS_PROPERTY, STOOD_IN_PROPERTY)
     report.user_properties[:] = [(name, value) for name, value in report.user_properties
                                  if name not in carriers]
 

@@ -32,7 +32,7 @@ from .collection import case_of, mark_stand_in, will_run
 from .configuration import MatrixCase
 from .fingerprint import Fingerprint
 from .journal import DONE, Journal, JournalRecord, JournalWarning
-from .recording import (AWAITS_PROPERTY, REMEASURED_PROPERTY, RESUMED_PROPERTY,
+from .recording import (AWAITS_PROPERTY, REMEASURED_PROPERTY, RESUMED_PROPERTY, STOOD_IN_PROPERTY,
                         attach_to_report, drop_results)
 from .result import RECORD_DAMAGE, Result
 from .session import (REPLACED_KEY, STOOD_IN_KEY, Judged, item_fingerprint, journal_for, judge,
@@ -155,6 +155,7 @@ def _stand_in(item: pytest.Item, resumed: Result, record: JournalRecord, journal
 
     def runtest() -> None:
         drop_results(item)  # a rerun reports them once
+        item.user_properties.append((STOOD_IN_PROPERTY, f"{journal.path}, measured {record.time or 'earlier'}"))
         judged = _judged(resumed, state, gate, claimed | recording_tests([item]),
                          item.config.stash.get(REPLACED_KEY, frozenset()), journal)
         attach_to_report(item, judged.result)

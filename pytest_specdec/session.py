@@ -34,7 +34,7 @@ from .errors import SpecdecUsageError
 from .fingerprint import Fingerprint, measured_setup
 from .journal import DONE, FAILED_CHECKS, MEASURED, Journal, JournalRecord
 from .recording import (AWAITS_PROPERTY, RECORDING_TOTAL, REMEASURED_PROPERTY, RESULT_PROPERTY,
-                        RESUMED_PROPERTY, UNCOUNTED, attach_to_report, existing_recorder, result_of_report)
+                        RESUMED_PROPERTY, STOOD_IN_PROPERTY, UNCOUNTED, attach_to_report, existing_recorder, result_of_report)
 from .result import RECORD_DAMAGE, Result
 from .state import RunState
 
@@ -436,6 +436,8 @@ class Results:
     collected: set[str] = field(default_factory=set)
     #: resumed tests stood in that skipped awaiting the outputs of a reference this run measures
     awaiting: set[str] = field(default_factory=set)
+    #: node id -> where the figures of a resumed test's stand-in come from (journal, when measured)
+    stood_in: dict[str, str] = field(default_factory=dict)
 
     def add_report(self, report: pytest.TestReport) -> Result | None:
         """Note the test's outcome; return its result when this report carries one."""
@@ -454,6 +456,8 @@ class Results:
                 self.remeasured[report.nodeid] = value
             elif name == AWAITS_PROPERTY and report.when == "call":
                 self.awaiting.add(report.nodeid)
+            elif name == STOOD_IN_PROPERTY and report.when == "call":
+                self.stood_in[report.nodeid] = self._published(str(value))
         if report.when != "call":
             return None
         result = result_of_report(report)
@@ -623,9 +627,10 @@ def _reason(report: pytest.TestReport) -> str:
     return head + ")" if tail_marker else head
 
 
-def progress_line(result: Result, done: int, total: int | None) -> str:
+def progress_line(result: Result, done: int, total: int | None, resumed_from: str | None = None) -> str:
     """`done` counts the tests that recorded so far, `total` those that can
-    (`Results.progress_total`)."""
+    (`Results.progress_total`); `resumed_from`: where a stand-in's figures come from
+    (`Results.stood_in`), which the line names, so they do not read as measured now."""
     metrics = result.values()
 
     def fmt(name: str, unit: str) -> str:
@@ -637,6 +642,7 @@ def progress_line(result: Result, done: int, total: int | None) -> str:
     tail = f" | {'; '.join(verdicts)}" if verdicts else ""
     workload = f" {result.workload}" if result.workload else ""  # a test with no workload: no stray space
     count = f"{done}/{total}" if total is not None else str(done)  # a total no report carried
+    whence = f" (resumed from {resumed_from}; not measured now)" if resumed_from else ""
     return (f"specdec [{count}] {result.config}{workload}:"
             f"{fmt('output_tok_s', ' tok/s')}{fmt('accept_length', '')}{fmt('ttft_ms', 'ms')}"
-            f"{fmt('tpot_ms', 'ms')}{fmt('verify_us', 'us')}{tail}")
+            f"{fmt('tpot_ms', 'ms')}{fmt('verify_us', 'us')}{tail}{whence}")

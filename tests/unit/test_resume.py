@@ -557,3 +557,18 @@ def test_a_resumed_lossy_configuration_fails_its_own_test_not_the_references(
     ar = [r for r in journal_lines(pytester) if "ar-tp1" in r["config_id"]]
     assert [r["status"] for r in ar] == ["measured", "done"]  # ar passed its checks
 
+
+def test_a_stand_ins_progress_line_says_its_figures_were_resumed(pytester):
+    """A stand-in's progress line read as a fresh measurement: nothing told the figures came from
+    the journal."""
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
+    pytester.makepyfile(test_widgets=RECORDING_TEST)
+    result = run(pytester)
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("*resumed from*")
+    pytester.makepyfile(test_widgets="import pytest\n\n@pytest.mark.xfail(strict=True, reason='known issue')\n"
+                                     + RECORDING_TEST.strip() + "\n")
+    result = run(pytester, "--specdec-resume")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["specdec [[]1/1[]] test_widgets: (resumed from .specdec/journal.jsonl, "
+                                 "measured 2*; not measured now)"])
