@@ -44,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
-    from . import durations, junit, merge, report
+    from . import baselines, durations, junit, merge, report
     from .relpaths import relative
     from .shard import DURATIONS_FILE
 
@@ -79,9 +79,9 @@ def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
     if args.save_baseline:
         for path in merge.save_baselines(merged, args.baseline_dir):
             print(f"specdec merge: saved into {path}", file=out)
-        lossy = merge.not_lossless(merged)
-        if lossy:
-            print(f"specdec merge: left out of the baseline, not lossless: {', '.join(lossy)}", file=out)
+        failed, lossy = merge.left_out(merged)
+        if failed or lossy:  # as a run with --specdec-save-baseline says it
+            print(f"specdec merge: left out of the baseline {baselines.left_out(failed, lossy)}", file=out)
     if files.plot_error:
         print(f"specdec merge: {files.plot_error}", file=out)
     print(f"specdec merge: {merged.meta()['shards']}: {len(rows)} row(s) written to {target} "

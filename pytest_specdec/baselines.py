@@ -539,8 +539,20 @@ def _umask() -> int:
     return mask
 
 
+def left_out(failed: list[str], lossy: list[str], are: str = "") -> str:
+    """Which results a save leaves out of the baseline file and why, by test id, as a run's
+    `--specdec-save-baseline` and `specdec merge --save-baseline` both say it: those of failed
+    tests (expected failures of known issues included) first, then those of configurations that
+    are not lossless."""
+    parts = [f"{len(group)} result(s){are} of {what} ({', '.join(group)})"
+             for group, what in ((failed, "failed tests, which are no reference"),
+                                 (lossy, "configurations that are not lossless")) if group]
+    return "; ".join(parts)
+
+
 __all__ = [
     "FORMAT",
+    "left_out",
     "VERSION",
     "BaselineEntry",
     "Baselines",

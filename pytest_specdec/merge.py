@@ -355,21 +355,35 @@ def not_lossless(merged: Merged) -> list[str]:
     return sorted(_divergences(merged.results, within_shards=True))
 
 
+def left_out(merged: Merged) -> tuple[list[str], list[str]]:
+    """(test ids of failed tests, of configurations that are not lossless) whose figures
+    :func:`save_baselines` leaves out, as a run's --specdec-save-baseline sorts them
+    (`Results.baseline_candidates`): a test that failed, errored or xfailed (a known issue's
+    expected failure, lossy or not), as the merged rows end it, is a failed test first."""
+    ended = {row.test_id: row.outcome for row in merged.rows}
+    failed = sorted({r.test_id for r, _, _ in merged.results if ended.get(r.test_id) in NO_REFERENCE})
+    return failed, [test_id for test_id in not_lossless(merged) if test_id not in failed]
+
+
+#: How the tests end whose figures are no reference for a baseline.
+NO_REFERENCE = ("failed", "error", "xfailed")
+
+
 def save_baselines(merged: Merged, baseline_dir: str | Path) -> list[Path]:
     """Each shard's journaled figures (as a run's --specdec-save-baseline saves them: every
-    finished measurement but those :func:`not_lossless` names) into the baseline file of its
+    finished measurement but those :func:`left_out` names) into the baseline file of its
     hardware key, merged into what is there, with the shard's versions and commit; and the
     durations beside them."""
     from . import baselines, durations
     from .shard import DURATIONS_FILE
 
-    lossy = set(not_lossless(merged))
+    failed, lossy = left_out(merged)
     written: list[Path] = []
     for manifest in merged.shards:
         # a test that failed is no reference, whatever its journal's last readable record says
-        failed = {t.nodeid for t in manifest.tests if t.outcome in FAILED_OUTCOMES}
+        ended = {t.nodeid for t in manifest.tests if t.outcome in NO_REFERENCE}
         mine = [r for r, m, status in merged.results if m is manifest and status == DONE
-                and r.test_id not in lossy and r.nodeid not in failed]
+                and r.test_id not in lossy and r.test_id not in failed and r.nodeid not in ended]
         if not mine:
             continue
         path = baselines.baseline_path(baseline_dir, manifest.hardware_key)
@@ -414,5 +428,5 @@ def check_targets(merged: Merged, baseline_dir: str | Path | None) -> None:
                                                      "merge --save-baseline")) from None
 
 
-__all__ = ["FAILED_OUTCOMES", "Merged", "check_targets", "load", "merge", "not_lossless", "not_measured",
-           "save_baselines"]
+__all__ = ["FAILED_OUTCOMES", "NO_REFERENCE", "Merged", "check_targets", "left_out", "load", "merge",
+           "not_lossless", "not_measured", "save_baselines"]

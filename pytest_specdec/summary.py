@@ -157,10 +157,9 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
     saved, failed, lossy = results.baseline_candidates()
 
     def left_out(are: str) -> str:
-        parts = [f"{len(group)} result(s){are} of {what} ({', '.join(r.test_id for r in group)})"
-                 for group, what in ((failed, "failed tests, which are no reference"),
-                                     (lossy, "configurations that are not lossless")) if group]
-        return "; ".join(parts)
+        from .baselines import left_out as said
+
+        return said([r.test_id for r in failed], [r.test_id for r in lossy], are)
 
     if state.settings.save_baseline and saved:
         try:
