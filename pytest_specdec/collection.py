@@ -324,12 +324,17 @@ def modify_items(items: list[pytest.Item], state: RunState, in_worker: bool = Fa
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason))
         elif issue is not None:
-            # A dry run's XPASS says the bug is fixed only where the backend plays the failure out.
-            strict = not state.dry_run or state.backend.reproduces_known_issues
+            strict = known_issues_strict(state)
             why = "" if strict else (f" (a dry run on the {state.backend} backend does not reproduce it: "
                                      f"an XPASS here does not mean it is fixed)")
             item.add_marker(pytest.mark.xfail(reason=f"known issue: {issue}{why}", strict=strict))
     items[:] = order_by_configuration(items, state)
+
+
+def known_issues_strict(state: RunState) -> bool:
+    """Whether this run marks known issues strict: a dry run's XPASS says the bug is fixed only
+    where the backend plays the failure out."""
+    return not state.dry_run or state.backend.reproduces_known_issues
 
 
 def case_of(item: pytest.Item) -> MatrixCase | None:

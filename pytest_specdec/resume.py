@@ -36,7 +36,7 @@ from .recording import (AWAITS_PROPERTY, REMEASURED_PROPERTY, RESUMED_PROPERTY, 
                         attach_to_report, drop_results)
 from .result import RECORD_DAMAGE, Result
 from .session import (REPLACED_KEY, STOOD_IN_KEY, Judged, item_fingerprint, journal_for, judge,
-                      recording_tests, unsettled_reason, workload_key, xfail_reason, xpasses_strictly)
+                      may_xfail, recording_tests, unsettled_reason, workload_key, xfail_reason)
 from .state import RunState
 
 
@@ -76,7 +76,7 @@ def resume_done(items: list[pytest.Item], state: RunState, gate: Gate) -> None:
         judged = _judged(resumed, state, gate, claimed, replaced, journal)
         # a reference this run measures compares it later: its own test must give that verdict
         awaits = judged.unsettled is not None and _compared_here(resumed, judged.unsettled, measured_here)
-        if judged.failures or _may_xfail(item) or awaits:
+        if judged.failures or may_xfail(item) or awaits:
             _stand_in(item, resumed, record, journal, state, gate, claimed, measured_here)
             stood_in.add(item.nodeid)
         else:
@@ -128,17 +128,6 @@ def _readable(record: JournalRecord, journal: Journal) -> Result | None:
         return None
 
 
-def _may_xfail(item: pytest.Item) -> bool:
-    """Whether an xfail mark of `item` holds (a known issue): whether its outcome is xfailed,
-    xpassed or XPASS(strict) is pytest's to decide, as for a measuring test."""
-    try:  # pytest's own reading of its marks, as `collection.will_run` reads them
-        from _pytest.skipping import evaluate_xfail_marks
-
-        return evaluate_xfail_marks(item) is not None
-    except Exception:
-        return item.get_closest_marker("xfail") is not None
-
-
 def _stand_in(item: pytest.Item, resumed: Result, record: JournalRecord, journal: Journal,
               state: RunState, gate: Gate, claimed: set[str],
               measured_here: set[tuple[MatrixCase, str]]) -> None:
@@ -161,7 +150,7 @@ def _stand_in(item: pytest.Item, resumed: Result, record: JournalRecord, journal
         attach_to_report(item, judged.result)
         if judged.failures:
             pytest.fail("\n".join([*judged.failures, whence]), pytrace=False)
-        if judged.unsettled is not None and xpasses_strictly(item):  # no XPASS on uncompared outputs
+        if judged.unsettled is not None and may_xfail(item):  # no XPASS on uncompared outputs
             pytest.skip(f"{unsettled_reason(xfail_reason(item), judged.unsettled)} {whence}")
         if judged.unsettled is not None and _compared_here(resumed, judged.unsettled, measured_here):
             # its reference, measured by another xdist worker, compares it later: its verdict is late
