@@ -337,7 +337,8 @@ def _verdicts(compared: dict[str, _Compared],
             continue
         outcome, why = lossless.known_issue_verdict(
             test.known_issue, check.reference.config, check.divergence,
-            f"the merge, against {check.reference.config} of shard {check.shard.shard}")
+            f"the merge, against {check.reference.config} of shard {check.shard.shard}",
+            strict=test.known_issue_strict)
         out[test_id] = (outcome, why, f"{test_id}: {why}" if outcome == "failed" else None)
     return out
 

@@ -64,18 +64,21 @@ class TestOutcome:
     comparisons: tuple[Mapping[str, Any], ...] = ()
     known_issue: str | None = None
     awaits: str | None = None
+    #: whether its known issue was marked strict (a dry run's may not be: `collection.known_issues_strict`)
+    known_issue_strict: bool = True
 
     def to_json(self) -> dict[str, Any]:
         return {"nodeid": self.nodeid, "outcome": self.outcome, "reason": self.reason,
                 "config": self.config, "comparisons": list(self.comparisons),
-                "known_issue": self.known_issue, "awaits": self.awaits}
+                "known_issue": self.known_issue, "awaits": self.awaits,
+                "known_issue_strict": self.known_issue_strict}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> TestOutcome:
         known_issue, awaits = obj.get("known_issue"), obj.get("awaits")
         return cls(str(obj["nodeid"]), str(obj["outcome"]), obj.get("reason"), obj.get("config"),
                    tuple(obj.get("comparisons") or ()), None if known_issue is None else str(known_issue),
-                   None if awaits is None else str(awaits))
+                   None if awaits is None else str(awaits), obj.get("known_issue_strict") is not False)
 
 
 def _case_json(case: MatrixCase) -> dict[str, Any]:
@@ -200,7 +203,7 @@ def outcomes(results: Results, plan: ShardPlan) -> tuple[TestOutcome, ...]:
     test resumed from the journal passed (its figures passed this run's checks, which compared
     them: `resume.py`), though pytest skipped it; a test whose verdict came after it ended
     (`Results.late_verdicts`), resumed or not, has that verdict."""
-    from .collection import configuration_in_nodeid
+    from .collection import configuration_in_nodeid, known_issues_strict
 
     out = []
     nodeids = list(results.outcomes) + [n for n in results.results if n not in results.outcomes]
@@ -217,7 +220,8 @@ def outcomes(results: Results, plan: ShardPlan) -> tuple[TestOutcome, ...]:
         case = recorded.case if recorded else None
         issue = results.state.known_issue(case.method, case.tp, case.budget) if case else None
         test = TestOutcome(nodeid, outcome, reason, configuration_in_nodeid(nodeid, plan.param_ids),
-                           comparisons, known_issue=issue.reason if issue else None)
+                           comparisons, known_issue=issue.reason if issue else None,
+                           known_issue_strict=known_issues_strict(results.state))
         if nodeid in late:  # it ended before the reference's test could compare it
             outcome, reason = late[nodeid]
             test = replace(test, outcome=outcome, reason=reason)
