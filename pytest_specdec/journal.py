@@ -100,9 +100,12 @@ class JournalRecord:
 class Journal:
     """A JSONL journal file. Cheap to construct; every method opens the file itself."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, said: set[tuple[int, str]] | None = None):
+        """`said`: the damaged lines already warned of, shared by the readers of one run so that
+        each is said once however often the run reads the journal."""
         self.path = Path(path)
         self._lock = FileLock(str(self.path) + ".lock")
+        self._said = said
 
     def append(self, config_id: str, workload: str, data: Mapping[str, Any] | None = None,
                *, status: str = DONE, fingerprint: str = "") -> JournalRecord:
@@ -193,12 +196,16 @@ class Journal:
                 continue
             yield lineno, rec
 
-    @staticmethod
-    def _skip(line: DamagedLine, damaged: list[DamagedLine] | None) -> None:
-        if damaged is None:
-            warnings.warn(str(line), JournalWarning, stacklevel=4)
-        else:
+    def _skip(self, line: DamagedLine, damaged: list[DamagedLine] | None) -> None:
+        if damaged is not None:
             damaged.append(line)
+            return
+        if self._said is not None:
+            if (line.lineno, line.what) in self._said:
+                return
+            self._said.add((line.lineno, line.what))
+        # located at the journal's line, not at whichever reader of the run came upon it first
+        warnings.warn_explicit(str(line), JournalWarning, filename=str(self.path), lineno=line.lineno)
 
     def done_keys(self) -> set[Key]:
         """(config id, workload) pairs whose last record is a finished measurement: what a

@@ -42,7 +42,7 @@ from .state import RunState
 def journal_for(state: RunState) -> Journal:
     from .shard_dir import journal_path
 
-    return Journal(journal_path(state))
+    return Journal(journal_path(state), said=state.journal_said)
 
 
 def workload_key(item: pytest.Item) -> str:

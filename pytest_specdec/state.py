@@ -39,6 +39,8 @@ class RunState:
         """A configured workload, read at configure time (`[[tool.specdec.workloads]]`)."""
         return self.workloads[name]
     tolerances: Tolerances = Tolerances()
+    #: the journal's damaged lines this run has warned of (`journal_for`): each said once
+    journal_said: set = field(default_factory=set, compare=False, repr=False)
 
     @property
     def lossless(self) -> Exactness:

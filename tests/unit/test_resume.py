@@ -572,3 +572,19 @@ def test_a_stand_ins_progress_line_says_its_figures_were_resumed(pytester):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["specdec [[]1/1[]] test_widgets: (resumed from .specdec/journal.jsonl, "
                                  "measured 2*; not measured now)"])
+
+
+def test_a_torn_journal_line_is_said_once_at_its_place(pytester, no_leftover_engines):
+    """A resumed run reads the journal more than once (what to resume, then each outputs check):
+    each read warned of the same torn line again, located in the plugin's code."""
+    project(pytester, methods=("ar", "ddtree"), max_new_tokens=12)
+    run(pytester).assert_outcomes(passed=2)
+    path = pytester.path / ".specdec" / "journal.jsonl"
+    with path.open("a") as journal:
+        journal.write('{"v": 2, "config_id": "x')
+    project(pytester, methods=("ar", "ddtree"), max_new_tokens=16)  # measured again: outputs compared
+    result = run(pytester, "--specdec-resume")
+    result.assert_outcomes(passed=2)
+    summary = result.stdout.str().split("warnings summary")[-1].split("-- Docs")[0]
+    assert summary.count("skipped an incomplete last line") == 1, summary
+    assert "pytest_specdec" not in summary, summary  # located at the journal's line
