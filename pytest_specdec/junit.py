@@ -62,9 +62,13 @@ def render(rows: Sequence[ReportRow], *, name: str = "pytest-specdec",
 
 def write(path: str | Path, rows: Sequence[ReportRow], *, name: str = "pytest-specdec",
           nodeids: Mapping[str, str] | None = None) -> Path:
+    """Replace `path` with the XML of `rows`, staged in a temporary file and renamed into place
+    as the report's other files are: a write killed midway leaves the earlier file, never half."""
+    from .baselines import _atomic_write
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(render(rows, name=name, nodeids=nodeids))
+    _atomic_write(path, render(rows, name=name, nodeids=nodeids).decode("utf-8"))
     return path
 
 

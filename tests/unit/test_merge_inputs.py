@@ -473,3 +473,24 @@ def test_an_interrupted_merge_says_so_in_one_line(shards, monkeypatch, capsys):
     assert code == 130
     assert capsys.readouterr().err == (f"python -m pytest_specdec merge: interrupted; --out {out} may hold "
                                        f"an incomplete merge: run the merge again\n")
+
+
+def test_a_merge_killed_while_writing_junit_leaves_the_earlier_junit_whole(shards, monkeypatch):
+    """The merge wrote junit.xml in place where the rest of its report is staged and renamed, so
+    a kill midway left half a file; now the earlier junit.xml stays until the new one is whole."""
+    import os
+
+    from pytest_specdec import __main__ as cli
+
+    out = shards / "merged"
+    out.mkdir()
+    (out / "junit.xml").write_text("<testsuites/>\n")
+
+    def killed(fd):  # the new file's bytes are written, its rename has not happened
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "fsync", killed)
+    code = cli.main(["merge", "--no-plots", "--out", str(out), str(shards / "shard-1"), str(shards / "shard-2")])
+    assert code == 130
+    assert (out / "junit.xml").read_text() == "<testsuites/>\n"
+    assert not list(out.glob(".junit.xml.*")), list(out.glob(".*"))
