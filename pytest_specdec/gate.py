@@ -153,7 +153,8 @@ def parse_tolerances(expr: str, *, source: str = "--specdec-compare-fail",
             raise SpecdecUsageError(f"{source}: {item!r} is not METRIC:TOLERANCE; {EXAMPLE}")
         _check_name(metric, source, known)
         if metric in out:
-            raise SpecdecUsageError(f"{source}: metric {metric!r} is given twice in {expr!r}")
+            raise SpecdecUsageError(f"{source}: metric {metric!r} is given twice in {expr!r}; "
+                                    f"give each metric once, with the tolerance meant")
         out[metric] = _parse_amount(metric, amount, source)
     return out
 

@@ -87,6 +87,9 @@ def _sizes(text: str) -> tuple[int, ...]:
         if size & (size - 1):  # the matrices accept powers of two only (config._check_tp)
             raise ValueError(f"{text!r}: {size} is not a power of two; tensor-parallel sizes "
                              f"are 1, 2, 4, 8, ...")
+    twice = sorted({size for size in sizes if sizes.count(size) > 1}, key=sizes.index)
+    if twice:  # refused as a matrix's repeated entry is: a slip, perhaps for another size
+        raise ValueError(f"{text!r} lists {', '.join(map(str, twice))} more than once; list each size once")
     return sizes
 
 

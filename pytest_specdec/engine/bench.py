@@ -131,6 +131,9 @@ def _checked(parser: argparse.ArgumentParser, ns: argparse.Namespace, engine_fla
     unknown = [m for m in methods if m not in METHODS]
     if not methods or unknown:
         parser.error(f"--methods {ns.methods!r}: give a comma-separated list of {', '.join(METHODS)}")
+    twice = sorted({m for m in methods if methods.count(m) > 1}, key=methods.index)
+    if twice:  # a second engine run of one method, its row printed twice
+        parser.error(f"--methods {ns.methods!r} lists {', '.join(twice)} more than once; list each method once")
     for name in ("budget", "requests", "max_new_tokens", "concurrency"):
         if getattr(ns, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(ns, name)}")

@@ -264,6 +264,7 @@ def test_bench_names_why_an_engine_exited_before_it_was_ready():
     (["--requests", "0"], "--requests must be >= 1, got 0"),
     (["--concurrency", "0"], "--concurrency must be >= 1, got 0"),
     (["--methods", "ddtree,foo"], "--methods 'ddtree,foo': give a comma-separated list of ar, dflash, ddtree"),
+    (["--methods", "ar,ddtree,ar"], "--methods 'ar,ddtree,ar' lists ar more than once; list each method once"),
     (["--json", "/nonexistent/results.json"], "--json /nonexistent/results.json: name a file in an existing folder"),
     (["--", "--block-size", "1"], "engine flags after '--': --block-size must be >= 2"),
     # the engine took the last --method: `--methods ar -- --method ddtree` reported ddtree's figures as ar's

@@ -24,6 +24,12 @@ def _usage_error(result: pytest.RunResult, message: str) -> None:
     (["--specdec-tp=3"], "--specdec-tp: '3': 3 is not a power of two; tensor-parallel sizes are "
                          "1, 2, 4, 8, ...*"),
     (["--specdec-tp=1,6"], "--specdec-tp: '1,6': 6 is not a power of two*"),
+    # refused as a repeat in [tool.specdec.matrix] is, not accepted silently
+    (["--specdec-tp=1,4,1"], "--specdec-tp: '1,4,1' lists 1 more than once; list each size once; "
+                             "--specdec-tp takes: *"),
+    (["--specdec-compare-fail=output_tok_s:5%,output_tok_s:3%"],
+     "--specdec-compare-fail: metric 'output_tok_s' is given twice in 'output_tok_s:5%,output_tok_s:3%'; "
+     "give each metric once*"),
     (["--specdec-arch=sm_999"], "--specdec-arch: 'sm_999': no family known for this architecture*; "
                                 "use one of sm_80, *sm_90*sm_120*"),
     (["--specdec-gpu-wait-timeout=inf"], "--specdec-gpu-wait-timeout: 'inf' must be a finite number greater "
@@ -37,6 +43,9 @@ def test_out_of_range_flag_values_are_usage_errors(pytester: pytest.Pytester, ar
 @pytest.mark.parametrize("ini, message", [
     ("specdec_gpus = 100", "ini specdec_gpus: '100' is more GPUs than one host has*"),
     ("specdec_tp = 3", "ini specdec_tp: '3': 3 is not a power of two*"),
+    ("specdec_tp = 2,2", "ini specdec_tp: '2,2' lists 2 more than once; list each size once*"),
+    ("specdec_compare_fail = ttft_ms:5%,ttft_ms:off", "ini specdec_compare_fail: metric 'ttft_ms' is given "
+                                                      "twice in *; give each metric once*"),
     ("specdec_arch = banana", "ini specdec_arch: 'banana' is not a GPU architecture*"),  # once "--specdec-arch"
     # values pytest cannot convert get the option's own words, not int()'s or float()'s
     ("specdec_gpus = two", "ini specdec_gpus: 'two' is not a whole number; --specdec-gpus takes: *"),
@@ -90,6 +99,12 @@ def test_a_toml_value_that_is_no_string_under_tool_pytest_says_how_to_write_it(
     pytester.makepyfile("def test_x(): pass")
     _usage_error(pytester.runpytest(), f"ini {toml.split()[0]}: *expects a string, got *; an ini value is "
                                        f"written as on the command line, in quotes: {fix}*")
+
+
+def test_a_tp_filter_repeating_a_size_in_tool_specdec_is_refused_naming_the_key(pytester: pytest.Pytester):
+    pytester.makepyprojecttoml("[tool.specdec]\ntp = [4, 1, 4]\n" + CPU_MATRIX)
+    pytester.makepyfile("def test_x(): pass")
+    _usage_error(pytester.runpytest(), "*'tp': '4,1,4' lists 4 more than once; list each size once*")
 
 
 def test_a_tp_filter_from_the_ini_is_named_as_such(pytester: pytest.Pytester):
