@@ -175,9 +175,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("backend", "server backend: auto (SGLang where it is importable and a GPU is present, "
            "else embedded), embedded or sglang", _backend, "auto", metavar="{auto,embedded,sglang}"),
     Option("arch", "pretend the GPUs are ARCH (e.g. sm_120) for dry runs: runs that family's suite "
-           "with its known issues on whatever backend is available", _arch, None, metavar="ARCH"),
-    Option("gpus", "GPU inventory to schedule on (default: detected; on a CPU machine, a simulated "
-           "inventory for scheduling tests)", _gpu_count, None, metavar="N"),
+           "with its known issues on whatever backend is available (on SGLang, on at most the GPUs "
+           "the run was given)", _arch, None, metavar="ARCH"),
+    Option("gpus", f"GPU inventory to schedule on, at most {MAX_GPUS} (default: detected; on a CPU "
+           f"machine, a simulated inventory for scheduling tests)", _gpu_count, None, metavar="N"),
     Option("server_url", "use the server running at URL; launch nothing and never stop it",
            _url, None, metavar="URL"),
     Option("save_baseline", "write this run's results into the baseline file for this hardware "

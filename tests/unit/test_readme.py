@@ -46,3 +46,37 @@ def test_the_readme_maps_every_test_verdict_to_its_table_text_and_figure_verdict
     assert {row[0].strip("`"): row[1].strip("`") for row in rows} == VERDICT_TEXT
     named = {word for row in rows for word in re.findall(r"`([^`]+)`", row[2])}
     assert named == set(FIGURE_VERDICTS)
+
+
+def readme_option_rows() -> dict[str, str]:
+    """The README's table of options: each flag (without its `=VALUE`) and its meaning."""
+    rows = re.findall(r"^\| `(--specdec-[a-z-]+)[^`]*` \| (.*) \|$", README.read_text(encoding="utf-8"), re.M)
+    return dict(rows)
+
+
+def test_every_options_help_states_the_readmes_limits_and_defaults():
+    """`pytest --help` for --specdec-gpus did not say the README's "at most 64", which the option
+    enforces. Each option's help (as --help and the ini's help show it) states every limit and
+    default the README's table gives, and a default the code has is the README's."""
+    from pytest_specdec.options import OPTIONS
+
+    rows = readme_option_rows()
+    assert set(rows) == {option.cli for option in OPTIONS}
+    for option in OPTIONS:
+        meaning, described = rows[option.cli], option.described
+        for limit in re.findall(r"at most (\d+)", meaning):
+            assert f"at most {limit}" in described, (option.cli, described)
+        defaults = re.findall(r"default:? `?([^`\s,;)]+)", meaning) + re.findall(r"`([^`]+)` \(default\)", meaning)
+        for default in defaults:
+            default = default.rstrip("/")
+            if option.default is not None:
+                shown = f"{option.default:g}" if isinstance(option.default, float) else str(option.default)
+                assert shown == default, (option.cli, option.default, default)
+            assert default in described, (option.cli, described)
+
+
+def test_the_gpu_limit_in_the_help_is_the_enforced_one():
+    from pytest_specdec.options import MAX_GPUS, OPTIONS_BY_NAME
+
+    assert f"at most {MAX_GPUS}" in OPTIONS_BY_NAME["gpus"].described
+    assert f"at most {MAX_GPUS}" in readme_option_rows()["--specdec-gpus"]
