@@ -79,6 +79,10 @@ class Backend:
         nothing to say."""
         return None
 
+    def other_configuration(self, case: MatrixCase, state: RunState) -> str | None:
+        """Why a test of `case` cannot have this run's server, known before it runs, or None."""
+        return None
+
     def _server_counter(self, url: str, fallback: Callable[[str], int] | None = None,
                         fallback_source: str = "") -> ServerTokenCounter:
         """The server's own count (its /v1/tokenize), one counter per URL for the session."""
@@ -349,6 +353,11 @@ class AttachBackend(Backend):
     #: tokens than a subword one that adds at most one special token, an upper bound
     FALLBACK_SOURCE = "as the embedded engine counts (BOS + one per UTF-8 byte), an upper bound"
 
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self._identity = None  # what the server says it is, once other_configuration asked
+        self._identity_read = False
+
     def server_spec(self, case: MatrixCase, state: RunState) -> ServerSpec:
         return ServerSpec(backend=self.name, method=case.method, tp=case.tp, budget=case.budget,
                           seed=state.config.engine.seed)
@@ -371,6 +380,28 @@ class AttachBackend(Backend):
         if served is False:
             text += "; a prompt that fits may be refused, and truncate cuts more than it needs to"
         return text
+
+    def other_configuration(self, case: MatrixCase, state: RunState) -> str | None:
+        """The server is another configuration than `case` (per its /server_info, read once);
+        None where it is `case` or does not say (its readiness check and tests report that)."""
+        from .servers.attach import mismatch
+
+        if not self._identity_read:
+            self._identity = self._served_identity(state.settings.server_url)
+            self._identity_read = True
+        if self._identity is None:
+            return None
+        return mismatch(state.settings.server_url, self._identity, self.server_spec(case, state))
+
+    @staticmethod
+    def _served_identity(url: str):
+        from .servers.attach import fetch_server_info, identify
+        from .servers.diagnosis import ServerError
+
+        try:
+            return identify(fetch_server_info(url.rstrip("/")))
+        except (ServerError, ValueError):
+            return None
 
     def check_ready(self, state: RunState) -> None:
         from .servers.attach import fetch_server_info

@@ -337,6 +337,20 @@ def known_issues_strict(state: RunState) -> bool:
     return not state.dry_run or state.backend.reproduces_known_issues
 
 
+def skip_other_configurations(items: Iterable[pytest.Item], state: RunState) -> None:
+    """Mark to skip, as collected, the tests whose server would be another configuration than the
+    one this run has (an attached server's): they are then not counted among those that can
+    record. A stand-in for resumed figures needs no server and keeps them."""
+    for item in items:
+        case = case_of(item)
+        if case is None or "specdec_server" not in getattr(item, "fixturenames", ()) \
+                or not will_run(item) or stands_in(item):
+            continue
+        reason = state.backend.other_configuration(case, state)
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
 def case_of(item: pytest.Item) -> MatrixCase | None:
     """The matrix cell an item is parametrized with, if any."""
     callspec = getattr(item, "callspec", None)

@@ -77,6 +77,13 @@ def _whole(info: dict, key: str) -> int:
         raise ValueError(f"its /server_info says {key} = {value!r}, which is not a whole number") from None
 
 
+def mismatch(url: str, identity: ServerIdentity, spec: ServerSpec) -> str | None:
+    """Why a test of `spec` skips on the server attached at `url`, or None where it is that spec."""
+    if identity.matches(spec):
+        return None
+    return f"attached server {url.rstrip('/')} is {identity.id} (per /server_info); this test needs {spec.id}"
+
+
 def fetch_server_info(url: str, timeout: float = 10.0) -> dict:
     """GET /server_info (or the pre-rename /get_server_info) as a dict. A server that takes the
     connection and never answers is `hang` (a stuck scheduler), not `unreachable`."""
@@ -123,11 +130,9 @@ class AttachedServer:
 
     def for_spec(self, spec: ServerSpec) -> AttachedServer:
         """This server, if it is `spec`; AttachMismatch otherwise."""
-        if not self.identity.matches(spec):
-            raise AttachMismatch(
-                f"attached server {self.url} is {self.identity.id} (per /server_info); "
-                f"this test needs {spec.id}"
-            )
+        reason = mismatch(self.url, self.identity, spec)
+        if reason is not None:
+            raise AttachMismatch(reason)
         self.spec = spec
         return self
 

@@ -207,17 +207,21 @@ def attached_engine(*flags: str) -> Iterator[tuple[str, subprocess.Popen]]:
         server.wait()
 
 
-def test_attach_to_a_running_server_uses_it_and_never_stops_it(pytester):
-    """--specdec-server-url: nothing is launched; tests of other configurations skip; the
-    server we did not start is still serving afterwards."""
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one-process", "xdist"])
+def test_attach_to_a_running_server_uses_it_and_never_stops_it(pytester, workers):
+    """--specdec-server-url: nothing is launched; tests of other configurations skip, and the
+    progress total does not count them (it read `specdec [1/2]` with the one test that could
+    measure done); the server we did not start is still serving afterwards."""
     import urllib.request
 
     with attached_engine("--method", "ddtree", "--budget", "8") as (url, server):
         project(pytester, budgets=(8, 16), backend="auto")  # a backend named would launch its own
-        result = run(pytester, f"--specdec-server-url={url}")
+        result = run(pytester, f"--specdec-server-url={url}", *workers)
         result.assert_outcomes(passed=1, skipped=1)
         result.stdout.fnmatch_lines([f"*specdec: backend attach (attached to {url})*",
-                                     "*SKIPPED*this test needs ddtree-tp1-b16*"])
+                                     "*specdec [[]1/1[]] ddtree-tp1-b8 chat:*",
+                                     "*SKIPPED*attached server * is ddtree-tp1-b8 (per /server_info); "
+                                     "this test needs ddtree-tp1-b16*"])
         assert not engine_processes(pytester.path), "attach mode must launch nothing"
         assert server.poll() is None, "the attached server must not be stopped"
         urllib.request.urlopen(url + "/health", timeout=10).read()
