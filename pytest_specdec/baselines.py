@@ -405,7 +405,8 @@ def load_baselines(path: str | Path, hardware_key: str, setter: Callable[[str], 
     for :func:`parse_baselines`."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        # utf-8-sig: an editor that saves a byte-order mark leaves the JSON itself intact
+        text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         return Baselines(hardware_key=hardware_key, entries={}, path=path)
     except (OSError, UnicodeDecodeError) as exc:

@@ -35,7 +35,7 @@ def load(path: str | Path, remade_by: str = REMADE_BY_A_SAVE) -> dict[str, float
     path = Path(path)
     fix = f"fix or delete it ({remade_by})"
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark an editor saved is no error
     except FileNotFoundError:
         return {}
     except (OSError, UnicodeDecodeError) as exc:  # a folder, unreadable: say so, not a traceback

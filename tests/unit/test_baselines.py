@@ -436,3 +436,23 @@ def test_an_empty_file_says_so(tmp_path):
     path.write_text("\n")
     with pytest.raises(SpecdecUsageError, match=r"cpu.json is empty .*; fix it, or move it aside"):
         load_baselines(path, "cpu")
+
+
+def test_a_baseline_file_an_editor_saved_with_a_byte_order_mark_is_read(tmp_path):
+    """Some Windows editors save UTF-8 with a byte-order mark; the JSON itself is intact, so the
+    file was refused as 'not valid JSON' for a character nobody can see."""
+    path = tmp_path / "cpu.json"
+    save_baselines(path, "cpu", {"a": [mv(value=5.0)]}, versions={})
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert load_baselines(path, "cpu").get("a", "output_tok_s").value == 5.0
+    save_baselines(path, "cpu", {"b": [mv(value=6.0)]}, versions={})  # a save merges into it
+    assert sorted(load_baselines(path, "cpu").entries) == ["a", "b"]
+
+
+def test_a_durations_file_with_a_byte_order_mark_is_read(tmp_path):
+    from pytest_specdec import durations
+
+    path = tmp_path / "durations.json"
+    durations.write(path, {"ar-tp1": 12.5})
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert durations.load(path) == {"ar-tp1": 12.5}
