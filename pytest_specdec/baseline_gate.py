@@ -119,8 +119,16 @@ class Gate:
 
     def compare(self, result: Result) -> list[Comparison]:
         """`result` against its baseline entries, with a warning where an entry measured
-        something else (:meth:`other_setup`), naming what (:meth:`what_changed`)."""
+        something else (:meth:`other_setup`), naming what (:meth:`what_changed`). Entries
+        another test of the same name and parameters saved (their node id is not `result`'s) are
+        a usage error, not compared."""
+        from .baselines import other_test, other_test_error
+
         baselines = self.baselines()
+        saved_by = other_test(baselines, result.test_id, result.nodeid)
+        if saved_by is not None:
+            raise other_test_error(self.state.baseline_path, result.test_id, result.nodeid, saved_by,
+                                   self.state.settings.setter("save_baseline"))
         for metric in result.metrics:
             entry = baselines.get(result.test_id, metric.name)
             if entry is not None and entry.direction != metric.direction:

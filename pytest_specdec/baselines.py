@@ -9,8 +9,12 @@ never drops other tests' entries.
 
 An entry keeps a figure's value and, for timing figures, the samples it was decided from (its
 distribution, calibrated for CPU contention where the run measured it), so that the gate can
-tell a regression from the noise of both runs. Version 1 files (values and spreads only) are
-still read.
+tell a regression from the noise of both runs. It also keeps the node id of the test that saved
+it (`tests/bench/test_x.py::test_gen[p]`): the file keys a test by its name and parameters, so
+two tests of one name in different files would otherwise be compared with each other's figures
+without a word (a run sees such a pair only when it collects both). Version 2 files (no node
+id: their entries match any test of their key) and version 1 files (values and spreads only)
+are still read.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ if TYPE_CHECKING:
     from .metrics import MetricValue
 
 FORMAT = "pytest-specdec-baselines"
-VERSION = 2
+#: 3: entries keep the node id of the test that saved them (a reader of 2 would refuse the key).
+VERSION = 3
 #: Saves whose samples a timing figure's entry pools: one run's samples share that run's moment
 #: on a shared machine; several runs' show how much the figure moves between runs.
 POOLED_RUNS = 3
@@ -94,7 +99,7 @@ def _now() -> str:
 FILE_KEYS = ("format", "version", "hardware_key", "entries", "setups")
 #: The keys an entry of this format may hold (BaselineEntry.to_json writes them).
 ENTRY_KEYS = ("value", "direction", "spread", "samples", "deterministic", "date", "versions", "commit",
-              "fingerprint", "distribution", "cpu_share", "runs")
+              "fingerprint", "distribution", "cpu_share", "runs", "nodeid")
 #: Keys earlier releases of this format wrote, read past: `calibrated` is `cpu_share` now.
 FORMER_ENTRY_KEYS = ("calibrated",)
 
@@ -115,6 +120,7 @@ class BaselineEntry:
     distribution: tuple[float, ...] = ()  # the samples of a timing figure (gate.py decides on them)
     cpu_share: float | None = None  # calibrated samples: their runs' CPU share (a running mean)
     runs: int = 1  # how many saves the distribution pools (at most POOLED_RUNS)
+    nodeid: str | None = None  # the pytest node id of the test that saved it; None: not recorded
 
     def pooled_with(self, newer: BaselineEntry) -> BaselineEntry:
         """`newer` (this save's entry) with the samples of the saves before it, when both
@@ -152,13 +158,13 @@ class BaselineEntry:
     @classmethod
     def from_metric(cls, metric: MetricValue, *, date: str | None = None,
                     versions: Mapping[str, str] | None = None, commit: str | None = None,
-                    fingerprint: str | None = None) -> "BaselineEntry":
+                    fingerprint: str | None = None, nodeid: str | None = None) -> "BaselineEntry":
         return cls(
             value=float(metric.value), direction=metric.direction, spread=float(metric.spread),
             samples=int(metric.samples), deterministic=metric.deterministic, date=date or _now(),
             versions=tuple(sorted((versions or {}).items())), commit=commit,
             fingerprint=fingerprint,
-            distribution=tuple(metric.distribution), cpu_share=metric.cpu_share,
+            distribution=tuple(metric.distribution), cpu_share=metric.cpu_share, nodeid=nodeid,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -169,6 +175,7 @@ class BaselineEntry:
             **({"fingerprint": self.fingerprint} if self.fingerprint is not None else {}),
             "distribution": list(self.distribution), "cpu_share": self.cpu_share,
             "runs": self.runs,
+            **({"nodeid": self.nodeid} if self.nodeid is not None else {}),
         }
 
     @classmethod
@@ -219,6 +226,11 @@ class BaselineEntry:
             # str() of anything else matches no setup: every run would warn of another one
             raise SpecdecUsageError(f"{where}: 'fingerprint' must be a digest string or null, got "
                                     f"{fingerprint!r}; {fix}")
+        nodeid = obj.get("nodeid")
+        if nodeid is not None and (not isinstance(nodeid, str) or not nodeid):
+            # matched against the running test's node id: anything else would match none
+            raise SpecdecUsageError(f"{where}: 'nodeid' must be the saving test's node id "
+                                    f"(path::name[params]) or null, got {nodeid!r}; {fix}")
         distribution = obj.get("distribution", [])
         if distribution is None:
             distribution = []
@@ -233,7 +245,7 @@ class BaselineEntry:
             commit=None if commit is None else str(commit),
             fingerprint=fingerprint,
             distribution=tuple(float(v) for v in distribution),
-            cpu_share=cpu_share, runs=runs,
+            cpu_share=cpu_share, runs=runs, nodeid=nodeid,
         )
 
 
@@ -277,6 +289,35 @@ class Baselines:
             "entries": {t: {m: e.to_json() for m, e in sorted(ms.items())} for t, ms in sorted(self.entries.items())},
             **({"setups": {d: dict(p) for d, p in sorted(self.setups.items())}} if self.setups else {}),
         }
+
+
+def recorded_nodeid(nodeid: str | None) -> str | None:
+    """`nodeid` where it is a pytest node id (`path::name`), else None: a result read from a
+    journal record that kept none falls back to its test id, which names no file."""
+    return nodeid if nodeid and "::" in nodeid else None
+
+
+def other_test(baselines: Baselines, test_id: str, nodeid: str | None) -> str | None:
+    """The node id recorded in `test_id`'s entries when it is not `nodeid`'s (another test of the
+    same name and parameters, in another file or class, saved them), or None: entries that
+    record none (files saved before version 3) match any test of their key."""
+    nodeid = recorded_nodeid(nodeid)
+    if nodeid is None:
+        return None
+    return next((e.nodeid for _, e in sorted(baselines.entries.get(test_id, {}).items())
+                 if e.nodeid is not None and e.nodeid != nodeid), None)
+
+
+def other_test_error(source: object, test_id: str, nodeid: str, saved_by: str,
+                     save: str) -> SpecdecUsageError:
+    """The error for `nodeid` meeting the entries `saved_by` saved under their shared key
+    (`other_test`); `save` is how to save it again (a run's option or the merge's)."""
+    return SpecdecUsageError(
+        f"baseline file {source}: the entries of {test_id} belong to {saved_by}, not to {nodeid}: "
+        f"the file keys a test by its name and parameters, so these two tests would share one "
+        f"entry, and neither is compared with the other's figures; rename one of the test "
+        f"functions, or, if the test moved there, delete the entries of {test_id} and save them "
+        f"again with {save}")
 
 
 class WrongHardwareError(SpecdecUsageError):
@@ -431,6 +472,7 @@ def save_baselines(
     commit: str | None = None,
     date: str | None = None,
     fingerprints: Mapping[str, str | Fingerprint] | None = None,
+    nodeids: Mapping[str, str] | None = None,
     setter: Callable[[str], str] = _flag,
 ) -> Baselines:
     """Merge `results` ({test id: metrics}) into the file at `path` and return the merged set.
@@ -439,8 +481,10 @@ def save_baselines(
     now replaces its old entry, carrying `fingerprints[test id]` (what was measured: a digest,
     or a Fingerprint whose parts the file keeps under `setups`), except
     that a timing figure keeps the samples of the saves of the same setup before it
-    (`BaselineEntry.pooled_with`). The file is written to a temporary sibling, fsync'd and
-    moved into place with os.replace, all under a file lock. `setter` as for
+    (`BaselineEntry.pooled_with`), and `nodeids[test id]` (the node id of the test that measured
+    it; entries another test of the same key saved are refused, nothing written). The file is
+    written to a temporary sibling, fsync'd and moved into place with os.replace, all under a
+    file lock. `setter` as for
     :func:`parse_baselines`, for the errors of the file already there.
     """
     path = Path(path)
@@ -451,20 +495,29 @@ def save_baselines(
     with _lock_for(real):
         _remove_torn_writes(real)
         current = load_baselines(path, hardware_key, setter)
+        for test_id in results:
+            saved_by = other_test(current, test_id, (nodeids or {}).get(test_id))
+            if saved_by is not None:
+                raise other_test_error(path, test_id, str((nodeids or {})[test_id]), saved_by,
+                                       setter("save_baseline"))
         merged: dict[str, dict[str, BaselineEntry]] = {t: dict(m) for t, m in current.entries.items()}
         setups = dict(current.setups)
         for test_id, metrics in results.items():
             slot = merged.setdefault(test_id, {})
             measured = (fingerprints or {}).get(test_id)
+            nodeid = recorded_nodeid((nodeids or {}).get(test_id))
             digest = getattr(measured, "digest", measured)
             if digest is not None and hasattr(measured, "parts"):
                 setups[digest] = dict(measured.parts)
             for metric in metrics:
                 _check_saveable(metric, test_id, path)
                 entry = BaselineEntry.from_metric(
-                    metric, date=date, versions=versions, commit=commit, fingerprint=digest)
+                    metric, date=date, versions=versions, commit=commit, fingerprint=digest,
+                    nodeid=nodeid)
                 old = slot.get(metric.name)
-                slot[metric.name] = old.pooled_with(entry) if old is not None else entry
+                new = old.pooled_with(entry) if old is not None else entry
+                # a save that knows no node id (an older journal's record) keeps the one there
+                slot[metric.name] = replace(new, nodeid=nodeid or (old.nodeid if old else None))
         used = {e.fingerprint for ms in merged.values() for e in ms.values()}
         out = Baselines(hardware_key=hardware_key, entries=merged, path=path,
                         setups={d: p for d, p in setups.items() if d in used})
@@ -562,6 +615,9 @@ __all__ = [
     "collect_versions",
     "git_commit",
     "load_baselines",
+    "other_test",
+    "other_test_error",
     "parse_baselines",
+    "recorded_nodeid",
     "save_baselines",
 ]

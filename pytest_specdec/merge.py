@@ -391,7 +391,8 @@ def save_baselines(merged: Merged, baseline_dir: str | Path) -> list[Path]:
         baselines.save_baselines(
             path, manifest.hardware_key, {r.test_id: r.metrics for r in mine},
             versions=manifest.versions, commit=manifest.commit,
-            fingerprints={r.test_id: r.fingerprint for r in mine if r.fingerprint})
+            fingerprints={r.test_id: r.fingerprint for r in mine if r.fingerprint},
+            nodeids={r.test_id: r.nodeid for r in mine})
         if path not in written:
             written.append(path)
     if merged.durations():
@@ -416,8 +417,9 @@ def check_targets(merged: Merged, baseline_dir: str | Path | None) -> None:
         return
     durations.load(Path(baseline_dir) / DURATIONS_FILE, REMADE_BY_MERGING_BASELINES)
     for key in sorted({m.hardware_key for m in merged.shards}):
+        path = baselines.baseline_path(baseline_dir, key)
         try:
-            baselines.load_baselines(baselines.baseline_path(baseline_dir, key), key)
+            stored = baselines.load_baselines(path, key)
         except baselines.WrongHardwareError as exc:  # its advice is a run's, which picks its file by hardware
             shards = ", ".join(str(m.shard) for m in merged.shards if m.hardware_key == key)
             raise SpecdecUsageError(
@@ -427,6 +429,17 @@ def check_targets(merged: Merged, baseline_dir: str | Path | None) -> None:
         except SpecdecUsageError as exc:  # its advice is a run's: here the merge saves a new one
             raise SpecdecUsageError(str(exc).replace("--specdec-save-baseline",
                                                      "merge --save-baseline")) from None
+        owners: dict[str, str] = {}  # two shards' tests of one key would refuse each other too
+        for result, manifest, status in merged.results:  # the save would stop half-way through
+            nodeid = baselines.recorded_nodeid(result.nodeid)
+            if manifest.hardware_key != key or status != DONE or nodeid is None:
+                continue
+            saved_by = baselines.other_test(stored, result.test_id, nodeid) \
+                or (owners.get(result.test_id) if owners.get(result.test_id) != nodeid else None)
+            if saved_by is not None:
+                raise baselines.other_test_error(path, result.test_id, nodeid, saved_by,
+                                                 "merge --save-baseline")
+            owners[result.test_id] = nodeid
 
 
 __all__ = ["FAILED_OUTCOMES", "NO_REFERENCE", "Merged", "check_targets", "left_out", "load", "merge",

@@ -624,7 +624,7 @@ class Results:
             versions=baselines_mod.collect_versions(),
             commit=baselines_mod.git_commit(self.state.config.root),
             fingerprints={r.test_id: r.fingerprint for r in results if r.fingerprint},
-            setter=self.state.settings.setter)
+            nodeids={r.test_id: r.nodeid for r in results}, setter=self.state.settings.setter)
         return path
 
 

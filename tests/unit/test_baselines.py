@@ -456,3 +456,81 @@ def test_a_durations_file_with_a_byte_order_mark_is_read(tmp_path):
     durations.write(path, {"ar-tp1": 12.5})
     path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
     assert durations.load(path) == {"ar-tp1": 12.5}
+
+
+# ------------------------------------------------------------------ the saving test's node id
+
+
+def test_an_entry_keeps_the_node_id_of_the_test_that_saved_it(tmp_path):
+    from pytest_specdec.baselines import other_test
+
+    path = tmp_path / "cpu.json"
+    saved = save_baselines(path, "cpu", {"test_gen[p]": [mv()]}, versions={},
+                           nodeids={"test_gen[p]": "a/test_x.py::test_gen[p]"})
+    doc = json.loads(path.read_text())
+    assert doc["version"] == VERSION == 3
+    assert doc["entries"]["test_gen[p]"]["output_tok_s"]["nodeid"] == "a/test_x.py::test_gen[p]"
+    loaded = load_baselines(path, "cpu")
+    assert loaded.get("test_gen[p]", "output_tok_s") == saved.get("test_gen[p]", "output_tok_s")
+    assert other_test(loaded, "test_gen[p]", "a/test_x.py::test_gen[p]") is None
+    assert other_test(loaded, "test_gen[p]", "b/test_x.py::test_gen[p]") == "a/test_x.py::test_gen[p]"
+    # a record that kept no node id (its test id stands in) names no file: nothing to tell apart
+    assert other_test(loaded, "test_gen[p]", "test_gen[p]") is None
+
+
+def test_a_save_from_another_file_of_the_same_test_name_writes_nothing(tmp_path):
+    path = tmp_path / "cpu.json"
+    save_baselines(path, "cpu", {"test_gen[p]": [mv(value=1.0)]}, versions={},
+                   nodeids={"test_gen[p]": "a/test_x.py::test_gen[p]"})
+    before = path.read_bytes()
+    with pytest.raises(SpecdecUsageError) as info:
+        save_baselines(path, "cpu", {"test_gen[p]": [mv(value=2.0)], "other": [mv()]}, versions={},
+                       nodeids={"test_gen[p]": "b/test_x.py::test_gen[p]", "other": "b/test_x.py::other"})
+    assert str(info.value) == (
+        f"baseline file {path}: the entries of test_gen[p] belong to a/test_x.py::test_gen[p], not to "
+        f"b/test_x.py::test_gen[p]: the file keys a test by its name and parameters, so these two tests "
+        f"would share one entry, and neither is compared with the other's figures; rename one of the "
+        f"test functions, or, if the test moved there, delete the entries of test_gen[p] and save them "
+        f"again with --specdec-save-baseline")
+    assert path.read_bytes() == before
+
+
+def test_version_2_entries_record_no_node_id_and_match_any_test_of_their_key(tmp_path):
+    """A file saved before entries kept their node id is read as before, and a save into it adds
+    the node id to the figures it writes (the others keep none)."""
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps({"format": FORMAT, "version": 2, "hardware_key": "cpu", "entries": {
+        "test_gen[p]": {"output_tok_s": {"value": 10.0, "direction": "higher"},
+                        "accept_length": {"value": 3.0, "direction": "higher", "deterministic": True}}}}))
+    assert load_baselines(path, "cpu").get("test_gen[p]", "output_tok_s").nodeid is None
+    save_baselines(path, "cpu", {"test_gen[p]": [mv(value=11.0)]}, versions={},
+                   nodeids={"test_gen[p]": "b/test_x.py::test_gen[p]"})
+    doc = json.loads(path.read_text())
+    assert doc["version"] == 3
+    assert doc["entries"]["test_gen[p]"]["output_tok_s"]["nodeid"] == "b/test_x.py::test_gen[p]"
+    assert "nodeid" not in doc["entries"]["test_gen[p]"]["accept_length"]
+
+
+def test_a_save_that_knows_no_node_id_keeps_the_one_there(tmp_path):
+    path = tmp_path / "cpu.json"
+    save_baselines(path, "cpu", {"t": [mv(value=1.0)]}, versions={}, nodeids={"t": "a/test_x.py::t"})
+    save_baselines(path, "cpu", {"t": [mv(value=2.0)]}, versions={})
+    assert load_baselines(path, "cpu").get("t", "output_tok_s").nodeid == "a/test_x.py::t"
+
+
+@pytest.mark.parametrize("nodeid", [3, "", ["a/test_x.py::t"]])
+def test_a_node_id_that_is_not_one_is_a_usage_error(tmp_path, nodeid):
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps({"format": FORMAT, "version": 3, "hardware_key": "cpu", "entries": {
+        "t": {"output_tok_s": {"value": 10.0, "direction": "higher", "nodeid": nodeid}}}}))
+    with pytest.raises(SpecdecUsageError, match=r"t output_tok_s: 'nodeid' must be the saving test's node id"):
+        load_baselines(path, "cpu")
+
+
+def test_a_file_of_a_newer_version_names_the_fix(tmp_path):
+    """What a release that reads only older versions says of a file this one saved."""
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps({"format": FORMAT, "version": VERSION + 1, "hardware_key": "cpu", "entries": {}}))
+    with pytest.raises(SpecdecUsageError, match=f"has format version {VERSION + 1}, newer than this "
+                                                f"pytest-specdec reads \\({VERSION}\\); upgrade pytest-specdec"):
+        load_baselines(path, "cpu")

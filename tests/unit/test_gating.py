@@ -437,9 +437,10 @@ def test_a_noisy_figure_passes_unless_strict_noise(pytester, monkeypatch):
 def test_the_journal_and_the_baseline_keep_the_figures_samples(pytester, monkeypatch):
     save_then_run(pytester, monkeypatch, tok_s=100.0)
     doc = json.loads((pytester.path / "baselines" / "cpu.json").read_text())
-    assert doc["version"] == 2
+    assert doc["version"] == 3
     entry = doc["entries"]["test_figures"]["output_tok_s"]
     assert set(entry) >= {"value", "distribution", "cpu_share"}
+    assert entry["nodeid"] == "test_figures.py::test_figures"
 
 
 def test_benchmark_skip_and_only_treat_recorded_tests_as_benchmarks(pytester, monkeypatch):
@@ -745,3 +746,28 @@ def test_two_recording_tests_of_one_name_in_two_files_are_refused(pytester, work
                "or class*rename one of the test functions*")
     (result.stderr if not workers else result.stdout).fnmatch_lines([message])
     assert not (pytester.path / "baselines" / "cpu.json").exists()
+
+
+def test_a_test_of_the_same_name_in_another_file_is_not_compared_with_the_saved_one(pytester):
+    """The file keys a test by its name and parameters: a baseline saved from a/test_x.py and a
+    later run of b/test_x.py alone (which the run's own shared-name check cannot see) compared B's
+    figures with A's without a word."""
+    pytester.makepyprojecttoml('[tool.specdec.tolerances]\noutput_tok_s = "10%"\n')
+    test = "def test_gen(specdec_record):\n    specdec_record.metric('output_tok_s', {})\n"
+    for folder, value in (("a", 100.0), ("b", 50.0)):
+        pytester.mkpydir(folder)
+        (pytester.path / folder / "test_x.py").write_text(test.format(value))
+    pytester.runpytest("-p", "no:cacheprovider", "a/test_x.py", "--specdec-save-baseline").assert_outcomes(passed=1)
+    result = pytester.runpytest("-p", "no:cacheprovider", "b/test_x.py")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*baseline file */baselines/cpu.json: the entries of test_gen belong to a/test_x.py::test_gen, "
+        "not to b/test_x.py::test_gen: the file keys a test by its name and parameters, *; rename one "
+        "of the test functions, or, if the test moved there, delete the entries of test_gen and save "
+        "them again with --specdec-save-baseline"])
+    assert "regression" not in result.stdout.str()
+    # a saving run of B stops the same way and leaves A's entry as it was
+    before = (pytester.path / "baselines" / "cpu.json").read_text()
+    pytester.runpytest("-p", "no:cacheprovider", "b/test_x.py", "--specdec-save-baseline").assert_outcomes(failed=1)
+    assert (pytester.path / "baselines" / "cpu.json").read_text() == before
+    pytester.runpytest("-p", "no:cacheprovider", "a/test_x.py").assert_outcomes(passed=1)

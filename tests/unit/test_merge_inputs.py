@@ -7,6 +7,7 @@ Two shard folders written in-process (no engine): shard 1 measured ar-tp1, shard
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -127,6 +128,35 @@ def test_a_baseline_file_of_other_hardware_stops_a_saving_merge_naming_its_optio
             f"the figures of shard(s) 1/2, 2/2, measured on 'cpu', go there; baselines do not transfer "
             f"between machines: move it aside, or point --baseline-dir elsewhere") in done.stderr
     assert "--specdec-" not in done.stderr
+    assert (where / "cpu.json").read_text() == before and not (shards / "merged").exists()
+
+
+def test_a_saving_merge_records_node_ids_and_stops_on_another_tests_entry(shards):
+    """Entries keep the node id of the test that saved them; one of another file under the same
+    name and parameters stops the merge before it writes anything, naming both tests."""
+    where = shards / "baselines"
+
+    def merge_saving() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
+                               str(shards / "merged"), str(shards / "shard-1"), str(shards / "shard-2"),
+                               "--save-baseline", "--baseline-dir", str(where)],
+                              capture_output=True, text=True, timeout=120)
+
+    done = merge_saving()
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads((where / "cpu.json").read_text())
+    assert {t: m["output_tok_s"]["nodeid"] for t, m in doc["entries"].items()} == \
+        {nodeid(c).split("::")[-1]: nodeid(c) for c in CASES}
+    test_id = nodeid(CASES[0]).split("::")[-1]
+    doc["entries"][test_id]["output_tok_s"]["nodeid"] = f"other/test_gen.py::{test_id}"
+    (where / "cpu.json").write_text(json.dumps(doc))
+    before = (where / "cpu.json").read_text()
+    shutil.rmtree(shards / "merged")
+    done = merge_saving()
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert (f"error: baseline file {where / 'cpu.json'}: the entries of {test_id} belong to "
+            f"other/test_gen.py::{test_id}, not to {nodeid(CASES[0])}: ") in done.stderr
+    assert "save them again with merge --save-baseline" in done.stderr
     assert (where / "cpu.json").read_text() == before and not (shards / "merged").exists()
 
 
