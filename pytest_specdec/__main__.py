@@ -18,7 +18,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
+from .baselines import LOCK_TIMEOUT_S
 from .errors import SpecdecUsageError
+
+
+def _seconds(text: str) -> float:
+    """A positive number of seconds (argparse says what is wrong with anything else)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
                             "key, and the durations into durations.json beside them")
     merge.add_argument("--baseline-dir", default="baselines", metavar="DIR",
                        help="folder of the baseline files (default: baselines)")
+    merge.add_argument("--lock-timeout", type=_seconds, default=LOCK_TIMEOUT_S, metavar="S",
+                       help="seconds --save-baseline waits for a baseline folder file's lock while "
+                            f"another run holds it, before it fails (default: {LOCK_TIMEOUT_S:g})")
     merge.add_argument("--no-plots", action="store_true", help="write no plots")
     return parser
 
@@ -77,7 +92,19 @@ def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
     for line in merge.not_measured(merged):
         print(f"specdec merge: not measured: {line}", file=out)
     if args.save_baseline:
-        for path in merge.save_baselines(merged, args.baseline_dir):
+        from .baselines import LockTimeout
+
+        def announce(text: str) -> None:
+            print(f"specdec merge: {text}", file=sys.stderr, flush=True)
+
+        lock = {"timeout": args.lock_timeout, "setting": "--lock-timeout", "announce": announce}
+        try:
+            saved = merge.save_baselines(merged, args.baseline_dir, lock)
+        except LockTimeout as exc:
+            raise SpecdecUsageError(f"{exc}; the figures stay in the shard folders: once the lock is "
+                                    f"free, merge again with --save-baseline (a figure saved already "
+                                    f"is not pooled twice)") from None
+        for path in saved:
             print(f"specdec merge: saved into {path}", file=out)
         failed, lossy = merge.left_out(merged)
         if failed or lossy:  # as a run with --specdec-save-baseline says it

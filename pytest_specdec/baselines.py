@@ -19,6 +19,7 @@ are still read.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import difflib
 import json
@@ -30,7 +31,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 from .directions import METRIC_DIRECTIONS, Direction
 from .errors import SpecdecUsageError
@@ -47,6 +48,11 @@ VERSION = 3
 #: Saves whose samples a timing figure's entry pools: one run's samples share that run's moment
 #: on a shared machine; several runs' show how much the figure moves between runs.
 POOLED_RUNS = 3
+#: How long a save waits by default for the lock of a baseline folder's file (options.py's
+#: baseline_lock_timeout): a save holds it well under a second, so minutes mean a hung holder.
+LOCK_TIMEOUT_S = 120.0
+#: A wait for the lock this long is said once: a save takes milliseconds, so this is another run's.
+LOCK_QUIET_S = 2.0
 
 
 # --------------------------------------------------------------------------------------------
@@ -463,6 +469,71 @@ def _lock_for(path: Path) -> FileLock:
     return FileLock(str(path.with_name(f".{path.name}.lock")))
 
 
+class LockTimeout(SpecdecUsageError):
+    """The lock of a baseline folder's file stayed held past the save's bound; nothing was written."""
+
+
+@contextlib.contextmanager
+def locked(path: Path, *, timeout: float = LOCK_TIMEOUT_S, setting: str | None = None,
+           announce: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold the lock beside `path` (`_lock_for`) for the block, waiting at most `timeout` s for
+    another process to let it go: past `LOCK_QUIET_S` the wait is said once through `announce`
+    (the lock, its holder where /proc/locks tells, the time left and `setting`, which bounds
+    it); past `timeout`, LockTimeout, the block never runs. A holder that dies drops the lock
+    (flock), so only a live one, hung or slow, is waited for."""
+    from filelock import Timeout
+
+    setting = setting or _flag("baseline_lock_timeout")
+    lock = _lock_for(path)
+    quiet = min(LOCK_QUIET_S, timeout / 2)
+    try:
+        lock.acquire(timeout=quiet)
+    except Timeout:
+        holder = lock_holder(Path(lock.lock_file)) or "another process"
+        if announce is not None:
+            announce(f"baseline save: {lock.lock_file} is held by {holder}; waiting up to "
+                     f"{timeout - quiet:g}s more before the save fails (bound: {setting})")
+        try:
+            lock.acquire(timeout=timeout - quiet)
+        except Timeout:
+            holder = lock_holder(Path(lock.lock_file)) or holder
+            raise LockTimeout(
+                f"{lock.lock_file} stayed held by {holder} for {timeout:g}s ({setting}), so nothing "
+                f"was written into {path}; a save holds it well under a second: if no other save is "
+                f"under way, that process hung, so end it (the lock goes with it) and save again, "
+                f"or raise {setting} if it is just slow") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def lock_holder(lock_file: Path) -> str | None:
+    """`pid N (command)` of the process holding `lock_file`'s flock, from Linux's /proc/locks;
+    None where that does not tell (another OS, a holder in another PID namespace)."""
+    try:
+        st = os.stat(lock_file)
+        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in lines:
+        fields = line.split()
+        if "->" in fields or len(fields) < 6 or fields[5] != device:  # "->": a waiter, not the holder
+            continue
+        pid = fields[4]
+        if not pid.isdigit() or pid == "0":
+            return None
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                command = " ".join(fh.read().replace(b"\0", b" ").decode(errors="replace").split())
+        except OSError:
+            command = ""
+        return f"pid {pid} ({command[:120]})" if command else f"pid {pid}"
+    return None
+
+
 def save_baselines(
     path: str | Path,
     hardware_key: str,
@@ -474,6 +545,7 @@ def save_baselines(
     fingerprints: Mapping[str, str | Fingerprint] | None = None,
     nodeids: Mapping[str, str] | None = None,
     setter: Callable[[str], str] = _flag,
+    lock: Mapping[str, Any] | None = None,
 ) -> Baselines:
     """Merge `results` ({test id: metrics}) into the file at `path` and return the merged set.
 
@@ -484,15 +556,15 @@ def save_baselines(
     (`BaselineEntry.pooled_with`), and `nodeids[test id]` (the node id of the test that measured
     it; entries another test of the same key saved are refused, nothing written). The file is
     written to a temporary sibling, fsync'd and moved into place with os.replace, all under a
-    file lock. `setter` as for
-    :func:`parse_baselines`, for the errors of the file already there.
+    file lock, waited for as `lock` says (`locked`'s timeout, setting and announce). `setter` as
+    for :func:`parse_baselines`, for the errors of the file already there.
     """
     path = Path(path)
     real = through_links(path)
     real.parent.mkdir(parents=True, exist_ok=True)
     versions = collect_versions() if versions is None else versions
     date = date or _now()
-    with _lock_for(real):
+    with locked(real, **(lock or {})):
         _remove_torn_writes(real)
         current = load_baselines(path, hardware_key, setter)
         for test_id in results:
@@ -606,15 +678,19 @@ def left_out(failed: list[str], lossy: list[str], are: str = "") -> str:
 
 __all__ = [
     "FORMAT",
+    "LOCK_TIMEOUT_S",
     "left_out",
     "VERSION",
     "BaselineEntry",
     "Baselines",
+    "LockTimeout",
     "WrongHardwareError",
     "baseline_path",
     "collect_versions",
     "git_commit",
     "load_baselines",
+    "lock_holder",
+    "locked",
     "other_test",
     "other_test_error",
     "parse_baselines",

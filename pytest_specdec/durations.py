@@ -64,15 +64,15 @@ def load(path: str | Path, remade_by: str = REMADE_BY_A_SAVE) -> dict[str, float
 
 
 def save(path: str | Path, durations: Mapping[str, float],
-         remade_by: str = REMADE_BY_A_SAVE) -> dict[str, float]:
+         remade_by: str = REMADE_BY_A_SAVE, lock: Mapping[str, Any] | None = None) -> dict[str, float]:
     """Merge `durations` into the file (other configurations kept), atomically under a lock: the
     baseline folder's file, which every run and merge adds to; a broken one is a usage error
-    (`load`), not overwritten."""
-    from .baselines import _atomic_write, _lock_for, through_links
+    (`load`), not overwritten. `lock`: `baselines.locked`'s timeout, setting and announce."""
+    from .baselines import _atomic_write, locked, through_links
 
     path = through_links(Path(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _lock_for(path):
+    with locked(path, **(lock or {})):
         merged = {**load(path, remade_by), **_rounded(durations)}
         _atomic_write(path, _document(merged))
     return merged

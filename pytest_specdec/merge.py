@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from . import lossless
 from .errors import SpecdecUsageError
@@ -370,11 +370,12 @@ def left_out(merged: Merged) -> tuple[list[str], list[str]]:
 NO_REFERENCE = ("failed", "error", "xfailed")
 
 
-def save_baselines(merged: Merged, baseline_dir: str | Path) -> list[Path]:
+def save_baselines(merged: Merged, baseline_dir: str | Path,
+                   lock: Mapping[str, Any] | None = None) -> list[Path]:
     """Each shard's journaled figures (as a run's --specdec-save-baseline saves them: every
     finished measurement but those :func:`left_out` names) into the baseline file of its
     hardware key, merged into what is there, with the shard's versions and commit; and the
-    durations beside them."""
+    durations beside them. `lock`: how long each file's lock is waited for (`baselines.locked`)."""
     from . import baselines, durations
     from .shard import DURATIONS_FILE
 
@@ -392,12 +393,12 @@ def save_baselines(merged: Merged, baseline_dir: str | Path) -> list[Path]:
             path, manifest.hardware_key, {r.test_id: r.metrics for r in mine},
             versions=manifest.versions, commit=manifest.commit,
             fingerprints={r.test_id: r.fingerprint for r in mine if r.fingerprint},
-            nodeids={r.test_id: r.nodeid for r in mine})
+            nodeids={r.test_id: r.nodeid for r in mine}, lock=lock)
         if path not in written:
             written.append(path)
     if merged.durations():
         written.append(Path(baseline_dir) / DURATIONS_FILE)
-        durations.save(written[-1], merged.durations(), REMADE_BY_MERGING_BASELINES)
+        durations.save(written[-1], merged.durations(), REMADE_BY_MERGING_BASELINES, lock=lock)
     return written
 
 

@@ -221,6 +221,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("gpu_wait_timeout", "seconds a configuration may wait for free GPUs (its lease) while "
            "other configurations, or another run on this host, hold them, before its test fails",
            _positive_float, 3600.0, metavar="S"),
+    Option("baseline_lock_timeout", "seconds a save of the baseline file (or durations.json) waits "
+           "for its lock while another run holds it, before it fails saving nothing (the figures "
+           "stay in the journal)", _positive_float, 120.0, metavar="S"),
     Option("restart_on_crash", "restart a crashed server up to N times per configuration",
            _count, 0, metavar="N"),
     Option("tp", "run only the configurations of these tensor-parallel sizes (e.g. 8, or 1,4): "

@@ -432,9 +432,11 @@ class Controller:
 
             _results(self.config).collected |= collected_tests(self.config)
 
+            from .fixtures import _announcer
+
             session.exitstatus = self._failed_if_problems(summary.finish(
                 _results(self.config), self.durations, self.config.stash.get(SHARD_KEY, None),
-                self.shard, exitstatus, self.notes, self.problems))
+                self.shard, exitstatus, self.notes, self.problems, _announcer(self.config)))
 
     @hookimpl(wrapper=True)  # after every plugin's summary, also one that raises: ours ends the run
     def pytest_terminal_summary(self, terminalreporter):

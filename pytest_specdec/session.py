@@ -16,7 +16,7 @@ import errno
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, Callable, NoReturn
 
 import pytest
 from filelock import FileLock
@@ -615,17 +615,25 @@ class Results:
                 (not_lossless if result.nodeid in lossy else saved).append(result)
         return saved, failed, not_lossless
 
-    def save_baseline(self, results: list[Result]) -> Path:
+    def save_baseline(self, results: list[Result],
+                      announce: Callable[[str], None] | None = None) -> Path:
         """Merge `results` (:meth:`baseline_candidates`) into the baseline file (atomic, locked;
-        other entries are kept)."""
+        other entries are kept); `announce` prints a long wait for the lock."""
         path = self.state.baseline_path
         baselines_mod.save_baselines(
             path, self.state.hardware.key, {r.test_id: r.metrics for r in results},
             versions=baselines_mod.collect_versions(),
             commit=baselines_mod.git_commit(self.state.config.root),
             fingerprints={r.test_id: r.fingerprint for r in results if r.fingerprint},
-            nodeids={r.test_id: r.nodeid for r in results}, setter=self.state.settings.setter)
+            nodeids={r.test_id: r.nodeid for r in results}, setter=self.state.settings.setter,
+            lock=lock_bound(self.state, announce))
         return path
+
+
+def lock_bound(state: RunState, announce: Callable[[str], None] | None) -> dict[str, Any]:
+    """The bound on a save's wait for a baseline folder file's lock, as `baselines.locked` takes it."""
+    return {"timeout": state.settings.baseline_lock_timeout,
+            "setting": state.settings.setter("baseline_lock_timeout"), "announce": announce}
 
 
 def _reason(report: pytest.TestReport) -> str:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from .errors import SpecdecUsageError
-from .session import Results
+from .session import Results, lock_bound
 
 if TYPE_CHECKING:
     from .durations import Durations
@@ -144,9 +144,11 @@ def _uncompared_gate(results: Results) -> str | None:
             f"or fix a misspelt name in the file")
 
 
-def _write_outputs(results: Results, table: list, notes: list[str], problems: list[str]) -> None:
+def _write_outputs(results: Results, table: list, notes: list[str], problems: list[str],
+                   announce: Callable[[str], None] | None = None) -> None:
     """The baseline file, the report folder and the CI summary, at session end whether or not a
-    terminal summary follows (another plugin's summary may raise, or the terminal be off)."""
+    terminal summary follows (another plugin's summary may raise, or the terminal be off);
+    `announce` prints a long wait for the baseline file's lock."""
     from . import report  # matplotlib and friends load only when there is something to report
     from .relpaths import relative_path
 
@@ -163,9 +165,9 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
 
     if state.settings.save_baseline and saved:
         try:
-            path = results.save_baseline(saved)
+            path = results.save_baseline(saved, announce)
         except (OSError, SpecdecUsageError) as exc:
-            problems.append(f"baseline not saved: {_why(exc, state.baseline_path)}")
+            problems.append(f"baseline not saved: {_why(exc, state.baseline_path)}{_kept(exc, state)}")
         else:
             skipped = f"; left out {left_out('')}" if failed or lossy else ""
             notes.append(f"saved {len(saved)} result(s) into {path}{skipped}")
@@ -190,11 +192,12 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
 
 
 def finish(results: Results, durations: Durations | None, plan: ShardPlan | None,
-           shard: Recorder | None, exitstatus: int, notes: list[str], problems: list[str]) -> int:
+           shard: Recorder | None, exitstatus: int, notes: list[str], problems: list[str],
+           announce: Callable[[str], None] | None = None) -> int:
     """At session end, before the summary: the durations beside a saved baseline, the baseline,
     the report, the shard folder's outcomes; returns the exit status (an empty shard's run is a
     success, not pytest's "no tests collected"). What was written joins `notes`, a file that
-    cannot be written `problems`."""
+    cannot be written `problems`; `announce` prints a long wait for a baseline folder file's lock."""
     import pytest
 
     state = results.state
@@ -206,12 +209,12 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
         path = state.baseline_path.parent / DURATIONS_FILE
         try:
             durations_mod.save(path, seconds, f"the next run with {state.settings.setter('save_baseline')} "
-                                              f"writes it again")
+                                              f"writes it again", lock=lock_bound(state, announce))
         except (OSError, SpecdecUsageError) as exc:
             problems.append(f"durations not saved: {_why(exc, path)}")
     table = rows(results)
     if table:
-        _write_outputs(results, table, notes, problems)
+        _write_outputs(results, table, notes, problems, announce)
     elif state.settings.report:  # an old report there would read as this run's
         notes.append(nothing_reported(state))
     unchecked = None if plan is not None else unchecked_lossless(results)  # a merge checks a shard's
@@ -294,6 +297,18 @@ def sampled_lossless(results: Results) -> str | None:
 def nothing_reported(state) -> str:
     return (f"no report written to {state.path(state.settings.report)}: no test recorded figures or "
             f"failed (what is there is an earlier run's)")
+
+
+def _kept(exc: Exception, state) -> str:
+    """Where the figures a save could not write for the lock of the baseline file are kept, and
+    how to save them once it is free; empty for other errors (theirs say their fix)."""
+    from .baselines import LockTimeout
+
+    if not isinstance(exc, LockTimeout):
+        return ""
+    return (f"; the figures stay in the journal {state.path(state.settings.journal)}: once the lock "
+            f"is free, a run with {state.settings.setter('resume')} {state.settings.setter('save_baseline')} "
+            f"saves them without measuring again")
 
 
 def _why(exc: Exception, path) -> str:

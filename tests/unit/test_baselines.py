@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
 import stat
+import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -534,3 +537,64 @@ def test_a_file_of_a_newer_version_names_the_fix(tmp_path):
     with pytest.raises(SpecdecUsageError, match=f"has format version {VERSION + 1}, newer than this "
                                                 f"pytest-specdec reads \\({VERSION}\\); upgrade pytest-specdec"):
         load_baselines(path, "cpu")
+
+
+# ------------------------------------------------------------------ a lock another run holds
+
+
+@contextlib.contextmanager
+def held_by_another_process(lock_file):
+    """`lock_file` locked (as a save locks it) by a child process, as a hung run would hold it."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom filelock import FileLock\n"
+         "lock = FileLock(sys.argv[1])\nlock.acquire()\nprint('held', flush=True)\ntime.sleep(300)", str(lock_file)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "held"
+        yield child
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_save_waits_for_a_held_lock_only_so_long_saying_who_holds_it(tmp_path):
+    """A save waited on the lock without a bound and in silence, so a run that hung holding it
+    hung every later save too."""
+    from pytest_specdec.baselines import LockTimeout
+
+    path = tmp_path / "cpu.json"
+    save_baselines(path, "cpu", {"a": [mv(value=1.0)]}, versions={})
+    before = path.read_bytes()
+    lines: list[str] = []
+    with held_by_another_process(tmp_path / ".cpu.json.lock") as holder:
+        with pytest.raises(LockTimeout) as info:
+            save_baselines(path, "cpu", {"a": [mv(value=2.0)]}, versions={},
+                           lock={"timeout": 0.5, "setting": "--specdec-baseline-lock-timeout",
+                                 "announce": lines.append})
+    lock_file = tmp_path / ".cpu.json.lock"
+    who = f"pid {holder.pid} (" if os.path.exists("/proc/locks") else "another process"
+    assert len(lines) == 1
+    assert lines[0].startswith(f"baseline save: {lock_file} is held by {who}")
+    assert lines[0].endswith("; waiting up to 0.25s more before the save fails "
+                             "(bound: --specdec-baseline-lock-timeout)")
+    message = str(info.value)
+    assert message.startswith(f"{lock_file} stayed held by {who}")
+    assert (f"for 0.5s (--specdec-baseline-lock-timeout), so nothing was written into {path}; "
+            f"a save holds it well under a second: if no other save is under way, that process hung, "
+            f"so end it (the lock goes with it) and save again, or raise "
+            f"--specdec-baseline-lock-timeout if it is just slow") in message
+    assert path.read_bytes() == before
+    # its holder gone, the lock is free at once
+    save_baselines(path, "cpu", {"a": [mv(value=2.0)]}, versions={}, lock={"timeout": 0.5})
+    assert load_baselines(path, "cpu").get("a", "output_tok_s").value == 2.0
+
+
+def test_the_durations_file_s_lock_is_bounded_too(tmp_path):
+    from pytest_specdec import durations
+    from pytest_specdec.baselines import LockTimeout
+
+    path = tmp_path / "durations.json"
+    with held_by_another_process(tmp_path / ".durations.json.lock"):
+        with pytest.raises(LockTimeout, match="stayed held by"):
+            durations.save(path, {"ar-tp1": 1.0}, lock={"timeout": 0.4})
+    assert not path.exists()

@@ -771,3 +771,44 @@ def test_a_test_of_the_same_name_in_another_file_is_not_compared_with_the_saved_
     pytester.runpytest("-p", "no:cacheprovider", "b/test_x.py", "--specdec-save-baseline").assert_outcomes(failed=1)
     assert (pytester.path / "baselines" / "cpu.json").read_text() == before
     pytester.runpytest("-p", "no:cacheprovider", "a/test_x.py").assert_outcomes(passed=1)
+
+
+def test_a_save_that_another_run_blocks_says_so_and_fails_keeping_the_figures(pytester, monkeypatch):
+    """A run that hung holding the baseline file's lock made every later save wait forever, in
+    silence. The wait is said once and bounded; the save then fails, writing nothing, and says
+    where the figures are kept."""
+    import subprocess
+    import sys
+
+    pytester.makepyfile(test_figures=RECORDING_TEST)
+    pytester.runpytest("-p", "no:cacheprovider", "--specdec-save-baseline").assert_outcomes(passed=1)
+    baseline = pytester.path / "baselines" / "cpu.json"
+    before = baseline.read_text()
+    lock_file = pytester.path / "baselines" / ".cpu.json.lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom filelock import FileLock\nlock = FileLock(sys.argv[1])\n"
+         "lock.acquire()\nprint('held', flush=True)\ntime.sleep(300)", str(lock_file)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setenv("TOK_S", "90")
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-save-baseline",
+                                               "--specdec-baseline-lock-timeout=1", timeout=120)
+    finally:
+        holder.kill()
+        holder.wait()
+    result.assert_outcomes(passed=1)
+    assert result.ret != 0
+    result.stderr.fnmatch_lines([f"specdec: baseline save: {lock_file} is held by pid {holder.pid} (*); waiting "
+                                 f"up to 0.5s more before the save fails (bound: --specdec-baseline-lock-timeout)"])
+    journal = pytester.path / ".specdec" / "journal.jsonl"
+    result.stdout.fnmatch_lines([
+        f"specdec: ERROR: baseline not saved: {lock_file} stayed held by pid {holder.pid} (*) for 1s "
+        f"(--specdec-baseline-lock-timeout), so nothing was written into {baseline}; * the figures stay in "
+        f"the journal {journal}: once the lock is free, a run with --specdec-resume --specdec-save-baseline "
+        f"saves them without measuring again"])
+    assert baseline.read_text() == before
+    # as it says: the journaled figures are saved without measuring them again
+    monkeypatch.setenv("TOK_S", "1")
+    assert pytester.runpytest("-p", "no:cacheprovider", "--specdec-resume", "--specdec-save-baseline").ret == 0
+    assert json.loads(baseline.read_text())["entries"]["test_figures"]["output_tok_s"]["value"] == 90.0

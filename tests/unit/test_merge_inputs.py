@@ -160,6 +160,34 @@ def test_a_saving_merge_records_node_ids_and_stops_on_another_tests_entry(shards
     assert (where / "cpu.json").read_text() == before and not (shards / "merged").exists()
 
 
+def test_a_saving_merge_waits_for_a_held_lock_only_so_long(shards):
+    """merge --save-baseline waited on a baseline folder file's lock without a bound and in
+    silence while a hung run held it."""
+    where = shards / "baselines"
+    where.mkdir()
+    lock_file = where / ".cpu.json.lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom filelock import FileLock\nlock = FileLock(sys.argv[1])\n"
+         "lock.acquire()\nprint('held', flush=True)\ntime.sleep(300)", str(lock_file)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
+                               str(shards / "merged"), str(shards / "shard-1"), str(shards / "shard-2"),
+                               "--save-baseline", "--baseline-dir", str(where), "--lock-timeout", "1"],
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert (f"specdec merge: baseline save: {lock_file} is held by pid {holder.pid} (") in done.stderr
+    assert "waiting up to 0.5s more before the save fails (bound: --lock-timeout)" in done.stderr
+    assert f"error: {lock_file} stayed held by pid {holder.pid} (" in done.stderr
+    assert ("; the figures stay in the shard folders: once the lock is free, merge again with "
+            "--save-baseline (a figure saved already is not pooled twice)") in done.stderr
+    assert not (where / "cpu.json").exists()
+
+
 def test_a_damaged_journal_line_is_skipped_loudly_naming_shard_file_and_line(shards):
     """As a resumed run skips a damaged line of its journal and measures again what it lacks:
     the merge says where the line is and what it did, in its output and in the report; a line

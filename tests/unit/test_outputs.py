@@ -295,7 +295,8 @@ def test_a_github_step_summary_pointing_nowhere_is_a_warning(pytester, monkeypat
 
 def test_durations_that_cannot_be_saved_at_the_end_are_a_problem_not_a_traceback(tmp_path):
     (tmp_path / "spoiled").write_text("")  # the baseline folder became a file during the run
-    settings = SimpleNamespace(save_baseline=True, report=None, setter=lambda name: f"--specdec-{name}")
+    settings = SimpleNamespace(save_baseline=True, report=None, baseline_lock_timeout=120.0,
+                               setter=lambda name: f"--specdec-{name}")
     state = SimpleNamespace(settings=settings, baseline_path=tmp_path / "spoiled" / "cpu.json")
     problems: list[str] = []
     results = SimpleNamespace(state=state, all=lambda: [], outcomes={}, late_verdicts=dict,
