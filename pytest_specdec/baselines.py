@@ -311,7 +311,16 @@ def other_test(baselines: Baselines, test_id: str, nodeid: str | None) -> str | 
     if nodeid is None:
         return None
     return next((e.nodeid for _, e in sorted(baselines.entries.get(test_id, {}).items())
-                 if e.nodeid is not None and e.nodeid != nodeid), None)
+                 if e.nodeid is not None and not same_test(e.nodeid, nodeid)), None)
+
+
+def same_test(saved: str, nodeid: str) -> bool:
+    """Whether two node ids name one test though pytest chose another rootdir for one of them
+    (node ids are relative to it): the same name, and one file path ending in the other."""
+    saved_path, _, saved_name = saved.partition("::")
+    path, _, name = nodeid.partition("::")
+    return saved_name == name and (saved_path == path or saved_path.endswith("/" + path)
+                                   or path.endswith("/" + saved_path))
 
 
 def other_test_error(source: object, test_id: str, nodeid: str, saved_by: str,
@@ -695,5 +704,6 @@ __all__ = [
     "other_test_error",
     "parse_baselines",
     "recorded_nodeid",
+    "same_test",
     "save_baselines",
 ]

@@ -481,6 +481,21 @@ def test_an_entry_keeps_the_node_id_of_the_test_that_saved_it(tmp_path):
     assert other_test(loaded, "test_gen[p]", "test_gen[p]") is None
 
 
+def test_one_test_seen_from_another_rootdir_keeps_its_entries(tmp_path):
+    """Node ids are relative to pytest's rootdir, which moves with where a run starts and which
+    ini file it finds: the same test is not another test's."""
+    from pytest_specdec.baselines import other_test
+
+    path = tmp_path / "cpu.json"
+    save_baselines(path, "cpu", {"test_gen[p]": [mv()]}, versions={},
+                   nodeids={"test_gen[p]": "tests/bench/test_x.py::test_gen[p]"})
+    loaded = load_baselines(path, "cpu")
+    assert other_test(loaded, "test_gen[p]", "bench/test_x.py::test_gen[p]") is None
+    assert other_test(loaded, "test_gen[p]", "proj/tests/bench/test_x.py::test_gen[p]") is None
+    assert other_test(loaded, "test_gen[p]", "other/test_x.py::test_gen[p]") == "tests/bench/test_x.py::test_gen[p]"
+    assert other_test(loaded, "test_gen[p]", "tests/bench/ytest_x.py::test_gen[p]") is not None
+
+
 def test_a_save_from_another_file_of_the_same_test_name_writes_nothing(tmp_path):
     path = tmp_path / "cpu.json"
     save_baselines(path, "cpu", {"test_gen[p]": [mv(value=1.0)]}, versions={},
