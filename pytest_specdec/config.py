@@ -571,8 +571,9 @@ def parse(data: Mapping[str, Any], filename: str, root: Path) -> SpecdecConfig:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
+        raw = path.read_bytes()
+        # an editor's byte-order mark: invisible, and tomllib refuses it at line 1, column 1
+        return tomllib.loads(raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise SpecdecUsageError(f"{path.name}: invalid TOML ({exc}); fix the syntax") from None
     except UnicodeDecodeError as exc:  # TOML is UTF-8 by definition; tomllib does not say where

@@ -243,6 +243,17 @@ def test_non_utf8_known_issues_file_names_file_and_line(tmp_path: Path):
         config.load_known_issues(path)
 
 
+def test_a_known_issues_file_with_a_byte_order_mark_is_read(tmp_path: Path):
+    """An editor's invisible UTF-8 byte-order mark was refused as "Invalid statement (at line 1,
+    column 1)"."""
+    plain = tmp_path / "plain.toml"
+    plain.write_text("[[known_issues]]\nmethod = 'ddtree'\nreason = 'upstream bug'\n", encoding="utf-8")
+    marked = tmp_path / "known_issues.toml"
+    marked.write_text(plain.read_text(), encoding="utf-8-sig")
+    assert marked.read_bytes().startswith(b"\xef\xbb\xbf")
+    assert config.load_known_issues(marked) == config.load_known_issues(plain)
+
+
 def test_unreadable_toml_is_a_usage_error(tmp_path: Path):
     with pytest.raises(SpecdecUsageError, match=r"cannot be read \(.+\); fix its permissions"):
         config._read_toml(tmp_path)  # a directory: open() raises IsADirectoryError
