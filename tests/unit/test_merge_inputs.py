@@ -148,14 +148,14 @@ def test_a_saving_merge_records_node_ids_and_stops_on_another_tests_entry(shards
     assert {t: m["output_tok_s"]["nodeid"] for t, m in doc["entries"].items()} == \
         {nodeid(c).split("::")[-1]: nodeid(c) for c in CASES}
     test_id = nodeid(CASES[0]).split("::")[-1]
-    doc["entries"][test_id]["output_tok_s"]["nodeid"] = f"other/test_gen.py::{test_id}"
+    doc["entries"][test_id]["output_tok_s"]["nodeid"] = f"other/test_bench.py::{test_id}"
     (where / "cpu.json").write_text(json.dumps(doc))
     before = (where / "cpu.json").read_text()
     shutil.rmtree(shards / "merged")
     done = merge_saving()
     assert done.returncode == 2, done.stdout + done.stderr
     assert (f"error: baseline file {where / 'cpu.json'}: the entries of {test_id} belong to "
-            f"other/test_gen.py::{test_id}, not to {nodeid(CASES[0])}: ") in done.stderr
+            f"other/test_bench.py::{test_id}, not to {nodeid(CASES[0])}: ") in done.stderr
     assert "save them again with merge --save-baseline" in done.stderr
     assert (where / "cpu.json").read_text() == before and not (shards / "merged").exists()
 
