@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import multiprocessing
 import os
 import stat
-import subprocess
-import sys
 import tempfile
 
 import pytest
 
+from lock_support import held_by_another_process
 from pytest_specdec.baselines import (
     FORMAT,
     VERSION,
     BaselineEntry,
-    Baselines,
     baseline_path,
     collect_versions,
     git_commit,
@@ -555,21 +552,6 @@ def test_a_file_of_a_newer_version_names_the_fix(tmp_path):
 
 
 # ------------------------------------------------------------------ a lock another run holds
-
-
-@contextlib.contextmanager
-def held_by_another_process(lock_file):
-    """`lock_file` locked (as a save locks it) by a child process, as a hung run would hold it."""
-    child = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom filelock import FileLock\n"
-         "lock = FileLock(sys.argv[1])\nlock.acquire()\nprint('held', flush=True)\ntime.sleep(300)", str(lock_file)],
-        stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout.readline().strip() == "held"
-        yield child
-    finally:
-        child.kill()
-        child.wait()
 
 
 def test_a_save_waits_for_a_held_lock_only_so_long_saying_who_holds_it(tmp_path):

@@ -12,6 +12,7 @@ import re
 
 import pytest
 
+from lock_support import held_by_another_process
 
 RECORDING_TEST = """
 import os
@@ -777,26 +778,15 @@ def test_a_save_that_another_run_blocks_says_so_and_fails_keeping_the_figures(py
     """A run that hung holding the baseline file's lock made every later save wait forever, in
     silence. The wait is said once and bounded; the save then fails, writing nothing, and says
     where the figures are kept."""
-    import subprocess
-    import sys
-
     pytester.makepyfile(test_figures=RECORDING_TEST)
     pytester.runpytest("-p", "no:cacheprovider", "--specdec-save-baseline").assert_outcomes(passed=1)
     baseline = pytester.path / "baselines" / "cpu.json"
     before = baseline.read_text()
     lock_file = pytester.path / "baselines" / ".cpu.json.lock"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom filelock import FileLock\nlock = FileLock(sys.argv[1])\n"
-         "lock.acquire()\nprint('held', flush=True)\ntime.sleep(300)", str(lock_file)],
-        stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with held_by_another_process(lock_file) as holder:
         monkeypatch.setenv("TOK_S", "90")
         result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-save-baseline",
                                                "--specdec-baseline-lock-timeout=1", timeout=120)
-    finally:
-        holder.kill()
-        holder.wait()
     result.assert_outcomes(passed=1)
     assert result.ret != 0
     result.stderr.fnmatch_lines([f"specdec: baseline save: {lock_file} is held by pid {holder.pid} (*); waiting "

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from lock_support import held_by_another_process
 from pytest_specdec import __version__
 from pytest_specdec.configuration import MatrixCase
 from pytest_specdec.journal import Journal
@@ -166,19 +167,11 @@ def test_a_saving_merge_waits_for_a_held_lock_only_so_long(shards):
     where = shards / "baselines"
     where.mkdir()
     lock_file = where / ".cpu.json.lock"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom filelock import FileLock\nlock = FileLock(sys.argv[1])\n"
-         "lock.acquire()\nprint('held', flush=True)\ntime.sleep(300)", str(lock_file)],
-        stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with held_by_another_process(lock_file) as holder:
         done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
                                str(shards / "merged"), str(shards / "shard-1"), str(shards / "shard-2"),
                                "--save-baseline", "--baseline-dir", str(where), "--lock-timeout", "1"],
                               capture_output=True, text=True, timeout=120)
-    finally:
-        holder.kill()
-        holder.wait()
     assert done.returncode == 2, done.stdout + done.stderr
     assert (f"specdec merge: baseline save: {lock_file} is held by pid {holder.pid} (") in done.stderr
     assert "waiting up to 0.5s more before the save fails (bound: --lock-timeout)" in done.stderr

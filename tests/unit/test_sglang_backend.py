@@ -17,6 +17,8 @@ import pytest
 
 pytest.importorskip("torch")
 
+from test_guards_flow import AFTER_DDTREE  # noqa: E402
+
 STAND_IN = Path(__file__).with_name("fake_sglang.py")
 
 GENERATION_TEST = """
@@ -201,20 +203,6 @@ def test_a_release_without_tokenize_runs_the_workload_as_it_stands_and_says_so(p
                                  "not applied: a prompt too long fails its requests*"])
 
 
-AFTER_DDTREE = """
-import time
-from pathlib import Path
-
-
-def pytest_runtest_setup(item):
-    # ar's tests start once ddtree's figures are journaled: ddtree ends before its reference
-    if "ar-tp1" in item.nodeid:
-        journal = Path(item.config.rootpath) / ".specdec" / "journal.jsonl"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and "ddtree-tp1-b8" not in (
-                journal.read_text() if journal.exists() else ""):
-            time.sleep(0.1)
-"""
 
 
 @pytest.mark.parametrize("dist", ["load", "loadgroup"])
