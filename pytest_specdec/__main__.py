@@ -3,11 +3,13 @@
 Writes into DIR the merged results.json, report.md, report.tex and plots (the report writers
 of a run), junit.xml (JUnit-compatible), durations.json (this merge's durations alone, replacing
 an earlier merge's), and with --save-baseline the baseline file of each shard's hardware key and
-the durations added to the baseline folder's (for the next run's balance). Exit status: 0 when
-every shard finished and passed, 1 when a shard's gate failed, a shard is missing or did not
-finish (the report is still written and says what), 2 for shards that do not belong together, an
-output that cannot be written or a baseline or durations file of the baseline folder that is
-broken (checked before anything is written, so nothing is).
+the durations added to the baseline folder's (for the next run's balance). The files of DIR are
+written into a hidden folder inside it and moved in together once all are written (staging.py):
+an interrupted merge leaves the earlier merge's files, or part of its own, never some of each.
+Exit status: 0 when every shard finished and passed, 1 when a shard's gate failed, a shard is
+missing or did not finish (the report is still written and says what), 2 for shards that do not
+belong together, an output that cannot be written or a baseline or durations file of the
+baseline folder that is broken (checked before anything is written, so nothing is).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
-    from . import baselines, durations, junit, merge, report
+    from . import baselines, durations, junit, merge, report, staging
     from .relpaths import relative
     from .shard import DURATIONS_FILE
 
@@ -77,16 +79,16 @@ def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
     rows = [replace(row, reason=relative(row.reason, Path.cwd())) if row.reason else row
             for row in merged.rows]
     title = merged.title
-    files = report.write_report(target, rows, meta=merged.meta(), plots=not args.no_plots,
-                                title=title, option="--out")
+    # every output staged first, moved in together: --out never holds files of two merges
+    with staging.staged(target, ".merge-") as folder:
+        files = report.write_files(folder, rows, meta=merged.meta(), plots=not args.no_plots, title=title)
+        extra = [junit.write(folder / "junit.xml", rows, nodeids=merged.nodeids)]
+        if merged.durations():  # else none: an earlier merge's configurations would read as this one's
+            durations.write(folder / DURATIONS_FILE, merged.durations())
+            extra.append(folder / DURATIONS_FILE)
+        files = report.publish(files, folder, target, extra, previous=("junit.xml", DURATIONS_FILE))
     written = [files.results_json, files.markdown, files.latex, files.standalone, *files.plots,
-               junit.write(target / "junit.xml", rows, nodeids=merged.nodeids)]
-    seconds = target / DURATIONS_FILE
-    if merged.durations():  # replaced: an earlier merge's configurations would read as this one's
-        written.append(seconds)
-        durations.write(seconds, merged.durations())
-    elif seconds.is_file():
-        seconds.unlink()
+               *(target / path.name for path in extra)]
     report.write_github_summary(rows, title=title, meta=merged.meta())
     print(report.format_table(rows), file=out)
     for line in merge.not_measured(merged):

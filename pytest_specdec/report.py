@@ -304,47 +304,43 @@ def write_report(out_dir: str | Path, rows: Sequence[ReportRow], *, meta: Mappin
     is reported in `plot_error` and in report.md, never a crash at session end. report.md shows
     the PNGs, the LaTeX files include the PDFs. `option` is where `out_dir` was set, as an error
     names it."""
-    import shutil
-    import tempfile
-
+    from . import staging
     from .outputs import check_report_folder
 
     out_dir = Path(out_dir)
     check_report_folder(out_dir, option=option)  # a target of the wrong kind stops it before anything is written
-    out_dir.mkdir(parents=True, exist_ok=True)
     # Written into a hidden folder first, moved into place once all is written: never half a report.
-    staging = Path(tempfile.mkdtemp(dir=out_dir, prefix=".report-"))
-    try:
-        files = _write_files(staging, rows, meta=meta, plots=plots, title=title)
-        moved = [_move(path, staging, out_dir) for path in
-                 (files.results_json, files.markdown, files.latex, files.standalone, *files.plots)]
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    _remove_stale_plots(out_dir / "plots", set(moved[4:]))
-    return ReportFiles(*moved[:4], tuple(moved[4:]), files.plot_error)
+    with staging.staged(out_dir, ".report-") as folder:
+        files = write_files(folder, rows, meta=meta, plots=plots, title=title)
+        return publish(files, folder, out_dir)
 
 
-def _remove_stale_plots(folder: Path, written: set[Path]) -> None:
-    """An earlier report's plots this one did not draw (a metric no row has now) would read as
-    current beside it; only the plots' own file names are touched."""
+def previous_files() -> tuple[str, ...]:
+    """The paths, relative to the report folder, of every file an earlier report may have left
+    there: replaced or removed by the next, so that none reads as part of it (a plot of a metric
+    no row has now)."""
+    from .outputs import REPORT_FILES
     from .plots import PLOTTED
 
-    for _, _, stem, _ in PLOTTED:
-        for suffix in (".png", ".pdf"):
-            path = folder / f"{stem}{suffix}"
-            if path not in written and path.is_file():
-                path.unlink()
+    return (*REPORT_FILES, *(f"plots/{stem}{suffix}" for _, _, stem, _ in PLOTTED for suffix in (".png", ".pdf")))
 
 
-def _move(path: Path, staging: Path, out_dir: Path) -> Path:
-    target = out_dir / path.relative_to(staging)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(path, target)
-    return target
+def publish(files: ReportFiles, staging: Path, out_dir: Path, extra: Sequence[Path] = (),
+            previous: Sequence[str] = ()) -> ReportFiles:
+    """The report `write_files` staged (and `extra` files staged beside it), moved into
+    `out_dir` together once an earlier report's files (and `previous`) are removed."""
+    from . import staging as staging_mod
+
+    moved = staging_mod.publish(
+        staging, out_dir, (files.results_json, files.markdown, files.latex, files.standalone, *files.plots, *extra),
+        (*previous_files(), *previous))
+    plots = tuple(moved[4:4 + len(files.plots)])
+    return ReportFiles(*moved[:4], plots, files.plot_error)
 
 
-def _write_files(out_dir: Path, rows: Sequence[ReportRow], *, meta: Mapping[str, Any] | None,
-                 plots: bool, title: str) -> ReportFiles:
+def write_files(out_dir: Path, rows: Sequence[ReportRow], *, meta: Mapping[str, Any] | None,
+                plots: bool, title: str) -> ReportFiles:
+    """The report's files written into `out_dir`, a staging folder that `publish` empties."""
     from . import latex, plots as plots_mod
 
     results = out_dir / "results.json"
@@ -393,10 +389,13 @@ __all__ = [
     "ReportRow",
     "format_table",
     "measured",
+    "previous_files",
+    "publish",
     "render_markdown",
     "results_document",
     "row_from_result",
     "verdict_of",
+    "write_files",
     "write_github_summary",
     "write_report",
 ]

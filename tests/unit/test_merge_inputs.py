@@ -545,3 +545,69 @@ def test_a_merge_killed_while_writing_junit_leaves_the_earlier_junit_whole(shard
     assert code == 130
     assert (out / "junit.xml").read_text() == "<testsuites/>\n"
     assert not list(out.glob(".junit.xml.*")), list(out.glob(".*"))
+
+
+def merged_set(folder: Path) -> dict[str, str]:
+    """{path relative to `folder`: text} of every file in it, hidden ones too."""
+    return {str(p.relative_to(folder)): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _interrupt_on_call(calls: int):
+    """A stand-in that raises KeyboardInterrupt on its `calls`-th call and passes the others to `real`."""
+    def wrap(real):
+        count = [0]
+
+        def step(*args, **kwargs):
+            count[0] += 1
+            if count[0] == calls:
+                raise KeyboardInterrupt
+            return real(*args, **kwargs)
+        return step
+    return wrap
+
+
+@pytest.mark.parametrize("where, calls", [
+    ("pytest_specdec.report.results_document", 1),  # the report is being written
+    ("pytest_specdec.junit.render", 1),  # the report written, junit.xml being written
+    ("pytest_specdec.durations._document", 1),  # report and junit.xml written, durations.json being written
+    ("pathlib.Path.unlink", 2),  # the earlier merge's files being removed
+    ("os.replace", 3),  # this merge's files being moved in
+])
+def test_an_interrupted_merge_leaves_out_with_the_files_of_one_merge(shards, monkeypatch, where, calls):
+    """The merge wrote its report, then junit.xml, then durations.json into --out: interrupted
+    between them, it left a new report beside the earlier merge's junit.xml and durations.json.
+    Now every output is staged and the set moved in together: --out holds files of one merge."""
+    import importlib
+    import io
+
+    from pytest_specdec import __main__ as cli
+
+    def main(argv: list[str]) -> int:
+        try:
+            return cli.merge_command(cli._parser().parse_args(argv), out=io.StringIO())
+        except KeyboardInterrupt:
+            return 130
+
+    out = shards / "merged"
+    assert main(["merge", "--no-plots", "--out", str(out), str(shards / "shard-1"),
+                     str(shards / "shard-2")]) == 0
+    earlier = merged_set(out)
+    assert {"junit.xml", "durations.json", "results.json", "report.md"} <= set(earlier)
+    # the next merge, of shard 1 alone, differs in every file it writes
+    assert main(["merge", "--no-plots", "--out", str(shards / "alone"), str(shards / "shard-1")]) == 1
+    later = merged_set(shards / "alone")
+    assert all(later[name] != earlier[name] for name in ("junit.xml", "durations.json", "results.json", "report.md"))
+
+    module, _, name = where.rpartition(".")
+    owner = Path if module == "pathlib.Path" else importlib.import_module(module)
+    monkeypatch.setattr(owner, name, _interrupt_on_call(calls)(getattr(owner, name)))
+    code = main(["merge", "--no-plots", "--out", str(out), str(shards / "shard-1")])
+    monkeypatch.undo()
+    assert code == 130
+    found = merged_set(out)
+    assert not any(part.startswith(".") for path in found for part in Path(path).parts), found
+    one_merge = [files for files in (earlier, later)
+                 if all(files.get(path) == text for path, text in found.items())]
+    assert one_merge, f"--out holds files of two merges: {sorted(found)}"
+    if where.startswith("pytest_specdec."):
+        assert found == earlier  # interrupted before anything moved: the earlier set, whole

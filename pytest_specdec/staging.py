@@ -1,0 +1,47 @@
+"""A set of output files put into their folder together: written whole into a hidden staging
+folder inside it, then the earlier set's files removed and the new set's moved in.
+
+A writer interrupted while it writes leaves the earlier set as it was. The moves at the end are
+renames, each atomic but not all together: one interrupted there leaves part of one set (the
+earlier set's files still to be removed, or the new set's already moved), never files of two sets
+side by side. Files the set does not name (a shard's journal, a user's own) are left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+
+@contextmanager
+def staged(out_dir: Path, prefix: str) -> Iterator[Path]:
+    """A hidden folder inside `out_dir` (made where missing) to write the set into; removed at
+    the end with whatever was not moved out of it."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(dir=out_dir, prefix=prefix))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def publish(staging: Path, out_dir: Path, files: Sequence[Path], previous: Iterable[str]) -> list[Path]:
+    """`files` (inside `staging`) moved to the same places in `out_dir`, in their order, once every
+    file of `previous` (paths relative to `out_dir`: each file an earlier set may have left there)
+    is removed. Returns where each went."""
+    for name in previous:
+        (out_dir / name).unlink(missing_ok=True)
+    moved = []
+    for path in files:
+        target = out_dir / path.relative_to(staging)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, target)
+        moved.append(target)
+    return moved
+
+
+__all__ = ["publish", "staged"]
