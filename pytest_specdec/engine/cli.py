@@ -227,6 +227,7 @@ def server_args_dict(args: EngineArgs) -> dict:
         "random_seed": args.seed,
         "tp_size": 1,
         "dp_size": 1,
+        "pp_size": 1,
         "max_running_requests": args.max_batch,
         "attention_backend": f"specdec_kernels ({args.kernel_impl})",
         "speculative_algorithm": algorithm_of_method(args.method),
@@ -258,7 +259,7 @@ def _start(args: EngineArgs, started: float) -> int:
 
     from .runtime import build_server  # torch is imported here, after the cheap checks
 
-    server = build_server(args)
+    server = build_server(args, started)
     logs.SERVER.info(f"Engine built in {time.perf_counter() - started:.2f} s; binding {args.host}:{args.port}.")
     server.serve()
     return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from .. import __version__
@@ -17,7 +19,20 @@ from .server import EngineServer
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def build_server(args: EngineArgs) -> EngineServer:
+#: SGLang's CUDA graph phases, each timed in its startup figures; the engine captures no graph.
+GRAPH_PHASES = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend")
+
+
+def startup_time(*, load_weight: float, kv_cache_allocation: float, scheduler_e2e: float) -> dict:
+    """A scheduler's startup figures in seconds, in the shape SGLang's /server_info gives them."""
+    return {"load_weight": load_weight, "kv_cache_allocation": kv_cache_allocation,
+            "scheduler_e2e": scheduler_e2e, "cuda_graph": dict.fromkeys(GRAPH_PHASES, 0.0)}
+
+
+def build_server(args: EngineArgs, started: float | None = None) -> EngineServer:
+    """The engine's server, built and its scheduler started. `started`: the time.perf_counter()
+    at which the engine's launch began, which its engine-wide startup time runs from."""
+    begin = time.perf_counter()
     torch.set_num_threads(args.cpu_threads)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -44,15 +59,21 @@ def build_server(args: EngineArgs) -> EngineServer:
         drafter = None
         if is_speculative(args.method):
             drafter = BlockDrafter(model, args.block_size - 1, args.draft_agreement, args.seed)
+        loaded = time.perf_counter()
         decoder = SpeculativeDecoder(model, args.method, args.budget, drafter, args.max_batch,
                                      args.context_length, kernel_impl=args.kernel_impl,
                                      recurrent_tree=args.recurrent_tree, lossy=args.faults.lossy,
                                      seed=args.seed)
+        allocated = time.perf_counter()  # the decoder's time is its KV cache's
     metrics = EngineMetrics(args.served_model_name)
     metrics.spec_num_draft_tokens.set(args.budget + 1 if is_speculative(args.method) else 0)
     scheduler = Scheduler(decoder, drafter, metrics, args.context_length, args.decode_log_interval, args.faults,
                           cpu_threads=args.cpu_threads)
     scheduler.start()
+    scheduler.startup_time = startup_time(load_weight=loaded - begin, kv_cache_allocation=allocated - loaded,
+                                          scheduler_e2e=time.perf_counter() - begin)
+    engine_startup = {**scheduler.startup_time,
+                      "tokenizer_e2e": time.perf_counter() - (begin if started is None else started)}
     cfg = model.config
     model_info = {
         "model_path": args.served_model_name,
@@ -78,4 +99,4 @@ def build_server(args: EngineArgs) -> EngineServer:
     return EngineServer(host=args.host, port=args.port, scheduler=scheduler, metrics=metrics, faults=args.faults,
                         context_length=args.context_length, server_args=server_args_dict(args),
                         model_info=model_info, served_model_name=args.served_model_name, version=__version__,
-                        idle_timeout=args.http_idle_timeout)
+                        idle_timeout=args.http_idle_timeout, startup_time=engine_startup)

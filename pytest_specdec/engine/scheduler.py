@@ -149,6 +149,7 @@ class Scheduler:
         self.cpu_threads = cpu_threads
         self.max_batch = decoder.max_batch
         self.max_total_num_tokens = decoder.max_batch * context_length
+        self.startup_time: dict | None = None  # set once built (runtime.startup_time)
         self.inbox: queue.SimpleQueue[Request] = queue.SimpleQueue()
         self.waiting: collections.deque[Request] = collections.deque()
         self.running: list[Request] = []
@@ -205,7 +206,10 @@ class Scheduler:
             return True
 
     def internal_state(self) -> dict:
-        """/server_info's internal state. ``avg_spec_accept_length`` covers the decode-log
+        """The scheduler's live part of /server_info's internal state (the server adds the
+        resolved arguments and startup figures before it): ``num_running_reqs`` and
+        ``num_queue_reqs`` are the engine's own, which its tests poll; SGLang's /metrics carries
+        them. ``avg_spec_accept_length`` covers the decode-log
         intervals completed so far, as SGLang's does: the steps since the last decode-log line are
         not in it yet, and it is absent before the first line (or the first after a flush)."""
         with self._lock:

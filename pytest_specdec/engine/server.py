@@ -50,7 +50,8 @@ def _clock(wall: float) -> str:
 class EngineServer:
     def __init__(self, *, host: str, port: int, scheduler: Scheduler, metrics: EngineMetrics,
                  faults: FaultPlan, context_length: int, server_args: dict, model_info: dict,
-                 served_model_name: str, version: str, idle_timeout: float = 60.0) -> None:
+                 served_model_name: str, version: str, idle_timeout: float = 60.0,
+                 startup_time: dict | None = None) -> None:
         self.host, self.port = host, port
         self.scheduler = scheduler
         self.metrics = metrics
@@ -61,6 +62,7 @@ class EngineServer:
         self.served_model_name = served_model_name
         self.version = version
         self.idle_timeout = idle_timeout
+        self.startup_time = startup_time  # the engine's, from its launch to its scheduler started
         self.tokenizer = ByteTokenizer()
         self.ready = False
         self.created = int(time.time())
@@ -370,10 +372,25 @@ class EngineServer:
             **self.server_args,
             "max_total_num_tokens": self.scheduler.max_total_num_tokens,
             "max_req_input_len": context_rule.max_req_input_len(self.context_length),
-            "internal_states": [self.scheduler.internal_state()],
+            "startup_time": self.startup_time,
+            "internal_states": [self._internal_state()],
             "version": self.version,
+            "frontend": "python",
             **self._devices(),
         })
+
+    def _internal_state(self) -> dict:
+        """internal_states[0], as SGLang's scheduler answers it: the resolved server arguments,
+        the processes they span, the scheduler's startup figures and running-request limit, then
+        its live state (throughput, memory, acceptance)."""
+        args = self.server_args
+        return {
+            **args,
+            "world_size": args["dp_size"] * args["tp_size"] * args["pp_size"],
+            "startup_time": self.scheduler.startup_time,
+            "effective_max_running_requests_per_dp": self.scheduler.max_batch,
+            **self.scheduler.internal_state(),
+        }
 
     def _devices(self) -> dict:
         """The GPUs this process may use: CUDA_VISIBLE_DEVICES as its launcher set it (from a GPU

@@ -656,6 +656,33 @@ def test_server_info_reports_args_and_acceptance(ddtree):
         assert "version" in info
 
 
+def test_server_info_internal_state_carries_sglangs_keys(ddtree):
+    """SGLang's internal state is its scheduler's resolved server arguments plus the world size,
+    its startup figures and its running-request limit; the engine's held only live counts, so a
+    client reading `internal_states[0]["max_running_requests"]` or its `world_size` found nothing."""
+    for path in ("/server_info", "/get_server_info"):
+        info = ddtree.get(path).json()
+        state = info["internal_states"][0]
+        args = {k: v for k, v in info.items() if k not in (
+            "internal_states", "max_total_num_tokens", "max_req_input_len", "startup_time", "version",
+            "frontend", "cuda_visible_devices", "cuda_device_count", "cuda_device_uuids")}
+        assert {k: state.get(k) for k in args} == args
+        assert state["world_size"] == 1 and info["tp_size"] == info["dp_size"] == info["pp_size"] == 1
+        assert state["effective_max_running_requests_per_dp"] == info["max_running_requests"]
+        startup = state["startup_time"]
+        assert set(startup) == {"load_weight", "kv_cache_allocation", "scheduler_e2e", "cuda_graph"}
+        assert set(startup["cuda_graph"]) == {"prefill", "decode", "target_verify", "draft_prefill",
+                                              "draft_decode", "draft_extend"}
+        assert not any(startup["cuda_graph"].values())  # the engine captures no CUDA graph
+        assert 0 < startup["load_weight"] <= startup["scheduler_e2e"]
+        assert 0 < startup["kv_cache_allocation"] <= startup["scheduler_e2e"]
+        # the handler's own: the engine-wide figures, the scheduler's plus the launch's whole time
+        assert info["startup_time"] == {**startup, "tokenizer_e2e": info["startup_time"]["tokenizer_e2e"]}
+        assert info["startup_time"]["tokenizer_e2e"] >= startup["scheduler_e2e"]
+        assert info["frontend"] == "python"
+        assert {"last_gen_throughput", "memory_usage"} <= set(state)
+
+
 def test_no_prefix_is_reused_and_server_info_says_so_as_sglang_would(ddtree):
     """The engine prefills every prompt whole, as SGLang does with --disable-radix-cache; its
     /server_info claimed a radix cache by leaving that flag out (SGLang's default is on), which

@@ -300,6 +300,26 @@ def test_server_info_key_read_is_a_server_argument(server_args, key):
     assert key in names, moved([key], names, "ServerArgs (whose fields /server_info returns)")
 
 
+def test_the_engines_internal_state_adds_the_keys_sglangs_scheduler_adds(srt):
+    """The embedded engine's internal_states[0] adds these to its server arguments, as SGLang's
+    scheduler adds them to its resolved ones."""
+    topology = function(srt("managers/scheduler_components/internal_state.py"), "_add_topology")
+    keys = {template(t.slice) for n in ast.walk(topology) if isinstance(n, ast.Assign)
+            for t in n.targets if isinstance(t, ast.Subscript)}
+    assert keys == {"world_size", "startup_time", "effective_max_running_requests_per_dp",
+                    "last_gen_throughput"}, keys
+
+
+def test_the_engines_startup_figures_have_sglangs_shape(srt):
+    from pytest_specdec.engine import runtime
+
+    built = dict_keys(function(srt("observability/startup_time.py"), "build_scheduler_startup_time"))
+    assert built == set(runtime.startup_time(load_weight=0, kv_cache_allocation=0, scheduler_e2e=0)), built
+    phases = next(n.value for n in ast.walk(srt("model_executor/graph_memory_usage.py")) if isinstance(n, ast.Assign)
+                  and any(isinstance(t, ast.Name) and t.id == "GRAPH_MEMORY_USAGE_KEYS" for t in n.targets))
+    assert tuple(template(e) for e in phases.elts) == runtime.GRAPH_PHASES
+
+
 def test_max_req_input_len_is_in_the_schedulers_info(srt):
     keys = dict_keys(function(srt("managers/scheduler.py"), "get_init_info"))
     assert api.INFO_MAX_REQ_INPUT_LEN in keys, moved([api.INFO_MAX_REQ_INPUT_LEN], keys, "the scheduler's info")
