@@ -16,6 +16,7 @@ import pytest
 from report_support import row
 
 from pytest_specdec import outputs, summary
+from pytest_specdec.session import Results
 from pytest_specdec.errors import SpecdecUsageError
 from pytest_specdec.report import write_report
 
@@ -299,8 +300,7 @@ def test_durations_that_cannot_be_saved_at_the_end_are_a_problem_not_a_traceback
                                setter=lambda name: f"--specdec-{name}")
     state = SimpleNamespace(settings=settings, baseline_path=tmp_path / "spoiled" / "cpu.json")
     problems: list[str] = []
-    results = SimpleNamespace(state=state, all=lambda: [], outcomes={}, late_verdicts=dict,
-                              settled_known_issues=dict)
+    results = Results(state=state)  # a real one: a stand-in lagged behind each new late verdict
     status = summary.finish(results,
                             SimpleNamespace(seconds={"ar-tp1": 1.0}), None, None, pytest.ExitCode.OK, [],
                             problems)
