@@ -74,8 +74,9 @@ def pytest_configure(config: pytest.Config) -> None:
             from . import outputs
 
             outputs.check(state)  # a path that cannot be written stops the run here, not at its end
-        if state.settings.compare_fail or state.baseline_path.is_file():
-            # a bad baseline file or expression stops the run here, before any boot
+        if state.tolerances.any or state.baseline_path.is_file():
+            # a bad baseline file stops the run here, before any boot; a gate from any layer
+            # ([tool.specdec.tolerances] too) needs it readable
             _gate(config, state).check()
         if state.settings.shard is not None:
             from . import shard

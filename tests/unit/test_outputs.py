@@ -79,6 +79,16 @@ def test_a_baseline_file_that_is_a_folder_stops_a_gated_run_too(pytester):
                                "another --specdec-baseline-dir")
 
 
+def test_a_baseline_file_that_is_a_folder_stops_a_run_gated_by_the_tolerances_table(pytester):
+    """Only a gate given as --specdec-compare-fail (or its ini and compare_fail twins) was checked:
+    one from [tool.specdec.tolerances] read the folder as no baseline yet and passed every figure
+    as new, the summary suggesting 'cpu.json' for cpu.json."""
+    pytester.makepyprojecttoml('[tool.specdec]\n[tool.specdec.tolerances]\noutput_tok_s = "5%"\n')
+    (pytester.path / "baselines" / "cpu.json").mkdir(parents=True)
+    assert_usage_error(run(pytester), "baseline file */baselines/cpu.json is not a file; remove it or choose "
+                                      "another --specdec-baseline-dir")
+
+
 def test_a_baseline_file_linking_into_a_folder_that_cannot_be_made_stops_a_save(pytester):
     """A save writes where the link points: that folder must take the file, not the link's."""
     (pytester.path / "baselines").mkdir()
