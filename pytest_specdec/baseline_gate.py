@@ -36,6 +36,13 @@ class Gate:
         with the settings): its built-in and declared metrics must keep their direction. A mistake is a usage
         error before any server boots, not a failure after each measurement."""
         path = self.state.baseline_path
+        existing = next(p for p in path.parents if p.exists() or p == p.parent)
+        if existing.exists() and not existing.is_dir():
+            # read as "no baseline yet", every figure would pass as new, and no save could make one
+            raise SpecdecUsageError(f"baseline folder {path.parent} "
+                                    + ("is a file" if existing == path.parent else f"is inside {existing}, a file")
+                                    + f", so no baseline can be read from it or saved into it; point "
+                                    f"{self.state.settings.setter('baseline_dir')} at a folder")
         if path.exists() and not path.is_file():
             # read as "no baseline yet", every figure would pass as new
             raise SpecdecUsageError(f"baseline file {path} is not a file; remove it or choose another "

@@ -360,10 +360,11 @@ def test_require_baseline_names_a_baseline_folder_that_is_not_there_and_where_it
         "*no baseline to compare with in */baseline/cpu.json (required by ini specdec_require_baseline): the "
         "baseline folder */baseline does not exist (set by pyproject.toml [[]tool.specdec[]] key 'baseline_dir'), "
         "so nothing gated test_figures output_tok_s; save a baseline with --specdec-save-baseline"])
-    (pytester.path / "baseline").write_text("")
+    (pytester.path / "baseline").write_text("")  # nothing can be compared nor saved: the gated run stops
     result = pytester.runpytest("-p", "no:cacheprovider", "-rA")
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*: the baseline folder */baseline is not a folder (set by pyproject.toml *"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*: baseline folder */baseline is a file, so no baseline can be read from it or "
+                                 "saved into it; point pyproject.toml [[]tool.specdec[]] key 'baseline_dir' at a folder"])
     (pytester.path / "baseline").unlink()
     (pytester.path / "baseline").mkdir()
     (pytester.path / "baselines" / "cpu.json").rename(pytester.path / "baseline" / "cpus.json")

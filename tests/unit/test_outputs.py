@@ -89,6 +89,16 @@ def test_a_baseline_file_that_is_a_folder_stops_a_run_gated_by_the_tolerances_ta
                                       "another --specdec-baseline-dir")
 
 
+@pytest.mark.parametrize("folder, what", [("baselines", "is a file"), ("baselines/gpu", "is inside */baselines, a file")])
+def test_a_baseline_folder_that_is_a_file_stops_a_gated_run(pytester, folder, what):
+    """It read as no baseline yet: every gated figure passed as new, and the summary advised saving
+    one with --specdec-save-baseline, which refuses that folder."""
+    (pytester.path / "baselines").write_text("not a folder\n")
+    assert_usage_error(run(pytester, "--specdec-compare-fail=output_tok_s:5%", f"--specdec-baseline-dir={folder}"),
+                       f"baseline folder */{folder} {what}, so no baseline can be read from it or saved "
+                       f"into it; point --specdec-baseline-dir at a folder")
+
+
 def test_a_baseline_file_linking_into_a_folder_that_cannot_be_made_stops_a_save(pytester):
     """A save writes where the link points: that folder must take the file, not the link's."""
     (pytester.path / "baselines").mkdir()
