@@ -303,11 +303,15 @@ def _kept(exc: Exception, state) -> str:
     """Where the figures a save could not write for the lock of the baseline file are kept, and
     how to save them once it is free; empty for other errors (theirs say their fix)."""
     from .baselines import LockTimeout
+    from .shard_dir import folder, journal_path
 
     if not isinstance(exc, LockTimeout):
         return ""
-    return (f"; the figures stay in the journal {state.path(state.settings.journal)}: once the lock "
-            f"is free, a run with {state.settings.setter('resume')} {state.settings.setter('save_baseline')} "
+    # a shard journals into its own folder, which only a run of the same shard resumes from
+    same_shard = (f" (and this run's {state.settings.setter('shard')} and {state.settings.setter('report')})"
+                  if folder(state) is not None else "")
+    return (f"; the figures stay in the journal {journal_path(state)}: once the lock is free, a run with "
+            f"{state.settings.setter('resume')} {state.settings.setter('save_baseline')}{same_shard} "
             f"saves them without measuring again")
 
 

@@ -803,3 +803,24 @@ def test_a_save_that_another_run_blocks_says_so_and_fails_keeping_the_figures(py
     monkeypatch.setenv("TOK_S", "1")
     assert pytester.runpytest("-p", "no:cacheprovider", "--specdec-resume", "--specdec-save-baseline").ret == 0
     assert json.loads(baseline.read_text())["entries"]["test_figures"]["output_tok_s"]["value"] == 90.0
+
+
+def test_a_shards_blocked_save_names_the_shards_own_journal(pytester, monkeypatch):
+    """A shard journals into its folder, but the failed save named the project's journal, which an
+    earlier unsharded run had left with other figures: resuming it as advised saved those."""
+    pytester.makepyfile(test_figures=RECORDING_TEST)
+    pytester.runpytest("-p", "no:cacheprovider", "--specdec-save-baseline").assert_outcomes(passed=1)
+    baseline = pytester.path / "baselines" / "cpu.json"
+    shard = ["--specdec-shard=1/1", "--specdec-report=out"]
+    with held_by_another_process(pytester.path / "baselines" / ".cpu.json.lock"):
+        monkeypatch.setenv("TOK_S", "90")
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-save-baseline", *shard,
+                                               "--specdec-baseline-lock-timeout=1", timeout=120)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        f"specdec: ERROR: baseline not saved: * the figures stay in the journal {pytester.path / 'out' / 'journal.jsonl'}: "
+        f"once the lock is free, a run with --specdec-resume --specdec-save-baseline (and this run's "
+        f"--specdec-shard and --specdec-report) saves them without measuring again"])
+    monkeypatch.setenv("TOK_S", "1")
+    assert pytester.runpytest("-p", "no:cacheprovider", "--specdec-resume", "--specdec-save-baseline", *shard).ret == 0
+    assert json.loads(baseline.read_text())["entries"]["test_figures"]["output_tok_s"]["value"] == 90.0
