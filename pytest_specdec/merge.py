@@ -370,6 +370,16 @@ def left_out(merged: Merged) -> tuple[list[str], list[str]]:
 NO_REFERENCE = ("failed", "error", "xfailed")
 
 
+def _saved(merged: Merged) -> list[tuple[Result, ShardManifest]]:
+    """The results :func:`save_baselines` saves, each with its shard: the finished measurements
+    but those :func:`left_out` names."""
+    failed, lossy = left_out(merged)
+    # a test that failed is no reference, whatever its journal's last readable record says
+    ended = {(id(m), t.nodeid) for m in merged.shards for t in m.tests if t.outcome in NO_REFERENCE}
+    return [(r, m) for r, m, status in merged.results if status == DONE and r.test_id not in lossy
+            and r.test_id not in failed and (id(m), r.nodeid) not in ended]
+
+
 def save_baselines(merged: Merged, baseline_dir: str | Path,
                    lock: Mapping[str, Any] | None = None) -> list[Path]:
     """Each shard's journaled figures (as a run's --specdec-save-baseline saves them: every
@@ -379,13 +389,10 @@ def save_baselines(merged: Merged, baseline_dir: str | Path,
     from . import baselines, durations
     from .shard import DURATIONS_FILE
 
-    failed, lossy = left_out(merged)
     written: list[Path] = []
+    saved = _saved(merged)
     for manifest in merged.shards:
-        # a test that failed is no reference, whatever its journal's last readable record says
-        ended = {t.nodeid for t in manifest.tests if t.outcome in NO_REFERENCE}
-        mine = [r for r, m, status in merged.results if m is manifest and status == DONE
-                and r.test_id not in lossy and r.test_id not in failed and r.nodeid not in ended]
+        mine = [r for r, m in saved if m is manifest]
         if not mine:
             continue
         path = baselines.baseline_path(baseline_dir, manifest.hardware_key)
@@ -431,9 +438,9 @@ def check_targets(merged: Merged, baseline_dir: str | Path | None) -> None:
             raise SpecdecUsageError(str(exc).replace("--specdec-save-baseline",
                                                      "merge --save-baseline")) from None
         owners: dict[str, str] = {}  # two shards' tests of one key would refuse each other too
-        for result, manifest, status in merged.results:  # the save would stop half-way through
+        for result, manifest in _saved(merged):  # the save would stop half-way through; it saves only these
             nodeid = baselines.recorded_nodeid(result.nodeid)
-            if manifest.hardware_key != key or status != DONE or nodeid is None:
+            if manifest.hardware_key != key or nodeid is None:
                 continue
             saved_by = baselines.other_test(stored, result.test_id, nodeid) \
                 or (owners.get(result.test_id) if owners.get(result.test_id) != nodeid else None)

@@ -161,6 +161,33 @@ def test_a_saving_merge_records_node_ids_and_stops_on_another_tests_entry(shards
     assert (where / "cpu.json").read_text() == before and not (shards / "merged").exists()
 
 
+def test_another_tests_entry_of_a_failed_test_does_not_stop_a_saving_merge(shards):
+    """The check before the save refused every shard's figures for another test's entry under the
+    key of a test whose figures the save leaves out anyway (it failed), where a run saves the rest."""
+    where = shards / "baselines"
+    where.mkdir()
+    failed_case = CASES[1]
+    manifest = json.loads((shards / "shard-2" / MANIFEST).read_text())
+    manifest["tests"][0]["outcome"] = "failed"
+    (shards / "shard-2" / MANIFEST).write_text(json.dumps(manifest))
+    test_id = nodeid(failed_case).split("::")[-1]
+    entry = {"value": 90.0, "direction": "higher", "spread": 0.0, "samples": 1, "deterministic": False,
+             "nodeid": f"other/test_bench.py::{test_id}"}
+    (where / "cpu.json").write_text(json.dumps({"format": "pytest-specdec-baselines", "version": 3,
+                                                "hardware_key": "cpu",
+                                                "entries": {test_id: {"output_tok_s": entry}}}))
+    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
+                           str(shards / "merged"), str(shards / "shard-1"), str(shards / "shard-2"),
+                           "--save-baseline", "--baseline-dir", str(where)],
+                          capture_output=True, text=True, timeout=120)
+    assert "belong to" not in done.stderr, done.stderr
+    assert f"specdec merge: saved into {where / 'cpu.json'}" in done.stdout, done.stdout + done.stderr
+    entries = json.loads((where / "cpu.json").read_text())["entries"]
+    assert entries[nodeid(CASES[0]).split("::")[-1]]["output_tok_s"]["nodeid"] == nodeid(CASES[0])
+    kept = entries[test_id]["output_tok_s"]  # the failed test's figures left out, the other test's entry kept
+    assert (kept["value"], kept["nodeid"]) == (90.0, entry["nodeid"])
+
+
 def test_a_saving_merge_waits_for_a_held_lock_only_so_long(shards):
     """merge --save-baseline waited on a baseline folder file's lock without a bound and in
     silence while a hung run held it."""
