@@ -70,7 +70,7 @@ def resume_done(items: list[pytest.Item], state: RunState, gate: Gate) -> None:
         resumed = _readable(record, journal)
         if resumed is not None:  # damaged figures are no measurement: measured again
             resumable.append((item, record, resumed))
-    measured_here = _measured_here(items, {id(item) for item, _, _ in resumable})
+    measured_here = _measured_here(items, {id(item) for item, _, _ in resumable}, state)
     stood_in = set()
     for item, record, resumed in resumable:
         judged = _judged(resumed, state, gate, claimed, replaced, journal)
@@ -90,12 +90,14 @@ def _key(item: pytest.Item) -> tuple[str, str]:
     return item.nodeid, workload_key(item)
 
 
-def _measured_here(items: list[pytest.Item], resumed: set[int]) -> set[tuple[MatrixCase, str]]:
-    """(configuration, `lossless.counterpart`) of the tests this run measures (not resumed)."""
+def _measured_here(items: list[pytest.Item], resumed: set[int], state: RunState) -> set[tuple[MatrixCase, str]]:
+    """(configuration, `lossless.counterpart`) of the tests this run measures (not resumed); a
+    test an attached server of another configuration will skip (marked after this) measures nothing."""
     measured = set()
     for item in items:
         case = case_of(item)
-        if case is not None and id(item) not in resumed and will_run(item):
+        if case is not None and id(item) not in resumed and will_run(item) \
+                and state.backend.other_configuration(case, state) is None:
             measured.add((case, lossless.counterpart(item.nodeid, case.param_id)))
     return measured
 

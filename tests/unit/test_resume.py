@@ -558,6 +558,29 @@ def test_a_resumed_lossy_configuration_fails_its_own_test_not_the_references(
     assert [r["status"] for r in ar] == ["measured", "done"]  # ar passed its checks
 
 
+def test_a_reference_the_attached_server_skips_is_not_awaited_by_a_resumed_configuration(
+        pytester, no_leftover_engines):
+    """Resumed ddtree was held to ar as to a reference this run measures, though ar's test was
+    to skip as another configuration than the attached server's (marked after resume decided):
+    its stand-in skipped saying ar's outputs would come from another xdist worker, with none."""
+    project(pytester, methods=("ar", "ddtree"), budgets=(8,))
+    run(pytester, "--deselect", "test_generation.py::test_generation[ar-tp1-chat]").assert_outcomes(
+        passed=1, deselected=1)
+    # an attached ddtree server, as AttachBackend.other_configuration reads its /server_info
+    pytester.makeconftest("""
+from pytest_specdec import backends
+
+def _other(self, case, state):
+    return "attached server is ddtree-tp1-b8; this test needs ar-tp1" if case.method == "ar" else None
+
+backends.Backend.other_configuration = _other
+""")
+    result = run(pytester, "--specdec-resume")
+    result.assert_outcomes(skipped=2)
+    result.stdout.no_fnmatch_line("*another xdist worker*")
+    result.stdout.fnmatch_lines(["SKIPPED * already measured (resumed from *"])
+
+
 def test_a_stand_ins_progress_line_says_its_figures_were_resumed(pytester):
     """A stand-in's progress line read as a fresh measurement: nothing told the figures came from
     the journal."""
