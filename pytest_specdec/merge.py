@@ -443,7 +443,8 @@ def check_targets(merged: Merged, baseline_dir: str | Path | None) -> None:
             if manifest.hardware_key != key or nodeid is None:
                 continue
             saved_by = baselines.other_test(stored, result.test_id, nodeid) \
-                or (owners.get(result.test_id) if owners.get(result.test_id) != nodeid else None)
+                or (owner if (owner := owners.get(result.test_id)) and not baselines.same_test(owner, nodeid)
+                    else None)
             if saved_by is not None:
                 raise baselines.other_test_error(path, result.test_id, nodeid, saved_by,
                                                  "merge --save-baseline")
