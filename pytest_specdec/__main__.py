@@ -8,8 +8,9 @@ written into a hidden folder inside it and moved in together once all are writte
 an interrupted merge leaves the earlier merge's files, or part of its own, never some of each.
 Exit status: 0 when every shard finished and passed, 1 when a shard's gate failed, a shard is
 missing or did not finish (the report is still written and says what), 2 for shards that do not
-belong together, an output that cannot be written or a baseline or durations file of the
-baseline folder that is broken (checked before anything is written, so nothing is).
+belong together, an output that cannot be written, a baseline or durations file of the
+baseline folder that is broken or a figure no baseline can hold (checked before anything is
+written, so nothing is), or a baseline folder file's lock held past --lock-timeout.
 """
 
 from __future__ import annotations

@@ -591,7 +591,7 @@ def save_baselines(
             if digest is not None and hasattr(measured, "parts"):
                 setups[digest] = dict(measured.parts)
             for metric in metrics:
-                _check_saveable(metric, test_id, path)
+                check_saveable(metric, test_id, path)
                 entry = BaselineEntry.from_metric(
                     metric, date=date, versions=versions, commit=commit, fingerprint=digest,
                     nodeid=nodeid)
@@ -613,7 +613,7 @@ def through_links(path: Path) -> Path:
     return path.resolve() if path.is_symlink() else path
 
 
-def _check_saveable(metric: MetricValue, test_id: str, path: Path) -> None:
+def check_saveable(metric: MetricValue, test_id: str, path: Path) -> None:
     """Refuse a figure that would make the file unreadable (`from_json` refuses what is not finite,
     as JSON writes NaN and Infinity), before anything is written: the file keeps its entries."""
     numbers = [("spread", metric.spread), ("cpu_share", metric.cpu_share),
@@ -703,6 +703,7 @@ __all__ = [
     "other_test",
     "other_test_error",
     "parse_baselines",
+    "check_saveable",
     "recorded_nodeid",
     "same_test",
     "save_baselines",

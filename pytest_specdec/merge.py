@@ -439,8 +439,12 @@ def check_targets(merged: Merged, baseline_dir: str | Path | None) -> None:
                                                      "merge --save-baseline")) from None
         owners: dict[str, str] = {}  # two shards' tests of one key would refuse each other too
         for result, manifest in _saved(merged):  # the save would stop half-way through; it saves only these
+            if manifest.hardware_key != key:
+                continue
+            for metric in result.metrics:  # else one key's file saved before another's figure is refused
+                baselines.check_saveable(metric, result.test_id, path)
             nodeid = baselines.recorded_nodeid(result.nodeid)
-            if manifest.hardware_key != key or nodeid is None:
+            if nodeid is None:
                 continue
             saved_by = baselines.other_test(stored, result.test_id, nodeid) \
                 or (owner if (owner := owners.get(result.test_id)) and not baselines.same_test(owner, nodeid)

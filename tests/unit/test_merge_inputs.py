@@ -638,3 +638,23 @@ def test_an_interrupted_merge_leaves_out_with_the_files_of_one_merge(shards, mon
     assert one_merge, f"--out holds files of two merges: {sorted(found)}"
     if where.startswith("pytest_specdec."):
         assert found == earlier  # interrupted before anything moved: the earlier set, whole
+
+
+def test_a_figure_no_baseline_can_hold_stops_a_saving_merge_before_any_key_is_saved(shards):
+    """Each hardware key's file refused such a figure only as it was saved: the keys saved
+    before it kept this merge's figures, and merging again once fixed would pool them twice."""
+    manifest_path = shards / "shard-2" / MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    manifest["hardware_key"] = "nvidia-h200-sm_90-x1"  # saved after cpu's
+    manifest_path.write_text(json.dumps(manifest))
+    journal = shards / "shard-2" / JOURNAL
+    assert journal.read_text().count('"spread": 0.0') == 1
+    journal.write_text(journal.read_text().replace('"spread": 0.0', '"spread": NaN'))  # a hand edit
+    where = shards / "baselines"
+    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
+                           str(shards / "merged"), str(shards / "shard-1"), str(shards / "shard-2"),
+                           "--save-baseline", "--baseline-dir", str(where)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "output_tok_s: spread is nan, which a baseline cannot hold" in done.stderr
+    assert not (where / "cpu.json").exists() and not (shards / "merged").exists()
