@@ -134,7 +134,13 @@ def _check_targets(args: argparse.Namespace, merged) -> None:
     target = Path(args.out)
     check_report_folder(target, (*REPORT_FILES, "junit.xml", DURATIONS_FILE), "--out")
     if args.save_baseline:
+        from .baselines import baseline_path, through_links
+
         check_folder(Path(args.baseline_dir), "baseline folder", "--baseline-dir")
+        for key in sorted({m.hardware_key for m in merged.shards}):
+            path = baseline_path(args.baseline_dir, key)
+            if through_links(path).parent != path.parent:  # a save writes where the link points
+                check_folder(through_links(path).parent, f"folder of the file {path} links to", "--baseline-dir")
     merge.check_targets(merged, args.baseline_dir if args.save_baseline else None)
 
 

@@ -658,3 +658,22 @@ def test_a_figure_no_baseline_can_hold_stops_a_saving_merge_before_any_key_is_sa
     assert done.returncode == 2, done.stdout + done.stderr
     assert "output_tok_s: spread is nan, which a baseline cannot hold" in done.stderr
     assert not (where / "cpu.json").exists() and not (shards / "merged").exists()
+
+
+def test_a_baseline_file_linking_into_a_folder_that_cannot_be_made_stops_a_saving_merge(shards):
+    """A save writes where the link points: the merge checked the link's folder only, and said of
+    this link "cannot be read: Not a directory", naming neither the folder nor the fix. (A link
+    into a read-only folder failed only after the report was written; root, which runs these
+    tests, may write anywhere, so that case is not staged here.)"""
+    where = shards / "baselines"
+    where.mkdir()
+    (shards / "a-file").write_text("")
+    (where / "cpu.json").symlink_to(shards / "a-file" / "cpu.json")
+    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
+                           str(shards / "merged"), str(shards / "shard-1"), str(shards / "shard-2"),
+                           "--save-baseline", "--baseline-dir", str(where)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert (f"folder of the file {where / 'cpu.json'} links to {shards / 'a-file'} cannot be created: it is "
+            f"a file, not a folder; choose another --baseline-dir") in done.stderr
+    assert not (shards / "merged").exists()
