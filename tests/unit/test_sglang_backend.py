@@ -219,7 +219,8 @@ def test_a_non_strict_known_issue_measured_before_its_reference_is_no_xpass(
                      'reason = "wrong drafts"\n')
     pytester.makeconftest((pytester.path / "conftest.py").read_text() + AFTER_DDTREE)
     if lossy:
-        monkeypatch.setenv("FAKE_SGLANG_FAULTS", json.dumps({"ddtree": ["--fault-lossy", "0.3"]}))
+        # a wrong acceptance at every step it can take one: at 0.3 a draw once kept the compared prefix right
+        monkeypatch.setenv("FAKE_SGLANG_FAULTS", json.dumps({"ddtree": ["--fault-lossy", "1.0"]}))
     result = run(pytester, "-n", "2", "--dist", dist)
     result.stdout.no_fnmatch_line("XPASS *")
     result.stdout.no_fnmatch_line("*xpassed in *")
