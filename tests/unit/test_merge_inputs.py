@@ -59,6 +59,14 @@ def merge(root: Path) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
+def saving_merge(root: Path, baseline_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    """`merge --save-baseline` of the two shards under `root` into `baseline_dir`."""
+    return subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
+                           str(root / "merged"), str(root / "shard-1"), str(root / "shard-2"),
+                           "--save-baseline", "--baseline-dir", str(baseline_dir), *extra],
+                          capture_output=True, text=True, timeout=120)
+
+
 def test_intact_shards_merge(shards):
     rc, text = merge(shards)
     assert rc == 0, text
@@ -120,10 +128,7 @@ def test_a_baseline_file_of_other_hardware_stops_a_saving_merge_naming_its_optio
     (where / "cpu.json").write_text(json.dumps({"format": "pytest-specdec-baselines", "version": 1,
                                                 "hardware_key": "nvidia-h100-sm_90-x1", "entries": {}}))
     before = (where / "cpu.json").read_text()
-    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
-                           str(shards / "merged"), str(shards / "shard-1"), str(shards / "shard-2"),
-                           "--save-baseline", "--baseline-dir", str(where)],
-                          capture_output=True, text=True, timeout=120)
+    done = saving_merge(shards, where)
     assert done.returncode == 2, done.stdout + done.stderr
     assert (f"error: baseline file {where / 'cpu.json'} belongs to hardware 'nvidia-h100-sm_90-x1', but "
             f"the figures of shard(s) 1/2, 2/2, measured on 'cpu', go there; baselines do not transfer "
@@ -137,13 +142,7 @@ def test_a_saving_merge_records_node_ids_and_stops_on_another_tests_entry(shards
     name and parameters stops the merge before it writes anything, naming both tests."""
     where = shards / "baselines"
 
-    def merge_saving() -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
-                               str(shards / "merged"), str(shards / "shard-1"), str(shards / "shard-2"),
-                               "--save-baseline", "--baseline-dir", str(where)],
-                              capture_output=True, text=True, timeout=120)
-
-    done = merge_saving()
+    done = saving_merge(shards, where)
     assert done.returncode == 0, done.stdout + done.stderr
     doc = json.loads((where / "cpu.json").read_text())
     assert {t: m["output_tok_s"]["nodeid"] for t, m in doc["entries"].items()} == \
@@ -153,7 +152,7 @@ def test_a_saving_merge_records_node_ids_and_stops_on_another_tests_entry(shards
     (where / "cpu.json").write_text(json.dumps(doc))
     before = (where / "cpu.json").read_text()
     shutil.rmtree(shards / "merged")
-    done = merge_saving()
+    done = saving_merge(shards, where)
     assert done.returncode == 2, done.stdout + done.stderr
     assert (f"error: baseline file {where / 'cpu.json'}: the entries of {test_id} belong to "
             f"other/test_bench.py::{test_id}, not to {nodeid(CASES[0])}: ") in done.stderr
@@ -176,10 +175,7 @@ def test_another_tests_entry_of_a_failed_test_does_not_stop_a_saving_merge(shard
     (where / "cpu.json").write_text(json.dumps({"format": "pytest-specdec-baselines", "version": 3,
                                                 "hardware_key": "cpu",
                                                 "entries": {test_id: {"output_tok_s": entry}}}))
-    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
-                           str(shards / "merged"), str(shards / "shard-1"), str(shards / "shard-2"),
-                           "--save-baseline", "--baseline-dir", str(where)],
-                          capture_output=True, text=True, timeout=120)
+    done = saving_merge(shards, where)
     assert "belong to" not in done.stderr, done.stderr
     assert f"specdec merge: saved into {where / 'cpu.json'}" in done.stdout, done.stdout + done.stderr
     entries = json.loads((where / "cpu.json").read_text())["entries"]
@@ -195,10 +191,7 @@ def test_a_saving_merge_waits_for_a_held_lock_only_so_long(shards):
     where.mkdir()
     lock_file = where / ".cpu.json.lock"
     with held_by_another_process(lock_file) as holder:
-        done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
-                               str(shards / "merged"), str(shards / "shard-1"), str(shards / "shard-2"),
-                               "--save-baseline", "--baseline-dir", str(where), "--lock-timeout", "1"],
-                              capture_output=True, text=True, timeout=120)
+        done = saving_merge(shards, where, "--lock-timeout", "1")
     assert done.returncode == 2, done.stdout + done.stderr
     assert (f"specdec merge: baseline save: {lock_file} is held by pid {holder.pid} (") in done.stderr
     assert "waiting up to 0.5s more before the save fails (bound: --lock-timeout)" in done.stderr
@@ -235,10 +228,7 @@ def test_a_damaged_line_that_held_a_later_record_fails_the_merge_and_saves_nothi
     (shards / "shard-1" / MANIFEST).write_text(json.dumps(manifest))
     with path.open("a") as fh:
         fh.write('{"v": 1, "config_id": "test_gen.py::test_gen\n')
-    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
-                           str(shards / "merged"), str(shards / "shard-1"), str(shards / "shard-2"),
-                           "--save-baseline", "--baseline-dir", str(shards / "baselines")],
-                          capture_output=True, text=True, timeout=120)
+    done = saving_merge(shards, shards / "baselines")
     assert done.returncode == 1, done.stdout
     assert f"{path}:2: skipped an unreadable line" in done.stdout
     saved = json.loads((shards / "baselines" / "cpu.json").read_text())["entries"]
@@ -267,10 +257,7 @@ def test_figures_whose_checks_never_finished_are_no_result_of_the_merge(shards, 
     manifest = json.loads((shards / "shard-1" / MANIFEST).read_text())
     manifest["tests"][0].update(outcome=outcome, reason="not on this host" if outcome == "skipped" else None)
     (shards / "shard-1" / MANIFEST).write_text(json.dumps(manifest))
-    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
-                           str(shards / "merged"), str(shards / "shard-1"), str(shards / "shard-2"),
-                           "--save-baseline", "--baseline-dir", str(shards / "baselines")],
-                          capture_output=True, text=True, timeout=120)
+    done = saving_merge(shards, shards / "baselines")
     saved = json.loads((shards / "baselines" / "cpu.json").read_text())["entries"]
     assert sorted(saved) == ["test_generation[dflash-tp1-w]"]
     rows = {r["test_id"]: r for r in json.loads((shards / "merged" / "results.json").read_text())["results"]}
@@ -651,10 +638,7 @@ def test_a_figure_no_baseline_can_hold_stops_a_saving_merge_before_any_key_is_sa
     assert journal.read_text().count('"spread": 0.0') == 1
     journal.write_text(journal.read_text().replace('"spread": 0.0', '"spread": NaN'))  # a hand edit
     where = shards / "baselines"
-    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
-                           str(shards / "merged"), str(shards / "shard-1"), str(shards / "shard-2"),
-                           "--save-baseline", "--baseline-dir", str(where)],
-                          capture_output=True, text=True, timeout=120)
+    done = saving_merge(shards, where)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "output_tok_s: spread is nan, which a baseline cannot hold" in done.stderr
     assert not (where / "cpu.json").exists() and not (shards / "merged").exists()
@@ -669,10 +653,7 @@ def test_a_baseline_file_linking_into_a_folder_that_cannot_be_made_stops_a_savin
     where.mkdir()
     (shards / "a-file").write_text("")
     (where / "cpu.json").symlink_to(shards / "a-file" / "cpu.json")
-    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
-                           str(shards / "merged"), str(shards / "shard-1"), str(shards / "shard-2"),
-                           "--save-baseline", "--baseline-dir", str(where)],
-                          capture_output=True, text=True, timeout=120)
+    done = saving_merge(shards, where)
     assert done.returncode == 2, done.stdout + done.stderr
     assert (f"folder of the file {where / 'cpu.json'} links to {shards / 'a-file'} cannot be created: it is "
             f"a file, not a folder; choose another --baseline-dir") in done.stderr
