@@ -209,8 +209,8 @@ def run_shape(shape: HybridShape, ceilings: dict, seed: int, alternative: bool =
     def mixing(q, k, g, beta, ancestor_mask):
         return tree_delta_mixing(q, k, g, beta, ancestor_mask, shape.value_heads, config)
 
-    row["path"] = "split" if split_mixing(shape.batch * shape.value_heads, config or hybrid_config(device),
-                                          first["q"]) else "fused"
+    row["path"] = "split" if split_mixing(shape.batch * shape.value_heads, shape.num_nodes,
+                                          config or hybrid_config(device)) else "fused"
     if row["path"] == "split":
         row["mix_us"] = time_in_graph(mixing, [tuple(s[a] for a in ("q", "k", "g", "beta", "ancestor_mask"))
                                                for s in sets])
@@ -268,8 +268,9 @@ def run_shape(shape: HybridShape, ceilings: dict, seed: int, alternative: bool =
 
 
 # What the sweep tries: changes to the table's tree-delta row (HybridConfig fields), the row itself first.
-SWEEP_TILES = ({}, {"delta_dependent_launch": False}, {"delta_rows": 16}, {"delta_warps": 8},
-               {"delta_block_v": 128, "delta_warps": 8}, {"delta_mix_warps": 4}, {"delta_split_heads": 0})
+SWEEP_TILES = ({}, {"delta_dependent_launch": False}, {"delta_rows": 32}, {"delta_warps": 8},
+               {"delta_block_v": 128, "delta_warps": 8}, {"delta_mix_warps": 4},
+               {"delta_split_heads": 0, "delta_split_heads_deep": 0})
 SWEEP_SHAPES = (HybridShape(8, 9, 16, 48), HybridShape(8, 33, 16, 48), HybridShape(32, 65, 2, 6),
                 HybridShape(32, 65, 16, 48), HybridShape(8, 17, 4, 12), HybridShape(1, 33, 16, 48))
 

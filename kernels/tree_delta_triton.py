@@ -35,7 +35,7 @@ try:
 except ImportError:  # Triton before 3.4: no grid dependency control, the apply follows the mixing
     gdc_launch_dependents = gdc_wait = None
 
-from .hybrid_configs import DELTA_BLOCK_T, hybrid_config
+from .hybrid_configs import DEEP_TREE_NODES, DELTA_BLOCK_T, hybrid_config
 
 # The block inverse's alternating sum cancels terms far larger than its result for keys alike:
 # TF32 operands ("tf32" for 16-bit inputs on a GPU) lose it, full float32 keeps it (docs/HYBRID.md).
@@ -402,7 +402,7 @@ def tree_gated_delta_rule_triton(q, k, v, g, beta, state, ancestor_mask, scale: 
     if batch == 0 or num_nodes == 0:
         return out
     padded = padded_nodes(num_nodes)
-    if not split_mixing(batch * value_heads, cfg, q):
+    if not split_mixing(batch * value_heads, num_nodes, cfg):
         return _fused(q, k, v, g, beta, state, ancestor_mask, scale, out, block_v, padded, cfg)
     mix, gates = tree_delta_mixing(q, k, g, beta, ancestor_mask, value_heads, cfg)
     early = dependent_launch(q, cfg)
@@ -417,14 +417,11 @@ def tree_gated_delta_rule_triton(q, k, v, g, beta, state, ancestor_mask, scale: 
     return out
 
 
-def split_mixing(heads: int, cfg, q=None) -> bool:
+def split_mixing(heads: int, nodes: int, cfg) -> bool:
     """Two launches (mixing matrix, then apply) where the (request, value head) pairs fill the
-    GPU, else the fused kernel (below that its two programs per head beat the mixing chain).
-    Never for 16-bit inputs of more than one block of nodes on a GPU (``q``, when given): there
-    the split path went wrong past the first block on keys alike (docs/HYBRID.md)."""
-    if q is not None and q.is_cuda and q.element_size() == 2 and q.shape[1] > DELTA_BLOCK_T:
-        return False
-    return heads >= cfg.delta_split_heads
+    GPU, else the fused kernel (below that its two programs per head beat the mixing chain, which
+    grows with the tree)."""
+    return heads >= (cfg.delta_split_heads_deep if nodes > DEEP_TREE_NODES else cfg.delta_split_heads)
 
 
 def _fused(q, k, v, g, beta, state, ancestor_mask, scale, out, block_v, padded, cfg):

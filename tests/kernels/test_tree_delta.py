@@ -228,14 +228,20 @@ def test_triton_names_head_dims_it_cannot_take():
         tree_gated_delta_rule(**x, ancestor_mask=mask, impl="triton")
 
 
+def forced(split: bool) -> dict:
+    """Configuration fields that send every call down one path: two launches, or the fused kernel."""
+    heads = 0 if split else 10 ** 9
+    return {"delta_split_heads": heads, "delta_split_heads_deep": heads}
+
+
 @needs_triton
-@pytest.mark.parametrize("split,rows", [(False, None), (True, None), (True, 16)],
-                         ids=["fused", "split", "split-row-blocks"])
+@pytest.mark.parametrize("split,rows", [(False, None), (True, 16), (True, 128)],
+                         ids=["fused", "split-row-blocks", "split-whole-tree"])
 @pytest.mark.parametrize("case", [c for c in delta_cases() if c[0] in (9, 33)][:2], ids=case_name)
 def test_every_triton_path_equals_the_oracle(case, split, rows):
     """The fused kernel (small grids) and the two launches (mixing matrix, then apply) whatever
-    the grid size the configuration table would pick; the apply on the whole tree at once (the
-    table's rows) and in blocks of 16 rows."""
+    the grid size the configuration table would pick; the apply in blocks of 16 rows (the GPU
+    rows of the table) and on the whole tree at once (the interpreter's)."""
     from specdec_kernels.hybrid_configs import hybrid_config
     from specdec_kernels.tree_delta_triton import tree_gated_delta_rule_triton
 
@@ -243,7 +249,7 @@ def test_every_triton_path_equals_the_oracle(case, split, rows):
     x, parents, want = case_with_oracle(case)
     x = {n: a.to(DEVICE) for n, a in x.items()}
     config = hybrid_config(x["q"].device)
-    config = dataclasses.replace(config, delta_split_heads=0 if split else 10 ** 9, delta_rows=rows or config.delta_rows)
+    config = dataclasses.replace(config, delta_rows=rows or config.delta_rows, **forced(split))
     got = tree_gated_delta_rule_triton(**x, ancestor_mask=mask_of(parents).to(DEVICE),
                                        scale=case[5] ** -0.5 if scale is None else scale, config=config)
     assert float(row_errors(got.cpu(), want).max()) <= TOLERANCE[dtype]
@@ -281,9 +287,9 @@ def test_sixteen_bit_inputs_keep_the_block_inverse_in_float32(split, monkeypatch
     terms thousands of times the result, and TF32's 10-bit operands left a row error of 0.26 here
     (keys alike, cosine ~0.99, written at beta 0.9; 0.02 with the inverse in float32). The
     interpreter multiplies float32 exactly, so here its dots round float32 operands to TF32 where
-    asked to, as tensor cores do. On the H200 the split kernel still missed on these keys past the
-    first block of nodes (row errors 0.6-1.4, fp16 and bf16 alike), so there a 16-bit call of more
-    than one block takes the fused kernel whatever the table says (split_mixing)."""
+    asked to, as tensor cores do. On the H200 the split path then still missed on these keys past
+    the first block of nodes (row errors 0.6-1.4, fp16 and bf16 alike): its apply on the whole
+    tree at once, on one warpgroup, which the sm_90 row no longer takes (delta_rows 16)."""
     from specdec_kernels import tree_delta_triton
     from specdec_kernels.hybrid_configs import hybrid_config
 
@@ -310,28 +316,20 @@ def test_sixteen_bit_inputs_keep_the_block_inverse_in_float32(split, monkeypatch
     parents = ragged_parents(batch, t, "chain", gen)
     want = path_oracle(**x, parents=parents, scale=dim ** -0.5)
     x = {n: a.to(DEVICE) for n, a in x.items()}
-    config = dataclasses.replace(hybrid_config(x["q"].device), delta_split_heads=0 if split else 10 ** 9)
+    config = dataclasses.replace(hybrid_config(x["q"].device), **forced(split))
     got = tree_delta_triton.tree_gated_delta_rule_triton(**x, ancestor_mask=mask_of(parents).to(DEVICE),
                                                          scale=dim ** -0.5, config=config)
     assert float(row_errors(got.cpu(), want).max()) <= TOLERANCE[torch.bfloat16]
 
 
-def test_sixteen_bit_calls_of_several_blocks_keep_off_the_split_kernel_on_a_gpu():
-    """On a GPU the split path went wrong past the first block of nodes for 16-bit inputs with keys
-    alike (the test above, on the H200); such calls take the fused kernel there."""
-    from types import SimpleNamespace
+def test_deep_trees_take_two_launches_only_from_more_pairs():
+    """On the H100 two launches cost 4-6 % more than the fused kernel at 65 nodes and 192-384
+    pairs, and saved 13 % at 1,536; at 17-33 nodes they saved 7-27 % from 192 pairs."""
+    from specdec_kernels.hybrid_configs import DEEP_TREE_NODES, HYBRID_CONFIGS
+    from specdec_kernels.tree_delta_triton import split_mixing
 
-    from specdec_kernels.hybrid_configs import hybrid_config
-    from specdec_kernels.tree_delta_triton import DELTA_BLOCK_T, split_mixing
-
-    cfg = dataclasses.replace(hybrid_config(torch.device("cpu")), delta_split_heads=1)
-
-    def q(nodes, dtype, cuda=True):
-        return SimpleNamespace(is_cuda=cuda, shape=(1, nodes, 1, 64), element_size=lambda: dtype.itemsize)
-
-    assert not split_mixing(1000, cfg, q(DELTA_BLOCK_T + 1, torch.bfloat16))
-    assert not split_mixing(1000, cfg, q(65, torch.float16))
-    assert split_mixing(1000, cfg, q(DELTA_BLOCK_T, torch.bfloat16))  # one block: no earlier terms
-    assert split_mixing(1000, cfg, q(65, torch.float32))  # float32 was right on the H200
-    assert split_mixing(1000, cfg, q(65, torch.bfloat16, cuda=False))  # the interpreter's split kernel holds
-    assert split_mixing(1000, cfg) and not split_mixing(0, dataclasses.replace(cfg, delta_split_heads=5))
+    cfg = HYBRID_CONFIGS["sm_90"]
+    assert cfg.delta_split_heads < cfg.delta_split_heads_deep
+    for nodes, fewest in ((DEEP_TREE_NODES, cfg.delta_split_heads), (DEEP_TREE_NODES + 1, cfg.delta_split_heads_deep)):
+        assert split_mixing(fewest, nodes, cfg) and not split_mixing(fewest - 1, nodes, cfg)
+    assert split_mixing(384, 33, cfg) and not split_mixing(384, 65, cfg) and split_mixing(1536, 65, cfg)
