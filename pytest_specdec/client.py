@@ -449,8 +449,10 @@ async def generate_body_async(url: str, payload: dict[str, Any], *, timeout_s: f
     Raises WorkloadStalled (as a workload's, 1 request in flight) once nothing arrived for
     `stall_timeout` s (said through `on_quiet` once it has lasted `STALL_QUIET_S`),
     asyncio.TimeoutError past `timeout_s` in all, GenerateFailed for an error
-    answer, aiohttp.ClientError for the connection's. A server that ignores `stream` and answers
-    one JSON body has that body returned.
+    answer and for a stream that finished with an abort (SGLang answers the unstreamed request
+    with its HTTP error where the abort names a status, a prompt its scheduler refuses among
+    them; one aborted without, by /abort_request, is cut short), aiohttp.ClientError for the
+    connection's. A server that ignores `stream` and answers one JSON body has that body returned.
     """
     watch = _StreamWatch()
     events: list[dict] = []
@@ -487,11 +489,14 @@ async def generate_body_async(url: str, payload: dict[str, Any], *, timeout_s: f
 
     watch.in_flight = 1
     whole = await _watched(asyncio.ensure_future(request()), watch, stall_timeout, 1, on_quiet)
-    if whole is not None:
-        return whole
-    if not events:
+    if whole is None and not events:
         raise GenerateFailed("failed: the stream held no event before 'data: [DONE]'")
-    return _whole_body(events)
+    body = whole if whole is not None else _whole_body(events)
+    meta = body.get(api.META_INFO)
+    finish, message = _finish_reason(meta if isinstance(meta, dict) else {})
+    if finish == api.FINISH_ABORT:  # unstreamed, SGLang refuses it where the abort names a status
+        raise GenerateFailed(f"failed: request aborted by the server: {message or 'no message'}")
+    return body
 
 
 def _whole_body(events: list[dict]) -> dict:

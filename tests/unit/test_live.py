@@ -528,3 +528,26 @@ def test_generate_says_the_servers_error_event():
             server.generate("Hello")
     finally:
         stub.close()
+
+
+ABORT_STATUS = {"type": "abort", "status_code": 400, "err_type": "BadRequestError",
+                "message": "Input length (61 tokens) exceeds the maximum allowed length (58 tokens). "
+                           "Use a shorter input or enable --allow-auto-truncate."}
+
+
+@pytest.mark.parametrize("reason", [ABORT_STATUS, {"type": "abort", "message": "Aborted", "status_code": None,
+                                                   "err_type": None}], ids=["scheduler-refusal", "abort-request"])
+def test_generate_fails_a_stream_that_finished_with_an_abort(reason):
+    """A prompt SGLang's scheduler refuses streams one event whose finish_reason is an abort (HTTP
+    200), where the same request unstreamed is its HTTP 400: generate() returned that event's body
+    as an answer, one token long. It now fails with SGLang's message, as it fails an abort without
+    a status (/abort_request), whose output was cut short."""
+    meta = {"finish_reason": reason, "prompt_tokens": 1, "completion_tokens": 1}
+    stub = StreamStub([sse({"text": ":", "output_ids": [58], "meta_info": meta}), sse(b"[DONE]")])
+    try:
+        server = LiveServer(spec=ServerSpec("embedded", "ar"), url=stub.url, log_path=None, check=lambda: None)
+        with pytest.raises(pytest.fail.Exception) as info:
+            server.generate("a" * 60)
+    finally:
+        stub.close()
+    assert str(info.value) == f"server ar-tp1: /generate failed: request aborted by the server: {reason['message']}"
