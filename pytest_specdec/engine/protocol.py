@@ -253,14 +253,16 @@ def _fastapi_reads_json(content_type: str | None) -> bool:
     return header.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
-def read_body(raw: bytes, content_type: str | None, endpoint: str, *, json_guard: bool) -> dict:
+def read_body(raw: bytes, content_type: str | None, endpoint: str, *, json_guard: bool,
+              not_object: Callable[[Any], dict] | None = None) -> dict:
     """The body as SGLang's FastAPI app takes it, or the InvalidBody it answers, in FastAPI's order.
     FastAPI parses a body of a JSON media type first (parse_json: json_invalid). A route guarded
     with validate_json_request (``json_guard``: the OpenAI-compatible ones and /tokenize) then checks
     the media type (check_json_media_type). Then the body is validated against the route's class:
     an empty body or a JSON null is missing, and anything but an object is refused, in pydantic's
-    words for that class (not_an_object). /generate has no guard, so a body of another media type
-    reaches its class as bytes and is refused there, echoed in the message."""
+    words for that class (not_an_object, or the route's own ``not_object``). /generate has no guard,
+    so a body of another media type reaches its class as bytes and is refused there, echoed in the
+    message."""
     reads_json = _fastapi_reads_json(content_type)
     value: Any = parse_json(raw, endpoint) if raw and reads_json else raw
     if json_guard:
@@ -268,7 +270,8 @@ def read_body(raw: bytes, content_type: str | None, endpoint: str, *, json_guard
     if not raw or value is None:
         raise InvalidBody(validation_message([MISSING_BODY_ERROR], endpoint))
     if not isinstance(value, dict):
-        raise InvalidBody(validation_message([not_an_object(value, json_guard=json_guard)], endpoint))
+        error = not_object(value) if not_object is not None else not_an_object(value, json_guard=json_guard)
+        raise InvalidBody(validation_message([error], endpoint))
     return value
 
 
@@ -683,3 +686,54 @@ def scheduled(input_ids, sampling: Sampling, *, vocab_size: int, context_length:
                                        context_length=context_length), None
     except InputTooLong as exc:
         return ABORT_STUB, dataclasses.replace(sampling, max_new_tokens=1), exc.finish_reason()
+
+
+# -- /abort_request --------------------------------------------------------------------------------
+
+#: The finish reason SGLang's scheduler ends a running request with on /abort_request (FINISH_ABORT()):
+#: no status, so an unstreamed request is answered 200 with it, as a stream's last event is.
+ABORT_RUNNING = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
+#: What SGLang's tokenizer manager answers for a request /abort_request took from the waiting queue.
+ABORT_WAITING = {"type": "abort", "message": "Abort in waiting queue"}
+
+#: The strings pydantic's lax mode reads as a boolean (any case), as SGLang's AbortReq validates.
+_TRUE_WORDS = frozenset({"1", "on", "t", "true", "y", "yes"})
+_FALSE_WORDS = frozenset({"0", "off", "f", "false", "n", "no"})
+
+
+def abort_not_an_object(value: Any) -> dict:
+    """pydantic's error for an /abort_request body that is no object (SGLang validates AbortReq as a
+    typed dict)."""
+    return {"type": "dict_type", "loc": ("body",), "msg": "Input should be a valid dictionary", "input": value}
+
+
+def parse_abort(body: dict, endpoint: str) -> tuple[str, bool]:
+    """(rid, abort_all) of an /abort_request body, validated as FastAPI validates SGLang's AbortReq
+    (pydantic's lax mode: abort_all may be 1 or "yes"; rid must be a string or null), its errors
+    FastAPI's; the other names it declares are not read by the route, so they are not checked."""
+    errors = []
+    rid = body.get("rid")
+    if rid is not None and not isinstance(rid, str):
+        errors.append({"type": "string_type", "loc": ("body", "rid"), "msg": "Input should be a valid string",
+                       "input": rid})
+    value = body.get("abort_all", False)
+    abort_all = _lax_bool(value)
+    if abort_all is None:
+        parsing = isinstance(value, (str, int)) and not isinstance(value, bool)
+        errors.append({"type": "bool_parsing" if parsing else "bool_type", "loc": ("body", "abort_all"),
+                       "msg": "Input should be a valid boolean" + (", unable to interpret input" if parsing else ""),
+                       "input": value})
+    if errors:
+        raise InvalidBody(validation_message(errors, endpoint))
+    return rid or "", bool(abort_all)
+
+
+def _lax_bool(value: Any) -> bool | None:
+    """pydantic's lax boolean, or None where it refuses the value."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.lower() in _TRUE_WORDS | _FALSE_WORDS:
+        return value.lower() in _TRUE_WORDS
+    return None

@@ -24,6 +24,7 @@ from .decoding import SpeculativeDecoder
 from .drafter import BlockDrafter
 from .faults import HANG_AFTER_TOKENS, FaultPlan, illegal_instruction
 from .metrics import EngineMetrics
+from .protocol import ABORT_RUNNING, ABORT_WAITING
 from .tokenizer import EOS_ID, IncrementalDecoder
 
 
@@ -38,6 +39,7 @@ class Progress:
     correct_drafts: int
     e2e_latency: float | None
     drafts_histogram: tuple[int, ...] = ()  # verify steps by their correct drafts (index), as SGLang's
+    never_scheduled: bool = False  # /abort_request took it from the waiting queue
 
 
 class Request:
@@ -63,7 +65,8 @@ class Request:
         self.verify_ct = 0
         self.correct_drafts = 0
         self.drafts_histogram: list[int] = []
-        self.aborted = False
+        self.aborted = False  # its client left: dropped without an answer
+        self.never_scheduled = False  # /abort_request took it from the waiting queue (Scheduler.abort)
         self.created = time.perf_counter()
         self.last_token_at: float | None = None
         self.e2e_latency: float | None = None
@@ -123,7 +126,7 @@ class Request:
 
     def progress(self) -> Progress:
         return Progress(len(self.output_ids), self.text, self.finish_reason, self.verify_ct,
-                        self.correct_drafts, self.e2e_latency, tuple(self.drafts_histogram))
+                        self.correct_drafts, self.e2e_latency, tuple(self.drafts_histogram), self.never_scheduled)
 
     def count_verify(self, drafts: int) -> None:
         """One verify step that accepted ``drafts`` draft tokens (bonus excluded)."""
@@ -135,6 +138,16 @@ class Request:
     def notify(self) -> None:
         if self.on_progress is not None and (self.stream or self.finished):
             self.on_progress(self.progress())
+
+
+@dataclass(frozen=True)
+class AbortCommand:
+    """/abort_request's order, queued behind the requests submitted before it, as SGLang's
+    tokenizer manager sends it to its scheduler: the requests whose rid starts with ``rid``,
+    or every one with ``abort_all``."""
+
+    rid: str
+    abort_all: bool
 
 
 class Scheduler:
@@ -150,7 +163,7 @@ class Scheduler:
         self.max_batch = decoder.max_batch
         self.max_total_num_tokens = decoder.max_batch * context_length
         self.startup_time: dict | None = None  # set once built (runtime.startup_time)
-        self.inbox: queue.SimpleQueue[Request] = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue[Request | AbortCommand] = queue.SimpleQueue()
         self.waiting: collections.deque[Request] = collections.deque()
         self.running: list[Request] = []
         self.client_requests_admitted = 0
@@ -180,6 +193,16 @@ class Scheduler:
             with self._lock:
                 self._pending += 1
         self.inbox.put(req)
+
+    def abort(self, rid: str, abort_all: bool = False) -> None:
+        """SGLang's /abort_request: queued requests whose rid starts with ``rid`` (every one with
+        ``abort_all``) finish at once with ABORT_WAITING, running ones with ABORT_RUNNING after one
+        more token. As SGLang's tokenizer manager, nothing is sent for an empty rid, nor for a
+        rid no request in flight has (the engine's own warm-up and health checks are never aborted)."""
+        if not abort_all and not rid:
+            logs.SERVER.warning("Ignore abort_request with empty rid and abort_all=False")
+            return
+        self.inbox.put(AbortCommand(rid, abort_all))
 
     @property
     def busy(self) -> bool:
@@ -252,12 +275,38 @@ class Scheduler:
 
     def _take_inbox(self, block: bool) -> None:
         if block:
-            self.waiting.append(self.inbox.get())
+            self._take(self.inbox.get())
         while True:
             try:
-                self.waiting.append(self.inbox.get_nowait())
+                self._take(self.inbox.get_nowait())
             except queue.Empty:
                 return
+
+    def _take(self, item: Request | AbortCommand) -> None:
+        if isinstance(item, AbortCommand):
+            self._abort(item)
+        else:
+            self.waiting.append(item)
+
+    def _abort(self, cmd: AbortCommand) -> None:
+        """Carry out an /abort_request (see abort)."""
+        live = [r for r in (*self.waiting, *self.running)
+                if not (r.internal or r.finished or r.aborted or r.abort is not None)]  # one order each, as SGLang
+        if not cmd.abort_all and all(r.rid != cmd.rid for r in live):
+            return  # SGLang's tokenizer manager sends no abort for a rid it does not know
+        self.metrics.num_aborted_requests.inc()  # once an order, as SGLang's tokenizer manager counts it
+        for req in live:
+            if not (cmd.abort_all or req.rid.startswith(cmd.rid)):
+                continue
+            if req in self.running:
+                req.abort = dict(ABORT_RUNNING)  # the next step keeps one token, then finishes with it
+                continue
+            self.waiting.remove(req)
+            req.output_ids.clear()
+            req.finish(dict(ABORT_WAITING))
+            req.never_scheduled = True
+            self._done(req)
+            req.notify()
 
     def _done(self, req: Request) -> None:
         if not req.internal:

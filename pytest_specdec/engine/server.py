@@ -1,15 +1,16 @@
 """The HTTP front end: SGLang's native API and its OpenAI-compatible one, served by aiohttp.
 
 Endpoints: ``/health`` and ``/health_generate`` (503 until warm-up is done, then a one-token
-generation, as SGLang does), ``/ready``, ``/generate`` (text or input_ids, every field and
-sampling parameter SGLang accepts: see protocol.py; SSE streaming with cumulative text ending
-``data: [DONE]``), ``/server_info`` (and its old name ``/get_server_info``), ``/model_info``
-(and ``/get_model_info``), ``/v1/models`` and ``/v1/models/{id}``, ``/flush_cache``, ``/metrics``,
-and the OpenAI-compatible ``/v1/completions`` and ``/v1/chat/completions`` (streaming too; see
-openai_api.py) and ``/v1/tokenize`` (and ``/tokenize``), which counts prompts with the engine's
-tokenizer as SGLang's counts with the model's. The OpenAI-compatible routes and the tokenize ones
-refuse a body not sent as application/json, and /generate one not sent as a JSON type, as SGLang's
-do (see protocol.read_body).
+generation, as SGLang does), ``/ready``, ``/generate`` (text or input_ids, every field and sampling
+parameter SGLang accepts: see protocol.py; SSE streaming with cumulative text ending
+``data: [DONE]``), ``/server_info`` (and its old name ``/get_server_info``), ``/model_info`` (and
+``/get_model_info``), ``/v1/models`` and ``/v1/models/{id}``, ``/flush_cache``, ``/metrics``,
+``/abort_request`` (see Scheduler.abort), and the OpenAI-compatible ``/v1/completions`` and
+``/v1/chat/completions`` (streaming too; see openai_api.py) and ``/v1/tokenize`` (and
+``/tokenize``), which counts prompts with the engine's tokenizer as SGLang's counts with the
+model's. The OpenAI-compatible routes and the tokenize ones refuse a body not sent as
+application/json, and /generate one not sent as a JSON type, as SGLang's do (see
+protocol.read_body).
 
 Anyone on the host can reach this server, so a hostile request is a 400, never a 500 or a stuck
 handler: see protocol.parse_json, and ``idle_timeout``, which closes a connection that sends no
@@ -32,7 +33,8 @@ from .. import sglang_api as api
 from . import logs, openai_api
 from .faults import FaultPlan
 from .metrics import EngineMetrics
-from .protocol import InvalidBody, Refused, RequestError, abort_error, flush_timeout, parse_generate, read_body
+from .protocol import (InvalidBody, Refused, RequestError, abort_error, abort_not_an_object, flush_timeout,
+                       parse_abort, parse_generate, read_body)
 from .scheduler import Progress, Request, Scheduler
 from .tokenizer import ByteTokenizer
 
@@ -93,6 +95,7 @@ class EngineServer:
         r.add_route("GET", "/flush_cache", self.flush_cache)
         r.add_route("POST", "/flush_cache", self.flush_cache)
         r.add_get(api.METRICS, self.get_metrics)
+        r.add_post("/abort_request", self.abort_request)
         return app
 
     @staticmethod
@@ -248,6 +251,18 @@ class EngineServer:
                           f"last_heartbeat time: {_clock(heard)}")
         return web.Response(status=503)
 
+    async def abort_request(self, request: web.Request) -> web.Response:
+        """SGLang's /abort_request: ``{"rid": ..., "abort_all": ...}`` (see Scheduler.abort), 200
+        whether or not a request matched; a body that is no such object is FastAPI's 400 (see
+        protocol.parse_abort)."""
+        try:
+            body = await self._read_json(request, json_guard=False, not_object=abort_not_an_object)
+            rid, abort_all = parse_abort(body, f"{request.method} {request.path}")
+        except RequestError as exc:
+            return self._error(exc)
+        self.scheduler.abort(rid, abort_all)
+        return web.Response(status=200)
+
     async def ready_check(self, request: web.Request) -> web.Response:
         return web.Response(status=200 if self.ready else 503)
 
@@ -287,17 +302,23 @@ class EngineServer:
         except asyncio.TimeoutError:
             raise web.HTTPRequestTimeout(text=f"The request body did not arrive within {self.idle_timeout:g} s.")
 
-    async def _read_json(self, request: web.Request, *, json_guard: bool = True) -> dict:
+    async def _read_json(self, request: web.Request, *, json_guard: bool = True, not_object=None) -> dict:
         """The JSON object of the body, read whole first, as FastAPI reads it, then parsed and
         checked as SGLang's app does (protocol.read_body). ``json_guard``: the route is one SGLang
         guards with validate_json_request (the OpenAI-compatible ones and /tokenize); /generate is not."""
         raw = await self._read_body(request)
         return read_body(raw, request.headers.get("Content-Type"), f"{request.method} {request.path}",
-                         json_guard=json_guard)
+                         json_guard=json_guard, not_object=not_object)
 
     def _meta_info(self, req: Request, p: Progress, *, first: bool = True) -> dict:
         """SGLang's meta_info, its keys in its order; ``first``: the request's first answer (a
-        whole response, a stream's first chunk), which says when it was sent."""
+        whole response, a stream's first chunk), which says when it was sent. A request
+        /abort_request took from the waiting queue has the few keys SGLang's tokenizer manager
+        answers it with."""
+        if p.never_scheduled:
+            meta = {"id": req.rid, api.FINISH_REASON: p.finish_reason, "weight_version": "default",
+                    api.E2E_LATENCY: p.e2e_latency, api.COMPLETION_TOKENS: 0}
+            return {**meta, "response_sent_to_client_ts": time.time()} if first else meta
         meta = {"id": req.rid, api.FINISH_REASON: p.finish_reason, api.PROMPT_TOKENS: len(req.input_ids),
                 "weight_version": "default", "num_retractions": 0, "reasoning_tokens": 0,
                 api.COMPLETION_TOKENS: p.num_ids, "cached_tokens": 0}

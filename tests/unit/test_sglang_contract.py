@@ -292,6 +292,18 @@ def test_an_abort_says_why(srt):
     assert values.get(api.FINISH_TYPE) == api.FINISH_ABORT and api.FINISH_MESSAGE in values, values
 
 
+def test_abort_request_ends_requests_with_sglangs_reasons(srt):
+    """The engine's /abort_request (its Scheduler.abort): SGLang serves the route, ends a running
+    request with FINISH_ABORT() and one taken from its waiting queue with its tokenizer manager's
+    default message, as the engine does."""
+    assert "/abort_request" in routes(srt("entrypoints/http_server.py"))
+    init = function(next(n for n in ast.walk(srt("managers/schedule_batch.py"))
+                         if isinstance(n, ast.ClassDef) and n.name == "FINISH_ABORT"), "__init__")
+    assert f"self.message = message or {protocol.ABORT_RUNNING['message']!r}" in ast.unparse(init)
+    handler = function(srt("managers/tokenizer_manager.py"), "_handle_abort_req")
+    assert f"recv_obj.abort_message or {protocol.ABORT_WAITING['message']!r}" in ast.unparse(handler)
+
+
 # -- /server_info and /v1/models ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("key", api.SERVER_ARGS_READ)
