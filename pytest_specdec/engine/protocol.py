@@ -18,7 +18,8 @@ A LoRA adapter (``lora_path``) is refused as SGLang refuses it on a server start
 and SGLang's answer to that request is defined, so the engine gives that answer.
 
 A name SGLang does not declare is refused too (SGLang's own server ignores unknown top-level
-names; the engine does not, so a typo cannot pass unnoticed). ``null`` always means the default.
+names; the engine does not, so a typo cannot pass unnoticed). ``null`` means the default, but for
+``max_new_tokens``, whose null SGLang's scheduler reads as no limit but the context's.
 The name sets are checked against SGLang's source by tests/unit/test_sglang_contract.py.
 
 Decoding is greedy whatever the temperature: the speculative methods here verify greedily, and
@@ -40,6 +41,8 @@ from typing import Any, Callable, Mapping
 from .. import context_rule
 
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default
+#: What SGLang's scheduler takes a null max_new_tokens for: no limit but the context's.
+UNLIMITED_NEW_TOKENS = 1 << 30
 TOP_K_ALL = 1 << 30  # SGLang's "whole vocabulary"
 
 
@@ -499,6 +502,9 @@ class Sampling:
     temperature: float = 1.0
     out_of_range: tuple[tuple[str, Any], ...] = ()  # neutral-only parameters SGLang refuses (SAMPLING_RANGES)
     min_over_max: int | None = None  # a min_new_tokens above max_new_tokens, which verify refuses
+    #: the request named max_new_tokens (not null): only then does SGLang's tokenizer manager refuse
+    #: a prompt plus it past the context; else its scheduler cuts it to fit without a word
+    context_checked: bool = True
 
     def verify(self, vocab_size: int) -> None:
         """The ranges SGLang's SamplingParams.verify checks, in its order (and the engine's own
@@ -527,7 +533,7 @@ def parse_sampling(params: Any) -> Sampling:
     """SGLang's sampling_params, checked for their schema, then for what the engine can honour;
     their ranges are checked later, where SGLang checks them (Sampling.verify, from admit)."""
     if params is None:
-        return Sampling()
+        return Sampling(context_checked=False)
     if not isinstance(params, dict):
         raise SchemaViolation(f"sampling_params: invalid type: {_type_name(params)}, expected an object "
                               f"(batched requests with a list of sampling_params are not supported)")
@@ -535,7 +541,8 @@ def parse_sampling(params: Any) -> Sampling:
     if unknown:
         raise unknown_names("sampling parameter(s)", unknown, SAMPLING_FIELDS)
     p = {k: v for k, v in params.items() if v is not None}
-    max_new_tokens = expect("max_new_tokens", p.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS), (int,), "an integer")
+    default = UNLIMITED_NEW_TOKENS if "max_new_tokens" in params else DEFAULT_MAX_NEW_TOKENS  # named null: unlimited
+    max_new_tokens = expect("max_new_tokens", p.get("max_new_tokens", default), (int,), "an integer")
     temperature = expect("temperature", p.get("temperature", 1.0), (int, float), "a number")
     ignore_eos = expect("ignore_eos", p.get("ignore_eos", False), (bool,), "a boolean")
     stop = p.get("stop", [])
@@ -552,7 +559,7 @@ def parse_sampling(params: Any) -> Sampling:
     check_neutral("sampling parameter(s)", {k: v for k, v in p.items() if not (k == "min_new_tokens" and over)},
                   NEUTRAL_SAMPLING)
     return Sampling(max_new_tokens, ignore_eos, tuple(stop), frozenset(stop_ids), temperature, out_of_range(p),
-                    over)
+                    over, "max_new_tokens" in p)
 
 
 @dataclass(frozen=True)
@@ -643,18 +650,19 @@ def admit(prompt_tokens: int, sampling: Sampling, *, vocab_size: int, context_le
     """What SGLang checks once a request's prompt is tokenized, in its order: its tokenizer
     manager's context refusals, then the sampling ranges (Sampling.verify), then its scheduler's
     limit. Returns the sampling with max_new_tokens as the scheduler cuts it."""
-    check_context(prompt_tokens, sampling.max_new_tokens, context_length)
+    check_context(prompt_tokens, sampling.max_new_tokens if sampling.context_checked else None, context_length)
     sampling.verify(vocab_size)
     return dataclasses.replace(sampling, max_new_tokens=schedule(prompt_tokens, sampling.max_new_tokens,
                                                                  context_length))
 
 
-def check_context(prompt_tokens: int, max_new_tokens: int, context_length: int) -> None:
-    """SGLang's tokenizer manager's two context-length refusals (see context_rule), in its words."""
+def check_context(prompt_tokens: int, max_new_tokens: int | None, context_length: int) -> None:
+    """SGLang's tokenizer manager's two context-length refusals (see context_rule), in its words;
+    the second only where the request named ``max_new_tokens`` (Sampling.context_checked)."""
     if prompt_tokens >= context_length:
         raise Refused(f"The input ({prompt_tokens} tokens) is longer than the model's context length "
                       f"({context_length} tokens).")
-    if prompt_tokens + max_new_tokens > context_length:
+    if max_new_tokens is not None and prompt_tokens + max_new_tokens > context_length:
         raise Refused(
             f"Requested token count exceeds the model's maximum context length of {context_length} "
             f"tokens. You requested a total of {prompt_tokens + max_new_tokens} tokens: {prompt_tokens} tokens "

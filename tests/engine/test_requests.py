@@ -45,8 +45,32 @@ def test_every_field_and_sampling_parameter_accepts_null():
     body = {name: None for name in GENERATE_FIELDS}
     body |= {"text": "hi", "sampling_params": {name: None for name in SAMPLING_FIELDS}}
     req = parse(body)
-    assert req.sampling == protocol.Sampling()  # null means SGLang's default
+    # null means SGLang's default, but a null max_new_tokens, which its scheduler cuts to the context only
+    served = 4096 - 1 - len(req.input_ids) - 1
+    assert req.sampling == protocol.Sampling(max_new_tokens=served, context_checked=False)
     assert (req.stream, req.rid) == (False, None)
+
+
+@pytest.mark.parametrize("sampling_params, served", [
+    (None, 31), ({}, 31), ({"max_new_tokens": None}, 31),  # SGLang's 128 or no limit, cut to the context
+    ({"max_new_tokens": 20}, 20),
+], ids=["no-sampling-params", "absent", "null", "named"])
+def test_a_request_that_names_no_max_new_tokens_is_cut_to_the_context_not_refused(sampling_params, served):
+    """SGLang's tokenizer manager refuses a prompt plus max_new_tokens past the context only where
+    the request names max_new_tokens; its default (128) or a null (no limit) its scheduler cuts to
+    max_req_len - prompt - 1. The engine refused the first with a 400 naming 128 tokens it was never
+    asked for, and served a null as 128."""
+    req = parse({"text": "a" * 30, "sampling_params": sampling_params}, context_length=64)  # 31 tokens
+    assert (len(req.input_ids), req.sampling.max_new_tokens) == (31, served)
+    with pytest.raises(Refused, match=r"You requested a total of 71 tokens: 31 tokens from the input messages and "
+                                      r"40 tokens"):
+        parse({"text": "a" * 30, "sampling_params": {"max_new_tokens": 40}}, context_length=64)
+
+
+def test_a_null_max_new_tokens_serves_the_rest_of_the_context():
+    req = parse({"text": "a" * 30, "sampling_params": {"max_new_tokens": None}}, context_length=512)
+    assert req.sampling.max_new_tokens == 512 - 1 - 31 - 1
+    assert parse({"text": "a" * 30, "sampling_params": {}}, context_length=512).sampling.max_new_tokens == 128
 
 
 def other_value(rule: protocol.Neutral) -> object:

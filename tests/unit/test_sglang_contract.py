@@ -478,6 +478,18 @@ def test_the_context_rule_is_sglangs(srt):
         assert all(piece in words for piece in pieces), (str(info.value), words)
 
 
+def test_a_request_naming_no_max_new_tokens_is_cut_to_the_context_as_sglang_does(srt):
+    """SGLang's tokenizer manager checks prompt plus max_new_tokens against the context only where
+    the request's sampling_params name it, and its scheduler reads a null as no limit: the engine's
+    Sampling.context_checked and UNLIMITED_NEW_TOKENS."""
+    manager = ast.unparse(function(srt("managers/tokenizer_manager.py"), "_validate_one_request"))
+    assert "max_new_tokens = obj.sampling_params.get('max_new_tokens')" in manager, manager
+    assert "max_new_tokens is not None" in manager, manager
+    cut = ast.unparse(function(srt("managers/scheduler.py"), "init_req_max_new_tokens"))
+    assert "if req.sampling_params.max_new_tokens is not None else 1 << 30" in cut, cut
+    assert protocol.UNLIMITED_NEW_TOKENS == 1 << 30
+
+
 def test_the_prompt_is_given_as_sglang_takes_it(srt):
     """parse_generate words a missing or empty prompt as GenerateReqInput does, takes input_ids over
     a text beside them (SGLang tokenizes the text only without ids), and refuses no prompt id: the
