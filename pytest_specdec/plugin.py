@@ -210,6 +210,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
     if not any(map(uses_specdec, session.items)):
         return
+    from .servers import cleanup
+
+    cleanup.interrupt_on_sigterm()  # a CI runner's SIGTERM still leaves the summary and report
     note_collected(config, recording_names(session.items))
     recording = count_recording(session.items)  # the total of the `[done/total]` progress lines
     shared = shared_baseline_keys(session.items)

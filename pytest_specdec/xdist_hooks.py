@@ -33,6 +33,11 @@ class XdistHooks:
         if not self._seen:  # every worker collects the same items
             self._seen = True
             self._write_header_details(node.config, ids)
+            param_ids = [case.param_id for case in matrix_cases(self.results.state)]
+            if any(configuration_in_nodeid(nodeid, param_ids) for nodeid in ids):
+                from .servers import cleanup
+
+                cleanup.interrupt_on_sigterm()  # the controller's SIGTERM ends the run as Ctrl-C does
 
     def _write_header_details(self, config, ids) -> None:
         """The header's lines that follow collection (hardware, baselines, settings, gate,

@@ -6,7 +6,10 @@ Three layers, because each covers a way out the others miss:
 2. this registry: an `atexit` hook plus SIGTERM / SIGHUP handlers that SIGKILL every registered
    process group, and what its leader spawned into sessions of their own -- covers `sys.exit`, an
    uncaught exception and a CI runner's SIGTERM (SIGINT already becomes KeyboardInterrupt, which
-   runs teardown and then atexit);
+   runs teardown and then atexit). In a pytest run that uses the plugin (`interrupt_on_sigterm`)
+   the first SIGTERM, once the servers are killed, ends the run as Ctrl-C does, so the summary,
+   the report and the baselines of the tests that finished are still written; a batch system's
+   SIGTERM is a notice before its SIGKILL. A second SIGTERM ends the process at once;
 3. for what runs no Python code at all (pytest SIGKILLed, or `os._exit` as pytest-timeout's
    thread method does): a watchdog process per pytest process, told each group over a pipe; the
    pipe reaches EOF when its writer dies, however it dies, and the watchdog then SIGKILLs every
@@ -41,6 +44,10 @@ _lock = threading.Lock()
 _groups: dict[int, str] = {}  # pgid -> label, for processes still to be killed at exit
 _installed = False
 _previous_handlers: dict[int, object] = {}
+_sigterm_interrupts = False  # the next SIGTERM raises KeyboardInterrupt instead of ending the process
+
+SIGTERM_INTERRUPT = "SIGTERM: {killed}the run ends as after Ctrl-C, reporting the tests that finished " \
+                    "(a second SIGTERM ends it at once)"
 
 
 _watchdog: subprocess.Popen | None = None
@@ -127,6 +134,17 @@ def kill_all() -> None:
         watchdog.kill_tagged(_token[1])
 
 
+def interrupt_on_sigterm() -> None:
+    """Make the first SIGTERM of this pytest run, after killing the servers, raise
+    KeyboardInterrupt: pytest then tears down and writes what finished, as after Ctrl-C. Killed at
+    once instead, a run lost its summary, report and baselines without a word. Only for a pytest
+    session that uses the plugin: elsewhere SIGTERM keeps its disposition."""
+    global _sigterm_interrupts
+    if threading.current_thread() is threading.main_thread():
+        _sigterm_interrupts = True
+        _install_signal_handlers()
+
+
 def _install_signal_handlers() -> None:
     """Kill our servers on SIGTERM/SIGHUP, then let the previous disposition act.
 
@@ -138,6 +156,8 @@ def _install_signal_handlers() -> None:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         try:
             previous = signal.getsignal(signum)
+            if previous is _on_signal:  # installed already
+                continue
             signal.signal(signum, _on_signal)
         except (ValueError, OSError):
             continue
@@ -152,6 +172,13 @@ def _on_signal(signum, frame) -> None:
         return
     if previous == signal.SIG_IGN:
         return
+    global _sigterm_interrupts
+    if signum == signal.SIGTERM and _sigterm_interrupts:
+        _sigterm_interrupts = False  # the next one ends the process
+        # an xdist controller starts no server: its workers' own handlers kill theirs
+        started = _token is not None and _token[0] == os.getpid()
+        killed = "this process's servers were killed; " if started else ""
+        raise KeyboardInterrupt(SIGTERM_INTERRUPT.format(killed=killed))
     # Default disposition: restore it and re-deliver, so the exit status still says "signal".
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)

@@ -9,6 +9,7 @@ it started, also when it fails.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -138,3 +139,42 @@ def test_without_prctl_a_worker_keeps_todays_behaviour(monkeypatch):
     monkeypatch.setattr(cleanup.sys, "platform", "darwin")
     assert cleanup.die_with_parent() is False
     assert cleanup.parent_death_preexec() is None
+
+
+# One test records, the next holds its server until the outer test sends SIGTERM.
+RECORDS_THEN_HOLDS_TEST = '''
+import os, time
+
+
+def test_generation(specdec_server, specdec_workload, specdec_record):
+    assert specdec_record.run(specdec_server, specdec_workload).completion_tokens > 0
+
+
+def test_hold(specdec_server, pytestconfig):
+    (pytestconfig.rootpath / "holding").write_text(str(os.getpid()))
+    time.sleep(240)
+'''
+
+
+def test_sigterm_ends_the_run_as_ctrl_c_does_writing_what_finished(pytester):
+    """SIGTERM (a CI runner's cancel, a batch system's time limit) killed the servers and then
+    pytest at once: no summary, no report, no baseline of the tests that had finished, not a
+    word. It now ends the run as Ctrl-C does, its servers killed first."""
+    project(pytester, methods=("ar",), prompts=1, max_new_tokens=4)
+    pytester.makepyfile(test_sig=RECORDS_THEN_HOLDS_TEST)
+    proc = start(pytester.path, "--specdec-report=out", "test_sig.py")
+    noted: list[int] = []
+    try:
+        wait_holding(pytester.path, proc)
+        noted = engine_pids(pytester.path)
+        assert len(noted) == 1, f"expected one server, found {noted}"
+        proc.send_signal(signal.SIGTERM)
+        assert wait_gone(noted, timeout=GONE_WITHIN_S) == []
+        code = proc.wait(timeout=120)
+        out = (pytester.path / "pytest.out").read_text()
+        assert code == pytest.ExitCode.INTERRUPTED, out[-3000:]
+        assert "KeyboardInterrupt: SIGTERM: this process's servers were killed; the run ends as after Ctrl-C" in out
+        rows = json.loads((pytester.path / "out" / "results.json").read_text())["results"]
+        assert [row["test_id"] for row in rows] == ["test_generation[ar-tp1-chat]"]
+    finally:
+        kill_everything(proc, noted)
