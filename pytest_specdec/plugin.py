@@ -91,7 +91,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if config.getoption("dist", "no") != "no":  # tests run in xdist workers
             from .xdist_hooks import XdistHooks
 
-            config.pluginmanager.register(XdistHooks(_results(config)), "specdec-xdist")
+            config.pluginmanager.register(XdistHooks(_results(config), config), "specdec-xdist")
     else:
         config.pluginmanager.register(Worker(), "specdec-worker")
     config.pluginmanager.register(fixtures, "specdec-fixtures")

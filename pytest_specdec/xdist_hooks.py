@@ -24,9 +24,16 @@ from .session import Results
 from .state import DIST_CHOSEN_KEY, STATE_KEY
 
 
+# execnet's wait before it interrupts a worker whose channel closed, and xdist's teardown
+# timeout after which it kills the worker (execnet's gateway_base, xdist's NodeManager).
+EXECNET_GRACE_S = 5.0
+XDIST_EXIT_TIMEOUT_S = 10.0
+
+
 class XdistHooks:
-    def __init__(self, results: Results) -> None:
+    def __init__(self, results: Results, config: pytest.Config) -> None:
         self.results = results
+        self.config = config
         self._seen = False
 
     def pytest_xdist_node_collection_finished(self, node, ids) -> None:
@@ -73,6 +80,17 @@ class XdistHooks:
         param_ids = [case.param_id for case in matrix_cases(self.results.state)]
         if configuration_in_nodeid(crashitem, param_ids) is not None:
             self.results.outcomes[crashitem] = ("failed", str(report.longrepr))
+
+    def pytest_keyboard_interrupt(self, excinfo) -> None:
+        """The controller interrupted (Ctrl-C, SIGTERM, or a signal to it alone): xdist then waits
+        for its workers to end their tests, which a worker reached by no signal does only when
+        execnet interrupts it: say that wait and its bound instead of keeping silent through it."""
+        from .fixtures import _announcer
+
+        _announcer(self.config)(
+            f"interrupted: waiting for the xdist workers to end their tests and stop their servers "
+            f"(bound: execnet interrupts a worker still in its test after {EXECNET_GRACE_S:g}s, and xdist "
+            f"kills one still running {XDIST_EXIT_TIMEOUT_S:g}s later; its servers go with it)")
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log):

@@ -178,3 +178,26 @@ def test_sigterm_ends_the_run_as_ctrl_c_does_writing_what_finished(pytester):
         assert [row["test_id"] for row in rows] == ["test_generation[ar-tp1-chat]"]
     finally:
         kill_everything(proc, noted)
+
+
+def test_an_interrupted_xdist_controller_says_the_wait_for_its_workers(pytester):
+    """A SIGINT or SIGTERM to the controller alone left its workers in their tests: xdist waited
+    for them in silence (execnet's 5 s, then xdist's 10 s), the servers up all along. The
+    controller now says that wait and its bound as it starts."""
+    pytest.importorskip("xdist")
+    project(pytester, methods=("ar",), prompts=1, max_new_tokens=4)
+    pytester.makepyfile(test_hold=HOLDING_TEST)
+    proc = start(pytester.path, "-n", "2", "test_hold.py")
+    noted: list[int] = []
+    try:
+        worker = wait_holding(pytester.path, proc)
+        noted = [worker, *engine_pids(pytester.path)]
+        assert len(noted) == 2, f"expected the worker and its server, found {noted}"
+        proc.send_signal(signal.SIGINT)  # the controller alone
+        proc.wait(timeout=120)
+        assert wait_gone(noted, timeout=GONE_WITHIN_S) == []
+        out = (pytester.path / "pytest.out").read_text()
+        assert "specdec: interrupted: waiting for the xdist workers to end their tests and stop their " \
+               "servers (bound: execnet interrupts a worker still in its test after 5s" in out, out[-3000:]
+    finally:
+        kill_everything(proc, noted)
