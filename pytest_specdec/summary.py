@@ -144,11 +144,19 @@ def _uncompared_gate(results: Results) -> str | None:
             f"or fix a misspelt name in the file")
 
 
+def _left_as_it_was(state, option: str) -> str:
+    """What an interrupted save or report leaves, and the run that writes it."""
+    return (f"no file there is half-written; the journal keeps this run's figures: a run with "
+            f"--specdec-resume and {state.settings.setter(option)} writes it without measuring again "
+            f"the tests that passed")
+
+
 def _write_outputs(results: Results, table: list, notes: list[str], problems: list[str],
-                   announce: Callable[[str], None] | None = None) -> None:
+                   announce: Callable[[str], None] | None = None) -> bool:
     """The baseline file, the report folder and the CI summary, at session end whether or not a
     terminal summary follows (another plugin's summary may raise, or the terminal be off);
-    `announce` prints a long wait for the baseline file's lock."""
+    `announce` prints a long wait for the baseline file's lock. True when Ctrl-C interrupted
+    them (the rest is not written)."""
     from . import report  # matplotlib and friends load only when there is something to report
     from .relpaths import relative_path
 
@@ -166,6 +174,10 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
     if state.settings.save_baseline and saved:
         try:
             path = results.save_baseline(saved, announce)
+        except KeyboardInterrupt:  # a Ctrl-C as the run ends: say what is missing, not a traceback
+            problems.append(f"baseline not saved: interrupted while saving it into {state.baseline_path}; "
+                            f"{_left_as_it_was(state, 'save_baseline')}")
+            return True
         except (OSError, SpecdecUsageError) as exc:
             problems.append(f"baseline not saved: {_why(exc, state.baseline_path)}{_kept(exc, state)}")
         else:
@@ -177,6 +189,10 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
         folder = state.path(state.settings.report)
         try:
             files = report.write_report(folder, table, meta=meta, option=state.settings.setter("report"))
+        except KeyboardInterrupt:
+            problems.append(f"report not written: interrupted while writing it into {folder}; "
+                            f"{_left_as_it_was(state, 'report')}")
+            return True
         except (OSError, SpecdecUsageError) as exc:
             problems.append(f"report not written: {_why(exc, folder)}")
         else:
@@ -189,6 +205,7 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
         report.write_github_summary(table, meta=meta)
     except OSError as exc:  # the CI runner's variable, not the user's input: the run stands
         notes.append(f"warning: GITHUB_STEP_SUMMARY not written: {_why(exc, '$GITHUB_STEP_SUMMARY')}")
+    return False
 
 
 def finish(results: Results, durations: Durations | None, plan: ShardPlan | None,
@@ -214,7 +231,8 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
             problems.append(f"durations not saved: {_why(exc, path)}")
     table = rows(results)
     if table:
-        _write_outputs(results, table, notes, problems, announce)
+        if _write_outputs(results, table, notes, problems, announce):
+            exitstatus = pytest.ExitCode.INTERRUPTED
     elif state.settings.report:  # an old report there would read as this run's
         notes.append(nothing_reported(state))
     unchecked = None if plan is not None else unchecked_lossless(results)  # a merge checks a shard's

@@ -387,3 +387,31 @@ def test_a_run_with_nothing_to_report_says_no_report_was_written(pytester):
     result = pytester.runpytest("-p", "no:cacheprovider", "--specdec-report", "rep", "-k", "nothing")
     result.stdout.fnmatch_lines(["specdec: no report written to *rep: no test recorded figures or failed "
                                  "(what is there is an earlier run's)"])
+
+
+#: A Ctrl-C that lands while the report is written (a second one, as pytest tears down).
+REPORT_INTERRUPTER = """
+import pytest_specdec.report
+
+
+def _interrupted(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+pytest_specdec.report.write_report = _interrupted
+"""
+
+
+def test_a_report_interrupted_by_ctrl_c_is_one_line_naming_the_run_that_writes_it(pytester):
+    """Ctrl-C while the report was written (pressed twice, the second landing in matplotlib's
+    import) ended pytest with a raw traceback and no word of the report that was not written."""
+    pytester.makeconftest(REPORT_INTERRUPTER)
+    pytester.makepyfile(test_figures=RECORDING_TEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-report=rep")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([
+        "specdec: ERROR: report not written: interrupted while writing it into */rep; no file there is "
+        "half-written; the journal keeps this run's figures: a run with --specdec-resume and "
+        "--specdec-report writes it without measuring again the tests that passed",
+    ])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
