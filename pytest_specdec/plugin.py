@@ -428,7 +428,7 @@ class Controller:
             and report.nodeid in self.config.stash[RESULTS_KEY].results
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        from .state import SHARD_KEY
+        from .state import SHARD_KEY, STATE_KEY
 
         if self.durations is not None or SHARD_KEY in self.config.stash:
             from . import summary
@@ -441,6 +441,10 @@ class Controller:
             session.exitstatus = self._failed_if_problems(summary.finish(
                 _results(self.config), self.durations, self.config.stash.get(SHARD_KEY, None),
                 self.shard, exitstatus, self.notes, self.problems, _announcer(self.config)))
+        elif self.config.stash[STATE_KEY].settings.report:  # no report of ours came (Ctrl-C in the first boot)
+            from . import summary
+
+            self.notes.append(summary.nothing_reported(self.config.stash[STATE_KEY]))
 
     @hookimpl(wrapper=True)  # after every plugin's summary, also one that raises: ours ends the run
     def pytest_terminal_summary(self, terminalreporter):

@@ -415,3 +415,30 @@ def test_a_report_interrupted_by_ctrl_c_is_one_line_naming_the_run_that_writes_i
         "--specdec-report writes it without measuring again the tests that passed",
     ])
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+#: Ctrl-C in the first test's setup (a server's boot), before any test of ours reported.
+INTERRUPTED_FIRST_SETUP_TEST = """
+import pytest
+
+
+@pytest.fixture
+def booting():
+    raise KeyboardInterrupt
+
+
+def test_figures(booting, specdec_record):
+    specdec_record.metric("output_tok_s", 100.0)
+"""
+
+
+def test_a_run_interrupted_before_any_test_reported_says_no_report_was_written(pytester):
+    """Ctrl-C in the first server's boot ended the run without a word about the report folder,
+    which still held an earlier run's report, as if it were this run's."""
+    pytester.makepyfile(test_figures=INTERRUPTED_FIRST_SETUP_TEST)
+    (pytester.path / "rep").mkdir()
+    (pytester.path / "rep" / "results.json").write_text("{}")  # an earlier run's
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-report=rep")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["specdec: no report written to */rep: no test recorded figures or failed "
+                                 "(what is there is an earlier run's)"])
