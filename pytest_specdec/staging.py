@@ -5,12 +5,18 @@ A writer interrupted while it writes leaves the earlier set as it was. The moves
 renames, each atomic but not all together: one interrupted there leaves part of one set (the
 earlier set's files still to be removed, or the new set's already moved), never files of two sets
 side by side. Files the set does not name (a shard's journal, a user's own) are left alone.
+
+A writer killed outright (SIGKILL, os._exit, a second SIGTERM) cannot remove its staging folder.
+Each is named by its writer's pid and host, so the next writer into that folder removes those whose
+writer is gone (same host, pid no longer running) instead of leaving them to pile up inside a
+published report; a live writer's, or another host's, stays.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,11 +28,41 @@ def staged(out_dir: Path, prefix: str) -> Iterator[Path]:
     """A hidden folder inside `out_dir` (made where missing) to write the set into; removed at
     the end with whatever was not moved out of it."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(dir=out_dir, prefix=prefix))
+    remove_abandoned(out_dir, prefix)
+    folder = Path(tempfile.mkdtemp(dir=out_dir, prefix=f"{prefix}{os.getpid()}@{_host()}-"))
     try:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _host() -> str:
+    return socket.gethostname().replace("/", "_") or "localhost"
+
+
+def remove_abandoned(out_dir: Path, prefix: str) -> list[Path]:
+    """Remove the staging folders in `out_dir` that a writer on this host left when it died;
+    returns them."""
+    removed = []
+    for entry in out_dir.glob(f"{prefix}*@*"):
+        pid, _, rest = entry.name[len(prefix):].partition("@")
+        host = rest.rpartition("-")[0]  # mkdtemp's random tail has no "-"
+        if not pid.isdigit() or host != _host() or not entry.is_dir() or entry.is_symlink() \
+                or _running(int(pid)):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: running
+        return True
+    return True
 
 
 def publish(staging: Path, out_dir: Path, files: Sequence[Path], previous: Iterable[str]) -> list[Path]:

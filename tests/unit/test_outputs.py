@@ -8,6 +8,7 @@ The tests record figures by hand (`specdec_record.metric`), so no server starts.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -442,3 +443,32 @@ def test_a_run_interrupted_before_any_test_reported_says_no_report_was_written(p
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["specdec: no report written to */rep: no test recorded figures or failed "
                                  "(what is there is an earlier run's)"])
+
+
+#: A report writer killed outright inside its staging folder (SIGKILL, os._exit, a second SIGTERM).
+KILLED_WRITER = """
+import os, sys
+from pathlib import Path
+from pytest_specdec import staging
+
+with staging.staged(Path(sys.argv[1]), ".report-") as folder:
+    (folder / "results.json").write_text("half")
+    os._exit(1)
+"""
+
+
+def test_a_staging_folder_left_by_a_killed_writer_is_removed_by_the_next_one(tmp_path):
+    """A run killed while it wrote its report left a hidden `.report-*` folder in the report
+    folder, and each such run one more, inside the report a user publishes."""
+    import socket
+    import subprocess
+    import sys
+
+    rep = tmp_path / "rep"
+    subprocess.run([sys.executable, "-c", KILLED_WRITER, str(rep)], check=False)
+    left = [p.name for p in rep.iterdir()]
+    assert len(left) == 1 and left[0].startswith(".report-"), left  # what the killed writer left
+    live = rep / f".report-{os.getpid()}@{socket.gethostname()}-live0000"  # a writer still running
+    live.mkdir()
+    write_report(rep, [row("ar", 1, None, 10.0)], plots=False)
+    assert sorted(p.name for p in rep.iterdir()) == sorted([*outputs.REPORT_FILES, live.name])
