@@ -9,13 +9,18 @@ inventory, there is nothing to wait for.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 RELEASE_TIMEOUT_S = 30.0
+# The driver frees a dead process's memory within a second or so: memory still held this long gets
+# the rest of the wait said, so a teardown (after Ctrl-C too) is not a silent half minute.
+RELEASE_QUIET_S = 3.0
 
 
-def wait_released(gpus: Sequence[int], pids: Iterable[int], timeout: float = RELEASE_TIMEOUT_S) -> str:
-    """Poll until none of `pids` holds memory on `gpus` (physical NVML indices).
+def wait_released(gpus: Sequence[int], pids: Iterable[int], timeout: float = RELEASE_TIMEOUT_S,
+                  announce: Callable[[str], None] | None = None, who: str = "the server") -> str:
+    """Poll until none of `pids` holds memory on `gpus` (physical NVML indices); with
+    `announce`, memory still held after `RELEASE_QUIET_S` has the rest of the wait said, naming `who`.
 
     Returns "" once released (or when NVML cannot be used), else a description of what is still
     held. pids as NVML reports them are host pids: inside a container with its own pid namespace
@@ -31,7 +36,9 @@ def wait_released(gpus: Sequence[int], pids: Iterable[int], timeout: float = REL
         return ""
     try:
         wanted = set(pids)
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
+        said = announce is None
         while True:
             held = []
             for index in gpus:
@@ -44,8 +51,13 @@ def wait_released(gpus: Sequence[int], pids: Iterable[int], timeout: float = REL
                     if p.pid in wanted:
                         mib = (p.usedGpuMemory or 0) // (1 << 20)
                         held.append(f"GPU {index}: pid {p.pid} holds {mib} MiB")
-            if not held or time.monotonic() >= deadline:
+            now = time.monotonic()
+            if not held or now >= deadline:
                 return "; ".join(held)
+            if not said and now - started >= RELEASE_QUIET_S:
+                said = True
+                announce(f"{who}: stopped, but {'; '.join(held)} still; waiting up to {deadline - now:.0f}s "
+                         f"more for the driver to release it (bound: the {timeout:g}s GPU release wait)")
             time.sleep(0.25)
     finally:
         try:

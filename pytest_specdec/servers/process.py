@@ -553,7 +553,7 @@ class ManagedServer:
         if check_gpu_release and self.wait_gpu_release and self.gpus:
             from pytest_specdec.servers.gpu_memory import wait_released
 
-            leftover = wait_released(self.gpus, tree)
+            leftover = wait_released(self.gpus, tree, announce=self.announce, who=f"server {self.spec.id}")
             if leftover:
                 raise self._error(
                     "teardown",
