@@ -93,6 +93,25 @@ def _sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
+def _toml_sizes(raw: int | list[Any]) -> tuple[int, ...]:
+    """`tp` as [tool.specdec] writes it (`[1, 4]`, or `4`); its errors quote that spelling, not the
+    command line's `1,4`, which the user never wrote there."""
+    values = raw if isinstance(raw, list) else [raw]
+    if not values:
+        raise ValueError("[] is empty; list at least one size, e.g. tp = [1, 4]")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise ValueError(f"{raw!r} must be a list of whole numbers, e.g. tp = [1, 4]")
+    for size in values:
+        if size < 1 or size & (size - 1):
+            raise ValueError(f"{raw!r}: {size} is not a power of two; tensor-parallel sizes are 1, 2, 4, 8, ...")
+    twice = sorted({size for size in values if values.count(size) > 1}, key=values.index)
+    if twice:
+        once = sorted(set(values), key=values.index)
+        raise ValueError(f"{raw!r} lists {', '.join(map(str, twice))} more than once; list each size once: "
+                         f"tp = {once!r}")
+    return tuple(values)
+
+
 def _url(text: str) -> str:
     from urllib.parse import urlsplit
 
@@ -279,16 +298,17 @@ def parse_value(option: Option, raw: Any, where: str) -> Any:
         return None
     if isinstance(raw, bool) and option.parse is _bool:
         return raw  # a TOML boolean, or a store_true flag
-    if option.parse is _sizes and isinstance(raw, (int, list)) and not isinstance(raw, bool):
-        raw = ",".join(str(v) for v in (raw if isinstance(raw, list) else [raw]))  # TOML [1, 4]
+    parse = option.parse
+    if parse is _sizes and isinstance(raw, (int, list)) and not isinstance(raw, bool):
+        parse = _toml_sizes  # TOML [1, 4]
     numeric = option.parse in (_count, _gpu_count, _positive_count, _positive_float)
     if numeric and isinstance(raw, (int, float)) and not isinstance(raw, bool):
         raw = str(raw)  # a TOML number
-    if not isinstance(raw, str):
+    if not isinstance(raw, str) and parse is not _toml_sizes:
         raise SpecdecUsageError(
             f"{where}: {raw!r} has the wrong type for {option.name}; {option.help}")
     try:
-        return option.parse(raw)
+        return parse(raw)
     except ValueError as exc:
         raise SpecdecUsageError(f"{where}: {exc}; {option.cli} takes: {option.help}") from None
 

@@ -104,6 +104,16 @@ from pytest_specdec.errors import SpecdecUsageError
     ("[tool.specdec]\nstartup_timeout = 'soon'\n",
      "pyproject.toml [tool.specdec] key 'startup_timeout': 'soon' is not a number; "
      "--specdec-startup-timeout takes*"),
+    # tp as TOML writes it is quoted so, not as the command line's '1,1' the user never wrote here
+    ("[tool.specdec]\ntp = [1, 1]\n",
+     "pyproject.toml [tool.specdec] key 'tp': [1, 1] lists 1 more than once; list each size once: tp = [1]; "
+     "--specdec-tp takes*"),
+    ("[tool.specdec]\ntp = []\n",
+     "pyproject.toml [tool.specdec] key 'tp': [] is empty; list at least one size, e.g. tp = [1, 4]*"),
+    ("[tool.specdec]\ntp = [1, 6]\n",
+     "pyproject.toml [tool.specdec] key 'tp': [1, 6]: 6 is not a power of two*"),
+    ("[tool.specdec]\ntp = ['1', '4']\n",
+     "pyproject.toml [tool.specdec] key 'tp': ['1', '4'] must be a list of whole numbers, e.g. tp = [1, 4]*"),
     ("[tool.specdec]\nmin_accept_length = nan\n",
      "pyproject.toml [tool.specdec] min_accept_length: nan must be a finite number"),
     ("[tool.specdec]\nstartup_timeout = inf\n",
