@@ -263,6 +263,14 @@ def _check_budgets(reader: _Reader, key: str, budgets: tuple[int, ...]) -> None:
                              f"be at least 1")
 
 
+def _check_once(reader: _Reader, key: str, values: tuple[Any, ...] | None) -> None:
+    """A value listed twice is a slip, perhaps for another value."""
+    values = values or ()
+    twice = sorted({v for v in values if values.count(v) > 1}, key=values.index)
+    if twice:
+        reader.fail(key, f"lists {', '.join(map(repr, twice))} more than once; list each once")
+
+
 def _parse_matrix(filename: str, family: str, data: Any) -> Matrix:
     reader = _Reader(filename, _table_name(filename, f"matrix.{family}"), data)
     reader.check_keys({"methods", "tp", "budget"})
@@ -270,9 +278,7 @@ def _parse_matrix(filename: str, family: str, data: Any) -> Matrix:
     tps = reader.int_list("tp", (1,))
     budgets = reader.int_list("budget", ())
     for key, values in (("methods", methods), ("tp", tps), ("budget", budgets)):
-        twice = sorted({v for v in values if values.count(v) > 1}, key=values.index)
-        if twice:  # each would be a test of its own, the same configuration measured again
-            reader.fail(key, f"lists {', '.join(map(repr, twice))} more than once; list each once")
+        _check_once(reader, key, values)  # each would be a test of its own, measuring one configuration again
     if not methods:
         reader.fail("methods", f"is empty; list at least one of {', '.join(METHODS)}")
     _check_methods(reader, "methods", methods)
@@ -310,12 +316,15 @@ def _parse_known_issue(filename: str, index: int, data: Any) -> KnownIssue:
         reader.fail("family", f"{family!r} contradicts arch = {arch!r}, which is "
                               f"{family_of(arch)}; give one of them")
     methods = reader.str_list("method")
+    tps = reader.int_list("tp")
+    budgets = reader.int_list("budget")
+    backends = reader.str_list("backend")
+    for key, values in (("method", methods), ("tp", tps), ("budget", budgets), ("backend", backends)):
+        _check_once(reader, key, values)  # refused as a matrix's repeat is: harmless here, but a slip all the same
     if methods is not None:
         _check_methods(reader, "method", methods)
-    tps = reader.int_list("tp")
     if tps is not None:
         _check_tp(reader, "tp", tps)
-    budgets = reader.int_list("budget")
     if budgets is not None:
         _check_budgets(reader, "budget", budgets)
         if methods is not None and not any(takes_budget(m) for m in methods):
@@ -323,7 +332,6 @@ def _parse_known_issue(filename: str, index: int, data: Any) -> KnownIssue:
             reader.fail("budget", f"{', '.join(methods)} take{'s' if len(methods) == 1 else ''} "
                                   f"no budget (a tree budget is ddtree's); remove the budget or "
                                   f"add ddtree to method")
-    backends = reader.str_list("backend")
     if backends is not None:
         for backend in backends:
             if backend not in ("embedded", "sglang"):

@@ -48,6 +48,15 @@ from pytest_specdec.errors import SpecdecUsageError
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nmethod = ['ar', 'dflash']\nbudget = [8]\n",
      "*[known_issues #1] budget: ar, dflash take no budget (a tree budget is ddtree's); remove the "
      "budget or add ddtree to method*"),
+    # a repeated value is refused as in a matrix: a slip, perhaps for another value
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\nmethod = ['ddtree', 'ddtree']\n",
+     "pyproject.toml [known_issues #1] method: lists 'ddtree' more than once; list each once"),
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\n[[tool.specdec.known_issues]]\nreason = 'y'\ntp = [1, 1]\n",
+     "pyproject.toml [known_issues #2] tp: lists 1 more than once; list each once"),
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\nbudget = [8, 16, 8]\n",
+     "pyproject.toml [known_issues #1] budget: lists 8 more than once; list each once"),
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\nbackend = ['sglang', 'sglang']\n",
+     "pyproject.toml [known_issues #1] backend: lists 'sglang' more than once; list each once"),
     ("[[tool.specdec.workloads]]\nprompts = 'missing.jsonl'\n",
      "*[workloads #1] prompts: 'missing.jsonl' is neither a built-in set (chat, code, math) nor a *"),
     ("[[tool.specdec.workloads]]\nconcurrency = 0\n",
@@ -250,6 +259,15 @@ def test_non_utf8_known_issues_file_names_file_and_line(tmp_path: Path):
     path.write_bytes(b"[[known_issues]]\nreason = '\xffx'\n")
     with pytest.raises(SpecdecUsageError, match=r"^known_issues.toml: line 2 is not UTF-8 \(byte "
                                                 r"0xff\); save the file as UTF-8$"):
+        config.load_known_issues(path)
+
+
+def test_a_known_issues_file_refuses_a_repeated_value_naming_file_entry_and_field(tmp_path: Path):
+    path = tmp_path / "known_issues.toml"
+    path.write_text("[[known_issues]]\nreason = 'a'\n[[known_issues]]\nreason = 'b'\n"
+                    "method = ['dflash', 'ddtree', 'dflash']\n")
+    with pytest.raises(SpecdecUsageError, match=r"^known_issues.toml \[known_issues #2\] method: lists "
+                                                r"'dflash' more than once; list each once$"):
         config.load_known_issues(path)
 
 
