@@ -300,7 +300,7 @@ def _parse_known_issue(filename: str, index: int, data: Any) -> KnownIssue:
     reader = _Reader(filename, f"known_issues #{index + 1}", data)
     reader.check_keys({"reason", "arch", "family", "method", "tp", "budget", "backend"})
     reason = reader.get("reason", str)
-    if not reason:
+    if not (reason or "").strip():
         reader.fail("reason", "is missing; say what breaks, e.g. reason = \"verify crashes\"")
     arch = reader.get("arch", str)
     if arch is not None:
@@ -320,6 +320,9 @@ def _parse_known_issue(filename: str, index: int, data: Any) -> KnownIssue:
     budgets = reader.int_list("budget")
     backends = reader.str_list("backend")
     for key, values in (("method", methods), ("tp", tps), ("budget", budgets), ("backend", backends)):
+        if values == ():  # matches no configuration, so the entry would never apply
+            reader.fail(key, f"is empty, so the entry matches nothing; list at least one value, or remove "
+                             f"{key} to match any")
         _check_once(reader, key, values)  # refused as a matrix's repeat is: harmless here, but a slip all the same
     if methods is not None:
         _check_methods(reader, "method", methods)

@@ -57,6 +57,16 @@ from pytest_specdec.errors import SpecdecUsageError
      "pyproject.toml [known_issues #1] budget: lists 8 more than once; list each once"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nbackend = ['sglang', 'sglang']\n",
      "pyproject.toml [known_issues #1] backend: lists 'sglang' more than once; list each once"),
+    # an empty list matches no configuration: the entry would never apply
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\nmethod = []\n",
+     "pyproject.toml [known_issues #1] method: is empty, so the entry matches nothing; list at least one "
+     "value, or remove method to match any"),
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\ntp = []\n", "pyproject.toml [known_issues #1] tp: is empty*"),
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\nbudget = []\n",
+     "pyproject.toml [known_issues #1] budget: is empty*"),
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\nbackend = []\n",
+     "pyproject.toml [known_issues #1] backend: is empty*"),
+    ("[[tool.specdec.known_issues]]\nreason = '  '\n", "pyproject.toml [known_issues #1] reason: is missing*"),
     ("[[tool.specdec.workloads]]\nprompts = 'missing.jsonl'\n",
      "*[workloads #1] prompts: 'missing.jsonl' is neither a built-in set (chat, code, math) nor a *"),
     ("[[tool.specdec.workloads]]\nconcurrency = 0\n",
