@@ -304,13 +304,27 @@ def parse_value(option: Option, raw: Any, where: str) -> Any:
     numeric = option.parse in (_count, _gpu_count, _positive_count, _positive_float)
     if numeric and isinstance(raw, (int, float)) and not isinstance(raw, bool):
         raw = str(raw)  # a TOML number
-    if not isinstance(raw, str) and parse is not _toml_sizes:
-        raise SpecdecUsageError(
-            f"{where}: {raw!r} has the wrong type for {option.name}; {option.help}")
+    if not isinstance(raw, str) and parse is not _toml_sizes:  # only TOML gives other types
+        shown = str(raw).lower() if isinstance(raw, bool) else repr(raw)  # as TOML spells it
+        raise SpecdecUsageError(f"{where}: {shown} must be {_toml_kind(option)}; {option.cli} takes: {option.help}")
     try:
         return parse(raw)
     except ValueError as exc:
         raise SpecdecUsageError(f"{where}: {exc}; {option.cli} takes: {option.help}") from None
+
+
+def _toml_kind(option: Option) -> str:
+    """What a [tool.specdec] key takes, in TOML's words, with the key written so."""
+    if option.parse is _bool:
+        return f"true or false, e.g. {option.name} = true"
+    if option.parse is _sizes:
+        return f"a list of tensor-parallel sizes, e.g. {option.name} = [1, 4]"
+    if option.parse is _positive_float:
+        return f"a number of seconds, e.g. {option.name} = {option.default:g}"
+    if option.parse in (_count, _gpu_count, _positive_count):
+        return f"a whole number, e.g. {option.name} = {option.default or 1}"
+    example = _TEXT_EXAMPLES.get(option.name, option.default)
+    return f"a string, e.g. {option.name} = \"{example}\"" if example else "a string"
 
 
 def read_ini(getini: Callable[[str], Any], text: Callable[[str], Any] | None = None) -> dict[str, Any]:
@@ -360,7 +374,8 @@ _NOT_TEXT_RE = re.compile(r"expects a string, got (?:list|int|float|bool|dict)\b
 
 #: What a string-typed option's value looks like, for the fix of a TOML value that is not a string.
 _TEXT_EXAMPLES = {"tp": "1,4", "compare_fail": "output_tok_s:5%,accept_length:0", "shard": "2/4",
-                  "arch": "sm_120"}
+                  "arch": "sm_120", "backend": "embedded", "server_url": "http://127.0.0.1:30000",
+                  "lossless": "prefix:32", "report": "specdec-report", "gpu_claims": "/var/tmp/gpu-claims"}
 
 
 def _ini_problem(option: Option, exc: Exception) -> str:

@@ -133,6 +133,20 @@ from pytest_specdec.errors import SpecdecUsageError
      "pyproject.toml [tool.specdec] key 'tp': [1, 6]: 6 is not a power of two*"),
     ("[tool.specdec]\ntp = ['1', '4']\n",
      "pyproject.toml [tool.specdec] key 'tp': ['1', '4'] must be a list of whole numbers, e.g. tp = [1, 4]*"),
+    # an option key of another TOML type is told the type it takes, written as TOML, not only its help
+    ("[tool.specdec]\nbackend = ['sglang']\n",
+     "pyproject.toml [tool.specdec] key 'backend': ['sglang'] must be a string, e.g. backend = \"embedded\"; "
+     "--specdec-backend takes: *"),
+    ("[tool.specdec]\nsave_baseline = 1\n",
+     "pyproject.toml [tool.specdec] key 'save_baseline': 1 must be true or false, e.g. save_baseline = true*"),
+    ("[tool.specdec]\nrestart_on_crash = true\n",
+     "pyproject.toml [tool.specdec] key 'restart_on_crash': true must be a whole number, e.g. "
+     "restart_on_crash = 1*"),
+    ("[tool.specdec]\nstartup_timeout = false\n",
+     "pyproject.toml [tool.specdec] key 'startup_timeout': false must be a number of seconds, e.g. "
+     "startup_timeout = 600*"),
+    ("[tool.specdec]\ntp = true\n",
+     "pyproject.toml [tool.specdec] key 'tp': true must be a list of tensor-parallel sizes, e.g. tp = [1, 4]*"),
     ("[tool.specdec]\nmin_accept_length = nan\n",
      "pyproject.toml [tool.specdec] min_accept_length: nan must be a finite number"),
     ("[tool.specdec]\nstartup_timeout = inf\n",
