@@ -175,7 +175,14 @@ _TOP_KEYS = {"model", "draft_model", "model_cache", "matrix", "workloads", "tole
     | OPTION_NAMES
 
 
-_KIND_NAMES = {int: "an int", float: "a number", dict: "a TOML table"}  # what a user wrote in TOML, not Python's name
+# what a user wrote in TOML, not Python's name
+_KIND_NAMES = {int: "an int", float: "a number", dict: "a TOML table", str: "a string", bool: "true or false",
+               list: "a list"}
+
+
+def _shown(value: Any) -> str:
+    """A TOML value as an error quotes it: booleans as TOML spells them."""
+    return str(value).lower() if isinstance(value, bool) else repr(value)
 
 
 class _Reader:
@@ -205,13 +212,13 @@ class _Reader:
             return default
         value = self.data[key]
         if isinstance(value, bool) and kind in (int, float, (int, float)):
-            self.fail(key, f"{value!r} must be a number")
+            self.fail(key, f"{_shown(value)} must be a number")
         if kind is float and isinstance(value, int):
             value = float(value)
         if not isinstance(value, kind):
             kinds = (kind,) if isinstance(kind, type) else kind
             names = " or ".join(_KIND_NAMES.get(k, f"a {k.__name__}") for k in kinds)
-            self.fail(key, f"{value!r} must be {names}")
+            self.fail(key, f"{_shown(value)} must be {names}")
         if isinstance(value, float) and not math.isfinite(value):  # TOML spells nan and inf
             self.fail(key, f"{value!r} must be a finite number")
         return value
