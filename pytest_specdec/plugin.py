@@ -23,9 +23,12 @@ hookimpl = HookimplMarker("pytest")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("specdec", "speculative-decoding benchmarks (pytest-specdec)")
+    # each option's other two places, and which wins, for one who set it in pyproject.toml and reads this
+    group = parser.getgroup("specdec", "speculative-decoding benchmarks (pytest-specdec; a flag wins over its "
+                                       "ini twin, which wins over its [tool.specdec] key)")
     for option in OPTIONS:
-        text = option.described.replace("%", "%%") + f" (ini: {option.ini})"  # argparse %-formats help
+        text = option.described.replace("%", "%%")  # argparse %-formats help
+        text += f" (ini: {option.ini}; [tool.specdec] {option.name})"
         if option.flag:
             group.addoption(option.cli, action="store_true", default=None, dest=option.ini,
                             help=text)

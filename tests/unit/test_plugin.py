@@ -65,6 +65,17 @@ def test_help_lists_every_option_and_its_ini_twin(pytester: pytest.Pytester):
         assert f"{option.ini} ({option.ini_type})" in text
 
 
+def test_help_names_each_options_tool_specdec_key_and_which_place_wins(pytester: pytest.Pytester):
+    """--help named the ini twin only: not the [tool.specdec] key, nor that the flag wins over both."""
+    from pytest_specdec.options import OPTIONS
+
+    text = " ".join(line.strip() for line in pytester.runpytest("--help").stdout.lines)
+    assert ("speculative-decoding benchmarks (pytest-specdec; a flag wins over its ini twin, which wins over "
+            "its [tool.specdec] key)") in text
+    for option in OPTIONS:
+        assert f"(ini: {option.ini}; [tool.specdec] {option.name})" in text, option.name
+
+
 @pytest.mark.parametrize("flag, default", [("--specdec-startup-timeout", "600"), ("--specdec-stall-timeout", "60"),
                                             ("--specdec-gpu-wait-timeout", "3600"),
                                             ("--specdec-baseline-lock-timeout", "120"),
