@@ -307,6 +307,11 @@ def parse_value(option: Option, raw: Any, where: str) -> Any:
     if not isinstance(raw, str) and parse is not _toml_sizes:  # only TOML gives other types
         shown = str(raw).lower() if isinstance(raw, bool) else repr(raw)  # as TOML spells it
         raise SpecdecUsageError(f"{where}: {shown} must be {_toml_kind(option)}; {option.cli} takes: {option.help}")
+    if parse is str and not raw.strip():  # a path of "" is the project folder itself; "$UNSET" expands to it
+        fix = (f"; give one, e.g. {option.name} = \"{_TEXT_EXAMPLES.get(option.name, option.default)}\", or "
+               f"remove the key" if where.endswith(f"key {option.name!r}")
+               else f" (an unset variable?); give {option.metavar}, or leave {option.cli} out")
+        raise SpecdecUsageError(f"{where}: {raw!r} is empty{fix}")
     try:
         return parse(raw)
     except ValueError as exc:

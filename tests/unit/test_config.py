@@ -153,6 +153,13 @@ from pytest_specdec.errors import SpecdecUsageError
      "startup_timeout = 600*"),
     ("[tool.specdec]\ntp = true\n",
      "pyproject.toml [tool.specdec] key 'tp': true must be a list of tensor-parallel sizes, e.g. tp = [1, 4]*"),
+    # an empty path is the project folder itself: report = "" wrote no report, artifacts = "" filled the project
+    ("[tool.specdec]\nartifacts = ''\n",
+     "pyproject.toml [tool.specdec] key 'artifacts': '' is empty; give one, e.g. artifacts = \".specdec/artifacts\", "
+     "or remove the key"),
+    ("[tool.specdec]\nbaseline_dir = ' '\n", "pyproject.toml [tool.specdec] key 'baseline_dir': ' ' is empty; *"),
+    ("[tool.specdec]\nreport = ''\n", "pyproject.toml [tool.specdec] key 'report': '' is empty; *"),
+    ("[tool.specdec]\ncompare_fail = ''\n", "pyproject.toml [tool.specdec] key 'compare_fail': '' is empty; *"),
     ("[tool.specdec]\nmin_accept_length = nan\n",
      "pyproject.toml [tool.specdec] min_accept_length: nan must be a finite number"),
     ("[tool.specdec]\nstartup_timeout = inf\n",

@@ -18,6 +18,15 @@ def _usage_error(result: pytest.RunResult, message: str) -> None:
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
 
 
+@pytest.mark.parametrize("flag", ["--specdec-report", "--specdec-baseline-dir", "--specdec-artifacts",
+                                  "--specdec-gpu-claims", "--specdec-compare-fail"])
+def test_an_empty_flag_value_is_a_usage_error(pytester: pytest.Pytester, flag):
+    """--specdec-report=$DIR with DIR unset wrote no report, --specdec-baseline-dir= saved into the project."""
+    pytester.makepyfile("def test_x(): pass")
+    _usage_error(pytester.runpytest(f"{flag}="), f"{flag}: '' is empty (an unset variable?); give *, or leave "
+                                                 f"{flag} out")
+
+
 @pytest.mark.parametrize("args, message", [
     (["--specdec-gpus=65"], "--specdec-gpus: '65' is more GPUs than one host has; give at most "
                             "64*"),

@@ -89,7 +89,8 @@ def test_measures(specdec_pool, specdec_record):
 
 
 @pytest.mark.parametrize("option,message", [
-    ("--specdec-journal=", r"the results journal \(--specdec-journal\) is .*, a folder; .*give a file path"),
+    ("--specdec-journal=", r"--specdec-journal: '' is empty \(an unset variable\?\); give PATH, or leave "
+                           r"--specdec-journal out"),
     ("--specdec-journal=.", r"is .*, a folder"),
     ("--specdec-journal=results", r"results, a folder"),
     ("--specdec-journal=notes.md", r"notes.md, an existing file that is not a pytest-specdec journal; .*point the"),
