@@ -8,6 +8,7 @@ has an ini twin `specdec_x_y` and a `[tool.specdec]` key `x_y`. Precedence: comm
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -93,14 +94,18 @@ def _sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
-def _toml_sizes(raw: int | list[Any]) -> tuple[int, ...]:
+def _toml_sizes(raw: int | list[Any], key: str = "tp") -> tuple[int, ...]:
     """`tp` as [tool.specdec] writes it (`[1, 4]`, or `4`); its errors quote that spelling, not the
     command line's `1,4`, which the user never wrote there."""
     values = raw if isinstance(raw, list) else [raw]
+
+    def spelled(sizes: list[int]) -> str:  # an ini value is text, as pytest will require of [tool.pytest.ini_options]
+        return f"{key} = " + (f"\"{','.join(map(str, sizes))}\"" if key.startswith("specdec_") else repr(sizes))
+
     if not values:
-        raise ValueError("[] is empty; list at least one size, e.g. tp = [1, 4]")
+        raise ValueError(f"[] is empty; list at least one size, e.g. {spelled([1, 4])}")
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        raise ValueError(f"{raw!r} must be a list of whole numbers, e.g. tp = [1, 4]")
+        raise ValueError(f"{raw!r} must be a list of whole numbers, e.g. {spelled([1, 4])}")
     for size in values:
         if size < 1 or size & (size - 1):
             raise ValueError(f"{raw!r}: {size} is not a power of two; tensor-parallel sizes are 1, 2, 4, 8, ...")
@@ -108,7 +113,7 @@ def _toml_sizes(raw: int | list[Any]) -> tuple[int, ...]:
     if twice:
         once = sorted(set(values), key=values.index)
         raise ValueError(f"{raw!r} lists {', '.join(map(str, twice))} more than once; list each size once: "
-                         f"tp = {once!r}")
+                         f"{spelled(once)}")
     return tuple(values)
 
 
@@ -299,14 +304,17 @@ def parse_value(option: Option, raw: Any, where: str) -> Any:
     if isinstance(raw, bool) and option.parse is _bool:
         return raw  # a TOML boolean, or a store_true flag
     parse = option.parse
+    key = option.ini if where.startswith("ini ") else option.name  # the fix is written under the key the user used
     if parse is _sizes and isinstance(raw, (int, list)) and not isinstance(raw, bool):
-        parse = _toml_sizes  # TOML [1, 4]
+        parse = functools.partial(_toml_sizes, key=key)  # TOML [1, 4]
     numeric = option.parse in (_count, _gpu_count, _positive_count, _positive_float)
     if numeric and isinstance(raw, (int, float)) and not isinstance(raw, bool):
         raw = str(raw)  # a TOML number
-    if not isinstance(raw, str) and parse is not _toml_sizes:  # only TOML gives other types
+    if not isinstance(raw, str) and parse is option.parse:  # only TOML gives other types
         shown = str(raw).lower() if isinstance(raw, bool) else repr(raw)  # as TOML spells it
-        raise SpecdecUsageError(f"{where}: {shown} must be {_toml_kind(option)}; {option.cli} takes: {option.help}")
+        kind = (f"a string: an ini value is written as on the command line, in quotes: {key} = "
+                f"\"{_TEXT_EXAMPLES.get(option.name, option.default)}\"" if key == option.ini else _toml_kind(option))
+        raise SpecdecUsageError(f"{where}: {shown} must be {kind}; {option.cli} takes: {option.help}")
     if parse is str and not raw.strip():  # a path of "" is the project folder itself; "$UNSET" expands to it
         fix = (f"; give one, e.g. {option.name} = \"{_TEXT_EXAMPLES.get(option.name, option.default)}\", or "
                f"remove the key" if where.endswith(f"key {option.name!r}")

@@ -110,6 +110,19 @@ def test_a_toml_value_that_is_no_string_under_tool_pytest_says_how_to_write_it(
                                        f"written as on the command line, in quotes: {fix}*")
 
 
+@pytest.mark.parametrize("toml, message", [
+    ("specdec_tp = [1, 1]", "ini specdec_tp: ?1, 1? lists 1 more than once; list each size once: specdec_tp = \"1\";*"),
+    ("specdec_backend = ['sglang']", "ini specdec_backend: ?'sglang'? must be a string: an ini value is written as on "
+                                     "the command line, in quotes: specdec_backend = \"embedded\";*"),
+])
+def test_a_toml_value_under_ini_options_is_told_the_fix_under_its_ini_key(pytester: pytest.Pytester, toml, message):
+    """[tool.pytest.ini_options] passes TOML lists on: their errors gave the fix as [tool.specdec]'s tp = [1] or
+    backend = "embedded", keys that table does not have."""
+    pytester.makepyprojecttoml(CPU_MATRIX + f"\n[tool.pytest.ini_options]\n{toml}\n")
+    pytester.makepyfile("def test_x(): pass")
+    _usage_error(pytester.runpytest(), message)
+
+
 def test_a_tp_filter_repeating_a_size_in_tool_specdec_is_refused_naming_the_key(pytester: pytest.Pytester):
     pytester.makepyprojecttoml("[tool.specdec]\ntp = [4, 1, 4]\n" + CPU_MATRIX)
     pytester.makepyfile("def test_x(): pass")
