@@ -48,6 +48,15 @@ def pytest_cmdline_main(config: pytest.Config):
     return (yield)
 
 
+@hookimpl(wrapper=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]):
+    result = yield  # after the initial conftests, whose options are then known too
+    from .flag_typos import check
+
+    check(parser, args)
+    return result
+
+
 def pytest_configure(config: pytest.Config) -> None:
     from pathlib import Path
 

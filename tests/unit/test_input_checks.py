@@ -27,6 +27,18 @@ def test_an_empty_flag_value_is_a_usage_error(pytester: pytest.Pytester, flag):
                                                  f"{flag} out")
 
 
+@pytest.mark.parametrize("arg, message", [
+    ("--specdec-tpp=1", "unknown flag --specdec-tpp; did you mean --specdec-tp?"),
+    ("--specdec-save-baselines", "unknown flag --specdec-save-baselines; did you mean --specdec-save-baseline?"),
+    ("--specdec_keep_runs=3", "unknown flag --specdec_keep_runs; did you mean --specdec-keep-runs?"),
+    ("--specdec-xyzzy", "unknown flag --specdec-xyzzy; pytest --help lists the plugin's flags under pytest-specdec"),
+])
+def test_a_misspelt_flag_is_named_with_the_flag_it_likely_means(pytester: pytest.Pytester, arg, message):
+    """pytest said only "unrecognized arguments", where a misspelt [tool.specdec] key gets a did-you-mean."""
+    pytester.makepyfile("def test_x(): pass")
+    _usage_error(pytester.runpytest(arg), message)
+
+
 @pytest.mark.parametrize("args, message", [
     (["--specdec-gpus=65"], "--specdec-gpus: '65' is more GPUs than one host has; give at most "
                             "64*"),

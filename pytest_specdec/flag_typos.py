@@ -1,0 +1,36 @@
+"""A misspelt `--specdec-*` flag, named together with the flag it most likely stands for.
+
+pytest turns argparse's abbreviations off and says only "unrecognized arguments: --specdec-tpp=1";
+the plugin's flags are many and long, and `[tool.specdec]` keys already get a did-you-mean, so the
+command line gets one too.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import TYPE_CHECKING, Sequence
+
+from .options import OPTIONS
+
+if TYPE_CHECKING:
+    import pytest
+
+
+def check(parser: pytest.Parser, args: Sequence[str]) -> None:
+    """Raise pytest.UsageError for the first `--specdec-*` argument no option of the parser takes."""
+    if not any(str(arg).startswith("--specdec") for arg in args):
+        return  # most runs: no flag of the plugin's to check, and no second parse
+    import pytest
+
+    _, unknown = parser.parse_known_and_unknown_args([str(arg) for arg in args])
+    for arg in unknown:
+        flag = arg.split("=", 1)[0]
+        if not flag.startswith("--specdec"):
+            continue
+        # the part after the shared prefix, which would make any two flags look alike
+        names = {option.cli.removeprefix("--specdec-"): option.cli for option in OPTIONS}
+        typed = flag.removeprefix("--specdec").lstrip("-_").replace("_", "-")
+        close = difflib.get_close_matches(typed, names, n=1)
+        hint = (f"did you mean {names[close[0]]}?" if close
+                else "pytest --help lists the plugin's flags under pytest-specdec")
+        raise pytest.UsageError(f"pytest-specdec: unknown flag {flag}; {hint}")
