@@ -408,22 +408,21 @@ def _ini_problem(option: Option, exc: Exception) -> str:
 
 def resolve(cli: Mapping[str, Any], ini: Mapping[str, Any], toml: Mapping[str, Any],
             toml_name: str) -> Settings:
-    """Merge the three sources per OPTIONS' precedence."""
+    """Merge the three sources per OPTIONS' precedence.
+
+    Every source that sets an option is checked, not only the one that wins: a mistake in
+    pyproject.toml under a flag's value would otherwise surface only in the run that drops the flag.
+    """
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
     for option in OPTIONS:
+        layers = []  # (origin, value), highest precedence first
         cli_value = cli.get(option.name)
         if cli_value is not None and cli_value is not False:
-            values[option.name] = parse_value(option, cli_value, option.cli)
-            origins[option.name] = "command line"
-        elif ini.get(option.name) not in (None, ""):
-            values[option.name] = parse_value(option, ini[option.name], f"ini {option.ini}")
-            origins[option.name] = "ini"
-        elif option.name in toml:
-            values[option.name] = parse_value(option, toml[option.name],
-                                              f"{toml_name} key {option.name!r}")
-            origins[option.name] = toml_name
-        else:
-            values[option.name] = option.default
-            origins[option.name] = "default"
+            layers.append(("command line", parse_value(option, cli_value, option.cli)))
+        if ini.get(option.name) not in (None, ""):
+            layers.append(("ini", parse_value(option, ini[option.name], f"ini {option.ini}")))
+        if option.name in toml:
+            layers.append((toml_name, parse_value(option, toml[option.name], f"{toml_name} key {option.name!r}")))
+        origins[option.name], values[option.name] = layers[0] if layers else ("default", option.default)
     return Settings(values, origins)

@@ -452,6 +452,17 @@ def test_dump(specdec_state):
         ["*GOT 5.0 2 command line"])
 
 
+@pytest.mark.parametrize("args", [[], ["--specdec-keep-runs=3"], ["-o", "specdec_keep_runs=3"]])
+def test_a_bad_tool_specdec_value_is_refused_also_under_a_flag_or_ini_value(pytester: pytest.Pytester, args):
+    """keep_runs = 0 passed while a flag set the option, to stop the first run without the flag."""
+    pytester.makepyprojecttoml("[tool.specdec]\nkeep_runs = 0\n")
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: pytest-specdec: pyproject.toml ?tool.specdec? key 'keep_runs': '0' must be "
+                                 "1 or more; --specdec-keep-runs takes: *"])
+
+
 @pytest.mark.parametrize("ini, message", [
     ("specdec_resume = maybe", "*ini specdec_resume: *'maybe'*; --specdec-resume takes: *"),
     ("specdec_gpus = many", "*ini specdec_gpus: *'many'*; --specdec-gpus takes: *"),
