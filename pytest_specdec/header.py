@@ -54,6 +54,12 @@ def _baseline_state(state: RunState) -> str:
     return " (none yet)"
 
 
+def _over(state: RunState, name: str) -> str:
+    """The values a setting's winner hides, so a pyproject.toml key a flag overrode is not a mystery."""
+    hidden = state.settings.overridden.get(name, ())
+    return "; overrides " + " and ".join(f"{origin} {value}" for origin, value in hidden) if hidden else ""
+
+
 def details(state: RunState) -> list[str]:
     hw = state.hardware
     arch = f"{hw.arch}, {hw.family}" if hw.arch else hw.family
@@ -61,7 +67,7 @@ def details(state: RunState) -> list[str]:
         f"specdec: hardware {hw.describe()} [{arch}, {hw.count} GPU(s), detected by {hw.source}]",
         f"specdec: baselines {state.baseline_path}{_baseline_state(state)}",
     ]
-    changed = [f"{o.name}={state.settings.values[o.name]} ({state.settings.origins[o.name]})"
+    changed = [f"{o.name}={state.settings.values[o.name]} ({state.settings.origins[o.name]}{_over(state, o.name)})"
                for o in OPTIONS if state.settings.origins[o.name] != "default"]
     if changed:
         out.append("specdec: settings " + ", ".join(changed))

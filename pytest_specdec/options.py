@@ -11,7 +11,7 @@ import ast
 import functools
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from .configuration import METHODS, takes_budget
@@ -278,6 +278,8 @@ class Settings:
 
     values: Mapping[str, Any]
     origins: Mapping[str, str]
+    #: per option, the lower places that set it too and their values, which the winner hides
+    overridden: Mapping[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -415,6 +417,7 @@ def resolve(cli: Mapping[str, Any], ini: Mapping[str, Any], toml: Mapping[str, A
     """
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
+    overridden: dict[str, tuple[tuple[str, Any], ...]] = {}
     for option in OPTIONS:
         layers = []  # (origin, value), highest precedence first
         cli_value = cli.get(option.name)
@@ -425,4 +428,6 @@ def resolve(cli: Mapping[str, Any], ini: Mapping[str, Any], toml: Mapping[str, A
         if option.name in toml:
             layers.append((toml_name, parse_value(option, toml[option.name], f"{toml_name} key {option.name!r}")))
         origins[option.name], values[option.name] = layers[0] if layers else ("default", option.default)
-    return Settings(values, origins)
+        if len(layers) > 1:
+            overridden[option.name] = tuple(layers[1:])
+    return Settings(values, origins, overridden)

@@ -452,6 +452,16 @@ def test_dump(specdec_state):
         ["*GOT 5.0 2 command line"])
 
 
+def test_the_header_says_what_a_setting_overrides(pytester: pytest.Pytester):
+    """keep_runs=7 (command line) did not say it hid pyproject.toml's keep_runs = 3 and the ini's 5."""
+    pytester.makepyprojecttoml("[tool.specdec]\nkeep_runs = 3\nstall_timeout = 30\n"
+                               "[tool.pytest.ini_options]\nspecdec_keep_runs = \"5\"\n")
+    pytester.makepyfile("def test_cell(specdec_spec): pass")
+    result = pytester.runpytest("--collect-only", "--specdec-keep-runs=7")
+    result.stdout.fnmatch_lines(["specdec: settings *stall_timeout=30.0 (pyproject.toml ?tool.specdec?), keep_runs=7 "
+                                 "(command line; overrides ini 5 and pyproject.toml ?tool.specdec? 3)*"])
+
+
 @pytest.mark.parametrize("args", [[], ["--specdec-keep-runs=3"], ["-o", "specdec_keep_runs=3"]])
 def test_a_bad_tool_specdec_value_is_refused_also_under_a_flag_or_ini_value(pytester: pytest.Pytester, args):
     """keep_runs = 0 passed while a flag set the option, to stop the first run without the flag."""
