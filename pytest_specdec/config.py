@@ -191,7 +191,8 @@ class _Reader:
     def __init__(self, filename: str, table: str, data: Mapping[str, Any]):
         self.filename, self.table, self.data = filename, table, data
         if not isinstance(data, Mapping):
-            self.fail(None, f"must be a table, not {type(data).__name__}")
+            kind = _KIND_NAMES.get(type(data), f"a {type(data).__name__}")
+            self.fail(None, f"{_shown(data)} must be a table, not {kind}")
 
     def where(self, key: str | None) -> str:
         return f"{self.filename} [{self.table}]" + (f" {key}" if key else "")

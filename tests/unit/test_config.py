@@ -86,7 +86,8 @@ from pytest_specdec.errors import SpecdecUsageError
     ("[tool.specdec]\nmin_accept_length = 'x'\n",
      "pyproject.toml [tool.specdec] min_accept_length: 'x' must be a number"),
     ("[tool.specdec]\nknown_issues = [3]\n",
-     "pyproject.toml [known_issues #1]: must be a table, not int"),
+     "pyproject.toml [known_issues #1]: 3 must be a table, not an int"),
+    ("[tool.specdec.matrix]\ncpu = 'ar'\n", "pyproject.toml [tool.specdec.matrix.cpu]: 'ar' must be a table, not a string"),
     ("[tool.specdec.tolerances]\noutput_tok_s = 'lots'\n",
      "*[tool.specdec.tolerances] output_tok_s: tolerance 'lots' for 'output_tok_s' is not a number or "
      "percentage*"),
