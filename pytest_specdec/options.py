@@ -310,7 +310,8 @@ def parse_value(option: Option, raw: Any, where: str) -> Any:
     if parse is _sizes and isinstance(raw, (int, list)) and not isinstance(raw, bool):
         parse = functools.partial(_toml_sizes, key=key)  # TOML [1, 4]
     numeric = option.parse in (_count, _gpu_count, _positive_count, _positive_float)
-    if numeric and isinstance(raw, (int, float)) and not isinstance(raw, bool):
+    number = numeric and isinstance(raw, (int, float)) and not isinstance(raw, bool)
+    if number:
         raw = str(raw)  # a TOML number
     if not isinstance(raw, str) and parse is option.parse:  # only TOML gives other types
         shown = str(raw).lower() if isinstance(raw, bool) else repr(raw)  # as TOML spells it
@@ -325,7 +326,8 @@ def parse_value(option: Option, raw: Any, where: str) -> Any:
     try:
         return parse(raw)
     except ValueError as exc:
-        raise SpecdecUsageError(f"{where}: {exc}; {option.cli} takes: {option.help}") from None
+        problem = str(exc).replace(repr(raw), raw, 1) if number else str(exc)  # a number, not the text '0'
+        raise SpecdecUsageError(f"{where}: {problem}; {option.cli} takes: {option.help}") from None
 
 
 def _toml_kind(option: Option) -> str:

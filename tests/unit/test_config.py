@@ -164,14 +164,16 @@ from pytest_specdec.errors import SpecdecUsageError
     ("[tool.specdec]\nmin_accept_length = nan\n",
      "pyproject.toml [tool.specdec] min_accept_length: nan must be a finite number"),
     ("[tool.specdec]\nstartup_timeout = inf\n",
-     "*key 'startup_timeout': 'inf' must be a finite number greater than 0*"),
+     "*key 'startup_timeout': inf must be a finite number greater than 0*"),
     ("[tool.specdec]\ngpu_wait_timeout = 0\n",
-     "pyproject.toml [tool.specdec] key 'gpu_wait_timeout': '0' must be a finite number greater than 0; "
+     "pyproject.toml [tool.specdec] key 'gpu_wait_timeout': 0 must be a finite number greater than 0; "
      "--specdec-gpu-wait-timeout takes*"),
     ("[tool.specdec.tolerances]\naccept_length = nan\n",
      "*[tool.specdec.tolerances] accept_length: tolerance 'nan' for 'accept_length' must be a finite number*"),
     ("[[tool.specdec.workloads]]\ntemperature = inf\n",
      "*[workloads #1] temperature: inf must be a finite number"),
+    # a TOML number is quoted as the number it is, not as the text '1000.0'
+    ("[tool.specdec]\ngpus = 1e3\n", "pyproject.toml [tool.specdec] key 'gpus': 1000.0 is not a whole number; *"),
     ("[tool.specdec]\nresume = 'sometimes'\n",
      "*key 'resume': 'sometimes' is not a boolean (use true or false)*"),
     ("[tool.specdec.matrix.cpu]\nmethods = ['ar', 'dflash']\nbudget = [8]\n",  # was silently read by none

@@ -469,7 +469,7 @@ def test_a_bad_tool_specdec_value_is_refused_also_under_a_flag_or_ini_value(pyte
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: pytest-specdec: pyproject.toml ?tool.specdec? key 'keep_runs': '0' must be "
+    result.stderr.fnmatch_lines(["ERROR: pytest-specdec: pyproject.toml ?tool.specdec? key 'keep_runs': 0 must be "
                                  "1 or more; --specdec-keep-runs takes: *"])
 
 
