@@ -452,6 +452,15 @@ def test_dump(specdec_state):
         ["*GOT 5.0 2 command line"])
 
 
+def test_the_header_shows_tp_as_its_flag_takes_it(pytester: pytest.Pytester):
+    """tp=(1, 4): Python's tuple, neither the flag's 1,4 nor TOML's [1, 4]."""
+    pytester.makepyprojecttoml("[tool.specdec]\ntp = [1, 4]\n[tool.specdec.matrix.cpu]\nmethods = ['ar']\n"
+                               "tp = [1, 4]\n")
+    pytester.makepyfile("def test_cell(specdec_spec): pass")
+    result = pytester.runpytest("--collect-only", "--specdec-tp=1")
+    result.stdout.fnmatch_lines(["specdec: settings *tp=1 (command line; overrides pyproject.toml ?tool.specdec? 1,4)*"])
+
+
 def test_the_header_says_what_a_setting_overrides(pytester: pytest.Pytester):
     """keep_runs=7 (command line) did not say it hid pyproject.toml's keep_runs = 3 and the ini's 5."""
     pytester.makepyprojecttoml("[tool.specdec]\nkeep_runs = 3\nstall_timeout = 30\n"
