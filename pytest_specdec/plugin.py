@@ -222,9 +222,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
     if not any(map(uses_specdec, session.items)):
         return
+    from . import hangup
     from .servers import cleanup
+    from .state import run_id
 
-    cleanup.interrupt_on_sigterm()  # a CI runner's SIGTERM still leaves the summary and report
+    # a CI runner's SIGTERM, a dropped ssh session's SIGHUP still leave the summary and report;
+    # an xdist controller says where a hangup's output goes, not each of its workers
+    cleanup.interrupt_on_signals(hangup.of_run(config, run_id(config)), notice=not hasattr(config, "workerinput"))
     note_collected(config, recording_names(session.items))
     recording = count_recording(session.items)  # the total of the `[done/total]` progress lines
     shared = shared_baseline_keys(session.items)

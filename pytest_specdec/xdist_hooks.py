@@ -42,9 +42,14 @@ class XdistHooks:
             self._write_header_details(node.config, ids)
             param_ids = [case.param_id for case in matrix_cases(self.results.state)]
             if any(configuration_in_nodeid(nodeid, param_ids) for nodeid in ids):
+                from . import hangup
                 from .servers import cleanup
+                from .state import run_id
 
-                cleanup.interrupt_on_sigterm()  # the controller's SIGTERM ends the run as Ctrl-C does
+                # the controller's SIGTERM or SIGHUP ends the run as Ctrl-C does; after a hangup its
+                # output goes to the log its workers' goes to, in the run folder named by theirs
+                run = str(node.workerinput.get("testrunuid", ""))[:12] or run_id(node.config)
+                cleanup.interrupt_on_signals(hangup.of_run(node.config, run))
 
     def _write_header_details(self, config, ids) -> None:
         """The header's lines that follow collection (hardware, baselines, settings, gate,

@@ -6,10 +6,13 @@ Three layers, because each covers a way out the others miss:
 2. this registry: an `atexit` hook plus SIGTERM / SIGHUP handlers that SIGKILL every registered
    process group, and what its leader spawned into sessions of their own -- covers `sys.exit`, an
    uncaught exception and a CI runner's SIGTERM (SIGINT already becomes KeyboardInterrupt, which
-   runs teardown and then atexit). In a pytest run that uses the plugin (`interrupt_on_sigterm`)
-   the first SIGTERM, once the servers are killed, ends the run as Ctrl-C does, so the summary,
-   the report and the baselines of the tests that finished are still written; a batch system's
-   SIGTERM is a notice before its SIGKILL. A second SIGTERM ends the process at once;
+   runs teardown and then atexit). In a pytest run that uses the plugin (`interrupt_on_signals`)
+   the first SIGTERM or SIGHUP, once the servers are killed, ends the run as Ctrl-C does, so the
+   summary, the report and the baselines of the tests that finished are still written; a batch
+   system's SIGTERM is a notice before its SIGKILL, and a SIGHUP is an ssh session that dropped,
+   whose terminal is gone: first the output bound for it is sent to a log (hangup.py), since a
+   write to a hung-up terminal fails and could break the ending. A second SIGTERM or SIGHUP ends
+   the process at once;
 3. for what runs no Python code at all (pytest SIGKILLed, or `os._exit` as pytest-timeout's
    thread method does): a watchdog process per pytest process, told each group over a pipe; the
    pipe reaches EOF when its writer dies, however it dies, and the watchdog then SIGKILLs every
@@ -37,17 +40,26 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from pytest_specdec.servers import watchdog
+
+if TYPE_CHECKING:
+    from pytest_specdec.hangup import Terminal
 
 _lock = threading.Lock()
 _groups: dict[int, str] = {}  # pgid -> label, for processes still to be killed at exit
 _installed = False
 _previous_handlers: dict[int, object] = {}
-_sigterm_interrupts = False  # the next SIGTERM raises KeyboardInterrupt instead of ending the process
+_interrupts = False  # the next SIGTERM or SIGHUP raises KeyboardInterrupt instead of ending the process
+_terminal: Terminal | None = None  # where a SIGHUP sends the output bound for the terminal
+_notice = False  # whether a SIGHUP says on the terminal where the output goes (one process of a run)
 
 SIGTERM_INTERRUPT = "SIGTERM: {killed}the run ends as after Ctrl-C, reporting the tests that finished " \
-                    "(a second SIGTERM ends it at once)"
+                    "(a second SIGTERM or SIGHUP ends it at once)"
+SIGHUP_INTERRUPT = "SIGHUP (the terminal hung up): {killed}the run ends as after Ctrl-C, reporting the tests " \
+                   "that finished{where} (a second SIGHUP or SIGTERM ends it at once)"
+SIGHUP_NOTICE = "specdec: SIGHUP: {killed}the run ends as after Ctrl-C; its output from here on goes to {log}"
 
 
 _watchdog: subprocess.Popen | None = None
@@ -134,15 +146,28 @@ def kill_all() -> None:
         watchdog.kill_tagged(_token[1])
 
 
-def interrupt_on_sigterm() -> None:
-    """Make the first SIGTERM of this pytest run, after killing the servers, raise
+def interrupt_on_signals(terminal: Terminal | None = None, notice: bool = True) -> None:
+    """Make the first SIGTERM or SIGHUP of this pytest run, after killing the servers, raise
     KeyboardInterrupt: pytest then tears down and writes what finished, as after Ctrl-C. Killed at
-    once instead, a run lost its summary, report and baselines without a word. Only for a pytest
-    session that uses the plugin: elsewhere SIGTERM keeps its disposition."""
-    global _sigterm_interrupts
+    once instead, a run lost its summary, report and baselines without a word. A SIGHUP first
+    points every descriptor on `terminal` at its log (`notice`: saying so on the terminal, where
+    it still takes a line). Only for a pytest session that uses the plugin: elsewhere both keep
+    their disposition."""
+    global _interrupts, _terminal, _notice
     if threading.current_thread() is threading.main_thread():
-        _sigterm_interrupts = True
+        _interrupts, _terminal, _notice = True, terminal, notice
         _install_signal_handlers()
+
+
+def _detached(killed: str) -> str:
+    """Send the terminal's output to its log; the words that say where, for the interrupt."""
+    if _terminal is None:
+        return ""
+    try:
+        where = _terminal.detach(SIGHUP_NOTICE.format(killed=killed, log=_terminal.log) if _notice else None)
+    except Exception:  # the ending goes on: a failed write then fails as it would have
+        return ""
+    return f"; the terminal's output from here on is in {where}"
 
 
 def _install_signal_handlers() -> None:
@@ -172,12 +197,14 @@ def _on_signal(signum, frame) -> None:
         return
     if previous == signal.SIG_IGN:
         return
-    global _sigterm_interrupts
-    if signum == signal.SIGTERM and _sigterm_interrupts:
-        _sigterm_interrupts = False  # the next one ends the process
+    global _interrupts
+    if _interrupts:
+        _interrupts = False  # the next SIGTERM or SIGHUP ends the process
         # an xdist controller starts no server: its workers' own handlers kill theirs
         started = _token is not None and _token[0] == os.getpid()
         killed = "this process's servers were killed; " if started else ""
+        if signum == signal.SIGHUP:
+            raise KeyboardInterrupt(SIGHUP_INTERRUPT.format(killed=killed, where=_detached(killed)))
         raise KeyboardInterrupt(SIGTERM_INTERRUPT.format(killed=killed))
     # Default disposition: restore it and re-deliver, so the exit status still says "signal".
     signal.signal(signum, signal.SIG_DFL)

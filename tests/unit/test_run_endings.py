@@ -9,11 +9,16 @@ it started, also when it fails.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pty
+import select
 import signal
 import subprocess
 import sys
+import termios
+import threading
 import time
 from pathlib import Path
 
@@ -201,3 +206,185 @@ def test_an_interrupted_xdist_controller_says_the_wait_for_its_workers(pytester)
                "servers (bound: execnet interrupts a worker still in its test after 5s" in out, out[-3000:]
     finally:
         kill_everything(proc, noted)
+
+
+def start_on_a_terminal(root: Path, *command: str) -> tuple[subprocess.Popen, Terminal]:
+    """`command` in `root` on a pseudo-terminal of its own, which is its controlling terminal (it
+    leads the terminal's session); closing the terminal's master hangs it up, as a dropped ssh
+    session does."""
+    master, slave = pty.openpty()
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST"))}
+
+    def controlling_terminal() -> None:
+        default_sigint()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    try:
+        proc = subprocess.Popen(command, cwd=root, env=environ, stdin=slave, stdout=slave, stderr=slave,
+                                start_new_session=True, preexec_fn=controlling_terminal)
+    finally:
+        os.close(slave)
+    return proc, Terminal(master)
+
+
+class Terminal:
+    """The master side of a pseudo-terminal, read all along (a terminal nobody reads blocks its
+    writers) until `hang_up` closes it."""
+
+    def __init__(self, master: int) -> None:
+        self.master = master
+        self.seen = bytearray()
+        self._stop = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            if select.select([self.master], [], [], 0.1)[0]:
+                try:
+                    data = os.read(self.master, 65536)
+                except OSError:  # the other side closed
+                    return
+                if not data:
+                    return
+                self.seen += data
+
+    def hang_up(self) -> None:
+        if self.master < 0:
+            return
+        self._stop.set()
+        self._reader.join()
+        os.close(self.master)
+        self.master = -1
+
+
+def hangup_log(root: Path) -> Path:
+    logs = list((root / ".specdec" / "artifacts").glob("run-*/after-hangup.log"))
+    assert len(logs) == 1, f"expected one hangup log, found {logs}"
+    return logs[0]
+
+
+def test_sighup_ends_the_run_as_ctrl_c_does_writing_what_finished(pytester):
+    """SIGHUP (the ssh session of a long run dropped) killed the servers and then pytest at once:
+    no summary, no report, no baseline of the tests that had finished. It now ends the run as
+    SIGTERM does; a kill -HUP leaves the output where it was, a file here, no terminal to lose."""
+    project(pytester, methods=("ar",), prompts=1, max_new_tokens=4)
+    pytester.makepyfile(test_sig=RECORDS_THEN_HOLDS_TEST)
+    proc = start(pytester.path, "--specdec-report=out", "test_sig.py")
+    noted: list[int] = []
+    try:
+        wait_holding(pytester.path, proc)
+        noted = engine_pids(pytester.path)
+        assert len(noted) == 1, f"expected one server, found {noted}"
+        proc.send_signal(signal.SIGHUP)
+        assert wait_gone(noted, timeout=GONE_WITHIN_S) == []
+        code = proc.wait(timeout=120)
+        out = (pytester.path / "pytest.out").read_text()
+        assert code == pytest.ExitCode.INTERRUPTED, out[-3000:]
+        assert "KeyboardInterrupt: SIGHUP (the terminal hung up): this process's servers were killed; the run " \
+               "ends as after Ctrl-C, reporting the tests that finished (a second SIGHUP or SIGTERM" in out
+        rows = json.loads((pytester.path / "out" / "results.json").read_text())["results"]
+        assert [row["test_id"] for row in rows] == ["test_generation[ar-tp1-chat]"]
+        assert not list((pytester.path / ".specdec" / "artifacts").glob("run-*/after-hangup.log"))
+    finally:
+        kill_everything(proc, noted)
+
+
+@pytest.mark.parametrize("first, second", [(signal.SIGHUP, signal.SIGHUP), (signal.SIGHUP, signal.SIGTERM),
+                                           (signal.SIGTERM, signal.SIGHUP)])
+def test_a_second_sighup_or_sigterm_ends_pytest_at_once(pytester, first, second):
+    """The first ends the run as Ctrl-C does; the second, in that ending, ends pytest at once."""
+    project(pytester, methods=("ar",), prompts=1, max_new_tokens=4)
+    pytester.makepyfile(test_hold=HOLDING_TEST)
+    # the ending that the first signal starts is held by a teardown that sleeps
+    pytester.makeconftest("""
+import time, pytest
+
+@pytest.fixture(autouse=True)
+def slow_teardown(pytestconfig):
+    yield
+    (pytestconfig.rootpath / "tearing-down").write_text("1")
+    time.sleep(240)
+""")
+    proc = start(pytester.path, "test_hold.py")
+    noted: list[int] = []
+    try:
+        wait_holding(pytester.path, proc)
+        noted = engine_pids(pytester.path)
+        proc.send_signal(first)
+        marker = pytester.path / "tearing-down"
+        deadline = time.monotonic() + 60
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), (pytester.path / "pytest.out").read_text()[-3000:]
+        proc.send_signal(second)
+        assert proc.wait(timeout=60) == -second
+    finally:
+        kill_everything(proc, noted)
+
+
+def test_a_terminal_hangup_ends_the_run_with_its_output_in_a_log(pytester):
+    """A real hangup (the terminal's master closed, as sshd does when the connection drops): every
+    write to the terminal fails from then on, which would break the ending. The output bound for
+    the terminal goes to the run's log instead, and the report, the baselines and the JUnit file
+    of the tests that finished are written."""
+    project(pytester, methods=("ar",), prompts=1, max_new_tokens=4)
+    pytester.makepyfile(test_sig=RECORDS_THEN_HOLDS_TEST)
+    proc, terminal = start_on_a_terminal(
+        pytester.path, sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_sig.py",
+        "--specdec-report=out", "--specdec-save-baseline", "--junitxml=junit.xml")
+    noted: list[int] = []
+    try:
+        wait_holding(pytester.path, proc)
+        noted = engine_pids(pytester.path)
+        assert len(noted) == 1, f"expected one server, found {noted}"
+        terminal.hang_up()
+        assert wait_gone(noted, timeout=GONE_WITHIN_S) == []
+        code = proc.wait(timeout=120)
+        log = hangup_log(pytester.path).read_text()
+        assert code == pytest.ExitCode.INTERRUPTED, log[-3000:]
+        assert "KeyboardInterrupt: SIGHUP (the terminal hung up): this process's servers were killed; the run " \
+               f"ends as after Ctrl-C, reporting the tests that finished; the terminal's output from here on " \
+               f"is in {hangup_log(pytester.path)}" in log, log[-3000:]
+        assert "1 passed" in log and "specdec: report" in log, log[-3000:]
+        assert "\x1b[" not in log  # the terminal's colours stayed with it
+        rows = json.loads((pytester.path / "out" / "results.json").read_text())["results"]
+        assert [row["test_id"] for row in rows] == ["test_generation[ar-tp1-chat]"]
+        assert "test_generation" in (pytester.path / "junit.xml").read_text()
+        assert "test_generation[ar-tp1-chat]" in (pytester.path / "baselines" / "cpu.json").read_text()
+    finally:
+        terminal.hang_up()
+        kill_everything(proc, noted)
+
+
+def test_a_terminal_hangup_under_xdist_ends_the_run_with_every_process_output_in_the_log(pytester):
+    """The session's shell gets the hangup and leaves: its job, the controller and the workers, get
+    SIGHUP together. Each sends its terminal output to the run's log and ends as after Ctrl-C."""
+    pytest.importorskip("xdist")
+    project(pytester, methods=("ar",), prompts=1, max_new_tokens=4)
+    pytester.makepyfile(test_sig=RECORDS_THEN_HOLDS_TEST)
+    shell = f"{sys.executable} -m pytest -p no:cacheprovider -n 2 test_sig.py --specdec-report=out; echo ended"
+    proc, terminal = start_on_a_terminal(pytester.path, "/bin/sh", "-c", shell)
+    noted: list[int] = []
+    try:
+        worker = wait_holding(pytester.path, proc)
+        controller = _parent(worker)
+        noted = [worker, *engine_pids(pytester.path)]
+        assert len(noted) == 2, f"expected the worker and its server, found {noted}"
+        terminal.hang_up()
+        assert wait_gone(noted, timeout=GONE_WITHIN_S) == []
+        assert wait_gone([controller], timeout=120) == []
+        log = hangup_log(pytester.path).read_text()
+        rows = json.loads((pytester.path / "out" / "results.json").read_text())["results"]
+        assert [row["test_id"] for row in rows] == ["test_generation[ar-tp1-chat]"], log[-3000:]
+        assert "KeyboardInterrupt: SIGHUP (the terminal hung up)" in log, log[-3000:]
+    finally:
+        terminal.hang_up()
+        kill_everything(proc, noted)
+
+
+def _parent(pid: int) -> int:
+    import psutil
+
+    return psutil.Process(pid).ppid()
