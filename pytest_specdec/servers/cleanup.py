@@ -174,14 +174,17 @@ def _install_signal_handlers() -> None:
     """Kill our servers on SIGTERM/SIGHUP, then let the previous disposition act.
 
     Only from the main thread (Python's rule) and only for signals whose handler is the default or
-    one we can chain; SIGINT is left alone because pytest turns it into a clean teardown.
+    one we can chain: an ignored one stays ignored (`nohup pytest`: a hangup must not kill the
+    servers of a run meant to outlive it). SIGINT is left alone because pytest turns it into a
+    clean teardown.
     """
     if threading.current_thread() is not threading.main_thread():
         return
     for signum in (signal.SIGTERM, signal.SIGHUP):
         try:
             previous = signal.getsignal(signum)
-            if previous is _on_signal:  # installed already
+            # installed already; or ignored, as nohup starts a run to outlive its terminal
+            if previous is _on_signal or previous == signal.SIG_IGN:
                 continue
             signal.signal(signum, _on_signal)
         except (ValueError, OSError):
@@ -194,8 +197,6 @@ def _on_signal(signum, frame) -> None:
     previous = _previous_handlers.get(signum)
     if callable(previous):
         previous(signum, frame)
-        return
-    if previous == signal.SIG_IGN:
         return
     global _interrupts
     if _interrupts:

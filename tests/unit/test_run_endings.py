@@ -388,3 +388,44 @@ def _parent(pid: int) -> int:
     import psutil
 
     return psutil.Process(pid).ppid()
+
+
+# Holds inside the test until the outer test says go, then measures on its server.
+HOLDS_THEN_RECORDS_TEST = '''
+import os, time
+
+
+def test_generation(specdec_server, specdec_workload, specdec_record, pytestconfig):
+    (pytestconfig.rootpath / "holding").write_text(str(os.getpid()))
+    while not (pytestconfig.rootpath / "go").exists():
+        time.sleep(0.05)
+    assert specdec_record.run(specdec_server, specdec_workload).completion_tokens > 0
+'''
+
+
+def test_a_run_started_with_sighup_ignored_outlives_its_terminal(pytester):
+    """`nohup pytest ... &` starts pytest with SIGHUP ignored, so that the run outlives the ssh
+    session. The plugin's handler went in over that and killed every server on the hangup, and
+    each test after it failed on a dead server. An ignored SIGHUP now stays ignored."""
+    project(pytester, methods=("ar",), prompts=1, max_new_tokens=4)
+    pytester.makepyfile(test_sig=HOLDS_THEN_RECORDS_TEST)
+
+    def as_nohup() -> None:
+        default_sigint()
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    with open(pytester.path / "pytest.out", "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_sig.py"],
+                                cwd=pytester.path, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=as_nohup)
+    noted: list[int] = []
+    try:
+        wait_holding(pytester.path, proc)
+        noted = engine_pids(pytester.path)
+        assert len(noted) == 1, f"expected one server, found {noted}"
+        os.killpg(proc.pid, signal.SIGHUP)  # the hangup reaches the whole job
+        (pytester.path / "go").write_text("")
+        code = proc.wait(timeout=120)
+        assert code == pytest.ExitCode.OK, (pytester.path / "pytest.out").read_text()[-3000:]
+    finally:
+        kill_everything(proc, noted)
