@@ -224,6 +224,13 @@ class _Reader:
             self.fail(key, f"{value!r} must be a finite number")
         return value
 
+    def text(self, key: str, example: str) -> str | None:
+        """A string that names something: a blank one names nothing, and its key would read as unset."""
+        value = self.get(key, str)
+        if value is not None and not value.strip():
+            self.fail(key, f"{value!r} is empty; name it ({key} = {example}) or leave the key out")
+        return value
+
     def int_list(self, key: str, default: tuple[int, ...] | None = None) -> tuple[int, ...] | None:
         if key not in self.data:
             return default
@@ -570,9 +577,9 @@ def parse(data: Mapping[str, Any], filename: str, root: Path) -> SpecdecConfig:
     return SpecdecConfig(
         source=f"{filename} [tool.specdec]" if filename.endswith("pyproject.toml") else filename,
         root=root,
-        model=reader.get("model", str),
-        draft_model=reader.get("draft_model", str),
-        model_cache=reader.get("model_cache", str),
+        model=reader.text("model", '"Qwen/Qwen3.6-27B"'),
+        draft_model=reader.text("draft_model", '"z-lab/Qwen3.6-27B-DFlash"'),
+        model_cache=reader.text("model_cache", '"/dev/shm/models"'),
         matrices=matrices,
         workloads=workloads,
         tolerances=parse_tolerance_table(

@@ -559,3 +559,13 @@ def test_each_way_out_of_a_passed_over_config_is_taken(tmp_path):
     (tmp_path / "a" / "pytest.ini").unlink()
     (tmp_path / "a" / "pyproject.toml").write_text(AR_ONLY + "\n[tool.pytest.ini_options]\n")
     assert "1 test collected" in collect(project).stdout
+
+
+@pytest.mark.parametrize("key", ["model", "draft_model", "model_cache"])
+@pytest.mark.parametrize("blank", ["", "  "])
+def test_a_blank_model_path_is_named_as_blank(key, blank, tmp_path):
+    """`model = ""` passed, and the sglang backend then asked the user to set the model they had set."""
+    with pytest.raises(SpecdecUsageError, match=rf"^pyproject.toml \[tool.specdec\] {key}: '{blank}' is empty; "
+                                                rf"name it \({key} = \".+\"\) or leave the key out$"):
+        config.parse({key: blank}, "pyproject.toml", tmp_path)
+    assert getattr(config.parse({key: "x"}, "pyproject.toml", tmp_path), key) == "x"
