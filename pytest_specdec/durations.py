@@ -108,6 +108,8 @@ class Durations:
     spent: dict[str, float] = field(default_factory=dict)
     ran: set[str] = field(default_factory=set)
     param_ids: tuple[str, ...] = ()  # the matrix's, to find a report's configuration
+    finished: set[str] = field(default_factory=set)  # tests (their names) whose teardown reported
+    rerun_failed_only: bool = False  # --lf left out, uncollected, the files where nothing failed
 
     @classmethod
     def for_matrix(cls, state: RunState) -> "Durations":
@@ -121,8 +123,25 @@ class Durations:
 
         if getattr(report, STAND_IN, False):  # judged on resumed figures: it measured nothing
             return
+        if report.when == "teardown":
+            self.finished.add(report.nodeid.rsplit("::", 1)[-1])
         self.add(configuration_in_nodeid(report.nodeid, self.param_ids), report.duration,
                  ran=report.when == "call")
+
+    def complete(self, collected: Iterable[str]) -> tuple[dict[str, float], list[str]]:
+        """The seconds of the configurations all of whose `collected` recording tests (their
+        names, deselected ones too) finished here, and the configurations that ran without some
+        of them: a run narrowed by -k, --deselect, --lf or stopped by -x took a part of what the
+        configuration costs, which would unbalance the shards that read it as the whole."""
+        from .collection import configuration_in_nodeid
+
+        seconds = self.seconds
+        if self.rerun_failed_only:
+            return {}, sorted(seconds)
+        left_out = {configuration_in_nodeid(name, self.param_ids) for name in collected
+                    if name not in self.finished}
+        return ({config: s for config, s in seconds.items() if config not in left_out},
+                sorted(config for config in seconds if config in left_out))
 
     @property
     def seconds(self) -> dict[str, float]:

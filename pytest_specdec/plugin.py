@@ -451,6 +451,9 @@ class Controller:
             from .collection import collected_tests
 
             _results(self.config).collected |= collected_tests(self.config)
+            lf = self.config.pluginmanager.get_plugin("lfplugin")
+            if self.durations is not None and lf is not None and lf.active and lf.lastfailed:
+                self.durations.rerun_failed_only = True
 
             from .fixtures import _announcer
 

@@ -218,7 +218,11 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
     import pytest
 
     state = results.state
-    seconds = durations.seconds if durations is not None else {}
+    seconds, partial = durations.complete(results.collected) if durations is not None else ({}, [])
+    if state.settings.save_baseline and partial:
+        notes.append(f"durations not saved for {', '.join(partial)}: this run measured only some of the "
+                     f"tests of each (-k, -m, --deselect, --lf, -x, a resume); shards balanced on part "
+                     f"of a configuration's time would be uneven")
     if state.settings.save_baseline and seconds:
         from . import durations as durations_mod
         from .shard import DURATIONS_FILE

@@ -17,6 +17,7 @@ import pytest
 from report_support import row
 
 from pytest_specdec import outputs, summary
+from pytest_specdec.durations import Durations
 from pytest_specdec.session import Results
 from pytest_specdec.errors import SpecdecUsageError
 from pytest_specdec.report import write_report
@@ -322,11 +323,76 @@ def test_durations_that_cannot_be_saved_at_the_end_are_a_problem_not_a_traceback
     state = SimpleNamespace(settings=settings, baseline_path=tmp_path / "spoiled" / "cpu.json")
     problems: list[str] = []
     results = Results(state=state)  # a real one: a stand-in lagged behind each new late verdict
-    status = summary.finish(results,
-                            SimpleNamespace(seconds={"ar-tp1": 1.0}), None, None, pytest.ExitCode.OK, [],
-                            problems)
+    durations = Durations(param_ids=("ar-tp1",))
+    durations.add("ar-tp1", 1.0)
+    status = summary.finish(results, durations, None, None, pytest.ExitCode.OK, [], problems)
     assert status == pytest.ExitCode.OK  # the plugin fails the run over `problems`
     assert problems == [f"durations not saved: {tmp_path / 'spoiled'}: File exists"]
+
+
+MATRIX_PROJECT = """
+[tool.specdec]
+backend = "embedded"
+
+[tool.specdec.matrix.cpu]
+methods = ["ar", "dflash"]
+tp = [1]
+"""
+
+#: Two recording tests of each configuration; test_one fails where FAIL names the method.
+TWO_TESTS = """
+import os
+
+
+def test_one(specdec_spec, specdec_record):
+    specdec_record.metric("output_tok_s", 100.0)
+    assert specdec_spec.method not in os.environ.get("FAIL", "")
+
+
+def test_two(specdec_spec, specdec_record):
+    specdec_record.metric("output_tok_s", 100.0)
+"""
+
+
+@pytest.mark.parametrize("narrowing, left_out, measured", [
+    (["-k", "test_one"], "ar-tp1, dflash-tp1", []),
+    (["--deselect", "test_two.py::test_two[dflash-tp1]"], "dflash-tp1", ["ar-tp1"]),
+    (["-x"], "ar-tp1", []),  # test_one[ar-tp1] fails: the rest never runs
+])
+def test_a_narrowed_save_keeps_the_recorded_durations_of_configurations_it_ran_in_part(
+        pytester, monkeypatch, narrowing, left_out, measured):
+    """A run narrowed by -k, --deselect or -x saved the seconds of the tests it ran as the whole
+    configuration's, which the shards of the next sharded run are balanced on."""
+    pytester.makepyprojecttoml(MATRIX_PROJECT)
+    pytester.makepyfile(test_two=TWO_TESTS)
+    recorded = {"ar-tp1": 500.0, "dflash-tp1": 700.0}
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / "durations.json").write_text(json.dumps(
+        {"format": "pytest-specdec-durations", "version": 1, "configurations": recorded}))
+    if narrowing == ["-x"]:
+        monkeypatch.setenv("FAIL", "ar")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "--specdec-save-baseline",
+                                *narrowing)
+    saved = json.loads((pytester.path / "baselines" / "durations.json").read_text())["configurations"]
+    assert {config for config, seconds in saved.items() if seconds != recorded[config]} == set(measured)
+    result.stdout.fnmatch_lines([f"specdec: durations not saved for {left_out}: this run measured only "
+                                 f"some of the tests of each (-k, -m, --deselect, --lf, -x, a resume)*"])
+
+
+def test_a_save_after_last_failed_keeps_the_recorded_durations(pytester, monkeypatch):
+    """--lf collects only the files where a test failed: a configuration's tests in other files
+    are not even deselected, so its seconds there are not the whole configuration's."""
+    pytester.makepyprojecttoml(MATRIX_PROJECT)
+    first, second = TWO_TESTS.split("\n\n\n")[1:]  # a file for each test
+    pytester.makepyfile(test_one="import os\n\n\n" + first, test_two=second)
+    pytester.runpytest("-p", "no:randomly", "--specdec-save-baseline").assert_outcomes(passed=4)
+    saved = (pytester.path / "baselines" / "durations.json").read_text()
+    monkeypatch.setenv("FAIL", "ar,dflash")
+    pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=2, failed=2)
+    result = pytester.runpytest("-p", "no:randomly", "--specdec-save-baseline", "--lf")
+    result.assert_outcomes(failed=2)  # test_one.py's two tests: test_two.py is not collected
+    assert (pytester.path / "baselines" / "durations.json").read_text() == saved
+    result.stdout.fnmatch_lines(["specdec: durations not saved for ar-tp1, dflash-tp1: *"])
 
 
 def test_write_report_refuses_a_target_of_the_wrong_kind_before_writing_anything(tmp_path):
