@@ -273,6 +273,10 @@ def attach_to_report(item: pytest.Item, result: Result) -> None:
         item.user_properties.append((f"specdec.{metric.name}", metric.value))
     for metric, verdict in result.figure_verdicts().items():
         item.user_properties.append((f"specdec.{metric}.verdict", verdict))
+    if result.verdict:  # the test's, under the name a merge's junit.xml gives it
+        item.user_properties.append(("specdec.verdict", result.verdict))
+    if result.workload:
+        item.user_properties.append(("specdec.workload", result.workload))
 
 
 def drop_carriers(report: pytest.TestReport) -> None:

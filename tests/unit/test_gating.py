@@ -419,6 +419,7 @@ def test_junit_carries_figures_and_verdicts_but_not_the_whole_result(pytester, m
     result.stdout.fnmatch_lines(["test_figures  -  *100.0  *2.00  ok"])  # the summary still had the result
     xml = junit.read_text()
     assert 'name="specdec.tpot_ms.verdict" value="unchanged"' in xml and 'name="specdec.output_tok_s"' in xml
+    assert 'name="specdec.verdict" value="ok"' in xml  # the test's, as the README and a merge's junit.xml give it
     assert "specdec_result" not in xml
 
 
