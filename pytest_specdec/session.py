@@ -451,10 +451,14 @@ class Results:
     awaiting: set[str] = field(default_factory=set)
     #: node id -> where the figures of a resumed test's stand-in come from (journal, when measured)
     stood_in: dict[str, str] = field(default_factory=dict)
+    #: node id -> its failed attempts that a plugin ran again (pytest-rerunfailures' "rerun")
+    reruns: dict[str, int] = field(default_factory=dict)
 
     def add_report(self, report: pytest.TestReport) -> Result | None:
         """Note the test's outcome; return its result when this report carries one."""
         self._note_outcome(report)
+        if report.outcome == "rerun":  # one such report an attempt: the phase that failed
+            self.reruns[report.nodeid] = self.reruns.get(report.nodeid, 0) + 1
         if self.total is None:
             self.total = getattr(report, RECORDING_TOTAL, None)
         if report.when == "setup":  # run again: an earlier attempt's figures are not its result

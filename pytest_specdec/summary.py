@@ -239,6 +239,8 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
             exitstatus = pytest.ExitCode.INTERRUPTED
     elif state.settings.report:  # an old report there would read as this run's
         notes.append(nothing_reported(state))
+    if results.reruns:
+        notes.append(rerun_note(results.reruns))
     unchecked = None if plan is not None else unchecked_lossless(results)  # a merge checks a shard's
     if unchecked:
         notes.append(unchecked)
@@ -264,6 +266,16 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
     if shard is not None:
         shard.finish(results, seconds, exitstatus)
     return exitstatus
+
+
+def rerun_note(reruns: dict[str, int]) -> str:
+    """One line naming the tests run again after a failed attempt (pytest-rerunfailures): their
+    rows and a saved baseline hold the last attempt's figures, which a reader of the table alone
+    would take for a first attempt's."""
+    tests = ", ".join(f"{nodeid.rsplit('::', 1)[-1]} ({n} failed attempt{'s' if n > 1 else ''})"
+                      for nodeid, n in sorted(reruns.items()))
+    return (f"run again after failing: {tests}; the table, the report and a saved baseline hold "
+            f"each one's last attempt, the journal every attempt's figures")
 
 
 def unchecked_lossless(results: Results) -> str | None:

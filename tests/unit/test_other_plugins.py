@@ -92,6 +92,8 @@ def test_a_rerun_that_passes_is_journaled_reported_and_saved_with_its_own_figure
     result = score_run(pytester, "3,FAIL", "7,ok",
                        args=["--specdec-save-baseline", "--specdec-report", "report"])
     assert result.parseoutcomes() == {"passed": 1, "rerun": 1}
+    result.stdout.fnmatch_lines(["specdec: run again after failing: test_score (1 failed attempt); the table, "
+                                 "the report and a saved baseline hold each one's last attempt*"])
     records = journal_lines(pytester)
     assert [(r["status"], r["data"].get("metrics", {}).get("score", {}).get("value")) for r in records] == \
         [("failed", 3.0), ("measured", 7.0), ("done", None)]  # the figures, then their checks' mark
