@@ -288,6 +288,14 @@ def drop_carriers(report: pytest.TestReport) -> None:
                                  if name not in carriers]
 
 
+def drop_figures(report: pytest.TestReport) -> None:
+    """Remove the figures and verdicts of an attempt that failed and was run again, in place:
+    JUnit writes that attempt as a test case of its own, with no failure in it, where its
+    figures would read as a passing measurement."""
+    report.user_properties[:] = [(name, value) for name, value in report.user_properties
+                                 if not str(name).startswith("specdec.")]
+
+
 def result_of_report(report: pytest.TestReport) -> Result | None:
     """The `Result` a test report carries (from this process or an xdist worker), if any."""
     for name, value in getattr(report, "user_properties", ()):

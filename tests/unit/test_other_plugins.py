@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from xml.etree import ElementTree as ET
 
 import pytest
 
@@ -90,7 +91,7 @@ def test_a_rerun_that_passes_is_journaled_reported_and_saved_with_its_own_figure
     pytester.makepyprojecttoml(SCORE_PROJECT.replace('score = "0"', 'score = "off"'))
     pytester.makepyfile(test_score=SCORE_TEST)
     result = score_run(pytester, "3,FAIL", "7,ok",
-                       args=["--specdec-save-baseline", "--specdec-report", "report"])
+                       args=["--specdec-save-baseline", "--specdec-report", "report", "--junitxml=j.xml"])
     assert result.parseoutcomes() == {"passed": 1, "rerun": 1}
     result.stdout.fnmatch_lines(["specdec: run again after failing: test_score (1 failed attempt); the table, "
                                  "the report and a saved baseline hold each one's last attempt*"])
@@ -101,6 +102,11 @@ def test_a_rerun_that_passes_is_journaled_reported_and_saved_with_its_own_figure
     assert [(r["metrics"]["score"], r["outcome"]) for r in results] == [(7.0, "passed")]
     entries = json.loads((pytester.path / "baselines" / "cpu.json").read_text())["entries"]
     assert entries["test_score"]["score"]["value"] == 7.0
+    # JUnit writes each attempt as a test case, the failed one with no failure in it: only the
+    # attempt that counts carries figures
+    cases = ET.parse(pytester.path / "j.xml").getroot().iter("testcase")
+    assert [{p.get("name"): p.get("value") for p in case.iter("property")} for case in cases] == \
+        [{}, {"specdec.score": "7.0"}]
 
 
 def test_a_rerun_that_passes_without_recording_keeps_no_figures_of_the_failed_attempt(pytester):
