@@ -141,6 +141,9 @@ def retire_finished_server(item: pytest.Item, nextitem: pytest.Item | None,
         warnings.warn(f"pytest-specdec: teardown: {exc}", stacklevel=1)
 
 
+_ATTEMPTED_KEY = pytest.StashKey[bool]()
+
+
 @pytest.fixture
 def specdec_server(specdec_spec: MatrixCase, specdec_pool: ServerPool, specdec_state: RunState,
                    request: pytest.FixtureRequest) -> Iterator[LiveServer]:
@@ -152,6 +155,8 @@ def specdec_server(specdec_spec: MatrixCase, specdec_pool: ServerPool, specdec_s
 
     state = specdec_state
     spec = state.backend.server_spec(specdec_spec, state)
+    run_again = _ATTEMPTED_KEY in request.node.stash  # pytest-rerunfailures: this item set up before
+    request.node.stash[_ATTEMPTED_KEY] = True
     try:
         server = specdec_pool.acquire(spec)
     except (NotEnoughGpus, AttachMismatch) as exc:
@@ -159,6 +164,10 @@ def specdec_server(specdec_spec: MatrixCase, specdec_pool: ServerPool, specdec_s
     except (GpuLeaseError, SpecdecUsageError) as exc:  # a lease, or a model that cannot be had
         fail(f"server {spec.id}: {exc}")
     except ServerError as exc:
+        if run_again and state.backend.launches:  # the attempt before spent the restarts: say why
+            fail(f"{exc}\n(this test is run again after the attempt that left its server failed: raise "
+                 f"{state.settings.setter('restart_on_crash')} (now {state.settings.restart_on_crash}) "
+                 f"to boot the server again for it)")
         fail(str(exc))
     owned = state.backend.launches
     live = LiveServer(

@@ -179,6 +179,44 @@ def test_a_rerun_uses_its_configuration_server_without_booting_it_again(pytester
     assert logs == ["ar-tp1.log", "dflash-tp1.log"]  # no ar-tp1.2.log
 
 
+KILLED_ONCE = """
+import os
+import signal
+from pathlib import Path
+
+
+def test_generation(specdec_server, specdec_workload, specdec_record):
+    if not Path("killed").exists():
+        Path("killed").write_text("")
+        os.killpg(os.getpgid(specdec_server.pids()[0]), signal.SIGKILL)
+    specdec_record.run(specdec_server, specdec_workload)
+
+
+def test_next(specdec_server):  # keeps the session's servers up between the attempts
+    pass
+"""
+
+
+@pytest.mark.parametrize("restarts", [0, 1])
+def test_a_rerun_after_its_server_died_says_how_to_boot_it_again(pytester, no_leftover_engines, restarts):
+    """The attempt run again failed with the first attempt's 'server died' and nothing more, as
+    if rerunning could never help: a server whose restarts are spent stays failed."""
+    pytest.importorskip("torch")
+    project(pytester, methods=("ar",), prompts=2, max_new_tokens=8)
+    pytester.makepyfile(test_generation=KILLED_ONCE)
+    pytester.makeconftest(RERUN_PLUGIN)
+    result = run(pytester, "-p", "no:randomly", f"--specdec-restart-on-crash={restarts}")
+    if restarts:  # the attempt run again boots a new server and measures
+        assert result.parseoutcomes() == {"passed": 2, "rerun": 1}
+        return
+    # test_next finds it failed too, and passes once run again on a new session's server
+    assert result.parseoutcomes() == {"errors": 1, "passed": 1, "rerun": 2}
+    hint = ("(this test is run again after the attempt that left its server failed: raise "
+            "--specdec-restart-on-crash (now 0) to boot the server again for it)")
+    result.stdout.fnmatch_lines(["*server ar-tp1 died: the process was killed by SIGKILL*", hint])
+    assert result.stdout.str().count(hint) == 1  # not for test_next's first attempt
+
+
 ORDER_PROJECT = """
 [tool.specdec]
 backend = "embedded"
