@@ -404,7 +404,8 @@ class Controller:
         from .state import SHARD_KEY, STATE_KEY
 
         self.session = session
-        if SHARD_KEY in self.config.stash:
+        # --co and --setup-plan run nothing: the shard folder keeps the manifest of the run that did
+        if SHARD_KEY in self.config.stash and not (self.config.option.collectonly or self.config.option.setupplan):
             from . import shard_dir
 
             self.shard = shard_dir.Recorder.of(self.config.stash[STATE_KEY],

@@ -189,6 +189,27 @@ def test_a_shard_without_a_report_folder_says_the_merge_will_not_have_it(pyteste
     assert "writes no shard folder" not in result.stdout.str()
 
 
+@pytest.mark.parametrize("listing", ["--co", "--setup-plan"])
+def test_a_collect_only_run_leaves_the_shard_folder_of_the_run_that_measured(pytester, listing):
+    """`--co` (or `--setup-plan`) with a shard's options wrote its shard.json again, with no tests:
+    the shard a merge was to read lost every outcome it had measured."""
+    import json
+
+    pytester.makepyprojecttoml(MATRIX.format(extra=""))
+    pytester.makepyfile(test_cells="def test_cell(specdec_record):\n"
+                                   "    specdec_record.metric('output_tok_s', 1.0)\n")
+    args = ("-p", "no:cacheprovider", "--specdec-shard=1/1", "--specdec-report=shard-1")
+    pytester.runpytest(*args).assert_outcomes(passed=1)
+    manifest = pytester.path / "shard-1" / "shard.json"
+    measured = manifest.read_text()
+    assert len(json.loads(measured)["tests"]) == 1
+    pytester.runpytest(*args, listing)
+    assert manifest.read_text() == measured
+    other = pytester.path / "shard-2"
+    pytester.runpytest("-p", "no:cacheprovider", "--specdec-shard=1/1", "--specdec-report=shard-2", listing)
+    assert not other.exists()
+
+
 def test_a_bad_shard_is_a_usage_error(pytester):
     pytester.makepyprojecttoml(MATRIX.format(extra=""))
     result = pytester.runpytest("--specdec-shard", "4/3")
