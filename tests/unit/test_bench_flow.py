@@ -58,7 +58,9 @@ extra_args = [{engine_toml}]
 
 
 def run(pytester: pytest.Pytester, *args: str, timeout: float = 240) -> pytest.RunResult:
-    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA", *args, timeout=timeout)
+    # in file order wherever pytest-randomly is installed: the faults these runs inject count requests
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-rA", *args,
+                                         timeout=timeout)
 
 
 def journal_lines(pytester: pytest.Pytester) -> list[dict]:

@@ -67,7 +67,7 @@ def test_name(specdec_record, name):
 def test_value(specdec_record, value):
     specdec_record.metric("my_fig", value, "higher")
 """)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--specdec-save-baseline")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "--specdec-save-baseline")
     result.assert_outcomes(failed=6)
     result.stdout.fnmatch_lines(["*ValueError: metric 'hit rate' is not a metric name: letters, digits, _ and ., "
                                  "not starting with a digit*",
