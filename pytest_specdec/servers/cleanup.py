@@ -57,8 +57,8 @@ _notice = False  # whether a SIGHUP says on the terminal where the output goes (
 
 SIGTERM_INTERRUPT = "SIGTERM: {killed}the run ends as after Ctrl-C, reporting the tests that finished " \
                     "(a second SIGTERM or SIGHUP ends it at once)"
-SIGHUP_INTERRUPT = "SIGHUP (the terminal hung up): {killed}the run ends as after Ctrl-C, reporting the tests " \
-                   "that finished{where} (a second SIGHUP or SIGTERM ends it at once)"
+SIGHUP_INTERRUPT = "SIGHUP (a terminal hangup, or kill -HUP): {killed}the run ends as after Ctrl-C, reporting " \
+                   "the tests that finished{where} (a second SIGHUP or SIGTERM ends it at once)"
 SIGHUP_NOTICE = "specdec: SIGHUP: {killed}the run ends as after Ctrl-C; its output from here on goes to {log}"
 
 

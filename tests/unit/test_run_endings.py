@@ -282,7 +282,8 @@ def test_sighup_ends_the_run_as_ctrl_c_does_writing_what_finished(pytester):
         code = proc.wait(timeout=120)
         out = (pytester.path / "pytest.out").read_text()
         assert code == pytest.ExitCode.INTERRUPTED, out[-3000:]
-        assert "KeyboardInterrupt: SIGHUP (the terminal hung up): this process's servers were killed; the run " \
+        assert "KeyboardInterrupt: SIGHUP (a terminal hangup, or kill -HUP): this process's servers were killed; " \
+               "the run " \
                "ends as after Ctrl-C, reporting the tests that finished (a second SIGHUP or SIGTERM" in out
         rows = json.loads((pytester.path / "out" / "results.json").read_text())["results"]
         assert [row["test_id"] for row in rows] == ["test_generation[ar-tp1-chat]"]
@@ -344,7 +345,8 @@ def test_a_terminal_hangup_ends_the_run_with_its_output_in_a_log(pytester):
         code = proc.wait(timeout=120)
         log = hangup_log(pytester.path).read_text()
         assert code == pytest.ExitCode.INTERRUPTED, log[-3000:]
-        assert "KeyboardInterrupt: SIGHUP (the terminal hung up): this process's servers were killed; the run " \
+        assert "KeyboardInterrupt: SIGHUP (a terminal hangup, or kill -HUP): this process's servers were killed; " \
+               "the run " \
                f"ends as after Ctrl-C, reporting the tests that finished; the terminal's output from here on " \
                f"is in {hangup_log(pytester.path)}" in log, log[-3000:]
         assert "1 passed" in log and "specdec: report" in log, log[-3000:]
@@ -378,7 +380,7 @@ def test_a_terminal_hangup_under_xdist_ends_the_run_with_every_process_output_in
         log = hangup_log(pytester.path).read_text()
         rows = json.loads((pytester.path / "out" / "results.json").read_text())["results"]
         assert [row["test_id"] for row in rows] == ["test_generation[ar-tp1-chat]"], log[-3000:]
-        assert "KeyboardInterrupt: SIGHUP (the terminal hung up)" in log, log[-3000:]
+        assert "KeyboardInterrupt: SIGHUP (a terminal hangup, or kill -HUP)" in log, log[-3000:]
     finally:
         terminal.hang_up()
         kill_everything(proc, noted)
