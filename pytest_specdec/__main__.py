@@ -109,6 +109,8 @@ def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
                                     f"is not pooled twice)") from None
         for path in saved:
             print(f"specdec merge: saved into {path}", file=out)
+        if merged.partial_durations():  # as a run with --specdec-save-baseline says it
+            print(f"specdec merge: {durations.not_saved(merged.partial_durations(), 'its shard')}", file=out)
         failed, lossy = merge.left_out(merged)
         if failed or lossy:  # as a run with --specdec-save-baseline says it
             print(f"specdec merge: left out of the baseline {baselines.left_out(failed, lossy)}", file=out)

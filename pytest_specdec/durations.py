@@ -90,6 +90,14 @@ def write(path: str | Path, durations: Mapping[str, float]) -> dict[str, float]:
     return written
 
 
+def not_saved(partial: Iterable[str], measured: str = "this run") -> str:
+    """The line a save says for the configurations whose entries it kept (`partial`): what
+    `measured` took of each was a part of its cost, which the next sharded run would balance on."""
+    return (f"durations not saved for {', '.join(partial)}: {measured} measured only some of the "
+            f"tests of each (-k, -m, --deselect, --lf, -x, a resume); shards balanced on part "
+            f"of a configuration's time would be uneven")
+
+
 def _rounded(durations: Mapping[str, float]) -> dict[str, float]:
     return {k: round(float(v), 3) for k, v in durations.items()}
 
@@ -166,4 +174,4 @@ class Durations:
         return out
 
 
-__all__ = ["FORMAT", "REMADE_BY_A_SAVE", "VERSION", "Durations", "load", "save", "write"]
+__all__ = ["FORMAT", "REMADE_BY_A_SAVE", "VERSION", "Durations", "load", "not_saved", "save", "write"]

@@ -55,6 +55,11 @@ class Merged:
 
         return Durations.of(m.durations for m in self.shards).seconds
 
+    def partial_durations(self) -> list[str]:
+        """`config (shard K/N)` of each configuration a shard ran only some tests of (-k, -x...),
+        whose durations it left out: a save keeps their entries."""
+        return [f"{config} (shard {m.shard})" for m in self.shards for config in m.partial_durations]
+
     @property
     def nodeids(self) -> dict[str, str]:
         """Each test's pytest node id by its test id (a row's), from its journal and its shard's outcomes."""

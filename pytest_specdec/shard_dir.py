@@ -7,7 +7,8 @@ A sharded run's `--specdec-report DIR` is its shard folder. Beside the usual rep
   end), so a shard killed and resumed with `--specdec-resume` merges like any other;
 - `shard.json`: the shard's identity, written when the run starts (plugin version, shard K/N,
   the sharded matrix and its partition, hardware key, versions, commit) and completed when it
-  ends (each test's outcome and baseline comparisons, the durations, pytest's exit status).
+  ends (each test's outcome and baseline comparisons, the durations and the configurations it
+  ran only in part, so left out of them, pytest's exit status).
   A shard that never ended has no outcomes: the merge says so and what it lacks.
 """
 
@@ -18,7 +19,7 @@ import json
 import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from .configuration import MatrixCase
 from .errors import SpecdecUsageError
@@ -114,6 +115,9 @@ class ShardManifest:
     exitstatus: int | None = None
     tests: tuple[TestOutcome, ...] = ()
     durations: Mapping[str, float] = field(default_factory=dict)
+    #: configurations it ran only some tests of (-k, -x...): left out of `durations`, which a
+    #: merge's --save-baseline says as the shard's own save would have
+    partial_durations: tuple[str, ...] = ()
     directory: Path | None = None  # where it was read from; not stored
 
     @property
@@ -138,6 +142,7 @@ class ShardManifest:
             "setup": self.setup.to_json() if self.setup is not None else None,
             "started": self.started, "finished": self.finished, "exitstatus": self.exitstatus,
             "tests": [t.to_json() for t in self.tests], "durations": dict(self.durations),
+            "partial_durations": list(self.partial_durations),
         }
 
     @classmethod
@@ -149,6 +154,9 @@ class ShardManifest:
         if not isinstance(obj.get("durations") or {}, Mapping):
             raise ValueError(f"durations {obj['durations']!r} is not an object of seconds per "
                              f"configuration")
+        partial = obj.get("partial_durations") or []  # absent in shards older than it
+        if not isinstance(partial, list) or not all(isinstance(c, str) for c in partial):
+            raise ValueError(f"partial_durations {partial!r} is not a list of configuration ids")
         return cls(
             plugin_version=str(obj["plugin_version"]),
             shard=Shard(int(obj["shard"]["index"]), int(obj["shard"]["count"])),
@@ -165,7 +173,7 @@ class ShardManifest:
             finished=obj.get("finished"), exitstatus=exitstatus,
             tests=tuple(TestOutcome.from_json(t) for t in obj.get("tests") or ()),
             durations={str(k): float(v) for k, v in (obj.get("durations") or {}).items()},
-            directory=directory,
+            partial_durations=tuple(partial), directory=directory,
         )
 
 
@@ -233,15 +241,17 @@ def outcomes(results: Results, plan: ShardPlan) -> tuple[TestOutcome, ...]:
 
 def finish(manifest: ShardManifest, state: RunState, directory: Path, results: Results,
            durations: Mapping[str, float], exitstatus: int,
-           previous: ShardManifest | None = None) -> ShardManifest:
+           previous: ShardManifest | None = None, partial: Iterable[str] = ()) -> ShardManifest:
     """Complete shard.json at the end of the run; copy an explicit journal into the folder.
-    `previous`: the manifest a resumed run found, whose durations its resumed tests keep."""
+    `previous`: the manifest a resumed run found, whose durations its resumed tests keep;
+    `partial`: the configurations this run measured only in part (`Durations.complete`)."""
     journal = journal_path(state)
     if journal.exists() and journal.resolve() != (directory / JOURNAL).resolve():
         shutil.copyfile(journal, directory / JOURNAL)
+    kept = {**(previous.durations if previous else {}), **durations}
     done = replace(manifest, finished=_now(), exitstatus=int(exitstatus),
-                   tests=outcomes(results, manifest.plan),
-                   durations={**(previous.durations if previous else {}), **durations})
+                   tests=outcomes(results, manifest.plan), durations=kept,
+                   partial_durations=tuple(sorted(set(partial) - set(kept))))
     _write(directory, done)
     return done
 
@@ -269,10 +279,11 @@ class Recorder:
                 self.previous = None  # damaged: its tests are measured again anyway
         self.manifest = start(self.plan, self.state, self.directory)
 
-    def finish(self, results: Results, durations: Mapping[str, float], exitstatus: int) -> None:
+    def finish(self, results: Results, durations: Mapping[str, float], exitstatus: int,
+               partial: Iterable[str] = ()) -> None:
         if self.manifest is not None:
             self.manifest = finish(self.manifest, self.state, self.directory, results, durations,
-                                   exitstatus, self.previous)
+                                   exitstatus, self.previous, partial)
 
 
 def read(directory: str | Path) -> ShardManifest:

@@ -220,9 +220,9 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
     state = results.state
     seconds, partial = durations.complete(results.collected) if durations is not None else ({}, [])
     if state.settings.save_baseline and partial:
-        notes.append(f"durations not saved for {', '.join(partial)}: this run measured only some of the "
-                     f"tests of each (-k, -m, --deselect, --lf, -x, a resume); shards balanced on part "
-                     f"of a configuration's time would be uneven")
+        from .durations import not_saved
+
+        notes.append(not_saved(partial))
     if state.settings.save_baseline and seconds:
         from . import durations as durations_mod
         from .shard import DURATIONS_FILE
@@ -264,7 +264,7 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
     if plan is not None and not plan.mine and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
         exitstatus = pytest.ExitCode.OK
     if shard is not None:
-        shard.finish(results, seconds, exitstatus)
+        shard.finish(results, seconds, exitstatus, partial)
     return exitstatus
 
 

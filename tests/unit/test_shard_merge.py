@@ -365,3 +365,37 @@ def test_merge_save_baseline_leaves_a_lossy_known_issue_out_as_one_run_says(tmp_
     assert "not lossless" not in result.stdout
     assert sorted(json.loads((tmp_path / "merged-baselines" / "cpu.json").read_text())["entries"]) \
         == sorted(saved) == ["test_generation[ar-tp1-chat]"]
+
+
+#: Two recording tests of each configuration, so -k can run a configuration in part.
+TWO_TESTS = """
+def test_generation(specdec_spec, specdec_record):
+    specdec_record.metric("output_tok_s", 100.0)
+
+
+def test_other(specdec_spec, specdec_record):
+    specdec_record.metric("output_tok_s", 100.0)
+"""
+
+
+def test_merge_save_baseline_names_the_configurations_a_narrowed_shard_ran_in_part(tmp_path):
+    """A shard narrowed by -k leaves a configuration it ran in part out of its shard.json's
+    durations, as a saving run does; the merge's --save-baseline then kept that configuration's
+    entry without a word, where the run names it."""
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.specdec]\nbackend = "embedded"\n\n[tool.specdec.matrix.cpu]\nmethods = ["ar", "dflash"]\ntp = [1]\n')
+    (tmp_path / "test_two.py").write_text(TWO_TESTS)
+    for k, narrowing in ((1, ("-k", "generation")), (2, ())):
+        shard = pytest_run(tmp_path, "-p", "no:randomly", f"--specdec-shard={k}/2",
+                           "--specdec-report", f"shard-{k}", *narrowing)
+        assert shard.returncode == 0, shard.stdout[-3000:]
+    matrix = json.loads((tmp_path / "shard-1" / "shard.json").read_text())["matrix"]
+    # shard 1 ran ar-tp1's test_generation alone
+    assert [(c["method"], k) for c, k in zip(matrix["configurations"], matrix["assignment"])] \
+        == [("ar", 1), ("dflash", 2)]
+    result = merge(tmp_path, "--out", "merged", "--save-baseline", "shard-1", "shard-2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    saved = json.loads((tmp_path / "baselines" / "durations.json").read_text())["configurations"]
+    assert sorted(saved) == ["dflash-tp1"]
+    assert "specdec merge: durations not saved for ar-tp1 (shard 1/2): its shard measured only some " \
+           "of the tests of each (-k, -m, --deselect, --lf, -x, a resume)" in result.stdout
