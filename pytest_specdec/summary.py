@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections import Counter
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from .errors import SpecdecUsageError
 from .session import Results, lock_bound
 
 if TYPE_CHECKING:
     from .durations import Durations
+    from .result import Result
     from .shard import ShardPlan
     from .shard_dir import Recorder
 
@@ -298,11 +300,11 @@ def unchecked_lossless(results: Results) -> str | None:
             continue
         reference = reference_case(r.case, state)
         if reference is not None and (reference, r.workload, counterpart(r.nodeid, r.config)) not in measured:
-            unchecked.append(f"{r.config} [{r.workload}]" if r.workload else r.config)
+            unchecked.append(r)
             references += [] if reference.param_id in references else [reference.param_id]
     if not unchecked:
         return None
-    return (f"lossless: not checked: {', '.join(unchecked)} (their reference {', '.join(references)} "
+    return (f"lossless: not checked: {', '.join(_names(unchecked))} (their reference {', '.join(references)} "
             f"recorded no outputs in this run: left out by -k, -m, --deselect or --lf, skipped, or "
             f"failed before it measured); run the reference with them")
 
@@ -322,10 +324,18 @@ def sampled_lossless(results: Results) -> str | None:
                and temperatures.get(r.workload or "", 0) > 0]
     if not sampled:
         return None
-    names = ", ".join(f"{r.config} [{r.workload}]" for r in sampled)
+    names = ", ".join(_names(sampled))
     workloads = ", ".join(sorted({f"{r.workload} at temperature {temperatures[r.workload]:g}" for r in sampled}))
     return (f"lossless: not checked: {names} (sampled: {workloads}; only greedy outputs must equal "
             f"the reference's); a workload with temperature = 0 checks them")
+
+
+def _names(results: Sequence[Result]) -> list[str]:
+    """`config [workload]` of each result, or its test's name where two would read alike (two
+    test functions, or parametrizations, of one configuration and workload)."""
+    plain = [f"{r.config} [{r.workload}]" if r.workload else r.config for r in results]
+    alike = Counter(plain)
+    return [name if alike[name] == 1 else r.test_id for name, r in zip(plain, results)]
 
 
 def nothing_reported(state) -> str:

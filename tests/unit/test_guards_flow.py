@@ -247,6 +247,22 @@ def test_a_run_that_leaves_out_the_reference_says_what_it_did_not_check(pytester
         "or failed before it measured); run the reference with them"])
 
 
+def test_the_unchecked_tests_of_two_test_functions_of_one_configuration_are_told_apart(
+        pytester, no_leftover_engines):
+    """Two test functions measuring one configuration and workload read `dflash-tp1 [chat],
+    dflash-tp1 [chat]`: which test was left unchecked could not be told; each is named."""
+    project(pytester, methods=("ar", "dflash"), prompts=2, max_new_tokens=8)
+    pytester.makepyfile(test_again="""
+def test_again(specdec_server, specdec_workload, specdec_record):
+    specdec_record.run(specdec_server, specdec_workload)
+""")
+    result = run(pytester, "-p", "no:randomly", "-k", "dflash")
+    result.assert_outcomes(passed=2, deselected=2)
+    result.stdout.fnmatch_lines([
+        "specdec: lossless: not checked: test_again[[]dflash-tp1-chat[]], test_generation[[]dflash-tp1-chat[]] "
+        "(their reference ar-tp1 recorded no outputs in this run: *"])
+
+
 def test_a_sampled_workload_says_at_the_end_that_nothing_checked_it(pytester, no_leftover_engines):
     """Only the header said so, which -q hides: a lossy engine passed with no word on the guard."""
     project(pytester, methods=("ar", "ddtree"), budgets=(8,), engine_args=("--fault-lossy", "0.3"),
