@@ -405,7 +405,7 @@ class Controller:
 
         self.session = session
         # --co and --setup-plan run nothing: the shard folder keeps the manifest of the run that did
-        if SHARD_KEY in self.config.stash and not (self.config.option.collectonly or self.config.option.setupplan):
+        if SHARD_KEY in self.config.stash and not self._lists_only:
             from . import shard_dir
 
             self.shard = shard_dir.Recorder.of(self.config.stash[STATE_KEY],
@@ -450,10 +450,20 @@ class Controller:
         return report.when == "setup" and RESULTS_KEY in self.config.stash \
             and report.nodeid in self.config.stash[RESULTS_KEY].results
 
+    @property
+    def _lists_only(self) -> bool:
+        """--co or --setup-plan: a listing, which runs no test, so writes, measures and leaves
+        out nothing that an end-of-run note would tell."""
+        return bool(self.config.option.collectonly or self.config.option.setupplan)
+
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         from .state import SHARD_KEY, STATE_KEY
 
-        if self.durations is not None or SHARD_KEY in self.config.stash:
+        if self._lists_only:
+            from . import summary
+
+            session.exitstatus = summary.empty_shard_status(self.config.stash.get(SHARD_KEY, None), exitstatus)
+        elif self.durations is not None or SHARD_KEY in self.config.stash:
             from . import summary
             from .collection import collected_tests
 
@@ -482,6 +492,8 @@ class Controller:
     def _summary(self, terminalreporter) -> None:
         from .state import RESULTS_KEY, STATE_KEY
 
+        if self._lists_only:
+            return
         if RESULTS_KEY in self.config.stash:  # else no report of ours came: nothing to sum up
             from . import summary
 
