@@ -97,19 +97,28 @@ def engine_pids(root: Path) -> list[int]:
     return [int(line.split()[0]) for line in engine_processes(root)]
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-def test_a_killed_xdist_controller_takes_its_workers_and_their_servers_along(pytester):
-    """Killing only the controller used to leave the worker in its test, and its server, until
-    execnet noticed: 5 s, then a SIGINT to itself, then 10 s more before os._exit."""
+def held_xdist_run(pytester) -> tuple[subprocess.Popen, list[int]]:
+    """An `-n 2` run held in its one test: the controller, and the pids of its worker and server."""
     pytest.importorskip("xdist")
     project(pytester, methods=("ar",), prompts=1, max_new_tokens=4)
     pytester.makepyfile(test_hold=HOLDING_TEST)
     proc = start(pytester.path, "-n", "2", "test_hold.py")
     noted: list[int] = []
     try:
-        worker = wait_holding(pytester.path, proc)
-        noted = [worker, *engine_pids(pytester.path)]
+        noted = [wait_holding(pytester.path, proc), *engine_pids(pytester.path)]
         assert len(noted) == 2, f"expected the worker and its server, found {noted}"
+    except BaseException:
+        kill_everything(proc, noted)
+        raise
+    return proc, noted
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_xdist_controller_takes_its_workers_and_their_servers_along(pytester):
+    """Killing only the controller used to leave the worker in its test, and its server, until
+    execnet noticed: 5 s, then a SIGINT to itself, then 10 s more before os._exit."""
+    proc, noted = held_xdist_run(pytester)
+    try:
         os.kill(proc.pid, signal.SIGKILL)  # the controller alone
         proc.wait()
         assert wait_gone(noted, timeout=GONE_WITHIN_S) == []
@@ -161,10 +170,16 @@ def test_hold(specdec_server, pytestconfig):
 '''
 
 
-def test_sigterm_ends_the_run_as_ctrl_c_does_writing_what_finished(pytester):
-    """SIGTERM (a CI runner's cancel, a batch system's time limit) killed the servers and then
-    pytest at once: no summary, no report, no baseline of the tests that had finished, not a
-    word. It now ends the run as Ctrl-C does, its servers killed first."""
+@pytest.mark.parametrize("sig, said", [
+    (signal.SIGTERM, "SIGTERM: this process's servers were killed; the run ends as after Ctrl-C"),
+    (signal.SIGHUP, "SIGHUP (a terminal hangup, or kill -HUP): this process's servers were killed; the run ends "
+                    "as after Ctrl-C, reporting the tests that finished (a second SIGHUP or SIGTERM"),
+], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_or_sighup_ends_the_run_as_ctrl_c_does_writing_what_finished(pytester, sig, said):
+    """SIGTERM (a CI runner's cancel, a batch system's time limit) and SIGHUP (the ssh session of a
+    long run dropped) killed the servers and then pytest at once: no summary, no report, no
+    baseline of the tests that had finished, not a word. Each now ends the run as Ctrl-C does, its
+    servers killed first; a kill -HUP leaves the output where it was, a file here, no terminal to lose."""
     project(pytester, methods=("ar",), prompts=1, max_new_tokens=4)
     pytester.makepyfile(test_sig=RECORDS_THEN_HOLDS_TEST)
     proc = start(pytester.path, "--specdec-report=out", "test_sig.py")
@@ -173,14 +188,15 @@ def test_sigterm_ends_the_run_as_ctrl_c_does_writing_what_finished(pytester):
         wait_holding(pytester.path, proc)
         noted = engine_pids(pytester.path)
         assert len(noted) == 1, f"expected one server, found {noted}"
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         assert wait_gone(noted, timeout=GONE_WITHIN_S) == []
         code = proc.wait(timeout=120)
         out = (pytester.path / "pytest.out").read_text()
         assert code == pytest.ExitCode.INTERRUPTED, out[-3000:]
-        assert "KeyboardInterrupt: SIGTERM: this process's servers were killed; the run ends as after Ctrl-C" in out
+        assert f"KeyboardInterrupt: {said}" in out
         rows = json.loads((pytester.path / "out" / "results.json").read_text())["results"]
         assert [row["test_id"] for row in rows] == ["test_generation[ar-tp1-chat]"]
+        assert not list((pytester.path / ".specdec" / "artifacts").glob("run-*/after-hangup.log"))
     finally:
         kill_everything(proc, noted)
 
@@ -189,15 +205,8 @@ def test_an_interrupted_xdist_controller_says_the_wait_for_its_workers(pytester)
     """A SIGINT or SIGTERM to the controller alone left its workers in their tests: xdist waited
     for them in silence (execnet's 5 s, then xdist's 10 s), the servers up all along. The
     controller now says that wait and its bound as it starts."""
-    pytest.importorskip("xdist")
-    project(pytester, methods=("ar",), prompts=1, max_new_tokens=4)
-    pytester.makepyfile(test_hold=HOLDING_TEST)
-    proc = start(pytester.path, "-n", "2", "test_hold.py")
-    noted: list[int] = []
+    proc, noted = held_xdist_run(pytester)
     try:
-        worker = wait_holding(pytester.path, proc)
-        noted = [worker, *engine_pids(pytester.path)]
-        assert len(noted) == 2, f"expected the worker and its server, found {noted}"
         proc.send_signal(signal.SIGINT)  # the controller alone
         proc.wait(timeout=120)
         assert wait_gone(noted, timeout=GONE_WITHIN_S) == []
@@ -265,31 +274,6 @@ def hangup_log(root: Path) -> Path:
     return logs[0]
 
 
-def test_sighup_ends_the_run_as_ctrl_c_does_writing_what_finished(pytester):
-    """SIGHUP (the ssh session of a long run dropped) killed the servers and then pytest at once:
-    no summary, no report, no baseline of the tests that had finished. It now ends the run as
-    SIGTERM does; a kill -HUP leaves the output where it was, a file here, no terminal to lose."""
-    project(pytester, methods=("ar",), prompts=1, max_new_tokens=4)
-    pytester.makepyfile(test_sig=RECORDS_THEN_HOLDS_TEST)
-    proc = start(pytester.path, "--specdec-report=out", "test_sig.py")
-    noted: list[int] = []
-    try:
-        wait_holding(pytester.path, proc)
-        noted = engine_pids(pytester.path)
-        assert len(noted) == 1, f"expected one server, found {noted}"
-        proc.send_signal(signal.SIGHUP)
-        assert wait_gone(noted, timeout=GONE_WITHIN_S) == []
-        code = proc.wait(timeout=120)
-        out = (pytester.path / "pytest.out").read_text()
-        assert code == pytest.ExitCode.INTERRUPTED, out[-3000:]
-        assert "KeyboardInterrupt: SIGHUP (a terminal hangup, or kill -HUP): this process's servers were killed; " \
-               "the run " \
-               "ends as after Ctrl-C, reporting the tests that finished (a second SIGHUP or SIGTERM" in out
-        rows = json.loads((pytester.path / "out" / "results.json").read_text())["results"]
-        assert [row["test_id"] for row in rows] == ["test_generation[ar-tp1-chat]"]
-        assert not list((pytester.path / ".specdec" / "artifacts").glob("run-*/after-hangup.log"))
-    finally:
-        kill_everything(proc, noted)
 
 
 @pytest.mark.parametrize("first, second", [(signal.SIGHUP, signal.SIGHUP), (signal.SIGHUP, signal.SIGTERM),
