@@ -22,7 +22,7 @@ from .errors import SpecdecUsageError
 from .directions import METRIC_DIRECTIONS, METRIC_NAME, Direction, known_directions
 from .gate import parse_tolerance_table
 from .hardware import ALL_FAMILIES, FAMILIES, family_of, normalise_arch
-from .options import OPTION_NAMES
+from .options import OPTION_NAMES, toml_shown
 from .servers.sglang import DEFAULT_METHOD_FLAGS, method_flags_from_config
 from .sglang_api import SKIP_TOKENIZER_INIT_FLAG
 
@@ -180,11 +180,6 @@ _KIND_NAMES = {int: "an int", float: "a number", dict: "a TOML table", str: "a s
                list: "a list"}
 
 
-def _shown(value: Any) -> str:
-    """A TOML value as an error quotes it: booleans as TOML spells them."""
-    return str(value).lower() if isinstance(value, bool) else repr(value)
-
-
 class _Reader:
     """Checks one table's keys and types; errors name the file and the dotted key."""
 
@@ -192,7 +187,7 @@ class _Reader:
         self.filename, self.table, self.data = filename, table, data
         if not isinstance(data, Mapping):
             kind = _KIND_NAMES.get(type(data), f"a {type(data).__name__}")
-            self.fail(None, f"{_shown(data)} must be a table, not {kind}")
+            self.fail(None, f"{toml_shown(data)} must be a table, not {kind}")
 
     def where(self, key: str | None) -> str:
         return f"{self.filename} [{self.table}]" + (f" {key}" if key else "")
@@ -213,13 +208,13 @@ class _Reader:
             return default
         value = self.data[key]
         if isinstance(value, bool) and kind in (int, float, (int, float)):
-            self.fail(key, f"{_shown(value)} must be a number")
+            self.fail(key, f"{toml_shown(value)} must be a number")
         if kind is float and isinstance(value, int):
             value = float(value)
         if not isinstance(value, kind):
             kinds = (kind,) if isinstance(kind, type) else kind
             names = " or ".join(_KIND_NAMES.get(k, f"a {k.__name__}") for k in kinds)
-            self.fail(key, f"{_shown(value)} must be {names}")
+            self.fail(key, f"{toml_shown(value)} must be {names}")
         if isinstance(value, float) and not math.isfinite(value):  # TOML spells nan and inf
             self.fail(key, f"{value!r} must be a finite number")
         return value

@@ -299,6 +299,11 @@ class Settings:
             origin, f"{origin} key {name!r}")
 
 
+def toml_shown(value: Any) -> str:
+    """A TOML value as an error quotes it: booleans as TOML spells them."""
+    return str(value).lower() if isinstance(value, bool) else repr(value)
+
+
 def parse_value(option: Option, raw: Any, where: str) -> Any:
     """Validate one value; the error names where it was set, the bad value and what is allowed."""
     if raw is None:
@@ -314,7 +319,7 @@ def parse_value(option: Option, raw: Any, where: str) -> Any:
     if number:
         raw = str(raw)  # a TOML number
     if not isinstance(raw, str) and parse is option.parse:  # only TOML gives other types
-        shown = str(raw).lower() if isinstance(raw, bool) else repr(raw)  # as TOML spells it
+        shown = toml_shown(raw)
         kind = (f"a string: an ini value is written as on the command line, in quotes: {key} = "
                 f"\"{_TEXT_EXAMPLES.get(option.name, option.default)}\"" if key == option.ini else _toml_kind(option))
         raise SpecdecUsageError(f"{where}: {shown} must be {kind}; {option.cli} takes: {option.help}")

@@ -101,8 +101,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the only process, or the xdist controller
         config.pluginmanager.register(Controller(config), "specdec-controller")
         if config.getoption("dist", "no") != "no":  # tests run in xdist workers
+            from .state import run_id
             from .xdist_hooks import XdistHooks
 
+            run_id(config)  # before xdist starts its workers, which then share it
             config.pluginmanager.register(XdistHooks(_results(config), config), "specdec-xdist")
     else:
         config.pluginmanager.register(Worker(), "specdec-worker")

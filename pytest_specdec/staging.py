@@ -43,26 +43,18 @@ def _host() -> str:
 def remove_abandoned(out_dir: Path, prefix: str) -> list[Path]:
     """Remove the staging folders in `out_dir` that a writer on this host left when it died;
     returns them."""
+    from .servers.cleanup import alive
+
     removed = []
     for entry in out_dir.glob(f"{prefix}*@*"):
         pid, _, rest = entry.name[len(prefix):].partition("@")
         host = rest.rpartition("-")[0]  # mkdtemp's random tail has no "-"
         if not pid.isdigit() or host != _host() or not entry.is_dir() or entry.is_symlink() \
-                or _running(int(pid)):
+                or alive(int(pid)):
             continue
         shutil.rmtree(entry, ignore_errors=True)
         removed.append(entry)
     return removed
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's: running
-        return True
-    return True
 
 
 def publish(staging: Path, out_dir: Path, files: Sequence[Path], previous: Iterable[str]) -> list[Path]:

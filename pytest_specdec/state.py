@@ -132,7 +132,10 @@ def run_id(config: pytest.Config) -> str:
     if workerinput and "testrunuid" in workerinput:
         return str(workerinput["testrunuid"])[:12]
     if _RUN_ID_KEY not in config.stash:
-        config.stash[_RUN_ID_KEY] = uuid.uuid4().hex[:12]
+        given = getattr(config.option, "testrunuid", None)  # xdist's --testrunuid, where the user gave one
+        config.stash[_RUN_ID_KEY] = str(given)[:12] if given else uuid.uuid4().hex[:12]
+        if hasattr(config.option, "testrunuid") and not given:
+            config.option.testrunuid = config.stash[_RUN_ID_KEY]  # an xdist controller's workers take it
     return config.stash[_RUN_ID_KEY]
 
 

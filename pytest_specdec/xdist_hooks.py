@@ -47,9 +47,8 @@ class XdistHooks:
                 from .state import run_id
 
                 # the controller's SIGTERM or SIGHUP ends the run as Ctrl-C does; after a hangup its
-                # output goes to the log its workers' goes to, in the run folder named by theirs
-                run = str(node.workerinput.get("testrunuid", ""))[:12] or run_id(node.config)
-                cleanup.interrupt_on_signals(hangup.of_run(node.config, run))
+                # output goes to the log its workers' goes to, in the run folder they share
+                cleanup.interrupt_on_signals(hangup.of_run(node.config, run_id(node.config)))
 
     def _write_header_details(self, config, ids) -> None:
         """The header's lines that follow collection (hardware, baselines, settings, gate,
