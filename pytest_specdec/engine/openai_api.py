@@ -3,7 +3,9 @@ fields mapped onto the engine's generation, and their response and stream chunk 
 /v1/tokenize, which counts a prompt as the engine's tokenizer encodes it.
 
 Request fields follow protocol.py's rules (honoured, hints, neutral-only; unknown names refused)
-over the names SGLang's CompletionRequest and ChatCompletionRequest declare. A LoRA adapter, named
+over the names SGLang's CompletionRequest and ChatCompletionRequest declare, after what FastAPI's
+validation of those classes refuses first (COMPLETION_MODEL, CHAT_MODEL): a null for a field
+typed without None, a missing prompt. A LoRA adapter, named
 as ``"model": "base:adapter"`` or in ``lora_path``, is refused as SGLang refuses it on a server
 started without --enable-lora (see lora_adapter). A chat is rendered with CHAT_TEMPLATE, the same
 template the exported tokenizer carries (tokenizer.py), so a client that applies the tokenizer's
@@ -24,6 +26,7 @@ from .protocol import (
     InvalidBody,
     Neutral,
     RequestError,
+    RequestModel,
     Sampling,
     Unsupported,
     abort_error,
@@ -126,6 +129,60 @@ CHAT_NEUTRAL: Mapping[str, Neutral] = {
     "return_sampling_mask": Neutral(False),
 }
 CHAT_FIELDS = CHAT_HONOURED | CHAT_HINTS | frozenset(CHAT_NEUTRAL)
+
+
+_FLOAT, _INT, _BOOL = "float", "int", "bool"
+_HIDDEN_STATES = ("bool", "literal['last']")  # Union[bool, Literal["last"]]
+
+def _migrate_dp_rank(body: dict) -> dict:
+    """Both request classes' before-validator for the old name data_parallel_rank: its value
+    becomes routed_dp_rank's where that is unset."""
+    if body.get("data_parallel_rank") is not None and body.get("routed_dp_rank") is None:
+        body["routed_dp_rank"] = body["data_parallel_rank"]
+    return body
+
+
+#: CompletionRequest's fields whose null FastAPI refuses, in its order.
+COMPLETION_MODEL = RequestModel({
+    "model": "str",
+    "prompt": ("list[int]", "list[list[int]]", "str", "list[str]"),
+    "echo": _BOOL, "frequency_penalty": _FLOAT, "max_tokens": _INT, "n": _INT, "presence_penalty": _FLOAT,
+    "stream": _BOOL, "temperature": _FLOAT, "top_p": _FLOAT, "return_hidden_states": _HIDDEN_STATES,
+    "return_routed_experts": _BOOL, "routed_experts_start_len": _INT, "return_cached_tokens_details": _BOOL,
+    "return_spec_tokens_details": _BOOL, "return_token_ids": _BOOL, "top_k": _INT, "min_p": _FLOAT,
+    "min_tokens": _INT, "repetition_penalty": _FLOAT, "no_stop_trim": _BOOL, "ignore_eos": _BOOL,
+    "skip_special_tokens": _BOOL,
+}, required=frozenset({"prompt"}), before=_migrate_dp_rank)
+
+
+def _chat_before(body: dict) -> dict:
+    """ChatCompletionRequest's before-validators in the order pydantic runs them (the last defined
+    first), as far as they change a body: a tool_choice left out or null becomes "auto" where the
+    request or a system message names tools, else "none"; then the old dp rank's name."""
+    if body.get("tool_choice") is None:
+        messages = body.get("messages")
+        system_tools = isinstance(messages, list) and any(
+            isinstance(m, dict) and isinstance(m.get("role"), str)
+            and m["role"].lower() in ("root", "system", "developer") and bool(m.get("tools")) for m in messages)
+        body["tool_choice"] = "auto" if body.get("tools") is not None or system_tools else "none"
+    return _migrate_dp_rank(body)
+
+
+#: ChatCompletionRequest's fields whose null FastAPI refuses, in its order (not tool_choice, whose
+#: null its before-validator replaces).
+CHAT_MODEL = RequestModel({
+    "messages": "list", "model": "str", "frequency_penalty": _FLOAT, "logprobs": _BOOL, "n": _INT,
+    "presence_penalty": _FLOAT, "stream": _BOOL, "parallel_tool_calls": _BOOL,
+    "return_hidden_states": _HIDDEN_STATES,
+    "return_routed_experts": _BOOL, "routed_experts_start_len": _INT,
+    **dict.fromkeys(("return_cached_tokens_details", "return_spec_tokens_details", "return_prompt_token_ids",
+                     "return_token_ids", "return_meta_info", "return_input_ids_in_sglext",
+                     "return_output_ids_in_sglext", "return_sampling_mask", "return_flat_raw_output_top_logprobs",
+                     "return_flat_raw_top_logprobs_b64"), _BOOL),
+    "min_tokens": _INT,
+    **dict.fromkeys(("no_stop_trim", "ignore_eos", "continue_final_message", "skip_special_tokens",
+                     "separate_reasoning", "stream_reasoning", "use_audio_in_video"), _BOOL),
+}, required=frozenset({"messages"}), before=_chat_before)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ and SGLang's answer to that request is defined, so the engine gives that answer.
 
 A name SGLang does not declare is refused too (SGLang's own server ignores unknown top-level
 names; the engine does not, so a typo cannot pass unnoticed). ``null`` means the default, but for
-``max_new_tokens``, whose null SGLang's scheduler reads as no limit but the context's.
+``max_new_tokens``, whose null SGLang's scheduler reads as no limit but the context's, and for a
+field GenerateReqInput types without None, whose null FastAPI refuses (GENERATE_MODEL).
 The name sets are checked against SGLang's source by tests/unit/test_sglang_contract.py.
 
 Decoding is greedy whatever the temperature: the speculative methods here verify greedily, and
@@ -86,6 +87,54 @@ _INT = dict(kinds=(int,), expected="an integer")
 _TEXT = dict(kinds=(str,), expected="a string")
 
 
+# -- what FastAPI's validation of a request class refuses ------------------------------------------
+
+#: pydantic's error type and words for a value that is not of a type, by the type's name in its loc.
+_TYPE_ERRORS = {"bool": ("bool_type", "Input should be a valid boolean"),
+                "int": ("int_type", "Input should be a valid integer"),
+                "float": ("float_type", "Input should be a valid number"),
+                "str": ("string_type", "Input should be a valid string"),
+                "list": ("list_type", "Input should be a valid list")}
+
+
+@dataclass(frozen=True)
+class RequestModel:
+    """What FastAPI's validation of a route's request class refuses before SGLang's code sees the
+    body, as far as the engine mirrors it: a required field left out, and a null for a field whose
+    type is not Optional (pydantic takes null for the default only where the type allows None).
+    ``non_null`` maps each such field, in the class's order (pydantic's order of errors), to its
+    type as pydantic names it in an error's loc: one name, or a union's members (one error each,
+    the member's name appended to the loc). ``before`` is the class's own before-validator, as far
+    as it changes the input a ``missing`` error echoes."""
+
+    non_null: Mapping[str, str | tuple[str, ...]]
+    required: frozenset[str] = frozenset()
+    before: Callable[[dict], dict] | None = None
+
+    def errors(self, body: dict) -> list[dict]:
+        seen = self.before(dict(body)) if self.before is not None else body
+        errors: list[dict] = []
+        for name, kind in self.non_null.items():
+            if name not in body:
+                if name in self.required:
+                    errors.append({"type": "missing", "loc": ("body", name), "msg": "Field required", "input": seen})
+            elif body[name] is None:
+                members = (kind,) if isinstance(kind, str) else kind
+                errors += [_null_error(("body", name) if isinstance(kind, str) else ("body", name, m), m)
+                           for m in members]
+        return errors
+
+
+def _null_error(loc: tuple, kind: str) -> dict:
+    """pydantic's error for a null where ``kind`` (a name as its locs spell it) is expected."""
+    if kind.startswith("literal["):
+        expected = kind[len("literal["):-1]
+        return {"type": "literal_error", "loc": loc, "msg": f"Input should be {expected}", "input": None,
+                "ctx": {"expected": expected}}
+    error_type, msg = _TYPE_ERRORS["list" if kind.startswith("list") else kind]
+    return {"type": error_type, "loc": loc, "msg": msg, "input": None}
+
+
 # -- /generate's top-level fields (SGLang's GenerateReqInput) --------------------------------------
 
 HONOURED_FIELDS = frozenset({"text", "input_ids", "sampling_params", "stream", "rid", "lora_path"})
@@ -131,6 +180,17 @@ NEUTRAL_FIELDS: Mapping[str, Neutral] = {
     "token_indices_to_pool": Neutral(None),
 }
 GENERATE_FIELDS = HONOURED_FIELDS | HINT_FIELDS | frozenset(NEUTRAL_FIELDS)
+#: GenerateReqInput's fields whose null FastAPI refuses (its dataclass types them without None).
+GENERATE_MODEL = RequestModel({
+    **dict.fromkeys(("use_audio_in_video", "return_text_in_logprobs", "return_flat_raw_top_logprobs",
+                     "return_flat_raw_output_top_logprobs", "return_flat_raw_top_logprobs_b64", "stream",
+                     "log_metrics"), "bool"),
+    "return_hidden_states": ("list[union[bool,literal['last']]]", "bool", "literal['last']"),
+    "return_routed_experts": "bool",
+    "routed_experts_start_len": "int",
+    **dict.fromkeys(("return_indexer_topk", "background", "require_reasoning", "no_logs", "return_bytes",
+                     "return_entropy", "return_prompt_token_ids"), "bool"),
+})
 
 # -- sampling_params (SGLang's SamplingParams) -----------------------------------------------------
 
@@ -257,7 +317,7 @@ def _fastapi_reads_json(content_type: str | None) -> bool:
 
 
 def read_body(raw: bytes, content_type: str | None, endpoint: str, *, json_guard: bool,
-              not_object: Callable[[Any], dict] | None = None) -> dict:
+              not_object: Callable[[Any], dict] | None = None, model: RequestModel | None = None) -> dict:
     """The body as SGLang's FastAPI app takes it, or the InvalidBody it answers, in FastAPI's order.
     FastAPI parses a body of a JSON media type first (parse_json: json_invalid). A route guarded
     with validate_json_request (``json_guard``: the OpenAI-compatible ones and /tokenize) then checks
@@ -265,7 +325,7 @@ def read_body(raw: bytes, content_type: str | None, endpoint: str, *, json_guard
     an empty body or a JSON null is missing, and anything but an object is refused, in pydantic's
     words for that class (not_an_object, or the route's own ``not_object``). /generate has no guard,
     so a body of another media type reaches its class as bytes and is refused there, echoed in the
-    message."""
+    message. Last, an object's fields are validated as the class declares them (``model``)."""
     reads_json = _fastapi_reads_json(content_type)
     value: Any = parse_json(raw, endpoint) if raw and reads_json else raw
     if json_guard:
@@ -275,6 +335,9 @@ def read_body(raw: bytes, content_type: str | None, endpoint: str, *, json_guard
     if not isinstance(value, dict):
         error = not_object(value) if not_object is not None else not_an_object(value, json_guard=json_guard)
         raise InvalidBody(validation_message([error], endpoint))
+    errors = model.errors(value) if model is not None else []
+    if errors:
+        raise InvalidBody(validation_message(errors, endpoint))
     return value
 
 

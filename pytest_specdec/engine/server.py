@@ -33,8 +33,8 @@ from .. import sglang_api as api
 from . import logs, openai_api
 from .faults import FaultPlan
 from .metrics import EngineMetrics
-from .protocol import (InvalidBody, Refused, RequestError, abort_error, abort_not_an_object, flush_timeout,
-                       parse_abort, parse_generate, read_body)
+from .protocol import (GENERATE_MODEL, InvalidBody, Refused, RequestError, RequestModel, abort_error,
+                       abort_not_an_object, flush_timeout, parse_abort, parse_generate, read_body)
 from .scheduler import Progress, Request, Scheduler
 from .tokenizer import ByteTokenizer
 
@@ -283,7 +283,7 @@ class EngineServer:
         return self._error(error) if error is not None else web.json_response(self._output(req, p))
 
     async def _read_generate(self, request: web.Request) -> Request:
-        body = await self._read_json(request, json_guard=False)
+        body = await self._read_json(request, json_guard=False, model=GENERATE_MODEL)
         try:
             g = parse_generate(body, encode=self.tokenizer.encode, vocab_size=self.tokenizer.vocab_size,
                                context_length=self.context_length)
@@ -302,13 +302,15 @@ class EngineServer:
         except asyncio.TimeoutError:
             raise web.HTTPRequestTimeout(text=f"The request body did not arrive within {self.idle_timeout:g} s.")
 
-    async def _read_json(self, request: web.Request, *, json_guard: bool = True, not_object=None) -> dict:
+    async def _read_json(self, request: web.Request, *, json_guard: bool = True, not_object=None,
+                         model: RequestModel | None = None) -> dict:
         """The JSON object of the body, read whole first, as FastAPI reads it, then parsed and
         checked as SGLang's app does (protocol.read_body). ``json_guard``: the route is one SGLang
-        guards with validate_json_request (the OpenAI-compatible ones and /tokenize); /generate is not."""
+        guards with validate_json_request (the OpenAI-compatible ones and /tokenize); /generate is not.
+        ``model``: the fields FastAPI validates against the route's request class."""
         raw = await self._read_body(request)
         return read_body(raw, request.headers.get("Content-Type"), f"{request.method} {request.path}",
-                         json_guard=json_guard, not_object=not_object)
+                         json_guard=json_guard, not_object=not_object, model=model)
 
     def _meta_info(self, req: Request, p: Progress, *, first: bool = True) -> dict:
         """SGLang's meta_info, its keys in its order; ``first``: the request's first answer (a
@@ -445,15 +447,16 @@ class EngineServer:
     # ------------------------------------------------------------------ OpenAI-compatible
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._openai(request, openai_api.parse_completion, "text_completion")
+        return await self._openai(request, openai_api.parse_completion, "text_completion",
+                                  openai_api.COMPLETION_MODEL)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._openai(request, openai_api.parse_chat, "chat.completion")
+        return await self._openai(request, openai_api.parse_chat, "chat.completion", openai_api.CHAT_MODEL)
 
-    async def _openai(self, request: web.Request, parse, kind: str) -> web.StreamResponse:
+    async def _openai(self, request: web.Request, parse, kind: str, model: RequestModel) -> web.StreamResponse:
         await self._hang_if_faulty()
         try:
-            o = parse(await self._read_json(request), encode=self.tokenizer.encode,
+            o = parse(await self._read_json(request, model=model), encode=self.tokenizer.encode,
                       vocab_size=self.tokenizer.vocab_size, context_length=self.context_length,
                       served_model_name=self.served_model_name)
         except RequestError as exc:

@@ -277,7 +277,6 @@ def test_openai_answers_name_the_model_the_request_named(ddtree, path):
     """SGLang echoes the request's model (its default "default" when none), not its served name."""
     body = {**OPENAI_REQUESTS[path], "max_tokens": 4}
     assert ddtree.post(path, {**body, "model": "my-model"}).json()["model"] == "my-model"
-    assert ddtree.post(path, {**body, "model": None}).json()["model"] == "default"
     streamed = ddtree.post(path, {**body, "stream": True, "stream_options": {"include_usage": True}})
     assert {json.loads(e)["model"] for e in sse_events(streamed.body)[:-1]} == {"default"}
     res = ddtree.post(path, {**body, "model": 7})
@@ -636,6 +635,81 @@ def test_a_json_null_body_is_missing_as_fastapi_says(ddtree, path):
     status, answer = _post(ddtree, path, b"null", "application/json")
     assert status == 400 and json.loads(answer) == validation_error(
         f"1 validation error:\n  {MISSING_BODY}\n\n  Endpoint: POST {path} [{MISSING_BODY}]"), answer
+
+
+def field_errors(path: str, *errors: str) -> dict:
+    """SGLang's validation handler's body for errors pydantic found in a request's fields."""
+    listed = "".join(f"  {e}\n" for e in errors)
+    many = "s" if len(errors) != 1 else ""
+    return validation_error(f"{len(errors)} validation error{many}:\n{listed}\n  Endpoint: POST {path} "
+                            f"[{', '.join(errors)}]")
+
+
+def null_error(name: str, error_type: str, words: str, *suffix: str) -> str:
+    loc = ", ".join(repr(part) for part in ("body", name, *suffix))
+    return f"{{'type': '{error_type}', 'loc': ({loc}), 'msg': 'Input should be a valid {words}', 'input': None}}"
+
+
+@pytest.mark.parametrize("path, field, errors", [
+    ("/generate", "stream", [("bool_type", "boolean")]),
+    ("/generate", "routed_experts_start_len", [("int_type", "integer")]),
+    ("/v1/completions", "stream", [("bool_type", "boolean")]),
+    ("/v1/completions", "max_tokens", [("int_type", "integer")]),
+    ("/v1/completions", "temperature", [("float_type", "number")]),
+    ("/v1/completions", "model", [("string_type", "string")]),
+    ("/v1/completions", "prompt", [("list_type", "list", "list[int]"), ("list_type", "list", "list[list[int]]"),
+                                   ("string_type", "string", "str"), ("list_type", "list", "list[str]")]),
+    ("/v1/chat/completions", "stream", [("bool_type", "boolean")]),
+    ("/v1/chat/completions", "n", [("int_type", "integer")]),
+    ("/v1/chat/completions", "messages", [("list_type", "list")]),
+])
+def test_a_null_for_a_field_sglang_types_without_none_is_fastapis_400(ddtree, path, field, errors):
+    """The engine took such a null for the field's default and served the request; SGLang's
+    FastAPI validates the body against the route's class first, where null is no bool, int,
+    float, string or list, and its validation handler answers 400 naming each error (a union's
+    once a member)."""
+    body = {"text": PROMPT, "sampling_params": {"max_new_tokens": 2}} if path == "/generate" else {
+        **OPENAI_REQUESTS[path], "max_tokens": 2}
+    res = ddtree.post(path, {**body, field: None})
+    assert res.status == 400 and res.json() == field_errors(
+        path, *(null_error(field, *error) for error in errors)), res.text
+
+
+def test_nulls_for_fields_sglang_types_without_none_are_all_named_in_its_order(ddtree):
+    path = "/v1/chat/completions"
+    res = ddtree.post(path, {**OPENAI_REQUESTS[path], "ignore_eos": None, "stream": None,
+                             "return_hidden_states": None})
+    hidden = ("{'type': 'literal_error', 'loc': ('body', 'return_hidden_states', \"literal['last']\"), "
+              "'msg': \"Input should be 'last'\", 'input': None, 'ctx': {'expected': \"'last'\"}}")
+    assert res.status == 400 and res.json() == field_errors(
+        path, null_error("stream", "bool_type", "boolean"),
+        null_error("return_hidden_states", "bool_type", "boolean", "bool"), hidden,
+        null_error("ignore_eos", "bool_type", "boolean")), res.text
+
+
+@pytest.mark.parametrize("path", sorted(OPENAI_REQUESTS))
+def test_an_openai_request_without_its_prompt_is_missing_it_as_fastapi_says(ddtree, path):
+    """pydantic's missing error echoes the body as the class's before-validators left it: a chat's
+    tool_choice set to "none" where it names no tools."""
+    name = "prompt" if path == "/v1/completions" else "messages"
+    echoed = {"max_tokens": 2, **({"tool_choice": "none"} if name == "messages" else {})}
+    res = ddtree.post(path, {"max_tokens": 2})
+    error = f"{{'type': 'missing', 'loc': ('body', '{name}'), 'msg': 'Field required', 'input': {echoed!r}}}"
+    assert res.status == 400 and res.json() == field_errors(path, error), res.text
+
+
+@pytest.mark.parametrize("path", sorted(OPENAI_REQUESTS))
+def test_nulls_for_fields_sglang_types_optional_are_their_defaults(ddtree, path):
+    body = {**OPENAI_REQUESTS[path], "max_tokens": 2, "stop": None, "stop_token_ids": None, "seed": None,
+            "stream_options": None, "user": None, "logit_bias": None, "lora_path": None, "rid": None}
+    if path == "/v1/chat/completions":
+        body |= {"temperature": None, "top_p": None, "top_k": None, "max_completion_tokens": None,
+                 "tool_choice": None, "tools": None, "reasoning_effort": None}
+    res = ddtree.post(path, body)
+    assert res.status == 200, res.text
+    res = ddtree.post("/generate", {"text": PROMPT, "sampling_params": {"max_new_tokens": 2, "stop": None},
+                                    "rid": None, "return_logprob": None, "custom_labels": None})
+    assert res.status == 200, res.text
 
 
 @pytest.mark.parametrize("path", sorted(OPENAI_REQUESTS))

@@ -798,3 +798,66 @@ def test_engine_neutral_openai_values_are_sglangs_defaults(srt, request_model):
     refused = {name: field_default(fields[name]) for name in neutral
                if not neutral[name].accepts(field_default(fields[name]))}
     assert not refused, f"SGLang's defaults the engine would refuse in {request_model}: {refused}"
+
+
+# -- what FastAPI's validation of a request class refuses ---------------------------------------------
+
+REQUEST_MODELS = {"CompletionRequest": (openai_api.COMPLETION_MODEL, {"prompt": "hi"}),
+                  "ChatCompletionRequest": (openai_api.CHAT_MODEL, {"messages": [{"role": "user", "content": "hi"}]})}
+
+
+def pydantic_errors(request_class, body: dict) -> list[dict]:
+    """The errors FastAPI hands SGLang's validation handler for ``body``, its locs under "body"."""
+    import pydantic
+
+    try:
+        request_class.model_validate(dict(body))
+    except pydantic.ValidationError as exc:
+        return [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+    return []
+
+
+@pytest.fixture(scope="module")
+def openai_protocol(sglang_reference):
+    """SGLang's OpenAI request classes themselves (pydantic models; their module imports torch only)."""
+    return importlib.import_module("sglang.srt.entrypoints.openai.protocol")
+
+
+@pytest.mark.parametrize("request_model", sorted(REQUEST_MODELS))
+def test_the_engine_refuses_each_null_as_sglangs_request_class_does(openai_protocol, request_model):
+    request_class = getattr(openai_protocol, request_model)
+    model, prompt = REQUEST_MODELS[request_model]
+    differ = {}
+    for name in request_class.model_fields:
+        body = {**prompt, name: None}
+        if (sglang := pydantic_errors(request_class, body)) != model.errors(body):
+            differ[name] = sglang
+    assert not differ, f"SGLang's {request_model} answers these nulls otherwise than the engine: {differ}"
+
+
+@pytest.mark.parametrize("request_model", sorted(REQUEST_MODELS))
+def test_the_engine_lists_null_and_missing_errors_as_sglangs_request_class(openai_protocol, request_model):
+    request_class = getattr(openai_protocol, request_model)
+    model = REQUEST_MODELS[request_model][0]
+    body = {"data_parallel_rank": 1, **dict.fromkeys(request_class.model_fields, None)}
+    for required in model.required:
+        body.pop(required)
+    assert pydantic_errors(request_class, body) == model.errors(body)
+
+
+def non_optional_fields(tree: ast.Module, name: str) -> dict[str, str]:
+    """A dataclass's fields whose annotation admits no None (pydantic refuses their null), in
+    order, with their annotations."""
+    cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name)
+    fields = {node.target.id: ast.unparse(node.annotation) for node in cls.body
+              if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)}
+    return {k: v for k, v in fields.items() if not re.search(r"\bOptional\[|\bAny\b|\bNone\b", v)}
+
+
+def test_the_engine_refuses_the_nulls_generates_dataclass_refuses(srt):
+    """GenerateReqInput's module imports more than the tests have, so its annotations are read:
+    the names and their order, and a plain type's name."""
+    sglang = non_optional_fields(srt("managers/io_struct.py"), "GenerateReqInput")
+    assert list(protocol.GENERATE_MODEL.non_null) == list(sglang)
+    plain = {k: v for k, v in sglang.items() if v in ("bool", "int", "float", "str")}
+    assert {k: protocol.GENERATE_MODEL.non_null[k] for k in plain} == plain
