@@ -8,8 +8,9 @@ inventory, there is nothing to wait for.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Sequence
+
+from pytest_specdec.servers.said_wait import SaidWait
 
 RELEASE_TIMEOUT_S = 30.0
 # The driver frees a dead process's memory within a second or so: memory still held this long gets
@@ -36,9 +37,7 @@ def wait_released(gpus: Sequence[int], pids: Iterable[int], timeout: float = REL
         return ""
     try:
         wanted = set(pids)
-        started = time.monotonic()
-        deadline = started + timeout
-        said = announce is None
+        wait = SaidWait(timeout, announce, RELEASE_QUIET_S)
         while True:
             held = []
             for index in gpus:
@@ -51,14 +50,10 @@ def wait_released(gpus: Sequence[int], pids: Iterable[int], timeout: float = REL
                     if p.pid in wanted:
                         mib = (p.usedGpuMemory or 0) // (1 << 20)
                         held.append(f"GPU {index}: pid {p.pid} holds {mib} MiB")
-            now = time.monotonic()
-            if not held or now >= deadline:
+            if not held or wait.over():
                 return "; ".join(held)
-            if not said and now - started >= RELEASE_QUIET_S:
-                said = True
-                announce(f"{who}: stopped, but {'; '.join(held)} still; waiting up to {deadline - now:.0f}s "
-                         f"more for the driver to release it (bound: the {timeout:g}s GPU release wait)")
-            time.sleep(0.25)
+            wait.pause(0.25, lambda left: f"{who}: stopped, but {'; '.join(held)} still; waiting up to {left:.0f}s "
+                                          f"more for the driver to release it (bound: the {timeout:g}s GPU release wait)")
     finally:
         try:
             pynvml.nvmlShutdown()

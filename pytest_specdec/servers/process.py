@@ -37,6 +37,7 @@ from pytest_specdec.servers.diagnosis import (
     is_hang_signature,
     tail,
 )
+from pytest_specdec.servers.said_wait import SaidWait
 from pytest_specdec.servers.spec import ServerSpec
 
 ArgvForPort = Callable[[int], Sequence[str]]
@@ -57,6 +58,10 @@ BOOT_SAY_EVERY_S = 60.0
 TERM_GRACE_S = 10.0
 # A server that honours SIGTERM exits within a second or two: one still running this long gets the rest said.
 TERM_QUIET_S = 3.0
+# SIGKILL ends a process at once unless the kernel holds it (uninterruptible sleep, a GPU driver
+# call): how long teardown waits for that, and how long it waits before saying so.
+KILL_WAIT_S = 10.0
+KILL_QUIET_S = 3.0
 # A server that failed to boot, or one stopped because the user interrupted the run: nothing in it
 # is worth waiting out the full grace for.
 INTERRUPTED_GRACE_S = 2.0
@@ -128,6 +133,10 @@ def probe_saying(url: str, timeout: float, announce: Callable[[str], None] | Non
         announce(waiting(max(timeout - (time.monotonic() - started), 0.0)))
         thread.join()
     return result[0]
+
+
+def _pids(pids: Sequence[int]) -> str:
+    return f"pid {pids[0]}" if len(pids) == 1 else f"pids {', '.join(map(str, pids))}"
 
 
 def describe_probe(path: str, outcome: str, status: int | None, timeout: float) -> str:
@@ -513,7 +522,8 @@ class ManagedServer:
         )
 
     def stop(self, check_gpu_release: bool = True, grace: float | None = None) -> None:
-        """SIGTERM the group, wait `grace` (default `term_grace`), SIGKILL, then confirm no process survives.
+        """SIGTERM the group, wait `grace` (default `term_grace`), SIGKILL, then confirm no process
+        survives (a wait of up to `KILL_WAIT_S`, said once it outlasts `KILL_QUIET_S`).
 
         Idempotent. Raises ServerError(`teardown`) when something survives SIGKILL or, on GPUs,
         when the memory is not released (the next server on those GPUs would fail to start).
@@ -532,17 +542,17 @@ class ManagedServer:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        deadline = time.monotonic() + 5
-        survivors: list[int] = []
-        while time.monotonic() < deadline:
+        wait = SaidWait(KILL_WAIT_S, self.announce, KILL_QUIET_S)
+        while True:
+            proc.poll()  # reaps the server once it is dead, which sets its returncode
             survivors = sorted(set(cleanup.group_members(pgid)) | {p for p in tree if cleanup.alive(p)})
-            if not survivors:
+            if not survivors or wait.over():
                 break
-            time.sleep(0.05)
+            wait.pause(0.05, lambda left: (
+                f"server {self.spec.id}: {_pids(survivors)} still alive {KILL_QUIET_S:g}s after SIGKILL (stuck in "
+                f"the kernel: uninterruptible sleep, or a GPU driver call); waiting up to {left:.0f}s more for it "
+                f"to go (bound: the {KILL_WAIT_S:g}s SIGKILL wait)"))
+        proc.poll()
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None

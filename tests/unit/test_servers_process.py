@@ -8,6 +8,7 @@ no process it started survives.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -22,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec.servers import ServerError, process
+from pytest_specdec.servers import ServerError, cleanup, process
 from pytest_specdec.servers.cleanup import descendants, registered
+from pytest_specdec.servers.said_wait import SaidWait
 
 from servers_support import ENGINE_ENTRY, FAKE_ENTRY, default_sigint, server, spec, wait_gone
 
@@ -400,3 +402,53 @@ def test_a_slow_boot_is_said_while_it_lasts(tmp_path, monkeypatch):
     finally:
         s.stop()
     assert wait_gone([s.pid]) == []
+
+
+class FakeClock:
+    """Time that passes only when slept: a wait's words and bound without waiting for them."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.mark.parametrize("gone_at, raises", [(4.0, False), (None, True)], ids=["goes", "stays"])
+def test_a_process_that_outlives_sigkill_has_the_wait_for_it_said(tmp_path, monkeypatch, gone_at, raises):
+    """A process the kernel holds (uninterruptible sleep, a GPU driver call) outlives SIGKILL, and
+    teardown waited for it up to 10 s without a word: a frozen terminal. The wait is now said,
+    once, after 3 s. The survivor is simulated (none can be made to order), on a fake clock."""
+    clock = FakeClock()
+    monkeypatch.setattr(process, "SaidWait", functools.partial(SaidWait, clock=clock.monotonic, sleep=clock.sleep))
+    said: list[str] = []
+    s = server(spec("ar", None, "--ignore-sigterm"), tmp_path, entry=FAKE_ENTRY, term_grace=0.2, announce=said.append)
+    s.start()
+    pid = s.pid
+    holding = lambda: gone_at is None or clock.now < gone_at  # noqa: E731
+    real_alive = cleanup.alive
+    monkeypatch.setattr(cleanup, "group_members", lambda pgid: [pid] if pgid == pid and holding() else [])
+    monkeypatch.setattr(cleanup, "alive", lambda p: (p == pid and holding()) or real_alive(p))
+    if raises:
+        with pytest.raises(ServerError, match=rf"processes \[{pid}\] survived SIGKILL"):
+            s.stop()
+        monkeypatch.undo()
+        cleanup.unregister(pid)
+    else:
+        s.stop()
+    assert said == [f"server ar-tp1: pid {pid} still alive 3s after SIGKILL (stuck in the kernel: uninterruptible "
+                    f"sleep, or a GPU driver call); waiting up to 7s more for it to go (bound: the 10s SIGKILL wait)"]
+    assert wait_gone([pid]) == []
+
+
+def test_a_process_gone_at_sigkill_is_not_waited_on_aloud(tmp_path, monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(process, "SaidWait", functools.partial(SaidWait, clock=clock.monotonic, sleep=clock.sleep))
+    said: list[str] = []
+    s = server(spec("ar", None, "--ignore-sigterm"), tmp_path, entry=FAKE_ENTRY, term_grace=0.2, announce=said.append)
+    s.start()
+    s.stop()
+    assert said == [] and s.returncode == -signal.SIGKILL
