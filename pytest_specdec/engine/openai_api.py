@@ -34,6 +34,7 @@ from .protocol import (
     check_neutral,
     expect,
     known_fields,
+    lax_int,
     lora_path_field,
     out_of_range,
     parse_sampling,
@@ -142,7 +143,16 @@ def _migrate_dp_rank(body: dict) -> dict:
     return body
 
 
-#: CompletionRequest's fields whose null FastAPI refuses, in its order.
+def _positive_max_tokens(value: Any) -> dict | None:
+    """CompletionRequest's validator of max_tokens, run on the integer pydantic read."""
+    number = lax_int(value)
+    if number is None or number > 0:
+        return None
+    return {"type": "value_error", "loc": ("body", "max_tokens"), "msg": "Value error, max_tokens must be positive",
+            "input": value, "ctx": {"error": ValueError("max_tokens must be positive")}}
+
+
+#: CompletionRequest's fields whose null FastAPI refuses, in its order, and its max_tokens validator.
 COMPLETION_MODEL = RequestModel({
     "model": "str",
     "prompt": ("list[int]", "list[list[int]]", "str", "list[str]"),
@@ -152,7 +162,7 @@ COMPLETION_MODEL = RequestModel({
     "return_spec_tokens_details": _BOOL, "return_token_ids": _BOOL, "top_k": _INT, "min_p": _FLOAT,
     "min_tokens": _INT, "repetition_penalty": _FLOAT, "no_stop_trim": _BOOL, "ignore_eos": _BOOL,
     "skip_special_tokens": _BOOL,
-}, required=frozenset({"prompt"}), before=_migrate_dp_rank)
+}, required=frozenset({"prompt"}), before=_migrate_dp_rank, checks={"max_tokens": _positive_max_tokens})
 
 
 def _chat_before(body: dict) -> dict:
@@ -242,15 +252,16 @@ def _common(body: Any, fields: frozenset[str], neutral: Mapping[str, Neutral],
     answer = {"stream": stream, "model": DEFAULT_MODEL if model is None else expect("model", model, (str,), "a string")}
     for name, key in (("include_usage", "include_usage"), ("continuous_usage", "continuous_usage_stats")):
         answer[name] = expect(f"stream_options.{key}", options.get(key) or False, (bool,), "a boolean")
-    max_tokens = b.get("max_completion_tokens", b.get("max_tokens", default_max_tokens))
+    # SGLang's chat reads `max_completion_tokens or max_tokens`: a 0 of the first defers to the second
+    max_tokens = b.get("max_completion_tokens") or b.get("max_tokens", default_max_tokens)
     least = b.get("min_tokens")
     # above max_tokens, SGLang's SamplingParams.verify refuses min_tokens (Sampling.min_over_max)
     over = type(least) is int and type(max_tokens) is int and least > max_tokens
     check_neutral("field(s)", {k: v for k, v in b.items() if not (over and k == "min_tokens")}, neutral,
                   SAMPLING_NAMES)
     lora_path_field(b.get("lora_path"))  # its type only: an adapter is refused later, where SGLang refuses it
-    if max_tokens is not None and (type(max_tokens) is not int or max_tokens <= 0):
-        raise OpenAIError(f"max_tokens must be a positive integer, got {max_tokens!r}.")
+    if max_tokens is not None:  # a completion's max_tokens of 0 or less its class refuses (COMPLETION_MODEL)
+        expect("max_tokens", max_tokens, (int,), "an integer")
     params = {"temperature": _as_float(b.get("temperature")), "stop": b.get("stop"),
               "stop_token_ids": b.get("stop_token_ids"), "ignore_eos": b.get("ignore_eos")}
     # a neutral-only field outside SGLang's range goes on to its refusal there (Sampling.verify)
@@ -313,14 +324,26 @@ def parse_chat(body: Any, *, encode, vocab_size: int, context_length: int,
                served_model_name: str) -> OpenAIRequest:
     b, sampling, answer = _common(body, CHAT_FIELDS, CHAT_NEUTRAL, None)
     messages = b.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise OpenAIError("messages must be a non-empty list.")
+    if not isinstance(messages, list):
+        raise OpenAIError("messages must be a list of messages.")
+    check_chat(messages, b.get("max_completion_tokens") or b.get("max_tokens"), context_length)
     ids = encode(render_chat([_message_text(m, i) for i, m in enumerate(messages)]))
-    if "max_tokens" not in b and "max_completion_tokens" not in b:  # SGLang: the rest of the context
+    if (b.get("max_completion_tokens") or b.get("max_tokens")) is None:  # SGLang: the rest of the context
         sampling = dataclasses.replace(sampling, max_new_tokens=max(context_length - len(ids) - 1, 0))
     _check_adapter(b, answer["model"], served_model_name)
     ids, sampling, abort = scheduled(ids, sampling, vocab_size=vocab_size, context_length=context_length)
     return OpenAIRequest(ids, sampling, rid=b.get("rid"), abort=abort, **answer)
+
+
+def check_chat(messages: list, max_tokens: int | None, context_length: int) -> None:
+    """SGLang's chat serving's own checks of a request (its _validate_request), those a text-only
+    request without tools can fail, in its words: no messages, and a completion longer than the
+    context however short the prompt (the engine has no --allow-auto-truncate)."""
+    if not messages:
+        raise OpenAIError("Messages cannot be empty.")
+    if max_tokens and max_tokens > context_length:
+        raise OpenAIError(f"max_completion_tokens is too large: {max_tokens}.This model supports at most "
+                          f"{context_length} completion tokens.")
 
 
 # -- /v1/tokenize ----------------------------------------------------------------------------------

@@ -105,11 +105,14 @@ class RequestModel:
     ``non_null`` maps each such field, in the class's order (pydantic's order of errors), to its
     type as pydantic names it in an error's loc: one name, or a union's members (one error each,
     the member's name appended to the loc). ``before`` is the class's own before-validator, as far
-    as it changes the input a ``missing`` error echoes."""
+    as it changes the input a ``missing`` error echoes. ``checks`` are the class's own field
+    validators, by field (one of ``non_null``): each takes a value that is not null and returns
+    pydantic's error for it, or None."""
 
     non_null: Mapping[str, str | tuple[str, ...]]
     required: frozenset[str] = frozenset()
     before: Callable[[dict], dict] | None = None
+    checks: Mapping[str, Callable[[Any], dict | None]] = dataclasses.field(default_factory=dict)
 
     def errors(self, body: dict) -> list[dict]:
         seen = self.before(dict(body)) if self.before is not None else body
@@ -122,7 +125,24 @@ class RequestModel:
                 members = (kind,) if isinstance(kind, str) else kind
                 errors += [_null_error(("body", name) if isinstance(kind, str) else ("body", name, m), m)
                            for m in members]
+            elif name in self.checks and (error := self.checks[name](body[name])) is not None:
+                errors.append(error)
         return errors
+
+
+def lax_int(value: Any) -> int | None:
+    """The integer pydantic's lax mode reads ``value`` as (a bool, an integral number, the text of
+    an integer), or None where it reads none."""
+    if isinstance(value, (bool, int)):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return None
+    return None
 
 
 def _null_error(loc: tuple, kind: str) -> dict:

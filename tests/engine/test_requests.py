@@ -210,7 +210,8 @@ def test_sampling_ranges_are_checked_where_sglang_checks_them(bad):
 
 def test_the_openai_routes_check_sampling_ranges_where_sglang_does():
     """The same order on /v1/completions and /v1/chat/completions: their adapter and context
-    refusals come before a bad temperature."""
+    refusals come before a bad temperature (a chat's max_tokens within the context: one past it
+    SGLang's chat refuses before all of these)."""
     kwargs = {"encode": TOKENIZER.encode, "vocab_size": TOKENIZER.vocab_size, "context_length": 256,
               "served_model_name": "tiny"}
     for parse_openai, prompt in ((openai_api.parse_completion, {"prompt": "hi"}),
@@ -219,7 +220,7 @@ def test_the_openai_routes_check_sampling_ranges_where_sglang_does():
             parse_openai({**prompt, "model": "tiny:my-adapter", "temperature": -1}, **kwargs)
         assert str(info.value) == LORA_REFUSAL.format("my-adapter")
         with pytest.raises(RequestError, match="Requested token count exceeds"):
-            parse_openai({**prompt, "max_tokens": 300, "temperature": -1}, **kwargs)
+            parse_openai({**prompt, "max_tokens": 255, "temperature": -1}, **kwargs)
         with pytest.raises(RequestError, match="temperature must be a non-negative finite number"):
             parse_openai({**prompt, "max_tokens": 3, "temperature": -1}, **kwargs)
 

@@ -712,6 +712,49 @@ def test_nulls_for_fields_sglang_types_optional_are_their_defaults(ddtree, path)
     assert res.status == 200, res.text
 
 
+@pytest.mark.parametrize("max_tokens", [0, -3])
+def test_a_completion_of_no_tokens_is_refused_by_sglangs_validator(ddtree, max_tokens):
+    """The engine said "max_tokens must be a positive integer" as a BadRequestError; SGLang's
+    CompletionRequest refuses it in its own field validator, so FastAPI's validation 400 says it."""
+    path = "/v1/completions"
+    res = ddtree.post(path, {"prompt": PROMPT, "max_tokens": max_tokens})
+    error = (f"{{'type': 'value_error', 'loc': ('body', 'max_tokens'), 'msg': 'Value error, max_tokens must be "
+             f"positive', 'input': {max_tokens}, 'ctx': {{'error': ValueError('max_tokens must be positive')}}}}")
+    assert res.status == 400 and res.json() == field_errors(path, error), res.text
+
+
+def test_a_chat_reads_max_completion_tokens_or_max_tokens_as_sglang_does(ddtree):
+    """SGLang's chat has no validator of its own for them: it serves `max_completion_tokens or
+    max_tokens` (a 0 of the first defers to the second, 0 alone is no token), and a negative one
+    meets its sampling check. The engine refused all three as "not a positive integer"."""
+    path = "/v1/chat/completions"
+    body = OPENAI_REQUESTS[path]
+
+    def served(**fields) -> int:
+        res = ddtree.post(path, {**body, "ignore_eos": True, **fields})
+        assert res.status == 200, res.text
+        return res.json()["usage"]["completion_tokens"]
+
+    assert served(max_tokens=0) == 0
+    assert served(max_tokens=3, max_completion_tokens=0) == 3
+    assert served(max_tokens=5, max_completion_tokens=2) == 2
+    res = ddtree.post(path, {**body, "max_completion_tokens": -1})
+    assert res.status == 400 and res.json() == {"object": "error", "message": "max_new_tokens must be at least 0, "
+                                                "got -1.", "type": "BadRequestError", "param": None, "code": 400}
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"messages": []}, "Messages cannot be empty."),
+    ({"max_tokens": CONTEXT + 1}, f"max_completion_tokens is too large: {CONTEXT + 1}.This model supports at most "
+                                  f"{CONTEXT} completion tokens."),
+], ids=["no-messages", "past-the-context"])
+def test_a_chat_is_refused_in_the_words_of_sglangs_chat_validation(ddtree, fields, words):
+    path = "/v1/chat/completions"
+    res = ddtree.post(path, {**OPENAI_REQUESTS[path], **fields})
+    assert res.status == 400 and res.json() == {"object": "error", "message": words, "type": "BadRequestError",
+                                                "param": None, "code": 400}, res.text
+
+
 @pytest.mark.parametrize("path", sorted(OPENAI_REQUESTS))
 def test_a_malformed_openai_request_gets_the_validation_handlers_body(ddtree, path):
     """As SGLang's FastAPI answers a body it cannot parse: its validation handler's shape."""

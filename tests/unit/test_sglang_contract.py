@@ -861,3 +861,23 @@ def test_the_engine_refuses_the_nulls_generates_dataclass_refuses(srt):
     assert list(protocol.GENERATE_MODEL.non_null) == list(sglang)
     plain = {k: v for k, v in sglang.items() if v in ("bool", "int", "float", "str")}
     assert {k: protocol.GENERATE_MODEL.non_null[k] for k in plain} == plain
+
+
+@pytest.mark.parametrize("max_tokens", [0, -3, "0", False, 0.0, 1, "4", 2.5, "x"])
+def test_a_completions_max_tokens_is_refused_as_sglangs_validator_refuses_it(openai_protocol, max_tokens):
+    """CompletionRequest's own validator refuses a max_tokens of 0 or less, on the integer
+    pydantic read (a bool, an integral float and integer text too); a value pydantic reads as no
+    integer is its type error, which the engine words as its own (not checked here)."""
+    body = {"prompt": "hi", "max_tokens": max_tokens}
+    sglang = [e for e in pydantic_errors(openai_protocol.CompletionRequest, body) if e["type"] == "value_error"]
+    assert str(openai_api.COMPLETION_MODEL.errors(body)) == str(sglang)
+
+
+def test_the_engine_refuses_a_chat_in_the_words_of_sglangs_chat_validation(srt):
+    validate = function(srt("entrypoints/openai/serving_chat.py"), "_validate_request")
+    said = templates(validate)
+    assert "Messages cannot be empty." in said
+    assert "max_completion_tokens is too large: {}.This model supports at most {} completion tokens." in said
+    served = function(srt("entrypoints/openai/protocol.py"), "to_sampling_params")
+    assert "self.max_completion_tokens or self.max_tokens" in ast.unparse(served), (
+        "SGLang's chat no longer reads max_completion_tokens or max_tokens as the engine does")
