@@ -45,6 +45,7 @@ DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default
 #: What SGLang's scheduler takes a null max_new_tokens for: no limit but the context's.
 UNLIMITED_NEW_TOKENS = 1 << 30
 TOP_K_ALL = 1 << 30  # SGLang's "whole vocabulary"
+MAX_STOP_COUNT = 32  # SGLang's cap on a request's stop strings
 
 
 @dataclass(frozen=True)
@@ -591,7 +592,10 @@ class Sampling:
 
     def verify(self, vocab_size: int) -> None:
         """The ranges SGLang's SamplingParams.verify checks, in its order (and the engine's own
-        stop checks), which come after its context checks: see admit."""
+        stop checks), which come after its context checks: see admit. Its normalize, just before,
+        caps the number of stop strings."""
+        if len(self.stop) > MAX_STOP_COUNT:
+            raise Refused(f"at most {MAX_STOP_COUNT} stop strings are allowed, got {len(self.stop)}")
         refused = dict(self.out_of_range)
         if "beam_width" in refused:
             raise Refused(SAMPLING_RANGES["beam_width"].words.format(refused["beam_width"]))

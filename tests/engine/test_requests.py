@@ -335,6 +335,23 @@ def test_a_neutral_sampling_value_sglang_refuses_gets_its_refusal(params, words)
         parse({"text": "hi", "sampling_params": {**params, "top_p": 0.5}})
 
 
+@pytest.mark.parametrize("stop", [[f"s{i}" for i in range(33)], ["s"] * 40])
+def test_more_stop_strings_than_sglang_allows_get_its_refusal(stop):
+    """The engine served any number of stop strings; SGLang's SamplingParams.normalize refuses more
+    than 32 (duplicates counted), just before its ranges are checked."""
+    words = f"at most 32 stop strings are allowed, got {len(stop)}"
+    with pytest.raises(Refused) as info:
+        parse({"text": "hi", "sampling_params": {"stop": stop, "top_p": 5}})
+    assert str(info.value) == words
+    with pytest.raises(Refused, match="longer than the model's context length"):
+        parse({"text": "a" * 300, "sampling_params": {"stop": stop}}, context_length=256)
+    kwargs = {"encode": TOKENIZER.encode, "vocab_size": TOKENIZER.vocab_size, "context_length": 256,
+              "served_model_name": "tiny"}
+    with pytest.raises(Refused, match=words):
+        openai_api.parse_completion({"prompt": "hi", "stop": stop}, **kwargs)
+    assert len(parse({"text": "hi", "sampling_params": {"stop": stop[:32]}}).sampling.stop) == 32
+
+
 @pytest.mark.parametrize("params, words", [
     ({"min_new_tokens": 9, "max_new_tokens": 8}, "min_new_tokens must be in [0, max_new_tokens(8)], got 9."),
     ({"min_new_tokens": 129}, "min_new_tokens must be in [0, max_new_tokens(128)], got 129."),  # SGLang's default

@@ -881,3 +881,11 @@ def test_the_engine_refuses_a_chat_in_the_words_of_sglangs_chat_validation(srt):
     served = function(srt("entrypoints/openai/protocol.py"), "to_sampling_params")
     assert "self.max_completion_tokens or self.max_tokens" in ast.unparse(served), (
         "SGLang's chat no longer reads max_completion_tokens or max_tokens as the engine does")
+
+
+def test_the_engine_caps_stop_strings_as_sglangs_normalize(srt):
+    tree = srt("sampling/sampling_params.py")
+    cap = next(n.value.value for n in tree.body if isinstance(n, ast.Assign)
+               and getattr(n.targets[0], "id", None) == "MAX_STOP_COUNT")
+    assert cap == protocol.MAX_STOP_COUNT
+    assert "at most {} stop strings are allowed, got {}" in templates(function(tree, "normalize"))
