@@ -44,6 +44,18 @@ WARMUP_MAX_NEW_TOKENS = 8
 DISCONNECT_POLL_S = 0.05
 
 
+@web.middleware
+async def _unrouted_as_fastapi(request: web.Request, handler) -> web.StreamResponse:
+    """A path no route serves, or a method its route does not take, answered as SGLang's FastAPI
+    app answers it: the status, JSON ``{"detail": reason}`` (aiohttp's own is plain text), and
+    for a method the methods the route takes."""
+    try:
+        return await handler(request)
+    except (web.HTTPNotFound, web.HTTPMethodNotAllowed) as exc:
+        allow = {"Allow": ", ".join(exc.headers["Allow"].split(","))} if "Allow" in exc.headers else None
+        return web.json_response({"detail": exc.reason}, status=exc.status, headers=allow)
+
+
 def _clock(wall: float) -> str:
     """A wall-clock time as SGLang's health check logs it (local time of day)."""
     return time.strftime("%H:%M:%S", time.localtime(wall))
@@ -75,7 +87,7 @@ class EngineServer:
     # ------------------------------------------------------------------ lifecycle
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[_unrouted_as_fastapi])
         r = app.router
         for path in (api.HEALTH, api.HEALTH_GENERATE):
             r.add_get(path, self.health)

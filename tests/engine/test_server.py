@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import importlib
 import json
 import re
@@ -753,6 +754,28 @@ def test_a_chat_is_refused_in_the_words_of_sglangs_chat_validation(ddtree, field
     res = ddtree.post(path, {**OPENAI_REQUESTS[path], **fields})
     assert res.status == 400 and res.json() == {"object": "error", "message": words, "type": "BadRequestError",
                                                 "param": None, "code": 400}, res.text
+
+
+@pytest.mark.parametrize("method, path, status, detail, allow", [
+    ("GET", "/no/such/route", 404, "Not Found", None),
+    ("POST", "/v1/embeddings/nope", 404, "Not Found", None),
+    ("GET", "/generate", 405, "Method Not Allowed", {"POST", "PUT"}),
+    ("DELETE", "/v1/chat/completions", 405, "Method Not Allowed", {"POST"}),
+])
+def test_an_unrouted_request_gets_fastapis_json_answer(ddtree, method, path, status, detail, allow):
+    """aiohttp answered these in plain text ("404: Not Found"); SGLang's FastAPI answers JSON
+    {"detail": ...}, and names the methods a route takes."""
+    conn = http.client.HTTPConnection("127.0.0.1", ddtree.port, timeout=30)
+    try:
+        conn.request(method, path)
+        res = conn.getresponse()
+        body = res.read()
+        assert res.status == status and json.loads(body) == {"detail": detail}, body
+        assert res.getheader("Content-Type").startswith("application/json")
+        if allow is not None:
+            assert set(res.getheader("Allow").split(", ")) == allow
+    finally:
+        conn.close()
 
 
 @pytest.mark.parametrize("path", sorted(OPENAI_REQUESTS))
