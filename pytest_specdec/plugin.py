@@ -250,7 +250,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
             check_artifacts(state)
         # a run that measures nothing is not refused
-        if not (config.option.collectonly or config.option.setupplan) and recording:
+        if not _runs_no_test(config) and recording:
             from .session import check_journal_free
             from .state import run_id
 
@@ -406,7 +406,7 @@ class Controller:
         from .state import SHARD_KEY, STATE_KEY
 
         self.session = session
-        # --co and --setup-plan run nothing: the shard folder keeps the manifest of the run that did
+        # a listing runs no test: the shard folder keeps the manifest of the run that did
         if SHARD_KEY in self.config.stash and not self._lists_only:
             from . import shard_dir
 
@@ -454,9 +454,9 @@ class Controller:
 
     @property
     def _lists_only(self) -> bool:
-        """--co or --setup-plan: a listing, which runs no test, so writes, measures and leaves
-        out nothing that an end-of-run note would tell."""
-        return bool(self.config.option.collectonly or self.config.option.setupplan)
+        """A listing (`_runs_no_test`): it measures nothing, so it writes nothing a run writes
+        and has nothing for an end-of-run note to tell."""
+        return _runs_no_test(self.config)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         from .state import SHARD_KEY, STATE_KEY
@@ -514,6 +514,14 @@ class Controller:
         if self.problems and exitstatus == pytest.ExitCode.OK:
             return pytest.ExitCode.TESTS_FAILED
         return exitstatus
+
+
+def _runs_no_test(config: pytest.Config) -> bool:
+    """--co, --setup-plan or --setup-only: no test function is called, so nothing is measured.
+    --setup-only does set up fixtures (servers boot, their logs are kept), but the report, shard
+    folder and baseline of the run that measured must survive it."""
+    option = config.option
+    return bool(option.collectonly or option.setupplan or getattr(option, "setuponly", False))
 
 
 def _gate(config: pytest.Config, state):

@@ -456,12 +456,12 @@ def test_a_run_with_nothing_to_report_says_no_report_was_written(pytester):
                                  "(what is there is an earlier run's)"])
 
 
-@pytest.mark.parametrize("listing", [("--co", "-q"), ("--setup-plan", "-q")])
+@pytest.mark.parametrize("listing", [("--co", "-q"), ("--setup-plan", "-q"), ("--setup-only", "-q")])
 @pytest.mark.parametrize("shard", [(), ("--specdec-shard=3/3",)], ids=["whole", "empty-shard"])
 def test_a_listing_says_nothing_at_the_end_of_the_report_it_never_writes(pytester, listing, shard):
-    """--co or --setup-plan with --specdec-report said `no report written ... (what is there is an
-    earlier run's)`: a listing writes no report, so the line was noise there; no end-of-run note
-    fires in one, and a shard given no configuration still succeeds."""
+    """--co, --setup-plan or --setup-only with --specdec-report said `no report written ... (what is
+    there is an earlier run's)`: a run that calls no test writes no report, so the line was noise
+    there; no end-of-run note fires in one, and a shard given no configuration still succeeds."""
     pytester.makepyprojecttoml(MATRIX_PROJECT)
     pytester.makepyfile(test_two=TWO_TESTS)
     result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", *listing, *shard,

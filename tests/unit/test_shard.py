@@ -189,10 +189,11 @@ def test_a_shard_without_a_report_folder_says_the_merge_will_not_have_it(pyteste
     assert "writes no shard folder" not in result.stdout.str()
 
 
-@pytest.mark.parametrize("listing", ["--co", "--setup-plan"])
+@pytest.mark.parametrize("listing", ["--co", "--setup-plan", "--setup-only"])
 def test_a_collect_only_run_leaves_the_shard_folder_of_the_run_that_measured(pytester, listing):
-    """`--co` (or `--setup-plan`) with a shard's options wrote its shard.json again, with no tests:
-    the shard a merge was to read lost every outcome it had measured."""
+    """`--co` (or `--setup-plan`, or `--setup-only`, which sets fixtures up but calls no test) with
+    a shard's options wrote its shard.json again, with no tests: the shard a merge was to read lost
+    every outcome it had measured."""
     import json
 
     pytester.makepyprojecttoml(MATRIX.format(extra=""))
