@@ -254,6 +254,14 @@ def _table_name(filename: str, name: str) -> str:
     return f"tool.specdec.{name}" if filename.endswith("pyproject.toml") else name
 
 
+def _family_hint(family: str) -> str:
+    """The family a misspelt one most likely stands for, as unknown keys and flags are answered;
+    else the families there are."""
+    # above difflib's 0.6, which offers cpu for tpu or gpu: a guess no user of either means
+    close = difflib.get_close_matches(family.lower(), ALL_FAMILIES, n=1, cutoff=0.7)
+    return f"did you mean {close[0]!r}?" if close else f"use one of {', '.join(ALL_FAMILIES)}"
+
+
 def _check_methods(reader: _Reader, key: str, methods: tuple[str, ...]) -> None:
     for method in methods:
         if method not in METHODS:
@@ -320,7 +328,7 @@ def _parse_known_issue(filename: str, index: int, data: Any) -> KnownIssue:
             reader.fail("arch", f"{arch!r} is not an arch; use e.g. sm_120 ({', '.join(FAMILIES)})")
     family = reader.get("family", str)
     if family is not None and family not in ALL_FAMILIES:
-        reader.fail("family", f"{family!r} is unknown; use one of {', '.join(ALL_FAMILIES)}")
+        reader.fail("family", f"{family!r} is unknown; {_family_hint(family)}")
     if arch is not None and family is not None and family_of(arch) != family:
         # both must match, so the entry would never apply
         reader.fail("family", f"{family!r} contradicts arch = {arch!r}, which is "
@@ -545,8 +553,7 @@ def parse(data: Mapping[str, Any], filename: str, root: Path) -> SpecdecConfig:
         matrices = {}
         for family, table in raw.items():
             if family not in ALL_FAMILIES:
-                reader.fail(f"matrix.{family}", f"unknown hardware family; use one of "
-                                                f"{', '.join(ALL_FAMILIES)}")
+                reader.fail(f"matrix.{family}", f"unknown hardware family; {_family_hint(family)}")
             matrices[family] = _parse_matrix(filename, family, table)
     else:
         matrices = dict(DEFAULT_MATRICES)
