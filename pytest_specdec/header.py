@@ -54,15 +54,11 @@ def _baseline_state(state: RunState) -> str:
     return " (none yet)"
 
 
-def _value(value: object) -> str:
-    """A setting as its flag takes it: tp's sizes as 1,4 rather than Python's (1, 4)."""
-    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
-
-
 def _over(state: RunState, name: str) -> str:
     """The values a setting's winner hides, so a pyproject.toml key a flag overrode is not a mystery."""
     hidden = state.settings.overridden.get(name, ())
-    return "; overrides " + " and ".join(f"{origin} {_value(value)}" for origin, value in hidden) if hidden else ""
+    return "; overrides " + " and ".join(f"{origin} {state.settings.shown(name, origin, value)}"
+                                         for origin, value in hidden) if hidden else ""
 
 
 def details(state: RunState) -> list[str]:
@@ -72,8 +68,10 @@ def details(state: RunState) -> list[str]:
         f"specdec: hardware {hw.describe()} [{arch}, {hw.count} GPU(s), detected by {hw.source}]",
         f"specdec: baselines {state.baseline_path}{_baseline_state(state)}",
     ]
-    changed = [f"{o.name}={_value(state.settings.values[o.name])} ({state.settings.origins[o.name]}"
-               f"{_over(state, o.name)})" for o in OPTIONS if state.settings.origins[o.name] != "default"]
+    settings = state.settings
+    changed = [f"{o.name}={settings.shown(o.name, settings.origins[o.name], settings.values[o.name])} "
+               f"({settings.origins[o.name]}{_over(state, o.name)})"
+               for o in OPTIONS if settings.origins[o.name] != "default"]
     if changed:
         out.append("specdec: settings " + ", ".join(changed))
     if state.gpu_claims is not None:

@@ -280,12 +280,21 @@ class Settings:
     origins: Mapping[str, str]
     #: per option, the lower places that set it too and their values, which the winner hides
     overridden: Mapping[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
+    #: per (option, origin), a boolean as that place wrote it where it wrote text (yes, on, 1)
+    spelled: Mapping[tuple[str, str], str] = field(default_factory=dict)
 
     def __getattr__(self, name: str) -> Any:
         try:
             return self.values[name]
         except KeyError:
             raise AttributeError(name) from None
+
+    def shown(self, name: str, origin: str, value: Any) -> str:
+        """`value` of option `name` set at `origin`, as the user wrote it there: a boolean as its
+        ini file spells it, else as TOML does (true, never Python's True)."""
+        if isinstance(value, bool):
+            return self.spelled.get((name, origin), toml_shown(value))
+        return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)  # tp as its flag takes it
 
     def setter(self, name: str) -> str:
         """Where to change an option: where the user set it, else its command-line flag."""
@@ -349,12 +358,14 @@ def _toml_kind(option: Option) -> str:
     return f"a string, e.g. {option.name} = \"{example}\"" if example else "a string"
 
 
-def read_ini(getini: Callable[[str], Any], text: Callable[[str], Any] | None = None) -> dict[str, Any]:
+def read_ini(getini: Callable[[str], Any], text: Callable[[str], Any] | None = None,
+             bool_text: Callable[[str], str | None] | None = None) -> dict[str, Any]:
     """Every option's ini value (None where unset), typed by pytest per `Option.ini_type`; a value
     pytest cannot convert is a SpecdecUsageError naming the key and what it takes.
 
     `text` gives a key's value as the user wrote it (`ini_text`): a number pytest read is kept in
-    that form, so that an error echoes '0' rather than the 0.0 pytest made of it.
+    that form, so that an error echoes '0' rather than the 0.0 pytest made of it. `bool_text`
+    (`ini_bool_text`) does so for a boolean, which the header then echoes as written.
     """
     values = {}
     for option in OPTIONS:
@@ -367,16 +378,48 @@ def read_ini(getini: Callable[[str], Any], text: Callable[[str], Any] | None = N
             written = text(option.ini)
             if isinstance(written, str):  # a TOML number of [tool.pytest] has no text of its own
                 values[option.name] = written.strip()
+        if option.ini_type == "bool" and values[option.name] is not None and bool_text is not None:
+            written = bool_text(option.ini)
+            if written is not None and _spells(written, values[option.name]):
+                values[option.name] = written
     return values
+
+
+def _spells(text: str, value: bool) -> bool:
+    """Whether `text` is a spelling `_bool` reads as `value` (pytest's y, t, n and f it does not)."""
+    try:
+        return _bool(text) is value
+    except ValueError:
+        return False
+
+
+def ini_bool_text(config: Any, key: str) -> str | None:
+    """Boolean ini `key` as written, where it is text (`-o`, an ini file): yes, on, 1, true. None
+    for a TOML file, whose true pytest hands on as Python's 'True', which the user never wrote."""
+    override = _override(config, key)
+    if override is not None:
+        return override.strip()
+    if str(getattr(config, "inipath", None) or "").endswith(".toml"):
+        return None
+    written = ini_text(config, key)
+    return written.strip() if isinstance(written, str) else None
+
+
+def _override(config: Any, key: str) -> str | None:
+    """The value of the last `-o key=value`, else None."""
+    for override in reversed(getattr(config.option, "override_ini", None) or []):
+        name, sep, value = override.partition("=")
+        if sep and name.strip() == key:
+            return value
+    return None
 
 
 def ini_text(config: Any, key: str) -> Any:
     """The value of ini `key` as written: the last `-o key=value`, else the config file's (None
     where neither is found); the typed value pytest hands plugins has lost how it was spelled."""
-    for override in reversed(getattr(config.option, "override_ini", None) or []):
-        name, sep, value = override.partition("=")
-        if sep and name.strip() == key:
-            return value
+    override = _override(config, key)
+    if override is not None:
+        return override
     entries = getattr(config, "_inicfg", None)
     if isinstance(entries, Mapping):  # pytest 9 keeps the file's values there and deprecates inicfg
         entry = entries.get(key)
@@ -425,6 +468,7 @@ def resolve(cli: Mapping[str, Any], ini: Mapping[str, Any], toml: Mapping[str, A
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
     overridden: dict[str, tuple[tuple[str, Any], ...]] = {}
+    spelled: dict[tuple[str, str], str] = {}
     for option in OPTIONS:
         layers = []  # (origin, value), highest precedence first
         cli_value = cli.get(option.name)
@@ -437,4 +481,8 @@ def resolve(cli: Mapping[str, Any], ini: Mapping[str, Any], toml: Mapping[str, A
         origins[option.name], values[option.name] = layers[0] if layers else ("default", option.default)
         if len(layers) > 1:
             overridden[option.name] = tuple(layers[1:])
-    return Settings(values, origins, overridden)
+        if option.parse is _bool:
+            for origin, raw in (("ini", ini.get(option.name)), (toml_name, toml.get(option.name))):
+                if isinstance(raw, str) and raw.strip():  # ini text, or a TOML string ("yes")
+                    spelled[(option.name, origin)] = raw.strip()
+    return Settings(values, origins, overridden, spelled)

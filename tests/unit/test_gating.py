@@ -311,7 +311,7 @@ def test_require_baseline_fails_a_gated_figure_with_no_entry_naming_the_likely_o
     result = pytester.runpytest("-p", "no:cacheprovider", "-rA", *gate, "--specdec-require-baseline", *workers)
     result.assert_outcomes(failed=1)
     # under xdist the header's details come only for tests of the matrix
-    header = [] if workers else ["*settings *require_baseline=True (command line)*",
+    header = [] if workers else ["*settings *require_baseline=true (command line)*",
                                  "*specdec: gate *; a figure without a baseline entry fails"]
     result.stdout.fnmatch_lines([
         *header,

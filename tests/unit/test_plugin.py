@@ -471,6 +471,26 @@ def test_the_header_says_what_a_setting_overrides(pytester: pytest.Pytester):
                                  "(command line; overrides ini 5 and pyproject.toml ?tool.specdec? 3)*"])
 
 
+@pytest.mark.parametrize("files, args, shown", [
+    # TOML's true, which pytest hands on from [tool.pytest.ini_options] as Python's 'True'
+    ({"pyproject.toml": "[tool.pytest.ini_options]\nspecdec_save_baseline = true\n"
+                        "[tool.specdec]\nstrict_noise = false\n"}, ["--specdec-strict-noise"],
+     "save_baseline=true (ini), strict_noise=true (command line; overrides pyproject.toml ?tool.specdec? false)"),
+    ({"pytest.ini": "[pytest]\nspecdec_save_baseline = yes\n", "specdec.toml": "strict_noise = true\n"}, [],
+     "save_baseline=yes (ini), strict_noise=true (specdec.toml)"),
+    ({"pytest.ini": "[pytest]\nspecdec_save_baseline = 0\n"}, ["-o", "specdec_strict_noise=on"],
+     "save_baseline=0 (ini), strict_noise=on (ini)"),
+])
+def test_the_header_echoes_a_boolean_as_its_file_spells_it(pytester: pytest.Pytester, files, args, shown):
+    """save_baseline=True (ini), where pyproject.toml said true and pytest.ini yes: Python's spelling,
+    which no file of the user's holds."""
+    for name, text in files.items():
+        (pytester.path / name).write_text(text)
+    pytester.makepyfile("def test_cell(specdec_spec): pass")
+    result = pytester.runpytest("--collect-only", *args)
+    result.stdout.fnmatch_lines([f"specdec: settings {shown}"])
+
+
 @pytest.mark.parametrize("args", [[], ["--specdec-keep-runs=3"], ["-o", "specdec_keep_runs=3"]])
 def test_a_bad_tool_specdec_value_is_refused_also_under_a_flag_or_ini_value(pytester: pytest.Pytester, args):
     """keep_runs = 0 passed while a flag set the option, to stop the first run without the flag."""
