@@ -414,6 +414,22 @@ def _override(config: Any, key: str) -> str | None:
     return None
 
 
+def ini_value(config: Any, key: str) -> Any:
+    """`config.getini(key)`, save for a TOML list under [tool.pytest.ini_options] given to a
+    string-typed option, which pytest 9 deprecates passing on: read from the file as it is, for
+    `parse_value` to accept (tp) or refuse with its fix in ini form."""
+    entries = getattr(config, "_inicfg", None)  # pytest 9; pytest 8 hands the list on unwarned
+    entry = entries.get(key) if isinstance(entries, Mapping) else None
+    listed = getattr(entry, "value", None)
+    if isinstance(listed, list) and getattr(entry, "mode", None) == "ini" and _string_typed(key):
+        return listed
+    return config.getini(key)
+
+
+def _string_typed(key: str) -> bool:
+    return any(option.ini == key and option.ini_type == "string" for option in OPTIONS)
+
+
 def ini_text(config: Any, key: str) -> Any:
     """The value of ini `key` as written: the last `-o key=value`, else the config file's (None
     where neither is found); the typed value pytest hands plugins has lost how it was spelled."""

@@ -65,7 +65,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from . import collection, fixtures
     from . import state as state_mod
     from .errors import SpecdecUsageError
-    from .options import ini_bool_text, ini_text, read_ini
+    from .options import ini_bool_text, ini_text, ini_value, read_ini
 
     for line in collection.MARKERS:
         config.addinivalue_line("markers", line)
@@ -81,7 +81,8 @@ def pytest_configure(config: pytest.Config) -> None:
             from . import config_root
 
             config_root.check(config, root)  # a project's own [tool.specdec] that pytest's rootdir passes over
-        ini = read_ini(config.getini, lambda key: ini_text(config, key), lambda key: ini_bool_text(config, key))
+        ini = read_ini(lambda key: ini_value(config, key), lambda key: ini_text(config, key),
+                       lambda key: ini_bool_text(config, key))
         state = state_mod.build(root, cli, ini)
         if state.settings.save_baseline or state.settings.report:
             from . import outputs

@@ -135,6 +135,22 @@ def test_a_toml_value_under_ini_options_is_told_the_fix_under_its_ini_key(pytest
     _usage_error(pytester.runpytest(), message)
 
 
+@pytest.mark.parametrize("warnings", [[], ["-W", "error"]])
+def test_a_toml_list_under_ini_options_warns_of_no_pytest_deprecation(pytester: pytest.Pytester, recwarn,
+                                                                       warnings):
+    """specdec_tp = [1, 4] under [tool.pytest.ini_options] made pytest 9 warn that a string-typed
+    option given a list will be a TypeError (PytestRemovedIn10Warning), and -W error stopped the run
+    with that warning's text as the plugin's error."""
+    pytester.makepyprojecttoml(CPU_MATRIX + "\n[tool.pytest.ini_options]\nspecdec_tp = [1]\n"
+                                            "markers = [\"slow: a slow test\"]\n")
+    pytester.makepyfile("def test_cell(specdec_spec): pass")
+    result = pytester.runpytest("--collect-only", *warnings)
+    assert result.ret == pytest.ExitCode.OK, result.stderr.str()
+    assert "Warning" not in result.stdout.str() + result.stderr.str()
+    assert [str(w.message) for w in recwarn if issubclass(w.category, DeprecationWarning)] == []
+    result.stdout.fnmatch_lines(["specdec: settings tp=1 (ini)"])
+
+
 def test_a_tp_filter_repeating_a_size_in_tool_specdec_is_refused_naming_the_key(pytester: pytest.Pytester):
     pytester.makepyprojecttoml("[tool.specdec]\ntp = [4, 1, 4]\n" + CPU_MATRIX)
     pytester.makepyfile("def test_x(): pass")
