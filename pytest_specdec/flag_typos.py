@@ -2,12 +2,14 @@
 
 pytest turns argparse's abbreviations off and says only "unrecognized arguments: --specdec-tpp=1";
 the plugin's flags are many and long, and `[tool.specdec]` keys already get a did-you-mean, so the
-command line gets one too.
+command line gets one too. So does a hardware family misspelt in `-m` (`-m blackwel`), which pytest
+takes for a marker no test has and answers by deselecting every test.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 from typing import TYPE_CHECKING, Sequence
 
 from .options import OPTIONS
@@ -34,3 +36,28 @@ def check(parser: pytest.Parser, args: Sequence[str]) -> None:
         hint = (f"did you mean {names[close[0]]}?" if close
                 else "pytest --help lists the plugin's flags under pytest-specdec")
         raise pytest.UsageError(f"pytest-specdec: unknown flag {flag}; {hint}")
+
+
+#: Words of a `-m` expression that name no marker.
+_OPERATORS = {"and", "or", "not", "True", "False", "None"}
+
+
+def check_markexpr(config: pytest.Config) -> None:
+    """Raise pytest.UsageError for a name in `-m` that is no registered marker but one letter or two
+    from a hardware family's."""
+    expression = getattr(config.option, "markexpr", "") or ""
+    if not expression:
+        return
+    import pytest
+
+    from .hardware import GPU_FAMILIES
+
+    registered = {re.split(r"[(:]", line, maxsplit=1)[0].strip() for line in config.getini("markers")}
+    for name in re.findall(r"[A-Za-z_][\w.]*", re.sub(r"\([^)]*\)", "", expression)):
+        if name in _OPERATORS or name in registered:
+            continue
+        # above difflib's 0.6, which would offer ada for any three-letter name with an a and a d
+        close = difflib.get_close_matches(name.lower(), GPU_FAMILIES, n=1, cutoff=0.7)
+        if close:
+            raise pytest.UsageError(f"pytest-specdec: -m {expression!r}: {name!r} is no marker, so no test "
+                                    f"has it; did you mean {close[0]!r}?")

@@ -114,6 +114,17 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(LastOrdering(), "specdec-last-ordering")
 
 
+@hookimpl(trylast=True, specname="pytest_configure")
+def pytest_configure_markexpr(config: pytest.Config) -> None:
+    """After every plugin and conftest registered its markers, which `-m` may name."""
+    if config.option.help or getattr(config.option, "markers", False):
+        return  # pytest only lists
+    if not hasattr(config, "workerinput"):  # a worker's -m is the controller's, checked there
+        from .flag_typos import check_markexpr
+
+        check_markexpr(config)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     # Last resort: kill anything a failed teardown left behind. Only a run that started a server
     # imported the registry of server processes; in any other there is nothing to kill.

@@ -39,6 +39,26 @@ def test_a_misspelt_flag_is_named_with_the_flag_it_likely_means(pytester: pytest
     _usage_error(pytester.runpytest(arg), message)
 
 
+@pytest.mark.parametrize("expression, message", [
+    ("blackwel", "-m 'blackwel': 'blackwel' is no marker, so no test has it; did you mean 'blackwell'?"),
+    ("not Hopper", "-m 'not Hopper': 'Hopper' is no marker, so no test has it; did you mean 'hopper'?"),
+    ("gpu and amper", "-m 'gpu and amper': 'amper' is no marker*did you mean 'ampere'?"),
+])
+def test_a_misspelt_family_in_a_marker_expression_is_named_with_the_family(pytester: pytest.Pytester,
+                                                                          expression, message):
+    """-m blackwel deselected every test and said only "no tests collected (1 deselected)"."""
+    pytester.makepyfile("def test_x(): pass")
+    _usage_error(pytester.runpytest("-m", expression), message)
+
+
+@pytest.mark.parametrize("expression", ["blackwell or hopper", "ada", "not gpu", "blackwel", "specdec(method='ar')"])
+def test_a_marker_expression_of_known_markers_is_left_to_pytest(pytester: pytest.Pytester, expression):
+    """Registered markers, and a project's own marker spelt like a family, are not misspellings."""
+    pytester.makeini("[pytest]\nmarkers =\n    blackwel: a project's own\n")
+    pytester.makepyfile("def test_x(): pass")
+    assert pytester.runpytest("-m", expression).ret in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED)
+
+
 @pytest.mark.parametrize("args, message", [
     (["--specdec-gpus=65"], "--specdec-gpus: '65' is more GPUs than one host has; give at most "
                             "64*"),
