@@ -335,7 +335,8 @@ def parse_value(option: Option, raw: Any, where: str) -> Any:
     if parse is str and not raw.strip():  # a path of "" is the project folder itself; "$UNSET" expands to it
         fix = (f"; give one, e.g. {option.name} = \"{_TEXT_EXAMPLES.get(option.name, option.default)}\", or "
                f"remove the key" if where.endswith(f"key {option.name!r}")
-               else f" (an unset variable?); give {option.metavar}, or leave {option.cli} out")
+               else f" (an unset variable?); give {option.metavar}, or leave "
+                    f"{option.ini if where.startswith('ini ') else option.cli} out")
         raise SpecdecUsageError(f"{where}: {raw!r} is empty{fix}")
     try:
         return parse(raw)
@@ -374,6 +375,8 @@ def read_ini(getini: Callable[[str], Any], text: Callable[[str], Any] | None = N
         except Exception as exc:  # pytest.UsageError, raised by getini for a bad bool/int/float
             raise SpecdecUsageError(f"ini {option.ini}: {_ini_problem(option, exc)}; {option.cli} takes: "
                                     f"{option.help}") from None
+        if values[option.name] == "" and (text is None or not isinstance(text(option.ini), str)):
+            values[option.name] = None  # getini's "" for a string option nobody set
         if option.ini_type in ("int", "float") and values[option.name] is not None and text is not None:
             written = text(option.ini)
             if isinstance(written, str):  # a TOML number of [tool.pytest] has no text of its own
@@ -490,7 +493,7 @@ def resolve(cli: Mapping[str, Any], ini: Mapping[str, Any], toml: Mapping[str, A
         cli_value = cli.get(option.name)
         if cli_value is not None and cli_value is not False:
             layers.append(("command line", parse_value(option, cli_value, option.cli)))
-        if ini.get(option.name) not in (None, ""):
+        if ini.get(option.name) is not None:  # "" too: -o specdec_report=$DIR with DIR unset
             layers.append(("ini", parse_value(option, ini[option.name], f"ini {option.ini}")))
         if option.name in toml:
             layers.append((toml_name, parse_value(option, toml[option.name], f"{toml_name} key {option.name!r}")))

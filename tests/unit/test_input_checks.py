@@ -27,6 +27,15 @@ def test_an_empty_flag_value_is_a_usage_error(pytester: pytest.Pytester, flag):
                                                  f"{flag} out")
 
 
+@pytest.mark.parametrize("option", ["specdec_report", "specdec_baseline_dir", "specdec_journal"])
+def test_an_empty_ini_override_is_a_usage_error_as_its_flag_is(pytester: pytest.Pytester, option):
+    """-o specdec_report=$DIR with DIR unset ran on without a report, where --specdec-report= stops."""
+    pytester.makepyfile("def test_x(): pass")
+    _usage_error(pytester.runpytest("-o", f"{option}="), f"ini {option}: '' is empty (an unset variable?); "
+                                                        f"give *, or leave {option} out")
+    assert pytester.runpytest().ret == pytest.ExitCode.OK  # unset, it is no value at all
+
+
 @pytest.mark.parametrize("arg, message", [
     ("--specdec-tpp=1", "unknown flag --specdec-tpp; did you mean --specdec-tp?"),
     ("--specdec-save-baselines", "unknown flag --specdec-save-baselines; did you mean --specdec-save-baseline?"),
