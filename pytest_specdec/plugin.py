@@ -413,7 +413,6 @@ class Controller:
         self.session = None
         self.notes: list[str] = []  # outputs written at session end, one line each
         self.problems: list[str] = []  # outputs that could not be written, one line each
-        self.run_again: set[str] = set()  # tests whose attempt now ending failed and runs again
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         from .state import SHARD_KEY, STATE_KEY
@@ -441,12 +440,9 @@ class Controller:
             self.durations = Durations.for_matrix(results.state)
         self.durations.add_report(report)
         result = results.add_report(report)
-        if report.outcome == "rerun":  # pytest-rerunfailures: this attempt failed and runs again
-            self.run_again.add(report.nodeid)
         if report.when == "teardown":  # read by now; JUnit keeps the figures and verdicts
             recording.drop_carriers(report)
-            if report.nodeid in self.run_again:  # its JUnit test case shows no failure
-                self.run_again.discard(report.nodeid)
+            if report.nodeid in results.running_again:  # pytest-rerunfailures: its JUnit test case shows no failure
                 recording.drop_figures(report)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if result is not None and reporter is not None:

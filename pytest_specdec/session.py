@@ -453,11 +453,17 @@ class Results:
     stood_in: dict[str, str] = field(default_factory=dict)
     #: node id -> its failed attempts that a plugin ran again (pytest-rerunfailures' "rerun")
     reruns: dict[str, int] = field(default_factory=dict)
+    #: tests whose attempt now ending failed and runs again, until the next attempt's setup (its
+    #: teardown may report "rerun" too, or, before pytest-rerunfailures 16.6.1, not report at all)
+    running_again: set[str] = field(default_factory=set)
 
     def add_report(self, report: pytest.TestReport) -> Result | None:
         """Note the test's outcome; return its result when this report carries one."""
         self._note_outcome(report)
-        if report.outcome == "rerun":  # one such report an attempt: the phase that failed
+        if report.when == "setup":  # an attempt starts
+            self.running_again.discard(report.nodeid)
+        if report.outcome == "rerun" and report.nodeid not in self.running_again:  # its first failed phase
+            self.running_again.add(report.nodeid)
             self.reruns[report.nodeid] = self.reruns.get(report.nodeid, 0) + 1
         if self.total is None:
             self.total = getattr(report, RECORDING_TOTAL, None)

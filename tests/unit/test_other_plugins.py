@@ -2,7 +2,9 @@
 
 pytest-rerunfailures is not among this suite's dependencies: `RERUN_PLUGIN` runs a failed test's
 protocol once more on the same item, logging the failed attempt's reports with the outcome
-"rerun", as that plugin does.
+"rerun", as that plugin does (each failed phase, the teardown too, since its 16.7);
+`RERUN_PLUGIN_BEFORE_16_6_1` logs the failed attempt only up to its first failed phase, as it
+did before 16.6.1 (no teardown report of that attempt).
 """
 
 from __future__ import annotations
@@ -41,6 +43,15 @@ def pytest_report_teststatus(report):
         return "rerun", "R", "RERUN"
 """
 
+RERUN_PLUGIN_BEFORE_16_6_1 = RERUN_PLUGIN.replace("""
+            item.ihook.pytest_runtest_logreport(report=report)
+        if not again:""", """
+            item.ihook.pytest_runtest_logreport(report=report)
+            if again and report.outcome == "rerun":
+                break
+        if not again:""")
+assert RERUN_PLUGIN_BEFORE_16_6_1 != RERUN_PLUGIN
+
 SCORE_PROJECT = """
 [tool.specdec]
 backend = "embedded"
@@ -67,10 +78,11 @@ def test_score(specdec_record):
 """
 
 
-def score_run(pytester: pytest.Pytester, *attempts: str, rerun: bool = True, args=()):
+def score_run(pytester: pytest.Pytester, *attempts: str, rerun: bool = True, args=(),
+              plugin: str = RERUN_PLUGIN):
     (pytester.path / "SCORES").write_text("\n".join(attempts))
     if rerun:
-        pytester.makeconftest(RERUN_PLUGIN)
+        pytester.makeconftest(plugin)
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", *args,
                                          timeout=120)
 
@@ -107,6 +119,40 @@ def test_a_rerun_that_passes_is_journaled_reported_and_saved_with_its_own_figure
     cases = ET.parse(pytester.path / "j.xml").getroot().iter("testcase")
     assert [{p.get("name"): p.get("value") for p in case.iter("property")} for case in cases] == \
         [{}, {"specdec.score": "7.0"}]
+
+
+def test_a_rerun_under_an_older_rerunfailures_keeps_the_figures_of_the_attempt_that_counts_in_junit(
+        pytester: pytest.Pytester):
+    """Before pytest-rerunfailures 16.6.1 the failed attempt's teardown was never reported: the
+    controller dropped the figures from the next teardown it saw, the passing attempt's, and the
+    JUnit file carried no figures of the test at all."""
+    pytester.makepyprojecttoml(SCORE_PROJECT.replace('score = "0"', 'score = "off"'))
+    pytester.makepyfile(test_score=SCORE_TEST)
+    result = score_run(pytester, "3,FAIL", "7,ok", args=["--junitxml=j.xml"], plugin=RERUN_PLUGIN_BEFORE_16_6_1)
+    assert result.parseoutcomes() == {"passed": 1, "rerun": 1}
+    cases = list(ET.parse(pytester.path / "j.xml").getroot().iter("testcase"))
+    assert {p.get("name"): p.get("value") for p in cases[-1].iter("property")} == {"specdec.score": "7.0"}
+
+
+def test_a_rerun_counts_an_attempt_whose_call_and_teardown_failed_once(pytester: pytest.Pytester):
+    """pytest-rerunfailures reports each failed phase of an attempt it runs again as "rerun" (the
+    call's and the teardown's): the summary counted 2 failed attempts where one had failed."""
+    pytester.makepyprojecttoml(SCORE_PROJECT.replace('score = "0"', 'score = "off"'))
+    pytester.makepyfile(test_score=SCORE_TEST.replace("def test_score(specdec_record):", """import pytest
+
+
+@pytest.fixture
+def sticky():
+    yield
+    if not Path("torn-down").exists():
+        Path("torn-down").write_text("")
+        raise RuntimeError("the first attempt's teardown fails")
+
+
+def test_score(sticky, specdec_record):"""))
+    result = score_run(pytester, "3,FAIL", "7,ok")
+    assert result.parseoutcomes() == {"passed": 1, "rerun": 2}  # pytest counts reports
+    result.stdout.fnmatch_lines(["specdec: run again after failing: test_score (1 failed attempt);*"])
 
 
 def test_a_rerun_that_passes_without_recording_keeps_no_figures_of_the_failed_attempt(pytester):
