@@ -125,6 +125,17 @@ def pytest_configure_markexpr(config: pytest.Config) -> None:
         check_markexpr(config)
 
 
+@hookimpl(wrapper=True, tryfirst=True)  # around every plugin's, xdist's wait for its workers and the summary too
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
+    from .servers import cleanup
+
+    cleanup.ending(True)
+    try:
+        return (yield)
+    finally:
+        cleanup.ending(False)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     # Last resort: kill anything a failed teardown left behind. Only a run that started a server
     # imported the registry of server processes; in any other there is nothing to kill.

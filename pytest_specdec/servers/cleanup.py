@@ -11,8 +11,9 @@ Three layers, because each covers a way out the others miss:
    summary, the report and the baselines of the tests that finished are still written; a batch
    system's SIGTERM is a notice before its SIGKILL, and a SIGHUP is an ssh session that dropped,
    whose terminal is gone: first the output bound for it is sent to a log (hangup.py), since a
-   write to a hung-up terminal fails and could break the ending. A second SIGTERM or SIGHUP ends
-   the process at once;
+   write to a hung-up terminal fails and could break the ending. One that comes while the run
+   writes that ending (`ending`) kills the servers and lets it finish. A second SIGTERM or SIGHUP
+   ends the process at once;
 3. for what runs no Python code at all (pytest SIGKILLed, or `os._exit` as pytest-timeout's
    thread method does): a watchdog process per pytest process, told each group over a pipe; the
    pipe reaches EOF when its writer dies, however it dies, and the watchdog then SIGKILLs every
@@ -54,12 +55,15 @@ _previous_handlers: dict[int, object] = {}
 _interrupts = False  # the next SIGTERM or SIGHUP raises KeyboardInterrupt instead of ending the process
 _terminal: Terminal | None = None  # where a SIGHUP sends the output bound for the terminal
 _notice = False  # whether a SIGHUP says on the terminal where the output goes (one process of a run)
+_ending = False  # the run writes its ending (pytest_sessionfinish): an interrupt would only break it
 
 SIGTERM_INTERRUPT = "SIGTERM: {killed}the run ends as after Ctrl-C, reporting the tests that finished " \
                     "(a second SIGTERM or SIGHUP ends it at once)"
 SIGHUP_INTERRUPT = "SIGHUP (a terminal hangup, or kill -HUP): {killed}the run ends as after Ctrl-C, reporting " \
                    "the tests that finished{where} (a second SIGHUP or SIGTERM ends it at once)"
 SIGHUP_NOTICE = "specdec: SIGHUP: {killed}the run ends as after Ctrl-C; its output from here on goes to {log}"
+ENDING_NOTICE = "specdec: {signal}: {killed}the run is already ending and goes on writing what finished{where} " \
+                "(a second SIGTERM or SIGHUP ends it at once)"
 
 
 _watchdog: subprocess.Popen | None = None
@@ -159,6 +163,17 @@ def interrupt_on_signals(terminal: Terminal | None = None, notice: bool = True) 
         _install_signal_handlers()
 
 
+def ending(started: bool) -> None:
+    """The run's ending (`started`: it writes the summary, report and baselines now; else it has
+    written them). A first SIGTERM or SIGHUP in it kills the servers and lets it finish: a
+    KeyboardInterrupt there would stop the very writes it asks for, with a traceback. Once it is
+    over, both take their default disposition again."""
+    global _ending, _interrupts
+    _ending = started
+    if not started:
+        _interrupts = False
+
+
 def _detached(killed: str) -> str:
     """Send the terminal's output to its log; the words that say where, for the interrupt."""
     if _terminal is None:
@@ -204,12 +219,24 @@ def _on_signal(signum, frame) -> None:
         # an xdist controller starts no server: its workers' own handlers kill theirs
         started = _token is not None and _token[0] == os.getpid()
         killed = "this process's servers were killed; " if started else ""
+        if _ending:
+            where = _detached(killed) if signum == signal.SIGHUP else ""
+            _say(ENDING_NOTICE.format(signal=signal.Signals(signum).name, killed=killed, where=where))
+            return
         if signum == signal.SIGHUP:
             raise KeyboardInterrupt(SIGHUP_INTERRUPT.format(killed=killed, where=_detached(killed)))
         raise KeyboardInterrupt(SIGTERM_INTERRUPT.format(killed=killed))
     # Default disposition: restore it and re-deliver, so the exit status still says "signal".
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
+
+
+def _say(text: str) -> None:
+    """One line on stderr from a signal handler: a raw write, which no buffer it interrupted refuses."""
+    try:
+        os.write(2, f"\n{text}\n".encode())
+    except OSError:
+        pass
 
 
 PR_SET_PDEATHSIG = 1

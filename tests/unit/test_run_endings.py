@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import pty
+import re
 import select
 import signal
 import subprocess
@@ -199,6 +200,34 @@ def test_sigterm_or_sighup_ends_the_run_as_ctrl_c_does_writing_what_finished(pyt
         assert not list((pytester.path / ".specdec" / "artifacts").glob("run-*/after-hangup.log"))
     finally:
         kill_everything(proc, noted)
+
+
+@pytest.mark.parametrize("dist", [(), ("-n", "1")], ids=["one process", "xdist"])
+def test_a_sigterm_once_the_tests_are_over_lets_the_ending_write_what_finished(pytester, dist):
+    """A SIGTERM that came while the run wrote its ending (an xdist controller waiting for its
+    workers to stop, the report being written) raised KeyboardInterrupt out of
+    pytest_sessionfinish: a raw traceback, exit 130, and no summary nor report at all."""
+    project(pytester, methods=("ar",), prompts=1, max_new_tokens=4)
+    pytester.makepyfile(test_generation=RECORDS_THEN_HOLDS_TEST.split("def test_hold")[0])
+    pytester.makeconftest("""
+import os, signal, pytest
+
+
+@pytest.hookimpl(tryfirst=True)  # before the report is written, as a CI runner's cancel may come
+def pytest_sessionfinish(session):
+    if not hasattr(session.config, "workerinput"):
+        os.kill(os.getpid(), signal.SIGTERM)
+""")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly",
+                                           "--specdec-report=out", *dist, timeout=180)
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.OK, out[-3000:]
+    assert re.search(r"specdec: SIGTERM: (this process's servers were killed; )?the run is already ending "
+                     r"and goes on writing what finished", out), out[-3000:]
+    assert "Traceback" not in out
+    rows = json.loads((pytester.path / "out" / "results.json").read_text())["results"]
+    assert [row["test_id"] for row in rows] == ["test_generation[ar-tp1-chat]"]
+    assert engine_processes(pytester.path) == []
 
 
 def test_an_interrupted_xdist_controller_says_the_wait_for_its_workers(pytester):
