@@ -459,9 +459,10 @@ class Results:
 
     def add_report(self, report: pytest.TestReport) -> Result | None:
         """Note the test's outcome; return its result when this report carries one."""
-        self._note_outcome(report)
-        if report.when == "setup":  # an attempt starts
+        if report.when == "setup" and report.nodeid in self.running_again:  # the next attempt starts
             self.running_again.discard(report.nodeid)
+            self.outcomes.pop(report.nodeid, None)  # the failed attempt's is not its outcome
+        self._note_outcome(report)
         if report.outcome == "rerun" and report.nodeid not in self.running_again:  # its first failed phase
             self.running_again.add(report.nodeid)
             self.reruns[report.nodeid] = self.reruns.get(report.nodeid, 0) + 1
@@ -502,7 +503,7 @@ class Results:
         if hasattr(report, "wasxfail"):
             outcome = "xfailed" if report.skipped else "xpassed"
             self.outcomes[report.nodeid] = (outcome, self._published(str(report.wasxfail)))
-        elif report.failed:
+        elif report.failed or report.outcome == "rerun":  # a failed attempt stays the outcome until the next ends
             outcome = "failed" if report.when == "call" else "error"
             self.outcomes[report.nodeid] = (outcome, self._published(_reason(report)))
         elif report.skipped and report.nodeid not in self.outcomes:

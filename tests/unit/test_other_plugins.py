@@ -155,6 +155,21 @@ def test_score(sticky, specdec_record):"""))
     result.stdout.fnmatch_lines(["specdec: run again after failing: test_score (1 failed attempt);*"])
 
 
+def test_a_rerun_interrupted_reports_the_attempt_that_failed_as_failed(pytester: pytest.Pytester):
+    """A run interrupted (Ctrl-C, SIGTERM) in the attempt after a failed one reported the failed
+    attempt's figures as passed in the table and results.json, and a save kept them."""
+    pytester.makepyprojecttoml(SCORE_PROJECT.replace('score = "0"', 'score = "off"'))
+    pytester.makepyfile(test_score=SCORE_TEST.replace(
+        '    specdec_record.metric("score", float(score))',
+        '    if fails == "INT":\n        raise KeyboardInterrupt\n    specdec_record.metric("score", float(score))'))
+    result = score_run(pytester, "3,FAIL", "7,INT",
+                       args=["--specdec-save-baseline", "--specdec-report", "report"])
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    results = json.loads((pytester.path / "report" / "results.json").read_text())["results"]
+    assert [(r["metrics"]["score"], r["outcome"]) for r in results] == [(3.0, "failed")]
+    assert not (pytester.path / "baselines" / "cpu.json").exists()
+
+
 def test_a_rerun_that_passes_without_recording_keeps_no_figures_of_the_failed_attempt(pytester):
     """The controller kept the failed attempt's figures as the test's result: the summary showed
     them as passed and --specdec-save-baseline saved them."""
