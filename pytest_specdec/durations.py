@@ -117,7 +117,9 @@ class Durations:
     ran: set[str] = field(default_factory=set)
     param_ids: tuple[str, ...] = ()  # the matrix's, to find a report's configuration
     finished: set[str] = field(default_factory=set)  # tests (their names) whose teardown reported
-    rerun_failed_only: bool = False  # --lf left out, uncollected, the files where nothing failed
+    #: the tests collected are not all known: --lf left out, uncollected, the files where nothing
+    #: failed; an xdist worker ended (interrupted, crashed) without saying what it collected
+    collection_unknown: bool = False
 
     @classmethod
     def for_matrix(cls, state: RunState) -> "Durations":
@@ -144,7 +146,7 @@ class Durations:
         from .collection import configuration_in_nodeid
 
         seconds = self.seconds
-        if self.rerun_failed_only:
+        if self.collection_unknown:
             return {}, sorted(seconds)
         left_out = {configuration_in_nodeid(name, self.param_ids) for name in collected
                     if name not in self.finished}

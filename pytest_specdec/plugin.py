@@ -491,8 +491,9 @@ class Controller:
 
             _results(self.config).collected |= collected_tests(self.config)
             lf = self.config.pluginmanager.get_plugin("lfplugin")
-            if self.durations is not None and lf is not None and lf.active and lf.lastfailed:
-                self.durations.rerun_failed_only = True
+            if self.durations is not None and (lf is not None and lf.active and lf.lastfailed
+                                               or _results(self.config).unheard_workers):
+                self.durations.collection_unknown = True
 
             from .fixtures import _announcer
 

@@ -451,6 +451,9 @@ class Results:
     awaiting: set[str] = field(default_factory=set)
     #: node id -> where the figures of a resumed test's stand-in come from (journal, when measured)
     stood_in: dict[str, str] = field(default_factory=dict)
+    #: xdist workers that collected but ended without saying what (interrupted, crashed): the
+    #: tests they collected and deselected are unknown
+    unheard_workers: set[str] = field(default_factory=set)
     #: node id -> its failed attempts that a plugin ran again (pytest-rerunfailures' "rerun")
     reruns: dict[str, int] = field(default_factory=dict)
     #: tests whose attempt now ending failed and runs again, until the next attempt's setup (its

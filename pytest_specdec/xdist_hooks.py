@@ -37,6 +37,7 @@ class XdistHooks:
         self._seen = False
 
     def pytest_xdist_node_collection_finished(self, node, ids) -> None:
+        self.results.unheard_workers.add(node.gateway.id)  # until its list of what it collected comes
         if not self._seen:  # every worker collects the same items
             self._seen = True
             self._write_header_details(node.config, ids)
@@ -74,7 +75,10 @@ class XdistHooks:
         from .collection import note_collected
         from .plugin import COLLECTED_OUTPUT
 
-        note_collected(node.config, getattr(node, "workeroutput", {}).get(COLLECTED_OUTPUT, ()))
+        collected = getattr(node, "workeroutput", {}).get(COLLECTED_OUTPUT)
+        if collected is not None:
+            self.results.unheard_workers.discard(node.gateway.id)
+            note_collected(node.config, collected)
 
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:
         """A worker died in a test: that test fails once, as "worker crashed" (the scheduler

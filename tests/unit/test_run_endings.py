@@ -230,6 +230,38 @@ def pytest_sessionfinish(session):
     assert engine_processes(pytester.path) == []
 
 
+def test_an_interrupted_xdist_run_saves_no_durations_of_a_configuration_it_ran_in_part(pytester):
+    """Under xdist the controller learns what its workers collected only from a worker that ends
+    cleanly: interrupted (SIGTERM to the controller), every configuration that had run looked
+    whole, and --specdec-save-baseline saved the seconds of its first test as its whole cost."""
+    pytest.importorskip("xdist")
+    project(pytester, methods=("ar",), prompts=1, max_new_tokens=4)
+    pytester.makepyfile(test_sig="""
+import os, time
+
+
+def test_generation(specdec_server, specdec_workload, specdec_record):
+    assert specdec_record.run(specdec_server, specdec_workload).completion_tokens > 0
+
+
+def test_hold(specdec_server, specdec_workload, specdec_record, pytestconfig):
+    (pytestconfig.rootpath / "holding").write_text(str(os.getpid()))
+    time.sleep(240)
+""")
+    proc = start(pytester.path, "-n", "1", "--specdec-save-baseline", "test_sig.py")
+    noted: list[int] = []
+    try:
+        noted = [wait_holding(pytester.path, proc), *engine_pids(pytester.path)]
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=120)
+        out = (pytester.path / "pytest.out").read_text()
+        assert code == pytest.ExitCode.INTERRUPTED, out[-3000:]
+        assert "durations not saved for ar-tp1: this run measured only some of the tests" in out, out[-3000:]
+        assert not (pytester.path / "baselines" / "durations.json").exists()
+    finally:
+        kill_everything(proc, noted)
+
+
 def test_an_interrupted_xdist_controller_says_the_wait_for_its_workers(pytester):
     """A SIGINT or SIGTERM to the controller alone left its workers in their tests: xdist waited
     for them in silence (execnet's 5 s, then xdist's 10 s), the servers up all along. The
