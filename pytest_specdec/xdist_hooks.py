@@ -40,9 +40,8 @@ class XdistHooks:
         self.results.unheard_workers.add(node.gateway.id)  # until its list of what it collected comes
         if not self._seen:  # every worker collects the same items
             self._seen = True
-            self._write_header_details(node.config, ids)
-            param_ids = [case.param_id for case in matrix_cases(self.results.state)]
-            if any(configuration_in_nodeid(nodeid, param_ids) for nodeid in ids):
+            if self._names_a_configuration(ids):
+                self._write_header_details(node.config)
                 from . import hangup
                 from .servers import cleanup
                 from .state import run_id
@@ -51,17 +50,20 @@ class XdistHooks:
                 # output goes to the log its workers' goes to, in the run folder they share
                 cleanup.interrupt_on_signals(hangup.of_run(node.config, run_id(node.config)))
 
-    def _write_header_details(self, config, ids) -> None:
+    def _names_a_configuration(self, ids) -> bool:
+        """Whether a worker's collection (node ids) holds a test of a configuration of the matrix."""
+        param_ids = [case.param_id for case in matrix_cases(self.results.state)]
+        return any(configuration_in_nodeid(nodeid, param_ids) for nodeid in ids)
+
+    def _write_header_details(self, config) -> None:
         """The header's lines that follow collection (hardware, baselines, settings, gate,
         losslessness): pytest asks for them only where it collects, which the controller does
         not. Written once a worker's collection names a configuration of the matrix."""
         from . import header
 
         state = self.results.state
-        param_ids = [case.param_id for case in matrix_cases(state)]
         reporter = config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is None or config.option.verbose < 0 or config.option.no_header \
-                or not any(configuration_in_nodeid(nodeid, param_ids) for nodeid in ids):
+        if reporter is None or config.option.verbose < 0 or config.option.no_header:
             return
         for line in header.details(state):
             reporter.write_line(line)
@@ -85,8 +87,7 @@ class XdistHooks:
         does not run it again), and the summary table says so in its row."""
         worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?")
         report.longrepr = f"worker crashed: xdist worker {worker!r} died while running {crashitem}"
-        param_ids = [case.param_id for case in matrix_cases(self.results.state)]
-        if configuration_in_nodeid(crashitem, param_ids) is not None:
+        if self._names_a_configuration([crashitem]):
             self.results.outcomes[crashitem] = ("failed", str(report.longrepr))
 
     def pytest_keyboard_interrupt(self, excinfo) -> None:
