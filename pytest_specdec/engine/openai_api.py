@@ -4,8 +4,9 @@ fields mapped onto the engine's generation, and their response and stream chunk 
 
 Request fields follow protocol.py's rules (honoured, hints, neutral-only; unknown names refused)
 over the names SGLang's CompletionRequest and ChatCompletionRequest declare, after what FastAPI's
-validation of those classes refuses first (COMPLETION_MODEL, CHAT_MODEL): a null for a field
-typed without None, a missing prompt. A LoRA adapter, named
+validation of those classes does first (COMPLETION_MODEL, CHAT_MODEL): a field's value read in
+pydantic's lax mode ("4" for an int is 4, see lax.py), a value it cannot read or a null for a field
+typed without None refused, a missing prompt refused. A LoRA adapter, named
 as ``"model": "base:adapter"`` or in ``lora_path``, is refused as SGLang refuses it on a server
 started without --enable-lora (see lora_adapter). A chat is rendered with CHAT_TEMPLATE, the same
 template the exported tokenizer carries (tokenizer.py), so a client that applies the tokenizer's
@@ -34,7 +35,6 @@ from .protocol import (
     check_neutral,
     expect,
     known_fields,
-    lax_int,
     lora_path_field,
     out_of_range,
     parse_sampling,
@@ -133,7 +133,7 @@ CHAT_FIELDS = CHAT_HONOURED | CHAT_HINTS | frozenset(CHAT_NEUTRAL)
 
 
 _FLOAT, _INT, _BOOL = "float", "int", "bool"
-_HIDDEN_STATES = ("bool", "literal['last']")  # Union[bool, Literal["last"]]
+_HIDDEN_STATES = "union[bool,literal['last']]"
 
 def _migrate_dp_rank(body: dict) -> dict:
     """Both request classes' before-validator for the old name data_parallel_rank: its value
@@ -143,25 +143,36 @@ def _migrate_dp_rank(body: dict) -> dict:
     return body
 
 
-def _positive_max_tokens(value: Any) -> dict | None:
-    """CompletionRequest's validator of max_tokens, run on the integer pydantic read."""
-    number = lax_int(value)
-    if number is None or number > 0:
+def _positive_max_tokens(number: int, value: Any) -> dict | None:
+    """CompletionRequest's validator of max_tokens, run on the integer pydantic read from ``value``."""
+    if number > 0:
         return None
     return {"type": "value_error", "loc": ("body", "max_tokens"), "msg": "Value error, max_tokens must be positive",
             "input": value, "ctx": {"error": ValueError("max_tokens must be positive")}}
 
 
-#: CompletionRequest's fields whose null FastAPI refuses, in its order, and its max_tokens validator.
+_PD_ROUTING = {"bootstrap_host": "nullable[union[list[str],str]]",
+               "bootstrap_port": "nullable[union[list[nullable[int]],int]]",
+               "bootstrap_room": "nullable[union[list[int],int]]", "routed_dp_rank": "nullable[int]",
+               "disagg_prefill_dp_rank": "nullable[int]"}  # both classes' base, PDRoutingFields
+_STRINGS = "nullable[union[list[str],str]]"
+_ADAPTERS = "nullable[union[list[nullable[str]],str]]"
+
+#: CompletionRequest's fields of the types lax.py reads, in its order (not its objects: logit_bias,
+#: stream_options, response_format and the other dicts), and its max_tokens validator.
 COMPLETION_MODEL = RequestModel({
-    "model": "str",
-    "prompt": ("list[int]", "list[list[int]]", "str", "list[str]"),
-    "echo": _BOOL, "frequency_penalty": _FLOAT, "max_tokens": _INT, "n": _INT, "presence_penalty": _FLOAT,
-    "stream": _BOOL, "temperature": _FLOAT, "top_p": _FLOAT, "return_hidden_states": _HIDDEN_STATES,
-    "return_routed_experts": _BOOL, "routed_experts_start_len": _INT, "return_cached_tokens_details": _BOOL,
-    "return_spec_tokens_details": _BOOL, "return_token_ids": _BOOL, "top_k": _INT, "min_p": _FLOAT,
-    "min_tokens": _INT, "repetition_penalty": _FLOAT, "no_stop_trim": _BOOL, "ignore_eos": _BOOL,
-    "skip_special_tokens": _BOOL,
+    **_PD_ROUTING, "model": "str", "prompt": "union[list[int],list[list[int]],str,list[str]]",
+    "best_of": "nullable[int]", "echo": _BOOL, "frequency_penalty": _FLOAT, "logprobs": "nullable[int]",
+    "max_tokens": _INT, "n": _INT, "presence_penalty": _FLOAT, "seed": "nullable[int]", "stop": _STRINGS,
+    "stream": _BOOL, "suffix": "nullable[str]", "temperature": _FLOAT, "top_p": _FLOAT, "user": "nullable[str]",
+    "return_hidden_states": _HIDDEN_STATES, "return_routed_experts": _BOOL, "routed_experts_start_len": _INT,
+    "return_cached_tokens_details": _BOOL, "return_spec_tokens_details": _BOOL, "return_token_ids": _BOOL,
+    "top_k": _INT, "min_p": _FLOAT, "min_tokens": _INT, "json_schema": "nullable[str]", "regex": "nullable[str]",
+    "ebnf": "nullable[str]", "repetition_penalty": _FLOAT, "stop_token_ids": "nullable[list[int]]",
+    "stop_regex": _STRINGS, "no_stop_trim": _BOOL, "ignore_eos": _BOOL, "skip_special_tokens": _BOOL,
+    "lora_path": _ADAPTERS, "session_id": "nullable[str]", "custom_logit_processor": "nullable[str]",
+    "data_parallel_rank": "nullable[int]", "rid": _STRINGS, "extra_key": _STRINGS, "cache_salt": _STRINGS,
+    "priority": "nullable[int]",
 }, required=frozenset({"prompt"}), before=_migrate_dp_rank, checks={"max_tokens": _positive_max_tokens})
 
 
@@ -178,20 +189,30 @@ def _chat_before(body: dict) -> dict:
     return _migrate_dp_rank(body)
 
 
-#: ChatCompletionRequest's fields whose null FastAPI refuses, in its order (not tool_choice, whose
-#: null its before-validator replaces).
+#: ChatCompletionRequest's fields of the types lax.py reads, in its order (messages as a list only:
+#: the engine reads each message itself; not tool_choice, whose null its before-validator replaces,
+#: nor its objects).
 CHAT_MODEL = RequestModel({
-    "messages": "list", "model": "str", "frequency_penalty": _FLOAT, "logprobs": _BOOL, "n": _INT,
-    "presence_penalty": _FLOAT, "stream": _BOOL, "parallel_tool_calls": _BOOL,
-    "return_hidden_states": _HIDDEN_STATES,
+    **_PD_ROUTING, "messages": "list", "model": "str", "frequency_penalty": _FLOAT, "logprobs": _BOOL,
+    "top_logprobs": "nullable[int]", "max_tokens": "nullable[int]", "max_completion_tokens": "nullable[int]",
+    "n": _INT, "presence_penalty": _FLOAT, "seed": "nullable[int]", "stop": _STRINGS, "stream": _BOOL,
+    "temperature": "nullable[float]", "top_p": "nullable[float]", "user": "nullable[str]",
+    "parallel_tool_calls": _BOOL, "return_hidden_states": _HIDDEN_STATES,
     "return_routed_experts": _BOOL, "routed_experts_start_len": _INT,
     **dict.fromkeys(("return_cached_tokens_details", "return_spec_tokens_details", "return_prompt_token_ids",
                      "return_token_ids", "return_meta_info", "return_input_ids_in_sglext",
-                     "return_output_ids_in_sglext", "return_sampling_mask", "return_flat_raw_output_top_logprobs",
-                     "return_flat_raw_top_logprobs_b64"), _BOOL),
-    "min_tokens": _INT,
-    **dict.fromkeys(("no_stop_trim", "ignore_eos", "continue_final_message", "skip_special_tokens",
-                     "separate_reasoning", "stream_reasoning", "use_audio_in_video"), _BOOL),
+                     "return_output_ids_in_sglext", "return_sampling_mask"), _BOOL),
+    "sampling_logprobs_mode": "nullable[literal['selected','support']]",
+    "return_flat_raw_output_top_logprobs": _BOOL, "return_flat_raw_top_logprobs_b64": _BOOL,
+    "task": "nullable[literal['action','query','authority','domain','title','read_url']]",
+    "top_k": "nullable[int]", "min_p": "nullable[float]", "min_tokens": _INT, "regex": "nullable[str]",
+    "ebnf": "nullable[str]", "repetition_penalty": "nullable[float]", "stop_token_ids": "nullable[list[int]]",
+    "stop_regex": _STRINGS, "no_stop_trim": _BOOL, "ignore_eos": _BOOL, "continue_final_message": _BOOL,
+    "skip_special_tokens": _BOOL, "lora_path": _ADAPTERS, "session_id": "nullable[str]",
+    "separate_reasoning": _BOOL, "stream_reasoning": _BOOL, "max_dynamic_patch": "nullable[int]",
+    "min_dynamic_patch": "nullable[int]", "use_audio_in_video": _BOOL, "custom_logit_processor": _ADAPTERS,
+    "input_ids": "nullable[list[int]]", "rid": _STRINGS, "extra_key": _STRINGS, "cache_salt": _STRINGS,
+    "priority": "nullable[int]", "data_parallel_rank": "nullable[int]",
 }, required=frozenset({"messages"}), before=_chat_before)
 
 

@@ -20,7 +20,8 @@ and SGLang's answer to that request is defined, so the engine gives that answer.
 A name SGLang does not declare is refused too (SGLang's own server ignores unknown top-level
 names; the engine does not, so a typo cannot pass unnoticed). ``null`` means the default, but for
 ``max_new_tokens``, whose null SGLang's scheduler reads as no limit but the context's, and for a
-field GenerateReqInput types without None, whose null FastAPI refuses (GENERATE_MODEL).
+field GenerateReqInput types without None, whose null FastAPI refuses (GENERATE_MODEL; it reads
+those fields' values in pydantic's lax mode first, "yes" for true, see lax.py).
 The name sets are checked against SGLang's source by tests/unit/test_sglang_contract.py.
 
 Decoding is greedy whatever the temperature: the speculative methods here verify greedily, and
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from .. import context_rule
+from . import lax
 
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default
 #: What SGLang's scheduler takes a null max_new_tokens for: no limit but the context's.
@@ -90,70 +92,50 @@ _TEXT = dict(kinds=(str,), expected="a string")
 
 # -- what FastAPI's validation of a request class refuses ------------------------------------------
 
-#: pydantic's error type and words for a value that is not of a type, by the type's name in its loc.
-_TYPE_ERRORS = {"bool": ("bool_type", "Input should be a valid boolean"),
-                "int": ("int_type", "Input should be a valid integer"),
-                "float": ("float_type", "Input should be a valid number"),
-                "str": ("string_type", "Input should be a valid string"),
-                "list": ("list_type", "Input should be a valid list")}
-
-
 @dataclass(frozen=True)
 class RequestModel:
-    """What FastAPI's validation of a route's request class refuses before SGLang's code sees the
-    body, as far as the engine mirrors it: a required field left out, and a null for a field whose
-    type is not Optional (pydantic takes null for the default only where the type allows None).
-    ``non_null`` maps each such field, in the class's order (pydantic's order of errors), to its
-    type as pydantic names it in an error's loc: one name, or a union's members (one error each,
-    the member's name appended to the loc). ``before`` is the class's own before-validator, as far
-    as it changes the input a ``missing`` error echoes. ``checks`` are the class's own field
-    validators, by field (one of ``non_null``): each takes a value that is not null and returns
-    pydantic's error for it, or None."""
+    """What FastAPI's validation of a route's request class does before SGLang's code sees the
+    body, as far as the engine mirrors it: a required field left out is refused, and each field's
+    value is read as pydantic's lax mode reads its type (lax.py: "4" for an int is 4, "yes" for a
+    bool is true, a null is refused unless the type is nullable), or refused in pydantic's words.
+    ``fields`` maps each field the engine types, in the class's order (pydantic's order of
+    errors), to its type as pydantic names it in an error's loc. ``before`` is the class's own
+    before-validator, as far as it changes the input a ``missing`` error echoes. ``checks`` are
+    the class's own field validators, by field: each takes the value pydantic read and the one
+    given, and returns pydantic's error for it, or None."""
 
-    non_null: Mapping[str, str | tuple[str, ...]]
+    fields: Mapping[str, str]
     required: frozenset[str] = frozenset()
     before: Callable[[dict], dict] | None = None
     checks: Mapping[str, Callable[[Any], dict | None]] = dataclasses.field(default_factory=dict)
 
-    def errors(self, body: dict) -> list[dict]:
+    @property
+    def non_null(self) -> dict[str, str]:
+        """The fields whose null pydantic refuses (their type is not nullable), in order."""
+        return {name: spec for name, spec in self.fields.items() if not spec.startswith("nullable[")}
+
+    def validated(self, body: dict) -> tuple[dict, list[dict]]:
+        """The body with each typed field's value as pydantic reads it, and pydantic's errors.
+        pydantic validates the body as the class's before-validators left it (a deprecated name's
+        value copied to the new one is validated there too); only the body's own fields are read."""
         seen = self.before(dict(body)) if self.before is not None else body
-        errors: list[dict] = []
-        for name, kind in self.non_null.items():
-            if name not in body:
+        out, errors = dict(body), []
+        for name, spec in self.fields.items():
+            if name not in seen:
                 if name in self.required:
                     errors.append({"type": "missing", "loc": ("body", name), "msg": "Field required", "input": seen})
-            elif body[name] is None:
-                members = (kind,) if isinstance(kind, str) else kind
-                errors += [_null_error(("body", name) if isinstance(kind, str) else ("body", name, m), m)
-                           for m in members]
-            elif name in self.checks and (error := self.checks[name](body[name])) is not None:
+                continue
+            value, refused = lax.errors(spec, seen[name], ("body", name))
+            if refused:
+                errors += refused
+            elif name in self.checks and (error := self.checks[name](value, seen[name])) is not None:
                 errors.append(error)
-        return errors
+            elif name in body:
+                out[name] = value
+        return out, errors
 
-
-def lax_int(value: Any) -> int | None:
-    """The integer pydantic's lax mode reads ``value`` as (a bool, an integral number, the text of
-    an integer), or None where it reads none."""
-    if isinstance(value, (bool, int)):
-        return int(value)
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            return None
-    return None
-
-
-def _null_error(loc: tuple, kind: str) -> dict:
-    """pydantic's error for a null where ``kind`` (a name as its locs spell it) is expected."""
-    if kind.startswith("literal["):
-        expected = kind[len("literal["):-1]
-        return {"type": "literal_error", "loc": loc, "msg": f"Input should be {expected}", "input": None,
-                "ctx": {"expected": expected}}
-    error_type, msg = _TYPE_ERRORS["list" if kind.startswith("list") else kind]
-    return {"type": error_type, "loc": loc, "msg": msg, "input": None}
+    def errors(self, body: dict) -> list[dict]:
+        return self.validated(body)[1]
 
 
 # -- /generate's top-level fields (SGLang's GenerateReqInput) --------------------------------------
@@ -201,12 +183,13 @@ NEUTRAL_FIELDS: Mapping[str, Neutral] = {
     "token_indices_to_pool": Neutral(None),
 }
 GENERATE_FIELDS = HONOURED_FIELDS | HINT_FIELDS | frozenset(NEUTRAL_FIELDS)
-#: GenerateReqInput's fields whose null FastAPI refuses (its dataclass types them without None).
+#: GenerateReqInput's fields whose null FastAPI refuses (its dataclass types them without None), whose
+#: values it reads in pydantic's lax mode.
 GENERATE_MODEL = RequestModel({
     **dict.fromkeys(("use_audio_in_video", "return_text_in_logprobs", "return_flat_raw_top_logprobs",
                      "return_flat_raw_output_top_logprobs", "return_flat_raw_top_logprobs_b64", "stream",
                      "log_metrics"), "bool"),
-    "return_hidden_states": ("list[union[bool,literal['last']]]", "bool", "literal['last']"),
+    "return_hidden_states": "union[list[union[bool,literal['last']]],bool,literal['last']]",
     "return_routed_experts": "bool",
     "routed_experts_start_len": "int",
     **dict.fromkeys(("return_indexer_topk", "background", "require_reasoning", "no_logs", "return_bytes",
@@ -356,7 +339,7 @@ def read_body(raw: bytes, content_type: str | None, endpoint: str, *, json_guard
     if not isinstance(value, dict):
         error = not_object(value) if not_object is not None else not_an_object(value, json_guard=json_guard)
         raise InvalidBody(validation_message([error], endpoint))
-    errors = model.errors(value) if model is not None else []
+    value, errors = model.validated(value) if model is not None else (value, [])
     if errors:
         raise InvalidBody(validation_message(errors, endpoint))
     return value
@@ -791,11 +774,6 @@ ABORT_RUNNING = {"type": "abort", "message": "Aborted", "status_code": None, "er
 #: What SGLang's tokenizer manager answers for a request /abort_request took from the waiting queue.
 ABORT_WAITING = {"type": "abort", "message": "Abort in waiting queue"}
 
-#: The strings pydantic's lax mode reads as a boolean (any case), as SGLang's AbortReq validates.
-_TRUE_WORDS = frozenset({"1", "on", "t", "true", "y", "yes"})
-_FALSE_WORDS = frozenset({"0", "off", "f", "false", "n", "no"})
-
-
 def abort_not_an_object(value: Any) -> dict:
     """pydantic's error for an /abort_request body that is no object (SGLang validates AbortReq as a
     typed dict)."""
@@ -806,29 +784,9 @@ def parse_abort(body: dict, endpoint: str) -> tuple[str, bool]:
     """(rid, abort_all) of an /abort_request body, validated as FastAPI validates SGLang's AbortReq
     (pydantic's lax mode: abort_all may be 1 or "yes"; rid must be a string or null), its errors
     FastAPI's; the other names it declares are not read by the route, so they are not checked."""
-    errors = []
-    rid = body.get("rid")
-    if rid is not None and not isinstance(rid, str):
-        errors.append({"type": "string_type", "loc": ("body", "rid"), "msg": "Input should be a valid string",
-                       "input": rid})
-    value = body.get("abort_all", False)
-    abort_all = _lax_bool(value)
-    if abort_all is None:
-        parsing = isinstance(value, (str, int)) and not isinstance(value, bool)
-        errors.append({"type": "bool_parsing" if parsing else "bool_type", "loc": ("body", "abort_all"),
-                       "msg": "Input should be a valid boolean" + (", unable to interpret input" if parsing else ""),
-                       "input": value})
+    rid, errors = lax.errors("nullable[str]", body.get("rid"), ("body", "rid"))
+    abort_all, refused = lax.errors("bool", body.get("abort_all", False), ("body", "abort_all"))
+    errors += refused
     if errors:
         raise InvalidBody(validation_message(errors, endpoint))
     return rid or "", bool(abort_all)
-
-
-def _lax_bool(value: Any) -> bool | None:
-    """pydantic's lax boolean, or None where it refuses the value."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.lower() in _TRUE_WORDS | _FALSE_WORDS:
-        return value.lower() in _TRUE_WORDS
-    return None

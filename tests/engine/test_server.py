@@ -281,7 +281,7 @@ def test_openai_answers_name_the_model_the_request_named(ddtree, path):
     streamed = ddtree.post(path, {**body, "stream": True, "stream_options": {"include_usage": True}})
     assert {json.loads(e)["model"] for e in sse_events(streamed.body)[:-1]} == {"default"}
     res = ddtree.post(path, {**body, "model": 7})
-    assert res.status == 400 and "model: invalid type: integer 7, expected a string" in error_message(res)
+    assert res.status == 400 and res.json() == field_errors(path, type_error("model", "string_type", "string", 7))
 
 
 def test_a_completion_step_that_adds_no_text_still_sends_its_chunk():
@@ -329,7 +329,9 @@ def test_a_model_without_an_adapter_is_answered(ddtree, path):
         res = ddtree.post(path, {**OPENAI_REQUESTS[path], "max_tokens": 2, "model": model, "lora_path": ""})
         assert res.status == 200 and res.json()["model"] == model, res.text
     res = ddtree.post(path, {**OPENAI_REQUESTS[path], "max_tokens": 2, "lora_path": 5})
-    assert res.status == 400 and "lora_path: invalid type: integer 5" in error_message(res)
+    assert res.status == 400 and res.json() == field_errors(
+        path, type_error("lora_path", "list_type", "list", 5, "list[nullable[str]]"),
+        type_error("lora_path", "string_type", "string", 5, "str")), res.text
 
 
 @pytest.mark.parametrize("model, served, adapter", [
@@ -374,7 +376,7 @@ def error_message(res) -> str:
     ({"text": "hi", "input_ids": []}, "input_ids cannot be empty."),
     ({"text": ["a", "b"]}, "batched"),
     ({"text": "hi", "sampling_params": {"max_new_tokens": -1}}, "max_new_tokens"),
-    ({"text": "hi", "stream": "yes"}, "stream"),
+    ({"text": "hi", "stream": "maybe"}, "stream"),
 ])
 def test_bad_requests_get_400_with_a_message(ddtree, body, fragment):
     res = ddtree.post("/generate", body)
@@ -647,8 +649,12 @@ def field_errors(path: str, *errors: str) -> dict:
 
 
 def null_error(name: str, error_type: str, words: str, *suffix: str) -> str:
+    return type_error(name, error_type, words, None, *suffix)
+
+
+def type_error(name: str, error_type: str, words: str, value, *suffix: str) -> str:
     loc = ", ".join(repr(part) for part in ("body", name, *suffix))
-    return f"{{'type': '{error_type}', 'loc': ({loc}), 'msg': 'Input should be a valid {words}', 'input': None}}"
+    return f"{{'type': '{error_type}', 'loc': ({loc}), 'msg': 'Input should be a valid {words}', 'input': {value!r}}}"
 
 
 @pytest.mark.parametrize("path, field, errors", [
@@ -776,6 +782,41 @@ def test_an_unrouted_request_gets_fastapis_json_answer(ddtree, method, path, sta
             assert set(res.getheader("Allow").split(", ")) == allow
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("path", sorted(OPENAI_REQUESTS))
+@pytest.mark.parametrize("max_tokens", ["3", " 3 ", 3.0, "3.0"])
+def test_a_value_pydantic_reads_as_the_fields_type_is_served_as_sglang_serves_it(ddtree, path, max_tokens):
+    """SGLang's FastAPI validates a body in pydantic's lax mode: integer text or an integral number
+    is an int, "yes" and 1 are true, a number is a float. The engine refused them as 'invalid type'."""
+    res = ddtree.post(path, {**OPENAI_REQUESTS[path], "max_tokens": max_tokens, "ignore_eos": "yes",
+                             "temperature": "0", "n": 1.0, "echo" if path == "/v1/completions" else "logprobs": 0})
+    assert res.status == 200 and res.json()["usage"]["completion_tokens"] == 3, res.text
+    streamed = ddtree.post(path, {**OPENAI_REQUESTS[path], "max_tokens": 2, "stream": "true"})
+    assert streamed.status == 200 and sse_events(streamed.body)[-1] == "[DONE]", streamed.text
+    res = ddtree.post("/generate", {"text": PROMPT, "sampling_params": {"max_new_tokens": 2}, "stream": "on"})
+    assert res.status == 200 and sse_events(res.body)[-1] == "[DONE]", res.text
+
+
+@pytest.mark.parametrize("path, field, value, errors", [
+    ("/generate", "stream", 5, [("bool_parsing", "boolean, unable to interpret input")]),
+    ("/generate", "stream", [], [("bool_type", "boolean")]),
+    ("/v1/completions", "stream", "maybe", [("bool_parsing", "boolean, unable to interpret input")]),
+    ("/v1/completions", "max_tokens", "four", [("int_parsing", "integer, unable to parse string as an integer")]),
+    ("/v1/completions", "temperature", [1], [("float_type", "number")]),
+    ("/v1/completions", "stop", 5, [("list_type", "list", "list[str]"), ("string_type", "string", "str")]),
+    ("/v1/chat/completions", "n", "x", [("int_parsing", "integer, unable to parse string as an integer")]),
+    ("/v1/chat/completions", "top_p", "high", [("float_parsing", "number, unable to parse string as a number")]),
+    ("/v1/chat/completions", "model", 7, [("string_type", "string")]),
+])
+def test_a_value_pydantic_refuses_for_the_fields_type_is_fastapis_400(ddtree, path, field, value, errors):
+    """The engine answered a wrong type in its own words ('invalid type: ...'); SGLang's FastAPI
+    refuses it first, its validation handler listing pydantic's errors (a union's once a member)."""
+    body = {"text": PROMPT, "sampling_params": {"max_new_tokens": 2}} if path == "/generate" else {
+        **OPENAI_REQUESTS[path], "max_tokens": 2}
+    res = ddtree.post(path, {**body, field: value})
+    assert res.status == 400 and res.json() == field_errors(
+        path, *(type_error(field, kind, words, value, *suffix) for kind, words, *suffix in errors)), res.text
 
 
 @pytest.mark.parametrize("path", sorted(OPENAI_REQUESTS))

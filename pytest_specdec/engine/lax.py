@@ -1,0 +1,208 @@
+"""pydantic's lax-mode validation of the JSON types SGLang's request classes give their fields, so
+the engine reads a body as SGLang's FastAPI does before SGLang's code sees it: ``"max_tokens": "4"``,
+``2.0`` or ``true`` is the integer it reads, ``"stream": "yes"`` is true, and a value pydantic
+refuses is its error, as its validation handler lists it (protocol.RequestModel).
+
+A type is written as pydantic names it in an error's loc: ``int``, ``float``, ``bool``, ``str``,
+``list`` (items unchecked), ``list[T]``, ``nullable[T]`` (Optional), ``union[A,B]`` (one error per
+member, the member's name in the loc) and ``literal['a','b']``. pydantic is not a dependency of the
+engine, so these few rules are written out here; tests/unit/test_sglang_contract.py checks them
+against SGLang's own classes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from functools import cache
+from typing import Any
+
+#: The strings pydantic's lax mode reads as a boolean (any case, no blanks around them).
+TRUE_WORDS = frozenset({"1", "on", "t", "true", "y", "yes"})
+FALSE_WORDS = frozenset({"0", "off", "f", "false", "n", "no"})
+#: An integer's text as pydantic reads it besides Python's int(): a fraction of zeros.
+_INTEGRAL_TEXT = re.compile(r"([+-]?\d[\d_]*)\.0*")
+#: pydantic reads a float as an integer only inside a 64-bit one.
+_I64 = 2.0**63
+
+
+def _integral(value: Any) -> bool:
+    """A float pydantic reads as an integer (see _int)."""
+    return isinstance(value, float) and value.is_integer() and abs(value) < _I64
+
+
+class _Refused(Exception):
+    """The pydantic errors of a value (their locs relative to it)."""
+
+    def __init__(self, errors: list[dict]):
+        super().__init__(errors)
+        self.errors = errors
+
+
+def _error(kind: str, msg: str, value: Any, loc: tuple = (), **ctx: Any) -> dict:
+    error = {"type": kind, "loc": loc, "msg": msg, "input": value}
+    return {**error, "ctx": ctx} if ctx else error
+
+
+def _split(inner: str) -> list[str]:
+    """The comma-separated members of ``inner``, brackets and quotes respected."""
+    parts, depth, quote, start = [], 0, None, 0
+    for i, c in enumerate(inner):
+        if quote:
+            quote = None if c == quote else quote
+        elif c in "'\"":
+            quote = c
+        elif c == "[":
+            depth += 1
+        elif c == "]":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(inner[start:i])
+            start = i + 1
+    return [*parts, inner[start:]]
+
+
+@cache
+def _parse(spec: str) -> tuple[str, str, Any]:
+    """(kind, the type's name, its argument) of a type as written (see the module docstring)."""
+    head, _, rest = spec.partition("[")
+    arg = rest[:-1]
+    if head in ("int", "float", "bool", "str") or spec == "list":
+        return head, spec, None
+    if head in ("list", "nullable"):
+        return head, spec, arg
+    if head == "union":
+        return head, spec, tuple(_split(arg))
+    if head == "literal":
+        return head, spec, tuple(_literal(a) for a in _split(arg))
+    raise ValueError(f"no lax rule for the type {spec!r}")
+
+
+def _literal(text: str) -> Any:
+    """A literal's member as written (a quoted string)."""
+    return text.strip()[1:-1] if text.strip()[:1] in "'\"" else int(text)
+
+
+def validate(spec: str, value: Any) -> Any:
+    """The value pydantic's lax mode makes of ``value`` for the type ``spec``, or _Refused."""
+    return _validate(spec, value, strict=False)
+
+
+def errors(spec: str, value: Any, loc: tuple) -> tuple[Any, list[dict]]:
+    """(the value as read, []) or (None, pydantic's errors for it, under ``loc``)."""
+    try:
+        return validate(spec, value), []
+    except _Refused as exc:
+        return None, [{**e, "loc": (*loc, *e["loc"])} for e in exc.errors]
+
+
+def _validate(spec: str, value: Any, *, strict: bool) -> Any:
+    kind, name, arg = _parse(spec)
+    if kind == "nullable":
+        return None if value is None else _validate(arg, value, strict=strict)
+    if kind == "union":
+        return _union(arg, value, strict=strict)
+    if kind == "literal":
+        if any(type(value) is type(a) and value == a for a in arg):
+            return value
+        expected = " or ".join(repr(a) for a in arg) if len(arg) < 3 else (
+            ", ".join(repr(a) for a in arg[:-1]) + f" or {arg[-1]!r}")
+        raise _Refused([_error("literal_error", f"Input should be {expected}", value, expected=expected)])
+    if kind == "list":
+        if not isinstance(value, list):
+            raise _Refused([_error("list_type", "Input should be a valid list", value)])
+        if arg is None:
+            return value
+        out, errs = [], []
+        for i, item in enumerate(value):
+            try:
+                out.append(_validate(arg, item, strict=strict))
+            except _Refused as exc:
+                errs += [{**e, "loc": (i, *e["loc"])} for e in exc.errors]
+        if errs:
+            raise _Refused(errs)
+        return out
+    return _SCALARS[kind](value, strict)
+
+
+def _union(members: tuple[str, ...], value: Any, *, strict: bool) -> Any:
+    """pydantic's smart union: the first member that takes the value strictly, else the first that
+    takes it laxly; refused, each member's errors under its name."""
+    for mode in ((True,) if strict else (True, False)):
+        for member in members:
+            try:
+                return _validate(member, value, strict=mode)
+            except _Refused:
+                pass
+    errs = []
+    for member in members:
+        try:
+            _validate(member, value, strict=strict)
+        except _Refused as exc:
+            errs += [{**e, "loc": (_parse(member)[1], *e["loc"])} for e in exc.errors]
+    raise _Refused(errs)
+
+
+def _int(value: Any, strict: bool) -> int:
+    if type(value) is int:
+        return value
+    if not strict:
+        if isinstance(value, bool):
+            return int(value)
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise _Refused([_error("finite_number", "Input should be a finite number", value)])
+            if value.is_integer() and abs(value) < _I64:
+                return int(value)
+            if value.is_integer():
+                raise _Refused([_error("int_parsing_size", "Unable to parse input string as an integer, exceeded "
+                                       "maximum size", value)])
+            raise _Refused([_error("int_from_float", "Input should be a valid integer, got a number with a "
+                                   "fractional part", value)])
+        if isinstance(value, str):
+            text = value.strip()
+            match = _INTEGRAL_TEXT.fullmatch(text)
+            try:
+                return int(match.group(1) if match else text)
+            except ValueError:
+                raise _Refused([_error("int_parsing", "Input should be a valid integer, unable to parse string "
+                                       "as an integer", value)]) from None
+    raise _Refused([_error("int_type", "Input should be a valid integer", value)])
+
+
+def _float(value: Any, strict: bool) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if not strict:
+        if isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                raise _Refused([_error("float_parsing", "Input should be a valid number, unable to parse "
+                                       "string as a number", value)]) from None
+    raise _Refused([_error("float_type", "Input should be a valid number", value)])
+
+
+def _bool(value: Any, strict: bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    if not strict:
+        if isinstance(value, (int, float)) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str) and value.lower() in TRUE_WORDS | FALSE_WORDS:
+            return value.lower() in TRUE_WORDS
+        if isinstance(value, (int, str)) or _integral(value):
+            raise _Refused([_error("bool_parsing", "Input should be a valid boolean, unable to interpret input",
+                                   value)])
+    raise _Refused([_error("bool_type", "Input should be a valid boolean", value)])
+
+
+def _str(value: Any, strict: bool) -> str:
+    if isinstance(value, str):
+        return value
+    raise _Refused([_error("string_type", "Input should be a valid string", value)])
+
+
+_SCALARS = {"int": _int, "float": _float, "bool": _bool, "str": _str}
