@@ -24,7 +24,6 @@ from typing import Any, Mapping
 
 from .protocol import (
     TOP_K_ALL,
-    InvalidBody,
     Neutral,
     RequestError,
     RequestModel,
@@ -369,32 +368,38 @@ def check_chat(messages: list, max_tokens: int | None, context_length: int) -> N
 
 # -- /v1/tokenize ----------------------------------------------------------------------------------
 
-def tokenize(body: Any, *, encode, context_length: int) -> dict:
-    """SGLang's /v1/tokenize answer: the ids of `prompt` (a string, or a list of strings answered
-    with a list each), special tokens included unless `add_special_tokens` is false, their count,
-    and the context length as `max_model_len`. A chat (`messages`) is refused; the other fields of
-    SGLang's TokenizeRequest (the model's name, a chat's options) are ignored, as SGLang ignores
-    them beside a prompt."""
-    if not isinstance(body, dict):
-        raise InvalidBody("The request body must be a JSON object.")
-    prompt, messages = body.get("prompt"), body.get("messages")
-    if messages is not None and prompt is None:
+def _prompt_or_messages(body: dict) -> dict | None:
+    """TokenizeRequest's own validator of the whole request: exactly one of prompt and messages."""
+    if (body.get("prompt") is None) == (body.get("messages") is None):
+        words = "Exactly one of 'prompt' or 'messages' must be provided."
+        return {"type": "value_error", "loc": ("body",), "msg": f"Value error, {words}", "input": body,
+                "ctx": {"error": ValueError(words)}}
+    return None
+
+
+#: TokenizeRequest's fields of the types lax.py reads, in its order (messages as a list only: the
+#: engine counts no chat), and its check that a request names a prompt or messages.
+TOKENIZE_MODEL = RequestModel({
+    "model": "str", "prompt": "nullable[union[list[str],str]]", "messages": "nullable[list]",
+    "continue_final_message": _BOOL, "add_special_tokens": _BOOL, "add_generation_prompt": "nullable[bool]",
+}, after=_prompt_or_messages)
+
+
+def tokenize(body: dict, *, encode, context_length: int) -> dict:
+    """SGLang's /v1/tokenize answer to a body its TokenizeRequest took (TOKENIZE_MODEL): the ids
+    of `prompt` (a string, or a list of strings answered with a list each), special tokens
+    included unless `add_special_tokens` is false, their count, and the context length as
+    `max_model_len`. A chat (`messages`) is refused; the other fields (the model's name, a chat's
+    options) are ignored, as SGLang ignores them beside a prompt."""
+    prompt, add = body.get("prompt"), body.get("add_special_tokens", True)
+    if prompt is None:
         raise Unsupported("The embedded engine's /v1/tokenize counts prompts, not messages: send the "
                           "rendered chat as \"prompt\".")
-    if (prompt is None) == (messages is None):
-        raise InvalidBody("Exactly one of 'prompt' or 'messages' must be provided.")
-    add = body.get("add_special_tokens", True)
-    if not isinstance(add, bool):
-        raise InvalidBody(f"add_special_tokens must be a boolean, got {add!r}.")
     if isinstance(prompt, str):
         ids: list = encode(prompt, add_special_tokens=add)
-        count: Any = len(ids)
-    elif isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
-        ids = [encode(p, add_special_tokens=add) for p in prompt]
-        count = [len(i) for i in ids]
-    else:
-        raise InvalidBody(f"Invalid prompt type: {type(prompt).__name__}. Expected str or List[str].")
-    return {"tokens": ids, "count": count, "max_model_len": context_length}
+        return {"tokens": ids, "count": len(ids), "max_model_len": context_length}
+    ids = [encode(p, add_special_tokens=add) for p in prompt]
+    return {"tokens": ids, "count": [len(i) for i in ids], "max_model_len": context_length}
 
 
 # -- responses -------------------------------------------------------------------------------------

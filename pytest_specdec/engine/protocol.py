@@ -102,12 +102,14 @@ class RequestModel:
     errors), to its type as pydantic names it in an error's loc. ``before`` is the class's own
     before-validator, as far as it changes the input a ``missing`` error echoes. ``checks`` are
     the class's own field validators, by field: each takes the value pydantic read and the one
-    given, and returns pydantic's error for it, or None."""
+    given, and returns pydantic's error for it, or None. ``after`` is the class's own validator of
+    the whole body as read, which pydantic runs only once every field passed: its error, or None."""
 
     fields: Mapping[str, str]
     required: frozenset[str] = frozenset()
     before: Callable[[dict], dict] | None = None
-    checks: Mapping[str, Callable[[Any], dict | None]] = dataclasses.field(default_factory=dict)
+    checks: Mapping[str, Callable[[Any, Any], dict | None]] = dataclasses.field(default_factory=dict)
+    after: Callable[[dict], dict | None] | None = None
 
     @property
     def non_null(self) -> dict[str, str]:
@@ -132,6 +134,8 @@ class RequestModel:
                 errors.append(error)
             elif name in body:
                 out[name] = value
+        if not errors and self.after is not None and (error := self.after(out)) is not None:
+            errors.append(error)
         return out, errors
 
     def errors(self, body: dict) -> list[dict]:

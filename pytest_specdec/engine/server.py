@@ -504,7 +504,8 @@ class EngineServer:
     async def tokenize(self, request: web.Request) -> web.Response:
         """No scheduler behind it (SGLang tokenizes in its HTTP process), so a hung server answers it."""
         try:
-            answer = openai_api.tokenize(await self._read_json(request), encode=self.tokenizer.encode,
+            answer = openai_api.tokenize(await self._read_json(request, model=openai_api.TOKENIZE_MODEL),
+                                         encode=self.tokenizer.encode,
                                          context_length=self.context_length)
         except RequestError as exc:
             logs.SERVER.error(f"[http_server] Error: {exc}")

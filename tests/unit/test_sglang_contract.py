@@ -803,7 +803,8 @@ def test_engine_neutral_openai_values_are_sglangs_defaults(srt, request_model):
 # -- what FastAPI's validation of a request class refuses ---------------------------------------------
 
 REQUEST_MODELS = {"CompletionRequest": (openai_api.COMPLETION_MODEL, {"prompt": "hi"}),
-                  "ChatCompletionRequest": (openai_api.CHAT_MODEL, {"messages": [{"role": "user", "content": "hi"}]})}
+                  "ChatCompletionRequest": (openai_api.CHAT_MODEL, {"messages": [{"role": "user", "content": "hi"}]}),
+                  "TokenizeRequest": (openai_api.TOKENIZE_MODEL, {"prompt": "hi"})}
 
 
 def pydantic_errors(request_class, body: dict) -> list[dict]:
@@ -830,7 +831,7 @@ def test_the_engine_refuses_each_null_as_sglangs_request_class_does(openai_proto
     differ = {}
     for name in request_class.model_fields:
         body = {**prompt, name: None}
-        if (sglang := pydantic_errors(request_class, body)) != model.errors(body):
+        if str(sglang := pydantic_errors(request_class, body)) != str(model.errors(body)):  # ValueErrors in ctx
             differ[name] = sglang
     assert not differ, f"SGLang's {request_model} answers these nulls otherwise than the engine: {differ}"
 
@@ -858,7 +859,8 @@ def test_the_engine_reads_each_typed_field_as_sglangs_request_class_does(openai_
     request_class = getattr(openai_protocol, request_model)
     model, prompt = REQUEST_MODELS[request_model]
     differ = {}
-    for name in (name for name in model.fields if model.fields[name] != "list"):  # messages: see parse_chat
+    # messages are read as a list only (the engine reads each message itself, or counts no chat)
+    for name in (name for name in model.fields if model.fields[name] not in ("list", "nullable[list]")):
         for value in LAX_VALUES:
             body = {**prompt, name: value}
             if name in model.required:
