@@ -19,6 +19,7 @@ from .configuration import METHODS, MatrixCase, is_speculative, takes_budget
 from .hardware import GPU_FAMILIES
 from .lossless import reference_of
 from .state import RunState
+from .suggest import hint
 
 MARKERS = (
     "blackwell: targets Blackwell GPUs (sm_100/sm_120); skipped elsewhere with the hardware found",
@@ -86,7 +87,7 @@ def specdec_configuration(item: pytest.Item, marker: pytest.Mark
     elif unknown:
         problem = f"has unknown keywords {', '.join(unknown)}"
     elif method is not None and method not in METHODS:
-        problem = f"has method {method!r}, which is not one of {', '.join(METHODS)}"
+        problem = f"has method {method!r}, which is unknown ({hint(str(method), METHODS)})"
     elif not _is_count(tp) or tp & (tp - 1):
         problem = f"has tp={tp!r}, which is not a power of two (1, 2, 4, 8, ...)"
     elif budget is not None and not _is_count(budget):

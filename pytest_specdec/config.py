@@ -25,6 +25,7 @@ from .hardware import ALL_FAMILIES, FAMILIES, family_of, normalise_arch
 from .options import OPTION_NAMES, toml_shown
 from .servers.sglang import DEFAULT_METHOD_FLAGS, method_flags_from_config
 from .sglang_api import SKIP_TOKENIZER_INIT_FLAG
+from .suggest import hint
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -257,15 +258,13 @@ def _table_name(filename: str, name: str) -> str:
 def _family_hint(family: str) -> str:
     """The family a misspelt one most likely stands for, as unknown keys and flags are answered;
     else the families there are."""
-    # above difflib's 0.6, which offers cpu for tpu or gpu: a guess no user of either means
-    close = difflib.get_close_matches(family.lower(), ALL_FAMILIES, n=1, cutoff=0.7)
-    return f"did you mean {close[0]!r}?" if close else f"use one of {', '.join(ALL_FAMILIES)}"
+    return hint(family, ALL_FAMILIES)
 
 
 def _check_methods(reader: _Reader, key: str, methods: tuple[str, ...]) -> None:
     for method in methods:
         if method not in METHODS:
-            reader.fail(key, f"unknown method {method!r}; use one of {', '.join(METHODS)}")
+            reader.fail(key, f"unknown method {method!r}; {hint(method, METHODS)}")
 
 
 def _check_tp(reader: _Reader, key: str, tps: tuple[int, ...]) -> None:

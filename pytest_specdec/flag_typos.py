@@ -51,13 +51,13 @@ def check_markexpr(config: pytest.Config) -> None:
     import pytest
 
     from .hardware import GPU_FAMILIES
+    from .suggest import closest
 
     registered = {re.split(r"[(:]", line, maxsplit=1)[0].strip() for line in config.getini("markers")}
     for name in re.findall(r"[A-Za-z_][\w.]*", re.sub(r"\([^)]*\)", "", expression)):
         if name in _OPERATORS or name in registered:
             continue
-        # above difflib's 0.6, which would offer ada for any three-letter name with an a and a d
-        close = difflib.get_close_matches(name.lower(), GPU_FAMILIES, n=1, cutoff=0.7)
+        close = closest(name, GPU_FAMILIES)
         if close:
             raise pytest.UsageError(f"pytest-specdec: -m {expression!r}: {name!r} is no marker, so no test "
-                                    f"has it; did you mean {close[0]!r}?")
+                                    f"has it; did you mean {close!r}?")

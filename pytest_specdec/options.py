@@ -154,8 +154,10 @@ def _backend(text: str) -> str:
 
 
 def _reference(text: str) -> str:
+    from .suggest import hint
+
     if text not in METHODS:
-        raise ValueError(f"{text!r} is not one of {', '.join(METHODS)}")
+        raise ValueError(f"{text!r} is not a method; {hint(text, METHODS)}")
     if takes_budget(text):  # a reference is one configuration per family and TP: it has no budget
         raise ValueError(f"{text!r} has a configuration per tree budget, so no one of them is the "
                          f"reference and no output would be checked; use "

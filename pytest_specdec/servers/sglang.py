@@ -24,6 +24,7 @@ from types import MappingProxyType
 from pytest_specdec.configuration import METHODS, takes_budget
 from pytest_specdec.errors import SpecdecUsageError
 from pytest_specdec.servers.spec import ServerSpec
+from pytest_specdec.suggest import hint
 
 MethodFlags = Mapping[str, tuple[str, ...]]
 
@@ -75,7 +76,7 @@ def method_flags_from_config(value: str | Mapping[str, Sequence[str]], *, source
     merged = dict(DEFAULT_METHOD_FLAGS)
     for method, templates in value.items():
         if method not in METHODS:
-            raise SpecdecUsageError(f"{source}: unknown method {method!r}; use one of {', '.join(METHODS)}")
+            raise SpecdecUsageError(f"{source}: unknown method {method!r}; {hint(method, METHODS)}")
         if not isinstance(templates, (list, tuple)) or not all(isinstance(t, str) for t in templates):
             raise SpecdecUsageError(
                 f"{source}.{method}: {templates!r} is not a list of strings; "

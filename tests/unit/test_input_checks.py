@@ -203,7 +203,8 @@ def test_a_tp_filter_from_the_ini_is_named_as_such(pytester: pytest.Pytester):
     ('specdec("ddtree", 4)', "@pytest.mark.specdec('ddtree', 4) takes keywords only; write "
                              "@pytest.mark.specdec(method=..., tp=..., budget=...)*"),
     ('specdec(method="ddtre")', "@pytest.mark.specdec(method='ddtre') has method 'ddtre', which "
-                                "is not one of ar, dflash, ddtree*"),
+                                "is unknown (did you mean 'ddtree'?); write*"),
+    ('specdec(method="medusa")', "*has method 'medusa', which is unknown (use one of ar, dflash, ddtree)*"),
     ('specdec(method="ddtree", tp=3)', "*has tp=3, which is not a power of two*"),
     ('specdec(method="ddtree", budget="big")', "*has budget='big', which is not a whole number*"),
     ('specdec(method="ddtree", tree=8)', "*has unknown keywords tree*"),
