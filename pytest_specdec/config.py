@@ -21,11 +21,11 @@ from .engine.cli import DEVICES, MIN_BLOCK_SIZE, MODEL_PRESETS, parse_args, reje
 from .errors import SpecdecUsageError
 from .directions import METRIC_DIRECTIONS, METRIC_NAME, Direction, known_directions
 from .gate import parse_tolerance_table
-from .hardware import ALL_FAMILIES, FAMILIES, family_of, normalise_arch
+from .hardware import ALL_FAMILIES, FAMILIES, GPU_FAMILIES, arch_family, family_for_arch, family_of, normalise_arch
 from .options import OPTION_NAMES, toml_shown
 from .servers.sglang import DEFAULT_METHOD_FLAGS, method_flags_from_config
 from .sglang_api import SKIP_TOKENIZER_INIT_FLAG
-from .suggest import hint
+from .suggest import closest, hint
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -324,10 +324,16 @@ def _parse_known_issue(filename: str, index: int, data: Any) -> KnownIssue:
         try:
             arch = normalise_arch(arch)
         except SpecdecUsageError:
-            reader.fail("arch", f"{arch!r} is not an arch; use e.g. sm_120 ({', '.join(FAMILIES)})")
+            family = closest(arch, GPU_FAMILIES)
+            reader.fail("arch", f"{family_for_arch(arch)}; or write family = {family!r} to match them all" if family
+                        else family_for_arch(arch) or f"{arch!r} is not an arch; use e.g. sm_120 "
+                                                      f"({', '.join(FAMILIES)})")
     family = reader.get("family", str)
     if family is not None and family not in ALL_FAMILIES:
-        reader.fail("family", f"{family!r} is unknown; {_family_hint(family)}")
+        of = arch_family(family)
+        reader.fail("family", f"{family!r} is an architecture, not a family; write family = {of!r}, or "
+                              f"arch = {family!r} for that architecture only" if of
+                    else f"{family!r} is unknown; {_family_hint(family)}")
     if arch is not None and family is not None and family_of(arch) != family:
         # both must match, so the entry would never apply
         reader.fail("family", f"{family!r} contradicts arch = {arch!r}, which is "
@@ -552,7 +558,10 @@ def parse(data: Mapping[str, Any], filename: str, root: Path) -> SpecdecConfig:
         matrices = {}
         for family, table in raw.items():
             if family not in ALL_FAMILIES:
-                reader.fail(f"matrix.{family}", f"unknown hardware family; {_family_hint(family)}")
+                of = arch_family(family)
+                reader.fail(f"matrix.{family}", f"{family} is an architecture, not a hardware family; a matrix "
+                                                f"is per family: [{_table_name(filename, 'matrix.' + of)}]"
+                            if of else f"unknown hardware family; {_family_hint(family)}")
             matrices[family] = _parse_matrix(filename, family, table)
     else:
         matrices = dict(DEFAULT_MATRICES)

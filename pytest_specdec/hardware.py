@@ -57,6 +57,35 @@ def normalise_arch(text: str) -> str:
     )
 
 
+def arches_of(family: str) -> tuple[str, ...]:
+    """The architectures of a GPU family, as FAMILIES lists them."""
+    return tuple(arch for arch, of in FAMILIES.items() if of == family)
+
+
+def family_for_arch(text: str) -> str | None:
+    """Why `text`, given where an architecture is wanted, is a family (or a slip for one), and
+    which architectures to give instead; None where it names no family."""
+    from .suggest import closest
+
+    family = closest(text.strip(), ALL_FAMILIES)
+    if family is None:
+        return None
+    what = (f"{text!r} is a hardware family, not an architecture" if text.strip().lower() == family
+            else f"{text!r} is not an architecture, but close to the hardware family {family!r}")
+    if family == "cpu":
+        return f"{what}; a host without a GPU has no architecture: leave the arch out"
+    return f"{what}; give one of its architectures: {', '.join(arches_of(family))}"
+
+
+def arch_family(text: str) -> str | None:
+    """The family of `text` where it is an architecture of a known family (given where a family is
+    wanted: `sm_120`), else None."""
+    try:
+        return FAMILIES.get(normalise_arch(text))
+    except SpecdecUsageError:
+        return None
+
+
 def family_of(arch: str) -> str:
     """The family of an arch, or `unknown` for chips this plugin has no matrix for."""
     if arch == "cpu":

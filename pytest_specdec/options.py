@@ -134,11 +134,14 @@ def _url(text: str) -> str:
 
 def _arch(text: str) -> str:
     """Checked where it is set, so that its error names the ini key or config key it came from."""
-    from .hardware import FAMILIES, normalise_arch
+    from .hardware import FAMILIES, family_for_arch, normalise_arch
 
     try:
         arch = normalise_arch(text)
     except SpecdecUsageError:
+        family = family_for_arch(text)
+        if family is not None:
+            raise ValueError(family) from None
         raise ValueError(f"{text!r} is not a GPU architecture; use a compute capability such as sm_90 "
                          f"(Hopper) or sm_120 (Blackwell RTX PRO 6000); known: {', '.join(FAMILIES)}") from None
     if arch not in FAMILIES:

@@ -57,6 +57,23 @@ from pytest_specdec.errors import SpecdecUsageError
      "pyproject.toml [known_issues #1] family: 'tpu' is unknown; use one of blackwell, hopper, ada, ampere, cpu"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nfamily = 'cpus'\n",
      "pyproject.toml [known_issues #1] family: 'cpus' is unknown; did you mean 'cpu'?"),
+    # a family where an architecture is wanted, and the reverse, are named as such
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\narch = 'blackwell'\n",
+     "pyproject.toml [known_issues #1] arch: 'blackwell' is a hardware family, not an architecture; give one of "
+     "its architectures: sm_100, sm_101, sm_103, sm_110, sm_120, sm_121; or write family = 'blackwell' to match "
+     "them all"),
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\narch = 'hoper'\n",
+     "*arch: 'hoper' is not an architecture, but close to the hardware family 'hopper'; give one of its "
+     "architectures: sm_90; or write family = 'hopper' to match them all"),
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\narch = 'cpu'\n",
+     "*arch: 'cpu' is a hardware family, not an architecture; a host without a GPU has no architecture: leave "
+     "the arch out"),
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\nfamily = 'sm_90'\n",
+     "pyproject.toml [known_issues #1] family: 'sm_90' is an architecture, not a family; write family = 'hopper', "
+     "or arch = 'sm_90' for that architecture only"),
+    ("[tool.specdec.matrix.sm_120]\nmethods = ['ar']\n",
+     "pyproject.toml [tool.specdec] matrix.sm_120: sm_120 is an architecture, not a hardware family; a matrix is "
+     "per family: [tool.specdec.matrix.blackwell]"),
     ("[[tool.specdec.known_issues]]\narch = 'sm_120'\n",
      "pyproject.toml [known_issues #1] reason: is missing; say what breaks*"),
     ("[[tool.specdec.known_issues]]\narch = 'gfx942'\nreason = 'x'\n",

@@ -82,6 +82,12 @@ def test_a_marker_expression_of_known_markers_is_left_to_pytest(pytester: pytest
      "give each metric once*"),
     (["--specdec-arch=sm_999"], "--specdec-arch: 'sm_999': no family known for this architecture*; "
                                 "use one of sm_80, *sm_90*sm_120*"),
+    # a family where an architecture is wanted is named as such, with its architectures
+    (["--specdec-arch=blackwell"], "--specdec-arch: 'blackwell' is a hardware family, not an architecture; give "
+                                   "one of its architectures: sm_100, sm_101, sm_103, sm_110, sm_120, sm_121; "
+                                   "--specdec-arch takes: *"),
+    (["--specdec-arch=Hoper"], "--specdec-arch: 'Hoper' is not an architecture, but close to the hardware family "
+                               "'hopper'; give one of its architectures: sm_90; *"),
     (["--specdec-gpu-wait-timeout=inf"], "--specdec-gpu-wait-timeout: 'inf' must be a finite number greater "
                                          "than 0; --specdec-gpu-wait-timeout takes: *"),
 ])
@@ -97,6 +103,8 @@ def test_out_of_range_flag_values_are_usage_errors(pytester: pytest.Pytester, ar
     ("specdec_compare_fail = ttft_ms:5%,ttft_ms:off", "ini specdec_compare_fail: metric 'ttft_ms' is given "
                                                       "twice in *; give each metric once*"),
     ("specdec_arch = banana", "ini specdec_arch: 'banana' is not a GPU architecture*"),  # once "--specdec-arch"
+    ("specdec_arch = ampere", "ini specdec_arch: 'ampere' is a hardware family, not an architecture; give one of "
+                              "its architectures: sm_80, sm_86, sm_87; *"),
     # values pytest cannot convert get the option's own words, not int()'s or float()'s
     ("specdec_gpus = two", "ini specdec_gpus: 'two' is not a whole number; --specdec-gpus takes: *"),
     ("specdec_startup_timeout = soon", "ini specdec_startup_timeout: 'soon' is not a number; *"),
