@@ -33,6 +33,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 BUILTIN_PROMPT_SETS = ("chat", "code", "math")
+KNOWN_ISSUE_BACKENDS = ("embedded", "sglang")  # what a run resolves auto to, so what an issue can name
 ENGINE_DEVICES = ("auto", *DEVICES)  # auto: no --device given, so the engine runs on the CPU
 
 
@@ -360,8 +361,8 @@ def _parse_known_issue(filename: str, index: int, data: Any) -> KnownIssue:
                                   f"add ddtree to method")
     if backends is not None:
         for backend in backends:
-            if backend not in ("embedded", "sglang"):
-                reader.fail("backend", f"{backend!r} is unknown; use embedded or sglang")
+            if backend not in KNOWN_ISSUE_BACKENDS:
+                reader.fail("backend", f"{backend!r} is unknown; {hint(backend, KNOWN_ISSUE_BACKENDS)}")
     return KnownIssue(reason, arch, family, methods, tps, budgets, backends)
 
 

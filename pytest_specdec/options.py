@@ -151,8 +151,10 @@ def _arch(text: str) -> str:
 
 
 def _backend(text: str) -> str:
+    from .suggest import hint
+
     if text not in BACKENDS:
-        raise ValueError(f"{text!r} is not one of {', '.join(BACKENDS)}")
+        raise ValueError(f"{text!r} is not a backend; {hint(text, BACKENDS)}")
     return text
 
 

@@ -71,6 +71,10 @@ from pytest_specdec.errors import SpecdecUsageError
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nfamily = 'sm_90'\n",
      "pyproject.toml [known_issues #1] family: 'sm_90' is an architecture, not a family; write family = 'hopper', "
      "or arch = 'sm_90' for that architecture only"),
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\nbackend = ['embeded']\n",
+     "pyproject.toml [known_issues #1] backend: 'embeded' is unknown; did you mean 'embedded'?"),
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\nbackend = ['vllm']\n",
+     "pyproject.toml [known_issues #1] backend: 'vllm' is unknown; use one of embedded, sglang"),
     ("[tool.specdec.matrix.sm_120]\nmethods = ['ar']\n",
      "pyproject.toml [tool.specdec] matrix.sm_120: sm_120 is an architecture, not a hardware family; a matrix is "
      "per family: [tool.specdec.matrix.blackwell]"),

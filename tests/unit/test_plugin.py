@@ -519,7 +519,8 @@ def test_ini_values_are_typed_and_a_bad_one_is_a_usage_error(pytester: pytest.Py
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--specdec-backend=vllm"], "*--specdec-backend: 'vllm' is not one of auto, embedded, sglang*"),
+    (["--specdec-backend=vllm"], "*--specdec-backend: 'vllm' is not a backend; use one of auto, embedded, sglang*"),
+    (["--specdec-backend=sglng"], "*--specdec-backend: 'sglng' is not a backend; did you mean 'sglang'?*"),
     (["--specdec-startup-timeout=-1"], "*'-1' must be a finite number greater than 0*"),
     (["--specdec-startup-timeout=nan"], "*'nan' must be a finite number greater than 0*"),
     (["--specdec-stall-timeout=inf"], "*--specdec-stall-timeout: 'inf' must be a finite number*"),
