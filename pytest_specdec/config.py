@@ -438,9 +438,9 @@ def _parse_engine(filename: str, data: Any) -> EngineSettings:
         reader.fail("num_layers", f"{settings.num_layers} must be at least 1, or leave it out for the "
                                   f"preset's layer count")
     if settings.device not in ENGINE_DEVICES:
-        reader.fail("device", f"{settings.device!r} is unknown; use one of {', '.join(ENGINE_DEVICES)}")
+        reader.fail("device", f"{settings.device!r} is unknown; {hint(settings.device, ENGINE_DEVICES)}")
     if settings.model_preset not in MODEL_PRESETS:
-        reader.fail("model_preset", f"{settings.model_preset!r} is unknown; use one of {', '.join(MODEL_PRESETS)}")
+        reader.fail("model_preset", f"{settings.model_preset!r} is unknown; {hint(settings.model_preset, MODEL_PRESETS)}")
     _check_engine_extra_args(reader, settings)
     return settings
 

@@ -24,7 +24,7 @@ from types import MappingProxyType
 from pytest_specdec.configuration import METHODS, takes_budget
 from pytest_specdec.errors import SpecdecUsageError
 from pytest_specdec.servers.spec import ServerSpec
-from pytest_specdec.suggest import hint
+from pytest_specdec.suggest import closest, hint
 
 MethodFlags = Mapping[str, tuple[str, ...]]
 
@@ -71,7 +71,8 @@ def method_flags_from_config(value: str | Mapping[str, Sequence[str]], *, source
         except KeyError:
             raise SpecdecUsageError(
                 f"{source}: unknown SGLang method-flag preset {value!r}; "
-                f"use one of {', '.join(METHOD_FLAG_PRESETS)} or a table method = [argv...]"
+                f"{hint(value, METHOD_FLAG_PRESETS)}" + ("" if closest(value, METHOD_FLAG_PRESETS)
+                                                         else " or a table method = [argv...]")
             ) from None
     merged = dict(DEFAULT_METHOD_FLAGS)
     for method, templates in value.items():
@@ -110,7 +111,8 @@ def _check_template(template: str, where: str) -> None:
         if name is not None and name not in _PLACEHOLDERS:
             raise SpecdecUsageError(
                 f"{where}: placeholder {{{name}}} in {template!r} is unknown; "
-                f"use {', '.join('{' + p + '}' for p in sorted(_PLACEHOLDERS))}"
+                + (f"did you mean {{{close}}}?" if (close := closest(name, _PLACEHOLDERS))
+                   else f"use {', '.join('{' + p + '}' for p in sorted(_PLACEHOLDERS))}")
             )
     try:  # a bad conversion or format spec ({budget!z}, {budget:q}) only shows when filled in
         template.format(**dict.fromkeys(_PLACEHOLDERS, 1))

@@ -141,6 +141,19 @@ from pytest_specdec.errors import SpecdecUsageError
      "*[tool.specdec.engine] num_layers: 0 must be at least 1, or leave it out*"),
     ("[tool.specdec.engine]\ndevice = 'gpu'\n",
      "*[tool.specdec.engine] device: 'gpu' is unknown; use one of auto, cpu, cuda"),
+    # a misspelt name of a known few is answered with the one it most likely stands for
+    ("[tool.specdec.engine]\ndevice = 'cuda:0'\n",
+     "pyproject.toml [tool.specdec.engine] device: 'cuda:0' is unknown; did you mean 'cuda'?"),
+    ("[tool.specdec.engine]\nmodel_preset = 'tiny-hybird'\n",
+     "pyproject.toml [tool.specdec.engine] model_preset: 'tiny-hybird' is unknown; did you mean 'tiny-hybrid'?"),
+    ("[tool.specdec.engine]\nmodel_preset = 'llama'\n",
+     "*model_preset: 'llama' is unknown; use one of tiny, 8b-layer, tiny-hybrid, 27b-hybrid-layers"),
+    ("[tool.specdec.sglang]\nmethod_flags = 'ddtree-budgt'\n",
+     "pyproject.toml [tool.specdec.sglang] method_flags: unknown SGLang method-flag preset 'ddtree-budgt'; did "
+     "you mean 'ddtree-budget'?"),
+    ("[tool.specdec.sglang.method_flags]\nddtree = ['--speculative-ddtree-budget', '{budgte}']\n",
+     "pyproject.toml [tool.specdec.sglang] method_flags.ddtree: placeholder {budgte} in '{budgte}' is unknown; did "
+     "you mean {budget}?"),
     ("[tool.specdec.engine]\nextra_args = ['--context-lenght', '256']\n",
      "*[tool.specdec.engine] extra_args: unrecognized arguments: --context-lenght 256; "
      "see python -m pytest_specdec.engine --help"),
@@ -154,7 +167,8 @@ from pytest_specdec.errors import SpecdecUsageError
     ("[tool.specdec.engine]\nextra_args = ['--recurrent-tree', 'chain']\n",
      "*[tool.specdec.engine] extra_args: --recurrent-tree chain needs a hybrid model: --model-preset tiny*"),
     ("[tool.specdec.sglang]\nmethod_flags = 'eagle-ish'\n",
-     "*[tool.specdec.sglang] method_flags: unknown SGLang method-flag preset 'eagle-ish'; use one of*"),
+     "*[tool.specdec.sglang] method_flags: unknown SGLang method-flag preset 'eagle-ish'; use one of "
+     "ddtree-budget, num-draft-tokens or a table method = [argv...]"),
     ("[tool.specdec.sglang]\nmethod_flags = {ddtree = 5}\n",
      "*[tool.specdec.sglang] method_flags.ddtree: 5 is not a list of strings; give one, e.g.*"),
     # a budget for a method that takes none had no value until its server was built, hours in
