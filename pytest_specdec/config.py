@@ -377,10 +377,11 @@ def _parse_workload(filename: str, index: int, data: Any, root: Path) -> Workloa
     if prompts not in BUILTIN_PROMPT_SETS:
         path = Path(prompts).expanduser()  # as the model paths are
         path = path if path.is_absolute() else root / path
+        meant = closest(prompts, BUILTIN_PROMPT_SETS) if "/" not in prompts and not path.suffix else None
         if not path.is_file():
             reader.fail("prompts", f"{prompts!r} is neither a built-in set "
                                    f"({', '.join(BUILTIN_PROMPT_SETS)}) nor a JSONL file; "
-                                   f"fix the path")
+                                   + (f"did you mean the built-in set {meant!r}?" if meant else "fix the path"))
         prompts = str(path)
     spec = WorkloadSpec(
         name=name, prompts=prompts,

@@ -219,8 +219,12 @@ def load_workload(spec: str, *, base_dir: str | Path | None = None, **fields: An
     if not path.is_absolute() and base_dir is not None:
         path = Path(base_dir) / path
     if path.suffix != ".jsonl" and not path.exists():
+        from .suggest import closest
+
+        meant = closest(spec, BUILTIN_WORKLOADS) if "/" not in spec and not path.suffix else None
         raise SpecdecUsageError(
             f"workload {spec!r} is neither a built-in ({', '.join(BUILTIN_WORKLOADS)}) nor an existing .jsonl file"
+            + (f"; did you mean the built-in {meant!r}?" if meant else "")
         )
     return load_jsonl(path, **fields)
 

@@ -114,6 +114,11 @@ from pytest_specdec.errors import SpecdecUsageError
     ("[[tool.specdec.known_issues]]\nreason = '  '\n", "pyproject.toml [known_issues #1] reason: is missing*"),
     ("[[tool.specdec.workloads]]\nprompts = 'missing.jsonl'\n",
      "*[workloads #1] prompts: 'missing.jsonl' is neither a built-in set (chat, code, math) nor a *"),
+    ("[[tool.specdec.workloads]]\nprompts = 'maths'\n",
+     "pyproject.toml [workloads #1] prompts: 'maths' is neither a built-in set (chat, code, math) nor a JSONL "
+     "file; did you mean the built-in set 'math'?"),
+    ("[[tool.specdec.workloads]]\nprompts = 'poetry'\n", "*prompts: 'poetry' is neither a built-in set * nor a "
+                                                          "JSONL file; fix the path"),
     ("[[tool.specdec.workloads]]\nconcurrency = 0\n",
      "*[workloads #1] concurrency: 0 must be at least 1"),
     ("[[tool.specdec.workloads]]\nname = ''\n",

@@ -190,8 +190,10 @@ def test_load_workload_resolves_builtin_or_relative_path(tmp_path):
     assert load_workload("math").name == "math"
     write(tmp_path, '{"prompt": "p"}\n', name="set.jsonl")
     assert load_workload("set.jsonl", base_dir=tmp_path).prompts == (Prompt("p"),)
-    with pytest.raises(SpecdecUsageError, match="neither a built-in"):
+    with pytest.raises(SpecdecUsageError, match=r"neither a built-in \(chat, code, math\) nor an existing .jsonl file$"):
         load_workload("poetry")
+    with pytest.raises(SpecdecUsageError, match="nor an existing .jsonl file; did you mean the built-in 'chat'\\?"):
+        load_workload("Chta")
     with pytest.raises(SpecdecUsageError, match="does not exist"):
         load_workload("missing.jsonl", base_dir=tmp_path)
 
