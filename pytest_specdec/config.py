@@ -408,8 +408,9 @@ def _parse_metrics(filename: str, table: Mapping[str, Any]) -> dict[str, Directi
         if not METRIC_NAME.match(name):
             reader.fail(name, "is not a metric name: letters, digits, _ and ., not starting with a digit")
         if direction not in ("higher", "lower"):
-            reader.fail(name, f"{direction!r} is not a direction; write \"higher\" (bigger is better) "
-                              f"or \"lower\"")
+            meant = closest(direction, ("higher", "lower")) if isinstance(direction, str) else None
+            reader.fail(name, f"{direction!r} is not a direction; " + (f"did you mean {meant!r}?" if meant else
+                              "write \"higher\" (bigger is better) or \"lower\""))
         if name in METRIC_DIRECTIONS:
             reader.fail(name, f"is a built-in metric ({METRIC_DIRECTIONS[name]} is better); remove it "
                               f"from this table")

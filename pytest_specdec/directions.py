@@ -41,5 +41,8 @@ def direction_of(metric: str, declared: Mapping[str, Direction] | None = None) -
     try:
         return known[metric]
     except KeyError:
-        raise KeyError(f"unknown metric {metric!r}: give its direction explicitly, or {DECLARE_HINT} "
-                       f"(known: {', '.join(sorted(known))})") from None
+        from .suggest import closest
+
+        meant = closest(metric, sorted(known))
+        raise KeyError(f"unknown metric {metric!r}: " + (f"did you mean {meant!r}? " if meant else "")
+                       + f"give its direction explicitly, or {DECLARE_HINT} (known: {', '.join(sorted(known))})") from None

@@ -129,8 +129,12 @@ def _check_name(metric: str, source: str, known: Mapping[str, Direction]) -> Non
     if not METRIC_NAME.match(metric):
         raise SpecdecUsageError(f"{source}: {metric!r} is not a metric name; {EXAMPLE}")
     if metric not in known:
-        raise SpecdecUsageError(f"{source}: unknown metric {metric!r}; valid names: "
-                                f"{', '.join(sorted(known))} (or * for all); {DECLARE_HINT}")
+        from .suggest import closest
+
+        meant = closest(metric, sorted(known))
+        raise SpecdecUsageError(f"{source}: unknown metric {metric!r}; " + (
+            f"did you mean {meant!r}? (else {DECLARE_HINT})" if meant else
+            f"valid names: {', '.join(sorted(known))} (or * for all); {DECLARE_HINT}"))
 
 
 def parse_tolerances(expr: str, *, source: str = "--specdec-compare-fail",

@@ -119,6 +119,8 @@ from pytest_specdec.errors import SpecdecUsageError
      "file; did you mean the built-in set 'math'?"),
     ("[[tool.specdec.workloads]]\nprompts = 'poetry'\n", "*prompts: 'poetry' is neither a built-in set * nor a "
                                                           "JSONL file; fix the path"),
+    ("[tool.specdec.metrics]\nkv_hit_rate = 'higer'\n",
+     "pyproject.toml [tool.specdec.metrics] kv_hit_rate: 'higer' is not a direction; did you mean 'higher'?"),
     ("[[tool.specdec.workloads]]\nconcurrency = 0\n",
      "*[workloads #1] concurrency: 0 must be at least 1"),
     ("[[tool.specdec.workloads]]\nname = ''\n",

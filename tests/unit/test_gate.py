@@ -68,6 +68,10 @@ def test_parse_tolerances_relative_absolute_wildcard_and_off():
         ("tok/s:5%", "is not a metric name"),
         ("tok_s:5%", "unknown metric 'tok_s'; valid names: accept_length, accept_rate, e2e_ms, "
                      "output_tok_s, tpot_ms, ttft_ms, verify_us"),
+        # a misspelt metric is named as a misspelt key is
+        ("accept_lenght:2%", r"unknown metric 'accept_lenght'; did you mean 'accept_length'\? \(else declare a "
+                             r"metric of your own"),
+        ("TTFT_ms:10%", r"unknown metric 'TTFT_ms'; did you mean 'ttft_ms'\?"),
     ],
 )
 def test_bad_tolerance_expressions_are_usage_errors(expr, match):
@@ -81,6 +85,8 @@ def test_the_tolerances_table_is_checked_the_same_way():
     assert table["accept_length"] == Tolerance("accept_length", 0.0, False)
     with pytest.raises(SpecdecUsageError, match=r"^f: unknown metric 'tok_s'; valid names: accept_length"):
         parse_tolerance_table({"tok_s": "5%"}, "f")
+    with pytest.raises(SpecdecUsageError, match=r"^f: unknown metric 'output_toks'; did you mean 'output_tok_s'\?"):
+        parse_tolerance_table({"output_toks": "5%"}, "f")
     with pytest.raises(SpecdecUsageError, match="f output_tok_s: True is not a tolerance"):
         parse_tolerance_table({"output_tok_s": True}, "f")
 

@@ -58,8 +58,10 @@ def test_directions_cover_the_contract():
         "output_tok_s": "higher", "accept_length": "higher", "accept_rate": "higher"}
     for lower in ("ttft_ms", "tpot_ms", "verify_us"):
         assert direction_of(lower) == "lower"
-    with pytest.raises(KeyError, match="unknown metric 'nope'"):
+    with pytest.raises(KeyError, match="unknown metric 'nope': give its direction explicitly"):
         direction_of("nope")
+    with pytest.raises(KeyError, match=r"unknown metric 'tpot_sm': did you mean 'tpot_ms'\? give its direction"):
+        direction_of("tpot_sm")
 
 
 def test_percentiles_interpolate_linearly_between_order_statistics():
