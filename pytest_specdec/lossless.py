@@ -54,7 +54,14 @@ def parse_exactness(text: str) -> Exactness:
     if value.startswith("prefix:"):  # the form is right, its N is not
         raise ValueError(f"{text!r}: N of prefix:N counts the leading tokens that must match, a whole "
                          f"number 1 or more (e.g. prefix:32); use {', '.join(MODES)}")
-    raise ValueError(f"{text!r} is not a losslessness mode; use {', '.join(MODES)}")
+    from .suggest import closest
+
+    word, colon, count = value.partition(":")
+    meant = closest(word, ("exact", "prefix", "off"))  # prefx:32 as well as exat
+    if meant == "prefix":
+        meant += f":{count}" if colon and count else ":N"  # prefix alone lacks its N
+    fix = f"did you mean \"{meant}\"?" if meant else f"use {', '.join(MODES)}"
+    raise ValueError(f"{text!r} is not a losslessness mode; {fix}")
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,13 @@ def test_bad_modes_name_the_accepted_forms(text):
         parse_exactness(text)
 
 
+@pytest.mark.parametrize("text, meant", [("exat", "exact"), ("Of", "off"), ("prefx:32", "prefix:32"),
+                                         ("prefix", "prefix:N")])
+def test_a_misspelt_mode_is_named(text, meant):
+    with pytest.raises(ValueError, match=f'^{text!r} is not a losslessness mode; did you mean "{meant}"\\?$'):
+        parse_exactness(text)
+
+
 @pytest.mark.parametrize("text", ["prefix:", "prefix:0", "prefix:-3", "prefix:x", "prefix:1.5"])
 def test_a_bad_prefix_length_says_what_n_must_be(text):
     with pytest.raises(ValueError, match="a whole number 1 or more"):
