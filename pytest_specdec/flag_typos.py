@@ -2,8 +2,9 @@
 
 pytest turns argparse's abbreviations off and says only "unrecognized arguments: --specdec-tpp=1";
 the plugin's flags are many and long, and `[tool.specdec]` keys already get a did-you-mean, so the
-command line gets one too. So does a hardware family misspelt in `-m` (`-m blackwel`), which pytest
-takes for a marker no test has and answers by deselecting every test.
+command line gets one too. So does a hardware family misspelt in `-m` (`-m blackwel`), or an
+architecture given for one (`-m sm_120`), which pytest takes for a marker no test has and answers
+by deselecting every test.
 """
 
 from __future__ import annotations
@@ -44,19 +45,23 @@ _OPERATORS = {"and", "or", "not", "True", "False", "None"}
 
 def check_markexpr(config: pytest.Config) -> None:
     """Raise pytest.UsageError for a name in `-m` that is no registered marker but one letter or two
-    from a hardware family's."""
+    from a hardware family's, or an architecture of one."""
     expression = getattr(config.option, "markexpr", "") or ""
     if not expression:
         return
     import pytest
 
-    from .hardware import GPU_FAMILIES
+    from .hardware import GPU_FAMILIES, arch_family
     from .suggest import closest
 
     registered = {re.split(r"[(:]", line, maxsplit=1)[0].strip() for line in config.getini("markers")}
     for name in re.findall(r"[A-Za-z_][\w.]*", re.sub(r"\([^)]*\)", "", expression)):
         if name in _OPERATORS or name in registered:
             continue
+        family = arch_family(name)
+        if family is not None:  # -m sm_120: tests are marked by family, never by architecture
+            raise pytest.UsageError(f"pytest-specdec: -m {expression!r}: {name!r} is an architecture, not a "
+                                    f"marker, so no test has it; its family's marker is {family!r}")
         close = closest(name, GPU_FAMILIES)
         if close:
             raise pytest.UsageError(f"pytest-specdec: -m {expression!r}: {name!r} is no marker, so no test "

@@ -52,6 +52,10 @@ def test_a_misspelt_flag_is_named_with_the_flag_it_likely_means(pytester: pytest
     ("blackwel", "-m 'blackwel': 'blackwel' is no marker, so no test has it; did you mean 'blackwell'?"),
     ("not Hopper", "-m 'not Hopper': 'Hopper' is no marker, so no test has it; did you mean 'hopper'?"),
     ("gpu and amper", "-m 'gpu and amper': 'amper' is no marker*did you mean 'ampere'?"),
+    # an architecture where a family is wanted
+    ("sm_120", "-m 'sm_120': 'sm_120' is an architecture, not a marker, so no test has it; its family's marker "
+               "is 'blackwell'"),
+    ("gpu and not sm90", "*'sm90' is an architecture, not a marker*its family's marker is 'hopper'"),
 ])
 def test_a_misspelt_family_in_a_marker_expression_is_named_with_the_family(pytester: pytest.Pytester,
                                                                           expression, message):
@@ -60,10 +64,11 @@ def test_a_misspelt_family_in_a_marker_expression_is_named_with_the_family(pytes
     _usage_error(pytester.runpytest("-m", expression), message)
 
 
-@pytest.mark.parametrize("expression", ["blackwell or hopper", "ada", "not gpu", "blackwel", "specdec(method='ar')"])
+@pytest.mark.parametrize("expression", ["blackwell or hopper", "ada", "not gpu", "blackwel", "specdec(method='ar')",
+                                        "sm_90"])
 def test_a_marker_expression_of_known_markers_is_left_to_pytest(pytester: pytest.Pytester, expression):
     """Registered markers, and a project's own marker spelt like a family, are not misspellings."""
-    pytester.makeini("[pytest]\nmarkers =\n    blackwel: a project's own\n")
+    pytester.makeini("[pytest]\nmarkers =\n    blackwel: a project's own\n    sm_90: a project's own too\n")
     pytester.makepyfile("def test_x(): pass")
     assert pytester.runpytest("-m", expression).ret in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED)
 
