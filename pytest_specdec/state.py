@@ -6,6 +6,8 @@ read it from there. Building it is where every user mistake is caught, before an
 
 from __future__ import annotations
 
+import hashlib
+import re
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -126,14 +128,30 @@ LIVE_MARKER = ".live"
 DIST_CHOSEN_KEY = pytest.StashKey[bool]()
 
 
+#: Characters a run id keeps as they are: it names a folder (`run-<id>`) and a journal marker's word.
+_ID_SAFE = re.compile(r"[A-Za-z0-9._-]+")
+#: The longest --testrunuid kept whole; a longer one keeps this much, readable, before its hash.
+_ID_KEPT = 24
+
+
+def id_of(testrunuid: str) -> str:
+    """The run id of xdist's `testrunuid`: the value itself where it is short and safe in a path,
+    else a safe prefix of it and a hash of the whole, so distinct values never share a run id
+    (and so a run folder or a journal)."""
+    if len(testrunuid) <= _ID_KEPT and _ID_SAFE.fullmatch(testrunuid):
+        return testrunuid
+    prefix = re.sub(r"[^A-Za-z0-9._-]+", "_", testrunuid)[:_ID_KEPT - 9]
+    return f"{prefix}-{hashlib.sha256(testrunuid.encode()).hexdigest()[:8]}"
+
+
 def run_id(config: pytest.Config) -> str:
     """One id per pytest run, the same in every xdist worker (they share leases and logs)."""
     workerinput = getattr(config, "workerinput", None)
     if workerinput and "testrunuid" in workerinput:
-        return str(workerinput["testrunuid"])[:12]
+        return id_of(str(workerinput["testrunuid"]))
     if _RUN_ID_KEY not in config.stash:
         given = getattr(config.option, "testrunuid", None)  # xdist's --testrunuid, where the user gave one
-        config.stash[_RUN_ID_KEY] = str(given)[:12] if given else uuid.uuid4().hex[:12]
+        config.stash[_RUN_ID_KEY] = id_of(str(given)) if given else uuid.uuid4().hex[:12]
         if hasattr(config.option, "testrunuid") and not given:
             config.option.testrunuid = config.stash[_RUN_ID_KEY]  # an xdist controller's workers take it
     return config.stash[_RUN_ID_KEY]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -17,10 +18,11 @@ from pytest_specdec.retention import prune
 
 
 @contextlib.contextmanager
-def first_run(pytester: pytest.Pytester, test_file: str, started: Callable[[], bool]) -> Iterator[None]:
-    """A run of `test_file` in the background, past `started()`, while the body runs; its tests
-    wait for a file `go`, written when the body ends. The run must pass."""
-    run = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", test_file],
+def first_run(pytester: pytest.Pytester, test_file: str, started: Callable[[], bool],
+              *args: str) -> Iterator[None]:
+    """A run of `test_file` (with `args`) in the background, past `started()`, while the body
+    runs; its tests wait for a file `go`, written when the body ends. The run must pass."""
+    run = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", test_file, *args],
                            cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -197,6 +199,40 @@ def test_a_run_that_starts_while_another_measures_its_first_test_is_stopped(pyte
     second.stderr.fnmatch_lines(["*the results journal * is being written by another pytest run*"])
     journal = pytester.path / ".specdec" / "journal.jsonl"
     assert [r["data"]["metrics"]["verify_us"]["value"] for r in figures(journal)] == [1.0]
+
+
+def test_runs_given_testrunuids_alike_in_their_first_characters_are_two_runs(pytester: pytest.Pytester):
+    """The run id was the first 12 characters of xdist's --testrunuid: runs given `nightly-build-a`
+    and `nightly-build-b` were one run, which shared a run folder and both wrote the journal (the
+    second was not stopped, and its records went into the first's journal)."""
+    pytester.makepyprojecttoml("[tool.specdec]\n")
+    pytester.makepyfile(test_slow=waiting_test("specdec_pool, specdec_record",
+                                               then='specdec_record.metric("verify_us", 1.0)'),
+                        test_other="def test_other(specdec_record):\n    specdec_record.metric('verify_us', 3.0)\n")
+    artifacts = pytester.path / ".specdec" / "artifacts"
+    with first_run(pytester, "test_slow.py", (pytester.path / "started").exists,
+                   "-n", "1", "--testrunuid", "nightly-build-a"):
+        second = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_other.py", "-n", "1",
+                                               "--testrunuid", "nightly-build-b")
+        folders = [p.name for p in artifacts.glob("run-*")]
+    second.assert_outcomes(failed=1)
+    second.stdout.fnmatch_lines(["*the results journal * is being written by another pytest run*"])
+    journal = pytester.path / ".specdec" / "journal.jsonl"
+    assert [r["data"]["metrics"]["verify_us"]["value"] for r in figures(journal)] == [1.0]
+    assert folders == ["run-nightly-build-a"]
+
+
+def test_distinct_testrunuids_give_distinct_run_ids_safe_in_a_path():
+    """Cut to 12 characters, two values alike in their first 12 gave one run id; a value with a
+    `/` or a space named a folder below the artifacts' or broke the journal's marker."""
+    from pytest_specdec.state import id_of
+
+    assert id_of("nightly-build-a") == "nightly-build-a"  # short and safe: kept as given
+    long = "ci/" + "x" * 40
+    ids = {id_of(value) for value in ("nightly-build-a", "nightly-build-b", long + "1", long + "2", "a b", "a_b")}
+    assert len(ids) == 6
+    assert all(len(i) <= 24 and re.fullmatch(r"[A-Za-z0-9._-]+", i) for i in ids), ids
+    assert id_of(long + "1").startswith("ci_xxxx")  # readable before its hash
 
 
 def figures(journal: Path) -> list[dict]:
