@@ -7,13 +7,16 @@ earlier set's files still to be removed, or the new set's already moved), never 
 side by side. Files the set does not name (a shard's journal, a user's own) are left alone.
 
 A writer killed outright (SIGKILL, os._exit, a second SIGTERM) cannot remove its staging folder.
-Each is named by its writer's pid and host, so the next writer into that folder removes those whose
-writer is gone (same host, pid no longer running) instead of leaving them to pile up inside a
-published report; a live writer's, or another host's, stays.
+Each is named by its writer's pid and owner (its host, and a digest of the boot and pid namespace
+that pid belongs to), so the next writer into that folder removes those whose writer is gone (same
+owner, pid no longer running) instead of leaving them to pile up inside a published report; a live
+writer's, or another owner's, stays. Containers sharing a report folder on a mounted volume may
+have one hostname and separate pid namespaces: there a pid says nothing of the other's writers.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import socket
@@ -29,27 +32,45 @@ def staged(out_dir: Path, prefix: str) -> Iterator[Path]:
     the end with whatever was not moved out of it."""
     out_dir.mkdir(parents=True, exist_ok=True)
     remove_abandoned(out_dir, prefix)
-    folder = Path(tempfile.mkdtemp(dir=out_dir, prefix=f"{prefix}{os.getpid()}@{_host()}-"))
+    folder = Path(tempfile.mkdtemp(dir=out_dir, prefix=f"{prefix}{os.getpid()}@{_owner()}-"))
     try:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _host() -> str:
-    return socket.gethostname().replace("/", "_") or "localhost"
+def _owner() -> str:
+    """Where this process's pid means this process: its host and a digest of its boot id and pid
+    namespace (each where the system has it)."""
+    host = socket.gethostname().replace("/", "_") or "localhost"
+    return f"{host}~{hashlib.sha256(_pid_space().encode()).hexdigest()[:8]}"
+
+
+def _pid_space() -> str:
+    """This boot's id and this process's pid namespace; empty parts where /proc has none."""
+    parts = []
+    try:
+        parts.append(Path("/proc/sys/kernel/random/boot_id").read_text().strip())
+    except OSError:
+        parts.append("")
+    try:
+        ns = os.stat("/proc/self/ns/pid")
+        parts.append(f"{ns.st_dev}:{ns.st_ino}")
+    except OSError:
+        parts.append("")
+    return "/".join(parts)
 
 
 def remove_abandoned(out_dir: Path, prefix: str) -> list[Path]:
-    """Remove the staging folders in `out_dir` that a writer on this host left when it died;
-    returns them."""
+    """Remove the staging folders in `out_dir` that a writer of this owner (host and pid namespace)
+    left when it died; returns them."""
     from .servers.cleanup import alive
 
     removed = []
     for entry in out_dir.glob(f"{prefix}*@*"):
         pid, _, rest = entry.name[len(prefix):].partition("@")
-        host = rest.rpartition("-")[0]  # mkdtemp's random tail has no "-"
-        if not pid.isdigit() or host != _host() or not entry.is_dir() or entry.is_symlink() \
+        owner = rest.rpartition("-")[0]  # mkdtemp's random tail has no "-"
+        if not pid.isdigit() or owner != _owner() or not entry.is_dir() or entry.is_symlink() \
                 or alive(int(pid)):
             continue
         shutil.rmtree(entry, ignore_errors=True)

@@ -16,7 +16,7 @@ import pytest
 
 from report_support import row
 
-from pytest_specdec import outputs, summary
+from pytest_specdec import outputs, staging, summary
 from pytest_specdec.durations import Durations
 from pytest_specdec.session import Results
 from pytest_specdec.errors import SpecdecUsageError
@@ -542,7 +542,6 @@ with staging.staged(Path(sys.argv[1]), ".report-") as folder:
 def test_a_staging_folder_left_by_a_killed_writer_is_removed_by_the_next_one(tmp_path):
     """A run killed while it wrote its report left a hidden `.report-*` folder in the report
     folder, and each such run one more, inside the report a user publishes."""
-    import socket
     import subprocess
     import sys
 
@@ -550,7 +549,44 @@ def test_a_staging_folder_left_by_a_killed_writer_is_removed_by_the_next_one(tmp
     subprocess.run([sys.executable, "-c", KILLED_WRITER, str(rep)], check=False)
     left = [p.name for p in rep.iterdir()]
     assert len(left) == 1 and left[0].startswith(".report-"), left  # what the killed writer left
-    live = rep / f".report-{os.getpid()}@{socket.gethostname()}-live0000"  # a writer still running
+    live = rep / f".report-{os.getpid()}@{staging._owner()}-live0000"  # a writer still running
     live.mkdir()
     write_report(rep, [row("ar", 1, None, 10.0)], plots=False)
     assert sorted(p.name for p in rep.iterdir()) == sorted([*outputs.REPORT_FILES, live.name])
+
+
+def _new_pid_namespace() -> list[str] | None:
+    """A command prefix that runs a process in a pid namespace of its own, with its own /proc (as
+    a container does), on this host under this hostname; None where the system allows none."""
+    import shutil
+    import subprocess
+
+    command = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc"]
+    if not shutil.which("unshare") or subprocess.run([*command, "true"], capture_output=True).returncode:
+        return None
+    return command
+
+
+def test_a_writer_in_another_pid_namespace_leaves_a_live_staging_folder_alone(tmp_path):
+    """Two containers of one hostname, with pid namespaces of their own, sharing a report folder:
+    a writer in one took the other's live staging folder for a dead writer's (its pid is no
+    process there) and removed it while it was written."""
+    import subprocess
+    import sys
+
+    command = _new_pid_namespace()
+    if command is None:
+        pytest.skip("no pid namespace of its own can be made here (unshare)")
+    rep = tmp_path / "rep"
+    remover = ("import sys; from pathlib import Path; from pytest_specdec import staging; "
+               "print(len(staging.remove_abandoned(Path(sys.argv[1]), '.report-')))")
+    with staging.staged(rep, ".report-") as folder:
+        (folder / "results.json").write_text("half")
+        done = subprocess.run([*command, sys.executable, "-c", remover, str(rep)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "0" and (folder / "results.json").is_file()
+    subprocess.run([sys.executable, "-c", KILLED_WRITER, str(rep)], check=False)
+    (left,) = rep.iterdir()
+    done = subprocess.run([*command, sys.executable, "-c", remover, str(rep)], capture_output=True, text=True)
+    assert done.stdout.strip() == "0" and left.is_dir()  # another namespace's: not its to judge
+    assert staging.remove_abandoned(rep, ".report-") == [left]  # this namespace's writer is gone
