@@ -199,6 +199,28 @@ def collected_tests(config: pytest.Config) -> set[str]:
     return set(config.stash.get(_COLLECTED_KEY, ()))
 
 
+_CONFIGURED_KEY = pytest.StashKey["set[str]"]()
+
+
+def configured_ids(items: Iterable[pytest.Item]) -> set[str]:
+    """The node ids of the tests among `items` that the durations count (the `specdec` keyword, as
+    the matrix's tests have), recording or not: each one's seconds are part of its configuration's.
+    Node ids, not names: tests that record nothing may share a name across files."""
+    return {item.nodeid for item in items if "specdec" in item.keywords}
+
+
+def note_configured(config: pytest.Config, nodeids: Iterable[str]) -> None:
+    """Keep `configured_ids` of the tests this run collected, deselected ones too: a
+    configuration one of whose tests did not run took part of its cost (`Durations.complete`)."""
+    config.stash.setdefault(_CONFIGURED_KEY, set()).update(nodeids)
+
+
+def configured_tests(config: pytest.Config) -> set[str]:
+    """What `note_configured` kept in this process (under xdist, the controller's holds its
+    workers')."""
+    return set(config.stash.get(_CONFIGURED_KEY, ()))
+
+
 _SHARED_KEY = pytest.StashKey[str]()
 
 

@@ -116,7 +116,7 @@ class Durations:
     spent: dict[str, float] = field(default_factory=dict)
     ran: set[str] = field(default_factory=set)
     param_ids: tuple[str, ...] = ()  # the matrix's, to find a report's configuration
-    finished: set[str] = field(default_factory=set)  # tests (their names) whose teardown reported
+    finished: set[str] = field(default_factory=set)  # tests (their node ids) whose teardown reported
     #: the tests collected are not all known: --lf left out, uncollected, the files where nothing
     #: failed; an xdist worker ended (interrupted, crashed) without saying what it collected
     collection_unknown: bool = False
@@ -134,22 +134,26 @@ class Durations:
         if getattr(report, STAND_IN, False):  # judged on resumed figures: it measured nothing
             return
         if report.when == "teardown":
-            self.finished.add(report.nodeid.rsplit("::", 1)[-1])
+            self.finished.add(report.nodeid)
         self.add(configuration_in_nodeid(report.nodeid, self.param_ids), report.duration,
                  ran=report.when == "call")
 
-    def complete(self, collected: Iterable[str]) -> tuple[dict[str, float], list[str]]:
+    def complete(self, collected: Iterable[str], configured: Iterable[str] = ()
+                 ) -> tuple[dict[str, float], list[str]]:
         """The seconds of the configurations all of whose `collected` recording tests (their
-        names, deselected ones too) finished here, and the configurations that ran without some
-        of them: a run narrowed by -k, --deselect, --lf or stopped by -x took a part of what the
+        names) and `configured` tests (node ids of those whose seconds count, recording or not),
+        deselected ones too, finished here, and the configurations that ran without some of them:
+        a run narrowed by -k, --deselect, --lf or stopped by -x took a part of what the
         configuration costs, which would unbalance the shards that read it as the whole."""
         from .collection import configuration_in_nodeid
 
         seconds = self.seconds
         if self.collection_unknown:
             return {}, sorted(seconds)
-        left_out = {configuration_in_nodeid(name, self.param_ids) for name in collected
-                    if name not in self.finished}
+        names = {nodeid.rsplit("::", 1)[-1] for nodeid in self.finished}
+        left_out = {configuration_in_nodeid(name, self.param_ids) for name in collected if name not in names}
+        left_out |= {configuration_in_nodeid(nodeid, self.param_ids) for nodeid in configured
+                     if nodeid not in self.finished}
         return ({config: s for config, s in seconds.items() if config not in left_out},
                 sorted(config for config in seconds if config in left_out))
 

@@ -231,17 +231,18 @@ def pytest_benchmark_compare_machine_info(config: pytest.Config, compared_benchm
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
-    from .collection import note_collected, recording_names
+    from .collection import configured_ids, note_collected, note_configured, recording_names
 
     if items:  # a deselected test's entry is its own, not a misspelling (unmatched.py)
         note_collected(items[0].config, recording_names(items))
+        note_configured(items[0].config, configured_ids(items))  # its configuration ran in part
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     import pytest
 
-    from .collection import (count_recording, needs_server, note_collected, recording_names,
-                             shared_baseline_keys, uses_specdec)
+    from .collection import (configured_ids, count_recording, needs_server, note_collected,
+                             note_configured, recording_names, shared_baseline_keys, uses_specdec)
     from .errors import SpecdecUsageError
     from .state import STATE_KEY
 
@@ -256,6 +257,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # an xdist controller says where a hangup's output goes, not each of its workers
     cleanup.interrupt_on_signals(hangup.of_run(config, run_id(config)), notice=not hasattr(config, "workerinput"))
     note_collected(config, recording_names(session.items))
+    note_configured(config, configured_ids(session.items))
     recording = count_recording(session.items)  # the total of the `[done/total]` progress lines
     shared = shared_baseline_keys(session.items)
     # An xdist worker cannot stop the run from here: its fixtures and test calls say it instead.
@@ -389,6 +391,8 @@ class LastOrdering:
 
 #: The `workeroutput` key under which an xdist worker hands the controller its collected tests.
 COLLECTED_OUTPUT = "specdec_collected"
+#: The same for the node ids of its collected tests that the durations count (`configured_ids`).
+CONFIGURED_OUTPUT = "specdec_configured"
 
 
 class Worker:
@@ -408,10 +412,11 @@ class Worker:
         return report
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        from .collection import collected_tests
+        from .collection import collected_tests, configured_tests
 
         # the controller collects nothing: its summary's hints learn the collected tests here
         session.config.workeroutput[COLLECTED_OUTPUT] = sorted(collected_tests(session.config))
+        session.config.workeroutput[CONFIGURED_OUTPUT] = sorted(configured_tests(session.config))
 
 
 class Controller:
@@ -487,9 +492,10 @@ class Controller:
             session.exitstatus = summary.empty_shard_status(self.config.stash.get(SHARD_KEY, None), exitstatus)
         elif self.durations is not None or SHARD_KEY in self.config.stash:
             from . import summary
-            from .collection import collected_tests
+            from .collection import collected_tests, configured_tests
 
             _results(self.config).collected |= collected_tests(self.config)
+            _results(self.config).configured |= configured_tests(self.config)
             lf = self.config.pluginmanager.get_plugin("lfplugin")
             if self.durations is not None and (lf is not None and lf.active and lf.lastfailed
                                                or _results(self.config).unheard_workers):

@@ -447,6 +447,9 @@ class Results:
     #: baseline keys of the recording tests collected, deselected ones too, also by xdist workers
     #: (`collection.note_collected`): never a misspelt entry for the summary to suggest
     collected: set[str] = field(default_factory=set)
+    #: node ids of the tests collected whose seconds the durations count, recording or not, deselected
+    #: ones too, also by xdist workers (`collection.note_configured`)
+    configured: set[str] = field(default_factory=set)
     #: resumed tests stood in that skipped awaiting the outputs of a reference this run measures
     awaiting: set[str] = field(default_factory=set)
     #: node id -> where the figures of a resumed test's stand-in come from (journal, when measured)

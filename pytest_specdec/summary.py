@@ -220,7 +220,8 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
     import pytest
 
     state = results.state
-    seconds, partial = durations.complete(results.collected) if durations is not None else ({}, [])
+    seconds, partial = (durations.complete(results.collected, results.configured) if durations is not None
+                        else ({}, []))
     if state.settings.save_baseline and partial:
         from .durations import not_saved
 

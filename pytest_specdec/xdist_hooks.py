@@ -73,14 +73,17 @@ class XdistHooks:
                                 f"alone) boots each once")
 
     def pytest_testnodedown(self, node, error) -> None:
-        """Keep the tests a worker collected, deselected ones too, for the summary's hints."""
-        from .collection import note_collected
-        from .plugin import COLLECTED_OUTPUT
+        """Keep the tests a worker collected, deselected ones too, for the summary's hints and
+        the durations' completeness."""
+        from .collection import note_collected, note_configured
+        from .plugin import COLLECTED_OUTPUT, CONFIGURED_OUTPUT
 
-        collected = getattr(node, "workeroutput", {}).get(COLLECTED_OUTPUT)
+        output = getattr(node, "workeroutput", {})
+        collected = output.get(COLLECTED_OUTPUT)
         if collected is not None:
             self.results.unheard_workers.discard(node.gateway.id)
             note_collected(node.config, collected)
+            note_configured(node.config, output.get(CONFIGURED_OUTPUT, ()))
 
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:
         """A worker died in a test: that test fails once, as "worker crashed" (the scheduler

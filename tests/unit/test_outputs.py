@@ -379,6 +379,38 @@ def test_a_narrowed_save_keeps_the_recorded_durations_of_configurations_it_ran_i
                                  f"some of the tests of each (-k, -m, --deselect, --lf, -x, a resume)*"])
 
 
+#: A configuration's test that records nothing (its seconds count all the same) beside one that records.
+WITH_A_CHECK = """
+def test_ready(specdec_spec, specdec_pool):
+    pass
+
+
+def test_measures(specdec_spec, specdec_record):
+    specdec_record.metric("output_tok_s", 100.0)
+"""
+
+
+@pytest.mark.parametrize("xdist", [False, True])
+@pytest.mark.parametrize("narrowing", [["-k", "test_measures"], ["--deselect", "test_also.py"]])
+def test_a_save_that_left_out_a_test_that_records_nothing_keeps_the_recorded_durations(pytester, xdist, narrowing):
+    """Only recording tests counted towards a configuration's completeness: a run that -k left
+    the configuration's other tests out of (they use its server, record nothing, and their seconds
+    count) saved what it measured as the configuration's whole cost. Such tests may share a name
+    across files: one that ran does not stand for another file's that did not."""
+    pytester.makepyprojecttoml(MATRIX_PROJECT)
+    pytester.makepyfile(test_check=WITH_A_CHECK, test_also=WITH_A_CHECK.split("\n\n\n")[0])
+    recorded = {"ar-tp1": 500.0, "dflash-tp1": 700.0}
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / "durations.json").write_text(json.dumps(
+        {"format": "pytest-specdec-durations", "version": 1, "configurations": recorded}))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "--specdec-save-baseline",
+                                           *narrowing, *(["-n", "1"] if xdist else []))
+    result.assert_outcomes(passed=2 if narrowing[0] == "-k" else 4)
+    saved = json.loads((pytester.path / "baselines" / "durations.json").read_text())["configurations"]
+    assert saved == recorded
+    result.stdout.fnmatch_lines(["specdec: durations not saved for ar-tp1, dflash-tp1: this run measured only *"])
+
+
 def test_a_save_after_last_failed_keeps_the_recorded_durations(pytester, monkeypatch):
     """--lf collects only the files where a test failed: a configuration's tests in other files
     are not even deselected, so its seconds there are not the whole configuration's."""
