@@ -244,6 +244,10 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
         notes.append(nothing_reported(state))
     if results.reruns:
         notes.append(rerun_note(results.reruns))
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        unfinished = interrupted_note(results)
+        if unfinished:
+            notes.append(unfinished)
     unchecked = None if plan is not None else unchecked_lossless(results)  # a merge checks a shard's
     if unchecked:
         notes.append(unchecked)
@@ -288,6 +292,28 @@ def rerun_note(reruns: dict[str, int]) -> str:
                       for nodeid, n in sorted(reruns.items()))
     return (f"run again after failing: {tests}; the table, the report and a saved baseline hold "
             f"each one's last attempt, the journal every attempt's figures")
+
+
+def interrupted_note(results: Results) -> str | None:
+    """After Ctrl-C (or a SIGTERM or SIGHUP, which end the run as it does): how many of the
+    run's measurements finished, where they are kept and how to measure only the rest; None
+    where every one finished. A run started again without resume would measure them all anew."""
+    from .relpaths import relative_path
+    from .shard_dir import folder, journal_path
+
+    state = results.state
+    total = results.progress_total()
+    done = len(results.results)
+    if total is None or done >= total:
+        return None
+    settings = state.settings
+    # a shard journals into its own folder, which only a run of the same shard resumes from
+    same_shard = (f" and the same {settings.setter('shard')} and {settings.setter('report')}"
+                  if folder(state) is not None else "")
+    how = (f"run it again{same_shard} (resume is on: {settings.source('resume')})" if settings.resume
+           else f"run it again with {settings.setter('resume')}{same_shard}")
+    return (f"run interrupted with {done} of {total} measurement(s) done, kept in the journal "
+            f"{relative_path(journal_path(state), state.config.root)}: {how} to measure only the rest")
 
 
 def unchecked_lossless(results: Results) -> str | None:

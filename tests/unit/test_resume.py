@@ -611,3 +611,38 @@ def test_a_torn_journal_line_is_said_once_at_its_place(pytester, no_leftover_eng
     summary = result.stdout.str().split("warnings summary")[-1].split("-- Docs")[0]
     assert summary.count("skipped an incomplete last line") == 1, summary
     assert "pytest_specdec" not in summary, summary  # located at the journal's line
+
+
+INTERRUPTED_TESTS = """
+import os
+
+def test_first(specdec_record):
+    specdec_record.metric("my_fig", 1.0, "higher")
+
+def test_second(specdec_record):
+    if os.environ.get("INTERRUPT"):
+        raise KeyboardInterrupt
+    specdec_record.metric("my_fig", 2.0, "higher")
+
+def test_third(specdec_record):
+    specdec_record.metric("my_fig", 3.0, "higher")
+"""
+
+
+def test_an_interrupted_run_says_how_many_measurements_finished_and_how_to_resume(pytester, monkeypatch):
+    """A run ended by Ctrl-C printed its table and nothing more: a user who ran it again without
+    --specdec-resume measured everything anew. The summary now says what finished, where it is
+    kept, and the flag that measures only the rest; a run that finishes says nothing of it."""
+    pytester.makepyfile(test_figures=INTERRUPTED_TESTS)
+    monkeypatch.setenv("INTERRUPT", "1")
+    # in a process of its own: in this one the KeyboardInterrupt would end the outer run
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["specdec: run interrupted with 1 of 3 measurement(s) done, kept in the "
+                                 "journal .specdec/journal.jsonl: run it again with --specdec-resume to "
+                                 "measure only the rest"])
+
+    monkeypatch.delenv("INTERRUPT")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "--specdec-resume")
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.no_fnmatch_line("*run interrupted*")
