@@ -1,17 +1,19 @@
-"""A misspelt `--specdec-*` flag, named together with the flag it most likely stands for.
+"""A misspelt `--specdec-*` flag or `specdec_*` ini key, named together with the one it most
+likely stands for.
 
 pytest turns argparse's abbreviations off and says only "unrecognized arguments: --specdec-tpp=1";
 the plugin's flags are many and long, and `[tool.specdec]` keys already get a did-you-mean, so the
 command line gets one too. So does a hardware family misspelt in `-m` (`-m blackwel`), or an
 architecture given for one (`-m sm_120`), which pytest takes for a marker no test has and answers
-by deselecting every test.
+by deselecting every test. A misspelt ini key is worse: pytest only warns of it in the
+warnings summary, after the whole benchmark ran with the default it meant to change.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .options import OPTIONS
 
@@ -66,3 +68,29 @@ def check_markexpr(config: pytest.Config) -> None:
         if close:
             raise pytest.UsageError(f"pytest-specdec: -m {expression!r}: {name!r} is no marker, so no test "
                                     f"has it; did you mean {close!r}?")
+
+
+INI_PREFIX = "specdec_"
+
+
+def check_ini(config: Any) -> None:
+    """Raise pytest.UsageError for the first `specdec_*` key of the ini file (or `-o`) that is no
+    option's ini twin."""
+    import pytest
+
+    entries = getattr(config, "_inicfg", None)  # pytest 9 keeps the file's values there and deprecates inicfg
+    if not isinstance(entries, Mapping):
+        entries = getattr(config, "inicfg", None)  # pytest 8
+    inipath = getattr(config, "inipath", None)
+    where = {key: f"in {inipath}" for key in (entries if isinstance(entries, Mapping) else ())}
+    for override in getattr(config.option, "override_ini", None) or []:
+        where[override.partition("=")[0].strip()] = "given with -o"
+    # the part after the shared prefix, which would make any two keys look alike
+    names = {option.ini.removeprefix(INI_PREFIX): option.ini for option in OPTIONS}
+    for key in sorted(where):
+        if not key.startswith(INI_PREFIX) or key in names.values():
+            continue
+        close = difflib.get_close_matches(key.removeprefix(INI_PREFIX), names, n=1)
+        hint = (f"did you mean {names[close[0]]}?" if close
+                else "pytest --help lists the plugin's ini keys beside its flags")
+        raise pytest.UsageError(f"pytest-specdec: unknown ini key {key} ({where[key]}); {hint}")

@@ -75,7 +75,9 @@ def pytest_configure(config: pytest.Config) -> None:
     root = Path(config.inipath).parent if config.inipath else Path(config.rootpath)
     try:
         if not hasattr(config, "workerinput"):  # a worker's rootdir is the controller's, checked there
-            from . import early_args
+            from . import early_args, flag_typos
+
+            flag_typos.check_ini(config)  # pytest only warns, after the run measured with the default
 
             early_args.check(config)  # before anything reads the configuration it may have missed
             from . import config_root

@@ -73,6 +73,21 @@ def test_a_marker_expression_of_known_markers_is_left_to_pytest(pytester: pytest
     assert pytester.runpytest("-m", expression).ret in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED)
 
 
+@pytest.mark.parametrize("ini, args, message", [
+    ("specdec_backnd = embedded", (), "unknown ini key specdec_backnd (in */tox.ini); did you mean specdec_backend?"),
+    ("specdec_compare_fail = *:off", ("-o", "specdec_stal_timeout=5"),
+     "unknown ini key specdec_stal_timeout (given with -o); did you mean specdec_stall_timeout?"),
+    ("specdec_xyzzy = 1", (), "unknown ini key specdec_xyzzy (in *); pytest --help lists the plugin's ini keys "
+                              "beside its flags"),
+])
+def test_a_misspelt_ini_key_is_named_with_the_key_it_likely_means(pytester: pytest.Pytester, ini, args, message):
+    """pytest only warned of an unknown ini key, in the warnings summary after the whole run: a
+    misspelt `specdec_stal_timeout` measured everything under the default it meant to change."""
+    pytester.makeini("[pytest]\n" + ini)
+    pytester.makepyfile("def test_x(): pass")
+    _usage_error(pytester.runpytest(*args), message)
+
+
 @pytest.mark.parametrize("args, message", [
     (["--specdec-gpus=65"], "--specdec-gpus: '65' is more GPUs than one host has; give at most "
                             "64*"),
