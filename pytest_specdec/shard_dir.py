@@ -291,6 +291,8 @@ def read(directory: str | Path) -> ShardManifest:
     directory = Path(directory)
     path = directory / MANIFEST
     how = "run pytest with --specdec-shard=K/N --specdec-report=DIR and merge DIR"
+    if not directory.exists():  # a mistyped name, or a glob (`shard-*`) the shell matched to nothing
+        raise SpecdecUsageError(f"{directory} does not exist; give each shard's --specdec-report folder ({how})")
     if not path.is_file():
         raise SpecdecUsageError(f"{directory} is not a shard folder: it has no {MANIFEST} ({how})")
     try:

@@ -73,6 +73,18 @@ def test_intact_shards_merge(shards):
     assert "2 row(s) written" in text
 
 
+def test_a_shard_folder_that_does_not_exist_is_named_so(shards, monkeypatch):
+    """A mistyped folder, or `shard-*` left as it is by a shell that matched nothing, was called
+    "not a shard folder: it has no shard.json", as if it were there; it now says it does not exist."""
+    monkeypatch.chdir(shards)
+    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out", "merged",
+                           "shard-1", "shard-*"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.startswith("python -m pytest_specdec merge: error: shard-* does not exist; give each "
+                                  "shard's --specdec-report folder (run pytest with --specdec-shard=K/N"), done.stderr
+    assert not (shards / "merged").exists()
+
+
 def test_the_merged_reports_title_nests_no_parentheses(shards):
     """It read `pytest-specdec results (2 of 2 merged (1/2, 2/2))`."""
     rc, text = merge(shards)
