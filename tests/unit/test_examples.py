@@ -75,6 +75,21 @@ def test_the_gpu_workflows_never_run_a_fork_pull_request_on_a_self_hosted_runner
     assert "a fork's pull request would run its own" in path.read_text()
 
 
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_every_upload_of_a_hidden_folder_includes_hidden_files(path):
+    """upload-artifact (v4.4 on) leaves out files and folders whose name starts with a dot unless
+    told otherwise, with a warning only: the GPU workflow's `.specdec/` (its server logs, the
+    first thing to read after a crash) was never uploaded."""
+    workflow = yaml.safe_load(path.read_text())
+    for job in workflow["jobs"].values():
+        for step in job["steps"]:
+            if "upload-artifact" not in step.get("uses", ""):
+                continue
+            paths = step["with"]["path"].split()
+            if any(part.startswith(".") for p in paths for part in Path(p).parts):
+                assert step["with"].get("include-hidden-files") is True, (step["name"], paths)
+
+
 def test_the_sharded_workflow_runs_every_shard_then_merges_whatever_happened(tmp_path):
     from pytest_specdec.__main__ import _parser
 
