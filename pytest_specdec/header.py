@@ -61,11 +61,16 @@ def _over(state: RunState, name: str) -> str:
                                          for origin, value in hidden) if hidden else ""
 
 
+def _found_by(source: str) -> str:
+    """How the inventory was found; "none" is the probes' answer, not a probe's name."""
+    return "neither NVML nor nvidia-smi found one" if source == "none" else f"detected by {source}"
+
+
 def details(state: RunState) -> list[str]:
     hw = state.hardware
     arch = f"{hw.arch}, {hw.family}" if hw.arch else hw.family
     out = [
-        f"specdec: hardware {hw.describe()} [{arch}, {hw.count} GPU(s), detected by {hw.source}]",
+        f"specdec: hardware {hw.describe()} [{arch}, {hw.count} GPU(s), {_found_by(hw.source)}]",
         f"specdec: baselines {state.baseline_path}{_baseline_state(state)}",
     ]
     settings = state.settings

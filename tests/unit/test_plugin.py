@@ -295,6 +295,17 @@ def test_header_states_backend_hardware_and_baseline(pytester: pytest.Pytester):
     ])
 
 
+def test_the_header_of_a_machine_without_a_gpu_says_what_looked(pytester: pytest.Pytester, monkeypatch):
+    """A CPU machine's header read "detected by none", as if a probe named none had found its 0 GPUs."""
+    from pytest_specdec import hardware
+
+    monkeypatch.setattr(hardware, "detect", lambda: hardware.Hardware((), "none", physical_gpus=0))
+    pytester.makepyprojecttoml(SMALL_MATRIX)
+    pytester.makepyfile(SPEC_TEST)
+    result = pytester.runpytest("--specdec-backend=embedded", "--co")
+    result.stdout.fnmatch_lines(["specdec: hardware no GPU [[]cpu, 0 GPU(s), neither NVML nor nvidia-smi found one[]]"])
+
+
 def test_the_header_says_a_baseline_folder_that_is_a_file_is_none(pytester: pytest.Pytester):
     """--specdec-baseline-dir naming a file read "(none yet)", as a first run's folder does, though
     nothing could be compared against it nor ever saved into it."""
