@@ -26,6 +26,7 @@ MARKERS = (
     "hopper: targets Hopper GPUs (sm_90); skipped elsewhere with the hardware found",
     "ada: targets Ada GPUs (sm_89); skipped elsewhere with the hardware found",
     "ampere: targets Ampere GPUs (sm_80/sm_86); skipped elsewhere with the hardware found",
+    "cpu: a configuration of the cpu matrix (the embedded engine, on any machine); selects them: -m cpu",
     "gpu: needs a real GPU (not a simulated one); skipped on a CPU-only machine",
     "gpus(n): needs at least n GPUs in the inventory; skipped with fewer",
     "specdec(method=..., tp=..., budget=...): the speculative-decoding configuration a test "
@@ -107,7 +108,9 @@ def case_marks(case: MatrixCase) -> list[pytest.MarkDecorator]:
     if case.family in GPU_FAMILIES:
         marks.append(getattr(pytest.mark, case.family))
         marks.append(pytest.mark.gpus(case.tp))
-    elif case.tp > 1:
+        return marks
+    marks.append(pytest.mark.cpu)  # `-m cpu` selects the cpu matrix, as `-m blackwell` a family's
+    if case.tp > 1:
         marks.append(pytest.mark.gpus(case.tp))
     return marks
 

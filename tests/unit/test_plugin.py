@@ -279,6 +279,18 @@ tp = [1, 4]
     pytester.runpytest("--specdec-gpus=8").assert_outcomes(passed=2)
 
 
+def test_minus_m_cpu_selects_the_cpu_matrix_as_a_family_marker_selects_its_own(pytester: pytest.Pytester):
+    """The README said each configuration carries its family's marker, and `cpu` is a family to the
+    matrix's checks, but the cpu matrix's carried none: `pytest -m cpu` collected nothing, silently."""
+    pytester.makepyprojecttoml(SMALL_MATRIX + "\n[tool.pytest.ini_options]\nstrict_markers = true\n")
+    pytester.makepyfile(SPEC_TEST)
+    result = pytester.runpytest("--co", "-q", "-m", "cpu")
+    result.stdout.fnmatch_lines(["test_*::test_cell[[]ar-tp1[]]", "test_*::test_cell[[]ddtree-tp1-b8[]]",
+                                 "test_*::test_cell[[]ddtree-tp1-b16[]]", "3/8 tests collected (5 deselected)*"])
+    pytester.runpytest("--co", "-q", "-m", "blackwell").stdout.fnmatch_lines(["3/8 tests collected*"])
+    assert "cpu: a configuration of the cpu matrix" in pytester.runpytest("--markers").stdout.str()
+
+
 def test_header_states_backend_hardware_and_baseline(pytester: pytest.Pytester):
     pytester.makepyprojecttoml(SMALL_MATRIX)
     pytester.makepyfile(SPEC_TEST)
