@@ -6,7 +6,7 @@ prints those lines after "collected N items"), so projects that never use the pl
 
 from __future__ import annotations
 
-from .options import OPTIONS
+from .options import OPTIONS, OPTIONS_BY_NAME
 from .state import RunState
 
 
@@ -90,6 +90,14 @@ def details(state: RunState) -> list[str]:
                + ("; noisy fails" if state.settings.strict_noise else "; noisy passes")
                + _without_baseline(state))
     out.append(f"specdec: lossless {lossless_line(state)}")
+    if state.settings.resume:
+        from .shard_dir import journal_path
+
+        journal = journal_path(state)
+        if not journal.is_file():  # a mistyped path or another folder's run: a whole run measured silently
+            out.append(f"specdec: resume: no journal at {journal} to resume from, so every test is measured; "
+                       f"if the interrupted run journaled elsewhere, give that file with "
+                       f"{OPTIONS_BY_NAME['journal'].cli}=PATH")
     counting = state.backend.counting(state)
     if counting is not None:  # the guard and truncate are only as good as this count
         out.append(f"specdec: context guard: prompt tokens counted {counting}")

@@ -646,3 +646,19 @@ def test_an_interrupted_run_says_how_many_measurements_finished_and_how_to_resum
     result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "--specdec-resume")
     result.assert_outcomes(passed=2, skipped=1)
     result.stdout.no_fnmatch_line("*run interrupted*")
+
+
+def test_resume_without_a_journal_says_that_every_test_is_measured(pytester):
+    """--specdec-resume with no journal where it looks (a mistyped --specdec-journal, another
+    project folder) measured the whole matrix again without a word, as a first run does."""
+    pytester.makepyfile(test_figures=INTERRUPTED_TESTS)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "--specdec-resume",
+                                "--specdec-journal=elsewhere/journal.jsonl")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["specdec: resume: no journal at */elsewhere/journal.jsonl to resume from, so "
+                                 "every test is measured; if the interrupted run journaled elsewhere, give "
+                                 "that file with --specdec-journal=PATH"])
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "--specdec-resume",
+                                "--specdec-journal=elsewhere/journal.jsonl")
+    result.assert_outcomes(skipped=3)
+    result.stdout.no_fnmatch_line("*no journal at*")
