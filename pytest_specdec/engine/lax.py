@@ -4,8 +4,9 @@ the engine reads a body as SGLang's FastAPI does before SGLang's code sees it: `
 refuses is its error, as its validation handler lists it (protocol.RequestModel).
 
 A type is written as pydantic names it in an error's loc: ``int``, ``float``, ``bool``, ``str``,
-``list`` (items unchecked), ``list[T]``, ``nullable[T]`` (Optional), ``union[A,B]`` (one error per
-member, the member's name in the loc) and ``literal['a','b']``. pydantic is not a dependency of the
+``list`` (items unchecked), ``list[T]``, ``dict[str,T]`` (a JSON object, its values of type T),
+``nullable[T]`` (Optional), ``union[A,B]`` (one error per member, the member's name in the loc),
+``literal['a','b']`` and ``any`` (Any: whatever the JSON holds). pydantic is not a dependency of the
 engine, so these few rules are written out here; tests/unit/test_sglang_contract.py checks them
 against SGLang's own classes.
 """
@@ -22,7 +23,7 @@ TRUE_WORDS = frozenset({"1", "on", "t", "true", "y", "yes"})
 FALSE_WORDS = frozenset({"0", "off", "f", "false", "n", "no"})
 #: An integer's text as pydantic reads it besides Python's int(): a fraction of zeros.
 _INTEGRAL_TEXT = re.compile(r"([+-]?\d[\d_]*)\.0*")
-#: pydantic reads a float as an integer only inside a 64-bit one.
+#: pydantic reads a float as an integer only inside a 64-bit one (and an integer as a boolean's number).
 _I64 = 2.0**63
 
 
@@ -67,8 +68,10 @@ def _parse(spec: str) -> tuple[str, str, Any]:
     """(kind, the type's name, its argument) of a type as written (see the module docstring)."""
     head, _, rest = spec.partition("[")
     arg = rest[:-1]
-    if head in ("int", "float", "bool", "str") or spec == "list":
+    if head in ("int", "float", "bool", "str", "any") or spec == "list":
         return head, spec, None
+    if head == "dict":
+        return head, spec, _split(arg)[1]  # a JSON object's keys are strings: only its values are read
     if head in ("list", "nullable"):
         return head, spec, arg
     if head == "union":
@@ -108,6 +111,20 @@ def _validate(spec: str, value: Any, *, strict: bool) -> Any:
         expected = " or ".join(repr(a) for a in arg) if len(arg) < 3 else (
             ", ".join(repr(a) for a in arg[:-1]) + f" or {arg[-1]!r}")
         raise _Refused([_error("literal_error", f"Input should be {expected}", value, expected=expected)])
+    if kind == "any":
+        return value
+    if kind == "dict":
+        if not isinstance(value, dict):
+            raise _Refused([_error("dict_type", "Input should be a valid dictionary", value)])
+        out, errs = {}, []
+        for key, item in value.items():
+            try:
+                out[key] = _validate(arg, item, strict=strict)
+            except _Refused as exc:
+                errs += [{**e, "loc": (key, *e["loc"])} for e in exc.errors]
+        if errs:
+            raise _Refused(errs)
+        return out
     if kind == "list":
         if not isinstance(value, list):
             raise _Refused([_error("list_type", "Input should be a valid list", value)])
@@ -193,7 +210,7 @@ def _bool(value: Any, strict: bool) -> bool:
             return bool(value)
         if isinstance(value, str) and value.lower() in TRUE_WORDS | FALSE_WORDS:
             return value.lower() in TRUE_WORDS
-        if isinstance(value, (int, str)) or _integral(value):
+        if isinstance(value, str) or (isinstance(value, int) and abs(value) < _I64) or _integral(value):
             raise _Refused([_error("bool_parsing", "Input should be a valid boolean, unable to interpret input",
                                    value)])
     raise _Refused([_error("bool_type", "Input should be a valid boolean", value)])

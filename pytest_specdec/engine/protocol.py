@@ -20,8 +20,9 @@ and SGLang's answer to that request is defined, so the engine gives that answer.
 A name SGLang does not declare is refused too (SGLang's own server ignores unknown top-level
 names; the engine does not, so a typo cannot pass unnoticed). ``null`` means the default, but for
 ``max_new_tokens``, whose null SGLang's scheduler reads as no limit but the context's, and for a
-field GenerateReqInput types without None, whose null FastAPI refuses (GENERATE_MODEL; it reads
-those fields' values in pydantic's lax mode first, "yes" for true, see lax.py).
+field GenerateReqInput types without None, whose null FastAPI refuses (GENERATE_MODEL: FastAPI
+validates every field in pydantic's lax mode first, see lax.py; then SGLang's contract check reads
+the JSON as sent, strictly, so "yes" for a boolean passes the first and is refused by the second).
 The name sets are checked against SGLang's source by tests/unit/test_sglang_contract.py.
 
 Decoding is greedy whatever the temperature: the speculative methods here verify greedily, and
@@ -33,6 +34,7 @@ request SGLang's tokenizer manager refuses each look as they do from SGLang.
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import email.message
 import json
@@ -103,18 +105,20 @@ class RequestModel:
     before-validator, as far as it changes the input a ``missing`` error echoes. ``checks`` are
     the class's own field validators, by field: each takes the value pydantic read and the one
     given, and returns pydantic's error for it, or None. ``after`` is the class's own validator of
-    the whole body as read, which pydantic runs only once every field passed: its error, or None."""
+    the whole body as read, which pydantic runs only once every field passed: its error, or None.
+    ``raw``: the route reads the body as sent once it passed, not as pydantic read it."""
 
     fields: Mapping[str, str]
     required: frozenset[str] = frozenset()
     before: Callable[[dict], dict] | None = None
     checks: Mapping[str, Callable[[Any, Any], dict | None]] = dataclasses.field(default_factory=dict)
     after: Callable[[dict], dict | None] | None = None
+    raw: bool = False
 
     @property
     def non_null(self) -> dict[str, str]:
         """The fields whose null pydantic refuses (their type is not nullable), in order."""
-        return {name: spec for name, spec in self.fields.items() if not spec.startswith("nullable[")}
+        return {name: spec for name, spec in self.fields.items() if not spec.startswith(("nullable[", "any"))}
 
     def validated(self, body: dict) -> tuple[dict, list[dict]]:
         """The body with each typed field's value as pydantic reads it, and pydantic's errors.
@@ -187,18 +191,88 @@ NEUTRAL_FIELDS: Mapping[str, Neutral] = {
     "token_indices_to_pool": Neutral(None),
 }
 GENERATE_FIELDS = HONOURED_FIELDS | HINT_FIELDS | frozenset(NEUTRAL_FIELDS)
-#: GenerateReqInput's fields whose null FastAPI refuses (its dataclass types them without None), whose
-#: values it reads in pydantic's lax mode.
+def _i64_ids(ids: Any, given: Any) -> dict | None:
+    """GenerateReqInput's own validator of input_ids, which replaces pydantic's reading of its
+    type: null, or a list of int64s or of lists of them, judged by the first item and taken as
+    given (a boolean is an int to it; SGLang's contract check refuses one later)."""
+    def refused(words: str) -> dict:
+        return {"type": "value_error", "loc": ("body", "input_ids"), "msg": f"Value error, {words}",
+                "input": given, "ctx": {"error": ValueError(words)}}
+
+    def row(items: Any) -> str | None:
+        if not isinstance(items, list):
+            return f"must be list; got {type(items).__name__}"
+        if items and not isinstance(items[0], int):
+            return f"elements must be int; got {type(items[0]).__name__}"
+        try:
+            array.array("q", items)
+        except (TypeError, OverflowError) as exc:
+            return f"contains non-int64 element: {exc}"
+        return None
+
+    if ids is None or ids == []:
+        return None
+    if not isinstance(ids, list):
+        return refused(f"must be list or null; got {type(ids).__name__}")
+    if isinstance(ids[0], int):
+        return refused(words) if (words := row(ids)) else None
+    if not isinstance(ids[0], list):
+        return refused(f"elements must be int or list; got {type(ids[0]).__name__}")
+    for i, items in enumerate(ids):
+        if items is None:
+            return refused(f"row {i}: must not be None")
+        if words := row(items):
+            return refused(f"row {i}: {words}")
+    return None
+
+
+#: Optional[Union[List[str], str]] as pydantic meets it in SGLang's process: typing caches an Optional
+#: of a Union by the Union's members as a set, so it is an equal one made before, whose order is this.
+_TEXTS = "nullable[union[str,list[str]]]"
+_OPT_STRS = "nullable[union[list[nullable[str]],str]]"
+_OPT_INTS = "nullable[union[list[nullable[int]],int]]"
+_IDS = "nullable[union[list[list[int]],list[int]]]"
+#: GenerateReqInput's fields of the types lax.py reads, in its order (not its media inputs, kv_hints,
+#: num_items_assigned or its Any fields), as FastAPI validates them before SGLang's route runs:
+#: a null where the type has no None, or a value pydantic cannot read, is its validation 400. The
+#: route then hands its contract check the JSON as sent, which reads it strictly (parse_generate):
+#: a value only pydantic's lax mode takes ("stream": "yes") is that check's refusal (``raw``).
 GENERATE_MODEL = RequestModel({
-    **dict.fromkeys(("use_audio_in_video", "return_text_in_logprobs", "return_flat_raw_top_logprobs",
+    "rid": _TEXTS, "session_id": "nullable[str]",
+    "text": _TEXTS, "input_ids": "any",
+    "input_embeds": "nullable[union[list[list[list[float]]],list[list[float]]]]",
+    "mm_hashes": "nullable[union[list[str],list[list[str]]]]",
+    "mm_content_hashes": "nullable[union[list[nullable[str]],list[list[nullable[str]]]]]",
+    "use_audio_in_video": "bool", "video_config": "nullable[dict[str,any]]",
+    "sampling_params": "nullable[union[list[dict[str,any]],dict[str,any]]]",
+    "return_logprob": "nullable[union[list[bool],bool]]", "logprob_start_len": "nullable[union[list[int],int]]",
+    "top_logprobs_num": "nullable[union[list[int],int]]", "token_ids_logprob": _IDS,
+    "return_sampling_mask": "nullable[union[list[bool],bool]]",
+    "sampling_logprobs_mode": "nullable[union[list[nullable[literal['selected','support']]],"
+                              "literal['selected','support']]]",
+    **dict.fromkeys(("return_text_in_logprobs", "return_flat_raw_top_logprobs",
                      "return_flat_raw_output_top_logprobs", "return_flat_raw_top_logprobs_b64", "stream",
                      "log_metrics"), "bool"),
     "return_hidden_states": "union[list[union[bool,literal['last']]],bool,literal['last']]",
-    "return_routed_experts": "bool",
-    "routed_experts_start_len": "int",
-    **dict.fromkeys(("return_indexer_topk", "background", "require_reasoning", "no_logs", "return_bytes",
-                     "return_entropy", "return_prompt_token_ids"), "bool"),
-})
+    "return_routed_experts": "bool", "routed_experts_start_len": "int", "return_indexer_topk": "bool",
+    "modalities": "nullable[list[str]]", "session_params": "nullable[dict[str,any]]",
+    "lora_path": _OPT_STRS, "lora_id": _OPT_STRS, "custom_logit_processor": _OPT_STRS,
+    "bootstrap_host": _OPT_STRS, "bootstrap_port": _OPT_INTS, "bootstrap_room": _OPT_INTS,
+    "bootstrap_pair_key": _OPT_STRS, "decode_tp_size": _OPT_INTS,
+    **dict.fromkeys(("routed_dp_rank", "data_parallel_rank", "disagg_prefill_dp_rank"), "nullable[int]"),
+    **dict.fromkeys(("routing_key", "conversation_id", "http_worker_ipc"), "nullable[str]"),
+    "background": "bool", "require_reasoning": "bool", "max_thinking_tokens": "nullable[int]",
+    "priority": "nullable[int]", "extra_key": _TEXTS, "no_logs": "bool",
+    "custom_labels": "nullable[dict[str,str]]",
+    **dict.fromkeys(("return_bytes", "return_entropy", "return_prompt_token_ids"), "bool"),
+    "external_trace_header": "nullable[dict[str,any]]", "received_time": "nullable[float]",
+    "need_wait_for_mm_inputs": "nullable[bool]", "encoder_urls": "nullable[list[str]]",
+    **dict.fromkeys(("max_dynamic_patch", "min_dynamic_patch", "image_max_dynamic_patch",
+                     "video_max_dynamic_patch"), "nullable[int]"),
+    "images_config": "nullable[dict[any,any]]", "mm_processor_kwargs": "nullable[dict[any,any]]",
+    "multi_item_delimiter_indices": _IDS, "token_indices_to_pool": _IDS,
+    "cache_salt": _TEXTS,
+}, checks={"input_ids": _i64_ids}, raw=True)
 
 # -- sampling_params (SGLang's SamplingParams) -----------------------------------------------------
 
@@ -343,10 +417,10 @@ def read_body(raw: bytes, content_type: str | None, endpoint: str, *, json_guard
     if not isinstance(value, dict):
         error = not_object(value) if not_object is not None else not_an_object(value, json_guard=json_guard)
         raise InvalidBody(validation_message([error], endpoint))
-    value, errors = model.validated(value) if model is not None else (value, [])
+    read, errors = model.validated(value) if model is not None else (value, [])
     if errors:
         raise InvalidBody(validation_message(errors, endpoint))
-    return value
+    return value if model is None or model.raw else read
 
 
 def not_an_object(value: Any, *, json_guard: bool) -> dict:

@@ -393,14 +393,18 @@ def test_input_ids_win_over_text_as_in_sglang(ddtree):
     assert both.json()["meta_info"]["prompt_tokens"] == 4 and both.json()["output_ids"] == alone.json()["output_ids"]
 
 
-@pytest.mark.parametrize("bad_id", [259, 999, -1, 2**70])
+@pytest.mark.parametrize("bad_id", [259, 999, -1, 2**62, 2**70])
 def test_an_id_outside_the_vocabulary_is_served_as_sglang_serves_it(ddtree, bad_id):
     """SGLang refuses no prompt id (its vocab-parallel embedding embeds one outside the vocabulary
-    as zeros); the engine serves it so, on both routes that take ids, and stays up."""
+    as zeros); the engine serves it so, on both routes that take ids, and stays up. /generate's
+    own validator refuses an id past int64 first (see the input_ids test below)."""
     res = ddtree.post("/generate", {"input_ids": [1, bad_id, 65], "sampling_params": {"max_new_tokens": 3,
                                                                                      "ignore_eos": True}})
-    assert res.status == 200 and res.json()["meta_info"]["prompt_tokens"] == 3, res.text
-    assert len(res.json()["output_ids"]) == 3
+    if bad_id < 2**63:
+        assert res.status == 200 and res.json()["meta_info"]["prompt_tokens"] == 3, res.text
+        assert len(res.json()["output_ids"]) == 3
+    else:
+        assert res.status == 400 and "contains non-int64 element" in res.json()["message"], res.text
     res = ddtree.post("/v1/completions", {"prompt": [1, bad_id], "max_tokens": 2, "ignore_eos": True})
     assert res.status == 200 and res.json()["usage"]["prompt_tokens"] == 2, res.text
     assert ddtree.get("/health").status == 200
@@ -821,8 +825,6 @@ def test_a_value_pydantic_reads_as_the_fields_type_is_served_as_sglang_serves_it
     assert res.status == 200 and res.json()["usage"]["completion_tokens"] == 3, res.text
     streamed = ddtree.post(path, {**OPENAI_REQUESTS[path], "max_tokens": 2, "stream": "true"})
     assert streamed.status == 200 and sse_events(streamed.body)[-1] == "[DONE]", streamed.text
-    res = ddtree.post("/generate", {"text": PROMPT, "sampling_params": {"max_new_tokens": 2}, "stream": "on"})
-    assert res.status == 200 and sse_events(res.body)[-1] == "[DONE]", res.text
 
 
 @pytest.mark.parametrize("path, field, value, errors", [
@@ -844,6 +846,48 @@ def test_a_value_pydantic_refuses_for_the_fields_type_is_fastapis_400(ddtree, pa
     res = ddtree.post(path, {**body, field: value})
     assert res.status == 400 and res.json() == field_errors(
         path, *(type_error(field, kind, words, value, *suffix) for kind, words, *suffix in errors)), res.text
+
+
+@pytest.mark.parametrize("field, value, errors", [
+    ("text", 5, [("string_type", "string", "str"), ("list_type", "list", "list[str]")]),
+    ("rid", 5, [("string_type", "string", "str"), ("list_type", "list", "list[str]")]),
+    ("return_logprob", [], None),
+    ("return_logprob", "maybe", [("list_type", "list", "list[bool]"),
+                                 ("bool_parsing", "boolean, unable to interpret input", "bool")]),
+    ("sampling_params", "x", [("list_type", "list", "list[dict[str,any]]"),
+                              ("dict_type", "dictionary", "dict[str,any]")]),
+])
+def test_a_generate_field_pydantic_refuses_is_fastapis_400(ddtree, field, value, errors):
+    """GenerateReqInput's Optional fields are validated by FastAPI too: a value pydantic cannot read
+    as the field's type is its validation 400 (a union's error once a member), not the engine's words."""
+    res = ddtree.post("/generate", {"text": PROMPT, "sampling_params": {"max_new_tokens": 2}, field: value})
+    if errors is None:
+        assert res.status == 200, res.text
+        return
+    assert res.status == 400 and res.json() == field_errors(
+        "/generate", *(type_error(field, kind, words, value, *suffix) for kind, words, *suffix in errors)), res.text
+
+
+@pytest.mark.parametrize("input_ids, words", [
+    (5, "must be list or null; got int"), ([1.0], "elements must be int or list; got float"),
+    ([[1], None], "row 1: must not be None"), ([1, 2**70], "contains non-int64 element"),
+])
+def test_generates_input_ids_are_refused_by_sglangs_own_validator_first(ddtree, input_ids, words):
+    """GenerateReqInput reads input_ids with a validator of its own, whose refusal is FastAPI's 400."""
+    res = ddtree.post("/generate", {"input_ids": input_ids, "sampling_params": {"max_new_tokens": 2}})
+    assert res.status == 400 and res.json()["message"].startswith(
+        f"1 validation error:\n  {{'type': 'value_error', 'loc': ('body', 'input_ids'), 'msg': 'Value error, {words}"), res.text
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("stream", "on", 'stream: invalid type: string "on", expected a boolean'),
+    ("return_logprob", "no", 'return_logprob: invalid type: string "no", expected a boolean or a list of booleans'),
+])
+def test_a_generate_value_only_pydantics_lax_mode_reads_is_the_contracts_refusal(ddtree, field, value, words):
+    """pydantic reads "on" as true, but SGLang's /generate then checks the JSON as sent against its API
+    contract, strictly: a value of another JSON type is that check's 400, not served."""
+    res = ddtree.post("/generate", {"text": PROMPT, "sampling_params": {"max_new_tokens": 2}, field: value})
+    assert res.status == 400 and res.json() == {"error": words}, res.text
 
 
 @pytest.mark.parametrize("path", sorted(OPENAI_REQUESTS))

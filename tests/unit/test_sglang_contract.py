@@ -883,13 +883,75 @@ def test_the_engine_types_the_fields_of_sglangs_request_classes(openai_protocol)
         assert list(model.fields) == [f for f in fields if f in model.fields], request_model
 
 
+def dataclass_annotations(tree: ast.Module, name: str) -> dict[str, str]:
+    """A dataclass's fields, in order, with their annotations as written."""
+    cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name)
+    return {node.target.id: ast.unparse(node.annotation) for node in cls.body
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)}
+
+
 def non_optional_fields(tree: ast.Module, name: str) -> dict[str, str]:
     """A dataclass's fields whose annotation admits no None (pydantic refuses their null), in
     order, with their annotations."""
-    cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name)
-    fields = {node.target.id: ast.unparse(node.annotation) for node in cls.body
-              if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)}
+    fields = dataclass_annotations(tree, name)
     return {k: v for k, v in fields.items() if not re.search(r"\bOptional\[|\bAny\b|\bNone\b", v)}
+
+
+#: GenerateReqInput's fields the engine leaves to FastAPI untyped: Any, media inputs, enum keys, KV hints.
+GENERATE_UNTYPED = {"image_data", "video_data", "audio_data", "watermark", "positional_embed_overrides",
+                    "num_items_assigned", "kv_hints"}
+#: Values for GenerateReqInput's fields besides LAX_VALUES: objects of each kind, lists of lists.
+GENERATE_VALUES = [None, {"a": "x"}, {"a": 1.5}, {"a": None}, [{"a": 1}], [{}, 5], [[1, 2], [3]], [[1], None],
+                   [[1], [2.5]], [1, 2**63], [[]], ["x", None], [["x"], ["y", None]], ["selected", None], "last",
+                   [True, "last"], [[[1.5]]]]
+
+
+@pytest.fixture(scope="module")
+def generate_req_input(srt, sglang_reference, openai_protocol):
+    """A pydantic model of GenerateReqInput's fields the engine types, each with the annotation its
+    source gives it (the module itself imports torch and more): what FastAPI validates. Made once
+    the OpenAI classes are, as in SGLang's server: typing caches an Optional of a Union by the Union's
+    members as a set, so ``Optional[Union[List[str], str]]`` is an equal one made before, whose
+    members' order is the order of pydantic's errors."""
+    import typing
+    from importlib import util
+
+    import pydantic
+
+    path = sglang_reference / "sglang" / "srt" / "utils" / "field_validators.py"  # light: array only
+    spec = util.spec_from_file_location("sglang_field_validators", path)
+    validators = util.module_from_spec(spec)
+    spec.loader.exec_module(validators)
+    namespace = {**vars(typing), "PlainValidator": pydantic.PlainValidator, **vars(validators)}
+    for node in srt("managers/schedule_batch.py").body:  # its type aliases the annotations name
+        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] in (
+                ["ReturnHiddenStatesMode"], ["SamplingLogprobsMode"]):
+            namespace[node.targets[0].id] = eval(ast.unparse(node.value), namespace)
+    fields = dataclass_annotations(srt("managers/io_struct.py"), "GenerateReqInput")
+    typed = {k: (eval(v, namespace), None) for k, v in fields.items() if k in protocol.GENERATE_MODEL.fields}
+    return pydantic.create_model("GenerateReqInput", **typed), list(fields)
+
+
+def test_the_engine_types_every_field_of_sglangs_generate_dataclass(generate_req_input):
+    """Every field of GenerateReqInput but those it leaves untyped, in its order."""
+    _, fields = generate_req_input
+    assert list(protocol.GENERATE_MODEL.fields) == [f for f in fields if f not in GENERATE_UNTYPED]
+
+
+def test_the_engine_reads_generates_fields_as_sglangs_dataclass_does(generate_req_input):
+    """pydantic's lax mode over GenerateReqInput's annotations, input_ids' own validator included:
+    the same errors for each value, or the same value read."""
+    request_class, _ = generate_req_input
+    differ = {}
+    for name in protocol.GENERATE_MODEL.fields:
+        for value in [*LAX_VALUES, *GENERATE_VALUES]:
+            body = {name: value}
+            ours, errors = protocol.GENERATE_MODEL.validated(body)
+            sglang = pydantic_errors(request_class, body)
+            theirs = None if sglang else getattr(request_class.model_validate(dict(body)), name)
+            if str(sglang) != str(errors) or (not errors and repr(theirs) != repr(ours[name])):
+                differ[f"{name}={value!r}"] = (sglang or theirs, errors or ours[name])
+    assert not differ, f"SGLang's GenerateReqInput reads these otherwise than the engine: {differ}"
 
 
 def test_the_engine_refuses_the_nulls_generates_dataclass_refuses(srt):
