@@ -6,9 +6,10 @@ refuses is its error, as its validation handler lists it (protocol.RequestModel)
 A type is written as pydantic names it in an error's loc: ``int``, ``float``, ``bool``, ``str``,
 ``list`` (items unchecked), ``list[T]``, ``dict[str,T]`` (a JSON object, its values of type T),
 ``nullable[T]`` (Optional), ``union[A,B]`` (one error per member, the member's name in the loc),
-``literal['a','b']`` and ``any`` (Any: whatever the JSON holds). pydantic is not a dependency of the
-engine, so these few rules are written out here; tests/unit/test_sglang_contract.py checks them
-against SGLang's own classes.
+``literal['a','b']``, ``any`` (Any: whatever the JSON holds) and ``model[Name]`` (a nested class,
+whose fields ``model`` registers: an object, its fields read, its other names dropped). pydantic
+is not a dependency of the engine, so these few rules are written out here;
+tests/unit/test_sglang_contract.py checks them against SGLang's own classes.
 """
 
 from __future__ import annotations
@@ -25,6 +26,16 @@ FALSE_WORDS = frozenset({"0", "off", "f", "false", "n", "no"})
 _INTEGRAL_TEXT = re.compile(r"([+-]?\d[\d_]*)\.0*")
 #: pydantic reads a float as an integer only inside a 64-bit one (and an integer as a boolean's number).
 _I64 = 2.0**63
+
+
+#: The nested classes a type may name (``model[Name]``): each field's type, in the class's order.
+MODELS: dict[str, dict[str, str]] = {}
+
+
+def model(name: str, fields: dict[str, str]) -> str:
+    """Register a nested class (every field with a default) and return its type as written."""
+    MODELS[name] = dict(fields)
+    return f"model[{name}]"
 
 
 def _integral(value: Any) -> bool:
@@ -70,6 +81,8 @@ def _parse(spec: str) -> tuple[str, str, Any]:
     arg = rest[:-1]
     if head in ("int", "float", "bool", "str", "any") or spec == "list":
         return head, spec, None
+    if head == "model":
+        return head, arg, arg  # pydantic names a class by its own name
     if head == "dict":
         return head, spec, _split(arg)[1]  # a JSON object's keys are strings: only its values are read
     if head in ("list", "nullable"):
@@ -113,6 +126,20 @@ def _validate(spec: str, value: Any, *, strict: bool) -> Any:
         raise _Refused([_error("literal_error", f"Input should be {expected}", value, expected=expected)])
     if kind == "any":
         return value
+    if kind == "model":
+        if not isinstance(value, dict):
+            raise _Refused([_error("model_type", f"Input should be a valid dictionary or instance of {arg}", value,
+                                   class_name=arg)])
+        out, errs = {}, []
+        for field, field_spec in MODELS[arg].items():
+            if field in value:
+                try:
+                    out[field] = _validate(field_spec, value[field], strict=strict)
+                except _Refused as exc:
+                    errs += [{**e, "loc": (field, *e["loc"])} for e in exc.errors]
+        if errs:
+            raise _Refused(errs)
+        return out
     if kind == "dict":
         if not isinstance(value, dict):
             raise _Refused([_error("dict_type", "Input should be a valid dictionary", value)])

@@ -22,6 +22,7 @@ from functools import cache
 from http import HTTPStatus
 from typing import Any, Mapping
 
+from . import lax
 from .protocol import (
     TOP_K_ALL,
     Neutral,
@@ -155,23 +156,29 @@ _PD_ROUTING = {"bootstrap_host": "nullable[union[list[str],str]]",
                "bootstrap_room": "nullable[union[list[int],int]]", "routed_dp_rank": "nullable[int]",
                "disagg_prefill_dp_rank": "nullable[int]"}  # both classes' base, PDRoutingFields
 _STRINGS = "nullable[union[list[str],str]]"
+_OBJECT, _BIAS = "nullable[dict[any,any]]", "nullable[dict[str,float]]"
+_STREAM_OPTIONS = "nullable[" + lax.model("StreamOptions", {"include_usage": "nullable[bool]",
+                                                             "continuous_usage_stats": "nullable[bool]"}) + "]"
 _ADAPTERS = "nullable[union[list[nullable[str]],str]]"
 
-#: CompletionRequest's fields of the types lax.py reads, in its order (not its objects: logit_bias,
-#: stream_options, response_format and the other dicts), and its max_tokens validator.
+#: CompletionRequest's fields of the types lax.py reads, in its order, and its max_tokens validator:
+#: objects too (logit_bias's floats, StreamOptions' booleans); not response_format, a union with Any
+#: that pydantic refuses nothing for.
 COMPLETION_MODEL = RequestModel({
     **_PD_ROUTING, "model": "str", "prompt": "union[list[int],list[list[int]],str,list[str]]",
-    "best_of": "nullable[int]", "echo": _BOOL, "frequency_penalty": _FLOAT, "logprobs": "nullable[int]",
-    "max_tokens": _INT, "n": _INT, "presence_penalty": _FLOAT, "seed": "nullable[int]", "stop": _STRINGS,
-    "stream": _BOOL, "suffix": "nullable[str]", "temperature": _FLOAT, "top_p": _FLOAT, "user": "nullable[str]",
+    "best_of": "nullable[int]", "echo": _BOOL, "frequency_penalty": _FLOAT, "logit_bias": _BIAS,
+    "logprobs": "nullable[int]", "max_tokens": _INT, "n": _INT, "presence_penalty": _FLOAT, "seed": "nullable[int]",
+    "stop": _STRINGS, "stream": _BOOL, "stream_options": _STREAM_OPTIONS, "suffix": "nullable[str]",
+    "temperature": _FLOAT, "top_p": _FLOAT, "user": "nullable[str]",
     "return_hidden_states": _HIDDEN_STATES, "return_routed_experts": _BOOL, "routed_experts_start_len": _INT,
     "return_cached_tokens_details": _BOOL, "return_spec_tokens_details": _BOOL, "return_token_ids": _BOOL,
     "top_k": _INT, "min_p": _FLOAT, "min_tokens": _INT, "json_schema": "nullable[str]", "regex": "nullable[str]",
     "ebnf": "nullable[str]", "repetition_penalty": _FLOAT, "stop_token_ids": "nullable[list[int]]",
     "stop_regex": _STRINGS, "no_stop_trim": _BOOL, "ignore_eos": _BOOL, "skip_special_tokens": _BOOL,
-    "lora_path": _ADAPTERS, "session_id": "nullable[str]", "custom_logit_processor": "nullable[str]",
-    "data_parallel_rank": "nullable[int]", "rid": _STRINGS, "extra_key": _STRINGS, "cache_salt": _STRINGS,
-    "priority": "nullable[int]",
+    "lora_path": _ADAPTERS, "session_id": "nullable[str]", "session_params": _OBJECT, "custom_params": _OBJECT,
+    "custom_logit_processor": "nullable[str]", "watermark": "nullable[dict[str,any]]", "images_config": _OBJECT,
+    "mm_processor_kwargs": _OBJECT, "data_parallel_rank": "nullable[int]", "rid": _STRINGS, "extra_key": _STRINGS,
+    "cache_salt": _STRINGS, "priority": "nullable[int]", "custom_labels": "nullable[dict[str,str]]",
 }, required=frozenset({"prompt"}), before=_migrate_dp_rank, checks={"max_tokens": _positive_max_tokens})
 
 
@@ -190,12 +197,13 @@ def _chat_before(body: dict) -> dict:
 
 #: ChatCompletionRequest's fields of the types lax.py reads, in its order (messages as a list only:
 #: the engine reads each message itself; not tool_choice, whose null its before-validator replaces,
-#: nor its objects).
+#: nor response_format, reasoning_effort, thinking or tools).
 CHAT_MODEL = RequestModel({
-    **_PD_ROUTING, "messages": "list", "model": "str", "frequency_penalty": _FLOAT, "logprobs": _BOOL,
-    "top_logprobs": "nullable[int]", "max_tokens": "nullable[int]", "max_completion_tokens": "nullable[int]",
-    "n": _INT, "presence_penalty": _FLOAT, "seed": "nullable[int]", "stop": _STRINGS, "stream": _BOOL,
-    "temperature": "nullable[float]", "top_p": "nullable[float]", "user": "nullable[str]",
+    **_PD_ROUTING, "messages": "list", "model": "str", "frequency_penalty": _FLOAT, "logit_bias": _BIAS,
+    "logprobs": _BOOL, "top_logprobs": "nullable[int]", "max_tokens": "nullable[int]",
+    "max_completion_tokens": "nullable[int]", "n": _INT, "presence_penalty": _FLOAT, "seed": "nullable[int]",
+    "stop": _STRINGS, "stream": _BOOL, "stream_options": _STREAM_OPTIONS, "temperature": "nullable[float]",
+    "top_p": "nullable[float]", "user": "nullable[str]",
     "parallel_tool_calls": _BOOL, "return_hidden_states": _HIDDEN_STATES,
     "return_routed_experts": _BOOL, "routed_experts_start_len": _INT,
     **dict.fromkeys(("return_cached_tokens_details", "return_spec_tokens_details", "return_prompt_token_ids",
@@ -207,9 +215,11 @@ CHAT_MODEL = RequestModel({
     "top_k": "nullable[int]", "min_p": "nullable[float]", "min_tokens": _INT, "regex": "nullable[str]",
     "ebnf": "nullable[str]", "repetition_penalty": "nullable[float]", "stop_token_ids": "nullable[list[int]]",
     "stop_regex": _STRINGS, "no_stop_trim": _BOOL, "ignore_eos": _BOOL, "continue_final_message": _BOOL,
-    "skip_special_tokens": _BOOL, "lora_path": _ADAPTERS, "session_id": "nullable[str]",
-    "separate_reasoning": _BOOL, "stream_reasoning": _BOOL, "max_dynamic_patch": "nullable[int]",
-    "min_dynamic_patch": "nullable[int]", "use_audio_in_video": _BOOL, "custom_logit_processor": _ADAPTERS,
+    "skip_special_tokens": _BOOL, "lora_path": _ADAPTERS, "session_id": "nullable[str]", "session_params": _OBJECT,
+    "separate_reasoning": _BOOL, "stream_reasoning": _BOOL, "chat_template_kwargs": _OBJECT,
+    "max_dynamic_patch": "nullable[int]", "min_dynamic_patch": "nullable[int]", "use_audio_in_video": _BOOL,
+    "images_config": _OBJECT, "video_config": _OBJECT, "mm_processor_kwargs": _OBJECT,
+    "custom_logit_processor": _ADAPTERS, "custom_params": _OBJECT, "watermark": "nullable[dict[str,any]]",
     "input_ids": "nullable[list[int]]", "rid": _STRINGS, "extra_key": _STRINGS, "cache_salt": _STRINGS,
     "priority": "nullable[int]", "data_parallel_rank": "nullable[int]",
 }, required=frozenset({"messages"}), before=_chat_before)

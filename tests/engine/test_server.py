@@ -141,7 +141,7 @@ def test_streaming_sends_a_chunk_a_step_to_a_reader_that_keeps_up(engines):
 def test_continuous_usage_stats_puts_the_usage_so_far_on_the_chunks_sglang_does(ddtree):
     """SGLang reads continuous_usage_stats apart from include_usage: alone it puts the usage so
     far on every /v1/completions chunk and on each /v1/chat/completions chunk with content, and
-    sends no final usage chunk. A value that is no boolean is refused as include_usage's is."""
+    sends no final usage chunk. Its value is read as pydantic reads a boolean, as include_usage's is."""
     requests = (("/v1/completions", {"prompt": PROMPT}, lambda c: True),
                 ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]},
                  lambda c: bool(c["choices"][0]["delta"].get("content"))))
@@ -155,9 +155,31 @@ def test_continuous_usage_stats_puts_the_usage_so_far_on_the_chunks_sglang_does(
         assert all(u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"] for u in usages)
         assert [u["completion_tokens"] for u in usages] == sorted(u["completion_tokens"] for u in usages)
         assert usages[-1]["completion_tokens"] <= 24 and chunks[-1]["choices"][0]["finish_reason"] == "length"
-    res = ddtree.post("/v1/completions", {"prompt": PROMPT, "stream": True,
+    res = ddtree.post("/v1/completions", {"prompt": PROMPT, "stream": True, "max_tokens": 2,
                                           "stream_options": {"continuous_usage_stats": "yes"}})
-    assert res.status == 400 and "stream_options.continuous_usage_stats" in error_message(res)
+    assert res.status == 200 and json.loads(sse_events(res.body)[0]).get("usage"), res.text
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_nested_objects_are_read_as_sglangs_request_classes_read_them(ddtree, path):
+    """stream_options is SGLang's StreamOptions class and logit_bias an object of floats: pydantic
+    reads "yes" for true and "0" for 0.0 in them, and refuses a value it cannot read with its
+    validation 400, its loc inside the object. The engine said "invalid type" for both, in its words."""
+    body = {**{"/v1/completions": {"prompt": PROMPT}}.get(path, {"messages": [{"role": "user", "content": "hi"}]}),
+            "max_tokens": 2, "stream": True}
+    res = ddtree.post(path, {**body, "stream_options": {"include_usage": "yes", "other": 1}})
+    assert res.status == 200 and json.loads(sse_events(res.body)[-2])["usage"]["completion_tokens"] == 2, res.text
+    res = ddtree.post(path, {**body, "stream_options": {"include_usage": "maybe"}})
+    assert res.status == 400 and res.json() == field_errors(path, type_error(
+        "stream_options", "bool_parsing", "boolean, unable to interpret input", "maybe", "include_usage")), res.text
+    res = ddtree.post(path, {**body, "stream_options": 5})
+    assert res.status == 400 and "'type': 'model_type', 'loc': ('body', 'stream_options'), 'msg': 'Input should " \
+        "be a valid dictionary or instance of StreamOptions'" in res.json()["message"], res.text
+    res = ddtree.post(path, {**body, "logit_bias": {"1": "x"}})
+    assert res.status == 400 and res.json() == field_errors(path, type_error(
+        "logit_bias", "float_parsing", "number, unable to parse string as a number", "x", "1")), res.text
+    res = ddtree.post(path, {**body, "logit_bias": {"1": "0"}})  # read, then a bias the engine cannot honour
+    assert res.status == 400 and 'logit_bias={"1": 0.0}' in error_message(res), res.text
 
 
 @pytest.fixture(scope="module")
