@@ -151,6 +151,21 @@ def _positive_max_tokens(number: int, value: Any) -> dict | None:
             "input": value, "ctx": {"error": ValueError("max_tokens must be positive")}}
 
 
+#: The classes of SGLang's chat message union, in its order, as pydantic names each in an error's
+#: loc (each class's after-validator wraps it).
+MESSAGE_CLASSES = ("ChatCompletionMessageGenericParam", "ChatCompletionMessageUserParam")
+
+
+def _messages_are_objects(messages: list | None, given: Any) -> list[dict]:
+    """pydantic's errors for the messages that are no object: one model_type per class of the union.
+    A message that is an object is the engine's to read (parse_chat); its fields are not checked here."""
+    wrapped = "function-after[validate_thinking_parts_role(), {}]"
+    return [{"type": "model_type", "loc": ("body", "messages", i, wrapped.format(name)),
+             "msg": f"Input should be a valid dictionary or instance of {name}", "input": message,
+             "ctx": {"class_name": name}}
+            for i, message in enumerate(messages or ()) if not isinstance(message, dict) for name in MESSAGE_CLASSES]
+
+
 _PD_ROUTING = {"bootstrap_host": "nullable[union[list[str],str]]",
                "bootstrap_port": "nullable[union[list[nullable[int]],int]]",
                "bootstrap_room": "nullable[union[list[int],int]]", "routed_dp_rank": "nullable[int]",
@@ -222,7 +237,7 @@ CHAT_MODEL = RequestModel({
     "custom_logit_processor": _ADAPTERS, "custom_params": _OBJECT, "watermark": "nullable[dict[str,any]]",
     "input_ids": "nullable[list[int]]", "rid": _STRINGS, "extra_key": _STRINGS, "cache_salt": _STRINGS,
     "priority": "nullable[int]", "data_parallel_rank": "nullable[int]",
-}, required=frozenset({"messages"}), before=_chat_before)
+}, required=frozenset({"messages"}), before=_chat_before, checks={"messages": _messages_are_objects})
 
 
 @dataclass(frozen=True)
@@ -392,7 +407,7 @@ def _prompt_or_messages(body: dict) -> dict | None:
 TOKENIZE_MODEL = RequestModel({
     "model": "str", "prompt": "nullable[union[list[str],str]]", "messages": "nullable[list]",
     "continue_final_message": _BOOL, "add_special_tokens": _BOOL, "add_generation_prompt": "nullable[bool]",
-}, after=_prompt_or_messages)
+}, checks={"messages": _messages_are_objects}, after=_prompt_or_messages)
 
 
 def tokenize(body: dict, *, encode, context_length: int) -> dict:

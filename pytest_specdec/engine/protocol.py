@@ -104,7 +104,7 @@ class RequestModel:
     errors), to its type as pydantic names it in an error's loc. ``before`` is the class's own
     before-validator, as far as it changes the input a ``missing`` error echoes. ``checks`` are
     the class's own field validators, by field: each takes the value pydantic read and the one
-    given, and returns pydantic's error for it, or None. ``after`` is the class's own validator of
+    given, and returns pydantic's error for it (or a list of them), or None. ``after`` is the class's own validator of
     the whole body as read, which pydantic runs only once every field passed: its error, or None.
     ``raw``: the route reads the body as sent once it passed, not as pydantic read it."""
 
@@ -134,8 +134,8 @@ class RequestModel:
             value, refused = lax.errors(spec, seen[name], ("body", name))
             if refused:
                 errors += refused
-            elif name in self.checks and (error := self.checks[name](value, seen[name])) is not None:
-                errors.append(error)
+            elif name in self.checks and (error := self.checks[name](value, seen[name])):
+                errors += error if isinstance(error, list) else [error]
             elif name in body:
                 out[name] = value
         if not errors and self.after is not None and (error := self.after(out)) is not None:

@@ -912,6 +912,16 @@ def test_a_generate_value_only_pydantics_lax_mode_reads_is_the_contracts_refusal
     assert res.status == 400 and res.json() == {"error": words}, res.text
 
 
+def test_a_chat_message_that_is_no_object_is_fastapis_400(ddtree):
+    """SGLang's FastAPI refuses it as each class of its message union does; the engine answered in its words."""
+    res = ddtree.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}, 1]})
+    errors = [f"{{'type': 'model_type', 'loc': ('body', 'messages', 1, 'function-after[validate_thinking_parts_role(), "
+              f"{name}]'), 'msg': 'Input should be a valid dictionary or instance of {name}', 'input': 1, "
+              f"'ctx': {{'class_name': '{name}'}}}}"
+              for name in ("ChatCompletionMessageGenericParam", "ChatCompletionMessageUserParam")]
+    assert res.status == 400 and res.json() == field_errors("/v1/chat/completions", *errors), res.text
+
+
 @pytest.mark.parametrize("path", sorted(OPENAI_REQUESTS))
 def test_a_malformed_openai_request_gets_the_validation_handlers_body(ddtree, path):
     """As SGLang's FastAPI answers a body it cannot parse: its validation handler's shape."""

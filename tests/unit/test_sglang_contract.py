@@ -887,6 +887,16 @@ def test_the_engine_types_the_fields_of_sglangs_request_classes(openai_protocol)
         assert list(model.fields) == [f for f in fields if f in model.fields], request_model
 
 
+@pytest.mark.parametrize("request_model", ["ChatCompletionRequest", "TokenizeRequest"])
+@pytest.mark.parametrize("messages", [[1], [None], ["x", {"role": "user", "content": "hi"}, [], 2.5], []])
+def test_a_message_that_is_no_object_is_refused_as_sglangs_message_union_refuses_it(openai_protocol, request_model,
+                                                                                    messages):
+    """One model_type error per class of the message union, in its order, for each such message."""
+    body = {"messages": messages}
+    model = REQUEST_MODELS[request_model][0]
+    assert str(pydantic_errors(getattr(openai_protocol, request_model), body)) == str(model.errors(body))
+
+
 def dataclass_annotations(tree: ast.Module, name: str) -> dict[str, str]:
     """A dataclass's fields, in order, with their annotations as written."""
     cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name)
