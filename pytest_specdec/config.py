@@ -192,7 +192,7 @@ class _Reader:
             self.fail(None, f"{toml_shown(data)} must be a table, not {kind}")
 
     def where(self, key: str | None) -> str:
-        return f"{self.filename} [{self.table}]" + (f" {key}" if key else "")
+        return f"{self.filename} [{self.table}]" + (f" key {key!r}" if key else "")
 
     def fail(self, key: str | None, problem: str) -> None:
         raise SpecdecUsageError(f"{self.where(key)}: {problem}")
@@ -298,17 +298,19 @@ def _parse_matrix(filename: str, family: str, data: Any) -> Matrix:
     for key, values in (("methods", methods), ("tp", tps), ("budget", budgets)):
         _check_once(reader, key, values)  # each would be a test of its own, measuring one configuration again
     if not methods:
-        reader.fail("methods", f"is empty; list at least one of {', '.join(METHODS)}")
+        reader.fail("methods", f"[] is empty; list at least one of {', '.join(METHODS)}, e.g. methods = "
+                               f"[\"{METHODS[0]}\"]")
     _check_methods(reader, "methods", methods)
     if not tps:
-        reader.fail("tp", "is empty; list at least one size, e.g. [1]")
+        reader.fail("tp", "[] is empty; list at least one size, e.g. tp = [1]")
     _check_tp(reader, "tp", tps)
     _check_budgets(reader, "budget", budgets)
     budgeted = [m for m in methods if takes_budget(m)]
     if budgeted and not budgets:
-        reader.fail("budget", f"is empty but methods include {budgeted[0]}; list budgets, e.g. [8, 16, 32]")
+        reader.fail("budget", f"is missing or empty but methods include {budgeted[0]}; list budgets, e.g. "
+                              f"budget = [8, 16, 32]")
     if budgets and not budgeted:  # it would be read by no configuration
-        reader.fail("budget", f"is given but none of the methods {', '.join(methods)} takes a budget "
+        reader.fail("budget", f"{list(budgets)} is given but none of the methods {', '.join(methods)} takes a budget "
                               f"(only {', '.join(m for m in METHODS if takes_budget(m))} does); add "
                               f"one, or remove budget")
     return Matrix(family, methods, tps, budgets)
@@ -319,7 +321,8 @@ def _parse_known_issue(filename: str, index: int, data: Any) -> KnownIssue:
     reader.check_keys({"reason", "arch", "family", "method", "tp", "budget", "backend"})
     reason = reader.get("reason", str)
     if not (reason or "").strip():
-        reader.fail("reason", "is missing; say what breaks, e.g. reason = \"verify crashes\"")
+        reader.fail("reason", f"{'missing' if reason is None else repr(reason) + ' is blank'}; say what breaks, "
+                              f"e.g. reason = \"verify crashes\"")
     arch = reader.get("arch", str)
     if arch is not None:
         try:
@@ -345,7 +348,7 @@ def _parse_known_issue(filename: str, index: int, data: Any) -> KnownIssue:
     backends = reader.str_list("backend")
     for key, values in (("method", methods), ("tp", tps), ("budget", budgets), ("backend", backends)):
         if values == ():  # matches no configuration, so the entry would never apply
-            reader.fail(key, f"is empty, so the entry matches nothing; list at least one value, or remove "
+            reader.fail(key, f"[] is empty, so the entry matches nothing; list at least one value, or remove "
                              f"{key} to match any")
         _check_once(reader, key, values)  # refused as a matrix's repeat is: harmless here, but a slip all the same
     if methods is not None:
@@ -373,7 +376,7 @@ def _parse_workload(filename: str, index: int, data: Any, root: Path) -> Workloa
     prompts = reader.get("prompts", str, "chat")
     name = reader.get("name", str, Path(prompts).stem)
     if not name:
-        reader.fail("name", "is empty; give the workload a name, e.g. name = \"chat\"")
+        reader.fail("name", "'' is empty; give the workload a name, e.g. name = \"chat\"")
     if prompts not in BUILTIN_PROMPT_SETS:
         path = Path(prompts).expanduser()  # as the model paths are
         path = path if path.is_absolute() else root / path
@@ -406,14 +409,15 @@ def _parse_metrics(filename: str, table: Mapping[str, Any]) -> dict[str, Directi
     out: dict[str, Direction] = {}
     for name, direction in table.items():
         if not METRIC_NAME.match(name):
-            reader.fail(name, "is not a metric name: letters, digits, _ and ., not starting with a digit")
+            reader.fail(name, f"{name!r} is not a metric name: letters, digits, _ and ., not starting with a "
+                              f"digit; rename it, e.g. kv_hit_rate = \"higher\"")
         if direction not in ("higher", "lower"):
             meant = closest(direction, ("higher", "lower")) if isinstance(direction, str) else None
             reader.fail(name, f"{direction!r} is not a direction; " + (f"did you mean {meant!r}?" if meant else
                               "write \"higher\" (bigger is better) or \"lower\""))
         if name in METRIC_DIRECTIONS:
-            reader.fail(name, f"is a built-in metric ({METRIC_DIRECTIONS[name]} is better); remove it "
-                              f"from this table")
+            reader.fail(name, f"{name} is a built-in metric ({METRIC_DIRECTIONS[name]} is better), whose "
+                              f"direction is known; remove it from this table")
         out[name] = direction
     return out
 
@@ -462,7 +466,7 @@ def _parse_sglang(filename: str, data: Any, root: Path) -> SGLangSettings:
     reader.check_keys({"method_flags", "extra_args", "python"})
     raw = reader.get("method_flags", (str, dict), None)
     flags = DEFAULT_METHOD_FLAGS if raw is None else method_flags_from_config(
-        raw, source=reader.where("method_flags"))
+        raw, source=reader.where("method_flags"), entry=lambda method: reader.where(f"method_flags.{method}"))
     python = reader.get("python", str, sys.executable)
     if "/" in python:  # a path, the project root's as every path here; a bare name is looked up in PATH
         python = str(root / Path(python).expanduser())
@@ -543,7 +547,8 @@ def _array_of_tables(reader: _Reader, key: str, what: str) -> list[Any]:
     """`[[key]]` entries; `[key]`, one table, is the usual slip and is named as such."""
     if isinstance(reader.data.get(key), Mapping):
         header = f"tool.specdec.{key}" if reader.table == "tool.specdec" else key
-        reader.fail(key, f"is one table; give each {what} an entry of its own headed [[{header}]] (two brackets)")
+        reader.fail(key, f"is one table, [{header}]; give each {what} an entry of its own headed [[{header}]] "
+                         f"(two brackets)")
     return reader.get(key, list, [])
 
 
@@ -556,7 +561,7 @@ def parse(data: Mapping[str, Any], filename: str, root: Path) -> SpecdecConfig:
     if "matrix" in data:
         raw = reader.get("matrix", dict)
         if not raw:
-            reader.fail("matrix", "is empty; add e.g. [tool.specdec.matrix.cpu] with methods, tp "
+            reader.fail("matrix", "{} is empty; add e.g. [tool.specdec.matrix.cpu] with methods, tp "
                                   "and budget")
         matrices = {}
         for family, table in raw.items():
@@ -564,7 +569,7 @@ def parse(data: Mapping[str, Any], filename: str, root: Path) -> SpecdecConfig:
                 of = arch_family(family)
                 reader.fail(f"matrix.{family}", f"{family} is an architecture, not a hardware family; a matrix "
                                                 f"is per family: [{_table_name(filename, 'matrix.' + of)}]"
-                            if of else f"unknown hardware family; {_family_hint(family)}")
+                            if of else f"{family!r} is an unknown hardware family; {_family_hint(family)}")
             matrices[family] = _parse_matrix(filename, family, table)
     else:
         matrices = dict(DEFAULT_MATRICES)
@@ -573,7 +578,7 @@ def parse(data: Mapping[str, Any], filename: str, root: Path) -> SpecdecConfig:
     if "workloads" in data:
         raw_workloads = _array_of_tables(reader, "workloads", "workload")
         if not raw_workloads:
-            reader.fail("workloads", "is empty; add at least one [[tool.specdec.workloads]] entry")
+            reader.fail("workloads", "[] is empty; add at least one [[tool.specdec.workloads]] entry")
         workloads = tuple(_parse_workload(filename, i, w, root) for i, w in enumerate(raw_workloads))
         names = [w.name for w in workloads]
         if len(set(names)) != len(names):

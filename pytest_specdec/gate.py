@@ -170,9 +170,9 @@ def parse_tolerance_table(table: Mapping[str, Any], source: str,
     for metric, value in table.items():
         _check_name(metric, source, known)
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            raise SpecdecUsageError(f"{source} {metric}: {value!r} is not a tolerance; write a "
+            raise SpecdecUsageError(f"{source} key {metric!r}: {value!r} is not a tolerance; write a "
                                     f"percentage such as \"5%\", an absolute number, or \"off\"")
-        out[metric] = _parse_amount(metric, str(value).strip(), f"{source} {metric}")
+        out[metric] = _parse_amount(metric, str(value).strip(), f"{source} key {metric!r}")
     return out
 
 

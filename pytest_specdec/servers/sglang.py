@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import string
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 from pytest_specdec.configuration import METHODS, takes_budget
@@ -59,12 +59,15 @@ _PLACEHOLDERS = frozenset({"budget", "num_draft_tokens", "tp"})
 _BUDGET_PLACEHOLDERS = frozenset({"budget", "num_draft_tokens"})
 
 
-def method_flags_from_config(value: str | Mapping[str, Sequence[str]], *, source: str) -> MethodFlags:
+def method_flags_from_config(value: str | Mapping[str, Sequence[str]], *, source: str,
+                             entry: Callable[[str], str] | None = None) -> MethodFlags:
     """Validate a configured mapping (a preset name, or method -> list of argv templates).
 
     A partial mapping is merged over the default preset, so a user who only re-spells ddtree does
-    not have to repeat the dflash and ar entries. `source` names the file and key in errors.
+    not have to repeat the dflash and ar entries. `source` names the file and key in errors, and
+    `entry` a method's own entry under it (`source.method` where not given).
     """
+    entry = entry or (lambda method: f"{source}.{method}")
     if isinstance(value, str):
         try:
             return METHOD_FLAG_PRESETS[value]
@@ -80,15 +83,15 @@ def method_flags_from_config(value: str | Mapping[str, Sequence[str]], *, source
             raise SpecdecUsageError(f"{source}: unknown method {method!r}; {hint(method, METHODS)}")
         if not isinstance(templates, (list, tuple)) or not all(isinstance(t, str) for t in templates):
             raise SpecdecUsageError(
-                f"{source}.{method}: {templates!r} is not a list of strings; "
+                f"{entry(method)}: {templates!r} is not a list of strings; "
                 f"give one, e.g. [\"--flag\", \"{{budget}}\"]"
             )
         for template in templates:
-            _check_template(template, f"{source}.{method}")
+            _check_template(template, entry(method))
             budgeted = {n for _, n, _, _ in string.Formatter().parse(template) if n} & _BUDGET_PLACEHOLDERS
             if budgeted and not takes_budget(method):  # else found only when its server is built
                 raise SpecdecUsageError(
-                    f"{source}.{method}: placeholder {{{min(budgeted)}}} in {template!r} has no value: method "
+                    f"{entry(method)}: placeholder {{{min(budgeted)}}} in {template!r} has no value: method "
                     f"{method} takes no budget; write the number itself, or use {{tp}}")
         merged[method] = tuple(templates)
     return MappingProxyType(merged)

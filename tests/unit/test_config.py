@@ -16,177 +16,177 @@ from pytest_specdec.errors import SpecdecUsageError
     ("[tool.specdec.matrix.cpu]\nmethods = ['ddtree']\nbudgets = [8]\n",
      "pyproject.toml [tool.specdec.matrix.cpu]: unknown key 'budgets'; did you mean 'budget'?"),
     ("[tool.specdec]\nmodel = 7\n",
-     "pyproject.toml [tool.specdec] model: 7 must be a string"),
+     "pyproject.toml [tool.specdec] key 'model': 7 must be a string"),
     # TOML's names for types and values, not Python's
-    ("[[tool.specdec.workloads]]\ntruncate = 'yes'\n", "pyproject.toml [workloads #1] truncate: 'yes' must be true or false"),
+    ("[[tool.specdec.workloads]]\ntruncate = 'yes'\n", "pyproject.toml [workloads #1] key 'truncate': 'yes' must be true or false"),
     ("[tool.specdec]\nmin_accept_length = true\n",
-     "pyproject.toml [tool.specdec] min_accept_length: true must be a number"),
+     "pyproject.toml [tool.specdec] key 'min_accept_length': true must be a number"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\narch = ['sm_120']\n",
-     "pyproject.toml [known_issues #1] arch: ['sm_120'] must be a string"),
+     "pyproject.toml [known_issues #1] key 'arch': ['sm_120'] must be a string"),
     ("[tool.specdec.matrix.cpu]\nmethods = ['ar']\ntp = '1'\n",
-     "pyproject.toml [tool.specdec.matrix.cpu] tp: '1' must be a list of integers, e.g. [1, 4, 8]"),
+     "pyproject.toml [tool.specdec.matrix.cpu] key 'tp': '1' must be a list of integers, e.g. [1, 4, 8]"),
     ("[tool.specdec]\nmatrix = {}\n",
-     "pyproject.toml [tool.specdec] matrix: is empty; add e.g. [tool.specdec.matrix.cpu]*"),
+     "pyproject.toml [tool.specdec] key 'matrix': {} is empty; add e.g. [tool.specdec.matrix.cpu]*"),
     ("[tool.specdec.matrix.cpu]\nmethods = []\n",
-     "pyproject.toml [tool.specdec.matrix.cpu] methods: is empty; list at least one of ar, dflash,*"),
+     "pyproject.toml [tool.specdec.matrix.cpu] key 'methods': [] is empty; list at least one of ar, dflash,*"),
     ("[tool.specdec.matrix.cpu]\nmethods = ['ddtree']\nbudget = [0, 8]\n",
-     "*budget: 0 is impossible; a tree budget counts draft nodes and must be at least 1"),
+     "*key 'budget': 0 is impossible; a tree budget counts draft nodes and must be at least 1"),
     ("[tool.specdec.matrix.hopper]\nmethods = ['dflash']\ntp = [1, 3]\n",
-     "*[tool.specdec.matrix.hopper] tp: 3 is not a power of two; tensor-parallel sizes are 1, 2, 4*"),
+     "*[tool.specdec.matrix.hopper] key 'tp': 3 is not a power of two; tensor-parallel sizes are 1, 2, 4*"),
     ("[tool.specdec.matrix.cpu]\nmethods = ['medusa']\n",
-     "*methods: unknown method 'medusa'; use one of ar, dflash, ddtree"),
+     "*key 'methods': unknown method 'medusa'; use one of ar, dflash, ddtree"),
     # a misspelt method is answered as a misspelt family is
     ("[tool.specdec.matrix.cpu]\nmethods = ['ddtre']\nbudget = [8]\n",
-     "pyproject.toml [tool.specdec.matrix.cpu] methods: unknown method 'ddtre'; did you mean 'ddtree'?"),
-    ("[tool.specdec.matrix.cpu]\nmethods = ['DFlash']\n", "*methods: unknown method 'DFlash'; did you mean 'dflash'?"),
+     "pyproject.toml [tool.specdec.matrix.cpu] key 'methods': unknown method 'ddtre'; did you mean 'ddtree'?"),
+    ("[tool.specdec.matrix.cpu]\nmethods = ['DFlash']\n", "*key 'methods': unknown method 'DFlash'; did you mean 'dflash'?"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nmethod = ['dflsh']\n",
-     "pyproject.toml [known_issues #1] method: unknown method 'dflsh'; did you mean 'dflash'?"),
+     "pyproject.toml [known_issues #1] key 'method': unknown method 'dflsh'; did you mean 'dflash'?"),
     ("[tool.specdec.sglang]\nmethod_flags = {ddtre = ['--x']}\n",
-     "pyproject.toml [tool.specdec.sglang] method_flags: unknown method 'ddtre'; did you mean 'ddtree'?"),
+     "pyproject.toml [tool.specdec.sglang] key 'method_flags': unknown method 'ddtre'; did you mean 'ddtree'?"),
     ("[tool.specdec.matrix.cpu]\nmethods = ['ddtree']\n",
-     "*budget: is empty but methods include ddtree; list budgets*"),
+     "*key 'budget': is missing or empty but methods include ddtree; list budgets*"),
     ("[tool.specdec.matrix.tpu]\nmethods = ['ar']\n",
-     "*matrix.tpu: unknown hardware family; use one of blackwell, hopper, ada, ampere, cpu"),
+     "*key 'matrix.tpu': 'tpu' is an unknown hardware family; use one of blackwell, hopper, ada, ampere, cpu"),
     # a misspelt family is answered as a misspelt key is
     ("[tool.specdec.matrix.blackwel]\nmethods = ['ar']\n",
-     "pyproject.toml [tool.specdec] matrix.blackwel: unknown hardware family; did you mean 'blackwell'?"),
-    ("[tool.specdec.matrix.Hopper]\nmethods = ['ar']\n", "*matrix.Hopper: unknown hardware family; did you mean 'hopper'?"),
+     "pyproject.toml [tool.specdec] key 'matrix.blackwel': 'blackwel' is an unknown hardware family; did you mean 'blackwell'?"),
+    ("[tool.specdec.matrix.Hopper]\nmethods = ['ar']\n", "*key 'matrix.Hopper': 'Hopper' is an unknown hardware family; did you mean 'hopper'?"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nfamily = 'hoper'\n",
-     "pyproject.toml [known_issues #1] family: 'hoper' is unknown; did you mean 'hopper'?"),
+     "pyproject.toml [known_issues #1] key 'family': 'hoper' is unknown; did you mean 'hopper'?"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nfamily = 'tpu'\n",
-     "pyproject.toml [known_issues #1] family: 'tpu' is unknown; use one of blackwell, hopper, ada, ampere, cpu"),
+     "pyproject.toml [known_issues #1] key 'family': 'tpu' is unknown; use one of blackwell, hopper, ada, ampere, cpu"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nfamily = 'cpus'\n",
-     "pyproject.toml [known_issues #1] family: 'cpus' is unknown; did you mean 'cpu'?"),
+     "pyproject.toml [known_issues #1] key 'family': 'cpus' is unknown; did you mean 'cpu'?"),
     # a family where an architecture is wanted, and the reverse, are named as such
     ("[[tool.specdec.known_issues]]\nreason = 'x'\narch = 'blackwell'\n",
-     "pyproject.toml [known_issues #1] arch: 'blackwell' is a hardware family, not an architecture; give one of "
+     "pyproject.toml [known_issues #1] key 'arch': 'blackwell' is a hardware family, not an architecture; give one of "
      "its architectures: sm_100, sm_101, sm_103, sm_110, sm_120, sm_121; or write family = 'blackwell' to match "
      "them all"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\narch = 'hoper'\n",
-     "*arch: 'hoper' is not an architecture, but close to the hardware family 'hopper'; give one of its "
+     "*key 'arch': 'hoper' is not an architecture, but close to the hardware family 'hopper'; give one of its "
      "architectures: sm_90; or write family = 'hopper' to match them all"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\narch = 'cpu'\n",
-     "*arch: 'cpu' is a hardware family, not an architecture; a host without a GPU has no architecture: leave "
+     "*key 'arch': 'cpu' is a hardware family, not an architecture; a host without a GPU has no architecture: leave "
      "the arch out"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nfamily = 'sm_90'\n",
-     "pyproject.toml [known_issues #1] family: 'sm_90' is an architecture, not a family; write family = 'hopper', "
+     "pyproject.toml [known_issues #1] key 'family': 'sm_90' is an architecture, not a family; write family = 'hopper', "
      "or arch = 'sm_90' for that architecture only"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nbackend = ['embeded']\n",
-     "pyproject.toml [known_issues #1] backend: 'embeded' is unknown; did you mean 'embedded'?"),
+     "pyproject.toml [known_issues #1] key 'backend': 'embeded' is unknown; did you mean 'embedded'?"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nbackend = ['vllm']\n",
-     "pyproject.toml [known_issues #1] backend: 'vllm' is unknown; use one of embedded, sglang"),
+     "pyproject.toml [known_issues #1] key 'backend': 'vllm' is unknown; use one of embedded, sglang"),
     ("[tool.specdec.matrix.sm_120]\nmethods = ['ar']\n",
-     "pyproject.toml [tool.specdec] matrix.sm_120: sm_120 is an architecture, not a hardware family; a matrix is "
+     "pyproject.toml [tool.specdec] key 'matrix.sm_120': sm_120 is an architecture, not a hardware family; a matrix is "
      "per family: [tool.specdec.matrix.blackwell]"),
     ("[[tool.specdec.known_issues]]\narch = 'sm_120'\n",
-     "pyproject.toml [known_issues #1] reason: is missing; say what breaks*"),
+     "pyproject.toml [known_issues #1] key 'reason': missing; say what breaks*"),
     ("[[tool.specdec.known_issues]]\narch = 'gfx942'\nreason = 'x'\n",
-     "*[known_issues #1] arch: 'gfx942' is not an arch; use e.g. sm_120*"),
+     "*[known_issues #1] key 'arch': 'gfx942' is not an arch; use e.g. sm_120*"),
     ("[[tool.specdec.known_issues]]\nbudget = [-1]\nreason = 'x'\n",
-     "*[known_issues #1] budget: -1 is impossible*"),
+     "*[known_issues #1] key 'budget': -1 is impossible*"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nmethods = ['ddtree']\n",
      "*[known_issues #1]: unknown key 'methods'; did you mean 'method'?"),
     # entries that could never match a configuration
     ("[[tool.specdec.known_issues]]\nreason = 'x'\narch = 'sm_120'\nfamily = 'hopper'\n",
-     "*[known_issues #1] family: 'hopper' contradicts arch = 'sm_120', which is blackwell; "
+     "*[known_issues #1] key 'family': 'hopper' contradicts arch = 'sm_120', which is blackwell; "
      "give one of them*"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nmethod = ['ar', 'dflash']\nbudget = [8]\n",
-     "*[known_issues #1] budget: ar, dflash take no budget (a tree budget is ddtree's); remove the "
+     "*[known_issues #1] key 'budget': ar, dflash take no budget (a tree budget is ddtree's); remove the "
      "budget or add ddtree to method*"),
     # a repeated value is refused as in a matrix: a slip, perhaps for another value
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nmethod = ['ddtree', 'ddtree']\n",
-     "pyproject.toml [known_issues #1] method: lists 'ddtree' more than once; list each once"),
+     "pyproject.toml [known_issues #1] key 'method': lists 'ddtree' more than once; list each once"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\n[[tool.specdec.known_issues]]\nreason = 'y'\ntp = [1, 1]\n",
-     "pyproject.toml [known_issues #2] tp: lists 1 more than once; list each once"),
+     "pyproject.toml [known_issues #2] key 'tp': lists 1 more than once; list each once"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nbudget = [8, 16, 8]\n",
-     "pyproject.toml [known_issues #1] budget: lists 8 more than once; list each once"),
+     "pyproject.toml [known_issues #1] key 'budget': lists 8 more than once; list each once"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nbackend = ['sglang', 'sglang']\n",
-     "pyproject.toml [known_issues #1] backend: lists 'sglang' more than once; list each once"),
+     "pyproject.toml [known_issues #1] key 'backend': lists 'sglang' more than once; list each once"),
     # an empty list matches no configuration: the entry would never apply
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nmethod = []\n",
-     "pyproject.toml [known_issues #1] method: is empty, so the entry matches nothing; list at least one "
+     "pyproject.toml [known_issues #1] key 'method': [] is empty, so the entry matches nothing; list at least one "
      "value, or remove method to match any"),
-    ("[[tool.specdec.known_issues]]\nreason = 'x'\ntp = []\n", "pyproject.toml [known_issues #1] tp: is empty*"),
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\ntp = []\n", "pyproject.toml [known_issues #1] key 'tp': [] is empty*"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nbudget = []\n",
-     "pyproject.toml [known_issues #1] budget: is empty*"),
+     "pyproject.toml [known_issues #1] key 'budget': [] is empty*"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nbackend = []\n",
-     "pyproject.toml [known_issues #1] backend: is empty*"),
-    ("[[tool.specdec.known_issues]]\nreason = '  '\n", "pyproject.toml [known_issues #1] reason: is missing*"),
+     "pyproject.toml [known_issues #1] key 'backend': [] is empty*"),
+    ("[[tool.specdec.known_issues]]\nreason = '  '\n", "pyproject.toml [known_issues #1] key 'reason': '  ' is blank; say what breaks*"),
     ("[[tool.specdec.workloads]]\nprompts = 'missing.jsonl'\n",
-     "*[workloads #1] prompts: 'missing.jsonl' is neither a built-in set (chat, code, math) nor a *"),
+     "*[workloads #1] key 'prompts': 'missing.jsonl' is neither a built-in set (chat, code, math) nor a *"),
     ("[[tool.specdec.workloads]]\nprompts = 'maths'\n",
-     "pyproject.toml [workloads #1] prompts: 'maths' is neither a built-in set (chat, code, math) nor a JSONL "
+     "pyproject.toml [workloads #1] key 'prompts': 'maths' is neither a built-in set (chat, code, math) nor a JSONL "
      "file; did you mean the built-in set 'math'?"),
-    ("[[tool.specdec.workloads]]\nprompts = 'poetry'\n", "*prompts: 'poetry' is neither a built-in set * nor a "
+    ("[[tool.specdec.workloads]]\nprompts = 'poetry'\n", "*key 'prompts': 'poetry' is neither a built-in set * nor a "
                                                           "JSONL file; fix the path"),
     ("[tool.specdec.metrics]\nkv_hit_rate = 'higer'\n",
-     "pyproject.toml [tool.specdec.metrics] kv_hit_rate: 'higer' is not a direction; did you mean 'higher'?"),
+     "pyproject.toml [tool.specdec.metrics] key 'kv_hit_rate': 'higer' is not a direction; did you mean 'higher'?"),
     ("[[tool.specdec.workloads]]\nconcurrency = 0\n",
-     "*[workloads #1] concurrency: 0 must be at least 1"),
+     "*[workloads #1] key 'concurrency': 0 must be at least 1"),
     ("[[tool.specdec.workloads]]\nname = ''\n",
-     "pyproject.toml [workloads #1] name: is empty; give the workload a name, e.g. name = \"chat\""),
+     "pyproject.toml [workloads #1] key 'name': '' is empty; give the workload a name, e.g. name = \"chat\""),
     ("[[tool.specdec.workloads]]\nnum_prompts = '3'\n",
-     "*[workloads #1] num_prompts: '3' must be an int"),
+     "*[workloads #1] key 'num_prompts': '3' must be an int"),
     ("[tool.specdec]\nengine = 3\n",
-     "pyproject.toml [tool.specdec] engine: 3 must be a TOML table"),
+     "pyproject.toml [tool.specdec] key 'engine': 3 must be a TOML table"),
     ("[tool.specdec]\nmin_accept_length = 'x'\n",
-     "pyproject.toml [tool.specdec] min_accept_length: 'x' must be a number"),
+     "pyproject.toml [tool.specdec] key 'min_accept_length': 'x' must be a number"),
     ("[tool.specdec]\nknown_issues = [3]\n",
      "pyproject.toml [known_issues #1]: 3 must be a table, not an int"),
     ("[tool.specdec.matrix]\ncpu = 'ar'\n", "pyproject.toml [tool.specdec.matrix.cpu]: 'ar' must be a table, not a string"),
     ("[tool.specdec.tolerances]\noutput_tok_s = 'lots'\n",
-     "*[tool.specdec.tolerances] output_tok_s: tolerance 'lots' for 'output_tok_s' is not a number or "
+     "*[tool.specdec.tolerances] key 'output_tok_s': tolerance 'lots' for 'output_tok_s' is not a number or "
      "percentage*"),
     ("[tool.specdec.tolerances]\ntok_s = '5%'\n",
      "*[tool.specdec.tolerances]: unknown metric 'tok_s'; valid names: accept_length, accept_rate*"),
     ("[tool.specdec.engine]\ndraft_agreement = 1.5\n",
-     "*[tool.specdec.engine] draft_agreement: 1.5 must lie in [0, 1]"),
+     "*[tool.specdec.engine] key 'draft_agreement': 1.5 must lie in [0, 1]"),
     ("[tool.specdec.engine]\nblock_size = 1\n",
-     "*[tool.specdec.engine] block_size: 1 must be at least 2 (the root and at least one draft "
+     "*[tool.specdec.engine] key 'block_size': 1 must be at least 2 (the root and at least one draft "
      "position)"),
     ("[tool.specdec.engine]\nnum_layers = 0\n",
-     "*[tool.specdec.engine] num_layers: 0 must be at least 1, or leave it out*"),
+     "*[tool.specdec.engine] key 'num_layers': 0 must be at least 1, or leave it out*"),
     ("[tool.specdec.engine]\ndevice = 'gpu'\n",
-     "*[tool.specdec.engine] device: 'gpu' is unknown; use one of auto, cpu, cuda"),
+     "*[tool.specdec.engine] key 'device': 'gpu' is unknown; use one of auto, cpu, cuda"),
     # a misspelt name of a known few is answered with the one it most likely stands for
     ("[tool.specdec.engine]\ndevice = 'cuda:0'\n",
-     "pyproject.toml [tool.specdec.engine] device: 'cuda:0' is unknown; did you mean 'cuda'?"),
+     "pyproject.toml [tool.specdec.engine] key 'device': 'cuda:0' is unknown; did you mean 'cuda'?"),
     ("[tool.specdec.engine]\nmodel_preset = 'tiny-hybird'\n",
-     "pyproject.toml [tool.specdec.engine] model_preset: 'tiny-hybird' is unknown; did you mean 'tiny-hybrid'?"),
+     "pyproject.toml [tool.specdec.engine] key 'model_preset': 'tiny-hybird' is unknown; did you mean 'tiny-hybrid'?"),
     ("[tool.specdec.engine]\nmodel_preset = 'llama'\n",
-     "*model_preset: 'llama' is unknown; use one of tiny, 8b-layer, tiny-hybrid, 27b-hybrid-layers"),
+     "*key 'model_preset': 'llama' is unknown; use one of tiny, 8b-layer, tiny-hybrid, 27b-hybrid-layers"),
     ("[tool.specdec.sglang]\nmethod_flags = 'ddtree-budgt'\n",
-     "pyproject.toml [tool.specdec.sglang] method_flags: unknown SGLang method-flag preset 'ddtree-budgt'; did "
+     "pyproject.toml [tool.specdec.sglang] key 'method_flags': unknown SGLang method-flag preset 'ddtree-budgt'; did "
      "you mean 'ddtree-budget'?"),
     ("[tool.specdec.sglang.method_flags]\nddtree = ['--speculative-ddtree-budget', '{budgte}']\n",
-     "pyproject.toml [tool.specdec.sglang] method_flags.ddtree: placeholder {budgte} in '{budgte}' is unknown; did "
+     "pyproject.toml [tool.specdec.sglang] key 'method_flags.ddtree': placeholder {budgte} in '{budgte}' is unknown; did "
      "you mean {budget}?"),
     ("[tool.specdec.engine]\nextra_args = ['--context-lenght', '256']\n",
-     "*[tool.specdec.engine] extra_args: unrecognized arguments: --context-lenght 256; "
+     "*[tool.specdec.engine] key 'extra_args': unrecognized arguments: --context-lenght 256; "
      "see python -m pytest_specdec.engine --help"),
     ("[tool.specdec.engine]\nextra_args = ['--fault-lossy', 'some']\n",
-     "*[tool.specdec.engine] extra_args: argument --fault-lossy: invalid float value: 'some'*"),
+     "*[tool.specdec.engine] key 'extra_args': argument --fault-lossy: invalid float value: 'some'*"),
     ("[tool.specdec.engine]\nextra_args = ['--context-length', '0']\n",
-     "*[tool.specdec.engine] extra_args: --context-length must be >= 1; "
+     "*[tool.specdec.engine] key 'extra_args': --context-length must be >= 1; "
      "see python -m pytest_specdec.engine --help"),
     ("[tool.specdec.engine]\nextra_args = ['--fault-lossy', '1.5']\n",
-     "*[tool.specdec.engine] extra_args: --fault-lossy must be a probability in [0, 1], got 1.5*"),
+     "*[tool.specdec.engine] key 'extra_args': --fault-lossy must be a probability in [0, 1], got 1.5*"),
     ("[tool.specdec.engine]\nextra_args = ['--recurrent-tree', 'chain']\n",
-     "*[tool.specdec.engine] extra_args: --recurrent-tree chain needs a hybrid model: --model-preset tiny*"),
+     "*[tool.specdec.engine] key 'extra_args': --recurrent-tree chain needs a hybrid model: --model-preset tiny*"),
     ("[tool.specdec.sglang]\nmethod_flags = 'eagle-ish'\n",
-     "*[tool.specdec.sglang] method_flags: unknown SGLang method-flag preset 'eagle-ish'; use one of "
+     "*[tool.specdec.sglang] key 'method_flags': unknown SGLang method-flag preset 'eagle-ish'; use one of "
      "ddtree-budget, num-draft-tokens or a table method = [argv...]"),
     ("[tool.specdec.sglang]\nmethod_flags = {ddtree = 5}\n",
-     "*[tool.specdec.sglang] method_flags.ddtree: 5 is not a list of strings; give one, e.g.*"),
+     "*[tool.specdec.sglang] key 'method_flags.ddtree': 5 is not a list of strings; give one, e.g.*"),
     # a budget for a method that takes none had no value until its server was built, hours in
     ("[tool.specdec.sglang.method_flags]\ndflash = ['--speculative-num-draft-tokens', '{num_draft_tokens}']\n",
-     "*[tool.specdec.sglang] method_flags.dflash: placeholder {num_draft_tokens} in '{num_draft_tokens}' has no "
+     "*[tool.specdec.sglang] key 'method_flags.dflash': placeholder {num_draft_tokens} in '{num_draft_tokens}' has no "
      "value: method dflash takes no budget; write the number itself, or use {tp}"),
     ("[tool.specdec.sglang]\nmethod_flags = {ddtree = ['--budget', '{budget']}\n",
-     "*[tool.specdec.sglang] method_flags.ddtree: '{budget' is not a valid flag template (*); "
+     "*[tool.specdec.sglang] key 'method_flags.ddtree': '{budget' is not a valid flag template (*); "
      "write a placeholder as {budget}*"),
     ("[tool.specdec]\nmin_accept_length = 0.5\n",
-     "*min_accept_length: 0.5 is below 1*"),
+     "*key 'min_accept_length': 0.5 is below 1*"),
     ("[tool.specdec]\nstartup_timeout = 'soon'\n",
      "pyproject.toml [tool.specdec] key 'startup_timeout': 'soon' is not a number; "
      "--specdec-startup-timeout takes*"),
@@ -222,84 +222,84 @@ from pytest_specdec.errors import SpecdecUsageError
     ("[tool.specdec]\nreport = ''\n", "pyproject.toml [tool.specdec] key 'report': '' is empty; *"),
     ("[tool.specdec]\ncompare_fail = ''\n", "pyproject.toml [tool.specdec] key 'compare_fail': '' is empty; *"),
     ("[tool.specdec]\nmin_accept_length = nan\n",
-     "pyproject.toml [tool.specdec] min_accept_length: nan must be a finite number"),
+     "pyproject.toml [tool.specdec] key 'min_accept_length': nan must be a finite number"),
     ("[tool.specdec]\nstartup_timeout = inf\n",
      "*key 'startup_timeout': inf must be a finite number greater than 0*"),
     ("[tool.specdec]\ngpu_wait_timeout = 0\n",
      "pyproject.toml [tool.specdec] key 'gpu_wait_timeout': 0 must be a finite number greater than 0; "
      "--specdec-gpu-wait-timeout takes*"),
     ("[tool.specdec.tolerances]\naccept_length = nan\n",
-     "*[tool.specdec.tolerances] accept_length: tolerance 'nan' for 'accept_length' must be a finite number*"),
+     "*[tool.specdec.tolerances] key 'accept_length': tolerance 'nan' for 'accept_length' must be a finite number*"),
     ("[[tool.specdec.workloads]]\ntemperature = inf\n",
-     "*[workloads #1] temperature: inf must be a finite number"),
+     "*[workloads #1] key 'temperature': inf must be a finite number"),
     # a TOML number is quoted as the number it is, not as the text '1000.0'
     ("[tool.specdec]\ngpus = 1e3\n", "pyproject.toml [tool.specdec] key 'gpus': 1000.0 is not a whole number; *"),
     ("[tool.specdec]\nresume = 'sometimes'\n",
      "*key 'resume': 'sometimes' is not a boolean (use true or false)*"),
     ("[tool.specdec.matrix.cpu]\nmethods = ['ar', 'dflash']\nbudget = [8]\n",  # was silently read by none
-     "*[tool.specdec.matrix.cpu] budget: is given but none of the methods ar, dflash takes a budget (only "
+     "*[tool.specdec.matrix.cpu] key 'budget': [8] is given but none of the methods ar, dflash takes a budget (only "
      "ddtree does); add one, or remove budget"),
     ("[tool.specdec.matrix.cpu]\nmethods = ['ddtree', 'ddtree']\nbudget = [8]\n",
-     "*[tool.specdec.matrix.cpu] methods: lists 'ddtree' more than once; list each once"),
+     "*[tool.specdec.matrix.cpu] key 'methods': lists 'ddtree' more than once; list each once"),
     ("[tool.specdec.matrix.cpu]\nmethods = ['ddtree']\ntp = [1]\nbudget = [8, 16, 8]\n",
-     "*[tool.specdec.matrix.cpu] budget: lists 8 more than once; list each once"),
+     "*[tool.specdec.matrix.cpu] key 'budget': lists 8 more than once; list each once"),
     ("[tool.specdec]\nbackend = 'embedded'\n[tool.specdec.matrix.cpu]\nmethods = ['ddtree']\nbudget = [100000]\n",
      "*[tool.specdec.matrix.cpu] budget 100000: the embedded engine refuses it: --budget 100000 verifies "
      "100001 tokens a step, which leaves no room for a prompt in --context-length 4096*"),
     ("[tool.specdec.engine]\nextra_args = '--cpu-threads 2'\n",
-     "*[tool.specdec.engine] extra_args: '--cpu-threads 2' is one string; give one argument an element, "
+     "*[tool.specdec.engine] key 'extra_args': '--cpu-threads 2' is one string; give one argument an element, "
      "e.g. [\"--cpu-threads\", \"2\"]"),
     ("[tool.specdec.engine]\nextra_args = ['--port=38777']\n",
-     "*[tool.specdec.engine] extra_args: --port is set by the plugin (the plugin picks each server's port); "
+     "*[tool.specdec.engine] key 'extra_args': --port is set by the plugin (the plugin picks each server's port); "
      "remove it"),
     ("[tool.specdec.sglang]\nextra_args = ['--dp-size', '2']\n",  # GPUs the plugin never leased
-     "*[tool.specdec.sglang] extra_args: --dp-size is set by the plugin (the plugin leases each server the "
+     "*[tool.specdec.sglang] key 'extra_args': --dp-size is set by the plugin (the plugin leases each server the "
      "matrix's TP size in GPUs and gives them as CUDA_VISIBLE_DEVICES; this would take others, or more); "
      "remove it"),
-    ("[tool.specdec.sglang]\nextra_args = ['--base-gpu-id=4']\n", "*extra_args: --base-gpu-id is set by the plugin*"),
+    ("[tool.specdec.sglang]\nextra_args = ['--base-gpu-id=4']\n", "*key 'extra_args': --base-gpu-id is set by the plugin*"),
     ("[tool.specdec.sglang]\nextra_args = ['--tp-size', '2']\n",
-     "*[tool.specdec.sglang] extra_args: --tp-size is set by the plugin (the matrix sets each test's "
+     "*[tool.specdec.sglang] key 'extra_args': --tp-size is set by the plugin (the matrix sets each test's "
      "tensor-parallel size); remove it"),
     # the method, budget and draft model flags: in extra_args they would override every test's
     ("[tool.specdec.sglang]\nextra_args = ['--speculative-algorithm', 'EAGLE']\n",
-     "*[tool.specdec.sglang] extra_args: --speculative-algorithm is set by the plugin (the matrix "
+     "*[tool.specdec.sglang] key 'extra_args': --speculative-algorithm is set by the plugin (the matrix "
      "sets each test's method, through [tool.specdec.sglang] method_flags); remove it"),
     ("[tool.specdec.sglang]\nextra_args = ['--speculative-ddtree-budget=8']\n",
-     "*[tool.specdec.sglang] extra_args: --speculative-ddtree-budget is set by the plugin (the matrix "
+     "*[tool.specdec.sglang] key 'extra_args': --speculative-ddtree-budget is set by the plugin (the matrix "
      "sets each test's budget, through [tool.specdec.sglang] method_flags); remove it"),
     ("[tool.specdec.sglang]\nextra_args = ['--speculative-num-draft-tokens', '9']\n",
-     "*extra_args: --speculative-num-draft-tokens is set by the plugin (the matrix sets each test's "
+     "*key 'extra_args': --speculative-num-draft-tokens is set by the plugin (the matrix sets each test's "
      "budget, *"),
     # SGLang's aliases and argparse's abbreviations of those flags set them as well
     ("[tool.specdec.sglang]\nextra_args = ['--model', '/m']\n",
-     "*[tool.specdec.sglang] extra_args: --model reads as --model-path, which is set by the plugin (set "
+     "*[tool.specdec.sglang] key 'extra_args': --model reads as --model-path, which is set by the plugin (set "
      "[tool.specdec] model); remove it"),
     ("[tool.specdec.sglang]\nextra_args = ['--tensor-parallel-size=2']\n",
-     "*extra_args: --tensor-parallel-size is set by the plugin (the matrix sets each test's "
+     "*key 'extra_args': --tensor-parallel-size is set by the plugin (the matrix sets each test's "
      "tensor-parallel size); remove it"),
     # a server without its tokenizer refuses every text prompt: no test of the run could pass
     ("[tool.specdec.sglang]\nextra_args = ['--skip-tokenizer-init']\n",
-     "*[tool.specdec.sglang] extra_args: --skip-tokenizer-init: SGLang then loads no tokenizer and refuses every "
+     "*[tool.specdec.sglang] key 'extra_args': --skip-tokenizer-init: SGLang then loads no tokenizer and refuses every "
      "request the plugin sends, whose prompts are text; remove it"),
     ("[tool.specdec.sglang]\nextra_args = ['--skip-tok=true']\n",
-     "*extra_args: --skip-tok (read as --skip-tokenizer-init): SGLang then loads no tokenizer*"),
+     "*key 'extra_args': --skip-tok (read as --skip-tokenizer-init): SGLang then loads no tokenizer*"),
     ("[tool.specdec.sglang]\nextra_args = ['--rand', '3']\n",
-     "*extra_args: --rand reads as --random-seed, which is set by the plugin (set [tool.specdec.engine] "
+     "*key 'extra_args': --rand reads as --random-seed, which is set by the plugin (set [tool.specdec.engine] "
      "seed); remove it"),
     ("[tool.specdec.engine]\nextra_args = ['--budg', '3']\n",
-     "*[tool.specdec.engine] extra_args: --budg reads as --budget, which is set by the plugin (the matrix "
+     "*[tool.specdec.engine] key 'extra_args': --budg reads as --budget, which is set by the plugin (the matrix "
      "sets each test's budget); remove it"),
     ("[tool.specdec.sglang]\nextra_args = ['--speculative-draft-model-path', '/m']\n",
-     "*extra_args: --speculative-draft-model-path is set by the plugin (set [tool.specdec] "
+     "*key 'extra_args': --speculative-draft-model-path is set by the plugin (set [tool.specdec] "
      "draft_model); remove it"),
     ("[tool.specdec.workloads]\nname = 'chat'\nprompts = 'chat'\n",
-     "pyproject.toml [tool.specdec] workloads: is one table; give each workload an entry of its own "
+     "pyproject.toml [tool.specdec] key 'workloads': is one table, [tool.specdec.workloads]; give each workload an entry of its own "
      "headed [[tool.specdec.workloads]] (two brackets)"),
     ("[tool.specdec.known_issues]\nreason = 'x'\n",
-     "pyproject.toml [tool.specdec] known_issues: is one table; give each known issue an entry of its own "
+     "pyproject.toml [tool.specdec] key 'known_issues': is one table, [tool.specdec.known_issues]; give each known issue an entry of its own "
      "headed [[tool.specdec.known_issues]] (two brackets)"),
     ("[tool.specdec.sglang]\npython = '/nonexistent/python'\n",
-     "*[tool.specdec.sglang] python: '/nonexistent/python' is not an executable Python; give the "
+     "*[tool.specdec.sglang] key 'python': '/nonexistent/python' is not an executable Python; give the "
      "interpreter that has SGLang installed*"),
 ])
 def test_config_errors_stop_the_run_with_one_clear_line(pytester: pytest.Pytester, toml, message):
@@ -366,7 +366,7 @@ def test_a_known_issues_file_refuses_a_repeated_value_naming_file_entry_and_fiel
     path = tmp_path / "known_issues.toml"
     path.write_text("[[known_issues]]\nreason = 'a'\n[[known_issues]]\nreason = 'b'\n"
                     "method = ['dflash', 'ddtree', 'dflash']\n")
-    with pytest.raises(SpecdecUsageError, match=r"^known_issues.toml \[known_issues #2\] method: lists "
+    with pytest.raises(SpecdecUsageError, match=r"^known_issues.toml \[known_issues #2\] key 'method': lists "
                                                 r"'dflash' more than once; list each once$"):
         config.load_known_issues(path)
 
@@ -398,10 +398,10 @@ def test_specdec_toml_is_read(tmp_path: Path):
 
 
 @pytest.mark.parametrize("toml, where", [
-    ("[matrix.cpu]\nmethods = ['ar']\ntp = [6]\n", "specdec.toml [matrix.cpu] tp: 6"),
-    ("[engine]\nseed = 'x'\n", "specdec.toml [engine] seed: 'x'"),
-    ("[sglang]\nmethod_flags = 'eagle-ish'\n", "specdec.toml [sglang] method_flags: unknown"),
-    ("[metrics]\nmy_figure = 'up'\n", "specdec.toml [metrics] my_figure: 'up'"),
+    ("[matrix.cpu]\nmethods = ['ar']\ntp = [6]\n", "specdec.toml [matrix.cpu] key 'tp': 6"),
+    ("[engine]\nseed = 'x'\n", "specdec.toml [engine] key 'seed': 'x'"),
+    ("[sglang]\nmethod_flags = 'eagle-ish'\n", "specdec.toml [sglang] key 'method_flags': unknown"),
+    ("[metrics]\nmy_figure = 'up'\n", "specdec.toml [metrics] key 'my_figure': 'up'"),
 ])
 def test_specdec_toml_errors_name_that_file_and_its_own_tables(tmp_path: Path, toml, where):
     """specdec.toml holds [matrix.cpu], not [tool.specdec.matrix.cpu]: the error names what the user wrote."""
@@ -508,7 +508,7 @@ BASELINE_HEAD = '{"format": "pytest-specdec-baselines", "version": 1, "hardware_
     ({"prompts.jsonl": '{"prompt": "\\ud800"}\n'},
      "*prompts.jsonl:1: \"prompt\" holds '\\ud800' at character 1, a lone surrogate*"),
     ({"baselines/known_issues.toml": "[[known_issues]]\nreason = 'x'\ntp = [3]\n"},
-     "known_issues.toml [known_issues #1] tp: 3 is not a power of two*"),
+     "known_issues.toml [known_issues #1] key 'tp': 3 is not a power of two*"),
 ])
 def test_bad_input_files_stop_the_run_before_any_server_boots(pytester: pytest.Pytester, files,
                                                               message):
@@ -625,7 +625,7 @@ def test_each_way_out_of_a_passed_over_config_is_taken(tmp_path):
 @pytest.mark.parametrize("blank", ["", "  "])
 def test_a_blank_model_path_is_named_as_blank(key, blank, tmp_path):
     """`model = ""` passed, and the sglang backend then asked the user to set the model they had set."""
-    with pytest.raises(SpecdecUsageError, match=rf"^pyproject.toml \[tool.specdec\] {key}: '{blank}' is empty; "
+    with pytest.raises(SpecdecUsageError, match=rf"^pyproject.toml \[tool.specdec\] key '{key}': '{blank}' is empty; "
                                                 rf"name it \({key} = \".+\"\) or leave the key out$"):
         config.parse({key: blank}, "pyproject.toml", tmp_path)
     assert getattr(config.parse({key: "x"}, "pyproject.toml", tmp_path), key) == "x"

@@ -149,11 +149,11 @@ def test_a_declared_metric_is_gated_by_name_and_records_without_a_direction(pyte
 
 
 @pytest.mark.parametrize("table, problem", [
-    ('kv_hit_rate = "up"', "[[]tool.specdec.metrics[]] kv_hit_rate: 'up' is not a direction; write "
+    ('kv_hit_rate = "up"', "[[]tool.specdec.metrics[]] key 'kv_hit_rate': 'up' is not a direction; write "
                            '"higher" (bigger is better) or "lower"'),
-    ('ttft_ms = "lower"', "[[]tool.specdec.metrics[]] ttft_ms: is a built-in metric (lower is better); "
-                          "remove it from this table"),
-    ('"9lives" = "higher"', "[[]tool.specdec.metrics[]] 9lives: is not a metric name*"),
+    ('ttft_ms = "lower"', "[[]tool.specdec.metrics[]] key 'ttft_ms': ttft_ms is a built-in metric (lower is "
+                          "better), whose direction is known; remove it from this table"),
+    ('"9lives" = "higher"', "[[]tool.specdec.metrics[]] key '9lives': '9lives' is not a metric name*"),
 ])
 def test_a_bad_metrics_table_is_a_usage_error(pytester, table, problem):
     pytester.makepyprojecttoml(f"[tool.specdec.metrics]\n{table}\n")
