@@ -22,7 +22,7 @@ from .errors import SpecdecUsageError
 from .directions import METRIC_DIRECTIONS, METRIC_NAME, Direction, known_directions
 from .gate import parse_tolerance_table
 from .hardware import ALL_FAMILIES, FAMILIES, GPU_FAMILIES, arch_family, family_for_arch, family_of, normalise_arch
-from .options import OPTION_NAMES, toml_shown
+from .options import OPTION_NAMES, not_text, toml_shown
 from .servers.sglang import DEFAULT_METHOD_FLAGS, method_flags_from_config
 from .sglang_api import SKIP_TOKENIZER_INIT_FLAG
 from .suggest import closest, hint
@@ -182,6 +182,13 @@ _KIND_NAMES = {int: "an int", float: "a number", dict: "a TOML table", str: "a s
                list: "a list"}
 
 
+#: What each string key names, as the fix for a value of another type writes it.
+_TEXT_EXAMPLES = {"model": "Qwen/Qwen3.6-27B", "draft_model": "z-lab/Qwen3.6-27B-DFlash",
+                  "model_cache": "/dev/shm/models", "reason": "verify crashes", "arch": "sm_120",
+                  "family": "blackwell", "prompts": "chat", "name": "chat", "model_preset": "tiny",
+                  "device": "cuda", "python": "/opt/sglang/bin/python"}
+
+
 class _Reader:
     """Checks one table's keys and types; errors name the file and the dotted key."""
 
@@ -216,7 +223,8 @@ class _Reader:
         if not isinstance(value, kind):
             kinds = (kind,) if isinstance(kind, type) else kind
             names = " or ".join(_KIND_NAMES.get(k, f"a {k.__name__}") for k in kinds)
-            self.fail(key, f"{toml_shown(value)} must be {names}")
+            self.fail(key, not_text(key, value, _TEXT_EXAMPLES.get(key, "...")) if kind is str
+                      else f"{toml_shown(value)} must be {names}")
         if isinstance(value, float) and not math.isfinite(value):  # TOML spells nan and inf
             self.fail(key, f"{value!r} must be a finite number")
         return value

@@ -320,6 +320,23 @@ def toml_shown(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else repr(value)
 
 
+def not_text(key: str, value: Any, example: str) -> str:
+    """Why `value` is no string, and how to write it as one: TOML reads an unquoted 3 as a number, so
+    a number or boolean is shown quoted, a list of one string as that string, else the key's example."""
+    shown = repr(value) if isinstance(value, (list, dict)) else toml_shown(value) if isinstance(value, bool) \
+        else str(value)  # a TOML date as written, not Python's datetime.date(...)
+    kind = "a boolean" if isinstance(value, bool) else "a number" if isinstance(value, (int, float)) \
+        else {list: "a list", dict: "a TOML table"}.get(type(value), f"a {type(value).__name__}")
+    given = f"{shown} is {kind}, not a string"
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
+        import json  # here: the plugin loads this module in every pytest run, and json nowhere else
+
+        return f"{given}; give the one string, not a list: {key} = {json.dumps(value[0])}"
+    if isinstance(value, (int, float)):
+        return f"{given}; write it in quotes: {key} = \"{toml_shown(value)}\""
+    return f"{given}; write one in quotes, e.g. {key} = \"{example}\""
+
+
 def parse_value(option: Option, raw: Any, where: str) -> Any:
     """Validate one value; the error names where it was set, the bad value and what is allowed."""
     if raw is None:
@@ -336,9 +353,15 @@ def parse_value(option: Option, raw: Any, where: str) -> Any:
         raw = str(raw)  # a TOML number
     if not isinstance(raw, str) and parse is option.parse:  # only TOML gives other types
         shown = toml_shown(raw)
-        kind = (f"a string: an ini value is written as on the command line, in quotes: {key} = "
-                f"\"{_TEXT_EXAMPLES.get(option.name, option.default)}\"" if key == option.ini else _toml_kind(option))
-        raise SpecdecUsageError(f"{where}: {shown} must be {kind}; {option.cli} takes: {option.help}")
+        example = _TEXT_EXAMPLES.get(option.name, option.default)
+        if key == option.ini:
+            problem = (f"{shown} must be a string: an ini value is written as on the command line, in quotes: "
+                       f"{key} = \"{example}\"")
+        elif _takes_text(option):
+            problem = not_text(key, raw, example or "...")
+        else:
+            problem = f"{shown} must be {_toml_kind(option)}"
+        raise SpecdecUsageError(f"{where}: {problem}; {option.cli} takes: {option.help}")
     if parse is str and not raw.strip():  # a path of "" is the project folder itself; "$UNSET" expands to it
         fix = (f"; give one, e.g. {option.name} = \"{_TEXT_EXAMPLES.get(option.name, option.default)}\", or "
                f"remove the key" if where.endswith(f"key {option.name!r}")
@@ -350,6 +373,11 @@ def parse_value(option: Option, raw: Any, where: str) -> Any:
     except ValueError as exc:
         problem = str(exc).replace(repr(raw), raw, 1) if number else str(exc)  # a number, not the text '0'
         raise SpecdecUsageError(f"{where}: {problem}; {option.cli} takes: {option.help}") from None
+
+
+def _takes_text(option: Option) -> bool:
+    """Whether a [tool.specdec] key of this option takes a TOML string (not a boolean, list or number)."""
+    return option.parse not in (_bool, _sizes, _positive_float, _count, _gpu_count, _positive_count)
 
 
 def _toml_kind(option: Option) -> str:

@@ -16,13 +16,32 @@ from pytest_specdec.errors import SpecdecUsageError
     ("[tool.specdec.matrix.cpu]\nmethods = ['ddtree']\nbudgets = [8]\n",
      "pyproject.toml [tool.specdec.matrix.cpu]: unknown key 'budgets'; did you mean 'budget'?"),
     ("[tool.specdec]\nmodel = 7\n",
-     "pyproject.toml [tool.specdec] key 'model': 7 must be a string"),
+     "pyproject.toml [tool.specdec] key 'model': 7 is a number, not a string; write it in quotes: model = \"7\""),
+    # a string key given another type names what was given and how TOML spells it as a string
+    ("[tool.specdec]\ndraft_model = 3\n",
+     "pyproject.toml [tool.specdec] key 'draft_model': 3 is a number, not a string; write it in quotes: "
+     "draft_model = \"3\""),
+    ("[tool.specdec]\nmodel_cache = true\n",
+     "pyproject.toml [tool.specdec] key 'model_cache': true is a boolean, not a string; write it in quotes: "
+     "model_cache = \"true\""),
+    ("[tool.specdec]\ndraft_model = ['z-lab/d']\n",
+     "pyproject.toml [tool.specdec] key 'draft_model': ['z-lab/d'] is a list, not a string; give the one string, "
+     "not a list: draft_model = \"z-lab/d\""),
+    ("[tool.specdec]\nmodel = {path = 'm'}\n",
+     "pyproject.toml [tool.specdec] key 'model': {'path': 'm'} is a TOML table, not a string; write one in quotes, "
+     "e.g. model = \"Qwen/Qwen3.6-27B\""),
+    ("[[tool.specdec.workloads]]\nprompts = 3\n",
+     "pyproject.toml [workloads #1] key 'prompts': 3 is a number, not a string; write it in quotes: prompts = \"3\""),
+    ("[tool.specdec.engine]\ndevice = ['cuda', 'cpu']\n",
+     "pyproject.toml [tool.specdec.engine] key 'device': ['cuda', 'cpu'] is a list, not a string; write one in "
+     "quotes, e.g. device = \"cuda\""),
     # TOML's names for types and values, not Python's
     ("[[tool.specdec.workloads]]\ntruncate = 'yes'\n", "pyproject.toml [workloads #1] key 'truncate': 'yes' must be true or false"),
     ("[tool.specdec]\nmin_accept_length = true\n",
      "pyproject.toml [tool.specdec] key 'min_accept_length': true must be a number"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\narch = ['sm_120']\n",
-     "pyproject.toml [known_issues #1] key 'arch': ['sm_120'] must be a string"),
+     "pyproject.toml [known_issues #1] key 'arch': ['sm_120'] is a list, not a string; give the one string, not a "
+     "list: arch = \"sm_120\""),
     ("[tool.specdec.matrix.cpu]\nmethods = ['ar']\ntp = '1'\n",
      "pyproject.toml [tool.specdec.matrix.cpu] key 'tp': '1' must be a list of integers, e.g. [1, 4, 8]"),
     ("[tool.specdec]\nmatrix = {}\n",
@@ -202,8 +221,11 @@ from pytest_specdec.errors import SpecdecUsageError
      "pyproject.toml [tool.specdec] key 'tp': ['1', '4'] must be a list of whole numbers, e.g. tp = [1, 4]*"),
     # an option key of another TOML type is told the type it takes, written as TOML, not only its help
     ("[tool.specdec]\nbackend = ['sglang']\n",
-     "pyproject.toml [tool.specdec] key 'backend': ['sglang'] must be a string, e.g. backend = \"embedded\"; "
-     "--specdec-backend takes: *"),
+     "pyproject.toml [tool.specdec] key 'backend': ['sglang'] is a list, not a string; give the one string, not a "
+     "list: backend = \"sglang\"; --specdec-backend takes: *"),
+    ("[tool.specdec]\nreport = 3\n",
+     "pyproject.toml [tool.specdec] key 'report': 3 is a number, not a string; write it in quotes: report = \"3\"; "
+     "--specdec-report takes: *"),
     ("[tool.specdec]\nsave_baseline = 1\n",
      "pyproject.toml [tool.specdec] key 'save_baseline': 1 must be true or false, e.g. save_baseline = true*"),
     ("[tool.specdec]\nrestart_on_crash = true\n",
