@@ -172,6 +172,7 @@ DEFAULT_MATRICES = {
 }
 DEFAULT_WORKLOADS = (WorkloadSpec("chat"),)
 
+_MATRIX_KEYS = frozenset({"methods", "tp", "budget"})
 _TOP_KEYS = {"model", "draft_model", "model_cache", "matrix", "workloads", "tolerances", "metrics",
              "known_issues", "min_accept_length", "engine", "sglang"} \
     | OPTION_NAMES
@@ -297,9 +298,24 @@ def _check_once(reader: _Reader, key: str, values: tuple[Any, ...] | None) -> No
         reader.fail(key, f"lists {', '.join(map(repr, twice))} more than once; list each once")
 
 
+def _check_matrix_keys_at_top(reader: _Reader, filename: str) -> None:
+    """A matrix's key (methods, budget, or a slip for one) written at the top: it configures one
+    hardware family's table, which the unknown-key answer alone does not say."""
+    for key, value in reader.data.items():
+        meant = None if key in _TOP_KEYS else closest(key, _MATRIX_KEYS)
+        if meant is not None:
+            spelt = "" if key == meant else f", spelt {meant}"
+            table = _table_name(filename, "matrix.<family>")
+            reader.fail(key, f"{toml_shown(value)} belongs in a matrix table{spelt}, one per hardware family "
+                             f"([{table}], family one of {', '.join(ALL_FAMILIES)}); move it there, e.g. "
+                             f"[{_table_name(filename, 'matrix.cpu')}] {meant} = {json.dumps(value, default=str)}"
+                        + ("; move tp there too (at the top, tp only filters the matrix's sizes)"
+                           if "tp" in reader.data else ""))
+
+
 def _parse_matrix(filename: str, family: str, data: Any) -> Matrix:
     reader = _Reader(filename, _table_name(filename, f"matrix.{family}"), data)
-    reader.check_keys({"methods", "tp", "budget"})
+    reader.check_keys(_MATRIX_KEYS)
     methods = reader.str_list("methods", ())
     tps = reader.int_list("tp", (1,))
     budgets = reader.int_list("budget", ())
@@ -564,6 +580,7 @@ def parse(data: Mapping[str, Any], filename: str, root: Path) -> SpecdecConfig:
     """Build a SpecdecConfig from the `[tool.specdec]` table (or specdec.toml's top level)."""
     reader = _Reader(filename, "tool.specdec" if filename.endswith("pyproject.toml") else "top level",
                      data)
+    _check_matrix_keys_at_top(reader, filename)
     reader.check_keys(_TOP_KEYS)
     matrices: dict[str, Matrix]
     if "matrix" in data:

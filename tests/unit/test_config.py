@@ -11,8 +11,19 @@ from pytest_specdec.errors import SpecdecUsageError
 
 
 @pytest.mark.parametrize("toml, message", [
+    ("[tool.specdec]\nrecipes = [8]\n",
+     "pyproject.toml [tool.specdec]: unknown key 'recipes'; known keys: arch, artifacts,*"),
+    # a matrix's key at the top is sent to the matrix table it belongs in
+    ("[tool.specdec]\nmethods = ['dflash', 'ddtree']\n",
+     "pyproject.toml [tool.specdec] key 'methods': ['dflash', 'ddtree'] belongs in a matrix table, one per hardware "
+     "family ([tool.specdec.matrix.<family>], family one of blackwell, hopper, ada, ampere, cpu); move it there, "
+     "e.g. [tool.specdec.matrix.cpu] methods = [\"dflash\", \"ddtree\"]"),
     ("[tool.specdec]\nbudgets = [8]\n",
-     "pyproject.toml [tool.specdec]: unknown key 'budgets'; known keys: arch, artifacts,*"),
+     "pyproject.toml [tool.specdec] key 'budgets': [8] belongs in a matrix table, spelt budget, one per hardware "
+     "family (*); move it there, e.g. [tool.specdec.matrix.cpu] budget = [8]"),
+    ("[tool.specdec]\ntp = [1, 4]\nmethods = ['ar']\n",
+     "pyproject.toml [tool.specdec] key 'methods': ['ar'] belongs in a matrix table, *; move tp there too (at the "
+     "top, tp only filters the matrix's sizes)"),
     ("[tool.specdec.matrix.cpu]\nmethods = ['ddtree']\nbudgets = [8]\n",
      "pyproject.toml [tool.specdec.matrix.cpu]: unknown key 'budgets'; did you mean 'budget'?"),
     ("[tool.specdec]\nmodel = 7\n",
@@ -424,6 +435,8 @@ def test_specdec_toml_is_read(tmp_path: Path):
     ("[engine]\nseed = 'x'\n", "specdec.toml [engine] key 'seed': 'x'"),
     ("[sglang]\nmethod_flags = 'eagle-ish'\n", "specdec.toml [sglang] key 'method_flags': unknown"),
     ("[metrics]\nmy_figure = 'up'\n", "specdec.toml [metrics] key 'my_figure': 'up'"),
+    ("methods = ['ar']\n", "specdec.toml [top level] key 'methods': ['ar'] belongs in a matrix table, one per "
+                          "hardware family ([matrix.<family>], "),
 ])
 def test_specdec_toml_errors_name_that_file_and_its_own_tables(tmp_path: Path, toml, where):
     """specdec.toml holds [matrix.cpu], not [tool.specdec.matrix.cpu]: the error names what the user wrote."""
