@@ -69,6 +69,7 @@ class KnownIssue:
     tp: tuple[int, ...] | None = None
     budget: tuple[int, ...] | None = None
     backend: tuple[str, ...] | None = None
+    where: str = field(default="", compare=False)  # its file and entry, as errors and warnings name it
 
     def matches(self, *, arch: str | None, family: str, method: str | None, tp: int,
                 budget: int | None, backend: str) -> bool:
@@ -94,6 +95,49 @@ def find_known_issue(issues: Iterable[KnownIssue], *, arch: str | None, family: 
     return next((issue for issue in issues
                  if issue.matches(arch=arch, family=family, method=method, tp=tp, budget=budget,
                                   backend=backend)), None)
+
+
+def unlisted_arch_warnings(issues: Iterable[KnownIssue], host_arch: str | None) -> list[str]:
+    """A warning for each known issue whose arch is of no known family and not this host's.
+
+    Such an entry applies only on a host of that very architecture, which may be meant (a chip newer
+    than FAMILIES), so it is no error; but it is as likely a slip (sm_91, sm_12) that silently
+    never applies, so it is named with the known architectures nearest it.
+    """
+    out = []
+    for issue in issues:
+        if issue.arch is None or issue.arch in FAMILIES or issue.arch == host_arch:
+            continue
+        nearest = _nearest_arches(issue.arch)
+        families = sorted({family_of(arch) for arch in nearest})
+        out.append(f"{issue.where} key 'arch': {issue.arch!r} is an architecture of no known family, so the "
+                   f"entry applies only on a host of exactly that architecture (this one is {host_arch or 'no GPU'}); "
+                   f"if a slip, write the nearest known: arch = {' or '.join(map(repr, nearest))}"
+                   + (f" ({families[0]})" if len(families) == 1 else ""))
+    return out
+
+
+def _nearest_arches(arch: str) -> list[str]:
+    """The known architectures fewest edits away from `arch` (sm_12 is a digit short of sm_120 and
+    sm_121 alike); of those as long as it, the nearest in compute capability. All where several tie."""
+    def edits(a: str, b: str) -> int:
+        row = list(range(len(b) + 1))
+        for i, ca in enumerate(a, 1):
+            prev, row[0] = row[0], i
+            for j, cb in enumerate(b, 1):
+                prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+        return row[-1]
+
+    def capability(name: str) -> float:  # sm_120 -> 12.0
+        digits = name.removeprefix("sm_")
+        return int(digits[:-1]) + int(digits[-1]) / 10
+
+    distance = {known: edits(arch, known) for known in FAMILIES}
+    nearest = [known for known, d in distance.items() if d == min(distance.values())]
+    if all(len(known) == len(arch) for known in nearest):  # digits for digits: a neighbouring chip
+        gap = {known: round(abs(capability(known) - capability(arch)), 1) for known in nearest}
+        nearest = [known for known in nearest if gap[known] == min(gap.values())]
+    return nearest
 
 
 @dataclass(frozen=True)
@@ -390,7 +434,7 @@ def _parse_known_issue(filename: str, index: int, data: Any) -> KnownIssue:
         for backend in backends:
             if backend not in KNOWN_ISSUE_BACKENDS:
                 reader.fail("backend", f"{backend!r} is unknown; {hint(backend, KNOWN_ISSUE_BACKENDS)}")
-    return KnownIssue(reason, arch, family, methods, tps, budgets, backends)
+    return KnownIssue(reason, arch, family, methods, tps, budgets, backends, where=reader.where(None))
 
 
 def _parse_workload(filename: str, index: int, data: Any, root: Path) -> WorkloadSpec:

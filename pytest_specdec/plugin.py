@@ -103,6 +103,11 @@ def pytest_configure(config: pytest.Config) -> None:
     collection.check_tp_filter(state)  # here, not at collection: xdist workers collect
     config.stash[state_mod.STATE_KEY] = state
     if not hasattr(config, "workerinput"):  # the only process, or the xdist controller
+        import pytest
+        from .config import unlisted_arch_warnings
+
+        for warning in unlisted_arch_warnings(state.config.known_issues, state.hardware.arch):
+            config.issue_config_time_warning(pytest.PytestConfigWarning(f"pytest-specdec: {warning}"), stacklevel=2)
         config.pluginmanager.register(Controller(config), "specdec-controller")
         if config.getoption("dist", "no") != "no":  # tests run in xdist workers
             from .state import run_id

@@ -664,3 +664,46 @@ def test_a_blank_model_path_is_named_as_blank(key, blank, tmp_path):
                                                 rf"name it \({key} = \".+\"\) or leave the key out$"):
         config.parse({key: blank}, "pyproject.toml", tmp_path)
     assert getattr(config.parse({key: "x"}, "pyproject.toml", tmp_path), key) == "x"
+
+
+@pytest.mark.parametrize("arch, nearest", [
+    ("sm_91", "arch = 'sm_90' (hopper)"),
+    ("sm_12", "arch = 'sm_120' or 'sm_121' (blackwell)"),  # a digit short of either: both named
+    ("sm_102", "arch = 'sm_101' or 'sm_103' (blackwell)"),
+    ("sm_75", "arch = 'sm_80' (ampere)"),
+])
+def test_a_known_issue_of_an_unlisted_architecture_is_warned_of(pytester: pytest.Pytester, arch, nearest):
+    """An arch of no known family applies only on a host of that very chip: meant there, so no error, but
+    a slip (sm_91 for sm_90) would silently never apply, so the run says so and names the nearest."""
+    pytester.makepyprojecttoml(f"[[tool.specdec.known_issues]]\nreason = 'x'\narch = '{arch}'\n")
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--specdec-arch", "sm_89")  # a host of a known chip
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines([f"*PytestConfigWarning: pytest-specdec: pyproject.toml [[]known_issues #1[]] key "
+                                 f"'arch': '{arch}' is an architecture of no known family, so the entry applies "
+                                 f"only on a host of exactly that architecture (this one is sm_89); if a slip, "
+                                 f"write the nearest known: {nearest}"])
+
+
+def test_a_known_issue_of_a_listed_architecture_is_not_warned_of(pytester: pytest.Pytester):
+    pytester.makepyprojecttoml("[[tool.specdec.known_issues]]\nreason = 'x'\narch = 'sm_90'\n")
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--specdec-arch", "sm_89")
+    result.assert_outcomes(passed=1)
+    assert "PytestConfigWarning" not in result.stdout.str()
+
+
+def test_an_unlisted_architecture_is_not_warned_of_on_a_host_of_it(tmp_path: Path):
+    """A host of the unlisted chip itself is the one the entry is for."""
+    path = tmp_path / "known_issues.toml"
+    path.write_text("[[known_issues]]\nreason = 'x'\narch = '9.1'\n")
+    assert config.unlisted_arch_warnings(config.load_known_issues(path), "sm_91") == []
+
+
+def test_an_unlisted_architecture_in_the_known_issues_file_is_warned_of(tmp_path: Path):
+    path = tmp_path / "known_issues.toml"
+    path.write_text("[[known_issues]]\nreason = 'x'\narch = 'sm_12'\n")
+    warnings = config.unlisted_arch_warnings(config.load_known_issues(path), "sm_90")
+    assert warnings == ["known_issues.toml [known_issues #1] key 'arch': 'sm_12' is an architecture of no known "
+                        "family, so the entry applies only on a host of exactly that architecture (this one is "
+                        "sm_90); if a slip, write the nearest known: arch = 'sm_120' or 'sm_121' (blackwell)"]
