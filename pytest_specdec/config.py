@@ -7,7 +7,6 @@ at start with one line naming the file, the key and the fix.
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import shutil
@@ -252,10 +251,9 @@ class _Reader:
     def check_keys(self, known: set[str] | frozenset[str]) -> None:
         for key in self.data:
             if key not in known:
-                close = difflib.get_close_matches(key, sorted(known), n=1)
-                hint = f"did you mean {close[0]!r}?" if close else \
-                    f"known keys: {', '.join(sorted(known))}"
-                self.fail(None, f"unknown key {key!r}; {hint}")
+                meant = closest(key, sorted(known))
+                self.fail(None, f"unknown key {key!r}; " + (f"did you mean {meant!r}?" if meant
+                                                              else f"known keys: {', '.join(sorted(known))}"))
 
     def get(self, key: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
         if key not in self.data:

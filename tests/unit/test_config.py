@@ -13,6 +13,10 @@ from pytest_specdec.errors import SpecdecUsageError
 @pytest.mark.parametrize("toml, message", [
     ("[tool.specdec]\nrecipes = [8]\n",
      "pyproject.toml [tool.specdec]: unknown key 'recipes'; known keys: arch, artifacts,*"),
+    # a misspelt key gets the did-you-mean every name does (suggest), case aside
+    ("[tool.specdec]\nDRAFT_MODEL = 'x'\n", "pyproject.toml [tool.specdec]: unknown key 'DRAFT_MODEL'; did you mean "
+                                            "'draft_model'?"),
+    ("[tool.specdec.engine]\nSEED = 1\n", "pyproject.toml [tool.specdec.engine]: unknown key 'SEED'; did you mean 'seed'?"),
     # a matrix's key at the top is sent to the matrix table it belongs in
     ("[tool.specdec]\nmethods = ['dflash', 'ddtree']\n",
      "pyproject.toml [tool.specdec] key 'methods': ['dflash', 'ddtree'] belongs in a matrix table, one per hardware "
