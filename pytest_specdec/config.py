@@ -222,9 +222,17 @@ _TOP_KEYS = {"model", "draft_model", "model_cache", "matrix", "workloads", "tole
 
 
 # what a user wrote in TOML, not Python's name
-_KIND_NAMES = {int: "an int", float: "a number", dict: "a TOML table", str: "a string", bool: "true or false",
+_KIND_NAMES = {int: "a whole number", float: "a number", dict: "a TOML table", str: "a string", bool: "true or false",
                list: "a list"}
 
+
+#: What each list key holds, as the fix for a value of another type writes it.
+_LIST_EXAMPLES = {"tp": "[1, 4, 8]", "budget": "[8, 16, 32]", "methods": '["dflash", "ddtree"]',
+                  "method": '["ddtree"]', "backend": '["sglang"]', "extra_args": '["--flag", "value"]'}
+_NO_LIST_EXAMPLE = '["..."]'
+
+#: A number key's example where it has no default to show.
+_NUMBER_EXAMPLES = {"min_accept_length": 1.5, "num_layers": 2}
 
 #: What each string key names, as the fix for a value of another type writes it.
 _TEXT_EXAMPLES = {"model": "Qwen/Qwen3.6-27B", "draft_model": "z-lab/Qwen3.6-27B-DFlash",
@@ -236,11 +244,12 @@ _TEXT_EXAMPLES = {"model": "Qwen/Qwen3.6-27B", "draft_model": "z-lab/Qwen3.6-27B
 class _Reader:
     """Checks one table's keys and types; errors name the file and the dotted key."""
 
-    def __init__(self, filename: str, table: str, data: Mapping[str, Any]):
+    def __init__(self, filename: str, table: str, data: Mapping[str, Any], header: str | None = None):
         self.filename, self.table, self.data = filename, table, data
         if not isinstance(data, Mapping):
             kind = _KIND_NAMES.get(type(data), f"a {type(data).__name__}")
-            self.fail(None, f"{toml_shown(data)} must be a table, not {kind}")
+            self.fail(None, f"{toml_shown(data)} must be a table, not {kind}; write its keys under a "
+                            f"{header or f'[{table}]'} header")
 
     def where(self, key: str | None) -> str:
         return f"{self.filename} [{self.table}]" + (f" key {key!r}" if key else "")
@@ -259,18 +268,39 @@ class _Reader:
         if key not in self.data:
             return default
         value = self.data[key]
-        if isinstance(value, bool) and kind in (int, float, (int, float)):
-            self.fail(key, f"{toml_shown(value)} must be a number")
+        number = kind in (int, float, (int, float))
+        if isinstance(value, bool) and number:
+            self.fail(key, f"{toml_shown(value)} must be a number{self._number_fix(key, kind, value, default)}")
         if kind is float and isinstance(value, int):
             value = float(value)
         if not isinstance(value, kind):
             kinds = (kind,) if isinstance(kind, type) else kind
             names = " or ".join(_KIND_NAMES.get(k, f"a {k.__name__}") for k in kinds)
-            self.fail(key, not_text(key, value, _TEXT_EXAMPLES.get(key, "...")) if kind is str
-                      else f"{toml_shown(value)} must be {names}")
+            if kind is str:
+                self.fail(key, not_text(key, value, _TEXT_EXAMPLES.get(key, "...")))
+            fix = self._number_fix(key, kind, value, default) if number else \
+                f"; write {key} = true or {key} = false" if kind is bool else \
+                f"; write its keys under a [{self._sub(key)}] header" if kind is dict else ""
+            self.fail(key, f"{toml_shown(value)} must be {names}{fix}")
         if isinstance(value, float) and not math.isfinite(value):  # TOML spells nan and inf
-            self.fail(key, f"{value!r} must be a finite number")
+            self.fail(key, f"{value!r} must be a finite number{self._number_fix(key, kind, value, default)}")
         return value
+
+    def _sub(self, key: str) -> str:
+        """The header of the sub-table `key` of this table, as the file spells it."""
+        return key if self.table == "top level" else f"{self.table}.{key}"
+
+    @staticmethod
+    def _number_fix(key: str, kind: Any, value: Any, default: Any) -> str:
+        """How to write a number: without quotes where one was quoted, else as the key's example."""
+        try:
+            quoted = float(value) if isinstance(value, str) else None
+        except ValueError:
+            quoted = None
+        if quoted is not None and math.isfinite(quoted) and (kind is not int or quoted.is_integer()):
+            return f"; write it without quotes: {key} = {value.strip()}"
+        example = default if default is not None else _NUMBER_EXAMPLES.get(key, 1)
+        return f"; write a {'whole ' if kind is int else ''}number without quotes, e.g. {key} = {example}"
 
     def text(self, key: str, example: str) -> str | None:
         """A string that names something: a blank one names nothing, and its key would read as unset."""
@@ -287,7 +317,8 @@ class _Reader:
             value = [value]
         if not isinstance(value, list) or not all(
                 isinstance(v, int) and not isinstance(v, bool) for v in value):
-            self.fail(key, f"{value!r} must be a list of integers, e.g. [1, 4, 8]")
+            self.fail(key, f"{value!r} must be a list of whole numbers, e.g. {key} = "
+                           f"{_LIST_EXAMPLES.get(key, '[1, 4, 8]')}")
         return tuple(value)
 
     def str_list(self, key: str, default: tuple[str, ...] | None = None) -> tuple[str, ...] | None:
@@ -297,7 +328,8 @@ class _Reader:
         if isinstance(value, str):
             value = [value]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            self.fail(key, f"{value!r} must be a list of strings")
+            self.fail(key, f"{value!r} must be a list of strings, e.g. {key} = "
+                           f"{_LIST_EXAMPLES.get(key, _NO_LIST_EXAMPLE)}")
         return tuple(value)
 
 
@@ -383,7 +415,7 @@ def _parse_matrix(filename: str, family: str, data: Any) -> Matrix:
 
 
 def _parse_known_issue(filename: str, index: int, data: Any) -> KnownIssue:
-    reader = _Reader(filename, f"known_issues #{index + 1}", data)
+    reader = _Reader(filename, f"known_issues #{index + 1}", data, f"[[{_table_name(filename, 'known_issues')}]]")
     reader.check_keys({"reason", "arch", "family", "method", "tp", "budget", "backend"})
     reason = reader.get("reason", str)
     if not (reason or "").strip():
@@ -425,7 +457,8 @@ def _parse_known_issue(filename: str, index: int, data: Any) -> KnownIssue:
         _check_budgets(reader, "budget", budgets)
         if methods is not None and not any(takes_budget(m) for m in methods):
             # a configuration without a budget never matches a budget
-            reader.fail("budget", f"{', '.join(methods)} take{'s' if len(methods) == 1 else ''} "
+            reader.fail("budget", f"{list(budgets)} is given, but {', '.join(methods)} "
+                                  f"take{'s' if len(methods) == 1 else ''} "
                                   f"no budget (a tree budget is ddtree's); remove the budget or "
                                   f"add ddtree to method")
     if backends is not None:
@@ -436,7 +469,7 @@ def _parse_known_issue(filename: str, index: int, data: Any) -> KnownIssue:
 
 
 def _parse_workload(filename: str, index: int, data: Any, root: Path) -> WorkloadSpec:
-    reader = _Reader(filename, f"workloads #{index + 1}", data)
+    reader = _Reader(filename, f"workloads #{index + 1}", data, f"[[{_table_name(filename, 'workloads')}]]")
     reader.check_keys({"name", "prompts", "num_prompts", "max_new_tokens", "concurrency",
                        "temperature", "truncate"})
     prompts = reader.get("prompts", str, "chat")
@@ -611,11 +644,15 @@ def _flag_set_by_plugin(flag: str, set_by_plugin: Mapping[str, str]) -> str | No
 
 def _array_of_tables(reader: _Reader, key: str, what: str) -> list[Any]:
     """`[[key]]` entries; `[key]`, one table, is the usual slip and is named as such."""
-    if isinstance(reader.data.get(key), Mapping):
-        header = f"tool.specdec.{key}" if reader.table == "tool.specdec" else key
+    header = f"tool.specdec.{key}" if reader.table == "tool.specdec" else key
+    value = reader.data.get(key, [])
+    if isinstance(value, Mapping):
         reader.fail(key, f"is one table, [{header}]; give each {what} an entry of its own headed [[{header}]] "
                          f"(two brackets)")
-    return reader.get(key, list, [])
+    if not isinstance(value, list):
+        reader.fail(key, f"{toml_shown(value)} must be a list of tables; give each {what} an entry of its own "
+                         f"headed [[{header}]]")
+    return value
 
 
 def parse(data: Mapping[str, Any], filename: str, root: Path) -> SpecdecConfig:
@@ -699,13 +736,11 @@ def _read_toml(path: Path) -> dict[str, Any]:
 def load_known_issues(path: Path) -> list[KnownIssue]:
     """Known issues from a file of `[[known_issues]]` entries (e.g. baselines/known_issues.toml)."""
     if not path.is_file():
-        raise SpecdecUsageError(f"known issues file {path} does not exist")
+        raise SpecdecUsageError(f"known issues file {path} does not exist; give the path of an existing "
+                                f"file")
     data = _read_toml(path)
     _Reader(path.name, "top level", data).check_keys({"known_issues"})
-    entries = data.get("known_issues", [])
-    if not isinstance(entries, list):
-        raise SpecdecUsageError(f"{path.name}: known_issues must be an array of tables "
-                                f"([[known_issues]])")
+    entries = _array_of_tables(_Reader(path.name, "top level", data), "known_issues", "known issue")
     return [_parse_known_issue(path.name, i, entry) for i, entry in enumerate(entries)]
 
 

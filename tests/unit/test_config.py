@@ -13,6 +13,18 @@ from pytest_specdec.errors import SpecdecUsageError
 @pytest.mark.parametrize("toml, message", [
     ("[tool.specdec]\nrecipes = [8]\n",
      "pyproject.toml [tool.specdec]: unknown key 'recipes'; known keys: arch, artifacts,*"),
+    # every wrong type is told how to write the key
+    ("[tool.specdec]\nmin_accept_length = '1.5'\n",
+     "pyproject.toml [tool.specdec] key 'min_accept_length': '1.5' must be a number; write it without quotes: "
+     "min_accept_length = 1.5"),
+    ("[tool.specdec.engine]\nseed = 'x'\n",
+     "pyproject.toml [tool.specdec.engine] key 'seed': 'x' must be a whole number; write a whole number without "
+     "quotes, e.g. seed = 0"),
+    ("[tool.specdec]\nworkloads = 3\n",
+     "pyproject.toml [tool.specdec] key 'workloads': 3 must be a list of tables; give each workload an entry of its "
+     "own headed [[tool.specdec.workloads]]"),
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\nmethod = [1]\n",
+     "pyproject.toml [known_issues #1] key 'method': [1] must be a list of strings, e.g. method = [\"ddtree\"]"),
     # a misspelt key gets the did-you-mean every name does (suggest), case aside
     ("[tool.specdec]\nDRAFT_MODEL = 'x'\n", "pyproject.toml [tool.specdec]: unknown key 'DRAFT_MODEL'; did you mean "
                                             "'draft_model'?"),
@@ -51,14 +63,15 @@ from pytest_specdec.errors import SpecdecUsageError
      "pyproject.toml [tool.specdec.engine] key 'device': ['cuda', 'cpu'] is a list, not a string; write one in "
      "quotes, e.g. device = \"cuda\""),
     # TOML's names for types and values, not Python's
-    ("[[tool.specdec.workloads]]\ntruncate = 'yes'\n", "pyproject.toml [workloads #1] key 'truncate': 'yes' must be true or false"),
+    ("[[tool.specdec.workloads]]\ntruncate = 'yes'\n", "pyproject.toml [workloads #1] key 'truncate': 'yes' must be true or false; write truncate = true or truncate = false"),
     ("[tool.specdec]\nmin_accept_length = true\n",
-     "pyproject.toml [tool.specdec] key 'min_accept_length': true must be a number"),
+     "pyproject.toml [tool.specdec] key 'min_accept_length': true must be a number; write a number without "
+     "quotes, e.g. min_accept_length = 1.5"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\narch = ['sm_120']\n",
      "pyproject.toml [known_issues #1] key 'arch': ['sm_120'] is a list, not a string; give the one string, not a "
      "list: arch = \"sm_120\""),
     ("[tool.specdec.matrix.cpu]\nmethods = ['ar']\ntp = '1'\n",
-     "pyproject.toml [tool.specdec.matrix.cpu] key 'tp': '1' must be a list of integers, e.g. [1, 4, 8]"),
+     "pyproject.toml [tool.specdec.matrix.cpu] key 'tp': '1' must be a list of whole numbers, e.g. tp = [1, 4, 8]"),
     ("[tool.specdec]\nmatrix = {}\n",
      "pyproject.toml [tool.specdec] key 'matrix': {} is empty; add e.g. [tool.specdec.matrix.cpu]*"),
     ("[tool.specdec.matrix.cpu]\nmethods = []\n",
@@ -125,7 +138,7 @@ from pytest_specdec.errors import SpecdecUsageError
      "*[known_issues #1] key 'family': 'hopper' contradicts arch = 'sm_120', which is blackwell; "
      "give one of them*"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nmethod = ['ar', 'dflash']\nbudget = [8]\n",
-     "*[known_issues #1] key 'budget': ar, dflash take no budget (a tree budget is ddtree's); remove the "
+     "*[known_issues #1] key 'budget': [8] is given, but ar, dflash take no budget (a tree budget is ddtree's); remove the "
      "budget or add ddtree to method*"),
     # a repeated value is refused as in a matrix: a slip, perhaps for another value
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nmethod = ['ddtree', 'ddtree']\n",
@@ -160,14 +173,18 @@ from pytest_specdec.errors import SpecdecUsageError
     ("[[tool.specdec.workloads]]\nname = ''\n",
      "pyproject.toml [workloads #1] key 'name': '' is empty; give the workload a name, e.g. name = \"chat\""),
     ("[[tool.specdec.workloads]]\nnum_prompts = '3'\n",
-     "*[workloads #1] key 'num_prompts': '3' must be an int"),
+     "pyproject.toml [workloads #1] key 'num_prompts': '3' must be a whole number; write it without quotes: num_prompts = 3"),
     ("[tool.specdec]\nengine = 3\n",
-     "pyproject.toml [tool.specdec] key 'engine': 3 must be a TOML table"),
+     "pyproject.toml [tool.specdec] key 'engine': 3 must be a TOML table; write its keys under a "
+     "[tool.specdec.engine] header"),
     ("[tool.specdec]\nmin_accept_length = 'x'\n",
-     "pyproject.toml [tool.specdec] key 'min_accept_length': 'x' must be a number"),
+     "pyproject.toml [tool.specdec] key 'min_accept_length': 'x' must be a number; write a number without "
+     "quotes, e.g. min_accept_length = 1.5"),
     ("[tool.specdec]\nknown_issues = [3]\n",
-     "pyproject.toml [known_issues #1]: 3 must be a table, not an int"),
-    ("[tool.specdec.matrix]\ncpu = 'ar'\n", "pyproject.toml [tool.specdec.matrix.cpu]: 'ar' must be a table, not a string"),
+     "pyproject.toml [known_issues #1]: 3 must be a table, not a whole number; write its keys under a "
+     "[[tool.specdec.known_issues]] header"),
+    ("[tool.specdec.matrix]\ncpu = 'ar'\n", "pyproject.toml [tool.specdec.matrix.cpu]: 'ar' must be a table, not a string; write its keys under a "
+     "[tool.specdec.matrix.cpu] header"),
     ("[tool.specdec.tolerances]\noutput_tok_s = 'lots'\n",
      "*[tool.specdec.tolerances] key 'output_tok_s': tolerance 'lots' for 'output_tok_s' is not a number or "
      "percentage*"),
@@ -711,3 +728,12 @@ def test_an_unlisted_architecture_in_the_known_issues_file_is_warned_of(tmp_path
     assert warnings == ["known_issues.toml [known_issues #1] key 'arch': 'sm_12' is an architecture of no known "
                         "family, so the entry applies only on a host of exactly that architecture (this one is "
                         "sm_90); if a slip, write the nearest known: arch = 'sm_120' or 'sm_121' (blackwell)"]
+
+
+def test_a_known_issues_file_whose_known_issues_is_no_list_names_the_header(tmp_path: Path):
+    path = tmp_path / "known_issues.toml"
+    path.write_text("known_issues = 3\n")
+    with pytest.raises(SpecdecUsageError) as raised:
+        config.load_known_issues(path)
+    assert str(raised.value) == ("known_issues.toml [top level] key 'known_issues': 3 must be a list of tables; give "
+                                 "each known issue an entry of its own headed [[known_issues]]")
