@@ -415,7 +415,8 @@ def _parse_matrix(filename: str, family: str, data: Any) -> Matrix:
 
 
 def _parse_known_issue(filename: str, index: int, data: Any) -> KnownIssue:
-    reader = _Reader(filename, f"known_issues #{index + 1}", data, f"[[{_table_name(filename, 'known_issues')}]]")
+    table = _table_name(filename, "known_issues")  # the entry's header as its file spells it
+    reader = _Reader(filename, f"{table} #{index + 1}", data, f"[[{table}]]")
     reader.check_keys({"reason", "arch", "family", "method", "tp", "budget", "backend"})
     reason = reader.get("reason", str)
     if not (reason or "").strip():
@@ -469,7 +470,8 @@ def _parse_known_issue(filename: str, index: int, data: Any) -> KnownIssue:
 
 
 def _parse_workload(filename: str, index: int, data: Any, root: Path) -> WorkloadSpec:
-    reader = _Reader(filename, f"workloads #{index + 1}", data, f"[[{_table_name(filename, 'workloads')}]]")
+    table = _table_name(filename, "workloads")  # the entry's header as its file spells it
+    reader = _Reader(filename, f"{table} #{index + 1}", data, f"[[{table}]]")
     reader.check_keys({"name", "prompts", "num_prompts", "max_new_tokens", "concurrency",
                        "temperature", "truncate"})
     prompts = reader.get("prompts", str, "chat")

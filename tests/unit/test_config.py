@@ -24,7 +24,7 @@ from pytest_specdec.errors import SpecdecUsageError
      "pyproject.toml [tool.specdec] key 'workloads': 3 must be a list of tables; give each workload an entry of its "
      "own headed [[tool.specdec.workloads]]"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nmethod = [1]\n",
-     "pyproject.toml [known_issues #1] key 'method': [1] must be a list of strings, e.g. method = [\"ddtree\"]"),
+     "pyproject.toml [tool.specdec.known_issues #1] key 'method': [1] must be a list of strings, e.g. method = [\"ddtree\"]"),
     # a misspelt key gets the did-you-mean every name does (suggest), case aside
     ("[tool.specdec]\nDRAFT_MODEL = 'x'\n", "pyproject.toml [tool.specdec]: unknown key 'DRAFT_MODEL'; did you mean "
                                             "'draft_model'?"),
@@ -58,17 +58,17 @@ from pytest_specdec.errors import SpecdecUsageError
      "pyproject.toml [tool.specdec] key 'model': {'path': 'm'} is a TOML table, not a string; write one in quotes, "
      "e.g. model = \"Qwen/Qwen3.6-27B\""),
     ("[[tool.specdec.workloads]]\nprompts = 3\n",
-     "pyproject.toml [workloads #1] key 'prompts': 3 is a number, not a string; write it in quotes: prompts = \"3\""),
+     "pyproject.toml [tool.specdec.workloads #1] key 'prompts': 3 is a number, not a string; write it in quotes: prompts = \"3\""),
     ("[tool.specdec.engine]\ndevice = ['cuda', 'cpu']\n",
      "pyproject.toml [tool.specdec.engine] key 'device': ['cuda', 'cpu'] is a list, not a string; write one in "
      "quotes, e.g. device = \"cuda\""),
     # TOML's names for types and values, not Python's
-    ("[[tool.specdec.workloads]]\ntruncate = 'yes'\n", "pyproject.toml [workloads #1] key 'truncate': 'yes' must be true or false; write truncate = true or truncate = false"),
+    ("[[tool.specdec.workloads]]\ntruncate = 'yes'\n", "pyproject.toml [tool.specdec.workloads #1] key 'truncate': 'yes' must be true or false; write truncate = true or truncate = false"),
     ("[tool.specdec]\nmin_accept_length = true\n",
      "pyproject.toml [tool.specdec] key 'min_accept_length': true must be a number; write a number without "
      "quotes, e.g. min_accept_length = 1.5"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\narch = ['sm_120']\n",
-     "pyproject.toml [known_issues #1] key 'arch': ['sm_120'] is a list, not a string; give the one string, not a "
+     "pyproject.toml [tool.specdec.known_issues #1] key 'arch': ['sm_120'] is a list, not a string; give the one string, not a "
      "list: arch = \"sm_120\""),
     ("[tool.specdec.matrix.cpu]\nmethods = ['ar']\ntp = '1'\n",
      "pyproject.toml [tool.specdec.matrix.cpu] key 'tp': '1' must be a list of whole numbers, e.g. tp = [1, 4, 8]"),
@@ -87,7 +87,7 @@ from pytest_specdec.errors import SpecdecUsageError
      "pyproject.toml [tool.specdec.matrix.cpu] key 'methods': unknown method 'ddtre'; did you mean 'ddtree'?"),
     ("[tool.specdec.matrix.cpu]\nmethods = ['DFlash']\n", "*key 'methods': unknown method 'DFlash'; did you mean 'dflash'?"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nmethod = ['dflsh']\n",
-     "pyproject.toml [known_issues #1] key 'method': unknown method 'dflsh'; did you mean 'dflash'?"),
+     "pyproject.toml [tool.specdec.known_issues #1] key 'method': unknown method 'dflsh'; did you mean 'dflash'?"),
     ("[tool.specdec.sglang]\nmethod_flags = {ddtre = ['--x']}\n",
      "pyproject.toml [tool.specdec.sglang] key 'method_flags': unknown method 'ddtre'; did you mean 'ddtree'?"),
     ("[tool.specdec.matrix.cpu]\nmethods = ['ddtree']\n",
@@ -99,14 +99,14 @@ from pytest_specdec.errors import SpecdecUsageError
      "pyproject.toml [tool.specdec] key 'matrix.blackwel': 'blackwel' is an unknown hardware family; did you mean 'blackwell'?"),
     ("[tool.specdec.matrix.Hopper]\nmethods = ['ar']\n", "*key 'matrix.Hopper': 'Hopper' is an unknown hardware family; did you mean 'hopper'?"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nfamily = 'hoper'\n",
-     "pyproject.toml [known_issues #1] key 'family': 'hoper' is unknown; did you mean 'hopper'?"),
+     "pyproject.toml [tool.specdec.known_issues #1] key 'family': 'hoper' is unknown; did you mean 'hopper'?"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nfamily = 'tpu'\n",
-     "pyproject.toml [known_issues #1] key 'family': 'tpu' is unknown; use one of blackwell, hopper, ada, ampere, cpu"),
+     "pyproject.toml [tool.specdec.known_issues #1] key 'family': 'tpu' is unknown; use one of blackwell, hopper, ada, ampere, cpu"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nfamily = 'cpus'\n",
-     "pyproject.toml [known_issues #1] key 'family': 'cpus' is unknown; did you mean 'cpu'?"),
+     "pyproject.toml [tool.specdec.known_issues #1] key 'family': 'cpus' is unknown; did you mean 'cpu'?"),
     # a family where an architecture is wanted, and the reverse, are named as such
     ("[[tool.specdec.known_issues]]\nreason = 'x'\narch = 'blackwell'\n",
-     "pyproject.toml [known_issues #1] key 'arch': 'blackwell' is a hardware family, not an architecture; give one of "
+     "pyproject.toml [tool.specdec.known_issues #1] key 'arch': 'blackwell' is a hardware family, not an architecture; give one of "
      "its architectures: sm_100, sm_101, sm_103, sm_110, sm_120, sm_121; or write family = 'blackwell' to match "
      "them all"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\narch = 'hoper'\n",
@@ -116,64 +116,64 @@ from pytest_specdec.errors import SpecdecUsageError
      "*key 'arch': 'cpu' is a hardware family, not an architecture; a host without a GPU has no architecture: leave "
      "the arch out"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nfamily = 'sm_90'\n",
-     "pyproject.toml [known_issues #1] key 'family': 'sm_90' is an architecture, not a family; write family = 'hopper', "
+     "pyproject.toml [tool.specdec.known_issues #1] key 'family': 'sm_90' is an architecture, not a family; write family = 'hopper', "
      "or arch = 'sm_90' for that architecture only"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nbackend = ['embeded']\n",
-     "pyproject.toml [known_issues #1] key 'backend': 'embeded' is unknown; did you mean 'embedded'?"),
+     "pyproject.toml [tool.specdec.known_issues #1] key 'backend': 'embeded' is unknown; did you mean 'embedded'?"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nbackend = ['vllm']\n",
-     "pyproject.toml [known_issues #1] key 'backend': 'vllm' is unknown; use one of embedded, sglang"),
+     "pyproject.toml [tool.specdec.known_issues #1] key 'backend': 'vllm' is unknown; use one of embedded, sglang"),
     ("[tool.specdec.matrix.sm_120]\nmethods = ['ar']\n",
      "pyproject.toml [tool.specdec] key 'matrix.sm_120': sm_120 is an architecture, not a hardware family; a matrix is "
      "per family: [tool.specdec.matrix.blackwell]"),
     ("[[tool.specdec.known_issues]]\narch = 'sm_120'\n",
-     "pyproject.toml [known_issues #1] key 'reason': missing; say what breaks*"),
+     "pyproject.toml [tool.specdec.known_issues #1] key 'reason': missing; say what breaks*"),
     ("[[tool.specdec.known_issues]]\narch = 'gfx942'\nreason = 'x'\n",
-     "*[known_issues #1] key 'arch': 'gfx942' is not an arch; use e.g. sm_120*"),
+     "*[tool.specdec.known_issues #1] key 'arch': 'gfx942' is not an arch; use e.g. sm_120*"),
     ("[[tool.specdec.known_issues]]\nbudget = [-1]\nreason = 'x'\n",
-     "*[known_issues #1] key 'budget': -1 is impossible*"),
+     "*[tool.specdec.known_issues #1] key 'budget': -1 is impossible*"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nmethods = ['ddtree']\n",
-     "*[known_issues #1]: unknown key 'methods'; did you mean 'method'?"),
+     "*[tool.specdec.known_issues #1]: unknown key 'methods'; did you mean 'method'?"),
     # entries that could never match a configuration
     ("[[tool.specdec.known_issues]]\nreason = 'x'\narch = 'sm_120'\nfamily = 'hopper'\n",
-     "*[known_issues #1] key 'family': 'hopper' contradicts arch = 'sm_120', which is blackwell; "
+     "*[tool.specdec.known_issues #1] key 'family': 'hopper' contradicts arch = 'sm_120', which is blackwell; "
      "give one of them*"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nmethod = ['ar', 'dflash']\nbudget = [8]\n",
-     "*[known_issues #1] key 'budget': [8] is given, but ar, dflash take no budget (a tree budget is ddtree's); remove the "
+     "*[tool.specdec.known_issues #1] key 'budget': [8] is given, but ar, dflash take no budget (a tree budget is ddtree's); remove the "
      "budget or add ddtree to method*"),
     # a repeated value is refused as in a matrix: a slip, perhaps for another value
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nmethod = ['ddtree', 'ddtree']\n",
-     "pyproject.toml [known_issues #1] key 'method': lists 'ddtree' more than once; list each once"),
+     "pyproject.toml [tool.specdec.known_issues #1] key 'method': lists 'ddtree' more than once; list each once"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\n[[tool.specdec.known_issues]]\nreason = 'y'\ntp = [1, 1]\n",
-     "pyproject.toml [known_issues #2] key 'tp': lists 1 more than once; list each once"),
+     "pyproject.toml [tool.specdec.known_issues #2] key 'tp': lists 1 more than once; list each once"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nbudget = [8, 16, 8]\n",
-     "pyproject.toml [known_issues #1] key 'budget': lists 8 more than once; list each once"),
+     "pyproject.toml [tool.specdec.known_issues #1] key 'budget': lists 8 more than once; list each once"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nbackend = ['sglang', 'sglang']\n",
-     "pyproject.toml [known_issues #1] key 'backend': lists 'sglang' more than once; list each once"),
+     "pyproject.toml [tool.specdec.known_issues #1] key 'backend': lists 'sglang' more than once; list each once"),
     # an empty list matches no configuration: the entry would never apply
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nmethod = []\n",
-     "pyproject.toml [known_issues #1] key 'method': [] is empty, so the entry matches nothing; list at least one "
+     "pyproject.toml [tool.specdec.known_issues #1] key 'method': [] is empty, so the entry matches nothing; list at least one "
      "value, or remove method to match any"),
-    ("[[tool.specdec.known_issues]]\nreason = 'x'\ntp = []\n", "pyproject.toml [known_issues #1] key 'tp': [] is empty*"),
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\ntp = []\n", "pyproject.toml [tool.specdec.known_issues #1] key 'tp': [] is empty*"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nbudget = []\n",
-     "pyproject.toml [known_issues #1] key 'budget': [] is empty*"),
+     "pyproject.toml [tool.specdec.known_issues #1] key 'budget': [] is empty*"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nbackend = []\n",
-     "pyproject.toml [known_issues #1] key 'backend': [] is empty*"),
-    ("[[tool.specdec.known_issues]]\nreason = '  '\n", "pyproject.toml [known_issues #1] key 'reason': '  ' is blank; say what breaks*"),
+     "pyproject.toml [tool.specdec.known_issues #1] key 'backend': [] is empty*"),
+    ("[[tool.specdec.known_issues]]\nreason = '  '\n", "pyproject.toml [tool.specdec.known_issues #1] key 'reason': '  ' is blank; say what breaks*"),
     ("[[tool.specdec.workloads]]\nprompts = 'missing.jsonl'\n",
-     "*[workloads #1] key 'prompts': 'missing.jsonl' is neither a built-in set (chat, code, math) nor a *"),
+     "*[tool.specdec.workloads #1] key 'prompts': 'missing.jsonl' is neither a built-in set (chat, code, math) nor a *"),
     ("[[tool.specdec.workloads]]\nprompts = 'maths'\n",
-     "pyproject.toml [workloads #1] key 'prompts': 'maths' is neither a built-in set (chat, code, math) nor a JSONL "
+     "pyproject.toml [tool.specdec.workloads #1] key 'prompts': 'maths' is neither a built-in set (chat, code, math) nor a JSONL "
      "file; did you mean the built-in set 'math'?"),
     ("[[tool.specdec.workloads]]\nprompts = 'poetry'\n", "*key 'prompts': 'poetry' is neither a built-in set * nor a "
                                                           "JSONL file; fix the path"),
     ("[tool.specdec.metrics]\nkv_hit_rate = 'higer'\n",
      "pyproject.toml [tool.specdec.metrics] key 'kv_hit_rate': 'higer' is not a direction; did you mean 'higher'?"),
     ("[[tool.specdec.workloads]]\nconcurrency = 0\n",
-     "*[workloads #1] key 'concurrency': 0 must be at least 1"),
+     "*[tool.specdec.workloads #1] key 'concurrency': 0 must be at least 1"),
     ("[[tool.specdec.workloads]]\nname = ''\n",
-     "pyproject.toml [workloads #1] key 'name': '' is empty; give the workload a name, e.g. name = \"chat\""),
+     "pyproject.toml [tool.specdec.workloads #1] key 'name': '' is empty; give the workload a name, e.g. name = \"chat\""),
     ("[[tool.specdec.workloads]]\nnum_prompts = '3'\n",
-     "pyproject.toml [workloads #1] key 'num_prompts': '3' must be a whole number; write it without quotes: num_prompts = 3"),
+     "pyproject.toml [tool.specdec.workloads #1] key 'num_prompts': '3' must be a whole number; write it without quotes: num_prompts = 3"),
     ("[tool.specdec]\nengine = 3\n",
      "pyproject.toml [tool.specdec] key 'engine': 3 must be a TOML table; write its keys under a "
      "[tool.specdec.engine] header"),
@@ -181,7 +181,7 @@ from pytest_specdec.errors import SpecdecUsageError
      "pyproject.toml [tool.specdec] key 'min_accept_length': 'x' must be a number; write a number without "
      "quotes, e.g. min_accept_length = 1.5"),
     ("[tool.specdec]\nknown_issues = [3]\n",
-     "pyproject.toml [known_issues #1]: 3 must be a table, not a whole number; write its keys under a "
+     "pyproject.toml [tool.specdec.known_issues #1]: 3 must be a table, not a whole number; write its keys under a "
      "[[tool.specdec.known_issues]] header"),
     ("[tool.specdec.matrix]\ncpu = 'ar'\n", "pyproject.toml [tool.specdec.matrix.cpu]: 'ar' must be a table, not a string; write its keys under a "
      "[tool.specdec.matrix.cpu] header"),
@@ -285,7 +285,7 @@ from pytest_specdec.errors import SpecdecUsageError
     ("[tool.specdec.tolerances]\naccept_length = nan\n",
      "*[tool.specdec.tolerances] key 'accept_length': tolerance 'nan' for 'accept_length' must be a finite number*"),
     ("[[tool.specdec.workloads]]\ntemperature = inf\n",
-     "*[workloads #1] key 'temperature': inf must be a finite number"),
+     "*[tool.specdec.workloads #1] key 'temperature': inf must be a finite number"),
     # a TOML number is quoted as the number it is, not as the text '1000.0'
     ("[tool.specdec]\ngpus = 1e3\n", "pyproject.toml [tool.specdec] key 'gpus': 1000.0 is not a whole number; *"),
     ("[tool.specdec]\nresume = 'sometimes'\n",
@@ -700,7 +700,7 @@ def test_a_known_issue_of_an_unlisted_architecture_is_warned_of(pytester: pytest
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest("-p", "no:cacheprovider", "--specdec-arch", "sm_89")  # a host of a known chip
     result.assert_outcomes(passed=1, warnings=1)
-    result.stdout.fnmatch_lines([f"*PytestConfigWarning: pytest-specdec: pyproject.toml [[]known_issues #1[]] key "
+    result.stdout.fnmatch_lines([f"*PytestConfigWarning: pytest-specdec: pyproject.toml [[]tool.specdec.known_issues #1[]] key "
                                  f"'arch': '{arch}' is an architecture of no known family, so the entry applies "
                                  f"only on a host of exactly that architecture (this one is sm_89); if a slip, "
                                  f"write the nearest known: {nearest}"])
