@@ -22,7 +22,7 @@ from .directions import METRIC_DIRECTIONS, METRIC_NAME, Direction, known_directi
 from .gate import parse_tolerance_table
 from .hardware import ALL_FAMILIES, FAMILIES, GPU_FAMILIES, arch_family, family_for_arch, family_of, normalise_arch
 from .options import OPTION_NAMES, not_text, toml_shown
-from .servers.sglang import DEFAULT_METHOD_FLAGS, method_flags_from_config
+from .servers.sglang import DEFAULT_METHOD_FLAGS, METHOD_FLAG_PRESETS, method_flags_from_config
 from .sglang_api import SKIP_TOKENIZER_INIT_FLAG
 from .suggest import closest, hint
 
@@ -280,13 +280,13 @@ class _Reader:
                 self.fail(key, not_text(key, value, _TEXT_EXAMPLES.get(key, "...")))
             fix = self._number_fix(key, kind, value, default) if number else \
                 f"; write {key} = true or {key} = false" if kind is bool else \
-                f"; write its keys under a [{self._sub(key)}] header" if kind is dict else ""
+                f"; write its keys under a [{self.sub(key)}] header" if kind is dict else ""
             self.fail(key, f"{toml_shown(value)} must be {names}{fix}")
         if isinstance(value, float) and not math.isfinite(value):  # TOML spells nan and inf
             self.fail(key, f"{value!r} must be a finite number{self._number_fix(key, kind, value, default)}")
         return value
 
-    def _sub(self, key: str) -> str:
+    def sub(self, key: str) -> str:
         """The header of the sub-table `key` of this table, as the file spells it."""
         return key if self.table == "top level" else f"{self.table}.{key}"
 
@@ -537,7 +537,8 @@ def _parse_engine(filename: str, data: Any) -> EngineSettings:
         extra_args=_argv_list(reader, ENGINE_FLAGS_SET_BY_PLUGIN),
     )
     if not 0.0 <= settings.draft_agreement <= 1.0:
-        reader.fail("draft_agreement", f"{settings.draft_agreement} must lie in [0, 1]")
+        reader.fail("draft_agreement", f"{settings.draft_agreement:g} must lie in [0, 1], a probability per drafted "
+                                       f"position; e.g. draft_agreement = 0.9")
     if settings.block_size < MIN_BLOCK_SIZE:
         reader.fail("block_size", f"{settings.block_size} must be at least {MIN_BLOCK_SIZE} (the root "
                                   f"and at least one draft position)")
@@ -565,7 +566,11 @@ def _check_engine_extra_args(reader: _Reader, settings: EngineSettings) -> None:
 def _parse_sglang(filename: str, data: Any, root: Path) -> SGLangSettings:
     reader = _Reader(filename, _table_name(filename, "sglang"), data)
     reader.check_keys({"method_flags", "extra_args", "python"})
-    raw = reader.get("method_flags", (str, dict), None)
+    raw = reader.data.get("method_flags")
+    if raw is not None and not isinstance(raw, (str, dict)):
+        reader.fail("method_flags", f"{toml_shown(raw)} must be a preset's name or a table; write e.g. method_flags "
+                                    f"= \"ddtree-budget\" ({', '.join(METHOD_FLAG_PRESETS)}), or method = [argv...] "
+                                    f"under a [{reader.sub('method_flags')}] header")
     flags = DEFAULT_METHOD_FLAGS if raw is None else method_flags_from_config(
         raw, source=reader.where("method_flags"), entry=lambda method: reader.where(f"method_flags.{method}"))
     python = reader.get("python", str, sys.executable)

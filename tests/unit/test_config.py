@@ -25,6 +25,13 @@ from pytest_specdec.errors import SpecdecUsageError
      "own headed [[tool.specdec.workloads]]"),
     ("[[tool.specdec.known_issues]]\nreason = 'x'\nmethod = [1]\n",
      "pyproject.toml [tool.specdec.known_issues #1] key 'method': [1] must be a list of strings, e.g. method = [\"ddtree\"]"),
+    ("[tool.specdec.sglang]\nmethod_flags = 3\n",
+     "pyproject.toml [tool.specdec.sglang] key 'method_flags': 3 must be a preset's name or a table; write e.g. "
+     "method_flags = \"ddtree-budget\" (ddtree-budget, num-draft-tokens), or method = [argv...] under a "
+     "[tool.specdec.sglang.method_flags] header"),
+    ("[tool.specdec.engine]\ndraft_agreement = 2\n",
+     "pyproject.toml [tool.specdec.engine] key 'draft_agreement': 2 must lie in [0, 1], a probability per drafted "
+     "position; e.g. draft_agreement = 0.9"),
     # a misspelt key gets the did-you-mean every name does (suggest), case aside
     ("[tool.specdec]\nDRAFT_MODEL = 'x'\n", "pyproject.toml [tool.specdec]: unknown key 'DRAFT_MODEL'; did you mean "
                                             "'draft_model'?"),
