@@ -158,15 +158,22 @@ def _backend(text: str) -> str:
     return text
 
 
+#: The methods a reference can be: one configuration per family and TP, so without a tree budget.
+REFERENCE_METHODS = tuple(method for method in METHODS if not takes_budget(method))
+
+
 def _reference(text: str) -> str:
-    from .suggest import hint
+    from .suggest import closest, hint
 
     if text not in METHODS:
-        raise ValueError(f"{text!r} is not a method; {hint(text, METHODS)}")
+        meant = closest(text, METHODS)
+        if meant is not None and meant not in REFERENCE_METHODS:  # a slip for ddtree, which is refused below
+            raise ValueError(f"{text!r} is not a method ({meant!r}, if meant, has a configuration per "
+                             f"tree budget and cannot be the reference); use one of {', '.join(REFERENCE_METHODS)}")
+        raise ValueError(f"{text!r} is not a method; {hint(text, REFERENCE_METHODS)}")
     if takes_budget(text):  # a reference is one configuration per family and TP: it has no budget
         raise ValueError(f"{text!r} has a configuration per tree budget, so no one of them is the "
-                         f"reference and no output would be checked; use "
-                         f"{' or '.join(m for m in METHODS if not takes_budget(m))}")
+                         f"reference and no output would be checked; use {' or '.join(REFERENCE_METHODS)}")
     return text
 
 

@@ -355,3 +355,24 @@ def test_spaced_values_that_leave_the_rootdir_alone_are_fine(pytester: pytest.Py
         result = pytester.runpytest("--co", "-q", *args)
         assert result.ret == pytest.ExitCode.OK, (args, result.stderr.str())
         result.stdout.fnmatch_lines(["1 test collected*"])
+
+
+@pytest.mark.parametrize("where, set_it", [
+    ("--specdec-reference", lambda p, v: p.runpytest(f"--specdec-reference={v}")),
+    ("ini specdec_reference", lambda p, v: (p.makeini(f"[pytest]\nspecdec_reference = {v}\n"), p.runpytest())[1]),
+    ("pyproject.toml [[]tool.specdec] key 'reference'",  # [[] is fnmatch's [
+     lambda p, v: (p.makepyprojecttoml(f"[tool.specdec]\nreference = \"{v}\"\n"), p.runpytest())[1]),
+])
+@pytest.mark.parametrize("value, problem", [
+    # ddtree is refused as the reference, so no list or guess may offer it
+    ("medusa", "'medusa' is not a method; use one of ar, dflash;"),
+    ("ddtre", "'ddtre' is not a method ('ddtree', if meant, has a configuration per tree budget and cannot "
+              "be the reference); use one of ar, dflash;"),
+    ("dflsh", "'dflsh' is not a method; did you mean 'dflash'?"),
+])
+def test_a_bad_reference_is_offered_only_methods_a_reference_can_be(pytester: pytest.Pytester, where, set_it,
+                                                                      value, problem):
+    pytester.makepyfile("def test_x(): pass")
+    result = set_it(pytester, value)
+    _usage_error(result, f"{where}: {problem}*")
+    assert "ddtree" not in result.stderr.str().replace("'ddtree', if meant", "")

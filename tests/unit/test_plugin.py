@@ -554,8 +554,7 @@ def test_ini_values_are_typed_and_a_bad_one_is_a_usage_error(pytester: pytest.Py
     (["--specdec-server-url=http://127.0.0.1:99999"], "*'http://127.0.0.1:99999': its port is out of range; "
                                                       "a port is 1-65535*"),
     (["--specdec-lossless=nearly"], "*'nearly' is not a losslessness mode; use \"exact\", \"prefix:N\", \"off\"*"),
-    (["--specdec-reference=medusa"], "*--specdec-reference: 'medusa' is not a method; use one of ar, dflash, "
-                                     "ddtree*"),
+    (["--specdec-reference=medusa"], "*--specdec-reference: 'medusa' is not a method; use one of ar, dflash;*"),
     (["--specdec-reference=dflsh"], "*--specdec-reference: 'dflsh' is not a method; did you mean 'dflash'?*"),
     # its reference case has no budget, so it matched no ddtree configuration: nothing was checked
     (["--specdec-reference=ddtree"], "*--specdec-reference: 'ddtree' has a configuration per tree budget, so "
