@@ -106,6 +106,11 @@ class Backend:
         """The target model as a local path (the `specdec_model_path` fixture); None: built in."""
         return None
 
+    def model_part(self, state: RunState) -> dict[str, Any]:
+        """The models this backend's servers serve, as plain JSON (the model part of a
+        measurement's fingerprint): the configured target and draft ids."""
+        return {"model": state.config.model, "draft_model": state.config.draft_model}
+
     def check_ready(self, state: RunState) -> None:
         """SpecdecUsageError, one line, when this run cannot serve its tests (a missing extra, a
         server that is not there): checked once, after collection, if a test needs a server."""
@@ -200,6 +205,10 @@ class EmbeddedBackend(Backend):
 
     def argv_builder(self, spec: ServerSpec, state: RunState) -> ArgvBuilder:
         return partial(build_embedded_argv, spec, entry=[sys.executable, "-m", ENGINE_MODULE])
+
+    def model_part(self, state: RunState) -> dict[str, Any]:
+        # the engine serves its preset's synthetic models; model and draft_model it never reads
+        return {"preset": state.config.engine.model_preset}
 
     def token_counter(self, url: str) -> Callable[[str], int] | None:
         return embedded_token_count  # the engine's own tokenizer, here: no request needed

@@ -74,9 +74,9 @@ class Gate:
         """The figures of `result` whose baseline entry measured something else (its fingerprint
         differs: another workload, server setting or model)."""
         stored = self.baselines().entries.get(result.test_id, {})
-        digest = result.fingerprint.digest if result.fingerprint is not None else None
+        measured = result.fingerprint
         return sorted(m for m, e in stored.items()
-                      if digest is not None and e.fingerprint not in (None, digest))
+                      if measured is not None and e.fingerprint is not None and not measured.matches(e.fingerprint))
 
     def what_changed(self, result: Result) -> str:
         """Which parts of the setup (`fingerprint.measured_setup`) the entries of

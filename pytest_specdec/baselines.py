@@ -596,6 +596,8 @@ def save_baselines(
                     metric, date=date, versions=versions, commit=commit, fingerprint=digest,
                     nodeid=nodeid)
                 old = slot.get(metric.name)
+                if old is not None and old.fingerprint in getattr(measured, "former", ()):
+                    old = replace(old, fingerprint=digest)  # saved before the model part said what is served
                 new = old.pooled_with(entry) if old is not None else entry
                 # a save that knows no node id (an older journal's record) keeps the one there
                 slot[metric.name] = replace(new, nodeid=nodeid or (old.nodeid if old else None))

@@ -69,7 +69,7 @@ def _measured_otherwise(now: Mapping[str, Any], then: Mapping[str, Any]) -> str:
     parts = [f"on {name} {then.get(name)!r} (this run: {now[name]!r})"
              for name in ("hardware", "backend") if then.get(name) != now[name]]
     setup, old = Fingerprint.from_json(now["setup"]), Fingerprint.from_json(then.get("setup"))
-    if setup is not None and (old is None or old.digest != setup.digest):
+    if setup is not None and (old is None or not setup.matches(old.digest)):
         changed = setup.what_changed(old, "workload, server settings or model: not recorded")
         parts.append(f"with another setup ({changed})")
     return ", ".join(parts)

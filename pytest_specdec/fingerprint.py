@@ -9,13 +9,19 @@ entry carries the digest of those parts, and a mismatch means "measure again".
 The parts are plain JSON (canonical: sorted keys, no whitespace), so the digest is stable across
 processes, Python versions and xdist workers; the parts themselves are kept beside the digest so
 that a mismatch can say which part changed.
+
+The model part is what the backend serves (`Backend.model_part`): the configured model ids on
+SGLang, the engine's preset on the embedded engine, which ignores those ids. Records and entries
+written before that part said so hold the configured ids on every backend; a fingerprint keeps the
+digest they would have (`former`) and matches it too, so that those files stay matched where the
+setup is the same.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 if TYPE_CHECKING:
@@ -37,6 +43,12 @@ class Fingerprint:
 
     digest: str
     parts: Mapping[str, Any]
+    #: the digests records and entries written before `Backend.model_part` gave this same setup
+    former: tuple[str, ...] = ()
+
+    def matches(self, digest: str | None) -> bool:
+        """Whether a record or entry of fingerprint `digest` measured this setup."""
+        return digest is not None and (digest == self.digest or digest in self.former)
 
     def changed_parts(self, other_parts: Mapping[str, Any] | None) -> list[str]:
         """Names of the parts that differ from `other_parts` (all of them when unknown)."""
@@ -57,15 +69,16 @@ class Fingerprint:
         return OLDER_VERSION if other.digest != self.digest else unknown
 
     def to_json(self) -> dict[str, Any]:
-        return {"digest": self.digest, "parts": dict(self.parts)}
+        return {"digest": self.digest, "parts": dict(self.parts), **({"former": list(self.former)} if self.former else {})}
 
     @classmethod
     def from_json(cls, obj: Any) -> Fingerprint | None:
         """A fingerprint read back from `to_json`; None for records older than fingerprints."""
         if not isinstance(obj, Mapping) or not isinstance(obj.get("digest"), str):
             return None
-        parts = obj.get("parts")
-        return cls(obj["digest"], dict(parts) if isinstance(parts, Mapping) else {})
+        parts, former = obj.get("parts"), obj.get("former")
+        return cls(obj["digest"], dict(parts) if isinstance(parts, Mapping) else {},
+                   tuple(d for d in former if isinstance(d, str)) if isinstance(former, list) else ())
 
     def __str__(self) -> str:
         return self.digest
@@ -82,8 +95,7 @@ def measured_setup(case: MatrixCase | None, workload: str | None, state: RunStat
     """What a test measures: its configuration, its workload as read at configure time, the
     server settings (as its backend sees them) and the model."""
     parts: dict[str, Any] = {
-        "configuration": None, "server": None, "workload": None,
-        "model": {"model": state.config.model, "draft_model": state.config.draft_model},
+        "configuration": None, "server": None, "workload": None, "model": state.backend.model_part(state),
     }
     if case is not None:
         parts["configuration"] = {"family": case.family, "method": case.method, "tp": case.tp,
@@ -93,7 +105,16 @@ def measured_setup(case: MatrixCase | None, workload: str | None, state: RunStat
     if workload is not None and workload in state.workloads:
         configured = next(w for w in state.config.workloads if w.name == workload)
         parts["workload"] = _workload_part(configured, state)
-    return fingerprint(parts)
+    return _with_former(parts, state)
+
+
+def _with_former(parts: dict[str, Any], state: RunState) -> Fingerprint:
+    """The fingerprint of `parts`, with the digest it had where the model part held the configured ids."""
+    now = fingerprint(parts)
+    configured = {"model": state.config.model, "draft_model": state.config.draft_model}
+    if parts["model"] == configured:
+        return now
+    return replace(now, former=(fingerprint({**parts, "model": configured}).digest,))
 
 
 def _workload_part(configured: WorkloadSpec, state: RunState) -> dict[str, Any]:
@@ -106,11 +127,11 @@ def run_setup(state: RunState) -> Fingerprint:
     configure time, the server settings of the configuration file and the model. Shards merged into
     one report must agree on it (each configuration's own part is the matrix's)."""
     workloads = {w.name: _workload_part(w, state) for w in state.config.workloads if w.name in state.workloads}
-    return fingerprint({
+    return _with_former({
         "workloads": workloads,
         "server": {"engine": asdict(state.config.engine), "sglang": asdict(state.config.sglang)},
-        "model": {"model": state.config.model, "draft_model": state.config.draft_model},
-    })
+        "model": state.backend.model_part(state),
+    }, state)
 
 
 def text_digest(texts: Iterable[str]) -> str:

@@ -104,7 +104,8 @@ def load(directories: Iterable[str | Path]) -> list[ShardManifest]:
                 f"{other.name} divided another matrix than {first.name} "
                 f"({_matrix_text(other)} vs {_matrix_text(first)}); run every shard with the "
                 f"same configuration and the same N")
-        if other.setup is not None and first.setup is not None and other.setup.digest != first.setup.digest:
+        if other.setup is not None and first.setup is not None and not (
+                other.setup.matches(first.setup.digest) or first.setup.matches(other.setup.digest)):
             raise SpecdecUsageError(
                 f"{other.name} measured another setup than {first.name} (its "
                 f"{', '.join(other.setup.changed_parts(first.setup.parts))} differ); a report of both "

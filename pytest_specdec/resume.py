@@ -62,7 +62,7 @@ def resume_done(items: list[pytest.Item], state: RunState, gate: Gate) -> None:
         if record is None:
             continue
         current = item_fingerprint(item, state)
-        if record.fingerprint != current.digest:
+        if not current.matches(record.fingerprint):
             old = Fingerprint.from_json(record.data.get("fingerprint"))
             item.user_properties.append(
                 (REMEASURED_PROPERTY, current.what_changed(old, "no fingerprint in its journal record")))

@@ -426,7 +426,7 @@ def _current(record: JournalRecord, case: MatrixCase, state: RunState) -> bool:
     journal still holds the records of tests it measures again (another workload, model or
     server settings), whose outputs are no reference for this run's, nor held to it."""
     workload = None if record.workload == "-" else record.workload
-    return record.fingerprint == measured_setup(case, workload, state).digest
+    return measured_setup(case, workload, state).matches(record.fingerprint)
 
 
 @dataclass

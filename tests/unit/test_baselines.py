@@ -407,6 +407,21 @@ def test_timing_figures_pool_the_samples_of_the_last_saves(tmp_path):
     assert (entry.runs, entry.distribution, entry.calibrated) == (1, (9, 9), False)
 
 
+def test_an_entry_saved_under_an_earlier_releases_fingerprint_pools_with_the_same_setup(tmp_path):
+    """The fingerprint's model part changed meaning (what the backend serves): an entry an earlier
+    release saved for the same setup keeps its samples, as a save of the same setup does."""
+    from pytest_specdec.fingerprint import Fingerprint
+
+    path = tmp_path / "cpu.json"
+    first = MetricValue("tpot_ms", 1.0, "lower", distribution=(1, 1.5))
+    save_baselines(path, "cpu", {TID: [first]}, versions={}, fingerprints={TID: "0123456789abcdef"})
+    now = Fingerprint("fedcba9876543210", {"model": {"preset": "tiny"}}, former=("0123456789abcdef",))
+    second = MetricValue("tpot_ms", 2.0, "lower", distribution=(2, 2.5))
+    save_baselines(path, "cpu", {TID: [second]}, versions={}, fingerprints={TID: now})
+    entry = load_baselines(path, "cpu").get(TID, "tpot_ms")
+    assert (entry.runs, entry.distribution, entry.fingerprint) == (2, (1, 1.5, 2, 2.5), "fedcba9876543210")
+
+
 @pytest.mark.parametrize("fields, match", [
     ({"value": 10 ** 400}, r"t output_tok_s: 'value' must be a finite number, got inf"),
     ({"cpu_share": 10 ** 400}, r"'cpu_share' must be a finite number, got inf"),

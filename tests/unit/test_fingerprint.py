@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -75,9 +76,8 @@ draft_agreement = 0.9
     (lambda toml, prompts: (toml, prompts.replace("one", "uno")), "workload"),
     (lambda toml, prompts: (toml.replace("draft_agreement = 0.9", "draft_agreement = 0.8"),
                             prompts), "server"),
-    (lambda toml, prompts: (toml.replace('backend = "embedded"',
-                                         'backend = "embedded"\nmodel = "org/m"'), prompts),
-     "model"),
+    (lambda toml, prompts: (toml.replace("draft_agreement = 0.9", "draft_agreement = 0.9\nmodel_preset = \"tiny-hybrid\""),
+                            prompts), "model"),
 ])
 def test_each_part_of_the_setup_changes_the_fingerprint(tmp_path, change, part):
     prompts = '{"prompt": "one"}\n{"prompt": "two"}\n'
@@ -98,3 +98,63 @@ def test_the_configuration_is_part_of_it(tmp_path):
     b8 = measured_setup(CASE, "mine", state)
     b16 = measured_setup(MatrixCase("cpu", "ddtree", 1, 16), "mine", state)
     assert b8.changed_parts(b16.parts) == ["configuration", "server"]
+
+
+def test_the_embedded_engine_ignores_the_model_ids_it_does_not_serve(tmp_path):
+    """It serves its preset: a baseline saved before model was set warned 'its model differs', and
+    --specdec-resume measured again, though the same preset served."""
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "one"}\n')
+    before = measured_setup(CASE, "mine", _state(tmp_path, BASE))
+    named = BASE.replace('backend = "embedded"', 'backend = "embedded"\nmodel = "Qwen/NoSuch-1B"\n'
+                                                 'draft_model = "org/NoSuch-draft"')
+    after = measured_setup(CASE, "mine", _state(tmp_path, named))
+    assert after.digest == before.digest and after.matches(before.digest)
+    assert after.parts["model"] == {"preset": "tiny"}
+
+
+def test_on_sglang_the_model_ids_are_the_model(tmp_path):
+    from pytest_specdec.backends import SGLangBackend
+
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "one"}\n')
+    sglang = SGLangBackend("test")
+    one = replace(_state(tmp_path, BASE.replace('backend = "embedded"', 'model = "org/a"')), backend=sglang)
+    other = replace(_state(tmp_path, BASE.replace('backend = "embedded"', 'model = "org/b"')), backend=sglang)
+    a, b = measured_setup(CASE, "mine", one), measured_setup(CASE, "mine", other)
+    assert not a.matches(b.digest) and "model" in a.changed_parts(b.parts)
+    assert a.parts["model"] == {"model": "org/a", "draft_model": None} and a.former == ()
+
+
+def _written_before(case, workload, state):
+    """The fingerprint as it was written before the model part said what the backend serves:
+    the configured ids, on every backend."""
+    from pytest_specdec.fingerprint import fingerprint as digest_of
+
+    parts = dict(measured_setup(case, workload, state).parts)
+    parts["model"] = {"model": state.config.model, "draft_model": state.config.draft_model}
+    return digest_of(parts)
+
+
+@pytest.mark.parametrize("model", ['', 'model = "Qwen/Qwen3.6-27B"\n'])
+def test_entries_written_before_the_served_model_part_still_match(tmp_path, model):
+    """Baseline files and journals of earlier releases keep matching the same setup, written
+    with or without model ids; survives a JSON round trip (pytest-benchmark's saved runs)."""
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "one"}\n')
+    state = _state(tmp_path, BASE.replace('backend = "embedded"', f'backend = "embedded"\n{model}'))
+    old = _written_before(CASE, "mine", state)
+    now = measured_setup(CASE, "mine", state)
+    assert now.matches(old.digest)
+    assert Fingerprint.from_json(now.to_json()).matches(old.digest)
+    other_workload = _written_before(CASE, None, state)
+    assert not now.matches(other_workload.digest)
+
+
+def test_the_projects_own_cpu_baselines_stay_matched():
+    """baselines/cpu.json was saved with the model ids of the project's [tool.specdec]."""
+    import json
+
+    root = Path(__file__).resolve().parents[2]
+    entries = json.loads((root / "baselines" / "cpu.json").read_text())["entries"]
+    state = build(root, {"backend": "embedded"}, {})
+    digests = {e["fingerprint"] for e in entries["test_generation[ar-tp1-chat]"].values()}
+    assert len(digests) == 1
+    assert measured_setup(MatrixCase("cpu", "ar", 1, None), "chat", state).matches(digests.pop())

@@ -692,7 +692,7 @@ def test_figures(specdec_record):
     specdec_record.metric("output_tok_s", 4.0)
     specdec_record.samples([0.5, 0.25])
 """)
-    pytester.makepyprojecttoml('[tool.specdec]\nmodel = "a"\n')
+    pytester.makepyprojecttoml('[tool.specdec.engine]\nmodel_preset = "tiny"\n')
 
     def run(*args: str) -> pytest.RunResult:
         result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
@@ -710,7 +710,9 @@ def test_figures(specdec_record):
                                  "different things*"])
     run("--benchmark-autosave")
     run("--benchmark-compare").stdout.no_fnmatch_line("*BenchmarkCompareWarning*")  # like with like
-    pytester.makepyprojecttoml('[tool.specdec]\nmodel = "b"\n')
+    pytester.makepyprojecttoml('[tool.specdec]\nmodel = "b"\n')  # the embedded engine serves no model id
+    run("--benchmark-compare").stdout.no_fnmatch_line("*BenchmarkCompareWarning*")
+    pytester.makepyprojecttoml('[tool.specdec.engine]\nmodel_preset = "tiny-hybrid"\n')
     run("--benchmark-compare").stdout.fnmatch_lines(
         ["*BenchmarkCompareWarning: test_figures: *which measured it with another setup (model)*"])
 

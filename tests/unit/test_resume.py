@@ -215,15 +215,16 @@ def test_a_baseline_of_another_setup_names_the_part_that_changed(pytester):
     """As resume does: the warning and the regression's red say which part of the setup the
     baseline measured otherwise, not only that one of three may have."""
     pytester.makepyfile(test_widgets=RECORDING_TEST)
-    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\nmodel = "org/first"\n')
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n[tool.specdec.engine]\nmodel_preset = "tiny"\n')
     run(pytester, "--specdec-save-baseline").assert_outcomes(passed=1)
     saved = json.loads((pytester.path / "baselines" / "cpu.json").read_text())
     digest = saved["entries"]["test_widgets"]["widgets"]["fingerprint"]
-    assert saved["setups"][digest]["model"]["model"] == "org/first"
+    assert saved["setups"][digest]["model"] == {"preset": "tiny"}
     saved["entries"]["test_widgets"]["widgets"].update(value=5.0, distribution=[])  # a regression
     (pytester.path / "baselines" / "cpu.json").write_text(json.dumps(saved))
 
-    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\nmodel = "org/second"\n')
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n[tool.specdec.engine]\n'
+                               'model_preset = "tiny-hybrid"\n')
     result = run(pytester)
     result.stdout.fnmatch_lines(["*UserWarning: test_widgets: the baseline of widgets measured another "
                                  "setup (its model differs)*"])
@@ -237,6 +238,20 @@ def test_a_baseline_of_another_setup_names_the_part_that_changed(pytester):
     result.stdout.fnmatch_lines(["*UserWarning: test_widgets: the baseline of widgets measured another "
                                  "setup (workload, server settings or model: the baseline file does "
                                  "not record which)*"])
+
+
+def test_model_ids_the_embedded_engine_does_not_serve_change_nothing_it_measured(pytester):
+    """The engine serves its preset and never reads model or draft_model: setting them warned that
+    the baseline measured another setup (its model differs), and resume measured again."""
+    pytester.makepyfile(test_widgets=RECORDING_TEST)
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
+    run(pytester, "--specdec-save-baseline").assert_outcomes(passed=1)
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\nmodel = "Qwen/NoSuch-1B"\n'
+                               'draft_model = "org/NoSuch-draft"\n')
+    result = run(pytester, "--specdec-resume", "-W", "error::UserWarning")
+    result.assert_outcomes(skipped=1)  # resumed from the journal: the same setup, measured
+    assert "another setup" not in result.stdout.str()
+    assert "measured test_widgets again" not in result.stdout.str()
 
 
 def regressing_project(pytester):
