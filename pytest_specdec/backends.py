@@ -282,9 +282,7 @@ class SGLangBackend(Backend):
     def check(self, state: RunState) -> None:
         from .models import check_local
 
-        for model in (state.config.model, state.config.draft_model):
-            if model:
-                check_local(_in_project(model, state))
+        _each((state.config.model, state.config.draft_model), lambda model: check_local(_in_project(model, state)))
 
     def needs_gpu(self, state: RunState) -> tuple[str, str] | None:
         return ("SGLang's servers", f"rehearse on the embedded engine, which runs on the CPU (set "
@@ -296,11 +294,10 @@ class SGLangBackend(Backend):
                           seed=state.config.engine.seed, extra_args=state.config.sglang.extra_args)
 
     def argv_builder(self, spec: ServerSpec, state: RunState) -> ArgvBuilder:
-        draft = None
-        if spec.is_speculative and state.config.draft_model:
-            draft = _provision(state.config.draft_model, state)
-        return partial(build_sglang_argv, spec, model_path=self.model_path(state),
-                       draft_model_path=draft, method_flags=state.config.sglang.method_flags,
+        draft = state.config.draft_model if spec.is_speculative else None
+        paths = _each((state.config.model, draft), lambda model: _provision(model, state))
+        return partial(build_sglang_argv, spec, model_path=paths[0],
+                       draft_model_path=paths[1], method_flags=state.config.sglang.method_flags,
                        python=state.config.sglang.python)
 
     def model_path(self, state: RunState) -> str | None:
@@ -337,19 +334,14 @@ class SGLangBackend(Backend):
                     f"{source} [matrix.{matrix.family}]"
                 raise SpecdecUsageError(f"methods {', '.join(speculative)} of {table} need a draft model on the "
                                         f"sglang backend: set draft_model in {where}")
-        hub = [ref for ref in filter(None, (state.config.model, state.config.draft_model))
-               if is_hub_id(_in_project(ref, state))]
+        served = (state.config.model, state.config.draft_model if any(
+            is_speculative(m) for matrix in state.config.matrices.values() for m in matrix.methods) else None)
+        hub = [ref for ref in filter(None, served) if is_hub_id(_in_project(ref, state))]
         for ref in hub:
             extras.require("models", f"fetching {ref} from the Hugging Face Hub")
-        if offline():  # what the cache lacks cannot be fetched: say so once, for each model
-            problems = []
-            for ref in hub:
-                try:
-                    _provision(ref, state)
-                except SpecdecUsageError as exc:
-                    problems.append(str(exc))
-            if problems:
-                raise SpecdecUsageError("; and ".join(problems))
+        # offline, what the cache lacks cannot be fetched; online, a bad id is found by one listing
+        # each: said once, for every model, not by one server's build after another
+        _each(hub, (lambda ref: _provision(ref, state)) if offline() else (lambda ref: _on_hub(ref, state)))
 
 
 class AttachBackend(Backend):
@@ -462,6 +454,27 @@ def _in_project(model: str, state: RunState) -> str:
     from .models import in_project
 
     return in_project(model, state.config.root)
+
+
+def _each(models: Sequence[str | None], step: Callable[[str], Any]) -> list[Any]:
+    """`step` of each model given (None where none is), every one tried: one error naming each
+    model it refused, rather than the first, fixed, then the next."""
+    done, problems = [], []
+    for model in models:
+        try:
+            done.append(step(model) if model else None)
+        except SpecdecUsageError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise SpecdecUsageError("; and ".join(problems))
+    return done
+
+
+def _on_hub(model: str, state: RunState) -> None:
+    from .models import check_on_hub
+
+    cache = state.config.model_cache
+    check_on_hub(_in_project(model, state), **({"cache_dir": state.config.root / Path(cache).expanduser()} if cache else {}))
 
 
 def _provision(model: str, state: RunState) -> str:

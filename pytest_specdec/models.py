@@ -181,10 +181,7 @@ def provision_model(
         try:
             files = dict(fetcher.list_files(ref, revision))
         except Exception as e:
-            raise SpecdecUsageError(
-                f"cannot list the files of model {ref} on the Hub ({type(e).__name__}: {e}); "
-                f"check the id and revision, HF_TOKEN for gated repos, or set HF_HUB_OFFLINE with a cached copy"
-            ) from e
+            raise SpecdecUsageError(_unlisted(ref, e)) from e
         _write_manifest(local_dir, ref, revision, files)
         state = check_complete(local_dir)
         todo = list(state.missing + state.wrong_size)
@@ -204,6 +201,24 @@ def provision_model(
                 f"check free space in {local_dir.parent}"
             )
         return local_dir
+
+
+def check_on_hub(ref: str, *, cache_dir: Path | str = "/dev/shm/models", revision: str | None = None,
+                 fetcher: ModelFetcher | None = None) -> None:
+    """SpecdecUsageError where Hub id `ref` is neither complete in the cache nor listed on the Hub:
+    one listing, no download, so that a run names every bad id before any server boots."""
+    state = check_complete(cache_dir_for(ref, Path(cache_dir), revision))
+    if state is not None and state.complete:
+        return
+    try:
+        (fetcher or HubFetcher()).list_files(ref, revision)
+    except Exception as e:
+        raise SpecdecUsageError(_unlisted(ref, e)) from e
+
+
+def _unlisted(ref: str, e: Exception) -> str:
+    return (f"cannot list the files of model {ref} on the Hub ({type(e).__name__}: {e}); check the id and "
+            f"revision, HF_TOKEN for gated repos, or set HF_HUB_OFFLINE with a cached copy")
 
 
 def _write_manifest(local_dir: Path, ref: str, revision: str | None, files: Mapping[str, int]) -> None:

@@ -335,6 +335,7 @@ def test_a_dry_run_beyond_the_runs_gpus_on_a_backend_that_needs_one_is_refused_b
     from pytest_specdec.config import EngineSettings
 
     monkeypatch.setattr(backends.extras, "require", lambda *a, **k: None)
+    monkeypatch.setattr(backends, "_on_hub", lambda model, st: None)  # its Hub ids are not what this checks
     host = tuple(GPU(i, "NVIDIA H100", "sm_90", 81559, f"GPU-{i}") for i in range(2))
     given_two = Hardware(host, "nvml, CUDA_VISIBLE_DEVICES=0,1", 2, 8)
     sglang = backends.SGLangBackend("auto: GPU and sglang present")
@@ -399,3 +400,55 @@ def test_the_engine_on_cuda_on_a_host_without_a_gpu_stops_the_run_before_any_ser
         embedded.check_ready(on_gpu)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # a GPU no detector saw: the engine may run
     embedded.check_ready(on_gpu)
+
+
+def test_every_bad_hub_id_is_named_in_one_error_before_any_server_boots(tmp_path, monkeypatch):
+    """With both ids wrong, the first speculative server's build named the draft model (fetched
+    first); its fix met the target's error at the next run. Each is listed once, at start."""
+    from pytest_specdec import models
+    from pytest_specdec.config import Matrix
+
+    class NoSuchRepo:
+        asked: list[str] = []
+
+        def list_files(self, repo_id, revision):
+            NoSuchRepo.asked.append(repo_id)
+            if repo_id != "org/good":
+                raise LookupError(f"Repository Not Found: {repo_id}")
+            return {"config.json": 2}
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(backends.extras, "require", lambda *a, **k: None)
+    monkeypatch.setattr(models, "HubFetcher", NoSuchRepo)
+    sglang = backends.SGLangBackend("requested")
+    cfg = SpecdecConfig(source="pyproject.toml [tool.specdec]", root=tmp_path, model="org/NoSuch-1B",
+                        draft_model="org/NoSuch-draft", model_cache=str(tmp_path / "cache"),
+                        matrices={"hopper": Matrix("hopper", ("ar", "dflash"), (1,), ())})
+    run = RunState(cfg, resolve({}, {}, {}, "test"), CPU, sglang)
+    with pytest.raises(SpecdecUsageError, match=r"^cannot list the files of model org/NoSuch-1B on the Hub "
+                                                r"\(LookupError: .*\); check the id.*; and cannot list the files "
+                                                r"of model org/NoSuch-draft on the Hub"):
+        sglang.check_ready(run)
+    assert not (tmp_path / "cache" / "org--NoSuch-1B").exists()  # listed, nothing downloaded
+    NoSuchRepo.asked.clear()
+    sglang.check_ready(RunState(replace(cfg, model="org/good", draft_model="org/good"), run.settings, CPU, sglang))
+    assert NoSuchRepo.asked == ["org/good", "org/good"]
+    # an AR-only matrix serves no draft: its id is not asked about
+    ar_only = replace(cfg, model="org/good", matrices={"hopper": Matrix("hopper", ("ar",), (1,), ())})
+    sglang.check_ready(RunState(ar_only, run.settings, CPU, sglang))
+
+    def refuse(model, st):
+        raise SpecdecUsageError(f"model {model} is gone")
+
+    monkeypatch.setattr(backends, "_provision", refuse)
+    spec = sglang.server_spec(MatrixCase("hopper", "dflash", 1, None), run)
+    with pytest.raises(SpecdecUsageError, match=r"^model org/NoSuch-1B is gone; and model org/NoSuch-draft is gone$"):
+        sglang.argv_builder(spec, run)
+
+
+def test_every_model_path_that_is_not_there_is_named_in_one_error(tmp_path):
+    sglang = backends.SGLangBackend("requested")
+    cfg = SpecdecConfig(source="test", root=tmp_path, model="models/gone/target", draft_model="./draft")
+    with pytest.raises(SpecdecUsageError, match=r"^model directory .*/models/gone/target does not exist.*; and "
+                                                r"model directory .*/draft does not exist"):
+        sglang.check(RunState(cfg, resolve({}, {}, {}, "test"), CPU, sglang))
