@@ -1,4 +1,4 @@
-"""``python -m pytest_specdec.engine``: start the embedded engine (see cli.py for the flags)."""
+"""``python -m pytest_specdec.engine``: start the embedded engine (`--help` lists the flags)."""
 
 import sys
 

@@ -91,8 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--block-size", type=int, default=16,
                    help="drafter block, root included: the drafter proposes block-size - 1 positions")
     p.add_argument("--draft-agreement", type=float, default=0.9,
-                   help="probability per drafted position that the drafter uses its distilled "
-                        "distribution rather than noise (see drafter.py)")
+                   help="probability per drafted position that the drafter proposes the target's "
+                        "likely next token rather than a random one: 0 drafts noise (accept length about 1), "
+                        "1 proposes it at every position (docs/ARCHITECTURE.md, The embedded engine process)")
     p.add_argument("--seed", type=int, default=0, help="seed of the model weights and the drafter's noise")
     p.add_argument("--model-preset", choices=MODEL_PRESETS, default="tiny",
                    help=f"seeded model shapes; {' and '.join(HYBRID_PRESETS)} are hybrids (Gated DeltaNet + attention)")
@@ -119,7 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http-idle-timeout", type=float, default=60.0, metavar="SECONDS",
                    help="close a connection that sends no complete request for this long (idle, or slow "
                         "headers); a request body slower than this gets 408")
-    g = p.add_argument_group("fault injection (see faults.py)")
+    g = p.add_argument_group("fault injection", "fail as a real server does, with its log lines, to test the "
+                             "plugin's crash, hang, zero-token and regression handling (docs/ARCHITECTURE.md, "
+                             "The embedded engine process)")
     g.add_argument("--fault-crash-warmup", action="store_true", help="fail the warm-up request and exit 1")
     g.add_argument("--fault-crash-after", type=int, default=None, metavar="N",
                    help="serve N requests, then crash with a CUDA illegal instruction")

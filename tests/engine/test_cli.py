@@ -356,3 +356,22 @@ def test_ctrl_c_while_the_engine_loads_is_one_line(tmp_path):
             engine.wait()
     assert engine.returncode == 130, err
     assert "Traceback" not in err and "Interrupted before the engine was ready; exiting." in err
+
+
+def test_the_help_says_what_each_flag_does_and_points_to_the_docs_not_the_source():
+    """--help sent the user to drafter.py and faults.py, files an installed package's user does
+    not read; what it names of the docs must be there."""
+    from pathlib import Path
+
+    from pytest_specdec.engine.cli import build_parser
+
+    text = build_parser().format_help()
+    assert re.findall(r"\b\w+\.py\b", text) == []
+    assert "0 drafts noise" in text
+    assert "fail as a real server does" in text
+    page = (Path(__file__).resolve().parents[2] / "docs" / "ARCHITECTURE.md").read_text()
+    pointers = set(re.findall(r"(docs/\w+\.md), ([A-Z][\w ]+?)\)", " ".join(text.split())))
+    assert len(pointers) == 1
+    for doc, section in pointers:
+        assert doc == "docs/ARCHITECTURE.md" and f"## {section}\n" in page
+    assert "--draft-agreement P" in page and "--fault-lossy P" in page
