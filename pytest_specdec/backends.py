@@ -474,7 +474,8 @@ def _on_hub(model: str, state: RunState) -> None:
     from .models import check_on_hub
 
     cache = state.config.model_cache
-    check_on_hub(_in_project(model, state), **({"cache_dir": state.config.root / Path(cache).expanduser()} if cache else {}))
+    check_on_hub(_in_project(model, state),
+                 **({"cache_dir": state.config.root / Path(cache).expanduser()} if cache else {}))
 
 
 def _provision(model: str, state: RunState) -> str:

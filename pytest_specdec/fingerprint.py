@@ -69,7 +69,8 @@ class Fingerprint:
         return OLDER_VERSION if other.digest != self.digest else unknown
 
     def to_json(self) -> dict[str, Any]:
-        return {"digest": self.digest, "parts": dict(self.parts), **({"former": list(self.former)} if self.former else {})}
+        former = {"former": list(self.former)} if self.former else {}
+        return {"digest": self.digest, "parts": dict(self.parts), **former}
 
     @classmethod
     def from_json(cls, obj: Any) -> Fingerprint | None:
