@@ -36,6 +36,10 @@ from pytest_specdec.servers import METHOD_FLAG_PRESETS, ServerSpec
 from pytest_specdec.workloads import Prompt, Workload
 from pytest_specdec.servers.sglang import build_sglang_argv
 
+# SGLang's own deprecations, met on purpose where the engine is held to its request classes
+pytestmark = [pytest.mark.filterwarnings("ignore:'data_parallel_rank' is deprecated:DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore:max_tokens is deprecated:DeprecationWarning")]
+
 
 @pytest.fixture(scope="module")
 def server_args(sglang_reference):
