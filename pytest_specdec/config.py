@@ -13,7 +13,7 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from .configuration import METHODS, takes_budget
 from .engine.cli import DEVICES, MIN_BLOCK_SIZE, MODEL_PRESETS, parse_args, rejecting_parser
@@ -241,6 +241,37 @@ _TEXT_EXAMPLES = {"model": "Qwen/Qwen3.6-27B", "draft_model": "z-lab/Qwen3.6-27B
                   "device": "cuda", "python": "/opt/sglang/bin/python"}
 
 
+def _is_arch(text: str) -> bool:
+    """Whether a known issue's arch accepts `text` (any sm_NN form, 9.0 too)."""
+    try:
+        normalise_arch(text)
+    except SpecdecUsageError:
+        return False
+    return True
+
+
+#: What a string key of a known set or form takes, and whether a text is one: where the value given,
+#: quoted, would be refused next (arch = 5 as "5"), the fix names these instead of the quotes.
+_TEXT_FORMS: dict[str, tuple[str, Callable[[str], bool]]] = {
+    "arch": ("a GPU architecture such as sm_90, sm_120 or 12.0", _is_arch),
+    "family": (f"one of {', '.join(ALL_FAMILIES)}", ALL_FAMILIES.__contains__),
+    "device": (f"one of {', '.join(ENGINE_DEVICES)}", ENGINE_DEVICES.__contains__),
+    "model_preset": (f"one of {', '.join(MODEL_PRESETS)}", MODEL_PRESETS.__contains__),
+    # a list's one path is written as that path; a number or boolean names no prompt file
+    "prompts": (f"a built-in set ({', '.join(BUILTIN_PROMPT_SETS)}) or the path of a JSONL file",
+                lambda text: text in BUILTIN_PROMPT_SETS or not (text in ("true", "false") or _number(text))),
+}
+
+
+def _number(text: str) -> bool:
+    """Whether `text` is a number as a TOML value quoted for a string key reads (3, 1.5)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 class _Reader:
     """Checks one table's keys and types; errors name the file and the dotted key."""
 
@@ -277,7 +308,8 @@ class _Reader:
             kinds = (kind,) if isinstance(kind, type) else kind
             names = " or ".join(_KIND_NAMES.get(k, f"a {k.__name__}") for k in kinds)
             if kind is str:
-                self.fail(key, not_text(key, value, _TEXT_EXAMPLES.get(key, "...")))
+                takes, accepts = _TEXT_FORMS.get(key, (None, None))
+                self.fail(key, not_text(key, value, _TEXT_EXAMPLES.get(key, "..."), takes, accepts))
             fix = self._number_fix(key, kind, value, default) if number else \
                 f"; write {key} = true or {key} = false" if kind is bool else \
                 f"; write its keys under a [{self.sub(key)}] header" if kind is dict else ""

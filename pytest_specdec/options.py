@@ -327,15 +327,23 @@ def toml_shown(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else repr(value)
 
 
-def not_text(key: str, value: Any, example: str) -> str:
+def not_text(key: str, value: Any, example: str, takes: str | None = None,
+             accepts: Callable[[str], bool] | None = None) -> str:
     """Why `value` is no string, and how to write it as one: TOML reads an unquoted 3 as a number, so
-    a number or boolean is shown quoted, a list of one string as that string, else the key's example."""
+    a number or boolean is shown quoted, a list of one string as that string, else the key's example.
+
+    A key of a known set or form names what it `takes` instead where `accepts` refuses the value so
+    written: `arch = 5` told `arch = "5"` would only be refused next as no architecture."""
     shown = repr(value) if isinstance(value, (list, dict)) else toml_shown(value) if isinstance(value, bool) \
         else str(value)  # a TOML date as written, not Python's datetime.date(...)
     kind = "a boolean" if isinstance(value, bool) else "a number" if isinstance(value, (int, float)) \
         else {list: "a list", dict: "a TOML table"}.get(type(value), f"a {type(value).__name__}")
     given = f"{shown} is {kind}, not a string"
-    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
+    one = isinstance(value, list) and len(value) == 1 and isinstance(value[0], str)
+    written = value[0] if one else toml_shown(value) if isinstance(value, (int, float)) else None
+    if takes is not None and (written is None or accepts is None or not accepts(written)):
+        return f"{given}; {key} takes {takes}, e.g. {key} = \"{example}\""
+    if one:
         import json  # here: the plugin loads this module in every pytest run, and json nowhere else
 
         return f"{given}; give the one string, not a list: {key} = {json.dumps(value[0])}"
@@ -365,7 +373,8 @@ def parse_value(option: Option, raw: Any, where: str) -> Any:
             problem = (f"{shown} must be a string: an ini value is written as on the command line, in quotes: "
                        f"{key} = \"{example}\"")
         elif _takes_text(option):
-            problem = not_text(key, raw, example or "...")
+            takes, accepts = _TAKES.get(option.name, (None, None))
+            problem = not_text(key, raw, example or "...", takes, accepts or functools.partial(_parses, option))
         else:
             problem = f"{shown} must be {_toml_kind(option)}"
         raise SpecdecUsageError(f"{where}: {problem}; {option.cli} takes: {option.help}")
@@ -380,6 +389,25 @@ def parse_value(option: Option, raw: Any, where: str) -> Any:
     except ValueError as exc:
         problem = str(exc).replace(repr(raw), raw, 1) if number else str(exc)  # a number, not the text '0'
         raise SpecdecUsageError(f"{where}: {problem}; {option.cli} takes: {option.help}") from None
+
+
+#: What a [tool.specdec] string key of a known set or form takes, for a value of another type whose
+#: quoted form would be refused too (backend = 3 told backend = "3"), and what accepts a text where
+#: the option's own parse does not check it.
+_TAKES: dict[str, tuple[str, Callable[[str], bool] | None]] = {
+    "backend": ("one of auto, embedded or sglang", None), "lossless": ("exact, prefix:N or off", None),
+    "arch": ("a GPU architecture such as sm_90 or sm_120", None),
+    "shard": ("K/N, shard K of N (1-based)", None), "server_url": ("an http(s) URL", None),
+    "compare_fail": ("METRIC:TOLERANCE pairs", lambda text: ":" in text)}
+
+
+def _parses(option: Option, text: str) -> bool:
+    """Whether `option` accepts `text`, as the fix for a TOML value of another type would write it."""
+    try:
+        option.parse(text)
+    except (ValueError, SpecdecUsageError):
+        return False
+    return True
 
 
 def _takes_text(option: Option) -> bool:

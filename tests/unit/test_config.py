@@ -65,10 +65,11 @@ from pytest_specdec.errors import SpecdecUsageError
      "pyproject.toml [tool.specdec] key 'model': {'path': 'm'} is a TOML table, not a string; write one in quotes, "
      "e.g. model = \"Qwen/Qwen3.6-27B\""),
     ("[[tool.specdec.workloads]]\nprompts = 3\n",
-     "pyproject.toml [tool.specdec.workloads #1] key 'prompts': 3 is a number, not a string; write it in quotes: prompts = \"3\""),
+     "pyproject.toml [tool.specdec.workloads #1] key 'prompts': 3 is a number, not a string; prompts takes a "
+     "built-in set (chat, code, math) or the path of a JSONL file, e.g. prompts = \"chat\""),
     ("[tool.specdec.engine]\ndevice = ['cuda', 'cpu']\n",
-     "pyproject.toml [tool.specdec.engine] key 'device': ['cuda', 'cpu'] is a list, not a string; write one in "
-     "quotes, e.g. device = \"cuda\""),
+     "pyproject.toml [tool.specdec.engine] key 'device': ['cuda', 'cpu'] is a list, not a string; device takes "
+     "one of auto, cpu, cuda, e.g. device = \"cuda\""),
     # TOML's names for types and values, not Python's
     ("[[tool.specdec.workloads]]\ntruncate = 'yes'\n", "pyproject.toml [tool.specdec.workloads #1] key 'truncate': 'yes' must be true or false; write truncate = true or truncate = false"),
     ("[tool.specdec]\nmin_accept_length = true\n",
@@ -744,3 +745,58 @@ def test_a_known_issues_file_whose_known_issues_is_no_list_names_the_header(tmp_
         config.load_known_issues(path)
     assert str(raised.value) == ("known_issues.toml [top level] key 'known_issues': 3 must be a list of tables; give "
                                  "each known issue an entry of its own headed [[known_issues]]")
+
+
+@pytest.mark.parametrize("toml, message", [
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\narch = 5\n",
+     "key 'arch': 5 is a number, not a string; arch takes a GPU architecture such as sm_90, sm_120 or 12.0, "
+     "e.g. arch = \"sm_120\""),
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\nfamily = true\n",
+     "key 'family': true is a boolean, not a string; family takes one of blackwell, hopper, ada, ampere, cpu, "
+     "e.g. family = \"blackwell\""),
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\nfamily = ['hoper']\n",
+     "key 'family': ['hoper'] is a list, not a string; family takes one of blackwell, hopper, ada, ampere, cpu, "
+     "e.g. family = \"blackwell\""),
+    ("[tool.specdec.engine]\ndevice = 0\n",
+     "key 'device': 0 is a number, not a string; device takes one of auto, cpu, cuda, e.g. device = \"cuda\""),
+    ("[tool.specdec.engine]\nmodel_preset = 8\n",
+     "key 'model_preset': 8 is a number, not a string; model_preset takes one of tiny, 8b-layer, tiny-hybrid, "
+     "27b-hybrid-layers, e.g. model_preset = \"tiny\""),
+    # where the quoted value is one the key accepts, quoting it stays the fix
+    ("[[tool.specdec.known_issues]]\nreason = 'x'\narch = 9.0\n",
+     "key 'arch': 9.0 is a number, not a string; write it in quotes: arch = \"9.0\""),
+    ("[[tool.specdec.workloads]]\nprompts = ['code']\n",
+     "key 'prompts': ['code'] is a list, not a string; give the one string, not a list: prompts = \"code\""),
+])
+def test_a_key_of_known_values_given_another_type_is_told_its_values_not_quotes(tmp_path, toml, message):
+    """Quoting `arch = 5` as "5" would only be refused next as no architecture: name what the key takes."""
+    (tmp_path / "pyproject.toml").write_text(toml)
+    with pytest.raises(SpecdecUsageError) as raised:
+        config.load(tmp_path)
+    assert str(raised.value).endswith(message), str(raised.value)
+
+
+@pytest.mark.parametrize("name, value, problem", [
+    ("lossless", True, "true is a boolean, not a string; lossless takes exact, prefix:N or off, e.g. "
+                       "lossless = \"prefix:32\""),
+    ("backend", 3, "3 is a number, not a string; backend takes one of auto, embedded or sglang, e.g. "
+                   "backend = \"embedded\""),
+    ("backend", ["sglan"], "['sglan'] is a list, not a string; backend takes one of auto, embedded or sglang, "
+                           "e.g. backend = \"embedded\""),
+    ("arch", 90, "90 is a number, not a string; arch takes a GPU architecture such as sm_90 or sm_120, e.g. "
+                 "arch = \"sm_120\""),
+    ("shard", 2, "2 is a number, not a string; shard takes K/N, shard K of N (1-based), e.g. shard = \"2/4\""),
+    ("compare_fail", 3, "3 is a number, not a string; compare_fail takes METRIC:TOLERANCE pairs, e.g. "
+                        "compare_fail = \"output_tok_s:5%,accept_length:0\""),
+    # accepted once quoted: the quotes stay the fix
+    ("arch", 12.0, "12.0 is a number, not a string; write it in quotes: arch = \"12.0\""),
+    ("backend", ["sglang"], "['sglang'] is a list, not a string; give the one string, not a list: "
+                            "backend = \"sglang\""),
+])
+def test_an_option_key_of_known_values_given_another_type_is_told_its_values(name, value, problem):
+    from pytest_specdec.options import OPTIONS_BY_NAME, parse_value
+
+    where = f"pyproject.toml [tool.specdec] key {name!r}"
+    with pytest.raises(SpecdecUsageError) as raised:
+        parse_value(OPTIONS_BY_NAME[name], value, where)
+    assert str(raised.value).startswith(f"{where}: {problem}; "), str(raised.value)
