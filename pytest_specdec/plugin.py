@@ -436,6 +436,7 @@ class Controller:
         self.session = None
         self.notes: list[str] = []  # outputs written at session end, one line each
         self.problems: list[str] = []  # outputs that could not be written, one line each
+        self._file_to_name = False  # a progress line ended pytest's line of letters: name the file anew
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         from .state import SHARD_KEY, STATE_KEY
@@ -450,11 +451,11 @@ class Controller:
             if self.shard is not None:
                 self.shard.start()
 
-    @hookimpl(tryfirst=True)  # before --junitxml, which writes the teardown report's properties
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+    @hookimpl(wrapper=True)  # its records before --junitxml writes the teardown report's properties
+    def pytest_runtest_logreport(self, report: pytest.TestReport):
         if "specdec" not in report.keywords and not report.user_properties \
                 and not self._runs_again(report):
-            return  # not one of ours: pytest's own summary covers it
+            return (yield)  # not one of ours: pytest's own summary covers it
         from . import recording, session
         from .durations import Durations
 
@@ -467,14 +468,43 @@ class Controller:
             recording.drop_carriers(report)
             if report.nodeid in results.running_again:  # pytest-rerunfailures: its JUnit test case shows no failure
                 recording.drop_figures(report)
+        outcome = yield  # the terminal's letter or PASSED line first, so the test's own line is whole
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if result is not None and reporter is not None:
-            reporter.ensure_newline()
-            writer = getattr(reporter, "_tw", None)
-            if writer is not None and writer.width_of_current_line:  # xdist's letters name no file to end
-                writer.line()
-            reporter.write_line(session.progress_line(result, len(results.results), results.progress_total(),
-                                                      results.stood_in.get(report.nodeid)))
+            self._write_progress(reporter, session.progress_line(
+                result, len(results.results), results.progress_total(), results.stood_in.get(report.nodeid)))
+        return outcome
+
+    def _write_progress(self, reporter: pytest.TerminalReporter, line: str) -> None:
+        """Below the test's own line. Left open for pytest's next line to end where that line
+        starts with a newline of its own (-v's test line, the summary), so no blank line comes
+        between; where it starts with the file's name, that name is written when the next test
+        starts (`pytest_runtest_logstart`), so none stands alone with nothing after it."""
+        reporter.ensure_newline()
+        writer = getattr(reporter, "_tw", None)
+        if writer is not None and writer.width_of_current_line:  # letters name no file to end (-q, xdist)
+            writer.line()
+        if writer is not None and self.config.get_verbosity() > 0:
+            writer.write(line)
+            reporter.currentfspath = -2  # pytest's mark of a line to end before its next
+        else:
+            reporter.write_line(line)
+            self._file_to_name = bool(reporter.showfspath)
+
+    @hookimpl(tryfirst=True)  # before the terminal's, which would end an empty line first
+    def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
+        if not self._file_to_name:
+            return
+        self._file_to_name = False
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        writer = getattr(reporter, "_tw", None)
+        if reporter is None or writer is None or writer.width_of_current_line or reporter.currentfspath:
+            return
+        import os
+
+        path = self.config.rootpath / nodeid.split("::")[0]  # as the terminal names a test's file
+        writer.write(os.path.relpath(path, reporter.startpath) + " ")
+        reporter.currentfspath = path  # so the terminal writes its letters after it, not the name again
 
     def _runs_again(self, report: pytest.TestReport) -> bool:
         """Whether this is the setup of a test run again (pytest-rerunfailures) whose earlier

@@ -7,6 +7,7 @@ own figures are covered in test_bench_flow.py.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 
@@ -826,3 +827,35 @@ def test_a_shards_blocked_save_names_the_shards_own_journal(pytester, monkeypatc
     monkeypatch.setenv("TOK_S", "1")
     assert pytester.runpytest("-p", "no:cacheprovider", "--specdec-resume", "--specdec-save-baseline", *shard).ret == 0
     assert json.loads(baseline.read_text())["entries"]["test_figures"]["output_tok_s"]["value"] == 90.0
+
+
+PARAMETRIZED_RECORDING_TEST = """
+import pytest
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_figures(specdec_record, n):
+    specdec_record.metric("output_tok_s", 100.0 * n)
+"""
+
+
+@pytest.mark.parametrize("mode", ["default", "-q", "-v"])
+def test_progress_lines_leave_no_line_of_the_file_name_alone(pytester, mode):
+    """Each progress line ended pytest's line of letters, which began again with the file's name
+    and nothing after it (`test_figures.py ` on a line of its own) before the next test's line;
+    under -v the test's own line stood empty before its progress line and came again with PASSED."""
+    pytester.makepyfile(test_figures=PARAMETRIZED_RECORDING_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", *([mode] if mode != "default" else []))
+    result.assert_outcomes(passed=3)
+    lines = result.stdout.lines
+    first = next(i for i, line in enumerate(lines) if line.startswith("specdec [1/3]"))
+    last = next(i for i, line in enumerate(lines) if line.startswith("specdec [3/3]"))
+    run = lines[first - 1:last + 1]
+    assert all(line.strip() and line.strip() != "test_figures.py" for line in run), run
+    test_line = {"default": "test_figures.py .", "-q": ".",
+                 "-v": "test_figures.py::test_figures[[]{n}[]] PASSED *"}[mode]
+    for n in (1, 2, 3):  # each test's own line, whole, then its progress line
+        pattern = test_line.format(n=n)
+        assert [line for line in run if fnmatch.fnmatch(line, pattern)], (pattern, run)
+        index = next(i for i, line in enumerate(run) if line.startswith(f"specdec [{n}/3]"))
+        assert fnmatch.fnmatch(run[index - 1], pattern), run
+    assert len(run) == 6, run
