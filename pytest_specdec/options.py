@@ -398,7 +398,8 @@ _TAKES: dict[str, tuple[str, Callable[[str], bool] | None]] = {
     "backend": ("one of auto, embedded or sglang", None), "lossless": ("exact, prefix:N or off", None),
     "arch": ("a GPU architecture such as sm_90 or sm_120", None),
     "shard": ("K/N, shard K of N (1-based)", None), "server_url": ("an http(s) URL", None),
-    "compare_fail": ("METRIC:TOLERANCE pairs", lambda text: ":" in text)}
+    "compare_fail": ("METRIC:TOLERANCE pairs", lambda text: ":" in text),
+    "reference": ("a method without a tree budget, " + " or ".join(REFERENCE_METHODS), None)}
 
 
 def _parses(option: Option, text: str) -> bool:

@@ -788,6 +788,8 @@ def test_a_key_of_known_values_given_another_type_is_told_its_values_not_quotes(
     ("shard", 2, "2 is a number, not a string; shard takes K/N, shard K of N (1-based), e.g. shard = \"2/4\""),
     ("compare_fail", 3, "3 is a number, not a string; compare_fail takes METRIC:TOLERANCE pairs, e.g. "
                         "compare_fail = \"output_tok_s:5%,accept_length:0\""),
+    ("reference", 3, "3 is a number, not a string; reference takes a method without a tree budget, ar or "
+                     "dflash, e.g. reference = \"ar\""),
     # accepted once quoted: the quotes stay the fix
     ("arch", 12.0, "12.0 is a number, not a string; write it in quotes: arch = \"12.0\""),
     ("backend", ["sglang"], "['sglang'] is a list, not a string; give the one string, not a list: "
