@@ -12,6 +12,7 @@ import math
 import shutil
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -21,7 +22,7 @@ from .errors import SpecdecUsageError
 from .directions import METRIC_DIRECTIONS, METRIC_NAME, Direction, known_directions
 from .gate import parse_tolerance_table
 from .hardware import ALL_FAMILIES, FAMILIES, GPU_FAMILIES, arch_family, family_for_arch, family_of, normalise_arch
-from .options import OPTION_NAMES, not_text, toml_shown
+from .options import OPTION_NAMES, accepts, not_text, toml_shown
 from .servers.sglang import DEFAULT_METHOD_FLAGS, METHOD_FLAG_PRESETS, method_flags_from_config
 from .sglang_api import SKIP_TOKENIZER_INIT_FLAG
 from .suggest import closest, hint
@@ -241,35 +242,17 @@ _TEXT_EXAMPLES = {"model": "Qwen/Qwen3.6-27B", "draft_model": "z-lab/Qwen3.6-27B
                   "device": "cuda", "python": "/opt/sglang/bin/python"}
 
 
-def _is_arch(text: str) -> bool:
-    """Whether a known issue's arch accepts `text` (any sm_NN form, 9.0 too)."""
-    try:
-        normalise_arch(text)
-    except SpecdecUsageError:
-        return False
-    return True
-
-
 #: What a string key of a known set or form takes, and whether a text is one: where the value given,
 #: quoted, would be refused next (arch = 5 as "5"), the fix names these instead of the quotes.
 _TEXT_FORMS: dict[str, tuple[str, Callable[[str], bool]]] = {
-    "arch": ("a GPU architecture such as sm_90, sm_120 or 12.0", _is_arch),
+    "arch": ("a GPU architecture such as sm_90, sm_120 or 12.0", partial(accepts, normalise_arch)),
     "family": (f"one of {', '.join(ALL_FAMILIES)}", ALL_FAMILIES.__contains__),
     "device": (f"one of {', '.join(ENGINE_DEVICES)}", ENGINE_DEVICES.__contains__),
     "model_preset": (f"one of {', '.join(MODEL_PRESETS)}", MODEL_PRESETS.__contains__),
     # a list's one path is written as that path; a number or boolean names no prompt file
     "prompts": (f"a built-in set ({', '.join(BUILTIN_PROMPT_SETS)}) or the path of a JSONL file",
-                lambda text: text in BUILTIN_PROMPT_SETS or not (text in ("true", "false") or _number(text))),
+                lambda text: text in BUILTIN_PROMPT_SETS or not (text in ("true", "false") or accepts(float, text))),
 }
-
-
-def _number(text: str) -> bool:
-    """Whether `text` is a number as a TOML value quoted for a string key reads (3, 1.5)."""
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 class _Reader:

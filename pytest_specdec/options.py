@@ -373,8 +373,8 @@ def parse_value(option: Option, raw: Any, where: str) -> Any:
             problem = (f"{shown} must be a string: an ini value is written as on the command line, in quotes: "
                        f"{key} = \"{example}\"")
         elif _takes_text(option):
-            takes, accepts = _TAKES.get(option.name, (None, None))
-            problem = not_text(key, raw, example or "...", takes, accepts or functools.partial(_parses, option))
+            takes, check = _TAKES.get(option.name, (None, None))
+            problem = not_text(key, raw, example or "...", takes, check or functools.partial(accepts, option.parse))
         else:
             problem = f"{shown} must be {_toml_kind(option)}"
         raise SpecdecUsageError(f"{where}: {problem}; {option.cli} takes: {option.help}")
@@ -402,10 +402,10 @@ _TAKES: dict[str, tuple[str, Callable[[str], bool] | None]] = {
     "reference": ("a method without a tree budget, " + " or ".join(REFERENCE_METHODS), None)}
 
 
-def _parses(option: Option, text: str) -> bool:
-    """Whether `option` accepts `text`, as the fix for a TOML value of another type would write it."""
+def accepts(parse: Callable[[str], Any], text: str) -> bool:
+    """Whether `parse` takes `text`, as the fix for a TOML value of another type would write it."""
     try:
-        option.parse(text)
+        parse(text)
     except (ValueError, SpecdecUsageError):
         return False
     return True

@@ -130,43 +130,33 @@ def _validate(spec: str, value: Any, *, strict: bool) -> Any:
         if not isinstance(value, dict):
             raise _Refused([_error("model_type", f"Input should be a valid dictionary or instance of {arg}", value,
                                    class_name=arg)])
-        out, errs = {}, []
-        for field, field_spec in MODELS[arg].items():
-            if field in value:
-                try:
-                    out[field] = _validate(field_spec, value[field], strict=strict)
-                except _Refused as exc:
-                    errs += [{**e, "loc": (field, *e["loc"])} for e in exc.errors]
-        if errs:
-            raise _Refused(errs)
-        return out
+        given = [(field, spec, value[field]) for field, spec in MODELS[arg].items() if field in value]
+        return dict(zip((field for field, _, _ in given), _each(given, strict=strict)))
     if kind == "dict":
         if not isinstance(value, dict):
             raise _Refused([_error("dict_type", "Input should be a valid dictionary", value)])
-        out, errs = {}, []
-        for key, item in value.items():
-            try:
-                out[key] = _validate(arg, item, strict=strict)
-            except _Refused as exc:
-                errs += [{**e, "loc": (key, *e["loc"])} for e in exc.errors]
-        if errs:
-            raise _Refused(errs)
-        return out
+        return dict(zip(value, _each([(key, arg, item) for key, item in value.items()], strict=strict)))
     if kind == "list":
         if not isinstance(value, list):
             raise _Refused([_error("list_type", "Input should be a valid list", value)])
         if arg is None:
             return value
-        out, errs = [], []
-        for i, item in enumerate(value):
-            try:
-                out.append(_validate(arg, item, strict=strict))
-            except _Refused as exc:
-                errs += [{**e, "loc": (i, *e["loc"])} for e in exc.errors]
-        if errs:
-            raise _Refused(errs)
-        return out
+        return _each([(i, arg, item) for i, item in enumerate(value)], strict=strict)
     return _SCALARS[kind](value, strict)
+
+
+def _each(items: list[tuple[Any, Any, Any]], *, strict: bool) -> list[Any]:
+    """Each (loc, spec, value) of an object, a dict or a list read as its spec reads it; refused,
+    every item's errors, each under its loc."""
+    out, errs = [], []
+    for loc, spec, item in items:
+        try:
+            out.append(_validate(spec, item, strict=strict))
+        except _Refused as exc:
+            errs += [{**e, "loc": (loc, *e["loc"])} for e in exc.errors]
+    if errs:
+        raise _Refused(errs)
+    return out
 
 
 def _union(members: tuple[str, ...], value: Any, *, strict: bool) -> Any:
