@@ -409,12 +409,14 @@ def goal_bounds(row: dict) -> dict:
 
     memory (memory-bound class, T*G <= 64 and B*L >= 32k): the bytes at 75 % of the copy bandwidth,
     floor the read-once kernel; compute (compute-bound): the FLOPs at 50 % of the matmul rate, floor
-    the larger of the empty and the read-once kernel; sdpa: a tenth of SDPA's time or, where SDPA is
-    within 10x of the roofline, the roofline at 70 %, same floor; sglang (where SGLang's path ran and
-    its output was right): a tenth of its time, same floor; host: 25 us of host time a call, floor
-    the run's host floor (an output's allocation and one direct launch)."""
-    kernel_floor = (max(row["launch_us"], row["stream_us"]) if "launch_us" in row and "stream_us" in row
-                    else None)
+    the largest of the empty kernel, the read-once kernel and the prefix's FLOPs at the matmul rate
+    (:func:`matmul_floor_us`); sdpa: a tenth of SDPA's time or, where SDPA is within 10x of the
+    roofline, the roofline at 70 %, same floor; sglang (where SGLang's path ran and its output was
+    right): a tenth of its time, same floor; host: 25 us of host time a call, floor the run's host
+    floor (an output's allocation and one direct launch)."""
+    floors = [row["launch_us"], row["stream_us"]] if "launch_us" in row and "stream_us" in row else []
+    floors += [us for us in (matmul_floor_us(row),) if us is not None]
+    kernel_floor = max(floors, default=None)
     bounds = {}
     if row["memory_bound_goal"]:
         bounds["memory"] = (row["us"], row["mem_us"] / MEMORY_GOAL, row.get("stream_us"))
@@ -427,6 +429,16 @@ def goal_bounds(row: dict) -> dict:
         bounds["sglang"] = (row["us"], row["sglang_us"] / SGLANG_GOAL, kernel_floor)
     bounds["host"] = (row["host_us"], HOST_US_GOAL, row.get("host_floor_us"))
     return bounds
+
+
+def matmul_floor_us(row: dict) -> float | None:
+    """The least time the FLOPs no kernel can skip take at the run's matmul rate: every node against
+    every prefix key (the tree's own keys left out, as a kernel may skip their masked pairs); None
+    for a row without the shape's fields. A goal that asks for more than the measured matmul rate
+    is out of reach, not missed."""
+    if not all(name in row for name in ("mm_us", "prefix", "num_nodes")):
+        return None
+    return row["mm_us"] * row["prefix"] / (row["prefix"] + row["num_nodes"])
 
 
 def verdict(us: float, allowed_us: float, floor_us: float | None) -> str:

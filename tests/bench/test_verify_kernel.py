@@ -101,16 +101,17 @@ def _shortfall(row: dict, goal: str) -> str:
 
 def _out_of_reach(row: dict, goal: str) -> str:
     """Why an unreachable goal is: its floor against the time it allows."""
-    from specdec_kernels.bench import goal_bounds
+    from specdec_kernels import bench
 
-    _, allowed, floor = goal_bounds(row)[goal]
+    _, allowed, floor = bench.goal_bounds(row)[goal]
     if goal == "host":
         what = "an output's allocation and one direct launch of an empty kernel take"
     elif goal == "memory":
         what = "a kernel that only reads the shape's bytes once takes"
     else:
-        what = (f"the larger of an empty kernel ({row['launch_us']:.1f} us) and one that only reads the shape's "
-                f"bytes once ({row['stream_us']:.1f} us) is")
+        what = (f"the largest of an empty kernel ({row['launch_us']:.1f} us), one that only reads the shape's "
+                f"bytes once ({row['stream_us']:.1f} us) and the prefix's FLOPs at the matmul rate "
+                f"({bench.matmul_floor_us(row):.1f} us) is")
     return f"{_shortfall(row, goal)} is out of reach: {what} {floor:.1f} us > the {allowed:.1f} us allowed"
 
 

@@ -97,6 +97,13 @@ def test_goal_verdicts_apply_each_goal_where_it_applies():
     (dict(us=51.0, sglang_us=500.0, x_sglang=9.8, sglang_ok=True, stream_us=49.0), "sglang", "missed"),
     (dict(us=51.0, sglang_us=500.0, x_sglang=9.8, sglang_ok=True, stream_us=50.5), "sglang", "unreachable"),
     (dict(us=51.0, sglang_us=500.0, x_sglang=9.8, sglang_ok=False), "sglang", None),
+    # the prefix's FLOPs at the matmul rate are a floor too: 60 us of FLOPs, 56 of them the prefix's
+    (dict(us=55.0, sglang_us=500.0, sglang_ok=True, mm_us=60.0, prefix=1024 - 64, num_nodes=64), "sglang",
+     "unreachable"),
+    (dict(us=55.0, sglang_us=600.0, sglang_ok=True, mm_us=60.0, prefix=1024 - 64, num_nodes=64), "sglang",
+     "met"),
+    (dict(us=61.0, sglang_us=600.0, sglang_ok=True, mm_us=60.0, prefix=1024 - 64, num_nodes=64), "sglang",
+     "missed"),
     # host: 25 us a call; floor the run's host floor (None where it could not be measured)
     (dict(host_us=25.0, host_floor_us=30.0), "host", "met"),
     (dict(host_us=26.0, host_floor_us=25.0), "host", "missed"),
@@ -117,6 +124,11 @@ def test_goal_bounds_name_the_measured_the_allowed_and_the_floor():
     assert bounds["sdpa"] == (80.0, pytest.approx(100.0), 25.0)
     assert bounds["host"] == (12.0, 25.0, 8.0)
     assert bench.goal_bounds({k: v for k, v in _row().items() if k not in ("launch_us", "stream_us")})["sdpa"][2] is None
+    # with the shape's fields, the FLOPs every node spends on the prefix keys: 30 us at 1008 of 1024 keys
+    shaped = _row(bound="compute", mm_us=30.0, launch_us=2.0, stream_us=20.0, prefix=1008, num_nodes=16)
+    assert bench.matmul_floor_us(shaped) == pytest.approx(30.0 * 1008 / 1024)
+    assert bench.goal_bounds(shaped)["compute"][2] == bench.goal_bounds(shaped)["sdpa"][2] == pytest.approx(29.53125)
+    assert bench.matmul_floor_us(_row()) is None
 
 
 def test_l2_flush_rejects_unknown_modes():
