@@ -31,6 +31,7 @@ from .protocol import (
     Sampling,
     Unsupported,
     abort_error,
+    bad_bias_key,
     check_no_lora,
     check_neutral,
     expect,
@@ -67,7 +68,7 @@ _ROUTING_HINTS = frozenset({"bootstrap_host", "bootstrap_port", "bootstrap_room"
 _SHARED_NEUTRAL: Mapping[str, Neutral] = {
     "frequency_penalty": Neutral(0.0, also=(0,)),
     "presence_penalty": Neutral(0.0, also=(0,)),
-    "logit_bias": Neutral(None),
+    "logit_bias": Neutral(None, zero_items=True),
     "n": Neutral(1),
     "top_p": Neutral(1.0, also=(1,)),
     "top_k": Neutral(-1, also=(1, TOP_K_ALL)),
@@ -288,7 +289,7 @@ def _as_float(value: Any) -> Any:
 
 
 def _common(body: Any, fields: frozenset[str], neutral: Mapping[str, Neutral],
-            default_max_tokens: int | None) -> tuple[dict, Sampling, dict]:
+            default_max_tokens: int | None, vocab_size: int) -> tuple[dict, Sampling, dict]:
     """The fields both endpoints share: the body, its sampling, and how to answer (stream, usage, model)."""
     b = known_fields(body, fields)
     stream = expect("stream", b.get("stream", False), (bool,), "a boolean")
@@ -302,25 +303,28 @@ def _common(body: Any, fields: frozenset[str], neutral: Mapping[str, Neutral],
     least = b.get("min_tokens")
     # above max_tokens, SGLang's SamplingParams.verify refuses min_tokens (Sampling.min_over_max)
     over = type(least) is int and type(max_tokens) is int and least > max_tokens
-    check_neutral("field(s)", {k: v for k, v in b.items() if not (over and k == "min_tokens")}, neutral,
-                  SAMPLING_NAMES)
+    deferred = {"min_tokens"} if over else set()
+    if bad_bias_key(tuple(b.get("logit_bias") or ()), vocab_size) is not None:
+        deferred.add("logit_bias")  # SGLang's SamplingParams.verify refuses it, whatever its values
+    check_neutral("field(s)", {k: v for k, v in b.items() if k not in deferred}, neutral, SAMPLING_NAMES)
     lora_path_field(b.get("lora_path"))  # its type only: an adapter is refused later, where SGLang refuses it
     if max_tokens is not None:  # a completion's max_tokens of 0 or less its class refuses (COMPLETION_MODEL)
         expect("max_tokens", max_tokens, (int,), "an integer")
     params = {"temperature": _as_float(b.get("temperature")), "stop": b.get("stop"),
-              "stop_token_ids": b.get("stop_token_ids"), "ignore_eos": b.get("ignore_eos")}
+              "stop_token_ids": b.get("stop_token_ids"), "ignore_eos": b.get("ignore_eos"),
+              "logit_bias": b.get("logit_bias")}
     # a neutral-only field outside SGLang's range goes on to its refusal there (Sampling.verify)
     params |= out_of_range({SAMPLING_NAMES[k]: _as_float(v) if k in FLOAT_FIELDS else v
                             for k, v in b.items() if k in SAMPLING_NAMES})
     params["max_new_tokens"] = max_tokens  # null where none is given: SGLang then checks no min_tokens against it
     if over:
         params["min_new_tokens"] = least
-    return b, parse_sampling(params), answer
+    return b, parse_sampling(params, vocab_size), answer
 
 
 def parse_completion(body: Any, *, encode, vocab_size: int, context_length: int,
                      served_model_name: str) -> OpenAIRequest:
-    b, sampling, answer = _common(body, COMPLETION_FIELDS, COMPLETION_NEUTRAL, 16)
+    b, sampling, answer = _common(body, COMPLETION_FIELDS, COMPLETION_NEUTRAL, 16, vocab_size)
     prompt = b.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
@@ -367,7 +371,7 @@ def render_chat(messages: list[dict]) -> str:
 
 def parse_chat(body: Any, *, encode, vocab_size: int, context_length: int,
                served_model_name: str) -> OpenAIRequest:
-    b, sampling, answer = _common(body, CHAT_FIELDS, CHAT_NEUTRAL, None)
+    b, sampling, answer = _common(body, CHAT_FIELDS, CHAT_NEUTRAL, None, vocab_size)
     messages = b.get("messages")
     if not isinstance(messages, list):
         raise OpenAIError("messages must be a list of messages.")

@@ -60,7 +60,8 @@ class Neutral:
     ``kinds`` is the JSON type SGLang's API contract decodes the name as on /generate (None where
     its contract does not check it), ``each`` that of a list's or an object's items, and
     ``expected`` says it: a value of another type (or a negative one where ``unsigned``) is the
-    contract's 400 (check_type), not a value the engine cannot honour."""
+    contract's 400 (check_type), not a value the engine cannot honour. ``zero_items``: an object
+    whose values are all zero is accepted too (a logit_bias of 0 changes no logit)."""
 
     off: Any
     also: tuple = ()
@@ -68,9 +69,13 @@ class Neutral:
     expected: str = ""
     each: tuple[type, ...] | None = None
     unsigned: bool = False
+    zero_items: bool = False
 
     def accepts(self, value: Any) -> bool:
         if value is None or value in ("", [], {}):
+            return True
+        if self.zero_items and isinstance(value, dict) and all(
+                type(v) in (int, float) and v == 0 for v in value.values()):
             return True
         return any(type(value) is type(ok) and value == ok for ok in (self.off, *self.also))
 
@@ -301,7 +306,7 @@ NEUTRAL_SAMPLING: Mapping[str, Neutral] = {
     "choice": Neutral([], kinds=(list,), each=(str,), expected="a list of strings"),
     "skip_special_tokens": Neutral(True, **_BOOL),
     "no_stop_trim": Neutral(False, **_BOOL),
-    "logit_bias": Neutral({}, kinds=(dict,), each=(int, float), expected="an object of numbers"),
+    "logit_bias": Neutral({}, kinds=(dict,), each=(int, float), expected="an object of numbers", zero_items=True),
     "watermark": Neutral(None, kinds=(dict,), expected="an object"),
 }
 SAMPLING_FIELDS = HONOURED_SAMPLING | HINT_SAMPLING | frozenset(NEUTRAL_SAMPLING)
@@ -650,6 +655,7 @@ class Sampling:
     #: the request named max_new_tokens (not null): only then does SGLang's tokenizer manager refuse
     #: a prompt plus it past the context; else its scheduler cuts it to fit without a word
     context_checked: bool = True
+    logit_bias_keys: tuple[str, ...] = ()  # the token ids a logit_bias names, which verify checks
 
     def verify(self, vocab_size: int) -> None:
         """The ranges SGLang's SamplingParams.verify checks, in its order (and the engine's own
@@ -670,6 +676,8 @@ class Sampling:
         if self.min_over_max is not None and self.min_over_max > self.max_new_tokens:
             raise Refused(f"min_new_tokens must be in [0, max_new_tokens({self.max_new_tokens})], got "
                           f"{self.min_over_max}.")
+        if (key := bad_bias_key(self.logit_bias_keys, vocab_size)) is not None:
+            raise Refused(key)
         if any(not s for s in self.stop):
             raise Refused("stop strings must be non-empty (an empty one would end every request at once).")
         if any(not 0 <= i < vocab_size for i in self.stop_token_ids):
@@ -677,9 +685,23 @@ class Sampling:
                           f"{sorted(self.stop_token_ids)}.")
 
 
-def parse_sampling(params: Any) -> Sampling:
+def bad_bias_key(keys: tuple[str, ...], vocab_size: int) -> str | None:
+    """SGLang's words for the first logit_bias key that names no token id (verify reads each with
+    int(): Python's own error for one that is no integer), or None."""
+    for key in keys:
+        try:
+            token_id = int(key)
+        except ValueError as exc:
+            return str(exc)
+        if not 0 <= token_id < vocab_size:
+            return f"logit_bias must has keys in [0, {vocab_size - 1}], got {key}."
+    return None
+
+
+def parse_sampling(params: Any, vocab_size: int) -> Sampling:
     """SGLang's sampling_params, checked for their schema, then for what the engine can honour;
-    their ranges are checked later, where SGLang checks them (Sampling.verify, from admit)."""
+    their ranges are checked later, where SGLang checks them (Sampling.verify, from admit). A
+    logit_bias naming no token id is left to that check too, whatever its values."""
     if params is None:
         return Sampling(context_checked=False)
     if not isinstance(params, dict):
@@ -704,10 +726,13 @@ def parse_sampling(params: Any) -> Sampling:
     # SGLang checks min_new_tokens against max_new_tokens as given (default 128), not when it is null
     least = p.get("min_new_tokens", 0)
     over = least if least > max_new_tokens and params.get("max_new_tokens", 0) is not None else None
-    check_neutral("sampling parameter(s)", {k: v for k, v in p.items() if not (k == "min_new_tokens" and over)},
-                  NEUTRAL_SAMPLING)
+    bias_keys = tuple(p.get("logit_bias") or ())
+    deferred = {"min_new_tokens"} if over else set()
+    if bad_bias_key(bias_keys, vocab_size) is not None:
+        deferred.add("logit_bias")
+    check_neutral("sampling parameter(s)", {k: v for k, v in p.items() if k not in deferred}, NEUTRAL_SAMPLING)
     return Sampling(max_new_tokens, ignore_eos, tuple(stop), frozenset(stop_ids), temperature, out_of_range(p),
-                    over, "max_new_tokens" in p)
+                    over, "max_new_tokens" in p, bias_keys)
 
 
 @dataclass(frozen=True)
@@ -742,7 +767,7 @@ def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int) -
             expect("input_ids", i, (int,), "a list of integers (batched requests are not supported)")
     lora_path = lora_path_field(b.get("lora_path"))
     check_types(b, NEUTRAL_FIELDS)
-    sampling = parse_sampling(b.get("sampling_params"))  # its types are the contract's too: checked first
+    sampling = parse_sampling(b.get("sampling_params"), vocab_size)  # its types are the contract's too: first
     check_neutral("field(s)", b, NEUTRAL_FIELDS)
     if text is None and input_ids is None:
         raise Refused("Either text, input_ids or input_embeds should be provided.")

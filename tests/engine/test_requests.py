@@ -551,3 +551,47 @@ def test_a_trickling_body_gets_408(engine):
                      b"Content-Length: 100\r\n\r\n{\"text\": ")
         answer, _ = _read(sock, IDLE_TIMEOUT + 5)
         assert answer.startswith(b"HTTP/1.1 408"), answer
+
+
+@pytest.mark.parametrize("bias", [{"65": 0}, {"65": 0.0, "66": -0.0}, {"1_0": 0}])
+def test_a_logit_bias_of_zero_is_served_as_sglang_serves_it(bias):
+    """SGLang adds each bias to its token's logit: one of 0 changes nothing, so the engine serves
+    it (it refused any logit_bias but an empty one, as a bias it cannot honour)."""
+    plain = parse({"text": "hi", "sampling_params": {"max_new_tokens": 3}})
+    req = parse({"text": "hi", "sampling_params": {"max_new_tokens": 3, "logit_bias": bias}})
+    assert req.input_ids == plain.input_ids and req.sampling.max_new_tokens == 3
+    kwargs = {"encode": TOKENIZER.encode, "vocab_size": TOKENIZER.vocab_size, "context_length": 256,
+              "served_model_name": "m"}
+    for parse_openai, prompt in ((openai_api.parse_completion, {"prompt": "hi"}),
+                                 (openai_api.parse_chat, {"messages": [{"role": "user", "content": "hi"}]})):
+        # the OpenAI routes get the biases as pydantic read them: floats
+        assert parse_openai({**prompt, "max_tokens": 3, "logit_bias": {k: float(v) for k, v in bias.items()}},
+                            **kwargs).sampling.max_new_tokens == 3
+
+
+@pytest.mark.parametrize("bias", [{"999999": 0}, {"-1": 0}, {"65": 0, "x": 2}, {"999999": 2}])
+def test_a_logit_bias_naming_no_token_is_refused_in_sglangs_words_at_its_point(bias):
+    """SGLang's SamplingParams.verify reads each key with int() and refuses one outside the
+    vocabulary, after the context checks and whatever the bias (Python's own words for a key
+    that is no integer); the engine refused every non-empty logit_bias as one it cannot honour."""
+    last = TOKENIZER.vocab_size - 1
+    words = {"999999": f"logit_bias must has keys in [0, {last}], got 999999.",
+             "-1": f"logit_bias must has keys in [0, {last}], got -1.",
+             "x": "invalid literal for int() with base 10: 'x'"}[list(bias)[-1]]
+    with pytest.raises(Refused) as info:
+        parse({"text": "hi", "sampling_params": {"max_new_tokens": 3, "logit_bias": bias}})
+    assert str(info.value) == words
+    with pytest.raises(Refused, match="longer than the model's context"):  # the context checks come first
+        parse({"text": "a" * 300, "sampling_params": {"max_new_tokens": 3, "logit_bias": bias}}, context_length=256)
+    kwargs = {"encode": TOKENIZER.encode, "vocab_size": TOKENIZER.vocab_size, "context_length": 256,
+              "served_model_name": "m"}
+    for parse_openai, prompt in ((openai_api.parse_completion, {"prompt": "hi"}),
+                                 (openai_api.parse_chat, {"messages": [{"role": "user", "content": "hi"}]})):
+        with pytest.raises(RequestError) as info:
+            parse_openai({**prompt, "max_tokens": 3, "logit_bias": {k: float(v) for k, v in bias.items()}}, **kwargs)
+        assert str(info.value) == words
+
+
+def test_a_logit_bias_other_than_zero_is_still_one_the_engine_cannot_honour():
+    with pytest.raises(Unsupported, match='logit_bias={"65": 0.5}'):
+        parse({"text": "hi", "sampling_params": {"logit_bias": {"65": 0.5}}})

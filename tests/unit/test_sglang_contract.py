@@ -1007,3 +1007,15 @@ def test_the_engine_caps_stop_strings_as_sglangs_normalize(srt):
                and getattr(n.targets[0], "id", None) == "MAX_STOP_COUNT")
     assert cap == protocol.MAX_STOP_COUNT
     assert "at most {} stop strings are allowed, got {}" in templates(function(tree, "normalize"))
+
+
+def test_the_engine_checks_logit_bias_keys_as_sglangs_verify_and_adds_each_bias(srt):
+    """verify refuses a key outside the vocabulary (int() of it: Python's words for one that is no
+    integer) whatever its bias; the batch adds each bias to its token's logit, so 0 changes none."""
+    tree = srt("sampling/sampling_params.py")
+    verify = function(tree, "verify")
+    assert "logit_bias must has keys in [0, {}], got {}." in templates(verify)
+    assert "int(token_id)" in ast.unparse(verify)
+    assert protocol.bad_bias_key(("7",), 7) == "logit_bias must has keys in [0, 6], got 7."
+    batch = ast.unparse(srt("sampling/sampling_batch_info.py"))
+    assert "logit_bias = torch.zeros(len(reqs), vocab_size" in batch, "SGLang no longer adds biases to zeros"
