@@ -6,10 +6,12 @@ refuses is its error, as its validation handler lists it (protocol.RequestModel)
 A type is written as pydantic names it in an error's loc: ``int``, ``float``, ``bool``, ``str``,
 ``list`` (items unchecked), ``list[T]``, ``dict[str,T]`` (a JSON object, its values of type T),
 ``nullable[T]`` (Optional), ``union[A,B]`` (one error per member, the member's name in the loc),
-``literal['a','b']``, ``any`` (Any: whatever the JSON holds) and ``model[Name]`` (a nested class,
-whose fields ``model`` registers: an object, its fields read, its other names dropped). pydantic
-is not a dependency of the engine, so these few rules are written out here;
-tests/unit/test_sglang_contract.py checks them against SGLang's own classes.
+``literal['a','b']``, ``any`` (Any: whatever the JSON holds), ``model[Name]`` (a nested class,
+whose fields ``model`` registers: an object, its fields read, a required one left out refused,
+its other names dropped), ``named[key]`` (a type pydantic names otherwise in a loc, see ``named``)
+and ``checked[key]`` (a field validator of pydantic's "before" mode that replaces the type's
+reading, see ``checked``). pydantic is not a dependency of the engine, so these few rules are
+written out here; tests/unit/test_sglang_contract.py checks them against SGLang's own classes.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from functools import cache
-from typing import Any
+from typing import Any, Callable
 
 #: The strings pydantic's lax mode reads as a boolean (any case, no blanks around them).
 TRUE_WORDS = frozenset({"1", "on", "t", "true", "y", "yes"})
@@ -30,12 +32,43 @@ _I64 = 2.0**63
 
 #: The nested classes a type may name (``model[Name]``): each field's type, in the class's order.
 MODELS: dict[str, dict[str, str]] = {}
+#: Each class's fields without a default, which pydantic refuses to leave out.
+REQUIRED: dict[str, frozenset[str]] = {}
+#: A class's name in a union's loc where a validator wraps it (function-after[...]).
+WRAPPED: dict[str, str] = {}
+#: A class's own before-validator of an object, as far as it changes what an error echoes.
+BEFORE: dict[str, Callable[[dict], dict]] = {}
+#: ``named[key]``: (the type's name in a loc, the type read).
+NAMED: dict[str, tuple[str, str]] = {}
+#: ``checked[key]``: the validator that reads the value in the type's place.
+CHECKED: dict[str, Callable[[Any], Any]] = {}
 
 
-def model(name: str, fields: dict[str, str]) -> str:
-    """Register a nested class (every field with a default) and return its type as written."""
-    MODELS[name] = dict(fields)
+def model(name: str, fields: dict[str, str], *, required: tuple[str, ...] = (), wrapped: str | None = None,
+          before: Callable[[dict], dict] | None = None) -> str:
+    """Register a nested class and return its type as written: ``required`` are its fields
+    without a default, ``wrapped`` its name in a union's loc where a validator wraps it,
+    ``before`` its own before-validator of an object."""
+    MODELS[name], REQUIRED[name] = dict(fields), frozenset(required)
+    if wrapped is not None:
+        WRAPPED[name] = wrapped
+    if before is not None:
+        BEFORE[name] = before
     return f"model[{name}]"
+
+
+def named(key: str, loc_name: str, spec: str) -> str:
+    """A type read as ``spec`` that pydantic names ``loc_name`` in a union's loc (a list of a
+    union the engine does not read item by item, say)."""
+    NAMED[key] = (loc_name, spec)
+    return f"named[{key}]"
+
+
+def checked(key: str, check: Callable[[Any], Any]) -> str:
+    """A field whose own before-validator reads the value in its type's place: ``check`` returns
+    the value read or raises ValueError, which pydantic words as a value_error."""
+    CHECKED[key] = check
+    return f"checked[{key}]"
 
 
 def _integral(value: Any) -> bool:
@@ -82,7 +115,11 @@ def _parse(spec: str) -> tuple[str, str, Any]:
     if head in ("int", "float", "bool", "str", "any") or spec == "list":
         return head, spec, None
     if head == "model":
-        return head, arg, arg  # pydantic names a class by its own name
+        return head, WRAPPED.get(arg, arg), arg  # pydantic names a class by its own name, or its wrapper's
+    if head == "named":
+        return head, NAMED[arg][0], NAMED[arg][1]
+    if head == "checked":
+        return head, spec, arg
     if head == "dict":
         return head, spec, _split(arg)[1]  # a JSON object's keys are strings: only its values are read
     if head in ("list", "nullable"):
@@ -126,12 +163,18 @@ def _validate(spec: str, value: Any, *, strict: bool) -> Any:
         raise _Refused([_error("literal_error", f"Input should be {expected}", value, expected=expected)])
     if kind == "any":
         return value
+    if kind == "named":
+        return _validate(arg, value, strict=strict)
+    if kind == "checked":
+        try:
+            return CHECKED[arg](value)
+        except ValueError as exc:
+            raise _Refused([_error("value_error", f"Value error, {exc}", value, error=exc)]) from None
     if kind == "model":
         if not isinstance(value, dict):
             raise _Refused([_error("model_type", f"Input should be a valid dictionary or instance of {arg}", value,
                                    class_name=arg)])
-        given = [(field, spec, value[field]) for field, spec in MODELS[arg].items() if field in value]
-        return dict(zip((field for field, _, _ in given), _each(given, strict=strict)))
+        return _fields(arg, BEFORE[arg](dict(value)) if arg in BEFORE else value, strict=strict)
     if kind == "dict":
         if not isinstance(value, dict):
             raise _Refused([_error("dict_type", "Input should be a valid dictionary", value)])
@@ -143,6 +186,24 @@ def _validate(spec: str, value: Any, *, strict: bool) -> Any:
             return value
         return _each([(i, arg, item) for i, item in enumerate(value)], strict=strict)
     return _SCALARS[kind](value, strict)
+
+
+def _fields(name: str, value: dict, *, strict: bool) -> dict:
+    """A class's fields given in ``value``, each read, and a required one left out refused, all in
+    the class's order."""
+    out, errs = {}, []
+    for field, spec in MODELS[name].items():
+        if field not in value:
+            if field in REQUIRED[name]:
+                errs.append(_error("missing", "Field required", value, (field,)))
+            continue
+        try:
+            out[field] = _validate(spec, value[field], strict=strict)
+        except _Refused as exc:
+            errs += [{**e, "loc": (field, *e["loc"])} for e in exc.errors]
+    if errs:
+        raise _Refused(errs)
+    return out
 
 
 def _each(items: list[tuple[Any, Any, Any]], *, strict: bool) -> list[Any]:

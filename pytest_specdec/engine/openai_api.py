@@ -6,7 +6,8 @@ Request fields follow protocol.py's rules (honoured, hints, neutral-only; unknow
 over the names SGLang's CompletionRequest and ChatCompletionRequest declare, after what FastAPI's
 validation of those classes does first (COMPLETION_MODEL, CHAT_MODEL): a field's value read in
 pydantic's lax mode ("4" for an int is 4, see lax.py), a value it cannot read or a null for a field
-typed without None refused, a missing prompt refused. A LoRA adapter, named
+typed without None refused, a missing prompt refused; a chat's messages, tools and tool_choice
+by SGLang's own classes of them (MESSAGE), down to the list of a message's content parts. A LoRA adapter, named
 as ``"model": "base:adapter"`` or in ``lora_path``, is refused as SGLang refuses it on a server
 started without --enable-lora (see lora_adapter). A chat is rendered with CHAT_TEMPLATE, the same
 template the exported tokenizer carries (tokenizer.py), so a client that applies the tokenizer's
@@ -155,16 +156,62 @@ def _positive_max_tokens(number: int, value: Any) -> dict | None:
 #: The classes of SGLang's chat message union, in its order, as pydantic names each in an error's
 #: loc (each class's after-validator wraps it).
 MESSAGE_CLASSES = ("ChatCompletionMessageGenericParam", "ChatCompletionMessageUserParam")
+#: The roles of SGLang's generic message class (its user class takes "user", as written).
+GENERIC_ROLES = ("system", "assistant", "tool", "function", "developer", "latest_reminder", "root")
 
 
-def _messages_are_objects(messages: list | None, given: Any) -> list[dict]:
-    """pydantic's errors for the messages that are no object: one model_type per class of the union.
-    A message that is an object is the engine's to read (parse_chat); its fields are not checked here."""
-    wrapped = "function-after[validate_thinking_parts_role(), {}]"
-    return [{"type": "model_type", "loc": ("body", "messages", i, wrapped.format(name)),
-             "msg": f"Input should be a valid dictionary or instance of {name}", "input": message,
-             "ctx": {"class_name": name}}
-            for i, message in enumerate(messages or ()) if not isinstance(message, dict) for name in MESSAGE_CLASSES]
+def _generic_role(value: Any) -> str:
+    """The generic message class's validator of role, which replaces the literal's reading: a
+    string naming a generic role in any case, read in lower case."""
+    if not isinstance(value, str):
+        raise ValueError("'role' must be a string")
+    if value.lower() not in GENERIC_ROLES:
+        raise ValueError(f"'role' must be one of {', '.join(map(repr, GENERIC_ROLES))} (case-insensitive).")
+    return value.lower()
+
+
+#: A message's content parts as pydantic names their list in a loc. The parts themselves (a union of
+#: six classes, media ones with constraints and validators of their own) are not mirrored: the
+#: engine reads a text part and refuses every other part (_message_text).
+_PARTS = lax.named("parts", "list[union[ChatCompletionMessageContentTextPart,function-after[validate_payload(), "
+                   "ChatCompletionMessageContentThinkingPart],ChatCompletionMessageContentImagePart,"
+                   "ChatCompletionMessageContentVideoPart,function-after[_to_audio_url_part(), union["
+                   "ChatCompletionMessageContentAudioURLPart,ChatCompletionMessageContentAudioInlinePart]],"
+                   "ChatCompletionMessageContentToolReferenceBlock]]", "list")
+
+
+def _key_order(function: dict) -> dict:
+    """Function's before-validator: the names given, in their order, become its key_order."""
+    return {**function, "key_order": list(function)}
+
+
+#: SGLang's Tool and its Function.
+_TOOL = lax.model("Tool", {
+    "type": "str",
+    "function": lax.model("Function", {"description": "nullable[str]", "name": "str", "parameters": "any",
+                                       "strict": "nullable[bool]", "defer_loading": "nullable[bool]",
+                                       "key_order": "list[str]"}, required=("name",), before=_key_order),
+    "defer_loading": "nullable[bool]"}, required=("function",))
+_TOOLS = f"nullable[list[{_TOOL}]]"
+#: ChatCompletionRequest's tool_choice (its null the class's before-validator replaces).
+_TOOL_CHOICE = ("union[" + lax.model("ToolChoice", {
+    "function": lax.model("ToolChoiceFuncName", {"name": "nullable[str]"}), "type": "literal['function']"},
+    required=("function",)) + ",literal['auto','required','none']]")
+_WRAPPER = "function-after[validate_thinking_parts_role(), {}]"
+#: SGLang's chat message union: its generic class (any role but the user's) and its user class.
+MESSAGE = "union[" + lax.model(MESSAGE_CLASSES[0], {
+    "role": lax.checked("generic_role", _generic_role), "content": f"nullable[union[str,{_PARTS}]]",
+    "tool_call_id": "nullable[str]", "name": "nullable[str]",
+    "phase": "nullable[literal['commentary','final_answer']]", "reasoning_content": "nullable[str]",
+    "tool_calls": "nullable[list[" + lax.model("ToolCall", {
+        "id": "nullable[str]", "index": "nullable[int]", "type": "literal['function']",
+        "function": lax.model("FunctionResponse", {"name": "nullable[str]",
+                                                   "arguments": "nullable[union[str,dict[str,any]]]"})},
+        required=("function",)) + "]]",
+    "tools": _TOOLS, "prefix": "nullable[bool]",
+}, required=("role",), wrapped=_WRAPPER.format(MESSAGE_CLASSES[0])) + "," + lax.model(MESSAGE_CLASSES[1], {
+    "role": "literal['user']", "content": f"union[str,{_PARTS}]",
+}, required=("role", "content"), wrapped=_WRAPPER.format(MESSAGE_CLASSES[1])) + "]"
 
 
 _PD_ROUTING = {"bootstrap_host": "nullable[union[list[str],str]]",
@@ -211,15 +258,15 @@ def _chat_before(body: dict) -> dict:
     return _migrate_dp_rank(body)
 
 
-#: ChatCompletionRequest's fields of the types lax.py reads, in its order (messages as a list only:
-#: the engine reads each message itself; not tool_choice, whose null its before-validator replaces,
-#: nor response_format, reasoning_effort, thinking or tools).
+#: ChatCompletionRequest's fields of the types lax.py reads, in its order (its messages by SGLang's
+#: message classes, their content parts only as a list: MESSAGE; not response_format, whose
+#: structural-tag member is a class of the grammar backend's, nor reasoning_effort or thinking).
 CHAT_MODEL = RequestModel({
-    **_PD_ROUTING, "messages": "list", "model": "str", "frequency_penalty": _FLOAT, "logit_bias": _BIAS,
+    **_PD_ROUTING, "messages": f"list[{MESSAGE}]", "model": "str", "frequency_penalty": _FLOAT, "logit_bias": _BIAS,
     "logprobs": _BOOL, "top_logprobs": "nullable[int]", "max_tokens": "nullable[int]",
     "max_completion_tokens": "nullable[int]", "n": _INT, "presence_penalty": _FLOAT, "seed": "nullable[int]",
     "stop": _STRINGS, "stream": _BOOL, "stream_options": _STREAM_OPTIONS, "temperature": "nullable[float]",
-    "top_p": "nullable[float]", "user": "nullable[str]",
+    "top_p": "nullable[float]", "user": "nullable[str]", "tools": _TOOLS, "tool_choice": _TOOL_CHOICE,
     "parallel_tool_calls": _BOOL, "return_hidden_states": _HIDDEN_STATES,
     "return_routed_experts": _BOOL, "routed_experts_start_len": _INT,
     **dict.fromkeys(("return_cached_tokens_details", "return_spec_tokens_details", "return_prompt_token_ids",
@@ -238,7 +285,7 @@ CHAT_MODEL = RequestModel({
     "custom_logit_processor": _ADAPTERS, "custom_params": _OBJECT, "watermark": "nullable[dict[str,any]]",
     "input_ids": "nullable[list[int]]", "rid": _STRINGS, "extra_key": _STRINGS, "cache_salt": _STRINGS,
     "priority": "nullable[int]", "data_parallel_rank": "nullable[int]",
-}, required=frozenset({"messages"}), before=_chat_before, checks={"messages": _messages_are_objects})
+}, required=frozenset({"messages"}), before=_chat_before)
 
 
 @dataclass(frozen=True)
@@ -406,12 +453,13 @@ def _prompt_or_messages(body: dict) -> dict | None:
     return None
 
 
-#: TokenizeRequest's fields of the types lax.py reads, in its order (messages as a list only: the
-#: engine counts no chat), and its check that a request names a prompt or messages.
+#: TokenizeRequest's fields of the types lax.py reads, in its order (messages as the chat's, though
+#: the engine counts no chat), and its check that a request names a prompt or messages.
 TOKENIZE_MODEL = RequestModel({
-    "model": "str", "prompt": "nullable[union[list[str],str]]", "messages": "nullable[list]",
-    "continue_final_message": _BOOL, "add_special_tokens": _BOOL, "add_generation_prompt": "nullable[bool]",
-}, checks={"messages": _messages_are_objects}, after=_prompt_or_messages)
+    "model": "str", "prompt": "nullable[union[list[str],str]]", "messages": f"nullable[list[{MESSAGE}]]",
+    "tools": _TOOLS, "tool_choice": f"nullable[{_TOOL_CHOICE}]", "continue_final_message": _BOOL,
+    "add_special_tokens": _BOOL, "add_generation_prompt": "nullable[bool]",
+}, after=_prompt_or_messages)
 
 
 def tokenize(body: dict, *, encode, context_length: int) -> dict:

@@ -704,6 +704,55 @@ def test_a_null_for_a_field_sglang_types_without_none_is_fastapis_400(ddtree, pa
         path, *(null_error(field, *error) for error in errors)), res.text
 
 
+MESSAGE_LOC = "'messages', 0, 'function-after[validate_thinking_parts_role(), ChatCompletionMessage{}Param]'"
+GENERIC_ROLE = ("'role' must be one of 'system', 'assistant', 'tool', 'function', 'developer', 'latest_reminder', "
+                "'root' (case-insensitive).")
+
+
+def message_error(kind: str, cls: str, loc: str, msg: str, value, ctx: str = "") -> str:
+    """pydantic's error for a chat message as one class of SGLang's message union reads it."""
+    return (f"{{'type': '{kind}', 'loc': ('body', {MESSAGE_LOC.format(cls)}, {loc}), 'msg': {msg!r}, "
+            f"'input': {value!r}{ctx}}}")
+
+
+def role_error(value, words: str = GENERIC_ROLE) -> str:
+    """The generic class's own validator of role refusing ``value``."""
+    return message_error("value_error", "Generic", "'role'", f"Value error, {words}", value,
+                         f", 'ctx': {{'error': ValueError({words!r})}}")
+
+
+def user_role_error(value) -> str:
+    return message_error("literal_error", "User", "'role'", "Input should be 'user'", value,
+                         ", 'ctx': {'expected': \"'user'\"}")
+
+
+@pytest.mark.parametrize("message, errors", [
+    ({"role": "bot", "content": "hi"}, [role_error("bot"), user_role_error("bot")]),
+    ({"role": "USER", "content": "hi"}, [role_error("USER"), user_role_error("USER")]),
+    ({"role": None, "content": "hi"}, [role_error(None, "'role' must be a string"), user_role_error(None)]),
+    ({"role": "user"}, [role_error("user"), message_error("missing", "User", "'content'", "Field required",
+                                                          {"role": "user"})]),
+    ({"role": "assistant", "content": "hi", "tool_calls": [{"function": None}]}, [
+        message_error("model_type", "Generic", "'tool_calls', 0, 'function'", "Input should be a valid dictionary "
+                      "or instance of FunctionResponse", None, ", 'ctx': {'class_name': 'FunctionResponse'}"),
+        user_role_error("assistant")]),
+], ids=["unknown-role", "user-role-in-capitals", "null-role", "user-without-content", "null-tool-call-function"])
+def test_a_chat_message_sglangs_message_classes_refuse_is_their_validation_400(ddtree, message, errors):
+    """The engine took any string for a role, a user message without content for an empty one
+    and ignored tool calls; SGLang's FastAPI validates each message against both classes of its
+    message union and its validation handler answers 400 with each class's errors."""
+    path = "/v1/chat/completions"
+    res = ddtree.post(path, {"messages": [message], "max_tokens": 2})
+    assert res.status == 400 and res.json() == field_errors(path, *errors), res.text
+
+
+def test_a_generic_role_in_capitals_and_unknown_message_names_are_served(ddtree):
+    path = "/v1/chat/completions"
+    res = ddtree.post(path, {"messages": [{"role": "System", "content": "Be brief.", "x": 1},
+                                          {"role": "user", "content": "hi", "name": None}], "max_tokens": 2})
+    assert res.status == 200, res.text
+
+
 def test_nulls_for_fields_sglang_types_without_none_are_all_named_in_its_order(ddtree):
     path = "/v1/chat/completions"
     res = ddtree.post(path, {**OPENAI_REQUESTS[path], "ignore_eos": None, "stream": None,

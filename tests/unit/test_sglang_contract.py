@@ -901,6 +901,70 @@ def test_a_message_that_is_no_object_is_refused_as_sglangs_message_union_refuses
     assert str(pydantic_errors(getattr(openai_protocol, request_model), body)) == str(model.errors(body))
 
 
+#: Chat messages SGLang's message classes refuse or read: a role of neither class (in the wrong
+#: case, of another type, null, left out), a content of another type or null, unknown names,
+#: tool calls and tools of every shape, and the nulls of fields typed without None inside them.
+MESSAGES = [
+    {"role": "bot", "content": "hi"}, {"role": "USER", "content": "hi"}, {"role": "System", "content": "hi"},
+    {"content": "hi"}, {"role": 5, "content": "hi"}, {"role": None, "content": "hi"}, {"role": "user", "content": 5},
+    {"role": "user"}, {"role": "user", "content": None}, {"role": "system", "content": 5},
+    {"role": "system", "content": None}, {"role": "system"}, {}, {"role": "user", "content": "hi", "extra": 1},
+    {"role": "user", "content": [{"type": "text", "text": "a"}]}, {"role": "system", "content": []},
+    {"role": "assistant", "content": "hi", "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]},
+    {"role": "assistant", "content": "hi", "tool_calls": [{}]}, {"role": "assistant", "tool_calls": 5},
+    {"role": "assistant", "tool_calls": None}, {"role": "assistant", "tool_calls": [None]},
+    {"role": "assistant", "tool_calls": [{"id": 1, "index": "x", "type": "fn", "function": None}]},
+    {"role": "assistant", "tool_calls": [{"function": {"name": None, "arguments": None}, "type": None}]},
+    {"role": "assistant", "tool_calls": [{"function": {"name": 1, "arguments": 5}}]},
+    {"role": "assistant", "tool_calls": [{"function": {"arguments": {"a": 1}}}]},
+    {"role": "assistant", "content": "hi", "name": None}, {"role": "assistant", "name": 5},
+    {"role": "assistant", "prefix": "yes"}, {"role": "assistant", "prefix": "maybe"},
+    {"role": "assistant", "phase": "x"},
+    {"role": "tool", "tool_call_id": 3, "reasoning_content": 2},
+    {"role": "system", "content": "s", "tools": [{"function": {"name": "f"}}]},
+    {"role": "system", "tools": [{"function": None}]}, {"role": "system", "tools": [{}]},
+    {"role": "system", "tools": 5},
+    {"role": "system", "tools": [{"type": None, "function": {"name": None, "strict": "x"}}]},
+    {"role": "system", "tools": [{"function": {}}]}, {"role": "user", "content": "x", "tools": 5},
+]
+
+
+@pytest.mark.parametrize("request_model", ["ChatCompletionRequest", "TokenizeRequest"])
+@pytest.mark.parametrize("message", MESSAGES, ids=str)
+def test_a_message_is_read_as_sglangs_message_classes_read_it(openai_protocol, request_model, message):
+    """The errors of SGLang's message union (each class's under its name in the loc), or the
+    fields it read: a generic role in any case is read in lower case, unknown names are dropped."""
+    request_class, model = getattr(openai_protocol, request_model), REQUEST_MODELS[request_model][0]
+    body = {"messages": [message]}
+    ours, errors = model.validated(body)
+    assert str(pydantic_errors(request_class, body)) == str(errors)
+    if not errors:
+        theirs = request_class.model_validate(body).messages[0].model_dump(exclude_unset=True)
+        read = ours["messages"][0]
+        for tool in read.get("tools") or ():
+            tool["function"].pop("key_order")  # set by Function's own validator, which its dump leaves out
+        assert read == theirs
+
+
+TOOLS = [None, [], 5, [None], [{}], [{"function": None}], [{"type": None, "function": {"name": "f"}}],
+         [{"function": {}}],
+         [{"function": {"name": "f", "parameters": 5, "defer_loading": "yes"}, "defer_loading": 2}]]
+TOOL_CHOICES = [None, "auto", "AUTO", 5, {}, {"function": None}, {"function": {"name": None}, "type": None},
+                {"function": {"name": "f"}}, {"function": {"name": 3}, "type": "function"}]
+
+
+@pytest.mark.parametrize("request_model", ["ChatCompletionRequest", "TokenizeRequest"])
+@pytest.mark.parametrize("field, value", [*(("tools", v) for v in TOOLS),
+                                          *(("tool_choice", v) for v in TOOL_CHOICES)], ids=str)
+def test_tools_and_a_tool_choice_are_refused_as_sglangs_classes_refuse_them(openai_protocol, request_model, field,
+                                                                           value):
+    """Tool, its Function and ToolChoice: a null for a field typed without None, a required one
+    left out, a value of another type, each under its loc."""
+    request_class, model = getattr(openai_protocol, request_model), REQUEST_MODELS[request_model][0]
+    body = {"messages": [{"role": "user", "content": "hi"}], field: value}
+    assert str(pydantic_errors(request_class, body)) == str(model.errors(body))
+
+
 def dataclass_annotations(tree: ast.Module, name: str) -> dict[str, str]:
     """A dataclass's fields, in order, with their annotations as written."""
     cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name)
