@@ -83,6 +83,11 @@ class Backend:
         """Why a test of `case` cannot have this run's server, known before it runs, or None."""
         return None
 
+    def serving(self, state: RunState) -> str | None:
+        """What a server this run did not start serves, for the report header; None: the run
+        starts its servers from the configuration."""
+        return None
+
     def _server_counter(self, url: str, fallback: Callable[[str], int] | None = None,
                         fallback_source: str = "") -> ServerTokenCounter:
         """The server's own count (its /v1/tokenize), one counter per URL for the session."""
@@ -346,7 +351,9 @@ class SGLangBackend(Backend):
 
 class AttachBackend(Backend):
     """A server someone else started (`--specdec-server-url`): nothing is launched or stopped,
-    and each test runs only if that server is its configuration (per `/server_info`)."""
+    and each test runs only if that server is its configuration (per `/server_info`). The run
+    stops where it is none of the configured ones, or serves another model or draft model than
+    configured; the fingerprint's model part is what it serves."""
 
     name = "attach"
     launches = False
@@ -356,7 +363,7 @@ class AttachBackend(Backend):
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
-        self._identity = None  # what the server says it is, once other_configuration asked
+        self._identity = None  # what the server says it is, once asked
         self._identity_read = False
 
     def server_spec(self, case: MatrixCase, state: RunState) -> ServerSpec:
@@ -368,6 +375,18 @@ class AttachBackend(Backend):
 
     def server_settings(self, spec: ServerSpec, state: RunState) -> dict[str, Any]:
         return {**super().server_settings(spec, state), "url": state.settings.server_url}
+
+    def model_part(self, state: RunState) -> dict[str, Any]:
+        """What the server says it serves, so that figures are keyed by what ran; the
+        configuration's claim only where it says nothing (its draft where it does not draft: none)."""
+        configured = super().model_part(state)
+        identity = self._served(state)
+        if identity is None:
+            return configured
+        unreported = identity.unreported
+        draft = (configured["draft_model"] if "draft_model" in unreported and identity.speculates is not False
+                 else identity.draft_model)
+        return {"model": configured["model"] if "model" in unreported else identity.model, "draft_model": draft}
 
     def token_counter(self, url: str) -> ServerTokenCounter:
         return self._server_counter(url, embedded_token_count, self.FALLBACK_SOURCE)
@@ -382,43 +401,83 @@ class AttachBackend(Backend):
             text += "; a prompt that fits may be refused, and truncate cuts more than it needs to"
         return text
 
+    def serving(self, state: RunState) -> str | None:
+        """What the server serves, and what of the configuration it does not report and so
+        cannot be checked against (where the configuration sets it), for the report header."""
+        identity = self._served(state)
+        if identity is None:
+            return None
+        text = f"{identity.id}, model {identity.model or '(not reported)'}"
+        if identity.speculates is not False:
+            text += f", draft model {identity.draft_model or '(not reported)'}"
+        unchecked = [name for name, unset in (
+            ("method", False), ("TP", False), ("budget", False), ("model", not state.config.model),
+            ("draft model", not state.config.draft_model or identity.speculates is False))
+            if not unset and _field(name) in identity.unreported]
+        if unchecked:
+            text += (f"; it does not report the {', '.join(unchecked)}, so "
+                     f"{'that is' if len(unchecked) == 1 else 'those are'} not checked against the configuration")
+        return text
+
     def other_configuration(self, case: MatrixCase, state: RunState) -> str | None:
         """The server is another configuration than `case` (per its /server_info, read once);
         None where it is `case` or does not say (its readiness check and tests report that)."""
         from .servers.attach import mismatch
 
-        if not self._identity_read:
-            self._identity = self._served_identity(state.settings.server_url)
-            self._identity_read = True
-        if self._identity is None:
+        identity = self._served(state)
+        if identity is None:
             return None
-        return mismatch(state.settings.server_url, self._identity, self.server_spec(case, state))
+        return mismatch(state.settings.server_url, identity, self.server_spec(case, state))
 
-    @staticmethod
-    def _served_identity(url: str):
-        from .servers.attach import fetch_server_info, identify
+    def _served(self, state: RunState):
+        """The server's identity, read once; None where it cannot be read (the readiness check
+        says why)."""
+        from .servers.attach import read_identity
         from .servers.diagnosis import ServerError
 
-        try:
-            return identify(fetch_server_info(url.rstrip("/")))
-        except (ServerError, ValueError):
-            return None
+        if not self._identity_read:
+            try:
+                self._identity = read_identity(state.settings.server_url.rstrip("/"))
+            except (ServerError, ValueError):
+                self._identity = None
+            self._identity_read = True
+        return self._identity
 
     def check_ready(self, state: RunState) -> None:
-        from .servers.attach import fetch_server_info
+        from .collection import matrix_cases
+        from .servers.attach import disagreements, fetch_server_info, read_identity
         from .servers.diagnosis import ServerError
 
         url = state.settings.server_url
+        where = state.settings.source("server_url")
         try:
             info = fetch_server_info(url.rstrip("/"))
         except ServerError as exc:
             fix = "restart it" if exc.reason == "hang" else "start the server or fix the URL"
-            raise SpecdecUsageError(f"{state.settings.source('server_url')} {url}: {exc.cause}; {fix}") from None
+            raise SpecdecUsageError(f"{where} {url}: {exc.cause}; {fix}") from None
         if info.get(INFO_SKIP_TOKENIZER_INIT) is True:  # else every test fails on SGLang's refusal, one by one
-            raise SpecdecUsageError(f"{state.settings.source('server_url')} {url}: the server runs with "
+            raise SpecdecUsageError(f"{where} {url}: the server runs with "
                                     f"{SKIP_TOKENIZER_INIT_FLAG} (its /server_info says so), so it has no tokenizer "
                                     f"and refuses every request the plugin sends, whose prompts are text; restart "
                                     f"it without {SKIP_TOKENIZER_INIT_FLAG}")
+        try:
+            identity = read_identity(url.rstrip("/"), info)
+        except ValueError as exc:
+            raise SpecdecUsageError(f"{where} {url}: {exc}") from None
+        self._identity, self._identity_read = identity, True
+        config = state.config
+        found = disagreements(identity, [(c.method, c.tp, c.budget) for c in matrix_cases(state)],
+                              config.model, config.draft_model)
+        if found:
+            source = config.source if config.source != "defaults" else "[tool.specdec] of pyproject.toml (or specdec.toml)"
+            keys = [k for k, f in (("model", "model"), ("draft_model", "draft model")) if any(d.field == f for d in found)]
+            keys += ["the matrix"] if any(d.field not in ("model", "draft model") for d in found) else []
+            raise SpecdecUsageError(
+                f"{where} {url}: the server serves another setup than the configuration says (per its "
+                f"/server_info{' and /model_info' if any(d.field == 'model' for d in found) else ''}): "
+                f"{'; '.join(map(str, found))}; figures measured on it would be recorded and gated as the "
+                f"configuration's. Attach a server that serves the configuration, or set "
+                f"{' and '.join(keys)} in {source} to what it serves")
 
     def pool(self, state: RunState, run_dir: Path,
              announce: Callable[[str], None] | None = None) -> ServerPool:
@@ -429,6 +488,13 @@ class AttachBackend(Backend):
             return ServerPool.attach(url, announce=announce)
         except Exception as exc:
             raise SpecdecUsageError(f"{state.settings.source('server_url')} {url}: {exc}") from None
+
+
+def _field(shown: str) -> str:
+    """A ServerIdentity field's name from its name in messages."""
+    from .servers.attach import FIELDS
+
+    return next(name for name, text in FIELDS.items() if text == shown)
 
 
 def _host_claims(state: RunState, run_dir: Path) -> HostClaims | None:

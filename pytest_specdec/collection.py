@@ -375,6 +375,16 @@ def skip_other_configurations(items: Iterable[pytest.Item], state: RunState) -> 
         reason = state.backend.other_configuration(case, state)
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason))
+            item.stash[_OTHER_CONFIGURATION_KEY] = True
+
+
+_OTHER_CONFIGURATION_KEY = pytest.StashKey[bool]()
+
+
+def wants_server(item: pytest.Item) -> bool:
+    """Whether a test will ask for a server, or would but for the attached server being another
+    configuration (`skip_other_configurations`): a run of those alone still checks that server."""
+    return needs_server(item) or item.stash.get(_OTHER_CONFIGURATION_KEY, False)
 
 
 def case_of(item: pytest.Item) -> MatrixCase | None:

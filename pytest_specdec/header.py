@@ -98,6 +98,9 @@ def details(state: RunState) -> list[str]:
             out.append(f"specdec: resume: no journal at {journal} to resume from, so every test is measured; "
                        f"if the interrupted run journaled elsewhere, give that file with "
                        f"{OPTIONS_BY_NAME['journal'].cli}=PATH")
+    serving = state.backend.serving(state)
+    if serving is not None:  # what the figures are keyed by, and what of it went unchecked
+        out.append(f"specdec: attached server serves {serving}")
     counting = state.backend.counting(state)
     if counting is not None:  # the guard and truncate are only as good as this count
         out.append(f"specdec: context guard: prompt tokens counted {counting}")

@@ -248,8 +248,8 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     import pytest
 
-    from .collection import (configured_ids, count_recording, needs_server, note_collected,
-                             note_configured, recording_names, shared_baseline_keys, uses_specdec)
+    from .collection import (configured_ids, count_recording, note_collected, note_configured,
+                             recording_names, shared_baseline_keys, uses_specdec, wants_server)
     from .errors import SpecdecUsageError
     from .state import STATE_KEY
 
@@ -276,7 +276,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     try:
         if shared:
             raise SpecdecUsageError(shared)
-        if any(map(needs_server, session.items)):
+        if any(map(wants_server, session.items)):
             state.backend.check_ready(state)  # once, not as an error in every test
         if any("specdec_pool" in getattr(item, "fixturenames", ()) for item in session.items):
             from .outputs import check_artifacts

@@ -67,12 +67,16 @@ SKIP_TOKENIZER_INIT_FLAG = "--skip-tokenizer-init"
 INFO_SPECULATIVE_ALGORITHM = "speculative_algorithm"
 INFO_NUM_DRAFT_TOKENS = "speculative_num_draft_tokens"
 INFO_TP_SIZE = "tp_size"
-INFO_MODEL_PATH = "model_path"
+INFO_MODEL_PATH = "model_path"  # also /model_info's, which follows a weight update
+INFO_SERVED_MODEL_NAME = "served_model_name"  # also /model_info's
+INFO_DRAFT_MODEL_PATH = "speculative_draft_model_path"
 INFO_CONTEXT_LENGTH = "context_length"  # a server argument: None when the model's default applies
 INFO_MAX_REQ_INPUT_LEN = "max_req_input_len"  # from the scheduler
 INFO_SKIP_TOKENIZER_INIT = "skip_tokenizer_init"  # no tokenizer: text prompts are refused
 SERVER_ARGS_READ = (INFO_SPECULATIVE_ALGORITHM, INFO_NUM_DRAFT_TOKENS, INFO_TP_SIZE, INFO_MODEL_PATH,
-                    INFO_CONTEXT_LENGTH, INFO_SKIP_TOKENIZER_INIT)
+                    INFO_SERVED_MODEL_NAME, INFO_DRAFT_MODEL_PATH, INFO_CONTEXT_LENGTH, INFO_SKIP_TOKENIZER_INIT)
+#: /model_info: the model the server answers under now
+MODEL_INFO_READ = (INFO_MODEL_PATH, INFO_SERVED_MODEL_NAME)
 MODEL_CARD_MAX_LEN = "max_model_len"  # /v1/models data[i]
 
 # -- Prometheus metrics parsed -----------------------------------------------------------------------

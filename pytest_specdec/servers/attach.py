@@ -2,7 +2,10 @@
 
 What it is comes from its own `/server_info` (SGLang's resolved arguments; the embedded engine
 answers the same keys), so a matrix run against an attached server runs exactly the tests whose
-spec the server actually is, and skips the rest with a reason naming both.
+spec the server actually is, and skips the rest with a reason naming both. The model it serves
+comes from `/model_info` where it answers (SGLang moves it there on a weight update), else from
+`/server_info`. A key the server does not answer is unreported: it matches every configuration,
+as nothing can be checked against it.
 """
 
 from __future__ import annotations
@@ -11,12 +14,12 @@ import json
 import socket
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_specdec import sglang_api as api
-from pytest_specdec.configuration import configuration_id, method_of_algorithm, takes_budget
+from pytest_specdec.configuration import configuration_id, is_speculative, method_of_algorithm, takes_budget
 from pytest_specdec.servers.diagnosis import ServerError
 from pytest_specdec.servers.process import (HEALTH_QUIET_S, HEALTH_TIMEOUT_S, STALL_PROBE_TIMEOUT_S,
                                             ManagedServer, describe_probe, probe, probe_saying)
@@ -27,29 +30,52 @@ class AttachMismatch(Exception):
     """The attached server is not the spec a test asked for: skip that test with `str(error)`."""
 
 
+#: The fields of a `ServerIdentity` a server may leave unreported, as messages name them.
+FIELDS = {"method": "method", "tp": "TP", "budget": "budget", "model": "model", "draft_model": "draft model"}
+
+
 @dataclass(frozen=True)
 class ServerIdentity:
-    """What a running server says it is."""
+    """What a running server says it is; a field in `unreported` it did not say, and holds a
+    placeholder that nothing is compared with."""
 
     method: str
     tp: int
     budget: int | None
     model: str | None
+    draft_model: str | None = None
+    served_name: str | None = None  # SGLang's served_model_name, another name the model answers to
+    unreported: frozenset[str] = frozenset()
 
     @property
     def id(self) -> str:
-        return configuration_id(self.method, self.tp, self.budget)
+        if not self.unreported & {"method", "tp", "budget"}:
+            return configuration_id(self.method, self.tp, self.budget)
+        method = "?" if "method" in self.unreported else self.method
+        tp = "?" if "tp" in self.unreported else self.tp
+        budget = "" if "method" in self.unreported else "-b?" if "budget" in self.unreported else ("" if self.budget is None else f"-b{self.budget}")
+        return f"{method}-tp{tp}{budget}"
 
     def matches(self, spec: ServerSpec) -> bool:
-        return (self.method, self.tp, self.budget) == (spec.method, spec.tp, spec.budget)
+        return all(name in self.unreported or getattr(self, name) == getattr(spec, name)
+                   for name in ("method", "tp", "budget"))
+
+    @property
+    def speculates(self) -> bool | None:
+        """Whether the server drafts (None: it does not say)."""
+        return None if "method" in self.unreported else is_speculative(self.method)
 
 
-def identify(info: dict) -> ServerIdentity:
-    """Read method, TP, budget and model out of a `/server_info` document.
+def identify(info: dict, model_info: dict | None = None) -> ServerIdentity:
+    """Read method, TP, budget and models out of a `/server_info` document (the model out of
+    `/model_info`'s where given and it says).
 
     DDTree forks spell the budget either `speculative_ddtree_budget` or as
     `speculative_num_draft_tokens` = budget + 1; both are understood.
     """
+    unreported = set()
+    if api.INFO_SPECULATIVE_ALGORITHM not in info and "method" not in info:
+        unreported.add("method")
     algorithm = info.get(api.INFO_SPECULATIVE_ALGORITHM) or info.get("method")
     method = method_of_algorithm(algorithm)
     budget = None
@@ -58,12 +84,99 @@ def identify(info: dict) -> ServerIdentity:
         budget = _whole(info, key) if info.get(key) else None
         if budget is None and info.get(api.INFO_NUM_DRAFT_TOKENS):
             budget = _whole(info, api.INFO_NUM_DRAFT_TOKENS) - 1
+        if budget is None:
+            unreported.add("budget")
+    if "method" in unreported:
+        unreported.add("budget")  # which budget, if any, depends on the method
+    if api.INFO_TP_SIZE not in info:
+        unreported.add("tp")
+    models = [d for d in (model_info, info) if isinstance(d, dict) and _text(d.get(api.INFO_MODEL_PATH))]
+    model = models[0][api.INFO_MODEL_PATH] if models else None
+    served_name = _text(models[0].get(api.INFO_SERVED_MODEL_NAME)) if models else None
+    draft = _text(info.get(api.INFO_DRAFT_MODEL_PATH))
+    if model is None:
+        unreported.add("model")
+    if draft is None:  # a drafting server without one may draft with the target's own layers
+        unreported.add("draft_model")
     return ServerIdentity(
         method=method,
         tp=_whole(info, api.INFO_TP_SIZE) if info.get(api.INFO_TP_SIZE) else 1,
         budget=budget,
-        model=info.get(api.INFO_MODEL_PATH),
+        model=model,
+        draft_model=draft,
+        served_name=served_name or _text(info.get(api.INFO_SERVED_MODEL_NAME)),
+        unreported=frozenset(unreported),
     )
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value.strip() else None
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """One field in which the attached server is not what the configuration says."""
+
+    field: str  # as FIELDS names it
+    configured: str
+    served: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: configured {self.configured}, served {self.served}"
+
+
+def disagreements(identity: ServerIdentity, cases: Iterable[tuple[str, int, int | None]],
+                  model: str | None, draft_model: str | None) -> list[Disagreement]:
+    """Where the server is none of the configurations `cases` ((method, tp, budget) each) or
+    serves another `model` or `draft_model` than configured; a field the server does not report,
+    or the configuration does not set, is not compared."""
+    found = []
+    cases = list(cases)
+    for name, narrow in (("method", lambda c: True), ("tp", lambda c: c[0] == identity.method),
+                         ("budget", lambda c: c[:2] == (identity.method, identity.tp))):
+        if name in identity.unreported or not cases:
+            continue
+        index = ("method", "tp", "budget").index(name)
+        configured = [c[index] for c in cases if narrow(c)]
+        if configured and getattr(identity, name) not in configured:
+            shown = " or ".join(dict.fromkeys("none" if v is None else str(v) for v in configured))
+            served = getattr(identity, name)
+            found.append(Disagreement(FIELDS[name], shown, "none" if served is None else str(served)))
+            break  # TP and budget are compared within the method (and TP) served
+    if model and "model" not in identity.unreported and not same_model(model, identity.model, identity.served_name):
+        found.append(Disagreement(FIELDS["model"], repr(model), repr(identity.model)))
+    if draft_model and identity.speculates and "draft_model" not in identity.unreported \
+            and not same_model(draft_model, identity.draft_model):
+        found.append(Disagreement(FIELDS["draft_model"], repr(draft_model), repr(identity.draft_model)))
+    return found
+
+
+def same_model(configured: str, *served: str | None) -> bool:
+    """Whether a configured model id or path names the model a server says it serves: the same
+    text, or the same Hub id spelled as a path (`org/name` served from `/models/name`, from a
+    provisioned `<cache>/org--name` or from Hugging Face's `models--org--name/snapshots/<sha>`)."""
+    want = _model_key(configured)
+    for name in filter(None, served):
+        if name.rstrip("/") == configured.rstrip("/"):
+            return True
+        got = _model_key(name)
+        if got[1] == want[1] and None in (got[0], want[0]) or got == want:
+            return True
+    return False
+
+
+def _model_key(ref: str) -> tuple[str | None, str]:
+    """(org or None, name), case-folded, of a Hub id or a local path to a model's folder."""
+    parts = [p for p in ref.strip().rstrip("/").split("/") if p]
+    if len(parts) >= 3 and parts[-2] == "snapshots":  # Hugging Face's cache: models--org--name/snapshots/sha
+        parts = parts[:-2]
+    last = parts[-1].removeprefix("models--") if parts else ref
+    if "--" in last:
+        org, _, name = last.partition("--")
+        return org.casefold(), name.casefold()
+    if len(parts) == 2 and not ref.startswith(("/", ".", "~")):  # a Hub id
+        return parts[0].casefold(), parts[1].casefold()
+    return None, last.casefold()
 
 
 def _whole(info: dict, key: str) -> int:
@@ -110,6 +223,22 @@ def fetch_server_info(url: str, timeout: float = 10.0) -> dict:
         f"no /server_info at {url}: {last}",
         headline=f"attached server {url} did not answer /server_info ({last}); is it running?",
     )
+
+
+def fetch_model_info(url: str, timeout: float = 10.0) -> dict | None:
+    """GET /model_info as a dict; None where the server does not answer it (the model is then
+    read from /server_info)."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + api.MODEL_INFO, timeout=timeout) as resp:
+            info = json.loads(resp.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def read_identity(url: str, info: dict | None = None) -> ServerIdentity:
+    """What the server at `url` says it is (`info`: its /server_info, where read already)."""
+    return identify(fetch_server_info(url) if info is None else info, fetch_model_info(url))
 
 
 class AttachedServer:

@@ -246,6 +246,107 @@ def test_the_guard_on_an_attached_server_counts_with_its_tokenizer(pytester):
             "tokenizer (/v1/tokenize))"])
 
 
+OLD_MODEL_PART = """
+from pytest_specdec import backends
+
+# the model part an earlier release gave an attached server: the configured ids
+backends.AttachBackend.model_part = backends.Backend.model_part
+"""
+
+
+def test_an_attached_server_that_is_the_configuration_runs_and_keys_figures_by_what_it_serves(pytester):
+    """An attached server's figures were keyed by the configured model ids, whatever it served:
+    the header now says what it serves and the saved entries hold that model, while entries saved
+    under the configured ids still match."""
+    with attached_engine("--method", "ddtree", "--budget", "8") as (url, _):
+        project(pytester, budgets=(8,), backend="auto", extra='model = "specdec-embedded/TINY"')
+        pytester.makeconftest(OLD_MODEL_PART)
+        run(pytester, f"--specdec-server-url={url}", "--specdec-save-baseline").assert_outcomes(passed=1)
+        (pytester.path / "conftest.py").unlink()
+        result = run(pytester, f"--specdec-server-url={url}", "--specdec-require-baseline")
+        result.assert_outcomes(passed=1)
+        result.stdout.fnmatch_lines(["specdec: attached server serves ddtree-tp1-b8, model specdec-embedded/tiny, "
+                                     "draft model (not reported)"])
+        result.stdout.no_fnmatch_line("*measured another setup*")
+        run(pytester, f"--specdec-server-url={url}", "--specdec-save-baseline").assert_outcomes(passed=1)
+    baseline = json.loads((pytester.path / "baselines" / "cpu.json").read_text())
+    models = [parts["model"] for parts in baseline["setups"].values()]
+    assert {"model": "specdec-embedded/tiny", "draft_model": None} in models, models
+
+
+def test_an_attached_server_of_another_model_and_method_stops_the_run_naming_both(pytester):
+    """A server of another model, or of none of the configured methods, ran the run anyway: every
+    test skipped as another configuration (green), or measured another model under the
+    configured one's key. Now one error names each field, configured and served, and the fix."""
+    with attached_engine("--method", "ddtree", "--budget", "8") as (url, _):
+        project(pytester, methods=("dflash", "ar"), backend="auto", extra='model = "Qwen/Qwen3-8B"')
+        result = run(pytester, f"--specdec-server-url={url}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        f"ERROR: pytest-specdec: --specdec-server-url {url}: the server serves another setup than the "
+        f"configuration says (per its /server_info and /model_info): method: configured dflash or ar, served "
+        f"ddtree; model: configured 'Qwen/Qwen3-8B', served 'specdec-embedded/tiny'; figures measured on it "
+        f"would be recorded and gated as the configuration's. Attach a server that serves the configuration, "
+        f"or set model and the matrix in pyproject.toml [[]tool.specdec[]] to what it serves"])
+
+
+@contextlib.contextmanager
+def reticent_proxy(url: str) -> Iterator[str]:
+    """A server in front of `url` whose /server_info and /model_info say nothing of what it
+    serves (another server, an older SGLang): its URL."""
+    import http.server
+    import threading
+    import urllib.error
+    import urllib.request
+
+    said = ("speculative_algorithm", "method", "speculative_num_draft_tokens", "speculative_ddtree_budget",
+            "budget", "tp_size", "model_path", "served_model_name", "speculative_draft_model_path")
+
+    class Proxy(http.server.BaseHTTPRequestHandler):
+        def _forward(self):
+            size = int(self.headers.get("Content-Length") or 0)
+            request = urllib.request.Request(url + self.path, data=self.rfile.read(size) if size else None,
+                                             method=self.command,
+                                             headers={"Content-Type": self.headers.get("Content-Type", "")})
+            try:
+                with urllib.request.urlopen(request, timeout=120) as resp:
+                    status, kind, body = resp.status, resp.headers.get("Content-Type", ""), resp.read()
+            except urllib.error.HTTPError as e:
+                status, kind, body = e.code, e.headers.get("Content-Type", ""), e.read()
+            if self.path.split("?")[0] in ("/server_info", "/get_server_info", "/model_info"):
+                body = json.dumps({k: v for k, v in json.loads(body).items() if k not in said}).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _forward
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_port}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_an_attached_server_that_does_not_say_what_it_serves_still_runs(pytester):
+    """A /server_info without the method, TP or model was read as an ar-tp1 server: every test of
+    another method skipped. What it does not say is not checked, as the header says once."""
+    with attached_engine("--method", "dflash") as (url, _), reticent_proxy(url) as proxy:
+        project(pytester, methods=("dflash",), backend="auto", extra='model = "Qwen/Qwen3-8B"')
+        result = run(pytester, f"--specdec-server-url={proxy}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["specdec: attached server serves ?-tp?, model (not reported), draft model (not "
+                                 "reported); it does not report the method, TP, budget, model, so "
+                                 "those are not checked against the configuration"])
+
+
 def test_fixtures_a_hand_written_test_can_use(pytester, no_leftover_engines):
     project(pytester, methods=("ddtree",), budgets=(8,))
     pytester.makepyfile(test_custom="""

@@ -316,6 +316,13 @@ def test_server_info_key_read_is_a_server_argument(server_args, key):
     assert key in names, moved([key], names, "ServerArgs (whose fields /server_info returns)")
 
 
+def test_model_info_says_the_model_served_now(srt):
+    """An attached server's model is read from /model_info first: SGLang moves it there on a
+    weight update, while /server_info keeps the one it started with."""
+    keys = dict_keys(function(srt("entrypoints/http_server.py"), "model_info"))
+    assert set(api.MODEL_INFO_READ) <= keys, moved(api.MODEL_INFO_READ, keys, "/model_info")
+
+
 def test_the_engines_internal_state_adds_the_keys_sglangs_scheduler_adds(srt):
     """The embedded engine's internal_states[0] adds these to its server arguments, as SGLang's
     scheduler adds them to its resolved ones."""
