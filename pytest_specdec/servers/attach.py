@@ -154,13 +154,14 @@ def disagreements(identity: ServerIdentity, cases: Iterable[tuple[str, int, int 
 def same_model(configured: str, *served: str | None) -> bool:
     """Whether a configured model id or path names the model a server says it serves: the same
     text, or the same Hub id spelled as a path (`org/name` served from `/models/name`, from a
-    provisioned `<cache>/org--name` or from Hugging Face's `models--org--name/snapshots/<sha>`)."""
+    provisioned `<cache>/org--name` or from Hugging Face's `models--org--name/snapshots/<sha>`).
+    Two paths must be the same path: checkpoints of one name in two folders are two models."""
     want = _model_key(configured)
     for name in filter(None, served):
         if name.rstrip("/") == configured.rstrip("/"):
             return True
         got = _model_key(name)
-        if got[1] == want[1] and None in (got[0], want[0]) or got == want:
+        if got == want and want[0] is not None or got[1] == want[1] and (got[0] is None) != (want[0] is None):
             return True
     return False
 

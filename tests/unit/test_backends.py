@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import sys
@@ -81,6 +82,99 @@ def test_a_server_info_that_is_no_object_is_named():
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+@pytest.mark.parametrize("configured, served, same", [
+    ("Qwen/Qwen3-8B", "Qwen/Qwen3-8B", True),
+    ("Qwen/Qwen3-8B", "/models/Qwen3-8B", True),
+    ("Qwen/Qwen3-8B", "/dev/shm/models/Qwen--Qwen3-8B", True),  # as the plugin provisions it
+    ("Qwen/Qwen3-8B", "/hf/hub/models--Qwen--Qwen3-8B/snapshots/0123abc", True),
+    ("qwen/qwen3-8b", "Qwen/Qwen3-8B", True),
+    ("/ckpt/model/", "/ckpt/model", True),
+    ("Qwen/Qwen3-8B", "Qwen/Qwen3-8B-FP8", False),
+    ("Qwen/Qwen3-8B", "other/Qwen3-8B", False),
+    ("Qwen/Qwen3-8B", "/models/other--Qwen3-8B", False),
+    ("/ckpt/run1/final", "/ckpt/run2/final", False),  # one name, two checkpoints
+])
+def test_a_configured_model_names_what_a_server_serves_across_spellings(configured, served, same):
+    from pytest_specdec.servers.attach import same_model
+
+    assert same_model(configured, served) is same
+
+
+@contextlib.contextmanager
+def sglang_stub(server_info: dict, model_info: dict | None = None):
+    """A server answering /server_info (and /model_info where given, else 404) as SGLang does."""
+    import http.server
+    import json
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = server_info if self.path in ("/server_info", "/get_server_info") else model_info \
+                if self.path == "/model_info" else None
+            self.send_response(404 if body is None else 200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(json.dumps(body or {"detail": "Not Found"}).encode())
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_port}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+DFLASH_TP1 = {"speculative_algorithm": "DFLASH", "speculative_num_draft_tokens": 16, "tp_size": 1,
+              "speculative_draft_model_path": "org/draft", "model_path": "/models/model", "served_model_name": None}
+
+
+@pytest.mark.parametrize("info, model_info, said", [
+    ({**DFLASH_TP1, "speculative_draft_model_path": "z-lab/other-draft"}, None,
+     "draft model: configured 'org/draft', served 'z-lab/other-draft'"),
+    (DFLASH_TP1, {"model_path": "/models/swapped-in"},  # a weight update: /model_info says it
+     "model: configured 'org/model', served '/models/swapped-in'"),
+    ({**DFLASH_TP1, "tp_size": 4}, None, "TP: configured 1, served 4"),
+    ({**DFLASH_TP1, "speculative_algorithm": "DDTREE", "speculative_num_draft_tokens": 33}, None,
+     "budget: configured 16, served 32"),
+])
+def test_an_attached_server_of_another_setup_is_refused_naming_the_field(info, model_info, said):
+    """The draft model, TP and budget served were never compared with the configuration's: the
+    run measured them under its key."""
+    from pytest_specdec.config import Matrix
+
+    attach = backends.AttachBackend("attached")
+    with sglang_stub(info, model_info) as url:
+        run = state(attach, server_url=url)
+        run = replace(run, config=replace(run.config, matrices={
+            "cpu": Matrix("cpu", ("dflash", "ddtree"), (1,), (16,))}))
+        with pytest.raises(SpecdecUsageError) as refused:
+            attach.check_ready(run)
+        attach = backends.AttachBackend("attached")
+        ok = state(attach, server_url=url)
+        ok = replace(ok, config=replace(ok.config, matrices=run.config.matrices, model=None, draft_model=None))
+        if "model" in said:
+            attach.check_ready(ok)  # nothing configured, nothing to disagree with
+    assert said in str(refused.value), str(refused.value)
+    assert str(refused.value).startswith(f"--specdec-server-url {url}: the server serves another setup than the "
+                                         f"configuration says"), str(refused.value)
+
+
+def test_an_attached_servers_model_part_is_what_it_serves():
+    """Figures of an attached server were keyed by the configured ids; now by what it says it
+    serves, the configured draft only where it drafts and does not say with what."""
+    with sglang_stub({**DFLASH_TP1, "speculative_draft_model_path": None}, {"model_path": "/models/model"}) as url:
+        attach = backends.AttachBackend("attached")
+        assert attach.model_part(state(attach, server_url=url)) == {"model": "/models/model", "draft_model": "org/draft"}
+    with sglang_stub({"speculative_algorithm": None, "tp_size": 1, "model_path": "org/model",
+                      "speculative_draft_model_path": None}) as url:
+        attach = backends.AttachBackend("attached")
+        assert attach.model_part(state(attach, server_url=url)) == {"model": "org/model", "draft_model": None}
 
 
 @pytest.mark.parametrize("skip", [True, False])
