@@ -11,7 +11,8 @@ processes, Python versions and xdist workers; the parts themselves are kept besi
 that a mismatch can say which part changed.
 
 The model part is what the backend serves (`Backend.model_part`): the configured model ids on
-SGLang, the engine's preset on the embedded engine, which ignores those ids. Records and entries
+SGLang, the engine's preset on the embedded engine, which ignores those ids, and on an attached
+server the models it reports (its readiness check stops a run whose configuration says otherwise). Records and entries
 written before that part said so hold the configured ids on every backend; a fingerprint keeps the
 digest they would have (`former`) and matches it too, so that those files stay matched where the
 setup is the same.
