@@ -208,7 +208,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     from . import recording, resume
 
     resume.resume_done(items, state, _gate(config, state))
-    collection.skip_other_configurations(items, state)
+    collection.skip_other_configurations(items, state, in_worker=hasattr(config, "workerinput"))
     for item in items:
         recording.mark_for_benchmark(item)
 

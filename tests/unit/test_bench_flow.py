@@ -274,20 +274,26 @@ def test_an_attached_server_that_is_the_configuration_runs_and_keys_figures_by_w
     assert {"model": "specdec-embedded/tiny", "draft_model": None} in models, models
 
 
-def test_an_attached_server_of_another_model_and_method_stops_the_run_naming_both(pytester):
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one-process", "xdist"])
+def test_an_attached_server_of_another_model_and_method_stops_the_run_naming_both(pytester, workers):
     """A server of another model, or of none of the configured methods, ran the run anyway: every
     test skipped as another configuration (green), or measured another model under the
     configured one's key. Now one error names each field, configured and served, and the fix."""
     with attached_engine("--method", "ddtree", "--budget", "8") as (url, _):
         project(pytester, methods=("dflash", "ar"), backend="auto", extra='model = "Qwen/Qwen3-8B"')
-        result = run(pytester, f"--specdec-server-url={url}")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([
-        f"ERROR: pytest-specdec: --specdec-server-url {url}: the server serves another setup than the "
+        result = run(pytester, f"--specdec-server-url={url}", *workers)
+    said = [
+        f"*pytest-specdec: --specdec-server-url {url}: the server serves another setup than the "
         f"configuration says (per its /server_info and /model_info): method: configured dflash or ar, served "
         f"ddtree; model: configured 'Qwen/Qwen3-8B', served 'specdec-embedded/tiny'; figures measured on it "
         f"would be recorded and gated as the configuration's. Attach a server that serves the configuration, "
-        f"or set model and the matrix in pyproject.toml [[]tool.specdec[]] to what it serves"])
+        f"or set model and the matrix in pyproject.toml [[]tool.specdec[]] to what it serves"]
+    if workers:  # the controller collects nothing: each worker's tests error with the message
+        result.assert_outcomes(errors=2)
+        result.stdout.fnmatch_lines(said)
+    else:
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines(["ERROR: " + said[0][1:]])
 
 
 @contextlib.contextmanager
