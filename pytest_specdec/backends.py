@@ -469,8 +469,10 @@ class AttachBackend(Backend):
         found = disagreements(identity, [(c.method, c.tp, c.budget) for c in matrix_cases(state)],
                               config.model, config.draft_model)
         if found:
-            source = config.source if config.source != "defaults" else "[tool.specdec] of pyproject.toml (or specdec.toml)"
-            keys = [k for k, f in (("model", "model"), ("draft_model", "draft model")) if any(d.field == f for d in found)]
+            source = (config.source if config.source != "defaults"
+                      else "[tool.specdec] of pyproject.toml (or specdec.toml)")
+            keys = [key for key, field in (("model", "model"), ("draft_model", "draft model"))
+                    if any(d.field == field for d in found)]
             keys += ["the matrix"] if any(d.field not in ("model", "draft model") for d in found) else []
             raise SpecdecUsageError(
                 f"{where} {url}: the server serves another setup than the configuration says (per its "

@@ -53,7 +53,8 @@ class ServerIdentity:
             return configuration_id(self.method, self.tp, self.budget)
         method = "?" if "method" in self.unreported else self.method
         tp = "?" if "tp" in self.unreported else self.tp
-        budget = "" if "method" in self.unreported else "-b?" if "budget" in self.unreported else ("" if self.budget is None else f"-b{self.budget}")
+        budget = ("" if "method" in self.unreported or self.budget is None and "budget" not in self.unreported
+                  else "-b?" if "budget" in self.unreported else f"-b{self.budget}")
         return f"{method}-tp{tp}{budget}"
 
     def matches(self, spec: ServerSpec) -> bool:

@@ -170,7 +170,8 @@ def test_an_attached_servers_model_part_is_what_it_serves():
     serves, the configured draft only where it drafts and does not say with what."""
     with sglang_stub({**DFLASH_TP1, "speculative_draft_model_path": None}, {"model_path": "/models/model"}) as url:
         attach = backends.AttachBackend("attached")
-        assert attach.model_part(state(attach, server_url=url)) == {"model": "/models/model", "draft_model": "org/draft"}
+        assert attach.model_part(state(attach, server_url=url)) == {"model": "/models/model",
+                                                                    "draft_model": "org/draft"}
     with sglang_stub({"speculative_algorithm": None, "tp_size": 1, "model_path": "org/model",
                       "speculative_draft_model_path": None}) as url:
         attach = backends.AttachBackend("attached")
