@@ -11,7 +11,8 @@ Each name is of one kind:
   decoding, sampling shape). ``null`` or the value that turns it off (SGLang's default) is
   accepted; any other value is refused with a 400 naming it, because serving it silently would
   measure something other than what the client asked for. A value of another type than SGLang's
-  API contract decodes the name as is refused first, as the contract refuses it (``Neutral.kinds``).
+  API contract decodes the name as is refused first, as the contract refuses it (contract.py on
+  /generate; ``Neutral.kinds`` where a route has no contract check).
 
 A LoRA adapter (``lora_path``) is refused as SGLang refuses it on a server started without
 ``--enable-lora``, in its words and at its point (see ``check_no_lora``): the engine has no LoRA,
@@ -43,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from .. import context_rule
-from . import lax
+from . import contract, lax
 
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default
 #: What SGLang's scheduler takes a null max_new_tokens for: no limit but the context's.
@@ -449,7 +450,9 @@ def json_invalid(exc: json.JSONDecodeError) -> dict:
 
 class SchemaViolation(RequestError):
     """A wrong type or an unknown name: SGLang's API contract check answers these, before any
-    streaming starts, with the message as a plain string."""
+    streaming starts, with the message as a plain string: on /generate the contract's own text
+    (contract.py); the engine's refusals of what SGLang takes (an unknown top-level name, a
+    batch) come in the same shape, in the engine's words."""
 
     def body(self) -> dict:
         return {"error": str(self)}
@@ -751,8 +754,12 @@ def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int) -
 
     ``encode`` turns text into token ids. Raises a RequestError subclass, in SGLang's order:
     the body's shape, then the schema, then what the engine cannot honour, then SGLang's refusals:
-    the prompt given, a LoRA adapter, then the context and the sampling ranges (admit).
+    the prompt given, a LoRA adapter, then the context and the sampling ranges (admit). The schema
+    is SGLang's API contract check (contract.py), in its words; it comes before the engine's own
+    refusal of names SGLang ignores, as SGLang refuses such a body for its contract violation.
     """
+    if isinstance(body, dict) and (violation := contract.generate_contract_error(body)) is not None:
+        raise SchemaViolation(violation)
     b = known_fields(body, GENERATE_FIELDS)
     stream = expect("stream", b.get("stream", False), (bool,), "a boolean")
     rid = b.get("rid")

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from pytest_specdec.engine import openai_api, protocol
+from pytest_specdec.engine import contract, openai_api, protocol
 from pytest_specdec.engine.protocol import (
     GENERATE_FIELDS,
     HINT_FIELDS,
@@ -74,8 +74,10 @@ def test_a_null_max_new_tokens_serves_the_rest_of_the_context():
     assert parse({"text": "a" * 30, "sampling_params": {}}, context_length=512).sampling.max_new_tokens == 128
 
 
-def other_value(rule: protocol.Neutral) -> object:
+def other_value(rule: protocol.Neutral, name: str = "") -> object:
     """A value of the type SGLang's contract takes for a neutral-only name, not its off value."""
+    if name == "watermark":  # a struct of its own names
+        return {"enabled": True}
     kinds = rule.kinds or (str,)
     if bool in kinds:
         return not rule.off
@@ -96,17 +98,43 @@ def test_a_neutral_field_at_its_off_value_is_accepted_and_any_other_value_is_nam
 def test_a_neutral_sampling_parameter_at_its_off_value_is_accepted_and_any_other_value_is_named(name):
     parse({"text": "hi", "sampling_params": {name: NEUTRAL_SAMPLING[name].off}})
     within = protocol.SAMPLING_RANGES.get(name)
-    other = other_value(NEUTRAL_SAMPLING[name])
+    other = other_value(NEUTRAL_SAMPLING[name], name)
     if within is not None and within.refuses(other):
         other = 0.5  # a value SGLang would serve
     with pytest.raises(Unsupported, match=rf"\b{name}="):
         parse({"text": "hi", "sampling_params": {name: other}})
 
 
-def test_hints_take_any_value():
-    body = {"text": "hi", **{name: {"anything": [1, "x"]} for name in HINT_FIELDS},
-            "sampling_params": {name: 7 for name in HINT_SAMPLING}}
+#: Values of each JSON shape, for a hint: the first one SGLang's API contract takes for its name.
+HINT_VALUES = ({"anything": [1, "x"]}, {"protocol_version": "1", "message_id": "m"}, {"a": "b"}, ["x"],
+               ["x", None], [7], [7, None], "x", 7, True)
+
+
+def hint_value(name: str, where: str | None = None) -> object:
+    wrap = (lambda v: {where: {name: v}}) if where else (lambda v: {name: v})
+    return next(v for v in HINT_VALUES if contract.generate_contract_error(wrap(v)) is None)
+
+
+def test_hints_take_any_value_sglangs_contract_takes():
+    """A hint changes nothing, whatever its value; a value of another type than SGLang's contract
+    decodes its name as is that contract's refusal (see test_a_hint_of_a_type_sglang_refuses...)."""
+    body = {"text": "hi", **{name: hint_value(name) for name in HINT_FIELDS},
+            "sampling_params": {name: hint_value(name, "sampling_params") for name in HINT_SAMPLING}}
+    assert {"anything": [1, "x"]} in body.values()  # the names SGLang's schema leaves untyped take anything
     assert parse(body).input_ids == tuple(TOKENIZER.encode("hi"))
+
+
+@pytest.mark.parametrize("body, words", [
+    ({"priority": "high"}, 'invalid type: string "high", expected i64'),
+    ({"custom_labels": {"team": 1}}, "invalid type: integer `1`, expected a string"),
+    ({"sampling_params": {"stream_interval": 1.5}}, "invalid type: floating point `1.5`, expected i64"),
+    ({"sampling_params": {"spaces_between_special_tokens": 7}}, "invalid type: integer `7`, expected a boolean"),
+])
+def test_a_hint_of_a_type_sglangs_contract_refuses_is_its_400(body, words):
+    """The engine took any value for a hint; SGLang's contract check refuses one of another type."""
+    with pytest.raises(SchemaViolation) as info:
+        parse({"text": "hi", **body})
+    assert info.value.body() == {"error": words}
 
 
 def test_what_sglang_frontend_sends_is_accepted():
@@ -140,13 +168,18 @@ def test_unhonourable_values_are_all_named_in_one_message():
 
 @pytest.mark.parametrize("body, error, fragment", [
     ({"text": "hi", "top_logprobs": 2}, SchemaViolation, "unknown field(s) `top_logprobs`"),
-    ({"text": "hi", "sampling_params": {"top_q": 1}}, SchemaViolation, "unknown sampling parameter(s) `top_q`"),
+    ({"text": "hi", "sampling_params": {"top_q": 1}}, SchemaViolation,
+     "unknown field `top_q`, expected one of `max_new_tokens`, `stop`,"),
     ({"text": "hi", "sampling_params": [{"max_new_tokens": 1}]}, SchemaViolation, "expected an object"),
-    ({"text": "hi", "sampling_params": "fast"}, SchemaViolation, "expected an object"),
-    ({"text": "hi", "sampling_params": {"max_new_tokens": "8"}}, SchemaViolation, "max_new_tokens: invalid type"),
-    ({"text": "hi", "sampling_params": {"temperature": "hot"}}, SchemaViolation, "temperature: invalid type"),
-    ({"text": "hi", "sampling_params": {"ignore_eos": 1}}, SchemaViolation, "ignore_eos: invalid type"),
-    ({"text": "hi", "sampling_params": {"stop": [1]}}, SchemaViolation, "stop: invalid type"),
+    ({"text": "hi", "sampling_params": "fast"}, SchemaViolation,
+     'invalid type: string "fast", expected a value or an array of values for SamplingParamsOrList'),
+    ({"text": "hi", "sampling_params": {"max_new_tokens": "8"}}, SchemaViolation,
+     'invalid type: string "8", expected i64'),
+    ({"text": "hi", "sampling_params": {"temperature": "hot"}}, SchemaViolation,
+     'invalid type: string "hot", expected f64'),
+    ({"text": "hi", "sampling_params": {"ignore_eos": 1}}, SchemaViolation,
+     "invalid type: integer `1`, expected a boolean"),
+    ({"text": "hi", "sampling_params": {"stop": [1]}}, SchemaViolation, "invalid type: integer `1`, expected a string"),
     ({"text": "hi", "sampling_params": {"stop": ""}}, Refused, "stop strings must be non-empty"),
     ({"text": "hi", "sampling_params": {"stop": ["ok", ""]}}, Refused, "stop strings must be non-empty"),
     ({"text": "hi", "sampling_params": {"temperature": float("inf")}}, Refused, "non-negative finite"),
@@ -155,8 +188,9 @@ def test_unhonourable_values_are_all_named_in_one_message():
     ({"text": ["a", "b"]}, SchemaViolation, "batched"),
     ({"input_ids": [[1, 2]]}, SchemaViolation, "batched"),
     ({"input_ids": []}, Refused, "input_ids cannot be empty."),
-    ({"text": "hi", "lora_path": 5}, SchemaViolation, "lora_path: invalid type: integer 5"),
-    ({"text": "hi", "lora_path": ["a", 3]}, SchemaViolation, "lora_path: invalid type: integer 3"),
+    ({"text": "hi", "lora_path": 5}, SchemaViolation,
+     "invalid type: integer `5`, expected a value or an array of values for OptionalStringOrList"),
+    ({"text": "hi", "lora_path": ["a", 3]}, SchemaViolation, "invalid type: integer `3`, expected a string"),
     ([{"text": "hi"}], InvalidBody, "JSON object"),
 ])
 def test_bad_requests_are_refused_with_the_reason(body, error, fragment):
@@ -281,7 +315,7 @@ def test_an_echo_of_a_value_too_deep_to_render_is_cut_not_a_crash():
     assert protocol._shown(value, 60) == "[[[..."
     message = protocol.validation_message([protocol.not_an_object(value, json_guard=False)], "POST /generate")
     assert "'input': [[[..., 'ctx'" in message and message.endswith("'input': [[[..., 'ctx': {'class_name': 'GenerateReqInput'}}]")
-    with pytest.raises(SchemaViolation, match=r"^text: invalid type: list \[\[\[\.\.\., expected"):
+    with pytest.raises(SchemaViolation, match=r"^invalid type: sequence, expected a string$"):
         parse({"text": value})
 
 
@@ -292,14 +326,14 @@ def test_a_body_is_parsed_as_fastapi_parses_it():
         assert parse_json('{"text": "é"}'.encode(encoding)) == {"text": "é"}, encoding
     body = parse_json(b'{"temperature": NaN, "top_p": Infinity, "min_p": -Infinity}')
     assert math.isnan(body["temperature"]) and body["top_p"] == math.inf and body["min_p"] == -math.inf
-    deep = b'{"text": "ok", "custom_labels": ' + b'{"a": ' * 100 + b'1' + b'}' * 100 + b'}'
+    deep = b'{"text": "ok", "sampling_params": {"custom_params": ' + b'{"a": ' * 100 + b'1' + b'}' * 100 + b'}}'
     assert parse(parse_json(deep)).input_ids == tuple(TOKENIZER.encode("ok"))
 
 
 @pytest.mark.parametrize("sampling, fragment", [
     ('{"temperature": NaN}', "temperature must be a non-negative finite number, got nan."),
     ('{"temperature": Infinity}', "temperature must be a non-negative finite number, got inf."),
-    ('{"max_new_tokens": NaN}', "max_new_tokens: invalid type"),
+    ('{"max_new_tokens": NaN}', "invalid type: floating point `nan`, expected i64"),
     ('{"top_p": NaN}', "top_p must be in (0, 1], got nan."),
     ('{"repetition_penalty": Infinity}', "repetition_penalty must be in (0, 2] (1.0 = no penalty), got inf."),
 ])
@@ -369,19 +403,21 @@ def test_min_new_tokens_above_max_new_tokens_gets_sglangs_refusal(params, words)
 
 
 @pytest.mark.parametrize("body, words", [
-    ({"sampling_params": {"top_p": "0.9"}}, 'top_p: invalid type: string "0.9", expected a number'),
-    ({"sampling_params": {"top_p": True}}, "top_p: invalid type: boolean true, expected a number"),
-    ({"sampling_params": {"n": 1.0}}, "n: invalid type: number 1.0, expected an integer"),
-    ({"sampling_params": {"regex": 5}}, "regex: invalid type: integer 5, expected a string"),
-    ({"sampling_params": {"skip_special_tokens": "false"}},
-     'skip_special_tokens: invalid type: string "false", expected a boolean'),
-    ({"sampling_params": {"logit_bias": {"1": "x"}}}, 'logit_bias: invalid type: string "x", expected an object of numbers'),
-    ({"sampling_params": {"choice": ["a", 1]}}, "choice: invalid type: integer 1, expected a list of strings"),
-    ({"sampling_params": {"top_p": ""}}, 'top_p: invalid type: string "", expected a number'),
-    ({"return_logprob": "yes"}, 'return_logprob: invalid type: string "yes", expected a boolean or a list of booleans'),
-    ({"require_reasoning": 0}, "require_reasoning: invalid type: integer 0, expected a boolean"),
-    ({"max_thinking_tokens": "8"}, 'max_thinking_tokens: invalid type: string "8", expected a non-negative integer'),
-    ({"max_thinking_tokens": -1}, "max_thinking_tokens: invalid value: integer -1, expected a non-negative integer"),
+    ({"sampling_params": {"top_p": "0.9"}}, 'invalid type: string "0.9", expected f64'),
+    ({"sampling_params": {"top_p": True}}, "invalid type: boolean `true`, expected f64"),
+    ({"sampling_params": {"n": 1.0}}, "invalid type: floating point `1.0`, expected i64"),
+    ({"sampling_params": {"regex": 5}}, "invalid type: integer `5`, expected a string"),
+    ({"sampling_params": {"skip_special_tokens": "false"}}, 'invalid type: string "false", expected a boolean'),
+    ({"sampling_params": {"logit_bias": {"1": "x"}}}, 'invalid type: string "x", expected f64'),
+    ({"sampling_params": {"logit_bias": [1]}}, "invalid type: sequence, expected a map"),
+    ({"sampling_params": {"choice": ["a", 1]}}, "invalid type: integer `1`, expected a string"),
+    ({"sampling_params": {"top_p": ""}}, 'invalid type: string "", expected f64'),
+    ({"sampling_params": {"watermark": {"salt": 1}}},
+     "unknown field `salt`, expected one of `enabled`, `key`, `context_window`"),
+    ({"return_logprob": "yes"}, 'invalid type: string "yes", expected a value or an array of values for BoolOrList'),
+    ({"require_reasoning": 0}, "invalid type: integer `0`, expected a boolean"),
+    ({"max_thinking_tokens": "8"}, 'invalid type: string "8", expected u64'),
+    ({"max_thinking_tokens": -1}, "invalid value: integer `-1`, expected u64"),
 ])
 def test_a_wrongly_typed_neutral_only_value_is_sglangs_contract_error(body, words):
     """SGLang's API contract decodes these names with their types and answers another type with

@@ -31,7 +31,7 @@ import pytest
 
 from pytest_specdec import context_rule, metrics
 from pytest_specdec import sglang_api as api
-from pytest_specdec.engine import openai_api, protocol
+from pytest_specdec.engine import contract, openai_api, protocol
 from pytest_specdec.servers import METHOD_FLAG_PRESETS, ServerSpec
 from pytest_specdec.workloads import Prompt, Workload
 from pytest_specdec.servers.sglang import build_sglang_argv
@@ -779,6 +779,96 @@ def test_engine_types_a_neutral_field_as_sglangs_contract(api_types, name):
 
 def test_engine_default_max_new_tokens_is_sglangs(api_types):
     assert api_types.SamplingParams().max_new_tokens == protocol.DEFAULT_MAX_NEW_TOKENS
+
+
+# -- /generate's contract check: the same bodies, the same texts -------------------------------------
+
+#: A value of every JSON shape the contract tells apart: each scalar type, signs, lists whose
+#: first item picks a flat list or a batch, maps of each item type, and objects of nested structs.
+CONTRACT_VALUES = ("x", "", 5, 0, -1, 2**70, 1.5, 1.0, float("nan"), True, False, None, [], ["x"], [5], [-1],
+                   [1.5], [True], [None], ["x", 5], [5, "x"], [[5]], [["x"]], [[5], "x"], [[None]], [None, 5],
+                   {}, {"1": 1.5}, {"1": "x"}, {"1": None}, {"url": 5}, {"url": "u", "fps": "x"}, {"bogus": 1},
+                   {"enabled": "yes"}, {"protocol_version": 5}, {"actions": [{"payload": [1], "action_id": 5}]},
+                   {"prefix": None}, [{"max_new_tokens": "x"}], [{"url": "u"}, 5], [[{"detail": 1}]])
+
+
+def contract_texts(api_types, body) -> tuple[str | None, str | None]:
+    """(SGLang's contract text for ``body``, the engine's), None where it passes."""
+    try:
+        api_types.GenerateRequest.from_json_value(body)
+        sglang = None
+    except api_types.JsonContractError as exc:
+        sglang = str(exc)
+    return sglang, contract.generate_contract_error(body)
+
+
+@pytest.mark.parametrize("name", sorted(protocol.GENERATE_FIELDS | {"not_in_the_schema"}))
+def test_engine_contract_check_of_a_field_is_sglangs(api_types, name):
+    """Every value shape for every top-level name: SGLang's decoder and the engine's mirror of it
+    refuse the same ones in the same words (a name its schema leaves out is ignored by both)."""
+    for value in CONTRACT_VALUES:
+        sglang, engine = contract_texts(api_types, {"text": "hi", name: value})
+        assert engine == sglang, f"{name}={value!r}"
+
+
+@pytest.mark.parametrize("name", sorted(protocol.SAMPLING_FIELDS | {"top_q"}))
+def test_engine_contract_check_of_a_sampling_param_is_sglangs(api_types, name):
+    for value in CONTRACT_VALUES:
+        for params in ({name: value}, [{"max_new_tokens": 1}, {name: value}]):
+            sglang, engine = contract_texts(api_types, {"text": "hi", "sampling_params": params})
+            assert engine == sglang, f"{name}={value!r} in {params!r}"
+
+
+@pytest.mark.parametrize("body", [
+    5, "x", [], None,
+    {"stream": "yes", "sampling_params": {"temperature": "hot"}},  # the first key sent is the one named
+    {"sampling_params": {"temperature": "hot"}, "stream": "yes"},
+    {"sampling_params": {"watermark": {"enabled": True, "salt": 1}}},
+    {"sampling_params": {"watermark": {"key": 5}}},
+    {"image_data": {"url": "u", "image_grid_thw": [[1, "x"]]}},
+    {"kv_hints": [None, {"actions": [5]}]},
+    {"input_ids": [[1, 2], [3, True]]}, {"input_ids": [True]}, {"input_ids": [1.5]},
+    {"max_thinking_tokens": -(2**70)}, {"custom_labels": {"a": "b", "c": 1}},
+])
+def test_engine_contract_check_of_a_whole_body_is_sglangs(api_types, body):
+    sglang, engine = contract_texts(api_types, body)
+    assert sglang is not None and engine == sglang
+
+
+def test_engine_contract_mirror_declares_sglangs_names(api_types):
+    """The unknown-field texts list the declared names in SGLang's order: the mirror's must be it."""
+    assert tuple(contract.SAMPLING_FIELD_NAMES) == api_types._FIELDS_SamplingParams
+    assert tuple(contract.GENERATE_FIELD_NAMES) == api_types.GenerateRequest.__struct_fields__
+
+
+@pytest.mark.parametrize("body", [
+    {"text": "hi", "stream": "on"},
+    {"text": "hi", "return_logprob": "no"},
+    {"text": "hi", "sampling_params": {"logit_bias": {"1": "x"}}},
+    {"text": "hi", "sampling_params": {"max_new_tokens": "8"}},
+    {"text": "hi", "sampling_params": {"n": 1.0}},
+    {"text": "hi", "sampling_params": {"top_q": 1}},
+    {"text": "hi", "sampling_params": "fast"},
+    {"text": "hi", "sampling_params": {"stop": [1]}},
+    {"text": "hi", "sampling_params": {"stop_token_ids": [1.5]}},
+    {"text": "hi", "sampling_params": {"watermark": {"enabled": 1}}},
+    {"text": "hi", "lora_path": 5},
+    {"text": "hi", "max_thinking_tokens": -1},
+    {"text": "hi", "return_prompt_token_ids": None},
+    {"text": [1]},
+    {"input_ids": [[1], ["x"]]},
+    {"text": "hi", "image_data": 5},
+    {"text": "hi", "bogus": 1, "stream": "on"},  # SGLang ignores the unknown name and refuses the value
+])
+def test_engine_generate_refuses_a_contract_violation_in_sglangs_words(api_types, body):
+    """The engine's /generate gate (parse_generate) answers a body SGLang's contract refuses with
+    that contract's text, as the body {"error": text}."""
+    from pytest_specdec.engine.tokenizer import ByteTokenizer
+    sglang, _ = contract_texts(api_types, body)
+    tokenizer = ByteTokenizer()
+    with pytest.raises(protocol.SchemaViolation) as info:
+        protocol.parse_generate(body, encode=tokenizer.encode, vocab_size=tokenizer.vocab_size, context_length=4096)
+    assert sglang is not None and info.value.body() == {"error": sglang}
 
 
 OPENAI_REQUESTS = {"CompletionRequest": (openai_api.COMPLETION_FIELDS, openai_api.COMPLETION_NEUTRAL),
