@@ -5,8 +5,8 @@ Each name is of one kind:
 
 - honoured: the engine does what SGLang does with it (``text``, ``max_new_tokens``, ``stop``, ...);
 - a hint: routing, caching, logging and tracing hints, and options that only shape an output the
-  engine never produces (logprob formats without ``return_logprob``); any value is accepted and
-  changes nothing;
+  engine never produces (logprob formats without ``return_logprob``); any value of the type
+  SGLang's API contract decodes it as is accepted and changes nothing;
 - neutral-only: a feature the engine does not have (logprobs, media inputs, constrained
   decoding, sampling shape). ``null`` or the value that turns it off (SGLang's default) is
   accepted; any other value is refused with a 400 naming it, because serving it silently would
