@@ -44,16 +44,44 @@ def matrix_cases(state: RunState) -> list[MatrixCase]:
 
 
 def check_tp_filter(state: RunState) -> None:
-    """A --specdec-tp that leaves no configuration of any matrix would run nothing, green."""
+    """A --specdec-tp that leaves no configuration of any matrix would run nothing, green; a size
+    no matrix has would drop out unseen, the run green on fewer sizes than asked for."""
     sizes = state.settings.tp
     matrices = state.config.matrices.values()
-    if sizes is None or not matrices or matrix_cases(state):
+    if sizes is None or not matrices:
         return
     where = state.settings.source("tp")
     have = "; ".join(f"{m.family} tp = {list(m.tp)}" for m in matrices)
-    raise pytest.UsageError(
-        f"pytest-specdec: {where} {','.join(map(str, sizes))} selects no configuration: the "
-        f"matrices have {have}; pick sizes from those, or add the size to a matrix")
+    if not matrix_cases(state):
+        raise pytest.UsageError(
+            f"pytest-specdec: {where} {','.join(map(str, sizes))} selects no configuration: the "
+            f"matrices have {have}; pick sizes from those, or add the size to a matrix")
+    missing = [size for size in sizes if not any(size in m.tp for m in matrices)]
+    if missing:
+        origin = state.settings.origins["tp"]
+        given = ",".join(map(str, sizes)) if origin in ("command line", "ini") else list(sizes)
+        raise pytest.UsageError(f"pytest-specdec: {where} {given} lists {', '.join(map(str, missing))}, which "
+                                f"no matrix has ({have}), so {'it' if len(missing) == 1 else 'they'} would "
+                                f"not run: " + _tp_filter_fix(state, sizes, missing))
+
+
+def _tp_filter_fix(state: RunState, sizes: tuple[int, ...], missing: list[int]) -> str:
+    """At the top of [tool.specdec], `tp = [1, 4]` reads as setting the sizes; say it selects."""
+    kept = [size for size in sizes if size not in missing]
+    origin = state.settings.origins["tp"]
+    if origin == "command line":
+        return (f"it selects among the matrices' sizes and adds none; add the size to a matrix's tp, "
+                f"or drop it: --specdec-tp={','.join(map(str, kept))}")
+    if origin == "ini":
+        return (f"it selects among the matrices' sizes and adds none; add the size to a matrix's tp, "
+                f"or drop it: specdec_tp = \"{','.join(map(str, kept))}\"")
+    matrix = next(iter(state.config.matrices.values()))
+    table = f"tool.specdec.matrix.{matrix.family}" if state.config.source.startswith("pyproject.toml") \
+        else f"matrix.{matrix.family}"
+    wanted = sorted({*matrix.tp, *missing})
+    return (f"at the top, tp only selects among the matrices' sizes; to run at "
+            f"{', '.join(map(str, missing))}, set the sizes in a matrix, e.g. [{table}] tp = {wanted}, "
+            f"and remove tp from the top; or keep tp = {kept}")
 
 
 def _marker_text(marker: pytest.Mark) -> str:

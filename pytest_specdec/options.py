@@ -265,7 +265,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("restart_on_crash", "restart a crashed server up to N times per configuration",
            _count, 0, metavar="N"),
     Option("tp", "run only the configurations of these tensor-parallel sizes (e.g. 8, or 1,4): "
-           "one host class's part of the matrix", _sizes, None, metavar="SIZES"),
+           "one host class's part of the matrix; each size must be in a matrix's tp", _sizes, None, metavar="SIZES"),
     Option("shard", "run only shard K of N (1-based, e.g. 2/4) of the configuration matrix; "
            "every shard works out the same partition, balanced by the durations in the baseline "
            "folder's durations.json; with --specdec-report=DIR, DIR is a shard folder for "

@@ -166,6 +166,24 @@ def test_a_tp_filter_that_selects_nothing_is_a_usage_error(pytester: pytest.Pyte
     pytester.runpytest("--specdec-tp=8", "--specdec-gpus=8").assert_outcomes(skipped=1)
 
 
+@pytest.mark.parametrize("where, args, message", [
+    ("[tool.specdec]\ntp = [1, 4]\n", [],
+     "pyproject.toml ?tool.specdec? key 'tp' ?1, 4? lists 4, which no matrix has (cpu tp = ?1?; hopper tp = ?1, 8?), "
+     "so it would not run: at the top, tp only selects among the matrices' sizes; to run at 4, set the sizes in a "
+     "matrix, e.g. ?tool.specdec.matrix.cpu? tp = ?1, 4?, and remove tp from the top; or keep tp = ?1?"),
+    ("", ["--specdec-tp=1,2,8"], "--specdec-tp 1,2,8 lists 2, which no matrix has (*), so it would not run: it "
+                                 "selects among the matrices' sizes and adds none; *or drop it: --specdec-tp=1,8"),
+    ("[tool.pytest.ini_options]\nspecdec_tp = \"4,8,16\"\n", [],
+     "ini specdec_tp 4,8,16 lists 4, 16, which no matrix has (*), so they would not run: *specdec_tp = \"8\""),
+])
+def test_a_tp_filter_listing_a_size_no_matrix_has_is_a_usage_error(pytester: pytest.Pytester, where, args, message):
+    """[tool.specdec]'s tp = [1, 4], written to run at TP 1 and 4, ran the tp1 configurations alone and
+    passed: the filter dropped 4, which no matrix listed, without a word."""
+    pytester.makepyprojecttoml(where + CPU_MATRIX + '\n[tool.specdec.matrix.hopper]\nmethods = ["ar"]\ntp = [1, 8]\n')
+    pytester.makepyfile("def test_cell(specdec_spec): pass")
+    _usage_error(pytester.runpytest(*args), message)
+
+
 @pytest.mark.parametrize("toml, fix", [("specdec_tp = [1, 4]", 'specdec_tp = "1,4"'),
                                        ("specdec_tp = 8", 'specdec_tp = "1,4"'),
                                        ("specdec_shard = 2", 'specdec_shard = "2/4"')])
