@@ -437,6 +437,8 @@ class Controller:
         self.notes: list[str] = []  # outputs written at session end, one line each
         self.problems: list[str] = []  # outputs that could not be written, one line each
         self._file_to_name = False  # a progress line ended pytest's line of letters: name the file anew
+        self._told: set[str] = set()  # tests whose outcome pytest has shown (its letter, or -v's word)
+        self._held: list[str] = []  # progress lines for after pytest's last `[100%]`, at the loop's end
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         from .state import SHARD_KEY, STATE_KEY
@@ -453,6 +455,8 @@ class Controller:
 
     @hookimpl(wrapper=True)  # its records before --junitxml writes the teardown report's properties
     def pytest_runtest_logreport(self, report: pytest.TestReport):
+        if report.when == "call" or not report.passed:
+            self._told.add(report.nodeid)
         if "specdec" not in report.keywords and not report.user_properties \
                 and not self._runs_again(report):
             return (yield)  # not one of ours: pytest's own summary covers it
@@ -471,20 +475,48 @@ class Controller:
         outcome = yield  # the terminal's letter or PASSED line first, so the test's own line is whole
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if result is not None and reporter is not None:
-            self._write_progress(reporter, session.progress_line(
-                result, len(results.results), results.progress_total(), results.stood_in.get(report.nodeid)))
+            line = session.progress_line(result, len(results.results), results.progress_total(),
+                                         results.stood_in.get(report.nodeid))
+            if self._letters_end_next():
+                self._held.append(line)
+            else:
+                self._write_progress(reporter, line)
         return outcome
 
-    def _write_progress(self, reporter: pytest.TerminalReporter, line: str) -> None:
+    def _letters_end_next(self) -> bool:
+        """Whether pytest's line of letters is whole, its `[100%]` (or -x's percentage) still to
+        come at the loop's end: a progress line written now would leave that alone on a line
+        beneath it, so it is held until then."""
+        session = self.session
+        return self.config.get_verbosity() <= 0 and session is not None and bool(
+            len(self._told) >= session.testscollected or session.shouldstop or session.shouldfail)
+
+    @hookimpl(wrapper=True, tryfirst=True)  # around the terminal's, which ends the letters with `[100%]`
+    def pytest_runtestloop(self, session: pytest.Session):
+        try:
+            return (yield)
+        finally:
+            self._write_held(at_end=True)
+
+    def _write_held(self, at_end: bool = False) -> None:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        held, self._held = self._held, []
+        for index, line in enumerate(held if reporter is not None else ()):
+            self._write_progress(reporter, line, open_end=at_end and index == len(held) - 1)
+
+    def _write_progress(self, reporter: pytest.TerminalReporter, line: str, open_end: bool = False) -> None:
         """Below the test's own line. Left open for pytest's next line to end where that line
         starts with a newline of its own (-v's test line, the summary), so no blank line comes
         between; where it starts with the file's name, that name is written when the next test
-        starts (`pytest_runtest_logstart`), so none stands alone with nothing after it."""
+        starts (`pytest_runtest_logstart`), so none stands alone with nothing after it. The
+        `open_end` line, the last at the loop's end, is left open as pytest leaves its `[100%]`."""
         reporter.ensure_newline()
         writer = getattr(reporter, "_tw", None)
         if writer is not None and writer.width_of_current_line:  # letters name no file to end (-q, xdist)
             writer.line()
-        if writer is not None and self.config.get_verbosity() > 0:
+        if writer is not None and open_end:
+            writer.write(line)  # ended by the terminal's session end, as its `[100%]` is
+        elif writer is not None and self.config.get_verbosity() > 0:
             writer.write(line)
             reporter.currentfspath = -2  # pytest's mark of a line to end before its next
         else:
@@ -493,6 +525,7 @@ class Controller:
 
     @hookimpl(tryfirst=True)  # before the terminal's, which would end an empty line first
     def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
+        self._write_held()  # a test run again (pytest-rerunfailures) after the last had begun
         if not self._file_to_name:
             return
         self._file_to_name = False

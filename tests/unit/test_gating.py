@@ -854,8 +854,24 @@ def test_progress_lines_leave_no_line_of_the_file_name_alone(pytester, mode):
     test_line = {"default": "test_figures.py .", "-q": ".",
                  "-v": "test_figures.py::test_figures[[]{n}[]] PASSED *"}[mode]
     for n in (1, 2, 3):  # each test's own line, whole, then its progress line
-        pattern = test_line.format(n=n)
+        pattern = test_line.format(n=n) + (" *[[]100%[]]" if n == 3 and mode != "-v" else "")
         assert [line for line in run if fnmatch.fnmatch(line, pattern)], (pattern, run)
         index = next(i for i, line in enumerate(run) if line.startswith(f"specdec [{n}/3]"))
         assert fnmatch.fnmatch(run[index - 1], pattern), run
     assert len(run) == 6, run
+    assert "[100%]" not in [line.strip() for line in lines], lines
+
+
+@pytest.mark.parametrize("args", [["-q"], [], ["-n", "2", "-q"], ["-n", "2"]])
+def test_pytests_last_percentage_ends_the_line_of_letters_not_one_of_its_own(pytester, args):
+    """The last test's progress line came before pytest's `[100%]`, which the terminal writes once
+    the loop ends: it stood alone on a line under that progress line (-q, default, xdist)."""
+    pytester.makepyfile(test_figures=PARAMETRIZED_RECORDING_TEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", *args)
+    result.assert_outcomes(passed=3)
+    lines = [line.rstrip() for line in result.stdout.lines]
+    assert "[100%]" not in [line.strip() for line in lines], lines
+    end = next(i for i, line in enumerate(lines) if line.endswith("[100%]"))
+    assert lines[end].startswith(("test_figures.py .", ".")), lines
+    # the last progress line after the letters' line, then the summary: no line between them
+    assert lines[end + 1].startswith("specdec [3/3]") and lines[end + 2].startswith("="), lines[end - 1:]
