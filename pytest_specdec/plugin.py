@@ -262,7 +262,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
     # a CI runner's SIGTERM, a dropped ssh session's SIGHUP still leave the summary and report;
     # an xdist controller says where a hangup's output goes, not each of its workers
-    cleanup.interrupt_on_signals(hangup.of_run(config, run_id(config)), notice=not hasattr(config, "workerinput"))
+    cleanup.interrupt_on_signals(hangup.of_run(config, run_id(config)), notice=not hasattr(config, "workerinput"),
+                                 worker=hasattr(config, "workerinput"))
     note_collected(config, recording_names(session.items))
     note_configured(config, configured_ids(session.items))
     recording = count_recording(session.items)  # the total of the `[done/total]` progress lines

@@ -35,6 +35,7 @@ class XdistHooks:
         self.results = results
         self.config = config
         self._seen = False
+        self._nodes: dict[str, object] = {}  # the workers up now, by id: the controller's interrupt goes to them
 
     def pytest_xdist_node_collection_finished(self, node, ids) -> None:
         self.results.unheard_workers.add(node.gateway.id)  # until its list of what it collected comes
@@ -48,7 +49,24 @@ class XdistHooks:
 
                 # the controller's SIGTERM or SIGHUP ends the run as Ctrl-C does; after a hangup its
                 # output goes to the log its workers' goes to, in the run folder they share
-                cleanup.interrupt_on_signals(hangup.of_run(node.config, run_id(node.config)))
+                cleanup.interrupt_on_signals(hangup.of_run(node.config, run_id(node.config)),
+                                             passes_on=self._worker_pids)
+
+    def pytest_testnodeready(self, node) -> None:
+        self._nodes[node.gateway.id] = node
+
+    def _worker_pids(self) -> list[int]:
+        """The pids of the workers this controller started on this host (execnet's popen gateways),
+        still running; a remote worker (ssh, socket) is xdist's own to end."""
+        pids = []
+        for node in list(self._nodes.values()):
+            gateway = node.gateway
+            spec = getattr(gateway, "spec", None)
+            popen = getattr(getattr(gateway, "_io", None), "popen", None)
+            if getattr(spec, "popen", False) and not getattr(spec, "via", None) and popen is not None \
+                    and popen.poll() is None:
+                pids.append(popen.pid)
+        return pids
 
     def _names_a_configuration(self, ids) -> bool:
         """Whether a worker's collection (node ids) holds a test of a configuration of the matrix."""
@@ -78,6 +96,7 @@ class XdistHooks:
         from .collection import note_collected, note_configured
         from .plugin import COLLECTED_OUTPUT, CONFIGURED_OUTPUT
 
+        self._nodes.pop(node.gateway.id, None)
         output = getattr(node, "workeroutput", {})
         collected = output.get(COLLECTED_OUTPUT)
         if collected is not None:

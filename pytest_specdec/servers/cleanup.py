@@ -56,6 +56,9 @@ _interrupts = False  # the next SIGTERM or SIGHUP raises KeyboardInterrupt inste
 _terminal: Terminal | None = None  # where a SIGHUP sends the output bound for the terminal
 _notice = False  # whether a SIGHUP says on the terminal where the output goes (one process of a run)
 _ending = False  # the run writes its ending (pytest_sessionfinish): an interrupt would only break it
+_passes_on: Callable[[], list[int]] | None = None  # an xdist controller's workers, told of its interrupt
+_worker = False  # an xdist worker: one repeat of the signal that interrupted it is that interrupt again
+_taken: int | None = None  # the signal that interrupted this worker, until its one repeat comes
 
 SIGTERM_INTERRUPT = "SIGTERM: {killed}the run ends as after Ctrl-C, reporting the tests that finished " \
                     "(a second SIGTERM or SIGHUP ends it at once)"
@@ -150,16 +153,25 @@ def kill_all() -> None:
         watchdog.kill_tagged(_token[1])
 
 
-def interrupt_on_signals(terminal: Terminal | None = None, notice: bool = True) -> None:
+def interrupt_on_signals(terminal: Terminal | None = None, notice: bool = True,
+                         passes_on: Callable[[], list[int]] | None = None, worker: bool = False) -> None:
     """Make the first SIGTERM or SIGHUP of this pytest run, after killing the servers, raise
     KeyboardInterrupt: pytest then tears down and writes what finished, as after Ctrl-C. Killed at
     once instead, a run lost its summary, report and baselines without a word. A SIGHUP first
     points every descriptor on `terminal` at its log (`notice`: saying so on the terminal, where
     it still takes a line). Only for a pytest session that uses the plugin: elsewhere both keep
-    their disposition."""
-    global _interrupts, _terminal, _notice
+    their disposition.
+
+    An xdist controller `passes_on` its interrupt to its workers (the pids it returns) at once:
+    else xdist waits for them in their tests, execnet interrupting one after 5 s with a SIGINT that
+    a worker started with SIGINT ignored (a CI shell's background job) never sees, and xdist kills
+    it 10 s later, its tests' teardown and ending unwritten. A `worker` takes one repeat of its
+    interrupting signal as that interrupt again: a hangup or a process group's SIGTERM reaches it
+    both directly and through its controller. A second the user sends ends the controller at once,
+    and the workers with it."""
+    global _interrupts, _terminal, _notice, _passes_on, _worker
     if threading.current_thread() is threading.main_thread():
-        _interrupts, _terminal, _notice = True, terminal, notice
+        _interrupts, _terminal, _notice, _passes_on, _worker = True, terminal, notice, passes_on, worker
         _install_signal_handlers()
 
 
@@ -213,9 +225,14 @@ def _on_signal(signum, frame) -> None:
     if callable(previous):
         previous(signum, frame)
         return
-    global _interrupts
+    global _interrupts, _taken
+    if _taken == signum:  # the controller passed on the interrupt this worker already took
+        _taken = None
+        return
     if _interrupts:
         _interrupts = False  # the next SIGTERM or SIGHUP ends the process
+        _taken = signum if _worker else None
+        _pass_on(signum)
         # an xdist controller starts no server: its workers' own handlers kill theirs
         started = _token is not None and _token[0] == os.getpid()
         killed = "this process's servers were killed; " if started else ""
@@ -229,6 +246,19 @@ def _on_signal(signum, frame) -> None:
     # Default disposition: restore it and re-deliver, so the exit status still says "signal".
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
+
+
+def _pass_on(signum: int) -> None:
+    """The controller's interrupt, to each of its workers (`interrupt_on_signals`)."""
+    try:
+        pids = _passes_on() if _passes_on is not None else []
+    except Exception:  # xdist's own wait still ends them
+        return
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except OSError:
+            continue
 
 
 def _say(text: str) -> None:

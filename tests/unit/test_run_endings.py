@@ -278,6 +278,85 @@ def test_an_interrupted_xdist_controller_says_the_wait_for_its_workers(pytester)
         kill_everything(proc, noted)
 
 
+# Holds until the run is interrupted; its fixture's teardown says that the worker ended its test
+# itself (a worker xdist kills never tears it down).
+HOLDS_WITH_A_TEARDOWN_TEST = (RECORDS_THEN_HOLDS_TEST + '''
+
+import pytest
+
+
+@pytest.fixture
+def torn_down(pytestconfig):
+    yield
+    (pytestconfig.rootpath / "torn-down").write_text("yes")
+
+
+def test_hold_then_tear_down(specdec_server, pytestconfig, torn_down):
+    (pytestconfig.rootpath / "holding").write_text(str(os.getpid()))
+    time.sleep(240)
+''').replace("def test_hold(", "def _not_held(")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM], ids=["SIGHUP", "SIGTERM"])
+def test_a_signal_to_the_xdist_controller_alone_reaches_its_workers(pytester, sig):
+    """A SIGHUP or SIGTERM to the controller alone left its workers in their tests: xdist waited,
+    execnet's SIGINT after 5 s never reached a worker started with SIGINT ignored (a CI shell's
+    background job), and xdist killed it 10 s later, its test's teardown never run. The controller
+    now passes the signal on: each worker kills its servers and ends its test as after Ctrl-C,
+    then the controller writes its summary and report."""
+    pytest.importorskip("xdist")
+    project(pytester, methods=("ar",), prompts=1, max_new_tokens=4)
+    pytester.makepyfile(test_sig=HOLDS_WITH_A_TEARDOWN_TEST)
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST"))}
+    with open(pytester.path / "pytest.out", "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
+                                 "-n", "2", "test_sig.py", "--specdec-report=out"],
+                                cwd=pytester.path, env=environ, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    noted: list[int] = []
+    try:
+        noted = [wait_holding(pytester.path, proc), *engine_pids(pytester.path)]
+        assert len(noted) == 2, f"expected the worker and its server, found {noted}"
+        proc.send_signal(sig)  # the controller alone
+        proc.wait(timeout=120)
+        out = (pytester.path / "pytest.out").read_text()
+        assert wait_gone(noted, timeout=GONE_WITHIN_S) == [], out[-3000:]
+        assert (pytester.path / "torn-down").exists(), out[-3000:]
+        rows = json.loads((pytester.path / "out" / "results.json").read_text())["results"]
+        assert [row["test_id"] for row in rows] == ["test_generation[ar-tp1-chat]"], out[-3000:]
+        assert "specdec summary" in out, out[-3000:]
+    finally:
+        kill_everything(proc, noted)
+
+
+WORKER_TAKING_SIGNALS = """
+import os, signal, sys, time
+from pytest_specdec.servers import cleanup
+
+cleanup.interrupt_on_signals(worker=sys.argv[1] == "worker")
+for n in (1, 2, 3):
+    try:
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(0.5)
+        print(n, "absorbed", flush=True)
+    except KeyboardInterrupt:
+        print(n, "interrupted", flush=True)
+"""
+
+
+@pytest.mark.parametrize("role, said", [("worker", ["1 interrupted", "2 absorbed"]), ("single", ["1 interrupted"])])
+def test_a_worker_takes_one_repeat_of_its_interrupt_as_the_same_interrupt(role, said):
+    """Its controller passes a SIGHUP or SIGTERM on, and a hangup or a process group's SIGTERM also
+    reaches the worker directly: the second must not end it at once, mid-ending. The one after
+    does; a process of its own still ends at its second."""
+    done = subprocess.run([sys.executable, "-c", WORKER_TAKING_SIGNALS, role], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.split("\n")[:-1] == said, done.stdout + done.stderr
+    assert done.returncode == -signal.SIGHUP
+
+
 def start_on_a_terminal(root: Path, *command: str) -> tuple[subprocess.Popen, Terminal]:
     """`command` in `root` on a pseudo-terminal of its own, which is its controlling terminal (it
     leads the terminal's session); closing the terminal's master hangs it up, as a dropped ssh
