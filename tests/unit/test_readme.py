@@ -29,6 +29,18 @@ def test_the_readme_example_runs_its_cpu_matrix(pytester: pytest.Pytester):
     result.stdout.fnmatch_lines(["*specdec summary*", "ddtree-tp1-b8 *chat *"])
 
 
+def test_the_tour_puts_its_test_where_the_readmes_commands_and_the_examples_run():
+    """The tour put its test in tests/test_generation.py, while the README's commands and every
+    example run `pytest tests/bench`: a project set up as the tour says failed each shard with
+    "file or directory not found: tests/bench"."""
+    _, python = tour_blocks()
+    path = re.match(r"# (\S+\.py)", python).group(1)
+    examples = README.parent / "examples"
+    for text in [README.read_text(encoding="utf-8"), *(f.read_text() for f in sorted(examples.iterdir()))]:
+        for folder in re.findall(r"pytest (tests/\S+)", text):
+            assert path.startswith(folder.rstrip("/") + "/") or folder.endswith(".py"), (folder, path)
+
+
 def test_the_readme_maps_every_test_verdict_to_its_table_text_and_figure_verdicts():
     """The table said ok / improved / new baseline, the figures' JUnit verdicts unchanged /
     improvement / new, and the README said a figure's verdict was shown in the table: a reader
