@@ -498,9 +498,13 @@ def _parse_workload(filename: str, index: int, data: Any, root: Path) -> Workloa
         path = path if path.is_absolute() else root / path
         meant = closest(prompts, BUILTIN_PROMPT_SETS) if "/" not in prompts and not path.suffix else None
         if not path.is_file():
+            # the path looked at, since a relative one is the project root's, not the current folder's
+            found = f"{path} is a folder" if path.is_dir() else f"no file at {path}"
+            relative = "" if Path(prompts).expanduser().is_absolute() else " (a relative path is the project root's)"
             reader.fail("prompts", f"{prompts!r} is neither a built-in set "
                                    f"({', '.join(BUILTIN_PROMPT_SETS)}) nor a JSONL file; "
-                                   + (f"did you mean the built-in set {meant!r}?" if meant else "fix the path"))
+                                   + (f"did you mean the built-in set {meant!r}?" if meant
+                                      else f"{found}{relative}: fix the path"))
         prompts = str(path)
     spec = WorkloadSpec(
         name=name, prompts=prompts,

@@ -173,7 +173,8 @@ from pytest_specdec.errors import SpecdecUsageError
      "pyproject.toml [tool.specdec.workloads #1] key 'prompts': 'maths' is neither a built-in set (chat, code, math) nor a JSONL "
      "file; did you mean the built-in set 'math'?"),
     ("[[tool.specdec.workloads]]\nprompts = 'poetry'\n", "*key 'prompts': 'poetry' is neither a built-in set * nor a "
-                                                          "JSONL file; fix the path"),
+                                                          "JSONL file; no file at */poetry (a relative path is the "
+                                                          "project root's): fix the path"),
     ("[tool.specdec.metrics]\nkv_hit_rate = 'higer'\n",
      "pyproject.toml [tool.specdec.metrics] key 'kv_hit_rate': 'higer' is not a direction; did you mean 'higher'?"),
     ("[[tool.specdec.workloads]]\nconcurrency = 0\n",
@@ -599,6 +600,26 @@ def test_generation(specdec_server, specdec_workload):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert_one_line(result.stderr.str(), "ERROR: pytest-specdec: " + message)
     assert not (pytester.path / ".specdec" / "artifacts").exists(), "a server was started"
+
+
+def test_a_missing_prompt_file_is_named_where_it_was_looked_for(tmp_path):
+    """`prompts = "data/p.jsonl"` that is not there said only "is neither a built-in set nor a JSONL
+    file; fix the path": a run started in tests/ did not say that the path is the project root's,
+    nor which file it looked for, and a folder there read as no file at all."""
+    (tmp_path / "pyproject.toml").write_text('[[tool.specdec.workloads]]\nprompts = "data/p.jsonl"\n')
+    with pytest.raises(SpecdecUsageError) as missing:
+        config.load(tmp_path)
+    assert str(missing.value).endswith(f"no file at {tmp_path / 'data' / 'p.jsonl'} (a relative path is "
+                                       "the project root's): fix the path"), missing.value
+    (tmp_path / "data" / "p.jsonl").mkdir(parents=True)
+    with pytest.raises(SpecdecUsageError) as folder:
+        config.load(tmp_path)
+    assert f"{tmp_path / 'data' / 'p.jsonl'} is a folder (a relative path" in str(folder.value), folder.value
+    absolute = tmp_path / "elsewhere.jsonl"
+    (tmp_path / "pyproject.toml").write_text(f'[[tool.specdec.workloads]]\nprompts = "{absolute}"\n')
+    with pytest.raises(SpecdecUsageError) as outside:
+        config.load(tmp_path)
+    assert str(outside.value).endswith(f"no file at {absolute}: fix the path"), outside.value
 
 
 def test_a_prompt_file_under_the_home_folder_is_found(tmp_path, monkeypatch):
