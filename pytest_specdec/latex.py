@@ -4,8 +4,8 @@
 Both need only booktabs and graphicx. One table per workload: its caption names the hardware and
 the backend; a family column appears where the rows come from matrices of several families; the
 speedup column is tokens/s over the reference method's (AR) at the same family and TP, the figure
-spec-decoding papers report; the best value of each column is bold. The figures are the plots'
-PDFs (vector).
+spec-decoding papers report (left out where no AR row was measured); the best value of each column
+is bold. The figures are the plots' PDFs (vector).
 """
 
 from __future__ import annotations
@@ -50,11 +50,13 @@ def _metric_column(title: str, metric: str, fmt: str) -> Column:
 
 
 def columns(speedups: Mapping[str, float]) -> tuple[Column, ...]:
-    """The table's numeric columns; `speedups` by row test id (see `speedups`)."""
+    """The table's numeric columns; `speedups` by row test id (see `speedups`). Without any (no
+    row has its reference measured) there is no speedup column, rather than one of dashes."""
+    speedup = Column(f"speedup vs {REFERENCE_METHOD.upper()}", lambda row: speedups.get(row.test_id),
+                     "{:.2f}$\\times$", True)
     return (
         _metric_column("tokens/s", "output_tok_s", "{:.1f}"),
-        Column(f"speedup vs {REFERENCE_METHOD.upper()}", lambda row: speedups.get(row.test_id),
-               "{:.2f}$\\times$", True),
+        *([speedup] if speedups else []),
         _metric_column("accept len", "accept_length", "{:.2f}"),
         _metric_column("TTFT ms", "ttft_ms", "{:.1f}"),
         _metric_column("TPOT ms", "tpot_ms", "{:.2f}"),
@@ -119,7 +121,8 @@ def _table(rows: Sequence[ReportRow], workload: str, meta: Mapping[str, Any],
            caption: str) -> list[str]:
     rows = sorted(rows, key=lambda r: (test_function(r), r.family or "", r.tp or 0, r.method or "",
                                        r.budget or 0, other_parameters(r)))
-    cols = columns(speedups(rows))
+    ratios = speedups(rows)
+    cols = columns(ratios)
     with_test = several_test_functions(rows)
     with_family = len({r.family for r in rows}) > 1
     # rows of one configuration apart only in other parameters (pytest-repeat's 1-3) would read alike
@@ -134,8 +137,8 @@ def _table(rows: Sequence[ReportRow], workload: str, meta: Mapping[str, Any],
              f"{meta['backend']} backend" if meta.get("backend") else ""]
     text = (f"{caption}, workload {workload}" + (f" ({', '.join(w for w in where if w)})"
                                                   if any(where) else "")
-            + f". Speedup: tokens/s over {REFERENCE_METHOD.upper()} at the same family and TP. "
-            "Bold: the best value of each column.")
+            + (f". Speedup: tokens/s over {REFERENCE_METHOD.upper()} at the same family and TP" if ratios else "")
+            + ". Bold: the best value of each column.")
     out = [
         "\\begin{table}[t]", "\\centering", "\\small",
         f"\\caption{{{tex_escape(text)}}}",

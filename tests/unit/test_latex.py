@@ -60,6 +60,18 @@ def test_table_names_the_hardware_has_speedups_and_bolds_the_best():
     assert tex.count("\\begin{") == tex.count("\\end{") and "\\documentclass" not in tex
 
 
+def test_a_table_without_an_ar_row_has_no_speedup_column():
+    """The README's Blackwell matrix has no ar: its table had a "speedup vs AR" column of dashes
+    under a caption explaining the speedup."""
+    no_ar = [r for r in rows() if r.method != "ar"]
+    tex = render_fragment(no_ar, meta=META)
+    assert "Method & TP & Budget & tokens/s & accept len & TTFT ms & TPOT ms \\\\" in tex
+    assert "ddtree & 1 & 16 & \\textbf{900.0} & \\textbf{3.40} & 30.0 & \\textbf{1.10} \\\\" in tex
+    assert "speedup" not in tex.lower()
+    assert "workload chat (on NVIDIA H200 (sm\\_90, hopper) x8, sglang backend). Bold: the best" in tex
+    assert "\\begin{tabular}{lrrrrrr}" in tex  # as many columns as titles
+
+
 def test_a_table_measured_without_a_gpu_says_it_ran_on_the_cpu():
     """The caption read "on no GPU, embedded backend"."""
     tex = render_fragment(rows(("cpu",)), meta={"hardware": "no GPU", "backend": "embedded"})
