@@ -190,9 +190,11 @@ def stands_in(item: pytest.Item) -> bool:
 
 def can_record(item: pytest.Item) -> bool:
     """Whether a test can record a result: it asks for `specdec_record` and pytest will call it
-    (a test resumed from the journal is marked to skip). Known at collection; whether it records
-    is not (it may skip itself, fail first or record nothing), so this counts what can."""
-    return "specdec_record" in getattr(item, "fixturenames", ()) and will_run(item)
+    (a test resumed from the journal is marked to skip), and its server is not made to crash as
+    its known issue says (a dry run's). Known at collection; whether it records is not (it may
+    skip itself, fail first or record nothing), so this counts what can."""
+    return ("specdec_record" in getattr(item, "fixturenames", ()) and will_run(item)
+            and not item.stash.get(_PLAYED_CRASH_KEY, False))
 
 
 _COUNTED_KEY = pytest.StashKey[bool]()
@@ -383,7 +385,21 @@ def modify_items(items: list[pytest.Item], state: RunState, in_worker: bool = Fa
             why = "" if strict else (f" (a dry run on the {state.backend} backend does not reproduce it: "
                                      f"an XPASS here does not mean it is fixed)")
             item.add_marker(pytest.mark.xfail(reason=f"known issue: {issue}{why}", strict=strict))
+            if plays_known_crash(item, state):
+                item.stash[_PLAYED_CRASH_KEY] = True
     items[:] = order_by_configuration(items, state)
+
+
+#: Marks a test whose server the backend makes crash as its known issue says (a dry run's).
+_PLAYED_CRASH_KEY = pytest.StashKey[bool]()
+
+
+def plays_known_crash(item: pytest.Item, state: RunState) -> bool:
+    """Whether `item`'s server crashes on purpose: a dry run on a backend that plays a matrix
+    configuration's known issue out (its engine's fault injection), so the test never records."""
+    case = case_of(item)
+    return (state.dry_run and state.backend.reproduces_known_issues and case is not None
+            and state.known_issue(case.method, case.tp, case.budget) is not None)
 
 
 def known_issues_strict(state: RunState) -> bool:
