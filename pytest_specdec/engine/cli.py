@@ -237,6 +237,9 @@ def server_args_dict(args: EngineArgs) -> dict:
         "speculative_num_draft_tokens": args.budget + 1 if speculative else None,
         "speculative_dflash_block_size": args.block_size if speculative else None,
         "speculative_ddtree_budget": args.budget if takes_budget(args.method) else None,
+        # its drafter is distilled from the target's own weights: SGLang names the target where the
+        # draft is bundled in its checkpoint (MTP), and null where nothing drafts
+        "speculative_draft_model_path": args.served_model_name if speculative else None,
         "enable_metrics": True,
         # no prefix is kept between requests: SGLang's --disable-radix-cache, whose cached_tokens are 0
         "disable_radix_cache": True,

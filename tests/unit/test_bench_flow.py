@@ -266,12 +266,38 @@ def test_an_attached_server_that_is_the_configuration_runs_and_keys_figures_by_w
         result = run(pytester, f"--specdec-server-url={url}", "--specdec-require-baseline")
         result.assert_outcomes(passed=1)
         result.stdout.fnmatch_lines(["specdec: attached server serves ddtree-tp1-b8, model specdec-embedded/tiny, "
-                                     "draft model (not reported)"])
+                                     "draft model specdec-embedded/tiny"])
         result.stdout.no_fnmatch_line("*measured another setup*")
         run(pytester, f"--specdec-server-url={url}", "--specdec-save-baseline").assert_outcomes(passed=1)
     baseline = json.loads((pytester.path / "baselines" / "cpu.json").read_text())
     models = [parts["model"] for parts in baseline["setups"].values()]
-    assert {"model": "specdec-embedded/tiny", "draft_model": None} in models, models
+    assert {"model": "specdec-embedded/tiny", "draft_model": "specdec-embedded/tiny"} in models, models
+
+
+def test_an_attached_embedded_engine_has_its_draft_model_checked(pytester):
+    """The embedded engine's /server_info named no draft model, so a drafting engine attached
+    under another configured draft model ran and recorded its figures under that one. It now
+    names what it drafts with, its own target (its drafter is distilled from it), as SGLang
+    names the target for a draft bundled in its checkpoint: the configured draft is checked, and
+    the engine's own name passes."""
+    with attached_engine("--method", "ddtree", "--budget", "8") as (url, _):
+        project(pytester, budgets=(8,), backend="auto",
+                extra='model = "specdec-embedded/tiny"\ndraft_model = "z-lab/Qwen3-8B-DFlash"')
+        result = run(pytester, f"--specdec-server-url={url}")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([
+            "ERROR: *the server serves another setup than the configuration says (per its /server_info): "
+            "draft model: configured 'z-lab/Qwen3-8B-DFlash', served 'specdec-embedded/tiny'; *set draft_model *"])
+        project(pytester, budgets=(8,), backend="auto",
+                extra='model = "specdec-embedded/tiny"\ndraft_model = "specdec-embedded/TINY"')
+        result = run(pytester, f"--specdec-server-url={url}")
+        result.assert_outcomes(passed=1)
+        result.stdout.fnmatch_lines(["specdec: attached server serves ddtree-tp1-b8, model specdec-embedded/tiny, "
+                                     "draft model specdec-embedded/tiny"])
+    with attached_engine("--method", "ar") as (url, _):  # drafts with nothing: a configured draft is not asked of it
+        project(pytester, methods=("ar",), backend="auto",
+                extra='model = "specdec-embedded/tiny"\ndraft_model = "z-lab/Qwen3-8B-DFlash"')
+        run(pytester, f"--specdec-server-url={url}").assert_outcomes(passed=1)
 
 
 @pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one-process", "xdist"])
