@@ -117,11 +117,9 @@ class XdistHooks:
         for its workers to end their tests, which a worker reached by no signal does only when
         execnet interrupts it: say that wait and its bound instead of keeping silent through it."""
         from .fixtures import _announcer
+        from .servers import cleanup
 
-        _announcer(self.config)(
-            f"interrupted: waiting for the xdist workers to end their tests and stop their servers "
-            f"(bound: execnet interrupts a worker still in its test after {EXECNET_GRACE_S:g}s, and xdist "
-            f"kills one still running {XDIST_EXIT_TIMEOUT_S:g}s later; its servers go with it)")
+        _announcer(self.config)(waiting_line(cleanup.passed_on(), len(self._nodes)))
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log):
@@ -129,6 +127,27 @@ class XdistHooks:
             return None
         param_ids = [case.param_id for case in matrix_cases(config.stash[STATE_KEY])]
         return ConfigurationScheduling(config, log, param_ids)
+
+
+def waiting_line(passed: tuple[str, int] | None, workers: int) -> str:
+    """What an interrupted controller waits for: its `workers` (those up) to end their tests, the
+    ones its signal was `passed` on to (its name, how many it reached) doing so at once; execnet's
+    interrupt and xdist's kill bound the wait either way."""
+    if passed is None:
+        return (f"interrupted: waiting for the xdist workers to end their tests and stop their servers "
+                f"(bound: execnet interrupts a worker still in its test after {EXECNET_GRACE_S:g}s, and xdist "
+                f"kills one still running {XDIST_EXIT_TIMEOUT_S:g}s later; its servers go with it)")
+    name, reached = passed
+    others = workers - reached
+    told = "the xdist workers" if others <= 0 else f"the {reached} xdist worker{'s' * (reached != 1)} on this host"
+    does = ("which end their tests and stop their servers" if others <= 0 or reached != 1
+            else "which ends its test and stops its servers")
+    them = "them" if others <= 0 or reached != 1 else "it"
+    rest = "" if others <= 0 else f" and the {others} remote one{'s' * (others != 1)}, which no signal reached"
+    return (f"interrupted: {name} passed on to {told}, {does} as after Ctrl-C; waiting for {them}{rest} "
+            f"(bound: execnet interrupts a worker still running after "
+            f"{EXECNET_GRACE_S:g}s, and xdist kills one still running {XDIST_EXIT_TIMEOUT_S:g}s later; its "
+            f"servers go with it)")
 
 
 def by_configuration(config: pytest.Config) -> bool:

@@ -59,6 +59,7 @@ _ending = False  # the run writes its ending (pytest_sessionfinish): an interrup
 _passes_on: Callable[[], list[int]] | None = None  # an xdist controller's workers, told of its interrupt
 _worker = False  # an xdist worker: one repeat of the signal that interrupted it is that interrupt again
 _taken: int | None = None  # the signal that interrupted this worker, until its one repeat comes
+_passed: tuple[int, int] | None = None  # (signal, workers it reached): what the controller passed on
 
 SIGTERM_INTERRUPT = "SIGTERM: {killed}the run ends as after Ctrl-C, reporting the tests that finished " \
                     "(a second SIGTERM or SIGHUP ends it at once)"
@@ -169,9 +170,10 @@ def interrupt_on_signals(terminal: Terminal | None = None, notice: bool = True,
     interrupting signal as that interrupt again: a hangup or a process group's SIGTERM reaches it
     both directly and through its controller. A second the user sends ends the controller at once,
     and the workers with it."""
-    global _interrupts, _terminal, _notice, _passes_on, _worker
+    global _interrupts, _terminal, _notice, _passes_on, _worker, _passed
     if threading.current_thread() is threading.main_thread():
         _interrupts, _terminal, _notice, _passes_on, _worker = True, terminal, notice, passes_on, worker
+        _passed = None
         _install_signal_handlers()
 
 
@@ -250,15 +252,26 @@ def _on_signal(signum, frame) -> None:
 
 def _pass_on(signum: int) -> None:
     """The controller's interrupt, to each of its workers (`interrupt_on_signals`)."""
+    global _passed
     try:
         pids = _passes_on() if _passes_on is not None else []
     except Exception:  # xdist's own wait still ends them
         return
+    reached = 0
     for pid in pids:
         try:
             os.kill(pid, signum)
         except OSError:
             continue
+        reached += 1
+    if reached:
+        _passed = (signum, reached)
+
+
+def passed_on() -> tuple[str, int] | None:
+    """The signal this controller passed on to its workers and how many it reached; None where it
+    passed none on (a Ctrl-C, remote workers only, their pids not to be had)."""
+    return None if _passed is None else (signal.Signals(_passed[0]).name, _passed[1])
 
 
 def _say(text: str) -> None:

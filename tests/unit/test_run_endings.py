@@ -327,8 +327,62 @@ def test_a_signal_to_the_xdist_controller_alone_reaches_its_workers(pytester, si
         rows = json.loads((pytester.path / "out" / "results.json").read_text())["results"]
         assert [row["test_id"] for row in rows] == ["test_generation[ar-tp1-chat]"], out[-3000:]
         assert "specdec summary" in out, out[-3000:]
+        assert f"specdec: interrupted: {sig.name} passed on to the xdist workers, which end their tests and " \
+               f"stop their servers as after Ctrl-C; waiting for them (bound: execnet interrupts a worker " \
+               f"still running after 5s" in out, out[-3000:]
     finally:
         kill_everything(proc, noted)
+
+
+CONTROLLER_PASSING_ON = """
+import os, signal, subprocess, sys
+from pytest_specdec.servers import cleanup
+from pytest_specdec.xdist_hooks import waiting_line
+
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+
+def remote_only():
+    return []
+
+
+def failing():
+    raise RuntimeError("no pids")
+
+
+workers = {"local": lambda: [child.pid], "remote": remote_only, "failing": failing}[sys.argv[1]]
+cleanup.interrupt_on_signals(passes_on=workers)
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    signal.pause()
+except KeyboardInterrupt:
+    print(waiting_line(cleanup.passed_on(), 2), flush=True)
+child.kill()
+print(child.wait(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("workers, said", [
+    ("local", "interrupted: SIGTERM passed on to the 1 xdist worker on this host, which ends its test and stops "
+              "its servers as after Ctrl-C; waiting for it and the 1 remote one, which no signal reached (bound: "
+              "execnet interrupts a worker still running after 5s, and xdist kills one still running 10s later; "
+              "its servers go with it)"),
+    ("remote", "interrupted: waiting for the xdist workers to end their tests and stop their servers (bound: "
+               "execnet interrupts a worker still in its test after 5s, and xdist kills one still running 10s "
+               "later; its servers go with it)"),
+    ("failing", "interrupted: waiting for the xdist workers to end their tests and stop their servers (bound: "
+                "execnet interrupts a worker still in its test after 5s"),
+])
+def test_the_controllers_wait_line_says_whether_its_signal_was_passed_on(workers, said):
+    """Once the controller passed its SIGTERM or SIGHUP on, its line still said that it waited for
+    workers no signal had reached. It now says which it told, and the bound that still holds; a
+    remote worker (no pid here) or workers whose pids it could not have keep the old line."""
+    pytest.importorskip("xdist")
+    done = subprocess.run([sys.executable, "-c", CONTROLLER_PASSING_ON, workers], capture_output=True,
+                          text=True, timeout=60)
+    lines = done.stdout.split("\n")
+    assert lines[0].startswith(said), done.stdout + done.stderr
+    assert lines[1] == str(-signal.SIGTERM if workers == "local" else -signal.SIGKILL), done.stdout + done.stderr
 
 
 WORKER_TAKING_SIGNALS = """
