@@ -60,6 +60,7 @@ _passes_on: Callable[[], list[int]] | None = None  # an xdist controller's worke
 _worker = False  # an xdist worker: one repeat of the signal that interrupted it is that interrupt again
 _taken: int | None = None  # the signal that interrupted this worker, until its one repeat comes
 _passed: tuple[int, int] | None = None  # (signal, workers it reached): what the controller passed on
+_sigints = 0  # SIGINTs this process took since interrupt_on_signals: only the first is passed on
 
 SIGTERM_INTERRUPT = "SIGTERM: {killed}the run ends as after Ctrl-C, reporting the tests that finished " \
                     "(a second SIGTERM or SIGHUP ends it at once)"
@@ -169,12 +170,20 @@ def interrupt_on_signals(terminal: Terminal | None = None, notice: bool = True,
     it 10 s later, its tests' teardown and ending unwritten. A `worker` takes one repeat of its
     interrupting signal as that interrupt again: a hangup or a process group's SIGTERM reaches it
     both directly and through its controller. A second the user sends ends the controller at once,
-    and the workers with it."""
-    global _interrupts, _terminal, _notice, _passes_on, _worker, _passed
+    and the workers with it.
+
+    A SIGINT the controller takes is passed on the same way where no terminal's Ctrl-C can have
+    sent it (its process group is not its terminal's foreground group: `kill -INT` of the
+    controller alone, a CI runner's cancel), and a worker there takes one repeat of it as the
+    same interrupt; a terminal's Ctrl-C reaches every worker itself, and a copy from the controller
+    would come as a second Ctrl-C, in the middle of its teardown."""
+    global _interrupts, _terminal, _notice, _passes_on, _worker, _passed, _sigints
     if threading.current_thread() is threading.main_thread():
         _interrupts, _terminal, _notice, _passes_on, _worker = True, terminal, notice, passes_on, worker
-        _passed = None
+        _passed, _sigints = None, 0
         _install_signal_handlers()
+        if passes_on is not None or worker:
+            _install_interrupt_handler()
 
 
 def ending(started: bool) -> None:
@@ -205,7 +214,7 @@ def _install_signal_handlers() -> None:
     Only from the main thread (Python's rule) and only for signals whose handler is the default or
     one we can chain: an ignored one stays ignored (`nohup pytest`: a hangup must not kill the
     servers of a run meant to outlive it). SIGINT is left alone because pytest turns it into a
-    clean teardown.
+    clean teardown (under xdist `_install_interrupt_handler` passes it on).
     """
     if threading.current_thread() is not threading.main_thread():
         return
@@ -219,6 +228,48 @@ def _install_signal_handlers() -> None:
         except (ValueError, OSError):
             continue
         _previous_handlers[signum] = previous
+
+
+def _install_interrupt_handler() -> None:
+    """SIGINT to `_on_interrupt`, where Python's own handler has it (an ignored one stays ignored:
+    a worker started so takes no Ctrl-C, nor a copy of one)."""
+    try:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _on_interrupt)
+    except (ValueError, OSError):
+        pass
+
+
+def _on_interrupt(signum, frame) -> None:
+    """Python's KeyboardInterrupt, but the controller's first one, where no terminal sent it, goes
+    on to its workers, and a worker takes one repeat of such a one as the same interrupt."""
+    global _taken, _sigints
+    if _taken == signum:  # the controller's copy of the SIGINT that reached this worker directly
+        _taken = None
+        return
+    _sigints += 1
+    # after a SIGTERM or SIGHUP (`_interrupts` off) the workers were interrupted already
+    if _interrupts and not _ending and _sigints == 1 and not _from_a_terminal():
+        if _worker:
+            _taken = signum
+        else:
+            _pass_on(signum)
+    raise KeyboardInterrupt
+
+
+def _from_a_terminal() -> bool:
+    """Whether a SIGINT may be its terminal's Ctrl-C, which reaches every process of the
+    terminal's foreground group (an xdist controller's workers share its group)."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:  # no controlling terminal, or one hung up
+        return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _on_signal(signum, frame) -> None:

@@ -268,12 +268,13 @@ def test_an_interrupted_xdist_controller_says_the_wait_for_its_workers(pytester)
     controller now says that wait and its bound as it starts."""
     proc, noted = held_xdist_run(pytester)
     try:
-        proc.send_signal(signal.SIGINT)  # the controller alone
+        proc.send_signal(signal.SIGINT)  # the controller alone, passed on to a worker that ignores it
         proc.wait(timeout=120)
         assert wait_gone(noted, timeout=GONE_WITHIN_S) == []
         out = (pytester.path / "pytest.out").read_text()
-        assert "specdec: interrupted: waiting for the xdist workers to end their tests and stop their " \
-               "servers (bound: execnet interrupts a worker still in its test after 5s" in out, out[-3000:]
+        assert "specdec: interrupted: SIGINT passed on to the xdist workers, which end their tests and stop " \
+               "their servers as after Ctrl-C; waiting for them (bound: execnet interrupts a worker still " \
+               "running after 5s" in out, out[-3000:]
     finally:
         kill_everything(proc, noted)
 
@@ -331,6 +332,87 @@ def test_a_signal_to_the_xdist_controller_alone_reaches_its_workers(pytester, si
                f"stop their servers as after Ctrl-C; waiting for them (bound: execnet interrupts a worker " \
                f"still running after 5s" in out, out[-3000:]
     finally:
+        kill_everything(proc, noted)
+
+
+# Its own cleanup on the interrupt takes a while, as a `with` block's may: a second
+# KeyboardInterrupt there would stop it before it says so.
+SLOW_TEARDOWN_TEST = HOLDS_WITH_A_TEARDOWN_TEST.replace(
+    '\n    time.sleep(240)\n',
+    '\n    try:\n        time.sleep(240)\n    finally:\n        time.sleep(1)\n'
+    '        (pytestconfig.rootpath / "cleaned-up").write_text("yes")\n')
+
+# The controller's ending waits for the worker's teardown: only a worker interrupted at once, not
+# by execnet once the controller tears its gateway down (after this hook), tears down first.
+WAITS_FOR_THE_TEARDOWN = """
+import time, pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workerinput"):
+        return
+    root = session.config.rootpath
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (root / "torn-down").exists():
+        time.sleep(0.1)
+    (root / "torn-down-first").write_text(str((root / "torn-down").exists()))
+"""
+
+
+def sigint_project(pytester) -> None:
+    pytest.importorskip("xdist")
+    project(pytester, methods=("ar",), prompts=1, max_new_tokens=4)
+    pytester.makepyfile(test_sig=SLOW_TEARDOWN_TEST)
+    pytester.makeconftest(WAITS_FOR_THE_TEARDOWN)
+
+
+@pytest.mark.parametrize("group", [False, True], ids=["controller alone", "process group"])
+def test_a_sigint_not_from_a_terminal_reaches_the_xdist_workers_once(pytester, group):
+    """`kill -INT` of the controller alone was not passed on: its workers stayed in their tests
+    until execnet interrupted them, 5 s after the controller began tearing them down. It is now
+    passed on at once; a SIGINT to the whole group reaches a worker directly and through the
+    controller, and the worker takes the copy as the same interrupt, its teardown run whole."""
+    sigint_project(pytester)
+    proc = start(pytester.path, "-p", "no:randomly", "-n", "2", "test_sig.py", "--specdec-report=out")
+    noted: list[int] = []
+    try:
+        noted = [wait_holding(pytester.path, proc), *engine_pids(pytester.path)]
+        assert len(noted) == 2, f"expected the worker and its server, found {noted}"
+        if group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=150)
+        out = (pytester.path / "pytest.out").read_text()
+        assert wait_gone(noted, timeout=GONE_WITHIN_S) == [], out[-3000:]
+        assert (pytester.path / "torn-down-first").read_text() == "True", out[-3000:]
+        assert (pytester.path / "cleaned-up").exists(), out[-3000:]
+        rows = json.loads((pytester.path / "out" / "results.json").read_text())["results"]
+        assert [row["test_id"] for row in rows] == ["test_generation[ar-tp1-chat]"], out[-3000:]
+        assert "specdec: interrupted: SIGINT passed on to the xdist workers" in out, out[-3000:]
+    finally:
+        kill_everything(proc, noted)
+
+
+def test_a_terminals_ctrl_c_is_not_passed_on_to_the_xdist_workers_it_reached(pytester):
+    """A terminal's Ctrl-C reaches every worker itself: a copy from the controller would come as a
+    second Ctrl-C in the middle of their teardown. The controller keeps it, and says it waits."""
+    sigint_project(pytester)
+    proc, terminal = start_on_a_terminal(pytester.path, sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                                         "-p", "no:randomly", "-n", "2", "test_sig.py", "--specdec-report=out")
+    noted: list[int] = []
+    try:
+        noted = [wait_holding(pytester.path, proc), *engine_pids(pytester.path)]
+        os.write(terminal.master, b"\x03")
+        proc.wait(timeout=150)
+        out = terminal.seen.decode(errors="replace")
+        assert wait_gone(noted, timeout=GONE_WITHIN_S) == [], out[-3000:]
+        assert (pytester.path / "torn-down-first").read_text() == "True", out[-3000:]
+        assert (pytester.path / "cleaned-up").exists(), out[-3000:]
+        assert "passed on" not in out, out[-3000:]
+    finally:
+        terminal.hang_up()
         kill_everything(proc, noted)
 
 
