@@ -39,6 +39,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -58,7 +59,10 @@ _notice = False  # whether a SIGHUP says on the terminal where the output goes (
 _ending = False  # the run writes its ending (pytest_sessionfinish): an interrupt would only break it
 _passes_on: Callable[[], list[int]] | None = None  # an xdist controller's workers, told of its interrupt
 _worker = False  # an xdist worker: one repeat of the signal that interrupted it is that interrupt again
-_taken: int | None = None  # the signal that interrupted this worker, until its one repeat comes
+_taken: tuple[int, float] | None = None  # (signal, when) that interrupted this worker, until its one repeat comes
+#: How soon a repeat must come to be the same interrupt: the direct and the passed-on copies come within
+#: milliseconds; a later one (execnet's own SIGINT, 5 s into its shutdown) is a new interrupt.
+REPEAT_WINDOW_S = 1.0
 _passed: tuple[int, int] | None = None  # (signal, workers it reached): what the controller passed on
 _sigints = 0  # SIGINTs this process took since interrupt_on_signals: only the first is passed on
 
@@ -244,17 +248,27 @@ def _on_interrupt(signum, frame) -> None:
     """Python's KeyboardInterrupt, but the controller's first one, where no terminal sent it, goes
     on to its workers, and a worker takes one repeat of such a one as the same interrupt."""
     global _taken, _sigints
-    if _taken == signum:  # the controller's copy of the SIGINT that reached this worker directly
-        _taken = None
+    if _is_repeat(signum):  # the controller's copy of the SIGINT that reached this worker directly
         return
     _sigints += 1
     # after a SIGTERM or SIGHUP (`_interrupts` off) the workers were interrupted already
     if _interrupts and not _ending and _sigints == 1 and not _from_a_terminal():
         if _worker:
-            _taken = signum
+            _taken = (signum, time.monotonic())
         else:
             _pass_on(signum)
     raise KeyboardInterrupt
+
+
+def _is_repeat(signum: int) -> bool:
+    """Whether `signum` is the one repeat of the interrupt this worker took; a later copy of that
+    signal spends it too, and is a new interrupt."""
+    global _taken
+    if _taken is None or _taken[0] != signum:
+        return False
+    within = time.monotonic() - _taken[1] <= REPEAT_WINDOW_S
+    _taken = None
+    return within
 
 
 def _from_a_terminal() -> bool:
@@ -279,12 +293,11 @@ def _on_signal(signum, frame) -> None:
         previous(signum, frame)
         return
     global _interrupts, _taken
-    if _taken == signum:  # the controller passed on the interrupt this worker already took
-        _taken = None
+    if _is_repeat(signum):  # the controller passed on the interrupt this worker already took
         return
     if _interrupts:
         _interrupts = False  # the next SIGTERM or SIGHUP ends the process
-        _taken = signum if _worker else None
+        _taken = (signum, time.monotonic()) if _worker else None
         _pass_on(signum)
         # an xdist controller starts no server: its workers' own handlers kill theirs
         started = _token is not None and _token[0] == os.getpid()
