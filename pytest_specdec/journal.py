@@ -97,15 +97,39 @@ class JournalRecord:
         }
 
 
+@dataclass
+class LatestCache:
+    """What `Journal.latest` has read of a journal so far, shared by the readers of one run: a
+    resumed run judges every test against the journal, and a measuring one reads it after each
+    test, so a reading parses only the lines appended since the last (a journal of thousands of
+    records is otherwise parsed once per test). A file whose device, inode, size and modification
+    time are those of the last reading is taken as unchanged; otherwise it is read again from its
+    start wherever the bytes read before are not all still there (rotated, rewritten)."""
+
+    path: Path | None = None
+    stat: tuple[int, int, int, int] = (0, 0, 0, 0)  # device, inode, size, modification time (ns)
+    offset: int = 0  # end of the last whole line read (just after its newline)
+    lines: int = 0  # lines up to `offset`, as `_iter_records` numbers them
+    prefix: str = ""  # sha256 of the bytes up to `offset`
+    tail: bytes = b""  # what follows `offset`: a torn last line, read again at each reading
+    latest: dict = field(default_factory=dict)
+    parsed_lines: int = 0  # lines parsed in all, for tests that count the work done
+    #: what readers worked out from a record, by a key that starts with its `digest` (its line's bytes)
+    derived: dict = field(default_factory=dict)
+
+
 class Journal:
     """A JSONL journal file. Cheap to construct; every method opens the file itself."""
 
-    def __init__(self, path: str | Path, said: set[tuple[int, str]] | None = None):
+    def __init__(self, path: str | Path, said: set[tuple[int, str]] | None = None,
+                 cache: LatestCache | None = None):
         """`said`: the damaged lines already warned of, shared by the readers of one run so that
-        each is said once however often the run reads the journal."""
+        each is said once however often the run reads the journal; `cache`: what `latest` read
+        before, shared by the same readers (`LatestCache`)."""
         self.path = Path(path)
         self._lock = FileLock(str(self.path) + ".lock")
         self._said = said
+        self._cache = cache
 
     def append(self, config_id: str, workload: str, data: Mapping[str, Any] | None = None,
                *, status: str = DONE, fingerprint: str = "") -> JournalRecord:
@@ -166,11 +190,19 @@ class Journal:
             raw = self.path.read_bytes()
         except FileNotFoundError:
             return
+        yield from self._parse(raw, 0, damaged)
+
+    def _parse(self, raw: bytes, before: int, damaged: list[DamagedLine] | None
+               ) -> Iterator[tuple[int, JournalRecord]]:
+        """`_iter_records` of `raw`, the file's bytes after its first `before` lines."""
         lines = raw.split(b"\n")
-        for lineno, line in enumerate(lines, start=1):
+        for index, line in enumerate(lines, start=1):
+            lineno = before + index
             if not line.strip():
                 continue
-            torn = lineno == len(lines)  # no newline after it: the write never finished
+            if self._cache is not None:
+                self._cache.parsed_lines += 1
+            torn = index == len(lines)  # no newline after it: the write never finished
             try:
                 obj = json.loads(line)
                 if not isinstance(obj, dict):
@@ -226,8 +258,49 @@ class Journal:
         record (its figures were on a damaged line) is skipped as damaged, so what it marked is
         measured again rather than an older record trusted.
         `damaged`: where the lines skipped go instead of a JournalWarning each."""
+        if self._cache is not None and damaged is None:
+            return self._latest_cached(self._cache)
         out: dict[Key, JournalRecord] = {}
-        for lineno, record in self._iter_records(damaged):
+        self._fold(out, self._iter_records(damaged), damaged)
+        return out
+
+    def _latest_cached(self, cache: LatestCache) -> dict[Key, JournalRecord]:
+        """`latest()` from what `cache` read before and the whole lines appended since; a torn
+        last line is read each time, as `latest()` reads it, and kept for when it is whole."""
+        try:
+            with open(self.path, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                stat = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+                if cache.path != self.path or cache.stat != stat:
+                    self._read_on(cache, fh.read(), stat)
+        except FileNotFoundError:
+            cache.path, cache.stat, cache.latest, cache.offset, cache.lines = None, (0, 0, 0, 0), {}, 0, 0
+            cache.prefix, cache.tail = "", b""
+            return {}
+        out = dict(cache.latest)
+        if cache.tail:
+            self._fold(out, self._parse(cache.tail, cache.lines, None), None)
+        return out
+
+    def _read_on(self, cache: LatestCache, raw: bytes, stat: tuple[int, int, int, int]) -> None:
+        """Fold into `cache` the whole lines of `raw` (the file's bytes) it has not read."""
+        hasher = hashlib.sha256(raw[:cache.offset])
+        if cache.path != self.path or cache.stat[:2] != stat[:2] or len(raw) < cache.offset \
+                or hasher.hexdigest() != cache.prefix:  # another file, or not the one read: from its start
+            cache.offset, cache.lines, cache.latest, hasher = 0, 0, {}, hashlib.sha256()
+        cache.path, cache.stat = self.path, stat
+        whole = raw.rfind(b"\n") + 1  # the lines read for good: each ends with a newline
+        if whole > cache.offset:
+            self._fold(cache.latest, self._parse(raw[cache.offset:whole], cache.lines, None), None)
+            cache.lines += raw.count(b"\n", cache.offset, whole)
+            hasher.update(raw[cache.offset:whole])
+            cache.offset = whole
+        cache.prefix, cache.tail = hasher.hexdigest(), raw[cache.offset:]
+
+    def _fold(self, out: dict[Key, JournalRecord], records: Iterator[tuple[int, JournalRecord]],
+              damaged: list[DamagedLine] | None) -> None:
+        """Fold `records` into `out`, the last record per key (`latest`)."""
+        for lineno, record in records:
             if not record.confirms:
                 out[record.key] = record
                 continue
@@ -237,7 +310,6 @@ class Journal:
                                        "test's last readable record (a damaged line?)"), damaged)
                 continue
             out[record.key] = replace(measured, status=DONE)
-        return out
 
 
 def _line_digest(line: bytes) -> str:
@@ -276,4 +348,4 @@ def _fsync_dir(path: Path) -> None:
 
 
 __all__ = ["DONE", "FAILED_CHECKS", "JOURNAL_VERSION", "MEASURED", "READ_VERSIONS", "DamagedLine", "Journal",
-           "JournalRecord", "JournalWarning", "Key"]
+           "JournalRecord", "JournalWarning", "Key", "LatestCache"]

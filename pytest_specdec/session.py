@@ -42,7 +42,7 @@ from .state import RunState
 def journal_for(state: RunState) -> Journal:
     from .shard_dir import journal_path
 
-    return Journal(journal_path(state), said=state.journal_said)
+    return Journal(journal_path(state), said=state.journal_said, cache=state.journal_read)
 
 
 def workload_key(item: pytest.Item) -> str:
@@ -334,18 +334,34 @@ def _journaled(result: Result, state: RunState,
     """The journal's results of `result`'s workload that measured what this run measures, with
     their records by node id, less the `replaced` ones."""
     others, records = [], {}
-    for record in journal_for(state).latest().values():
+    journal = journal_for(state)
+    model = json.dumps(state.backend.model_part(state), sort_keys=True)  # an attached server's may come later
+    for record in journal.latest().values():
         if record.status not in (DONE, MEASURED, FAILED_CHECKS) or record.data.get("workload") != result.workload \
                 or record.digest in replaced:
             continue
-        try:
-            other = Result.from_json(record.data)
-        except RECORD_DAMAGE:  # warned of, and measured again, by resume.resume_done
-            continue
-        if other.case is not None and _current(record, other.case, state):
+        other = _current_result(record, state, model)
+        if other is not None:
             others.append(other)
             records[other.nodeid] = record
     return others, records
+
+
+def _current_result(record: JournalRecord, state: RunState, model: str) -> Result | None:
+    """`record`'s result where it reads and measured what this run measures (`_current`), else
+    None; worked out once per record and served model, as each test of a run reads the journal."""
+    derived = state.journal_read.derived
+    key = (record.digest, model)
+    if not record.digest or key not in derived:
+        try:
+            other = Result.from_json(record.data)
+        except RECORD_DAMAGE:  # warned of, and measured again, by resume.resume_done
+            other = None
+        current = other is not None and other.case is not None and _current(record, other.case, state)
+        if not record.digest:
+            return other if current else None
+        derived[key] = other if current else None
+    return derived[key]
 
 
 def uncompared_reference(result: Result, others: list[Result], state: RunState) -> MatrixCase | None:

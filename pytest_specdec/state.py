@@ -11,7 +11,7 @@ import re
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import pytest
 
@@ -28,6 +28,15 @@ from .lossless import Exactness, parse_exactness
 from .options import Settings, resolve
 from .workloads import Workload, configured_workload
 
+if TYPE_CHECKING:
+    from .journal import LatestCache
+
+
+def _latest_cache() -> LatestCache:
+    from .journal import LatestCache  # the journal loads once a test records, not in every run
+
+    return LatestCache()
+
 
 @dataclass(frozen=True)
 class RunState:
@@ -43,6 +52,8 @@ class RunState:
     tolerances: Tolerances = Tolerances()
     #: the journal's damaged lines this run has warned of (`journal_for`): each said once
     journal_said: set = field(default_factory=set, compare=False, repr=False)
+    #: what this run's readers of the journal have read of it (`journal_for`): each line parsed once
+    journal_read: LatestCache = field(default_factory=lambda: _latest_cache(), compare=False, repr=False)
 
     @property
     def lossless(self) -> Exactness:

@@ -255,3 +255,57 @@ def test_a_version_1_journal_reads_as_it_was_written(tmp_path):
     assert list(done) == [("a", "chat")] and done[("a", "chat")].data == {"n": 1}
     j.mark_done(j.append("b", "chat", {"n": 3}, status=MEASURED))  # a resumed run appends version 2
     assert j.done()[("b", "chat")].data == {"n": 3}
+
+
+def test_a_shared_cache_parses_each_whole_line_once(tmp_path):
+    # a resumed run judges each test against the journal, a measuring one reads it after each test
+    from pytest_specdec.journal import LatestCache
+
+    path, cache = tmp_path / "j.jsonl", LatestCache()
+    writer = Journal(path)
+    for n in range(5):
+        writer.append(f"t{n}", "chat", {"n": n})
+    for _ in range(3):
+        assert Journal(path, cache=cache).latest() == writer.latest()
+    assert cache.parsed_lines == 5
+    measured = writer.append("t5", "chat", {"n": 5}, status=MEASURED)
+    writer.mark_done(measured)
+    assert Journal(path, cache=cache).latest() == writer.latest()
+    assert cache.parsed_lines == 7
+
+
+def test_a_cached_reading_is_a_fresh_reading_through_tears_rewrites_and_rotation(tmp_path):
+    from pytest_specdec.journal import LatestCache
+
+    path, cache = tmp_path / "j.jsonl", LatestCache()
+    said: set = set()
+    writer = Journal(path)
+
+    def same() -> None:
+        with warnings.catch_warnings(record=True) as fresh_warned:
+            warnings.simplefilter("always")
+            fresh = Journal(path).latest()
+        with warnings.catch_warnings(record=True) as cached_warned:
+            warnings.simplefilter("always")
+            cached = Journal(path, said=said, cache=cache).latest()
+        assert cached == fresh
+        assert {str(w.message) for w in cached_warned} <= {str(w.message) for w in fresh_warned}
+
+    writer.append("a", "chat", {"n": 1})
+    same()
+    with open(path, "ab") as fh:  # a crash in the middle of a write
+        fh.write(b'{"config_id": "b", "workload": "ch')
+    same()
+    measured = writer.append("b", "chat", {"n": 2}, status=MEASURED)  # starts a fresh line
+    same()
+    writer.mark_done(measured)
+    same()
+    stat = path.stat()
+    path.write_bytes(path.read_bytes().replace(b'"n": 1', b'"n": 7'))  # rewritten in place, same size
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))  # its time moved on, however coarse the clock
+    same()
+    path.rename(tmp_path / "j.old.jsonl")  # rotated: a new journal at the path
+    same()
+    writer.append("c", "chat", {"n": 3})
+    same()
+    assert set(Journal(path, cache=cache).latest()) == {("c", "chat")}
