@@ -146,8 +146,34 @@ def _check_targets(args: argparse.Namespace, merged) -> None:
     merge.check_targets(merged, args.baseline_dir if args.save_baseline else None)
 
 
+def _misspelt(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """A command or option name that is none of the parser's stops with the one it likely
+    means: argparse (before 3.14) only says `invalid choice` or `unrecognized arguments`, and
+    a missing required option hides a misspelt one altogether."""
+    from .suggest import hint
+
+    commands = next(action.choices for action in parser._actions
+                    if isinstance(action, argparse._SubParsersAction))
+    if not argv or argv[0].startswith("-"):
+        return  # -h, or no command: argparse's own message says what to give
+    command = argv[0]
+    if command not in commands:
+        parser.error(f"no command {command!r}: {hint(command, commands)}")
+    sub = commands[command]
+    known = [name for action in sub._actions for name in action.option_strings if name.startswith("--")]
+    for word in argv[1:]:
+        if word == "--":
+            break  # what follows is positional
+        name = word.split("=", 1)[0]
+        # a prefix of a known option is argparse's abbreviation, its ambiguity argparse's to report
+        if name.startswith("--") and not any(option.startswith(name) for option in known):
+            sub.error(f"no option {name}: {hint(name, known)}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    _misspelt(parser, sys.argv[1:] if argv is None else list(argv))
+    args = parser.parse_args(argv)
     try:
         return merge_command(args)
     except SpecdecUsageError as exc:

@@ -671,3 +671,29 @@ def test_a_baseline_file_linking_into_a_folder_that_cannot_be_made_stops_a_savin
     assert (f"folder of the file {where / 'cpu.json'} links to {shards / 'a-file'} cannot be created: it is "
             f"a file, not a folder; choose another --baseline-dir") in done.stderr
     assert not (shards / "merged").exists()
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["merg", "--out", "x", "a"], "no command 'merg': did you mean 'merge'?"),
+    (["merge", "--save-basline", "--out", "x", "a"], "no option --save-basline: did you mean '--save-baseline'?"),
+    # argparse reported the missing --out and never the misspelt one beside it
+    (["merge", "--ot", "x", "a"], "no option --ot: did you mean '--out'?"),
+    (["merge", "--lock-timout=5", "--out", "x", "a"], "no option --lock-timout: did you mean '--lock-timeout'?"),
+])
+def test_a_misspelt_command_or_option_names_the_one_meant(argv, said, capsys):
+    """argparse on 3.11 said only `invalid choice` or `unrecognized arguments`, where the
+    plugin's own flags, families and keys name the likely one."""
+    from pytest_specdec import __main__ as cli
+
+    with pytest.raises(SystemExit) as exit:
+        cli.main(argv)
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: {said}")
+
+
+def test_an_abbreviated_option_and_a_dashed_shard_folder_after_double_dash_still_parse(tmp_path):
+    """argparse takes an unambiguous prefix of an option, and `--` ends the options: the
+    did-you-mean check refuses neither."""
+    from pytest_specdec import __main__ as cli
+
+    cli._misspelt(cli._parser(), ["merge", "--o", "x", "--no-pl", "--", "--odd-folder"])
