@@ -16,11 +16,16 @@ def line(state: RunState) -> str:
 
 def lossless_line(state: RunState) -> str:
     """What the losslessness guard compares with what, per family, or why it does not."""
+    from .collection import family_skip_reason
+
     if not state.lossless.on:
         return "off"
-    guarded = [family for family, matrix in state.config.matrices.items()
-               if state.settings.reference in matrix.methods]
-    unguarded = [family for family in state.config.matrices if family not in guarded]
+    # a matrix this host skips has no outputs to guard, nor any use for advice to guard them
+    here = [family for family in state.config.matrices if family_skip_reason(family, state) is None]
+    if not here:
+        return f"{state.lossless}: no configured matrix runs on this host, so none is guarded"
+    guarded = [family for family in here if state.settings.reference in state.config.matrices[family].methods]
+    unguarded = [family for family in here if family not in guarded]
     text = f"{state.lossless}: speculative outputs against {state.settings.reference}'s"
     if guarded:
         text += f" in {', '.join(guarded)}"

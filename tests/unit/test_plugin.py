@@ -367,6 +367,45 @@ def test_the_lossless_header_names_sampled_workloads_it_does_not_check(pytester:
                                  "workload sampled (temperature above 0: not greedy)"])
 
 
+TOUR_MATRICES = """
+[tool.specdec]
+backend = "auto"
+[tool.specdec.matrix.cpu]
+methods = ["ar", "dflash", "ddtree"]
+budget = [8, 16]
+[tool.specdec.matrix.blackwell]
+methods = ["dflash", "ddtree"]
+budget = [8, 16]
+"""
+
+
+@pytest.mark.parametrize("arch, said", [
+    (None, "exact: speculative outputs against ar's in cpu"),
+    # the dry run rehearses the blackwell matrix: there the advice can act
+    ("sm_120", "exact: speculative outputs against ar's; not in blackwell (no ar in the matrix: add it to "
+               "guard them)"),
+])
+def test_the_lossless_header_advises_only_on_matrices_this_host_runs(pytester: pytest.Pytester, monkeypatch,
+                                                                     arch, said):
+    """The README tour's config on a machine without a GPU said "not in blackwell (no ar in the
+    matrix: add it to guard them)" of a matrix whose tests all skip there."""
+    monkeypatch.setattr(hardware, "detect", lambda: hardware.Hardware((), "none", physical_gpus=0))
+    pytester.makepyprojecttoml(TOUR_MATRICES)
+    pytester.makepyfile(SPEC_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--co", *([f"--specdec-arch={arch}"] if arch else []))
+    assert [line for line in result.stdout.lines if line.startswith("specdec: lossless")] == [
+        f"specdec: lossless {said}"]
+
+
+def test_the_lossless_header_says_no_matrix_runs_where_none_does(pytester: pytest.Pytester, monkeypatch):
+    monkeypatch.setattr(hardware, "detect", lambda: hardware.Hardware((), "none", physical_gpus=0))
+    pytester.makepyprojecttoml("[tool.specdec.matrix.blackwell]\nmethods = ['dflash']\n")
+    pytester.makepyfile(SPEC_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--co")
+    result.stdout.fnmatch_lines(["specdec: lossless exact: no configured matrix runs on this host, so none is "
+                                 "guarded"])
+
+
 def test_header_is_one_line_when_no_specdec_test_is_collected(pytester: pytest.Pytester):
     pytester.makepyprojecttoml(SMALL_MATRIX)
     pytester.makepyfile("def test_x(): pass")
