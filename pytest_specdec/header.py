@@ -71,6 +71,25 @@ def _found_by(source: str) -> str:
     return "neither NVML nor nvidia-smi found one" if source == "none" else f"detected by {source}"
 
 
+def _file_settings(state: RunState) -> list[str]:
+    """The settings of the config file that are no option's but change pass and fail, where set:
+    the speculation guard's floor and the known issues (strict xfails)."""
+    config = state.config
+    out = []
+    if config.min_accept_length is not None:
+        out.append(f"min_accept_length={config.min_accept_length:g} ({config.source})")
+    if config.known_issues:
+        own = config.source.split(" [", 1)[0]
+        files: dict[str, int] = {}
+        for issue in config.known_issues:
+            name = issue.where.split(" [", 1)[0]
+            shown = config.source if name == own else f"{state.settings.baseline_dir}/{name}"
+            files[shown] = files.get(shown, 0) + 1
+        out.append(f"known_issues={len(config.known_issues)} ("
+                   + ", ".join(f"{count} in {name}" for name, count in files.items()) + ")")
+    return out
+
+
 def details(state: RunState) -> list[str]:
     hw = state.hardware
     arch = f"{hw.arch}, {hw.family}" if hw.arch else hw.family
@@ -82,6 +101,7 @@ def details(state: RunState) -> list[str]:
     changed = [f"{o.name}={settings.shown(o.name, settings.origins[o.name], settings.values[o.name])} "
                f"({settings.origins[o.name]}{_over(state, o.name)})"
                for o in OPTIONS if settings.origins[o.name] != "default"]
+    changed += _file_settings(state)
     if changed:
         out.append("specdec: settings " + ", ".join(changed))
     if state.gpu_claims is not None:

@@ -406,6 +406,22 @@ def test_the_lossless_header_says_no_matrix_runs_where_none_does(pytester: pytes
                                  "guarded"])
 
 
+def test_the_header_settings_name_the_files_pass_fail_settings(pytester: pytest.Pytester):
+    """min_accept_length changes which tests pass, yet the settings line never named it, nor the
+    known issues that turn tests into strict xfails."""
+    pytester.makepyprojecttoml("[tool.specdec]\nbackend = 'embedded'\nmin_accept_length = 1.5\n"
+                               "[tool.specdec.matrix.cpu]\nmethods = ['ar']\n"
+                               "[[tool.specdec.known_issues]]\nmethod = ['ddtree']\nreason = 'crashes'\n")
+    pytester.mkdir("baselines")
+    pytester.path.joinpath("baselines", "known_issues.toml").write_text(
+        "[[known_issues]]\nmethod = ['dflash']\nreason = 'lossy'\n[[known_issues]]\nmethod = ['ar']\nreason = 'x'\n")
+    pytester.makepyfile(SPEC_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--co")
+    result.stdout.fnmatch_lines(["specdec: settings backend=embedded (pyproject.toml [[]tool.specdec[]]), "
+                                 "min_accept_length=1.5 (pyproject.toml [[]tool.specdec[]]), known_issues=3 "
+                                 "(1 in pyproject.toml [[]tool.specdec[]], 2 in baselines/known_issues.toml)"])
+
+
 def test_header_is_one_line_when_no_specdec_test_is_collected(pytester: pytest.Pytester):
     pytester.makepyprojecttoml(SMALL_MATRIX)
     pytester.makepyfile("def test_x(): pass")
