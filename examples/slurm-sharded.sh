@@ -19,6 +19,9 @@ GPUS=${GPUS:-8}                    # GPUs per node (TP8 configurations need an 8
 OUT=${OUT:-specdec-shards}         # where the shard folders go (a shared file system)
 PYTHON=${PYTHON:-.venv/bin/python}
 GATE=${GATE:-output_tok_s:5%,accept_length:1%,ttft_ms:10%}
+# named, not `auto`: a node whose $PYTHON cannot import SGLang would measure, and gate, the
+# embedded engine; with sglang a missing SGLang stops each task saying how to install it
+BACKEND=${BACKEND:-sglang}
 
 mkdir -p "$OUT" logs
 
@@ -26,7 +29,7 @@ mkdir -p "$OUT" logs
 shards_job=$(sbatch --parsable --job-name=specdec-shard --array="1-$SHARDS" \
     --nodes=1 --gpus-per-node="$GPUS" --time=04:00:00 --output="logs/%x-%A_%a.out" \
     --wrap="$PYTHON -m pytest tests/bench --specdec-shard=\$SLURM_ARRAY_TASK_ID/$SHARDS \
---specdec-report=$OUT/shard-\$SLURM_ARRAY_TASK_ID --specdec-compare-fail=$GATE")
+--specdec-report=$OUT/shard-\$SLURM_ARRAY_TASK_ID --specdec-compare-fail=$GATE --specdec-backend=$BACKEND")
 
 # afterany: merge also after a failed shard; the merge's own exit status says whether all passed.
 merge_job=$(sbatch --parsable --job-name=specdec-merge --dependency="afterany:$shards_job" \

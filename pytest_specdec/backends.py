@@ -66,6 +66,11 @@ class Backend:
     def check(self, state: RunState) -> None:
         """Raise SpecdecUsageError for a mistake this backend can see before any server boots."""
 
+    def warning(self, state: RunState) -> str | None:
+        """What a user of a run that collected specdec tests must hear about this backend's
+        choice, or None."""
+        return None
+
     def server_spec(self, case: MatrixCase, state: RunState) -> ServerSpec:
         raise NotImplementedError
 
@@ -191,6 +196,25 @@ class EmbeddedBackend(Backend):
     argv_hint = "check [tool.specdec.engine] extra_args"
     reproduces_known_issues = True  # a dry run's known crash is injected (see _engine_args)
     default_lossless = "exact"  # one process, greedy, batch-independent: bit-stable by design
+
+    def __init__(self, reason: str, *, sglang_missing_in: str | None = None) -> None:
+        super().__init__(reason)
+        self.sglang_missing_in = sglang_missing_in  # `auto` on a GPU host: the Python SGLang was not found in
+
+    def warning(self, state: RunState) -> str | None:
+        """`auto` on a GPU host without SGLang measures, and gates, the engine where the user
+        likely meant SGLang (a fresh venv does not see a system-wide SGLang): say so, and how to
+        pin the backend, without changing the choice."""
+        hw = state.hardware
+        if self.sglang_missing_in is None or hw.simulated:  # a dry run's header says what it runs on
+            return None
+        family = hw.family if hw.family in state.config.matrices else "cpu"
+        flag = _flag("backend")
+        return (f"backend auto chose the embedded engine on a host with {hw.describe()}, as sglang is not "
+                f"importable in {self.sglang_missing_in}: the {family} matrix is measured, and gated against "
+                f"{state.baseline_path.name}, on the embedded engine, not on SGLang. To require SGLang, set "
+                f"{flag}=sglang (a run without it then stops; a venv sees an SGLang installed system-wide "
+                f"only when made with --system-site-packages); to choose the engine on purpose, {flag}=embedded")
 
     def server_spec(self, case: MatrixCase, state: RunState) -> ServerSpec:
         return ServerSpec(backend=self.name, method=case.method, tp=case.tp, budget=case.budget,
@@ -601,5 +625,6 @@ def choose(requested: str, hardware: Hardware, server_url: str | None,
     if hardware.physical_gpus == 0:
         return EmbeddedBackend("auto: no GPU")
     if not sglang_importable(python):
-        return EmbeddedBackend(f"auto: sglang not importable in {where}")
+        return EmbeddedBackend(f"auto: sglang not importable in {where}, though this host has a GPU; "
+                               f"{_flag('backend')}=sglang requires it", sglang_missing_in=where)
     return SGLangBackend("auto: GPU and sglang present")

@@ -205,6 +205,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     collection.modify_items(items, state, in_worker=hasattr(config, "workerinput"))
     if not any(map(collection.uses_specdec, items)):
         return
+    warning = state.backend.warning(state)
+    if warning is not None and not hasattr(config, "workerinput"):  # once, from the process that reports
+        import pytest
+
+        config.issue_config_time_warning(pytest.PytestConfigWarning(f"pytest-specdec: {warning}"), stacklevel=2)
     from . import recording, resume
 
     resume.resume_done(items, state, _gate(config, state))

@@ -90,6 +90,23 @@ def test_every_upload_of_a_hidden_folder_includes_hidden_files(path):
                 assert step["with"].get("include-hidden-files") is True, (step["name"], paths)
 
 
+@pytest.mark.parametrize("path", [*WORKFLOWS, SLURM], ids=lambda p: p.name)
+def test_every_gpu_benchmark_command_names_its_backend_and_its_venv_sees_sglang(path):
+    """The examples made a fresh venv, which cannot see an SGLang installed on the runner, and
+    left the backend at `auto`: the run fell back to the embedded engine and gated its figures
+    as the Blackwell suite's. Each benchmark command (comments too) names sglang, so a missing
+    SGLang stops the run, and each venv sees the runner's packages."""
+    text = path.read_text().replace("\\\n", " ")  # continuation lines joined
+    commands = [line for line in text.splitlines() if re.search(r"\bpytest\s+tests/", line)]
+    assert commands
+    for command in commands:
+        assert re.search(r"--specdec-backend=(sglang|\$BACKEND)\b", command), command
+    assert re.search(r"^BACKEND=\$\{BACKEND:-sglang\}$", text, re.M) or "$BACKEND" not in text
+    for line in text.splitlines():
+        if "-m venv" in line and not line.lstrip().startswith("#"):
+            assert "--system-site-packages" in line, line
+
+
 def test_the_sharded_workflow_runs_every_shard_then_merges_whatever_happened(tmp_path):
     from pytest_specdec.__main__ import _parser
 
@@ -128,11 +145,12 @@ def test_the_slurm_script_parses_and_submits_an_array_and_a_merge_after_it(tmp_p
     assert wrap[1:4] == ["-m", "pytest", "tests/bench"]
     assert "--specdec-shard=$SLURM_ARRAY_TASK_ID/3" in wrap
     assert f"--specdec-report={OUT_DEFAULT}/shard-$SLURM_ARRAY_TASK_ID" in wrap
+    assert "--specdec-backend=sglang" in wrap
 
 
-def submit_slurm(root: Path, shards: int, out: Path | None = None) -> list[list[str]]:
-    """Run the Slurm example in `root` with a stand-in sbatch (and `out` as its $OUT); the
-    arguments of each call."""
+def submit_slurm(root: Path, shards: int, out: Path | None = None, backend: str | None = None) -> list[list[str]]:
+    """Run the Slurm example in `root` with a stand-in sbatch (and `out` as its $OUT, `backend`
+    as its $BACKEND); the arguments of each call."""
     bin_dir = root / "bin"
     bin_dir.mkdir()
     log = root / "sbatch.jsonl"
@@ -143,7 +161,8 @@ def submit_slurm(root: Path, shards: int, out: Path | None = None) -> list[list[
         "print(1000 + sum(1 for _ in open(log.name)))\n")
     (bin_dir / "sbatch").chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SHARDS": str(shards),
-           "PYTHON": sys.executable, **({"OUT": str(out)} if out is not None else {})}
+           "PYTHON": sys.executable, **({"OUT": str(out)} if out is not None else {}),
+           **({"BACKEND": backend} if backend is not None else {})}
     done = subprocess.run(["bash", str(SLURM)], cwd=root, env=env, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -183,7 +202,7 @@ num_prompts = 2
 max_new_tokens = 8
 """)
     array, merge = (next(a for a in call if a.startswith("--wrap=")).removeprefix("--wrap=")
-                    for call in submit_slurm(root, shards=2, out=out))
+                    for call in submit_slurm(root, shards=2, out=out, backend="embedded"))
     for task in (1, 2):
         shard = subprocess.run(["sh", "-c", array], cwd=root, text=True,
                                env={**os.environ, "SLURM_ARRAY_TASK_ID": str(task)},

@@ -422,6 +422,44 @@ def test_the_header_settings_name_the_files_pass_fail_settings(pytester: pytest.
                                  "(1 in pyproject.toml [[]tool.specdec[]], 2 in baselines/known_issues.toml)"])
 
 
+@pytest.mark.parametrize("backend, warned", [(None, True), ("'auto'", True), ("'embedded'", False)])
+def test_auto_falling_back_to_the_engine_on_a_gpu_host_warns_and_says_how_to_pin(
+        pytester: pytest.Pytester, monkeypatch, backend, warned):
+    """A GPU runner whose fresh venv could not see SGLang ran, and gated, the Blackwell suite on
+    the embedded engine, said only in the header's reason. The choice stays; the header's first
+    line and a warning in the summary say what runs and how to pin the backend."""
+    from pytest_specdec import backends
+
+    b200 = hardware.Hardware((hardware.GPU(0, "NVIDIA B200", "sm_100"),), "nvml", physical_gpus=1)
+    monkeypatch.setattr(hardware, "detect", lambda: b200)
+    monkeypatch.setattr(backends, "sglang_importable", lambda python=None: False)
+    pytester.makepyprojecttoml(("[tool.specdec]\nbackend = %s\n" % backend if backend else "")
+                               + "[tool.specdec.matrix.blackwell]\nmethods = ['dflash']\n")
+    pytester.makepyfile(SPEC_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--co")
+    text = result.stdout.str()
+    if warned:
+        result.stdout.fnmatch_lines([
+            "specdec: backend embedded (auto: sglang not importable in this Python, though this host has a GPU; "
+            "--specdec-backend=sglang requires it); config *",
+            "*PytestConfigWarning: pytest-specdec: backend auto chose the embedded engine on a host with "
+            "NVIDIA B200 (sm_100, blackwell) x1*, as sglang is not importable in this Python: the blackwell "
+            "matrix is measured, and gated against *.json, on the embedded engine, not on SGLang. To require "
+            "SGLang, set --specdec-backend=sglang *; to choose the engine on purpose, --specdec-backend=embedded"])
+    else:
+        assert "PytestConfigWarning" not in text and "specdec: backend embedded (requested)" in text
+
+
+def test_no_fallback_warning_in_a_run_that_collects_no_specdec_test(pytester: pytest.Pytester, monkeypatch):
+    from pytest_specdec import backends
+
+    b200 = hardware.Hardware((hardware.GPU(0, "NVIDIA B200", "sm_100"),), "nvml", physical_gpus=1)
+    monkeypatch.setattr(hardware, "detect", lambda: b200)
+    monkeypatch.setattr(backends, "sglang_importable", lambda python=None: False)
+    pytester.makepyfile("def test_x(): pass")
+    assert "PytestConfigWarning" not in pytester.runpytest("-p", "no:cacheprovider").stdout.str()
+
+
 def test_header_is_one_line_when_no_specdec_test_is_collected(pytester: pytest.Pytester):
     pytester.makepyprojecttoml(SMALL_MATRIX)
     pytester.makepyfile("def test_x(): pass")
