@@ -431,7 +431,8 @@ def test_a_process_that_outlives_sigkill_has_the_wait_for_it_said(tmp_path, monk
     holding = lambda: gone_at is None or clock.now < gone_at  # noqa: E731
     real_alive = cleanup.alive
     monkeypatch.setattr(cleanup, "group_members", lambda pgid: [pid] if pgid == pid and holding() else [])
-    monkeypatch.setattr(cleanup, "alive", lambda p: (p == pid and holding()) or real_alive(p))
+    # the survivor's life is the fake one alone: on the fake clock the real process has no time to die
+    monkeypatch.setattr(cleanup, "alive", lambda p: holding() if p == pid else real_alive(p))
     if raises:
         with pytest.raises(ServerError, match=rf"processes \[{pid}\] survived SIGKILL"):
             s.stop()
