@@ -90,15 +90,19 @@ def render_fragment(rows: Sequence[ReportRow], plots: Sequence[str | Path] = (),
     for workload in sorted({r.workload or "-" for r in results}):
         out += _table([r for r in results if (r.workload or "-") == workload], workload, meta,
                       caption)
-    from .plots import PLOTTED  # the captions say what the plots show
+    from .plots import PLOTTED, page_of  # the captions say what the plots show
 
     captions = {stem: text for _, _, stem, text in PLOTTED}
     for plot in plots:
         path = Path(plot)
+        page = page_of(path.stem)
+        # a further page of a plot says which, under the plot's caption
+        text = captions.get(path.stem) or (f"{captions[page[0]]} (Page {page[1]}.)" if page else
+                                           path.stem.replace('_', ' '))
         out += [
             "\\begin{figure}[t]", "\\centering",
             f"\\includegraphics[width=\\linewidth]{{{path.as_posix()}}}",
-            f"\\caption{{{tex_escape(captions.get(path.stem, path.stem.replace('_', ' ')))}}}",
+            f"\\caption{{{tex_escape(text)}}}",
             f"\\label{{fig:specdec-{_label(path.stem)}}}",
             "\\end{figure}", "",
         ]

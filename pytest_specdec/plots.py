@@ -7,6 +7,11 @@ plots: in the accept-length plot at 1 (one token per step, by definition). Bars 
 ±1.96 standard errors of the figure over the workload's requests, the within-run spread (run-to-run
 noise on a busy machine can be larger). Both axes start at 0, so a small difference looks small.
 
+A figure holds at most PANELS_PER_PAGE panels, COLUMNS to a row: a run of many workloads gets
+further pages of each plot (`tokens_per_s-2.png`, ..., the workloads in sorted order), so each
+page stays readable and drawing them grows linearly with the workloads (matplotlib's constrained
+layout of one figure grows faster than its panels).
+
 matplotlib is imported only here, and only its object-oriented API is used (no pyplot global
 state, no backend switching inside someone else's process).
 """
@@ -36,39 +41,76 @@ Z95 = 1.96
 
 SeriesKey = tuple[str, str, int]  # (family, method, tp)
 
+#: The most workload panels one figure holds; further workloads go on further pages.
+PANELS_PER_PAGE = 12
+#: The most panels in one row of a figure: a run of up to this many workloads draws one row.
+COLUMNS = 4
+
 
 def plot_rows(rows: Sequence[ReportRow], out_dir: str | Path) -> list[Path]:
-    """Each plot as `<stem>.png` and `<stem>.pdf` in `out_dir`, the same bytes for the same rows;
-    none when nothing was measured."""
+    """Each plot as `<stem>.png` and `<stem>.pdf` in `out_dir`, and its further pages as
+    `<stem>-<page>.png` and `.pdf` (`page_name`), the same bytes for the same rows; none when
+    nothing was measured."""
     out_dir = Path(out_dir)
     written: list[Path] = []
+    workloads = sorted({r.workload or "-" for r in _measured(rows)})
+    pages = [workloads[i:i + PANELS_PER_PAGE] for i in range(0, len(workloads), PANELS_PER_PAGE)]
     for metric, label, stem, _ in PLOTTED:
         if not any(metric in r.metrics for r in _measured(rows)):
             continue
-        fig = draw(rows, metric, label)
         out_dir.mkdir(parents=True, exist_ok=True)
-        for suffix in (".png", ".pdf"):
-            path = out_dir / f"{stem}{suffix}"
-            # no creation date: the same rows draw the same bytes (a merge run again, a report in git)
-            fig.savefig(path, dpi=150, metadata={"CreationDate": None} if suffix == ".pdf" else None)
-            written.append(path)
+        for number, page in enumerate(pages, start=1):
+            fig = draw(rows, metric, label, page)
+            for suffix in (".png", ".pdf"):
+                path = out_dir / f"{page_name(stem, number)}{suffix}"
+                # no creation date: the same rows draw the same bytes (a merge run again, a report in git)
+                fig.savefig(path, dpi=150, metadata={"CreationDate": None} if suffix == ".pdf" else None)
+                written.append(path)
     return written
 
 
-def draw(rows: Sequence[ReportRow], metric: str, label: str) -> Any:
-    """The figure of one metric: a panel per workload, the legend (one entry per series) beside."""
+def page_name(stem: str, page: int) -> str:
+    """The file stem of a plot's `page` (from 1): the first page is the plot's own name."""
+    return stem if page == 1 else f"{stem}-{page}"
+
+
+def page_of(name: str) -> tuple[str, int] | None:
+    """(plot stem, page) of a file stem `page_name` made for one of the PLOTTED plots, else None."""
+    for _, _, stem, _ in PLOTTED:
+        if name == stem:
+            return stem, 1
+        page = name.removeprefix(f"{stem}-")
+        if page != name and page.isdigit() and page[0] != "0" and int(page) > 1:
+            return stem, int(page)
+    return None
+
+
+def draw(rows: Sequence[ReportRow], metric: str, label: str,
+         workloads: Sequence[str] | None = None) -> Any:
+    """The figure of one metric: a panel per workload (`workloads`, all by default), COLUMNS to a
+    row, the legend (one entry per series of all the rows) beside."""
     from matplotlib.figure import Figure  # lazy: a heavy import the plugin does not need otherwise
 
     good = _measured(rows)
-    workloads = sorted({r.workload or "-" for r in good})
+    if workloads is None:
+        workloads = sorted({r.workload or "-" for r in good})
     keys = sorted(_series(good))
     several = len({family for family, _, _ in keys}) > 1
-    # a series keeps its colour and its label in every panel, so the legend has one entry for it
+    # a series keeps its colour and its label in every panel and page, so the legend has one entry for it
     styles = {key: (f"C{i % 10}", series_label(key, several)) for i, key in enumerate(keys)}
-    fig = Figure(figsize=(4.8 * len(workloads) + 2.2, 3.6), layout="constrained")
-    axes = fig.subplots(1, len(workloads), squeeze=False)[0]
+    columns = min(len(workloads), COLUMNS)
+    lines = -(-len(workloads) // columns)
+    fig = Figure(figsize=(4.8 * columns + 2.2, 3.6 * lines), layout="constrained")
+    grid = fig.subplots(lines, columns, squeeze=False)
+    axes = [ax for line in grid for ax in line]
+    for ax in axes[len(workloads):]:  # the last row's empty places
+        ax.remove()
+    axes = axes[:len(workloads)]
+    by_workload: dict[str, list[ReportRow]] = {}
+    for r in good:
+        by_workload.setdefault(r.workload or "-", []).append(r)
     for ax, workload in zip(axes, workloads):
-        _draw_panel(ax, [r for r in good if (r.workload or "-") == workload], metric, styles)
+        _draw_panel(ax, by_workload.get(workload, []), metric, styles)
         ax.set_title(workload)
         ax.set_ylabel(label)
         ax.set_ylim(bottom=0)

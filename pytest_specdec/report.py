@@ -262,8 +262,20 @@ def render_markdown(rows: Sequence[ReportRow], *, title: str = "pytest-specdec r
     out += _set_aside(rows, labels)
     if plots:
         out += ["", "## Plots", ""]
-        out += [f"![{Path(p).stem}]({Path(p).as_posix()})" for p in plots]
+        out += [f"![{_plot_title(Path(p).stem, plots)}]({Path(p).as_posix()})" for p in plots]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _plot_title(stem: str, plots: Sequence[str | Path]) -> str:
+    """A plot's alt text: its name, and where it has further pages (`plots.page_name`), which
+    page of how many, so a reader finds the workload wanted among them."""
+    from .plots import page_of
+
+    mine = page_of(stem)
+    if mine is None:
+        return stem
+    pages = sum(1 for p in plots if (page_of(Path(p).stem) or ("", 0))[0] == mine[0])
+    return stem if pages == 1 else f"{mine[0]} (page {mine[1]} of {pages})"
 
 
 def _set_aside(rows: Sequence[ReportRow], labels: Mapping[int, str]) -> list[str]:
@@ -325,6 +337,18 @@ def previous_files() -> tuple[str, ...]:
     return (*REPORT_FILES, *(f"plots/{stem}{suffix}" for _, _, stem, _ in PLOTTED for suffix in (".png", ".pdf")))
 
 
+def previous_pages(out_dir: Path) -> list[str]:
+    """The further pages of plots (`plots.page_name`) an earlier report left in `out_dir`: a run
+    of fewer workloads draws fewer, and none may read as part of the new report."""
+    from .plots import page_of
+
+    folder = out_dir / "plots"
+    if not folder.is_dir():
+        return []
+    return sorted(f"plots/{p.name}" for p in folder.iterdir()
+                  if p.suffix in (".png", ".pdf") and (page_of(p.stem) or ("", 1))[1] > 1)
+
+
 def publish(files: ReportFiles, staging: Path, out_dir: Path, extra: Sequence[Path] = (),
             previous: Sequence[str] = ()) -> ReportFiles:
     """The report `write_files` staged (and `extra` files staged beside it), moved into
@@ -333,7 +357,7 @@ def publish(files: ReportFiles, staging: Path, out_dir: Path, extra: Sequence[Pa
 
     moved = staging_mod.publish(
         staging, out_dir, (files.results_json, files.markdown, files.latex, files.standalone, *files.plots, *extra),
-        (*previous_files(), *previous))
+        (*previous_files(), *previous_pages(out_dir), *previous))
     plots = tuple(moved[4:4 + len(files.plots)])
     return ReportFiles(*moved[:4], plots, files.plot_error)
 
@@ -390,6 +414,7 @@ __all__ = [
     "format_table",
     "measured",
     "previous_files",
+    "previous_pages",
     "publish",
     "render_markdown",
     "results_document",

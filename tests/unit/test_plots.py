@@ -85,3 +85,48 @@ def test_the_same_rows_draw_the_same_files(tmp_path, monkeypatch):
         drawn.append({p.name: p.read_bytes() for p in plot_rows(rows, tmp_path / moment)})
     assert sorted(drawn[0]) == ["accept_length.pdf", "accept_length.png", "tokens_per_s.pdf", "tokens_per_s.png"]
     assert drawn[0] == drawn[1]
+
+
+def many_workloads(count):
+    return [row(method, 1, budget, 100.0 + i, 2.0 if method != "ar" else None, workload=f"w{i:03d}")
+            for i in range(count) for method, budget in (("ar", None), ("ddtree", 8), ("ddtree", 16))]
+
+
+def test_many_workloads_go_on_pages_of_a_bounded_number_of_panels(tmp_path, monkeypatch):
+    """150 workloads drew one figure of 150 panels in a row per plot: unreadable, and matplotlib's
+    constrained layout of it took minutes. Each page now holds at most 12, every workload once,
+    in order."""
+    import pytest_specdec.plots as plots
+
+    drawn = []
+    original = plots.draw
+
+    def spy(*args, **kwargs):
+        fig = original(*args, **kwargs)
+        drawn.append([ax.get_title() for ax in fig.axes])
+        return fig
+
+    monkeypatch.setattr(plots, "draw", spy)
+    paths = plot_rows(many_workloads(30), tmp_path)
+    assert [p.name for p in paths][::2] == ["tokens_per_s.png", "tokens_per_s-2.png", "tokens_per_s-3.png",
+                                           "accept_length.png", "accept_length-2.png", "accept_length-3.png"]
+    assert [len(titles) for titles in drawn] == [12, 12, 6] * 2
+    assert [t for titles in drawn[:3] for t in titles] == [f"w{i:03d}" for i in range(30)]
+
+
+def test_a_page_wraps_its_panels_and_a_few_workloads_stay_in_one_row():
+    fig = draw(many_workloads(30), "output_tok_s", "tokens/s", [f"w{i:03d}" for i in range(5)])
+    assert len(fig.axes) == 5 and tuple(fig.get_size_inches()) == (4.8 * 4 + 2.2, 3.6 * 2)
+    fig = draw(many_workloads(3), "output_tok_s", "tokens/s")
+    assert len(fig.axes) == 3 and tuple(fig.get_size_inches()) == (4.8 * 3 + 2.2, 3.6)
+    assert len({ax.get_position().y0 for ax in fig.axes}) == 1
+
+
+def test_page_names_read_back():
+    from pytest_specdec.plots import page_name, page_of
+
+    assert [page_name("tokens_per_s", n) for n in (1, 2, 10)] == ["tokens_per_s", "tokens_per_s-2",
+                                                                  "tokens_per_s-10"]
+    assert [page_of(name) for name in ("accept_length", "accept_length-3", "accept_length-1",
+                                       "accept_length-03", "accept_length-x", "other-2")] == [
+        ("accept_length", 1), ("accept_length", 3), None, None, None, None]

@@ -324,3 +324,25 @@ def test_paths_are_made_relative_only_under_the_project_root():
         == "in ., /work/proj-2/x and /other/work/proj/y"
     assert relative("see /work/proj/a.log.", root) == "see a.log."
     assert relative("/x/y", "/") == "/x/y" and relative("/x/y", "rel") == "/x/y"
+
+
+def test_plot_pages_are_listed_named_and_replaced(tmp_path):
+    """A plot of more workloads than a page holds goes on further pages: report.md links each,
+    saying which page of how many, report.tex captions each, and a later report of fewer
+    workloads leaves none of the earlier pages behind."""
+    pytest.importorskip("matplotlib")
+    many = [row(method, 1, budget, 100.0 + i, 2.0, workload=f"w{i:02d}")
+            for i in range(13) for method, budget in (("dflash", None), ("ddtree", 8))]
+    files = write_report(tmp_path / "report", many)
+    assert [p.name for p in files.plots][::2] == ["tokens_per_s.png", "tokens_per_s-2.png",
+                                                 "accept_length.png", "accept_length-2.png"]
+    md = files.markdown.read_text()
+    assert "![tokens_per_s (page 1 of 2)](plots/tokens_per_s.png)\n" \
+           "![tokens_per_s (page 2 of 2)](plots/tokens_per_s-2.png)\n" in md
+    tex = files.latex.read_text()
+    assert "\\includegraphics[width=\\linewidth]{plots/accept_length-2.pdf}" in tex
+    assert "over the requests. (Page 2.)}" in tex and "fig:specdec-accept-length-2" in tex
+    files = write_report(tmp_path / "report", many[:4])
+    assert sorted(p.name for p in (tmp_path / "report" / "plots").iterdir()) == [
+        "accept_length.pdf", "accept_length.png", "tokens_per_s.pdf", "tokens_per_s.png"]
+    assert "![tokens_per_s](plots/tokens_per_s.png)" in files.markdown.read_text()
