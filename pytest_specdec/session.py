@@ -408,18 +408,28 @@ def divergences(result: Result, others: list[Result], state: RunState) -> list[t
     """(speculative result, its divergence) for each pair of `result` and one of `others` (of its
     workload and test: `lossless.counterpart`) where one is the other's reference and the
     speculative one's outputs differ."""
-    case = result.case
-    if not state.lossless.on or case is None or result.outputs is None:
+    if not state.lossless.on or result.case is None or result.outputs is None:
         return []
+    shared = (result.workload, lossless.counterpart(result.nodeid, result.config))
+    return _divergences_in(result, [r for r in others if r.outputs is not None and r.case is not None
+                                    and r.nodeid != result.nodeid and _test_of(r) == shared], state)
+
+
+def _test_of(result: Result) -> tuple[str | None, str]:
+    """What a result shares with those its outputs are compared with: its workload and its test
+    without its configuration (`lossless.counterpart`)."""
+    return result.workload, lossless.counterpart(result.nodeid, result.config)
+
+
+def _divergences_in(result: Result, others: list[Result],
+                    state: RunState) -> list[tuple[Result, lossless.Divergence]]:
+    """`divergences` of `result` with `others`, already those of its workload and test."""
+    case = result.case
     reference = state.settings.reference
 
     def guarded(method: str) -> bool:  # any speculative method but the reference itself
         return is_speculative(method) and method != reference
 
-    shared = lossless.counterpart(result.nodeid, result.config)
-    others = [r for r in others if r.outputs is not None and r.case is not None
-              and r.nodeid != result.nodeid and r.workload == result.workload
-              and lossless.counterpart(r.nodeid, r.config) == shared]
     if case.method == reference:
         pairs = [(r, result) for r in others
                  if guarded(r.case.method) and reference_case(r.case, state) == case]
@@ -435,6 +445,25 @@ def divergences(result: Result, others: list[Result], state: RunState) -> list[t
         if divergence is not None:
             found.append((candidate, divergence))
     return found
+
+
+class Divergences:
+    """`divergences(result, results, state)` for each of many `results`: the results are grouped
+    once by workload and test, so each is compared only with its group, not filtered against all
+    (a run of thousands of results otherwise does so once per result)."""
+
+    def __init__(self, results: list[Result], state: RunState):
+        self.state = state
+        self.groups: dict[tuple[str | None, str], list[Result]] = {}
+        for r in results:
+            if r.outputs is not None and r.case is not None:
+                self.groups.setdefault(_test_of(r), []).append(r)
+
+    def of(self, result: Result) -> list[tuple[Result, lossless.Divergence]]:
+        if not self.state.lossless.on or result.case is None or result.outputs is None:
+            return []
+        group = self.groups.get(_test_of(result), [])
+        return _divergences_in(result, [r for r in group if r.nodeid != result.nodeid], self.state)
 
 
 def _current(record: JournalRecord, case: MatrixCase, state: RunState) -> bool:
@@ -552,6 +581,7 @@ class Results:
         only the reference's test could compare them, and it failed naming them. Their rows in
         the summary, the reports and the shard folder say so, as a merge of shards does."""
         results = self.all()
+        among = Divergences(results, self.state)
         found = {}
         for result in results:
             if result.case is None or result.case.method == self.state.settings.reference:
@@ -559,7 +589,7 @@ class Results:
             outcome = self.outcomes.get(result.nodeid, ("passed", None))[0]
             if not (result.resumed or outcome == "passed"):
                 continue
-            for _, divergence in divergences(result, results, self.state)[:1]:
+            for _, divergence in among.of(result)[:1]:
                 found[result.nodeid] = (f"{divergence.message()} (found by the test of "
                                         f"{divergence.reference}, measured after it)")
         return found
@@ -631,10 +661,11 @@ class Results:
         speculative configuration whose outputs differ from its reference's (measured before the
         reference, its own test passed)."""
         results = self.all()
+        among = Divergences(results, self.state)
         # every pair is seen from its speculative side: the references need not look again
         lossy = {candidate.nodeid for result in results
                  if result.case is not None and result.case.method != self.state.settings.reference
-                 for candidate, _ in divergences(result, results, self.state)}
+                 for candidate, _ in among.of(result)}
         saved, failed, not_lossless = [], [], []
         # a lossy one found late is `lossy`, not failed
         late = {**self.settled_known_issues(), **self.settled_stand_ins()}
