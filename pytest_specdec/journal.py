@@ -116,6 +116,9 @@ class LatestCache:
     parsed_lines: int = 0  # lines parsed in all, for tests that count the work done
     #: what readers worked out from a record, by a key that starts with its `digest` (its line's bytes)
     derived: dict = field(default_factory=dict)
+    #: `latest`'s records by their figures' workload, in its order (`Journal.latest_of`), kept up
+    #: as lines are read on; None: to be grouped again from `latest`
+    by_workload: dict | None = None
 
 
 class Journal:
@@ -264,7 +267,23 @@ class Journal:
         self._fold(out, self._iter_records(damaged), damaged)
         return out
 
-    def _latest_cached(self, cache: LatestCache) -> dict[Key, JournalRecord]:
+    def latest_of(self, workload: str | None) -> list[JournalRecord]:
+        """The records of `latest()` whose figures are of `workload` (their data's "workload"), in
+        its order. With a cache, from an index kept with it: a run judges each of thousands of
+        tests against its workload's records, not against all of them."""
+        cache = self._cache
+        if cache is None:
+            return [r for r in self.latest().values() if _figures_workload(r) == workload]
+        out = self._latest_cached(cache, copy=False)
+        if cache.tail:  # a torn last line folds into this reading alone, as `latest` reads it
+            return [r for r in out.values() if _figures_workload(r) == workload]
+        if cache.by_workload is None:
+            cache.by_workload = {}
+            for key, record in cache.latest.items():
+                cache.by_workload.setdefault(_figures_workload(record), {})[key] = record
+        return list(cache.by_workload.get(workload, {}).values())
+
+    def _latest_cached(self, cache: LatestCache, copy: bool = True) -> dict[Key, JournalRecord]:
         """`latest()` from what `cache` read before and the whole lines appended since; a torn
         last line is read each time, as `latest()` reads it, and kept for when it is whole."""
         try:
@@ -275,8 +294,10 @@ class Journal:
                     self._read_on(cache, fh.read(), stat)
         except FileNotFoundError:
             cache.path, cache.stat, cache.latest, cache.offset, cache.lines = None, (0, 0, 0, 0), {}, 0, 0
-            cache.prefix, cache.tail = "", b""
+            cache.prefix, cache.tail, cache.by_workload = "", b"", None
             return {}
+        if not copy and not cache.tail:
+            return cache.latest
         out = dict(cache.latest)
         if cache.tail:
             self._fold(out, self._parse(cache.tail, cache.lines, None), None)
@@ -288,10 +309,14 @@ class Journal:
         if cache.path != self.path or cache.stat[:2] != stat[:2] or len(raw) < cache.offset \
                 or hasher.hexdigest() != cache.prefix:  # another file, or not the one read: from its start
             cache.offset, cache.lines, cache.latest, hasher = 0, 0, {}, hashlib.sha256()
+            cache.by_workload = None
         cache.path, cache.stat = self.path, stat
         whole = raw.rfind(b"\n") + 1  # the lines read for good: each ends with a newline
         if whole > cache.offset:
-            self._fold(cache.latest, self._parse(raw[cache.offset:whole], cache.lines, None), None)
+            before: dict[Key, JournalRecord | None] = {}  # each key's record before these lines
+            records = self._parse(raw[cache.offset:whole], cache.lines, None)
+            self._fold(cache.latest, _noting(records, cache.latest, before), None)
+            _index_on(cache, before)
             cache.lines += raw.count(b"\n", cache.offset, whole)
             hasher.update(raw[cache.offset:whole])
             cache.offset = whole
@@ -310,6 +335,44 @@ class Journal:
                                        "test's last readable record (a damaged line?)"), damaged)
                 continue
             out[record.key] = replace(measured, status=DONE)
+
+
+def _figures_workload(record: JournalRecord) -> Any:
+    """The workload a record's figures name (`latest_of`): its data's, None where they name none;
+    a value no workload name can equal (an edited line's list) is `_NO_WORKLOAD`, which is hashable."""
+    workload = record.data.get("workload")
+    return workload if workload is None or isinstance(workload, str) else _NO_WORKLOAD
+
+
+#: What `_figures_workload` gives for figures whose workload is neither a name nor None.
+_NO_WORKLOAD = object()
+
+
+def _noting(records: Iterator[tuple[int, JournalRecord]], latest: Mapping[Key, JournalRecord],
+            before: dict[Key, JournalRecord | None]) -> Iterator[tuple[int, JournalRecord]]:
+    """`records`, noting in `before` each one's key with its record in `latest` before the first
+    of them (`_index_on`)."""
+    for lineno, record in records:
+        before.setdefault(record.key, latest.get(record.key))
+        yield lineno, record
+
+
+def _index_on(cache: LatestCache, before: Mapping[Key, JournalRecord | None]) -> None:
+    """Bring `cache.by_workload` up to `cache.latest` after the keys of `before` (each with its
+    record before) were folded in: a key keeps its place, a new one comes last, as in `latest`;
+    one whose figures moved to another workload has it grouped again."""
+    index = cache.by_workload
+    if index is None:
+        return
+    for key, old in before.items():
+        record = cache.latest.get(key)
+        if record is None:  # a mark that confirmed nothing, skipped
+            continue
+        workload = _figures_workload(record)
+        if old is not None and _figures_workload(old) != workload:
+            cache.by_workload = None  # its place among the other workload's records is latest's
+            return
+        index.setdefault(workload, {})[key] = record
 
 
 def _line_digest(line: bytes) -> str:

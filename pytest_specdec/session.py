@@ -336,9 +336,8 @@ def _journaled(result: Result, state: RunState,
     others, records = [], {}
     journal = journal_for(state)
     model = json.dumps(state.backend.model_part(state), sort_keys=True)  # an attached server's may come later
-    for record in journal.latest().values():
-        if record.status not in (DONE, MEASURED, FAILED_CHECKS) or record.data.get("workload") != result.workload \
-                or record.digest in replaced:
+    for record in journal.latest_of(result.workload):
+        if record.status not in (DONE, MEASURED, FAILED_CHECKS) or record.digest in replaced:
             continue
         other = _current_result(record, state, model)
         if other is not None:

@@ -309,3 +309,46 @@ def test_a_cached_reading_is_a_fresh_reading_through_tears_rewrites_and_rotation
     writer.append("c", "chat", {"n": 3})
     same()
     assert set(Journal(path, cache=cache).latest()) == {("c", "chat")}
+
+
+def test_a_workloads_records_are_those_of_a_fresh_reading_in_its_order(tmp_path):
+    """`latest_of` answers from an index kept with the cache as lines are read on: through
+    appends, a mark, a record whose figures moved to another workload, a torn last line and a
+    rotation it must give what filtering a fresh `latest()` gives, in the same order."""
+    from pytest_specdec.journal import LatestCache
+
+    path, cache = tmp_path / "j.jsonl", LatestCache()
+    writer = Journal(path)
+
+    def same() -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", JournalWarning)  # the torn line's, said by test_journal's others
+            fresh = list(Journal(path).latest().values())
+            for workload in ("chat", "code", None, "nowhere"):
+                cached = Journal(path, said=set(), cache=cache).latest_of(workload)
+                assert cached == [r for r in fresh if r.data.get("workload") == workload]
+
+    assert Journal(path, cache=cache).latest_of("chat") == []
+    # "h": figures whose workload is a list, as only an edited line has them
+    for name, workload in (("a", "chat"), ("b", "code"), ("c", "chat"), ("d", None), ("h", ["chat"])):
+        writer.append(name, workload if isinstance(workload, str) else "-", {"workload": workload, "n": 1})
+    same()
+    measured = writer.append("e", "code", {"workload": "code", "n": 2}, status=MEASURED)
+    same()
+    writer.mark_done(measured)
+    writer.append("a", "chat", {"workload": "chat", "n": 3})  # measured again: keeps its place
+    same()
+    assert [r.config_id for r in Journal(path, cache=cache).latest_of("chat")] == ["a", "c"]
+    writer.append("c", "chat", {"workload": "code", "n": 4})  # figures of another workload (edited)
+    same()
+    assert [r.config_id for r in Journal(path, cache=cache).latest_of("code")] == ["b", "c", "e"]
+    with open(path, "ab") as fh:  # a crash in the middle of a write
+        fh.write(b'{"config_id": "f", "workload": "ch')
+    same()
+    writer.append("f", "chat", {"workload": "chat", "n": 5})
+    same()
+    path.rename(tmp_path / "j.old.jsonl")  # rotated: a new journal at the path
+    same()
+    writer.append("g", "chat", {"workload": "chat", "n": 6})
+    same()
+    assert [r.config_id for r in Journal(path, cache=cache).latest_of("chat")] == ["g"]

@@ -61,3 +61,34 @@ def test_each_journal_line_is_parsed_and_read_into_a_result_once_per_run(tmp_pat
     assert len(read) == 3
     replaced = frozenset({again[1][again[0][0].nodeid].digest})
     assert session._journaled(wanted, state, replaced)[0] == [again[0][1]]  # left out, as before
+
+
+def test_a_judged_test_reads_only_its_workloads_records(tmp_path, monkeypatch):
+    """session._journaled went through every latest record of the journal for each test it
+    judged, to keep those of the test's workload: with thousands of records and thousands of
+    resumed tests, a quadratic count of records looked at. It now takes its workload's records
+    from an index kept with the journal's cache."""
+    from pytest_specdec.journal import Journal
+
+    (tmp_path / "pyproject.toml").write_text(PYPROJECT)
+    state = build(tmp_path, {}, {})
+    journal = session.journal_for(state)
+    workloads = [f"w{i}" for i in range(10)]
+    for workload in workloads:
+        for case in (MatrixCase("cpu", "ar", 1, None), MatrixCase("cpu", "ddtree", 1, 8)):
+            nodeid = f"tests/test_x.py::test_x[{case.param_id}-{workload}]"
+            journal.append(nodeid, workload, {"nodeid": nodeid, "workload": workload}, status="done")
+    handed = []
+    for name in ("latest", "latest_of"):
+        original = getattr(Journal, name, None)
+        if original is not None:
+            def counting(self, *args, _original=original, **kwargs):
+                out = _original(self, *args, **kwargs)
+                handed.append(len(out))
+                return out
+
+            monkeypatch.setattr(Journal, name, counting)
+    for workload in workloads:
+        for _ in range(3):
+            session._journaled(SimpleNamespace(workload=workload), state, frozenset())
+    assert 0 < sum(handed) <= 3 * len(workloads) * 2  # each reading its own workload's two records
