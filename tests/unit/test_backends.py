@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from http_stub import QuietHandler, serving
 
 from pytest_specdec import backends, configuration
 from pytest_specdec.config import KnownIssue, SpecdecConfig
@@ -59,29 +60,18 @@ def test_an_attached_servers_counts_that_are_no_counts_are_named(info, said):
 
 def test_a_server_info_that_is_no_object_is_named():
     """A JSON list surfaced as "'list' object has no attribute 'get'"."""
-    import http.server
-    import threading
-
     from pytest_specdec.servers.attach import fetch_server_info
     from pytest_specdec.servers.diagnosis import ServerError
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self):
             self.send_response(200)
             self.end_headers()
             self.wfile.write(b"[1, 2, 3]")
 
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
+    with serving(Handler) as url:
         with pytest.raises(ServerError, match="answered a JSON list, not an object of server arguments"):
-            fetch_server_info(f"http://127.0.0.1:{httpd.server_port}")
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+            fetch_server_info(url)
 
 
 @pytest.mark.parametrize("configured, served, same", [
@@ -105,11 +95,9 @@ def test_a_configured_model_names_what_a_server_serves_across_spellings(configur
 @contextlib.contextmanager
 def sglang_stub(server_info: dict, model_info: dict | None = None):
     """A server answering /server_info (and /model_info where given, else 404) as SGLang does."""
-    import http.server
     import json
-    import threading
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self):
             body = server_info if self.path in ("/server_info", "/get_server_info") else model_info \
                 if self.path == "/model_info" else None
@@ -118,16 +106,8 @@ def sglang_stub(server_info: dict, model_info: dict | None = None):
             self.end_headers()
             self.wfile.write(json.dumps(body or {"detail": "Not Found"}).encode())
 
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_port}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(Handler) as url:
+        yield url
 
 
 DFLASH_TP1 = {"speculative_algorithm": "DFLASH", "speculative_num_draft_tokens": 16, "tp_size": 1,
@@ -182,11 +162,9 @@ def test_an_attached_servers_model_part_is_what_it_serves():
 def test_an_attached_server_without_a_tokenizer_is_refused_before_any_test(skip):
     """SGLang started with --skip-tokenizer-init refuses text prompts, all the plugin sends: each
     test failed on that refusal in turn. Its /server_info says so, and the run stops at once."""
-    import http.server
     import json
-    import threading
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self):
             raw = json.dumps({"tp_size": 1, "skip_tokenizer_init": skip}).encode()
             self.send_response(200)
@@ -194,14 +172,8 @@ def test_an_attached_server_without_a_tokenizer_is_refused_before_any_test(skip)
             self.end_headers()
             self.wfile.write(raw)
 
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{httpd.server_port}"
     attach = backends.AttachBackend("attached")
-    try:
+    with serving(Handler) as url:
         if not skip:
             attach.check_ready(state(attach, server_url=url))
             return
@@ -210,9 +182,6 @@ def test_an_attached_server_without_a_tokenizer_is_refused_before_any_test(skip)
                 f"so it has no tokenizer and refuses every request the plugin sends, whose prompts are text; "
                 f"restart it without --skip-tokenizer-init")):
             attach.check_ready(state(attach, server_url=url))
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 @pytest.mark.parametrize("method, speculative", [("ar", False), ("AR", False), ("none", False), (None, False),

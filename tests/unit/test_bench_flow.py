@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from http_stub import QuietHandler, serving
 
 from pytest_specdec.journal import Journal
 
@@ -326,15 +327,13 @@ def test_an_attached_server_of_another_model_and_method_stops_the_run_naming_bot
 def reticent_proxy(url: str) -> Iterator[str]:
     """A server in front of `url` whose /server_info and /model_info say nothing of what it
     serves (another server, an older SGLang): its URL."""
-    import http.server
-    import threading
     import urllib.error
     import urllib.request
 
     said = ("speculative_algorithm", "method", "speculative_num_draft_tokens", "speculative_ddtree_budget",
             "budget", "tp_size", "model_path", "served_model_name", "speculative_draft_model_path")
 
-    class Proxy(http.server.BaseHTTPRequestHandler):
+    class Proxy(QuietHandler):
         def _forward(self):
             size = int(self.headers.get("Content-Length") or 0)
             request = urllib.request.Request(url + self.path, data=self.rfile.read(size) if size else None,
@@ -355,16 +354,8 @@ def reticent_proxy(url: str) -> Iterator[str]:
 
         do_GET = do_POST = _forward
 
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_port}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(Proxy, threaded=True) as proxy_url:
+        yield proxy_url
 
 
 def test_an_attached_server_that_does_not_say_what_it_serves_still_runs(pytester):

@@ -122,10 +122,9 @@ def test_an_interval_logged_twice_counts_once(tmp_path):
 def test_generate_fails_with_the_servers_own_words(status, body, said):
     """An HTTP error said only "HTTP Error 400: Bad Request", the reason in its body thrown away;
     a 200 that was not JSON escaped as a JSONDecodeError traceback."""
-    import http.server
-    import threading
+    from http_stub import QuietHandler, serving
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self):
             self.rfile.read(int(self.headers["Content-Length"]))
             self.send_response(status)
@@ -133,19 +132,10 @@ def test_generate_fails_with_the_servers_own_words(status, body, said):
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        server = LiveServer(spec=ServerSpec("embedded", "ar"), url=f"http://127.0.0.1:{httpd.server_port}",
-                            log_path=None, check=lambda: None)
+    with serving(Handler) as url:
+        server = LiveServer(spec=ServerSpec("embedded", "ar"), url=url, log_path=None, check=lambda: None)
         with pytest.raises(pytest.fail.Exception, match="server ar-tp1: " + re.escape(said)):
             server.generate("Hello", max_new_tokens=4, top_p=0.5)
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 @pytest.mark.parametrize("given", ["chat", None, {"prompts": "chat"}])
