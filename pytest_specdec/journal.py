@@ -29,6 +29,8 @@ from typing import Any, Iterator, Mapping
 
 from filelock import FileLock
 
+from .journal_cache import LatestCache
+
 #: The version written. 2: figures are journaled `measured`, and a `done` mark confirms them.
 JOURNAL_VERSION = 2
 #: The versions read: a version 1 `done` record holds its figures and means done.
@@ -95,30 +97,6 @@ class JournalRecord:
             "status": self.status, "time": self.time, "pid": self.pid, "data": dict(self.data),
             "fingerprint": self.fingerprint, **({"confirms": self.confirms} if self.confirms else {}),
         }
-
-
-@dataclass
-class LatestCache:
-    """What `Journal.latest` has read of a journal so far, shared by the readers of one run: a
-    resumed run judges every test against the journal, and a measuring one reads it after each
-    test, so a reading parses only the lines appended since the last (a journal of thousands of
-    records is otherwise parsed once per test). A file whose device, inode, size and modification
-    time are those of the last reading is taken as unchanged; otherwise it is read again from its
-    start wherever the bytes read before are not all still there (rotated, rewritten)."""
-
-    path: Path | None = None
-    stat: tuple[int, int, int, int] = (0, 0, 0, 0)  # device, inode, size, modification time (ns)
-    offset: int = 0  # end of the last whole line read (just after its newline)
-    lines: int = 0  # lines up to `offset`, as `_iter_records` numbers them
-    prefix: str = ""  # sha256 of the bytes up to `offset`
-    tail: bytes = b""  # what follows `offset`: a torn last line, read again at each reading
-    latest: dict = field(default_factory=dict)
-    parsed_lines: int = 0  # lines parsed in all, for tests that count the work done
-    #: what readers worked out from a record, by a key that starts with its `digest` (its line's bytes)
-    derived: dict = field(default_factory=dict)
-    #: `latest`'s records by their figures' workload, in its order (`Journal.latest_of`), kept up
-    #: as lines are read on; None: to be grouped again from `latest`
-    by_workload: dict | None = None
 
 
 class Journal:

@@ -11,7 +11,7 @@ import re
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 import pytest
 
@@ -24,18 +24,11 @@ from .config import KnownIssue, SpecdecConfig
 from .directions import known_directions
 from .gate import Tolerances, resolve_tolerances
 from .hardware import Hardware
+from .journal_cache import LatestCache
 from .lossless import Exactness, parse_exactness
 from .options import Settings, resolve
 from .workloads import Workload, configured_workload
 
-if TYPE_CHECKING:
-    from .journal import LatestCache
-
-
-def _latest_cache() -> LatestCache:
-    from .journal import LatestCache  # the journal loads once a test records, not in every run
-
-    return LatestCache()
 
 
 @dataclass(frozen=True)
@@ -53,7 +46,7 @@ class RunState:
     #: the journal's damaged lines this run has warned of (`journal_for`): each said once
     journal_said: set = field(default_factory=set, compare=False, repr=False)
     #: what this run's readers of the journal have read of it (`journal_for`): each line parsed once
-    journal_read: LatestCache = field(default_factory=lambda: _latest_cache(), compare=False, repr=False)
+    journal_read: LatestCache = field(default_factory=LatestCache, compare=False, repr=False)
 
     @property
     def lossless(self) -> Exactness:
