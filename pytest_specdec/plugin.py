@@ -205,11 +205,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     collection.modify_items(items, state, in_worker=hasattr(config, "workerinput"))
     if not any(map(collection.uses_specdec, items)):
         return
-    warning = state.backend.warning(state)
-    if warning is not None and not hasattr(config, "workerinput"):  # once, from the process that reports
-        import pytest
-
-        config.issue_config_time_warning(pytest.PytestConfigWarning(f"pytest-specdec: {warning}"), stacklevel=2)
+    if not hasattr(config, "workerinput"):  # under xdist the controller warns, once (XdistHooks)
+        warn_of_backend(config, state)
     from . import recording, resume
 
     resume.resume_done(items, state, _gate(config, state))
@@ -617,6 +614,17 @@ class Controller:
         if self.problems and exitstatus == pytest.ExitCode.OK:
             return pytest.ExitCode.TESTS_FAILED
         return exitstatus
+
+
+def warn_of_backend(config: pytest.Config, state) -> None:
+    """The backend's warning, if any, in the summary of the process that reports: called once a
+    collection holds specdec tests, where it ran (the only process, or an xdist controller hearing
+    from its first worker), as the workers' own warnings would come once per worker."""
+    warning = state.backend.warning(state)
+    if warning is not None:
+        import pytest
+
+        config.issue_config_time_warning(pytest.PytestConfigWarning(f"pytest-specdec: {warning}"), stacklevel=2)
 
 
 def _runs_no_test(config: pytest.Config) -> bool:

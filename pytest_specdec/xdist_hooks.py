@@ -1,8 +1,9 @@
 """Hooks that exist only under pytest-xdist; registered from pytest_configure when it is loaded.
 
 Workers collect, the controller does not: the controller learns here that a worker's collection
-names the matrix, for the header's details. The total of its `[done/total]` progress lines comes
-with the workers' reports (`plugin.Worker`): which tests can record is known only from the items.
+names the matrix, for the header's details and the backend's warning. The total of its
+`[done/total]` progress lines comes with the workers' reports (`plugin.Worker`): which tests can
+record is known only from the items.
 
 `--dist loadgroup`, and a bare `-n`, send each configuration's tests to one worker, so a server
 boots once and its GPU lease is held by one process. xdist's own groups come from `xdist_group` marks, as an
@@ -42,7 +43,10 @@ class XdistHooks:
         if not self._seen:  # every worker collects the same items
             self._seen = True
             if self._names_a_configuration(ids):
+                from .plugin import warn_of_backend
+
                 self._write_header_details(node.config)
+                warn_of_backend(node.config, self.results.state)
                 from . import hangup
                 from .servers import cleanup
                 from .state import run_id

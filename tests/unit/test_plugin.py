@@ -450,6 +450,29 @@ def test_auto_falling_back_to_the_engine_on_a_gpu_host_warns_and_says_how_to_pin
         assert "PytestConfigWarning" not in text and "specdec: backend embedded (requested)" in text
 
 
+def test_auto_falling_back_to_the_engine_on_a_gpu_host_warns_once_under_xdist_too(pytester: pytest.Pytester):
+    """The warning came only from the process that collects: under -n 2 the controller collects
+    nothing and the workers kept quiet, so only the header's first line said it."""
+    pytest.importorskip("xdist")
+    # the controller and each worker choose their backend: all see the same B200 host without SGLang
+    pytester.makeconftest("from pytest_specdec import backends, hardware\n"
+                          "b200 = hardware.Hardware((hardware.GPU(0, 'NVIDIA B200', 'sm_100'),), 'nvml', "
+                          "physical_gpus=1)\n"
+                          "hardware.detect = lambda: b200\n"
+                          "backends.sglang_importable = lambda python=None: False\n")
+    pytester.makepyprojecttoml("[tool.specdec.matrix.blackwell]\nmethods = ['dflash']\n")
+    pytester.makepyfile(SPEC_TEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "xdist", "-n", "2")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines([
+        "specdec: backend embedded (auto: sglang not importable in this Python, though this host has a GPU; *",
+        "*warnings summary*",
+        "*PytestConfigWarning: pytest-specdec: backend auto chose the embedded engine on a host with "
+        "NVIDIA B200 (sm_100, blackwell) x1*: the blackwell matrix is measured, and gated against *.json, on "
+        "the embedded engine, not on SGLang. *"])
+    assert result.stdout.str().count("backend auto chose the embedded engine") == 1  # not once per worker
+
+
 def test_no_fallback_warning_in_a_run_that_collects_no_specdec_test(pytester: pytest.Pytester, monkeypatch):
     from pytest_specdec import backends
 
