@@ -624,7 +624,11 @@ def warn_of_backend(config: pytest.Config, state) -> None:
     if warning is not None:
         import pytest
 
-        config.issue_config_time_warning(pytest.PytestConfigWarning(f"pytest-specdec: {warning}"), stacklevel=2)
+        try:
+            config.issue_config_time_warning(pytest.PytestConfigWarning(f"pytest-specdec: {warning}"), stacklevel=2)
+        except pytest.PytestConfigWarning:  # -W error or filterwarnings made it one: an ending, not a traceback
+            pytest.exit(f"pytest-specdec: {warning} (this warning stops the run: -W or filterwarnings make "
+                        f"PytestConfigWarning an error)", returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 def _runs_no_test(config: pytest.Config) -> bool:

@@ -473,6 +473,26 @@ def test_auto_falling_back_to_the_engine_on_a_gpu_host_warns_once_under_xdist_to
     assert result.stdout.str().count("backend auto chose the embedded engine") == 1  # not once per worker
 
 
+@pytest.mark.parametrize("workers", [(), ("-p", "xdist", "-n", "2")], ids=["alone", "xdist"])
+def test_the_fallback_warning_made_an_error_ends_the_run_with_its_words(pytester: pytest.Pytester, workers):
+    """-W error::pytest.PytestConfigWarning turned the warning into an INTERNALERROR traceback."""
+    if workers:
+        pytest.importorskip("xdist")
+    pytester.makeconftest("from pytest_specdec import backends, hardware\n"
+                          "b200 = hardware.Hardware((hardware.GPU(0, 'NVIDIA B200', 'sm_100'),), 'nvml', "
+                          "physical_gpus=1)\n"
+                          "hardware.detect = lambda: b200\n"
+                          "backends.sglang_importable = lambda python=None: False\n")
+    pytester.makepyprojecttoml("[tool.specdec.matrix.blackwell]\nmethods = ['dflash']\n")
+    pytester.makepyfile(SPEC_TEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error::pytest.PytestConfigWarning",
+                                           *workers)
+    text = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and "INTERNALERROR" not in text, text
+    assert "pytest-specdec: backend auto chose the embedded engine" in text
+    assert "this warning stops the run: -W or filterwarnings make PytestConfigWarning an error" in text
+
+
 def test_no_fallback_warning_in_a_run_that_collects_no_specdec_test(pytester: pytest.Pytester, monkeypatch):
     from pytest_specdec import backends
 
