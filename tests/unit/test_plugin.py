@@ -450,11 +450,9 @@ def test_auto_falling_back_to_the_engine_on_a_gpu_host_warns_and_says_how_to_pin
         assert "PytestConfigWarning" not in text and "specdec: backend embedded (requested)" in text
 
 
-def test_auto_falling_back_to_the_engine_on_a_gpu_host_warns_once_under_xdist_too(pytester: pytest.Pytester):
-    """The warning came only from the process that collects: under -n 2 the controller collects
-    nothing and the workers kept quiet, so only the header's first line said it."""
-    pytest.importorskip("xdist")
-    # the controller and each worker choose their backend: all see the same B200 host without SGLang
+def gpu_host_without_sglang(pytester: pytest.Pytester) -> None:
+    """A project whose every process (a controller, each xdist worker) sees one B200 and no
+    importable SGLang, with a blackwell matrix and one specdec test."""
     pytester.makeconftest("from pytest_specdec import backends, hardware\n"
                           "b200 = hardware.Hardware((hardware.GPU(0, 'NVIDIA B200', 'sm_100'),), 'nvml', "
                           "physical_gpus=1)\n"
@@ -462,6 +460,13 @@ def test_auto_falling_back_to_the_engine_on_a_gpu_host_warns_once_under_xdist_to
                           "backends.sglang_importable = lambda python=None: False\n")
     pytester.makepyprojecttoml("[tool.specdec.matrix.blackwell]\nmethods = ['dflash']\n")
     pytester.makepyfile(SPEC_TEST)
+
+
+def test_auto_falling_back_to_the_engine_on_a_gpu_host_warns_once_under_xdist_too(pytester: pytest.Pytester):
+    """The warning came only from the process that collects: under -n 2 the controller collects
+    nothing and the workers kept quiet, so only the header's first line said it."""
+    pytest.importorskip("xdist")
+    gpu_host_without_sglang(pytester)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "xdist", "-n", "2")
     result.assert_outcomes(passed=1, warnings=1)
     result.stdout.fnmatch_lines([
@@ -478,13 +483,7 @@ def test_the_fallback_warning_made_an_error_ends_the_run_with_its_words(pytester
     """-W error::pytest.PytestConfigWarning turned the warning into an INTERNALERROR traceback."""
     if workers:
         pytest.importorskip("xdist")
-    pytester.makeconftest("from pytest_specdec import backends, hardware\n"
-                          "b200 = hardware.Hardware((hardware.GPU(0, 'NVIDIA B200', 'sm_100'),), 'nvml', "
-                          "physical_gpus=1)\n"
-                          "hardware.detect = lambda: b200\n"
-                          "backends.sglang_importable = lambda python=None: False\n")
-    pytester.makepyprojecttoml("[tool.specdec.matrix.blackwell]\nmethods = ['dflash']\n")
-    pytester.makepyfile(SPEC_TEST)
+    gpu_host_without_sglang(pytester)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error::pytest.PytestConfigWarning",
                                            *workers)
     text = result.stdout.str() + result.stderr.str()
