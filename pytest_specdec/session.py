@@ -407,11 +407,7 @@ def divergences(result: Result, others: list[Result], state: RunState) -> list[t
     """(speculative result, its divergence) for each pair of `result` and one of `others` (of its
     workload and test: `lossless.counterpart`) where one is the other's reference and the
     speculative one's outputs differ."""
-    if not state.lossless.on or result.case is None or result.outputs is None:
-        return []
-    shared = (result.workload, lossless.counterpart(result.nodeid, result.config))
-    return _divergences_in(result, [r for r in others if r.outputs is not None and r.case is not None
-                                    and r.nodeid != result.nodeid and _test_of(r) == shared], state)
+    return Divergences(others, state).of(result)
 
 
 def _test_of(result: Result) -> tuple[str | None, str]:
