@@ -322,11 +322,12 @@ def lossless_failures(result: Result, state: RunState, replaced: frozenset = fro
     if not state.lossless.on or result.case is None or result.outputs is None:
         return [], None  # without reading the journal
     others, records = _journaled(result, state, replaced)
+    among = Divergences(others, state)
     found = [(records.get(candidate.nodeid), divergence)
-             for candidate, divergence in divergences(result, others, state)
+             for candidate, divergence in among.of(result)
              if candidate.nodeid == result.nodeid
              or not (own_only or _known_issue(candidate, state) or candidate.nodeid in stood_in)]
-    return found, uncompared_reference(result, others, state)
+    return found, among.uncompared(result)
 
 
 def _journaled(result: Result, state: RunState,
@@ -366,13 +367,7 @@ def _current_result(record: JournalRecord, state: RunState, model: str) -> Resul
 def uncompared_reference(result: Result, others: list[Result], state: RunState) -> MatrixCase | None:
     """The reference configuration `result`'s outputs are held to where none of `others` holds
     its outputs of `result`'s test and workload, so nothing compared them; else None."""
-    reference = checked_against(result.case, state) if result.case is not None else None
-    if reference is None or result.outputs is None:
-        return None
-    shared = lossless.counterpart(result.nodeid, result.config)
-    found = any(other.case == reference and other.outputs is not None
-                and lossless.counterpart(other.nodeid, other.config) == shared for other in others)
-    return None if found else reference
+    return Divergences(others, state).uncompared(result)
 
 
 def unsettled_reason(xfail_reason: str, reference: MatrixCase) -> str:
@@ -443,22 +438,35 @@ def _divergences_in(result: Result, others: list[Result],
 
 
 class Divergences:
-    """`divergences(result, results, state)` for each of many `results`: the results are grouped
-    once by workload and test, so each is compared only with its group, not filtered against all
-    (a run of thousands of results otherwise does so once per result)."""
+    """`divergences(result, results, state)` and `uncompared_reference(result, results, state)`
+    for each of many `results`: the results are grouped once by workload and test, so each is
+    compared only with its group, not filtered against all (a run of thousands of results
+    otherwise does so once per result)."""
 
     def __init__(self, results: list[Result], state: RunState):
         self.state = state
         self.groups: dict[tuple[str | None, str], list[Result]] = {}
+        #: test (`lossless.counterpart`, which holds the workload's parameter) -> configurations with outputs
+        self.measured: dict[str, set[MatrixCase]] = {}
         for r in results:
             if r.outputs is not None and r.case is not None:
-                self.groups.setdefault(_test_of(r), []).append(r)
+                shared = lossless.counterpart(r.nodeid, r.config)
+                self.groups.setdefault((r.workload, shared), []).append(r)
+                self.measured.setdefault(shared, set()).add(r.case)
 
     def of(self, result: Result) -> list[tuple[Result, lossless.Divergence]]:
         if not self.state.lossless.on or result.case is None or result.outputs is None:
             return []
         group = self.groups.get(_test_of(result), [])
         return _divergences_in(result, [r for r in group if r.nodeid != result.nodeid], self.state)
+
+    def uncompared(self, result: Result) -> MatrixCase | None:
+        """`uncompared_reference` of `result` among the results."""
+        reference = checked_against(result.case, self.state) if result.case is not None else None
+        if reference is None or result.outputs is None:
+            return None
+        shared = lossless.counterpart(result.nodeid, result.config)
+        return None if reference in self.measured.get(shared, ()) else reference
 
 
 def _current(record: JournalRecord, case: MatrixCase, state: RunState) -> bool:
@@ -609,12 +617,15 @@ class Results:
         """{node id: (outcome, why)} of the :meth:`unsettled_known_issues` whose reference's
         outputs came later in this run: `lossless.known_issue_verdict`, as a test that ran after
         its reference would have ended."""
-        results = self.all()
+        unsettled = self.unsettled_known_issues()
+        if not unsettled:  # most runs: no grouping
+            return {}
+        among = Divergences(self.all(), self.state)  # grouped once: a run may have thousands of results
         settled = {}
-        for nodeid, (result, issue, reference) in self.unsettled_known_issues().items():
-            if uncompared_reference(result, results, self.state):
+        for nodeid, (result, issue, reference) in unsettled.items():
+            if among.uncompared(result):
                 continue
-            found = divergences(result, results, self.state)
+            found = among.of(result)
             settled[nodeid] = lossless.known_issue_verdict(
                 issue.reason, reference.param_id, found[0][1] if found else None,
                 f"the test of {reference.param_id}, measured after it", strict=known_issues_strict(self.state))
@@ -625,13 +636,15 @@ class Results:
         outputs of a reference this run measures (another xdist worker's), once those came:
         "failed" where their outputs leave the reference's, else "passed", as their stand-in
         would have ended after the reference."""
-        results = self.all()
+        if not self.awaiting:  # most runs: no grouping
+            return {}
+        among = Divergences(self.all(), self.state)  # grouped once: a run may have thousands of results
         settled: dict[str, tuple[str, str | None]] = {}
         for nodeid in self.awaiting:
             result = self.results.get(nodeid)
-            if result is None or uncompared_reference(result, results, self.state):
+            if result is None or among.uncompared(result):
                 continue
-            found = divergences(result, results, self.state)
+            found = among.of(result)
             settled[nodeid] = (("failed", f"{found[0][1].message()} (found by the test of "
                                           f"{found[0][1].reference}, measured after it)")
                                if found else ("passed", None))
