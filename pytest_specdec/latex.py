@@ -24,6 +24,12 @@ if TYPE_CHECKING:
 
 PACKAGES = ("booktabs", "graphicx")
 
+#: The most floats report.tex leaves pending between two `\clearpage`: LaTeX places a [t] float
+#: only at a page break, which tables and figures with no text between them never reach, and it
+#: stops at 18 pending ("Too many unprocessed floats"); 10 leaves room for those of the paper
+#: around the fragment. A report of up to this many floats (a few workloads) has no `\clearpage`.
+FLUSH_EVERY = 10
+
 _SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
             "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
             # OT1, LaTeX's default font encoding, prints these three as an em dash, ¡ and ¿
@@ -87,9 +93,8 @@ def render_fragment(rows: Sequence[ReportRow], plots: Sequence[str | Path] = (),
     out = [f"% pytest-specdec report; needs {preamble}",
            "% plot paths are relative to this folder: \\graphicspath{{<this folder>/}}", ""]
     results = measured(rows)
-    for workload in sorted({r.workload or "-" for r in results}):
-        out += _table([r for r in results if (r.workload or "-") == workload], workload, meta,
-                      caption)
+    floats = [_table([r for r in results if (r.workload or "-") == workload], workload, meta, caption)
+              for workload in sorted({r.workload or "-" for r in results})]
     from .plots import PLOTTED, page_of  # the captions say what the plots show
 
     captions = {stem: text for _, _, stem, text in PLOTTED}
@@ -99,14 +104,26 @@ def render_fragment(rows: Sequence[ReportRow], plots: Sequence[str | Path] = (),
         # a further page of a plot says which, under the plot's caption
         text = captions.get(path.stem) or (f"{captions[page[0]]} (Page {page[1]}.)" if page else
                                            path.stem.replace('_', ' '))
-        out += [
+        floats.append([
             "\\begin{figure}[t]", "\\centering",
             f"\\includegraphics[width=\\linewidth]{{{path.as_posix()}}}",
             f"\\caption{{{tex_escape(text)}}}",
             f"\\label{{fig:specdec-{_label(path.stem)}}}",
             "\\end{figure}", "",
-        ]
-    return "\n".join(out)
+        ])
+    return "\n".join(out + flushed(floats))
+
+
+def flushed(floats: Sequence[list[str]]) -> list[str]:
+    """The floats' lines, with a `\\clearpage` (which places every pending float) after each
+    FLUSH_EVERY of them and after the last, where there are more than FLUSH_EVERY: a run of a
+    hundred workloads otherwise stops LaTeX."""
+    out: list[str] = []
+    for number, lines in enumerate(floats, start=1):
+        out += lines
+        if len(floats) > FLUSH_EVERY and (number % FLUSH_EVERY == 0 or number == len(floats)):
+            out += ["\\clearpage", ""]
+    return out
 
 
 def render_standalone(fragment: str) -> str:

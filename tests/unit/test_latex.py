@@ -126,6 +126,56 @@ def test_the_standalone_report_compiles_with_pdflatex(tmp_path):
     assert (tmp_path / "report-standalone.pdf").read_bytes()[:5] == b"%PDF-"
 
 
+def workloads(count):
+    return [row(method, 1, budget, tok_s, workload=f"w{number:03d}")
+            for number in range(count) for method, budget, tok_s in (("ar", None, 300.0), ("ddtree", 16, 900.0))]
+
+
+def pending_floats(tex):
+    """The most floats LaTeX holds unplaced at once reading `tex`, and those still pending at its
+    end: tables and figures of [t] with no text between them are placed only by a `\\clearpage`."""
+    most = pending = 0
+    for line in tex.splitlines():
+        if line.startswith(("\\begin{table}[t]", "\\begin{figure}[t]")):
+            pending += 1
+            most = max(most, pending)
+        elif line.strip() == "\\clearpage":
+            pending = 0
+    return most, pending
+
+
+def test_a_report_of_many_workloads_flushes_its_floats_before_latex_gives_up():
+    """150 workloads made 150 tables and 26 figures of [t] with no text between them: LaTeX stops at
+    the 19th float pending ("Too many unprocessed floats"), and report-standalone.tex did not compile."""
+    plots = [f"plots/{stem}{'' if page == 1 else f'-{page}'}.pdf"
+             for stem in ("tokens_per_s", "accept_length") for page in range(1, 14)]
+    tex = render_fragment(workloads(150), plots, meta=META)
+    assert tex.count("\\begin{table}[t]") == 150 and tex.count("\\begin{figure}[t]") == 26
+    most, left = pending_floats(tex)
+    assert most <= 10 and left == 0  # room for the paper's own floats; none left to the text after it
+    tables = [line for line in tex.splitlines() if line.startswith("\\label{tab:")]
+    assert tables == [f"\\label{{tab:specdec-w{number:03d}}}" for number in range(150)]  # all, in order
+
+
+def test_a_report_of_a_few_workloads_has_no_page_break():
+    """A fragment \\input in a paper breaks no page where LaTeX can place its floats itself."""
+    plots = ["plots/tokens_per_s.pdf", "plots/accept_length.pdf"]
+    tex = render_fragment(workloads(4), plots, meta=META)
+    assert "\\clearpage" not in tex and pending_floats(tex) == (6, 6)
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None,
+                    reason="pdflatex is not installed (Debian: apt-get install "
+                           "texlive-latex-recommended)")
+def test_the_standalone_report_of_many_workloads_compiles_with_pdflatex(tmp_path):
+    files = write_report(tmp_path, workloads(150), meta=META, plots=False)
+    done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error",
+                           files.standalone.name], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert (tmp_path / "report-standalone.pdf").read_bytes()[:5] == b"%PDF-"
+
+
 def test_two_tests_of_one_configuration_each_have_their_own_reference_and_their_name():
     """Their AR rows read 0.85x and 1.00x (one test's AR divided by the other's), and nothing told
     the two tests' rows apart."""
