@@ -452,7 +452,7 @@ class SchemaViolation(RequestError):
     """A wrong type or an unknown name: SGLang's API contract check answers these, before any
     streaming starts, with the message as a plain string: on /generate the contract's own text
     (contract.py); the engine's refusals of what SGLang takes (an unknown top-level name, a
-    batch) come in the same shape, in the engine's words."""
+    list of rids or sampling_params beside one prompt) come in the same shape, in the engine's words."""
 
     def body(self) -> dict:
         return {"error": str(self)}
@@ -709,7 +709,7 @@ def parse_sampling(params: Any, vocab_size: int) -> Sampling:
         return Sampling(context_checked=False)
     if not isinstance(params, dict):
         raise SchemaViolation(f"sampling_params: invalid type: {_type_name(params)}, expected an object "
-                              f"(batched requests with a list of sampling_params are not supported)")
+                              f"(a list of sampling_params goes with a batch of prompts: text or input_ids a list of them)")
     unknown = sorted(set(params) - SAMPLING_FIELDS)
     if unknown:
         raise unknown_names("sampling parameter(s)", unknown, SAMPLING_FIELDS)
@@ -764,14 +764,16 @@ def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int) -
     stream = expect("stream", b.get("stream", False), (bool,), "a boolean")
     rid = b.get("rid")
     if rid is not None:
-        expect("rid", rid, (str,), "a string (batched requests are not supported)")
+        expect("rid", rid, (str,), "a string (a list of rids goes with a batch of prompts)")
     text, input_ids = b.get("text"), b.get("input_ids")
     if text is not None:
-        expect("text", text, (str,), "a string (batched requests are not supported)")
+        expect("text", text, (str,), "a string, or a list of them for a batch")
     if input_ids is not None:
         expect("input_ids", input_ids, (list,), "a list of integers")
         for i in input_ids:
-            expect("input_ids", i, (int,), "a list of integers (batched requests are not supported)")
+            # only here with one text prompt: a list of them (a batch) goes to batch.parse_batch
+            expect("input_ids", i, (int,), "a list of integers (input_ids is a batch but text one prompt: "
+                                           "give text as a list of prompts too, or leave it out)")
     lora_path = lora_path_field(b.get("lora_path"))
     check_types(b, NEUTRAL_FIELDS)
     sampling = parse_sampling(b.get("sampling_params"), vocab_size)  # its types are the contract's too: first

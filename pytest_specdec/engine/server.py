@@ -1,10 +1,11 @@
 """The HTTP front end: SGLang's native API and its OpenAI-compatible one, served by aiohttp.
 
 Endpoints: ``/health`` and ``/health_generate`` (503 until warm-up is done, then a one-token
-generation, as SGLang does), ``/ready``, ``/generate`` (text or input_ids, every field and sampling
-parameter SGLang accepts: see protocol.py; SSE streaming with cumulative text ending
-``data: [DONE]``), ``/server_info`` (and its old name ``/get_server_info``), ``/model_info`` (and
-``/get_model_info``), ``/v1/models`` and ``/v1/models/{id}``, ``/flush_cache``, ``/metrics``,
+generation, as SGLang does), ``/ready``, ``/generate`` (text or input_ids, one prompt or a batch
+of them, see batch.py; every field and sampling parameter SGLang accepts: see protocol.py; SSE
+streaming with cumulative text ending ``data: [DONE]``), ``/server_info`` (and its old name
+``/get_server_info``), ``/model_info`` (and ``/get_model_info``), ``/v1/models`` and
+``/v1/models/{id}``, ``/flush_cache``, ``/metrics``,
 ``/abort_request`` (see Scheduler.abort), and the OpenAI-compatible ``/v1/completions`` and
 ``/v1/chat/completions`` (streaming too; see openai_api.py) and ``/v1/tokenize`` (and
 ``/tokenize``), which counts prompts with the engine's tokenizer as SGLang's counts with the
@@ -30,7 +31,7 @@ from aiohttp import web
 
 from .. import context_rule
 from .. import sglang_api as api
-from . import logs, openai_api
+from . import batch, logs, openai_api
 from .faults import FaultPlan
 from .metrics import EngineMetrics
 from .protocol import (GENERATE_MODEL, InvalidBody, Refused, RequestError, RequestModel, abort_error,
@@ -197,17 +198,32 @@ class EngineServer:
         """`_finished`, or None once `req` is aborted because its client left first, as SGLang
         aborts a request whose connection closed: a non-streaming one writes nothing that would
         fail and tell."""
-        task = asyncio.ensure_future(self._finished(req))
+        answers = await self._all_answered(request, [req])
+        return None if answers is None else answers[0]
+
+    async def _all_answered(self, request: web.Request, reqs: list[Request]) -> list[Progress | None] | None:
+        """Each of ``reqs`` finished (see `_answered`), or None once they are aborted because
+        their client left first. A request that finishes with an error (abort_error) ends the
+        wait and aborts those still running, their answers None, as SGLang's batch gives up on
+        its first error and aborts the rest."""
+        tasks = [asyncio.ensure_future(self._finished(req)) for req in reqs]
         try:
             while True:
-                done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
-                if done:
-                    return task.result()
+                running = {task for task in tasks if not task.done()}
+                failed = any(abort_error(task.result().finish_reason) for task in tasks if task.done())
+                if not running or failed:
+                    for req, task in zip(reqs, tasks):
+                        req.aborted = req.aborted or not task.done()
+                    return [task.result() if task.done() else None for task in tasks]
+                await asyncio.wait(running, timeout=DISCONNECT_POLL_S, return_when=asyncio.FIRST_COMPLETED)
                 if request.transport is None or request.transport.is_closing():
-                    self._abort(req)
+                    for req, task in zip(reqs, tasks):
+                        if not task.done():
+                            self._abort(req)
                     return None
         finally:
-            task.cancel()
+            for task in tasks:
+                task.cancel()
 
     @staticmethod
     def _abort(req: Request) -> None:
@@ -281,30 +297,74 @@ class EngineServer:
     async def generate(self, request: web.Request) -> web.StreamResponse:
         await self._hang_if_faulty()
         try:
-            req = await self._read_generate(request)
+            reqs, stream, batched = await self._read_generate(request)
         except RequestError as exc:
             if isinstance(exc, Refused) and exc.stream:  # SGLang has started streaming by then
                 return await self._stream_error(request, exc)
             return self._error(exc)
+        if batched:
+            return await self._generate_batch(request, reqs, stream)
+        req = reqs[0]
         if req.stream:
-            return await self._stream(request, req, self._outputs(req))
+            return await self._stream(request, [req], self._outputs(req))
         p = await self._answered(request, req)
         if p is None:
             return web.Response(status=499)
         error = abort_error(p.finish_reason)
         return self._error(error) if error is not None else web.json_response(self._output(req, p))
 
-    async def _read_generate(self, request: web.Request) -> Request:
-        body = await self._read_json(request, json_guard=False, model=GENERATE_MODEL)
+    async def _generate_batch(self, request: web.Request, reqs: list[Request], stream: bool) -> web.StreamResponse:
+        """A batch as SGLang answers it: a list of the prompts' outputs in the prompt order, or
+        the first prompt's error (in the prompt order) for the whole; streamed, each prompt's
+        outputs as they come, each with its prompt's ``index``."""
+        if stream:
+            return await self._stream(request, reqs, self._batch_outputs(reqs))
+        answers = await self._all_answered(request, reqs)
+        if answers is None:
+            return web.Response(status=499)
+        for p in answers:
+            if p is not None and (error := abort_error(p.finish_reason)) is not None:
+                return self._error(error)
+        return web.json_response([self._output(req, p) for req, p in zip(reqs, answers)])
+
+    async def _batch_outputs(self, reqs: list[Request]):
+        """The outputs of a batch's stream, each prompt's as they come, with its ``index``."""
+        events: asyncio.Queue[dict | None] = asyncio.Queue()
+
+        async def pump(index: int, req: Request) -> None:
+            async for out in self._outputs(req):
+                await events.put({**out, "index": index})
+            await events.put(None)  # this prompt is done
+
+        pumps = [asyncio.ensure_future(pump(i, req)) for i, req in enumerate(reqs)]
         try:
-            g = parse_generate(body, encode=self.tokenizer.encode, vocab_size=self.tokenizer.vocab_size,
-                               context_length=self.context_length)
+            left = len(pumps)
+            while left:
+                event = await events.get()
+                if event is None:
+                    left -= 1
+                else:
+                    yield event
+        finally:
+            for task in pumps:
+                task.cancel()
+
+    async def _read_generate(self, request: web.Request) -> tuple[list[Request], bool, bool]:
+        """The requests of a /generate body (one a prompt), whether it streams, and whether it is
+        a batch (answered with a list) rather than one prompt."""
+        body = await self._read_json(request, json_guard=False, model=GENERATE_MODEL)
+        batched = batch.is_batch(body)
+        try:
+            parse = batch.parse_batch if batched else lambda b, **kw: [parse_generate(b, **kw)]
+            gs = parse(body, encode=self.tokenizer.encode, vocab_size=self.tokenizer.vocab_size,
+                       context_length=self.context_length)
         except Refused as exc:
             exc.stream = isinstance(body, dict) and body.get("stream") is True
             raise
-        s = g.sampling
-        return Request(list(g.input_ids), s.max_new_tokens, ignore_eos=s.ignore_eos, stop=s.stop,
-                       stop_token_ids=s.stop_token_ids, stream=g.stream, rid=g.rid, abort=g.abort)
+        reqs = [Request(list(g.input_ids), g.sampling.max_new_tokens, ignore_eos=g.sampling.ignore_eos,
+                        stop=g.sampling.stop, stop_token_ids=g.sampling.stop_token_ids, stream=g.stream, rid=g.rid,
+                        abort=g.abort) for g in gs]
+        return reqs, body.get("stream") is True, batched
 
     async def _read_body(self, request: web.Request) -> bytes:
         """The body, or a 408 when it trickles in slower than the idle timeout allows: aiohttp's
@@ -363,9 +423,9 @@ class EngineServer:
             yield self._output(req, p, first=first)
             first = False
 
-    async def _stream(self, request: web.Request, req: Request, events) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, reqs: list[Request], events) -> web.StreamResponse:
         """Send ``events`` (an async iterator of dicts) as SSE, then ``[DONE]``; a client that
-        leaves aborts ``req``."""
+        leaves aborts ``reqs``."""
         resp = await self._open_stream(request)
         try:
             async for event in events:
@@ -373,9 +433,11 @@ class EngineServer:
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
         except ConnectionResetError:
-            self._abort(req)
+            for req in reqs:
+                self._abort(req)
         except asyncio.CancelledError:
-            req.aborted = True
+            for req in reqs:
+                req.aborted = True
             raise
         return resp
 
@@ -499,7 +561,7 @@ class EngineServer:
                 for chunk in stream.step(p.text, p.num_ids, p.finish_reason):
                     yield chunk
 
-        return await self._stream(request, req, chunks())
+        return await self._stream(request, [req], chunks())
 
     async def tokenize(self, request: web.Request) -> web.Response:
         """No scheduler behind it (SGLang tokenizes in its HTTP process), so a hung server answers it."""

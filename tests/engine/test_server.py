@@ -399,7 +399,7 @@ def error_message(res) -> str:
     ({"sampling_params": {"max_new_tokens": 4}}, "Either text, input_ids or input_embeds should be provided."),
     ({"input_ids": []}, "input_ids cannot be empty."),
     ({"text": "hi", "input_ids": []}, "input_ids cannot be empty."),
-    ({"text": ["a", "b"]}, "batched"),
+    ({"text": ["a", "b"], "rid": ["x"]}, "The specified rids length mismatch with the batch_size"),
     ({"text": "hi", "sampling_params": {"max_new_tokens": -1}}, "max_new_tokens"),
     ({"text": "hi", "stream": "maybe"}, "stream"),
 ])
