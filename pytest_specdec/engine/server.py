@@ -439,6 +439,8 @@ class EngineServer:
             for req in reqs:
                 req.aborted = True
             raise
+        finally:
+            await events.aclose()  # a batch's stream stops pumping its prompts' outputs
         return resp
 
     async def _progress(self, req: Request):

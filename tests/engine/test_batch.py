@@ -5,6 +5,8 @@ expansion and its refusals in its words; streamed, each output with its prompt's
 from __future__ import annotations
 
 import json
+import socket
+import time
 
 import pytest
 
@@ -13,7 +15,7 @@ from pytest_specdec.engine.protocol import Refused, SchemaViolation
 from pytest_specdec.engine.tokenizer import ByteTokenizer
 
 TOKENIZER = ByteTokenizer()
-CONTEXT = 256
+CONTEXT = 1024
 PROMPTS = ["The capital city of France is", "Once upon a time", "1, 2, 3,"]
 
 
@@ -157,3 +159,49 @@ def test_a_streamed_batch_sglang_refuses_is_an_error_event(engine):
     assert res.status == 200
     (event,) = stream_events(res.body)
     assert "is longer than the model's context length" in event["error"]["message"]
+
+
+def aborted_count(engine) -> float:
+    series = [line for line in engine.get("/metrics").text.splitlines()
+              if line.startswith("sglang:num_aborted_requests_total")]
+    return sum(float(line.rsplit(" ", 1)[1]) for line in series)
+
+
+def wait_idle(engine) -> None:
+    deadline = time.monotonic() + 20
+    while True:
+        state = engine.get("/server_info").json()["internal_states"][0]
+        if state["num_running_reqs"] == 0 and state["num_queue_reqs"] == 0:
+            return
+        assert time.monotonic() < deadline, f"the batch left behind still occupies the scheduler: {state}"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_client_that_leaves_a_batch_aborts_every_prompt_of_it(engine, stream):
+    """Three prompts on two slots (one queued): a client that walks away leaves none running."""
+    before = aborted_count(engine)
+    data = json.dumps({"text": PROMPTS, "stream": stream,
+                       "sampling_params": {"max_new_tokens": 900, "ignore_eos": True}}).encode()
+    with socket.create_connection(("127.0.0.1", engine.port), timeout=30) as sock:
+        sock.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        deadline = time.monotonic() + 20
+        while engine.get("/server_info").json()["internal_states"][0]["num_running_reqs"] == 0:
+            assert time.monotonic() < deadline, "the batch never ran"
+            time.sleep(0.02)
+    wait_idle(engine)
+    assert aborted_count(engine) == before + len(PROMPTS)
+
+
+def test_a_prompt_the_scheduler_refuses_fails_the_batch_and_aborts_the_rest(engine):
+    """SGLang's scheduler refuses a prompt within a few tokens of the context (one token, then an
+    abort): the whole batch is that 400, and the prompt still running is aborted, not served."""
+    before = aborted_count(engine)
+    near = "x" * (CONTEXT - 3)
+    res = engine.post("/generate", {"text": [PROMPTS[0], near],
+                                    "sampling_params": [{"max_new_tokens": 900, "ignore_eos": True}, {}]})
+    assert res.status == 400, res.text
+    assert "exceeds the maximum allowed length" in res.json()["error"]["message"], res.text
+    wait_idle(engine)
+    assert aborted_count(engine) == before + 1
