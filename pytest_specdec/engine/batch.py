@@ -19,7 +19,7 @@ from collections import Counter
 from typing import Any
 
 from . import contract
-from .protocol import GenerateRequest, Refused, SchemaViolation, parse_generate
+from .protocol import GENERATE_FIELDS, GenerateRequest, Refused, SchemaViolation, known_fields, parse_generate
 
 #: SGLang's words (_normalize_rid) for a list of rids whose length is not the batch's.
 RID_LENGTH = "The specified rids length mismatch with the batch_size for batch processing."
@@ -44,6 +44,7 @@ def parse_batch(body: dict, *, encode, vocab_size: int, context_length: int) -> 
     refusal, as SGLang answers a batch with its first error."""
     if (violation := contract.generate_contract_error(body)) is not None:
         raise SchemaViolation(violation)
+    known_fields(body, GENERATE_FIELDS)  # an unknown name is refused in an empty batch too
     text, ids = body.get("text"), body.get("input_ids")
     prompts = text if text is not None else ids
     n = len(prompts)
@@ -58,7 +59,9 @@ def parse_batch(body: dict, *, encode, vocab_size: int, context_length: int) -> 
                       f"or only one of them.")
     requests = []
     for i in range(n):
-        item = dict(body)
+        # the first prompt's check covers the fields all share; the others carry only their own,
+        # so a batch is checked in time linear in its body, however long its lists
+        item = dict(body) if i == 0 else {k: body[k] for k in ("stream",) if k in body}
         item["text" if text is not None else "input_ids"] = prompts[i]
         if text is not None and ids is not None:
             item["input_ids"] = ids[i]

@@ -708,8 +708,8 @@ def parse_sampling(params: Any, vocab_size: int) -> Sampling:
     if params is None:
         return Sampling(context_checked=False)
     if not isinstance(params, dict):
-        raise SchemaViolation(f"sampling_params: invalid type: {_type_name(params)}, expected an object "
-                              f"(a list of sampling_params goes with a batch of prompts: text or input_ids a list of them)")
+        raise SchemaViolation(f"sampling_params: invalid type: {_type_name(params)}, expected an object (a list "
+                              f"of sampling_params goes with a batch of prompts: text or input_ids a list of them)")
     unknown = sorted(set(params) - SAMPLING_FIELDS)
     if unknown:
         raise unknown_names("sampling parameter(s)", unknown, SAMPLING_FIELDS)

@@ -207,20 +207,31 @@ class EngineServer:
         wait and aborts those still running, their answers None, as SGLang's batch gives up on
         its first error and aborts the rest."""
         tasks = [asyncio.ensure_future(self._finished(req)) for req in reqs]
+        settled = asyncio.get_running_loop().create_future()  # all finished, or one with an error
+        left = len(tasks)
+
+        def finished(task: asyncio.Task) -> None:
+            nonlocal left
+            left -= 1
+            failed = task.cancelled() or task.exception() is not None or abort_error(task.result().finish_reason)
+            if (failed or not left) and not settled.done():
+                settled.set_result(None)
+
+        for task in tasks:
+            task.add_done_callback(finished)
+        if not tasks:
+            settled.set_result(None)
         try:
-            while True:
-                running = {task for task in tasks if not task.done()}
-                failed = any(abort_error(task.result().finish_reason) for task in tasks if task.done())
-                if not running or failed:
-                    for req, task in zip(reqs, tasks):
-                        req.aborted = req.aborted or not task.done()
-                    return [task.result() if task.done() else None for task in tasks]
-                await asyncio.wait(running, timeout=DISCONNECT_POLL_S, return_when=asyncio.FIRST_COMPLETED)
-                if request.transport is None or request.transport.is_closing():
+            while not settled.done():
+                await asyncio.wait({settled}, timeout=DISCONNECT_POLL_S)
+                if not settled.done() and (request.transport is None or request.transport.is_closing()):
                     for req, task in zip(reqs, tasks):
                         if not task.done():
                             self._abort(req)
                     return None
+            for req, task in zip(reqs, tasks):
+                req.aborted = req.aborted or not task.done()
+            return [task.result() if task.done() else None for task in tasks]
         finally:
             for task in tasks:
                 task.cancel()

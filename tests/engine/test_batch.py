@@ -11,7 +11,7 @@ import time
 import pytest
 
 from pytest_specdec.engine import batch
-from pytest_specdec.engine.protocol import Refused, SchemaViolation
+from pytest_specdec.engine.protocol import Refused, SchemaViolation, Unsupported
 from pytest_specdec.engine.tokenizer import ByteTokenizer
 
 TOKENIZER = ByteTokenizer()
@@ -66,6 +66,16 @@ def test_a_batch_sglang_refuses_is_refused_in_its_words(body, words):
     with pytest.raises(Refused) as info:
         parse(body)
     assert words in str(info.value)
+
+
+def test_the_fields_all_prompts_share_are_checked_once_for_all():
+    with pytest.raises(SchemaViolation, match="unknown field"):
+        parse({"text": [], "top_logprobs": 2})  # even where no prompt is there to check
+    with pytest.raises(Refused, match="LoRA adapter 'x' was requested"):
+        parse({"text": ["a", "b"], "lora_path": "x"})
+    with pytest.raises(Unsupported, match="return_logprob=true"):
+        parse({"text": ["a", "b"], "return_logprob": [False, True]})  # one a prompt, as SGLang takes it
+    assert len(parse({"text": ["a", "b"], "return_logprob": [False, False]})) == 2
 
 
 def test_a_batch_breaking_the_contract_is_its_400():
