@@ -13,7 +13,7 @@ import dataclasses
 import importlib.util
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
@@ -25,7 +25,8 @@ from .hardware import Hardware
 from .servers.embedded import ENGINE_MODULE, build_embedded_argv
 from .servers.sglang import build_sglang_argv
 from .servers.spec import ServerSpec
-from .sglang_api import INFO_SKIP_TOKENIZER_INIT, SKIP_TOKENIZER_INIT_FLAG, TOKENIZE
+from .sglang_api import (INFO_NUM_DRAFT_TOKENS, INFO_SKIP_TOKENIZER_INIT, INFO_SPECULATIVE_ALGORITHM, INFO_TP_SIZE,
+                         SKIP_TOKENIZER_INIT_FLAG, TOKENIZE)
 from .workloads import embedded_token_count
 
 if TYPE_CHECKING:
@@ -120,6 +121,11 @@ class Backend:
         """The models this backend's servers serve, as plain JSON (the model part of a
         measurement's fingerprint): the configured target and draft ids."""
         return {"model": state.config.model, "draft_model": state.config.draft_model}
+
+    def check_apart(self, state: RunState, cases: Iterable[MatrixCase]) -> None:
+        """SpecdecUsageError where the configurations `cases` of the tests that will run would all
+        be measured on one server that does not say which of them it is; a backend that launches
+        boots one server per configuration, so nothing to check."""
 
     def check_ready(self, state: RunState) -> None:
         """SpecdecUsageError, one line, when this run cannot serve its tests (a missing extra, a
@@ -505,6 +511,33 @@ class AttachBackend(Backend):
                 f"configuration's. Attach a server that serves the configuration, or set "
                 f"{' and '.join(keys)} in {source} to what it serves")
 
+    def check_apart(self, state: RunState, cases: Iterable[MatrixCase]) -> None:
+        """Tests of several configurations that the server all matches, as it does not report the
+        field that tells them apart, would each record one server's figures under its own
+        configuration's key (a `dflash-tp4` row and a `ddtree-tp8-b16` row measured on one
+        server, saved as baselines of both): refuse, naming them, the fields and the fixes."""
+        from .servers.attach import indistinct
+
+        identity = self._served(state)
+        if identity is None:  # unreadable: the readiness check says why
+            return
+        specs, fields = indistinct(identity, (self.server_spec(case, state) for case in cases))
+        if not specs:
+            return
+        url, where = state.settings.server_url, state.settings.source("server_url")
+        keys = {"method": INFO_SPECULATIVE_ALGORITHM, "TP": INFO_TP_SIZE, "budget": INFO_NUM_DRAFT_TOKENS}
+        unsaid = fields[0] if len(fields) == 1 else f"{', '.join(fields[:-1])} or {fields[-1]}"
+        narrow = f'-m "{_selector(specs[0])}" runs {specs[0].id} alone'
+        if fields == ["TP"]:
+            narrow += f", as {_flag('tp')}={specs[0].tp} does"
+        raise SpecdecUsageError(
+            f"{where} {url}: the server does not report its {unsaid} (per its /server_info), so "
+            f"the {len(specs)} configurations {', '.join(spec.id for spec in specs)} of this run would all run on "
+            f"it, each one's figures recorded and gated under its own key though one server measured them all. "
+            f"Run one configuration at a time against it ({narrow}), attach each configuration's own server "
+            f"in a run of its own, or have the server report {', '.join(keys[f] for f in fields)} in its "
+            f"/server_info")
+
     def pool(self, state: RunState, run_dir: Path,
              announce: Callable[[str], None] | None = None) -> ServerPool:
         from .servers.pool import ServerPool
@@ -514,6 +547,13 @@ class AttachBackend(Backend):
             return ServerPool.attach(url, announce=announce)
         except Exception as exc:
             raise SpecdecUsageError(f"{state.settings.source('server_url')} {url}: {exc}") from None
+
+
+def _selector(spec: ServerSpec) -> str:
+    """The `-m` expression that selects the tests of `spec`'s configuration alone, by the
+    `specdec(method=..., tp=..., budget=...)` marker every matrix test carries."""
+    budget = f", budget={spec.budget}" if spec.budget is not None else ""
+    return f"specdec(method='{spec.method}', tp={spec.tp}{budget})"
 
 
 def _field(shown: str) -> str:

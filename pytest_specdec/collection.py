@@ -173,6 +173,11 @@ def needs_server(item: pytest.Item) -> bool:
         and not stands_in(item)
 
 
+def server_cases(items: Iterable[pytest.Item]) -> list[MatrixCase]:
+    """The configurations of the tests among `items` that will ask for a server."""
+    return [case for item in items if needs_server(item) and (case := case_of(item)) is not None]
+
+
 _STAND_IN_KEY = pytest.StashKey[bool]()
 #: Attribute of a stand-in's reports (`mark_stand_in`), which xdist sends along to the controller.
 STAND_IN = "specdec_stand_in"

@@ -75,11 +75,14 @@ def specdec_pool(specdec_state: RunState, request: pytest.FixtureRequest) -> Ite
     state = specdec_state
     try:
         if hasattr(request.config, "workerinput"):  # xdist: collection could not check these
+            from .collection import server_cases
             from .outputs import check_artifacts
             from .servers.cleanup import die_with_parent
 
             die_with_parent()  # before any server: a killed controller takes this worker and them along
             state.backend.check_ready(state)
+            # every worker collects the whole run: its items are all the run's configurations
+            state.backend.check_apart(state, server_cases(request.session.items))
             check_artifacts(state)
         pool = state.backend.pool(state, run_dir(state, request.config), announce=_announcer(request.config))
     except SpecdecUsageError as exc:

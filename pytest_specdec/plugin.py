@@ -251,7 +251,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     import pytest
 
     from .collection import (configured_ids, count_recording, note_collected, note_configured,
-                             recording_names, shared_baseline_keys, uses_specdec, wants_server)
+                             recording_names, server_cases, shared_baseline_keys, uses_specdec,
+                             wants_server)
     from .errors import SpecdecUsageError
     from .state import STATE_KEY
 
@@ -281,6 +282,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             raise SpecdecUsageError(shared)
         if any(map(wants_server, session.items)):
             state.backend.check_ready(state)  # once, not as an error in every test
+            state.backend.check_apart(state, server_cases(session.items))
         if any("specdec_pool" in getattr(item, "fixturenames", ()) for item in session.items):
             from .outputs import check_artifacts
 

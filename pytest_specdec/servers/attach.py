@@ -152,6 +152,19 @@ def disagreements(identity: ServerIdentity, cases: Iterable[tuple[str, int, int 
     return found
 
 
+def indistinct(identity: ServerIdentity, specs: Iterable[ServerSpec]) -> tuple[list[ServerSpec], list[str]]:
+    """The configurations among `specs` that all match the server, each once, and the fields it
+    does not report that would tell them apart (as FIELDS names them); ([], []) where at most one
+    matches. Tests of several such configurations would all run on the one server, each
+    recorded under its own key."""
+    matching = list({spec.id: spec for spec in specs if identity.matches(spec)}.values())
+    if len(matching) < 2:
+        return [], []
+    fields = [FIELDS[name] for name in ("method", "tp", "budget")
+              if name in identity.unreported and len({getattr(spec, name) for spec in matching}) > 1]
+    return matching, fields
+
+
 def same_model(configured: str, *served: str | None) -> bool:
     """Whether a configured model id or path names the model a server says it serves: the same
     text, or the same Hub id spelled as a path (`org/name` served from `/models/name`, from a

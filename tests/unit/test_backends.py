@@ -145,6 +145,38 @@ def test_an_attached_server_of_another_setup_is_refused_naming_the_field(info, m
                                          f"configuration says"), str(refused.value)
 
 
+@pytest.mark.parametrize("info, cases, said", [
+    ({"model_path": "/models/model"},  # neither method nor TP: every configuration matches it
+     [("dflash", 4, None), ("ddtree", 8, 16), ("dflash", 4, None)],
+     "does not report its method, TP or budget (per its /server_info), so the 2 configurations "
+     "dflash-tp4, ddtree-tp8-b16 of this run would all run on it"),
+    ({"tp_size": 4, "model_path": "/models/model"},  # TP said, the method not
+     [("dflash", 4, None), ("ar", 4, None)],
+     "does not report its method (per its /server_info), so the 2 configurations dflash-tp4, ar-tp4 of"),
+    ({k: v for k, v in DFLASH_TP1.items() if k != "tp_size"},  # the method said, TP not: ar is not it
+     [("dflash", 1, None), ("dflash", 8, None), ("ar", 1, None)],
+     "does not report its TP (per its /server_info), so the 2 configurations dflash-tp1, dflash-tp8 of"),
+])
+def test_configurations_an_attached_server_cannot_tell_apart_are_refused(info, cases, said):
+    """A server that reports neither method nor TP matched every configuration: each one's tests
+    ran on it and recorded its figures under their own key (a dflash-tp4 row and a ddtree-tp8-b16
+    row of one server). Now the run is refused, naming them, the fields and the fixes."""
+    attach = backends.AttachBackend("attached")
+    with sglang_stub(info) as url:
+        run = state(attach, server_url=url)
+        with pytest.raises(SpecdecUsageError) as refused:
+            attach.check_apart(run, [MatrixCase("cpu", *case) for case in cases])
+        for case in cases:  # one configuration alone is allowed, its tests however many
+            attach.check_apart(run, [MatrixCase("cpu", *case)] * 2)
+    text = str(refused.value)
+    assert text.startswith(f"--specdec-server-url {url}: the server {said}"), text
+    first = MatrixCase("cpu", *cases[0])
+    budget = f", budget={first.budget}" if first.budget is not None else ""
+    assert f"""-m "specdec(method='{first.method}', tp={first.tp}{budget})" runs {first.spec_id} alone""" in text
+    assert "attach each configuration's own server in a run of its own" in text, text
+    assert ("--specdec-tp=1" in text) == ("TP (" in said), text  # TP alone tells them apart: its flag too
+
+
 def test_an_attached_servers_model_part_is_what_it_serves():
     """Figures of an attached server were keyed by the configured ids; now by what it says it
     serves, the configured draft only where it drafts and does not say with what."""

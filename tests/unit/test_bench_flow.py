@@ -370,6 +370,34 @@ def test_an_attached_server_that_does_not_say_what_it_serves_still_runs(pytester
                                  "those are not checked against the configuration"])
 
 
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one-process", "xdist"])
+def test_configurations_an_attached_server_cannot_tell_apart_stop_the_run(pytester, workers):
+    """A server that reports neither its method nor its TP matched every configuration: the
+    dflash and the ddtree tests both ran on the one dflash server, each recorded under its own
+    key, green. Now the run stops before any test, naming both, what the server does not report
+    that tells them apart (not TP: both are TP 1) and the fixes; the `-m` the message gives runs the one configuration."""
+    with attached_engine("--method", "dflash") as (url, _), reticent_proxy(url) as proxy:
+        project(pytester, methods=("dflash", "ddtree"), budgets=(8,), backend="auto")
+        result = run(pytester, f"--specdec-server-url={proxy}", *workers)
+        said = (f"*pytest-specdec: --specdec-server-url {proxy}: the server does not report its method or "
+                f"budget (per its /server_info), so the 2 configurations dflash-tp1, ddtree-tp1-b8 of this run "
+                f"would all run on it, each one's figures recorded and gated under its own key though one server "
+                f"measured them all. Run one configuration at a time against it (-m \"specdec(method='dflash', "
+                f"tp=1)\" runs dflash-tp1 alone), attach each configuration's own server in a run of its own, or "
+                f"have the server report speculative_algorithm, speculative_num_draft_tokens in its "
+                f"/server_info")
+        if workers:  # the controller collects nothing: each worker's tests error with the message
+            result.assert_outcomes(errors=2)
+            result.stdout.fnmatch_lines([said])
+        else:
+            assert result.ret == pytest.ExitCode.USAGE_ERROR
+            result.stderr.fnmatch_lines(["ERROR: " + said[1:]])
+        assert not journal_figures(pytester), "nothing may be recorded under either key"
+        result = run(pytester, f"--specdec-server-url={proxy}", "-m", "specdec(method='dflash', tp=1)", *workers)
+    result.assert_outcomes(passed=1)
+    assert [r["config_id"] for r in journal_figures(pytester)] == ["test_generation.py::test_generation[dflash-tp1-chat]"]
+
+
 def test_fixtures_a_hand_written_test_can_use(pytester, no_leftover_engines):
     project(pytester, methods=("ddtree",), budgets=(8,))
     pytester.makepyfile(test_custom="""
