@@ -75,6 +75,11 @@ class Backend:
     def server_spec(self, case: MatrixCase, state: RunState) -> ServerSpec:
         raise NotImplementedError
 
+    def former_model_parts(self, state: RunState) -> list[dict[str, Any]]:
+        """The model parts earlier releases gave this setup, which the journal records and baseline
+        entries they wrote hold: the configured ids, on every backend."""
+        return [{"model": state.config.model, "draft_model": state.config.draft_model}]
+
     def token_counter(self, url: str) -> Callable[[str], int] | None:
         """Prompt length in the tokens of the live server at `url`, for the context-length guard;
         None: not counted."""
@@ -417,6 +422,16 @@ class AttachBackend(Backend):
         draft = (configured["draft_model"] if "draft_model" in unreported and identity.speculates is not False
                  else identity.draft_model)
         return {"model": configured["model"] if "model" in unreported else identity.model, "draft_model": draft}
+
+    def former_model_parts(self, state: RunState) -> list[dict[str, Any]]:
+        """Also, where the server names the draft it speculates with, the configured draft in its
+        place: what `model_part` said while it named none (the embedded engine, before it reported
+        its own target as its draft; the attach check has compared a configured draft with it)."""
+        formers = super().former_model_parts(state)
+        identity = self._served(state)
+        if identity is not None and identity.speculates and "draft_model" not in identity.unreported:
+            formers.append({**self.model_part(state), "draft_model": state.config.draft_model})
+        return formers
 
     def token_counter(self, url: str) -> ServerTokenCounter:
         return self._server_counter(url, embedded_token_count, self.FALLBACK_SOURCE)

@@ -13,9 +13,10 @@ that a mismatch can say which part changed.
 The model part is what the backend serves (`Backend.model_part`): the configured model ids on
 SGLang, the engine's preset on the embedded engine, which ignores those ids, and on an attached
 server the models it reports (its readiness check stops a run whose configuration says otherwise). Records and entries
-written before that part said so hold the configured ids on every backend; a fingerprint keeps the
-digest they would have (`former`) and matches it too, so that those files stay matched where the
-setup is the same.
+written before that part said so hold the configured ids on every backend (and those of an
+attached server that did not name its draft model then, such as the embedded engine, the
+configured draft); a fingerprint keeps the digests they would have (`former`) and matches them
+too, so that those files stay matched where the setup is the same.
 """
 
 from __future__ import annotations
@@ -111,12 +112,12 @@ def measured_setup(case: MatrixCase | None, workload: str | None, state: RunStat
 
 
 def _with_former(parts: dict[str, Any], state: RunState) -> Fingerprint:
-    """The fingerprint of `parts`, with the digest it had where the model part held the configured ids."""
+    """The fingerprint of `parts`, with the digests it had under the model parts earlier releases
+    gave the same setup (`Backend.former_model_parts`)."""
     now = fingerprint(parts)
-    configured = {"model": state.config.model, "draft_model": state.config.draft_model}
-    if parts["model"] == configured:
-        return now
-    return replace(now, former=(fingerprint({**parts, "model": configured}).digest,))
+    former = tuple(dict.fromkeys(fingerprint({**parts, "model": model}).digest
+                                 for model in state.backend.former_model_parts(state) if model != parts["model"]))
+    return replace(now, former=former) if former else now
 
 
 def _workload_part(configured: WorkloadSpec, state: RunState) -> dict[str, Any]:

@@ -301,6 +301,39 @@ def test_an_attached_embedded_engine_has_its_draft_model_checked(pytester):
         run(pytester, f"--specdec-server-url={url}").assert_outcomes(passed=1)
 
 
+OLD_ENGINE_INFO = """
+from pytest_specdec.servers import attach
+
+_identify = attach.identify
+
+
+def identify(info, model_info=None):  # the engine before it named its draft model in /server_info
+    return _identify({k: v for k, v in info.items() if k != "speculative_draft_model_path"}, model_info)
+
+
+attach.identify = identify
+"""
+
+
+@pytest.mark.parametrize("draft", [None, "specdec-embedded/TINY"])
+def test_baselines_saved_before_the_engine_named_its_draft_still_match(pytester, draft):
+    """Entries and journal records saved against an attached engine before it reported its draft
+    model hold the configured draft (or none) where the engine now names its own target: each
+    test warned that its baseline "measured another setup (its model differs)", and a resumed run
+    measured again. They match, as the same setup."""
+    with attached_engine("--method", "ddtree", "--budget", "8") as (url, _):
+        project(pytester, budgets=(8,), backend="auto", extra=f'draft_model = "{draft}"' if draft else "")
+        pytester.makeconftest(OLD_ENGINE_INFO)
+        run(pytester, f"--specdec-server-url={url}", "--specdec-save-baseline").assert_outcomes(passed=1)
+        (pytester.path / "conftest.py").unlink()
+        resumed = run(pytester, f"--specdec-server-url={url}", "--specdec-resume")
+        result = run(pytester, f"--specdec-server-url={url}", "--specdec-require-baseline", "-W", "error")
+    resumed.assert_outcomes(skipped=1)
+    resumed.stdout.fnmatch_lines(["*already measured (resumed from*journal.jsonl)*"])
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("*measured another setup*")
+
+
 @pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one-process", "xdist"])
 def test_an_attached_server_of_another_model_and_method_stops_the_run_naming_both(pytester, workers):
     """A server of another model, or of none of the configured methods, ran the run anyway: every
