@@ -5,7 +5,8 @@ Both need only booktabs and graphicx. One table per workload: its caption names 
 the backend; a family column appears where the rows come from matrices of several families; the
 speedup column is tokens/s over the reference method's (AR) at the same family and TP, the figure
 spec-decoding papers report (left out where no AR row was measured); the best value of each column
-is bold. The figures are the plots' PDFs (vector).
+is bold. The figures are the plots' PDFs (vector). A table longer than ROWS_PER_TABLE goes on in
+further floats ("(continued)"), and one wider than the text is scaled down to its width.
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ PACKAGES = ("booktabs", "graphicx")
 #: stops at 18 pending ("Too many unprocessed floats"); 10 leaves room for those of the paper
 #: around the fragment. A report of up to this many floats (a few workloads) has no `\clearpage`.
 FLUSH_EVERY = 10
+
+#: The most rows a table float holds: a [t] float may fill at most 0.7 of a page (LaTeX's
+#: \topfraction), in article 385pt, and \small rows are 11pt high; 24 rows and a caption of five
+#: lines fit it, in one column or two. A workload of more rows (several families: 72) ran past
+#: the page's bottom, its last rows cut off, or waited unplaced until the document's end.
+ROWS_PER_TABLE = 24
 
 _SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
             "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
@@ -93,8 +100,9 @@ def render_fragment(rows: Sequence[ReportRow], plots: Sequence[str | Path] = (),
     out = [f"% pytest-specdec report; needs {preamble}",
            "% plot paths are relative to this folder: \\graphicspath{{<this folder>/}}", ""]
     results = measured(rows)
-    floats = [_table([r for r in results if (r.workload or "-") == workload], workload, meta, caption)
-              for workload in sorted({r.workload or "-" for r in results})]
+    floats = [table for workload in sorted({r.workload or "-" for r in results})
+              for table in _tables([r for r in results if (r.workload or "-") == workload], workload,
+                                   meta, caption)]
     from .plots import PLOTTED, page_of  # the captions say what the plots show
 
     captions = {stem: text for _, _, stem, text in PLOTTED}
@@ -138,8 +146,10 @@ def render_standalone(fragment: str) -> str:
     ])
 
 
-def _table(rows: Sequence[ReportRow], workload: str, meta: Mapping[str, Any],
-           caption: str) -> list[str]:
+def _tables(rows: Sequence[ReportRow], workload: str, meta: Mapping[str, Any],
+            caption: str) -> list[list[str]]:
+    """A workload's table: one float, or where its rows are more than a page holds, one float per
+    `pages` piece, the later ones captioned "(continued)" (speedups and bold over all its rows)."""
     rows = sorted(rows, key=lambda r: (test_function(r), r.family or "", r.tp or 0, r.method or "",
                                        r.budget or 0, other_parameters(r)))
     ratios = speedups(rows)
@@ -160,15 +170,7 @@ def _table(rows: Sequence[ReportRow], workload: str, meta: Mapping[str, Any],
                                                   if any(where) else "")
             + (f". Speedup: tokens/s over {REFERENCE_METHOD.upper()} at the same family and TP" if ratios else "")
             + ". Bold: the best value of each column.")
-    out = [
-        "\\begin{table}[t]", "\\centering", "\\small",
-        f"\\caption{{{tex_escape(text)}}}",
-        f"\\label{{tab:specdec-{_label(workload)}}}",
-        "\\begin{tabular}{" + "l" * (with_test + with_family + 1) + "rr" + "l" * with_variant + "r" * len(cols) + "}",
-        "\\toprule",
-        " & ".join(tex_escape(t) for t in titles) + " \\\\",
-        "\\midrule",
-    ]
+    lines = []
     for r, numbers in zip(rows, cells):
         ident = [*([test_function(r) or "--"] if with_test else []), *([r.family or "-"] if with_family else []),
                  r.method or r.config,
@@ -177,9 +179,68 @@ def _table(rows: Sequence[ReportRow], workload: str, meta: Mapping[str, Any],
                  *([other_parameters(r) or "--"] if with_variant else [])]
         shown = [f"\\textbf{{{text}}}" if text == best[i] else text
                  for i, text in enumerate(numbers)]
-        out.append(" & ".join([*(tex_escape(c) for c in ident), *shown]) + " \\\\")
-    out += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
+        lines.append(" & ".join([*(tex_escape(c) for c in ident), *shown]) + " \\\\")
+    spec = "l" * (with_test + with_family + 1) + "rr" + "l" * with_variant + "r" * len(cols)
+    header = " & ".join(tex_escape(t) for t in titles) + " \\\\"
+    out, start = [], 0
+    for part, piece in enumerate(pages(rows), start=1):
+        first, body, start = part == 1, lines[start:start + len(piece)], start + len(piece)
+        out.append([
+            "\\begin{table}[t]", "\\centering", "\\small",
+            f"\\caption{{{tex_escape(text if first else f'{caption}, workload {workload} (continued).')}}}",
+            # a later part's label has a colon, which no workload's label has
+            f"\\label{{tab:specdec-{_label(workload)}{'' if first else f':{part}'}}}",
+            # box 0 measures the table: only one wider than the column is scaled, to its width
+            "\\sbox0{\\begin{tabular}{" + spec + "}",
+            "\\toprule",
+            header,
+            "\\midrule",
+            *body,
+            "\\bottomrule", "\\end{tabular}}%",
+            "\\ifdim\\wd0>\\linewidth\\resizebox{\\linewidth}{!}{\\usebox0}\\else\\usebox0\\fi",
+            "\\end{table}", "",
+        ])
     return out
+
+
+def pages(rows: Sequence[ReportRow], most: int = ROWS_PER_TABLE) -> list[list[ReportRow]]:
+    """Sorted rows in pieces of at most `most`, in order: a test function's family starts a new
+    piece unless all its rows fit the one before; one of more rows than `most` is cut between
+    TPs where it can, and a TP of more rows than `most` into even parts."""
+    out: list[list[ReportRow]] = []
+    for group in _runs(rows, lambda r: (test_function(r), r.family)):
+        if out and len(out[-1]) + len(group) <= most:
+            out[-1] = out[-1] + group
+            continue
+        blocks = [part for tp in _runs(group, lambda r: r.tp) for part in _even(tp, most)]
+        start = len(out)
+        for block in blocks:
+            if len(out) > start and len(out[-1]) + len(block) <= most:
+                out[-1] = out[-1] + block
+            else:
+                out.append(list(block))
+    return out
+
+
+def _runs(rows: Sequence[ReportRow], key: Callable[[ReportRow], Any]) -> list[list[ReportRow]]:
+    """Consecutive rows of one key."""
+    out: list[list[ReportRow]] = []
+    for r in rows:
+        if out and key(out[-1][0]) == key(r):
+            out[-1].append(r)
+        else:
+            out.append([r])
+    return out
+
+
+def _even(rows: list[ReportRow], most: int) -> list[list[ReportRow]]:
+    """`rows` in the fewest parts of at most `most`, as even as can be."""
+    count = -(-len(rows) // most)
+    size, extra = divmod(len(rows), count)
+    bounds = [0]
+    for number in range(count):
+        bounds.append(bounds[-1] + size + (number < extra))
+    return [rows[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
 def _hardware_phrase(hardware: str) -> str:

@@ -213,3 +213,91 @@ def test_repeats_of_one_configuration_are_told_apart_and_each_has_its_own_refere
     assert "ddtree & 1 & 8 & 1-2 & \\textbf{800.0} & \\textbf{2.00$\\times$}" in fragment
     assert "ddtree & 1 & 8 & 2-2 & 750.0 & 1.50$\\times$" in fragment
     assert "Variant" not in render_fragment(rows[:2])  # no repeats: no column
+
+
+def matrix(families, tps=(1, 4, 8), workload="chat"):
+    """A workload's rows of the README's matrices: six configurations a TP in each family."""
+    return [row(method, tp, budget, 100.0 + tp + (budget or 0), 2.0 + (budget or 0) / 64, family=family,
+                workload=workload)
+            for family in families for tp in tps
+            for method, budget in (("ar", None), ("dflash", None), ("ddtree", 8), ("ddtree", 16),
+                                   ("ddtree", 32), ("ddtree", 64))]
+
+
+def floats_rows(tex):
+    """Each table float's caption and its rows (the lines between \\midrule and \\bottomrule)."""
+    out = []
+    for part in tex.split("\\begin{table}[t]")[1:]:
+        lines = part.split("\\end{table}")[0].splitlines()
+        caption = next(line for line in lines if line.startswith("\\caption{"))
+        body = lines[lines.index("\\midrule") + 1:lines.index("\\bottomrule")]
+        out.append((caption, body))
+    return out
+
+
+def test_a_workload_of_more_rows_than_a_page_holds_goes_on_in_further_tables():
+    """Four families made one table of 72 rows: it ran 307pt past the page's bottom, its last rows
+    cut off. Now each float holds at most ROWS_PER_TABLE rows, every row once, in order."""
+    from pytest_specdec.latex import ROWS_PER_TABLE
+
+    four = render_fragment(matrix(("fa", "fb", "fc", "fd")), meta=META)
+    floats = floats_rows(four)
+    assert [len(body) for _, body in floats] == [18, 18, 18, 18]  # a family a table, none cut
+    assert all(len(body) <= ROWS_PER_TABLE for _, body in floats)
+    shown = [line for _, body in floats for line in body]
+    assert len(shown) == 72 and len(set(shown)) == 72
+    assert [line.split(" & ")[0] for line in shown] == ["fa"] * 18 + ["fb"] * 18 + ["fc"] * 18 + ["fd"] * 18
+    assert "workload chat (on NVIDIA H200" in floats[0][0]  # the first keeps its caption and label
+    assert [caption for caption, _ in floats[1:]] == [
+        "\\caption{Speculative decoding results, workload chat (continued).}"] * 3
+    labels = [line for line in four.splitlines() if line.startswith("\\label{tab:")]
+    assert labels == ["\\label{tab:specdec-chat}", "\\label{tab:specdec-chat:2}",
+                      "\\label{tab:specdec-chat:3}", "\\label{tab:specdec-chat:4}"]
+    assert four.count("\\textbf{172.0}") == 4  # bold: the best of the whole workload, each family's TP 8
+    one = render_fragment(matrix(("fa",)) + matrix(("fa",), workload="code"), meta=META)
+    assert [len(body) for _, body in floats_rows(one)] == [18, 18]  # a family: a table a workload
+
+
+def test_a_family_of_more_rows_than_a_page_holds_is_cut_between_tps():
+    from pytest_specdec.latex import pages
+
+    rows = matrix(("fa",), tps=(1, 2, 4, 8, 16))  # 30 rows, sorted as a table sorts them
+    pieces = pages(rows, 24)
+    assert [len(p) for p in pieces] == [24, 6] and [r for p in pieces for r in p] == rows
+    assert {r.tp for r in pieces[0]} == {1, 2, 4, 8} and {r.tp for r in pieces[1]} == {16}
+    small = matrix(("fa", "fb"), tps=(1,))  # two families of 6 rows share a table
+    assert [len(p) for p in pages(small, 24)] == [12]
+    one_tp = [row("ddtree", 1, budget, 100.0 + budget) for budget in range(1, 31)]
+    assert [len(p) for p in pages(one_tp, 24)] == [15, 15]  # even parts, not 24 and 6
+
+
+def test_a_table_wider_than_the_text_is_scaled_to_it_and_only_such_a_table():
+    """With the speedup column a table ran 42pt past the right margin in article, with a family
+    column 82pt. Each tabular is now measured in a box: scaled to \\linewidth where wider, set
+    as it is otherwise."""
+    tex = render_fragment(matrix(("fa", "fb")), meta=META)
+    assert tex.count("\\sbox0{\\begin{tabular}") == tex.count("\\begin{table}[t]") == 2
+    assert tex.count("\\end{tabular}}%\n\\ifdim\\wd0>\\linewidth\\resizebox{\\linewidth}{!}{\\usebox0}"
+                     "\\else\\usebox0\\fi\n\\end{table}") == 2
+
+
+def pdflatex_warnings(folder, name="report-standalone.tex"):
+    """pdflatex's run on `name`: a box past the margins or the page, or a float too large."""
+    done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", name], cwd=folder,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:]
+    log = (folder / name).with_suffix(".log").read_text(errors="replace")
+    return [line for line in log.splitlines()
+            if line.startswith(("Overfull \\hbox", "Overfull \\vbox")) or "Float too large" in line]
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None,
+                    reason="pdflatex is not installed (Debian: apt-get install "
+                           "texlive-latex-recommended)")
+def test_every_table_fits_the_page_in_pdflatex(tmp_path):
+    """A workload of four families ran 307pt past the page's bottom and 82pt past its right margin;
+    one family's table with its speedup column 42pt past the margin."""
+    for name, families in (("four", ("fa", "fb", "fc", "fd")), ("one", ("fa",))):
+        files = write_report(tmp_path / name, matrix(families) + matrix(families, workload="code"),
+                             meta=META, plots=False)
+        assert pdflatex_warnings(files.standalone.parent) == [], name
