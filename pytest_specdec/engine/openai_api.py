@@ -24,6 +24,7 @@ from http import HTTPStatus
 from typing import Any, Mapping
 
 from . import lax
+from .batch import batch_rids
 from .protocol import (
     TOP_K_ALL,
     Neutral,
@@ -289,19 +290,27 @@ CHAT_MODEL = RequestModel({
 
 
 @dataclass(frozen=True)
-class OpenAIRequest:
-    """What an OpenAI-style request asks the engine to generate, and how to answer."""
+class Prompt:
+    """One prompt of an OpenAI-style request, as the engine schedules it."""
 
     input_ids: tuple[int, ...]
     sampling: Sampling
+    rid: str | None
+    abort: dict | None = None  # the scheduler's refusal, which the request finishes with (protocol.scheduled)
+
+
+@dataclass(frozen=True)
+class OpenAIRequest:
+    """What an OpenAI-style request asks the engine to generate, and how to answer: its prompts
+    (a chat's one; a completion's one, or those of a list of prompts, SGLang's batch)."""
+
+    prompts: tuple[Prompt, ...]
     stream: bool
     include_usage: bool  # a last chunk, with no choices, carries the whole request's usage
     #: chunks with content carry the usage so far (see Chunks); SGLang reads it apart from
     #: include_usage, so either comes without the other
     continuous_usage: bool
-    rid: str | None
     model: str  # answered as the request named it, as SGLang does, whatever the served name
-    abort: dict | None = None  # the scheduler's refusal, which the request finishes with (protocol.scheduled)
 
 
 def lora_adapter(model: str, served_model_name: str) -> str | None:
@@ -369,21 +378,38 @@ def _common(body: Any, fields: frozenset[str], neutral: Mapping[str, Neutral],
     return b, parse_sampling(params, vocab_size), answer
 
 
+#: SGLang's words (its completion serving's _validate_request) for a prompt with no text or ids.
+EMPTY_PROMPT = "Prompt cannot be empty"
+
+
 def parse_completion(body: Any, *, encode, vocab_size: int, context_length: int,
                      served_model_name: str) -> OpenAIRequest:
+    """A completion of one prompt (a string, or a list of token ids), or of each of a list of
+    them (strings, or lists of token ids): SGLang's batch, each prompt with its rid as /generate
+    gives a batch's (batch.batch_rids), checked in the prompt order, the first refusal answering
+    the whole."""
+    prompt = body.get("prompt") if isinstance(body, dict) else None
+    if not prompt or (isinstance(prompt, list) and all(not p for p in prompt)):
+        raise OpenAIError(EMPTY_PROMPT)  # before any other check of SGLang's serving class
     b, sampling, answer = _common(body, COMPLETION_FIELDS, COMPLETION_NEUTRAL, 16, vocab_size)
-    prompt = b.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]  # a batch of one
-    if isinstance(prompt, str):
-        ids = encode(prompt)
-    elif isinstance(prompt, list) and prompt and all(type(i) is int for i in prompt):
-        ids = prompt_ids(prompt, vocab_size)
-    else:
-        raise OpenAIError("prompt must be a string or a list of token ids (one prompt per request).")
+    single = isinstance(prompt, str) or type(prompt[0]) is int  # as SGLang's GenerateReqInput reads it
+    prompts = [prompt] if single else prompt
+    rids = [single_rid(b.get("rid"))] if single else batch_rids(b.get("rid"), len(prompts))
     _check_adapter(b, answer["model"], served_model_name)
-    ids, sampling, abort = scheduled(ids, sampling, vocab_size=vocab_size, context_length=context_length)
-    return OpenAIRequest(ids, sampling, rid=b.get("rid"), abort=abort, **answer)
+    scheduled_prompts = []
+    for one, rid in zip(prompts, rids):
+        ids = encode(one) if isinstance(one, str) else prompt_ids(one, vocab_size)
+        ids, one_sampling, abort = scheduled(ids, sampling, vocab_size=vocab_size, context_length=context_length)
+        scheduled_prompts.append(Prompt(ids, one_sampling, rid, abort))
+    return OpenAIRequest(tuple(scheduled_prompts), **answer)
+
+
+def single_rid(rid: Any) -> str | None:
+    """The rid of a request of one prompt. SGLang's types allow a list, which its tokenizer manager
+    then fails on (a 500); the engine refuses it, naming the fix."""
+    if rid is not None:
+        expect("rid", rid, (str,), "a string (a list of rids goes with a list of prompts)")
+    return rid
 
 
 def _message_text(message: Any, index: int) -> dict:
@@ -427,8 +453,9 @@ def parse_chat(body: Any, *, encode, vocab_size: int, context_length: int,
     if (b.get("max_completion_tokens") or b.get("max_tokens")) is None:  # SGLang: the rest of the context
         sampling = dataclasses.replace(sampling, max_new_tokens=max(context_length - len(ids) - 1, 0))
     _check_adapter(b, answer["model"], served_model_name)
+    rid = single_rid(b.get("rid"))
     ids, sampling, abort = scheduled(ids, sampling, vocab_size=vocab_size, context_length=context_length)
-    return OpenAIRequest(ids, sampling, rid=b.get("rid"), abort=abort, **answer)
+    return OpenAIRequest((Prompt(ids, sampling, rid, abort),), **answer)
 
 
 def check_chat(messages: list, max_tokens: int | None, context_length: int) -> None:
@@ -508,21 +535,21 @@ def envelope(kind: str, rid: str, model: str, choices: list[dict], usage_: dict 
     return out
 
 
-def response(kind: str, rid: str, model: str, choice: dict, usage_: dict, meta_info: dict) -> dict:
-    """A whole (not streamed) response: SGLang adds the version of the weights that answered,
-    from the request's meta_info."""
-    return {**envelope(kind, rid, model, [choice], usage_), "metadata": {"weight_version": meta_info["weight_version"]}}
+def response(kind: str, rid: str, model: str, choices: list[dict], usage_: dict, meta_info: dict) -> dict:
+    """A whole (not streamed) response, its id the first prompt's rid: SGLang adds the version
+    of the weights that answered, from the first prompt's meta_info."""
+    return {**envelope(kind, rid, model, choices, usage_), "metadata": {"weight_version": meta_info["weight_version"]}}
 
 
-def completion_choice(text: str, reason: dict | None) -> dict:
+def completion_choice(text: str, reason: dict | None, index: int = 0) -> dict:
     finish_reason, matched = finish(reason)
-    return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "matched_stop": matched}
+    return {"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason, "matched_stop": matched}
 
 
-def chat_choice(text: str, reason: dict | None) -> dict:
+def chat_choice(text: str, reason: dict | None, index: int = 0) -> dict:
     finish_reason, matched = finish(reason)
     # without tool calls SGLang's message has no tool_calls key, not a null one
-    return {"index": 0, "message": {"role": "assistant", "content": text, "reasoning_content": None},
+    return {"index": index, "message": {"role": "assistant", "content": text, "reasoning_content": None},
             "logprobs": None, "finish_reason": finish_reason, "matched_stop": matched}
 
 
@@ -556,11 +583,12 @@ class Chunks:
     """
 
     def __init__(self, kind: str, rid: str, model: str, prompt_tokens: int, *, include_usage: bool,
-                 continuous_usage: bool) -> None:
+                 continuous_usage: bool, index: int = 0, created: int | None = None) -> None:
         self.kind = "chat.completion.chunk" if kind == "chat.completion" else kind
-        self.rid, self.model, self.prompt_tokens = rid, model, prompt_tokens
+        self.rid, self.model, self.prompt_tokens, self.index = rid, model, prompt_tokens, index
         self.include_usage, self.continuous_usage = include_usage, continuous_usage
-        self.created = int(time.time())  # one timestamp for the whole stream, as SGLang's
+        # one timestamp for the whole stream, as SGLang's
+        self.created = int(time.time()) if created is None else created
         self.sent = ""
         self.started = False
 
@@ -574,7 +602,8 @@ class Chunks:
         self.sent += delta
         out = []
         if self.kind == "text_completion":
-            out.append(self._chunk([completion_choice(delta, reason)], so_far if self.continuous_usage else None))
+            out.append(self._chunk([completion_choice(delta, reason, self.index)],
+                                   so_far if self.continuous_usage else None))
         else:
             if not self.started:
                 out.append(self._chunk([chat_delta(role="assistant", content="")], None))
@@ -589,13 +618,47 @@ class Chunks:
 
     def _usage_chunk(self, total: dict) -> list[dict]:
         """The last chunk include_usage asks for, with the whole request's usage."""
-        if not self.include_usage:
-            return []
-        return [self._chunk([], total if self.kind != "text_completion" else
-                            {k: v for k, v in total.items() if v is not None})]
+        return [self.usage_chunk(total)] if self.include_usage else []
+
+    def usage_chunk(self, total: dict) -> dict:
+        return self._chunk([], total if self.kind != "text_completion" else
+                           {k: v for k, v in total.items() if v is not None})
 
     def _chunk(self, choices: list[dict], usage_: dict | None) -> dict:
         return envelope(self.kind, self.rid, self.model, choices, usage_, self.created)
+
+
+class CompletionChunks:
+    """The chunks SGLang streams for /v1/completions, of one prompt or of a list of them (its
+    batch): each prompt's chunks (Chunks) as its outputs come, with its index, its own rid as the
+    id. An abort that names a status sends its error chunk and ends the stream (`ended`), the
+    other prompts aborted, as SGLang breaks off its loop over the batch's outputs. include_usage's
+    last chunk (`close`) sums the usage of the prompts heard from, its id the rid of the prompt
+    heard last, as SGLang's does."""
+
+    def __init__(self, rids: list[str], model: str, prompt_tokens: list[int], *, include_usage: bool,
+                 continuous_usage: bool) -> None:
+        created = int(time.time())
+        self.prompts = [Chunks("text_completion", rid, model, n, include_usage=False, continuous_usage=continuous_usage,
+                               index=i, created=created) for i, (rid, n) in enumerate(zip(rids, prompt_tokens))]
+        self.include_usage = include_usage
+        self.completion_tokens: dict[int, int] = {}  # by the index of each prompt heard from
+        self.last = 0
+        self.ended = False
+
+    def step(self, index: int, text: str, completion_tokens: int, reason: dict | None) -> list[dict]:
+        """The chunks for prompt ``index``'s state after a step (see Chunks.step)."""
+        self.completion_tokens[index], self.last = completion_tokens, index
+        self.ended = abort_error(reason) is not None
+        return self.prompts[index].step(text, completion_tokens, reason)
+
+    def close(self) -> list[dict]:
+        """The chunks after the last step: include_usage's."""
+        if not self.include_usage:
+            return []
+        heard = self.completion_tokens
+        total = usage(sum(self.prompts[i].prompt_tokens for i in heard), sum(heard.values()))
+        return [self.prompts[self.last].usage_chunk(total)]
 
 
 def stream_error(reason: dict) -> dict:

@@ -71,6 +71,10 @@ class Request:
         self.last_token_at: float | None = None
         self.e2e_latency: float | None = None
         self.on_progress: Callable[[Progress], None] | None = None
+        #: frees its rid (inflight.py): called once it finished, before its last answer goes out, and
+        #: once the scheduler dropped it; more than once is harmless
+        self.on_done: Callable[[Request], None] | None = None
+        self.submitted = False
         self._decoder = IncrementalDecoder()
 
     @property
@@ -128,6 +132,10 @@ class Request:
         return Progress(len(self.output_ids), self.text, self.finish_reason, self.verify_ct,
                         self.correct_drafts, self.e2e_latency, tuple(self.drafts_histogram), self.never_scheduled)
 
+    def done(self) -> None:
+        if self.on_done is not None:
+            self.on_done(self)
+
     def count_verify(self, drafts: int) -> None:
         """One verify step that accepted ``drafts`` draft tokens (bonus excluded)."""
         self.verify_ct += 1
@@ -136,6 +144,8 @@ class Request:
         self.drafts_histogram[drafts] += 1
 
     def notify(self) -> None:
+        if self.finished:
+            self.done()  # its rid is free before its client hears the end, as SGLang frees it
         if self.on_progress is not None and (self.stream or self.finished):
             self.on_progress(self.progress())
 
@@ -189,6 +199,7 @@ class Scheduler:
         self._thread.start()
 
     def submit(self, req: Request) -> None:
+        req.submitted = True
         if not req.internal:
             with self._lock:
                 self._pending += 1
@@ -309,6 +320,7 @@ class Scheduler:
             req.notify()
 
     def _done(self, req: Request) -> None:
+        req.done()  # one dropped without an answer (its client left) frees its rid here
         if not req.internal:
             with self._lock:
                 self._pending -= 1

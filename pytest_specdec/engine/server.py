@@ -21,11 +21,13 @@ complete request (idle, or trickling its headers) and answers 408 to a body that
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import time
 import traceback
+from typing import Any
 
 from aiohttp import web
 
@@ -33,6 +35,7 @@ from .. import context_rule
 from .. import sglang_api as api
 from . import batch, logs, openai_api
 from .faults import FaultPlan
+from .inflight import InFlight
 from .metrics import EngineMetrics
 from .protocol import (GENERATE_MODEL, InvalidBody, Refused, RequestError, RequestModel, abort_error,
                        abort_not_an_object, flush_timeout, parse_abort, parse_generate, read_body)
@@ -84,6 +87,7 @@ class EngineServer:
         self.health_timeout = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", 20))
         self._device_info: dict | None = None
         self._flush_deferred = False  # a /flush_cache with a timeout waits for the server to go idle
+        self.in_flight = InFlight()  # client requests' rids, refused while in flight as SGLang does
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -313,6 +317,19 @@ class EngineServer:
             if isinstance(exc, Refused) and exc.stream:  # SGLang has started streaming by then
                 return await self._stream_error(request, exc)
             return self._error(exc)
+        try:
+            self.in_flight.claim(reqs)
+        except Refused as exc:
+            exc.stream = stream
+            return await self._stream_error(request, exc) if stream else self._error(exc)
+        try:
+            return await self._serve_generate(request, reqs, stream, batched)
+        finally:
+            self.in_flight.release_unsent(reqs)
+
+    async def _serve_generate(self, request: web.Request, reqs: list[Request], stream: bool,
+                              batched: bool) -> web.StreamResponse:
+        """/generate's requests, their rids claimed: a batch's answer or a single request's."""
         if batched:
             return await self._generate_batch(request, reqs, stream)
         req = reqs[0]
@@ -340,14 +357,22 @@ class EngineServer:
 
     async def _batch_outputs(self, reqs: list[Request]):
         """The outputs of a batch's stream, each prompt's as they come, with its ``index``."""
-        events: asyncio.Queue[dict | None] = asyncio.Queue()
+        async with contextlib.aclosing(self._merged([self._outputs(req) for req in reqs])) as merged:
+            async for index, out in merged:
+                yield {**out, "index": index}
 
-        async def pump(index: int, req: Request) -> None:
-            async for out in self._outputs(req):
-                await events.put({**out, "index": index})
-            await events.put(None)  # this prompt is done
+    @staticmethod
+    async def _merged(streams: list):
+        """``(index, item)`` for each item of ``streams`` (async iterators), as they come; closing
+        it stops them."""
+        events: asyncio.Queue[tuple[int, Any] | None] = asyncio.Queue()
 
-        pumps = [asyncio.ensure_future(pump(i, req)) for i, req in enumerate(reqs)]
+        async def pump(index: int, stream) -> None:
+            async for item in stream:
+                await events.put((index, item))
+            await events.put(None)  # this stream is done
+
+        pumps = [asyncio.ensure_future(pump(i, stream)) for i, stream in enumerate(streams)]
         try:
             left = len(pumps)
             while left:
@@ -546,35 +571,60 @@ class EngineServer:
             o = parse(await self._read_json(request, model=model), encode=self.tokenizer.encode,
                       vocab_size=self.tokenizer.vocab_size, context_length=self.context_length,
                       served_model_name=self.served_model_name)
+            reqs = [Request(list(p.input_ids), p.sampling.max_new_tokens, ignore_eos=p.sampling.ignore_eos,
+                            stop=p.sampling.stop, stop_token_ids=p.sampling.stop_token_ids, stream=o.stream,
+                            rid=p.rid, abort=p.abort) for p in o.prompts]
+            self.in_flight.claim(reqs)  # SGLang's serving class answers its refusal before streaming
         except RequestError as exc:
             logs.SERVER.error(f"[http_server] Error: {exc}")
             # a malformed request meets SGLang's validation handler, a refused one its serving class
             body = exc.body() if isinstance(exc, InvalidBody) else openai_api.error_body(exc)
             return web.json_response(body, status=exc.status)
-        s = o.sampling
-        req = Request(list(o.input_ids), s.max_new_tokens, ignore_eos=s.ignore_eos, stop=s.stop,
-                      stop_token_ids=s.stop_token_ids, stream=o.stream, rid=o.rid, abort=o.abort)
-        if not o.stream:
-            p = await self._answered(request, req)
-            if p is None:
-                return web.Response(status=499)
-            if (error := abort_error(p.finish_reason)) is not None:
+        try:
+            if not o.stream:
+                return await self._openai_answer(request, o, reqs, kind)
+            return await self._stream(request, reqs, self._openai_chunks(o, reqs, kind))
+        finally:
+            self.in_flight.release_unsent(reqs)
+
+    async def _openai_answer(self, request: web.Request, o: openai_api.OpenAIRequest, reqs: list[Request],
+                             kind: str) -> web.Response:
+        """A whole response: a choice a prompt, in the prompt order, their usage summed; or the
+        first prompt's error (in the prompt order) for the whole, as SGLang's batch answers."""
+        answers = await self._all_answered(request, reqs)
+        if answers is None:
+            return web.Response(status=499)
+        for p in answers:
+            if p is not None and (error := abort_error(p.finish_reason)) is not None:
                 logs.SERVER.error(f"[http_server] Error: {error}")
                 return web.json_response(openai_api.error_body(error), status=error.status)
-            choice = (openai_api.completion_choice if kind == "text_completion" else openai_api.chat_choice)(
-                p.text, p.finish_reason)
-            usage = openai_api.usage(len(req.input_ids), p.num_ids)
-            return web.json_response(openai_api.response(kind, req.rid, o.model, choice, usage,
-                                                         self._meta_info(req, p)))
-        stream = openai_api.Chunks(kind, req.rid, o.model, len(req.input_ids),
-                                   include_usage=o.include_usage, continuous_usage=o.continuous_usage)
+        make = openai_api.completion_choice if kind == "text_completion" else openai_api.chat_choice
+        choices = [make(p.text, p.finish_reason, i) for i, p in enumerate(answers)]
+        usage = openai_api.usage(sum(len(req.input_ids) for req in reqs), sum(p.num_ids for p in answers))
+        return web.json_response(openai_api.response(kind, reqs[0].rid, o.model, choices, usage,
+                                                     self._meta_info(reqs[0], answers[0])))
 
-        async def chunks():
-            async for p in self._progress(req):
+    async def _openai_chunks(self, o: openai_api.OpenAIRequest, reqs: list[Request], kind: str):
+        """The chunks of a streamed response (see openai_api.Chunks and CompletionChunks)."""
+        if kind != "text_completion":
+            stream = openai_api.Chunks(kind, reqs[0].rid, o.model, len(reqs[0].input_ids),
+                                       include_usage=o.include_usage, continuous_usage=o.continuous_usage)
+            async for p in self._progress(reqs[0]):
                 for chunk in stream.step(p.text, p.num_ids, p.finish_reason):
                     yield chunk
-
-        return await self._stream(request, [req], chunks())
+            return
+        chunks = openai_api.CompletionChunks([req.rid for req in reqs], o.model, [len(req.input_ids) for req in reqs],
+                                             include_usage=o.include_usage, continuous_usage=o.continuous_usage)
+        async with contextlib.aclosing(self._merged([self._progress(req) for req in reqs])) as merged:
+            async for index, p in merged:
+                for chunk in chunks.step(index, p.text, p.num_ids, p.finish_reason):
+                    yield chunk
+                if chunks.ended:
+                    for req in reqs:
+                        req.aborted = req.aborted or not req.finished  # the batch gives up on its first error
+                    break
+        for chunk in chunks.close():
+            yield chunk
 
     async def tokenize(self, request: web.Request) -> web.Response:
         """No scheduler behind it (SGLang tokenizes in its HTTP process), so a hung server answers it."""

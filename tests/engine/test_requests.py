@@ -603,7 +603,7 @@ def test_a_logit_bias_of_zero_is_served_as_sglang_serves_it(bias):
                                  (openai_api.parse_chat, {"messages": [{"role": "user", "content": "hi"}]})):
         # the OpenAI routes get the biases as pydantic read them: floats
         assert parse_openai({**prompt, "max_tokens": 3, "logit_bias": {k: float(v) for k, v in bias.items()}},
-                            **kwargs).sampling.max_new_tokens == 3
+                            **kwargs).prompts[0].sampling.max_new_tokens == 3
 
 
 @pytest.mark.parametrize("bias", [{"999999": 0}, {"-1": 0}, {"65": 0, "x": 2}, {"999999": 2}])

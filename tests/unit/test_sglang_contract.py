@@ -31,7 +31,7 @@ import pytest
 
 from pytest_specdec import context_rule, metrics
 from pytest_specdec import sglang_api as api
-from pytest_specdec.engine import contract, openai_api, protocol
+from pytest_specdec.engine import contract, inflight, openai_api, protocol
 from pytest_specdec.servers import METHOD_FLAG_PRESETS, ServerSpec
 from pytest_specdec.workloads import Prompt, Workload
 from pytest_specdec.servers.sglang import build_sglang_argv
@@ -613,6 +613,39 @@ def test_an_openai_stream_reports_an_abort_with_a_status_as_an_error_chunk(srt, 
         class_fields(srt("entrypoints/openai/protocol.py"), "ErrorResponse"))
     assert "SGLANG_USE_PICKLE_IPC = EnvBool(True)" in (sglang_reference / "sglang/srt/environ.py").read_text()
     assert "socket.send_pyobj(obj" in ast.unparse(function(srt("managers/io_struct.py"), "sock_send"))
+
+
+def test_a_rid_in_flight_is_refused_in_sglangs_words_before_any_prompt_is_sent(srt):
+    """inflight.py: SGLang's tokenizer manager refuses a request naming a rid in flight (or one
+    of its batch's rids twice) with a ValueError, a 400, checking every rid before it sends any;
+    /generate and the OpenAI routes all reach it through generate_request."""
+    tm = srt("managers/tokenizer_manager.py")
+    init = ast.unparse(function(tm, "_init_req_state"))
+    check = f"raise ValueError(f'{inflight.DUPLICATE_RID.format('{rid}')}')"
+    assert check in init, init
+    assert init.index(check) < init.index("self.rid_to_state.update(new_states)")
+    generate = ast.unparse(function(tm, "generate_request"))
+    assert generate.index("self._init_req_state(obj, request)") < generate.index("_tokenize_one_request")
+
+
+def test_a_completion_of_a_list_of_prompts_is_sglangs_batch(srt):
+    """openai_api.parse_completion: SGLang's completion serving refuses an empty prompt in its
+    words, hands a list of strings on as a batch's text (else as input_ids, a list of lists being
+    a batch), answers a choice a result with its place as index, and sums the usage."""
+    serving = srt("entrypoints/openai/serving_completions.py")
+    validate = ast.unparse(function(serving, "_validate_request"))
+    assert "if not prompt or (isinstance(prompt, list) and all((not p for p in prompt))):" in validate, validate
+    assert f"return '{openai_api.EMPTY_PROMPT}'" in validate, validate
+    convert = ast.unparse(function(serving, "_convert_to_internal_request"))
+    assert "if isinstance(prompt, str) or (isinstance(prompt, list) and isinstance(prompt[0], str)):" in convert
+    assert "rid=request.rid" in convert
+    build = ast.unparse(function(serving, "_build_completion_response"))
+    assert "for idx, ret_item in enumerate(ret):" in build and "index=idx" in build, build
+    assert "id=ret[0]['meta_info']['id']" in build, build
+    stream = ast.unparse(function(serving, "_generate_completion_stream"))
+    assert "index = content.get('index', 0)" in stream and "id=content['meta_info']['id']" in stream
+    usage = ast.unparse(function(srt("entrypoints/openai/usage_processor.py"), "calculate_response_usage"))
+    assert "sum((r['meta_info'].get('completion_tokens', 0) for r in responses))" in usage, usage
 
 
 def test_meta_info_keys_are_sglangs_in_its_order(srt):

@@ -1,0 +1,58 @@
+"""The rids of the client requests in flight, kept as SGLang's tokenizer manager keeps them (its
+rid_to_state): a request naming a rid that one in flight has is refused, and a rid is free again
+once its request ended (its last answer sent, or dropped after its client left).
+
+SGLang checks every rid of a request (each prompt's of a batch) before it sends any to its
+scheduler, so a refused batch runs none of its prompts; `claim` does the same.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from .protocol import Refused
+from .scheduler import Request
+
+#: SGLang's words (its tokenizer manager's _init_req_state) for a rid already in flight.
+DUPLICATE_RID = "Duplicate request ID detected: {}"
+
+
+class InFlight:
+    """Rids in flight, each with its request. Claimed on the HTTP thread; released there or on
+    the scheduler thread (`watch`), hence the lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests: dict[str, Request] = {}
+
+    def claim(self, reqs: Iterable[Request]) -> None:
+        """Take the rids of ``reqs`` (a request, or a batch's prompts), all or none: the first rid
+        in flight or given twice is refused in SGLang's words."""
+        reqs = list(reqs)
+        with self._lock:
+            seen: set[str] = set()
+            for req in reqs:
+                if req.rid in self._requests or req.rid in seen:
+                    raise Refused(DUPLICATE_RID.format(req.rid))
+                seen.add(req.rid)
+            self._requests.update((req.rid, req) for req in reqs)
+        for req in reqs:
+            req.on_done = self.release
+
+    def release(self, req: Request) -> None:
+        """Free ``req``'s rid, unless it already went to a newer request (it was freed before)."""
+        with self._lock:
+            if self._requests.get(req.rid) is req:
+                del self._requests[req.rid]
+
+    def release_unsent(self, reqs: Iterable[Request]) -> None:
+        """Free the rids of those of ``reqs`` never submitted (their handler ended first): no
+        scheduler will ever drop them."""
+        for req in reqs:
+            if not req.submitted:
+                self.release(req)
+
+    def __contains__(self, rid: str) -> bool:
+        with self._lock:
+            return rid in self._requests

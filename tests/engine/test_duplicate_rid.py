@@ -1,0 +1,114 @@
+"""A request naming a rid in flight, refused as SGLang's tokenizer manager refuses it (a 400 in its
+words), on every route that takes a rid; the rid is free again once its request ended.
+
+One request at a time, its steps slowed (--fault-slow-factor), so the first one is still running
+when the others arrive.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from pytest_specdec.engine.inflight import DUPLICATE_RID
+from pytest_specdec.engine.openai_api import error_body
+from pytest_specdec.engine.protocol import Refused
+
+PROMPT = "The capital city of France is"
+LONG = {"max_new_tokens": 1500, "ignore_eos": True}
+SHORT = {"max_new_tokens": 2, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module")
+def engine(module_engines):
+    return module_engines("--method", "ar", "--max-batch", "1", "--context-length", "2048",
+                          "--fault-slow-factor", "20")
+
+
+def wait_for(engine, running: int, queued: int) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        state = engine.get("/server_info").json()["internal_states"][0]
+        if (state["num_running_reqs"], state["num_queue_reqs"]) == (running, queued):
+            return
+        assert time.monotonic() < deadline, f"never {running} running and {queued} queued: {state}"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def busy(engine):
+    """A request with rid "busy" running until the test ends; then aborted, and gone."""
+    box: dict = {}
+    thread = threading.Thread(target=lambda: box.update(answer=engine.post(
+        "/generate", {"text": PROMPT, "sampling_params": LONG, "rid": "busy"})), daemon=True)
+    thread.start()
+    wait_for(engine, 1, 0)
+    yield box
+    engine.post("/abort_request", {"rid": "busy"})
+    thread.join(30)
+    wait_for(engine, 0, 0)
+
+
+def refused(rid: str) -> dict:
+    return {"error": {"message": DUPLICATE_RID.format(rid)}}
+
+
+def test_generate_naming_a_rid_in_flight_is_refused_and_runs_nothing(engine, busy):
+    """The engine served it (a second request with the same rid)."""
+    res = engine.post("/generate", {"text": PROMPT, "sampling_params": SHORT, "rid": "busy"})
+    assert (res.status, res.json()) == (400, refused("busy"))
+    wait_for(engine, 1, 0)  # nothing queued behind the running one
+    streamed = engine.post("/generate", {"text": PROMPT, "sampling_params": SHORT, "rid": "busy", "stream": True})
+    assert streamed.status == 200  # SGLang has started its stream when its tokenizer manager refuses
+    events = [line[len("data: "):] for line in streamed.text.splitlines() if line.startswith("data: ")]
+    assert events == [json.dumps(Refused(DUPLICATE_RID.format("busy")).stream_event()), "[DONE]"]
+    wait_for(engine, 1, 0)
+
+
+def test_a_batch_naming_a_rid_in_flight_is_refused_whole(engine, busy):
+    """Every rid of a batch is checked before any prompt runs."""
+    res = engine.post("/generate", {"text": [PROMPT, PROMPT], "sampling_params": SHORT, "rid": ["mine", "busy"]})
+    assert (res.status, res.json()) == (400, refused("busy"))
+    wait_for(engine, 1, 0)
+    streamed = engine.post("/generate", {"text": [PROMPT], "sampling_params": SHORT, "rid": ["busy"], "stream": True})
+    assert streamed.status == 200 and DUPLICATE_RID.format("busy") in streamed.text
+    wait_for(engine, 1, 0)
+    # "mine" never ran, so it is free; a string rid gives the prompts busy_0 and busy_1, none in flight
+    box: dict = {}
+    batch = threading.Thread(target=lambda: box.update(answer=engine.post("/generate", {
+        "text": [PROMPT, PROMPT], "sampling_params": {"max_new_tokens": 0}, "rid": "busy"})), daemon=True)
+    batch.start()
+    wait_for(engine, 1, 2)  # queued, not refused
+    engine.post("/abort_request", {"rid": "busy"})  # a prefix: the batch's prompts too
+    batch.join(30)
+    assert box["answer"].status == 200, box["answer"].text
+    assert [out["meta_info"]["id"] for out in box["answer"].json()] == ["busy_0", "busy_1"]
+    res = engine.post("/generate", {"text": PROMPT, "sampling_params": {"max_new_tokens": 0}, "rid": "mine"})
+    assert res.status == 200, res.text
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/completions", {"prompt": PROMPT, "max_tokens": 2}),
+    ("/v1/completions", {"prompt": [PROMPT, PROMPT], "max_tokens": 2, "rid": ["mine", "busy"]}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}),
+])
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_openai_request_naming_a_rid_in_flight_is_refused(engine, busy, path, body, stream):
+    """SGLang's serving classes answer the refusal as their 400, streamed or not: a stream is
+    started only after its first output."""
+    res = engine.post(path, {"rid": "busy", **body, "stream": stream})
+    assert (res.status, res.json()) == (400, error_body(Refused(DUPLICATE_RID.format("busy"))))
+    wait_for(engine, 1, 0)
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/generate", {"text": PROMPT, "sampling_params": SHORT}),
+    ("/v1/completions", {"prompt": PROMPT, "max_tokens": 2}),
+])
+def test_a_rid_is_free_again_once_its_request_ended(engine, path, body):
+    for stream in (False, True, False):
+        res = engine.post(path, {**body, "rid": "again", "stream": stream})
+        assert res.status == 200 and "error" not in res.text, res.text
