@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from .protocol import Refused
-from .scheduler import Request
+
+if TYPE_CHECKING:  # the scheduler loads torch; this module stays light for the contract tests
+    from .scheduler import Request
 
 #: SGLang's words (its tokenizer manager's _init_req_state) for a rid already in flight.
 DUPLICATE_RID = "Duplicate request ID detected: {}"
+#: How long after a /generate stream ends SGLang's abort task (create_abort_task) aborts its rids
+#: still in flight: a stream refused for naming a rid in flight so aborts the request holding it.
+STREAM_ABORT_DELAY_S = 2.0
 
 
 class InFlight:
     """Rids in flight, each with its request. Claimed on the HTTP thread; released there or on
-    the scheduler thread (`watch`), hence the lock."""
+    the scheduler thread (Request.done), hence the lock."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

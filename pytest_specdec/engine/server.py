@@ -35,7 +35,7 @@ from .. import context_rule
 from .. import sglang_api as api
 from . import batch, logs, openai_api
 from .faults import FaultPlan
-from .inflight import InFlight
+from .inflight import STREAM_ABORT_DELAY_S, InFlight
 from .metrics import EngineMetrics
 from .protocol import (GENERATE_MODEL, InvalidBody, Refused, RequestError, RequestModel, abort_error,
                        abort_not_an_object, flush_timeout, parse_abort, parse_generate, read_body)
@@ -240,6 +240,14 @@ class EngineServer:
             for task in tasks:
                 task.cancel()
 
+    def _abort_in_flight(self, reqs: list[Request]) -> None:
+        """SGLang's abort task of a /generate stream (its tokenizer manager's create_abort_task):
+        each of its rids still in flight is aborted, as /abort_request aborts it. A stream refused
+        for naming a rid in flight so aborts the request that holds it."""
+        for req in reqs:
+            if req.rid in self.in_flight:
+                self.scheduler.abort(req.rid)
+
     @staticmethod
     def _abort(req: Request) -> None:
         """A request whose client left: one line, as SGLang logs an abort, not a traceback."""
@@ -321,7 +329,11 @@ class EngineServer:
             self.in_flight.claim(reqs)
         except Refused as exc:
             exc.stream = stream
-            return await self._stream_error(request, exc) if stream else self._error(exc)
+            if not stream:
+                return self._error(exc)
+            # SGLang's stream ends with its abort task, which then aborts the rids in flight: the others'
+            asyncio.get_running_loop().call_later(STREAM_ABORT_DELAY_S, self._abort_in_flight, reqs)
+            return await self._stream_error(request, exc)
         try:
             return await self._serve_generate(request, reqs, stream, batched)
         finally:

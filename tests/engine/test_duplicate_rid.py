@@ -46,6 +46,7 @@ def busy(engine):
         "/generate", {"text": PROMPT, "sampling_params": LONG, "rid": "busy"})), daemon=True)
     thread.start()
     wait_for(engine, 1, 0)
+    box["thread"] = thread
     yield box
     engine.post("/abort_request", {"rid": "busy"})
     thread.join(30)
@@ -61,20 +62,26 @@ def test_generate_naming_a_rid_in_flight_is_refused_and_runs_nothing(engine, bus
     res = engine.post("/generate", {"text": PROMPT, "sampling_params": SHORT, "rid": "busy"})
     assert (res.status, res.json()) == (400, refused("busy"))
     wait_for(engine, 1, 0)  # nothing queued behind the running one
-    streamed = engine.post("/generate", {"text": PROMPT, "sampling_params": SHORT, "rid": "busy", "stream": True})
-    assert streamed.status == 200  # SGLang has started its stream when its tokenizer manager refuses
+
+
+@pytest.mark.parametrize("body", [{"text": PROMPT, "rid": "busy"}, {"text": [PROMPT, PROMPT], "rid": ["x", "busy"]}])
+def test_a_streamed_generate_naming_a_rid_in_flight_is_an_error_event_then_aborts_it(engine, busy, body):
+    """SGLang has started its stream when its tokenizer manager refuses; the stream's abort task
+    then aborts the rids of the refused request still in flight, which are the other request's."""
+    streamed = engine.post("/generate", {**body, "sampling_params": SHORT, "stream": True})
+    assert streamed.status == 200
     events = [line[len("data: "):] for line in streamed.text.splitlines() if line.startswith("data: ")]
     assert events == [json.dumps(Refused(DUPLICATE_RID.format("busy")).stream_event()), "[DONE]"]
-    wait_for(engine, 1, 0)
+    busy["thread"].join(30)
+    meta = busy["answer"].json()["meta_info"]
+    assert meta["finish_reason"] == {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
+    assert meta["completion_tokens"] < LONG["max_new_tokens"]
 
 
 def test_a_batch_naming_a_rid_in_flight_is_refused_whole(engine, busy):
     """Every rid of a batch is checked before any prompt runs."""
     res = engine.post("/generate", {"text": [PROMPT, PROMPT], "sampling_params": SHORT, "rid": ["mine", "busy"]})
     assert (res.status, res.json()) == (400, refused("busy"))
-    wait_for(engine, 1, 0)
-    streamed = engine.post("/generate", {"text": [PROMPT], "sampling_params": SHORT, "rid": ["busy"], "stream": True})
-    assert streamed.status == 200 and DUPLICATE_RID.format("busy") in streamed.text
     wait_for(engine, 1, 0)
     # "mine" never ran, so it is free; a string rid gives the prompts busy_0 and busy_1, none in flight
     box: dict = {}

@@ -628,6 +628,17 @@ def test_a_rid_in_flight_is_refused_in_sglangs_words_before_any_prompt_is_sent(s
     assert generate.index("self._init_req_state(obj, request)") < generate.index("_tokenize_one_request")
 
 
+def test_a_generate_stream_aborts_its_rids_still_in_flight_once_it_ended(srt):
+    """inflight.STREAM_ABORT_DELAY_S, server._abort_in_flight: SGLang's /generate stream has its tokenizer manager's abort task
+    as background, which aborts each of the request's rids still in flight after a delay, a
+    streamed request refused for a rid in flight included."""
+    task = ast.unparse(function(srt("managers/tokenizer_manager.py"), "create_abort_task"))
+    assert f"await asyncio.sleep({inflight.STREAM_ABORT_DELAY_S:g})" in task, task
+    assert "if rid in self.rid_to_state:" in task and "self.abort_request(rid)" in task, task
+    serve = ast.unparse(function(srt("entrypoints/http_server.py"), "serve_generate_request"))
+    assert "background=_global_state.tokenizer_manager.create_abort_task(obj)" in serve, serve
+
+
 def test_a_completion_of_a_list_of_prompts_is_sglangs_batch(srt):
     """openai_api.parse_completion: SGLang's completion serving refuses an empty prompt in its
     words, hands a list of strings on as a batch's text (else as input_ids, a list of lists being
