@@ -19,7 +19,8 @@ from collections import Counter
 from typing import Any
 
 from . import contract
-from .protocol import GENERATE_FIELDS, GenerateRequest, Refused, SchemaViolation, known_fields, parse_generate
+from .protocol import (GENERATE_FIELDS, GenerateRequest, Refused, RidsCheck, SchemaViolation, known_fields,
+                       parse_one_prompt, unsupported_after)
 
 #: SGLang's words (_normalize_rid) for a list of rids whose length is not the batch's.
 RID_LENGTH = "The specified rids length mismatch with the batch_size for batch processing."
@@ -39,9 +40,12 @@ def is_batch(body: Any) -> bool:
     return isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
 
 
-def parse_batch(body: dict, *, encode, vocab_size: int, context_length: int) -> list[GenerateRequest]:
+def parse_batch(body: dict, *, encode, vocab_size: int, context_length: int,
+                rids_free: RidsCheck | None = None) -> list[GenerateRequest]:
     """One GenerateRequest a prompt of a batched body, in the prompt order; raises the first
-    refusal, as SGLang answers a batch with its first error."""
+    refusal, as SGLang answers a batch with its first error: its normalization's (the rids), then
+    a rid in flight (``rids_free``, all the batch's at once), then each prompt's; the engine's
+    refusal of a value it cannot honour only once every prompt passed SGLang's checks."""
     if (violation := contract.generate_contract_error(body)) is not None:
         raise SchemaViolation(violation)
     known_fields(body, GENERATE_FIELDS)  # an unknown name is refused in an empty batch too
@@ -57,6 +61,8 @@ def parse_batch(body: dict, *, encode, vocab_size: int, context_length: int) -> 
     if ids is not None and text is not None and len(ids) != n:
         raise Refused(f"input_ids has {len(ids)} prompts but text has {n}: give both for every prompt, "
                       f"or only one of them.")
+    if rids_free is not None:
+        rids_free([r for r in rids if r is not None])
     requests = []
     for i in range(n):
         # the first prompt's check covers the fields all share; the others carry only their own,
@@ -69,7 +75,8 @@ def parse_batch(body: dict, *, encode, vocab_size: int, context_length: int) -> 
         for name in PER_PROMPT_FIELDS:
             if isinstance(body.get(name), list) and len(body[name]) == n:
                 item[name] = body[name][i]
-        requests.append(parse_generate(item, encode=encode, vocab_size=vocab_size, context_length=context_length))
+        requests.append(parse_one_prompt(item, encode=encode, vocab_size=vocab_size, context_length=context_length))
+    unsupported_after(requests)
     return requests
 
 

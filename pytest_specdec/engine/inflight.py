@@ -24,6 +24,15 @@ DUPLICATE_RID = "Duplicate request ID detected: {}"
 STREAM_ABORT_DELAY_S = 2.0
 
 
+class DuplicateRid(Refused):
+    """A request naming a rid in flight, refused; ``rids`` are all the request's (SGLang's abort
+    task of a refused stream aborts those still in flight)."""
+
+    def __init__(self, rid: str, rids: list[str]) -> None:
+        super().__init__(DUPLICATE_RID.format(rid))
+        self.rids = rids
+
+
 class InFlight:
     """Rids in flight, each with its request. Claimed on the HTTP thread; released there or on
     the scheduler thread (Request.done), hence the lock."""
@@ -32,16 +41,26 @@ class InFlight:
         self._lock = threading.Lock()
         self._requests: dict[str, Request] = {}
 
+    def check(self, rids: list[str]) -> None:
+        """Refuse the first of a request's ``rids`` in flight or given twice, as SGLang's tokenizer
+        manager does at its point of the request's checks (protocol.RidsCheck); `claim` takes them
+        once the request passed all its checks, and refuses again one claimed meanwhile."""
+        with self._lock:
+            self._check(rids)
+
+    def _check(self, rids: list[str]) -> None:
+        seen: set[str] = set()
+        for rid in rids:
+            if rid in self._requests or rid in seen:
+                raise DuplicateRid(rid, rids)
+            seen.add(rid)
+
     def claim(self, reqs: Iterable[Request]) -> None:
         """Take the rids of ``reqs`` (a request, or a batch's prompts), all or none: the first rid
         in flight or given twice is refused in SGLang's words."""
         reqs = list(reqs)
         with self._lock:
-            seen: set[str] = set()
-            for req in reqs:
-                if req.rid in self._requests or req.rid in seen:
-                    raise Refused(DUPLICATE_RID.format(req.rid))
-                seen.add(req.rid)
+            self._check([req.rid for req in reqs])
             self._requests.update((req.rid, req) for req in reqs)
         for req in reqs:
             req.on_done = self.release

@@ -30,19 +30,21 @@ from .protocol import (
     Neutral,
     RequestError,
     RequestModel,
+    RidsCheck,
     Sampling,
     Unsupported,
     abort_error,
     bad_bias_key,
     check_no_lora,
-    check_neutral,
     expect,
     known_fields,
     lora_path_field,
+    neutral_refusal,
     out_of_range,
     parse_sampling,
     prompt_ids,
     scheduled,
+    unsupported_after,
 )
 
 #: Roles and contents as plain text; the assistant's turn opens at the end.
@@ -362,7 +364,9 @@ def _common(body: Any, fields: frozenset[str], neutral: Mapping[str, Neutral],
     deferred = {"min_tokens"} if over else set()
     if bad_bias_key(tuple(b.get("logit_bias") or ()), vocab_size) is not None:
         deferred.add("logit_bias")  # SGLang's SamplingParams.verify refuses it, whatever its values
-    check_neutral("field(s)", {k: v for k, v in b.items() if k not in deferred}, neutral, SAMPLING_NAMES)
+    # raised once SGLang's own checks passed (unsupported_after): SGLang serves these values
+    unsupported = neutral_refusal("field(s)", {k: v for k, v in b.items() if k not in deferred}, neutral,
+                                  SAMPLING_NAMES)
     lora_path_field(b.get("lora_path"))  # its type only: an adapter is refused later, where SGLang refuses it
     if max_tokens is not None:  # a completion's max_tokens of 0 or less its class refuses (COMPLETION_MODEL)
         expect("max_tokens", max_tokens, (int,), "an integer")
@@ -375,7 +379,7 @@ def _common(body: Any, fields: frozenset[str], neutral: Mapping[str, Neutral],
     params["max_new_tokens"] = max_tokens  # null where none is given: SGLang then checks no min_tokens against it
     if over:
         params["min_new_tokens"] = least
-    return b, parse_sampling(params, vocab_size), answer
+    return b, dataclasses.replace(parse_sampling(params, vocab_size), unsupported=unsupported), answer
 
 
 #: SGLang's words (its completion serving's _validate_request) for a prompt with no text or ids.
@@ -383,11 +387,12 @@ EMPTY_PROMPT = "Prompt cannot be empty"
 
 
 def parse_completion(body: Any, *, encode, vocab_size: int, context_length: int,
-                     served_model_name: str) -> OpenAIRequest:
+                     served_model_name: str, rids_free: RidsCheck | None = None) -> OpenAIRequest:
     """A completion of one prompt (a string, or a list of token ids), or of each of a list of
     them (strings, or lists of token ids): SGLang's batch, each prompt with its rid as /generate
     gives a batch's (batch.batch_rids), checked in the prompt order, the first refusal answering
-    the whole."""
+    the whole: SGLang's refusals first (its rids', then a rid in flight, ``rids_free``, then a LoRA
+    adapter, then each prompt's), the engine's of a value it cannot honour last."""
     prompt = body.get("prompt") if isinstance(body, dict) else None
     if not prompt or (isinstance(prompt, list) and all(not p for p in prompt)):
         raise OpenAIError(EMPTY_PROMPT)  # before any other check of SGLang's serving class
@@ -395,12 +400,15 @@ def parse_completion(body: Any, *, encode, vocab_size: int, context_length: int,
     single = isinstance(prompt, str) or type(prompt[0]) is int  # as SGLang's GenerateReqInput reads it
     prompts = [prompt] if single else prompt
     rids = [single_rid(b.get("rid"))] if single else batch_rids(b.get("rid"), len(prompts))
+    if rids_free is not None:
+        rids_free([rid for rid in rids if rid is not None])
     _check_adapter(b, answer["model"], served_model_name)
     scheduled_prompts = []
     for one, rid in zip(prompts, rids):
         ids = encode(one) if isinstance(one, str) else prompt_ids(one, vocab_size)
         ids, one_sampling, abort = scheduled(ids, sampling, vocab_size=vocab_size, context_length=context_length)
         scheduled_prompts.append(Prompt(ids, one_sampling, rid, abort))
+    unsupported_after(scheduled_prompts)
     return OpenAIRequest(tuple(scheduled_prompts), **answer)
 
 
@@ -443,7 +451,10 @@ def render_chat(messages: list[dict]) -> str:
 
 
 def parse_chat(body: Any, *, encode, vocab_size: int, context_length: int,
-               served_model_name: str) -> OpenAIRequest:
+               served_model_name: str, rids_free: RidsCheck | None = None) -> OpenAIRequest:
+    """A chat, checked in SGLang's order: its serving class's checks (check_chat), the rendered
+    prompt, a rid in flight (``rids_free``), a LoRA adapter, the context and the sampling ranges;
+    the engine's refusal of a value it cannot honour last."""
     b, sampling, answer = _common(body, CHAT_FIELDS, CHAT_NEUTRAL, None, vocab_size)
     messages = b.get("messages")
     if not isinstance(messages, list):
@@ -452,10 +463,14 @@ def parse_chat(body: Any, *, encode, vocab_size: int, context_length: int,
     ids = encode(render_chat([_message_text(m, i) for i, m in enumerate(messages)]))
     if (b.get("max_completion_tokens") or b.get("max_tokens")) is None:  # SGLang: the rest of the context
         sampling = dataclasses.replace(sampling, max_new_tokens=max(context_length - len(ids) - 1, 0))
-    _check_adapter(b, answer["model"], served_model_name)
     rid = single_rid(b.get("rid"))
+    if rids_free is not None and rid is not None:
+        rids_free([rid])
+    _check_adapter(b, answer["model"], served_model_name)
     ids, sampling, abort = scheduled(ids, sampling, vocab_size=vocab_size, context_length=context_length)
-    return OpenAIRequest((Prompt(ids, sampling, rid, abort),), **answer)
+    prompts = (Prompt(ids, sampling, rid, abort),)
+    unsupported_after(prompts)
+    return OpenAIRequest(prompts, **answer)
 
 
 def check_chat(messages: list, max_tokens: int | None, context_length: int) -> None:

@@ -628,19 +628,32 @@ def check_types(params: Mapping[str, Any], rules: Mapping[str, Neutral]) -> None
             rules[name].check_type(name, value)
 
 
-def check_neutral(kind: str, params: Mapping[str, Any], rules: Mapping[str, Neutral],
-                  ranged: Mapping[str, str] | None = None) -> None:
-    """Unsupported naming every field of ``params`` set to a value the engine cannot honour,
-    but for one SGLang refuses later as out of range: ``ranged`` maps names of ``params`` to
-    those of SAMPLING_RANGES (sampling parameters map to themselves)."""
+def neutral_refusal(kind: str, params: Mapping[str, Any], rules: Mapping[str, Neutral],
+                    ranged: Mapping[str, str] | None = None) -> Unsupported | None:
+    """Unsupported naming every field of ``params`` set to a value the engine cannot honour, but
+    for one SGLang refuses later as out of range (``ranged`` maps names of ``params`` to those of
+    SAMPLING_RANGES; sampling parameters map to themselves); or None. Raised where SGLang would
+    have served the request (unsupported_after): SGLang takes these values, so any refusal of its
+    own comes first."""
     ranged = {name: name for name in SAMPLING_RANGES} if ranged is None else ranged
     refused = [f"{name}={_shown(value, 60)}" for name, value in params.items()
                if name in rules and not rules[name].accepts(value)
                and not (name in ranged and SAMPLING_RANGES[ranged[name]].refuses(value))]
-    if refused:
-        raise Unsupported(f"The embedded engine cannot honour the {kind} {', '.join(refused)}: it decodes "
-                          f"greedily, one sequence per request, without logprobs, media inputs, LoRA adapters or "
-                          f"constrained decoding. Leave them unset (null) or at SGLang's default.")
+    if not refused:
+        return None
+    return Unsupported(f"The embedded engine cannot honour the {kind} {', '.join(refused)}: it decodes "
+                       f"greedily, one sequence per request, without logprobs, media inputs, LoRA adapters or "
+                       f"constrained decoding. Leave them unset (null) or at SGLang's default.")
+
+
+def unsupported_after(prompts) -> None:
+    """The engine's refusal of a value it cannot honour (Sampling.unsupported), once every check of
+    SGLang's passed for every prompt (``prompts``: objects with ``sampling`` and ``abort``): SGLang
+    would serve such a request, so a request that also has a fault SGLang refuses gets SGLang's
+    answer. A prompt its scheduler refuses (``abort``) is served as SGLang serves it."""
+    for prompt in prompts:
+        if prompt.abort is None and prompt.sampling.unsupported is not None:
+            raise prompt.sampling.unsupported
 
 
 @dataclass(frozen=True)
@@ -659,6 +672,8 @@ class Sampling:
     #: a prompt plus it past the context; else its scheduler cuts it to fit without a word
     context_checked: bool = True
     logit_bias_keys: tuple[str, ...] = ()  # the token ids a logit_bias names, which verify checks
+    #: the engine's refusal of a value SGLang honours, raised once SGLang's checks passed (unsupported_after)
+    unsupported: Unsupported | None = dataclasses.field(default=None, compare=False)
 
     def verify(self, vocab_size: int) -> None:
         """The ranges SGLang's SamplingParams.verify checks, in its order (and the engine's own
@@ -733,9 +748,10 @@ def parse_sampling(params: Any, vocab_size: int) -> Sampling:
     deferred = {"min_new_tokens"} if over else set()
     if bad_bias_key(bias_keys, vocab_size) is not None:
         deferred.add("logit_bias")
-    check_neutral("sampling parameter(s)", {k: v for k, v in p.items() if k not in deferred}, NEUTRAL_SAMPLING)
+    unsupported = neutral_refusal("sampling parameter(s)", {k: v for k, v in p.items() if k not in deferred},
+                                  NEUTRAL_SAMPLING)
     return Sampling(max_new_tokens, ignore_eos, tuple(stop), frozenset(stop_ids), temperature, out_of_range(p),
-                    over, "max_new_tokens" in p, bias_keys)
+                    over, "max_new_tokens" in p, bias_keys, unsupported)
 
 
 @dataclass(frozen=True)
@@ -749,15 +765,33 @@ class GenerateRequest:
     abort: dict | None = None  # the scheduler's refusal, which the request finishes with (see scheduled)
 
 
-def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int) -> GenerateRequest:
+#: Called with a request's rids (those given; a null rid is drawn fresh) where SGLang's tokenizer
+#: manager checks them against the rids in flight (_init_req_state): after its normalization of
+#: the request, before a LoRA adapter and the tokenized prompt are checked. It raises the refusal.
+RidsCheck = Callable[[list[str]], None]
+
+
+def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int,
+                   rids_free: RidsCheck | None = None) -> GenerateRequest:
     """Check a /generate body as SGLang does (plus the engine's own limits) and say what to serve.
 
     ``encode`` turns text into token ids. Raises a RequestError subclass, in SGLang's order:
-    the body's shape, then the schema, then what the engine cannot honour, then SGLang's refusals:
-    the prompt given, a LoRA adapter, then the context and the sampling ranges (admit). The schema
+    the body's shape, then the schema, then SGLang's refusals: the prompt given, a rid in flight
+    (``rids_free``), a LoRA adapter, then the context and the sampling ranges (admit); last, a
+    value the engine cannot honour (unsupported_after), which SGLang would serve. The schema
     is SGLang's API contract check (contract.py), in its words; it comes before the engine's own
     refusal of names SGLang ignores, as SGLang refuses such a body for its contract violation.
     """
+    request = parse_one_prompt(body, encode=encode, vocab_size=vocab_size, context_length=context_length,
+                               rids_free=rids_free)
+    unsupported_after([request])
+    return request
+
+
+def parse_one_prompt(body: Any, *, encode, vocab_size: int, context_length: int,
+                     rids_free: RidsCheck | None = None) -> GenerateRequest:
+    """parse_generate but for its last check: a value the engine cannot honour rides on the
+    request's sampling (Sampling.unsupported), for a batch to raise once all its prompts passed."""
     if isinstance(body, dict) and (violation := contract.generate_contract_error(body)) is not None:
         raise SchemaViolation(violation)
     b = known_fields(body, GENERATE_FIELDS)
@@ -777,11 +811,14 @@ def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int) -
     lora_path = lora_path_field(b.get("lora_path"))
     check_types(b, NEUTRAL_FIELDS)
     sampling = parse_sampling(b.get("sampling_params"), vocab_size)  # its types are the contract's too: first
-    check_neutral("field(s)", b, NEUTRAL_FIELDS)
+    unsupported = sampling.unsupported or neutral_refusal("field(s)", b, NEUTRAL_FIELDS)
+    sampling = dataclasses.replace(sampling, unsupported=unsupported)
     if text is None and input_ids is None:
         raise Refused("Either text, input_ids or input_embeds should be provided.")
     if input_ids is not None and not input_ids:
         raise Refused(EMPTY_INPUT_IDS)
+    if rids_free is not None and rid is not None:
+        rids_free([rid])
     check_no_lora(lora_path)
     # SGLang tokenizes the text only when no input_ids are given: given both, the ids are the prompt
     input_ids = encode(text) if input_ids is None else prompt_ids(input_ids, vocab_size)

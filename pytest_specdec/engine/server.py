@@ -35,7 +35,7 @@ from .. import context_rule
 from .. import sglang_api as api
 from . import batch, logs, openai_api
 from .faults import FaultPlan
-from .inflight import STREAM_ABORT_DELAY_S, InFlight
+from .inflight import STREAM_ABORT_DELAY_S, DuplicateRid, InFlight
 from .metrics import EngineMetrics
 from .protocol import (GENERATE_MODEL, InvalidBody, Refused, RequestError, RequestModel, abort_error,
                        abort_not_an_object, flush_timeout, parse_abort, parse_generate, read_body)
@@ -240,13 +240,13 @@ class EngineServer:
             for task in tasks:
                 task.cancel()
 
-    def _abort_in_flight(self, reqs: list[Request]) -> None:
+    def _abort_in_flight(self, rids: list[str]) -> None:
         """SGLang's abort task of a /generate stream (its tokenizer manager's create_abort_task):
         each of its rids still in flight is aborted, as /abort_request aborts it. A stream refused
         for naming a rid in flight so aborts the request that holds it."""
-        for req in reqs:
-            if req.rid in self.in_flight:
-                self.scheduler.abort(req.rid)
+        for rid in rids:
+            if rid in self.in_flight:
+                self.scheduler.abort(rid)
 
     @staticmethod
     def _abort(req: Request) -> None:
@@ -321,19 +321,18 @@ class EngineServer:
         await self._hang_if_faulty()
         try:
             reqs, stream, batched = await self._read_generate(request)
+            try:
+                self.in_flight.claim(reqs)  # refuses again a rid claimed since it was checked
+            except DuplicateRid as exc:
+                exc.stream = stream
+                raise
         except RequestError as exc:
-            if isinstance(exc, Refused) and exc.stream:  # SGLang has started streaming by then
-                return await self._stream_error(request, exc)
-            return self._error(exc)
-        try:
-            self.in_flight.claim(reqs)
-        except Refused as exc:
-            exc.stream = stream
-            if not stream:
+            if not (isinstance(exc, Refused) and exc.stream):
                 return self._error(exc)
-            # SGLang's stream ends with its abort task, which then aborts the rids in flight: the others'
-            asyncio.get_running_loop().call_later(STREAM_ABORT_DELAY_S, self._abort_in_flight, reqs)
-            return await self._stream_error(request, exc)
+            if isinstance(exc, DuplicateRid):
+                # SGLang's stream ends with its abort task, which then aborts the rids in flight: the others'
+                asyncio.get_running_loop().call_later(STREAM_ABORT_DELAY_S, self._abort_in_flight, exc.rids)
+            return await self._stream_error(request, exc)  # SGLang has started streaming by then
         try:
             return await self._serve_generate(request, reqs, stream, batched)
         finally:
@@ -405,7 +404,7 @@ class EngineServer:
         try:
             parse = batch.parse_batch if batched else lambda b, **kw: [parse_generate(b, **kw)]
             gs = parse(body, encode=self.tokenizer.encode, vocab_size=self.tokenizer.vocab_size,
-                       context_length=self.context_length)
+                       context_length=self.context_length, rids_free=self.in_flight.check)
         except Refused as exc:
             exc.stream = isinstance(body, dict) and body.get("stream") is True
             raise
@@ -582,7 +581,7 @@ class EngineServer:
         try:
             o = parse(await self._read_json(request, model=model), encode=self.tokenizer.encode,
                       vocab_size=self.tokenizer.vocab_size, context_length=self.context_length,
-                      served_model_name=self.served_model_name)
+                      served_model_name=self.served_model_name, rids_free=self.in_flight.check)
             reqs = [Request(list(p.input_ids), p.sampling.max_new_tokens, ignore_eos=p.sampling.ignore_eos,
                             stop=p.sampling.stop, stop_token_ids=p.sampling.stop_token_ids, stream=o.stream,
                             rid=p.rid, abort=p.abort) for p in o.prompts]

@@ -112,6 +112,30 @@ def test_an_openai_request_naming_a_rid_in_flight_is_refused(engine, busy, path,
 
 
 @pytest.mark.parametrize("path, body", [
+    ("/generate", {"text": "x" * 3000}),
+    ("/generate", {"text": PROMPT, "lora_path": "adapter", "sampling_params": {"top_p": 0.5}}),
+    ("/v1/completions", {"prompt": PROMPT, "max_tokens": 5000}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "model": "m:adapter", "n": 2}),
+])
+def test_a_rid_in_flight_is_refused_before_the_prompts_own_faults(engine, busy, path, body):
+    """SGLang checks the rids in flight before a LoRA adapter and the tokenized prompt (the
+    context, the sampling ranges), and it serves what the engine cannot honour: the engine
+    checked them all first, so these got another refusal."""
+    res = engine.post(path, {**body, "rid": "busy"})
+    words = DUPLICATE_RID.format("busy")
+    assert (res.status, res.json()) == (400, refused("busy") if path == "/generate" else error_body(Refused(words)))
+    wait_for(engine, 1, 0)
+
+
+def test_a_refused_stream_aborts_the_rid_in_flight_whatever_else_it_got_wrong(engine, busy):
+    streamed = engine.post("/generate", {"text": "x" * 3000, "rid": "busy", "stream": True})
+    events = [line[len("data: "):] for line in streamed.text.splitlines() if line.startswith("data: ")]
+    assert events == [json.dumps(Refused(DUPLICATE_RID.format("busy")).stream_event()), "[DONE]"]
+    busy["thread"].join(30)
+    assert busy["answer"].json()["meta_info"]["finish_reason"]["message"] == "Aborted"
+
+
+@pytest.mark.parametrize("path, body", [
     ("/generate", {"text": PROMPT, "sampling_params": SHORT}),
     ("/v1/completions", {"prompt": PROMPT, "max_tokens": 2}),
 ])

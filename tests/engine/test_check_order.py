@@ -1,0 +1,110 @@
+"""A request with two faults is answered with the one SGLang's own order of checks meets first.
+
+SGLang's order on /generate: FastAPI's validation and its API contract, then its tokenizer
+manager's normalization of the request (a prompt given, a batch's rids), the rids in flight
+(_init_req_state), a LoRA adapter, and last each prompt's tokenized checks (the context, then
+SamplingParams.verify). Its OpenAI-compatible routes put their serving class's own checks first
+(no prompt, no messages) and then go the same way. A value the engine cannot honour is one SGLang
+serves, so the engine refuses it only once all of SGLang's checks passed.
+
+Each case pairs two faults; the expected answer is SGLang's first, as its source orders them.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from pytest_specdec.engine import openai_api
+from pytest_specdec.engine.batch import DUPLICATE_RIDS, RID_LENGTH, parse_batch
+from pytest_specdec.engine.inflight import DUPLICATE_RID, InFlight
+from pytest_specdec.engine.protocol import RequestError, parse_generate
+from pytest_specdec.engine.tokenizer import ByteTokenizer
+
+TOKENIZER = ByteTokenizer()
+CONTEXT = 256
+SERVED = "tiny"
+LONG = "a" * 300  # past CONTEXT
+CHAT = [{"role": "user", "content": "hi"}]
+LORA = ("LoRA adapter '{}' was requested, but LoRA is not enabled. Please launch the server with --enable-lora "
+        "flag and preload adapters using --lora-paths or /load_lora_adapter endpoint.")
+TOO_LONG = f"The input (301 tokens) is longer than the model's context length ({CONTEXT} tokens)."
+OVER_CONTEXT = "Requested token count exceeds the model's maximum context length"
+NO_PROMPT = "Either text, input_ids or input_embeds should be provided."
+BUSY = DUPLICATE_RID.format("busy")
+UNSUPPORTED = "The embedded engine cannot honour"
+
+
+def parse(route: str, body: dict, rids_free=None):
+    kwargs = {"encode": TOKENIZER.encode, "vocab_size": TOKENIZER.vocab_size, "context_length": CONTEXT}
+    if rids_free is not None:
+        kwargs["rids_free"] = rids_free
+    if route == "/generate":
+        batched = isinstance(body.get("text"), list)
+        return (parse_batch if batched else parse_generate)(body, **kwargs)
+    parse_openai = openai_api.parse_completion if route == "/v1/completions" else openai_api.parse_chat
+    return parse_openai(body, served_model_name=SERVED, **kwargs)
+
+
+CASES = [
+    # /generate: a rid in flight comes before the tokenized checks and the adapter...
+    ("/generate", {"text": LONG, "rid": "busy"}, BUSY),
+    ("/generate", {"text": "hi", "rid": "busy", "sampling_params": {"max_new_tokens": 300}}, BUSY),
+    ("/generate", {"text": "hi", "rid": "busy", "sampling_params": {"top_p": 5}}, BUSY),
+    ("/generate", {"text": "hi", "rid": "busy", "lora_path": "adapter"}, BUSY),
+    ("/generate", {"text": "hi", "rid": "busy", "sampling_params": {"top_p": 0.5}}, BUSY),
+    ("/generate", {"text": "hi", "rid": "busy", "return_logprob": True}, BUSY),
+    # ...and after the normalization's check that a prompt is given
+    ("/generate", {"rid": "busy"}, NO_PROMPT),
+    # the engine's refusal of a value SGLang serves comes after every refusal of SGLang's
+    ("/generate", {"sampling_params": {"top_p": 0.5}}, NO_PROMPT),
+    ("/generate", {"text": "hi", "lora_path": "adapter", "return_logprob": True}, LORA.format("adapter")),
+    ("/generate", {"text": LONG, "sampling_params": {"n": 2}}, TOO_LONG),
+    ("/generate", {"text": "hi", "sampling_params": {"top_p": 0.5, "top_k": 0}},
+     "top_k must be -1 (disable) or at least 1, got 0."),
+    # a batch: its rids' refusals, then the rids in flight, then each prompt's, the engine's last
+    ("/generate", {"text": ["a", "b"], "rid": ["x"], "sampling_params": {"top_p": 0.5}}, RID_LENGTH),
+    ("/generate", {"text": ["a", "b"], "rid": ["x", "x"], "return_logprob": True}, DUPLICATE_RIDS.format(["x"])),
+    ("/generate", {"text": ["a", LONG], "rid": ["x", "busy"]}, BUSY),
+    ("/generate", {"text": ["a", LONG], "sampling_params": [{"top_p": 0.5}, {}]}, TOO_LONG),
+    # /v1/completions
+    ("/v1/completions", {"prompt": ["a", "b"], "rid": ["x"], "n": 2}, RID_LENGTH),
+    ("/v1/completions", {"prompt": ["a", "b"], "rid": ["x", "x"], "top_p": 0.5}, DUPLICATE_RIDS.format(["x"])),
+    ("/v1/completions", {"prompt": "hi", "rid": "busy", "max_tokens": 300}, BUSY),
+    ("/v1/completions", {"prompt": "hi", "rid": "busy", "model": "tiny:adapter"}, BUSY),
+    ("/v1/completions", {"prompt": ["a", "b"], "rid": ["x", "busy"], "top_p": 0.5}, BUSY),
+    ("/v1/completions", {"prompt": "hi", "top_p": 0.5, "model": "tiny:adapter"}, LORA.format("adapter")),
+    ("/v1/completions", {"prompt": LONG, "echo": True}, TOO_LONG),
+    # /v1/chat/completions: its serving class's checks first
+    ("/v1/chat/completions", {"messages": [], "rid": "busy"}, "Messages cannot be empty."),
+    ("/v1/chat/completions", {"messages": [], "n": 2}, "Messages cannot be empty."),
+    ("/v1/chat/completions", {"messages": CHAT, "rid": "busy", "max_completion_tokens": 300},
+     "max_completion_tokens is too large: 300."),
+    ("/v1/chat/completions", {"messages": CHAT, "rid": "busy", "n": 2}, BUSY),
+    ("/v1/chat/completions", {"messages": CHAT, "rid": "busy", "model": "tiny:adapter"}, BUSY),
+    ("/v1/chat/completions", {"messages": CHAT, "rid": "busy", "max_tokens": 250}, BUSY),
+    ("/v1/chat/completions", {"messages": CHAT, "top_p": 0.5, "model": "tiny:adapter"}, LORA.format("adapter")),
+    ("/v1/chat/completions", {"messages": CHAT, "n": 2, "max_tokens": 250}, OVER_CONTEXT),
+]
+
+
+@pytest.mark.parametrize("route, body, first", CASES, ids=[f"{i}-{c[0]}" for i, c in enumerate(CASES)])
+def test_a_request_with_two_faults_gets_sglangs_first(route, body, first):
+    """The engine checked a rid in flight only once every other check had passed, and refused a
+    value it cannot honour before SGLang's own refusals, so such requests got the other answer."""
+    in_flight = InFlight()
+    in_flight.claim([SimpleNamespace(rid="busy")])
+    with pytest.raises(RequestError) as info:
+        parse(route, body, in_flight.check if "busy" in repr(body) else None)
+    assert str(info.value).startswith(first), str(info.value)
+
+
+@pytest.mark.parametrize("route, body", [
+    ("/generate", {"text": "hi", "sampling_params": {"top_p": 0.5}}),
+    ("/v1/completions", {"prompt": ["a", "b"], "n": 2}),
+    ("/v1/chat/completions", {"messages": CHAT, "top_p": 0.5}),
+])
+def test_a_value_the_engine_cannot_honour_alone_is_still_refused(route, body):
+    with pytest.raises(RequestError, match=UNSUPPORTED):
+        parse(route, body)
