@@ -42,26 +42,50 @@ BEFORE: dict[str, Callable[[dict], dict]] = {}
 NAMED: dict[str, tuple[str, str]] = {}
 #: ``checked[key]``: the validator that reads the value in the type's place.
 CHECKED: dict[str, Callable[[Any], Any]] = {}
+#: A class's (by name) or a ``named`` type's (by key) own after-validator of the value it read.
+AFTER: dict[str, Callable[[Any], Any]] = {}
 
 
 def model(name: str, fields: dict[str, str], *, required: tuple[str, ...] = (), wrapped: str | None = None,
-          before: Callable[[dict], dict] | None = None) -> str:
+          before: Callable[[dict], dict] | None = None, after: Callable[[dict], Any] | None = None) -> str:
     """Register a nested class and return its type as written: ``required`` are its fields
     without a default, ``wrapped`` its name in a union's loc where a validator wraps it,
-    ``before`` its own before-validator of an object."""
+    ``before`` its own before-validator of an object, ``after`` its own after-validator of the
+    fields it read (see _after)."""
     MODELS[name], REQUIRED[name] = dict(fields), frozenset(required)
     if wrapped is not None:
         WRAPPED[name] = wrapped
     if before is not None:
         BEFORE[name] = before
+    if after is not None:
+        AFTER[name] = after
     return f"model[{name}]"
 
 
-def named(key: str, loc_name: str, spec: str) -> str:
+def named(key: str, loc_name: str, spec: str, *, after: Callable[[Any], Any] | None = None) -> str:
     """A type read as ``spec`` that pydantic names ``loc_name`` in a union's loc (a list of a
-    union the engine does not read item by item, say)."""
+    union the engine does not read item by item, or a type an after-validator wraps: ``after``,
+    see _after)."""
     NAMED[key] = (loc_name, spec)
+    if after is not None:
+        AFTER[key] = after
     return f"named[{key}]"
+
+
+def refusal(kind: str, msg: str, value: Any, **ctx: Any) -> Exception:
+    """pydantic's error of a constraint, for a ``checked`` validator to raise in its own words
+    (``greater_than``, say) rather than as a value_error."""
+    return _Refused([_error(kind, msg, value, **ctx)])
+
+
+def _after(key: str, read: Any, given: Any) -> Any:
+    """The after-validator of ``key`` run on the value read: the value it returns (None keeps
+    it), or its ValueError as pydantic words it, echoing the value given."""
+    try:
+        out = AFTER[key](read)
+    except ValueError as exc:
+        raise _Refused([_error("value_error", f"Value error, {exc}", given, error=exc)]) from None
+    return read if out is None else out
 
 
 def checked(key: str, check: Callable[[Any], Any]) -> str:
@@ -69,6 +93,19 @@ def checked(key: str, check: Callable[[Any], Any]) -> str:
     the value read or raises ValueError, which pydantic words as a value_error."""
     CHECKED[key] = check
     return f"checked[{key}]"
+
+
+def loc_name(spec: str) -> str:
+    """How pydantic names the type ``spec`` in a union's loc."""
+    return _parse(spec)[1]
+
+
+def members(spec: str) -> tuple[str, ...]:
+    """The members of a union type as written."""
+    kind, _, arg = _parse(spec)
+    if kind != "union":
+        raise ValueError(f"not a union: {spec!r}")
+    return arg
 
 
 def _integral(value: Any) -> bool:
@@ -164,7 +201,9 @@ def _validate(spec: str, value: Any, *, strict: bool) -> Any:
     if kind == "any":
         return value
     if kind == "named":
-        return _validate(arg, value, strict=strict)
+        read = _validate(arg, value, strict=strict)
+        key = spec[len("named["):-1]
+        return _after(key, read, value) if key in AFTER else read
     if kind == "checked":
         try:
             return CHECKED[arg](value)
@@ -174,7 +213,8 @@ def _validate(spec: str, value: Any, *, strict: bool) -> Any:
         if not isinstance(value, dict):
             raise _Refused([_error("model_type", f"Input should be a valid dictionary or instance of {arg}", value,
                                    class_name=arg)])
-        return _fields(arg, BEFORE[arg](dict(value)) if arg in BEFORE else value, strict=strict)
+        read = _fields(arg, BEFORE[arg](dict(value)) if arg in BEFORE else value, strict=strict)
+        return _after(arg, read, value) if arg in AFTER else read
     if kind == "dict":
         if not isinstance(value, dict):
             raise _Refused([_error("dict_type", "Input should be a valid dictionary", value)])

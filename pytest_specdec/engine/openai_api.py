@@ -7,7 +7,7 @@ over the names SGLang's CompletionRequest and ChatCompletionRequest declare, aft
 validation of those classes does first (COMPLETION_MODEL, CHAT_MODEL): a field's value read in
 pydantic's lax mode ("4" for an int is 4, see lax.py), a value it cannot read or a null for a field
 typed without None refused, a missing prompt refused; a chat's messages, tools and tool_choice
-by SGLang's own classes of them (MESSAGE), down to the list of a message's content parts. A LoRA adapter, named
+by SGLang's own classes of them (MESSAGE), down to each of a message's content parts (chat_parts.py). A LoRA adapter, named
 as ``"model": "base:adapter"`` or in ``lora_path``, is refused as SGLang refuses it on a server
 started without --enable-lora (see lora_adapter). A chat is rendered with CHAT_TEMPLATE, the same
 template the exported tokenizer carries (tokenizer.py), so a client that applies the tokenizer's
@@ -24,6 +24,7 @@ from http import HTTPStatus
 from typing import Any, Mapping
 
 from . import lax
+from .chat_parts import PARTS, thinking_only_in
 from .batch import batch_rids
 from .protocol import (
     TOP_K_ALL,
@@ -173,16 +174,6 @@ def _generic_role(value: Any) -> str:
     return value.lower()
 
 
-#: A message's content parts as pydantic names their list in a loc. The parts themselves (a union of
-#: six classes, media ones with constraints and validators of their own) are not mirrored: the
-#: engine reads a text part and refuses every other part (_message_text).
-_PARTS = lax.named("parts", "list[union[ChatCompletionMessageContentTextPart,function-after[validate_payload(), "
-                   "ChatCompletionMessageContentThinkingPart],ChatCompletionMessageContentImagePart,"
-                   "ChatCompletionMessageContentVideoPart,function-after[_to_audio_url_part(), union["
-                   "ChatCompletionMessageContentAudioURLPart,ChatCompletionMessageContentAudioInlinePart]],"
-                   "ChatCompletionMessageContentToolReferenceBlock]]", "list")
-
-
 def _key_order(function: dict) -> dict:
     """Function's before-validator: the names given, in their order, become its key_order."""
     return {**function, "key_order": list(function)}
@@ -203,7 +194,7 @@ _TOOL_CHOICE = ("union[" + lax.model("ToolChoice", {
 _WRAPPER = "function-after[validate_thinking_parts_role(), {}]"
 #: SGLang's chat message union: its generic class (any role but the user's) and its user class.
 MESSAGE = "union[" + lax.model(MESSAGE_CLASSES[0], {
-    "role": lax.checked("generic_role", _generic_role), "content": f"nullable[union[str,{_PARTS}]]",
+    "role": lax.checked("generic_role", _generic_role), "content": f"nullable[union[str,{PARTS}]]",
     "tool_call_id": "nullable[str]", "name": "nullable[str]",
     "phase": "nullable[literal['commentary','final_answer']]", "reasoning_content": "nullable[str]",
     "tool_calls": "nullable[list[" + lax.model("ToolCall", {
@@ -212,9 +203,10 @@ MESSAGE = "union[" + lax.model(MESSAGE_CLASSES[0], {
                                                    "arguments": "nullable[union[str,dict[str,any]]]"})},
         required=("function",)) + "]]",
     "tools": _TOOLS, "prefix": "nullable[bool]",
-}, required=("role",), wrapped=_WRAPPER.format(MESSAGE_CLASSES[0])) + "," + lax.model(MESSAGE_CLASSES[1], {
-    "role": "literal['user']", "content": f"union[str,{_PARTS}]",
-}, required=("role", "content"), wrapped=_WRAPPER.format(MESSAGE_CLASSES[1])) + "]"
+}, required=("role",), wrapped=_WRAPPER.format(MESSAGE_CLASSES[0]),
+    after=thinking_only_in(("assistant",))) + "," + lax.model(MESSAGE_CLASSES[1], {
+    "role": "literal['user']", "content": f"union[str,{PARTS}]",
+}, required=("role", "content"), wrapped=_WRAPPER.format(MESSAGE_CLASSES[1]), after=thinking_only_in(())) + "]"
 
 
 _PD_ROUTING = {"bootstrap_host": "nullable[union[list[str],str]]",
@@ -262,7 +254,7 @@ def _chat_before(body: dict) -> dict:
 
 
 #: ChatCompletionRequest's fields of the types lax.py reads, in its order (its messages by SGLang's
-#: message classes, their content parts only as a list: MESSAGE; not response_format, whose
+#: message classes and content parts: MESSAGE; not response_format, whose
 #: structural-tag member is a class of the grammar backend's, nor reasoning_effort or thinking).
 CHAT_MODEL = RequestModel({
     **_PD_ROUTING, "messages": f"list[{MESSAGE}]", "model": "str", "frequency_penalty": _FLOAT, "logit_bias": _BIAS,

@@ -746,6 +746,50 @@ def test_a_chat_message_sglangs_message_classes_refuse_is_their_validation_400(d
     assert res.status == 400 and res.json() == field_errors(path, *errors), res.text
 
 
+#: The loc of a user message's content parts, as pydantic names their list.
+PARTS_LOC = ("'content', 'list[union[ChatCompletionMessageContentTextPart,function-after[validate_payload(), "
+             "ChatCompletionMessageContentThinkingPart],ChatCompletionMessageContentImagePart,"
+             "ChatCompletionMessageContentVideoPart,function-after[_to_audio_url_part(), union["
+             "ChatCompletionMessageContentAudioURLPart,ChatCompletionMessageContentAudioInlinePart]],"
+             "ChatCompletionMessageContentToolReferenceBlock]]', 0")
+THINKING = "thinking content parts are only valid in assistant messages"
+
+
+@pytest.mark.parametrize("part, error", [
+    ({"type": "text"}, message_error("missing", "User", f"{PARTS_LOC}, 'ChatCompletionMessageContentTextPart', 'text'",
+                                     "Field required", {"type": "text"})),
+    ({"type": "text", "text": 5}, message_error("string_type", "User",
+                                                f"{PARTS_LOC}, 'ChatCompletionMessageContentTextPart', 'text'",
+                                                "Input should be a valid string", 5)),
+    ({"type": "picture", "text": "a"}, message_error(
+        "literal_error", "User", f"{PARTS_LOC}, 'ChatCompletionMessageContentTextPart', 'type'",
+        "Input should be 'text'", "picture", ", 'ctx': {'expected': \"'text'\"}")),
+    ({"type": "thinking", "thinking": "t"}, (  # the user class's own validator, once its fields passed
+        f"{{'type': 'value_error', 'loc': ('body', {MESSAGE_LOC.format('User')}), 'msg': 'Value error, {THINKING}', "
+        f"'input': {{'role': 'user', 'content': [{{'type': 'thinking', 'thinking': 't'}}]}}, "
+        f"'ctx': {{'error': ValueError('{THINKING}')}}}}")),
+], ids=["missing-text", "text-of-another-type", "unknown-type", "thinking-in-a-user-message"])
+def test_a_malformed_content_part_is_sglangs_validation_400(ddtree, part, error):
+    """The engine checked a message's content only as a list, so such a part got its own refusal
+    (a 400 of another shape and words); SGLang's FastAPI validates each part against its part
+    classes. The first of its errors is checked here (all of them: tests/unit/test_sglang_contract.py)."""
+    res = ddtree.post("/v1/chat/completions", {"messages": [{"role": "user", "content": [part]}], "max_tokens": 2})
+    body = res.json()
+    assert res.status == 400 and body["type"] == "Bad Request", res.text
+    assert f"\n  {error}\n" in body["message"], body["message"]
+
+
+@pytest.mark.parametrize("role, part", [
+    ("user", {"type": "image_url", "image_url": {"url": "http://example.com/a.png"}}),
+    ("user", {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}),
+    ("assistant", {"type": "thinking", "thinking": "hmm"}),
+])
+def test_a_well_formed_part_other_than_text_is_refused_naming_it(ddtree, role, part):
+    res = ddtree.post("/v1/chat/completions", {"messages": [{"role": role, "content": [part]}], "max_tokens": 2})
+    kind = "audio_url" if part["type"] == "input_audio" else part["type"]  # SGLang's class makes it a URL
+    assert res.status == 400 and f"has a '{kind}' part; the embedded engine reads text only" in res.json()["message"]
+
+
 def test_a_generic_role_in_capitals_and_unknown_message_names_are_served(ddtree):
     path = "/v1/chat/completions"
     res = ddtree.post(path, {"messages": [{"role": "System", "content": "Be brief.", "x": 1},

@@ -1087,6 +1087,45 @@ def test_a_message_is_read_as_sglangs_message_classes_read_it(openai_protocol, r
         assert read == theirs
 
 
+#: Content parts SGLang's part classes refuse or read: a missing or unknown type, fields missing,
+#: null or of another type, each class's constraints and validators (a thinking part's one payload,
+#: an image's detail, a video's positive limits, inline audio made a URL). Not an image's
+#: content_hash: SGLang's validator of it imports transformers, which the reference install lacks.
+PARTS = [
+    {"type": "text"}, {"type": "text", "text": 5}, {"type": "text", "text": None}, {"text": "a"}, {"type": "txt"},
+    {"type": 5, "text": "a"}, {}, "a", None, 5, [], {"type": "text", "text": "a", "extra": 1},
+    {"type": "thinking", "thinking": "t"}, {"type": "reasoning", "text": "t"}, {"type": "thinking"},
+    {"type": "thinking", "thinking": "t", "text": "u"}, {"type": "thinking", "thinking": 5},
+    {"type": "image_url"}, {"type": "image_url", "image_url": "http://x"}, {"type": "image_url", "image_url": {}},
+    {"type": "image_url", "image_url": {"url": "u", "detail": "default"}},
+    {"type": "image_url", "image_url": {"url": "u", "detail": "huge", "max_dynamic_patch": "x"}},
+    {"type": "image_url", "image_url": {"url": "u"}, "modalities": "audio"},
+    {"type": "video_url", "video_url": {"url": "v", "fps": 0, "max_frames": -1, "max_image_tokens": "2"}},
+    {"type": "video_url", "video_url": {"url": "v", "fps": float("inf"), "max_tokens_per_frame": 0.5}},
+    {"type": "video_url", "video_url": {"url": "v", "fps": "2.5", "max_frames": None}},
+    {"type": "audio_url", "audio_url": {"url": "a"}}, {"type": "audio_url", "audio_url": {}},
+    {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
+    {"type": "input_audio", "input_audio": {"data": 1, "format": "ogg"}}, {"type": "input_audio"},
+    {"type": "tool_reference", "name": "f"}, {"type": "tool_reference"},
+]
+
+
+@pytest.mark.parametrize("request_model", ["ChatCompletionRequest", "TokenizeRequest"])
+@pytest.mark.parametrize("role", ["user", "assistant", "system"])
+@pytest.mark.parametrize("part", PARTS, ids=str)
+def test_a_content_part_is_read_as_sglangs_part_classes_read_it(openai_protocol, request_model, role, part):
+    """Each part against SGLang's part union (every class's errors under its name in the loc, a
+    thinking part refused outside an assistant's message), or the part as it read it; the engine
+    checked a content list only as a list, so a malformed part reached its own refusal."""
+    request_class, model = getattr(openai_protocol, request_model), REQUEST_MODELS[request_model][0]
+    body = {"messages": [{"role": role, "content": [{"type": "text", "text": "a"}, part]}]}
+    ours, errors = model.validated(body)
+    assert str(pydantic_errors(request_class, body)) == str(errors)
+    if not errors:
+        theirs = request_class.model_validate(body).messages[0].model_dump(exclude_unset=True)
+        assert ours["messages"][0] == theirs
+
+
 TOOLS = [None, [], 5, [None], [{}], [{"function": None}], [{"type": None, "function": {"name": "f"}}],
          [{"function": {}}],
          [{"function": {"name": "f", "parameters": 5, "defer_loading": "yes"}, "defer_loading": 2}]]
