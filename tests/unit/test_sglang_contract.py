@@ -25,13 +25,14 @@ import ast
 import functools
 import importlib
 import re
+import typing
 from pathlib import Path
 
 import pytest
 
 from pytest_specdec import context_rule, metrics
 from pytest_specdec import sglang_api as api
-from pytest_specdec.engine import contract, inflight, openai_api, protocol
+from pytest_specdec.engine import chat_parts, contract, inflight, openai_api, protocol
 from pytest_specdec.servers import METHOD_FLAG_PRESETS, ServerSpec
 from pytest_specdec.workloads import Prompt, Workload
 from pytest_specdec.servers.sglang import build_sglang_argv
@@ -1089,8 +1090,8 @@ def test_a_message_is_read_as_sglangs_message_classes_read_it(openai_protocol, r
 
 #: Content parts SGLang's part classes refuse or read: a missing or unknown type, fields missing,
 #: null or of another type, each class's constraints and validators (a thinking part's one payload,
-#: an image's detail, a video's positive limits, inline audio made a URL). Not an image's
-#: content_hash: SGLang's validator of it imports transformers, which the reference install lacks.
+#: an image's detail, a video's positive limits, inline audio made a URL). An image's content_hash
+#: has its own test: SGLang's validator of it imports transformers, which the reference install lacks.
 PARTS = [
     {"type": "text"}, {"type": "text", "text": 5}, {"type": "text", "text": None}, {"text": "a"}, {"type": "txt"},
     {"type": 5, "text": "a"}, {}, "a", None, 5, [], {"type": "text", "text": "a", "extra": 1},
@@ -1124,6 +1125,28 @@ def test_a_content_part_is_read_as_sglangs_part_classes_read_it(openai_protocol,
     if not errors:
         theirs = request_class.model_validate(body).messages[0].model_dump(exclude_unset=True)
         assert ours["messages"][0] == theirs
+
+
+@pytest.mark.parametrize("value", [None, "md5:1", "sha256:" + "A" * 64, "sha256:" + "g" * 64, "sha256:ab",
+                                   "sha256:" + "0" * 64, "SHA256:" + "0" * 64])
+def test_an_image_content_hash_is_read_as_sglangs_validator_reads_it(srt, value):
+    """SGLang's parse_content_hash, run from its source (its module imports transformers, which
+    the reference install lacks): the value it makes, or its ValueError's words."""
+    tree = srt("multimodal/cache/identity.py")
+    wanted = {"CONTENT_HASH_PREFIX", "_SHA256_HEX_LENGTH", "parse_content_hash"}
+    nodes = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name in wanted) or (
+        isinstance(n, ast.Assign) and {getattr(t, "id", None) for t in n.targets} & wanted)]
+    assert len(nodes) == len(wanted), "SGLang's content_hash check moved"
+    scope = {"Optional": typing.Optional}
+    exec(compile(ast.Module(body=nodes, type_ignores=[]), "identity.py", "exec"), scope)
+
+    def read(check):
+        try:
+            return check(value)
+        except ValueError as exc:
+            return f"ValueError: {exc}"
+
+    assert read(chat_parts._content_hash) == read(scope["parse_content_hash"])
 
 
 TOOLS = [None, [], 5, [None], [{}], [{"function": None}], [{"type": None, "function": {"name": "f"}}],
