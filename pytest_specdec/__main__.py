@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
-    from . import baselines, durations, junit, merge, report, staging
+    from . import baselines, durations, junit, merge, plots, report, staging
     from .relpaths import relative
     from .shard import DURATIONS_FILE
 
@@ -82,7 +82,9 @@ def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
     title = merged.title
     # every output staged first, moved in together: --out never holds files of two merges
     with staging.staged(target, ".merge-") as folder:
-        files = report.write_files(folder, rows, meta=merged.meta(), plots=not args.no_plots, title=title)
+        files = report.write_files(folder, rows, meta=merged.meta(), plots=not args.no_plots, title=title,
+                                   progress=plots.told(target, lambda line: print(
+                                       f"specdec merge: {line}", file=sys.stderr, flush=True)))
         extra = [junit.write(folder / "junit.xml", rows, nodeids=merged.nodeids)]
         if merged.durations():  # else none: an earlier merge's configurations would read as this one's
             durations.write(folder / DURATIONS_FILE, merged.durations())

@@ -18,7 +18,8 @@ state, no backend switching inside someone else's process).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,28 +46,92 @@ SeriesKey = tuple[str, str, int]  # (family, method, tp)
 PANELS_PER_PAGE = 12
 #: The most panels in one row of a figure: a run of up to this many workloads draws one row.
 COLUMNS = 4
+#: The resolution of the PNGs (dots per inch).
+DPI = 150
 
 
-def plot_rows(rows: Sequence[ReportRow], out_dir: str | Path) -> list[Path]:
+@dataclass(frozen=True)
+class Page:
+    """One page of one plot: the figure of `metric` for `workloads`, saved as `<name>.png` and `.pdf`."""
+
+    metric: str
+    label: str
+    name: str  # page_name(stem, number)
+    workloads: tuple[str, ...]
+
+    def paths(self, out_dir: Path) -> tuple[Path, Path]:
+        return out_dir / f"{self.name}.png", out_dir / f"{self.name}.pdf"
+
+
+#: Progress of a long drawing: (pages drawn, pages in all), first (0, all), then after each page.
+Progress = Callable[[int, int], None]
+
+
+def told(folder: str | Path, show: Callable[[str], None] | None) -> Progress | None:
+    """The words of a long drawing of plots (`plot_rows`), shown by `show`: the run seems
+    to hang after its last test otherwise, for minutes where there are many workloads."""
+    if show is None:
+        return None
+
+    def said(done: int, total: int) -> None:
+        show(f"report: drawing {total} plot pages into {folder}" if done == 0
+             else f"report: {done} of {total} plot pages drawn")
+
+    return said
+
+
+def pages_of(rows: Sequence[ReportRow]) -> list[Page]:
+    """The pages `plot_rows` draws, in the order it lists their files."""
+    good = _measured(rows)
+    workloads = sorted({r.workload or "-" for r in good})
+    groups = [tuple(workloads[i:i + PANELS_PER_PAGE]) for i in range(0, len(workloads), PANELS_PER_PAGE)]
+    return [Page(metric, label, page_name(stem, number), group)
+            for metric, label, stem, _ in PLOTTED if any(metric in r.metrics for r in good)
+            for number, group in enumerate(groups, start=1)]
+
+
+def plot_rows(rows: Sequence[ReportRow], out_dir: str | Path, progress: Progress | None = None) -> list[Path]:
     """Each plot as `<stem>.png` and `<stem>.pdf` in `out_dir`, and its further pages as
     `<stem>-<page>.png` and `.pdf` (`page_name`), the same bytes for the same rows; none when
-    nothing was measured."""
+    nothing was measured. A plot of further pages takes a while (seconds a page): `progress`
+    hears how far it is, and the pages are drawn in worker processes (`plot_pool`) where the
+    host has cores to spare; a report of one page a plot is drawn here, as it always was."""
     out_dir = Path(out_dir)
+    pages = pages_of(rows)
+    if not pages:
+        return []
+    import matplotlib.figure  # noqa: F401  # lazy; a missing matplotlib raises here, not in a worker
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    long = len({page.workloads for page in pages}) > 1  # further pages: seconds each
+    report = progress if long and progress is not None else (lambda done, total: None)
+    report(0, len(pages))
+    if long:
+        from . import plot_pool
+
+        workers = plot_pool.workers(len(pages))
+        if workers > 1:
+            return plot_pool.save_pages(rows, pages, out_dir, workers, report)
     written: list[Path] = []
-    workloads = sorted({r.workload or "-" for r in _measured(rows)})
-    pages = [workloads[i:i + PANELS_PER_PAGE] for i in range(0, len(workloads), PANELS_PER_PAGE)]
-    for metric, label, stem, _ in PLOTTED:
-        if not any(metric in r.metrics for r in _measured(rows)):
-            continue
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for number, page in enumerate(pages, start=1):
-            fig = draw(rows, metric, label, page)
-            for suffix in (".png", ".pdf"):
-                path = out_dir / f"{page_name(stem, number)}{suffix}"
-                # no creation date: the same rows draw the same bytes (a merge run again, a report in git)
-                fig.savefig(path, dpi=150, metadata={"CreationDate": None} if suffix == ".pdf" else None)
-                written.append(path)
+    for done, page in enumerate(pages, start=1):
+        written += save_page(rows, page, out_dir)
+        report(done, len(pages))
     return written
+
+
+def save_page(rows: Sequence[ReportRow], page: Page, out_dir: Path) -> list[Path]:
+    """`page` drawn and written as PNG and PDF: one draw for each file, where `savefig` draws
+    twice (once for the constrained layout, once for the file), the same bytes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.backends.backend_pdf import FigureCanvasPdf
+
+    fig = draw(rows, page.metric, page.label, page.workloads)
+    fig.dpi = DPI  # as savefig(dpi=DPI) sets it; the PDF canvas draws at 72 and rasterizes at this
+    png, pdf = page.paths(out_dir)
+    FigureCanvasAgg(fig).print_png(png)
+    # no creation date: the same rows draw the same bytes (a merge run again, a report in git)
+    FigureCanvasPdf(fig).print_pdf(pdf, metadata={"CreationDate": None})
+    return [png, pdf]
 
 
 def page_name(stem: str, page: int) -> str:

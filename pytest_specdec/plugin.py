@@ -580,11 +580,24 @@ class Controller:
 
             session.exitstatus = self._failed_if_problems(summary.finish(
                 _results(self.config), self.durations, self.config.stash.get(SHARD_KEY, None),
-                self.shard, exitstatus, self.notes, self.problems, _announcer(self.config)))
+                self.shard, exitstatus, self.notes, self.problems, _announcer(self.config),
+                self._end_line))
         elif self.config.stash[STATE_KEY].settings.report:  # no report of ours came (Ctrl-C in the first boot)
             from . import summary
 
             self.notes.append(summary.nothing_reported(self.config.stash[STATE_KEY]))
+
+    def _end_line(self, line: str) -> None:
+        """A line at session end, before the terminal's summary (how far the report's plots are):
+        it ends the line before it, and is left open as the loop's last progress line is
+        (`_write_progress`), so the terminal's session end ends it with no blank line between."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        writer = getattr(reporter, "_tw", None)
+        if writer is None:
+            return
+        if writer.width_of_current_line:
+            writer.line()
+        writer.write(f"specdec: {line}", flush=True)
 
     @hookimpl(wrapper=True)  # after every plugin's summary, also one that raises: ours ends the run
     def pytest_terminal_summary(self, terminalreporter):

@@ -16,10 +16,13 @@ import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .gate import verdict_of
 from .result import Result
+
+#: Progress of a long drawing of plots: (pages drawn, pages in all), as `plots.Progress`.
+PlotProgress = Callable[[int, int], None]
 
 RESULTS_FORMAT = "pytest-specdec-results"
 RESULTS_VERSION = 1
@@ -311,11 +314,11 @@ class ReportFiles:
 
 def write_report(out_dir: str | Path, rows: Sequence[ReportRow], *, meta: Mapping[str, Any] | None = None,
                  plots: bool = True, title: str = "pytest-specdec results",
-                 option: str = "--specdec-report") -> ReportFiles:
+                 option: str = "--specdec-report", progress: PlotProgress | None = None) -> ReportFiles:
     """Everything `--specdec-report DIR` promises. Plots are best-effort: a missing matplotlib
     is reported in `plot_error` and in report.md, never a crash at session end. report.md shows
     the PNGs, the LaTeX files include the PDFs. `option` is where `out_dir` was set, as an error
-    names it."""
+    names it. `progress` hears how far a long drawing of plots is (`plots.plot_rows`)."""
     from . import staging
     from .outputs import check_report_folder
 
@@ -323,7 +326,7 @@ def write_report(out_dir: str | Path, rows: Sequence[ReportRow], *, meta: Mappin
     check_report_folder(out_dir, option=option)  # a target of the wrong kind stops it before anything is written
     # Written into a hidden folder first, moved into place once all is written: never half a report.
     with staging.staged(out_dir, ".report-") as folder:
-        files = write_files(folder, rows, meta=meta, plots=plots, title=title)
+        files = write_files(folder, rows, meta=meta, plots=plots, title=title, progress=progress)
         return publish(files, folder, out_dir)
 
 
@@ -363,7 +366,7 @@ def publish(files: ReportFiles, staging: Path, out_dir: Path, extra: Sequence[Pa
 
 
 def write_files(out_dir: Path, rows: Sequence[ReportRow], *, meta: Mapping[str, Any] | None,
-                plots: bool, title: str) -> ReportFiles:
+                plots: bool, title: str, progress: PlotProgress | None = None) -> ReportFiles:
     """The report's files written into `out_dir`, a staging folder that `publish` empties."""
     from . import latex, plots as plots_mod
 
@@ -373,7 +376,7 @@ def write_files(out_dir: Path, rows: Sequence[ReportRow], *, meta: Mapping[str, 
     plot_error = None
     if plots:
         try:
-            images = plots_mod.plot_rows(rows, out_dir / "plots")
+            images = plots_mod.plot_rows(rows, out_dir / "plots", progress)
         except ImportError as exc:
             plot_error = f"plots skipped: {exc} (pip install 'pytest-specdec[report]')"
     relative = [p.relative_to(out_dir) for p in images]

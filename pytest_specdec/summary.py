@@ -154,12 +154,13 @@ def _left_as_it_was(state, option: str) -> str:
 
 
 def _write_outputs(results: Results, table: list, notes: list[str], problems: list[str],
-                   announce: Callable[[str], None] | None = None) -> bool:
+                   announce: Callable[[str], None] | None = None,
+                   progress: Callable[[str], None] | None = None) -> bool:
     """The baseline file, the report folder and the CI summary, at session end whether or not a
     terminal summary follows (another plugin's summary may raise, or the terminal be off);
-    `announce` prints a long wait for the baseline file's lock. True when Ctrl-C interrupted
-    them (the rest is not written)."""
-    from . import report  # matplotlib and friends load only when there is something to report
+    `announce` prints a long wait for the baseline file's lock, `progress` how far a long
+    drawing of plots is. True when Ctrl-C interrupted them (the rest is not written)."""
+    from . import plots, report  # matplotlib and friends load only when there is something to report
     from .relpaths import relative_path
 
     state = results.state
@@ -190,7 +191,8 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
     if state.settings.report:
         folder = state.path(state.settings.report)
         try:
-            files = report.write_report(folder, table, meta=meta, option=state.settings.setter("report"))
+            files = report.write_report(folder, table, meta=meta, option=state.settings.setter("report"),
+                                        progress=plots.told(folder, progress))
         except KeyboardInterrupt:
             problems.append(f"report not written: interrupted while writing it into {folder}; "
                             f"{_left_as_it_was(state, 'report')}")
@@ -212,11 +214,13 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
 
 def finish(results: Results, durations: Durations | None, plan: ShardPlan | None,
            shard: Recorder | None, exitstatus: int, notes: list[str], problems: list[str],
-           announce: Callable[[str], None] | None = None) -> int:
+           announce: Callable[[str], None] | None = None,
+           progress: Callable[[str], None] | None = None) -> int:
     """At session end, before the summary: the durations beside a saved baseline, the baseline,
     the report, the shard folder's outcomes; returns the exit status (an empty shard's run is a
     success, not pytest's "no tests collected"). What was written joins `notes`, a file that
-    cannot be written `problems`; `announce` prints a long wait for a baseline folder file's lock."""
+    cannot be written `problems`; `announce` prints a long wait for a baseline folder file's lock,
+    `progress` how far a long drawing of the report's plots is."""
     import pytest
 
     state = results.state
@@ -238,7 +242,7 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
             problems.append(f"durations not saved: {_why(exc, path)}")
     table = rows(results)
     if table:
-        if _write_outputs(results, table, notes, problems, announce):
+        if _write_outputs(results, table, notes, problems, announce, progress):
             exitstatus = pytest.ExitCode.INTERRUPTED
     elif state.settings.report:  # an old report there would read as this run's
         notes.append(nothing_reported(state))

@@ -104,6 +104,39 @@ def no_leftover_engines(pytester):
     pytest.fail(f"engine processes survived the session: {sorted(leftovers)}")
 
 
+SMALL_PAGES = """
+import pytest_specdec.plots
+
+
+def pytest_configure(config):
+    pytest_specdec.plots.PANELS_PER_PAGE = 1  # a page a workload: two workloads draw as many do
+"""
+
+
+@pytest.mark.parametrize("pages", ["many", "one"])
+def test_a_report_of_many_plot_pages_says_how_far_its_drawing_is(pytester, no_leftover_engines, pages):
+    """A run of many workloads drew its plots for minutes after its last test, silent: it
+    seemed to hang. Where plots have further pages the terminal now says so, and how many are
+    drawn, before the summary; a report of one page a plot ends as it did."""
+    project(pytester, methods=("ar",), prompts=1, max_new_tokens=4,
+            extra='[[tool.specdec.workloads]]\nname = "code"\nprompts = "chat"\nnum_prompts = 1\n'
+                  'max_new_tokens = 4\n')
+    if pages == "many":
+        pytester.makeconftest(SMALL_PAGES)
+    result = run(pytester, "--specdec-report", "report")
+    result.assert_outcomes(passed=2)
+    told = ["specdec: report: drawing 2 plot pages into *report",
+            "specdec: report: 1 of 2 plot pages drawn",
+            "specdec: report: 2 of 2 plot pages drawn"]
+    if pages == "many":
+        result.stdout.fnmatch_lines(told, consecutive=True)
+        result.stdout.fnmatch_lines([told[-1], "*specdec summary*"])  # before the summary
+        assert (pytester.path / "report" / "plots" / "tokens_per_s-2.png").exists()
+    else:
+        result.stdout.no_fnmatch_line("*plot pages*")
+    result.stdout.fnmatch_lines(["specdec: report written to *report (* files)"])
+
+
 def test_main_flow_prints_the_table_and_writes_the_journal(pytester, no_leftover_engines):
     project(pytester, methods=("ar", "ddtree"), budgets=(8, 16))
     result = run(pytester, "--specdec-report", "report")

@@ -8,7 +8,7 @@ from report_support import row
 
 pytest.importorskip("matplotlib")
 
-from pytest_specdec.plots import draw, plot_rows  # noqa: E402
+from pytest_specdec.plots import PLOTTED, draw, plot_rows  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -97,7 +97,9 @@ def test_many_workloads_go_on_pages_of_a_bounded_number_of_panels(tmp_path, monk
     constrained layout of it took minutes. Each page now holds at most 12, every workload once,
     in order."""
     import pytest_specdec.plots as plots
+    from pytest_specdec import plot_pool
 
+    monkeypatch.setattr(plot_pool, "workers", lambda pages: 1)  # drawn here, where the spy sees them
     drawn = []
     original = plots.draw
 
@@ -130,3 +132,64 @@ def test_page_names_read_back():
     assert [page_of(name) for name in ("accept_length", "accept_length-3", "accept_length-1",
                                        "accept_length-03", "accept_length-x", "other-2")] == [
         ("accept_length", 1), ("accept_length", 3), None, None, None, None]
+
+
+def test_a_page_is_drawn_once_for_each_file_into_the_bytes_savefig_writes(tmp_path, monkeypatch):
+    """savefig drew each figure twice with its constrained layout on (once to lay it out, once
+    into the file): four draws a page, most of a report's time. Each file now takes one draw,
+    and its bytes are those savefig writes."""
+    from matplotlib.figure import Figure
+
+    rows = many_workloads(3)
+    expected = {}
+    for metric, label, stem, _ in PLOTTED:
+        fig = draw(rows, metric, label)
+        fig.savefig(tmp_path / f"{stem}.png", dpi=150)
+        fig.savefig(tmp_path / f"{stem}.pdf", dpi=150, metadata={"CreationDate": None})
+        expected.update({f"{stem}{suffix}": (tmp_path / f"{stem}{suffix}").read_bytes()
+                         for suffix in (".png", ".pdf")})
+    draws = []
+    original = Figure.draw
+    monkeypatch.setattr(Figure, "draw", lambda self, renderer: draws.append(1) or original(self, renderer))
+    paths = plot_rows(rows, tmp_path / "out")
+    assert {p.name: p.read_bytes() for p in paths} == expected
+    assert len(draws) == len(paths)
+
+
+def test_a_long_drawing_tells_how_far_it_is(tmp_path, monkeypatch):
+    """A run of many workloads spent minutes drawing plots after its last test with nothing on
+    the terminal. A plot of further pages now says how many pages there are, and each one drawn;
+    a report of one page a plot says nothing, as before."""
+    from pytest_specdec import plot_pool
+
+    monkeypatch.setattr(plot_pool, "workers", lambda pages: 1)  # drawn here: the pool has its own test
+    heard = []
+    plot_rows(many_workloads(13), tmp_path / "long", lambda done, total: heard.append((done, total)))
+    assert heard == [(0, 4), (1, 4), (2, 4), (3, 4), (4, 4)]
+    heard.clear()
+    plot_rows(many_workloads(12), tmp_path / "short", lambda done, total: heard.append((done, total)))
+    assert heard == []
+
+
+def test_worker_processes_draw_the_bytes_drawn_here(tmp_path, monkeypatch):
+    """Pages drawn in worker processes (a host with cores to spare) are the files this process
+    draws; a worker that cannot start leaves its pages to this process, and the report is whole."""
+    import matplotlib
+
+    from pytest_specdec import plot_pool
+
+    rows = many_workloads(13)
+    monkeypatch.setitem(matplotlib.rcParams, "lines.linewidth", 3.0)  # as a conftest may set it: workers follow
+    monkeypatch.setattr(plot_pool, "workers", lambda pages: 1)
+    here = {p.name: p.read_bytes() for p in plot_rows(rows, tmp_path / "here")}
+    monkeypatch.setattr(plot_pool, "workers", lambda pages: 2)
+    started = []
+    original = plot_pool.subprocess.Popen
+    monkeypatch.setattr(plot_pool.subprocess, "Popen", lambda *a, **k: started.append(1) or original(*a, **k))
+    heard = []
+    paths = plot_rows(rows, tmp_path / "pool", lambda done, total: heard.append((done, total)))
+    assert started == [1, 1] and heard == [(0, 4), (1, 4), (2, 4), (3, 4), (4, 4)]
+    assert [p.name for p in paths] == list(here) and {p.name: p.read_bytes() for p in paths} == here
+    monkeypatch.setattr(plot_pool, "BOOT", "raise SystemExit(1)")
+    paths = plot_rows(rows, tmp_path / "failed")
+    assert {p.name: p.read_bytes() for p in paths} == here

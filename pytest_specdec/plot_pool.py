@@ -1,0 +1,123 @@
+"""Plot pages drawn in worker processes: a report of many workloads has many pages of seconds each.
+
+Each worker is a fresh interpreter (`python -m pytest_specdec.plot_worker`), not a fork: the run
+that writes the report has threads (watchdogs, xdist's channels) a fork would copy half-held, and
+multiprocessing's spawn would import the user's `__main__` again. A worker gets the rows and the
+parent's matplotlib settings once, then one page at a time from a thread here that waits on it,
+so a slow page never holds up the others. A worker that fails leaves its page and the pages not
+yet drawn to this process, which draws them as `plots.save_page` always did: the report is whole.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .plots import Page, Progress
+    from .report import ReportRow
+
+#: The most worker processes: each holds a matplotlib (about 100 MB) and the rows.
+MOST_WORKERS = 8
+
+#: Imports the worker from the package this process imported, wherever it was imported from.
+BOOT = ("import sys, importlib.util\n"
+        "spec = importlib.util.find_spec('pytest_specdec')\n"
+        "if spec is None or spec.origin != sys.argv[2]:\n"
+        "    sys.path.insert(0, sys.argv[1])\n"
+        "from pytest_specdec.plot_worker import serve\n"
+        "serve()\n")
+
+
+def workers(pages: int) -> int:
+    """How many worker processes draw `pages` pages: one per core this process may use, but no
+    more than pages or MOST_WORKERS; 1 means none (drawn here)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, pages, MOST_WORKERS))
+
+
+def settings() -> dict[str, Any]:
+    """matplotlib's settings as this process has them (a conftest may have set some): the
+    workers draw with them, so a page looks as it would drawn here."""
+    import matplotlib
+
+    return {key: value for key, value in matplotlib.rcParams.items() if key != "backend"}
+
+
+def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, count: int,
+               progress: Progress) -> list[Path]:
+    """`plots.save_page` of each page by `count` workers; the paths in the order of `pages`."""
+    import pytest_specdec
+
+    todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for index in range(len(pages)):
+        todo.put(index)
+    written: dict[int, list[Path]] = {}
+    left: list[int] = []  # pages a failed worker did not draw
+    lock = threading.Lock()
+    payload = pickle.dumps((list(rows), settings(), str(out_dir)), protocol=pickle.HIGHEST_PROTOCOL)
+    package = Path(pytest_specdec.__file__)
+    command = [sys.executable, "-c", BOOT, str(package.parent.parent), str(package)]
+
+    def finished(index: int, paths: list[Path]) -> None:
+        with lock:
+            written[index] = paths
+            progress(len(written), len(pages))
+
+    def work() -> None:
+        index = None
+        try:
+            with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL) as worker:
+                assert worker.stdin is not None and worker.stdout is not None
+                try:
+                    worker.stdin.write(payload)
+                    while True:
+                        try:
+                            index = todo.get_nowait()
+                        except queue.Empty:
+                            index = None
+                            break
+                        pickle.dump(pages[index], worker.stdin)
+                        worker.stdin.flush()
+                        answer = pickle.load(worker.stdout)
+                        if not isinstance(answer, list):  # its error: this process draws it
+                            break
+                        finished(index, [Path(p) for p in answer])
+                        index = None
+                    pickle.dump(None, worker.stdin)
+                    worker.stdin.close()
+                finally:
+                    if worker.poll() is None and index is not None:
+                        worker.kill()
+        except (OSError, EOFError, pickle.UnpicklingError):  # it did not start, or died
+            pass
+        if index is not None:
+            with lock:
+                left.append(index)
+
+    threads = [threading.Thread(target=work, name=f"specdec-plots-{n}", daemon=True) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    from .plots import save_page
+
+    while True:  # what the workers left, drawn here
+        try:
+            left.append(todo.get_nowait())
+        except queue.Empty:
+            break
+    for index in sorted(left):
+        finished(index, save_page(rows, pages[index], out_dir))
+    return [path for index in range(len(pages)) for path in written[index]]
