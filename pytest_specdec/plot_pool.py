@@ -65,7 +65,10 @@ def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, 
     written: dict[int, list[Path]] = {}
     left: list[int] = []  # pages a failed worker did not draw
     lock = threading.Lock()
-    payload = pickle.dumps((list(rows), settings(), str(out_dir)), protocol=pickle.HIGHEST_PROTOCOL)
+    try:
+        payload = pickle.dumps((list(rows), settings(), str(out_dir)), protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError):  # a setting no pickle takes: all drawn here
+        count, payload = 0, b""
     package = Path(pytest_specdec.__file__)
     command = [sys.executable, "-c", BOOT, str(package.parent.parent), str(package)]
 

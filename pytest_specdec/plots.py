@@ -12,8 +12,10 @@ further pages of each plot (`tokens_per_s-2.png`, ..., the workloads in sorted o
 page stays readable and drawing them grows linearly with the workloads (matplotlib's constrained
 layout of one figure grows faster than its panels).
 
-matplotlib is imported only here, and only its object-oriented API is used (no pyplot global
-state, no backend switching inside someone else's process).
+matplotlib is imported only here and in the processes that draw further pages (`plot_pool`),
+and only its object-oriented API is used (no pyplot global state, no backend switching inside
+someone else's process). Each file takes one draw (`save_page`); a plot of further pages takes
+seconds a page, so it is drawn in worker processes and tells its progress (`plot_rows`).
 """
 
 from __future__ import annotations
