@@ -193,3 +193,12 @@ def test_worker_processes_draw_the_bytes_drawn_here(tmp_path, monkeypatch):
     monkeypatch.setattr(plot_pool, "BOOT", "raise SystemExit(1)")
     paths = plot_rows(rows, tmp_path / "failed")
     assert {p.name: p.read_bytes() for p in paths} == here
+
+
+def test_settings_no_pickle_takes_leave_the_pages_to_this_process(tmp_path, monkeypatch):
+    """A matplotlib setting no pickle takes (a conftest's own object) raised out of the report."""
+    from pytest_specdec import plot_pool
+
+    monkeypatch.setattr(plot_pool, "workers", lambda pages: 2)
+    monkeypatch.setattr(plot_pool, "settings", lambda: {"custom": lambda: None})
+    assert len(plot_rows(many_workloads(13), tmp_path)) == 8
