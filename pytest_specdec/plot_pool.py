@@ -64,6 +64,7 @@ def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, 
         todo.put(index)
     written: dict[int, list[Path]] = {}
     left: list[int] = []  # pages a failed worker did not draw
+    started: list[subprocess.Popen] = []  # killed where the drawing is interrupted (Ctrl-C, SIGTERM)
     lock = threading.Lock()
     try:
         payload = pickle.dumps((list(rows), settings(), str(out_dir)), protocol=pickle.HIGHEST_PROTOCOL)
@@ -82,6 +83,8 @@ def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, 
         try:
             with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL) as worker:
+                with lock:
+                    started.append(worker)
                 assert worker.stdin is not None and worker.stdout is not None
                 try:
                     worker.stdin.write(payload)
@@ -110,10 +113,14 @@ def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, 
                 left.append(index)
 
     threads = [threading.Thread(target=work, name=f"specdec-plots-{n}", daemon=True) for n in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    except BaseException:
+        _kill(started, lock)
+        raise
     from .plots import save_page
 
     while True:  # what the workers left, drawn here
@@ -124,3 +131,17 @@ def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, 
     for index in sorted(left):
         finished(index, save_page(rows, pages[index], out_dir))
     return [path for index in range(len(pages)) for path in written[index]]
+
+
+def _kill(started: list[subprocess.Popen], lock: threading.Lock) -> None:
+    """The workers of an interrupted drawing, ended before the interrupt goes on: no process the
+    run started outlives it (a worker would otherwise draw on until its page is done)."""
+    with lock:
+        for worker in started:
+            if worker.poll() is None:
+                worker.kill()
+        for worker in started:
+            try:
+                worker.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from types import SimpleNamespace
+
 import pytest
 
 from report_support import row
@@ -202,3 +206,32 @@ def test_settings_no_pickle_takes_leave_the_pages_to_this_process(tmp_path, monk
     monkeypatch.setattr(plot_pool, "workers", lambda pages: 2)
     monkeypatch.setattr(plot_pool, "settings", lambda: {"custom": lambda: None})
     assert len(plot_rows(many_workloads(13), tmp_path)) == 8
+
+
+def test_an_interrupted_drawing_leaves_no_worker_running(tmp_path, monkeypatch):
+    """A Ctrl-C (or the SIGTERM the plugin turns into one) while worker processes drew pages left
+    them drawing on after the run had ended; they are now killed before the interrupt goes on."""
+    from pytest_specdec import plot_pool
+
+    monkeypatch.setattr(plot_pool, "workers", lambda pages: 2)
+    monkeypatch.setattr(plot_pool, "BOOT", "import time; time.sleep(60)")  # a worker busy on a long page
+    started = []
+    original = plot_pool.subprocess.Popen
+    monkeypatch.setattr(plot_pool.subprocess, "Popen", lambda *a, **k: started.append(original(*a, **k)) or started[-1])
+
+    class Interrupted(threading.Thread):
+        def join(self, timeout=None):
+            deadline = time.monotonic() + 30
+            while len(started) < 2 and time.monotonic() < deadline:  # both workers running
+                time.sleep(0.01)
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(plot_pool, "threading", SimpleNamespace(Thread=Interrupted, Lock=threading.Lock))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            plot_rows(many_workloads(13), tmp_path)
+        assert len(started) == 2 and all(worker.poll() is not None for worker in started)
+    finally:
+        for worker in started:
+            worker.kill()
+            worker.wait()
