@@ -6,6 +6,8 @@ multiprocessing's spawn would import the user's `__main__` again. A worker gets 
 parent's matplotlib settings once, then one page at a time from a thread here that waits on it,
 so a slow page never holds up the others. A worker that fails leaves its page and the pages not
 yet drawn to this process, which draws them as `plots.save_page` always did: the report is whole.
+An interrupted drawing kills its workers; a run killed outright leaves each only until its page
+is drawn, when it finds its pipe closed.
 """
 
 from __future__ import annotations
