@@ -19,8 +19,9 @@ from collections import Counter
 from typing import Any
 
 from . import contract
-from .protocol import (GENERATE_FIELDS, GenerateRequest, Refused, RidsCheck, SchemaViolation, known_fields,
-                       parse_one_prompt, unsupported_after)
+from .protocol import (GENERATE_FIELDS, GenerateRequest, Refused, RidsCheck, SchemaViolation, check_inputs,
+                       check_served_as_launched, check_session_pair, known_fields, parse_one_prompt,
+                       unsupported_after)
 
 #: SGLang's words (_normalize_rid) for a list of rids whose length is not the batch's.
 RID_LENGTH = "The specified rids length mismatch with the batch_size for batch processing."
@@ -56,11 +57,14 @@ def parse_batch(body: dict, *, encode, vocab_size: int, context_length: int,
         # SGLang would hand each prompt an integer as its ids (a 500); one form for both is clear
         raise Refused("input_ids should be a list of lists for batch processing (text is a batch; give "
                       "input_ids as one list of ids a prompt, or leave it out).")
+    check_inputs(body)
+    check_session_pair(body)
     rids = batch_rids(body.get("rid"), n)
     params = batch_sampling(body.get("sampling_params"), n)
     if ids is not None and text is not None and len(ids) != n:
         raise Refused(f"input_ids has {len(ids)} prompts but text has {n}: give both for every prompt, "
                       f"or only one of them.")
+    check_served_as_launched(body)
     if rids_free is not None:
         rids_free([r for r in rids if r is not None])
     requests = []
@@ -75,7 +79,8 @@ def parse_batch(body: dict, *, encode, vocab_size: int, context_length: int,
         for name in PER_PROMPT_FIELDS:
             if isinstance(body.get(name), list) and len(body[name]) == n:
                 item[name] = body[name][i]
-        requests.append(parse_one_prompt(item, encode=encode, vocab_size=vocab_size, context_length=context_length))
+        requests.append(parse_one_prompt(item, encode=encode, vocab_size=vocab_size, context_length=context_length,
+                                         batched=True))
     unsupported_after(requests)
     return requests
 

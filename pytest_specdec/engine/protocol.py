@@ -16,7 +16,9 @@ Each name is of one kind:
 
 A LoRA adapter (``lora_path``) is refused as SGLang refuses it on a server started without
 ``--enable-lora``, in its words and at its point (see ``check_no_lora``): the engine has no LoRA,
-and SGLang's answer to that request is defined, so the engine gives that answer.
+and SGLang's answer to that request is defined, so the engine gives that answer. So is a
+``max_thinking_tokens`` (no ``--enable-strict-thinking``) and a ``routed_dp_rank`` but 0 (one
+data-parallel rank): see ``check_served_as_launched``.
 
 A name SGLang does not declare is refused too (SGLang's own server ignores unknown top-level
 names; the engine does not, so a typo cannot pass unnoticed). ``null`` means the default, but for
@@ -154,7 +156,11 @@ class RequestModel:
 
 # -- /generate's top-level fields (SGLang's GenerateReqInput) --------------------------------------
 
-HONOURED_FIELDS = frozenset({"text", "input_ids", "sampling_params", "stream", "rid", "lora_path"})
+HONOURED_FIELDS = frozenset({"text", "input_ids", "sampling_params", "stream", "rid", "lora_path",
+                             "max_thinking_tokens"})
+#: Hints, but for the values SGLang itself refuses, as it does (check_inputs, check_session_pair,
+#: check_served_as_launched): a routed_dp_rank but 0, flat raw logprob options it cannot serve as
+#: asked, session_id beside session_params.
 HINT_FIELDS = frozenset({
     # routing, scheduling, caching, sessions, accounting
     "session_id", "log_metrics", "priority", "routing_key", "conversation_id", "extra_key", "cache_salt",
@@ -191,7 +197,6 @@ NEUTRAL_FIELDS: Mapping[str, Neutral] = {
     "positional_embed_overrides": Neutral(None),
     "background": Neutral(False),
     "require_reasoning": Neutral(False, **_BOOL),
-    "max_thinking_tokens": Neutral(None, kinds=(int,), expected="a non-negative integer", unsigned=True),
     "need_wait_for_mm_inputs": Neutral(False),
     "multi_item_delimiter_indices": Neutral(None),
     "token_indices_to_pool": Neutral(None),
@@ -789,9 +794,11 @@ def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int,
 
 
 def parse_one_prompt(body: Any, *, encode, vocab_size: int, context_length: int,
-                     rids_free: RidsCheck | None = None) -> GenerateRequest:
+                     rids_free: RidsCheck | None = None, batched: bool = False) -> GenerateRequest:
     """parse_generate but for its last check: a value the engine cannot honour rides on the
-    request's sampling (Sampling.unsupported), for a batch to raise once all its prompts passed."""
+    request's sampling (Sampling.unsupported), for a batch to raise once all its prompts passed.
+    ``batched``: a prompt of a batch, whose empty input_ids SGLang does not refuse (it checks
+    only a single request's), so the engine refuses it last, as a prompt it cannot prefill."""
     if isinstance(body, dict) and (violation := contract.generate_contract_error(body)) is not None:
         raise SchemaViolation(violation)
     b = known_fields(body, GENERATE_FIELDS)
@@ -815,20 +822,91 @@ def parse_one_prompt(body: Any, *, encode, vocab_size: int, context_length: int,
     sampling = dataclasses.replace(sampling, unsupported=unsupported)
     if text is None and input_ids is None:
         raise Refused("Either text, input_ids or input_embeds should be provided.")
-    if input_ids is not None and not input_ids:
+    check_inputs(b)
+    if not batched and text is None and input_ids is not None and not input_ids and not session_named(b):
         raise Refused(EMPTY_INPUT_IDS)
+    check_session_pair(b)
+    check_served_as_launched(b)
     if rids_free is not None and rid is not None:
         rids_free([rid])
     check_no_lora(lora_path)
     # SGLang tokenizes the text only when no input_ids are given: given both, the ids are the prompt
     input_ids = encode(text) if input_ids is None else prompt_ids(input_ids, vocab_size)
     input_ids, sampling, abort = scheduled(input_ids, sampling, vocab_size=vocab_size, context_length=context_length)
+    if not input_ids:  # SGLang hands it to its scheduler; the engine cannot prefill nothing
+        sampling = dataclasses.replace(sampling, unsupported=Refused(EMPTY_INPUT_IDS))
     return GenerateRequest(input_ids, sampling, stream, rid, abort)
 
 
-#: SGLang's words for an empty input_ids. It checks only when no text is given and passes an
-#: empty prompt beside a text on to its scheduler; the engine, which cannot prefill nothing,
-#: refuses that too, in the same words.
+#: SGLang's words (GenerateReqInput._validate_inputs) for flat raw logprob options it cannot serve.
+FLAT_RAW_MULTI_ITEM = ("return_flat_raw_top_logprobs does not support multi-item scoring: delimiter-sparse top "
+                       "logprob rows have no contiguous position mapping.")
+FLAT_RAW_STREAM = ("return_flat_raw_output_top_logprobs is only set on the finished response and does not support "
+                   "stream=True.")
+FLAT_RAW_B64 = ("return_flat_raw_top_logprobs_b64 requires return_flat_raw_top_logprobs or "
+                "return_flat_raw_output_top_logprobs.")
+#: SGLang's words (normalize_batch_and_arguments) for a request naming a session both ways.
+SESSION_PAIR = "session_id and session_params cannot both be set."
+#: SGLang's words (its tokenizer manager's generate_request) on a server launched without
+#: --enable-strict-thinking, which the engine is, for any max_thinking_tokens.
+STRICT_THINKING = "max_thinking_tokens requires the server to be launched with --enable-strict-thinking"
+#: SGLang's words (generate_request) for a routed_dp_rank past its data-parallel ranks; the
+#: engine is one rank, so 0 is ignored and any other value refused.
+DP_RANK_RANGE = "routed_dp_rank={} out of range [0, 1)"
+
+
+def _as_read(spec: str, value: Any) -> Any:
+    """``value`` as FastAPI's validation read it into GenerateReqInput (pydantic's lax mode), which
+    SGLang's own checks see; the contract does not type every name."""
+    read, refused = lax.errors(spec, value, ())
+    return value if refused else read
+
+
+def check_inputs(b: Mapping[str, Any]) -> None:
+    """SGLang's refusals of flat raw logprob options (_validate_inputs), in its order, once a
+    prompt is given: before the batch is sized, so before any prompt or rid is looked at."""
+    def flag(name: str) -> bool:
+        return bool(_as_read("bool", b.get(name, False)))
+
+    if flag("return_flat_raw_top_logprobs") and b.get("multi_item_delimiter_indices") is not None:
+        raise Refused(FLAT_RAW_MULTI_ITEM)
+    if flag("return_flat_raw_output_top_logprobs") and b.get("stream"):
+        raise Refused(FLAT_RAW_STREAM)
+    if flag("return_flat_raw_top_logprobs_b64") and not (
+            flag("return_flat_raw_top_logprobs") or flag("return_flat_raw_output_top_logprobs")):
+        raise Refused(FLAT_RAW_B64)
+
+
+def session_named(b: Mapping[str, Any]) -> bool:
+    """Whether session_params names a session: SGLang then lets an empty input_ids pass, as the
+    session's history may be the prompt (the engine refuses session_params later)."""
+    params = b.get("session_params")
+    return isinstance(params, dict) and bool(params.get("id"))
+
+
+def check_session_pair(b: Mapping[str, Any]) -> None:
+    """SGLang's refusal of session_id beside session_params, once the batch is sized."""
+    if b.get("session_id") is not None and b.get("session_params") is not None:
+        raise Refused(SESSION_PAIR)
+
+
+def check_served_as_launched(b: Mapping[str, Any]) -> None:
+    """SGLang's refusals, after its normalization of the request and before the rids in flight,
+    of what a server launched as the engine is (no strict thinking, one data-parallel rank) does
+    not serve: a max_thinking_tokens, a routed_dp_rank (or its old name data_parallel_rank) but 0."""
+    if b.get("max_thinking_tokens") is not None:
+        raise Refused(STRICT_THINKING)
+    rank = b.get("routed_dp_rank")
+    if rank is None:
+        rank = _as_read("nullable[int]", b.get("data_parallel_rank"))
+    if rank is not None and rank != 0:
+        raise Refused(DP_RANK_RANGE.format(rank))
+
+
+#: SGLang's words for an empty input_ids. It checks only a single request's, when no text is
+#: given and session_params names no session; an empty prompt beside a text, or in a batch, it
+#: hands to its scheduler. The engine, which cannot prefill nothing, refuses that too, in the
+#: same words, once SGLang's checks all passed (as a value it cannot honour).
 EMPTY_INPUT_IDS = "input_ids cannot be empty."
 #: The id the engine gives every prompt id outside its vocabulary (see prompt_ids).
 OUT_OF_VOCAB = -1

@@ -1,9 +1,12 @@
 """A request with two faults is answered with the one SGLang's own order of checks meets first.
 
 SGLang's order on /generate: FastAPI's validation and its API contract, then its tokenizer
-manager's normalization of the request (a prompt given, a batch's rids), the rids in flight
-(_init_req_state), a LoRA adapter, and last each prompt's tokenized checks (the context, then
-SamplingParams.verify). Its OpenAI-compatible routes put their serving class's own checks first
+manager's normalization of the request (a prompt given, the flat raw logprob options, a single
+request's empty input_ids, session_id beside session_params, a batch's rids), then what a server
+launched as the engine is refuses (max_thinking_tokens, a routed_dp_rank but 0), the rids in
+flight (_init_req_state), a LoRA adapter, and last each prompt's tokenized checks (the context,
+then SamplingParams.verify). An empty prompt SGLang does not refuse (one in a batch, or beside a
+text) the engine refuses last, as a value it cannot honour. Its OpenAI-compatible routes put their serving class's own checks first
 (no prompt, no messages) and then go the same way. A value the engine cannot honour is one SGLang
 serves, so the engine refuses it only once all of SGLang's checks passed.
 
@@ -17,9 +20,11 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_specdec.engine import openai_api
-from pytest_specdec.engine.batch import DUPLICATE_RIDS, RID_LENGTH, parse_batch
+from pytest_specdec.engine.batch import DUPLICATE_RIDS, RID_LENGTH, is_batch, parse_batch
 from pytest_specdec.engine.inflight import DUPLICATE_RID, InFlight
-from pytest_specdec.engine.protocol import RequestError, parse_generate
+from pytest_specdec.engine.protocol import (DP_RANK_RANGE, EMPTY_INPUT_IDS, FLAT_RAW_B64, FLAT_RAW_MULTI_ITEM,
+                                            FLAT_RAW_STREAM, SESSION_PAIR, STRICT_THINKING, RequestError,
+                                            parse_generate)
 from pytest_specdec.engine.tokenizer import ByteTokenizer
 
 TOKENIZER = ByteTokenizer()
@@ -41,8 +46,7 @@ def parse(route: str, body: dict, rids_free=None):
     if rids_free is not None:
         kwargs["rids_free"] = rids_free
     if route == "/generate":
-        batched = isinstance(body.get("text"), list)
-        return (parse_batch if batched else parse_generate)(body, **kwargs)
+        return (parse_batch if is_batch(body) else parse_generate)(body, **kwargs)
     parse_openai = openai_api.parse_completion if route == "/v1/completions" else openai_api.parse_chat
     return parse_openai(body, served_model_name=SERVED, **kwargs)
 
@@ -68,6 +72,34 @@ CASES = [
     ("/generate", {"text": ["a", "b"], "rid": ["x", "x"], "return_logprob": True}, DUPLICATE_RIDS.format(["x"])),
     ("/generate", {"text": ["a", LONG], "rid": ["x", "busy"]}, BUSY),
     ("/generate", {"text": ["a", LONG], "sampling_params": [{"top_p": 0.5}, {}]}, TOO_LONG),
+    # the flat raw logprob options: after the prompt given, before an empty input_ids and the rids
+    ("/generate", {"rid": "busy", "return_flat_raw_top_logprobs_b64": True}, NO_PROMPT),
+    ("/generate", {"text": "hi", "stream": True, "rid": "busy", "return_flat_raw_output_top_logprobs": True,
+                   "return_flat_raw_top_logprobs_b64": True}, FLAT_RAW_STREAM),
+    ("/generate", {"input_ids": [], "return_flat_raw_top_logprobs_b64": True}, FLAT_RAW_B64),
+    ("/generate", {"text": ["a", "b"], "rid": ["x", "x"], "return_flat_raw_top_logprobs_b64": True}, FLAT_RAW_B64),
+    ("/generate", {"text": "hi", "return_flat_raw_top_logprobs": True, "multi_item_delimiter_indices": [1]},
+     FLAT_RAW_MULTI_ITEM),
+    # session_id beside session_params: after a single request's empty input_ids, before the rids
+    ("/generate", {"input_ids": [], "session_id": "s", "session_params": {}}, EMPTY_INPUT_IDS),
+    ("/generate", {"input_ids": [], "session_id": "s", "session_params": {"id": "s"}}, SESSION_PAIR),
+    ("/generate", {"text": ["a", "b"], "rid": ["x"], "session_id": "s", "session_params": {}}, SESSION_PAIR),
+    ("/generate", {"text": "hi", "rid": "busy", "session_id": "s", "session_params": {"id": "s"}}, SESSION_PAIR),
+    # max_thinking_tokens, then a routed_dp_rank but 0: after the normalization, before the rids in flight
+    ("/generate", {"text": "hi", "rid": "busy", "max_thinking_tokens": 8}, STRICT_THINKING),
+    ("/generate", {"text": LONG, "max_thinking_tokens": 8, "routed_dp_rank": 1}, STRICT_THINKING),
+    ("/generate", {"text": ["a", "b"], "rid": ["x", "x"], "max_thinking_tokens": 8}, DUPLICATE_RIDS.format(["x"])),
+    ("/generate", {"text": "hi", "rid": "busy", "routed_dp_rank": 1}, DP_RANK_RANGE.format(1)),
+    ("/generate", {"text": "hi", "lora_path": "adapter", "data_parallel_rank": 2}, DP_RANK_RANGE.format(2)),
+    ("/generate", {"text": "hi", "routed_dp_rank": 0, "data_parallel_rank": 3, "lora_path": "a"}, LORA.format("a")),
+    ("/generate", {"text": ["a", "b"], "rid": ["x"], "routed_dp_rank": -1}, RID_LENGTH),
+    # an empty prompt SGLang hands to its scheduler: the engine's refusal comes after all of SGLang's
+    ("/generate", {"input_ids": [[1], []], "rid": ["x", "busy"]}, BUSY),
+    ("/generate", {"input_ids": [[], [1]], "lora_path": "adapter"}, LORA.format("adapter")),
+    ("/generate", {"input_ids": [[], [65] * 300]}, "The input (300 tokens) is longer"),
+    ("/generate", {"input_ids": [[1], []], "sampling_params": [{}, {"top_p": 5}]}, "top_p must be in (0, 1], got 5."),
+    ("/generate", {"text": "hi", "input_ids": [], "rid": "busy"}, BUSY),
+    ("/generate", {"text": "hi", "input_ids": [], "sampling_params": {"top_k": 0}}, "top_k must be -1"),
     # /v1/completions
     ("/v1/completions", {"prompt": ["a", "b"], "rid": ["x"], "n": 2}, RID_LENGTH),
     ("/v1/completions", {"prompt": ["a", "b"], "rid": ["x", "x"], "top_p": 0.5}, DUPLICATE_RIDS.format(["x"])),
@@ -98,6 +130,13 @@ def test_a_request_with_two_faults_gets_sglangs_first(route, body, first):
     with pytest.raises(RequestError) as info:
         parse(route, body, in_flight.check if "busy" in repr(body) else None)
     assert str(info.value).startswith(first), str(info.value)
+
+
+@pytest.mark.parametrize("body", [{"input_ids": [[1], []]}, {"text": "hi", "input_ids": []},
+                                  {"input_ids": [[], [1]], "routed_dp_rank": 0}])
+def test_an_empty_prompt_sglang_passes_is_still_refused_last(body):
+    with pytest.raises(RequestError, match=EMPTY_INPUT_IDS):
+        parse("/generate", body)
 
 
 @pytest.mark.parametrize("route, body", [

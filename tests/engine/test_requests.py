@@ -115,10 +115,14 @@ def hint_value(name: str, where: str | None = None) -> object:
     return next(v for v in HINT_VALUES if contract.generate_contract_error(wrap(v)) is None)
 
 
+#: Hints some of whose values SGLang itself refuses (test_check_order.py): a value it serves.
+SERVED_HINTS = {"routed_dp_rank": 0, "data_parallel_rank": 0}
+
+
 def test_hints_take_any_value_sglangs_contract_takes():
     """A hint changes nothing, whatever its value; a value of another type than SGLang's contract
     decodes its name as is that contract's refusal (see test_a_hint_of_a_type_sglang_refuses...)."""
-    body = {"text": "hi", **{name: hint_value(name) for name in HINT_FIELDS},
+    body = {"text": "hi", **{name: hint_value(name) for name in HINT_FIELDS}, **SERVED_HINTS,
             "sampling_params": {name: hint_value(name, "sampling_params") for name in HINT_SAMPLING}}
     assert {"anything": [1, "x"]} in body.values()  # the names SGLang's schema leaves untyped take anything
     assert parse(body).input_ids == tuple(TOKENIZER.encode("hi"))
