@@ -521,6 +521,51 @@ def test_the_prompt_is_given_as_sglang_takes_it(srt):
     assert "input_ = vocab_mask * (input_ - valid_offset)" in masked, masked
 
 
+def test_the_normalizations_refusals_are_sglangs_in_its_words_and_order(srt):
+    """protocol.check_inputs, check_session_pair: GenerateReqInput's normalization refuses the flat
+    raw logprob options it cannot serve once a prompt is given, then a single request's empty
+    input_ids (unless session_params names a session), then session_id beside session_params,
+    then a batch's rids; only a single request's input_ids are checked for emptiness."""
+    io_struct = srt("managers/io_struct.py")
+    inputs = function(io_struct, "_validate_inputs")
+    words = templates(inputs)
+    for text in (protocol.FLAT_RAW_MULTI_ITEM, protocol.FLAT_RAW_STREAM, protocol.FLAT_RAW_B64):
+        assert text in words, (text, words)
+    code = ast.unparse(inputs)
+    assert code.index("multi_item_delimiter_indices") < code.index("and self.stream") < code.index("_b64 and (not")
+    normalize = ast.unparse(function(io_struct, "normalize_batch_and_arguments"))
+    assert protocol.SESSION_PAIR in templates(function(io_struct, "normalize_batch_and_arguments"))
+    assert "self.session_id is not None and self.session_params is not None" in normalize, normalize
+    order = ("self.routed_dp_rank = self.data_parallel_rank", "self._validate_inputs()",
+             "self._determine_batch_size()", "self.session_id is not None", "self._normalize_batch_inputs()",
+             "self._validate_rid_uniqueness()")
+    assert [normalize.index(step) for step in order] == sorted(normalize.index(step) for step in order), normalize
+    size = ast.unparse(function(io_struct, "_determine_batch_size"))
+    assert "if len(self.input_ids) == 0:" in size and "self.session_params.get('id')" in size, size
+    assert size.index("if self.text is not None:") < size.index("elif self.input_ids is not None:"), size
+
+
+def test_what_a_server_launched_as_the_engine_refuses_is_sglangs_in_its_words_and_order(srt):
+    """protocol.check_served_as_launched: SGLang's generate_request, once the request is normalized
+    and before the rids in flight, refuses any max_thinking_tokens without --enable-strict-thinking
+    (the engine's case), then a routed_dp_rank outside [0, num_dp_ranks) but for 0 on one rank."""
+    generate = function(srt("managers/tokenizer_manager.py"), "generate_request")
+    code = ast.unparse(generate)
+    words = templates(generate)
+    assert protocol.STRICT_THINKING in words, words
+    assert protocol.DP_RANK_RANGE.replace("[0, 1)", "[0, {})") in words, words
+    assert "obj.max_thinking_tokens is not None and (not get_serving().enable_strict_thinking)" in code, code
+    assert "num_dp_ranks <= 1 and obj.routed_dp_rank == 0" in code, code
+    assert "obj.routed_dp_rank < 0 or obj.routed_dp_rank >= num_dp_ranks" in code, code
+    order = ("obj.normalize_batch_and_arguments()", "obj.max_thinking_tokens is not None",
+             "obj.routed_dp_rank is not None", "self._init_req_state(obj, request)")
+    assert [code.index(step) for step in order] == sorted(code.index(step) for step in order), code
+    for check, body in ((protocol.STRICT_THINKING, {"text": "hi", "max_thinking_tokens": 0}),
+                        (protocol.DP_RANK_RANGE.format(1), {"text": "hi", "data_parallel_rank": "1"})):
+        with pytest.raises(protocol.Refused, match=re.escape(check)):
+            protocol.parse_generate(body, encode=list, vocab_size=256, context_length=100)
+
+
 def test_a_body_fastapi_cannot_parse_gets_sglangs_http_exception_shape(srt, sglang_reference):
     """protocol.UnparsableBody: Starlette parses a body with Python's json.loads of its bytes (so
     UTF-16, NaN and Infinity are read), and SGLang answers FastAPI's HTTPException for any other
