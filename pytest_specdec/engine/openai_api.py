@@ -36,6 +36,7 @@ from .protocol import (
     Unsupported,
     abort_error,
     bad_bias_key,
+    check_dp_rank,
     check_no_lora,
     expect,
     known_fields,
@@ -383,8 +384,9 @@ def parse_completion(body: Any, *, encode, vocab_size: int, context_length: int,
     """A completion of one prompt (a string, or a list of token ids), or of each of a list of
     them (strings, or lists of token ids): SGLang's batch, each prompt with its rid as /generate
     gives a batch's (batch.batch_rids), checked in the prompt order, the first refusal answering
-    the whole: SGLang's refusals first (its rids', then a rid in flight, ``rids_free``, then a LoRA
-    adapter, then each prompt's), the engine's of a value it cannot honour last."""
+    the whole: SGLang's refusals first (its rids', a routed_dp_rank but 0, then a rid in flight,
+    ``rids_free``, then a LoRA adapter, then each prompt's), the engine's of a value it cannot
+    honour last."""
     prompt = body.get("prompt") if isinstance(body, dict) else None
     if not prompt or (isinstance(prompt, list) and all(not p for p in prompt)):
         raise OpenAIError(EMPTY_PROMPT)  # before any other check of SGLang's serving class
@@ -392,6 +394,7 @@ def parse_completion(body: Any, *, encode, vocab_size: int, context_length: int,
     single = isinstance(prompt, str) or type(prompt[0]) is int  # as SGLang's GenerateReqInput reads it
     prompts = [prompt] if single else prompt
     rids = [single_rid(b.get("rid"))] if single else batch_rids(b.get("rid"), len(prompts))
+    check_dp_rank(b)
     if rids_free is not None:
         rids_free([rid for rid in rids if rid is not None])
     _check_adapter(b, answer["model"], served_model_name)
@@ -445,8 +448,8 @@ def render_chat(messages: list[dict]) -> str:
 def parse_chat(body: Any, *, encode, vocab_size: int, context_length: int,
                served_model_name: str, rids_free: RidsCheck | None = None) -> OpenAIRequest:
     """A chat, checked in SGLang's order: its serving class's checks (check_chat), the rendered
-    prompt, a rid in flight (``rids_free``), a LoRA adapter, the context and the sampling ranges;
-    the engine's refusal of a value it cannot honour last."""
+    prompt, a routed_dp_rank but 0, a rid in flight (``rids_free``), a LoRA adapter, the context
+    and the sampling ranges; the engine's refusal of a value it cannot honour last."""
     b, sampling, answer = _common(body, CHAT_FIELDS, CHAT_NEUTRAL, None, vocab_size)
     messages = b.get("messages")
     if not isinstance(messages, list):
@@ -456,6 +459,7 @@ def parse_chat(body: Any, *, encode, vocab_size: int, context_length: int,
     if (b.get("max_completion_tokens") or b.get("max_tokens")) is None:  # SGLang: the rest of the context
         sampling = dataclasses.replace(sampling, max_new_tokens=max(context_length - len(ids) - 1, 0))
     rid = single_rid(b.get("rid"))
+    check_dp_rank(b)
     if rids_free is not None and rid is not None:
         rids_free([rid])
     _check_adapter(b, answer["model"], served_model_name)

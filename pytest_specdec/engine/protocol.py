@@ -896,7 +896,13 @@ def check_served_as_launched(b: Mapping[str, Any]) -> None:
     not serve: a max_thinking_tokens, a routed_dp_rank (or its old name data_parallel_rank) but 0."""
     if b.get("max_thinking_tokens") is not None:
         raise Refused(STRICT_THINKING)
-    rank = b.get("routed_dp_rank")
+    check_dp_rank(b)
+
+
+def check_dp_rank(b: Mapping[str, Any]) -> None:
+    """SGLang's refusal of a routed_dp_rank (data_parallel_rank, its old name, where it is unset)
+    on one data-parallel rank: any but 0, which it ignores. Its OpenAI routes pass it on too."""
+    rank = _as_read("nullable[int]", b.get("routed_dp_rank"))
     if rank is None:
         rank = _as_read("nullable[int]", b.get("data_parallel_rank"))
     if rank is not None and rank != 0:

@@ -6,8 +6,8 @@ request's empty input_ids, session_id beside session_params, a batch's rids), th
 launched as the engine is refuses (max_thinking_tokens, a routed_dp_rank but 0), the rids in
 flight (_init_req_state), a LoRA adapter, and last each prompt's tokenized checks (the context,
 then SamplingParams.verify). An empty prompt SGLang does not refuse (one in a batch, or beside a
-text) the engine refuses last, as a value it cannot honour. Its OpenAI-compatible routes put their serving class's own checks first
-(no prompt, no messages) and then go the same way. A value the engine cannot honour is one SGLang
+text) the engine refuses last, as a value it cannot honour. Its OpenAI-compatible routes put
+their serving class's own checks first (no prompt, no messages) and then go the same way. A value the engine cannot honour is one SGLang
 serves, so the engine refuses it only once all of SGLang's checks passed.
 
 Each case pairs two faults; the expected answer is SGLang's first, as its source orders them.
@@ -108,6 +108,9 @@ CASES = [
     ("/v1/completions", {"prompt": ["a", "b"], "rid": ["x", "busy"], "top_p": 0.5}, BUSY),
     ("/v1/completions", {"prompt": "hi", "top_p": 0.5, "model": "tiny:adapter"}, LORA.format("adapter")),
     ("/v1/completions", {"prompt": LONG, "echo": True}, TOO_LONG),
+    ("/v1/completions", {"prompt": "hi", "rid": "busy", "routed_dp_rank": 1}, DP_RANK_RANGE.format(1)),
+    ("/v1/completions", {"prompt": ["a", "b"], "rid": ["x"], "data_parallel_rank": 1}, RID_LENGTH),
+    ("/v1/completions", {"prompt": LONG, "data_parallel_rank": 2, "top_p": 0.5}, DP_RANK_RANGE.format(2)),
     # /v1/chat/completions: its serving class's checks first
     ("/v1/chat/completions", {"messages": [], "rid": "busy"}, "Messages cannot be empty."),
     ("/v1/chat/completions", {"messages": [], "n": 2}, "Messages cannot be empty."),
@@ -118,6 +121,9 @@ CASES = [
     ("/v1/chat/completions", {"messages": CHAT, "rid": "busy", "max_tokens": 250}, BUSY),
     ("/v1/chat/completions", {"messages": CHAT, "top_p": 0.5, "model": "tiny:adapter"}, LORA.format("adapter")),
     ("/v1/chat/completions", {"messages": CHAT, "n": 2, "max_tokens": 250}, OVER_CONTEXT),
+    ("/v1/chat/completions", {"messages": [], "routed_dp_rank": 1}, "Messages cannot be empty."),
+    ("/v1/chat/completions", {"messages": CHAT, "rid": "busy", "routed_dp_rank": -1}, DP_RANK_RANGE.format(-1)),
+    ("/v1/chat/completions", {"messages": CHAT, "routed_dp_rank": 0, "model": "tiny:adapter"}, LORA.format("adapter")),
 ]
 
 
