@@ -6,7 +6,8 @@ Each name is of one kind:
 - honoured: the engine does what SGLang does with it (``text``, ``max_new_tokens``, ``stop``, ...);
 - a hint: routing, caching, logging and tracing hints, and options that only shape an output the
   engine never produces (logprob formats without ``return_logprob``); any value of the type
-  SGLang's API contract decodes it as is accepted and changes nothing;
+  SGLang's API contract decodes it as is accepted and changes nothing, but for the values
+  SGLang itself refuses (check_inputs, check_session_pair, check_dp_rank), refused as there;
 - neutral-only: a feature the engine does not have (logprobs, media inputs, constrained
   decoding, sampling shape). ``null`` or the value that turns it off (SGLang's default) is
   accepted; any other value is refused with a 400 naming it, because serving it silently would
@@ -62,16 +63,15 @@ class Neutral:
 
     ``kinds`` is the JSON type SGLang's API contract decodes the name as on /generate (None where
     its contract does not check it), ``each`` that of a list's or an object's items, and
-    ``expected`` says it: a value of another type (or a negative one where ``unsigned``) is the
-    contract's 400 (check_type), not a value the engine cannot honour. ``zero_items``: an object
-    whose values are all zero is accepted too (a logit_bias of 0 changes no logit)."""
+    ``expected`` says it: a value of another type is the contract's 400 (check_type), not a
+    value the engine cannot honour. ``zero_items``: an object whose values are all zero is
+    accepted too (a logit_bias of 0 changes no logit)."""
 
     off: Any
     also: tuple = ()
     kinds: tuple[type, ...] | None = None
     expected: str = ""
     each: tuple[type, ...] | None = None
-    unsigned: bool = False
     zero_items: bool = False
 
     def accepts(self, value: Any) -> bool:
@@ -86,8 +86,6 @@ class Neutral:
         if self.kinds is None or value is None:
             return
         expect(name, value, self.kinds, self.expected)
-        if self.unsigned and value < 0:
-            raise SchemaViolation(f"{name}: invalid value: integer {value}, expected {self.expected}")
         if self.each is not None and isinstance(value, (list, dict)):
             for item in value.values() if isinstance(value, dict) else value:
                 expect(name, item, self.each, self.expected)
