@@ -64,7 +64,11 @@ def parse_batch(body: dict, *, encode, vocab_size: int, context_length: int,
     if ids is not None and text is not None and len(ids) != n:
         raise Refused(f"input_ids has {len(ids)} prompts but text has {n}: give both for every prompt, "
                       f"or only one of them.")
-    check_served_as_launched(body)
+    try:
+        check_served_as_launched(body)
+    except Refused as exc:
+        exc.rids = [r for r in rids if r is not None]
+        raise
     if rids_free is not None:
         rids_free([r for r in rids if r is not None])
     requests = []

@@ -25,8 +25,7 @@ STREAM_ABORT_DELAY_S = 2.0
 
 
 class DuplicateRid(Refused):
-    """A request naming a rid in flight, refused; ``rids`` are all the request's (SGLang's abort
-    task of a refused stream aborts those still in flight)."""
+    """A request naming a rid in flight, refused; ``rids`` are all the request's (Refused.rids)."""
 
     def __init__(self, rid: str, rids: list[str]) -> None:
         super().__init__(DUPLICATE_RID.format(rid))

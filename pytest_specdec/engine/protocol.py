@@ -467,7 +467,11 @@ class Unsupported(RequestError):
 
 class Refused(RequestError):
     """A request SGLang's tokenizer manager refuses (context too long, a value out of range). On a
-    streaming request SGLang answers 200 and sends it as an error event; see ``stream_event``."""
+    streaming request SGLang answers 200 and sends it as an error event; see ``stream_event``.
+    ``rids``: the request's rids where SGLang had them normalized and not yet claimed when it
+    refused (its abort task of a refused /generate stream aborts those another request holds)."""
+
+    rids: list[str] | None = None
 
     def stream_event(self) -> dict:
         return {"error": {"message": str(self), "type": "invalid_request_error", "code": self.status,
@@ -824,7 +828,11 @@ def parse_one_prompt(body: Any, *, encode, vocab_size: int, context_length: int,
     if not batched and text is None and input_ids is not None and not input_ids and not session_named(b):
         raise Refused(EMPTY_INPUT_IDS)
     check_session_pair(b)
-    check_served_as_launched(b)
+    try:
+        check_served_as_launched(b)
+    except Refused as exc:
+        exc.rids = [rid] if rid is not None else []
+        raise
     if rids_free is not None and rid is not None:
         rids_free([rid])
     check_no_lora(lora_path)

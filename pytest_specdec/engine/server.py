@@ -329,7 +329,7 @@ class EngineServer:
         except RequestError as exc:
             if not (isinstance(exc, Refused) and exc.stream):
                 return self._error(exc)
-            if isinstance(exc, DuplicateRid):
+            if exc.rids:
                 # SGLang's stream ends with its abort task, which then aborts the rids in flight: the others'
                 asyncio.get_running_loop().call_later(STREAM_ABORT_DELAY_S, self._abort_in_flight, exc.rids)
             return await self._stream_error(request, exc)  # SGLang has started streaming by then

@@ -15,7 +15,7 @@ import pytest
 
 from pytest_specdec.engine.inflight import DUPLICATE_RID
 from pytest_specdec.engine.openai_api import error_body
-from pytest_specdec.engine.protocol import Refused
+from pytest_specdec.engine.protocol import DP_RANK_RANGE, STRICT_THINKING, Refused
 
 PROMPT = "The capital city of France is"
 LONG = {"max_new_tokens": 1500, "ignore_eos": True}
@@ -131,6 +131,20 @@ def test_a_refused_stream_aborts_the_rid_in_flight_whatever_else_it_got_wrong(en
     streamed = engine.post("/generate", {"text": "x" * 3000, "rid": "busy", "stream": True})
     events = [line[len("data: "):] for line in streamed.text.splitlines() if line.startswith("data: ")]
     assert events == [json.dumps(Refused(DUPLICATE_RID.format("busy")).stream_event()), "[DONE]"]
+    busy["thread"].join(30)
+    assert busy["answer"].json()["meta_info"]["finish_reason"]["message"] == "Aborted"
+
+
+@pytest.mark.parametrize("body, words", [
+    ({"text": PROMPT, "rid": "busy", "max_thinking_tokens": 8}, STRICT_THINKING),
+    ({"text": [PROMPT, PROMPT], "rid": ["x", "busy"], "routed_dp_rank": 1}, DP_RANK_RANGE.format(1)),
+])
+def test_a_stream_refused_before_the_rids_in_flight_still_aborts_the_one_holding_its_rid(engine, busy, body, words):
+    """SGLang refuses these after normalizing the rids and before checking them; its stream's
+    abort task then aborts the request holding one. The engine aborted only on a rid refusal."""
+    streamed = engine.post("/generate", {**body, "sampling_params": SHORT, "stream": True})
+    events = [line[len("data: "):] for line in streamed.text.splitlines() if line.startswith("data: ")]
+    assert events == [json.dumps(Refused(words).stream_event()), "[DONE]"]
     busy["thread"].join(30)
     assert busy["answer"].json()["meta_info"]["finish_reason"]["message"] == "Aborted"
 
