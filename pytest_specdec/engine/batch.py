@@ -58,8 +58,14 @@ def parse_batch(body: dict, *, encode, vocab_size: int, context_length: int,
         raise Refused("input_ids should be a list of lists for batch processing (text is a batch; give "
                       "input_ids as one list of ids a prompt, or leave it out).")
     check_inputs(body)
-    check_session_pair(body)
-    rids = batch_rids(body.get("rid"), n)
+    given = body.get("rid")
+    try:
+        check_session_pair(body)
+        rids = batch_rids(given, n)
+    except Refused as exc:
+        # SGLang's abort task then reads the rid as given: a list's items (a string's characters)
+        exc.rids = [r for r in given if isinstance(r, str)] if isinstance(given, (list, str)) else []
+        raise
     params = batch_sampling(body.get("sampling_params"), n)
     if ids is not None and text is not None and len(ids) != n:
         raise Refused(f"input_ids has {len(ids)} prompts but text has {n}: give both for every prompt, "

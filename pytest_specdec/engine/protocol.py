@@ -827,8 +827,8 @@ def parse_one_prompt(body: Any, *, encode, vocab_size: int, context_length: int,
     check_inputs(b)
     if not batched and text is None and input_ids is not None and not input_ids and not session_named(b):
         raise Refused(EMPTY_INPUT_IDS)
-    check_session_pair(b)
     try:
+        check_session_pair(b)
         check_served_as_launched(b)
     except Refused as exc:
         exc.rids = [rid] if rid is not None else []

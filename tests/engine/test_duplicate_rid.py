@@ -13,9 +13,10 @@ import time
 
 import pytest
 
+from pytest_specdec.engine.batch import DUPLICATE_RIDS, RID_LENGTH
 from pytest_specdec.engine.inflight import DUPLICATE_RID
 from pytest_specdec.engine.openai_api import error_body
-from pytest_specdec.engine.protocol import DP_RANK_RANGE, STRICT_THINKING, Refused
+from pytest_specdec.engine.protocol import DP_RANK_RANGE, SESSION_PAIR, STRICT_THINKING, Refused
 
 PROMPT = "The capital city of France is"
 LONG = {"max_new_tokens": 1500, "ignore_eos": True}
@@ -138,10 +139,14 @@ def test_a_refused_stream_aborts_the_rid_in_flight_whatever_else_it_got_wrong(en
 @pytest.mark.parametrize("body, words", [
     ({"text": PROMPT, "rid": "busy", "max_thinking_tokens": 8}, STRICT_THINKING),
     ({"text": [PROMPT, PROMPT], "rid": ["x", "busy"], "routed_dp_rank": 1}, DP_RANK_RANGE.format(1)),
+    ({"text": PROMPT, "rid": "busy", "session_id": "s", "session_params": {}}, SESSION_PAIR),
+    ({"text": [PROMPT, PROMPT], "rid": ["busy"]}, RID_LENGTH),
+    ({"text": [PROMPT, PROMPT], "rid": ["busy", "busy"]}, DUPLICATE_RIDS.format(["busy"])),
 ])
 def test_a_stream_refused_before_the_rids_in_flight_still_aborts_the_one_holding_its_rid(engine, busy, body, words):
-    """SGLang refuses these after normalizing the rids and before checking them; its stream's
-    abort task then aborts the request holding one. The engine aborted only on a rid refusal."""
+    """SGLang refuses these with the rids given (or normalized) and before checking them; its
+    stream's abort task then aborts the request holding one. The engine aborted only on a refusal
+    of a rid in flight."""
     streamed = engine.post("/generate", {**body, "sampling_params": SHORT, "stream": True})
     events = [line[len("data: "):] for line in streamed.text.splitlines() if line.startswith("data: ")]
     assert events == [json.dumps(Refused(words).stream_event()), "[DONE]"]

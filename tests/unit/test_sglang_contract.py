@@ -681,6 +681,8 @@ def test_a_generate_stream_aborts_its_rids_still_in_flight_once_it_ended(srt):
     task = ast.unparse(function(srt("managers/tokenizer_manager.py"), "create_abort_task"))
     assert f"await asyncio.sleep({inflight.STREAM_ABORT_DELAY_S:g})" in task, task
     assert "if rid in self.rid_to_state:" in task and "self.abort_request(rid)" in task, task
+    # the rids as the request holds them when refused: a batch's as given before its normalization ends
+    assert "rids = [obj.rid] if obj.is_single else obj.rid" in task, task
     serve = ast.unparse(function(srt("entrypoints/http_server.py"), "serve_generate_request"))
     assert "background=_global_state.tokenizer_manager.create_abort_task(obj)" in serve, serve
 
