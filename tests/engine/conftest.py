@@ -115,6 +115,16 @@ class Engine:
     def post(self, path: str, body=None, **kw) -> HttpResult:
         return self.request("POST", path, body, **kw)
 
+    def wait_for_load(self, running: int, queued: int) -> None:
+        """Wait until the scheduler holds that many requests running and queued (/server_info)."""
+        deadline = time.monotonic() + 30
+        while True:
+            state = self.get("/server_info").json()["internal_states"][0]
+            if (state["num_running_reqs"], state["num_queue_reqs"]) == (running, queued):
+                return
+            assert time.monotonic() < deadline, f"never {running} running and {queued} queued: {state}"
+            time.sleep(0.02)
+
     def generate(self, text: str, max_new_tokens: int = 32, **extra) -> dict:
         body = {"text": text, "sampling_params": {"max_new_tokens": max_new_tokens, "ignore_eos": True,
                                                   "temperature": 0}, **extra}

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 
 import aiohttp
 import pytest
@@ -29,16 +28,6 @@ LONG = {"max_new_tokens": 1500, "ignore_eos": True}
 def engine(module_engines):
     return module_engines("--method", "ar", "--max-batch", "1", "--context-length", "2048",
                           "--fault-slow-factor", "20")
-
-
-def wait_for(engine, running: int, queued: int) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        state = engine.get("/server_info").json()["internal_states"][0]
-        if (state["num_running_reqs"], state["num_queue_reqs"]) == (running, queued):
-            return
-        assert time.monotonic() < deadline, f"never {running} running and {queued} queued: {state}"
-        time.sleep(0.02)
 
 
 def in_thread(target) -> tuple[threading.Thread, dict]:
@@ -63,10 +52,10 @@ def test_abort_request_ends_a_running_and_a_queued_request_as_sglang_does(engine
     token with FINISH_ABORT() (no status: a stream's last event, or an unstreamed 200), and
     answers one it takes from the waiting queue at once with its tokenizer manager's few keys."""
     running, streamed = in_thread(lambda: stream_with_the_client(engine, "run-1"))
-    wait_for(engine, 1, 0)
+    engine.wait_for_load(1, 0)
     queued, answer = in_thread(lambda: engine.post("/generate", {"text": PROMPT, "sampling_params": LONG,
                                                                  "rid": "queued-1"}))
-    wait_for(engine, 1, 1)
+    engine.wait_for_load(1, 1)
 
     res = engine.post("/abort_request", {"rid": "queued-1"})
     assert (res.status, res.body) == (200, b"")
@@ -86,13 +75,13 @@ def test_abort_request_ends_a_running_and_a_queued_request_as_sglang_does(engine
     assert 0 < record.completion_tokens < LONG["max_new_tokens"]
     # a red result naming SGLang's words, never a short green one
     assert record.error == f"request aborted by the server: {ABORT_RUNNING['message']}" and not record.ok
-    wait_for(engine, 0, 0)
+    engine.wait_for_load(0, 0)
 
 
 def test_an_unstreamed_running_request_aborted_is_answered_200_with_the_abort(engine):
     running, answer = in_thread(lambda: engine.post("/generate", {"text": PROMPT, "sampling_params": LONG,
                                                                   "rid": "plain-1"}))
-    wait_for(engine, 1, 0)
+    engine.wait_for_load(1, 0)
     assert engine.post("/abort_request", {"abort_all": True}).status == 200
     running.join(30)
     assert answer["value"].status == 200, answer["value"].text

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 
@@ -29,16 +28,6 @@ def engine(module_engines):
                           "--fault-slow-factor", "20")
 
 
-def wait_for(engine, running: int, queued: int) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        state = engine.get("/server_info").json()["internal_states"][0]
-        if (state["num_running_reqs"], state["num_queue_reqs"]) == (running, queued):
-            return
-        assert time.monotonic() < deadline, f"never {running} running and {queued} queued: {state}"
-        time.sleep(0.02)
-
-
 @pytest.fixture
 def busy(engine):
     """A request with rid "busy" running until the test ends; then aborted, and gone."""
@@ -46,12 +35,12 @@ def busy(engine):
     thread = threading.Thread(target=lambda: box.update(answer=engine.post(
         "/generate", {"text": PROMPT, "sampling_params": LONG, "rid": "busy"})), daemon=True)
     thread.start()
-    wait_for(engine, 1, 0)
+    engine.wait_for_load(1, 0)
     box["thread"] = thread
     yield box
     engine.post("/abort_request", {"rid": "busy"})
     thread.join(30)
-    wait_for(engine, 0, 0)
+    engine.wait_for_load(0, 0)
 
 
 def refused(rid: str) -> dict:
@@ -62,7 +51,7 @@ def test_generate_naming_a_rid_in_flight_is_refused_and_runs_nothing(engine, bus
     """The engine served it (a second request with the same rid)."""
     res = engine.post("/generate", {"text": PROMPT, "sampling_params": SHORT, "rid": "busy"})
     assert (res.status, res.json()) == (400, refused("busy"))
-    wait_for(engine, 1, 0)  # nothing queued behind the running one
+    engine.wait_for_load(1, 0)  # nothing queued behind the running one
 
 
 @pytest.mark.parametrize("body", [{"text": PROMPT, "rid": "busy"}, {"text": [PROMPT, PROMPT], "rid": ["x", "busy"]}])
@@ -83,13 +72,13 @@ def test_a_batch_naming_a_rid_in_flight_is_refused_whole(engine, busy):
     """Every rid of a batch is checked before any prompt runs."""
     res = engine.post("/generate", {"text": [PROMPT, PROMPT], "sampling_params": SHORT, "rid": ["mine", "busy"]})
     assert (res.status, res.json()) == (400, refused("busy"))
-    wait_for(engine, 1, 0)
+    engine.wait_for_load(1, 0)
     # "mine" never ran, so it is free; a string rid gives the prompts busy_0 and busy_1, none in flight
     box: dict = {}
     batch = threading.Thread(target=lambda: box.update(answer=engine.post("/generate", {
         "text": [PROMPT, PROMPT], "sampling_params": {"max_new_tokens": 0}, "rid": "busy"})), daemon=True)
     batch.start()
-    wait_for(engine, 1, 2)  # queued, not refused
+    engine.wait_for_load(1, 2)  # queued, not refused
     engine.post("/abort_request", {"rid": "busy"})  # a prefix: the batch's prompts too
     batch.join(30)
     assert box["answer"].status == 200, box["answer"].text
@@ -109,7 +98,7 @@ def test_an_openai_request_naming_a_rid_in_flight_is_refused(engine, busy, path,
     started only after its first output."""
     res = engine.post(path, {"rid": "busy", **body, "stream": stream})
     assert (res.status, res.json()) == (400, error_body(Refused(DUPLICATE_RID.format("busy"))))
-    wait_for(engine, 1, 0)
+    engine.wait_for_load(1, 0)
 
 
 @pytest.mark.parametrize("path, body", [
@@ -125,7 +114,7 @@ def test_a_rid_in_flight_is_refused_before_the_prompts_own_faults(engine, busy, 
     res = engine.post(path, {**body, "rid": "busy"})
     words = DUPLICATE_RID.format("busy")
     assert (res.status, res.json()) == (400, refused("busy") if path == "/generate" else error_body(Refused(words)))
-    wait_for(engine, 1, 0)
+    engine.wait_for_load(1, 0)
 
 
 def test_a_refused_stream_aborts_the_rid_in_flight_whatever_else_it_got_wrong(engine, busy):
