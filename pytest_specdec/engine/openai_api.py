@@ -59,10 +59,39 @@ CHAT_TEMPLATE = (
 class OpenAIError(RequestError):
     """A request these endpoints refuse; every RequestError is answered with error_body's shape here."""
 
+    err_type = "BadRequestError"
+
+
+class HeaderError(OpenAIError):
+    """A header SGLang's serving class refuses with an HTTPException, which its handle_request
+    answers with the status as the error's type."""
+
+    err_type = "400"
+
 
 def error_body(exc: RequestError) -> dict:
     """SGLang's OpenAI error body (its serving_base.create_error_response)."""
-    return {"object": "error", "message": str(exc), "type": "BadRequestError", "param": None, "code": exc.status}
+    err_type = exc.err_type if isinstance(exc, OpenAIError) else OpenAIError.err_type
+    return {"object": "error", "message": str(exc), "type": err_type, "param": None, "code": exc.status}
+
+
+#: The header both OpenAI routes read a data-parallel rank from, ahead of the body's routed_dp_rank.
+DP_RANK_HEADER = "X-Data-Parallel-Rank"
+#: SGLang's words (serving_base) for a DP_RANK_HEADER that is no integer.
+DP_RANK_HEADER_INVALID = "Invalid X-Data-Parallel-Rank header: must be an integer, got '{}'"
+
+
+def header_dp_rank(b: dict, header: str | None) -> dict:
+    """The body with the data-parallel rank SGLang's OpenAI routes pass on: the header's, read as
+    Python's int() reads it, where one is sent (it wins over the body's routed_dp_rank and the
+    old data_parallel_rank), else the body's. /generate reads no such header."""
+    if header is None:
+        return b
+    try:
+        rank = int(header)
+    except ValueError:
+        raise HeaderError(DP_RANK_HEADER_INVALID.format(header)) from None
+    return {**b, "routed_dp_rank": rank}
 
 
 # -- fields ----------------------------------------------------------------------------------------
@@ -70,7 +99,8 @@ def error_body(exc: RequestError) -> dict:
 _ROUTING_HINTS = frozenset({"bootstrap_host", "bootstrap_port", "bootstrap_room", "routed_dp_rank",
                             "disagg_prefill_dp_rank", "data_parallel_rank", "extra_key", "cache_salt", "priority",
                             "rid", "session_id", "user", "seed", "custom_params", "images_config",
-                            "mm_processor_kwargs", "routed_experts_start_len"})
+                            "mm_processor_kwargs", "routed_experts_start_len",
+                            "session_params"})  # SGLang's OpenAI routes never pass it on
 _SHARED_NEUTRAL: Mapping[str, Neutral] = {
     "frequency_penalty": Neutral(0.0, also=(0,)),
     "presence_penalty": Neutral(0.0, also=(0,)),
@@ -87,7 +117,6 @@ _SHARED_NEUTRAL: Mapping[str, Neutral] = {
     "no_stop_trim": Neutral(False),
     "skip_special_tokens": Neutral(True),
     "response_format": Neutral(None),
-    "session_params": Neutral(None),
     "custom_logit_processor": Neutral(None),
     "watermark": Neutral(None),
     "return_hidden_states": Neutral(False),
@@ -380,17 +409,20 @@ EMPTY_PROMPT = "Prompt cannot be empty"
 
 
 def parse_completion(body: Any, *, encode, vocab_size: int, context_length: int,
-                     served_model_name: str, rids_free: RidsCheck | None = None) -> OpenAIRequest:
+                     served_model_name: str, rids_free: RidsCheck | None = None,
+                     dp_rank_header: str | None = None) -> OpenAIRequest:
     """A completion of one prompt (a string, or a list of token ids), or of each of a list of
     them (strings, or lists of token ids): SGLang's batch, each prompt with its rid as /generate
     gives a batch's (batch.batch_rids), checked in the prompt order, the first refusal answering
-    the whole: SGLang's refusals first (its rids', a routed_dp_rank but 0, then a rid in flight,
+    the whole: SGLang's refusals first (an X-Data-Parallel-Rank header that is no integer, its
+    rids', a routed_dp_rank but 0 (the header's first: header_dp_rank), then a rid in flight,
     ``rids_free``, then a LoRA adapter, then each prompt's), the engine's of a value it cannot
     honour last."""
     prompt = body.get("prompt") if isinstance(body, dict) else None
     if not prompt or (isinstance(prompt, list) and all(not p for p in prompt)):
         raise OpenAIError(EMPTY_PROMPT)  # before any other check of SGLang's serving class
     b, sampling, answer = _common(body, COMPLETION_FIELDS, COMPLETION_NEUTRAL, 16, vocab_size)
+    b = header_dp_rank(b, dp_rank_header)
     single = isinstance(prompt, str) or type(prompt[0]) is int  # as SGLang's GenerateReqInput reads it
     prompts = [prompt] if single else prompt
     rids = [single_rid(b.get("rid"))] if single else batch_rids(b.get("rid"), len(prompts))
@@ -446,16 +478,19 @@ def render_chat(messages: list[dict]) -> str:
 
 
 def parse_chat(body: Any, *, encode, vocab_size: int, context_length: int,
-               served_model_name: str, rids_free: RidsCheck | None = None) -> OpenAIRequest:
+               served_model_name: str, rids_free: RidsCheck | None = None,
+               dp_rank_header: str | None = None) -> OpenAIRequest:
     """A chat, checked in SGLang's order: its serving class's checks (check_chat), the rendered
-    prompt, a routed_dp_rank but 0, a rid in flight (``rids_free``), a LoRA adapter, the context
+    prompt, an X-Data-Parallel-Rank header that is no integer, a routed_dp_rank but 0 (the
+    header's first: header_dp_rank), a rid in flight (``rids_free``), a LoRA adapter, the context
     and the sampling ranges; the engine's refusal of a value it cannot honour last."""
     b, sampling, answer = _common(body, CHAT_FIELDS, CHAT_NEUTRAL, None, vocab_size)
     messages = b.get("messages")
     if not isinstance(messages, list):
         raise OpenAIError("messages must be a list of messages.")
-    check_chat(messages, b.get("max_completion_tokens") or b.get("max_tokens"), context_length)
+    check_chat(b, context_length)
     ids = encode(render_chat([_message_text(m, i) for i, m in enumerate(messages)]))
+    b = header_dp_rank(b, dp_rank_header)
     if (b.get("max_completion_tokens") or b.get("max_tokens")) is None:  # SGLang: the rest of the context
         sampling = dataclasses.replace(sampling, max_new_tokens=max(context_length - len(ids) - 1, 0))
     rid = single_rid(b.get("rid"))
@@ -469,12 +504,21 @@ def parse_chat(body: Any, *, encode, vocab_size: int, context_length: int,
     return OpenAIRequest(prompts, **answer)
 
 
-def check_chat(messages: list, max_tokens: int | None, context_length: int) -> None:
+#: SGLang's words (its chat serving's _validate_request) for a flat raw logprob option with no
+#: meta_info to carry it.
+FLAT_RAW_NEEDS_META = "return_flat_raw_output_top_logprobs requires return_meta_info=true."
+
+
+def check_chat(b: Mapping[str, Any], context_length: int) -> None:
     """SGLang's chat serving's own checks of a request (its _validate_request), those a text-only
-    request without tools can fail, in its words: no messages, and a completion longer than the
-    context however short the prompt (the engine has no --allow-auto-truncate)."""
-    if not messages:
+    request without tools can fail, in its words and order: no messages, a flat raw logprob
+    option without return_meta_info, and a completion longer than the context however short
+    the prompt (the engine has no --allow-auto-truncate)."""
+    if not b.get("messages"):
         raise OpenAIError("Messages cannot be empty.")
+    if b.get("return_flat_raw_output_top_logprobs") and not b.get("return_meta_info"):
+        raise OpenAIError(FLAT_RAW_NEEDS_META)
+    max_tokens = b.get("max_completion_tokens") or b.get("max_tokens")
     if max_tokens and max_tokens > context_length:
         raise OpenAIError(f"max_completion_tokens is too large: {max_tokens}.This model supports at most "
                           f"{context_length} completion tokens.")

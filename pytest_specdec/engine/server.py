@@ -581,7 +581,8 @@ class EngineServer:
         try:
             o = parse(await self._read_json(request, model=model), encode=self.tokenizer.encode,
                       vocab_size=self.tokenizer.vocab_size, context_length=self.context_length,
-                      served_model_name=self.served_model_name, rids_free=self.in_flight.check)
+                      served_model_name=self.served_model_name, rids_free=self.in_flight.check,
+                      dp_rank_header=request.headers.get(openai_api.DP_RANK_HEADER))
             reqs = [Request(list(p.input_ids), p.sampling.max_new_tokens, ignore_eos=p.sampling.ignore_eos,
                             stop=p.sampling.stop, stop_token_ids=p.sampling.stop_token_ids, stream=o.stream,
                             rid=p.rid, abort=p.abort) for p in o.prompts]

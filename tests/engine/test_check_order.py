@@ -39,12 +39,16 @@ OVER_CONTEXT = "Requested token count exceeds the model's maximum context length
 NO_PROMPT = "Either text, input_ids or input_embeds should be provided."
 BUSY = DUPLICATE_RID.format("busy")
 UNSUPPORTED = "The embedded engine cannot honour"
+NEEDS_META = "return_flat_raw_output_top_logprobs requires return_meta_info=true."
+BAD_HEADER = "Invalid X-Data-Parallel-Rank header: must be an integer, got '{}'"
 
 
-def parse(route: str, body: dict, rids_free=None):
+def parse(route: str, body: dict, rids_free=None, dp_rank_header: str | None = None):
     kwargs = {"encode": TOKENIZER.encode, "vocab_size": TOKENIZER.vocab_size, "context_length": CONTEXT}
     if rids_free is not None:
         kwargs["rids_free"] = rids_free
+    if dp_rank_header is not None:
+        kwargs["dp_rank_header"] = dp_rank_header
     if route == "/generate":
         return (parse_batch if is_batch(body) else parse_generate)(body, **kwargs)
     parse_openai = openai_api.parse_completion if route == "/v1/completions" else openai_api.parse_chat
@@ -124,6 +128,12 @@ CASES = [
     ("/v1/chat/completions", {"messages": [], "routed_dp_rank": 1}, "Messages cannot be empty."),
     ("/v1/chat/completions", {"messages": CHAT, "rid": "busy", "routed_dp_rank": -1}, DP_RANK_RANGE.format(-1)),
     ("/v1/chat/completions", {"messages": CHAT, "routed_dp_rank": 0, "model": "tiny:adapter"}, LORA.format("adapter")),
+    # the chat's flat raw logprob option without return_meta_info: after no messages, before the context
+    ("/v1/chat/completions", {"messages": [], "return_flat_raw_output_top_logprobs": True}, "Messages cannot be empty."),
+    ("/v1/chat/completions", {"messages": CHAT, "return_flat_raw_output_top_logprobs": True, "rid": "busy",
+                              "max_completion_tokens": 300}, NEEDS_META),
+    ("/v1/chat/completions", {"messages": CHAT, "return_flat_raw_output_top_logprobs": True,
+                              "return_meta_info": True, "rid": "busy"}, BUSY),
 ]
 
 
@@ -153,3 +163,60 @@ def test_an_empty_prompt_sglang_passes_is_still_refused_last(body):
 def test_a_value_the_engine_cannot_honour_alone_is_still_refused(route, body):
     with pytest.raises(RequestError, match=UNSUPPORTED):
         parse(route, body)
+
+
+#: (route, body, X-Data-Parallel-Rank header, SGLang's first refusal): the header is read as its
+#: serving class builds the request (after its own checks, before the tokenizer manager's) and
+#: wins over the body's routed_dp_rank.
+HEADER_CASES = [
+    ("/v1/completions", {"prompt": "", "rid": "busy"}, "x", "Prompt cannot be empty"),
+    ("/v1/completions", {"prompt": ["a", "b"], "rid": ["x"]}, "x", BAD_HEADER.format("x")),
+    ("/v1/completions", {"prompt": "hi", "rid": "busy"}, "1.0", BAD_HEADER.format("1.0")),
+    ("/v1/completions", {"prompt": "hi", "rid": "busy", "routed_dp_rank": 1}, "", BAD_HEADER.format("")),
+    ("/v1/completions", {"prompt": "hi", "rid": "busy", "routed_dp_rank": 0}, "2", DP_RANK_RANGE.format(2)),
+    ("/v1/completions", {"prompt": "hi", "routed_dp_rank": 3, "model": "tiny:a"}, "0", LORA.format("a")),
+    ("/v1/completions", {"prompt": "hi", "data_parallel_rank": 3, "model": "tiny:a"}, " +0 ", LORA.format("a")),
+    ("/v1/completions", {"prompt": ["a", "b"], "rid": ["x"]}, "-1", RID_LENGTH),
+    ("/v1/chat/completions", {"messages": [], "rid": "busy"}, "x", "Messages cannot be empty."),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 300}, "x", "max_completion_tokens is too large: 300."),
+    ("/v1/chat/completions", {"messages": CHAT, "rid": "busy"}, "x", BAD_HEADER.format("x")),
+    ("/v1/chat/completions", {"messages": CHAT, "rid": "busy", "routed_dp_rank": 0}, "1", DP_RANK_RANGE.format(1)),
+    ("/v1/chat/completions", {"messages": CHAT, "routed_dp_rank": 1, "model": "tiny:a"}, "0", LORA.format("a")),
+]
+
+
+@pytest.mark.parametrize("route, body, header, first", HEADER_CASES,
+                         ids=[f"{i}-{c[0]}" for i, c in enumerate(HEADER_CASES)])
+def test_the_openai_routes_read_the_dp_rank_header_first_as_sglang_does(route, body, header, first):
+    """The engine ignored X-Data-Parallel-Rank: SGLang's OpenAI routes refuse one that is no
+    integer and route by it ahead of the body's routed_dp_rank."""
+    in_flight = InFlight()
+    in_flight.claim([SimpleNamespace(rid="busy")])
+    with pytest.raises(RequestError) as info:
+        parse(route, body, in_flight.check if "busy" in repr(body) else None, dp_rank_header=header)
+    assert str(info.value).startswith(first), str(info.value)
+
+
+@pytest.mark.parametrize("route, body", [("/v1/completions", {"prompt": "hi"}),
+                                         ("/v1/chat/completions", {"messages": CHAT})])
+def test_a_header_of_rank_0_is_served_whatever_the_body_says(route, body):
+    assert parse(route, {**body, "routed_dp_rank": 5}, dp_rank_header="0").prompts
+
+
+def test_a_header_that_is_no_integer_is_answered_as_sglangs_http_exception():
+    """SGLang's handle_request answers the HTTPException with its status as the error's type."""
+    with pytest.raises(RequestError) as info:
+        parse("/v1/completions", {"prompt": "hi"}, dp_rank_header="one")
+    assert openai_api.error_body(info.value) == {"object": "error", "message": BAD_HEADER.format("one"),
+                                                 "type": "400", "param": None, "code": 400}
+
+
+@pytest.mark.parametrize("route, body", [
+    ("/v1/completions", {"prompt": "hi", "session_params": {"id": "s", "offset": 1}}),
+    ("/v1/chat/completions", {"messages": CHAT, "session_id": "s", "session_params": {"id": "s"}}),
+    ("/v1/chat/completions", {"messages": CHAT, "session_params": {}}),
+])
+def test_session_params_are_ignored_by_the_openai_routes_as_sglang_ignores_them(route, body):
+    """The engine refused a non-null session_params as a value it cannot honour; SGLang's OpenAI
+    routes never pass it on (so no session_id beside it is refused either)."""
+    assert parse(route, body).prompts

@@ -603,6 +603,46 @@ def test_the_engine_refuses_a_lora_adapter_in_sglangs_words(srt):
     assert str(info.value) in templates(check), templates(check)
 
 
+def test_the_openai_routes_route_by_the_dp_rank_header_as_the_engine_does(srt):
+    """openai_api.header_dp_rank: serving_base reads X-Data-Parallel-Rank with int() ahead of the
+    body's routed_dp_rank, refusing any other value with a 400 HTTPException in these words, which
+    handle_request answers with the status as the type; both routes read it as they build the
+    request; /generate reads no such header."""
+    base = srt("entrypoints/openai/serving_base.py")
+    read = function(base, "extract_routed_dp_rank_from_header")
+    code = ast.unparse(read)
+    assert f"raw_request.headers.get('{openai_api.DP_RANK_HEADER.lower()}')" in code, code
+    assert "header_dp_rank = int(header_value)" in code and "return header_dp_rank" in code, code
+    assert "HTTPException(status_code=400, detail=f\"Invalid X-Data-Parallel-Rank header" in code, code
+    assert openai_api.DP_RANK_HEADER_INVALID in templates(read), templates(read)
+    handle = ast.unparse(function(base, "handle_request"))
+    assert "except HTTPException as e:" in handle and "err_type=str(e.status_code)" in handle, handle
+    for module in ("serving_completions.py", "serving_chat.py"):
+        convert = ast.unparse(function(srt("entrypoints/openai/" + module), "_convert_to_internal_request"))
+        assert "self.extract_routed_dp_rank_from_header(raw_request, request.routed_dp_rank)" in convert, module
+        assert "routed_dp_rank=effective_routed_dp_rank" in convert, module
+    assert openai_api.DP_RANK_HEADER.lower() not in ast.unparse(srt("entrypoints/http_server.py")).lower()
+
+
+def test_the_openai_routes_pass_no_session_params_on_so_the_engine_ignores_them(srt):
+    """openai_api's routing hints: both routes declare session_params but never read it."""
+    for module in ("serving_completions.py", "serving_chat.py"):
+        assert "session_params" not in ast.unparse(srt("entrypoints/openai/" + module)), module
+    assert "session_params" in openai_api.COMPLETION_HINTS and "session_params" in openai_api.CHAT_HINTS
+
+
+def test_the_chat_refuses_flat_raw_logprobs_without_meta_info_in_sglangs_words_and_order(srt):
+    """openai_api.check_chat: the chat's _validate_request refuses the flat raw output option
+    without return_meta_info after no messages and before a completion past the context."""
+    validate = function(srt("entrypoints/openai/serving_chat.py"), "_validate_request")
+    words = templates(validate)
+    assert openai_api.FLAT_RAW_NEEDS_META in words, words
+    code = ast.unparse(validate)
+    assert "request.return_flat_raw_output_top_logprobs and (not request.return_meta_info)" in code, code
+    order = ("Messages cannot be empty.", openai_api.FLAT_RAW_NEEDS_META, "max_completion_tokens is too large")
+    assert [code.index(step) for step in order] == sorted(code.index(step) for step in order), code
+
+
 def test_the_openai_routes_read_an_adapter_from_the_model_as_the_engine_does(srt):
     """openai_api.lora_adapter follows serving_base's reading of "base:adapter", which both
     routes apply ahead of lora_path."""
