@@ -99,10 +99,11 @@ class Engine:
         self._reader.join(5)
         return code
 
-    def request(self, method: str, path: str, body=None, timeout: float = 60.0, raw: bytes | None = None) -> HttpResult:
+    def request(self, method: str, path: str, body=None, timeout: float = 60.0, raw: bytes | None = None,
+                headers: dict[str, str] | None = None) -> HttpResult:
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **(headers or {})})
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 return HttpResult(resp.status, resp.read(), resp.headers)

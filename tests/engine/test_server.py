@@ -877,6 +877,26 @@ def test_a_chat_is_refused_in_the_words_of_sglangs_chat_validation(ddtree, field
                                                 "param": None, "code": 400}, res.text
 
 
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_the_dp_rank_header_is_read_on_the_openai_routes_as_sglang_reads_it(ddtree, path):
+    """The engine ignored X-Data-Parallel-Rank; SGLang's OpenAI routes route by it ahead of the
+    body's routed_dp_rank and answer one that is no integer with its HTTPException's 400."""
+    body = {**OPENAI_REQUESTS[path], "routed_dp_rank": 0}
+    bad = ddtree.post(path, body, headers={"x-data-parallel-rank": "first"})
+    assert bad.status == 400 and bad.json() == {
+        "object": "error", "message": "Invalid X-Data-Parallel-Rank header: must be an integer, got 'first'",
+        "type": "400", "param": None, "code": 400}, bad.text
+    other = ddtree.post(path, body, headers={"X-Data-Parallel-Rank": "1"})
+    assert other.status == 400 and error_message(other) == "routed_dp_rank=1 out of range [0, 1)", other.text
+    assert ddtree.post(path, {**body, "routed_dp_rank": 1}, headers={"X-Data-Parallel-Rank": "0"}).status == 200
+
+
+def test_generate_reads_no_dp_rank_header_as_sglangs_does(ddtree):
+    res = ddtree.post("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 2}},
+                      headers={"X-Data-Parallel-Rank": "x"})
+    assert res.status == 200, res.text
+
+
 @pytest.mark.parametrize("method, path, status, detail, allow", [
     ("GET", "/no/such/route", 404, "Not Found", None),
     ("POST", "/v1/embeddings/nope", 404, "Not Found", None),
