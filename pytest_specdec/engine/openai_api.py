@@ -504,18 +504,28 @@ def parse_chat(body: Any, *, encode, vocab_size: int, context_length: int,
     return OpenAIRequest(prompts, **answer)
 
 
-#: SGLang's words (its chat serving's _validate_request) for a flat raw logprob option with no
-#: meta_info to carry it.
+#: SGLang's words (its chat serving's _validate_request) for a template a request brings, on a
+#: server launched without --trust-request-chat-template, as the engine is.
+REQUEST_TEMPLATE = ("Request-supplied chat_template is not allowed. Start the server with "
+                    "--trust-request-chat-template to permit it.")
+#: SGLang's words (the same checks) for options whose answer only meta_info carries.
+SAMPLING_MASK_NEEDS_META = "return_sampling_mask requires return_meta_info=true."
 FLAT_RAW_NEEDS_META = "return_flat_raw_output_top_logprobs requires return_meta_info=true."
 
 
 def check_chat(b: Mapping[str, Any], context_length: int) -> None:
     """SGLang's chat serving's own checks of a request (its _validate_request), those a text-only
-    request without tools can fail, in its words and order: no messages, a flat raw logprob
-    option without return_meta_info, and a completion longer than the context however short
-    the prompt (the engine has no --allow-auto-truncate)."""
+    request without tools can fail, in its words and order: no messages, a chat_template in
+    chat_template_kwargs, a sampling mask or a flat raw logprob option without
+    return_meta_info, and a completion longer than the context however short the prompt (the
+    engine has no --allow-auto-truncate)."""
     if not b.get("messages"):
         raise OpenAIError("Messages cannot be empty.")
+    kwargs = b.get("chat_template_kwargs")
+    if isinstance(kwargs, dict) and "chat_template" in kwargs:
+        raise OpenAIError(REQUEST_TEMPLATE)
+    if b.get("return_sampling_mask") and not b.get("return_meta_info"):
+        raise OpenAIError(SAMPLING_MASK_NEEDS_META)
     if b.get("return_flat_raw_output_top_logprobs") and not b.get("return_meta_info"):
         raise OpenAIError(FLAT_RAW_NEEDS_META)
     max_tokens = b.get("max_completion_tokens") or b.get("max_tokens")

@@ -40,6 +40,8 @@ NO_PROMPT = "Either text, input_ids or input_embeds should be provided."
 BUSY = DUPLICATE_RID.format("busy")
 UNSUPPORTED = "The embedded engine cannot honour"
 NEEDS_META = "return_flat_raw_output_top_logprobs requires return_meta_info=true."
+SAMPLING_MASK_NEEDS_META = "return_sampling_mask requires return_meta_info=true."
+REQUEST_TEMPLATE = "Request-supplied chat_template is not allowed."
 BAD_HEADER = "Invalid X-Data-Parallel-Rank header: must be an integer, got '{}'"
 
 
@@ -134,6 +136,13 @@ CASES = [
                               "max_completion_tokens": 300}, NEEDS_META),
     ("/v1/chat/completions", {"messages": CHAT, "return_flat_raw_output_top_logprobs": True,
                               "return_meta_info": True, "rid": "busy"}, BUSY),
+    # a request's chat_template, then a sampling mask without return_meta_info, before the flat raw option
+    ("/v1/chat/completions", {"messages": CHAT, "chat_template_kwargs": {"chat_template": "x"},
+                              "return_sampling_mask": True}, REQUEST_TEMPLATE),
+    ("/v1/chat/completions", {"messages": CHAT, "return_sampling_mask": True,
+                              "return_flat_raw_output_top_logprobs": True}, SAMPLING_MASK_NEEDS_META),
+    ("/v1/chat/completions", {"messages": CHAT, "return_sampling_mask": True, "return_meta_info": True,
+                              "rid": "busy"}, BUSY),
 ]
 
 

@@ -631,15 +631,23 @@ def test_the_openai_routes_pass_no_session_params_on_so_the_engine_ignores_them(
     assert "session_params" in openai_api.COMPLETION_HINTS and "session_params" in openai_api.CHAT_HINTS
 
 
-def test_the_chat_refuses_flat_raw_logprobs_without_meta_info_in_sglangs_words_and_order(srt):
-    """openai_api.check_chat: the chat's _validate_request refuses the flat raw output option
-    without return_meta_info after no messages and before a completion past the context."""
+def test_the_chats_own_refusals_of_its_options_are_sglangs_in_its_words_and_order(srt):
+    """openai_api.check_chat: the chat's _validate_request refuses, after no messages and before a
+    completion past the context, a request's chat_template (the engine is launched without
+    --trust-request-chat-template, off by default), then the sampling mask and then the flat raw
+    output option without return_meta_info."""
     validate = function(srt("entrypoints/openai/serving_chat.py"), "_validate_request")
     words = templates(validate)
-    assert openai_api.FLAT_RAW_NEEDS_META in words, words
+    for text in (openai_api.REQUEST_TEMPLATE, openai_api.SAMPLING_MASK_NEEDS_META, openai_api.FLAT_RAW_NEEDS_META):
+        assert text in words, (text, words)
     code = ast.unparse(validate)
     assert "request.return_flat_raw_output_top_logprobs and (not request.return_meta_info)" in code, code
-    order = ("Messages cannot be empty.", openai_api.FLAT_RAW_NEEDS_META, "max_completion_tokens is too large")
+    assert "request.return_sampling_mask and (not request.return_meta_info)" in code, code
+    assert "'chat_template' in request.chat_template_kwargs" in code, code
+    assert field_default(class_fields(srt("arg_groups/fields/serving.py"), "Serving")["trust_request_chat_template"]) \
+        is False
+    order = ("Messages cannot be empty.", "Request-supplied chat_template", openai_api.SAMPLING_MASK_NEEDS_META,
+             openai_api.FLAT_RAW_NEEDS_META, "max_completion_tokens is too large")
     assert [code.index(step) for step in order] == sorted(code.index(step) for step in order), code
 
 
