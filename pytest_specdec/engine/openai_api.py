@@ -69,6 +69,13 @@ class HeaderError(OpenAIError):
     err_type = "400"
 
 
+class ConversionError(OpenAIError):
+    """A ValueError SGLang's serving class raises as it builds the request, which its
+    handle_request answers with the type BadRequest."""
+
+    err_type = "BadRequest"
+
+
 def error_body(exc: RequestError) -> dict:
     """SGLang's OpenAI error body (its serving_base.create_error_response)."""
     err_type = exc.err_type if isinstance(exc, OpenAIError) else OpenAIError.err_type
@@ -489,6 +496,7 @@ def parse_chat(body: Any, *, encode, vocab_size: int, context_length: int,
     if not isinstance(messages, list):
         raise OpenAIError("messages must be a list of messages.")
     check_chat(b, context_length)
+    check_chat_stream(b)
     ids = encode(render_chat([_message_text(m, i) for i, m in enumerate(messages)]))
     b = header_dp_rank(b, dp_rank_header)
     if (b.get("max_completion_tokens") or b.get("max_tokens")) is None:  # SGLang: the rest of the context
@@ -511,6 +519,27 @@ REQUEST_TEMPLATE = ("Request-supplied chat_template is not allowed. Start the se
 #: SGLang's words (the same checks) for options whose answer only meta_info carries.
 SAMPLING_MASK_NEEDS_META = "return_sampling_mask requires return_meta_info=true."
 FLAT_RAW_NEEDS_META = "return_flat_raw_output_top_logprobs requires return_meta_info=true."
+
+
+#: SGLang's words (its chat serving's _convert_to_internal_request), in its order, for options
+#: a streamed chat cannot answer.
+STREAM_REFUSALS = (
+    ("return_prompt_token_ids", "return_prompt_token_ids is not supported with streaming. Please set stream=false "
+                                "when using return_prompt_token_ids=true."),
+    ("return_token_ids", "return_token_ids is not supported with streaming on /v1/chat/completions. Please set "
+                         "stream=false when using return_token_ids=true."),
+    ("return_meta_info", "return_meta_info is not supported with streaming. Please set stream=false when using "
+                         "return_meta_info=true."),
+)
+
+
+def check_chat_stream(b: Mapping[str, Any]) -> None:
+    """SGLang's refusals, as its chat builds the request (before it renders the messages), of
+    options a stream cannot answer."""
+    if b.get("stream"):
+        for name, words in STREAM_REFUSALS:
+            if b.get(name):
+                raise ConversionError(words)
 
 
 def check_chat(b: Mapping[str, Any], context_length: int) -> None:

@@ -143,6 +143,16 @@ CASES = [
                               "return_flat_raw_output_top_logprobs": True}, SAMPLING_MASK_NEEDS_META),
     ("/v1/chat/completions", {"messages": CHAT, "return_sampling_mask": True, "return_meta_info": True,
                               "rid": "busy"}, BUSY),
+    # a stream's options its chat cannot stream: after its own checks, before the prompt's and the rids'
+    ("/v1/chat/completions", {"messages": CHAT, "stream": True, "return_token_ids": True,
+                              "max_tokens": 300}, "max_completion_tokens is too large: 300."),
+    ("/v1/chat/completions", {"messages": CHAT, "stream": True, "return_token_ids": True, "return_meta_info": True,
+                              "rid": "busy"}, "return_token_ids is not supported with streaming"),
+    ("/v1/chat/completions", {"messages": CHAT, "stream": True, "return_prompt_token_ids": True,
+                              "return_meta_info": True}, "return_prompt_token_ids is not supported with streaming"),
+    ("/v1/chat/completions", {"messages": CHAT, "stream": True, "return_meta_info": True, "rid": "busy"},
+     "return_meta_info is not supported with streaming. Please set stream=false"),
+    ("/v1/chat/completions", {"messages": CHAT, "return_meta_info": True, "rid": "busy"}, BUSY),
 ]
 
 
@@ -229,3 +239,10 @@ def test_session_params_are_ignored_by_the_openai_routes_as_sglang_ignores_them(
     """The engine refused a non-null session_params as a value it cannot honour; SGLang's OpenAI
     routes never pass it on (so no session_id beside it is refused either)."""
     assert parse(route, body).prompts
+
+
+def test_an_option_a_chat_cannot_stream_is_answered_as_sglangs_value_error():
+    """SGLang's handle_request answers its chat's ValueError with the type BadRequest."""
+    with pytest.raises(RequestError) as info:
+        parse("/v1/chat/completions", {"messages": CHAT, "stream": True, "return_meta_info": True})
+    assert openai_api.error_body(info.value)["type"] == "BadRequest"

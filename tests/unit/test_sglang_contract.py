@@ -651,6 +651,25 @@ def test_the_chats_own_refusals_of_its_options_are_sglangs_in_its_words_and_orde
     assert [code.index(step) for step in order] == sorted(code.index(step) for step in order), code
 
 
+def test_the_chats_refusals_of_what_it_cannot_stream_are_sglangs_in_its_words_and_order(srt):
+    """openai_api.check_chat_stream: the chat's _convert_to_internal_request raises these
+    ValueErrors for a stream before it processes the messages, and handle_request answers a
+    ValueError with the type BadRequest."""
+    convert = function(srt("entrypoints/openai/serving_chat.py"), "_convert_to_internal_request")
+    code = ast.unparse(convert)
+    words = templates(convert)
+    positions = []
+    for name, text in openai_api.STREAM_REFUSALS:
+        assert text in words, (text, words)
+        assert f"if request.{name}:" in code, name
+        positions.append(code.index(text))
+    assert positions == sorted(positions) and positions[-1] < code.index("self._process_messages("), code
+    assert code.index("if request.stream:") < positions[0], code
+    handle = "".join(ast.unparse(function(srt("entrypoints/openai/serving_base.py"), "handle_request")).split())
+    assert ("exceptValueErrorase:returnself.create_error_response(message=str(e),"
+            f"err_type='{openai_api.ConversionError.err_type}',status_code=400)") in handle, handle
+
+
 def test_the_openai_routes_read_an_adapter_from_the_model_as_the_engine_does(srt):
     """openai_api.lora_adapter follows serving_base's reading of "base:adapter", which both
     routes apply ahead of lora_path."""
