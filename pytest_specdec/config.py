@@ -497,9 +497,13 @@ def _parse_workload(filename: str, index: int, data: Any, root: Path) -> Workloa
         path = Path(prompts).expanduser()  # as the model paths are
         path = path if path.is_absolute() else root / path
         meant = closest(prompts, BUILTIN_PROMPT_SETS) if "/" not in prompts and not path.suffix else None
-        if not path.is_file():
+        try:
+            is_file, is_dir = path.is_file(), path.is_dir()
+        except OSError as exc:  # a name too long, a folder on the way that cannot be searched
+            reader.fail("prompts", f"{prompts!r} cannot be looked up ({exc.strerror or exc}); fix the path")
+        if not is_file:
             # the path looked at, since a relative one is the project root's, not the current folder's
-            found = f"{path} is a folder" if path.is_dir() else f"no file at {path}"
+            found = f"{path} is a folder" if is_dir else f"no file at {path}"
             relative = "" if Path(prompts).expanduser().is_absolute() else " (a relative path is the project root's)"
             reader.fail("prompts", f"{prompts!r} is neither a built-in set "
                                    f"({', '.join(BUILTIN_PROMPT_SETS)}) nor a JSONL file; "

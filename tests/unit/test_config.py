@@ -175,6 +175,10 @@ from pytest_specdec.errors import SpecdecUsageError
     ("[[tool.specdec.workloads]]\nprompts = 'poetry'\n", "*key 'prompts': 'poetry' is neither a built-in set * nor a "
                                                           "JSONL file; no file at */poetry (a relative path is the "
                                                           "project root's): fix the path"),
+    # a name the file system refuses to look up (too long) is a path to fix, not an internal error
+    ("[[tool.specdec.workloads]]\nprompts = '" + "p" * 300 + ".jsonl'\n",
+     "*[tool.specdec.workloads #1] key 'prompts': 'ppp*.jsonl' cannot be looked up (File name too long); "
+     "fix the path"),
     ("[tool.specdec.metrics]\nkv_hit_rate = 'higer'\n",
      "pyproject.toml [tool.specdec.metrics] key 'kv_hit_rate': 'higer' is not a direction; did you mean 'higher'?"),
     ("[[tool.specdec.workloads]]\nconcurrency = 0\n",
