@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
+from . import json_text
 from .directions import METRIC_DIRECTIONS, Direction
 from .errors import SpecdecUsageError
 
@@ -373,15 +374,6 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _parse_int(digits: str) -> int | float:
-    """A JSON integer; one too long for a float reads as one (infinite, so refused as a figure by
-    name) rather than raising OverflowError in the checks, or ValueError past Python's digit limit."""
-    return int(digits) if len(digits) <= _INT_DIGITS else float(digits)
-
-
-_INT_DIGITS = 300  # a float holds up to about 1.8e308
-
-
 def parse_baselines(text: str, hardware_key: str, source: str,
                     setter: Callable[[str], str] = _flag) -> Baselines:
     """Validate a baseline document; every error names the file, the entry and the fix.
@@ -394,7 +386,7 @@ def parse_baselines(text: str, hardware_key: str, source: str,
         raise SpecdecUsageError(f"baseline file {source} is empty (saves replace it whole, so something "
                                 f"else emptied it); {fix}")
     try:
-        doc = json.loads(text, object_pairs_hook=_unique_keys, parse_int=_parse_int)
+        doc = json_text.loads(text, object_pairs_hook=_unique_keys)
     except _DuplicateKey as exc:
         raise SpecdecUsageError(
             f"baseline file {source} names {exc.key!r} twice in one object (a hand edit or a merge "

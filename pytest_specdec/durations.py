@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from . import json_text
 from .errors import SpecdecUsageError
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ def load(path: str | Path, remade_by: str = REMADE_BY_A_SAVE) -> dict[str, float
         why = getattr(exc, "strerror", None) or exc
         raise SpecdecUsageError(f"durations file {path} cannot be read: {why}; {fix}") from None
     try:
-        doc = json.loads(text)
+        doc = json_text.loads(text)
     except json.JSONDecodeError as exc:
         raise SpecdecUsageError(f"durations file {path} is not valid JSON (line {exc.lineno}: "
                                 f"{exc.msg}); {fix}") from None

@@ -29,6 +29,7 @@ from typing import Any, Iterator, Mapping
 
 from filelock import FileLock
 
+from . import json_text
 from .journal_cache import LatestCache
 
 #: The version written. 2: figures are journaled `measured`, and a `done` mark confirms them.
@@ -185,7 +186,7 @@ class Journal:
                 self._cache.parsed_lines += 1
             torn = index == len(lines)  # no newline after it: the write never finished
             try:
-                obj = json.loads(line)
+                obj = json_text.loads(line)
                 if not isinstance(obj, dict):
                     raise ValueError("not an object")
                 if isinstance(obj.get("v"), bool) or obj.get("v") not in READ_VERSIONS:
@@ -203,7 +204,7 @@ class Journal:
                 )
                 if rec.confirms and rec.status != DONE:
                     raise ValueError(f"a {rec.status!r} record confirms another")
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError, OverflowError) as exc:  # Overflow: a pid of 1e999
                 what = "an incomplete last line (interrupted write)" if torn else f"an unreadable line ({exc})"
                 self._skip(DamagedLine(self.path, lineno, what), damaged)
                 continue

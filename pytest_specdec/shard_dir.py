@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from . import json_text
 from .configuration import MatrixCase
 from .errors import SpecdecUsageError
 from .fingerprint import Fingerprint, run_setup
@@ -296,7 +297,7 @@ def read(directory: str | Path) -> ShardManifest:
     if not path.is_file():
         raise SpecdecUsageError(f"{directory} is not a shard folder: it has no {MANIFEST} ({how})")
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        obj = json_text.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SpecdecUsageError(f"{path} cannot be read ({exc}); re-run that shard") from None
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
@@ -306,7 +307,7 @@ def read(directory: str | Path) -> ShardManifest:
                                 f"this pytest-specdec reads ({VERSION}); upgrade pytest-specdec")
     try:
         return ShardManifest.from_json(obj, directory)
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+    except (AttributeError, KeyError, TypeError, ValueError, OverflowError) as exc:  # Overflow: int(1e999)
         raise SpecdecUsageError(f"{path} is damaged ({type(exc).__name__}: {exc}); re-run that "
                                 f"shard") from None
 

@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from . import context_rule
+from . import context_rule, json_text
 from .errors import SpecdecUsageError
 from .fingerprint import text_digest
 
@@ -142,7 +142,7 @@ def parse_prompt_lines(lines: Iterable[str], source: str) -> tuple[Prompt, ...]:
             continue
         where = f"{source}:{lineno}"
         try:
-            obj = json.loads(line)
+            obj = json_text.loads(line)
         except json.JSONDecodeError as exc:
             raise SpecdecUsageError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno}); {shape}") from None
         if not isinstance(obj, dict):

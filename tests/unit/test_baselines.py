@@ -252,6 +252,7 @@ def test_missing_file_is_empty(tmp_path):
     "content, match",
     [
         ("{not json", r"is not valid JSON \(line 1, column 2"),
+        ("[" * 100_000 + "]" * 100_000, r"is not valid JSON \(line 1, column 1: nested too deeply"),
         ("[]", "is not a pytest-specdec baseline file"),
         ('{"format": "pytest-benchmark", "version": 1}', "is not a pytest-specdec baseline file"),
         (json.dumps({"format": FORMAT, "version": 99, "hardware_key": "cpu", "entries": {}}), "newer than"),
@@ -462,6 +463,21 @@ def test_a_baseline_file_an_editor_saved_with_a_byte_order_mark_is_read(tmp_path
     assert load_baselines(path, "cpu").get("a", "output_tok_s").value == 5.0
     save_baselines(path, "cpu", {"b": [mv(value=6.0)]}, versions={})  # a save merges into it
     assert sorted(load_baselines(path, "cpu").entries) == ["a", "b"]
+
+
+@pytest.mark.parametrize("text, why", [
+    ("[" * 100_000 + "]" * 100_000, "is not valid JSON (line 1: nested too deeply to read)"),
+    ('{"format": "pytest-specdec-durations", "version": 1, "configurations": {"ar-tp1": ' + "9" * 5000 + "}}",
+     "ar-tp1: inf is not a number of seconds"),
+])
+def test_a_durations_file_json_reads_only_with_another_error_is_a_usage_error(tmp_path, text, why):
+    from pytest_specdec import durations
+
+    path = tmp_path / "durations.json"
+    path.write_text(text)
+    with pytest.raises(SpecdecUsageError) as info:
+        durations.load(path)
+    assert why in str(info.value) and "fix or delete it" in str(info.value)
 
 
 def test_a_durations_file_with_a_byte_order_mark_is_read(tmp_path):

@@ -85,7 +85,11 @@ def test_append_after_a_torn_line_starts_a_fresh_line(tmp_path):
     assert keys == {("a", "chat"), ("c", "chat")}
 
 
-@pytest.mark.parametrize("junk", [b"not json\n", b"[1, 2]\n", b'{"workload": "chat"}\n', b'{"config_id": "a", "workload": "w", "pid": "x"}\n'])
+@pytest.mark.parametrize("junk", [b"not json\n", b"[1, 2]\n", b'{"workload": "chat"}\n', b'{"config_id": "a", "workload": "w", "pid": "x"}\n',
+                                  # what json reads without a JSONDecodeError yet no record holds: a pid of 1e999
+                                  # (int() overflows), nesting past the decoder's recursion limit
+                                  b'{"v": 2, "config_id": "a", "workload": "w", "pid": 1e999}\n',
+                                  b"[" * 100_000 + b"]" * 100_000 + b"\n"])
 def test_unreadable_middle_lines_are_skipped_never_raise(tmp_path, junk):
     path = tmp_path / "j.jsonl"
     j = Journal(path)

@@ -299,6 +299,7 @@ def test_a_journal_record_of_the_wrong_shape_fails_the_merge_naming_it(shards):
     ("durations", "x", "durations 'x' is not an object of seconds per configuration"),
     ("exitstatus", "x", "exitstatus 'x' is not pytest's exit status (an integer)"),
     ("tests", [{"nodeid": "n"}], "KeyError: 'outcome'"),
+    ("shard", {"index": float("inf"), "count": 2}, "OverflowError: cannot convert float infinity to integer"),
 ])
 def test_a_damaged_manifest_is_an_error_naming_it(shards, key, value, why):
     path = shards / "shard-1" / MANIFEST

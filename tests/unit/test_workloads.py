@@ -139,6 +139,10 @@ def test_load_jsonl_reads_prompts_overrides_and_skips_blank_lines(tmp_path):
         ('{"prompt": "x", "max_new_tokens": 0}\n', 1, '"max_new_tokens" must be a positive integer'),
         ('{"prompt": "x", "max_new_tokens": "8"}\n', 1, '"max_new_tokens" must be a positive integer'),
         ('{"prompt": "x", "max_new_tokens": true}\n', 1, '"max_new_tokens" must be a positive integer'),
+        # nesting past the decoder's recursion limit, digits past Python's limit on an int
+        ('{"prompt": "ok"}\n' + "[" * 100_000 + "]" * 100_000 + "\n", 2, "not valid JSON"),
+        ('{"prompt": "x", "max_new_tokens": ' + "9" * 5000 + '}\n', 1,
+         '"max_new_tokens" must be a positive integer'),
         ('{"prompt": "ok"}\n{"prompt": "a\\ud800b"}\n', 2,
          r"\"prompt\" holds '\\ud800' at character 2, a lone surrogate .*; fix the \\u escape"),
     ],

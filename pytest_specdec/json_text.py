@@ -1,0 +1,31 @@
+"""`json.loads` for the files a user or a crash can damage: every failure on bad text is a
+`json.JSONDecodeError`, which each reader turns into a message naming its file.
+
+The standard decoder raises other errors on text that no writer of ours produces but a hand edit
+or damage can: RecursionError on arrays or objects nested some thousand deep, and ValueError on
+an integer past Python's limit on digits (4300). Those would reach the user as tracebacks.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+_INT_DIGITS = 300  # a float holds up to about 1.8e308
+
+
+def parse_int(digits: str) -> int | float:
+    """A JSON integer; one too long for a float reads as one (infinite, so each reader's check of
+    its number refuses it) rather than raising past Python's digit limit."""
+    return int(digits) if len(digits) <= _INT_DIGITS else float(digits)
+
+
+def loads(text: str | bytes, **kwargs: Any) -> Any:
+    """`json.loads(text, **kwargs)`, raising only JSONDecodeError for text that is no readable JSON
+    (and what an `object_pairs_hook` raises)."""
+    kwargs.setdefault("parse_int", parse_int)
+    try:
+        return json.loads(text, **kwargs)
+    except RecursionError:
+        doc = text if isinstance(text, str) else text.decode("utf-8", "replace")
+        raise json.JSONDecodeError("nested too deeply to read", doc, 0) from None
