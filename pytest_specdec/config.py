@@ -754,6 +754,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise SpecdecUsageError(f"{path.name}: invalid TOML ({exc}); fix the syntax") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise SpecdecUsageError(f"{path.name}: invalid TOML (arrays or tables nested too deeply to read); "
+                                f"fix the syntax") from None
     except UnicodeDecodeError as exc:  # TOML is UTF-8 by definition; tomllib does not say where
         line = exc.object.count(b"\n", 0, exc.start) + 1
         raise SpecdecUsageError(f"{path.name}: line {line} is not UTF-8 (byte "

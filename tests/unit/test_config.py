@@ -390,8 +390,11 @@ def assert_one_line(text: str, pattern: str) -> None:
         position = found + len(fragment)
 
 
-def test_invalid_toml_in_specdec_toml(pytester: pytest.Pytester):
-    pytester.makefile(".toml", specdec="[matrix.cpu\nmethods = ['ar']\n")
+@pytest.mark.parametrize("text", ["[matrix.cpu\nmethods = ['ar']\n",
+                                  # tomllib recurses per level: past the limit it raises RecursionError
+                                  "a = " + "[" * 5000 + "]" * 5000 + "\n"])
+def test_invalid_toml_in_specdec_toml(pytester: pytest.Pytester, text):
+    pytester.makefile(".toml", specdec=text)
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -419,6 +422,14 @@ def test_non_utf8_specdec_toml_is_a_usage_error(pytester: pytest.Pytester):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert_one_line(result.stderr.str(), "ERROR: pytest-specdec: specdec.toml: line 2 is not UTF-8 "
                                          "(byte 0xff); save the file as UTF-8")
+
+
+def test_a_known_issues_file_nested_too_deeply_is_invalid_toml(tmp_path: Path):
+    path = tmp_path / "known_issues.toml"
+    path.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(SpecdecUsageError, match=r"^known_issues.toml: invalid TOML \(arrays or tables nested too "
+                                                r"deeply to read\); fix the syntax$"):
+        config.load_known_issues(path)
 
 
 def test_non_utf8_known_issues_file_names_file_and_line(tmp_path: Path):
