@@ -19,7 +19,7 @@ from .metrics import MetricValue
 
 
 #: what `Result.from_json` raises on a record of the wrong shape (a hand edit, another version)
-RECORD_DAMAGE = (AttributeError, KeyError, TypeError, ValueError)
+RECORD_DAMAGE = (AttributeError, KeyError, TypeError, ValueError, OverflowError)  # Overflow: int(1e999)
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,9 @@ class Result:
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], *, resumed: bool = False) -> Result:
         test_id = str(obj["test_id"])
+        workload = obj.get("workload")
+        if workload is not None and not isinstance(workload, str):  # else a report's cell or a dict key fails later
+            raise TypeError(f"workload {workload!r} is not a workload's name")
         case = None
         if obj.get("method") is not None:
             case = MatrixCase(str(obj.get("family") or "cpu"), str(obj["method"]), int(obj["tp"]),
@@ -97,7 +100,7 @@ class Result:
             test_id=test_id,
             nodeid=str(obj.get("nodeid") or test_id),
             case=case,
-            workload=obj.get("workload"),
+            workload=workload,
             metrics=tuple(MetricValue.from_json(name, m)
                           for name, m in (obj.get("metrics") or {}).items()),
             comparisons=tuple(Comparison.from_json(test_id, c) for c in obj.get("comparisons", ())),

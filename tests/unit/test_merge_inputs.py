@@ -295,6 +295,22 @@ def test_a_journal_record_of_the_wrong_shape_fails_the_merge_naming_it(shards):
             f"'test_id'); run that shard again with --specdec-resume") in text
 
 
+@pytest.mark.parametrize("change, why", [
+    # a whole number of 1e999 (JSON reads it as infinity, which int() refuses with OverflowError)
+    ({"tp": float("inf")}, "OverflowError: cannot convert float infinity to integer"),
+    ({"workload": -1}, "TypeError: workload -1 is not a workload's name"),  # its report cell failed
+    ({"workload": []}, "TypeError: workload [] is not a workload's name"),  # its key was unhashable
+])
+def test_a_journal_record_whose_fields_have_the_wrong_value_fails_the_merge_naming_it(shards, change, why):
+    path = shards / "shard-1" / JOURNAL
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "data": {**record["data"], **change}}) + "\n")
+    rc, text = merge(shards)
+    assert rc == 1
+    assert (f"no result for {nodeid(CASES[0])}: its record in {path} is damaged ({why}); run that shard "
+            f"again with --specdec-resume") in text
+
+
 @pytest.mark.parametrize("key, value, why", [
     ("durations", "x", "durations 'x' is not an object of seconds per configuration"),
     ("exitstatus", "x", "exitstatus 'x' is not pytest's exit status (an integer)"),
