@@ -69,8 +69,11 @@ def check_folder(folder: Path, what: str, option: str) -> None:
     """`folder` is a folder, or can be made one, where this process can create files."""
     fix = f"choose another {option}"
     existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    try:
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+    except OSError as exc:  # a name too long, a folder on the way that cannot be searched
+        raise SpecdecUsageError(f"{what} {folder} cannot be looked up ({exc.strerror or exc}); {fix}") from None
     if not existing.is_dir():
         where = "it" if existing == folder else existing
         raise SpecdecUsageError(f"{what} {folder} cannot be created: {where} is a file, not a "

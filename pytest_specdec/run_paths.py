@@ -38,6 +38,17 @@ def run_folders(artifacts: Path) -> list[Path]:
 
 def check(journal: Path, journal_origin: str, artifacts: Path, artifacts_origin: str) -> None:
     """Raise SpecdecUsageError where the journal or the artifacts path cannot be what it names."""
+    try:
+        _check(journal, journal_origin, artifacts, artifacts_origin)
+    except OSError as exc:  # a name too long, a folder on the way that cannot be searched
+        what, path = ((f"the artifacts folder ({artifacts_origin})", artifacts)
+                      if exc.filename is not None and str(exc.filename).startswith(str(artifacts))
+                      else (f"the results journal ({journal_origin})", journal))
+        raise SpecdecUsageError(f"{what} is {path}, which cannot be looked up ({exc.strerror or exc}); "
+                                f"give another path") from None
+
+
+def _check(journal: Path, journal_origin: str, artifacts: Path, artifacts_origin: str) -> None:
     where = f"the results journal ({journal_origin})"
     if journal.is_dir():
         raise SpecdecUsageError(f"{where} is {journal}, a folder; it is a file the plugin rotates: "

@@ -99,7 +99,15 @@ def build(root: Path, cli: Mapping[str, Any], ini: Mapping[str, Any],
     settings = resolve(cli, ini, cfg.options, cfg.source)
     # Known issues live beside the baselines they explain (baselines/known_issues.toml).
     known_file = root / settings.baseline_dir / "known_issues.toml"
-    if known_file.is_file():
+    try:
+        has_known = known_file.is_file()
+    except OSError as exc:  # a name too long, a folder on the way that cannot be searched
+        from .errors import SpecdecUsageError
+
+        option = settings.setter("baseline_dir")
+        raise SpecdecUsageError(f"baseline folder {known_file.parent} cannot be looked up "
+                                f"({exc.strerror or exc}); choose another {option}") from None
+    if has_known:
         extra = tuple(config_mod.load_known_issues(known_file))
         cfg = replace(cfg, known_issues=tuple(cfg.known_issues) + extra)
     hardware = hardware_mod.resolve(settings.arch, settings.gpus, detected, settings.source("gpus"),

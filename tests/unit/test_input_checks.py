@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fnmatch
+
 import pytest
 
 CPU_MATRIX = """
@@ -25,6 +27,27 @@ def test_an_empty_flag_value_is_a_usage_error(pytester: pytest.Pytester, flag):
     pytester.makepyfile("def test_x(): pass")
     _usage_error(pytester.runpytest(f"{flag}="), f"{flag}: '' is empty (an unset variable?); give *, or leave "
                                                  f"{flag} out")
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--specdec-journal", "the results journal (--specdec-journal) is */LONG/x.jsonl, which cannot be looked up "
+                          "(File name too long); give another path"),
+    ("--specdec-artifacts", "the artifacts folder (--specdec-artifacts) is */LONG/x.jsonl, which cannot be looked "
+                            "up (File name too long); give another path"),
+    ("--specdec-report", "report folder */LONG/x.jsonl cannot be looked up (File name too long); choose another "
+                         "--specdec-report"),
+    ("--specdec-baseline-dir", "baseline folder */LONG/x.jsonl cannot be looked up (File name too long); choose "
+                               "another --specdec-baseline-dir"),
+])
+def test_a_path_the_file_system_cannot_look_up_is_a_usage_error(pytester: pytest.Pytester, flag, message):
+    """A folder name past the file system's limit raised OSError from a path's existence check: INTERNALERROR."""
+    pytester.makepyfile("def test_x(): pass")
+    long = "n" * 300
+    result = pytester.runpytest(f"{flag}={long}/x.jsonl")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    text = result.stderr.str().replace(long, "LONG")
+    assert "Traceback" not in text + result.stdout.str() and "INTERNALERROR" not in text + result.stdout.str()
+    assert any(fnmatch.fnmatchcase(line, "ERROR: pytest-specdec: " + message) for line in text.splitlines()), text
 
 
 @pytest.mark.parametrize("option", ["specdec_report", "specdec_baseline_dir", "specdec_journal"])
