@@ -68,6 +68,7 @@ def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, 
     left: list[int] = []  # pages a failed worker did not draw
     started: list[subprocess.Popen] = []  # killed where the drawing is interrupted (Ctrl-C, SIGTERM)
     lock = threading.Lock()
+    interrupted = threading.Event()  # set by _kill: a worker that starts after it is killed at once
     try:
         payload = pickle.dumps((list(rows), settings(), str(out_dir)), protocol=pickle.HIGHEST_PROTOCOL)
     except (pickle.PicklingError, TypeError, AttributeError):  # a setting no pickle takes: all drawn here
@@ -86,6 +87,9 @@ def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, 
             with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL) as worker:
                 with lock:
+                    if interrupted.is_set():  # started as the drawing was interrupted: _kill missed it
+                        worker.kill()
+                        return
                     started.append(worker)
                 assert worker.stdin is not None and worker.stdout is not None
                 try:
@@ -121,7 +125,7 @@ def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, 
         for thread in threads:
             thread.join()
     except BaseException:
-        _kill(started, lock)
+        _kill(started, lock, interrupted)
         raise
     from .plots import save_page
 
@@ -135,10 +139,12 @@ def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, 
     return [path for index in range(len(pages)) for path in written[index]]
 
 
-def _kill(started: list[subprocess.Popen], lock: threading.Lock) -> None:
+def _kill(started: list[subprocess.Popen], lock: threading.Lock, interrupted: threading.Event) -> None:
     """The workers of an interrupted drawing, ended before the interrupt goes on: no process the
-    run started outlives it (a worker would otherwise draw on until its page is done)."""
+    run started outlives it (a worker would otherwise draw on until its page is done). A thread
+    still starting its worker kills it itself, seeing `interrupted`."""
     with lock:
+        interrupted.set()
         for worker in started:
             if worker.poll() is None:
                 worker.kill()

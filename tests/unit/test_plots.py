@@ -226,10 +226,56 @@ def test_an_interrupted_drawing_leaves_no_worker_running(tmp_path, monkeypatch):
                 time.sleep(0.01)
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(plot_pool, "threading", SimpleNamespace(Thread=Interrupted, Lock=threading.Lock))
+    monkeypatch.setattr(plot_pool, "threading", SimpleNamespace(Thread=Interrupted, Lock=threading.Lock,
+                                                              Event=threading.Event))
     try:
         with pytest.raises(KeyboardInterrupt):
             plot_rows(many_workloads(13), tmp_path)
+        assert len(started) == 2 and all(worker.poll() is not None for worker in started)
+    finally:
+        for worker in started:
+            worker.kill()
+            worker.wait()
+
+
+def test_a_worker_starting_as_the_drawing_is_interrupted_is_killed_too(tmp_path, monkeypatch):
+    """A thread that started its worker just after the interrupt killed the running ones left it
+    running, fed the pages still queued: the kill had not seen it. It now kills its worker itself."""
+    from pytest_specdec import plot_pool
+
+    monkeypatch.setattr(plot_pool, "workers", lambda pages: 2)
+    monkeypatch.setattr(plot_pool, "BOOT", "import time; time.sleep(60)")  # a worker busy on a long page
+    killed = threading.Event()
+    original_kill = plot_pool._kill
+    monkeypatch.setattr(plot_pool, "_kill", lambda *a: original_kill(*a) or killed.set())
+    started = []
+    original = plot_pool.subprocess.Popen
+
+    def late_popen(*a, **k):
+        killed.wait(30)  # each worker starts only once the interrupt has killed the others
+        started.append(original(*a, **k))
+        return started[-1]
+
+    monkeypatch.setattr(plot_pool.subprocess, "Popen", late_popen)
+    threads = []
+
+    class Interrupted(threading.Thread):
+        def start(self):
+            threads.append(self)
+            super().start()
+
+        def join(self, timeout=None):
+            if threading.current_thread() is threading.main_thread():
+                raise KeyboardInterrupt
+            super().join(timeout)
+
+    monkeypatch.setattr(plot_pool, "threading", SimpleNamespace(Thread=Interrupted, Lock=threading.Lock,
+                                                              Event=threading.Event))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            plot_rows(many_workloads(13), tmp_path)
+        for thread in threads:
+            threading.Thread.join(thread, timeout=20)
         assert len(started) == 2 and all(worker.poll() is not None for worker in started)
     finally:
         for worker in started:
