@@ -375,12 +375,16 @@ class EngineServer:
     @staticmethod
     async def _merged(streams: list):
         """``(index, item)`` for each item of ``streams`` (async iterators), as they come; closing
-        it stops them."""
-        events: asyncio.Queue[tuple[int, Any] | None] = asyncio.Queue()
+        it stops them. A stream's error is raised here, as an unmerged stream's would be."""
+        events: asyncio.Queue[tuple[int, Any] | Exception | None] = asyncio.Queue()
 
         async def pump(index: int, stream) -> None:
-            async for item in stream:
-                await events.put((index, item))
+            try:
+                async for item in stream:
+                    await events.put((index, item))
+            except Exception as exc:  # noqa: BLE001  # raised to the reader below: a lost one hung the stream
+                await events.put(exc)
+                return
             await events.put(None)  # this stream is done
 
         pumps = [asyncio.ensure_future(pump(i, stream)) for i, stream in enumerate(streams)]
@@ -390,6 +394,8 @@ class EngineServer:
                 event = await events.get()
                 if event is None:
                     left -= 1
+                elif isinstance(event, Exception):
+                    raise event
                 else:
                     yield event
         finally:

@@ -215,3 +215,31 @@ def test_a_prompt_the_scheduler_refuses_fails_the_batch_and_aborts_the_rest(engi
     assert "exceeds the maximum allowed length" in res.json()["error"]["message"], res.text
     wait_idle(engine)
     assert aborted_count(engine) == before + 1
+
+
+def test_a_merged_stream_raises_the_error_of_one_of_its_streams():
+    """A stream of a batch (or any streamed completion) that raised ended its pump without a word,
+    and the merged stream waited for it forever: the client hung. Its error is now raised where
+    the merged items are read, as a single stream's is."""
+    import asyncio
+
+    from pytest_specdec.engine.server import EngineServer
+
+    async def fine():
+        for item in ("a", "b"):
+            yield item
+        await asyncio.Event().wait()  # still running when the other fails
+
+    async def broken():
+        yield "x"
+        raise RuntimeError("the scheduler went away")
+
+    async def read():
+        got = []
+        with pytest.raises(RuntimeError, match="the scheduler went away"):
+            async for event in EngineServer._merged([fine(), broken()]):
+                got.append(event)
+        return got
+
+    got = asyncio.run(asyncio.wait_for(read(), timeout=30))  # the old code never returned
+    assert sorted(got) == [(0, "a"), (0, "b"), (1, "x")]
