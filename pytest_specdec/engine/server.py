@@ -414,10 +414,15 @@ class EngineServer:
         except Refused as exc:
             exc.stream = isinstance(body, dict) and body.get("stream") is True
             raise
-        reqs = [Request(list(g.input_ids), g.sampling.max_new_tokens, ignore_eos=g.sampling.ignore_eos,
-                        stop=g.sampling.stop, stop_token_ids=g.sampling.stop_token_ids, stream=g.stream, rid=g.rid,
-                        abort=g.abort) for g in gs]
+        reqs = [self._request(g, g.stream) for g in gs]
         return reqs, body.get("stream") is True, batched
+
+    @staticmethod
+    def _request(prompt: Any, stream: bool) -> Request:
+        """The scheduler's request of one parsed prompt (a /generate one or an OpenAI route's)."""
+        s = prompt.sampling
+        return Request(list(prompt.input_ids), s.max_new_tokens, ignore_eos=s.ignore_eos, stop=s.stop,
+                       stop_token_ids=s.stop_token_ids, stream=stream, rid=prompt.rid, abort=prompt.abort)
 
     async def _read_body(self, request: web.Request) -> bytes:
         """The body, or a 408 when it trickles in slower than the idle timeout allows: aiohttp's
@@ -589,9 +594,7 @@ class EngineServer:
                       vocab_size=self.tokenizer.vocab_size, context_length=self.context_length,
                       served_model_name=self.served_model_name, rids_free=self.in_flight.check,
                       dp_rank_header=request.headers.get(openai_api.DP_RANK_HEADER))
-            reqs = [Request(list(p.input_ids), p.sampling.max_new_tokens, ignore_eos=p.sampling.ignore_eos,
-                            stop=p.sampling.stop, stop_token_ids=p.sampling.stop_token_ids, stream=o.stream,
-                            rid=p.rid, abort=p.abort) for p in o.prompts]
+            reqs = [self._request(p, o.stream) for p in o.prompts]
             self.in_flight.claim(reqs)  # SGLang's serving class answers its refusal before streaming
         except RequestError as exc:
             logs.SERVER.error(f"[http_server] Error: {exc}")
