@@ -364,12 +364,6 @@ def _current_result(record: JournalRecord, state: RunState, model: str) -> Resul
     return derived[key]
 
 
-def uncompared_reference(result: Result, others: list[Result], state: RunState) -> MatrixCase | None:
-    """The reference configuration `result`'s outputs are held to where none of `others` holds
-    its outputs of `result`'s test and workload, so nothing compared them; else None."""
-    return Divergences(others, state).uncompared(result)
-
-
 def unsettled_reason(xfail_reason: str, reference: MatrixCase) -> str:
     """Why a known issue whose test passed is skipped: nothing compared its outputs yet."""
     return (f"{xfail_reason}: its test passed, but its outputs could not be compared with "
@@ -438,7 +432,7 @@ def _divergences_in(result: Result, others: list[Result],
 
 
 class Divergences:
-    """`divergences(result, results, state)` and `uncompared_reference(result, results, state)`
+    """`divergences(result, results, state)` and the reference nothing compared (`uncompared`)
     for each of many `results`: the results are grouped once by workload and test, so each is
     compared only with its group, not filtered against all (a run of thousands of results
     otherwise does so once per result)."""
@@ -450,9 +444,9 @@ class Divergences:
         self.measured: dict[str, set[MatrixCase]] = {}
         for r in results:
             if r.outputs is not None and r.case is not None:
-                shared = lossless.counterpart(r.nodeid, r.config)
-                self.groups.setdefault((r.workload, shared), []).append(r)
-                self.measured.setdefault(shared, set()).add(r.case)
+                test = _test_of(r)
+                self.groups.setdefault(test, []).append(r)
+                self.measured.setdefault(test[1], set()).add(r.case)
 
     def of(self, result: Result) -> list[tuple[Result, lossless.Divergence]]:
         if not self.state.lossless.on or result.case is None or result.outputs is None:
@@ -461,7 +455,8 @@ class Divergences:
         return _divergences_in(result, [r for r in group if r.nodeid != result.nodeid], self.state)
 
     def uncompared(self, result: Result) -> MatrixCase | None:
-        """`uncompared_reference` of `result` among the results."""
+        """The reference configuration `result`'s outputs are held to where none of the results
+        holds its outputs of `result`'s test, so nothing compared them; else None."""
         reference = checked_against(result.case, self.state) if result.case is not None else None
         if reference is None or result.outputs is None:
             return None
