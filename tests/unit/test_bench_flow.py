@@ -153,6 +153,19 @@ def test_main_flow_prints_the_table_and_writes_the_journal(pytester, no_leftover
     assert "no report written" not in result.stdout.str()
 
 
+def test_a_run_leaves_nothing_in_the_temporary_directory(pytester, no_leftover_engines, monkeypatch):
+    """Journals, run folders, lock files, server logs and report staging once piled up in /tmp
+    (17 journals and 22 run folders after 25 minutes): they belong under the project's `.specdec/`."""
+    tmp = pytester.path.parent / f"{pytester.path.name}-tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))  # the run's subprocesses (pytest, engines) take it
+    project(pytester, methods=("ar", "ddtree"), prompts=2, max_new_tokens=8)
+    result = run(pytester, "--specdec-report", "report")
+    result.assert_outcomes(passed=2)
+    assert (pytester.path / ".specdec" / "journal.jsonl").is_file()
+    assert sorted(os.listdir(tmp)) == []
+
+
 def test_planted_regression_fails_the_gate_and_improvement_passes(pytester, no_leftover_engines):
     project(pytester, agreement=0.7)
     run(pytester, "--specdec-save-baseline").assert_outcomes(passed=1)
