@@ -29,13 +29,18 @@ if TYPE_CHECKING:
 #: The most worker processes: each holds a matplotlib (about 100 MB) and the rows.
 MOST_WORKERS = 8
 
-#: Imports the worker from the package this process imported, wherever it was imported from.
-BOOT = ("import sys, importlib.util\n"
+#: Imports the worker from the package this process imported, wherever it was imported from; its
+#: stdout, the answers' stream, is set aside first, so no import's print reaches it.
+BOOT = ("import os, sys\n"
+        "sink = os.fdopen(os.dup(1), 'wb')\n"
+        "os.dup2(2, 1)\n"
+        "sys.stdout = sys.stderr\n"
+        "import importlib.util\n"
         "spec = importlib.util.find_spec('pytest_specdec')\n"
         "if spec is None or spec.origin != sys.argv[2]:\n"
         "    sys.path.insert(0, sys.argv[1])\n"
         "from pytest_specdec.plot_worker import serve\n"
-        "serve()\n")
+        "serve(sink)\n")
 
 
 def workers(pages: int) -> int:

@@ -2,28 +2,27 @@
 
 Reads from stdin, as pickles: (rows, matplotlib settings, output folder) once, then a `plots.Page`
 at a time until None. Writes to stdout, as a pickle, for each page the paths it wrote, or the
-error's text where it could not (the parent then draws that page itself).
+error's text where it could not (the parent then draws that page itself). The stream it writes
+to is the one stdout was before `plot_pool.BOOT` moved stdout onto stderr, ahead of any import.
 """
 
 from __future__ import annotations
 
-import os
 import pickle
 import sys
 import traceback
 import warnings
 from pathlib import Path
+from typing import BinaryIO
 
 
-def serve() -> None:
+def serve(sink: BinaryIO) -> None:
+    """Answers on `sink`, the worker's stdout set aside before its imports (a library's print goes to stderr)."""
     import matplotlib
 
     from .plots import save_page
 
     source = sys.stdin.buffer
-    sink = os.fdopen(os.dup(1), "wb")  # the answers' own stream: a library's print goes to stderr
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
     rows, settings, out_dir = pickle.load(source)
     with warnings.catch_warnings():  # a deprecated setting warns as it is set again
         warnings.simplefilter("ignore")

@@ -281,3 +281,28 @@ def test_a_worker_starting_as_the_drawing_is_interrupted_is_killed_too(tmp_path,
         for worker in started:
             worker.kill()
             worker.wait()
+
+
+#: Put before plot_pool.BOOT: the worker's import of matplotlib prints, as a library may at import.
+LOUD_IMPORT = ("import sys\n"
+               "class Loud:\n"
+               "    def find_spec(self, name, path=None, target=None):\n"
+               "        if name == 'matplotlib':\n"
+               "            print('\\nmatplotlib imported', flush=True)\n"
+               "sys.meta_path.insert(0, Loud())\n")
+
+
+def test_a_print_as_a_worker_imports_does_not_reach_its_answers(tmp_path, monkeypatch):
+    """A worker set its stdout (its answers' stream) aside only after importing matplotlib and the
+    plots: a print as they were imported went into the answers, the parent read garbage and drew
+    every page itself. The stream is now set aside before any import."""
+    from pytest_specdec import plot_pool, plots
+
+    monkeypatch.setattr(plot_pool, "workers", lambda pages: 2)
+    monkeypatch.setattr(plot_pool, "BOOT", LOUD_IMPORT + plot_pool.BOOT)
+    here = []
+    original = plots.save_page
+    monkeypatch.setattr(plots, "save_page", lambda rows, page, out_dir: here.append(page.name) or
+                        original(rows, page, out_dir))
+    paths = plot_rows(many_workloads(13), tmp_path)
+    assert here == [] and len(paths) == 8
