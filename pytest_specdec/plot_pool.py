@@ -7,7 +7,9 @@ parent's matplotlib settings once, then one page at a time from a thread here th
 so a slow page never holds up the others. A worker that fails leaves its page and the pages not
 yet drawn to this process, which draws them as `plots.save_page` always did: the report is whole.
 An interrupted drawing kills its workers; a run killed outright leaves each only until its page
-is drawn, when it finds its pipe closed.
+is drawn, when it finds its pipe closed. A worker still on a page after PAGE_TIMEOUT_S (hung inside
+matplotlib, say) is killed and its page left out, named by `PagesNotDrawn`; a fresh worker takes
+the pages still queued, so the rest of the report lands.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ if TYPE_CHECKING:
 
 #: The most worker processes: each holds a matplotlib (about 100 MB) and the rows.
 MOST_WORKERS = 8
+
+#: How long a worker may take over one page, its start included: a page takes seconds, so ten
+#: minutes means a hung worker, not a slow one (a constant: no run has wanted another).
+PAGE_TIMEOUT_S = 600.0
 
 #: Imports the worker from the package this process imported, wherever it was imported from; its
 #: stdout, the answers' stream, is set aside first, so no import's print reaches it.
@@ -61,9 +67,20 @@ def settings() -> dict[str, Any]:
     return {key: value for key, value in matplotlib.rcParams.items() if key != "backend"}
 
 
+class PagesNotDrawn(Exception):
+    """Pages whose worker passed PAGE_TIMEOUT_S and was killed; `written` holds the others' files."""
+
+    def __init__(self, names: list[str], written: list[Path]) -> None:
+        super().__init__(f"warning: plot page(s) not drawn: {', '.join(names)} (a worker took over "
+                         f"{PAGE_TIMEOUT_S:g} s on each and was killed); the report has the other pages")
+        self.names = names
+        self.written = written
+
+
 def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, count: int,
                progress: Progress) -> list[Path]:
-    """`plots.save_page` of each page by `count` workers; the paths in the order of `pages`."""
+    """`plots.save_page` of each page by `count` workers; the paths in the order of `pages`.
+    Raises PagesNotDrawn, once the others are drawn, where a worker hung on a page."""
     import pytest_specdec
 
     todo: queue.SimpleQueue[int] = queue.SimpleQueue()
@@ -71,6 +88,7 @@ def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, 
         todo.put(index)
     written: dict[int, list[Path]] = {}
     left: list[int] = []  # pages a failed worker did not draw
+    hung: list[int] = []  # pages whose worker passed PAGE_TIMEOUT_S: not drawn again, here it may hang too
     started: list[subprocess.Popen] = []  # killed where the drawing is interrupted (Ctrl-C, SIGTERM)
     lock = threading.Lock()
     interrupted = threading.Event()  # set by _kill: a worker that starts after it is killed at once
@@ -87,31 +105,50 @@ def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, 
             progress(len(written), len(pages))
 
     def work() -> None:
+        while serve_one_worker():  # a worker killed on a hung page: a fresh one takes the pages left
+            pass
+
+    def serve_one_worker() -> bool:
+        """Pages drawn by one worker until none are left; True where it hung and was killed."""
         index = None
+        expired = threading.Event()
         try:
             with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL) as worker:
                 with lock:
                     if interrupted.is_set():  # started as the drawing was interrupted: _kill missed it
                         worker.kill()
-                        return
+                        return False
                     started.append(worker)
                 assert worker.stdin is not None and worker.stdout is not None
                 try:
-                    worker.stdin.write(payload)
+                    first = True
                     while True:
                         try:
                             index = todo.get_nowait()
                         except queue.Empty:
                             index = None
                             break
-                        pickle.dump(pages[index], worker.stdin)
-                        worker.stdin.flush()
-                        answer = pickle.load(worker.stdout)
+                        timer = threading.Timer(PAGE_TIMEOUT_S, lambda: (expired.set(), worker.kill()))
+                        timer.daemon = True
+                        timer.start()
+                        try:
+                            if first:
+                                worker.stdin.write(payload)
+                                first = False
+                            pickle.dump(pages[index], worker.stdin)
+                            worker.stdin.flush()
+                            answer = pickle.load(worker.stdout)
+                        finally:
+                            timer.cancel()
                         if not isinstance(answer, list):  # its error: this process draws it
                             break
                         finished(index, [Path(p) for p in answer])
                         index = None
+                        if expired.is_set():  # killed just as it answered: a fresh worker goes on
+                            return True
+                    if first:
+                        worker.stdin.write(payload)
                     pickle.dump(None, worker.stdin)
                     worker.stdin.close()
                 finally:
@@ -121,7 +158,8 @@ def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, 
             pass
         if index is not None:
             with lock:
-                left.append(index)
+                (hung if expired.is_set() else left).append(index)
+        return expired.is_set() and not interrupted.is_set() and not todo.empty()
 
     threads = [threading.Thread(target=work, name=f"specdec-plots-{n}", daemon=True) for n in range(count)]
     try:
@@ -141,7 +179,10 @@ def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, 
             break
     for index in sorted(left):
         finished(index, save_page(rows, pages[index], out_dir))
-    return [path for index in range(len(pages)) for path in written[index]]
+    paths = [path for index in range(len(pages)) if index in written for path in written[index]]
+    if hung:
+        raise PagesNotDrawn([pages[index].name for index in sorted(hung)], paths)
+    return paths
 
 
 def _kill(started: list[subprocess.Popen], lock: threading.Lock, interrupted: threading.Event) -> None:

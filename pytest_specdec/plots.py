@@ -97,7 +97,8 @@ def plot_rows(rows: Sequence[ReportRow], out_dir: str | Path, progress: Progress
     `<stem>-<page>.png` and `.pdf` (`page_name`), the same bytes for the same rows; none when
     nothing was measured. A plot of further pages takes a while (seconds a page): `progress`
     hears how far it is, and the pages are drawn in worker processes (`plot_pool`) where the
-    host has cores to spare; a report of one page a plot is drawn here, as it always was."""
+    host has cores to spare; a report of one page a plot is drawn here, as it always was. A
+    worker hung on a page raises `plot_pool.PagesNotDrawn` once the other pages are drawn."""
     out_dir = Path(out_dir)
     pages = pages_of(rows)
     if not pages:

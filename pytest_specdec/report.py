@@ -309,7 +309,7 @@ class ReportFiles:
     latex: Path  # report.tex, to \input
     standalone: Path  # report-standalone.tex, compiles by itself
     plots: tuple[Path, ...]  # PNG and PDF of each
-    plot_error: str | None = None  # why plots are missing (matplotlib not installed, ...)
+    plot_error: str | None = None  # why plots are missing (matplotlib not installed, a page that hung, ...)
 
 
 def write_report(out_dir: str | Path, rows: Sequence[ReportRow], *, meta: Mapping[str, Any] | None = None,
@@ -375,10 +375,14 @@ def write_files(out_dir: Path, rows: Sequence[ReportRow], *, meta: Mapping[str, 
     images: list[Path] = []
     plot_error = None
     if plots:
+        from .plot_pool import PagesNotDrawn
+
         try:
             images = plots_mod.plot_rows(rows, out_dir / "plots", progress)
         except ImportError as exc:
             plot_error = f"plots skipped: {exc} (pip install 'pytest-specdec[report]')"
+        except PagesNotDrawn as exc:  # a hung worker's page: the report goes on with the others
+            images, plot_error = exc.written, str(exc)
     relative = [p.relative_to(out_dir) for p in images]
     md = render_markdown(rows, title=title, meta=meta, plots=[p for p in relative if p.suffix == ".png"])
     if plot_error:

@@ -227,7 +227,7 @@ def test_an_interrupted_drawing_leaves_no_worker_running(tmp_path, monkeypatch):
             raise KeyboardInterrupt
 
     monkeypatch.setattr(plot_pool, "threading", SimpleNamespace(Thread=Interrupted, Lock=threading.Lock,
-                                                              Event=threading.Event))
+                                                              Event=threading.Event, Timer=threading.Timer))
     try:
         with pytest.raises(KeyboardInterrupt):
             plot_rows(many_workloads(13), tmp_path)
@@ -270,7 +270,7 @@ def test_a_worker_starting_as_the_drawing_is_interrupted_is_killed_too(tmp_path,
             super().join(timeout)
 
     monkeypatch.setattr(plot_pool, "threading", SimpleNamespace(Thread=Interrupted, Lock=threading.Lock,
-                                                              Event=threading.Event))
+                                                              Event=threading.Event, Timer=threading.Timer))
     try:
         with pytest.raises(KeyboardInterrupt):
             plot_rows(many_workloads(13), tmp_path)
@@ -306,3 +306,41 @@ def test_a_print_as_a_worker_imports_does_not_reach_its_answers(tmp_path, monkey
                         original(rows, page, out_dir))
     paths = plot_rows(many_workloads(13), tmp_path)
     assert here == [] and len(paths) == 8
+
+
+def test_a_worker_hung_on_a_page_is_killed_and_the_report_lands_without_that_page(tmp_path, monkeypatch):
+    """A worker that hung on a page (inside matplotlib, say) held the run's end forever: nothing
+    timed a page. It is now killed after plot_pool.PAGE_TIMEOUT_S, the page named in a warning,
+    and the other pages and the rest of the report are written."""
+    from pytest_specdec import plot_pool
+    from pytest_specdec.report import write_report
+
+    hang = ("import time, pytest_specdec.plots as plots\n"
+            "draw = plots.save_page\n"
+            "plots.save_page = lambda rows, page, out: (time.sleep(3600) if page.name == 'tokens_per_s-2'\n"
+            "                                           else draw(rows, page, out))\n")
+    line = "from pytest_specdec.plot_worker import serve\n"
+    monkeypatch.setattr(plot_pool, "BOOT", plot_pool.BOOT.replace(line, hang + line))
+    monkeypatch.setattr(plot_pool, "PAGE_TIMEOUT_S", 20.0, raising=False)  # pages take a few seconds here
+    monkeypatch.setattr(plot_pool, "workers", lambda pages: 2)
+    started = []
+    original = plot_pool.subprocess.Popen
+    monkeypatch.setattr(plot_pool.subprocess, "Popen", lambda *a, **k: started.append(original(*a, **k)) or started[-1])
+    box: dict = {}
+    drawing = threading.Thread(target=lambda: box.update(files=write_report(tmp_path / "r", many_workloads(13))),
+                               daemon=True)
+    drawing.start()
+    drawing.join(300)  # the old code never returned
+    try:
+        assert not drawing.is_alive()
+        files = box["files"]
+        assert [p.name for p in files.plots] == [f"{stem}.{ext}" for stem in ("tokens_per_s", "accept_length",
+                                                                             "accept_length-2")
+                                                 for ext in ("png", "pdf")]
+        assert files.plot_error is not None and "tokens_per_s-2" in files.plot_error
+        assert files.plot_error in files.markdown.read_text() and all(p.exists() for p in files.plots)
+        assert all(worker.poll() is not None for worker in started)
+    finally:
+        for worker in started:
+            worker.kill()
+            worker.wait()
