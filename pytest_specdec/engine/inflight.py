@@ -8,8 +8,9 @@ scheduler, so a refused batch runs none of its prompts; `claim` does the same.
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from .protocol import Refused
@@ -80,3 +81,26 @@ class InFlight:
     def __contains__(self, rid: str) -> bool:
         with self._lock:
             return rid in self._requests
+
+
+class DelayedAborts:
+    """The abort tasks of refused streams (STREAM_ABORT_DELAY_S after each), still to run: the
+    server's shutdown cancels them, so none aborts a request while the server shuts down."""
+
+    def __init__(self) -> None:
+        self._pending: set[asyncio.TimerHandle] = set()
+
+    def schedule(self, abort: Callable[[list[str]], None], rids: list[str]) -> None:
+        """`abort(rids)` STREAM_ABORT_DELAY_S from now, on the running loop."""
+        def run() -> None:
+            self._pending.discard(handle)
+            abort(rids)
+
+        handle = asyncio.get_running_loop().call_later(STREAM_ABORT_DELAY_S, run)
+        self._pending.add(handle)
+
+    def cancel(self) -> None:
+        """Those not run yet, cancelled."""
+        for handle in self._pending:
+            handle.cancel()
+        self._pending.clear()

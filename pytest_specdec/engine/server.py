@@ -35,7 +35,7 @@ from .. import context_rule
 from .. import sglang_api as api
 from . import batch, logs, openai_api
 from .faults import FaultPlan
-from .inflight import STREAM_ABORT_DELAY_S, DuplicateRid, InFlight
+from .inflight import DelayedAborts, DuplicateRid, InFlight
 from .metrics import EngineMetrics
 from .protocol import (GENERATE_MODEL, InvalidBody, Refused, RequestError, RequestModel, abort_error,
                        abort_not_an_object, flush_timeout, parse_abort, parse_generate, read_body)
@@ -88,6 +88,7 @@ class EngineServer:
         self._device_info: dict | None = None
         self._flush_deferred = False  # a /flush_cache with a timeout waits for the server to go idle
         self.in_flight = InFlight()  # client requests' rids, refused while in flight as SGLang does
+        self.delayed_aborts = DelayedAborts()  # refused streams' abort tasks, cancelled at shutdown
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -148,6 +149,7 @@ class EngineServer:
         warmup = asyncio.create_task(self._warmup())
         await stop.wait()
         warmup.cancel()
+        self.delayed_aborts.cancel()  # a refused stream's abort task would abort a request mid-shutdown
         logs.SERVER.info("Shutting down the embedded engine.")
         try:
             await asyncio.wait_for(runner.cleanup(), timeout=2)
@@ -331,7 +333,7 @@ class EngineServer:
                 return self._error(exc)
             if exc.rids:
                 # SGLang's stream ends with its abort task, which then aborts the rids in flight: the others'
-                asyncio.get_running_loop().call_later(STREAM_ABORT_DELAY_S, self._abort_in_flight, exc.rids)
+                self.delayed_aborts.schedule(self._abort_in_flight, exc.rids)
             return await self._stream_error(request, exc)  # SGLang has started streaming by then
         try:
             return await self._serve_generate(request, reqs, stream, batched)

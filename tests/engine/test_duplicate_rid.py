@@ -7,13 +7,18 @@ when the others arrive.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
+import socket
 import threading
+from types import SimpleNamespace
 
+import aiohttp
 import pytest
 
 from pytest_specdec.engine.batch import DUPLICATE_RIDS, RID_LENGTH
-from pytest_specdec.engine.inflight import DUPLICATE_RID
+from pytest_specdec.engine.inflight import DUPLICATE_RID, STREAM_ABORT_DELAY_S
 from pytest_specdec.engine.openai_api import error_body
 from pytest_specdec.engine.protocol import DP_RANK_RANGE, SESSION_PAIR, STRICT_THINKING, Refused
 
@@ -151,3 +156,67 @@ def test_a_rid_is_free_again_once_its_request_ended(engine, path, body):
     for stream in (False, True, False):
         res = engine.post(path, {**body, "rid": "again", "stream": stream})
         assert res.status == 200 and "error" not in res.text, res.text
+
+
+class QuietScheduler:
+    """A scheduler that runs nothing and keeps the aborts it is sent."""
+
+    frozen = False
+    last_output_at = 0.0
+    decoder = SimpleNamespace(budget=0)
+
+    def __init__(self) -> None:
+        self.aborts: list[str] = []
+
+    def submit(self, req) -> None:
+        req.submitted = True
+
+    def abort(self, rid: str, abort_all: bool = False) -> None:
+        self.aborts.append(rid)
+
+
+def test_a_refused_streams_abort_still_pending_at_shutdown_is_cancelled(monkeypatch):
+    """The abort a refused stream schedules (STREAM_ABORT_DELAY_S later) outlived the server's
+    shutdown: it could abort the rid's holder mid-shutdown, its handle left on the loop. The
+    shutdown now cancels it: no abort reaches the scheduler once the server stopped."""
+    from pytest_specdec.engine.faults import FaultPlan
+    from pytest_specdec.engine.scheduler import Request
+    from pytest_specdec.engine.server import EngineServer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    scheduler = QuietScheduler()
+    server = EngineServer(host="127.0.0.1", port=port, scheduler=scheduler, metrics=None, faults=FaultPlan(),
+                          context_length=2048, server_args={}, model_info={}, served_model_name="m", version="t")
+    server.in_flight.claim([Request([1], 8, rid="busy")])
+    handles: list[asyncio.TimerHandle] = []
+
+    async def scenario() -> str:
+        loop = asyncio.get_running_loop()
+        call_later = loop.call_later
+        def spied(delay, *args, **kwargs):
+            handle = call_later(delay, *args, **kwargs)
+            if delay == STREAM_ABORT_DELAY_S:  # the refused stream's abort
+                handles.append(handle)
+            return handle
+
+        monkeypatch.setattr(loop, "call_later", spied, raising=False)
+        serving = asyncio.ensure_future(server._serve())
+        async with aiohttp.ClientSession() as session:
+            for _ in range(200):  # until it listens
+                try:
+                    async with session.post(f"http://127.0.0.1:{port}/generate",
+                                            json={"text": PROMPT, "rid": "busy", "stream": True}) as res:
+                        text = await res.text()
+                    break
+                except aiohttp.ClientConnectionError:
+                    await asyncio.sleep(0.05)
+        signal.raise_signal(signal.SIGINT)  # the server's own handler, installed as it started listening
+        await serving
+        return text
+
+    text = asyncio.run(scenario())
+    assert DUPLICATE_RID.format("busy") in text
+    assert handles and all(handle.cancelled() for handle in handles)
+    assert scheduler.aborts == []
