@@ -631,8 +631,12 @@ def envelope(kind: str, rid: str, model: str, choices: list[dict], usage_: dict 
 
 def response(kind: str, rid: str, model: str, choices: list[dict], usage_: dict, meta_info: dict) -> dict:
     """A whole (not streamed) response, its id the first prompt's rid: SGLang adds the version
-    of the weights that answered, from the first prompt's meta_info."""
-    return {**envelope(kind, rid, model, choices, usage_), "metadata": {"weight_version": meta_info["weight_version"]}}
+    of the weights that answered, and its spans where the meta_info has them, from the first
+    prompt's meta_info only (a batch's other prompts ran on the same weights here)."""
+    metadata = {"weight_version": meta_info["weight_version"]}
+    if "weight_versions" in meta_info:
+        metadata["weight_versions"] = meta_info["weight_versions"]
+    return {**envelope(kind, rid, model, choices, usage_), "metadata": metadata}
 
 
 def completion_choice(text: str, reason: dict | None, index: int = 0) -> dict:

@@ -60,6 +60,12 @@ async def _unrouted_as_fastapi(request: web.Request, handler) -> web.StreamRespo
         return web.json_response({"detail": exc.reason}, status=exc.status, headers=allow)
 
 
+def _weight_versions(tokens: int) -> list[dict]:
+    """SGLang's weight_versions of a finished request's meta_info: which weights made which of its
+    `tokens` output tokens; the engine's never change, so one span of "default"."""
+    return [{"version": "default", "start": 0, "end": tokens}]
+
+
 def _clock(wall: float) -> str:
     """A wall-clock time as SGLang's health check logs it (local time of day)."""
     return time.strftime("%H:%M:%S", time.localtime(wall))
@@ -451,11 +457,13 @@ class EngineServer:
         answers it with."""
         if p.never_scheduled:
             meta = {"id": req.rid, api.FINISH_REASON: p.finish_reason, "weight_version": "default",
-                    api.E2E_LATENCY: p.e2e_latency, api.COMPLETION_TOKENS: 0}
+                    api.E2E_LATENCY: p.e2e_latency, "weight_versions": _weight_versions(0), api.COMPLETION_TOKENS: 0}
             return {**meta, "response_sent_to_client_ts": time.time()} if first else meta
         meta = {"id": req.rid, api.FINISH_REASON: p.finish_reason, api.PROMPT_TOKENS: len(req.input_ids),
                 "weight_version": "default", "num_retractions": 0, "reasoning_tokens": 0,
                 api.COMPLETION_TOKENS: p.num_ids, "cached_tokens": 0}
+        if p.finish_reason is not None:  # SGLang's scheduler sends the spans of a finished request only
+            meta["weight_versions"] = _weight_versions(p.num_ids)
         if p.e2e_latency is not None:
             meta[api.E2E_LATENCY] = p.e2e_latency
         budget = self.scheduler.decoder.budget

@@ -64,9 +64,10 @@ def test_abort_request_ends_a_running_and_a_queued_request_as_sglang_does(engine
     body = answer["value"].json()
     meta = body.pop("meta_info")
     assert body == {"text": "", "output_ids": []}
-    assert list(meta) == ["id", "finish_reason", "weight_version", "e2e_latency", "completion_tokens",
-                          "response_sent_to_client_ts"]
+    assert list(meta) == ["id", "finish_reason", "weight_version", "e2e_latency", "weight_versions",
+                          "completion_tokens", "response_sent_to_client_ts"]
     assert (meta["id"], meta["finish_reason"], meta["completion_tokens"]) == ("queued-1", ABORT_WAITING, 0)
+    assert meta["weight_versions"] == [{"version": "default", "start": 0, "end": 0}]
 
     assert engine.post("/abort_request", {"rid": "run-1"}).status == 200
     running.join(30)

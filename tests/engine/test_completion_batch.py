@@ -44,6 +44,19 @@ def test_a_list_of_prompts_gets_a_choice_each_in_order_as_each_alone(engine, pro
     assert whole["usage"]["completion_tokens"] == 5 * len(prompts)
 
 
+def test_a_lists_metadata_is_its_first_prompts(engine):
+    """SGLang's answer to a batch takes its metadata (the weights' version, and the spans of the
+    tokens each version made) from the first prompt's meta_info only, as it takes the id; each
+    finished prompt's meta_info has its own spans."""
+    whole = complete(engine, PROMPTS[:2], rid=["first", "second"], max_tokens=3)
+    assert whole["metadata"] == {"weight_version": "default",
+                                 "weight_versions": [{"version": "default", "start": 0, "end": 3}]}
+    res = engine.post("/generate", {"text": PROMPTS[:2], "rid": ["g0", "g1"],
+                                    "sampling_params": {"max_new_tokens": 3, "ignore_eos": True}})
+    assert [out["meta_info"]["weight_versions"] for out in res.json()] == [
+        [{"version": "default", "start": 0, "end": 3}]] * 2
+
+
 def test_a_list_of_one_is_sglangs_batch_of_one(engine):
     """SGLang reads ["..."] as a batch of one: its rid gets the batch suffix."""
     assert complete(engine, [PROMPTS[0]], rid="one")["id"] == "one_0"

@@ -271,7 +271,8 @@ def test_openai_streams_are_laid_out_as_sglangs(ddtree, sglang_openai, path, opt
 @pytest.mark.parametrize("path", sorted(OPENAI_REQUESTS))
 def test_openai_responses_are_sglangs(ddtree, sglang_openai, path):
     """Field for field what SGLang's own models serialise: its whole UsageInfo, a chat message
-    without tool_calls, and the weights' version as metadata (SGLang's default, "default")."""
+    without tool_calls, and the weights' version as metadata (SGLang's default, "default") with
+    the spans of the tokens it made (one: the engine's weights never change)."""
     out = ddtree.post(path, {**OPENAI_REQUESTS[path], "max_tokens": 24, "ignore_eos": True}).json()
     sg = sglang_openai.protocol
     usage = sglang_openai.usage.calculate_token_usage(prompt_tokens=prompt_tokens(path), completion_tokens=24)
@@ -283,7 +284,8 @@ def test_openai_responses_are_sglangs(ddtree, sglang_openai, path):
         choice = sg.ChatCompletionResponseChoice(index=0, message=message, finish_reason="length")
         model = sg.ChatCompletionResponse
     expected = model(id=out["id"], created=out["created"], model=out["model"], choices=[choice], usage=usage,
-                     metadata={"weight_version": "default"})
+                     metadata={"weight_version": "default",
+                               "weight_versions": [{"version": "default", "start": 0, "end": 24}]})
     assert out == json.loads(expected.model_dump_json(by_alias=True))
 
 
@@ -490,8 +492,8 @@ def test_a_prompt_sglangs_scheduler_refuses_while_streaming_ends_the_stream_abor
     meta = chunk["meta_info"]
     assert meta["finish_reason"] == {"type": "abort", "status_code": 400, "err_type": "BadRequestError",
                                      "message": SCHEDULER_REFUSAL}
-    assert list(meta)[:8] == ["id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions",
-                              "reasoning_tokens", "completion_tokens", "cached_tokens"]
+    assert list(meta)[:9] == ["id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions",
+                              "reasoning_tokens", "completion_tokens", "cached_tokens", "weight_versions"]
     assert (meta["id"], meta["prompt_tokens"], meta["completion_tokens"], meta["weight_version"]) == (
         "too-long", 1, 1, "default")
     assert meta["e2e_latency"] > 0 and meta["response_sent_to_client_ts"] > 0

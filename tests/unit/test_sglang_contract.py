@@ -786,6 +786,23 @@ def test_meta_info_keys_are_sglangs_in_its_order(srt):
                     "reasoning_tokens", "completion_tokens", "cached_tokens"], keys
 
 
+def test_weight_versions_are_sglangs(srt):
+    """server._weight_versions and openai_api.response: SGLang's finished request (and a queued one
+    it aborts) gets the spans of its output tokens each weights' version made, the last one's
+    version as weight_version; an OpenAI answer's metadata is the first prompt's (ret[0]) version
+    and spans."""
+    spans = ast.unparse(function(srt("utils/weight_versions.py"), "add_weight_versions_to_meta_info"))
+    assert "meta_info['weight_versions'] = [{'version': span.version, 'start': span.start, " \
+           "'end': min(span.end, num_output_tokens)} for span in visible]" in spans, spans
+    endpoint = ast.unparse(function(srt("utils/weight_versions.py"), "build_endpoint_weight_version_metadata"))
+    assert "metadata = {'weight_version': meta_info['weight_version']}" in endpoint, endpoint
+    assert "if 'weight_versions' in meta_info:" in endpoint, endpoint
+    for path in ("entrypoints/openai/serving_completions.py", "entrypoints/openai/serving_chat.py"):
+        assert "metadata=build_endpoint_weight_version_metadata(ret[0]['meta_info'])" in ast.unparse(srt(path)), path
+    streamer = ast.unparse(srt("managers/scheduler_components/output_streamer.py"))
+    assert "if req.finished():\n            self.weight_versions.append(compute_weight_version_spans(" in streamer
+
+
 def test_metrics_endpoint_is_mounted(srt):
     mounts = [template(n.args[0]) for n in ast.walk(srt("utils/common.py"))
               if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Mount" and n.args]
