@@ -321,7 +321,7 @@ def test_a_worker_hung_on_a_page_is_killed_and_the_report_lands_without_that_pag
             "                                           else draw(rows, page, out))\n")
     line = "from pytest_specdec.plot_worker import serve\n"
     monkeypatch.setattr(plot_pool, "BOOT", plot_pool.BOOT.replace(line, hang + line))
-    monkeypatch.setattr(plot_pool, "PAGE_TIMEOUT_S", 20.0, raising=False)  # pages take a few seconds here
+    monkeypatch.setattr(plot_pool, "PAGE_TIMEOUT_S", 30.0, raising=False)  # pages take a few seconds here
     monkeypatch.setattr(plot_pool, "workers", lambda pages: 2)
     started = []
     original = plot_pool.subprocess.Popen
