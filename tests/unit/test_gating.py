@@ -8,8 +8,10 @@ own figures are covered in test_bench_flow.py.
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -435,6 +437,36 @@ def test_a_noisy_figure_passes_unless_strict_noise(pytester, monkeypatch):
                                 "--specdec-strict-noise")
     strict.assert_outcomes(failed=1)
     strict.stdout.fnmatch_lines(["*output_tok_s 80.00 < baseline 100.0 -5% (-20.0%): too noisy to decide"])
+
+
+def gate_power_script():
+    """scripts/gate_power.py as a module: it is run by path, not installed."""
+    path = Path(__file__).resolve().parents[2] / "scripts" / "gate_power.py"
+    spec = importlib.util.spec_from_file_location("gate_power", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gate_power_reads_the_red_and_noisy_verdicts_a_run_writes(pytester, monkeypatch):
+    """gate_power.py counts detections from the JUnit failure messages and noisy figures from the
+    JUnit properties: had either format moved, it would print detected=0/N (or no noisy figure)
+    for a gate that works, and nothing else checks its readers against the plugin's output."""
+    script = gate_power_script()
+    red = save_then_run(pytester, monkeypatch, "--specdec-compare-fail", "output_tok_s:10%,tpot_ms:10%",
+                        "--junitxml=red.xml", tok_s=2.0, tpot_ms=3.0)
+    red.assert_outcomes(failed=1)
+    messages, counts = script.verdicts(pytester.path / "red.xml")
+    assert sorted(script.regressed_figures(messages)) == ["output_tok_s", "tpot_ms"], messages
+    monkeypatch.setenv("TOK_S", "80")
+    monkeypatch.setenv("SPREAD", "20")
+    monkeypatch.setenv("TPOT_MS", "2.0")
+    noisy = pytester.runpytest("-p", "no:cacheprovider", "--specdec-compare-fail", "output_tok_s:5%",
+                               "--junitxml=noisy.xml")
+    noisy.assert_outcomes(passed=1)
+    messages, counts = script.verdicts(pytester.path / "noisy.xml")
+    assert messages == [] and script.regressed_figures(messages) == []
+    assert counts["noisy"] == 1, counts
 
 
 def test_the_journal_and_the_baseline_keep_the_figures_samples(pytester, monkeypatch):
