@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,18 @@ def test_the_gpu_limit_in_the_help_is_the_enforced_one():
 
     assert f"at most {MAX_GPUS}" in OPTIONS_BY_NAME["gpus"].described
     assert f"at most {MAX_GPUS}" in readme_option_rows()["--specdec-gpus"]
+
+
+def test_the_readmes_default_tolerances_are_the_ones_this_repository_gates_with():
+    """The README states the measured defaults as one expression, and pyproject.toml's
+    [tool.specdec.tolerances] is what runs: nothing tied the two, so either could move alone."""
+    from pytest_specdec.gate import parse_tolerance_table, parse_tolerances
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    said = re.search(r"This repository gates with\s+`([^`]+)`", README.read_text(encoding="utf-8"))
+    assert said, "the README no longer states the default tolerances"
+    table = tomllib.loads((README.parent / "pyproject.toml").read_text())["tool"]["specdec"]["tolerances"]
+    assert parse_tolerances(said.group(1)) == parse_tolerance_table(table, "pyproject.toml")
