@@ -246,6 +246,9 @@ def test_a_report_folder_set_in_a_file_and_spoiled_during_the_run_is_named_as_se
     result = run(pytester)
     result.stdout.fnmatch_lines([f"specdec: ERROR: report not written: report folder */rep: report.md is not a "
                                  f"file; remove it or choose another {TOOL_SPECDEC} 'report'"])
+    # a report that cannot be written loses no measurement: the figures are journaled before it
+    records = [json.loads(line) for line in (pytester.path / ".specdec" / "journal.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in records if "test_figures" in r["config_id"]] == ["measured", "done"], records
 
 
 def test_a_journal_that_cannot_take_a_record_fails_its_test_in_one_line(pytester):
