@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from . import contract
+from . import contract, parallel
 from .protocol import (GENERATE_FIELDS, GenerateRequest, Refused, RidsCheck, SchemaViolation, check_inputs,
                        check_served_as_launched, check_session_pair, known_fields, parse_one_prompt,
                        unsupported_after)
@@ -61,12 +61,14 @@ def parse_batch(body: dict, *, encode, vocab_size: int, context_length: int,
     given = body.get("rid")
     try:
         check_session_pair(body)
-        rids = batch_rids(given, n)
+        samples = parallel.sample_count(body.get("sampling_params"))
+        rids = batch_rids(given, n, samples)
     except Refused as exc:
         # SGLang's abort task then reads the rid as given: a list's items (a string's characters)
         exc.rids = [r for r in given if isinstance(r, str)] if isinstance(given, (list, str)) else []
         raise
     params = batch_sampling(body.get("sampling_params"), n)
+    parallel.check_lists(body, samples)
     if ids is not None and text is not None and len(ids) != n:
         raise Refused(f"input_ids has {len(ids)} prompts but text has {n}: give both for every prompt, "
                       f"or only one of them.")
@@ -77,6 +79,7 @@ def parse_batch(body: dict, *, encode, vocab_size: int, context_length: int,
         raise
     if rids_free is not None:
         rids_free([r for r in rids if r is not None])
+    rids = rids[:n]  # a prompt's samples draw fresh rids (parallel.expand)
     requests = []
     for i in range(n):
         # the first prompt's check covers the fields all share; the others carry only their own,
@@ -92,16 +95,17 @@ def parse_batch(body: dict, *, encode, vocab_size: int, context_length: int,
         requests.append(parse_one_prompt(item, encode=encode, vocab_size=vocab_size, context_length=context_length,
                                          batched=True))
     unsupported_after(requests)
-    return requests
+    return parallel.expand(requests, samples)
 
 
-def batch_rids(rid: Any, n: int) -> list[str | None]:
+def batch_rids(rid: Any, n: int, samples: int = 1) -> list[str | None]:
     """Each prompt's rid, as SGLang's _normalize_rid and _validate_rid_uniqueness make them, in
-    their words; None leaves the engine to draw one."""
+    their words; None leaves the engine to draw one. With ``samples`` above 1 a string names
+    every sample (``n * samples`` rids), a list still one a prompt (see parallel.py)."""
     if rid is None:
         return [None] * n
     if isinstance(rid, str):
-        return [f"{rid}_{i}" for i in range(n)]
+        return [f"{rid}_{i}" for i in range(n * samples)]
     if len(rid) != n:
         raise Refused(RID_LENGTH)
     duplicates = [r for r, count in Counter(rid).items() if count > 1]

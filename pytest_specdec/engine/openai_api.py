@@ -26,6 +26,7 @@ from typing import Any, Mapping
 from . import lax
 from .chat_parts import PARTS, thinking_only_in
 from .batch import batch_rids
+from .parallel import expand, requested
 from .protocol import (
     TOP_K_ALL,
     Neutral,
@@ -112,7 +113,6 @@ _SHARED_NEUTRAL: Mapping[str, Neutral] = {
     "frequency_penalty": Neutral(0.0, also=(0,)),
     "presence_penalty": Neutral(0.0, also=(0,)),
     "logit_bias": Neutral(None, zero_items=True),
-    "n": Neutral(1),
     "top_p": Neutral(1.0, also=(1,)),
     "top_k": Neutral(-1, also=(1, TOP_K_ALL)),
     "min_p": Neutral(0.0, also=(0,)),
@@ -133,7 +133,7 @@ _SHARED_NEUTRAL: Mapping[str, Neutral] = {
     "return_token_ids": Neutral(False),
 }
 _SHARED_HONOURED = frozenset({"max_tokens", "temperature", "stop", "stop_token_ids", "ignore_eos", "stream",
-                              "stream_options", "model", "lora_path"})
+                              "stream_options", "model", "lora_path", "n"})
 DEFAULT_MODEL = "default"  # SGLang's model when a request names none
 
 COMPLETION_HONOURED = _SHARED_HONOURED | {"prompt"}
@@ -342,6 +342,8 @@ class OpenAIRequest:
     #: include_usage, so either comes without the other
     continuous_usage: bool
     model: str  # answered as the request named it, as SGLang does, whatever the served name
+    #: samples a prompt (parallel.py): ``prompts`` holds each prompt's in a row, its usage counted once
+    n: int = 1
 
 
 def lora_adapter(model: str, served_model_name: str) -> str | None:
@@ -399,16 +401,20 @@ def _common(body: Any, fields: frozenset[str], neutral: Mapping[str, Neutral],
     lora_path_field(b.get("lora_path"))  # its type only: an adapter is refused later, where SGLang refuses it
     if max_tokens is not None:  # a completion's max_tokens of 0 or less its class refuses (COMPLETION_MODEL)
         expect("max_tokens", max_tokens, (int,), "an integer")
+    answer["n"] = expect("n", b.get("n", 1), (int,), "an integer")
     params = {"temperature": _as_float(b.get("temperature")), "stop": b.get("stop"),
               "stop_token_ids": b.get("stop_token_ids"), "ignore_eos": b.get("ignore_eos"),
-              "logit_bias": b.get("logit_bias")}
+              "logit_bias": b.get("logit_bias"), "n": answer["n"]}
+    if b.get("top_k") == 1:  # greedy whatever the temperature: n copies are SGLang's samples there
+        params["top_k"] = 1
     # a neutral-only field outside SGLang's range goes on to its refusal there (Sampling.verify)
     params |= out_of_range({SAMPLING_NAMES[k]: _as_float(v) if k in FLOAT_FIELDS else v
                             for k, v in b.items() if k in SAMPLING_NAMES})
     params["max_new_tokens"] = max_tokens  # null where none is given: SGLang then checks no min_tokens against it
     if over:
         params["min_new_tokens"] = least
-    return b, dataclasses.replace(parse_sampling(params, vocab_size), unsupported=unsupported), answer
+    sampling = parse_sampling(params, vocab_size)  # its own refusal: n above 1 where SGLang would sample
+    return b, dataclasses.replace(sampling, unsupported=unsupported or sampling.unsupported), answer
 
 
 #: SGLang's words (its completion serving's _validate_request) for a prompt with no text or ids.
@@ -432,7 +438,11 @@ def parse_completion(body: Any, *, encode, vocab_size: int, context_length: int,
     b = header_dp_rank(b, dp_rank_header)
     single = isinstance(prompt, str) or type(prompt[0]) is int  # as SGLang's GenerateReqInput reads it
     prompts = [prompt] if single else prompt
-    rids = [single_rid(b.get("rid"))] if single else batch_rids(b.get("rid"), len(prompts))
+    samples = requested({"n": answer["n"]})
+    # a single prompt's rid with n above 1 is its batch of one's, named a sample (batch_rids)
+    rids = [single_rid(b.get("rid"))] if single else batch_rids(b.get("rid"), len(prompts), samples)
+    if single and samples > 1 and rids[0] is not None:
+        rids = batch_rids(rids[0], 1, samples)
     check_dp_rank(b)
     if rids_free is not None:
         rids_free([rid for rid in rids if rid is not None])
@@ -443,7 +453,7 @@ def parse_completion(body: Any, *, encode, vocab_size: int, context_length: int,
         ids, one_sampling, abort = scheduled(ids, sampling, vocab_size=vocab_size, context_length=context_length)
         scheduled_prompts.append(Prompt(ids, one_sampling, rid, abort))
     unsupported_after(scheduled_prompts)
-    return OpenAIRequest(tuple(scheduled_prompts), **answer)
+    return OpenAIRequest(tuple(expand(scheduled_prompts, samples)), **{**answer, "n": samples})
 
 
 def single_rid(rid: Any) -> str | None:
@@ -502,14 +512,15 @@ def parse_chat(body: Any, *, encode, vocab_size: int, context_length: int,
     if (b.get("max_completion_tokens") or b.get("max_tokens")) is None:  # SGLang: the rest of the context
         sampling = dataclasses.replace(sampling, max_new_tokens=max(context_length - len(ids) - 1, 0))
     rid = single_rid(b.get("rid"))
+    samples = requested({"n": answer["n"]})
     check_dp_rank(b)
     if rids_free is not None and rid is not None:
-        rids_free([rid])
+        rids_free(batch_rids(rid, 1, samples) if samples > 1 else [rid])
     _check_adapter(b, answer["model"], served_model_name)
     ids, sampling, abort = scheduled(ids, sampling, vocab_size=vocab_size, context_length=context_length)
     prompts = (Prompt(ids, sampling, rid, abort),)
     unsupported_after(prompts)
-    return OpenAIRequest(prompts, **answer)
+    return OpenAIRequest(tuple(expand(prompts, samples)), **{**answer, "n": samples})
 
 
 #: SGLang's words (its chat serving's _validate_request) for a template a request brings, on a
@@ -651,7 +662,8 @@ def chat_choice(text: str, reason: dict | None, index: int = 0) -> dict:
             "logprobs": None, "finish_reason": finish_reason, "matched_stop": matched}
 
 
-def chat_delta(*, role: str | None = None, content: str | None = None, reason: dict | None = None) -> dict:
+def chat_delta(*, role: str | None = None, content: str | None = None, reason: dict | None = None,
+               index: int = 0) -> dict:
     """A chat chunk's choice as SGLang builds it: the delta always names reasoning_content (null
     without a reasoning parser) and holds role and content only where they are set."""
     delta: dict[str, Any] = {"reasoning_content": None}
@@ -660,7 +672,7 @@ def chat_delta(*, role: str | None = None, content: str | None = None, reason: d
     if content is not None:
         delta["content"] = content
     finish_reason, matched = finish(reason)
-    return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason, "matched_stop": matched}
+    return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason, "matched_stop": matched}
 
 
 class Chunks:
@@ -735,11 +747,11 @@ class CompletionChunks:
     heard last, as SGLang's does."""
 
     def __init__(self, rids: list[str], model: str, prompt_tokens: list[int], *, include_usage: bool,
-                 continuous_usage: bool) -> None:
+                 continuous_usage: bool, samples: int = 1) -> None:
         created = int(time.time())
         self.prompts = [Chunks("text_completion", rid, model, n, include_usage=False, continuous_usage=continuous_usage,
                                index=i, created=created) for i, (rid, n) in enumerate(zip(rids, prompt_tokens))]
-        self.include_usage = include_usage
+        self.include_usage, self.samples = include_usage, samples
         self.completion_tokens: dict[int, int] = {}  # by the index of each prompt heard from
         self.last = 0
         self.ended = False
@@ -755,8 +767,64 @@ class CompletionChunks:
         if not self.include_usage:
             return []
         heard = self.completion_tokens
-        total = usage(sum(self.prompts[i].prompt_tokens for i in heard), sum(heard.values()))
+        # a prompt's tokens once, at its first sample (parallel.py), as SGLang's streaming usage
+        total = usage(sum(self.prompts[i].prompt_tokens for i in heard if i % self.samples == 0), sum(heard.values()))
         return [self.prompts[self.last].usage_chunk(total)]
+
+
+class ChatChoicesChunks:
+    """The chunks SGLang streams for a chat of ``n`` samples (parallel.py): each sample's as its
+    outputs come, its own rid as the id, with its index: its first output opens with the role's
+    chunk, then a chunk for each output that adds text; the finish chunks come only once every
+    sample ended, one a finished sample in the order they finished, all with the id of the output
+    heard last, then include_usage's (each prompt's tokens once). An abort that names a status
+    sends its error chunk and ends the stream (``ended``), then the finish chunks of the samples
+    that finished before it, as SGLang breaks off its loop."""
+
+    def __init__(self, model: str, prompt_tokens: list[int], samples: int, *, include_usage: bool,
+                 continuous_usage: bool) -> None:
+        self.model, self.prompt_tokens, self.samples = model, prompt_tokens, samples
+        self.include_usage, self.continuous_usage = include_usage, continuous_usage
+        self.created = int(time.time())
+        self.sent: dict[int, str] = {}  # the text sent, by index
+        self.completion_tokens: dict[int, int] = {}
+        self.finished: dict[int, dict] = {}  # the finish reasons, in the order the samples finished
+        self.last_rid = ""
+        self.ended = False
+
+    def step(self, index: int, rid: str, text: str, completion_tokens: int, reason: dict | None) -> list[dict]:
+        """The chunks for sample ``index``'s state after a step (see Chunks.step)."""
+        self.last_rid = rid
+        self.completion_tokens[index] = completion_tokens
+        if abort_error(reason) is not None:
+            self.ended = True
+            return [stream_error(reason)]
+        if reason is not None:
+            self.finished[index] = reason
+        out = []
+        if index not in self.sent:
+            self.sent[index] = ""
+            out.append(self._chunk(rid, [chat_delta(role="assistant", content="", index=index)], None))
+        sent = self.sent[index]
+        delta = text[len(sent):] if text.startswith(sent) else ""
+        self.sent[index] = sent + delta
+        if delta:
+            so_far = usage(self.prompt_tokens[index], completion_tokens) if self.continuous_usage else None
+            out.append(self._chunk(rid, [chat_delta(content=delta, index=index)], so_far))
+        return out
+
+    def close(self) -> list[dict]:
+        """The chunks after the last output: the finish chunks, then include_usage's."""
+        out = [self._chunk(self.last_rid, [chat_delta(reason=reason, index=index)], None)
+               for index, reason in self.finished.items()]
+        if self.include_usage:
+            heard = self.completion_tokens
+            total = usage(sum(self.prompt_tokens[i] for i in heard if i % self.samples == 0), sum(heard.values()))
+            out.append(self._chunk(self.last_rid, [], total))
+        return out
+
+    def _chunk(self, rid: str, choices: list[dict], usage_: dict | None) -> dict:
+        return envelope("chat.completion.chunk", rid, self.model, choices, usage_, self.created)
 
 
 def stream_error(reason: dict) -> dict:

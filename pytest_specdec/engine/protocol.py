@@ -30,7 +30,8 @@ the JSON as sent, strictly, so "yes" for a boolean passes the first and is refus
 The name sets are checked against SGLang's source by tests/unit/test_sglang_contract.py.
 
 Decoding is greedy whatever the temperature: the speculative methods here verify greedily, and
-one rule for all methods keeps their outputs comparable.
+one rule for all methods keeps their outputs comparable. ``n`` above 1 is served (parallel.py)
+only where SGLang decodes greedily too, its samples then identical (greedy_refusal).
 
 Errors take SGLang's shapes (see the error classes): a malformed body, a schema violation, and a
 request SGLang's tokenizer manager refuses each look as they do from SGLang.
@@ -285,7 +286,7 @@ GENERATE_MODEL = RequestModel({
 
 # -- sampling_params (SGLang's SamplingParams) -----------------------------------------------------
 
-HONOURED_SAMPLING = frozenset({"max_new_tokens", "temperature", "ignore_eos", "stop", "stop_token_ids"})
+HONOURED_SAMPLING = frozenset({"max_new_tokens", "temperature", "ignore_eos", "stop", "stop_token_ids", "n"})
 HINT_SAMPLING = frozenset({
     "spaces_between_special_tokens",  # the byte vocabulary has no special-token text to space
     "stream_interval",  # the engine streams every step
@@ -301,7 +302,6 @@ NEUTRAL_SAMPLING: Mapping[str, Neutral] = {
     "presence_penalty": Neutral(0.0, also=(0,), **_NUMBER),
     "repetition_penalty": Neutral(1.0, also=(1,), **_NUMBER),
     "min_new_tokens": Neutral(0, **_INT),
-    "n": Neutral(1, **_INT),
     "beam_width": Neutral(None, also=(1,), **_INT),
     "json_schema": Neutral(None, **_TEXT),
     "regex": Neutral(None, **_TEXT),
@@ -649,8 +649,23 @@ def neutral_refusal(kind: str, params: Mapping[str, Any], rules: Mapping[str, Ne
     if not refused:
         return None
     return Unsupported(f"The embedded engine cannot honour the {kind} {', '.join(refused)}: it decodes "
-                       f"greedily, one sequence per request, without logprobs, media inputs, LoRA adapters or "
+                       f"greedily, without logprobs, media inputs, LoRA adapters or "
                        f"constrained decoding. Leave them unset (null) or at SGLang's default.")
+
+
+#: SGLang decodes greedily below this temperature (its _SAMPLING_EPS).
+GREEDY_BELOW = 1e-6
+
+
+def greedy_refusal(samples: int, temperature: Any, top_k: Any) -> Unsupported | None:
+    """The engine's refusal of ``n`` above 1 where SGLang would draw independent samples (any
+    temperature but 0, unless top_k is 1): the engine's greedy copies would pass for them."""
+    if samples <= 1 or (isinstance(temperature, (int, float)) and 0 <= temperature < GREEDY_BELOW) or top_k == 1:
+        return None
+    return Unsupported(f"The embedded engine cannot honour n={samples} at temperature {temperature}: it decodes "
+                       f"greedily, so its {samples} samples would be copies of one output, where SGLang draws "
+                       f"independent samples. Set temperature 0 (greedy, the samples identical, as SGLang "
+                       f"gives them) or n 1.")
 
 
 def unsupported_after(prompts) -> None:
@@ -755,8 +770,9 @@ def parse_sampling(params: Any, vocab_size: int) -> Sampling:
     deferred = {"min_new_tokens"} if over else set()
     if bad_bias_key(bias_keys, vocab_size) is not None:
         deferred.add("logit_bias")
+    samples = expect("n", p.get("n", 1), (int,), "an integer")
     unsupported = neutral_refusal("sampling parameter(s)", {k: v for k, v in p.items() if k not in deferred},
-                                  NEUTRAL_SAMPLING)
+                                  NEUTRAL_SAMPLING) or greedy_refusal(samples, temperature, p.get("top_k"))
     return Sampling(max_new_tokens, ignore_eos, tuple(stop), frozenset(stop_ids), temperature, out_of_range(p),
                     over, "max_new_tokens" in p, bias_keys, unsupported)
 

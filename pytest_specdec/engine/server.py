@@ -33,7 +33,7 @@ from aiohttp import web
 
 from .. import context_rule
 from .. import sglang_api as api
-from . import batch, logs, openai_api
+from . import batch, logs, openai_api, parallel
 from .faults import FaultPlan
 from .inflight import DelayedAborts, DuplicateRid, InFlight
 from .metrics import EngineMetrics
@@ -413,7 +413,8 @@ class EngineServer:
     async def _read_generate(self, request: web.Request) -> tuple[list[Request], bool, bool]:
         """The requests of a /generate body (one a prompt), whether it streams, and whether it is
         a batch (answered with a list) rather than one prompt."""
-        body = await self._read_json(request, json_guard=False, model=GENERATE_MODEL)
+        # a prompt asking for several samples is SGLang's batch of one
+        body = parallel.as_batch(await self._read_json(request, json_guard=False, model=GENERATE_MODEL))
         batched = batch.is_batch(body)
         try:
             parse = batch.parse_batch if batched else lambda b, **kw: [parse_generate(b, **kw)]
@@ -631,12 +632,27 @@ class EngineServer:
                 return web.json_response(openai_api.error_body(error), status=error.status)
         make = openai_api.completion_choice if kind == "text_completion" else openai_api.chat_choice
         choices = [make(p.text, p.finish_reason, i) for i, p in enumerate(answers)]
-        usage = openai_api.usage(sum(len(req.input_ids) for req in reqs), sum(p.num_ids for p in answers))
+        # a prompt's tokens once, at its first sample; every sample's completion (parallel.py)
+        usage = openai_api.usage(sum(len(req.input_ids) for req in reqs[::o.n]), sum(p.num_ids for p in answers))
         return web.json_response(openai_api.response(kind, reqs[0].rid, o.model, choices, usage,
                                                      self._meta_info(reqs[0], answers[0])))
 
     async def _openai_chunks(self, o: openai_api.OpenAIRequest, reqs: list[Request], kind: str):
         """The chunks of a streamed response (see openai_api.Chunks and CompletionChunks)."""
+        if kind != "text_completion" and o.n > 1:
+            chunks = openai_api.ChatChoicesChunks(o.model, [len(req.input_ids) for req in reqs], o.n,
+                                                  include_usage=o.include_usage, continuous_usage=o.continuous_usage)
+            async with contextlib.aclosing(self._merged([self._progress(req) for req in reqs])) as merged:
+                async for index, p in merged:
+                    for chunk in chunks.step(index, reqs[index].rid, p.text, p.num_ids, p.finish_reason):
+                        yield chunk
+                    if chunks.ended:
+                        for req in reqs:
+                            req.aborted = req.aborted or not req.finished
+                        break
+            for chunk in chunks.close():
+                yield chunk
+            return
         if kind != "text_completion":
             stream = openai_api.Chunks(kind, reqs[0].rid, o.model, len(reqs[0].input_ids),
                                        include_usage=o.include_usage, continuous_usage=o.continuous_usage)
@@ -645,7 +661,8 @@ class EngineServer:
                     yield chunk
             return
         chunks = openai_api.CompletionChunks([req.rid for req in reqs], o.model, [len(req.input_ids) for req in reqs],
-                                             include_usage=o.include_usage, continuous_usage=o.continuous_usage)
+                                             include_usage=o.include_usage, continuous_usage=o.continuous_usage,
+                                             samples=o.n)
         async with contextlib.aclosing(self._merged([self._progress(req) for req in reqs])) as merged:
             async for index, p in merged:
                 for chunk in chunks.step(index, p.text, p.num_ids, p.finish_reason):

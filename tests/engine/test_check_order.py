@@ -22,6 +22,7 @@ import pytest
 from pytest_specdec.engine import openai_api
 from pytest_specdec.engine.batch import DUPLICATE_RIDS, RID_LENGTH, is_batch, parse_batch
 from pytest_specdec.engine.inflight import DUPLICATE_RID, InFlight
+from pytest_specdec.engine.parallel import LIST_WITH_N, SAME_N
 from pytest_specdec.engine.protocol import (DP_RANK_RANGE, EMPTY_INPUT_IDS, FLAT_RAW_B64, FLAT_RAW_MULTI_ITEM,
                                             FLAT_RAW_STREAM, SESSION_PAIR, STRICT_THINKING, RequestError,
                                             parse_generate)
@@ -106,6 +107,14 @@ CASES = [
     ("/generate", {"input_ids": [[1], []], "sampling_params": [{}, {"top_p": 5}]}, "top_p must be in (0, 1], got 5."),
     ("/generate", {"text": "hi", "input_ids": [], "rid": "busy"}, BUSY),
     ("/generate", {"text": "hi", "input_ids": [], "sampling_params": {"top_k": 0}}, "top_k must be -1"),
+    # n: its list's agreement before the rids, its per-prompt lists after them
+    ("/generate", {"text": ["a", "b"], "rid": ["x"], "sampling_params": [{"n": 2}, {"n": 3}]}, SAME_N),
+    ("/generate", {"text": ["a", "b"], "rid": ["x"], "sampling_params": {"n": 2}, "return_logprob": [True, True]},
+     RID_LENGTH),
+    ("/generate", {"text": ["a", "b"], "rid": "busy", "sampling_params": {"n": 2}, "return_logprob": [True, True]},
+     LIST_WITH_N.format("return_logprob")),
+    ("/generate", {"text": ["a", "b"], "sampling_params": {"n": 2}, "top_logprobs_num": [1, 1]},
+     LIST_WITH_N.format("top_logprobs_num")),
     # /v1/completions
     ("/v1/completions", {"prompt": ["a", "b"], "rid": ["x"], "n": 2}, RID_LENGTH),
     ("/v1/completions", {"prompt": ["a", "b"], "rid": ["x", "x"], "top_p": 0.5}, DUPLICATE_RIDS.format(["x"])),
@@ -122,7 +131,9 @@ CASES = [
     ("/v1/chat/completions", {"messages": [], "n": 2}, "Messages cannot be empty."),
     ("/v1/chat/completions", {"messages": CHAT, "rid": "busy", "max_completion_tokens": 300},
      "max_completion_tokens is too large: 300."),
-    ("/v1/chat/completions", {"messages": CHAT, "rid": "busy", "n": 2}, BUSY),
+    ("/v1/chat/completions", {"messages": CHAT, "rid": "busy", "top_p": 0.5}, BUSY),
+    # n above 1 makes a chat SGLang's batch of one: its rid names the samples, busy_0 and busy_1
+    ("/v1/chat/completions", {"messages": CHAT, "rid": "busy", "n": 2, "model": "tiny:adapter"}, LORA.format("adapter")),
     ("/v1/chat/completions", {"messages": CHAT, "rid": "busy", "model": "tiny:adapter"}, BUSY),
     ("/v1/chat/completions", {"messages": CHAT, "rid": "busy", "max_tokens": 250}, BUSY),
     ("/v1/chat/completions", {"messages": CHAT, "top_p": 0.5, "model": "tiny:adapter"}, LORA.format("adapter")),

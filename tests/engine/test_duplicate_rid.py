@@ -110,7 +110,7 @@ def test_an_openai_request_naming_a_rid_in_flight_is_refused(engine, busy, path,
     ("/generate", {"text": "x" * 3000}),
     ("/generate", {"text": PROMPT, "lora_path": "adapter", "sampling_params": {"top_p": 0.5}}),
     ("/v1/completions", {"prompt": PROMPT, "max_tokens": 5000}),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "model": "m:adapter", "n": 2}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "model": "m:adapter", "top_p": 0.5}),
 ])
 def test_a_rid_in_flight_is_refused_before_the_prompts_own_faults(engine, busy, path, body):
     """SGLang checks the rids in flight before a LoRA adapter and the tokenized prompt (the
