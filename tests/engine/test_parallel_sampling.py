@@ -141,7 +141,8 @@ def test_openai_answers_with_n_are_sglangs(engine, sg, path, prompts):
     usage = sg.usage.calculate_token_usage(prompt_tokens=sum(prompt_tokens(path, q) for q in prompts),
                                            completion_tokens=5 * n * len(prompts))
     expected = model(id=out["id"], created=out["created"], model=out["model"], choices=choices, usage=usage,
-                     metadata={"weight_version": "default"})
+                     metadata={"weight_version": "default",  # the first sample's meta_info, as SGLang takes it
+                               "weight_versions": [{"version": "default", "start": 0, "end": 5}]})
     assert out == json.loads(expected.model_dump_json(by_alias=True))
     assert UUID.fullmatch(out["id"])
 
