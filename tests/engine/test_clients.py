@@ -1,11 +1,7 @@
 """Real clients against the engine, as users run them: the `openai` package on the OpenAI-compatible
-endpoints, SGLang's own frontend (`sgl.gen`) on /generate, and the exported tokenizer read by
-Hugging Face's `tokenizers` (what transformers' fast tokenizers, and so bench_serving, run on).
-
-`sglang.bench_serving` is not run here: importing it pulls in transformers and Hugging Face
-`datasets` (pyarrow, pandas), hundreds of MB that CI does not install. What it sends is checked
-in test_requests.py (test_what_bench_serving_sends_is_accepted), and the README says how to run it
-offline against the engine with the exported tokenizer.
+endpoints, SGLang's own frontend (`sgl.gen`) on /generate, SGLang's bench_serving request coroutines
+at their defaults on the three routes it benchmarks (sglang_bench.py), and the exported tokenizer
+read by Hugging Face's `tokenizers` (what transformers' fast tokenizers, and so bench_serving, run on).
 """
 
 from __future__ import annotations
@@ -18,6 +14,7 @@ import pytest
 
 from pytest_specdec.engine.openai_api import render_chat
 from pytest_specdec.engine.tokenizer import ByteTokenizer
+from sglang_bench import import_bench_serving, run_bench_serving
 
 openai = pytest.importorskip("openai", reason="the openai package is a test dependency: pip install -e '.[test]'")
 
@@ -142,6 +139,37 @@ def test_sglang_frontend_gen(sgl, engine):
     assert state.get_meta_info("answer")["completion_tokens"] == 16
     stream = complete.run(prompt=PROMPT, backend=backend, stream=True)
     assert "".join(stream.text_iter("answer")) == native["text"]
+
+
+@pytest.fixture(scope="module")
+def bench_serving(sglang_reference):
+    """SGLang's `sglang.benchmark.serving`, imported without its tokenizer and dataset packages."""
+    return import_bench_serving()
+
+
+BENCH_OUTPUT = 16
+
+
+@pytest.mark.parametrize("backend, flags", [("sglang", []), ("sglang", ["--tokenize-prompt"]), ("sglang-oai", []),
+                                            ("sglang-oai-chat", [])],
+                         ids=["sglang", "sglang-token-ids", "sglang-oai", "sglang-oai-chat"])
+def test_what_bench_serving_sends_is_served(bench_serving, engine, monkeypatch, backend, flags):
+    """Each backend users point bench_serving at, with its own defaults (streamed, greedy,
+    ignore_eos, its extra fields), sends what SGLang's source builds today: the engine must serve
+    it in full, and bench_serving must read back the text and token counts the engine produced."""
+    prompt_ids = ByteTokenizer().encode(PROMPT)
+    prompt = prompt_ids if "--tokenize-prompt" in flags else PROMPT
+    run = run_bench_serving(bench_serving, monkeypatch, ["--backend", backend, "--base-url", engine.url, *flags],
+                            [(prompt, len(prompt_ids), BENCH_OUTPUT)])
+    (payload,), (output,) = run.payloads, run.outputs
+    assert payload["stream"] is True, payload  # bench_serving streams unless --disable-stream
+    assert output.success and not output.error, (payload, output.error)
+    chat = backend == "sglang-oai-chat"
+    native = engine.generate(render_chat([{"role": "user", "content": PROMPT}]) if chat else PROMPT, BENCH_OUTPUT)
+    assert output.generated_text == native["text"], payload
+    assert output.output_len == BENCH_OUTPUT and output.itl, payload  # streamed in more than one chunk
+    if backend == "sglang":  # the only route whose stream reports the prompt's length unasked
+        assert output.prompt_len == native["meta_info"]["prompt_tokens"]
 
 
 @pytest.fixture(scope="module")

@@ -151,14 +151,6 @@ def test_what_sglang_frontend_sends_is_accepted():
     assert req.sampling == protocol.Sampling(max_new_tokens=16)
 
 
-def test_what_bench_serving_sends_is_accepted():
-    """bench_serving --backend sglang's payload at its defaults."""
-    req = parse({"text": PROMPT, "sampling_params": {"temperature": 0.0, "max_new_tokens": 8, "ignore_eos": True},
-                 "stream": True, "lora_path": None, "return_logprob": False, "return_routed_experts": False,
-                 "logprob_start_len": -1})
-    assert req.stream and req.sampling.ignore_eos and req.sampling.max_new_tokens == 8
-
-
 def test_unhonourable_values_are_all_named_in_one_message():
     with pytest.raises(Unsupported) as info:
         parse({"text": "hi", "sampling_params": {"top_p": 0.9, "min_p": 0.5, "regex": "a+"}})
