@@ -108,7 +108,9 @@ _ROUTING_HINTS = frozenset({"bootstrap_host", "bootstrap_port", "bootstrap_room"
                             "disagg_prefill_dp_rank", "data_parallel_rank", "extra_key", "cache_salt", "priority",
                             "rid", "session_id", "user", "seed", "custom_params", "images_config",
                             "mm_processor_kwargs", "routed_experts_start_len",
-                            "session_params"})  # SGLang's OpenAI routes never pass it on
+                            "session_params",  # SGLang's OpenAI routes never pass it on
+                            # SGLang reports no breakdown of 0 cached tokens, all the engine ever has
+                            "return_cached_tokens_details"})
 _SHARED_NEUTRAL: Mapping[str, Neutral] = {
     "frequency_penalty": Neutral(0.0, also=(0,)),
     "presence_penalty": Neutral(0.0, also=(0,)),
@@ -128,7 +130,6 @@ _SHARED_NEUTRAL: Mapping[str, Neutral] = {
     "watermark": Neutral(None),
     "return_hidden_states": Neutral(False),
     "return_routed_experts": Neutral(False),
-    "return_cached_tokens_details": Neutral(False),
     "return_spec_tokens_details": Neutral(False),
     "return_token_ids": Neutral(False),
 }

@@ -150,9 +150,13 @@ def bench_serving(sglang_reference):
 BENCH_OUTPUT = 16
 
 
-@pytest.mark.parametrize("backend, flags", [("sglang", []), ("sglang", ["--tokenize-prompt"]), ("sglang-oai", []),
-                                            ("sglang-oai-chat", [])],
-                         ids=["sglang", "sglang-token-ids", "sglang-oai", "sglang-oai-chat"])
+BENCH_RUNS = {"sglang": ("sglang", []), "sglang-token-ids": ("sglang", ["--tokenize-prompt"]),
+              "sglang-oai": ("sglang-oai", []), "sglang-oai-chat": ("sglang-oai-chat", []),
+              **{f"{backend}-cache-report": (backend, ["--cache-report"])
+                 for backend in ("sglang", "sglang-oai", "sglang-oai-chat")}}
+
+
+@pytest.mark.parametrize("backend, flags", list(BENCH_RUNS.values()), ids=list(BENCH_RUNS))
 def test_what_bench_serving_sends_is_served(bench_serving, engine, monkeypatch, backend, flags):
     """Each backend users point bench_serving at, with its own defaults (streamed, greedy,
     ignore_eos, its extra fields), sends what SGLang's source builds today: the engine must serve
@@ -170,6 +174,8 @@ def test_what_bench_serving_sends_is_served(bench_serving, engine, monkeypatch, 
     assert output.output_len == BENCH_OUTPUT and output.itl, payload  # streamed in more than one chunk
     if backend == "sglang":  # the only route whose stream reports the prompt's length unasked
         assert output.prompt_len == native["meta_info"]["prompt_tokens"]
+    if "--cache-report" in flags:  # no prefix is kept: SGLang reports 0 cached tokens and no breakdown
+        assert (output.cached_tokens, output.cached_tokens_details) == (0, None)
 
 
 @pytest.fixture(scope="module")
