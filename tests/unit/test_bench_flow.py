@@ -166,6 +166,26 @@ def test_a_run_leaves_nothing_in_the_temporary_directory(pytester, no_leftover_e
     assert sorted(os.listdir(tmp)) == []
 
 
+SECOND_FILE = """
+def test_more(specdec_server, specdec_pool):
+    assert [spec.id for spec in specdec_pool.live()] == [specdec_server.spec.id]
+"""
+
+
+def test_each_configuration_boots_once_across_the_tests_and_files_that_use_it(pytester, no_leftover_engines):
+    """In file order the configurations interleave (test_generation's ar, dflash, then
+    test_more's ar, dflash): collection groups each one's tests, so each server boots once and
+    is the only one alive while its tests run."""
+    project(pytester, methods=("ar", "dflash"), prompts=2, max_new_tokens=16,
+            extra='[[tool.specdec.workloads]]\nname = "code"\nprompts = "code"\nnum_prompts = 2\n'
+                  'max_new_tokens = 16\n')
+    pytester.makepyfile(test_more=SECOND_FILE)
+    result = run(pytester)
+    result.assert_outcomes(passed=6)
+    logs = sorted(p.name for p in pytester.path.glob(".specdec/artifacts/run-*/logs/*.log"))
+    assert logs == ["ar-tp1.log", "dflash-tp1.log"]  # a second boot writes ar-tp1.2.log
+
+
 def test_planted_regression_fails_the_gate_and_improvement_passes(pytester, no_leftover_engines):
     project(pytester, agreement=0.7)
     run(pytester, "--specdec-save-baseline").assert_outcomes(passed=1)
