@@ -25,6 +25,7 @@ import ast
 import functools
 import importlib
 import re
+import sys
 import typing
 from pathlib import Path
 
@@ -102,6 +103,23 @@ def parse(parser, argv):
 
 def test_matrix_has_every_entry():
     assert len(MATRIX) == 3 * 2 + 3 * 6  # dflash + ar at 3 TPs, ddtree at 3 TPs x 6 budgets
+
+
+def test_the_contract_covers_every_gpu_configuration_this_repository_ships():
+    """MATRIX is written out here: a method, TP or budget added to the shipped GPU matrices, or
+    another model, would run on SGLang with an argv no parser ever checked."""
+    tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
+    shipped = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["tool"]["specdec"]
+    checked = {(s.method, s.tp, s.budget) for s in MATRIX}
+    for family, matrix in shipped["matrix"].items():
+        if family == "cpu":  # the embedded engine's: no SGLang argv
+            continue
+        for method in matrix["methods"]:
+            for tp in matrix["tp"]:
+                for budget in matrix["budget"] if method == "ddtree" else (None,):
+                    assert (method, tp, budget) in checked, (family, method, tp, budget)
+    assert {s.model for s in MATRIX} == {shipped["model"]}
+    assert {s.draft_model for s in MATRIX} - {None} == {shipped["draft_model"]}
 
 
 @pytest.mark.parametrize("preset", ["ddtree-budget", "num-draft-tokens"])
