@@ -216,8 +216,9 @@ def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | 
                       log_level=ns.log_level, http_idle_timeout=ns.http_idle_timeout, faults=faults)
 
 
-def server_args_dict(args: EngineArgs) -> dict:
-    """The resolved arguments for /server_info: ours, plus SGLang's names for the same things."""
+def server_args_dict(args: EngineArgs, tokenizer_path: str | None = None) -> dict:
+    """The resolved arguments for /server_info: ours, plus SGLang's names for the same things.
+    `tokenizer_path`: the directory the engine wrote its tokenizer into (default: the served name)."""
     ours = asdict(args)
     faults = ours.pop("faults")
     ours.update({f"fault_{k}": sorted(v) if isinstance(v, frozenset) else v for k, v in faults.items()})
@@ -225,7 +226,7 @@ def server_args_dict(args: EngineArgs) -> dict:
     return {
         **ours,
         "model_path": args.served_model_name,
-        "tokenizer_path": args.served_model_name,
+        "tokenizer_path": tokenizer_path or args.served_model_name,
         "served_model_name": args.served_model_name,
         "random_seed": args.seed,
         "tp_size": 1,

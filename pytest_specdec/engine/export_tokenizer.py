@@ -8,12 +8,18 @@ The directory holds ``tokenizer.json`` (a byte-level BPE without merges: one tok
 byte, ids 0-255 as the engine's, the special tokens after them, BOS prepended as the engine
 does), ``tokenizer_config.json`` (with the chat template /v1/chat/completions renders) and
 ``special_tokens_map.json``. Encoding a text with it gives exactly the engine's token ids.
+
+The engine itself writes one at startup (`export_cached`) and reports its path as
+``tokenizer_path``, so ``python -m sglang.bench_serving`` without ``--tokenizer`` loads it as it
+loads the local directory an SGLang server reports, rather than asking the Hub for the served name.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -69,15 +75,55 @@ def tokenizer_config(context_length: int) -> dict:
     }
 
 
+def tokenizer_files(context_length: int) -> dict[str, str]:
+    """Each file of the tokenizer directory by name, as the text written into it."""
+    special = {"bos_token": SPECIAL_TOKENS[BOS_ID], "eos_token": SPECIAL_TOKENS[EOS_ID],
+               "pad_token": SPECIAL_TOKENS[PAD_ID]}
+    return {name: json.dumps(content, indent=1, ensure_ascii=False) + "\n"
+            for name, content in (("tokenizer.json", tokenizer_json()),
+                                  ("tokenizer_config.json", tokenizer_config(context_length)),
+                                  ("special_tokens_map.json", special))}
+
+
 def export(directory: Path, *, context_length: int = 4096) -> Path:
     """Write the tokenizer files into ``directory`` (created if needed) and return it."""
     directory.mkdir(parents=True, exist_ok=True)
-    special = {"bos_token": SPECIAL_TOKENS[BOS_ID], "eos_token": SPECIAL_TOKENS[EOS_ID],
-               "pad_token": SPECIAL_TOKENS[PAD_ID]}
-    for name, content in (("tokenizer.json", tokenizer_json()),
-                          ("tokenizer_config.json", tokenizer_config(context_length)),
-                          ("special_tokens_map.json", special)):
-        (directory / name).write_text(json.dumps(content, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    for name, text in tokenizer_files(context_length).items():
+        (directory / name).write_text(text, encoding="utf-8")
+    return directory
+
+
+def cache_root() -> Path:
+    """Where the engine keeps the tokenizers it exports: the user's cache directory (XDG), not the
+    temporary directory, which a run must leave as it found it."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"  # XDG: a relative path is ignored
+    return base / "pytest-specdec" / "tokenizers"
+
+
+def export_cached(*, context_length: int, root: Path | None = None) -> Path:
+    """The engine's tokenizer directory under ``root`` (default `cache_root()`), written if missing.
+
+    The directory is named by a digest of its contents, so engines of any version or context
+    length share one only where it is identical, nothing needs removing when an engine stops (or
+    is killed), and what accumulates is one small directory per tokenizer ever served. Each file is
+    written beside its name and renamed into place, so a reader, or an engine starting at the same
+    time, never sees one half written.
+    """
+    files = tokenizer_files(context_length)
+    digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+    directory = (cache_root() if root is None else root) / digest
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        path, data = directory / name, text.encode("utf-8")
+        if path.is_file() and path.read_bytes() == data:
+            continue
+        partial = directory / f".{name}.{os.getpid()}.partial"
+        try:
+            partial.write_bytes(data)
+            os.replace(partial, path)
+        finally:
+            partial.unlink(missing_ok=True)
     return directory
 
 

@@ -8,9 +8,11 @@ import torch
 
 from .. import __version__
 from ..configuration import is_speculative
+from . import logs
 from .cli import EngineArgs, server_args_dict
 from .decoding import SpeculativeDecoder
 from .drafter import BlockDrafter
+from .export_tokenizer import export_cached
 from .metrics import EngineMetrics
 from .model import PRESETS, TargetModel
 from .scheduler import Scheduler
@@ -27,6 +29,23 @@ def startup_time(*, load_weight: float, kv_cache_allocation: float, scheduler_e2
     """A scheduler's startup figures in seconds, in the shape SGLang's /server_info gives them."""
     return {"load_weight": load_weight, "kv_cache_allocation": kv_cache_allocation,
             "scheduler_e2e": scheduler_e2e, "cuda_graph": dict.fromkeys(GRAPH_PHASES, 0.0)}
+
+
+def tokenizer_path_for_clients(args: EngineArgs) -> str:
+    """The tokenizer directory /model_info reports as ``tokenizer_path``: the engine's tokenizer
+    written where clients on this host load it (bench_serving without ``--tokenizer``, as from an
+    SGLang server's local path); the served name where it cannot be written, as before."""
+    try:
+        path = export_cached(context_length=args.context_length)
+    except (OSError, RuntimeError) as exc:  # an unwritable cache, or no home directory to put it in
+        where = getattr(exc, "filename", None) or "the cache directory"
+        logs.SERVER.warning(
+            f"Cannot write the tokenizer for clients into {where} ({getattr(exc, 'strerror', None) or exc}); "
+            f"tokenizer_path stays {args.served_model_name}. Set XDG_CACHE_HOME to a writable directory, "
+            "or pass clients --tokenizer DIR after python -m pytest_specdec.engine.export_tokenizer DIR.")
+        return args.served_model_name
+    logs.SERVER.info(f"Tokenizer for clients written to {path} (tokenizer_path).")
+    return str(path)
 
 
 def build_server(args: EngineArgs, started: float | None = None) -> EngineServer:
@@ -75,9 +94,10 @@ def build_server(args: EngineArgs, started: float | None = None) -> EngineServer
     engine_startup = {**scheduler.startup_time,
                       "tokenizer_e2e": time.perf_counter() - (begin if started is None else started)}
     cfg = model.config
+    tokenizer_path = tokenizer_path_for_clients(args)
     model_info = {
         "model_path": args.served_model_name,
-        "tokenizer_path": args.served_model_name,
+        "tokenizer_path": tokenizer_path,
         "is_generation": True,
         "preferred_sampling_params": None,
         "weight_version": "default",
@@ -97,6 +117,6 @@ def build_server(args: EngineArgs, started: float | None = None) -> EngineServer
         model_info["layer_types"] = ["linear_attention" if cfg.is_linear(i) else "full_attention"
                                      for i in range(cfg.num_layers)]
     return EngineServer(host=args.host, port=args.port, scheduler=scheduler, metrics=metrics, faults=args.faults,
-                        context_length=args.context_length, server_args=server_args_dict(args),
+                        context_length=args.context_length, server_args=server_args_dict(args, tokenizer_path),
                         model_info=model_info, served_model_name=args.served_model_name, version=__version__,
                         idle_timeout=args.http_idle_timeout, startup_time=engine_startup)

@@ -4,8 +4,11 @@ body, and its request coroutines, so a field SGLang adds or a default it changes
 
 Importing the module takes transformers and Hugging Face `datasets` (its tokenizer and dataset
 loaders) and, through the one constant it reads from `sglang.srt.disaggregation`, SGLang's model
-configs; none of these builds a request, so they are stand-ins while it imports. The tokenizer and
-the dataset are ours: one SGLang `DatasetRow` per prompt, as its random dataset makes them.
+configs; none of these builds a request, so they are stand-ins while it imports. The dataset is
+ours: one SGLang `DatasetRow` per prompt, as its random dataset makes them. So is the tokenizer,
+unless a test hands in a loader (SGLang's own `get_tokenizer`, where transformers is installed);
+either way the name bench_serving chose for it is recorded. The Hugging Face Hub is unreachable,
+as on a machine offline: a lookup there fails at once rather than after network timeouts.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import json
 import sys
 import types
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 #: What bench_serving imports only for tokenizers, datasets and --fake-prefill's bootstrap host.
 STAND_INS = ("transformers", "datasets", "sglang.srt.disaggregation")
@@ -73,6 +76,8 @@ class BenchRun:
     api_url: str
     model_id: str
     extra_request_body: dict
+    tokenizer_id: str | None = None  # what it asked its tokenizer loader for
+    tokenizer: Any = None  # what the loader gave (None: the stand-in loader)
     payloads: list[dict] = field(default_factory=list)  # each request's JSON body, as sent
     outputs: list[Any] = field(default_factory=list)  # its RequestFuncOutput for each prompt
 
@@ -99,11 +104,19 @@ class _RecordingAiohttp:
 
 
 def run_bench_serving(serving: types.ModuleType, monkeypatch, argv: list[str],
-                      prompts: list[tuple[Any, int, int]]) -> BenchRun:
+                      prompts: list[tuple[Any, int, int]],
+                      load_tokenizer: Callable[[str], Any] | None = None) -> BenchRun:
     """`python -m sglang.benchmark.serving ARGV` over ``prompts`` (prompt, prompt_len, output_len),
-    each sent once through the backend's request coroutine as its benchmark() sends a request."""
+    each sent once through the backend's request coroutine as its benchmark() sends a request.
+    `load_tokenizer`: what loads the tokenizer bench_serving names (default: none is loaded)."""
     bodies: list[bytearray] = []
     run: dict[str, BenchRun] = {}
+    tokenizer: dict[str, Any] = {}
+
+    def get_tokenizer(name):
+        tokenizer["id"] = name
+        tokenizer["loaded"] = load_tokenizer(name) if load_tokenizer else None
+        return tokenizer["loaded"]
 
     async def benchmark(*, backend, api_url, model_id, input_requests, extra_request_body, lora_names, **_):
         assert not lora_names, "no LoRA adapter is asked for"
@@ -122,12 +135,16 @@ def run_bench_serving(serving: types.ModuleType, monkeypatch, argv: list[str],
 
     monkeypatch.setattr(serving, "benchmark", benchmark)
     monkeypatch.setattr(serving, "get_dataset", dataset)
-    monkeypatch.setattr(serving, "get_tokenizer", lambda name: None)  # only the dataset and metrics read it
+    monkeypatch.setattr(serving, "get_tokenizer", get_tokenizer)  # only the dataset and metrics read it
+    hub = sys.modules.get("huggingface_hub.constants")  # imported with a real transformers
+    if hub is not None:
+        monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(serving, "set_ulimit", lambda *a, **k: None)  # the test process keeps its limits
     monkeypatch.setattr(serving, "aiohttp", _RecordingAiohttp(serving.aiohttp, bodies))
     monkeypatch.setattr(sys, "argv", ["bench_serving", *argv])
     serving.cli_main()
     done = run["done"]
+    done.tokenizer_id, done.tokenizer = tokenizer["id"], tokenizer["loaded"]
     done.payloads = [json.loads(bytes(body)) for body in bodies]
     return done
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -184,6 +185,43 @@ def test_export_tokenizer_names_what_it_cannot_do(tmp_path, capsys, where, flags
     err = capsys.readouterr().err
     assert message.format(dir=target) in err and "Traceback" not in err
     assert not (target / "tokenizer.json").exists()
+
+
+def test_the_engines_tokenizer_directory_is_shared_only_where_identical(tmp_path):
+    """The engine writes its tokenizer for clients at every start, killed engines included: a
+    directory per engine would pile up, one per content does not, and a damaged file is rewritten."""
+    from pytest_specdec.engine.export_tokenizer import export, export_cached
+
+    first = export_cached(context_length=512, root=tmp_path)
+    assert export_cached(context_length=512, root=tmp_path) == first
+    other = export_cached(context_length=1024, root=tmp_path)
+    assert other != first and sorted(p.name for p in tmp_path.iterdir()) == sorted([first.name, other.name])
+    (first / "tokenizer.json").write_text("{")
+    export_cached(context_length=512, root=tmp_path)
+    written = export(tmp_path / "exported", context_length=512)
+    assert sorted(p.name for p in first.iterdir()) == sorted(p.name for p in written.iterdir())  # no partial file
+    assert all((first / p.name).read_bytes() == p.read_bytes() for p in written.iterdir())
+
+
+@pytest.mark.parametrize("xdg, expected", [("{tmp}/xdg", "{tmp}/xdg"), ("relative/xdg", "{home}/.cache"),
+                                           ("", "{home}/.cache")])
+def test_the_tokenizer_cache_is_the_users_not_the_temporary_directory(tmp_path, monkeypatch, xdg, expected):
+    from pytest_specdec.engine.export_tokenizer import cache_root
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", xdg.format(tmp=tmp_path))
+    assert cache_root() == Path(expected.format(tmp=tmp_path, home=tmp_path / "home")) / "pytest-specdec" / "tokenizers"
+
+
+def test_an_unwritable_tokenizer_cache_leaves_the_served_name(tmp_path, monkeypatch, caplog):
+    """The engine still starts where its cache cannot be written; it says why and what to do."""
+    from pytest_specdec.engine.runtime import tokenizer_path_for_clients
+
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a-file"))
+    with caplog.at_level("WARNING", logger="specdec.engine.server"):
+        assert tokenizer_path_for_clients(parse_args(["--method", "ar"])) == "specdec-embedded/tiny"
+    assert "Set XDG_CACHE_HOME to a writable directory" in caplog.text and str(tmp_path / "a-file") in caplog.text
 
 
 @pytest.mark.parametrize("case, message", [

@@ -207,3 +207,21 @@ def test_exported_tokenizer_config(tokenizer_dir):
     config = json.loads((tokenizer_dir / "tokenizer_config.json").read_text())
     assert (config["bos_token"], config["eos_token"], config["model_max_length"]) == ("<s>", "</s>", CONTEXT)
     assert config["chat_template"] and config["split_special_tokens"] is True
+
+
+def test_bench_serving_without_tokenizer_loads_what_the_engine_reports(bench_serving, engine, monkeypatch):
+    """Without --tokenizer, bench_serving loads the tokenizer /model_info names through SGLang's own
+    get_tokenizer: a name that is no local directory goes to the Hub (here unreachable), where the
+    engine's served name was never one. The engine reports the directory it wrote its tokenizer
+    into, and what loads from it counts as the engine does."""
+    pytest.importorskip("transformers", reason="bench_serving's tokenizer loader runs on it: pip install -e '.[test]'")
+    reported = engine.get("/model_info").json()
+    run = run_bench_serving(bench_serving, monkeypatch, ["--backend", "sglang", "--base-url", engine.url],
+                            [(PROMPT, len(ByteTokenizer().encode(PROMPT)), BENCH_OUTPUT)],
+                            load_tokenizer=bench_serving.get_tokenizer)
+    assert run.tokenizer_id == reported["tokenizer_path"] != reported["model_path"]
+    assert reported["model_path"] == model_name(openai.OpenAI(base_url=engine.url + "/v1", api_key="unused"))
+    counted = engine.post("/v1/tokenize", {"prompt": TEXTS}).json()["tokens"]
+    assert [run.tokenizer.encode(text) for text in TEXTS] == counted
+    assert run.tokenizer.model_max_length == CONTEXT
+    assert engine.get("/server_info").json()["tokenizer_path"] == reported["tokenizer_path"]
