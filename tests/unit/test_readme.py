@@ -108,3 +108,27 @@ def test_the_readmes_default_tolerances_are_the_ones_this_repository_gates_with(
     assert said, "the README no longer states the default tolerances"
     table = tomllib.loads((README.parent / "pyproject.toml").read_text())["tool"]["specdec"]["tolerances"]
     assert parse_tolerances(said.group(1)) == parse_tolerance_table(table, "pyproject.toml")
+
+
+def make_recipe(target: str) -> str:
+    """The recipe lines of a Makefile target (its tab-indented lines after `target:`)."""
+    text = (README.parent / "Makefile").read_text(encoding="utf-8")
+    found = re.search(rf"^{re.escape(target)}:[^\n]*\n((?:\t[^\n]*\n)+)", text, re.M)
+    assert found, f"the Makefile has no recipe for `{target}`"
+    return found.group(1)
+
+
+def test_the_readmes_two_commands_run_the_bench_and_every_test_folder_and_ci_runs_the_second():
+    """The README's quick start promises one command for the benchmark suite and one for the test
+    suite, and CI runs the latter: nothing checked that the targets still do so, so a test folder
+    left out of `make test` (or a CI script that stopped calling it) went unseen."""
+    quick = README.read_text(encoding="utf-8").split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    first, second = re.findall(r"```\n(.*?)\n```", quick, re.S)[:2]
+    assert (first, second) == ("make bench", "make test")
+    assert re.search(r"-m pytest tests/bench(\s|$)", make_recipe("bench"))
+    tested = re.search(r"-m pytest ([^\n]*)", make_recipe("test")).group(1).split()
+    folders = {f"tests/{p.name}" for p in (README.parent / "tests").iterdir()
+               if p.is_dir() and any(p.glob("test_*.py"))}
+    assert set(tested) >= folders - {"tests/bench"}, "a test folder `make test` does not run"
+    ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert second in [line.strip() for line in ci]
