@@ -213,3 +213,10 @@ max_new_tokens = 8
     assert merged.returncode == 0, merged.stdout + merged.stderr
     rows = json.loads((root / "specdec-merged" / "results.json").read_text())["results"]
     assert sorted(r["config"] for r in rows) == ["ar-tp1", "ddtree-tp1-b8"]
+    # the merge's report is a run's: Markdown, LaTeX (to \input and standalone), plots, JUnit
+    folder = root / "specdec-merged"
+    for name, row in (("report.md", "ddtree-tp1-b8"), ("junit.xml", "ddtree-tp1-b8"),
+                      ("report.tex", "ddtree & 1 & 8 &"), ("report-standalone.tex", "ddtree & 1 & 8 &")):
+        assert row in (folder / name).read_text(), name
+    assert {p.name for p in (folder / "plots").iterdir()} >= {"tokens_per_s.png", "tokens_per_s.pdf",
+                                                              "accept_length.png", "accept_length.pdf"}
