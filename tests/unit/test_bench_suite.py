@@ -54,7 +54,9 @@ def test_a_sm120_dry_run_runs_the_blackwell_items_with_the_shipped_known_issue_a
     """Budgets 8 and 12 are the shipped story (the embedded engine plays the crash out), 16 runs
     and passes, TP4 needs GPUs a simulated sm_120 x1 does not have; the cpu matrix stays out."""
     chosen = " or ".join(f"blackwell-ddtree-{cell}-chat" for cell in ("tp1-b8", "tp1-b12", "tp1-b16", "tp4-b8"))
-    done = bench(tmp_path, "--specdec-arch=sm_120", "-m", "blackwell", "-k", chosen)
+    # one simulated GPU on the embedded engine, as on a machine without GPUs, wherever this runs
+    done = bench(tmp_path, "--specdec-arch=sm_120", "--specdec-gpus=1", "--specdec-backend=embedded",
+                 "-m", "blackwell", "-k", chosen)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     got = outcomes(done)
     assert sorted(got) == ["PASSED", "SKIPPED", "XFAIL"], got
