@@ -2,7 +2,11 @@
 
 Sends a workload's prompts at a fixed concurrency with `stream: true` and times each request on
 the client: TTFT is the first SSE event that carries a completion token, e2e the `[DONE]`
-event. SGLang streams `data: {json}` events with cumulative text and meta_info in every event,
+event, TPOT (metrics.RequestRecord.tpot_ms) the time between them per token after the first, as
+SGLang's bench_serving has them. Events are timed as they are parsed, so events that arrived in one
+network read share an arrival time: a stream whose whole output came in the read that brought its
+first token (a client or server starved of CPU, or a server that sends its output in large steps)
+is marked `whole_at_once`, and has no TPOT. SGLang streams `data: {json}` events with cumulative text and meta_info in every event,
 then `data: [DONE]`; errors raised mid-stream arrive as `data: {"error": {"message": ...}}` with
 HTTP 200, so a 200 alone does not mean success.
 
@@ -160,6 +164,7 @@ async def generate_one(
     decoded: list[dict] | None = [] if keep_text else None
     token_events = 0
     chunks = 0
+    first_read = last_read = -1  # the network reads that brought the first token and the last event
     done = False
     error: str | None = None
     timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -171,7 +176,7 @@ async def generate_one(
                 error = f"HTTP {status}: {error_text(body)}"
             else:
                 head = bytearray()  # the body's first bytes, to show one that is no event stream
-                async for event in _data_events(resp, head, 200, on_event):
+                async for read, event in _data_events(resp, head, 200, on_event):
                     if event == _DONE:
                         done = True
                         break
@@ -179,14 +184,14 @@ async def generate_one(
                     if event.startswith(_ERROR_PREFIX):
                         error = error_text(event.decode("utf-8", "replace"))
                         continue
-                    last_event = event
+                    last_event, last_read = event, read
                     if first_token_at is None or decoded is not None:
                         obj = _decode_event(event)
                         meta = obj.get(api.META_INFO) or {}
                         tokens = int(meta.get(api.COMPLETION_TOKENS) or 0)
                         if first_token_at is None and tokens > 0:
                             first_token_at = time.perf_counter()
-                            first_meta = meta
+                            first_meta, first_read = meta, read
                         if decoded is not None:
                             decoded.append(obj)
                             token_events += tokens > 0
@@ -228,6 +233,9 @@ async def generate_one(
         ttft_ms=None if first_token_at is None else (first_token_at - start) * 1000.0,
         e2e_ms=(end - start) * 1000.0,
         chunks=chunks,
+        # with two tokens or more; one token has no time per token, read at once or not
+        whole_at_once=first_token_at is not None and first_read == last_read
+        and int(meta.get(api.COMPLETION_TOKENS) or 0) > 1,
         server_e2e_latency_s=_opt_float(meta, api.E2E_LATENCY),
         spec_verify_ct=_opt_int(meta, api.SPEC_VERIFY_CT),
         spec_accept_length=_opt_float(meta, api.SPEC_ACCEPT_LENGTH),
@@ -240,13 +248,15 @@ async def generate_one(
 
 
 async def _data_events(resp: aiohttp.ClientResponse, head: bytearray, head_limit: int | None,
-                       on_event: Callable[[], None] | None) -> AsyncIterator[bytes]:
-    """Each `data:` event's payload of a /generate stream, `[DONE]` included, with `on_event`
-    called for each (the stall watchdog's sign of progress: SSE comments and blank lines, which a
-    proxy may send as keep-alives, are none). `head` gathers the body's first `head_limit` bytes
-    (all with None), to show a body that is no event stream."""
+                       on_event: Callable[[], None] | None) -> AsyncIterator[tuple[int, bytes]]:
+    """Each `data:` event's payload of a /generate stream, `[DONE]` included, after the number of
+    the network read that completed it (events of one read arrived together, so their arrival
+    times differ by parsing alone), with `on_event` called for each (the stall watchdog's sign of
+    progress: SSE comments and blank lines, which a proxy may send as keep-alives, are none).
+    `head` gathers the body's first `head_limit` bytes (all with None), to show a body that is no
+    event stream."""
     buf = bytearray()
-    async for data in resp.content.iter_any():
+    async for read, data in _numbered(resp.content.iter_any()):
         buf += data
         if head_limit is None or len(head) < head_limit:
             head += data if head_limit is None else data[:head_limit - len(head)]
@@ -258,7 +268,14 @@ async def _data_events(resp: aiohttp.ClientResponse, head: bytearray, head_limit
                 continue  # blank separators, SSE comments, keep-alives
             if on_event is not None:
                 on_event()
-            yield line[5:].strip()
+            yield read, line[5:].strip()
+
+
+async def _numbered(reads: AsyncIterator[bytes]) -> AsyncIterator[tuple[int, bytes]]:
+    read = 0
+    async for data in reads:
+        yield read, data
+        read += 1
 
 
 def _is_delta(event: dict, tokens: int) -> bool:
@@ -466,7 +483,7 @@ async def generate_body_async(url: str, payload: dict[str, Any], *, timeout_s: f
                     text = await resp.text(errors="replace")
                     raise GenerateFailed(f"failed: HTTP {resp.status} {resp.reason}: {error_text(text)}")
                 raw = bytearray()  # a body that is no event stream, whole
-                async for event in _data_events(resp, raw, None, watch.heard):
+                async for _, event in _data_events(resp, raw, None, watch.heard):
                     if event == _DONE:
                         return None
                     if event.startswith(_ERROR_PREFIX):

@@ -212,7 +212,22 @@ class LiveServer:
             measurement = replace(measurement, calibration=calibration)
         self.check_alive()
         self._cross_check(measurement, log_offset)
+        self._warn_whole_at_once(measurement)
         return measurement
+
+    def _warn_whole_at_once(self, measurement: Measurement) -> None:
+        """Say which requests' outputs arrived whole at once: their TTFT is their whole
+        generation and they have no TPOT, so the figures are not what they seem."""
+        bursts = measurement.whole_at_once
+        if not bursts:
+            return
+        tpot = ("TPOT is measured over the others" if measurement.tpot_ms is not None
+                else "so the workload has no TPOT")
+        warnings.warn(f"server {self.id}: workload {measurement.workload!r}: {bursts} of "
+                      f"{measurement.num_requests} requests received their whole output in the network "
+                      f"read that brought its first token, so their TTFT spans the whole generation and "
+                      f"{tpot}: the client or the server was starved of CPU (a loaded machine), or the "
+                      f"server sends its output in large steps (SGLang's --stream-interval)", stacklevel=2)
 
     def _say_silence(self) -> client.OnQuiet | None:
         """The stall watchdog's progress line: a silent workload says how much longer it waits."""

@@ -59,6 +59,9 @@ class RequestRecord:
     ttft_ms: float | None = None
     e2e_ms: float = 0.0
     chunks: int = 0
+    #: the whole output (two tokens or more) arrived in the network read that brought the first
+    #: token: its TTFT spans the generation and its TPOT would time the client's parsing
+    whole_at_once: bool = False
     server_e2e_latency_s: float | None = None
     spec_verify_ct: int | None = None
     spec_accept_length: float | None = None
@@ -74,8 +77,10 @@ class RequestRecord:
 
     @property
     def tpot_ms(self) -> float | None:
-        """Mean time per output token after the first; None with fewer than two tokens."""
-        if self.ttft_ms is None or self.completion_tokens < 2:
+        """Mean time per output token after the first, bench_serving's (latency - ttft) /
+        (output_len - 1); None with fewer than two tokens, and for an output that arrived whole
+        at once, whose tokens after the first have no arrival times of their own."""
+        if self.ttft_ms is None or self.completion_tokens < 2 or self.whole_at_once:
             return None
         return (self.e2e_ms - self.ttft_ms) / (self.completion_tokens - 1)
 
@@ -274,6 +279,8 @@ class Measurement:
     tpot_samples: tuple[float, ...] = ()
     accept_samples: tuple[float, ...] = ()
     calibration: Calibration | None = None  # the server's CPU share during the workload
+    #: requests whose whole output arrived at once (RequestRecord.whole_at_once): not in tpot_ms
+    whole_at_once: int = 0
 
     def metrics(self, *, deterministic_accept: bool = False) -> tuple[MetricValue, ...]:
         """The gated figures. Latencies are gated on their medians (robust to stragglers).
@@ -386,6 +393,7 @@ def summarize(result: WorkloadResult) -> Measurement:
         ttft_samples=tuple(ttfts),
         tpot_samples=tuple(tpots),
         accept_samples=tuple(r.completion_tokens / r.spec_verify_ct for r in verified),
+        whole_at_once=sum(r.whole_at_once for r in records),
     )
 
 

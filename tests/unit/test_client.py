@@ -25,6 +25,7 @@ from pytest_specdec.client import (
     context_length_from,
     fetch_context_length,
     fetch_server_info,
+    generate_one,
     run_workload,
     run_workload_async,
     scrape_metrics,
@@ -198,7 +199,8 @@ def test_streaming_records_tokens_timings_and_spec_fields(fake):
         assert r.completion_tokens == 10 and r.prompt_tokens == 5
         assert r.finish_reason == "length"
         assert r.ttft_ms is not None and 0 < r.ttft_ms <= r.e2e_ms
-        assert r.tpot_ms is not None and r.tpot_ms >= 0
+        # the fake writes its events back to back: they may reach the client in one read
+        assert (r.tpot_ms is None) == r.whole_at_once and (r.tpot_ms is None or r.tpot_ms >= 0)
         assert r.chunks == 4  # 1 + 3 + 3 + 3
         assert r.spec_verify_ct == 3 and r.spec_accept_length == pytest.approx(10 / 3)
         assert r.spec_num_correct_drafts == 6 and r.spec_num_proposed_drafts == 45
@@ -369,6 +371,71 @@ def test_sse_parsing_survives_arbitrary_chunk_boundaries():
         r = run_workload(thread.url, workload("z", n=7)).records[0]
     assert r.ok, r.error
     assert (r.completion_tokens, r.chunks, r.finish_reason, r.spec_verify_ct, r.text) == (7, 3, "length", 2, "y" * 7)
+
+
+def _events(n: int) -> list[bytes]:
+    """A cumulative stream of `n` tokens, one event a token, as SGLang sends it."""
+    out = []
+    for k in range(1, n + 1):
+        meta = {"completion_tokens": k, "prompt_tokens": 2,
+                "finish_reason": {"type": "length"} if k == n else None}
+        out.append(b"data: " + json.dumps({"text": "y" * k, "meta_info": meta}).encode() + b"\n\n")
+    return out
+
+
+def test_an_output_that_arrives_in_one_read_has_no_tpot():
+    """A stream whose every event arrives in the read that brings the first token (a starved
+    client or server, a server that sends its output in one step): the events' arrival times
+    differ by parsing alone, so a TPOT of them would be near zero and its TTFT the whole
+    generation. It has no TPOT, and the measurement counts it."""
+    body = b"".join(_events(8)) + b"data: [DONE]\n\n"
+
+    async def handler(request):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(body)  # one write: one read on the client
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/generate", handler)
+    with ServerThread(app) as thread:
+        res = run_workload(thread.url, workload("z", n=8))
+    r = res.records[0]
+    assert r.ok, r.error
+    assert (r.completion_tokens, r.chunks) == (8, 8)
+    assert r.whole_at_once and r.ttft_ms is not None and r.tpot_ms is None
+    m = measure(res)
+    assert m.whole_at_once == 1 and m.tpot_ms is None and m.tpot_samples == ()
+    assert "tpot_ms" not in {v.name for v in m.metrics()}
+
+
+def test_tokens_read_after_the_first_one_have_a_tpot():
+    """The server sends the rest only once the client has read the first token's event, so the
+    tokens came in reads of their own: a TPOT, and no burst counted."""
+    first_read = threading.Event()
+    events = _events(4)
+
+    async def handler(request):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(events[0])
+        await asyncio.get_running_loop().run_in_executor(None, first_read.wait, 10)
+        await resp.write(b"".join(events[1:]) + b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def go(url):
+        async with aiohttp.ClientSession() as session:
+            return await generate_one(session, url, {"text": "z", "stream": True}, on_event=first_read.set)
+
+    app = web.Application()
+    app.router.add_post("/generate", handler)
+    with ServerThread(app) as thread:
+        r = asyncio.run(go(thread.url))
+    assert r.ok, r.error
+    assert not r.whole_at_once and r.tpot_ms is not None and r.tpot_ms >= 0
+    assert r.completion_tokens == 4
 
 
 # ------------------------------------------------------------------ server information

@@ -541,3 +541,21 @@ def test_generate_fails_a_stream_that_finished_with_an_abort(reason):
     finally:
         stub.close()
     assert str(info.value) == f"server ar-tp1: /generate failed: request aborted by the server: {reason['message']}"
+
+
+def test_outputs_that_arrived_whole_at_once_are_said(monkeypatch):
+    """A request whose output came in one read has its TTFT span the whole generation and no
+    TPOT: the run says so where the user reads it, rather than showing the figures as they are."""
+    records = tuple(
+        RequestRecord(index=i, status=200, finish_reason="length", prompt_tokens=10, completion_tokens=64,
+                      ttft_ms=31.0, e2e_ms=31.5, chunks=64, whole_at_once=i < 3)
+        for i in range(8))
+    result = WorkloadResult("chat", "http://127.0.0.1:1", 1, records, wall_s=0.3)
+    monkeypatch.setattr("pytest_specdec.live.client.run_workload", lambda *args, **kwargs: result)
+    server = LiveServer(spec=ServerSpec("embedded", "ar"), url="http://127.0.0.1:1", log_path=None,
+                        check=lambda: None, token_counter=None)
+    with pytest.warns(UserWarning, match=r"ar-tp1: workload 'chat': 3 of 8 requests received their whole "
+                                         r"output .* TPOT is measured over the others: the client or the "
+                                         r"server was starved of CPU"):
+        measurement = server.run(Workload(name="chat", prompts=(Prompt("p"),) * 8, max_new_tokens=64))
+    assert measurement.whole_at_once == 3 and len(measurement.tpot_samples) == 5
