@@ -3,10 +3,12 @@
 Sends a workload's prompts at a fixed concurrency with `stream: true` and times each request on
 the client: TTFT is the first SSE event that carries a completion token, e2e the `[DONE]`
 event, TPOT (metrics.RequestRecord.tpot_ms) the time between them per token after the first, as
-SGLang's bench_serving has them. Events are timed as they are parsed, so events that arrived in one
-network read share an arrival time: a stream whose whole output came in the read that brought its
-first token (a client or server starved of CPU, or a server that sends its output in large steps)
-is marked `whole_at_once`, and has no TPOT. SGLang streams `data: {json}` events with cumulative text and meta_info in every event,
+SGLang's bench_serving has them. Events are timed as they are parsed, so events that arrived in
+one network read share an arrival time: a stream whose whole output came in the read that brought
+its first token (a client or server starved of CPU, or a server that sends its output in large
+steps) is marked `whole_at_once`, and has no TPOT.
+
+SGLang streams `data: {json}` events with cumulative text and meta_info in every event,
 then `data: [DONE]`; errors raised mid-stream arrive as `data: {"error": {"message": ...}}` with
 HTTP 200, so a 200 alone does not mean success.
 

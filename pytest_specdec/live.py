@@ -225,7 +225,7 @@ class LiveServer:
                 else "so the workload has no TPOT")
         warnings.warn(f"server {self.id}: workload {measurement.workload!r}: {bursts} of "
                       f"{measurement.num_requests} requests received their whole output in the network "
-                      f"read that brought its first token, so their TTFT spans the whole generation and "
+                      f"read that brought their first token, so their TTFT spans the whole generation and "
                       f"{tpot}: the client or the server was starved of CPU (a loaded machine), or the "
                       f"server sends its output in large steps (SGLang's --stream-interval)", stacklevel=2)
 

@@ -555,7 +555,8 @@ def test_outputs_that_arrived_whole_at_once_are_said(monkeypatch):
     server = LiveServer(spec=ServerSpec("embedded", "ar"), url="http://127.0.0.1:1", log_path=None,
                         check=lambda: None, token_counter=None)
     with pytest.warns(UserWarning, match=r"ar-tp1: workload 'chat': 3 of 8 requests received their whole "
-                                         r"output .* TPOT is measured over the others: the client or the "
+                                         r"output in the network read that brought their first token, so their TTFT "
+                                         r"spans the whole generation and TPOT is measured over the others: the client or the "
                                          r"server was starved of CPU"):
         measurement = server.run(Workload(name="chat", prompts=(Prompt("p"),) * 8, max_new_tokens=64))
     assert measurement.whole_at_once == 3 and len(measurement.tpot_samples) == 5
