@@ -3,7 +3,8 @@ without a GPU, and report what they use.
 
 CI has neither GPU, so this is where it sees the kernels each table gives those archs: the planner
 is asked for every shape of a grid (fp32 / fp16 / bf16, T = 9, 16, 17, 33, 65, head dims 64, 128 and
-256, the bench's head counts, batches and caches), each distinct split kernel it plans is compiled
+256, the bench's head counts, batches and caches; on sm_90 also the calls that take the Triton
+fallback at 16 bits), each distinct split kernel it plans is compiled
 with the ptxas Triton ships, and the report holds shared memory (within the arch's limit; for the
 Triton kernel also within the bound the planner fits its tiles with), registers, spills and the
 SASS mix. sm_120 binaries must hold none of Hopper's
@@ -46,6 +47,9 @@ NODE_COUNTS = (9, 16, 17, 33, 65)
 MERGE_VARIANTS = ((32, 1), (1024, 1), (128, None), (1024, 2))
 HEADS = {64: ((32, 8), (64, 8)), 128: ((32, 8), (64, 8)), 256: ((24, 4), (6, 1), (3, 1))}
 GRIDS = ((1, 1024), (1, 8192), (1, 32768), (8, 8192), (8, 32768), (32, 1024), (32, 32768))
+# (descriptors, positive scale) of a call: the Gluon kernels' calls, then the two that take the
+# Triton fallback on sm_90 (caches no descriptor describes; a scale <= 0, caches read through TMA)
+CALL_LAYOUTS = ((True, True), (False, True), (True, False))
 # Instructions that exist only on sm_90a (wgmma, warpgroup register moves) or sm_100a (tcgen05):
 # none may appear in an sm_120 binary.
 FORBIDDEN_SASS = ("HGMMA", "WARPGROUP", "UTCHMMA", "UTCQMMA", "UTCMMA", "UTCBAR", "USETMAXREG")
@@ -72,6 +76,7 @@ class CompileReport:
     spill_bytes: int | None = None
     mix: dict = field(default_factory=dict)
     problems: list = field(default_factory=list)
+    tma: bool = False  # the Triton kernel reads its key tiles through tensor descriptors
     folded_merge: bool = False  # the eager calls' variant: the merge in this kernel, none launched after it
     merge_waiters: int = 0  # of a folded merge: its waiting programs a query tile, and their head-dim slices
     merge_slices: int = 1
@@ -83,28 +88,32 @@ class CompileReport:
 
 def planned_variants(arch: str, dtypes=tuple(ELEMENT_SIZES)) -> list[tuple[str, VerifyShape, object]]:
     """(dtype, shape, plan) of each distinct split kernel the planner gives ``arch`` on the grid
-    (fp16 shares bf16's plans; it is compiled where its kernel kind first comes up)."""
-    seen, kinds, out = set(), set(), []
+    (fp16 shares bf16's plans; it is compiled once a head dim and kernel kind, the first such plan;
+    the Triton fallback's calls add a kernel only for tiles not compiled yet, whatever its merge)."""
+    seen, seen_tiles, out = set(), set(), []
     for dtype in dtypes:
         for head_dim, heads in HEADS.items():
-            for num_nodes in NODE_COUNTS:
-                for q_heads, kv_heads in heads:
-                    for batch, prefix in GRIDS:
-                        shape = VerifyShape(batch, num_nodes, q_heads, kv_heads, head_dim, prefix + num_nodes,
-                                            ELEMENT_SIZES[dtype])
-                        plan = plan_verify(shape, TARGETS[arch])
-                        key = (ELEMENT_SIZES[dtype], head_dim, plan.kernel, plan.block_m, plan.tail_m, plan.block_n,
-                               plan.stages, plan.num_warps, plan.persistent, plan.head_split, plan.tma,
-                               plan.merge is not None and plan.merge.fused,
-                               plan.merge is not None and plan.merge.waiters > 0,
-                               plan.merge is not None and plan.merge.fused and plan.merge.head_slices > 1,
-                               plan.own_tree_split)
-                        if dtype == "float16":  # bf16's plans; compiled once, on the first kernel it plans
-                            key = ("float16",)
-                        if key not in seen:
-                            seen.add(key)
-                            out.append((dtype, shape, plan))
-                        kinds.add(plan.kernel)
+            for descriptors, positive_scale in CALL_LAYOUTS:
+                for num_nodes in NODE_COUNTS:
+                    for q_heads, kv_heads in heads:
+                        for batch, prefix in GRIDS:
+                            shape = VerifyShape(batch, num_nodes, q_heads, kv_heads, head_dim, prefix + num_nodes,
+                                                ELEMENT_SIZES[dtype], descriptors, positive_scale)
+                            plan = plan_verify(shape, TARGETS[arch])
+                            key = (ELEMENT_SIZES[dtype], head_dim, plan.kernel, plan.block_m, plan.tail_m,
+                                   plan.block_n, plan.stages, plan.num_warps, plan.persistent, plan.head_split,
+                                   plan.tma, plan.merge is not None and plan.merge.fused,
+                                   plan.merge is not None and plan.merge.waiters > 0,
+                                   plan.merge is not None and plan.merge.fused and plan.merge.head_slices > 1,
+                                   plan.own_tree_split)
+                            tiles = key[:11]
+                            if dtype == "float16":  # bf16's tiles: one kernel a head dim and kernel kind
+                                key = tiles = ("float16", head_dim, plan.kernel)
+                            fallback = (descriptors, positive_scale) != CALL_LAYOUTS[0]
+                            if key not in seen and not (fallback and tiles in seen_tiles):
+                                seen.add(key)
+                                seen_tiles.add(tiles)
+                                out.append((dtype, shape, plan))
     return out
 
 
@@ -174,6 +183,11 @@ def _source(fn, constexprs: dict, types: dict, gluon: bool):
     return ASTSource(**kwargs)
 
 
+def _layout_tag(shape: VerifyShape) -> str:
+    """How a call of the grid differs from the Gluon kernels' calls (empty where it does not)."""
+    return ("" if shape.descriptors else "-pointers") + ("" if shape.positive_scale else "-scale<=0")
+
+
 def compile_split_kernel(arch: str, dtype: str, shape: VerifyShape, plan) -> CompileReport:
     """Compile the split kernel ``plan`` names for ``arch`` and judge what it uses."""
     import torch
@@ -181,8 +195,9 @@ def compile_split_kernel(arch: str, dtype: str, shape: VerifyShape, plan) -> Com
     short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[dtype]
     report = CompileReport(arch, plan.kernel, dtype, shape.head_dim, plan.block_m, plan.tail_m, plan.block_n,
                            plan.stages, plan.num_warps, plan.persistent, plan.head_split,
-                           f"B{shape.batch}-T{shape.num_nodes}-H{shape.q_heads}/{shape.kv_heads}-S{shape.cache_rows}",
-                           planned_shared_bytes=plan.shared_bytes,
+                           f"B{shape.batch}-T{shape.num_nodes}-H{shape.q_heads}/{shape.kv_heads}-S{shape.cache_rows}"
+                           f"{_layout_tag(shape)}",
+                           planned_shared_bytes=plan.shared_bytes, tma=plan.tma,
                            folded_merge=plan.merge is not None and plan.merge.fused,
                            merge_waiters=plan.merge.waiters if plan.merge is not None else 0,
                            merge_slices=plan.merge.head_slices if plan.merge is not None and plan.merge.fused else 1)
@@ -195,9 +210,18 @@ def compile_split_kernel(arch: str, dtype: str, shape: VerifyShape, plan) -> Com
     if plan.kernel == "triton":
         from .tree_verify_triton import _tree_verify_partial_kernel as fn
 
-        types.update(k_desc=f"*{short}", v_desc=f"*{short}")
+        if plan.tma:
+            from triton.runtime.jit import mangle_type
+
+            from .tree_verify_triton import kv_descriptor
+
+            cache = torch.empty(2, 256, 8, shape.head_dim, dtype=getattr(torch, dtype))
+            desc = mangle_type(kv_descriptor(cache, plan.block_n))
+            types.update(k_desc=desc, v_desc=desc)
+        else:
+            types.update(k_desc=f"*{short}", v_desc=f"*{short}")
         constexprs = dict(common, TAIL_M=plan.tail_m, DOT_PRECISION="ieee" if dtype == "float32" else "tf32",
-                          UPCAST=False, USE_TMA=False, LAUNCH_MERGE_EARLY="FUSED_MERGE" not in common,
+                          UPCAST=False, USE_TMA=plan.tma, LAUNCH_MERGE_EARLY="FUSED_MERGE" not in common,
                           KV_SHARE=plan.head_split)
         options = dict(num_warps=plan.num_warps, num_stages=plan.stages)
     else:

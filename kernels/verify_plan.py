@@ -592,9 +592,9 @@ def _tiles(batch: int, num_nodes: int, group: int, kv_heads: int, cache_rows: in
 
 
 def shared_memory_bytes(kernel: str, cfg: VerifyConfig, block_m: int, tail_m: int, block_n: int, stages: int,
-                        head_dim: int, element_size: int) -> int:
-    """The split kernel's shared memory from its tiles and the element size: the K/V ring, q where
-    it lives in shared memory, the score tile's layout conversions, the tail's buffers, the
+                        head_dim: int, element_size: int, arch: str = "") -> int:
+    """The split kernel's shared memory from its tiles, the element size and the arch: the K/V ring,
+    q where it lives in shared memory, the score tile's layout conversions, the tail's buffers, the
     barriers (for the Triton kernel an upper bound; the compile check compares both)."""
     tile = block_n * head_dim * element_size
     if kernel == "pingpong":
@@ -607,6 +607,9 @@ def shared_memory_bytes(kernel: str, cfg: VerifyConfig, block_m: int, tail_m: in
         return 2 * stages * tile + block_m * head_dim * element_size + 1024
     q = (block_m + tail_m) * head_dim * element_size
     convert = (block_m + tail_m) * block_n * 4
+    if arch == "sm_90" and element_size == 2:
+        # 16-bit dots become warpgroup MMAs there, whose score tile took twice this in the compile check
+        convert *= 2
     return 2 * stages * tile + q + convert + 1024
 
 
@@ -616,7 +619,8 @@ def _fit_shared_memory(cfg: VerifyConfig, arch: str, block_m: int, head_dim: int
     limit = SHARED_MEMORY_LIMITS.get(arch)
     if limit is None:
         return cfg
-    while shared_memory_bytes("triton", cfg, block_m, 0, cfg.block_n, cfg.num_stages, head_dim, element_size) > limit:
+    while shared_memory_bytes("triton", cfg, block_m, 0, cfg.block_n, cfg.num_stages, head_dim, element_size,
+                              arch) > limit:
         if cfg.num_stages > 1:
             cfg = dataclasses.replace(cfg, num_stages=cfg.num_stages - 1)
         elif cfg.block_n > 16:
@@ -760,5 +764,5 @@ def _plan(shape: VerifyShape, target: VerifyTarget, policy: VerifyPolicy, cheap_
                       base_programs=base_programs, grid=grid, persistent=persistent, rows_pad=rows_pad,
                       workspace_bytes=workspace,
                       shared_bytes=shared_memory_bytes(kernel, cfg, block_m, tail_m, block_n, stages, shape.head_dim,
-                                                       shape.element_size),
+                                                       shape.element_size, target.arch),
                       merge=merge, why=reasons, own_tree_split=own_tree_split)

@@ -79,12 +79,36 @@ def test_the_check_covers_every_dtype_head_dim_and_kernel(reports):
     assert waiting == {False, True}, waiting
     sliced = {(r["arch"], r["head_dim"]) for r in reports if r["kernel"] == "merge" and "1 head-dim" not in r["shape"]}
     assert sliced == {(arch, d) for arch in ("sm_90", "sm_120") for d in (64, 128, 256)}, sliced
-    assert any(arch == "sm_90" and dtype == "float16" for arch, _, dtype, _ in seen)
+    for head_dim in (64, 128, 256):
+        for arch in ("sm_90", "sm_120"):
+            assert any(a == arch and dtype == "float16" and d == head_dim for a, _, dtype, d in seen), (arch, head_dim)
+        assert ("sm_90", "triton", "bfloat16", head_dim) in seen  # the Triton fallback at 16 bits
+    assert any(r["arch"] == "sm_90" and r["kernel"] == "triton" and r["tma"] for r in reports)
     # every ping-pong layout: one to three warpgroups, with the tail, persistent, split query heads
     pingpong = {(r["block_m"], r["tail_m"], r["persistent"], r["head_split"]) for r in reports
                 if r["arch"] == "sm_90" and r["kernel"] == "pingpong" and r["head_dim"] == 128}
     assert {(64, 0, False, 1), (64, 8, False, 1), (64, 8, False, 2), (64, 8, True, 1), (128, 0, False, 1),
             (128, 8, False, 1), (128, 8, True, 1), (192, 0, False, 1)} <= pingpong, pingpong
+
+
+def test_the_grid_plans_every_dtype_at_every_head_dim_and_the_sm90_fallback():
+    """The check compiles what ``planned_variants`` plans: every dtype at every head dim on both
+    archs (fp16 was planned once, at head dim 64 alone), and on sm_90 the Triton kernel at 16 bits
+    that calls the Gluon kernels cannot take run (caches no descriptor describes, a scale <= 0:
+    through tensor descriptors), which was never planned there. Planning only: no compiler needed."""
+    from specdec_kernels.compile_check import planned_variants
+
+    for arch in ("sm_90", "sm_120"):
+        planned = {(dtype, shape.head_dim, plan.kernel, plan.tma) for dtype, shape, plan in planned_variants(arch)}
+        for head_dim in (64, 128, 256):
+            for dtype in ("float16", "bfloat16", "float32"):
+                assert any(p[:2] == (dtype, head_dim) for p in planned), (arch, dtype, head_dim)
+            if arch == "sm_90":
+                for dtype in ("float16", "bfloat16"):
+                    assert any(p[:3] == (dtype, head_dim, "triton") for p in planned), (dtype, head_dim)
+                assert ("bfloat16", head_dim, "pingpong", False) in planned
+    assert ("bfloat16", 128, "triton", True) in {(d, s.head_dim, p.kernel, p.tma)
+                                                 for d, s, p in planned_variants("sm_90")}
 
 
 def test_compile_checks_fill_in_constexpr_defaults():
