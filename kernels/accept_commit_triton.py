@@ -14,7 +14,8 @@ import triton
 import triton.language as tl
 
 from .kv_commit_triton import BLOCK, _move_four, check_commit_layout, commit_grid, rows_fit
-from .tree_accept_triton import _accepted_path, prepare_accept_inputs, walk_constexprs
+from .tree_accept_triton import (DEFAULT_ACCEPT_POLICY, AcceptPolicy, _accepted_path, prepare_accept_inputs,
+                                 walk_constexprs)
 
 
 @triton.jit
@@ -59,8 +60,10 @@ def _accept_commit_kernel(tokens_ptr, parents_ptr, argmax_ptr, path_ptr, path_le
         _move_four(k_base, v_base, i, s0, s1, s2, s3, in_row, stride_ks, stride_vs)
 
 
-def tree_accept_and_commit_triton(tokens, parents, target_argmax, k_cache, v_cache, cache_lens, out=None):
-    """Launcher: one launch. ``out`` (optional): preallocated ``(path, path_len, bonus)``."""
+def tree_accept_and_commit_triton(tokens, parents, target_argmax, k_cache, v_cache, cache_lens, out=None, *,
+                                  policy: AcceptPolicy = DEFAULT_ACCEPT_POLICY):
+    """Launcher: one launch. ``out`` (optional): preallocated ``(path, path_len, bonus)``;
+    ``policy``: which walk (:class:`~specdec_kernels.tree_accept_triton.AcceptPolicy`)."""
     from .tree_accept import AcceptResult
 
     check_commit_layout(k_cache, v_cache)
@@ -72,13 +75,14 @@ def tree_accept_and_commit_triton(tokens, parents, target_argmax, k_cache, v_cac
     if layers == 0:  # nothing to move: the walk alone
         from .tree_accept_triton import tree_accept_greedy_triton
 
-        return tree_accept_greedy_triton(tokens, parents, target_argmax, out=out)
+        return tree_accept_greedy_triton(tokens, parents, target_argmax, out=out, policy=policy)
     _accept_commit_kernel[commit_grid(k_cache)](
         tokens, parents, target_argmax, out.path, out.path_len, out.bonus,
         k_cache, v_cache, cache_lens.contiguous(),
         tokens.stride(0), parents.stride(0), target_argmax.stride(0), out.path.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        num_nodes, kv_heads * head_dim, k_cache.shape[2], **walk_constexprs(num_nodes), BLOCK=BLOCK, num_warps=4,
+        num_nodes, kv_heads * head_dim, k_cache.shape[2],
+        **walk_constexprs(num_nodes, policy=policy), BLOCK=BLOCK, num_warps=4,
     )
     return AcceptResult(*out)

@@ -10,12 +10,14 @@ length: one [T, T] comparison gives every node its chosen child at once (or a si
 the tree, which maps to itself), and the path's i-th node is the chosen-child map applied i
 times to the root, found for every i together by repeated squaring of the map (log2 BLOCK_T
 rounds of two gathers). The walk step by step (two reductions across the program's warps a
-step, each waiting on the one before) stays for larger trees, and for the diagnostics
-(``WALK_BY_DOUBLING``; the fused accept + commit measured faster by doubling:
-docs/kernels-performance.md, "Decisions").
+step, each waiting on the one before) stays for larger trees, and where an :class:`AcceptPolicy`
+turns doubling off (the tests and diagnostics; the fused accept + commit measured faster by
+doubling: docs/kernels-performance.md, "Decisions").
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -101,9 +103,24 @@ def _tree_accept_kernel(tokens_ptr, parents_ptr, argmax_ptr, path_ptr, path_len_
 
 
 # Largest lane count the walk by doubling takes (its [T, T] comparison: 128 values a thread at
-# 128 lanes on 4 warps). WALK_BY_DOUBLING off: the walk step by step everywhere.
+# 128 lanes on 4 warps).
 DOUBLING_MAX_LANES = 128
-WALK_BY_DOUBLING = True
+
+
+@dataclass(frozen=True)
+class AcceptPolicy:
+    """What the tests and diagnostics vary in the walk; :data:`DEFAULT_ACCEPT_POLICY` is what every
+    call uses. An argument rather than a module switch, as for the verify launcher's policy, so a
+    test's choice cannot leak into other calls.
+
+    walk_by_doubling: the walk by doubling up to ``DOUBLING_MAX_LANES`` lanes (False: the walk
+    step by step everywhere).
+    """
+
+    walk_by_doubling: bool = True
+
+
+DEFAULT_ACCEPT_POLICY = AcceptPolicy()
 
 
 def accept_block_t(num_nodes: int) -> int:
@@ -111,11 +128,11 @@ def accept_block_t(num_nodes: int) -> int:
     return max(16, triton.next_power_of_2(num_nodes + 1))
 
 
-def walk_constexprs(num_nodes: int) -> dict:
+def walk_constexprs(num_nodes: int, *, policy: AcceptPolicy = DEFAULT_ACCEPT_POLICY) -> dict:
     """The walk's compile-time arguments: lanes, their log2, and which walk."""
     block_t = accept_block_t(num_nodes)
     return dict(BLOCK_T=block_t, LOG_T=block_t.bit_length() - 1,
-                DOUBLING=WALK_BY_DOUBLING and block_t <= DOUBLING_MAX_LANES)
+                DOUBLING=policy.walk_by_doubling and block_t <= DOUBLING_MAX_LANES)
 
 
 def prepare_accept_inputs(tokens, parents, target_argmax, out=None):
@@ -133,9 +150,11 @@ def prepare_accept_inputs(tokens, parents, target_argmax, out=None):
     return inputs, out
 
 
-def tree_accept_greedy_triton(tokens, parents, target_argmax, out=None):
+def tree_accept_greedy_triton(tokens, parents, target_argmax, out=None, *,
+                              policy: AcceptPolicy = DEFAULT_ACCEPT_POLICY):
     """Launcher. ``out`` (optional): preallocated ``(path, path_len, bonus)`` written in place
-    (the tests pass poisoned ones). Unit stride along T is required for the three inputs."""
+    (the tests pass poisoned ones); ``policy``: which walk (:class:`AcceptPolicy`). Unit stride
+    along T is required for the three inputs."""
     from .tree_accept import AcceptResult
 
     batch, num_nodes = tokens.shape
@@ -144,6 +163,6 @@ def tree_accept_greedy_triton(tokens, parents, target_argmax, out=None):
         _tree_accept_kernel[(batch,)](
             tokens, parents, target_argmax, out.path, out.path_len, out.bonus,
             tokens.stride(0), parents.stride(0), target_argmax.stride(0), out.path.stride(0),
-            num_nodes, **walk_constexprs(num_nodes), num_warps=1,
+            num_nodes, **walk_constexprs(num_nodes, policy=policy), num_warps=1,
         )
     return AcceptResult(*out)

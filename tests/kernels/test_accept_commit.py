@@ -65,10 +65,13 @@ def test_fused_equals_accept_then_commit(batch, num_nodes, follow, lens, impl):
 
 
 @needs_triton
-def test_fused_kernel_writes_every_output():
-    """Poisoned outputs: path, path_len and bonus are all written by the one writing program."""
+@pytest.mark.parametrize("doubling", [True, False])
+def test_fused_kernel_writes_every_output(doubling):
+    """Poisoned outputs: path, path_len and bonus are all written by the one writing program, by
+    either walk (the policy's)."""
     from specdec_kernels.accept_commit_triton import tree_accept_and_commit_triton
     from specdec_kernels.tree_accept import AcceptResult
+    from specdec_kernels.tree_accept_triton import AcceptPolicy
 
     tokens, parents, argmax = random_case(3, 17, seed=5, follow=0.9)
     expect = tree_accept_greedy(tokens, parents, argmax, impl="torch")
@@ -78,7 +81,8 @@ def test_fused_kernel_writes_every_output():
                             torch.full((3,), 99, dtype=torch.int64, device=DEVICE))
     to = dict(device=DEVICE)
     got = tree_accept_and_commit_triton(tokens.to(**to), parents.to(**to), argmax.to(**to), k, k.clone(),
-                                        torch.zeros(3, dtype=torch.int32, device=DEVICE), out=poisoned)
+                                        torch.zeros(3, dtype=torch.int32, device=DEVICE), out=poisoned,
+                                        policy=AcceptPolicy(walk_by_doubling=doubling))
     for name in ("path", "path_len", "bonus"):
         assert torch.equal(getattr(got, name).cpu(), getattr(expect, name)), name
 

@@ -24,17 +24,20 @@ def python_walk(tokens, parents, argmax):
         current = nxt
 
 
-def run_accept(tokens, parents, argmax, impl):
+def run_accept(tokens, parents, argmax, impl, policy=None):
+    """The path, length and bonus by ``impl``; on Triton, ``policy`` (default: the launcher's) picks
+    the walk, and the public op (default policy) must agree with it."""
     tokens, parents, argmax = tokens.to(DEVICE), parents.to(DEVICE), argmax.to(DEVICE)
     if impl == "triton":
         from specdec_kernels.tree_accept import AcceptResult
-        from specdec_kernels.tree_accept_triton import tree_accept_greedy_triton
+        from specdec_kernels.tree_accept_triton import DEFAULT_ACCEPT_POLICY, tree_accept_greedy_triton
 
         batch, num_nodes = tokens.shape
         poisoned = AcceptResult(torch.full((batch, num_nodes), -7, dtype=torch.int32, device=DEVICE),
                                 torch.full((batch,), -7, dtype=torch.int32, device=DEVICE),
                                 torch.full((batch,), -7, dtype=torch.int64, device=DEVICE))
-        result = tree_accept_greedy_triton(tokens, parents, argmax, out=poisoned)
+        result = tree_accept_greedy_triton(tokens, parents, argmax, out=poisoned,
+                                           policy=policy or DEFAULT_ACCEPT_POLICY)
         public = tree_accept_greedy(tokens, parents, argmax, impl="triton")
         for a, b in zip(result, public):
             assert torch.equal(a, b)
@@ -107,14 +110,14 @@ def test_full_chain_and_duplicate_siblings(impl):
 @needs_triton
 @pytest.mark.parametrize("num_nodes", [15, 16, 31, 127, 128, 200])
 @pytest.mark.parametrize("doubling", [True, False])
-def test_both_walks_on_long_paths(num_nodes, doubling, monkeypatch):
+def test_both_walks_on_long_paths(num_nodes, doubling):
     """The walk by doubling (up to 127 nodes: 128 lanes, one past the tree) and the walk step by
-    step (past that, and where the diagnostics turn doubling off) give the python walk's path, also
+    step (past that, and where a policy turns doubling off) give the python walk's path, also
     when the whole tree is one accepted chain (the longest path, every doubling round used)."""
-    from specdec_kernels import tree_accept_triton
+    from specdec_kernels.tree_accept_triton import AcceptPolicy, walk_constexprs
 
-    monkeypatch.setattr(tree_accept_triton, "WALK_BY_DOUBLING", doubling)
-    assert tree_accept_triton.walk_constexprs(num_nodes)["DOUBLING"] == (doubling and num_nodes < 128)
+    policy = AcceptPolicy(walk_by_doubling=doubling)
+    assert walk_constexprs(num_nodes, policy=policy)["DOUBLING"] == (doubling and num_nodes < 128)
     gen = torch.Generator().manual_seed(num_nodes)
     tokens, parents, argmax = random_accept_case(3, num_nodes, "deep_narrow", 3, 0.9, gen)
     chain_tokens = torch.arange(num_nodes).unsqueeze(0)
@@ -122,9 +125,22 @@ def test_both_walks_on_long_paths(num_nodes, doubling, monkeypatch):
     chain_argmax = torch.arange(1, num_nodes + 1).unsqueeze(0)  # every next token accepted
     tokens, parents, argmax = (torch.cat(pair) for pair in ((tokens, chain_tokens), (parents, chain_parents),
                                                              (argmax, chain_argmax)))
-    result = run_accept(tokens, parents, argmax, "triton")
+    result = run_accept(tokens, parents, argmax, "triton", policy)
     check_against_walk(result, tokens, parents, argmax)
     assert int(result.path_len[-1]) == num_nodes
+
+
+@needs_triton
+@pytest.mark.parametrize("num_nodes", [1, 15, 16, 127, 128, 200])
+def test_the_default_policy_walks_by_doubling_up_to_128_lanes(num_nodes):
+    """The default walk is the one the fused accept + commit measured faster (doubling) wherever
+    its [T, T] comparison fits, and step by step past it; a call without a policy gets it."""
+    from specdec_kernels.tree_accept_triton import DEFAULT_ACCEPT_POLICY, AcceptPolicy, walk_constexprs
+
+    assert DEFAULT_ACCEPT_POLICY == AcceptPolicy(walk_by_doubling=True)
+    assert walk_constexprs(num_nodes) == walk_constexprs(num_nodes, policy=DEFAULT_ACCEPT_POLICY)
+    assert walk_constexprs(num_nodes)["DOUBLING"] == (num_nodes < 128)
+    assert walk_constexprs(num_nodes, policy=AcceptPolicy(walk_by_doubling=False))["DOUBLING"] is False
 
 
 @pytest.mark.parametrize("impl", ["torch", pytest.param("triton", marks=pytest.mark.skipif(
