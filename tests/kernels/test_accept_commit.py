@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from interpreter_traffic import moved_rows, needs_interpreter, record_row_traffic
 from kernel_cases import DEVICE, needs_triton
 from specdec_kernels import commit_accepted_kv, tree_accept_and_commit, tree_accept_greedy
 
@@ -128,3 +129,41 @@ def test_mismatched_batch_is_rejected_with_the_inputs_named():
     with pytest.raises(ValueError, match="T=9 tree rows do not fit in S=5"):
         small = torch.zeros(1, 2, 5, 1, 8)
         tree_accept_and_commit(tokens, parents, argmax, small, small.clone(), torch.zeros(2, dtype=torch.int32))
+
+
+# T = 6, tokens 10 + node: request 0 a chain accepted whole ([0 .. 5]), request 1 the same chain
+# accepted up to node 2, request 2 a tree whose path [0, 1, 3, 4, 5] skips node 2 (steps 2-4 move)
+IN_PLACE_TREES = (torch.tensor([[10, 11, 12, 13, 14, 15]] * 3),
+                  torch.tensor([[-1, 0, 1, 2, 3, 4], [-1, 0, 1, 2, 3, 4], [-1, 0, 1, 1, 3, 4]], dtype=torch.int32),
+                  torch.tensor([[11, 12, 13, 14, 15, 0], [11, 12, 0, 0, 0, 0], [11, 13, 0, 14, 15, 0]]))
+
+
+@needs_interpreter
+@pytest.mark.parametrize("requests,lens", [([0, 1], [4, 0]), ([0, 1, 2], [1, 7, 3])])
+@pytest.mark.parametrize("doubling", [True, False])
+def test_fused_kernel_neither_reads_nor_writes_rows_already_in_place(requests, lens, doubling, monkeypatch):
+    """Issue 3's "no copy when the path is already contiguous", in the fused kernel: recorded by
+    the interpreter, its cache loads and stores are exactly the rows of steps that move (none where
+    every accepted path is contiguous)."""
+    from specdec_kernels.accept_commit_triton import tree_accept_and_commit_triton
+    from specdec_kernels.tree_accept_triton import AcceptPolicy
+
+    tokens, parents, argmax = (t[requests] for t in IN_PLACE_TREES)
+    expect = tree_accept_greedy(tokens, parents, argmax, impl="torch")
+    paths = [row[:n].tolist() for row, n in zip(expect.path, expect.path_len.tolist())]
+    assert paths[:2] == [list(range(6)), [0, 1, 2]], "the case's contiguous paths changed"
+    layers = 2
+    gen = torch.Generator().manual_seed(len(requests))
+    k, v = (torch.randn(layers, len(requests), max(lens) + 8, 1, 16, generator=gen) for _ in range(2))
+    lens_t = torch.tensor(lens, dtype=torch.int32)
+    expect_k, expect_v = k.clone(), v.clone()
+    commit_accepted_kv(expect_k, expect_v, lens_t, expect.path, expect.path_len, impl="torch")
+    with record_row_traffic(monkeypatch, k=k, v=v) as traffic:
+        got = tree_accept_and_commit_triton(tokens, parents, argmax, k, v, lens_t,
+                                            policy=AcceptPolicy(walk_by_doubling=doubling))
+    assert torch.equal(got.path, expect.path) and torch.equal(got.path_len, expect.path_len)
+    written, read = moved_rows(lens, paths, layers)
+    for name in ("k", "v"):
+        assert traffic[name].stored == written, name
+        assert traffic[name].loaded == read, name
+    assert torch.equal(k, expect_k) and torch.equal(v, expect_v)

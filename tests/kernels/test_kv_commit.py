@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from interpreter_traffic import moved_rows, needs_interpreter, record_row_traffic
 from kernel_cases import DEVICE, needs_triton
 from specdec_kernels import commit_accepted_kv
 
@@ -182,3 +183,27 @@ def test_long_random_paths_cross_chunk_boundaries(impl):
     commit_accepted_kv(k_dev, v_dev, lens_t.to(DEVICE), path.to(DEVICE), path_len.to(DEVICE), impl=impl)
     assert torch.equal(k_dev.cpu(), expect_k)
     assert torch.equal(v_dev.cpu(), expect_v)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("paths,lens", [
+    ([[0, 1, 2, 3, 4, 5, 6, 7, 8], [0, 1, 2], [0]], [5, 0, 3]),  # every path already contiguous
+    ([[0, 1, 2, 5, 7], [0, 1, 2, 3, 4, 5, 6, 7], [0, 3]], [2, 9, 0]),  # contiguous prefixes, then moves
+])
+def test_rows_already_in_place_are_neither_read_nor_written(paths, lens, monkeypatch):
+    """Issue 3: no copy where the path is already contiguous. Values cannot show a row copied onto
+    itself, so the interpreter's loads and stores are recorded: the kernel touches only the rows of
+    steps that move (path[i] != i), none of a contiguous path or a contiguous prefix."""
+    num_nodes, layers = 9, 2
+    path, path_len = pad_paths(paths, num_nodes)
+    gen = torch.Generator().manual_seed(sum(lens))
+    k, v = (torch.randn(layers, len(paths), max(lens) + num_nodes + 2, 2, 16, generator=gen) for _ in range(2))
+    lens_t = torch.tensor(lens, dtype=torch.int32)
+    expect_k, expect_v = python_commit(k, lens_t, path, path_len), python_commit(v, lens_t, path, path_len)
+    with record_row_traffic(monkeypatch, k=k, v=v) as traffic:
+        commit_accepted_kv(k, v, lens_t, path, path_len, impl="triton")
+    written, read = moved_rows(lens, paths, layers)
+    for name in ("k", "v"):
+        assert traffic[name].stored == written, name
+        assert traffic[name].loaded == read, name
+    assert torch.equal(k, expect_k) and torch.equal(v, expect_v)
