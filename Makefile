@@ -15,12 +15,13 @@ bench: venv
 	$(PY) -m pytest tests/bench --specdec-report=.specdec/report --specdec-compare-fail="$(BENCH_GATE)"
 
 # The test suite: plugin, kernels (Triton's interpreter on a CPU), engine, contracts; two xdist
-# workers, since many tests wait on the engine processes they start.
+# workers, since many tests wait on the engine processes they start; the 30 slowest tests are
+# listed at the end, where CI time goes.
 # The package's bytecode is compiled first: each engine and pytest run the suite starts imports
 # it, and where PYTHONDONTWRITEBYTECODE is set each of them would compile it again.
 test: venv
 	$(PY) -m compileall -q pytest_specdec kernels > /dev/null
-	TRITON_INTERPRET=1 $(PY) -m pytest -n 2 tests/unit tests/kernels tests/engine
+	TRITON_INTERPRET=1 $(PY) -m pytest -n 2 --durations=30 tests/unit tests/kernels tests/engine
 
 # The direct launch's CPU tests under the GPU image's Triton (3.6: a C launcher per kernel), beside
 # `make test`'s run under the venv's (one C launch for every kernel since 3.7); and the sm_120
