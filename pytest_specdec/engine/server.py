@@ -37,8 +37,9 @@ from . import batch, logs, openai_api, parallel
 from .faults import FaultPlan
 from .inflight import DelayedAborts, DuplicateRid, InFlight
 from .metrics import EngineMetrics
-from .protocol import (GENERATE_MODEL, InvalidBody, Refused, RequestError, RequestModel, abort_error,
-                       abort_not_an_object, flush_timeout, parse_abort, parse_generate, read_body)
+from .protocol import (GENERATE_MODEL, PARSE_ERROR, InvalidBody, Refused, RequestError, RequestModel,
+                       UnparsableBody, abort_error, abort_not_an_object, flush_timeout, parse_abort,
+                       parse_generate, read_body)
 from .scheduler import Progress, Request, Scheduler
 from .tokenizer import ByteTokenizer
 
@@ -435,11 +436,15 @@ class EngineServer:
 
     async def _read_body(self, request: web.Request) -> bytes:
         """The body, or a 408 when it trickles in slower than the idle timeout allows: aiohttp's
-        keep-alive timeout guards a connection until its headers are in, this guards the body."""
+        keep-alive timeout guards a connection until its headers are in, this guards the body. A
+        client that leaves mid-body gets FastAPI's answer to a body it fails to read (an
+        UnparsableBody): aiohttp would log the read's error with a traceback as a handler's failure."""
         try:
             return await asyncio.wait_for(request.read(), self.idle_timeout)
         except asyncio.TimeoutError:
             raise web.HTTPRequestTimeout(text=f"The request body did not arrive within {self.idle_timeout:g} s.")
+        except ConnectionError:
+            raise UnparsableBody(PARSE_ERROR) from None
 
     async def _read_json(self, request: web.Request, *, json_guard: bool = True, not_object=None,
                          model: RequestModel | None = None) -> dict:

@@ -587,6 +587,22 @@ def test_a_trickling_body_gets_408(engine):
         assert answer.startswith(b"HTTP/1.1 408"), answer
 
 
+@pytest.mark.parametrize("path", ["/generate", "/v1/completions", "/abort_request"])
+def test_a_client_leaving_mid_body_is_no_traceback(engine, path):
+    """A client that closes its connection before its body is all in: FastAPI answers SGLang's
+    routes 400 (it could not read the body), nothing logged; aiohttp logged the read's
+    ConnectionResetError with a traceback, as an error of the handler (a 500)."""
+    before = len(engine.lines)
+    with socket.create_connection(("127.0.0.1", engine.port)) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: 100\r\n\r\n{{\"text\": ".encode())
+        assert engine.get("/health").status == 200  # the server has the partial request by then
+    for _ in range(3):  # the server has handled the closed connection by then
+        assert engine.get("/server_info").status == 200
+    assert not [line for line in engine.lines[before:] if "Traceback" in line or "Error handling" in line], \
+        "\n".join(engine.lines[before:])
+
+
 @pytest.mark.parametrize("bias", [{"65": 0}, {"65": 0.0, "66": -0.0}, {"1_0": 0}])
 def test_a_logit_bias_of_zero_is_served_as_sglang_serves_it(bias):
     """SGLang adds each bias to its token's logit: one of 0 changes nothing, so the engine serves
