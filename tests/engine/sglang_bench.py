@@ -20,6 +20,7 @@ import importlib.machinery
 import importlib.util
 import json
 import sys
+from pathlib import Path
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -53,9 +54,31 @@ class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__path__ = []
 
 
+def _hub_kernels_first() -> None:
+    """transformers 5 imports Hugging Face's `kernels` package by that name, and this repository's
+    root, on sys.path under `python -m pytest`, holds a `kernels` folder of its own that shadows it
+    (`cannot import name 'CUDAProperties'`): the installed one is imported first, with the root
+    out of the path. Where none is installed transformers finds no version on ours and skips it."""
+    root = Path(__file__).resolve().parents[2]
+    ours = sys.modules.get("kernels")
+    if ours is not None and root not in Path(getattr(ours, "__file__", None) or root).resolve().parents:
+        return
+    for name in [m for m in sys.modules if m == "kernels" or m.startswith("kernels.")]:
+        del sys.modules[name]  # ours, by its folder's name (a test's import of the real one failed on it)
+    saved = sys.path[:]
+    sys.path[:] = [p for p in saved if Path(p or ".").resolve() != root]
+    try:
+        importlib.import_module("kernels")
+    except ImportError:
+        pass
+    finally:
+        sys.path[:] = saved
+
+
 def import_bench_serving() -> types.ModuleType:
     """`sglang.benchmark.serving` (SGLang on sys.path), with stand-ins only for what is missing
     here, removed from sys.modules afterwards so no other test imports one."""
+    _hub_kernels_first()
     importlib.import_module("sglang")  # first: it patches a real transformers where there is one
     missing = tuple(n for n in STAND_INS if "." in n or importlib.util.find_spec(n) is None)
     finder = _StandInFinder(missing)
