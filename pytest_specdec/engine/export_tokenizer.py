@@ -107,23 +107,19 @@ def export_cached(*, context_length: int, root: Path | None = None) -> Path:
     The directory is named by a digest of its contents, so engines of any version or context
     length share one only where it is identical, nothing needs removing when an engine stops (or
     is killed), and what accumulates is one small directory per tokenizer ever served. Each file is
-    written beside its name and renamed into place, so a reader, or an engine starting at the same
-    time, never sees one half written.
+    replaced atomically, so a reader, or an engine starting at the same time, never sees one half
+    written.
     """
+    from ..baselines import _atomic_write
+
     files = tokenizer_files(context_length)
     digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
     directory = (cache_root() if root is None else root) / digest
     directory.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
-        path, data = directory / name, text.encode("utf-8")
-        if path.is_file() and path.read_bytes() == data:
-            continue
-        partial = directory / f".{name}.{os.getpid()}.partial"
-        try:
-            partial.write_bytes(data)
-            os.replace(partial, path)
-        finally:
-            partial.unlink(missing_ok=True)
+        path = directory / name
+        if not (path.is_file() and path.read_text(encoding="utf-8") == text):
+            _atomic_write(path, text)
     return directory
 
 
