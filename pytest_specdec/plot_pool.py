@@ -5,7 +5,9 @@ that writes the report has threads (watchdogs, xdist's channels) a fork would co
 multiprocessing's spawn would import the user's `__main__` again. A worker gets the rows and the
 parent's matplotlib settings once, then one page at a time from a thread here that waits on it,
 so a slow page never holds up the others. A worker that fails leaves its page and the pages not
-yet drawn to this process, which draws them as `plots.save_page` always did: the report is whole.
+yet drawn to this process, which draws them as `plots.save_page` always did: the report is whole,
+and a warning says why the worker failed (the end of its stderr, or its error), since drawing here
+is slower and hides a broken environment.
 An interrupted drawing kills its workers; a run killed outright leaves each only until its page
 is drawn, when it finds its pipe closed. A worker still on a page after PAGE_TIMEOUT_S (hung inside
 matplotlib, say) is killed and its page left out, named by `PagesNotDrawn`; a fresh worker takes
@@ -19,7 +21,9 @@ import pickle
 import queue
 import subprocess
 import sys
+import tempfile
 import threading
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -90,6 +94,7 @@ def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, 
     left: list[int] = []  # pages a failed worker did not draw
     hung: list[int] = []  # pages whose worker passed PAGE_TIMEOUT_S: not drawn again, here it may hang too
     started: list[subprocess.Popen] = []  # killed where the drawing is interrupted (Ctrl-C, SIGTERM)
+    failures: list[str] = []  # why workers failed, warned once the pages are drawn
     lock = threading.Lock()
     interrupted = threading.Event()  # set by _kill: a worker that starts after it is killed at once
     try:
@@ -112,53 +117,59 @@ def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, 
         """Pages drawn by one worker until none are left; True where it hung and was killed."""
         index = None
         expired = threading.Event()
-        try:
-            with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL) as worker:
-                with lock:
-                    if interrupted.is_set():  # started as the drawing was interrupted: _kill missed it
-                        worker.kill()
-                        return False
-                    started.append(worker)
-                assert worker.stdin is not None and worker.stdout is not None
-                try:
-                    first = True
-                    while True:
-                        try:
-                            index = todo.get_nowait()
-                        except queue.Empty:
+        failure = None  # why this worker left its page to this process
+        with tempfile.TemporaryFile() as stderr:
+            try:
+                with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=stderr) as worker:
+                    with lock:
+                        if interrupted.is_set():  # started as the drawing was interrupted: _kill missed it
+                            worker.kill()
+                            return False
+                        started.append(worker)
+                    assert worker.stdin is not None and worker.stdout is not None
+                    try:
+                        first = True
+                        while True:
+                            try:
+                                index = todo.get_nowait()
+                            except queue.Empty:
+                                index = None
+                                break
+                            timer = threading.Timer(PAGE_TIMEOUT_S, lambda: (expired.set(), worker.kill()))
+                            timer.daemon = True
+                            timer.start()
+                            try:
+                                if first:
+                                    worker.stdin.write(payload)
+                                    first = False
+                                pickle.dump(pages[index], worker.stdin)
+                                worker.stdin.flush()
+                                answer = pickle.load(worker.stdout)
+                            finally:
+                                timer.cancel()
+                            if not isinstance(answer, list):  # its error: this process draws it
+                                failure = _last_line(str(answer))
+                                break
+                            finished(index, [Path(p) for p in answer])
                             index = None
-                            break
-                        timer = threading.Timer(PAGE_TIMEOUT_S, lambda: (expired.set(), worker.kill()))
-                        timer.daemon = True
-                        timer.start()
-                        try:
-                            if first:
-                                worker.stdin.write(payload)
-                                first = False
-                            pickle.dump(pages[index], worker.stdin)
-                            worker.stdin.flush()
-                            answer = pickle.load(worker.stdout)
-                        finally:
-                            timer.cancel()
-                        if not isinstance(answer, list):  # its error: this process draws it
-                            break
-                        finished(index, [Path(p) for p in answer])
-                        index = None
-                        if expired.is_set():  # killed just as it answered: a fresh worker goes on
-                            return True
-                    if first:
-                        worker.stdin.write(payload)
-                    pickle.dump(None, worker.stdin)
-                    worker.stdin.close()
-                finally:
-                    if worker.poll() is None and index is not None:
-                        worker.kill()
-        except (OSError, EOFError, pickle.UnpicklingError):  # it did not start, or died
-            pass
+                            if expired.is_set():  # killed just as it answered: a fresh worker goes on
+                                return True
+                        if first:
+                            worker.stdin.write(payload)
+                        pickle.dump(None, worker.stdin)
+                        worker.stdin.close()
+                    finally:
+                        if worker.poll() is None and index is not None:
+                            worker.kill()
+            except (OSError, EOFError, pickle.UnpicklingError) as exc:  # it did not start, or died
+                if not expired.is_set() and not interrupted.is_set():
+                    failure = _stderr_tail(stderr) or f"{type(exc).__name__}: {exc}"
         if index is not None:
             with lock:
                 (hung if expired.is_set() else left).append(index)
+                if failure and not expired.is_set():
+                    failures.append(f"{pages[index].name}: {failure}")
         return expired.is_set() and not interrupted.is_set() and not todo.empty()
 
     threads = [threading.Thread(target=work, name=f"specdec-plots-{n}", daemon=True) for n in range(count)]
@@ -177,12 +188,28 @@ def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, 
             left.append(todo.get_nowait())
         except queue.Empty:
             break
+    if failures:
+        warnings.warn(f"pytest-specdec: plot worker(s) failed, their pages drawn in this process instead: "
+                      f"{'; '.join(failures)}", stacklevel=2)
     for index in sorted(left):
         finished(index, save_page(rows, pages[index], out_dir))
     paths = [path for index in range(len(pages)) if index in written for path in written[index]]
     if hung:
         raise PagesNotDrawn([pages[index].name for index in sorted(hung)], paths)
     return paths
+
+
+def _last_line(text: str) -> str:
+    """The last non-blank line of a traceback or stderr: the error itself."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def _stderr_tail(stderr: Any) -> str:
+    """What a worker wrote last to its stderr (a temporary file), as one line."""
+    stderr.seek(0, os.SEEK_END)
+    stderr.seek(max(0, stderr.tell() - 4096))
+    return _last_line(stderr.read().decode("utf-8", "replace"))
 
 
 def _kill(started: list[subprocess.Popen], lock: threading.Lock, interrupted: threading.Event) -> None:
