@@ -74,6 +74,7 @@ def parse_batch(body: dict, *, encode, vocab_size: int, context_length: int,
                       f"or only one of them.")
     try:
         check_served_as_launched(body)
+        parallel.check_batch_samples(body.get("sampling_params"))  # where SGLang's batch handling fails
     except Refused as exc:
         exc.rids = [r for r in rids if r is not None]
         raise

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 from . import lax
 from .chat_parts import PARTS, thinking_only_in
 from .batch import batch_rids
-from .parallel import expand, requested
+from .parallel import BATCH_WITHOUT_SAMPLES, expand, requested
 from .protocol import (
     TOP_K_ALL,
     Neutral,
@@ -345,6 +345,9 @@ class OpenAIRequest:
     model: str  # answered as the request named it, as SGLang does, whatever the served name
     #: samples a prompt (parallel.py): ``prompts`` holds each prompt's in a row, its usage counted once
     n: int = 1
+    #: the ``n`` the request gave, which SGLang's usage strides by (counted_prompt_tokens): below 1 it
+    #: serves one sample, and its usage then counts no prompt (below 0) or fails (0)
+    n_given: int = 1
 
 
 def lora_adapter(model: str, served_model_name: str) -> str | None:
@@ -445,6 +448,8 @@ def parse_completion(body: Any, *, encode, vocab_size: int, context_length: int,
     if single and samples > 1 and rids[0] is not None:
         rids = batch_rids(rids[0], 1, samples)
     check_dp_rank(b)
+    if not single and answer["n"] < 1:  # where SGLang's batch handling fails (parallel.check_batch_samples)
+        raise OpenAIError(BATCH_WITHOUT_SAMPLES.format(answer["n"]))
     if rids_free is not None:
         rids_free([rid for rid in rids if rid is not None])
     _check_adapter(b, answer["model"], served_model_name)
@@ -454,7 +459,7 @@ def parse_completion(body: Any, *, encode, vocab_size: int, context_length: int,
         ids, one_sampling, abort = scheduled(ids, sampling, vocab_size=vocab_size, context_length=context_length)
         scheduled_prompts.append(Prompt(ids, one_sampling, rid, abort))
     unsupported_after(scheduled_prompts)
-    return OpenAIRequest(tuple(expand(scheduled_prompts, samples)), **{**answer, "n": samples})
+    return OpenAIRequest(tuple(expand(scheduled_prompts, samples)), **{**answer, "n": samples, "n_given": answer["n"]})
 
 
 def single_rid(rid: Any) -> str | None:
@@ -521,7 +526,7 @@ def parse_chat(body: Any, *, encode, vocab_size: int, context_length: int,
     ids, sampling, abort = scheduled(ids, sampling, vocab_size=vocab_size, context_length=context_length)
     prompts = (Prompt(ids, sampling, rid, abort),)
     unsupported_after(prompts)
-    return OpenAIRequest(tuple(expand(prompts, samples)), **{**answer, "n": samples})
+    return OpenAIRequest(tuple(expand(prompts, samples)), **{**answer, "n": samples, "n_given": answer["n"]})
 
 
 #: SGLang's words (its chat serving's _validate_request) for a template a request brings, on a
@@ -630,6 +635,31 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
             "completion_tokens_details": None}
 
 
+#: Python's words for a range() of step 0: SGLang's usage of a whole answer sums each prompt's
+#: tokens over range(0, outputs, n), so an n of 0 fails it, once the request was served, with this
+#: ValueError, which its serving class answers as a 400 (ConversionError's type).
+NO_RANGE_STEP = "range() arg 3 must not be zero"
+#: Python's words for a modulo by 0: SGLang's usage of a stream counts the outputs whose index % n
+#: is 0, so include_usage with an n of 0 fails it after the last chunk (stream_refusal).
+MODULO_BY_ZERO = "integer modulo by zero"
+
+
+def counted_prompt_tokens(prompt_tokens: list[int], n: int) -> int:
+    """The prompt tokens SGLang's usage of a whole answer counts, from each output's (in order):
+    every ``n``-th output's, each prompt's once; none for an ``n`` below 0 (its range is empty),
+    and for 0 its ValueError (NO_RANGE_STEP)."""
+    if n == 0:
+        raise ConversionError(NO_RANGE_STEP)
+    return sum(prompt_tokens[::n]) if n > 0 else 0
+
+
+def stream_refusal(message: str) -> dict:
+    """The chunk SGLang streams for an error raised once the stream started (its serving class's
+    create_streaming_error_response with its defaults)."""
+    return {"error": {"object": "error", "message": message, "type": OpenAIError.err_type, "param": None,
+                      "code": HTTPStatus.BAD_REQUEST.value}}
+
+
 def envelope(kind: str, rid: str, model: str, choices: list[dict], usage_: dict | None,
              created: int | None = None) -> dict:
     """A response or chunk: `kind` is text_completion, chat.completion or chat.completion.chunk.
@@ -694,7 +724,7 @@ class Chunks:
     """
 
     def __init__(self, kind: str, rid: str, model: str, prompt_tokens: int, *, include_usage: bool,
-                 continuous_usage: bool, index: int = 0, created: int | None = None) -> None:
+                 continuous_usage: bool, index: int = 0, created: int | None = None, n_given: int = 1) -> None:
         self.kind = "chat.completion.chunk" if kind == "chat.completion" else kind
         self.rid, self.model, self.prompt_tokens, self.index = rid, model, prompt_tokens, index
         self.include_usage, self.continuous_usage = include_usage, continuous_usage
@@ -702,6 +732,7 @@ class Chunks:
         self.created = int(time.time()) if created is None else created
         self.sent = ""
         self.started = False
+        self.n_given = n_given  # an n of 0 fails include_usage's chunk (usage_chunk)
 
     def step(self, text: str, completion_tokens: int, reason: dict | None) -> list[dict]:
         """The chunks for the request's state after a step: its text so far, its output tokens
@@ -732,6 +763,12 @@ class Chunks:
         return [self.usage_chunk(total)] if self.include_usage else []
 
     def usage_chunk(self, total: dict) -> dict:
+        """include_usage's chunk; for an n of 0 SGLang's error in its place (MODULO_BY_ZERO). Its
+        chat does not catch that error and breaks the stream off without [DONE]; the engine ends
+        the stream as its completions do, with the error chunk, since a bad request is never a
+        broken connection here."""
+        if self.n_given == 0:
+            return stream_refusal(MODULO_BY_ZERO)
         return self._chunk([], total if self.kind != "text_completion" else
                            {k: v for k, v in total.items() if v is not None})
 
@@ -752,6 +789,7 @@ class CompletionChunks:
         created = int(time.time())
         self.prompts = [Chunks("text_completion", rid, model, n, include_usage=False, continuous_usage=continuous_usage,
                                index=i, created=created) for i, (rid, n) in enumerate(zip(rids, prompt_tokens))]
+        # ``samples`` is the n given (OpenAIRequest.n_given): SGLang's usage counts prompts by it
         self.include_usage, self.samples = include_usage, samples
         self.completion_tokens: dict[int, int] = {}  # by the index of each prompt heard from
         self.last = 0
@@ -768,6 +806,8 @@ class CompletionChunks:
         if not self.include_usage:
             return []
         heard = self.completion_tokens
+        if self.samples == 0:
+            return [stream_refusal(MODULO_BY_ZERO)]
         # a prompt's tokens once, at its first sample (parallel.py), as SGLang's streaming usage
         total = usage(sum(self.prompts[i].prompt_tokens for i in heard if i % self.samples == 0), sum(heard.values()))
         return [self.prompts[self.last].usage_chunk(total)]

@@ -29,6 +29,10 @@ from .protocol import Refused
 SAME_N = "The parallel_sample_num should be the same for all samples in sample params."
 #: SGLang's words (_normalize_logprob_params and the like) for a per-prompt list beside ``n`` above 1.
 LIST_WITH_N = "Cannot use list {} with parallel_sample_num > 1"
+#: The engine's refusal of a batch whose ``n`` is below 1: SGLang expands it to no samples and
+#: then indexes them, an IndexError (a 500); ``{}`` the n given.
+BATCH_WITHOUT_SAMPLES = ("n={} asks for no samples of each prompt of a list of prompts, which SGLang fails on "
+                         "(a 500): send n 1 or more, or leave it out.")
 #: The per-prompt options SGLang refuses as a list beside ``n`` above 1, in its order.
 LIST_FIELDS = ("return_logprob", "logprob_start_len", "top_logprobs_num", "return_sampling_mask",
                "sampling_logprobs_mode")
@@ -54,6 +58,21 @@ def requested(params: Any) -> int:
     form SGLang reads the body in (see as_batch)."""
     first = params[0] if isinstance(params, list) and params else params
     return 1 if not isinstance(first, dict) or _beam(params) else _count(first.get("n", 1))
+
+
+def given(params: Any) -> Any:
+    """The ``n`` a body's ``sampling_params`` names as SGLang's parallel_sample_num holds it
+    (its first object's, 1 where none is named), before any reading of it as a count."""
+    first = params[0] if isinstance(params, list) and params else params
+    return first.get("n", 1) if isinstance(first, dict) else 1
+
+
+def check_batch_samples(params: Any) -> None:
+    """The engine's refusal (BATCH_WITHOUT_SAMPLES) of a batch asking for fewer than one sample
+    of each prompt, where SGLang fails; a beam search takes ``n`` as its beams, not samples."""
+    n = given(params)
+    if type(n) is int and n < 1 and not _beam(params):
+        raise Refused(BATCH_WITHOUT_SAMPLES.format(n))
 
 
 def sample_count(params: Any) -> int:

@@ -638,7 +638,12 @@ class EngineServer:
         make = openai_api.completion_choice if kind == "text_completion" else openai_api.chat_choice
         choices = [make(p.text, p.finish_reason, i) for i, p in enumerate(answers)]
         # a prompt's tokens once, at its first sample; every sample's completion (parallel.py)
-        usage = openai_api.usage(sum(len(req.input_ids) for req in reqs[::o.n]), sum(p.num_ids for p in answers))
+        try:
+            prompt_tokens = openai_api.counted_prompt_tokens([len(req.input_ids) for req in reqs], o.n_given)
+        except RequestError as exc:  # SGLang's usage fails on n 0 once the request was served
+            logs.SERVER.error(f"[http_server] Error: {exc}")
+            return web.json_response(openai_api.error_body(exc), status=exc.status)
+        usage = openai_api.usage(prompt_tokens, sum(p.num_ids for p in answers))
         return web.json_response(openai_api.response(kind, reqs[0].rid, o.model, choices, usage,
                                                      self._meta_info(reqs[0], answers[0])))
 
@@ -660,14 +665,15 @@ class EngineServer:
             return
         if kind != "text_completion":
             stream = openai_api.Chunks(kind, reqs[0].rid, o.model, len(reqs[0].input_ids),
-                                       include_usage=o.include_usage, continuous_usage=o.continuous_usage)
+                                       include_usage=o.include_usage, continuous_usage=o.continuous_usage,
+                                       n_given=o.n_given)
             async for p in self._progress(reqs[0]):
                 for chunk in stream.step(p.text, p.num_ids, p.finish_reason):
                     yield chunk
             return
         chunks = openai_api.CompletionChunks([req.rid for req in reqs], o.model, [len(req.input_ids) for req in reqs],
                                              include_usage=o.include_usage, continuous_usage=o.continuous_usage,
-                                             samples=o.n)
+                                             samples=o.n_given)
         async with contextlib.aclosing(self._merged([self._progress(req) for req in reqs])) as merged:
             async for index, p in merged:
                 for chunk in chunks.step(index, p.text, p.num_ids, p.finish_reason):

@@ -197,3 +197,108 @@ def test_openai_streams_with_n_are_sglangs(engine, sg, path, prompts):
     dump = (kind(id=usage_chunk["id"], created=usage_chunk["created"], model=usage_chunk["model"], choices=[],
                  usage=total).model_dump_json(exclude_none=path == "/v1/completions"))
     assert usage_chunk == json.loads(dump)
+
+
+# -- n below 1: SGLang fans out only above 1, and strides its usage by the n given ---------------
+
+@pytest.mark.parametrize("n", [0, -1])
+def test_n_below_one_on_one_generate_prompt_is_one_sample(engine, n):
+    """SGLang turns a single prompt into a batch only for n above 1: one output, not a list."""
+    res = engine.post("/generate", {"text": PROMPTS[0], "sampling_params": {**GREEDY, "n": n}})
+    assert res.status == 200, res.text
+    assert isinstance(res.json(), dict) and res.json()["text"] == alone(engine, PROMPTS[0])
+
+
+def sglangs_usage_failure(call) -> str:
+    """The words of the error SGLang's own usage arithmetic raises (call runs it)."""
+    with pytest.raises((ValueError, ZeroDivisionError)) as caught:
+        call()
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("path, prompt", [("/v1/completions", PROMPTS[0]), ("/v1/chat/completions", CHAT)],
+                         ids=["completions", "chat"])
+def test_n_zero_is_sglangs_usage_failure(engine, sg, path, prompt):
+    """SGLang serves one sample, then its usage's range(0, outputs, n) raises, which its serving
+    class answers as a 400 of type BadRequest; the engine served it with a usage."""
+    words = sglangs_usage_failure(lambda: sg.usage.calculate_response_usage(
+        [{"meta_info": {"prompt_tokens": 3, "completion_tokens": 5}}], n_choices=0))
+    key = {"prompt": prompt} if path == "/v1/completions" else {"messages": prompt}
+    res = engine.post(path, {**key, "n": 0, "temperature": 0, "max_tokens": 5})
+    assert (res.status, res.json()) == (400, {"object": "error", "message": words, "type": "BadRequest",
+                                              "param": None, "code": 400})
+
+
+@pytest.mark.parametrize("path, prompt", [("/v1/completions", PROMPTS[0]), ("/v1/chat/completions", CHAT)],
+                         ids=["completions", "chat"])
+def test_n_below_zero_is_one_sample_with_sglangs_usage(engine, sg, path, prompt):
+    """SGLang's range(0, outputs, n) is empty for n below 0: one choice, no prompt tokens counted."""
+    out = completion(engine, path, prompt, -1)
+    assert len(out["choices"]) == 1 and out["choices"][0]["index"] == 0
+    ret = [{"meta_info": {"prompt_tokens": prompt_tokens(path, prompt), "completion_tokens": 5}}]
+    expected = sg.usage.calculate_response_usage(ret, n_choices=-1)
+    assert out["usage"] == json.loads(expected.model_dump_json())
+    assert out["usage"]["prompt_tokens"] == 0
+
+
+@pytest.mark.parametrize("path, prompt", [("/v1/completions", PROMPTS[0]), ("/v1/chat/completions", CHAT)],
+                         ids=["completions", "chat"])
+def test_streamed_n_zero_with_usage_ends_with_sglangs_usage_failure(engine, sg, path, prompt):
+    """The chunks as for n 1, then, in place of include_usage's chunk, the error SGLang's
+    streaming usage (index % n) raises, as its completions stream it (its chat breaks the stream
+    off instead: the engine ends it the same way for both)."""
+    words = sglangs_usage_failure(lambda: sg.usage.calculate_streaming_usage({0: 3}, {0: 0}, {0: 5}, {0: 0},
+                                                                            n_choices=0))
+    res = completion(engine, path, prompt, 0, stream=True, stream_options={"include_usage": True})
+    chunks = events(res.body)
+    assert chunks[-1] == {"error": {"object": "error", "message": words, "type": "BadRequestError",
+                                    "param": None, "code": 400}}
+    assert all("error" not in c and c["choices"] for c in chunks[:-1])
+    plain = events(completion(engine, path, prompt, 0, stream=True).body)  # no usage asked: nothing fails
+    assert all("error" not in c for c in plain) and plain[-1]["choices"][0]["finish_reason"] == "length"
+
+
+@pytest.mark.parametrize("n", [0, -2])
+def test_a_batch_with_n_below_one_is_refused(engine, n):
+    """SGLang expands such a batch to no samples and then indexes them (a 500); the engine
+    served every prompt once."""
+    from pytest_specdec.engine.parallel import BATCH_WITHOUT_SAMPLES
+
+    words = BATCH_WITHOUT_SAMPLES.format(n)
+    res = engine.post("/generate", {"text": PROMPTS, "sampling_params": {**GREEDY, "n": n}})
+    assert (res.status, res.json()) == (400, {"error": {"message": words}})
+    res = engine.post("/v1/completions", {"prompt": PROMPTS, "n": n, "temperature": 0, "max_tokens": 5})
+    assert (res.status, res.json()) == (400, {"object": "error", "message": words, "type": "BadRequestError",
+                                              "param": None, "code": 400})
+
+
+def test_streamed_chat_with_n_and_continuous_usage_is_sglangs(engine, sg):
+    """Each sample's content chunks carry that sample's usage so far (its prompt, its own
+    completion tokens), the role's and the finish chunks none; the last chunk counts the prompt
+    once and every sample's completion tokens."""
+    n = 3
+    res = completion(engine, "/v1/chat/completions", CHAT, n, stream=True,
+                     stream_options={"include_usage": True, "continuous_usage_stats": True})
+    chunks = events(res.body)
+    streamed, usage_chunk = chunks[:-1], chunks[-1]
+    prompt = prompt_tokens("/v1/chat/completions", CHAT)
+    texts: dict[int, str] = {}
+    for chunk in streamed:
+        (choice,) = chunk["choices"]
+        delta, index = choice["delta"], choice["index"]
+        usage = None
+        if delta.get("content"):
+            texts[index] = texts.get(index, "") + delta["content"]
+            # a byte a token (ByteTokenizer): the tokens so far are the bytes sent so far
+            usage = sg.usage.calculate_token_usage(prompt_tokens=prompt,
+                                                   completion_tokens=len(texts[index].encode())).model_dump()
+        theirs = sg.sse.build_sse_content(
+            chunk["id"], chunk["created"], chunk["model"], index, role=delta.get("role"),
+            content=delta.get("content"), finish_reason=choice["finish_reason"],
+            matched_stop=choice["matched_stop"], usage=usage).removeprefix("data: ")
+        assert chunk == json.loads(theirs), chunk
+    assert {i: len(t.encode()) for i, t in texts.items()} == {i: 5 for i in range(n)}
+    total = sg.usage.calculate_token_usage(prompt_tokens=prompt, completion_tokens=5 * n)
+    dump = sg.protocol.ChatCompletionStreamResponse(id=usage_chunk["id"], created=usage_chunk["created"],
+                                                    model=usage_chunk["model"], choices=[], usage=total)
+    assert usage_chunk == json.loads(dump.model_dump_json())
