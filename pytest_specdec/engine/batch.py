@@ -62,6 +62,7 @@ def parse_batch(body: dict, *, encode, vocab_size: int, context_length: int,
     try:
         check_session_pair(body)
         samples = parallel.sample_count(body.get("sampling_params"))
+        parallel.check_null_n(body.get("sampling_params"))
         rids = batch_rids(given, n, samples)
     except Refused as exc:
         # SGLang's abort task then reads the rid as given: a list's items (a string's characters)

@@ -41,8 +41,9 @@ T = TypeVar("T")
 
 
 def _count(value: Any) -> int:
-    """A sampling_params' ``n`` as a count: SGLang serves null (its default), 0 or less as one
-    sample (it only fans out above 1); its contract check refused any other type already."""
+    """A sampling_params' ``n`` as a count: SGLang serves 0 or less as one sample of a single
+    prompt (it only fans out above 1; a null or a batch's 0 or less it fails on, which the
+    engine refuses: check_null_n, check_batch_samples); its contract check refused any other type."""
     return value if type(value) is int and value > 1 else 1
 
 
@@ -65,6 +66,18 @@ def given(params: Any) -> Any:
     (its first object's, 1 where none is named), before any reading of it as a count."""
     first = params[0] if isinstance(params, list) and params else params
     return first.get("n", 1) if isinstance(first, dict) else 1
+
+
+#: The engine's refusal of a null ``n`` in sampling_params: SGLang takes it as its
+#: parallel_sample_num and compares that with 1, a TypeError (a 500).
+NULL_N = "n=null in sampling_params, which SGLang fails on (a 500): give n as an integer, or leave it out."
+
+
+def check_null_n(params: Any) -> None:
+    """The engine's refusal (NULL_N) of a null ``n`` where SGLang's normalization fails on it, just
+    after its check that a list's items agree (SAME_N); a beam search never reads it."""
+    if given(params) is None and not _beam(params):
+        raise Refused(NULL_N)
 
 
 def check_batch_samples(params: Any) -> None:

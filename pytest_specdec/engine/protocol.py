@@ -845,6 +845,9 @@ def parse_one_prompt(body: Any, *, encode, vocab_size: int, context_length: int,
         raise Refused(EMPTY_INPUT_IDS)
     try:
         check_session_pair(b)
+        from .parallel import check_null_n  # here: parallel.py imports this module
+
+        check_null_n(b.get("sampling_params"))
         check_served_as_launched(b)
     except Refused as exc:
         exc.rids = [rid] if rid is not None else []

@@ -302,3 +302,20 @@ def test_streamed_chat_with_n_and_continuous_usage_is_sglangs(engine, sg):
     dump = sg.protocol.ChatCompletionStreamResponse(id=usage_chunk["id"], created=usage_chunk["created"],
                                                     model=usage_chunk["model"], choices=[], usage=total)
     assert usage_chunk == json.loads(dump.model_dump_json())
+
+
+@pytest.mark.parametrize("body", [
+    {"text": PROMPTS[0], "sampling_params": {**GREEDY, "n": None}},
+    {"input_ids": [72, 105], "sampling_params": {**GREEDY, "n": None}},
+    {"text": PROMPTS, "sampling_params": {**GREEDY, "n": None}},
+    {"text": PROMPTS, "sampling_params": [{**GREEDY, "n": None}, {**GREEDY, "n": None}]},
+], ids=["text", "ids", "batch", "batch-list"])
+def test_a_null_n_is_refused(engine, body):
+    """SGLang's normalization compares its parallel_sample_num, the n given, with 1: a null is a
+    TypeError there (a 500); the engine served it as one sample."""
+    from pytest_specdec.engine.parallel import NULL_N
+
+    res = engine.post("/generate", body)
+    assert (res.status, res.json()) == (400, {"error": {"message": NULL_N}})
+    streamed = engine.post("/generate", {**body, "stream": True})
+    assert streamed.status == 200 and events(streamed.body) == [Refused(NULL_N).stream_event()]

@@ -44,7 +44,8 @@ def parse(body: dict, context_length: int = 4096):
 def test_every_field_and_sampling_parameter_sglang_types_optional_accepts_null():
     # the others' nulls FastAPI refuses before SGLang's code runs: read_body (GENERATE_MODEL)
     body = {name: None for name in GENERATE_FIELDS if name not in protocol.GENERATE_MODEL.non_null}
-    body |= {"text": "hi", "sampling_params": {name: None for name in SAMPLING_FIELDS}}
+    # but n, whose null SGLang's normalization compares with 1 (a TypeError): parallel.NULL_N
+    body |= {"text": "hi", "sampling_params": {name: None for name in SAMPLING_FIELDS if name != "n"}}
     req = parse(body)
     # null means SGLang's default, but a null max_new_tokens, which its scheduler cuts to the context only
     served = 4096 - 1 - len(req.input_ids) - 1
