@@ -86,11 +86,9 @@ class CompileReport:
         return not self.problems
 
 
-def planned_variants(arch: str, dtypes=tuple(ELEMENT_SIZES)) -> list[tuple[str, VerifyShape, object]]:
-    """(dtype, shape, plan) of each distinct split kernel the planner gives ``arch`` on the grid
-    (fp16 shares bf16's plans; it is compiled once a head dim and kernel kind, the first such plan;
-    the Triton fallback's calls add a kernel only for tiles not compiled yet, whatever its merge)."""
-    seen, seen_tiles, out = set(), set(), []
+def grid_plans(arch: str, dtypes=tuple(ELEMENT_SIZES)):
+    """(dtype, shape, plan) of every call of the grid on ``arch``, the Gluon kernels' call layout of
+    each shape first."""
     for dtype in dtypes:
         for head_dim, heads in HEADS.items():
             for descriptors, positive_scale in CALL_LAYOUTS:
@@ -99,21 +97,31 @@ def planned_variants(arch: str, dtypes=tuple(ELEMENT_SIZES)) -> list[tuple[str, 
                         for batch, prefix in GRIDS:
                             shape = VerifyShape(batch, num_nodes, q_heads, kv_heads, head_dim, prefix + num_nodes,
                                                 ELEMENT_SIZES[dtype], descriptors, positive_scale)
-                            plan = plan_verify(shape, TARGETS[arch])
-                            key = (ELEMENT_SIZES[dtype], head_dim, plan.kernel, plan.block_m, plan.tail_m,
-                                   plan.block_n, plan.stages, plan.num_warps, plan.persistent, plan.head_split,
-                                   plan.tma, plan.merge is not None and plan.merge.fused,
-                                   plan.merge is not None and plan.merge.waiters > 0,
-                                   plan.merge is not None and plan.merge.fused and plan.merge.head_slices > 1,
-                                   plan.own_tree_split)
-                            tiles = key[:11]
-                            if dtype == "float16":  # bf16's tiles: one kernel a head dim and kernel kind
-                                key = tiles = ("float16", head_dim, plan.kernel)
-                            fallback = (descriptors, positive_scale) != CALL_LAYOUTS[0]
-                            if key not in seen and not (fallback and tiles in seen_tiles):
-                                seen.add(key)
-                                seen_tiles.add(tiles)
-                                out.append((dtype, shape, plan))
+                            yield dtype, shape, plan_verify(shape, TARGETS[arch])
+
+
+def planned_variants(arch: str, dtypes=tuple(ELEMENT_SIZES)) -> list[tuple[str, VerifyShape, object]]:
+    """(dtype, shape, plan) of each distinct split kernel the planner gives ``arch`` on the grid
+    (fp16 shares bf16's plans; it is compiled once a head dim and kernel kind, the first such plan;
+    the Triton fallback's calls add a kernel only for tiles not compiled yet, whatever its merge).
+    The query heads a KV head (GROUP) is a constexpr of every split kernel: a plan at another one
+    is another kernel."""
+    seen, seen_tiles, out = set(), set(), []
+    for dtype, shape, plan in grid_plans(arch, dtypes):
+        key = (ELEMENT_SIZES[dtype], shape.head_dim, plan.kernel, plan.group, plan.block_m, plan.tail_m,
+               plan.block_n, plan.stages, plan.num_warps, plan.persistent, plan.head_split, plan.tma,
+               plan.merge is not None and plan.merge.fused,
+               plan.merge is not None and plan.merge.waiters > 0,
+               plan.merge is not None and plan.merge.fused and plan.merge.head_slices > 1,
+               plan.own_tree_split)
+        tiles = key[:12]
+        if dtype == "float16":  # bf16's tiles: one kernel a head dim and kernel kind
+            key = tiles = ("float16", shape.head_dim, plan.kernel)
+        fallback = (shape.descriptors, shape.positive_scale) != CALL_LAYOUTS[0]
+        if key not in seen and not (fallback and tiles in seen_tiles):
+            seen.add(key)
+            seen_tiles.add(tiles)
+            out.append((dtype, shape, plan))
     return out
 
 

@@ -111,6 +111,23 @@ def test_the_grid_plans_every_dtype_at_every_head_dim_and_the_sm90_fallback():
                                                  for d, s, p in planned_variants("sm_90")}
 
 
+def test_every_query_head_group_the_grid_plans_is_compiled():
+    """GROUP (query heads a KV head) is a constexpr of every split kernel, so a plan at another
+    group is another binary; the check's de-dup key left it out and compiled one group of each
+    tile set: head dim 256 at G = 3 (Qwen3.5-27B at TP8) was never compiled for sm_120 at bf16,
+    nor fp32 at G = 8. Planning only: no compiler needed."""
+    from specdec_kernels.compile_check import grid_plans, planned_variants
+
+    for arch in ("sm_90", "sm_120"):
+        dtypes = ("bfloat16", "float32")  # fp16 shares bf16's plans: compiled once a head dim and kernel
+        planned = {(dtype, shape.head_dim, plan.kernel, plan.block_m, plan.group)
+                   for dtype, shape, plan in grid_plans(arch, dtypes)
+                   if (shape.descriptors, shape.positive_scale) == (True, True)}
+        compiled = {(dtype, shape.head_dim, plan.kernel, plan.block_m, plan.group)
+                    for dtype, shape, plan in planned_variants(arch, dtypes)}
+        assert planned <= compiled, (arch, sorted(planned - compiled))
+
+
 def test_compile_checks_fill_in_constexpr_defaults():
     """A constexpr the check leaves out must compile at its default, as a launch that leaves it
     out would, not become a runtime argument with both of its branches compiled."""
