@@ -29,7 +29,7 @@ def _nvidia_tools_present() -> bool:
     return all(shutil.which(os.path.join(bin_dir, tool)) for tool in ("cuobjdump", "ptxas", "ptxas-blackwell"))
 
 
-# some 50 kernels, two at a time: minutes on a 2-core machine with a cold Triton cache
+# some 180 kernels, two at a time: minutes on a 2-core machine with a cold Triton cache
 pytestmark = pytest.mark.timeout(1500)
 
 

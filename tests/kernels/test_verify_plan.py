@@ -609,3 +609,15 @@ def test_the_64_row_gluon_kernel_takes_finer_prefix_splits_beside_the_trees_own(
     assert finer_prefix_splits(256, 1024, 16, 264, 32, 64 * 129 * 4, DEFAULT_POLICY) == 192
     assert finer_prefix_splits(256, 1024, 16, 264, 32, 64 * 129 * 4, VerifyPolicy(own_tree_split_min_chunk=0)) == 256
     assert finer_prefix_splits(256, 1024, 40, 264, 32, 1, DEFAULT_POLICY) == 224  # 40 x 7 = 280 > 264 at 192
+
+
+def test_every_arch_table_has_rows_for_every_head_dim_ending_in_one_that_always_holds():
+    """A table picks the first row whose condition holds: a head dim without rows, or whose last
+    row can fail, would raise instead of choosing."""
+    from specdec_kernels.configs import HEAD_DIMS, TILE_TABLES, TileCall
+
+    for arch, table in TILE_TABLES.items():
+        assert set(table.rows) == set(HEAD_DIMS), arch
+        for head_dim, rows in table.rows.items():
+            assert rows and rows[-1].when(TileCall(10**6, 10**6, 10**9)) and rows[-1].when(TileCall(1, 1, 1)), \
+                (arch, head_dim)
