@@ -55,16 +55,22 @@ def test_a_lossy_configuration_fails_its_own_test_whichever_the_matrix_lists_fir
 
 AFTER_DDTREE = """
 import time
-from pathlib import Path
+
+import pytest
+
+from pytest_specdec.shard_dir import journal_path
+from pytest_specdec.state import STATE_KEY
 
 
 def pytest_runtest_setup(item):
     # ar's test starts once ddtree's figures are journaled: ddtree ends before its reference
     if "ar-tp1" in item.nodeid:
-        journal = Path(item.config.rootpath) / ".specdec" / "journal.jsonl"
+        journal = journal_path(item.config.stash[STATE_KEY])  # a sharded run's is in its shard folder
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and "ddtree-tp1-b8" not in (
-                journal.read_text() if journal.exists() else ""):
+        while "ddtree-tp1-b8" not in (journal.read_text() if journal.exists() else ""):
+            if time.monotonic() > deadline:
+                pytest.fail(f"ddtree-tp1-b8 was not journaled in {journal} within 120 s: the order "
+                            f"this test needs did not hold")
             time.sleep(0.1)
 """
 
