@@ -255,11 +255,12 @@ def test_ctrl_c_on_a_frozen_server_does_not_wait_for_its_health_probe(pytester, 
     assert "health" not in probes, probes
 
 
-def test_a_server_found_unresponsive_is_probed_once(pytester, no_leftover_engines):
+def test_a_server_found_unresponsive_is_probed_once(pytester, no_leftover_engines, monkeypatch):
     """A test's request to a frozen server times out; its check names the server hanging after
     one /health check (answered 503 with SGLang's "Health check failed" line, as SGLang's HTTP
     side answers over a frozen scheduler). The test's teardown must not wait out a second one on
     the same server before the configuration counts as failed."""
+    monkeypatch.setenv("SGLANG_HEALTH_CHECK_TIMEOUT", "3")  # the engine's 503 after 3 s, not SGLang's 20
     faulty_project(pytester, ("--fault-hang-after", "0"), workloads=ONE_WORKLOAD)
     pytester.makeconftest(PROBES_SEEN)
     pytester.makepyfile(test_generation="""
@@ -269,7 +270,7 @@ def test_generate(specdec_server):
     result = run(pytester)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*server ddtree-tp1-b8 hangs: Health check failed. Server couldn't get a "
-                                 "response from detokenizer for last 20 seconds.*"])
+                                 "response from detokenizer for last 3 seconds.*"])
     probes = (pytester.path / "probes.txt").read_text().split()
     assert probes.count("health") == 1, probes
 
