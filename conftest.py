@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -40,3 +41,31 @@ def sglang_reference() -> Path:
     yield SGLANG_REFERENCE
     if added:
         sys.path.remove(entry)
+
+
+def shared_setup_scope(nodeid: str, root: Path) -> str | None:
+    """The test file of `nodeid` where that file defines a module-scoped fixture (a run of the
+    engine, a project measured, the compile check): its tests then go to one xdist worker, which
+    sets it up once; split over two workers each paid for it (38 s of shard runs, 100 s of compiles
+    twice in CI). None for other tests, which xdist hands out one by one."""
+    path = nodeid.split("::", 1)[0]
+    return path if _defines_module_fixture(root / path) else None
+
+
+@functools.lru_cache(maxsize=None)
+def _defines_module_fixture(path: Path) -> bool:
+    try:
+        return 'scope="module"' in path.read_text()
+    except (OSError, UnicodeDecodeError):  # not a file (a doctest's id, say): scheduled as before
+        return False
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """The scheduler the plugin or xdist chose, with each file of module-scoped fixtures one unit."""
+    scheduler = yield
+    split = getattr(scheduler, "_split_scope", None)
+    if split is None:  # xdist's own "load" (no units) where the plugin chose none: left as it is
+        return scheduler
+    scheduler._split_scope = lambda nodeid: shared_setup_scope(nodeid, config.rootpath) or split(nodeid)
+    return scheduler
