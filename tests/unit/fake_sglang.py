@@ -28,6 +28,7 @@ import json
 import os
 import sys
 import time
+import types
 from pathlib import Path
 
 REFERENCE = os.environ.get("FAKE_SGLANG_REF") or str(Path(sys.prefix) / "sglang-reference")
@@ -53,15 +54,26 @@ def refuse(message: str) -> None:
     sys.exit(1)
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
+def parser() -> argparse.ArgumentParser:
+    """SGLang's own parser, as sglang's prepare_server_args builds it. The sglang package's
+    __init__ (its frontend, transformers' patches: about 4 s of a 7 s import, paid at every launch)
+    is not run: server_args needs none of it, and the parser's actions are the same without it
+    (test_sglang_backend checks them against a full import)."""
     sys.path.append(REFERENCE)  # after this interpreter's own packages, as the contract tests do
+    package = types.ModuleType("sglang")
+    package.__path__ = [str(Path(REFERENCE) / "sglang")]
+    sys.modules.setdefault("sglang", package)
     from sglang.srt.server_args import ServerArgs
 
-    parser = argparse.ArgumentParser(prog="sglang serve")  # as sglang's prepare_server_args
-    ServerArgs.add_cli_args(parser)
+    built = argparse.ArgumentParser(prog="sglang serve")
+    ServerArgs.add_cli_args(built)
     if os.environ.get("FAKE_SGLANG_PR") == "1":
-        parser.add_argument("--speculative-ddtree-budget", type=int, default=None)
-    return parser.parse_args(argv)
+        built.add_argument("--speculative-ddtree-budget", type=int, default=None)
+    return built
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    return parser().parse_args(argv)
 
 
 def engine_argv(ns: argparse.Namespace) -> list[str]:

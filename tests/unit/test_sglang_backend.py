@@ -229,3 +229,34 @@ def test_a_non_strict_known_issue_measured_before_its_reference_is_no_xpass(
     verdict = "xfailed: known issue: wrong drafts*" if lossy else "xpassed: known issue: wrong drafts*"
     result.stdout.fnmatch_lines([f"*ddtree-tp1-b8 *chat *{verdict}"])
     assert result.ret == 0
+
+
+
+
+def parser_actions(parser) -> list:
+    """What a parser accepts: each action's options, default, choices, nargs, type and kind."""
+    return [(a.option_strings, repr(a.default), sorted(map(repr, a.choices or ())), repr(a.nargs),
+             getattr(a.type, "__qualname__", repr(a.type)), type(a).__name__) for a in parser._actions]
+
+
+def test_the_stand_ins_parser_is_sglangs_own_as_a_full_import_builds_it(sglang_reference):
+    """The stand-in builds SGLang's parser without running the sglang package's __init__ (seconds
+    at every launch): its options, defaults, choices and types must be those of a full import."""
+    import argparse
+    import inspect
+    import subprocess
+
+    stand_in = (inspect.getsource(parser_actions) + "\n\nimport json, sys\n"
+                f"sys.path.insert(0, {str(STAND_IN.parent)!r})\n"
+                "import fake_sglang\n"
+                "parsed = parser_actions(fake_sglang.parser())\n"
+                "assert not hasattr(sys.modules['sglang'], '__file__')  # its __init__ did not run\n"
+                "print(json.dumps(parsed))\n")
+    env = dict(os.environ, FAKE_SGLANG_REF=str(sglang_reference), FAKE_SGLANG_PR="0")
+    done = subprocess.run([sys.executable, "-c", stand_in], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    from sglang.srt.server_args import ServerArgs  # the full import: the package's __init__ runs
+
+    full = argparse.ArgumentParser(prog="sglang serve")
+    ServerArgs.add_cli_args(full)
+    assert json.loads(done.stdout.splitlines()[-1]) == json.loads(json.dumps(parser_actions(full)))
