@@ -25,12 +25,12 @@ def test_share_scales_rates_up_and_latencies_down():
 def test_the_meter_finds_the_busiest_thread():
     meter = CpuWaitMeter(lambda: [os.getpid()])
     meter.start()
-    started = time.perf_counter()
-    while time.perf_counter() - started < 0.2:
-        pass  # this thread is the busiest of the process
+    started, cpu = time.perf_counter(), time.thread_time()
+    while time.thread_time() - cpu < 0.2:
+        pass  # this thread is the busiest of the process; CPU time, not wall time: a loaded host starves it
     wall = time.perf_counter() - started
     cal = meter.stop(wall)
-    assert cal is not None and 0.05 < cal.cpu_s <= wall + 0.05 and 0 <= cal.wait_s <= wall
+    assert cal is not None and 0.15 < cal.cpu_s <= wall + 0.05 and 0 <= cal.wait_s <= wall
 
 
 def test_no_readable_process_means_no_calibration():
