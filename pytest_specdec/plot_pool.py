@@ -99,7 +99,9 @@ def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, 
     interrupted = threading.Event()  # set by _kill: a worker that starts after it is killed at once
     try:
         payload = pickle.dumps((list(rows), settings(), str(out_dir)), protocol=pickle.HIGHEST_PROTOCOL)
-    except (pickle.PicklingError, TypeError, AttributeError):  # a setting no pickle takes: all drawn here
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:  # a setting no pickle takes: all drawn here
+        failures.append(f"none started: the rows or matplotlib's settings cannot be sent to one "
+                        f"({type(exc).__name__}: {exc})")
         count, payload = 0, b""
     package = Path(pytest_specdec.__file__)
     command = [sys.executable, "-c", BOOT, str(package.parent.parent), str(package)]

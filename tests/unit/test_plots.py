@@ -17,6 +17,10 @@ from pytest_specdec.plots import PLOTTED, draw, plot_rows  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
+# The tests take plot_pool as `import pytest_specdec.plot_pool as plot_pool`, the module the report
+# imports: a pytester test before them drops a module it first imported from sys.modules, and
+# `from pytest_specdec import plot_pool` then patches that stale one while the report imports anew.
+
 
 def two_families():
     """The same configurations measured from the cpu and the hopper matrices (an H200 run that
@@ -102,7 +106,7 @@ def test_many_workloads_go_on_pages_of_a_bounded_number_of_panels(tmp_path, monk
     constrained layout of it took minutes. Each page now holds at most 12, every workload once,
     in order."""
     import pytest_specdec.plots as plots
-    from pytest_specdec import plot_pool
+    import pytest_specdec.plot_pool as plot_pool
 
     monkeypatch.setattr(plot_pool, "workers", lambda pages: 1)  # drawn here, where the spy sees them
     drawn = []
@@ -165,7 +169,7 @@ def test_a_long_drawing_tells_how_far_it_is(tmp_path, monkeypatch):
     """A run of many workloads spent minutes drawing plots after its last test with nothing on
     the terminal. A plot of further pages now says how many pages there are, and each one drawn;
     a report of one page a plot says nothing, as before."""
-    from pytest_specdec import plot_pool
+    import pytest_specdec.plot_pool as plot_pool
 
     monkeypatch.setattr(plot_pool, "workers", lambda pages: 1)  # drawn here: the pool has its own test
     heard = []
@@ -181,7 +185,7 @@ def test_worker_processes_draw_the_bytes_drawn_here(tmp_path, monkeypatch):
     draws; a worker that cannot start leaves its pages to this process, and the report is whole."""
     import matplotlib
 
-    from pytest_specdec import plot_pool
+    import pytest_specdec.plot_pool as plot_pool
 
     rows = many_workloads(13)
     monkeypatch.setitem(matplotlib.rcParams, "lines.linewidth", 3.0)  # as a conftest may set it: workers follow
@@ -203,17 +207,18 @@ def test_worker_processes_draw_the_bytes_drawn_here(tmp_path, monkeypatch):
 
 def test_settings_no_pickle_takes_leave_the_pages_to_this_process(tmp_path, monkeypatch):
     """A matplotlib setting no pickle takes (a conftest's own object) raised out of the report."""
-    from pytest_specdec import plot_pool
+    import pytest_specdec.plot_pool as plot_pool
 
     monkeypatch.setattr(plot_pool, "workers", lambda pages: 2)
     monkeypatch.setattr(plot_pool, "settings", lambda: {"custom": lambda: None})
-    assert len(plot_rows(many_workloads(13), tmp_path)) == 8
+    with pytest.warns(UserWarning, match="none started: the rows or matplotlib's settings cannot be sent"):
+        assert len(plot_rows(many_workloads(13), tmp_path)) == 8
 
 
 def test_an_interrupted_drawing_leaves_no_worker_running(tmp_path, monkeypatch):
     """A Ctrl-C (or the SIGTERM the plugin turns into one) while worker processes drew pages left
     them drawing on after the run had ended; they are now killed before the interrupt goes on."""
-    from pytest_specdec import plot_pool
+    import pytest_specdec.plot_pool as plot_pool
 
     monkeypatch.setattr(plot_pool, "workers", lambda pages: 2)
     monkeypatch.setattr(plot_pool, "BOOT", "import time; time.sleep(60)")  # a worker busy on a long page
@@ -243,7 +248,7 @@ def test_an_interrupted_drawing_leaves_no_worker_running(tmp_path, monkeypatch):
 def test_a_worker_starting_as_the_drawing_is_interrupted_is_killed_too(tmp_path, monkeypatch):
     """A thread that started its worker just after the interrupt killed the running ones left it
     running, fed the pages still queued: the kill had not seen it. It now kills its worker itself."""
-    from pytest_specdec import plot_pool
+    import pytest_specdec.plot_pool as plot_pool
 
     monkeypatch.setattr(plot_pool, "workers", lambda pages: 2)
     monkeypatch.setattr(plot_pool, "BOOT", "import time; time.sleep(60)")  # a worker busy on a long page
@@ -298,7 +303,8 @@ def test_a_print_as_a_worker_imports_does_not_reach_its_answers(tmp_path, monkey
     """A worker set its stdout (its answers' stream) aside only after importing matplotlib and the
     plots: a print as they were imported went into the answers, the parent read garbage and drew
     every page itself. The stream is now set aside before any import."""
-    from pytest_specdec import plot_pool, plots
+    import pytest_specdec.plot_pool as plot_pool
+    from pytest_specdec import plots
 
     monkeypatch.setattr(plot_pool, "workers", lambda pages: 2)
     monkeypatch.setattr(plot_pool, "BOOT", LOUD_IMPORT + plot_pool.BOOT)
@@ -314,7 +320,7 @@ def test_a_worker_hung_on_a_page_is_killed_and_the_report_lands_without_that_pag
     """A worker that hung on a page (inside matplotlib, say) held the run's end forever: nothing
     timed a page. It is now killed after plot_pool.PAGE_TIMEOUT_S, the page named in a warning,
     and the other pages and the rest of the report are written."""
-    from pytest_specdec import plot_pool
+    import pytest_specdec.plot_pool as plot_pool
     from pytest_specdec.report import write_report
 
     hang = ("import time, pytest_specdec.plots as plots\n"
@@ -337,7 +343,11 @@ def test_a_worker_hung_on_a_page_is_killed_and_the_report_lands_without_that_pag
         drawing.join(300)  # the old code never returned
     try:
         assert not drawing.is_alive()
+        import sys
+
         assert not [w for w in caught if "plot worker" in str(w.message)], [str(w.message) for w in caught]
+        assert sys.modules["pytest_specdec.plot_pool"] is plot_pool is sys.modules["pytest_specdec"].plot_pool
+        assert len(started) >= 2, f"{len(started)} workers started"
         files = box["files"]
         assert [p.name for p in files.plots] == [f"{stem}.{ext}" for stem in ("tokens_per_s", "accept_length",
                                                                              "accept_length-2")
