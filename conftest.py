@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,49 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
         return scheduler
     scheduler._split_scope = lambda nodeid: shared_setup_scope(nodeid, config.rootpath) or split(nodeid)
     return scheduler
+
+
+# The packages of this repository: their submodules are imported lazily, inside functions.
+OWN_PACKAGES = ("pytest_specdec", "specdec_kernels")
+
+
+def rejoin_dropped_submodules(packages: tuple[str, ...] = OWN_PACKAGES) -> list[str]:
+    """Puts back in sys.modules each submodule of `packages` that is still its package's attribute
+    but no longer in sys.modules, and makes a package's attribute the module sys.modules holds
+    where the two differ; returns the names put back.
+
+    pytester restores the sys.modules of a test's start at its end, dropping what the test first
+    imported, while the import system had set those modules on their packages: a later
+    `from pytest_specdec import plot_pool` took that stale module off the package and patched it,
+    and the code under test's `from .plot_pool import ...` imported a fresh one, unpatched.
+    Keeping the stale module (rather than dropping the attribute) keeps one copy of its classes."""
+    rejoined = []
+    pending = [sys.modules[name] for name in packages if name in sys.modules]
+    while pending:
+        package = pending.pop()
+        if not hasattr(package, "__path__"):  # a plain module: its module attributes are imports
+            continue
+        for attr, module in list(vars(package).items()):
+            name = f"{package.__name__}.{attr}"
+            if not isinstance(module, types.ModuleType) or module.__name__ != name:
+                continue  # not a submodule (`import os` in the package, say)
+            held = sys.modules.get(name)
+            if held is None:
+                sys.modules[name] = module
+                rejoined.append(name)
+            elif held is not module and isinstance(held, types.ModuleType):
+                setattr(package, attr, held)  # the one `from .x import` reads wins
+                module = held
+            pending.append(module)
+    return rejoined
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """After every fixture's teardown (pytester's restore of sys.modules included, whatever the
+    fixtures' order or however pytester was requested), the package attributes and sys.modules of
+    this repository's packages agree again: see rejoin_dropped_submodules."""
+    try:
+        return (yield)
+    finally:
+        rejoin_dropped_submodules()
