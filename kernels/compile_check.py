@@ -131,31 +131,100 @@ def _nvidia_tool(name: str) -> str:
     return os.path.join(os.path.dirname(nvidia_backend.__file__), "bin", name)
 
 
-def _ptxas_spill_bytes(ptx: str, capability: int) -> int:
-    """Spill stores + loads that ptxas reports for the PTX (``-v``), with Triton's own ptxas."""
+def _spill_bytes(log: str) -> int:
+    """Spill stores + loads in a ``ptxas -v`` log."""
+    return sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", log))
+
+
+def _ptxas_log(ptx: str, capability: int) -> str:
+    """``ptxas -v``'s log for the PTX, with Triton's own ptxas: for a Triton that prints none of its
+    own build (no TRITON_DUMP_PTXAS_LOG knob)."""
     from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
 
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "kernel.ptx")
         with open(src, "w") as f:
             f.write(ptx)
-        log = subprocess.run([get_ptxas(capability).path, "-v", f"--gpu-name={sm_arch_from_capability(capability)}",
-                              src, "-o", os.path.join(tmp, "kernel.cubin")],
-                             capture_output=True, text=True, check=True).stderr
-    return sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", log))
+        return subprocess.run([get_ptxas(capability).path, "-v", f"--gpu-name={sm_arch_from_capability(capability)}",
+                               src, "-o", os.path.join(tmp, "kernel.cubin")],
+                              capture_output=True, text=True, check=True).stderr
 
 
-def _inspect_cubin(cubin: bytes, report: CompileReport) -> None:
+def _beside(compiled, what: str) -> tuple[object, str]:
+    """(Triton's cache directory of ``compiled``, a file name there for ``what`` of this very
+    binary): named by the binary's digest, so that nothing is read back for another binary."""
+    import hashlib
+
+    from triton.runtime.cache import get_cache_manager
+
+    digest = hashlib.sha256(compiled.asm["cubin"]).hexdigest()[:24]
+    return get_cache_manager(compiled.hash), f"specdec-{what}-{digest}"
+
+
+def _compile(source, capability: int, options: dict):
+    """Compile ``source`` and return (the kernel, its ptxas -v log or None).
+
+    The log is the one of the ptxas run that built this binary, Triton's flags and all (a second
+    ptxas run with the check's own flags cost a third of a kernel's time and could judge spills of
+    another register allocation). A binary Triton takes from its cache was built by no ptxas here:
+    its log comes from beside it, or, where an older run left none, the kernel is built again."""
+    import contextlib
+    import io
+
+    import triton
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+
+    target = GPUTarget("cuda", capability, 32)
+    nvidia = getattr(knobs, "nvidia", None)
+    if nvidia is None or not hasattr(nvidia, "dump_ptxas_log"):
+        return triton.compile(source, target=target, options=options), None
+    for rebuild in (False, True):
+        printed = io.StringIO()
+        with nvidia.scope(), knobs.compilation.scope(), contextlib.redirect_stdout(printed):
+            nvidia.dump_ptxas_log = True  # printed on stdout once ptxas has succeeded
+            knobs.compilation.always_compile = rebuild
+            compiled = triton.compile(source, target=target, options=options)
+        cache, name = _beside(compiled, "ptxas-v.log")
+        if "ptxas" in printed.getvalue():
+            cache.put(printed.getvalue(), name, binary=False)
+            return compiled, printed.getvalue()
+        saved = cache.get_file(name)
+        if saved is not None:
+            with open(saved) as f:
+                return compiled, f.read()
+    raise RuntimeError("Triton built the kernel but printed no ptxas log")
+
+
+def _cuobjdump(cubin: bytes) -> tuple[str, str]:
+    """``cuobjdump -res-usage`` and ``-sass`` of the binary."""
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
         f.write(cubin)
         path = f.name
     try:
-        usage = subprocess.run([_nvidia_tool("cuobjdump"), "-res-usage", path], capture_output=True, text=True,
-                               check=True).stdout
-        sass = subprocess.run([_nvidia_tool("cuobjdump"), "-sass", path], capture_output=True, text=True,
-                              check=True).stdout
+        return tuple(subprocess.run([_nvidia_tool("cuobjdump"), flag, path], capture_output=True, text=True,
+                                    check=True).stdout for flag in ("-res-usage", "-sass"))
     finally:
         os.unlink(path)
+
+
+def _cached_cuobjdump(compiled) -> tuple[str, str]:
+    """The binary's listings (cuobjdump's start-up alone costs more than a cached compile), read
+    back from beside it in Triton's cache where a run made them, or made now and left there."""
+    import gzip
+
+    cache, name = _beside(compiled, "cuobjdump.json.gz")
+    saved = cache.get_file(name)
+    if saved is not None:
+        with gzip.open(saved, "rt") as f:
+            return tuple(json.load(f))
+    listings = _cuobjdump(compiled.asm["cubin"])
+    cache.put(gzip.compress(json.dumps(listings).encode()), name, binary=True)
+    return listings
+
+
+def _inspect_cubin(listings: tuple[str, str], report: CompileReport) -> None:
+    usage, sass = listings
     regs = re.search(r"REG:(\d+)", usage)
     report.registers = int(regs.group(1)) if regs else None
     mix = collections.Counter()
@@ -318,17 +387,14 @@ def compile_hybrid_kernels(arch: str = "sm_120", head_dim: int = 128) -> list[Co
 
 def _compile_and_judge(report: CompileReport, source, options: dict) -> CompileReport:
     """Compile ``source`` for the report's arch and fill in what the binary uses, then judge it."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-
     capability = int(report.arch.removeprefix("sm_"))
-    compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options=options)
+    compiled, log = _compile(source, capability, options)
     if "num_stages" not in options:  # the compiler's default, as the launch leaves it
         report.stages = compiled.metadata.num_stages
     report.shared_bytes = compiled.metadata.shared
     ptx = compiled.asm["ptx"]
-    report.spill_bytes = _ptxas_spill_bytes(ptx, capability)
-    _inspect_cubin(compiled.asm["cubin"], report)
+    report.spill_bytes = _spill_bytes(log if log is not None else _ptxas_log(ptx, capability))
+    _inspect_cubin(_cached_cuobjdump(compiled), report)
     _judge(report, ptx)
     return report
 

@@ -177,3 +177,53 @@ def test_a_misspelt_argument_is_named_before_anything_compiles(argv, message, ca
         compile_check.main(argv)
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
+
+
+# Counts the NVIDIA tools the check runs for one merge kernel, built into an empty Triton cache,
+# then taken from it, then taken from it where a run left no ptxas log beside it.
+_COUNT_TOOL_RUNS = """
+import glob, json, os, subprocess, sys
+from specdec_kernels import compile_check
+runs, real_run = [], subprocess.run
+def counted(cmd, *args, **kwargs):
+    if "--version" not in cmd:  # Triton asks ptxas its version once a process, for its cache key
+        runs.append(os.path.basename(cmd[0]).split("-")[0])
+    return real_run(cmd, *args, **kwargs)
+subprocess.run = counted
+out = []
+for step in ("built", "cached", "cached without its log"):
+    if step == "cached without its log":
+        for log in glob.glob(os.path.join(os.environ["TRITON_CACHE_DIR"], "*", "specdec-ptxas-v.log-*")):
+            os.remove(log)
+    runs.clear()
+    r = compile_check.compile_merge_kernel("sm_120", 64, 32, 1)
+    out.append(dict(step=step, ptxas=runs.count("ptxas"), cuobjdump=runs.count("cuobjdump"),
+                    spill_bytes=r.spill_bytes, registers=r.registers, mix=r.mix, problems=r.problems))
+print(json.dumps(out))
+"""
+
+
+def test_a_kernel_is_judged_on_the_ptxas_run_that_built_it_and_a_cached_one_costs_no_tool(tmp_path):
+    """The check ran ptxas a second time on Triton's PTX for its spill count, with other flags than
+    Triton's build (no --regAllocOptLevel=2: the ping-pong kernel at head dim 64 spills 104 B as
+    built and none in that second run), and cuobjdump on every binary, cached or not: most of a
+    kernel's time on a warm cache. Now the spills are read from the log of Triton's own ptxas run,
+    and both the log and cuobjdump's listings are kept beside the binary in Triton's cache."""
+    if not _nvidia_tools_present():
+        pytest.skip("this Triton install ships no NVIDIA ptxas/cuobjdump: cannot compile for sm_120")
+    import json
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path)
+    done = subprocess.run([sys.executable, "-c", _COUNT_TOOL_RUNS], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-4000:]
+    built, cached, relogged = json.loads(done.stdout.splitlines()[-1])
+    assert (built["ptxas"], built["cuobjdump"]) == (1, 2), built  # Triton's own ptxas run, nothing else
+    assert (cached["ptxas"], cached["cuobjdump"]) == (0, 0), cached
+    assert (relogged["ptxas"], relogged["cuobjdump"]) == (1, 0), relogged  # built again for its log
+    for again in (cached, relogged):
+        assert {k: again[k] for k in ("spill_bytes", "registers", "mix", "problems")} == \
+               {k: built[k] for k in ("spill_bytes", "registers", "mix", "problems")}
+    assert built["registers"] and built["mix"] and built["spill_bytes"] is not None
