@@ -20,6 +20,14 @@ def _started_runs_are_not_xdist_workers(monkeypatch: pytest.MonkeyPatch) -> None
     for name in [name for name in os.environ if name.startswith("PYTEST_XDIST_")]:
         monkeypatch.delenv(name)
 
+
+@pytest.fixture(autouse=True)
+def _started_runs_load_no_hypothesis(monkeypatch: pytest.MonkeyPatch) -> None:
+    """hypothesis's pytest plugin imports all of hypothesis, ~0.75 s of every pytest run a test
+    starts; none of those runs uses it."""
+    addopts = os.environ.get("PYTEST_ADDOPTS", "")
+    monkeypatch.setenv("PYTEST_ADDOPTS", f"-p no:hypothesispytest {addopts}".strip())
+
 # SGLang itself, installed by scripts/setup-venv.sh into a directory of its own: its pinned
 # dependencies conflict with this venv's, so only the tests that read or run it put it on sys.path.
 SGLANG_REFERENCE = Path(os.environ.get("SPECDEC_SGLANG_REFERENCE", Path(sys.prefix) / "sglang-reference"))

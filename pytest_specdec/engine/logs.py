@@ -44,12 +44,13 @@ def ready() -> None:
 def die(exit_code: int = 1) -> None:
     """Exit the whole process now, from any thread, after flushing the log.
 
-    Used where SGLang's process tree would be torn down by a crashing child: no clean shutdown,
-    open connections are reset.
+    Used where SGLang's process tree would be torn down by a crashing child (no clean shutdown,
+    open connections are reset), and after a clean stop, whose interpreter teardown is only a wait.
     """
     for logger in (SERVER, SCHEDULER):
         for handler in logger.handlers:
             handler.flush()
+    sys.stdout.flush()
     sys.stderr.flush()
     os._exit(exit_code)
 
