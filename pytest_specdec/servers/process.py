@@ -3,9 +3,11 @@
 Why each choice:
 - A new session (process group) per server, so teardown can signal the whole tree (SGLang forks a
   scheduler and a detokenizer per rank) without touching pytest.
-- Readiness polls `/health_generate` every 0.5 s, because it generates a token: `/health` on older
-  servers and `/ready` answer before the model can actually decode. Between polls the process and
-  its log are checked, so a crash during warm-up fails in about half a second, not at the deadline.
+- Readiness polls `/health_generate`, because it generates a token: `/health` on older servers and
+  `/ready` answer before the model can actually decode. Every 0.05 s for the first seconds, where
+  the embedded engine is ready (a refused connection costs nothing), then every 0.5 s. Between polls
+  the process and its log are checked, so a crash during warm-up fails in about half a second, not
+  at the deadline.
 - What the polls saw decides the message at the deadline: connections accepted but never answered
   is a hang; refused or 503 is a slow start. Each failure kind has its own `ServerError.reason`.
 - The port is checked free before launch; a bind race (xdist workers picking ports at once) shows
@@ -43,6 +45,10 @@ from pytest_specdec.servers.spec import ServerSpec
 ArgvForPort = Callable[[int], Sequence[str]]
 
 POLL_INTERVAL_S = 0.5
+# The embedded engine is ready 1.5-2 s after its launch: a boot polled every 0.5 s waited up to that
+# much longer. Until QUICK_BOOT_S into a boot the polls come every QUICK_POLL_INTERVAL_S.
+QUICK_BOOT_S = 4.0
+QUICK_POLL_INTERVAL_S = 0.05
 # SGLang's /health and /health_generate generate one token and wait up to 20 s
 # (SGLANG_HEALTH_CHECK_TIMEOUT) before answering 503 themselves; waiting a little longer lets its
 # own verdict (and its "Health check failed" log line) arrive instead of our timeout.
@@ -327,7 +333,9 @@ class ManagedServer:
                 self._raise_if_failed_during_startup()
                 self._ready = True
                 return
-            time.sleep(max(0.0, min(self.poll_interval, deadline - time.monotonic())))
+            now = time.monotonic()
+            interval = QUICK_POLL_INTERVAL_S if now - self._boot_started < QUICK_BOOT_S else self.poll_interval
+            time.sleep(max(0.0, min(interval, self.poll_interval, deadline - now)))
         raise self._deadline_error(seen)
 
     def _watched_probe(self, path: str, timeout: float) -> tuple[str, int | None]:

@@ -404,6 +404,33 @@ def test_a_slow_boot_is_said_while_it_lasts(tmp_path, monkeypatch):
     assert wait_gone([s.pid]) == []
 
 
+def test_a_boot_is_polled_quickly_at_first_then_every_poll_interval(tmp_path, monkeypatch):
+    """The embedded engine is ready ~1.6 s after launch: polls every 0.5 s from the start waited up
+    to that much longer on every boot. Quick polls first, then the poll interval."""
+    monkeypatch.setattr(process, "QUICK_BOOT_S", 0.5)
+    slept: list[tuple[float, float]] = []
+    started = time.monotonic()
+
+    class Time:
+        monotonic = staticmethod(time.monotonic)
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            slept.append((time.monotonic() - started, seconds))
+            time.sleep(seconds)
+
+    monkeypatch.setattr(process, "time", Time)
+    s = server(spec("ar", None, "--fault-slow-start", "1"), tmp_path)
+    try:
+        s.start()
+    finally:
+        s.stop()
+    early = [seconds for at, seconds in slept if at < 0.4]
+    late = [seconds for at, seconds in slept if at > 0.7]
+    assert early and max(early) <= process.QUICK_POLL_INTERVAL_S, slept
+    assert late and min(late) == s.poll_interval == process.POLL_INTERVAL_S, slept
+
+
 class FakeClock:
     """Time that passes only when slept: a wait's words and bound without waiting for them."""
 
