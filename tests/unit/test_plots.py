@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import warnings
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -101,6 +102,16 @@ def many_workloads(count):
             for i in range(count) for method, budget in (("ar", None), ("ddtree", 8), ("ddtree", 16))]
 
 
+@pytest.fixture
+def four_pages(monkeypatch):
+    """Rows of four pages (two a plot) of one panel each: the pool's tests need several pages,
+    not pages of 12 panels (seconds each to draw, twice over on a loaded CI host)."""
+    import pytest_specdec.plots as plots
+
+    monkeypatch.setattr(plots, "PANELS_PER_PAGE", 1)  # pages are cut here; a worker draws what it is sent
+    return many_workloads(2)
+
+
 def test_many_workloads_go_on_pages_of_a_bounded_number_of_panels(tmp_path, monkeypatch):
     """150 workloads drew one figure of 150 panels in a row per plot: unreadable, and matplotlib's
     constrained layout of it took minutes. Each page now holds at most 12, every workload once,
@@ -118,6 +129,12 @@ def test_many_workloads_go_on_pages_of_a_bounded_number_of_panels(tmp_path, monk
         return fig
 
     monkeypatch.setattr(plots, "draw", spy)
+    # the pages' panels are the point, not their pixels: rendering 60 panels took most of the test
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.backends.backend_pdf import FigureCanvasPdf
+
+    monkeypatch.setattr(FigureCanvasAgg, "print_png", lambda self, path, **kw: Path(path).write_bytes(b""))
+    monkeypatch.setattr(FigureCanvasPdf, "print_pdf", lambda self, path, **kw: Path(path).write_bytes(b""))
     paths = plot_rows(many_workloads(30), tmp_path)
     assert [p.name for p in paths][::2] == ["tokens_per_s.png", "tokens_per_s-2.png", "tokens_per_s-3.png",
                                            "accept_length.png", "accept_length-2.png", "accept_length-3.png"]
@@ -165,7 +182,7 @@ def test_a_page_is_drawn_once_for_each_file_into_the_bytes_savefig_writes(tmp_pa
     assert len(draws) == len(paths)
 
 
-def test_a_long_drawing_tells_how_far_it_is(tmp_path, monkeypatch):
+def test_a_long_drawing_tells_how_far_it_is(tmp_path, monkeypatch, four_pages):
     """A run of many workloads spent minutes drawing plots after its last test with nothing on
     the terminal. A plot of further pages now says how many pages there are, and each one drawn;
     a report of one page a plot says nothing, as before."""
@@ -173,21 +190,21 @@ def test_a_long_drawing_tells_how_far_it_is(tmp_path, monkeypatch):
 
     monkeypatch.setattr(plot_pool, "workers", lambda pages: 1)  # drawn here: the pool has its own test
     heard = []
-    plot_rows(many_workloads(13), tmp_path / "long", lambda done, total: heard.append((done, total)))
+    plot_rows(four_pages, tmp_path / "long", lambda done, total: heard.append((done, total)))
     assert heard == [(0, 4), (1, 4), (2, 4), (3, 4), (4, 4)]
     heard.clear()
-    plot_rows(many_workloads(12), tmp_path / "short", lambda done, total: heard.append((done, total)))
+    plot_rows(many_workloads(1), tmp_path / "short", lambda done, total: heard.append((done, total)))
     assert heard == []
 
 
-def test_worker_processes_draw_the_bytes_drawn_here(tmp_path, monkeypatch):
+def test_worker_processes_draw_the_bytes_drawn_here(tmp_path, monkeypatch, four_pages):
     """Pages drawn in worker processes (a host with cores to spare) are the files this process
     draws; a worker that cannot start leaves its pages to this process, and the report is whole."""
     import matplotlib
 
     import pytest_specdec.plot_pool as plot_pool
 
-    rows = many_workloads(13)
+    rows = four_pages
     monkeypatch.setitem(matplotlib.rcParams, "lines.linewidth", 3.0)  # as a conftest may set it: workers follow
     monkeypatch.setattr(plot_pool, "workers", lambda pages: 1)
     here = {p.name: p.read_bytes() for p in plot_rows(rows, tmp_path / "here")}
@@ -205,14 +222,14 @@ def test_worker_processes_draw_the_bytes_drawn_here(tmp_path, monkeypatch):
     assert {p.name: p.read_bytes() for p in paths} == here
 
 
-def test_settings_no_pickle_takes_leave_the_pages_to_this_process(tmp_path, monkeypatch):
+def test_settings_no_pickle_takes_leave_the_pages_to_this_process(tmp_path, monkeypatch, four_pages):
     """A matplotlib setting no pickle takes (a conftest's own object) raised out of the report."""
     import pytest_specdec.plot_pool as plot_pool
 
     monkeypatch.setattr(plot_pool, "workers", lambda pages: 2)
     monkeypatch.setattr(plot_pool, "settings", lambda: {"custom": lambda: None})
     with pytest.warns(UserWarning, match="none started: the rows or matplotlib's settings cannot be sent"):
-        assert len(plot_rows(many_workloads(13), tmp_path)) == 8
+        assert len(plot_rows(four_pages, tmp_path)) == 8
 
 
 def test_an_interrupted_drawing_leaves_no_worker_running(tmp_path, monkeypatch):
@@ -299,7 +316,7 @@ LOUD_IMPORT = ("import sys\n"
                "sys.meta_path.insert(0, Loud())\n")
 
 
-def test_a_print_as_a_worker_imports_does_not_reach_its_answers(tmp_path, monkeypatch):
+def test_a_print_as_a_worker_imports_does_not_reach_its_answers(tmp_path, monkeypatch, four_pages):
     """A worker set its stdout (its answers' stream) aside only after importing matplotlib and the
     plots: a print as they were imported went into the answers, the parent read garbage and drew
     every page itself. The stream is now set aside before any import."""
@@ -312,30 +329,65 @@ def test_a_print_as_a_worker_imports_does_not_reach_its_answers(tmp_path, monkey
     original = plots.save_page
     monkeypatch.setattr(plots, "save_page", lambda rows, page, out_dir: here.append(page.name) or
                         original(rows, page, out_dir))
-    paths = plot_rows(many_workloads(13), tmp_path)
+    paths = plot_rows(four_pages, tmp_path)
     assert here == [] and len(paths) == 8
 
 
-def test_a_worker_hung_on_a_page_is_killed_and_the_report_lands_without_that_page(tmp_path, monkeypatch):
+def test_a_worker_hung_on_a_page_is_killed_and_the_report_lands_without_that_page(tmp_path, monkeypatch,
+                                                                                 four_pages):
     """A worker that hung on a page (inside matplotlib, say) held the run's end forever: nothing
     timed a page. It is now killed after plot_pool.PAGE_TIMEOUT_S, the page named in a warning,
     and the other pages and the rest of the report are written."""
     import pytest_specdec.plot_pool as plot_pool
     from pytest_specdec.report import write_report
 
-    hang = ("import time, pytest_specdec.plots as plots\n"
+    marks = tmp_path / "hung"  # a worker hung on its page leaves its pid here
+    marks.mkdir()
+    hang = ("import os, time, pytest_specdec.plots as plots\n"
             "draw = plots.save_page\n"
-            "plots.save_page = lambda rows, page, out: (time.sleep(3600) if page.name == 'tokens_per_s-2'\n"
-            "                                           else draw(rows, page, out))\n")
+            "def save_page(rows, page, out):\n"
+            "    if page.name != 'tokens_per_s-2':\n"
+            "        return draw(rows, page, out)\n"
+            f"    open(os.path.join({str(marks)!r}, str(os.getpid())), 'w').close()\n"
+            "    time.sleep(3600)\n"
+            "plots.save_page = save_page\n")
     line = "from pytest_specdec.plot_worker import serve\n"
     monkeypatch.setattr(plot_pool, "BOOT", plot_pool.BOOT.replace(line, hang + line))
     monkeypatch.setattr(plot_pool, "PAGE_TIMEOUT_S", 30.0, raising=False)  # pages take a few seconds here
     monkeypatch.setattr(plot_pool, "workers", lambda pages: 2)
     started = []
+    serving: dict = {}  # the thread serving a worker -> that worker
     original = plot_pool.subprocess.Popen
-    monkeypatch.setattr(plot_pool.subprocess, "Popen", lambda *a, **k: started.append(original(*a, **k)) or started[-1])
+
+    def popen(*a, **k):
+        started.append(original(*a, **k))
+        serving[threading.current_thread()] = started[-1]
+        return started[-1]
+
+    monkeypatch.setattr(plot_pool.subprocess, "Popen", popen)
+    intervals = []
+
+    class PageTimer(threading.Timer):
+        """The page's timer, expiring at once where its worker marked itself hung: the test does
+        not wait PAGE_TIMEOUT_S out, and a page still being drawn keeps all of it."""
+
+        def __init__(self, interval, function, *args, **kwargs):
+            super().__init__(interval, function, *args, **kwargs)
+            self.thread = threading.current_thread()  # the thread that started this page's worker
+            intervals.append(interval)
+
+        def run(self):
+            deadline = time.monotonic() + self.interval
+            while not self.finished.wait(0.05):
+                worker = serving.get(self.thread)
+                if (worker is not None and (marks / str(worker.pid)).exists()) or time.monotonic() > deadline:
+                    self.function(*self.args, **self.kwargs)
+                    return
+
+    monkeypatch.setattr(plot_pool, "threading", SimpleNamespace(Thread=threading.Thread, Lock=threading.Lock,
+                                                              Event=threading.Event, Timer=PageTimer))
     box: dict = {}
-    drawing = threading.Thread(target=lambda: box.update(files=write_report(tmp_path / "r", many_workloads(13))),
+    drawing = threading.Thread(target=lambda: box.update(files=write_report(tmp_path / "r", four_pages)),
                                daemon=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -348,6 +400,7 @@ def test_a_worker_hung_on_a_page_is_killed_and_the_report_lands_without_that_pag
         assert not [w for w in caught if "plot worker" in str(w.message)], [str(w.message) for w in caught]
         assert sys.modules["pytest_specdec.plot_pool"] is plot_pool is sys.modules["pytest_specdec"].plot_pool
         assert len(started) >= 2, f"{len(started)} workers started"
+        assert len(list(marks.iterdir())) == 1 and set(intervals) == {30.0}  # timed by PAGE_TIMEOUT_S
         files = box["files"]
         assert [p.name for p in files.plots] == [f"{stem}.{ext}" for stem in ("tokens_per_s", "accept_length",
                                                                              "accept_length-2")
