@@ -310,7 +310,9 @@ def test_a_known_issue_whose_reference_ran_in_another_shard_ends_as_in_one_run(t
         .replace("max_new_tokens = 8", "max_new_tokens = 16")
         + KNOWN_ISSUE.replace("EXTRA_ARGS", '["--fault-lossy", "0.3"]' if lossy else "[]"))
     (tmp_path / "test_generation.py").write_text(GENERATION_TEST)
-    whole = pytest_run(tmp_path, "--specdec-report", "whole", "--junitxml", "whole.xml")
+    # saved aside, so the shards run without a baseline as before
+    whole = pytest_run(tmp_path, "--specdec-report", "whole", "--junitxml", "whole.xml", "--specdec-save-baseline",
+                       "--specdec-baseline-dir", "whole-baselines")
     assert whole.returncode == (0 if lossy else 1), whole.stdout[-3000:]
     for k in (1, 2):
         shard = pytest_run(tmp_path, f"--specdec-shard={k}/2", "--specdec-report", f"shard-{k}")
@@ -318,7 +320,8 @@ def test_a_known_issue_whose_reference_ran_in_another_shard_ends_as_in_one_run(t
     assert sorted(assignment(tmp_path).values()) == [1, 2]  # ar and ddtree in different shards
     summary = tmp_path / "step-summary.md"
     result = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out", "merged",
-                             "shard-1", "shard-2"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                             "--save-baseline", "--baseline-dir", "merged-baselines", "shard-1", "shard-2"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120,
                             env={**os.environ, "GITHUB_STEP_SUMMARY": str(summary)})
     assert result.returncode == whole.returncode, result.stdout + result.stderr
     expected = "xfailed" if lossy else "failed"
@@ -334,6 +337,13 @@ def test_a_known_issue_whose_reference_ran_in_another_shard_ends_as_in_one_run(t
                "lossless: prompt ")
         assert why in report and why in step
         assert "(found by the merge, against ar-tp1 of shard " in report
+        # no reference for a baseline: the merge leaves it out as the run does (it said `not lossless`)
+        left_out = "1 result(s) of failed tests, which are no reference (test_generation[ddtree-tp1-b8-chat])"
+        assert f"; left out {left_out}" in whole.stdout
+        assert f"specdec merge: left out of the baseline {left_out}" in result.stdout
+        saved = json.loads((tmp_path / "whole-baselines" / "cpu.json").read_text())["entries"]
+        assert sorted(json.loads((tmp_path / "merged-baselines" / "cpu.json").read_text())["entries"]) \
+            == sorted(saved) == ["test_generation[ar-tp1-chat]"]
     else:
         why = ("[XPASS(strict)] known issue: accepts wrong drafts: outputs differ from ar: its outputs "
                "match ar-tp1's (compared by the merge, against ar-tp1 of shard ")
@@ -341,10 +351,11 @@ def test_a_known_issue_whose_reference_ran_in_another_shard_ends_as_in_one_run(t
         assert why in report and why in step
 
 
-@pytest.mark.parametrize("count", [1, 2], ids=["one-shard", "across-shards"])
-def test_merge_save_baseline_leaves_a_lossy_known_issue_out_as_one_run_says(tmp_path, count):
+def test_merge_save_baseline_leaves_a_lossy_known_issue_out_as_one_run_says(tmp_path):
     """A lossy known issue (xfailed) is no reference: one run with --specdec-save-baseline leaves it
-    out as a failed test's, the merge said `not lossless` (and named no failed test it left out)."""
+    out as a failed test's, the merge said `not lossless` (and named no failed test it left out).
+    One shard here; across shards, test_a_known_issue_whose_reference_ran_in_another_shard_ends_as_in_one_run."""
+    count = 1
     (tmp_path / "pyproject.toml").write_text(PROJECT.replace(
         'methods = ["ar", "dflash", "ddtree"]\ntp = [1, 8]', 'methods = ["ar", "ddtree"]\ntp = [1]')
         .replace("max_new_tokens = 8", "max_new_tokens = 16")
