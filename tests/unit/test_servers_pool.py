@@ -1,4 +1,9 @@
-"""ServerPool: one boot per spec, switching, sticky failures, restarts, attach mode, leases."""
+"""ServerPool: one boot per spec, switching, sticky failures, restarts, attach mode, leases.
+
+The pool's own logic runs against the fake engine (same CLI, fault flags and log lines, no model
+to load); the real engine's faults as the servers package reads them are test_servers_process's.
+Attach mode reads what the real engine says it serves.
+"""
 
 from __future__ import annotations
 
@@ -32,7 +37,7 @@ def generate(url: str) -> dict:
         return json.loads(resp.read())
 
 
-def make_pool(tmp_path, entry=ENGINE_ENTRY, **kwargs) -> tuple[ServerPool, list]:
+def make_pool(tmp_path, entry=FAKE_ENTRY, **kwargs) -> tuple[ServerPool, list]:
     started = []
 
     def factory(s, gpus):
@@ -114,7 +119,7 @@ def test_a_server_found_frozen_before_its_next_test_is_not_given_the_full_sigter
     started = []
 
     def factory(s, gpus):
-        started.append(server(s, tmp_path / "logs", term_grace=30.0, health_timeout=2.0,
+        started.append(server(s, tmp_path / "logs", entry=FAKE_ENTRY, term_grace=30.0, health_timeout=2.0,
                               wait_gpu_release=False))
         return started[-1]
 
@@ -142,7 +147,7 @@ def test_the_check_of_a_reused_server_before_its_next_test_says_its_wait(tmp_pat
     started = []
 
     def factory(s, gpus):
-        started.append(server(s, tmp_path / "logs", term_grace=3.0, health_timeout=5.0,
+        started.append(server(s, tmp_path / "logs", entry=FAKE_ENTRY, term_grace=3.0, health_timeout=5.0,
                               wait_gpu_release=False, announce=said.append))
         return started[-1]
 
@@ -253,7 +258,7 @@ def test_attach_to_nothing_says_so(tmp_path):
 
 def test_leases_give_each_server_its_gpus_and_come_back(tmp_path):
     leases = GpuLeases(tmp_path / "run", 2)
-    pool, started = make_pool(tmp_path, entry=FAKE_ENTRY, leases=leases)
+    pool, started = make_pool(tmp_path, leases=leases)
     try:
         srv = pool.acquire(spec("ar", tp=2))
         with urllib.request.urlopen(srv.url + "/server_info", timeout=10) as resp:
