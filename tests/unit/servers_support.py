@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pytest_specdec.servers import ManagedServer, ServerSpec, build_embedded_argv
 from pytest_specdec.servers.cleanup import alive, group_members
+from pytest_specdec.servers.diagnosis import LogWatcher
 
 FAKE_ENTRY = (sys.executable, str(Path(__file__).with_name("fake_engine.py")))
 # The real embedded engine once it exists; the stand-in until then. Both take the same fault flags.
@@ -56,3 +57,18 @@ def children_of(pid: int) -> list[int]:
     from pytest_specdec.servers.cleanup import descendants
 
     return descendants(pid)
+
+
+def deadline_from_ready(s: ManagedServer, within: float = 60.0) -> None:
+    """Start `s`'s boot deadline once its log says it is ready, where `--fault-hang`'s hang
+    begins: a startup timeout of seconds then tells that hang from a slow boot however long the
+    model build takes on a loaded machine, instead of a deadline long enough to cover the build."""
+    wait_ready = s.wait_ready
+
+    def after_ready() -> None:
+        watcher, until = LogWatcher(s.log_path), time.monotonic() + within
+        while not watcher.scan().ready and s.is_running() and time.monotonic() < until:
+            time.sleep(0.05)
+        wait_ready()
+
+    s.wait_ready = after_ready  # start() calls it after each launch

@@ -137,12 +137,33 @@ reason = "verify crashes with CUDA illegal instruction on sm_120"
     assert "specdec [1/1] blackwell-ddtree-tp1-b16" in result.stdout.str(), result.stdout.str()
 
 
+# The boot deadline starts once the server's log says ready, where --fault-hang's hang begins: a
+# deadline of seconds then tells the hang from a slow boot however long the model build takes
+# (2-2.5 s on an idle 2-core machine, 3.5 s seen under CI load, where a 4 s deadline from the
+# launch read as "port never opened"), instead of one long enough to cover the build.
+DEADLINE_FROM_READY = """
+import time
+
+from pytest_specdec.servers import process
+from pytest_specdec.servers.diagnosis import LogWatcher
+
+_wait_ready = process.ManagedServer.wait_ready
+
+
+def wait_ready(self):
+    watcher, until = LogWatcher(self.log_path), time.monotonic() + 60
+    while not watcher.scan().ready and self.is_running() and time.monotonic() < until:
+        time.sleep(0.05)
+    _wait_ready(self)
+
+
+process.ManagedServer.wait_ready = wait_ready
+"""
+
+
 def test_hang_is_reported_as_a_hang(pytester, no_leftover_engines):
-    # The diagnosis needs the port open before the deadline: the engine takes 2-2.5 s to build
-    # on an idle 2-core machine and was seen at 3.5 s (plus interpreter start) under CI load,
-    # where a 4 s deadline read as "port never opened". 12 s leaves room; the test waits it out.
-    faulty_project(pytester, ("--fault-hang",), workloads=ONE_WORKLOAD,
-                   startup_timeout=12)
+    faulty_project(pytester, ("--fault-hang",), workloads=ONE_WORKLOAD, startup_timeout=2)
+    pytester.makeconftest(DEADLINE_FROM_READY)
     result = run(pytester)
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*server ddtree-tp1-b8 hangs: /health_generate accepted "
@@ -521,8 +542,13 @@ def test_a_slow_boot_and_a_silent_workload_say_their_waits_as_they_go(pytester, 
     the server, what it waits for, how much longer, and the setting that bounds it."""
     if xdist:
         pytest.importorskip("xdist")
-    faulty_project(pytester, ("--fault-slow-start", "6", "--fault-hang-after", "0"), workloads=ONE_WORKLOAD,
-                   extra="stall_timeout = 5")
+    faulty_project(pytester, ("--fault-slow-start", "1", "--fault-hang-after", "0"), workloads=ONE_WORKLOAD,
+                   extra="stall_timeout = 3")
+    # the thresholds (5 s and 3 s) at 1 s, as the run's own processes (xdist's workers too) read
+    # them: the waits said are the same, the test waits seconds less for them
+    pytester.makeconftest("import pytest_specdec.client as client\n"
+                          "import pytest_specdec.servers.process as process\n"
+                          "process.BOOT_QUIET_S = client.STALL_QUIET_S = 1.0\n")
     pytester.makepyfile(test_generation="""
 def test_generate(specdec_server):
     specdec_server.generate("hi", max_new_tokens=8)
@@ -531,11 +557,11 @@ def test_generate(specdec_server):
     result.assert_outcomes(failed=1)
     setting = r"pyproject\.toml \[tool\.specdec\] key '{}'"
     assert len(said_lines(result, "ddtree-tp1-b8",
-                          r"not ready after 5s; waiting up to \d+s more for its warm-up to answer "
+                          r"not ready after \ds; waiting up to \d+s more for its warm-up to answer "
                           r"/health_generate \(bound: the startup timeout, " + setting.format("startup_timeout")
                           + r"\); (?:its log's last line: .+|nothing in its log yet) \(log: .+\.log\)")) == 1, result.stderr.str()
     assert len(said_lines(result, "ddtree-tp1-b8",
-                          r"no token for 3s while 1 request in flight; waiting up to 2s more before counting "
+                          r"no token for \ds while 1 request in flight; waiting up to \ds more before counting "
                           r"it as stalled \(bound: the stall timeout, " + setting.format("stall_timeout")
                           + r"\)")) == 1, result.stderr.str()
 

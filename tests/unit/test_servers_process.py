@@ -27,7 +27,7 @@ from pytest_specdec.servers import ServerError, cleanup, process
 from pytest_specdec.servers.cleanup import descendants, registered
 from pytest_specdec.servers.said_wait import SaidWait
 
-from servers_support import ENGINE_ENTRY, FAKE_ENTRY, default_sigint, server, spec, wait_gone
+from servers_support import ENGINE_ENTRY, FAKE_ENTRY, deadline_from_ready, default_sigint, server, spec, wait_gone
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -154,11 +154,12 @@ def test_crash_for_listed_budgets_only(tmp_path):
 
 
 def test_hang(tmp_path):
-    # The deadline must cover the engine's model build (seconds on a busy CPU); the hang begins
-    # once it is ready.
-    s = server(spec("ar", None, "--fault-hang"), tmp_path, startup_timeout=15, health_timeout=2)
+    # The hang begins once the engine is ready: the deadline starts there, so it need not cover
+    # the model build (seconds on a busy CPU), and a short one is waited out.
+    s = server(spec("ar", None, "--fault-hang"), tmp_path, startup_timeout=2, health_timeout=2)
+    deadline_from_ready(s)
     e = fails_with(s, "hang")
-    assert "hangs: /health_generate accepted connections but never answered within the 15s startup timeout" in str(e)
+    assert "hangs: /health_generate accepted connections but never answered within the 2s startup timeout" in str(e)
     assert wait_gone([s.pid]) == []
 
 
