@@ -802,7 +802,8 @@ def test_repeated_calls_relaunch_the_right_kernel(monkeypatch, dtype, num_splits
     misaligned q and other data each give their own right answer, call after call."""
     launched = _count_direct_launches(monkeypatch)
     policy = verify_policy(num_splits)  # one policy object: the calls share their plans
-    lens = [700, 90]
+    # the interpreter walks each key tile in Python: a shorter cache, the same plan there
+    lens = [700, 90] if DEVICE.type == "cuda" else [300, 90]
     calls = 0
     for seed in (1, 2):
         q, k, v, lens_t, mask, _ = make_verify_inputs(lens, 17, "best_first", 4, 2, 64, dtype, seed=seed)
