@@ -149,7 +149,7 @@ def test_merge_folded_into_the_split_kernel_or_launched_after_it(fused):
 # and 65 of them over a short cache; a ragged second request leaves its later splits empty.
 SLICED_MERGE_CASES = [
     (64, 2, 65, [1030, 517]),     # 32 columns: 65 splits in one block
-    (64, 2, 260, [4150]),         # 32 columns: 260 splits, three blocks of 128
+    (64, 2, 129, [2050]),         # 32 columns: 129 splits, blocks of 128 and of 1
     (128, 4, 33, [520]),
     (256, 8, 9, [130, 1]),
     (256, 2, 33, [520]),          # 128 columns: two blocks of 32 splits
