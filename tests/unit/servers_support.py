@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import signal
 import sys
@@ -59,16 +60,22 @@ def children_of(pid: int) -> list[int]:
     return descendants(pid)
 
 
-def deadline_from_ready(s: ManagedServer, within: float = 60.0) -> None:
-    """Start `s`'s boot deadline once its log says it is ready, where `--fault-hang`'s hang
-    begins: a startup timeout of seconds then tells that hang from a slow boot however long the
-    model build takes on a loaded machine, instead of a deadline long enough to cover the build."""
-    wait_ready = s.wait_ready
+def ready_first(wait_ready, within: float = 60.0):
+    """`ManagedServer.wait_ready` whose boot deadline starts once the server's log says it is
+    ready, where `--fault-hang`'s hang begins: a startup timeout of seconds then tells that hang
+    from a slow boot however long the model build takes on a loaded machine, instead of a deadline
+    long enough to cover the build. For the class (a pytester project's conftest) or, through
+    `deadline_from_ready`, one server."""
 
-    def after_ready() -> None:
+    def after_ready(s: ManagedServer) -> None:
         watcher, until = LogWatcher(s.log_path), time.monotonic() + within
         while not watcher.scan().ready and s.is_running() and time.monotonic() < until:
             time.sleep(0.05)
-        wait_ready()
+        wait_ready(s)
 
-    s.wait_ready = after_ready  # start() calls it after each launch
+    return after_ready
+
+
+def deadline_from_ready(s: ManagedServer) -> None:
+    """`ready_first` for the server `s` alone (start() calls wait_ready after each launch)."""
+    s.wait_ready = functools.partial(ready_first(ManagedServer.wait_ready), s)

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -137,27 +138,17 @@ reason = "verify crashes with CUDA illegal instruction on sm_120"
     assert "specdec [1/1] blackwell-ddtree-tp1-b16" in result.stdout.str(), result.stdout.str()
 
 
-# The boot deadline starts once the server's log says ready, where --fault-hang's hang begins: a
-# deadline of seconds then tells the hang from a slow boot however long the model build takes
-# (2-2.5 s on an idle 2-core machine, 3.5 s seen under CI load, where a 4 s deadline from the
-# launch read as "port never opened"), instead of one long enough to cover the build.
-DEADLINE_FROM_READY = """
-import time
+# servers_support.ready_first for the run's servers: the boot deadline starts once the log says
+# ready, so seconds tell the hang from a slow boot however long the model build takes under load.
+DEADLINE_FROM_READY = f"""
+import sys
+
+sys.path.insert(0, {str(Path(__file__).parent)!r})
 
 from pytest_specdec.servers import process
-from pytest_specdec.servers.diagnosis import LogWatcher
+from servers_support import ready_first
 
-_wait_ready = process.ManagedServer.wait_ready
-
-
-def wait_ready(self):
-    watcher, until = LogWatcher(self.log_path), time.monotonic() + 60
-    while not watcher.scan().ready and self.is_running() and time.monotonic() < until:
-        time.sleep(0.05)
-    _wait_ready(self)
-
-
-process.ManagedServer.wait_ready = wait_ready
+process.ManagedServer.wait_ready = ready_first(process.ManagedServer.wait_ready)
 """
 
 
