@@ -18,11 +18,10 @@ bench: venv
 # workers, since many tests wait on the engine processes they start; the 30 slowest tests are
 # listed at the end, where CI time goes.
 # The package's bytecode is compiled first: each engine and pytest run the suite starts imports
-# it, and where PYTHONDONTWRITEBYTECODE is set each of them would compile it again. pytest rewrites
-# the asserts of the plugin's whole package (an installed pytest plugin) in every pytest run, and
-# again in each in-process pytester run (they drop what they imported): its rewritten bytecode is
-# cached only where bytecode may be written, so the suite runs with writing allowed (here
-# tests/unit/test_gating.py took 211 s with PYTHONDONTWRITEBYTECODE=1, 102 s without).
+# it, and where PYTHONDONTWRITEBYTECODE is set each of them would compile it again. The suite runs
+# with bytecode writing allowed: pytest rewrites the asserts of the package's modules in the
+# repository's runs (again in each in-process pytester run, which drops what it imported) and caches
+# the result only where bytecode may be written.
 test: venv
 	$(PY) -m compileall -q pytest_specdec kernels > /dev/null
 	env -u PYTHONDONTWRITEBYTECODE TRITON_INTERPRET=1 $(PY) -m pytest -n 2 --durations=30 tests/unit tests/kernels tests/engine

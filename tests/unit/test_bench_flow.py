@@ -485,6 +485,7 @@ def test_configurations_an_attached_server_cannot_tell_apart_stop_the_run(pytest
     result.assert_outcomes(passed=1)
     assert [r["config_id"] for r in journal_figures(pytester)] == ["test_generation.py::test_generation[dflash-tp1-chat]"]
 
+
 def test_fixtures_a_hand_written_test_can_use(pytester, no_leftover_engines):
     project(pytester, methods=("ddtree",), budgets=(8,))
     pytester.makepyfile(test_custom="""
