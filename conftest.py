@@ -22,9 +22,12 @@ def _started_runs_are_not_xdist_workers(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 @pytest.fixture(autouse=True)
-def _started_runs_load_no_hypothesis(monkeypatch: pytest.MonkeyPatch) -> None:
+def _started_runs_load_no_hypothesis(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """hypothesis's pytest plugin imports all of hypothesis, ~0.75 s of every pytest run a test
-    starts; none of those runs uses it."""
+    starts (in-process runs import it again each time: pytester restores sys.modules after each);
+    none of those runs uses it."""
+    if "pytester" in request.fixturenames:
+        request.getfixturevalue("pytester")  # its set-up discards PYTEST_ADDOPTS: ours goes after it
     addopts = os.environ.get("PYTEST_ADDOPTS", "")
     monkeypatch.setenv("PYTEST_ADDOPTS", f"-p no:hypothesispytest {addopts}".strip())
 
