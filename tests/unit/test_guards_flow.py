@@ -15,14 +15,14 @@ from test_bench_flow import engine_processes, journal_figures, no_leftover_engin
 pytest.importorskip("torch")
 
 
-def test_a_noise_drafter_is_red_at_every_ddtree_budget(pytester, no_leftover_engines):
-    """draft_agreement = 0: every draft is noise. Its accept length (1.0-1.2 here) passed a
-    fixed 1.05; against what a random draft reaches at each budget it is red everywhere."""
-    project(pytester, methods=("ddtree",), budgets=(8, 16, 32, 64), agreement=0.0, prompts=4,
-            max_new_tokens=48)
+def test_a_noise_drafter_is_red_at_the_smallest_and_largest_ddtree_budget(pytester, no_leftover_engines):
+    """draft_agreement = 0: every draft is noise. Its accept length (1.0-1.2 here, growing with
+    the budget) passed a fixed 1.05; against what a random draft reaches at each budget it is red.
+    The smallest budget has the lowest chance bound, the largest the longest accept length."""
+    project(pytester, methods=("ddtree",), budgets=(8, 64), agreement=0.0, prompts=4, max_new_tokens=48)
     result = run(pytester)
-    result.assert_outcomes(failed=4)
-    for budget in (8, 16, 32, 64):
+    result.assert_outcomes(failed=2)
+    for budget in (8, 64):
         result.stdout.re_match_lines([
             rf".*ddtree-tp1-b{budget}.*the drafts do no better than chance.*",
         ])
@@ -84,22 +84,13 @@ def measured_before_its_reference(pytester: pytest.Pytester, *args: str) -> pyte
     return run(pytester, "-n", "2", *args)
 
 
-def test_a_lossy_configuration_measured_before_its_reference_is_saved_into_no_baseline(
-        pytester, no_leftover_engines):
-    """Its own test passed (the reference's failed, naming it), so --specdec-save-baseline saved
-    the lossy figures as the reference for later runs and left out only the reference's."""
-    result = measured_before_its_reference(pytester, "--specdec-save-baseline")
-    result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["specdec: nothing saved into *cpu.json: its 1 result(s) are of failed tests, "
-                                 "which are no reference (test_generation[[]ar-tp1-chat[]]); 1 result(s) are "
-                                 "of configurations that are not lossless (test_generation[[]ddtree-tp1-b8-chat[]])"])
-
-
 def test_a_lossy_configuration_measured_before_its_reference_reads_failed_in_every_report(
         pytester, no_leftover_engines):
-    """Its own test passed (the reference's failed, naming it); the summary, results.json,
-    report.md and shard.json showed it as passed with no verdict, beside the failed reference."""
-    result = measured_before_its_reference(pytester, "--specdec-shard=1/1", "--specdec-report=shard-1")
+    """Its own test passed (the reference's failed, naming it): the summary, results.json,
+    report.md and shard.json showed it as passed with no verdict, beside the failed reference, and
+    --specdec-save-baseline saved the lossy figures as the reference for later runs."""
+    result = measured_before_its_reference(pytester, "--specdec-shard=1/1", "--specdec-report=shard-1",
+                                           "--specdec-save-baseline")
     result.assert_outcomes(passed=1, failed=1)  # pytest's own outcomes: the reference's test failed
     result.stdout.re_match_lines([r"ddtree-tp1-b8 +chat .* FAILED: ddtree-tp1-b8 is not lossless: .*"])
     folder = pytester.path / "shard-1"
@@ -110,6 +101,10 @@ def test_a_lossy_configuration_measured_before_its_reference_reads_failed_in_eve
         assert found["reason"].startswith("ddtree-tp1-b8 is not lossless: prompt ")
         assert found["reason"].endswith("(found by the test of ar-tp1, measured after it)")
     assert "### ddtree-tp1-b8 [chat]" in (folder / "report.md").read_text()
+    result.stdout.fnmatch_lines(["specdec: nothing saved into *cpu.json: its 1 result(s) are of failed tests, "
+                                 "which are no reference (test_generation[[]ar-tp1-chat[]]); 1 result(s) are "
+                                 "of configurations that are not lossless (test_generation[[]ddtree-tp1-b8-chat[]])"])
+    assert not (pytester.path / "baselines" / "cpu.json").exists()
 
 
 def test_a_lossy_configuration_measured_before_its_reference_is_measured_again_on_resume(
