@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import signal
 import sys
 import time
@@ -26,6 +27,18 @@ def default_sigint() -> None:
     test process puts that inherited disposition back (a plugin restoring the handler it
     replaced), every child it starts ignores SIGINT too and never raises KeyboardInterrupt."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def started_environ() -> dict[str, str]:
+    """The environment of a pytest run a test starts itself. None of this session's PYTEST_XDIST_*
+    (the run would act as an xdist worker), PYTEST_CURRENT_TEST or PYTEST_ADDOPTS (options meant for
+    this session), and hypothesis's plugin off, as the conftest does for pytester's runs: it imports
+    hypothesis as each process starts and again, whole, for its terminal summary (seconds of every
+    run's start and ending, its xdist workers' too); none of these runs uses it."""
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST"))}
+    environ["PYTEST_ADDOPTS"] = "-p no:hypothesispytest"
+    return environ
 
 
 def spec(method="ar", budget=None, *extra, tp=1) -> ServerSpec:

@@ -26,6 +26,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("xdist")
 
+from servers_support import started_environ  # noqa: E402
 from test_bench_flow import GENERATION_TEST, engine_processes  # noqa: E402
 
 from pytest_specdec.baselines import load_baselines  # noqa: E402
@@ -98,8 +99,7 @@ max_new_tokens = 8
 def run_pytest(root: Path, *args: str, env: dict[str, str] | None = None,
                timeout: float = 360) -> pytest.RunResult:
     """pytest in `root`, in a subprocess of its own session (killed whole on timeout)."""
-    environ = {k: v for k, v in os.environ.items()
-               if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST"))}
+    environ = started_environ()
     environ.update(env or {}, PYTHONUNBUFFERED="1")
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", *args]
     started = time.monotonic()

@@ -27,7 +27,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from servers_support import default_sigint, wait_gone  # noqa: E402
+from servers_support import default_sigint, started_environ, wait_gone  # noqa: E402
 from test_bench_flow import engine_processes, project  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
@@ -61,8 +61,7 @@ def test_hold(specdec_server, pytestconfig):
 
 def start(root: Path, *args: str) -> subprocess.Popen:
     """pytest in `root`, in a session of its own (so the test can kill all of it), output to a file."""
-    environ = {k: v for k, v in os.environ.items()
-               if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST"))}
+    environ = started_environ()
     with open(root / "pytest.out", "wb") as out:
         return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
                                 cwd=root, env=environ, stdout=out, stderr=subprocess.STDOUT,
@@ -311,8 +310,7 @@ def test_a_signal_to_the_xdist_controller_alone_reaches_its_workers(pytester, si
     pytest.importorskip("xdist")
     project(pytester, methods=("ar",), prompts=1, max_new_tokens=4)
     pytester.makepyfile(test_sig=HOLDS_WITH_A_TEARDOWN_TEST)
-    environ = {k: v for k, v in os.environ.items()
-               if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST"))}
+    environ = started_environ()
     with open(pytester.path / "pytest.out", "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
                                  "-n", "2", "test_sig.py", "--specdec-report=out"],
@@ -514,8 +512,7 @@ def start_on_a_terminal(root: Path, *command: str) -> tuple[subprocess.Popen, Te
     leads the terminal's session); closing the terminal's master hangs it up, as a dropped ssh
     session does."""
     master, slave = pty.openpty()
-    environ = {k: v for k, v in os.environ.items()
-               if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST"))}
+    environ = started_environ()
 
     def controlling_terminal() -> None:
         default_sigint()
@@ -694,7 +691,7 @@ def test_a_run_started_with_sighup_ignored_outlives_its_terminal(pytester):
 
     with open(pytester.path / "pytest.out", "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_sig.py"],
-                                cwd=pytester.path, stdout=out, stderr=subprocess.STDOUT,
+                                cwd=pytester.path, env=started_environ(), stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, preexec_fn=as_nohup)
     noted: list[int] = []
     try:
