@@ -568,9 +568,11 @@ def hangup_log(root: Path) -> Path:
 @pytest.mark.parametrize("first, second", [(signal.SIGHUP, signal.SIGHUP), (signal.SIGHUP, signal.SIGTERM),
                                            (signal.SIGTERM, signal.SIGHUP)])
 def test_a_second_sighup_or_sigterm_ends_pytest_at_once(pytester, first, second):
-    """The first ends the run as Ctrl-C does; the second, in that ending, ends pytest at once."""
+    """The first ends the run as Ctrl-C does; the second, in that ending, ends pytest at once. The
+    handlers are the plugin's in any run of a test asking for one of its fixtures: no server is
+    booted (killing one is the other tests' point)."""
     project(pytester, methods=("ar",), prompts=1, max_new_tokens=4)
-    pytester.makepyfile(test_hold=HOLDING_TEST)
+    pytester.makepyfile(test_hold=HOLDING_TEST.replace("(specdec_server, ", "(specdec_state, "))
     # the ending that the first signal starts is held by a teardown that sleeps
     pytester.makeconftest("""
 import time, pytest
