@@ -20,6 +20,8 @@ import pytest
 
 pytest.importorskip("torch")
 
+from servers_support import started_environ  # noqa: E402
+
 GENERATION_TEST = (Path(__file__).resolve().parents[1] / "bench" / "test_generation.py").read_text()
 
 PROJECT = """
@@ -45,7 +47,7 @@ GATE = ("--specdec-compare-fail", "accept_length:1%")
 
 def pytest_run(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", *args],
-                          cwd=root, capture_output=True, text=True, timeout=300)
+                          cwd=root, env=started_environ(), capture_output=True, text=True, timeout=300)
 
 
 def merge(root: Path, *args: str) -> subprocess.CompletedProcess:
