@@ -617,15 +617,16 @@ def test_a_stand_ins_progress_line_says_its_figures_were_resumed(pytester):
 
 def test_a_torn_journal_line_is_said_once_at_its_place(pytester, no_leftover_engines):
     """A resumed run reads the journal more than once (what to resume, then each outputs check):
-    each read warned of the same torn line again, located in the plugin's code."""
-    project(pytester, methods=("ar", "ddtree"), max_new_tokens=12)
-    run(pytester).assert_outcomes(passed=2)
+    each read warned of the same torn line again, located in the plugin's code. One engine: the
+    resumed run boots none, and reads the journal for what to resume, then for the outputs check
+    of the resumed ddtree's figures (held to ar's outputs, of which none are journaled)."""
+    project(pytester, max_new_tokens=12)
+    run(pytester).assert_outcomes(passed=1)
     path = pytester.path / ".specdec" / "journal.jsonl"
     with path.open("a") as journal:
         journal.write('{"v": 2, "config_id": "x')
-    project(pytester, methods=("ar", "ddtree"), max_new_tokens=16)  # measured again: outputs compared
     result = run(pytester, "--specdec-resume")
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(skipped=1)
     summary = result.stdout.str().split("warnings summary")[-1].split("-- Docs")[0]
     assert summary.count("skipped an incomplete last line") == 1, summary
     assert "pytest_specdec" not in summary, summary  # located at the journal's line
