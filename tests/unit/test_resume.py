@@ -626,7 +626,7 @@ def test_a_torn_journal_line_is_said_once_at_its_place(pytester, no_leftover_eng
     with path.open("a") as journal:
         journal.write('{"v": 2, "config_id": "x')
     result = run(pytester, "--specdec-resume")
-    result.assert_outcomes(skipped=1)
+    result.assert_outcomes(skipped=1, warnings=1)  # the summary would merge repeats at one place: counted
     summary = result.stdout.str().split("warnings summary")[-1].split("-- Docs")[0]
     assert summary.count("skipped an incomplete last line") == 1, summary
     assert "pytest_specdec" not in summary, summary  # located at the journal's line
