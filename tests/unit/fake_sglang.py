@@ -4,8 +4,9 @@
 ARGS go through SGLang's own parser (`ServerArgs.add_cli_args`, from its reference copy; a flag it
 does not know exits 2 with argparse's complaint, as SGLang does), the model folders must exist, the
 tensor-parallel size must fit the GPUs in CUDA_VISIBLE_DEVICES, and one scheduler child per TP
-rank joins the server's process group. The server itself is the embedded engine, which speaks
-SGLang's HTTP API and logs like it, given the method, budget, port, seed and context length the
+rank joins the server's process group. The server itself is the embedded engine, run in the
+process that parsed the flags (as SGLang's server is), which speaks SGLang's HTTP API and logs
+like it, given the method, budget, port, seed and context length the
 SGLang flags say. Anything else (`-c` probes such as the backend's "is sglang importable?") runs
 in this interpreter with the reference copy on its path.
 
@@ -26,23 +27,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import runpy
 import sys
 import time
 import types
 from pathlib import Path
 
 REFERENCE = os.environ.get("FAKE_SGLANG_REF") or str(Path(sys.prefix) / "sglang-reference")
-# the engine with its /v1/tokenize handler answering as a route SGLang does not have
-ENGINE_WITHOUT_TOKENIZE = """import sys
-from aiohttp import web
-from pytest_specdec.engine import cli, server
-
-async def not_found(self, request):
-    return web.json_response({"detail": "Not Found"}, status=404)
-
-server.EngineServer.tokenize = not_found
-sys.exit(cli.main(sys.argv[1:]))
-"""
 RECORDED = ("model_path", "tp_size", "host", "port", "log_level", "random_seed", "enable_metrics",
             "context_length", "speculative_algorithm", "speculative_draft_model_path",
             "speculative_num_draft_tokens", "speculative_ddtree_budget")
@@ -122,8 +113,17 @@ def launch_server(argv: list[str]) -> None:
             os.execv(sys.executable, [sys.executable, "-c", "import time\nwhile True: time.sleep(1)",
                                       f"sglang::scheduler_TP{rank}"])
     if os.environ.get("FAKE_SGLANG_NO_TOKENIZE") == "1":
-        os.execv(sys.executable, [sys.executable, "-c", ENGINE_WITHOUT_TOKENIZE, *engine])
-    os.execv(sys.executable, [sys.executable, "-m", "pytest_specdec.engine", *engine])
+        from aiohttp import web
+        from pytest_specdec.engine import server
+
+        async def not_found(self, request):  # answered as a route SGLang does not have
+            return web.json_response({"detail": "Not Found"}, status=404)
+
+        server.EngineServer.tokenize = not_found
+    # served in this process, as SGLang's server is the process that parsed its flags: a fresh
+    # interpreter would import torch a second time (server_args imported it), ~1.2 s a launch
+    sys.argv = ["pytest_specdec.engine", *engine]
+    runpy.run_module("pytest_specdec.engine", run_name="__main__", alter_sys=True)
 
 
 def main(argv: list[str]) -> None:

@@ -81,7 +81,8 @@ def launches(pytester: pytest.Pytester) -> list[dict]:
 
 
 def server_processes(root: Path, wait: float = 10.0) -> list[str]:
-    """Engines and scheduler children started from the project at `root`, after up to `wait` s."""
+    """Servers (the stand-in serves in its own process) and scheduler children started from the
+    project at `root`, after up to `wait` s."""
     deadline = time.monotonic() + wait
     while True:
         found = []
@@ -91,7 +92,7 @@ def server_processes(root: Path, wait: float = 10.0) -> list[str]:
                 cwd = os.readlink(entry / "cwd")
             except OSError:
                 continue
-            if ("pytest_specdec.engine" in args or "sglang::scheduler" in args) and cwd.startswith(str(root)):
+            if ("sglang.launch_server" in args or "sglang::scheduler" in args) and cwd.startswith(str(root)):
                 found.append(f"{entry.name} {args}")
         if not found or time.monotonic() > deadline:
             return found
