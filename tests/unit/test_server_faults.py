@@ -480,30 +480,7 @@ def test_a_server_frozen_after_its_last_test_is_stopped_within_the_stall_timeout
     test's verdict stands (it measured before the freeze). The wait itself is said as it starts
     (it printed nothing until the warning): a probe unanswered for 2 s prints a progress line at
     once, past capture and from an xdist worker too: the server, how much longer, and the setting
-    that bounds the wait."""
-    if xdist:
-        pytest.importorskip("xdist")
-    project(pytester, methods=("ar",), prompts=1, max_new_tokens=4, extra="stall_timeout = 3")
-    pytester.makepyfile(test_generation=FROZEN_AFTER_TEST.format(frozen={"ar"}))
-    result = run(pytester, "--durations=0", "-vv", *xdist)
-    result.assert_outcomes(passed=1, warnings=1)
-    result.stdout.re_match_lines([
-        r".*pytest-specdec: server ar-tp1 froze after its test finished: /health did not answer within 3s "
-        r"\(process alive, pid \d+\); raise pyproject\.toml \[tool\.specdec\] key 'stall_timeout' if the "
-        r"server is just slow; it was stopped and counts as crashed \(log: .*/logs/ar-tp1\.log\)\. "
-        r"The test's verdict stands: it measured while the server answered"])
-    assert frozen_warnings(result) == ["ar-tp1"]
-    assert teardown_durations(result)["test_freeze[ar-tp1]"] < TEARDOWN_WITHIN_S
-    said = re.findall(r"^specdec: (?:\[gw\d+\] )?server ar-tp1: /health did not answer within 2s; waiting up "
-                      r"to \d+s more before counting it as frozen \(bound: the stall timeout, pyproject\.toml "
-                      r"\[tool\.specdec\] key 'stall_timeout'\)$", result.stderr.str(), re.MULTILINE)
-    assert len(said) == 1, result.stderr.str()
-
-
-@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["one-process", "xdist"])
-def test_of_several_servers_only_the_frozen_one_is_said_and_none_waits_the_health_timeout(
-        pytester, no_leftover_engines, xdist):
-    """Two configurations, one server frozen after its last test: that one alone is named, every
+    that bounds the wait. Of two configurations, the frozen one alone is named and said, and every
     teardown ends within the stall timeout, under xdist too (the warning reaches the controller)."""
     if xdist:
         pytest.importorskip("xdist")
@@ -511,10 +488,19 @@ def test_of_several_servers_only_the_frozen_one_is_said_and_none_waits_the_healt
     pytester.makepyfile(test_generation=FROZEN_AFTER_TEST.format(frozen={"ddtree"}))
     result = run(pytester, "--durations=0", "-vv", *xdist)
     result.assert_outcomes(passed=2, warnings=1)
+    result.stdout.re_match_lines([
+        r".*pytest-specdec: server ddtree-tp1-b8 froze after its test finished: /health did not answer within "
+        r"3s \(process alive, pid \d+\); raise pyproject\.toml \[tool\.specdec\] key 'stall_timeout' if the "
+        r"server is just slow; it was stopped and counts as crashed \(log: .*/logs/ddtree-tp1-b8\.log\)\. "
+        r"The test's verdict stands: it measured while the server answered"])
     assert frozen_warnings(result) == ["ddtree-tp1-b8"]
     durations = teardown_durations(result)
     assert set(durations) == {"test_freeze[ar-tp1]", "test_freeze[ddtree-tp1-b8]"}, result.stdout.str()
     assert max(durations.values()) < TEARDOWN_WITHIN_S, durations
+    said = re.findall(r"^specdec: (?:\[gw\d+\] )?server (\S+): /health did not answer within 2s; waiting up "
+                      r"to \d+s more before counting it as frozen \(bound: the stall timeout, pyproject\.toml "
+                      r"\[tool\.specdec\] key 'stall_timeout'\)$", result.stderr.str(), re.MULTILINE)
+    assert said == ["ddtree-tp1-b8"], result.stderr.str()
 
 
 SAID = r"^specdec: (?:\[gw\d+\] )?server {server}: {what}$"
@@ -557,13 +543,13 @@ def test_generate(specdec_server):
                           + r"\)")) == 1, result.stderr.str()
 
 
-@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["one-process", "xdist"])
-def test_a_liveness_check_inside_a_test_says_its_wait(pytester, no_leftover_engines, xdist):
+# One process only: from an xdist worker this is the same printer (the server's own, from the pool:
+# the slow boot's xdist case says through it) and the same probe_saying (the frozen server's
+# xdist case says its teardown probe through it).
+def test_a_liveness_check_inside_a_test_says_its_wait(pytester, no_leftover_engines):
     """specdec_server.check_alive() on a frozen server (as run() makes after a workload) waited
     its /health limit in silence; it now says the rest of the wait once /health has been silent
     for 2 s, as the teardown's check does."""
-    if xdist:
-        pytest.importorskip("xdist")
     project(pytester, methods=("ar",), prompts=1, max_new_tokens=4, extra="stall_timeout = 3")  # the wait is said at 2 s
     pytester.makepyfile(test_generation="""
 import os, signal
@@ -573,7 +559,7 @@ def test_freeze(specdec_server):
     os.kill(specdec_server.pids()[0], signal.SIGSTOP)
     specdec_server.check_alive()
 """)
-    result = run(pytester, *xdist)
+    result = run(pytester)
     result.assert_outcomes(failed=1)
     assert len(said_lines(result, "ar-tp1",
                           r"/health did not answer within 2s; waiting up to \d+s more before counting it as "
