@@ -6,9 +6,9 @@ does not know exits 2 with argparse's complaint, as SGLang does), the model fold
 tensor-parallel size must fit the GPUs in CUDA_VISIBLE_DEVICES, and one scheduler child per TP
 rank joins the server's process group. The server itself is the embedded engine, run in the
 process that parsed the flags (as SGLang's server is), which speaks SGLang's HTTP API and logs
-like it, given the method, budget, port, seed and context length the
-SGLang flags say. Anything else (`-c` probes such as the backend's "is sglang importable?") runs
-in this interpreter with the reference copy on its path.
+like it, given the method, budget, port, seed and context length the SGLang flags say. Anything
+else (`-c` probes such as the backend's "is sglang importable?") runs in this interpreter with the
+reference copy on its path.
 
 Environment:
 - FAKE_SGLANG_REF: SGLang's reference copy (default: the venv's `sglang-reference`).
