@@ -24,6 +24,8 @@ import torch
 from pytest_specdec.engine.logs import READY_LINE
 
 STARTUP_TIMEOUT = 60.0
+#: How the fixtures start the engine, as users do; a test may start a launcher script instead.
+ENGINE_ENTRY = ("-m", "pytest_specdec.engine")
 
 # In-process model tests: one thread suits the tiny model and shares the CPU better.
 torch.set_num_threads(1)
@@ -52,10 +54,10 @@ class HttpResult:
 class Engine:
     """A running engine process: its URL, its log lines so far, and small HTTP helpers."""
 
-    def __init__(self, flags: list[str]) -> None:
+    def __init__(self, flags: list[str], entry: tuple[str, ...] = ENGINE_ENTRY) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.argv = [sys.executable, "-m", "pytest_specdec.engine", "--port", str(self.port), *flags]
+        self.argv = [sys.executable, *entry, "--port", str(self.port), *flags]
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                      start_new_session=True)
         self.lines: list[str] = []
@@ -144,11 +146,11 @@ class Engine:
 
 
 def _engine_starter():
-    """A `start(*flags, ready=True)` function and the engines it started (killed by the caller)."""
+    """A `start(*flags, ready=True, entry=ENGINE_ENTRY)` function and the engines it started (killed by the caller)."""
     started: list[Engine] = []
 
-    def start(*flags: str, ready: bool = True) -> Engine:
-        engine = Engine(list(flags))
+    def start(*flags: str, ready: bool = True, entry: tuple[str, ...] = ENGINE_ENTRY) -> Engine:
+        engine = Engine(list(flags), entry)
         started.append(engine)
         return engine.wait_ready() if ready else engine
 

@@ -12,6 +12,7 @@ import json
 import signal
 import socket
 import threading
+from pathlib import Path
 from types import SimpleNamespace
 
 import aiohttp
@@ -25,12 +26,14 @@ from pytest_specdec.engine.protocol import DP_RANK_RANGE, SESSION_PAIR, STRICT_T
 PROMPT = "The capital city of France is"
 LONG = {"max_new_tokens": 1500, "ignore_eos": True}
 SHORT = {"max_new_tokens": 2, "ignore_eos": True}
+# a refused stream's abort 0.2 s after it, not 2 s: each streamed case waits for that abort
+SHORT_ABORT_DELAY = (str(Path(__file__).with_name("short_abort_delay.py")),)
 
 
 @pytest.fixture(scope="module")
 def engine(module_engines):
     return module_engines("--method", "ar", "--max-batch", "1", "--context-length", "2048",
-                          "--fault-slow-factor", "20")
+                          "--fault-slow-factor", "20", entry=SHORT_ABORT_DELAY)
 
 
 @pytest.fixture
