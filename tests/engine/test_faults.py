@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 import urllib.error
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -55,12 +56,20 @@ def test_zero_tokens_while_health_stays_green(engines):
 
 def test_hang_accepts_connections_but_never_answers_generation(engines):
     engine = engines("--method", "ar", "--fault-hang")
-    for path in ("/generate", "/health", "/health_generate"):
-        with pytest.raises((TimeoutError, socket.timeout, urllib.error.URLError)):
+
+    def answered(path: str) -> bool:
+        try:
             if path == "/generate":
                 engine.post(path, {"text": PROMPT}, timeout=1.0)
             else:
                 engine.get(path, timeout=1.0)
+        except (TimeoutError, socket.timeout, urllib.error.URLError):
+            return False
+        return True
+
+    paths = ("/generate", "/health", "/health_generate")
+    with ThreadPoolExecutor(len(paths)) as pool:  # at once: each waits out its 1 s unanswered
+        assert dict(zip(paths, pool.map(answered, paths))) == dict.fromkeys(paths, False)
     assert engine.get("/ready").status == 200
     assert engine.get("/metrics").status == 200
     assert engine.proc.poll() is None
@@ -94,8 +103,9 @@ def test_slow_factor_stretches_every_decode_step(engines):
 def test_a_frozen_scheduler_fails_health_checks_as_sglangs_http_side_does(engines, monkeypatch):
     """With the scheduler frozen, /health and /health_generate never answered; SGLang's HTTP side
     still answers them: 503 once SGLANG_HEALTH_CHECK_TIMEOUT has passed without any output, with
-    its "Health check failed" line (a hang signature launchers read)."""
-    monkeypatch.setenv("SGLANG_HEALTH_CHECK_TIMEOUT", "2")
+    its "Health check failed" line (a hang signature launchers read). Its shortest whole value
+    here: each check waits it out."""
+    monkeypatch.setenv("SGLANG_HEALTH_CHECK_TIMEOUT", "1")
     engine = engines("--method", "ar", "--fault-hang-after", "0")
     def send() -> None:
         try:
@@ -109,6 +119,6 @@ def test_a_frozen_scheduler_fails_health_checks_as_sglangs_http_side_does(engine
         mark = len(engine.lines)
         assert engine.get(path, timeout=15).status == 503, path
         engine.wait_for_line(r"\] Health check failed\. Server couldn't get a response from detokenizer for last "
-                             r"2 seconds\. tic start time: \d\d:\d\d:\d\d\. last_heartbeat time: "
+                             r"1 seconds\. tic start time: \d\d:\d\d:\d\d\. last_heartbeat time: "
                              r"\d\d:\d\d:\d\d$", timeout=5, after=mark)
     assert engine.proc.poll() is None
