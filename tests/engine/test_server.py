@@ -1234,11 +1234,11 @@ def test_server_info_acceptance_moves_at_decode_log_lines_as_sglangs_does(ddtree
     assert "avg_spec_accept_length" not in ddtree.get("/server_info").json()["internal_states"][0]
 
 
-def _stream_in_background(engine, max_new_tokens: int) -> threading.Thread:
-    """A streaming request that has started running (its first chunk is out) when this returns;
-    the thread reads the rest."""
+def _stream_in_background(engine, max_new_tokens: int, **fields) -> threading.Thread:
+    """A streaming request (with ``fields``, a rid say) that has started running (its first chunk
+    is out) when this returns; the thread reads the rest."""
     body = json.dumps({"text": PROMPT, "stream": True, "sampling_params": {
-        "max_new_tokens": max_new_tokens, "ignore_eos": True, "temperature": 0}}).encode()
+        "max_new_tokens": max_new_tokens, "ignore_eos": True, "temperature": 0}, **fields}).encode()
     resp = urllib.request.urlopen(urllib.request.Request(
         engine.url + "/generate", data=body, headers={"Content-Type": "application/json"}), timeout=60)
     assert resp.readline().startswith(b"data: ")
@@ -1250,9 +1250,10 @@ def _stream_in_background(engine, max_new_tokens: int) -> threading.Thread:
 def test_flush_cache_answers_and_waits_as_sglangs_does(engines):
     """A flush refused for pending requests answered SGLang's success text (with a 400), logged
     other words, and `timeout` (SGLang waits up to that long for the server to go idle) was
-    ignored: a script's `/flush_cache?timeout=30` between runs failed at once on the engine."""
+    ignored: a script's `/flush_cache?timeout=30` between runs failed at once on the engine.
+    The request running meanwhile is one the test ends (aborts) once the deferred flush waits."""
     engine = engines("--method", "ar", "--fault-slow-factor", "40", "--context-length", str(CONTEXT))
-    running = _stream_in_background(engine, 40)
+    running = _stream_in_background(engine, 400, rid="running")
     mark = len(engine.lines)
     res = engine.post("/flush_cache")
     assert (res.status, res.text) == (400, "Flush cache failed.\n")
@@ -1270,6 +1271,8 @@ def test_flush_cache_answers_and_waits_as_sglangs_does(engines):
         if other.text != "Flush cache failed.\n" or not flusher.is_alive():
             break
     assert (other.status, other.text) == (400, "Another flush_cache is already in progress.")
+    assert flusher.is_alive()  # still waiting for idle
+    engine.post("/abort_request", {"rid": "running"})
     flusher.join(60)
     running.join(60)
     assert waiting[0].status == 200 and waiting[0].text.startswith("Cache flushed.")
@@ -1458,7 +1461,12 @@ def test_a_context_shorter_than_the_warmup_request_still_becomes_ready(engines, 
     tokens the scheduler died of an IndexError before the server was ever ready."""
     engine = engines("--method", method, "--budget", "4", "--context-length", "16")
     assert engine.generate("Hi", max_new_tokens=8)["meta_info"]["completion_tokens"] == 8
-    tiny = engines("--method", "ar", "--context-length", "2")  # too short for SGLang to serve any request
+
+
+def test_a_context_too_short_for_any_request_still_becomes_ready(engines):
+    """The same at the far end: a context too short for SGLang to serve any request. One engine
+    for both methods above: the server shortens the warm-up request, whatever the method."""
+    tiny = engines("--method", "ar", "--context-length", "2")
     assert tiny.get("/health_generate").status == 200
     refused = tiny.post("/generate", {"text": "", "sampling_params": {"max_new_tokens": 0}})
     assert refused.status == 400 and "Input length (1 tokens) exceeds" in error_message(refused)
