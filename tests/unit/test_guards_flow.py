@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from test_bench_flow import engine_processes, journal_figures, no_leftover_engines, project, run  # noqa: F401
+from test_bench_flow import journal_figures, no_leftover_engines, project, run  # noqa: F401
 
 pytest.importorskip("torch")
 

@@ -27,7 +27,7 @@ from pytest_specdec.servers import ServerError, cleanup, process
 from pytest_specdec.servers.cleanup import descendants, registered
 from pytest_specdec.servers.said_wait import SaidWait
 
-from servers_support import ENGINE_ENTRY, FAKE_ENTRY, deadline_from_ready, default_sigint, server, spec, wait_gone
+from servers_support import FAKE_ENTRY, deadline_from_ready, default_sigint, server, spec, wait_gone
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -148,7 +148,7 @@ def test_a_missing_shard_says_which_configurations_have_no_result(run):
     assert f"specdec merge: FAILED: missing shard(s) 2/3: 2 configuration(s) have no result: " \
            f"{', '.join(c for c in assignment(run.root) if c in lacking)}" in result.stdout
     report = (run.root / "partial" / "report.md").read_text()
-    assert all(f"no result: shard 2/3 is missing from the merge" in report for _ in lacking)
+    assert all("no result: shard 2/3 is missing from the merge" in report for _ in lacking)
 
 
 def test_a_configuration_a_finished_shard_never_ran_fails_the_merge(run):
