@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 import os
+import shutil
 import sys
+import tempfile
 import types
 from pathlib import Path
 
@@ -55,31 +56,83 @@ def sglang_reference() -> Path:
         sys.path.remove(entry)
 
 
-def shared_setup_scope(nodeid: str, root: Path) -> str | None:
-    """The test file of `nodeid` where that file defines a module-scoped fixture (a run of the
-    engine, a project measured, the compile check): its tests then go to one xdist worker, which
-    sets it up once; split over two workers each paid for it (38 s of shard runs, 100 s of compiles
-    twice in CI). None for other tests, which xdist hands out one by one."""
-    path = nodeid.split("::", 1)[0]
-    return path if _defines_module_fixture(root / path) else None
+def shared_setup_files(items: list[pytest.Item]) -> set[str]:
+    """The test files (as their node ids name them) holding a test that uses a module-scoped
+    fixture (a run of the engine, a project measured, the compile check): each goes to one xdist
+    worker, which sets it up once; split over two workers each paid for it (38 s of shard runs,
+    100 s of compiles twice in CI). Read from each test's fixture closure as pytest resolved it, so
+    a fixture from a conftest or an imported module counts, and a mention in a comment does not."""
+    return {item.nodeid.split("::", 1)[0] for item in items if _uses_module_fixture(item)}
 
 
-@functools.lru_cache(maxsize=None)
-def _defines_module_fixture(path: Path) -> bool:
-    try:
-        return 'scope="module"' in path.read_text()
-    except (OSError, UnicodeDecodeError):  # not a file (a doctest's id, say): scheduled as before
+def _uses_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)  # pytest offers no public name-to-definitions map
+    if info is None:  # an item of another plugin's kind: scheduled as xdist would
         return False
+    for name in info.names_closure:
+        for fixturedef in reversed(info.name2fixturedefs.get(name, ())):  # the closest definition first
+            if fixturedef.scope == "module":
+                return True
+            if name not in fixturedef.argnames:  # it overrides the farther ones without requesting them
+                break
+    return False
+
+
+# The workerinput key naming the file where a worker writes the files of shared_setup_files: xdist's
+# controller collects nothing, so only a worker's items tell.
+SHARED_SETUP_INPUT = "shared_setup_files"
+_SHARED_SETUP_DIR = pytest.StashKey[Path]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """Gives each xdist worker a file of its own to write its shared-setup files to."""
+    config = node.config
+    if _SHARED_SETUP_DIR not in config.stash:
+        config.stash[_SHARED_SETUP_DIR] = Path(tempfile.mkdtemp(prefix="shared-setup-"))
+    node.workerinput[SHARED_SETUP_INPUT] = str(config.stash[_SHARED_SETUP_DIR] / f"{node.gateway.id}.txt")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A worker writes its shared-setup files before xdist tells the controller its collection
+    (xdist's own hook, which runs after this one), so they are there when the controller schedules."""
+    target = getattr(session.config, "workerinput", {}).get(SHARED_SETUP_INPUT)
+    if target is not None:
+        Path(target).write_text("".join(f"{path}\n" for path in sorted(shared_setup_files(session.items))))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The controller's folder of the workers' shared-setup files goes with its run."""
+    folder = config.stash.get(_SHARED_SETUP_DIR, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """The scheduler the plugin or xdist chose, with each file of module-scoped fixtures one unit."""
+    """The scheduler the plugin or xdist chose, with each file of shared_setup_files one unit."""
     scheduler = yield
     split = getattr(scheduler, "_split_scope", None)
     if split is None:  # xdist's own "load" (no units) where the plugin chose none: left as it is
         return scheduler
-    scheduler._split_scope = lambda nodeid: shared_setup_scope(nodeid, config.rootpath) or split(nodeid)
+    known: list[frozenset[str]] = []
+
+    def shared_files() -> frozenset[str]:
+        if known:
+            return known[0]
+        folder = config.stash.get(_SHARED_SETUP_DIR, None)
+        files = frozenset(line for written in (folder.glob("*.txt") if folder else ())
+                          for line in written.read_text().splitlines())
+        if scheduler.collection_is_completed:  # every worker has written its files by then
+            known.append(files)
+        return files
+
+    def split_scope(nodeid: str) -> str:
+        path = nodeid.split("::", 1)[0]
+        return path if path in shared_files() else split(nodeid)
+
+    scheduler._split_scope = split_scope
     return scheduler
 
 
