@@ -22,6 +22,11 @@ def _started_runs_are_not_xdist_workers(monkeypatch: pytest.MonkeyPatch) -> None
         monkeypatch.delenv(name)
 
 
+# The option that keeps hypothesis's plugin out of the pytest runs tests start (pytester's here,
+# subprocess ones through tests/unit/servers_support.py's started_environ, which reads it from here).
+NO_HYPOTHESIS = "-p no:hypothesispytest"
+
+
 @pytest.fixture(autouse=True)
 def _started_runs_load_no_hypothesis(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """hypothesis's pytest plugin imports all of hypothesis, ~0.75 s of every pytest run a test
@@ -30,7 +35,7 @@ def _started_runs_load_no_hypothesis(request: pytest.FixtureRequest, monkeypatch
     if "pytester" in request.fixturenames:
         request.getfixturevalue("pytester")  # its set-up discards PYTEST_ADDOPTS: ours goes after it
     addopts = os.environ.get("PYTEST_ADDOPTS", "")
-    monkeypatch.setenv("PYTEST_ADDOPTS", f"-p no:hypothesispytest {addopts}".strip())
+    monkeypatch.setenv("PYTEST_ADDOPTS", f"{NO_HYPOTHESIS} {addopts}".strip())
 
 # SGLang itself, installed by scripts/setup-venv.sh into a directory of its own: its pinned
 # dependencies conflict with this venv's, so only the tests that read or run it put it on sys.path.

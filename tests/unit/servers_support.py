@@ -21,6 +21,20 @@ ENGINE_ENTRY = (sys.executable, "-m", "pytest_specdec.engine") if REAL_ENGINE el
 ENGINE_NAME = "embedded engine" if REAL_ENGINE else "fake engine"
 
 
+def _root_conftest_value(name: str) -> object:
+    """A setting of the repository's conftest.py, its one definition. Loaded from its file under a
+    name of its own: pytest imports it as `conftest`, a name each later conftest takes over in
+    sys.modules."""
+    path = Path(__file__).resolve().parents[2] / "conftest.py"
+    loaded = importlib.util.spec_from_file_location("specdec_root_conftest", path)
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    return getattr(module, name)
+
+
+NO_HYPOTHESIS = _root_conftest_value("NO_HYPOTHESIS")
+
+
 def default_sigint() -> None:
     """``preexec_fn`` for a child the test interrupts with SIGINT. A shell without job control
     starts background jobs with SIGINT ignored (CI started with ``&``); once anything in the
@@ -37,7 +51,7 @@ def started_environ() -> dict[str, str]:
     run's start and ending, its xdist workers' too); none of these runs uses it."""
     environ = {k: v for k, v in os.environ.items()
                if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST"))}
-    environ["PYTEST_ADDOPTS"] = "-p no:hypothesispytest"
+    environ["PYTEST_ADDOPTS"] = NO_HYPOTHESIS
     return environ
 
 
