@@ -114,7 +114,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.hookimpl(wrapper=True)
+@pytest.hookimpl(wrapper=True, optionalhook=True)  # a run without xdist (-p no:xdist) has no such hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """The scheduler the plugin or xdist chose, with each file of shared_setup_files one unit."""
     scheduler = yield

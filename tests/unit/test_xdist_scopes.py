@@ -95,3 +95,10 @@ def test_a_mere_mention_of_module_scope_makes_no_unit(pytester):
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-n", "2")
     result.assert_outcomes(passed=4)
     assert len(set((pytester.path / "workers.txt").read_text().split())) == 2
+
+
+def test_a_run_without_xdist_takes_the_conftest(pytester):
+    """Its xdist hooks are optional: pytest stopped a `-p no:xdist` run at an unknown hook."""
+    pytester.makeconftest(ROOT_CONFTEST)
+    pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:xdist").assert_outcomes(passed=1)
