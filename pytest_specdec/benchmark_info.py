@@ -44,10 +44,14 @@ def note_compared(config: pytest.Config, compared: Mapping[str, Any]) -> None:
     `pytest_benchmark_compare_machine_info`, called once per loaded run)."""
     seen = config.stash.setdefault(_COMPARED_KEY, {})
     when = str(compared.get("datetime") or "at an unknown time")
-    for bench in compared.get("benchmarks") or ():
-        info = (bench.get("extra_info") or {}).get(KEY) if isinstance(bench, dict) else None
-        if isinstance(info, dict):  # runs saved before it was recorded say nothing
-            seen.setdefault(bench.get("fullname"), []).append((when, info))
+    benches = compared.get("benchmarks")
+    for bench in benches if isinstance(benches, list) else ():
+        # a hand-edited or foreign file: fields of another type say nothing, as absent ones
+        extra = bench.get("extra_info") if isinstance(bench, dict) else None
+        info = extra.get(KEY) if isinstance(extra, dict) else None
+        # runs saved before it was recorded say nothing
+        if isinstance(info, dict) and isinstance(bench.get("fullname"), str):
+            seen.setdefault(bench["fullname"], []).append((when, info))
 
 
 def warn_if_compared_otherwise(config: pytest.Config, fullname: str | None, test_id: str,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -782,7 +783,13 @@ def load(root: Path) -> SpecdecConfig:
     word); neither gives the defaults."""
     specdec_toml = root / "specdec.toml"
     pyproject = root / "pyproject.toml"
-    table = _read_toml(pyproject).get("tool", {}).get("specdec") if pyproject.is_file() else None
+    tool = _read_toml(pyproject).get("tool", {}) if pyproject.is_file() else {}
+    table = tool.get("specdec") if isinstance(tool, dict) else None  # `tool = 1` holds no table of ours
+    if os.path.lexists(specdec_toml) and not specdec_toml.is_file():
+        # is_file says no to a folder, a dangling link or a link loop: the run would measure the defaults
+        what = "a folder" if specdec_toml.is_dir() else "a symbolic link to no readable file"
+        raise SpecdecUsageError(f"{specdec_toml} is {what}, not a settings file; make it the TOML file "
+                                f"that configures pytest-specdec, or remove it to run the defaults")
     if specdec_toml.is_file():
         if table is not None:
             raise SpecdecUsageError("both specdec.toml and pyproject.toml [tool.specdec] configure "

@@ -22,11 +22,19 @@ def marker_of(journal: Path) -> Path:
 
 
 def owner(marker: Path) -> tuple[str | None, str]:
-    """The run id the marker names, and the pid that started that run's journal ("?" if unknown)."""
+    """The run id the marker names, and the pid that started that run's journal ("?" if unknown).
+
+    Damaged bytes read as an unknown run's (the marker is rewritten when taken); a marker that
+    cannot be opened at all (a folder, a link loop) would stop every run with a traceback, so it
+    is a usage error naming it."""
     try:
-        lines = marker.read_text().split()
+        lines = marker.read_bytes().decode("utf-8", "replace").split()
     except FileNotFoundError:
         return None, "?"
+    except OSError as exc:
+        raise SpecdecUsageError(f"the results journal's run marker {marker} cannot be read "
+                                f"({exc.strerror or exc}); it is the plugin's own file, written anew "
+                                f"by each run: remove it") from None
     return (lines[0] if lines else None), (lines[1] if len(lines) > 1 else "?")
 
 

@@ -50,6 +50,11 @@ def check(journal: Path, journal_origin: str, artifacts: Path, artifacts_origin:
 
 def _check(journal: Path, journal_origin: str, artifacts: Path, artifacts_origin: str) -> None:
     where = f"the results journal ({journal_origin})"
+    if journal.is_symlink():  # is_dir and is_file read a link loop as nothing there; each read then fails
+        try:
+            journal.stat()
+        except FileNotFoundError:  # a dangling link: appending creates what it names
+            pass
     if journal.is_dir():
         raise SpecdecUsageError(f"{where} is {journal}, a folder; it is a file the plugin rotates: "
                                 "give a file path such as .specdec/journal.jsonl")
