@@ -137,7 +137,12 @@ def _journaled(manifest: ShardManifest) -> tuple[list[tuple[Result, str]], dict[
     comparisons = {t.nodeid: t.comparisons for t in manifest.tests}
     out, damaged, lines = [], {}, []
     journal = manifest.directory / JOURNAL
-    for record in Journal(journal).latest(lines).values():
+    try:
+        latest = Journal(journal).latest(lines)
+    except OSError as exc:  # a folder, a link loop, no read permission: its results cannot be merged
+        raise SpecdecUsageError(f"{journal} cannot be read ({exc.strerror or exc}); fix it, or re-run "
+                                f"that shard") from None
+    for record in latest.values():
         stored = comparisons.get(str(record.data.get("nodeid")), ())
         try:
             # the journal holds figures from before the gate; the manifest, the gate's comparisons

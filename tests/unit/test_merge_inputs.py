@@ -213,6 +213,21 @@ def test_a_saving_merge_waits_for_a_held_lock_only_so_long(shards):
     assert not (where / "cpu.json").exists()
 
 
+@pytest.mark.parametrize("damage, why", [
+    (lambda path: path.mkdir(), "Is a directory"),
+    (lambda path: path.symlink_to(path.name), "Too many levels of symbolic links"),
+])
+def test_a_shard_journal_that_cannot_be_opened_stops_the_merge_naming_it(shards, damage, why):
+    """A shard's journal.jsonl that is a folder or a link loop was a traceback."""
+    path = shards / "shard-1" / JOURNAL
+    path.unlink()
+    damage(path)
+    rc, text = merge(shards)
+    assert rc != 0
+    assert f"{path} cannot be read ({why}); fix it, or re-run that shard" in text
+    assert not (shards / "merged").exists()
+
+
 def test_a_damaged_journal_line_is_skipped_loudly_naming_shard_file_and_line(shards):
     """As a resumed run skips a damaged line of its journal and measures again what it lacks:
     the merge says where the line is and what it did, in its output and in the report; a line
