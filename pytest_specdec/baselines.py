@@ -457,8 +457,13 @@ def load_baselines(path: str | Path, hardware_key: str, setter: Callable[[str], 
         text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         return Baselines(hardware_key=hardware_key, entries={}, path=path)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecdecUsageError(f"baseline file {path} cannot be read: {exc}") from None
+    except UnicodeDecodeError as exc:  # the codec's message gives neither the line nor the fix
+        line = exc.object.count(b"\n", 0, exc.start) + 1
+        raise SpecdecUsageError(f"baseline file {path} cannot be read: line {line} is not UTF-8 (byte "
+                                f"{exc.object[exc.start]:#04x}); {_fix(setter)}") from None
+    except OSError as exc:  # a folder, a link loop, no read permission
+        raise SpecdecUsageError(f"baseline file {path} cannot be read: {exc.strerror or exc}; "
+                                f"{_fix(setter)}") from None
     return parse_baselines(text, hardware_key, str(path), setter)
 
 

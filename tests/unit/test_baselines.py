@@ -447,6 +447,23 @@ def test_a_number_too_long_for_a_float_is_a_usage_error_not_a_crash(tmp_path, fi
     assert str(path) in str(info.value)
 
 
+@pytest.mark.parametrize("damage, why", [
+    (lambda path: path.write_bytes(b'{"format": "pytest-specdec-baselines",\n"x": "\xe9"}'),
+     r"line 2 is not UTF-8 \(byte 0xe9\)"),
+    (lambda path: path.mkdir(), "Is a directory"),
+    (lambda path: path.symlink_to(path.name), "Too many levels of symbolic links"),
+])
+def test_a_file_that_cannot_be_read_names_why_and_the_fix(tmp_path, damage, why):
+    """It said the codec's or the OS's message ("[Errno 21] Is a directory: '...'", "can't decode
+    byte 0xe9 in position 46") and no fix."""
+    path = tmp_path / "cpu.json"
+    damage(path)
+    with pytest.raises(SpecdecUsageError, match=rf"^baseline file {path} cannot be read: {why}; fix it, or move "
+                                                r"it aside \(or delete it\) and save a new one with "
+                                                r"--specdec-save-baseline$"):
+        load_baselines(path, "cpu")
+
+
 def test_an_empty_file_says_so(tmp_path):
     path = tmp_path / "cpu.json"
     path.write_text("\n")
