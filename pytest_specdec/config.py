@@ -770,8 +770,12 @@ def _read_toml(path: Path) -> dict[str, Any]:
 def load_known_issues(path: Path) -> list[KnownIssue]:
     """Known issues from a file of `[[known_issues]]` entries (e.g. baselines/known_issues.toml)."""
     if not path.is_file():
-        raise SpecdecUsageError(f"known issues file {path} does not exist; give the path of an existing "
-                                f"file")
+        if not os.path.lexists(path):
+            raise SpecdecUsageError(f"known issues file {path} does not exist; give the path of an existing "
+                                    f"file")
+        what = "a folder" if path.is_dir() else "a symbolic link to no readable file"
+        raise SpecdecUsageError(f"known issues file {path} is {what}, not a TOML file; make it the file of "
+                                f"[[known_issues]] entries, or remove it")
     data = _read_toml(path)
     _Reader(path.name, "top level", data).check_keys({"known_issues"})
     entries = _array_of_tables(_Reader(path.name, "top level", data), "known_issues", "known issue")

@@ -7,6 +7,7 @@ read it from there. Building it is where every user mistake is caught, before an
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import uuid
 from dataclasses import dataclass, field, replace
@@ -107,7 +108,7 @@ def build(root: Path, cli: Mapping[str, Any], ini: Mapping[str, Any],
         option = settings.setter("baseline_dir")
         raise SpecdecUsageError(f"baseline folder {known_file.parent} cannot be looked up "
                                 f"({exc.strerror or exc}); choose another {option}") from None
-    if has_known:
+    if has_known or os.path.lexists(known_file):  # a folder or a broken link there is an error, not none
         extra = tuple(config_mod.load_known_issues(known_file))
         cfg = replace(cfg, known_issues=tuple(cfg.known_issues) + extra)
     hardware = hardware_mod.resolve(settings.arch, settings.gpus, detected, settings.source("gpus"),

@@ -82,3 +82,18 @@ def test_a_pyproject_whose_tool_is_no_table_configures_nothing_here(tmp_path, to
     an AttributeError. A `tool` that is no table holds no [tool.specdec]."""
     (tmp_path / "pyproject.toml").write_text(toml)
     assert config.load(tmp_path).source == "defaults"
+
+
+@pytest.mark.parametrize("kind", ["folder", "link loop", "dangling link"])
+def test_a_known_issues_file_that_is_no_file_is_a_usage_error_not_no_known_issues(tmp_path, kind):
+    """The baseline folder's known_issues.toml was read only where is_file said yes: a folder or a
+    broken link there ran the matrix with none of its known issues, their tests failing rather
+    than expected to."""
+    from pytest_specdec.state import build
+
+    (tmp_path / "baselines").mkdir()
+    path = tmp_path / "baselines" / "known_issues.toml"
+    _make(path, kind)
+    with pytest.raises(SpecdecUsageError, match=rf"^known issues file {path} is (a folder|a symbolic link to no "
+                                                r"readable file), not a TOML file; .* or remove it$"):
+        build(tmp_path, {}, {})
