@@ -57,7 +57,7 @@ class Fingerprint:
         if not isinstance(other_parts, Mapping):
             return sorted(self.parts)
         names = set(self.parts) | set(other_parts)
-        return sorted(n for n in names if _canonical(self.parts.get(n)) != _canonical(other_parts.get(n)))
+        return sorted(n for n in names if _compared(self.parts.get(n)) != _compared(other_parts.get(n)))
 
     def what_changed(self, other: Fingerprint | None, unknown: str) -> str:
         """The parts that differ from `other`'s, for a message (`workload, server`); `unknown`
@@ -145,6 +145,12 @@ def text_digest(texts: Iterable[str]) -> str:
         h.update(len(data).to_bytes(8, "little"))
         h.update(data)
     return h.hexdigest()[:DIGEST_CHARS]
+
+
+def _compared(value: Any) -> str:
+    """`_canonical` for a part read back from a file: a hand edit's NaN or Infinity differs from any
+    part this run computes, rather than stopping the message that names what changed."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
 def _canonical(value: Any) -> str:

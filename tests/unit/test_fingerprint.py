@@ -28,6 +28,18 @@ def test_changed_parts_name_what_differs():
     assert now.changed_parts(None) == ["server", "workload"]
 
 
+@pytest.mark.parametrize("damaged", [float("nan"), float("inf"), {"n": float("-inf")}])
+def test_parts_read_back_with_nan_or_infinity_are_named_as_changed(damaged):
+    """Parts come back from baseline files, journals, shard manifests and --benchmark-compare
+    files, whose JSON reads NaN and Infinity; comparing one raised ValueError ("Out of range float
+    values are not JSON compliant") from the message that names what changed."""
+    now = fingerprint({"workload": {"n": 8}, "server": ["--budget", "8"]})
+    old = Fingerprint.from_json({"digest": "0" * 16, "parts": {"workload": damaged,
+                                                               "server": ["--budget", "8"]}})
+    assert now.changed_parts(old.parts) == ["workload"]
+    assert now.what_changed(old, "unknown") == "workload"
+
+
 def test_a_fingerprint_of_an_older_version_says_so(monkeypatch):
     """Equal parts under another fingerprint VERSION: the message said the record or entry did
     not record which part changed, though it did record them all, unchanged."""
