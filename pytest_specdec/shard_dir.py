@@ -78,6 +78,9 @@ class TestOutcome:
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> TestOutcome:
         known_issue, awaits = obj.get("known_issue"), obj.get("awaits")
+        for key in ("reason", "config"):  # the merge matches and prints them as text
+            if obj.get(key) is not None and not isinstance(obj[key], str):
+                raise ValueError(f"the {key} {obj[key]!r} of test {obj.get('nodeid')!r} is not text")
         return cls(str(obj["nodeid"]), str(obj["outcome"]), obj.get("reason"), obj.get("config"),
                    tuple(obj.get("comparisons") or ()), None if known_issue is None else str(known_issue),
                    None if awaits is None else str(awaits), obj.get("known_issue_strict") is not False)

@@ -330,6 +330,10 @@ def test_a_journal_record_whose_fields_have_the_wrong_value_fails_the_merge_nami
     ("durations", "x", "durations 'x' is not an object of seconds per configuration"),
     ("exitstatus", "x", "exitstatus 'x' is not pytest's exit status (an integer)"),
     ("tests", [{"nodeid": "n"}], "KeyError: 'outcome'"),
+    # a TypeError traceback where the merge matched the reason, or keyed on the configuration
+    ("tests", [{"nodeid": "n", "outcome": "skipped", "reason": 1}], "the reason 1 of test 'n' is not text"),
+    ("tests", [{"nodeid": "n", "outcome": "passed", "config": ["ar-tp1"]}],
+     "the config ['ar-tp1'] of test 'n' is not text"),
     ("shard", {"index": float("inf"), "count": 2}, "OverflowError: cannot convert float infinity to integer"),
 ])
 def test_a_damaged_manifest_is_an_error_naming_it(shards, key, value, why):
