@@ -19,6 +19,7 @@ from typing import Protocol
 
 from filelock import FileLock
 
+from pytest_specdec import json_text
 from pytest_specdec.errors import SpecdecUsageError
 
 MANIFEST = ".specdec-manifest.json"
@@ -117,13 +118,22 @@ def cache_dir_for(ref: str, cache_dir: Path, revision: str | None = None) -> Pat
 
 
 def check_complete(local_dir: Path) -> Completeness | None:
-    """Compare a cached model with its manifest; None when there is no manifest yet."""
+    """Compare a cached model with its manifest; None when there is no manifest yet, or one a
+    crash or an edit damaged (the next listing of the model's files writes it anew)."""
+    path = local_dir / MANIFEST
     try:
-        manifest = json.loads((local_dir / MANIFEST).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        manifest = json_text.loads(path.read_bytes())
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    except OSError as exc:  # a folder, a link loop, no read permission: it cannot be written anew either
+        raise SpecdecUsageError(f"model manifest {path} cannot be read ({exc.strerror or exc}); remove it "
+                                f"(the next run lists the model's files again)") from None
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not all(
+            isinstance(size, int) and not isinstance(size, bool) and size >= 0 for size in files.values()):
         return None
     missing, wrong = [], []
-    for name, size in sorted(manifest["files"].items()):
+    for name, size in sorted(files.items()):
         path = local_dir / name
         if not path.is_file():
             missing.append(name)

@@ -78,6 +78,29 @@ def test_incomplete_cache_is_redownloaded_only_where_needed(tmp_path):
     assert check_complete(path).complete
 
 
+@pytest.mark.parametrize("damaged", [b"", b'{"files": {"config.json": 8', b"[1]", b'{"files": [1]}',
+                                     b'{"files": {"config.json": "8"}}', b'{"files": {"config.json": -1}}',
+                                     b"\xff\xfe\x00\x80"])
+def test_a_damaged_manifest_is_listed_and_written_again(tmp_path, damaged):
+    """Only a missing or undecodable manifest was taken for none: a list, a 'files' of another
+    shape or text of another encoding was a traceback (AttributeError, TypeError,
+    UnicodeDecodeError) at the start of every run."""
+    hub = FakeHub()
+    path = provision_model("org/m", cache_dir=tmp_path, fetcher=hub, offline_mode=False)
+    (path / MANIFEST).write_bytes(damaged)
+    assert check_complete(path) is None
+    assert provision_model("org/m", cache_dir=tmp_path, fetcher=hub, offline_mode=False) == path
+    assert hub.listed == 2 and check_complete(path).complete
+
+
+def test_a_manifest_that_cannot_be_opened_is_a_usage_error_naming_it(tmp_path):
+    path = cache_dir_for("org/m", tmp_path)
+    (path / MANIFEST).mkdir(parents=True)
+    with pytest.raises(SpecdecUsageError, match=rf"^model manifest {path / MANIFEST} cannot be read \(Is a "
+                                                r"directory\); remove it \(the next run lists"):
+        provision_model("org/m", cache_dir=tmp_path, fetcher=FakeHub(), offline_mode=False)
+
+
 def test_a_download_that_stays_incomplete_is_an_error(tmp_path):
     class Short(FakeHub):
         def download(self, repo_id, revision, local_dir, files):
