@@ -56,5 +56,15 @@ def require(extra: str, needed_by: str) -> None:
                             + ", then ".join(commands))
 
 
+def install_command(extra: str) -> str:
+    """The command that installs `extra`'s requirements by their own names (`pip install
+    'matplotlib>=3.7'`): pytest-specdec itself is not on the package index, so
+    `pip install 'pytest-specdec[extra]'` would fail there, or fetch another project's package."""
+    reqs = missing(extra) or requirements(extra)
+    if not reqs:  # run from a source tree: no metadata to read the extra from
+        return f"install the `{extra}` extra of pytest-specdec"
+    return "pip install " + " ".join(shlex.quote(req) for req in reqs)
+
+
 def _name(requirement: str) -> str:
     return re.split(r"[\s<>=!~\[(]", requirement, maxsplit=1)[0]

@@ -380,7 +380,9 @@ def write_files(out_dir: Path, rows: Sequence[ReportRow], *, meta: Mapping[str, 
         try:
             images = plots_mod.plot_rows(rows, out_dir / "plots", progress)
         except ImportError as exc:
-            plot_error = f"plots skipped: {exc} (pip install 'pytest-specdec[report]')"
+            from .extras import install_command
+
+            plot_error = f"plots skipped: {exc} ({install_command('report')})"
         except PagesNotDrawn as exc:  # a hung worker's page: the report goes on with the others
             images, plot_error = exc.written, str(exc)
     relative = [p.relative_to(out_dir) for p in images]
