@@ -379,8 +379,12 @@ def _names(results: Sequence[Result]) -> list[str]:
 
 
 def nothing_reported(state) -> str:
-    return (f"no report written to {state.path(state.settings.report)}: no test recorded figures or "
-            f"failed (what is there is an earlier run's)")
+    """The end-of-run line of a run that wrote no report; it warns of an earlier run's files only
+    where the folder holds some, which a reader would otherwise take for this run's."""
+    out = state.path(state.settings.report)
+    earlier = out.is_dir() and any(out.iterdir())
+    return (f"no report written to {out}: no test recorded figures or failed"
+            + (" (what is there is an earlier run's)" if earlier else ""))
 
 
 def _kept(exc: Exception, state) -> str:

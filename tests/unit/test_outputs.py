@@ -486,9 +486,23 @@ def test_a_failed_tests_workload_keeps_its_configured_name(pytester):
 def test_a_run_with_nothing_to_report_says_no_report_was_written(pytester):
     """`-k nothing` wrote nothing and said nothing, so an earlier results.json read as this run's."""
     pytester.makepyfile(test_figures=RECORDING_TEST)
+    (pytester.path / "rep").mkdir()
+    (pytester.path / "rep" / "results.json").write_text("{}")  # an earlier run's
     result = pytester.runpytest("-p", "no:cacheprovider", "--specdec-report", "rep", "-k", "nothing")
     result.stdout.fnmatch_lines(["specdec: no report written to *rep: no test recorded figures or failed "
                                  "(what is there is an earlier run's)"])
+
+
+@pytest.mark.parametrize("folder", ["absent", "empty"])
+def test_no_report_written_speaks_of_an_earlier_report_only_where_there_is_one(pytester, folder):
+    """The line said `(what is there is an earlier run's)` of a report folder that did not exist
+    or held nothing, sending the user to look for files that are not there."""
+    pytester.makepyfile(test_figures=RECORDING_TEST)
+    if folder == "empty":
+        (pytester.path / "rep").mkdir()
+    result = pytester.runpytest("-p", "no:cacheprovider", "--specdec-report", "rep", "-k", "nothing")
+    result.stdout.fnmatch_lines(["specdec: no report written to *rep: no test recorded figures or failed"])
+    result.stdout.no_fnmatch_line("*earlier run's*")
 
 
 @pytest.mark.parametrize("listing", [("--co", "-q"), ("--setup-plan", "-q"), ("--setup-only", "-q")])
