@@ -311,6 +311,9 @@ def interrupted_note(results: Results) -> str | None:
     if total is None or done >= total:
         return None
     settings = state.settings
+    if done == 0 and not settings.resume:  # nothing journaled: resuming would measure them all too
+        return (f"run interrupted before any of its {total} measurement(s) finished: none is "
+                f"journaled, so a run again measures them all")
     # a shard journals into its own folder, which only a run of the same shard resumes from
     same_shard = (f" and the same {settings.setter('shard')} and {settings.setter('report')}"
                   if folder(state) is not None else "")

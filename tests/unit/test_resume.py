@@ -667,6 +667,28 @@ def test_an_interrupted_run_says_how_many_measurements_finished_and_how_to_resum
     result.stdout.no_fnmatch_line("*run interrupted*")
 
 
+#: Ctrl-C in the first configuration's test, before it recorded (as during its server's boot).
+INTERRUPTED_IN_FIRST_TEST = """
+def test_figures(specdec_spec, specdec_record):
+    raise KeyboardInterrupt
+"""
+
+
+def test_a_run_interrupted_before_any_measurement_does_not_send_the_user_to_resume(pytester):
+    """Ctrl-C during the first server's boot said `0 of 3 measurement(s) done, kept in the journal
+    .specdec/journal.jsonl: run it again with --specdec-resume`, of a journal that did not exist
+    (the resumed run then said so); nothing finished, so it says that a run again measures all."""
+    pytester.makepyprojecttoml("[tool.specdec]\nbackend = 'embedded'\n[tool.specdec.matrix.cpu]\n"
+                               "methods = ['ar', 'dflash']\ntp = [1]\n")
+    pytester.makepyfile(test_figures=INTERRUPTED_IN_FIRST_TEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["specdec: run interrupted before any of its 2 measurement(s) finished: "
+                                 "none is journaled, so a run again measures them all"])
+    result.stdout.no_fnmatch_line("*--specdec-resume*")
+    assert not (pytester.path / ".specdec" / "journal.jsonl").exists()
+
+
 def test_resume_without_a_journal_says_that_every_test_is_measured(pytester):
     """--specdec-resume with no journal where it looks (a mistyped --specdec-journal, another
     project folder) measured the whole matrix again without a word, as a first run does."""
