@@ -343,7 +343,11 @@ def skip_reason(item: pytest.Item, state: RunState) -> str | None:
         return "needs a GPU; found: no GPU" + (" (the simulated arch is for dry runs only)"
                                                if hw.simulated else "")
     if hw.count < needed:
-        return f"needs {needed} GPUs; found: {hw.describe()}"
+        reason = f"needs {needed} GPUs; found: {hw.describe()}"
+        # no GPU here and no inventory chosen: the user may not know the embedded engine can simulate them
+        if hw.physical_gpus == 0 and state.settings.origins["gpus"] == "default":
+            reason += f"; {state.settings.setter('gpus')}={needed} simulates them on the CPU"
+        return reason
     return None
 
 

@@ -250,6 +250,27 @@ def test_four():
     pytester.runpytest("--specdec-arch=sm_90", "--specdec-gpus=4").assert_outcomes(passed=1)
 
 
+def test_too_few_gpus_on_a_machine_without_one_names_the_flag_that_simulates_them(pytester, monkeypatch):
+    """The README's dry run (`--specdec-arch=sm_120`) on a machine without a GPU skipped every TP4
+    and TP8 test saying `needs 4 GPUs; found: ... x1`, never that --specdec-gpus=4 runs them there
+    on the embedded engine; an inventory the user chose gets no such hint."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU, wherever this runs
+    pytester.makepyfile("""
+import pytest
+
+@pytest.mark.gpus(4)
+def test_four():
+    pass
+""")
+    result = pytester.runpytest("--specdec-arch=sm_90", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*needs 4 GPUs; found: simulated sm_90 (sm_90, hopper) x1 [[]simulated[]]; "
+                                 "--specdec-gpus=4 simulates them on the CPU"])
+    result = pytester.runpytest("--specdec-arch=sm_90", "--specdec-gpus=2", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.no_fnmatch_line("*simulates them*")
+
+
 def test_gpu_marker_needs_a_real_gpu_even_in_a_dry_run(pytester: pytest.Pytester):
     pytester.makepyfile("""
 import pytest
