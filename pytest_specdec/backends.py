@@ -99,6 +99,12 @@ class Backend:
         starts its servers from the configuration."""
         return None
 
+    def listing_note(self, state: RunState) -> str | None:
+        """What a listing (`RunState.listing`) leaves unchecked that its header would otherwise
+        tell, for that header; None: nothing it would tell (a missing extra or Hub model is said
+        by the run that needs it, before any test)."""
+        return None
+
     def _server_counter(self, url: str, fallback: Callable[[str], int] | None = None,
                         fallback_source: str = "") -> ServerTokenCounter:
         """The server's own count (its /v1/tokenize), one counter per URL for the session."""
@@ -438,9 +444,9 @@ class AttachBackend(Backend):
 
     def counting(self, state: RunState) -> str | None:
         """The server is up already: whether it counts is asked now (a server that does not
-        answer is the readiness check's to report)."""
+        answer is the readiness check's to report); a listing does not ask."""
         counter = self.token_counter(state.settings.server_url)
-        served = counter.probe()
+        served = None if state.listing else counter.probe()
         text = counter.source.removeprefix("counted ")  # after the probe: which count is in effect
         if served is False:
             text += "; a prompt that fits may be refused, and truncate cuts more than it needs to"
@@ -464,6 +470,11 @@ class AttachBackend(Backend):
                      f"{'that is' if len(unchecked) == 1 else 'those are'} not checked against the configuration")
         return text
 
+    def listing_note(self, state: RunState) -> str | None:
+        return (f"the attached server {state.settings.server_url} is not contacted, so neither what it serves "
+                f"nor which tests a run skips as another configuration's is checked; the test ids are the "
+                f"configuration's, as a run's are")
+
     def other_configuration(self, case: MatrixCase, state: RunState) -> str | None:
         """The server is another configuration than `case` (per its /server_info, read once);
         None where it is `case` or does not say (its readiness check and tests report that)."""
@@ -476,10 +487,13 @@ class AttachBackend(Backend):
 
     def _served(self, state: RunState):
         """The server's identity, read once; None where it cannot be read (the readiness check
-        says why)."""
+        says why), or is not to be: a listing needs none, and a server that does not answer
+        would hold it up for each read's timeout."""
         from .servers.attach import read_identity
         from .servers.diagnosis import ServerError
 
+        if state.listing:
+            return None
         if not self._identity_read:
             try:
                 self._identity = read_identity(state.settings.server_url.rstrip("/"))

@@ -128,6 +128,9 @@ def details(state: RunState) -> list[str]:
     serving = state.backend.serving(state)
     if serving is not None:  # what the figures are keyed by, and what of it went unchecked
         out.append(f"specdec: attached server serves {serving}")
+    note = state.backend.listing_note(state) if state.listing else None
+    if note is not None:  # in place of what only the server could have told
+        out.append(f"specdec: listing: {note}")
     counting = state.backend.counting(state)
     if counting is not None:  # the guard and truncate are only as good as this count
         out.append(f"specdec: context guard: prompt tokens counted {counting}")

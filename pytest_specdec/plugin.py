@@ -85,7 +85,7 @@ def pytest_configure(config: pytest.Config) -> None:
             config_root.check(config, root)  # a project's own [tool.specdec] that pytest's rootdir passes over
         ini = read_ini(lambda key: ini_value(config, key), lambda key: ini_text(config, key),
                        lambda key: ini_bool_text(config, key))
-        state = state_mod.build(root, cli, ini)
+        state = state_mod.build(root, cli, ini, listing=_lists(config))
         if state.settings.save_baseline or state.settings.report:
             from . import outputs
 
@@ -280,10 +280,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     try:
         if shared:
             raise SpecdecUsageError(shared)
-        if any(map(wants_server, session.items)):
+        # a listing boots no server: it needs no extra, no server to answer, no Hub model
+        if any(map(wants_server, session.items)) and not state.listing:
             state.backend.check_ready(state)  # once, not as an error in every test
             state.backend.check_apart(state, server_cases(session.items))
-        if any("specdec_pool" in getattr(item, "fixturenames", ()) for item in session.items):
+        if any("specdec_pool" in getattr(item, "fixturenames", ()) for item in session.items) \
+                and not state.listing:
             from .outputs import check_artifacts
 
             check_artifacts(state)
@@ -652,6 +654,13 @@ def _runs_no_test(config: pytest.Config) -> bool:
     folder and baseline of the run that measured must survive it."""
     option = config.option
     return bool(option.collectonly or option.setupplan or getattr(option, "setuponly", False))
+
+
+def _lists(config: pytest.Config) -> bool:
+    """--co or --setup-plan: unlike --setup-only, which boots servers, no fixture is set up, so
+    nothing the tests need to run is checked (`RunState.listing`)."""
+    option = config.option
+    return bool(option.collectonly or getattr(option, "setupplan", False))
 
 
 def _gate(config: pytest.Config, state):

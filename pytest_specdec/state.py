@@ -44,6 +44,9 @@ class RunState:
         """A configured workload, read at configure time (`[[tool.specdec.workloads]]`)."""
         return self.workloads[name]
     tolerances: Tolerances = Tolerances()
+    #: a listing (--co, --setup-plan): no fixture is set up and no test called, so nothing a test
+    #: needs to run (an extra, a server, a Hub model) is checked, and no server is contacted
+    listing: bool = False
     #: the journal's damaged lines this run has warned of (`journal_for`): each said once
     journal_said: set = field(default_factory=set, compare=False, repr=False)
     #: what this run's readers of the journal have read of it (`journal_for`): each line parsed once
@@ -95,7 +98,7 @@ class RunState:
 
 
 def build(root: Path, cli: Mapping[str, Any], ini: Mapping[str, Any],
-          detected: Hardware | None = None) -> RunState:
+          detected: Hardware | None = None, *, listing: bool = False) -> RunState:
     cfg = config_mod.load(root)
     settings = resolve(cli, ini, cfg.options, cfg.source)
     # Known issues live beside the baselines they explain (baselines/known_issues.toml).
@@ -119,7 +122,7 @@ def build(root: Path, cli: Mapping[str, Any], ini: Mapping[str, Any],
     tolerances = resolve_tolerances(cli.get("compare_fail"), ini.get("compare_fail"),
                                     cfg.options.get("compare_fail"), cfg.tolerances, cfg.source,
                                     known_directions(cfg.metrics))
-    state = RunState(cfg, settings, hardware, backend, workloads, tolerances)
+    state = RunState(cfg, settings, hardware, backend, workloads, tolerances, listing=listing)
     run_paths.check(state.path(settings.journal), settings.source("journal"), state.path(settings.artifacts),
                     settings.source("artifacts"))
     backend.check(state)

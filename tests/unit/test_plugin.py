@@ -795,6 +795,114 @@ def test_a_missing_extra_is_one_line_with_the_install_command(pytester: pytest.P
                        "install_command.py").assert_outcomes(passed=3, skipped=5)
 
 
+def listed_ids(result: pytest.RunResult) -> list[str]:
+    """The test ids a `--co` or `--co -q` run listed, in its order."""
+    ids = [line.strip() for line in result.stdout.lines if "::" in line and not line.startswith(" ")]
+    return ids or [line.strip()[len("<Function "):-1] for line in result.stdout.lines
+                   if line.strip().startswith("<Function ")]
+
+
+@pytest.mark.parametrize("listing", [("--co",), ("--collect-only", "-q"), ("--setup-plan", "-q")])
+def test_a_listing_needs_no_engine_extra(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                         listing: tuple[str, ...]):
+    """`pytest --co` (what CI tools run to split or list tests) in a venv without the `engine`
+    extra listed the tests and then stopped with the install-torch line: a listing boots no server,
+    so it checks no extra, and lists the ids a run with the extra collects. A run still stops."""
+    from pytest_specdec import extras
+
+    pytester.makepyprojecttoml(SMALL_MATRIX)
+    pytester.makepyfile(SERVER_TEST)
+    with_extra = pytester.runpytest("-p", "no:cacheprovider", "--co", "-q", "--specdec-backend=embedded")
+    assert with_extra.ret == pytest.ExitCode.OK, with_extra.stderr.str()
+    expected = [nodeid.split("::", 1)[1] for nodeid in listed_ids(with_extra)]
+    assert len(expected) == 8  # every matrix's configurations: a listing skips none for this host
+
+    monkeypatch.setattr(extras, "missing", lambda extra: ["torch>=2.4"] if extra == "engine" else [])
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` fails, as in a venv without it
+    result = pytester.runpytest("-p", "no:cacheprovider", *listing, "--specdec-backend=embedded")
+    text = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.OK, text
+    assert "engine" not in result.stderr.str() and "ERROR" not in text
+    if "--setup-plan" in listing:  # the cpu matrix's tests planned, the GPU families' skipped here
+        result.assert_outcomes(skipped=5)
+        assert sum(f"::{name} " in text for name in expected) == 3
+    else:
+        assert [nodeid.split("::", 1)[-1] for nodeid in listed_ids(result)] == expected
+    # a run that measures still stops before any test, saying what to install
+    ran = pytester.runpytest("-p", "no:cacheprovider", "--specdec-backend=embedded")
+    assert ran.ret == pytest.ExitCode.USAGE_ERROR
+    ran.stderr.fnmatch_lines(["ERROR: pytest-specdec: the embedded engine (backend requested) needs the "
+                              "`engine` extra, and torch is not installed: pip install torch *"])
+
+
+@pytest.mark.parametrize("listing", [("--co",), ("--collect-only", "-q"), ("--setup-plan",)])
+def test_a_listing_of_an_attached_run_does_not_contact_the_server(pytester: pytest.Pytester,
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  listing: tuple[str, ...]):
+    """`pytest --co --specdec-server-url=...` asked the server for its /server_info (and, in the
+    header, for a token count), and stopped where it did not answer: a listing runs no test on it.
+    The ids are the configuration's, as a run's are (the server only skips tests, it adds none);
+    the header says what was not checked."""
+    import socket
+
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()  # nothing listens there now
+    contacted = []
+    connect = socket.socket.connect
+
+    def recording_connect(sock: socket.socket, address):
+        if isinstance(address, tuple) and address[1:2] == (port,):
+            contacted.append(address)
+        return connect(sock, address)
+
+    monkeypatch.setattr(socket.socket, "connect", recording_connect)
+    url = f"http://127.0.0.1:{port}"
+    pytester.makepyprojecttoml(SMALL_MATRIX)
+    pytester.makepyfile(SERVER_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider", *listing, f"--specdec-server-url={url}")
+    text = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.OK, text
+    assert contacted == []
+    assert "ERROR" not in text and "Traceback" not in text
+    if "-q" not in listing:
+        result.stdout.fnmatch_lines([f"specdec: listing: the attached server {url} is not contacted, so "
+                                     f"neither what it serves nor which tests a run skips *"])
+    if "--setup-plan" not in listing:
+        assert len(listed_ids(result)) == 8
+    # a run contacts it, and stops on its silence
+    ran = pytester.runpytest("-p", "no:cacheprovider", f"--specdec-server-url={url}")
+    assert ran.ret == pytest.ExitCode.USAGE_ERROR and contacted
+
+
+def test_a_listing_on_sglang_looks_up_no_hub_model(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
+    """On the sglang backend, a listing looked the models up on the Hugging Face Hub (and wanted
+    the `models` extra for it): a listing fetches no model."""
+    from pytest_specdec import backends, extras
+
+    looked_up = []
+    monkeypatch.setattr(backends, "_on_hub", lambda ref, state: looked_up.append(ref))
+    monkeypatch.setattr(backends, "_provision", lambda ref, state: looked_up.append(ref) or "/nowhere")
+    monkeypatch.setattr(extras, "missing", lambda extra: ["huggingface_hub>=0.23"] if extra == "models" else [])
+    pytester.makepyprojecttoml(f"""
+[tool.specdec]
+model = "org/target"
+draft_model = "org/draft"
+
+[tool.specdec.sglang]
+python = "{python_with_sglang(pytester)}"
+""" + SMALL_MATRIX)
+    pytester.makepyfile(SERVER_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--co", "-q", "--specdec-backend=sglang")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
+    assert looked_up == [] and len(listed_ids(result)) == 8
+    ran = pytester.runpytest("-p", "no:cacheprovider", "--specdec-backend=sglang")
+    assert ran.ret == pytest.ExitCode.USAGE_ERROR
+    ran.stderr.fnmatch_lines(["ERROR: pytest-specdec: fetching org/target from the Hugging Face Hub needs the "
+                              "`models` extra*"])
+
+
 def test_requirements_of_an_extra_come_from_the_installed_metadata():
     from pytest_specdec import extras
 
