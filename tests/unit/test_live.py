@@ -339,7 +339,7 @@ def test_the_header_says_which_count_an_attached_server_gets(stub, tokenize, sai
 
     server = stub(status=500, message=tokenize) if isinstance(tokenize, str) else stub(tokenize=tokenize)
     attach = AttachBackend("attached")
-    assert attach.counting(SimpleNamespace(settings=SimpleNamespace(server_url=server.url + "/"))) == said
+    assert attach.counting(SimpleNamespace(settings=SimpleNamespace(server_url=server.url + "/"), listing=False)) == said
     attach.token_counter(server.url)("word")  # the fixture's counter is the one the header asked
     assert len(server.asked) == (2 if tokenize is True else 0)
 
@@ -347,7 +347,7 @@ def test_the_header_says_which_count_an_attached_server_gets(stub, tokenize, sai
 def test_the_header_of_an_attached_server_that_does_not_answer_says_both():
     from types import SimpleNamespace
 
-    nowhere = SimpleNamespace(settings=SimpleNamespace(server_url="http://127.0.0.1:9"))
+    nowhere = SimpleNamespace(settings=SimpleNamespace(server_url="http://127.0.0.1:9"), listing=False)
     said = AttachBackend("attached").counting(nowhere)
     assert said == ("by the server's /v1/tokenize where it serves it, else as the embedded engine counts "
                     "(BOS + one per UTF-8 byte), an upper bound")
