@@ -24,8 +24,20 @@ def loads(text: str | bytes, **kwargs: Any) -> Any:
     """`json.loads(text, **kwargs)`, raising only JSONDecodeError for text that is no readable JSON
     (and what an `object_pairs_hook` raises)."""
     kwargs.setdefault("parse_int", parse_int)
+    if isinstance(text, bytes):
+        text = _utf8(text)
     try:
         return json.loads(text, **kwargs)
     except RecursionError:
-        doc = text if isinstance(text, str) else text.decode("utf-8", "replace")
-        raise json.JSONDecodeError("nested too deeply to read", doc, 0) from None
+        raise json.JSONDecodeError("nested too deeply to read", text, 0) from None
+
+
+def _utf8(raw: bytes) -> str:
+    """The text of bytes our writers wrote as UTF-8. `json.loads` would guess UTF-16 or UTF-32 from
+    NUL bytes, and name that codec in its error for what is damage to a UTF-8 file."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        doc = exc.object.decode("utf-8", "replace")  # exc.object: the bytes after any BOM
+        at = len(exc.object[:exc.start].decode("utf-8", "replace"))  # where the byte falls in `doc`
+        raise json.JSONDecodeError(f"not UTF-8 text (byte {exc.object[exc.start]:#04x})", doc, at) from None

@@ -356,3 +356,19 @@ def test_a_workloads_records_are_those_of_a_fresh_reading_in_its_order(tmp_path)
     writer.append("g", "chat", {"workload": "chat", "n": 6})
     same()
     assert [r.config_id for r in Journal(path, cache=cache).latest_of("chat")] == ["g"]
+
+
+def test_a_line_of_damaged_bytes_is_named_as_not_utf8_not_as_another_codec(tmp_path):
+    """A crash can leave NUL blocks or stray bytes in the journal, a UTF-8 file: the skip says
+    so, rather than the UTF-16 or UTF-32 error json's guess of the encoding from NUL bytes gave."""
+    path = tmp_path / "j.jsonl"
+    j = Journal(path)
+    j.append("a", "chat", {"n": 1})
+    good = path.read_bytes()
+    path.write_bytes(good + b"\x00\x00\x00\x00" + good[4:] + good[:-8] + b"\xff" + good[-7:])
+    damaged = []
+    assert j.latest(damaged)[("a", "chat")].data == {"n": 1}
+    whats = [(d.lineno, d.what) for d in damaged]
+    assert [lineno for lineno, _ in whats] == [2, 3], whats
+    assert not any("utf-16" in what or "utf-32" in what for _, what in whats), whats
+    assert "not UTF-8 text (byte 0xff)" in whats[1][1], whats
