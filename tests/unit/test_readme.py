@@ -132,3 +132,59 @@ def test_the_readmes_two_commands_run_the_bench_and_every_test_folder_and_ci_run
     assert set(tested) >= folders - {"tests/bench"}, "a test folder `make test` does not run"
     ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     assert second in [line.strip().removeprefix("step ") for line in ci]  # `step`: timed
+
+
+def readme_section(heading: str) -> str:
+    """The README's text under `heading` (a `### ` or `#### ` line), up to the next heading."""
+    return README.read_text(encoding="utf-8").split(f"\n{heading}\n", 1)[1].split("\n#", 1)[0]
+
+
+def test_the_fixtures_table_lists_every_fixture_the_plugin_defines():
+    """`specdec_state` and `specdec_pool` are fixtures any test may request, and the README's table
+    named neither: nothing tied the table to fixtures.py, so a fixture added or renamed went unseen."""
+    from pytest_specdec import fixtures
+
+    source = Path(fixtures.__file__).read_text(encoding="utf-8")
+    defined = set(re.findall(r"^@pytest\.fixture\b[^\n]*\ndef (\w+)", source, re.M))
+    assert defined, "no fixture found in fixtures.py: the pattern no longer matches its decorators"
+    listed = re.findall(r"^\| `(\w+)` \|", readme_section("### Fixtures"), re.M)
+    assert sorted(listed) == sorted(defined)
+
+
+def test_the_markers_section_names_every_marker_the_plugin_registers():
+    from pytest_specdec.collection import MARKERS
+
+    section = readme_section("### Markers")
+    for line in MARKERS:
+        name = re.match(r"\w+", line).group(0)
+        assert re.search(rf"`{name}[`(]", section), name
+
+
+def test_the_workloads_table_gives_each_key_and_default_the_code_has():
+    from dataclasses import MISSING, fields
+
+    from pytest_specdec.config import WorkloadSpec
+
+    rows = re.findall(r"^\| `(\w+)` \| ([^|]*) \|", readme_section("### Workloads"), re.M)
+    table = {key: default.strip().strip("`") for key, default in rows}
+    assert list(table) == [f.name for f in fields(WorkloadSpec)]
+    for f in fields(WorkloadSpec):
+        if f.default is MISSING:
+            continue
+        shown = (str(f.default).lower() if isinstance(f.default, bool)
+                 else f"{f.default:g}" if isinstance(f.default, float) else str(f.default))
+        assert table[f.name] == shown, (f.name, table[f.name], f.default)
+
+
+def test_the_gate_line_the_readme_shows_is_the_one_this_repository_prints():
+    """The README showed this repository's header with accept_rate not gated, while its
+    pyproject.toml gates accept_rate exactly: the example had not followed the tolerances."""
+    import subprocess
+
+    shown = re.search(r"^specdec: gate .*$", readme_section("#### The gate"), re.M).group(0)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--co",
+                          "tests/bench/test_generation.py"], cwd=README.parent, capture_output=True,
+                         text=True, timeout=300)
+    printed = re.search(r"^specdec: gate .*$", run.stdout, re.M)
+    assert printed, run.stdout + run.stderr
+    assert shown == printed.group(0)
