@@ -176,15 +176,28 @@ def test_the_workloads_table_gives_each_key_and_default_the_code_has():
         assert table[f.name] == shown, (f.name, table[f.name], f.default)
 
 
+def header_line(prefix: str, *args: str) -> str:
+    """The header line starting with `prefix` that `pytest --co` prints in this repository."""
+    import subprocess
+
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--co", *args],
+                         cwd=README.parent, capture_output=True, text=True, timeout=300)
+    printed = re.search(rf"^{re.escape(prefix)}.*$", run.stdout, re.M)
+    assert printed, run.stdout + run.stderr
+    return printed.group(0)
+
+
 def test_the_gate_line_the_readme_shows_is_the_one_this_repository_prints():
     """The README showed this repository's header with accept_rate not gated, while its
     pyproject.toml gates accept_rate exactly: the example had not followed the tolerances."""
-    import subprocess
-
     shown = re.search(r"^specdec: gate .*$", readme_section("#### The gate"), re.M).group(0)
-    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--co",
-                          "tests/bench/test_generation.py"], cwd=README.parent, capture_output=True,
-                         text=True, timeout=300)
-    printed = re.search(r"^specdec: gate .*$", run.stdout, re.M)
-    assert printed, run.stdout + run.stderr
-    assert shown == printed.group(0)
+    assert shown == header_line("specdec: gate ", "tests/bench/test_generation.py")
+
+
+def test_the_shard_line_the_readme_shows_is_the_one_its_command_prints():
+    """The README gives the command and the header line of this repository's Blackwell suite as a
+    sharded dry run; the line follows the matrix and the partition, which change on their own."""
+    text = README.read_text(encoding="utf-8")
+    command = re.search(r"dry run: `pytest (tests/bench [^`]*--specdec-shard=[^`]*)`", text).group(1)
+    shown = re.search(r"^specdec: shard .*$", text, re.M).group(0)
+    assert shown == header_line("specdec: shard ", *command.split())
