@@ -59,8 +59,9 @@ def specdec_workload(request: pytest.FixtureRequest) -> WorkloadSpec:
 @pytest.fixture(scope="session")
 def specdec_model_path(specdec_state: RunState) -> str | None:
     """The target model as a local path: a local folder as is, a Hub id downloaded into
-    `model_cache` with a completeness check. None when no model is configured (the embedded
-    engine then uses its built-in synthetic weights)."""
+    `model_cache` with a completeness check (SGLang). None where the backend loads no model of
+    ours: the embedded engine (its built-in synthetic weights), an attached server (its own), or
+    no model configured."""
     try:
         return specdec_state.backend.model_path(specdec_state)
     except SpecdecUsageError as exc:
