@@ -299,6 +299,13 @@ def keep_evidence(run: dict) -> None:
 
 def main() -> int:
     global LOG
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print(__doc__.strip())
+        return 0
+    if shutil.which("nvidia-smi") is None:  # checked before OUT is made: nothing left behind
+        print("this demo needs a host with at least two NVIDIA GPUs: nvidia-smi is not on PATH",
+              file=sys.stderr)
+        return 2
     OUT.mkdir(parents=True, exist_ok=True)
     LOG = open(OUT / "multi_gpu_demo.log", "w")
     log(f"multi-GPU demo, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; log and evidence in {OUT}")
