@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import ctypes.util
 import os
 import signal
 import subprocess
@@ -350,14 +349,17 @@ PR_SET_PDEATHSIG = 1
 
 
 def _prctl() -> Callable[..., int] | None:
-    """libc's `prctl`, or None where there is none (not Linux)."""
+    """libc's `prctl`, or None where there is none (not Linux). Looked up among the symbols this
+    process has loaded, libc's among them: `ctypes.util.find_library` runs `ldconfig -p` in a
+    subprocess, a process started for every server and plot worker the run starts."""
     if not sys.platform.startswith("linux"):
         return None
-    name = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(name or "libc.so.6", use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
+    for name in (None, "libc.so.6"):
+        try:
+            return ctypes.CDLL(name, use_errno=True).prctl
+        except (OSError, AttributeError):
+            continue
+    return None
 
 
 def parent_death_preexec() -> Callable[[], None] | None:
