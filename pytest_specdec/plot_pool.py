@@ -8,8 +8,10 @@ so a slow page never holds up the others. A worker that fails leaves its page an
 yet drawn to this process, which draws them as `plots.save_page` always did: the report is whole,
 and a warning says why the worker failed (the end of its stderr, or its error), since drawing here
 is slower and hides a broken environment.
-An interrupted drawing kills its workers; a run killed outright leaves each only until its page
-is drawn, when it finds its pipe closed. A worker still on a page after PAGE_TIMEOUT_S (hung inside
+An interrupted drawing kills its workers; a run killed outright (SIGKILL, a second SIGTERM,
+`os._exit`) takes them along: each asks Linux to SIGKILL it when the thread that started it dies
+(`PR_SET_PDEATHSIG`), since one hung on its page would never find its pipe closed. Elsewhere a
+worker goes once its page is drawn and it finds its pipe closed. A worker still on a page after PAGE_TIMEOUT_S (hung inside
 matplotlib, say) is killed and its page left out, named by `PagesNotDrawn`; a fresh worker takes
 the pages still queued, so the rest of the report lands.
 """
@@ -103,8 +105,12 @@ def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, 
         failures.append(f"none started: the rows or matplotlib's settings cannot be sent to one "
                         f"({type(exc).__name__}: {exc})")
         count, payload = 0, b""
+    from .servers.cleanup import parent_death_preexec
+
     package = Path(pytest_specdec.__file__)
     command = [sys.executable, "-c", BOOT, str(package.parent.parent), str(package)]
+    # a thread outlives its workers (each is waited for): dies with it means dies with this process
+    dies_with_us = parent_death_preexec()
 
     def finished(index: int, paths: list[Path]) -> None:
         with lock:
@@ -123,7 +129,7 @@ def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, 
         with tempfile.TemporaryFile() as stderr:
             try:
                 with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=stderr) as worker:
+                                      stderr=stderr, preexec_fn=dies_with_us) as worker:
                     with lock:
                         if interrupted.is_set():  # started as the drawing was interrupted: _kill missed it
                             worker.kill()
