@@ -155,7 +155,9 @@ def test_write_report_writes_every_file(rows, tmp_path):
     assert files.plot_error is None
 
 
-def test_write_report_without_matplotlib_still_writes_the_rest(rows, tmp_path, monkeypatch):
+@pytest.fixture
+def without_matplotlib(monkeypatch):
+    """Every import of matplotlib fails, as on a machine without the report extra."""
     real_import = builtins.__import__
 
     def no_matplotlib(name, *args, **kwargs):
@@ -164,25 +166,20 @@ def test_write_report_without_matplotlib_still_writes_the_rest(rows, tmp_path, m
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+
+
+def test_write_report_without_matplotlib_still_writes_the_rest(rows, tmp_path, without_matplotlib):
     files = write_report(tmp_path, rows)
     assert files.plots == () and "matplotlib" in (files.plot_error or "")
     assert "plots skipped" in files.markdown.read_text()
     assert files.latex.exists() and files.standalone.exists() and files.results_json.exists()
 
 
-def test_plots_skipped_names_a_command_that_installs_matplotlib(rows, tmp_path, monkeypatch):
+def test_plots_skipped_names_a_command_that_installs_matplotlib(rows, tmp_path, monkeypatch, without_matplotlib):
     """The note said `pip install 'pytest-specdec[report]'`, which the package index cannot serve
     (pytest-specdec is not published there): it names the report extra's own requirements."""
     from pytest_specdec import extras
 
-    real_import = builtins.__import__
-
-    def no_matplotlib(name, *args, **kwargs):
-        if name.startswith("matplotlib"):
-            raise ImportError("No module named 'matplotlib'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
     monkeypatch.setattr(extras, "missing", lambda extra: [])  # matplotlib is installed here
     files = write_report(tmp_path, rows)
     [requirement] = [r for r in extras.requirements("report") if r.startswith("matplotlib")]
