@@ -215,6 +215,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         recording.mark_for_benchmark(item)
 
 
+@hookimpl(tryfirst=True, specname="pytest_collection_modifyitems")
+def pytest_collection_modifyitems_stepwise(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Before pytest's --sw (stepwise), which skips the tests before the last failed one in the
+    order it sees: in collection order, tests of configurations that run later, and never ran,
+    were skipped as passed, and tests that had passed ran again."""
+    if not config.pluginmanager.has_plugin("stepwiseplugin"):
+        return
+    from .collection import order_by_configuration
+    from .state import STATE_KEY
+
+    items[:] = order_by_configuration(items, config.stash[STATE_KEY])
+
+
 @hookimpl(wrapper=True, specname="pytest_collection_modifyitems")
 def pytest_collection_modifyitems_benchmarks(config: pytest.Config, items: list[pytest.Item]):
     """Around every plugin's item hook: pytest-benchmark sorts tests by whether they name its

@@ -312,3 +312,35 @@ def test_failed_first_and_new_first_keep_each_configuration_together(pytester: p
     configurations = [line.split("[")[1].rstrip("]") for line in result.stdout.lines if "::" in line]
     runs = [c for i, c in enumerate(configurations) if i == 0 or configurations[i - 1] != c]
     assert len(runs) == len(set(runs)) == 3, configurations
+
+
+STEPWISE_TESTS = """
+import os
+
+
+def test_one(specdec_spec):
+    pass
+
+
+def test_two(specdec_spec):
+    assert specdec_spec.method not in os.environ.get("FAIL_METHODS", ""), "told to fail"
+"""
+
+
+def test_stepwise_resumes_at_the_failed_test_without_skipping_tests_that_never_ran(pytester, monkeypatch):
+    """--sw skips the tests before the one that failed in the order it sees, which was collection
+    order: the run goes by configuration, so tests of later configurations that never ran (here
+    test_one of dflash and ddtree, collected before test_two of ar) were deselected as passed."""
+    pytester.makepyprojecttoml(ORDER_PROJECT)
+    pytester.makepyfile(test_order=STEPWISE_TESTS)
+    monkeypatch.setenv("FAIL_METHODS", "ar")
+    first = pytester.runpytest_subprocess("-p", "no:randomly", "--sw", "-v")
+    first.assert_outcomes(passed=1, failed=1)
+    ran = [line.split(" ")[0] for line in first.stdout.lines if line.endswith(("PASSED", "FAILED"))
+           or " PASSED " in line or " FAILED " in line]
+    monkeypatch.delenv("FAIL_METHODS")
+    second = pytester.runpytest_subprocess("-p", "no:randomly", "--sw", "-v")
+    second.assert_outcomes(passed=5, deselected=1)  # all but the test that passed before the failure
+    again = [line.split(" ")[0] for line in second.stdout.lines if " PASSED " in line]
+    assert set(ran) | set(again) == {f"test_order.py::test_{name}[{case}]" for name in ("one", "two")
+                                     for case in ("ar-tp1", "dflash-tp1", "ddtree-tp1-b8")}
