@@ -178,6 +178,7 @@ def specdec_server(specdec_spec: MatrixCase, specdec_pool: ServerPool, specdec_s
         spec=spec, url=server.url, log_path=server.log_path, check=server.check_alive,
         min_accept_length=state.config.min_accept_length, root=state.config.root,
         token_counter=state.backend.token_counter(server.url), owned=owned, workloads=state.workloads,
+        workload_specs={w.name: w for w in state.config.workloads},
         stall_timeout=state.settings.stall_timeout, stall_setting=state.settings.setter("stall_timeout"),
         probe_stall=server.stall_error, report_failure=lambda error: specdec_pool.report_death(spec, error),
         pids=server.processes if owned else None, announce=_announcer(request.config))

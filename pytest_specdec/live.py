@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -60,6 +60,7 @@ class LiveServer:
     token_counter: Callable[[str], int] | None = workloads.embedded_token_count
     owned: bool = True
     workloads: Mapping[str, Workload] = field(default_factory=dict)  # configured, read at start
+    workload_specs: Mapping[str, WorkloadSpec] = field(default_factory=dict)  # configured, by name
     stall_timeout: float | None = None  # seconds a workload may go without any token
     stall_setting: str = "--specdec-stall-timeout"  # where the user set it: the advice names it
     probe_stall: Callable[[str], ServerError] | None = None  # the server's own stall diagnosis
@@ -149,6 +150,7 @@ class LiveServer:
                  f"pytest_specdec.workloads.Workload (load_workload('chat') builds one), not the "
                  f"{type(spec).__name__} {spec!r}")
         else:
+            self._refuse_changed(spec)
             workload = self.workloads.get(spec.name) or workloads.configured_workload(spec, self.root)
             truncate = spec.truncate
         if self.token_counter is None:
@@ -174,6 +176,20 @@ class LiveServer:
         except (client.ServerQueryError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             self.check_alive()
             fail(f"server {self.id}: could not count its prompt tokens: {exc or type(exc).__name__}")
+
+    def _refuse_changed(self, spec: WorkloadSpec) -> None:
+        """A configured workload changed in the test (`dataclasses.replace`) ran the configured
+        one's prompts, read by name, and its figures, journal and baseline would carry the name
+        of a workload they did not measure."""
+        configured = self.workload_specs.get(spec.name)
+        if configured is None or spec == configured:
+            return
+        changed = ", ".join(f"{f.name}={getattr(spec, f.name)!r} (configured {getattr(configured, f.name)!r})"
+                            for f in fields(spec) if getattr(spec, f.name) != getattr(configured, f.name))
+        fail(f"server {self.id}: workload {spec.name!r} is not its [[tool.specdec.workloads]] entry: "
+             f"{changed}; run() takes specdec_workload as configured, since its name keys its figures, "
+             f"journal and baseline: give the other workload an entry of its own, or build a Workload "
+             f"(pytest_specdec.workloads.load_workload) with a name of its own")
 
     def run(self, spec: WorkloadSpec | Workload) -> Measurement:
         """Run a workload and return its guarded measurement, or fail the test with a diagnosis.
