@@ -33,6 +33,20 @@ class BenchmarkCompareWarning(UserWarning):
     backend or another setup: its rows compare different things."""
 
 
+def saved_params(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A test's parameters as pytest-benchmark saves them, ours by their test ids: it writes a value
+    JSON cannot hold as 'UNSERIALIZABLE[MatrixCase(...)]', which its --benchmark-group-by=param:NAME,
+    `pytest-benchmark compare --group-by` and CSV then show."""
+    from .config import WorkloadSpec
+    from .configuration import MatrixCase
+
+    if params is None:
+        return None
+    return {name: value.param_id if isinstance(value, MatrixCase)
+            else value.name if isinstance(value, WorkloadSpec) else value
+            for name, value in params.items()}
+
+
 def measured_where(state: RunState, fingerprint: Fingerprint) -> dict[str, Any]:
     """A recorded test's `KEY` entry: the hardware key, the backend and its setup's fingerprint."""
     return {"hardware": state.hardware.key, "backend": state.backend.name,

@@ -195,6 +195,8 @@ class Recorder:
         benchmark.extra_info.update({name: v.value for name, v in self.metrics.items()})
         benchmark.extra_info["sample_unit"] = unit
         benchmark.extra_info[benchmark_info.KEY] = dict(where)
+        # a new dict: pytest-benchmark holds the callspec's own
+        benchmark.params = benchmark_info.saved_params(getattr(benchmark, "params", None))
         benchmark.pedantic(one_sample, rounds=len(values), iterations=1, warmup_rounds=0)
         benchmark_info.warn_if_compared_otherwise(self.item.config, getattr(benchmark, "fullname", None),
                                                   self.test_id, where)

@@ -344,3 +344,24 @@ def test_stepwise_resumes_at_the_failed_test_without_skipping_tests_that_never_r
     again = [line.split(" ")[0] for line in second.stdout.lines if " PASSED " in line]
     assert set(ran) | set(again) == {f"test_order.py::test_{name}[{case}]" for name in ("one", "two")
                                      for case in ("ar-tp1", "dflash-tp1", "ddtree-tp1-b8")}
+
+
+def test_benchmark_files_name_the_configuration_and_workload_of_each_test(pytester):
+    """pytest-benchmark saves a test's parameters as JSON: ours were written as
+    'UNSERIALIZABLE[MatrixCase(...)]', which --benchmark-group-by=param:specdec_spec, `pytest-benchmark
+    compare --group-by` and its CSV showed as group names."""
+    pytester.makepyprojecttoml(ORDER_PROJECT)
+    pytester.makepyfile(test_figures="""
+import pytest
+
+
+@pytest.mark.parametrize("size", [3])
+def test_figures(specdec_spec, specdec_workload, specdec_record, size):
+    specdec_record.metric("output_tok_s", 100.0 * size)
+    specdec_record.samples([0.5, 0.25])
+""")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "--benchmark-json=b.json")
+    result.assert_outcomes(passed=3)
+    saved = json.loads((pytester.path / "b.json").read_text())["benchmarks"]
+    assert [b["params"] for b in saved] == [
+        {"specdec_spec": case, "specdec_workload": "chat", "size": 3} for case in ("ar-tp1", "dflash-tp1", "ddtree-tp1-b8")]
