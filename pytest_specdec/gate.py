@@ -120,7 +120,38 @@ def _parse_amount(metric: str, amount: str, source: str) -> Tolerance | object:
     if not math.isfinite(value) or value < 0:
         raise SpecdecUsageError(f"{source}: tolerance {amount!r} for {metric!r} must be a finite "
                                 f"number >= 0")
+    value = abs(value)  # `-0%` is 0 %, shown so in the header (not `--0%`)
     return Tolerance(metric, value / 100.0 if relative else value, relative)
+
+
+#: Built-in figures that cannot exceed a bound (SGLang's accept rate is a fraction): an absolute
+#: tolerance of the bound or more lets no drop fail.
+UPPER_BOUNDS: Mapping[str, float] = {"accept_rate": 1.0}
+
+
+def _check_can_fail(source: str, layer: Mapping[str, Any], known: Mapping[str, Direction]) -> None:
+    """Refuse a tolerance that no measurement can exceed, which would gate its figure in name
+    only: a drop of 100 % or more of a higher-is-better figure (none is below 0), or an absolute
+    drop of a bounded figure's whole range (`accept_rate:2` meant as 2 %). `*` is checked for the
+    figures of its layer that it stands for."""
+    for metric in known:
+        key = metric if metric in layer else "*" if "*" in layer else None
+        tol = None if key is None else layer[key]
+        if not isinstance(tol, Tolerance):
+            continue
+        bound = UPPER_BOUNDS.get(metric)
+        # a figure of the user's own may go below 0, so a drop of 100 % or more may be measured
+        if tol.relative and tol.amount >= 1.0 and known[metric] == "higher" and metric in METRIC_DIRECTIONS:
+            why = f"{metric} is higher-is-better and cannot drop by {tol} (it is never below 0)"
+            fix = "a percentage below 100%"
+        elif not tol.relative and bound is not None and tol.amount >= bound:
+            why = f"{metric} lies between 0 and {bound:g}, so no drop exceeds {tol}"
+            fix = f"a percentage ({tol}%?) or an absolute drop below {bound:g}"
+        else:
+            continue
+        spelt = f"{key}:{tol}" + (f" (which gives {metric} its tolerance)" if key == "*" else "")
+        raise SpecdecUsageError(f"{source}: {spelt} can never fail: {why}; write {fix}, or "
+                                f"{metric}:off to leave it ungated")
 
 
 def _check_name(metric: str, source: str, known: Mapping[str, Direction]) -> None:
@@ -222,8 +253,10 @@ def resolve_tolerances(cli: str | None, ini: str | None, file_expr: str | None,
     layers: list[tuple[str, Mapping[str, Any]]] = []
     if cli:
         layers.append(("command line", parse_tolerances(cli, source="--specdec-compare-fail", known=known)))
+        _check_can_fail("--specdec-compare-fail", layers[-1][1], known)
     if ini:
         layers.append(("ini", parse_tolerances(ini, source="ini specdec_compare_fail", known=known)))
+        _check_can_fail("ini specdec_compare_fail", layers[-1][1], known)
     file_layer: dict[str, Any] = {}
     if file_expr:
         file_layer.update(parse_tolerances(file_expr, source=f"{file_name} key 'compare_fail'", known=known))
@@ -236,6 +269,7 @@ def resolve_tolerances(cli: str | None, ini: str | None, file_expr: str | None,
                 f"[tool.specdec.tolerances]; keep one")
         file_layer.update(table)
     if file_layer:
+        _check_can_fail(file_name, file_layer, known)
         layers.append((file_name, file_layer))
     return Tolerances(tuple(layers), dict(known))
 
@@ -499,6 +533,19 @@ def _relative_error(figure: Figure, own: Sequence[float], other: Sequence[float]
     if scatter:
         error = max(error, 1.2533 * statistics.stdev(scatter) / math.sqrt(max(len(own), 1)))
     return error / abs(figure.value) if figure.value else 0.0
+
+
+def unreachable(comparisons: Iterable[Comparison]) -> list[str]:
+    """Why the absolute tolerances of these built-in higher-is-better figures can never fail: a
+    drop of the whole baseline (`output_tok_s:15` meant as 15 %, against 12 tok/s) is allowed,
+    and none of these figures goes below 0."""
+    return [f"{c.metric}:{c.tolerance} allows a drop of its whole baseline {_fmt(c.baseline)}, so "
+            f"no run can fail it; write a percentage ({c.metric}:N%) or an absolute drop below "
+            f"{_fmt(c.baseline)}"
+            for c in comparisons
+            if c.tolerance is not None and not c.tolerance.relative and c.direction == "higher"
+            and c.metric in METRIC_DIRECTIONS and c.baseline is not None
+            and c.tolerance.amount > 0 and 0 <= c.baseline <= c.tolerance.amount]
 
 
 def compare_all(test_id: str, metrics: Iterable[MetricValue], baseline_of, tolerances: Tolerances
