@@ -95,12 +95,18 @@ def build_server(args: EngineArgs, started: float | None = None) -> EngineServer
                       "tokenizer_e2e": time.perf_counter() - (begin if started is None else started)}
     cfg = model.config
     tokenizer_path = tokenizer_path_for_clients(args)
+    # SGLang's /model_info keys in its order, at the values of a launch without those options; the model's shape after
     model_info = {
         "model_path": args.served_model_name,
+        "served_model_name": args.served_model_name,
         "tokenizer_path": tokenizer_path,
         "is_generation": True,
         "preferred_sampling_params": None,
         "weight_version": "default",
+        "load_format": "auto",
+        "reasoning_parser": None,
+        "tool_call_parser": None,
+        "disaggregation_mode": "null",
         "has_image_understanding": False,
         "has_audio_understanding": False,
         "model_type": "llama",

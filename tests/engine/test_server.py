@@ -1130,6 +1130,22 @@ def test_model_info_and_models_list(ddtree):
     assert models["data"][0]["max_model_len"] == CONTEXT
 
 
+def test_model_info_has_every_key_sglangs_has(ddtree, sglang_reference):
+    """Clients read /model_info as SGLang answers it (its `served_model_name` names the model the
+    server answers under): the engine left out five of SGLang's keys, `served_model_name` among them."""
+    import ast
+    tree = ast.parse((sglang_reference / "sglang" / "srt" / "entrypoints" / "http_server.py").read_text())
+    handler = next(n for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef) and n.name == "model_info")
+    sglang_keys = [k.value for n in ast.walk(handler) if isinstance(n, ast.Dict)
+                   for k in n.keys if isinstance(k, ast.Constant)]
+    assert "served_model_name" in sglang_keys, sglang_keys
+    info = ddtree.get("/model_info").json()
+    assert [k for k in sglang_keys if k not in info] == []
+    assert list(info)[: len(sglang_keys)] == sglang_keys  # SGLang's order, the engine's own keys after
+    assert info["served_model_name"] == info["model_path"] == "specdec-embedded/tiny"
+    assert (info["load_format"], info["reasoning_parser"], info["disaggregation_mode"]) == ("auto", None, "null")
+
+
 def metric_series(engine, name: str) -> dict[frozenset, float]:
     """Each series of `name` in /metrics, by its labels (a set of name-value pairs)."""
     text = engine.get("/metrics").text
