@@ -56,7 +56,16 @@ async def _unrouted_as_fastapi(request: web.Request, handler) -> web.StreamRespo
     for a method the methods the route takes."""
     try:
         return await handler(request)
-    except (web.HTTPNotFound, web.HTTPMethodNotAllowed) as exc:
+    except web.HTTPNotFound as exc:
+        # Starlette's redirect_slashes: a path whose trailing slash stripped is routed gets a 307 there
+        path = request.path
+        if path != "/" and path.endswith("/"):
+            there = request.clone(rel_url=request.rel_url.with_path(path.rstrip("/") or "/"))
+            if not isinstance((await request.app.router.resolve(there)).http_exception, web.HTTPNotFound):
+                url = request.url.with_path(path.rstrip("/") or "/").with_query(request.rel_url.query)
+                return web.Response(status=307, headers={"Location": str(url)})
+        return web.json_response({"detail": exc.reason}, status=exc.status)
+    except web.HTTPMethodNotAllowed as exc:
         allow = {"Allow": ", ".join(exc.headers["Allow"].split(","))} if "Allow" in exc.headers else None
         return web.json_response({"detail": exc.reason}, status=exc.status, headers=allow)
 
@@ -112,7 +121,7 @@ class EngineServer:
         r.add_get(api.MODEL_INFO, self.get_model_info)
         r.add_get("/get_model_info", self._deprecated("/get_model_info", api.MODEL_INFO, self.get_model_info))
         r.add_get(api.MODELS, self.list_models)
-        r.add_get(api.MODELS + "/{model:.+}", self.retrieve_model)
+        r.add_get(api.MODELS + "/{model:.*}", self.retrieve_model)  # SGLang's {model:path}: "" too
         r.add_post("/v1/completions", self.completions)
         r.add_post("/v1/chat/completions", self.chat_completions)
         for path in (api.TOKENIZE, api.TOKENIZE_ALIAS):

@@ -1146,6 +1146,43 @@ def test_model_info_has_every_key_sglangs_has(ddtree, sglang_reference):
     assert (info["load_format"], info["reasoning_parser"], info["disaggregation_mode"]) == ("auto", None, "null")
 
 
+def raw_request(engine, method: str, path: str, body: bytes = b"") -> tuple[int, dict, bytes]:
+    """One request, no redirect followed: its status, headers and body."""
+    conn = http.client.HTTPConnection("127.0.0.1", engine.port, timeout=30)
+    try:
+        conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("method, path, target", [
+    ("POST", "/generate/", "/generate"),
+    ("GET", "/health/?x=1", "/health?x=1"),
+    ("POST", "/v1/completions//", "/v1/completions"),
+    ("DELETE", "/generate/", "/generate"),  # a route of another method: Starlette redirects too
+])
+def test_a_trailing_slash_is_redirected_as_starlette_does(ddtree, method, path, target):
+    """SGLang's app (Starlette's redirect_slashes) answers a routed path with a trailing slash with
+    a 307 to the path without it, so a client that follows it is served; the engine gave a 404."""
+    status, headers, _ = raw_request(ddtree, method, path)
+    assert (status, headers.get("Location")) == (307, ddtree.url + target)
+
+
+def test_an_unrouted_path_with_a_trailing_slash_stays_not_found(ddtree):
+    status, _, body = raw_request(ddtree, "GET", "/no_such_route/")
+    assert (status, json.loads(body)) == (404, {"detail": "Not Found"})
+
+
+def test_an_empty_model_id_is_sglangs_model_not_found(ddtree):
+    """SGLang's `/v1/models/{model:path}` matches an empty id too: its 404 naming the model; the
+    engine's route took none and gave the bare 404 of an unrouted path."""
+    res = ddtree.get("/v1/models/")
+    assert res.status == 404
+    assert res.json()["error"]["code"] == "model_not_found" and "'' does not exist" in res.json()["error"]["message"]
+
+
 def metric_series(engine, name: str) -> dict[frozenset, float]:
     """Each series of `name` in /metrics, by its labels (a set of name-value pairs)."""
     text = engine.get("/metrics").text
