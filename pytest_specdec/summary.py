@@ -146,6 +146,62 @@ def _uncompared_gate(results: Results) -> str | None:
             f"or fix a misspelt name in the file")
 
 
+def named_in_gate(tolerances) -> list:
+    """The gate's rules for the figures a tolerance names (`e2e_ms:5%`), not only `*`: a name
+    is a claim that some test records the figure; `*` claims nothing of any one figure."""
+    named = []
+    for rule in tolerances.rules():
+        if rule.tolerance is None:
+            continue
+        # the layer that decided it: the highest naming it or giving `*`, the name first
+        table = next(table for origin, table in tolerances.layers if rule.metric in table or "*" in table)
+        if rule.metric in table:
+            named.append(rule)
+    return named
+
+
+def _all_recorded(results: Results, durations: Durations | None) -> bool:
+    """Whether every recording test this run collected (deselected ones too, in every xdist
+    worker) recorded figures, here or resumed: only then is a figure none of them recorded one
+    that no test records. A run narrowed by -k, -m, --deselect, --lf or a shard, stopped by -x or
+    Ctrl-C, or whose tests skipped or failed, left out tests that may."""
+    if durations is None or durations.collection_unknown or results.unheard_workers:
+        return False  # --lf leaves whole files uncollected; a silent worker's tests are unknown
+    # a test that failed may have stopped before the figure it records
+    recorded = {r.test_id for r in results.all()
+                if r.resumed or results.outcomes.get(r.nodeid, ("passed", None))[0] not in UNFINISHED}
+    return bool(recorded) and results.collected <= recorded
+
+
+#: How a test ends that may have stopped before recording all its figures.
+UNFINISHED = ("failed", "error", "xfailed")
+
+
+def _unset_by(rule) -> str:
+    """Where a rule's tolerance is removed: the layer it came from."""
+    return {"command line": "--specdec-compare-fail", "ini": "ini specdec_compare_fail"}.get(
+        rule.origin, f"{rule.origin}'s tolerances")
+
+
+def unrecorded_gate(results: Results, durations: Durations | None) -> str | None:
+    """The figures a tolerance names that no test of this run recorded, so the header's
+    `e2e_ms +5%` compared nothing and the run reads as gated on them; one line, or None. Said
+    only of a run all of whose recording tests recorded (`_all_recorded`): a partial run's
+    left-out tests may be the ones that record it, and it must not cry wolf."""
+    named = named_in_gate(results.state.tolerances)
+    if not named or not _all_recorded(results, durations):
+        return None
+    recorded = {m.name for r in results.all() for m in r.metrics}
+    missing = [rule for rule in named if rule.metric not in recorded]
+    if not missing:
+        return None
+    where = sorted({_unset_by(rule) for rule in missing})
+    return (f"gate: {len(missing)} figure(s) the gate names were recorded by no test of this run, so "
+            f"nothing gated them: {', '.join(rule.describe() for rule in missing)}; record each with "
+            f"specdec_record.metric(NAME, value) in the test meant to measure it, or drop it from "
+            f"{' and '.join(where)}")
+
+
 def _left_as_it_was(state, option: str) -> str:
     """What an interrupted save or report leaves, and the run that writes it."""
     return (f"no file there is half-written; the journal keeps this run's figures: a run with "
@@ -252,6 +308,9 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
         unfinished = interrupted_note(results)
         if unfinished:
             notes.append(unfinished)
+    unrecorded = unrecorded_gate(results, durations)
+    if unrecorded:
+        notes.append(unrecorded)
     unchecked = None if plan is not None else unchecked_lossless(results)  # a merge checks a shard's
     if unchecked:
         notes.append(unchecked)
