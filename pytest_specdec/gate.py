@@ -13,9 +13,9 @@ beyond its tolerance is a regression or an improvement. A timing figure is decid
 run is beyond the edge of what still passes (the tolerance, then, for figures calibrated for CPU
 contention by calibration.py, what contention alone explains) and a one-sided rank test
 (Mann-Whitney U against the baseline's samples moved to that edge) says so at `ALPHA`, or, with
-too few samples for that test, by two combined relative standard errors of the log ratio of the
-figure to the edge. Beyond the tolerance but not
-clearly so is `noisy`, which fails the test only under `--specdec-strict-noise`.
+too few samples for that test, when the log ratio of the figure to the edge exceeds Student's t
+(1 - ALPHA, Welch-Satterthwaite degrees of freedom) times the combined relative standard error,
+or the run collapsed (`COLLAPSE`). Beyond the tolerance but not clearly so is `noisy`, which fails the test only under `--specdec-strict-noise`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import functools
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from .directions import DECLARE_HINT, METRIC_DIRECTIONS, METRIC_NAME, Direction
 from .errors import SpecdecUsageError
@@ -499,18 +499,125 @@ def compare_metric(test_id: str, metric: MetricValue, baseline: Figure | None,
         p = mann_whitney_p(samples_now, edges) if moved_down else mann_whitney_p(edges, samples_now)
         clear = gap > 0 and p <= ALPHA
     else:
-        # too few samples (or none: figures recorded one value at a time, version-1 baselines):
-        # beyond the edge by more than two combined standard errors is clear
+        # too few samples (or none: figures recorded one value at a time, version-1 baselines)
         p = None
-        noise = math.hypot(_relative_error(metric, samples_now, samples_then),
-                           _relative_error(baseline, samples_then, samples_now))
-        ratio = _log_ratio(edge(then), now, moved_down)
-        # relative errors are errors of the log, where a collapse reads far; a rise reads farther
-        # as a difference: beyond two errors by either measure is clear
-        clear = gap > 2.0 * noise * abs(then) or (ratio is not None and ratio > 2.0 * noise)
+        clear = _clear_by_errors(metric, baseline, samples_now, samples_then, edge, now, then,
+                                 moved_down)
     verdict = direction if clear else ("noisy" if direction == "regression" else "unchanged")
     return Comparison(**base, verdict=verdict, p_value=p, samples=(max(n, 1), max(m, 1)),
                       contention=factor)
+
+
+#: One-sided quantiles 1 - ALPHA (0.975) of Student's t for 1..30 degrees of freedom.
+T_QUANTILES = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+               2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+               2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+#: Beyond the edge by this factor (a throughput halved, a latency doubled past it) is a collapse:
+#: red whatever the errors say, when every request of the run is beyond every baseline request
+#: moved to the edge. The only red a single request against a single request can give.
+COLLAPSE = 2.0
+
+
+def t_quantile(df: float) -> float:
+    """Student's t at 1 - ALPHA for `df` degrees of freedom (Welch-Satterthwaite's are
+    fractional: linear in 1 / df between the table's, below 1 as at 1); infinite df is the
+    normal's 1.96."""
+    if df > len(T_QUANTILES):
+        z = 1.959964
+        return z + (z ** 3 + z) / (4 * df)  # Cornish-Fisher: 2.04 at 31, 1.96 at infinity
+    if df <= 1:
+        return T_QUANTILES[0]
+    low = int(df)
+    if low == df:
+        return T_QUANTILES[low - 1]
+    share = (1 / low - 1 / df) / (1 / low - 1 / (low + 1))
+    return T_QUANTILES[low - 1] + share * (T_QUANTILES[low] - T_QUANTILES[low - 1])
+
+
+@dataclass(frozen=True)
+class _Error:
+    """One side's relative standard error (of the log of its figure), its degrees of freedom
+    (inf: a spread of unknown origin) and which samples it was estimated from."""
+
+    variance: float
+    df: float
+    source: str
+
+
+def _log_scatter(samples: Sequence[float]) -> float:
+    """Standard deviation of the samples' logs (their relative scatter); of the samples over
+    their mean where one is not positive (no logarithm)."""
+    if min(samples) > 0:
+        return statistics.stdev([math.log(v) for v in samples])
+    mean = statistics.fmean(samples)
+    return statistics.stdev(samples) / abs(mean) if mean else 0.0
+
+
+def _error(figure: Figure, own: Sequence[float], other: Sequence[float], side: str) -> _Error:
+    """The figure's relative standard error: its spread, or more where its samples say so (a
+    baseline's pool of several runs); a side of one sample, which shows no noise, takes the other
+    side's scatter a sample (one request a workload once made any drift past the edge red)."""
+    spread = figure.spread / abs(figure.value) if figure.value else 0.0
+    n = max(len(own), 1)
+    if len(own) >= 2:  # the spread was taken from these samples (or from fewer: a pool's last save)
+        return _Error((_median_factor(n) * _log_scatter(own)) ** 2 / n, n - 1, side)
+    if len(other) >= 2:  # as the other side's scatter, estimated from its samples
+        error = max(_median_factor(n) * _log_scatter(other) / math.sqrt(n), spread)
+        return _Error(error ** 2, len(other) - 1, "then" if side == "now" else "now")
+    return _Error(spread ** 2, math.inf, side)
+
+
+def _median_factor(n: int) -> float:
+    """A median of n samples' standard error over their mean's (normal samples): the mean's for
+    1 or 2, 1.16 for 3, towards sqrt(pi / 2) = 1.2533 beyond."""
+    return 1.0 if n <= 2 else 1.16 if n == 3 else 1.2533
+
+
+def _combined(errors: Sequence[_Error]) -> tuple[float, float]:
+    """The combined error and its Welch-Satterthwaite degrees of freedom; errors estimated from
+    the same samples (a side that borrowed the other's scatter) count as one estimate."""
+    by_source: dict[str, _Error] = {}
+    for e in errors:
+        seen = by_source.get(e.source)
+        by_source[e.source] = e if seen is None else _Error(seen.variance + e.variance, seen.df, e.source)
+    total = sum(e.variance for e in by_source.values())
+    spent = sum(e.variance ** 2 / e.df for e in by_source.values() if math.isfinite(e.df))
+    return math.sqrt(total), (total ** 2 / spent if spent > 0 else math.inf)
+
+
+def _clear_by_errors(metric: Figure, baseline: Figure, samples_now: Sequence[float],
+                     samples_then: Sequence[float], edge: Callable[[float], float], now: float,
+                     then: float, moved_down: bool) -> bool:
+    """Too few samples for the rank test: clearly beyond the edge when the log of the figure over
+    the edge exceeds Student's t (at 1 - ALPHA, Welch-Satterthwaite degrees of freedom) times the
+    combined relative error, or by a collapse. One criterion for both directions: a rise and a
+    drop by the same factor weigh the same. Without any scatter on either side, samples carried
+    (a request against a request) say nothing of noise: only a collapse is red; figures recorded
+    without samples or spread are taken as exact (any drift past the edge is red)."""
+    errors = [_error(metric, samples_now, samples_then, "now"),
+              _error(baseline, samples_then, samples_now, "then")]
+    noise, df = _combined(errors)
+    ratio = _log_ratio(edge(then), now, moved_down)
+    if ratio is not None and ratio >= math.log(COLLAPSE) and _every_sample_beyond(
+            samples_now, [edge(v) for v in samples_then], moved_down):
+        return True
+    if noise == 0:
+        return not (samples_now or samples_then)
+    if ratio is None:  # an edge at or below 0 (a figure of the user's own): by the difference
+        scale = math.hypot(math.sqrt(errors[0].variance) * abs(metric.value),
+                           math.sqrt(errors[1].variance) * abs(baseline.value))
+        gap = edge(then) - now if moved_down else now - edge(then)
+        return gap > t_quantile(df) * scale
+    return ratio > t_quantile(df) * noise
+
+
+def _every_sample_beyond(samples_now: Sequence[float], edges: Sequence[float],
+                         moved_down: bool) -> bool:
+    """Whether every request of the run is beyond every baseline request moved to the edge;
+    true where a side carries no samples."""
+    if not samples_now or not edges:
+        return True
+    return max(samples_now) < min(edges) if moved_down else min(samples_now) > max(edges)
 
 
 def _log_ratio(edge_value: float, now: float, moved_down: bool) -> float | None:
@@ -522,17 +629,6 @@ def _log_ratio(edge_value: float, now: float, moved_down: bool) -> float | None:
     if now <= 0:
         return math.inf
     return math.log(edge_value / now) if moved_down else math.log(now / edge_value)
-
-
-def _relative_error(figure: Figure, own: Sequence[float], other: Sequence[float]) -> float:
-    """The figure's standard error over its value: its spread, or more where its samples say so
-    (a baseline's pool of several runs); a side of one sample, which shows no noise, takes the
-    other side's scatter a sample (one request a workload once made any drift past the edge red)."""
-    scatter = own if len(own) >= 2 else other if len(other) >= 2 else ()
-    error = figure.spread
-    if scatter:
-        error = max(error, 1.2533 * statistics.stdev(scatter) / math.sqrt(max(len(own), 1)))
-    return error / abs(figure.value) if figure.value else 0.0
 
 
 def unreachable(comparisons: Iterable[Comparison]) -> list[str]:

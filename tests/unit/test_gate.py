@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import math
 import random
+import statistics
 
 import pytest
 
@@ -248,7 +250,7 @@ def test_a_collapse_is_red_however_noisy_its_samples():
     assert vague.verdict == "noisy"
     nothing = compare_metric(TID, mv(value=0.0, distribution=[0.0, 0.0]), entry(100.0, spread=60.0), tol)
     assert nothing.verdict == "regression"
-    # a rise reads farther as a difference than as a log ratio: a doubled latency stays red
+    # a doubled latency (x2.1 past the edge) is a collapse: red whatever its spreads
     doubled = compare_metric(TID, mv("ttft_ms", 210.0, "lower", spread=63.0),
                              entry(100.0, "lower", spread=30.0), parse_tolerances("ttft_ms:0%")["ttft_ms"])
     assert doubled.verdict == "regression"
@@ -370,3 +372,65 @@ def test_a_hint_names_only_an_entry_whose_renaming_gives_the_figure_a_baseline()
     # a figure of the other direction would be refused as this one's
     assert missing_entry(stored, "test_gen[x]", "ttft_ms", set(), {"ttft_ms": "lower"}, "lower") == (
         "its entry has no ttft_ms", ["ttfb_ms"])
+
+
+# ------------------------------------------------------------------ the few-sample fallback's errors
+
+
+def few(name, now, then, tol=0.0):
+    """A timing figure of these samples (its median) against a baseline of those."""
+    direction = "higher" if name == "output_tok_s" else "lower"
+    return compare_metric(TID, mv(name, statistics.median(now), direction, distribution=now),
+                          entry(statistics.median(then), direction, distribution=then),
+                          parse_tolerances(f"{name}:{tol:g}%")[name])
+
+
+def test_three_samples_a_side_are_judged_by_students_t_not_the_normal():
+    """Two standard errors estimated from three samples a side made 4-5 % of unchanged runs red,
+    not 2.5 %: -20 % against a 10 % scatter is not clear with 4 degrees of freedom; -25 % is."""
+    base = [100.0, 110.0, 90.0]
+    assert few("output_tok_s", [v * 0.8 for v in base], base).verdict == "noisy"
+    assert few("output_tok_s", [v * 0.75 for v in base], base).verdict == "regression"
+
+
+def test_a_request_against_a_request_shows_no_noise_and_only_a_collapse_is_red():
+    """One request a side: any drift past the edge was red (half of unchanged runs at 0 %)."""
+    assert few("tpot_ms", [130.0], [100.0], 15).verdict == "noisy"
+    assert few("output_tok_s", [70.0], [100.0], 15).verdict == "noisy"
+    assert few("tpot_ms", [240.0], [100.0], 15).verdict == "regression"  # x2.09 past the edge
+    assert few("output_tok_s", [40.0], [100.0], 15).verdict == "regression"
+
+
+def test_a_rise_and_a_drop_by_the_same_factor_weigh_the_same():
+    """A rise was clear by the difference or the log ratio, whichever said more: a latency 1.5 x
+    was red where a throughput / 1.5 with the same relative errors was noisy."""
+    tol = Tolerance("ttft_ms", 0.0, True)
+    rise = compare_metric(TID, mv("ttft_ms", 150.0, "lower", spread=23.34), entry(100.0, "lower", spread=15.56), tol)
+    drop = compare_metric(TID, mv(value=100 / 1.5, spread=10.37), entry(100.0, spread=15.56),
+                          Tolerance("output_tok_s", 0.0, True))
+    assert rise.verdict == drop.verdict == "noisy"
+    # one request against a pool of 8: borrowed scatter is relative, the same both ways
+    pool = [100 * math.exp(0.1 * z) for z in (-1.5, -1, -0.5, -0.2, 0.2, 0.5, 1, 1.5)]
+    slower = few("tpot_ms", [130.0], pool)
+    fewer = few("output_tok_s", [100 / 1.3], [1e4 / v for v in pool])
+    assert slower.verdict == fewer.verdict == "regression"
+
+
+def test_t_quantiles_and_welch_degrees_of_freedom():
+    from pytest_specdec.gate import t_quantile
+
+    assert t_quantile(1) == 12.706 and t_quantile(4) == 2.776 and t_quantile(30) == 2.042
+    assert 4.303 > t_quantile(2.5) > 3.182 and t_quantile(0.5) == 12.706
+    assert t_quantile(31) < 2.042 and abs(t_quantile(1e9) - 1.96) < 1e-3
+
+
+def test_unchanged_runs_of_two_requests_a_side_are_rarely_red():
+    """Seeded: 400 unchanged runs of 2 against 2 requests at 10 % scatter; the normal cutoff made
+    about 7 % red, Student's t at most ALPHA (2.5 %)."""
+    rng = random.Random(118)
+    red = 0
+    for _ in range(400):
+        now = [100 * math.exp(rng.gauss(0, 0.1)) for _ in range(2)]
+        then = [100 * math.exp(rng.gauss(0, 0.1)) for _ in range(2)]
+        red += few("tpot_ms", now, then).verdict == "regression"
+    assert red <= 10
