@@ -69,22 +69,31 @@ class Outputs:
     """What a configuration generated for each prompt of a workload, in prompt order.
 
     `tokens[i]` is None where the server did not send prompt i's token ids (then its text is
-    compared, character by character).
+    compared, character by character). `prompt_tokens[i]` is prompt i's length as its server
+    counted it (None where it did not say; the whole field None in records of earlier
+    releases): a workload with `truncate = true` cuts a prompt to each server's context length,
+    so two configurations may have continued different prompts, whose outputs prove nothing.
     """
 
     tokens: tuple[tuple[int, ...] | None, ...]
     texts: tuple[str, ...]
+    prompt_tokens: tuple[int | None, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"tokens": [None if t is None else list(t) for t in self.tokens],
-                "texts": list(self.texts)}
+        obj: dict[str, Any] = {"tokens": [None if t is None else list(t) for t in self.tokens],
+                               "texts": list(self.texts)}
+        if self.prompt_tokens is not None:
+            obj["prompt_tokens"] = list(self.prompt_tokens)
+        return obj
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any] | None) -> Outputs | None:
         if not obj:
             return None
+        sizes = obj.get("prompt_tokens")
         return cls(tuple(None if t is None else tuple(int(i) for i in t) for t in obj["tokens"]),
-                   tuple(str(s) for s in obj["texts"]))
+                   tuple(str(s) for s in obj["texts"]),
+                   None if sizes is None else tuple(None if n is None else int(n) for n in sizes))
 
 
 @dataclass(frozen=True)
@@ -106,6 +115,9 @@ class Divergence:
     #: (the configuration's, the reference's) number of outputs where they differ: then the
     #: prompts past the shorter list could not be compared, and nothing else is said
     counts: tuple[int, int] | None = None
+    #: (the configuration's, the reference's) prompt tokens of prompt `prompt` where they differ:
+    #: they continued different prompts, so the outputs could not be compared
+    prompt_sizes: tuple[int, int] | None = None
 
     def message(self) -> str:
         """`ddtree-tp1-b8 is not lossless: prompt 4 differs from ar-tp1 at token 18 ...`."""
@@ -113,6 +125,11 @@ class Divergence:
             return (f"{self.config} cannot be checked for losslessness: it has outputs of "
                     f"{self.counts[0]} prompts, {self.reference} of {self.counts[1]}; run the same "
                     f"prompts in both")
+        if self.prompt_sizes is not None:
+            return (f"{self.config} cannot be checked for losslessness: its prompt {self.prompt + 1} was "
+                    f"{self.prompt_sizes[0]} tokens long, {self.reference}'s {self.prompt_sizes[1]}, so they "
+                    f"continued different prompts (a workload with truncate = true cuts each prompt to its "
+                    f"server's context length); give both servers the same context length")
         more = "" if self.prompts_differing == 1 else \
             f" ({self.prompts_differing} of {self.prompts} prompts differ)"
         return (f"{self.config} is not lossless: prompt {self.prompt + 1} differs from "
@@ -169,8 +186,10 @@ def compare(config: str, outputs: Outputs, reference: str, expected: Outputs,
     """The first divergence of `outputs` from the reference's `expected`, or None.
 
     Prompts are matched by index; a length difference within the compared span counts as a
-    divergence at the shorter output's end, and a different number of outputs as one that names
-    both counts.
+    divergence at the shorter output's end, a different number of outputs as one that names
+    both counts, and a prompt the two servers counted differently (`Outputs.prompt_tokens`) as
+    one that names both sizes: outputs of different prompts differ whether or not decoding is
+    lossless, and may agree where it is not.
     """
     if not exactness.on:
         return None
@@ -178,6 +197,11 @@ def compare(config: str, outputs: Outputs, reference: str, expected: Outputs,
     if counts[0] != counts[1]:  # prompts past the shorter list would go unchecked
         return Divergence(config, reference, min(counts), 0, "prompt", (), (), abs(counts[0] - counts[1]),
                           max(counts), counts)
+    sizes = zip(outputs.prompt_tokens or (), expected.prompt_tokens or ())
+    other = next(((i, pair) for i, pair in enumerate(sizes) if None not in pair and pair[0] != pair[1]), None)
+    if other is not None:
+        return Divergence(config, reference, other[0], 0, "prompt", (), (), 1, counts[0],
+                          prompt_sizes=other[1])
     found: list[tuple[int, int, str, Sequence[Any], Sequence[Any]]] = []
     for index, (want_ids, got_ids, want_text, got_text) in enumerate(
             zip(expected.tokens, outputs.tokens, expected.texts, outputs.texts)):

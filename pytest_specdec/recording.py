@@ -143,7 +143,8 @@ class Recorder:
         greedy = getattr(workload, "temperature", 0.0) == 0.0
         records = server.last_result.records if server.last_result is not None else ()
         if greedy and records:
-            self.outputs = Outputs(tuple(r.output_ids for r in records), tuple(r.text for r in records))
+            self.outputs = Outputs(tuple(r.output_ids for r in records), tuple(r.text for r in records),
+                                   tuple(r.prompt_tokens for r in records))
         figures = getattr(server, "last_server_figures", None)
         if figures is not None:
             self.info["server_figures"] = {

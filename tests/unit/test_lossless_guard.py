@@ -92,3 +92,33 @@ def test_outputs_round_trip_through_json():
 ])
 def test_a_configuration_is_compared_within_its_test(nodeid, config, shared):
     assert counterpart(nodeid, config) == shared
+
+
+def test_outputs_of_prompts_cut_to_other_lengths_cannot_be_checked():
+    """A workload with truncate = true cuts a prompt to each server's context length: outputs of two
+    different prompts were called a lossless failure (or, matching by chance, a pass)."""
+    reference = Outputs(((1, 2, 3), (4, 5, 6)), ("", ""), (40, 900))
+    for tokens in (((1, 2, 3), (4, 5, 6)), ((1, 2, 3), (7, 8, 9))):  # equal outputs prove nothing either
+        cut = Outputs(tokens, ("", ""), (40, 500))
+        divergence = compare("ddtree-tp1-b8", cut, "ar-tp1", reference, Exactness("exact"))
+        assert divergence is not None and divergence.message() == (
+            "ddtree-tp1-b8 cannot be checked for losslessness: its prompt 2 was 500 tokens long, ar-tp1's "
+            "900, so they continued different prompts (a workload with truncate = true cuts each prompt to "
+            "its server's context length); give both servers the same context length")
+
+
+def test_prompt_sizes_a_server_did_not_send_are_not_held_against_the_outputs():
+    same = Outputs(((1, 2, 3), (4, 5, 6)), ("", ""), (40, 900))
+    for sizes in ((40, None), None):  # a server that sends none; a record of an earlier release
+        unknown = Outputs(same.tokens, same.texts, sizes)
+        assert compare("x", unknown, "ar-tp1", same, Exactness("exact")) is None
+        assert compare("x", same, "ar-tp1", unknown, Exactness("exact")) is None
+    lossy = Outputs(((1, 2, 3), (4, 5, 0)), ("", ""), (40, None))
+    assert compare("x", lossy, "ar-tp1", same, Exactness("exact")).position == 2
+
+
+def test_prompt_sizes_round_trip_through_json_and_older_records_have_none():
+    outputs = Outputs(((1, 2), None), ("ab", "cd"), (7, None))
+    assert Outputs.from_json(outputs.to_json()) == outputs
+    older = {"tokens": [[1, 2]], "texts": ["ab"]}
+    assert Outputs.from_json(older).prompt_tokens is None and "prompt_tokens" not in Outputs.from_json(older).to_json()
