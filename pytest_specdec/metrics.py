@@ -182,7 +182,9 @@ class MetricValue:
     """One gated figure: what baselines store and compare.
 
     `spread` is an absolute noise estimate (a standard error) in the metric's unit; 0 means
-    unknown or noiseless. `deterministic` marks figures that must reproduce exactly (accept
+    none known, which the gate takes as noiseless where neither side has samples or a spread (a
+    user's `metric(name, value)` is compared exactly: a silent `noisy` would gate it in name
+    only). `deterministic` marks figures that must reproduce exactly (accept
     length under greedy decoding with a fixed seed), which are compared without noise allowance.
     `distribution` holds the samples a timing figure is decided from (one per request), and
     `cpu_share` (calibration.py) says they were taken per second the server had a CPU, and how

@@ -434,3 +434,13 @@ def test_unchanged_runs_of_two_requests_a_side_are_rarely_red():
         then = [100 * math.exp(rng.gauss(0, 0.1)) for _ in range(2)]
         red += few("tpot_ms", now, then).verdict == "regression"
     assert red <= 10
+
+
+def test_two_requests_that_agree_claim_no_precision_the_other_sides_scatter_denies():
+    """2 against 6 unchanged requests went red about 3 % of the time, not ALPHA: judged by their
+    own scatter, two requests that happened to agree (114, 115 ms) made a 12 % rise clear against
+    six scattered over 88-115 ms. Each side's error is now at least the pooled scatter's, with
+    n + m - 2 degrees of freedom; a rise of 27 % stays red."""
+    then = [88.0, 94.0, 98.0, 103.0, 108.0, 115.0]
+    assert few("tpot_ms", [114.0, 115.0], then).verdict == "noisy"
+    assert few("tpot_ms", [130.0, 131.0], then).verdict == "regression"

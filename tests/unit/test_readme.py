@@ -201,3 +201,28 @@ def test_the_shard_line_the_readme_shows_is_the_one_its_command_prints():
     command = re.search(r"dry run: `pytest (tests/bench [^`]*--specdec-shard=[^`]*)`", text).group(1)
     shown = re.search(r"^specdec: shard .*$", text, re.M).group(0)
     assert shown == header_line("specdec: shard ", *command.split())
+
+
+def test_the_readme_says_a_users_figure_without_a_spread_is_compared_exactly():
+    """The README called spread 0 "unknown" while the gate compared such a figure exactly (any
+    drift past its tolerance red): a user could not tell whether a noisy figure of their own would
+    go red or `noisy`. It says which, and the gate does what it says, both ways."""
+    from pytest_specdec.baselines import BaselineEntry
+    from pytest_specdec.gate import Tolerance, compare_metric
+    from pytest_specdec.metrics import MetricValue
+
+    gate = README.read_text(encoding="utf-8").split("#### The gate", 1)[1].split("\n#### ", 1)[0]
+    said = " ".join(re.search(r"A figure of your own recorded as `specdec_record\.metric\(name, value\)`"
+                              r"(.*?)\n- ", gate, re.S).group(1).split())
+    assert "compared exactly" in said and "any drift past its tolerance is red, never `noisy`" in said
+    assert "1.96 combined standard errors" in said
+    tolerance = Tolerance("kv_hit_rate", 0.05, True)
+    # as Recorder.metric records it, with the defaults, and as a save stores it
+    then = BaselineEntry.from_metric(MetricValue("kv_hit_rate", 0.90, "higher"))
+    assert compare_metric("t", MetricValue("kv_hit_rate", 0.85, "higher"), then, tolerance).verdict == "regression"
+    # 0.85 is 0.005 past the edge (0.855): red only beyond 1.96 standard errors of the spread given
+    noisy = BaselineEntry.from_metric(MetricValue("kv_hit_rate", 0.90, "higher", spread=0.01))
+    assert compare_metric("t", MetricValue("kv_hit_rate", 0.85, "higher", spread=0.01), noisy,
+                          tolerance).verdict == "noisy"
+    assert compare_metric("t", MetricValue("kv_hit_rate", 0.80, "higher", spread=0.01), noisy,
+                          tolerance).verdict == "regression"
