@@ -115,7 +115,7 @@ class Recorder:
         # checked here, not when a later run reads the baseline it would be saved into
         if not (math.isfinite(float(spread)) and float(spread) >= 0):
             raise ValueError(f"metric {name!r}: spread {spread!r} must be a finite number >= 0 "
-                             f"(an absolute noise estimate; 0 for unknown)")
+                             f"(the standard error of the value; 0, the default, compares it exactly)")
         if isinstance(samples, bool) or not isinstance(samples, (numbers.Integral, float)) \
                 or not float(samples).is_integer() or samples < 1:
             raise ValueError(f"metric {name!r}: samples {samples!r} must be an integer >= 1 "
