@@ -86,7 +86,8 @@ def pytest_configure(config: pytest.Config) -> None:
         ini = read_ini(lambda key: ini_value(config, key), lambda key: ini_text(config, key),
                        lambda key: ini_bool_text(config, key))
         state = state_mod.build(root, cli, ini, listing=_lists(config))
-        if state.settings.save_baseline or state.settings.report:
+        # a listing (--co, --setup-plan, --setup-only) writes neither: a read-only checkout may list
+        if (state.settings.save_baseline or state.settings.report) and not _runs_no_test(config):
             from . import outputs
 
             outputs.check(state)  # a path that cannot be written stops the run here, not at its end
@@ -494,7 +495,8 @@ class Controller:
                 recording.drop_figures(report)
         outcome = yield  # the terminal's letter or PASSED line first, so the test's own line is whole
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if result is not None and reporter is not None:
+        # -qq asks for pytest's least: its letters and the summary, whose table holds these figures
+        if result is not None and reporter is not None and self.config.get_verbosity() > -2:
             line = session.progress_line(result, len(results.results), results.progress_total(),
                                          results.stood_in.get(report.nodeid))
             if self._letters_end_next():
@@ -592,11 +594,12 @@ class Controller:
                 self.durations.collection_unknown = True
 
             from .fixtures import _announcer
+            from .run_limits import RunLimits
 
             session.exitstatus = self._failed_if_problems(summary.finish(
                 _results(self.config), self.durations, self.config.stash.get(SHARD_KEY, None),
                 self.shard, exitstatus, self.notes, self.problems, _announcer(self.config),
-                self._end_line))
+                self._end_line, RunLimits.of(self.config, session, exitstatus)))
         elif self.config.stash[STATE_KEY].settings.report:  # no report of ours came (Ctrl-C in the first boot)
             from . import summary
 

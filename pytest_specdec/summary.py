@@ -11,6 +11,7 @@ from .session import Results, lock_bound
 if TYPE_CHECKING:
     from .durations import Durations
     from .result import Result
+    from .run_limits import RunLimits
     from .shard import ShardPlan
     from .shard_dir import Recorder
 
@@ -271,12 +272,13 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
 def finish(results: Results, durations: Durations | None, plan: ShardPlan | None,
            shard: Recorder | None, exitstatus: int, notes: list[str], problems: list[str],
            announce: Callable[[str], None] | None = None,
-           progress: Callable[[str], None] | None = None) -> int:
+           progress: Callable[[str], None] | None = None, limits: RunLimits | None = None) -> int:
     """At session end, before the summary: the durations beside a saved baseline, the baseline,
     the report, the shard folder's outcomes; returns the exit status (an empty shard's run is a
     success, not pytest's "no tests collected"). What was written joins `notes`, a file that
     cannot be written `problems`; `announce` prints a long wait for a baseline folder file's lock,
-    `progress` how far a long drawing of the report's plots is."""
+    `progress` how far a long drawing of the report's plots is; `limits` what stopped the run
+    early or left tests out (`run_limits.py`)."""
     import pytest
 
     state = results.state
@@ -304,14 +306,20 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
         notes.append(nothing_reported(state))
     if results.reruns:
         notes.append(rerun_note(results.reruns))
-    if exitstatus == pytest.ExitCode.INTERRUPTED:
-        unfinished = interrupted_note(results)
+    from .run_limits import INTERRUPT, RunLimits
+
+    limits = limits or RunLimits()
+    if exitstatus == pytest.ExitCode.INTERRUPTED and limits.stopped_by is None:  # Ctrl-C as the outputs were written
+        limits = RunLimits(INTERRUPT, limits.left_out_by + (INTERRUPT,))
+    if limits.stopped_by is not None:
+        unfinished = interrupted_note(results, limits.stopped_by)
         if unfinished:
             notes.append(unfinished)
     unrecorded = unrecorded_gate(results, durations)
     if unrecorded:
         notes.append(unrecorded)
-    unchecked = None if plan is not None else unchecked_lossless(results)  # a merge checks a shard's
+    # a merge checks a shard's
+    unchecked = None if plan is not None else unchecked_lossless(results, limits.left_out_by)
     if unchecked:
         notes.append(unchecked)
     sampled = sampled_lossless(results)
@@ -357,11 +365,13 @@ def rerun_note(reruns: dict[str, int]) -> str:
             f"each one's last attempt, the journal every attempt's figures")
 
 
-def interrupted_note(results: Results) -> str | None:
-    """After Ctrl-C (or a SIGTERM or SIGHUP, which end the run as it does): how many of the
-    run's measurements finished, where they are kept and how to measure only the rest; None
-    where every one finished. A run started again without resume would measure them all anew."""
+def interrupted_note(results: Results, stopped_by: str) -> str | None:
+    """After Ctrl-C (or a SIGTERM or SIGHUP, which end the run as it does), or a stop by -x,
+    --maxfail or --sw (`run_limits.stopped_by`), with xdist or without: how many of the run's
+    measurements finished, where they are kept and how to measure only the rest; None where
+    every one finished. A run started again without resume would measure them all anew."""
     from .relpaths import relative_path
+    from .run_limits import INTERRUPT
     from .shard_dir import folder, journal_path
 
     state = results.state
@@ -370,22 +380,24 @@ def interrupted_note(results: Results) -> str | None:
     if total is None or done >= total:
         return None
     settings = state.settings
+    ended = "run interrupted" if stopped_by == INTERRUPT else f"run stopped by {stopped_by}"
     if done == 0 and not settings.resume:  # nothing journaled: resuming would measure them all too
-        return (f"run interrupted before any of its {total} measurement(s) finished: none is "
+        return (f"{ended} before any of its {total} measurement(s) finished: none is "
                 f"journaled, so a run again measures them all")
     # a shard journals into its own folder, which only a run of the same shard resumes from
     same_shard = (f" and the same {settings.setter('shard')} and {settings.setter('report')}"
                   if folder(state) is not None else "")
     how = (f"run it again{same_shard} (resume is on: {settings.source('resume')})" if settings.resume
            else f"run it again with {settings.setter('resume')}{same_shard}")
-    return (f"run interrupted with {done} of {total} measurement(s) done, kept in the journal "
+    return (f"{ended} with {done} of {total} measurement(s) done, kept in the journal "
             f"{relative_path(journal_path(state), state.config.root)}: {how} to measure only the rest")
 
 
-def unchecked_lossless(results: Results) -> str | None:
-    """The speculative results whose reference recorded no outputs in this run (left out by -k,
-    --deselect or --lf, skipped, failed before measuring), so nothing checked their
-    losslessness; one line, or None."""
+def unchecked_lossless(results: Results, left_out_by: tuple[str, ...] = ()) -> str | None:
+    """The speculative results whose reference recorded no outputs in this run (left out by
+    `left_out_by`, the options given that leave tests out, or by the tests the command line
+    named; skipped; failed before measuring), so nothing checked their losslessness; one line,
+    or None."""
     from .collection import reference_case
     from .configuration import is_speculative
     from .lossless import counterpart
@@ -406,9 +418,11 @@ def unchecked_lossless(results: Results) -> str | None:
             references += [] if reference.param_id in references else [reference.param_id]
     if not unchecked:
         return None
+    why = (f"left out by {' or '.join(left_out_by)}" if left_out_by
+           else "not among the tests the command line named")
     return (f"lossless: not checked: {', '.join(_names(unchecked))} (their reference {', '.join(references)} "
-            f"recorded no outputs in this run: left out by -k, -m, --deselect or --lf, skipped, or "
-            f"failed before it measured); run the reference with them")
+            f"recorded no outputs in this run: {why}, skipped, or failed before it measured); run "
+            f"the reference with them")
 
 
 def sampled_lossless(results: Results) -> str | None:

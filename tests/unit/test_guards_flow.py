@@ -234,7 +234,8 @@ def test_a_known_issue_checked_after_its_test_under_xdist_gets_the_reference_s_v
 
 def test_a_run_that_leaves_out_the_reference_says_what_it_did_not_check(pytester, no_leftover_engines):
     """-k, -m, --deselect or --lf can leave the reference out of a run: a lossy configuration
-    then meets no reference and passes; the summary says it was not checked, and against what."""
+    then meets no reference and passes; the summary says it was not checked, against what, and
+    which of the options given left the reference out (it named all four whatever was given)."""
     project(pytester, methods=("ar", "dflash", "ddtree"), budgets=(8,),
             engine_args=("--fault-lossy", "0.3"), prompts=2, max_new_tokens=16)
     result = run(pytester, "--deselect", "test_generation.py::test_generation[ar-tp1-chat]",
@@ -244,8 +245,8 @@ def test_a_run_that_leaves_out_the_reference_says_what_it_did_not_check(pytester
     assert "no report written" not in result.stdout.str()
     result.stdout.fnmatch_lines([
         "specdec: lossless: not checked: dflash-tp1 [[]chat[]], ddtree-tp1-b8 [[]chat[]] (their reference "
-        "ar-tp1 recorded no outputs in this run: left out by -k, -m, --deselect or --lf, skipped, "
-        "or failed before it measured); run the reference with them"])
+        "ar-tp1 recorded no outputs in this run: left out by --deselect, skipped, or failed before it "
+        "measured); run the reference with them"])
 
 
 def test_the_unchecked_tests_of_two_test_functions_of_one_configuration_are_told_apart(
@@ -261,7 +262,19 @@ def test_again(specdec_server, specdec_workload, specdec_record):
     result.assert_outcomes(passed=2, deselected=2)
     result.stdout.fnmatch_lines([
         "specdec: lossless: not checked: test_again[[]dflash-tp1-chat[]], test_generation[[]dflash-tp1-chat[]] "
-        "(their reference ar-tp1 recorded no outputs in this run: *"])
+        "(their reference ar-tp1 recorded no outputs in this run: left out by -k 'dflash', skipped, *"])
+
+
+def test_a_reference_the_command_line_did_not_name_is_said_so_not_blamed_on_options(
+        pytester, no_leftover_engines):
+    """A run of one test by its node id leaves the reference out with no -k, -m, --deselect or
+    --lf given: the line named those four, none of which the user had passed."""
+    project(pytester, methods=("ar", "dflash"), prompts=2, max_new_tokens=8)
+    result = run(pytester, "test_generation.py::test_generation[dflash-tp1-chat]")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "specdec: lossless: not checked: dflash-tp1 [[]chat[]] (their reference ar-tp1 recorded no outputs "
+        "in this run: not among the tests the command line named, skipped, or failed before it measured)*"])
 
 
 def test_a_sampled_workload_says_at_the_end_that_nothing_checked_it(pytester, no_leftover_engines):
