@@ -37,6 +37,10 @@ class XdistHooks:
         self.config = config
         self._seen = False
         self._nodes: dict[str, object] = {}  # the workers up now, by id: the controller's interrupt goes to them
+        self._session: pytest.Session | None = None  # whose failures tell a stop by -x from a Ctrl-C
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self._session = session
 
     def pytest_xdist_node_collection_finished(self, node, ids) -> None:
         self.results.unheard_workers.add(node.gateway.id)  # until its list of what it collected comes
@@ -121,9 +125,13 @@ class XdistHooks:
         for its workers to end their tests, which a worker reached by no signal does only when
         execnet interrupts it: say that wait and its bound instead of keeping silent through it."""
         from .fixtures import _announcer
+        from .run_limits import INTERRUPT, stopped_by
         from .servers import cleanup
 
-        _announcer(self.config)(waiting_line(cleanup.passed_on(), len(self._nodes)))
+        # xdist ends a run that -x, --maxfail or --sw stopped as interrupted: named as the summary names it
+        stopped = stopped_by(self.config, self._session, pytest.ExitCode.INTERRUPTED)
+        why = "interrupted" if stopped in (None, INTERRUPT) else f"stopped by {stopped}"
+        _announcer(self.config)(waiting_line(cleanup.passed_on(), len(self._nodes), why))
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log):
@@ -133,12 +141,13 @@ class XdistHooks:
         return ConfigurationScheduling(config, log, param_ids)
 
 
-def waiting_line(passed: tuple[str, int] | None, workers: int) -> str:
+def waiting_line(passed: tuple[str, int] | None, workers: int, why: str = "interrupted") -> str:
     """What an interrupted controller waits for: its `workers` (those up) to end their tests, the
     ones its signal was `passed` on to (its name, how many it reached) doing so at once; execnet's
-    interrupt and xdist's kill bound the wait either way."""
+    interrupt and xdist's kill bound the wait either way. `why` the run ended: "interrupted", or
+    "stopped by -x" where no signal came."""
     if passed is None:
-        return (f"interrupted: waiting for the xdist workers to end their tests and stop their servers "
+        return (f"{why}: waiting for the xdist workers to end their tests and stop their servers "
                 f"(bound: execnet interrupts a worker still in its test after {EXECNET_GRACE_S:g}s, and xdist "
                 f"kills one still running {XDIST_EXIT_TIMEOUT_S:g}s later; its servers go with it)")
     name, reached = passed
@@ -148,7 +157,7 @@ def waiting_line(passed: tuple[str, int] | None, workers: int) -> str:
             else "which ends its test and stops its servers")
     them = "them" if others <= 0 or reached != 1 else "it"
     rest = "" if others <= 0 else f" and the {others} remote one{'s' * (others != 1)}, which no signal reached"
-    return (f"interrupted: {name} passed on to {told}, {does} as after Ctrl-C; waiting for {them}{rest} "
+    return (f"{why}: {name} passed on to {told}, {does} as after Ctrl-C; waiting for {them}{rest} "
             f"(bound: execnet interrupts a worker still running after "
             f"{EXECNET_GRACE_S:g}s, and xdist kills one still running {XDIST_EXIT_TIMEOUT_S:g}s later; its "
             f"servers go with it)")

@@ -37,13 +37,17 @@ def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
 def test_a_run_stopped_by_x_says_how_to_measure_the_rest_with_xdist_or_without(pytester, stop, dist):
     """Without xdist, -x ended the run with no word of the configurations left unmeasured (pytest
     calls it failed); under xdist (which calls it interrupted) the summary said `run interrupted`
-    and named --specdec-resume. Both now say the run was stopped by -x, and how to go on."""
+    and named --specdec-resume, after an `interrupted: waiting for the xdist workers` line. Both
+    now say the run was stopped by -x, and how to go on."""
     _project(pytester)
     result = _run(pytester, "-p", "no:cacheprovider", stop, *dist)
     result.stdout.fnmatch_lines(["specdec: run stopped by -x with * of 12 measurement(s) done, kept in the "
                                  "journal .specdec/journal.jsonl: run it again with --specdec-resume to "
                                  "measure only the rest"])
     result.stdout.no_fnmatch_line("*run interrupted*")
+    if dist:  # the wait for the workers as xdist stops: not an interrupt no one gave
+        result.stderr.fnmatch_lines(["specdec: stopped by -x: waiting for the xdist workers to end their tests*"])
+    result.stderr.no_fnmatch_line("*interrupted: waiting*")
 
 
 def test_a_maxfail_the_run_did_not_reach_says_nothing_of_a_stop(pytester):
