@@ -171,7 +171,8 @@ def test_what_bench_serving_sends_is_served(bench_serving, engine, monkeypatch, 
     chat = backend == "sglang-oai-chat"
     native = engine.generate(render_chat([{"role": "user", "content": PROMPT}]) if chat else PROMPT, BENCH_OUTPUT)
     assert output.generated_text == native["text"], payload
-    assert output.output_len == BENCH_OUTPUT and output.itl, payload  # streamed in more than one chunk
+    # every event's text read back (a slow reader may get one: the engine, as SGLang, skips to the latest state)
+    assert output.output_len == BENCH_OUTPUT and output.ttft > 0, payload
     if backend == "sglang":  # the only route whose stream reports the prompt's length unasked
         assert output.prompt_len == native["meta_info"]["prompt_tokens"]
     if "--cache-report" in flags:  # no prefix is kept: SGLang reports 0 cached tokens and no breakdown
