@@ -767,14 +767,18 @@ def _read_toml(path: Path) -> dict[str, Any]:
                                 f"permissions or remove it") from None
 
 
+def _no_file(path: Path) -> str:
+    """What stands at a path that exists but is no readable file (is_file says no)."""
+    return "a folder" if path.is_dir() else "a symbolic link to no readable file"
+
+
 def load_known_issues(path: Path) -> list[KnownIssue]:
     """Known issues from a file of `[[known_issues]]` entries (e.g. baselines/known_issues.toml)."""
     if not path.is_file():
         if not os.path.lexists(path):
             raise SpecdecUsageError(f"known issues file {path} does not exist; give the path of an existing "
                                     f"file")
-        what = "a folder" if path.is_dir() else "a symbolic link to no readable file"
-        raise SpecdecUsageError(f"known issues file {path} is {what}, not a TOML file; make it the file of "
+        raise SpecdecUsageError(f"known issues file {path} is {_no_file(path)}, not a TOML file; make it the file of "
                                 f"[[known_issues]] entries, or remove it")
     data = _read_toml(path)
     _Reader(path.name, "top level", data).check_keys({"known_issues"})
@@ -791,8 +795,7 @@ def load(root: Path) -> SpecdecConfig:
     table = tool.get("specdec") if isinstance(tool, dict) else None  # `tool = 1` holds no table of ours
     if os.path.lexists(specdec_toml) and not specdec_toml.is_file():
         # is_file says no to a folder, a dangling link or a link loop: the run would measure the defaults
-        what = "a folder" if specdec_toml.is_dir() else "a symbolic link to no readable file"
-        raise SpecdecUsageError(f"{specdec_toml} is {what}, not a settings file; make it the TOML file "
+        raise SpecdecUsageError(f"{specdec_toml} is {_no_file(specdec_toml)}, not a settings file; make it the TOML file "
                                 f"that configures pytest-specdec, or remove it to run the defaults")
     if specdec_toml.is_file():
         if table is not None:

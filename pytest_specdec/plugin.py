@@ -668,8 +668,7 @@ def _runs_no_test(config: pytest.Config) -> bool:
     """--co, --setup-plan or --setup-only: no test function is called, so nothing is measured.
     --setup-only does set up fixtures (servers boot, their logs are kept), but the report, shard
     folder and baseline of the run that measured must survive it."""
-    option = config.option
-    return bool(option.collectonly or option.setupplan or getattr(option, "setuponly", False))
+    return _lists(config) or bool(getattr(config.option, "setuponly", False))
 
 
 def _lists(config: pytest.Config) -> bool:
