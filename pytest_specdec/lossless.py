@@ -69,7 +69,9 @@ class Outputs:
     """What a configuration generated for each prompt of a workload, in prompt order.
 
     `tokens[i]` is None where the server did not send prompt i's token ids (then its text is
-    compared, character by character). `prompt_tokens[i]` is prompt i's length as its server
+    compared, character by character). `spans` = (N, characters of each text's first N tokens,
+    None where not counted) is where `prefix:N` cuts such a text: counted at measurement by the
+    server's tokenizer, as the text holds no token boundaries (None: not counted). `prompt_tokens[i]` is prompt i's length as its server
     counted it (None where it did not say; the whole field None in records of earlier
     releases): a workload with `truncate = true` cuts a prompt to each server's context length,
     so two configurations may have continued different prompts, whose outputs prove nothing.
@@ -78,22 +80,33 @@ class Outputs:
     tokens: tuple[tuple[int, ...] | None, ...]
     texts: tuple[str, ...]
     prompt_tokens: tuple[int | None, ...] | None = None
+    spans: tuple[int, tuple[int | None, ...]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         obj: dict[str, Any] = {"tokens": [None if t is None else list(t) for t in self.tokens],
                                "texts": list(self.texts)}
         if self.prompt_tokens is not None:
             obj["prompt_tokens"] = list(self.prompt_tokens)
+        if self.spans is not None:
+            obj["spans"] = {"tokens": self.spans[0], "chars": list(self.spans[1])}
         return obj
+
+    def span(self, index: int, prefix: int) -> int | None:
+        """Characters of text `index`'s first `prefix` tokens, where counted for that N."""
+        if self.spans is None or self.spans[0] != prefix or index >= len(self.spans[1]):
+            return None
+        return self.spans[1][index]
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any] | None) -> Outputs | None:
         if not obj:
             return None
-        sizes = obj.get("prompt_tokens")
+        sizes, spans = obj.get("prompt_tokens"), obj.get("spans")
         return cls(tuple(None if t is None else tuple(int(i) for i in t) for t in obj["tokens"]),
                    tuple(str(s) for s in obj["texts"]),
-                   None if sizes is None else tuple(None if n is None else int(n) for n in sizes))
+                   None if sizes is None else tuple(None if n is None else int(n) for n in sizes),
+                   None if not spans else (int(spans["tokens"]),
+                                           tuple(None if c is None else int(c) for c in spans["chars"])))
 
 
 @dataclass(frozen=True)
@@ -118,6 +131,8 @@ class Divergence:
     #: (the configuration's, the reference's) prompt tokens of prompt `prompt` where they differ:
     #: they continued different prompts, so the outputs could not be compared
     prompt_sizes: tuple[int, int] | None = None
+    #: how `prefix:N` cut a text compared by characters (no token ids), for the message
+    span: str | None = None
 
     def message(self) -> str:
         """`ddtree-tp1-b8 is not lossless: prompt 4 differs from ar-tp1 at token 18 ...`."""
@@ -132,6 +147,8 @@ class Divergence:
                     f"server's context length); give both servers the same context length")
         more = "" if self.prompts_differing == 1 else \
             f" ({self.prompts_differing} of {self.prompts} prompts differ)"
+        if self.span is not None:
+            more += f" ({self.span})"
         return (f"{self.config} is not lossless: prompt {self.prompt + 1} differs from "
                 f"{self.reference} at {self.unit} {self.position + 1}{more}; {self.reference} continues "
                 f"{_show(self.expected, self.unit)}, {self.config} continues "
@@ -202,21 +219,51 @@ def compare(config: str, outputs: Outputs, reference: str, expected: Outputs,
     if other is not None:
         return Divergence(config, reference, other[0], 0, "prompt", (), (), 1, counts[0],
                           prompt_sizes=other[1])
-    found: list[tuple[int, int, str, Sequence[Any], Sequence[Any]]] = []
+    found: list[tuple[int, int, str, Sequence[Any], Sequence[Any], str | None]] = []
     for index, (want_ids, got_ids, want_text, got_text) in enumerate(
             zip(expected.tokens, outputs.tokens, expected.texts, outputs.texts)):
         if want_ids is not None and got_ids is not None:
             want, got, unit = list(want_ids), list(got_ids), "token"
         else:
             want, got, unit = list(want_text), list(got_text), "character"
+        span = None
         if exactness.mode == "prefix":
-            want, got = want[:exactness.prefix], got[:exactness.prefix]
+            cut = exactness.prefix
+            if unit == "character":
+                cut, span = _text_cut(index, outputs, expected, cut)
+            want, got = want[:cut], got[:cut]
         position = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b),
                         None if len(want) == len(got) else min(len(want), len(got)))
         if position is not None:
-            found.append((index, position, unit, want[position:], got[position:]))
+            found.append((index, position, unit, want[position:], got[position:], span))
     if not found:
         return None
-    index, position, unit, want, got = found[0]
+    index, position, unit, want, got, span = found[0]
     return Divergence(config, reference, index, position, unit, want, got, len(found),
-                      min(len(expected.texts), len(outputs.texts)))
+                      min(len(expected.texts), len(outputs.texts)), span=span)
+
+
+def _text_cut(index: int, outputs: Outputs, expected: Outputs, prefix: int) -> tuple[int, str]:
+    """(characters, what they are, for messages) of prompt `index`'s text that `prefix:N` compares:
+    the reference's first N tokens as a tokenizer counted them at measurement (the text holds no
+    token boundaries), else the configuration's, else only the first N characters -- usually
+    far fewer tokens, which the message must then say rather than pass for prefix:N."""
+    counted = expected.span(index, prefix)
+    if counted is None:
+        counted = outputs.span(index, prefix)
+    if counted is None:
+        return prefix, (f"compared as text: the server sent no token ids and its tokenizer did not count "
+                        f"them, so only the first {prefix} characters were compared, not {prefix} tokens")
+    return counted, (f"compared as text: the server sent no token ids; the first {prefix} tokens are "
+                     f"its first {counted} characters, as the server's tokenizer counts them")
+
+
+def uncounted(outputs: Outputs, expected: Outputs, exactness: Exactness) -> int:
+    """How many prompts `compare` checked on their first N characters rather than N tokens under
+    `prefix:N` (token ids missing on either side, and no count of the text's tokens): a pass
+    checked less than asked, which the run must say."""
+    if exactness.mode != "prefix":
+        return 0
+    return sum(1 for index, (want_ids, got_ids) in enumerate(zip(expected.tokens, outputs.tokens))
+               if (want_ids is None or got_ids is None) and expected.span(index, exactness.prefix) is None
+               and outputs.span(index, exactness.prefix) is None)

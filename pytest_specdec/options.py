@@ -234,8 +234,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("reference", "the method whose greedy outputs every speculative configuration must "
            "reproduce (the losslessness guard)", _reference, "ar", metavar="METHOD"),
     Option("lossless", "how much of each output must match the reference's: exact, prefix:N "
-           "(the first N tokens) or off (default: exact on the embedded engine, prefix:32 on "
-           "SGLang and attached servers)", _exactness, None,
+           "(the first N tokens; of a text without token ids, N as the server's tokenizer counts "
+           "them, else only N characters, as the summary then says) or off (default: exact on the "
+           "embedded engine, prefix:32 on SGLang and attached servers)", _exactness, None,
            metavar="MODE"),
     Option("baseline_dir", "folder of per-hardware baseline files and known_issues.toml",
            str, "baselines", metavar="DIR"),

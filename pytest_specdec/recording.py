@@ -144,7 +144,7 @@ class Recorder:
         records = server.last_result.records if server.last_result is not None else ()
         if greedy and records:
             self.outputs = Outputs(tuple(r.output_ids for r in records), tuple(r.text for r in records),
-                                   tuple(r.prompt_tokens for r in records))
+                                   tuple(r.prompt_tokens for r in records), self._spans(server, records))
         figures = getattr(server, "last_server_figures", None)
         if figures is not None:
             self.info["server_figures"] = {
@@ -154,6 +154,26 @@ class Recorder:
         if getattr(server, "disagreements", None):
             self.info["disagreements"] = list(server.disagreements)
         return self.result(measurement, records=records, deterministic_accept=greedy)
+
+    def _spans(self, server: Any, records: Sequence[RequestRecord]) -> tuple[int, tuple[int | None, ...]] | None:
+        """Where `prefix:N` cuts the texts the server sent no token ids for, counted while it is
+        up (`Outputs.spans`); None where every output has its ids, or the mode is no prefix."""
+        from .state import STATE_KEY
+
+        state = self.item.config.stash.get(STATE_KEY, None)
+        if state is None or state.lossless.mode != "prefix" or all(r.output_ids is not None for r in records):
+            return None
+        from .text_spans import counter_spans
+
+        textual = [i for i, r in enumerate(records) if r.output_ids is None]  # ids need no count
+        counted = counter_spans([records[i].text for i in textual], state.lossless.prefix,
+                                getattr(server, "token_counter", None))
+        if counted is None:
+            return None
+        spans: list[int | None] = [None] * len(records)
+        for i, span in zip(textual, counted[1]):
+            spans[i] = span
+        return counted[0], tuple(spans)
 
     def _first_measurement(self) -> None:
         """A test records one workload measurement: a second would replace the first's figures,

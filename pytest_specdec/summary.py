@@ -325,6 +325,9 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
     sampled = sampled_lossless(results)
     if sampled:
         notes.append(sampled)
+    by_text = uncounted_lossless(results)
+    if by_text:
+        notes.append(by_text)
     fixed = [nodeid.split("::")[-1] for nodeid, (outcome, _) in results.settled_known_issues().items()
              if outcome == "failed"]
     if fixed:  # a known issue that passes fails the run, as pytest's XPASS(strict) would have
@@ -444,6 +447,36 @@ def sampled_lossless(results: Results) -> str | None:
     workloads = ", ".join(sorted({f"{r.workload} at temperature {temperatures[r.workload]:g}" for r in sampled}))
     return (f"lossless: not checked: {names} (sampled: {workloads}; only greedy outputs must equal "
             f"the reference's); a workload with temperature = 0 checks them")
+
+
+def uncounted_lossless(results: Results) -> str | None:
+    """The speculative results whose `prefix:N` check compared only the first N characters of
+    some outputs, as their servers sent no token ids and no tokenizer counted them (N characters
+    are usually far fewer tokens): a pass there checked less than asked; one line, or None."""
+    from .collection import reference_case
+    from .configuration import is_speculative
+    from .lossless import counterpart, uncounted
+    from .sglang_api import TOKENIZE
+
+    state = results.state
+    exactness = state.lossless
+    if not results.all() or exactness.mode != "prefix":
+        return None
+    with_outputs = {(r.case, r.workload, counterpart(r.nodeid, r.config)): r for r in results.all()
+                    if r.case is not None and r.outputs is not None}
+    short = []
+    for (case, workload, test), r in with_outputs.items():
+        if not is_speculative(case.method) or case.method == state.settings.reference:
+            continue
+        expected = with_outputs.get((reference_case(case, state), workload, test))
+        if expected is not None and uncounted(r.outputs, expected.outputs, exactness):
+            short.append(r)
+    if not short:
+        return None
+    return (f"lossless: {exactness} compared only the first {exactness.prefix} characters of some outputs, "
+            f"not {exactness.prefix} tokens: {', '.join(_names(short))} (a server sent no token ids and its "
+            f"tokenizer did not count them: no {TOKENIZE}, or a record of an earlier release or of "
+            f"another prefix:N); a server that sends output_ids or serves {TOKENIZE} checks the tokens")
 
 
 def _names(results: Sequence[Result]) -> list[str]:
