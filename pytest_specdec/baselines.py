@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 from . import json_text
 from .directions import METRIC_DIRECTIONS, Direction
 from .errors import SpecdecUsageError
+from .file_kind import refuse_special
 
 if TYPE_CHECKING:
     from filelock import FileLock
@@ -452,6 +453,7 @@ def load_baselines(path: str | Path, hardware_key: str, setter: Callable[[str], 
     """The baselines in `path`; an absent file is an empty set (nothing saved yet). `setter` as
     for :func:`parse_baselines`."""
     path = Path(path)
+    refuse_special(path, "baseline file")
     try:
         # utf-8-sig: an editor that saves a byte-order mark leaves the JSON itself intact
         text = path.read_text(encoding="utf-8-sig")

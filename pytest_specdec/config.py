@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Mapping
 from .configuration import METHODS, takes_budget
 from .engine.cli import DEVICES, MIN_BLOCK_SIZE, MODEL_PRESETS, parse_args, rejecting_parser
 from .errors import SpecdecUsageError
+from .file_kind import no_file, special
 from .directions import METRIC_DIRECTIONS, METRIC_NAME, Direction, known_directions
 from .gate import parse_tolerance_table
 from .hardware import ALL_FAMILIES, FAMILIES, GPU_FAMILIES, arch_family, family_for_arch, family_of, normalise_arch
@@ -503,6 +504,10 @@ def _parse_workload(filename: str, index: int, data: Any, root: Path) -> Workloa
         except OSError as exc:  # a name too long, a folder on the way that cannot be searched
             reader.fail("prompts", f"{prompts!r} cannot be looked up ({exc.strerror or exc}); fix the path")
         if not is_file:
+            kind = None if is_dir else special(path)
+            if kind is not None:  # a pipe is read once, or waits for a writer; a device is no prompts
+                reader.fail("prompts", f"{path} is {kind}, not a regular file; write the prompts to a "
+                                       f"JSONL file and give that file's path")
             # the path looked at, since a relative one is the project root's, not the current folder's
             found = f"{path} is a folder" if is_dir else f"no file at {path}"
             relative = "" if Path(prompts).expanduser().is_absolute() else " (a relative path is the project root's)"
@@ -767,18 +772,13 @@ def _read_toml(path: Path) -> dict[str, Any]:
                                 f"permissions or remove it") from None
 
 
-def _no_file(path: Path) -> str:
-    """What stands at a path that exists but is no readable file (is_file says no)."""
-    return "a folder" if path.is_dir() else "a symbolic link to no readable file"
-
-
 def load_known_issues(path: Path) -> list[KnownIssue]:
     """Known issues from a file of `[[known_issues]]` entries (e.g. baselines/known_issues.toml)."""
     if not path.is_file():
         if not os.path.lexists(path):
             raise SpecdecUsageError(f"known issues file {path} does not exist; give the path of an existing "
                                     f"file")
-        raise SpecdecUsageError(f"known issues file {path} is {_no_file(path)}, not a TOML file; make it the file of "
+        raise SpecdecUsageError(f"known issues file {path} is {no_file(path)}, not a TOML file; make it the file of "
                                 f"[[known_issues]] entries, or remove it")
     data = _read_toml(path)
     _Reader(path.name, "top level", data).check_keys({"known_issues"})
@@ -795,7 +795,7 @@ def load(root: Path) -> SpecdecConfig:
     table = tool.get("specdec") if isinstance(tool, dict) else None  # `tool = 1` holds no table of ours
     if os.path.lexists(specdec_toml) and not specdec_toml.is_file():
         # is_file says no to a folder, a dangling link or a link loop: the run would measure the defaults
-        raise SpecdecUsageError(f"{specdec_toml} is {_no_file(specdec_toml)}, not a settings file; make it the TOML file "
+        raise SpecdecUsageError(f"{specdec_toml} is {no_file(specdec_toml)}, not a settings file; make it the TOML file "
                                 f"that configures pytest-specdec, or remove it to run the defaults")
     if specdec_toml.is_file():
         if table is not None:

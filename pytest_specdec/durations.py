@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from . import json_text
 from .errors import SpecdecUsageError
+from .file_kind import refuse_special
 
 if TYPE_CHECKING:
     from .state import RunState
@@ -35,6 +36,7 @@ def load(path: str | Path, remade_by: str = REMADE_BY_A_SAVE) -> dict[str, float
     fix says what writes it again where it is deleted (`remade_by`: the caller knows)."""
     path = Path(path)
     fix = f"fix or delete it ({remade_by})"
+    refuse_special(path, "durations file")
     try:
         text = path.read_text(encoding="utf-8-sig")  # a byte-order mark an editor saved is no error
     except FileNotFoundError:

@@ -30,6 +30,7 @@ from typing import Any, Iterator, Mapping
 from filelock import FileLock
 
 from . import json_text
+from .file_kind import refuse_special
 from .journal_cache import LatestCache
 
 #: The version written. 2: figures are journaled `measured`, and a `done` mark confirms them.
@@ -168,6 +169,7 @@ class Journal:
     def _iter_records(self, damaged: list[DamagedLine] | None = None) -> Iterator[tuple[int, JournalRecord]]:
         """(line number, record) of the readable records; each damaged line is skipped with a
         JournalWarning, or, where the caller says it itself (`damaged` given), appended there."""
+        refuse_special(self.path, "results journal")
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
@@ -265,6 +267,7 @@ class Journal:
     def _latest_cached(self, cache: LatestCache, copy: bool = True) -> dict[Key, JournalRecord]:
         """`latest()` from what `cache` read before and the whole lines appended since; a torn
         last line is read each time, as `latest()` reads it, and kept for when it is whole."""
+        refuse_special(self.path, "results journal")
         try:
             with open(self.path, "rb") as fh:
                 st = os.fstat(fh.fileno())

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from . import liveness
 from .errors import SpecdecUsageError
+from .file_kind import refuse_special
 
 
 def marker_of(journal: Path) -> Path:
@@ -27,6 +28,7 @@ def owner(marker: Path) -> tuple[str | None, str]:
     Damaged bytes read as an unknown run's (the marker is rewritten when taken); a marker that
     cannot be opened at all (a folder, a link loop) would stop every run with a traceback, so it
     is a usage error naming it."""
+    refuse_special(marker, "the results journal's run marker", "remove it (each run writes it anew)")
     try:
         lines = marker.read_bytes().decode("utf-8", "replace").split()
     except FileNotFoundError:

@@ -21,6 +21,7 @@ from filelock import FileLock
 
 from pytest_specdec import json_text
 from pytest_specdec.errors import SpecdecUsageError
+from pytest_specdec.file_kind import refuse_special
 
 MANIFEST = ".specdec-manifest.json"
 
@@ -121,6 +122,7 @@ def check_complete(local_dir: Path) -> Completeness | None:
     """Compare a cached model with its manifest; None when there is no manifest yet, or one a
     crash or an edit damaged (the next listing of the model's files writes it anew)."""
     path = local_dir / MANIFEST
+    refuse_special(path, "model manifest", "remove it (the next run lists the model's files again)")
     try:
         manifest = json_text.loads(path.read_bytes())
     except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):

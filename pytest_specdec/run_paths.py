@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from .errors import SpecdecUsageError
+from .file_kind import refuse_special
 
 # every journal line this plugin writes starts so (journal.Journal.append: keys sorted)
 _JOURNAL_START = re.compile(rb'\s*\{\s*"config_id"\s*:')
@@ -55,6 +56,8 @@ def _check(journal: Path, journal_origin: str, artifacts: Path, artifacts_origin
             journal.stat()
         except FileNotFoundError:  # a dangling link: appending creates what it names
             pass
+    refuse_special(journal, where, "it is a file the plugin appends to and rotates: give a file path such "
+                                   "as .specdec/journal.jsonl")
     if journal.is_dir():
         raise SpecdecUsageError(f"{where} is {journal}, a folder; it is a file the plugin rotates: "
                                 "give a file path such as .specdec/journal.jsonl")

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from . import json_text
 from .configuration import MatrixCase
 from .errors import SpecdecUsageError
+from .file_kind import refuse_special
 from .fingerprint import Fingerprint, run_setup
 from .shard import Shard, ShardPlan
 
@@ -297,6 +298,7 @@ def read(directory: str | Path) -> ShardManifest:
     how = "run pytest with --specdec-shard=K/N --specdec-report=DIR and merge DIR"
     if not directory.exists():  # a mistyped name, or a glob (`shard-*`) the shell matched to nothing
         raise SpecdecUsageError(f"{directory} does not exist; give each shard's --specdec-report folder ({how})")
+    refuse_special(path, "shard manifest")
     if not path.is_file():
         raise SpecdecUsageError(f"{directory} is not a shard folder: it has no {MANIFEST} ({how})")
     try:

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import context_rule, json_text
 from .errors import SpecdecUsageError
+from .file_kind import refuse_special
 from .fingerprint import text_digest
 
 BUILTIN_WORKLOADS = ("chat", "code", "math")
@@ -172,6 +173,7 @@ def parse_prompt_lines(lines: Iterable[str], source: str) -> tuple[Prompt, ...]:
 def load_jsonl(path: str | Path, *, name: str | None = None, **fields: Any) -> Workload:
     """A workload from a JSONL prompt file; `fields` set the other `Workload` fields."""
     path = Path(path)
+    refuse_special(path, "workload file")
     try:
         raw = path.read_bytes()
     except FileNotFoundError:

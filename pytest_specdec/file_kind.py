@@ -1,0 +1,55 @@
+"""What stands at a path a reader expected a regular file at, so its error can say so.
+
+A named pipe (a FIFO, or the /dev/fd/N that bash's `<(command)` gives) blocks open() until a
+writer comes, which may be never, and can be read once only; a device reads endless (/dev/zero) or
+empty (/dev/null). Each reader refuses these before opening, naming what is there and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from .errors import SpecdecUsageError
+
+_KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def no_file(path: Path) -> str:
+    """What stands at a path that exists but is no readable file (is_file says no)."""
+    if path.is_dir():
+        return "a folder"
+    return special(path) or "a symbolic link to no readable file"
+
+
+def special(path: str | Path) -> str | None:
+    """'a named pipe (FIFO)', 'a character device', ... for such a path (after links); None for a
+    regular file, a folder, nothing there or a path that cannot be looked up (each reader says those)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # ValueError: a NUL in the path
+        return None
+    return next((name for test, name in _KINDS if test(mode)), None)
+
+
+_WRITE_IT = "write its content to a file and give that file's path"
+
+
+def refuse_special(path: str | Path, what: str, fix: str = _WRITE_IT) -> None:
+    """Raise SpecdecUsageError where `path` is a pipe, device or socket: `what` names the input
+    ("workload file", "baseline file") as the reader's other errors do; `fix` replaces the advice
+    to write the content to a file, for the plugin's own files, which a run writes anew."""
+    kind = special(path)
+    if kind is not None:
+        raise SpecdecUsageError(f"{what} {path} is {kind}, not a regular file: {_why(kind)}; {fix}")
+
+
+def _why(kind: str) -> str:
+    if kind.startswith("a named pipe"):
+        return "reading it waits for a writer and reads its content once only (as bash's <(...) gives)"
+    return "it is read as no file's content (endless or empty)" if "device" in kind else "it holds no content to read"
+
+
+__all__ = ["no_file", "refuse_special", "special"]
