@@ -11,6 +11,7 @@ scheduler reads the configuration from the node id, and without xdist the mark w
 
 from __future__ import annotations
 
+import os
 from typing import Iterable
 
 import pytest
@@ -347,6 +348,10 @@ def skip_reason(item: pytest.Item, state: RunState) -> str | None:
         # no GPU here and no inventory chosen: the user may not know the embedded engine can simulate them
         if hw.physical_gpus == 0 and state.settings.origins["gpus"] == "default":
             reason += f"; {state.settings.setter('gpus')}={needed} simulates them on the CPU"
+        elif state.settings.gpus is None and hw.physical_gpus < needed <= hw.host_gpus:
+            # the host has them, but a CUDA_VISIBLE_DEVICES the user may not have set (Slurm) hides them
+            reason += (f"; CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')} gives this run "
+                       f"{hw.physical_gpus} of the host's {hw.host_gpus}: give it {needed} to run this test")
         return reason
     return None
 

@@ -975,3 +975,28 @@ name = "short"
                                  "truncate is not applied to it (workload long): a prompt too long for its "
                                  "context fails its requests"])
     assert "specdec: context guard" not in pytester.runpytest("--specdec-backend=embedded").stdout.str()
+
+
+def test_too_few_gpus_where_cuda_visible_devices_hides_the_hosts_others_says_so(pytester, monkeypatch):
+    """A Slurm job given GPUs 2,3 of an eight-GPU host skipped its TP4 tests saying only `found:
+    ... x2`, as if the host had two: the skip names the CUDA_VISIBLE_DEVICES that hides the rest."""
+    eight = [hardware.GPU(i, "NVIDIA H200", "sm_90", 143771, f"GPU-{i}a{i}b") for i in range(8)]
+    monkeypatch.setattr(hardware, "_detect_nvml", lambda: list(eight))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    pytester.makepyfile("""
+import pytest
+
+@pytest.mark.gpus(4)
+def test_four():
+    pass
+
+@pytest.mark.gpus(16)
+def test_sixteen():
+    pass
+""")
+    result = pytester.runpytest("--specdec-backend=embedded", "-rs")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(["SKIPPED*needs 4 GPUs; found: NVIDIA H200 (sm_90, hopper) x2; "
+                                 "CUDA_VISIBLE_DEVICES=2,3 gives this run 2 of the host's 8: give it 4 to run this test"])
+    # no host has sixteen: nothing to give
+    result.stdout.fnmatch_lines(["SKIPPED*needs 16 GPUs; found: NVIDIA H200 (sm_90, hopper) x2"])
