@@ -59,3 +59,62 @@ def wait_released(gpus: Sequence[int], pids: Iterable[int], timeout: float = REL
             pynvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def others_on(gpus: Sequence[int], ours: Iterable[int]) -> str:
+    """Who else holds memory on `gpus` (physical NVML indices), the processes `ours` aside:
+    `GPU 3: pid 999 (user bob, python) holds 70000 MiB`, or "" (none, or NVML cannot tell).
+
+    A lease keeps this run's servers apart and a host claim another pytest-specdec run, but
+    nothing keeps off a process that claims nothing (a notebook, another user's job): a server that
+    then fails for memory was blamed for it, while the cause was on the GPU before it booted.
+    """
+    try:
+        import pynvml
+    except ImportError:
+        return ""
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return ""
+    try:
+        mine = set(ours)
+        found = []
+        for index in gpus:
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            except Exception:
+                continue  # a slot with no GPU behind it
+            for p in procs:
+                if p.pid not in mine and _alive(p.pid):  # a dead one is freeing its memory: it blocks nothing
+                    mib = (p.usedGpuMemory or 0) // (1 << 20)
+                    found.append(f"GPU {index}: pid {p.pid}{_who(p.pid)} holds {mib} MiB")
+        return "; ".join(found)
+    except Exception:
+        return ""
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False  # gone, or a pid of another namespace (a container): nothing to name
+
+
+def _who(pid: int) -> str:
+    """` (user bob, python)`, or nothing where the pid is not this host's to read (a container)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        return f" (user {proc.username()}, {proc.name()})"
+    except (psutil.Error, KeyError):  # KeyError: a uid without a passwd entry
+        return ""

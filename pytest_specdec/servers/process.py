@@ -156,6 +156,10 @@ def describe_probe(path: str, outcome: str, status: int | None, timeout: float) 
     return f"{path} {what}"
 
 
+#: Ways a boot fails that another process on its GPUs (memory, compute) can cause.
+_BOOT_FAILURES = frozenset({"warmup-crash", "exited", "hang", "slow-start"})
+
+
 class ManagedServer:
     """A server process we own. `start()` returns once it is ready or raises `ServerError`.
 
@@ -525,6 +529,16 @@ class ManagedServer:
         return self._error("died", cause, headline=f"server {self.spec.id} died: {cause}")
 
     def _error(self, reason: str, cause: str, headline: str | None = None) -> ServerError:
+        if reason in _BOOT_FAILURES and self.gpus and self.wait_gpu_release \
+                and "CUDA_VISIBLE_DEVICES" not in self.extra_env:  # real GPUs, seen by the server
+            from pytest_specdec.servers.gpu_memory import others_on
+
+            others = others_on(self.gpus, self.processes())
+            if others:  # what no lease or claim keeps off: the likelier cause of a failed boot
+                note = (f"; its GPUs were not free: {others}; free them, or give the run other GPUs "
+                        f"(CUDA_VISIBLE_DEVICES)")
+                cause += note
+                headline = (headline or f"server {self.spec.id} {reason}: {cause[:-len(note)]}") + note
         return ServerError(
             self.spec.id, reason, cause, log_path=self.log_path, tail_text=tail(self.log_path), headline=headline
         )

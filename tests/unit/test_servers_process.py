@@ -132,6 +132,35 @@ def test_crash_during_warmup(tmp_path):
     assert wait_gone([s.pid]) == []
 
 
+def test_a_crash_on_gpus_another_process_holds_names_that_process(tmp_path, monkeypatch):
+    """A leased GPU that a process outside every lease and claim (a notebook, another user's job)
+    fills made the server fail for memory, and the failure blamed the server alone: it now names
+    who else holds the GPUs; a process already gone (freeing its memory) is not named."""
+    from types import SimpleNamespace
+
+    import psutil
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    held = {3: [os.getpid(), gone.pid]}  # this test's process stands in for the other user's job
+    monkeypatch.setitem(sys.modules, "pynvml", SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetHandleByIndex=lambda index: index,
+        nvmlDeviceGetComputeRunningProcesses=lambda index: [
+            SimpleNamespace(pid=pid, usedGpuMemory=70000 << 20) for pid in held.get(index, [])]))
+    s = server(spec("ddtree", 8, "--fault-crash-warmup"), tmp_path, gpus=(2, 3))
+    e = fails_with(s, "warmup-crash")
+    me = psutil.Process()
+    note = (f"; its GPUs were not free: GPU 3: pid {os.getpid()} (user {me.username()}, {me.name()}) holds 70000 MiB; "
+            f"free them, or give the run other GPUs (CUDA_VISIBLE_DEVICES)")
+    assert e.headline.startswith("server ddtree-tp1-b8 crashed during warm-up (exited with code 1): "
+                                 "CUDA out of memory. Tried to allocate 2.00 GiB"), e.headline
+    assert e.headline.endswith(note) and e.cause.endswith(note), e.headline
+    assert f"pid {gone.pid}" not in str(e)
+    held.clear()  # GPUs no one else holds: the failure is the server's, as before
+    e = fails_with(server(spec("ddtree", 8, "--fault-crash-warmup"), tmp_path / "free", gpus=(2, 3)), "warmup-crash")
+    assert "not free" not in str(e)
+
+
 def test_a_crash_names_the_exit_status_of_a_server_slow_to_exit(tmp_path):
     # The fatal line is logged before the process exits; the report still names how it ended.
     late = (sys.executable, "-c", "import sys, time; print('RuntimeError: CUDA out of memory. Tried to allocate "
