@@ -119,6 +119,7 @@ class Hardware:
     source: str  # "nvml", "nvidia-smi", "simulated" or "none"
     physical_gpus: int = 0
     host_gpus: int = 0  # the host's, CUDA_VISIBLE_DEVICES aside: a run given none may still run on one
+    trouble: str = ""  # why the probes found no GPU on a host whose driver shows one, and the fix
 
     @property
     def count(self) -> int:
@@ -256,7 +257,24 @@ def detect() -> Hardware:
                 gpus = visible_to_cuda(gpus, setting)
                 source = f"{source}, CUDA_VISIBLE_DEVICES={setting}"
             return Hardware(tuple(gpus), source, physical_gpus=len(gpus), host_gpus=host)
-    return Hardware((), "none", physical_gpus=0)
+    return Hardware((), "none", physical_gpus=0, trouble=_unseen_gpus())
+
+
+def _driver_shows_gpu() -> bool:
+    """The NVIDIA driver's per-GPU device files (`/dev/nvidia0`, ...), seen without touching CUDA."""
+    return any(os.path.exists(f"/dev/nvidia{i}") for i in range(64))
+
+
+def _unseen_gpus() -> str:
+    """Where the driver's device files show a GPU that neither probe could read (nvidia-ml-py not
+    installed, nvidia-smi not on PATH or failing): the run would otherwise be a CPU run, its header
+    saying only that no GPU was found, and the servers placed by no lease."""
+    if not _driver_shows_gpu():
+        return ""
+    smi = shutil.which("nvidia-smi")
+    why = "nvidia-smi is not on PATH" if smi is None else f"{smi} failed or listed no GPU"
+    return (f"/dev/nvidia* shows a GPU, but nvidia-ml-py could not read it and {why}: install nvidia-ml-py "
+            f"(pip install nvidia-ml-py) or put a working nvidia-smi on PATH")
 
 
 def visible_to_cuda(gpus: list[GPU], setting: str) -> list[GPU]:

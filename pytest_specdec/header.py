@@ -96,7 +96,8 @@ def details(state: RunState) -> list[str]:
     hw = state.hardware
     arch = f"{hw.arch}, {hw.family}" if hw.arch else hw.family
     out = [
-        f"specdec: hardware {hw.describe()} [{arch}, {hw.count} GPU(s), {_found_by(hw.source)}]",
+        f"specdec: hardware {hw.describe()} [{arch}, {hw.count} GPU(s), {_found_by(hw.source)}]"
+        + (f"; {hw.trouble}" if hw.trouble else ""),
         f"specdec: baselines {state.baseline_path}{_baseline_state(state)}",
     ]
     settings = state.settings

@@ -180,3 +180,21 @@ def test_a_simulated_arch_keeps_the_gpus_it_is_laid_over_and_hides_the_slots_bey
     assert cpu.real_indices == () and not cpu.hides((0, 1))
     assert hardware.resolve(None, 2, NONE).real_indices == ()
     assert hardware.resolve(None, 1, H200x8).real_indices == (0,) and not H200x8.hides((7,))
+
+
+def test_a_gpu_the_probes_cannot_read_is_named_with_the_fix(monkeypatch):
+    """A container with the driver's devices but neither nvidia-ml-py nor nvidia-smi ran as a CPU
+    host, its header saying only that no GPU was found: it now says why, and what to install."""
+    monkeypatch.setattr(hardware, "_detect_nvml", lambda: None)
+    monkeypatch.setattr(hardware.shutil, "which", lambda name: None)
+    monkeypatch.setattr(hardware, "_driver_shows_gpu", lambda: True)
+    hw = hardware.detect()
+    assert hw.count == 0 and hw.source == "none"
+    assert hw.trouble == ("/dev/nvidia* shows a GPU, but nvidia-ml-py could not read it and nvidia-smi is not on "
+                          "PATH: install nvidia-ml-py (pip install nvidia-ml-py) or put a working nvidia-smi on PATH")
+    monkeypatch.setattr(hardware.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(hardware.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(
+        hardware.subprocess.CalledProcessError(15, "nvidia-smi")))
+    assert "/usr/bin/nvidia-smi failed or listed no GPU: install" in hardware.detect().trouble
+    monkeypatch.setattr(hardware, "_driver_shows_gpu", lambda: False)  # a CPU host: nothing to say
+    assert hardware.detect() == Hardware((), "none", 0)
