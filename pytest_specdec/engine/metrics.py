@@ -10,8 +10,10 @@ none of it yet; the engine counts them at the same point. Each engine owns its r
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client import CONTENT_TYPE_LATEST
+import gzip
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 _LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100)
 #: SGLang's engine type of a server that neither prefills nor decodes for another (no PD split)
@@ -20,8 +22,6 @@ STREAMING = "is_streaming"
 
 
 class EngineMetrics:
-    content_type = CONTENT_TYPE_LATEST
-
     def __init__(self, model_name: str) -> None:
         self.registry = CollectorRegistry()
         tokenizer = {"model_name": model_name, "engine_type": ENGINE_TYPE}
@@ -82,5 +82,12 @@ class EngineMetrics:
         if e2e_latency is not None:
             self.e2e_request_latency[stream].observe(e2e_latency)
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def exposition(self, accept: str, accept_encoding: str, names: list[str]) -> tuple[bytes, dict[str, str]]:
+        """The body and headers Prometheus' ASGI app (SGLang's /metrics) answers a scrape with:
+        OpenMetrics where Accept asks for it, gzip where Accept-Encoding takes it, and only the
+        metrics ``names`` (the query's ``name[]``) where given."""
+        encode, content_type = choose_encoder(accept)
+        body = encode(self.registry.restricted_registry(names) if names else self.registry)
+        if gzip_accepted(accept_encoding):
+            return gzip.compress(body), {"Content-Type": content_type, "Content-Encoding": "gzip"}
+        return body, {"Content-Type": content_type}

@@ -43,10 +43,19 @@ from .protocol import (GENERATE_MODEL, PARSE_ERROR, InvalidBody, Refused, Reques
 from .scheduler import Progress, Request, Scheduler
 from .tokenizer import ByteTokenizer
 
+#: SGLang's answer to GET and HEAD /, where a root probe (a load balancer's, say) lands
+ROOT_ANSWER = "SGLang is running"
 WARMUP_PROMPT = "The capital city of France is"
 WARMUP_MAX_NEW_TOKENS = 8
 #: How often a non-streaming request looks whether its client is still there.
 DISCONNECT_POLL_S = 0.05
+
+
+def json_response(data: Any, *, status: int = 200, headers: dict | None = None) -> web.Response:
+    """A JSON answer as SGLang's FastAPI app sends one (orjson, Starlette's JSONResponse): compact,
+    UTF-8 unescaped, typed ``application/json`` without aiohttp's ``; charset=utf-8``."""
+    body = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+    return web.Response(body=body, status=status, headers=headers, content_type="application/json")
 
 
 @web.middleware
@@ -64,10 +73,10 @@ async def _unrouted_as_fastapi(request: web.Request, handler) -> web.StreamRespo
             if not isinstance((await request.app.router.resolve(there)).http_exception, web.HTTPNotFound):
                 url = request.url.with_path(path.rstrip("/") or "/").with_query(request.rel_url.query)
                 return web.Response(status=307, headers={"Location": str(url)})
-        return web.json_response({"detail": exc.reason}, status=exc.status)
+        return json_response({"detail": exc.reason}, status=exc.status)
     except web.HTTPMethodNotAllowed as exc:
         allow = {"Allow": ", ".join(exc.headers["Allow"].split(","))} if "Allow" in exc.headers else None
-        return web.json_response({"detail": exc.reason}, status=exc.status, headers=allow)
+        return json_response({"detail": exc.reason}, status=exc.status, headers=allow)
 
 
 def _weight_versions(tokens: int) -> list[dict]:
@@ -111,24 +120,31 @@ class EngineServer:
     def app(self) -> web.Application:
         app = web.Application(middlewares=[_unrouted_as_fastapi])
         r = app.router
+
+        def get(path: str, handler) -> None:
+            # FastAPI's GET routes take no HEAD (aiohttp's do by default): SGLang answers HEAD a 405
+            r.add_get(path, handler, allow_head=False)
+
+        r.add_get("/", self.root)  # SGLang declares HEAD there, and there only
         for path in (api.HEALTH, api.HEALTH_GENERATE):
-            r.add_get(path, self.health)
-        r.add_get("/ready", self.ready_check)
+            get(path, self.health)
+        get("/ready", self.ready_check)
         r.add_route("POST", api.GENERATE, self.generate)
         r.add_route("PUT", api.GENERATE, self.generate)
-        r.add_get(api.SERVER_INFO, self.get_server_info)
-        r.add_get(api.SERVER_INFO_OLD, self._deprecated(api.SERVER_INFO_OLD, api.SERVER_INFO, self.get_server_info))
-        r.add_get(api.MODEL_INFO, self.get_model_info)
-        r.add_get("/get_model_info", self._deprecated("/get_model_info", api.MODEL_INFO, self.get_model_info))
-        r.add_get(api.MODELS, self.list_models)
-        r.add_get(api.MODELS + "/{model:.*}", self.retrieve_model)  # SGLang's {model:path}: "" too
+        get(api.SERVER_INFO, self.get_server_info)
+        get(api.SERVER_INFO_OLD, self._deprecated(api.SERVER_INFO_OLD, api.SERVER_INFO, self.get_server_info))
+        get(api.MODEL_INFO, self.get_model_info)
+        get("/get_model_info", self._deprecated("/get_model_info", api.MODEL_INFO, self.get_model_info))
+        get(api.MODELS, self.list_models)
+        get(api.MODELS + "/{model:.*}", self.retrieve_model)  # SGLang's {model:path}: "" too
         r.add_post("/v1/completions", self.completions)
         r.add_post("/v1/chat/completions", self.chat_completions)
         for path in (api.TOKENIZE, api.TOKENIZE_ALIAS):
             r.add_post(path, self.tokenize)
         r.add_route("GET", "/flush_cache", self.flush_cache)
         r.add_route("POST", "/flush_cache", self.flush_cache)
-        r.add_get(api.METRICS, self.get_metrics)
+        # SGLang mounts Prometheus' app on every path that starts with /metrics, for every method
+        r.add_route("*", api.METRICS + "{rest:.*}", self.get_metrics)
         r.add_post("/abort_request", self.abort_request)
         return app
 
@@ -279,7 +295,7 @@ class EngineServer:
     @staticmethod
     def _error(exc: RequestError) -> web.Response:
         logs.SERVER.error(f"[http_server] Error: {exc}")
-        return web.json_response(exc.body(), status=exc.status)
+        return json_response(exc.body(), status=exc.status)
 
     @staticmethod
     async def _stream_error(request: web.Request, exc: Refused) -> web.StreamResponse:
@@ -368,7 +384,7 @@ class EngineServer:
         if p is None:
             return web.Response(status=499)
         error = abort_error(p.finish_reason)
-        return self._error(error) if error is not None else web.json_response(self._output(req, p))
+        return self._error(error) if error is not None else json_response(self._output(req, p))
 
     async def _generate_batch(self, request: web.Request, reqs: list[Request], stream: bool) -> web.StreamResponse:
         """A batch as SGLang answers it: a list of the prompts' outputs in the prompt order, or
@@ -382,7 +398,7 @@ class EngineServer:
         for p in answers:
             if p is not None and (error := abort_error(p.finish_reason)) is not None:
                 return self._error(error)
-        return web.json_response([self._output(req, p) for req, p in zip(reqs, answers)])
+        return json_response([self._output(req, p) for req, p in zip(reqs, answers)])
 
     async def _batch_outputs(self, reqs: list[Request]):
         """The outputs of a batch's stream, each prompt's as they come, with its ``index``."""
@@ -550,7 +566,7 @@ class EngineServer:
 
     async def get_server_info(self, request: web.Request) -> web.Response:
         await self._hang_if_faulty()
-        return web.json_response({
+        return json_response({
             **self.server_args,
             "max_total_num_tokens": self.scheduler.max_total_num_tokens,
             "max_req_input_len": context_rule.max_req_input_len(self.context_length),
@@ -591,17 +607,17 @@ class EngineServer:
         return self._device_info
 
     async def get_model_info(self, request: web.Request) -> web.Response:
-        return web.json_response(self.model_info)
+        return json_response(self.model_info)
 
     async def list_models(self, request: web.Request) -> web.Response:
         card = openai_api.model_card(self.served_model_name, self.context_length, self.created)
-        return web.json_response({"object": "list", "data": [card]})
+        return json_response({"object": "list", "data": [card]})
 
     async def retrieve_model(self, request: web.Request) -> web.Response:
         name = request.match_info["model"]
         if name != self.served_model_name:
-            return web.json_response(openai_api.model_not_found(name), status=404)
-        return web.json_response(openai_api.model_card(name, self.context_length, self.created))
+            return json_response(openai_api.model_not_found(name), status=404)
+        return json_response(openai_api.model_card(name, self.context_length, self.created))
 
     # ------------------------------------------------------------------ OpenAI-compatible
 
@@ -625,7 +641,7 @@ class EngineServer:
             logs.SERVER.error(f"[http_server] Error: {exc}")
             # a malformed request meets SGLang's validation handler, a refused one its serving class
             body = exc.body() if isinstance(exc, InvalidBody) else openai_api.error_body(exc)
-            return web.json_response(body, status=exc.status)
+            return json_response(body, status=exc.status)
         try:
             if not o.stream:
                 return await self._openai_answer(request, o, reqs, kind)
@@ -643,7 +659,7 @@ class EngineServer:
         for p in answers:
             if p is not None and (error := abort_error(p.finish_reason)) is not None:
                 logs.SERVER.error(f"[http_server] Error: {error}")
-                return web.json_response(openai_api.error_body(error), status=error.status)
+                return json_response(openai_api.error_body(error), status=error.status)
         make = openai_api.completion_choice if kind == "text_completion" else openai_api.chat_choice
         choices = [make(p.text, p.finish_reason, i) for i, p in enumerate(answers)]
         # a prompt's tokens once, at its first sample; every sample's completion (parallel.py)
@@ -651,9 +667,9 @@ class EngineServer:
             prompt_tokens = openai_api.counted_prompt_tokens([len(req.input_ids) for req in reqs], o.n_given)
         except RequestError as exc:  # SGLang's usage fails on n 0 once the request was served
             logs.SERVER.error(f"[http_server] Error: {exc}")
-            return web.json_response(openai_api.error_body(exc), status=exc.status)
+            return json_response(openai_api.error_body(exc), status=exc.status)
         usage = openai_api.usage(prompt_tokens, sum(p.num_ids for p in answers))
-        return web.json_response(openai_api.response(kind, reqs[0].rid, o.model, choices, usage,
+        return json_response(openai_api.response(kind, reqs[0].rid, o.model, choices, usage,
                                                      self._meta_info(reqs[0], answers[0])))
 
     async def _openai_chunks(self, o: openai_api.OpenAIRequest, reqs: list[Request], kind: str):
@@ -704,8 +720,8 @@ class EngineServer:
             logs.SERVER.error(f"[http_server] Error: {exc}")
             # a malformed request meets SGLang's validation handler, a refused one its serving class
             body = exc.body() if isinstance(exc, InvalidBody) else openai_api.error_body(exc)
-            return web.json_response(body, status=exc.status)
-        return web.json_response(answer)
+            return json_response(body, status=exc.status)
+        return json_response(answer)
 
     async def flush_cache(self, request: web.Request) -> web.Response:
         """SGLang's /flush_cache: at once (``timeout`` 0, the default), or once the server is idle
@@ -746,4 +762,12 @@ class EngineServer:
         return web.Response(text=message or "Flush cache failed.\n", status=400)
 
     async def get_metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=self.metrics.render(), headers={"Content-Type": self.metrics.content_type})
+        """As Prometheus' ASGI app answers: the format the Accept header asks, gzipped where
+        Accept-Encoding allows, only the ``name[]`` metrics where the query names some."""
+        body, headers = self.metrics.exposition(",".join(request.headers.getall("Accept", [])),
+                                                ",".join(request.headers.getall("Accept-Encoding", [])),
+                                                request.query.getall("name[]", []))
+        return web.Response(body=body, headers=headers)
+
+    async def root(self, request: web.Request) -> web.Response:
+        return json_response(ROOT_ANSWER)

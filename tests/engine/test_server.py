@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import importlib
 import json
@@ -1181,6 +1182,66 @@ def test_an_empty_model_id_is_sglangs_model_not_found(ddtree):
     res = ddtree.get("/v1/models/")
     assert res.status == 404
     assert res.json()["error"]["code"] == "model_not_found" and "'' does not exist" in res.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("path", ["/health", "/health_generate", "/ready", "/server_info", "/model_info",
+                                  "/v1/models", "/v1/models/x"])
+def test_a_get_route_answers_head_with_fastapis_405(ddtree, path):
+    """FastAPI's GET routes take no HEAD: SGLang answers it 405, its Allow naming GET alone. The
+    engine's aiohttp routes served HEAD (a /health check ran) and named HEAD in every Allow."""
+    status, headers, body = raw_request(ddtree, "HEAD", path)
+    assert (status, headers.get("Allow"), body) == (405, "GET", b"")
+    status, headers, body = raw_request(ddtree, "POST", path)
+    assert (status, headers.get("Allow"), json.loads(body)) == (405, "GET", {"detail": "Method Not Allowed"})
+
+
+def test_the_root_answers_as_sglangs(ddtree):
+    """SGLang's GET and HEAD / answer "SGLang is running" (a root probe's); the engine's a 404."""
+    status, headers, body = raw_request(ddtree, "GET", "/")
+    assert (status, headers["Content-Type"], json.loads(body)) == (200, "application/json", "SGLang is running")
+    status, headers, body = raw_request(ddtree, "HEAD", "/")
+    assert (status, headers["Content-Length"], body) == (200, str(len(b'"SGLang is running"')), b"")
+
+
+@pytest.mark.parametrize("method, path", [("GET", "/metrics"), ("POST", "/metrics"), ("HEAD", "/metrics"),
+                                          ("GET", "/metrics/"), ("DELETE", "/metrics/anything")])
+def test_metrics_answer_every_method_and_path_under_metrics_as_sglangs_mount(ddtree, method, path):
+    """SGLang mounts Prometheus' app on every path starting with /metrics, for every method; the
+    engine took GET /metrics alone (POST a 405, /metrics/ a 307)."""
+    status, headers, body = raw_request(ddtree, method, path)
+    assert status == 200 and headers["Content-Type"].startswith("text/plain"), (status, headers)
+    assert (body == b"") if method == "HEAD" else (b"sglang:num_requests_total" in body), body[:200]
+
+
+def test_metrics_are_served_as_a_scraper_asks_as_prometheus_app_does(ddtree):
+    """Prometheus' ASGI app (SGLang's /metrics) gzips for a client that takes gzip, answers
+    OpenMetrics to one that asks for it, and only the ``name[]`` metrics where named; the engine
+    sent every metric as plain, uncompressed text."""
+    conn = http.client.HTTPConnection("127.0.0.1", ddtree.port, timeout=30)
+    try:
+        conn.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"})
+        res = conn.getresponse()
+        assert res.getheader("Content-Encoding") == "gzip"
+        assert b"sglang:num_requests_total" in gzip.decompress(res.read())
+        conn.request("GET", "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+        res = conn.getresponse()
+        assert res.getheader("Content-Type").startswith("application/openmetrics-text")
+        assert res.read().endswith(b"# EOF\n")
+    finally:
+        conn.close()
+    only = ddtree.get("/metrics?name[]=sglang:num_requests_total").text
+    assert set(re.findall(r"^(sglang:\w+)", only, re.M)) == {"sglang:num_requests_total"}, only
+
+
+@pytest.mark.parametrize("method, path, status", [("GET", "/no/such/route", 404), ("DELETE", "/generate", 405),
+                                                  ("GET", "/v1/models", 200), ("GET", "/model_info", 200),
+                                                  ("POST", "/generate", 400)])
+def test_json_answers_are_typed_and_written_as_fastapis(ddtree, method, path, status):
+    """Starlette's JSONResponse and orjson: ``application/json`` without aiohttp's charset, and
+    compact JSON, so a client that compares the type, or the bytes, sees SGLang's."""
+    got, headers, body = raw_request(ddtree, method, path, body=b"{" if method == "POST" else None)
+    assert (got, headers["Content-Type"]) == (status, "application/json")
+    assert body == json.dumps(json.loads(body), separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def metric_series(engine, name: str) -> dict[frozenset, float]:

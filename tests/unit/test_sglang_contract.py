@@ -33,7 +33,7 @@ import pytest
 
 from pytest_specdec import context_rule, metrics
 from pytest_specdec import sglang_api as api
-from pytest_specdec.engine import chat_parts, contract, inflight, openai_api, protocol
+from pytest_specdec.engine import chat_parts, contract, inflight, openai_api, protocol, server
 from pytest_specdec.servers import METHOD_FLAG_PRESETS, ServerSpec
 from pytest_specdec.workloads import Prompt, Workload
 from pytest_specdec.servers.sglang import build_sglang_argv
@@ -438,6 +438,61 @@ def test_the_engine_tokenizes_as_sglang_answers():
 def test_endpoint_is_served(srt, path):
     served = routes(srt("entrypoints/http_server.py"))
     assert path in served, moved([path], served, "SGLang's HTTP routes")
+
+
+def route_methods(tree: ast.Module) -> dict[str, set[str]]:
+    """Each FastAPI route's path (its `{name:path}` converters dropped) and the methods its
+    decorators declare: `@app.get` GET alone (FastAPI's APIRoute adds no HEAD, which is why SGLang
+    declares `@app.head` where it wants one), `@app.api_route(..., methods=[...])` those."""
+    declared: dict[str, set[str]] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for d in n.decorator_list:
+                if not (isinstance(d, ast.Call) and d.args and isinstance(d.args[0], ast.Constant)
+                        and isinstance(d.func, ast.Attribute) and getattr(d.func.value, "id", None) == "app"):
+                    continue
+                path = re.sub(r"\{(\w+):\w+\}", r"{\1}", d.args[0].value)
+                if d.func.attr == "api_route":
+                    methods = next(ast.literal_eval(k.value) for k in d.keywords if k.arg == "methods")
+                else:
+                    methods = [d.func.attr.upper()]
+                declared.setdefault(path, set()).update(methods)
+    return declared
+
+
+def engine_route_methods() -> dict[str, set[str]]:
+    """The engine's routes and the methods each takes, /metrics (a mount there) aside."""
+    engine = server.EngineServer(host="127.0.0.1", port=0, scheduler=None, metrics=None, faults=None,
+                                 context_length=8, server_args={}, model_info={}, served_model_name="m", version="v")
+    served: dict[str, set[str]] = {}
+    for route in engine.app().router.routes():
+        path = route.resource.canonical
+        if not path.startswith(api.METRICS):
+            served.setdefault(path, set()).add(route.method)
+    return served
+
+
+def test_the_engine_takes_on_each_route_the_methods_sglang_declares(srt):
+    """A method SGLang's route does not declare is its 405 (HEAD on a GET route among them); one
+    it declares is served. The engine's aiohttp routes took HEAD on every GET route."""
+    declared = route_methods(srt("entrypoints/http_server.py"))
+    served = engine_route_methods()
+    assert {path: declared.get(path) for path in served} == served
+
+
+def test_the_root_answers_as_sglangs(srt):
+    tree = srt("entrypoints/http_server.py")
+    root = function(tree, "sglang_root")
+    assert {ast.unparse(d) for d in root.decorator_list} == {"app.get('/')", "app.head('/')"}
+    assert [ast.literal_eval(n.value) for n in ast.walk(root) if isinstance(n, ast.Return)] == [server.ROOT_ANSWER]
+
+
+def test_metrics_are_served_on_every_path_under_metrics_for_every_method(srt):
+    """A Mount takes every method; SGLang widens its path to any that starts with /metrics (no
+    307 to /metrics/), and Prometheus' ASGI app answers each alike, as metrics.exposition does."""
+    add = ast.unparse(function(srt("utils/common.py"), "add_prometheus_middleware"))
+    assert "metrics_route = Mount('/metrics', make_asgi_app(registry=registry))" in add, add
+    assert "metrics_route.path_regex = re.compile('^/metrics(?P<path>.*)$')" in add, add
 
 
 def json_guarded_routes(tree: ast.Module) -> set[str]:
