@@ -5,7 +5,8 @@ generation, as SGLang does), ``/ready``, ``/generate`` (text or input_ids, one p
 of them, see batch.py; every field and sampling parameter SGLang accepts: see protocol.py; SSE
 streaming with cumulative text ending ``data: [DONE]``), ``/server_info`` (and its old name
 ``/get_server_info``), ``/model_info`` (and ``/get_model_info``), ``/v1/models`` and
-``/v1/models/{id}``, ``/flush_cache``, ``/metrics``,
+``/v1/models/{id}``, ``/flush_cache``, ``/metrics`` (every method and path under it, as SGLang
+mounts Prometheus' app), ``/`` (GET and HEAD; every other GET route refuses HEAD, as FastAPI's do),
 ``/abort_request`` (see Scheduler.abort), and the OpenAI-compatible ``/v1/completions`` and
 ``/v1/chat/completions`` (streaming too; see openai_api.py) and ``/v1/tokenize`` (and
 ``/tokenize``), which counts prompts with the engine's tokenizer as SGLang's counts with the
@@ -79,6 +80,21 @@ async def _unrouted_as_fastapi(request: web.Request, handler) -> web.StreamRespo
         return json_response({"detail": exc.reason}, status=exc.status, headers=allow)
 
 
+def _env_bool(name: str, default: bool) -> bool:
+    """A boolean environment variable as SGLang's EnvBool reads it; a value it cannot read is
+    the default, with SGLang's warning."""
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    if value.lower() in ("true", "1", "yes", "y"):
+        return True
+    if value.lower() in ("false", "0", "no", "n"):
+        return False
+    logs.SERVER.warning(f'Invalid value for {name}: "{value.lower()}" is not a valid boolean value, '
+                        f'using default "{default}"')
+    return default
+
+
 def _weight_versions(tokens: int) -> list[dict]:
     """SGLang's weight_versions of a finished request's meta_info: which weights made which of its
     `tokens` output tokens; the engine's never change, so one span of "default"."""
@@ -110,6 +126,7 @@ class EngineServer:
         self.ready = False
         self.created = int(time.time())
         self.health_timeout = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", 20))
+        self.health_generation = _env_bool("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", True)
         self._device_info: dict | None = None
         self._flush_deferred = False  # a /flush_cache with a timeout waits for the server to go idle
         self.in_flight = InFlight()  # client requests' rids, refused while in flight as SGLang does
@@ -312,9 +329,12 @@ class EngineServer:
     async def health(self, request: web.Request) -> web.Response:
         """SGLang's /health and /health_generate: a one-token request, 200 on any output of the
         scheduler, else 503 and its "Health check failed" line after SGLANG_HEALTH_CHECK_TIMEOUT,
-        a frozen scheduler (--fault-hang-after) included: the HTTP side still answers it."""
+        a frozen scheduler (--fault-hang-after) included: the HTTP side still answers it. With
+        SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION off, a ready server's /health is 200 at once."""
         if not self.ready:
             return web.Response(status=503)
+        if request.path == api.HEALTH and not self.health_generation:
+            return web.Response(status=200)  # no scheduler behind it: a hung one (--fault-hang) too
         if self.faults.hang:
             await asyncio.Event().wait()  # --fault-hang: unanswered, as documented in faults.py
         started = time.time()

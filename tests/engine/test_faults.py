@@ -75,6 +75,26 @@ def test_hang_accepts_connections_but_never_answers_generation(engines):
     assert engine.proc.poll() is None
 
 
+@pytest.mark.parametrize("value", ["false", "0", "No"])
+def test_health_without_generation_answers_over_a_hung_scheduler_as_sglangs(engines, monkeypatch, value):
+    """SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION off: SGLang's /health is 200 without a generation,
+    so a hung scheduler behind it still passes; /health_generate still generates (and hangs).
+    The engine ignored the variable: its /health hung."""
+    monkeypatch.setenv("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", value)
+    engine = engines("--method", "ar", "--fault-hang")
+    assert engine.get("/health", timeout=10).status == 200
+    with pytest.raises((TimeoutError, socket.timeout, urllib.error.URLError)):
+        engine.get("/health_generate", timeout=1.0)
+
+
+def test_an_unreadable_health_generation_setting_is_sglangs_default_with_its_warning(engines, monkeypatch):
+    monkeypatch.setenv("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "Maybe")
+    engine = engines("--method", "ar")
+    assert ('Invalid value for SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION: "maybe" is not a valid boolean value, '
+            'using default "True"') in engine.log
+    assert engine.get("/health").status == 200
+
+
 def test_slow_start_keeps_the_port_closed_meanwhile(engines):
     started = time.monotonic()
     engine = engines("--method", "ar", "--fault-slow-start", "3", ready=False)

@@ -487,6 +487,22 @@ def test_the_root_answers_as_sglangs(srt):
     assert [ast.literal_eval(n.value) for n in ast.walk(root) if isinstance(n, ast.Return)] == [server.ROOT_ANSWER]
 
 
+def test_health_skips_its_generation_where_sglangs_setting_says_as_the_engine_does(srt, monkeypatch):
+    """server.EngineServer.health: /health (not /health_generate) answers 200 at once with
+    SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION off (on by default), read as SGLang's EnvBool reads it."""
+    health = ast.unparse(function(srt("entrypoints/http_server.py"), "health_generate"))
+    assert ("if not envs.SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION.get() and request.url.path == '/health':\n"
+            "        return Response(status_code=200)") in health, health
+    environ = srt("environ.py")
+    assert "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION = EnvBool(True)" in ast.unparse(environ)
+    parse = next(n for n in ast.walk(environ) if isinstance(n, ast.ClassDef) and n.name == "EnvBool")
+    words = [ast.literal_eval(n.comparators[0]) for n in ast.walk(parse) if isinstance(n, ast.Compare)]
+    assert words == [["true", "1", "yes", "y"], ["false", "0", "no", "n"]], words
+    for word, meant in [(w, True) for w in words[0]] + [(w, False) for w in words[1]] + [("maybe", True)]:
+        monkeypatch.setenv("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", word.upper())
+        assert server._env_bool("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", True) is meant, word
+
+
 def test_metrics_are_served_on_every_path_under_metrics_for_every_method(srt):
     """A Mount takes every method; SGLang widens its path to any that starts with /metrics (no
     307 to /metrics/), and Prometheus' ASGI app answers each alike, as metrics.exposition does."""
