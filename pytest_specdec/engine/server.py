@@ -53,10 +53,14 @@ DISCONNECT_POLL_S = 0.05
 
 
 def json_response(data: Any, *, status: int = 200, headers: dict | None = None) -> web.Response:
-    """A JSON answer as SGLang's FastAPI app sends one (orjson, Starlette's JSONResponse): compact,
-    UTF-8 unescaped, typed ``application/json`` without aiohttp's ``; charset=utf-8``."""
-    body = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
-    return web.Response(body=body, status=status, headers=headers, content_type="application/json")
+    """A JSON answer as SGLang's FastAPI app sends one (orjson, Starlette's JSONResponse): see
+    `_dumps`, typed ``application/json`` without aiohttp's ``; charset=utf-8``."""
+    return web.Response(body=_dumps(data), status=status, headers=headers, content_type="application/json")
+
+
+def _dumps(data: Any) -> bytes:
+    """JSON as orjson and pydantic write SGLang's answers and stream events: compact, UTF-8 unescaped."""
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 @web.middleware
@@ -576,13 +580,14 @@ class EngineServer:
 
     @staticmethod
     async def _open_stream(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        """SGLang's StreamingResponse headers: Starlette adds the charset to a text type; no Cache-Control."""
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
         await resp.prepare(request)
         return resp
 
     @staticmethod
     async def _send(resp: web.StreamResponse, event: dict) -> None:
-        await resp.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+        await resp.write(b"data: " + _dumps(event) + b"\n\n")
 
     async def get_server_info(self, request: web.Request) -> web.Response:
         await self._hang_if_faulty()

@@ -69,7 +69,7 @@ def test_a_streamed_generate_naming_a_rid_in_flight_is_an_error_event_then_abort
     streamed = engine.post("/generate", {**body, "sampling_params": SHORT, "stream": True})
     assert streamed.status == 200
     events = [line[len("data: "):] for line in streamed.text.splitlines() if line.startswith("data: ")]
-    assert events == [json.dumps(Refused(DUPLICATE_RID.format("busy")).stream_event()), "[DONE]"]
+    assert events == [json.dumps(Refused(DUPLICATE_RID.format("busy")).stream_event(), separators=(",", ":")), "[DONE]"]
     busy["thread"].join(30)
     meta = busy["answer"].json()["meta_info"]
     assert meta["finish_reason"] == {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
@@ -128,7 +128,7 @@ def test_a_rid_in_flight_is_refused_before_the_prompts_own_faults(engine, busy, 
 def test_a_refused_stream_aborts_the_rid_in_flight_whatever_else_it_got_wrong(engine, busy):
     streamed = engine.post("/generate", {"text": "x" * 3000, "rid": "busy", "stream": True})
     events = [line[len("data: "):] for line in streamed.text.splitlines() if line.startswith("data: ")]
-    assert events == [json.dumps(Refused(DUPLICATE_RID.format("busy")).stream_event()), "[DONE]"]
+    assert events == [json.dumps(Refused(DUPLICATE_RID.format("busy")).stream_event(), separators=(",", ":")), "[DONE]"]
     busy["thread"].join(30)
     assert busy["answer"].json()["meta_info"]["finish_reason"]["message"] == "Aborted"
 
@@ -146,7 +146,7 @@ def test_a_stream_refused_before_the_rids_in_flight_still_aborts_the_one_holding
     of a rid in flight."""
     streamed = engine.post("/generate", {**body, "sampling_params": SHORT, "stream": True})
     events = [line[len("data: "):] for line in streamed.text.splitlines() if line.startswith("data: ")]
-    assert events == [json.dumps(Refused(words).stream_event()), "[DONE]"]
+    assert events == [json.dumps(Refused(words).stream_event(), separators=(",", ":")), "[DONE]"]
     busy["thread"].join(30)
     assert busy["answer"].json()["meta_info"]["finish_reason"]["message"] == "Aborted"
 

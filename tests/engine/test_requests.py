@@ -534,8 +534,8 @@ def test_a_lora_adapter_is_refused_over_http_as_sglang_refuses_it(engine):
     res = engine.post("/generate", {"text": "hi", "lora_path": "my-adapter"})
     assert res.status == 400 and res.json() == {"error": {"message": LORA_REFUSAL.format("my-adapter")}}
     res = engine.post("/generate", {"text": "hi", "lora_path": "my-adapter", "stream": True})
-    assert res.status == 200 and res.text == "data: " + json.dumps(Refused(LORA_REFUSAL.format("my-adapter"))
-                                                                   .stream_event()) + "\n\ndata: [DONE]\n\n"
+    event = json.dumps(Refused(LORA_REFUSAL.format("my-adapter")).stream_event(), separators=(",", ":"))
+    assert res.status == 200 and res.text == "data: " + event + "\n\ndata: [DONE]\n\n"
 
 
 def test_unhonourable_streaming_request_is_a_400_before_streaming(engine):

@@ -1244,6 +1244,22 @@ def test_json_answers_are_typed_and_written_as_fastapis(ddtree, method, path, st
     assert body == json.dumps(json.loads(body), separators=(",", ":"), ensure_ascii=False).encode()
 
 
+@pytest.mark.parametrize("path, body", [
+    ("/generate", {"text": "hi é", "stream": True, "sampling_params": {"max_new_tokens": 3}}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi é"}], "max_tokens": 3, "stream": True}),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 3, "stream": True, "stream_options": {"include_usage": True}}),
+])
+def test_a_stream_is_typed_and_written_as_sglangs(ddtree, path, body):
+    """SGLang's StreamingResponse: ``text/event-stream; charset=utf-8`` (Starlette adds the charset
+    to a text type), no Cache-Control, events in compact JSON (orjson, pydantic); the engine sent
+    no charset, a Cache-Control and spaced JSON."""
+    status, headers, raw = raw_request(ddtree, "POST", path, body=json.dumps(body).encode())
+    assert status == 200 and headers["Content-Type"] == "text/event-stream; charset=utf-8", headers
+    assert "Cache-Control" not in headers, headers
+    events = sse_events(raw)[:-1]
+    assert events and all(e == json.dumps(json.loads(e), separators=(",", ":"), ensure_ascii=False) for e in events)
+
+
 def metric_series(engine, name: str) -> dict[frozenset, float]:
     """Each series of `name` in /metrics, by its labels (a set of name-value pairs)."""
     text = engine.get("/metrics").text

@@ -503,6 +503,23 @@ def test_health_skips_its_generation_where_sglangs_setting_says_as_the_engine_do
         assert server._env_bool("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", True) is meant, word
 
 
+def test_streams_are_typed_as_the_engine_types_them(srt, sglang_reference):
+    """server.EngineServer._open_stream: the /generate and OpenAI streams are StreamingResponses of
+    media_type text/event-stream and no headers, and Starlette adds the charset to a text type."""
+    streams = (("entrypoints/http_server.py", "serve_generate_request"),
+               ("entrypoints/openai/serving_chat.py", "_handle_streaming_request"),
+               ("entrypoints/openai/serving_completions.py", "_handle_streaming_request"))
+    calls = [n for module, name in streams for n in ast.walk(function(srt(module), name))
+             if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "StreamingResponse"]
+    assert len(calls) == 3, [ast.unparse(c) for c in calls]
+    for call in calls:
+        keywords = {k.arg: k.value for k in call.keywords}
+        assert ast.literal_eval(keywords["media_type"]) == "text/event-stream" and "headers" not in keywords
+    starlette = ast.unparse(_parse(sglang_reference / "starlette" / "responses.py"))
+    assert "if content_type.startswith('text/') and 'charset=' not in content_type.lower():\n" \
+           "                content_type += '; charset=' + self.charset" in starlette
+
+
 def test_metrics_are_served_on_every_path_under_metrics_for_every_method(srt):
     """A Mount takes every method; SGLang widens its path to any that starts with /metrics (no
     307 to /metrics/), and Prometheus' ASGI app answers each alike, as metrics.exposition does."""
