@@ -877,7 +877,7 @@ def stream_error(reason: dict) -> dict:
 
 
 def model_card(name: str, context_length: int, created: int) -> dict:
-    """SGLang's ModelCard."""
+    """SGLang's ModelCard; ``created``: the time of the request, as its field's default_factory makes it."""
     return {"id": name, "object": "model", "created": created, "owned_by": "sglang", "root": name, "parent": None,
             "max_model_len": context_length}
 

@@ -128,7 +128,6 @@ class EngineServer:
         self.startup_time = startup_time  # the engine's, from its launch to its scheduler started
         self.tokenizer = ByteTokenizer()
         self.ready = False
-        self.created = int(time.time())
         self.health_timeout = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", 20))
         self.health_generation = _env_bool("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", True)
         self._device_info: dict | None = None
@@ -635,14 +634,14 @@ class EngineServer:
         return json_response(self.model_info)
 
     async def list_models(self, request: web.Request) -> web.Response:
-        card = openai_api.model_card(self.served_model_name, self.context_length, self.created)
+        card = openai_api.model_card(self.served_model_name, self.context_length, int(time.time()))
         return json_response({"object": "list", "data": [card]})
 
     async def retrieve_model(self, request: web.Request) -> web.Response:
         name = request.match_info["model"]
         if name != self.served_model_name:
             return json_response(openai_api.model_not_found(name), status=404)
-        return json_response(openai_api.model_card(name, self.context_length, self.created))
+        return json_response(openai_api.model_card(name, self.context_length, int(time.time())))
 
     # ------------------------------------------------------------------ OpenAI-compatible
 

@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import argparse
 import ast
+import asyncio
 import functools
 import importlib
+import json
 import re
 import sys
 import typing
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -370,6 +373,19 @@ def test_max_req_input_len_is_in_the_schedulers_info(srt):
 def test_model_cards_state_the_context_length(srt):
     card = class_fields(srt("entrypoints/openai/protocol.py"), "ModelCard")
     assert api.MODEL_CARD_MAX_LEN in card, moved([api.MODEL_CARD_MAX_LEN], card, "ModelCard")
+
+
+def test_model_cards_are_created_at_the_request_as_sglangs_are(srt, monkeypatch):
+    """SGLang's ModelCard takes `created` from its default_factory, so each /v1/models answer
+    carries the time of its request; the engine's carried its start time."""
+    card = class_fields(srt("entrypoints/openai/protocol.py"), "ModelCard")
+    assert ast.unparse(card["created"]) == "Field(default_factory=lambda: int(time.time()))"
+    engine = server.EngineServer(host="127.0.0.1", port=0, scheduler=None, metrics=None, faults=None,
+                                 context_length=8, server_args={}, model_info={}, served_model_name="m", version="v")
+    monkeypatch.setattr(server.time, "time", lambda: 4242.9)
+    listed = json.loads(asyncio.run(engine.list_models(None)).body)
+    one = json.loads(asyncio.run(engine.retrieve_model(SimpleNamespace(match_info={"model": "m"}))).body)
+    assert listed["data"][0]["created"] == one["created"] == 4242
 
 
 # -- /v1/tokenize: the context-length guard's count -----------------------------------------------
