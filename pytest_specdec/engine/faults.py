@@ -21,7 +21,8 @@ broken GPU:
 - ``--fault-hang``: once ready, the endpoints that need the scheduler (/generate,
   /v1/completions, /v1/chat/completions, /health, /health_generate, /server_info, /flush_cache) accept the connection and never answer, like a
   stuck scheduler; /ready, /model_info, /v1/models, /v1/tokenize and /metrics still answer,
-  because in SGLang they are served without the scheduler.
+  because in SGLang they are served without the scheduler, and so does /health with
+  SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION off, which then generates nothing.
 - ``--fault-slow-start S``: model loading takes S seconds longer; the port is not bound
   meanwhile (connection refused), as while SGLang loads weights.
 - ``--fault-slow-factor F``: every decode step takes F times as long (the step runs, then the
