@@ -122,6 +122,8 @@ def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
           f"({len(written)} files)", file=out)
     for line in merged.skipped:
         print(f"specdec merge: {line}", file=out)
+    for line in merged.notes:
+        print(f"specdec merge: {line}", file=out)
     for problem in merged.problems:
         print(f"specdec merge: FAILED: {problem}", file=out)
     return 0 if merged.ok else 1

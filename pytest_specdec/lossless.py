@@ -267,3 +267,14 @@ def uncounted(outputs: Outputs, expected: Outputs, exactness: Exactness) -> int:
     return sum(1 for index, (want_ids, got_ids) in enumerate(zip(expected.tokens, outputs.tokens))
                if (want_ids is None or got_ids is None) and expected.span(index, exactness.prefix) is None
                and outputs.span(index, exactness.prefix) is None)
+
+
+def uncounted_note(exactness: Exactness, names: Sequence[str]) -> str:
+    """The line naming the results `uncounted` found checked on N characters, not N tokens: the
+    run's summary and a merge of shards (whose comparisons across shards no shard made) say it."""
+    from .sglang_api import TOKENIZE
+
+    return (f"lossless: {exactness} compared only the first {exactness.prefix} characters of some outputs, "
+            f"not {exactness.prefix} tokens: {', '.join(names)} (a server sent no token ids and its "
+            f"tokenizer did not count them: no {TOKENIZE}, or a record of an earlier release or of "
+            f"another prefix:N); a server that sends output_ids or serves {TOKENIZE} checks the tokens")

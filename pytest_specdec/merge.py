@@ -40,6 +40,8 @@ class Merged:
     problems: tuple[str, ...]  # each a line: a shard's gate failed, a shard missing or unfinished
     #: each a line: a damaged journal line skipped (shard, file, line) and what that cost
     skipped: tuple[str, ...] = ()
+    #: each a line: what the comparisons across shards checked less than asked (`uncounted_across`)
+    notes: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -272,7 +274,8 @@ def merge(directories: Iterable[str | Path]) -> Merged:
             why = f"no result: shard {owner.shard} ran none of its tests (deselected?)"
         rows.append(ReportRow(test_id=case.param_id, config=case.param_id, method=case.method,
                               tp=case.tp, budget=case.budget, outcome="error", reason=why))
-    verdicts = _verdicts(_compared(results), {t.nodeid: t for m in manifests for t in m.tests})
+    compared = _compared(results)
+    verdicts = _verdicts(compared, {t.nodeid: t for m in manifests for t in m.tests})
     problems += [f"across shards: {problem}" for _, _, problem in verdicts.values() if problem]
     rows = [replace(row, outcome=verdicts[row.test_id][0], reason=verdicts[row.test_id][1])
             if row.test_id in verdicts else row for row in rows]
@@ -283,7 +286,8 @@ def merge(directories: Iterable[str | Path]) -> Merged:
         problems.append(f"missing shard(s) {', '.join(f'{i}/{first.shard.count}' for i in absent)}"
                         f": {len(lacking)} configuration(s) have no result"
                         + (f": {', '.join(lacking)}" if lacking else ""))
-    return Merged(tuple(manifests), tuple(rows), tuple(results), tuple(problems), tuple(skipped))
+    return Merged(tuple(manifests), tuple(rows), tuple(results), tuple(problems), tuple(skipped),
+                  tuple(uncounted_across(compared)))
 
 
 @dataclass(frozen=True)
@@ -318,6 +322,18 @@ def _compared(results: Sequence[tuple[Result, ShardManifest, str]], *,
         out[candidate.test_id] = _Compared(candidate, found[0], found[1], lossless.compare(
             candidate.config, candidate.outputs, found[0].config, found[0].outputs, exactness))
     return out
+
+
+def uncounted_across(compared: dict[str, _Compared]) -> list[str]:
+    """The line (or none) naming the configurations whose comparison across shards checked only
+    the first N characters of some outputs under prefix:N, as a run's summary names its own
+    (`lossless.uncounted`): each shard saw no reference to compare them with, so none said it."""
+    by_mode: dict[str, list[str]] = {}
+    for test_id, check in compared.items():
+        exactness = lossless.parse_exactness(check.shard.lossless)
+        if lossless.uncounted(check.candidate.outputs, check.reference.outputs, exactness):
+            by_mode.setdefault(str(exactness), []).append(test_id)
+    return [lossless.uncounted_note(lossless.parse_exactness(mode), names) for mode, names in by_mode.items()]
 
 
 def _divergences(results: Sequence[tuple[Result, ShardManifest, str]], *,

@@ -455,8 +455,7 @@ def uncounted_lossless(results: Results) -> str | None:
     are usually far fewer tokens): a pass there checked less than asked; one line, or None."""
     from .collection import reference_case
     from .configuration import is_speculative
-    from .lossless import counterpart, uncounted
-    from .sglang_api import TOKENIZE
+    from .lossless import counterpart, uncounted, uncounted_note
 
     state = results.state
     exactness = state.lossless
@@ -473,10 +472,7 @@ def uncounted_lossless(results: Results) -> str | None:
             short.append(r)
     if not short:
         return None
-    return (f"lossless: {exactness} compared only the first {exactness.prefix} characters of some outputs, "
-            f"not {exactness.prefix} tokens: {', '.join(_names(short))} (a server sent no token ids and its "
-            f"tokenizer did not count them: no {TOKENIZE}, or a record of an earlier release or of "
-            f"another prefix:N); a server that sends output_ids or serves {TOKENIZE} checks the tokens")
+    return uncounted_note(exactness, _names(short))
 
 
 def _names(results: Sequence[Result]) -> list[str]:

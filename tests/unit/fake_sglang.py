@@ -20,6 +20,8 @@ Environment:
   CUDA_VISIBLE_DEVICES, pid).
 - FAKE_SGLANG_NO_TOKENIZE=1: a release before /v1/tokenize (0.5.3 and older), which answers it
   404 as FastAPI answers a path it does not route.
+- FAKE_SGLANG_NO_OUTPUT_IDS=1: a server that streams text without output_ids (the losslessness
+  guard then compares texts).
 """
 
 from __future__ import annotations
@@ -120,6 +122,17 @@ def launch_server(argv: list[str]) -> None:
             return web.json_response({"detail": "Not Found"}, status=404)
 
         server.EngineServer.tokenize = not_found
+    if os.environ.get("FAKE_SGLANG_NO_OUTPUT_IDS") == "1":
+        from pytest_specdec.engine import server
+
+        with_ids = server.EngineServer._output
+
+        def text_only(self, req, p, *, first=True):  # as a server that streams no token ids
+            out = with_ids(self, req, p, first=first)
+            out.pop("output_ids", None)
+            return out
+
+        server.EngineServer._output = text_only
     # served in this process, as SGLang's server is the process that parsed its flags: a fresh
     # interpreter would import torch a second time (server_args imported it), ~1.2 s a launch
     sys.argv = ["pytest_specdec.engine", *engine]
