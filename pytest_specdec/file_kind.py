@@ -8,6 +8,7 @@ empty (/dev/null). Each reader refuses these before opening, naming what is ther
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -26,12 +27,22 @@ def no_file(path: Path) -> str:
 
 def special(path: str | Path) -> str | None:
     """'a named pipe (FIFO)', 'a character device', ... for such a path (after links); None for a
-    regular file, a folder, nothing there or a path that cannot be looked up (each reader says those)."""
+    regular file, a folder, nothing there or a path that cannot be looked up (each reader says those).
+    At /dev/stdin or /dev/fd/N it also says whose descriptor that is: `pytest < prompts.jsonl` finds
+    /dev/null there, a device, though the command line gave a regular file."""
     try:
         mode = os.stat(path).st_mode
     except (OSError, ValueError):  # ValueError: a NUL in the path
         return None
-    return next((name for test, name in _KINDS if test(mode)), None)
+    kind = next((name for test, name in _KINDS if test(mode)), None)
+    return kind if kind is None or not _DESCRIPTOR.fullmatch(os.path.normpath(str(path))) else kind + _OWN_FD
+
+
+#: a path naming a descriptor of the process that opens it: what it reads depends on that process
+_DESCRIPTOR = re.compile(r"/dev/(?:stdin|stdout|stderr|fd/\d+)|/proc/(?:self|thread-self|\d+)/fd/\d+")
+_OWN_FD = (", a descriptor of the process reading it (pytest puts /dev/null at its standard input "
+           "while it captures output, -s keeps it; pytest-xdist workers inherit none of the command "
+           "line's descriptors)")
 
 
 _WRITE_IT = "write its content to a file and give that file's path"

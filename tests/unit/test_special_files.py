@@ -71,7 +71,8 @@ def test_a_process_substitution_path_is_refused_though_it_holds_prompts(tmp_path
     try:
         os.write(write, b'{"prompt": "hi"}\n')
         os.close(write)
-        with pytest.raises(SpecdecUsageError, match=rf"^workload file /dev/fd/{read} {PIPE}"):
+        with pytest.raises(SpecdecUsageError, match=rf"^workload file /dev/fd/{read} is a named pipe "
+                                                    r"\(FIFO\), a descriptor of the process reading it"):
             workloads.load_jsonl(f"/dev/fd/{read}")
     finally:
         os.close(read)
@@ -146,3 +147,52 @@ def test_a_journal_read_back_that_is_a_pipe_is_refused(tmp_path, fifo, read):
     path = fifo(tmp_path / "journal.jsonl")
     with pytest.raises(SpecdecUsageError, match=rf"^results journal {path} {PIPE}"):
         getattr(journal.Journal(path), read)()
+
+
+def test_a_regular_file_reached_through_a_descriptor_path_is_read(tmp_path):
+    """`3< prompts.jsonl` with /dev/fd/3, or /proc/self/fd/3: a regular file, read as one."""
+    path = tmp_path / "prompts.jsonl"
+    path.write_text('{"prompt": "hi"}\n')
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for name in (f"/dev/fd/{fd}", f"/proc/self/fd/{fd}"):
+            assert file_kind.special(name) is None
+            assert len(workloads.load_jsonl(name).prompts) == 1
+    finally:
+        os.close(fd)
+
+
+def test_a_regular_file_through_a_link_or_relative_to_the_project_root_is_read(tmp_path, monkeypatch):
+    """Each reader checks the path it opens: a link is followed, and the settings' relative
+    prompts path is the project root's, whatever the current folder holds at that name."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "p.jsonl").write_text('{"prompt": "hi"}\n')
+    (tmp_path / "link.jsonl").symlink_to(tmp_path / "data" / "p.jsonl")
+    (tmp_path / "specdec.toml").write_text('[[workloads]]\nname = "a"\nprompts = "link.jsonl"\n'
+                                           '[[workloads]]\nname = "b"\nprompts = "data/p.jsonl"\n')
+    elsewhere = tmp_path / "cwd"
+    (elsewhere / "data").mkdir(parents=True)
+    os.mkfifo(elsewhere / "data" / "p.jsonl")  # the current folder's, never opened
+    os.symlink(os.devnull, elsewhere / "link.jsonl")
+    monkeypatch.chdir(elsewhere)
+    loaded = config.load(tmp_path)
+    assert [w.prompts for w in loaded.workloads] == [str(tmp_path / "link.jsonl"), str(tmp_path / "data" / "p.jsonl")]
+    for spec in loaded.workloads:
+        assert len(workloads.load_jsonl(spec.prompts).prompts) == 1
+
+
+def test_stdin_replaced_by_pytest_is_named_as_a_descriptor_not_the_file_given():
+    """`prompts = "/dev/stdin"` run as `pytest < prompts.jsonl`: pytest's capture has put /dev/null
+    at descriptor 0, so the error said '/dev/stdin is a character device' of a regular file."""
+    stdin_null = os.open(os.devnull, os.O_RDONLY)
+    saved = os.dup(0)
+    os.dup2(stdin_null, 0)  # as pytest's capture does while the settings are read
+    try:
+        with pytest.raises(SpecdecUsageError, match=r"^workload file /dev/stdin is a character device, a "
+                                                    r"descriptor of the process reading it \(pytest puts "
+                                                    r"/dev/null at its standard input"):
+            workloads.load_jsonl("/dev/stdin")
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+        os.close(stdin_null)
