@@ -298,6 +298,7 @@ class _Compared:
     reference: Result
     shard: ShardManifest
     divergence: lossless.Divergence | None
+    exactness: lossless.Exactness  # the candidate's shard's, which the comparison applied
 
 
 def _compared(results: Sequence[tuple[Result, ShardManifest, str]], *,
@@ -320,7 +321,7 @@ def _compared(results: Sequence[tuple[Result, ShardManifest, str]], *,
         if found is None or (found[1] is shard and not within_shards):
             continue
         out[candidate.test_id] = _Compared(candidate, found[0], found[1], lossless.compare(
-            candidate.config, candidate.outputs, found[0].config, found[0].outputs, exactness))
+            candidate.config, candidate.outputs, found[0].config, found[0].outputs, exactness), exactness)
     return out
 
 
@@ -330,9 +331,8 @@ def uncounted_across(compared: dict[str, _Compared]) -> list[str]:
     (`lossless.uncounted`): each shard saw no reference to compare them with, so none said it."""
     by_mode: dict[str, list[str]] = {}
     for test_id, check in compared.items():
-        exactness = lossless.parse_exactness(check.shard.lossless)
-        if lossless.uncounted(check.candidate.outputs, check.reference.outputs, exactness):
-            by_mode.setdefault(str(exactness), []).append(test_id)
+        if lossless.uncounted(check.candidate.outputs, check.reference.outputs, check.exactness):
+            by_mode.setdefault(str(check.exactness), []).append(test_id)
     return [lossless.uncounted_note(lossless.parse_exactness(mode), names) for mode, names in by_mode.items()]
 
 
