@@ -221,43 +221,52 @@ def _detect_nvml() -> list[GPU] | None:
             pass
 
 
-def _detect_nvidia_smi() -> list[GPU] | None:
+def _detect_nvidia_smi() -> tuple[list[GPU], str] | None:
+    """The GPUs nvidia-smi lists, and what went wrong ("" if nothing): one broken GPU makes it exit
+    non-zero while still listing the others, which the run keeps rather than count as no GPU."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
     try:
-        out = subprocess.run(
+        done = subprocess.run(
             [exe, "--query-gpu=index,name,compute_cap,memory.total,uuid", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=20, check=True,
-        ).stdout
+            capture_output=True, text=True, timeout=20, check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
-    gpus = []
-    for line in out.strip().splitlines():
+    gpus, unread = [], []
+    for line in (done.stdout or "").strip().splitlines():
         fields = [f.strip() for f in line.split(",")]
-        if len(fields) < 4:
-            continue
         try:
             gpus.append(GPU(int(fields[0]), fields[1], normalise_arch(fields[2]), int(float(fields[3])),
                             fields[4] if len(fields) > 4 else ""))
-        except (ValueError, SpecdecUsageError):
-            continue
-    return gpus
+        except (ValueError, IndexError, SpecdecUsageError):
+            unread.append(line.strip())
+    trouble = ""
+    if done.returncode or unread:
+        said = "; ".join(unread + [x.strip() for x in (done.stderr or "").strip().splitlines()])
+        what = f"exited with status {done.returncode}" if done.returncode else "printed lines naming no usable GPU"
+        kept = (f"; the run uses the {len(gpus)} GPU(s) it could read ({', '.join(str(g.index) for g in gpus)}): "
+                f"check the others with nvidia-smi -q" if gpus else "")
+        trouble = f"{exe} {what}" + (f" ({said})" if said else "") + kept
+    return gpus, trouble
 
 
 def detect() -> Hardware:
     """The real inventory, as far as CUDA_VISIBLE_DEVICES lets this run see it; a machine where
     neither NVML nor nvidia-smi answers has no GPU."""
-    for source, probe in (("nvml", _detect_nvml), ("nvidia-smi", _detect_nvidia_smi)):
-        gpus = probe()
-        if gpus:
-            host = len(gpus)
-            setting = os.environ.get("CUDA_VISIBLE_DEVICES")
-            if setting is not None:
-                gpus = visible_to_cuda(gpus, setting)
-                source = f"{source}, CUDA_VISIBLE_DEVICES={setting}"
-            return Hardware(tuple(gpus), source, physical_gpus=len(gpus), host_gpus=host)
-    return Hardware((), "none", physical_gpus=0, trouble=_unseen_gpus())
+    gpus, source, trouble = _detect_nvml(), "nvml", ""
+    if not gpus:
+        gpus, trouble = _detect_nvidia_smi() or (None, "")
+        source = "nvidia-smi"
+    if not gpus:
+        return Hardware((), "none", physical_gpus=0, trouble=_unseen_gpus(trouble))
+    host = len(gpus)
+    setting = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if setting is not None:
+        gpus = visible_to_cuda(gpus, setting)
+        source = f"{source}, CUDA_VISIBLE_DEVICES={setting}"
+    return Hardware(tuple(gpus), source, physical_gpus=len(gpus), host_gpus=host, trouble=trouble)
 
 
 def _driver_shows_gpu() -> bool:
@@ -265,14 +274,14 @@ def _driver_shows_gpu() -> bool:
     return any(os.path.exists(f"/dev/nvidia{i}") for i in range(64))
 
 
-def _unseen_gpus() -> str:
+def _unseen_gpus(smi_trouble: str = "") -> str:
     """Where the driver's device files show a GPU that neither probe could read (nvidia-ml-py not
     installed, nvidia-smi not on PATH or failing): the run would otherwise be a CPU run, its header
     saying only that no GPU was found, and the servers placed by no lease."""
     if not _driver_shows_gpu():
         return ""
     smi = shutil.which("nvidia-smi")
-    why = "nvidia-smi is not on PATH" if smi is None else f"{smi} failed or listed no GPU"
+    why = ("nvidia-smi is not on PATH" if smi is None else smi_trouble or f"{smi} failed or listed no GPU")
     return (f"/dev/nvidia* shows a GPU, but nvidia-ml-py could not read it and {why}: install nvidia-ml-py "
             f"(pip install nvidia-ml-py) or put a working nvidia-smi on PATH")
 
@@ -315,7 +324,7 @@ def resolve(arch: str | None, gpus: int | None, detected: Hardware | None = None
         return real
     if arch is None:
         if gpus <= real.count:
-            return Hardware(real.gpus[:gpus], real.source, real.physical_gpus, real.host_gpus)
+            return Hardware(real.gpus[:gpus], real.source, real.physical_gpus, real.host_gpus, trouble=real.trouble)
         if real.count:
             raise SpecdecUsageError(
                 f"{gpus_source} {gpus}: only {real.count} GPUs found ({real.describe()}); "
@@ -323,7 +332,7 @@ def resolve(arch: str | None, gpus: int | None, detected: Hardware | None = None
             )
         # Slots for scheduling tests on a CPU machine: no arch, so no GPU family's suite runs.
         simulated = tuple(GPU(i, "simulated GPU", "cpu", real=False) for i in range(gpus))
-        return Hardware(simulated, "simulated", real.physical_gpus, real.host_gpus)
+        return Hardware(simulated, "simulated", real.physical_gpus, real.host_gpus, trouble=real.trouble)
     arch = normalise_arch(arch)
     if arch not in FAMILIES:  # a simulated arch only rehearses a family this plugin knows
         raise SpecdecUsageError(
@@ -342,4 +351,4 @@ def resolve(arch: str | None, gpus: int | None, detected: Hardware | None = None
     after = max((gpu.index for gpu in real.gpus), default=-1) + 1
     slots = [GPU(gpu.index, name, arch, gpu.memory_mib, gpu.uuid) for gpu in given]
     slots += [GPU(i, name, arch, real=False) for i in range(after, after + count - len(given))]
-    return Hardware(tuple(slots), "simulated", real.physical_gpus, real.host_gpus)
+    return Hardware(tuple(slots), "simulated", real.physical_gpus, real.host_gpus, trouble=real.trouble)
