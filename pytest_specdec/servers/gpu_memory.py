@@ -64,6 +64,8 @@ def wait_released(gpus: Sequence[int], pids: Iterable[int], timeout: float = REL
 def others_on(gpus: Sequence[int], ours: Iterable[int]) -> str:
     """Who else holds memory on `gpus` (physical NVML indices), the processes `ours` aside:
     `GPU 3: pid 999 (user bob, python) holds 70000 MiB`, or "" (none, or NVML cannot tell).
+    Memory of a pid with no live process is named too: a SIGKILLed worker's lease is recovered as
+    soon as its pid is gone, while its server's memory may take a moment more to be released.
 
     A lease keeps this run's servers apart and a host claim another pytest-specdec run, but
     nothing keeps off a process that claims nothing (a notebook, another user's job): a server that
@@ -79,7 +81,7 @@ def others_on(gpus: Sequence[int], ours: Iterable[int]) -> str:
         return ""
     try:
         mine = set(ours)
-        found = []
+        found, dead = [], []
         for index in gpus:
             try:
                 handle = pynvml.nvmlDeviceGetHandleByIndex(index)
@@ -87,9 +89,16 @@ def others_on(gpus: Sequence[int], ours: Iterable[int]) -> str:
             except Exception:
                 continue  # a slot with no GPU behind it
             for p in procs:
-                if p.pid not in mine and _alive(p.pid):  # a dead one is freeing its memory: it blocks nothing
-                    mib = (p.usedGpuMemory or 0) // (1 << 20)
+                if p.pid in mine:
+                    continue
+                mib = (p.usedGpuMemory or 0) // (1 << 20)
+                if _alive(p.pid):
                     found.append(f"GPU {index}: pid {p.pid}{_who(p.pid)} holds {mib} MiB")
+                else:  # a killed server (a dead worker's, its lease already recovered) not yet freed
+                    dead.append(f"GPU {index}: {mib} MiB still held by pid {p.pid}, no live process here")
+        if dead:
+            found.append("; ".join(dead) + " (a killed server whose memory the driver had not yet released: "
+                         "rerun, it frees within seconds; or a process outside this container)")
         return "; ".join(found)
     except Exception:
         return ""
