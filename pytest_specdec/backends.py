@@ -199,7 +199,8 @@ class Backend:
                 startup_timeout=state.settings.startup_timeout,
                 startup_setting=state.settings.setter("startup_timeout"),
                 stall_timeout=state.settings.stall_timeout, stall_setting=state.settings.setter("stall_timeout"),
-                wait_gpu_release=state.hardware.physical_gpus > 0, argv_hint=self.argv_hint, announce=announce)
+                wait_gpu_release=state.hardware.physical_gpus > 0, argv_hint=self.argv_hint, announce=announce,
+                placement=state.hardware.placement(gpus))
 
         return ServerPool(factory, leases=leases, restart_on_crash=state.settings.restart_on_crash,
                           lease_timeout=state.settings.gpu_wait_timeout,

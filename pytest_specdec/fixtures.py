@@ -176,6 +176,7 @@ def specdec_server(specdec_spec: MatrixCase, specdec_pool: ServerPool, specdec_s
     owned = state.backend.launches
     live = LiveServer(
         spec=spec, url=server.url, log_path=server.log_path, check=server.check_alive,
+        placement=getattr(server, "placement", ""),
         min_accept_length=state.config.min_accept_length, root=state.config.root,
         token_counter=state.backend.token_counter(server.url), owned=owned, workloads=state.workloads,
         workload_specs={w.name: w for w in state.config.workloads},

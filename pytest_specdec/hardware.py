@@ -153,6 +153,14 @@ class Hardware:
         of this run's GPUs would name, as CUDA_VISIBLE_DEVICES, a GPU another job was given."""
         return max(self.physical_gpus, self.host_gpus) > 0 and not set(gpus) <= set(self.real_indices)
 
+    def placement(self, gpus: tuple[int, ...]) -> str:
+        """`GPUs 4,5 (NVIDIA H200)`: where a server leased `gpus` runs, by physical index, as its
+        failures and results.json say; "" where it sees no GPU (a CPU host, a hidden slot)."""
+        if not gpus or self.physical_gpus == 0 or self.hides(gpus):
+            return ""
+        names = dict.fromkeys(gpu.name for gpu in self.gpus if gpu.index in gpus)
+        return f"GPU{'s' if len(gpus) > 1 else ''} {','.join(map(str, gpus))} ({', '.join(names)})"
+
     def describe(self) -> str:
         """`NVIDIA H200 (sm_90, hopper) x8`, or `no GPU`: the phrase skip reasons quote."""
         if not self.gpus:
@@ -265,7 +273,9 @@ def detect() -> Hardware:
     setting = os.environ.get("CUDA_VISIBLE_DEVICES")
     if setting is not None:
         gpus = visible_to_cuda(gpus, setting)
-        source = f"{source}, CUDA_VISIBLE_DEVICES={setting}"
+        # UUIDs say nothing of where the servers run: the indices they name do
+        named = f" (GPUs {','.join(str(gpu.index) for gpu in gpus) or 'none'})" if "GPU-" in setting else ""
+        source = f"{source}, CUDA_VISIBLE_DEVICES={setting}{named}"
     return Hardware(tuple(gpus), source, physical_gpus=len(gpus), host_gpus=host, trouble=trouble)
 
 

@@ -70,6 +70,7 @@ class LiveServer:
     # a progress line past capture: a silent workload's wait, and the teardown check's (check then
     # takes announce=)
     announce: Callable[[str], None] | None = None
+    placement: str = ""  # `GPUs 4,5 (NVIDIA H200)`: results.json says where each configuration ran
     _vocab_size: int | None = field(default=None, repr=False)
     last_result: WorkloadResult | None = field(default=None, repr=False)
     last_server_figures: metrics.ServerFigures | None = field(default=None, repr=False)

@@ -151,6 +151,8 @@ class Recorder:
                 "source": figures.source, "accept_length": figures.accept_length,
                 "accept_rate": figures.accept_rate, "gen_throughput": figures.gen_throughput,
                 "avg_accepted_depth": figures.avg_accepted_depth, "lines": figures.lines}
+        if getattr(server, "placement", ""):  # which GPUs a slow configuration ran on, from any worker
+            self.info["gpus"] = server.placement
         if getattr(server, "disagreements", None):
             self.info["disagreements"] = list(server.disagreements)
         return self.result(measurement, records=records, deterministic_accept=greedy)

@@ -195,8 +195,10 @@ class ServerError(Exception):
         log_path: Path | None = None,
         tail_text: str = "",
         headline: str | None = None,
+        placement: str = "",
     ) -> None:
         self.spec_id = spec_id
+        self.placement = placement  # `GPUs 4,5 (NVIDIA H200)`: which GPUs a failed configuration had
         self.reason = reason
         self.cause = cause
         self.log_path = log_path
@@ -208,6 +210,8 @@ class ServerError(Exception):
         parts = []
         if self.log_path is not None:
             parts.append(f"log: {self.log_path}")
+        if self.placement:
+            parts.append(f"on {self.placement}")
         if self.tail:
             parts.append("last lines:\n" + _indent(self.tail))
         return self.headline + (f" ({'; '.join(parts)})" if parts else "")
@@ -215,12 +219,13 @@ class ServerError(Exception):
     def __reduce__(self):  # picklable, so xdist can ship it to the controller
         return (
             _rebuild_server_error,
-            (self.spec_id, self.reason, self.cause, self.log_path, self.tail, self.headline),
+            (self.spec_id, self.reason, self.cause, self.log_path, self.tail, self.headline, self.placement),
         )
 
 
-def _rebuild_server_error(spec_id, reason, cause, log_path, tail_text, headline):
-    return ServerError(spec_id, reason, cause, log_path=log_path, tail_text=tail_text, headline=headline)
+def _rebuild_server_error(spec_id, reason, cause, log_path, tail_text, headline, placement=""):
+    return ServerError(spec_id, reason, cause, log_path=log_path, tail_text=tail_text, headline=headline,
+                       placement=placement)
 
 
 def _indent(text: str) -> str:

@@ -189,8 +189,10 @@ class ManagedServer:
         stall_timeout: float | None = None,
         stall_setting: str = "--specdec-stall-timeout",
         announce: Callable[[str], None] | None = None,
+        placement: str = "",
     ) -> None:
         self.spec = spec
+        self.placement = placement  # `GPUs 4,5 (NVIDIA H200)`, named by its failures
         self.argv_for_port = argv_for_port
         self.log_dir = Path(log_dir)
         self.gpus = tuple(gpus)
@@ -540,8 +542,8 @@ class ManagedServer:
                 cause += note
                 headline = (headline or f"server {self.spec.id} {reason}: {cause[:-len(note)]}") + note
         return ServerError(
-            self.spec.id, reason, cause, log_path=self.log_path, tail_text=tail(self.log_path), headline=headline
-        )
+            self.spec.id, reason, cause, log_path=self.log_path, tail_text=tail(self.log_path), headline=headline,
+            placement=self.placement)
 
     def stop(self, check_gpu_release: bool = True, grace: float | None = None) -> None:
         """SIGTERM the group, wait `grace` (default `term_grace`), SIGKILL, then confirm no process

@@ -158,8 +158,20 @@ def test_cuda_visible_devices_limits_the_inventory(monkeypatch, setting, indices
     hw = hardware.detect()
     assert [gpu.index for gpu in hw.gpus] == indices and hw.physical_gpus == len(indices)
     assert hw.host_gpus == 8  # a dry run's slots beyond the run's GPUs would name the others
-    assert hw.source == f"nvml, CUDA_VISIBLE_DEVICES={setting}"
+    assert hw.source == f"nvml, CUDA_VISIBLE_DEVICES={setting}" + (" (GPUs 6,1)" if "GPU-" in setting else "")
     assert hw.key == (f"nvidia-h200-sm_90-x{len(indices)}" if indices else "cpu")
+
+
+def test_where_a_server_runs_is_named_by_index_and_name(monkeypatch):
+    """A server's GPUs were written only in its log and the lease history, and a run given GPUs by
+    UUID never said which indices those were: a user could not tell where dflash-tp4 ran."""
+    monkeypatch.setattr(hardware, "_detect_nvml", lambda: list(EIGHT))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-4a4b,GPU-5a5b,GPU-6a6b,GPU-7a7b")
+    hw = hardware.detect()
+    assert hw.source == "nvml, CUDA_VISIBLE_DEVICES=GPU-4a4b,GPU-5a5b,GPU-6a6b,GPU-7a7b (GPUs 4,5,6,7)"
+    assert hw.placement((4, 5, 6, 7)) == "GPUs 4,5,6,7 (NVIDIA H200)" and hw.placement((5,)) == "GPU 5 (NVIDIA H200)"
+    assert hw.placement((0,)) == ""  # another job's GPU: the server sees none
+    assert hardware.resolve(None, 2, NONE).placement((0, 1)) == ""  # simulated slots on a CPU host
 
 
 def test_a_mig_instance_in_cuda_visible_devices_is_named(monkeypatch):

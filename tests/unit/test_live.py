@@ -560,3 +560,30 @@ def test_outputs_that_arrived_whole_at_once_are_said(monkeypatch):
                                          r"server was starved of CPU"):
         measurement = server.run(Workload(name="chat", prompts=(Prompt("p"),) * 8, max_new_tokens=64))
     assert measurement.whole_at_once == 3 and len(measurement.tpot_samples) == 5
+
+
+def test_a_measurement_records_the_gpus_its_server_ran_on():
+    """results.json said nothing of where a slow configuration ran: a worker's Result now carries
+    its server's GPUs (by index and name) in its details, to the controller's results.json."""
+    from types import SimpleNamespace
+
+    from pytest_specdec.recording import Recorder
+
+    class Measured:  # what server.run returns, its figures aside
+        workload = "chat"
+
+        def metrics(self, deterministic_accept=False):
+            return []
+
+        def to_dict(self):
+            return {}
+
+    server = SimpleNamespace(run=lambda workload: Measured(), last_result=None,
+                             placement="GPUs 4,5,6,7 (NVIDIA H200)")
+    recorder = Recorder(item=None)
+    recorder.run(server, SimpleNamespace(temperature=0.0))
+    assert recorder.info["gpus"] == "GPUs 4,5,6,7 (NVIDIA H200)"
+    server.placement = ""  # a CPU host: nothing to say
+    recorder = Recorder(item=None)
+    recorder.run(server, SimpleNamespace(temperature=0.0))
+    assert "gpus" not in recorder.info

@@ -177,6 +177,17 @@ def test_a_crash_on_memory_a_dead_process_still_holds_says_so_and_the_fix(tmp_pa
     assert e.headline.endswith(note) and e.cause.endswith(note), e.headline
 
 
+def test_a_failure_names_the_gpus_the_server_ran_on_across_xdist(tmp_path):
+    """Which GPUs a crashed configuration had was only in its log and the lease history."""
+    import pickle
+
+    s = server(spec("ddtree", 8, "--fault-crash-warmup"), tmp_path, gpus=(4, 5), wait_gpu_release=False,
+               placement="GPUs 4,5 (NVIDIA H200)")
+    e = fails_with(s, "warmup-crash")
+    assert f"(log: {s.log_path}; on GPUs 4,5 (NVIDIA H200); last lines:" in str(e), str(e)
+    assert str(pickle.loads(pickle.dumps(e))) == str(e)  # as a worker ships it to the controller
+
+
 def test_a_crash_names_the_exit_status_of_a_server_slow_to_exit(tmp_path):
     # The fatal line is logged before the process exits; the report still names how it ended.
     late = (sys.executable, "-c", "import sys, time; print('RuntimeError: CUDA out of memory. Tried to allocate "
