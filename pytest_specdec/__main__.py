@@ -96,6 +96,9 @@ def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
     print(report.format_table(rows), file=out)
     for line in merge.not_measured(merged):
         print(f"specdec merge: not measured: {line}", file=out)
+    unrecorded = merge.unrecorded_gate(merged)
+    if unrecorded:  # as one run's summary says it; only a merge of every shard can know it
+        print(f"specdec merge: {unrecorded}", file=out)
     if args.save_baseline:
         from .baselines import LockTimeout
 

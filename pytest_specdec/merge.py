@@ -376,6 +376,34 @@ def not_measured(merged: Merged) -> list[str]:
             if not row.metrics and row.outcome in ("skipped", "error")]
 
 
+def unrecorded_gate(merged: Merged) -> str | None:
+    """The figures some shard's gate names that no test of any shard recorded, as one run's
+    summary says them (`summary.unrecorded_gate`); one line, or None. Said only of a complete
+    merge: every shard present and finished, each of whose own recording tests recorded (a
+    left-out or failed test may be the one that records it). Shards run under different gates
+    each gated their own figures: a figure one shard's gate names is that shard's claim that some
+    test records it, and where the shards' gates differ the line names the shards that claimed it."""
+    shards = merged.shards
+    if len(shards) != merged.count or any(m.finished is None or not m.all_recorded
+                                          or m.gate_names is None for m in shards):
+        return None
+    recorded = {metric.name for result, _, _ in merged.results for metric in result.metrics}
+    claims: dict[str, dict[str, list[str]]] = {}  # {metric: {rule: [shards naming it so]}}
+    unset_by: set[str] = set()
+    for manifest in shards:
+        for named in manifest.gate_names or ():
+            if named.metric not in recorded:
+                claims.setdefault(named.metric, {}).setdefault(named.rule, []).append(str(manifest.shard))
+                unset_by.add(named.unset_by)
+    if not claims:
+        return None
+    rules = [rule if len(by) == len(shards) else f"{rule} in shard(s) {', '.join(by)}"
+             for metric in claims for rule, by in claims[metric].items()]
+    from .summary import unrecorded_line
+
+    return unrecorded_line(rules, unset_by, "the shards' gates name were recorded by no test of any shard")
+
+
 def not_lossless(merged: Merged) -> list[str]:
     """Test ids of speculative configurations whose outputs leave their reference's, in one shard
     or across two: no reference for a baseline (a shard that measured one before its reference
@@ -483,4 +511,4 @@ def check_targets(merged: Merged, baseline_dir: str | Path | None) -> None:
 
 
 __all__ = ["FAILED_OUTCOMES", "NO_REFERENCE", "Merged", "check_targets", "left_out", "load", "merge",
-           "not_lossless", "not_measured", "save_baselines"]
+           "not_lossless", "not_measured", "save_baselines", "unrecorded_gate"]

@@ -87,6 +87,23 @@ class TestOutcome:
                    None if awaits is None else str(awaits), obj.get("known_issue_strict") is not False)
 
 
+@dataclass(frozen=True)
+class NamedFigure:
+    """A figure a shard's gate names (`summary.named_in_gate`): a claim that some test records it,
+    which only the merge of every shard can find false (`merge.unrecorded_gate`)."""
+
+    metric: str
+    rule: str  # `Rule.describe()`: `e2e_ms +5% (command line)`
+    unset_by: str  # the layer to drop it from (`summary._unset_by`)
+
+    def to_json(self) -> dict[str, str]:
+        return {"metric": self.metric, "rule": self.rule, "unset_by": self.unset_by}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> NamedFigure:
+        return cls(str(obj["metric"]), str(obj["rule"]), str(obj["unset_by"]))
+
+
 def _case_json(case: MatrixCase) -> dict[str, Any]:
     return {"family": case.family, "method": case.method, "tp": case.tp, "budget": case.budget}
 
@@ -123,6 +140,11 @@ class ShardManifest:
     #: configurations it ran only some tests of (-k, -x...): left out of `durations`, which a
     #: merge's --save-baseline says as the shard's own save would have
     partial_durations: tuple[str, ...] = ()
+    #: the figures its gate names; None in shards older than it (the merge then claims nothing)
+    gate_names: tuple[NamedFigure, ...] | None = None
+    #: whether every recording test of its part of the matrix recorded, here or resumed
+    #: (`summary.shard_all_recorded`): only then may a merge say a named figure went unrecorded
+    all_recorded: bool = False
     directory: Path | None = None  # where it was read from; not stored
 
     @property
@@ -148,6 +170,8 @@ class ShardManifest:
             "started": self.started, "finished": self.finished, "exitstatus": self.exitstatus,
             "tests": [t.to_json() for t in self.tests], "durations": dict(self.durations),
             "partial_durations": list(self.partial_durations),
+            "gate_names": None if self.gate_names is None else [g.to_json() for g in self.gate_names],
+            "all_recorded": self.all_recorded,
         }
 
     @classmethod
@@ -178,8 +202,19 @@ class ShardManifest:
             finished=obj.get("finished"), exitstatus=exitstatus,
             tests=tuple(TestOutcome.from_json(t) for t in obj.get("tests") or ()),
             durations={str(k): float(v) for k, v in (obj.get("durations") or {}).items()},
-            partial_durations=tuple(partial), directory=directory,
+            partial_durations=tuple(partial),
+            gate_names=None if obj.get("gate_names") is None
+            else tuple(NamedFigure.from_json(g) for g in obj["gate_names"]),
+            all_recorded=obj.get("all_recorded") is True, directory=directory,
         )
+
+
+def named_figures(state: RunState) -> tuple[NamedFigure, ...]:
+    """The figures this run's gate names, as the merge reads them back."""
+    from .summary import _unset_by, named_in_gate
+
+    return tuple(NamedFigure(rule.metric, rule.describe(), _unset_by(rule))
+                 for rule in named_in_gate(state.tolerances))
 
 
 def _now() -> str:
@@ -206,7 +241,7 @@ def start(plan: ShardPlan, state: RunState, directory: Path) -> ShardManifest:
         hardware=state.hardware.describe(), backend=state.backend.name,
         versions=collect_versions(), commit=git_commit(state.config.root),
         reference=state.settings.reference, lossless=str(state.lossless), setup=run_setup(state),
-        started=_now())
+        started=_now(), gate_names=named_figures(state))
     _write(directory, manifest)
     return manifest
 
@@ -246,7 +281,8 @@ def outcomes(results: Results, plan: ShardPlan) -> tuple[TestOutcome, ...]:
 
 def finish(manifest: ShardManifest, state: RunState, directory: Path, results: Results,
            durations: Mapping[str, float], exitstatus: int,
-           previous: ShardManifest | None = None, partial: Iterable[str] = ()) -> ShardManifest:
+           previous: ShardManifest | None = None, partial: Iterable[str] = (),
+           all_recorded: bool = False) -> ShardManifest:
     """Complete shard.json at the end of the run; copy an explicit journal into the folder.
     `previous`: the manifest a resumed run found, whose durations its resumed tests keep;
     `partial`: the configurations this run measured only in part (`Durations.complete`)."""
@@ -256,7 +292,7 @@ def finish(manifest: ShardManifest, state: RunState, directory: Path, results: R
     kept = {**(previous.durations if previous else {}), **durations}
     done = replace(manifest, finished=_now(), exitstatus=int(exitstatus),
                    tests=outcomes(results, manifest.plan), durations=kept,
-                   partial_durations=tuple(sorted(set(partial) - set(kept))))
+                   partial_durations=tuple(sorted(set(partial) - set(kept))), all_recorded=all_recorded)
     _write(directory, done)
     return done
 
@@ -285,10 +321,10 @@ class Recorder:
         self.manifest = start(self.plan, self.state, self.directory)
 
     def finish(self, results: Results, durations: Mapping[str, float], exitstatus: int,
-               partial: Iterable[str] = ()) -> None:
+               partial: Iterable[str] = (), all_recorded: bool = False) -> None:
         if self.manifest is not None:
             self.manifest = finish(self.manifest, self.state, self.directory, results, durations,
-                                   exitstatus, self.previous, partial)
+                                   exitstatus, self.previous, partial, all_recorded)
 
 
 def read(directory: str | Path) -> ShardManifest:
@@ -317,5 +353,5 @@ def read(directory: str | Path) -> ShardManifest:
                                 f"shard") from None
 
 
-__all__ = ["FORMAT", "JOURNAL", "MANIFEST", "VERSION", "Recorder", "ShardManifest", "TestOutcome", "finish",
+__all__ = ["FORMAT", "JOURNAL", "MANIFEST", "VERSION", "NamedFigure", "Recorder", "ShardManifest", "TestOutcome", "finish",
            "folder", "journal_path", "outcomes", "read", "start"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from .errors import SpecdecUsageError
 from .session import Results, lock_bound
@@ -168,10 +168,37 @@ def _all_recorded(results: Results, durations: Durations | None) -> bool:
     Ctrl-C, or whose tests skipped or failed, left out tests that may."""
     if durations is None or durations.collection_unknown or results.unheard_workers:
         return False  # --lf leaves whole files uncollected; a silent worker's tests are unknown
-    # a test that failed may have stopped before the figure it records
-    recorded = {r.test_id for r in results.all()
-                if r.resumed or results.outcomes.get(r.nodeid, ("passed", None))[0] not in UNFINISHED}
+    recorded = _finished_recording(results)
     return bool(recorded) and results.collected <= recorded
+
+
+def _finished_recording(results: Results) -> set[str]:
+    """The test ids that recorded figures and did not fail, here or resumed: a test that failed
+    may have stopped before the figure it records."""
+    return {r.test_id for r in results.all()
+            if r.resumed or results.outcomes.get(r.nodeid, ("passed", None))[0] not in UNFINISHED}
+
+
+def shard_all_recorded(results: Results, durations: Durations | None, plan: ShardPlan) -> bool:
+    """`_all_recorded` of a shard's own part: every recording test it collected recorded but those
+    its split left to other shards (or to other host classes), which the merge of every shard
+    answers for. A shard given no configuration has nothing to record (complete); one narrowed
+    by -k, --lf, -x or Ctrl-C, or whose tests failed, is not."""
+    from .collection import configuration_in_nodeid, matrix_cases
+
+    if durations is not None and durations.collection_unknown or results.unheard_workers:
+        return False
+    mine = {case.param_id for case in plan.mine}
+    every = [case.param_id for case in matrix_cases(results.state)]
+
+    def own(name: str) -> bool:  # the split's rule (`shard.split_items`), on the names xdist hands back
+        config = configuration_in_nodeid(name, every)
+        return plan.shard.index == 1 if config is None else config in mine
+
+    owned = {name for name in results.collected if own(name)}
+    if durations is None:  # no test of ours reported: complete only where there was none to run
+        return not owned and not plan.mine
+    return owned <= _finished_recording(results)
 
 
 #: How a test ends that may have stopped before recording all its figures.
@@ -196,11 +223,15 @@ def unrecorded_gate(results: Results, durations: Durations | None) -> str | None
     missing = [rule for rule in named if rule.metric not in recorded]
     if not missing:
         return None
-    where = sorted({_unset_by(rule) for rule in missing})
-    return (f"gate: {len(missing)} figure(s) the gate names were recorded by no test of this run, so "
-            f"nothing gated them: {', '.join(rule.describe() for rule in missing)}; record each with "
-            f"specdec_record.metric(NAME, value) in the test meant to measure it, or drop it from "
-            f"{' and '.join(where)}")
+    return unrecorded_line([rule.describe() for rule in missing], {_unset_by(rule) for rule in missing},
+                           "the gate names were recorded by no test of this run")
+
+
+def unrecorded_line(rules: Sequence[str], unset_by: Iterable[str], what: str) -> str:
+    """The line of `unrecorded_gate`, which a merge of shards says too (`merge.unrecorded_gate`)."""
+    return (f"gate: {len(rules)} figure(s) {what}, so nothing gated them: {', '.join(rules)}; record "
+            f"each with specdec_record.metric(NAME, value) in the test meant to measure it, or drop it "
+            f"from {' and '.join(sorted(set(unset_by)))}")
 
 
 def _left_as_it_was(state, option: str) -> str:
@@ -344,7 +375,8 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
             exitstatus = pytest.ExitCode.TESTS_FAILED
     exitstatus = empty_shard_status(plan, exitstatus)
     if shard is not None:
-        shard.finish(results, seconds, exitstatus, partial)
+        shard.finish(results, seconds, exitstatus, partial,
+                     plan is not None and shard_all_recorded(results, durations, plan))
     return exitstatus
 
 

@@ -1,0 +1,102 @@
+"""A figure a shard's gate names but no test of any shard recorded: one run's summary names it
+(test_unrecorded_gate.py), and the merge of its shards said nothing, since no shard alone can
+know that another did not record it. A complete merge says it, naming the shards that claimed it
+where their gates differ; a merge a left-out test may have been missing from does not.
+
+The tests record figures by hand (`specdec_record.metric`), so no server starts; the project has
+two configurations, one per shard.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+PROJECT = """
+[tool.specdec]
+backend = "embedded"
+
+[tool.specdec.matrix.cpu]
+methods = ["ar", "dflash"]
+tp = [1]
+"""
+
+TESTS = """
+import os
+import pytest
+
+@pytest.mark.parametrize("case", ["alpha", "beta"])
+def test_figures(specdec_spec, specdec_record, case):
+    specdec_record.metric("output_tok_s", 100.0)
+    assert not (os.environ.get("FAIL_BETA") and case == "beta")  # before the figures after it
+"""
+
+GATE = ("--specdec-compare-fail", "output_tok_s:5%,e2e_ms:5%")
+
+
+def _shard(pytester: pytest.Pytester, k: int, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", f"--specdec-shard={k}/2",
+                                         f"--specdec-report=shard-{k}", *args)
+
+
+def _merge(pytester: pytest.Pytester) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out", "merged",
+                           "shard-1", "shard-2"], cwd=pytester.path, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in done.stdout + done.stderr
+    return done
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyprojecttoml(PROJECT)
+    pytester.makepyfile(test_figures=TESTS)
+    return pytester
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_a_complete_merge_names_a_figure_no_shard_recorded(project, workers):
+    for k in (1, 2):
+        _shard(project, k, *GATE, *workers).assert_outcomes(passed=2)
+    done = _merge(project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ("specdec merge: gate: 1 figure(s) the shards' gates name were recorded by no test of any "
+            "shard, so nothing gated them: e2e_ms +5% (command line); record each with "
+            "specdec_record.metric(NAME, value) in the test meant to measure it, or drop it from "
+            "--specdec-compare-fail") in done.stdout, done.stdout
+
+
+def test_shards_under_different_gates_name_the_shards_that_claimed_it(project):
+    _shard(project, 1, *GATE).assert_outcomes(passed=2)
+    _shard(project, 2, "--specdec-compare-fail", "output_tok_s:5%").assert_outcomes(passed=2)
+    done = _merge(project)
+    assert "nothing gated them: e2e_ms +5% (command line) in shard(s) 1/2; record each" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("narrowed", [["-k", "alpha"], []], ids=["k", "failed"])
+def test_a_merge_a_left_out_test_may_be_missing_from_does_not_say_it(project, narrowed, monkeypatch):
+    """Shard 2 left beta out (-k), or beta failed after its first figure: beta may be the test
+    that records e2e_ms."""
+    _shard(project, 1, *GATE).assert_outcomes(passed=2)
+    if not narrowed:
+        monkeypatch.setenv("FAIL_BETA", "1")
+    _shard(project, 2, *GATE, *narrowed).assert_outcomes(passed=1, **({"deselected": 3} if narrowed else {"failed": 1}))
+    done = _merge(project)
+    assert "recorded by no test" not in done.stdout, done.stdout
+
+
+def test_a_missing_or_unfinished_shard_does_not_say_it(project):
+    _shard(project, 1, *GATE).assert_outcomes(passed=2)
+    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out", "merged",
+                           "shard-1"], cwd=project.path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "missing shard(s) 2/2" in done.stdout, done.stdout + done.stderr
+    assert "recorded by no test" not in done.stdout, done.stdout
+
+
+def test_a_recorded_figure_is_not_said(project):
+    for k in (1, 2):
+        _shard(project, k, "--specdec-compare-fail", "output_tok_s:5%").assert_outcomes(passed=2)
+    done = _merge(project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "recorded by no test" not in done.stdout, done.stdout
