@@ -6,8 +6,8 @@ an earlier merge's), and with --save-baseline the baseline file of each shard's 
 the durations added to the baseline folder's (for the next run's balance). The files of DIR are
 written into a hidden folder inside it and moved in together once all are written (staging.py):
 an interrupted merge leaves the earlier merge's files, or part of its own, never some of each.
-Exit status: 0 when every shard finished and passed, 1 when a shard's gate failed, a shard is
-missing or did not finish (the report is still written and says what), 2 for shards that do not
+Exit status: 0 when every shard finished and passed, 1 when a shard's gate failed, the shards ran
+under different gates, a shard is missing or did not finish (the report is still written and says what), 2 for shards that do not
 belong together, an output that cannot be written, a baseline or durations file of the
 baseline folder that is broken or a figure no baseline can hold (checked before anything is
 written, so nothing is), or a baseline folder file's lock held past --lock-timeout.

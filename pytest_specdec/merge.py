@@ -125,6 +125,27 @@ def load(directories: Iterable[str | Path]) -> list[ShardManifest]:
     return sorted(manifests, key=lambda m: m.shard.index)
 
 
+def gates_differ(manifests: Sequence[ShardManifest]) -> str | None:
+    """The figures the shards gated differently, one line, or None: each shard's verdicts are its
+    own gate's, so a merge that passes because one shard ran ungated (`*:off`, a tolerance left off
+    a CI job's command) passes on a gate nobody set. Shards older than the record say nothing."""
+    known = [m for m in manifests if m.gate is not None]
+    metrics = sorted({metric for m in known for metric in m.gate or {}})
+    differ = []
+    for metric in metrics:
+        by: dict[str, list[str]] = {}
+        for m in known:
+            tolerance = (m.gate or {}).get(metric)
+            by.setdefault("not gated" if tolerance is None else tolerance, []).append(str(m.shard))
+        if len(by) > 1:
+            differ.append(f"{metric} " + ", ".join(f"{t} in shard(s) {', '.join(s)}" for t, s in by.items()))
+    if not differ:
+        return None
+    return (f"the shards ran under different gates ({'; '.join(differ)}): each row's verdict is its own "
+            f"shard's; run every shard with the same tolerances (--specdec-compare-fail, ini "
+            f"specdec_compare_fail or [tool.specdec.tolerances]) and merge again")
+
+
 def _matrix_text(manifest: ShardManifest) -> str:
     return f"{len(manifest.configurations)} configurations in {manifest.shard.count} shards, " \
            f"matrix {manifest.matrix_digest}"
@@ -261,6 +282,9 @@ def merge(directories: Iterable[str | Path]) -> Merged:
             failed = sorted({r.config for r in shard_rows if r.outcome in FAILED_OUTCOMES})
             problems.append(f"{manifest.name} failed (pytest exit status {manifest.exitstatus})"
                             + (f": {', '.join(failed)}" if failed else ""))
+    differing = gates_differ(manifests)
+    if differing:
+        problems.append(differing)
     covered = {row.config for row in rows} | {t.config for m in manifests for t in m.tests}
     for case, index in zip(first.configurations, first.assignment):
         if case.param_id in covered:
@@ -510,5 +534,5 @@ def check_targets(merged: Merged, baseline_dir: str | Path | None) -> None:
             owners[result.test_id] = nodeid
 
 
-__all__ = ["FAILED_OUTCOMES", "NO_REFERENCE", "Merged", "check_targets", "left_out", "load", "merge",
+__all__ = ["FAILED_OUTCOMES", "NO_REFERENCE", "Merged", "check_targets", "gates_differ", "left_out", "load", "merge",
            "not_lossless", "not_measured", "save_baselines", "unrecorded_gate"]

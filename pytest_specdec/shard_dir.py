@@ -145,6 +145,9 @@ class ShardManifest:
     #: whether every recording test of its part of the matrix recorded, here or resumed
     #: (`summary.shard_all_recorded`): only then may a merge say a named figure went unrecorded
     all_recorded: bool = False
+    #: the tolerance in force per figure, where it was set left out (`e2e_ms`: `+5%`, None: not
+    #: gated); None in shards older than it. Shards of one run must agree on it (`merge.load`)
+    gate: Mapping[str, str | None] | None = None
     directory: Path | None = None  # where it was read from; not stored
 
     @property
@@ -172,6 +175,7 @@ class ShardManifest:
             "partial_durations": list(self.partial_durations),
             "gate_names": None if self.gate_names is None else [g.to_json() for g in self.gate_names],
             "all_recorded": self.all_recorded,
+            "gate": None if self.gate is None else dict(self.gate),
         }
 
     @classmethod
@@ -205,7 +209,8 @@ class ShardManifest:
             partial_durations=tuple(partial),
             gate_names=None if obj.get("gate_names") is None
             else tuple(NamedFigure.from_json(g) for g in obj["gate_names"]),
-            all_recorded=obj.get("all_recorded") is True, directory=directory,
+            all_recorded=obj.get("all_recorded") is True, gate=_gate(obj.get("gate")),
+            directory=directory,
         )
 
 
@@ -215,6 +220,24 @@ def named_figures(state: RunState) -> tuple[NamedFigure, ...]:
 
     return tuple(NamedFigure(rule.metric, rule.describe(), _unset_by(rule))
                  for rule in named_in_gate(state.tolerances))
+
+
+def gate_in_force(state: RunState) -> dict[str, str | None]:
+    """The tolerance in force per figure (`+5%`; None: not gated), not where it was set: two
+    shards that set one gate in different layers gated alike."""
+    out: dict[str, str | None] = {}
+    for rule in state.tolerances.rules():
+        out[rule.metric] = None if rule.tolerance is None else \
+            f"{'-' if rule.direction == 'higher' else '+'}{rule.tolerance}"
+    return out
+
+
+def _gate(obj: Any) -> dict[str, str | None] | None:
+    if obj is None:
+        return None
+    if not isinstance(obj, Mapping) or not all(v is None or isinstance(v, str) for v in obj.values()):
+        raise ValueError(f"gate {obj!r} is not an object of tolerances per figure")
+    return {str(k): v for k, v in obj.items()}
 
 
 def _now() -> str:
@@ -241,7 +264,7 @@ def start(plan: ShardPlan, state: RunState, directory: Path) -> ShardManifest:
         hardware=state.hardware.describe(), backend=state.backend.name,
         versions=collect_versions(), commit=git_commit(state.config.root),
         reference=state.settings.reference, lossless=str(state.lossless), setup=run_setup(state),
-        started=_now(), gate_names=named_figures(state))
+        started=_now(), gate_names=named_figures(state), gate=gate_in_force(state))
     _write(directory, manifest)
     return manifest
 

@@ -74,6 +74,26 @@ def test_shards_under_different_gates_name_the_shards_that_claimed_it(project):
     assert "nothing gated them: e2e_ms +5% (command line) in shard(s) 1/2; record each" in done.stdout, done.stdout
 
 
+def test_shards_under_different_gates_fail_the_merge_naming_the_figures(project):
+    """Shard 2 ran with no gate at all (a CI job's command without the tolerance): it passed on
+    figures nothing gated, and the merge passed as if the whole run had been gated."""
+    _shard(project, 1, "--specdec-compare-fail", "output_tok_s:5%").assert_outcomes(passed=2)
+    _shard(project, 2, "--specdec-compare-fail", "*:off").assert_outcomes(passed=2)
+    done = _merge(project)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert ("specdec merge: FAILED: the shards ran under different gates (output_tok_s -5% in shard(s) 1/2, "
+            "not gated in shard(s) 2/2): each row's verdict is its own shard's; run every shard with the same "
+            "tolerances (--specdec-compare-fail, ini specdec_compare_fail or [tool.specdec.tolerances]) and "
+            "merge again") in done.stdout, done.stdout
+
+
+def test_one_gate_set_in_different_layers_is_one_gate(project):
+    _shard(project, 1, "--specdec-compare-fail", "output_tok_s:5%").assert_outcomes(passed=2)
+    _shard(project, 2, "-o", "specdec_compare_fail=output_tok_s:5%").assert_outcomes(passed=2)
+    done = _merge(project)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 @pytest.mark.parametrize("narrowed", [["-k", "alpha"], []], ids=["k", "failed"])
 def test_a_merge_a_left_out_test_may_be_missing_from_does_not_say_it(project, narrowed, monkeypatch):
     """Shard 2 left beta out (-k), or beta failed after its first figure: beta may be the test
