@@ -7,8 +7,8 @@ the durations added to the baseline folder's (for the next run's balance). The f
 written into a hidden folder inside it and moved in together once all are written (staging.py):
 an interrupted merge leaves the earlier merge's files, or part of its own, never some of each.
 Exit status: 0 when every shard finished and passed, 1 when a shard's gate failed, the shards ran
-under different gates, a shard is missing or did not finish (the report is still written and says what), 2 for shards that do not
-belong together, an output that cannot be written, a baseline or durations file of the
+under different gates, a shard is missing or did not finish (the report is still written and
+says what), 2 for shards that do not belong together, an output that cannot be written, a baseline or durations file of the
 baseline folder that is broken or a figure no baseline can hold (checked before anything is
 written, so nothing is), or a baseline folder file's lock held past --lock-timeout.
 """
@@ -127,6 +127,8 @@ def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
         print(f"specdec merge: {line}", file=out)
     for line in merged.notes:
         print(f"specdec merge: {line}", file=out)
+    for line in merged.warnings:
+        print(f"specdec merge: warning: {line}", file=out)
     for problem in merged.problems:
         print(f"specdec merge: FAILED: {problem}", file=out)
     return 0 if merged.ok else 1

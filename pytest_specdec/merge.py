@@ -42,6 +42,8 @@ class Merged:
     skipped: tuple[str, ...] = ()
     #: each a line: what the comparisons across shards checked less than asked (`uncounted_across`)
     notes: tuple[str, ...] = ()
+    #: each a line: what makes the shards' verdicts hard to read together, without failing it
+    warnings: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -123,6 +125,30 @@ def load(directories: Iterable[str | Path]) -> list[ShardManifest]:
             raise SpecdecUsageError(f"shard {manifest.shard} is given twice: {earlier.directory} "
                                     f"and {manifest.directory}; give each shard once")
     return sorted(manifests, key=lambda m: m.shard.index)
+
+
+def baselines_differ(manifests: Sequence[ShardManifest]) -> list[str]:
+    """A line per hardware key whose shards compared their figures with different baseline files
+    (another checkout of the baseline folder, a file edited between their starts): their verdicts
+    are against different references. Not failed (each shard gated against a baseline it had),
+    and not said where a shard of that key saved into it (then it changes as the run goes) or of
+    shards older than the record."""
+    lines = []
+    for key in sorted({m.hardware_key for m in manifests}):
+        mine = [m for m in manifests if m.hardware_key == key]
+        if any(m.baseline is None or m.baseline.get("saves") for m in mine):
+            continue
+        by: dict[Any, list[str]] = {}
+        for m in mine:
+            by.setdefault(m.baseline.get("digest") if m.baseline else None, []).append(str(m.shard))
+        if len(by) > 1:
+            file = (mine[0].baseline or {}).get("file")
+            seen = "; ".join(f"shard(s) {', '.join(s)}: " + (f"digest {d}" if d else "none there")
+                             for d, s in by.items())
+            lines.append(f"the shards of {key} compared with different baseline files {file} ({seen}): "
+                         f"their verdicts are against different baselines; run every shard from one "
+                         f"commit of the baseline folder")
+    return lines
 
 
 def gates_differ(manifests: Sequence[ShardManifest]) -> str | None:
@@ -282,6 +308,7 @@ def merge(directories: Iterable[str | Path]) -> Merged:
             failed = sorted({r.config for r in shard_rows if r.outcome in FAILED_OUTCOMES})
             problems.append(f"{manifest.name} failed (pytest exit status {manifest.exitstatus})"
                             + (f": {', '.join(failed)}" if failed else ""))
+    warnings = baselines_differ(manifests)
     differing = gates_differ(manifests)
     if differing:
         problems.append(differing)
@@ -311,7 +338,7 @@ def merge(directories: Iterable[str | Path]) -> Merged:
                         f": {len(lacking)} configuration(s) have no result"
                         + (f": {', '.join(lacking)}" if lacking else ""))
     return Merged(tuple(manifests), tuple(rows), tuple(results), tuple(problems), tuple(skipped),
-                  tuple(uncounted_across(compared)))
+                  notes=tuple(uncounted_across(compared)), warnings=tuple(warnings))
 
 
 @dataclass(frozen=True)

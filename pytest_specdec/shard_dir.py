@@ -148,6 +148,9 @@ class ShardManifest:
     #: the tolerance in force per figure, where it was set left out (`e2e_ms`: `+5%`, None: not
     #: gated); None in shards older than it. Shards of one run must agree on it (`merge.load`)
     gate: Mapping[str, str | None] | None = None
+    #: what its figures were compared with: a digest of the baseline file as the shard started
+    #: (None: there was none), and whether the shard saved into it; absent in older shards
+    baseline: Mapping[str, Any] | None = None
     directory: Path | None = None  # where it was read from; not stored
 
     @property
@@ -176,6 +179,7 @@ class ShardManifest:
             "gate_names": None if self.gate_names is None else [g.to_json() for g in self.gate_names],
             "all_recorded": self.all_recorded,
             "gate": None if self.gate is None else dict(self.gate),
+            "baseline": None if self.baseline is None else dict(self.baseline),
         }
 
     @classmethod
@@ -210,6 +214,7 @@ class ShardManifest:
             gate_names=None if obj.get("gate_names") is None
             else tuple(NamedFigure.from_json(g) for g in obj["gate_names"]),
             all_recorded=obj.get("all_recorded") is True, gate=_gate(obj.get("gate")),
+            baseline=obj["baseline"] if isinstance(obj.get("baseline"), Mapping) else None,
             directory=directory,
         )
 
@@ -240,6 +245,21 @@ def _gate(obj: Any) -> dict[str, str | None] | None:
     return {str(k): v for k, v in obj.items()}
 
 
+def baseline_identity(state: RunState) -> dict[str, Any]:
+    """The baseline file this shard compares with, as it starts: its digest (None where there is
+    none or it cannot be read: the gate says so itself) and whether this shard saves into it."""
+    import hashlib
+
+    from .relpaths import relative_path
+
+    try:
+        digest = hashlib.sha256(state.baseline_path.read_bytes()).hexdigest()[:16]
+    except OSError:
+        digest = None
+    return {"file": relative_path(state.baseline_path, state.config.root), "digest": digest,
+            "saves": bool(state.settings.save_baseline)}
+
+
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -264,7 +284,8 @@ def start(plan: ShardPlan, state: RunState, directory: Path) -> ShardManifest:
         hardware=state.hardware.describe(), backend=state.backend.name,
         versions=collect_versions(), commit=git_commit(state.config.root),
         reference=state.settings.reference, lossless=str(state.lossless), setup=run_setup(state),
-        started=_now(), gate_names=named_figures(state), gate=gate_in_force(state))
+        started=_now(), gate_names=named_figures(state), gate=gate_in_force(state),
+        baseline=baseline_identity(state))
     _write(directory, manifest)
     return manifest
 

@@ -120,3 +120,24 @@ def test_a_recorded_figure_is_not_said(project):
     done = _merge(project)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "recorded by no test" not in done.stdout, done.stdout
+
+
+def test_shards_compared_with_different_baseline_files_are_warned_of(project):
+    """Shard 1 started with no baseline file, shard 2 after a run saved one: their verdicts are
+    against different baselines, and the merge said nothing of it."""
+    _shard(project, 1).assert_outcomes(passed=2)
+    project.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-save-baseline").assert_outcomes(passed=4)
+    (project.path / "baselines" / "durations.json").unlink()  # the partition stays as shard 1's
+    _shard(project, 2).assert_outcomes(passed=2)
+    done = _merge(project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [line for line in done.stdout.splitlines() if "warning:" in line]
+    assert len(lines) == 1, done.stdout
+    assert lines[0].startswith("specdec merge: warning: the shards of cpu compared with different baseline "
+                               "files baselines/cpu.json (shard(s) 1/2: none there; shard(s) 2/2: digest ")
+    assert lines[0].endswith("): their verdicts are against different baselines; run every shard from one "
+                             "commit of the baseline folder")
+    # one file, or shards that save into it as they go: nothing to say
+    for k in (1, 2):
+        _shard(project, k).assert_outcomes(passed=2)
+    assert "warning:" not in _merge(project).stdout
