@@ -25,6 +25,8 @@ from .report import ReportRow, row_from_result
 from .result import RECORD_DAMAGE, Result
 from .shard_dir import JOURNAL, ShardManifest, TestOutcome, read
 
+#: pytest's exit status of a run that collected no test (pytest.ExitCode, not imported here).
+NO_TESTS_COLLECTED = 5
 #: pytest's outcomes that fail a run.
 FAILED_OUTCOMES = ("failed", "error")
 
@@ -172,6 +174,14 @@ def gates_differ(manifests: Sequence[ShardManifest]) -> str | None:
             f"specdec_compare_fail or [tool.specdec.tolerances]) and merge again")
 
 
+def _resume(manifest: ShardManifest) -> str:
+    """How to finish a shard's part: its own shard and folder, with resume (it keeps what the
+    journal holds)."""
+    folder = f"={manifest.directory}" if manifest.directory else "=DIR"
+    return (f"run it again with --specdec-shard={manifest.shard} --specdec-report{folder} "
+            f"--specdec-resume")
+
+
 def _matrix_text(manifest: ShardManifest) -> str:
     return f"{len(manifest.configurations)} configurations in {manifest.shard.count} shards, " \
            f"matrix {manifest.matrix_digest}"
@@ -304,6 +314,15 @@ def merge(directories: Iterable[str | Path]) -> Merged:
             problems.append(f"{manifest.name} did not finish: its outcomes and baseline "
                             f"comparisons are unknown; resume it (--specdec-resume) and merge "
                             f"again")
+        elif manifest.stopped_by is not None:  # the rest of its tests never ran
+            failed = sorted({r.config for r in shard_rows if r.outcome in FAILED_OUTCOMES})
+            problems.append(f"{manifest.name} was stopped by {manifest.stopped_by} (pytest exit status "
+                            f"{manifest.exitstatus})" + (f": {', '.join(failed)}" if failed else "")
+                            + f"; {_resume(manifest)} to measure the rest, and merge again")
+        elif manifest.exitstatus == NO_TESTS_COLLECTED:  # not a failure of its tests: none ran
+            by = f": {', '.join(manifest.left_out_by)} left them all out" if manifest.left_out_by else ""
+            problems.append(f"{manifest.name} ran no test (pytest exit status {manifest.exitstatus}{by}); run "
+                            f"that shard again selecting its tests and merge again")
         elif manifest.exitstatus not in (0, None):
             failed = sorted({r.config for r in shard_rows if r.outcome in FAILED_OUTCOMES})
             problems.append(f"{manifest.name} failed (pytest exit status {manifest.exitstatus})"
@@ -321,6 +340,12 @@ def merge(directories: Iterable[str | Path]) -> Merged:
             why = f"no result: shard {index}/{first.shard.count} is missing from the merge"
         elif owner.finished is None:
             why = f"no result: shard {owner.shard} did not finish"
+        elif owner.stopped_by is not None:
+            why = f"no result: shard {owner.shard} was stopped by {owner.stopped_by} before it ran it"
+        elif owner.left_out_by:
+            why = (f"no result: shard {owner.shard} left its tests out ({', '.join(owner.left_out_by)}); "
+                   f"run that shard again without {'them' if len(owner.left_out_by) > 1 else 'it'} "
+                   f"(--specdec-resume keeps what it measured) and merge again")
         else:
             why = f"no result: shard {owner.shard} ran none of its tests (deselected?)"
         rows.append(ReportRow(test_id=case.param_id, config=case.param_id, method=case.method,

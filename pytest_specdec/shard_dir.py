@@ -29,6 +29,7 @@ from .fingerprint import Fingerprint, run_setup
 from .shard import Shard, ShardPlan
 
 if TYPE_CHECKING:
+    from .run_limits import RunLimits
     from .session import Results
     from .state import RunState
 
@@ -151,6 +152,10 @@ class ShardManifest:
     #: what its figures were compared with: a digest of the baseline file as the shard started
     #: (None: there was none), and whether the shard saved into it; absent in older shards
     baseline: Mapping[str, Any] | None = None
+    #: what cut it short (`run_limits.RunLimits`: "-x", "an interrupt") and the options that left
+    #: its tests out ("-k 'b8'"), so the merge says why a configuration has no result
+    stopped_by: str | None = None
+    left_out_by: tuple[str, ...] = ()
     directory: Path | None = None  # where it was read from; not stored
 
     @property
@@ -180,6 +185,7 @@ class ShardManifest:
             "all_recorded": self.all_recorded,
             "gate": None if self.gate is None else dict(self.gate),
             "baseline": None if self.baseline is None else dict(self.baseline),
+            "stopped_by": self.stopped_by, "left_out_by": list(self.left_out_by),
         }
 
     @classmethod
@@ -215,6 +221,8 @@ class ShardManifest:
             else tuple(NamedFigure.from_json(g) for g in obj["gate_names"]),
             all_recorded=obj.get("all_recorded") is True, gate=_gate(obj.get("gate")),
             baseline=obj["baseline"] if isinstance(obj.get("baseline"), Mapping) else None,
+            stopped_by=None if obj.get("stopped_by") is None else str(obj["stopped_by"]),
+            left_out_by=tuple(str(o) for o in obj.get("left_out_by") or ()),
             directory=directory,
         )
 
@@ -326,7 +334,7 @@ def outcomes(results: Results, plan: ShardPlan) -> tuple[TestOutcome, ...]:
 def finish(manifest: ShardManifest, state: RunState, directory: Path, results: Results,
            durations: Mapping[str, float], exitstatus: int,
            previous: ShardManifest | None = None, partial: Iterable[str] = (),
-           all_recorded: bool = False) -> ShardManifest:
+           all_recorded: bool = False, limits: RunLimits | None = None) -> ShardManifest:
     """Complete shard.json at the end of the run; copy an explicit journal into the folder.
     `previous`: the manifest a resumed run found, whose durations its resumed tests keep;
     `partial`: the configurations this run measured only in part (`Durations.complete`)."""
@@ -336,7 +344,10 @@ def finish(manifest: ShardManifest, state: RunState, directory: Path, results: R
     kept = {**(previous.durations if previous else {}), **durations}
     done = replace(manifest, finished=_now(), exitstatus=int(exitstatus),
                    tests=outcomes(results, manifest.plan), durations=kept,
-                   partial_durations=tuple(sorted(set(partial) - set(kept))), all_recorded=all_recorded)
+                   partial_durations=tuple(sorted(set(partial) - set(kept))), all_recorded=all_recorded,
+                   stopped_by=limits.stopped_by if limits else None,
+                   left_out_by=tuple(o for o in (limits.left_out_by if limits else ())
+                                     if o != limits.stopped_by))
     _write(directory, done)
     return done
 
@@ -365,10 +376,11 @@ class Recorder:
         self.manifest = start(self.plan, self.state, self.directory)
 
     def finish(self, results: Results, durations: Mapping[str, float], exitstatus: int,
-               partial: Iterable[str] = (), all_recorded: bool = False) -> None:
+               partial: Iterable[str] = (), all_recorded: bool = False,
+               limits: RunLimits | None = None) -> None:
         if self.manifest is not None:
             self.manifest = finish(self.manifest, self.state, self.directory, results, durations,
-                                   exitstatus, self.previous, partial, all_recorded)
+                                   exitstatus, self.previous, partial, all_recorded, limits)
 
 
 def read(directory: str | Path) -> ShardManifest:

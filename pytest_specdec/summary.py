@@ -376,7 +376,7 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
     exitstatus = empty_shard_status(plan, exitstatus)
     if shard is not None:
         shard.finish(results, seconds, exitstatus, partial,
-                     plan is not None and shard_all_recorded(results, durations, plan))
+                     plan is not None and shard_all_recorded(results, durations, plan), limits)
     return exitstatus
 
 

@@ -733,3 +733,20 @@ def test_an_abbreviated_option_and_a_dashed_shard_folder_after_double_dash_still
     from pytest_specdec import __main__ as cli
 
     cli._misspelt(cli._parser(), ["merge", "--o", "x", "--no-pl", "--", "--odd-folder"])
+
+
+def test_a_shard_cut_short_says_by_what_and_how_to_finish_it(shards):
+    """Shard 2 was interrupted (Ctrl-C, a CI job's SIGTERM) before its test: the merge said it
+    'failed (pytest exit status 2)' and that it 'ran none of its tests (deselected?)'."""
+    path = shards / "shard-2" / MANIFEST
+    manifest = json.loads(path.read_text())
+    manifest.update(tests=[], exitstatus=2, stopped_by="an interrupt", durations={})
+    path.write_text(json.dumps(manifest))
+    (shards / "shard-2" / JOURNAL).unlink()
+    rc, text = merge(shards)
+    assert rc == 1, text
+    assert (f"specdec merge: FAILED: shard 2/2 ({shards / 'shard-2'}) was stopped by an interrupt (pytest exit "
+            f"status 2); run it again with --specdec-shard=2/2 --specdec-report={shards / 'shard-2'} "
+            f"--specdec-resume to measure the rest, and merge again") in text
+    assert "dflash-tp1: error: no result: shard 2/2 was stopped by an interrupt before it ran it" in text
+    assert "deselected?" not in text

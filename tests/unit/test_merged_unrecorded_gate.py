@@ -141,3 +141,15 @@ def test_shards_compared_with_different_baseline_files_are_warned_of(project):
     for k in (1, 2):
         _shard(project, k).assert_outcomes(passed=2)
     assert "warning:" not in _merge(project).stdout
+
+
+def test_a_shard_that_left_its_tests_out_is_named_with_the_option(project):
+    """Shard 2 ran with a -k that matched none of its tests: the merge guessed '(deselected?)'."""
+    _shard(project, 1).assert_outcomes(passed=2)
+    _shard(project, 2, "-k", "gamma")
+    done = _merge(project)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert ("not measured: dflash-tp1: error: no result: shard 2/2 left its tests out (-k 'gamma'); run that "
+            "shard again without it (--specdec-resume keeps what it measured) and merge again") in done.stdout
+    assert (f"specdec merge: FAILED: shard 2/2 (shard-2) ran no test (pytest exit status 5: -k 'gamma' left "
+            f"them all out); run that shard again selecting its tests and merge again") in done.stdout
