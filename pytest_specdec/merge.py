@@ -311,9 +311,8 @@ def merge(directories: Iterable[str | Path]) -> Merged:
             "every test of that shard has its record"
         skipped += [f"{manifest.name}: {line}; {cost}" for line in lines]
         if manifest.finished is None:
-            problems.append(f"{manifest.name} did not finish: its outcomes and baseline "
-                            f"comparisons are unknown; resume it (--specdec-resume) and merge "
-                            f"again")
+            problems.append(f"{manifest.name} did not finish (killed, or still running): its outcomes "
+                            f"and baseline comparisons are unknown; {_resume(manifest)} and merge again")
         elif manifest.stopped_by is not None:  # the rest of its tests never ran
             failed = sorted({r.config for r in shard_rows if r.outcome in FAILED_OUTCOMES})
             problems.append(f"{manifest.name} was stopped by {manifest.stopped_by} (pytest exit status "

@@ -750,3 +750,17 @@ def test_a_shard_cut_short_says_by_what_and_how_to_finish_it(shards):
             f"--specdec-resume to measure the rest, and merge again") in text
     assert "dflash-tp1: error: no result: shard 2/2 was stopped by an interrupt before it ran it" in text
     assert "deselected?" not in text
+
+
+def test_a_shard_that_crashed_mid_run_names_the_command_that_resumes_it(shards):
+    """It said 'resume it (--specdec-resume)', which alone resumes an unsharded run's journal,
+    not the shard's own folder."""
+    path = shards / "shard-2" / MANIFEST
+    manifest = json.loads(path.read_text())
+    manifest.update(tests=[], exitstatus=None, finished=None, durations={})
+    path.write_text(json.dumps(manifest))
+    rc, text = merge(shards)
+    assert rc == 1, text
+    assert (f"specdec merge: FAILED: shard 2/2 ({shards / 'shard-2'}) did not finish (killed, or still running): "
+            f"its outcomes and baseline comparisons are unknown; run it again with --specdec-shard=2/2 "
+            f"--specdec-report={shards / 'shard-2'} --specdec-resume and merge again") in text
