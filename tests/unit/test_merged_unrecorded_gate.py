@@ -153,3 +153,14 @@ def test_a_shard_that_left_its_tests_out_is_named_with_the_option(project):
             "shard again without it (--specdec-resume keeps what it measured) and merge again") in done.stdout
     assert (f"specdec merge: FAILED: shard 2/2 (shard-2) ran no test (pytest exit status 5: -k 'gamma' left "
             f"them all out); run that shard again selecting its tests and merge again") in done.stdout
+
+
+def test_a_shard_that_reported_nothing_does_not_call_its_own_manifest_an_earlier_runs(project):
+    """Its end line said '(what is there is an earlier run's)' of a fresh shard folder holding only
+    the shard.json this run wrote as it started."""
+    result = _shard(project, 2, "-k", "gamma")
+    assert f"specdec: no report written to {project.path / 'shard-2'}: no test recorded figures or failed" \
+        in result.stdout.str()
+    assert "earlier run" not in result.stdout.str()
+    (project.path / "shard-2" / "results.json").write_text("{}")  # an earlier run's report: said
+    assert "(what is there is an earlier run's)" in _shard(project, 2, "-k", "gamma").stdout.str()
