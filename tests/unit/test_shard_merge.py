@@ -161,8 +161,8 @@ def test_a_configuration_a_finished_shard_never_ran_fails_the_merge(run):
     result = merge(root, "--out", "incomplete", "shard-1", "shard-2-partial", "shard-3")
     assert result.returncode == 1
     lacking = next(c for c, k in assignment(root).items() if k == 2 and "tp1" in c)
-    assert f"not measured: {lacking}: error: no result: shard 2/3 ran none of its tests" \
-        in result.stdout
+    assert f"not measured: {lacking}: error: no result: shard 2/3 left its tests out (-k 'tp8'); run that " \
+        f"shard again without it" in result.stdout
 
 
 def test_a_shard_given_twice_or_a_configuration_measured_twice_is_an_error(run):
