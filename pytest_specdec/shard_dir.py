@@ -6,9 +6,11 @@ A sharded run's `--specdec-report DIR` is its shard folder. Beside the usual rep
   run journals there unless `--specdec-journal` is given, which is then copied there at the
   end), so a shard killed and resumed with `--specdec-resume` merges like any other;
 - `shard.json`: the shard's identity, written when the run starts (plugin version, shard K/N,
-  the sharded matrix and its partition, hardware key, versions, commit) and completed when it
-  ends (each test's outcome and baseline comparisons, the durations and the configurations it
-  ran only in part, so left out of them, pytest's exit status).
+  the sharded matrix and its partition, hardware key, versions, commit, the gate in force and
+  the figures it names, the baseline file's digest) and completed when it ends (each test's
+  outcome and baseline comparisons, the durations and the configurations it ran only in part,
+  so left out of them, pytest's exit status, what cut it short or left tests out, and whether
+  every recording test of its part recorded), so the merge can say what one run would have.
   A shard that never ended has no outcomes: the merge says so and what it lacks.
 """
 
