@@ -153,6 +153,21 @@ def baselines_differ(manifests: Sequence[ShardManifest]) -> list[str]:
     return lines
 
 
+def commits_differ(manifests: Sequence[ShardManifest]) -> list[str]:
+    """One line where the shards ran from different commits (a push between a CI matrix's jobs, a
+    Slurm array reading a checkout someone updated): the tests, workloads or baselines may differ
+    in ways the setup check does not see. Shards outside a repository (no commit) say nothing."""
+    by: dict[str, list[str]] = {}
+    for m in manifests:
+        if m.commit:
+            by.setdefault(m.commit, []).append(str(m.shard))
+    if len(by) < 2:
+        return []
+    seen = "; ".join(f"shard(s) {', '.join(s)}: {commit[:12]}{'-dirty' if commit.endswith('-dirty') else ''}"
+                     for commit, s in by.items())
+    return [f"the shards ran from different commits ({seen}); run every shard from one commit"]
+
+
 def gates_differ(manifests: Sequence[ShardManifest]) -> str | None:
     """The figures the shards gated differently, one line, or None: each shard's verdicts are its
     own gate's, so a merge that passes because one shard ran ungated (`*:off`, a tolerance left off
@@ -326,7 +341,7 @@ def merge(directories: Iterable[str | Path]) -> Merged:
             failed = sorted({r.config for r in shard_rows if r.outcome in FAILED_OUTCOMES})
             problems.append(f"{manifest.name} failed (pytest exit status {manifest.exitstatus})"
                             + (f": {', '.join(failed)}" if failed else ""))
-    warnings = baselines_differ(manifests)
+    warnings = baselines_differ(manifests) + commits_differ(manifests)
     differing = gates_differ(manifests)
     if differing:
         problems.append(differing)

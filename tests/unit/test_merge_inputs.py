@@ -764,3 +764,16 @@ def test_a_shard_that_crashed_mid_run_names_the_command_that_resumes_it(shards):
     assert (f"specdec merge: FAILED: shard 2/2 ({shards / 'shard-2'}) did not finish (killed, or still running): "
             f"its outcomes and baseline comparisons are unknown; run it again with --specdec-shard=2/2 "
             f"--specdec-report={shards / 'shard-2'} --specdec-resume and merge again") in text
+
+
+def test_shards_run_from_different_commits_are_warned_of(shards):
+    """A push between a CI matrix's jobs: the merge said nothing of it."""
+    for k, commit in ((1, "a" * 40), (2, "b" * 40 + "-dirty")):
+        path = shards / f"shard-{k}" / MANIFEST
+        manifest = json.loads(path.read_text())
+        manifest["commit"] = commit
+        path.write_text(json.dumps(manifest))
+    rc, text = merge(shards)
+    assert rc == 0, text
+    assert ("specdec merge: warning: the shards ran from different commits (shard(s) 1/2: aaaaaaaaaaaa; "
+            "shard(s) 2/2: bbbbbbbbbbbb-dirty); run every shard from one commit") in text
