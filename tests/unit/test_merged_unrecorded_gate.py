@@ -151,8 +151,8 @@ def test_a_shard_that_left_its_tests_out_is_named_with_the_option(project):
     assert done.returncode == 1, done.stdout + done.stderr
     assert ("not measured: dflash-tp1: error: no result: shard 2/2 left its tests out (-k 'gamma'); run that "
             "shard again without it (--specdec-resume keeps what it measured) and merge again") in done.stdout
-    assert (f"specdec merge: FAILED: shard 2/2 (shard-2) ran no test (pytest exit status 5: -k 'gamma' left "
-            f"them all out); run that shard again selecting its tests and merge again") in done.stdout
+    assert ("specdec merge: FAILED: shard 2/2 (shard-2) ran no test (pytest exit status 5: -k 'gamma' left "
+            "them all out); run that shard again selecting its tests and merge again") in done.stdout
 
 
 def test_a_shard_that_reported_nothing_does_not_call_its_own_manifest_an_earlier_runs(project):
