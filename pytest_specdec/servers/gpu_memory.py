@@ -1,4 +1,5 @@
-"""Waiting, after a teardown, until the GPUs have given the dead server's memory back.
+"""Waiting, after a teardown (and before a dead worker's lease is handed on, see leases.py), until
+the GPUs have given the dead server's memory back.
 
 A killed CUDA process frees its memory asynchronously; the next server on the same GPUs would
 otherwise fail with "Not enough memory" and be blamed for it. NVML (nvidia-ml-py) is imported
@@ -39,17 +40,7 @@ def wait_released(gpus: Sequence[int], pids: Iterable[int], timeout: float = REL
         wanted = set(pids)
         wait = SaidWait(timeout, announce, RELEASE_QUIET_S)
         while True:
-            held = []
-            for index in gpus:
-                try:
-                    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-                    procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
-                except Exception:
-                    continue  # simulated index beyond the real inventory
-                for p in procs:
-                    if p.pid in wanted:
-                        mib = (p.usedGpuMemory or 0) // (1 << 20)
-                        held.append(f"GPU {index}: pid {p.pid} holds {mib} MiB")
+            held = _held(pynvml, gpus, wanted)
             if not held or wait.over():
                 return "; ".join(held)
             wait.pause(0.25, lambda left: f"{who}: stopped, but {'; '.join(held)} still; waiting up to {left:.0f}s "
@@ -59,6 +50,45 @@ def wait_released(gpus: Sequence[int], pids: Iterable[int], timeout: float = REL
             pynvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def still_held(gpus: Sequence[int], pids: Iterable[int]) -> str:
+    """What `pids` hold on `gpus` now, as `wait_released` words it, or "" (nothing, or NVML cannot
+    tell): one look, for a caller that polls on its own (the lease book, recovering a dead
+    worker's GPUs, must not hold its lock through a wait)."""
+    try:
+        import pynvml
+    except ImportError:
+        return ""
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return ""
+    try:
+        return "; ".join(_held(pynvml, gpus, set(pids)))
+    except Exception:
+        return ""
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _held(pynvml, gpus: Sequence[int], wanted: set[int]) -> list[str]:
+    """`GPU 1: pid 4242 holds 512 MiB` for each of `wanted` holding memory on one of `gpus`."""
+    held = []
+    for index in gpus:
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        except Exception:
+            continue  # simulated index beyond the real inventory
+        for p in procs:
+            if p.pid in wanted:
+                mib = (p.usedGpuMemory or 0) // (1 << 20)
+                held.append(f"GPU {index}: pid {p.pid} holds {mib} MiB")
+    return held
 
 
 def others_on(gpus: Sequence[int], ours: Iterable[int]) -> str:

@@ -3,7 +3,13 @@
 Workers are separate processes, so the truth lives in one JSON file in the run directory, read and
 rewritten under a `filelock` lock. A lease names its holder's pid and that process's start time;
 a lease whose holder is gone (or whose pid now belongs to a new process) is dropped on the next
-look, so a worker killed mid-test does not keep its GPUs for the rest of the run. Every change is
+look, so a worker killed mid-test does not keep its GPUs for the rest of the run. But a SIGKILLed
+worker's server dies with it, and the driver frees that server's GPU memory a moment later: a
+lease names its server's processes once it has booted (`record_pids`), and a dead holder's lease
+that does keeps its GPUs until NVML no longer lists those pids on them, for at most the teardown's
+GPU release wait from when the holder was found dead (`gone_since` in the book), so the next
+server there does not fail for memory. Pids NVML never lists (a container's own pid namespace:
+NVML reports host pids) read as released at once, as in the teardown's wait. Every change is
 also appended to a history beside the book (`lease-history.jsonl`: acquire, release, and expire
 for a dead holder's lease), written under the same lock, so its line order is the order in which
 the book changed: it answers "who held which GPUs when" after a run.
@@ -39,12 +45,13 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock
 
+from pytest_specdec.servers import gpu_memory
 from pytest_specdec.servers.host_claims import HostClaims
 
 LEASE_FILE = "gpu-leases.json"
@@ -121,6 +128,7 @@ class GpuLeases:
         self.check_fits(n, owner=owner)
         deadline = None if timeout is None else time.monotonic() + timeout
         announced: set[str] = set()
+        said_gone: set[str] = set()  # dead holders' leases whose memory wait this request has said
         ticket: str | None = None  # this request's place in the queue, once it waits
         place: dict = {}
         try:
@@ -138,6 +146,7 @@ class GpuLeases:
                     ahead = [w for key, w in waiters.items() if key != ticket and w["pid"] not in holding
                              and (order is None or w["order"] < order)]
                     gpus, elsewhere = None, {}
+                    gone = {key: v for key, v in leases.items() if "gone_since" in v}
                     if len(free) - sum(w["n"] for w in ahead) >= n:  # never a GPU an earlier request needs
                         gpus, elsewhere = self._claim(free, n)
                     if gpus is not None:
@@ -171,6 +180,11 @@ class GpuLeases:
                     if elsewhere and not ahead and len(free) >= n and self.claims is not None:
                         # first in this run's queue, kept waiting by another run: keep its new claims off
                         self.claims.reserve(self.choose(free, n))
+                for key, v in gone.items():
+                    waited = time.time() - v["gone_since"]
+                    if key not in said_gone and waited >= gpu_memory.RELEASE_QUIET_S and self.announce is not None:
+                        said_gone.add(key)
+                        self.announce(self._gone_wait(owner, v, waited))
                 for gpu, holder in elsewhere.items():
                     who = re.sub(r", (waiting for it )?since [^)]*\)$", ")", holder)  # the run re-claims as it moves on
                     if who not in announced and self.announce is not None:
@@ -179,7 +193,7 @@ class GpuLeases:
                     announced.add(who)
                 if deadline is not None and time.monotonic() >= deadline:
                     held = "; ".join(
-                        [f"{v['owner']} (pid {v['pid']}): GPUs {_fmt(v['gpus'])}" for v in self.holders().values()]
+                        [f"{_holder(v)}: GPUs {_fmt(v['gpus'])}" for v in self.holders().values()]
                         + [f"GPU {gpu} by another run on this host, {holder}" for gpu, holder in elsewhere.items()]
                     )
                     raise GpuLeaseError(
@@ -197,11 +211,20 @@ class GpuLeases:
                  timeout: float | None, timeout_setting: str) -> str:
         """What a request waits for, said once as it starts waiting, so a long wait is never silent:
         `ddtree-tp8-b8 waits for 8 free GPUs of 0,...,7: held by ar-tp1 (pid 4242) GPUs 0; ...`."""
-        held = ", ".join(f"{v['owner']} (pid {v['pid']}) GPUs {_fmt(v['gpus'])}" for v in leases.values())
+        held = ", ".join(f"{_holder(v)} GPUs {_fmt(v['gpus'])}" for v in leases.values())
         before = ", ".join(f"{w['owner']} ({w['n']} GPU{'s' if w['n'] != 1 else ''})" for w in ahead)
         bound = _bound(timeout, timeout_setting)
         return (f"{owner} waits for {n} free GPU{'s' if n != 1 else ''} of {_fmt(self.inventory)}: "
                 f"held by {held or 'no one'}" + (f"; queued before it: {before}" if before else "") + f"; {bound}")
+
+    @staticmethod
+    def _gone_wait(owner: str, entry: Mapping, waited: float) -> str:
+        """A wait for a dead holder's server's memory, said once it outlasts the quiet spell the
+        teardown's wait keeps: whose GPUs, what is still held, how much longer at most."""
+        bound = gpu_memory.RELEASE_TIMEOUT_S
+        return (f"{owner} waits: GPUs {_fmt(entry['gpus'])} of {entry['owner']} (pid {entry['pid']}, gone): "
+                f"{entry['held']} still; waiting up to {max(bound - waited, 0.0):.0f}s more for the driver to "
+                f"release it before leasing them (bound: the {bound:g}s GPU release wait)")
 
     def _leave_queue(self, ticket: str) -> None:
         """Drop a request that stopped waiting (a timeout, an interrupt) from the queue."""
@@ -240,8 +263,19 @@ class GpuLeases:
                 for lease_id in leases.keys() - kept.keys():
                     self._log("release", lease_id, leases[lease_id])
 
+    def record_pids(self, lease: Lease, pids: Iterable[int]) -> None:
+        """Name the processes of the server booted on `lease`: should its holder die, the lease is
+        handed on only once their GPU memory is released (see module docstring)."""
+        with self._lock:
+            leases, waiters = self._load_book()
+            entry = leases.get(lease.lease_id)
+            if entry is not None:
+                entry["pids"] = sorted(set(pids))
+                self._save(leases, waiters)
+
     def holders(self) -> dict[str, dict]:
-        """Live leases, by id (dead holders' leases are dropped on the way)."""
+        """Live leases, by id (dead holders' leases are dropped on the way, but for one whose
+        server's GPU memory is not yet released: it is kept, with `gone_since` and `held`)."""
         with self._lock:
             return self._load_live()[0]
 
@@ -253,7 +287,8 @@ class GpuLeases:
     def history(self) -> list[dict]:
         """Every change to the book so far, oldest first: dicts with `event` (acquire, release,
         expire), `time` (epoch seconds), `lease`, `gpus`, `owner`, `pid` (the holder) and `by`
-        (the process that made the change; for expire, the one that found the holder gone)."""
+        (the process that made the change; for expire, the one that found the holder gone), and
+        for an expire handed on with its server's memory still held when the wait ran out, `held`."""
         try:
             lines = self.history_path.read_text().splitlines()
         except FileNotFoundError:
@@ -318,14 +353,28 @@ class GpuLeases:
         return dict(data.get("leases", {})), dict(data.get("waiters", {}))
 
     def _load_live(self) -> tuple[dict[str, dict], dict[str, dict]]:
-        """The book less dead holders' leases and dead processes' places in the queue."""
+        """The book less dead processes' places in the queue and dead holders' leases, but for a
+        lease whose server's memory is still held on its GPUs (see module docstring): that one
+        stays, with `gone_since` (epoch seconds) and `held` (what NVML lists)."""
         leases, waiters = self._load_book()
-        live = {k: v for k, v in leases.items() if _holder_alive(v)}
+        now = time.time()
+        live, expired = {}, {}
+        for key, entry in leases.items():
+            if _holder_alive(entry):
+                live[key] = entry
+                continue
+            since = entry.get("gone_since", now)
+            # a book of the previous release, or a server that never booted, names no pids
+            held = gpu_memory.still_held(entry["gpus"], entry["pids"]) if entry.get("pids") else ""
+            if held and now - since < gpu_memory.RELEASE_TIMEOUT_S:
+                live[key] = {**entry, "gone_since": since, "held": held}
+            else:
+                expired[key] = {**entry, "held": held}
         waiting = {k: v for k, v in waiters.items() if _holder_alive(v)}
-        if len(live) != len(leases) or len(waiting) != len(waiters):
+        if live != leases or len(waiting) != len(waiters):
             self._save(live, waiting)
-            for lease_id in leases.keys() - live.keys():
-                self._log("expire", lease_id, leases[lease_id])
+            for lease_id, entry in expired.items():
+                self._log("expire", lease_id, entry)
         return live, waiting
 
     def _log(self, event: str, lease_id: str, entry: Mapping) -> None:
@@ -334,6 +383,8 @@ class GpuLeases:
         record = {"event": event, "time": time.time(), "lease": lease_id,
                   "gpus": list(entry.get("gpus", ())), "owner": entry.get("owner"),
                   "pid": entry.get("pid"), "by": os.getpid()}
+        if entry.get("held"):  # a dead holder's GPUs handed on with memory still held: the bound ran out
+            record["held"] = entry["held"]
         fd = os.open(self.history_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, (json.dumps(record) + "\n").encode())
@@ -379,6 +430,12 @@ def parse_topology(text: str) -> dict[tuple[int, int], str]:
             if col != row:
                 links[(row, col)] = label
     return links
+
+
+def _holder(entry: Mapping) -> str:
+    """`ar-tp1 (pid 4242)`; a dead holder's lease kept for its server's memory says so."""
+    gone = ", gone; its server's GPU memory not yet released" if "gone_since" in entry else ""
+    return f"{entry['owner']} (pid {entry['pid']}{gone})"
 
 
 def _holder_alive(entry: Mapping) -> bool:

@@ -176,6 +176,8 @@ class ServerPool:
             raise
         self._live[spec] = _Slot(server, lease)
         self.stats.boots[spec.id] = self.stats.boots.get(spec.id, 0) + 1
+        if lease is not None:  # should this worker be killed, its GPUs wait for these pids' memory
+            self.leases.record_pids(lease, server.processes())
         return server
 
     def _count_failure(self, spec: ServerSpec, error: ServerError) -> None:

@@ -268,6 +268,8 @@ def test_leases_give_each_server_its_gpus_and_come_back(tmp_path):
         with urllib.request.urlopen(srv.url + "/server_info", timeout=10) as resp:
             assert json.loads(resp.read())["cuda_visible_devices"] == "0,1"
         assert [v["gpus"] for v in leases.holders().values()] == [[0, 1]]
+        # should this worker be SIGKILLed, the GPUs are handed on once these pids' memory is released
+        assert [v["pids"] for v in leases.holders().values()] == [sorted(srv.processes())]
         with pytest.raises(NotEnoughGpus, match="ar-tp4 needs 4 GPUs, but the inventory has 2"):
             pool.acquire(spec("ar", tp=4))
         pool.retire(spec("ar", tp=2))
