@@ -9,7 +9,9 @@ inventory, there is nothing to wait for.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
 
 from pytest_specdec.servers.said_wait import SaidWait
 
@@ -28,15 +30,9 @@ def wait_released(gpus: Sequence[int], pids: Iterable[int], timeout: float = REL
     held. pids as NVML reports them are host pids: inside a container with its own pid namespace
     they may never match ours, which reads as "released" -- the timeout is then not paid.
     """
-    try:
-        import pynvml
-    except ImportError:
-        return ""
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return ""
-    try:
+    with _nvml() as pynvml:
+        if pynvml is None:
+            return ""
         wanted = set(pids)
         wait = SaidWait(timeout, announce, RELEASE_QUIET_S)
         while True:
@@ -45,50 +41,17 @@ def wait_released(gpus: Sequence[int], pids: Iterable[int], timeout: float = REL
                 return "; ".join(held)
             wait.pause(0.25, lambda left: f"{who}: stopped, but {'; '.join(held)} still; waiting up to {left:.0f}s "
                                           f"more for the driver to release it (bound: the {timeout:g}s GPU release wait)")
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
 
 
 def still_held(gpus: Sequence[int], pids: Iterable[int]) -> str:
     """What `pids` hold on `gpus` now, as `wait_released` words it, or "" (nothing, or NVML cannot
     tell): one look, for a caller that polls on its own (the lease book, recovering a dead
     worker's GPUs, must not hold its lock through a wait)."""
-    try:
-        import pynvml
-    except ImportError:
-        return ""
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return ""
-    try:
-        return "; ".join(_held(pynvml, gpus, set(pids)))
-    except Exception:
-        return ""
-    finally:
+    with _nvml() as pynvml:
         try:
-            pynvml.nvmlShutdown()
+            return "; ".join(_held(pynvml, gpus, set(pids))) if pynvml is not None else ""
         except Exception:
-            pass
-
-
-def _held(pynvml, gpus: Sequence[int], wanted: set[int]) -> list[str]:
-    """`GPU 1: pid 4242 holds 512 MiB` for each of `wanted` holding memory on one of `gpus`."""
-    held = []
-    for index in gpus:
-        try:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
-        except Exception:
-            continue  # simulated index beyond the real inventory
-        for p in procs:
-            if p.pid in wanted:
-                mib = (p.usedGpuMemory or 0) // (1 << 20)
-                held.append(f"GPU {index}: pid {p.pid} holds {mib} MiB")
-    return held
+            return ""
 
 
 def others_on(gpus: Sequence[int], ours: Iterable[int]) -> str:
@@ -101,37 +64,61 @@ def others_on(gpus: Sequence[int], ours: Iterable[int]) -> str:
     nothing keeps off a process that claims nothing (a notebook, another user's job): a server that
     then fails for memory was blamed for it, while the cause was on the GPU before it booted.
     """
+    with _nvml() as pynvml:
+        if pynvml is None:
+            return ""
+        try:
+            mine = set(ours)
+            found, dead = [], []
+            for index, pid, mib in _processes(pynvml, gpus):
+                if pid in mine:
+                    continue
+                if _alive(pid):
+                    found.append(f"GPU {index}: pid {pid}{_who(pid)} holds {mib} MiB")
+                else:  # a killed server (a dead worker's, its lease already recovered) not yet freed
+                    dead.append(f"GPU {index}: {mib} MiB still held by pid {pid}, no live process here")
+            if dead:
+                found.append("; ".join(dead) + " (a killed server whose memory the driver had not yet released: "
+                             "rerun, it frees within seconds; or a process outside this container)")
+            return "; ".join(found)
+        except Exception:
+            return ""
+
+
+def _held(pynvml, gpus: Sequence[int], wanted: set[int]) -> list[str]:
+    """`GPU 1: pid 4242 holds 512 MiB` for each of `wanted` holding memory on one of `gpus`."""
+    return [f"GPU {index}: pid {pid} holds {mib} MiB" for index, pid, mib in _processes(pynvml, gpus)
+            if pid in wanted]
+
+
+def _processes(pynvml, gpus: Sequence[int]) -> Iterator[tuple[int, int, int]]:
+    """(GPU index, pid, MiB) of each compute process NVML lists on `gpus`."""
+    for index in gpus:
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        except Exception:
+            continue  # a simulated slot beyond the real inventory
+        for p in procs:
+            yield index, p.pid, (p.usedGpuMemory or 0) // (1 << 20)
+
+
+@contextmanager
+def _nvml() -> Iterator[Any]:
+    """pynvml, initialised for the block and shut down after it; None where NVML cannot be used
+    (no nvidia-ml-py, no driver): "cannot tell", never an error."""
     try:
         import pynvml
     except ImportError:
-        return ""
+        yield None
+        return
     try:
         pynvml.nvmlInit()
     except Exception:
-        return ""
+        yield None
+        return
     try:
-        mine = set(ours)
-        found, dead = [], []
-        for index in gpus:
-            try:
-                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-                procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
-            except Exception:
-                continue  # a slot with no GPU behind it
-            for p in procs:
-                if p.pid in mine:
-                    continue
-                mib = (p.usedGpuMemory or 0) // (1 << 20)
-                if _alive(p.pid):
-                    found.append(f"GPU {index}: pid {p.pid}{_who(p.pid)} holds {mib} MiB")
-                else:  # a killed server (a dead worker's, its lease already recovered) not yet freed
-                    dead.append(f"GPU {index}: {mib} MiB still held by pid {p.pid}, no live process here")
-        if dead:
-            found.append("; ".join(dead) + " (a killed server whose memory the driver had not yet released: "
-                         "rerun, it frees within seconds; or a process outside this container)")
-        return "; ".join(found)
-    except Exception:
-        return ""
+        yield pynvml
     finally:
         try:
             pynvml.nvmlShutdown()
