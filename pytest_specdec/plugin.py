@@ -100,6 +100,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
             config.stash[state_mod.SHARD_KEY] = shard.plan(state)
     except SpecdecUsageError as exc:
+        if hasattr(config, "workerinput"):  # raised here, it crashes the worker: the controller says it
+            _stop_worker(config, f"pytest-specdec: {exc}")
+            return
         raise pytest.UsageError(f"pytest-specdec: {exc}") from None
     collection.check_tp_filter(state)  # here, not at collection: xdist workers collect
     config.stash[state_mod.STATE_KEY] = state
@@ -167,6 +170,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     from . import header
     from .state import SHARD_KEY, STATE_KEY
 
+    if STATE_KEY not in config.stash:  # an xdist worker stopped at configure time (`WorkerStop`)
+        return []
     state, plan = config.stash[STATE_KEY], config.stash.get(SHARD_KEY, None)
     lines = [header.line(state)]
     if plan is not None:
@@ -285,13 +290,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     note_configured(config, configured_ids(session.items))
     recording = count_recording(session.items)  # the total of the `[done/total]` progress lines
     shared = shared_baseline_keys(session.items)
-    # An xdist worker cannot stop the run from here: its fixtures and test calls say it instead.
-    if hasattr(config, "workerinput"):
+    in_worker = hasattr(config, "workerinput")
+    if in_worker:
         config.pluginmanager.get_plugin("specdec-worker").recording = recording
-        return
-    _results(config).total = recording
+    else:
+        _results(config).total = recording
     state = config.stash[STATE_KEY]
-    try:
+    try:  # in an xdist worker too: the controller collects nothing, so it cannot check these
         if shared:
             raise SpecdecUsageError(shared)
         # a listing boots no server: it needs no extra, no server to answer, no Hub model
@@ -310,6 +315,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
             check_journal_free(state, run_id(config))  # before any server boots for nothing
     except SpecdecUsageError as exc:
+        if in_worker:
+            _stop_worker(config, f"pytest-specdec: {exc}")
+            return
         raise pytest.UsageError(f"pytest-specdec: {exc}") from None
 
 
@@ -419,6 +427,8 @@ class LastOrdering:
 
 #: The `workeroutput` key under which an xdist worker hands the controller its collected tests.
 COLLECTED_OUTPUT = "specdec_collected"
+#: The same for the usage error that stopped it (`WorkerStop`), which the controller raises.
+USAGE_ERROR_OUTPUT = "specdec_usage_error"
 #: The same for the node ids of its collected tests that the durations count (`configured_ids`).
 CONFIGURED_OUTPUT = "specdec_configured"
 
@@ -445,6 +455,39 @@ class Worker:
         # the controller collects nothing: its summary's hints learn the collected tests here
         session.config.workeroutput[COLLECTED_OUTPUT] = sorted(collected_tests(session.config))
         session.config.workeroutput[CONFIGURED_OUTPUT] = sorted(configured_tests(session.config))
+
+
+class WorkerStop:
+    """Hooks of an xdist worker that met a usage error the controller did not (a prompt file it
+    cannot read, removed since the controller read it): a `UsageError` raised in a worker crashes
+    it ("node down", a traceback, a replacement worker that crashes too). The worker instead runs
+    no test, and ends its session as asked to stop, the message in its `workeroutput`; the
+    controller (`XdistHooks`) stops the run with it as a usage error, as a single process does."""
+
+    def __init__(self, message: str, configured: bool) -> None:
+        self.message = message
+        self.configured = configured  # else stopped at configure time: no state to collect with
+
+    @hookimpl(tryfirst=True)
+    def pytest_collection(self, session: pytest.Session) -> bool | None:
+        if not self.configured:
+            session.items = []
+            return True
+        return None
+
+    @hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool:
+        session.shouldstop = self.message  # xdist hands it on: the controller stops scheduling
+        return True  # xdist's loop would wait for tests the controller will not send
+
+
+def _stop_worker(config: pytest.Config, message: str) -> None:
+    """Stop this xdist worker with a usage error (`WorkerStop`); the first one found is told."""
+    from .state import STATE_KEY
+
+    config.workeroutput.setdefault(USAGE_ERROR_OUTPUT, message)
+    if not config.pluginmanager.has_plugin("specdec-worker-stop"):
+        config.pluginmanager.register(WorkerStop(message, STATE_KEY in config.stash), "specdec-worker-stop")
 
 
 class Controller:

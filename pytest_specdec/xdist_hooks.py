@@ -38,6 +38,7 @@ class XdistHooks:
         self._seen = False
         self._nodes: dict[str, object] = {}  # the workers up now, by id: the controller's interrupt goes to them
         self._session: pytest.Session | None = None  # whose failures tell a stop by -x from a Ctrl-C
+        self._usage_error: str | None = None  # the first a worker stopped with (`plugin.WorkerStop`)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self._session = session
@@ -102,15 +103,31 @@ class XdistHooks:
         """Keep the tests a worker collected, deselected ones too, for the summary's hints and
         the durations' completeness."""
         from .collection import note_collected, note_configured
-        from .plugin import COLLECTED_OUTPUT, CONFIGURED_OUTPUT
+        from .plugin import COLLECTED_OUTPUT, CONFIGURED_OUTPUT, USAGE_ERROR_OUTPUT
 
         self._nodes.pop(node.gateway.id, None)
         output = getattr(node, "workeroutput", {})
+        if self._usage_error is None:
+            self._usage_error = output.get(USAGE_ERROR_OUTPUT)
         collected = output.get(COLLECTED_OUTPUT)
         if collected is not None:
             self.results.unheard_workers.discard(node.gateway.id)
             note_collected(node.config, collected)
             note_configured(node.config, output.get(CONFIGURED_OUTPUT, ()))
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session):
+        """A worker's usage error ends the run as it ends a single process: one line, exit 4,
+        not xdist's "Interrupted" that the worker's stop request turns into."""
+        try:
+            result = yield
+        except KeyboardInterrupt:  # xdist's Interrupted, after a worker asked it to stop
+            if self._usage_error is None:
+                raise
+            raise pytest.UsageError(self._usage_error) from None
+        if self._usage_error is not None:
+            raise pytest.UsageError(self._usage_error)
+        return result
 
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:
         """A worker died in a test: that test fails once, as "worker crashed" (the scheduler

@@ -777,11 +777,14 @@ def test_two_recording_tests_of_one_name_in_two_files_are_refused(pytester, work
             f"def test_figures(specdec_record):\n    specdec_record.metric('output_tok_s', {value})\n")
     args = ["-p", "no:cacheprovider", "--specdec-save-baseline"] + (["-n", str(workers)] if workers else [])
     result = pytester.runpytest_subprocess(*args)
-    assert result.ret != 0
-    message = ("*a/test_x.py::test_figures, b/test_x.py::test_figures share the baseline key "
+    # an xdist worker finds it at collection, as a single process does: the same one-line usage error
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    message = ("ERROR: pytest-specdec: a/test_x.py::test_figures, b/test_x.py::test_figures share the baseline key "
                "test_figures: a baseline file keys a test by its name and parameters, not its file "
                "or class*rename one of the test functions*")
-    (result.stderr if not workers else result.stdout).fnmatch_lines([message])
+    result.stderr.fnmatch_lines([message])
+    assert result.stderr.str().count("ERROR: pytest-specdec:") == 1
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
     assert not (pytester.path / "baselines" / "cpu.json").exists()
 
 

@@ -417,3 +417,22 @@ def test_a_bad_reference_is_offered_only_methods_a_reference_can_be(pytester: py
     result = set_it(pytester, value)
     _usage_error(result, f"{where}: {problem}*")
     assert "ddtree" not in result.stderr.str().replace("'ddtree', if meant", "")
+
+
+def test_a_usage_error_only_an_xdist_worker_meets_ends_the_run_as_one_line(pytester: pytest.Pytester):
+    """The controller reads the prompts on descriptor 3, its workers inherit no such descriptor: the
+    worker's usage error crashed it ("node down", a traceback, a replacement crashing too) and the
+    run ended as "no tests ran"; it ends as a single process's usage error, once."""
+    import subprocess
+    import sys
+
+    pytester.makepyprojecttoml(CPU_MATRIX + '\n[[tool.specdec.workloads]]\nname = "mine"\nprompts = "/dev/fd/3"\n')
+    pytester.path.joinpath("prompts.jsonl").write_text('{"prompt": "hello"}\n')
+    pytester.makepyfile("def test_cell(specdec_spec, specdec_workload): pass")
+    run = subprocess.run(["bash", "-c", f"exec {sys.executable} -m pytest -p no:cacheprovider -p xdist -n 1 "
+                                        f"3< prompts.jsonl"],
+                         cwd=pytester.path, capture_output=True, text=True, timeout=300)
+    result = pytest.RunResult(run.returncode, run.stdout.splitlines(), run.stderr.splitlines(), 0)
+    _usage_error(result, "*key 'prompts': /dev/fd/3 is a named pipe (FIFO)*workers inherit none*")
+    assert run.stderr.count("ERROR: pytest-specdec:") == 1, run.stderr
+    assert "node down" not in run.stdout and "crashed" not in run.stdout, run.stdout
