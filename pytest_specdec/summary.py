@@ -490,8 +490,10 @@ def uncounted_lossless(results: Results) -> str | None:
     from .lossless import counterpart, uncounted, uncounted_note
 
     state = results.state
+    if not results.all():  # nothing compared (and the state's settings need not be read)
+        return None
     exactness = state.lossless
-    if not results.all() or exactness.mode != "prefix":
+    if exactness.mode != "prefix":
         return None
     with_outputs = {(r.case, r.workload, counterpart(r.nodeid, r.config)): r for r in results.all()
                     if r.case is not None and r.outputs is not None}
