@@ -753,37 +753,46 @@ def parse(data: Mapping[str, Any], filename: str, root: Path) -> SpecdecConfig:
     )
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_toml(path: Path, shown: str | None = None) -> dict[str, Any]:
+    """`shown`: the file's name in messages (default its own name, as at the project root)."""
+    name = shown or path.name
     try:
         raw = path.read_bytes()
         # an editor's byte-order mark: invisible, and tomllib refuses it at line 1, column 1
         return tomllib.loads(raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:
-        raise SpecdecUsageError(f"{path.name}: invalid TOML ({exc}); fix the syntax") from None
+        raise SpecdecUsageError(f"{name}: invalid TOML ({exc}); fix the syntax") from None
     except RecursionError:  # tomllib recurses once per nested array or inline table
-        raise SpecdecUsageError(f"{path.name}: invalid TOML (arrays or tables nested too deeply to read); "
+        raise SpecdecUsageError(f"{name}: invalid TOML (arrays or tables nested too deeply to read); "
                                 f"fix the syntax") from None
     except UnicodeDecodeError as exc:  # TOML is UTF-8 by definition; tomllib does not say where
         line = exc.object.count(b"\n", 0, exc.start) + 1
-        raise SpecdecUsageError(f"{path.name}: line {line} is not UTF-8 (byte "
+        raise SpecdecUsageError(f"{name}: line {line} is not UTF-8 (byte "
                                 f"{exc.object[exc.start]:#04x}); save the file as UTF-8") from None
     except OSError as exc:
-        raise SpecdecUsageError(f"{path.name} cannot be read ({exc.strerror or exc}); fix its "
+        raise SpecdecUsageError(f"{name} cannot be read ({exc.strerror or exc}); fix its "
                                 f"permissions or remove it") from None
 
 
-def load_known_issues(path: Path) -> list[KnownIssue]:
-    """Known issues from a file of `[[known_issues]]` entries (e.g. baselines/known_issues.toml)."""
+def load_known_issues(path: Path, shown: str | None = None) -> list[KnownIssue]:
+    """Known issues from a file of `[[known_issues]]` entries (e.g. baselines/known_issues.toml).
+    `shown`: its path in messages (the run gives it relative to the project root, since a bare
+    `known_issues.toml` does not say which folder holds it); default its own name."""
     if not path.is_file():
         if not os.path.lexists(path):
             raise SpecdecUsageError(f"known issues file {path} does not exist; give the path of an existing "
                                     f"file")
         raise SpecdecUsageError(f"known issues file {path} is {no_file(path)}, not a TOML file; make it the file of "
                                 f"[[known_issues]] entries, or remove it")
-    data = _read_toml(path)
-    _Reader(path.name, "top level", data).check_keys({"known_issues"})
-    entries = _array_of_tables(_Reader(path.name, "top level", data), "known_issues", "known issue")
-    return [_parse_known_issue(path.name, i, entry) for i, entry in enumerate(entries)]
+    name = shown or path.name
+    data = _read_toml(path, name)
+    if "tool" in data:  # pyproject.toml's [[tool.specdec.known_issues]], copied as it is
+        raise SpecdecUsageError(f"{name} [top level]: unknown key 'tool'; this file lists known issues at its "
+                                f"top level, each headed [[known_issues]] (not [[tool.specdec.known_issues]], "
+                                f"pyproject.toml's header), with the same keys")
+    _Reader(name, "top level", data).check_keys({"known_issues"})
+    entries = _array_of_tables(_Reader(name, "top level", data), "known_issues", "known issue")
+    return [_parse_known_issue(name, i, entry) for i, entry in enumerate(entries)]
 
 
 def load(root: Path) -> SpecdecConfig:

@@ -28,6 +28,7 @@ from .hardware import Hardware
 from .journal_cache import LatestCache
 from .lossless import Exactness, parse_exactness
 from .options import Settings, resolve
+from .relpaths import relative_path
 from .workloads import Workload, configured_workload
 
 
@@ -112,7 +113,7 @@ def build(root: Path, cli: Mapping[str, Any], ini: Mapping[str, Any],
         raise SpecdecUsageError(f"baseline folder {known_file.parent} cannot be looked up "
                                 f"({exc.strerror or exc}); choose another {option}") from None
     if has_known or os.path.lexists(known_file):  # a folder or a broken link there is an error, not none
-        extra = tuple(config_mod.load_known_issues(known_file))
+        extra = tuple(config_mod.load_known_issues(known_file, relative_path(known_file, root)))
         cfg = replace(cfg, known_issues=tuple(cfg.known_issues) + extra)
     hardware = hardware_mod.resolve(settings.arch, settings.gpus, detected, settings.source("gpus"),
                                     settings.source("arch"))

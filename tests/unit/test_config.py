@@ -587,8 +587,13 @@ BASELINE_HEAD = '{"format": "pytest-specdec-baselines", "version": 1, "hardware_
      "*prompts.jsonl:2: not valid JSON (*); each line must be a JSON object like*"),
     ({"prompts.jsonl": '{"prompt": "\\ud800"}\n'},
      "*prompts.jsonl:1: \"prompt\" holds '\\ud800' at character 1, a lone surrogate*"),
+    # the file is named with its folder: a bare known_issues.toml did not say where to look
     ({"baselines/known_issues.toml": "[[known_issues]]\nreason = 'x'\ntp = [3]\n"},
-     "known_issues.toml [known_issues #1] key 'tp': 3 is not a power of two*"),
+     "baselines/known_issues.toml [known_issues #1] key 'tp': 3 is not a power of two*"),
+    # pyproject.toml's header, copied from the README into the file, named with the header it wants
+    ({"baselines/known_issues.toml": "[[tool.specdec.known_issues]]\nreason = 'x'\n"},
+     "baselines/known_issues.toml [top level]: unknown key 'tool'; this file lists known issues at its "
+     "top level, each headed [[known_issues]] (not [[tool.specdec.known_issues]]*"),
 ])
 def test_bad_input_files_stop_the_run_before_any_server_boots(pytester: pytest.Pytester, files,
                                                               message):

@@ -226,3 +226,18 @@ def test_the_readme_says_a_users_figure_without_a_spread_is_compared_exactly():
                           tolerance).verdict == "noisy"
     assert compare_metric("t", MetricValue("kv_hit_rate", 0.80, "higher", spread=0.01), noisy,
                           tolerance).verdict == "regression"
+
+
+def test_the_known_issues_files_format_is_the_one_the_readme_gives(tmp_path: Path):
+    """The README named baselines/known_issues.toml but not its format: an entry copied from the
+    README as `[[tool.specdec.known_issues]]` was refused as an unknown key 'tool'. It says the
+    header the file takes; the section's own entry, under that header, loads."""
+    from pytest_specdec import config
+
+    section = README.read_text(encoding="utf-8").split("### Known issues", 1)[1].split("\n### ", 1)[0]
+    header = re.search(r"each entry headed\s+`(\[\[\w+\]\])` at the file's top level", section).group(1)
+    entry = re.search(r"```toml\n(.*?)```", section, re.S).group(1)
+    path = tmp_path / "known_issues.toml"
+    path.write_text(entry.replace("[[tool.specdec.known_issues]]", header))
+    [issue] = config.load_known_issues(path)
+    assert (issue.methods, issue.budget, issue.backend) == (("ddtree",), (32, 64), ("sglang",))
