@@ -133,6 +133,22 @@ def _check_positive_int(value: Any, what: str) -> None:
 # Loading
 
 
+def _json_kind(value: Any) -> str:
+    """A decoded JSON value's kind as JSON names it: the file holds an array, not a Python list."""
+    if isinstance(value, bool) or value is None:
+        return _json_shown(value)
+    kinds = {list: "an array", str: "a string", int: "a number", float: "a number"}
+    return kinds.get(type(value), type(value).__name__)
+
+
+def _json_shown(value: Any) -> str:
+    """A decoded JSON value as the file spells it (`true`, not Python's `True`)."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):  # an int past Python's digit limit: repr says what it can
+        return repr(value)
+
+
 def parse_prompt_lines(lines: Iterable[str], source: str) -> tuple[Prompt, ...]:
     """Parse JSONL prompt lines; errors name `source:line` and say what a line must look like."""
     prompts: list[Prompt] = []
@@ -147,7 +163,7 @@ def parse_prompt_lines(lines: Iterable[str], source: str) -> tuple[Prompt, ...]:
         except json.JSONDecodeError as exc:
             raise SpecdecUsageError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno}); {shape}") from None
         if not isinstance(obj, dict):
-            raise SpecdecUsageError(f"{where}: expected a JSON object, got {type(obj).__name__}; {shape}")
+            raise SpecdecUsageError(f"{where}: expected a JSON object, got {_json_kind(obj)}; {shape}")
         unknown = set(obj) - _PROMPT_KEYS
         if unknown:
             raise SpecdecUsageError(f"{where}: unknown key(s) {sorted(unknown)}; {shape}")
@@ -163,7 +179,8 @@ def parse_prompt_lines(lines: Iterable[str], source: str) -> tuple[Prompt, ...]:
             ) from None
         max_new = obj.get("max_new_tokens")
         if max_new is not None and (isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1):
-            raise SpecdecUsageError(f"{where}: \"max_new_tokens\" must be a positive integer, got {max_new!r}")
+            raise SpecdecUsageError(f"{where}: \"max_new_tokens\" must be a positive integer, got "
+                                    f"{_json_shown(max_new)}")
         prompts.append(Prompt(text, max_new))
     if not prompts:
         raise SpecdecUsageError(f"{source}: no prompts found; {shape}")

@@ -131,14 +131,17 @@ def test_load_jsonl_reads_prompts_overrides_and_skips_blank_lines(tmp_path):
     "content, line, match",
     [
         ('{"prompt": "ok"}\n{"prompt": "bad",\n', 2, "not valid JSON"),
-        ('["prompt"]\n', 1, "expected a JSON object, got list"),
+        ('["prompt"]\n', 1, "expected a JSON object, got an array;"),
+        ('null\n', 1, "expected a JSON object, got null;"),
         ('{"prompt": "ok"}\n{"prompt": "x", "max_tokens": 5}\n', 2, r"unknown key\(s\) \['max_tokens'\]"),
         ('{"text": "x"}\n', 1, "unknown key"),
         ('{"prompt": ""}\n', 1, '"prompt" must be a non-empty string'),
         ('{"prompt": 3}\n', 1, '"prompt" must be a non-empty string'),
         ('{"prompt": "x", "max_new_tokens": 0}\n', 1, '"max_new_tokens" must be a positive integer'),
         ('{"prompt": "x", "max_new_tokens": "8"}\n', 1, '"max_new_tokens" must be a positive integer'),
-        ('{"prompt": "x", "max_new_tokens": true}\n', 1, '"max_new_tokens" must be a positive integer'),
+        # the value as the JSON file spells it, not as Python prints it (True)
+        ('{"prompt": "x", "max_new_tokens": true}\n', 1, '"max_new_tokens" must be a positive integer, got true$'),
+        ('{"prompt": "x", "max_new_tokens": "8"}\n', 1, '"max_new_tokens" must be a positive integer, got "8"$'),
         # nesting past the decoder's recursion limit, digits past Python's limit on an int
         ('{"prompt": "ok"}\n' + "[" * 100_000 + "]" * 100_000 + "\n", 2, "not valid JSON"),
         ('{"prompt": "x", "max_new_tokens": ' + "9" * 5000 + '}\n', 1,
