@@ -176,6 +176,23 @@ def test_the_workloads_table_gives_each_key_and_default_the_code_has():
         assert table[f.name] == shown, (f.name, table[f.name], f.default)
 
 
+def test_the_workloads_table_says_the_default_name_of_each_kind_of_prompts(tmp_path: Path):
+    """The table gave a workload's default name as "the prompt file's stem" alone, where most
+    workloads name a built-in set and no file: the name is then the set's (two entries of one set
+    without names repeat it, which stops the run). Each example the row gives is the name the
+    code gives."""
+    from pytest_specdec import config
+
+    rows = re.findall(r"^\| `(\w+)` \| ([^|]*) \|", readme_section("### Workloads"), re.M)
+    default = dict(rows)["name"]
+    assert "built-in set's name" in default
+    stem, path = re.search(r"`(\w+)` for `([\w/]+\.jsonl)`", default).groups()
+    (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / path).write_text('{"prompt": "hello"}\n')
+    parsed = config.parse({"workloads": [{"prompts": path}, {"prompts": "code"}]}, "specdec.toml", tmp_path)
+    assert [w.name for w in parsed.workloads] == [stem, "code"]
+
+
 def header_line(prefix: str, *args: str) -> str:
     """The header line starting with `prefix` that `pytest --co` prints in this repository."""
     import subprocess
