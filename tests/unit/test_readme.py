@@ -258,3 +258,32 @@ def test_the_known_issues_files_format_is_the_one_the_readme_gives(tmp_path: Pat
     path.write_text(entry.replace("[[tool.specdec.known_issues]]", header))
     [issue] = config.load_known_issues(path)
     assert (issue.methods, issue.budget, issue.backend) == (("ddtree",), (32, 64), ("sglang",))
+
+
+def test_the_readme_says_what_ends_a_run_whose_benchmark_compare_fails(pytester: pytest.Pytester):
+    """The README said the summary table ends the terminal output after pytest-benchmark's
+    --benchmark-compare-fail raises, where the raised exception's traceback follows it and pytest
+    writes no closing line. What it says now is what such a run prints: the table, the
+    exception's last line as quoted, and exit status 1."""
+    pytest.importorskip("torch")
+    section = readme_section("### Resume, reports, pytest-benchmark, CI")
+    said = re.search(r"Python prints its traceback\s+\(`([^`]+)`\),\s+pytest no closing `N passed` line,"
+                     r"\s+and the exit status is (\d)", section, re.S)
+    assert said, "the README does not say how such a run ends"
+    quoted, status = " ".join(said.group(1).split()), int(said.group(2))
+    pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
+    pytester.makepyfile(test_figures="def test_figures(specdec_record):\n"
+                                     "    specdec_record.metric('output_tok_s', 100.0)\n")
+    pytester.makeconftest("""
+import pytest
+from pytest_benchmark.session import PerformanceRegression
+
+@pytest.hookimpl(tryfirst=True)  # as --benchmark-compare-fail raises in pytest-benchmark's summary
+def pytest_terminal_summary(terminalreporter):
+    raise PerformanceRegression("Performance has regressed.")
+""")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+    assert result.ret == status
+    result.stdout.fnmatch_lines(["*specdec summary*", "config*verdict*"])
+    result.stdout.no_fnmatch_line("*1 passed*")
+    assert result.stderr.str().strip().splitlines()[-1].endswith(quoted)
