@@ -6,8 +6,6 @@ prints those lines after "collected N items"), so projects that never use the pl
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from .options import OPTIONS, OPTIONS_BY_NAME
 from .state import RunState
 
@@ -85,7 +83,7 @@ def _file_settings(state: RunState) -> list[str]:
         files: dict[str, int] = {}
         for issue in config.known_issues:
             name = issue.where.split(" [", 1)[0]
-            shown = config.source if name == own else str(Path(state.settings.baseline_dir) / name)
+            shown = config.source if name == own else name  # the baseline folder's file, as the run named it
             files[shown] = files.get(shown, 0) + 1
         out.append(f"known_issues={len(config.known_issues)} ("
                    + ", ".join(f"{count} in {name}" for name, count in files.items()) + ")")
