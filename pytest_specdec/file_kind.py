@@ -48,13 +48,14 @@ _OWN_FD = (", a descriptor of the process reading it (pytest puts /dev/null at i
 _WRITE_IT = "write its content to a file and give that file's path"
 
 
-def refuse_special(path: str | Path, what: str, fix: str = _WRITE_IT) -> None:
+def refuse_special(path: str | Path, what: str, fix: str = _WRITE_IT, shown: str | None = None) -> None:
     """Raise SpecdecUsageError where `path` is a pipe, device or socket: `what` names the input
-    ("workload file", "baseline file") as the reader's other errors do; `fix` replaces the advice
-    to write the content to a file, for the plugin's own files, which a run writes anew."""
+    ("workload file", "baseline file") as the reader's other errors do, and `shown` the file as
+    they name it (default: `path`); `fix` replaces the advice to write the content to a file, for
+    the plugin's own files, which a run writes anew."""
     kind = special(path)
     if kind is not None:
-        raise SpecdecUsageError(f"{what} {path} is {kind}, not a regular file: {_why(kind)}; {fix}")
+        raise SpecdecUsageError(f"{what} {shown or path} is {kind}, not a regular file: {_why(kind)}; {fix}")
 
 
 def _why(kind: str) -> str:

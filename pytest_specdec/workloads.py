@@ -21,6 +21,7 @@ from . import context_rule, json_text
 from .errors import SpecdecUsageError
 from .file_kind import refuse_special
 from .fingerprint import text_digest
+from .relpaths import relative_path
 
 BUILTIN_WORKLOADS = ("chat", "code", "math")
 
@@ -187,24 +188,27 @@ def parse_prompt_lines(lines: Iterable[str], source: str) -> tuple[Prompt, ...]:
     return tuple(prompts)
 
 
-def load_jsonl(path: str | Path, *, name: str | None = None, **fields: Any) -> Workload:
-    """A workload from a JSONL prompt file; `fields` set the other `Workload` fields."""
+def load_jsonl(path: str | Path, *, name: str | None = None, shown: str | None = None,
+               **fields: Any) -> Workload:
+    """A workload from a JSONL prompt file; `fields` set the other `Workload` fields. Errors name
+    the file as `shown` (the project-relative path a configured file has), else as `path`."""
     path = Path(path)
-    refuse_special(path, "workload file")
+    shown = shown or str(path)
+    refuse_special(path, "workload file", shown=shown)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise SpecdecUsageError(f"workload file {path} does not exist") from None
+        raise SpecdecUsageError(f"workload file {shown} does not exist") from None
     except OSError as exc:
-        raise SpecdecUsageError(f"workload file {path} cannot be read ({exc.strerror or exc}); fix its "
+        raise SpecdecUsageError(f"workload file {shown} cannot be read ({exc.strerror or exc}); fix its "
                                 f"permissions or the path") from None
     try:  # -sig: the byte order mark some editors write is not part of the first prompt
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = exc.object.count(b"\n", 0, exc.start) + 1
-        raise SpecdecUsageError(f"{path}:{line}: not UTF-8 (byte {exc.object[exc.start]:#04x}); save the "
+        raise SpecdecUsageError(f"{shown}:{line}: not UTF-8 (byte {exc.object[exc.start]:#04x}); save the "
                                 f"file as UTF-8") from None
-    prompts = parse_prompt_lines(text.split("\n"), str(path))  # JSON strings may hold U+2028 and U+0085
+    prompts = parse_prompt_lines(text.split("\n"), shown)  # JSON strings may hold U+2028 and U+0085
     return Workload(name=name or path.stem, prompts=prompts, **fields)
 
 
@@ -245,7 +249,9 @@ def load_workload(spec: str, *, base_dir: str | Path | None = None, **fields: An
             f"workload {spec!r} is neither a built-in ({', '.join(BUILTIN_WORKLOADS)}) nor an existing .jsonl file"
             + (f"; did you mean the built-in {meant!r}?" if meant else "")
         )
-    return load_jsonl(path, **fields)
+    # named as the config errors name files: relative to the project where inside it
+    shown = relative_path(path, base_dir) if base_dir is not None else None
+    return load_jsonl(path, shown=shown, **fields)
 
 
 # --------------------------------------------------------------------------------------------

@@ -205,6 +205,23 @@ def test_load_workload_resolves_builtin_or_relative_path(tmp_path):
         load_workload("missing.jsonl", base_dir=tmp_path)
 
 
+@pytest.mark.parametrize("content, problem", [
+    ('{"prompt": "ok"}\n{"prompt": 3}\n', 'prompts/set.jsonl:2: "prompt" must be a non-empty string'),
+    ("\n", "prompts/set.jsonl: no prompts found"),
+    (None, "workload file prompts/set.jsonl does not exist"),
+])
+def test_a_configured_prompt_file_is_named_relative_to_the_project(tmp_path, content, problem):
+    """Its errors named the file by absolute path, where the config's errors name theirs
+    relative to the project root (`specdec.toml: line 2 ...`)."""
+    (tmp_path / "prompts").mkdir()
+    if content is not None:
+        write(tmp_path / "prompts", content, name="set.jsonl")
+    with pytest.raises(SpecdecUsageError) as info:
+        load_workload("prompts/set.jsonl", base_dir=tmp_path)
+    assert str(info.value).startswith(problem)
+    assert str(tmp_path) not in str(info.value)
+
+
 # ------------------------------------------------------------------ context-length guard
 
 
