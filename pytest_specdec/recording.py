@@ -97,35 +97,46 @@ class Recorder:
     def metric(self, name: str, value: float, direction: str | None = None, *,
                spread: float = 0.0, samples: int = 1, deterministic: bool = False) -> None:
         """Record one figure; built-in and declared metrics know their direction, others must
-        state it."""
+        state it. A misuse is a ValueError that names the fix, its traceback ending at the
+        test's line (`__tracebackhide__`): the mistake is there, not in the plugin."""
+        __tracebackhide__ = True
         # a name a tolerance cannot spell (--specdec-compare-fail, [tool.specdec.tolerances]) is
         # never gated, and its baseline entry and JUnit property would carry it as it is
         if not isinstance(name, str) or not METRIC_NAME.match(name):
             raise ValueError(f"metric {name!r} is not a metric name: letters, digits, _ and ., not "
                              f"starting with a digit (e.g. kv_hit_rate)")
-        if isinstance(value, (bool, str, bytes)):  # float() would take them: True, "1e3"
-            raise ValueError(f"metric {name!r}: value {value!r} is not a number")
+        number = _number(value)
+        if number is None:  # float() would take True and "1e3"; nan and inf cannot be compared
+            raise ValueError(f"metric {name!r}: value {value!r} is not a number"
+                             + (" (a finite one)" if isinstance(value, numbers.Real) else ""))
         declared = self._declared()
         if direction is None:
-            direction = direction_of(name, declared)
+            try:
+                direction = direction_of(name, declared)
+            except KeyError as exc:  # its message, not KeyError's quoted repr of it
+                raise ValueError(exc.args[0]) from None
+        if direction not in ("higher", "lower"):
+            raise ValueError(f"metric {name!r}: direction {direction!r} is not a direction; write "
+                             f"\"higher\" (bigger is better) or \"lower\"")
         known = known_directions(declared).get(name)
         if known is not None and direction != known:  # it would be gated the wrong way round
             raise ValueError(f"metric {name!r}: direction {direction!r}, but {known!r} is better for "
                              f"{name}; leave the direction out")
         # checked here, not when a later run reads the baseline it would be saved into
-        if not (math.isfinite(float(spread)) and float(spread) >= 0):
+        if _number(spread) is None or _number(spread) < 0:
             raise ValueError(f"metric {name!r}: spread {spread!r} must be a finite number >= 0 "
                              f"(the standard error of the value; 0, the default, compares it exactly)")
         if isinstance(samples, bool) or not isinstance(samples, (numbers.Integral, float)) \
                 or not float(samples).is_integer() or samples < 1:
             raise ValueError(f"metric {name!r}: samples {samples!r} must be an integer >= 1 "
                              f"(how many measurements the value is made of)")
-        self.metrics[name] = MetricValue(name, float(value), direction, float(spread), int(samples),
+        self.metrics[name] = MetricValue(name, number, direction, float(spread), int(samples),
                                          deterministic)
 
     def result(self, measurement: Measurement, *, records: Sequence[RequestRecord] = (),
                deterministic_accept: bool = False) -> Measurement:
         """Record a workload's figures (and its per-token latencies for pytest-benchmark)."""
+        __tracebackhide__ = True  # a second measurement is the test's mistake
         self._first_measurement()
         for value in measurement.metrics(deterministic_accept=deterministic_accept):
             self.metrics[value.name] = value
@@ -138,6 +149,7 @@ class Recorder:
 
     def run(self, server: Any, workload: Any) -> Measurement:
         """Run `workload` on `server` (a `specdec_server`) and record everything it measured."""
+        __tracebackhide__ = True  # a second measurement is the test's mistake
         self._first_measurement()  # before the workload runs, not after it
         measurement = server.run(workload)
         greedy = getattr(workload, "temperature", 0.0) == 0.0
@@ -180,6 +192,7 @@ class Recorder:
     def _first_measurement(self) -> None:
         """A test records one workload measurement: a second would replace the first's figures,
         outputs and journal record, and pytest-benchmark takes one set of samples a test."""
+        __tracebackhide__ = True
         if "measurement" in self.info:
             raise ValueError(f"specdec_record holds one workload measurement per test, and {self.test_id} "
                              f"has recorded one already (workload {self.workload}); a second would replace "
@@ -229,6 +242,18 @@ class Recorder:
         return Result(test_id=self.test_id, nodeid=self.item.nodeid, case=case_of(self.item),
                       workload=self.workload, metrics=tuple(self.metrics.values()),
                       time=time.time(), details=dict(self.info), outputs=self.outputs)
+
+
+def _number(value: Any) -> float | None:
+    """`value` as a finite float, or None where it is no number (a bool or a string, which
+    float() would take, an object it would not) or not finite."""
+    if isinstance(value, (bool, str, bytes)):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def new_recorder(item: pytest.Item) -> Recorder:

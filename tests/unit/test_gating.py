@@ -910,3 +910,39 @@ def test_pytests_last_percentage_ends_the_line_of_letters_not_one_of_its_own(pyt
     assert lines[end].startswith(("test_figures.py .", ".")), lines
     # the last progress line after the letters' line, then the summary: no line between them
     assert lines[end + 1].startswith("specdec [3/3]") and lines[end + 2].startswith("="), lines[end - 1:]
+
+
+@pytest.mark.parametrize("call, problem", [
+    ('metric("tpot_sm", 1.0)', "ValueError: unknown metric 'tpot_sm': did you mean 'tpot_ms'? give its direction "
+                               "explicitly, or declare a metric of your own*"),
+    ('metric("my_fig", 1.0, "up")', "ValueError: metric 'my_fig': direction 'up' is not a direction; write "
+                                    '"higher" (bigger is better) or "lower"'),
+    ('metric("my_fig", float("nan"), "higher")', "ValueError: metric 'my_fig': value nan is not a number (a finite one)"),
+    ('metric("my_fig", None, "higher")', "ValueError: metric 'my_fig': value None is not a number"),
+    ('metric("my_fig", 1.0, "higher", spread="x")', "ValueError: metric 'my_fig': spread 'x' must be a finite number*"),
+    ('metric("ttft_ms", 1.0, "higher")', "ValueError: metric 'ttft_ms': direction 'higher', but 'lower' is better*"),
+    ("result(measured('chat'))", "ValueError: specdec_record holds one workload measurement per test*"),
+])
+def test_a_misused_recorder_fails_at_the_tests_line_without_the_plugins_frames(pytester, call, problem):
+    """A misuse failed with a traceback through the plugin's recording code, and an unknown
+    metric as a KeyError, whose message pytest printed inside quotes."""
+    pytester.makepyfile(test_figures=f"""
+from pytest_specdec.metrics import RequestRecord, WorkloadResult, summarize
+
+
+def measured(name):
+    records = tuple(RequestRecord(index=i, status=200, finish_reason="length", prompt_tokens=10,
+                                  completion_tokens=8, ttft_ms=5.0, e2e_ms=20.0, chunks=8)
+                    for i in range(2))
+    return summarize(WorkloadResult(name, "http://127.0.0.1:1", 1, records, wall_s=0.1))
+
+
+def test_misuse(specdec_record):
+    specdec_record.result(measured("code"))
+    specdec_record.{call}
+""")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f">       specdec_record.{call}", f"E       {problem}"])
+    assert "pytest_specdec" not in result.stdout.str().replace("from pytest_specdec.metrics", "")
+    assert "KeyError" not in result.stdout.str()
