@@ -946,3 +946,16 @@ def test_misuse(specdec_record):
     result.stdout.fnmatch_lines([f">       specdec_record.{call}", f"E       {problem}"])
     assert "pytest_specdec" not in result.stdout.str().replace("from pytest_specdec.metrics", "")
     assert "KeyError" not in result.stdout.str()
+
+
+def test_a_test_recording_only_metrics_names_its_workload_in_the_summary(pytester):
+    """Its row showed "-" in the workload column (and its record carried no workload), though
+    the test is parametrized with one."""
+    pytester.makepyprojecttoml('[[tool.specdec.workloads]]\nname = "mine"\nprompts = "chat"\n')
+    pytester.makepyfile(test_figures="""
+def test_metric_only(specdec_spec, specdec_workload, specdec_record):
+    specdec_record.metric("output_tok_s", 100.0)
+""")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "-k", "ar-tp1")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["config * workload *", "*", r"ar-tp1 * mine * 100.0 *"])
