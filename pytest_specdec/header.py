@@ -91,12 +91,26 @@ def _file_settings(state: RunState) -> list[str]:
 
 
 def details(state: RunState) -> list[str]:
+    """The lines that follow collection: what the run measures with, and against what."""
+    return [text for text, _ in _details(state)]
+
+
+def warnings(state: RunState) -> list[str]:
+    """The lines of `details` that warn (a resume with no journal, a baseline folder that is a
+    file, GPUs the probes could not see, a dry run of another family's matrix): written even
+    where the header is not (-q, --no-header), since each changes what the run measures."""
+    return [text for text, warns in _details(state) if warns]
+
+
+def _details(state: RunState) -> list[tuple[str, bool]]:
+    """`details`' lines, each with whether it warns."""
     hw = state.hardware
     arch = f"{hw.arch}, {hw.family}" if hw.arch else hw.family
+    baselines = _baseline_state(state)
     out = [
-        f"specdec: hardware {hw.describe()} [{arch}, {hw.count} GPU(s), {_found_by(hw.source)}]"
-        + (f"; {hw.trouble}" if hw.trouble else ""),
-        f"specdec: baselines {state.baseline_path}{_baseline_state(state)}",
+        (f"specdec: hardware {hw.describe()} [{arch}, {hw.count} GPU(s), {_found_by(hw.source)}]"
+         + (f"; {hw.trouble}" if hw.trouble else ""), bool(hw.trouble)),
+        (f"specdec: baselines {state.baseline_path}{baselines}", baselines.startswith(" (none: ")),
     ]
     settings = state.settings
     changed = [f"{o.name}={settings.shown(o.name, settings.origins[o.name], settings.values[o.name])} "
@@ -104,39 +118,39 @@ def details(state: RunState) -> list[str]:
                for o in OPTIONS if settings.origins[o.name] != "default"]
     changed += _file_settings(state)
     if changed:
-        out.append("specdec: settings " + ", ".join(changed))
+        out.append(("specdec: settings " + ", ".join(changed), False))
     if state.gpu_claims is not None:
-        out.append(f"specdec: GPU claims {state.gpu_claims} ({state.settings.origins['gpu_claims']}): "
-                   f"another run on this host waits for the GPUs this one holds")
+        out.append((f"specdec: GPU claims {state.gpu_claims} ({state.settings.origins['gpu_claims']}): "
+                    f"another run on this host waits for the GPUs this one holds", False))
     elif hw.simulated and hw.count and state.backend.launches:
-        out.append("specdec: GPU claims none: the inventory is simulated, so no host's GPUs are taken")
-    out.append(f"specdec: gate {state.tolerances.describe()}"
-               + ("; timing figures per second the server had a CPU" if state.backend.launches
-                  else "; timing figures as measured (an attached server's CPU wait is not seen)")
-               + ("; noisy fails" if state.settings.strict_noise else "; noisy passes")
-               + _without_baseline(state))
-    out.append(f"specdec: lossless {lossless_line(state)}")
+        out.append(("specdec: GPU claims none: the inventory is simulated, so no host's GPUs are taken", False))
+    out.append((f"specdec: gate {state.tolerances.describe()}"
+                + ("; timing figures per second the server had a CPU" if state.backend.launches
+                   else "; timing figures as measured (an attached server's CPU wait is not seen)")
+                + ("; noisy fails" if state.settings.strict_noise else "; noisy passes")
+                + _without_baseline(state), False))
+    out.append((f"specdec: lossless {lossless_line(state)}", False))
     if state.settings.resume:
         from .shard_dir import journal_path
 
         journal = journal_path(state)
         if not journal.is_file():  # a mistyped path or another folder's run: a whole run measured silently
-            out.append(f"specdec: resume: no journal at {journal} to resume from, so every test is measured; "
-                       f"if the interrupted run journaled elsewhere, give that file with "
-                       f"{OPTIONS_BY_NAME['journal'].cli}=PATH")
+            out.append((f"specdec: resume: no journal at {journal} to resume from, so every test is measured; "
+                        f"if the interrupted run journaled elsewhere, give that file with "
+                        f"{OPTIONS_BY_NAME['journal'].cli}=PATH", True))
     serving = state.backend.serving(state)
     if serving is not None:  # what the figures are keyed by, and what of it went unchecked
-        out.append(f"specdec: attached server serves {serving}")
+        out.append((f"specdec: attached server serves {serving}", False))
     note = state.backend.listing_note(state) if state.listing else None
     if note is not None:  # in place of what only the server could have told
-        out.append(f"specdec: listing: {note}")
+        out.append((f"specdec: listing: {note}", False))
     counting = state.backend.counting(state)
     if counting is not None:  # the guard and truncate are only as good as this count
-        out.append(f"specdec: context guard: prompt tokens counted {counting}")
+        out.append((f"specdec: context guard: prompt tokens counted {counting}", False))
     if state.dry_run and hw.family not in state.config.matrices:
-        out.append(f"specdec: dry run: no {hw.family} matrix is configured, so there is no {hw.family} "
-                   f"suite to rehearse and the cpu matrix runs; add [tool.specdec.matrix.{hw.family}]")
+        out.append((f"specdec: dry run: no {hw.family} matrix is configured, so there is no {hw.family} "
+                    f"suite to rehearse and the cpu matrix runs; add [tool.specdec.matrix.{hw.family}]", True))
     elif state.dry_run:
-        out.append(f"specdec: dry run: the {hw.family} suite runs on the {state.backend} backend; "
-                   f"figures are not {hw.family} figures")
+        out.append((f"specdec: dry run: the {hw.family} suite runs on the {state.backend} backend; "
+                    f"figures are not {hw.family} figures", False))
     return out

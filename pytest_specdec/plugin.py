@@ -186,8 +186,10 @@ def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Ite
     from .collection import uses_specdec
     from .state import STATE_KEY
 
-    if config.option.verbose < 0 or config.option.no_header or not any(map(uses_specdec, items)):
+    if not any(map(uses_specdec, items)):
         return []
+    if config.option.verbose < 0 or config.option.no_header:  # -q, -qq: pytest's own warnings stay too
+        return header.warnings(config.stash[STATE_KEY])
     return header.details(config.stash[STATE_KEY])
 
 

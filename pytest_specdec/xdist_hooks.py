@@ -90,7 +90,11 @@ class XdistHooks:
 
         state = self.results.state
         reporter = config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is None or config.option.verbose < 0 or config.option.no_header:
+        if reporter is None:
+            return
+        if config.option.verbose < 0 or config.option.no_header:  # as pytest_report_collectionfinish
+            for line in header.warnings(state):
+                reporter.write_line(line)
             return
         for line in header.details(state):
             reporter.write_line(line)

@@ -703,3 +703,16 @@ def test_resume_without_a_journal_says_that_every_test_is_measured(pytester):
                                 "--specdec-journal=elsewhere/journal.jsonl")
     result.assert_outcomes(skipped=3)
     result.stdout.no_fnmatch_line("*no journal at*")
+
+
+@pytest.mark.parametrize("quiet", [["-q"], ["-qq"], ["--no-header"]])
+def test_resume_without_a_journal_says_so_where_the_header_is_hidden(pytester, quiet):
+    """The warning lived in the report header alone, which -q, -qq and --no-header leave out:
+    such a run measured everything again without a word. The header's other lines stay out."""
+    pytester.makepyfile(test_figures=INTERRUPTED_TESTS)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "--specdec-resume",
+                                "--specdec-journal=elsewhere/journal.jsonl", *quiet)
+    assert result.ret == pytest.ExitCode.OK  # -qq prints no outcome line to parse
+    result.stdout.fnmatch_lines(["specdec: resume: no journal at */elsewhere/journal.jsonl to resume from, so "
+                                 "every test is measured*"])
+    result.stdout.no_fnmatch_line("specdec: gate *")
