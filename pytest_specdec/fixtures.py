@@ -97,6 +97,8 @@ def specdec_pool(specdec_state: RunState, request: pytest.FixtureRequest) -> Ite
 
     # after Ctrl-C the user is waiting: a server slow to honour SIGTERM gets SIGKILL soon
     interrupted = getattr(request.session, "exitstatus", None) == pytest.ExitCode.INTERRUPTED
+    if interrupted:  # e.g. an xdist worker interrupted between tests: no test's protocol said it
+        _say_stopping(request.config, pool, INTERRUPTED_GRACE_S)
     try:
         pool.close(grace=INTERRUPTED_GRACE_S if interrupted else None)
     except ServerError as exc:
@@ -121,17 +123,36 @@ def _announcer(config: pytest.Config) -> Callable[[str], None]:
     return announce
 
 
+_STOP_SAID_KEY = pytest.StashKey[bool]()
+
+
+def _say_stopping(config: pytest.Config, pool: ServerPool, grace: float) -> None:
+    """Say which servers an ending run stops and its bound, once per run: a frozen server takes
+    the whole grace before SIGKILL, and the user who pressed Ctrl-C would see nothing meanwhile."""
+    ids = [spec.id for spec in pool.live()]
+    if not ids or config.stash.get(_STOP_SAID_KEY, False):
+        return
+    config.stash[_STOP_SAID_KEY] = True
+    several = len(ids) > 1
+    announce = _announcer(config)
+    announce(f"the run is ending: stopping server{'s' if several else ''} {', '.join(ids)} now "
+             f"(SIGTERM, then SIGKILL after {grace:g}s{' each' if several else ''})")
+
+
 def retire_finished_server(item: pytest.Item, nextitem: pytest.Item | None,
                            interrupted: bool = False) -> None:
     """Stop a configuration's server as soon as this process has no further test for it.
 
     Items are ordered by configuration, so the next item tells. Under xdist this frees the GPU
     lease for other workers instead of holding it until this worker's next boot. `interrupted`
-    (Ctrl-C in the test): the run is ending and the user waits, so the SIGTERM grace is short.
+    (Ctrl-C in the test): the run is ending and the user waits, so every server is stopped now,
+    saying so, with a short SIGTERM grace, even one the next test would have used.
     """
     pool = item.config.stash.get(POOL_KEY, None)
     case = case_of(item)
-    if pool is None or case is None or (nextitem is not None and case_of(nextitem) == case):
+    if pool is None or case is None:
+        return
+    if not interrupted and nextitem is not None and case_of(nextitem) == case:
         return
     state = item.config.stash[STATE_KEY]
     if not state.backend.launches:
@@ -140,7 +161,11 @@ def retire_finished_server(item: pytest.Item, nextitem: pytest.Item | None,
     from .servers.process import INTERRUPTED_GRACE_S
 
     try:
-        pool.retire(state.backend.server_spec(case, state), grace=INTERRUPTED_GRACE_S if interrupted else None)
+        if interrupted:
+            _say_stopping(item.config, pool, INTERRUPTED_GRACE_S)
+            pool.close(grace=INTERRUPTED_GRACE_S)
+        else:
+            pool.retire(state.backend.server_spec(case, state))
     except ServerError as exc:
         warnings.warn(f"pytest-specdec: teardown: {exc}", stacklevel=1)
 

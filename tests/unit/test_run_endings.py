@@ -146,6 +146,77 @@ def test_ctrl_c_does_not_wait_out_a_frozen_servers_full_sigterm_grace(pytester):
         kill_everything(proc, noted)
 
 
+# The engine with SIGTERM blocked: a server that only SIGKILL ends, as one wedged in a driver call
+# (SIGSTOP would not do: teardown sends SIGCONT with its SIGTERM).
+DEAF_ENGINE_CONFTEST = """
+import sys
+from functools import partial
+
+from pytest_specdec import backends
+from pytest_specdec.servers.embedded import build_embedded_argv
+
+DEAF = ("import runpy, signal; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}); "
+        "runpy.run_module('pytest_specdec.engine', run_name='__main__', alter_sys=True)")
+
+
+def argv_builder(self, spec, state):
+    return partial(build_embedded_argv, spec, entry=[sys.executable, "-c", DEAF])
+
+
+backends.EmbeddedBackend.argv_builder = argv_builder
+"""
+
+# Two tests of one configuration, the first of which holds its server.
+HOLD_THEN_SAME_CONFIGURATION_TEST = '''
+import os, time
+
+
+def test_hold(specdec_server, pytestconfig):
+    (pytestconfig.rootpath / "holding").write_text(str(os.getpid()))
+    time.sleep(240)
+
+
+def test_next(specdec_server):
+    pass
+'''
+
+
+@pytest.mark.parametrize("dist", [(), ("-n", "1")], ids=["alone", "xdist"])
+def test_ctrl_c_says_at_once_which_servers_it_stops_and_the_bound(pytester, dist):
+    """Ctrl-C in a test whose next test has the same configuration left its server to the pool's
+    close at the session's end: for one that ignores SIGTERM, the grace and the ending's work
+    passed with no output. The line is said once, while that server still waits out its grace,
+    and a worker's reaches the user as its other progress lines do."""
+    if dist:
+        pytest.importorskip("xdist")
+    project(pytester, methods=("ar",), prompts=1, max_new_tokens=4)
+    pytester.makeconftest(DEAF_ENGINE_CONFTEST)
+    pytester.makepyfile(test_hold=HOLD_THEN_SAME_CONFIGURATION_TEST)
+    proc = start(pytester.path, *dist, "test_hold.py")
+    noted: list[int] = []
+    line = re.compile(r"specdec: (\[gw0\] )?the run is ending: stopping server ar-tp1 now "
+                      r"\(SIGTERM, then SIGKILL after 2s\)")
+    try:
+        wait_holding(pytester.path, proc)
+        noted = engine_pids(pytester.path)
+        assert len(noted) == 1, f"expected one server, found {noted}"
+        proc.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 60
+        while not line.search((pytester.path / "pytest.out").read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, \
+                (pytester.path / "pytest.out").read_text()[-3000:]
+            time.sleep(0.05)
+        still_up = wait_gone(noted, timeout=0)
+        proc.wait(timeout=60)
+        out = (pytester.path / "pytest.out").read_text()
+        assert still_up == noted, f"said only once the server was gone:\n{out[-3000:]}"
+        said = line.findall(out)
+        assert said == (["[gw0] "] if dist else [""]), out[-3000:]
+        assert wait_gone(noted, timeout=GONE_WITHIN_S) == []
+    finally:
+        kill_everything(proc, noted)
+
+
 def test_without_prctl_a_worker_keeps_todays_behaviour(monkeypatch):
     """Not Linux: nothing is armed, nothing raises."""
     from pytest_specdec.servers import cleanup
