@@ -376,22 +376,16 @@ def known_issue_reason(item: pytest.Item, state: RunState) -> str | None:
     return issue.reason if issue is not None else None
 
 
-#: A marker mistake found in an xdist worker: the test fails with it (see modify_items).
+#: Why a test fails before it runs: its attached server's readiness refused in an xdist worker.
 MARKER_ERROR = pytest.StashKey[str]()
 
 
-def modify_items(items: list[pytest.Item], state: RunState, in_worker: bool = False) -> None:
-    """Skips and known issues from the markers. A marker mistake stops the run; in an xdist
-    worker, where a usage error reads as a worker crash, its test fails with the message instead."""
+def modify_items(items: list[pytest.Item], state: RunState) -> None:
+    """Skips and known issues from the markers. A marker mistake stops the run (a `UsageError`,
+    which an xdist worker hands its controller: `plugin.WorkerStop`)."""
     for item in items:
-        try:
-            reason = skip_reason(item, state)
-            issue = known_issue_reason(item, state)  # also checks the marker of a test that skips
-        except pytest.UsageError as exc:
-            if not in_worker:
-                raise
-            item.stash[MARKER_ERROR] = str(exc)
-            continue
+        reason = skip_reason(item, state)
+        issue = known_issue_reason(item, state)  # also checks the marker of a test that skips
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason))
         elif issue is not None:

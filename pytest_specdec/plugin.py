@@ -201,6 +201,30 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import pytest
+
+    from .errors import SpecdecUsageError
+
+    try:  # a marker mistake, a journal --specdec-resume cannot read: the run stops, as at configure time
+        _modify_items(config, items)
+    except SpecdecUsageError as exc:
+        _usage_error(config, f"pytest-specdec: {exc}")
+    except pytest.UsageError as exc:  # its message names pytest-specdec already
+        _usage_error(config, str(exc))
+
+
+def _usage_error(config: pytest.Config, message: str) -> None:
+    """Stop the run with `message` as a usage error: one line, exit 4; an xdist worker hands it to
+    its controller instead (`WorkerStop`), since one raised there crashes the worker."""
+    import pytest
+
+    if hasattr(config, "workerinput"):
+        _stop_worker(config, message)
+        return
+    raise pytest.UsageError(message) from None
+
+
+def _modify_items(config: pytest.Config, items: list[pytest.Item]) -> None:
     from . import collection
     from .state import SHARD_KEY, STATE_KEY
 
@@ -210,7 +234,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
         items[:], others = split_items(items, config.stash[SHARD_KEY])
         config.hook.pytest_deselected(items=others)
-    collection.modify_items(items, state, in_worker=hasattr(config, "workerinput"))
+    collection.modify_items(items, state)
     if not any(map(collection.uses_specdec, items)):
         return
     if not hasattr(config, "workerinput"):  # under xdist the controller warns, once (XdistHooks)

@@ -324,18 +324,19 @@ def test_good_marker_arguments_still_work(pytester: pytest.Pytester):
     pytester.runpytest("--specdec-gpus=1").assert_outcomes(skipped=1)
 
 
-def test_under_xdist_a_marker_mistake_fails_its_test_and_a_tp_filter_stops_the_run(pytester: pytest.Pytester):
-    """xdist workers collect, and a usage error raised there read as INTERNALERROR (a worker
-    crash): the marked test fails with the message instead, the other tests run. The tp filter
-    needs no items, so it is checked at configure time, before any worker starts."""
+def test_under_xdist_a_marker_mistake_and_a_tp_filter_stop_the_run_as_one_process_does(pytester: pytest.Pytester):
+    """xdist workers collect, and a usage error raised there crashed the worker (INTERNALERROR), so
+    the marked test failed with the message while the others ran: the run's outcome hung on -n.
+    The worker hands the error to the controller (`WorkerStop`), which ends the run with it. The tp
+    filter needs no items, so it is checked at configure time, before any worker starts."""
     pytester.makepyprojecttoml(CPU_MATRIX)
     pytester.makepyfile(test_marked="import pytest\n\n@pytest.mark.gpus('two')\ndef test_plain():\n    pass\n\n"
                                     "def test_other():\n    pass\n")
-    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1, errors=1)
-    result.stdout.fnmatch_lines(["pytest-specdec: test_marked.py::test_plain: @pytest.mark.gpus('two') is not a GPU count*",
-                                 "ERROR test_marked.py::test_plain - Failed: pytest-specdec*"])
-    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    for workers in ([], ["-n", "2"]):
+        result = pytester.runpytest_subprocess(*workers, "-p", "no:cacheprovider")
+        _usage_error(result, "test_marked.py::test_plain: @pytest.mark.gpus('two') is not a GPU count*")
+        assert result.stderr.str().count("ERROR: pytest-specdec:") == 1, result.stderr.str()
+        assert "passed" not in result.stdout.str() and "node down" not in result.stdout.str(), result.stdout.str()
     pytester.makepyfile(test_marked="def test_cell(specdec_spec): pass")
     stopped = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", "--specdec-tp=4")
     assert stopped.ret == pytest.ExitCode.USAGE_ERROR
@@ -436,3 +437,21 @@ def test_a_usage_error_only_an_xdist_worker_meets_ends_the_run_as_one_line(pytes
     _usage_error(result, "*key 'prompts': /dev/fd/3 is a named pipe (FIFO)*workers inherit none*")
     assert run.stderr.count("ERROR: pytest-specdec:") == 1, run.stderr
     assert "node down" not in run.stdout and "crashed" not in run.stdout, run.stdout
+
+
+def test_a_journal_resume_cannot_read_at_collection_is_a_usage_error_with_or_without_xdist(pytester: pytest.Pytester):
+    """The journal is checked at configure time, and read under --specdec-resume at collection: one
+    made a pipe in between raised out of the collection hook, an INTERNALERROR traceback in one
+    process and in an xdist worker alike. Both end as the usage error configure time gives."""
+    pytester.makepyprojecttoml(CPU_MATRIX)
+    pytester.makepyfile("def test_cell(specdec_spec): pass")
+    pytester.makeconftest("import os\nimport pytest\n\n\n@pytest.hookimpl(tryfirst=True)\n"
+                          "def pytest_collection_modifyitems(config):\n"
+                          "    if not os.path.exists('journal.jsonl'):  # after the configure-time check\n"
+                          "        os.mkfifo('journal.jsonl')\n")
+    for workers in ([], ["-n", "1"]):
+        pytester.path.joinpath("journal.jsonl").unlink(missing_ok=True)
+        result = pytester.runpytest_subprocess(*workers, "-p", "no:cacheprovider", "--specdec-resume",
+                                               "--specdec-journal=journal.jsonl")
+        _usage_error(result, "results journal */journal.jsonl is a named pipe (FIFO), not a regular file*")
+        assert result.stderr.str().count("ERROR: pytest-specdec:") == 1, result.stderr.str()
