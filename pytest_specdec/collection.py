@@ -17,7 +17,6 @@ from typing import Iterable
 import pytest
 
 from .configuration import METHODS, MatrixCase, is_speculative, takes_budget
-from .errors import SpecdecUsageError
 from .hardware import GPU_FAMILIES
 from .lossless import reference_of
 from .state import RunState
@@ -376,10 +375,6 @@ def known_issue_reason(item: pytest.Item, state: RunState) -> str | None:
     return issue.reason if issue is not None else None
 
 
-#: Why a test fails before it runs: its attached server's readiness refused in an xdist worker.
-MARKER_ERROR = pytest.StashKey[str]()
-
-
 def modify_items(items: list[pytest.Item], state: RunState) -> None:
     """Skips and known issues from the markers. A marker mistake stops the run (a `UsageError`,
     which an xdist worker hands its controller: `plugin.WorkerStop`)."""
@@ -416,15 +411,12 @@ def known_issues_strict(state: RunState) -> bool:
     return not state.dry_run or state.backend.reproduces_known_issues
 
 
-def skip_other_configurations(items: list[pytest.Item], state: RunState, in_worker: bool = False) -> None:
+def skip_other_configurations(items: list[pytest.Item], state: RunState) -> None:
     """Mark to skip, as collected, the tests whose server would be another configuration than the
     one this run has (an attached server's): they are then not counted among those that can
-    record. A stand-in for resumed figures needs no server and keeps them.
-
-    In an xdist worker, where every test is another configuration's, the readiness check that
-    the controller (which collects nothing) cannot run is run here: a server that is none of the
-    configured ones fails those tests with its message, not a green run of skips."""
-    others = []
+    record. A stand-in for resumed figures needs no server and keeps them. A server that is none
+    of the configured ones stops the run at collection finish (`wants_server`), in an xdist worker
+    too: not a green run of skips."""
     for item in items:
         case = case_of(item)
         if case is None or "specdec_server" not in getattr(item, "fixturenames", ()) \
@@ -432,20 +424,8 @@ def skip_other_configurations(items: list[pytest.Item], state: RunState, in_work
             continue
         reason = state.backend.other_configuration(case, state)
         if reason is not None:
-            others.append((item, reason))
-    refusal = None
-    other_items = {id(item) for item, _ in others}
-    if in_worker and others and not any(needs_server(i) for i in items if id(i) not in other_items):
-        try:
-            state.backend.check_ready(state)
-        except SpecdecUsageError as exc:
-            refusal = f"pytest-specdec: {exc}"
-    for item, reason in others:
-        if refusal is not None:
-            item.stash[MARKER_ERROR] = refusal
-            continue
-        item.add_marker(pytest.mark.skip(reason=reason))
-        item.stash[_OTHER_CONFIGURATION_KEY] = True
+            item.add_marker(pytest.mark.skip(reason=reason))
+            item.stash[_OTHER_CONFIGURATION_KEY] = True
 
 
 _OTHER_CONFIGURATION_KEY = pytest.StashKey[bool]()

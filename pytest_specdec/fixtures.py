@@ -75,16 +75,11 @@ def specdec_pool(specdec_state: RunState, request: pytest.FixtureRequest) -> Ite
     """Session-wide server reuse: each configuration boots once; all are stopped at the end."""
     state = specdec_state
     try:
-        if hasattr(request.config, "workerinput"):  # xdist: collection could not check these
-            from .collection import server_cases
-            from .outputs import check_artifacts
+        # readiness, artifacts: checked at collection finish, in an xdist worker too (plugin.py)
+        if hasattr(request.config, "workerinput"):
             from .servers.cleanup import die_with_parent
 
             die_with_parent()  # before any server: a killed controller takes this worker and them along
-            state.backend.check_ready(state)
-            # every worker collects the whole run: its items are all the run's configurations
-            state.backend.check_apart(state, server_cases(request.session.items))
-            check_artifacts(state)
         pool = state.backend.pool(state, run_dir(state, request.config), announce=_announcer(request.config))
     except SpecdecUsageError as exc:
         pool, problem = None, f"pytest-specdec: {exc}"

@@ -242,7 +242,7 @@ def _modify_items(config: pytest.Config, items: list[pytest.Item]) -> None:
     from . import recording, resume
 
     resume.resume_done(items, state, _gate(config, state))
-    collection.skip_other_configurations(items, state, in_worker=hasattr(config, "workerinput"))
+    collection.skip_other_configurations(items, state)
     for item in items:
         recording.mark_for_benchmark(item)
 
@@ -345,15 +345,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             _stop_worker(config, f"pytest-specdec: {exc}")
             return
         raise pytest.UsageError(f"pytest-specdec: {exc}") from None
-
-
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    import pytest
-
-    from .collection import MARKER_ERROR
-
-    if MARKER_ERROR in item.stash:
-        pytest.fail(item.stash[MARKER_ERROR], pytrace=False)
 
 
 @hookimpl(wrapper=True)

@@ -1000,3 +1000,45 @@ def test_sixteen():
                                  "CUDA_VISIBLE_DEVICES=2,3 gives this run 2 of the host's 8: give it 4 to run this test"])
     # no host has sixteen: nothing to give
     result.stdout.fnmatch_lines(["SKIPPED*needs 16 GPUs; found: NVIDIA H200 (sm_90, hopper) x2"])
+
+
+READY_LOG = """
+import os
+
+import pytest
+
+from pytest_specdec import backends
+
+_check_ready = backends.EmbeddedBackend.check_ready
+
+
+def _logged(self, state):
+    with open("ready.log", "a") as f:  # one line per call, by the process that made it
+        f.write(f"{os.getpid()}\\n")
+    return _check_ready(self, state)
+
+
+backends.EmbeddedBackend.check_ready = _logged
+
+
+@pytest.fixture
+def specdec_server(specdec_pool):  # the pool without a boot: the checks around it are what counts
+    return None
+"""
+
+
+def test_an_xdist_worker_checks_the_backend_once_as_one_process_does(pytester: pytest.Pytester):
+    """Workers run collection finish's checks (readiness, configurations apart, artifacts), and
+    the `specdec_pool` fixture ran them again in each worker: a sglang backend's Hub look-ups
+    twice per worker. Each process now checks once, where one process does."""
+    pytester.makepyprojecttoml("[tool.specdec]\nbackend = 'embedded'\n[tool.specdec.matrix.cpu]\n"
+                               "methods = ['ar']\ntp = [1]\n")
+    pytester.makeconftest(READY_LOG)
+    pytester.makepyfile("def test_cell(specdec_spec, specdec_server):\n    pass\n")
+    calls = {}
+    for workers in ([], ["-p", "xdist", "-n", "1"]):
+        pytester.path.joinpath("ready.log").unlink(missing_ok=True)
+        pytester.runpytest_subprocess("-p", "no:cacheprovider", *workers).assert_outcomes(passed=1)
+        pids = pytester.path.joinpath("ready.log").read_text().split()
+        calls[bool(workers)] = sorted(pids.count(pid) for pid in set(pids))
+    assert calls[True] == calls[False] == [1], calls
