@@ -5,7 +5,7 @@ rewritten under a `filelock` lock. A lease names its holder's pid and that proce
 a lease whose holder is gone (or whose pid now belongs to a new process) is dropped on the next
 look, so a worker killed mid-test does not keep its GPUs for the rest of the run. But a SIGKILLed
 worker's server dies with it, and the driver frees that server's GPU memory a moment later: a
-lease names its server's processes once it has booted (`record_pids`), and a dead holder's lease
+lease names its server's processes from its launch on (`record_pids`), and a dead holder's lease
 that does keeps its GPUs until NVML no longer lists those pids on them, for at most the teardown's
 GPU release wait from when the holder was found dead (`gone_since` in the book), so the next
 server there does not fail for memory. Pids NVML never lists (a container's own pid namespace:
@@ -264,8 +264,9 @@ class GpuLeases:
                     self._log("release", lease_id, leases[lease_id])
 
     def record_pids(self, lease: Lease, pids: Iterable[int]) -> None:
-        """Name the processes of the server booted on `lease`: should its holder die, the lease is
-        handed on only once their GPU memory is released (see module docstring)."""
+        """Name the processes of the server on `lease` (from its launch on, as they start): should
+        its holder die, the lease is handed on only once their GPU memory is released (see module
+        docstring), also mid-boot, while its weights load."""
         with self._lock:
             leases, waiters = self._load_book()
             entry = leases.get(lease.lease_id)

@@ -169,6 +169,8 @@ class ServerPool:
                                         timeout_setting=self.lease_setting)
         try:
             server = self.factory(spec, lease.gpus if lease else ())
+            if lease is not None:  # should this worker be killed, even mid-boot, its GPUs wait for these pids' memory
+                server.on_processes = lambda pids: self.leases.record_pids(lease, pids)
             server.start()
         except BaseException:
             if lease is not None:
@@ -176,8 +178,6 @@ class ServerPool:
             raise
         self._live[spec] = _Slot(server, lease)
         self.stats.boots[spec.id] = self.stats.boots.get(spec.id, 0) + 1
-        if lease is not None:  # should this worker be killed, its GPUs wait for these pids' memory
-            self.leases.record_pids(lease, server.processes())
         return server
 
     def _count_failure(self, spec: ServerSpec, error: ServerError) -> None:

@@ -208,6 +208,9 @@ class ManagedServer:
         self.stall_timeout = stall_timeout  # the run's bound on silence, which caps a liveness probe
         self.stall_setting = stall_setting
         self.announce = announce  # a progress line past capture, for a wait long enough to pass for a hang
+        # told the server's processes as they appear while it boots (the pool: its lease's entry)
+        self.on_processes: Callable[[list[int]], None] | None = None
+        self._noted: tuple[int, ...] = ()
         self._requested_port = port
         self.port: int | None = port
         self.log_path: Path | None = None
@@ -318,6 +321,18 @@ class ManagedServer:
         # With start_new_session the child's pid is its process group id.
         cleanup.register(self._proc.pid, self.spec.id)
         self._watcher = LogWatcher(self.log_path)
+        self._note_processes()
+
+    def _note_processes(self) -> None:
+        """Tell `on_processes` the server's processes whenever they changed: from its launch on, not
+        once it is ready, since weights load (GPU memory held) in the boot, and a worker killed then
+        must leave its lease waiting for that memory as for a ready server's."""
+        if self.on_processes is None:
+            return
+        pids = tuple(sorted(self.processes()))
+        if pids and pids != self._noted:
+            self._noted = pids
+            self.on_processes(list(pids))
 
     def wait_ready(self) -> None:
         """Poll /health_generate until 200; raise a specific ServerError otherwise."""
@@ -328,6 +343,7 @@ class ManagedServer:
         seen: list[str] = []
         while True:
             self._raise_if_failed_during_startup()
+            self._note_processes()  # the engine's own workers (SGLang's schedulers) start as it boots
             self._say_boot_wait()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -337,6 +353,7 @@ class ManagedServer:
             if outcome == "ok":
                 # A 200 from someone else's server on a port we lost would lie: re-check ours.
                 self._raise_if_failed_during_startup()
+                self._note_processes()
                 self._ready = True
                 return
             now = time.monotonic()

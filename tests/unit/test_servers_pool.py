@@ -280,3 +280,33 @@ def test_leases_give_each_server_its_gpus_and_come_back(tmp_path):
         pool.close()
     assert leases.holders() == {}
     assert wait_gone(pids_of(started)) == []
+
+
+def test_a_lease_names_its_servers_processes_while_it_boots(tmp_path):
+    """A worker killed while its server boots (weights loading, GPU memory held) had its lease
+    handed on at once: the pids were recorded only once the server was ready. The server's own
+    pid is recorded at launch, and its children (SGLang's schedulers) as they start."""
+    import threading
+    import urllib.error
+
+    leases = GpuLeases(tmp_path / "run", 2)
+    pool, started = make_pool(tmp_path, leases=leases)
+    # the fake engine spawns its child, then sleeps before it listens: a boot that is not ready yet
+    slow = spec("ar", None, "--spawn-child", "--fault-slow-start", "5")
+    booting = threading.Thread(target=pool.acquire, args=(slow,), daemon=True)
+    booting.start()
+    try:
+        pids: list[int] = []
+        while booting.is_alive() and len(pids) < 2:
+            pids = next(iter(leases.holders().values()), {}).get("pids", [])
+            time.sleep(0.05)
+        assert len(pids) == 2 and started[0].pid in pids, pids  # the server and its child
+        with pytest.raises(urllib.error.URLError):  # named before the server answers
+            urllib.request.urlopen(started[0].url + "/health_generate", timeout=5)
+        booting.join(60)
+        assert [v["pids"] for v in leases.holders().values()] == [sorted(started[0].processes())]
+    finally:
+        booting.join(60)
+        pool.close()
+    assert leases.holders() == {}
+    assert wait_gone(pids_of(started)) == []
