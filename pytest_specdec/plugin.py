@@ -493,9 +493,17 @@ class WorkerStop:
         return None
 
     @hookimpl(tryfirst=True)
-    def pytest_runtestloop(self, session: pytest.Session) -> bool:
-        session.shouldstop = self.message  # xdist hands it on: the controller stops scheduling
-        return True  # xdist's loop would wait for tests the controller will not send
+    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
+        session.shouldstop = self.message  # xdist hands it on: the controller stops the run
+        if not self.configured:
+            return True  # it collected nothing, so told the controller nothing to schedule on it
+        # a worker that collected waits in xdist's loop for its first test or its shutdown: one
+        # that left at once closed its channel under a controller still scheduling (INTERNALERROR)
+        return None
+
+    @hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool:
+        return True  # the run stops: xdist's loop ends after this first test, which runs not
 
 
 def _stop_worker(config: pytest.Config, message: str) -> None:
