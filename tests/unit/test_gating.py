@@ -17,6 +17,16 @@ import pytest
 
 from lock_support import held_by_another_process
 
+MEASURED = """from pytest_specdec.metrics import RequestRecord, WorkloadResult, summarize
+
+
+def measured(name):
+    records = tuple(RequestRecord(index=i, status=200, finish_reason="length", prompt_tokens=10,
+                                  completion_tokens=8, ttft_ms=5.0, e2e_ms=20.0, chunks=8)
+                    for i in range(2))
+    return summarize(WorkloadResult(name, "http://127.0.0.1:1", 1, records, wall_s=0.1))
+"""
+
 RECORDING_TEST = """
 import os
 
@@ -87,16 +97,8 @@ def test_a_second_workload_measurement_in_one_test_fails_where_it_is_recorded(py
     """A test that recorded two workloads kept only the second's figures (the first's replaced
     without a word) and then failed on pytest-benchmark's "FixtureAlreadyUsed ... Fixture can only
     be used once", which named neither the recorder nor the fix."""
-    pytester.makepyfile(test_figures="""
-from pytest_specdec.metrics import RequestRecord, WorkloadResult, summarize
-
-
-def measured(name):
-    records = tuple(RequestRecord(index=i, status=200, finish_reason="length", prompt_tokens=10,
-                                  completion_tokens=8, ttft_ms=5.0, e2e_ms=20.0, chunks=8)
-                    for i in range(2))
-    return summarize(WorkloadResult(name, "http://127.0.0.1:1", 1, records, wall_s=0.1))
-
+    pytester.makepyfile(test_figures=f"""
+{MEASURED}
 
 def test_two(specdec_record):
     specdec_record.result(measured("chat"))
@@ -927,15 +929,7 @@ def test_a_misused_recorder_fails_at_the_tests_line_without_the_plugins_frames(p
     """A misuse failed with a traceback through the plugin's recording code, and an unknown
     metric as a KeyError, whose message pytest printed inside quotes."""
     pytester.makepyfile(test_figures=f"""
-from pytest_specdec.metrics import RequestRecord, WorkloadResult, summarize
-
-
-def measured(name):
-    records = tuple(RequestRecord(index=i, status=200, finish_reason="length", prompt_tokens=10,
-                                  completion_tokens=8, ttft_ms=5.0, e2e_ms=20.0, chunks=8)
-                    for i in range(2))
-    return summarize(WorkloadResult(name, "http://127.0.0.1:1", 1, records, wall_s=0.1))
-
+{MEASURED}
 
 def test_misuse(specdec_record):
     specdec_record.result(measured("code"))

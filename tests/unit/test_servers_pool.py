@@ -26,7 +26,7 @@ from pytest_specdec.servers import (
 from pytest_specdec.servers import pool as pool_module
 from pytest_specdec.servers.cleanup import alive
 
-from servers_support import ENGINE_ENTRY, FAKE_ENTRY, server, spec, wait_gone
+from servers_support import FAKE_ENTRY, server, spec, wait_gone
 
 pytestmark = pytest.mark.timeout(180)
 
