@@ -61,7 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def merge_command(args: argparse.Namespace, out=sys.stdout) -> int:
+def merge_command(args: argparse.Namespace, out=None) -> int:
+    out = sys.stdout if out is None else out  # the stdout of the call, not of the import (a test's capture)
     from . import baselines, durations, junit, merge, plots, report, staging
     from .relpaths import relative
     from .shard import DURATIONS_FILE
@@ -190,8 +191,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:  # the shard folders are only read: running it again is the fix
         print(f"python -m pytest_specdec {args.command}: interrupted; --out {args.out} may hold an "
-              f"incomplete merge: run the merge again", file=sys.stderr)
+              f"incomplete merge{_baseline_folder_left(args)}: run the merge again", file=sys.stderr)
         return 130
+
+
+def _baseline_folder_left(args: argparse.Namespace) -> str:
+    """What an interrupted --save-baseline left in the baseline folder: each file is replaced
+    whole under its lock (baselines._atomic_write), so some may hold this merge's figures and
+    others not; merging again pools no figure twice (BaselineEntry.is_save_of) and rewrites the
+    durations, which it replaces rather than adds."""
+    if not args.save_baseline:
+        return ""
+    return (f", and each baseline file and durations.json of --baseline-dir {args.baseline_dir} either "
+            f"holds this merge's figures or is as it was, never half-written (a merge again with "
+            f"--save-baseline saves what is missing and counts no figure twice)")
 
 
 if __name__ == "__main__":

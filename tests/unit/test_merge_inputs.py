@@ -34,6 +34,11 @@ def nodeid(case: MatrixCase) -> str:
 
 @pytest.fixture
 def shards(tmp_path) -> Path:
+    return write_shards(tmp_path, MetricValue("output_tok_s", 100.0, "higher"))
+
+
+def write_shards(tmp_path: Path, metric: MetricValue) -> Path:
+    """The two shard folders under `tmp_path`, each test's figure `metric`."""
     for index, case in enumerate(CASES, start=1):
         folder = tmp_path / f"shard-{index}"
         manifest = ShardManifest(
@@ -46,7 +51,7 @@ def shards(tmp_path) -> Path:
         (folder / MANIFEST).write_text(json.dumps({"format": "pytest-specdec-shard", "version": 1,
                                                    **manifest.to_json()}))
         result = Result(test_id=nodeid(case).split("::")[-1], nodeid=nodeid(case), case=case,
-                        workload="w", metrics=(MetricValue("output_tok_s", 100.0, "higher"),))
+                        workload="w", metrics=(metric,))
         Journal(folder / JOURNAL).append(nodeid(case), "w", result.to_json())
     return tmp_path
 
@@ -587,6 +592,46 @@ def test_an_interrupted_merge_says_so_in_one_line(shards, monkeypatch, capsys):
     assert code == 130
     assert capsys.readouterr().err == (f"python -m pytest_specdec merge: interrupted; --out {out} may hold "
                                        f"an incomplete merge: run the merge again\n")
+
+
+def test_an_interrupted_saving_merge_says_what_the_baseline_folder_holds_and_merging_again_pools_nothing_twice(
+        tmp_path, monkeypatch, capsys):
+    """Ctrl-C during merge --save-baseline spoke of --out alone, not of the baseline folder it
+    was merging into. Interrupted between the baseline file and durations.json, the merge says
+    what each file holds; merged again, the baseline file is what one uninterrupted merge
+    writes: the samples saved before the interrupt are not pooled a second time."""
+    from pytest_specdec import __main__ as cli
+    from pytest_specdec import durations
+
+    shards = write_shards(tmp_path, MetricValue("output_tok_s", 100.0, "higher", spread=1.0, samples=3,
+                                                distribution=(99.0, 100.0, 101.0)))
+    args = [str(shards / "shard-1"), str(shards / "shard-2"), "--no-plots", "--save-baseline"]
+    once, twice = shards / "once", shards / "twice"
+    assert cli.main(["merge", "--out", str(once / "out"), "--baseline-dir", str(once), *args]) == 0
+    save = durations.save
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(durations, "save", interrupted)
+    capsys.readouterr()
+    assert cli.main(["merge", "--out", str(twice / "out"), "--baseline-dir", str(twice), *args]) == 130
+    assert capsys.readouterr().err == (
+        f"python -m pytest_specdec merge: interrupted; --out {twice / 'out'} may hold an incomplete merge, and each "
+        f"baseline file and durations.json of --baseline-dir {twice} either holds this merge's figures or "
+        f"is as it was, never half-written (a merge again with --save-baseline saves what is missing and "
+        f"counts no figure twice): run the merge again\n")
+    assert (twice / "cpu.json").exists() and not (twice / "durations.json").exists()
+    monkeypatch.setattr(durations, "save", save)
+    assert cli.main(["merge", "--out", str(twice / "out"), "--baseline-dir", str(twice), *args]) == 0
+
+    def entries(folder: Path) -> dict:
+        saved = json.loads((folder / "cpu.json").read_text())["entries"]
+        return {test_id: {name: {k: v for k, v in entry.items() if k != "date"} for name, entry in metrics.items()}
+                for test_id, metrics in saved.items()}
+
+    assert entries(twice) == entries(once)
+    assert (twice / "durations.json").read_text() == (once / "durations.json").read_text()
 
 
 def test_a_merge_killed_while_writing_junit_leaves_the_earlier_junit_whole(shards, monkeypatch):
