@@ -54,6 +54,7 @@ class ReportRow:
     comparisons: tuple[str, ...] = ()
     outcome: str = "passed"  # pytest's outcome: passed, failed, error, skipped, xfailed, xpassed
     reason: str | None = None
+    gpus: str | None = None  # where its server ran (`Hardware.placement`): None on a CPU or attached
 
     @property
     def failed(self) -> bool:
@@ -86,6 +87,7 @@ def row_from_result(result: Result, *, outcome: str = "passed", reason: str | No
         comparisons=tuple(c.line() for c in result.comparisons if c.noteworthy),
         outcome=outcome,
         reason=reason,
+        gpus=result.details.get("gpus") or None,
     )
 
 

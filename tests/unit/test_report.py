@@ -86,6 +86,14 @@ def test_row_from_result(rows):
     assert plain.metrics == {"output_tok_s": 5.0} and plain.config == "test_x" and plain.verdict == ""
 
 
+
+def test_results_json_says_where_a_server_ran():
+    """The GPUs a measurement's server ran on were kept in the journal's details only, though the
+    README said results.json carries them: a slow configuration's row could not be told by card."""
+    placed = Result("test_x", "t.py::test_x", details={"gpus": "GPUs 4,5 (NVIDIA H200)"})
+    assert row_from_result(placed).to_json()["gpus"] == "GPUs 4,5 (NVIDIA H200)"
+    assert row_from_result(Result("test_x", "t.py::test_x")).to_json()["gpus"] is None  # a CPU host
+
 def test_format_table(rows):
     text = format_table(rows)
     lines = text.splitlines()
