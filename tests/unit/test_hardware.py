@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from pytest_specdec import hardware
@@ -97,16 +99,20 @@ def test_gpus_on_a_cpu_machine_simulates_slots_without_a_family():
     assert hw.count == 8 and hw.family == "cpu" and hw.key == "cpu"
 
 
-def test_nvidia_smi_output_is_parsed(monkeypatch):
-    class Done:
-        stdout = "0, NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0, 97887\n1, NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0, 97887\n"
-        stderr = ""
-        returncode = 0
-
+def only_nvidia_smi(monkeypatch, stdout: str, returncode: int = 0) -> SimpleNamespace:
+    """A host where NVML finds nothing and nvidia-smi prints `stdout`, exiting with `returncode`;
+    the run's result, which a test may change for the next call."""
+    done = SimpleNamespace(stdout=stdout, stderr="", returncode=returncode)
     monkeypatch.setattr(hardware.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
-    monkeypatch.setattr(hardware.subprocess, "run", lambda *a, **k: Done())
+    monkeypatch.setattr(hardware.subprocess, "run", lambda *a, **k: done)
     monkeypatch.setattr(hardware, "_detect_nvml", lambda: None)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return done
+
+
+def test_nvidia_smi_output_is_parsed(monkeypatch):
+    only_nvidia_smi(monkeypatch, "0, NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0, 97887\n"
+                                 "1, NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0, 97887\n")
     hw = hardware.detect()
     assert hw.source == "nvidia-smi" and hw.count == 2 and hw.arch == "sm_120"
     assert hw.describe() == "NVIDIA RTX PRO 6000 Blackwell Server Edition (sm_120, blackwell) x2"
@@ -115,24 +121,16 @@ def test_nvidia_smi_output_is_parsed(monkeypatch):
 def test_one_broken_gpu_keeps_the_ones_nvidia_smi_could_read_and_names_it(monkeypatch):
     """nvidia-smi exits non-zero when one GPU is broken, still listing the others: the run counted
     the host as having no GPU at all, and said nothing of which GPU failed."""
-    class Done:
-        stdout = ("0, NVIDIA H200, 9.0, 143771, GPU-0a\n"
-                  "Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error\n"
-                  "2, NVIDIA H200, 9.0, 143771, GPU-2a\n")
-        stderr = ""
-        returncode = 15
-
-    monkeypatch.setattr(hardware.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
-    monkeypatch.setattr(hardware.subprocess, "run", lambda *a, **k: Done())
-    monkeypatch.setattr(hardware, "_detect_nvml", lambda: None)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    done = only_nvidia_smi(monkeypatch, "0, NVIDIA H200, 9.0, 143771, GPU-0a\n"
+                                        "Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error\n"
+                                        "2, NVIDIA H200, 9.0, 143771, GPU-2a\n", returncode=15)
     hw = hardware.detect()
     assert [gpu.index for gpu in hw.gpus] == [0, 2] and hw.source == "nvidia-smi"
     assert hw.trouble == ("/usr/bin/nvidia-smi exited with status 15 (Unable to determine the device handle for GPU "
                           "0000:3B:00.0: Unknown Error); the run uses the 2 GPU(s) it could read (0, 2): check "
                           "the others with nvidia-smi -q")
     assert hardware.resolve(None, 1, hw).trouble == hw.trouble  # --specdec-gpus keeps what the header says
-    Done.stdout, Done.stderr = "", "Failed to initialize NVML: Driver/library version mismatch\n"
+    done.stdout, done.stderr = "", "Failed to initialize NVML: Driver/library version mismatch\n"
     monkeypatch.setattr(hardware, "_driver_shows_gpu", lambda: True)
     assert hardware.detect().trouble.startswith(
         "/dev/nvidia* shows a GPU, but nvidia-ml-py could not read it and /usr/bin/nvidia-smi exited with status "
