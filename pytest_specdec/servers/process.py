@@ -329,8 +329,12 @@ class ManagedServer:
         must leave its lease waiting for that memory as for a ready server's."""
         if self.on_processes is None:
             return
-        pids = tuple(sorted(self.processes()))
-        if pids and pids != self._noted:
+        now = self.processes()
+        if not now:
+            return
+        # a walk of /proc can miss a live child for a moment: what was seen stays while it lives
+        pids = tuple(sorted({*now, *(pid for pid in self._noted if cleanup.alive(pid))}))
+        if pids != self._noted:
             self._noted = pids
             self.on_processes(list(pids))
 
