@@ -152,12 +152,18 @@ class BaselineEntry:
                        cpu_share=share)
 
     def is_save_of(self, newer: BaselineEntry) -> bool:
-        """Whether this entry's newest save is `newer`'s measurement: the same figure and
-        samples of the same setup (two runs' timing samples never all agree)."""
+        """Whether this entry already pools `newer`'s measurement (two runs' timing samples never
+        all agree): its newest save (the same figure and samples of the same setup), or an earlier
+        save whose samples it still keeps in a row. Not the newest alone: a merge interrupted and
+        run again after another run saved the test would pool its figures a second time."""
         n = len(newer.distribution)
-        return (n > 0 and not newer.deterministic and self.value == newer.value
-                and self.fingerprint == newer.fingerprint
-                and self.distribution[len(self.distribution) - n:] == newer.distribution)
+        if n == 0 or newer.deterministic or self.fingerprint != newer.fingerprint:
+            return False
+        kept = self.distribution
+        if self.value == newer.value and kept[len(kept) - n:] == newer.distribution:
+            return True
+        # an earlier save's value is gone: its samples, where they still lie, tell it
+        return any(kept[i:i + n] == newer.distribution for i in range(len(kept) - n))
 
     @property
     def calibrated(self) -> bool:

@@ -380,6 +380,25 @@ def test_the_same_measurement_saved_again_is_pooled_once(tmp_path):
     save_baselines(path, "cpu", {TID: [again]}, versions={}, fingerprints={TID: "f2"})
     assert load_baselines(path, "cpu").get(TID, "tpot_ms").runs == 1
 
+def test_a_measurement_saved_again_after_another_runs_save_is_pooled_once(tmp_path):
+    """A merge with --save-baseline interrupted and run again after another run saved the same
+    test: only the newest save was compared, so the merge's samples were pooled a second time."""
+    path = tmp_path / "cpu.json"
+    merged = MetricValue("tpot_ms", 1.0, "lower", distribution=(0.9, 1.1, 1.05))
+    other = MetricValue("tpot_ms", 2.0, "lower", distribution=(1.9, 2.1, 2.05))
+    save_baselines(path, "cpu", {TID: [merged]}, versions={}, fingerprints={TID: "f1"})
+    save_baselines(path, "cpu", {TID: [other]}, versions={}, fingerprints={TID: "f1"})
+    before = load_baselines(path, "cpu").get(TID, "tpot_ms")
+    save_baselines(path, "cpu", {TID: [merged]}, versions={}, fingerprints={TID: "f1"})
+    entry = load_baselines(path, "cpu").get(TID, "tpot_ms")
+    assert entry == before
+    assert (entry.runs, entry.distribution, entry.value) == (2, (0.9, 1.1, 1.05, 1.9, 2.1, 2.05), 2.0)
+    # samples that lie in the entry only in part are another measurement: pooled
+    save_baselines(path, "cpu", {TID: [MetricValue("tpot_ms", 1.0, "lower", distribution=(1.05, 1.9, 2.0))]},
+                   versions={}, fingerprints={TID: "f1"})
+    assert load_baselines(path, "cpu").get(TID, "tpot_ms").runs == 3
+
+
 def test_save_refuses_to_overwrite_a_foreign_file(tmp_path):
     path = tmp_path / "cpu.json"
     save_baselines(path, "nvidia-h200-sm_90-x8", {"a": [mv()]}, versions={})

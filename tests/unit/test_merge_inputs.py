@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from lock_support import held_by_another_process
-from pytest_specdec import __version__
+from pytest_specdec import __version__, baselines
 from pytest_specdec.configuration import MatrixCase
 from pytest_specdec.journal import Journal
 from pytest_specdec.metrics import MetricValue
@@ -199,6 +199,25 @@ def test_another_tests_entry_of_a_failed_test_does_not_stop_a_saving_merge(shard
     assert entries[nodeid(CASES[0]).split("::")[-1]]["output_tok_s"]["nodeid"] == nodeid(CASES[0])
     kept = entries[test_id]["output_tok_s"]  # the failed test's figures left out, the other test's entry kept
     assert (kept["value"], kept["nodeid"]) == (90.0, entry["nodeid"])
+
+
+def test_a_saving_merge_run_again_after_another_runs_save_pools_its_figures_once(tmp_path):
+    """A saving merge interrupted (its figures saved) and run again after another run saved one
+    of its tests: the check compared the newest save only, so the merge's samples counted twice."""
+    write_shards(tmp_path, MetricValue("output_tok_s", 100.0, "higher", distribution=(99.0, 101.0)))
+    where = tmp_path / "baselines"
+    assert saving_merge(tmp_path, where).returncode == 0
+    test_id = nodeid(CASES[0]).split("::")[-1]
+    baselines.save_baselines(where / "cpu.json", "cpu", {test_id: [MetricValue(
+        "output_tok_s", 90.0, "higher", distribution=(89.0, 91.0))]}, versions={},
+        nodeids={test_id: nodeid(CASES[0])})
+    done = saving_merge(tmp_path, where)
+    assert done.returncode == 0, done.stdout + done.stderr
+    entries = json.loads((where / "cpu.json").read_text())["entries"]
+    kept = entries[test_id]["output_tok_s"]
+    assert (kept["runs"], kept["distribution"], kept["value"]) == (2, [99.0, 101.0, 89.0, 91.0], 90.0)
+    other = entries[nodeid(CASES[1]).split("::")[-1]]["output_tok_s"]
+    assert (other["runs"], other["distribution"]) == (1, [99.0, 101.0])
 
 
 def test_a_saving_merge_waits_for_a_held_lock_only_so_long(shards):
