@@ -3,8 +3,8 @@
 Each shard's journal is the source of truth for its figures; its `shard.json` says which shard
 it is, what matrix it divided and how its tests ended (outcomes and baseline comparisons). The
 merge refuses shards that cannot belong together (another plugin version, another matrix, setup
-(workloads, server settings, model) or partition, the same shard twice, a configuration measured
-by two shards) and says what it lacks (a missing or unfinished shard: which configurations have
+(workloads, server settings, model) or partition, the same shard twice, another hardware key, a
+configuration measured by two shards) and says what it lacks (a missing or unfinished shard: which configurations have
 no result). Everything is checked before anything is written. A journal line that cannot be read
 is skipped aloud (`Merged.skipped`), as a resumed run skips it; a test whose record it may have
 held has no result, and that fails the merge.
@@ -126,7 +126,28 @@ def load(directories: Iterable[str | Path]) -> list[ShardManifest]:
         if earlier is not manifest:
             raise SpecdecUsageError(f"shard {manifest.shard} is given twice: {earlier.directory} "
                                     f"and {manifest.directory}; give each shard once")
-    return sorted(manifests, key=lambda m: m.shard.index)
+    manifests = sorted(manifests, key=lambda m: m.shard.index)
+    _one_hardware(manifests)
+    return manifests
+
+
+def _one_hardware(manifests: Sequence[ShardManifest]) -> None:
+    """Refuse shards measured on different hardware keys: figures are compared and saved per key,
+    and one table, its verdicts and its comparisons across shards would mix two machines'.
+    Refused rather than split per key: each key's shards are only part of the partition (the rest
+    would read as missing shards), so each hardware class is its own sharded run (README, hosts of
+    different sizes), merged on its own."""
+    by: dict[str, list[ShardManifest]] = {}
+    for manifest in manifests:
+        by.setdefault(manifest.hardware_key, []).append(manifest)
+    if len(by) < 2:
+        return
+    seen = "; ".join(f"{', '.join(m.name for m in mine)} on {key!r}" for key, mine in by.items())
+    raise SpecdecUsageError(
+        f"the shards ran on different hardware ({seen}): baselines are per hardware key, so one report "
+        f"(and --save-baseline) would mix the figures of different machines; run each hardware's shards as "
+        f"a sharded run of its own (--specdec-shard=K/N, N its hosts, into their own shard folders) and "
+        f"merge each run's shards on their own")
 
 
 def baselines_differ(manifests: Sequence[ShardManifest]) -> list[str]:

@@ -740,13 +740,37 @@ def test_an_interrupted_merge_leaves_out_with_the_files_of_one_merge(shards, mon
         assert found == earlier  # interrupted before anything moved: the earlier set, whole
 
 
-def test_a_figure_no_baseline_can_hold_stops_a_saving_merge_before_any_key_is_saved(shards):
-    """Each hardware key's file refused such a figure only as it was saved: the keys saved
-    before it kept this merge's figures, and merging again once fixed would pool them twice."""
-    manifest_path = shards / "shard-2" / MANIFEST
-    manifest = json.loads(manifest_path.read_text())
-    manifest["hardware_key"] = "nvidia-h200-sm_90-x1"  # saved after cpu's
-    manifest_path.write_text(json.dumps(manifest))
+def set_hardware(shards: Path, keys: dict[int, str]) -> None:
+    """Shard k's hardware key set to keys[k], as a host of that hardware writes it."""
+    for k, key in keys.items():
+        path = shards / f"shard-{k}" / MANIFEST
+        manifest = json.loads(path.read_text())
+        manifest["hardware"] = {"key": key, "description": f"{key} (one GPU)"}
+        path.write_text(json.dumps(manifest))
+
+
+def test_shards_of_different_hardware_are_refused_naming_each_shards_key(shards):
+    """An H100 shard and an H200 shard merged into one table, rc 0, and --save-baseline saved
+    half of the matrix into each key's file: only the report's metadata named both machines."""
+    set_hardware(shards, {1: "nvidia-h100-sm_90-x1", 2: "nvidia-h200-sm_90-x1"})
+    done = saving_merge(shards, shards / "baselines")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert (f"error: the shards ran on different hardware (shard 1/2 ({shards / 'shard-1'}) on "
+            f"'nvidia-h100-sm_90-x1'; shard 2/2 ({shards / 'shard-2'}) on 'nvidia-h200-sm_90-x1'): "
+            f"baselines are per hardware key, so one report (and --save-baseline) would mix the figures of "
+            f"different machines; run each hardware's shards as a sharded run of its own") in done.stderr
+    assert not (shards / "merged").exists() and not (shards / "baselines").exists()
+    set_hardware(shards, {1: "nvidia-h200-sm_90-x1"})  # one key: merged as before
+    done = saving_merge(shards, shards / "baselines")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in (shards / "baselines").iterdir() if not p.name.startswith(".")) \
+        == ["durations.json", "nvidia-h200-sm_90-x1.json"]
+
+
+def test_a_figure_no_baseline_can_hold_stops_a_saving_merge_before_anything_is_saved(shards):
+    """The file refused such a figure only as it was saved (when a merge could hold two hardware
+    keys, the key saved before it kept this merge's figures, and merging again once fixed would
+    pool them twice): every figure is checked before anything is written."""
     journal = shards / "shard-2" / JOURNAL
     assert journal.read_text().count('"spread": 0.0') == 1
     journal.write_text(journal.read_text().replace('"spread": 0.0', '"spread": NaN'))  # a hand edit

@@ -408,3 +408,34 @@ def test_merge_save_baseline_names_the_configurations_a_narrowed_shard_ran_in_pa
     assert sorted(saved) == ["dflash-tp1"]
     assert "specdec merge: durations not saved for ar-tp1 (shard 1/2): its shard measured only some " \
            "of the tests of each (-k, -m, --deselect, --lf, -x, a resume)" in result.stdout
+
+
+#: A host's NVML, faked: one GPU named by $FAKE_GPU (the shards below run on two kinds of host).
+FAKE_NVML = """
+import os
+
+from pytest_specdec import hardware
+
+hardware._detect_nvml = lambda: [hardware.GPU(0, os.environ["FAKE_GPU"], "sm_90", 81559, "GPU-0")]
+"""
+
+
+def test_shards_run_on_different_hardware_are_refused_by_the_merge(tmp_path):
+    """Shard 1 on an H100 host and shard 2 on an H200 host (one matrix, one partition) merged into
+    one table, rc 0, and --save-baseline saved each half of the matrix into its own key's file:
+    only the report's metadata named both machines."""
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.specdec]\nbackend = "embedded"\n\n[tool.specdec.matrix.hopper]\nmethods = ["ar", "dflash"]\ntp = [1]\n')
+    (tmp_path / "test_two.py").write_text(TWO_TESTS)
+    (tmp_path / "conftest.py").write_text(FAKE_NVML)
+    environ = {k: v for k, v in started_environ().items() if k != "CUDA_VISIBLE_DEVICES"}
+    for k, gpu in ((1, "NVIDIA H100 80GB HBM3"), (2, "NVIDIA H200")):
+        shard = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                                f"--specdec-shard={k}/2", "--specdec-report", f"shard-{k}"], cwd=tmp_path,
+                               env={**environ, "FAKE_GPU": gpu}, capture_output=True, text=True, timeout=300)
+        assert shard.returncode == 0, shard.stdout[-3000:]
+    result = merge(tmp_path, "--out", "merged", "--save-baseline", "shard-1", "shard-2")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert ("error: the shards ran on different hardware (shard 1/2 (shard-1) on 'nvidia-h100-80gb-hbm3-sm_90-x1'; "
+            "shard 2/2 (shard-2) on 'nvidia-h200-sm_90-x1'): baselines are per hardware key") in result.stderr
+    assert not (tmp_path / "merged").exists() and not (tmp_path / "baselines").exists()
