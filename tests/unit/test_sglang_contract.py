@@ -36,7 +36,7 @@ import pytest
 
 from pytest_specdec import context_rule, metrics
 from pytest_specdec import sglang_api as api
-from pytest_specdec.engine import chat_parts, contract, inflight, openai_api, protocol, server
+from pytest_specdec.engine import chat_parts, contract, inflight, openai_api, parallel, protocol, server
 from pytest_specdec.servers import METHOD_FLAG_PRESETS, ServerSpec
 from pytest_specdec.workloads import Prompt, Workload
 from pytest_specdec.servers.sglang import build_sglang_argv
@@ -686,6 +686,24 @@ def test_what_a_server_launched_as_the_engine_refuses_is_sglangs_in_its_words_an
                         (protocol.DP_RANK_RANGE.format(1), {"text": "hi", "data_parallel_rank": "1"})):
         with pytest.raises(protocol.Refused, match=re.escape(check)):
             protocol.parse_generate(body, encode=list, vocab_size=256, context_length=100)
+
+
+def test_the_refusals_of_n_are_sglangs_in_its_words_and_order(srt):
+    """parallel.check_lists and SAME_N: GenerateReqInput refuses sampling_params whose n differ,
+    then, in its normalization's order, a per-prompt list of each logprob option, a list of
+    token_ids_logprob lists and a custom_logit_processor list beside n above 1, in its words."""
+    io_struct = srt("managers/io_struct.py")
+    assert parallel.SAME_N in templates(function(io_struct, "_handle_parallel_sampling"))
+    logprobs = function(io_struct, "_normalize_logprob_params")
+    assert parallel.LIST_WITH_N in templates(logprobs)
+    normalized = tuple(ast.literal_eval(call.args[2]) for call in ast.walk(logprobs) if isinstance(call, ast.Call)
+                       and getattr(call.func, "id", None) == "normalize_param")
+    assert normalized == parallel.LIST_FIELDS, normalized
+    assert parallel.LIST_WITH_N.format("token_ids_logprob") in templates(logprobs)
+    custom = function(io_struct, "_normalize_custom_logit_processor")
+    assert parallel.LIST_WITH_N.format("custom_logit_processor") in templates(custom)
+    batch = ast.unparse(function(io_struct, "_normalize_batch_inputs"))
+    assert batch.index("self._normalize_logprob_params(num)") < batch.index("self._normalize_custom_logit_processor(num)")
 
 
 def test_a_body_fastapi_cannot_parse_gets_sglangs_http_exception_shape(srt, sglang_reference):
