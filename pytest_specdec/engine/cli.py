@@ -18,7 +18,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, NoReturn
 
+from .. import extras
 from ..configuration import METHODS, algorithm_of_method, is_speculative, takes_budget
+from ..errors import SpecdecUsageError
 from . import logs
 from .faults import FaultPlan
 
@@ -250,6 +252,11 @@ def server_args_dict(args: EngineArgs, tokenizer_path: str | None = None) -> dic
 def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     args = parse_args(argv)
+    try:  # without torch the engine's first import would end in a ModuleNotFoundError traceback
+        extras.require("engine", "the embedded engine (python -m pytest_specdec.engine)")
+    except SpecdecUsageError as exc:
+        print(f"pytest-specdec: {exc}", file=sys.stderr)
+        return 2
     logs.setup(args.log_level)
     try:
         return _start(args, started)

@@ -413,3 +413,18 @@ def test_the_help_says_what_each_flag_does_and_points_to_the_docs_not_the_source
     for doc, section in pointers:
         assert doc == "docs/ARCHITECTURE.md" and f"## {section}\n" in page
     assert "--draft-agreement P" in page and "--fault-lossy P" in page
+
+
+def test_the_engine_without_its_extra_says_what_to_install_in_one_line(monkeypatch, capsys):
+    """A user with the wheel alone who starts the engine got a ModuleNotFoundError traceback
+    (torch), where the plugin says in one line what to install; the command line now does too."""
+    from pytest_specdec import extras
+    from pytest_specdec.engine import cli
+
+    monkeypatch.setattr(extras, "missing", lambda extra: ["torch>=2.4", "numpy"] if extra == "engine" else [])
+    monkeypatch.setitem(sys.modules, "torch", None)  # as where torch is not installed
+    monkeypatch.delitem(sys.modules, "pytest_specdec.engine.runtime", raising=False)
+    assert cli.main(["--method", "ar", "--port", "30999", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs the `engine` extra, and torch, numpy are not installed" in err, err
+    assert f"{extras.CPU_TORCH} (the CPU build" in err and "then pip install numpy" in err, err
