@@ -1,5 +1,5 @@
 """Write the engine's byte tokenizer as a Hugging Face tokenizer directory, for clients that count
-tokens or apply a chat template themselves (``python -m sglang.bench_serving --tokenizer DIR``,
+tokens or apply a chat template themselves (``python -m sglang.benchmark.serving --tokenizer DIR``,
 ``AutoTokenizer.from_pretrained(DIR)``), offline:
 
     python -m pytest_specdec.engine.export_tokenizer DIR
@@ -10,7 +10,7 @@ does), ``tokenizer_config.json`` (with the chat template /v1/chat/completions re
 ``special_tokens_map.json``. Encoding a text with it gives exactly the engine's token ids.
 
 The engine itself writes one at startup (`export_cached`) and reports its path as
-``tokenizer_path``, so ``python -m sglang.bench_serving`` without ``--tokenizer`` loads it as it
+``tokenizer_path``, so ``python -m sglang.benchmark.serving`` without ``--tokenizer`` loads it as it
 loads the local directory an SGLang server reports, rather than asking the Hub for the served name.
 """
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import sys
 from pathlib import Path
@@ -287,3 +288,20 @@ def pytest_terminal_summary(terminalreporter):
     result.stdout.fnmatch_lines(["*specdec summary*", "config*verdict*"])
     result.stdout.no_fnmatch_line("*1 passed*")
     assert result.stderr.str().strip().splitlines()[-1].endswith(quoted)
+
+
+def test_the_readmes_bench_serving_command_is_sglangs(sglang_reference):
+    """The README ran `python -m sglang.bench_serving`, which SGLang 0.5.23 keeps only as a
+    deprecated alias (a FutureWarning, to be removed) of sglang.benchmark.serving: the command
+    names SGLang's own module, and each of its flags is one that module's parser declares."""
+    command = re.search(r"^python -m (sglang\.\S+)((?: .*\\\n)*.*)$", README.read_text(encoding="utf-8"), re.M)
+    assert command, "the README shows no `python -m sglang...` command"
+    module = sglang_reference.joinpath(*command.group(1).split(".")).with_suffix(".py")
+    assert module.is_file(), f"SGLang has no module {command.group(1)}"
+    source = module.read_text()
+    assert "deprecated" not in (ast.get_docstring(ast.parse(source)) or "").lower(), f"{command.group(1)} is deprecated"
+    declared = {node.args[0].value for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+                and getattr(node.func, "attr", None) == "add_argument" and node.args
+                and isinstance(node.args[0], ast.Constant)}
+    flags = set(re.findall(r"(--[a-z][a-z-]*)", command.group(2)))
+    assert flags and flags <= declared, sorted(flags - declared)
