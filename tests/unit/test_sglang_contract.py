@@ -706,6 +706,17 @@ def test_the_refusals_of_n_are_sglangs_in_its_words_and_order(srt):
     assert batch.index("self._normalize_logprob_params(num)") < batch.index("self._normalize_custom_logit_processor(num)")
 
 
+def test_sglang_leaves_a_sampling_params_list_of_another_length_unchecked(srt):
+    """batch.batch_sampling refuses a sampling_params list whose length is not the batch's in its
+    own words because SGLang has none: it neither checks the length (a shorter list fails indexing,
+    a 500) nor reads a longer one's extra items. Once SGLang checks it, the engine takes its words."""
+    io_struct = srt("managers/io_struct.py")
+    normalize = function(io_struct, "_normalize_sampling_params")
+    assert "len(" not in ast.unparse(normalize) and not any(isinstance(n, ast.Raise) for n in ast.walk(normalize))
+    assert "self.sampling_params = self.sampling_params * self.parallel_sample_num" in ast.unparse(normalize)
+    assert "sampling_params=self.sampling_params[i]" in ast.unparse(function(io_struct, "__getitem__"))
+
+
 def test_a_body_fastapi_cannot_parse_gets_sglangs_http_exception_shape(srt, sglang_reference):
     """protocol.UnparsableBody: Starlette parses a body with Python's json.loads of its bytes (so
     UTF-16, NaN and Infinity are read), and SGLang answers FastAPI's HTTPException for any other
