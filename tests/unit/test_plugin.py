@@ -236,6 +236,20 @@ def test_b16():
     pytester.runpytest("--specdec-arch=sm_90").assert_outcomes(passed=1, failed=1)
 
 
+def test_a_dry_run_does_not_call_a_plain_tests_known_issue_fixed(pytester: pytest.Pytester):
+    """A test of one's own with a `specdec` marker has no server of the plugin's, so a dry run on
+    the embedded engine plays no crash out for it: passing there, it failed the rehearsal with
+    "[XPASS(strict)] known issue" as if the bug were fixed. Its xfail is not strict there (a
+    matrix test's stays so: test_a_fixed_known_issue_xpasses_strictly_and_fails_the_run)."""
+    pytester.makepyprojecttoml(SM120_B8_ISSUE.format(reason="crashes"))
+    pytester.makepyfile(B8_MARKED + "    pass\n")
+    result = pytester.runpytest("--specdec-arch=sm_120", "-rX")
+    result.assert_outcomes(xpassed=1)
+    result.stdout.fnmatch_lines(["*known issue: crashes (a dry run on the embedded backend does not reproduce "
+                                 "it in a test the plugin serves no server to: an XPASS here does not mean it "
+                                 "is fixed)*"])
+
+
 def test_gpus_marker_skips_with_too_few_gpus(pytester: pytest.Pytester):
     pytester.makepyfile("""
 import pytest
