@@ -122,11 +122,13 @@ def _url(text: str) -> str:
 
     try:
         parts = urlsplit(text)
-        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number, or past 65535
+        port = parts.port  # raises ValueError for a port that is not a number, or past 65535
     except ValueError as exc:
         if "out of range" in str(exc):
             raise ValueError(f"{text!r}: its port is out of range; a port is 1-65535") from None
-        parts = None
+        parts = port = None
+    if port == 0:  # urlsplit takes it, but no server listens on it: a connection refused, later
+        raise ValueError(f"{text!r}: its port is out of range; a port is 1-65535")
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{text!r} is not an http(s) URL such as http://127.0.0.1:30000")
     return text

@@ -843,3 +843,16 @@ def test_an_option_key_of_known_values_given_another_type_is_told_its_values(nam
     with pytest.raises(SpecdecUsageError) as raised:
         parse_value(OPTIONS_BY_NAME[name], value, where)
     assert str(raised.value).startswith(f"{where}: {problem}; "), str(raised.value)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:0", "http://127.0.0.1:65536"])
+def test_a_server_url_whose_port_no_server_has_is_refused_where_it_is_set(url):
+    """Port 0 passed the URL check, whose error says a port is 1-65535, and the run went on to
+    fail contacting it; both ends of the range are refused alike, naming the flag."""
+    from pytest_specdec.options import OPTIONS_BY_NAME, parse_value
+
+    with pytest.raises(SpecdecUsageError) as raised:
+        parse_value(OPTIONS_BY_NAME["server_url"], url, "--specdec-server-url")
+    assert str(raised.value).startswith(f"--specdec-server-url: '{url}': its port is out of range; "
+                                        f"a port is 1-65535; "), str(raised.value)
+    assert parse_value(OPTIONS_BY_NAME["server_url"], "http://127.0.0.1:1", "--specdec-server-url")
