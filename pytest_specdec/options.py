@@ -308,9 +308,12 @@ class Settings:
 
     def shown(self, name: str, origin: str, value: Any) -> str:
         """`value` of option `name` set at `origin`, as the user wrote it there: a boolean as its
-        ini file spells it, else as TOML does (true, never Python's True)."""
+        ini file spells it, else as TOML does (true, never Python's True); a whole number of seconds
+        without Python's `.0`."""
         if isinstance(value, bool):
             return self.spelled.get((name, origin), toml_shown(value))
+        if isinstance(value, float):  # a timeout of 30 as written, not Python's 30.0; all its digits kept
+            return f"{value:.15g}"
         return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)  # tp as its flag takes it
 
     def setter(self, name: str) -> str:

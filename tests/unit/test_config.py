@@ -856,3 +856,17 @@ def test_a_server_url_whose_port_no_server_has_is_refused_where_it_is_set(url):
     assert str(raised.value).startswith(f"--specdec-server-url: '{url}': its port is out of range; "
                                         f"a port is 1-65535; "), str(raised.value)
     assert parse_value(OPTIONS_BY_NAME["server_url"], "http://127.0.0.1:1", "--specdec-server-url")
+
+
+def test_a_number_of_seconds_is_shown_as_written_not_as_pythons_float():
+    """The header said stall_timeout=60.0 (command line) for --specdec-stall-timeout=60, and 30.0 for
+    a file's 30: Python's spelling, which the user never wrote. A fraction keeps its digits."""
+    from pytest_specdec.options import resolve
+
+    settings = resolve({"stall_timeout": "60", "startup_timeout": "1.25"}, {"gpu_wait_timeout": "7200"},
+                       {"gpu_wait_timeout": 30, "baseline_lock_timeout": 1234567.5}, "pyproject.toml")
+    shown = {name: settings.shown(name, settings.origins[name], settings.values[name])
+             for name in ("stall_timeout", "startup_timeout", "gpu_wait_timeout", "baseline_lock_timeout")}
+    assert shown == {"stall_timeout": "60", "startup_timeout": "1.25", "gpu_wait_timeout": "7200",
+                     "baseline_lock_timeout": "1234567.5"}
+    assert settings.shown("gpu_wait_timeout", "pyproject.toml", settings.overridden["gpu_wait_timeout"][0][1]) == "30"

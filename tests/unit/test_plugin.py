@@ -660,7 +660,7 @@ def test_the_header_says_what_a_setting_overrides(pytester: pytest.Pytester):
                                "[tool.pytest.ini_options]\nspecdec_keep_runs = \"5\"\n")
     pytester.makepyfile("def test_cell(specdec_spec): pass")
     result = pytester.runpytest("--collect-only", "--specdec-keep-runs=7")
-    result.stdout.fnmatch_lines(["specdec: settings *stall_timeout=30.0 (pyproject.toml ?tool.specdec?), keep_runs=7 "
+    result.stdout.fnmatch_lines(["specdec: settings *stall_timeout=30 (pyproject.toml ?tool.specdec?), keep_runs=7 "
                                  "(command line; overrides ini 5 and pyproject.toml ?tool.specdec? 3)*"])
 
 
