@@ -67,8 +67,11 @@ def _over(state: RunState, name: str) -> str:
 
 
 def _found_by(source: str) -> str:
-    """How the inventory was found; "none" is the probes' answer, not a probe's name."""
-    return "neither NVML nor nvidia-smi found one" if source == "none" else f"detected by {source}"
+    """How the inventory was found; "none" is the probes' answer and "simulated" the run's settings
+    (--specdec-gpus, --specdec-arch), neither a probe's name."""
+    if source == "none":
+        return "neither NVML nor nvidia-smi found one"
+    return "simulated, as the settings ask" if source == "simulated" else f"detected by {source}"
 
 
 def _file_settings(state: RunState) -> list[str]:

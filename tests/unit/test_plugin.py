@@ -327,6 +327,7 @@ def test_minus_m_cpu_selects_the_cpu_matrix_as_a_family_marker_selects_its_own(p
 
 
 def test_header_states_backend_hardware_and_baseline(pytester: pytest.Pytester):
+    """A simulated inventory read "detected by simulated", as if a probe named simulated had found it."""
     pytester.makepyprojecttoml(SMALL_MATRIX)
     pytester.makepyfile(SPEC_TEST)
     result = pytester.runpytest("--specdec-arch=sm_120", "--specdec-gpus=8",
@@ -335,7 +336,7 @@ def test_header_states_backend_hardware_and_baseline(pytester: pytest.Pytester):
         "specdec: backend embedded (requested); config pyproject.toml [[]tool.specdec[]]",
         "collected 8 items",
         "specdec: hardware simulated sm_120 (sm_120, blackwell) x8 [[]simulated[]] "
-        "[[]sm_120, blackwell, 8 GPU(s), detected by simulated[]]",
+        "[[]sm_120, blackwell, 8 GPU(s), simulated, as the settings ask[]]",
         "specdec: baselines */baselines/simulated-sm_120-x8.json (none yet)",
         "specdec: settings *backend=embedded (command line)*",
         "specdec: dry run: the blackwell suite runs on the embedded backend*",
