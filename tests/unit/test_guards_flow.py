@@ -179,28 +179,33 @@ def test_a_known_issue_whose_reference_is_left_out_is_not_called_fixed(pytester,
     result.stdout.no_fnmatch_line("*XPASS*")
 
 
-# ar measures only once ddtree's test has journaled its verdict (`failed-checks`), on another worker
+# ar measures only once ddtree's test has ended where the summary is written: journaled, its verdict
+# (`failed-checks`) is still on its way from the other worker, and ar's report could come first
 WAITING_TEST = """
-import json
 import time
 from pathlib import Path
-
-
-def ddtree_checked():
-    journal = Path(".specdec/journal.jsonl")
-    lines = journal.read_text().splitlines() if journal.exists() else []
-    return any(json.loads(line).get("status") == "failed-checks" and "ddtree" in line for line in lines)
 
 
 def test_generation(specdec_server, specdec_workload, specdec_record):
     if specdec_server.spec.method == "ar":
         for _ in range(1200):
-            if ddtree_checked():
+            if Path("ddtree-reported").exists():
                 break
             time.sleep(0.1)
         else:
-            raise AssertionError("ddtree's test never journaled its verdict")
+            raise AssertionError("ddtree's report never reached the controller")
     assert specdec_record.run(specdec_server, specdec_workload).completion_tokens > 0
+"""
+
+# The controller's word that ddtree's test result reached it (the workers carry PYTEST_XDIST_WORKER)
+REPORTED_CONFTEST = """
+import os
+from pathlib import Path
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and "ddtree" in report.nodeid and "PYTEST_XDIST_WORKER" not in os.environ:
+        Path("ddtree-reported").write_text("")
 """
 
 
@@ -216,6 +221,7 @@ def test_a_known_issue_checked_after_its_test_under_xdist_gets_the_reference_s_v
             engine_args=("--fault-lossy", "0.3") if lossy else (), prompts=2, max_new_tokens=16,
             extra=KNOWN_LOSSY)
     pytester.makepyfile(test_generation=WAITING_TEST)
+    pytester.makeconftest(REPORTED_CONFTEST)
     result = run(pytester, "-n", "2")
     result.assert_outcomes(passed=1, skipped=1)
     # xdist's status letters are no file name that write_line ends: ar's line began after ddtree's `s`
