@@ -54,22 +54,31 @@ def test_a_lossy_configuration_fails_its_own_test_whichever_the_matrix_lists_fir
 
 
 AFTER_DDTREE = """
+import os
 import time
+from pathlib import Path
 
 import pytest
 
-from pytest_specdec.shard_dir import journal_path
-from pytest_specdec.state import STATE_KEY
+REPORTED = "ddtree-reported"  # in the run's folder, where the controller and its workers run
+
+
+def pytest_runtest_logreport(report):
+    # where the summary is written (the workers carry PYTEST_XDIST_WORKER): ddtree's test has ended
+    # there, judged; its journaled figures alone left ar free to measure while ddtree's worker had
+    # yet to judge them, so ddtree met ar's outputs and failed on its own
+    if report.when == "call" and "ddtree-tp1-b8" in report.nodeid and "PYTEST_XDIST_WORKER" not in os.environ:
+        open(REPORTED, "w").close()
 
 
 def pytest_runtest_setup(item):
-    # ar's test starts once ddtree's figures are journaled: ddtree ends before its reference
+    # ar's test starts once ddtree's test has ended: ddtree ends before its reference
     if "ar-tp1" in item.nodeid:
-        journal = journal_path(item.config.stash[STATE_KEY])  # a sharded run's is in its shard folder
+        reported = Path(REPORTED)
         deadline = time.monotonic() + 120
-        while "ddtree-tp1-b8" not in (journal.read_text() if journal.exists() else ""):
+        while not reported.exists():
             if time.monotonic() > deadline:
-                pytest.fail(f"ddtree-tp1-b8 was not journaled in {journal} within 120 s: the order "
+                pytest.fail(f"ddtree-tp1-b8's report did not reach the controller within 120 s: the order "
                             f"this test needs did not hold")
             time.sleep(0.1)
 """
