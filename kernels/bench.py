@@ -45,6 +45,11 @@ import statistics
 import sys
 import time
 
+if __name__ == "__main__":  # without torch the import below would end in a traceback, not one line
+    from .command_line import require
+
+    require("python -m specdec_kernels.bench", "torch", "triton")
+
 import torch
 
 ROW_TOLERANCE_BF16 = 3e-2

@@ -485,6 +485,9 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true", help="one JSON report a kernel instead of a table")
     parser.add_argument("--hybrid", action="store_true", help="the hybrid-layer kernels for sm_120 instead")
     args = parser.parse_args(argv)
+    from .command_line import require
+
+    require("python -m specdec_kernels.compile_check", "torch", "triton")
     if args.hybrid and args.archs:
         parser.error("--hybrid compiles for sm_120 only; leave out the targets")
     archs = ("sm_120",) if args.hybrid else tuple(dict.fromkeys(args.archs)) or tuple(TARGETS)

@@ -180,6 +180,9 @@ def summary(rows) -> dict:
 
 
 def main(argv=None) -> int:
+    from .command_line import require
+
+    require("python -m specdec_kernels.flex_sweep", "torch", "triton")
     from .bench import run_shapes
 
     parser = argparse.ArgumentParser(prog="python -m specdec_kernels.flex_sweep", description=__doc__.split("\n")[0])

@@ -40,6 +40,11 @@ import json
 import math
 import sys
 
+if __name__ == "__main__":  # without torch the import below would end in a traceback, not one line
+    from .command_line import require
+
+    require("python -m specdec_kernels.hybrid_bench", "torch", "triton")
+
 import torch
 
 from .bench import L2_FLUSH_MODES, l2_flush, measure_ceilings, random_best_first_parents, time_in_graph, verdict

@@ -1,0 +1,25 @@
+"""The kernels' command lines where torch is not installed: one line naming what to install and
+exit status 2, as `python -m pytest_specdec.engine` says it, not a ModuleNotFoundError traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize("command", ["bench", "hybrid_bench", "flex_sweep", "compile_check"])
+def test_a_command_line_without_torch_says_what_to_install_in_one_line(command, tmp_path):
+    """`python -m specdec_kernels.bench` imported the package, whose first module imports torch:
+    a traceback before the command could say anything."""
+    # torch made unimportable in the command's interpreter, as where it is not installed
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['torch'] = None\n")
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    run = subprocess.run([sys.executable, "-m", f"specdec_kernels.{command}"], cwd=tmp_path,
+                         env=dict(os.environ, PYTHONPATH=path), capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.startswith(f"pytest-specdec: python -m specdec_kernels.{command} needs the `kernels` "
+                                 f"extra, and torch is not installed: pip install torch"), run.stderr
