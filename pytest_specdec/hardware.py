@@ -162,16 +162,21 @@ class Hardware:
         return f"GPU{'s' if len(gpus) > 1 else ''} {','.join(map(str, gpus))} ({', '.join(names)})"
 
     def describe(self) -> str:
-        """`NVIDIA H200 (sm_90, hopper) x8`, or `no GPU`: the phrase skip reasons quote."""
+        """`NVIDIA H200 (sm_90, hopper) x8`, `2 simulated sm_120 GPUs (blackwell)`, `4 simulated
+        GPUs without an arch` (--specdec-gpus alone), or `no GPU`: the phrase skip reasons quote."""
         if not self.gpus:
             return NO_GPU
+        if self.simulated:  # every slot is named for the settings, so its name would only repeat them
+            plural = "s" if self.count != 1 else ""
+            if self.family == "cpu":
+                return f"{self.count} simulated GPU{plural} without an arch"
+            return f"{self.count} simulated {self.arch} GPU{plural} ({self.family})"
         groups: dict[tuple[str, str, str], int] = {}
         for gpu in self.gpus:
             key = (gpu.name, gpu.arch, gpu.family)
             groups[key] = groups.get(key, 0) + 1
         parts = [f"{name} ({arch}, {family}) x{n}" for (name, arch, family), n in groups.items()]
-        text = ", ".join(parts)
-        return text + " [simulated]" if self.simulated else text
+        return ", ".join(parts)
 
     @property
     def key(self) -> str:

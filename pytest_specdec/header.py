@@ -6,6 +6,8 @@ prints those lines after "collected N items"), so projects that never use the pl
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .options import OPTIONS, OPTIONS_BY_NAME
 from .state import RunState
 
@@ -47,16 +49,25 @@ def _without_baseline(state: RunState) -> str:
     return "; a figure without a baseline entry fails"
 
 
-def _baseline_state(state: RunState) -> str:
+@dataclass(frozen=True)
+class BaselineNote:
+    """What the baselines line adds after the file's path, and whether that is a warning (written
+    even where the header is not), decided where the note is, not read back from its words."""
+
+    text: str = ""
+    warns: bool = False
+
+
+def _baseline_state(state: RunState) -> BaselineNote:
     """Why there is no baseline file, where there is none: a first run's folder is made by its
     first save, but a folder path naming a file can neither be read nor saved into."""
     path = state.baseline_path
     if path.is_file():
-        return ""
+        return BaselineNote()
     if path.parent.exists() and not path.parent.is_dir():
-        return (f" (none: the baseline folder is a file, so nothing is compared, nor can be saved; "
-                f"point {state.settings.setter('baseline_dir')} at a folder)")
-    return " (none yet)"
+        return BaselineNote(f" (none: the baseline folder is a file, so nothing is compared, nor can be saved; "
+                            f"point {state.settings.setter('baseline_dir')} at a folder)", warns=True)
+    return BaselineNote(" (none yet)")
 
 
 def _over(state: RunState, name: str) -> str:
@@ -67,11 +78,10 @@ def _over(state: RunState, name: str) -> str:
 
 
 def _found_by(source: str) -> str:
-    """How the inventory was found; "none" is the probes' answer and "simulated" the run's settings
-    (--specdec-gpus, --specdec-arch), neither a probe's name."""
+    """How the inventory was found; "none" is the probes' answer, not a probe's name."""
     if source == "none":
         return "neither NVML nor nvidia-smi found one"
-    return "simulated, as the settings ask" if source == "simulated" else f"detected by {source}"
+    return f"detected by {source}"
 
 
 def _file_settings(state: RunState) -> list[str]:
@@ -109,11 +119,13 @@ def _details(state: RunState) -> list[tuple[str, bool]]:
     """`details`' lines, each with whether it warns."""
     hw = state.hardware
     arch = f"{hw.arch}, {hw.family}" if hw.arch else hw.family
+    # a simulated inventory's phrase already says its count, arch and family
+    found = ", as the settings ask" if hw.simulated else f" [{arch}, {hw.count} GPU(s), {_found_by(hw.source)}]"
     baselines = _baseline_state(state)
     out = [
-        (f"specdec: hardware {hw.describe()} [{arch}, {hw.count} GPU(s), {_found_by(hw.source)}]"
+        (f"specdec: hardware {hw.describe()}{found}"
          + (f"; {hw.trouble}" if hw.trouble else ""), bool(hw.trouble)),
-        (f"specdec: baselines {state.baseline_path}{baselines}", baselines.startswith(" (none: ")),
+        (f"specdec: baselines {state.baseline_path}{baselines.text}", baselines.warns),
     ]
     settings = state.settings
     changed = [f"{o.name}={settings.shown(o.name, settings.origins[o.name], settings.values[o.name])} "

@@ -65,4 +65,4 @@ def test_a_sm120_dry_run_runs_the_blackwell_items_with_the_shipped_known_issue_a
     assert got["PASSED"] == ["blackwell-ddtree-tp1-b16-chat"]
     assert "known issue: DDTree verify crashes with 'CUDA error: an illegal instruction was encountered' " \
            "on sm_120" in done.stdout
-    assert got["SKIPPED"] == ["needs 4 GPUs; found: simulated sm_120 (sm_120, blackwell) x1 [simulated]"]
+    assert got["SKIPPED"] == ["needs 4 GPUs; found: 1 simulated sm_120 GPU (blackwell)"]

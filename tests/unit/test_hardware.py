@@ -36,6 +36,15 @@ def test_describe_and_key():
     assert NONE.describe() == "no GPU" and NONE.key == "cpu" and NONE.family == "cpu"
 
 
+def test_a_simulated_inventory_is_said_in_plain_words_once():
+    """--specdec-gpus=2 alone on a CPU host read `simulated GPU (cpu, cpu) x2 [simulated]` in the
+    header and in skip reasons: "simulated" twice and a CPU called the GPUs' arch."""
+    assert hardware.resolve(None, 2, NONE).describe() == "2 simulated GPUs without an arch"
+    assert hardware.resolve(None, 1, NONE).describe() == "1 simulated GPU without an arch"
+    assert hardware.resolve("sm_120", None, NONE).describe() == "1 simulated sm_120 GPU (blackwell)"
+    assert hardware.resolve("sm_90", 3, H200x8).describe() == "3 simulated sm_90 GPUs (hopper)"
+
+
 def test_the_fixture_fields_the_readme_names():
     # the README's specdec_hardware: name, arch, family, count
     assert (H200x8.name, H200x8.arch, H200x8.family, H200x8.count) == \

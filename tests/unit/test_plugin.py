@@ -150,7 +150,7 @@ def test_family_marker_skips_with_the_hardware_found(pytester: pytest.Pytester):
     result = pytester.runpytest("-m", "blackwell", "-rs", "--specdec-arch", "sm_90")
     result.assert_outcomes(skipped=3)
     result.stdout.fnmatch_lines([
-        "*needs a Blackwell GPU; found: simulated sm_90 (sm_90, hopper) x1 [[]simulated[]]*"])
+        "*needs a Blackwell GPU; found: 1 simulated sm_90 GPU (hopper)*"])
 
 
 @pytest.mark.skipif(ON_GPU_MACHINE, reason="this machine has a GPU; the no-GPU phrase needs none")
@@ -283,7 +283,7 @@ def test_four():
 """)
     result = pytester.runpytest("--specdec-arch=sm_90", "--specdec-gpus=2", "-rs")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*needs 4 GPUs; found: simulated sm_90 (sm_90, hopper) x2*"])
+    result.stdout.fnmatch_lines(["*needs 4 GPUs; found: 2 simulated sm_90 GPUs (hopper)*"])
     pytester.runpytest("--specdec-arch=sm_90", "--specdec-gpus=4").assert_outcomes(passed=1)
 
 
@@ -301,7 +301,7 @@ def test_four():
 """)
     result = pytester.runpytest("--specdec-arch=sm_90", "-rs")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*needs 4 GPUs; found: simulated sm_90 (sm_90, hopper) x1 [[]simulated[]]; "
+    result.stdout.fnmatch_lines(["*needs 4 GPUs; found: 1 simulated sm_90 GPU (hopper); "
                                  "--specdec-gpus=4 simulates them on the CPU"])
     result = pytester.runpytest("--specdec-arch=sm_90", "--specdec-gpus=2", "-rs")
     result.assert_outcomes(skipped=1)
@@ -358,8 +358,7 @@ def test_header_states_backend_hardware_and_baseline(pytester: pytest.Pytester):
     result.stdout.fnmatch_lines([
         "specdec: backend embedded (requested); config pyproject.toml [[]tool.specdec[]]",
         "collected 8 items",
-        "specdec: hardware simulated sm_120 (sm_120, blackwell) x8 [[]simulated[]] "
-        "[[]sm_120, blackwell, 8 GPU(s), simulated, as the settings ask[]]",
+        "specdec: hardware 8 simulated sm_120 GPUs (blackwell), as the settings ask",
         "specdec: baselines */baselines/simulated-sm_120-x8.json (none yet)",
         "specdec: settings *backend=embedded (command line)*",
         "specdec: dry run: the blackwell suite runs on the embedded backend*",
@@ -377,6 +376,16 @@ def test_the_header_of_a_machine_without_a_gpu_says_what_looked(pytester: pytest
     result.stdout.fnmatch_lines(["specdec: hardware no GPU [[]cpu, 0 GPU(s), neither NVML nor nvidia-smi found one[]]"])
 
 
+def test_the_header_says_simulated_slots_without_an_arch_in_plain_words(pytester: pytest.Pytester, monkeypatch):
+    """--specdec-gpus=2 on a CPU host read `simulated GPU (cpu, cpu) x2 [simulated] [cpu, cpu, 2 GPU(s),
+    simulated, as the settings ask]`: "simulated" three times, and the CPU called the GPUs' arch."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU, wherever this runs
+    pytester.makepyprojecttoml(SMALL_MATRIX)
+    pytester.makepyfile(SPEC_TEST)
+    result = pytester.runpytest("--specdec-gpus=2", "--specdec-backend=embedded", "--co")
+    result.stdout.fnmatch_lines(["specdec: hardware 2 simulated GPUs without an arch, as the settings ask"])
+
+
 def test_the_header_says_a_baseline_folder_that_is_a_file_is_none(pytester: pytest.Pytester):
     """--specdec-baseline-dir naming a file read "(none yet)", as a first run's folder does, though
     nothing could be compared against it nor ever saved into it."""
@@ -386,6 +395,30 @@ def test_the_header_says_a_baseline_folder_that_is_a_file_is_none(pytester: pyte
     result = pytester.runpytest("--co", "--specdec-baseline-dir=notes.txt")
     result.stdout.fnmatch_lines(["specdec: baselines */notes.txt/cpu.json (none: the baseline folder is a file, "
                                  "so nothing is compared, nor can be saved; point --specdec-baseline-dir at a folder)"])
+
+
+def test_a_baseline_folder_that_is_a_file_warns_by_a_field_not_by_its_words(pytester: pytest.Pytester, tmp_path):
+    """Whether the baselines line warned was read back from its words (it began " (none: "), so
+    a rewording could drop the warning -q still writes; the note now carries it as a field."""
+    from types import SimpleNamespace
+
+    from pytest_specdec import header
+
+    (tmp_path / "notes.txt").write_text("a file")
+    settings = SimpleNamespace(setter=lambda name: "--specdec-baseline-dir")
+    as_file = header._baseline_state(SimpleNamespace(baseline_path=tmp_path / "notes.txt" / "cpu.json",
+                                                     settings=settings))
+    first_run = header._baseline_state(SimpleNamespace(baseline_path=tmp_path / "new" / "cpu.json",
+                                                       settings=settings))
+    assert as_file.warns and "the baseline folder is a file" in as_file.text
+    assert not first_run.warns and first_run.text == " (none yet)"
+    # and -q, which writes no header, still writes that warning
+    pytester.makepyprojecttoml(SMALL_MATRIX)
+    pytester.makepyfile(SPEC_TEST)
+    pytester.makefile(".txt", notes="a file")
+    result = pytester.runpytest("--co", "-q", "--specdec-baseline-dir=notes.txt")
+    result.stdout.fnmatch_lines(["specdec: baselines */notes.txt/cpu.json (none: the baseline folder is a file*"])
+    assert "(none yet)" not in pytester.runpytest("--co", "-q").stdout.str()
 
 
 def test_a_dry_run_of_a_family_without_a_matrix_says_the_cpu_matrix_runs(pytester: pytest.Pytester):
