@@ -447,6 +447,53 @@ def test_the_header_details_are_written_under_xdist_too(pytester: pytest.Pyteste
     assert sum(line.startswith("specdec: gate ") for line in result.stdout.lines) == 1  # once, not a worker
 
 
+def test_under_xdist_the_last_progress_line_ends_before_the_workers_write(pytester: pytest.Pytester):
+    """xdist's workers end after the loop and write straight to the terminal: pytest-benchmark's
+    warning that xdist disables it came on the same line as the last `specdec [i/n]` progress
+    line, left open for the terminal's session end to end. Here each worker writes once the
+    controller is finishing (its conftest marks that), as late as pytest-benchmark's warning."""
+    pytest.importorskip("xdist")
+    pytester.makepyprojecttoml("[tool.specdec]\nbackend = 'embedded'\n[tool.specdec.matrix.cpu]\n"
+                               "methods = ['ar', 'dflash']\n")
+    pytester.makepyfile("def test_cell(specdec_spec, specdec_record):\n"
+                        "    specdec_record.metric('widgets', 3.0, 'higher')\n")
+    pytester.makeconftest("""
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+FINISHING = Path(__file__).with_name("controller-finishing")
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which waits for the workers to end
+def pytest_sessionfinish(session):
+    if not hasattr(session.config, "workerinput"):
+        FINISHING.touch()
+
+def pytest_unconfigure(config):
+    if hasattr(config, "workerinput"):
+        for _ in range(600):  # the controller is past its loop within a minute
+            if FINISHING.exists():
+                break
+            time.sleep(0.1)
+        os.write(2, b"a worker's last words\\n")
+""")
+    import os
+    import subprocess
+    import sys
+
+    for verbosity in ("-q", "-rN"):  # -v's lines are left open as pytest leaves its own there
+        (pytester.path / "controller-finishing").unlink(missing_ok=True)
+        # one unbuffered stream, as a terminal shows the workers' stderr among the controller's lines
+        run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "xdist", "-n", "2",
+                              verbosity], cwd=pytester.path, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+        lines = run.stdout.splitlines()
+        assert run.returncode == 0 and lines.count("a worker's last words") == 2, run.stdout
+        assert [line for line in lines if line.startswith("specdec [2/2] ")][-1].endswith(":"), run.stdout
+
+
 def test_the_lossless_header_names_sampled_workloads_it_does_not_check(pytester: pytest.Pytester):
     """Only greedy outputs are compared: a workload at temperature 0.7 went unchecked while the
     header said speculative outputs were checked against ar's."""
