@@ -1,10 +1,10 @@
 """`Recorder` (the `specdec_record` fixture): where a test's figures go once measured.
 
-While the test runs, figures are collected; when its call ends (`finish`, from the plugin's
-`pytest_runtest_call` wrapper) they are appended to the journal (fsync'd, so a crash loses
-nothing already measured), attached to the test report (so xdist workers' results reach the
-controller's table, report and baseline file), and compared with the baseline: a regression
-fails that test with one line per metric.
+While the test runs, figures are collected; when its call ends, `session.finish_test` (from the
+plugin's `pytest_runtest_call` wrapper) takes them as `to_result` gives them: appended to the
+journal (fsync'd, so a crash loses nothing already measured), attached to the test report
+(`attach_to_report`, so xdist workers' results reach the controller's table, report and baseline
+file), and compared with the baseline: a regression fails that test with one line per metric.
 
 pytest-benchmark gets the time samples through its public API: the test is marked with a replay
 clock as its `timer`, and `benchmark.pedantic` runs one round per sample, each advancing the
