@@ -4,8 +4,8 @@ The same result as :func:`tree_accept_greedy` followed by :func:`commit_accepted
 GPU it is one launch instead of two: every commit program walks its request's tree itself (T
 lanes, a few vector steps, inputs that fit in a cache line or two) rather than waiting for an
 accept kernel to finish and reading its path back from memory. At batch 8, prefix 8k, T = 17
-the two launches took about a tenth of one layer's verify attention on an H200 (docs/kernels-performance.md), the
-issue's bound, once that attention had got faster.
+the two launches took about a tenth of one layer's verify attention on an H200, the issue's bound
+(docs/kernels-performance.md).
 """
 
 from __future__ import annotations
