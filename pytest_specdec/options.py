@@ -245,6 +245,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("report", "write results.json, report.md, report.tex, report-standalone.tex and plots "
            "into DIR",
            str, None, metavar="DIR"),
+    Option("no_plots", "write the report of --specdec-report without its plots (a shard's, say, "
+           "whose merge draws them): the rest of it without matplotlib's seconds", _bool, False, flag=True),
     Option("resume", "skip the tests the results journal records as done, measuring again those "
            "that failed and those whose workload, server settings or model changed", _bool, False,
            flag=True),

@@ -280,7 +280,7 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
         folder = state.path(state.settings.report)
         try:
             files = report.write_report(folder, table, meta=meta, option=state.settings.setter("report"),
-                                        progress=plots.told(folder, progress))
+                                        plots=not state.settings.no_plots, progress=plots.told(folder, progress))
         except KeyboardInterrupt:
             problems.append(f"report not written: interrupted while writing it into {folder}; "
                             f"{_left_as_it_was(state, 'report')}")

@@ -633,3 +633,31 @@ def test_a_writer_in_another_pid_namespace_leaves_a_live_staging_folder_alone(tm
     done = subprocess.run([*command, sys.executable, "-c", remover, str(rep)], capture_output=True, text=True)
     assert done.stdout.strip() == "0" and left.is_dir()  # another namespace's: not its to judge
     assert staging.remove_abandoned(rep, ".report-") == [left]  # this namespace's writer is gone
+
+
+# A configuration's figures, recorded by hand (no server starts): what the plots draw.
+CONFIGURED_PROJECT = "[tool.specdec]\nbackend = 'embedded'\n[tool.specdec.matrix.cpu]\nmethods = ['ar']\ntp = [1]\n"
+CONFIGURED_TEST = """
+def test_figures(specdec_spec, specdec_record):
+    specdec_record.metric("output_tok_s", 100.0)
+"""
+
+
+@pytest.mark.parametrize("where", ["--specdec-no-plots", "ini"])
+def test_a_report_without_plots_is_written_whole_but_for_them(pytester, where):
+    """A shard's report drew its plots, which its merge draws again from results.json: seconds
+    of matplotlib a run could not skip. --specdec-no-plots (or its ini twin) leaves them out;
+    the rest of the report is written as ever, and a run without it still draws them."""
+    pytester.makepyprojecttoml(CONFIGURED_PROJECT + ("[tool.pytest.ini_options]\nspecdec_no_plots = true\n"
+                                                     if where == "ini" else ""))
+    pytester.makepyfile(test_figures=CONFIGURED_TEST)
+    flags = [where] if where.startswith("--") else []
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-report=bare", *flags)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["specdec: report written to *bare (4 files)"])
+    assert sorted(p.name for p in (pytester.path / "bare").iterdir()) == sorted(outputs.REPORT_FILES)
+    assert json.loads((pytester.path / "bare" / "results.json").read_text())["results"][0]["metrics"]
+    if where == "ini":
+        return
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-report=whole").assert_outcomes(passed=1)
+    assert (pytester.path / "whole" / "plots" / "tokens_per_s.png").is_file()
