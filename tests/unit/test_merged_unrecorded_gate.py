@@ -37,8 +37,9 @@ GATE = ("--specdec-compare-fail", "output_tok_s:5%,e2e_ms:5%")
 
 
 def _shard(pytester: pytest.Pytester, k: int, *args: str) -> pytest.RunResult:
+    # no plots: the merge reads results.json and shard.json only (and draws none either)
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", f"--specdec-shard={k}/2",
-                                         f"--specdec-report=shard-{k}", *args)
+                                         f"--specdec-report=shard-{k}", "--specdec-no-plots", *args)
 
 
 def _merge(pytester: pytest.Pytester) -> subprocess.CompletedProcess:
