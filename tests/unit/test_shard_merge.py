@@ -46,7 +46,10 @@ GATE = ("--specdec-compare-fail", "accept_length:1%")
 
 
 def pytest_run(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", *args],
+    # no plots in the reports: the tests read results.json, report.md and shard.json, and the merges
+    # draw none either (--no-plots)
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "--specdec-no-plots",
+                           *args],
                           cwd=root, env=started_environ(), capture_output=True, text=True, timeout=300)
 
 
@@ -430,8 +433,8 @@ def test_shards_run_on_different_hardware_are_refused_by_the_merge(tmp_path):
     (tmp_path / "conftest.py").write_text(FAKE_NVML)
     environ = {k: v for k, v in started_environ().items() if k != "CUDA_VISIBLE_DEVICES"}
     for k, gpu in ((1, "NVIDIA H100 80GB HBM3"), (2, "NVIDIA H200")):
-        shard = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                                f"--specdec-shard={k}/2", "--specdec-report", f"shard-{k}"], cwd=tmp_path,
+        shard = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--specdec-shard={k}/2",
+                                "--specdec-report", f"shard-{k}", "--specdec-no-plots"], cwd=tmp_path,
                                env={**environ, "FAKE_GPU": gpu}, capture_output=True, text=True, timeout=300)
         assert shard.returncode == 0, shard.stdout[-3000:]
     result = merge(tmp_path, "--out", "merged", "--save-baseline", "shard-1", "shard-2")
