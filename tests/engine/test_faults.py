@@ -114,10 +114,12 @@ def test_slow_factor_stretches_every_decode_step(engines):
     slow = engines("--method", "ar", "--fault-slow-factor", "4")
     assert slow.get("/server_info").json()["fault_slow_factor"] == 4.0
 
-    def decode_s(engine) -> float:  # server-side e2e latency, best of three
-        return min(engine.generate(PROMPT, max_new_tokens=48)["meta_info"]["e2e_latency"] for _ in range(3))
+    def decode_s(engine) -> float:  # server-side e2e latency
+        return engine.generate(PROMPT, max_new_tokens=48)["meta_info"]["e2e_latency"]
 
-    assert decode_s(slow) > 2 * decode_s(normal)
+    # best of three each, taken in turns: a burst of load meets both engines, not one
+    pairs = [(decode_s(normal), decode_s(slow)) for _ in range(3)]
+    assert min(s for _, s in pairs) > 2 * min(n for n, _ in pairs), pairs
 
 
 def test_a_frozen_scheduler_fails_health_checks_as_sglangs_http_side_does(engines, monkeypatch):
