@@ -66,6 +66,7 @@ def merge_command(args: argparse.Namespace, out=None) -> int:
     from . import baselines, durations, junit, merge, plots, report, staging
     from .relpaths import relative
     from .shard import DURATIONS_FILE
+    from .write_failure import unwritable
 
     target = Path(args.out)
     if target.exists() and not target.is_dir():
@@ -82,18 +83,26 @@ def merge_command(args: argparse.Namespace, out=None) -> int:
             for row in merged.rows]
     title = merged.title
     # every output staged first, moved in together: --out never holds files of two merges
-    with staging.staged(target, ".merge-") as folder:
-        files = report.write_files(folder, rows, meta=merged.meta(), plots=not args.no_plots, title=title,
-                                   progress=plots.told(target, lambda line: print(
-                                       f"specdec merge: {line}", file=sys.stderr, flush=True)))
-        extra = [junit.write(folder / "junit.xml", rows, nodeids=merged.nodeids)]
-        if merged.durations():  # else none: an earlier merge's configurations would read as this one's
-            durations.write(folder / DURATIONS_FILE, merged.durations())
-            extra.append(folder / DURATIONS_FILE)
-        files = report.publish(files, folder, target, extra, previous=("junit.xml", DURATIONS_FILE))
+    try:
+        with staging.staged(target, ".merge-") as folder:
+            files = report.write_files(folder, rows, meta=merged.meta(), plots=not args.no_plots, title=title,
+                                       progress=plots.told(target, lambda line: print(
+                                           f"specdec merge: {line}", file=sys.stderr, flush=True)))
+            extra = [junit.write(folder / "junit.xml", rows, nodeids=merged.nodeids)]
+            if merged.durations():  # else none: an earlier merge's configurations would read as this one's
+                durations.write(folder / DURATIONS_FILE, merged.durations())
+                extra.append(folder / DURATIONS_FILE)
+            files = report.publish(files, folder, target, extra, previous=("junit.xml", DURATIONS_FILE))
+    except OSError as exc:  # a full disk, a read-only folder: one line, not a traceback
+        raise SpecdecUsageError(f"merged report not written: {unwritable(exc, target, '--out')}; the shard "
+                                f"folders are only read: merge again once --out can be written") from None
     written = [files.results_json, files.markdown, files.latex, files.standalone, *files.plots,
                *(target / path.name for path in extra)]
-    report.write_github_summary(rows, title=title, meta=merged.meta())
+    try:
+        report.write_github_summary(rows, title=title, meta=merged.meta())
+    except OSError as exc:  # the CI runner's variable, not the user's input: the merge stands, as a run does
+        print(f"specdec merge: warning: GITHUB_STEP_SUMMARY not written: "
+              f"{exc.filename or '$GITHUB_STEP_SUMMARY'}: {exc.strerror or exc}", file=sys.stderr)
     print(report.format_table(rows), file=out)
     for line in merge.not_measured(merged):
         print(f"specdec merge: not measured: {line}", file=out)
@@ -113,6 +122,10 @@ def merge_command(args: argparse.Namespace, out=None) -> int:
             raise SpecdecUsageError(f"{exc}; the figures stay in the shard folders: once the lock is "
                                     f"free, merge again with --save-baseline (a figure saved already "
                                     f"is not pooled twice)") from None
+        except OSError as exc:  # the report is written; each baseline folder file is whole, old or new
+            raise SpecdecUsageError(f"baseline not saved: {unwritable(exc, args.baseline_dir, '--baseline-dir')}; "
+                                    f"the merged report is written to --out {target}{_baseline_folder_left(args)}: "
+                                    f"merge again with --save-baseline once it can be written") from None
         for path in saved:
             print(f"specdec merge: saved into {path}", file=out)
         if merged.partial_durations():  # as a run with --specdec-save-baseline says it

@@ -865,3 +865,71 @@ def test_shards_run_from_different_commits_are_warned_of(shards):
     assert rc == 0, text
     assert ("specdec merge: warning: the shards ran from different commits (shard(s) 1/2: aaaaaaaaaaaa; "
             "shard(s) 2/2: bbbbbbbbbbbb-dirty); run every shard from one commit") in text
+
+
+def _refused(err: int, text: str):
+    """A stand-in for a writer that the OS refuses (a full disk, a read-only folder)."""
+    def refuse(*args, **kwargs):
+        raise OSError(err, text)
+    return refuse
+
+
+@pytest.mark.parametrize("where, err, text, fix", [
+    ("pytest_specdec.report.results_document", 28, "No space left on device", "free space there, or choose another --out"),
+    ("pytest_specdec.junit.render", 13, "Permission denied", "make it writable, or choose another --out"),
+])
+def test_a_merged_report_the_os_refuses_is_one_line_exit_2_and_the_earlier_report_stays(
+        shards, monkeypatch, capsys, where, err, text, fix):
+    """A full disk or a read-only --out during the merge's writes escaped as a traceback."""
+    from pytest_specdec import __main__ as cli
+
+    out = shards / "merged"
+    args = ["merge", "--no-plots", "--out", str(out), str(shards / "shard-1"), str(shards / "shard-2")]
+    assert cli.main(args) == 0
+    before = merged_set(out)
+    monkeypatch.setattr(where, _refused(err, text))
+    capsys.readouterr()
+    assert cli.main(args) == 2
+    assert capsys.readouterr().err == (
+        f"python -m pytest_specdec merge: error: merged report not written: {out}: {text}; {fix}; the shard "
+        f"folders are only read: merge again once --out can be written\n")
+    assert merged_set(out) == before
+
+
+def test_a_baseline_file_the_os_refuses_is_one_line_exit_2_and_keeps_the_earlier_entries(shards, monkeypatch, capsys):
+    """A full disk under --baseline-dir during merge --save-baseline escaped as a traceback."""
+    from pytest_specdec import __main__ as cli
+    from pytest_specdec import baselines as baselines_mod
+
+    folder = shards / "baselines"
+    args = ["merge", "--no-plots", "--out", str(shards / "merged"), str(shards / "shard-1"),
+            str(shards / "shard-2"), "--save-baseline", "--baseline-dir", str(folder)]
+    assert cli.main(args) == 0
+    saved = (folder / "cpu.json").read_text()
+    write = baselines_mod._atomic_write
+
+    def full(path, text):  # the baseline folder's disk is full; --out's is another
+        if Path(path).parent == folder:
+            raise OSError(28, "No space left on device")
+        write(path, text)
+
+    monkeypatch.setattr(baselines_mod, "_atomic_write", full)
+    capsys.readouterr()
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m pytest_specdec merge: error: baseline not saved: {folder}: No space left "
+                          f"on device; free space there, or choose another --baseline-dir; the merged report "
+                          f"is written to --out {shards / 'merged'}, and each baseline file"), err
+    assert err.endswith("merge again with --save-baseline once it can be written\n") and "Traceback" not in err
+    assert (folder / "cpu.json").read_text() == saved
+
+
+def test_a_github_step_summary_the_merge_cannot_append_to_is_a_warning(shards, monkeypatch, capsys):
+    """The CI runner's variable pointing nowhere escaped the merge as a traceback; a run warns of it."""
+    from pytest_specdec import __main__ as cli
+
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(shards / "nowhere" / "summary.md"))
+    assert cli.main(["merge", "--no-plots", "--out", str(shards / "merged"), str(shards / "shard-1"),
+                     str(shards / "shard-2")]) == 0
+    assert capsys.readouterr().err == (f"specdec merge: warning: GITHUB_STEP_SUMMARY not written: "
+                                       f"{shards / 'nowhere' / 'summary.md'}: No such file or directory\n")
