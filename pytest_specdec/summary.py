@@ -269,7 +269,10 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
             problems.append(f"baseline not saved: interrupted while saving it into {state.baseline_path}; "
                             f"{_left_as_it_was(state, 'save_baseline')}")
             return True
-        except (OSError, SpecdecUsageError) as exc:
+        except OSError as exc:  # a full disk, a read-only folder: the fix, and the figures kept
+            problems.append(f"baseline not saved: {_refused(exc, state.baseline_path, state, 'baseline_dir')}; "
+                            f"{_left_as_it_was(state, 'save_baseline')}")
+        except SpecdecUsageError as exc:
             problems.append(f"baseline not saved: {_why(exc, state.baseline_path)}{_kept(exc, state)}")
         else:
             skipped = f"; left out {left_out('')}" if failed or lossy else ""
@@ -285,7 +288,10 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
             problems.append(f"report not written: interrupted while writing it into {folder}; "
                             f"{_left_as_it_was(state, 'report')}")
             return True
-        except (OSError, SpecdecUsageError) as exc:
+        except OSError as exc:
+            problems.append(f"report not written: {_refused(exc, folder, state, 'report')}; "
+                            f"{_left_as_it_was(state, 'report')}")
+        except SpecdecUsageError as exc:
             problems.append(f"report not written: {_why(exc, folder)}")
         else:
             written = [files.results_json, files.markdown, files.latex, files.standalone,
@@ -328,7 +334,8 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
             durations_mod.save(path, seconds, f"the next run with {state.settings.setter('save_baseline')} "
                                               f"writes it again", lock=lock_bound(state, announce))
         except (OSError, SpecdecUsageError) as exc:
-            problems.append(f"durations not saved: {_why(exc, path)}")
+            why = _refused(exc, path, state, "baseline_dir") if isinstance(exc, OSError) else _why(exc, path)
+            problems.append(f"durations not saved: {why}")
     table = rows(results)
     if table:
         if _write_outputs(results, table, notes, problems, announce, progress):
@@ -544,6 +551,14 @@ def _kept(exc: Exception, state) -> str:
     return (f"; the figures stay in the journal {journal_path(state)}: once the lock is free, a run with "
             f"{state.settings.setter('resume')} {state.settings.setter('save_baseline')}{same_shard} "
             f"saves them without measuring again")
+
+
+def _refused(exc: OSError, path, state, option: str) -> str:
+    """The file the OS refused, its reason and the fix (`write_failure.unwritable`); `option`
+    names the setting that moves it elsewhere."""
+    from .write_failure import unwritable
+
+    return unwritable(exc, path, state.settings.setter(option))
 
 
 def _why(exc: Exception, path) -> str:

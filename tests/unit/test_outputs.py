@@ -324,7 +324,8 @@ def test_durations_that_cannot_be_saved_at_the_end_are_a_problem_not_a_traceback
     durations.add("ar-tp1", 1.0)
     status = summary.finish(results, durations, None, None, pytest.ExitCode.OK, [], problems)
     assert status == pytest.ExitCode.OK  # the plugin fails the run over `problems`
-    assert problems == [f"durations not saved: {tmp_path / 'spoiled'}: File exists"]
+    assert problems == [f"durations not saved: {tmp_path / 'spoiled'}: File exists; choose another "
+                        f"--specdec-baseline_dir"]
 
 
 MATRIX_PROJECT = """
@@ -661,3 +662,53 @@ def test_a_report_without_plots_is_written_whole_but_for_them(pytester, where):
         return
     pytester.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-report=whole").assert_outcomes(passed=1)
     assert (pytester.path / "whole" / "plots" / "tokens_per_s.png").is_file()
+
+
+#: A conftest whose report writer (or baseline writer) meets a full disk / a read-only folder.
+REFUSED_WRITES = """
+import errno
+import pytest_specdec.baselines
+import pytest_specdec.report
+
+
+def _full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def _read_only(*args, **kwargs):
+    raise OSError(errno.EROFS, "Read-only file system")
+
+
+pytest_specdec.report.results_document = _full
+pytest_specdec.baselines._atomic_write = _read_only
+"""
+
+
+def test_outputs_the_os_refuses_name_the_fix_and_the_run_that_writes_them_again(pytester):
+    """A full disk under the report folder said only 'report not written: DIR: No space left on
+    device': neither what frees the way nor that the journal keeps the figures to write it from.
+    The earlier report stays whole, and the run the line names writes the report again."""
+    pytester.makepyfile(test_figures=RECORDING_TEST)
+    assert pytester.runpytest("-p", "no:cacheprovider", "--specdec-report=rep").ret == pytest.ExitCode.OK
+    earlier = (pytester.path / "rep" / "report.md").read_text()
+    pytester.makeconftest(REFUSED_WRITES)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-report=rep",
+                                           "--specdec-save-baseline")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "specdec: ERROR: baseline not saved: */baselines/cpu.json: Read-only file system; make it writable, or "
+        "choose another --specdec-baseline-dir; no file there is half-written; the journal keeps this run's "
+        "figures: a run with --specdec-resume and --specdec-save-baseline writes it without measuring again "
+        "the tests that passed",
+        "specdec: ERROR: report not written: */rep: No space left on device; free space there, or choose "
+        "another --specdec-report; no file there is half-written; the journal keeps this run's figures: a run "
+        "with --specdec-resume and --specdec-report writes it without measuring again the tests that passed",
+    ])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert (pytester.path / "rep" / "report.md").read_text() == earlier
+    assert sorted(p.name for p in (pytester.path / "rep").iterdir()) == sorted(outputs.REPORT_FILES)
+    (pytester.path / "conftest.py").unlink()
+    again = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-report=rep", "--specdec-resume")
+    assert again.ret == pytest.ExitCode.OK, again.stdout.str()
+    assert "resumed" in again.stdout.str().lower(), again.stdout.str()
+    assert json.loads((pytester.path / "rep" / "results.json").read_text())["results"][0]["metrics"]
