@@ -270,6 +270,22 @@ def baseline_identity(state: RunState) -> dict[str, Any]:
             "saves": bool(state.settings.save_baseline)}
 
 
+def _copy_whole(source: Path, target: Path) -> None:
+    """`source` copied over `target` through a temporary sibling renamed into place: a copy cut
+    short (a full disk) leaves the earlier copy whole, never a truncated journal to merge."""
+    import os
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -342,7 +358,7 @@ def finish(manifest: ShardManifest, state: RunState, directory: Path, results: R
     `partial`: the configurations this run measured only in part (`Durations.complete`)."""
     journal = journal_path(state)
     if journal.exists() and journal.resolve() != (directory / JOURNAL).resolve():
-        shutil.copyfile(journal, directory / JOURNAL)
+        _copy_whole(journal, directory / JOURNAL)
     kept = {**(previous.durations if previous else {}), **durations}
     done = replace(manifest, finished=_now(), exitstatus=int(exitstatus),
                    tests=outcomes(results, manifest.plan), durations=kept,

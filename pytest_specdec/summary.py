@@ -382,8 +382,15 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
             exitstatus = pytest.ExitCode.TESTS_FAILED
     exitstatus = empty_shard_status(plan, exitstatus)
     if shard is not None:
-        shard.finish(results, seconds, exitstatus, partial,
-                     plan is not None and shard_all_recorded(results, durations, plan), limits)
+        try:
+            shard.finish(results, seconds, exitstatus, partial,
+                         plan is not None and shard_all_recorded(results, durations, plan), limits)
+        except OSError as exc:  # its shard.json stays the started one: a merge finds the shard unfinished
+            problems.append(f"shard folder not finished: {_refused(exc, shard.directory, state, 'report')}; "
+                            f"a merge reads this shard as unfinished; the journal keeps this run's figures: "
+                            f"a run of the same {state.settings.setter('shard')} and "
+                            f"{state.settings.setter('report')} with {state.settings.setter('resume')} "
+                            f"finishes it without measuring again the tests that passed")
     return exitstatus
 
 

@@ -712,3 +712,70 @@ def test_outputs_the_os_refuses_name_the_fix_and_the_run_that_writes_them_again(
     assert again.ret == pytest.ExitCode.OK, again.stdout.str()
     assert "resumed" in again.stdout.str().lower(), again.stdout.str()
     assert json.loads((pytester.path / "rep" / "results.json").read_text())["results"][0]["metrics"]
+
+
+#: A conftest whose shard.json cannot be finished: the disk fills after the run started it.
+SHARD_MANIFEST_REFUSED = """
+import errno
+import pytest_specdec.shard_dir as shard_dir
+
+_write = shard_dir._write
+
+
+def _full_once_started(directory, manifest):
+    if manifest.finished:
+        raise OSError(errno.ENOSPC, "No space left on device", str(directory / shard_dir.MANIFEST))
+    _write(directory, manifest)
+
+
+shard_dir._write = _full_once_started
+"""
+
+
+def test_a_shard_folder_the_os_refuses_to_finish_is_one_line_and_a_resume_finishes_it(pytester):
+    """shard.json not finished for a full disk ended the run in an INTERNALERROR traceback."""
+    from pytest_specdec import shard_dir
+
+    pytester.makepyprojecttoml("[tool.specdec]\n")
+    pytester.makepyfile(test_figures=RECORDING_TEST)
+    pytester.makeconftest(SHARD_MANIFEST_REFUSED)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-shard=1/1", "--specdec-report=rep")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "specdec: ERROR: shard folder not finished: */rep/shard.json: No space left on device; free space there, "
+        "or choose another --specdec-report; a merge reads this shard as unfinished; the journal keeps this run's "
+        "figures: a run of the same --specdec-shard and --specdec-report with --specdec-resume finishes it without "
+        "measuring again the tests that passed"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert not shard_dir.read(pytester.path / "rep").finished
+    (pytester.path / "conftest.py").unlink()
+    again = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-shard=1/1", "--specdec-report=rep",
+                                          "--specdec-resume")
+    assert again.ret == pytest.ExitCode.OK, again.stdout.str()
+    assert shard_dir.read(pytester.path / "rep").finished
+
+
+def test_a_journal_copy_cut_short_leaves_the_shard_folders_earlier_copy_whole(tmp_path, monkeypatch):
+    """The explicit journal was copied into the shard folder in place: a full disk midway left a
+    truncated journal there for the merge to read."""
+    import shutil
+
+    from pytest_specdec import shard_dir
+
+    source, target = tmp_path / "journal.jsonl", tmp_path / "shard" / "journal.jsonl"
+    target.parent.mkdir()
+    source.write_text("new line 1\nnew line 2\n")
+    target.write_text("earlier line\n")
+
+    def cut_short(src, dst):
+        Path(dst).write_text("new li")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(shutil, "copyfile", cut_short)
+    with pytest.raises(OSError):
+        shard_dir._copy_whole(source, target)
+    assert target.read_text() == "earlier line\n"
+    assert [p.name for p in target.parent.iterdir()] == ["journal.jsonl"]
+    monkeypatch.undo()
+    shard_dir._copy_whole(source, target)
+    assert target.read_text() == source.read_text()
