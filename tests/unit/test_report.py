@@ -214,6 +214,45 @@ def test_github_step_summary(rows, tmp_path):
     assert "| ddtree-tp1-b16 | chat | 812.4 |" in text
 
 
+_APPEND_UNDER_A_FILE_SIZE_LIMIT = """
+import pickle, sys
+from pytest_specdec.report import write_github_summary
+rows = pickle.loads(sys.stdin.buffer.read())
+try:
+    write_github_summary(rows, env={"GITHUB_STEP_SUMMARY": sys.argv[1]})
+except OSError as exc:
+    print(f"OSError {exc.filename}: {exc.strerror}")
+else:
+    print("written")
+"""
+
+
+def test_github_step_summary_is_appended_whole_or_not_at_all(rows, tmp_path):
+    """A disk that fills mid-append (here: a file size limit the table's middle crosses) leaves
+    the summary as it was, not half a table that later steps append after; the error names the
+    file, for the warning."""
+    import pickle
+    import resource
+    import signal
+    import subprocess
+
+    target = tmp_path / "summary.md"
+    target.write_text("earlier step\n")
+    table = render_markdown(rows, title="pytest-specdec results").encode()
+    limit = len("earlier step\n") + len(table) // 2
+
+    def full_disk_mid_table():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit: EFBIG, not a killed process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+
+    done = subprocess.run([sys.executable, "-c", _APPEND_UNDER_A_FILE_SIZE_LIMIT, str(target)],
+                          input=pickle.dumps(rows), capture_output=True, preexec_fn=full_disk_mid_table,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    assert target.read_text() == "earlier step\n"
+    assert done.stdout.decode().strip() == f"OSError {target}: File too large"
+
+
 def test_the_verdict_keeps_the_cause_of_a_long_failure():
     """The table shortens a failure in the middle: what failed opens it, the why often ends it."""
     reason = ("server ddtree-tp1-b8 stalled: no token for 10.1s while 1 request was in flight (2 "
