@@ -37,6 +37,7 @@ or where the run set it): how long a wait is worth depends on how long the confi
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -396,9 +397,14 @@ class GpuLeases:
         if waiters is None:
             waiters = self._load_book()[1]
         tmp = self.path.with_suffix(f".tmp.{os.getpid()}")
-        tmp.write_text(json.dumps({"inventory": list(self.inventory), "leases": leases, "waiters": waiters},
-                                  indent=1))
-        os.replace(tmp, self.path)
+        try:
+            tmp.write_text(json.dumps({"inventory": list(self.inventory), "leases": leases, "waiters": waiters},
+                                      indent=1))
+            os.replace(tmp, self.path)
+        except BaseException:  # a full disk: the book stays as it was, and no half-written copy beside it
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
 
 
 def read_topology(timeout: float = 10.0) -> dict[tuple[int, int], str] | None:

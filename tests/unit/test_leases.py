@@ -296,3 +296,28 @@ def test_topology_prefers_pcie_switch_over_numa_hops(tmp_path):
     leases = GpuLeases(tmp_path, 4, topology=parse_topology(TOPO))
     assert leases.choose([0, 1, 3], 2) == (1, 3)  # NV4 beats SYS
     assert leases.choose([0, 1], 2) == (0, 1)
+
+
+def test_a_book_the_disk_refuses_leaves_no_temporary_file_behind(tmp_path, monkeypatch):
+    """A full disk as the book is rewritten: the book stays as it was (the rename never came)
+    and its half-written `.tmp.PID` copy is removed, not left in the run folder for each failed
+    save of each worker."""
+    import errno
+    import pathlib
+
+    leases = GpuLeases(tmp_path, 2)
+    one = leases.acquire(1, owner="ar-tp1")
+    book = tmp_path / "gpu-leases.json"
+    before = book.read_text()
+    real_write_text = pathlib.Path.write_text
+
+    def full_disk(self, text, *args, **kwargs):
+        real_write_text(self, text[: len(text) // 2], *args, **kwargs)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+
+    monkeypatch.setattr(pathlib.Path, "write_text", full_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        leases.release(one)
+    monkeypatch.undo()
+    assert book.read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir() if ".tmp." in p.name) == []
