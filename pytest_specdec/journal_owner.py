@@ -10,12 +10,14 @@ next one. Callers hold the journal's file lock, so these steps never race each o
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
 from . import liveness
 from .errors import SpecdecUsageError
 from .file_kind import refuse_special
+from .write_failure import fix
 
 
 def marker_of(journal: Path) -> Path:
@@ -52,12 +54,33 @@ def check_free(journal: Path, run: str, setting: str = "--specdec-journal") -> N
             f"({setting})")
 
 
-def take(journal: Path, run: str) -> None:
-    """Name `run` as the journal's writer and hold the marker for this process's lifetime."""
+def take(journal: Path, run: str, setting: str = "--specdec-journal") -> None:
+    """Name `run` as the journal's writer and hold the marker for this process's lifetime.
+
+    The marker is written beside it and renamed into place, so a full disk never leaves one
+    naming no run, or half of one; a marker the OS refuses is a usage error naming the file, its
+    reason and the fix (`setting`, where the journal was set), not a traceback in each test."""
     marker = marker_of(journal)
-    if owner(marker)[0] != run:
-        marker.write_text(f"{run}\n{os.getpid()}\n")
-    liveness.hold(marker)
+    try:
+        if owner(marker)[0] != run:
+            _write_whole(marker, f"{run}\n{os.getpid()}\n")
+        liveness.hold(marker)
+    except OSError as exc:  # named as the marker, not as the temporary file the OS refused
+        raise SpecdecUsageError(f"the results journal's run marker cannot be written, so this run cannot "
+                                f"journal its figures: {marker}: {exc.strerror or exc}; "
+                                f"{fix(exc, setting)}") from None
+
+
+def _write_whole(marker: Path, text: str) -> None:
+    """Replace `marker` with `text` through a temporary sibling, removed should the write fail."""
+    tmp = marker.with_name(f"{marker.name}.tmp.{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, marker)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 __all__ = ["check_free", "marker_of", "owner", "take"]

@@ -49,9 +49,21 @@ def release_all() -> None:
 
 
 def _descriptor(marker: Path) -> int:
+    if marker in _HELD and not _same_file(_HELD[marker], marker):  # replaced since: lock the new one
+        os.close(_HELD.pop(marker))
     if marker not in _HELD:
         _HELD[marker] = os.open(marker, os.O_RDWR | os.O_CREAT, 0o644)
     return _HELD[marker]
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether `fd` is still the file at `path` (a marker rewritten by rename is another file,
+    whose lock no one holds)."""
+    try:
+        held, there = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino)
 
 
 __all__ = ["hold", "held_elsewhere", "release_all"]

@@ -378,8 +378,8 @@ def pytest_runtest_call(item: pytest.Item):
             _, state, _, run = finish
             try:  # before measuring: figures that cannot be journaled are not worth the wait, and
                 session.claim_journal(state, run)  # a run starting meanwhile finds it taken
-            except SpecdecUsageError as exc:
-                pytest.fail(f"pytest-specdec: {exc}", pytrace=False)
+            except SpecdecUsageError as exc:  # its text says it all: no chained traceback
+                raise pytest.fail.Exception(f"pytest-specdec: {exc}", pytrace=False) from None
     try:
         result = yield
     except pytest.skip.Exception:

@@ -78,7 +78,7 @@ def start_journal(state: RunState, run: str) -> None:
             journal.path.rename(journal.path.with_name(
                 f"{journal.path.stem}.{stamp}{journal.path.suffix}"))
             prune(rotated_journals(journal.path), state.settings.keep_runs - 1)  # this run's is the Nth
-        journal_owner.take(journal.path, run)
+        journal_owner.take(journal.path, run, state.settings.setter("journal"))
     _TAKEN.add((journal.path, run))
 
 
@@ -157,7 +157,7 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
     try:
         start_journal(state, run)
     except SpecdecUsageError as exc:  # another run started writing the journal while this test measured
-        pytest.fail(f"pytest-specdec: {exc}", pytrace=False)
+        raise pytest.fail.Exception(f"pytest-specdec: {exc}", pytrace=False) from None
     measured = _append(item, state, result, MEASURED if passed else "failed")
     if not passed:
         attach_to_report(item, result)  # its figures beside its failure, as a merge of shards shows them
