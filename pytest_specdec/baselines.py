@@ -195,12 +195,12 @@ class BaselineEntry:
     @classmethod
     def from_json(cls, obj: Any, where: str, fix: str) -> "BaselineEntry":
         if not isinstance(obj, dict):
-            raise SpecdecUsageError(f"{where}: expected an object with value, direction, spread, ...")
+            raise SpecdecUsageError(f"{where}: expected an object with value, direction, spread, ...; {fix}")
 
         def number(key: str, default: float | None = None) -> float:
             value = obj.get(key, default)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise SpecdecUsageError(f"{where}: {key!r} must be a finite number, got {value!r}")
+                raise SpecdecUsageError(f"{where}: {key!r} must be a finite number, got {value!r}; {fix}")
             return float(value)
 
         for key in obj:
@@ -210,18 +210,18 @@ class BaselineEntry:
                 raise SpecdecUsageError(f"{where}: unknown key {key!r}{_unknown_key_hint(key, obj, fix)}")
         direction = obj.get("direction")
         if direction not in ("higher", "lower"):
-            raise SpecdecUsageError(f"{where}: 'direction' must be 'higher' or 'lower', got {direction!r}")
+            raise SpecdecUsageError(f"{where}: 'direction' must be 'higher' or 'lower', got {direction!r}; {fix}")
         spread = number("spread", 0.0)
         if spread < 0:
-            raise SpecdecUsageError(f"{where}: 'spread' must be >= 0, got {spread!r}")
+            raise SpecdecUsageError(f"{where}: 'spread' must be >= 0, got {spread!r}; {fix}")
         samples = obj.get("samples", 1)
         if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-            raise SpecdecUsageError(f"{where}: 'samples' must be a positive integer, got {samples!r}")
+            raise SpecdecUsageError(f"{where}: 'samples' must be a positive integer, got {samples!r}; {fix}")
         versions = obj.get("versions", {})
         if versions is None:
             versions = {}
         if not isinstance(versions, dict):
-            raise SpecdecUsageError(f"{where}: 'versions' must be an object, got {versions!r}")
+            raise SpecdecUsageError(f"{where}: 'versions' must be an object, got {versions!r}; {fix}")
         runs = obj.get("runs", 1)
         if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
             raise SpecdecUsageError(f"{where}: 'runs' must be a positive integer, got {runs!r}; {fix}")
@@ -251,7 +251,7 @@ class BaselineEntry:
         if not isinstance(distribution, list) or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                 for v in distribution):
-            raise SpecdecUsageError(f"{where}: 'distribution' must be a list of finite numbers")
+            raise SpecdecUsageError(f"{where}: 'distribution' must be a list of finite numbers; {fix}")
         return cls(
             value=number("value"), direction=direction, spread=spread, samples=samples,
             deterministic=deterministic, date=str(obj.get("date", "")),
@@ -436,7 +436,8 @@ def parse_baselines(text: str, hardware_key: str, source: str,
     entries: dict[str, dict[str, BaselineEntry]] = {}
     for test_id, metrics in raw.items():
         if not isinstance(metrics, dict):
-            raise SpecdecUsageError(f"baseline file {source}: entry {test_id!r} must map metric names to objects")
+            raise SpecdecUsageError(f"baseline file {source}: entry {test_id!r} must map metric names to "
+                                    f"objects; {fix}")
         entries[test_id] = {}
         for metric, obj in metrics.items():
             where = f"baseline file {source}: {test_id} {metric}"

@@ -337,6 +337,36 @@ def test_impossible_figures_in_an_entry_are_usage_errors(tmp_path, fields, match
     assert str(path) in str(info.value)
 
 
+@pytest.mark.parametrize("entry", [
+    "not an object",
+    {"value": "fast", "direction": "higher"},
+    {"value": 10.0, "direction": "up"},
+    {"value": 10.0, "direction": "higher", "spread": -1},
+    {"value": 10.0, "direction": "higher", "samples": 0},
+    {"value": 10.0, "direction": "higher", "versions": []},
+    {"value": 10.0, "direction": "higher", "distribution": {}},
+])
+def test_each_broken_entry_names_the_fix(tmp_path, entry):
+    """A broken entry of the baseline folder's file stops every run that reads it: each error
+    says how to get past it, as the file's other errors do (these said only what was wrong)."""
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps({"format": FORMAT, "version": VERSION, "hardware_key": "cpu",
+                                "entries": {"t": {"output_tok_s": entry}}}))
+    with pytest.raises(SpecdecUsageError) as info:
+        load_baselines(path, "cpu")
+    assert str(info.value).endswith("; fix it, or move it aside (or delete it) and save a new one "
+                                    "with --specdec-save-baseline")
+
+
+def test_an_entry_that_maps_no_metrics_names_the_fix(tmp_path):
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps({"format": FORMAT, "version": VERSION, "hardware_key": "cpu",
+                                "entries": {"t": ["output_tok_s"]}}))
+    with pytest.raises(SpecdecUsageError, match=r"entry 't' must map metric names to objects; fix it, "
+                                                r"or move it aside"):
+        load_baselines(path, "cpu")
+
+
 @pytest.mark.parametrize("name, match", [
     ("entires", r"unknown top-level key 'entires'; did you mean 'entries'\? fix it"),
     ("comment", r"unknown top-level key 'comment': the file holds only format, version, "
