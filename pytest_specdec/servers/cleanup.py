@@ -75,6 +75,8 @@ ENDING_NOTICE = "specdec: {signal}: {killed}the run is already ending and goes o
 
 
 _watchdog: subprocess.Popen | None = None
+# A watchdog told EOF kills what is left and scans /proc once: milliseconds, on any host.
+WATCHDOG_EXIT_WAIT_S = 5.0
 _watchdog_owner: int | None = None
 _token: tuple[int, str] | None = None  # (pid, token): a forked child takes a token of its own
 
@@ -98,6 +100,7 @@ def register(pgid: int, label: str) -> None:
     with _lock:
         _groups[pgid] = label
         if not _installed:
+            atexit.register(_close_watchdog)  # atexit runs last in first out: after kill_all
             atexit.register(kill_all)
             _install_signal_handlers()
             _installed = True
@@ -133,6 +136,25 @@ def _tell_watchdog(message: str) -> None:
         _watchdog.stdin.flush()
     except OSError:
         pass  # best effort: the atexit and signal layers still stand
+
+
+def _close_watchdog() -> None:
+    """At interpreter exit, end this process's watchdog as its pipe's EOF would, and reap it: left
+    to the exit itself, it is a subprocess still running and an unclosed pipe (ResourceWarnings
+    under `-X dev`), and a zombie until the parent is gone."""
+    global _watchdog
+    proc = _watchdog
+    if proc is None or _watchdog_owner != os.getpid():  # a forked child's copy is not its own to end
+        return
+    _watchdog = None
+    try:
+        proc.stdin.close()
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=WATCHDOG_EXIT_WAIT_S)
+    except subprocess.TimeoutExpired:
+        pass  # it finishes on its own; the exit must not wait on a slow /proc scan
 
 
 def registered() -> dict[int, str]:

@@ -418,6 +418,34 @@ def test_servers_die_with_their_parent(tmp_path, how, sig, no_pdeathsig, child_f
                 pass
 
 
+CLEAN_EXIT = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {support!r})
+    from pytest_specdec.servers import cleanup
+    from servers_support import FAKE_ENTRY, server, spec
+    from pathlib import Path
+    for n in range(3):
+        s = server(spec("ar", None), Path({log_dir!r}), entry=FAKE_ENTRY)
+        s.start()
+        s.stop()
+    print(cleanup._watchdog.pid, flush=True)
+    """
+)
+
+
+def test_a_process_that_started_servers_exits_without_leaving_its_watchdog(tmp_path):
+    """A long run's process leaves nothing at its exit: its watchdog is told to end and reaped at
+    exit, not left running beside an open pipe (which `-X dev` reports as ResourceWarnings)."""
+    code = CLEAN_EXIT.format(support=str(Path(__file__).parent), log_dir=str(tmp_path))
+    done = subprocess.run([sys.executable, "-X", "dev", "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "ResourceWarning" not in done.stderr, done.stderr
+    watchdog_pid = int(done.stdout.split()[0])
+    assert wait_gone([watchdog_pid]) == []
+
+
 def test_a_health_watchdog_verdict_during_warmup_is_a_hang(tmp_path):
     stuck = (sys.executable, "-c", "import time; print('[TP0] Health check failed. Server couldn\\'t get a "
              "response from detokenizer for last 20 seconds.', flush=True); time.sleep(60)")
