@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import threading
 import time
 import urllib.request
 
@@ -336,3 +337,59 @@ def test_a_child_missed_by_one_walk_of_the_process_table_stays_in_the_lease(tmp_
     finally:
         pool.close()
     assert wait_gone(pids_of(started)) == []
+
+
+def _open_files() -> list[str]:
+    """What this process holds open, by target (a log, a socket, a pipe)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass  # the listing's own descriptor, closed by now
+    return found
+
+
+def _settled_threads(at_most: int) -> int:
+    """The thread count once helper threads that are just finishing (a probe's) have ended."""
+    for _ in range(100):
+        if threading.active_count() <= at_most:
+            break
+        time.sleep(0.05)
+    return threading.active_count()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open files through /proc")
+def test_a_long_matrix_leaves_no_file_thread_child_or_lease_behind(tmp_path):
+    """A run of many configurations boots and stops one server per configuration for hours: each
+    one's log, sockets, threads, child processes and lease go with it, so nothing grows with the
+    number of configurations."""
+    leases = GpuLeases(tmp_path / "leases", 2)
+    pool, started = make_pool(tmp_path, leases=leases)
+    specs = [spec("ar"), spec("dflash"), *(spec("ddtree", b) for b in (8, 12, 16, 24, 32, 64))]
+    try:
+        generate(pool.acquire(specs[0]).url)  # the first boot starts what lives for the run (the watchdog)
+        pool.retire(specs[0])
+        files, threads = _open_files(), _settled_threads(threading.active_count())
+        for s in specs[1:]:
+            generate(pool.acquire(s).url)
+        pool.close()
+        assert sorted(_open_files()) == sorted(files)
+        assert _settled_threads(threads) == threads
+        assert leases.holders() == {}
+        assert [p for p in cleanup_descendants(os.getpid()) if alive(p)] == [watchdog_pid()]
+    finally:
+        pool.close()
+    assert wait_gone(pids_of(started)) == []
+
+
+def cleanup_descendants(pid: int) -> list[int]:
+    from pytest_specdec.servers.cleanup import descendants
+
+    return descendants(pid)
+
+
+def watchdog_pid() -> int:
+    from pytest_specdec.servers import cleanup
+
+    return cleanup._watchdog.pid
