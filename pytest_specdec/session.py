@@ -302,10 +302,10 @@ def _journal_refused(state: RunState, exc: OSError, what: str, cost: str) -> NoR
     """Fail the test in one line: the journal could not take its `what` (figures, verdict)."""
     journal = journal_for(state)
     room = "free space there or " if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
-    pytest.fail(f"pytest-specdec: the results journal {journal.path} cannot take this test's {what} "
-                f"({exc.strerror or exc}), {cost}; {room}choose another "
-                f"{state.settings.setter('journal')}",
-                pytrace=False)
+    # from None: the OSError it is raised while handling would follow the line as its cause
+    raise pytest.fail.Exception(f"pytest-specdec: the results journal {journal.path} cannot take this test's "
+                                f"{what} ({exc.strerror or exc}), {cost}; {room}choose another "
+                                f"{state.settings.setter('journal')}", pytrace=False) from None
 
 
 def lossless_failures(result: Result, state: RunState, replaced: frozenset = frozenset(), *,
