@@ -562,11 +562,16 @@ def save_baselines(merged: Merged, baseline_dir: str | Path,
         if not mine:
             continue
         path = baselines.baseline_path(baseline_dir, manifest.hardware_key)
-        baselines.save_baselines(
-            path, manifest.hardware_key, {r.test_id: r.metrics for r in mine},
-            versions=manifest.versions, commit=manifest.commit,
-            fingerprints={r.test_id: r.fingerprint for r in mine if r.fingerprint},
-            nodeids={r.test_id: r.nodeid for r in mine}, lock=lock)
+        try:  # a file broken since check_targets read it (another save, a hand edit) stops it here
+            baselines.save_baselines(
+                path, manifest.hardware_key, {r.test_id: r.metrics for r in mine},
+                versions=manifest.versions, commit=manifest.commit,
+                fingerprints={r.test_id: r.fingerprint for r in mine if r.fingerprint},
+                nodeids={r.test_id: r.nodeid for r in mine}, lock=lock)
+        except baselines.LockTimeout:
+            raise  # its text names --lock-timeout already; the command adds what to do
+        except SpecdecUsageError as exc:
+            raise _as_merges(exc, merged, manifest.hardware_key) from None
         if path not in written:
             written.append(path)
     if merged.durations():
@@ -577,6 +582,20 @@ def save_baselines(merged: Merged, baseline_dir: str | Path,
 
 #: What writes each durations file a merge merges into again, once a broken one is deleted.
 REMADE_BY_MERGING_BASELINES = "the next merge with --save-baseline writes it again"
+
+
+def _as_merges(exc: SpecdecUsageError, merged: Merged, key: str) -> SpecdecUsageError:
+    """A baseline file's error (of the file of hardware `key`) with the merge's advice: the
+    reader's is a run's, which picks its file by hardware and saves with --specdec-save-baseline."""
+    from . import baselines
+
+    if isinstance(exc, baselines.WrongHardwareError):
+        shards = ", ".join(str(m.shard) for m in merged.shards if m.hardware_key == key)
+        return SpecdecUsageError(
+            f"baseline file {exc.source} belongs to hardware {exc.found!r}, but the figures of shard(s) "
+            f"{shards}, measured on {key!r}, go there; baselines do not transfer between machines: "
+            f"move it aside, or point --baseline-dir elsewhere")
+    return SpecdecUsageError(str(exc).replace("--specdec-save-baseline", "merge --save-baseline"))
 
 
 def check_targets(merged: Merged, baseline_dir: str | Path | None) -> None:
@@ -594,15 +613,8 @@ def check_targets(merged: Merged, baseline_dir: str | Path | None) -> None:
         path = baselines.baseline_path(baseline_dir, key)
         try:
             stored = baselines.load_baselines(path, key)
-        except baselines.WrongHardwareError as exc:  # its advice is a run's, which picks its file by hardware
-            shards = ", ".join(str(m.shard) for m in merged.shards if m.hardware_key == key)
-            raise SpecdecUsageError(
-                f"baseline file {exc.source} belongs to hardware {exc.found!r}, but the figures of shard(s) "
-                f"{shards}, measured on {key!r}, go there; baselines do not transfer between machines: "
-                f"move it aside, or point --baseline-dir elsewhere") from None
-        except SpecdecUsageError as exc:  # its advice is a run's: here the merge saves a new one
-            raise SpecdecUsageError(str(exc).replace("--specdec-save-baseline",
-                                                     "merge --save-baseline")) from None
+        except SpecdecUsageError as exc:
+            raise _as_merges(exc, merged, key) from None
         owners: dict[str, str] = {}  # two shards' tests of one key would refuse each other too
         for result, manifest in _saved(merged):  # the save would stop half-way through; it saves only these
             if manifest.hardware_key != key:

@@ -933,3 +933,27 @@ def test_a_github_step_summary_the_merge_cannot_append_to_is_a_warning(shards, m
                      str(shards / "shard-2")]) == 0
     assert capsys.readouterr().err == (f"specdec merge: warning: GITHUB_STEP_SUMMARY not written: "
                                        f"{shards / 'nowhere' / 'summary.md'}: No such file or directory\n")
+
+
+def test_a_baseline_file_broken_after_the_merge_checked_it_names_the_merges_save(shards, monkeypatch, capsys):
+    """Broken between `check_targets` and the save (another save, a hand edit while the report was
+    written), its error advised a run's --specdec-save-baseline, which does not save these figures."""
+    from pytest_specdec import __main__ as cli
+    from pytest_specdec import junit
+
+    folder = shards / "baselines"
+    write = junit.write
+
+    def breaking(*args, **kwargs):  # the report is written after the check, before the save
+        folder.mkdir(exist_ok=True)
+        (folder / "cpu.json").write_text("{bad")
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(junit, "write", breaking)
+    args = ["merge", "--no-plots", "--out", str(shards / "merged"), str(shards / "shard-1"),
+            str(shards / "shard-2"), "--save-baseline", "--baseline-dir", str(folder)]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m pytest_specdec merge: error: baseline file {folder / 'cpu.json'} is not "
+                          f"valid JSON (line 1, column 2: "), err
+    assert err.endswith("save a new one with merge --save-baseline\n") and "--specdec-" not in err, err
