@@ -16,6 +16,7 @@ written, so nothing is), or a baseline folder file's lock held past --lock-timeo
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -73,7 +74,8 @@ def merge_command(args: argparse.Namespace, out=None) -> int:
         raise SpecdecUsageError(f"--out {target} is a file; name a folder for the merged report "
                                 f"(it is created where missing)")
     for shard in args.shard_dirs:
-        if target.resolve() == Path(shard).resolve():  # its report and shard.json are a shard's
+        # realpath: Path.resolve raised RuntimeError on a link loop before Python 3.13
+        if os.path.realpath(target) == os.path.realpath(shard):  # its report and shard.json are a shard's
             raise SpecdecUsageError(f"--out {target} is the shard folder {shard}: the merged report "
                                     f"would overwrite that shard's own; name another folder")
     merged = merge.merge(args.shard_dirs)
@@ -153,19 +155,20 @@ def _check_targets(args: argparse.Namespace, merged) -> None:
     a folder, or a broken durations or baseline file of the baseline folder it merges into,
     stops it with no report half-written (the report folder's durations.json is replaced)."""
     from . import merge
-    from .outputs import REPORT_FILES, check_folder, check_report_folder
+    from .outputs import REPORT_FILES, check_folder, check_report_folder, linked
     from .shard import DURATIONS_FILE
 
     target = Path(args.out)
     check_report_folder(target, (*REPORT_FILES, "junit.xml", DURATIONS_FILE), "--out")
     if args.save_baseline:
-        from .baselines import baseline_path, through_links
+        from .baselines import baseline_path
 
         check_folder(Path(args.baseline_dir), "baseline folder", "--baseline-dir")
         for key in sorted({m.hardware_key for m in merged.shards}):
             path = baseline_path(args.baseline_dir, key)
-            if through_links(path).parent != path.parent:  # a save writes where the link points
-                check_folder(through_links(path).parent, f"folder of the file {path} links to", "--baseline-dir")
+            real = linked(path, "--baseline-dir")
+            if real.parent != path.parent:  # a save writes where the link points
+                check_folder(real.parent, f"folder of the file {path} links to", "--baseline-dir")
     merge.check_targets(merged, args.baseline_dir if args.save_baseline else None)
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import difflib
+import errno
 import json
 from glob import escape as glob_escape
 import math
@@ -617,8 +618,21 @@ def save_baselines(
 def through_links(path: Path) -> Path:
     """Where a save of `path` writes: the file a symbolic link there points to (a baseline folder
     may link a file kept elsewhere), whose folder the lock and the temporary file go to, so that
-    the rename replaces that file and not the link, and saves through either name share a lock."""
-    return path.resolve() if path.is_symlink() else path
+    the rename replaces that file and not the link, and saves through either name share a lock.
+
+    A link loop is an OSError (ELOOP) naming the link, as opening the file would raise: before
+    Python 3.13, `Path.resolve` raised a RuntimeError, which no caller's `except OSError` caught."""
+    if not path.is_symlink():
+        return path
+    try:  # strict: a loop is ELOOP on every Python (a lax resolve leaves it in the path from 3.13)
+        return Path(os.path.realpath(path, strict=True))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise
+    try:  # a link to a file not saved yet: the save creates it there (or says why it cannot)
+        return path.resolve()
+    except RuntimeError:  # a loop past a missing folder, before Python 3.13
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path)) from None
 
 
 def check_saveable(metric: MetricValue, test_id: str, path: Path) -> None:

@@ -7,6 +7,7 @@ before any server boots, not a traceback after the whole benchmark ran.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -29,13 +30,11 @@ def check(state: RunState) -> None:
         from . import durations
         from .shard import DURATIONS_FILE
 
-        from .baselines import through_links
-
         path = state.baseline_path
         check_folder(path.parent, "baseline folder", settings.setter("baseline_dir"))
-        if through_links(path).parent != path.parent:  # a save writes where the link points
-            check_folder(through_links(path).parent, f"folder of the file {path} links to",
-                         settings.setter("baseline_dir"))
+        real = linked(path, settings.setter("baseline_dir"))
+        if real.parent != path.parent:  # a save writes where the link points
+            check_folder(real.parent, f"folder of the file {path} links to", settings.setter("baseline_dir"))
         if path.exists() and not path.is_file():
             raise SpecdecUsageError(f"baseline file {path} is not a file; remove it or choose "
                                     f"another {settings.setter('baseline_dir')}")
@@ -43,6 +42,28 @@ def check(state: RunState) -> None:
         durations.load(path.parent / DURATIONS_FILE, "this run writes it again when it ends")
     if settings.report:
         check_report_folder(state.path(settings.report), option=settings.setter("report"))
+
+
+def linked(path: Path, option: str) -> Path:
+    """Where a save of the baseline folder's file `path` writes (`baselines.through_links`); a link
+    there that cannot be followed (a loop) is a usage error, before anything is measured."""
+    from .baselines import through_links
+    from .write_failure import unwritable
+
+    try:
+        return through_links(path)
+    except OSError as exc:
+        raise SpecdecUsageError(f"baseline file {path} cannot be saved into: {unwritable(exc, path, option)}") from None
+
+
+def _dead_end(link: Path) -> str:
+    """Why the symbolic link `link` leads to no folder: `exists()` says False as for a folder yet
+    to make, but making it fails (at the end of the run, after the benchmark)."""
+    try:
+        os.stat(link)
+    except OSError as exc:
+        return "its target is missing" if exc.errno == errno.ENOENT else exc.strerror or str(exc)
+    return "it leads nowhere"  # made meanwhile: the next look finds it
 
 
 def check_artifacts(state: RunState) -> None:
@@ -71,6 +92,11 @@ def check_folder(folder: Path, what: str, option: str) -> None:
     existing = folder
     try:
         while not existing.exists() and existing != existing.parent:
+            if existing.is_symlink():  # a link loop or a link to nothing: no folder can be made there
+                where = "it" if existing == folder else existing
+                raise SpecdecUsageError(f"{what} {folder} cannot be created: {where} is a symbolic link that "
+                                        f"cannot be followed ({_dead_end(existing)}); remove or repoint the "
+                                        f"link, or {fix}")
             existing = existing.parent
     except OSError as exc:  # a name too long, a folder on the way that cannot be searched
         raise SpecdecUsageError(f"{what} {folder} cannot be looked up ({exc.strerror or exc}); {fix}") from None
@@ -86,4 +112,5 @@ def check_folder(folder: Path, what: str, option: str) -> None:
         raise SpecdecUsageError(f"{what} {folder} {why} ({exc.strerror or exc}); {fix}") from None
 
 
-__all__ = ["REPORT_FILES", "REPORT_FOLDERS", "check", "check_artifacts", "check_folder", "check_report_folder"]
+__all__ = ["REPORT_FILES", "REPORT_FOLDERS", "check", "check_artifacts", "check_folder", "check_report_folder",
+           "linked"]

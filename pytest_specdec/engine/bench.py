@@ -139,7 +139,8 @@ def _checked(parser: argparse.ArgumentParser, ns: argparse.Namespace, engine_fla
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(ns, name)}")
     if ns.json:
         target = Path(ns.json)
-        if target.is_dir() or not target.resolve().parent.is_dir():
+        # realpath: Path.resolve raised RuntimeError on a link loop before Python 3.13
+        if target.is_dir() or not Path(os.path.realpath(target)).parent.is_dir():
             parser.error(f"--json {ns.json}: name a file in an existing folder")
 
     def reject(message: str) -> NoReturn:

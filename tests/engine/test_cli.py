@@ -327,6 +327,23 @@ def test_bench_refuses_unusable_flags_before_any_engine_starts(flags, message, c
     assert message in capsys.readouterr().err
 
 
+def test_bench_refuses_a_json_file_in_a_folder_linking_to_itself(tmp_path, capsys, monkeypatch):
+    """Path.resolve raised RuntimeError on the link loop (before Python 3.13): a traceback, not the
+    one-line usage error of any other --json in no folder."""
+    from pytest_specdec.engine import bench
+
+    def no_engine(*args, **kwargs):
+        raise AssertionError("an engine was started")
+
+    (tmp_path / "loop").symlink_to("loop")
+    monkeypatch.setattr(bench, "run_method", no_engine)
+    target = tmp_path / "loop" / "results.json"
+    with pytest.raises(SystemExit) as excinfo:
+        bench.main(["--json", str(target)])
+    assert excinfo.value.code == 2
+    assert f"--json {target}: name a file in an existing folder" in capsys.readouterr().err
+
+
 def test_bench_writes_its_json_whole_or_not_at_all(tmp_path, monkeypatch):
     """The results file was opened for writing (emptied) before they were serialized: a write
     that stopped part-way left half a file in place of the previous results."""

@@ -957,3 +957,26 @@ def test_a_baseline_file_broken_after_the_merge_checked_it_names_the_merges_save
     assert err.startswith(f"python -m pytest_specdec merge: error: baseline file {folder / 'cpu.json'} is not "
                           f"valid JSON (line 1, column 2: "), err
     assert err.endswith("save a new one with merge --save-baseline\n") and "--specdec-" not in err, err
+
+
+def test_a_baseline_file_linking_to_itself_stops_the_merge_before_it_writes(shards):
+    """Path.resolve's RuntimeError (before Python 3.13) escaped the merge's check as a traceback."""
+    folder = shards / "baselines"
+    folder.mkdir()
+    (folder / "cpu.json").symlink_to("cpu.json")
+    done = saving_merge(shards, folder)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (f"python -m pytest_specdec merge: error: baseline file {folder / 'cpu.json'} cannot be "
+                           f"saved into: {folder / 'cpu.json'}: Too many levels of symbolic links; a symbolic link "
+                           f"there leads back to itself: remove it, or choose another --baseline-dir\n")
+    assert not (shards / "merged").exists()
+
+
+def test_an_out_folder_linking_to_itself_is_one_line(shards):
+    """Path.resolve's RuntimeError (before Python 3.13) escaped the merge as a traceback."""
+    (shards / "merged").symlink_to("merged")
+    rc, text = merge(shards)
+    assert rc == 2
+    assert text == (f"python -m pytest_specdec merge: error: report folder {shards / 'merged'} cannot be created: "
+                    f"it is a symbolic link that cannot be followed (Too many levels of symbolic links); remove or "
+                    f"repoint the link, or choose another --out\n")

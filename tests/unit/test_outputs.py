@@ -328,8 +328,8 @@ def test_durations_that_cannot_be_saved_at_the_end_are_a_problem_not_a_traceback
     durations.add("ar-tp1", 1.0)
     status = summary.finish(results, durations, None, None, pytest.ExitCode.OK, [], problems)
     assert status == pytest.ExitCode.OK  # the plugin fails the run over `problems`
-    assert problems == [f"durations not saved: {tmp_path / 'spoiled'}: File exists; choose another "
-                        f"--specdec-baseline_dir"]
+    assert problems == [f"durations not saved: {tmp_path / 'spoiled'}: File exists; a file stands where a "
+                        f"folder belongs: move it aside, or choose another --specdec-baseline_dir"]
 
 
 MATRIX_PROJECT = """
@@ -783,3 +783,56 @@ def test_a_journal_copy_cut_short_leaves_the_shard_folders_earlier_copy_whole(tm
     monkeypatch.undo()
     shard_dir._copy_whole(source, target)
     assert target.read_text() == source.read_text()
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda base: (base.mkdir(), (base / "cpu.json").symlink_to("cpu.json")),
+     "baseline file */baselines/cpu.json cannot be saved into: */baselines/cpu.json: Too many levels of "
+     "symbolic links; a symbolic link there leads back to itself: remove it, or choose another "
+     "--specdec-baseline-dir"),
+    (lambda base: base.symlink_to("baselines"),
+     "baseline folder */baselines cannot be created: it is a symbolic link that cannot be followed (Too many "
+     "levels of symbolic links); remove or repoint the link, or choose another --specdec-baseline-dir"),
+    (lambda base: base.symlink_to("nowhere"),
+     "baseline folder */baselines cannot be created: it is a symbolic link that cannot be followed (its "
+     "target is missing); remove or repoint the link, or choose another --specdec-baseline-dir"),
+], ids=["file-loop", "folder-loop", "folder-to-nothing"])
+def test_a_baseline_link_that_leads_nowhere_stops_a_save_before_the_run(pytester, make, message):
+    """A baseline file linking to itself ended the configure in an INTERNALERROR traceback (Path.resolve's
+    RuntimeError before Python 3.13); a folder linking to itself or to nothing read as a folder to make,
+    and its durations file was blamed, or the save failed after the benchmark."""
+    pytester.makepyprojecttoml("[tool.specdec]\n")
+    make(pytester.path / "baselines")
+    assert_usage_error(run(pytester, "--specdec-save-baseline"), message)
+
+
+#: Tests run after the recording one that put something else where the save writes.
+SPOILERS = {
+    "file-loop": "def test_spoil():\n    os.remove('baselines/cpu.json')\n    os.symlink('cpu.json', 'baselines/cpu.json')\n",
+    "folder-is-a-file": "def test_spoil():\n    shutil.rmtree('baselines')\n    open('baselines', 'w').close()\n",
+    "lock-is-a-folder": ("def test_spoil():\n    os.remove('baselines/.cpu.json.lock')\n"
+                         "    os.makedirs('baselines/.cpu.json.lock')\n"),
+}
+
+
+@pytest.mark.parametrize("spoiler, line", [
+    ("file-loop", "*/baselines/cpu.json: Too many levels of symbolic links; a symbolic link there leads back to "
+                  "itself: remove it, or choose another --specdec-baseline-dir; *"),
+    ("folder-is-a-file", "*/baselines: File exists; a file stands where a folder belongs: move it aside, or "
+                         "choose another --specdec-baseline-dir; *"),
+    ("lock-is-a-folder", "*/baselines/.cpu.json.lock: Is a directory; a folder stands where a file belongs: "
+                         "remove it, or choose another --specdec-baseline-dir; *"),
+])
+def test_a_baseline_folder_spoiled_during_the_run_says_what_stands_in_the_way(pytester, spoiler, line):
+    """The line said 'File exists; choose another --specdec-baseline-dir' for a folder that became a
+    file, 'Is a directory; choose another ...' for a lock that became a folder (naming neither what is
+    there nor that moving it is the fix), and a file linking to itself ended in an INTERNALERROR traceback."""
+    pytester.makepyprojecttoml("[tool.specdec]\n")
+    pytester.makepyfile(test_figures=RECORDING_TEST)
+    assert pytester.runpytest("-p", "no:cacheprovider", "--specdec-save-baseline").ret == pytest.ExitCode.OK
+    pytester.makepyfile(test_spoil="import os\nimport shutil\n\n\n" + SPOILERS[spoiler])
+    # the spoiler runs after the recording test
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "--specdec-save-baseline")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([f"specdec: ERROR: baseline not saved: {line}"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
