@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -273,7 +274,6 @@ def baseline_identity(state: RunState) -> dict[str, Any]:
 def _copy_whole(source: Path, target: Path) -> None:
     """`source` copied over `target` through a temporary sibling renamed into place: a copy cut
     short (a full disk) leaves the earlier copy whole, never a truncated journal to merge."""
-    import os
     import tempfile
 
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
@@ -357,7 +357,8 @@ def finish(manifest: ShardManifest, state: RunState, directory: Path, results: R
     `previous`: the manifest a resumed run found, whose durations its resumed tests keep;
     `partial`: the configurations this run measured only in part (`Durations.complete`)."""
     journal = journal_path(state)
-    if journal.exists() and journal.resolve() != (directory / JOURNAL).resolve():
+    # realpath: Path.resolve raised RuntimeError on a link loop there before Python 3.13
+    if journal.exists() and os.path.realpath(journal) != os.path.realpath(directory / JOURNAL):
         _copy_whole(journal, directory / JOURNAL)
     kept = {**(previous.durations if previous else {}), **durations}
     done = replace(manifest, finished=_now(), exitstatus=int(exitstatus),

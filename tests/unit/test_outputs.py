@@ -836,3 +836,18 @@ def test_a_baseline_folder_spoiled_during_the_run_says_what_stands_in_the_way(py
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([f"specdec: ERROR: baseline not saved: {line}"])
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_shard_folders_journal_turned_link_loop_during_the_run_is_replaced_by_the_copy(pytester):
+    """The explicit journal's copy compared the two paths with Path.resolve, whose RuntimeError on the
+    link loop (before Python 3.13) ended the run in an INTERNALERROR traceback."""
+    pytester.makepyprojecttoml("[tool.specdec]\n")
+    pytester.makepyfile(test_figures=RECORDING_TEST,
+                        test_spoil="import os\n\n\ndef test_spoil():\n"
+                                   "    os.symlink('journal.jsonl', 'rep/journal.jsonl')\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "--specdec-shard=1/1",
+                                "--specdec-report=rep", "--specdec-journal=own.jsonl")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    copy = pytester.path / "rep" / "journal.jsonl"
+    assert not copy.is_symlink() and copy.read_text() == (pytester.path / "own.jsonl").read_text()
