@@ -32,7 +32,8 @@ def fix(exc: OSError, option: str) -> str:
     if exc.errno in _NO_PERMISSION:
         return f"make it writable, or choose another {option}"
     if exc.errno == errno.EEXIST and exc.filename and os.path.islink(exc.filename):
-        return f"a symbolic link to no folder stands where a folder belongs: remove or repoint it, or choose another {option}"
+        return (f"a symbolic link to no folder stands where a folder belongs: remove or repoint it, or "
+                f"choose another {option}")
     if exc.errno == errno.EEXIST:  # a folder the save makes (or one of its parents) is a file
         return f"a file stands where a folder belongs: move it aside, or choose another {option}"
     if exc.errno == errno.ENOTDIR:

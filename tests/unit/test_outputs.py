@@ -851,3 +851,16 @@ def test_a_shard_folders_journal_turned_link_loop_during_the_run_is_replaced_by_
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
     copy = pytester.path / "rep" / "journal.jsonl"
     assert not copy.is_symlink() and copy.read_text() == (pytester.path / "own.jsonl").read_text()
+
+
+def test_a_baseline_folder_turned_link_to_nothing_is_named_a_link_not_a_file(tmp_path):
+    """mkdir's 'File exists' for a link to nowhere read as a file in the way, which moving aside fixes
+    only by chance: the link is what to remove or repoint."""
+    from pytest_specdec.write_failure import unwritable
+
+    (tmp_path / "baselines").symlink_to("nowhere")
+    with pytest.raises(OSError) as excinfo:
+        (tmp_path / "baselines").mkdir(parents=True, exist_ok=True)
+    assert unwritable(excinfo.value, tmp_path, "--specdec-baseline-dir") == (
+        f"{tmp_path / 'baselines'}: File exists; a symbolic link to no folder stands where a folder belongs: "
+        f"remove or repoint it, or choose another --specdec-baseline-dir")
