@@ -16,6 +16,13 @@ from test_bench_flow import journal_figures, journal_lines, no_leftover_engines,
 pytest.importorskip("torch")
 
 
+def run_here(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """`run` in this process, for the tests that record figures without a server and change no
+    module's state: a fresh interpreter proves nothing more there, and costs its start each run
+    (tests that boot an engine, or patch the plugin's modules, keep `run`)."""
+    return pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "-rA", *args)
+
+
 def test_resume_measures_again_what_changed_and_says_so(pytester, no_leftover_engines):
     project(pytester, max_new_tokens=12)
     run(pytester).assert_outcomes(passed=1)
@@ -54,13 +61,13 @@ def test_resume_measures_again_a_record_whose_figures_are_damaged(pytester):
     without a server boots no engine in any of its 4 runs."""
     pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
     pytester.makepyfile(test_widgets=RECORDING_TEST)
-    run(pytester).assert_outcomes(passed=1)
+    run_here(pytester).assert_outcomes(passed=1)
     [good] = journal_figures(pytester)
     path = pytester.path / ".specdec" / "journal.jsonl"
     for damage in ({}, {"metrics": "x"}, {"outputs": {"tokens": 5}}):
         data = {} if not damage else {**good["data"], **damage}
         path.write_text(json.dumps({**good, "status": "done", "data": data}) + "\n")
-        result = run(pytester, "--specdec-resume")
+        result = run_here(pytester, "--specdec-resume")
         result.assert_outcomes(passed=1)  # measured again, not skipped on figures unreadable
         result.stdout.fnmatch_lines(["*JournalWarning: *journal.jsonl: the record of *test_widgets (*) is "
                                      "damaged (*); measuring it again*"])
@@ -118,7 +125,7 @@ def test_a_failing_comparison_or_benchmark_bridge_loses_no_measurement(pytester)
     (pytester.path / "baselines" / "cpu.json").write_text(json.dumps({
         "format": "pytest-specdec-baselines", "version": 1, "hardware_key": "cpu",
         "entries": {"test_widgets": {"widgets": {"value": 2.0, "direction": "lower"}}}}))
-    result = run(pytester)
+    result = run_here(pytester)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*SpecdecUsageError after the measurement was journaled*"
                                  "baseline file *cpu.json: test_widgets widgets: the entry says 'lower' is better*"])
@@ -138,7 +145,7 @@ class BrokenBridge:
 def benchmark():
     return BrokenBridge()
 """)
-    result = run(pytester)
+    result = run_here(pytester)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*RuntimeError after the measurement was journaled*"
                                  "the bridge broke*"])
@@ -154,13 +161,13 @@ def test_a_regression_against_a_baseline_of_another_setup_says_so(pytester):
     baseline = {"format": "pytest-specdec-baselines", "version": 1, "hardware_key": "cpu",
                 "entries": {"test_widgets": {"widgets": entry}}}
     (pytester.path / "baselines" / "cpu.json").write_text(json.dumps(baseline))
-    result = run(pytester, "--specdec-compare-fail", "*:0%")  # an entry of no known setup
+    result = run_here(pytester, "--specdec-compare-fail", "*:0%")  # an entry of no known setup
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*regression against cpu.json:"])
 
     entry["fingerprint"] = "0123456789abcdef"  # measured another setup than this one
     (pytester.path / "baselines" / "cpu.json").write_text(json.dumps(baseline))
-    result = run(pytester, "--specdec-compare-fail", "*:0%")
+    result = run_here(pytester, "--specdec-compare-fail", "*:0%")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*regression against cpu.json (its entries of widgets measured another "
                                  "setup: workload, server settings or model: the baseline file does "
@@ -168,9 +175,9 @@ def test_a_regression_against_a_baseline_of_another_setup_says_so(pytester):
                                  "with --specdec-save-baseline):"])
     result.stdout.fnmatch_lines(["*UserWarning: test_widgets: the baseline of widgets measured another setup*"])
     # saving alone cannot replace them where the gate is in force: the test fails again, saving nothing
-    run(pytester, "--specdec-compare-fail", "*:0%", "--specdec-save-baseline").assert_outcomes(failed=1)
+    run_here(pytester, "--specdec-compare-fail", "*:0%", "--specdec-save-baseline").assert_outcomes(failed=1)
 
-    result = run(pytester, "--specdec-save-baseline")  # re-creating them: no advice to do so
+    result = run_here(pytester, "--specdec-save-baseline")  # re-creating them: no advice to do so
     result.assert_outcomes(passed=1)
     result.stdout.no_fnmatch_line("*measured another setup*")
 
@@ -205,7 +212,7 @@ def test_widgets(specdec_record):
     specdec_record.samples([0.1, 0.2])
     assert False, "broken widgets"
 """)
-    result = run(pytester, "--specdec-save-baseline")
+    result = run_here(pytester, "--specdec-save-baseline")
     result.assert_outcomes(xfailed=1)
     result.stdout.fnmatch_lines(["specdec: nothing saved into *cpu.json: its 1 result(s) are of failed tests, "
                                  "which are no reference (test_widgets)"])
@@ -218,7 +225,7 @@ def test_a_baseline_of_another_setup_names_the_part_that_changed(pytester):
     baseline measured otherwise, not only that one of three may have."""
     pytester.makepyfile(test_widgets=RECORDING_TEST)
     pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n[tool.specdec.engine]\nmodel_preset = "tiny"\n')
-    run(pytester, "--specdec-save-baseline").assert_outcomes(passed=1)
+    run_here(pytester, "--specdec-save-baseline").assert_outcomes(passed=1)
     saved = json.loads((pytester.path / "baselines" / "cpu.json").read_text())
     digest = saved["entries"]["test_widgets"]["widgets"]["fingerprint"]
     assert saved["setups"][digest]["model"] == {"preset": "tiny"}
@@ -227,16 +234,16 @@ def test_a_baseline_of_another_setup_names_the_part_that_changed(pytester):
 
     pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n[tool.specdec.engine]\n'
                                'model_preset = "tiny-hybrid"\n')
-    result = run(pytester)
+    result = run_here(pytester)
     result.stdout.fnmatch_lines(["*UserWarning: test_widgets: the baseline of widgets measured another "
                                  "setup (its model differs)*"])
-    result = run(pytester, "--specdec-compare-fail", "*:0%", "-W", "ignore::UserWarning")
+    result = run_here(pytester, "--specdec-compare-fail", "*:0%", "-W", "ignore::UserWarning")
     result.stdout.fnmatch_lines(["*regression against cpu.json (its entries of widgets measured another "
                                  "setup: its model differs; *"])
 
     del saved["setups"]  # a file saved before baselines kept the parts: said, not guessed
     (pytester.path / "baselines" / "cpu.json").write_text(json.dumps(saved))
-    result = run(pytester)
+    result = run_here(pytester)
     result.stdout.fnmatch_lines(["*UserWarning: test_widgets: the baseline of widgets measured another "
                                  "setup (workload, server settings or model: the baseline file does "
                                  "not record which)*"])
@@ -247,10 +254,10 @@ def test_model_ids_the_embedded_engine_does_not_serve_change_nothing_it_measured
     the baseline measured another setup (its model differs), and resume measured again."""
     pytester.makepyfile(test_widgets=RECORDING_TEST)
     pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
-    run(pytester, "--specdec-save-baseline").assert_outcomes(passed=1)
+    run_here(pytester, "--specdec-save-baseline").assert_outcomes(passed=1)
     pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\nmodel = "Qwen/NoSuch-1B"\n'
                                'draft_model = "org/NoSuch-draft"\n')
-    result = run(pytester, "--specdec-resume", "-W", "error::UserWarning")
+    result = run_here(pytester, "--specdec-resume", "-W", "error::UserWarning")
     result.assert_outcomes(skipped=1)  # resumed from the journal: the same setup, measured
     assert "another setup" not in result.stdout.str()
     assert "measured test_widgets again" not in result.stdout.str()
@@ -276,7 +283,7 @@ def test_a_test_that_failed_its_checks_is_measured_again_on_resume_and_saved_now
     measured, and a red run retried with --specdec-resume went green; --specdec-save-baseline
     made its regressed figure the reference."""
     baseline, before, gate = regressing_project(pytester)
-    result = run(pytester, *gate, "--specdec-save-baseline")
+    result = run_here(pytester, *gate, "--specdec-save-baseline")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["regression against cpu.json:", "widgets 3.00 < baseline 5.00 -10% (-40.0%)",
                                  "specdec: nothing saved into *cpu.json: its 1 result(s) are of failed tests, "
@@ -284,14 +291,14 @@ def test_a_test_that_failed_its_checks_is_measured_again_on_resume_and_saved_now
     assert baseline.read_text() == before
     assert [r["status"] for r in journal_lines(pytester)] == ["measured", "failed-checks"]
 
-    result = run(pytester, "--specdec-resume", *gate)
+    result = run_here(pytester, "--specdec-resume", *gate)
     result.assert_outcomes(failed=1)  # measured and gated again, not skipped as done
     result.stdout.fnmatch_lines(["*regression against cpu.json*"])
     result.stdout.no_fnmatch_line("*already measured*")
 
     baseline.unlink()  # the gate has nothing to fail on now: a pass, then resumed as done
-    run(pytester, "--specdec-resume", *gate).assert_outcomes(passed=1)
-    run(pytester, "--specdec-resume", *gate).assert_outcomes(skipped=1)
+    run_here(pytester, "--specdec-resume", *gate).assert_outcomes(passed=1)
+    run_here(pytester, "--specdec-resume", *gate).assert_outcomes(skipped=1)
 
 
 @pytest.mark.parametrize("crash", ["before its verdict", "tearing its verdict"])
@@ -301,12 +308,12 @@ def test_a_test_whose_checks_never_finished_is_measured_again_on_resume(pytester
     --specdec-resume skipped the red test as measured and --specdec-save-baseline saved its
     regressed figure as the reference."""
     baseline, before, gate = regressing_project(pytester)
-    run(pytester, *gate).assert_outcomes(failed=1)
+    run_here(pytester, *gate).assert_outcomes(failed=1)
     path = pytester.path / ".specdec" / "journal.jsonl"
     figures, verdict = path.read_text().splitlines(keepends=True)
     path.write_text(figures + ("" if crash == "before its verdict" else verdict[:len(verdict) // 2]))
 
-    result = run(pytester, "--specdec-resume", "--specdec-save-baseline", *gate)
+    result = run_here(pytester, "--specdec-resume", "--specdec-save-baseline", *gate)
     result.assert_outcomes(failed=1)  # measured and gated again, not skipped as done
     result.stdout.fnmatch_lines(["*regression against cpu.json*"])
     result.stdout.no_fnmatch_line("*already measured*")
@@ -318,14 +325,14 @@ def test_a_passing_test_is_resumed_once_its_verdict_is_journaled(pytester):
     leaves it to be measured again, a whole one resumes it."""
     pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
     pytester.makepyfile(test_widgets=RECORDING_TEST)
-    run(pytester).assert_outcomes(passed=1)
+    run_here(pytester).assert_outcomes(passed=1)
     path = pytester.path / ".specdec" / "journal.jsonl"
     figures, mark = path.read_text().splitlines(keepends=True)
     path.write_text(figures + mark[:len(mark) // 2])
-    result = run(pytester, "--specdec-resume")
+    result = run_here(pytester, "--specdec-resume")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*journal.jsonl:2: skipped an incomplete last line*"])
-    result = run(pytester, "--specdec-resume", "--specdec-report", "rep")
+    result = run_here(pytester, "--specdec-resume", "--specdec-report", "rep")
     result.assert_outcomes(skipped=1)
     [row] = json.loads((pytester.path / "rep" / "results.json").read_text())["results"]
     assert row["metrics"]["widgets"] == 3.0 and row["outcome"] == "passed"
@@ -361,9 +368,9 @@ def test_a_known_issue_that_now_passes_is_measured_again_on_resume(pytester):
     pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
     pytester.makepyfile(test_widgets="import pytest\n\n@pytest.mark.xfail(strict=True, reason='known issue')\n"
                                      + RECORDING_TEST.strip() + "\n")
-    run(pytester).assert_outcomes(failed=1)
+    run_here(pytester).assert_outcomes(failed=1)
     assert [r["status"] for r in journal_lines(pytester)] == ["measured", "failed-checks"]
-    result = run(pytester, "--specdec-resume")
+    result = run_here(pytester, "--specdec-resume")
     result.assert_outcomes(failed=1)  # measured again, and failed again
     result.stdout.fnmatch_lines(["*XPASS(strict)*known issue*"])
 
@@ -374,7 +381,7 @@ def test_a_test_that_fails_after_recording_shows_its_figures(pytester):
     pytester.makepyfile(test_widgets="def test_widgets(specdec_record):\n"
                                      "    specdec_record.metric('output_tok_s', 123.0, 'higher')\n"
                                      "    assert False, 'too slow for me'\n")
-    result = run(pytester, "--specdec-report", "rep")
+    result = run_here(pytester, "--specdec-report", "rep")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["test_widgets *  123.0 * FAILED: AssertionError: too slow for me"])
     [row] = json.loads((pytester.path / "rep" / "results.json").read_text())["results"]
@@ -389,9 +396,9 @@ def test_a_resumed_test_is_judged_again_under_this_runs_gate(pytester, workers):
     worker holds its one test, as a second would idle: the verdict still crosses to the controller."""
     baseline, before, gate = regressing_project(pytester)
     entries = json.loads(before)
-    run(pytester, *workers).assert_outcomes(passed=1)  # compared with the baseline, but not gated
+    run_here(pytester, *workers).assert_outcomes(passed=1)  # compared with the baseline, but not gated
 
-    result = run(pytester, "--specdec-resume", *gate, "--specdec-report", "rep", "--junitxml", "junit.xml",
+    result = run_here(pytester, "--specdec-resume", *gate, "--specdec-report", "rep", "--junitxml", "junit.xml",
                  *workers)
     result.assert_outcomes(failed=1)  # as a measuring run with this gate, on the journaled figures
     result.stdout.fnmatch_lines(["regression against cpu.json:", "widgets 3.00 < baseline 5.00 -10% (-40.0%)",
@@ -409,16 +416,16 @@ def test_a_resumed_test_is_judged_again_under_this_runs_gate(pytester, workers):
 
     entries["entries"]["test_widgets"]["widgets"]["value"] = 3.0  # the baseline edited since
     baseline.write_text(json.dumps(entries))
-    result = run(pytester, "--specdec-resume", *gate, *workers)
+    result = run_here(pytester, "--specdec-resume", *gate, *workers)
     result.assert_outcomes(skipped=1)
     result.stdout.re_match_lines([r"test_widgets +- .* ok$"])
 
     baseline.unlink()
-    result = run(pytester, "--specdec-resume", *gate, *workers)
+    result = run_here(pytester, "--specdec-resume", *gate, *workers)
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["specdec: gate: no baseline file at *cpu.json: *, so none of the 1 gated "
                                  "figure(s) was compared*"])
-    result = run(pytester, "--specdec-resume", *gate, "--specdec-require-baseline", *workers)
+    result = run_here(pytester, "--specdec-resume", *gate, "--specdec-require-baseline", *workers)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["no baseline to compare with in *cpu.json (required by "
                                  "--specdec-require-baseline): the baseline folder * holds no cpu.json, *"])
@@ -436,10 +443,10 @@ def test_a_resumed_test_is_held_to_this_runs_strict_noise(pytester):
         "format": "pytest-specdec-baselines", "version": 1, "hardware_key": "cpu",
         "entries": {"test_widgets": {"widgets": {"value": 5.0, "direction": "higher", "spread": 1.0}}}}))
     gate = ("--specdec-compare-fail", "*:10%")
-    result = run(pytester, *gate)
+    result = run_here(pytester, *gate)
     result.assert_outcomes(passed=1)
     result.stdout.re_match_lines([r"test_widgets +- .* noisy"])
-    result = run(pytester, "--specdec-resume", *gate, "--specdec-strict-noise")
+    result = run_here(pytester, "--specdec-resume", *gate, "--specdec-strict-noise")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["regression against cpu.json:", "*widgets*noisy*"])
 
@@ -449,10 +456,10 @@ def test_a_resumed_known_issue_is_decided_by_pytest_as_a_measured_one(pytester):
     measured; resumed, the skip hid that."""
     pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
     pytester.makepyfile(test_widgets=RECORDING_TEST)
-    run(pytester).assert_outcomes(passed=1)
+    run_here(pytester).assert_outcomes(passed=1)
     pytester.makepyfile(test_widgets="import pytest\n\n@pytest.mark.xfail(strict=True, reason='known issue')\n"
                                      + RECORDING_TEST.strip() + "\n")
-    result = run(pytester, "--specdec-resume")
+    result = run_here(pytester, "--specdec-resume")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*XPASS(strict)*known issue*"])
 
@@ -607,12 +614,12 @@ def test_a_stand_ins_progress_line_says_its_figures_were_resumed(pytester):
     the journal."""
     pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embedded"\n')
     pytester.makepyfile(test_widgets=RECORDING_TEST)
-    result = run(pytester)
+    result = run_here(pytester)
     result.assert_outcomes(passed=1)
     result.stdout.no_fnmatch_line("*resumed from*")
     pytester.makepyfile(test_widgets="import pytest\n\n@pytest.mark.xfail(strict=True, reason='known issue')\n"
                                      + RECORDING_TEST.strip() + "\n")
-    result = run(pytester, "--specdec-resume")
+    result = run_here(pytester, "--specdec-resume")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["specdec [[]1/1[]] test_widgets: (resumed from .specdec/journal.jsonl, "
                                  "measured 2*; not measured now)"])
