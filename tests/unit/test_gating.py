@@ -558,8 +558,8 @@ def test_plain(n):
 def test_the_progress_total_counts_the_tests_that_can_record(pytester, workers):
     """The total counted every collected test: beside ordinary tests the run ended at [2/7]."""
     pytester.makepyfile(test_counted=COUNTED_TESTS)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly",
-                                           "--deselect", "test_counted.py::test_figures[3]", *workers)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly",
+                                "--deselect", "test_counted.py::test_figures[3]", *workers)
     assert (result.parseoutcomes()["passed"], result.parseoutcomes()["skipped"]) == (7, 1)
     assert sorted(re.findall(r"specdec \[(\d+/\d+)\]", result.stdout.str())) == ["1/2", "2/2"]
 
@@ -630,7 +630,7 @@ def test_a_test_that_fetches_the_recorder_raises_the_progress_total(pytester, wo
     """A test that fetched specdec_record with request.getfixturevalue recorded uncounted: the
     lines read [3/2], [4/2]; one that asked for no other fixture of ours lost its figures."""
     pytester.makepyfile(test_fetched=FETCHED_TESTS)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", *workers)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", *workers)
     result.assert_outcomes(passed=5)
     counts = progress_counts(result)
     assert sorted(done for done, _ in counts) == [1, 2, 3, 4, 5]
@@ -730,6 +730,8 @@ def test_figures(specdec_record):
     pytester.makepyprojecttoml('[tool.specdec.engine]\nmodel_preset = "tiny"\n')
 
     def run(*args: str) -> pytest.RunResult:
+        # a fresh interpreter each run: in-process (pytester drops the modules a run imported, the
+        # plugin's lazy ones too) the warning went missing from the second run on
         result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
         result.assert_outcomes(passed=1)
         return result
@@ -764,7 +766,7 @@ import pytest
 def pytest_terminal_summary(terminalreporter):
     raise RuntimeError("Performance has regressed")
 """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "no:cacheprovider")
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*specdec summary*", "config*verdict*", "test_figures * 100.0 *"])
     result.stderr.fnmatch_lines(["*RuntimeError: Performance has regressed*"])
@@ -778,7 +780,7 @@ def test_two_recording_tests_of_one_name_in_two_files_are_refused(pytester, work
         pytester.mkpydir(folder).joinpath("test_x.py").write_text(
             f"def test_figures(specdec_record):\n    specdec_record.metric('output_tok_s', {value})\n")
     args = ["-p", "no:cacheprovider", "--specdec-save-baseline"] + (["-n", str(workers)] if workers else [])
-    result = pytester.runpytest_subprocess(*args)
+    result = pytester.runpytest(*args)
     # an xdist worker finds it at collection, as a single process does: the same one-line usage error
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
     message = ("ERROR: pytest-specdec: a/test_x.py::test_figures, b/test_x.py::test_figures share the baseline key "
