@@ -173,7 +173,7 @@ def test_a_journal_or_artifacts_folder_that_cannot_be_written_stops_the_run_befo
     measurement, whose figures were lost. Now a usage error before the run, under xdist too."""
     pytester.makepyprojecttoml("[tool.specdec]\n")
     pytester.makepyfile(test_figures=test)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", option, *(["-n", "1"] if xdist else []))
+    result = pytester.runpytest("-p", "no:cacheprovider", option, *(["-n", "1"] if xdist else []))
     assert_usage_error(result, message)  # under xdist too: its worker collects, and stops the run as one process does
 
 
@@ -191,7 +191,7 @@ def test_fetched(request):
     Path("measured").write_text("")
     recorder.metric("output_tok_s", 100.0)
 """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-journal=/proc/specdec/journal.jsonl")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--specdec-journal=/proc/specdec/journal.jsonl")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["pytest-specdec: journal folder /proc/specdec cannot be created: making a folder "
                                  "in /proc fails (*); choose another --specdec-journal"])
@@ -203,7 +203,7 @@ def test_a_folder_set_in_the_ini_is_named_as_set(pytester):
     """The folder errors named --specdec-journal for a journal the ini had set."""
     pytester.makeini("[pytest]\nspecdec_journal = /proc/specdec/journal.jsonl\n")
     pytester.makepyfile(test_figures=RECORDING_TEST)
-    assert_usage_error(pytester.runpytest_subprocess("-p", "no:cacheprovider"),
+    assert_usage_error(pytester.runpytest("-p", "no:cacheprovider"),
                        "journal folder /proc/specdec cannot be created: making a folder in /proc fails (*); "
                        "choose another ini specdec_journal")
 
