@@ -33,7 +33,7 @@ def collected(pytester: pytest.Pytester, methods: str, *args: str, tps: str = "1
               extra: str = "") -> list[str]:
     pytester.makepyprojecttoml(PROJECT.format(methods=methods, tps=tps, extra=extra))
     pytester.makepyfile(test_order=TESTS)
-    result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider", "--co", "-q", *args)
+    result = pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", "--co", "-q", *args)
     return [line.split("::")[-1] for line in result.stdout.lines if "::" in line]
 
 
