@@ -128,7 +128,7 @@ def test_shards_compared_with_different_baseline_files_are_warned_of(project):
     """Shard 1 started with no baseline file, shard 2 after a run saved one: their verdicts are
     against different baselines, and the merge said nothing of it."""
     _shard(project, 1).assert_outcomes(passed=2)
-    project.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-save-baseline").assert_outcomes(passed=4)
+    project.runpytest("-p", "no:cacheprovider", "--specdec-save-baseline").assert_outcomes(passed=4)
     (project.path / "baselines" / "durations.json").unlink()  # the partition stays as shard 1's
     _shard(project, 2).assert_outcomes(passed=2)
     done = _merge(project)
