@@ -660,13 +660,9 @@ def _remove_torn_writes(path: Path) -> None:
 def _atomic_write(path: Path, text: str) -> None:
     """Replace `path` with `text` atomically, keeping the file's mode (a new file gets the
     usual mode under the umask, not mkstemp's private 0600)."""
-    try:
-        mode = stat.S_IMODE(path.stat().st_mode)
-    except FileNotFoundError:
-        mode = 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.fchmod(fd, mode)
+        os.fchmod(fd, replacing_mode(path))
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
@@ -688,6 +684,15 @@ def _atomic_write(path: Path, text: str) -> None:
         pass
     finally:
         os.close(dir_fd)
+
+
+def replacing_mode(path: Path) -> int:
+    """The mode a file written beside `path` and renamed over it takes: `path`'s own, or a new
+    file's under the umask, never mkstemp's private 0600, which would hide it from the group."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except OSError:  # none there, or a link that leads nowhere (the rename replaces it): a new file
+        return 0o666 & ~_umask()
 
 
 def _umask() -> int:

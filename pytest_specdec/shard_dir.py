@@ -16,10 +16,12 @@ A sharded run's `--specdec-report DIR` is its shard folder. Beside the usual rep
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
@@ -274,15 +276,19 @@ def baseline_identity(state: RunState) -> dict[str, Any]:
 def _copy_whole(source: Path, target: Path) -> None:
     """`source` copied over `target` through a temporary sibling renamed into place: a copy cut
     short (a full disk) leaves the earlier copy whole, never a truncated journal to merge."""
-    import tempfile
+    from .baselines import replacing_mode
 
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
     try:
+        try:
+            os.fchmod(fd, replacing_mode(target))
+        finally:
+            os.close(fd)
         shutil.copyfile(source, tmp)
         os.replace(tmp, target)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the copy's own error is the one to tell
+            os.unlink(tmp)
         raise
 
 

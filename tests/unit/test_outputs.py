@@ -785,6 +785,32 @@ def test_a_journal_copy_cut_short_leaves_the_shard_folders_earlier_copy_whole(tm
     assert target.read_text() == source.read_text()
 
 
+def test_a_journal_copied_into_the_shard_folder_has_the_mode_a_copy_gets_not_a_private_one(tmp_path):
+    """The copy went through mkstemp's temporary file, whose mode is 0600: a shard folder shared
+    with the group (the host that merges it, a CI artifact step) got a journal only its writer
+    could read, where a plain copy has the umask's mode, or the mode of the copy it replaces."""
+    import stat
+
+    from pytest_specdec import shard_dir
+
+    source = tmp_path / "journal.jsonl"
+    source.write_text("a line\n")
+    fresh, kept = tmp_path / "fresh" / "journal.jsonl", tmp_path / "kept" / "journal.jsonl"
+    fresh.parent.mkdir()
+    kept.parent.mkdir()
+    kept.write_text("earlier line\n")
+    kept.chmod(0o640)
+    mask = os.umask(0o022)
+    try:
+        shard_dir._copy_whole(source, fresh)
+        shard_dir._copy_whole(source, kept)
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o644
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o640
+    assert fresh.read_text() == kept.read_text() == "a line\n"
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda base: (base.mkdir(), (base / "cpu.json").symlink_to("cpu.json")),
      "baseline file */baselines/cpu.json cannot be saved into: */baselines/cpu.json: Too many levels of "
