@@ -3,6 +3,7 @@ exit status 2, as `python -m pytest_specdec.engine` says it, not a ModuleNotFoun
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -23,3 +24,19 @@ def test_a_command_line_without_torch_says_what_to_install_in_one_line(command, 
     assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr, run.stderr
     assert run.stderr.startswith(f"pytest-specdec: python -m specdec_kernels.{command} needs the `kernels` "
                                  f"extra, and torch is not installed: pip install torch"), run.stderr
+
+
+@pytest.mark.parametrize("args", [["--list-shapes"], ["--table-from", "rows.jsonl"]], ids=["list-shapes", "table-from"])
+def test_the_benchs_modes_without_a_gpu_need_no_triton(args, tmp_path):
+    """Listing the grid and rendering a saved run's rows (`--table-from`: "no GPU needed") import
+    no Triton, yet the command refused them where Triton is not installed (a CPU torch)."""
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['triton'] = None\n")
+    from specdec_kernels.bench import ROW_NUMBERS
+
+    row = {"shape": "s", "bound": "memory", **{key: 1.0 for key in ROW_NUMBERS}}
+    (tmp_path / "rows.jsonl").write_text(json.dumps(row) + "\n")
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    run = subprocess.run([sys.executable, "-m", "specdec_kernels.bench", *args], cwd=tmp_path,
+                         env=dict(os.environ, PYTHONPATH=path), capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "triton" not in run.stderr, run.stderr
