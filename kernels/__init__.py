@@ -3,9 +3,9 @@
 Importable as ``specdec_kernels`` (never as ``kernels``). Every operation takes
 ``impl="auto" | "triton" | "torch"``; ``auto`` runs Triton on CUDA tensors or under
 ``TRITON_INTERPRET=1`` and the torch reference otherwise. Triton is imported lazily, and torch
-with the first name used. The tree-verify attention plans each call once per call signature (``verify_plan``, per-arch tiles in
-``configs``); on Hopper GPUs its split kernel is a Gluon one (``tree_verify_gluon``, past 64 query
-rows and at head dim 256 ``tree_verify_gluon_pingpong``).
+with the first name used. The tree-verify attention plans each call once per call signature
+(``verify_plan``, per-arch tiles in ``configs``); on Hopper GPUs its split kernel is a Gluon one
+(``tree_verify_gluon``, past 64 query rows and at head dim 256 ``tree_verify_gluon_pingpong``).
 Hybrid (Gated DeltaNet) layers verify a tree with ``tree_causal_conv1d`` and
 ``tree_gated_delta_rule`` and commit its accepted path with ``commit_recurrent_state``.
 """

@@ -600,7 +600,7 @@ class Controller:
         between; where it starts with the file's name, that name is written when the next test
         starts (`pytest_runtest_logstart`), so none stands alone with nothing after it. The
         `open_end` line, the last at the loop's end, is left open as pytest leaves its `[100%]`,
-        but under xdist."""
+        except under xdist, whose workers write to the terminal after the loop."""
         reporter.ensure_newline()
         writer = getattr(reporter, "_tw", None)
         if writer is not None and writer.width_of_current_line:  # letters name no file to end (-q, xdist)

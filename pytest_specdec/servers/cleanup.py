@@ -74,9 +74,10 @@ ENDING_NOTICE = "specdec: {signal}: {killed}the run is already ending and goes o
                 "(a second SIGTERM or SIGHUP ends it at once)"
 
 
-_watchdog: subprocess.Popen | None = None
-# A watchdog told EOF kills what is left and scans /proc once: milliseconds, on any host.
+#: How long the interpreter's exit waits for its watchdog: told EOF, it kills what is left and
+#: scans /proc once, milliseconds on any host.
 WATCHDOG_EXIT_WAIT_S = 5.0
+_watchdog: subprocess.Popen | None = None
 _watchdog_owner: int | None = None
 _token: tuple[int, str] | None = None  # (pid, token): a forked child takes a token of its own
 
