@@ -540,7 +540,14 @@ class Controller:
             self.shard = shard_dir.Recorder.of(self.config.stash[STATE_KEY],
                                                self.config.stash[SHARD_KEY])
             if self.shard is not None:
-                self.shard.start()
+                import pytest
+
+                from .errors import SpecdecUsageError
+
+                try:
+                    self.shard.start()
+                except SpecdecUsageError as exc:
+                    raise pytest.UsageError(f"pytest-specdec: {exc}") from None
 
     @hookimpl(wrapper=True)  # its records before --junitxml writes the teardown report's properties
     def pytest_runtest_logreport(self, report: pytest.TestReport):

@@ -318,7 +318,13 @@ def start(plan: ShardPlan, state: RunState, directory: Path) -> ShardManifest:
         reference=state.settings.reference, lossless=str(state.lossless), setup=run_setup(state),
         started=_now(), gate_names=named_figures(state), gate=gate_in_force(state),
         baseline=baseline_identity(state))
-    _write(directory, manifest)
+    try:
+        _write(directory, manifest)
+    except OSError as exc:  # before any test: nothing measured is lost, the run stops here
+        from .write_failure import unwritable
+
+        raise SpecdecUsageError(f"the shard folder cannot be written, so this shard could not be merged: "
+                                f"{unwritable(exc, directory / MANIFEST, state.settings.setter('report'))}") from None
     return manifest
 
 

@@ -237,8 +237,16 @@ def unrecorded_line(rules: Sequence[str], unset_by: Iterable[str], what: str) ->
 def _left_as_it_was(state, option: str) -> str:
     """What an interrupted save or report leaves, and the run that writes it."""
     return (f"no file there is half-written; the journal keeps this run's figures: a run with "
-            f"--specdec-resume and {state.settings.setter(option)} writes it without measuring again "
-            f"the tests that passed")
+            f"--specdec-resume and {state.settings.setter(option)}{_same_shard(state)} writes it without "
+            f"measuring again the tests that passed")
+
+
+def _same_shard(state) -> str:
+    """A shard journals into its own folder, which only a run of the same shard resumes from."""
+    from .shard_dir import folder
+
+    return (f" (and this run's {state.settings.setter('shard')} and {state.settings.setter('report')})"
+            if folder(state) is not None else "")
 
 
 def _write_outputs(results: Results, table: list, notes: list[str], problems: list[str],
@@ -548,15 +556,12 @@ def _kept(exc: Exception, state) -> str:
     """Where the figures a save could not write for the lock of the baseline file are kept, and
     how to save them once it is free; empty for other errors (theirs say their fix)."""
     from .baselines import LockTimeout
-    from .shard_dir import folder, journal_path
+    from .shard_dir import journal_path
 
     if not isinstance(exc, LockTimeout):
         return ""
-    # a shard journals into its own folder, which only a run of the same shard resumes from
-    same_shard = (f" (and this run's {state.settings.setter('shard')} and {state.settings.setter('report')})"
-                  if folder(state) is not None else "")
     return (f"; the figures stay in the journal {journal_path(state)}: once the lock is free, a run with "
-            f"{state.settings.setter('resume')} {state.settings.setter('save_baseline')}{same_shard} "
+            f"{state.settings.setter('resume')} {state.settings.setter('save_baseline')}{_same_shard(state)} "
             f"saves them without measuring again")
 
 

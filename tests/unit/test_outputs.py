@@ -890,3 +890,39 @@ def test_a_baseline_folder_turned_link_to_nothing_is_named_a_link_not_a_file(tmp
     assert unwritable(excinfo.value, tmp_path, "--specdec-baseline-dir") == (
         f"{tmp_path / 'baselines'}: File exists; a symbolic link to no folder stands where a folder belongs: "
         f"remove or repoint it, or choose another --specdec-baseline-dir")
+
+
+def test_a_shards_refused_report_names_the_shard_run_that_writes_it_again(pytester):
+    """A shard journals into its own folder, which only a run of the same shard resumes from: the
+    refused report's advice left out --specdec-shard and --specdec-report, and a plain resume
+    found nothing to write the report from."""
+    pytester.makepyprojecttoml(CONFIGURED_PROJECT)
+    pytester.makepyfile(test_figures=CONFIGURED_TEST)
+    pytester.makeconftest(REFUSED_WRITES.replace("pytest_specdec.baselines._atomic_write = _read_only", ""))
+    shard = ("--specdec-shard=1/1", "--specdec-report=shard-1")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *shard)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "specdec: ERROR: report not written: *shard-1: No space left on device; * a run with --specdec-resume "
+        "and --specdec-report (and this run's --specdec-shard and --specdec-report) writes it without measuring "
+        "again the tests that passed"])
+    (pytester.path / "conftest.py").unlink()
+    again = pytester.runpytest_subprocess("-p", "no:cacheprovider", *shard, "--specdec-resume")
+    assert again.ret == pytest.ExitCode.OK, again.stdout.str()
+    assert json.loads((pytester.path / "shard-1" / "results.json").read_text())["results"][0]["metrics"]
+
+
+def test_a_shard_folder_the_os_refuses_at_the_start_stops_the_run_in_one_line(pytester):
+    """The shard's manifest, written before any test, met a read-only folder: an INTERNALERROR
+    traceback. It is one usage error naming the file, the reason and the fix, before anything is
+    measured."""
+    pytester.makepyprojecttoml(CONFIGURED_PROJECT)
+    pytester.makepyfile(test_figures=CONFIGURED_TEST)
+    pytester.makeconftest(REFUSED_WRITES)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-shard=1/1",
+                                           "--specdec-report=shard-1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "ERROR: pytest-specdec: the shard folder cannot be written, so this shard could not be merged: "
+        "*shard-1/shard.json: Read-only file system; make it writable, or choose another --specdec-report"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
