@@ -491,7 +491,7 @@ def test_a_configuration_larger_than_the_inventory_skips_with_a_reason(tmp_path)
     write_project(tmp_path, methods=("ar",), tp=(8,), devices_test=False)
     result = run_pytest(tmp_path, "-n", "2", "--dist", "loadgroup", "--specdec-gpus", "4")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["SKIPPED*needs 8 GPUs; found: *x4*"])
+    result.stdout.fnmatch_lines(["SKIPPED*needs 8 GPUs; found: 4 simulated GPUs*"])
     assert not list((tmp_path / ".specdec").glob("artifacts/run-*/leases/lease-history.jsonl"))
 
 
