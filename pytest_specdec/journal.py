@@ -176,12 +176,16 @@ class Journal:
             return
         yield from self._parse(raw, 0, damaged)
 
-    def _parse(self, raw: bytes, before: int, damaged: list[DamagedLine] | None
-               ) -> Iterator[tuple[int, JournalRecord]]:
-        """`_iter_records` of `raw`, the file's bytes after its first `before` lines."""
+    def _parse(self, raw: bytes, before: int, damaged: list[DamagedLine] | None,
+               at: int | None = None) -> Iterator[tuple[int, JournalRecord]]:
+        """`_iter_records` of `raw`, the file's bytes after its first `before` lines; `at`: where
+        `raw` starts in the file, to leave each record's outputs there (`_OnDisk`), as the cache
+        keeps them."""
         lines = raw.split(b"\n")
+        start = 0
         for index, line in enumerate(lines, start=1):
             lineno = before + index
+            where, start = start, start + len(line) + 1
             if not line.strip():
                 continue
             if self._cache is not None:
@@ -206,6 +210,8 @@ class Journal:
                 )
                 if rec.confirms and rec.status != DONE:
                     raise ValueError(f"a {rec.status!r} record confirms another")
+                if at is not None and rec.data.get("outputs"):
+                    rec = replace(rec, data=_OnDisk(rec.data, self.path, at + where, len(line), rec.digest))
             except (ValueError, KeyError, TypeError, OverflowError) as exc:  # Overflow: a pid of 1e999
                 what = "an incomplete last line (interrupted write)" if torn else f"an unreadable line ({exc})"
                 self._skip(DamagedLine(self.path, lineno, what), damaged)
@@ -296,7 +302,7 @@ class Journal:
         whole = raw.rfind(b"\n") + 1  # the lines read for good: each ends with a newline
         if whole > cache.offset:
             before: dict[Key, JournalRecord | None] = {}  # each key's record before these lines
-            records = self._parse(raw[cache.offset:whole], cache.lines, None)
+            records = self._parse(raw[cache.offset:whole], cache.lines, None, at=cache.offset)
             self._fold(cache.latest, _noting(records, cache.latest, before), None)
             _index_on(cache, before)
             cache.lines += raw.count(b"\n", cache.offset, whole)
@@ -317,6 +323,44 @@ class Journal:
                                        "test's last readable record (a damaged line?)"), damaged)
                 continue
             out[record.key] = replace(measured, status=DONE)
+
+
+class _OnDisk(Mapping[str, Any]):
+    """A cached record's data whose outputs stay in the journal file, read again from their line
+    when asked for: a run reads the journal after each test, and holding every test's outputs
+    (every request's text and token ids) would grow its memory by them for the whole run. Only
+    the readers that compare outputs ask for them; they keep those they still need."""
+
+    def __init__(self, data: Mapping[str, Any], path: Path, start: int, length: int, digest: str):
+        self._data = {key: value for key, value in data.items() if key != "outputs"}
+        self._where = (path, start, length, digest)
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "outputs":
+            return self._outputs()
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._data
+        yield "outputs"
+
+    def __len__(self) -> int:
+        return len(self._data) + 1
+
+    def _outputs(self) -> Any:
+        path, start, length, digest = self._where
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(start)
+                line = fh.read(length)
+            if _line_digest(line) != digest:  # the file was replaced since: find the line by its bytes
+                line = next((each for each in path.read_bytes().split(b"\n") if _line_digest(each) == digest), b"")
+        except OSError:  # removed since
+            line = b""
+        if not line:
+            raise ValueError(f"the outputs of a record of {path} are no longer there (the journal was "
+                             f"replaced while this run read it)")
+        return json_text.loads(line)["data"].get("outputs")
 
 
 def _figures_workload(record: JournalRecord) -> Any:

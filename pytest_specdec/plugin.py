@@ -420,6 +420,8 @@ def pytest_runtest_makereport(item: pytest.Item, call):
 
     if stands_in(item):  # its time is no measurement's: the durations file must not count it
         setattr(report, STAND_IN, True)
+    if call.when == "teardown" and recording is not None:  # each report holds its own copy of the list
+        recording.drop_carriers(item)
     return report
 
 
@@ -569,6 +571,8 @@ class Controller:
             if report.nodeid in results.running_again:  # pytest-rerunfailures: its JUnit test case shows no failure
                 recording.drop_figures(report)
         outcome = yield  # the terminal's letter or PASSED line first, so the test's own line is whole
+        if report.when != "teardown":  # read by every hook by now (sent on by an xdist worker); kept in the terminal's stats
+            recording.drop_carriers(report)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         # -qq asks for pytest's least: its letters and the summary, whose table holds these figures
         if result is not None and reporter is not None and self.config.get_verbosity() > -2:

@@ -338,10 +338,11 @@ def attach_to_report(item: pytest.Item, result: Result) -> None:
         item.user_properties.append(("specdec.workload", result.workload))
 
 
-def drop_carriers(report: pytest.TestReport) -> None:
+def drop_carriers(report: pytest.TestReport | pytest.Item) -> None:
     """Remove the properties that only carry results to the controller (a whole result, outputs
-    included, is kilobytes a test), in place: without xdist every phase's report and the item
-    share one list, so this must come after the call's report was read."""
+    included, is kilobytes a test), in place, from a report once every hook read it, and from the
+    item once its last report was made: each report copies the item's list, and the item and the
+    reports pytest keeps (the terminal's stats) would otherwise hold every test's result to the end."""
     carriers = (RESULT_PROPERTY, RESUMED_PROPERTY, REMEASURED_PROPERTY, AWAITS_PROPERTY, STOOD_IN_PROPERTY)
     report.user_properties[:] = [(name, value) for name, value in report.user_properties
                                  if name not in carriers]

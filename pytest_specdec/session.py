@@ -149,11 +149,12 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
     if recorder is None or recorder.finished:
         return
     recorder.finished = True
+    result = replace(recorder.to_result(), fingerprint=item_fingerprint(item, state))
+    recorder.outputs = None  # the item lives to the session's end: its outputs go on in `result` alone
     if not recorder.metrics:
         if passed:  # samples without figures: nothing to journal or gate
-            recorder.feed_benchmark(measured_where(state, item_fingerprint(item, state)))
+            recorder.feed_benchmark(measured_where(state, result.fingerprint))
         return
-    result = replace(recorder.to_result(), fingerprint=item_fingerprint(item, state))
     try:
         start_journal(state, run)
     except SpecdecUsageError as exc:  # another run started writing the journal while this test measured
@@ -321,7 +322,8 @@ def lossless_failures(result: Result, state: RunState, replaced: frozenset = fro
     this run measures again, left out; `stood_in`: as `judge` reads it."""
     if not state.lossless.on or result.case is None or result.outputs is None:
         return [], None  # without reading the journal
-    others, records = _journaled(result, state, replaced)
+    # a reference compares every configuration held to it; any other only its reference
+    others, records = _journaled(result, state, replaced, all_outputs=result.case.method == state.settings.reference)
     among = Divergences(others, state)
     found = [(records.get(candidate.nodeid), divergence)
              for candidate, divergence in among.of(result)
@@ -330,10 +332,11 @@ def lossless_failures(result: Result, state: RunState, replaced: frozenset = fro
     return found, among.uncompared(result)
 
 
-def _journaled(result: Result, state: RunState,
-               replaced: frozenset) -> tuple[list[Result], dict[str, JournalRecord]]:
+def _journaled(result: Result, state: RunState, replaced: frozenset, *,
+               all_outputs: bool = False) -> tuple[list[Result], dict[str, JournalRecord]]:
     """The journal's results of `result`'s workload that measured what this run measures, with
-    their records by node id, less the `replaced` ones."""
+    their records by node id, less the `replaced` ones; with the outputs of the reference
+    configurations (kept in memory), and, where `all_outputs`, of the others too (read again)."""
     others, records = [], {}
     journal = journal_for(state)
     model = json.dumps(state.backend.model_part(state), sort_keys=True)  # an attached server's may come later
@@ -341,6 +344,8 @@ def _journaled(result: Result, state: RunState,
         if record.status not in (DONE, MEASURED, FAILED_CHECKS) or record.digest in replaced:
             continue
         other = _current_result(record, state, model)
+        if all_outputs and other is not None and other.outputs is None:
+            other = _with_outputs(other, record)
         if other is not None:
             others.append(other)
             records[other.nodeid] = record
@@ -360,8 +365,19 @@ def _current_result(record: JournalRecord, state: RunState, model: str) -> Resul
         current = other is not None and other.case is not None and _current(record, other.case, state)
         if not record.digest:
             return other if current else None
+        if current and other.case.method != state.settings.reference:
+            other = replace(other, outputs=None)  # on disk: only its reference's test compares them (`_with_outputs`)
         derived[key] = other if current else None
     return derived[key]
+
+
+def _with_outputs(result: Result, record: JournalRecord) -> Result:
+    """`result` (`_current_result`'s, without the outputs the run keeps only of references) with
+    its record's outputs, read again for the one comparison that needs them."""
+    try:
+        return replace(result, outputs=lossless.Outputs.from_json(record.data.get("outputs")))
+    except RECORD_DAMAGE:  # read whole before: the journal changed under the run
+        return result
 
 
 def unsettled_reason(xfail_reason: str, reference: MatrixCase) -> str:
