@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import tracemalloc
 
-import pytest
-
 from pytest_specdec.lossless import Outputs
 
 PROMPTS, TOKENS = 16, 256
