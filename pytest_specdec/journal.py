@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import hashlib
 import json
 import os
@@ -148,14 +149,7 @@ class Journal:
             try:
                 if not created and not _ends_with_newline(self.path):
                     line = b"\n" + line  # a crash tore the last line: never glue onto it
-                size = os.fstat(fd).st_size
-                try:
-                    _write_all(fd, line)
-                    os.fsync(fd)
-                except OSError:
-                    with contextlib.suppress(OSError):  # a record is whole or absent (a full disk)
-                        os.ftruncate(fd, size)
-                    raise
+                append_whole(fd, line, sync=True)  # a record is whole or absent (a full disk)
             finally:
                 os.close(fd)
             if created:
@@ -416,10 +410,27 @@ def _ends_with_newline(path: Path) -> bool:
         return fh.read(1) == b"\n"
 
 
+def append_whole(fd: int, data: bytes, *, sync: bool = False) -> None:
+    """Append `data` through the O_APPEND descriptor `fd` whole or not at all: a write the OS cuts
+    short or refuses (a full disk), or a Ctrl-C between two writes, cuts the file back to its old
+    size before the error goes on; `sync`: fsync it, as part of the write."""
+    size = os.fstat(fd).st_size
+    try:
+        _write_all(fd, data)
+        if sync:
+            os.fsync(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+        raise
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
-    while view:
+    while view:  # a short write is followed by one that says why the OS stopped
         written = os.write(fd, view)
+        if not written:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         view = view[written:]
 
 
@@ -436,5 +447,5 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-__all__ = ["DONE", "FAILED_CHECKS", "JOURNAL_VERSION", "MEASURED", "READ_VERSIONS", "DamagedLine", "Journal",
+__all__ = ["DONE", "append_whole", "FAILED_CHECKS", "JOURNAL_VERSION", "MEASURED", "READ_VERSIONS", "DamagedLine", "Journal",
            "JournalRecord", "JournalWarning", "Key", "LatestCache"]

@@ -8,9 +8,7 @@ controller can produce the same report from live results or from the journal aft
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
-import errno
 import json
 import math
 import os
@@ -416,26 +414,17 @@ def write_github_summary(rows: Sequence[ReportRow], *, env: Mapping[str, str] | 
 
 
 def _append_whole(path: Path, data: bytes) -> None:
-    """Append `data` to `path` whole or not at all: a full disk mid-append would leave half a
-    table at the end of the CI summary, which every later step appends after. Written through an
-    O_APPEND descriptor; a write the OS cuts short or refuses is cut back to the old size and its
-    error raised, as the journal does with its records."""
+    """Append `data` to `path` whole or not at all (`journal.append_whole`): a full disk mid-append
+    would leave half a table at the end of the CI summary, which every later step appends after."""
+    from .journal import append_whole
+
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        size = os.fstat(fd).st_size
-        try:
-            view = memoryview(data)
-            while view:  # a short write is followed by one that says why the OS stopped
-                written = os.write(fd, view)
-                if not written:
-                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
-                view = view[written:]
-        except BaseException as exc:  # a full disk, or Ctrl-C between two writes
-            with contextlib.suppress(OSError):  # the summary as it was, never half a table
-                os.ftruncate(fd, size)
-            if isinstance(exc, OSError) and exc.filename is None:  # os.write names no file
-                raise OSError(exc.errno, exc.strerror, str(path)) from None
-            raise
+        append_whole(fd, data)
+    except OSError as exc:
+        if exc.filename is None:  # os.write names no file
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise
     finally:
         os.close(fd)
 
