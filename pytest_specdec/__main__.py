@@ -67,6 +67,7 @@ def merge_command(args: argparse.Namespace, out=None) -> int:
     from . import baselines, durations, junit, merge, plots, report, staging
     from .relpaths import relative
     from .shard import DURATIONS_FILE
+    from .summary import small_sample_gate
     from .write_failure import unwritable
 
     target = Path(args.out)
@@ -111,6 +112,9 @@ def merge_command(args: argparse.Namespace, out=None) -> int:
     unrecorded = merge.unrecorded_gate(merged)
     if unrecorded:  # as one run's summary says it; only a merge of every shard can know it
         print(f"specdec merge: {unrecorded}", file=out)
+    small = small_sample_gate((result for result, _, _ in merged.results), "--save-baseline")
+    if small:  # as each shard's summary says it, for the merged run
+        print(f"specdec merge: {small}", file=out)
     if args.save_baseline:
         from .baselines import LockTimeout
 

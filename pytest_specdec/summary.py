@@ -95,6 +95,9 @@ def _write_table(terminalreporter, results: Results, table: list) -> None:
     uncompared = _uncompared_gate(results)
     if uncompared:
         terminalreporter.write_line(f"specdec: gate: {uncompared}", yellow=True)
+    small = small_sample_gate(results.all(), state.settings.setter("save_baseline"))
+    if small:
+        terminalreporter.write_line(f"specdec: {small}", yellow=True)
     ungated = sum(1 for row in table if row.verdict == "not gated")
     if ungated:
         # with a gate in force, "set --specdec-compare-fail" would read as if none were
@@ -145,6 +148,33 @@ def _uncompared_gate(results: Results) -> str | None:
     return (f"{len(unmatched)} gated figure(s) have no entry in {state.baseline_path.name}, so nothing "
             f"gated them: {', '.join(named)}; save them with {state.settings.setter('save_baseline')}, "
             f"or fix a misspelt name in the file")
+
+
+def small_sample_gate(results: Iterable[Result], save: str) -> str | None:
+    """The gated figures decided from too few samples for the gate's nominal false reds
+    (`Comparison.small_sample`), with the fewest, the cost and the fix, in one line; None when
+    there are none. A merge of shards says it too; `save` is the option that saves a baseline."""
+    from .baselines import POOLED_RUNS
+    from .gate import ALPHA, FEW_REQUESTS
+
+    small = [(r, c) for r in results for c in r.comparisons if c.small_sample]
+    if not small:
+        return None
+    few = [(r, c) for r, c in small if c.requests < FEW_REQUESTS]
+    once = [c for _, c in small if c.baseline_runs == 1]
+    found, fixes = [], []
+    if few:
+        fewest = min(c.requests for _, c in few)
+        found.append(f"{len(few)} from as few as {fewest} request{'s' if fewest > 1 else ''}")
+        workloads = sorted({r.workload for r, _ in few if r.workload})
+        fixes.append(f"raise num_prompts to {FEW_REQUESTS} or more"
+                     + (f" (workload {', '.join(workloads)})" if workloads else ""))
+    if once:
+        found.append(f"{len(once)} against a baseline entry of a single save")
+        fixes.append(f"save the baseline again with {save} to pool up to {POOLED_RUNS} runs")
+    return (f"gate: {len(small)} figure(s) decided from small samples ({', '.join(found)}) go red with "
+            f"nothing changed more often than the gate's {ALPHA * 100:g} % (5-10 % and more: the "
+            f"README's gate section); {' and '.join(fixes)}")
 
 
 def named_in_gate(tolerances) -> list:
