@@ -12,9 +12,13 @@ distribution, calibrated for CPU contention where the run measured it), so that 
 tell a regression from the noise of both runs. It also keeps the node id of the test that saved
 it (`tests/bench/test_x.py::test_gen[p]`): the file keys a test by its name and parameters, so
 two tests of one name in different files would otherwise be compared with each other's figures
-without a word (a run sees such a pair only when it collects both). Version 2 files (no node
-id: their entries match any test of their key) and version 1 files (values and spreads only)
-are still read.
+without a word (a run sees such a pair only when it collects both). A timing figure's entry
+also keeps how many samples each save it pools contributed (`save_sizes`), so that pooling drops
+whole saves and a measurement saved again is found at a save's boundary, whatever the count of
+requests of each save. Version 3 files (a count of saves, `runs`, but not their sizes: their
+saves are taken as equal-sized where the samples divide evenly among them, else as one save),
+version 2 files (no node id: their entries match any test of their key) and version 1 files
+(values and spreads only) are still read, and the next save writes them in this version.
 """
 
 from __future__ import annotations
@@ -46,8 +50,9 @@ if TYPE_CHECKING:
     from .metrics import MetricValue
 
 FORMAT = "pytest-specdec-baselines"
+#: 4: entries keep each pooled save's sample count (`save_sizes`) rather than only their count.
 #: 3: entries keep the node id of the test that saved them (a reader of 2 would refuse the key).
-VERSION = 3
+VERSION = 4
 #: Saves whose samples a timing figure's entry pools: one run's samples share that run's moment
 #: on a shared machine; several runs' show how much the figure moves between runs.
 POOLED_RUNS = 3
@@ -108,9 +113,10 @@ def _now() -> str:
 FILE_KEYS = ("format", "version", "hardware_key", "entries", "setups")
 #: The keys an entry of this format may hold (BaselineEntry.to_json writes them).
 ENTRY_KEYS = ("value", "direction", "spread", "samples", "deterministic", "date", "versions", "commit",
-              "fingerprint", "distribution", "cpu_share", "runs", "nodeid")
-#: Keys earlier releases of this format wrote, read past: `calibrated` is `cpu_share` now.
-FORMER_ENTRY_KEYS = ("calibrated",)
+              "fingerprint", "distribution", "cpu_share", "save_sizes", "nodeid")
+#: Keys earlier releases of this format wrote, read past: `calibrated` is `cpu_share` now, `runs`
+#: the length of `save_sizes` (read where an entry has no `save_sizes`, see `former_save_sizes`).
+FORMER_ENTRY_KEYS = ("calibrated", "runs")
 
 
 @dataclass(frozen=True)
@@ -128,15 +134,31 @@ class BaselineEntry:
     fingerprint: str | None = None  # digest of what was measured (fingerprint.py); None: unknown
     distribution: tuple[float, ...] = ()  # the samples of a timing figure (gate.py decides on them)
     cpu_share: float | None = None  # calibrated samples: their runs' CPU share (a running mean)
-    runs: int = 1  # how many saves the distribution pools (at most POOLED_RUNS)
+    #: the samples each save pooled in `distribution` contributed, oldest first (at most
+    #: POOLED_RUNS saves; they sum to its length); () with no samples, one save where not given
+    save_sizes: tuple[int, ...] = ()
     nodeid: str | None = None  # the pytest node id of the test that saved it; None: not recorded
+
+    def __post_init__(self) -> None:
+        if not self.save_sizes and self.distribution:
+            object.__setattr__(self, "save_sizes", (len(self.distribution),))
+        if sum(self.save_sizes) != len(self.distribution) or any(n < 1 for n in self.save_sizes):
+            # pooling cuts the distribution at these boundaries: wrong ones split a save
+            raise ValueError(f"save_sizes {self.save_sizes} do not divide the {len(self.distribution)} "
+                             f"samples of the distribution")
+
+    @property
+    def runs(self) -> int:
+        """How many saves the distribution pools (1 for a figure without samples)."""
+        return max(1, len(self.save_sizes))
 
     def pooled_with(self, newer: BaselineEntry) -> BaselineEntry:
         """`newer` (this save's entry) with the samples of the saves before it, when both
         measured the same kind of figure of the same setup: the last POOLED_RUNS saves'
-        samples, newest last. The same measurement saved again (a merge or a resumed run with
-        --specdec-save-baseline run twice) is already pooled: the entry stays as it is, or its
-        samples would count twice and the gate take them for two runs that agree."""
+        samples, newest last, each save whole (`save_sizes`). The same measurement saved again
+        (a merge or a resumed run with --specdec-save-baseline run twice) is already pooled: the
+        entry stays as it is, or its samples would count twice and the gate take them for two
+        runs that agree."""
         if self.is_save_of(newer):
             return self
         if (not self.distribution or not newer.distribution or newer.deterministic
@@ -145,26 +167,30 @@ class BaselineEntry:
                 or None not in (self.fingerprint, newer.fingerprint)
                 and self.fingerprint != newer.fingerprint):
             return newer
-        runs = min(self.runs, POOLED_RUNS - 1)
-        older = self.distribution[-runs * len(newer.distribution):]
+        # whole saves: the sizes of the saves differ where a workload's request count changed
+        kept = self.save_sizes[max(0, len(self.save_sizes) - max(0, POOLED_RUNS - newer.runs)):]
+        older = self.distribution[len(self.distribution) - sum(kept):]
         share = None if newer.cpu_share is None else \
-            (self.cpu_share * runs + newer.cpu_share) / (runs + 1)
-        return replace(newer, distribution=older + newer.distribution, runs=runs + 1,
-                       cpu_share=share)
+            (self.cpu_share * len(kept) + newer.cpu_share * newer.runs) / (len(kept) + newer.runs)
+        return replace(newer, distribution=older + newer.distribution,
+                       save_sizes=kept + newer.save_sizes, cpu_share=share)
 
     def is_save_of(self, newer: BaselineEntry) -> bool:
         """Whether this entry already pools `newer`'s measurement (two runs' timing samples never
         all agree): its newest save (the same figure and samples of the same setup), or an earlier
-        save whose samples it still keeps in a row. Not the newest alone: a merge interrupted and
-        run again after another run saved the test would pool its figures a second time."""
-        n = len(newer.distribution)
-        if n == 0 or newer.deterministic or self.fingerprint != newer.fingerprint:
+        save whose samples are still one of its saves. Not the newest alone: a merge interrupted
+        and run again after another run saved the test would pool its figures a second time. Only
+        whole saves are compared (`save_sizes`): samples that straddle two saves are no save."""
+        if not newer.distribution or newer.deterministic or self.fingerprint != newer.fingerprint:
             return False
-        kept = self.distribution
-        if self.value == newer.value and kept[len(kept) - n:] == newer.distribution:
-            return True
-        # an earlier save's value is gone: its samples, where they still lie, tell it
-        return any(kept[i:i + n] == newer.distribution for i in range(len(kept) - n))
+        end = len(self.distribution)
+        for back, size in enumerate(reversed(self.save_sizes)):
+            # the newest save's value is this entry's; an earlier save's is gone: its samples tell it
+            if (self.distribution[end - size:end] == newer.distribution
+                    and (back > 0 or self.value == newer.value)):
+                return True
+            end -= size
+        return False
 
     @property
     def calibrated(self) -> bool:
@@ -189,7 +215,7 @@ class BaselineEntry:
             "versions": dict(self.versions), "commit": self.commit,
             **({"fingerprint": self.fingerprint} if self.fingerprint is not None else {}),
             "distribution": list(self.distribution), "cpu_share": self.cpu_share,
-            "runs": self.runs,
+            "save_sizes": list(self.save_sizes),
             **({"nodeid": self.nodeid} if self.nodeid is not None else {}),
         }
 
@@ -253,6 +279,16 @@ class BaselineEntry:
                 isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                 for v in distribution):
             raise SpecdecUsageError(f"{where}: 'distribution' must be a list of finite numbers; {fix}")
+        save_sizes = obj.get("save_sizes")
+        if save_sizes is None:
+            save_sizes = former_save_sizes(len(distribution), runs)
+        elif (not isinstance(save_sizes, list) or sum_or_none(save_sizes) != len(distribution)
+              or "runs" in obj and runs != len(save_sizes)):
+            # pooling keeps and compares whole saves: sizes that miss the samples cut one in two
+            raise SpecdecUsageError(
+                f"{where}: 'save_sizes' must list how many samples each pooled save contributed "
+                f"(positive integers, oldest first, {len(distribution)} in all as in 'distribution'"
+                f"{f', {runs} saves as in runs' if 'runs' in obj else ''}), got {save_sizes!r}; {fix}")
         return cls(
             value=number("value"), direction=direction, spread=spread, samples=samples,
             deterministic=deterministic, date=str(obj.get("date", "")),
@@ -260,8 +296,24 @@ class BaselineEntry:
             commit=None if commit is None else str(commit),
             fingerprint=fingerprint,
             distribution=tuple(float(v) for v in distribution),
-            cpu_share=cpu_share, runs=runs, nodeid=nodeid,
+            cpu_share=cpu_share, save_sizes=tuple(save_sizes), nodeid=nodeid,
         )
+
+
+def former_save_sizes(samples: int, runs: int) -> tuple[int, ...]:
+    """The save sizes of an entry that records only its count of saves (`runs`, format version 3,
+    or a hand-written entry): equal-sized where the samples divide evenly among the saves, else one
+    save, since a save cut in two would be pooled or told apart by half its samples."""
+    if samples == 0:
+        return ()
+    return (samples // runs,) * runs if samples % runs == 0 else (samples,)
+
+
+def sum_or_none(sizes: list[Any]) -> int | None:
+    """The sum of `sizes` where each is a positive integer (not a bool), else None."""
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in sizes):
+        return None
+    return sum(sizes)
 
 
 def _unknown_key_hint(key: str, obj: Mapping[str, Any], fix: str) -> str:

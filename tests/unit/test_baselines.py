@@ -13,6 +13,7 @@ import pytest
 from lock_support import held_by_another_process
 from pytest_specdec.baselines import (
     FORMAT,
+    POOLED_RUNS,
     VERSION,
     BaselineEntry,
     baseline_path,
@@ -92,7 +93,7 @@ def test_save_then_load_round_trip(tmp_path):
     stored = doc["entries"][TID]["output_tok_s"]
     assert stored == {"value": 100.0, "direction": "higher", "spread": 2.5, "samples": 16, "deterministic": False,
                       "date": "2026-11-30T00:00:00+00:00", "versions": {"pytest-specdec": "0.1.0", "torch": "2.13.0"},
-                      "commit": "abc123", "distribution": [], "cpu_share": None, "runs": 1}
+                      "commit": "abc123", "distribution": [], "cpu_share": None, "save_sizes": []}
     loaded = load_baselines(path, "cpu")
     assert loaded.get(TID, "ttft_ms").value == 12.0
     assert loaded.get(TID, "ttft_ms").distribution == (11.0, 12.0, 13.5) and loaded.get(TID, "ttft_ms").calibrated
@@ -310,6 +311,16 @@ def _one_entry(**fields) -> str:
     ({"cpu_share": 1.5}, r"'cpu_share' must be in \(0, 1\], got 1.5"),
     ({"runs": "x"}, r"t output_tok_s: 'runs' must be a positive integer, got 'x'; fix it, or move it aside"),
     ({"runs": 0}, r"'runs' must be a positive integer, got 0"),
+    ({"save_sizes": [1]}, r"t output_tok_s: 'save_sizes' must list how many samples each pooled save "
+                          r"contributed \(positive integers, oldest first, 2 in all as in 'distribution'\), "
+                          r"got \[1\]; fix it, or move it aside"),
+    ({"save_sizes": [1, 0, 1]}, r"'save_sizes' must list .* got \[1, 0, 1\]"),
+    ({"save_sizes": [1, "1"]}, r"'save_sizes' must list .* got \[1, '1'\]"),
+    ({"save_sizes": [True, True]}, r"'save_sizes' must list .* got \[True, True\]"),
+    ({"save_sizes": 2}, r"'save_sizes' must list .* got 2;"),
+    ({"save_sizes": [1, 1], "runs": 3}, r"'save_sizes' must list .*2 in all as in 'distribution', 3 saves "
+                                        r"as in runs\), got \[1, 1\]"),
+    ({"save_sizes": [], "distribution": [9.0]}, r"'save_sizes' must list .*1 in all.* got \[\]"),
     ({"value": -5}, r"t output_tok_s: 'value' must be >= 0, got -5.0; fix it, or move it aside"),
     ({"distribution": [9.0, -11.0]}, r"t output_tok_s: 'distribution' must hold samples >= 0, got "
                                      r"-11.0; fix it, or move it aside"),
@@ -385,8 +396,9 @@ def test_an_unknown_top_level_key_is_a_usage_error(tmp_path, name, match):
 
 def test_figures_that_can_be_measured_are_read(tmp_path):
     path = tmp_path / "cpu.json"
-    path.write_text(_one_entry(value=0, cpu_share=1.0, runs=3))  # accept_rate 0 can be measured
-    assert load_baselines(path, "cpu").get("t", "output_tok_s").runs == 3
+    # accept_rate 0 can be measured; an entry that gives no save sizes has saves of equal size
+    path.write_text(_one_entry(value=0, cpu_share=1.0, distribution=[9.0, 11.0, 10.0], runs=3))
+    assert load_baselines(path, "cpu").get("t", "output_tok_s").save_sizes == (1, 1, 1)
     doc = json.loads(_one_entry())
     doc["entries"]["t"] = {"my_fig": {"value": -5.0, "direction": "lower", "distribution": [-5.0]}}  # a user's figure
     path.write_text(json.dumps(doc))
@@ -427,6 +439,73 @@ def test_a_measurement_saved_again_after_another_runs_save_is_pooled_once(tmp_pa
     save_baselines(path, "cpu", {TID: [MetricValue("tpot_ms", 1.0, "lower", distribution=(1.05, 1.9, 2.0))]},
                    versions={}, fingerprints={TID: "f1"})
     assert load_baselines(path, "cpu").get(TID, "tpot_ms").runs == 3
+
+
+def test_saves_of_unequal_sizes_are_pooled_whole(tmp_path):
+    """A workload's request count changed between saves: the window took the newest save's size
+    times the saves kept, so an older save was cut in two (or one too many kept)."""
+    path = tmp_path / "cpu.json"
+    for size in (2, 3, 4, 1):
+        sample = MetricValue("tpot_ms", float(size), "lower", distribution=tuple(size + i / 10 for i in range(size)))
+        save_baselines(path, "cpu", {TID: [sample]}, versions={})
+    entry = load_baselines(path, "cpu").get(TID, "tpot_ms")
+    assert entry.distribution == (3, 3.1, 3.2, 4, 4.1, 4.2, 4.3, 1)
+    assert (entry.save_sizes, entry.runs) == ((3, 4, 1), 3)
+    assert json.loads(path.read_text())["entries"][TID]["tpot_ms"]["save_sizes"] == [3, 4, 1]
+
+
+def test_a_measurement_saved_again_among_saves_of_unequal_sizes_is_pooled_once(tmp_path):
+    """A merge of 3 requests a test saved, another run's save of 2 after it, then the merge run
+    again: the pool had kept the merge's last 2 samples only, so its rerun was pooled a second time."""
+    path = tmp_path / "cpu.json"
+    merged = MetricValue("tpot_ms", 1.0, "lower", distribution=(0.9, 1.1, 1.05))
+    other = MetricValue("tpot_ms", 2.0, "lower", distribution=(1.9, 2.1))
+    save_baselines(path, "cpu", {TID: [merged]}, versions={}, fingerprints={TID: "f1"})
+    save_baselines(path, "cpu", {TID: [other]}, versions={}, fingerprints={TID: "f1"})
+    before = load_baselines(path, "cpu").get(TID, "tpot_ms")
+    assert before.distribution == (0.9, 1.1, 1.05, 1.9, 2.1)
+    assert before.save_sizes == (3, 2)
+    save_baselines(path, "cpu", {TID: [merged]}, versions={}, fingerprints={TID: "f1"})
+    assert load_baselines(path, "cpu").get(TID, "tpot_ms") == before
+
+
+def test_samples_that_straddle_two_saves_are_another_measurement(tmp_path):
+    """Runs of samples were searched at any offset: a measurement whose samples happened to
+    span the end of one save and the start of the next was taken as already pooled and dropped."""
+    path = tmp_path / "cpu.json"
+    for distribution in ((0.9, 1.1, 1.05), (1.9, 2.1), (1.05, 1.9)):
+        save_baselines(path, "cpu", {TID: [MetricValue("tpot_ms", distribution[0], "lower",
+                                                       distribution=distribution)]},
+                       versions={}, fingerprints={TID: "f1"})
+    entry = load_baselines(path, "cpu").get(TID, "tpot_ms")
+    assert (entry.value, entry.runs) == (1.05, 3)
+    assert entry.save_sizes == (3, 2, 2)
+
+
+@pytest.mark.parametrize("runs, samples, sizes", [
+    (3, 6, (2, 2, 2)),  # equal-sized saves: what version 3 pooled when the count stayed
+    (2, 5, (5,)),  # the samples do not divide evenly: one save, never a save cut in two
+    (3, 0, ()),
+])
+def test_version_3_entries_read_their_saves_and_are_rewritten_in_this_version(tmp_path, runs, samples, sizes):
+    """Version 3 kept the count of saves only: its saves are taken as equal-sized where the
+    samples divide evenly among them, else as one save; the next save writes save_sizes."""
+    path = tmp_path / "cpu.json"
+    entry = {"value": 1.0, "direction": "lower", "distribution": [1.0 + i / 10 for i in range(samples)],
+             "runs": runs, "nodeid": TID}
+    path.write_text(json.dumps({"format": FORMAT, "version": 3, "hardware_key": "cpu",
+                                "entries": {"test_generation[ddtree-tp1-b16-chat]": {
+                                    "tpot_ms": entry, "ttft_ms": entry}}}))
+    read = load_baselines(path, "cpu").get("test_generation[ddtree-tp1-b16-chat]", "tpot_ms")
+    assert read.save_sizes == sizes and read.runs == max(1, len(sizes))
+    save_baselines(path, "cpu", {"test_generation[ddtree-tp1-b16-chat]": [
+        MetricValue("tpot_ms", 9.0, "lower", distribution=(9.0,))]}, versions={}, nodeids={
+        "test_generation[ddtree-tp1-b16-chat]": TID})
+    doc = json.loads(path.read_text())
+    assert doc["version"] == VERSION == 4
+    kept = doc["entries"]["test_generation[ddtree-tp1-b16-chat]"]
+    assert kept["tpot_ms"]["save_sizes"] == [*sizes[-(POOLED_RUNS - 1):], 1] and "runs" not in kept["tpot_ms"]
+    assert kept["ttft_ms"]["save_sizes"] == list(sizes) and "runs" not in kept["ttft_ms"]
 
 
 def test_save_refuses_to_overwrite_a_foreign_file(tmp_path):
@@ -477,6 +556,7 @@ def test_an_entry_saved_under_an_earlier_releases_fingerprint_pools_with_the_sam
     ({"cpu_share": 10 ** 400}, r"'cpu_share' must be a finite number, got inf"),
     ({"distribution": [10 ** 400]}, r"'distribution' must be a list of finite numbers"),
     ({"runs": 10 ** 5000}, r"'runs' must be a positive integer, got inf"),
+    ({"save_sizes": [10 ** 5000]}, r"'save_sizes' must list .* got \[inf\]"),
 ])
 def test_a_number_too_long_for_a_float_is_a_usage_error_not_a_crash(tmp_path, fields, match):
     """A hand edit's stray digits raised OverflowError (or ValueError past Python's limit on
@@ -565,7 +645,7 @@ def test_an_entry_keeps_the_node_id_of_the_test_that_saved_it(tmp_path):
     saved = save_baselines(path, "cpu", {"test_gen[p]": [mv()]}, versions={},
                            nodeids={"test_gen[p]": "a/test_x.py::test_gen[p]"})
     doc = json.loads(path.read_text())
-    assert doc["version"] == VERSION == 3
+    assert doc["version"] == VERSION >= 3
     assert doc["entries"]["test_gen[p]"]["output_tok_s"]["nodeid"] == "a/test_x.py::test_gen[p]"
     loaded = load_baselines(path, "cpu")
     assert loaded.get("test_gen[p]", "output_tok_s") == saved.get("test_gen[p]", "output_tok_s")
@@ -618,7 +698,7 @@ def test_version_2_entries_record_no_node_id_and_match_any_test_of_their_key(tmp
     save_baselines(path, "cpu", {"test_gen[p]": [mv(value=11.0)]}, versions={},
                    nodeids={"test_gen[p]": "b/test_x.py::test_gen[p]"})
     doc = json.loads(path.read_text())
-    assert doc["version"] == 3
+    assert doc["version"] == VERSION
     assert doc["entries"]["test_gen[p]"]["output_tok_s"]["nodeid"] == "b/test_x.py::test_gen[p]"
     assert "nodeid" not in doc["entries"]["test_gen[p]"]["accept_length"]
 

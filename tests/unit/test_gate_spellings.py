@@ -79,7 +79,7 @@ def cmp(name, now, then, tol, *, deterministic=False, n=16, seed=0):
     ours = tuple(now * math.exp(rng.gauss(0, 0.03)) for _ in range(n))
     theirs = tuple(then * math.exp(rng.gauss(0, 0.03)) for _ in range(3 * n))
     return compare_metric("t", MetricValue(name, statistics.median(ours), direction, 0.0, n, False, ours),
-                          BaselineEntry(statistics.median(theirs), direction, distribution=theirs, runs=3),
+                          BaselineEntry(statistics.median(theirs), direction, distribution=theirs, save_sizes=(n,) * 3),
                           tol)
 
 

@@ -201,10 +201,13 @@ def test_another_tests_entry_of_a_failed_test_does_not_stop_a_saving_merge(shard
     assert (kept["value"], kept["nodeid"]) == (90.0, entry["nodeid"])
 
 
-def test_a_saving_merge_run_again_after_another_runs_save_pools_its_figures_once(tmp_path):
+@pytest.mark.parametrize("samples", [(99.0, 101.0), (99.0, 100.0, 101.0)], ids=["equal", "unequal"])
+def test_a_saving_merge_run_again_after_another_runs_save_pools_its_figures_once(tmp_path, samples):
     """A saving merge interrupted (its figures saved) and run again after another run saved one
-    of its tests: the check compared the newest save only, so the merge's samples counted twice."""
-    write_shards(tmp_path, MetricValue("output_tok_s", 100.0, "higher", distribution=(99.0, 101.0)))
+    of its tests: the check compared the newest save only, so the merge's samples counted twice.
+    Where the other run saved fewer samples (unequal), the pool kept only as many of the merge's
+    as the other run's, so the rerun found no save of its samples and pooled them again."""
+    write_shards(tmp_path, MetricValue("output_tok_s", 100.0, "higher", distribution=samples))
     where = tmp_path / "baselines"
     assert saving_merge(tmp_path, where).returncode == 0
     test_id = nodeid(CASES[0]).split("::")[-1]
@@ -215,9 +218,10 @@ def test_a_saving_merge_run_again_after_another_runs_save_pools_its_figures_once
     assert done.returncode == 0, done.stdout + done.stderr
     entries = json.loads((where / "cpu.json").read_text())["entries"]
     kept = entries[test_id]["output_tok_s"]
-    assert (kept["runs"], kept["distribution"], kept["value"]) == (2, [99.0, 101.0, 89.0, 91.0], 90.0)
+    assert (kept["distribution"], kept["value"]) == ([*samples, 89.0, 91.0], 90.0)
+    assert kept["save_sizes"] == [len(samples), 2]
     other = entries[nodeid(CASES[1]).split("::")[-1]]["output_tok_s"]
-    assert (other["runs"], other["distribution"]) == (1, [99.0, 101.0])
+    assert (other["save_sizes"], other["distribution"]) == ([len(samples)], list(samples))
 
 
 def test_a_saving_merge_waits_for_a_held_lock_only_so_long(shards):
