@@ -217,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _baseline_folder_left(args: argparse.Namespace) -> str:
     """What an interrupted --save-baseline left in the baseline folder: each file is replaced
-    whole under its lock (baselines._atomic_write), so some may hold this merge's figures and
+    whole under its lock (whole_file.replace_text), so some may hold this merge's figures and
     others not; merging again pools no figure twice (BaselineEntry.is_save_of) and rewrites the
     durations, which it replaces rather than adds."""
     if not args.save_baseline:

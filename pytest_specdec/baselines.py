@@ -28,12 +28,9 @@ import datetime as _dt
 import difflib
 import errno
 import json
-from glob import escape as glob_escape
 import math
 import os
-import stat
 import subprocess
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
@@ -42,6 +39,7 @@ from . import json_text
 from .directions import METRIC_DIRECTIONS, Direction
 from .errors import SpecdecUsageError
 from .file_kind import refuse_special
+from .whole_file import remove_leftovers, replace_text
 
 if TYPE_CHECKING:
     from filelock import FileLock
@@ -633,7 +631,7 @@ def save_baselines(
     versions = collect_versions() if versions is None else versions
     date = date or _now()
     with locked(real, **(lock or {})):
-        _remove_torn_writes(real)
+        remove_leftovers(real)  # under the lock every save holds: a killed save's, never a live one's
         current = load_baselines(path, hardware_key, setter)
         for test_id in results:
             saved_by = other_test(current, test_id, (nodeids or {}).get(test_id))
@@ -663,7 +661,7 @@ def save_baselines(
         used = {e.fingerprint for ms in merged.values() for e in ms.values()}
         out = Baselines(hardware_key=hardware_key, entries=merged, path=path,
                         setups={d: p for d, p in setups.items() if d in used})
-        _atomic_write(real, json.dumps(out.to_json(), indent=2, sort_keys=True) + "\n")
+        replace_text(real, json.dumps(out.to_json(), indent=2, sort_keys=True) + "\n", durable=True)
     return out
 
 
@@ -696,61 +694,6 @@ def check_saveable(metric: MetricValue, test_id: str, path: Path) -> None:
         if value is not None and not math.isfinite(value):
             raise SpecdecUsageError(f"{test_id} {metric.name}: {what} is {value!r}, which a baseline "
                                     f"cannot hold; nothing was saved into {path}, which keeps its entries")
-
-
-def _remove_torn_writes(path: Path) -> None:
-    """Delete the temporary siblings (`_atomic_write`'s) that a save killed before its rename left
-    beside `path`. Called under the file's lock, which every writer of it holds from its temporary
-    file's creation to its rename: any such file there now is a dead save's, never a live one's."""
-    for torn in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
-        try:
-            torn.unlink()
-        except OSError:
-            pass
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    """Replace `path` with `text` atomically, keeping the file's mode (a new file gets the
-    usual mode under the umask, not mkstemp's private 0600)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, replacing_mode(path))
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:  # make the rename itself durable
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
-
-
-def replacing_mode(path: Path) -> int:
-    """The mode a file written beside `path` and renamed over it takes: `path`'s own, or a new
-    file's under the umask, never mkstemp's private 0600, which would hide it from the group."""
-    try:
-        return stat.S_IMODE(path.stat().st_mode)
-    except OSError:  # none there, or a link that leads nowhere (the rename replaces it): a new file
-        return 0o666 & ~_umask()
-
-
-def _umask() -> int:
-    mask = os.umask(0)  # the only portable way to read it is to set it
-    os.umask(mask)
-    return mask
 
 
 def left_out(failed: list[str], lossy: list[str], are: str = "") -> str:

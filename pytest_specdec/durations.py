@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from . import json_text
 from .errors import SpecdecUsageError
 from .file_kind import refuse_special
+from .whole_file import replace_text
 
 if TYPE_CHECKING:
     from .state import RunState
@@ -71,25 +72,23 @@ def save(path: str | Path, durations: Mapping[str, float],
     """Merge `durations` into the file (other configurations kept), atomically under a lock: the
     baseline folder's file, which every run and merge adds to; a broken one is a usage error
     (`load`), not overwritten. `lock`: `baselines.locked`'s timeout, setting and announce."""
-    from .baselines import _atomic_write, locked, through_links
+    from .baselines import locked, through_links
 
     path = through_links(Path(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     with locked(path, **(lock or {})):
         merged = {**load(path, remade_by), **_rounded(durations)}
-        _atomic_write(path, _document(merged))
+        replace_text(path, _document(merged), durable=True)
     return merged
 
 
 def write(path: str | Path, durations: Mapping[str, float]) -> dict[str, float]:
     """Replace the file with `durations` alone, atomically and with no lock file: a report's
     copy, which says what the run it belongs to took, not what earlier runs there did."""
-    from .baselines import _atomic_write
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     written = _rounded(durations)
-    _atomic_write(path, _document(written))
+    replace_text(path, _document(written), durable=True)
     return written
 
 

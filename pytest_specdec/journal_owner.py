@@ -10,13 +10,13 @@ next one. Callers hold the journal's file lock, so these steps never race each o
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 
 from . import liveness
 from .errors import SpecdecUsageError
 from .file_kind import refuse_special
+from .whole_file import replace_text
 from .write_failure import fix
 
 
@@ -63,24 +63,12 @@ def take(journal: Path, run: str, setting: str = "--specdec-journal") -> None:
     marker = marker_of(journal)
     try:
         if owner(marker)[0] != run:
-            _write_whole(marker, f"{run}\n{os.getpid()}\n")
+            replace_text(marker, f"{run}\n{os.getpid()}\n", durable=False)
         liveness.hold(marker)
     except OSError as exc:  # named as the marker, not as the temporary file the OS refused
         raise SpecdecUsageError(f"the results journal's run marker cannot be written, so this run cannot "
                                 f"journal its figures: {marker}: {exc.strerror or exc}; "
                                 f"{fix(exc, setting)}") from None
-
-
-def _write_whole(marker: Path, text: str) -> None:
-    """Replace `marker` with `text` through a temporary sibling, removed should the write fail."""
-    tmp = marker.with_name(f"{marker.name}.tmp.{os.getpid()}")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, marker)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
 
 
 __all__ = ["check_free", "marker_of", "owner", "take"]

@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 from xml.etree import ElementTree as ET
 
 from .report import ReportRow
+from .whole_file import replace_text
 
 
 def classname_of(nodeid: str) -> str:
@@ -64,11 +65,9 @@ def write(path: str | Path, rows: Sequence[ReportRow], *, name: str = "pytest-sp
           nodeids: Mapping[str, str] | None = None) -> Path:
     """Replace `path` with the XML of `rows`, staged in a temporary file and renamed into place
     as the report's other files are: a write killed midway leaves the earlier file, never half."""
-    from .baselines import _atomic_write
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, render(rows, name=name, nodeids=nodeids).decode("utf-8"))
+    replace_text(path, render(rows, name=name, nodeids=nodeids).decode("utf-8"), durable=True)
     return path
 
 

@@ -22,6 +22,7 @@ from filelock import FileLock
 from pytest_specdec import json_text
 from pytest_specdec.errors import SpecdecUsageError
 from pytest_specdec.file_kind import refuse_special
+from pytest_specdec.whole_file import replace_text
 
 MANIFEST = ".specdec-manifest.json"
 
@@ -235,6 +236,5 @@ def _unlisted(ref: str, e: Exception) -> str:
 
 def _write_manifest(local_dir: Path, ref: str, revision: str | None, files: Mapping[str, int]) -> None:
     local_dir.mkdir(parents=True, exist_ok=True)
-    tmp = local_dir / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps({"repo_id": ref, "revision": revision, "files": dict(files)}, indent=1))
-    os.replace(tmp, local_dir / MANIFEST)
+    replace_text(local_dir / MANIFEST, json.dumps({"repo_id": ref, "revision": revision, "files": dict(files)},
+                                                  indent=1), durable=False)

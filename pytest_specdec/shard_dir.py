@@ -16,12 +16,9 @@ A sharded run's `--specdec-report DIR` is its shard folder. Beside the usual rep
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
@@ -32,6 +29,7 @@ from .errors import SpecdecUsageError
 from .file_kind import refuse_special
 from .fingerprint import Fingerprint, run_setup
 from .shard import Shard, ShardPlan
+from .whole_file import replace_text, replace_with_copy
 
 if TYPE_CHECKING:
     from .run_limits import RunLimits
@@ -273,34 +271,13 @@ def baseline_identity(state: RunState) -> dict[str, Any]:
             "saves": bool(state.settings.save_baseline)}
 
 
-def _copy_whole(source: Path, target: Path) -> None:
-    """`source` copied over `target` through a temporary sibling renamed into place: a copy cut
-    short (a full disk) leaves the earlier copy whole, never a truncated journal to merge."""
-    from .baselines import replacing_mode
-
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        try:
-            os.fchmod(fd, replacing_mode(target))
-        finally:
-            os.close(fd)
-        shutil.copyfile(source, tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):  # the copy's own error is the one to tell
-            os.unlink(tmp)
-        raise
-
-
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _write(directory: Path, manifest: ShardManifest) -> None:
-    from .baselines import _atomic_write
-
     directory.mkdir(parents=True, exist_ok=True)
-    _atomic_write(directory / MANIFEST, json.dumps(manifest.to_json(), indent=2) + "\n")
+    replace_text(directory / MANIFEST, json.dumps(manifest.to_json(), indent=2) + "\n", durable=True)
 
 
 def start(plan: ShardPlan, state: RunState, directory: Path) -> ShardManifest:
@@ -371,7 +348,8 @@ def finish(manifest: ShardManifest, state: RunState, directory: Path, results: R
     journal = journal_path(state)
     # realpath: Path.resolve raised RuntimeError on a link loop there before Python 3.13
     if journal.exists() and os.path.realpath(journal) != os.path.realpath(directory / JOURNAL):
-        _copy_whole(journal, directory / JOURNAL)
+        # whole or not at all: a copy cut short (a full disk) leaves the earlier one for the merge
+        replace_with_copy(directory / JOURNAL, journal, durable=False)
     kept = {**(previous.durations if previous else {}), **durations}
     done = replace(manifest, finished=_now(), exitstatus=int(exitstatus),
                    tests=outcomes(results, manifest.plan), durations=kept,

@@ -573,11 +573,14 @@ def nothing_reported(state) -> str:
     """The end-of-run line of a run that wrote no report; it warns of an earlier run's files only
     where the folder holds some, which a reader would otherwise take for this run's."""
     from .shard_dir import JOURNAL, MANIFEST, folder
+    from .whole_file import is_temporary
 
     out = state.path(state.settings.report)
-    # a shard folder's manifest and journal are this run's, written as it started
+    # a shard folder's manifest and journal are this run's, written as it started; a temporary
+    # file a run killed mid-write left is no report a reader could take for this run's
     own = {MANIFEST, JOURNAL} if folder(state) is not None else set()
-    earlier = out.is_dir() and any(path.name not in own for path in out.iterdir())
+    earlier = out.is_dir() and any(path.name not in own and not is_temporary(path.name)
+                                   for path in out.iterdir())
     return (f"no report written to {out}: no test recorded figures or failed"
             + (" (what is there is an earlier run's)" if earlier else ""))
 

@@ -35,6 +35,7 @@ from typing import NoReturn
 
 from ..configuration import METHODS, is_speculative
 from ..servers.cleanup import parent_death_preexec
+from ..whole_file import replace_text
 from .cli import build_parser, parse_args, rejecting_parser
 from .logs import READY_LINE
 
@@ -180,10 +181,7 @@ def _own_flags_given(engine_flags: list[str]) -> list[str]:
 
 def _write_json(path: str, payload: dict) -> None:
     """Whole or not at all: an interrupted write leaves no half a file where a result was."""
-    target = Path(path)
-    partial = target.with_name(f".{target.name}.partial")
-    partial.write_text(json.dumps(payload, indent=2))
-    os.replace(partial, target)
+    replace_text(Path(path), json.dumps(payload, indent=2), durable=False)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ import os
 import sys
 from pathlib import Path
 
+from ..whole_file import replace_text
 from .openai_api import CHAT_TEMPLATE
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS
 
@@ -110,8 +111,6 @@ def export_cached(*, context_length: int, root: Path | None = None) -> Path:
     replaced atomically, so a reader, or an engine starting at the same time, never sees one half
     written.
     """
-    from ..baselines import _atomic_write
-
     files = tokenizer_files(context_length)
     digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
     directory = (cache_root() if root is None else root) / digest
@@ -119,7 +118,7 @@ def export_cached(*, context_length: int, root: Path | None = None) -> Path:
     for name, text in files.items():
         path = directory / name
         if not (path.is_file() and path.read_text(encoding="utf-8") == text):
-            _atomic_write(path, text)
+            replace_text(path, text, durable=True)
     return directory
 
 

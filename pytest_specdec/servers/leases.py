@@ -37,7 +37,6 @@ or where the run set it): how long a wait is worth depends on how long the confi
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import os
@@ -54,6 +53,7 @@ from filelock import FileLock
 
 from pytest_specdec.servers import gpu_memory
 from pytest_specdec.servers.host_claims import HostClaims
+from pytest_specdec.whole_file import replace_text
 
 LEASE_FILE = "gpu-leases.json"
 HISTORY_FILE = "lease-history.jsonl"
@@ -396,15 +396,10 @@ class GpuLeases:
     def _save(self, leases: Mapping[str, dict], waiters: Mapping[str, dict] | None = None) -> None:
         if waiters is None:
             waiters = self._load_book()[1]
-        tmp = self.path.with_suffix(f".tmp.{os.getpid()}")
-        try:
-            tmp.write_text(json.dumps({"inventory": list(self.inventory), "leases": leases, "waiters": waiters},
-                                      indent=1))
-            os.replace(tmp, self.path)
-        except BaseException:  # a full disk: the book stays as it was, and no half-written copy beside it
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
+        # a full disk: the book stays as it was, and no half-written copy beside it; a run's own
+        # bookkeeping, which a power cut ends with the run, so no fsync
+        replace_text(self.path, json.dumps({"inventory": list(self.inventory), "leases": leases,
+                                            "waiters": waiters}, indent=1), durable=False)
 
 
 def read_topology(timeout: float = 10.0) -> dict[tuple[int, int], str] | None:

@@ -73,7 +73,7 @@ def test_a_recording_test_whose_run_marker_the_disk_refuses_fails_in_one_line(py
     real_write_text = pathlib.Path.write_text
 
     def full_disk_for_the_marker(self, text, *args, **kwargs):
-        if self.name.startswith("journal.jsonl.run"):
+        if self.name.startswith(".journal.jsonl.run."):  # the marker's temporary sibling
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
         return real_write_text(self, text, *args, **kwargs)
 
@@ -85,4 +85,4 @@ def test_a_recording_test_whose_run_marker_the_disk_refuses_fails_in_one_line(py
                                  f"this run cannot journal its figures: {marker}: No space left on device; "
                                  f"free space there, or choose another --specdec-journal*"])
     shown = result.stdout.str()
-    assert "journal_owner.py" not in shown and "During handling" not in shown and ".tmp." not in shown
+    assert "journal_owner.py" not in shown and "During handling" not in shown and ".journal.jsonl.run." not in shown

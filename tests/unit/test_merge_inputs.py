@@ -910,14 +910,14 @@ def test_a_baseline_file_the_os_refuses_is_one_line_exit_2_and_keeps_the_earlier
             str(shards / "shard-2"), "--save-baseline", "--baseline-dir", str(folder)]
     assert cli.main(args) == 0
     saved = (folder / "cpu.json").read_text()
-    write = baselines_mod._atomic_write
+    write = baselines_mod.replace_text
 
-    def full(path, text):  # the baseline folder's disk is full; --out's is another
+    def full(path, text, **how):  # the baseline folder's disk is full; --out's is another
         if Path(path).parent == folder:
             raise OSError(28, "No space left on device")
-        write(path, text)
+        write(path, text, **how)
 
-    monkeypatch.setattr(baselines_mod, "_atomic_write", full)
+    monkeypatch.setattr(baselines_mod, "replace_text", full)
     capsys.readouterr()
     assert cli.main(args) == 2
     err = capsys.readouterr().err

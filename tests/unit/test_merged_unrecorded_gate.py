@@ -166,3 +166,15 @@ def test_a_shard_that_reported_nothing_does_not_call_its_own_manifest_an_earlier
     assert "earlier run" not in result.stdout.str()
     (project.path / "shard-2" / "results.json").write_text("{}")  # an earlier run's report: said
     assert "(what is there is an earlier run's)" in _shard(project, 2, "-k", "gamma").stdout.str()
+
+
+def test_a_shard_that_reported_nothing_does_not_call_a_killed_writes_leftover_an_earlier_runs(project):
+    """A shard killed while it rewrote shard.json left the hidden temporary copy beside it; the
+    next run of that shard that reported nothing said '(what is there is an earlier run's)' of
+    it, as of a report a reader could take for its own."""
+    _shard(project, 2, "-k", "gamma")
+    (project.path / "shard-2" / ".shard.json.k1ll3d.tmp").write_text('{"format": "pytest-specdec-sh')
+    result = _shard(project, 2, "-k", "gamma")
+    assert f"specdec: no report written to {project.path / 'shard-2'}: no test recorded figures or failed" \
+        in result.stdout.str()
+    assert "earlier run" not in result.stdout.str()

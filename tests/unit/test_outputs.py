@@ -668,11 +668,21 @@ def test_a_report_without_plots_is_written_whole_but_for_them(pytester, where):
     assert (pytester.path / "whole" / "plots" / "tokens_per_s.png").is_file()
 
 
+#: The conftest lines that make every file written whole into the baseline folder or the shard
+#: folder (baselines, durations, shard.json, junit.xml) meet a read-only folder.
+READ_ONLY_WHOLE_FILES = """
+for _module in (pytest_specdec.baselines, pytest_specdec.durations, pytest_specdec.junit, pytest_specdec.shard_dir):
+    _module.replace_text = _read_only
+"""
+
 #: A conftest whose report writer (or baseline writer) meets a full disk / a read-only folder.
 REFUSED_WRITES = """
 import errno
 import pytest_specdec.baselines
+import pytest_specdec.durations
+import pytest_specdec.junit
 import pytest_specdec.report
+import pytest_specdec.shard_dir
 
 
 def _full(*args, **kwargs):
@@ -684,8 +694,7 @@ def _read_only(*args, **kwargs):
 
 
 pytest_specdec.report.results_document = _full
-pytest_specdec.baselines._atomic_write = _read_only
-"""
+""" + READ_ONLY_WHOLE_FILES
 
 
 def test_outputs_the_os_refuses_name_the_fix_and_the_run_that_writes_them_again(pytester):
@@ -764,7 +773,7 @@ def test_a_journal_copy_cut_short_leaves_the_shard_folders_earlier_copy_whole(tm
     truncated journal there for the merge to read."""
     import shutil
 
-    from pytest_specdec import shard_dir
+    from pytest_specdec.whole_file import replace_with_copy
 
     source, target = tmp_path / "journal.jsonl", tmp_path / "shard" / "journal.jsonl"
     target.parent.mkdir()
@@ -777,11 +786,11 @@ def test_a_journal_copy_cut_short_leaves_the_shard_folders_earlier_copy_whole(tm
 
     monkeypatch.setattr(shutil, "copyfile", cut_short)
     with pytest.raises(OSError):
-        shard_dir._copy_whole(source, target)
+        replace_with_copy(target, source, durable=False)
     assert target.read_text() == "earlier line\n"
     assert [p.name for p in target.parent.iterdir()] == ["journal.jsonl"]
     monkeypatch.undo()
-    shard_dir._copy_whole(source, target)
+    replace_with_copy(target, source, durable=False)
     assert target.read_text() == source.read_text()
 
 
@@ -791,7 +800,7 @@ def test_a_journal_copied_into_the_shard_folder_has_the_mode_a_copy_gets_not_a_p
     could read, where a plain copy has the umask's mode, or the mode of the copy it replaces."""
     import stat
 
-    from pytest_specdec import shard_dir
+    from pytest_specdec.whole_file import replace_with_copy
 
     source = tmp_path / "journal.jsonl"
     source.write_text("a line\n")
@@ -802,8 +811,8 @@ def test_a_journal_copied_into_the_shard_folder_has_the_mode_a_copy_gets_not_a_p
     kept.chmod(0o640)
     mask = os.umask(0o022)
     try:
-        shard_dir._copy_whole(source, fresh)
-        shard_dir._copy_whole(source, kept)
+        replace_with_copy(fresh, source, durable=False)
+        replace_with_copy(kept, source, durable=False)
     finally:
         os.umask(mask)
     assert stat.S_IMODE(fresh.stat().st_mode) == 0o644
@@ -898,7 +907,7 @@ def test_a_shards_refused_report_names_the_shard_run_that_writes_it_again(pytest
     found nothing to write the report from."""
     pytester.makepyprojecttoml(CONFIGURED_PROJECT)
     pytester.makepyfile(test_figures=CONFIGURED_TEST)
-    pytester.makeconftest(REFUSED_WRITES.replace("pytest_specdec.baselines._atomic_write = _read_only", ""))
+    pytester.makeconftest(REFUSED_WRITES.replace(READ_ONLY_WHOLE_FILES, ""))
     shard = ("--specdec-shard=1/1", "--specdec-report=shard-1")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *shard)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
