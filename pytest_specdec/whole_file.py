@@ -42,7 +42,10 @@ def replace_with_copy(path: Path, source: Path, *, durable: bool) -> None:
 
 
 def _replace(path: Path, fill: Callable[[Path], object], durable: bool) -> None:
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise _naming(exc, path) from None
     tmp = Path(name)
     try:
         try:
@@ -53,13 +56,22 @@ def _replace(path: Path, fill: Callable[[Path], object], durable: bool) -> None:
         if durable:
             _fsync(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):  # the write's own error is the one to tell
             tmp.unlink()
+        if isinstance(exc, OSError) and exc.filename == name:
+            raise _naming(exc, path) from None
         raise
     if durable:  # make the rename itself durable; a folder that refuses it still has the file
         with contextlib.suppress(OSError):
             _fsync(path.parent)
+
+
+def _naming(exc: OSError, path: Path) -> OSError:
+    """`exc` about the file being replaced: callers name `exc.filename` in their one-line
+    messages, and a hidden random temporary name tells the user nothing."""
+    exc.filename = str(path)
+    return exc
 
 
 def _fsync(path: Path) -> None:

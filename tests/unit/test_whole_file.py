@@ -69,6 +69,23 @@ def test_the_error_is_the_os_own_unchanged(earlier, monkeypatch):
     assert caught.value.strerror == os.strerror(errno.ENOSPC)
 
 
+def _refused_mkstemp(*, dir, prefix, suffix):
+    raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.path.join(dir, f"{prefix}x1y2{suffix}"))
+
+
+@pytest.mark.parametrize("where, stand_in", [
+    ((Path, "write_text"), _full_disk_write),  # the temporary file's bytes
+    (("tempfile.mkstemp",), _refused_mkstemp),  # a folder that refuses new files
+])
+def test_the_error_names_the_file_replaced_not_its_hidden_temporary(earlier, monkeypatch, where, stand_in):
+    """Callers name `filename` in their one-line messages: a random hidden name would tell the
+    user nothing about which file the run could not write."""
+    monkeypatch.setattr(*where, stand_in)
+    with pytest.raises(OSError) as caught:
+        replace_text(earlier, "later\n", durable=False)
+    assert caught.value.filename == str(earlier)
+
+
 def test_a_copy_cut_short_leaves_the_earlier_file_whole_and_nothing_beside_it(earlier, monkeypatch):
     source = earlier.parent / "source" / "new.jsonl"
     source.parent.mkdir()
