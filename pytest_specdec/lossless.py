@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .configuration import MatrixCase
+from .token_ids import TokenIds
 
 MODES = ('"exact"', '"prefix:N"', '"off"')
 CONTEXT_TOKENS = 6  # tokens of each continuation a failure message shows
@@ -75,15 +76,21 @@ class Outputs:
     counted it (None where it did not say; the whole field None in records of earlier
     releases): a workload with `truncate = true` cuts a prompt to each server's context length,
     so two configurations may have continued different prompts, whose outputs prove nothing.
+
+    `tokens` may be given as any sequences; they are held as `TokenIds` (one flat array), as
+    every greedy test's outputs stay in memory to the run's end.
     """
 
-    tokens: tuple[tuple[int, ...] | None, ...]
+    tokens: TokenIds
     texts: tuple[str, ...]
     prompt_tokens: tuple[int | None, ...] | None = None
     spans: tuple[int, tuple[int | None, ...]] | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tokens", TokenIds.of(self.tokens))  # frozen: set once, here
+
     def to_json(self) -> dict[str, Any]:
-        obj: dict[str, Any] = {"tokens": [None if t is None else list(t) for t in self.tokens],
+        obj: dict[str, Any] = {"tokens": self.tokens.to_json(),
                                "texts": list(self.texts)}
         if self.prompt_tokens is not None:
             obj["prompt_tokens"] = list(self.prompt_tokens)
@@ -102,7 +109,7 @@ class Outputs:
         if not obj:
             return None
         sizes, spans = obj.get("prompt_tokens"), obj.get("spans")
-        return cls(tuple(None if t is None else tuple(int(i) for i in t) for t in obj["tokens"]),
+        return cls(TokenIds.of(None if t is None else (int(i) for i in t) for t in obj["tokens"]),
                    tuple(str(s) for s in obj["texts"]),
                    None if sizes is None else tuple(None if n is None else int(n) for n in sizes),
                    None if not spans else (int(spans["tokens"]),
@@ -221,26 +228,28 @@ def compare(config: str, outputs: Outputs, reference: str, expected: Outputs,
                           prompt_sizes=other[1])
     found: list[tuple[int, int, str, Sequence[Any], Sequence[Any], str | None]] = []
     for index, (want_ids, got_ids, want_text, got_text) in enumerate(
-            zip(expected.tokens, outputs.tokens, expected.texts, outputs.texts)):
+            zip(expected.tokens.arrays(), outputs.tokens.arrays(), expected.texts, outputs.texts)):
+        want: Sequence[Any]
+        got: Sequence[Any]
         if want_ids is not None and got_ids is not None:
-            want, got, unit = list(want_ids), list(got_ids), "token"
+            want, got, unit = want_ids, got_ids, "token"
         else:
-            want, got, unit = list(want_text), list(got_text), "character"
+            want, got, unit = want_text, got_text, "character"
         span = None
         if exactness.mode == "prefix":
             cut = exactness.prefix
             if unit == "character":
                 cut, span = _text_cut(index, outputs, expected, cut)
             want, got = want[:cut], got[:cut]
-        position = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b),
-                        None if len(want) == len(got) else min(len(want), len(got)))
-        if position is not None:
-            found.append((index, position, unit, want[position:], got[position:], span))
+        if want == got:  # compared whole, before any id or character is looked at one by one
+            continue
+        position = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b), min(len(want), len(got)))
+        found.append((index, position, unit, want, got, span))
     if not found:
         return None
     index, position, unit, want, got, span = found[0]
-    return Divergence(config, reference, index, position, unit, want, got, len(found),
-                      min(len(expected.texts), len(outputs.texts)), span=span)
+    return Divergence(config, reference, index, position, unit, list(want[position:]), list(got[position:]),
+                      len(found), min(len(expected.texts), len(outputs.texts)), span=span)
 
 
 def _text_cut(index: int, outputs: Outputs, expected: Outputs, prefix: int) -> tuple[int, str]:
@@ -264,7 +273,7 @@ def uncounted(outputs: Outputs, expected: Outputs, exactness: Exactness) -> int:
     checked less than asked, which the run must say."""
     if exactness.mode != "prefix":
         return 0
-    return sum(1 for index, (want_ids, got_ids) in enumerate(zip(expected.tokens, outputs.tokens))
+    return sum(1 for index, (want_ids, got_ids) in enumerate(zip(expected.tokens.arrays(), outputs.tokens.arrays()))
                if (want_ids is None or got_ids is None) and expected.span(index, exactness.prefix) is None
                and outputs.span(index, exactness.prefix) is None)
 
