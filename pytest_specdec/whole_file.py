@@ -49,12 +49,13 @@ def _replace(path: Path, fill: Callable[[Path], object], durable: bool) -> None:
     tmp = Path(name)
     try:
         try:
+            fill(tmp)  # by name, as a plain write or copy would: its errors are the ones to tell
+            # the file's mode only once filled: a read-only one's (0444) would refuse the filling
             os.fchmod(fd, replacing_mode(path))
+            if durable:
+                os.fsync(fd)  # mkstemp's descriptor: whatever the mode, it can flush the file
         finally:
             os.close(fd)
-        fill(tmp)  # by name, as a plain write or copy would: its errors are the ones to tell
-        if durable:
-            _fsync(tmp)
         os.replace(tmp, path)
     except BaseException as exc:
         with contextlib.suppress(OSError):  # the write's own error is the one to tell

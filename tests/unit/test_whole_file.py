@@ -170,3 +170,34 @@ def test_leftovers_of_a_killed_write_are_removed_and_no_other_files(tmp_path):
     remove_leftovers(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [other.name, "cpu.json"]
 
+
+
+@pytest.mark.parametrize("replace", [
+    lambda path, source: replace_text(path, "later\n", durable=True),
+    lambda path, source: replace_with_copy(path, source, durable=True),
+])
+def test_a_read_only_file_is_replaced_as_the_folder_allows(earlier, monkeypatch, replace):
+    """A file of mode 0444 (a baseline a user protected from edits) is replaced where its folder
+    is writable, as a rename allows: the temporary file takes the file's mode only once filled,
+    or its owner could not write it (root writes anyway, so the test watches the mode it is
+    filled under)."""
+    earlier.chmod(0o444)
+    source = earlier.parent / "source.jsonl"
+    source.write_text("later\n")
+    modes = []
+    write_text, copyfile = Path.write_text, shutil.copyfile
+
+    def watched_write(self, *args, **kwargs):
+        modes.append(stat.S_IMODE(self.stat().st_mode))
+        return write_text(self, *args, **kwargs)
+
+    def watched_copy(src, dst, *args, **kwargs):
+        modes.append(stat.S_IMODE(Path(dst).stat().st_mode))
+        return copyfile(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", watched_write)
+    monkeypatch.setattr(shutil, "copyfile", watched_copy)
+    replace(earlier, source)
+    assert len(modes) == 1 and modes[0] & stat.S_IWUSR, oct(modes[0])
+    assert earlier.read_text() == "later\n"
+    assert stat.S_IMODE(earlier.stat().st_mode) == 0o444
