@@ -136,6 +136,9 @@ class BaselineEntry:
     #: POOLED_RUNS saves; they sum to its length); () with no samples, one save where not given
     save_sizes: tuple[int, ...] = ()
     nodeid: str | None = None  # the pytest node id of the test that saved it; None: not recorded
+    #: `save_sizes` inferred from a count of saves (`former_save_sizes`), not recorded: only the
+    #: newest save's place, at the end of the samples, is known (`is_save_of`); never written
+    sizes_guessed: bool = field(default=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.save_sizes and self.distribution:
@@ -188,7 +191,11 @@ class BaselineEntry:
                     and (back > 0 or self.value == newer.value)):
                 return True
             end -= size
-        return False
+        # a version-3 entry's guessed boundaries may cut its newest save, which lies at the end
+        # of its samples with the entry's value, as the release that saved it looked for it
+        n = len(newer.distribution)
+        return (self.sizes_guessed and self.value == newer.value and n <= len(self.distribution)
+                and self.distribution[len(self.distribution) - n:] == newer.distribution)
 
     @property
     def calibrated(self) -> bool:
@@ -295,6 +302,7 @@ class BaselineEntry:
             fingerprint=fingerprint,
             distribution=tuple(float(v) for v in distribution),
             cpu_share=cpu_share, save_sizes=tuple(save_sizes), nodeid=nodeid,
+            sizes_guessed="save_sizes" not in obj and runs > 1,
         )
 
 

@@ -508,6 +508,27 @@ def test_version_3_entries_read_their_saves_and_are_rewritten_in_this_version(tm
     assert kept["ttft_ms"]["save_sizes"] == list(sizes) and "runs" not in kept["ttft_ms"]
 
 
+@pytest.mark.parametrize("older, newest", [
+    ((0.9, 1.1, 1.05), (1.9, 2.1)),  # 5 samples of 2 saves: read as one save
+    ((0.9,), (1.9, 2.1, 2.05)),  # 4 samples of 2 saves: read as two of 2, the newest cut in two
+])
+def test_the_newest_save_of_a_version_3_entry_saved_again_is_pooled_once(tmp_path, older, newest):
+    """A merge saved by an earlier release and run again after the upgrade: version 3 kept no save
+    sizes, but its newest save lies at the end of the samples, with the entry's value, as that
+    release found it; guessed boundaries missed it and pooled its samples a second time."""
+    path = tmp_path / "cpu.json"
+    key = "test_generation[ddtree-tp1-b16-chat]"
+    entry = {"value": newest[0], "direction": "lower", "distribution": [*older, *newest], "runs": 2,
+             "nodeid": TID, "fingerprint": "f1"}
+    path.write_text(json.dumps({"format": FORMAT, "version": 3, "hardware_key": "cpu",
+                                "entries": {key: {"tpot_ms": entry}}}))
+    before = load_baselines(path, "cpu").get(key, "tpot_ms")
+    save_baselines(path, "cpu", {key: [MetricValue("tpot_ms", newest[0], "lower", distribution=newest)]},
+                   versions={}, fingerprints={key: "f1"}, nodeids={key: TID})
+    after = load_baselines(path, "cpu").get(key, "tpot_ms")
+    assert after.distribution == before.distribution == (*older, *newest)
+
+
 def test_save_refuses_to_overwrite_a_foreign_file(tmp_path):
     path = tmp_path / "cpu.json"
     save_baselines(path, "nvidia-h200-sm_90-x8", {"a": [mv()]}, versions={})
