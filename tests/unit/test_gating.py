@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from lock_support import held_by_another_process
+from pytest_specdec.baselines import VERSION
 
 MEASURED = """from pytest_specdec.metrics import RequestRecord, WorkloadResult, summarize
 
@@ -474,9 +475,10 @@ def test_gate_power_reads_the_red_and_noisy_verdicts_a_run_writes(pytester, monk
 def test_the_journal_and_the_baseline_keep_the_figures_samples(pytester, monkeypatch):
     save_then_run(pytester, monkeypatch, tok_s=100.0)
     doc = json.loads((pytester.path / "baselines" / "cpu.json").read_text())
-    assert doc["version"] == 3
+    assert doc["version"] == VERSION
     entry = doc["entries"]["test_figures"]["output_tok_s"]
-    assert set(entry) >= {"value", "distribution", "cpu_share"}
+    assert set(entry) >= {"value", "distribution", "cpu_share", "save_sizes"}
+    assert sum(entry["save_sizes"]) == len(entry["distribution"])
     assert entry["nodeid"] == "test_figures.py::test_figures"
 
 
