@@ -35,7 +35,6 @@ commit (all layers) at B8-L8k-T17 with CUDA's sync-debug mode set to error.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import datetime
@@ -45,10 +44,13 @@ import statistics
 import sys
 import time
 
+from .arguments import L2_FLUSH_MODES, bench_parser
+
 if __name__ == "__main__":  # without torch the import below would end in a traceback, not one line
     from .command_line import require
 
-    require("python -m specdec_kernels.bench", "torch")  # triton once a mode times kernels (main)
+    require("python -m specdec_kernels.bench", "torch",  # triton once a mode times kernels (main)
+            parser=lambda: bench_parser(__doc__.split("\n")[0]))
 
 import torch
 
@@ -121,9 +123,6 @@ def quick_shapes(head_dims=HEAD_DIMS) -> list[Shape]:
         shapes += [Shape(1, 17, 24, 4, 256, 8192), Shape(8, 17, 24, 4, 256, 8192), Shape(8, 17, 24, 4, 256, 32768),
                    Shape(1, 65, 24, 4, 256, 32768), Shape(8, 17, 6, 1, 256, 8192), Shape(32, 9, 3, 1, 256, 8192)]
     return shapes
-
-
-L2_FLUSH_MODES = ("read", "zero")
 
 
 @contextlib.contextmanager
@@ -677,9 +676,6 @@ def goal_summary(rows) -> dict:
     return summary
 
 
-DEFAULT_FLEX = "B8-T16-H32/8/128-L8192,B8-T17-H32/8/128-L8192"
-
-
 def _compile_one(shape: Shape) -> None:
     from .tree_verify_triton import tree_verify_attention_triton
 
@@ -750,28 +746,7 @@ def write_table(rows, markdown: str | None, title: str, footer: str = "") -> int
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specdec_kernels.bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a few shapes of each head dim instead of the grid")
-    parser.add_argument("--head-dims", default="128,256", help="comma-separated head dims of the grid (128, 256)")
-    parser.add_argument("--flex", default=DEFAULT_FLEX,
-                        help="comma-separated shape names to also time FlexAttention on ('all', 'none')")
-    parser.add_argument("--sglang", default="auto",
-                        help="comma-separated shape names to also time SGLang's tree-verify path on ('all', 'none'; "
-                             "default 'auto': all where its kernels import, see scripts/pack-sglang.sh)")
-    parser.add_argument("--max-seconds", type=float, default=1e9,
-                        help="stop starting new shapes this many seconds after the start (warm compile included)")
-    parser.add_argument("--no-sdpa", action="store_true", help="time the kernel alone (no SDPA baseline)")
-    parser.add_argument("--shapes", help="comma-separated shape names of the grid to run (default: all)")
-    parser.add_argument("--list-shapes", action="store_true", help="print the grid's shape names and exit")
-    parser.add_argument("--l2-flush", choices=L2_FLUSH_MODES, default="read",
-                        help="how L2 is flushed before each timed replay (see l2_flush; default: read)")
-    parser.add_argument("--warm", type=int, default=0, metavar="N",
-                        help="compile the shapes' kernels in N processes first (Triton's cache serves the run)")
-    parser.add_argument("--json", help="write every row as JSON here")
-    parser.add_argument("--markdown", help="write the table here")
-    parser.add_argument("--table-from", metavar="ROWS.jsonl",
-                        help="render the table of rows saved one JSON object a line (a bench run's verify.jsonl, "
-                             "e.g. of a run cut short) and exit; no GPU needed")
+    parser = bench_parser(__doc__.split("\n")[0])
     args = parser.parse_args(argv)
     if args.table_from:
         try:

@@ -179,12 +179,8 @@ def summary(rows) -> dict:
             "x_flex_median": sorted(r["x_flex"] for r in ran)[len(ran) // 2] if ran else None}
 
 
-def main(argv=None) -> int:
-    from .command_line import require
-
-    require("python -m specdec_kernels.flex_sweep", "torch", "triton")
-    from .bench import run_shapes
-
+def _parser() -> argparse.ArgumentParser:
+    """The command line's arguments (built before torch imports: ``--help`` needs none)."""
     parser = argparse.ArgumentParser(prog="python -m specdec_kernels.flex_sweep", description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="directory for flex.jsonl (appended) and the GPU lock")
     parser.add_argument("--quick", action="store_true", help="a few shapes of each head dim instead of the grid")
@@ -192,6 +188,16 @@ def main(argv=None) -> int:
     parser.add_argument("--processes", type=int, default=14, help="worker processes compiling at once (default 14)")
     parser.add_argument("--resume", action="store_true",
                         help="keep the rows OUT/flex.jsonl holds already and time only the shapes it lacks")
+    return parser
+
+
+def main(argv=None) -> int:
+    from .command_line import require
+
+    require("python -m specdec_kernels.flex_sweep", "torch", "triton", parser=_parser, argv=argv)
+    from .bench import run_shapes
+
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.processes < 1:
         parser.error(f"--processes takes a positive count, not {args.processes}")

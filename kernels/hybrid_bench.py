@@ -33,21 +33,23 @@ read):
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
 import json
 import math
 import sys
 
+from .arguments import hybrid_bench_parser
+
 if __name__ == "__main__":  # without torch the import below would end in a traceback, not one line
     from .command_line import require
 
-    require("python -m specdec_kernels.hybrid_bench", "torch", "triton")
+    require("python -m specdec_kernels.hybrid_bench", "torch", "triton",
+            parser=lambda: hybrid_bench_parser(__doc__.split("\n")[0]))
 
 import torch
 
-from .bench import L2_FLUSH_MODES, l2_flush, measure_ceilings, random_best_first_parents, time_in_graph, verdict
+from .bench import l2_flush, measure_ceilings, random_best_first_parents, time_in_graph, verdict
 
 ROW_TOLERANCE_BF16 = 3e-2
 # The bandwidth goal: this fraction of the copy bandwidth at this batch and above.
@@ -336,14 +338,7 @@ def format_table(rows) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specdec_kernels.hybrid_bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a few shapes instead of the per-GPU grid")
-    parser.add_argument("--no-alternative", action="store_true", help="skip the torch per-node recurrence")
-    parser.add_argument("--sweep", action="store_true",
-                        help="first time the tree-delta tiles of SWEEP_TILES, then run the table with the fastest")
-    parser.add_argument("--l2-flush", choices=L2_FLUSH_MODES, default="read")
-    parser.add_argument("--json", help="write every row as JSON here")
-    parser.add_argument("--markdown", help="write the table here")
+    parser = hybrid_bench_parser(__doc__.split("\n")[0])
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA GPU found: the hybrid benchmark needs one", file=sys.stderr)

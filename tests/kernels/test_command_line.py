@@ -26,6 +26,20 @@ def test_a_command_line_without_torch_says_what_to_install_in_one_line(command, 
                                  f"extra, and torch is not installed: pip install torch"), run.stderr
 
 
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+@pytest.mark.parametrize("command", ["bench", "hybrid_bench", "flex_sweep", "compile_check"])
+def test_a_command_lines_help_needs_no_torch(command, flag, tmp_path):
+    """`--help` got the one line saying to install torch instead of the help: asking what a
+    command takes needs none of what running it does."""
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['torch'] = None\n")
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    run = subprocess.run([sys.executable, "-m", f"specdec_kernels.{command}", flag], cwd=tmp_path,
+                         env=dict(os.environ, PYTHONPATH=path), capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith(f"usage: python -m specdec_kernels.{command} "), run.stdout
+    assert run.stderr == "", run.stderr
+
+
 @pytest.mark.parametrize("args", [["--list-shapes"], ["--table-from", "rows.jsonl"]], ids=["list-shapes", "table-from"])
 def test_the_benchs_modes_without_a_gpu_need_no_triton(args, tmp_path):
     """Listing the grid and rendering a saved run's rows (`--table-from`: "no GPU needed") import
