@@ -144,10 +144,11 @@ def _close_watchdog() -> None:
     to the exit itself, it is a subprocess still running and an unclosed pipe (ResourceWarnings
     under `-X dev`), and a zombie until the parent is gone."""
     global _watchdog
-    proc = _watchdog
-    if proc is None or _watchdog_owner != os.getpid():  # a forked child's copy is not its own to end
-        return
-    _watchdog = None
+    with _lock:  # a register on another thread must not write to the pipe this closes
+        proc = _watchdog
+        if proc is None or _watchdog_owner != os.getpid():  # a forked child's copy is not its own to end
+            return
+        _watchdog = None
     try:
         proc.stdin.close()
     except OSError:

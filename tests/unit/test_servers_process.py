@@ -446,6 +446,56 @@ def test_a_process_that_started_servers_exits_without_leaving_its_watchdog(tmp_p
     assert wait_gone([watchdog_pid]) == []
 
 
+class _SlowPipe:
+    """A watchdog's stdin whose write waits for `proceed`, saying whether it was closed meanwhile."""
+
+    def __init__(self):
+        self.writing, self.proceed = threading.Event(), threading.Event()
+        self.closed = False
+        self.closed_during_write = None
+
+    def write(self, text):
+        self.writing.set()
+        self.proceed.wait(10)
+        self.closed_during_write = self.closed
+
+    def flush(self):
+        pass
+
+    def close(self):
+        self.closed = True
+
+
+class _FakeWatchdog:
+    def __init__(self):
+        self.stdin = _SlowPipe()
+
+    def poll(self):
+        return None
+
+    def wait(self, timeout=None):
+        return 0
+
+
+def test_the_exits_watchdog_close_waits_for_a_registration_writing_to_it(monkeypatch):
+    """The atexit close took the watchdog without the registry's lock: a registration on another
+    thread, midway through its write, had the pipe closed under it."""
+    fake = _FakeWatchdog()
+    monkeypatch.setattr(cleanup, "_watchdog", fake)
+    monkeypatch.setattr(cleanup, "_watchdog_owner", os.getpid())
+    late = threading.Thread(target=cleanup.unregister, args=(999_999,))
+    late.start()
+    assert fake.stdin.writing.wait(10)
+    closing = threading.Thread(target=cleanup._close_watchdog)
+    closing.start()
+    closing.join(0.5)  # unlocked, the close is done by now
+    fake.stdin.proceed.set()
+    late.join(10)
+    closing.join(10)
+    assert fake.stdin.closed_during_write is False
+    assert fake.stdin.closed and cleanup._watchdog is None
+
+
 def test_a_health_watchdog_verdict_during_warmup_is_a_hang(tmp_path):
     stuck = (sys.executable, "-c", "import time; print('[TP0] Health check failed. Server couldn\\'t get a "
              "response from detokenizer for last 20 seconds.', flush=True); time.sleep(60)")
