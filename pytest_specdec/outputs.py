@@ -56,14 +56,15 @@ def linked(path: Path, option: str) -> Path:
         raise SpecdecUsageError(f"baseline file {path} cannot be saved into: {unwritable(exc, path, option)}") from None
 
 
-def _dead_end(link: Path) -> str:
+def _dead_end(link: Path) -> str | None:
     """Why the symbolic link `link` leads to no folder: `exists()` says False as for a folder yet
-    to make, but making it fails (at the end of the run, after the benchmark)."""
+    to make, but making it fails (at the end of the run, after the benchmark). None where it leads
+    somewhere after all: its target was made since `exists()` looked."""
     try:
         os.stat(link)
     except OSError as exc:
         return "its target is missing" if exc.errno == errno.ENOENT else exc.strerror or str(exc)
-    return "it leads nowhere"  # made meanwhile: the next look finds it
+    return None
 
 
 def check_artifacts(state: RunState) -> None:
@@ -93,10 +94,12 @@ def check_folder(folder: Path, what: str, option: str) -> None:
     try:
         while not existing.exists() and existing != existing.parent:
             if existing.is_symlink():  # a link loop or a link to nothing: no folder can be made there
+                dead_end = _dead_end(existing)
+                if dead_end is None:  # its target was made meanwhile: checked as any folder on the way
+                    break
                 where = "it" if existing == folder else existing
                 raise SpecdecUsageError(f"{what} {folder} cannot be created: {where} is a symbolic link that "
-                                        f"cannot be followed ({_dead_end(existing)}); remove or repoint the "
-                                        f"link, or {fix}")
+                                        f"cannot be followed ({dead_end}); remove or repoint the link, or {fix}")
             existing = existing.parent
     except OSError as exc:  # a name too long, a folder on the way that cannot be searched
         raise SpecdecUsageError(f"{what} {folder} cannot be looked up ({exc.strerror or exc}); {fix}") from None

@@ -888,6 +888,23 @@ def test_a_shard_folders_journal_turned_link_loop_during_the_run_is_replaced_by_
     assert not copy.is_symlink() and copy.read_text() == (pytester.path / "own.jsonl").read_text()
 
 
+def test_a_folder_link_whose_target_is_made_while_it_is_checked_is_a_folder_not_a_dead_end(tmp_path, monkeypatch):
+    """A link whose target appeared between `exists()` and the look at why it leads nowhere stopped
+    the run saying it 'cannot be followed (it leads nowhere)': it leads to the folder just made."""
+    link, target = tmp_path / "baselines", tmp_path / "elsewhere"
+    link.symlink_to(target)
+    is_symlink = Path.is_symlink
+
+    def made_meanwhile(path):
+        if path == link:
+            target.mkdir(exist_ok=True)
+        return is_symlink(path)
+
+    monkeypatch.setattr(Path, "is_symlink", made_meanwhile)
+    outputs.check_folder(link / "sub", "baseline folder", "--specdec-baseline-dir")
+    assert target.is_dir()
+
+
 def test_a_baseline_folder_turned_link_to_nothing_is_named_a_link_not_a_file(tmp_path):
     """mkdir's 'File exists' for a link to nowhere read as a file in the way, which moving aside fixes
     only by chance: the link is what to remove or repoint."""
