@@ -127,6 +127,24 @@ def test_a_broken_durations_file_stops_an_unsharded_save_before_the_run(pytester
     assert_usage_error(run(pytester, "--specdec-save-baseline"), message)
 
 
+@pytest.mark.parametrize("folder, loop, args, message", [
+    ("baselines", "durations.json", ["--specdec-save-baseline"],
+     "durations file */baselines/durations.json cannot be read: it is a symbolic link loop (Too many levels of "
+     "symbolic links); remove or repoint the link (this run writes it again when it ends)"),
+    ("baselines/cpu", "cpu", ["--specdec-shard", "1/2"],
+     "durations file */baselines/cpu/durations.json cannot be read: a folder on its path is a symbolic link loop "
+     "(Too many levels of symbolic links); remove or repoint the link (a run with --specdec-save-baseline, or a "
+     "merge with --save-baseline, writes it again)"),
+], ids=["file", "folder"])
+def test_a_durations_file_in_a_link_loop_says_so_and_that_the_link_is_the_fix(pytester, folder, loop, args, message):
+    """A loop read 'cannot be read: Too many levels of symbolic links; fix or delete it': nothing
+    said a link was in the way, and no content fixes it."""
+    pytester.makepyprojecttoml(f'[tool.specdec]\nbaseline_dir = "{folder}"\n')
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / loop).symlink_to(loop)
+    assert_usage_error(run(pytester, *args), message)
+
+
 def test_a_broken_durations_file_stops_a_sharded_run_saying_what_writes_it_again(pytester):
     """A sharded run only reads it (to balance its shards); a save, or a merge's save, writes it."""
     pytester.makepyprojecttoml("[tool.specdec]\n")
