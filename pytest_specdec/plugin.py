@@ -610,25 +610,26 @@ class Controller:
         starts with a newline of its own (-v's test line, the summary), so no blank line comes
         between; where it starts with the file's name, that name is written when the next test
         starts (`pytest_runtest_logstart`), so none stands alone with nothing after it. The
-        `open_end` line, the last at the loop's end, is left open as pytest leaves its `[100%]`,
-        except under xdist, whose workers write to the terminal after the loop."""
+        `open_end` line, the last at the loop's end, is left open as pytest leaves its `[100%]`.
+        Under xdist every line is ended at once: its workers write straight to the terminal."""
         reporter.ensure_newline()
         writer = getattr(reporter, "_tw", None)
         if writer is not None and writer.width_of_current_line:  # letters name no file to end (-q, xdist)
             writer.line()
-        # xdist's workers end after the loop, writing straight to the terminal (pytest-benchmark's
-        # warning that xdist disables it): the last line, left open, would take their words, so
-        # there it is ended, though a blank line then comes before the summary
-        workers_end_after = open_end and self.config.pluginmanager.has_plugin("dsession")
-        if writer is not None and open_end and not workers_end_after:
+        # xdist's workers write straight to the terminal as each ends (pytest-benchmark's warning that
+        # xdist disables it), one with no tests left while others run: a line left open would take
+        # their words, so there each is ended, though a blank line then comes before the summary, and
+        # under -v before the next test's name
+        xdist = self.config.pluginmanager.has_plugin("dsession")
+        if writer is not None and open_end and not xdist:
             writer.write(line)  # ended by the terminal's session end, as its `[100%]` is
-        elif writer is not None and self.config.get_verbosity() > 0:
+        elif writer is not None and self.config.get_verbosity() > 0 and not xdist:
             writer.write(line)
             reporter.currentfspath = -2  # pytest's mark of a line to end before its next
         else:
             reporter.write_line(line)
-            self._file_to_name = bool(reporter.showfspath)
-            if writer is not None and workers_end_after:
+            self._file_to_name = bool(reporter.showfspath) and self.config.get_verbosity() <= 0
+            if writer is not None and xdist:
                 writer.flush()  # before the workers' stderr, which is not buffered with it
 
     @hookimpl(tryfirst=True)  # before the terminal's, which would end an empty line first

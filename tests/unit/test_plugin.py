@@ -450,8 +450,9 @@ def test_the_header_details_are_written_under_xdist_too(pytester: pytest.Pyteste
 def test_under_xdist_the_last_progress_line_ends_before_the_workers_write(pytester: pytest.Pytester):
     """xdist's workers end after the loop and write straight to the terminal: pytest-benchmark's
     warning that xdist disables it came on the same line as the last `specdec [i/n]` progress
-    line, left open for the terminal's session end to end. Here each worker writes once the
-    controller is finishing (its conftest marks that), as late as pytest-benchmark's warning."""
+    line, left open for the terminal's session end to end (under -v every progress line was left
+    open, and a worker with no tests left ends while the others run). Here each worker writes once
+    the controller is finishing (its conftest marks that), as late as pytest-benchmark's warning."""
     pytest.importorskip("xdist")
     pytester.makepyprojecttoml("[tool.specdec]\nbackend = 'embedded'\n[tool.specdec.matrix.cpu]\n"
                                "methods = ['ar', 'dflash']\n")
@@ -483,7 +484,7 @@ def pytest_unconfigure(config):
     import subprocess
     import sys
 
-    for verbosity in ("-q", "-rN"):  # -v's lines are left open as pytest leaves its own there
+    for verbosity in ("-q", "-rN", "-v"):
         (pytester.path / "controller-finishing").unlink(missing_ok=True)
         # one unbuffered stream, as a terminal shows the workers' stderr among the controller's lines
         run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "xdist", "-n", "2",
@@ -491,7 +492,8 @@ def pytest_unconfigure(config):
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
         lines = run.stdout.splitlines()
         assert run.returncode == 0 and lines.count("a worker's last words") == 2, run.stdout
-        assert [line for line in lines if line.startswith("specdec [2/2] ")][-1].endswith(":"), run.stdout
+        progress = [line for line in lines if line.startswith("specdec [")]
+        assert len(progress) == 2 and all(line.endswith(":") for line in progress), run.stdout
 
 
 def test_the_lossless_header_names_sampled_workloads_it_does_not_check(pytester: pytest.Pytester):
