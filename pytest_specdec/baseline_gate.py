@@ -47,6 +47,8 @@ class Gate:
             # read as "no baseline yet", every figure would pass as new
             raise SpecdecUsageError(f"baseline file {path} is not a file; remove it or choose another "
                                     f"{self.state.settings.setter('baseline_dir')}")
+        if path.is_symlink() and not path.exists():
+            self._check_link(path)
         if not path.is_file():
             return
         baselines = self.baselines()
@@ -60,6 +62,21 @@ class Gate:
                         f"{entry.direction!r}, but {expected!r} is better for {name}; fix the "
                         f"entry, or move the file aside and save a new one with "
                         f"{self.state.settings.setter('save_baseline')}")
+
+    def _check_link(self, path) -> None:
+        """A link there that leads to no file: one to a file not saved yet is a first run's (the
+        save writes there); a loop, read as no baseline, would pass every figure as new."""
+        import errno
+        import os
+
+        try:
+            os.stat(path)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise SpecdecUsageError(
+                    f"baseline file {path} cannot be read: it is a symbolic link loop ({exc.strerror}), so "
+                    f"nothing would be compared; remove or repoint the link, or choose another "
+                    f"{self.state.settings.setter('baseline_dir')}") from None
 
     def baselines(self) -> Baselines:
         if self._baselines is None:
