@@ -333,12 +333,12 @@ def test_under_xdist_a_marker_mistake_and_a_tp_filter_stop_the_run_as_one_proces
     pytester.makepyfile(test_marked="import pytest\n\n@pytest.mark.gpus('two')\ndef test_plain():\n    pass\n\n"
                                     "def test_other():\n    pass\n")
     for workers in ([], ["-n", "2"]):
-        result = pytester.runpytest_subprocess(*workers, "-p", "no:cacheprovider")
+        result = pytester.runpytest(*workers, "-p", "no:cacheprovider")
         _usage_error(result, "test_marked.py::test_plain: @pytest.mark.gpus('two') is not a GPU count*")
         assert result.stderr.str().count("ERROR: pytest-specdec:") == 1, result.stderr.str()
         assert "passed" not in result.stdout.str() and "node down" not in result.stdout.str(), result.stdout.str()
     pytester.makepyfile(test_marked="def test_cell(specdec_spec): pass")
-    stopped = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", "--specdec-tp=4")
+    stopped = pytester.runpytest("-n", "2", "-p", "no:cacheprovider", "--specdec-tp=4")
     assert stopped.ret == pytest.ExitCode.USAGE_ERROR
     stopped.stderr.fnmatch_lines(["*--specdec-tp 4 selects no configuration*"])
 
@@ -451,7 +451,7 @@ def test_a_journal_resume_cannot_read_at_collection_is_a_usage_error_with_or_wit
                           "        os.mkfifo('journal.jsonl')\n")
     for workers in ([], ["-n", "1"]):
         pytester.path.joinpath("journal.jsonl").unlink(missing_ok=True)
-        result = pytester.runpytest_subprocess(*workers, "-p", "no:cacheprovider", "--specdec-resume",
-                                               "--specdec-journal=journal.jsonl")
+        result = pytester.runpytest(*workers, "-p", "no:cacheprovider", "--specdec-resume",
+                                    "--specdec-journal=journal.jsonl")
         _usage_error(result, "results journal */journal.jsonl is a named pipe (FIFO), not a regular file*")
         assert result.stderr.str().count("ERROR: pytest-specdec:") == 1, result.stderr.str()

@@ -79,12 +79,13 @@ def test_score(specdec_record):
 
 
 def score_run(pytester: pytest.Pytester, *attempts: str, rerun: bool = True, args=(),
-              plugin: str = RERUN_PLUGIN):
+              plugin: str = RERUN_PLUGIN, subprocess: bool = False):
+    """In-process unless `subprocess`: an attempt that raises KeyboardInterrupt would end this run."""
     (pytester.path / "SCORES").write_text("\n".join(attempts))
     if rerun:
         pytester.makeconftest(plugin)
-    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", *args,
-                                         timeout=120)
+    flags = ("-p", "no:cacheprovider", "-p", "no:randomly", *args)
+    return pytester.runpytest_subprocess(*flags, timeout=120) if subprocess else pytester.runpytest(*flags)
 
 
 def test_a_rerun_is_gated_and_a_regression_stays_red(pytester: pytest.Pytester):
@@ -163,7 +164,7 @@ def test_a_rerun_interrupted_reports_the_attempt_that_failed_as_failed(pytester:
         '    specdec_record.metric("score", float(score))',
         '    if fails == "INT":\n        raise KeyboardInterrupt\n    specdec_record.metric("score", float(score))'))
     result = score_run(pytester, "3,FAIL", "7,INT",
-                       args=["--specdec-save-baseline", "--specdec-report", "report"])
+                       args=["--specdec-save-baseline", "--specdec-report", "report"], subprocess=True)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     results = json.loads((pytester.path / "report" / "results.json").read_text())["results"]
     assert [(r["metrics"]["score"], r["outcome"]) for r in results] == [(3.0, "failed")]
@@ -211,7 +212,7 @@ def test_fetched(request):
         flag.write_text("")
         raise AssertionError("flaky once")
 """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly")
     assert result.parseoutcomes() == {"passed": 2, "rerun": 1}
     assert re.findall(r"specdec \[(\d+/\d+)\]", result.stdout.str()) == ["1/1", "2/2", "2/2"]
 
@@ -305,10 +306,10 @@ def test_failed_first_and_new_first_keep_each_configuration_together(pytester: p
     it split would each boot twice."""
     pytester.makepyprojecttoml(ORDER_PROJECT)
     pytester.makepyfile(test_order=ORDER_TESTS)
-    pytester.runpytest_subprocess("-p", "no:randomly").assert_outcomes(passed=5, failed=1)
+    pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=5, failed=1)
     if flag == "--nf":
         pytester.makepyfile(test_new="def test_new(specdec_spec):\n    pass\n")
-    result = pytester.runpytest_subprocess("-p", "no:randomly", flag, "--co", "-q")
+    result = pytester.runpytest("-p", "no:randomly", flag, "--co", "-q")
     configurations = [line.split("[")[1].rstrip("]") for line in result.stdout.lines if "::" in line]
     runs = [c for i, c in enumerate(configurations) if i == 0 or configurations[i - 1] != c]
     assert len(runs) == len(set(runs)) == 3, configurations
@@ -334,12 +335,12 @@ def test_stepwise_resumes_at_the_failed_test_without_skipping_tests_that_never_r
     pytester.makepyprojecttoml(ORDER_PROJECT)
     pytester.makepyfile(test_order=STEPWISE_TESTS)
     monkeypatch.setenv("FAIL_METHODS", "ar")
-    first = pytester.runpytest_subprocess("-p", "no:randomly", "--sw", "-v")
+    first = pytester.runpytest("-p", "no:randomly", "--sw", "-v")
     first.assert_outcomes(passed=1, failed=1)
     ran = [line.split(" ")[0] for line in first.stdout.lines if line.endswith(("PASSED", "FAILED"))
            or " PASSED " in line or " FAILED " in line]
     monkeypatch.delenv("FAIL_METHODS")
-    second = pytester.runpytest_subprocess("-p", "no:randomly", "--sw", "-v")
+    second = pytester.runpytest("-p", "no:randomly", "--sw", "-v")
     second.assert_outcomes(passed=5, deselected=1)  # all but the test that passed before the failure
     again = [line.split(" ")[0] for line in second.stdout.lines if " PASSED " in line]
     assert set(ran) | set(again) == {f"test_order.py::test_{name}[{case}]" for name in ("one", "two")
@@ -360,7 +361,7 @@ def test_figures(specdec_spec, specdec_workload, specdec_record, size):
     specdec_record.metric("output_tok_s", 100.0 * size)
     specdec_record.samples([0.5, 0.25])
 """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "--benchmark-json=b.json")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "--benchmark-json=b.json")
     result.assert_outcomes(passed=3)
     saved = json.loads((pytester.path / "b.json").read_text())["benchmarks"]
     assert [b["params"] for b in saved] == [

@@ -109,7 +109,7 @@ def test_help_and_markers_are_listed_in_a_project_whose_settings_are_wrong(
         pytester: pytest.Pytester, flag, shown):
     """The help that says what a setting takes must not be hidden by the setting's mistake."""
     pytester.makepyprojecttoml('[tool.specdec]\nbackend = "embeded"\n')
-    result = pytester.runpytest_subprocess(flag, "--specdec-tp", "3")
+    result = pytester.runpytest(flag, "--specdec-tp", "3")
     assert result.ret == 0, result.stderr.str()
     result.stdout.fnmatch_lines([shown])
 
@@ -439,8 +439,8 @@ def test_the_header_details_are_written_under_xdist_too(pytester: pytest.Pyteste
     pytester.makepyprojecttoml("[tool.specdec]\nbackend = 'embedded'\n[tool.specdec.matrix.cpu]\n"
                                "methods = ['ar']\n")
     pytester.makepyfile(SPEC_TEST)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "xdist", "-n", "2",
-                                           "--specdec-compare-fail", "accept_length:0")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "xdist", "-n", "2",
+                                "--specdec-compare-fail", "accept_length:0")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["specdec: hardware *", "specdec: baselines *", "specdec: settings *",
                                  "specdec: gate accept_length -0 (command line)*", "specdec: lossless *"])

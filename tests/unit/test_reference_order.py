@@ -77,8 +77,8 @@ def test_failed_first_keeps_the_reference_ahead(pytester):
 def test_one(specdec_spec):
     assert specdec_spec.method != "ddtree"
 """)
-    pytester.runpytest_subprocess("-p", "no:randomly").assert_outcomes(passed=1, failed=2)
-    result = pytester.runpytest_subprocess("-p", "no:randomly", "--ff", "--co", "-q")
+    pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=1, failed=2)
+    result = pytester.runpytest("-p", "no:randomly", "--ff", "--co", "-q")
     order = [line.split("::")[-1] for line in result.stdout.lines if "::" in line]
     assert order == ["test_one[ar-tp1]", "test_one[ddtree-tp1-b8]", "test_one[ddtree-tp1-b16]"]
 

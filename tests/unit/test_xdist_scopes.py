@@ -36,7 +36,7 @@ def test_a_file_of_module_fixtures_is_set_up_by_one_worker(pytester):
     pytester.makepyfile(test_shared=SHARED,
                         test_other="import pytest\n\n\n@pytest.mark.parametrize('i', range(6))\n"
                                    "def test_other(i):\n    pass\n")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-n", "2")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "-n", "2")
     result.assert_outcomes(passed=12)
     assert len((pytester.path / "setups.txt").read_text().split()) == 1  # one worker set it up
 
@@ -69,7 +69,7 @@ def test_a_module_fixture_of_a_conftest_or_a_support_module_is_set_up_by_one_wor
     (pytester.path / "sub" / "test_from_conftest.py").write_text(using("from_conftest"))
     imports = "import pytest\n\nfrom support import imported  # noqa: F401\n"
     pytester.makepyfile(support=recording_fixture("imported"), test_imported=using("imported", imports))
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-n", "2")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "-n", "2")
     result.assert_outcomes(passed=12)
     setups = sorted((pytester.path / "setups.txt").read_text().splitlines())
     assert [line.split()[0] for line in setups] == ["from_conftest", "imported"], setups  # each set up once
@@ -92,7 +92,7 @@ def test_a_mere_mention_of_module_scope_makes_no_unit(pytester):
     to one worker; as four units, xdist hands the two workers one each to start with."""
     pytester.makeconftest(ROOT_CONFTEST)
     pytester.makepyfile(test_mention=MENTION)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-n", "2")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "-n", "2")
     result.assert_outcomes(passed=4)
     assert len(set((pytester.path / "workers.txt").read_text().split())) == 2
 
