@@ -435,8 +435,8 @@ def test_a_save_that_left_out_a_test_that_records_nothing_keeps_the_recorded_dur
     (pytester.path / "baselines").mkdir()
     (pytester.path / "baselines" / "durations.json").write_text(json.dumps(
         {"format": "pytest-specdec-durations", "version": 1, "configurations": recorded}))
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "--specdec-save-baseline",
-                                           *narrowing, *(["-n", "1"] if xdist else []))
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "--specdec-save-baseline",
+                                *narrowing, *(["-n", "1"] if xdist else []))
     result.assert_outcomes(passed=2 if narrowing[0] == "-k" else 4)
     saved = json.loads((pytester.path / "baselines" / "durations.json").read_text())["configurations"]
     assert saved == recorded
@@ -687,14 +687,14 @@ def test_a_report_without_plots_is_written_whole_but_for_them(pytester, where):
                                                      if where == "ini" else ""))
     pytester.makepyfile(test_figures=CONFIGURED_TEST)
     flags = [where] if where.startswith("--") else []
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-report=bare", *flags)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--specdec-report=bare", *flags)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["specdec: report written to *bare (4 files)"])
     assert sorted(p.name for p in (pytester.path / "bare").iterdir()) == sorted(outputs.REPORT_FILES)
     assert json.loads((pytester.path / "bare" / "results.json").read_text())["results"][0]["metrics"]
     if where == "ini":
         return
-    pytester.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-report=whole").assert_outcomes(passed=1)
+    pytester.runpytest("-p", "no:cacheprovider", "--specdec-report=whole").assert_outcomes(passed=1)
     assert (pytester.path / "whole" / "plots" / "tokens_per_s.png").is_file()
 
 
@@ -751,7 +751,7 @@ def test_outputs_the_os_refuses_name_the_fix_and_the_run_that_writes_them_again(
     assert (pytester.path / "rep" / "report.md").read_text() == earlier
     assert sorted(p.name for p in (pytester.path / "rep").iterdir()) == sorted(outputs.REPORT_FILES)
     (pytester.path / "conftest.py").unlink()
-    again = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-report=rep", "--specdec-resume")
+    again = pytester.runpytest("-p", "no:cacheprovider", "--specdec-report=rep", "--specdec-resume")
     assert again.ret == pytest.ExitCode.OK, again.stdout.str()
     assert "resumed" in again.stdout.str().lower(), again.stdout.str()
     assert json.loads((pytester.path / "rep" / "results.json").read_text())["results"][0]["metrics"]
@@ -792,8 +792,8 @@ def test_a_shard_folder_the_os_refuses_to_finish_is_one_line_and_a_resume_finish
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
     assert not shard_dir.read(pytester.path / "rep").finished
     (pytester.path / "conftest.py").unlink()
-    again = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-shard=1/1", "--specdec-report=rep",
-                                          "--specdec-resume")
+    again = pytester.runpytest("-p", "no:cacheprovider", "--specdec-shard=1/1", "--specdec-report=rep",
+                               "--specdec-resume")
     assert again.ret == pytest.ExitCode.OK, again.stdout.str()
     assert shard_dir.read(pytester.path / "rep").finished
 
@@ -963,7 +963,7 @@ def test_a_shards_refused_report_names_the_shard_run_that_writes_it_again(pytest
         "and --specdec-report (and this run's --specdec-shard and --specdec-report) writes it without measuring "
         "again the tests that passed"])
     (pytester.path / "conftest.py").unlink()
-    again = pytester.runpytest_subprocess("-p", "no:cacheprovider", *shard, "--specdec-resume")
+    again = pytester.runpytest("-p", "no:cacheprovider", *shard, "--specdec-resume")
     assert again.ret == pytest.ExitCode.OK, again.stdout.str()
     assert json.loads((pytester.path / "shard-1" / "results.json").read_text())["results"][0]["metrics"]
 

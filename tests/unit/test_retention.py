@@ -148,10 +148,10 @@ def test_second(specdec_record):
                     "def test_skipped(specdec_record):\n    specdec_record.metric('verify_us', 4.0)\n")
     journal = pytester.path / ".specdec" / "journal.jsonl"
     with first_run(pytester, "test_slow.py", lambda: journal.is_file() and journal.read_text().endswith("\n")):
-        second = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_other.py", "--specdec-keep-runs=1",
-                                               *(["-n", "1"] if xdist else []))
+        second = pytester.runpytest("-p", "no:cacheprovider", "test_other.py", "--specdec-keep-runs=1",
+                                    *(["-n", "1"] if xdist else []))
         # runs that measure nothing are not refused; they run without xdist in either case: checked once
-        quiet = [] if xdist else [pytester.runpytest_subprocess("-p", "no:cacheprovider", *args) for args in
+        quiet = [] if xdist else [pytester.runpytest("-p", "no:cacheprovider", *args) for args in
                                   (["--co"], ["test_other.py", "--benchmark-skip"], ["test_skipif.py"])]
     message = "*the results journal * is being written by another pytest run (pid *)*--specdec-journal*"
     # under xdist too: a worker's check at collection ends the run as one process's does
@@ -191,7 +191,7 @@ def test_a_run_that_starts_while_another_measures_its_first_test_is_stopped(pyte
     pytester.makepyfile(test_slow=waiting_test("specdec_record", then='specdec_record.metric("verify_us", 1.0)'),
                         test_other="def test_other(specdec_record):\n    specdec_record.metric('verify_us', 3.0)\n")
     with first_run(pytester, "test_slow.py", (pytester.path / "started").exists):
-        second = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_other.py")
+        second = pytester.runpytest("-p", "no:cacheprovider", "test_other.py")
     assert second.ret == pytest.ExitCode.USAGE_ERROR
     second.stderr.fnmatch_lines(["*the results journal * is being written by another pytest run*"])
     journal = pytester.path / ".specdec" / "journal.jsonl"
@@ -209,8 +209,8 @@ def test_runs_given_testrunuids_alike_in_their_first_characters_are_two_runs(pyt
     artifacts = pytester.path / ".specdec" / "artifacts"
     with first_run(pytester, "test_slow.py", (pytester.path / "started").exists,
                    "-n", "1", "--testrunuid", "nightly-build-a"):
-        second = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_other.py", "-n", "1",
-                                               "--testrunuid", "nightly-build-b")
+        second = pytester.runpytest("-p", "no:cacheprovider", "test_other.py", "-n", "1",
+                                    "--testrunuid", "nightly-build-b")
         folders = [p.name for p in artifacts.glob("run-*")]
     assert second.ret == pytest.ExitCode.USAGE_ERROR  # a worker's check ends the run as one process's does
     second.stderr.fnmatch_lines(["*the results journal * is being written by another pytest run*"])
@@ -243,7 +243,7 @@ def test_the_journal_in_use_error_names_where_the_journal_was_set(pytester: pyte
     pytester.makepyfile(test_slow=waiting_test("specdec_record", then='specdec_record.metric("verify_us", 1.0)'),
                         test_other="def test_other(specdec_record):\n    specdec_record.metric('verify_us', 3.0)\n")
     with first_run(pytester, "test_slow.py", (pytester.path / "started").exists):
-        second = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_other.py")
+        second = pytester.runpytest("-p", "no:cacheprovider", "test_other.py")
     assert second.ret == pytest.ExitCode.USAGE_ERROR
     second.stderr.fnmatch_lines(["*is being written by another pytest run (pid *)*; wait for it to end, or give "
                                  "this run a journal of its own (pyproject.toml [[]tool.specdec[]] key 'journal')"])
