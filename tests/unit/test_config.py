@@ -616,7 +616,7 @@ prompts = "prompts.jsonl"
 def test_generation(specdec_server, specdec_workload):
     specdec_server.run(specdec_workload)
 """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert_one_line(result.stderr.str(), "ERROR: pytest-specdec: " + message)
     assert not (pytester.path / ".specdec" / "artifacts").exists(), "a server was started"

@@ -29,7 +29,7 @@ def _project(pytester: pytest.Pytester) -> None:
 
 
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess("-p", "no:randomly", "-q", *args, timeout=240)
+    return pytester.runpytest("-p", "no:randomly", "-q", *args)
 
 
 @pytest.mark.parametrize("dist", [(), ("-n", "2")], ids=["alone", "xdist"])
