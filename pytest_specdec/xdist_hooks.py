@@ -125,7 +125,9 @@ class XdistHooks:
         not xdist's "Interrupted" that the worker's stop request turns into."""
         try:
             result = yield
-        except KeyboardInterrupt:  # xdist's Interrupted, after a worker asked it to stop
+        # xdist's Interrupted, after a worker asked it to stop; before xdist 3.6, which hands a worker's
+        # stop request on, its RuntimeError "no active workers" once every worker stopped so and left
+        except (KeyboardInterrupt, RuntimeError):
             if self._usage_error is None:
                 raise
             raise pytest.UsageError(self._usage_error) from None
