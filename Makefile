@@ -1,7 +1,7 @@
 # The README's jobs. Each sets up its own environment first (scripts/setup-venv.sh).
 PY := .venv/bin/python
 
-.PHONY: venv bench test wheel-check launch-check sglang-check
+.PHONY: venv bench test wheel-check launch-check sglang-check lowest-check
 
 venv:
 	bash scripts/setup-venv.sh
@@ -50,3 +50,9 @@ sglang-check: venv
 # The package as users get it: sdist and wheel, the wheel in a fresh venv (scripts/check-wheel.sh).
 wheel-check: venv
 	bash scripts/check-wheel.sh
+
+# The unit tests that need no torch on Python 3.10 with each dependency at the lowest version
+# pyproject.toml declares, in .venv-lowest (scripts/lowest-check.sh): the venv's newest releases
+# would hide an API a lower bound lacks.
+lowest-check:
+	bash scripts/lowest-check.sh $(LOWEST_ARGS)

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The lowest versions pyproject.toml promises, checked: a venv of Python 3.10 (requires-python's
+# lowest) holding exactly each declared lower bound (`name>=X` installed as `name==X`: the core
+# dependencies, the test extra's pytest-xdist, pytest-timeout and hypothesis, the report extra's
+# matplotlib, the models extra's huggingface_hub), the project installed without dependencies, and
+# the unit tests that need no torch run under it. CI's venv holds the newest releases only, so
+# nothing else notices an API that a lower bound lacks. Safe to re-run: it reinstalls only when
+# pyproject.toml or this file change. Arguments go to pytest.
+#
+#   SPECDEC_LOWEST_PYTHON  the Python 3.10 interpreter (default python3.10)
+#   SPECDEC_LOWEST_VENV    where the venv lives (default .venv-lowest)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python=${SPECDEC_LOWEST_PYTHON:-python3.10}
+venv=${SPECDEC_LOWEST_VENV:-.venv-lowest}
+stamp="$venv/.specdec-installed"
+want=$(cat pyproject.toml scripts/lowest-check.sh | sha256sum | cut -d' ' -f1)
+
+if ! "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 10))' 2>/dev/null; then
+  echo "lowest-check: $python does not run as Python 3.10 (requires-python's lowest): set" \
+       "SPECDEC_LOWEST_PYTHON to one" >&2
+  exit 1
+fi
+
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  rm -rf "$venv"
+  echo "lowest-check: creating $venv with each declared lower bound" >&2
+  "$python" -m venv "$venv"
+  # the requirement strings of pyproject.toml with a lower bound, from the tables named above, `>=` made `==`
+  pins=$("$venv/bin/python" - <<'EOF'
+import re
+
+text = open("pyproject.toml").read()
+wanted = {"pytest", "tomli", "aiohttp", "filelock", "psutil", "prometheus_client", "pytest-benchmark",
+          "pytest-xdist", "pytest-timeout", "hypothesis", "matplotlib", "huggingface_hub"}
+seen = set()
+for name, version, marker in re.findall(r'"([A-Za-z0-9_.-]+)>=([0-9.]+)\s*(;[^"]*)?"', text):
+    if name in wanted and name not in seen:
+        seen.add(name)
+        print(f"{name}=={version}{marker}")
+missing = wanted - seen
+if missing:
+    raise SystemExit(f"lowest-check: pyproject.toml declares no lower bound for {sorted(missing)}: "
+                     f"update the list in scripts/lowest-check.sh")
+EOF
+  )
+  mapfile -t pins <<< "$pins"
+  pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q)
+  # numpy<2: matplotlib 3.7's wheels are built against numpy 1 and do not import under numpy 2
+  "${pip[@]}" "${pins[@]}" "numpy<2"
+  "${pip[@]}" --no-deps -e .
+  echo "$want" > "$stamp"
+fi
+"$venv/bin/python" -m pip list --disable-pip-version-check 2>/dev/null \
+  | grep -iE '^(pytest|pytest-benchmark|pytest-xdist|pytest-timeout|aiohttp|filelock|psutil|prometheus.client|tomli|hypothesis|matplotlib|huggingface.hub) ' \
+  | awk '{printf "%s%s %s", sep, $1, $2; sep=", "} END {print ""}' | sed 's/^/lowest-check: /' >&2
+
+# Files and tests that start the embedded engine (torch, the `engine` extra) and do not skip without it.
+needs_torch=(
+  --ignore=tests/unit/test_bench_suite.py --ignore=tests/unit/test_servers_pool.py
+  --ignore=tests/unit/test_servers_process.py --ignore=tests/unit/test_sglang_contract.py
+  --deselect=tests/unit/test_host_claims.py::test_a_symlinked_claim_file_fails_the_test_with_one_line
+  --deselect=tests/unit/test_host_claims.py::test_the_embedded_engine_on_the_cpu_serves_a_dry_runs_slots_beyond_the_runs_gpus
+  --deselect=tests/unit/test_plugin.py::test_an_xdist_worker_checks_the_backend_once_as_one_process_does
+  --deselect=tests/unit/test_readme.py::test_the_readme_example_runs_its_cpu_matrix
+)
+exec "$venv/bin/python" -m pytest -p no:cacheprovider -p no:randomly -q "${needs_torch[@]}" \
+  tests/unit "$@"
