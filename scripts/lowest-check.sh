@@ -47,8 +47,7 @@ EOF
   )
   mapfile -t pins <<< "$pins"
   pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q)
-  # numpy<2: matplotlib 3.7's wheels are built against numpy 1 and do not import under numpy 2
-  "${pip[@]}" "${pins[@]}" "numpy<2"
+  "${pip[@]}" "${pins[@]}"
   "${pip[@]}" --no-deps -e .
   echo "$want" > "$stamp"
 fi
