@@ -47,7 +47,7 @@ class Gate:
             # read as "no baseline yet", every figure would pass as new
             raise SpecdecUsageError(f"baseline file {path} is not a file; remove it or choose another "
                                     f"{self.state.settings.setter('baseline_dir')}")
-        if path.is_symlink() and not path.exists():
+        if not path.exists():  # a loop at the file or a folder above it reads as not there
             self._check_link(path)
         if not path.is_file():
             return
@@ -64,8 +64,9 @@ class Gate:
                         f"{self.state.settings.setter('save_baseline')}")
 
     def _check_link(self, path) -> None:
-        """A link there that leads to no file: one to a file not saved yet is a first run's (the
-        save writes there); a loop, read as no baseline, would pass every figure as new."""
+        """A path there that leads to no file: a link to a file not saved yet is a first run's (the
+        save writes there); a loop, at the file or a folder on its path, read as no baseline, would
+        pass every figure as new."""
         import errno
         import os
 
@@ -73,8 +74,9 @@ class Gate:
             os.stat(path)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
+                where = "it is" if os.path.islink(path) else "a folder on its path is"
                 raise SpecdecUsageError(
-                    f"baseline file {path} cannot be read: it is a symbolic link loop ({exc.strerror}), so "
+                    f"baseline file {path} cannot be read: {where} a symbolic link loop ({exc.strerror}), so "
                     f"nothing would be compared; remove or repoint the link, or choose another "
                     f"{self.state.settings.setter('baseline_dir')}") from None
 

@@ -157,6 +157,17 @@ def test_a_gated_runs_baseline_file_in_a_link_loop_stops_the_run_not_reads_as_no
                                              "--specdec-baseline-dir")
 
 
+def test_a_gated_runs_baseline_folder_in_a_link_loop_stops_the_run_not_reads_as_none_yet(pytester):
+    """A loop at the baseline folder read as "(none yet)", the folder as one that "does not exist":
+    every gated figure passed as new, exit 0."""
+    pytester.makepyprojecttoml('[tool.specdec]\n[tool.specdec.tolerances]\noutput_tok_s = "5%"\n')
+    (pytester.path / "baselines").symlink_to("baselines")
+    assert_usage_error(run(pytester), "baseline file */baselines/cpu.json cannot be read: a folder on its path "
+                                             "is a symbolic link loop (Too many levels of symbolic links), so "
+                                             "nothing would be compared; remove or repoint the link, or choose "
+                                             "another --specdec-baseline-dir")
+
+
 def test_a_broken_durations_file_stops_a_sharded_run_saying_what_writes_it_again(pytester):
     """A sharded run only reads it (to balance its shards); a save, or a merge's save, writes it."""
     pytester.makepyprojecttoml("[tool.specdec]\n")
