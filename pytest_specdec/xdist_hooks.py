@@ -127,9 +127,9 @@ class XdistHooks:
             result = yield
         # xdist's Interrupted, after a worker asked it to stop; before xdist 3.6, which hands a worker's
         # stop request on, its RuntimeError "no active workers" once every worker stopped so and left
-        except (KeyboardInterrupt, RuntimeError):
-            if self._usage_error is None:
-                raise
+        except (KeyboardInterrupt, RuntimeError) as exc:
+            if self._usage_error is None or (isinstance(exc, RuntimeError) and "no active workers" not in str(exc)):
+                raise  # another error of the controller's keeps its traceback
             raise pytest.UsageError(self._usage_error) from None
         if self._usage_error is not None:
             raise pytest.UsageError(self._usage_error)
