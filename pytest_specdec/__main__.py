@@ -67,7 +67,6 @@ def merge_command(args: argparse.Namespace, out=None) -> int:
     from . import baselines, durations, junit, merge, plots, report, staging
     from .relpaths import relative
     from .shard import DURATIONS_FILE
-    from .summary import small_sample_gate
     from .write_failure import unwritable
 
     target = Path(args.out)
@@ -112,10 +111,9 @@ def merge_command(args: argparse.Namespace, out=None) -> int:
     unrecorded = merge.unrecorded_gate(merged)
     if unrecorded:  # as one run's summary says it; only a merge of every shard can know it
         print(f"specdec merge: {unrecorded}", file=out)
-    small = small_sample_gate((result for result, _, _ in merged.results), "--save-baseline")
-    if small:  # as each shard's summary says it, for the merged run
-        print(f"specdec merge: {small}", file=out)
-    if args.save_baseline:
+    if not args.save_baseline:
+        _small_samples(merged, out)
+    else:
         from .baselines import LockTimeout
 
         def announce(text: str) -> None:
@@ -123,15 +121,21 @@ def merge_command(args: argparse.Namespace, out=None) -> int:
 
         lock = {"timeout": args.lock_timeout, "setting": "--lock-timeout", "announce": announce}
         try:
-            saved = merge.save_baselines(merged, args.baseline_dir, lock)
+            saved, saved_files = merge.save_baselines(merged, args.baseline_dir, lock)
         except LockTimeout as exc:
+            _small_samples(merged, out)
             raise SpecdecUsageError(f"{exc}; the figures stay in the shard folders: once the lock is "
                                     f"free, merge again with --save-baseline (a figure saved already "
                                     f"is not pooled twice)") from None
         except OSError as exc:  # the report is written; each baseline folder file is whole, old or new
+            _small_samples(merged, out)
             raise SpecdecUsageError(f"baseline not saved: {unwritable(exc, args.baseline_dir, '--baseline-dir')}; "
                                     f"the merged report is written to --out {target}{_baseline_folder_left(args)}: "
                                     f"merge again with --save-baseline once it can be written") from None
+        except SpecdecUsageError:  # a baseline file broken since the merge checked it
+            _small_samples(merged, out)
+            raise
+        _small_samples(merged, out, saved_files)
         for path in saved:
             print(f"specdec merge: saved into {path}", file=out)
         if merged.partial_durations():  # as a run with --specdec-save-baseline says it
@@ -152,6 +156,24 @@ def merge_command(args: argparse.Namespace, out=None) -> int:
     for problem in merged.problems:
         print(f"specdec merge: FAILED: {problem}", file=out)
     return 0 if merged.ok else 1
+
+
+def _small_samples(merged, out, saved: dict | None = None) -> None:
+    """The gated figures decided from small samples, as each shard's summary says it, for the
+    merged run; `saved`: {hardware key: its baseline file as this merge's save left it}, whose
+    pooled runs the line says rather than advise a save this merge made."""
+    from .summary import small_sample_gate
+
+    hardware = {id(result): manifest.hardware_key for result, manifest, _ in merged.results}
+
+    def runs(result, metric: str) -> int | None:
+        file = (saved or {}).get(hardware.get(id(result), ""))
+        entry = file.get(result.test_id, metric) if file is not None else None
+        return entry.runs if entry is not None else None
+
+    small = small_sample_gate((result for result, _, _ in merged.results), "--save-baseline", runs)
+    if small:
+        print(f"specdec merge: {small}", file=out)
 
 
 def _check_targets(args: argparse.Namespace, merged) -> None:

@@ -547,15 +547,17 @@ def _saved(merged: Merged) -> list[tuple[Result, ShardManifest]]:
 
 
 def save_baselines(merged: Merged, baseline_dir: str | Path,
-                   lock: Mapping[str, Any] | None = None) -> list[Path]:
+                   lock: Mapping[str, Any] | None = None) -> tuple[list[Path], dict[str, Any]]:
     """Each shard's journaled figures (as a run's --specdec-save-baseline saves them: every
     finished measurement but those :func:`left_out` names) into the baseline file of its
     hardware key, merged into what is there, with the shard's versions and commit; and the
-    durations beside them. `lock`: how long each file's lock is waited for (`baselines.locked`)."""
+    durations beside them. `lock`: how long each file's lock is waited for (`baselines.locked`).
+    Returns the files written and {hardware key: its baseline file as the save left it}."""
     from . import baselines, durations
     from .shard import DURATIONS_FILE
 
     written: list[Path] = []
+    files: dict[str, baselines.Baselines] = {}
     saved = _saved(merged)
     for manifest in merged.shards:
         mine = [r for r, m in saved if m is manifest]
@@ -563,7 +565,7 @@ def save_baselines(merged: Merged, baseline_dir: str | Path,
             continue
         path = baselines.baseline_path(baseline_dir, manifest.hardware_key)
         try:  # a file broken since check_targets read it (another save, a hand edit) stops it here
-            baselines.save_baselines(
+            files[manifest.hardware_key] = baselines.save_baselines(
                 path, manifest.hardware_key, {r.test_id: r.metrics for r in mine},
                 versions=manifest.versions, commit=manifest.commit,
                 fingerprints={r.test_id: r.fingerprint for r in mine if r.fingerprint},
@@ -577,7 +579,7 @@ def save_baselines(merged: Merged, baseline_dir: str | Path,
     if merged.durations():
         written.append(Path(baseline_dir) / DURATIONS_FILE)
         durations.save(written[-1], merged.durations(), REMADE_BY_MERGING_BASELINES, lock=lock)
-    return written
+    return written, files
 
 
 #: What writes each durations file a merge merges into again, once a broken one is deleted.

@@ -521,6 +521,8 @@ class Results:
     #: tests whose attempt now ending failed and runs again, until the next attempt's setup (its
     #: teardown may report "rerun" too, or, before pytest-rerunfailures 16.6.1, not report at all)
     running_again: set[str] = field(default_factory=set)
+    #: the baseline file as this run's save left it (`save_baseline`); None when it saved none
+    saved_baseline: baselines_mod.Baselines | None = None
 
     def add_report(self, report: pytest.TestReport) -> Result | None:
         """Note the test's outcome; return its result when this report carries one."""
@@ -703,7 +705,7 @@ class Results:
         """Merge `results` (:meth:`baseline_candidates`) into the baseline file (atomic, locked;
         other entries are kept); `announce` prints a long wait for the lock."""
         path = self.state.baseline_path
-        baselines_mod.save_baselines(
+        self.saved_baseline = baselines_mod.save_baselines(
             path, self.state.hardware.key, {r.test_id: r.metrics for r in results},
             versions=baselines_mod.collect_versions(),
             commit=baselines_mod.git_commit(self.state.config.root),
@@ -711,6 +713,12 @@ class Results:
             nodeids={r.test_id: r.nodeid for r in results}, setter=self.state.settings.setter,
             lock=lock_bound(self.state, announce))
         return path
+
+    def saved_runs(self, result: Result, metric: str) -> int | None:
+        """How many runs `result`'s `metric` entry pools in the baseline this run saved (None: no
+        entry, or no save), as the summary's small-sample line says it."""
+        entry = self.saved_baseline.get(result.test_id, metric) if self.saved_baseline else None
+        return entry.runs if entry is not None else None
 
 
 def lock_bound(state: RunState, announce: Callable[[str], None] | None) -> dict[str, Any]:

@@ -95,7 +95,7 @@ def _write_table(terminalreporter, results: Results, table: list) -> None:
     uncompared = _uncompared_gate(results)
     if uncompared:
         terminalreporter.write_line(f"specdec: gate: {uncompared}", yellow=True)
-    small = small_sample_gate(results.all(), state.settings.setter("save_baseline"))
+    small = small_sample_gate(results.all(), state.settings.setter("save_baseline"), results.saved_runs)
     if small:
         terminalreporter.write_line(f"specdec: {small}", yellow=True)
     ungated = sum(1 for row in table if row.verdict == "not gated")
@@ -150,10 +150,14 @@ def _uncompared_gate(results: Results) -> str | None:
             f"or fix a misspelt name in the file")
 
 
-def small_sample_gate(results: Iterable[Result], save: str) -> str | None:
+def small_sample_gate(results: Iterable[Result], save: str,
+                      saved: Callable[[Result, str], int | None] | None = None) -> str | None:
     """The gated figures decided from too few samples for the gate's nominal false reds
     (`Comparison.small_sample`), with the fewest, the cost and the fix, in one line; None when
-    there are none. A merge of shards says it too; `save` is the option that saves a baseline."""
+    there are none. A merge of shards says it too; `save` is the option that saves a baseline.
+    `saved` (result, figure) -> how many runs the figure's entry pools in the baseline file this
+    run saved (None: no entry there); None when this run saved none. A save pools one more run
+    into an entry of a single save: advice to save again would read as if this one had not."""
     from .baselines import POOLED_RUNS
     from .gate import ALPHA, FEW_REQUESTS
 
@@ -161,8 +165,8 @@ def small_sample_gate(results: Iterable[Result], save: str) -> str | None:
     if not small:
         return None
     few = [(r, c) for r, c in small if c.requests < FEW_REQUESTS]
-    once = [c for _, c in small if c.baseline_runs == 1]
-    found, fixes = [], []
+    once = [(r, c) for r, c in small if c.baseline_runs == 1]
+    found, fixes, pooled_note = [], [], None
     if few:
         fewest = min(c.requests for _, c in few)
         found.append(f"{len(few)} from as few as {fewest} request{'s' if fewest > 1 else ''}")
@@ -171,10 +175,21 @@ def small_sample_gate(results: Iterable[Result], save: str) -> str | None:
                      + (f" (workload {', '.join(workloads)})" if workloads else ""))
     if once:
         found.append(f"{len(once)} against a baseline entry of a single save")
-        fixes.append(f"save the baseline again with {save} to pool up to {POOLED_RUNS} runs")
+        # an entry this run's save left at one save: a failed test's, or one of a changed setup
+        pooled = [n for n in (saved(r, c.metric) if saved else None for r, c in once) if n and n > 1]
+        rest = len(once) - len(pooled)
+        if pooled:
+            runs = f"{min(pooled)}" if min(pooled) == max(pooled) else f"{min(pooled)}-{max(pooled)}"
+            whose = ("its entry" if len(once) == 1 else "their entries" if not rest
+                     else f"{len(pooled)} of their entries")
+            pooled_note = f"the save this run made pools {runs} of {POOLED_RUNS} runs into {whose}"
+        if rest:
+            fixes.append(f"save the baseline again with {save} to pool up to {POOLED_RUNS} runs"
+                         + (f" for the other {rest}" if pooled else ""))
+    advice = "; ".join(part for part in (" and ".join(fixes), pooled_note) if part)
     return (f"gate: {len(small)} figure(s) decided from small samples ({', '.join(found)}) go red with "
             f"nothing changed more often than the gate's {ALPHA * 100:g} % (5-10 % and more: the "
-            f"README's gate section); {' and '.join(fixes)}")
+            f"README's gate section); {advice}")
 
 
 def named_in_gate(tolerances) -> list:

@@ -77,6 +77,38 @@ def test_a_baseline_of_one_save_is_said_with_the_option_that_saves_it(pytester, 
             "runs") in out
 
 
+def test_a_run_that_saves_says_what_its_save_pooled_not_to_save_again(pytester, monkeypatch):
+    """Its save pools a second run into the entry of one save: "save the baseline again" would
+    read as if this run had not saved it."""
+    _saved(pytester, monkeypatch, requests=4, saves=1)
+    out = _run(pytester, *GATE, "--specdec-save-baseline")
+    assert ("(1 against a baseline entry of a single save) go red with nothing changed more often than "
+            "the gate's 2.5 % (5-10 % and more: the README's gate section); the save this run made pools "
+            "2 of 3 runs into its entry") in out, out
+    assert "save the baseline again" not in out
+
+
+def test_a_merge_that_saves_says_what_its_save_pooled(pytester, monkeypatch):
+    import subprocess
+    import sys
+
+    _saved(pytester, monkeypatch, requests=4, saves=1)
+    pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", *GATE, "--specdec-shard=1/1",
+                       "--specdec-report=shard-1", "--specdec-no-plots").assert_outcomes(passed=2)
+
+    def merge(*save: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out", "merged",
+                               "shard-1", *save], cwd=pytester.path, capture_output=True, text=True, timeout=120)
+        # its code is 1: the default matrix's configurations have no test here, which it says apart
+        assert "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+        return done.stdout
+
+    assert "save the baseline again with --save-baseline to pool up to 3 runs" in merge()
+    out = merge("--save-baseline")
+    assert "README's gate section); the save this run made pools 2 of 3 runs into its entry" in out, out
+    assert "save the baseline again" not in out
+
+
 def test_figures_gated_exactly_or_not_gated_are_not_said(pytester, monkeypatch):
     _saved(pytester, monkeypatch, requests=2, saves=1)
     assert "small samples" not in _run(pytester, "--specdec-compare-fail", "my_fig:0")  # exact only
@@ -121,3 +153,19 @@ def test_the_line_counts_each_kind_and_names_the_fewest_of_several_workloads():
     assert line.endswith("raise num_prompts to 4 or more (workload chat, code) and save the baseline again "
                          "with --save-baseline to pool up to 3 runs")
     assert small_sample_gate([result("math", 8, 3)], "--save-baseline") is None
+
+
+def test_a_save_that_pooled_some_entries_advises_saving_again_for_the_others_only():
+    from pytest_specdec.summary import small_sample_gate
+
+    def result(workload):
+        c = _compare([5.0 + i / 10 for i in range(8)], [5.0, 5.1, 5.2, 5.0], 1)
+        return Result(f"test[{workload}]", f"t.py::test[{workload}]", workload=workload, comparisons=(c,))
+
+    pooled = {"test[code]": 2, "test[chat]": 3, "test[math]": 1}  # math: a changed setup, saved anew
+    line = small_sample_gate([result("code"), result("chat"), result("math"), result("text")], "--save-baseline",
+                             lambda r, metric: pooled.get(r.test_id))
+    assert line.endswith("section); save the baseline again with --save-baseline to pool up to 3 runs for "
+                         "the other 2; the save this run made pools 2-3 of 3 runs into 2 of their entries")
+    line = small_sample_gate([result("code")], "--save-baseline", lambda r, metric: 2)
+    assert line.endswith("section); the save this run made pools 2 of 3 runs into its entry")
