@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from . import json_text
 from .errors import SpecdecUsageError
 from .file_kind import refuse_special
-from .whole_file import replace_text
+from .whole_file import remove_leftovers, replace_text
 
 if TYPE_CHECKING:
     from .state import RunState
@@ -83,6 +83,7 @@ def save(path: str | Path, durations: Mapping[str, float],
     path = through_links(Path(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     with locked(path, **(lock or {})):
+        remove_leftovers(path)  # under the lock every save holds: a killed save's, never a live one's
         merged = {**load(path, remade_by), **_rounded(durations)}
         replace_text(path, _document(merged), durable=True)
     return merged

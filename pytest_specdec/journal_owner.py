@@ -16,7 +16,7 @@ from pathlib import Path
 from . import liveness
 from .errors import SpecdecUsageError
 from .file_kind import refuse_special
-from .whole_file import replace_text
+from .whole_file import remove_leftovers, replace_text
 from .write_failure import fix
 
 
@@ -61,6 +61,7 @@ def take(journal: Path, run: str, setting: str = "--specdec-journal") -> None:
     naming no run, or half of one; a marker the OS refuses is a usage error naming the file, its
     reason and the fix (`setting`, where the journal was set), not a traceback in each test."""
     marker = marker_of(journal)
+    remove_leftovers(marker)  # under the journal's lock, which every writer of the marker holds: a killed one's
     try:
         if owner(marker)[0] != run:
             replace_text(marker, f"{run}\n{os.getpid()}\n", durable=False)

@@ -53,7 +53,7 @@ from filelock import FileLock
 
 from pytest_specdec.servers import gpu_memory
 from pytest_specdec.servers.host_claims import HostClaims
-from pytest_specdec.whole_file import replace_text
+from pytest_specdec.whole_file import remove_leftovers, replace_text
 
 LEASE_FILE = "gpu-leases.json"
 HISTORY_FILE = "lease-history.jsonl"
@@ -396,6 +396,7 @@ class GpuLeases:
     def _save(self, leases: Mapping[str, dict], waiters: Mapping[str, dict] | None = None) -> None:
         if waiters is None:
             waiters = self._load_book()[1]
+        remove_leftovers(self.path)  # the caller holds the book's lock, as every writer does: a killed one's
         # a full disk: the book stays as it was, and no half-written copy beside it; a run's own
         # bookkeeping, which a power cut ends with the run, so no fsync
         replace_text(self.path, json.dumps({"inventory": list(self.inventory), "leases": leases,

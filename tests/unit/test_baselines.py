@@ -793,3 +793,13 @@ def test_the_durations_file_s_lock_is_bounded_too(tmp_path):
         with pytest.raises(LockTimeout, match="stayed held by"):
             durations.save(path, {"ar-tp1": 1.0}, lock={"timeout": 0.4})
     assert not path.exists()
+
+
+def test_a_killed_saves_temporary_durations_file_is_removed_under_its_lock(tmp_path):
+    """As a baseline file's (`remove_leftovers`): every save of durations.json holds its lock."""
+    from pytest_specdec import durations
+
+    torn = tmp_path / ".durations.json.k1ll3d.tmp"
+    torn.write_text("{")
+    durations.save(tmp_path / "durations.json", {"ar-tp1": 1.0})
+    assert not torn.exists()

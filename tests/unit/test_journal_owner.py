@@ -86,3 +86,14 @@ def test_a_recording_test_whose_run_marker_the_disk_refuses_fails_in_one_line(py
                                  f"free space there, or choose another --specdec-journal*"])
     shown = result.stdout.str()
     assert "journal_owner.py" not in shown and "During handling" not in shown and ".journal.jsonl.run." not in shown
+
+
+def test_a_killed_takes_temporary_marker_is_removed_under_the_journals_lock(tmp_path):
+    """A run SIGKILLed between the marker's temporary copy and its rename left `.journal.jsonl.run.*.tmp`
+    for good; every take holds the journal's lock (`session.start_journal`), so any found is a dead one's."""
+    journal = tmp_path / "journal.jsonl"
+    torn = tmp_path / ".journal.jsonl.run.k1ll3d.tmp"
+    torn.write_text("half-a-r")
+    journal_owner.take(journal, "this-run")
+    assert not torn.exists()
+    assert journal_owner.owner(journal_owner.marker_of(journal))[0] == "this-run"

@@ -322,3 +322,13 @@ def test_a_book_the_disk_refuses_leaves_no_temporary_file_behind(tmp_path, monke
     monkeypatch.undo()
     assert book.read_text() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == files
+
+
+def test_a_killed_writers_temporary_book_is_removed_under_the_books_lock(tmp_path):
+    """A worker SIGKILLed between the book's temporary copy and its rename left `.gpu-leases.json.*.tmp`
+    for good; every writer of the book holds its lock, so any found under it is a dead one's."""
+    leases = GpuLeases(tmp_path, 2)
+    torn = tmp_path / ".gpu-leases.json.k1ll3d.tmp"
+    torn.write_text("{")
+    leases.release(leases.acquire(1, owner="ar-tp1"))
+    assert not torn.exists()
