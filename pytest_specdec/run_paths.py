@@ -4,6 +4,8 @@ stop the run at start rather than have them renamed or deleted."""
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 from pathlib import Path
 
@@ -45,17 +47,23 @@ def check(journal: Path, journal_origin: str, artifacts: Path, artifacts_origin:
         what, path = ((f"the artifacts folder ({artifacts_origin})", artifacts)
                       if exc.filename is not None and str(exc.filename).startswith(str(artifacts))
                       else (f"the results journal ({journal_origin})", journal))
+        if exc.errno == errno.ELOOP:  # the link is what to fix, as durations.json's check says
+            where = "it is" if os.path.islink(path) else "a folder on its path is"
+            raise SpecdecUsageError(f"{what} is {path}, which cannot be looked up: {where} a symbolic link "
+                                    f"loop ({exc.strerror}); remove or repoint the link, or give another "
+                                    f"path") from None
         raise SpecdecUsageError(f"{what} is {path}, which cannot be looked up ({exc.strerror or exc}); "
                                 f"give another path") from None
 
 
 def _check(journal: Path, journal_origin: str, artifacts: Path, artifacts_origin: str) -> None:
     where = f"the results journal ({journal_origin})"
-    if journal.is_symlink():  # is_dir and is_file read a link loop as nothing there; each read then fails
-        try:
-            journal.stat()
-        except FileNotFoundError:  # a dangling link: appending creates what it names
-            pass
+    # is_dir and is_file read a link loop, the journal's or a folder's on its path, as nothing
+    # there; each read then fails
+    try:
+        journal.stat()
+    except (FileNotFoundError, NotADirectoryError):  # nothing yet, or a file on the way (said below)
+        pass
     refuse_special(journal, where, "it is a file the plugin appends to and rotates: give a file path such "
                                    "as .specdec/journal.jsonl")
     if journal.is_dir():

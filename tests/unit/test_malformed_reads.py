@@ -41,14 +41,19 @@ def test_a_run_marker_of_damaged_bytes_reads_as_an_unknown_runs(tmp_path):
     assert journal_owner.owner(marker) == ("some-run", str(os.getpid()))
 
 
-def test_a_journal_that_is_a_link_loop_is_a_usage_error_at_start(tmp_path):
+@pytest.mark.parametrize("on_path, where", [(False, "it is"), (True, "a folder on its path is")])
+def test_a_journal_that_is_a_link_loop_is_a_usage_error_at_start_naming_the_loop(tmp_path, on_path, where):
     """is_dir and is_file read a loop as nothing there, so it passed the check and the first read
-    of the journal stopped the run with an INTERNALERROR."""
-    journal = tmp_path / "journal.jsonl"
-    _make(journal, "link loop")
-    with pytest.raises(SpecdecUsageError, match=r"results journal \(--specdec-journal\) is .*journal.jsonl, "
-                                                r"which cannot be looked up \(Too many levels of symbolic links\)"):
+    of the journal stopped the run with an INTERNALERROR; then the error said only "cannot be
+    looked up (Too many levels of symbolic links)", not that the link is what to fix."""
+    loop = tmp_path / ("state" if on_path else "journal.jsonl")
+    _make(loop, "link loop")
+    journal = loop / "journal.jsonl" if on_path else loop
+    with pytest.raises(SpecdecUsageError) as caught:
         run_paths.check(journal, "--specdec-journal", tmp_path / "artifacts", "--specdec-artifacts")
+    assert str(caught.value) == (f"the results journal (--specdec-journal) is {journal}, which cannot be looked "
+                                 f"up: {where} a symbolic link loop (Too many levels of symbolic links); remove "
+                                 f"or repoint the link, or give another path")
 
 
 @pytest.mark.parametrize("bench", [
