@@ -626,11 +626,13 @@ class Controller:
         elif writer is not None and self.config.get_verbosity() > 0 and not xdist:
             writer.write(line)
             reporter.currentfspath = -2  # pytest's mark of a line to end before its next
+        elif writer is not None and xdist:
+            # one write, line and newline: a worker's stderr lands between two (write_line's)
+            writer.write(line + "\n", flush=True)
+            self._file_to_name = bool(reporter.showfspath) and self.config.get_verbosity() <= 0
         else:
             reporter.write_line(line)
             self._file_to_name = bool(reporter.showfspath) and self.config.get_verbosity() <= 0
-            if writer is not None and xdist:
-                writer.flush()  # before the workers' stderr, which is not buffered with it
 
     @hookimpl(tryfirst=True)  # before the terminal's, which would end an empty line first
     def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:

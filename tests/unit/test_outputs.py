@@ -705,7 +705,7 @@ def test_a_report_without_plots_is_written_whole_but_for_them(pytester, where):
     assert json.loads((pytester.path / "bare" / "results.json").read_text())["results"][0]["metrics"]
     if where == "ini":
         return
-    pytester.runpytest("-p", "no:cacheprovider", "--specdec-report=whole").assert_outcomes(passed=1)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-report=whole").assert_outcomes(passed=1)
     assert (pytester.path / "whole" / "plots" / "tokens_per_s.png").is_file()
 
 
@@ -762,7 +762,7 @@ def test_outputs_the_os_refuses_name_the_fix_and_the_run_that_writes_them_again(
     assert (pytester.path / "rep" / "report.md").read_text() == earlier
     assert sorted(p.name for p in (pytester.path / "rep").iterdir()) == sorted(outputs.REPORT_FILES)
     (pytester.path / "conftest.py").unlink()
-    again = pytester.runpytest("-p", "no:cacheprovider", "--specdec-report=rep", "--specdec-resume")
+    again = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-report=rep", "--specdec-resume")
     assert again.ret == pytest.ExitCode.OK, again.stdout.str()
     assert "resumed" in again.stdout.str().lower(), again.stdout.str()
     assert json.loads((pytester.path / "rep" / "results.json").read_text())["results"][0]["metrics"]
@@ -803,8 +803,8 @@ def test_a_shard_folder_the_os_refuses_to_finish_is_one_line_and_a_resume_finish
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
     assert not shard_dir.read(pytester.path / "rep").finished
     (pytester.path / "conftest.py").unlink()
-    again = pytester.runpytest("-p", "no:cacheprovider", "--specdec-shard=1/1", "--specdec-report=rep",
-                               "--specdec-resume")
+    again = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--specdec-shard=1/1", "--specdec-report=rep",
+                                          "--specdec-resume")
     assert again.ret == pytest.ExitCode.OK, again.stdout.str()
     assert shard_dir.read(pytester.path / "rep").finished
 
@@ -974,7 +974,7 @@ def test_a_shards_refused_report_names_the_shard_run_that_writes_it_again(pytest
         "and --specdec-report (and this run's --specdec-shard and --specdec-report) writes it without measuring "
         "again the tests that passed"])
     (pytester.path / "conftest.py").unlink()
-    again = pytester.runpytest("-p", "no:cacheprovider", *shard, "--specdec-resume")
+    again = pytester.runpytest_subprocess("-p", "no:cacheprovider", *shard, "--specdec-resume")
     assert again.ret == pytest.ExitCode.OK, again.stdout.str()
     assert json.loads((pytester.path / "shard-1" / "results.json").read_text())["results"][0]["metrics"]
 

@@ -1028,7 +1028,7 @@ def test_requirements_of_an_extra_come_from_the_installed_metadata():
     from pytest_specdec import extras
 
     assert any(req.startswith("torch") for req in extras.requirements("engine"))
-    assert extras.requirements("report") == ["matplotlib>=3.7"]
+    assert extras.requirements("report") == ["matplotlib>=3.8.4"]
     assert extras.missing("report") == []
 
 
