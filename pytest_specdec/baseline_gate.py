@@ -67,18 +67,18 @@ class Gate:
         """A path there that leads to no file: a link to a file not saved yet is a first run's (the
         save writes there); a loop, at the file or a folder on its path, read as no baseline, would
         pass every figure as new."""
-        import errno
         import os
+
+        from .file_kind import link_loop
 
         try:
             os.stat(path)
         except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                where = "it is" if os.path.islink(path) else "a folder on its path is"
+            loop = link_loop(path, exc)
+            if loop:
                 raise SpecdecUsageError(
-                    f"baseline file {path} cannot be read: {where} a symbolic link loop ({exc.strerror}), so "
-                    f"nothing would be compared; remove or repoint the link, or choose another "
-                    f"{self.state.settings.setter('baseline_dir')}") from None
+                    f"baseline file {path} cannot be read: {loop}, so nothing would be compared; remove or "
+                    f"repoint the link, or choose another {self.state.settings.setter('baseline_dir')}") from None
 
     def baselines(self) -> Baselines:
         if self._baselines is None:

@@ -9,17 +9,15 @@ its own durations only (`write`), which replaces what an earlier merge left ther
 
 from __future__ import annotations
 
-import errno
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from . import json_text
 from .errors import SpecdecUsageError
-from .file_kind import refuse_special
+from .file_kind import link_loop, refuse_special
 from .whole_file import remove_leftovers, replace_text
 
 if TYPE_CHECKING:
@@ -45,10 +43,10 @@ def load(path: str | Path, remade_by: str = REMADE_BY_A_SAVE) -> dict[str, float
     except FileNotFoundError:
         return {}
     except (OSError, UnicodeDecodeError) as exc:  # a folder, unreadable: say so, not a traceback
-        if getattr(exc, "errno", None) == errno.ELOOP:  # the link is what to fix, not the file
-            where = "it is" if os.path.islink(path) else "a folder on its path is"
-            raise SpecdecUsageError(f"durations file {path} cannot be read: {where} a symbolic link loop "
-                                    f"({exc.strerror}); remove or repoint the link ({remade_by})") from None
+        loop = link_loop(path, exc) if isinstance(exc, OSError) else None
+        if loop:
+            raise SpecdecUsageError(f"durations file {path} cannot be read: {loop}; remove or repoint the "
+                                    f"link ({remade_by})") from None
         why = getattr(exc, "strerror", None) or exc
         raise SpecdecUsageError(f"durations file {path} cannot be read: {why}; {fix}") from None
     try:

@@ -7,6 +7,7 @@ empty (/dev/null). Each reader refuses these before opening, naming what is ther
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -45,6 +46,15 @@ _OWN_FD = (", a descriptor of the process reading it (pytest puts /dev/null at i
            "line's descriptors)")
 
 
+def link_loop(path: str | Path, exc: OSError) -> str | None:
+    """'it is a symbolic link loop (...)', or 'a folder on its path is ...', where `exc` is ELOOP
+    at `path`: the link is what to fix, not the file's content; None for any other error."""
+    if exc.errno != errno.ELOOP:
+        return None
+    where = "it is" if os.path.islink(path) else "a folder on its path is"
+    return f"{where} a symbolic link loop ({exc.strerror})"
+
+
 _WRITE_IT = "write its content to a file and give that file's path"
 
 
@@ -64,4 +74,4 @@ def _why(kind: str) -> str:
     return "it is read as no file's content (endless or empty)" if "device" in kind else "it holds no content to read"
 
 
-__all__ = ["no_file", "refuse_special", "special"]
+__all__ = ["link_loop", "no_file", "refuse_special", "special"]

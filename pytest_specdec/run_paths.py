@@ -4,13 +4,11 @@ stop the run at start rather than have them renamed or deleted."""
 
 from __future__ import annotations
 
-import errno
-import os
 import re
 from pathlib import Path
 
 from .errors import SpecdecUsageError
-from .file_kind import refuse_special
+from .file_kind import link_loop, refuse_special
 
 # every journal line this plugin writes starts so (journal.Journal.append: keys sorted)
 _JOURNAL_START = re.compile(rb'\s*\{\s*"config_id"\s*:')
@@ -47,11 +45,10 @@ def check(journal: Path, journal_origin: str, artifacts: Path, artifacts_origin:
         what, path = ((f"the artifacts folder ({artifacts_origin})", artifacts)
                       if exc.filename is not None and str(exc.filename).startswith(str(artifacts))
                       else (f"the results journal ({journal_origin})", journal))
-        if exc.errno == errno.ELOOP:  # the link is what to fix, as durations.json's check says
-            where = "it is" if os.path.islink(path) else "a folder on its path is"
-            raise SpecdecUsageError(f"{what} is {path}, which cannot be looked up: {where} a symbolic link "
-                                    f"loop ({exc.strerror}); remove or repoint the link, or give another "
-                                    f"path") from None
+        loop = link_loop(path, exc)
+        if loop:
+            raise SpecdecUsageError(f"{what} is {path}, which cannot be looked up: {loop}; remove or repoint "
+                                    f"the link, or give another path") from None
         raise SpecdecUsageError(f"{what} is {path}, which cannot be looked up ({exc.strerror or exc}); "
                                 f"give another path") from None
 
