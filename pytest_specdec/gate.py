@@ -36,10 +36,11 @@ if TYPE_CHECKING:
 #: One-sided significance of a timing regression (and of an improvement); 3 samples a side
 #: cannot reach it (p >= 0.05), 4 can.
 ALPHA = 0.025
-#: The fewest requests a figure decided from samples needs for the gate's false reds to stay near
-#: `ALPHA` when the run is noisier than its baseline; fewer (or a baseline entry of one save) went
-#: red 5-10 % of the time and more with nothing changed (docs/PERF.md, "Regression gate").
-FEW_REQUESTS = 4
+#: The fewest samples of this run a figure decided from samples needs for the gate's false reds to
+#: stay near `ALPHA` when the run is noisier than its baseline; fewer (or a baseline entry of one
+#: save) went red 5-10 % of the time and more with nothing changed (docs/PERF.md, "Regression
+#: gate"). A sample is a request's, but not every request gives one (`Comparison.sampled`).
+FEW_SAMPLES = 4
 #: How far a calibrated figure still moves between runs, in log units per unit of combined CPU
 #: contention (1 - share, both runs): calibration takes out the wait for a CPU, not the cache and
 #: memory traffic of whoever took it. Measured with scripts/gate_power.py (docs/PERF.md).
@@ -366,8 +367,11 @@ class Comparison:
     samples: tuple[int, int] = (1, 1)  # (this run's, the baseline's)
     calibrated: bool = False
     contention: float = 1.0  # the factor allowed for CPU contention (contention_allowance)
-    #: the run's requests a figure decided from samples had, and the saves its baseline entry pools;
-    #: 0 for a deterministic figure or one recorded without samples (the summary's small-sample note)
+    #: the run's samples a figure decided from samples had, the run's requests behind them and the
+    #: saves its baseline entry pools; 0 for a deterministic figure or one recorded without samples
+    #: (the summary's small-sample note). Samples can be fewer than requests: TPOT has none for an
+    #: output that arrived whole at once, a sampled acceptance figure none for an unverified request
+    sampled: int = 0
     requests: int = 0
     baseline_runs: int = 0
 
@@ -399,9 +403,16 @@ class Comparison:
     @property
     def small_sample(self) -> bool:
         """A gated figure, compared with a baseline, decided from too few samples for the gate's
-        nominal false-red rate: fewer than `FEW_REQUESTS` requests, or a baseline of one save."""
-        return (self.gated and self.baseline is not None and self.requests > 0
-                and (self.requests < FEW_REQUESTS or self.baseline_runs == 1))
+        nominal false-red rate: fewer than `FEW_SAMPLES` samples (the statistic's n, whatever the
+        requests), or a baseline of one save."""
+        return (self.gated and self.baseline is not None and self.sampled > 0
+                and (self.sampled < FEW_SAMPLES or self.baseline_runs == 1))
+
+    def sample_count(self) -> str:
+        """`2 requests`, or `2 samples of 8 requests` where some requests gave the figure none."""
+        if self.requests <= self.sampled:
+            return f"{self.sampled} request{'s' if self.sampled > 1 else ''}"
+        return f"{self.sampled} sample{'s' if self.sampled > 1 else ''} of {self.requests} requests"
 
     @property
     def noteworthy(self) -> bool:
@@ -448,16 +459,16 @@ class Comparison:
             parts.append("per second the server had a CPU")
         if self.contention > 1.005:
             parts.append(f"x{self.contention:.2f} allowed for CPU contention")
-        if 0 < self.requests < FEW_REQUESTS and self.verdict in ("regression", "noisy"):
+        if 0 < self.sampled < FEW_SAMPLES and self.verdict in ("regression", "noisy"):
             # such a red is false more often than ALPHA says: the reader should know before acting
-            parts.append(f"{self.requests} request{'s' if self.requests > 1 else ''}: a small sample")
+            parts.append(f"{self.sample_count()}: a small sample")
         return f" [{', '.join(parts)}]" if parts else ""
 
     def to_json(self) -> dict[str, Any]:
         return {"metric": self.metric, "value": self.value, "direction": self.direction,
                 "baseline": self.baseline, "verdict": self.verdict, "p_value": self.p_value,
                 "samples": list(self.samples), "calibrated": self.calibrated,
-                "contention": self.contention, "requests": self.requests,
+                "contention": self.contention, "sampled": self.sampled, "requests": self.requests,
                 "baseline_runs": self.baseline_runs,
                 "tolerance": None if self.tolerance is None else self.tolerance.to_json(),
                 "line": self.line()}  # for people reading the journal; derived, never read back
@@ -470,8 +481,10 @@ class Comparison:
                    Tolerance.from_json(obj["metric"], obj.get("tolerance")), obj["verdict"],
                    None if obj.get("p_value") is None else float(obj["p_value"]),
                    (int(samples[0]), int(samples[1])), bool(obj.get("calibrated", False)),
-                   float(obj.get("contention", 1.0)), int(obj.get("requests", 0)),
-                   int(obj.get("baseline_runs", 0)))
+                   float(obj.get("contention", 1.0)),
+                   # a journal from before `sampled` kept the samples under "requests"
+                   sampled=int(obj.get("sampled", obj.get("requests", 0))),
+                   requests=int(obj.get("requests", 0)), baseline_runs=int(obj.get("baseline_runs", 0)))
 
 
 def compare_metric(test_id: str, metric: MetricValue, baseline: Figure | None,
@@ -499,7 +512,9 @@ def compare_metric(test_id: str, metric: MetricValue, baseline: Figure | None,
     samples_then = baseline.distribution if calibrated or not baseline.calibrated else ()
     base = dict(test_id=test_id, metric=metric.name, value=now, direction=metric.direction,
                 baseline=then, tolerance=tolerance, calibrated=calibrated,
-                requests=0 if exact else len(samples_now),
+                sampled=0 if exact else len(samples_now),
+                # a MetricValue's `samples` counts the workload's requests (metrics.Measurement)
+                requests=0 if exact or not samples_now else max(metric.samples, len(samples_now)),
                 # a MetricValue as the baseline (scripts, tests) pools no saves: one
                 baseline_runs=0 if exact or not samples_now else getattr(baseline, "runs", 1))
     if abs(worse) <= allowed + eps:

@@ -159,20 +159,29 @@ def small_sample_gate(results: Iterable[Result], save: str,
     run saved (None: no entry there); None when this run saved none. A save pools one more run
     into an entry of a single save: advice to save again would read as if this one had not."""
     from .baselines import POOLED_RUNS
-    from .gate import ALPHA, FEW_REQUESTS
+    from .gate import ALPHA, FEW_SAMPLES
 
     small = [(r, c) for r in results for c in r.comparisons if c.small_sample]
     if not small:
         return None
-    few = [(r, c) for r, c in small if c.requests < FEW_REQUESTS]
+    few = [(r, c) for r, c in small if c.sampled < FEW_SAMPLES]
     once = [(r, c) for r, c in small if c.baseline_runs == 1]
     found, fixes, pooled_note = [], [], None
     if few:
-        fewest = min(c.requests for _, c in few)
-        found.append(f"{len(few)} from as few as {fewest} request{'s' if fewest > 1 else ''}")
-        workloads = sorted({r.workload for r, _ in few if r.workload})
-        fixes.append(f"raise num_prompts to {FEW_REQUESTS} or more"
-                     + (f" (workload {', '.join(workloads)})" if workloads else ""))
+        fewest = min(c.sampled for _, c in few)
+        found.append(f"{len(few)} from as few as {fewest} sample{'s' if fewest > 1 else ''}")
+        # more prompts help only where the requests were few; TPOT's samples can be few of many
+        short = [(r, c) for r, c in few if c.requests < FEW_SAMPLES]
+        workloads = sorted({r.workload for r, _ in short if r.workload})
+        if short:
+            fixes.append(f"raise num_prompts to {FEW_SAMPLES} or more"
+                         + (f" (workload {', '.join(workloads)})" if workloads else ""))
+        sparse = [f"{c.metric}{f' of workload {r.workload}' if r.workload else ''} ({c.sample_count()})"
+                  for r, c in few if c.requests >= FEW_SAMPLES]
+        if sparse:
+            fixes.append(f"see why {', '.join(sparse)} had samples from so few of the requests (TPOT has "
+                         f"none for an output of one token or one that arrived whole at once, which "
+                         f"the run warned of)")
     if once:
         found.append(f"{len(once)} against a baseline entry of a single save")
         # an entry this run's save left at one save: a failed test's, or one of a changed setup

@@ -25,7 +25,7 @@ def test_workload(specdec_record):
     scale = float(os.environ.get("SCALE", "1"))
     records = tuple(RequestRecord(index=i, status=200, finish_reason="length", prompt_tokens=10,
                                   completion_tokens=8, ttft_ms=(5.0 + i) * scale, e2e_ms=(20.0 + i) * scale,
-                                  chunks=8)
+                                  chunks=8, whole_at_once=i >= int(os.environ.get("STREAMED", "99")))
                     for i in range(int(os.environ["REQUESTS"])))
     specdec_record.result(summarize(WorkloadResult("chat", "http://127.0.0.1:1", 1, records, wall_s=0.1)))
 
@@ -57,10 +57,23 @@ def _run(pytester: pytest.Pytester, *args: str) -> str:
 def test_two_requests_a_workload_are_said_with_the_fewest_and_the_fix(pytester, monkeypatch):
     _saved(pytester, monkeypatch, requests=2, saves=2)
     out = _run(pytester, *GATE)
-    assert ("specdec: gate: 1 figure(s) decided from small samples (1 from as few as 2 requests) go red "
+    assert ("specdec: gate: 1 figure(s) decided from small samples (1 from as few as 2 samples) go red "
             "with nothing changed more often than the gate's 2.5 % (5-10 % and more: the README's gate "
             "section); raise num_prompts to 4 or more (workload chat)") in out
     assert "single save" not in out  # the baseline pools two
+
+
+def test_tpot_sampled_from_few_of_many_requests_counts_its_samples_not_more_prompts(pytester, monkeypatch):
+    """8 requests, 6 of them whole at once: TPOT is decided from 2 samples, and its line said "as
+    few as 2 requests" and advised more prompts, which would not have given it more samples."""
+    monkeypatch.setenv("STREAMED", "2")
+    _saved(pytester, monkeypatch, requests=8, saves=2)
+    out = _run(pytester, "--specdec-compare-fail", "tpot_ms:15%,ttft_ms:30%")
+    assert ("specdec: gate: 1 figure(s) decided from small samples (1 from as few as 2 samples) go red "
+            "with nothing changed more often than the gate's 2.5 % (5-10 % and more: the README's gate "
+            "section); see why tpot_ms of workload chat (2 samples of 8 requests) had samples from so few "
+            "of the requests") in out, out
+    assert "num_prompts" not in out
 
 
 def test_four_requests_against_a_pooled_baseline_are_not_said(pytester, monkeypatch):
@@ -138,6 +151,22 @@ def test_a_red_or_noisy_verdict_from_few_requests_says_so_in_its_reason():
     assert fine.verdict == "unchanged" and fine.small_sample and "small sample" not in fine.line()
 
 
+def test_a_red_from_few_samples_of_many_requests_says_both_counts():
+    few_of_many = compare_metric(
+        "t", MetricValue("tpot_ms", 50.0, "lower", 0.0, 8, distribution=(50.0, 51.0)),
+        BaselineEntry(value=5.0, direction="lower", spread=0.0, samples=6, deterministic=False,
+                      distribution=(5.0, 5.1, 5.2, 5.0, 5.1, 5.2), save_sizes=(4, 1, 1)),
+        Tolerance("tpot_ms", 0.15, True))
+    assert (few_of_many.sampled, few_of_many.requests) == (2, 8) and few_of_many.small_sample
+    assert few_of_many.line().endswith("[2 samples of 8 requests: a small sample]")
+    from pytest_specdec.gate import Comparison
+
+    assert Comparison.from_json("t", few_of_many.to_json()) == few_of_many
+    # a journal from before "sampled" kept the samples under "requests"
+    old = {k: v for k, v in few_of_many.to_json().items() if k != "sampled"} | {"requests": 2}
+    assert Comparison.from_json("t", old).sampled == 2
+
+
 def test_the_line_counts_each_kind_and_names_the_fewest_of_several_workloads():
     """As a merge of shards says it: from the results' comparisons, whichever process made them."""
     from pytest_specdec.summary import small_sample_gate
@@ -148,7 +177,7 @@ def test_the_line_counts_each_kind_and_names_the_fewest_of_several_workloads():
 
     line = small_sample_gate([result("code", 3, 1), result("chat", 1, 2), result("math", 8, 3)],
                              "--save-baseline")
-    assert line.startswith("gate: 2 figure(s) decided from small samples (2 from as few as 1 request, 1 "
+    assert line.startswith("gate: 2 figure(s) decided from small samples (2 from as few as 1 sample, 1 "
                            "against a baseline entry of a single save)")
     assert line.endswith("raise num_prompts to 4 or more (workload chat, code) and save the baseline again "
                          "with --save-baseline to pool up to 3 runs")
