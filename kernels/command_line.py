@@ -22,7 +22,7 @@ def require(command: str, *modules: str, parser: Callable[[], argparse.ArgumentP
     absent = [name for name in modules if not _imports(name)]
     if not absent:
         return
-    if parser is not None and _asks_help(sys.argv[1:] if argv is None else argv):
+    if parser is not None and _asks_help(parser(), sys.argv[1:] if argv is None else argv):
         parser().parse_args(["--help"])  # exits 0
     print(f"pytest-specdec: {command} needs the `kernels` extra, and {', '.join(absent)} "
           f"{'is' if len(absent) == 1 else 'are'} not installed: pip install {' '.join(absent)} "
@@ -38,7 +38,31 @@ def _imports(name: str) -> bool:
     return True
 
 
-def _asks_help(argv: Sequence[str]) -> bool:
-    """Whether `argv` holds -h or --help as an option (not after ``--``)."""
-    options = argv[:list(argv).index("--")] if "--" in argv else argv
-    return "-h" in options or "--help" in options
+class _Help(Exception):
+    """The parser met its help option."""
+
+
+class _Refused(Exception):
+    """The parser refused the command line before it met a help option."""
+
+
+def _asks_help(parser: argparse.ArgumentParser, argv: Sequence[str]) -> bool:
+    """Whether `parser` itself, parsing `argv`, would print its help: argparse takes `--he` for
+    `--help` where abbreviations are allowed, and refuses `--json -h` (an option where the value
+    goes) before it meets the help, so no rule on the strings says it. Its help action calls
+    `print_help`; this parser's raises instead, and its `error` and `exit` stop it printing."""
+
+    def asked(file=None) -> None:
+        raise _Help
+
+    def refused(*args, **kwargs) -> None:
+        raise _Refused
+
+    parser.print_help, parser.error, parser.exit = asked, refused, refused  # type: ignore[method-assign]
+    try:
+        parser.parse_known_args(list(argv))
+    except _Help:
+        return True
+    except (_Refused, argparse.ArgumentError):  # ArgumentError: a parser made with exit_on_error=False
+        return False
+    return False

@@ -26,7 +26,7 @@ def test_a_command_line_without_torch_says_what_to_install_in_one_line(command, 
                                  f"extra, and torch is not installed: pip install torch"), run.stderr
 
 
-@pytest.mark.parametrize("flag", ["--help", "-h"])
+@pytest.mark.parametrize("flag", ["--help", "-h", "--hel"])
 @pytest.mark.parametrize("command", ["bench", "hybrid_bench", "flex_sweep", "compile_check"])
 def test_a_command_lines_help_needs_no_torch(command, flag, tmp_path):
     """`--help` got the one line saying to install torch instead of the help: asking what a
@@ -54,3 +54,46 @@ def test_the_benchs_modes_without_a_gpu_need_no_triton(args, tmp_path):
                          env=dict(os.environ, PYTHONPATH=path), capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "triton" not in run.stderr, run.stderr
+
+
+def _argparse_helps(parser, argv) -> bool:
+    """What argparse itself does with `argv`: prints the help and exits 0, or not."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            parser.parse_args(argv)
+    except SystemExit as exit:
+        return exit.code == 0 and out.getvalue().startswith("usage:")
+    return False
+
+
+def _short_flags():
+    import argparse
+
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    parser.add_argument("-v", action="store_true")
+    parser.add_argument("-n", type=int)
+    return parser
+
+
+ARGVS = [[], ["--help"], ["-h"], ["--h"], ["--he"], ["--hel"], ["--helpx"], ["--hx"], ["--quick", "--hel"],
+         ["--", "-h"], ["--json", "-h"], ["--json=-h"], ["--json", "x", "-h"], ["-hx"], ["--bogus", "-h"],
+         ["--max-seconds", "x", "-h"], ["-h", "--max-seconds", "x"], ["--l2-flush", "nope", "--help"],
+         ["-vh"], ["-hv"], ["-n", "-h"], ["-n3", "-h"], ["--out", "o", "--he"], ["x", "-h"]]
+
+
+@pytest.mark.parametrize("argv", ARGVS, ids=" ".join)
+@pytest.mark.parametrize("name", ["bench", "hybrid_bench", "flex_sweep", "short_flags"])
+def test_help_without_torch_is_asked_exactly_where_argparse_gives_it(name, argv):
+    """Only -h and --help were taken for help: `--hel` (an abbreviation argparse takes; `--he` is
+    ambiguous in bench beside --head-dims) got the line saying to install torch, and `-vh` would
+    have; `--json -h` is refused by argparse, so it is not help either."""
+    from specdec_kernels import arguments, flex_sweep
+    from specdec_kernels.command_line import _asks_help
+
+    make = {"bench": lambda: arguments.bench_parser("d"), "hybrid_bench": lambda: arguments.hybrid_bench_parser("d"),
+            "flex_sweep": flex_sweep._parser, "short_flags": _short_flags}[name]
+    assert _asks_help(make(), argv) == _argparse_helps(make(), argv)
