@@ -31,14 +31,34 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   pins=$("$venv/bin/python" - <<'EOF'
 import re
 
+try:
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+except ImportError:  # a fresh venv has no packaging, but its pip carries a copy
+    try:
+        from pip._vendor.packaging.requirements import InvalidRequirement, Requirement
+        from pip._vendor.packaging.utils import canonicalize_name
+    except ImportError:
+        raise SystemExit("lowest-check: neither packaging nor pip's copy of it imports in the venv, so "
+                         "pyproject.toml's requirements cannot be read: pip install packaging there")
+
 text = open("pyproject.toml").read()
-wanted = {"pytest", "tomli", "aiohttp", "filelock", "psutil", "prometheus_client", "pytest-benchmark",
-          "pytest-xdist", "pytest-timeout", "hypothesis", "matplotlib", "huggingface_hub"}
+wanted = {canonicalize_name(name) for name in (
+    "pytest", "tomli", "aiohttp", "filelock", "psutil", "prometheus_client", "pytest-benchmark",
+    "pytest-xdist", "pytest-timeout", "hypothesis", "matplotlib", "huggingface_hub")}
 seen = set()
-for name, version, marker in re.findall(r'"([A-Za-z0-9_.-]+)>=([0-9.]+)\s*(;[^"]*)?"', text):
-    if name in wanted and name not in seen:
+# every double-quoted string that parses as a requirement: spaces, ranges, extras and markers too
+for string in re.findall(r'"([^"\n]*)"', text):
+    try:
+        req = Requirement(string)
+    except InvalidRequirement:
+        continue
+    name = canonicalize_name(req.name)
+    lower = [spec.version for spec in req.specifier if spec.operator == ">="]
+    if name in wanted and name not in seen and lower:
         seen.add(name)
-        print(f"{name}=={version}{marker}")
+        extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+        print(f"{req.name}{extras}=={lower[0]}" + (f"; {req.marker}" if req.marker else ""))
 missing = wanted - seen
 if missing:
     raise SystemExit(f"lowest-check: pyproject.toml declares no lower bound for {sorted(missing)}: "
