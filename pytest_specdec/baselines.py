@@ -113,7 +113,8 @@ FILE_KEYS = ("format", "version", "hardware_key", "entries", "setups")
 ENTRY_KEYS = ("value", "direction", "spread", "samples", "deterministic", "date", "versions", "commit",
               "fingerprint", "distribution", "cpu_share", "save_sizes", "nodeid")
 #: Keys earlier releases of this format wrote, read past: `calibrated` is `cpu_share` now, `runs`
-#: the length of `save_sizes` (read where an entry has no `save_sizes`, see `former_save_sizes`).
+#: the length of `save_sizes` (read where an entry has no `save_sizes`, see `former_save_sizes`;
+#: written back for such an entry until it is saved again, see `guessed_from_runs`).
 FORMER_ENTRY_KEYS = ("calibrated", "runs")
 
 
@@ -136,9 +137,12 @@ class BaselineEntry:
     #: POOLED_RUNS saves; they sum to its length); () with no samples, one save where not given
     save_sizes: tuple[int, ...] = ()
     nodeid: str | None = None  # the pytest node id of the test that saved it; None: not recorded
-    #: `save_sizes` inferred from a count of saves (`former_save_sizes`), not recorded: only the
-    #: newest save's place, at the end of the samples, is known (`is_save_of`); never written
-    sizes_guessed: bool = field(default=False, compare=False, repr=False)
+    #: the count of saves (`runs`, > 1) a version-3 entry recorded, from which its `save_sizes`
+    #: were guessed (`former_save_sizes`); 0 where they were recorded. Only the newest save's
+    #: place, at the end of the samples, is known (`is_save_of`), so until the entry is saved
+    #: again `to_json` writes this count back, not the guess: another test's save in between (a
+    #: merge's earlier shard) would otherwise make the guess read as recorded
+    guessed_from_runs: int = field(default=0, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.save_sizes and self.distribution:
@@ -194,7 +198,7 @@ class BaselineEntry:
         # a version-3 entry's guessed boundaries may cut its newest save, which lies at the end
         # of its samples with the entry's value, as the release that saved it looked for it
         n = len(newer.distribution)
-        return (self.sizes_guessed and self.value == newer.value and n <= len(self.distribution)
+        return (self.guessed_from_runs > 1 and self.value == newer.value and n <= len(self.distribution)
                 and self.distribution[len(self.distribution) - n:] == newer.distribution)
 
     @property
@@ -220,7 +224,8 @@ class BaselineEntry:
             "versions": dict(self.versions), "commit": self.commit,
             **({"fingerprint": self.fingerprint} if self.fingerprint is not None else {}),
             "distribution": list(self.distribution), "cpu_share": self.cpu_share,
-            "save_sizes": list(self.save_sizes),
+            **({"runs": self.guessed_from_runs} if self.guessed_from_runs > 1 else
+               {"save_sizes": list(self.save_sizes)}),
             **({"nodeid": self.nodeid} if self.nodeid is not None else {}),
         }
 
@@ -302,7 +307,7 @@ class BaselineEntry:
             fingerprint=fingerprint,
             distribution=tuple(float(v) for v in distribution),
             cpu_share=cpu_share, save_sizes=tuple(save_sizes), nodeid=nodeid,
-            sizes_guessed="save_sizes" not in obj and runs > 1,
+            guessed_from_runs=runs if "save_sizes" not in obj and runs > 1 and distribution else 0,
         )
 
 
