@@ -348,8 +348,10 @@ def finish(manifest: ShardManifest, state: RunState, directory: Path, results: R
     journal = journal_path(state)
     # realpath: Path.resolve raised RuntimeError on a link loop there before Python 3.13
     if journal.exists() and os.path.realpath(journal) != os.path.realpath(directory / JOURNAL):
-        # whole or not at all: a copy cut short (a full disk) leaves the earlier one for the merge
-        replace_with_copy(directory / JOURNAL, journal, durable=False)
+        # whole or not at all: a copy cut short (a full disk) leaves the earlier one for the merge;
+        # durable: on the disk before shard.json says finished, or a power cut leaves a finished
+        # manifest beside an older or empty copy, which the merge would trust
+        replace_with_copy(directory / JOURNAL, journal, durable=True)
     kept = {**(previous.durations if previous else {}), **durations}
     done = replace(manifest, finished=_now(), exitstatus=int(exitstatus),
                    tests=outcomes(results, manifest.plan), durations=kept,

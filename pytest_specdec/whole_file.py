@@ -11,7 +11,7 @@ a folder, and `remove_leftovers` deletes them where every writer of the file hol
 The file keeps its mode (`replacing_mode`): a file shared with the group stays readable by it,
 where mkstemp's private 0600 would hide it. `durable` adds an fsync of the file before the
 rename and of its folder after it, for files a power cut must not take back (baselines, shard
-manifests); files that live only as long as a run skip them.
+manifests and the journal copies they vouch for); files that live only as long as a run skip them.
 """
 
 from __future__ import annotations

@@ -835,6 +835,38 @@ def test_a_journal_copy_cut_short_leaves_the_shard_folders_earlier_copy_whole(tm
     assert target.read_text() == source.read_text()
 
 
+@NO_PROC
+def test_the_journal_copy_is_on_the_disk_before_shard_json_says_finished(pytester, monkeypatch):
+    """The explicit journal's copy was written without fsync while the finished shard.json was
+    fsync'd: a power cut could leave a finished manifest beside an older or empty journal copy,
+    which the merge would trust. The copy and its rename are now synced before the manifest's."""
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", os.path.realpath(os.readlink(f"/proc/self/fd/{fd}"))))
+        real_fsync(fd)
+
+    def replace(src, dst, **kwargs):
+        events.append(("replace", os.path.realpath(dst)))
+        real_replace(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    pytester.makepyprojecttoml("[tool.specdec]\n")
+    result = run(pytester, "--specdec-shard=1/1", "--specdec-report=rep", "--specdec-journal=own.jsonl")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    folder = os.path.realpath(pytester.path / "rep")
+    copy, manifest = os.path.join(folder, "journal.jsonl"), os.path.join(folder, "shard.json")
+    assert (pytester.path / "rep" / "journal.jsonl").read_text() == (pytester.path / "own.jsonl").read_text()
+    finished = max(i for i, e in enumerate(events) if e == ("replace", manifest))
+    copied = events.index(("replace", copy))
+    before = events[:copied]
+    # the copy's own bytes (its temporary sibling's fsync), then its rename (the folder's fsync)
+    assert any(kind == "fsync" and os.path.basename(path).startswith(".journal.jsonl.") for kind, path in before), events
+    assert ("fsync", folder) in events[copied:finished], events
+
+
 def test_a_journal_copied_into_the_shard_folder_has_the_mode_a_copy_gets_not_a_private_one(tmp_path):
     """The copy went through mkstemp's temporary file, whose mode is 0600: a shard folder shared
     with the group (the host that merges it, a CI artifact step) got a journal only its writer
