@@ -474,17 +474,20 @@ class Comparison:
                 "line": self.line()}  # for people reading the journal; derived, never read back
 
     @classmethod
-    def from_json(cls, test_id: str, obj: Mapping[str, Any]) -> Comparison:
+    def from_json(cls, test_id: str, obj: Mapping[str, Any], figure_requests: int = 0) -> Comparison:
+        """`figure_requests`: the requests of the figure compared (`MetricValue.samples`), for a
+        comparison from before `sampled`, which held only its samples (under "requests")."""
         samples = obj.get("samples") or (1, 1)
+        sampled = int(obj.get("sampled", obj.get("requests", 0)))
+        # what compare_metric gives now: the figure's requests, never fewer than its samples
+        requests = int(obj.get("requests", 0)) if "sampled" in obj else sampled and max(figure_requests, sampled)
         return cls(test_id, obj["metric"], float(obj["value"]), obj["direction"],
                    None if obj.get("baseline") is None else float(obj["baseline"]),
                    Tolerance.from_json(obj["metric"], obj.get("tolerance")), obj["verdict"],
                    None if obj.get("p_value") is None else float(obj["p_value"]),
                    (int(samples[0]), int(samples[1])), bool(obj.get("calibrated", False)),
                    float(obj.get("contention", 1.0)),
-                   # a journal from before `sampled` kept the samples under "requests"
-                   sampled=int(obj.get("sampled", obj.get("requests", 0))),
-                   requests=int(obj.get("requests", 0)), baseline_runs=int(obj.get("baseline_runs", 0)))
+                   sampled=sampled, requests=requests, baseline_runs=int(obj.get("baseline_runs", 0)))
 
 
 def compare_metric(test_id: str, metric: MetricValue, baseline: Figure | None,

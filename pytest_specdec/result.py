@@ -96,14 +96,17 @@ class Result:
         if obj.get("method") is not None:
             case = MatrixCase(str(obj.get("family") or "cpu"), str(obj["method"]), int(obj["tp"]),
                               None if obj.get("budget") is None else int(obj["budget"]))
+        metrics = tuple(MetricValue.from_json(name, m) for name, m in (obj.get("metrics") or {}).items())
+        # an older comparison counted only its samples: its figure says the requests behind them
+        requests = {m.name: m.samples for m in metrics}
         return cls(
             test_id=test_id,
             nodeid=str(obj.get("nodeid") or test_id),
             case=case,
             workload=workload,
-            metrics=tuple(MetricValue.from_json(name, m)
-                          for name, m in (obj.get("metrics") or {}).items()),
-            comparisons=tuple(Comparison.from_json(test_id, c) for c in obj.get("comparisons", ())),
+            metrics=metrics,
+            comparisons=tuple(Comparison.from_json(test_id, c, requests.get(c["metric"], 0))
+                              for c in obj.get("comparisons", ())),
             time=float(obj.get("time", 0.0)),
             details=dict(obj.get("details") or {}),
             resumed=resumed,

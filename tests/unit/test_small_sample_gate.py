@@ -9,6 +9,8 @@ The tests measure a workload by hand (`specdec_record.result`), so no server sta
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pytest_specdec.baselines import BaselineEntry
@@ -198,3 +200,31 @@ def test_a_save_that_pooled_some_entries_advises_saving_again_for_the_others_onl
                          "the other 2; the save this run made pools 2-3 of 3 runs into 2 of their entries")
     line = small_sample_gate([result("code")], "--save-baseline", lambda r, metric: 2)
     assert line.endswith("section); the save this run made pools 2 of 3 runs into its entry")
+
+
+def test_a_merge_of_shard_folders_from_before_sampled_with_later_ones_counts_each_right():
+    """A shard folder written before `sampled` holds its comparisons' samples under "requests";
+    read alone they said a TPOT of 2 samples of 8 requests came from 2 requests and advised
+    raising num_prompts, the advice `sampled` was made to stop. Its journal record's figure says
+    how many requests there were, so the merge reads the older folder as it reads a later one."""
+    from pytest_specdec.summary import small_sample_gate
+
+    figure = MetricValue("tpot_ms", 50.0, "lower", 0.0, 8, distribution=(50.0, 51.0))
+    later = compare_metric("t", figure, BaselineEntry(value=5.0, direction="lower", spread=0.0, samples=6,
+                                                      deterministic=False, distribution=(5.0, 5.1, 5.2, 5.0, 5.1, 5.2),
+                                                      save_sizes=(4, 1, 1)), Tolerance("tpot_ms", 0.15, True))
+    earlier = {k: v for k, v in later.to_json().items() if k != "sampled"} | {"requests": 2}
+
+    def merged(workload, comparison):  # as merge._journaled reads a shard: record, then comparisons
+        return Result.from_json({"test_id": f"t[{workload}]", "workload": workload,
+                                 "metrics": {"tpot_ms": figure.to_json()}, "comparisons": [comparison]})
+
+    old, new = merged("chat", earlier), merged("code", later.to_json())
+    assert old.comparisons[0] == replace(later, test_id="t[chat]")
+    assert old.comparisons[0].line().endswith("[2 samples of 8 requests: a small sample]")
+    line = small_sample_gate([old, new], "--save-baseline")
+    assert "2 from as few as 2 samples" in line and "num_prompts" not in line, line
+    assert "tpot_ms of workload chat (2 samples of 8 requests)" in line, line
+    # an older record whose figure is gone, or a figure without its count, keeps what the comparison held
+    alone = Result.from_json({"test_id": "t", "comparisons": [earlier]}).comparisons[0]
+    assert (alone.sampled, alone.requests) == (2, 2)
