@@ -75,9 +75,10 @@ def pytest_configure(config: pytest.Config) -> None:
     root = Path(config.inipath).parent if config.inipath else Path(config.rootpath)
     try:
         if not hasattr(config, "workerinput"):  # a worker's rootdir is the controller's, checked there
-            from . import early_args, flag_typos
+            from . import early_args, flag_typos, repeated_flags
 
             flag_typos.check_ini(config)  # pytest only warns, after the run measured with the default
+            repeated_flags.check(config.invocation_params.args)  # argparse keeps the last value silently
 
             early_args.check(config)  # before anything reads the configuration it may have missed
             from . import config_root

@@ -456,3 +456,26 @@ def test_a_journal_resume_cannot_read_at_collection_is_a_usage_error_with_or_wit
                                     "--specdec-journal=journal.jsonl")
         _usage_error(result, "results journal */journal.jsonl is a named pipe (FIFO), not a regular file*")
         assert result.stderr.str().count("ERROR: pytest-specdec:") == 1, result.stderr.str()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--specdec-keep-runs=3", "--specdec-keep-runs=5"],
+     "--specdec-keep-runs is given twice on the command line, as '3' and '5', and only the last would count; "
+     "give it once"),
+    (["--specdec-backend", "embedded", "-q", "--specdec-backend=auto"],
+     "--specdec-backend is given twice on the command line, as 'embedded' and 'auto', *; give it once"),
+    (["--specdec-compare-fail=output_tok_s:5%", "--specdec-compare-fail=ttft_ms:10%"],
+     "--specdec-compare-fail is given twice *; give it once, with all of them in one value "
+     "(e.g. --specdec-compare-fail=output_tok_s:5%,ttft_ms:10%)"),
+])
+def test_a_flag_given_twice_with_different_values_is_a_usage_error(pytester: pytest.Pytester, args, message):
+    """argparse kept the last value without a word: a second --specdec-compare-fail dropped the first's gate."""
+    pytester.makepyfile("def test_x(): pass")
+    _usage_error(pytester.runpytest(*args), message)
+
+
+def test_a_flag_repeated_with_its_value_or_over_addopts_runs(pytester: pytest.Pytester):
+    """One value given twice means one thing; the command line over addopts is the documented precedence."""
+    pytester.makepyprojecttoml("[tool.pytest.ini_options]\naddopts = \"--specdec-keep-runs=3\"\n")
+    pytester.makepyfile("def test_x(): pass")
+    assert pytester.runpytest("--specdec-keep-runs=5", "--specdec-keep-runs", "5").ret == pytest.ExitCode.OK
