@@ -220,6 +220,14 @@ def _misspelt(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
         # a prefix of a known option is argparse's abbreviation, its ambiguity argparse's to report
         if name.startswith("--") and not any(option.startswith(name) for option in known):
             sub.error(f"no option {name}: {hint(name, known)}")
+    from .repeated_flags import repeated
+
+    valued = [name for action in sub._actions if action.nargs is None and not isinstance(
+        action, (argparse._StoreTrueAction, argparse._HelpAction)) for name in action.option_strings
+        if name.startswith("--")]
+    problem = repeated(argv[1:], valued, abbreviations=True)
+    if problem:  # argparse keeps the last: `--out a ... --out b` wrote b alone, without a word
+        sub.error(problem)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

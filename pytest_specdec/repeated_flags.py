@@ -6,11 +6,12 @@ runs with a setting its author may not have meant, and `--specdec-compare-fail` 
 figure gates only the last one. Only the command line itself is read: a flag in `addopts` or
 `PYTEST_ADDOPTS` that the command line overrides is the documented precedence, not a slip, and a
 flag repeated with one value means one thing.
+The merge command (`python -m pytest_specdec merge`) checks its own options the same way.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from .errors import SpecdecUsageError
 from .options import OPTIONS
@@ -22,15 +23,19 @@ _VALUED = {option.cli: option for option in OPTIONS if not option.flag}
 _JOINED = {"--specdec-compare-fail": "output_tok_s:5%,ttft_ms:10%", "--specdec-tp": "1,4"}
 
 
-def given_values(args: Sequence[str]) -> dict[str, list[str]]:
-    """Each value-taking `--specdec-*` flag's values, in the order the command line gives them."""
+def given_values(args: Sequence[str], valued: Iterable[str] = _VALUED,
+                 abbreviations: bool = False) -> dict[str, list[str]]:
+    """Each of the `valued` flags' values, in the order the command line gives them; with
+    `abbreviations` (argparse's, which pytest turns off), a prefix of one of them counts as it."""
+    valued = tuple(valued)
     values: dict[str, list[str]] = {}
     args = [str(arg) for arg in args]
     for index, arg in enumerate(args):
         if arg == "--":
-            break  # what follows is test paths, never flags
-        flag, joined, value = arg.partition("=")
-        if flag not in _VALUED:
+            break  # what follows is positional, never flags
+        name, joined, value = arg.partition("=")
+        flag = name if name in valued else _abbreviated(name, valued) if abbreviations else None
+        if flag is None:
             continue
         if not joined:  # `--specdec-report out`: the value is the next argument
             if index + 1 >= len(args):
@@ -40,9 +45,14 @@ def given_values(args: Sequence[str]) -> dict[str, list[str]]:
     return values
 
 
-def check(args: Sequence[str]) -> None:
-    """Raise SpecdecUsageError for the first flag the command line gives with two different values."""
-    for flag, values in given_values(args).items():
+def _abbreviated(name: str, valued: tuple[str, ...]) -> str | None:
+    matches = [flag for flag in valued if name.startswith("--") and len(name) > 2 and flag.startswith(name)]
+    return matches[0] if len(matches) == 1 else None  # an ambiguous one is argparse's to report
+
+
+def repeated(args: Sequence[str], valued: Iterable[str] = _VALUED, abbreviations: bool = False) -> str | None:
+    """The problem and fix for the first of the `valued` flags `args` give with two different values."""
+    for flag, values in given_values(args, valued, abbreviations).items():
         distinct = list(dict.fromkeys(values))
         if len(distinct) < 2:
             continue
@@ -50,5 +60,13 @@ def check(args: Sequence[str]) -> None:
         shown = ", ".join(repr(value) for value in distinct[:-1]) + f" and {distinct[-1]!r}"
         example = _JOINED.get(flag)
         fix = f"give it once, with all of them in one value (e.g. {flag}={example})" if example else "give it once"
-        raise SpecdecUsageError(f"{flag} is given {times} on the command line, as {shown}, and only the last "
-                                f"would count; {fix}")
+        return f"{flag} is given {times} on the command line, as {shown}, and only the last would count; {fix}"
+    return None
+
+
+def check(args: Sequence[str]) -> None:
+    """Raise SpecdecUsageError for the first `--specdec-*` flag the command line gives with two
+    different values."""
+    problem = repeated(args)
+    if problem:
+        raise SpecdecUsageError(problem)

@@ -819,6 +819,31 @@ def test_a_misspelt_command_or_option_names_the_one_meant(argv, said, capsys):
     assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: {said}")
 
 
+@pytest.mark.parametrize("argv, said", [
+    (["merge", "--out", "a", "--out", "b", "s"], "--out is given twice on the command line, as 'a' and 'b', and "
+                                                 "only the last would count; give it once"),
+    (["merge", "--o=a", "--lock-timeout", "5", "--out", "b", "s", "--lock-t=6"],
+     "--out is given twice on the command line, as 'a' and 'b', and only the last would count; give it once"),
+    (["merge", "--out", "a", "--lock-timeout", "5", "s", "--lock-timeout=6"],
+     "--lock-timeout is given twice on the command line, as '5' and '6', and only the last would count; give it once"),
+])
+def test_an_option_given_twice_with_different_values_is_refused(argv, said, capsys):
+    """argparse kept the last: `--out a ... --out b` merged into b alone, without a word."""
+    from pytest_specdec import __main__ as cli
+
+    with pytest.raises(SystemExit) as exit:
+        cli.main(argv)
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: {said}")
+
+
+def test_an_option_repeated_with_one_value_still_parses():
+    """The same value twice means one thing."""
+    from pytest_specdec import __main__ as cli
+
+    cli._misspelt(cli._parser(), ["merge", "--out", "x", "--out=x", "--no-plots", "--no-plots", "s"])
+
+
 def test_an_abbreviated_option_and_a_dashed_shard_folder_after_double_dash_still_parse(tmp_path):
     """argparse takes an unambiguous prefix of an option, and `--` ends the options: the
     did-you-mean check refuses neither."""
