@@ -6,7 +6,8 @@ runs with a setting its author may not have meant, and `--specdec-compare-fail` 
 figure gates only the last one. Only the command line itself is read: a flag in `addopts` or
 `PYTEST_ADDOPTS` that the command line overrides is the documented precedence, not a slip, and a
 flag repeated with one value means one thing.
-The merge command (`python -m pytest_specdec merge`) checks its own options the same way.
+So does an ini key given twice with `-o`; the merge command (`python -m pytest_specdec merge`) checks
+its own options the same way.
 """
 
 from __future__ import annotations
@@ -64,9 +65,32 @@ def repeated(args: Sequence[str], valued: Iterable[str] = _VALUED, abbreviations
     return None
 
 
+def overrides(args: Sequence[str]) -> list[str]:
+    """The command line's `-o`/`--override-ini` values of `specdec_*` keys, each as a flag of its own
+    (`-o specdec_keep_runs` and its value), so that `repeated` checks them as it checks flags."""
+    flags: list[str] = []
+    args = [str(arg) for arg in args]
+    for index, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg in ("-o", "--override-ini"):
+            pair = args[index + 1] if index + 1 < len(args) else ""
+        elif arg.startswith("--override-ini="):
+            pair = arg.removeprefix("--override-ini=")
+        elif arg.startswith("-o") and not arg.startswith("--"):
+            pair = arg[2:]
+        else:
+            continue
+        key, joined, value = pair.partition("=")
+        if joined and key.strip().startswith("specdec_"):
+            flags.append(f"-o {key.strip()}={value}")
+    return flags
+
+
 def check(args: Sequence[str]) -> None:
-    """Raise SpecdecUsageError for the first `--specdec-*` flag the command line gives with two
-    different values."""
-    problem = repeated(args)
+    """Raise SpecdecUsageError for the first `--specdec-*` flag, or `-o specdec_*` key, the command
+    line gives with two different values."""
+    keys = [flag.partition("=")[0] for flag in overrides(args)]
+    problem = repeated(args) or repeated(overrides(args), keys)
     if problem:
         raise SpecdecUsageError(problem)

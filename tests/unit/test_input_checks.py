@@ -467,6 +467,9 @@ def test_a_journal_resume_cannot_read_at_collection_is_a_usage_error_with_or_wit
     (["--specdec-compare-fail=output_tok_s:5%", "--specdec-compare-fail=ttft_ms:10%"],
      "--specdec-compare-fail is given twice *; give it once, with all of them in one value "
      "(e.g. --specdec-compare-fail=output_tok_s:5%,ttft_ms:10%)"),
+    (["-o", "specdec_keep_runs=3", "--override-ini=specdec_keep_runs=5"],
+     "-o specdec_keep_runs is given twice on the command line, as '3' and '5', and only the last would count; "
+     "give it once"),
 ])
 def test_a_flag_given_twice_with_different_values_is_a_usage_error(pytester: pytest.Pytester, args, message):
     """argparse kept the last value without a word: a second --specdec-compare-fail dropped the first's gate."""
