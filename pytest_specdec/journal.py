@@ -105,10 +105,11 @@ class JournalRecord:
 class Journal:
     """A JSONL journal file. Cheap to construct; every method opens the file itself."""
 
-    def __init__(self, path: str | Path, said: set[tuple[int, str]] | None = None,
+    def __init__(self, path: str | Path, said: set[int] | None = None,
                  cache: LatestCache | None = None):
-        """`said`: the damaged lines already warned of, shared by the readers of one run so that
-        each is said once however often the run reads the journal; `cache`: what `latest` read
+        """`said`: the numbers of the damaged lines already warned of, shared by the readers of one
+        run so that each is said once however often the run reads the journal (a torn last line
+        reads as an unreadable one once the run appended past it: still the line said); `cache`: what `latest` read
         before, shared by the same readers (`LatestCache`)."""
         self.path = Path(path)
         self._lock = FileLock(str(self.path) + ".lock")
@@ -217,9 +218,9 @@ class Journal:
             damaged.append(line)
             return
         if self._said is not None:
-            if (line.lineno, line.what) in self._said:
+            if line.lineno in self._said:
                 return
-            self._said.add((line.lineno, line.what))
+            self._said.add(line.lineno)
         # located at the journal's line, not at whichever reader of the run came upon it first
         warnings.warn_explicit(str(line), JournalWarning, filename=str(self.path), lineno=line.lineno)
 

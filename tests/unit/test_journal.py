@@ -85,6 +85,24 @@ def test_append_after_a_torn_line_starts_a_fresh_line(tmp_path):
     assert keys == {("a", "chat"), ("c", "chat")}
 
 
+def test_a_torn_line_is_said_once_after_the_run_appends_past_it(tmp_path):
+    """A resumed run read the torn last line ("an incomplete last line"), appended after it, and
+    read it again as "an unreadable line": two warnings, worded apart, of one damaged line."""
+    path = tmp_path / "j.jsonl"
+    Journal(path).append("a", "chat")
+    with open(path, "ab") as fh:  # a crash in the middle of a write
+        fh.write(b'{"config_id": "b", "wor')
+    said: set = set()
+    with pytest.warns(JournalWarning) as first:
+        Journal(path, said=said).done_keys()
+    Journal(path, said=said).append("c", "chat")
+    with warnings.catch_warnings(record=True) as again:
+        warnings.simplefilter("always")
+        assert Journal(path, said=said).done_keys() == {("a", "chat"), ("c", "chat")}
+    assert [str(w.message) for w in first] == [f"{path}:2: skipped an incomplete last line (interrupted write)"]
+    assert not [w for w in again if issubclass(w.category, JournalWarning)]
+
+
 @pytest.mark.parametrize("junk", [b"not json\n", b"[1, 2]\n", b'{"workload": "chat"}\n', b'{"config_id": "a", "workload": "w", "pid": "x"}\n',
                                   # what json reads without a JSONDecodeError yet no record holds: a pid of 1e999
                                   # (int() overflows), nesting past the decoder's recursion limit
