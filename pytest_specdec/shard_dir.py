@@ -401,6 +401,12 @@ def read(directory: str | Path) -> ShardManifest:
     how = "run pytest with --specdec-shard=K/N --specdec-report=DIR and merge DIR"
     if not directory.exists():  # a mistyped name, or a glob (`shard-*`) the shell matched to nothing
         raise SpecdecUsageError(f"{directory} does not exist; give each shard's --specdec-report folder ({how})")
+    if directory.is_file():  # a glob of the manifests (`shard-*/shard.json`), or another file
+        if directory.name == MANIFEST:
+            raise SpecdecUsageError(f"{directory} is a shard's manifest, not its folder; give the folder, "
+                                    f"{directory.parent}")
+        raise SpecdecUsageError(f"{directory} is a file, not a shard folder; give each shard's --specdec-report "
+                                f"folder ({how})")
     refuse_special(path, "shard manifest")
     if not path.is_file():
         raise SpecdecUsageError(f"{directory} is not a shard folder: it has no {MANIFEST} ({how})")

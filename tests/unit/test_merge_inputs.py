@@ -90,6 +90,23 @@ def test_a_shard_folder_that_does_not_exist_is_named_so(shards, monkeypatch):
     assert not (shards / "merged").exists()
 
 
+@pytest.mark.parametrize("given, said", [
+    ("shard-2/shard.json", "shard-2/shard.json is a shard's manifest, not its folder; give the folder, shard-2"),
+    ("notes.txt", "notes.txt is a file, not a shard folder; give each shard's --specdec-report folder (run pytest "
+                  "with --specdec-shard=K/N --specdec-report=DIR and merge DIR)"),
+])
+def test_a_file_given_for_a_shard_folder_is_named_so(shards, monkeypatch, given, said):
+    """`shard-*/shard.json` (a glob of the manifests) was called "not a shard folder: it has no
+    shard.json", of the shard.json itself."""
+    monkeypatch.chdir(shards)
+    (shards / "notes.txt").write_text("")
+    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out", "merged",
+                           "shard-1", given], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr == f"python -m pytest_specdec merge: error: {said}\n"
+    assert not (shards / "merged").exists()
+
+
 def test_the_merged_reports_title_nests_no_parentheses(shards):
     """It read `pytest-specdec results (2 of 2 merged (1/2, 2/2))`."""
     rc, text = merge(shards)
