@@ -23,7 +23,7 @@ from .errors import SpecdecUsageError
 from .journal import DONE, FAILED_CHECKS, MEASURED, DamagedLine, Journal
 from .report import ReportRow, row_from_result
 from .result import RECORD_DAMAGE, Result
-from .shard_dir import JOURNAL, ShardManifest, TestOutcome, read
+from .shard_dir import JOURNAL, MANIFEST, ShardManifest, TestOutcome, read
 
 #: pytest's exit status of a run that collected no test (pytest.ExitCode, not imported here).
 NO_TESTS_COLLECTED = 5
@@ -256,7 +256,7 @@ def _unjournaled(manifest: ShardManifest, journaled: Sequence[tuple[Result, str]
     holds only from an attempt that failed (its passing record was lost: a damaged line)."""
     journal = (manifest.directory or Path()) / JOURNAL
     status = {result.nodeid: s for result, s in journaled}
-    missing = f"it passed, but {journal} has no record of it"
+    missing = f"it passed, but {journal} {'has no record of it' if journal.exists() else 'is missing'}"
     out = {}
     for test in manifest.tests:
         if test.outcome != "passed" or status.get(test.nodeid) == DONE:
@@ -339,6 +339,12 @@ def merge(directories: Iterable[str | Path]) -> Merged:
         shard_rows = _rows_of(manifest, journaled, unjournaled)
         rows.extend(shard_rows)
         lacking = {**damaged, **unjournaled}
+        journal = (manifest.directory or Path()) / JOURNAL
+        if lacking and not journal.exists():  # a folder copied without it: one line, not one a test
+            problems.append(f"{manifest.name}: {journal} is missing, so its {len(lacking)} passed test(s) have no "
+                            f"result: copy the shard's whole folder (its {JOURNAL} beside {MANIFEST}), or run that "
+                            f"shard again with --specdec-resume and merge again")
+            lacking = {}
         for nodeid, why in lacking.items():
             problems.append(f"{manifest.name}: no result for {nodeid}: {why}; run that shard "
                             f"again with --specdec-resume and merge again")
