@@ -78,7 +78,8 @@ def pytest_configure(config: pytest.Config) -> None:
             from . import early_args, flag_typos, repeated_flags
 
             flag_typos.check_ini(config)  # pytest only warns, after the run measured with the default
-            repeated_flags.check(config.invocation_params.args)  # argparse keeps the last value silently
+            invoked = config.invocation_params
+            repeated_flags.check(invoked.args, invoked.dir)  # argparse keeps the last value silently
 
             early_args.check(config)  # before anything reads the configuration it may have missed
             from . import config_root

@@ -6,12 +6,15 @@ runs with a setting its author may not have meant, and `--specdec-compare-fail` 
 figure gates only the last one. Only the command line itself is read: a flag in `addopts` or
 `PYTEST_ADDOPTS` that the command line overrides is the documented precedence, not a slip, and a
 flag repeated with one value means one thing.
-So does an ini key given twice with `-o`; the merge command (`python -m pytest_specdec merge`) checks
-its own options the same way.
+So does an ini key given twice with `-o`, and a flag in a `@FILE` of arguments (pytest reads each
+line as one, as argparse does); the merge command (`python -m pytest_specdec merge`) checks its own
+options the same way.
 """
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Iterable, Sequence
 
 from .errors import SpecdecUsageError
@@ -77,6 +80,8 @@ def overrides(args: Sequence[str]) -> list[str]:
             pair = args[index + 1] if index + 1 < len(args) else ""
         elif arg.startswith("--override-ini="):
             pair = arg.removeprefix("--override-ini=")
+        elif arg.startswith("-o="):  # argparse reads `-o=KEY=VALUE` as `-o KEY=VALUE`
+            pair = arg[3:]
         elif arg.startswith("-o") and not arg.startswith("--"):
             pair = arg[2:]
         else:
@@ -87,9 +92,29 @@ def overrides(args: Sequence[str]) -> list[str]:
     return flags
 
 
-def check(args: Sequence[str]) -> None:
+def from_files(args: Sequence[str], cwd: Path) -> list[str]:
+    """`args` with each `@FILE` replaced by its lines, one argument each, nested files too, as
+    pytest's argparse (fromfile_prefix_chars) read them, relative to `cwd`, where pytest started."""
+    out: list[str] = []
+    for arg in (str(arg) for arg in args):
+        if not arg.startswith("@"):
+            out.append(arg)
+            continue
+        try:
+            lines = (cwd / arg[1:]).read_text(encoding=sys.getfilesystemencoding(),
+                                              errors=sys.getfilesystemencodeerrors()).splitlines()
+        except OSError:  # argparse said so before any plugin ran; kept as it is
+            out.append(arg)
+            continue
+        out.extend(from_files(lines, cwd))
+    return out
+
+
+def check(args: Sequence[str], cwd: Path | None = None) -> None:
     """Raise SpecdecUsageError for the first `--specdec-*` flag, or `-o specdec_*` key, the command
-    line gives with two different values."""
+    line gives with two different values; with `cwd`, `@FILE` arguments are read from there."""
+    if cwd is not None:
+        args = from_files(args, cwd)
     keys = [flag.partition("=")[0] for flag in overrides(args)]
     problem = repeated(args) or repeated(overrides(args), keys)
     if problem:

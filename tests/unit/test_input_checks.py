@@ -482,3 +482,34 @@ def test_a_flag_repeated_with_its_value_or_over_addopts_runs(pytester: pytest.Py
     pytester.makepyprojecttoml("[tool.pytest.ini_options]\naddopts = \"--specdec-keep-runs=3\"\n")
     pytester.makepyfile("def test_x(): pass")
     assert pytester.runpytest("--specdec-keep-runs=5", "--specdec-keep-runs", "5").ret == pytest.ExitCode.OK
+
+
+@pytest.mark.parametrize("lines, args", [
+    (["--specdec-keep-runs=3"], ["--specdec-keep-runs=5"]),
+    (["--specdec-keep-runs=3", "--specdec-keep-runs", "5"], []),
+    (["@more.txt"], ["--specdec-keep-runs=5"]),
+    (["-o", "specdec_keep_runs=3"], ["-o", "specdec_keep_runs=5"]),
+])
+def test_a_flag_given_twice_through_an_argument_file_is_a_usage_error(pytester: pytest.Pytester, lines, args):
+    """pytest reads `@FILE`'s lines as arguments (argparse's fromfile_prefix_chars), nested files too:
+    the check read `@args.txt` as one argument and let its values be dropped without a word."""
+    pytester.makepyfile("def test_x(): pass")
+    pytester.path.joinpath("more.txt").write_text("--specdec-keep-runs=3\n")
+    pytester.path.joinpath("args.txt").write_text("\n".join(lines) + "\n")
+    result = pytester.runpytest("@args.txt", *args)
+    _usage_error(result, "* is given twice on the command line, as '3' and '5', and only the last would count; "
+                         "give it once")
+
+
+def test_an_argument_file_with_one_value_runs(pytester: pytest.Pytester):
+    """A file's value repeated on the command line with the same value is one value."""
+    pytester.makepyfile("def test_x(): pass")
+    pytester.path.joinpath("args.txt").write_text("--specdec-keep-runs=3\n")
+    assert pytester.runpytest("@args.txt", "--specdec-keep-runs", "3").ret == pytest.ExitCode.OK
+
+
+def test_an_ini_key_given_twice_with_o_and_an_equals_sign_is_a_usage_error(pytester: pytest.Pytester):
+    """argparse reads `-o=KEY=VALUE` as `-o KEY=VALUE`; the check read the key as '' and passed it."""
+    pytester.makepyfile("def test_x(): pass")
+    _usage_error(pytester.runpytest("-o=specdec_keep_runs=3", "-o", "specdec_keep_runs=5"),
+                 "-o specdec_keep_runs is given twice on the command line, as '3' and '5', *")
