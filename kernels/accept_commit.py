@@ -13,7 +13,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from .cache_lens import check_cache_lens
-from .impl import resolve_impl
+from .impl import check_distinct_elements, resolve_impl
 from .kv_commit import check_cache_pair, check_tree_fits, commit_accepted_kv_reference
 from .tree_accept import AcceptResult, check_accept_args, tree_accept_greedy_reference
 
@@ -26,6 +26,7 @@ def check_caches_fit(tokens: Tensor, k_cache: Tensor, v_cache: Tensor, cache_len
                          f"cache_lens has shape {tuple(cache_lens.shape)}; all three must agree")
     check_tree_fits(num_nodes, k_cache)
     check_cache_lens(cache_lens, num_nodes, k_cache.shape[2])
+    check_distinct_elements(k_cache=k_cache, v_cache=v_cache)
 
 
 def tree_accept_and_commit_reference(tokens: Tensor, parents: Tensor, target_argmax: Tensor,

@@ -121,6 +121,20 @@ def test_a_request_whose_rows_leave_the_caches_moves_nothing_but_is_accepted():
     assert torch.equal(k_dev.cpu(), expect_k) and torch.equal(v_dev.cpu(), expect_v)
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+def test_caches_whose_elements_share_memory_are_named(impl):
+    """As commit_accepted_kv does: an expanded cache's moves wrote each other's rows without a word
+    (one request's rows moved into every request's; torch only warned that index_put_ on an
+    expanded tensor is deprecated)."""
+    tokens, parents, argmax = (t.expand(2, 4).to(DEVICE) for t in FOLLOW_THREE)
+    k = torch.zeros(1, 1, 12, 1, 8, device=DEVICE).expand(1, 2, 12, 1, 8)
+    lens = torch.tensor([0, 1], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match=r"k_cache \(1, 2, 12, 1, 8\) has a dimension of stride 0"):
+        tree_accept_and_commit(tokens, parents, argmax, k, k.contiguous(), lens, impl=impl)
+    with pytest.raises(ValueError, match=r"v_cache \(1, 2, 12, 1, 8\) has a dimension of stride 0"):
+        tree_accept_and_commit(tokens, parents, argmax, k.contiguous(), k, lens, impl=impl)
+
+
 def test_mismatched_batch_is_rejected_with_the_inputs_named():
     tokens, parents, argmax = random_case(2, 9, seed=1, follow=0.5)
     k = torch.zeros(1, 3, 20, 1, 8)

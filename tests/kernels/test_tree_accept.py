@@ -174,3 +174,29 @@ def test_a_tree_without_its_root_is_named(impl):
     empty = torch.zeros(2, 0, dtype=torch.int64, device=DEVICE)
     with pytest.raises(ValueError, match="a tree has at least its root: T must be 1 or more, got 0"):
         tree_accept_greedy(empty, empty.to(torch.int32), empty, impl=impl)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("which,dtype,fix", [
+    ("target_argmax", torch.float32, r"logits\.argmax\(-1\)"),  # the logits' max values, not indices
+    ("tokens", torch.bfloat16, r"tokens\.long\(\)"),            # ids past 256 round: 1001 reads 1000
+    ("parents", torch.float32, r"parents\.to\(torch\.int32\)"),
+])
+def test_ids_that_are_not_integers_are_named(which, dtype, fix, impl):
+    """A float target_argmax (``logits.max(-1).values`` for ``.indices``) matched no token and its
+    value came back as the bonus token, without a word; bf16 tokens compared rounded ids (node 1's
+    1001 accepted for the target's 1000). Both ops name the input instead."""
+    from specdec_kernels import tree_accept_and_commit
+
+    inputs = dict(tokens=torch.tensor([[5, 1001, 7]], device=DEVICE),
+                  parents=torch.tensor([[-1, 0, 0]], dtype=torch.int32, device=DEVICE),
+                  target_argmax=torch.tensor([[1000, 3, 4]], device=DEVICE))
+    expect = tree_accept_greedy(**inputs, impl=impl)
+    assert expect.path_len.tolist() == [1] and expect.bonus.tolist() == [1000]
+    inputs[which] = inputs[which].to(dtype)
+    with pytest.raises(ValueError, match=rf"{which} must hold .*, got {dtype}; pass {fix}"):
+        tree_accept_greedy(**inputs, impl=impl)
+    k = torch.zeros(1, 1, 8, 1, 4, device=DEVICE)
+    with pytest.raises(ValueError, match=rf"{which} must hold"):
+        tree_accept_and_commit(**inputs, k_cache=k, v_cache=k.clone(),
+                               cache_lens=torch.zeros(1, dtype=torch.int32, device=DEVICE), impl=impl)
