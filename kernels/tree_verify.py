@@ -39,6 +39,9 @@ def check_verify_args(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_lens: T
     dtype = q.dtype
     if k_cache.dtype != dtype or v_cache.dtype != dtype:
         raise ValueError(f"q, k_cache, v_cache dtypes differ: {dtype}, {k_cache.dtype}, {v_cache.dtype}")
+    if not dtype.is_floating_point:  # torch's path cast its float32 output to the integers silently
+        raise ValueError(f"q, k_cache and v_cache must be float tensors (fp16 / bf16 / fp32; float64 with "
+                         f"impl='torch'), got {dtype}; pass them .float()")
     if cache_lens.shape != (batch,):
         raise ValueError(f"cache_lens must be [B={batch}], got {tuple(cache_lens.shape)}")
     words = num_mask_words(num_nodes)

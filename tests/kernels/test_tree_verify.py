@@ -703,6 +703,19 @@ def test_a_scale_given_as_a_zero_dim_tensor_is_a_scale():
     assert_rows_close(out.cpu(), expect, torch.float32, "a 0-d tensor scale")
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool])
+@pytest.mark.parametrize("impl", ["torch", pytest.param("triton", marks=needs_triton)])
+def test_inputs_that_are_not_floats_are_named(dtype, impl):
+    """Integer (or bool) q and caches ran on the torch path, whose float32 attention came back cast
+    to the integers without a word (0 where |out| < 1); the Triton path named no float instead."""
+    q, k = torch.randn(1, 3, 2, 64).mul(3).to(dtype), torch.randn(1, 8, 1, 64).mul(3).to(dtype)
+    lens = torch.tensor([4], dtype=torch.int32)
+    mask = ancestor_mask_from_parents(torch.tensor([[-1, 0, 0]], dtype=torch.int32))
+    with pytest.raises(ValueError, match=rf"q, k_cache and v_cache must be float tensors .*got {dtype}; pass "
+                                         r"them \.float\(\)"):
+        tree_verify_attention(*(t.to(DEVICE) for t in (q, k, k, lens, mask)), impl=impl)
+
+
 @pytest.mark.parametrize("sm_scale", [float("nan"), float("inf"), -float("inf")])
 def test_a_scale_that_is_not_finite_is_rejected(sm_scale):
     """Such a scale turns every output row into NaN: refused before any path runs."""
