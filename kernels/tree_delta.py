@@ -51,6 +51,8 @@ def check_delta_args(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, s
     for name, t in (("g", g), ("beta", beta)):
         if t.shape != (batch, num_nodes, value_heads):
             raise ValueError(f"{name} must be [B, T, Hv] = {(batch, num_nodes, value_heads)}; got {tuple(t.shape)}")
+        if not t.dtype.is_floating_point:  # an integer beta (a sigmoid's, truncated) or g gave other numbers silently
+            raise ValueError(f"{name} must be a float tensor, got {t.dtype}; pass {name}.float()")
     if state.shape != (batch, value_heads, key_dim, value_dim):
         raise ValueError(f"state must be [B, Hv, Dk, Dv] = {(batch, value_heads, key_dim, value_dim)}; "
                          f"got {tuple(state.shape)}")

@@ -190,6 +190,27 @@ def test_masks_that_are_no_trees_ancestors_are_named(mask, where, impl):
                               torch.tensor([2], dtype=torch.int32), bad, impl=impl)
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("name,dtype", [("beta", torch.int64), ("beta", torch.bool), ("g", torch.int32)])
+def test_gates_that_are_not_floats_are_named(name, dtype, impl):
+    """g and beta may be any float dtype; an integer one (a sigmoid's beta truncated to 0, a rounded
+    log decay) gave other outputs and states on both paths without a word. Both operations that
+    take them say so."""
+    from specdec_kernels import commit_recurrent_state
+
+    x = delta_inputs(1, 4, 1, 2, 16, 16, torch.float32, torch.Generator().manual_seed(5))
+    x = {key: t.to(DEVICE) for key, t in x.items()}
+    x[name] = x[name].mul(3).to(dtype)
+    mask = mask_of(torch.tensor([[-1, 0, 0, 1]], dtype=torch.int32)).to(DEVICE)
+    with pytest.raises(ValueError, match=rf"{name} must be a float tensor, got {dtype}; pass {name}\.float\(\)"):
+        tree_gated_delta_rule(**x, ancestor_mask=mask, impl=impl)
+    path = torch.tensor([[0, 1, 3, -1]], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match=rf"{name} must be a float tensor"):
+        commit_recurrent_state(x["state"].clone(), torch.zeros(1, 8, 3, device=DEVICE),
+                               torch.zeros(1, 4, 8, device=DEVICE), x["k"], x["v"], x["g"], x["beta"], path,
+                               torch.tensor([3], dtype=torch.int32, device=DEVICE), impl=impl)
+
+
 def test_a_decay_passed_for_its_log_is_named():
     """g is the log decay (<= 0): a decay alpha in (0, 1] passed instead made the state grow by
     e^alpha a step, silently. Both operations that take g say so."""
