@@ -43,6 +43,12 @@ def _check_build_args(draft_logprobs: Tensor, root_tokens: Tensor, budget: int, 
     batch, depth, vocab = draft_logprobs.shape
     if root_tokens.shape != (batch,):
         raise ValueError(f"root_tokens must be [B={batch}], got shape {tuple(root_tokens.shape)}")
+    # integer log-probabilities ranked truncated, float root tokens (bf16 past 256) came back rounded, silently
+    if not draft_logprobs.dtype.is_floating_point:
+        raise ValueError(f"draft_logprobs must be a float tensor of log-probabilities, got {draft_logprobs.dtype}; "
+                         "pass torch.log_softmax(logits.float(), -1)")
+    if root_tokens.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"root_tokens must hold token ids (int64), got {root_tokens.dtype}; pass root_tokens.long()")
     if not _is_int(budget) or budget < 0:
         raise ValueError(f"budget must be an int >= 0 (draft nodes, root excluded), got {budget!r}")
     if topk is not None and (not _is_int(topk) or topk < 1):

@@ -187,6 +187,23 @@ def test_values_that_are_no_log_probabilities_are_named(what, where, impl):
         build_ddtree(values, torch.tensor([0, 1]), 8, topk=3, impl=impl)
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("which,dtype,message", [
+    ("draft_logprobs", torch.int64, r"draft_logprobs must be a float tensor of log-probabilities, got torch.int64"),
+    ("root_tokens", torch.bfloat16, r"root_tokens must hold token ids \(int64\), got torch.bfloat16; pass "
+                                    r"root_tokens\.long\(\)"),
+])
+def test_inputs_of_the_wrong_kind_are_named(which, dtype, message, impl):
+    """Integer log-probabilities were ranked truncated (another tree), bf16 root tokens came back
+    rounded (1001 as 1000), without a word on either path."""
+    gen = torch.Generator().manual_seed(5)
+    args = dict(draft_logprobs=(torch.randn(2, 3, 50, generator=gen) * 3).log_softmax(-1),
+                root_tokens=torch.tensor([1001, 7]))
+    args[which] = args[which].to(dtype)
+    with pytest.raises(ValueError, match=message):
+        build_ddtree(**args, budget=6, impl=impl)
+
+
 @pytest.mark.parametrize("parents,message", [
     ([[-1, 0, 9]], r"parents\[0, 2\] = 9: a parent is -1 \(the root\) or a node in \[0, 2\]"),
     ([[-1, 0, -3]], r"parents\[0, 2\] = -3"),
