@@ -38,13 +38,15 @@ def check_accept_args(tokens: Tensor, parents: Tensor, target_argmax: Tensor) ->
         )
     if tokens.shape[1] == 0:  # the paths would disagree on what to accept of nothing
         raise ValueError("a tree has at least its root: T must be 1 or more, got 0")
-    for name, t, what, fix in (("tokens", tokens, "token ids (int64)", "tokens.long()"),
-                               ("parents", parents, "node indices (int32)", "parents.to(torch.int32)"),
-                               ("target_argmax", target_argmax, "token ids (int64)", "logits.argmax(-1)")):
+    ids = (torch.int32, torch.int64)
+    if tokens.dtype not in ids or parents.dtype not in ids or target_argmax.dtype not in ids:
         # a float target_argmax (the logits' max values, not their indices) matched no token and came
         # back as a bonus token without a word; float tokens above 2**24 (bf16: 256) compare rounded
-        if t.dtype not in (torch.int32, torch.int64):
-            raise ValueError(f"{name} must hold {what}, got {t.dtype}; pass {fix}")
+        for name, t, what, fix in (("tokens", tokens, "token ids (int64)", "tokens.long()"),
+                                   ("parents", parents, "node indices (int32)", "parents.to(torch.int32)"),
+                                   ("target_argmax", target_argmax, "token ids (int64)", "logits.argmax(-1)")):
+            if t.dtype not in ids:
+                raise ValueError(f"{name} must hold {what}, got {t.dtype}; pass {fix}")
     check_parents_precede(parents)
 
 
