@@ -40,6 +40,18 @@ class Progress:
     e2e_latency: float | None
     drafts_histogram: tuple[int, ...] = ()  # verify steps by their correct drafts (index), as SGLang's
     never_scheduled: bool = False  # /abort_request took it from the waiting queue
+    timing: Timing | None = None
+
+
+@dataclass(frozen=True)
+class Timing:
+    """When a request reached each stage (perf_counter; 0.0 not yet), as SGLang's time stats keep
+    them for the meta_info of a server with --enable-metrics: the first token comes of the prefill."""
+
+    queued: float = 0.0
+    forward_entry: float = 0.0
+    prefill_finished: float = 0.0
+    finished: float = 0.0
 
 
 class Request:
@@ -68,6 +80,8 @@ class Request:
         self.aborted = False  # its client left: dropped without an answer
         self.never_scheduled = False  # /abort_request took it from the waiting queue (Scheduler.abort)
         self.created = time.perf_counter()
+        self.dispatched_at = 0.0  # handed to the scheduler (SGLang's api_server_dispatch_finish_time)
+        self.queued_at = self.forward_entry_at = self.prefill_finished_at = self.finished_at = 0.0
         self.last_token_at: float | None = None
         self.e2e_latency: float | None = None
         self.on_progress: Callable[[Progress], None] | None = None
@@ -126,11 +140,13 @@ class Request:
             if not isinstance(reason.get("matched"), str):  # a stop-string cut keeps its cut text
                 self.text = self._decoder.finish()
             self.finish_reason = reason
-            self.e2e_latency = time.perf_counter() - self.created
+            self.finished_at = time.perf_counter()
+            self.e2e_latency = self.finished_at - self.created
 
     def progress(self) -> Progress:
         return Progress(len(self.output_ids), self.text, self.finish_reason, self.verify_ct,
-                        self.correct_drafts, self.e2e_latency, tuple(self.drafts_histogram), self.never_scheduled)
+                        self.correct_drafts, self.e2e_latency, tuple(self.drafts_histogram), self.never_scheduled,
+                        Timing(self.queued_at, self.forward_entry_at, self.prefill_finished_at, self.finished_at))
 
     def done(self) -> None:
         if self.on_done is not None:
@@ -200,6 +216,7 @@ class Scheduler:
 
     def submit(self, req: Request) -> None:
         req.submitted = True
+        req.dispatched_at = time.perf_counter()
         if not req.internal:
             with self._lock:
                 self._pending += 1
@@ -297,6 +314,7 @@ class Scheduler:
         if isinstance(item, AbortCommand):
             self._abort(item)
         else:
+            item.queued_at = time.perf_counter()
             self.waiting.append(item)
 
     def _abort(self, cmd: AbortCommand) -> None:
@@ -336,6 +354,7 @@ class Scheduler:
             if req.aborted:
                 self._done(req)
                 continue
+            req.forward_entry_at = time.perf_counter()
             if not req.internal:
                 self.client_requests_admitted += 1
                 crash_after = self.faults.crash_after
@@ -362,7 +381,7 @@ class Scheduler:
             first = self.decoder.prefill(slot, req.input_ids, key)
             now = time.perf_counter()
             self.last_output_at = now
-            req.last_token_at = now
+            req.last_token_at = req.prefill_finished_at = now
             req.append([first])
             if not req.internal:
                 self.metrics.time_to_first_token[req.stream].observe(now - req.created)

@@ -41,7 +41,7 @@ from .metrics import EngineMetrics
 from .protocol import (GENERATE_MODEL, PARSE_ERROR, InvalidBody, Refused, RequestError, RequestModel,
                        UnparsableBody, abort_error, abort_not_an_object, flush_timeout, parse_abort,
                        parse_generate, read_body)
-from .scheduler import Progress, Request, Scheduler
+from .scheduler import Progress, Request, Scheduler, Timing
 from .tokenizer import ByteTokenizer
 
 #: SGLang's answer to GET and HEAD /, where a root probe (a load balancer's, say) lands
@@ -103,6 +103,46 @@ def _weight_versions(tokens: int) -> list[dict]:
     """SGLang's weight_versions of a finished request's meta_info: which weights made which of its
     `tokens` output tokens; the engine's never change, so one span of "default"."""
     return [{"version": "default", "start": 0, "end": tokens}]
+
+
+#: time.time() - time.perf_counter(): a stage's perf_counter stamp as wall clock, as SGLang converts them
+_REALTIME_OFFSET = time.time() - time.perf_counter()
+#: What SGLang's meta_info adds with --enable-metrics, in its order: its scheduler's time stats on
+#: every answer (after num_retractions), its tokenizer manager's on the last (after the spec keys).
+SCHEDULER_TIME_KEYS = ("storage_prefetch_wait", "storage_staging_wait", "forward_entry_time",
+                       "prefill_finished_time", "queue_time")
+REQUEST_TIME_KEYS = ("request_received_ts", "first_token_latency", "api_server_dispatch_finish_ts",
+                     "response_sent_to_client_ts", "request_finished_ts", "decode_throughput")
+
+
+def _scheduler_times(t: Timing) -> dict:
+    """SchedulerReqTimeStats.convert_to_output_meta_info: no storage tier, so no wait for one (0.0,
+    as SGLang reports a request that met none); a stage not reached yet is left out."""
+    stages = {"storage_prefetch_wait": 0.0, "storage_staging_wait": 0.0}
+    if t.forward_entry:
+        stages["forward_entry_time"] = t.forward_entry + _REALTIME_OFFSET
+    if t.prefill_finished:
+        stages["prefill_finished_time"] = t.prefill_finished + _REALTIME_OFFSET
+    stages["queue_time"] = t.forward_entry - t.queued if t.forward_entry else 0.0
+    return stages
+
+
+def _request_times(req: Request, p: Progress, sent_at: float | None) -> dict:
+    """APIServerReqTimeStats.convert_to_output_meta_info of a finished request: the first token is
+    the prefill's; ``sent_at`` the wall clock of its first answer, None where this is it."""
+    t = p.timing
+    first_token = t.prefill_finished
+    times = {"request_received_ts": req.created + _REALTIME_OFFSET}
+    if first_token > req.created:
+        times["first_token_latency"] = first_token - req.created
+    if req.dispatched_at:
+        times["api_server_dispatch_finish_ts"] = req.dispatched_at + _REALTIME_OFFSET
+    if sent_at is not None:
+        times["response_sent_to_client_ts"] = sent_at
+    times["request_finished_ts"] = t.finished + _REALTIME_OFFSET
+    if first_token and p.num_ids > 1 and t.finished > first_token:  # tokens after the first, per second
+        times["decode_throughput"] = (p.num_ids - 1) / (t.finished - first_token)
+    return times
 
 
 def _clock(wall: float) -> str:
@@ -504,18 +544,22 @@ class EngineServer:
         return read_body(raw, request.headers.get("Content-Type"), f"{request.method} {request.path}",
                          json_guard=json_guard, not_object=not_object, model=model)
 
-    def _meta_info(self, req: Request, p: Progress, *, first: bool = True) -> dict:
-        """SGLang's meta_info, its keys in its order; ``first``: the request's first answer (a
-        whole response, a stream's first chunk), which says when it was sent. A request
-        /abort_request took from the waiting queue has the few keys SGLang's tokenizer manager
-        answers it with."""
+    def _meta_info(self, req: Request, p: Progress, *, sent_at: float | None = None) -> dict:
+        """SGLang's meta_info, its keys in its order; ``sent_at``: when the request's first answer
+        went out (wall clock), None where this is that answer (a whole response, a stream's first
+        chunk), which then says when it is sent. A request /abort_request took from the waiting
+        queue has the few keys SGLang's tokenizer manager answers it with."""
+        first = sent_at is None
         if p.never_scheduled:
             meta = {"id": req.rid, api.FINISH_REASON: p.finish_reason, "weight_version": "default",
                     api.E2E_LATENCY: p.e2e_latency, "weight_versions": _weight_versions(0), api.COMPLETION_TOKENS: 0}
             return {**meta, "response_sent_to_client_ts": time.time()} if first else meta
+        metrics = bool(self.server_args.get("enable_metrics")) and p.timing is not None
         meta = {"id": req.rid, api.FINISH_REASON: p.finish_reason, api.PROMPT_TOKENS: len(req.input_ids),
-                "weight_version": "default", "num_retractions": 0, "reasoning_tokens": 0,
-                api.COMPLETION_TOKENS: p.num_ids, "cached_tokens": 0}
+                "weight_version": "default", "num_retractions": 0}
+        if metrics:  # SGLang's scheduler's time stats, on every answer
+            meta.update(_scheduler_times(p.timing))
+        meta.update({"reasoning_tokens": 0, api.COMPLETION_TOKENS: p.num_ids, "cached_tokens": 0})
         if p.finish_reason is not None:  # SGLang's scheduler sends the spans of a finished request only
             meta["weight_versions"] = _weight_versions(p.num_ids)
         if p.e2e_latency is not None:
@@ -530,20 +574,24 @@ class EngineServer:
             meta[api.SPEC_NUM_PROPOSED_DRAFTS] = proposed
             meta[api.SPEC_VERIFY_CT] = p.verify_ct
             meta["spec_correct_drafts_histogram"] = list(p.drafts_histogram)
+        if metrics and p.finish_reason is not None:  # its tokenizer manager's, on the last answer
+            meta.update(_request_times(req, p, sent_at))
         if first:
             meta["response_sent_to_client_ts"] = time.time()
         return meta
 
-    def _output(self, req: Request, p: Progress, *, first: bool = True) -> dict:
+    def _output(self, req: Request, p: Progress, *, sent_at: float | None = None) -> dict:
         return {"text": p.text, "output_ids": req.output_ids[: p.num_ids],
-                api.META_INFO: self._meta_info(req, p, first=first)}
+                api.META_INFO: self._meta_info(req, p, sent_at=sent_at)}
 
     async def _outputs(self, req: Request):
         """The outputs of a /generate stream, one a step."""
-        first = True
+        sent_at = None
         async for p in self._progress(req):
-            yield self._output(req, p, first=first)
-            first = False
+            out = self._output(req, p, sent_at=sent_at)
+            if sent_at is None:
+                sent_at = out[api.META_INFO]["response_sent_to_client_ts"]
+            yield out
 
     async def _stream(self, request: web.Request, reqs: list[Request], events) -> web.StreamResponse:
         """Send ``events`` (an async iterator of dicts) as SSE, then ``[DONE]``; a client that

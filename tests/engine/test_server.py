@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from pytest_specdec.engine import server
 from pytest_specdec.engine.logs import READY_LINE
 from pytest_specdec.engine.openai_api import Chunks, lora_adapter, render_chat
 from pytest_specdec.engine.tokenizer import ByteTokenizer
@@ -125,6 +126,34 @@ def test_streaming_sends_cumulative_text_then_done(ddtree):
     assert last["text"] == full["text"] and last["meta_info"]["finish_reason"]["type"] == "length"
     assert last["meta_info"]["completion_tokens"] == 48 and "e2e_latency" in last["meta_info"]
     assert SPEC_KEYS <= set(last["meta_info"])
+
+
+def test_meta_info_carries_sglangs_time_stats_as_with_enable_metrics(ddtree):
+    """SGLang with --enable-metrics (as the plugin launches it; the engine reports it on) puts its
+    scheduler's time stats in every answer after num_retractions, and its tokenizer manager's in the
+    last after the speculative keys; the engine had none of them (a test reading queue_time or
+    first_token_latency failed on the engine only)."""
+    scheduler, request = list(server.SCHEDULER_TIME_KEYS), list(server.REQUEST_TIME_KEYS)
+    sent = request.index("response_sent_to_client_ts")
+    before = time.time()
+    meta = ddtree.generate(PROMPT, max_new_tokens=32)["meta_info"]
+    keys = list(meta)
+    at = keys.index("num_retractions") + 1
+    assert keys[at:at + len(scheduler)] == scheduler, keys
+    # a whole answer says when it was sent last, as SGLang stamps it once the answer is made
+    assert keys[-len(request):] == request[:sent] + request[sent + 1:] + [request[sent]], keys
+    assert keys.index("spec_correct_drafts_histogram") < keys.index(request[0])
+    assert before - 1 < meta["request_received_ts"] <= meta["api_server_dispatch_finish_ts"] \
+        <= meta["forward_entry_time"] <= meta["prefill_finished_time"] <= meta["request_finished_ts"] < time.time() + 1
+    assert meta["queue_time"] >= 0 and meta["first_token_latency"] > 0 and meta["decode_throughput"] > 0
+    assert meta["storage_prefetch_wait"] == meta["storage_staging_wait"] == 0.0
+    chunks = _stream_chunks(ddtree)
+    assert all(list(c["meta_info"])[at:at + len(scheduler)] == scheduler for c in chunks), chunks[0]
+    assert not any((set(request) - {"response_sent_to_client_ts"}) & set(c["meta_info"]) for c in chunks[:-1])
+    last = chunks[-1]["meta_info"]
+    assert list(last)[-len(request):] == request, list(last)
+    if len(chunks) > 1:  # the time the first chunk went out, as SGLang's last chunk repeats it
+        assert last["response_sent_to_client_ts"] == chunks[0]["meta_info"]["response_sent_to_client_ts"]
 
 
 def test_streaming_sends_a_chunk_a_step_to_a_reader_that_keeps_up(engines):
@@ -493,8 +522,9 @@ def test_a_prompt_sglangs_scheduler_refuses_while_streaming_ends_the_stream_abor
     meta = chunk["meta_info"]
     assert meta["finish_reason"] == {"type": "abort", "status_code": 400, "err_type": "BadRequestError",
                                      "message": SCHEDULER_REFUSAL}
-    assert list(meta)[:9] == ["id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions",
-                              "reasoning_tokens", "completion_tokens", "cached_tokens", "weight_versions"]
+    assert list(meta)[:14] == ["id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions",
+                               *server.SCHEDULER_TIME_KEYS, "reasoning_tokens", "completion_tokens", "cached_tokens",
+                               "weight_versions"]
     assert (meta["id"], meta["prompt_tokens"], meta["completion_tokens"], meta["weight_version"]) == (
         "too-long", 1, 1, "default")
     assert meta["e2e_latency"] > 0 and meta["response_sent_to_client_ts"] > 0

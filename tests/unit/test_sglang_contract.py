@@ -937,6 +937,36 @@ def test_meta_info_keys_are_sglangs_in_its_order(srt):
                     "reasoning_tokens", "completion_tokens", "cached_tokens"], keys
 
 
+def _time_keys_in_order(tree: ast.AST, cls: str) -> list[str]:
+    """The keys a time-stats class's convert_to_output_meta_info writes, in source order."""
+    owner = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls)
+    convert = function(owner, "convert_to_output_meta_info")
+    keys = [(n.lineno, n.col_offset, template(n.slice)) for n in ast.walk(convert)
+            if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and template(n.slice)]
+    keys += [(k.lineno, k.col_offset, template(k)) for n in ast.walk(convert) if isinstance(n, ast.Dict)
+             for k in n.keys if k is not None and template(k)]
+    return [k for *_, k in sorted(keys)]
+
+
+def test_the_time_stats_meta_info_carries_under_enable_metrics_are_sglangs(srt):
+    """A server with --enable-metrics (the plugin launches SGLang with it; the engine reports it
+    on) adds its scheduler's time stats to every answer's meta_info, right after num_retractions,
+    and its tokenizer manager's to the last, after the speculative keys: server.SCHEDULER_TIME_KEYS
+    and REQUEST_TIME_KEYS are those, in SGLang's order."""
+    stats = srt("observability/req_time_stats.py")
+    assert _time_keys_in_order(stats, "SchedulerReqTimeStats") == list(server.SCHEDULER_TIME_KEYS)
+    assert _time_keys_in_order(stats, "APIServerReqTimeStats") == list(server.REQUEST_TIME_KEYS)
+    handle = ast.unparse(function(srt("managers/tokenizer_manager.py"), "_handle_batch_output"))
+    order = ["'num_retractions'", "if self.enable_metrics:", "meta_info.update(scheduler_time_stats."
+             "convert_to_output_meta_info())", "'reasoning_tokens'", "self._calculate_spec_decoding_metrics("
+             "meta_info, recv_obj, i)", "if self.enable_metrics:", "meta_info.update(state.time_stats."
+             "convert_to_output_meta_info("]
+    at = 0
+    for text in order:
+        assert text in handle[at:], f"_handle_batch_output no longer has {text!r} where the engine assumes it"
+        at = handle.index(text, at) + len(text)
+
+
 def test_weight_versions_are_sglangs(srt):
     """server._weight_versions and openai_api.response: SGLang's finished request (and a queued one
     it aborts) gets the spans of its output tokens each weights' version made, the last one's
