@@ -80,6 +80,9 @@ class Request:
         self.aborted = False  # its client left: dropped without an answer
         self.never_scheduled = False  # /abort_request took it from the waiting queue (Scheduler.abort)
         self.created = time.perf_counter()
+        # its perf_counter stamps as wall clock: one offset a request, taken as it arrives, as SGLang
+        # recalibrates its offset for each new request (a wall-clock step since the start is followed)
+        self.wall_offset = time.time() - self.created
         self.dispatched_at = 0.0  # handed to the scheduler (SGLang's api_server_dispatch_finish_time)
         self.queued_at = self.forward_entry_at = self.prefill_finished_at = self.finished_at = 0.0
         self.last_token_at: float | None = None

@@ -105,8 +105,6 @@ def _weight_versions(tokens: int) -> list[dict]:
     return [{"version": "default", "start": 0, "end": tokens}]
 
 
-#: time.time() - time.perf_counter(): a stage's perf_counter stamp as wall clock, as SGLang converts them
-_REALTIME_OFFSET = time.time() - time.perf_counter()
 #: What SGLang's meta_info adds with --enable-metrics, in its order: its scheduler's time stats on
 #: every answer (after num_retractions), its tokenizer manager's on the last (after the spec keys).
 SCHEDULER_TIME_KEYS = ("storage_prefetch_wait", "storage_staging_wait", "forward_entry_time",
@@ -115,14 +113,15 @@ REQUEST_TIME_KEYS = ("request_received_ts", "first_token_latency", "api_server_d
                      "response_sent_to_client_ts", "request_finished_ts", "decode_throughput")
 
 
-def _scheduler_times(t: Timing) -> dict:
+def _scheduler_times(t: Timing, wall_offset: float) -> dict:
     """SchedulerReqTimeStats.convert_to_output_meta_info: no storage tier, so no wait for one (0.0,
-    as SGLang reports a request that met none); a stage not reached yet is left out."""
+    as SGLang reports a request that met none); a stage not reached yet is left out. ``wall_offset``:
+    the request's (Request.wall_offset), which turns its perf_counter stamps into wall clock."""
     stages = {"storage_prefetch_wait": 0.0, "storage_staging_wait": 0.0}
     if t.forward_entry:
-        stages["forward_entry_time"] = t.forward_entry + _REALTIME_OFFSET
+        stages["forward_entry_time"] = t.forward_entry + wall_offset
     if t.prefill_finished:
-        stages["prefill_finished_time"] = t.prefill_finished + _REALTIME_OFFSET
+        stages["prefill_finished_time"] = t.prefill_finished + wall_offset
     stages["queue_time"] = t.forward_entry - t.queued if t.forward_entry else 0.0
     return stages
 
@@ -130,19 +129,24 @@ def _scheduler_times(t: Timing) -> dict:
 def _request_times(req: Request, p: Progress, sent_at: float | None) -> dict:
     """APIServerReqTimeStats.convert_to_output_meta_info of a finished request: the first token is
     the prefill's; ``sent_at`` the wall clock of its first answer, None where this is it."""
-    t = p.timing
+    t, wall_offset = p.timing, req.wall_offset
     first_token = t.prefill_finished
-    times = {"request_received_ts": req.created + _REALTIME_OFFSET}
+    times = {"request_received_ts": req.created + wall_offset}
     if first_token > req.created:
         times["first_token_latency"] = first_token - req.created
     if req.dispatched_at:
-        times["api_server_dispatch_finish_ts"] = req.dispatched_at + _REALTIME_OFFSET
+        times["api_server_dispatch_finish_ts"] = req.dispatched_at + wall_offset
     if sent_at is not None:
         times["response_sent_to_client_ts"] = sent_at
-    times["request_finished_ts"] = t.finished + _REALTIME_OFFSET
+    times["request_finished_ts"] = t.finished + wall_offset
     if first_token and p.num_ids > 1 and t.finished > first_token:  # tokens after the first, per second
         times["decode_throughput"] = (p.num_ids - 1) / (t.finished - first_token)
     return times
+
+
+def _sent_now(req: Request) -> float:
+    """response_sent_to_client_ts: now, on the clock of the request's other stamps (SGLang's too)."""
+    return time.perf_counter() + req.wall_offset
 
 
 def _clock(wall: float) -> str:
@@ -553,12 +557,12 @@ class EngineServer:
         if p.never_scheduled:
             meta = {"id": req.rid, api.FINISH_REASON: p.finish_reason, "weight_version": "default",
                     api.E2E_LATENCY: p.e2e_latency, "weight_versions": _weight_versions(0), api.COMPLETION_TOKENS: 0}
-            return {**meta, "response_sent_to_client_ts": time.time()} if first else meta
+            return {**meta, "response_sent_to_client_ts": _sent_now(req)} if first else meta
         metrics = bool(self.server_args.get("enable_metrics")) and p.timing is not None
         meta = {"id": req.rid, api.FINISH_REASON: p.finish_reason, api.PROMPT_TOKENS: len(req.input_ids),
                 "weight_version": "default", "num_retractions": 0}
         if metrics:  # SGLang's scheduler's time stats, on every answer
-            meta.update(_scheduler_times(p.timing))
+            meta.update(_scheduler_times(p.timing, req.wall_offset))
         meta.update({"reasoning_tokens": 0, api.COMPLETION_TOKENS: p.num_ids, "cached_tokens": 0})
         if p.finish_reason is not None:  # SGLang's scheduler sends the spans of a finished request only
             meta["weight_versions"] = _weight_versions(p.num_ids)
@@ -577,7 +581,7 @@ class EngineServer:
         if metrics and p.finish_reason is not None:  # its tokenizer manager's, on the last answer
             meta.update(_request_times(req, p, sent_at))
         if first:
-            meta["response_sent_to_client_ts"] = time.time()
+            meta["response_sent_to_client_ts"] = _sent_now(req)
         return meta
 
     def _output(self, req: Request, p: Progress, *, sent_at: float | None = None) -> dict:

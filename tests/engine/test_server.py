@@ -156,6 +156,28 @@ def test_meta_info_carries_sglangs_time_stats_as_with_enable_metrics(ddtree):
         assert last["response_sent_to_client_ts"] == chunks[0]["meta_info"]["response_sent_to_client_ts"]
 
 
+def test_an_answers_time_stats_keep_one_clock_after_the_wall_clock_steps(monkeypatch):
+    """SGLang stamps every stage with perf_counter and turns each into wall clock with one offset,
+    recalibrated as each request arrives, response_sent_to_client_ts included. The engine took the
+    offset once at import and the send time from time.time(), so after a wall-clock step since the
+    engine started (an NTP step on a fresh machine) an answer's keys disagreed by the step: sent an
+    hour before it finished, received an hour before the clock says."""
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 3600.0)  # the wall clock stepped since the import
+    req = server.Request([1, 2], 2)
+    req.dispatched_at = req.queued_at = req.forward_entry_at = req.prefill_finished_at = time.perf_counter()
+    req.append([5, 6])  # finishes (length)
+    view = SimpleNamespace(server_args={"enable_metrics": True},
+                           scheduler=SimpleNamespace(decoder=SimpleNamespace(budget=0)))
+    meta = server.EngineServer._meta_info(view, req, req.progress())
+    assert abs(meta["request_received_ts"] - time.time()) < 60, meta
+    assert meta["request_received_ts"] <= meta["forward_entry_time"] <= meta["request_finished_ts"] \
+        <= meta["response_sent_to_client_ts"] < meta["request_received_ts"] + 60, meta
+    never = SimpleNamespace(never_scheduled=True, finish_reason={"type": "abort"}, e2e_latency=0.0)
+    sent = server.EngineServer._meta_info(view, req, never)["response_sent_to_client_ts"]
+    assert 0 <= sent - meta["request_received_ts"] < 60
+
+
 def test_streaming_sends_a_chunk_a_step_to_a_reader_that_keeps_up(engines):
     """Steps stretched 20x (``--fault-slow-factor``) leave the reader time to take each one."""
     slow = engines("--method", "ddtree", "--budget", "16", "--fault-slow-factor", "20")
