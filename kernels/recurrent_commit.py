@@ -31,9 +31,11 @@ def check_commit_args(state: Tensor, conv_state: Tensor, conv_inputs: Tensor, k:
     if conv_state.dim() != 3 or conv_state.shape[:2] != (batch, conv_inputs.shape[2]):
         raise ValueError(f"conv_state must be [B, C, K - 1] with B, C = {(batch, conv_inputs.shape[2])}; "
                          f"got {tuple(conv_state.shape)}")
-    for name, t in (("conv_inputs", conv_inputs), ("conv_state", conv_state)):
+    for name, t, fix in (("conv_inputs", conv_inputs, "conv_inputs.float()"),
+                         # updated in place: a .float() passed and dropped would lose the update
+                         ("conv_state", conv_state, "conv_state.float() and keep that copy (updated in place)")):
         if not t.dtype.is_floating_point:  # integer inputs were truncated into the conv state silently
-            raise ValueError(f"{name} must be a float tensor (fp16/bf16/fp32), got {t.dtype}; pass {name}.float()")
+            raise ValueError(f"{name} must be a float tensor (fp16/bf16/fp32), got {t.dtype}; pass {fix}")
     if path.shape != (batch, num_nodes) or path_len.shape != (batch,):
         raise ValueError(f"path must be [B, T] = {(batch, num_nodes)} and path_len [B]; got {tuple(path.shape)}, "
                          f"{tuple(path_len.shape)}")

@@ -164,18 +164,22 @@ def test_a_path_of_no_integer_dtype_is_named(which, dtype, impl):
 @pytest.mark.parametrize("which", ["conv_inputs", "conv_state"])
 def test_conv_inputs_of_no_float_dtype_are_named(which, impl):
     """As tree_causal_conv1d names them: integer conv inputs were copied into the conv state, an
-    integer conv state took the path's inputs truncated, without a word. Nothing is written."""
+    integer conv state took the path's inputs truncated, without a word. Nothing is written. The
+    conv state's fix says to keep the float copy: the commit updates the tensor it is given, so a
+    caller passing conv_state.float() alone would lose the update without a word."""
     x = delta_inputs(1, 3, 1, 1, 16, 16, torch.float32, torch.Generator().manual_seed(33))
     convs = dict(conv_inputs=torch.randn(1, 3, 4).mul(3), conv_state=torch.randn(1, 4, 3).mul(3))
     convs[which] = convs[which].to(torch.int64)
     state = x["state"].to(DEVICE)
     before = state.clone()
-    with pytest.raises(ValueError, match=rf"{which} must be a float tensor .*, got torch.int64; pass {which}\.float"):
+    wrong = rf"{which} must be a float tensor .*, got torch.int64; pass {which}\.float"
+    with pytest.raises(ValueError, match=wrong) as err:
         commit_recurrent_state(state, convs["conv_state"].to(DEVICE), convs["conv_inputs"].to(DEVICE),
                                x["k"].to(DEVICE), x["v"].to(DEVICE), x["g"].to(DEVICE), x["beta"].to(DEVICE),
                                torch.tensor([[0, 1, -1]], dtype=torch.int32, device=DEVICE),
                                torch.tensor([2], dtype=torch.int32, device=DEVICE), impl=impl)
     assert torch.equal(state, before)
+    assert ("keep that copy" in str(err.value)) == (which == "conv_state"), err.value
 
 
 @pytest.mark.parametrize("impl", IMPLS)
