@@ -165,7 +165,7 @@ def draw(rows: Sequence[ReportRow], metric: str, label: str,
     keys = sorted(_series(good))
     several = len({family for family, _, _ in keys}) > 1
     # a series keeps its colour and its label in every panel and page, so the legend has one entry for it
-    styles = {key: (f"C{i % 10}", series_label(key, several)) for i, key in enumerate(keys)}
+    styles = {key: (f"C{i % 10}", as_written(series_label(key, several))) for i, key in enumerate(keys)}
     columns = min(len(workloads), COLUMNS)
     lines = -(-len(workloads) // columns)
     fig = Figure(figsize=(4.8 * columns + 2.2, 3.6 * lines), layout="constrained")
@@ -179,7 +179,7 @@ def draw(rows: Sequence[ReportRow], metric: str, label: str,
         by_workload.setdefault(r.workload or "-", []).append(r)
     for ax, workload in zip(axes, workloads):
         _draw_panel(ax, by_workload.get(workload, []), metric, styles)
-        ax.set_title(workload)
+        ax.set_title(as_written(workload))
         ax.set_ylabel(label)
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
@@ -192,6 +192,12 @@ def _measured(rows: Sequence[ReportRow]) -> list[ReportRow]:
     from .report import measured  # the rows report.tex shows too
 
     return measured(rows)
+
+
+def as_written(text: str) -> str:
+    """`text` as matplotlib draws it literally: between two `$` it reads mathtext, so a workload
+    named `cost $\\frac{a}{b$` would stop the report with a parse error, and `$x$` read as an italic x."""
+    return text.replace("$", r"\$")
 
 
 def series_label(key: SeriesKey, several_families: bool) -> str:

@@ -412,3 +412,17 @@ def test_a_worker_hung_on_a_page_is_killed_and_the_report_lands_without_that_pag
         for worker in started:
             worker.kill()
             worker.wait()
+
+
+def test_names_with_dollar_signs_are_drawn_as_written_not_as_mathtext(tmp_path):
+    """matplotlib reads text between two `$` as mathtext: a workload named `cost $\\frac{a}{b$`
+    stopped the run's end with a ParseSyntaxException traceback and no report at all, and one
+    named `$x$` read as an italic x. Workload and family names are drawn as written."""
+    from matplotlib.cbook import is_math_text
+
+    rows = [row("ar", 1, None, 300.0, workload="cost $\\frac{a}{b$", family="$fam$"),
+            row("ddtree", 1, 8, 700.0, 3.0, workload="$x$", family="cpu")]
+    assert [p.name for p in plot_rows(rows, tmp_path)][::2] == ["tokens_per_s.png", "accept_length.png"]
+    fig = draw(rows, "output_tok_s", "tokens/s")
+    texts = [ax.get_title() for ax in fig.axes] + [t.get_text() for t in fig.legends[0].get_texts()]
+    assert len(texts) == 4 and not any(is_math_text(t) for t in texts)
