@@ -51,14 +51,22 @@ def rows(results: Results) -> list:
         params = name[name.find("[") + 1:-1] if "[" in name else name
         config = configuration_in_nodeid(nodeid, cases)
         case = cases.get(config or "")
-        # the parameters past the configuration's id name the workload (`ar-tp1-chat`)
-        workload = params.replace(config, "", 1).strip("-") or None if config else None
-        workload = workloads.get(workload, workload)
+        workload = _workload_in(params.replace(config, "", 1), workloads) if config else None
         out.append(ReportRow(test_id=name, config=config or params, workload=workload,
                              family=case.family if case else None, method=case.method if case else None,
                              tp=case.tp if case else None, budget=case.budget if case else None,
                              outcome=outcome, reason=reason))
     return out
+
+
+def _workload_in(params: str, workloads: dict[str, str]) -> str | None:
+    """The configured workload (`workloads`: by its id as pytest escapes it) that is one
+    `-`-separated run of a test's parameters past its configuration's id (`chat` of `-chat-slow`),
+    else None: the test's own parameters (`nan`, `slow`) are no workload. The longest match wins."""
+    for escaped in sorted(workloads, key=len, reverse=True):
+        if f"-{escaped}-" in f"-{params.strip('-')}-":
+            return workloads[escaped]
+    return None
 
 
 def _runs_here(config: str | None, cases: dict, results: Results) -> bool:

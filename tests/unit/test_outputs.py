@@ -523,6 +523,22 @@ def test_a_failed_tests_workload_keeps_its_configured_name(pytester):
     assert (row["config"], row["workload"]) == ("ar-tp1", "my chat ü")
 
 
+def test_a_failed_tests_other_parameters_are_not_taken_for_a_workload(pytester):
+    """A test of no workload failed before recording with its own parameter `nan`: its row read
+    `nan` under workload; one of a workload and its own parameter read `chat-slow`."""
+    pytester.makepyprojecttoml("[tool.specdec]\nbackend = 'embedded'\n[tool.specdec.matrix.cpu]\n"
+                               "methods = ['ar']\n")
+    pytester.makepyfile(test_gen="import pytest\n\n"
+                                 "@pytest.mark.parametrize('speed', ['nan'])\n"
+                                 "def test_bare(speed, specdec_spec):\n    assert False\n\n"
+                                 "@pytest.mark.parametrize('speed', ['slow'])\n"
+                                 "def test_gen(speed, specdec_spec, specdec_workload):\n    assert False\n")
+    pytester.runpytest("-p", "no:cacheprovider", "--specdec-report", "rep").assert_outcomes(failed=2)
+    rows = json.loads((pytester.path / "rep" / "results.json").read_text(encoding="utf-8"))["results"]
+    assert sorted((r["test_id"], r["config"], r["workload"]) for r in rows) == [
+        ("test_bare[ar-tp1-nan]", "ar-tp1", None), ("test_gen[ar-tp1-chat-slow]", "ar-tp1", "chat")]
+
+
 def test_a_run_with_nothing_to_report_says_no_report_was_written(pytester):
     """`-k nothing` wrote nothing and said nothing, so an earlier results.json read as this run's."""
     pytester.makepyfile(test_figures=RECORDING_TEST)
