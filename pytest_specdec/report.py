@@ -232,8 +232,14 @@ def results_document(rows: Sequence[ReportRow], meta: Mapping[str, Any] | None =
     }
 
 
+#: What a markdown renderer reads as markup in a table cell or a heading, escaped so names and
+#: messages read as written: GitHub drops `<x>` as an HTML tag and reads `*a*` as emphasis, `$d$`
+#: as math, `&lt;` as `<`; `_` only where it can open or close emphasis (`test_gen` is text).
+_MD_MARKUP = re.compile(r"[\\`*<>$~|]|&(?=#?\w+;)|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
+
+
 def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|")
+    return _MD_MARKUP.sub(lambda m: "\\" + m[0], text)
 
 
 def render_markdown(rows: Sequence[ReportRow], *, title: str = "pytest-specdec results",
@@ -263,7 +269,7 @@ def render_markdown(rows: Sequence[ReportRow], *, title: str = "pytest-specdec r
             text = (r.reason or r.outcome).rstrip()
             longest = max((len(run) for run in re.findall("`+", text)), default=0)
             fence = "`" * max(3, longest + 1)  # a ``` in the message must not close it
-            out += [f"### {labels[id(r)]}{_workload_part(r)}", "", fence, text, fence, ""]
+            out += [f"### {_md_escape(labels[id(r)] + _workload_part(r))}", "", fence, text, fence, ""]
     out += _set_aside(rows, labels)
     if plots:
         out += ["", "## Plots", ""]

@@ -152,6 +152,27 @@ def test_markdown_escapes_pipes():
     assert "a\\|b" in render_markdown([row])
 
 
+def test_markdown_shows_names_as_written_where_a_renderer_reads_them():
+    """GitHub's step summary dropped a workload's `<x>` as an HTML tag and read `*a*` as emphasis,
+    `$d$` as math and `\\c` as an escape: the table and the failure headings named another workload."""
+    markdown_it = pytest.importorskip("markdown_it")
+    import html
+    import re
+
+    name = "<x> *a* `b` \\c $d$ ~e~ _f_ g_h | i"
+    md = render_markdown([ReportRow(test_id=f"t[ar-tp1-{name}]", config="ar-tp1", workload=name,
+                                    outcome="failed", reason="boom")])
+    rendered = markdown_it.MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(md)
+
+    def text(fragment):
+        return html.unescape(re.sub("<[^>]*>", "", fragment)).strip()
+
+    cells = [text(c) for c in re.findall("<td>(.*?)</td>", rendered)]
+    assert cells[1] == name
+    assert text(re.search("<h3>(.*?)</h3>", rendered)[1]) == f"ar-tp1 [{name}]"
+    assert "g_h" in md  # a name's inner underscores stay as they were, in report.md too
+
+
 def test_write_report_writes_every_file(rows, tmp_path):
     files = write_report(tmp_path / "report", rows, meta={"hardware": "cpu"})
     assert json.loads(files.results_json.read_text())["format"] == RESULTS_FORMAT
