@@ -127,8 +127,8 @@ def launch_server(argv: list[str]) -> None:
 
         with_ids = server.EngineServer._output
 
-        def text_only(self, req, p, *, first=True):  # as a server that streams no token ids
-            out = with_ids(self, req, p, first=first)
+        def text_only(self, req, p, **keywords):  # as a server that streams no token ids
+            out = with_ids(self, req, p, **keywords)
             out.pop("output_ids", None)
             return out
 
