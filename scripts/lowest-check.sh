@@ -7,29 +7,54 @@
 # nothing else notices an API that a lower bound lacks. Safe to re-run: it reinstalls only when
 # pyproject.toml or this file change. Arguments go to pytest.
 #
+# SPECDEC_CHECK_END=newest checks the other end the same way: the newest Python (default python3.13)
+# holding the newest release of each of those packages (`name>=X` installed with `pip install -U`),
+# the venv made again each day, since new releases come without pyproject.toml changing.
+#
+#   SPECDEC_CHECK_END      lowest (default) or newest
 #   SPECDEC_LOWEST_PYTHON  the Python 3.10 interpreter (default python3.10)
 #   SPECDEC_LOWEST_VENV    where the venv lives (default .venv-lowest)
+#   SPECDEC_NEWEST_PYTHON  the newest Python (default python3.13)
+#   SPECDEC_NEWEST_VENV    its venv (default .venv-newest)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python=${SPECDEC_LOWEST_PYTHON:-python3.10}
-venv=${SPECDEC_LOWEST_VENV:-.venv-lowest}
+end=${SPECDEC_CHECK_END:-lowest}
+case "$end" in
+  lowest)
+    python=${SPECDEC_LOWEST_PYTHON:-python3.10}
+    venv=${SPECDEC_LOWEST_VENV:-.venv-lowest}
+    epoch=
+    if ! "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 10))' 2>/dev/null; then
+      echo "lowest-check: $python does not run as Python 3.10 (requires-python's lowest): set" \
+           "SPECDEC_LOWEST_PYTHON to one" >&2
+      exit 1
+    fi ;;
+  newest)
+    python=${SPECDEC_NEWEST_PYTHON:-python3.13}
+    venv=${SPECDEC_NEWEST_VENV:-.venv-newest}
+    epoch=$(date +%F)  # a day's newest releases
+    if ! "$python" -c 'import sys; sys.exit(sys.version_info[:2] < (3, 11))' 2>/dev/null; then
+      echo "newest-check: $python does not run as a Python newer than 3.10: set SPECDEC_NEWEST_PYTHON" \
+           "to the newest one this machine has" >&2
+      exit 1
+    fi ;;
+  *)
+    echo "lowest-check: SPECDEC_CHECK_END is '$end': set it to lowest or newest" >&2
+    exit 1 ;;
+esac
 stamp="$venv/.specdec-installed"
-want=$(cat pyproject.toml scripts/lowest-check.sh | sha256sum | cut -d' ' -f1)
-
-if ! "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 10))' 2>/dev/null; then
-  echo "lowest-check: $python does not run as Python 3.10 (requires-python's lowest): set" \
-       "SPECDEC_LOWEST_PYTHON to one" >&2
-  exit 1
-fi
+want=$( (cat pyproject.toml scripts/lowest-check.sh; echo "$python $epoch") | sha256sum | cut -d' ' -f1)
 
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   rm -rf "$venv"
-  echo "lowest-check: creating $venv with each declared lower bound" >&2
+  echo "$end-check: creating $venv with each declared $end version" >&2
   "$python" -m venv "$venv"
-  # the requirement strings of pyproject.toml with a lower bound, from the tables named above, `>=` made `==`
-  pins=$("$venv/bin/python" - <<'EOF'
+  # the requirement strings of pyproject.toml with a lower bound, from the tables named above, `>=`
+  # made `==` for the lowest end and kept for the newest (installed with -U)
+  pins=$("$venv/bin/python" - "$end" <<'EOF'
 import re
+import sys
 
 try:
     from packaging.requirements import InvalidRequirement, Requirement
@@ -42,6 +67,7 @@ except ImportError:  # a fresh venv has no packaging, but its pip carries a copy
         raise SystemExit("lowest-check: neither packaging nor pip's copy of it imports in the venv, so "
                          "pyproject.toml's requirements cannot be read: pip install packaging there")
 
+operator = ">=" if sys.argv[1:] == ["newest"] else "=="
 text = open("pyproject.toml").read()
 wanted = {canonicalize_name(name) for name in (
     "pytest", "tomli", "aiohttp", "filelock", "psutil", "prometheus_client", "pytest-benchmark",
@@ -58,7 +84,7 @@ for string in re.findall(r'"([^"\n]*)"', text):
     if name in wanted and name not in seen and lower:
         seen.add(name)
         extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
-        print(f"{req.name}{extras}=={lower[0]}" + (f"; {req.marker}" if req.marker else ""))
+        print(f"{req.name}{extras}{operator}{lower[0]}" + (f"; {req.marker}" if req.marker else ""))
 missing = wanted - seen
 if missing:
     raise SystemExit(f"lowest-check: pyproject.toml declares no lower bound for {sorted(missing)}: "
@@ -67,13 +93,15 @@ EOF
   )
   mapfile -t pins <<< "$pins"
   pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q)
-  "${pip[@]}" "${pins[@]}"
+  upgrade=()
+  [ "$end" = newest ] && upgrade=(-U)
+  "${pip[@]}" "${upgrade[@]}" "${pins[@]}"
   "${pip[@]}" --no-deps -e .
   echo "$want" > "$stamp"
 fi
 "$venv/bin/python" -m pip list --disable-pip-version-check 2>/dev/null \
   | grep -iE '^(pytest|pytest-benchmark|pytest-xdist|pytest-timeout|aiohttp|filelock|psutil|prometheus.client|tomli|hypothesis|matplotlib|huggingface.hub) ' \
-  | awk '{printf "%s%s %s", sep, $1, $2; sep=", "} END {print ""}' | sed 's/^/lowest-check: /' >&2
+  | awk '{printf "%s%s %s", sep, $1, $2; sep=", "} END {print ""}' | sed "s/^/$end-check: /" >&2
 
 # Files and tests that start the embedded engine (torch, the `engine` extra) and do not skip without it.
 needs_torch=(

@@ -1,6 +1,7 @@
 """scripts/lowest-check.sh's reading of pyproject.toml: which requirement strings it pins to their
-lower bound. A regex read `name>=X` only, so a bound written `"aiohttp >= 3.9.0"`, a range
-`"x>=1.2,<3"` or one with extras `"pkg[extra]>=1"` ended the check with "declares no lower bound".
+lower bound (the lowest end) or keeps as `>=` for `pip install -U` (the newest end). A regex read
+`name>=X` only, so a bound written `"aiohttp >= 3.9.0"`, a range `"x>=1.2,<3"` or one with extras
+`"pkg[extra]>=1"` ended the check with "declares no lower bound".
 
 The tests run the script's own Python (its heredoc) on a pyproject.toml of their own, as the
 script runs it in its fresh venv; nothing is installed.
@@ -19,7 +20,8 @@ WANTED = ("pytest", "tomli", "aiohttp", "filelock", "psutil", "prometheus_client
           "pytest-xdist", "pytest-timeout", "hypothesis", "matplotlib", "huggingface_hub")
 
 
-def _pins(tmp_path: Path, pyproject: str, hide_packaging: bool = False) -> subprocess.CompletedProcess:
+def _pins(tmp_path: Path, pyproject: str, hide_packaging: bool = False,
+          end: str = "lowest") -> subprocess.CompletedProcess:
     found = re.search(r"<<'EOF'\n(.*?)\nEOF\n", SCRIPT.read_text(), re.S)
     assert found, "lowest-check.sh has no heredoc of Python that reads pyproject.toml"
     (tmp_path / "pyproject.toml").write_text(pyproject)
@@ -27,7 +29,7 @@ def _pins(tmp_path: Path, pyproject: str, hide_packaging: bool = False) -> subpr
     if hide_packaging:  # as in the script's fresh venv, where only pip's copy of packaging is
         (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['packaging'] = None\n")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, "-c", found.group(1)], cwd=tmp_path, env=env,
+    return subprocess.run([sys.executable, "-c", found.group(1), end], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -63,3 +65,11 @@ def test_a_requirement_with_no_lower_bound_is_named(tmp_path):
     assert run.stderr.strip().splitlines()[-1] == (
         "lowest-check: pyproject.toml declares no lower bound for ['hypothesis', 'matplotlib']: update the "
         "list in scripts/lowest-check.sh"), run.stderr
+
+
+def test_the_newest_end_keeps_each_lower_bound_for_pip_install_u(tmp_path):
+    run = _pins(tmp_path, _project("aiohttp >= 3.9.0", "tomli >= 1.1 ; python_version < '3.11'"), end="newest")
+    assert run.returncode == 0, run.stderr
+    pins = run.stdout.splitlines()
+    assert "aiohttp>=3.9.0" in pins and 'tomli>=1.1; python_version < "3.11"' in pins, pins
+    assert not [pin for pin in pins if "==" in pin], pins
