@@ -31,6 +31,9 @@ _TAIL_BYTES = 64 * 1024
 
 
 _TRACEBACK = "Traceback (most recent call last):"
+# Terminal colour codes: Python 3.13 colours a traceback written to a file where FORCE_COLOR or
+# PYTHON_COLORS=1 is set (3.14 its argparse errors too), which hid the exception line from the regexes.
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # The last line of a Python traceback: `ValueError: ...`, `torch.OutOfMemoryError: ...`.
 _EXCEPTION_LINE_RE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b:?")
 
@@ -86,7 +89,7 @@ class LogWatcher:
         lines = text.split("\n")
         self._partial = lines.pop()  # an unterminated last line is re-read once complete
         for line in lines:
-            self._note(line)
+            self._note(_ANSI_RE.sub("", line))
         return self.finding(include_partial=True)
 
     def _note(self, line: str) -> None:
@@ -109,11 +112,12 @@ class LogWatcher:
 
     def finding(self, include_partial: bool = False) -> LogFinding:
         fatal, in_use = self._fatal_line, self._address_in_use
-        if include_partial and self._partial:
-            rank = _line_rank(self._partial)
+        partial = _ANSI_RE.sub("", self._partial)  # a code cut by the chunk's end: re-read whole later
+        if include_partial and partial:
+            rank = _line_rank(partial)
             if rank is not None and (self._fatal_rank is None or rank < self._fatal_rank):
-                fatal = self._partial.strip()
-            in_use = in_use or bool(_ADDRESS_IN_USE_RE.search(self._partial))
+                fatal = partial.strip()
+            in_use = in_use or bool(_ADDRESS_IN_USE_RE.search(partial))
         return LogFinding(fatal_line=fatal, address_in_use=in_use, taken_port=self._taken_port,
                           ready=self._ready, exception_line=self._exception_line,
                           usage_error=self._usage_error)
@@ -164,7 +168,7 @@ def tail(path: Path | None, lines: int = TAIL_LINES) -> str:
             data = f.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-    return "\n".join(data.rstrip("\n").split("\n")[-lines:])
+    return "\n".join(_ANSI_RE.sub("", data).rstrip("\n").split("\n")[-lines:])
 
 
 def describe_exit(returncode: int) -> str:

@@ -204,6 +204,23 @@ def test_the_exception_line_beats_the_traceback_source_echo(tmp_path):
     assert fatal_cause(line) == "CUDA out of memory. Tried to allocate 2.00 GiB (injected)"
 
 
+def test_a_coloured_traceback_gives_the_same_cause_and_tail_as_a_plain_one(tmp_path):
+    # as Python 3.13 writes a traceback to a file with FORCE_COLOR or PYTHON_COLORS=1 in its environment
+    log = tmp_path / "s.log"
+    log.write_text(
+        "[t TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File \x1b[35m"configs.py"\x1b[0m, line \x1b[35m79\x1b[0m, in \x1b[35mverify_config\x1b[0m\n'
+        '    \x1b[1;31mraise ValueError(f"head dim {head_dim} is not supported")\x1b[0m\n'
+        "\x1b[1;35mValueError\x1b[0m: \x1b[35mhead dim 32 is not supported\x1b[0m\n"
+        "\x1b[1;35msglang serve: error:\x1b[0m unrecognized arguments: --flag 8\n"
+    )
+    finding = LogWatcher(log).scan()
+    assert finding.cause == "Scheduler hit an exception: ValueError: head dim 32 is not supported"
+    assert finding.usage_error == "sglang serve: error: unrecognized arguments: --flag 8"
+    assert "\x1b" not in tail(log) and tail(log).endswith("ValueError: head dim 32 is not supported\n"
+                                                          "sglang serve: error: unrecognized arguments: --flag 8")
+
+
 def test_a_generic_line_that_opens_a_traceback_takes_the_exception_as_its_cause(tmp_path):
     log = tmp_path / "s.log"
     log.write_text(
