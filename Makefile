@@ -59,6 +59,6 @@ lowest-check:
 
 # The same tests at the other end: the newest Python (SPECDEC_NEWEST_PYTHON, default python3.13)
 # with the newest release of each of those dependencies, in .venv-newest, made again each day.
-# Not in CI: the single-process pass takes about ten minutes.
+# Not in CI: about five minutes in one process, the venv's making included.
 newest-check:
 	SPECDEC_CHECK_END=newest bash scripts/lowest-check.sh $(NEWEST_ARGS)
