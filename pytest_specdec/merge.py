@@ -275,6 +275,7 @@ def _rows_of(manifest: ShardManifest, journaled: Sequence[tuple[Result, str]],
              unjournaled: dict[str, str]) -> list[ReportRow]:
     cases = {c.param_id: c for c in manifest.configurations}
     tests = {t.nodeid: t for t in manifest.tests}
+    workloads = _configured_workloads(manifest, journaled)
     rows, seen = [], set()
     for result, status in journaled:
         test = tests.get(result.nodeid)
@@ -301,19 +302,33 @@ def _rows_of(manifest: ShardManifest, journaled: Sequence[tuple[Result, str]],
         case = cases.get(test.config or "")
         name = test.nodeid.split("::")[-1]
         rows.append(ReportRow(
-            test_id=name, config=test.config or test.nodeid, workload=_workload_in(name, test.config),
+            test_id=name, config=test.config or test.nodeid, workload=_workload_in(name, test.config, workloads),
             family=case.family if case else None, method=case.method if case else None,
             tp=case.tp if case else None, budget=case.budget if case else None, outcome=outcome,
             reason=reason))
     return rows
 
 
-def _workload_in(name: str, config: str | None) -> str | None:
-    """The workload a test's parameters name past its configuration's (`ar-tp1-chat`), as a
-    run's summary reads it for a test that recorded nothing."""
+def _configured_workloads(manifest: ShardManifest, journaled: Sequence[tuple[Result, str]]) -> dict[str, str]:
+    """The shard's configured workloads by their ids as pytest escapes them: those its setup names
+    (`shard.json`), or in a shard older than that, those its journal recorded."""
+    from .summary import escaped_workloads
+
+    named = manifest.setup.parts.get("workloads") if manifest.setup is not None else None
+    if isinstance(named, Mapping):
+        return escaped_workloads(str(name) for name in named)
+    return escaped_workloads(dict.fromkeys(result.workload for result, _ in journaled if result.workload))
+
+
+def _workload_in(name: str, config: str | None, workloads: dict[str, str]) -> str | None:
+    """The configured workload a test's parameters name past its configuration's (`ar-tp1-chat`),
+    as a run's summary reads it for a test that recorded nothing (`summary.workload_in`): its own
+    parameters (`nan`, `slow`) are no workload."""
+    from .summary import workload_in
+
     if not config or "[" not in name:
         return None
-    return name[name.find("[") + 1:-1].replace(config, "", 1).strip("-") or None
+    return workload_in(name[name.find("[") + 1:-1].replace(config, "", 1), workloads)
 
 
 def merge(directories: Iterable[str | Path]) -> Merged:

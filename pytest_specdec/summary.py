@@ -44,14 +44,13 @@ def rows(results: Results) -> list:
     # another family's tests belong to other hosts (a shard deselects them): not this report's
     unrecorded = [(nodeid, outcome, reason) for nodeid, outcome, reason in unrecorded
                   if outcome != "skipped" or _runs_here(configuration_in_nodeid(nodeid, cases), cases, results)]
-    # pytest escapes non-ASCII in ids (`ü` is `\xfc`): back to the configured names
-    workloads = {w.encode("unicode_escape").decode("ascii"): w for w in results.state.workloads}
+    workloads = escaped_workloads(results.state.workloads)
     for nodeid, outcome, reason in unrecorded:
         name = nodeid.split("::")[-1]
         params = name[name.find("[") + 1:-1] if "[" in name else name
         config = configuration_in_nodeid(nodeid, cases)
         case = cases.get(config or "")
-        workload = _workload_in(params.replace(config, "", 1), workloads) if config else None
+        workload = workload_in(params.replace(config, "", 1), workloads) if config else None
         out.append(ReportRow(test_id=name, config=config or params, workload=workload,
                              family=case.family if case else None, method=case.method if case else None,
                              tp=case.tp if case else None, budget=case.budget if case else None,
@@ -59,7 +58,13 @@ def rows(results: Results) -> list:
     return out
 
 
-def _workload_in(params: str, workloads: dict[str, str]) -> str | None:
+def escaped_workloads(names: Iterable[str]) -> dict[str, str]:
+    """{id as pytest escapes it: name} of configured workloads: pytest escapes non-ASCII in ids
+    (`ü` is `\\xfc`), so a name is found in an id as escaped and reported as written."""
+    return {name.encode("unicode_escape").decode("ascii"): name for name in names}
+
+
+def workload_in(params: str, workloads: dict[str, str]) -> str | None:
     """The configured workload (`workloads`: by its id as pytest escapes it) that is one
     `-`-separated run of a test's parameters past its configuration's id (`chat` of `-chat-slow`),
     else None: the test's own parameters (`nan`, `slow`) are no workload. The longest match wins."""

@@ -1034,3 +1034,25 @@ def test_an_out_folder_linking_to_itself_is_one_line(shards):
     assert text == (f"python -m pytest_specdec merge: error: report folder {shards / 'merged'} cannot be created: "
                     f"it is a symbolic link that cannot be followed (Too many levels of symbolic links); remove or "
                     f"repoint the link, or choose another --out\n")
+
+
+@pytest.mark.parametrize("setup", [{"digest": "s", "parts": {"workloads": {"w": {}, "ü": {}}}}, None],
+                         ids=["named-by-shard-json", "older-shard-named-by-its-journal"])
+def test_a_failed_tests_other_parameters_are_not_taken_for_a_workload(shards, setup):
+    """A test that failed before recording had for workload whatever of its id followed its
+    configuration's: a test of no workload parametrized with `nan` read `nan`, one of workload `w`
+    and its own `slow` read `w-slow`. Now only a configured workload counts, as in one run's summary:
+    one its shard.json's setup names, or in a shard older than that, one its journal recorded."""
+    from pytest_specdec.merge import merge as merged_shards
+
+    path = shards / "shard-1" / MANIFEST
+    manifest = json.loads(path.read_text())
+    manifest["setup"] = setup
+    manifest["tests"] += [Outcome(f"test_gen.py::{name}", "failed", "boom", config="ar-tp1").to_json()
+                          for name in ("test_bare[ar-tp1-nan]", "test_generation[ar-tp1-w-slow]",
+                                       "test_generation[ar-tp1-\\xfc]")]
+    path.write_text(json.dumps(manifest))
+    rows = merged_shards([shards / "shard-1", shards / "shard-2"]).rows
+    assert {row.test_id: row.workload for row in rows if row.outcome == "failed"} == {
+        "test_bare[ar-tp1-nan]": None, "test_generation[ar-tp1-w-slow]": "w",
+        "test_generation[ar-tp1-\\xfc]": "ü" if setup else None}
