@@ -11,7 +11,9 @@ further floats ("(continued)"), and one wider than the text is scaled down to it
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -100,12 +102,15 @@ def render_fragment(rows: Sequence[ReportRow], plots: Sequence[str | Path] = (),
     out = [f"% pytest-specdec report; needs {preamble}",
            "% plot paths are relative to this folder: \\graphicspath{{<this folder>/}}", ""]
     results = measured(rows)
-    floats = [table for workload in sorted({r.workload or "-" for r in results})
+    workloads = sorted({r.workload or "-" for r in results})
+    tables = labels(workloads)
+    floats = [table for workload in workloads
               for table in _tables([r for r in results if (r.workload or "-") == workload], workload,
-                                   meta, caption)]
+                                   tables[workload], meta, caption)]
     from .plots import PLOTTED, page_of  # the captions say what the plots show
 
     captions = {stem: text for _, _, stem, text in PLOTTED}
+    figures = labels(Path(plot).stem for plot in plots)
     for plot in plots:
         path = Path(plot)
         page = page_of(path.stem)
@@ -116,7 +121,7 @@ def render_fragment(rows: Sequence[ReportRow], plots: Sequence[str | Path] = (),
             "\\begin{figure}[t]", "\\centering",
             f"\\includegraphics[width=\\linewidth]{{{path.as_posix()}}}",
             f"\\caption{{{tex_escape(text)}}}",
-            f"\\label{{fig:specdec-{_label(path.stem)}}}",
+            f"\\label{{fig:specdec-{figures[path.stem]}}}",
             "\\end{figure}", "",
         ])
     return "\n".join(out + flushed(floats))
@@ -146,7 +151,7 @@ def render_standalone(fragment: str) -> str:
     ])
 
 
-def _tables(rows: Sequence[ReportRow], workload: str, meta: Mapping[str, Any],
+def _tables(rows: Sequence[ReportRow], workload: str, label: str, meta: Mapping[str, Any],
             caption: str) -> list[list[str]]:
     """A workload's table: one float, or where its rows are more than a page holds, one float per
     `pages` piece, the later ones captioned "(continued)" (speedups and bold over all its rows)."""
@@ -189,7 +194,7 @@ def _tables(rows: Sequence[ReportRow], workload: str, meta: Mapping[str, Any],
             "\\begin{table}[t]", "\\centering", "\\small",
             f"\\caption{{{tex_escape(text if first else f'{caption}, workload {workload} (continued).')}}}",
             # a later part's label has a colon, which no workload's label has
-            f"\\label{{tab:specdec-{_label(workload)}{'' if first else f':{part}'}}}",
+            f"\\label{{tab:specdec-{label}{'' if first else f':{part}'}}}",
             # box 0 measures the table: only one wider than the column is scaled, to its width
             "\\sbox0{\\begin{tabular}{" + spec + "}",
             "\\toprule",
@@ -265,5 +270,23 @@ def _best(column: Column, values: Sequence[float | None]) -> str | None:
     return next(text for text, v in shown.items() if v == pick(shown.values()))
 
 
-def _label(text: str) -> str:
-    return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-") or "x"
+def labels(names: Iterable[str]) -> dict[str, str]:
+    """{name: its label} for one document's names (workloads, plot stems), unique among them and of
+    ASCII letters, digits and `-` alone, which any LaTeX package reads safely (hyperref, cleveref and
+    babel's shorthands trip on others). A name's label is its slug (`a b` is `a-b`) where that spells
+    it (separators aside) and no other name's slug is the same; else the slug and a short hash of
+    the name (`a-b-1f3c...`), so `a b` and `a-b`, or `ü` and `é`, get labels apart."""
+    slugs = {name: _slug(name) for name in names}
+    taken = Counter(slugs.values())
+    return {name: slug if _spelt(name) and (taken[slug] == 1 or name == slug)
+            else f"{slug}-{hashlib.sha256(name.encode('utf-8')).hexdigest()[:8]}"
+            for name, slug in slugs.items()}
+
+
+def _slug(name: str) -> str:
+    return "".join(ch if ch.isascii() and ch.isalnum() else "-" for ch in name.lower()).strip("-") or "x"
+
+
+def _spelt(name: str) -> bool:
+    """Whether a name's slug spells it: nothing but ASCII letters, digits and separators dropped."""
+    return all(ch.isascii() and (ch.isalnum() or ch in " -_") for ch in name)

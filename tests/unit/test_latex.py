@@ -301,3 +301,23 @@ def test_every_table_fits_the_page_in_pdflatex(tmp_path):
         files = write_report(tmp_path / name, matrix(families) + matrix(families, workload="code"),
                              meta=META, plots=False)
         assert pdflatex_warnings(files.standalone.parent) == [], name
+
+
+def test_labels_are_unique_within_a_document_and_ascii():
+    """Workloads `a b` and `a-b` both got `\\label{tab:specdec-a-b}` (LaTeX: "Label multiply
+    defined", a \\ref to either found one), and `über` passed `ü` into its label, which packages
+    reading labels (hyperref, babel's shorthands) may not take. A name its slug spells, alone with
+    that slug, keeps it; any other gets a short hash of the name beside it."""
+    import re
+
+    names = ["a b", "a-b", "über", "ëber", "chat", "c$d"]
+    tex = render_fragment([row("ar", 1, None, 300.0, workload=name) for name in names],
+                          ["plots/tokens_per_s.pdf", "plots/a b.pdf", "plots/a_b.pdf"], meta=META)
+    tables = re.findall(r"\\label\{tab:specdec-([^}]*)\}", tex)
+    figures = re.findall(r"\\label\{fig:specdec-([^}]*)\}", tex)
+    assert len(tables) == len(set(tables)) == len(names) and len(figures) == len(set(figures)) == 3
+    assert all(re.fullmatch(r"[a-z0-9-]+", label) for label in tables + figures)
+    assert {"a-b", "chat", "tokens-per-s"} <= set(tables + figures)  # names their slugs spell, unchanged
+    assert re.fullmatch(r"a-b-[0-9a-f]{8}", tables[sorted(names).index("a b")])  # tables go by name
+    again = render_fragment([row("ar", 1, None, 300.0, workload=name) for name in names], meta=META)
+    assert re.findall(r"\\label\{tab:specdec-([^}]*)\}", again) == tables  # stable from run to run
