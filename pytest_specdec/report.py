@@ -242,6 +242,16 @@ def _md_escape(text: str) -> str:
     return _MD_MARKUP.sub(lambda m: "\\" + m[0], text)
 
 
+def _md_code(text: str) -> str:
+    """`text` as a markdown code span read as written (CommonMark): a backtick inside (a workload
+    `a`b`) closed a span of one, so its fence is a run of backticks longer than any inside, and
+    a space pads content that starts or ends with a backtick (or a space on both sides), since
+    the renderer strips one space from each side."""
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text[:1] == "`" or text[-1:] == "`" or (text[:1] == text[-1:] == " " and text.strip(" ")) else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def render_markdown(rows: Sequence[ReportRow], *, title: str = "pytest-specdec results",
                     meta: Mapping[str, Any] | None = None, plots: Sequence[str | Path] = ()) -> str:
     """report.md, and the GitHub step summary (same text)."""
@@ -261,7 +271,7 @@ def render_markdown(rows: Sequence[ReportRow], *, title: str = "pytest-specdec r
     notes = [(r, c) for r in _sorted(rows) for c in r.comparisons]
     if notes:
         out += ["", "## Against the baseline", ""]
-        out += [f"- `{labels[id(r)]}`{_workload_part(r)}: `{c}`" for r, c in notes]
+        out += [f"- {_md_code(labels[id(r)])}{_md_escape(_workload_part(r))}: {_md_code(c)}" for r, c in notes]
     failures = [r for r in _sorted(rows) if r.failed]
     if failures:
         out += ["", "## Failures", ""]
@@ -297,7 +307,7 @@ def _set_aside(rows: Sequence[ReportRow], labels: Mapping[int, str]) -> list[str
     for r in _sorted(rows):
         reason = " ".join((r.reason or "").split())
         if r.outcome in SET_ASIDE and len(reason) > REASON_CELL:
-            covered.setdefault((r.outcome, reason), []).append(f"`{labels[id(r)]}{_workload_part(r)}`")
+            covered.setdefault((r.outcome, reason), []).append(_md_code(labels[id(r)] + _workload_part(r)))
     if not covered:
         return []
     out = ["", "## Skipped and expected failures", ""]

@@ -173,6 +173,23 @@ def test_markdown_shows_names_as_written_where_a_renderer_reads_them():
     assert "g_h" in md  # a name's inner underscores stay as they were, in report.md too
 
 
+def test_markdown_code_spans_show_names_with_backticks_as_written():
+    """A backtick in a name shown in a code span (`ar`tp1``) closed the span early: the rest read
+    as markdown and the names of the baseline notes and of the set-aside reasons came out cut.
+    Each span's fence is now longer than any backtick run inside, padded where one is at an end."""
+    markdown_it = pytest.importorskip("markdown_it")
+    import html
+    import re
+
+    rows = [ReportRow(test_id="t[a]", config="ar`tp1``", workload="w`*x*", comparisons=("tok/s `1` vs 2",)),
+            ReportRow(test_id="t[b]", config="`dflash", workload="chat`", outcome="skipped", reason="why " * 20),
+            ReportRow(test_id="t[c]", config=" ddtree ", workload=None, outcome="skipped", reason="why " * 20)]
+    rendered = markdown_it.MarkdownIt("commonmark").render(render_markdown(rows))
+    codes = [html.unescape(c) for c in re.findall("<code>(.*?)</code>", rendered)]
+    assert sorted(codes) == sorted(["ar`tp1``", "tok/s `1` vs 2", "`dflash [chat`]", " ddtree "])
+    assert "<li><code>ar`tp1``</code> [w`*x*]: " in html.unescape(rendered)  # the workload as written
+
+
 def test_write_report_writes_every_file(rows, tmp_path):
     files = write_report(tmp_path / "report", rows, meta={"hardware": "cpu"})
     assert json.loads(files.results_json.read_text())["format"] == RESULTS_FORMAT
