@@ -375,6 +375,9 @@ class Scheduler:
             if req.abort is not None:  # as SGLang's scheduler logs the refusal it aborts with
                 logs.SCHEDULER.error(f"{req.abort['message']}, self.rid={req.rid!r}")
             if req.max_new_tokens == 0:
+                # SGLang runs its prefill and stamps it (the first token's time) before the length
+                # cap drops the token; the engine's would show nothing, so its end is now
+                req.prefill_finished_at = time.perf_counter()
                 req.finish({"type": "length", "length": 0})
                 self._done(req)
                 req.notify()

@@ -156,6 +156,23 @@ def test_meta_info_carries_sglangs_time_stats_as_with_enable_metrics(ddtree):
         assert last["response_sent_to_client_ts"] == chunks[0]["meta_info"]["response_sent_to_client_ts"]
 
 
+def test_a_request_of_no_new_tokens_has_its_prefill_and_first_token_times_as_sglangs(ddtree):
+    """max_new_tokens=0: the engine finished it without a prefill, so its answer lacked
+    prefill_finished_time and first_token_latency; SGLang runs the prefill (it stamps
+    prefill_finished_time, the tokenizer manager takes it for the first token's time) and drops
+    the token at the length cap. decode_throughput, of tokens after the first, stays out as there."""
+    meta = ddtree.post("/generate", {"text": PROMPT, "sampling_params": {"max_new_tokens": 0}}).json()["meta_info"]
+    assert meta["completion_tokens"] == 0 and meta["finish_reason"] == {"type": "length", "length": 0}
+    keys = list(meta)
+    at = keys.index("num_retractions") + 1
+    assert keys[at:at + len(server.SCHEDULER_TIME_KEYS)] == list(server.SCHEDULER_TIME_KEYS), keys
+    assert {"first_token_latency", "request_received_ts"} <= set(meta) and "decode_throughput" not in meta
+    assert meta["forward_entry_time"] <= meta["prefill_finished_time"] <= meta["request_finished_ts"]
+    # wall-clock stamps near 1.7e9 s keep about 1e-7 s in a double
+    assert meta["first_token_latency"] == pytest.approx(meta["prefill_finished_time"] - meta["request_received_ts"], abs=1e-5)
+    assert meta["first_token_latency"] > 0
+
+
 def test_an_answers_time_stats_keep_one_clock_after_the_wall_clock_steps(monkeypatch):
     """SGLang stamps every stage with perf_counter and turns each into wall clock with one offset,
     recalibrated as each request arrives, response_sent_to_client_ts included. The engine took the
