@@ -8,8 +8,9 @@
 # pyproject.toml or this file change. Arguments go to pytest.
 #
 # SPECDEC_CHECK_END=newest checks the other end the same way: the newest Python (default python3.13)
-# holding the newest release of each of those packages (`name>=X` installed with `pip install -U`),
-# the venv made again each day, since new releases come without pyproject.toml changing.
+# holding the newest release of each of those packages that pyproject.toml allows (its whole range,
+# `name>=X` or `name>=X,<Y`, installed with `pip install -U`), the venv made again each day, since
+# new releases come without pyproject.toml changing.
 #
 #   SPECDEC_CHECK_END      lowest (default) or newest
 #   SPECDEC_LOWEST_PYTHON  the Python 3.10 interpreter (default python3.10)
@@ -51,7 +52,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$end-check: creating $venv with each declared $end version" >&2
   "$python" -m venv "$venv"
   # the requirement strings of pyproject.toml with a lower bound, from the tables named above, `>=`
-  # made `==` for the lowest end and kept for the newest (installed with -U)
+  # made `==` for the lowest end, and for the newest kept with the rest of the range (installed with -U)
   pins=$("$venv/bin/python" - "$end" <<'EOF'
 import re
 import sys
@@ -67,7 +68,7 @@ except ImportError:  # a fresh venv has no packaging, but its pip carries a copy
         raise SystemExit("lowest-check: neither packaging nor pip's copy of it imports in the venv, so "
                          "pyproject.toml's requirements cannot be read: pip install packaging there")
 
-operator = ">=" if sys.argv[1:] == ["newest"] else "=="
+newest = sys.argv[1:] == ["newest"]
 text = open("pyproject.toml").read()
 wanted = {canonicalize_name(name) for name in (
     "pytest", "tomli", "aiohttp", "filelock", "psutil", "prometheus_client", "pytest-benchmark",
@@ -84,7 +85,9 @@ for string in re.findall(r'"([^"\n]*)"', text):
     if name in wanted and name not in seen and lower:
         seen.add(name)
         extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
-        print(f"{req.name}{extras}{operator}{lower[0]}" + (f"; {req.marker}" if req.marker else ""))
+        # the newest end keeps the whole range (an upper bound, a `!=`): -U takes the newest it allows
+        version = str(req.specifier) if newest else f"=={lower[0]}"
+        print(f"{req.name}{extras}{version}" + (f"; {req.marker}" if req.marker else ""))
 missing = wanted - seen
 if missing:
     raise SystemExit(f"lowest-check: pyproject.toml declares no lower bound for {sorted(missing)}: "

@@ -73,3 +73,16 @@ def test_the_newest_end_keeps_each_lower_bound_for_pip_install_u(tmp_path):
     pins = run.stdout.splitlines()
     assert "aiohttp>=3.9.0" in pins and 'tomli>=1.1; python_version < "3.11"' in pins, pins
     assert not [pin for pin in pins if "==" in pin], pins
+
+
+def test_the_newest_end_keeps_a_requirements_upper_bound_and_exclusions(tmp_path):
+    """The newest end printed `name>=X` alone, so a range `"filelock>=3.12,<4"` lost its `<4` and
+    `pip install -U` took a release the project declares it does not run on; each requirement's
+    whole specifier is kept, which gives the newest release it allows."""
+    run = _pins(tmp_path, _project("filelock>=3.12,<4", "aiohttp >= 3.9.0, != 3.10.0",
+                                   "tomli >= 1.1 ; python_version < '3.11'"), end="newest")
+    assert run.returncode == 0, run.stderr
+    pins = {re.split(r"[<>=!;\[]", pin, 1)[0]: pin for pin in run.stdout.splitlines()}
+    assert sorted(pins["filelock"].removeprefix("filelock").split(",")) == ["<4", ">=3.12"], pins
+    assert sorted(pins["aiohttp"].removeprefix("aiohttp").split(",")) == ["!=3.10.0", ">=3.9.0"], pins
+    assert pins["tomli"] == 'tomli>=1.1; python_version < "3.11"', pins
