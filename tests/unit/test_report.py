@@ -173,6 +173,30 @@ def test_markdown_shows_names_as_written_where_a_renderer_reads_them():
     assert "g_h" in md  # a name's inner underscores stay as they were, in report.md too
 
 
+def test_a_usual_runs_report_reads_as_written_with_no_backslash_shown_or_added(rows):
+    """The escaping of markup must not touch what a usual run names: `ddtree-tp8-b64`, `long_ctx`,
+    `test_gen[ar-tp1-chat]`, `tok/s`, `5.0%` read in GitHub's rendering, and in report.md itself,
+    as written (no `\\_` or `\\%` a reader of the file would see)."""
+    markdown_it = pytest.importorskip("markdown_it")
+    import html
+    import re
+
+    usual = [*rows, *(row(method, tp, budget, 812.4, 3.2, [regression()], workload=workload)
+                      for method, tp, budget in (("ar", 1, None), ("ddtree", 8, 64))
+                      for workload in ("long_ctx", "sharegpt-128", "5.0%"))]
+    usual.append(ReportRow(test_id="test_gen[ar-tp1-chat]", config="ar-tp1", workload="chat", outcome="skipped",
+                           reason="needs SPECDEC_DEVICE=cuda_0 for tok/s and TTFT ms at 5.0% of test_gen " * 2))
+    md = render_markdown(usual)
+    assert "\\" not in md, md
+    rendered = markdown_it.MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(md)
+    visible = html.unescape(re.sub("<[^>]*>", "", rendered))
+    for name in ("ddtree-tp8-b64", "long_ctx", "sharegpt-128", "[5.0%]", "tok/s", "TTFT ms", "test_gen",
+                 "SPECDEC_DEVICE=cuda_0", "output_tok_s 812.4 < baseline 901.0 -5% (-9.8%)"):
+        assert name in visible, name
+    cells = [html.unescape(re.sub("<[^>]*>", "", c)) for c in re.findall("<td[^>]*>(.*?)</td>", rendered)]
+    assert {"ddtree-tp8-b64 (test_generation)", "long_ctx", "5.0%", "sharegpt-128"} <= set(cells), cells
+
+
 def test_markdown_code_spans_show_names_with_backticks_as_written():
     """A backtick in a name shown in a code span (`ar`tp1``) closed the span early: the rest read
     as markdown and the names of the baseline notes and of the set-aside reasons came out cut.
