@@ -98,7 +98,7 @@ EOF
   pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q)
   upgrade=()
   [ "$end" = newest ] && upgrade=(-U)
-  "${pip[@]}" "${upgrade[@]}" "${pins[@]}"
+  "${pip[@]}" ${upgrade[@]+"${upgrade[@]}"} "${pins[@]}"
   "${pip[@]}" --no-deps -e .
   echo "$want" > "$stamp"
 fi
