@@ -405,8 +405,8 @@ def write_files(out_dir: Path, rows: Sequence[ReportRow], *, meta: Mapping[str, 
             images, plot_error = exc.written, str(exc)
     relative = [p.relative_to(out_dir) for p in images]
     md = render_markdown(rows, title=title, meta=meta, plots=[p for p in relative if p.suffix == ".png"])
-    if plot_error:
-        md += f"\n_{plot_error}_\n"
+    if plot_error:  # escaped as the table is, on one line: a blank line would end the emphasis
+        md += f"\n_{_md_escape(' '.join(plot_error.split()))}_\n"
     markdown = out_dir / "report.md"
     markdown.write_text(md, encoding="utf-8")
     fragment = latex.render_fragment(rows, [p for p in relative if p.suffix == ".pdf"], meta=meta)

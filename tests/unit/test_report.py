@@ -257,6 +257,31 @@ def test_plots_skipped_names_a_command_that_installs_matplotlib(rows, tmp_path, 
     assert "pytest-specdec[" not in files.markdown.read_text()
 
 
+def test_a_plot_error_reads_as_written_in_report_md(rows, tmp_path, monkeypatch):
+    """The note of why plots are missing was set in `_..._` unescaped, unlike the rest of report.md:
+    a path's `_build_` or a `*` in the message read as emphasis, `<x>` was dropped as an HTML tag,
+    a `_` at either end closed the note early, and a blank line in it ended the note."""
+    markdown_it = pytest.importorskip("markdown_it")
+    import html
+    import re
+
+    from pytest_specdec import plots
+
+    message = "_tkagg <x> *a* b|c in /opt/my_env/_build_/lib/\n\n(2 ** 3) __init__.py_"
+
+    def broken(*args, **kwargs):
+        raise ImportError(message)
+
+    monkeypatch.setattr(plots, "plot_rows", broken)
+    files = write_report(tmp_path, rows)
+    assert message in (files.plot_error or "")  # whole in ReportFiles; report.md has it on one line
+    rendered = markdown_it.MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(
+        files.markdown.read_text())
+    last = rendered.rstrip().rsplit("\n", 1)[-1]  # the note: one paragraph in emphasis, no markup inside
+    assert re.fullmatch("<p><em>[^<>]*</em></p>", last), last
+    assert html.unescape(last[len("<p><em>"):-len("</em></p>")]) == " ".join(files.plot_error.split())
+
+
 def test_module_import_does_not_import_matplotlib():
     import subprocess
 
