@@ -67,10 +67,14 @@ def escaped_workloads(names: Iterable[str]) -> dict[str, str]:
 def workload_in(params: str, workloads: dict[str, str]) -> str | None:
     """The configured workload (`workloads`: by its id as pytest escapes it) that is one
     `-`-separated run of a test's parameters past its configuration's id (`chat` of `-chat-slow`),
-    else None: the test's own parameters (`nan`, `slow`) are no workload. The longest match wins."""
-    for escaped in sorted(workloads, key=len, reverse=True):
-        if f"-{escaped}-" in f"-{params.strip('-')}-":
-            return workloads[escaped]
+    else None: the test's own parameters (`nan`, `slow`) are no workload. The longest match wins.
+    Names as written are matched after the escaped ones: pytest's ini option
+    disable_test_id_escaping_and_forfeit_all_rights_to_community_support leaves `ü` in ids."""
+    runs = f"-{params.strip('-')}-"
+    for names in (workloads, {name: name for name in workloads.values()}):
+        for key in sorted(names, key=len, reverse=True):
+            if f"-{key}-" in runs:
+                return names[key]
     return None
 
 

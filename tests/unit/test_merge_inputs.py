@@ -1050,9 +1050,11 @@ def test_a_failed_tests_other_parameters_are_not_taken_for_a_workload(shards, se
     manifest["setup"] = setup
     manifest["tests"] += [Outcome(f"test_gen.py::{name}", "failed", "boom", config="ar-tp1").to_json()
                           for name in ("test_bare[ar-tp1-nan]", "test_generation[ar-tp1-w-slow]",
-                                       "test_generation[ar-tp1-\\xfc]")]
+                                       "test_generation[ar-tp1-\\xfc]", "test_generation[ar-tp1-ü-fast]")]
     path.write_text(json.dumps(manifest))
     rows = merged_shards([shards / "shard-1", shards / "shard-2"]).rows
     assert {row.test_id: row.workload for row in rows if row.outcome == "failed"} == {
         "test_bare[ar-tp1-nan]": None, "test_generation[ar-tp1-w-slow]": "w",
-        "test_generation[ar-tp1-\\xfc]": "ü" if setup else None}
+        "test_generation[ar-tp1-\\xfc]": "ü" if setup else None,
+        # a shard run with pytest's disable_test_id_escaping_... ini option: the id has the name as written
+        "test_generation[ar-tp1-ü-fast]": "ü" if setup else None}

@@ -523,6 +523,23 @@ def test_a_failed_tests_workload_keeps_its_configured_name(pytester):
     assert (row["config"], row["workload"]) == ("ar-tp1", "my chat ü")
 
 
+def test_a_failed_tests_workload_is_found_where_pytest_leaves_ids_unescaped(pytester):
+    """pytest's ini option disable_test_id_escaping_and_forfeit_all_rights_to_community_support
+    leaves `ü` as written in test ids: the workloads were matched only as escaped (`\\xfc`), so
+    the row of a test that failed before recording had no workload."""
+    pytester.makepyprojecttoml("[tool.pytest.ini_options]\n"
+                               "disable_test_id_escaping_and_forfeit_all_rights_to_community_support = true\n"
+                               "[tool.specdec]\nbackend = 'embedded'\n[tool.specdec.matrix.cpu]\n"
+                               "methods = ['ar']\n[[tool.specdec.workloads]]\nname = 'my chat ü'\n"
+                               "prompts = 'chat'\n")
+    pytester.makepyfile(test_gen="def test_gen(specdec_spec, specdec_workload):\n    assert False\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--specdec-report", "rep")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*test_gen[[]ar-tp1-my chat ü[]]*"])  # pytest left the id unescaped
+    [row] = json.loads((pytester.path / "rep" / "results.json").read_text(encoding="utf-8"))["results"]
+    assert (row["config"], row["workload"]) == ("ar-tp1", "my chat ü")
+
+
 def test_a_failed_tests_other_parameters_are_not_taken_for_a_workload(pytester):
     """A test of no workload failed before recording with its own parameter `nan`: its row read
     `nan` under workload; one of a workload and its own parameter read `chat-slow`."""
