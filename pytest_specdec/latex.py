@@ -139,13 +139,21 @@ def flushed(floats: Sequence[list[str]]) -> list[str]:
     return out
 
 
+#: The standalone document's text where the run measured nothing to tabulate or plot.
+NO_RESULTS = "This run measured no results; report.md says what ran."
+
+
 def render_standalone(fragment: str) -> str:
-    """report-standalone.tex: the fragment in an article that pdflatex compiles by itself."""
+    """report-standalone.tex: the fragment in an article that pdflatex compiles by itself. A
+    fragment of comments alone (a run that measured nothing) gets a line saying so: LaTeX sets
+    such a body on no page and pdflatex writes no PDF ("No pages of output")."""
+    empty = all(not line.strip() or line.lstrip().startswith("%") for line in fragment.splitlines())
     return "\n".join([
         "\\documentclass{article}",
         *(f"\\usepackage{{{p}}}" for p in PACKAGES),
         "\\begin{document}",
         fragment,
+        *([NO_RESULTS] if empty else []),
         "\\end{document}",
         "",
     ])

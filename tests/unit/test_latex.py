@@ -126,6 +126,31 @@ def test_the_standalone_report_compiles_with_pdflatex(tmp_path):
     assert (tmp_path / "report-standalone.pdf").read_bytes()[:5] == b"%PDF-"
 
 
+@pytest.mark.parametrize("results", [[], rows()[-1:]], ids=["no-rows", "only-a-failure"])
+def test_the_standalone_report_of_no_results_says_so(tmp_path, results):
+    """A run that measured nothing had a document body of comments alone, which LaTeX sets on no
+    page: pdflatex said "No pages of output" and wrote no PDF. The document now says why it is empty;
+    report.tex, for a paper's \\input, stays free of text."""
+    files = write_report(tmp_path, results, plots=False)
+    body = files.standalone.read_text().split("\\begin{document}\n", 1)[1].split("\\end{document}", 1)[0]
+    assert [line for line in body.splitlines() if line.strip() and not line.startswith("%")] == [
+        "This run measured no results; report.md says what ran."]
+    fragment = files.latex.read_text()
+    assert all(not line.strip() or line.startswith("%") for line in fragment.splitlines())
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None,
+                    reason="pdflatex is not installed (Debian: apt-get install "
+                           "texlive-latex-recommended)")
+def test_the_standalone_report_of_no_results_compiles_to_a_page(tmp_path):
+    files = write_report(tmp_path, [], plots=False)
+    done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error",
+                           files.standalone.name], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert (tmp_path / "report-standalone.pdf").read_bytes()[:5] == b"%PDF-"
+
+
 def workloads(count):
     return [row(method, 1, budget, tok_s, workload=f"w{number:03d}")
             for number in range(count) for method, budget, tok_s in (("ar", None, 300.0), ("ddtree", 16, 900.0))]
