@@ -43,7 +43,9 @@ def tree_accept_and_commit(tokens: Tensor, parents: Tensor, target_argmax: Tenso
 
     tokens, parents, target_argmax: as for :func:`tree_accept_greedy` ([B, T]).
     k_cache, v_cache, cache_lens:   as for :func:`commit_accepted_kv` ([layers, B, S, Hkv, D],
-                                    modified in place; [B] prefix lengths, not modified).
+                                    modified in place, so no two elements may share memory:
+                                    an expanded cache is a ValueError; [B] prefix lengths, not
+                                    modified).
     Returns the :class:`AcceptResult`; never synchronises with the host.
     """
     check_accept_args(tokens, parents, target_argmax)

@@ -175,9 +175,11 @@ def build_ddtree(draft_logprobs: Tensor, root_tokens: Tensor, budget: int,
                  topk: int | None = None, impl: str = "auto") -> DDTree:
     """Build the DDTree draft tree of ``budget`` draft nodes plus the root, per request.
 
-    draft_logprobs: [B, depth, V] float (any float dtype; ranked in float32); row ``d`` holds the
-        log-probabilities of the token ``d + 1`` positions after the root.
-    root_tokens:    [B] int64, the previous step's bonus tokens (node 0).
+    draft_logprobs: [B, depth, V] float (any float dtype; ranked in float32; another dtype is a
+        ValueError); row ``d`` holds the log-probabilities of the token ``d + 1`` positions after
+        the root.
+    root_tokens:    [B] int64 (or int32; another dtype is a ValueError), the previous step's bonus
+        tokens (node 0).
     budget:         draft nodes, root excluded; ``T = budget + 1``.
     topk:           per-depth cap on how many tokens a depth may use (so on siblings);
                     ``topk=1`` gives the DFlash chain. ``None``: no cap.

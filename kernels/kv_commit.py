@@ -68,7 +68,8 @@ def commit_accepted_kv(k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor, pat
     """Move the accepted nodes' K/V rows to ``[L_b, L_b + path_len_b)``, all layers, in place.
 
     k_cache/v_cache: [layers, B, S, Hkv, D], any dtype; modified in place. Each (layer, b) row
-                     block must be addressable with the tensor's strides (unit stride in D).
+                     block must be addressable with the tensor's strides (unit stride in D), and
+                     no two elements may share memory (an expanded cache is a ValueError).
     cache_lens:      [B] int32, prefix lengths L_b (the tree rows start there); not modified:
                      the caller advances them by path_len. ``0 <= L_b <= S - T``: checked where
                      they are on the host; on a GPU a request past it moves nothing.

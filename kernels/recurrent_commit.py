@@ -82,8 +82,8 @@ def commit_recurrent_state(state: Tensor, conv_state: Tensor, conv_inputs: Tenso
     """Advance one hybrid layer's recurrent and conv state along the accepted path, in place.
 
     state:       [B, Hv, Dk, Dv] float32, modified in place.
-    conv_state:  [B, C, K - 1], modified in place (newest input last).
-    conv_inputs: [B, T, C], the tree's conv inputs (what :func:`tree_causal_conv1d` convolved).
+    conv_state:  [B, C, K - 1] float, modified in place (newest input last).
+    conv_inputs: [B, T, C] float, the tree's conv inputs (what :func:`tree_causal_conv1d` convolved).
     k, v, g, beta: the tree's, as passed to :func:`tree_gated_delta_rule` ([B, T, Hk, Dk],
                  [B, T, Hv, Dv], [B, T, Hv], [B, T, Hv]; k L2-normalised as there).
     path, path_len: from :func:`tree_accept_greedy` (path_len >= 1).

@@ -111,7 +111,9 @@ def tree_accept_greedy(tokens: Tensor, parents: Tensor, target_argmax: Tensor,
     tokens:        [B, T] int64, as in :class:`DDTree` (tokens[:, 0] the roots).
     parents:       [B, T] int32, parents[:, 0] == -1 and 0 <= parents[:, i] < i (checked where
                    they are on the host, ValueError naming the node).
-    target_argmax: [B, T] int64, the target's argmax token after each node.
+    target_argmax: [B, T] int64, the target's argmax token after each node (the indices, not the
+                   max's values).
+    Each of the three may be int32 or int64; any other dtype is a ValueError naming it.
     Returns an :class:`AcceptResult` of new tensors on the input's device; no host
     synchronisation on either implementation.
     """

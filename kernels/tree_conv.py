@@ -83,7 +83,7 @@ def tree_causal_conv1d(x: Tensor, weight: Tensor, bias: Tensor | None, conv_stat
     """Depthwise causal convolution of every tree node along its own path, then ``activation``.
 
     x:          [B, T, C] fp16/bf16/fp32, the nodes' conv inputs (any strides).
-    weight:     [C, K]; bias: [C] or None.
+    weight:     [C, K]; bias: [C] or None (floats, as conv_state; an integer one is a ValueError).
     conv_state: [B, C, K - 1], the committed inputs (newest last); read, not modified.
     parents:    [B, T] int32, parents[:, 0] == -1 and parents[:, i] < i.
     activation: "silu" or None.

@@ -115,7 +115,8 @@ def tree_gated_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tens
 
     q, k:          [B, T, Hk, Dk] fp16/bf16/fp32 (L2-normalised by the caller).
     v:             [B, T, Hv, Dv], same dtype; Hv a multiple of Hk (GQA).
-    g, beta:       [B, T, Hv], log decay (finite, <= 0) and write strength, any float dtype;
+    g, beta:       [B, T, Hv], log decay (finite, <= 0) and write strength, any float dtype
+                   (an integer one is a ValueError);
                    beta in [0, 1] (a sigmoid's): past 1, the Triton path's block inverse loses
                    accuracy on keys alike (not checked: reading beta would be a host sync).
     state:         [B, Hv, Dk, Dv] float32, the committed state; read, not modified.

@@ -126,8 +126,8 @@ def tree_verify_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_len
                           impl: str = "auto") -> Tensor:
     """Ancestor-masked attention of T tree queries over prefix + tree KV rows, per request.
 
-    q:             [B, T, Hq, D] fp16 / bf16 / fp32 (other dtypes: impl="torch"); any strides
-                   with unit stride in D.
+    q:             [B, T, Hq, D] fp16 / bf16 / fp32 (other float dtypes: impl="torch"; integers
+                   and bool are a ValueError); any strides with unit stride in D.
     k_cache/v_cache: [B, S, Hkv, D], q's dtype, unit stride in D. Rows ``[0, L_b)`` are the
                    committed prefix, rows ``[L_b, L_b + T)`` the tree's own K/V rows (written by
                    the caller before the call); ``L_b + T <= S``. Rows past that never reach the output,
