@@ -13,6 +13,13 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
+# numpy refuses a second import in one process, and pytester's in-process runs drop from sys.modules
+# what they first imported: imported here, it is in every run's snapshot and never dropped.
+try:
+    import numpy  # noqa: F401
+except ImportError:  # the torch-free checks (lowest/newest) may lack it
+    pass
+
 
 @pytest.fixture(autouse=True)
 def _started_runs_are_not_xdist_workers(monkeypatch: pytest.MonkeyPatch) -> None:
