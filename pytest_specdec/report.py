@@ -258,7 +258,7 @@ def render_markdown(rows: Sequence[ReportRow], *, title: str = "pytest-specdec r
     header, body = _table(rows)
     out = [f"# {title}", ""]
     for key, value in (meta or {}).items():
-        out.append(f"- **{key}**: {value}")
+        out.append(f"- **{key}**: {_md_escape(str(value))}")  # a hardware name's `<x>` or `*` as written
     if meta:
         out.append("")
     if not body:

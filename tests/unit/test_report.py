@@ -497,3 +497,18 @@ def test_plot_pages_are_listed_named_and_replaced(tmp_path):
     assert sorted(p.name for p in (tmp_path / "report" / "plots").iterdir()) == [
         "accept_length.pdf", "accept_length.png", "tokens_per_s.pdf", "tokens_per_s.png"]
     assert "![tokens_per_s](plots/tokens_per_s.png)" in files.markdown.read_text()
+
+
+def test_markdown_meta_values_read_as_written():
+    """The `- **key**: value` lines above the table showed a value's `<x>` as an HTML tag (dropped)
+    and its `*a*` or `_f_` as emphasis, as the table's cells did before they were escaped."""
+    markdown_it = pytest.importorskip("markdown_it")
+    import html
+    import re
+
+    value = "<x> *a* `b` \\c $d$ ~e~ _f_ g_h | i"
+    md = render_markdown([ReportRow(test_id="t", config="ar-tp1")], meta={"hardware_key": value, "n": 3})
+    rendered = markdown_it.MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(md)
+    items = [html.unescape(re.sub("<[^>]*>", "", item)).strip() for item in re.findall("<li>(.*?)</li>", rendered)]
+    assert items == [f"hardware_key: {value}", "n: 3"]
+    assert "<strong>hardware_key</strong>" in rendered  # the key stays bold
