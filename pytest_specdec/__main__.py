@@ -225,7 +225,7 @@ def _misspelt(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     valued = [name for action in sub._actions if action.nargs is None and not isinstance(
         action, (argparse._StoreTrueAction, argparse._HelpAction)) for name in action.option_strings
         if name.startswith("--")]
-    problem = repeated(argv[1:], valued, abbreviations=True)
+    problem = repeated(argv[1:], valued, options=known)  # prefixes resolve among all, as argparse's do
     if problem:  # argparse keeps the last: `--out a ... --out b` wrote b alone, without a word
         sub.error(problem)
 

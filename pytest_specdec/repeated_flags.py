@@ -28,18 +28,22 @@ _JOINED = {"--specdec-compare-fail": "output_tok_s:5%,ttft_ms:10%", "--specdec-t
 
 
 def given_values(args: Sequence[str], valued: Iterable[str] = _VALUED,
-                 abbreviations: bool = False) -> dict[str, list[str]]:
-    """Each of the `valued` flags' values, in the order the command line gives them; with
-    `abbreviations` (argparse's, which pytest turns off), a prefix of one of them counts as it."""
+                 options: Iterable[str] | None = None) -> dict[str, list[str]]:
+    """Each of the `valued` flags' values, in the order the command line gives them; with `options`
+    (every option of a parser that takes argparse's abbreviations, which pytest turns off), a name
+    is read as argparse reads it among all of them, a unique prefix as its option, and counted
+    where that one is `valued`: a switch named like a valued option (`--lock` beside
+    `--lock-timeout`) is the switch."""
     valued = tuple(valued)
+    options = None if options is None else tuple(options)
     values: dict[str, list[str]] = {}
     args = [str(arg) for arg in args]
     for index, arg in enumerate(args):
         if arg == "--":
             break  # what follows is positional, never flags
         name, joined, value = arg.partition("=")
-        flag = name if name in valued else _abbreviated(name, valued) if abbreviations else None
-        if flag is None:
+        flag = name if options is None else _abbreviated(name, options)
+        if flag not in valued:
             continue
         if not joined:  # `--specdec-report out`: the value is the next argument
             if index + 1 >= len(args):
@@ -49,14 +53,18 @@ def given_values(args: Sequence[str], valued: Iterable[str] = _VALUED,
     return values
 
 
-def _abbreviated(name: str, valued: tuple[str, ...]) -> str | None:
-    matches = [flag for flag in valued if name.startswith("--") and len(name) > 2 and flag.startswith(name)]
+def _abbreviated(name: str, options: tuple[str, ...]) -> str | None:
+    if name in options:  # argparse takes an exact name before any prefix
+        return name
+    matches = [flag for flag in options if name.startswith("--") and len(name) > 2 and flag.startswith(name)]
     return matches[0] if len(matches) == 1 else None  # an ambiguous one is argparse's to report
 
 
-def repeated(args: Sequence[str], valued: Iterable[str] = _VALUED, abbreviations: bool = False) -> str | None:
-    """The problem and fix for the first of the `valued` flags `args` give with two different values."""
-    for flag, values in given_values(args, valued, abbreviations).items():
+def repeated(args: Sequence[str], valued: Iterable[str] = _VALUED,
+             options: Iterable[str] | None = None) -> str | None:
+    """The problem and fix for the first of the `valued` flags `args` give with two different values;
+    `options` as `given_values` reads them."""
+    for flag, values in given_values(args, valued, options).items():
         distinct = list(dict.fromkeys(values))
         if len(distinct) < 2:
             continue

@@ -877,6 +877,26 @@ def test_an_abbreviated_option_and_a_dashed_shard_folder_after_double_dash_still
     cli._misspelt(cli._parser(), ["merge", "--o", "x", "--no-pl", "--", "--odd-folder"])
 
 
+def test_a_switch_named_like_a_valued_option_is_read_as_argparse_reads_it():
+    """The repeated-option check resolved a name among the value-taking options alone: beside a
+    switch `--lock` it read `--lock s1 s2 --lock --out o` as --lock-timeout given twice, and `--ou` as
+    --out where argparse finds it ambiguous with a switch `--outline`."""
+    import argparse
+
+    from pytest_specdec import __main__ as cli
+
+    parser = cli._parser()
+    merge = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["merge"]
+    merge.add_argument("--lock", action="store_true")
+    merge.add_argument("--outline", action="store_true")
+    argv = ["merge", "--lock", "s1", "s2", "--lock", "--out", "o"]
+    cli._misspelt(parser, argv)
+    assert parser.parse_args(argv).shard_dirs == ["s1", "s2"]
+    cli._misspelt(parser, ["merge", "--ou", "a", "--ou", "b", "s"])  # argparse's ambiguity to report
+    with pytest.raises(SystemExit):
+        cli._misspelt(parser, ["merge", "--lock-t", "5", "--lock-timeout=6", "--out", "o", "s"])
+
+
 def test_a_shard_cut_short_says_by_what_and_how_to_finish_it(shards):
     """Shard 2 was interrupted (Ctrl-C, a CI job's SIGTERM) before its test: the merge said it
     'failed (pytest exit status 2)' and that it 'ran none of its tests (deselected?)'."""
