@@ -16,6 +16,7 @@ written, so nothing is), or a baseline folder file's lock held past --lock-timeo
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 from dataclasses import replace
@@ -213,6 +214,8 @@ def _misspelt(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
         parser.error(f"no command {command!r}: {hint(command, commands)}")
     sub = commands[command]
     known = [name for action in sub._actions for name in action.option_strings if name.startswith("--")]
+    if any(_asks_help(word, known) for word in itertools.takewhile(lambda word: word != "--", argv[1:])):
+        return  # argparse prints the help before any error of the line: so do these checks
     for word in argv[1:]:
         if word == "--":
             break  # what follows is positional
@@ -228,6 +231,12 @@ def _misspelt(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     problem = repeated(argv[1:], valued, options=known)  # prefixes resolve among all, as argparse's do
     if problem:  # argparse keeps the last: `--out a ... --out b` wrote b alone, without a word
         sub.error(problem)
+
+
+def _asks_help(word: str, known: Sequence[str]) -> bool:
+    """`-h`, `--help` or a prefix argparse reads as it (`--he`)."""
+    return word in ("-h", "--help") or (
+        word.startswith("--") and len(word) > 2 and [name for name in known if name.startswith(word)] == ["--help"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

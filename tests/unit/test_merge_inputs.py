@@ -897,6 +897,22 @@ def test_a_switch_named_like_a_valued_option_is_read_as_argparse_reads_it():
         cli._misspelt(parser, ["merge", "--lock-t", "5", "--lock-timeout=6", "--out", "o", "s"])
 
 
+@pytest.mark.parametrize("argv", [["merge", "--out", "a", "--out", "b", "--help"],
+                                  ["merge", "--ot", "x", "-h", "s"],
+                                  ["merge", "--out=a", "--out=b", "--he"]])
+def test_help_wins_over_the_merges_own_checks(argv, capsys):
+    """argparse prints the help whatever else the line holds: `--out a --out b --help` printed the
+    repeated-option error instead, and a misspelt option beside `-h` the did-you-mean one."""
+    from pytest_specdec import __main__ as cli
+
+    with pytest.raises(SystemExit) as exit:
+        cli.main(argv)
+    assert exit.value.code == 0
+    said = capsys.readouterr()
+    assert said.out.startswith("usage: python -m pytest_specdec merge"), said
+    assert not said.err
+
+
 def test_a_shard_cut_short_says_by_what_and_how_to_finish_it(shards):
     """Shard 2 was interrupted (Ctrl-C, a CI job's SIGTERM) before its test: the merge said it
     'failed (pytest exit status 2)' and that it 'ran none of its tests (deselected?)'."""
