@@ -68,13 +68,14 @@ def workload_in(params: str, workloads: dict[str, str]) -> str | None:
     """The configured workload (`workloads`: by its id as pytest escapes it) that is one
     `-`-separated run of a test's parameters past its configuration's id (`chat` of `-chat-slow`),
     else None: the test's own parameters (`nan`, `slow`) are no workload. The longest match wins.
-    Names as written are matched after the escaped ones: pytest's ini option
-    disable_test_id_escaping_and_forfeit_all_rights_to_community_support leaves `ü` in ids."""
+    Names as written are matched too (pytest's ini option
+    disable_test_id_escaping_and_forfeit_all_rights_to_community_support leaves `ü` in ids), in
+    one longest-first pass with the escaped ids, so `chat` never wins over `chat-ü` in either."""
     runs = f"-{params.strip('-')}-"
-    for names in (workloads, {name: name for name in workloads.values()}):
-        for key in sorted(names, key=len, reverse=True):
-            if f"-{key}-" in runs:
-                return names[key]
+    keys = list(workloads.items()) + [(name, name) for name in workloads.values()]
+    for key, name in sorted(keys, key=lambda pair: len(pair[0]), reverse=True):  # stable: escaped first
+        if f"-{key}-" in runs:
+            return name
     return None
 
 

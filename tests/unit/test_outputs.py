@@ -540,6 +540,13 @@ def test_a_failed_tests_workload_is_found_where_pytest_leaves_ids_unescaped(pyte
     assert (row["config"], row["workload"]) == ("ar-tp1", "my chat ü")
 
 
+@pytest.mark.parametrize("params", ["-chat-\\xfc", "-chat-ü", "-chat-ü-slow"])
+def test_the_longest_workload_wins_in_escaped_and_unescaped_ids_alike(params):
+    """Names as written were matched only after every escaped id, so in an unescaped id the
+    shorter `chat` (the same escaped or not) won over `chat-ü`, which an escaped id reads."""
+    assert summary.workload_in(params, summary.escaped_workloads(["chat", "chat-ü"])) == "chat-ü"
+
+
 def test_a_failed_tests_other_parameters_are_not_taken_for_a_workload(pytester):
     """A test of no workload failed before recording with its own parameter `nan`: its row read
     `nan` under workload; one of a workload and its own parameter read `chat-slow`."""
