@@ -213,30 +213,23 @@ def _misspelt(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     if command not in commands:
         parser.error(f"no command {command!r}: {hint(command, commands)}")
     sub = commands[command]
+    from .repeated_flags import repeated, resolved
+
     known = [name for action in sub._actions for name in action.option_strings if name.startswith("--")]
-    if any(_asks_help(word, known) for word in itertools.takewhile(lambda word: word != "--", argv[1:])):
-        return  # argparse prints the help before any error of the line: so do these checks
-    for word in argv[1:]:
-        if word == "--":
-            break  # what follows is positional
+    words = list(itertools.takewhile(lambda word: word != "--", argv[1:]))
+    if any(word == "-h" or resolved(word, known) == "--help" for word in words):
+        return  # argparse prints the help before any error of the line (`--he` its --help): so do these checks
+    for word in words:  # what follows `--` is positional
         name = word.split("=", 1)[0]
         # a prefix of a known option is argparse's abbreviation, its ambiguity argparse's to report
         if name.startswith("--") and not any(option.startswith(name) for option in known):
             sub.error(f"no option {name}: {hint(name, known)}")
-    from .repeated_flags import repeated
-
-    valued = [name for action in sub._actions if action.nargs is None and not isinstance(
-        action, (argparse._StoreTrueAction, argparse._HelpAction)) for name in action.option_strings
-        if name.startswith("--")]
+    # a switch's nargs is 0: only the options that take one value can disagree
+    valued = [name for action in sub._actions if action.nargs is None for name in action.option_strings
+              if name.startswith("--")]
     problem = repeated(argv[1:], valued, options=known)  # prefixes resolve among all, as argparse's do
     if problem:  # argparse keeps the last: `--out a ... --out b` wrote b alone, without a word
         sub.error(problem)
-
-
-def _asks_help(word: str, known: Sequence[str]) -> bool:
-    """`-h`, `--help` or a prefix argparse reads as it (`--he`)."""
-    return word in ("-h", "--help") or (
-        word.startswith("--") and len(word) > 2 and [name for name in known if name.startswith(word)] == ["--help"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

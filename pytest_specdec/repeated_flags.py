@@ -42,7 +42,7 @@ def given_values(args: Sequence[str], valued: Iterable[str] = _VALUED,
         if arg == "--":
             break  # what follows is positional, never flags
         name, joined, value = arg.partition("=")
-        flag = name if options is None else _abbreviated(name, options)
+        flag = name if options is None else resolved(name, options)
         if flag not in valued:
             continue
         if not joined:  # `--specdec-report out`: the value is the next argument
@@ -53,7 +53,8 @@ def given_values(args: Sequence[str], valued: Iterable[str] = _VALUED,
     return values
 
 
-def _abbreviated(name: str, options: tuple[str, ...]) -> str | None:
+def resolved(name: str, options: Sequence[str]) -> str | None:
+    """The option of `options` argparse reads `name` as: itself, or the one it is a unique prefix of."""
     if name in options:  # argparse takes an exact name before any prefix
         return name
     matches = [flag for flag in options if name.startswith("--") and len(name) > 2 and flag.startswith(name)]
@@ -123,7 +124,7 @@ def check(args: Sequence[str], cwd: Path | None = None) -> None:
     line gives with two different values; with `cwd`, `@FILE` arguments are read from there."""
     if cwd is not None:
         args = from_files(args, cwd)
-    keys = [flag.partition("=")[0] for flag in overrides(args)]
-    problem = repeated(args) or repeated(overrides(args), keys)
+    ini = overrides(args)
+    problem = repeated(args) or repeated(ini, [flag.partition("=")[0] for flag in ini])
     if problem:
         raise SpecdecUsageError(problem)
