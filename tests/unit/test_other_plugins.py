@@ -230,13 +230,19 @@ def test_generation(specdec_server, specdec_workload, specdec_record):
 """
 
 
+def served_outcomes(result: pytest.RunResult) -> dict[str, int]:
+    """A run's outcomes but its warnings: on a loaded machine a workload's request may get its whole
+    output in one network read, which the run warns of (live.py) without changing any outcome."""
+    return {name: count for name, count in result.parseoutcomes().items() if name not in ("warning", "warnings")}
+
+
 def test_a_rerun_uses_its_configuration_server_without_booting_it_again(pytester, no_leftover_engines):
     pytest.importorskip("torch")
     project(pytester, methods=("ar", "dflash"), prompts=2, max_new_tokens=8)
     pytester.makepyfile(test_generation=FLAKY_ONCE)
     pytester.makeconftest(RERUN_PLUGIN)
     result = run(pytester)
-    assert result.parseoutcomes() == {"passed": 2, "rerun": 1}
+    assert served_outcomes(result) == {"passed": 2, "rerun": 1}
     logs = sorted(p.name for p in pytester.path.glob(".specdec/artifacts/run-*/logs/*.log"))
     assert logs == ["ar-tp1.log", "dflash-tp1.log"]  # no ar-tp1.2.log
 
@@ -269,10 +275,10 @@ def test_a_rerun_after_its_server_died_says_how_to_boot_it_again(pytester, no_le
     pytester.makeconftest(RERUN_PLUGIN)
     result = run(pytester, "-p", "no:randomly", f"--specdec-restart-on-crash={restarts}")
     if restarts:  # the attempt run again boots a new server and measures
-        assert result.parseoutcomes() == {"passed": 2, "rerun": 1}
+        assert served_outcomes(result) == {"passed": 2, "rerun": 1}
         return
     # test_next finds it failed too, and passes once run again on a new session's server
-    assert result.parseoutcomes() == {"errors": 1, "passed": 1, "rerun": 2}
+    assert served_outcomes(result) == {"errors": 1, "passed": 1, "rerun": 2}
     hint = ("(this test is run again after the attempt that left its server failed: raise "
             "--specdec-restart-on-crash (now 0) to boot the server again for it)")
     result.stdout.fnmatch_lines(["*server ar-tp1 died: the process was killed by SIGKILL*", hint])
