@@ -1,4 +1,9 @@
-"""End of the session: the summary table, the baseline file, the report folder, CI summaries."""
+"""End of the session: the summary table, the baseline file, the report folder, CI summaries.
+
+Apart from session.py, which runs with every test (in each xdist worker too), because this runs
+once, in the controller, when the session finishes: the plugin imports it only then, so a run's
+per-test path loads none of it. The merge command imports its wording (`workload_in`,
+`unrecorded_line`, `small_sample_gate`) so that merged shards end with the lines a run ends with."""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Assembles an engine from its arguments: device, model, drafter, decoder, scheduler, server."""
+"""Assembles an engine from its arguments: device, model, drafter, decoder, scheduler, server.
+
+The one module that knows every piece, so each of them is built and tested alone. It imports
+torch, so cli.py imports it only after the command line's cheap checks: ``--help`` and a bad flag
+answer without loading torch."""
 
 from __future__ import annotations
 
