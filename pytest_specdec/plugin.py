@@ -52,8 +52,10 @@ def pytest_cmdline_main(config: pytest.Config):
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]):
     result = yield  # after the initial conftests, whose options are then known too
     from .flag_typos import check
+    from .state import PARSER_KEY
 
     check(parser, args)
+    early_config.stash[PARSER_KEY] = parser  # the configure hook's repeated-flags check reads `-o` with it
     return result
 
 
@@ -79,7 +81,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
             flag_typos.check_ini(config)  # pytest only warns, after the run measured with the default
             invoked = config.invocation_params
-            repeated_flags.check(invoked.args, invoked.dir)  # argparse keeps the last value silently
+            # argparse keeps the last value silently
+            repeated_flags.check(invoked.args, invoked.dir, config.stash.get(state_mod.PARSER_KEY, None))
 
             early_args.check(config)  # before anything reads the configuration it may have missed
             from . import config_root

@@ -143,6 +143,8 @@ _RUN_ID_KEY = pytest.StashKey[str]()
 LIVE_MARKER = ".live"
 #: Whether the user chose xdist's distribution mode, rather than -n choosing "load" for them.
 DIST_CHOSEN_KEY = pytest.StashKey[bool]()
+#: pytest's option parser, for reading the command line's `-o` as argparse does (repeated_flags).
+PARSER_KEY = pytest.StashKey[pytest.Parser]()
 
 
 #: Characters a run id keeps as they are: it names a folder (`run-<id>`) and a journal marker's word.

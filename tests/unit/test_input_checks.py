@@ -508,6 +508,46 @@ def test_an_argument_file_with_one_value_runs(pytester: pytest.Pytester):
     assert pytester.runpytest("@args.txt", "--specdec-keep-runs", "3").ret == pytest.ExitCode.OK
 
 
+@pytest.mark.parametrize("spelling", [
+    ["-ospecdec_keep_runs=3"], ["-qo", "specdec_keep_runs=3"], ["-qospecdec_keep_runs=3"],
+    ["-vqo", "specdec_keep_runs=3"], ["-sxospecdec_keep_runs=3"], ["--override-ini", "specdec_keep_runs=3"],
+])
+def test_an_ini_key_given_twice_in_any_spelling_of_o_is_a_usage_error(pytester: pytest.Pytester, spelling):
+    """argparse reads `-qo KEY=V` and `-qoKEY=V` as `-q -o KEY=V` (combined short options): the check
+    read only `-o` standing first in its argument, and let the combined one's value be dropped."""
+    pytester.makepyfile("def test_x(): pass")
+    _usage_error(pytester.runpytest(*spelling, "-o", "specdec_keep_runs=5"),
+                 "-o specdec_keep_runs is given twice on the command line, as '3' and '5', *")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--specdec-keep-runs=3", "-o", "specdec_keep_runs=5"],
+     "--specdec-keep-runs=3 and -o specdec_keep_runs=5 are both given on the command line, and only the flag "
+     "would count (a flag wins over its ini key whatever the order); give one of them"),
+    (["-qospecdec_keep_runs=5", "--specdec-keep-runs", "3"],
+     "--specdec-keep-runs=3 and -o specdec_keep_runs=5 are both given on the command line, *"),
+    (["--specdec-strict-noise", "--override-ini=specdec_strict_noise=false"],
+     "--specdec-strict-noise and -o specdec_strict_noise=false are both given on the command line, *"),
+])
+def test_a_flag_and_its_o_twin_with_different_values_are_a_usage_error(pytester: pytest.Pytester, args, message):
+    """pytest takes the flag over `-o` of its ini key whatever their order, without a word: both typed
+    in one command, one of them is a slip, as a repeated flag is."""
+    pytester.makepyfile("def test_x(): pass")
+    _usage_error(pytester.runpytest(*args), message)
+
+
+def test_a_flag_over_its_o_twin_with_one_value_or_over_ini_and_addopts_runs(pytester: pytest.Pytester,
+                                                                             monkeypatch: pytest.MonkeyPatch):
+    """One value in two spellings means one thing; a flag over the ini file's value, or over `-o` in
+    addopts or PYTEST_ADDOPTS, is the documented precedence."""
+    pytester.makepyprojecttoml("[tool.pytest.ini_options]\nspecdec_keep_runs = \"2\"\n"
+                               "addopts = \"-o specdec_keep_runs=3\"\n")
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-o specdec_keep_runs=4")
+    pytester.makepyfile("def test_x(): pass")
+    assert pytester.runpytest("--specdec-keep-runs=5", "-qo", "specdec_keep_runs= 5").ret == pytest.ExitCode.OK
+    assert pytester.runpytest("--specdec-strict-noise", "-o", "specdec_strict_noise=yes").ret == pytest.ExitCode.OK
+
+
 def test_an_ini_key_given_twice_with_o_and_an_equals_sign_is_a_usage_error(pytester: pytest.Pytester):
     """argparse reads `-o=KEY=VALUE` as `-o KEY=VALUE`; the check read the key as '' and passed it."""
     pytester.makepyfile("def test_x(): pass")
