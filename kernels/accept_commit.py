@@ -15,10 +15,12 @@ from torch import Tensor
 from .cache_lens import check_cache_lens
 from .impl import check_distinct_elements, resolve_impl
 from .kv_commit import check_cache_pair, check_tree_fits, commit_accepted_kv_reference
+from .tensor_checks import check_same_device
 from .tree_accept import AcceptResult, check_accept_args, tree_accept_greedy_reference
 
 
 def check_caches_fit(tokens: Tensor, k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor) -> None:
+    check_same_device(("tokens", "k_cache", "v_cache", "cache_lens"), tokens, k_cache, v_cache, cache_lens)
     check_cache_pair(k_cache, v_cache)
     batch, num_nodes = tokens.shape
     if k_cache.shape[1] != batch or cache_lens.shape != (batch,):

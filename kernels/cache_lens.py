@@ -8,17 +8,16 @@ undefined.
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
+
+from .tensor_checks import check_index
 
 
 def check_cache_lens(cache_lens: Tensor, num_nodes: int, cache_rows: int) -> None:
     """Raise ValueError naming the first request whose L_b is negative or whose tree rows pass the
     caches' S rows, or lengths that are not integers. Lengths on a GPU are not read (a host sync)."""
-    if cache_lens.dtype not in (torch.int32, torch.int64):
-        # the kernels index rows with them: a float or bool length compiles to other arithmetic
-        raise ValueError(f"cache_lens must hold integer lengths (int32 or int64), got {cache_lens.dtype}; "
-                         "pass cache_lens.to(torch.int32)")
+    # the kernels index rows with them: a float or bool length compiles to other arithmetic
+    check_index("cache_lens", cache_lens, "integer lengths")
     if cache_lens.is_cuda:
         return
     lens, limit = cache_lens.tolist(), cache_rows - num_nodes

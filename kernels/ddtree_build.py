@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from .impl import resolve_impl
+from .tensor_checks import check_float, check_index, check_same_device
 from .tree_layout import DDTree, ancestor_mask_from_parents
 
 
@@ -38,17 +39,16 @@ def _is_int(value) -> bool:
 
 def _check_build_args(draft_logprobs: Tensor, root_tokens: Tensor, budget: int, topk) -> int:
     """Validate the inputs and return K, the number of ranked tokens needed per depth."""
+    check_same_device(("draft_logprobs", "root_tokens"), draft_logprobs, root_tokens)
     if draft_logprobs.dim() != 3:
         raise ValueError(f"draft_logprobs must be [B, depth, V], got shape {tuple(draft_logprobs.shape)}")
     batch, depth, vocab = draft_logprobs.shape
     if root_tokens.shape != (batch,):
         raise ValueError(f"root_tokens must be [B={batch}], got shape {tuple(root_tokens.shape)}")
     # integer log-probabilities ranked truncated, float root tokens (bf16 past 256) came back rounded, silently
-    if not draft_logprobs.dtype.is_floating_point:
-        raise ValueError(f"draft_logprobs must be a float tensor of log-probabilities, got {draft_logprobs.dtype}; "
-                         "pass torch.log_softmax(logits.float(), -1)")
-    if root_tokens.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"root_tokens must hold token ids (int64), got {root_tokens.dtype}; pass root_tokens.long()")
+    check_float("draft_logprobs", draft_logprobs, "torch.log_softmax(logits.float(), -1)",
+                "a float tensor of log-probabilities")
+    check_index("root_tokens", root_tokens, "token ids", "root_tokens.long()")
     if not _is_int(budget) or budget < 0:
         raise ValueError(f"budget must be an int >= 0 (draft nodes, root excluded), got {budget!r}")
     if topk is not None and (not _is_int(topk) or topk < 1):

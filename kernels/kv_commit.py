@@ -13,6 +13,7 @@ from torch import Tensor
 
 from .cache_lens import check_cache_lens
 from .impl import check_distinct_elements, resolve_impl
+from .tensor_checks import check_same_device
 from .tree_accept import check_accepted_path
 
 
@@ -31,6 +32,8 @@ def check_tree_fits(num_nodes: int, k_cache: Tensor) -> None:
 
 def check_commit_args(k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor, path: Tensor,
                       path_len: Tensor) -> None:
+    check_same_device(("k_cache", "v_cache", "cache_lens", "path", "path_len"), k_cache, v_cache, cache_lens, path,
+                      path_len)
     check_cache_pair(k_cache, v_cache)
     batch = k_cache.shape[1]
     if path.dim() != 2 or path.shape[0] != batch or path_len.shape != (batch,) or cache_lens.shape != (batch,):

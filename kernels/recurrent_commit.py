@@ -18,12 +18,19 @@ import torch
 from torch import Tensor
 
 from .impl import check_distinct_elements, resolve_impl
+from .tensor_checks import check_float, check_index, check_same_device
 from .tree_accept import check_accepted_path
 from .tree_delta import check_delta_args
 
 
 def check_commit_args(state: Tensor, conv_state: Tensor, conv_inputs: Tensor, k: Tensor, v: Tensor, g: Tensor,
                       beta: Tensor, path: Tensor, path_len: Tensor) -> None:
+    check_same_device(("state", "conv_state", "conv_inputs", "k", "v", "g", "beta", "path", "path_len"),
+                      state, conv_state, conv_inputs, k, v, g, beta, path, path_len)
+    # k and v named here, before the delta rule's checks name them beside its q
+    if v.dtype != k.dtype:
+        raise ValueError(f"v must be k's dtype ({k.dtype}), got {v.dtype}; pass v.to(k.dtype)")
+    check_float("k and v", k, "k.float(), v.float()", "float tensors (fp16 / bf16 / fp32)")
     check_delta_args(k, k, v, g, beta, state)
     batch, num_nodes = k.shape[:2]
     if conv_inputs.dim() != 3 or conv_inputs.shape[:2] != (batch, num_nodes):
@@ -31,17 +38,16 @@ def check_commit_args(state: Tensor, conv_state: Tensor, conv_inputs: Tensor, k:
     if conv_state.dim() != 3 or conv_state.shape[:2] != (batch, conv_inputs.shape[2]):
         raise ValueError(f"conv_state must be [B, C, K - 1] with B, C = {(batch, conv_inputs.shape[2])}; "
                          f"got {tuple(conv_state.shape)}")
-    for name, t, fix in (("conv_inputs", conv_inputs, "conv_inputs.float()"),
-                         # updated in place: a .float() passed and dropped would lose the update
-                         ("conv_state", conv_state, "conv_state.float() and keep that copy (updated in place)")):
-        if not t.dtype.is_floating_point:  # integer inputs were truncated into the conv state silently
-            raise ValueError(f"{name} must be a float tensor (fp16/bf16/fp32), got {t.dtype}; pass {fix}")
+    # integer inputs were truncated into the conv state silently
+    check_float("conv_inputs", conv_inputs)
+    # updated in place: a .float() passed and dropped would lose the update
+    check_float("conv_state", conv_state, "conv_state.float() and keep that copy (updated in place)")
     if path.shape != (batch, num_nodes) or path_len.shape != (batch,):
         raise ValueError(f"path must be [B, T] = {(batch, num_nodes)} and path_len [B]; got {tuple(path.shape)}, "
                          f"{tuple(path_len.shape)}")
-    for name, t, what in (("path", path, "node indices"), ("path_len", path_len, "path lengths")):
-        if t.dtype not in (torch.int32, torch.int64):  # a float one was truncated, or failed to compile in Triton
-            raise ValueError(f"{name} must hold {what} (int32), got {t.dtype}; pass {name}.to(torch.int32)")
+    # a float one was truncated, or failed to compile in Triton
+    check_index("path", path, "node indices")
+    check_index("path_len", path_len, "path lengths")
     check_accepted_path(path, path_len)
     check_distinct_elements(state=state, conv_state=conv_state)
 

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from .impl import resolve_impl
+from .tensor_checks import check_index, check_same_device
 from .tree_layout import check_parents_precede, node_bounds
 
 
@@ -31,6 +32,7 @@ class AcceptResult(NamedTuple):
 
 
 def check_accept_args(tokens: Tensor, parents: Tensor, target_argmax: Tensor) -> None:
+    check_same_device(("tokens", "parents", "target_argmax"), tokens, parents, target_argmax)
     if tokens.dim() != 2 or parents.shape != tokens.shape or target_argmax.shape != tokens.shape:
         raise ValueError(
             "tokens, parents and target_argmax must all be [B, T]; got "
@@ -38,15 +40,11 @@ def check_accept_args(tokens: Tensor, parents: Tensor, target_argmax: Tensor) ->
         )
     if tokens.shape[1] == 0:  # the paths would disagree on what to accept of nothing
         raise ValueError("a tree has at least its root: T must be 1 or more, got 0")
-    ids = (torch.int32, torch.int64)
-    if tokens.dtype not in ids or parents.dtype not in ids or target_argmax.dtype not in ids:
-        # a float target_argmax (the logits' max values, not their indices) matched no token and came
-        # back as a bonus token without a word; float tokens above 2**24 (bf16: 256) compare rounded
-        for name, t, what, fix in (("tokens", tokens, "token ids (int64)", "tokens.long()"),
-                                   ("parents", parents, "node indices (int32)", "parents.to(torch.int32)"),
-                                   ("target_argmax", target_argmax, "token ids (int64)", "logits.argmax(-1)")):
-            if t.dtype not in ids:
-                raise ValueError(f"{name} must hold {what}, got {t.dtype}; pass {fix}")
+    # a float target_argmax (the logits' max values, not their indices) matched no token and came
+    # back as a bonus token without a word; float tokens above 2**24 (bf16: 256) compare rounded
+    check_index("tokens", tokens, "token ids", "tokens.long()")
+    check_index("parents", parents, "node indices")
+    check_index("target_argmax", target_argmax, "token ids", "logits.argmax(-1)")
     check_parents_precede(parents)
 
 

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .impl import resolve_impl
+from .tensor_checks import check_float, check_index, check_same_device
 from .tree_layout import check_parents_precede
 
 ACTIVATIONS = (None, "silu")
@@ -27,6 +28,7 @@ ACTIVATIONS = (None, "silu")
 
 def check_conv_args(x: Tensor, weight: Tensor, bias: Tensor | None, conv_state: Tensor, parents: Tensor,
                     activation: str | None) -> None:
+    check_same_device(("x", "weight", "bias", "conv_state", "parents"), x, weight, bias, conv_state, parents)
     if x.dim() != 3 or weight.dim() != 2 or weight.shape[0] != x.shape[2]:
         raise ValueError(f"x must be [B, T, C] and weight [C, K]; got {tuple(x.shape)}, {tuple(weight.shape)}")
     batch, num_nodes, channels = x.shape
@@ -36,11 +38,10 @@ def check_conv_args(x: Tensor, weight: Tensor, bias: Tensor | None, conv_state: 
                          f"got {tuple(conv_state.shape)}")
     if parents.shape != (batch, num_nodes):
         raise ValueError(f"parents must be [B, T] = {(batch, num_nodes)}; got {tuple(parents.shape)}")
-    if parents.dtype not in (torch.int32, torch.int64):  # the Triton kernel indexes rows with them
-        raise ValueError(f"parents must hold node indices (int32), got {parents.dtype}; pass parents.to(torch.int32)")
+    check_index("parents", parents, "node indices")  # the Triton kernel indexes rows with them
     for name, t in (("x", x), ("weight", weight), ("conv_state", conv_state), ("bias", bias)):
-        if t is not None and not t.dtype.is_floating_point:  # integer inputs came back truncated to integers
-            raise ValueError(f"{name} must be a float tensor (fp16/bf16/fp32), got {t.dtype}; pass {name}.float()")
+        if t is not None:  # integer inputs came back truncated to integers
+            check_float(name, t)
     if bias is not None and bias.shape != (channels,):
         raise ValueError(f"bias must be [C] = ({channels},); got {tuple(bias.shape)}")
     if activation not in ACTIVATIONS:

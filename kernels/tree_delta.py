@@ -33,7 +33,8 @@ import torch
 from torch import Tensor
 
 from .impl import resolve_impl
-from .tree_layout import check_ancestor_mask, num_mask_words, unpack_ancestor_mask
+from .tensor_checks import check_float, check_same_device
+from .tree_layout import check_mask_layout, unpack_ancestor_mask
 
 
 def check_delta_args(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor) -> None:
@@ -42,17 +43,19 @@ def check_delta_args(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, s
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
     batch, num_nodes, key_heads, key_dim = q.shape
     value_heads, value_dim = v.shape[2:]
-    if not q.dtype == k.dtype == v.dtype or not q.dtype.is_floating_point:  # the Triton path's rule too
-        raise ValueError(f"q, k and v must share one float dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if k.dtype != q.dtype or v.dtype != q.dtype:  # the Triton path's rule too
+        raise ValueError(f"k and v must be q's dtype ({q.dtype}), got {k.dtype}, {v.dtype}; pass them .to(q.dtype)")
+    check_float("q, k and v", q, "q.float(), k.float(), v.float()", "float tensors (fp16 / bf16 / fp32)")
     if state.dtype != torch.float32:
-        raise ValueError(f"the recurrent state must be float32; got {state.dtype}")
+        raise ValueError(f"state must be the float32 recurrent state, got {state.dtype}; pass state.float() and "
+                         "keep that copy (the commit updates it in place)")
     if value_heads % key_heads:
         raise ValueError(f"Hv={value_heads} value heads are not a multiple of Hk={key_heads} key heads")
     for name, t in (("g", g), ("beta", beta)):
         if t.shape != (batch, num_nodes, value_heads):
             raise ValueError(f"{name} must be [B, T, Hv] = {(batch, num_nodes, value_heads)}; got {tuple(t.shape)}")
-        if not t.dtype.is_floating_point:  # an integer beta (a sigmoid's, truncated) or g gave other numbers silently
-            raise ValueError(f"{name} must be a float tensor, got {t.dtype}; pass {name}.float()")
+        # an integer beta (a sigmoid's, truncated) or g gave other numbers silently
+        check_float(name, t, what="a float tensor (any float dtype)")
     if state.shape != (batch, value_heads, key_dim, value_dim):
         raise ValueError(f"state must be [B, Hv, Dk, Dv] = {(batch, value_heads, key_dim, value_dim)}; "
                          f"got {tuple(state.shape)}")
@@ -65,14 +68,6 @@ def check_delta_args(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, s
     if not g.is_cuda and g.numel() and not bool(torch.isfinite(g).all()):
         raise ValueError(f"g must be finite, but holds {float(g[~torch.isfinite(g)][0])}; a decay of 0 is "
                          "g.clamp_min(-30), which forgets as fully in float32")
-
-
-def check_mask(ancestor_mask: Tensor, batch: int, num_nodes: int) -> None:
-    words = num_mask_words(num_nodes)
-    if ancestor_mask.shape != (batch, num_nodes, words) or ancestor_mask.dtype != torch.int32:
-        raise ValueError(f"ancestor_mask must be int32 [B, T, ceil(T / 32)] = {(batch, num_nodes, words)}; "
-                         f"got {ancestor_mask.dtype} {tuple(ancestor_mask.shape)}")
-    check_ancestor_mask(ancestor_mask)
 
 
 def default_scale(q: Tensor, scale: float | None) -> float:
@@ -126,8 +121,9 @@ def tree_gated_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tens
     Returns a new [B, T, Hv, Dv] tensor of v's dtype. The state after the accepted path is
     :func:`commit_recurrent_state`'s to write. No host synchronisation.
     """
+    check_same_device(("q", "k", "v", "g", "beta", "state", "ancestor_mask"), q, k, v, g, beta, state, ancestor_mask)
     check_delta_args(q, k, v, g, beta, state)
-    check_mask(ancestor_mask, q.shape[0], q.shape[1])
+    check_mask_layout(ancestor_mask, q.shape[0], q.shape[1])
     if resolve_impl(impl, q, k, v, state, ancestor_mask) == "torch":
         return tree_gated_delta_rule_reference(q, k, v, g, beta, state, ancestor_mask, scale)
     from .tree_delta_triton import tree_gated_delta_rule_triton

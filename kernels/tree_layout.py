@@ -53,7 +53,8 @@ def ancestor_mask_from_parents(parents: Tensor) -> Tensor:
     are named (a GPU's are not read).
     """
     if parents.dim() != 2 or parents.dtype.is_floating_point or parents.dtype == torch.bool:
-        raise ValueError(f"parents must be an integer [B, T] tensor; got {parents.dtype} {tuple(parents.shape)}")
+        raise ValueError(f"parents must be an integer [B, T] tensor, got {parents.dtype} {tuple(parents.shape)}; "
+                         "pass parents.to(torch.int32), [B, T] (parents[None] for one tree)")
     batch, num_nodes = parents.shape
     if not parents.is_cuda:  # a GPU's would be a host sync
         bad = (parents < -1) | (parents >= num_nodes)
@@ -135,14 +136,27 @@ def _row_words(num_nodes: int) -> tuple[Tensor, Tensor, Tensor]:
     return own, before, own.sum(0)
 
 
+def check_mask_layout(ancestor_mask: Tensor, batch: int, num_nodes: int) -> None:
+    """Raise ValueError unless the mask is int32 ``[B, T, ceil(T / 32)]`` of a DDTree's ancestors
+    (:func:`check_ancestor_mask`): the shape and dtype the attention and the delta rule read."""
+    words = num_mask_words(num_nodes)
+    if ancestor_mask.shape != (batch, num_nodes, words) or ancestor_mask.dtype != torch.int32:
+        raise ValueError(f"ancestor_mask must be int32 [B, T, ceil(T / 32)] = {(batch, num_nodes, words)}, "
+                         f"got {ancestor_mask.dtype} {tuple(ancestor_mask.shape)}; "
+                         "pass ancestor_mask_from_parents(parents)")
+    check_ancestor_mask(ancestor_mask)
+
+
 def check_ancestor_mask(ancestor_mask: Tensor) -> None:
     """Raise ValueError naming the first (request, node) whose bits are not its ancestors in a
     DDTree: node i's row holds i and its parent's row, nothing else (its parent: the latest node
     before i in the row; the root's row is itself alone). A transposed mask (descendants), a
     forest or a row missing its own bit fails here. The chunked delta rule's triangular solve
     relies on it; a mask on a GPU is not read (a host sync). Works on the packed words."""
+    if ancestor_mask.is_cuda:  # before the shape: every eager call on a GPU pays for what precedes this
+        return
     batch, num_nodes = ancestor_mask.shape[:2]
-    if ancestor_mask.is_cuda or batch == 0 or num_nodes == 0:
+    if batch == 0 or num_nodes == 0:
         return
     own, before, valid = _row_words(num_nodes)
     rows = ancestor_mask.to(torch.int64) & valid  # [B, T, W], bits past T ignored

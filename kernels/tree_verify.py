@@ -16,12 +16,15 @@ from torch import Tensor
 
 from .cache_lens import check_cache_lens
 from .impl import resolve_impl
-from .tree_layout import check_ancestor_mask, num_mask_words, unpack_ancestor_mask
+from .tensor_checks import check_float, check_same_device
+from .tree_layout import check_mask_layout, unpack_ancestor_mask
 
 
 def check_verify_args(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor,
                       ancestor_mask: Tensor, sm_scale: float | None = None) -> None:
-    """Raise ValueError naming the offending input when shapes, dtypes or the scale do not fit."""
+    """Raise ValueError naming the offending input when devices, shapes, dtypes or the scale do not fit."""
+    check_same_device(("q", "k_cache", "v_cache", "cache_lens", "ancestor_mask"),
+                      q, k_cache, v_cache, cache_lens, ancestor_mask)
     if sm_scale is not None and not math.isfinite(sm_scale):
         # a NaN or infinite scale would make every output row NaN without a word
         raise ValueError(f"sm_scale must be a finite number, got {sm_scale}; pass None for 1 / sqrt(D)")
@@ -38,20 +41,15 @@ def check_verify_args(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_lens: T
         raise ValueError(f"Hq={q_heads} is not a multiple of Hkv={kv_heads}")
     dtype = q.dtype
     if k_cache.dtype != dtype or v_cache.dtype != dtype:
-        raise ValueError(f"q, k_cache, v_cache dtypes differ: {dtype}, {k_cache.dtype}, {v_cache.dtype}")
-    if not dtype.is_floating_point:  # torch's path cast its float32 output to the integers silently
-        raise ValueError(f"q, k_cache and v_cache must be float tensors (fp16 / bf16 / fp32; float64 with "
-                         f"impl='torch'), got {dtype}; pass them .float()")
+        raise ValueError(f"k_cache and v_cache must be q's dtype ({dtype}), got {k_cache.dtype}, {v_cache.dtype}; "
+                         "pass them .to(q.dtype)")
+    # torch's path cast its float32 output to the integers silently
+    check_float("q, k_cache and v_cache", q, "q.float(), k_cache.float(), v_cache.float()",
+                "float tensors (fp16 / bf16 / fp32; float64 with impl='torch')")
     if cache_lens.shape != (batch,):
         raise ValueError(f"cache_lens must be [B={batch}], got {tuple(cache_lens.shape)}")
-    words = num_mask_words(num_nodes)
-    if ancestor_mask.shape != (batch, num_nodes, words) or ancestor_mask.dtype != torch.int32:
-        raise ValueError(
-            f"ancestor_mask must be int32 [B={batch}, T={num_nodes}, W={words}], "
-            f"got {ancestor_mask.dtype} {tuple(ancestor_mask.shape)}"
-        )
+    check_mask_layout(ancestor_mask, batch, num_nodes)
     check_cache_lens(cache_lens, num_nodes, k_shape[1])
-    check_ancestor_mask(ancestor_mask)
 
 
 def tree_attention_mask(cache_lens: Tensor, ancestor_mask: Tensor, num_keys: int) -> Tensor:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 
 import pytest
 import torch
@@ -102,3 +103,14 @@ def row_errors(out: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     """Per (request, node, head) relative L2 error over D, in float64."""
     out64, ref64 = out.double(), ref.double()
     return (out64 - ref64).norm(dim=-1) / ref64.norm(dim=-1).clamp_min(1e-30)
+
+
+def assert_wrong_device_named(op, args: dict, name: str, lead: str, **options) -> None:
+    """``op(**args)`` with ``args[name]`` moved to the meta device (no data: nothing may read it)
+    raises one line naming ``name``, ``lead`` (the first tensor argument), both devices and the fix."""
+    moved = dict(args, **{name: args[name].to("meta")})
+    where = re.escape(str(args[lead].device))
+    message = rf"^{name} must be on {lead}'s device \({where}\), got meta; pass {name}\.to\({lead}\.device\)$"
+    with pytest.raises(ValueError, match=message) as err:
+        op(**moved, **options)
+    assert "\n" not in str(err.value)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from interpreter_traffic import moved_rows, needs_interpreter, record_row_traffic
-from kernel_cases import DEVICE, needs_triton
+from kernel_cases import DEVICE, assert_wrong_device_named, needs_triton
 from specdec_kernels import commit_accepted_kv, tree_accept_and_commit, tree_accept_greedy
 
 IMPLS = ["torch", pytest.param("triton", marks=needs_triton)]
@@ -181,3 +181,15 @@ def test_fused_kernel_neither_reads_nor_writes_rows_already_in_place(requests, l
         assert traffic[name].stored == written, name
         assert traffic[name].loaded == read, name
     assert torch.equal(k, expect_k) and torch.equal(v, expect_v)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("name", ["parents", "target_argmax", "k_cache", "v_cache", "cache_lens"])
+def test_an_argument_on_another_device_than_tokens_is_named(name, impl):
+    """A cache or the lengths on another device than the tree: named in one line, nothing moved."""
+    k = torch.zeros(1, 1, 8, 1, 4)
+    args = dict(tokens=torch.tensor([[5, 1001, 7]]), parents=torch.tensor([[-1, 0, 0]], dtype=torch.int32),
+                target_argmax=torch.tensor([[1000, 3, 4]]), k_cache=k, v_cache=k.clone(),
+                cache_lens=torch.zeros(1, dtype=torch.int32))
+    assert_wrong_device_named(tree_accept_and_commit, {n: t.to(DEVICE) for n, t in args.items()}, name, "tokens",
+                              impl=impl)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from kernel_cases import DEVICE, HAS_CUDA, needs_triton
+from kernel_cases import DEVICE, HAS_CUDA, assert_wrong_device_named, needs_triton
 from specdec_kernels import build_ddtree, unpack_ancestor_mask
 from specdec_kernels.ddtree_build import build_ddtree_reference
 from specdec_kernels.impl import triton_interpreting
@@ -189,8 +189,9 @@ def test_values_that_are_no_log_probabilities_are_named(what, where, impl):
 
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("which,dtype,message", [
-    ("draft_logprobs", torch.int64, r"draft_logprobs must be a float tensor of log-probabilities, got torch.int64"),
-    ("root_tokens", torch.bfloat16, r"root_tokens must hold token ids \(int64\), got torch.bfloat16; pass "
+    ("draft_logprobs", torch.int64, r"draft_logprobs must be a float tensor of log-probabilities, got torch.int64; "
+                                        r"pass torch\.log_softmax\(logits\.float\(\), -1\)"),
+    ("root_tokens", torch.bfloat16, r"root_tokens must be token ids \(int32 or int64\), got torch.bfloat16; pass "
                                     r"root_tokens\.long\(\)"),
 ])
 def test_inputs_of_the_wrong_kind_are_named(which, dtype, message, impl):
@@ -210,8 +211,9 @@ def test_inputs_of_the_wrong_kind_are_named(which, dtype, message, impl):
     ([[-1, 2, 1]], r"parents\[0, 1\] = 2: node 1's parent must be a node in \[0, 0\]"),  # a cycle
     ([[-1, 2, 0]], r"parents\[0, 1\] = 2: node 1's parent must be a node in \[0, 0\]"),  # no cycle: a mask
     ([[-1, 0, -1]], r"parents\[0, 2\] = -1: node 2's parent must be a node in \[0, 1\]"),  # two roots
-    ([[-1.0, 0.0, 1.0]], r"parents must be an integer \[B, T\] tensor; got torch.float32"),
-    ([-1, 0, 1], r"parents must be an integer \[B, T\] tensor; got torch.int64 \(3,\)"),
+    ([[-1.0, 0.0, 1.0]], r"parents must be an integer \[B, T\] tensor, got torch.float32 \(1, 3\); "
+                         r"pass parents\.to\(torch\.int32\)"),
+    ([-1, 0, 1], r"parents must be an integer \[B, T\] tensor, got torch.int64 \(3,\); .*parents\[None\] for one tree"),
 ])
 def test_parents_that_are_no_tree_are_named_when_building_a_mask(parents, message):
     """A parent out of range was torch's IndexError, a cycle a silent mask, a 1-D tensor an
@@ -242,3 +244,11 @@ def test_numpy_integers_are_budgets_and_topks_on_both_paths(impl):
     tree = build_ddtree(logprobs, roots, np.int64(8), topk=np.int64(2), impl=impl)
     expect = build_ddtree(logprobs.cpu(), roots.cpu(), 8, topk=2, impl="torch")
     assert torch.equal(tree.tokens.cpu(), expect.tokens) and torch.equal(tree.parents.cpu(), expect.parents)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_root_tokens_on_another_device_than_the_logprobs_are_named(impl):
+    """Root tokens left on the host beside log-probabilities on a GPU: named in one line with the fix."""
+    args = dict(draft_logprobs=torch.randn(2, 3, 50).log_softmax(-1), root_tokens=torch.tensor([1, 7]))
+    assert_wrong_device_named(build_ddtree, {n: t.to(DEVICE) for n, t in args.items()}, "root_tokens", "draft_logprobs",
+                              budget=6, impl=impl)

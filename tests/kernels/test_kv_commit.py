@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from interpreter_traffic import moved_rows, needs_interpreter, record_row_traffic
-from kernel_cases import DEVICE, needs_triton
+from kernel_cases import DEVICE, assert_wrong_device_named, needs_triton
 from specdec_kernels import commit_accepted_kv
 
 IMPLS = ["torch", pytest.param("triton", marks=needs_triton)]
@@ -89,11 +89,12 @@ def test_lengths_that_are_not_int32_or_int64_are_named(dtype, impl):
     k = torch.zeros(1, 2, 12, 1, 8, device=DEVICE)
     path, path_len = (t.to(DEVICE) for t in pad_paths([[0, 1, 3], [0, 2]], 4))
     lens = torch.tensor([8, 1], device=DEVICE).to(dtype)
-    with pytest.raises(ValueError, match=rf"cache_lens must hold integer lengths \(int32 or int64\), got {dtype}"):
+    with pytest.raises(ValueError, match=rf"cache_lens must be integer lengths \(int32 or int64\), got {dtype}; "
+                                         r"pass cache_lens\.to\(torch\.int32\)"):
         commit_accepted_kv(k, k.clone(), lens, path, path_len, impl=impl)
     q, cache = torch.zeros(2, 4, 2, 64, device=DEVICE), torch.zeros(2, 12, 1, 64, device=DEVICE)
     mask = torch.tensor([1, 3, 5, 9], dtype=torch.int32, device=DEVICE).view(1, 4, 1).expand(2, 4, 1).contiguous()
-    with pytest.raises(ValueError, match="cache_lens must hold integer lengths"):
+    with pytest.raises(ValueError, match="cache_lens must be integer lengths"):
         tree_verify_attention(q, cache, cache, lens, mask, impl=impl)
 
 
@@ -207,3 +208,15 @@ def test_rows_already_in_place_are_neither_read_nor_written(paths, lens, monkeyp
         assert traffic[name].stored == written, name
         assert traffic[name].loaded == read, name
     assert torch.equal(k, expect_k) and torch.equal(v, expect_v)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("name", ["v_cache", "cache_lens", "path", "path_len"])
+def test_an_argument_on_another_device_than_the_caches_is_named(name, impl):
+    """A path or the lengths left on the host beside caches on a GPU: named in one line, nothing moved."""
+    k = torch.zeros(1, 2, 12, 1, 8)
+    path, path_len = pad_paths([[0, 1, 3], [0, 2]], 4)
+    args = dict(k_cache=k, v_cache=k.clone(), cache_lens=torch.tensor([8, 1], dtype=torch.int32), path=path,
+                path_len=path_len)
+    assert_wrong_device_named(commit_accepted_kv, {n: t.to(DEVICE) for n, t in args.items()}, name, "k_cache",
+                              impl=impl)

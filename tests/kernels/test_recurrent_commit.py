@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from hybrid_cases import SHAPES, delta_inputs, mask_of, path_oracle, ragged_parents, random_paths, run_path64
-from kernel_cases import DEVICE, FULL_GRID, needs_triton, row_errors
+from kernel_cases import DEVICE, FULL_GRID, assert_wrong_device_named, needs_triton, row_errors
 from specdec_kernels import commit_recurrent_state, tree_gated_delta_rule
 
 IMPLS = ["torch", pytest.param("triton", marks=needs_triton)]
@@ -97,7 +97,7 @@ def test_bad_inputs_are_named():
     args = dict(conv_state=torch.zeros(1, 4, 3), conv_inputs=torch.zeros(1, 3, 4), k=x["k"], v=x["v"], g=x["g"],
                 beta=x["beta"], path=torch.tensor([[0, 1, -1]], dtype=torch.int32),
                 path_len=torch.tensor([2], dtype=torch.int32))
-    with pytest.raises(ValueError, match="recurrent state must be float32"):
+    with pytest.raises(ValueError, match="state must be the float32 recurrent state, got torch.float64"):
         commit_recurrent_state(x["state"].double(), **args, impl="torch")
     with pytest.raises(ValueError, match=r"conv_state must be \[B, C, K - 1\]"):
         commit_recurrent_state(x["state"], **dict(args, conv_state=torch.zeros(1, 5, 3)), impl="torch")
@@ -153,7 +153,8 @@ def test_a_path_of_no_integer_dtype_is_named(which, dtype, impl):
     args[which] = args[which].to(dtype)
     state = x["state"].to(DEVICE)
     before = state.clone()
-    with pytest.raises(ValueError, match=rf"{which} must hold .* \(int32\), got torch\.{str(dtype)[6:]}"):
+    with pytest.raises(ValueError, match=rf"{which} must be .* \(int32 or int64\), got torch\.{str(dtype)[6:]}; "
+                                          rf"pass {which}\.to\(torch\.int32\)"):
         commit_recurrent_state(state, torch.zeros(1, 4, 3, device=DEVICE), torch.zeros(1, 3, 4, device=DEVICE),
                                x["k"].to(DEVICE), x["v"].to(DEVICE), x["g"].to(DEVICE), x["beta"].to(DEVICE),
                                **{n: t.to(DEVICE) for n, t in args.items()}, impl=impl)
@@ -195,3 +196,30 @@ def test_a_state_whose_elements_share_memory_is_named(which, impl):
                                x["k"].to(DEVICE), x["v"].to(DEVICE), x["g"].to(DEVICE), x["beta"].to(DEVICE),
                                torch.tensor([[0, 1, -1]] * 2, dtype=torch.int32, device=DEVICE),
                                torch.tensor([2, 2], dtype=torch.int32, device=DEVICE), impl=impl)
+
+
+def commit_args() -> dict:
+    """A valid commit_recurrent_state call on the CPU: one request, 3 nodes, path 0 -> 1."""
+    x = delta_inputs(1, 3, 1, 1, 16, 16, torch.float32, torch.Generator().manual_seed(12))
+    return dict(state=x["state"], conv_state=torch.zeros(1, 4, 3), conv_inputs=torch.zeros(1, 3, 4), k=x["k"],
+                v=x["v"], g=x["g"], beta=x["beta"], path=torch.tensor([[0, 1, -1]], dtype=torch.int32),
+                path_len=torch.tensor([2], dtype=torch.int32))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("name", ["conv_state", "conv_inputs", "k", "v", "g", "beta", "path", "path_len"])
+def test_an_argument_on_another_device_than_the_state_is_named(name, impl):
+    """A path or conv input left on another device than the state: named in one line, nothing changed."""
+    args = {n: t.to(DEVICE) for n, t in commit_args().items()}
+    assert_wrong_device_named(commit_recurrent_state, args, name, "state", impl=impl)
+
+
+def test_k_and_v_of_two_dtypes_are_named_as_k_and_v():
+    """The commit has no q: its k and v dtypes are named as its own arguments."""
+    args = commit_args()
+    with pytest.raises(ValueError, match=r"v must be k's dtype \(torch.float32\), got torch.float16; "
+                                         r"pass v\.to\(k\.dtype\)"):
+        commit_recurrent_state(**dict(args, v=args["v"].half()), impl="torch")
+    with pytest.raises(ValueError, match=r"k and v must be float tensors .*, got torch.int64; "
+                                         r"pass k\.float\(\), v\.float\(\)"):
+        commit_recurrent_state(**dict(args, k=args["k"].long(), v=args["v"].long()), impl="torch")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernel_cases import DEVICE, FULL_GRID, NODE_COUNTS, TREE_SHAPES, needs_triton, random_parents
+from kernel_cases import (DEVICE, FULL_GRID, NODE_COUNTS, TREE_SHAPES, assert_wrong_device_named, needs_triton,
+                          random_parents)
 from specdec_kernels import tree_accept_greedy
 from specdec_kernels.impl import triton_interpreting
 
@@ -194,9 +195,20 @@ def test_ids_that_are_not_integers_are_named(which, dtype, fix, impl):
     expect = tree_accept_greedy(**inputs, impl=impl)
     assert expect.path_len.tolist() == [1] and expect.bonus.tolist() == [1000]
     inputs[which] = inputs[which].to(dtype)
-    with pytest.raises(ValueError, match=rf"{which} must hold .*, got {dtype}; pass {fix}"):
+    with pytest.raises(ValueError, match=rf"{which} must be .* \(int32 or int64\), got {dtype}; pass {fix}"):
         tree_accept_greedy(**inputs, impl=impl)
     k = torch.zeros(1, 1, 8, 1, 4, device=DEVICE)
-    with pytest.raises(ValueError, match=rf"{which} must hold"):
+    with pytest.raises(ValueError, match=rf"{which} must be .* \(int32 or int64\)"):
         tree_accept_and_commit(**inputs, k_cache=k, v_cache=k.clone(),
                                cache_lens=torch.zeros(1, dtype=torch.int32, device=DEVICE), impl=impl)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("name", ["parents", "target_argmax"])
+def test_an_argument_on_another_device_than_tokens_is_named(name, impl):
+    """parents (or the argmax) left on the host beside tokens on a GPU reached torch's own error or a
+    Triton crash: named in one line with the fix."""
+    args = dict(tokens=torch.tensor([[5, 1001, 7]]), parents=torch.tensor([[-1, 0, 0]], dtype=torch.int32),
+                target_argmax=torch.tensor([[1000, 3, 4]]))
+    assert_wrong_device_named(tree_accept_greedy, {n: t.to(DEVICE) for n, t in args.items()}, name, "tokens",
+                              impl=impl)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from hybrid_cases import SHAPES, conv_oracle, ragged_parents
-from kernel_cases import DEVICE, FULL_GRID, needs_triton
+from kernel_cases import DEVICE, FULL_GRID, assert_wrong_device_named, needs_triton
 from specdec_kernels import tree_causal_conv1d
 
 IMPLS = ["torch", pytest.param("triton", marks=needs_triton)]
@@ -131,7 +131,8 @@ def test_a_strided_bias_is_read_by_its_stride(impl):
 def test_parents_that_are_not_indices_are_named(impl):
     gen = torch.Generator().manual_seed(22)
     x, weight, bias, state = (t if t is None else t.to(DEVICE) for t in conv_inputs(1, 3, 8, 4, torch.float32, True, gen))
-    with pytest.raises(ValueError, match=r"parents must hold node indices \(int32\), got torch.float32"):
+    with pytest.raises(ValueError, match=r"parents must be node indices \(int32 or int64\), got torch.float32; "
+                                         r"pass parents\.to\(torch\.int32\)"):
         tree_causal_conv1d(x, weight, bias, state, torch.tensor([[-1.0, 0.0, 0.0]], device=DEVICE), impl=impl)
 
 
@@ -144,6 +145,16 @@ def test_inputs_of_no_float_dtype_are_named(which, impl):
     args = dict(x=x, weight=weight, conv_state=state)
     args[which] = args[which].round().to(torch.int64)
     args = {n: t.to(DEVICE) for n, t in args.items()}
-    with pytest.raises(ValueError, match=rf"{which} must be a float tensor .*, got torch.int64"):
+    with pytest.raises(ValueError, match=rf"{which} must be a float tensor .*, got torch.int64; "
+                                         rf"pass {which}\.float\(\)"):
         tree_causal_conv1d(args["x"], args["weight"], None, args["conv_state"],
                            torch.tensor([[-1, 0, 0]], dtype=torch.int32, device=DEVICE), impl=impl)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("name", ["weight", "bias", "conv_state", "parents"])
+def test_an_argument_on_another_device_than_x_is_named(name, impl):
+    """parents or a weight left on another device than x: named in one line with the fix."""
+    x, weight, bias, state = conv_inputs(1, 3, 8, 4, torch.float32, True, torch.Generator().manual_seed(22))
+    args = dict(x=x, weight=weight, bias=bias, conv_state=state, parents=torch.tensor([[-1, 0, 0]], dtype=torch.int32))
+    assert_wrong_device_named(tree_causal_conv1d, {n: t.to(DEVICE) for n, t in args.items()}, name, "x", impl=impl)

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from hybrid_cases import SHAPES, delta_inputs, mask_of, path_oracle, ragged_parents, step64
-from kernel_cases import DEVICE, HAS_CUDA, needs_triton, row_errors
+from kernel_cases import DEVICE, HAS_CUDA, assert_wrong_device_named, needs_triton, row_errors
 from specdec_kernels import tree_gated_delta_rule, tree_verify_attention, unpack_ancestor_mask
 
 IMPLS = ["torch", pytest.param("triton", marks=needs_triton)]
@@ -144,12 +144,15 @@ def test_state_is_not_modified_and_bad_shapes_are_named():
     with pytest.raises(ValueError, match="not a multiple of Hk"):
         tree_gated_delta_rule(**dict(x, q=x["q"].expand(-1, -1, 2, -1), k=x["k"].expand(-1, -1, 2, -1)),
                               ancestor_mask=mask, impl="torch")
-    with pytest.raises(ValueError, match="ancestor_mask must be int32"):
+    with pytest.raises(ValueError, match=r"ancestor_mask must be int32 \[B, T, ceil\(T / 32\)\] = \(1, 4, 1\), "
+                                         r"got torch.int64 \(1, 4, 1\); pass ancestor_mask_from_parents\(parents\)"):
         tree_gated_delta_rule(**x, ancestor_mask=mask.long(), impl="torch")
     # the torch path once took what the Triton path refuses, against the docstring
-    with pytest.raises(ValueError, match="q, k and v must share one float dtype; got torch.float16"):
+    with pytest.raises(ValueError, match=r"k and v must be q's dtype \(torch.float16\), "
+                                         r"got torch.float32, torch.float32; pass them \.to\(q\.dtype\)"):
         tree_gated_delta_rule(**dict(x, q=x["q"].half()), ancestor_mask=mask, impl="torch")
-    with pytest.raises(ValueError, match="the recurrent state must be float32; got torch.bfloat16"):
+    with pytest.raises(ValueError, match=r"state must be the float32 recurrent state, got torch.bfloat16; "
+                                         r"pass state\.float\(\)"):
         tree_gated_delta_rule(**dict(x, state=x["state"].bfloat16()), ancestor_mask=mask, impl="torch")
 
 
@@ -202,7 +205,8 @@ def test_gates_that_are_not_floats_are_named(name, dtype, impl):
     x = {key: t.to(DEVICE) for key, t in x.items()}
     x[name] = x[name].mul(3).to(dtype)
     mask = mask_of(torch.tensor([[-1, 0, 0, 1]], dtype=torch.int32)).to(DEVICE)
-    with pytest.raises(ValueError, match=rf"{name} must be a float tensor, got {dtype}; pass {name}\.float\(\)"):
+    with pytest.raises(ValueError, match=rf"{name} must be a float tensor \(any float dtype\), got {dtype}; "
+                                         rf"pass {name}\.float\(\)"):
         tree_gated_delta_rule(**x, ancestor_mask=mask, impl=impl)
     path = torch.tensor([[0, 1, 3, -1]], dtype=torch.int32, device=DEVICE)
     with pytest.raises(ValueError, match=rf"{name} must be a float tensor"):
@@ -354,3 +358,13 @@ def test_deep_trees_take_two_launches_only_from_more_pairs():
     for nodes, fewest in ((DEEP_TREE_NODES, cfg.delta_split_heads), (DEEP_TREE_NODES + 1, cfg.delta_split_heads_deep)):
         assert split_mixing(fewest, nodes, cfg) and not split_mixing(fewest - 1, nodes, cfg)
     assert split_mixing(384, 33, cfg) and not split_mixing(384, 65, cfg) and split_mixing(1536, 65, cfg)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("name", ["k", "v", "g", "beta", "state", "ancestor_mask"])
+def test_an_argument_on_another_device_than_q_is_named(name, impl):
+    """A state or mask left on another device than q reached torch's own error (a Triton crash on a
+    GPU): named in one line with the fix, before g's values are read."""
+    x = delta_inputs(1, 4, 1, 2, 16, 16, torch.float32, torch.Generator().manual_seed(5))
+    x["ancestor_mask"] = mask_of(torch.tensor([[-1, 0, 0, 1]], dtype=torch.int32))
+    assert_wrong_device_named(tree_gated_delta_rule, {n: t.to(DEVICE) for n, t in x.items()}, name, "q", impl=impl)

@@ -11,8 +11,8 @@ import sys
 import pytest
 import torch
 
-from kernel_cases import (DEVICE, FULL_GRID, ROW_TOLERANCE, case_id, needs_triton, random_tree_batch,
-                          ancestor_chain, row_errors, verify_cases)
+from kernel_cases import (DEVICE, FULL_GRID, ROW_TOLERANCE, assert_wrong_device_named, case_id, needs_triton,
+                          random_tree_batch, ancestor_chain, row_errors, verify_cases)
 from specdec_kernels import ancestor_mask_from_parents, tree_verify_attention
 from specdec_kernels.impl import resolve_impl, triton_interpreting
 from specdec_kernels.tree_verify import tree_verify_attention_reference, tree_verify_attention_sdpa
@@ -712,7 +712,7 @@ def test_inputs_that_are_not_floats_are_named(dtype, impl):
     lens = torch.tensor([4], dtype=torch.int32)
     mask = ancestor_mask_from_parents(torch.tensor([[-1, 0, 0]], dtype=torch.int32))
     with pytest.raises(ValueError, match=rf"q, k_cache and v_cache must be float tensors .*got {dtype}; pass "
-                                         r"them \.float\(\)"):
+                                         r"q\.float\(\), k_cache\.float\(\), v_cache\.float\(\)"):
         tree_verify_attention(*(t.to(DEVICE) for t in (q, k, k, lens, mask)), impl=impl)
 
 
@@ -992,3 +992,23 @@ def test_pingpong_merge_as_programmatic_dependent(name, own_tree_split):
         graph.replay()
         torch.cuda.synchronize()
         assert_rows_close(out, ref, torch.bfloat16, f"{name} graph replay {replay}")
+
+
+@pytest.mark.parametrize("name", ["k_cache", "v_cache", "cache_lens", "ancestor_mask"])
+@pytest.mark.parametrize("impl", ["torch", pytest.param("triton", marks=needs_triton)])
+def test_an_argument_on_another_device_than_q_is_named(name, impl):
+    """A cache, the lengths or the mask left on another device than q reached torch's own error (a
+    Triton crash on a GPU): named in one line with the fix, before anything reads it."""
+    k = torch.randn(1, 8, 1, 64)
+    args = dict(q=torch.randn(1, 3, 2, 64), k_cache=k, v_cache=k.clone(),
+                cache_lens=torch.tensor([4], dtype=torch.int32),
+                ancestor_mask=ancestor_mask_from_parents(torch.tensor([[-1, 0, 0]], dtype=torch.int32)))
+    assert_wrong_device_named(tree_verify_attention, {n: t.to(DEVICE) for n, t in args.items()}, name, "q", impl=impl)
+
+
+def test_caches_of_another_dtype_than_q_are_named():
+    q, k = torch.randn(1, 3, 2, 64), torch.randn(1, 8, 1, 64)
+    mask = ancestor_mask_from_parents(torch.tensor([[-1, 0, 0]], dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"k_cache and v_cache must be q's dtype \(torch.float16\), got torch.float32, "
+                                         r"torch.float16; pass them \.to\(q\.dtype\)"):
+        tree_verify_attention(q.half(), k, k.half(), torch.tensor([4], dtype=torch.int32), mask, impl="torch")
