@@ -226,7 +226,8 @@ class Recorder:
         queue = iter(values)
 
         def one_sample() -> None:
-            replay_clock.advance(next(queue))
+            # --benchmark-cprofile calls it again after the rounds, under the profiler: no sample is left
+            replay_clock.advance(next(queue, 0.0))
 
         benchmark.extra_info.update({name: v.value for name, v in self.metrics.items()})
         benchmark.extra_info["sample_unit"] = unit

@@ -680,6 +680,27 @@ def test_fetched(request):
     assert (bench["stats"]["min"], bench["stats"]["max"], bench["stats"]["rounds"]) == (0.25, 0.5, 2)
 
 
+def test_benchmark_cprofile_profiles_a_recorded_test_without_failing_it(pytester):
+    """--benchmark-cprofile (and its --benchmark-cprofile-loops) calls the timed function again
+    after the rounds, under the profiler: the replay ran past its samples and every recording test
+    failed with a bare 'StopIteration after the measurement was journaled'."""
+    pytester.makepyfile(test_sampled="""
+def test_sampled(specdec_record):
+    specdec_record.metric("output_tok_s", 4.0)
+    specdec_record.samples([0.5, 0.25])
+""")
+    from pytest_benchmark import utils
+
+    # --benchmark-cprofile-loops came with pytest-benchmark 5 (the lowest bound, 4.0, profiles once)
+    loops = [[], ["--benchmark-cprofile-loops=3"]] if hasattr(utils, "parse_cprofile_loops") else [[]]
+    for more in loops:
+        result = pytester.runpytest("-p", "no:cacheprovider", "--benchmark-cprofile=cumtime", *more,
+                                    "--benchmark-json", "bench.json")
+        result.assert_outcomes(passed=1)
+        (bench,) = json.loads((pytester.path / "bench.json").read_text())["benchmarks"]
+        assert (bench["stats"]["min"], bench["stats"]["max"], bench["stats"]["rounds"]) == (0.25, 0.5, 2)
+
+
 def test_the_gate_advice_names_where_each_value_was_set(pytester, monkeypatch):
     """The summary's advice said --specdec-compare-fail and --specdec-baseline-dir where the run
     had them from the ini file."""
