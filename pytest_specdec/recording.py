@@ -9,7 +9,8 @@ file), and compared with the baseline: a regression fails that test with one lin
 pytest-benchmark gets the time samples through its public API: the test is marked with a replay
 clock as its `timer`, and `benchmark.pedantic` runs one round per sample, each advancing the
 clock by exactly that sample. Its statistics, `--benchmark-autosave` and `--benchmark-compare`
-therefore see per-token latencies (generation) or kernel times, not the cost of a no-op.
+therefore see per-token latencies (generation) or kernel times, not the cost of a no-op. A test
+that times its own code with the fixture keeps that timing (it takes one a test).
 Each record also says where and what it measured (`benchmark_info.py`).
 """
 
@@ -19,6 +20,7 @@ import json
 import math
 import numbers
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -53,13 +55,16 @@ _RECORDER_KEY = pytest.StashKey["Recorder"]()
 
 
 class _ReplayClock:
-    """A clock that only moves when told to: the pytest-benchmark timer of recorded tests."""
+    """The pytest-benchmark timer of recorded tests: while it replays samples it only moves when
+    told to; otherwise it is `time.perf_counter`, so a test that times its own code with the
+    `benchmark` fixture gets real timings (a still clock fails pytest-benchmark's calibration)."""
 
     def __init__(self) -> None:
         self.now = 0.0
+        self.replaying = False
 
     def __call__(self) -> float:
-        return self.now
+        return self.now if self.replaying else time.perf_counter()
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
@@ -67,6 +72,11 @@ class _ReplayClock:
 
 replay_clock = _ReplayClock()
 replay_clock.__name__ = "replay_clock"  # type: ignore[attr-defined]  # pytest-benchmark prints it
+
+
+class SamplesNotFedWarning(UserWarning):
+    """A recording test timed its own code with pytest-benchmark's fixture, which keeps one
+    timing a test: its recorded samples went to the journal only."""
 
 
 @dataclass
@@ -218,6 +228,17 @@ class Recorder:
             benchmark = self.item._request.getfixturevalue("benchmark")
         except pytest.FixtureLookupError:
             return  # pytest-benchmark is not installed: our own records are enough
+        if getattr(benchmark, "_mode", None):  # pytest-benchmark takes one timing a test: the test's own
+            benchmark.extra_info.update({name: v.value for name, v in self.metrics.items()})
+            benchmark.extra_info[benchmark_info.KEY] = dict(where)
+            if getattr(benchmark, "disabled", False):
+                return  # under xdist it keeps nothing: nothing to say
+            warnings.warn(SamplesNotFedWarning(
+                f"{self.test_id}: it timed its own code with pytest-benchmark's benchmark fixture, which "
+                f"takes one timing a test: pytest-benchmark keeps that one, with the recorded figures in "
+                f"its extra_info, and the {len(values)} sample(s) of {unit} are in the journal only; time "
+                f"your code in a test without specdec_record to have both"), stacklevel=1)
+            return
         if getattr(benchmark, "disabled", False):
             # Under xdist pytest-benchmark switches itself off; our records still work. Used
             # once anyway (a no-op when disabled), else it warns "fixture was not used at all".
@@ -234,7 +255,11 @@ class Recorder:
         benchmark.extra_info[benchmark_info.KEY] = dict(where)
         # a new dict: pytest-benchmark holds the callspec's own
         benchmark.params = benchmark_info.saved_params(getattr(benchmark, "params", None))
-        benchmark.pedantic(one_sample, rounds=len(values), iterations=1, warmup_rounds=0)
+        replay_clock.replaying = True
+        try:
+            benchmark.pedantic(one_sample, rounds=len(values), iterations=1, warmup_rounds=0)
+        finally:
+            replay_clock.replaying = False
         benchmark_info.warn_if_compared_otherwise(self.item.config, getattr(benchmark, "fullname", None),
                                                   self.test_id, where)
 

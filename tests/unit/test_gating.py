@@ -701,6 +701,43 @@ def test_sampled(specdec_record):
         assert (bench["stats"]["min"], bench["stats"]["max"], bench["stats"]["rounds"]) == (0.25, 0.5, 2)
 
 
+def test_a_recording_test_that_times_its_own_code_with_the_benchmark_fixture(pytester):
+    """A test naming pytest-benchmark's `benchmark` beside specdec_record got the replay clock as
+    its timer: its own benchmark(...) failed in pytest-benchmark's calibration ('<' between None and
+    float), and a pedantic one timed nothing, then feeding the samples raised FixtureAlreadyUsed.
+    Its own timing is now what pytest-benchmark keeps, with our figures in extra_info, and a
+    warning says the samples went to the journal only; naming the fixture unused still feeds them."""
+    pytester.makepyfile(test_own="""
+import time
+
+def test_called(specdec_record, benchmark):
+    specdec_record.metric("output_tok_s", 4.0)
+    specdec_record.samples([0.5, 0.25])
+    benchmark(time.sleep, 0.001)
+
+def test_pedantic(specdec_record, benchmark):
+    benchmark.pedantic(time.sleep, args=(0.002,), rounds=3, iterations=1)
+    specdec_record.metric("output_tok_s", 4.0)
+    specdec_record.samples([0.5, 0.25])
+
+def test_unused(specdec_record, benchmark):
+    specdec_record.metric("output_tok_s", 4.0)
+    specdec_record.samples([0.5, 0.25])
+""")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "--benchmark-json", "bench.json")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*SamplesNotFedWarning: test_called: it timed its own code with "
+                                 "pytest-benchmark's benchmark fixture*"])
+    benches = {b["name"]: b for b in json.loads((pytester.path / "bench.json").read_text())["benchmarks"]}
+    assert 0.001 <= benches["test_called"]["stats"]["min"] < 0.25
+    assert benches["test_pedantic"]["stats"]["rounds"] == 3
+    assert 0.002 <= benches["test_pedantic"]["stats"]["min"] < 0.25
+    assert all(benches[name]["extra_info"]["output_tok_s"] == 4.0 for name in benches)
+    assert "specdec" in benches["test_called"]["extra_info"]
+    unused = benches["test_unused"]["stats"]
+    assert (unused["min"], unused["max"], unused["rounds"]) == (0.25, 0.5, 2)
+
+
 def test_the_gate_advice_names_where_each_value_was_set(pytester, monkeypatch):
     """The summary's advice said --specdec-compare-fail and --specdec-baseline-dir where the run
     had them from the ini file."""
