@@ -146,6 +146,10 @@ def test_load_jsonl_reads_prompts_overrides_and_skips_blank_lines(tmp_path):
         ('{"prompt": "ok"}\n' + "[" * 100_000 + "]" * 100_000 + "\n", 2, "not valid JSON"),
         ('{"prompt": "x", "max_new_tokens": ' + "9" * 5000 + '}\n', 1,
          '"max_new_tokens" must be a positive integer'),
+        # JSON keeps a repeated key's last value without a word: another prompt or budget than meant
+        ('{"prompt": "ok"}\n{"prompt": "a", "prompt": "b"}\n', 2,
+         r'"prompt" is given twice in one object, and JSON keeps only the last; keep the one you mean$'),
+        ('{"prompt": "x", "max_new_tokens": 8, "max_new_tokens": 800}\n', 1, '"max_new_tokens" is given twice'),
         ('{"prompt": "ok"}\n{"prompt": "a\\ud800b"}\n', 2,
          r"\"prompt\" holds '\\ud800' at character 2, a lone surrogate .*; fix the \\u escape"),
     ],
