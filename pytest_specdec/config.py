@@ -12,6 +12,7 @@ import math
 import os
 import shutil
 import sys
+import unicodedata
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -227,6 +228,11 @@ _TOP_KEYS = {"model", "draft_model", "model_cache", "matrix", "workloads", "tole
 # what a user wrote in TOML, not Python's name
 _KIND_NAMES = {int: "a whole number", float: "a number", dict: "a TOML table", str: "a string", bool: "true or false",
                list: "a list"}
+
+
+#: Unicode categories of characters a name cannot show in one line of text: controls (a tab, a line
+#: feed, NUL) and the line and paragraph separators.
+_BREAKING = frozenset({"Cc", "Zl", "Zp"})
 
 
 #: What each list key holds, as the fix for a value of another type writes it.
@@ -493,8 +499,13 @@ def _parse_workload(filename: str, index: int, data: Any, root: Path) -> Workloa
                        "temperature", "truncate"})
     prompts = reader.get("prompts", str, "chat")
     name = reader.get("name", str, Path(prompts).stem)
-    if not name:
-        reader.fail("name", "'' is empty; give the workload a name, e.g. name = \"chat\"")
+    if not name.strip():
+        reader.fail("name", f"{name!r} is {'blank' if name else 'empty'}; give the workload a name, e.g. "
+                            f"name = \"chat\"")
+    unprintable = next((c for c in name if unicodedata.category(c) in _BREAKING), None)
+    if unprintable is not None:  # a test id, a summary row and report.md's table cell would each break there
+        reader.fail("name", f"{name!r} holds {unprintable!r} (U+{ord(unprintable):04X}), a control character or "
+                            f"line break that no row of the summary or report shows as written; remove it")
     if prompts not in BUILTIN_PROMPT_SETS:
         path = Path(prompts).expanduser()  # as the model paths are
         path = path if path.is_absolute() else root / path

@@ -736,6 +736,28 @@ def test_a_blank_model_path_is_named_as_blank(key, blank, tmp_path):
     assert getattr(config.parse({key: "x"}, "pyproject.toml", tmp_path), key) == "x"
 
 
+@pytest.mark.parametrize("name, problem", [
+    ("  ", "'  ' is blank; give the workload a name, e.g. name = \"chat\""),
+    ("a\nb", "'a\\nb' holds '\\n' (U+000A), a control character or line break that no row of the summary or "
+             "report shows as written; remove it"),
+    ("a\tb", "'a\\tb' holds '\\t' (U+0009), *"),
+    ("a\x00b", "'a\\x00b' holds '\\x00' (U+0000), *"),
+    ("a\u2028b", "'a\\u2028b' holds '\\u2028' (U+2028), *"),
+])
+def test_a_workload_name_that_no_row_shows_as_written_is_refused(name, problem, tmp_path):
+    """A blank name, or one with a line feed, tab or NUL, passed: the summary's row and report.md's
+    table row broke at the line feed, and a blank name read as no workload."""
+    with pytest.raises(SpecdecUsageError) as raised:
+        config.parse({"workloads": [{"name": name}]}, "pyproject.toml", tmp_path)
+    assert_one_line("ERROR: pytest-specdec: " + str(raised.value),
+                    "ERROR: pytest-specdec: pyproject.toml [tool.specdec.workloads #1] key 'name': " + problem)
+
+
+@pytest.mark.parametrize("name", ["my chat ü", "a/b", "..", "-", "chat-long"])
+def test_a_workload_name_of_printable_characters_is_taken_as_written(name, tmp_path):
+    assert config.parse({"workloads": [{"name": name}]}, "pyproject.toml", tmp_path).workloads[0].name == name
+
+
 @pytest.mark.parametrize("arch, nearest", [
     ("sm_91", "arch = 'sm_90' (hopper)"),
     ("sm_12", "arch = 'sm_120' or 'sm_121' (blackwell)"),  # a digit short of either: both named
