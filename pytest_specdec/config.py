@@ -218,6 +218,9 @@ DEFAULT_MATRICES = {
     "hopper": Matrix("hopper", ("dflash", "ddtree"), (1, 4, 8), (8, 12, 15, 16, 32, 64)),
 }
 DEFAULT_WORKLOADS = (WorkloadSpec("chat"),)
+#: The most requests a workload sends: a run builds every request first, so a slip of extra digits
+#: (num_prompts = 80000000000) would fill memory and end in an internal error, not this key's name.
+MAX_NUM_PROMPTS = 1_000_000
 
 _MATRIX_KEYS = frozenset({"methods", "tp", "budget"})
 _TOP_KEYS = {"model", "draft_model", "model_cache", "matrix", "workloads", "tolerances", "metrics",
@@ -538,6 +541,9 @@ def _parse_workload(filename: str, index: int, data: Any, root: Path) -> Workloa
     for key in ("num_prompts", "max_new_tokens", "concurrency"):
         if getattr(spec, key) < 1:
             reader.fail(key, f"{getattr(spec, key)} must be at least 1")
+    if spec.num_prompts > MAX_NUM_PROMPTS:  # every request is built before the first is sent
+        reader.fail("num_prompts", f"{spec.num_prompts} is more requests than a run sends (at most "
+                                   f"{MAX_NUM_PROMPTS:_}); lower it, e.g. num_prompts = 64")
     if spec.temperature < 0:
         reader.fail("temperature", f"{spec.temperature} must be 0 (greedy) or more")
     return spec

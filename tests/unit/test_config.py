@@ -753,6 +753,21 @@ def test_a_workload_name_that_no_row_shows_as_written_is_refused(name, problem, 
                     "ERROR: pytest-specdec: pyproject.toml [tool.specdec.workloads #1] key 'name': " + problem)
 
 
+@pytest.mark.parametrize("num_prompts", [1_000_001, 9223372036854775807])
+def test_more_requests_than_a_run_can_build_is_refused_at_start(num_prompts, tmp_path):
+    """A slip of extra digits passed the config and the run then built every request: a
+    MemoryError traceback (INTERNALERROR) after minutes, or the machine out of memory. Parsed
+    here only, so a regression fails the test without building the list."""
+    with pytest.raises(SpecdecUsageError) as raised:
+        config.parse({"workloads": [{"num_prompts": num_prompts}]}, "pyproject.toml", tmp_path)
+    assert str(raised.value) == (f"pyproject.toml [tool.specdec.workloads #1] key 'num_prompts': {num_prompts} is "
+                                 f"more requests than a run sends (at most 1_000_000); lower it, e.g. "
+                                 f"num_prompts = 64")
+    workloads = config.parse({"workloads": [{"num_prompts": 1_000_000}]}, "pyproject.toml",
+                             tmp_path).workloads
+    assert workloads[0].num_prompts == 1_000_000
+
+
 @pytest.mark.parametrize("name", ["my chat ü", "a/b", "..", "-", "chat-long"])
 def test_a_workload_name_of_printable_characters_is_taken_as_written(name, tmp_path):
     assert config.parse({"workloads": [{"name": name}]}, "pyproject.toml", tmp_path).workloads[0].name == name
