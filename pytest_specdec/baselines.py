@@ -465,7 +465,8 @@ def parse_baselines(text: str, hardware_key: str, source: str,
             f"delete it) and save a new one with {setter('save_baseline')}") from None
     except json.JSONDecodeError as exc:
         raise SpecdecUsageError(
-            f"baseline file {source} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); {fix}"
+            f"baseline file {source} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+            f"{json_text.problem(exc)}); {fix}"
         ) from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise SpecdecUsageError(

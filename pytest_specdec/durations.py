@@ -53,7 +53,7 @@ def load(path: str | Path, remade_by: str = REMADE_BY_A_SAVE) -> dict[str, float
         doc = json_text.loads(text)
     except json.JSONDecodeError as exc:
         raise SpecdecUsageError(f"durations file {path} is not valid JSON (line {exc.lineno}: "
-                                f"{exc.msg}); {fix}") from None
+                                f"{json_text.problem(exc)}); {fix}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise SpecdecUsageError(f"durations file {path} is not a pytest-specdec durations file "
                                 f"(expected \"format\": \"{FORMAT}\"); {fix}")

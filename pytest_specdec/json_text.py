@@ -4,6 +4,8 @@
 The standard decoder raises other errors on text that no writer of ours produces but a hand edit
 or damage can: RecursionError on arrays or objects nested some thousand deep, and ValueError on
 an integer past Python's limit on digits (4300). Those would reach the user as tracebacks.
+`problem` words a decode error for a message: the decoder's own ends some in "at", meant to be
+followed by its position, and names no raw control character, the most common hand-edit fault.
 """
 
 from __future__ import annotations
@@ -30,6 +32,26 @@ def loads(text: str | bytes, **kwargs: Any) -> Any:
         return json.loads(text, **kwargs)
     except RecursionError:
         raise json.JSONDecodeError("nested too deeply to read", text, 0) from None
+
+
+#: The escape JSON has for each control character with one of its own (others are written \u00XX)
+_ESCAPES = {"\t": ("tab", "\\t"), "\n": ("line feed", "\\n"), "\r": ("carriage return", "\\r"),
+            "\b": ("backspace", "\\b"), "\f": ("form feed", "\\f"), "\0": ("NUL", "\\u0000")}
+
+
+def problem(exc: json.JSONDecodeError) -> str:
+    """What is wrong at `exc`'s position, without the position: each caller places that itself."""
+    return raw_control(exc) or exc.msg.removesuffix(" at")  # "Unterminated string starting at", then where
+
+
+def raw_control(exc: json.JSONDecodeError) -> str | None:
+    """'a raw tab (U+0009) inside a string, ...: write it as \\t' where `exc` is a control character
+    written as it is in a string (a tab typed into a hand-written prompt), else None."""
+    char = exc.doc[exc.pos] if 0 <= exc.pos < len(exc.doc) else ""
+    if not exc.msg.startswith("Invalid control character") or not char or ord(char) >= 0x20:
+        return None
+    name, escape = _ESCAPES.get(char, ("control character", f"\\u{ord(char):04x}"))
+    return f"a raw {name} (U+{ord(char):04X}) inside a string, which JSON does not allow: write it as {escape}"
 
 
 def _utf8(raw: bytes) -> str:

@@ -181,7 +181,10 @@ def parse_prompt_lines(lines: Iterable[str], source: str) -> tuple[Prompt, ...]:
             raise SpecdecUsageError(f"{where}: {_json_shown(exc.key)} is given twice in one object, and JSON "
                                     f"keeps only the last; keep the one you mean") from None
         except json.JSONDecodeError as exc:
-            raise SpecdecUsageError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno}); {shape}") from None
+            control = json_text.raw_control(exc)  # the line's shape is right: only the character is to fix
+            raise SpecdecUsageError(f"{where}: not valid JSON at column {exc.colno}: {control}" if control else
+                                    f"{where}: not valid JSON ({json_text.problem(exc)} at column {exc.colno}); "
+                                    f"{shape}") from None
         if not isinstance(obj, dict):
             raise SpecdecUsageError(f"{where}: expected a JSON object, got {_json_kind(obj)}; {shape}")
         unknown = set(obj) - _PROMPT_KEYS

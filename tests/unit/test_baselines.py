@@ -253,6 +253,9 @@ def test_missing_file_is_empty(tmp_path):
     "content, match",
     [
         ("{not json", r"is not valid JSON \(line 1, column 2"),
+        # the decoder's "Invalid control character at" ended in a dangling "at" and named no character
+        ('{"format": "a\tb"}', r"\(line 1, column 14: a raw tab \(U\+0009\) inside a string, which JSON does not "
+                                r"allow: write it as \\t\); fix it"),
         ("[" * 100_000 + "]" * 100_000, r"is not valid JSON \(line 1, column 1: nested too deeply"),
         ("[]", "is not a pytest-specdec baseline file"),
         ('{"format": "pytest-benchmark", "version": 1}', "is not a pytest-specdec baseline file"),

@@ -161,6 +161,30 @@ def test_malformed_jsonl_names_file_and_line(tmp_path, content, line, match):
     assert f"{path}:{line}:" in str(info.value)
 
 
+@pytest.mark.parametrize("char, name, escape", [
+    ("\t", "tab (U+0009)", "\\t"), ("\0", "NUL (U+0000)", "\\u0000"), ("\r", "carriage return (U+000D)", "\\r"),
+    ("\x1b", "control character (U+001B)", "\\u001b"),
+])
+def test_a_raw_control_character_in_a_prompt_names_it_and_its_escape(tmp_path, char, name, escape):
+    """A tab typed into a hand-written prompt read "not valid JSON (Invalid control character at
+    at column 14)": the decoder's message ends in "at", and it named neither the character nor
+    the escape to write instead."""
+    path = write(tmp_path, '{"prompt": "ok"}\n{"prompt": "a' + char + 'b"}\n')
+    with pytest.raises(SpecdecUsageError) as info:
+        load_jsonl(path)
+    assert str(info.value) == (f"{path}:2: not valid JSON at column 14: a raw {name} inside a string, which "
+                               f"JSON does not allow: write it as {escape}")
+
+
+def test_a_decoder_message_that_ends_in_at_is_not_followed_by_a_second_at(tmp_path):
+    """ "Unterminated string starting at" is the decoder's, completed by its position: put before
+    ours, it read "starting at at column 12"."""
+    with pytest.raises(SpecdecUsageError) as info:
+        load_jsonl(write(tmp_path, '{"prompt": "ab\n'))
+    assert "(Unterminated string starting at column 12); each line must be" in str(info.value)
+    assert " at at " not in str(info.value)
+
+
 def test_empty_or_missing_files(tmp_path):
     with pytest.raises(SpecdecUsageError, match="no prompts found"):
         load_jsonl(write(tmp_path, "\n  \n"))
