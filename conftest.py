@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import shutil
 import sys
@@ -183,12 +184,27 @@ def rejoin_dropped_submodules(packages: tuple[str, ...] = OWN_PACKAGES) -> list[
     return rejoined
 
 
+def compiled_packages() -> dict[str, types.ModuleType]:
+    """Every module in sys.modules of each top-level package that has a compiled (extension) module
+    loaded: torch, numpy, yaml, tokenizers and the like."""
+    modules = list(sys.modules.items())
+    tops = {name.partition(".")[0] for name, module in modules
+            if isinstance(getattr(module, "__loader__", None), importlib.machinery.ExtensionFileLoader)}
+    return {name: module for name, module in modules if name.partition(".")[0] in tops}
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     """After every fixture's teardown (pytester's restore of sys.modules included, whatever the
     fixtures' order or however pytester was requested), the package attributes and sys.modules of
-    this repository's packages agree again: see rejoin_dropped_submodules."""
+    this repository's packages agree again: see rejoin_dropped_submodules. And a compiled package
+    that a test beside pytester imported (pytest.importorskip("torch")) stays imported: that
+    restore dropped it, and the next test's `import torch` initialised its core a second time in
+    one process, a SystemError and then a segmentation fault that ended the whole run."""
+    kept = compiled_packages() if "pytester" in getattr(item, "fixturenames", ()) else {}
     try:
         return (yield)
     finally:
+        for name, module in kept.items():
+            sys.modules.setdefault(name, module)
         rejoin_dropped_submodules()

@@ -1,10 +1,14 @@
 """pytester's snapshot of sys.modules and this repository's lazily imported modules: the
 repository's conftest.py keeps a package's submodule attributes and sys.modules in agreement after
-each test, so a test patching `from pytest_specdec import plot_pool` patches what the code reads."""
+each test, so a test patching `from pytest_specdec import plot_pool` patches what the code reads,
+and keeps a compiled package (torch) a pytester test imported, which cannot be imported twice."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+
+import pytest
 
 ROOT_CONFTEST = (Path(__file__).resolve().parents[2] / "conftest.py").read_text()
 
@@ -49,3 +53,32 @@ def test_a_module_a_pytester_test_imported_is_patched_where_the_code_reads_it(py
     pytester.makepyfile(test_in_order=IN_ORDER)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
     result.assert_outcomes(passed=4)
+
+
+COMPILED_TWICE = '''
+import pytest
+
+
+def test_an_import_of_a_compiled_package_beside_pytester(pytester):
+    pytest.importorskip("torch")  # as test_readme's tests that run the embedded engine skip without it
+
+
+def test_a_later_import_of_it(pytester):
+    import torch
+
+    assert torch.zeros(2).sum().item() == 0
+'''
+
+
+def test_a_compiled_package_a_pytester_test_imported_stays_for_the_next_test(pytester):
+    """test_readme.py and test_examples.py run in one process ended in "Fatal Python error:
+    Segmentation fault": a pytester test's importorskip("torch") was dropped from sys.modules by
+    pytester's restore, and the next test's `import torch` initialised its compiled core a second
+    time (SystemError: bad call flags, then the crash)."""
+    if importlib.util.find_spec("torch") is None:  # found, not imported: this test is beside pytester too
+        pytest.skip("torch is not installed (the `engine` extra)")
+    pytester.makeconftest(ROOT_CONFTEST)
+    pytester.makepyfile(test_twice=COMPILED_TWICE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+    assert result.ret == 0, result.stderr.str()[-2000:]
+    result.assert_outcomes(passed=2)
