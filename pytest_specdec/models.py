@@ -100,9 +100,17 @@ def in_project(ref: str, root: Path) -> str:
 
 
 def check_local(ref: str) -> None:
-    """Raise SpecdecUsageError when `ref` is a local path that does not exist (a Hub id passes:
-    it is fetched later). Cheap, so a run checks its models before any server boots."""
-    if Path(ref).expanduser().exists() or is_hub_id(ref):
+    """Raise SpecdecUsageError when `ref` is a local path that does not exist, or an org/name that
+    no Hub repository can be named (a Hub id passes: it is fetched later). Cheap, so a run checks
+    its models before any server boots."""
+    if Path(ref).expanduser().exists():
+        return
+    if is_hub_id(ref):
+        problem = hub_id_problem(ref)
+        if problem:  # else offline it read as "not in the cache", online as a failed listing
+            raise SpecdecUsageError(
+                f"model {ref!r} is not a valid Hub id: {problem}; fix model / draft_model in [tool.specdec] "
+                f"(a Hub id is org/name in letters, digits, '-', '_' and '.')")
         return
     if ref.startswith(("/", ".", "~")) or ref.count("/") > 1 or "\\" in ref:
         raise SpecdecUsageError(
@@ -111,6 +119,28 @@ def check_local(ref: str) -> None:
     raise SpecdecUsageError(
         f"model {ref!r} is neither an existing path nor a Hub id of the form org/name; "
         f"fix model / draft_model in [tool.specdec]")
+
+
+#: The characters huggingface_hub's validator allows in a repository id, besides the one '/'
+_HUB_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./")
+
+
+def hub_id_problem(ref: str) -> str | None:
+    """Why `ref` is no Hub repository id, by huggingface_hub's own rules (`validate_repo_id`), with
+    the first character it may not hold named; None for a valid id, or without huggingface_hub
+    (a run that fetches asks for it first)."""
+    try:
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+    except ImportError:
+        return None
+    try:
+        validate_repo_id(ref)
+    except HFValidationError as exc:
+        at = next((i for i, char in enumerate(ref) if char not in _HUB_ID_CHARS), None)
+        if at is not None:
+            return f"it holds {ref[at]!r} at character {at + 1}"
+        return str(exc).rpartition(": '")[0] or str(exc)  # the rule, without the id repeated
+    return None
 
 
 def cache_dir_for(ref: str, cache_dir: Path, revision: str | None = None) -> Path:
@@ -220,6 +250,7 @@ def check_on_hub(ref: str, *, cache_dir: Path | str = "/dev/shm/models", revisio
                  fetcher: ModelFetcher | None = None) -> None:
     """SpecdecUsageError where Hub id `ref` is neither complete in the cache nor listed on the Hub:
     one listing, no download, so that a run names every bad id before any server boots."""
+    check_local(ref)
     state = check_complete(cache_dir_for(ref, Path(cache_dir), revision))
     if state is not None and state.complete:
         return

@@ -177,6 +177,29 @@ def test_neither_path_nor_hub_id(tmp_path):
     assert is_hub_id("Qwen/Qwen3.6-27B") and not is_hub_id("a/b/c") and not is_hub_id("./x")
 
 
+@pytest.mark.parametrize("ref, problem", [
+    ("Qwen/Qwen 3", "it holds ' ' at character 10"),
+    ("org/na$me", "it holds '$' at character 7"),
+    (" Qwen/Qwen3", "it holds ' ' at character 1"),
+    ("org/a--b", "Cannot have -- or .. in repo_id"),  # huggingface_hub's own rule, as it words it
+])
+@pytest.mark.parametrize("offline", [True, False])
+def test_a_malformed_hub_id_is_named_as_one_not_as_missing_from_the_cache(tmp_path, ref, problem, offline):
+    """With HF_HUB_OFFLINE set, 'Qwen/Qwen 3' was "not in the cache ...; unset HF_HUB_OFFLINE":
+    the wrong fix, since no repository can have that name; online it cost a listing to fail."""
+    from pytest_specdec.models import check_on_hub
+
+    hub = FakeHub()
+    expected = (f"model {ref!r} is not a valid Hub id: {problem}; fix model / draft_model in [tool.specdec] "
+                f"(a Hub id is org/name in letters, digits, '-', '_' and '.')")
+    with pytest.raises(SpecdecUsageError) as info:
+        provision_model(ref, cache_dir=tmp_path, fetcher=hub, offline_mode=offline)
+    assert str(info.value) == expected
+    with pytest.raises(SpecdecUsageError) as info:
+        check_on_hub(ref, cache_dir=tmp_path, fetcher=hub)
+    assert str(info.value) == expected and hub.listed == 0
+
+
 def test_revision_gets_its_own_cache_dir(tmp_path):
     assert cache_dir_for("org/m", tmp_path, "v2") == tmp_path / "org--m@v2"
 
