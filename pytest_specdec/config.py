@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Mapping
 from .configuration import METHODS, takes_budget
 from .engine.cli import DEVICES, MIN_BLOCK_SIZE, MODEL_PRESETS, parse_args, rejecting_parser
 from .errors import SpecdecUsageError
-from .file_kind import no_file, special
+from .file_kind import link_fault_said, no_file, special
 from .directions import METRIC_DIRECTIONS, METRIC_NAME, Direction, known_directions
 from .gate import parse_tolerance_table
 from .hardware import ALL_FAMILIES, FAMILIES, GPU_FAMILIES, arch_family, family_for_arch, family_of, normalise_arch
@@ -518,6 +518,10 @@ def _parse_workload(filename: str, index: int, data: Any, root: Path) -> Workloa
         except OSError as exc:  # a name too long, a folder on the way that cannot be searched
             reader.fail("prompts", f"{prompts!r} cannot be looked up ({exc.strerror or exc}); fix the path")
         if not is_file:
+            broken = None if is_dir else link_fault_said(path)
+            if broken is not None:  # the link is what to fix: the path may well be the one meant
+                reader.fail("prompts", f"{prompts!r} leads to no file: {broken}; repoint or remove the link, "
+                                       f"or fix the path")
             kind = None if is_dir else special(path)
             if kind is not None:  # a pipe is read once, or waits for a writer; a device is no prompts
                 reader.fail("prompts", f"{path} is {kind}, not a regular file; write the prompts to a "

@@ -3,6 +3,8 @@
 A named pipe (a FIFO, or the /dev/fd/N that bash's `<(command)` gives) blocks open() until a
 writer comes, which may be never, and can be read once only; a device reads endless (/dev/zero) or
 empty (/dev/null). Each reader refuses these before opening, naming what is there and the fix.
+A path that leads nowhere through a broken link or a link loop is said to, naming the link and
+where it points: the path the user wrote may be right, and the link what to fix.
 """
 
 from __future__ import annotations
@@ -23,7 +25,46 @@ def no_file(path: Path) -> str:
     """What stands at a path that exists but is no readable file (is_file says no)."""
     if path.is_dir():
         return "a folder"
-    return special(path) or "a symbolic link to no readable file"
+    fault = link_fault(path)
+    return special(path) or (fault[1] if fault and fault[0] == Path(path) else "a symbolic link to no readable file")
+
+
+def link_fault(path: str | Path) -> tuple[Path, str] | None:
+    """(the link, what is wrong with it) where `path` leads nowhere because a symbolic link on it,
+    the path itself or a folder on the way, is broken or a loop: is_file and exists say only no,
+    and "no file at" sends the user to the path, not the link. None where no link is at fault."""
+    path = Path(path)
+    for depth in range(1, len(path.parts) + 1):
+        step = Path(*path.parts[:depth])
+        if not os.path.islink(step):
+            if not os.path.lexists(step):
+                return None  # plainly missing from here on
+            continue
+        try:
+            os.stat(step)
+        except OSError as exc:
+            try:
+                target = os.readlink(step)
+            except OSError:
+                return None
+            if exc.errno == errno.ELOOP:
+                return step, (f"a symbolic link loop (it points to {target}, and following the links never "
+                              f"reaches a file)")
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR):  # a link to a link: the chain breaks further on
+                where = "which leads to nothing" if os.path.lexists(step.parent / target) else "where nothing is"
+                return step, f"a broken symbolic link to {target}, {where}"
+            return None
+    return None
+
+
+def link_fault_said(path: str | Path) -> str | None:
+    """'PATH is a broken symbolic link to T, ...', or 'FOLDER, a folder on its path, is ...', for
+    a `link_fault`; None where there is none."""
+    fault = link_fault(path)
+    if fault is None:
+        return None
+    link, what = fault
+    return f"{link} is {what}" if link == Path(path) else f"{link}, a folder on its path, is {what}"
 
 
 def special(path: str | Path) -> str | None:
@@ -74,4 +115,4 @@ def _why(kind: str) -> str:
     return "it is read as no file's content (endless or empty)" if "device" in kind else "it holds no content to read"
 
 
-__all__ = ["link_loop", "no_file", "refuse_special", "special"]
+__all__ = ["link_fault", "link_fault_said", "link_loop", "no_file", "refuse_special", "special"]

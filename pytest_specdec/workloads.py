@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import context_rule, json_text
 from .errors import SpecdecUsageError
-from .file_kind import refuse_special
+from .file_kind import link_fault_said, refuse_special
 from .fingerprint import text_digest
 from .relpaths import relative_path
 
@@ -219,9 +219,13 @@ def load_jsonl(path: str | Path, *, name: str | None = None, shown: str | None =
     refuse_special(path, "workload file", shown=shown)
     try:
         raw = path.read_bytes()
-    except FileNotFoundError:
-        raise SpecdecUsageError(f"workload file {shown} does not exist") from None
     except OSError as exc:
+        broken = link_fault_said(path)
+        if broken is not None:  # else "does not exist": the link, not the path, is what to fix
+            raise SpecdecUsageError(f"workload file {shown} leads to no file: {broken}; repoint or remove the "
+                                    f"link, or fix the path") from None
+        if isinstance(exc, FileNotFoundError):
+            raise SpecdecUsageError(f"workload file {shown} does not exist") from None
         raise SpecdecUsageError(f"workload file {shown} cannot be read ({exc.strerror or exc}); fix its "
                                 f"permissions or the path") from None
     try:  # -sig: the byte order mark some editors write is not part of the first prompt
@@ -263,7 +267,7 @@ def load_workload(spec: str, *, base_dir: str | Path | None = None, **fields: An
     path = Path(spec)
     if not path.is_absolute() and base_dir is not None:
         path = Path(base_dir) / path
-    if path.suffix != ".jsonl" and not path.exists():
+    if path.suffix != ".jsonl" and not path.exists() and link_fault_said(path) is None:  # load_jsonl names a link
         from .suggest import closest
 
         meant = closest(spec, BUILTIN_WORKLOADS) if "/" not in spec and not path.suffix else None

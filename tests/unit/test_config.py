@@ -642,6 +642,27 @@ def test_a_missing_prompt_file_is_named_where_it_was_looked_for(tmp_path):
     assert str(outside.value).endswith(f"no file at {absolute}: fix the path"), outside.value
 
 
+@pytest.mark.parametrize("make, link, said", [
+    (lambda data: (data / "p.jsonl").symlink_to("gone.jsonl"), "data/p.jsonl",
+     "is a broken symbolic link to gone.jsonl, where nothing is"),
+    (lambda data: (data / "p.jsonl").symlink_to("p.jsonl"), "data/p.jsonl",
+     "is a symbolic link loop (it points to p.jsonl, and following the links never reaches a file)"),
+    (lambda data: (data.rmdir(), data.symlink_to("moved")), "data",
+     ", a folder on its path, is a broken symbolic link to moved, where nothing is"),
+])
+def test_a_prompt_file_behind_a_broken_link_names_the_link_and_where_it_points(tmp_path, make, link, said):
+    """A dangling link or a link loop at the prompts path (or at a folder on it) read "no file at
+    PATH: fix the path", sending the user to a path that is right, not to the link."""
+    (tmp_path / "data").mkdir()
+    make(tmp_path / "data")
+    (tmp_path / "pyproject.toml").write_text('[[tool.specdec.workloads]]\nprompts = "data/p.jsonl"\n')
+    with pytest.raises(SpecdecUsageError) as info:
+        config.load(tmp_path)
+    assert str(info.value) == (f"pyproject.toml [tool.specdec.workloads #1] key 'prompts': 'data/p.jsonl' leads to "
+                               f"no file: {tmp_path / link}{'' if said.startswith(',') else ' '}{said}; repoint or "
+                               f"remove the link, or fix the path")
+
+
 def test_a_prompt_file_under_the_home_folder_is_found(tmp_path, monkeypatch):
     """`prompts = "~/p.jsonl"` was read relative to the project ("'~/p.jsonl' is neither a built-in
     set nor a JSONL file"), where model paths expand `~`."""

@@ -192,6 +192,22 @@ def test_empty_or_missing_files(tmp_path):
         load_jsonl(tmp_path / "absent.jsonl")
 
 
+@pytest.mark.parametrize("target, said", [
+    ("gone.jsonl", "is a broken symbolic link to gone.jsonl, where nothing is"),
+    ("link.jsonl", "is a symbolic link loop (it points to link.jsonl, and following the links never reaches a file)"),
+])
+def test_a_prompt_file_that_is_a_broken_link_names_the_link_and_where_it_points(tmp_path, target, said):
+    """A dangling link said "does not exist", a loop "cannot be read (Too many levels of symbolic
+    links); fix its permissions or the path": neither named the link nor where it points."""
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    for load in (load_jsonl, load_workload):
+        with pytest.raises(SpecdecUsageError) as info:
+            load(str(link))
+        assert str(info.value) == (f"workload file {link} leads to no file: {link} {said}; repoint or remove the "
+                                   f"link, or fix the path")
+
+
 @pytest.mark.parametrize("encoding, line, byte", [("latin-1", 2, "0xe9"), ("utf-16", 1, "0xff")])
 def test_a_prompt_file_not_in_utf8_names_its_line_and_the_fix(tmp_path, encoding, line, byte):
     """It said "cannot be read: 'utf-8' codec can't decode byte 0xe9 in position 30: invalid
