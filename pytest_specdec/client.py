@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
@@ -42,6 +43,8 @@ _DATA = b"data:"
 _DONE = b"[DONE]"
 _ERROR_PREFIX = b'{"error"'
 _ERROR_BODY_LIMIT = 2000
+_COUNT_KEY = f'"{api.COMPLETION_TOKENS}"'.encode()
+_COUNT_VALUE = re.compile(rb"\s*:\s*(\d+)")
 
 
 class ServerQueryError(Exception):
@@ -151,8 +154,9 @@ async def generate_one(
 ) -> RequestRecord:
     """One streaming /generate request; never raises for server or network failures.
 
-    `on_event` is called for each `data:` event (the stall watchdog's sign of progress); SSE
-    comments and blank lines, which a proxy may send as keep-alives, are no progress.
+    `on_event` is called for each `data:` event that brings tokens (the stall watchdog's sign of
+    progress); SSE comments, blank lines and a repeated event, which a proxy may send as
+    keep-alives, are no progress.
 
     Failures become a `RequestRecord` with `error` set, so that one bad request is reported
     with its status and message next to the others instead of aborting the whole workload.
@@ -256,8 +260,10 @@ async def _data_events(resp: aiohttp.ClientResponse, head: bytearray, head_limit
     times differ by parsing alone), with `on_event` called for each (the stall watchdog's sign of
     progress: SSE comments and blank lines, which a proxy may send as keep-alives, are none).
     `head` gathers the body's first `head_limit` bytes (all with None), to show a body that is no
-    event stream."""
+    event stream. An event that states no more completion tokens than the last (a server or proxy
+    repeating its last event to keep the stream warm) is no progress either."""
     buf = bytearray()
+    tokens = 0  # the most completion tokens an event stated so far
     async for read, data in _numbered(resp.content.iter_any()):
         buf += data
         if head_limit is None or len(head) < head_limit:
@@ -268,9 +274,21 @@ async def _data_events(resp: aiohttp.ClientResponse, head: bytearray, head_limit
         for line in lines:
             if not line.startswith(_DATA):
                 continue  # blank separators, SSE comments, keep-alives
-            if on_event is not None:
+            event = line[5:].strip()
+            count = _token_count(event)
+            if on_event is not None and (count is None or count > tokens):
                 on_event()
-            yield read, line[5:].strip()
+            tokens = max(tokens, count or 0)
+            yield read, event
+
+
+def _token_count(event: bytes) -> int | None:
+    """The completion tokens an event states, found from its end, where SGLang puts meta_info,
+    without decoding it (see the module docstring); None where it states none ([DONE], an error).
+    JSON escapes a quote inside a string, so the key's quoted form is never part of the text."""
+    at = event.rfind(_COUNT_KEY)
+    found = _COUNT_VALUE.match(event, at + len(_COUNT_KEY)) if at >= 0 else None
+    return int(found.group(1)) if found else None
 
 
 async def _numbered(reads: AsyncIterator[bytes]) -> AsyncIterator[tuple[int, bytes]]:

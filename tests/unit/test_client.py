@@ -123,6 +123,10 @@ class FakeSGLang:
                     for _ in range(600):  # a frozen scheduler behind a proxy that keeps the stream warm
                         await resp.write(b": keep-alive\n\n")
                         await asyncio.sleep(0.1)
+                if mode == "repeat" and emitted > 1:
+                    for _ in range(600):  # a frozen scheduler whose last event is sent again and again
+                        await resp.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+                        await asyncio.sleep(0.1)
                 if mode == "midstream_error" and emitted > 1:
                     await resp.write(b'data: {"error": {"message": "CUDA out of memory"}}\n\n')
                     break
@@ -304,6 +308,15 @@ def test_keep_alives_without_events_are_a_stall(fake):
     with pytest.raises(WorkloadStalled) as info:
         run_workload(fake.url, workload("mode:keepalive", n=10, concurrency=1),
                      timeout_s=30, stall_timeout=0.5)
+    assert (info.value.in_flight, info.value.done) == (1, 0)
+
+
+def test_an_event_repeated_without_new_tokens_is_a_stall(fake):
+    """A data event that states no more completion tokens than the last (a server or proxy that
+    keeps the stream warm by sending its last event again) carries no token: the watchdog's 'no
+    token for' must hold, or a frozen scheduler behind it holds the run for good."""
+    with pytest.raises(WorkloadStalled) as info:
+        run_workload(fake.url, workload("mode:repeat", n=10, concurrency=1), timeout_s=5, stall_timeout=0.5)
     assert (info.value.in_flight, info.value.done) == (1, 0)
 
 
