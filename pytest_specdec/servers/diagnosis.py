@@ -182,6 +182,17 @@ def describe_exit(returncode: int) -> str:
     return f"exited with code {returncode}"
 
 
+def unexplained_kill(returncode: int | None) -> str:
+    """What to look at for a SIGKILL its log does not explain: no process of the plugin's sends one
+    to a live server, and the kernel's out-of-memory killer, the usual sender, writes only to the
+    kernel's log. Empty for any other ending."""
+    if returncode != -signal.SIGKILL:
+        return ""
+    return ("; nothing in its log says why: a SIGKILL is most often the kernel's out-of-memory killer "
+            "(host memory, not GPU memory), which says so in the kernel's log: dmesg | grep -i oom, "
+            "or journalctl -k")
+
+
 class ServerError(Exception):
     """A server could not be started, died, or stopped answering.
 

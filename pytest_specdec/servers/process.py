@@ -38,6 +38,7 @@ from pytest_specdec.servers.diagnosis import (
     describe_exit,
     is_hang_signature,
     tail,
+    unexplained_kill,
 )
 from pytest_specdec.servers.said_wait import SaidWait
 from pytest_specdec.servers.spec import ServerSpec
@@ -442,9 +443,9 @@ class ManagedServer:
         if code is not None:
             raise self._error(
                 "exited",
-                f"{describe_exit(code)} before it was ready",
+                f"{describe_exit(code)} before it was ready{unexplained_kill(code)}",
                 headline=f"server {self.spec.id} {describe_exit(code)} before it was ready "
-                f"(no known fatal error in its log)",
+                f"(no known fatal error in its log){unexplained_kill(code)}",
             )
 
     def _deadline_error(self, seen: list[str]) -> ServerError:
@@ -548,7 +549,8 @@ class ManagedServer:
         if fatal_line is not None:
             cause = finding.cause
         else:
-            cause = f"the process {describe_exit(code)}" if code is not None else "unknown cause"
+            cause = f"the process {describe_exit(code)}{unexplained_kill(code)}" if code is not None \
+                else "unknown cause"
         return self._error("died", cause, headline=f"server {self.spec.id} died: {cause}")
 
     def _error(self, reason: str, cause: str, headline: str | None = None) -> ServerError:

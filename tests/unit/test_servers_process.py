@@ -298,6 +298,28 @@ def test_exit_before_ready(tmp_path):
     assert str(e).startswith("server ar-tp1 exited with code 3 before it was ready (no known fatal error")
 
 
+OOM_KILLER = "out-of-memory killer (host memory, not GPU memory), which says so in the kernel's log"
+
+
+def test_a_sigkill_its_log_does_not_explain_points_at_the_out_of_memory_killer(tmp_path):
+    """'was killed by SIGKILL' alone left the user guessing: no process of the plugin's kills a live
+    server, and the usual sender, the kernel's OOM killer, says so only in the kernel's log."""
+    killed = server(spec("ar"), tmp_path / "boot",
+                    entry=(sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"))
+    e = fails_with(killed, "exited")
+    assert str(e).startswith("server ar-tp1 was killed by SIGKILL before it was ready (no known fatal error "
+                             f"in its log); nothing in its log says why: a SIGKILL is most often the kernel's "
+                             f"{OOM_KILLER}: dmesg | grep -i oom, or journalctl -k (log: "), str(e)
+    s = server(spec("ar"), tmp_path / "ready", entry=FAKE_ENTRY)
+    with s:
+        os.kill(s.pid, signal.SIGKILL)
+        with pytest.raises(ServerError) as info:
+            s.check_alive()
+    assert info.value.reason == "died" and OOM_KILLER in info.value.cause, str(info.value)
+    exited = server(spec("ar"), tmp_path / "exit", entry=(sys.executable, "-c", "import sys; sys.exit(3)"))
+    assert OOM_KILLER not in str(fails_with(exited, "exited"))  # an exit status of its own is no kill
+
+
 def test_a_refused_command_line_is_named_with_where_its_flags_come_from(tmp_path):
     """A server whose parser refuses its flags (SGLang without the DDTree pull request, given the
     default method_flags) said it "exited with code 2 before it was ready (no known fatal error in
