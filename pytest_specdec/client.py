@@ -211,6 +211,8 @@ async def generate_one(
                     error = "stream ended without 'data: [DONE]' (server closed the connection mid-response)"
     except asyncio.TimeoutError:
         error = f"timed out after {timeout_s} s"
+    except aiohttp.ClientPayloadError as exc:  # aiohttp's words name its parser, not what the server did
+        error = f"stream cut off mid-response (server closed the connection before the body ended: {exc})"
     except aiohttp.ClientError as exc:
         error = f"{type(exc).__name__}: {exc}"
     except ValueError as exc:  # malformed event JSON
