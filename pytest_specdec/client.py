@@ -28,7 +28,7 @@ import json
 import re
 import threading
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, TypeVar
 
 import aiohttp
 
@@ -63,6 +63,25 @@ class TokenizeNotServed(ServerQueryError):
     def __init__(self, message: str, why: str = NO_TOKENIZE) -> None:
         super().__init__(message)
         self.why = why
+
+
+class PastMaxNewTokens(Exception):
+    """A stream that went on past its request's max_new_tokens: a server that ignores the limit.
+
+    SGLang checks the limit after every step (one token, or one verified block of drafts) and
+    finishes the request at the first step that reaches it. Releases before `finished_len` sent
+    the whole block of that last step, so the event that reaches the limit may pass it; tokens
+    after an event at the limit are none SGLang sends. Without this a server that ignores
+    max_new_tokens and streams on never fails: a stream that keeps moving has no time cap.
+    """
+
+    def __init__(self, tokens: int, limit: int, before: int) -> None:
+        self.tokens, self.limit = tokens, limit
+        super().__init__(f"stream went past max_new_tokens: an event states {tokens} completion tokens "
+                         f"where the request asked for at most {limit}, after one that stated {before} "
+                         f"(SGLang finishes a request at the step that reaches max_new_tokens): the server "
+                         f"ignores the limit; check that nothing between the run and the server rewrites "
+                         f"sampling_params")
 
 
 class WorkloadStalled(Exception):
@@ -114,6 +133,43 @@ class _StreamWatch:
 
 def _base(url: str) -> str:
     return url.rstrip("/")
+
+
+def cut_off_text(exc: aiohttp.ClientPayloadError) -> str:
+    """A stream the server cut off mid-body, in words about the server: aiohttp's own name its
+    parser ('Response payload is not completed'), and are kept after."""
+    return f"stream cut off mid-response (server closed the connection before the body ended: {exc})"
+
+
+#: The statuses whose Retry-After means "busy: come back later" (RFC 9110, Retry-After).
+_BUSY_STATUSES = (429, 503)
+
+
+def retry_after_text(status: int, headers: Mapping[str, str]) -> str:
+    """What a 429 or 503 with a Retry-After header asks, and why the run does not do it ('' for
+    other answers), to follow the refusal's own words.
+
+    The run does not retry: the wait would count in the request's TTFT and the workload's wall
+    time, so its throughput would be the refusing side's. SGLang's own 503 while it loads comes
+    from /health and /health_generate, and a server is handed out only once those answer 200; a
+    refusal of /generate comes from a router or proxy that limits requests, or an overloaded or
+    restarting server, and waiting on it silently would hide that.
+    """
+    value = headers.get("Retry-After", "").strip() if status in _BUSY_STATUSES else ""
+    if not value:
+        return ""
+    when = f"after {value} s" if value.isdigit() else f"at {value}"
+    return (f"; it asked to be retried {when} (Retry-After), which the run does not do, as the wait would "
+            f"count in the measured times: a router or proxy in front of the server limits requests, or "
+            f"the server is overloaded or restarting; point the run at the server itself, or raise the "
+            f"router's request limit above the workload's concurrency")
+
+
+def _max_new_tokens(payload: dict[str, Any]) -> int | None:
+    """The request's max_new_tokens, where it states one (SGLang's default applies otherwise)."""
+    params = payload.get(api.REQUEST_FIELDS_SENT[1])
+    value = params.get("max_new_tokens") if isinstance(params, dict) else None
+    return value if type(value) is int else None
 
 
 def _finish_reason(meta: dict) -> tuple[str | None, str | None]:
@@ -179,10 +235,10 @@ async def generate_one(
             status = resp.status
             if status != 200:
                 body = await resp.text(errors="replace")
-                error = f"HTTP {status}: {error_text(body)}"
+                error = f"HTTP {status}: {error_text(body)}{retry_after_text(status, resp.headers)}"
             else:
                 head = bytearray()  # the body's first bytes, to show one that is no event stream
-                async for read, event in _data_events(resp, head, 200, on_event):
+                async for read, event in _data_events(resp, head, 200, on_event, _max_new_tokens(payload)):
                     if event == _DONE:
                         done = True
                         break
@@ -211,8 +267,10 @@ async def generate_one(
                     error = "stream ended without 'data: [DONE]' (server closed the connection mid-response)"
     except asyncio.TimeoutError:
         error = f"timed out after {timeout_s} s"
-    except aiohttp.ClientPayloadError as exc:  # aiohttp's words name its parser, not what the server did
-        error = f"stream cut off mid-response (server closed the connection before the body ended: {exc})"
+    except aiohttp.ClientPayloadError as exc:
+        error = cut_off_text(exc)
+    except PastMaxNewTokens as exc:
+        error = str(exc)
     except aiohttp.ClientError as exc:
         error = f"{type(exc).__name__}: {exc}"
     except ValueError as exc:  # malformed event JSON
@@ -256,14 +314,16 @@ async def generate_one(
 
 
 async def _data_events(resp: aiohttp.ClientResponse, head: bytearray, head_limit: int | None,
-                       on_event: Callable[[], None] | None) -> AsyncIterator[tuple[int, bytes]]:
+                       on_event: Callable[[], None] | None,
+                       max_new_tokens: int | None = None) -> AsyncIterator[tuple[int, bytes]]:
     """Each `data:` event's payload of a /generate stream, `[DONE]` included, after the number of
     the network read that completed it (events of one read arrived together, so their arrival
     times differ by parsing alone), with `on_event` called for each (the stall watchdog's sign of
     progress: SSE comments and blank lines, which a proxy may send as keep-alives, are none).
     `head` gathers the body's first `head_limit` bytes (all with None), to show a body that is no
     event stream. An event that states no more completion tokens than the last (a server or proxy
-    repeating its last event to keep the stream warm) is no progress either."""
+    repeating its last event to keep the stream warm) is no progress either. An event that brings
+    tokens after one that stated `max_new_tokens` raises PastMaxNewTokens, ending the stream."""
     buf = bytearray()
     tokens = 0  # the most completion tokens an event stated so far
     async for read, data in _numbered(resp.content.iter_any()):
@@ -278,6 +338,8 @@ async def _data_events(resp: aiohttp.ClientResponse, head: bytearray, head_limit
                 continue  # blank separators, SSE comments, keep-alives
             event = line[5:].strip()
             count = _token_count(event)
+            if max_new_tokens is not None and count is not None and count > tokens >= max_new_tokens:
+                raise PastMaxNewTokens(count, max_new_tokens, tokens)
             if on_event is not None and (count is None or count > tokens):
                 on_event()
             tokens = max(tokens, count or 0)
@@ -487,11 +549,11 @@ async def generate_body_async(url: str, payload: dict[str, Any], *, timeout_s: f
 
     Raises WorkloadStalled (as a workload's, 1 request in flight) once nothing arrived for
     `stall_timeout` s (said through `on_quiet` once it has lasted `STALL_QUIET_S`),
-    asyncio.TimeoutError past `timeout_s` in all, GenerateFailed for an error
-    answer and for a stream that finished with an abort (SGLang answers the unstreamed request
-    with its HTTP error where the abort names a status, a prompt its scheduler refuses among
-    them; one aborted without, by /abort_request, is cut short), aiohttp.ClientError for the
-    connection's. A server that ignores `stream` and answers one JSON body has that body returned.
+    asyncio.TimeoutError past `timeout_s` in all, GenerateFailed for an error answer, a stream
+    cut off mid-body or gone past max_new_tokens, and a stream that finished with an abort
+    (SGLang answers the unstreamed request with its HTTP error where the abort names a status, a
+    prompt its scheduler refuses among them; one aborted without, by /abort_request, is cut
+    short), aiohttp.ClientError for the connection's. A server that ignores `stream` and answers one JSON body has that body returned.
     """
     watch = _StreamWatch()
     events: list[dict] = []
@@ -503,17 +565,23 @@ async def generate_body_async(url: str, payload: dict[str, Any], *, timeout_s: f
                                     timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
                 if resp.status != 200:
                     text = await resp.text(errors="replace")
-                    raise GenerateFailed(f"failed: HTTP {resp.status} {resp.reason}: {error_text(text)}")
+                    raise GenerateFailed(f"failed: HTTP {resp.status} {resp.reason}: {error_text(text)}"
+                                         f"{retry_after_text(resp.status, resp.headers)}")
                 raw = bytearray()  # a body that is no event stream, whole
-                async for _, event in _data_events(resp, raw, None, watch.heard):
-                    if event == _DONE:
-                        return None
-                    if event.startswith(_ERROR_PREFIX):
-                        raise GenerateFailed(f"failed: {error_text(event.decode('utf-8', 'replace'))}")
-                    try:
-                        events.append(_decode_event(event))
-                    except ValueError as exc:
-                        raise GenerateFailed(f"failed: malformed stream event: {exc}") from None
+                try:
+                    async for _, event in _data_events(resp, raw, None, watch.heard, _max_new_tokens(body)):
+                        if event == _DONE:
+                            return None
+                        if event.startswith(_ERROR_PREFIX):
+                            raise GenerateFailed(f"failed: {error_text(event.decode('utf-8', 'replace'))}")
+                        try:
+                            events.append(_decode_event(event))
+                        except ValueError as exc:
+                            raise GenerateFailed(f"failed: malformed stream event: {exc}") from None
+                except aiohttp.ClientPayloadError as exc:  # a dead server explains the cut better
+                    raise GenerateFailed(f"failed: {cut_off_text(exc)}", answered=False) from None
+                except PastMaxNewTokens as exc:
+                    raise GenerateFailed(f"failed: {exc}") from None
                 if events:
                     raise GenerateFailed("failed: stream ended without 'data: [DONE]' (server closed the "
                                          "connection mid-response)", answered=False)
@@ -697,8 +765,10 @@ __all__ = [
     "TokenizeNotServed",
     "GenerateFailed",
     "WorkloadStalled",
+    "PastMaxNewTokens",
     "context_length_from",
     "count_tokens",
+    "cut_off_text",
     "count_tokens_async",
     "error_text",
     "fetch_context_length",
@@ -709,6 +779,7 @@ __all__ = [
     "generate_body",
     "generate_body_async",
     "generate_one",
+    "retry_after_text",
     "run_workload",
     "run_workload_async",
     "scrape_metrics",

@@ -30,7 +30,9 @@ from pytest_specdec.client import (
     run_workload_async,
     scrape_metrics,
 )
+from pytest_specdec.live import LiveServer
 from pytest_specdec.metrics import MeasurementError, measure
+from pytest_specdec.servers.spec import ServerSpec
 from pytest_specdec.workloads import Prompt, Workload
 
 TOKENS_PER_STEP = 3  # the fake "accepts" 3 tokens per verify step
@@ -82,6 +84,11 @@ class FakeSGLang:
                                       "code": 400}, status=400)
         if mode == "http500":
             return web.Response(status=500, text="Internal Server Error")
+        if mode == "busy":  # a router or proxy in front of the server, busy
+            return web.Response(status=503, text="Service Unavailable", headers={"Retry-After": "2"})
+        if mode == "ratelimit":
+            return web.json_response({"error": {"message": "rate limit exceeded"}}, status=429,
+                                     headers={"Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT"})
         if mode == "not_streamed":  # a server that ignores stream: true
             return web.json_response({"text": "xx", "meta_info": {"completion_tokens": 2}})
         self.in_flight += 1
@@ -93,18 +100,21 @@ class FakeSGLang:
                 await asyncio.sleep(5)
             emitted = 0
             verify = 0
-            while emitted < n:
-                step = 1 if emitted == 0 else min(TOKENS_PER_STEP, n - emitted)  # prefill gives one token
+            last = 100 * n if mode == "overrun" else n  # overrun: a server that ignores max_new_tokens
+            while emitted < last:
+                step = 1 if emitted == 0 else min(TOKENS_PER_STEP, last - emitted)  # prefill gives one token
+                if mode == "overshoot":  # an older SGLang's last verify step: its whole block is sent
+                    step = 1 if emitted == 0 else TOKENS_PER_STEP
                 if emitted > 0:
                     verify += 1
                 emitted += step
                 meta = {"id": "r", "prompt_tokens": len(text), "completion_tokens": emitted, "cached_tokens": 0,
                         "finish_reason": None}
-                if emitted == n:
+                if emitted >= last:
                     meta["finish_reason"] = {"type": "abort", "message": "too long"} if mode == "abort" \
                         else {"type": "length", "length": n}
                     meta["e2e_latency"] = 0.01
-                if verify and mode != "nospec" and emitted == n:  # SGLang: on the last answer only
+                if verify and mode != "nospec" and emitted >= last:  # SGLang: on the last answer only
                     meta.update(spec_verify_ct=verify, spec_accept_length=emitted / verify,
                                 spec_accept_rate=0.5, spec_num_correct_drafts=verify * (TOKENS_PER_STEP - 1),
                                 spec_num_proposed_drafts=verify * 15)
@@ -130,7 +140,7 @@ class FakeSGLang:
                 if mode == "midstream_error" and emitted > 1:
                     await resp.write(b'data: {"error": {"message": "CUDA out of memory"}}\n\n')
                     break
-                await asyncio.sleep(0.1 if mode == "trickle" else 0)
+                await asyncio.sleep(0.1 if mode == "trickle" else 0.05 if mode == "overrun" else 0)
             if mode != "no_done":
                 await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
@@ -262,7 +272,12 @@ def test_spec_fields_absent_stay_none(fake):
     "mode, status, match",
     [
         ("http400", 400, "HTTP 400: Unknown field: 'bogus'"),
-        ("http500", 500, "HTTP 500: Internal Server Error"),
+        ("http500", 500, "HTTP 500: Internal Server Error$"),
+        ("busy", 503, "^HTTP 503: Service Unavailable; it asked to be retried after 2 s \\(Retry-After\\), which "
+                      "the run does not do, as the wait would count in the measured times: a router or proxy "
+                      "in front of the server limits requests"),
+        ("ratelimit", 429, "^HTTP 429: rate limit exceeded; it asked to be retried at Wed, 21 Oct 2026 07:28:00 "
+                           "GMT \\(Retry-After\\), which the run does not do"),
         ("midstream_error", 200, "CUDA out of memory"),
         ("no_done", 200, "stream ended without 'data: \\[DONE\\]'"),
         ("not_streamed", 200, "answered with a body that is no event stream \\(no 'data:' lines; was the "
@@ -288,6 +303,56 @@ def test_connection_cut_midstream_is_an_error(fake):
     r = res.records[0]
     assert not r.ok and r.error.startswith("stream cut off mid-response (server closed the connection "
                                            "before the body ended: "), r.error
+
+
+def test_generate_cut_off_mid_stream_says_so_as_a_workload_does(fake):
+    """LiveServer.generate() said aiohttp's parser words alone ('/generate failed: Response payload
+    is not completed: <TransferEncodingError ...>'), where a workload's request says what the
+    server did: both now say it in one wording."""
+    server = LiveServer(spec=ServerSpec("embedded", "ar"), url=fake.url, log_path=None, check=lambda: None,
+                        stall_timeout=5.0)
+    with pytest.raises(pytest.fail.Exception) as info:
+        server.generate("mode:cut", max_new_tokens=20)
+    assert str(info.value).startswith("server ar-tp1: /generate failed: stream cut off mid-response (server "
+                                      "closed the connection before the body ended: "), str(info.value)
+    record = run_workload(fake.url, workload("mode:cut", n=20)).records[0]
+    assert str(info.value).split("/generate failed: ")[1].split(": ")[0] == record.error.split(": ")[0]
+
+
+def test_a_stream_past_max_new_tokens_is_an_error(fake):
+    """A server that ignores max_new_tokens and keeps streaming was never red: the stall watchdog
+    hears tokens, and a moving stream has no time cap. SGLang finishes a request at the step that
+    reaches max_new_tokens, so tokens after an event at the limit fail the request, and the stream
+    is left there."""
+    res = run_workload(fake.url, workload("fine", "mode:overrun", n=4), stall_timeout=5.0, timeout_s=30)
+    good, bad = res.records
+    assert good.ok
+    assert bad.error == ("stream went past max_new_tokens: an event states 7 completion tokens where the "
+                         "request asked for at most 4, after one that stated 4 (SGLang finishes a request "
+                         "at the step that reaches max_new_tokens): the server ignores the limit; check that "
+                         "nothing between the run and the server rewrites sampling_params")
+    assert bad.e2e_ms < 3000  # left at the first event past the limit, not at the stream's end (7 s)
+    server = LiveServer(spec=ServerSpec("embedded", "ar"), url=fake.url, log_path=None, check=lambda: None,
+                        stall_timeout=5.0)
+    with pytest.raises(pytest.fail.Exception) as info:
+        server.generate("mode:overrun", max_new_tokens=4)
+    assert str(info.value) == f"server ar-tp1: /generate failed: {bad.error}"
+
+
+def test_generate_refused_with_retry_after_says_what_it_asked_and_why_it_does_not_wait(fake):
+    server = LiveServer(spec=ServerSpec("embedded", "ar"), url=fake.url, log_path=None, check=lambda: None)
+    with pytest.raises(pytest.fail.Exception) as info:
+        server.generate("mode:busy", max_new_tokens=4)
+    assert str(info.value).startswith(
+        "server ar-tp1: /generate failed: HTTP 503 Service Unavailable: Service Unavailable; it asked to be "
+        "retried after 2 s (Retry-After), which the run does not do"), str(info.value)
+
+
+def test_a_last_verify_step_past_max_new_tokens_is_no_error(fake):
+    """SGLang releases before finished_len sent the whole verified block of the step that reached
+    max_new_tokens (its length check runs after the block): that one step may pass the limit."""
+    res = run_workload(fake.url, workload("mode:overshoot", n=6))
+    assert res.records[0].ok and res.records[0].completion_tokens == 7, res.records[0]
 
 
 def test_timeout_is_an_error_not_a_hang(fake):
