@@ -8,7 +8,10 @@ so a slow page never holds up the others. A worker that fails leaves its page an
 yet drawn to this process, which draws them as `plots.save_page` always did: the report is whole,
 and a warning says why the worker failed (the end of its stderr, or its error), since drawing here
 is slower and hides a broken environment.
-An interrupted drawing kills its workers; a run killed outright (SIGKILL, a second SIGTERM,
+A worker ignores SIGTERM and SIGHUP: sent to the run's process group (a CI runner's cancel, a
+hangup), they reach the workers too, while the run, which goes on writing its ending after them,
+still needs them; before, each died mid-page and its pages were drawn here, slowly, with a warning
+of a failed worker. An interrupted drawing kills its workers; a run killed outright (SIGKILL, a second SIGTERM,
 `os._exit`) takes them along: each asks Linux to SIGKILL it when the thread that started it dies
 (`PR_SET_PDEATHSIG`), since one hung on its page would never find its pipe closed. Elsewhere a
 worker goes once its page is drawn and it finds its pipe closed. A worker still on a page after PAGE_TIMEOUT_S (hung inside
@@ -21,6 +24,7 @@ from __future__ import annotations
 import os
 import pickle
 import queue
+import signal
 import subprocess
 import sys
 import tempfile
@@ -40,6 +44,10 @@ MOST_WORKERS = 8
 #: How long a worker may take over one page, its start included: a page takes seconds, so ten
 #: minutes means a hung worker, not a slow one (a constant: no run has wanted another).
 PAGE_TIMEOUT_S = 600.0
+
+#: The signals a worker ignores: sent to the run's whole process group (a CI runner's cancel, a batch
+#: system's notice, a hangup), they leave the run writing its ending, which still needs the worker.
+DEAF_TO = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 #: Imports the worker from the package this process imported, wherever it was imported from; its
 #: stdout, the answers' stream, is set aside first, so no import's print reaches it.
@@ -112,6 +120,14 @@ def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, 
     # a thread outlives its workers (each is waited for): dies with it means dies with this process
     dies_with_us = parent_death_preexec()
 
+    def preexec() -> None:
+        # a process group's SIGTERM or SIGHUP, which the run survives while it writes its ending,
+        # would kill the workers mid-page; this process kills them itself where it is interrupted
+        for number in DEAF_TO:
+            signal.signal(number, signal.SIG_IGN)
+        if dies_with_us is not None:
+            dies_with_us()
+
     def finished(index: int, paths: list[Path]) -> None:
         with lock:
             written[index] = paths
@@ -129,7 +145,7 @@ def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, 
         with tempfile.TemporaryFile() as stderr:
             try:
                 with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=stderr, preexec_fn=dies_with_us) as worker:
+                                      stderr=stderr, preexec_fn=preexec) as worker:
                     with lock:
                         if interrupted.is_set():  # started as the drawing was interrupted: _kill missed it
                             worker.kill()

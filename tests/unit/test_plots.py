@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 import warnings
@@ -220,6 +222,30 @@ def test_worker_processes_draw_the_bytes_drawn_here(tmp_path, monkeypatch, four_
     with pytest.warns(UserWarning, match=r"plot worker\(s\) failed.*this interpreter cannot draw"):
         paths = plot_rows(rows, tmp_path / "failed")  # silent before: the cause of a slow report hidden
     assert {p.name: p.read_bytes() for p in paths} == here
+
+
+def test_a_process_groups_sigterm_or_sighup_leaves_the_workers_drawing(tmp_path, monkeypatch, four_pages):
+    """A SIGTERM or SIGHUP sent to the run's process group (a CI runner's cancel, `kill -TERM -PGID`)
+    reached the workers too, while the run, which goes on writing its ending after either, still
+    needed them: each died mid-page ('plot worker(s) failed ... EOFError: Ran out of input') and its
+    pages were drawn in the run's process instead. The workers now ignore both."""
+    import pytest_specdec.plot_pool as plot_pool
+
+    monkeypatch.setattr(plot_pool, "workers", lambda pages: 2)
+    original = plot_pool.subprocess.Popen
+    signalled = []
+
+    def popen(*a, **k):  # each worker signalled as soon as it exists, as the group's signal finds it
+        worker = original(*a, **k)
+        signalled.append((signal.SIGTERM, signal.SIGHUP)[len(signalled) % 2])
+        os.kill(worker.pid, signalled[-1])
+        return worker
+
+    monkeypatch.setattr(plot_pool.subprocess, "Popen", popen)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a failed worker's warning fails the test
+        paths = plot_rows(four_pages, tmp_path)
+    assert signalled == [signal.SIGTERM, signal.SIGHUP] and len(paths) == 8
 
 
 def test_settings_no_pickle_takes_leave_the_pages_to_this_process(tmp_path, monkeypatch, four_pages):
