@@ -11,6 +11,10 @@ under different gates, a shard is missing or did not finish (the report is still
 says what), 2 for shards that do not belong together, an output that cannot be written, a baseline or durations file of the
 baseline folder that is broken or a figure no baseline can hold (checked before anything is
 written, so nothing is), or a baseline folder file's lock held past --lock-timeout.
+A SIGTERM or SIGHUP (a CI runner's cancel, a batch system's time limit, a hangup) ends a merge as
+Ctrl-C does, with one line saying what it left and 128 + the signal's number (143, 129; Ctrl-C's
+130): by default it killed the merge without a word, a baseline file's temporary copy left behind.
+A second one ends it at once.
 """
 
 from __future__ import annotations
@@ -18,10 +22,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from .baselines import LOCK_TIMEOUT_S
 from .errors import SpecdecUsageError
@@ -232,19 +239,56 @@ def _misspelt(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
         sub.error(problem)
 
 
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM or SIGHUP, ending the merge as Ctrl-C's KeyboardInterrupt does."""
+
+    def __init__(self, number: int) -> None:
+        super().__init__(signal.Signals(number).name)
+        self.number = number
+
+
+@contextmanager
+def _terminations_interrupt() -> Iterator[None]:
+    """While the merge runs, its first SIGTERM or SIGHUP raises Terminated; the next one of either
+    takes its default course again (ends the process at once)."""
+    numbers = [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
+    if threading.current_thread() is not threading.main_thread():  # only there can Python take signals
+        yield
+        return
+    previous = {number: signal.getsignal(number) for number in numbers}
+
+    def interrupt(number: int, frame: object) -> None:
+        for each in numbers:
+            signal.signal(each, signal.SIG_DFL)
+        raise Terminated(number)
+
+    for number in numbers:
+        signal.signal(number, interrupt)
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     _misspelt(parser, sys.argv[1:] if argv is None else list(argv))
     args = parser.parse_args(argv)
     try:
-        return merge_command(args)
+        with _terminations_interrupt():
+            return merge_command(args)
     except SpecdecUsageError as exc:
         print(f"python -m pytest_specdec {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # the shard folders are only read: running it again is the fix
-        print(f"python -m pytest_specdec {args.command}: interrupted; --out {args.out} may hold an "
-              f"incomplete merge{_baseline_folder_left(args)}: run the merge again", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # the shard folders are only read: running it again is the fix
+        by = f" by {exc}" if isinstance(exc, Terminated) else ""
+        try:
+            print(f"python -m pytest_specdec {args.command}: interrupted{by}; --out {args.out} may hold an "
+                  f"incomplete merge{_baseline_folder_left(args)}: run the merge again", file=sys.stderr)
+        except OSError:  # a hung-up terminal takes no line; the exit status still says it
+            pass
+        return 128 + exc.number if isinstance(exc, Terminated) else 130
 
 
 def _baseline_folder_left(args: argparse.Namespace) -> str:

@@ -642,6 +642,45 @@ def test_an_interrupted_merge_says_so_in_one_line(shards, monkeypatch, capsys):
                                        f"an incomplete merge: run the merge again\n")
 
 
+#: A merge whose baseline save a signal reaches mid-write: the first os.replace of a file of the
+#: baseline folder signals the merge itself, as a CI runner's cancel would, and waits for it.
+SIGNALLED_MERGE = """
+import os, signal, sys, time
+from pytest_specdec import __main__ as cli
+number = getattr(signal, sys.argv[1])
+replace = os.replace
+def signalled(src, dst, *args, **kwargs):
+    if os.path.basename(dst) == "cpu.json":
+        os.kill(os.getpid(), number)
+        time.sleep(30)
+    return replace(src, dst, *args, **kwargs)
+os.replace = signalled
+code = cli.main(sys.argv[2:])
+print("handler restored:", signal.getsignal(number) is signal.SIG_DFL)
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
+def test_a_sigterm_or_sighup_ends_a_merge_as_ctrl_c_does(shards, name):
+    """A CI runner's cancel (SIGTERM) or a hangup killed a merge without a word, mid-save, its
+    baseline file's temporary copy left in the baseline folder. It now ends the merge as Ctrl-C
+    does: one line naming the signal and what the folders hold, nothing left half-written, exit
+    status 128 + the signal's number."""
+    import signal
+
+    folder = shards / "baselines"
+    result = subprocess.run([sys.executable, "-c", SIGNALLED_MERGE, name, "merge", "--out", str(shards / "merged"),
+                             "--no-plots", "--save-baseline", "--baseline-dir", str(folder),
+                             str(shards / "shard-1"), str(shards / "shard-2")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 128 + getattr(signal, name), (result.returncode, result.stderr)
+    assert result.stderr.startswith(f"python -m pytest_specdec merge: interrupted by {name}; --out "), result.stderr
+    assert result.stderr.endswith("counts no figure twice): run the merge again\n")
+    assert "handler restored: True" in result.stdout
+    assert sorted(p.name for p in folder.iterdir()) == [".cpu.json.lock"]  # no temporary copy, no half file
+
+
 def test_an_interrupted_saving_merge_says_what_the_baseline_folder_holds_and_merging_again_pools_nothing_twice(
         tmp_path, monkeypatch, capsys):
     """Ctrl-C during merge --save-baseline spoke of --out alone, not of the baseline folder it
