@@ -162,8 +162,11 @@ class Recorder:
         __tracebackhide__ = True  # a second measurement is the test's mistake
         self._first_measurement()  # before the workload runs, not after it
         measurement = server.run(workload)
-        greedy = getattr(workload, "temperature", 0.0) == 0.0
+        temperature = getattr(workload, "temperature", 0.0)
+        greedy = temperature == 0.0
         records = server.last_result.records if server.last_result is not None else ()
+        if not greedy:  # the workload run may not be the configured one: the end of the run says it went unchecked
+            self.info["temperature"] = temperature
         if greedy and records:
             self.outputs = Outputs(tuple(r.output_ids for r in records), tuple(r.text for r in records),
                                    tuple(r.prompt_tokens for r in records), self._spans(server, records))

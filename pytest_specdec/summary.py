@@ -562,20 +562,27 @@ def unchecked_lossless(results: Results, left_out_by: tuple[str, ...] = ()) -> s
 def sampled_lossless(results: Results) -> str | None:
     """The speculative results of a workload that samples (temperature above 0), whose outputs
     no greedy reference can reproduce, so nothing checked their losslessness: said at the end,
-    where `-q` (which hides the header's line) still shows it; one line, or None."""
+    where `-q` (which hides the header's line) still shows it; one line, or None. The temperature
+    is the one the test ran (`details`), which a workload it built itself may not share with the
+    configured workload of its name."""
     from .configuration import is_speculative
 
     state = results.state
     if not results.all() or not state.lossless.on:
         return None
-    temperatures = {w.name: w.temperature for w in state.config.workloads}
+    configured = {w.name: w.temperature for w in state.config.workloads}
+
+    def temperature(r: Result) -> float:
+        ran = r.details.get("temperature")
+        return float(ran) if isinstance(ran, (int, float)) else configured.get(r.workload or "", 0)
+
     sampled = [r for r in results.all() if r.case is not None and r.outputs is None
                and is_speculative(r.case.method) and r.case.method != state.settings.reference
-               and temperatures.get(r.workload or "", 0) > 0]
+               and temperature(r) > 0]
     if not sampled:
         return None
     names = ", ".join(_names(sampled))
-    workloads = ", ".join(sorted({f"{r.workload} at temperature {temperatures[r.workload]:g}" for r in sampled}))
+    workloads = ", ".join(sorted({f"{r.workload} at temperature {temperature(r):g}" for r in sampled}))
     return (f"lossless: not checked: {names} (sampled: {workloads}; only greedy outputs must equal "
             f"the reference's); a workload with temperature = 0 checks them")
 

@@ -305,6 +305,26 @@ def test_a_sampled_workload_says_at_the_end_that_nothing_checked_it(pytester, no
         "only greedy outputs must equal the reference's); a workload with temperature = 0 checks them"])
 
 
+def test_a_sampled_workload_the_test_builds_says_at_the_end_that_nothing_checked_it(
+        pytester, no_leftover_engines):
+    """The note read the configured workload's temperature (0 here), not the one the test ran:
+    a lossy engine passed a workload the test built at temperature 0.7 with no word on the guard."""
+    project(pytester, methods=("ar", "ddtree"), budgets=(8,), engine_args=("--fault-lossy", "0.3"),
+            prompts=2, max_new_tokens=16)
+    pytester.makepyfile(test_generation="""
+from pytest_specdec.workloads import load_workload
+
+def test_generation(specdec_server, specdec_workload, specdec_record):
+    sampled = load_workload("chat", max_new_tokens=16, temperature=0.7).resized(2).replace(name="chat")
+    specdec_record.run(specdec_server, sampled)
+""")
+    result = run(pytester, "-q")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([
+        "specdec: lossless: not checked: ddtree-tp1-b8 [[]chat[]] (sampled: chat at temperature 0.7; "
+        "only greedy outputs must equal the reference's); a workload with temperature = 0 checks them"])
+
+
 def test_the_guard_works_across_xdist_workers(pytester, no_leftover_engines):
     pytest.importorskip("xdist")
     project(pytester, methods=("ar", "dflash"), budgets=(8,), engine_args=("--fault-lossy", "0.3"))
