@@ -448,6 +448,9 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
     sampled = sampled_lossless(results)
     if sampled:
         notes.append(sampled)
+    figures_only = figures_only_lossless(results)
+    if figures_only:
+        notes.append(figures_only)
     by_text = uncounted_lossless(results)
     if by_text:
         notes.append(by_text)
@@ -585,6 +588,31 @@ def sampled_lossless(results: Results) -> str | None:
     workloads = ", ".join(sorted({f"{r.workload} at temperature {temperature(r):g}" for r in sampled}))
     return (f"lossless: not checked: {names} (sampled: {workloads}; only greedy outputs must equal "
             f"the reference's); a workload with temperature = 0 checks them")
+
+
+def figures_only_lossless(results: Results) -> str | None:
+    """The greedy results of a guarded family measured through `specdec_record.result(measurement)`,
+    which records figures, not outputs (`run(server, workload)` records both), so nothing compared
+    their outputs, as they were neither sampled nor left without their reference: one line, or None."""
+    from .collection import reference_case
+    from .configuration import is_speculative
+
+    state = results.state
+    if not results.all() or not state.lossless.on:
+        return None
+    configured = {w.name: w.temperature for w in state.config.workloads}
+    reference = state.settings.reference
+    figures_only = [r for r in results.all() if r.case is not None and r.outputs is None
+                    and "measurement" in r.details and "temperature" not in r.details
+                    and not configured.get(r.workload or "", 0) > 0
+                    and (r.case.method == reference or is_speculative(r.case.method))
+                    and reference_case(r.case, state) is not None
+                    and any(is_speculative(m) and m != reference for m in state.config.matrices[r.case.family].methods)]
+    if not figures_only:
+        return None
+    return (f"lossless: not checked: {', '.join(_names(figures_only))} (measured through "
+            f"specdec_record.result(measurement), which records figures, not outputs); "
+            f"specdec_record.run(specdec_server, workload) records the outputs the guard compares")
 
 
 def uncounted_lossless(results: Results) -> str | None:

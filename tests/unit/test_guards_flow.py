@@ -325,6 +325,24 @@ def test_generation(specdec_server, specdec_workload, specdec_record):
         "only greedy outputs must equal the reference's); a workload with temperature = 0 checks them"])
 
 
+def test_figures_recorded_through_result_say_at_the_end_that_nothing_checked_their_outputs(
+        pytester, no_leftover_engines):
+    """specdec_record.result(measurement) takes figures, not outputs: a lossy engine measured so
+    passed with no word on the guard, where run(server, workload) fails it."""
+    project(pytester, methods=("ar", "ddtree"), budgets=(8,), engine_args=("--fault-lossy", "0.3"),
+            prompts=2, max_new_tokens=16)
+    pytester.makepyfile(test_generation="""
+def test_generation(specdec_server, specdec_workload, specdec_record):
+    specdec_record.result(specdec_server.run(specdec_workload))
+""")
+    result = run(pytester, "-q")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([
+        "specdec: lossless: not checked: ar-tp1 [[]chat[]], ddtree-tp1-b8 [[]chat[]] (measured through "
+        "specdec_record.result(measurement), which records figures, not outputs); "
+        "specdec_record.run(specdec_server, workload) records the outputs the guard compares"])
+
+
 def test_the_guard_works_across_xdist_workers(pytester, no_leftover_engines):
     pytest.importorskip("xdist")
     project(pytester, methods=("ar", "dflash"), budgets=(8,), engine_args=("--fault-lossy", "0.3"))
