@@ -428,23 +428,6 @@ def _fix(setter: Callable[[str], str]) -> str:
     return f"fix it, or move it aside (or delete it) and save a new one with {setter('save_baseline')}"
 
 
-class _DuplicateKey(ValueError):
-    def __init__(self, key: str):
-        super().__init__(key)
-        self.key = key
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose keys are all different: a test or figure named twice would otherwise
-    lose its first entry without a word."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
 def parse_baselines(text: str, hardware_key: str, source: str,
                     setter: Callable[[str], str] = _flag) -> Baselines:
     """Validate a baseline document; every error names the file, the entry and the fix.
@@ -457,8 +440,8 @@ def parse_baselines(text: str, hardware_key: str, source: str,
         raise SpecdecUsageError(f"baseline file {source} is empty (saves replace it whole, so something "
                                 f"else emptied it); {fix}")
     try:
-        doc = json_text.loads(text, object_pairs_hook=_unique_keys)
-    except _DuplicateKey as exc:
+        doc = json_text.loads(text, object_pairs_hook=json_text.unique_keys)
+    except json_text.RepeatedKey as exc:
         raise SpecdecUsageError(
             f"baseline file {source} names {exc.key!r} twice in one object (a hand edit or a merge "
             f"of two files?), and JSON keeps only the last; keep one, or move the file aside (or "

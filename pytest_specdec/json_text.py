@@ -34,6 +34,25 @@ def loads(text: str | bytes, **kwargs: Any) -> Any:
         raise json.JSONDecodeError("nested too deeply to read", text, 0) from None
 
 
+class RepeatedKey(ValueError):
+    """A key an object of the text gives twice (`unique_keys`); `key` names it."""
+
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An `object_pairs_hook` refusing a key given twice in one object: JSON keeps the last without a
+    word, so a hand-edited file would lose the first entry (another prompt, budget, figure)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise RepeatedKey(key)
+        out[key] = value
+    return out
+
+
 #: The escape JSON has for each control character with one of its own (others are written \u00XX)
 _ESCAPES = {"\t": ("tab", "\\t"), "\n": ("line feed", "\\n"), "\r": ("carriage return", "\\r"),
             "\b": ("backspace", "\\b"), "\f": ("form feed", "\\f"), "\0": ("NUL", "\\u0000")}

@@ -150,22 +150,6 @@ def _json_shown(value: Any) -> str:
         return repr(value)
 
 
-class _RepeatedKey(ValueError):
-    def __init__(self, key: str):
-        super().__init__(key)
-        self.key = key
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose keys all differ."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _RepeatedKey(key)
-        out[key] = value
-    return out
-
-
 def parse_prompt_lines(lines: Iterable[str], source: str) -> tuple[Prompt, ...]:
     """Parse JSONL prompt lines; errors name `source:line` and say what a line must look like."""
     prompts: list[Prompt] = []
@@ -176,8 +160,8 @@ def parse_prompt_lines(lines: Iterable[str], source: str) -> tuple[Prompt, ...]:
             continue
         where = f"{source}:{lineno}"
         try:
-            obj = json_text.loads(line, object_pairs_hook=_unique_keys)
-        except _RepeatedKey as exc:  # JSON keeps the last silently: the run would send another prompt or budget
+            obj = json_text.loads(line, object_pairs_hook=json_text.unique_keys)
+        except json_text.RepeatedKey as exc:  # JSON keeps the last silently: the run would send another prompt or budget
             raise SpecdecUsageError(f"{where}: {_json_shown(exc.key)} is given twice in one object, and JSON "
                                     f"keeps only the last; keep the one you mean") from None
         except json.JSONDecodeError as exc:
