@@ -56,6 +56,9 @@ class Backend:
     argv_hint: ClassVar[str] = ""
     #: whether a dry run's servers fail as a known issue says (so that its XPASS means "fixed")
     reproduces_known_issues: ClassVar[bool] = False
+    #: top logprobs the reference's requests ask for (0: none): SGLang serves them, so a divergence
+    #: can say how close the reference's choice was; a server that refuses them would fail the run
+    reference_top_logprobs: ClassVar[int] = 0
 
     def __init__(self, reason: str) -> None:
         self.reason = reason  # why this backend was chosen, for the report header
@@ -323,6 +326,7 @@ class SGLangBackend(Backend):
 
     name = "sglang"
     issue_backend = "sglang"
+    reference_top_logprobs = 2  # the lead of the first choice over the second: lossless.margin_note
     argv_hint = ("match [tool.specdec.sglang] method_flags to this SGLang build (the preset num-draft-tokens "
                  "takes upstream's flags only) and check its extra_args")
 

@@ -193,9 +193,25 @@ def _opt_float(meta: dict, key: str) -> float | None:
     return None if value is None else float(value)
 
 
-def _payload(workload: Workload, index: int) -> dict[str, Any]:
+def _payload(workload: Workload, index: int, top_logprobs: int = 0) -> dict[str, Any]:
     text, sampling_params, stream = api.REQUEST_FIELDS_SENT
-    return {text: workload.prompts[index].text, sampling_params: workload.sampling_params(index), stream: True}
+    payload = {text: workload.prompts[index].text, sampling_params: workload.sampling_params(index), stream: True}
+    if top_logprobs:
+        payload.update({api.RETURN_LOGPROB: True, api.TOP_LOGPROBS_NUM: top_logprobs})
+    return payload
+
+
+def _margins(meta: dict) -> tuple[float, ...] | None:
+    """Each output token's lead of the server's first choice over its second in log-probability,
+    from meta_info's `output_top_logprobs`; None where absent or not two a token (not asked, or
+    a server that does not serve logprobs), which only costs the divergence message its hint."""
+    rows = meta.get(api.OUTPUT_TOP_LOGPROBS)
+    if not isinstance(rows, list):
+        return None
+    try:
+        return tuple(float(row[0][0]) - float(row[1][0]) for row in rows)
+    except (TypeError, IndexError, ValueError):
+        return None
 
 
 async def generate_one(
@@ -310,6 +326,7 @@ async def generate_one(
         spec_num_proposed_drafts=_opt_int(meta, api.SPEC_NUM_PROPOSED_DRAFTS),
         text=str(final.get(api.RESPONSE_TEXT) or "") if keep_text else "",
         output_ids=_cumulative_ids(final, meta) if keep_text else None,
+        margins=_margins(meta) if keep_text and payload.get(api.RETURN_LOGPROB) else None,
     )
 
 
@@ -415,6 +432,7 @@ async def run_workload_async(
     on_record: Callable[[RequestRecord], None] | None = None,
     stall_timeout: float | None = None,
     on_quiet: OnQuiet | None = None,
+    top_logprobs: int = 0,
 ) -> WorkloadResult:
     """Send every prompt of `workload`, at most `workload.concurrency` in flight at once.
 
@@ -423,7 +441,8 @@ async def run_workload_async(
     denominator of output_tok_s. With `stall_timeout`, the workload is abandoned with
     `WorkloadStalled` as soon as requests are in flight and none has received an event of its
     stream for that long (a frozen server, keep-alives or not), instead of after each request's
-    own timeout; `on_quiet` hears of the wait once it has lasted `STALL_QUIET_S`.
+    own timeout; `on_quiet` hears of the wait once it has lasted `STALL_QUIET_S`. `top_logprobs`
+    above 0 asks each request for its output tokens' top logprobs (`RequestRecord.margins`).
     """
     owned = session is None
     if session is None:
@@ -443,7 +462,7 @@ async def run_workload_async(
                 return
             stream.in_flight += 1
             try:
-                rec = await generate_one(session, url, _payload(workload, i), index=i,
+                rec = await generate_one(session, url, _payload(workload, i, top_logprobs), index=i,
                                          timeout_s=timeout_s, keep_text=keep_text,
                                          on_event=stream.heard)
             finally:
@@ -617,6 +636,9 @@ def _whole_body(events: list[dict]) -> dict:
                 and sum(map(len, parts)) == int(meta.get(api.COMPLETION_TOKENS) or 0):
             final[api.RESPONSE_OUTPUT_IDS] = [i for part in parts for i in part]
             final[api.RESPONSE_TEXT] = "".join(str(e.get(api.RESPONSE_TEXT) or "") for e in events)
+            rows = [(e.get(api.META_INFO) or {}).get(api.OUTPUT_TOP_LOGPROBS) for e in events]
+            if isinstance(rows[-1], list) and all(isinstance(r, list) for r in rows):  # sliced as the ids are
+                final[api.META_INFO] = dict(meta, **{api.OUTPUT_TOP_LOGPROBS: [row for r in rows for row in r]})
     return final
 
 

@@ -71,6 +71,7 @@ class LiveServer:
     # takes announce=)
     announce: Callable[[str], None] | None = None
     placement: str = ""  # `GPUs 4,5 (NVIDIA H200)`: results.json says where each configuration ran
+    top_logprobs: int = 0  # asked of each request by a losslessness reference (RequestRecord.margins)
     _vocab_size: int | None = field(default=None, repr=False)
     last_result: WorkloadResult | None = field(default=None, repr=False)
     last_server_figures: metrics.ServerFigures | None = field(default=None, repr=False)
@@ -209,7 +210,8 @@ class LiveServer:
             # bounds a silent one (the client's per-request cap only where there is none)
             timeout = {} if self.stall_timeout is None else {"timeout_s": None}
             result = client.run_workload(self.url, workload, stall_timeout=self.stall_timeout,
-                                         on_quiet=self._say_silence(), **timeout)
+                                         on_quiet=self._say_silence(), top_logprobs=self.top_logprobs,
+                                         **timeout)
         except client.WorkloadStalled as stall:
             # the advice before the probe: the table keeps a failure's end, which says why
             self._stalled(f"{stall}; raise {self.stall_setting} if the server is just slow")

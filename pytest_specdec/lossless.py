@@ -27,6 +27,10 @@ from .token_ids import TokenIds
 
 MODES = ('"exact"', '"prefix:N"', '"off"')
 CONTEXT_TOKENS = 6  # tokens of each continuation a failure message shows
+#: A reference margin (its top two tokens' log-probability difference) below this is a near-tie:
+#: bf16 logits in [8, 16) sit on a 0.0625 grid, so a batch size or kernel change moves a
+#: difference of two of them by about that much and can flip the greedy choice.
+NEAR_TIE = 0.1
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,11 @@ class Outputs:
     `tokens[i]` is None where the server did not send prompt i's token ids (then its text is
     compared, character by character). `spans` = (N, characters of each text's first N tokens,
     None where not counted) is where `prefix:N` cuts such a text: counted at measurement by the
-    server's tokenizer, as the text holds no token boundaries (None: not counted). `prompt_tokens[i]` is prompt i's length as its server
+    server's tokenizer, as the text holds no token boundaries (None: not counted). `margins[i][j]`
+    is how far the server's top choice at output token j of prompt i led its second one in
+    log-probability (SGLang's `output_top_logprobs`, asked of the reference only; None where not
+    asked or not sent): at a divergence it tells a near-tie a kernel can flip from a real one.
+    `prompt_tokens[i]` is prompt i's length as its server
     counted it (None where it did not say; the whole field None in records of earlier
     releases): a workload with `truncate = true` cuts a prompt to each server's context length,
     so two configurations may have continued different prompts, whose outputs prove nothing.
@@ -85,6 +93,7 @@ class Outputs:
     texts: tuple[str, ...]
     prompt_tokens: tuple[int | None, ...] | None = None
     spans: tuple[int, tuple[int | None, ...]] | None = None
+    margins: tuple[tuple[float, ...] | None, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tokens", TokenIds.of(self.tokens))  # frozen: set once, here
@@ -96,7 +105,16 @@ class Outputs:
             obj["prompt_tokens"] = list(self.prompt_tokens)
         if self.spans is not None:
             obj["spans"] = {"tokens": self.spans[0], "chars": list(self.spans[1])}
+        if self.margins is not None and any(m is not None for m in self.margins):
+            obj["margins"] = [None if m is None else [round(x, 5) for x in m] for m in self.margins]
         return obj
+
+    def margin(self, index: int, position: int) -> float | None:
+        """Prompt `index`'s margin at output token `position` (from 0), where the server sent it."""
+        if self.margins is None or index >= len(self.margins):
+            return None
+        held = self.margins[index]
+        return None if held is None or position >= len(held) else held[position]
 
     def span(self, index: int, prefix: int) -> int | None:
         """Characters of text `index`'s first `prefix` tokens, where counted for that N."""
@@ -108,12 +126,14 @@ class Outputs:
     def from_json(cls, obj: Mapping[str, Any] | None) -> Outputs | None:
         if not obj:
             return None
-        sizes, spans = obj.get("prompt_tokens"), obj.get("spans")
+        sizes, spans, margins = obj.get("prompt_tokens"), obj.get("spans"), obj.get("margins")
         return cls(TokenIds.of(None if t is None else (int(i) for i in t) for t in obj["tokens"]),
                    tuple(str(s) for s in obj["texts"]),
                    None if sizes is None else tuple(None if n is None else int(n) for n in sizes),
                    None if not spans else (int(spans["tokens"]),
-                                           tuple(None if c is None else int(c) for c in spans["chars"])))
+                                           tuple(None if c is None else int(c) for c in spans["chars"])),
+                   None if not margins else tuple(None if m is None else tuple(float(x) for x in m)
+                                                  for m in margins))
 
 
 @dataclass(frozen=True)
@@ -140,6 +160,8 @@ class Divergence:
     prompt_sizes: tuple[int, int] | None = None
     #: how `prefix:N` cut a text compared by characters (no token ids), for the message
     span: str | None = None
+    #: the reference's top-two log-probability difference at the divergent token (None: not asked)
+    margin: float | None = None
 
     def message(self) -> str:
         """`ddtree-tp1-b8 is not lossless: prompt 4 differs from ar-tp1 at token 18 ...`."""
@@ -159,7 +181,20 @@ class Divergence:
         return (f"{self.config} is not lossless: prompt {self.prompt + 1} differs from "
                 f"{self.reference} at {self.unit} {self.position + 1}{more}; {self.reference} continues "
                 f"{_show(self.expected, self.unit)}, {self.config} continues "
-                f"{_show(self.got, self.unit)}")
+                f"{_show(self.got, self.unit)}{margin_note(self.reference, self.position, self.margin)}")
+
+
+def margin_note(reference: str, position: int, margin: float | None) -> str:
+    """What the reference's margin at the divergent token says: a near-tie that numerical
+    nondeterminism can flip, or a clear choice that only a lossy method explains ("" unknown).
+    The verdict stands either way: a near-tie is named, not excused."""
+    if margin is None:
+        return ""
+    where = f"; {reference}'s top two tokens at token {position + 1} differ by {margin:.2g} in log-probability"
+    if margin < NEAR_TIE:
+        return (f"{where} (near-tie, under {NEAR_TIE}: numerical nondeterminism (batch size, kernel choice) "
+                f"can flip it, so this divergence alone does not show a lossy method)")
+    return f"{where} (a clear choice, {NEAR_TIE} or more: not a near-tie)"
 
 
 def _show(items: Sequence[Any], unit: str) -> str:
@@ -248,8 +283,9 @@ def compare(config: str, outputs: Outputs, reference: str, expected: Outputs,
     if not found:
         return None
     index, position, unit, want, got, span = found[0]
+    margin = expected.margin(index, position) if unit == "token" else None  # margins count tokens
     return Divergence(config, reference, index, position, unit, list(want[position:]), list(got[position:]),
-                      len(found), min(len(expected.texts), len(outputs.texts)), span=span)
+                      len(found), min(len(expected.texts), len(outputs.texts)), span=span, margin=margin)
 
 
 def _text_cut(index: int, outputs: Outputs, expected: Outputs, prefix: int) -> tuple[int, str]:

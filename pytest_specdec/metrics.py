@@ -70,6 +70,8 @@ class RequestRecord:
     spec_num_proposed_drafts: int | None = None
     text: str = ""
     output_ids: tuple[int, ...] | None = None  # the whole output's token ids, where the server sent them
+    #: each output token's top-two log-probability lead (`lossless.Outputs.margins`), where asked and sent
+    margins: tuple[float, ...] | None = None
 
     @property
     def ok(self) -> bool:

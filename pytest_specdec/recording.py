@@ -169,7 +169,8 @@ class Recorder:
             self.info["temperature"] = temperature
         if greedy and records:
             self.outputs = Outputs(tuple(r.output_ids for r in records), tuple(r.text for r in records),
-                                   tuple(r.prompt_tokens for r in records), self._spans(server, records))
+                                   tuple(r.prompt_tokens for r in records), self._spans(server, records),
+                                   tuple(r.margins for r in records))
         figures = getattr(server, "last_server_figures", None)
         if figures is not None:
             self.info["server_figures"] = {

@@ -25,6 +25,10 @@ TOKENIZE_ALIAS = "/tokenize"  # the same handler, left out of the OpenAPI schema
 # -- /generate: what the client sends ----------------------------------------------------------------
 REQUEST_FIELDS_SENT = ("text", "sampling_params", "stream")
 SAMPLING_PARAMS_SENT = ("max_new_tokens", "temperature", "ignore_eos")
+#: Sent by the losslessness reference alone: its output tokens' top logprobs (logprob_start_len
+#: left at SGLang's default, -1: output tokens only), so a divergence can say how close its choice was.
+RETURN_LOGPROB = "return_logprob"
+TOP_LOGPROBS_NUM = "top_logprobs_num"
 
 # -- /generate: what the client reads ----------------------------------------------------------------
 RESPONSE_TEXT = "text"  # the output so far (cumulative unless the server streams deltas)
@@ -45,7 +49,10 @@ SPEC_NUM_PROPOSED_DRAFTS = "spec_num_proposed_drafts"
 #: Added only when a request went through at least one verify step: absent, not zero, otherwise.
 SPEC_META_KEYS = (SPEC_VERIFY_CT, SPEC_ACCEPT_LENGTH, SPEC_ACCEPT_RATE, SPEC_NUM_CORRECT_DRAFTS,
                   SPEC_NUM_PROPOSED_DRAFTS)
-META_INFO_KEYS_READ = (FINISH_REASON, PROMPT_TOKENS, COMPLETION_TOKENS, E2E_LATENCY, *SPEC_META_KEYS)
+#: Per output token, the top `top_logprobs_num` as [logprob, token id, text or null], best first.
+OUTPUT_TOP_LOGPROBS = "output_top_logprobs"
+META_INFO_KEYS_READ = (FINISH_REASON, PROMPT_TOKENS, COMPLETION_TOKENS, E2E_LATENCY, *SPEC_META_KEYS,
+                       OUTPUT_TOP_LOGPROBS)
 
 # -- /v1/tokenize: the context-length guard's count ------------------------------------------------
 #: {"prompt": str | [str, ...], "add_special_tokens": bool}; the special tokens default to added, as

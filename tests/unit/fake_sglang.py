@@ -22,6 +22,10 @@ Environment:
   404 as FastAPI answers a path it does not route.
 - FAKE_SGLANG_NO_OUTPUT_IDS=1: a server that streams text without output_ids (the losslessness
   guard then compares texts).
+
+The embedded engine serves no logprobs, so the reference's `return_logprob` / `top_logprobs_num`
+are dropped before it reads the request: the stand-in answers as a server that sends no
+`output_top_logprobs` (a divergence then names no margin).
 """
 
 from __future__ import annotations
@@ -133,6 +137,17 @@ def launch_server(argv: list[str]) -> None:
             return out
 
         server.EngineServer._output = text_only
+    from pytest_specdec.engine import server as engine_server
+
+    read_json = engine_server.EngineServer._read_json
+
+    async def no_logprobs(self, request, **keywords):  # SGLang serves them; the engine refuses them
+        body = await read_json(self, request, **keywords)
+        if isinstance(body, dict) and request.path == "/generate":
+            body.pop("return_logprob", None), body.pop("top_logprobs_num", None)
+        return body
+
+    engine_server.EngineServer._read_json = no_logprobs
     # served in this process, as SGLang's server is the process that parsed its flags: a fresh
     # interpreter would import torch a second time (server_args imported it), ~1.2 s a launch
     sys.argv = ["pytest_specdec.engine", *engine]

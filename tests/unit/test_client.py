@@ -118,6 +118,10 @@ class FakeSGLang:
                     meta.update(spec_verify_ct=verify, spec_accept_length=emitted / verify,
                                 spec_accept_rate=0.5, spec_num_correct_drafts=verify * (TOKENS_PER_STEP - 1),
                                 spec_num_proposed_drafts=verify * 15)
+                if payload.get("return_logprob"):  # SGLang's shape: token i's first choice leads by 0.5 + i
+                    meta["output_top_logprobs"] = [[[-0.25, i, None], [-0.75 - i, i + 1, None]]
+                                                   for i in range(emitted - step if mode == "incremental" else 0,
+                                                                  emitted)]
                 event = {"text": "x" * emitted, "output_ids": list(range(emitted)), "meta_info": meta}
                 if mode == "incremental":  # SGLang's --incremental-streaming-output: the step's part alone
                     start = emitted - step
@@ -251,6 +255,17 @@ def test_a_stream_of_deltas_is_joined_into_the_whole_output(fake):
     assert r.spec_verify_ct == 3
     whole = run_workload(fake.url, workload("cumulative", n=10)).records[0]
     assert whole.output_ids == tuple(range(10)) and whole.text == "x" * 10
+
+
+@pytest.mark.parametrize("mode", ["cumulative", "mode:incremental"])
+def test_a_reference_reads_each_tokens_margin_from_its_top_logprobs(fake, mode):
+    """Asked for top logprobs, each output token's lead of the first choice over the second is
+    kept (joined from the deltas too); a request that asked none keeps none."""
+    asked = run_workload(fake.url, workload(mode, n=10), top_logprobs=2)
+    assert fake.payloads[-1]["return_logprob"] is True and fake.payloads[-1]["top_logprobs_num"] == 2
+    assert asked.records[0].margins == pytest.approx(tuple(0.5 + i for i in range(10)))
+    plain = run_workload(fake.url, workload(mode, n=10))
+    assert "return_logprob" not in fake.payloads[-1] and plain.records[0].margins is None
 
 
 def test_keep_text_false_drops_output_text(fake):

@@ -122,3 +122,56 @@ def test_prompt_sizes_round_trip_through_json_and_older_records_have_none():
     assert Outputs.from_json(outputs.to_json()) == outputs
     older = {"tokens": [[1, 2]], "texts": ["ab"]}
     assert Outputs.from_json(older).prompt_tokens is None and "prompt_tokens" not in Outputs.from_json(older).to_json()
+
+
+def _divergence(margin: float):
+    reference = Outputs(((1, 2, 3, 4),), ("abcd",), margins=((5.0, 3.2, margin, 1.0),))
+    return compare("ddtree-tp1-b8", Outputs(((1, 2, 9, 4),), ("abzd",)), "ar-tp1", reference, Exactness("exact"))
+
+
+def test_a_divergence_at_a_near_tie_says_so_and_still_fails():
+    """The reference's top two tokens nearly tied where the outputs part: the verdict stands,
+    and the message says numerical nondeterminism can flip such a choice."""
+    divergence = _divergence(0.0004)
+    assert divergence is not None and divergence.message() == (
+        "ddtree-tp1-b8 is not lossless: prompt 1 differs from ar-tp1 at token 3; ar-tp1 continues [3, 4], "
+        "ddtree-tp1-b8 continues [9, 4]; ar-tp1's top two tokens at token 3 differ by 0.0004 in "
+        "log-probability (near-tie, under 0.1: numerical nondeterminism (batch size, kernel choice) can flip it, "
+        "so this divergence alone does not show a lossy method)")
+
+
+def test_a_divergence_at_a_clear_choice_says_it_is_no_near_tie():
+    assert _divergence(2.3).message().endswith(
+        "; ar-tp1's top two tokens at token 3 differ by 2.3 in log-probability (a clear choice, 0.1 or more: "
+        "not a near-tie)")
+
+
+def test_without_the_references_margins_the_message_is_as_before():
+    divergence = compare("ddtree-tp1-b8", Outputs(((1, 2, 9, 4),), ("abzd",)), "ar-tp1",
+                         Outputs(((1, 2, 3, 4),), ("abcd",)), Exactness("exact"))
+    assert divergence is not None and divergence.message().endswith("ddtree-tp1-b8 continues [9, 4]")
+
+
+def test_margins_round_trip_through_json_and_older_records_have_none():
+    outputs = Outputs(((1, 2),), ("ab",), margins=((0.25, 1.5),))
+    assert Outputs.from_json(outputs.to_json()) == outputs
+    assert "margins" not in Outputs(((1, 2),), ("ab",)).to_json()
+    assert Outputs.from_json({"tokens": [[1, 2]], "texts": ["ab"]}).margin(0, 0) is None
+
+
+@pytest.mark.parametrize("method, lossless, backend, asked", [
+    ("ar", "exact", "sglang", 2), ("ddtree", "exact", "sglang", 0), ("ar", "off", "sglang", 0),
+    ("ar", "exact", "embedded", 0), ("ar", "prefix:32", "attach", 0)])
+def test_only_the_reference_asks_for_top_logprobs_where_its_backend_serves_them(method, lossless, backend, asked):
+    """The reference's margins cost its requests a top-2 logprob each: asked only where a check reads
+    them, and only of SGLang (the embedded engine and an attached server may refuse them)."""
+    from types import SimpleNamespace
+
+    from pytest_specdec.backends import AttachBackend, EmbeddedBackend, SGLangBackend
+    from pytest_specdec.configuration import MatrixCase
+    from pytest_specdec.fixtures import _reference_top_logprobs
+
+    kinds = {"sglang": SGLangBackend, "embedded": EmbeddedBackend, "attach": AttachBackend}
+    state = SimpleNamespace(lossless=parse_exactness(lossless), settings=SimpleNamespace(reference="ar"),
+                            backend=kinds[backend])
+    assert _reference_top_logprobs(MatrixCase("f", method, 1, None), state) == asked

@@ -288,6 +288,37 @@ def test_the_client_sends_exactly_the_names_checked():
     assert tuple(_payload(workload, 0)) == api.REQUEST_FIELDS_SENT
 
 
+@pytest.mark.parametrize("field", (api.RETURN_LOGPROB, api.TOP_LOGPROBS_NUM))
+def test_logprob_fields_a_reference_sends_are_sglangs(api_types, field):
+    assert field in api_types.GenerateRequest.__struct_fields__, moved([field], (), "SGLang's GenerateRequest")
+
+
+def test_a_reference_asks_for_top_logprobs_by_those_names_only():
+    workload = Workload(name="w", prompts=(Prompt("hi"),), max_new_tokens=4, concurrency=1)
+    from pytest_specdec.client import _payload
+
+    assert _payload(workload, 0, 2) == {**_payload(workload, 0), api.RETURN_LOGPROB: True, api.TOP_LOGPROBS_NUM: 2}
+
+
+def test_output_top_logprobs_as_sglang_shapes_them_give_the_margin(srt):
+    """SGLang's own detokenize_top_logprobs_tokens (run from its source, no tokenizer: the
+    client sends no return_text_in_logprobs) shapes each position's top logprobs as
+    [[logprob, id, null], ...], best first as its top-k gives them; the client reads the first
+    two's difference from that JSON."""
+    cls = next(n for n in ast.walk(srt("managers/tokenizer_manager.py"))
+               if isinstance(n, ast.ClassDef) and n.name == "TokenizerManager")
+    module = ast.Module([function(cls, "detokenize_logprob_tokens"), function(cls, "detokenize_top_logprobs_tokens")], [])
+    scope: dict = {"List": typing.List}
+    exec(compile(ast.fix_missing_locations(module), "tokenizer_manager.py", "exec"), scope)
+    manager = SimpleNamespace()
+    manager.detokenize_logprob_tokens = lambda *a: scope["detokenize_logprob_tokens"](manager, *a)
+    rows = scope["detokenize_top_logprobs_tokens"](manager, [[-0.1, -2.4], [-0.69, -0.6904]], [[5, 7], [3, 9]], False)
+    from pytest_specdec.client import _margins
+
+    margins = _margins(json.loads(json.dumps({api.OUTPUT_TOP_LOGPROBS: rows})))
+    assert margins == pytest.approx((2.3, 0.0004))
+
+
 # -- /generate: what the client reads --------------------------------------------------------------
 
 @pytest.mark.parametrize("key", api.META_INFO_KEYS_READ)
