@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .options import OPTIONS, OPTIONS_BY_NAME
+from .sampling_rule import decodes_greedily
 from .state import RunState
 
 
@@ -34,7 +35,7 @@ def lossless_line(state: RunState) -> str:
     if unguarded:
         text += (f"; not in {', '.join(unguarded)} (no {state.settings.reference} in the matrix: "
                  f"add it to guard them)")
-    sampled = [w.name for w in state.config.workloads if w.temperature > 0]
+    sampled = [w.name for w in state.config.workloads if not decodes_greedily(w.temperature)]
     if sampled:  # only greedy outputs are kept and compared (recording.Recorder.run)
         text += f"; not for workload {', '.join(sampled)} (temperature above 0: not greedy)"
     return text

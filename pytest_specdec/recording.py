@@ -32,6 +32,7 @@ from .lossless import Outputs
 from .directions import METRIC_NAME, Direction, known_directions
 from .metrics import Measurement, MetricValue, RequestRecord, direction_of
 from .result import Result
+from .sampling_rule import decodes_greedily
 
 #: Key of the test-report user property that carries one test's results to the controller.
 RESULT_PROPERTY = "specdec_result"
@@ -163,7 +164,7 @@ class Recorder:
         self._first_measurement()  # before the workload runs, not after it
         measurement = server.run(workload)
         temperature = getattr(workload, "temperature", 0.0)
-        greedy = temperature == 0.0
+        greedy = decodes_greedily(temperature, dict(getattr(workload, "extra_sampling", ())).get("top_k"))
         records = server.last_result.records if server.last_result is not None else ()
         if not greedy:  # the workload run may not be the configured one: the end of the run says it went unchecked
             self.info["temperature"] = temperature

@@ -11,6 +11,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from .errors import SpecdecUsageError
+from .sampling_rule import decodes_greedily
 from .session import Results, lock_bound
 
 if TYPE_CHECKING:
@@ -563,11 +564,11 @@ def unchecked_lossless(results: Results, left_out_by: tuple[str, ...] = ()) -> s
 
 
 def sampled_lossless(results: Results) -> str | None:
-    """The speculative results of a workload that samples (temperature above 0), whose outputs
-    no greedy reference can reproduce, so nothing checked their losslessness: said at the end,
-    where `-q` (which hides the header's line) still shows it; one line, or None. The temperature
-    is the one the test ran (`details`), which a workload it built itself may not share with the
-    configured workload of its name."""
+    """The speculative results of a workload that samples (SGLang would not decode it greedily:
+    sampling_rule), whose outputs no greedy reference can reproduce, so nothing checked their
+    losslessness: said at the end, where `-q` (which hides the header's line) still shows it; one
+    line, or None. The temperature is the one the test ran (`details`, kept only for a run that
+    sampled), which a workload it built itself may not share with the configured workload of its name."""
     from .configuration import is_speculative
 
     state = results.state
@@ -575,13 +576,17 @@ def sampled_lossless(results: Results) -> str | None:
         return None
     configured = {w.name: w.temperature for w in state.config.workloads}
 
+    def ran(r: Result) -> float | None:
+        value = r.details.get("temperature")
+        return float(value) if isinstance(value, (int, float)) else None
+
     def temperature(r: Result) -> float:
-        ran = r.details.get("temperature")
-        return float(ran) if isinstance(ran, (int, float)) else configured.get(r.workload or "", 0)
+        value = ran(r)
+        return configured.get(r.workload or "", 0) if value is None else value
 
     sampled = [r for r in results.all() if r.case is not None and r.outputs is None
                and is_speculative(r.case.method) and r.case.method != state.settings.reference
-               and temperature(r) > 0]
+               and (ran(r) is not None or not decodes_greedily(temperature(r)))]
     if not sampled:
         return None
     names = ", ".join(_names(sampled))
@@ -604,7 +609,7 @@ def figures_only_lossless(results: Results) -> str | None:
     reference = state.settings.reference
     figures_only = [r for r in results.all() if r.case is not None and r.outputs is None
                     and "measurement" in r.details and "temperature" not in r.details
-                    and not configured.get(r.workload or "", 0) > 0
+                    and decodes_greedily(configured.get(r.workload or "", 0))
                     and (r.case.method == reference or is_speculative(r.case.method))
                     and reference_case(r.case, state) is not None
                     and any(is_speculative(m) and m != reference for m in state.config.matrices[r.case.family].methods)]

@@ -22,6 +22,7 @@ from .errors import SpecdecUsageError
 from .file_kind import link_fault_said, refuse_special
 from .fingerprint import text_digest
 from .relpaths import relative_path
+from .sampling_rule import decodes_greedily
 
 BUILTIN_WORKLOADS = ("chat", "code", "math")
 
@@ -81,8 +82,9 @@ class Workload:
 
     @property
     def greedy(self) -> bool:
-        """Greedy decoding: acceptance figures are deterministic and gated tightly."""
-        return self.temperature == 0
+        """Greedy decoding as SGLang decides it (a temperature below its epsilon, or top_k 1):
+        acceptance figures are deterministic and gated tightly, and outputs are checked."""
+        return decodes_greedily(self.temperature, dict(self.extra_sampling).get("top_k"))
 
     def max_new_tokens_for(self, index: int) -> int:
         override = self.prompts[index].max_new_tokens

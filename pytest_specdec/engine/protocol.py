@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from .. import context_rule
+from ..sampling_rule import decodes_greedily
 from . import contract, lax
 
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default
@@ -653,14 +654,10 @@ def neutral_refusal(kind: str, params: Mapping[str, Any], rules: Mapping[str, Ne
                        f"constrained decoding. Leave them unset (null) or at SGLang's default.")
 
 
-#: SGLang decodes greedily below this temperature (its _SAMPLING_EPS).
-GREEDY_BELOW = 1e-6
-
-
 def greedy_refusal(samples: int, temperature: Any, top_k: Any) -> Unsupported | None:
     """The engine's refusal of ``n`` above 1 where SGLang would draw independent samples (any
     temperature but 0, unless top_k is 1): the engine's greedy copies would pass for them."""
-    if samples <= 1 or (isinstance(temperature, (int, float)) and 0 <= temperature < GREEDY_BELOW) or top_k == 1:
+    if samples <= 1 or decodes_greedily(temperature, top_k):
         return None
     return Unsupported(f"The embedded engine cannot honour n={samples} at temperature {temperature}: it decodes "
                        f"greedily, so its {samples} samples would be copies of one output, where SGLang draws "

@@ -325,6 +325,38 @@ def test_generation(specdec_server, specdec_workload, specdec_record):
         "only greedy outputs must equal the reference's); a workload with temperature = 0 checks them"])
 
 
+def test_a_temperature_below_sglangs_epsilon_is_greedy_and_checked(pytester, no_leftover_engines):
+    """SGLang decodes a temperature below its epsilon greedily; the guard took it for sampled and
+    left a lossy engine's outputs unchecked, though the engine decodes it greedily too."""
+    project(pytester, methods=("ar", "ddtree"), budgets=(8,), engine_args=("--fault-lossy", "0.3"),
+            prompts=2, max_new_tokens=16)
+    pyproject = pytester.path / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace("max_new_tokens = 16", "max_new_tokens = 16\ntemperature = 1e-7"))
+    result = run(pytester, "-q")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["ddtree-tp1-b8 is not lossless: prompt * differs from ar-tp1 at token *"])
+    result.stdout.no_fnmatch_line("*sampled: chat*")
+
+
+def test_top_k_1_is_greedy_whatever_the_temperature_and_checked(pytester, no_leftover_engines):
+    """SGLang decodes top_k = 1 by argmax at any temperature; the guard took a workload at
+    temperature 0.7 with top_k 1 for sampled and left a lossy engine's outputs unchecked."""
+    project(pytester, methods=("ar", "ddtree"), budgets=(8,), engine_args=("--fault-lossy", "0.3"),
+            prompts=2, max_new_tokens=16)
+    pytester.makepyfile(test_generation="""
+from pytest_specdec.workloads import load_workload
+
+def test_generation(specdec_server, specdec_workload, specdec_record):
+    top1 = load_workload("chat", max_new_tokens=16, temperature=0.7).resized(2).replace(
+        name="chat", extra_sampling=(("top_k", 1),))
+    specdec_record.run(specdec_server, top1)
+""")
+    result = run(pytester, "-q")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["ddtree-tp1-b8 is not lossless: prompt * differs from ar-tp1 at token *"])
+    result.stdout.no_fnmatch_line("*sampled: chat*")
+
+
 def test_figures_recorded_through_result_say_at_the_end_that_nothing_checked_their_outputs(
         pytester, no_leftover_engines):
     """specdec_record.result(measurement) takes figures, not outputs: a lossy engine measured so

@@ -46,6 +46,16 @@ def test_plain_strings_become_prompts_and_greedy_flag():
     assert wl("x").greedy
 
 
+@pytest.mark.parametrize("temperature, extra, greedy", [
+    (0.0, (), True), (5e-7, (), True), (1e-6, (), False), (0.7, (), False),
+    (0.7, (("top_k", 1),), True), (0.7, (("top_k", 2),), False), (0.7, (("top_k", -1),), False),
+])
+def test_greedy_is_sglangs_rule_a_temperature_below_its_epsilon_or_top_k_1(temperature, extra, greedy):
+    """SGLang decodes these greedily; the flag read temperature == 0 alone, so the guard left
+    them unchecked as sampled."""
+    assert Workload(name="w", prompts=("a",), temperature=temperature, extra_sampling=extra).greedy is greedy
+
+
 @pytest.mark.parametrize(
     "fields, match",
     [
