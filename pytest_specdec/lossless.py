@@ -31,6 +31,7 @@ CONTEXT_TOKENS = 6  # tokens of each continuation a failure message shows
 #: bf16 logits in [8, 16) sit on a 0.0625 grid, so a batch size or kernel change moves a
 #: difference of two of them by about that much and can flip the greedy choice.
 NEAR_TIE = 0.1
+REPLACEMENT = "\ufffd"  # what a text decoder makes of bytes that complete no character
 
 
 @dataclass(frozen=True)
@@ -312,6 +313,32 @@ def uncounted(outputs: Outputs, expected: Outputs, exactness: Exactness) -> int:
     return sum(1 for index, (want_ids, got_ids) in enumerate(zip(expected.tokens.arrays(), outputs.tokens.arrays()))
                if (want_ids is None or got_ids is None) and expected.span(index, exactness.prefix) is None
                and outputs.span(index, exactness.prefix) is None)
+
+
+def blind(outputs: Outputs, expected: Outputs, exactness: Exactness) -> int:
+    """How many prompts `compare` passed on text (token ids missing on either side) whose compared
+    characters hold U+FFFD: a decoder turns every byte that completes no character into it, so a
+    different token of such bytes reads alike and a lossy pick passes unseen, which the run must say."""
+    if not exactness.on or len(outputs.texts) != len(expected.texts):
+        return 0
+    count = 0
+    for index, (want_ids, got_ids, want, got) in enumerate(
+            zip(expected.tokens.arrays(), outputs.tokens.arrays(), expected.texts, outputs.texts)):
+        if want_ids is not None and got_ids is not None:
+            continue
+        if exactness.mode == "prefix":
+            cut = _text_cut(index, outputs, expected, exactness.prefix)[0]
+            want, got = want[:cut], got[:cut]
+        count += want == got and REPLACEMENT in want
+    return count
+
+
+def blind_note(names: Sequence[str]) -> str:
+    """The line naming the results `blind` found: the run's summary and a merge of shards say it."""
+    return (f"lossless: compared as text, which could not see some characters: {', '.join(names)} (a server "
+            f"sent no token ids, and texts that match hold U+FFFD, which every byte that completes no "
+            f"character decodes to, so a different token of such bytes reads alike); a server that sends "
+            f"output_ids, as SGLang's /generate does, compares the tokens")
 
 
 def uncounted_note(exactness: Exactness, names: Sequence[str]) -> str:

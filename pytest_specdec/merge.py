@@ -42,7 +42,8 @@ class Merged:
     problems: tuple[str, ...]  # each a line: a shard's gate failed, a shard missing or unfinished
     #: each a line: a damaged journal line skipped (shard, file, line) and what that cost
     skipped: tuple[str, ...] = ()
-    #: each a line: what the comparisons across shards checked less than asked (`uncounted_across`)
+    #: each a line: what the comparisons across shards checked less than asked (`uncounted_across`,
+    #: `blind_across`)
     notes: tuple[str, ...] = ()
     #: each a line: what makes the shards' verdicts hard to read together, without failing it
     warnings: tuple[str, ...] = ()
@@ -419,7 +420,7 @@ def merge(directories: Iterable[str | Path]) -> Merged:
                         f": {len(lacking)} configuration(s) have no result"
                         + (f": {', '.join(lacking)}" if lacking else ""))
     return Merged(tuple(manifests), tuple(rows), tuple(results), tuple(problems), tuple(skipped),
-                  notes=tuple(uncounted_across(compared)), warnings=tuple(warnings))
+                  notes=tuple(uncounted_across(compared) + blind_across(compared)), warnings=tuple(warnings))
 
 
 @dataclass(frozen=True)
@@ -466,6 +467,15 @@ def uncounted_across(compared: dict[str, _Compared]) -> list[str]:
         if lossless.uncounted(check.candidate.outputs, check.reference.outputs, check.exactness):
             by_mode.setdefault(str(check.exactness), []).append(test_id)
     return [lossless.uncounted_note(lossless.parse_exactness(mode), names) for mode, names in by_mode.items()]
+
+
+def blind_across(compared: dict[str, _Compared]) -> list[str]:
+    """The line (or none) naming the configurations whose comparison across shards passed on texts
+    holding U+FFFD, which could not see those characters (`lossless.blind`), as a run's summary
+    names its own: each shard saw no reference to compare them with, so none said it."""
+    names = [test_id for test_id, check in compared.items()
+             if lossless.blind(check.candidate.outputs, check.reference.outputs, check.exactness)]
+    return [lossless.blind_note(names)] if names else []
 
 
 def _divergences(results: Sequence[tuple[Result, ShardManifest, str]], *,

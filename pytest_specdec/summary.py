@@ -455,6 +455,9 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
     by_text = uncounted_lossless(results)
     if by_text:
         notes.append(by_text)
+    unseen = blind_lossless(results)
+    if unseen:
+        notes.append(unseen)
     fixed = [nodeid.split("::")[-1] for nodeid, (outcome, _) in results.settled_known_issues().items()
              if outcome == "failed"]
     if fixed:  # a known issue that passes fails the run, as pytest's XPASS(strict) would have
@@ -620,32 +623,54 @@ def figures_only_lossless(results: Results) -> str | None:
             f"specdec_record.run(specdec_server, workload) records the outputs the guard compares")
 
 
-def uncounted_lossless(results: Results) -> str | None:
-    """The speculative results whose `prefix:N` check compared only the first N characters of
-    some outputs, as their servers sent no token ids and no tokenizer counted them (N characters
-    are usually far fewer tokens): a pass there checked less than asked; one line, or None."""
+def _compared_pairs(results: Results) -> list[tuple[Result, Result]]:
+    """(speculative result, its reference's result) of each pair whose outputs the guard compared."""
     from .collection import reference_case
     from .configuration import is_speculative
-    from .lossless import counterpart, uncounted, uncounted_note
+    from .lossless import counterpart
 
     state = results.state
-    if not results.all():  # nothing compared (and the state's settings need not be read)
-        return None
-    exactness = state.lossless
-    if exactness.mode != "prefix":
-        return None
     with_outputs = {(r.case, r.workload, counterpart(r.nodeid, r.config)): r for r in results.all()
                     if r.case is not None and r.outputs is not None}
-    short = []
+    pairs = []
     for (case, workload, test), r in with_outputs.items():
         if not is_speculative(case.method) or case.method == state.settings.reference:
             continue
         expected = with_outputs.get((reference_case(case, state), workload, test))
-        if expected is not None and uncounted(r.outputs, expected.outputs, exactness):
-            short.append(r)
-    if not short:
+        if expected is not None:
+            pairs.append((r, expected))
+    return pairs
+
+
+def uncounted_lossless(results: Results) -> str | None:
+    """The speculative results whose `prefix:N` check compared only the first N characters of
+    some outputs, as their servers sent no token ids and no tokenizer counted them (N characters
+    are usually far fewer tokens): a pass there checked less than asked; one line, or None."""
+    from .lossless import uncounted, uncounted_note
+
+    if not results.all():  # nothing compared (and the state's settings need not be read)
         return None
-    return uncounted_note(exactness, _names(short))
+    exactness = results.state.lossless
+    if exactness.mode != "prefix":
+        return None
+    short = [r for r, expected in _compared_pairs(results) if uncounted(r.outputs, expected.outputs, exactness)]
+    return uncounted_note(exactness, _names(short)) if short else None
+
+
+def blind_lossless(results: Results) -> str | None:
+    """The speculative results compared as text whose matching texts hold U+FFFD, where a
+    different token of bytes that complete no character reads alike (`lossless.blind`): their
+    pass could not see those characters; a note, not a failure, as nothing shows they differ;
+    one line, or None."""
+    from .lossless import blind, blind_note
+
+    if not results.all():  # nothing compared (and the state's settings need not be read)
+        return None
+    exactness = results.state.lossless
+    if not exactness.on:
+        return None
+    unseen = [r for r, expected in _compared_pairs(results) if blind(r.outputs, expected.outputs, exactness)]
+    return blind_note(_names(unseen)) if unseen else None
 
 
 def _names(results: Sequence[Result]) -> list[str]:

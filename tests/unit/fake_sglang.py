@@ -22,6 +22,8 @@ Environment:
   404 as FastAPI answers a path it does not route.
 - FAKE_SGLANG_NO_OUTPUT_IDS=1: a server that streams text without output_ids (the losslessness
   guard then compares texts).
+- FAKE_SGLANG_UNDECODABLE=1: a tokenizer whose every output token is a byte that completes no
+  character, so each reads U+FFFD in the text, whichever token it was.
 
 The embedded engine serves no logprobs, so the reference's `return_logprob` / `top_logprobs_num`
 are dropped before it reads the request: the stand-in answers as a server that sends no
@@ -126,6 +128,17 @@ def launch_server(argv: list[str]) -> None:
             return web.json_response({"detail": "Not Found"}, status=404)
 
         server.EngineServer.tokenize = not_found
+    if os.environ.get("FAKE_SGLANG_UNDECODABLE") == "1":
+        from pytest_specdec.engine import server
+
+        decodable = server.EngineServer._output
+
+        def undecodable(self, req, p, **keywords):  # each token a lone continuation byte
+            out = decodable(self, req, p, **keywords)
+            out["text"] = "\ufffd" * len(out["output_ids"])
+            return out
+
+        server.EngineServer._output = undecodable
     if os.environ.get("FAKE_SGLANG_NO_OUTPUT_IDS") == "1":
         from pytest_specdec.engine import server
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_specdec import recording
-from pytest_specdec.lossless import Exactness, Outputs, compare, uncounted
+from pytest_specdec.lossless import Exactness, Outputs, blind, compare, uncounted
 from pytest_specdec.text_spans import counter_spans, token_spans
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta"
@@ -90,3 +90,15 @@ def test_the_recorder_counts_spans_of_outputs_without_ids(monkeypatch, mode, ids
     rec.item = item
     records = [SimpleNamespace(output_ids=ids, text=WORDS)]
     assert rec._spans(SimpleNamespace(token_counter=word_count), records) == expected
+
+
+def test_matching_texts_that_hold_u_fffd_are_counted_as_unseen():
+    """Every byte that completes no character decodes to U+FFFD: two different such tokens read
+    alike, so a text comparison passes them unseen; token ids, or texts without it, see all."""
+    text = "ab\ufffdcd"
+    assert blind(Outputs((None,), (text,)), Outputs((None,), (text,)), Exactness("exact")) == 1
+    assert blind(Outputs(((1,),), (text,)), Outputs(((2,),), (text,)), Exactness("exact")) == 0  # ids compared
+    assert blind(Outputs((None,), ("abcd",)), Outputs((None,), ("abcd",)), Exactness("exact")) == 0
+    assert blind(Outputs((None,), (text,)), Outputs((None,), ("ab?cd",)), Exactness("exact")) == 0  # a red
+    assert blind(Outputs((None,), (text,)), Outputs((None,), (text,)), Exactness("prefix", 2)) == 0  # past the cut
+    assert blind(Outputs((None,), (text,)), Outputs((None,), (text,)), Exactness("off")) == 0
