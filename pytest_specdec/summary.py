@@ -160,17 +160,20 @@ def _uncompared_gate(results: Results) -> str | None:
     except SpecdecUsageError:
         baselines = None
     claimed = {r.test_id for r in results.all()} | results.collected
-    named = []
+    # a test's figures that lack an entry for one reason are named together: a renamed workload
+    # leaves every figure of every test without one, and one line each buried the names meant
+    named: dict[tuple[str, str], list[str]] = {}
     for result, metric in unmatched:
         recorded = {m.name: m.direction for m in result.metrics}
         why, near = unmatched_mod.missing_entry(baselines, result.test_id, metric, claimed,
                                                 recorded, recorded.get(metric)) \
             if baselines is not None else ("", [])
         # a near name only: "no entry" for every figure of a first run says nothing more
-        named.append(f"{result.test_id} {metric}"
-                     + (f" ({why}{unmatched_mod.did_you_mean(near)})" if near else ""))
+        note = f" ({why}{unmatched_mod.did_you_mean(near)})" if near else ""
+        named.setdefault((result.test_id, note), []).append(metric)
+    listed = [f"{test_id} {', '.join(metrics)}{note}" for (test_id, note), metrics in named.items()]
     return (f"{len(unmatched)} gated figure(s) have no entry in {state.baseline_path.name}, so nothing "
-            f"gated them: {', '.join(named)}; save them with {state.settings.setter('save_baseline')}, "
+            f"gated them: {'; '.join(listed)}; save them with {state.settings.setter('save_baseline')}, "
             f"or fix a misspelt name in the file")
 
 

@@ -63,17 +63,34 @@ def missing_entry(baselines: Baselines, test_id: str, metric: str, claimed_tests
     `claimed_figures` stand for is theirs, a test's entry without `metric` would still have none,
     and a figure of the other `direction` would be refused as this one's. An entry keyed by a node
     id ending in `test_id` (written by hand: saves key a test by its name and parameters) is named
-    however unlike its path makes it.
+    however unlike its path makes it. An entry another of `claimed_tests` without an entry of its own
+    is more like is left to that test (a renamed workload: `[ar-chat]` is `[ar-chats]`'s, not
+    `[dflash-chats]`'s).
     """
     stored = baselines.entries.get(test_id)
     if stored is not None:
         figures = {name for name, entry in stored.items()
                    if direction is None or entry.direction == direction}
         return f"its entry has no {metric}", close(metric, figures - set(claimed_figures))
-    tests = {name for name, figures in baselines.entries.items() if metric in figures} - set(claimed_tests)
+    claimed_tests = set(claimed_tests)
+    tests = {name for name, figures in baselines.entries.items() if metric in figures} - claimed_tests
     # a hand-written node id is this test's entry under a key no test has, however long its path
     node_ids = sorted(name for name in tests if name.endswith(f"::{test_id}"))
-    return "no entry for this test", node_ids or close(test_id, tests)
+    if node_ids:
+        return "no entry for this test", node_ids
+    # a renamed workload leaves every test of the run without its entry: each old entry is the
+    # likely meaning of its own renamed test, not of the others it also resembles
+    rivals = claimed_tests - set(baselines.entries) - {test_id}
+    return "no entry for this test", [name for name in close(test_id, tests)
+                                      if not any(_likeness(r, name) > _likeness(test_id, name) for r in rivals)]
+
+
+def _likeness(name: str, candidate: str) -> float:
+    """How like `candidate` `name` is, as `close` ranks it (difflib's ratio)."""
+    matcher = difflib.SequenceMatcher()
+    matcher.set_seq2(name)
+    matcher.set_seq1(candidate)
+    return matcher.ratio()
 
 
 __all__ = ["close", "did_you_mean", "missing_entry", "missing_file", "where_folder_was_set"]

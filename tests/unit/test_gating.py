@@ -355,6 +355,38 @@ def test_figures(specdec_record, case):
                                  "'test_figures[[]gamma2[]]'?"])
 
 
+def test_a_renamed_workload_names_each_tests_own_old_entry_once(pytester):
+    """A workload renamed since the save (chat -> chats) leaves every test without its entry: each
+    test's figures are named together, with its own old entry alone, not the other
+    configurations' it also resembles (the summary offered all three for each of its figures)."""
+    test = """
+import pytest
+
+@pytest.mark.parametrize("case", ["ar-{w}", "dflash-{w}", "ddtree-{w}"])
+def test_figures(specdec_record, case):
+    specdec_record.metric("output_tok_s", 100.0)
+    specdec_record.metric("tpot_ms", 2.0)
+"""
+    pytester.makepyfile(test_figures=test.format(w="chat"))
+    pytester.runpytest("-p", "no:cacheprovider", "--specdec-save-baseline").assert_outcomes(passed=3)
+    pytester.makepyfile(test_figures=test.format(w="chats"))
+    gate = ["--specdec-compare-fail", "output_tok_s:5%,tpot_ms:5%"]
+    result = pytester.runpytest("-p", "no:cacheprovider", *gate)
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines([
+        "specdec: gate: 6 gated figure(s) have no entry in cpu.json, so nothing gated them: "
+        "test_figures[[]ar-chats[]] output_tok_s, tpot_ms (no entry for this test; did you mean "
+        "'test_figures[[]ar-chat[]]'?); test_figures[[]dflash-chats[]] output_tok_s, tpot_ms (no entry for "
+        "this test; did you mean 'test_figures[[]dflash-chat[]]'?); test_figures[[]ddtree-chats[]] "
+        "output_tok_s, tpot_ms (no entry for this test; did you mean 'test_figures[[]ddtree-chat[]]'?); "
+        "save them*"])
+    # a deselected test without an entry still keeps its own old entry to itself
+    result = pytester.runpytest("-p", "no:cacheprovider", *gate, "-k", "ar-", "--specdec-require-baseline")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["test_figures[[]ar-chats[]] output_tok_s: no entry for this test; "
+                                 "did you mean 'test_figures[[]ar-chat[]]'?"])
+
+
 def test_require_baseline_names_a_baseline_folder_that_is_not_there_and_where_it_was_set(pytester, monkeypatch):
     save_then_run(pytester, monkeypatch).assert_outcomes(passed=1)
     pytester.makepyprojecttoml('[tool.specdec]\nbaseline_dir = "baseline"\ncompare_fail = "output_tok_s:5%"\n'
