@@ -5,7 +5,8 @@ pytest turns argparse's abbreviations off and says only "unrecognized arguments:
 the plugin's flags are many and long, and `[tool.specdec]` keys already get a did-you-mean, so the
 command line gets one too. So does a hardware family misspelt in `-m` (`-m blackwel`), or an
 architecture given for one (`-m sm_120`), which pytest takes for a marker no test has and answers
-by deselecting every test. A misspelt ini key is worse: pytest only warns of it in the
+by deselecting every test, and a configuration misspelt in one (`-m "specdec(method='dflsh')"`),
+which beside `or` drops that configuration from a run that passes. A misspelt ini key is worse: pytest only warns of it in the
 warnings summary, after the whole benchmark ran with the default it meant to change.
 """
 
@@ -68,6 +69,39 @@ def check_markexpr(config: pytest.Config) -> None:
         if close:
             raise pytest.UsageError(f"pytest-specdec: -m {expression!r}: {name!r} is no marker, so no test "
                                     f"has it; did you mean {close!r}?")
+    for match in re.finditer(r"\bspecdec\s*\(([^)]*)\)", expression):
+        problem = _specdec_selector_problem(match.group(1))
+        if problem:
+            raise pytest.UsageError(f"pytest-specdec: -m {expression!r}: {match.group(0)} {problem}, so it "
+                                    f"matches no test")
+
+
+#: `key=value` of a `-m` marker's arguments: a quoted string or a bare literal.
+_SELECTOR_ARG = re.compile(r"\s*(\w+)\s*=\s*('[^']*'|\"[^\"]*\"|[^,\s]+)\s*")
+
+
+def _specdec_selector_problem(arguments: str) -> str | None:
+    """What no `specdec(...)` marker can match in `-m "specdec(method='dflsh')"`: pytest answers a
+    misspelt keyword or method by selecting nothing, and beside `or` by dropping that configuration
+    from a run that passes; None for arguments a marker may have (any matrix or hand-written test)."""
+    from .configuration import METHODS
+    from .suggest import hint
+
+    for part in filter(str.strip, arguments.split(",")):
+        match = _SELECTOR_ARG.fullmatch(part)
+        if match is None:
+            continue  # pytest's own parser names a malformed argument
+        key, value = match.group(1), match.group(2).strip("'\"")
+        if key not in ("method", "tp", "budget"):
+            return f"names {key!r}, which no specdec marker has ({hint(key, ('method', 'tp', 'budget'))})"
+        if key == "method" and value not in METHODS:
+            return f"names method {value!r}, which is unknown ({hint(value, METHODS)})"
+        if key in ("tp", "budget"):
+            number = int(value) if match.group(2).isdigit() else 0  # `tp='4'` is a string: no marker's
+            if not number or (key == "tp" and number & (number - 1)):
+                what = "a power of two (1, 2, 4, 8, ...)" if key == "tp" else "a whole number, 1 or more"
+                return f"names {key}={match.group(2)}, but a specdec marker's {key} is {what}, unquoted"
+    return None
 
 
 INI_PREFIX = "specdec_"

@@ -87,8 +87,25 @@ def test_a_misspelt_family_in_a_marker_expression_is_named_with_the_family(pytes
     _usage_error(pytester.runpytest("-m", expression), message)
 
 
+@pytest.mark.parametrize("expression, message", [
+    ("specdec(method='dflsh') or specdec(method='ar')",
+     "*specdec(method='dflsh') names method 'dflsh', which is unknown (did you mean 'dflash'?), so it matches no test"),
+    ("cpu and not specdec(methd='ar')",
+     "*specdec(methd='ar') names 'methd', which no specdec marker has (did you mean 'method'?), so it matches no test"),
+    ("specdec(method='ddtree', tp=3)", "*names tp=3, but a specdec marker's tp is a power of two (1, 2, 4, 8, ...), "
+                                      "unquoted, so it matches no test"),
+    ("specdec(tp='4')", "*names tp='4', but a specdec marker's tp is a power of two*unquoted*"),
+    ("specdec(budget=0)", "*names budget=0, but a specdec marker's budget is a whole number, 1 or more*"),
+])
+def test_a_misspelt_configuration_in_a_marker_expression_is_named(pytester: pytest.Pytester, expression, message):
+    """-m "specdec(method='dflsh') or specdec(method='ar')" ran ar alone and passed: the misspelt
+    configuration dropped out of the run without a word (alone, it deselected every test)."""
+    pytester.makepyfile("def test_x(): pass")
+    _usage_error(pytester.runpytest("-m", expression), message)
+
+
 @pytest.mark.parametrize("expression", ["blackwell or hopper", "ada", "not gpu", "blackwel", "specdec(method='ar')",
-                                        "sm_90"])
+                                        "sm_90", "specdec(method=\"ddtree\", tp=8, budget=16) or cpu"])
 def test_a_marker_expression_of_known_markers_is_left_to_pytest(pytester: pytest.Pytester, expression):
     """Registered markers, and a project's own marker spelt like a family, are not misspellings."""
     pytester.makeini("[pytest]\nmarkers =\n    blackwel: a project's own\n    sm_90: a project's own too\n")
