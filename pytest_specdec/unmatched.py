@@ -50,8 +50,27 @@ def missing_file(path: Path, settings: Settings) -> str | None:
         return f"the baseline folder {folder} {what} ({where_folder_was_set(settings)})"
     others = [p.name for p in folder.glob("*.json") if p.name not in _NOT_BASELINES]
     near = close(path.name, others)
+    # a file named for another hardware key is that machine's, and its figures do not transfer
+    # (a load refuses it): offered as meant, it sent the user to copy it over
+    key = path.name.removesuffix(".json")
+    meant = [name for name in near if _hardware_key(folder / name) in (None, key)]
+    foreign = [name for name in near if name not in meant]
+    notes = ([did_you_mean(meant).removeprefix("; ")] if meant else []) + (
+        [f"{', '.join(foreign)} {'is' if len(foreign) == 1 else 'are'} another hardware's, whose figures "
+         f"do not transfer to {key}"] if foreign else [])
     return (f"the baseline folder {folder} ({where_folder_was_set(settings)}) holds no {path.name}"
-            + (f" ({did_you_mean(near).removeprefix('; ')})" if near else ""))
+            + (f" ({'; '.join(notes)})" if notes else ""))
+
+
+def _hardware_key(path: Path) -> str | None:
+    """The hardware key a baseline file says it holds; None where it cannot be read as one."""
+    import json
+
+    try:
+        key = json.loads(path.read_text(encoding="utf-8")).get("hardware_key")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return key if isinstance(key, str) else None
 
 
 def missing_entry(baselines: Baselines, test_id: str, metric: str, claimed_tests: Iterable[str],

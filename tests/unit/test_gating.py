@@ -412,6 +412,23 @@ def test_require_baseline_names_a_baseline_folder_that_is_not_there_and_where_it
         "no cpu.json (did you mean 'cpus.json'?), so nothing gated*"])
 
 
+def test_another_hardwares_baseline_file_is_not_offered_as_the_one_meant(pytester, monkeypatch):
+    """A run on one GPU beside a baseline saved on two read 'holds no simulated-sm_90-x1.json (did you
+    mean 'simulated-sm_90-x2.json'?)': a file whose figures do not transfer, which a load refuses."""
+    pytester.makepyfile(test_figures=RECORDING_TEST)
+    monkeypatch.setenv("SPREAD", "0")
+    two = ["--specdec-arch=sm_90", "--specdec-gpus=2"]
+    pytester.runpytest("-p", "no:cacheprovider", "--specdec-save-baseline", *two).assert_outcomes(passed=1)
+    gate = ["-p", "no:cacheprovider", "--specdec-compare-fail", "output_tok_s:5%", "--specdec-arch=sm_90"]
+    result = pytester.runpytest(*gate, "--specdec-gpus=1")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "specdec: gate: no baseline file at */simulated-sm_90-x1.json: * holds no simulated-sm_90-x1.json "
+        "(simulated-sm_90-x2.json is another hardware's, whose figures do not transfer to simulated-sm_90-x1), "
+        "so none of the 1 gated figure(s) was compared*"])
+    assert "did you mean" not in result.stdout.str()
+
+
 def test_require_baseline_suggests_no_entry_that_a_test_of_this_run_records(pytester, monkeypatch):
     """Every new configuration of a matrix is a close match of the others: an entry its own test
     records is not the one a new test meant."""
