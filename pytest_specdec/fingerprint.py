@@ -10,6 +10,10 @@ The parts are plain JSON (canonical: sorted keys, no whitespace), so the digest 
 processes, Python versions and xdist workers; the parts themselves are kept beside the digest so
 that a mismatch can say which part changed.
 
+A losslessness reference whose requests ask for top logprobs (`--specdec-lossless-margins`) has
+a `requests` part, as SGLang then streams more with each token; other tests have none, so their
+digests are those they had before the option.
+
 The model part is what the backend serves (`Backend.model_part`): the configured model ids on
 SGLang, the engine's preset on the embedded engine, which ignores those ids, and on an attached
 server the models it reports (its readiness check stops a run whose configuration says otherwise). Records and entries
@@ -25,6 +29,8 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+from .lossless import reference_top_logprobs
 
 if TYPE_CHECKING:
     from .config import WorkloadSpec
@@ -105,6 +111,9 @@ def measured_setup(case: MatrixCase | None, workload: str | None, state: RunStat
                                   "budget": case.budget}
         spec = state.backend.server_spec(case, state)
         parts["server"] = state.backend.server_settings(spec, state)
+        asked = reference_top_logprobs(case, state)
+        if asked:  # figures of requests that stream logprobs are others; absent, older digests hold
+            parts["requests"] = {"top_logprobs": asked}
     if workload is not None and workload in state.workloads:
         configured = next(w for w in state.config.workloads if w.name == workload)
         parts["workload"] = _workload_part(configured, state)

@@ -16,6 +16,7 @@ import pytest
 
 from .collection import case_of
 from .errors import SpecdecUsageError
+from .lossless import reference_top_logprobs
 from .state import STATE_KEY, RunState, run_dir
 
 if TYPE_CHECKING:  # the modules behind these load when a fixture runs, not with the plugin
@@ -203,21 +204,13 @@ def specdec_server(specdec_spec: MatrixCase, specdec_pool: ServerPool, specdec_s
         stall_timeout=state.settings.stall_timeout, stall_setting=state.settings.setter("stall_timeout"),
         probe_stall=server.stall_error, report_failure=lambda error: specdec_pool.report_death(spec, error),
         pids=server.processes if owned else None, announce=_announcer(request.config),
-        top_logprobs=_reference_top_logprobs(specdec_spec, state))
+        top_logprobs=reference_top_logprobs(specdec_spec, state))
     yield live
     # an interrupted session (Ctrl-C mid-workload) stops every server next: probing one that is
     # frozen would only hold the interrupt up for the health timeout
     interrupted = getattr(request.session, "exitstatus", pytest.ExitCode.OK) != pytest.ExitCode.OK
     if live.failure is None and owned and not interrupted:
         live.check_after_test()
-
-
-def _reference_top_logprobs(case: MatrixCase, state: RunState) -> int:
-    """Top logprobs a configuration's requests ask for: the losslessness reference's, where the
-    check is on and the backend serves them, so a divergence says how close its choice was."""
-    if not state.lossless.on or case.method != state.settings.reference:
-        return 0
-    return state.backend.reference_top_logprobs
 
 
 @pytest.fixture

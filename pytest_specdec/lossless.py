@@ -20,10 +20,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .configuration import MatrixCase
+from .options import OPTIONS_BY_NAME
 from .token_ids import TokenIds
+
+if TYPE_CHECKING:
+    from .state import RunState
 
 MODES = ('"exact"', '"prefix:N"', '"off"')
 CONTEXT_TOKENS = 6  # tokens of each continuation a failure message shows
@@ -163,6 +167,9 @@ class Divergence:
     span: str | None = None
     #: the reference's top-two log-probability difference at the divergent token (None: not asked)
     margin: float | None = None
+    #: the switch that would have asked for `margin`, where the backend serves it but the run did
+    #: not ask (`margins_switch`): the message says a rerun with it tells a near-tie
+    margins_switch: str | None = None
 
     def message(self) -> str:
         """`ddtree-tp1-b8 is not lossless: prompt 4 differs from ar-tp1 at token 18 ...`."""
@@ -182,15 +189,19 @@ class Divergence:
         return (f"{self.config} is not lossless: prompt {self.prompt + 1} differs from "
                 f"{self.reference} at {self.unit} {self.position + 1}{more}; {self.reference} continues "
                 f"{_show(self.expected, self.unit)}, {self.config} continues "
-                f"{_show(self.got, self.unit)}{margin_note(self.reference, self.position, self.margin)}")
+                f"{_show(self.got, self.unit)}"
+                f"{margin_note(self.reference, self.position, self.margin, self.margins_switch)}")
 
 
-def margin_note(reference: str, position: int, margin: float | None) -> str:
+def margin_note(reference: str, position: int, margin: float | None, switch: str | None = None) -> str:
     """What the reference's margin at the divergent token says: a near-tie that numerical
-    nondeterminism can flip, or a clear choice that only a lossy method explains ("" unknown).
-    The verdict stands either way: a near-tie is named, not excused."""
+    nondeterminism can flip, or a clear choice that only a lossy method explains ("" unknown, or
+    where `switch` would have asked for it, how to). The verdict stands either way: a near-tie is
+    named, not excused."""
     if margin is None:
-        return ""
+        return "" if switch is None else (
+            f"; rerun with {switch} to see whether {reference}'s choice at token {position + 1} was a near-tie "
+            f"(off by default: it perturbs {reference}'s own figures)")
     where = f"; {reference}'s top two tokens at token {position + 1} differ by {margin:.2g} in log-probability"
     if margin < NEAR_TIE:
         return (f"{where} (near-tie, under {NEAR_TIE}: numerical nondeterminism (batch size, kernel choice) "
@@ -242,14 +253,15 @@ def counterpart(nodeid: str, config: str) -> str:
 
 
 def compare(config: str, outputs: Outputs, reference: str, expected: Outputs,
-            exactness: Exactness) -> Divergence | None:
+            exactness: Exactness, margins_switch: str | None = None) -> Divergence | None:
     """The first divergence of `outputs` from the reference's `expected`, or None.
 
     Prompts are matched by index; a length difference within the compared span counts as a
     divergence at the shorter output's end, a different number of outputs as one that names
     both counts, and a prompt the two servers counted differently (`Outputs.prompt_tokens`) as
     one that names both sizes: outputs of different prompts differ whether or not decoding is
-    lossless, and may agree where it is not.
+    lossless, and may agree where it is not. `margins_switch` (`margins_switch(state)`) is named
+    in the message of a token divergence whose reference margin was not asked for.
     """
     if not exactness.on:
         return None
@@ -285,8 +297,27 @@ def compare(config: str, outputs: Outputs, reference: str, expected: Outputs,
         return None
     index, position, unit, want, got, span = found[0]
     margin = expected.margin(index, position) if unit == "token" else None  # margins count tokens
+    switch = margins_switch if unit == "token" and margin is None else None
     return Divergence(config, reference, index, position, unit, list(want[position:]), list(got[position:]),
-                      len(found), min(len(expected.texts), len(outputs.texts)), span=span, margin=margin)
+                      len(found), min(len(expected.texts), len(outputs.texts)), span=span, margin=margin,
+                      margins_switch=switch)
+
+
+def reference_top_logprobs(case: MatrixCase, state: RunState) -> int:
+    """Top logprobs a configuration's requests ask for: the losslessness reference's, where the
+    check is on, the run asked for margins (`--specdec-lossless-margins`: they perturb the
+    reference's figures, so never by default) and the backend serves them."""
+    if not state.settings.lossless_margins or not state.lossless.on or case.method != state.settings.reference:
+        return 0
+    return state.backend.reference_top_logprobs
+
+
+def margins_switch(state: RunState) -> str | None:
+    """The switch that asks for the reference's margins, where this run's backend serves them and
+    the run did not ask (a divergence's message then names it), else None."""
+    if state.settings.lossless_margins or not state.backend.reference_top_logprobs:
+        return None
+    return OPTIONS_BY_NAME["lossless_margins"].cli
 
 
 def _text_cut(index: int, outputs: Outputs, expected: Outputs, prefix: int) -> tuple[int, str]:

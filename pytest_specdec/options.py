@@ -240,6 +240,10 @@ OPTIONS: tuple[Option, ...] = (
            "them, else only N characters, as the summary then says) or off (default: exact on the "
            "embedded engine, prefix:32 on SGLang and attached servers)", _exactness, None,
            metavar="MODE"),
+    Option("lossless_margins", "have the reference's requests ask for their output tokens' top two "
+           "logprobs, so that a divergence says whether the reference's choice there was a near-tie; "
+           "off by default, as it perturbs the reference's own figures (SGLang then streams the "
+           "logprobs of every token so far in each event)", _bool, False, flag=True),
     Option("baseline_dir", "folder of per-hardware baseline files and known_issues.toml",
            str, "baselines", metavar="DIR"),
     Option("report", "write results.json, report.md, report.tex, report-standalone.tex and plots "

@@ -439,9 +439,10 @@ def _divergences_in(result: Result, others: list[Result],
     else:
         return []
     found = []
+    switch = lossless.margins_switch(state)
     for candidate, expected in pairs:
         divergence = lossless.compare(candidate.config, candidate.outputs, expected.config,
-                                      expected.outputs, state.lossless)
+                                      expected.outputs, state.lossless, switch)
         if divergence is not None:
             found.append((candidate, divergence))
     return found

@@ -22,6 +22,8 @@ Environment:
   404 as FastAPI answers a path it does not route.
 - FAKE_SGLANG_NO_OUTPUT_IDS=1: a server that streams text without output_ids (the losslessness
   guard then compares texts).
+- FAKE_SGLANG_BODIES: a file to append one JSON line per /generate request to (the server's
+  speculative algorithm, the request's field names as sent), before the logprob fields are dropped.
 - FAKE_SGLANG_UNDECODABLE=1: a tokenizer whose every output token is a byte that completes no
   character, so each reads U+FFFD in the text, whichever token it was.
 
@@ -156,6 +158,9 @@ def launch_server(argv: list[str]) -> None:
 
     async def no_logprobs(self, request, **keywords):  # SGLang serves them; the engine refuses them
         body = await read_json(self, request, **keywords)
+        if isinstance(body, dict) and request.path == "/generate" and os.environ.get("FAKE_SGLANG_BODIES"):
+            with open(os.environ["FAKE_SGLANG_BODIES"], "a") as f:
+                f.write(json.dumps({"algorithm": ns.speculative_algorithm, "fields": sorted(body)}) + "\n")
         if isinstance(body, dict) and request.path == "/generate":
             body.pop("return_logprob", None), body.pop("top_logprobs_num", None)
         return body

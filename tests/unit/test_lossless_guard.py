@@ -159,19 +159,54 @@ def test_margins_round_trip_through_json_and_older_records_have_none():
     assert Outputs.from_json({"tokens": [[1, 2]], "texts": ["ab"]}).margin(0, 0) is None
 
 
-@pytest.mark.parametrize("method, lossless, backend, asked", [
-    ("ar", "exact", "sglang", 2), ("ddtree", "exact", "sglang", 0), ("ar", "off", "sglang", 0),
-    ("ar", "exact", "embedded", 0), ("ar", "prefix:32", "attach", 0)])
-def test_only_the_reference_asks_for_top_logprobs_where_its_backend_serves_them(method, lossless, backend, asked):
-    """The reference's margins cost its requests a top-2 logprob each: asked only where a check reads
-    them, and only of SGLang (the embedded engine and an attached server may refuse them)."""
+@pytest.mark.parametrize("method, lossless, backend, margins, asked", [
+    ("ar", "exact", "sglang", True, 2), ("ar", "prefix:32", "sglang", False, 0), ("ddtree", "exact", "sglang", True, 0),
+    ("ar", "off", "sglang", True, 0), ("ar", "exact", "embedded", True, 0), ("ar", "prefix:32", "attach", True, 0)])
+def test_only_the_reference_asks_for_top_logprobs_with_the_switch_where_its_backend_serves_them(
+        method, lossless, backend, margins, asked):
+    """The reference's margins cost its requests a top-2 logprob each, which changes its own
+    figures: asked only under --specdec-lossless-margins (never by default, SGLang's prefix:32
+    included), where a check reads them, and only of SGLang (the embedded engine and an attached
+    server may refuse them)."""
+    from pytest_specdec.configuration import MatrixCase
+    from pytest_specdec.lossless import reference_top_logprobs
+
+    assert reference_top_logprobs(MatrixCase("f", method, 1, None), _state(lossless, backend, margins)) == asked
+
+
+def _state(lossless: str, backend: str, margins: bool):
     from types import SimpleNamespace
 
     from pytest_specdec.backends import AttachBackend, EmbeddedBackend, SGLangBackend
-    from pytest_specdec.configuration import MatrixCase
-    from pytest_specdec.fixtures import _reference_top_logprobs
 
     kinds = {"sglang": SGLangBackend, "embedded": EmbeddedBackend, "attach": AttachBackend}
-    state = SimpleNamespace(lossless=parse_exactness(lossless), settings=SimpleNamespace(reference="ar"),
-                            backend=kinds[backend])
-    assert _reference_top_logprobs(MatrixCase("f", method, 1, None), state) == asked
+    return SimpleNamespace(lossless=parse_exactness(lossless), backend=kinds[backend],
+                           settings=SimpleNamespace(reference="ar", lossless_margins=margins))
+
+
+@pytest.mark.parametrize("backend, margins, switch", [
+    ("sglang", False, "--specdec-lossless-margins"), ("sglang", True, None), ("embedded", False, None),
+    ("attach", False, None)])
+def test_the_switch_is_named_where_the_backend_serves_margins_the_run_did_not_ask(backend, margins, switch):
+    from pytest_specdec.lossless import margins_switch
+
+    assert margins_switch(_state("exact", backend, margins)) == switch
+
+
+def test_a_divergence_without_margins_names_the_switch_that_would_tell_a_near_tie():
+    divergence = compare("ddtree-tp1-b8", Outputs(((1, 2, 9, 4),), ("abzd",)), "ar-tp1",
+                         Outputs(((1, 2, 3, 4),), ("abcd",)), Exactness("exact"), "--specdec-lossless-margins")
+    assert divergence is not None and divergence.message().endswith(
+        "ddtree-tp1-b8 continues [9, 4]; rerun with --specdec-lossless-margins to see whether ar-tp1's choice at "
+        "token 3 was a near-tie (off by default: it perturbs ar-tp1's own figures)")
+
+
+def test_the_switch_is_not_named_where_the_margin_is_known_or_texts_are_compared():
+    """A margin at hand is said instead; a text compared by characters has no token to ask about."""
+    reference = Outputs(((1, 2, 3, 4),), ("abcd",), margins=((5.0, 3.2, 2.3, 1.0),))
+    known = compare("ddtree-tp1-b8", Outputs(((1, 2, 9, 4),), ("abzd",)), "ar-tp1", reference, Exactness("exact"),
+                    "--specdec-lossless-margins")
+    assert known is not None and "rerun" not in known.message() and "a clear choice" in known.message()
+    texts = compare("ddtree-tp1-b8", Outputs((None,), ("abzd",)), "ar-tp1", Outputs((None,), ("abcd",)),
+                    Exactness("exact"), "--specdec-lossless-margins")
+    assert texts is not None and texts.unit == "character" and "rerun" not in texts.message()
