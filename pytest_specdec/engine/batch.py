@@ -21,14 +21,17 @@ from typing import Any
 from . import contract, parallel
 from .protocol import (GENERATE_FIELDS, GenerateRequest, Refused, RidsCheck, SchemaViolation, check_inputs,
                        check_served_as_launched, check_session_pair, known_fields, parse_one_prompt,
-                       unsupported_after)
+                       unsupported_after, UNSERVED_LOGPROB_OPTIONS)
 
 #: SGLang's words (_normalize_rid) for a list of rids whose length is not the batch's.
 RID_LENGTH = "The specified rids length mismatch with the batch_size for batch processing."
 #: SGLang's words (_validate_rid_uniqueness) for rids given twice, ``{}`` their list as Python shows it.
 DUPLICATE_RIDS = "Duplicate request IDs detected within the request: {}"
-#: The per-prompt neutral-only fields SGLang also takes as one value a prompt in a batch.
-PER_PROMPT_FIELDS = ("return_logprob", "return_sampling_mask", "return_hidden_states")
+#: The per-prompt fields SGLang also takes as one value a prompt in a batch.
+PER_PROMPT_FIELDS = ("return_logprob", "top_logprobs_num", "logprob_start_len", "return_sampling_mask",
+                     "return_hidden_states")
+#: Fields every prompt of a batch is served by (its logprobs), carried to each prompt's own check.
+SHARED_FIELDS = ("stream", "return_logprob", "top_logprobs_num", "logprob_start_len", *UNSERVED_LOGPROB_OPTIONS)
 
 
 def is_batch(body: Any) -> bool:
@@ -84,9 +87,9 @@ def parse_batch(body: dict, *, encode, vocab_size: int, context_length: int,
     rids = rids[:n]  # a prompt's samples draw fresh rids (parallel.expand)
     requests = []
     for i in range(n):
-        # the first prompt's check covers the fields all share; the others carry only their own,
-        # so a batch is checked in time linear in its body, however long its lists
-        item = dict(body) if i == 0 else {k: body[k] for k in ("stream",) if k in body}
+        # the first prompt's check covers the fields all share; the others carry only their own and
+        # the logprob options that shape their answer (small), so a batch's check grows with its body
+        item = dict(body) if i == 0 else {k: body[k] for k in SHARED_FIELDS if k in body}
         item["text" if text is not None else "input_ids"] = prompts[i]
         if text is not None and ids is not None:
             item["input_ids"] = ids[i]

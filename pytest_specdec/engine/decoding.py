@@ -18,6 +18,11 @@ sequence in node order: each node then sees its siblings' and cousins' tokens, a
 state is that sequence's up to the last accepted node. It exists to show what the leak costs;
 it is not lossless.
 
+A slot whose request asked for logprobs (``top_logprobs``, ``ar`` only) gets, with each token,
+the log_softmax of the target's logits there: the token's own and the top ``k``, as SGLang's
+``return_logprob`` / ``top_logprobs_num`` give them. Speculative steps are not served so: their
+tokens come of a verify over a tree, and the server refuses the request (protocol.logprob_refusal).
+
 Sequences live in KV-cache slots ``0..n-1`` (the scheduler keeps them packed), so the batch's
 cache is a view, and the kernels' in-place commit writes straight into it.
 """
@@ -39,12 +44,41 @@ from .model import TargetModel
 
 
 @dataclass(frozen=True)
+class TokenLogprobs:
+    """One emitted token's log-probability under the target and its ``top_logprobs_num`` best
+    tokens as (logprob, token id), best first: SGLang's output_token_logprobs / output_top_logprobs."""
+
+    logprob: float
+    top: tuple[tuple[float, int], ...]
+
+
+@dataclass(frozen=True)
 class StepOutput:
     """Per sequence of the batch: the tokens committed this step (accepted drafts, then the
-    target's bonus token) and how many of them were drafts."""
+    target's bonus token), how many of them were drafts, and each token's logprobs where its
+    request asked (None otherwise)."""
 
     tokens: list[list[int]]
     accepted_drafts: list[int]
+    logprobs: list[list[TokenLogprobs] | None] | None = None
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, tops: list[int | None]) -> list[TokenLogprobs | None]:
+    """Each row's TokenLogprobs of ``tokens`` under ``logits`` ([n, vocab]), its top ``tops[i]``
+    (None: the row did not ask). One device-to-host copy for the rows that asked."""
+    rows = [i for i, k in enumerate(tops) if k is not None]
+    out: list[TokenLogprobs | None] = [None] * len(tops)
+    if not rows:
+        return out
+    picked = torch.tensor(rows, device=logits.device)
+    logp = torch.log_softmax(logits[picked].float(), -1)  # float32: bf16 logits would round the margins
+    chosen = logp.gather(-1, tokens[picked].to(torch.int64)[:, None])[:, 0].tolist()
+    k = max(tops[i] for i in rows)
+    values, ids = logp.topk(k, -1) if k else (logp[:, :0], logp[:, :0].to(torch.int64))
+    values, ids = values.tolist(), ids.tolist()
+    for j, i in enumerate(rows):
+        out[i] = TokenLogprobs(chosen[j], tuple(zip(values[j][:tops[i]], ids[j][:tops[i]])))
+    return out
 
 
 class SpeculativeDecoder:
@@ -82,6 +116,10 @@ class SpeculativeDecoder:
         self.cache_lens = torch.zeros(max_batch, dtype=torch.int32, device=device)
         self.roots = torch.zeros(max_batch, dtype=torch.int64, device=device)
         self.stream_keys = torch.zeros(max_batch, dtype=torch.int64, device=device)
+        #: each slot's top_logprobs_num, None where its request did not ask for logprobs
+        self.top_logprobs: list[int | None] = [None] * max_batch
+        #: the last prefill's first token's logprobs (None: not asked)
+        self.prefill_logprobs: TokenLogprobs | None = None
         # The autoregressive "tree": the root alone, its own ancestor.
         self._ar_depths = torch.zeros(max_batch, 1, dtype=torch.int32, device=device)
         self._ar_mask = torch.ones(max_batch, 1, 1, dtype=torch.int32, device=device)
@@ -98,8 +136,11 @@ class SpeculativeDecoder:
     def speculative(self) -> bool:
         return is_speculative(self.method)
 
-    def prefill(self, slot: int, prompt_ids: list[int], stream_key: int = 0) -> int:
-        """Run the prompt into ``slot``'s cache; return the first generated token."""
+    def prefill(self, slot: int, prompt_ids: list[int], stream_key: int = 0, top_logprobs: int | None = None) -> int:
+        """Run the prompt into ``slot``'s cache; return the first generated token. ``top_logprobs``
+        (not None): the slot's tokens carry their logprobs (``prefill_logprobs``, StepOutput)."""
+        if top_logprobs is not None and self.speculative:
+            raise ValueError(f"logprobs are served for ar decoding only, not {self.method}")
         if not 0 < len(prompt_ids) <= self.max_seq_len:
             raise ValueError(f"prompt of {len(prompt_ids)} tokens does not fit 1..{self.max_seq_len}")
         tokens = torch.tensor([prompt_ids], dtype=torch.int64, device=self.model.device)
@@ -107,6 +148,8 @@ class SpeculativeDecoder:
                                     self.state[:, slot:slot + 1], self.conv_state[:, slot:slot + 1],
                                     kernel_impl=self.kernel_impl)
         first = logits[0, -1].argmax()
+        self.top_logprobs[slot] = top_logprobs
+        self.prefill_logprobs = token_logprobs(logits[:, -1], first[None], [top_logprobs])[0]
         self.lens[slot] = len(prompt_ids)
         self.cache_lens[slot] = len(prompt_ids)
         self.roots[slot] = first
@@ -121,6 +164,7 @@ class SpeculativeDecoder:
         self.state[:, dst] = self.state[:, src]
         self.conv_state[:, dst] = self.conv_state[:, src]
         self.lens[dst] = rows
+        self.top_logprobs[dst] = self.top_logprobs[src]
         for t in (self.cache_lens, self.roots, self.stream_keys):
             t[dst] = t[src]
 
@@ -148,7 +192,8 @@ class SpeculativeDecoder:
             out_tokens = [[token] for token in bonus.tolist()]
             for i in range(n):
                 self.lens[i] += 1
-            return StepOutput(out_tokens, [0] * n)
+            asked = token_logprobs(logits[:, 0], bonus, self.top_logprobs[:n])
+            return StepOutput(out_tokens, [0] * n, [None if a is None else [a] for a in asked])
         draft = self.drafter.draft(roots, cache_lens.to(torch.int64) + 1, self.stream_keys[:n])
         tree = build_ddtree(draft, roots, self.budget, topk=1 if self.method == "dflash" else None, impl=impl)
         tokens = tree.tokens

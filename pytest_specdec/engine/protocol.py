@@ -8,7 +8,7 @@ Each name is of one kind:
   engine never produces (logprob formats without ``return_logprob``); any value of the type
   SGLang's API contract decodes it as is accepted and changes nothing, but for the values
   SGLang itself refuses (check_inputs, check_session_pair, check_dp_rank), refused as there;
-- neutral-only: a feature the engine does not have (logprobs, media inputs, constrained
+- neutral-only: a feature the engine does not have (media inputs, constrained
   decoding, sampling shape). ``null`` or the value that turns it off (SGLang's default) is
   accepted; any other value is refused with a 400 naming it, because serving it silently would
   measure something other than what the client asked for. A value of another type than SGLang's
@@ -28,6 +28,12 @@ field GenerateReqInput types without None, whose null FastAPI refuses (GENERATE_
 validates every field in pydantic's lax mode first, see lax.py; then SGLang's contract check reads
 the JSON as sent, strictly, so "yes" for a boolean passes the first and is refused by the second).
 The name sets are checked against SGLang's source by tests/unit/test_sglang_contract.py.
+
+``return_logprob`` is honoured for the output tokens (``logprob_start_len`` -1, SGLang's default),
+with ``top_logprobs_num``: the log_softmax of the target's logits at each emitted token, in
+SGLang's meta_info keys (see logprob_ask; the server refuses it on a speculative method, whose
+tokens come of a verify over a tree). Its other forms (texts, token_ids_logprob, flat raw,
+prompt tokens) are refused with a 400 naming them.
 
 Decoding is greedy whatever the temperature: the speculative methods here verify greedily, and
 one rule for all methods keeps their outputs comparable. ``n`` above 1 is served (parallel.py)
@@ -157,7 +163,7 @@ class RequestModel:
 # -- /generate's top-level fields (SGLang's GenerateReqInput) --------------------------------------
 
 HONOURED_FIELDS = frozenset({"text", "input_ids", "sampling_params", "stream", "rid", "lora_path",
-                             "max_thinking_tokens"})
+                             "max_thinking_tokens", "return_logprob", "top_logprobs_num", "logprob_start_len"})
 #: Hints, but for the values SGLang itself refuses, as it does (check_inputs, check_session_pair,
 #: check_served_as_launched): a routed_dp_rank but 0, flat raw logprob options it cannot serve as
 #: asked, session_id beside session_params.
@@ -168,7 +174,7 @@ HINT_FIELDS = frozenset({
     "routed_dp_rank", "data_parallel_rank", "disagg_prefill_dp_rank", "bootstrap_host", "bootstrap_port",
     "bootstrap_room", "bootstrap_pair_key", "decode_tp_size", "encoder_urls", "num_items_assigned",
     # options of outputs the engine never produces unless asked by a neutral-only field
-    "logprob_start_len", "top_logprobs_num", "token_ids_logprob", "return_text_in_logprobs",
+    "token_ids_logprob", "return_text_in_logprobs",
     "sampling_logprobs_mode", "return_flat_raw_top_logprobs", "return_flat_raw_output_top_logprobs",
     "return_flat_raw_top_logprobs_b64", "routed_experts_start_len",
     # media processing options, which need media inputs (neutral-only) to mean anything
@@ -182,7 +188,6 @@ NEUTRAL_FIELDS: Mapping[str, Neutral] = {
     "video_data": Neutral(None),
     "audio_data": Neutral(None),
     "watermark": Neutral(None),
-    "return_logprob": Neutral(False, **_BOOLS),
     "return_sampling_mask": Neutral(False, **_BOOLS),
     "return_hidden_states": Neutral(False, **_BOOLS),
     "return_routed_experts": Neutral(False),
@@ -783,6 +788,7 @@ class GenerateRequest:
     stream: bool
     rid: str | None
     abort: dict | None = None  # the scheduler's refusal, which the request finishes with (see scheduled)
+    top_logprobs: int | None = None  # return_logprob's top_logprobs_num; None: no logprobs asked
 
 
 #: Called with a request's rids (those given; a null rid is drawn fresh) where SGLang's tokenizer
@@ -833,7 +839,8 @@ def parse_one_prompt(body: Any, *, encode, vocab_size: int, context_length: int,
     lora_path = lora_path_field(b.get("lora_path"))
     check_types(b, NEUTRAL_FIELDS)
     sampling = parse_sampling(b.get("sampling_params"), vocab_size)  # its types are the contract's too: first
-    unsupported = sampling.unsupported or neutral_refusal("field(s)", b, NEUTRAL_FIELDS)
+    top_logprobs, logprob_unsupported = logprob_ask(b, vocab_size)
+    unsupported = sampling.unsupported or neutral_refusal("field(s)", b, NEUTRAL_FIELDS) or logprob_unsupported
     sampling = dataclasses.replace(sampling, unsupported=unsupported)
     if text is None and input_ids is None:
         raise Refused("Either text, input_ids or input_embeds should be provided.")
@@ -857,7 +864,47 @@ def parse_one_prompt(body: Any, *, encode, vocab_size: int, context_length: int,
     input_ids, sampling, abort = scheduled(input_ids, sampling, vocab_size=vocab_size, context_length=context_length)
     if not input_ids:  # SGLang hands it to its scheduler; the engine cannot prefill nothing
         sampling = dataclasses.replace(sampling, unsupported=Refused(EMPTY_INPUT_IDS))
-    return GenerateRequest(input_ids, sampling, stream, rid, abort)
+    return GenerateRequest(input_ids, sampling, stream, rid, abort, top_logprobs)
+
+
+#: return_logprob's options the engine does not serve: each is refused beside return_logprob true.
+UNSERVED_LOGPROB_OPTIONS = ("token_ids_logprob", "return_text_in_logprobs", "return_flat_raw_top_logprobs",
+                            "return_flat_raw_output_top_logprobs")
+
+
+def logprob_ask(b: Mapping[str, Any], vocab_size: int) -> tuple[int | None, Unsupported | None]:
+    """What a prompt's ``return_logprob`` asks: its ``top_logprobs_num`` (0: the tokens' own
+    logprobs only; a negative one is 0, as SGLang's ``> 0`` test reads it), None where it asks
+    nothing (its options are then ignored, as SGLang ignores them); and the engine's refusal of a
+    form it does not serve: another ``logprob_start_len`` than -1 (prompt tokens' logprobs), their
+    texts, token_ids_logprob, flat raw rows, a list (one value a prompt goes with a batch), or more
+    top logprobs than the vocabulary has."""
+    ask = b.get("return_logprob")
+    if isinstance(ask, list) and ask:  # batch.py hands each prompt of a batch its own value
+        return None, _logprob_refusal(f"a list ({_shown(ask, 60)})", "a list goes with a batch of prompts; "
+                                      "give one boolean")
+    if ask is not True:
+        return None, None
+    top, start = b.get("top_logprobs_num"), b.get("logprob_start_len")
+    if isinstance(top, list) or isinstance(start, list):
+        return None, _logprob_refusal("a list of top_logprobs_num or logprob_start_len",
+                                      "a list goes with a batch of prompts; give one integer")
+    if start is not None and start != -1:
+        return None, _logprob_refusal(f"logprob_start_len={start}", "it serves the output tokens' logprobs "
+                                      "only: leave logprob_start_len unset (-1, SGLang's default)")
+    unserved = [f"{name}={_shown(b[name], 60)}" for name in UNSERVED_LOGPROB_OPTIONS
+                if b.get(name) not in (None, False, [])]
+    if unserved:
+        return None, _logprob_refusal(", ".join(unserved), "it serves logprobs as [logprob, token id, null] "
+                                      "rows only: leave them unset")
+    top = max(0, top or 0)
+    if top > vocab_size:
+        return None, _logprob_refusal(f"top_logprobs_num={top}", f"the vocabulary has {vocab_size} tokens")
+    return top, None
+
+
+def _logprob_refusal(what: str, why: str) -> Unsupported:
+    return Unsupported(f"The embedded engine cannot honour return_logprob with {what}: {why}.")
 
 
 #: SGLang's words (GenerateReqInput._validate_inputs) for flat raw logprob options it cannot serve.

@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 
 from . import logs
-from .decoding import SpeculativeDecoder
+from .decoding import SpeculativeDecoder, TokenLogprobs
 from .drafter import BlockDrafter
 from .faults import HANG_AFTER_TOKENS, FaultPlan, illegal_instruction
 from .metrics import EngineMetrics
@@ -60,7 +60,8 @@ class Request:
 
     def __init__(self, input_ids: list[int], max_new_tokens: int, *, ignore_eos: bool = False,
                  stop: tuple[str, ...] = (), stop_token_ids: frozenset[int] = frozenset(), stream: bool = False,
-                 rid: str | None = None, internal: bool = False, abort: dict | None = None) -> None:
+                 rid: str | None = None, internal: bool = False, abort: dict | None = None,
+                 top_logprobs: int | None = None) -> None:
         self.rid = rid or uuid.uuid4().hex
         self.input_ids = input_ids
         self.max_new_tokens = max_new_tokens
@@ -72,6 +73,9 @@ class Request:
         self.internal = internal  # warm-up and health checks: not client traffic
         self.abort = abort  # a finish reason to end with on the first token (protocol.scheduled)
         self.output_ids: list[int] = []
+        #: return_logprob's top_logprobs_num (None: not asked); then output_logprobs[i] is output_ids[i]'s
+        self.top_logprobs = top_logprobs
+        self.output_logprobs: list[TokenLogprobs] = []
         self.text = ""
         self.finish_reason: dict | None = None
         self.verify_ct = 0
@@ -98,9 +102,17 @@ class Request:
     def finished(self) -> bool:
         return self.finish_reason is not None
 
-    def append(self, tokens: list[int]) -> int:
-        """Append committed tokens up to the first finishing condition; return how many were
-        taken. Finishing: ``abort`` at once, ``max_new_tokens`` reached (length), EOS or a stop
+    def append(self, tokens: list[int], logprobs: list[TokenLogprobs] | None = None) -> int:
+        """Append committed tokens (and their ``logprobs``, where asked) up to the first finishing
+        condition; return how many were taken. The logprobs go in before a reader can see the
+        tokens' progress (notify), so each of output_ids[:num_ids] has its own."""
+        taken = self._append(tokens)
+        if logprobs is not None:
+            self.output_logprobs.extend(logprobs[:taken])
+        return taken
+
+    def _append(self, tokens: list[int]) -> int:
+        """Finishing: ``abort`` at once, ``max_new_tokens`` reached (length), EOS or a stop
         token id unless ``ignore_eos``, or a stop string in the text (which is cut off before it,
         as SGLang does)."""
         tokens = tokens[: self.max_new_tokens - len(self.output_ids)]
@@ -384,11 +396,12 @@ class Scheduler:
                 continue
             slot = len(self.running)
             key = self.drafter.stream_key(req.input_ids) if self.drafter is not None else 0
-            first = self.decoder.prefill(slot, req.input_ids, key)
+            first = self.decoder.prefill(slot, req.input_ids, key, req.top_logprobs)
             now = time.perf_counter()
             self.last_output_at = now
             req.last_token_at = req.prefill_finished_at = now
-            req.append([first])
+            first_logprobs = self.decoder.prefill_logprobs
+            req.append([first], None if first_logprobs is None else [first_logprobs])
             if not req.internal:
                 self.metrics.time_to_first_token[req.stream].observe(now - req.created)
             self._interval_tokens += 1
@@ -421,8 +434,8 @@ class Scheduler:
             now = time.perf_counter()
         self.last_output_at = now
         emitted = 0
-        for req, tokens, drafts in zip(self.running, out.tokens, out.accepted_drafts):
-            taken = req.append(tokens)
+        for i, (req, tokens, drafts) in enumerate(zip(self.running, out.tokens, out.accepted_drafts)):
+            taken = req.append(tokens, out.logprobs[i] if out.logprobs else None)
             emitted += taken
             if dec.speculative:
                 req.count_verify(drafts)

@@ -35,11 +35,12 @@ from aiohttp import web
 from .. import context_rule
 from .. import sglang_api as api
 from . import batch, logs, openai_api, parallel
+from .decoding import TokenLogprobs
 from .faults import FaultPlan
 from .inflight import DelayedAborts, DuplicateRid, InFlight
 from .metrics import EngineMetrics
 from .protocol import (GENERATE_MODEL, PARSE_ERROR, InvalidBody, Refused, RequestError, RequestModel,
-                       UnparsableBody, abort_error, abort_not_an_object, flush_timeout, parse_abort,
+                       UnparsableBody, Unsupported, abort_error, abort_not_an_object, flush_timeout, parse_abort,
                        parse_generate, read_body)
 from .scheduler import Progress, Request, Scheduler, Timing
 from .tokenizer import ByteTokenizer
@@ -142,6 +143,25 @@ def _request_times(req: Request, p: Progress, sent_at: float | None) -> dict:
     if first_token and p.num_ids > 1 and t.finished > first_token:  # tokens after the first, per second
         times["decode_throughput"] = (p.num_ids - 1) / (t.finished - first_token)
     return times
+
+
+#: Why a speculative engine refuses return_logprob (the method for ``{}``): its tokens come of a verify over a tree.
+LOGPROBS_SPECULATIVE = ("The embedded engine cannot honour return_logprob=true decoding with {}: it serves logprobs "
+                        "for ar decoding only (a speculative step's tokens come of a verify over a draft tree). "
+                        "Ask them of an engine launched with --method ar, or leave return_logprob unset.")
+
+
+def _logprobs_meta(logprobs: list[TokenLogprobs], tokens: list[int], top: int) -> dict:
+    """SGLang's meta_info logprob keys for output tokens only (logprob_start_len -1: no prompt
+    token's), all so far as its default stream repeats them: rows of [logprob, token id, null]
+    (no return_text_in_logprobs), the top ones per token best first, only where top_logprobs_num > 0."""
+    meta: dict = {"input_token_logprobs": [],
+                  "output_token_logprobs": [[lp.logprob, token, None] for lp, token in zip(logprobs, tokens)],
+                  "output_token_logprobs_length": len(logprobs)}
+    if top > 0:
+        meta["input_top_logprobs"] = []
+        meta["output_top_logprobs"] = [[[value, token, None] for value, token in lp.top] for lp in logprobs]
+    return meta
 
 
 def _sent_now(req: Request) -> float:
@@ -516,6 +536,8 @@ class EngineServer:
         except Refused as exc:
             exc.stream = isinstance(body, dict) and body.get("stream") is True
             raise
+        if self.scheduler.decoder.speculative and any(g.top_logprobs is not None for g in gs):
+            raise Unsupported(LOGPROBS_SPECULATIVE.format(self.scheduler.decoder.method))
         reqs = [self._request(g, g.stream) for g in gs]
         return reqs, body.get("stream") is True, batched
 
@@ -524,7 +546,8 @@ class EngineServer:
         """The scheduler's request of one parsed prompt (a /generate one or an OpenAI route's)."""
         s = prompt.sampling
         return Request(list(prompt.input_ids), s.max_new_tokens, ignore_eos=s.ignore_eos, stop=s.stop,
-                       stop_token_ids=s.stop_token_ids, stream=stream, rid=prompt.rid, abort=prompt.abort)
+                       stop_token_ids=s.stop_token_ids, stream=stream, rid=prompt.rid, abort=prompt.abort,
+                       top_logprobs=getattr(prompt, "top_logprobs", None))
 
     async def _read_body(self, request: web.Request) -> bytes:
         """The body, or a 408 when it trickles in slower than the idle timeout allows: aiohttp's
@@ -563,6 +586,8 @@ class EngineServer:
                 "weight_version": "default", "num_retractions": 0}
         if metrics:  # SGLang's scheduler's time stats, on every answer
             meta.update(_scheduler_times(p.timing, req.wall_offset))
+        if req.top_logprobs is not None:
+            meta.update(_logprobs_meta(req.output_logprobs[: p.num_ids], req.output_ids[: p.num_ids], req.top_logprobs))
         meta.update({"reasoning_tokens": 0, api.COMPLETION_TOKENS: p.num_ids, "cached_tokens": 0})
         if p.finish_reason is not None:  # SGLang's scheduler sends the spans of a finished request only
             meta["weight_versions"] = _weight_versions(p.num_ids)

@@ -73,9 +73,19 @@ def test_the_fields_all_prompts_share_are_checked_once_for_all():
         parse({"text": [], "top_logprobs": 2})  # even where no prompt is there to check
     with pytest.raises(Refused, match="LoRA adapter 'x' was requested"):
         parse({"text": ["a", "b"], "lora_path": "x"})
-    with pytest.raises(Unsupported, match="return_logprob=true"):
-        parse({"text": ["a", "b"], "return_logprob": [False, True]})  # one a prompt, as SGLang takes it
-    assert len(parse({"text": ["a", "b"], "return_logprob": [False, False]})) == 2
+    with pytest.raises(Unsupported, match="return_hidden_states=true"):
+        parse({"text": ["a", "b"], "return_hidden_states": [False, True]})  # one a prompt, as SGLang takes it
+    assert len(parse({"text": ["a", "b"], "return_hidden_states": [False, False]})) == 2
+
+
+def test_each_prompt_of_a_batch_asks_its_own_logprobs():
+    """return_logprob and top_logprobs_num, one value for all or a list of one a prompt, reach
+    every prompt (the others than the first carried only their own fields before)."""
+    assert [g.top_logprobs for g in parse({"text": ["a", "b"], "return_logprob": True, "top_logprobs_num": 2})] == [2, 2]
+    asked = parse({"text": ["a", "b", "c"], "return_logprob": [False, True, True], "top_logprobs_num": [5, 0, 3]})
+    assert [g.top_logprobs for g in asked] == [None, 0, 3]
+    with pytest.raises(Unsupported, match="logprob_start_len=0"):
+        parse({"text": ["a", "b"], "return_logprob": [False, True], "logprob_start_len": 0})
 
 
 def test_a_batch_breaking_the_contract_is_its_400():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import socket
 import time
 
@@ -157,8 +158,24 @@ def test_unhonourable_values_are_all_named_in_one_message():
         parse({"text": "hi", "sampling_params": {"top_p": 0.9, "min_p": 0.5, "regex": "a+"}})
     for part in ("top_p=0.9", "min_p=0.5", 'regex="a+"'):
         assert part in str(info.value)
-    with pytest.raises(Unsupported, match="return_logprob=true"):
-        parse({"text": "hi", "return_logprob": True})
+    with pytest.raises(Unsupported, match="return_hidden_states=true"):
+        parse({"text": "hi", "return_hidden_states": True})
+
+
+def test_return_logprob_asks_the_output_tokens_top_logprobs_and_its_other_forms_are_named():
+    """The engine serves output tokens' logprobs (logprob_start_len -1, SGLang's default) as rows of
+    [logprob, id, null]; a form it does not serve is refused last, naming it. Without
+    return_logprob its options are ignored, as SGLang ignores them."""
+    assert parse({"text": "hi", "return_logprob": True, "top_logprobs_num": 2}).top_logprobs == 2
+    assert parse({"text": "hi", "return_logprob": True, "logprob_start_len": -1}).top_logprobs == 0
+    assert parse({"text": "hi", "top_logprobs_num": 2, "logprob_start_len": 0}).top_logprobs is None
+    for extra, words in [({"logprob_start_len": 0}, "logprob_start_len=0: it serves the output tokens' logprobs only"),
+                         ({"return_text_in_logprobs": True}, "return_text_in_logprobs=true"),
+                         ({"token_ids_logprob": [1, 2]}, "token_ids_logprob=[1, 2]"),
+                         ({"top_logprobs_num": TOKENIZER.vocab_size + 1}, "the vocabulary has"),
+                         ({"top_logprobs_num": [2]}, "a list goes with a batch of prompts")]:
+        with pytest.raises(Unsupported, match=re.escape(words)):
+            parse({"text": "hi", "return_logprob": True, **extra})
 
 
 # -- what is refused, and how -------------------------------------------------------------------
