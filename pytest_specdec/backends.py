@@ -59,6 +59,8 @@ class Backend:
     #: top logprobs the reference's requests ask for (0: none): SGLang serves them, so a divergence
     #: can say how close the reference's choice was; a server that refuses them would fail the run
     reference_top_logprobs: ClassVar[int] = 0
+    #: the methods whose requests the server serves logprobs on (None: every method)
+    logprob_methods: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, reason: str) -> None:
         self.reason = reason  # why this backend was chosen, for the report header
@@ -217,6 +219,8 @@ class EmbeddedBackend(Backend):
     argv_hint = "check [tool.specdec.engine] extra_args"
     reproduces_known_issues = True  # a dry run's known crash is injected (see _engine_args)
     default_lossless = "exact"  # one process, greedy, batch-independent: bit-stable by design
+    reference_top_logprobs = 2  # the lead of the first choice over the second: lossless.margin_note
+    logprob_methods = ("ar",)  # a speculative step verifies a tree: the engine refuses return_logprob there
 
     def __init__(self, reason: str, *, sglang_missing_in: str | None = None) -> None:
         super().__init__(reason)

@@ -309,13 +309,22 @@ def reference_top_logprobs(case: MatrixCase, state: RunState) -> int:
     reference's figures, so never by default) and the backend serves them."""
     if not state.settings.lossless_margins or not state.lossless.on or case.method != state.settings.reference:
         return 0
-    return state.backend.reference_top_logprobs
+    return _served(state.backend, case.method)
+
+
+def _served(backend: Any, method: str) -> int:
+    """The top logprobs `backend`'s servers give a request of `method` (0: none)."""
+    methods = backend.logprob_methods
+    return backend.reference_top_logprobs if methods is None or method in methods else 0
 
 
 def margins_switch(state: RunState) -> str | None:
     """The switch that asks for the reference's margins, where this run's backend serves them and
-    the run did not ask (a divergence's message then names it), else None."""
-    if state.settings.lossless_margins or not state.backend.reference_top_logprobs:
+    the run did not ask (a divergence's message then names it), else None. Not on a backend whose
+    outputs are bit-stable (its default check `exact`: the embedded engine), where no kernel can
+    flip a near-tie, so that a divergence there is the method's whatever the margin."""
+    if (state.settings.lossless_margins or not _served(state.backend, state.settings.reference)
+            or state.backend.default_lossless == "exact"):
         return None
     return OPTIONS_BY_NAME["lossless_margins"].cli
 

@@ -23,13 +23,12 @@ Environment:
 - FAKE_SGLANG_NO_OUTPUT_IDS=1: a server that streams text without output_ids (the losslessness
   guard then compares texts).
 - FAKE_SGLANG_BODIES: a file to append one JSON line per /generate request to (the server's
-  speculative algorithm, the request's field names as sent), before the logprob fields are dropped.
+  speculative algorithm, the request's field names as sent).
 - FAKE_SGLANG_UNDECODABLE=1: a tokenizer whose every output token is a byte that completes no
   character, so each reads U+FFFD in the text, whichever token it was.
 
-The embedded engine serves no logprobs, so the reference's `return_logprob` / `top_logprobs_num`
-are dropped before it reads the request: the stand-in answers as a server that sends no
-`output_top_logprobs` (a divergence then names no margin).
+The reference's `return_logprob` / `top_logprobs_num` reach the engine, which serves them on `ar`
+in SGLang's meta_info shape (a divergence then names the reference's margin there).
 """
 
 from __future__ import annotations
@@ -152,20 +151,19 @@ def launch_server(argv: list[str]) -> None:
             return out
 
         server.EngineServer._output = text_only
-    from pytest_specdec.engine import server as engine_server
+    if os.environ.get("FAKE_SGLANG_BODIES"):
+        from pytest_specdec.engine import server as engine_server
 
-    read_json = engine_server.EngineServer._read_json
+        read_json = engine_server.EngineServer._read_json
 
-    async def no_logprobs(self, request, **keywords):  # SGLang serves them; the engine refuses them
-        body = await read_json(self, request, **keywords)
-        if isinstance(body, dict) and request.path == "/generate" and os.environ.get("FAKE_SGLANG_BODIES"):
-            with open(os.environ["FAKE_SGLANG_BODIES"], "a") as f:
-                f.write(json.dumps({"algorithm": ns.speculative_algorithm, "fields": sorted(body)}) + "\n")
-        if isinstance(body, dict) and request.path == "/generate":
-            body.pop("return_logprob", None), body.pop("top_logprobs_num", None)
-        return body
+        async def recorded(self, request, **keywords):
+            body = await read_json(self, request, **keywords)
+            if isinstance(body, dict) and request.path == "/generate":
+                with open(os.environ["FAKE_SGLANG_BODIES"], "a") as f:
+                    f.write(json.dumps({"algorithm": ns.speculative_algorithm, "fields": sorted(body)}) + "\n")
+            return body
 
-    engine_server.EngineServer._read_json = no_logprobs
+        engine_server.EngineServer._read_json = recorded
     # served in this process, as SGLang's server is the process that parsed its flags: a fresh
     # interpreter would import torch a second time (server_args imported it), ~1.2 s a launch
     sys.argv = ["pytest_specdec.engine", *engine]

@@ -161,27 +161,30 @@ def test_margins_round_trip_through_json_and_older_records_have_none():
 
 @pytest.mark.parametrize("method, lossless, backend, margins, asked", [
     ("ar", "exact", "sglang", True, 2), ("ar", "prefix:32", "sglang", False, 0), ("ddtree", "exact", "sglang", True, 0),
-    ("ar", "off", "sglang", True, 0), ("ar", "exact", "embedded", True, 0), ("ar", "prefix:32", "attach", True, 0)])
+    ("ar", "off", "sglang", True, 0), ("ar", "exact", "embedded", True, 2), ("dflash", "exact", "embedded", True, 0),
+    ("dflash", "exact", "sglang", True, 2), ("ar", "prefix:32", "attach", True, 0)])
 def test_only_the_reference_asks_for_top_logprobs_with_the_switch_where_its_backend_serves_them(
         method, lossless, backend, margins, asked):
     """The reference's margins cost its requests a top-2 logprob each, which changes its own
     figures: asked only under --specdec-lossless-margins (never by default, SGLang's prefix:32
-    included), where a check reads them, and only of SGLang (the embedded engine and an attached
-    server may refuse them)."""
+    included), where a check reads them, and only of a server that serves them for the reference's
+    method: SGLang, the embedded engine on ar (it refuses them on a speculative method), not an
+    attached server (which may refuse them)."""
     from pytest_specdec.configuration import MatrixCase
     from pytest_specdec.lossless import reference_top_logprobs
 
-    assert reference_top_logprobs(MatrixCase("f", method, 1, None), _state(lossless, backend, margins)) == asked
+    state = _state(lossless, backend, margins, reference=method if method == "dflash" else "ar")
+    assert reference_top_logprobs(MatrixCase("f", method, 1, None), state) == asked
 
 
-def _state(lossless: str, backend: str, margins: bool):
+def _state(lossless: str, backend: str, margins: bool, reference: str = "ar"):
     from types import SimpleNamespace
 
     from pytest_specdec.backends import AttachBackend, EmbeddedBackend, SGLangBackend
 
     kinds = {"sglang": SGLangBackend, "embedded": EmbeddedBackend, "attach": AttachBackend}
     return SimpleNamespace(lossless=parse_exactness(lossless), backend=kinds[backend],
-                           settings=SimpleNamespace(reference="ar", lossless_margins=margins))
+                           settings=SimpleNamespace(reference=reference, lossless_margins=margins))
 
 
 @pytest.mark.parametrize("backend, margins, switch", [
