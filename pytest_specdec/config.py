@@ -22,7 +22,7 @@ from .configuration import METHODS, takes_budget
 from .engine.cli import DEVICES, MIN_BLOCK_SIZE, MODEL_PRESETS, parse_args, rejecting_parser
 from .errors import SpecdecUsageError
 from .file_kind import link_fault_said, no_file, special
-from .directions import METRIC_DIRECTIONS, METRIC_NAME, Direction, known_directions
+from .directions import METRIC_DIRECTIONS, METRIC_NAME, Direction, case_clash, known_directions
 from .gate import parse_tolerance_table
 from .hardware import ALL_FAMILIES, FAMILIES, GPU_FAMILIES, arch_family, family_for_arch, family_of, normalise_arch
 from .options import OPTION_NAMES, accepts, not_text, toml_shown
@@ -569,6 +569,9 @@ def _parse_metrics(filename: str, table: Mapping[str, Any]) -> dict[str, Directi
         if name in METRIC_DIRECTIONS:
             reader.fail(name, f"{name} is a built-in metric ({METRIC_DIRECTIONS[name]} is better), whose "
                               f"direction is known; remove it from this table")
+        clash = case_clash(name, out)
+        if clash:
+            reader.fail(name, clash)
         out[name] = direction
     return out
 

@@ -30,6 +30,19 @@ METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 DECLARE_HINT = "declare a metric of your own, with the way it improves (higher or lower), in [tool.specdec.metrics]"
 
 
+def case_clash(name: str, declared: Mapping[str, Direction] | None = None) -> str | None:
+    """Why `name` must not be a figure of the user's own, where it is a built-in or declared name
+    but for case: the two would be misread for each other in every table and gate rule (a
+    tolerance's did-you-mean takes one for the other too). None where it is not such a twin."""
+    for known in (*METRIC_DIRECTIONS, *(declared or {})):
+        if known != name and known.lower() == name.lower():
+            kind = "built-in" if known in METRIC_DIRECTIONS else "declared"
+            return (f"metric {name!r} differs from the {kind} {known!r} only in case, so the two would be "
+                    f"misread for each other in every table and gate rule; write {known!r} for that "
+                    f"figure, or give yours a name of its own (e.g. my_{known.lower()})")
+    return None
+
+
 def known_directions(declared: Mapping[str, Direction] | None = None) -> Mapping[str, Direction]:
     """The built-in metrics and those the configuration declares."""
     return {**METRIC_DIRECTIONS, **(declared or {})}

@@ -29,7 +29,7 @@ import pytest
 from . import benchmark_info
 from .collection import case_of, counted
 from .lossless import Outputs
-from .directions import METRIC_NAME, Direction, known_directions
+from .directions import METRIC_NAME, Direction, case_clash, known_directions
 from .metrics import Measurement, MetricValue, RequestRecord, direction_of
 from .result import Result
 from .sampling_rule import decodes_greedily
@@ -121,6 +121,9 @@ class Recorder:
             raise ValueError(f"metric {name!r}: value {value!r} is not a number"
                              + (" (a finite one)" if isinstance(value, numbers.Real) else ""))
         declared = self._declared()
+        clash = case_clash(name, declared)
+        if clash:
+            raise ValueError(clash)
         if direction is None:
             try:
                 direction = direction_of(name, declared)

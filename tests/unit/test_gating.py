@@ -169,6 +169,46 @@ def test_a_bad_metrics_table_is_a_usage_error(pytester, table, problem):
     result.stderr.fnmatch_lines([f"ERROR: pytest-specdec: pyproject.toml {problem}"])
 
 
+CASE_TWIN = ("metric 'Output_tok_s' differs from the built-in 'output_tok_s' only in case, so the two would be "
+             "misread for each other in every table and gate rule; write 'output_tok_s' for that figure, or "
+             "give yours a name of its own (e.g. my_output_tok_s)")
+
+
+@pytest.mark.parametrize("table, twin", [
+    ('Output_tok_s = "higher"', "key 'Output_tok_s': " + CASE_TWIN),
+    ('kv_hit = "higher"\nKV_hit = "lower"', "key 'KV_hit': metric 'KV_hit' differs from the declared 'kv_hit' "
+                                            "only in case*e.g. my_kv_hit)"),
+], ids=["built-in", "declared"])
+def test_a_declared_metric_named_as_another_but_for_case_is_a_usage_error(pytester, table, twin):
+    """`Output_tok_s` beside the built-in `output_tok_s` was accepted without a word: two figures
+    whose names differ only in case, misread for each other in every table and gate rule."""
+    pytester.makepyprojecttoml(f"[tool.specdec.metrics]\n{table}\n")
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: pytest-specdec: pyproject.toml [[]tool.specdec.metrics[]] {twin}"])
+
+
+def test_a_figure_recorded_as_another_but_for_case_fails_where_it_is_recorded(pytester):
+    """`metric("Output_tok_s", ..., "higher")` was saved beside the built-in `output_tok_s`; a
+    tolerance spelt so still says which figure was meant."""
+    pytester.makeini("[pytest]\nspecdec_compare_fail = output_tok_s:5%\n")
+    pytester.makepyfile(test_figures="""
+def test_twin(specdec_record):
+    specdec_record.metric("Output_tok_s", 1.0, "higher")
+
+def test_undirected_twin(specdec_record):
+    specdec_record.metric("Output_tok_s", 1.0)
+""")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--specdec-save-baseline")
+    result.assert_outcomes(failed=2)
+    assert result.stdout.str().count(f"ValueError: {CASE_TWIN}") == 2
+    assert not (pytester.path / "baselines" / "cpu.json").exists()
+    result = pytester.runpytest("-p", "no:cacheprovider", "--specdec-compare-fail", "Output_tok_s:5%")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown metric 'Output_tok_s'; did you mean 'output_tok_s'? (else declare *"])
+
+
 def test_a_direction_against_the_known_one_fails_where_it_is_recorded(pytester):
     pytester.makepyprojecttoml('[tool.specdec.metrics]\nkv_hit_rate = "higher"\n')
     pytester.makepyfile(test_figures="""
