@@ -232,6 +232,15 @@ class Tolerances:
     def get(self, metric: str) -> Tolerance | None:
         return self.rule(metric).tolerance
 
+    def off_by(self, metric: str) -> tuple[str, str] | None:
+        """(`KEY:off`, origin) where a layer ungates `metric` on purpose (`*:off`, `METRIC:off`);
+        None where a tolerance gates it or none names it."""
+        for origin, table in self.layers:
+            for key in (metric, "*"):
+                if key in table:
+                    return (f"{key}:off", origin) if table[key] is _OFF else None
+        return None
+
     @property
     def any(self) -> bool:
         """Whether some figure is gated (a higher layer's `*:off` may ungate all a lower one names)."""

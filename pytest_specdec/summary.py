@@ -122,16 +122,37 @@ def _write_table(terminalreporter, results: Results, table: list) -> None:
     small = small_sample_gate(results.all(), state.settings.setter("save_baseline"), results.saved_runs)
     if small:
         terminalreporter.write_line(f"specdec: {small}", yellow=True)
-    ungated = sum(1 for row in table if row.verdict == "not gated")
+    ungated = [row for row in table if row.verdict == "not gated"]
     if ungated:
-        # with a gate in force, "set --specdec-compare-fail" would read as if none were
-        advice = ("the gate in force names none of their figures; add theirs, or * for all" if state.tolerances.any
-                  else "the gate in force turns every figure off"
-                  if all(r.origin != "no tolerance set" for r in state.tolerances.rules())
-                  else f"set {state.settings.setter('compare_fail')} or [tool.specdec.tolerances]")
         terminalreporter.write_line(
-            f"specdec: {ungated} test(s) compared with {state.baseline_path.name} but not gated: no "
-            f"tolerance applies to any of their figures ({advice})")
+            f"specdec: {len(ungated)} test(s) compared with {state.baseline_path.name} but not gated: "
+            f"no tolerance applies to any of their figures ({_ungated_advice(state, ungated)})")
+
+
+def _ungated_advice(state, ungated: Sequence) -> str:
+    """Why the tests of `ungated` (table rows) gate nothing, and the fix where the user did not
+    choose it: figures turned off on purpose (`*:off`, `METRIC:off`) are said to be off, since
+    advice to gate them would contradict what the user just chose."""
+    tolerances = state.tolerances
+    figures = sorted({metric for row in ungated for metric in row.verdicts})
+    off = [tolerances.off_by(metric) for metric in figures]
+    if figures and all(off):
+        by_origin: dict[str, list[str]] = {}
+        for key, origin in off:
+            if key not in by_origin.setdefault(origin, []):
+                by_origin[origin].append(key)
+        return "gate off: " + "; ".join(f"{', '.join(keys)} ({origin})" for origin, keys in by_origin.items())
+    # the figures turned off stay off: the advice is for those no tolerance names
+    unnamed = [metric for metric, why in zip(figures, off) if not why]
+    only = f" for {', '.join(unnamed)}" if any(off) else ""
+    # with a gate in force, "set --specdec-compare-fail" would read as if none were
+    if tolerances.any:
+        return (f"the gate in force does not name {', '.join(unnamed)}; add "
+                f"{'it' if len(unnamed) == 1 else 'them'}, or * for all" if only else
+                "the gate in force names none of their figures; add theirs, or * for all")
+    if all(r.origin != "no tolerance set" for r in tolerances.rules()) and not only:
+        return "the gate in force turns every figure off"
+    return f"set {state.settings.setter('compare_fail')} or [tool.specdec.tolerances]{only}"
 
 
 def _uncompared_gate(results: Results) -> str | None:

@@ -250,7 +250,24 @@ def test_a_wildcard_off_on_the_command_line_ungates_what_the_table_names(pyteste
     result.stdout.fnmatch_lines([
         "specdec: gate not gated: output_tok_s, accept_length, *",
         "*specdec: 1 test(s) compared with cpu.json but not gated: no tolerance applies to any of their "
-        "figures (the gate in force turns every figure off)"], consecutive=False)
+        "figures (gate off: [*]:off (command line))"], consecutive=False)
+
+
+def test_figures_turned_off_on_purpose_are_not_advised_to_be_gated(pytester, monkeypatch):
+    """With output_tok_s:off and tpot_ms:off beside a gate in force, the summary advised "add
+    theirs, or * for all": gating the very figures the user had just turned off."""
+    result = save_then_run(pytester, monkeypatch, "--specdec-compare-fail",
+                           "accept_length:0,output_tok_s:off,tpot_ms:off", tok_s=2.0)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "specdec: 1 test(s) compared with cpu.json but not gated: no tolerance applies to any of their "
+        "figures (gate off: output_tok_s:off, tpot_ms:off (command line))"])
+    assert "add theirs" not in result.stdout.str()
+    # one turned off, the other named nowhere: the advice is for that one alone
+    result = pytester.runpytest("-p", "no:cacheprovider", "--specdec-compare-fail", "accept_length:0,output_tok_s:off")
+    result.stdout.fnmatch_lines([
+        "specdec: 1 test(s) compared with cpu.json but not gated: no tolerance applies to any of their "
+        "figures (the gate in force does not name tpot_ms; add it, or [*] for all)"])
 
 
 def test_a_figure_of_ones_own_recorded_the_other_way_names_a_fix_that_works(pytester):
@@ -834,7 +851,7 @@ def test_the_gate_advice_names_where_each_value_was_set(pytester, monkeypatch):
     result = save_then_run(pytester, monkeypatch, tok_s=2.0)
     result.stdout.fnmatch_lines([
         "specdec: 1 test(s) compared with cpu.json but not gated: no tolerance applies to any of their "
-        "figures (set ini specdec_compare_fail or [[]tool.specdec.tolerances[]])"])
+        "figures (set ini specdec_compare_fail or [[]tool.specdec.tolerances[]] for tpot_ms)"])
     result = pytester.runpytest("-p", "no:cacheprovider", "-o", "specdec_baseline_dir=elsewhere",
                                 "--specdec-compare-fail", "output_tok_s:5%")
     result.stdout.fnmatch_lines([
