@@ -23,12 +23,16 @@ class RunLimits:
 
     stopped_by: str | None = None  # "-x", "--maxfail=2", "--sw" or INTERRUPT; None: it ran to its end
     left_out_by: tuple[str, ...] = ()  # the options given that left tests out, as the user wrote them
+    #: the command line named tests by node id (`file.py::test`): the rest of their files was
+    #: never collected, so a test not seen there may still exist
+    by_node_id: bool = False
 
     @classmethod
     def of(cls, config: pytest.Config, session: pytest.Session | None, exitstatus: int) -> RunLimits:
         stopped = stopped_by(config, session, exitstatus)
         # --sw both skips and stops: named once
-        return cls(stopped, tuple(dict.fromkeys(narrowed_by(config) + ((stopped,) if stopped else ()))))
+        return cls(stopped, tuple(dict.fromkeys(narrowed_by(config) + ((stopped,) if stopped else ()))),
+                   any("::" in str(arg) for arg in config.args))
 
 
 def stopped_by(config: pytest.Config, session: pytest.Session | None, exitstatus: int) -> str | None:

@@ -162,10 +162,7 @@ def _uncompared_gate(results: Results) -> str | None:
     from . import unmatched as unmatched_mod
 
     state = results.state
-    if state.settings.save_baseline:
-        return None  # being saved now
-    unmatched = [(r, c.metric) for r in results.all()
-                 for c in r.comparisons if c.gated and c.verdict == "new"]
+    unmatched = _uncompared(results)  # none where being saved now
     if not unmatched:
         return None
     absent = unmatched_mod.missing_file(state.baseline_path, state.settings)
@@ -180,15 +177,10 @@ def _uncompared_gate(results: Results) -> str | None:
         baselines = load_baselines(state.baseline_path, state.hardware.key, state.settings.setter)
     except SpecdecUsageError:
         baselines = None
-    claimed = {r.test_id for r in results.all()} | results.collected
     # a test's figures that lack an entry for one reason are named together: a renamed workload
     # leaves every figure of every test without one, and one line each buried the names meant
     named: dict[tuple[str, str], list[str]] = {}
-    for result, metric in unmatched:
-        recorded = {m.name: m.direction for m in result.metrics}
-        why, near = unmatched_mod.missing_entry(baselines, result.test_id, metric, claimed,
-                                                recorded, recorded.get(metric)) \
-            if baselines is not None else ("", [])
+    for result, metric, why, near in _entries_meant(results, baselines, unmatched):
         # a near name only: "no entry" for every figure of a first run says nothing more
         note = f" ({why}{unmatched_mod.did_you_mean(near)})" if near else ""
         named.setdefault((result.test_id, note), []).append(metric)
@@ -196,6 +188,27 @@ def _uncompared_gate(results: Results) -> str | None:
     return (f"{len(unmatched)} gated figure(s) have no entry in {state.baseline_path.name}, so nothing "
             f"gated them: {'; '.join(listed)}; save them with {state.settings.setter('save_baseline')}, "
             f"or fix a misspelt name in the file")
+
+
+def _uncompared(results: Results) -> list[tuple[Result, str]]:
+    """(result, figure) of the gated figures that found no entry to compare with (`new`); none in
+    a run that saves, which writes them."""
+    if results.state.settings.save_baseline:
+        return []
+    return [(r, c.metric) for r in results.all() for c in r.comparisons if c.gated and c.verdict == "new"]
+
+
+def _entries_meant(results: Results, baselines, unmatched: list[tuple[Result, str]]):
+    """(result, figure, why it has no entry, the entries it likely meant) of each of `unmatched`."""
+    from . import unmatched as unmatched_mod
+
+    claimed = {r.test_id for r in results.all()} | results.collected
+    for result, metric in unmatched:
+        recorded = {m.name: m.direction for m in result.metrics}
+        why, near = unmatched_mod.missing_entry(baselines, result.test_id, metric, claimed,
+                                                recorded, recorded.get(metric)) \
+            if baselines is not None else ("", [])
+        yield result, metric, why, near
 
 
 def small_sample_gate(results: Iterable[Result], save: str,
@@ -458,7 +471,7 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
 
     limits = limits or RunLimits()
     if exitstatus == pytest.ExitCode.INTERRUPTED and limits.stopped_by is None:  # Ctrl-C as the outputs were written
-        limits = RunLimits(INTERRUPT, limits.left_out_by + (INTERRUPT,))
+        limits = RunLimits(INTERRUPT, limits.left_out_by + (INTERRUPT,), limits.by_node_id)
     if limits.stopped_by is not None:
         unfinished = interrupted_note(results, limits.stopped_by)
         if unfinished:
@@ -466,6 +479,9 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
     unrecorded = unrecorded_gate(results, durations)
     if unrecorded:
         notes.append(unrecorded)
+    leftover = leftover_entries(results, durations, plan, limits)
+    if leftover:
+        notes.append(leftover)
     # a merge checks a shard's
     unchecked = None if plan is not None else unchecked_lossless(results, limits.left_out_by)
     if unchecked:
@@ -508,6 +524,47 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
                             f"{state.settings.setter('report')} with {state.settings.setter('resume')} "
                             f"finishes it without measuring again the tests that passed")
     return exitstatus
+
+
+def leftover_entries(results: Results, durations: Durations | None, plan: ShardPlan | None,
+                     limits: RunLimits) -> str | None:
+    """The baseline file's entries that no test of this run is, though it collected whole the files
+    whose tests saved them (a configuration or workload removed from the matrix, a test renamed),
+    in one line with the fix; None where there are none, and under any selection (-k, -m, a node
+    id, --deselect, --lf, --sw, --specdec-tp, a shard), a stop, or a worker not heard from, which
+    may have left the tests that are theirs uncollected. A note, never an error."""
+    from . import unmatched
+    from .baselines import load_baselines
+
+    state = results.state
+    if (limits.left_out_by or limits.stopped_by is not None or limits.by_node_id or plan is not None
+            or state.settings.tp is not None or durations is None or durations.collection_unknown
+            or results.unheard_workers):
+        return None
+    baselines = results.saved_baseline
+    if baselines is None:
+        if not state.baseline_path.is_file():
+            return None
+        try:  # read at configure time; another run's save since may have broken it
+            baselines = load_baselines(state.baseline_path, state.hardware.key, state.settings.setter)
+        except SpecdecUsageError:
+            return None
+    nodeids = {r.nodeid for r in results.all()} | set(results.outcomes) | results.configured
+    files = {nodeid.partition("::")[0] for nodeid in nodeids if "::" in nodeid}
+    # an entry the gate's note offers as a renamed test's (did you mean ...) is said there
+    meant = {name for *_, near in _entries_meant(results, baselines, _uncompared(results)) for name in near}
+    left = [test_id for test_id in unmatched.unclaimed(baselines, results.collected | {r.test_id for r in results.all()},
+                                                       files) if test_id not in meant]
+    if not left:
+        return None
+    from .relpaths import relative_path
+
+    shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+    return (f"baseline: {state.baseline_path.name} holds the entries of {len(left)} test(s) this run did not "
+            f"collect, though it collected their files whole: {shown} (a configuration or workload removed "
+            f"from the matrix, or a test renamed); nothing compares with them: if they are gone for good, "
+            f"delete their keys from \"entries\" in {relative_path(state.baseline_path, state.config.root)} "
+            f"(a save keeps the entries it does not write)")
 
 
 def empty_shard_status(plan: ShardPlan | None, exitstatus: int) -> int:

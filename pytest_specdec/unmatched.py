@@ -4,7 +4,10 @@ A first run has nothing to compare with, but so has a run whose baseline file sp
 figure differently from the test, or whose baseline folder is misspelt: all three read as `new`.
 This module tells them apart: the folder or file that is not there (and where the folder was
 set), or the entries of similar names, not claimed by a test of this run, that were likely meant.
-Both the `--specdec-require-baseline` failure and the summary's note use it.
+Both the `--specdec-require-baseline` failure and the summary's note use it. The other way round,
+`unclaimed` finds the entries no test of a run is (a configuration removed from the matrix leaves
+its entries behind, compared with nothing), for the summary's note of a run that collected whole
+the files whose tests saved them.
 """
 
 from __future__ import annotations
@@ -104,6 +107,28 @@ def missing_entry(baselines: Baselines, test_id: str, metric: str, claimed_tests
                                       if not any(_likeness(r, name) > _likeness(test_id, name) for r in rivals)]
 
 
+def unclaimed(baselines: Baselines, collected: Iterable[str], files: Iterable[str]) -> list[str]:
+    """The test ids of the file's entries that no test of `collected` (the run's recording tests'
+    ids, deselected ones too) is, each saved by a test of one of `files` (the files the run
+    collected, node-id paths): only there does no collected test mean none exists. Entries that
+    keep no node id (format version 2) name no file and are left out; a key written as a node id
+    whose test was collected is the "did you mean" of that test's own note."""
+    collected, files = set(collected), set(files)
+    out = []
+    for test_id, figures in sorted(baselines.entries.items()):
+        if test_id in collected or test_id.rpartition("::")[2] in collected:
+            continue
+        saved_in = {entry.nodeid.partition("::")[0] for entry in figures.values() if entry.nodeid}
+        if saved_in and all(any(_same_file(path, file) for file in files) for path in saved_in):
+            out.append(test_id)
+    return out
+
+
+def _same_file(saved: str, path: str) -> bool:
+    """One file, though pytest chose another rootdir for one of the node ids (`same_test`'s rule)."""
+    return saved == path or saved.endswith("/" + path) or path.endswith("/" + saved)
+
+
 def _likeness(name: str, candidate: str) -> float:
     """How like `candidate` `name` is, as `close` ranks it (difflib's ratio)."""
     matcher = difflib.SequenceMatcher()
@@ -112,4 +137,4 @@ def _likeness(name: str, candidate: str) -> float:
     return matcher.ratio()
 
 
-__all__ = ["close", "did_you_mean", "missing_entry", "missing_file", "where_folder_was_set"]
+__all__ = ["close", "did_you_mean", "missing_entry", "missing_file", "unclaimed", "where_folder_was_set"]

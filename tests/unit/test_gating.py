@@ -444,6 +444,42 @@ def test_figures(specdec_record, case):
                                  "did you mean 'test_figures[[]ar-chat[]]'?"])
 
 
+LEFTOVER = ("specdec: baseline: cpu.json holds the entries of {n} test(s) this run did not collect, though it "
+            "collected their files whole: {shown} (a configuration or workload removed from the matrix, or a "
+            "test renamed); nothing compares with them: if they are gone for good, delete their keys from "
+            "\"entries\" in baselines/cpu.json (a save keeps the entries it does not write)")
+
+
+def test_entries_of_configurations_removed_from_the_matrix_are_named_after_a_whole_run(pytester, monkeypatch):
+    """A configuration removed from the matrix left its entries in the baseline file without a word,
+    compared with nothing. A run that collected the files of their tests whole names them; under
+    any selection it cannot know the tests are gone, and says nothing."""
+    pytester.makepyfile(test_figures="""
+import os
+import pytest
+
+@pytest.mark.parametrize("case", os.environ["CASES"].split(","))
+def test_figures(specdec_record, case):
+    specdec_record.metric("output_tok_s", 100.0)
+""", test_other="def test_other(specdec_record):\n    specdec_record.metric('output_tok_s', 1.0)\n")
+    monkeypatch.setenv("CASES", "ar,dflash,ddtree-b8,ddtree-b16,ddtree-b32")
+    pytester.runpytest("-p", "no:cacheprovider", "--specdec-save-baseline").assert_outcomes(passed=6)
+    monkeypatch.setenv("CASES", "ar,dflash")
+    shown = "test_figures[[]ddtree-b16[]], test_figures[[]ddtree-b32[]], test_figures[[]ddtree-b8[]]"
+    for args in ((), ("test_figures.py",), ("--specdec-save-baseline",)):  # a save keeps them: said too
+        result = pytester.runpytest("-p", "no:cacheprovider", *args)
+        assert result.ret == pytest.ExitCode.OK
+        result.stdout.fnmatch_lines([LEFTOVER.format(n=3, shown=shown)])
+    monkeypatch.setenv("CASES", "ar")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines([LEFTOVER.format(n=4, shown=shown + " and 1 more")])  # the first three
+    for args in (("-k", "ar"), ("-m", "not slow"), ("--deselect", "test_other.py::test_other"),
+                 ("test_figures.py::test_figures",), ("test_other.py",)):
+        result = pytester.runpytest("-p", "no:cacheprovider", *args)
+        assert result.ret == pytest.ExitCode.OK, args
+        assert "this run did not collect" not in result.stdout.str(), args
+
+
 def test_require_baseline_names_a_baseline_folder_that_is_not_there_and_where_it_was_set(pytester, monkeypatch):
     save_then_run(pytester, monkeypatch).assert_outcomes(passed=1)
     pytester.makepyprojecttoml('[tool.specdec]\nbaseline_dir = "baseline"\ncompare_fail = "output_tok_s:5%"\n'
