@@ -536,10 +536,12 @@ def leftover_entries(results: Results, durations: Durations | None, plan: ShardP
     from . import unmatched
     from .baselines import load_baselines
 
+    nodeids = {r.nodeid for r in results.all()} | set(results.outcomes) | results.configured
+    files = {nodeid.partition("::")[0] for nodeid in nodeids if "::" in nodeid}
     state = results.state
-    if (limits.left_out_by or limits.stopped_by is not None or limits.by_node_id or plan is not None
-            or state.settings.tp is not None or durations is None or durations.collection_unknown
-            or results.unheard_workers):
+    if (not files or limits.left_out_by or limits.stopped_by is not None or limits.by_node_id
+            or plan is not None or durations is None or durations.collection_unknown
+            or results.unheard_workers or state.settings.tp is not None):
         return None
     baselines = results.saved_baseline
     if baselines is None:
@@ -547,10 +549,8 @@ def leftover_entries(results: Results, durations: Durations | None, plan: ShardP
             return None
         try:  # read at configure time; another run's save since may have broken it
             baselines = load_baselines(state.baseline_path, state.hardware.key, state.settings.setter)
-        except SpecdecUsageError:
+        except (OSError, SpecdecUsageError):  # a note, never a run's error
             return None
-    nodeids = {r.nodeid for r in results.all()} | set(results.outcomes) | results.configured
-    files = {nodeid.partition("::")[0] for nodeid in nodeids if "::" in nodeid}
     # an entry the gate's note offers as a renamed test's (did you mean ...) is said there
     meant = {name for *_, near in _entries_meant(results, baselines, _uncompared(results)) for name in near}
     left = [test_id for test_id in unmatched.unclaimed(baselines, results.collected | {r.test_id for r in results.all()},
