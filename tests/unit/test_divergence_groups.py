@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_specdec import session
+from pytest_specdec.backends import EmbeddedBackend
 from pytest_specdec.configuration import MatrixCase
 from pytest_specdec.lossless import Exactness, Outputs
 from pytest_specdec.session import Results, divergences
@@ -15,8 +16,8 @@ from pytest_specdec.session import Results, divergences
 
 def state():
     matrix = SimpleNamespace(methods=["ar", "dflash", "ddtree"], tp=[1, 4])
-    settings = SimpleNamespace(reference="ar")
-    return SimpleNamespace(settings=settings, lossless=Exactness("exact"),
+    settings = SimpleNamespace(reference="ar", lossless_margins=False)
+    return SimpleNamespace(settings=settings, lossless=Exactness("exact"), backend=EmbeddedBackend,
                            config=SimpleNamespace(matrices={"cpu": matrix}),
                            known_issue=lambda method, tp, budget: None)
 
