@@ -9,7 +9,8 @@ flag repeated with one value means one thing.
 So does an ini key given twice with `-o`, in any spelling argparse takes (`-oKEY=V`, `-qo KEY=V`,
 `--override-ini=KEY=V`: pytest's own parser reads them, where pytest handed it over), and a flag
 given beside its ini twin's `-o` with another value, which the flag silently wins whatever the
-order; a flag over an ini file's value stays the documented precedence. A flag in a `@FILE` of
+order (save `--specdec-compare-fail`, whose ini layer gates the figures the flag does not name); a
+flag over an ini file's value stays the documented precedence. A flag in a `@FILE` of
 arguments counts too (pytest reads each line as one, as argparse does); the merge command
 (`python -m pytest_specdec merge`) checks its own options the same way (it has no short options
 and no ini to cross).
@@ -29,6 +30,10 @@ if TYPE_CHECKING:
 
 #: The value-taking flags, by their command-line spelling (switches carry no value to disagree on).
 _VALUED = {option.cli: option for option in OPTIONS if not option.flag}
+
+#: Options whose flag and ini value both count, as layers (gate.resolve_tolerances: the flag's
+#: figures first, the ini's for the figures it does not name): given together they are no slip.
+_LAYERED = frozenset({"compare_fail"})
 
 #: Flags whose one value lists several items, where a repetition likely meant to add one.
 _JOINED = {"--specdec-compare-fail": "output_tok_s:5%,ttft_ms:10%", "--specdec-tp": "1,4"}
@@ -136,7 +141,7 @@ def crossed(args: Sequence[str], ini: Sequence[str]) -> str | None:
     keys = given_values(ini, [flag.partition("=")[0] for flag in ini])
     for option in OPTIONS:
         values = keys.get(f"-o {option.ini}")
-        if not values:
+        if not values or option.name in _LAYERED:
             continue
         if option.flag:
             spelled, value = option.cli, ("true" if option.cli in words else None)

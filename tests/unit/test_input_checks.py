@@ -565,6 +565,14 @@ def test_a_flag_over_its_o_twin_with_one_value_or_over_ini_and_addopts_runs(pyte
     assert pytester.runpytest("--specdec-strict-noise", "-o", "specdec_strict_noise=yes").ret == pytest.ExitCode.OK
 
 
+def test_compare_fail_beside_its_o_twin_runs_both_layers(pytester: pytest.Pytester):
+    """--specdec-compare-fail and -o specdec_compare_fail are two layers of one gate (the flag's
+    figures first, the ini's for the rest), not a flag that silently wins: both count, so no refusal."""
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--specdec-compare-fail=tpot_ms:5%", "-o", "specdec_compare_fail=ttft_ms:10%")
+    assert result.ret == pytest.ExitCode.OK, result.stderr.str()
+
+
 def test_an_ini_key_given_twice_with_o_and_an_equals_sign_is_a_usage_error(pytester: pytest.Pytester):
     """argparse reads `-o=KEY=VALUE` as `-o KEY=VALUE`; the check read the key as '' and passed it."""
     pytester.makepyfile("def test_x(): pass")
