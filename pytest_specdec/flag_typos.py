@@ -94,6 +94,8 @@ def _specdec_selector_problem(arguments: str) -> str | None:
         key, value = match.group(1), match.group(2).strip("'\"")
         if key not in ("method", "tp", "budget"):
             return f"names {key!r}, which no specdec marker has ({hint(key, ('method', 'tp', 'budget'))})"
+        if match.group(2) == "None" and key != "tp":
+            continue  # a matrix marker's budget for ar and dflash; a hand-written one's method may be too
         if key == "method" and value not in METHODS:
             return f"names method {value!r}, which is unknown ({hint(value, METHODS)})"
         if key in ("tp", "budget"):

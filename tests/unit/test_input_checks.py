@@ -113,6 +113,20 @@ def test_a_marker_expression_of_known_markers_is_left_to_pytest(pytester: pytest
     assert pytester.runpytest("-m", expression).ret in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED)
 
 
+@pytest.mark.parametrize("expression", ["specdec(budget=None)", "specdec(method='ar', budget=None)",
+                                        "specdec(method=None) or specdec(method='ddtree', tp=1, budget=16)"])
+def test_a_selector_of_none_that_markers_hold_is_left_to_pytest(pytester: pytest.Pytester, expression):
+    """A matrix test's marker holds budget=None for ar and dflash (and a hand-written one may say
+    method=None): pytest matches None, so `-m "specdec(budget=None)"` selects them and is no misspelling."""
+    pytester.makepyfile("import pytest\n"
+                        "@pytest.mark.specdec(method='ar', tp=1, budget=None)\ndef test_ar(): pass\n"
+                        "@pytest.mark.specdec(method=None, tp=1, budget=None)\ndef test_any(): pass\n"
+                        "@pytest.mark.specdec(method='ddtree', tp=1, budget=16)\ndef test_tree(): pass\n")
+    result = pytester.runpytest("-m", expression)
+    assert result.ret == pytest.ExitCode.OK, result.stderr.str()
+    assert result.parseoutcomes()["passed"] >= 1
+
+
 @pytest.mark.parametrize("ini, args, message", [
     ("specdec_backnd = embedded", (), "unknown ini key specdec_backnd (in */tox.ini); did you mean specdec_backend?"),
     ("specdec_compare_fail = *:off", ("-o", "specdec_stal_timeout=5"),
