@@ -172,6 +172,17 @@ def _max_new_tokens(payload: dict[str, Any]) -> int | None:
     return value if type(value) is int else None
 
 
+def _one_sequence(payload: dict[str, Any]) -> bool:
+    """Whether the request streams one sequence: n above 1 (SGLang's parallel samples) or a batch
+    of prompts interleave events of several, each stating its own completion_tokens, so one
+    sequence's count is no progress or limit of another's."""
+    params = payload.get(api.REQUEST_FIELDS_SENT[1])
+    samples = params.get("n") if isinstance(params, dict) else None
+    prompts = payload.get(api.REQUEST_FIELDS_SENT[0], payload.get("input_ids"))
+    batch = isinstance(prompts, list) and bool(prompts) and not isinstance(prompts[0], int)
+    return not batch and not isinstance(params, list) and not (type(samples) is int and samples > 1)
+
+
 def _finish_reason(meta: dict) -> tuple[str | None, str | None]:
     """(finish type, abort message). SGLang sends {"type": ..., "message"?: ...}, older ones a str."""
     reason = meta.get(api.FINISH_REASON)
@@ -254,7 +265,8 @@ async def generate_one(
                 error = f"HTTP {status}: {error_text(body)}{retry_after_text(status, resp.headers)}"
             else:
                 head = bytearray()  # the body's first bytes, to show one that is no event stream
-                async for read, event in _data_events(resp, head, 200, on_event, _max_new_tokens(payload)):
+                async for read, event in _data_events(resp, head, 200, on_event, _max_new_tokens(payload),
+                                                      _one_sequence(payload)):
                     if event == _DONE:
                         done = True
                         break
@@ -332,7 +344,8 @@ async def generate_one(
 
 async def _data_events(resp: aiohttp.ClientResponse, head: bytearray, head_limit: int | None,
                        on_event: Callable[[], None] | None,
-                       max_new_tokens: int | None = None) -> AsyncIterator[tuple[int, bytes]]:
+                       max_new_tokens: int | None = None,
+                       counted: bool = True) -> AsyncIterator[tuple[int, bytes]]:
     """Each `data:` event's payload of a /generate stream, `[DONE]` included, after the number of
     the network read that completed it (events of one read arrived together, so their arrival
     times differ by parsing alone), with `on_event` called for each (the stall watchdog's sign of
@@ -340,7 +353,9 @@ async def _data_events(resp: aiohttp.ClientResponse, head: bytearray, head_limit
     `head` gathers the body's first `head_limit` bytes (all with None), to show a body that is no
     event stream. An event that states no more completion tokens than the last (a server or proxy
     repeating its last event to keep the stream warm) is no progress either. An event that brings
-    tokens after one that stated `max_new_tokens` raises PastMaxNewTokens, ending the stream."""
+    tokens after one that stated `max_new_tokens` raises PastMaxNewTokens, ending the stream. With
+    `counted` false (a stream of several sequences, `_one_sequence`) counts are not compared: each
+    event is progress and no limit is checked."""
     buf = bytearray()
     tokens = 0  # the most completion tokens an event stated so far
     async for read, data in _numbered(resp.content.iter_any()):
@@ -354,7 +369,7 @@ async def _data_events(resp: aiohttp.ClientResponse, head: bytearray, head_limit
             if not line.startswith(_DATA):
                 continue  # blank separators, SSE comments, keep-alives
             event = line[5:].strip()
-            count = _token_count(event)
+            count = _token_count(event) if counted else None
             if max_new_tokens is not None and count is not None and count > tokens >= max_new_tokens:
                 raise PastMaxNewTokens(count, max_new_tokens, tokens)
             if on_event is not None and (count is None or count > tokens):
@@ -588,7 +603,8 @@ async def generate_body_async(url: str, payload: dict[str, Any], *, timeout_s: f
                                          f"{retry_after_text(resp.status, resp.headers)}")
                 raw = bytearray()  # a body that is no event stream, whole
                 try:
-                    async for _, event in _data_events(resp, raw, None, watch.heard, _max_new_tokens(body)):
+                    async for _, event in _data_events(resp, raw, None, watch.heard, _max_new_tokens(body),
+                                                       _one_sequence(body)):
                         if event == _DONE:
                             return None
                         if event.startswith(_ERROR_PREFIX):

@@ -583,3 +583,30 @@ def test_a_workload_cancelled_from_outside_leaves_no_unretrieved_futures(fake):
         return reported
 
     assert asyncio.run(cancel_mid_stream()) == []
+
+
+def test_parallel_samples_each_with_its_own_count_are_no_overrun():
+    """n above 1 interleaves the samples' events, each stating its own completion_tokens: a sample
+    whose last verify step passes max_new_tokens after another sample's event at the limit failed
+    as a server that ignores the limit, and a lagging sample's events were no progress."""
+    async def handler(request):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for index, count in ((0, 1), (1, 1), (0, 4), (1, 3), (1, 6)):  # sample 1's last block passes 4
+            meta = {"id": f"r{index}", "prompt_tokens": 1, "completion_tokens": count,
+                    "finish_reason": {"type": "length", "length": 4} if count >= 4 else None}
+            event = {"index": index, "text": "x" * count, "output_ids": list(range(count)), "meta_info": meta}
+            await resp.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/generate", handler)
+    with ServerThread(app) as thread:
+        w = Workload(name="t", prompts=(Prompt("a"),), max_new_tokens=4, extra_sampling={"n": 2})
+        record = run_workload(thread.url, w, stall_timeout=5.0, timeout_s=30).records[0]
+        assert "max_new_tokens" not in (record.error or ""), record.error
+        server = LiveServer(spec=ServerSpec("embedded", "ar"), url=thread.url, log_path=None, check=lambda: None,
+                            stall_timeout=5.0)
+        assert server.generate("a", max_new_tokens=4, n=2)["meta_info"]["completion_tokens"] == 6
