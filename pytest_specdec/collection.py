@@ -16,11 +16,10 @@ from typing import Iterable
 
 import pytest
 
-from .configuration import METHODS, MatrixCase, is_speculative, takes_budget
+from .configuration import METHODS, MatrixCase, is_count, is_speculative, marker_problem
 from .hardware import GPU_FAMILIES
 from .lossless import reference_of
 from .state import RunState
-from .suggest import hint
 
 MARKERS = (
     "blackwell: targets Blackwell GPUs (sm_100/sm_120); skipped elsewhere with the hardware found",
@@ -90,14 +89,10 @@ def _marker_text(marker: pytest.Mark) -> str:
     return f"@pytest.mark.{marker.name}({', '.join(args)})"
 
 
-def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-
 def gpus_needed(item: pytest.Item, marker: pytest.Mark) -> int:
     """The n of `gpus(n)` (or `gpus(n=...)`); anything else stops the run naming the test."""
     values = list(marker.args) + list(marker.kwargs.values())
-    if len(values) == 1 and set(marker.kwargs) <= {"n"} and _is_count(values[0]):
+    if len(values) == 1 and set(marker.kwargs) <= {"n"} and is_count(values[0]):
         return values[0]
     raise pytest.UsageError(
         f"pytest-specdec: {item.nodeid}: {_marker_text(marker)} is not a GPU count; write "
@@ -109,23 +104,9 @@ def specdec_configuration(item: pytest.Item, marker: pytest.Mark
     """(method, tp, budget) of `specdec(method=..., tp=..., budget=...)`, checked, as known
     issues match on them; anything else stops the run naming the test."""
     kwargs = marker.kwargs
-    method, tp, budget = kwargs.get("method"), kwargs.get("tp", 1), kwargs.get("budget")
-    unknown = sorted(set(kwargs) - {"method", "tp", "budget"})
-    problem = None
-    if marker.args:
-        problem = "takes keywords only"
-    elif unknown:
-        problem = f"has unknown keywords {', '.join(unknown)}"
-    elif method is not None and method not in METHODS:
-        problem = f"has method {method!r}, which is unknown ({hint(str(method), METHODS)})"
-    elif not _is_count(tp) or tp & (tp - 1):
-        problem = f"has tp={tp!r}, which is not a power of two (1, 2, 4, 8, ...)"
-    elif budget is not None and not _is_count(budget):
-        problem = f"has budget={budget!r}, which is not a whole number of draft nodes, 1 or more"
-    elif budget is not None and method is not None and not takes_budget(method):
-        problem = f"has budget={budget!r}, but {method} takes no budget (a tree budget is ddtree's)"
+    problem = "takes keywords only" if marker.args else marker_problem(kwargs)
     if problem is None:
-        return method, tp, budget
+        return kwargs.get("method"), kwargs.get("tp", 1), kwargs.get("budget")
     raise pytest.UsageError(
         f"pytest-specdec: {item.nodeid}: {_marker_text(marker)} {problem}; write "
         f"@pytest.mark.specdec(method=..., tp=..., budget=...) with method one of "

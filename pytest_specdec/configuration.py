@@ -9,6 +9,7 @@ logs, the journal and baseline files. Pure Python, no pytest: the engine imports
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 #: Every decoding method, in the order a default matrix lists them.
 METHODS = ("ar", "dflash", "ddtree")
@@ -30,6 +31,36 @@ def is_speculative(method: str | None) -> bool:
 
 def takes_budget(method: str) -> bool:
     return method in BUDGETED_METHODS
+
+
+#: The keywords of a `specdec(...)` marker, and of an `-m "specdec(...)"` selector.
+MARKER_KEYWORDS = ("method", "tp", "budget")
+
+
+def marker_problem(keywords: Mapping[str, object]) -> str | None:
+    """What no configuration can have in a `specdec(...)` marker's keywords (a hand-written test's,
+    or an `-m` selector's, which then matches no test), as `has ...`; None where they are fine. One
+    rule for both, so that a selector is refused exactly where no marker could match it."""
+    from .suggest import hint
+
+    method, tp, budget = keywords.get("method"), keywords.get("tp", 1), keywords.get("budget")
+    unknown = sorted(set(keywords) - set(MARKER_KEYWORDS))
+    if unknown:
+        return f"has unknown keywords {', '.join(unknown)} ({hint(unknown[0], MARKER_KEYWORDS)})"
+    if method is not None and method not in METHODS:
+        return f"has method {method!r}, which is unknown ({hint(str(method), METHODS)})"
+    if not is_count(tp) or tp & (tp - 1):
+        return f"has tp={tp!r}, which is not a power of two (1, 2, 4, 8, ...)"
+    if budget is not None and not is_count(budget):
+        return f"has budget={budget!r}, which is not a whole number of draft nodes, 1 or more"
+    if budget is not None and method is not None and not takes_budget(method):
+        return f"has budget={budget!r}, but {method} takes no budget (a tree budget is ddtree's)"
+    return None
+
+
+def is_count(value: object) -> bool:
+    """A whole number, 1 or more (a bool is no count, though Python calls it an int)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def method_of_algorithm(algorithm: str | None) -> str:

@@ -83,27 +83,25 @@ _SELECTOR_ARG = re.compile(r"\s*(\w+)\s*=\s*('[^']*'|\"[^\"]*\"|[^,\s]+)\s*")
 def _specdec_selector_problem(arguments: str) -> str | None:
     """What no `specdec(...)` marker can match in `-m "specdec(method='dflsh')"`: pytest answers a
     misspelt keyword or method by selecting nothing, and beside `or` by dropping that configuration
-    from a run that passes; None for arguments a marker may have (any matrix or hand-written test)."""
-    from .configuration import METHODS
-    from .suggest import hint
+    from a run that passes; None for arguments a marker may have (any matrix or hand-written test:
+    the rule is the markers' own, `configuration.marker_problem`)."""
+    import ast
 
+    from .configuration import marker_problem
+
+    keywords: dict[str, object] = {}
     for part in filter(str.strip, arguments.split(",")):
         match = _SELECTOR_ARG.fullmatch(part)
         if match is None:
             continue  # pytest's own parser names a malformed argument
-        key, value = match.group(1), match.group(2).strip("'\"")
-        if key not in ("method", "tp", "budget"):
-            return f"names {key!r}, which no specdec marker has ({hint(key, ('method', 'tp', 'budget'))})"
-        if match.group(2) == "None" and key != "tp":
-            continue  # a matrix marker's budget for ar and dflash; a hand-written one's method may be too
-        if key == "method" and value not in METHODS:
-            return f"names method {value!r}, which is unknown ({hint(value, METHODS)})"
-        if key in ("tp", "budget"):
-            number = int(value) if match.group(2).isdigit() else 0  # `tp='4'` is a string: no marker's
-            if not number or (key == "tp" and number & (number - 1)):
-                what = "a power of two (1, 2, 4, 8, ...)" if key == "tp" else "a whole number, 1 or more"
-                return f"names {key}={match.group(2)}, but a specdec marker's {key} is {what}, unquoted"
-    return None
+        try:
+            keywords[match.group(1)] = ast.literal_eval(match.group(2))  # as pytest reads -m's literals
+        except (ValueError, SyntaxError):
+            return None  # not a literal: pytest's own parser names it
+    problem = marker_problem(keywords)
+    if problem and any(isinstance(value, str) and value.isdigit() for value in keywords.values()):
+        problem += " (a marker's numbers are unquoted)"
+    return problem
 
 
 INI_PREFIX = "specdec_"

@@ -89,13 +89,13 @@ def test_a_misspelt_family_in_a_marker_expression_is_named_with_the_family(pytes
 
 @pytest.mark.parametrize("expression, message", [
     ("specdec(method='dflsh') or specdec(method='ar')",
-     "*specdec(method='dflsh') names method 'dflsh', which is unknown (did you mean 'dflash'?), so it matches no test"),
+     "*specdec(method='dflsh') has method 'dflsh', which is unknown (did you mean 'dflash'?), so it matches no test"),
     ("cpu and not specdec(methd='ar')",
-     "*specdec(methd='ar') names 'methd', which no specdec marker has (did you mean 'method'?), so it matches no test"),
-    ("specdec(method='ddtree', tp=3)", "*names tp=3, but a specdec marker's tp is a power of two (1, 2, 4, 8, ...), "
-                                      "unquoted, so it matches no test"),
-    ("specdec(tp='4')", "*names tp='4', but a specdec marker's tp is a power of two*unquoted*"),
-    ("specdec(budget=0)", "*names budget=0, but a specdec marker's budget is a whole number, 1 or more*"),
+     "*specdec(methd='ar') has unknown keywords methd (did you mean 'method'?), so it matches no test"),
+    ("specdec(method='ddtree', tp=3)", "*has tp=3, which is not a power of two (1, 2, 4, 8, ...), so it matches no test"),
+    ("specdec(tp='4')", "*has tp='4', which is not a power of two*(a marker's numbers are unquoted)*"),
+    ("specdec(budget=0)", "*has budget=0, which is not a whole number of draft nodes, 1 or more*"),
+    ("specdec(method='ar', budget=8)", "*has budget=8, but ar takes no budget*so it matches no test"),
 ])
 def test_a_misspelt_configuration_in_a_marker_expression_is_named(pytester: pytest.Pytester, expression, message):
     """-m "specdec(method='dflsh') or specdec(method='ar')" ran ar alone and passed: the misspelt
