@@ -15,6 +15,7 @@ from .sampling_rule import decodes_greedily
 from .session import Results, lock_bound
 
 if TYPE_CHECKING:
+    from .baselines import Baselines
     from .durations import Durations
     from .result import Result
     from .run_limits import RunLimits
@@ -171,12 +172,7 @@ def _uncompared_gate(results: Results) -> str | None:
                 f"{len(unmatched)} gated figure(s) was compared; save one with "
                 f"{state.settings.setter('save_baseline')} (or point {state.settings.setter('baseline_dir')} "
                 f"at yours)")
-    from .baselines import load_baselines
-
-    try:  # read and checked at configure time; a save by another run since may have broken it
-        baselines = load_baselines(state.baseline_path, state.hardware.key, state.settings.setter)
-    except SpecdecUsageError:
-        baselines = None
+    baselines = _stored_baselines(results)
     # a test's figures that lack an entry for one reason are named together: a renamed workload
     # leaves every figure of every test without one, and one line each buried the names meant
     named: dict[tuple[str, str], list[str]] = {}
@@ -188,6 +184,23 @@ def _uncompared_gate(results: Results) -> str | None:
     return (f"{len(unmatched)} gated figure(s) have no entry in {state.baseline_path.name}, so nothing "
             f"gated them: {'; '.join(listed)}; save them with {state.settings.setter('save_baseline')}, "
             f"or fix a misspelt name in the file")
+
+
+def _stored_baselines(results: Results) -> Baselines | None:
+    """The baseline file as the run ends: the one it saved, else read again (it was read and checked
+    at configure time, but another run's save since may have broken it); None where there is none
+    or it cannot be read, which only costs a note its names."""
+    from .baselines import load_baselines
+
+    state = results.state
+    if results.saved_baseline is not None:
+        return results.saved_baseline
+    if not state.baseline_path.is_file():
+        return None
+    try:
+        return load_baselines(state.baseline_path, state.hardware.key, state.settings.setter)
+    except (OSError, SpecdecUsageError):
+        return None
 
 
 def _uncompared(results: Results) -> list[tuple[Result, str]]:
@@ -534,7 +547,6 @@ def leftover_entries(results: Results, durations: Durations | None, plan: ShardP
     id, --deselect, --lf, --sw, --specdec-tp, a shard), a stop, or a worker not heard from, which
     may have left the tests that are theirs uncollected. A note, never an error."""
     from . import unmatched
-    from .baselines import load_baselines
 
     nodeids = {r.nodeid for r in results.all()} | set(results.outcomes) | results.configured
     files = {nodeid.partition("::")[0] for nodeid in nodeids if "::" in nodeid}
@@ -543,14 +555,9 @@ def leftover_entries(results: Results, durations: Durations | None, plan: ShardP
             or plan is not None or durations is None or durations.collection_unknown
             or results.unheard_workers or state.settings.tp is not None):
         return None
-    baselines = results.saved_baseline
+    baselines = _stored_baselines(results)
     if baselines is None:
-        if not state.baseline_path.is_file():
-            return None
-        try:  # read at configure time; another run's save since may have broken it
-            baselines = load_baselines(state.baseline_path, state.hardware.key, state.settings.setter)
-        except (OSError, SpecdecUsageError):  # a note, never a run's error
-            return None
+        return None
     # an entry the gate's note offers as a renamed test's (did you mean ...) is said there
     meant = {name for *_, near in _entries_meant(results, baselines, _uncompared(results)) for name in near}
     left = [test_id for test_id in unmatched.unclaimed(baselines, results.collected | {r.test_id for r in results.all()},
