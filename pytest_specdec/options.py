@@ -187,6 +187,8 @@ class Option:
     default: Any = None
     flag: bool = False  # a store_true switch on the command line
     metavar: str | None = None
+    #: its values from each place combine (gate.resolve_tolerances), rather than the highest winning
+    layered: bool = False
 
     @property
     def cli(self) -> str:
@@ -226,7 +228,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("compare_fail", "fail a test whose metric regressed past a tolerance, e.g. "
            "output_tok_s:5%,accept_length:2%,ttft_ms:10% (METRIC:off ungates one, *:off all; "
            "names and * given here win over the ini's, which win over [tool.specdec.tolerances])", str, None,
-           metavar="EXPR"),
+           metavar="EXPR", layered=True),
     Option("strict_noise", "fail a test whose figure is worse than its tolerance but too noisy "
            "to call a regression (verdict noisy)", _bool, False, flag=True),
     Option("require_baseline", "fail a test whose gated figure has no baseline entry to compare "

@@ -31,10 +31,6 @@ if TYPE_CHECKING:
 #: The value-taking flags, by their command-line spelling (switches carry no value to disagree on).
 _VALUED = {option.cli: option for option in OPTIONS if not option.flag}
 
-#: Options whose flag and ini value both count, as layers (gate.resolve_tolerances: the flag's
-#: figures first, the ini's for the figures it does not name): given together they are no slip.
-_LAYERED = frozenset({"compare_fail"})
-
 #: Flags whose one value lists several items, where a repetition likely meant to add one.
 _JOINED = {"--specdec-compare-fail": "output_tok_s:5%,ttft_ms:10%", "--specdec-tp": "1,4"}
 
@@ -141,7 +137,7 @@ def crossed(args: Sequence[str], ini: Sequence[str]) -> str | None:
     keys = given_values(ini, [flag.partition("=")[0] for flag in ini])
     for option in OPTIONS:
         values = keys.get(f"-o {option.ini}")
-        if not values or option.name in _LAYERED:
+        if not values or option.layered:  # flag and ini both count, as layers: together no slip
             continue
         if option.flag:
             spelled, value = option.cli, ("true" if option.cli in words else None)
