@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .file_kind import link_fault_said
 from .options import OPTIONS, OPTIONS_BY_NAME
 from .sampling_rule import decodes_greedily
 from .state import RunState
@@ -68,6 +69,10 @@ def _baseline_state(state: RunState) -> BaselineNote:
     if path.parent.exists() and not path.parent.is_dir():
         return BaselineNote(f" (none: the baseline folder is a file, so nothing is compared, nor can be saved; "
                             f"point {state.settings.setter('baseline_dir')} at a folder)", warns=True)
+    broken = link_fault_said(path)
+    if broken:  # a link into a share not mounted reads as a first run, every figure passing as new
+        return BaselineNote(f" (none: {broken}, so nothing is compared; mount or repoint the link, "
+                            f"or remove it to start a new baseline)", warns=True)
     return BaselineNote(" (none yet)")
 
 

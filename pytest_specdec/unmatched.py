@@ -16,6 +16,8 @@ import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
+from .file_kind import link_fault_said
+
 if TYPE_CHECKING:
     from .baselines import Baselines
     from .options import Settings
@@ -42,11 +44,14 @@ def where_folder_was_set(settings: Settings) -> str:
 
 
 def missing_file(path: Path, settings: Settings) -> str | None:
-    """None where the baseline file is there; else that its folder is not (and where the folder
-    was set), or that the folder holds no such file (and the files there of similar names: another
+    """None where the baseline file is there; else that a link on its path leads nowhere, that its
+    folder is not (and where the folder was set), or that the folder holds no such file (and the files there of similar names: another
     hardware key's)."""
     if path.is_file():
         return None
+    broken = link_fault_said(path)
+    if broken:  # "holds no FILE" beside the link itself sent the user to the folder
+        return broken
     folder = path.parent
     if not folder.is_dir():
         what = "is not a folder" if folder.exists() else "does not exist"

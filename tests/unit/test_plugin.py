@@ -1164,3 +1164,30 @@ def test_an_xdist_worker_checks_the_backend_once_as_one_process_does(pytester: p
         pids = pytester.path.joinpath("ready.log").read_text().split()
         calls[bool(workers)] = sorted(pids.count(pid) for pid in set(pids))
     assert calls[True] == calls[False] == [1], calls
+
+
+def test_a_baseline_file_behind_a_broken_link_warns_in_the_header_and_the_summary(pytester: pytest.Pytester, tmp_path):
+    """A baseline file linked into a share that is not mounted read as a first run: "(none yet)" in
+    the header and "the folder holds no cpu.json" at the end, beside the link itself, every gated
+    figure passing as new. Both now name the link and where it points."""
+    from types import SimpleNamespace
+
+    from pytest_specdec import header, unmatched
+
+    (tmp_path / "baselines").mkdir()
+    target = tmp_path / "share" / "cpu.json"
+    (tmp_path / "baselines" / "cpu.json").symlink_to(target)
+    settings = SimpleNamespace(setter=lambda name: "--specdec-baseline-dir")
+    note = header._baseline_state(SimpleNamespace(baseline_path=tmp_path / "baselines" / "cpu.json",
+                                                  settings=settings))
+    assert note.warns and f"cpu.json is a broken symbolic link to {target}, where nothing is" in note.text
+    pytester.makepyprojecttoml(SMALL_MATRIX)
+    pytester.makepyfile(SPEC_TEST)
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / "cpu.json").symlink_to(target)
+    result = pytester.runpytest("--co", "-q")
+    result.stdout.fnmatch_lines(["specdec: baselines */baselines/cpu.json (none: */baselines/cpu.json is a broken "
+                                 "symbolic link to */share/cpu.json, where nothing is, so nothing is compared; "
+                                 "mount or repoint the link, or remove it to start a new baseline)"])
+    said = unmatched.missing_file(pytester.path / "baselines" / "cpu.json", settings)
+    assert said is not None and "broken symbolic link" in said and "holds no" not in said
