@@ -99,7 +99,9 @@ def _specdec_selector_problem(arguments: str) -> str | None:
         except (ValueError, SyntaxError):
             return None  # not a literal: pytest's own parser names it
     problem = marker_problem(keywords)
-    if problem and any(isinstance(value, str) and value.isdigit() for value in keywords.values()):
+    # only where the number quoted is the one refused: beside another fault it would name the wrong fix
+    if problem and any(isinstance(value, str) and value.isdigit() and problem.startswith(f"has {key}=")
+                       for key, value in keywords.items()):
         problem += " (a marker's numbers are unquoted)"
     return problem
 

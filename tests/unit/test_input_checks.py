@@ -104,6 +104,21 @@ def test_a_misspelt_configuration_in_a_marker_expression_is_named(pytester: pyte
     _usage_error(pytester.runpytest("-m", expression), message)
 
 
+@pytest.mark.parametrize("expression, message", [
+    ("specdec(method='8')", "*has method '8', which is unknown (use one of ar, dflash, ddtree), so it matches no test"),
+    ("specdec(method='ddtree', tp=3, budget='16')", "*has tp=3, which is not a power of two (1, 2, 4, 8, ...), so it "
+                                                    "matches no test"),
+])
+def test_a_selector_fault_beside_no_quoted_number_is_not_said_to_be_one(pytester: pytest.Pytester, expression,
+                                                                          message):
+    """specdec(method='8') and a tp=3 beside budget='16' were told "(a marker's numbers are
+    unquoted)": the fault named is another keyword's, so the hint named the wrong fix."""
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("-m", expression)
+    _usage_error(result, message)
+    assert "unquoted" not in result.stderr.str()
+
+
 @pytest.mark.parametrize("expression", ["blackwell or hopper", "ada", "not gpu", "blackwel", "specdec(method='ar')",
                                         "sm_90", "specdec(method=\"ddtree\", tp=8, budget=16) or cpu"])
 def test_a_marker_expression_of_known_markers_is_left_to_pytest(pytester: pytest.Pytester, expression):
