@@ -136,8 +136,8 @@ def _base(url: str) -> str:
 
 
 def cut_off_text(exc: aiohttp.ClientPayloadError) -> str:
-    """A stream the server cut off mid-body, in words about the server: aiohttp's own name its
-    parser ('Response payload is not completed'), and are kept after."""
+    """A stream the server cut off mid-body, in words about the server: aiohttp's own words name
+    its parser ('Response payload is not completed'), and are kept after them."""
     return f"stream cut off mid-response (server closed the connection before the body ended: {exc})"
 
 
