@@ -35,6 +35,7 @@ from typing import NoReturn
 
 from ..configuration import METHODS, is_speculative
 from ..servers.cleanup import parent_death_preexec
+from ..servers.direct import urlopen
 from ..whole_file import replace_text
 from .cli import build_parser, parse_args, rejecting_parser
 from .logs import READY_LINE
@@ -59,7 +60,7 @@ def free_port() -> int:
 
 def _post(url: str, body: dict, timeout: float) -> dict:
     req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
+    with urlopen(req, timeout=timeout) as resp:
         return json.loads(resp.read())
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import socket
 import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 from pytest_specdec import sglang_api as api
 from pytest_specdec.configuration import configuration_id, is_speculative, method_of_algorithm, takes_budget
 from pytest_specdec.servers.diagnosis import ServerError
+from pytest_specdec.servers.direct import proxy_note, urlopen
 from pytest_specdec.servers.process import (HEALTH_QUIET_S, HEALTH_TIMEOUT_S, STALL_PROBE_TIMEOUT_S,
                                             ManagedServer, describe_probe, probe, probe_saying)
 from pytest_specdec.servers.spec import ServerSpec
@@ -218,7 +218,7 @@ def fetch_server_info(url: str, timeout: float = 10.0) -> dict:
     last: Exception | None = None
     for path in (api.SERVER_INFO, api.SERVER_INFO_OLD):
         try:
-            with urllib.request.urlopen(url.rstrip("/") + path, timeout=timeout) as resp:
+            with urlopen(url.rstrip("/") + path, timeout=timeout) as resp:
                 info = json.loads(resp.read())
         except (urllib.error.URLError, OSError, ValueError) as e:
             if isinstance(getattr(e, "reason", e), (TimeoutError, socket.timeout)):
@@ -235,8 +235,8 @@ def fetch_server_info(url: str, timeout: float = 10.0) -> dict:
     raise ServerError(
         url,
         "unreachable",
-        f"no /server_info at {url}: {last}",
-        headline=f"attached server {url} did not answer /server_info ({last}); is it running?",
+        f"no /server_info at {url}: {last}{proxy_note()}",
+        headline=f"attached server {url} did not answer /server_info ({last}); is it running?{proxy_note()}",
     )
 
 
@@ -244,7 +244,7 @@ def fetch_model_info(url: str, timeout: float = 10.0) -> dict | None:
     """GET /model_info as a dict; None where the server does not answer it (the model is then
     read from /server_info)."""
     try:
-        with urllib.request.urlopen(url.rstrip("/") + api.MODEL_INFO, timeout=timeout) as resp:
+        with urlopen(url.rstrip("/") + api.MODEL_INFO, timeout=timeout) as resp:
             info = json.loads(resp.read())
     except (urllib.error.URLError, OSError, ValueError):
         return None

@@ -24,7 +24,6 @@ import subprocess
 import threading
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from pytest_specdec.servers.diagnosis import (
     tail,
     unexplained_kill,
 )
+from pytest_specdec.servers.direct import urlopen
 from pytest_specdec.servers.said_wait import SaidWait
 from pytest_specdec.servers.spec import ServerSpec
 
@@ -107,7 +107,7 @@ def probe(url: str, timeout: float) -> tuple[str, int | None]:
     """GET url -> (outcome, status): outcome is `ok`, `http` (non-2xx), `refused`, `timeout`
     (connected, no answer) or `reset` (connection dropped without an answer)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with urlopen(url, timeout=timeout) as resp:
             resp.read()
             return "ok", resp.status
     except urllib.error.HTTPError as e:
