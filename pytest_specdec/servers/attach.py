@@ -295,6 +295,22 @@ class AttachedServer:
                 f"{what} (attached at {self.url})",
                 headline=f"attached server {name} at {self.url} is not healthy: {what}",
             )
+        self.check_same()
+
+    def check_same(self) -> None:
+        """The server is still what it said at the run's start (each liveness check asks): one
+        restarted on its URL as another configuration between tests or workloads would have its
+        figures recorded and gated as the configuration it was. Raises ServerError (`changed`)."""
+        now = identify(fetch_server_info(self.url))
+        if now == self.identity:
+            return
+        name = self.spec.id if self.spec else self.identity.id
+        what = (f"it now serves {now.id}, model {now.model or '(not reported)'} (per /server_info), where at the "
+                f"run's start it served {self.identity.id}, model {self.identity.model or '(not reported)'}: "
+                f"restarted as another configuration")
+        raise ServerError(name, "changed", f"{what} (attached at {self.url})",
+                          headline=f"attached server {name} at {self.url} changed: {what}; its figures would be "
+                                   f"recorded as {name}'s. Run again against one server that stays as it is")
 
     def stall_error(self, stall: str, probe_timeout: float = STALL_PROBE_TIMEOUT_S) -> ServerError:
         """A workload stalled on this server: one /health_generate probe says what it does now."""

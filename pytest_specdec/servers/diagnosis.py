@@ -197,7 +197,8 @@ class ServerError(Exception):
     """A server could not be started, died, or stopped answering.
 
     `reason` is a short stable kind the plugin can branch on (`warmup-crash`, `hang`,
-    `slow-start`, `port-in-use`, `refused`, `exited`, `died`, `unresponsive`, `teardown`, `lease`);
+    `slow-start`, `port-in-use`, `refused`, `exited`, `died`, `unresponsive`, `teardown`, `lease`,
+    `changed`: an attached server restarted as another configuration);
     `cause` the one-line why; the message is what a test failure shows, log path and tail included.
     """
 
