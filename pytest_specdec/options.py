@@ -131,6 +131,13 @@ def _url(text: str) -> str:
         raise ValueError(f"{text!r}: its port is out of range; a port is 1-65535")
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{text!r} is not an http(s) URL such as http://127.0.0.1:30000")
+    # each endpoint's path is appended to the URL: a query or fragment would swallow it, and
+    # credentials are sent by neither client (and would be printed in the header)
+    extra = "a query" if parts.query else "a fragment" if parts.fragment else \
+        "credentials" if parts.username is not None else None
+    if extra:
+        raise ValueError(f"{text!r} has {extra}, which the server's paths cannot follow; give the server's "
+                         f"base URL alone, such as http://127.0.0.1:30000 or http://host/prefix")
     return text
 
 

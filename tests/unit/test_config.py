@@ -928,3 +928,18 @@ def test_a_number_of_seconds_is_shown_as_written_not_as_pythons_float():
     assert shown == {"stall_timeout": "60", "startup_timeout": "1.25", "gpu_wait_timeout": "7200",
                      "baseline_lock_timeout": "1234567.5"}
     assert settings.shown("gpu_wait_timeout", "pyproject.toml", settings.overridden["gpu_wait_timeout"][0][1]) == "30"
+
+
+@pytest.mark.parametrize("url, extra", [("http://127.0.0.1:30000/?x=1", "a query"),
+                                        ("http://127.0.0.1:30000/#top", "a fragment"),
+                                        ("http://user:pass@127.0.0.1:30000", "credentials")])
+def test_a_server_url_with_a_query_fragment_or_credentials_is_refused_where_it_is_set(url, extra):
+    """Each endpoint's path is appended to the URL: `/?x=1` + `/server_info` asked for `/` and the run
+    stopped on '/get_server_info answered a JSON str'; `user:pass@` failed as 'Name or service not known'."""
+    from pytest_specdec.options import OPTIONS_BY_NAME, parse_value
+
+    with pytest.raises(SpecdecUsageError) as raised:
+        parse_value(OPTIONS_BY_NAME["server_url"], url, "--specdec-server-url")
+    assert str(raised.value).startswith(f"--specdec-server-url: '{url}' has {extra}, which the server's paths "
+                                        f"cannot follow; give the server's base URL alone"), str(raised.value)
+    assert parse_value(OPTIONS_BY_NAME["server_url"], "http://host/sglang/", "--specdec-server-url")
