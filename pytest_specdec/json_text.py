@@ -24,12 +24,21 @@ def parse_int(digits: str) -> int | float:
 
 def loads(text: str | bytes, **kwargs: Any) -> Any:
     """`json.loads(text, **kwargs)`, raising only JSONDecodeError for text that is no readable JSON
-    (and what an `object_pairs_hook` raises)."""
-    kwargs.setdefault("parse_int", parse_int)
+    (and what an `object_pairs_hook` raises).
+
+    `parse_int` is used only where the decoder's own integers refused the text: a hook called for
+    every integer (a journal's token ids, millions of them) halves the decoder's speed."""
     if isinstance(text, bytes):
         text = _utf8(text)
     try:
-        return json.loads(text, **kwargs)
+        try:
+            return json.loads(text, **kwargs)
+        except json.JSONDecodeError:
+            raise
+        except ValueError:  # an integer past the digit limit, or an object_pairs_hook's refusal
+            if "parse_int" in kwargs:
+                raise
+            return json.loads(text, parse_int=parse_int, **kwargs)
     except RecursionError:
         raise json.JSONDecodeError("nested too deeply to read", text, 0) from None
 
