@@ -48,6 +48,8 @@ SeriesKey = tuple[str, str, int]  # (family, method, tp)
 PANELS_PER_PAGE = 12
 #: The most panels in one row of a figure: a run of up to this many workloads draws one row.
 COLUMNS = 4
+#: The most budget labels side by side on a panel's axis (4.8 inches wide) without touching.
+LABELS_PER_AXIS = 14
 #: The resolution of the PNGs (dots per inch).
 DPI = 150
 
@@ -245,8 +247,27 @@ def _draw_panel(ax: Any, rows: Sequence[ReportRow], metric: str,
     if budgets:
         ax.set_xlabel("budget (draft tree nodes)")
         ax.set_xscale("log", base=2)
-        ax.set_xticks(budgets, [str(b) for b in budgets])
+        ax.set_xticks(budgets, budget_labels(budgets))
         ax.minorticks_off()
+
+
+def budget_labels(budgets: Sequence[int]) -> list[str]:
+    """The tick labels of `budgets` (sorted) on the log axis: each budget keeps its tick, but only
+    those at least 1/LABELS_PER_AXIS of the axis apart from the last labelled one are labelled, so
+    close budgets (15 and 16, or 12, 14, 15, 16 of a fine sweep) never print over each other."""
+    import math
+
+    if not budgets:
+        return []
+    gap = max(math.log2(budgets[-1] / budgets[0]), 1.0) / LABELS_PER_AXIS
+    labels, last = [], None
+    for budget in budgets:
+        if last is None or math.log2(budget / last) >= gap - 1e-9:
+            labels.append(str(budget))
+            last = budget
+        else:
+            labels.append("")
+    return labels
 
 
 def _value(row: ReportRow, metric: str) -> tuple[float, float]:

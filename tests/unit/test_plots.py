@@ -452,3 +452,21 @@ def test_names_with_dollar_signs_are_drawn_as_written_not_as_mathtext(tmp_path):
     fig = draw(rows, "output_tok_s", "tokens/s")
     texts = [ax.get_title() for ax in fig.axes] + [t.get_text() for t in fig.legends[0].get_texts()]
     assert len(texts) == 4 and not any(is_math_text(t) for t in texts)
+
+
+@pytest.mark.parametrize("budgets", [(8, 12, 15, 16, 32, 64),
+                                     (2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 15, 16, 20, 24, 28, 32, 40, 48, 56, 64)])
+def test_close_budgets_keep_their_ticks_but_never_print_labels_over_each_other(budgets):
+    # the configured matrix's 15 and 16, or a fine sweep, on a panel of a many-workload figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    rows = [row("ar", 1, None, 300.0, workload=f"w{w}") for w in range(8)]
+    rows += [row("ddtree", 1, b, 700.0 + b, 2.5, workload=f"w{w}") for b in budgets for w in range(8)]
+    fig = draw(rows, "output_tok_s", "tokens/s")
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    ax = fig.axes[0]
+    assert list(ax.get_xticks()) == list(budgets)
+    shown = [t.get_window_extent(canvas.get_renderer()) for t in ax.get_xticklabels() if t.get_text()]
+    assert [t.get_text() for t in ax.get_xticklabels()][0] == str(budgets[0])
+    assert all(left.x1 < right.x0 for left, right in zip(shown, shown[1:]))
