@@ -33,3 +33,8 @@ def test_an_object_hooks_refusal_and_bad_text_raise_as_before():
         json_text.loads("[1, 2")
     with pytest.raises(json.JSONDecodeError, match="nested too deeply"):
         json_text.loads("[" * 100000)
+
+
+def test_an_integer_too_long_for_a_float_reads_as_infinity():
+    # each reader's finite-number check then refuses it with a message, not an OverflowError
+    assert json_text.loads('{"v": ' + "9" * 400 + "}") == {"v": float("inf")}
