@@ -6,14 +6,17 @@ the plugin's flags are many and long, and `[tool.specdec]` keys already get a di
 command line gets one too. So does a hardware family misspelt in `-m` (`-m blackwel`), or an
 architecture given for one (`-m sm_120`), which pytest takes for a marker no test has and answers
 by deselecting every test, and a configuration misspelt in one (`-m "specdec(method='dflsh')"`),
-which beside `or` drops that configuration from a run that passes. A misspelt ini key is worse: pytest only warns of it in the
-warnings summary, after the whole benchmark ran with the default it meant to change.
+which beside `or` drops that configuration from a run that passes; each is read wherever it
+stands, grouped in parentheses too (`-m "not (blackwel)"`). A misspelt ini key is worse: pytest
+only warns of it in the warnings summary, after the whole benchmark ran with the default it meant
+to change.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .options import OPTIONS
@@ -46,9 +49,48 @@ def check(parser: pytest.Parser, args: Sequence[str]) -> None:
 _OPERATORS = {"and", "or", "not", "True", "False", "None"}
 
 
+@dataclass(frozen=True)
+class MarkerUse:
+    """One marker a `-m` expression names, as written there."""
+
+    name: str
+    text: str  # `specdec(method='dflsh')` as typed, for the message
+    arguments: str | None  # between the marker's own parentheses; None where it has none
+
+
+def marker_uses(expression: str) -> list[MarkerUse]:
+    """Every marker `expression` names, in order, wherever it stands: inside grouping parentheses
+    (`(hopper or blackwel)`, `not (blackwel)`) as much as outside. Read with pytest's own grammar,
+    which alone tells grouping parentheses from a marker's arguments; [] for an expression pytest
+    refuses, since pytest then names the fault itself."""
+    from _pytest.mark.expression import Expression, Scanner, TokenType
+
+    try:
+        Expression.compile(expression)
+    except Exception:  # ParseError (pytest 8) or SyntaxError (pytest 9): pytest's own message names it
+        return []
+    scanner = Scanner(expression)
+    tokens = [scanner.current, *scanner.tokens]
+    uses, i = [], 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        if token.type is not TokenType.IDENT:
+            continue
+        if tokens[i].type is not TokenType.LPAREN:  # the grammar puts a marker's arguments right after its name
+            uses.append(MarkerUse(token.value, token.value, None))
+            continue
+        close = next(j for j in range(i, len(tokens)) if tokens[j].type is TokenType.RPAREN)  # arguments hold none
+        uses.append(MarkerUse(token.value, expression[token.pos:tokens[close].pos + 1],
+                              expression[tokens[i].pos + 1:tokens[close].pos]))
+        i = close + 1
+    return uses
+
+
 def check_markexpr(config: pytest.Config) -> None:
     """Raise pytest.UsageError for a name in `-m` that is no registered marker but one letter or two
-    from a hardware family's, or an architecture of one."""
+    from a hardware family's, or an architecture of one, and for a `specdec(...)` selector no
+    marker can match. `-m` given twice or in addopts is the one pytest selects by."""
     expression = getattr(config.option, "markexpr", "") or ""
     if not expression:
         return
@@ -58,7 +100,9 @@ def check_markexpr(config: pytest.Config) -> None:
     from .suggest import closest
 
     registered = {re.split(r"[(:]", line, maxsplit=1)[0].strip() for line in config.getini("markers")}
-    for name in re.findall(r"[A-Za-z_][\w.]*", re.sub(r"\([^)]*\)", "", expression)):
+    uses = marker_uses(expression)
+    for use in uses:
+        name = use.name
         if name in _OPERATORS or name in registered:
             continue
         family = arch_family(name)
@@ -69,10 +113,11 @@ def check_markexpr(config: pytest.Config) -> None:
         if close:
             raise pytest.UsageError(f"pytest-specdec: -m {expression!r}: {name!r} is no marker, so no test "
                                     f"has it; did you mean {close!r}?")
-    for match in re.finditer(r"\bspecdec\s*\(([^)]*)\)", expression):
-        problem = _specdec_selector_problem(match.group(1))
+    for use in uses:
+        problem = (_specdec_selector_problem(use.arguments)
+                   if use.name == "specdec" and use.arguments is not None else None)
         if problem:
-            raise pytest.UsageError(f"pytest-specdec: -m {expression!r}: {match.group(0)} {problem}, so it "
+            raise pytest.UsageError(f"pytest-specdec: -m {expression!r}: {use.text} {problem}, so it "
                                     f"matches no test")
 
 

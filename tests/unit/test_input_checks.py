@@ -88,6 +88,46 @@ def test_a_misspelt_family_in_a_marker_expression_is_named_with_the_family(pytes
 
 
 @pytest.mark.parametrize("expression, message", [
+    ("(hopper or blackwel)", "-m '(hopper or blackwel)': 'blackwel' is no marker, so no test has it; did you mean "
+                             "'blackwell'?"),
+    ("not (blackwel)", "-m 'not (blackwel)': 'blackwel' is no marker, so no test has it; did you mean 'blackwell'?"),
+    ("gpu and (cpu or (not sm_120))", "*'sm_120' is an architecture, not a marker*its family's marker is 'blackwell'"),
+    ("(specdec(method='ar') or Hoper)", "*'Hoper' is no marker*did you mean 'hopper'?"),
+    ("not (cpu and specdec(method='dflsh'))", "*specdec(method='dflsh') has method 'dflsh', which is unknown*"),
+])
+def test_a_misspelt_marker_inside_parentheses_is_named_as_outside(pytester: pytest.Pytester, expression, message):
+    """-m "(hopper or blackwel)" ran hopper alone and passed: the check dropped every parenthesised
+    span as if it held a marker's arguments, so a name grouped there was never read."""
+    pytester.makepyfile("def test_x(): pass")
+    _usage_error(pytester.runpytest("-m", expression), message)
+
+
+@pytest.mark.parametrize("expression", ["(hopper or blackwel", "specdec(method='dflsh'"])
+def test_a_malformed_marker_expression_is_left_to_pytests_own_message(pytester: pytest.Pytester, expression):
+    """pytest's grammar reads the expression: one it refuses gets pytest's message, not a guess of ours."""
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("-m", expression)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    result.stderr.fnmatch_lines(["ERROR: Wrong expression passed to '-m'*"])
+    assert "pytest-specdec" not in result.stderr.str()
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+@pytest.mark.parametrize("args, ini", [
+    (["-m", "cpu", "-m", "(hopper or blackwel)"], ""),  # pytest selects by the last -m
+    ([], "[pytest]\naddopts = -m '(hopper or blackwel)'\n"),
+])
+def test_a_misspelt_marker_in_parentheses_from_a_second_m_or_addopts_is_named(pytester: pytest.Pytester, args,
+                                                                               ini):
+    """The -m pytest selects by, however it was given, is read with its parentheses."""
+    if ini:
+        pytester.makeini(ini)
+    pytester.makepyfile("def test_x(): pass")
+    _usage_error(pytester.runpytest(*args), "-m '(hopper or blackwel)': 'blackwel' is no marker, so no test has "
+                                            "it; did you mean 'blackwell'?")
+
+
+@pytest.mark.parametrize("expression, message", [
     ("specdec(method='dflsh') or specdec(method='ar')",
      "*specdec(method='dflsh') has method 'dflsh', which is unknown (did you mean 'dflash'?), so it matches no test"),
     ("cpu and not specdec(methd='ar')",
@@ -120,7 +160,8 @@ def test_a_selector_fault_beside_no_quoted_number_is_not_said_to_be_one(pytester
 
 
 @pytest.mark.parametrize("expression", ["blackwell or hopper", "ada", "not gpu", "blackwel", "specdec(method='ar')",
-                                        "sm_90", "specdec(method=\"ddtree\", tp=8, budget=16) or cpu"])
+                                        "sm_90", "specdec(method=\"ddtree\", tp=8, budget=16) or cpu",
+                                        "(blackwel or sm_90) and not (specdec(method='ar', tp=1))"])
 def test_a_marker_expression_of_known_markers_is_left_to_pytest(pytester: pytest.Pytester, expression):
     """Registered markers, and a project's own marker spelt like a family, are not misspellings."""
     pytester.makeini("[pytest]\nmarkers =\n    blackwel: a project's own\n    sm_90: a project's own too\n")
