@@ -625,8 +625,8 @@ def interrupted_note(results: Results, stopped_by: str) -> str | None:
 def unchecked_lossless(results: Results, left_out_by: tuple[str, ...] = ()) -> str | None:
     """The speculative results whose reference recorded no outputs in this run (left out by
     `left_out_by`, the options given that leave tests out, or by the tests the command line
-    named; skipped; failed before measuring), so nothing checked their losslessness; one line,
-    or None."""
+    named; skipped; failed before measuring; or measured through `specdec_record.result`, which
+    records figures alone), so nothing checked their losslessness; one line, or None."""
     from .collection import reference_case
     from .configuration import is_speculative
     from .lossless import counterpart
@@ -636,22 +636,39 @@ def unchecked_lossless(results: Results, left_out_by: tuple[str, ...] = ()) -> s
         return None
     measured = {(r.case, r.workload, counterpart(r.nodeid, r.config)) for r in results.all()
                 if r.case is not None and r.outputs is not None}
-    unchecked, references = [], []
+    # a reference that ran but recorded figures alone: the run did not leave it out
+    figures_only = {(r.case, r.workload, counterpart(r.nodeid, r.config)) for r in results.all()
+                    if r.case is not None and r.outputs is None and "measurement" in r.details}
+    unchecked: list[tuple[Result, str, bool]] = []  # (result, its reference's name, whether that recorded figures)
     for r in results.all():
         if r.case is None or r.outputs is None or not is_speculative(r.case.method) \
                 or r.case.method == state.settings.reference:
             continue
         reference = reference_case(r.case, state)
-        if reference is not None and (reference, r.workload, counterpart(r.nodeid, r.config)) not in measured:
-            unchecked.append(r)
-            references += [] if reference.param_id in references else [reference.param_id]
-    if not unchecked:
-        return None
-    why = (f"left out by {' or '.join(left_out_by)}" if left_out_by
-           else "not among the tests the command line named")
-    return (f"lossless: not checked: {', '.join(_names(unchecked))} (their reference {', '.join(references)} "
-            f"recorded no outputs in this run: {why}, skipped, or failed before it measured); run "
-            f"the reference with them")
+        key = (reference, r.workload, counterpart(r.nodeid, r.config))
+        if reference is not None and key not in measured:
+            unchecked.append((r, reference.param_id, key in figures_only))
+    # named over them all: two tests of one configuration read alike across the two causes too
+    names = _names([r for r, _, _ in unchecked])
+
+    def part(figures: bool) -> str | None:
+        chosen = [(name, reference) for name, (_, reference, of_figures) in zip(names, unchecked)
+                  if of_figures == figures]
+        if not chosen:
+            return None
+        references = ", ".join(dict.fromkeys(reference for _, reference in chosen))
+        listed = ", ".join(name for name, _ in chosen)
+        if figures:
+            return (f"{listed} (their reference {references} recorded figures without outputs, through "
+                    f"specdec_record.result(measurement), so there was nothing to compare them with); record "
+                    f"the reference through specdec_record.run(specdec_server, workload)")
+        why = (f"left out by {' or '.join(left_out_by)}" if left_out_by
+               else "not among the tests the command line named")
+        return (f"{listed} (their reference {references} recorded no outputs in this run: {why}, skipped, or "
+                f"failed before it measured); run the reference with them")
+
+    parts = [text for text in (part(False), part(True)) if text]
+    return f"lossless: not checked: {'; '.join(parts)}" if parts else None
 
 
 def sampled_lossless(results: Results) -> str | None:

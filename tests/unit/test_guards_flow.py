@@ -375,6 +375,57 @@ def test_generation(specdec_server, specdec_workload, specdec_record):
         "specdec_record.run(specdec_server, workload) records the outputs the guard compares"])
 
 
+def test_a_reference_that_recorded_figures_alone_is_named_as_the_cause(pytester, no_leftover_engines):
+    """ar measured through specdec_record.result(measurement), ddtree through run(): ddtree's note
+    blamed its reference on being "left out by ..., skipped, or failed", which it was not; it ran and
+    recorded figures without outputs, so there was nothing to compare ddtree's outputs with."""
+    project(pytester, methods=("ar", "ddtree"), budgets=(8,), engine_args=("--fault-lossy", "0.3"),
+            prompts=2, max_new_tokens=16)
+    pytester.makepyfile(test_generation="""
+def test_generation(specdec_spec, specdec_server, specdec_workload, specdec_record):
+    if specdec_spec.method == "ar":
+        specdec_record.result(specdec_server.run(specdec_workload))
+    else:
+        specdec_record.run(specdec_server, specdec_workload)
+""")
+    result = run(pytester, "-q")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([
+        "specdec: lossless: not checked: ddtree-tp1-b8 [[]chat[]] (their reference ar-tp1 recorded figures "
+        "without outputs, through specdec_record.result(measurement), so there was nothing to compare them "
+        "with); record the reference through specdec_record.run(specdec_server, workload)",
+        "specdec: lossless: not checked: ar-tp1 [[]chat[]] (measured through specdec_record.result(measurement), "
+        "which records figures, not outputs)*"])
+    assert "skipped, or failed" not in result.stdout.str()
+
+
+def test_a_reference_left_out_and_one_that_recorded_figures_alone_are_told_apart(pytester, no_leftover_engines):
+    """Each cause names its own results and its own fix, on the one line."""
+    project(pytester, methods=("ar", "ddtree"), budgets=(8,), prompts=2, max_new_tokens=8)
+    pytester.makepyfile(test_generation="""
+def test_generation(specdec_spec, specdec_server, specdec_workload, specdec_record):
+    if specdec_spec.method == "ar":
+        specdec_record.result(specdec_server.run(specdec_workload))
+    else:
+        specdec_record.run(specdec_server, specdec_workload)
+""", test_again="""
+import pytest
+
+def test_again(specdec_spec, specdec_server, specdec_workload, specdec_record):
+    if specdec_spec.method == "ar":
+        pytest.skip("no reference here")
+    specdec_record.run(specdec_server, specdec_workload)
+""")
+    result = run(pytester, "-q")
+    result.assert_outcomes(passed=3, skipped=1)
+    result.stdout.fnmatch_lines([
+        "specdec: lossless: not checked: test_again[[]ddtree-tp1-b8-chat[]] (their reference ar-tp1 recorded no "
+        "outputs in this run: not among the tests the command line named, skipped, or failed before it "
+        "measured); run the reference with them; test_generation[[]ddtree-tp1-b8-chat[]] (their reference ar-tp1 "
+        "recorded figures without outputs, *); record the reference through "
+        "specdec_record.run(specdec_server, workload)"])
+
+
 def test_the_guard_works_across_xdist_workers(pytester, no_leftover_engines):
     pytest.importorskip("xdist")
     project(pytester, methods=("ar", "dflash"), budgets=(8,), engine_args=("--fault-lossy", "0.3"))
