@@ -63,14 +63,19 @@ def marker_uses(expression: str) -> list[MarkerUse]:
     (`(hopper or blackwel)`, `not (blackwel)`) as much as outside. Read with pytest's own grammar,
     which alone tells grouping parentheses from a marker's arguments; [] for an expression pytest
     refuses, since pytest then names the fault itself."""
-    from _pytest.mark.expression import Expression, Scanner, TokenType
-
+    try:
+        from _pytest.mark.expression import Expression, Scanner, TokenType
+    except ImportError:  # a pytest that moved its grammar: -m goes unchecked, never refused by mistake
+        return []
     try:
         Expression.compile(expression)
     except Exception:  # ParseError (pytest 8) or SyntaxError (pytest 9): pytest's own message names it
         return []
-    scanner = Scanner(expression)
-    tokens = [scanner.current, *scanner.tokens]
+    try:
+        scanner = Scanner(expression)
+        tokens = [scanner.current, *scanner.tokens]
+    except (AttributeError, TypeError):  # the scanner's private shape changed: as above
+        return []
     uses, i = [], 0
     while i < len(tokens):
         token = tokens[i]
