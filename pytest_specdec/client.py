@@ -50,6 +50,10 @@ _COUNT_VALUE = re.compile(rb"\s*:\s*(\d+)")
 class ServerQueryError(Exception):
     """A server endpoint did not answer as SGLang's would (status, body or shape)."""
 
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status  # the HTTP status where that was the fault: a 404 is an endpoint not served
+
 
 #: Why a server cannot count tokens for us, as the phrase after "the server".
 NO_TOKENIZE = f"has no {api.TOKENIZE} (SGLang before 0.5.3.post1)"
@@ -672,7 +676,8 @@ async def _get(url: str, path: str, *, timeout_s: float, as_json: bool) -> Any:
         async with session.get(f"{_base(url)}{path}", timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             body = await resp.text(errors="replace")
             if resp.status != 200:
-                raise ServerQueryError(f"GET {_base(url)}{path}: HTTP {resp.status}: {error_text(body)}")
+                raise ServerQueryError(f"GET {_base(url)}{path}: HTTP {resp.status}: {error_text(body)}",
+                                       status=resp.status)
     if not as_json:
         return body
     try:

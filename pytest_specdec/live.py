@@ -22,6 +22,7 @@ from .config import WorkloadSpec
 from .metrics import Measurement, MeasurementError, WorkloadResult
 from .servers.diagnosis import ServerError, tail
 from .servers.spec import ServerSpec
+from .sharing import Shared, SharingCheck, shared
 from .workloads import Workload
 
 # one logging interval is one sample of a workload's steps, too few to call a disagreement
@@ -76,6 +77,9 @@ class LiveServer:
     last_result: WorkloadResult | None = field(default=None, repr=False)
     last_server_figures: metrics.ServerFigures | None = field(default=None, repr=False)
     disagreements: list[str] = field(default_factory=list, repr=False)
+    sharing: SharingCheck | None = None  # whether another client used the server mid-workload
+    #: the last workload's: the server generated more than it received (sharing.py), else None
+    last_shared: Shared | None = field(default=None, repr=False)
 
     @property
     def id(self) -> str:
@@ -202,6 +206,9 @@ class LiveServer:
         workload = self.workload(spec)
         log_offset = self.log_path.stat().st_size if self.log_path and self.log_path.exists() else 0
         vocab_size = self.vocab_size() if self.spec.is_speculative else None
+        self.last_shared = None
+        # read last before the workload and first after it: nothing of ours generates in between
+        generated = self.sharing.read(self.url) if self.sharing is not None else None
         meter = CpuWaitMeter(self.pids) if self.pids is not None else None
         if meter is not None:
             meter.start()
@@ -216,6 +223,9 @@ class LiveServer:
             # the advice before the probe: the table keeps a failure's end, which says why
             self._stalled(f"{stall}; raise {self.stall_setting} if the server is just slow")
         calibration = meter.stop(result.wall_s) if meter is not None else None
+        if generated is not None and not result.errors:
+            after = self.sharing.read(self.url)
+            self.last_shared = shared(generated, after, result.completion_tokens) if after is not None else None
         self.last_result = result
         if result.errors:
             # A request failed: a dead server explains it better than the HTTP error does.

@@ -185,6 +185,8 @@ class Recorder:
             self.info["gpus"] = server.placement
         if getattr(server, "disagreements", None):
             self.info["disagreements"] = list(server.disagreements)
+        if getattr(server, "last_shared", None) is not None:  # the gate fails it: sharing.py
+            self.info["shared"] = server.last_shared.to_json()
         return self.result(measurement, records=records, deterministic_accept=greedy)
 
     def _spans(self, server: Any, records: Sequence[RequestRecord]) -> tuple[int, tuple[int | None, ...]] | None:

@@ -36,6 +36,7 @@ from .journal import DONE, FAILED_CHECKS, MEASURED, Journal, JournalRecord
 from .recording import (AWAITS_PROPERTY, RECORDING_TOTAL, REMEASURED_PROPERTY, RESULT_PROPERTY,
                         RESUMED_PROPERTY, STOOD_IN_PROPERTY, UNCOUNTED, attach_to_report, existing_recorder, result_of_report)
 from .result import RECORD_DAMAGE, Result
+from .sharing import Shared, sharing_message
 from .state import RunState
 
 
@@ -209,7 +210,8 @@ def judge(result: Result, state: RunState, gate: Gate, claimed: set[str],
           stood_in: frozenset = frozenset()) -> Judged:
     """This run's checks of a test's figures, whether measured now or resumed from the journal.
 
-    The failures, in order: a regression (under this run's tolerances and
+    The failures, in order: a server another client shared while the workload measured
+    (sharing.py), a regression (under this run's tolerances and
     `--specdec-strict-noise`), gated figures with no baseline entry under
     `--specdec-require-baseline`, outputs that leave the reference's under this run's
     losslessness settings. `claimed`: the test ids of this run's recording tests
@@ -235,6 +237,11 @@ def judge(result: Result, state: RunState, gate: Gate, claimed: set[str],
         unmatched = gate.unmatched(result, claimed)
         if unmatched:
             failures.insert(1 if message else 0, unmatched)  # after a regression, before the rest
+    shared = Shared.from_json(result.details.get("shared"))
+    if shared is not None:
+        # failed, not warned of nor ungated: another client's load explains any verdict, a red as
+        # much as a green, and a failed test's figures are neither saved nor resumed as done
+        failures.insert(0, sharing_message(result.config, shared))
     return Judged(result, failures, lossy, unsettled)
 
 

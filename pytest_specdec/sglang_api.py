@@ -90,7 +90,11 @@ MODEL_CARD_MAX_LEN = "max_model_len"  # /v1/models data[i]
 METRIC_SPEC_ACCEPT_LENGTH = "sglang:spec_accept_length"
 METRIC_SPEC_ACCEPT_RATE = "sglang:spec_accept_rate"
 METRIC_GEN_THROUGHPUT = "sglang:gen_throughput"
-METRICS_PARSED = (METRIC_SPEC_ACCEPT_LENGTH, METRIC_SPEC_ACCEPT_RATE, METRIC_GEN_THROUGHPUT)
+#: A counter (the sample's name; SGLang defines it so): the completion tokens of every request
+#: that finished, counted when it finishes (its tokenizer's /health probes are not counted)
+METRIC_GENERATION_TOKENS = "sglang:generation_tokens_total"
+METRICS_PARSED = (METRIC_SPEC_ACCEPT_LENGTH, METRIC_SPEC_ACCEPT_RATE, METRIC_GEN_THROUGHPUT,
+                  METRIC_GENERATION_TOKENS)
 
 # -- log lines -------------------------------------------------------------------------------------
 READY_LINE = "The server is fired up and ready to roll!"

@@ -29,6 +29,7 @@ from .journal_cache import LatestCache
 from .lossless import Exactness, parse_exactness
 from .options import Settings, resolve
 from .relpaths import relative_path
+from .sharing import SharingCheck
 from .workloads import Workload, configured_workload
 
 
@@ -52,6 +53,9 @@ class RunState:
     journal_said: set = field(default_factory=set, compare=False, repr=False)
     #: what this run's readers of the journal have read of it (`journal_for`): each line parsed once
     journal_read: LatestCache = field(default_factory=LatestCache, compare=False, repr=False)
+    #: whether another client shared a server during a workload (sharing.py): each server whose
+    #: /metrics cannot tell said once
+    sharing: SharingCheck = field(default_factory=SharingCheck, compare=False, repr=False)
 
     @property
     def lossless(self) -> Exactness:

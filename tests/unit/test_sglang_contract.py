@@ -1030,6 +1030,17 @@ def test_metric_parsed_is_defined(srt, name):
     assert name in defined, moved([name], defined, "SGLang's metrics collector")
 
 
+def test_generated_tokens_are_counted_per_finished_request_and_not_for_health_probes(srt):
+    """What sharing.py reads another client's tokens from: the counter grows by a request's completion
+    tokens once it finishes, and SGLang's /health probes (log_metrics=False) are not counted."""
+    observe = ast.unparse(function(srt("observability/metrics_collector.py"), "observe_one_finished_request"))
+    assert "self.generation_tokens_total.labels(**stream_labels).inc(generation_tokens)" in observe, observe
+    tokenizer = ast.unparse(srt("managers/tokenizer_manager.py"))
+    assert "if self.enable_metrics and state.obj.log_metrics:\n                self.collect_metrics(" in tokenizer
+    health = ast.unparse(srt("entrypoints/http_server.py"))
+    assert health.count("log_metrics=False") >= 2, "SGLang's health probes count as generated tokens now"
+
+
 def test_spec_gauges_read_zero_without_speculation(srt):
     """What server_figures_from_metrics takes an accept length of 0 for: no verified step."""
     stats = function(srt("managers/scheduler_components/metrics_reporter.py"), "report_decode_stats")
