@@ -304,7 +304,9 @@ def family_skip_reason(family: str, state: RunState) -> str | None:
         return (f"the cpu matrix runs on a {hw.family} host only with --specdec-cpu-matrix; "
                 f"this host runs its {hw.family} matrix")
     if family in GPU_FAMILIES and hw.family != family:
-        return f"needs a {family.capitalize()} GPU; found: {hw.describe()}"
+        # a GPU of that family the run left out (another model, MIG mode) says how to run on it
+        there = any(gpu.family == family for gpu in hw.left_out)
+        return f"needs a {family.capitalize()} GPU; found: {hw.describe()}" + (f"; {hw.left_out_note}" if there else "")
     return None
 
 
@@ -328,6 +330,8 @@ def skip_reason(item: pytest.Item, state: RunState) -> str | None:
         # no GPU here and no inventory chosen: the user may not know the embedded engine can simulate them
         if hw.physical_gpus == 0 and state.settings.origins["gpus"] == "default":
             reason += f"; {state.settings.setter('gpus')}={needed} simulates them on the CPU"
+        elif state.settings.gpus is None and hw.left_out and needed <= hw.physical_gpus + len(hw.left_out):
+            reason += f"; {hw.left_out_note}"  # the host has them, but of another model or in MIG mode
         elif state.settings.gpus is None and hw.physical_gpus < needed <= hw.host_gpus:
             # the host has them, but a CUDA_VISIBLE_DEVICES the user may not have set (Slurm) hides them
             reason += (f"; CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')} gives this run "

@@ -4,7 +4,8 @@ The pytest controller must never create a CUDA context: it would pin memory on e
 the CUDA_VISIBLE_DEVICES pinning of the servers and xdist workers started later. So detection asks
 NVML (nvidia-ml-py) first, then `nvidia-smi`, and otherwise reports a CPU-only machine. Both see
 every GPU of the host; the run takes only those its CUDA_VISIBLE_DEVICES leaves it (a shared host,
-a Slurm allocation), keeping their physical indices for the servers' own CUDA_VISIBLE_DEVICES.
+a Slurm allocation), keeping their physical indices for the servers' own CUDA_VISIBLE_DEVICES,
+and of those only GPUs of one model outside MIG mode (`one_model`), which the baseline key names.
 `--specdec-arch` replaces the inventory with a simulated one for dry runs, laid over the GPUs the
 run was given: those slots stay real GPUs (`GPU.real`; a dry run's servers run on them and claim
 them host-wide), and a slot beyond them is no GPU, which a server on a GPU host never sees.
@@ -101,10 +102,27 @@ class GPU:
     memory_mib: int = 0
     uuid: str = ""  # "GPU-8f6d...", as CUDA_VISIBLE_DEVICES may name it
     real: bool = True  # a GPU this run was given; False: a simulated slot with no GPU behind it
+    mig: bool = False  # in MIG mode: CUDA gives its processes a slice of it, never the whole GPU
+    power_limit_w: int = 0  # the enforced power limit (0: unknown), which caps its clocks
+    default_power_limit_w: int = 0  # the board's default limit (0: unknown)
 
     @property
     def family(self) -> str:
         return family_of(self.arch)
+
+    @property
+    def capped(self) -> bool:
+        """Whether its power limit is below the board's default: its timing figures read slower."""
+        return 0 < self.power_limit_w < self.default_power_limit_w
+
+    @property
+    def details(self) -> str:
+        """`81559 MiB, power limit 700 W (default 700 W)`: what its name may not say, for results."""
+        parts = [f"{self.memory_mib} MiB"] if self.memory_mib else []
+        if self.power_limit_w:
+            parts.append(f"power limit {self.power_limit_w} W"
+                         + (f" (default {self.default_power_limit_w} W)" if self.default_power_limit_w else ""))
+        return ", ".join(parts)
 
 
 #: How `Hardware.describe` names a host without a GPU.
@@ -119,7 +137,23 @@ class Hardware:
     source: str  # "nvml", "nvidia-smi", "simulated" or "none"
     physical_gpus: int = 0
     host_gpus: int = 0  # the host's, CUDA_VISIBLE_DEVICES aside: a run given none may still run on one
-    trouble: str = ""  # why the probes found no GPU on a host whose driver shows one, and the fix
+    trouble: str = ""  # what the header warns of the GPUs (unread, left out, capped), and the fix
+    left_out: tuple[GPU, ...] = ()  # GPUs the run was given but does not use: in MIG mode, another model
+
+    @property
+    def left_out_note(self) -> str:
+        """Why the run does not use `left_out`, and how to run on them; "" where it uses all."""
+        return left_out_note(self.gpus, self.left_out)
+
+    def gpu_details(self) -> str:
+        """`GPUs 0,1: 81559 MiB, power limit 700 W (default 700 W)`: memory and power of the GPUs
+        the run uses, which results.json keeps so that a red on a capped board can be explained."""
+        groups: dict[str, list[int]] = {}
+        for gpu in self.gpus:
+            if gpu.real and gpu.details:
+                groups.setdefault(gpu.details, []).append(gpu.index)
+        return "; ".join(f"GPU{'s' if len(at) > 1 else ''} {','.join(map(str, at))}: {what}"
+                         for what, at in groups.items())
 
     @property
     def count(self) -> int:
@@ -158,7 +192,11 @@ class Hardware:
         failures and results.json say; "" where it sees no GPU (a CPU host, a hidden slot)."""
         if not gpus or self.physical_gpus == 0 or self.hides(gpus):
             return ""
-        names = dict.fromkeys(gpu.name for gpu in self.gpus if gpu.index in gpus)
+        mine = [gpu for gpu in self.gpus if gpu.index in gpus]
+        names = list(dict.fromkeys(gpu.name for gpu in mine))
+        # a capped board is named where its figures are read: they are not the model's
+        names += [f"{f'GPU {gpu.index} ' if len(mine) > 1 else ''}power limit {gpu.power_limit_w} W of "
+                  f"{gpu.default_power_limit_w} W" for gpu in mine if gpu.capped]
         return f"GPU{'s' if len(gpus) > 1 else ''} {','.join(map(str, gpus))} ({', '.join(names)})"
 
     def describe(self) -> str:
@@ -223,7 +261,10 @@ def _detect_nvml() -> list[GPU] | None:
             memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024)
             uuid = pynvml.nvmlDeviceGetUUID(handle)
             uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
-            gpus.append(GPU(index, name, f"sm_{major}{minor}", int(memory), uuid))
+            gpus.append(GPU(index, name, f"sm_{major}{minor}", int(memory), uuid, mig=_nvml_mig(pynvml, handle),
+                            power_limit_w=_nvml_watts(pynvml, "nvmlDeviceGetEnforcedPowerLimit", handle),
+                            default_power_limit_w=_nvml_watts(pynvml, "nvmlDeviceGetPowerManagementDefaultLimit",
+                                                              handle)))
         return gpus
     except Exception:
         return None
@@ -234,6 +275,36 @@ def _detect_nvml() -> list[GPU] | None:
             pass
 
 
+def _nvml_mig(pynvml, handle) -> bool:
+    """Whether MIG mode is on; a GPU without MIG (or an older nvidia-ml-py) answers an error."""
+    try:
+        current, _pending = pynvml.nvmlDeviceGetMigMode(handle)
+    except Exception:
+        return False
+    return current == 1
+
+
+def _nvml_watts(pynvml, query: str, handle) -> int:
+    """A power limit in whole watts (NVML answers milliwatts), or 0 where the board has none."""
+    try:
+        return round(getattr(pynvml, query)(handle) / 1000)
+    except Exception:
+        return 0
+
+
+def _smi_field(fields: list[str], at: int) -> str:
+    """An optional field of a query line: "" where absent or `[N/A]`, `[Not Supported]`."""
+    value = fields[at] if len(fields) > at else ""
+    return "" if value.startswith("[") else value
+
+
+def _smi_watts(text: str) -> int:
+    try:
+        return round(float(text))
+    except ValueError:
+        return 0
+
+
 def _detect_nvidia_smi() -> tuple[list[GPU], str] | None:
     """The GPUs nvidia-smi lists, and what went wrong ("" if nothing): one broken GPU makes it exit
     non-zero while still listing the others, which the run keeps rather than count as no GPU."""
@@ -242,7 +313,8 @@ def _detect_nvidia_smi() -> tuple[list[GPU], str] | None:
         return None
     try:
         done = subprocess.run(
-            [exe, "--query-gpu=index,name,compute_cap,memory.total,uuid", "--format=csv,noheader,nounits"],
+            [exe, "--query-gpu=index,name,compute_cap,memory.total,uuid,mig.mode.current,enforced.power.limit,"
+                  "power.default_limit", "--format=csv,noheader,nounits"],
             capture_output=True, text=True, timeout=20, check=False,
         )
     except (OSError, subprocess.SubprocessError):
@@ -252,7 +324,9 @@ def _detect_nvidia_smi() -> tuple[list[GPU], str] | None:
         fields = [f.strip() for f in line.split(",")]
         try:
             gpus.append(GPU(int(fields[0]), fields[1], normalise_arch(fields[2]), int(float(fields[3])),
-                            fields[4] if len(fields) > 4 else ""))
+                            _smi_field(fields, 4), mig=_smi_field(fields, 5) == "Enabled",
+                            power_limit_w=_smi_watts(_smi_field(fields, 6)),
+                            default_power_limit_w=_smi_watts(_smi_field(fields, 7))))
         except (ValueError, IndexError, SpecdecUsageError):
             unread.append(line.strip())
     trouble = ""
@@ -281,7 +355,43 @@ def detect() -> Hardware:
         # UUIDs say nothing of where the servers run: the indices they name do
         named = f" (GPUs {','.join(str(gpu.index) for gpu in gpus) or 'none'})" if "GPU-" in setting else ""
         source = f"{source}, CUDA_VISIBLE_DEVICES={setting}{named}"
-    return Hardware(tuple(gpus), source, physical_gpus=len(gpus), host_gpus=host, trouble=trouble)
+    used, left_out = one_model(gpus)
+    capped = [f"GPU {gpu.index} runs at a power limit of {gpu.power_limit_w} W, below its default "
+              f"{gpu.default_power_limit_w} W: its timing figures read slower than the model's"
+              for gpu in used if gpu.capped]
+    trouble = "; ".join(filter(None, [trouble, left_out_note(used, left_out), *capped]))
+    return Hardware(tuple(used), source, physical_gpus=len(used), host_gpus=host, trouble=trouble,
+                    left_out=tuple(left_out))
+
+
+def one_model(gpus: list[GPU]) -> tuple[list[GPU], list[GPU]]:
+    """The GPUs a run measures on, and those it leaves out: one in MIG mode would run its servers on
+    a slice (a fraction of its SMs and memory), and a GPU of another model than the first usable
+    one would put figures of two models under one baseline key, and one family's matrix on
+    another's chip. Models are told apart by name (`NVIDIA H100 PCIe` is not `NVIDIA H100 80GB HBM3`)."""
+    whole = [gpu for gpu in gpus if not gpu.mig]
+    model = whole[0].name if whole else None
+    return [gpu for gpu in whole if gpu.name == model], [gpu for gpu in gpus if gpu.mig or gpu.name != model]
+
+
+def left_out_note(used: tuple[GPU, ...] | list[GPU], left_out: tuple[GPU, ...] | list[GPU]) -> str:
+    """Why the run does not use `left_out` (`one_model`), and how to run on them."""
+    def named(gpus: list[GPU]) -> str:
+        names = ", ".join(dict.fromkeys(gpu.name for gpu in gpus))
+        return f"GPU{'s' if len(gpus) > 1 else ''} {','.join(str(gpu.index) for gpu in gpus)} ({names})"
+
+    notes = []
+    mig = [gpu for gpu in left_out if gpu.mig]
+    if mig:
+        notes.append(f"{named(mig)} left out, in MIG mode: a server there runs on a slice, whose figures are not "
+                     f"the whole GPU's; run on it with MIG off (nvidia-smi -i "
+                     f"{','.join(str(gpu.index) for gpu in mig)} -mig 0)")
+    other = [gpu for gpu in left_out if not gpu.mig]
+    if other and used:
+        notes.append(f"{named(other)} left out, another model than {named(list(used))}: one run measures one "
+                     f"model, under its baseline key; run on them with CUDA_VISIBLE_DEVICES="
+                     f"{','.join(gpu.uuid or str(gpu.index) for gpu in other)}")
+    return "; ".join(notes)
 
 
 def _driver_shows_gpu() -> bool:
@@ -339,7 +449,8 @@ def resolve(arch: str | None, gpus: int | None, detected: Hardware | None = None
         return real
     if arch is None:
         if gpus <= real.count:
-            return Hardware(real.gpus[:gpus], real.source, real.physical_gpus, real.host_gpus, trouble=real.trouble)
+            return Hardware(real.gpus[:gpus], real.source, real.physical_gpus, real.host_gpus, trouble=real.trouble,
+                            left_out=real.left_out)
         if real.count:
             raise SpecdecUsageError(
                 f"{gpus_source} {gpus}: only {real.count} GPUs found ({real.describe()}); "
@@ -347,7 +458,8 @@ def resolve(arch: str | None, gpus: int | None, detected: Hardware | None = None
             )
         # Slots for scheduling tests on a CPU machine: no arch, so no GPU family's suite runs.
         simulated = tuple(GPU(i, "simulated GPU", "cpu", real=False) for i in range(gpus))
-        return Hardware(simulated, "simulated", real.physical_gpus, real.host_gpus, trouble=real.trouble)
+        return Hardware(simulated, "simulated", real.physical_gpus, real.host_gpus, trouble=real.trouble,
+                        left_out=real.left_out)
     arch = normalise_arch(arch)
     if arch not in FAMILIES:  # a simulated arch only rehearses a family this plugin knows
         raise SpecdecUsageError(
@@ -366,4 +478,5 @@ def resolve(arch: str | None, gpus: int | None, detected: Hardware | None = None
     after = max((gpu.index for gpu in real.gpus), default=-1) + 1
     slots = [GPU(gpu.index, name, arch, gpu.memory_mib, gpu.uuid) for gpu in given]
     slots += [GPU(i, name, arch, real=False) for i in range(after, after + count - len(given))]
-    return Hardware(tuple(slots), "simulated", real.physical_gpus, real.host_gpus, trouble=real.trouble)
+    return Hardware(tuple(slots), "simulated", real.physical_gpus, real.host_gpus, trouble=real.trouble,
+                    left_out=real.left_out)

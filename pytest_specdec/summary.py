@@ -389,6 +389,7 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
 
     state = results.state
     meta = {"hardware": state.hardware.describe(), "hardware_key": state.hardware.key,
+            **({"gpu_details": details} if (details := state.hardware.gpu_details()) else {}),
             "backend": state.backend.name,
             "baseline": relative_path(state.baseline_path, state.config.root)}
     saved, failed, lossy = results.baseline_candidates()

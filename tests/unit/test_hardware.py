@@ -246,3 +246,102 @@ def test_a_gpu_the_probes_cannot_read_is_named_with_the_fix(monkeypatch):
     assert "/usr/bin/nvidia-smi failed or listed no GPU: install" in hardware.detect().trouble
     monkeypatch.setattr(hardware, "_driver_shows_gpu", lambda: False)  # a CPU host: nothing to say
     assert hardware.detect() == Hardware((), "none", 0)
+
+
+H100 = [GPU(i, "NVIDIA H100 80GB HBM3", "sm_90", 81559, f"GPU-{i}h{i}h") for i in range(2)]
+RTX = [GPU(i, "NVIDIA RTX PRO 6000 Blackwell Server Edition", "sm_120", 97887, f"GPU-{i}r{i}r") for i in (2, 3)]
+
+
+@pytest.mark.parametrize("setting, used, key", [
+    (None, [0, 1], "nvidia-h100-80gb-hbm3-sm_90-x2"),
+    ("2,3", [2, 3], "nvidia-rtx-pro-6000-blackwell-server-edition-sm_120-x2"),  # the second model alone
+    ("3,0,1", [3], "nvidia-rtx-pro-6000-blackwell-server-edition-sm_120-x1"),  # the first GPU named is its model
+])
+def test_a_mixed_host_runs_on_one_model_and_says_which_it_left_out(monkeypatch, setting, used, key):
+    """2 x H100 + 2 x RTX PRO 6000 was keyed `nvidia-h100-80gb-hbm3-sm_90-x4`: the RTX PRO's
+    figures gated against, and saved as, four H100s', and a hopper configuration leased an RTX."""
+    monkeypatch.setattr(hardware, "_detect_nvml", lambda: H100 + RTX)
+    if setting is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", setting)
+    hw = hardware.detect()
+    assert [gpu.index for gpu in hw.gpus] == used and hw.physical_gpus == len(used) and hw.key == key
+    assert hw.host_gpus == 4 and not ({gpu.index for gpu in hw.left_out} & set(used))
+    if setting is None:
+        assert hw.trouble == hw.left_out_note == (
+            "GPUs 2,3 (NVIDIA RTX PRO 6000 Blackwell Server Edition) left out, another model than GPUs 0,1 (NVIDIA "
+            "H100 80GB HBM3): one run measures one model, under its baseline key; run on them with "
+            "CUDA_VISIBLE_DEVICES=GPU-2r2r,GPU-3r3r")
+    assert hardware.resolve(None, 1, hw).left_out == hw.left_out  # --specdec-gpus keeps what was left out
+
+
+def test_models_are_told_apart_by_name_not_arch(monkeypatch):
+    """H100 PCIe and H100 SXM share sm_90 but not their figures."""
+    pcie = GPU(1, "NVIDIA H100 PCIe", "sm_90", 81559, "GPU-pcie")
+    monkeypatch.setattr(hardware, "_detect_nvml", lambda: [H100[0], pcie])
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    hw = hardware.detect()
+    assert hw.key == "nvidia-h100-80gb-hbm3-sm_90-x1" and hw.left_out == (pcie,)
+
+
+def fake_pynvml(monkeypatch, boards: list[dict]) -> None:
+    """nvidia-ml-py answering for `boards`; a board without `mig` has no MIG (NVML: Not Supported)."""
+    def field(key):
+        def get(handle):
+            if key not in handle:
+                raise RuntimeError("Not Supported")
+            return handle[key]
+        return get
+
+    module = SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: len(boards),
+        nvmlDeviceGetHandleByIndex=lambda i: boards[i], nvmlDeviceGetName=field("name"),
+        nvmlDeviceGetCudaComputeCapability=lambda h: (9, 0), nvmlDeviceGetUUID=field("uuid"),
+        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(total=81559 * 1024 * 1024),
+        nvmlDeviceGetMigMode=lambda h: (field("mig")(h), field("mig")(h)),
+        nvmlDeviceGetEnforcedPowerLimit=field("limit_mw"), nvmlDeviceGetPowerManagementDefaultLimit=field("default_mw"))
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", module)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+def test_a_gpu_in_mig_mode_is_left_out_not_keyed_as_the_whole_gpu(monkeypatch):
+    """NVML lists a MIG-mode GPU as its parent: a run keyed it `nvidia-h100-...-x2` and its servers
+    ran on a slice (a fraction of the SMs and memory), gated against the whole GPU's figures."""
+    fake_pynvml(monkeypatch, [{"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-a", "mig": 0},
+                              {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-b", "mig": 1}])
+    hw = hardware.detect()
+    assert hw.source == "nvml" and [gpu.index for gpu in hw.gpus] == [0] and hw.key == "nvidia-h100-80gb-hbm3-sm_90-x1"
+    assert hw.trouble == ("GPU 1 (NVIDIA H100 80GB HBM3) left out, in MIG mode: a server there runs on a slice, "
+                          "whose figures are not the whole GPU's; run on it with MIG off (nvidia-smi -i 1 -mig 0)")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # the slice's GPU alone: no GPU to measure on
+    alone = hardware.detect()
+    assert alone.count == 0 and alone.key == "cpu" and alone.host_gpus == 2 and "in MIG mode" in alone.trouble
+
+
+def test_nvidia_smi_reads_mig_mode_and_power_limits(monkeypatch):
+    only_nvidia_smi(monkeypatch, "0, NVIDIA H200, 9.0, 143771, GPU-0a, Disabled, 350.00, 700.00\n"
+                                 "1, NVIDIA H200, 9.0, 143771, GPU-1a, Enabled, 700.00, 700.00\n"
+                                 "2, NVIDIA H200, 9.0, 143771, GPU-2a, [N/A], [N/A], [N/A]\n")
+    hw = hardware.detect()
+    assert [(g.index, g.power_limit_w, g.default_power_limit_w) for g in hw.gpus] == [(0, 350, 700), (2, 0, 0)]
+    assert [g.index for g in hw.left_out] == [1] and hw.key == "nvidia-h200-sm_90-x2"
+
+
+def test_a_power_cap_is_recorded_where_the_figures_are_read(monkeypatch):
+    """A board capped at half its default power reads slow: nothing in the header, the journal or
+    results.json said so, so a red on it could not be told from a regression."""
+    fake_pynvml(monkeypatch, [{"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-a", "limit_mw": 350000,
+                               "default_mw": 700000},
+                              {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-b", "limit_mw": 700000,
+                               "default_mw": 700000}])
+    hw = hardware.detect()
+    assert hw.key == "nvidia-h100-80gb-hbm3-sm_90-x2"  # the key stays the model's
+    assert hw.trouble == ("GPU 0 runs at a power limit of 350 W, below its default 700 W: its timing figures read "
+                          "slower than the model's")
+    assert hw.placement((0,)) == "GPU 0 (NVIDIA H100 80GB HBM3, power limit 350 W of 700 W)"
+    assert hw.placement((0, 1)) == "GPUs 0,1 (NVIDIA H100 80GB HBM3, GPU 0 power limit 350 W of 700 W)"
+    assert hw.placement((1,)) == "GPU 1 (NVIDIA H100 80GB HBM3)"
+    assert hw.gpu_details() == ("GPU 0: 81559 MiB, power limit 350 W (default 700 W); "
+                                "GPU 1: 81559 MiB, power limit 700 W (default 700 W)")
+    assert NONE.gpu_details() == "" and hardware.resolve(None, 2, NONE).gpu_details() == ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import sys
 from pathlib import Path
 
@@ -1122,6 +1123,68 @@ def test_sixteen():
                                  "CUDA_VISIBLE_DEVICES=2,3 gives this run 2 of the host's 8: give it 4 to run this test"])
     # no host has sixteen: nothing to give
     result.stdout.fnmatch_lines(["SKIPPED*needs 16 GPUs; found: NVIDIA H200 (sm_90, hopper) x2"])
+
+
+def test_a_mixed_hosts_skips_name_the_gpus_the_run_left_out(pytester, monkeypatch):
+    """On 2 x H100 + 2 x RTX PRO 6000 a TP4 test skipped `found: ... x2` with the CUDA_VISIBLE_DEVICES
+    advice of a Slurm job (none was set), and a blackwell test skipped on a host holding two."""
+    gpus = [hardware.GPU(i, "NVIDIA H100 80GB HBM3", "sm_90", 81559, f"GPU-{i}h") for i in range(2)]
+    gpus += [hardware.GPU(i, "NVIDIA RTX PRO 6000 Blackwell Server Edition", "sm_120", 97887, f"GPU-{i}r")
+             for i in (2, 3)]
+    monkeypatch.setattr(hardware, "_detect_nvml", lambda: list(gpus))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    pytester.makepyfile("""
+import pytest
+
+@pytest.mark.gpus(4)
+def test_four():
+    pass
+
+@pytest.mark.blackwell
+def test_blackwell():
+    pass
+""")
+    result = pytester.runpytest("--specdec-backend=embedded", "-rs")
+    result.assert_outcomes(skipped=2)
+    left_out = ("GPUs 2,3 (NVIDIA RTX PRO 6000 Blackwell Server Edition) left out, another model than GPUs 0,1 "
+                "(NVIDIA H100 80GB HBM3): one run measures one model, under its baseline key; run on them with "
+                "CUDA_VISIBLE_DEVICES=GPU-2r,GPU-3r")
+    result.stdout.fnmatch_lines([f"SKIPPED*needs 4 GPUs; found: NVIDIA H100 80GB HBM3 (sm_90, hopper) x2; {left_out}"])
+    result.stdout.fnmatch_lines([f"SKIPPED*needs a Blackwell GPU; found: NVIDIA H100 80GB HBM3 (sm_90, hopper) x2; "
+                                 f"{left_out}"])
+    pytester.makepyprojecttoml(SMALL_MATRIX)  # the header's details follow a collection of measuring tests
+    pytester.makepyfile(SPEC_TEST)
+    result = pytester.runpytest("--specdec-backend=embedded", "--co")
+    result.stdout.fnmatch_lines([f"specdec: hardware NVIDIA H100 80GB HBM3 (sm_90, hopper) x2 [[]*[]]; {left_out}",
+                                 "specdec: baselines */nvidia-h100-80gb-hbm3-sm_90-x2.json*"])
+
+
+def test_results_json_records_each_gpus_memory_and_power_limit(pytester, monkeypatch):
+    """A red on a board capped at half its power read as a regression: results.json named the
+    model only, so the figures could not be told from those of a board at its default."""
+    capped = hardware.GPU(0, "NVIDIA H100 80GB HBM3", "sm_90", 81559, "GPU-0h", power_limit_w=350,
+                          default_power_limit_w=700)
+    monkeypatch.setattr(hardware, "_detect_nvml", lambda: [capped])
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    pytester.makepyprojecttoml(SMALL_MATRIX + """
+[[tool.specdec.workloads]]
+name = "one"
+prompts = "chat"
+num_prompts = 1
+max_new_tokens = 8
+
+[tool.specdec.engine]
+draft_agreement = 0.9
+""")
+    pytester.makepyfile("""
+def test_generation(specdec_server, specdec_workload, specdec_record):
+    specdec_record.run(specdec_server, specdec_workload)
+""")
+    result = pytester.runpytest("--specdec-backend=embedded", "--specdec-report=rep", "-k", "hopper-dflash-tp1")
+    assert result.parseoutcomes()["passed"] == 1
+    doc = json.loads((pytester.path / "rep" / "results.json").read_text())
+    assert doc["meta"]["gpu_details"] == "GPU 0: 81559 MiB, power limit 350 W (default 700 W)"
+    assert doc["results"][0]["gpus"] == "GPU 0 (NVIDIA H100 80GB HBM3, power limit 350 W of 700 W)"
 
 
 READY_LOG = """
