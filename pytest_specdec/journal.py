@@ -148,14 +148,30 @@ class Journal:
             created = not self.path.exists()
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
+                before = os.fstat(fd)
                 if not created and not _ends_with_newline(self.path):
                     line = b"\n" + line  # a crash tore the last line: never glue onto it
                 append_whole(fd, line, sync=True)  # a record is whole or absent (a full disk)
+                after = os.fstat(fd)
             finally:
                 os.close(fd)
             if created:
                 _fsync_dir(self.path.parent)
+            self._read_own(line, before, after)
         return record
+
+    def _read_own(self, line: bytes, before: os.stat_result, after: os.stat_result) -> None:
+        """Fold `line`, just appended under the lock, into the cache where the file was, up to it,
+        what the cache read last: its next reading would otherwise find the size and time changed
+        by this very append and read and hash the whole file again, once per test of a measuring
+        run. Anything else (another writer's lines between, a rewrite, a torn tail) is left to
+        that reading, which tells them apart."""
+        cache = self._cache
+        if cache is None or cache.path != self.path or cache.stat != _stat_key(before) \
+                or cache.offset != before.st_size or after.st_size != before.st_size + len(line):
+            return  # not the file read last (or not up to its end: a torn line), or not only this line added
+        self._read_lines(cache, line)
+        cache.stat = _stat_key(after)
 
     def records(self) -> list[JournalRecord]:
         """The readable lines as written: `done` marks unresolved (`latest` resolves them)."""
@@ -271,13 +287,12 @@ class Journal:
         refuse_special(self.path, "results journal")
         try:
             with open(self.path, "rb") as fh:
-                st = os.fstat(fh.fileno())
-                stat = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+                stat = _stat_key(os.fstat(fh.fileno()))
                 if cache.path != self.path or cache.stat != stat:
                     self._read_on(cache, fh.read(), stat)
         except FileNotFoundError:
             cache.path, cache.stat, cache.latest, cache.offset, cache.lines = None, (0, 0, 0, 0), {}, 0, 0
-            cache.prefix, cache.tail, cache.by_workload = "", b"", None
+            cache.prefix, cache.tail, cache.by_workload = hashlib.sha256(), b"", None
             return {}
         if not copy and not cache.tail:
             return cache.latest
@@ -288,22 +303,26 @@ class Journal:
 
     def _read_on(self, cache: LatestCache, raw: bytes, stat: tuple[int, int, int, int]) -> None:
         """Fold into `cache` the whole lines of `raw` (the file's bytes) it has not read."""
-        hasher = hashlib.sha256(raw[:cache.offset])
         if cache.path != self.path or cache.stat[:2] != stat[:2] or len(raw) < cache.offset \
-                or hasher.hexdigest() != cache.prefix:  # another file, or not the one read: from its start
-            cache.offset, cache.lines, cache.latest, hasher = 0, 0, {}, hashlib.sha256()
+                or hashlib.sha256(memoryview(raw)[:cache.offset]).digest() != cache.prefix.digest():
+            # another file, or not the one read: from its start
+            cache.offset, cache.lines, cache.latest, cache.prefix = 0, 0, {}, hashlib.sha256()
             cache.by_workload = None
         cache.path, cache.stat = self.path, stat
         whole = raw.rfind(b"\n") + 1  # the lines read for good: each ends with a newline
         if whole > cache.offset:
-            before: dict[Key, JournalRecord | None] = {}  # each key's record before these lines
-            records = self._parse(raw[cache.offset:whole], cache.lines, None, at=cache.offset)
-            self._fold(cache.latest, _noting(records, cache.latest, before), None)
-            _index_on(cache, before)
-            cache.lines += raw.count(b"\n", cache.offset, whole)
-            hasher.update(raw[cache.offset:whole])
-            cache.offset = whole
-        cache.prefix, cache.tail = hasher.hexdigest(), raw[cache.offset:]
+            self._read_lines(cache, raw[cache.offset:whole])
+        cache.tail = raw[cache.offset:]
+
+    def _read_lines(self, cache: LatestCache, lines: bytes) -> None:
+        """Fold into `cache` `lines`, whole lines of the file from `cache.offset` on."""
+        before: dict[Key, JournalRecord | None] = {}  # each key's record before these lines
+        records = self._parse(lines, cache.lines, None, at=cache.offset)
+        self._fold(cache.latest, _noting(records, cache.latest, before), None)
+        _index_on(cache, before)
+        cache.lines += lines.count(b"\n")
+        cache.prefix.update(lines)
+        cache.offset += len(lines)
 
     def _fold(self, out: dict[Key, JournalRecord], records: Iterator[tuple[int, JournalRecord]],
               damaged: list[DamagedLine] | None) -> None:
@@ -394,6 +413,11 @@ def _index_on(cache: LatestCache, before: Mapping[Key, JournalRecord | None]) ->
             cache.by_workload = None  # its place among the other workload's records is latest's
             return
         index.setdefault(workload, {})[key] = record
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, int, int, int]:
+    """What `LatestCache.stat` holds of a file's status: device, inode, size, modification time."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _line_digest(line: bytes) -> str:

@@ -296,12 +296,107 @@ def test_a_shared_cache_parses_each_whole_line_once(tmp_path):
     assert cache.parsed_lines == 7
 
 
-def test_a_cached_reading_is_a_fresh_reading_through_tears_rewrites_and_rotation(tmp_path):
+def test_a_run_reads_its_own_appends_without_reading_the_journal_again(tmp_path, monkeypatch):
+    """A measuring run appends each test's figures and mark, and reads the journal after each
+    test: its own append had changed the file's size and time, so each reading read and hashed
+    the whole file again, a run's cost growing as tests times journal size. The lines it appends
+    to the file it read last are folded into its cache as they are written."""
+    import builtins
+
+    from pytest_specdec import journal as journal_module
+    from pytest_specdec.journal import LatestCache
+
+    path, cache = tmp_path / "j.jsonl", LatestCache()
+    for n in range(50):
+        Journal(path).append(f"old{n}", "chat", {"workload": "chat", "n": n})
+    before = path.stat().st_size
+    read = []
+
+    class Counted:
+        def __init__(self, fh):
+            self._fh = fh
+
+        def __getattr__(self, name):
+            return getattr(self._fh, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self._fh.close()
+
+        def read(self, *size):
+            data = self._fh.read(*size)
+            read.append(len(data))
+            return data
+
+    monkeypatch.setattr(journal_module, "open", lambda *a, **kw: Counted(builtins.open(*a, **kw)), raising=False)
+    run = Journal(path, said=set(), cache=cache)
+    assert run.latest_of("chat") == list(Journal(path).latest().values())
+    for n in range(100):
+        run.mark_done(run.append(f"t{n}", "chat", {"workload": "chat", "n": n}, status=MEASURED))
+        assert Journal(path, said=set(), cache=cache).latest_of("chat") == list(Journal(path).latest().values())
+    assert cache.parsed_lines == 50 + 2 * 100  # each line parsed once
+    # the journal's first lines read once, the run's own never (a byte a write: is the last line whole?)
+    assert sum(read) <= before + 2 * 100 < path.stat().st_size, (sum(read), before)
+
+
+def test_a_run_whose_journal_another_changed_between_its_appends_reads_it_again(tmp_path, monkeypatch):
+    """Its own lines are folded in only where the file is, up to them, what the run read last:
+    after another writer's line (before the run's or, unlocked, right after it), a rewrite of the
+    same size or a torn line, the run's next reading reads what it must, as a fresh one does."""
+    from pytest_specdec import journal as journal_module
+    from pytest_specdec.journal import LatestCache
+
+    path, cache = tmp_path / "j.jsonl", LatestCache()
+    run, other = Journal(path, said=set(), cache=cache), Journal(path)
+
+    def same() -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", JournalWarning)  # the torn line's, said by the tests above
+            assert Journal(path, said=set(), cache=cache).latest() == Journal(path).latest()
+
+    run.append("a", "chat", {"n": 1})
+    same()
+    other.append("b", "chat", {"n": 2})  # another worker's line before the run's
+    run.append("c", "chat", {"n": 3})
+    same()
+    stat = path.stat()
+    path.write_bytes(path.read_bytes().replace(b'"n": 1', b'"n": 7'))  # rewritten in place, same size
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))  # its time moved on, however coarse the clock
+    run.append("d", "chat", {"n": 4})
+    same()
+    assert Journal(path, cache=cache).latest()[("a", "chat")].data == {"n": 7}
+    with open(path, "ab") as fh:  # a crash in the middle of another's write
+        fh.write(b'{"config_id": "e", "workload": "ch')
+    run.append("f", "chat", {"n": 5})
+    same()
+    with open(path, "ab") as fh:  # torn after the run read it
+        fh.write(b'{"config_id": "g", "workload": "ch')
+    same()
+    run.append("h", "chat", {"n": 6})
+    same()
+    unlocked = json.dumps({"v": 2, "config_id": "i", "workload": "chat", "data": {"n": 9}}).encode() + b"\n"
+    real = journal_module.append_whole
+
+    def and_another(fd, data, *, sync=False):  # a writer that takes no lock, just after the run's write
+        real(fd, data, sync=sync)
+        with open(path, "ab") as fh:
+            fh.write(unlocked)
+
+    monkeypatch.setattr(journal_module, "append_whole", and_another)
+    run.append("j", "chat", {"n": 10})
+    same()
+    assert set(Journal(path, cache=cache).latest()) == {(k, "chat") for k in "abcdfhij"}
+
+
+@pytest.mark.parametrize("own", [False, True], ids=["another-writer", "the-run-writes"])
+def test_a_cached_reading_is_a_fresh_reading_through_tears_rewrites_and_rotation(tmp_path, own):
     from pytest_specdec.journal import LatestCache
 
     path, cache = tmp_path / "j.jsonl", LatestCache()
     said: set = set()
-    writer = Journal(path)
+    writer = Journal(path, said=said, cache=cache) if own else Journal(path)
 
     def same() -> None:
         with warnings.catch_warnings(record=True) as fresh_warned:
