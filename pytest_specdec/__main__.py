@@ -149,12 +149,18 @@ def merge_command(args: argparse.Namespace, out=None) -> int:
         if merged.partial_durations():  # as a run with --specdec-save-baseline says it
             print(f"specdec merge: {durations.not_saved(merged.partial_durations(), 'its shard')}", file=out)
         failed, lossy = merge.left_out(merged)
-        if failed or lossy:  # as a run with --specdec-save-baseline says it
-            print(f"specdec merge: left out of the baseline {baselines.left_out(failed, lossy)}", file=out)
+        shared = merge.shared(merged)
+        if failed or lossy or shared:  # as a run with --specdec-save-baseline says it
+            print(f"specdec merge: left out of the baseline {baselines.left_out(failed, lossy, '', shared)}",
+                  file=out)
     if files.plot_error:
         print(f"specdec merge: {files.plot_error}", file=out)
     print(f"specdec merge: {merged.meta()['shards']}: {len(rows)} row(s) written to {target} "
           f"({len(written)} files)", file=out)
+    if merge.shared(merged):  # as a run's end counts them
+        from .sharing import shared_note
+
+        print(f"specdec merge: {shared_note(merge.shared(merged), '--specdec-allow-shared')}", file=out)
     for line in merged.skipped:
         print(f"specdec merge: {line}", file=out)
     for line in merged.notes:

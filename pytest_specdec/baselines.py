@@ -693,14 +693,16 @@ def check_saveable(metric: MetricValue, test_id: str, path: Path) -> None:
                                     f"cannot hold; nothing was saved into {path}, which keeps its entries")
 
 
-def left_out(failed: list[str], lossy: list[str], are: str = "") -> str:
+def left_out(failed: list[str], lossy: list[str], are: str = "", shared: list[str] = ()) -> str:
     """Which results a save leaves out of the baseline file and why, by test id, as a run's
     `--specdec-save-baseline` and `specdec merge --save-baseline` both say it: those of failed
     tests (expected failures of known issues included) first, then those of configurations that
-    are not lossless."""
+    are not lossless, then those measured on a shared server (--specdec-allow-shared)."""
     parts = [f"{len(group)} result(s){are} of {what} ({', '.join(group)})"
              for group, what in ((failed, "failed tests, which are no reference"),
-                                 (lossy, "configurations that are not lossless")) if group]
+                                 (lossy, "configurations that are not lossless"),
+                                 (list(shared), "workloads measured on a shared server, whose figures "
+                                                "another client's load makes no reference")) if group]
     return "; ".join(parts)
 
 

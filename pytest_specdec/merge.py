@@ -567,14 +567,22 @@ def left_out(merged: Merged) -> tuple[list[str], list[str]]:
 NO_REFERENCE = ("failed", "error", "xfailed")
 
 
+def shared(merged: Merged) -> list[str]:
+    """Test ids of the passed results measured on a shared server (--specdec-allow-shared): their
+    rows keep the mark, :func:`save_baselines` leaves them out, and the merge's end counts them."""
+    failed, lossy = left_out(merged)
+    return sorted({r.test_id for r, _, status in merged.results
+                   if status == DONE and r.shared is not None and r.test_id not in failed and r.test_id not in lossy})
+
+
 def _saved(merged: Merged) -> list[tuple[Result, ShardManifest]]:
     """The results :func:`save_baselines` saves, each with its shard: the finished measurements
-    but those :func:`left_out` names."""
+    but those :func:`left_out` and :func:`shared` name."""
     failed, lossy = left_out(merged)
     # a test that failed is no reference, whatever its journal's last readable record says
     ended = {(id(m), t.nodeid) for m in merged.shards for t in m.tests if t.outcome in NO_REFERENCE}
     return [(r, m) for r, m, status in merged.results if status == DONE and r.test_id not in lossy
-            and r.test_id not in failed and (id(m), r.nodeid) not in ended]
+            and r.test_id not in failed and (id(m), r.nodeid) not in ended and r.shared is None]
 
 
 def save_baselines(merged: Merged, baseline_dir: str | Path,
@@ -667,4 +675,4 @@ def check_targets(merged: Merged, baseline_dir: str | Path | None) -> None:
 
 
 __all__ = ["FAILED_OUTCOMES", "NO_REFERENCE", "Merged", "check_targets", "gates_differ", "left_out", "load", "merge",
-           "not_lossless", "not_measured", "save_baselines", "unrecorded_gate"]
+           "not_lossless", "not_measured", "save_baselines", "shared", "unrecorded_gate"]

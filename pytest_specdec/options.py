@@ -242,6 +242,10 @@ OPTIONS: tuple[Option, ...] = (
            "with (a first run, a misspelt name in the baseline file, a baseline folder that is not "
            "there) instead of passing it as a new baseline; a run with --specdec-save-baseline "
            "saves them and does not fail", _bool, False, flag=True),
+    Option("allow_shared", "record the figures of a workload during which another client used the "
+           "server (a shared staging server) instead of failing its test: they are marked shared in "
+           "the summary and the reports, never gated and never saved into the baseline", _bool, False,
+           flag=True),
     Option("reference", "the method whose greedy outputs every speculative configuration must "
            "reproduce (the losslessness guard)", _reference, "ar", metavar="METHOD"),
     Option("lossless", "how much of each output must match the reference's: exact, prefix:N "

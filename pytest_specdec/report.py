@@ -49,12 +49,14 @@ class ReportRow:
     budget: int | None = None
     metrics: Mapping[str, float] = field(default_factory=dict)
     spreads: Mapping[str, float] = field(default_factory=dict)  # standard errors, by metric
-    verdict: str = ""  # gate.verdict_of: "ok", "regression", "noisy", "improved", "new", "not gated", ""
+    verdict: str = ""  # Result.verdict: "ok", "regression", "noisy", "improved", "new", "not gated", "shared", ""
     verdicts: Mapping[str, str] = field(default_factory=dict)  # each compared figure's, as JUnit shows it
     comparisons: tuple[str, ...] = ()
     outcome: str = "passed"  # pytest's outcome: passed, failed, error, skipped, xfailed, xpassed
     reason: str | None = None
     gpus: str | None = None  # where its server ran (`Hardware.placement`): None on a CPU or attached
+    #: `Shared.mark` where another client shared its server while it measured (verdict "shared")
+    shared: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -88,6 +90,7 @@ def row_from_result(result: Result, *, outcome: str = "passed", reason: str | No
         outcome=outcome,
         reason=reason,
         gpus=result.details.get("gpus") or None,
+        shared=result.shared.mark() if result.shared is not None else None,
     )
 
 
@@ -126,6 +129,8 @@ def _verdict_text(row: ReportRow) -> str:
         return f"{row.outcome}" + (f": {_one_line(row.reason, REASON_CELL)}" if row.reason else "")
     if not row.verdict and row.reason == RESUMED:  # the journal keeps figures, not the verdict
         return "resumed"
+    if row.verdict == "shared":  # no gate's word: its counts say how much of the load was this run's
+        return row.shared or "shared"
     return VERDICT_TEXT.get(row.verdict, "-")
 
 

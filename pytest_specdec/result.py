@@ -16,6 +16,7 @@ from .fingerprint import Fingerprint
 from .gate import Comparison, verdict_of
 from .lossless import Outputs
 from .metrics import MetricValue
+from .sharing import Shared
 
 
 #: what `Result.from_json` raises on a record of the wrong shape (a hand edit, another version)
@@ -50,8 +51,15 @@ class Result:
         return self.case.param_id if self.case is not None else self.test_id
 
     @property
+    def shared(self) -> Shared | None:
+        """Whether another client used the server while it measured (sharing.py), else None."""
+        return Shared.from_json(self.details.get("shared"))
+
+    @property
     def verdict(self) -> str:
-        return verdict_of(self.comparisons)
+        """`gate.verdict_of` its comparisons; "shared" where another client shared its server,
+        whose figures no comparison judges."""
+        return "shared" if self.shared is not None else verdict_of(self.comparisons)
 
     def figure_verdicts(self) -> dict[str, str]:
         """{figure: its verdict as shown (`Comparison.shown_verdict`)} of the compared figures."""

@@ -17,6 +17,10 @@ uninterrupted run), runs as a stand-in (`_stand_in`): none of its fixtures is ma
 boots, and its call fails with the reasons a measuring run gives, or passes. Its journal record
 stays `done`: the figures are whole and checked; the next resume judges them again under
 its own settings.
+
+A done record measured on a shared server (passed under --specdec-allow-shared) is kept by a
+resumed run that allows sharing too, judged again as shared (never gated, never saved); a resumed
+run without the switch measures it again, as the failure it would give asks.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from .recording import (AWAITS_PROPERTY, REMEASURED_PROPERTY, RESUMED_PROPERTY, 
 from .result import RECORD_DAMAGE, Result
 from .session import (REPLACED_KEY, STOOD_IN_KEY, Judged, item_fingerprint, journal_for, judge,
                       may_xfail, recording_tests, unsettled_reason, workload_key, xfail_reason)
+from .sharing import Shared
 from .state import RunState
 
 
@@ -64,8 +69,15 @@ def resume_done(items: list[pytest.Item], state: RunState, gate: Gate) -> None:
         current = item_fingerprint(item, state)
         if not current.matches(record.fingerprint):
             old = Fingerprint.from_json(record.data.get("fingerprint"))
+            changed = current.what_changed(old, "no fingerprint in its journal record")
             item.user_properties.append(
-                (REMEASURED_PROPERTY, current.what_changed(old, "no fingerprint in its journal record")))
+                (REMEASURED_PROPERTY, f"what it measures changed since the journal's record ({changed})"))
+            continue
+        if _shared(record) and not state.settings.allow_shared:
+            # kept as done under --specdec-allow-shared; a run without it measures what its failure would ask for
+            item.user_properties.append(
+                (REMEASURED_PROPERTY, f"its record was measured on a shared server, which this run does not "
+                                      f"allow ({state.settings.setter('allow_shared')})"))
             continue
         resumed = _readable(record, journal)
         if resumed is not None:  # damaged figures are no measurement: measured again
@@ -84,6 +96,12 @@ def resume_done(items: list[pytest.Item], state: RunState, gate: Gate) -> None:
             item.user_properties.append((RESUMED_PROPERTY, json.dumps(judged.result.to_json())))
     if items:
         items[0].config.stash[STOOD_IN_KEY] = frozenset(stood_in)
+
+
+def _shared(record: JournalRecord) -> bool:
+    """Whether a record's figures were measured on a shared server (passed under --specdec-allow-shared)."""
+    details = record.data.get("details")
+    return isinstance(details, dict) and Shared.from_json(details.get("shared")) is not None
 
 
 def _key(item: pytest.Item) -> tuple[str, str]:

@@ -36,7 +36,7 @@ from .journal import DONE, FAILED_CHECKS, MEASURED, Journal, JournalRecord
 from .recording import (AWAITS_PROPERTY, RECORDING_TOTAL, REMEASURED_PROPERTY, RESULT_PROPERTY,
                         RESUMED_PROPERTY, STOOD_IN_PROPERTY, UNCOUNTED, attach_to_report, existing_recorder, result_of_report)
 from .result import RECORD_DAMAGE, Result
-from .sharing import Shared, sharing_message
+from .sharing import sharing_message
 from .state import RunState
 
 
@@ -211,7 +211,8 @@ def judge(result: Result, state: RunState, gate: Gate, claimed: set[str],
     """This run's checks of a test's figures, whether measured now or resumed from the journal.
 
     The failures, in order: a server another client shared while the workload measured
-    (sharing.py), a regression (under this run's tolerances and
+    (sharing.py; under `--specdec-allow-shared` its figures are neither compared nor failed, only
+    marked shared), a regression (under this run's tolerances and
     `--specdec-strict-noise`), gated figures with no baseline entry under
     `--specdec-require-baseline`, outputs that leave the reference's under this run's
     losslessness settings. `claimed`: the test ids of this run's recording tests
@@ -220,7 +221,11 @@ def judge(result: Result, state: RunState, gate: Gate, claimed: set[str],
     resumed reference: each of those this run collects is checked by its own test, measured or
     resumed); `stood_in`: tests whose own stand-in judges them (`STOOD_IN_KEY`), left out likewise.
     """
-    compares = state.tolerances.any or state.baseline_path.is_file()
+    shared = result.shared
+    # allowed (--specdec-allow-shared), its figures are recorded but never gated: another client's load
+    # makes a red noise and a green meaningless
+    allowed = shared is not None and state.settings.allow_shared
+    compares = (state.tolerances.any or state.baseline_path.is_file()) and not allowed
     result = result.compared(tuple(gate.compare(result)) if compares else ())  # never another run's
     lossy, unsettled = lossless_failures(result, state, replaced, own_only=own_only, stood_in=stood_in)
     failures = [divergence.message() for _, divergence in lossy]
@@ -233,15 +238,14 @@ def judge(result: Result, state: RunState, gate: Gate, claimed: set[str],
                  f"{gate.what_changed(result)}; if the change is meant, delete them and save again "
                  f"with {state.settings.setter('save_baseline')})") if other else ""
         failures.insert(0, f"regression against {state.baseline_path.name}{stale}:\n{message}")
-    if state.settings.require_baseline and not state.settings.save_baseline:  # a save run makes them
+    if state.settings.require_baseline and not state.settings.save_baseline and not allowed:  # a save run makes them
         unmatched = gate.unmatched(result, claimed)
         if unmatched:
             failures.insert(1 if message else 0, unmatched)  # after a regression, before the rest
-    shared = Shared.from_json(result.details.get("shared"))
-    if shared is not None:
+    if shared is not None and not allowed:
         # failed, not warned of nor ungated: another client's load explains any verdict, a red as
         # much as a green, and a failed test's figures are neither saved nor resumed as done
-        failures.insert(0, sharing_message(result.config, shared))
+        failures.insert(0, sharing_message(result.config, shared, state.settings.setter("allow_shared")))
     return Judged(result, failures, lossy, unsettled)
 
 
@@ -504,7 +508,7 @@ class Results:
     state: RunState
     results: dict[str, Result] = field(default_factory=dict)
     resumed_results: dict[str, Result] = field(default_factory=dict)
-    remeasured: dict[str, str] = field(default_factory=dict)  # node id -> what changed
+    remeasured: dict[str, str] = field(default_factory=dict)  # node id -> why a resumed run measured it again
     outcomes: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     #: tests that can record (`collection.can_record`); under xdist, the first count a worker's
     #: report carries (a replacement worker that collects later in a resumed run may count fewer)
@@ -683,19 +687,20 @@ class Results:
         late.update(self.settled_stand_ins())
         return late
 
-    def baseline_candidates(self) -> tuple[list[Result], list[Result], list[Result]]:
-        """(results to save, results of failed tests, results that are not lossless): a test that
-        failed or errored after recording (its gate, its losslessness check, its own assertions),
-        an expected failure (a known issue's xfail) too, is no reference for later runs, nor is a
-        speculative configuration whose outputs differ from its reference's (measured before the
-        reference, its own test passed)."""
+    def baseline_candidates(self) -> tuple[list[Result], list[Result], list[Result], list[Result]]:
+        """(results to save, results of failed tests, results that are not lossless, results
+        measured on a shared server): a test that failed or errored after recording (its gate, its
+        losslessness check, its own assertions), an expected failure (a known issue's xfail) too, is
+        no reference for later runs, nor is a speculative configuration whose outputs differ from
+        its reference's (measured before the reference, its own test passed), nor a workload
+        another client shared the server during (passed under --specdec-allow-shared, resumed too)."""
         results = self.all()
         among = Divergences(results, self.state)
         # every pair is seen from its speculative side: the references need not look again
         lossy = {candidate.nodeid for result in results
                  if result.case is not None and result.case.method != self.state.settings.reference
                  for candidate, _ in among.of(result)}
-        saved, failed, not_lossless = [], [], []
+        saved, failed, not_lossless, shared = [], [], [], []
         # a lossy one found late is `lossy`, not failed
         late = {**self.settled_known_issues(), **self.settled_stand_ins()}
         for result in results:
@@ -704,9 +709,16 @@ class Results:
             unsettled = outcome == "skipped" and not result.resumed
             if outcome in ("failed", "error", "xfailed") or unsettled:  # the journal has them as failed too
                 failed.append(result)
+            elif result.nodeid in lossy:
+                not_lossless.append(result)
             else:
-                (not_lossless if result.nodeid in lossy else saved).append(result)
-        return saved, failed, not_lossless
+                (shared if result.shared is not None else saved).append(result)
+        return saved, failed, not_lossless, shared
+
+    def shared(self) -> list[Result]:
+        """The results of tests that passed on figures measured on a shared server
+        (--specdec-allow-shared), which the run's end names."""
+        return self.baseline_candidates()[3]
 
     def save_baseline(self, results: list[Result],
                       announce: Callable[[str], None] | None = None) -> Path:
@@ -759,6 +771,8 @@ def progress_line(result: Result, done: int, total: int | None, resumed_from: st
         return f" {name}={metrics[name]:.4g}{unit}"
 
     verdicts = [c.line() for c in result.comparisons if c.verdict in ("regression", "improvement")]
+    if result.shared is not None:  # compared with nothing, or failed for it: said beside its figures
+        verdicts.append(result.shared.mark())
     tail = f" | {'; '.join(verdicts)}" if verdicts else ""
     workload = f" {result.workload}" if result.workload else ""  # a test with no workload: no stray space
     count = f"{done}/{total}" if total is not None else str(done)  # a total no report carried

@@ -11,6 +11,11 @@ between two.
 
 The same check runs on launched servers (two scrapes per workload; nobody else should use them). A
 server without /metrics cannot be checked: said once per run per server, with how to enable it.
+
+A shared workload fails its test. Where the server is always shared (a team's staging server),
+`--specdec-allow-shared` records its figures instead, marked shared (`Shared.mark`) in the table
+and the reports, and leaves them out of the gate and of any baseline save: a red there would be
+noise and a green meaningless, and a baseline of them would hold later runs to another client's load.
 """
 
 from __future__ import annotations
@@ -41,6 +46,10 @@ class Shared:
         return (f"the server generated {self.server_tokens} tokens during this workload, {self.own_tokens} of "
                 f"them this run's: another client shared it; its figures are not comparable")
 
+    def mark(self) -> str:
+        """How the table's verdict column, results.json and report.md mark its figures."""
+        return f"shared: {self.own_tokens} of {self.server_tokens} tokens this run's"
+
     def to_json(self) -> dict[str, int]:
         return {"server_tokens": self.server_tokens, "own_tokens": self.own_tokens}
 
@@ -69,11 +78,18 @@ def shared(before: float, after: float, own_tokens: int) -> Shared | None:
     return Shared(round(generated), own_tokens)
 
 
-def sharing_message(config: str, record: Shared) -> str:
-    """A test's failure for figures measured on a shared server."""
+def sharing_message(config: str, record: Shared, switch: str) -> str:
+    """A test's failure for figures measured on a shared server; `switch`: where to allow sharing."""
     return (f"server {config} was shared while it measured: {record.describe()}, so its gate says nothing "
             f"about the code either way (a red is no regression, a green no pass) and its figures are not "
-            f"saved: measure it again while no other client uses the server")
+            f"saved: measure it again while no other client uses the server, or, where the server is always "
+            f"shared, run with {switch} to record its figures marked shared, never gated nor saved")
+
+
+def shared_note(names: list[str], switch: str) -> str:
+    """The end of a run (or merge) that recorded workloads measured on a shared server."""
+    return (f"{len(names)} workload(s) measured on a shared server ({', '.join(names)}): their figures are "
+            f"shown marked shared, not gated and not saved into the baseline ({switch})")
 
 
 @dataclass

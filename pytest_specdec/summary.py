@@ -113,10 +113,8 @@ def _write_table(terminalreporter, results: Results, table: list) -> None:
     terminalreporter.write_sep("=", "specdec summary")
     for line in report.format_table(table).splitlines():
         terminalreporter.write_line(line)
-    for nodeid, changed in results.remeasured.items():
-        terminalreporter.write_line(f"specdec: resume: measured {nodeid.split('::')[-1]} again: "
-                                    f"what it measures changed since the journal's record "
-                                    f"({changed})")
+    for nodeid, why in results.remeasured.items():
+        terminalreporter.write_line(f"specdec: resume: measured {nodeid.split('::')[-1]} again: {why}")
     uncompared = _uncompared_gate(results)
     if uncompared:
         terminalreporter.write_line(f"specdec: gate: {uncompared}", yellow=True)
@@ -392,12 +390,12 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
             **({"gpu_details": details} if (details := state.hardware.gpu_details()) else {}),
             "backend": state.backend.name,
             "baseline": relative_path(state.baseline_path, state.config.root)}
-    saved, failed, lossy = results.baseline_candidates()
+    saved, failed, lossy, shared = results.baseline_candidates()
 
     def left_out(are: str) -> str:
         from .baselines import left_out as said
 
-        return said([r.test_id for r in failed], [r.test_id for r in lossy], are)
+        return said([r.test_id for r in failed], [r.test_id for r in lossy], are, [r.test_id for r in shared])
 
     if state.settings.save_baseline and saved:
         try:
@@ -412,9 +410,9 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
         except SpecdecUsageError as exc:
             problems.append(f"baseline not saved: {_why(exc, state.baseline_path)}{_kept(exc, state)}")
         else:
-            skipped = f"; left out {left_out('')}" if failed or lossy else ""
+            skipped = f"; left out {left_out('')}" if failed or lossy or shared else ""
             notes.append(f"saved {len(saved)} result(s) into {path}{skipped}")
-    elif state.settings.save_baseline and (failed or lossy):
+    elif state.settings.save_baseline and (failed or lossy or shared):
         notes.append(f"nothing saved into {state.baseline_path}: its {left_out(' are')}")
     if state.settings.report:
         folder = state.path(state.settings.report)
@@ -481,6 +479,11 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
         notes.append(nothing_reported(state))
     if results.reruns:
         notes.append(rerun_note(results.reruns))
+    shared = results.shared() if results.all() else []
+    if shared:  # passed under --specdec-allow-shared: the table marks each, this counts them
+        from .sharing import shared_note
+
+        notes.append(shared_note(_names(shared), state.settings.setter("allow_shared")))
     from .run_limits import INTERRUPT, RunLimits
 
     limits = limits or RunLimits()

@@ -75,7 +75,7 @@ def test_found_lossy_and_the_baseline_candidates_are_those_of_comparing_with_all
     found = results.found_lossy()
     assert sorted(found) == sorted(expected) and len(found) == 2 * 2 + 1
     assert all(why.startswith(expected[nodeid] + " (found by the test of ar-tp") for nodeid, why in found.items())
-    saved, failed, lossy = results.baseline_candidates()
+    saved, failed, lossy, _ = results.baseline_candidates()
     assert sorted(r.nodeid for r in lossy) == sorted(expected) and failed == []
     assert len(saved) + len(lossy) == len(everything)
 

@@ -6,8 +6,11 @@ and a server without /metrics is said once to be unchecked."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import urllib.request
+from contextlib import contextmanager
 
 import pytest
 
@@ -51,9 +54,85 @@ def test_another_client_during_the_workload_fails_it_as_shared_and_a_clean_run_s
     result.stdout.fnmatch_lines([
         "*server ddtree-tp1-b8 was shared while it measured: the server generated * tokens during this "
         "workload, 72 of them this run's: another client shared it; its figures are not comparable, so its gate "
-        "says nothing about the code either way*"])
+        "says nothing about the code either way*or, where the server is always shared, run with "
+        "--specdec-allow-shared to record its figures marked shared, never gated nor saved*"])
     baseline = pytester.path / "baselines" / "cpu.json"
     assert not baseline.exists() or "test_generation[ddtree-tp1-b8-chat]" not in baseline.read_text()
+
+
+@contextmanager
+def shared_with_another_client(url: str):
+    """Another client sends requests to the server at `url` throughout the block."""
+    stop = threading.Event()
+    sender = threading.Thread(target=other_client, args=(url, stop), daemon=True)
+    sender.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        sender.join(timeout=60)
+
+
+def test_allow_shared_records_the_figures_marked_shared_never_gated_nor_saved_and_resume_and_merge_keep_it(
+        pytester):
+    """A server that is always shared (a team's staging server) ran nothing: each workload failed as
+    shared. --specdec-allow-shared passes it with its figures marked shared in the table, results.json
+    and report.md, compared with no baseline and left out of the save (said in its line), and the run's
+    end counts it; a resumed run keeps it only with the switch; a merge of its shard keeps the mark."""
+    test = "test_generation[ddtree-tp1-b8-chat]"
+    escaped = "test_generation[[]ddtree-tp1-b8-chat[]]"  # as fnmatch reads brackets
+    with attached_engine("--method", "ddtree", "--budget", "8") as (url, _):
+        project(pytester, budgets=(8,), backend="auto",
+                extra='compare_fail = "output_tok_s:0%,accept_length:0%,ttft_ms:0%,tpot_ms:0%"')
+        clean = run(pytester, f"--specdec-server-url={url}", "--specdec-save-baseline")
+        clean.assert_outcomes(passed=1)
+        baseline = pytester.path / "baselines" / "cpu.json"
+        saved = baseline.read_text()
+        assert test in saved
+
+        with shared_with_another_client(url):
+            result = run(pytester, f"--specdec-server-url={url}", "--specdec-allow-shared", "--specdec-save-baseline",
+                         "--specdec-shard=1/1", "--specdec-report=shard1")
+        result.assert_outcomes(passed=1)
+        result.stdout.no_fnmatch_line("*was shared while*")
+        result.stdout.no_fnmatch_line("*against baseline:*")  # 0% tolerances, yet nothing compared
+        result.stdout.fnmatch_lines([
+            "*specdec [[]1/1[]] ddtree-tp1-b8 chat:* | shared: 72 of * tokens this run's",
+            "*ddtree-tp1-b8  chat *shared: 72 of * tokens this run's",
+            f"specdec: nothing saved into *cpu.json: its 1 result(s) are of workloads measured on a shared "
+            f"server, whose figures another client's load makes no reference ({escaped})",
+            "specdec: 1 workload(s) measured on a shared server (ddtree-tp1-b8 [[]chat[]]): their figures are "
+            "shown marked shared, not gated and not saved into the baseline (--specdec-allow-shared)"])
+        assert baseline.read_text() == saved  # the clean run's entry, not pooled with the shared figures
+        row, = json.loads((pytester.path / "shard1" / "results.json").read_text())["results"]
+        assert (row["verdict"], row["comparisons"], row["verdicts"]) == ("shared", [], {})
+        assert row["shared"].startswith("shared: 72 of ") and row["shared"].endswith(" tokens this run's")
+        assert row["shared"] in (pytester.path / "shard1" / "report.md").read_text()
+
+        merged = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "shard1", "--out",
+                                 "merged", "--save-baseline"], cwd=pytester.path, capture_output=True, text=True)
+        assert merged.returncode == 0, merged.stdout + merged.stderr
+        assert row["shared"] in merged.stdout
+        assert "left out of the baseline 1 result(s) of workloads measured on a shared server" in merged.stdout
+        assert "1 workload(s) measured on a shared server" in merged.stdout
+        merged_row, = json.loads((pytester.path / "merged" / "results.json").read_text())["results"]
+        assert (merged_row["verdict"], merged_row["shared"]) == ("shared", row["shared"])
+        assert baseline.read_text() == saved
+
+        kept = run(pytester, f"--specdec-server-url={url}", "--specdec-allow-shared", "--specdec-resume",
+                   "--specdec-save-baseline", "--specdec-shard=1/1", "--specdec-report=shard1")
+        kept.assert_outcomes(skipped=1)  # measured, so resumed: still marked, still unsaved
+        kept.stdout.fnmatch_lines(["*ddtree-tp1-b8  chat *shared: 72 of * tokens this run's",
+                                   "specdec: nothing saved into *: its 1 result(s) are of workloads measured on a "
+                                   "shared server*"])
+        assert baseline.read_text() == saved
+
+        again = run(pytester, f"--specdec-server-url={url}", "--specdec-resume", "--specdec-shard=1/1",
+                    "--specdec-report=shard1")  # the shard folder's journal
+    again.assert_outcomes(passed=1)  # no other client now: measured again, not failed on the old figures
+    again.stdout.fnmatch_lines([f"specdec: resume: measured {escaped} again: its record was measured on a shared "
+                                f"server, which this run does not allow (--specdec-allow-shared)"])
+    again.stdout.no_fnmatch_line("*shared: 72 of*")
 
 
 class NoMetrics(QuietHandler):
