@@ -154,6 +154,8 @@ class WorkloadSpec:
     concurrency: int = 1
     temperature: float = 0.0
     truncate: bool = False
+    #: untimed requests sent before it is measured (warmup.py); None: the run-wide setting's
+    warmup_requests: int | None = None
 
 
 @dataclass(frozen=True)
@@ -499,7 +501,7 @@ def _parse_workload(filename: str, index: int, data: Any, root: Path) -> Workloa
     table = _table_name(filename, "workloads")  # the entry's header as its file spells it
     reader = _Reader(filename, f"{table} #{index + 1}", data, f"[[{table}]]")
     reader.check_keys({"name", "prompts", "num_prompts", "max_new_tokens", "concurrency",
-                       "temperature", "truncate"})
+                       "temperature", "truncate", "warmup_requests"})
     prompts = reader.get("prompts", str, "chat")
     name = reader.get("name", str, Path(prompts).stem)
     if not name.strip():
@@ -541,7 +543,10 @@ def _parse_workload(filename: str, index: int, data: Any, root: Path) -> Workloa
         concurrency=reader.get("concurrency", int, 1),
         temperature=reader.get("temperature", float, 0.0),
         truncate=reader.get("truncate", bool, False),
+        warmup_requests=reader.get("warmup_requests", int, None),
     )
+    if spec.warmup_requests is not None and spec.warmup_requests < 0:
+        reader.fail("warmup_requests", f"{spec.warmup_requests} must be 0 (no warm-up) or more")
     for key in ("num_prompts", "max_new_tokens", "concurrency"):
         if getattr(spec, key) < 1:
             reader.fail(key, f"{getattr(spec, key)} must be at least 1")

@@ -2,7 +2,8 @@
 
 A workload run is bracketed by liveness checks, and a failed request is followed by a death
 diagnosis, so a server that dies mid-run fails the test with the cause from its own log rather
-than with a connection error or, worse, a throughput of zero.
+than with a connection error or, worse, a throughput of zero. Before it is measured, a workload
+is warmed up (warmup.py): untimed requests, then a cache flush, guarded the same way.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .metrics import Measurement, MeasurementError, WorkloadResult
 from .servers.diagnosis import ServerError, tail
 from .servers.spec import ServerSpec
 from .sharing import Shared, SharingCheck, shared
+from .warmup import CacheFlush, warmup_count, warmup_workload
 from .workloads import Workload
 
 # one logging interval is one sample of a workload's steps, too few to call a disagreement
@@ -80,6 +82,10 @@ class LiveServer:
     sharing: SharingCheck | None = None  # whether another client used the server mid-workload
     #: the last workload's: the server generated more than it received (sharing.py), else None
     last_shared: Shared | None = field(default=None, repr=False)
+    #: run-wide untimed requests before each workload (warmup.py): a workload's own key wins; None:
+    #: one round at its concurrency
+    warmup_requests: int | None = None
+    cache_flush: CacheFlush = field(default_factory=CacheFlush)  # the run's (RunState.cache_flush)
 
     @property
     def id(self) -> str:
@@ -204,6 +210,10 @@ class LiveServer:
         the workload (and after any failed request), where a death would otherwise hide.
         """
         workload = self.workload(spec)
+        own = spec.warmup_requests if isinstance(spec, WorkloadSpec) else None
+        warmed = warmup_count(workload, self.warmup_requests if own is None else own)
+        # before the log offset and the sharing check's first read: neither may count the warm-up
+        flushed = self._warm_up(workload, warmed)
         log_offset = self.log_path.stat().st_size if self.log_path and self.log_path.exists() else 0
         vocab_size = self.vocab_size() if self.spec.is_speculative else None
         self.last_shared = None
@@ -239,10 +249,41 @@ class LiveServer:
             fail(f"server {self.id}: {exc}")  # the diagnosis names the workload itself
         if calibration is not None:
             measurement = replace(measurement, calibration=calibration)
+        measurement = replace(measurement, warmup_requests=warmed, cache_flushed=flushed)
         self.check_alive()
         self._cross_check(measurement, log_offset)
         self._warn_whole_at_once(measurement)
         return measurement
+
+    def _warm_up(self, workload: Workload, count: int) -> bool | None:
+        """Send `count` untimed requests of `workload` (warmup.py), then flush the server's cache;
+        whether it flushed (None: no warm-up). A failure fails the test as the workload's would,
+        saying it came during the warm-up; nothing of it is kept."""
+        if count == 0:
+            return None
+        requests = "request" if count == 1 else "requests"
+        during = f"workload {workload.name!r}, during its warm-up ({count} untimed {requests} before it is measured)"
+        if self.announce is not None:
+            self.announce(f"server {self.id}: workload {workload.name!r}: warming up, {count} untimed {requests} "
+                          f"at concurrency {min(workload.concurrency, count)} before it is measured")
+        try:
+            timeout = {} if self.stall_timeout is None else {"timeout_s": None}
+            result = client.run_workload(self.url, warmup_workload(workload, count), keep_text=False,
+                                         stall_timeout=self.stall_timeout, on_quiet=self._say_silence(),
+                                         top_logprobs=self.top_logprobs, **timeout)
+        except client.WorkloadStalled as stall:
+            self._stalled(f"{during}: {stall}; raise {self.stall_setting} if the server is just slow")
+        if result.errors:
+            exc = self._failed_check()  # a dead server explains a failed request best
+            if exc is not None:
+                fail(f"{during}: {exc}")
+        try:
+            metrics.check_no_errors(result, self.log_tail if self.log_path else None)
+            metrics.check_tokens(result, self.log_tail if self.log_path else None)
+        except MeasurementError as exc:
+            self.check_alive()
+            fail(f"server {self.id}: {during}: {str(exc).removeprefix(f'workload {workload.name!r}: ')}")
+        return self.cache_flush.flush(self.url)
 
     def _warn_whole_at_once(self, measurement: Measurement) -> None:
         """Say which requests' outputs arrived whole at once: their TTFT is their whole

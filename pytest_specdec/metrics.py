@@ -285,6 +285,10 @@ class Measurement:
     calibration: Calibration | None = None  # the server's CPU share during the workload
     #: requests whose whole output arrived at once (RequestRecord.whole_at_once): not in tpot_ms
     whole_at_once: int = 0
+    #: untimed requests sent before the workload (warmup.py), and whether the cache was flushed
+    #: after them (None: no warm-up, so no flush asked)
+    warmup_requests: int = 0
+    cache_flushed: bool | None = None
 
     def metrics(self, *, deterministic_accept: bool = False) -> tuple[MetricValue, ...]:
         """The gated figures. Latencies are gated on their medians (robust to stragglers).

@@ -284,6 +284,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("baseline_lock_timeout", "seconds a save of the baseline file (or durations.json) waits "
            "for its lock while another run holds it, before it fails saving nothing (the figures "
            "stay in the journal)", _positive_float, 120.0, metavar="S"),
+    Option("warmup_requests", "untimed requests sent to a server before each workload is measured "
+           "(its first prompts, at its concurrency and sampling), then its cache flushed; 0 sends none; "
+           "a workload's own warmup_requests key wins (default: one round, min(concurrency, num_prompts))",
+           _count, None, metavar="N"),
     Option("restart_on_crash", "restart a crashed server up to N times per configuration",
            _count, 0, metavar="N"),
     Option("tp", "run only the configurations of these tensor-parallel sizes (e.g. 8, or 1,4): "

@@ -57,6 +57,8 @@ class ReportRow:
     gpus: str | None = None  # where its server ran (`Hardware.placement`): None on a CPU or attached
     #: `Shared.mark` where another client shared its server while it measured (verdict "shared")
     shared: str | None = None
+    #: untimed requests sent before it was measured (warmup.py); None where not measured or journaled before
+    warmup_requests: int | None = None
 
     @property
     def failed(self) -> bool:
@@ -91,7 +93,15 @@ def row_from_result(result: Result, *, outcome: str = "passed", reason: str | No
         reason=reason,
         gpus=result.details.get("gpus") or None,
         shared=result.shared.mark() if result.shared is not None else None,
+        warmup_requests=_warmup_requests(result.details),
     )
+
+
+def _warmup_requests(details: Mapping[str, Any]) -> int | None:
+    """The warm-up count a measurement records, as a number; None for none (an older record's)."""
+    measurement = details.get("measurement")
+    count = measurement.get("warmup_requests") if isinstance(measurement, Mapping) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
 def _cell(row: ReportRow, metric: str, fmt: str) -> str:

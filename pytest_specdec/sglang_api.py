@@ -21,6 +21,9 @@ MODEL_INFO = "/model_info"
 METRICS = "/metrics"  # served with --enable-metrics
 TOKENIZE = "/v1/tokenize"  # since 0.5.3.post1; a release before it answers 404
 TOKENIZE_ALIAS = "/tokenize"  # the same handler, left out of the OpenAPI schema
+#: POST: drops the prefix cache and resets the lifetime speculative counters; answered only while
+#: no request is queued or running (200), else refused (400 "Flush cache failed.")
+FLUSH_CACHE = "/flush_cache"
 
 # -- /generate: what the client sends ----------------------------------------------------------------
 REQUEST_FIELDS_SENT = ("text", "sampling_params", "stream")

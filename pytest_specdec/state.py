@@ -30,6 +30,7 @@ from .lossless import Exactness, parse_exactness
 from .options import Settings, resolve
 from .relpaths import relative_path
 from .sharing import SharingCheck
+from .warmup import CacheFlush
 from .workloads import Workload, configured_workload
 
 
@@ -56,6 +57,8 @@ class RunState:
     #: whether another client shared a server during a workload (sharing.py): each server whose
     #: /metrics cannot tell said once
     sharing: SharingCheck = field(default_factory=SharingCheck, compare=False, repr=False)
+    #: the flush after each workload's warm-up (warmup.py): each server that refused it, said once
+    cache_flush: CacheFlush = field(default_factory=CacheFlush, compare=False, repr=False)
 
     @property
     def lossless(self) -> Exactness:

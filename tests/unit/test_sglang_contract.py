@@ -481,7 +481,7 @@ def test_the_engine_tokenizes_as_sglang_answers():
 
 @pytest.mark.parametrize("path", [api.GENERATE, api.HEALTH, api.HEALTH_GENERATE, api.SERVER_INFO,
                                   api.SERVER_INFO_OLD, api.MODELS, api.MODEL_INFO, api.TOKENIZE,
-                                  api.TOKENIZE_ALIAS])
+                                  api.TOKENIZE_ALIAS, api.FLUSH_CACHE])
 def test_endpoint_is_served(srt, path):
     served = routes(srt("entrypoints/http_server.py"))
     assert path in served, moved([path], served, "SGLang's HTTP routes")
