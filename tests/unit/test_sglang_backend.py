@@ -148,8 +148,11 @@ def test_failures_read_from_sglang_style_logs(pytester, sglang_project, monkeypa
     result.assert_outcomes(failed=2, errors=1)
     # "(exited with code 1)" only where the process had exited when its log was read
     for line in ("server ddtree-tp2-b8 crashed during warm-up*: CUDA out of memory*",
-                 "server ddtree-tp2-b16 died: CUDA error: an illegal instruction was encountered*",
-                 "server dflash-tp2: workload 'chat': the server produced zero completion tokens for all 2 *"):
+                 # the warm-up's two requests meet the faults first, and say so
+                 "workload 'chat', during its warm-up (2 untimed requests before it is measured): server "
+                 "ddtree-tp2-b16 died: CUDA error: an illegal instruction was encountered*",
+                 "server dflash-tp2: workload 'chat', during its warm-up (2 untimed requests before it is measured): "
+                 "the server produced zero completion tokens for all 2 *"):
         result.stdout.fnmatch_lines([line])
 
 
