@@ -305,6 +305,16 @@ def _smi_watts(text: str) -> int:
         return 0
 
 
+#: What nvidia-smi is asked per GPU; the last three (MIG mode, power limits) only where the driver knows them.
+SMI_FIELDS = ("index", "name", "compute_cap", "memory.total", "uuid", "mig.mode.current", "enforced.power.limit",
+              "power.default_limit")
+
+
+def _smi_query(exe: str, fields: tuple[str, ...]) -> subprocess.CompletedProcess:
+    return subprocess.run([exe, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+                          capture_output=True, text=True, timeout=20, check=False)
+
+
 def _detect_nvidia_smi() -> tuple[list[GPU], str] | None:
     """The GPUs nvidia-smi lists, and what went wrong ("" if nothing): one broken GPU makes it exit
     non-zero while still listing the others, which the run keeps rather than count as no GPU."""
@@ -312,11 +322,10 @@ def _detect_nvidia_smi() -> tuple[list[GPU], str] | None:
     if exe is None:
         return None
     try:
-        done = subprocess.run(
-            [exe, "--query-gpu=index,name,compute_cap,memory.total,uuid,mig.mode.current,enforced.power.limit,"
-                  "power.default_limit", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=20, check=False,
-        )
+        done = _smi_query(exe, SMI_FIELDS)
+        if done.returncode and not (done.stdout or "").strip():
+            # an older driver refuses a field it does not know and lists nothing: its GPUs are still GPUs
+            done = _smi_query(exe, SMI_FIELDS[:5])
     except (OSError, subprocess.SubprocessError):
         return None
     gpus, unread = [], []

@@ -345,3 +345,23 @@ def test_a_power_cap_is_recorded_where_the_figures_are_read(monkeypatch):
     assert hw.gpu_details() == ("GPU 0: 81559 MiB, power limit 350 W (default 700 W); "
                                 "GPU 1: 81559 MiB, power limit 700 W (default 700 W)")
     assert NONE.gpu_details() == "" and hardware.resolve(None, 2, NONE).gpu_details() == ""
+
+
+def test_an_older_nvidia_smi_that_refuses_a_new_field_still_lists_its_gpus(monkeypatch):
+    """A driver older than MIG refuses `mig.mode.current` and lists nothing, exiting non-zero: the
+    run lost every GPU and measured as a CPU host. It asks again with the fields the driver knows."""
+    asked = []
+
+    def run(command, **kwargs):
+        asked.append(command[1])
+        if "mig.mode.current" in command[1]:
+            return SimpleNamespace(stdout="", returncode=2,
+                                   stderr='Field "mig.mode.current" is not a valid field to query.\n')
+        return SimpleNamespace(stdout="0, NVIDIA A100-SXM4-80GB, 8.0, 81920, GPU-a\n", stderr="", returncode=0)
+
+    only_nvidia_smi(monkeypatch, "")
+    monkeypatch.setattr(hardware.subprocess, "run", run)
+    hw = hardware.detect()
+    assert hw.key == "nvidia-a100-sxm4-80gb-sm_80-x1" and hw.source == "nvidia-smi" and hw.trouble == ""
+    assert asked == ["--query-gpu=" + ",".join(hardware.SMI_FIELDS),
+                     "--query-gpu=index,name,compute_cap,memory.total,uuid"]
