@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 import urllib.error
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -31,6 +32,10 @@ class AttachMismatch(Exception):
 
 
 #: The fields of a `ServerIdentity` a server may leave unreported, as messages name them.
+#: How long a liveness check waits before reading /server_info a second time, after a failed read
+#: on a server whose /health has just answered.
+REREAD_PAUSE_S = 1.0
+
 FIELDS = {"method": "method", "tp": "TP", "budget": "budget", "model": "model", "draft_model": "draft model"}
 
 
@@ -300,8 +305,17 @@ class AttachedServer:
     def check_same(self) -> None:
         """The server is still what it said at the run's start (each liveness check asks): one
         restarted on its URL as another configuration between tests or workloads would have its
-        figures recorded and gated as the configuration it was. Raises ServerError (`changed`)."""
-        now = identify(fetch_server_info(self.url))
+        figures recorded and gated as the configuration it was. Raises ServerError (`changed`).
+        A failed read is read again once: /health has just answered, and the pool fails every later
+        test of a configuration whose attached server fails a check, so one blip would end them all."""
+        try:
+            info = fetch_server_info(self.url)
+        except ServerError as first:
+            if first.reason != "unreachable":  # a hang has already waited its whole timeout
+                raise
+            time.sleep(REREAD_PAUSE_S)
+            info = fetch_server_info(self.url)
+        now = identify(info)
         if now == self.identity:
             return
         name = self.spec.id if self.spec else self.identity.id

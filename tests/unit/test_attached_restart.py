@@ -40,3 +40,39 @@ def test_a_server_restarted_as_another_configuration_fails_its_next_check():
         f"attached server ddtree-tp1-b8 at {url} changed: it now serves ddtree-tp1-b16, model org/model (per "
         f"/server_info), where at the run's start it served ddtree-tp1-b8, model org/model: restarted as another "
         f"configuration; its figures would be recorded as ddtree-tp1-b8's"), error.value.headline
+
+
+class Blinking(Server):
+    """Answers /server_info (both names) with 503 `fails` times, then as Server does."""
+
+    fails = 0
+
+    def do_GET(self) -> None:
+        if self.path.endswith("server_info") and Blinking.fails:
+            Blinking.fails -= 1
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        super().do_GET()
+
+
+def test_one_failed_server_info_read_is_read_again_not_counted_as_a_dead_server(monkeypatch):
+    """A server whose /health answered but whose /server_info failed once was 'unreachable; is it
+    running?', and the pool failed every later test of its configuration at once."""
+    from pytest_specdec.servers import attach
+    from pytest_specdec.servers.pool import ServerPool
+
+    monkeypatch.setattr(attach, "REREAD_PAUSE_S", 0.0)
+    Server.budget, Blinking.fails = 8, 0
+    spec = ServerSpec(backend="sglang", method="ddtree", tp=1, budget=8)
+    with serving(Blinking) as url:
+        pool = ServerPool.attach(url)
+        pool.acquire(spec)
+        Blinking.fails = 2  # one failed read: /server_info, then the old name it falls back to
+        pool.acquire(spec)
+        assert pool.failure(spec) is None
+        Blinking.fails = 4  # failed twice running: still said as unreachable
+        with pytest.raises(ServerError) as error:
+            pool.acquire(spec)
+    assert error.value.reason == "unreachable"
