@@ -73,9 +73,13 @@ def marker_uses(expression: str) -> list[MarkerUse]:
         return []
     try:
         scanner = Scanner(expression)
-        tokens = [scanner.current, *scanner.tokens]
-    except (AttributeError, TypeError):  # the scanner's private shape changed: as above
+        return _walk(expression, [scanner.current, *scanner.tokens], TokenType)
+    except (AttributeError, TypeError, IndexError, StopIteration):  # its private shape changed: as above
         return []
+
+
+def _walk(expression: str, tokens: list, TokenType) -> list[MarkerUse]:  # noqa: N803 (pytest's enum)
+    """`marker_uses` over pytest's tokens of `expression` (their type, value and pos are private)."""
     uses, i = [], 0
     while i < len(tokens):
         token = tokens[i]

@@ -648,3 +648,26 @@ def test_an_ini_key_given_twice_with_o_and_an_equals_sign_is_a_usage_error(pytes
     pytester.makepyfile("def test_x(): pass")
     _usage_error(pytester.runpytest("-o=specdec_keep_runs=3", "-o", "specdec_keep_runs=5"),
                  "-o specdec_keep_runs is given twice on the command line, as '3' and '5', *")
+
+
+def test_a_pytest_whose_tokens_changed_shape_leaves_m_unchecked(monkeypatch):
+    """0f03720 guarded the import and the scanner's construction, but the walk over its tokens read
+    their private `type`, `value` and `pos` unguarded: a pytest whose Token lost one failed every run
+    given -m with an AttributeError, where -m should go unchecked."""
+    from collections import namedtuple
+
+    from _pytest.mark import expression
+
+    from pytest_specdec.flag_typos import marker_uses
+
+    Token = namedtuple("Token", "type value")  # no pos
+    real = expression.Scanner
+
+    class Scanner(real):
+        def __init__(self, text, *args, **kwargs):
+            super().__init__(text, *args, **kwargs)
+            self.tokens = (Token(t.type, t.value) for t in list(self.tokens))
+
+    assert [use.name for use in marker_uses("specdec(method='x') or hopper")] == ["specdec", "hopper"]
+    monkeypatch.setattr(expression, "Scanner", Scanner)
+    assert marker_uses("specdec(method='x') or hopper") == []
