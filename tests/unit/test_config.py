@@ -12,7 +12,7 @@ from pytest_specdec.errors import SpecdecUsageError
 
 @pytest.mark.parametrize("toml, message", [
     ("[tool.specdec]\nrecipes = [8]\n",
-     "pyproject.toml [tool.specdec]: unknown key 'recipes'; known keys: arch, artifacts,*"),
+     "pyproject.toml [tool.specdec]: unknown key 'recipes'; known keys: allow_shared, arch, artifacts,*"),
     # every wrong type is told how to write the key
     ("[tool.specdec]\nmin_accept_length = '1.5'\n",
      "pyproject.toml [tool.specdec] key 'min_accept_length': '1.5' must be a number; write it without quotes: "

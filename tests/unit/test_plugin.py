@@ -697,13 +697,13 @@ def test_each_option_is_settable_in_three_places(pytester: pytest.Pytester, wher
                "shard": "1/3", "tp": "1", "strict_noise": "true", "reference": "dflash",
                "lossless": "prefix:16", "gpu_claims": "claims", "require_baseline": "true",
                "gpu_wait_timeout": "90", "baseline_lock_timeout": "30", "no_plots": "true",
-               "lossless_margins": "true", "allow_shared": "true"}
+               "lossless_margins": "true", "allow_shared": "true", "warmup_requests": "2"}
     assert set(samples) == {o.name for o in OPTIONS}, "a new option needs a sample here"
     expected = {"gpus": 2, "startup_timeout": 12.5, "restart_on_crash": 3, "stall_timeout": 7.5,
                 "gpu_wait_timeout": 90.0, "baseline_lock_timeout": 30.0,
                 "keep_runs": 4, "cpu_matrix": True, "tp": [1], "strict_noise": True,
                 "save_baseline": True, "resume": True, "run_known_issues": True, "require_baseline": True,
-                "no_plots": True, "lossless_margins": True, "allow_shared": True}
+                "no_plots": True, "lossless_margins": True, "allow_shared": True, "warmup_requests": 2}
     args = []
     if where == "cli":
         for option in OPTIONS:
