@@ -59,7 +59,9 @@ def sh(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
 
 DEVICES_TEST = '''
 """Each server sees only its leased GPU: CUDA_VISIBLE_DEVICES, torch's device count and UUID."""
-import json, os, subprocess, urllib.request
+import json, os, subprocess
+
+from pytest_specdec.servers.direct import urlopen  # the server directly, never through a proxy
 
 
 def _uuids():
@@ -74,7 +76,7 @@ def _norm(uuid):
 
 
 def test_devices(specdec_server, specdec_spec, pytestconfig):
-    with urllib.request.urlopen(specdec_server.url + "/server_info", timeout=60) as resp:
+    with urlopen(specdec_server.url + "/server_info", timeout=60) as resp:
         info = json.load(resp)
     visible = info.get("cuda_visible_devices")
     expected = [_norm(_uuids()[int(v)]) for v in (visible or "").split(",") if v]
