@@ -16,7 +16,9 @@ import pytest
 
 from http_stub import QuietHandler, serving
 from pytest_specdec import sglang_api as api
+from pytest_specdec.metrics import RequestRecord
 from pytest_specdec.sharing import SharingCheck, shared
+from pytest_specdec.workloads import load_workload
 
 pytest.importorskip("torch")
 
@@ -160,3 +162,27 @@ def test_only_tokens_beyond_the_workloads_and_its_slack_are_another_clients():
         "the server generated 200 tokens during this workload, 72 of them this run's: another client shared it; "
         "its figures are not comparable")
     assert shared(5000, 10, 72) is None  # restarted in between: its liveness check says so
+
+
+def test_a_workload_of_several_samples_per_request_is_not_taken_for_shared(tmp_path):
+    """A request of `n` 2 streams two sequences, both in the server's counter, while its record
+    states one's count: its own second samples were taken for another client's on every run."""
+    from test_warmup import engine, live
+
+    with engine(tmp_path / "engine.log", "--method", "ddtree", "--budget", "8") as url:
+        server, check, _ = live(url, warmup_requests=0)
+        workload = load_workload("chat", concurrency=2, max_new_tokens=8, extra_sampling={"n": 2}).resized(3)
+        measurement = server.run(workload)
+        assert check.served == [0, 6]  # SGLang counts each sample as a finished request
+    assert measurement.completion_tokens == 3 * 8  # one sequence's count per request, as before
+    assert server.last_shared is None
+
+
+def test_a_request_of_n_samples_owns_n_times_its_max_new_tokens():
+    from pytest_specdec.sharing import own_tokens
+
+    workload = load_workload("chat", max_new_tokens=8, extra_sampling={"n": 3}).resized(2)
+    records = [RequestRecord(index=i, status=200, error=None, finish_reason="length", prompt_tokens=4,
+                             completion_tokens=8, ttft_ms=1.0, e2e_ms=2.0) for i in range(2)]
+    assert own_tokens(workload, records) == 2 * 3 * 8
+    assert own_tokens(workload.replace(extra_sampling={}), records) == 2 * 8
