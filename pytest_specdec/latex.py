@@ -186,7 +186,7 @@ def _tables(rows: Sequence[ReportRow], workload: str, label: str, meta: Mapping[
     lines = []
     for r, numbers in zip(rows, cells):
         ident = [*([test_function(r) or "--"] if with_test else []), *([r.family or "-"] if with_family else []),
-                 r.method or r.config,
+                 (r.method or r.config) + (" (shared)" if r.verdict == "shared" else ""),  # never gated nor saved
                  str(r.tp) if r.tp is not None else "--",
                  str(r.budget) if r.budget is not None else "--",
                  *([other_parameters(r) or "--"] if with_variant else [])]

@@ -215,6 +215,12 @@ def _series(rows: Sequence[ReportRow]) -> dict[SeriesKey, dict[int | None, Repor
     return out
 
 
+def _mark_shared(ax: Any, row: ReportRow | None, xy: tuple[Any, float], color: str) -> None:
+    """A point measured on a shared server (sharing.py) says so: another client's load is in it."""
+    if row is not None and row.verdict == "shared":
+        ax.annotate("shared", xy, textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
+
+
 def _draw_panel(ax: Any, rows: Sequence[ReportRow], metric: str,
                 styles: dict[SeriesKey, tuple[str, str]]) -> None:
     series = _series(rows)
@@ -234,8 +240,10 @@ def _draw_panel(ax: Any, rows: Sequence[ReportRow], metric: str,
         if value is not None:  # a method without a budget: a line across the budget axis
             if span is None:
                 ax.bar(label, value, yerr=error or None, capsize=4, color=color, label=label)
+                _mark_shared(ax, measured.get(None), (label, value), color)
                 continue
             ax.plot(span, [value, value], linestyle="--", color=color, label=label)
+            _mark_shared(ax, measured.get(None), (span[0], value), color)
             if error:
                 ax.fill_between(span, value - error, value + error, color=color, alpha=0.15,
                                 linewidth=0)
@@ -244,6 +252,8 @@ def _draw_panel(ax: Any, rows: Sequence[ReportRow], metric: str,
             values, errors = zip(*(_value(measured[b], metric) for b in with_budget))
             ax.errorbar(with_budget, values, yerr=errors, marker="o", capsize=3, color=color,
                         label=label)
+            for b, v in zip(with_budget, values):
+                _mark_shared(ax, measured[b], (b, v), color)
     if budgets:
         ax.set_xlabel("budget (draft tree nodes)")
         ax.set_xscale("log", base=2)

@@ -97,6 +97,24 @@ def row_from_result(result: Result, *, outcome: str = "passed", reason: str | No
     )
 
 
+def warmup_said(rows: Sequence[ReportRow]) -> str | None:
+    """How the figures were measured, for a report's header: the untimed requests sent before
+    each workload (warmup.py), or None where no row recorded a count."""
+    counts = {r.workload or "-": r.warmup_requests for r in _sorted(rows) if r.warmup_requests is not None}
+    if not counts:
+        return None
+    unrecorded = sum(1 for r in rows if r.metrics and r.warmup_requests is None)
+    cold = f"; none recorded for {unrecorded} result(s) measured before the warm-up existed" if unrecorded else ""
+    if len(set(counts.values())) == 1:
+        count = next(iter(counts.values()))
+        told = "none: each workload measured cold" if count == 0 else \
+            f"{count} untimed request{'s' if count != 1 else ''} before each workload, then a cache flush"
+    else:
+        told = "untimed requests before each workload, then a cache flush: " + \
+            ", ".join(f"{name} {count}" for name, count in counts.items())
+    return told + cold
+
+
 def _warmup_requests(details: Mapping[str, Any]) -> int | None:
     """The warm-up count a measurement records, as a number; None for none (an older record's)."""
     measurement = details.get("measurement")
@@ -272,7 +290,9 @@ def render_markdown(rows: Sequence[ReportRow], *, title: str = "pytest-specdec r
     """report.md, and the GitHub step summary (same text)."""
     header, body = _table(rows)
     out = [f"# {title}", ""]
-    for key, value in (meta or {}).items():
+    warmup = warmup_said(rows)
+    meta = {**(meta or {}), **({"warm-up": warmup} if warmup else {})}
+    for key, value in meta.items():
         out.append(f"- **{key}**: {_md_escape(str(value))}")  # a hardware name's `<x>` or `*` as written
     if meta:
         out.append("")
@@ -480,4 +500,5 @@ __all__ = [
     "write_files",
     "write_github_summary",
     "write_report",
+    "warmup_said",
 ]

@@ -346,3 +346,11 @@ def test_labels_are_unique_within_a_document_and_ascii():
     assert re.fullmatch(r"a-b-[0-9a-f]{8}", tables[sorted(names).index("a b")])  # tables go by name
     again = render_fragment([row("ar", 1, None, 300.0, workload=name) for name in names], meta=META)
     assert re.findall(r"\\label\{tab:specdec-([^}]*)\}", again) == tables  # stable from run to run
+
+
+def test_a_row_measured_on_a_shared_server_says_so():
+    from dataclasses import replace
+
+    shown = [replace(r, verdict="shared") if r.budget == 16 else r for r in rows()]
+    lines = [line for line in render_fragment(shown).splitlines() if line.startswith("ddtree")]
+    assert [line.split(" & ")[0] for line in lines] == ["ddtree", "ddtree (shared)"]

@@ -470,3 +470,13 @@ def test_close_budgets_keep_their_ticks_but_never_print_labels_over_each_other(b
     shown = [t.get_window_extent(canvas.get_renderer()) for t in ax.get_xticklabels() if t.get_text()]
     assert [t.get_text() for t in ax.get_xticklabels()][0] == str(budgets[0])
     assert all(left.x1 < right.x0 for left, right in zip(shown, shown[1:]))
+
+
+def test_a_point_measured_on_a_shared_server_says_so():
+    from dataclasses import replace
+
+    rows = [replace(r, verdict="shared") if r.method == "ddtree" and r.budget == 16 or r.method == "ar" else r
+            for r in two_families() if r.family == "cpu"]
+    (ax,) = draw(rows, "output_tok_s", "tokens/s").axes
+    marks = [t for t in ax.texts if t.get_text() == "shared"]
+    assert sorted(m.xy for m in marks) == [(8, 300.0), (16, 860.0)]  # ar's line starts at the first budget

@@ -512,3 +512,20 @@ def test_markdown_meta_values_read_as_written():
     items = [html.unescape(re.sub("<[^>]*>", "", item)).strip() for item in re.findall("<li>(.*?)</li>", rendered)]
     assert items == [f"hardware_key: {value}", "n: 3"]
     assert "<strong>hardware_key</strong>" in rendered  # the key stays bold
+
+
+def test_the_header_says_how_many_warmup_requests_came_before_each_workload():
+    from dataclasses import replace
+
+    from report_support import row
+
+    measured = [replace(row("ar", 1, None, 300.0), warmup_requests=4),
+                replace(row("ddtree", 1, 8, 700.0, 2.9), warmup_requests=4)]
+    assert "- **warm-up**: 4 untimed requests before each workload, then a cache flush\n" in render_markdown(measured)
+    mixed = [*measured, replace(row("ar", 1, None, 300.0, workload="long"), warmup_requests=0), row("ar", 1, None, 1.0,
+                                                                                                    workload="old")]
+    assert ("- **warm-up**: untimed requests before each workload, then a cache flush: chat 4, long 0; none "
+            "recorded for 1 result(s) measured before the warm-up existed\n") in render_markdown(mixed)
+    cold = [replace(r, warmup_requests=0) for r in measured]
+    assert "- **warm-up**: none: each workload measured cold\n" in render_markdown(cold)
+    assert "warm-up" not in render_markdown([row("ar", 1, None, 300.0)])  # an older journal's: nothing to say
