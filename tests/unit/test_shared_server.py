@@ -129,8 +129,10 @@ def test_allow_shared_records_the_figures_marked_shared_never_gated_nor_saved_an
                                    "shared server*"])
         assert baseline.read_text() == saved
 
+        # the shard folder's journal; gated on the deterministic accept length alone: this 2-core VM's
+        # tok/s halves under other load, which 0% timing tolerances would fail as a regression
         again = run(pytester, f"--specdec-server-url={url}", "--specdec-resume", "--specdec-shard=1/1",
-                    "--specdec-report=shard1")  # the shard folder's journal
+                    "--specdec-report=shard1", "--specdec-compare-fail=*:off,accept_length:0%")
     again.assert_outcomes(passed=1)  # no other client now: measured again, not failed on the old figures
     again.stdout.fnmatch_lines([f"specdec: resume: measured {escaped} again: its record was measured on a shared "
                                 f"server, which this run does not allow (--specdec-allow-shared)"])
