@@ -99,9 +99,7 @@ class XdistHooks:
         for line in header.details(state):
             reporter.write_line(line)
         if not by_configuration(config):
-            reporter.write_line(f"specdec: --dist {config.getvalue('dist')} may give one configuration's tests "
-                                f"to several workers, each booting its server; --dist loadgroup (or -n "
-                                f"alone) boots each once")
+            reporter.write_line(dist_cost_line(config.getvalue("dist"), state.settings.server_url))
 
     def pytest_testnodedown(self, node, error) -> None:
         """Keep the tests a worker collected, deselected ones too, for the summary's hints and
@@ -184,6 +182,17 @@ def waiting_line(passed: tuple[str, int] | None, workers: int, why: str = "inter
             f"(bound: execnet interrupts a worker still running after "
             f"{EXECNET_GRACE_S:g}s, and xdist kills one still running {XDIST_EXIT_TIMEOUT_S:g}s later; its "
             f"servers go with it)")
+
+
+def dist_cost_line(dist: str, server_url: str | None) -> str:
+    """The header's line for a `--dist` mode the user chose that may split a configuration's
+    tests: launched, each worker boots its server; attached, the workers measure on the one
+    server at once, each workload's figures holding another's load (the sharing check fails it)."""
+    cost = (f"each sending its workloads to the attached server {server_url} at the same time, so each is "
+            f"measured on a server another worker shares (and fails as shared); --dist loadgroup (or -n "
+            f"alone) runs them one at a time" if server_url else
+            "each booting its server; --dist loadgroup (or -n alone) boots each once")
+    return f"specdec: --dist {dist} may give one configuration's tests to several workers, {cost}"
 
 
 def by_configuration(config: pytest.Config) -> bool:

@@ -498,6 +498,19 @@ def test_a_configuration_larger_than_the_inventory_skips_with_a_reason(tmp_path)
 DIST_LOAD_LINE = "specdec: --dist load may give one configuration's tests to several workers"
 
 
+def test_a_chosen_dist_mode_on_an_attached_server_says_the_workers_share_it():
+    """Attached, nothing boots per worker: the workers' workloads meet on the one server, where
+    each reads as another client's load in the other's figures."""
+    from pytest_specdec.xdist_hooks import dist_cost_line
+
+    assert dist_cost_line("load", None) == f"{DIST_LOAD_LINE}, each booting its server; --dist loadgroup (or " \
+                                           f"-n alone) boots each once"
+    assert dist_cost_line("worksteal", "http://gpu-box:30000") == (
+        "specdec: --dist worksteal may give one configuration's tests to several workers, each sending its "
+        "workloads to the attached server http://gpu-box:30000 at the same time, so each is measured on a "
+        "server another worker shares (and fails as shared); --dist loadgroup (or -n alone) runs them one at a time")
+
+
 def test_a_bare_n_boots_each_configuration_once(tmp_path):
     """`-n 2` alone meant xdist's "load": a configuration's two tests could go to both workers,
     each booting the server. It now schedules by configuration."""
