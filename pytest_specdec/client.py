@@ -45,6 +45,7 @@ _ERROR_PREFIX = b'{"error"'
 _ERROR_BODY_LIMIT = 2000
 _COUNT_KEY = f'"{api.COMPLETION_TOKENS}"'.encode()
 _COUNT_VALUE = re.compile(rb"\s*:\s*(\d+)")
+_INDEX_KEY = f'"{api.RESPONSE_INDEX}"'.encode()
 
 
 class ServerQueryError(Exception):
@@ -258,6 +259,10 @@ async def generate_one(
     token_events = 0
     chunks = 0
     first_read = last_read = -1  # the network reads that brought the first token and the last event
+    one_sequence = _one_sequence(payload)
+    last_of: dict[int, bytes] = {}  # several sequences: each one's last event, by its index
+    if not one_sequence:
+        decoded = None  # interleaved sequences: each one's last event holds its output
     done = False
     error: str | None = None
     timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -270,7 +275,7 @@ async def generate_one(
             else:
                 head = bytearray()  # the body's first bytes, to show one that is no event stream
                 async for read, event in _data_events(resp, head, 200, on_event, _max_new_tokens(payload),
-                                                      _one_sequence(payload)):
+                                                      one_sequence):
                     if event == _DONE:
                         done = True
                         break
@@ -279,6 +284,8 @@ async def generate_one(
                         error = error_text(event.decode("utf-8", "replace"))
                         continue
                     last_event, last_read = event, read
+                    if not one_sequence:
+                        last_of[_sequence_index(event)] = event
                     if first_token_at is None or decoded is not None:
                         obj = _decode_event(event)
                         meta = obj.get(api.META_INFO) or {}
@@ -310,8 +317,17 @@ async def generate_one(
     end = time.perf_counter()
 
     final: dict = {}
+    longest: int | None = None
+    own_meta: dict | None = None  # several sequences: the first one's, whose text and ids are kept
     if decoded:
         final = _whole_body(decoded)  # deltas joined, as far as they add up
+    elif last_of:
+        try:
+            finals = [_decode_event(last_of[i]) for i in sorted(last_of)]
+            own_meta = finals[0].get(api.META_INFO) or {}
+            final, longest = _samples_merged(finals)
+        except ValueError as exc:
+            error = error or f"malformed stream event: {exc}"
     elif last_event is not None:
         try:
             final = _decode_event(last_event)
@@ -333,7 +349,8 @@ async def generate_one(
         chunks=chunks,
         # with two tokens or more; one token has no time per token, read at once or not
         whole_at_once=first_token_at is not None and first_read == last_read
-        and int(meta.get(api.COMPLETION_TOKENS) or 0) > 1,
+        and (longest or int(meta.get(api.COMPLETION_TOKENS) or 0)) > 1,
+        sequence_tokens=longest,
         server_e2e_latency_s=_opt_float(meta, api.E2E_LATENCY),
         spec_verify_ct=_opt_int(meta, api.SPEC_VERIFY_CT),
         spec_accept_length=_opt_float(meta, api.SPEC_ACCEPT_LENGTH),
@@ -341,7 +358,7 @@ async def generate_one(
         spec_num_correct_drafts=_opt_int(meta, api.SPEC_NUM_CORRECT_DRAFTS),
         spec_num_proposed_drafts=_opt_int(meta, api.SPEC_NUM_PROPOSED_DRAFTS),
         text=str(final.get(api.RESPONSE_TEXT) or "") if keep_text else "",
-        output_ids=_cumulative_ids(final, meta) if keep_text else None,
+        output_ids=_cumulative_ids(final, own_meta or meta) if keep_text else None,
         margins=_margins(meta) if keep_text and payload.get(api.RETURN_LOGPROB) else None,
     )
 
@@ -380,6 +397,52 @@ async def _data_events(resp: aiohttp.ClientResponse, head: bytearray, head_limit
                 on_event()
             tokens = max(tokens, count or 0)
             yield read, event
+
+
+def _sequence_index(event: bytes) -> int:
+    """The sequence an event of a stream of several belongs to: its `index`, found from its end,
+    where SGLang adds it after meta_info (see `_token_count`); decoded where not found there."""
+    at = event.rfind(_INDEX_KEY)
+    found = _COUNT_VALUE.match(event, at + len(_INDEX_KEY)) if at >= 0 else None
+    if found:
+        return int(found.group(1))
+    try:
+        value = _decode_event(event).get(api.RESPONSE_INDEX)
+    except ValueError:
+        return 0  # a malformed event fails the record when its sequence is decoded
+    return value if type(value) is int else 0
+
+
+#: meta_info counts that add up over a request's sequences: each sample is generated, and
+#: verified, on its own
+_SUMMED = (api.COMPLETION_TOKENS, api.SPEC_VERIFY_CT, api.SPEC_NUM_CORRECT_DRAFTS, api.SPEC_NUM_PROPOSED_DRAFTS)
+
+
+def _samples_merged(finals: list[dict]) -> tuple[dict, int]:
+    """One request's final body out of each of its sequences' last events (n above 1), and the
+    most completion tokens one sequence has. The text and ids are the first sequence's (what a
+    losslessness check compares: greedy samples are identical); the counts are summed, so tokens
+    per second count every sample and the accept length is SGLang's own over all of them, total
+    tokens over total verify steps; an abort of any sequence is the request's."""
+    metas = [f.get(api.META_INFO) or {} for f in finals]
+    meta = dict(metas[0])
+    for key in _SUMMED:
+        values = [m[key] for m in metas if m.get(key) is not None]
+        if values:
+            meta[key] = sum(int(v) for v in values)
+    verify = int(meta.get(api.SPEC_VERIFY_CT) or 0)
+    if verify:
+        meta[api.SPEC_ACCEPT_LENGTH] = int(meta.get(api.COMPLETION_TOKENS) or 0) / verify
+    if meta.get(api.SPEC_NUM_PROPOSED_DRAFTS):
+        meta[api.SPEC_ACCEPT_RATE] = int(meta.get(api.SPEC_NUM_CORRECT_DRAFTS) or 0) / meta[api.SPEC_NUM_PROPOSED_DRAFTS]
+    latencies = [float(m[api.E2E_LATENCY]) for m in metas if m.get(api.E2E_LATENCY) is not None]
+    if latencies:
+        meta[api.E2E_LATENCY] = max(latencies)  # the request ends with its last sequence
+    aborted = [m for m in metas if _finish_reason(m)[0] == api.FINISH_ABORT]
+    if aborted:
+        meta[api.FINISH_REASON] = aborted[0][api.FINISH_REASON]
+    longest = max(int(m.get(api.COMPLETION_TOKENS) or 0) for m in metas)
+    return dict(finals[0], **{api.META_INFO: meta}), longest
 
 
 def _token_count(event: bytes) -> int | None:

@@ -23,7 +23,7 @@ from .config import WorkloadSpec
 from .metrics import Measurement, MeasurementError, WorkloadResult
 from .servers.diagnosis import ServerError, tail
 from .servers.spec import ServerSpec
-from .sharing import Shared, SharingCheck, own_tokens, shared
+from .sharing import Shared, SharingCheck, shared
 from .warmup import CacheFlush, warmup_count, warmup_workload
 from .workloads import Workload
 
@@ -235,8 +235,7 @@ class LiveServer:
         calibration = meter.stop(result.wall_s) if meter is not None else None
         if generated is not None and not result.errors:
             after = self.sharing.read(self.url)
-            self.last_shared = shared(generated, after, own_tokens(workload, result.records)) \
-                if after is not None else None
+            self.last_shared = shared(generated, after, result.completion_tokens) if after is not None else None
         self.last_result = result
         if result.errors:
             # A request failed: a dead server explains it better than the HTTP error does.

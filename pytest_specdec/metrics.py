@@ -72,6 +72,9 @@ class RequestRecord:
     output_ids: tuple[int, ...] | None = None  # the whole output's token ids, where the server sent them
     #: each output token's top-two log-probability lead (`lossless.Outputs.margins`), where asked and sent
     margins: tuple[float, ...] | None = None
+    #: a request of several sequences (sampling n above 1): the most tokens one of them has, where
+    #: `completion_tokens` counts all of them; None for one sequence
+    sequence_tokens: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -81,10 +84,13 @@ class RequestRecord:
     def tpot_ms(self) -> float | None:
         """Mean time per output token after the first, bench_serving's (latency - ttft) /
         (output_len - 1); None with fewer than two tokens, and for an output that arrived whole
-        at once, whose tokens after the first have no arrival times of their own."""
-        if self.ttft_ms is None or self.completion_tokens < 2 or self.whole_at_once:
+        at once, whose tokens after the first have no arrival times of their own. Per sequence for
+        a request of several: they decode side by side, a token each per step, so the time over
+        all their tokens would be n times shorter than any stream's wait for its next token."""
+        tokens = self.completion_tokens if self.sequence_tokens is None else self.sequence_tokens
+        if self.ttft_ms is None or tokens < 2 or self.whole_at_once:
             return None
-        return (self.e2e_ms - self.ttft_ms) / (self.completion_tokens - 1)
+        return (self.e2e_ms - self.ttft_ms) / (tokens - 1)
 
     def describe(self) -> str:
         """One line for failure messages."""

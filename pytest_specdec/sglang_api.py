@@ -37,6 +37,8 @@ TOP_LOGPROBS_NUM = "top_logprobs_num"
 RESPONSE_TEXT = "text"  # the output so far (cumulative unless the server streams deltas)
 RESPONSE_OUTPUT_IDS = "output_ids"  # its token ids, likewise (the losslessness guard's input)
 META_INFO = "meta_info"
+#: A stream of several sequences (n above 1, a batch) tags each event with its sequence, after meta_info
+RESPONSE_INDEX = "index"
 FINISH_REASON = "finish_reason"  # {"type": ..., "message"?: ...}
 FINISH_TYPE = "type"
 FINISH_MESSAGE = "message"

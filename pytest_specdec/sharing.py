@@ -24,15 +24,11 @@ from __future__ import annotations
 import asyncio
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from . import sglang_api as api
-
-if TYPE_CHECKING:
-    from .metrics import RequestRecord
-    from .workloads import Workload
 
 #: Tokens the server may generate beyond the workload's without counting as shared: a request
 #: counted when it finishes may straddle a scrape by a few tokens, never by a workload's worth.
@@ -72,17 +68,6 @@ def generated_tokens(samples: Mapping[str, list[tuple[dict[str, str], float]]]) 
     where the server does not serve it."""
     values = [v for _, v in samples.get(api.METRIC_GENERATION_TOKENS, []) if math.isfinite(v)]
     return sum(values) if values else None
-
-
-def own_tokens(workload: Workload, records: Sequence[RequestRecord]) -> int:
-    """The workload's completion tokens as the counter counts them. A request of `n` above 1
-    streams n sequences, each counted, while its record states one sequence's count: it is
-    given n times its max_new_tokens, the most SGLang generates for it (exactly that with
-    ignore_eos), so its own samples are never taken for another client's."""
-    samples = dict(workload.extra_sampling).get("n")
-    if type(samples) is not int or samples <= 1:
-        return sum(r.completion_tokens for r in records)
-    return sum(samples * workload.max_new_tokens_for(r.index) for r in records)
 
 
 def shared(before: float, after: float, own_tokens: int) -> Shared | None:

@@ -610,3 +610,37 @@ def test_parallel_samples_each_with_its_own_count_are_no_overrun():
         server = LiveServer(spec=ServerSpec("embedded", "ar"), url=thread.url, log_path=None, check=lambda: None,
                             stall_timeout=5.0)
         assert server.generate("a", max_new_tokens=4, n=2)["meta_info"]["completion_tokens"] == 6
+
+
+def test_a_request_of_several_samples_counts_each_samples_tokens_and_verify_steps():
+    """A request of n 2 was recorded with one sample's meta_info (the last event's), so its tokens
+    per second and accept length counted half its output. Now every sample's counts are summed, the
+    accept length is SGLang's (all tokens over all verify steps), and TPOT is one stream's."""
+    async def handler(request):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for index, count, verify, correct in ((0, 2, 1, 1), (1, 3, 1, 2), (0, 6, 2, 4), (1, 4, 2, 2)):
+            meta = {"id": f"r{index}", "prompt_tokens": 5, "completion_tokens": count, "spec_verify_ct": verify,
+                    "spec_num_correct_drafts": correct, "spec_num_proposed_drafts": 4 * verify,
+                    "spec_accept_length": count / verify, "finish_reason": None}
+            event = {"text": "ab"[index] * count, "output_ids": [index] * count, "meta_info": meta, "index": index}
+            await resp.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+            await asyncio.sleep(0.01)
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/generate", handler)
+    with ServerThread(app) as thread:
+        w = Workload(name="t", prompts=(Prompt("a"),), max_new_tokens=6, extra_sampling={"n": 2})
+        result = run_workload(thread.url, w, timeout_s=30)
+    (record,) = result.records
+    assert record.ok, record.error
+    assert (record.completion_tokens, record.sequence_tokens, record.spec_verify_ct) == (10, 6, 4)
+    assert (record.spec_num_correct_drafts, record.spec_num_proposed_drafts) == (6, 16)
+    assert (record.spec_accept_length, record.spec_accept_rate, record.prompt_tokens) == (2.5, 6 / 16, 5)
+    assert (record.text, record.output_ids) == ("aaaaaa", (0,) * 6)  # the first sample's output
+    assert record.tpot_ms == pytest.approx((record.e2e_ms - record.ttft_ms) / 5)
+    measurement = measure(result, method="ddtree")
+    assert (measurement.completion_tokens, measurement.accept_length) == (10, 2.5)

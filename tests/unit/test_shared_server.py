@@ -166,25 +166,26 @@ def test_only_tokens_beyond_the_workloads_and_its_slack_are_another_clients():
     assert shared(5000, 10, 72) is None  # restarted in between: its liveness check says so
 
 
-def test_a_workload_of_several_samples_per_request_is_not_taken_for_shared(tmp_path):
-    """A request of `n` 2 streams two sequences, both in the server's counter, while its record
-    states one's count: its own second samples were taken for another client's on every run."""
+def test_a_workload_of_several_samples_per_request_counts_every_sample_and_is_not_taken_for_shared(tmp_path):
+    """A request of `n` 2 streams two sequences, both in the server's counter: its record counted
+    one sample's tokens, so tok/s was half the truth and the second samples looked like another
+    client's. Greedy samples are identical, so n 2 doubles n 1's tokens and verify steps exactly,
+    keeps its accept length, and each stream's time per token is one sequence's."""
     from test_warmup import engine, live
 
     with engine(tmp_path / "engine.log", "--method", "ddtree", "--budget", "8") as url:
         server, check, _ = live(url, warmup_requests=0)
+        one = server.run(load_workload("chat", concurrency=2, max_new_tokens=8).resized(3))
+        assert server.last_shared is None
         workload = load_workload("chat", concurrency=2, max_new_tokens=8, extra_sampling={"n": 2}).resized(3)
-        measurement = server.run(workload)
-        assert check.served == [0, 6]  # SGLang counts each sample as a finished request
-    assert measurement.completion_tokens == 3 * 8  # one sequence's count per request, as before
-    assert server.last_shared is None
-
-
-def test_a_request_of_n_samples_owns_n_times_its_max_new_tokens():
-    from pytest_specdec.sharing import own_tokens
-
-    workload = load_workload("chat", max_new_tokens=8, extra_sampling={"n": 3}).resized(2)
-    records = [RequestRecord(index=i, status=200, error=None, finish_reason="length", prompt_tokens=4,
-                             completion_tokens=8, ttft_ms=1.0, e2e_ms=2.0) for i in range(2)]
-    assert own_tokens(workload, records) == 2 * 3 * 8
-    assert own_tokens(workload.replace(extra_sampling={}), records) == 2 * 8
+        two = server.run(workload)
+        assert check.served[-2:] == [3, 9]  # SGLang counts each sample as a finished request
+        assert server.last_shared is None
+    assert (one.completion_tokens, two.completion_tokens) == (3 * 8, 2 * 3 * 8)
+    assert [r.completion_tokens for r in server.last_result.records] == [16] * 3
+    assert [r.sequence_tokens for r in server.last_result.records] == [8] * 3
+    assert two.spec_verify_ct == 2 * one.spec_verify_ct and two.accept_length == one.accept_length
+    assert two.output_tok_s == two.completion_tokens / two.wall_s
+    print(f"n=1: {one.output_tok_s:.1f} tok/s, n=2: {two.output_tok_s:.1f} tok/s, "
+          f"ratio {two.output_tok_s / one.output_tok_s:.2f}; tpot p50 {one.tpot_ms and one.tpot_ms.p50} "
+          f"vs {two.tpot_ms and two.tpot_ms.p50} ms")
