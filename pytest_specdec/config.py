@@ -367,6 +367,13 @@ def _table_name(filename: str, name: str) -> str:
     return f"tool.specdec.{name}" if filename.endswith("pyproject.toml") else name
 
 
+def _quoted_whole(reader: _Reader, key: str) -> bool:
+    """Whether `key` holds a whole number in quotes, which a workload's warmup_requests takes as its
+    run-wide twin, [tool.specdec] warmup_requests (an option, read as the command line's text), does."""
+    value = reader.data.get(key)
+    return isinstance(value, str) and value.strip().lstrip("+-").isdigit()
+
+
 def _family_hint(family: str) -> str:
     """The family a misspelt one most likely stands for, as unknown keys and flags are answered;
     else the families there are."""
@@ -543,7 +550,8 @@ def _parse_workload(filename: str, index: int, data: Any, root: Path) -> Workloa
         concurrency=reader.get("concurrency", int, 1),
         temperature=reader.get("temperature", float, 0.0),
         truncate=reader.get("truncate", bool, False),
-        warmup_requests=reader.get("warmup_requests", int, None),
+        warmup_requests=reader.get("warmup_requests", int, None) if not _quoted_whole(reader, "warmup_requests")
+        else int(reader.data["warmup_requests"]),
     )
     if spec.warmup_requests is not None and spec.warmup_requests < 0:
         reader.fail("warmup_requests", f"{spec.warmup_requests} must be 0 (no warm-up) or more")

@@ -943,3 +943,25 @@ def test_a_server_url_with_a_query_fragment_or_credentials_is_refused_where_it_i
     assert str(raised.value).startswith(f"--specdec-server-url: '{url}' has {extra}, which the server's paths "
                                         f"cannot follow; give the server's base URL alone"), str(raised.value)
     assert parse_value(OPTIONS_BY_NAME["server_url"], "http://host/sglang/", "--specdec-server-url")
+
+
+@pytest.mark.parametrize("written, count", [("'2'", 2), ("' 0 '", 0), ("3", 3)])
+def test_a_workloads_quoted_warmup_requests_is_taken_as_the_run_wide_key_takes_it(tmp_path, written, count):
+    """[tool.specdec] warmup_requests = "2" is an option's value, read as the command line's text,
+    so a quoted whole number passes; the same in a workload's entry was refused."""
+    (tmp_path / "pyproject.toml").write_text(
+        f"[tool.specdec]\nwarmup_requests = {written}\n[[tool.specdec.workloads]]\nname = 'w'\n"
+        f"warmup_requests = {written}\n")
+    (spec,) = config.load(tmp_path).workloads
+    assert spec.warmup_requests == count
+
+
+@pytest.mark.parametrize("written, problem", [
+    ("'-1'", "-1 must be 0 (no warm-up) or more"),
+    ("'two'", "'two' must be a whole number; write a whole number without quotes, e.g. warmup_requests = 1"),
+])
+def test_a_workloads_quoted_warmup_requests_that_is_no_count_is_refused(tmp_path, written, problem):
+    (tmp_path / "pyproject.toml").write_text(f"[[tool.specdec.workloads]]\nname = 'w'\nwarmup_requests = {written}\n")
+    with pytest.raises(SpecdecUsageError) as info:
+        config.load(tmp_path)
+    assert str(info.value) == f"pyproject.toml [tool.specdec.workloads #1] key 'warmup_requests': {problem}"
