@@ -23,6 +23,7 @@ from .file_kind import link_fault_said, refuse_special
 from .fingerprint import text_digest
 from .relpaths import relative_path
 from .sampling_rule import decodes_greedily
+from .suggest import hint
 
 BUILTIN_WORKLOADS = ("chat", "code", "math")
 
@@ -200,6 +201,7 @@ def load_jsonl(path: str | Path, *, name: str | None = None, shown: str | None =
                **fields: Any) -> Workload:
     """A workload from a JSONL prompt file; `fields` set the other `Workload` fields. Errors name
     the file as `shown` (the project-relative path a configured file has), else as `path`."""
+    _check_fields(fields)
     path = Path(path)
     shown = shown or str(path)
     refuse_special(path, "workload file", shown=shown)
@@ -224,12 +226,35 @@ def load_jsonl(path: str | Path, *, name: str | None = None, shown: str | None =
     return Workload(name=name or path.stem, prompts=prompts, **fields)
 
 
+#: A keyword the builders take from their set or file, or a `[[tool.specdec.workloads]]` key no
+#: `Workload` holds: where to set it instead.
+_ENTRY_ONLY = {
+    "warmup_requests": "a workload built in code takes the run-wide warm-up: set --specdec-warmup-requests "
+                       "(ini specdec_warmup_requests, [tool.specdec] warmup_requests), or give the workload a "
+                       "[[tool.specdec.workloads]] entry with its own warmup_requests",
+    "num_prompts": "take that many prompts with .resized(N)",
+    "name": "name the built workload with .replace(name=...)",
+    "prompts": "the prompts are the set's or the file's; build a Workload(name, prompts) for others",
+}
+
+
+def _check_fields(fields: Mapping[str, Any]) -> None:
+    """A keyword no `Workload` field takes, in one line naming the fields it takes (a TypeError
+    from the dataclass would name its __init__, not the call the user wrote)."""
+    known = [f.name for f in dataclasses.fields(Workload) if f.name not in ("name", "prompts")]
+    for key in fields:
+        if key not in known:
+            fix = _ENTRY_ONLY.get(key) or hint(key, known)
+            raise SpecdecUsageError(f"{key!r} is not a Workload field; {fix}")
+
+
 def builtin_workload(name: str, **fields: Any) -> Workload:
     """One of the shipped prompt sets (`chat`, `code`, `math`)."""
     if name not in BUILTIN_WORKLOADS:
         raise SpecdecUsageError(
             f"unknown built-in workload {name!r}: choose one of {', '.join(BUILTIN_WORKLOADS)} or give a .jsonl path"
         )
+    _check_fields(fields)
     resource = resources.files(__package__).joinpath("prompts", f"{name}.jsonl")
     prompts = parse_prompt_lines(resource.read_text(encoding="utf-8").split("\n"), f"<built-in {name}.jsonl>")
     fields.setdefault("max_new_tokens", _BUILTIN_MAX_NEW_TOKENS[name])
@@ -249,6 +274,7 @@ def configured_workload(spec: Any, base_dir: str | Path | None = None) -> Worklo
 def load_workload(spec: str, *, base_dir: str | Path | None = None, **fields: Any) -> Workload:
     """A built-in name or a path to a JSONL file (relative paths resolve against `base_dir`)."""
     if spec in BUILTIN_WORKLOADS:
+        _check_fields(fields)  # before the call, where a name= would clash with its own
         return builtin_workload(spec, **fields)
     path = Path(spec)
     if not path.is_absolute() and base_dir is not None:

@@ -421,3 +421,22 @@ def test_truncation_impossible_when_budget_fills_context():
         fit_to_context(wl("abc", max_new_tokens=64), 64, truncate=True)
     with pytest.raises(SpecdecUsageError, match="context_length must be a positive integer"):
         fit_to_context(wl("abc"), 0)
+
+
+@pytest.mark.parametrize("field, words", [
+    ("warmup_requests", "'warmup_requests' is not a Workload field; a workload built in code takes the run-wide "
+                        "warm-up: set --specdec-warmup-requests (ini specdec_warmup_requests, [tool.specdec] "
+                        "warmup_requests), or give the workload a [[tool.specdec.workloads]] entry with its own "
+                        "warmup_requests"),
+    ("concurency", "'concurency' is not a Workload field; did you mean 'concurrency'?"),
+    ("name", "'name' is not a Workload field; name the built workload with .replace(name=...)"),
+])
+def test_a_keyword_no_workload_takes_is_one_line_not_a_type_error(tmp_path, field, words):
+    """load_workload("chat", warmup_requests=2), a [[tool.specdec.workloads]] key, raised the
+    dataclass's bare TypeError about Workload.__init__."""
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "hi"}\n')
+    for spec in ("chat", str(path)) if field != "name" else ("chat",):  # a file's name is load_jsonl's keyword
+        with pytest.raises(SpecdecUsageError) as info:
+            load_workload(spec, **{field: 2})
+        assert str(info.value) == words
