@@ -201,7 +201,7 @@ def test_zero_tokens_during_the_warmup_are_named_as_such(pytester, no_leftover_e
 
 
 @pytest.mark.parametrize("value, problem", [(-1, "-1 must be 0 (no warm-up) or more"),
-                                            ('"2"', "must be a whole number")])
+                                            ('"two"', "'two' must be a whole number"), (2.5, "2.5 must be a whole number")])
 def test_a_bad_warmup_key_names_it(tmp_path, value, problem):
     from pytest_specdec.config import load
 
