@@ -643,10 +643,13 @@ class GenerateFailed(Exception):
 
 
 async def generate_body_async(url: str, payload: dict[str, Any], *, timeout_s: float | None = None,
-                              stall_timeout: float | None = None, on_quiet: OnQuiet | None = None) -> dict:
+                              stall_timeout: float | None = None,
+                              on_quiet: OnQuiet | None = None) -> dict | list[dict]:
     """One /generate request, streamed so that the stall watchdog sees its progress, returned as
     the body SGLang answers a request without `stream` (the last event: text, output_ids and
-    meta_info; ids sent as deltas are joined, their text too).
+    meta_info; ids sent as deltas are joined, their text too). A request of several sequences
+    (`n` above 1) is answered, as SGLang answers it, with a list: each sequence's body, in the
+    order of its events' `index`.
 
     Raises WorkloadStalled (as a workload's, 1 request in flight) once nothing arrived for
     `stall_timeout` s (said through `on_quiet` once it has lasted `STALL_QUIET_S`),
@@ -658,8 +661,9 @@ async def generate_body_async(url: str, payload: dict[str, Any], *, timeout_s: f
     """
     watch = _StreamWatch()
     events: list[dict] = []
+    one = _one_sequence(payload)
 
-    async def request() -> dict | None:
+    async def request() -> dict | list[dict] | None:
         body = dict(payload, stream=True)
         async with aiohttp.ClientSession() as session:
             async with session.post(f"{_base(url)}{api.GENERATE}", json=body,
@@ -670,8 +674,7 @@ async def generate_body_async(url: str, payload: dict[str, Any], *, timeout_s: f
                                          f"{retry_after_text(resp.status, resp.headers)}")
                 raw = bytearray()  # a body that is no event stream, whole
                 try:
-                    async for _, event in _data_events(resp, raw, None, watch.heard, _max_new_tokens(body),
-                                                       _one_sequence(body)):
+                    async for _, event in _data_events(resp, raw, None, watch.heard, _max_new_tokens(body), one):
                         if event == _DONE:
                             return None
                         if event.startswith(_ERROR_PREFIX):
@@ -691,7 +694,9 @@ async def generate_body_async(url: str, payload: dict[str, Any], *, timeout_s: f
                     whole = json.loads(bytes(raw))
                 except ValueError:
                     whole = None
-                if not isinstance(whole, dict):
+                several = not one and isinstance(whole, list) and bool(whole) \
+                    and all(isinstance(entry, dict) for entry in whole)  # SGLang's list, one body a sequence
+                if not (isinstance(whole, dict) or several):
                     raise GenerateFailed("answered with something that is not JSON: "
                                          f"{error_text(bytes(raw).decode('utf-8', 'replace'))}")
                 return whole
@@ -700,12 +705,22 @@ async def generate_body_async(url: str, payload: dict[str, Any], *, timeout_s: f
     whole = await _watched(asyncio.ensure_future(request()), watch, stall_timeout, 1, on_quiet)
     if whole is None and not events:
         raise GenerateFailed("failed: the stream held no event before 'data: [DONE]'")
-    body = whole if whole is not None else _whole_body(events)
-    meta = body.get(api.META_INFO)
-    finish, message = _finish_reason(meta if isinstance(meta, dict) else {})
-    if finish == api.FINISH_ABORT:  # unstreamed, SGLang refuses it where the abort names a status
-        raise GenerateFailed(f"failed: request aborted by the server: {message or 'no message'}")
-    return body
+    if whole is not None:
+        bodies = whole if isinstance(whole, list) else [whole]
+    elif one:
+        bodies = [_whole_body(events)]
+    else:  # the sequences' events come interleaved: each sequence's own, joined apart
+        by_index: dict[int, list[dict]] = {}
+        for event in events:
+            index = event.get(api.RESPONSE_INDEX)
+            by_index.setdefault(index if type(index) is int else 0, []).append(event)
+        bodies = [_whole_body(by_index[i]) for i in sorted(by_index)]
+    for body in bodies:
+        meta = body.get(api.META_INFO)
+        finish, message = _finish_reason(meta if isinstance(meta, dict) else {})
+        if finish == api.FINISH_ABORT:  # unstreamed, SGLang refuses it where the abort names a status
+            raise GenerateFailed(f"failed: request aborted by the server: {message or 'no message'}")
+    return bodies if isinstance(whole, list) or not one else bodies[0]
 
 
 def _whole_body(events: list[dict]) -> dict:
@@ -725,7 +740,7 @@ def _whole_body(events: list[dict]) -> dict:
     return final
 
 
-def generate_body(url: str, payload: dict[str, Any], **kwargs: Any) -> dict:
+def generate_body(url: str, payload: dict[str, Any], **kwargs: Any) -> dict | list[dict]:
     """Blocking `generate_body_async`, for `LiveServer.generate`."""
     return _run_sync(lambda: generate_body_async(url, payload, **kwargs))
 

@@ -123,9 +123,10 @@ class LiveServer:
     def log_tail(self, lines: int = 20) -> str:
         return tail(self.log_path, lines) if self.log_path else ""
 
-    def generate(self, text: str, timeout: float | None = None, **sampling_params: Any) -> dict:
+    def generate(self, text: str, timeout: float | None = None, **sampling_params: Any) -> dict | list[dict]:
         """One blocking `/generate` call; returns SGLang's response body (text, output_ids,
-        meta_info), as it answers a request without `stream`.
+        meta_info), as it answers a request without `stream`: with `n` above 1, a list of such
+        bodies, one a sample in index order, each with its own completion tokens.
 
         The request is streamed so that the stall watchdog bounds it as it bounds a workload: a
         frozen server fails it after the stall timeout with a workload's stall message, and a

@@ -16,6 +16,8 @@ import pytest
 from pytest_specdec.engine.parallel import LIST_WITH_N, SAME_N
 from pytest_specdec.engine.protocol import Refused
 from pytest_specdec.engine.tokenizer import ByteTokenizer
+from pytest_specdec.live import LiveServer
+from pytest_specdec.servers.spec import ServerSpec
 
 PROMPTS = ["The capital city of France is", "Once upon a time"]
 CHAT = [{"role": "user", "content": "Count to five."}]
@@ -56,6 +58,20 @@ def test_one_prompt_with_n_is_a_list_of_n_samples_under_fresh_rids(engine):
     assert [o["text"] for o in outs] == [alone(engine, PROMPTS[0])] * 3  # greedy: identical, as SGLang's
     ids = [o["meta_info"]["id"] for o in outs]
     assert len(set(ids)) == 3 and all(UUID.fullmatch(i) for i in ids)  # not the client's rid
+
+
+def test_the_fixtures_generate_with_n_returns_a_body_a_sample(engine):
+    """specdec_server.generate() with n 2 returned one sample's body (the stream's last event),
+    where SGLang's /generate answers a list; now each sample's body, in index order."""
+    server = LiveServer(spec=ServerSpec("embedded", "ar"), url=engine.url, log_path=None, check=lambda: None,
+                        stall_timeout=30.0)
+    bodies = server.generate(PROMPTS[0], **GREEDY, n=2)
+    assert isinstance(bodies, list) and len(bodies) == 2
+    assert [b["text"] for b in bodies] == [alone(engine, PROMPTS[0])] * 2
+    assert [b["meta_info"]["completion_tokens"] for b in bodies] == [6, 6]
+    assert [len(b["output_ids"]) for b in bodies] == [6, 6]
+    assert len({b["meta_info"]["id"] for b in bodies}) == 2  # each sample its own rid
+    assert isinstance(server.generate(PROMPTS[0], **GREEDY), dict)  # n 1: the body alone, as before
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
