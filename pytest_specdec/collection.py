@@ -17,7 +17,7 @@ from typing import Iterable
 import pytest
 
 from .configuration import METHODS, MatrixCase, is_count, is_speculative, marker_problem
-from .hardware import GPU_FAMILIES
+from .hardware import GPU_FAMILIES, Hardware
 from .lossless import reference_of
 from .state import RunState
 
@@ -305,7 +305,8 @@ def family_skip_reason(family: str, state: RunState) -> str | None:
                 f"this host runs its {hw.family} matrix")
     if family in GPU_FAMILIES and hw.family != family:
         # a GPU of that family the run left out (another model, MIG mode) says how to run on it
-        there = any(gpu.family == family for gpu in hw.left_out)
+        # (or none used at all: `no GPU` alone would hide the host's GPUs)
+        there = hw.none_usable or any(gpu.family == family for gpu in hw.left_out)
         return f"needs a {family.capitalize()} GPU; found: {hw.describe()}" + (f"; {hw.left_out_note}" if there else "")
     return None
 
@@ -324,20 +325,26 @@ def skip_reason(item: pytest.Item, state: RunState) -> str | None:
             return reason
     if item.get_closest_marker("gpu") and hw.physical_gpus == 0:
         return "needs a GPU; found: no GPU" + (" (the simulated arch is for dry runs only)"
-                                               if hw.simulated else "")
+                                               if hw.simulated else "") + _why_none(hw)
     if hw.count < needed:
         reason = f"needs {needed} GPUs; found: {hw.describe()}"
-        # no GPU here and no inventory chosen: the user may not know the embedded engine can simulate them
-        if hw.physical_gpus == 0 and state.settings.origins["gpus"] == "default":
-            reason += f"; {state.settings.setter('gpus')}={needed} simulates them on the CPU"
-        elif state.settings.gpus is None and hw.left_out and needed <= hw.physical_gpus + len(hw.left_out):
+        if state.settings.gpus is None and hw.left_out and needed <= hw.physical_gpus + len(hw.left_out):
             reason += f"; {hw.left_out_note}"  # the host has them, but of another model or in MIG mode
+        elif hw.physical_gpus == 0 and state.settings.origins["gpus"] == "default":
+            # no GPU here and no inventory chosen: the user may not know the embedded engine can simulate them
+            reason += _why_none(hw) + f"; {state.settings.setter('gpus')}={needed} simulates them on the CPU"
         elif state.settings.gpus is None and hw.physical_gpus < needed <= hw.host_gpus:
             # the host has them, but a CUDA_VISIBLE_DEVICES the user may not have set (Slurm) hides them
             reason += (f"; CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')} gives this run "
                        f"{hw.physical_gpus} of the host's {hw.host_gpus}: give it {needed} to run this test")
         return reason
     return None
+
+
+def _why_none(hw: Hardware) -> str:
+    """`; GPUs 0,1 (...) left out, in MIG mode: ...`: why a host with GPUs runs on none, as the
+    header says it; "" where it has none, or the run uses some."""
+    return f"; {hw.left_out_note}" if hw.none_usable else ""
 
 
 def known_issue_reason(item: pytest.Item, state: RunState) -> str | None:

@@ -145,6 +145,12 @@ class Hardware:
         """Why the run does not use `left_out`, and how to run on them; "" where it uses all."""
         return left_out_note(self.gpus, self.left_out)
 
+    @property
+    def none_usable(self) -> bool:
+        """Whether the run was given GPUs and left out every one (all in MIG mode): its `no GPU`
+        is then no CPU host's, and says why with `left_out_note` (a dry run's simulated one aside)."""
+        return self.physical_gpus == 0 and not self.simulated and bool(self.left_out_note)
+
     def gpu_details(self) -> str:
         """`GPUs 0,1: 81559 MiB, power limit 700 W (default 700 W)`: memory and power of the GPUs
         the run uses, which results.json keeps so that a red on a capped board can be explained."""
@@ -463,7 +469,8 @@ def resolve(arch: str | None, gpus: int | None, detected: Hardware | None = None
         if real.count:
             raise SpecdecUsageError(
                 f"{gpus_source} {gpus}: only {real.count} GPUs found ({real.describe()}); "
-                f"ask for at most {real.count}, or add --specdec-arch to simulate an inventory"
+                + (f"{real.left_out_note}; " if real.left_out_note else "")  # the host has more, unused
+                + f"ask for at most {real.count}, or add --specdec-arch to simulate an inventory"
             )
         # Slots for scheduling tests on a CPU machine: no arch, so no GPU family's suite runs.
         simulated = tuple(GPU(i, "simulated GPU", "cpu", real=False) for i in range(gpus))

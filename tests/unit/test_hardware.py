@@ -276,6 +276,20 @@ def test_a_mixed_host_runs_on_one_model_and_says_which_it_left_out(monkeypatch, 
     assert hardware.resolve(None, 1, hw).left_out == hw.left_out  # --specdec-gpus keeps what was left out
 
 
+def test_asking_for_more_gpus_than_the_run_keeps_names_those_it_left_out(monkeypatch):
+    """`--specdec-gpus 3` on 2 x H100 + 2 x RTX PRO 6000 said `only 2 GPUs found`, silent on the
+    host's other two and how to run on them."""
+    monkeypatch.setattr(hardware, "_detect_nvml", lambda: H100 + RTX)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    hw = hardware.detect()
+    with pytest.raises(SpecdecUsageError) as error:
+        hardware.resolve(None, 3, hw)
+    assert str(error.value) == (
+        f"--specdec-gpus 3: only 2 GPUs found ({hw.describe()}); {hw.left_out_note}; ask for at most 2, "
+        f"or add --specdec-arch to simulate an inventory")
+    assert "\n" not in str(error.value) and "GPUs 2,3 (NVIDIA RTX PRO 6000" in str(error.value)
+
+
 def test_models_are_told_apart_by_name_not_arch(monkeypatch):
     """H100 PCIe and H100 SXM share sm_90 but not their figures."""
     pcie = GPU(1, "NVIDIA H100 PCIe", "sm_90", 81559, "GPU-pcie")

@@ -1159,6 +1159,42 @@ def test_blackwell():
                                  "specdec: baselines */nvidia-h100-80gb-hbm3-sm_90-x2.json*"])
 
 
+def test_a_host_whose_every_gpu_is_in_mig_mode_skips_saying_why_it_has_none(pytester, monkeypatch):
+    """On 2 x H100 both in MIG mode the skips said `found: no GPU` and offered --specdec-gpus=2 to
+    simulate them on the CPU, as on a CPU host: not that the host's two GPUs were left out, nor the fix."""
+    gpus = [hardware.GPU(i, "NVIDIA H100 80GB HBM3", "sm_90", 81559, f"GPU-{i}h", mig=True) for i in range(2)]
+    monkeypatch.setattr(hardware, "_detect_nvml", lambda: list(gpus))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    pytester.makepyfile("""
+import pytest
+
+@pytest.mark.gpu
+def test_gpu():
+    pass
+
+@pytest.mark.gpus(2)
+def test_two():
+    pass
+
+@pytest.mark.gpus(4)
+def test_four():
+    pass
+
+@pytest.mark.blackwell
+def test_blackwell():
+    pass
+""")
+    result = pytester.runpytest("--specdec-backend=embedded", "-rs")
+    result.assert_outcomes(skipped=4)
+    mig = ("GPUs 0,1 (NVIDIA H100 80GB HBM3) left out, in MIG mode: a server there runs on a slice, whose figures "
+           "are not the whole GPU's; run on it with MIG off (nvidia-smi -i 0,1 -mig 0)")
+    result.stdout.fnmatch_lines([f"SKIPPED*needs a GPU; found: no GPU; {mig}"])
+    result.stdout.fnmatch_lines([f"SKIPPED*needs 2 GPUs; found: no GPU; {mig}"])
+    # more than the host has: MIG off is not enough, so simulating them stays the way to run it
+    result.stdout.fnmatch_lines([f"SKIPPED*needs 4 GPUs; found: no GPU; {mig}; --specdec-gpus=4 simulates them*"])
+    result.stdout.fnmatch_lines([f"SKIPPED*needs a Blackwell GPU; found: no GPU; {mig}"])
+
+
 def test_results_json_records_each_gpus_memory_and_power_limit(pytester, monkeypatch):
     """A red on a board capped at half its power read as a regression: results.json named the
     model only, so the figures could not be told from those of a board at its default."""
