@@ -30,7 +30,7 @@ def fake_state(matrices: list[Matrix], shard_text: str, family: str = "hopper",
         settings=SimpleNamespace(shard=shard.parse_shard(shard_text), cpu_matrix=False, tp=None),
         config=SimpleNamespace(matrices={m.family: m for m in matrices},
                                workloads=(WorkloadSpec("chat", num_prompts=4, max_new_tokens=16),)),
-        hardware=SimpleNamespace(family=family, describe=lambda: f"a {family} host", left_out=()),
+        hardware=SimpleNamespace(family=family, describe=lambda: f"a {family} host", left_out=(), none_usable=False),
         baseline_path=baseline_dir / "cpu.json",
     )
 
