@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import threading
 import time
@@ -225,9 +226,19 @@ def _margins(meta: dict) -> tuple[float, ...] | None:
     if not isinstance(rows, list):
         return None
     try:
-        return tuple(float(row[0][0]) - float(row[1][0]) for row in rows)
+        return tuple(_margin(row[0][0], row[1][0]) for row in rows)
     except (TypeError, IndexError, ValueError):
         return None
+
+
+def _margin(first: Any, second: Any) -> float | None:
+    """One token's lead, None where not a finite number: a second choice of -inf log-probability
+    comes as null from SGLang (orjson) and as -Infinity from a json server, and neither may cost
+    the request its other tokens' margins, nor reach the journal, which holds finite numbers only."""
+    if first is None or second is None:
+        return None
+    lead = float(first) - float(second)
+    return lead if math.isfinite(lead) else None
 
 
 async def generate_one(

@@ -84,7 +84,8 @@ class Outputs:
     server's tokenizer, as the text holds no token boundaries (None: not counted). `margins[i][j]`
     is how far the server's top choice at output token j of prompt i led its second one in
     log-probability (SGLang's `output_top_logprobs`, asked of the reference only; None where not
-    asked or not sent): at a divergence it tells a near-tie a kernel can flip from a real one.
+    asked or not sent; None at a token whose second choice had no finite log-probability): at a
+    divergence it tells a near-tie a kernel can flip from a real one.
     `prompt_tokens[i]` is prompt i's length as its server
     counted it (None where it did not say; the whole field None in records of earlier
     releases): a workload with `truncate = true` cuts a prompt to each server's context length,
@@ -98,7 +99,7 @@ class Outputs:
     texts: tuple[str, ...]
     prompt_tokens: tuple[int | None, ...] | None = None
     spans: tuple[int, tuple[int | None, ...]] | None = None
-    margins: tuple[tuple[float, ...] | None, ...] | None = None
+    margins: tuple[tuple[float | None, ...] | None, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tokens", TokenIds.of(self.tokens))  # frozen: set once, here
@@ -111,7 +112,7 @@ class Outputs:
         if self.spans is not None:
             obj["spans"] = {"tokens": self.spans[0], "chars": list(self.spans[1])}
         if self.margins is not None and any(m is not None for m in self.margins):
-            obj["margins"] = [None if m is None else [round(x, 5) for x in m] for m in self.margins]
+            obj["margins"] = [None if m is None else [_stored(x) for x in m] for m in self.margins]
         return obj
 
     def margin(self, index: int, position: int) -> float | None:
@@ -137,8 +138,19 @@ class Outputs:
                    None if sizes is None else tuple(None if n is None else int(n) for n in sizes),
                    None if not spans else (int(spans["tokens"]),
                                            tuple(None if c is None else int(c) for c in spans["chars"])),
-                   None if not margins else tuple(None if m is None else tuple(float(x) for x in m)
+                   None if not margins else tuple(None if m is None else tuple(None if x is None else float(x)
+                                                                               for x in m)
                                                   for m in margins))
+
+
+def _stored(margin: float | None) -> float | None:
+    """`margin` as a record holds it: to 5 decimals, unless rounding would carry it across
+    NEAR_TIE (0.0999996 is a near-tie, 0.1 is not), so every path that reads it back (a late
+    verdict, a resume, a merge) says what the run that measured it said."""
+    if margin is None:
+        return None
+    rounded = round(margin, 5)
+    return rounded if (rounded < NEAR_TIE) == (margin < NEAR_TIE) else margin
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ class RequestRecord:
     text: str = ""
     output_ids: tuple[int, ...] | None = None  # the whole output's token ids, where the server sent them
     #: each output token's top-two log-probability lead (`lossless.Outputs.margins`), where asked and sent
-    margins: tuple[float, ...] | None = None
+    margins: tuple[float | None, ...] | None = None
     #: a request of several sequences (sampling n above 1): the most tokens one of them has, where
     #: `completion_tokens` counts all of them; None for one sequence
     sequence_tokens: int | None = None

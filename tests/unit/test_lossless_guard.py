@@ -213,3 +213,43 @@ def test_the_switch_is_not_named_where_the_margin_is_known_or_texts_are_compared
     texts = compare("ddtree-tp1-b8", Outputs((None,), ("abzd",)), "ar-tp1", Outputs((None,), ("abcd",)),
                     Exactness("exact"), "--specdec-lossless-margins")
     assert texts is not None and texts.unit == "character" and "rerun" not in texts.message()
+
+
+def _journaled(outputs: Outputs) -> Outputs:
+    """`outputs` read back as a late verdict, a resume or a merge reads them: through JSON as the
+    journal writes it (finite numbers only)."""
+    import json
+
+    return Outputs.from_json(json.loads(json.dumps(outputs.to_json(), allow_nan=False)))
+
+
+@pytest.mark.parametrize("margin, kind", [(0.0999996, "near-tie"), (0.1, "a clear choice"), (0.00001, "near-tie"),
+                                          (2.3, "a clear choice")])
+def test_a_margin_read_back_from_the_journal_is_on_the_same_side_of_the_near_tie(margin, kind):
+    """Records keep margins to 5 decimals, but a near-tie just under 0.1 must not round up to a
+    clear choice: the test that measured it and every path reading it back say the same."""
+    reference = Outputs(((1, 2, 3, 4),), ("abcd",), margins=((5.0, 3.2, margin, 1.0),))
+    got = Outputs(((1, 2, 9, 4),), ("abzd",))
+    messages = [compare("ddtree-tp1-b8", got, "ar-tp1", ref, Exactness("exact")).message()
+                for ref in (reference, _journaled(reference))]
+    assert all(f"in log-probability ({kind}" in message for message in messages), messages
+    assert messages[0] == messages[1]
+
+
+def test_a_second_choice_of_no_finite_log_probability_costs_only_its_own_margin():
+    """SGLang (orjson) sends a -inf log-probability as null, a json server as -Infinity: that
+    token's margin is unknown, its request keeps the others', and the journal (finite numbers
+    only) takes them; a divergence at a kept one still names it after the round trip."""
+    import json
+
+    from pytest_specdec.client import _margins
+
+    body = json.loads('{"output_top_logprobs": [[[-0.1, 5, "a"], [null, 6, "b"]], [[-0.2, 7, "c"], '
+                      '[-Infinity, 8, "d"]], [[-0.5, 1, "e"], [-0.52, 2, "f"]]]}')
+    margins = _margins(body)
+    assert margins is not None and margins[:2] == (None, None) and margins[2] == pytest.approx(0.02)
+    reference = Outputs(((5, 7, 1),), ("ace",), margins=(margins,))
+    read = _journaled(reference)
+    assert read.margin(0, 0) is None and read.margin(0, 2) == pytest.approx(0.02)
+    message = compare("ddtree-tp1-b8", Outputs(((5, 7, 2),), ("acf",)), "ar-tp1", read, Exactness("exact")).message()
+    assert "differ by 0.02 in log-probability (near-tie" in message
