@@ -306,6 +306,11 @@ OPTIONS: tuple[Option, ...] = (
            "default only that family's runs)", _bool, False, flag=True),
     Option("keep_runs", "keep the journals and artifact folders of the last N runs; older ones "
            "are deleted", _positive_count, 10, metavar="N"),
+    Option("summary_rows", "the most rows the terminal's specdec summary table shows: past N, the "
+           "rows of tests that passed ok (or as a new baseline, or resumed) beyond N fold into one line "
+           "saying where every row is (--specdec-report's report.md and results.json); a failed, "
+           "regressed, improved, noisy, shared, not gated, skipped or xfailed test's row is always "
+           "shown; 0 shows every row", _count, 50, metavar="N"),
 )
 
 OPTION_NAMES = frozenset(option.name for option in OPTIONS)

@@ -222,17 +222,24 @@ def _labels(rows: Sequence[ReportRow]) -> dict[int, str]:
     return labels
 
 
-def _table(rows: Sequence[ReportRow]) -> tuple[list[str], list[list[str]]]:
+def _table(rows: Sequence[ReportRow], shown: Sequence[ReportRow] | None = None) -> tuple[list[str], list[list[str]]]:
+    """The header and a line per row of `shown` (default: every row), sorted; labels are of all
+    `rows`, so a folded table names a row as the whole one does."""
     labels = _labels(rows)
     header = ["config", "workload", *(title for _, title, _ in COLUMNS), "verdict"]
     body = [[labels[id(r)], r.workload or "-", *(_cell(r, m, f) for m, _, f in COLUMNS), _verdict_text(r)]
-            for r in _sorted(rows)]
+            for r in _sorted(rows if shown is None else shown)]
     return header, body
 
 
-def format_table(rows: Sequence[ReportRow]) -> str:
-    """The session-end terminal table (plain text; numbers right-aligned)."""
-    header, body = _table(rows)
+def format_table(rows: Sequence[ReportRow], *, limit: int = 0, every_row: str = "") -> str:
+    """The session-end terminal table (plain text; numbers right-aligned). Past `limit` rows
+    (0: none), the rows of plain passes beyond it fold into one line (`table_fold`), which ends
+    with `every_row`: where the reader finds them all."""
+    from .table_fold import fold
+
+    folded = fold(_sorted(rows), limit)
+    header, body = _table(rows, folded.shown)
     if not body:
         return "pytest-specdec: no results"
     widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
@@ -244,6 +251,9 @@ def format_table(rows: Sequence[ReportRow]) -> str:
 
     rule = "  ".join("-" * w for w in widths)
     lines = [fmt(header), rule, *(fmt(line) for line in body)]
+    if folded.folded:
+        lines.append(f"... {len(folded.folded)} more row(s) of tests that passed not shown "
+                     f"({folded.counted(_verdict_text)}){f': {every_row}' if every_row else ''}")
     labels = _labels(rows)
     notes = [f"  {labels[id(r)]}{_workload_part(r)}: {c}" for r in _sorted(rows) for c in r.comparisons]
     if notes:

@@ -535,6 +535,9 @@ class Results:
     running_again: set[str] = field(default_factory=set)
     #: the baseline file as this run's save left it (`save_baseline`); None when it saved none
     saved_baseline: baselines_mod.Baselines | None = None
+    #: report.md and results.json as this run wrote them (`--specdec-report`): where the rows a
+    #: folded summary table leaves out are; none where it wrote no report
+    reported: tuple[Path, ...] = ()
 
     def add_report(self, report: pytest.TestReport) -> Result | None:
         """Note the test's outcome; return its result when this report carries one."""

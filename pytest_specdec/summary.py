@@ -111,7 +111,8 @@ def _write_table(terminalreporter, results: Results, table: list) -> None:
 
     state = results.state
     terminalreporter.write_sep("=", "specdec summary")
-    for line in report.format_table(table).splitlines():
+    for line in report.format_table(table, limit=state.settings.summary_rows,
+                                    every_row=_every_row(results)).splitlines():
         terminalreporter.write_line(line)
     for nodeid, why in results.remeasured.items():
         terminalreporter.write_line(f"specdec: resume: measured {nodeid.split('::')[-1]} again: {why}")
@@ -126,6 +127,18 @@ def _write_table(terminalreporter, results: Results, table: list) -> None:
         terminalreporter.write_line(
             f"specdec: {len(ungated)} test(s) compared with {state.baseline_path.name} but not gated: "
             f"no tolerance applies to any of their figures ({_ungated_advice(state, ungated)})")
+
+
+def _every_row(results: Results) -> str:
+    """Where a folded summary table's rows all are: the report this run wrote, else the setting
+    that shows them all in the terminal."""
+    from .options import OPTIONS_BY_NAME
+    from .relpaths import relative_path
+
+    if not results.reported:
+        return f"{OPTIONS_BY_NAME['summary_rows'].cli}=0 shows every row"
+    return "every row is in " + " and ".join(relative_path(path, results.state.config.root)
+                                             for path in results.reported)
 
 
 def _ungated_advice(state, ungated: Sequence) -> str:
@@ -432,6 +445,7 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
             written = [files.results_json, files.markdown, files.latex, files.standalone,
                        *files.plots]
             notes.append(f"report written to {files.results_json.parent} ({len(written)} files)")
+            results.reported = (files.markdown, files.results_json)
             if files.plot_error:
                 notes.append(files.plot_error)
     try:

@@ -81,6 +81,7 @@ def test_help_names_each_options_tool_specdec_key_and_which_place_wins(pytester:
                                             ("--specdec-gpu-wait-timeout", "3600"),
                                             ("--specdec-baseline-lock-timeout", "120"),
                                             ("--specdec-keep-runs", "10"), ("--specdec-restart-on-crash", "0"),
+                                            ("--specdec-summary-rows", "50"),
                                             ("--specdec-journal", ".specdec/journal.jsonl"),
                                             ("--specdec-artifacts", ".specdec/artifacts"),
                                             ("--specdec-baseline-dir", "baselines"), ("--specdec-backend", "auto"),
@@ -697,13 +698,15 @@ def test_each_option_is_settable_in_three_places(pytester: pytest.Pytester, wher
                "shard": "1/3", "tp": "1", "strict_noise": "true", "reference": "dflash",
                "lossless": "prefix:16", "gpu_claims": "claims", "require_baseline": "true",
                "gpu_wait_timeout": "90", "baseline_lock_timeout": "30", "no_plots": "true",
-               "lossless_margins": "true", "allow_shared": "true", "warmup_requests": "2"}
+               "lossless_margins": "true", "allow_shared": "true", "warmup_requests": "2",
+               "summary_rows": "7"}
     assert set(samples) == {o.name for o in OPTIONS}, "a new option needs a sample here"
     expected = {"gpus": 2, "startup_timeout": 12.5, "restart_on_crash": 3, "stall_timeout": 7.5,
                 "gpu_wait_timeout": 90.0, "baseline_lock_timeout": 30.0,
                 "keep_runs": 4, "cpu_matrix": True, "tp": [1], "strict_noise": True,
                 "save_baseline": True, "resume": True, "run_known_issues": True, "require_baseline": True,
-                "no_plots": True, "lossless_margins": True, "allow_shared": True, "warmup_requests": 2}
+                "no_plots": True, "lossless_margins": True, "allow_shared": True, "warmup_requests": 2,
+                "summary_rows": 7}
     args = []
     if where == "cli":
         for option in OPTIONS:
@@ -809,6 +812,7 @@ def test_a_bad_tool_specdec_value_is_refused_also_under_a_flag_or_ini_value(pyte
     ("specdec_gpus = many", "*ini specdec_gpus: *'many'*; --specdec-gpus takes: *"),
     ("specdec_keep_runs = 0", "*ini specdec_keep_runs: '0' must be 1 or more*"),
     ("specdec_keep_runs = -1", "*ini specdec_keep_runs: '-1' must be 1 or more*"),  # once "0 or more"
+    ("specdec_summary_rows = -5", "*ini specdec_summary_rows: '-5' must be 0 or more; --specdec-summary-rows takes: *"),
 ])
 def test_ini_values_are_typed_and_a_bad_one_is_a_usage_error(pytester: pytest.Pytester, ini,
                                                                  message):
@@ -827,6 +831,9 @@ def test_ini_values_are_typed_and_a_bad_one_is_a_usage_error(pytester: pytest.Py
     (["--specdec-startup-timeout=nan"], "*'nan' must be a finite number greater than 0*"),
     (["--specdec-stall-timeout=inf"], "*--specdec-stall-timeout: 'inf' must be a finite number*"),
     (["--specdec-gpus=many"], "*--specdec-gpus: 'many' is not a whole number*"),
+    (["--specdec-summary-rows=all"], "*--specdec-summary-rows: 'all' is not a whole number; "
+                                     "--specdec-summary-rows takes: *0 shows every row*"),
+    (["--specdec-summary-rows=-1"], "*--specdec-summary-rows: '-1' must be 0 or more; --specdec-summary-rows takes: *"),
     (["--specdec-arch=pascal"], "*'pascal' is not a GPU architecture*sm_90*"),
     (["--specdec-server-url=localhost:30000"], "*'localhost:30000' is not an http(s) URL*"),
     (["--specdec-server-url=http://127.0.0.1:port"], "*is not an http(s) URL*"),
