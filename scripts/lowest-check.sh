@@ -113,6 +113,7 @@ needs_torch=(
   --deselect=tests/unit/test_host_claims.py::test_a_symlinked_claim_file_fails_the_test_with_one_line
   --deselect=tests/unit/test_host_claims.py::test_the_embedded_engine_on_the_cpu_serves_a_dry_runs_slots_beyond_the_runs_gpus
   --deselect=tests/unit/test_plugin.py::test_an_xdist_worker_checks_the_backend_once_as_one_process_does
+  --deselect=tests/unit/test_plugin.py::test_results_json_records_each_gpus_memory_and_power_limit
   --deselect=tests/unit/test_readme.py::test_the_readme_example_runs_its_cpu_matrix
 )
 exec "$venv/bin/python" -m pytest -p no:cacheprovider -p no:randomly -q "${needs_torch[@]}" \

@@ -82,7 +82,7 @@ def test_the_newest_end_keeps_a_requirements_upper_bound_and_exclusions(tmp_path
     run = _pins(tmp_path, _project("filelock>=3.12,<4", "aiohttp >= 3.9.0, != 3.10.0",
                                    "tomli >= 1.1 ; python_version < '3.11'"), end="newest")
     assert run.returncode == 0, run.stderr
-    pins = {re.split(r"[<>=!;\[]", pin, 1)[0]: pin for pin in run.stdout.splitlines()}
+    pins = {re.split(r"[<>=!;\[]", pin, maxsplit=1)[0]: pin for pin in run.stdout.splitlines()}
     assert sorted(pins["filelock"].removeprefix("filelock").split(",")) == ["<4", ">=3.12"], pins
     assert sorted(pins["aiohttp"].removeprefix("aiohttp").split(",")) == ["!=3.10.0", ">=3.9.0"], pins
     assert pins["tomli"] == 'tomli>=1.1; python_version < "3.11"', pins
