@@ -880,6 +880,21 @@ def count_tokens(url: str, texts: list[str], *, timeout_s: float = 30.0) -> list
     return _run_sync(lambda: count_tokens_async(url, texts, timeout_s=timeout_s))
 
 
+async def fetch_loads_async(url: str, *, timeout_s: float = 5.0) -> tuple[str, Any]:
+    """The live load: /v1/loads' core counts, or /get_load's where a release before /v1/loads
+    answers 404; the path that answered and its JSON (see sharing.requests_in_flight)."""
+    try:
+        return api.LOADS, await _get(url, f"{api.LOADS}?include={api.LOADS_CORE}", timeout_s=timeout_s, as_json=True)
+    except ServerQueryError as exc:
+        if exc.status != 404:
+            raise
+    return api.LOADS_OLD, await _get(url, api.LOADS_OLD, timeout_s=timeout_s, as_json=True)
+
+
+def fetch_loads(url: str, *, timeout_s: float = 5.0) -> tuple[str, Any]:
+    return _run_sync(lambda: fetch_loads_async(url, timeout_s=timeout_s))
+
+
 async def scrape_metrics_async(url: str, *, timeout_s: float = 10.0) -> str:
     """The raw Prometheus text of /metrics (SGLang serves it only with --enable-metrics)."""
     return await _get(url, api.METRICS, timeout_s=timeout_s, as_json=False)
@@ -905,6 +920,8 @@ __all__ = [
     "error_text",
     "fetch_context_length",
     "fetch_context_length_async",
+    "fetch_loads",
+    "fetch_loads_async",
     "fetch_server_info",
     "fetch_server_info_async",
     "fetch_vocab_size",

@@ -23,7 +23,7 @@ from .config import WorkloadSpec
 from .metrics import Measurement, MeasurementError, WorkloadResult
 from .servers.diagnosis import ServerError, tail
 from .servers.spec import ServerSpec
-from .sharing import Shared, SharingCheck, shared
+from .sharing import Shared, SharingCheck, verdict
 from .warmup import CacheFlush, warmup_count, warmup_workload
 from .workloads import Workload
 
@@ -80,7 +80,8 @@ class LiveServer:
     last_server_figures: metrics.ServerFigures | None = field(default=None, repr=False)
     disagreements: list[str] = field(default_factory=list, repr=False)
     sharing: SharingCheck | None = None  # whether another client used the server mid-workload
-    #: the last workload's: the server generated more than it received (sharing.py), else None
+    #: the last workload's: the server generated more than it received, or ran another client's
+    #: requests as it started or ended (sharing.py), else None
     last_shared: Shared | None = field(default=None, repr=False)
     #: run-wide untimed requests before each workload (warmup.py): a workload's own key wins; None:
     #: one round at its concurrency
@@ -218,8 +219,11 @@ class LiveServer:
         log_offset = self.log_path.stat().st_size if self.log_path and self.log_path.exists() else 0
         vocab_size = self.vocab_size() if self.spec.is_speculative else None
         self.last_shared = None
-        # read last before the workload and first after it: nothing of ours generates in between
-        generated = self.sharing.read(self.url) if self.sharing is not None else None
+        # read last before the workload and first after it: nothing of ours generates in between;
+        # the load first, so a request of another client that ends while it waits is not counted
+        check = self.sharing
+        busy_before = check.in_flight(self.url) if check is not None else None
+        generated = check.read(self.url) if check is not None else None
         meter = CpuWaitMeter(self.pids) if self.pids is not None else None
         if meter is not None:
             meter.start()
@@ -234,9 +238,11 @@ class LiveServer:
             # the advice before the probe: the table keeps a failure's end, which says why
             self._stalled(f"{stall}; raise {self.stall_setting} if the server is just slow")
         calibration = meter.stop(result.wall_s) if meter is not None else None
-        if generated is not None and not result.errors:
-            after = self.sharing.read(self.url)
-            self.last_shared = shared(generated, after, result.completion_tokens) if after is not None else None
+        if check is not None and not result.errors:
+            # the load first: the counter then counts a request of another client that ends while it waits
+            busy_after = check.in_flight(self.url)
+            after = check.read(self.url) if generated is not None else None
+            self.last_shared = verdict(generated, after, result.completion_tokens, (busy_before, busy_after))
         self.last_result = result
         if result.errors:
             # A request failed: a dead server explains it better than the HTTP error does.

@@ -21,6 +21,19 @@ MODEL_INFO = "/model_info"
 METRICS = "/metrics"  # served with --enable-metrics
 TOKENIZE = "/v1/tokenize"  # since 0.5.3.post1; a release before it answers 404
 TOKENIZE_ALIAS = "/tokenize"  # the same handler, left out of the OpenAPI schema
+#: GET: the live load of each DP rank, {"loads": [{dp_rank, num_running_reqs, num_waiting_reqs, ...}]}
+#: (`include=core`: those counts alone), from snapshots the scheduler publishes on every prefill and
+#: on going idle (throttled in between)
+LOADS = "/v1/loads"
+LOADS_CORE = "core"  # the `include` section of the counts alone
+LOADS_LIST = "loads"
+LOAD_DP_RANK = "dp_rank"
+LOAD_RUNNING = "num_running_reqs"
+LOAD_WAITING = "num_waiting_reqs"
+#: GET: the releases before /v1/loads: a list per DP rank of {dp_rank, num_reqs (running and
+#: waiting), num_waiting_reqs, ...}; later a deprecated shim of /v1/loads, gone by 0.5.23
+LOADS_OLD = "/get_load"
+LOAD_OLD_REQS = "num_reqs"
 #: POST: drops the prefix cache and resets the lifetime speculative counters; answered only while
 #: no request is queued or running (200), else refused (400 "Flush cache failed.")
 FLUSH_CACHE = "/flush_cache"

@@ -213,6 +213,7 @@ class Scheduler:
         self.last_output_at = 0.0  # perf_counter of the last step or prefill that produced tokens
         self._lock = threading.Lock()  # guards the counters read by the HTTP thread
         self._pending = 0  # client requests submitted and not yet finished (health checks excluded)
+        self._live = 0  # every request submitted and not yet finished, the engine's own too (/v1/loads)
         self.forward_ct_decode = 0
         self.last_gen_throughput = 0.0
         self._interval_start = time.perf_counter()
@@ -232,8 +233,9 @@ class Scheduler:
     def submit(self, req: Request) -> None:
         req.submitted = True
         req.dispatched_at = time.perf_counter()
-        if not req.internal:
-            with self._lock:
+        with self._lock:
+            self._live += 1
+            if not req.internal:
                 self._pending += 1
         self.inbox.put(req)
 
@@ -289,6 +291,15 @@ class Scheduler:
             "token_capacity": self.max_total_num_tokens,
         }
         return state
+
+    def load(self) -> tuple[int, int]:
+        """/v1/loads' running and waiting requests of the one DP rank, live: SGLang's scheduler
+        publishes them on every prefill and on going idle. Every request counts, its health checks
+        too (SGLang's reach its scheduler as requests); one in the inbox or in its prefill waits."""
+        with self._lock:
+            live = self._live
+        running = min(len(self.running), live)
+        return running, live - running
 
     # ------------------------------------------------------------------ the scheduler thread
 
@@ -354,9 +365,11 @@ class Scheduler:
 
     def _done(self, req: Request) -> None:
         req.done()  # one dropped without an answer (its client left) frees its rid here
-        if not req.internal:
-            with self._lock:
+        with self._lock:
+            self._live -= 1
+            if not req.internal:
                 self._pending -= 1
+        if not req.internal:
             m = self.metrics
             m.finished(stream=req.stream, prompt_tokens=len(req.input_ids), completion_tokens=len(req.output_ids),
                        verify_ct=req.verify_ct, e2e_latency=None if req.aborted else req.e2e_latency)

@@ -5,7 +5,7 @@ generation, as SGLang does), ``/ready``, ``/generate`` (text or input_ids, one p
 of them, see batch.py; every field and sampling parameter SGLang accepts: see protocol.py; SSE
 streaming with cumulative text ending ``data: [DONE]``), ``/server_info`` (and its old name
 ``/get_server_info``), ``/model_info`` (and ``/get_model_info``), ``/v1/models`` and
-``/v1/models/{id}``, ``/flush_cache``, ``/metrics`` (every method and path under it, as SGLang
+``/v1/models/{id}``, ``/v1/loads`` (the live load, see get_loads), ``/flush_cache``, ``/metrics`` (every method and path under it, as SGLang
 mounts Prometheus' app), ``/`` (GET and HEAD; every other GET route refuses HEAD, as FastAPI's do),
 ``/abort_request`` (see Scheduler.abort), and the OpenAI-compatible ``/v1/completions`` and
 ``/v1/chat/completions`` (streaming too; see openai_api.py) and ``/v1/tokenize`` (and
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
 import os
 import signal
@@ -49,6 +50,8 @@ from .tokenizer import ByteTokenizer
 ROOT_ANSWER = "SGLang is running"
 WARMUP_PROMPT = "The capital city of France is"
 WARMUP_MAX_NEW_TOKENS = 8
+#: /v1/loads' `include` sections (SGLang's LoadSnapshot.VALID_SECTIONS); the engine has core alone
+LOAD_SECTIONS = frozenset({"core", "memory", "spec", "lora", "disagg", "queues", "all"})
 #: How often a non-streaming request looks whether its client is still there.
 DISCONNECT_POLL_S = 0.05
 
@@ -217,6 +220,7 @@ class EngineServer:
         r.add_route("PUT", api.GENERATE, self.generate)
         get(api.SERVER_INFO, self.get_server_info)
         get(api.SERVER_INFO_OLD, self._deprecated(api.SERVER_INFO_OLD, api.SERVER_INFO, self.get_server_info))
+        get(api.LOADS, self.get_loads)
         get(api.MODEL_INFO, self.get_model_info)
         get("/get_model_info", self._deprecated("/get_model_info", api.MODEL_INFO, self.get_model_info))
         get(api.MODELS, self.list_models)
@@ -677,6 +681,26 @@ class EngineServer:
             "frontend": "python",
             **self._devices(),
         })
+
+    async def get_loads(self, request: web.Request) -> web.Response:
+        """SGLang's /v1/loads, its core counts for the engine's one DP rank (dp_size is 1): a
+        section `include` names beyond core is left out as SGLang leaves out one it has none of,
+        an unknown one is its 400, and `dp_rank` filters."""
+        include = request.query.get("include")
+        if include:
+            sections = {s.strip() for s in include.split(",")}
+            if not sections <= LOAD_SECTIONS:
+                return json_response({"detail": f"Invalid include sections: {sections - LOAD_SECTIONS}. "
+                                                f"Valid options: {sorted(LOAD_SECTIONS)}"}, status=400)
+        running, waiting = self.scheduler.load()
+        loads = [{"timestamp": time.time(), api.LOAD_DP_RANK: 0, api.LOAD_RUNNING: running, api.LOAD_WAITING: waiting,
+                  "max_total_num_tokens": self.scheduler.max_total_num_tokens,
+                  "max_running_requests": self.scheduler.max_batch}]
+        rank = request.query.get("dp_rank")
+        if rank is not None:
+            loads = [load for load in loads if str(load[api.LOAD_DP_RANK]) == rank]
+        return json_response({"timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                              "version": self.version, "accelerator": None, "num_accelerators": 1, "loads": loads})
 
     def _internal_state(self) -> dict:
         """internal_states[0], as SGLang's scheduler answers it: the resolved server arguments,

@@ -487,7 +487,43 @@ def test_endpoint_is_served(srt, path):
     assert path in served, moved([path], served, "SGLang's HTTP routes")
 
 
-def route_methods(tree: ast.Module) -> dict[str, set[str]]:
+def test_the_live_load_is_served_with_the_counts_the_sharing_check_reads(srt):
+    """/v1/loads (sharing.SharingCheck.in_flight): its router, included by the HTTP server, answers
+    {"loads": [LoadSnapshot.to_dict(include)]}, whose core keys hold the counts read; `core` is a
+    section; the engine answers those keys, a subset of SGLang's core ones. /get_load is gone."""
+    loads = srt("entrypoints/v1_loads.py")
+    assert route_methods(loads, owner="router") == {api.LOADS: {"GET"}}
+    assert "app.include_router(v1_loads_router)" in ast.unparse(srt("entrypoints/http_server.py"))
+    handler = ast.unparse(function(loads, "get_loads"))
+    assert "include: Optional[str]=None" in handler and f"'{api.LOADS_LIST}': loads" in handler, handler
+    snapshot = next(n for n in ast.walk(srt("managers/load_snapshot.py"))
+                    if isinstance(n, ast.ClassDef) and n.name == "LoadSnapshot")
+    fields = [n.target.id for n in snapshot.body if isinstance(n, ast.AnnAssign)]
+    sections = {"memory", "speculative", "lora", "disaggregation", "queues"}
+    core = [f for f in fields if f not in sections]
+    assert {api.LOAD_DP_RANK, api.LOAD_RUNNING, api.LOAD_WAITING} <= set(core), core
+    valid = next(ast.literal_eval(n.value.args[0]) for n in snapshot.body
+                 if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "VALID_SECTIONS")
+    assert api.LOADS_CORE in valid and valid == server.LOAD_SECTIONS
+    assert api.LOADS_OLD not in routes(srt("entrypoints/http_server.py"))  # LOADS_OLD: for older releases
+
+    class Scheduler:
+        max_total_num_tokens, max_batch = 64, 2
+
+        def load(self):
+            return 1, 0
+
+    engine = server.EngineServer(host="127.0.0.1", port=0, scheduler=Scheduler(), metrics=None, faults=None,
+                                 context_length=8, server_args={}, model_info={}, served_model_name="m", version="v")
+    request = SimpleNamespace(query={"include": api.LOADS_CORE})
+    body = json.loads(asyncio.run(engine.get_loads(request)).body)
+    load, = body[api.LOADS_LIST]
+    assert set(load) <= set(core) and (load[api.LOAD_RUNNING], load[api.LOAD_WAITING]) == (1, 0)
+    refused = asyncio.run(engine.get_loads(SimpleNamespace(query={"include": "core,bogus"})))
+    assert refused.status == 400
+
+
+def route_methods(tree: ast.Module, owner: str = "app") -> dict[str, set[str]]:
     """Each FastAPI route's path (its `{name:path}` converters dropped) and the methods its
     decorators declare: `@app.get` GET alone (FastAPI's APIRoute adds no HEAD, which is why SGLang
     declares `@app.head` where it wants one), `@app.api_route(..., methods=[...])` those."""
@@ -496,7 +532,7 @@ def route_methods(tree: ast.Module) -> dict[str, set[str]]:
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for d in n.decorator_list:
                 if not (isinstance(d, ast.Call) and d.args and isinstance(d.args[0], ast.Constant)
-                        and isinstance(d.func, ast.Attribute) and getattr(d.func.value, "id", None) == "app"):
+                        and isinstance(d.func, ast.Attribute) and getattr(d.func.value, "id", None) == owner):
                     continue
                 path = re.sub(r"\{(\w+):\w+\}", r"{\1}", d.args[0].value)
                 if d.func.attr == "api_route":
@@ -523,6 +559,7 @@ def test_the_engine_takes_on_each_route_the_methods_sglang_declares(srt):
     """A method SGLang's route does not declare is its 405 (HEAD on a GET route among them); one
     it declares is served. The engine's aiohttp routes took HEAD on every GET route."""
     declared = route_methods(srt("entrypoints/http_server.py"))
+    declared.update(route_methods(srt("entrypoints/v1_loads.py"), owner="router"))  # included by http_server
     served = engine_route_methods()
     assert {path: declared.get(path) for path in served} == served
 

@@ -55,7 +55,7 @@ def test_another_client_during_the_workload_fails_it_as_shared_and_a_clean_run_s
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*server ddtree-tp1-b8 was shared while it measured: the server generated * tokens during this "
-        "workload, 72 of them this run's: another client shared it; its figures are not comparable, so its gate "
+        "workload, 72 of them this run's*: another client shared it; its figures are not comparable, so its gate "
         "says nothing about the code either way*or, where the server is always shared, run with "
         "--specdec-allow-shared to record its figures marked shared, never gated nor saved*"])
     baseline = pytester.path / "baselines" / "cpu.json"
@@ -99,8 +99,8 @@ def test_allow_shared_records_the_figures_marked_shared_never_gated_nor_saved_an
         result.stdout.no_fnmatch_line("*was shared while*")
         result.stdout.no_fnmatch_line("*against baseline:*")  # 0% tolerances, yet nothing compared
         result.stdout.fnmatch_lines([
-            "*specdec [[]1/1[]] ddtree-tp1-b8 chat:* | shared: 72 of * tokens this run's",
-            "*ddtree-tp1-b8  chat *shared: 72 of * tokens this run's",
+            "*specdec [[]1/1[]] ddtree-tp1-b8 chat:* | shared: 72 of * tokens this run's*",
+            "*ddtree-tp1-b8  chat *shared: 72 of * tokens this run's*",
             f"specdec: nothing saved into *cpu.json: its 1 result(s) are of workloads measured on a shared "
             f"server, whose figures another client's load makes no reference ({escaped})",
             "specdec: 1 workload(s) measured on a shared server (ddtree-tp1-b8 [[]chat[]]): their figures are "
@@ -108,7 +108,8 @@ def test_allow_shared_records_the_figures_marked_shared_never_gated_nor_saved_an
         assert baseline.read_text() == saved  # the clean run's entry, not pooled with the shared figures
         row, = json.loads((pytester.path / "shard1" / "results.json").read_text())["results"]
         assert (row["verdict"], row["comparisons"], row["verdicts"]) == ("shared", [], {})
-        assert row["shared"].startswith("shared: 72 of ") and row["shared"].endswith(" tokens this run's")
+        # its other client's requests also in flight as it started or ended, as they ran throughout
+        assert row["shared"].startswith("shared: 72 of ") and " tokens this run's" in row["shared"]
         assert row["shared"] in (pytester.path / "shard1" / "report.md").read_text()
 
         merged = subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "shard1", "--out",
@@ -124,7 +125,7 @@ def test_allow_shared_records_the_figures_marked_shared_never_gated_nor_saved_an
         kept = run(pytester, f"--specdec-server-url={url}", "--specdec-allow-shared", "--specdec-resume",
                    "--specdec-save-baseline", "--specdec-shard=1/1", "--specdec-report=shard1")
         kept.assert_outcomes(skipped=1)  # measured, so resumed: still marked, still unsaved
-        kept.stdout.fnmatch_lines(["*ddtree-tp1-b8  chat *shared: 72 of * tokens this run's",
+        kept.stdout.fnmatch_lines(["*ddtree-tp1-b8  chat *shared: 72 of * tokens this run's*",
                                    "specdec: nothing saved into *: its 1 result(s) are of workloads measured on a "
                                    "shared server*"])
         assert baseline.read_text() == saved
