@@ -61,13 +61,18 @@ def _parser() -> argparse.ArgumentParser:
     merge.add_argument("--save-baseline", action="store_true",
                        help="merge the figures into the baseline file of each shard's hardware "
                             "key, and the durations into durations.json beside them")
-    merge.add_argument("--baseline-dir", default="baselines", metavar="DIR",
-                       help="folder of the baseline files (default: baselines)")
+    # None until parsed: a folder given is taken as meant, the default is checked (merge.baseline_elsewhere)
+    merge.add_argument("--baseline-dir", default=None, metavar="DIR",
+                       help=f"folder of the baseline files (default: {DEFAULT_BASELINE_DIR})")
     merge.add_argument("--lock-timeout", type=_seconds, default=LOCK_TIMEOUT_S, metavar="S",
                        help="seconds --save-baseline waits for a baseline folder file's lock while "
                             f"another run holds it, before it fails (default: {LOCK_TIMEOUT_S:g})")
     merge.add_argument("--no-plots", action="store_true", help="write no plots")
     return parser
+
+
+#: --baseline-dir's default, the project's as a run's --specdec-baseline-dir is: the merge runs there
+DEFAULT_BASELINE_DIR = "baselines"
 
 
 def merge_command(args: argparse.Namespace, out=None) -> int:
@@ -210,6 +215,10 @@ def _check_targets(args: argparse.Namespace, merged) -> None:
             if real.parent != path.parent:  # a save writes where the link points
                 check_folder(real.parent, f"folder of the file {path} links to", "--baseline-dir")
     merge.check_targets(merged, args.baseline_dir if args.save_baseline else None)
+    if args.save_baseline and not args.baseline_dir_given:
+        elsewhere = merge.baseline_elsewhere(merged, args.baseline_dir)
+        if elsewhere:
+            raise SpecdecUsageError(elsewhere)
 
 
 def _misspelt(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
@@ -281,6 +290,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     _misspelt(parser, sys.argv[1:] if argv is None else list(argv))
     args = parser.parse_args(argv)
+    args.baseline_dir_given = args.baseline_dir is not None
+    if not args.baseline_dir_given:
+        args.baseline_dir = DEFAULT_BASELINE_DIR
     try:
         with _terminations_interrupt():
             return merge_command(args)

@@ -639,6 +639,27 @@ def _as_merges(exc: SpecdecUsageError, merged: Merged, key: str) -> SpecdecUsage
     return SpecdecUsageError(str(exc).replace("--specdec-save-baseline", "merge --save-baseline"))
 
 
+def baseline_elsewhere(merged: Merged, baseline_dir: str | Path) -> str | None:
+    """Why a save into the default `baseline_dir` would miss the shards' baseline, or None: their
+    file existed where they ran (a digest recorded) but there is no such file here, so the merge
+    runs outside the project (a CI job's workspace, a subfolder) and would start a new baseline
+    file beside the one they gated on, which the next run never reads."""
+    from . import baselines
+
+    for key in sorted({m.hardware_key for m in merged.shards}):
+        compared = [m for m in merged.shards if m.hardware_key == key and m.baseline
+                    and m.baseline.get("digest")]
+        path = baselines.baseline_path(baseline_dir, key)
+        if compared and not path.exists():
+            file = compared[0].baseline.get("file")
+            shards = ", ".join(str(m.shard) for m in compared)
+            return (f"--save-baseline: no {path} here, but shard(s) {shards} compared their figures with "
+                    f"{file} of their project, so the save would start a new file that no run reads; run "
+                    f"the merge in the project root, or give --baseline-dir the folder that holds "
+                    f"{Path(str(file)).name} (a --baseline-dir given is taken as it is)")
+    return None
+
+
 def check_targets(merged: Merged, baseline_dir: str | Path | None) -> None:
     """With --save-baseline (`baseline_dir`), the files the merge will merge into, read now: the
     baseline folder's durations file and the baseline file of each shard's hardware key. A broken

@@ -1133,3 +1133,53 @@ def test_a_failed_tests_other_parameters_are_not_taken_for_a_workload(shards, se
         "test_generation[ar-tp1-\\xfc]": "ü" if setup else None,
         # a shard run with pytest's disable_test_id_escaping_... ini option: the id has the name as written
         "test_generation[ar-tp1-ü-fast]": "ü" if setup else None}
+
+
+def _compared_with_a_baseline(root: Path) -> None:
+    """Each shard's manifest says it compared with the project's baselines/cpu.json (a digest:
+    the file was there), as a sharded run of a project with committed baselines writes it."""
+    for index in (1, 2):
+        path = root / f"shard-{index}" / MANIFEST
+        obj = json.loads(path.read_text())
+        obj["baseline"] = {"file": "baselines/cpu.json", "digest": "0123456789abcdef", "saves": False}
+        path.write_text(json.dumps(obj))
+
+
+def _default_saving_merge(root: Path, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest_specdec", "merge", "--no-plots", "--out",
+                           str(root / "merged"), str(root / "shard-1"), str(root / "shard-2"),
+                           "--save-baseline"], capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+def test_a_save_outside_the_project_is_refused(shards):
+    """`merge --save-baseline` run from a folder other than the project root (a subfolder, a CI
+    workspace) wrote a new baselines/cpu.json there, said `saved into baselines/cpu.json`, and left
+    the project's file, the one the shards gated on, without the figures."""
+    _compared_with_a_baseline(shards)
+    elsewhere = shards / "elsewhere"
+    elsewhere.mkdir()
+    done = _default_saving_merge(shards, elsewhere)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert ("error: --save-baseline: no baselines/cpu.json here, but shard(s) 1/2, 2/2 compared their "
+            "figures with baselines/cpu.json of their project") in done.stderr, done.stderr
+    assert "run the merge in the project root" in done.stderr
+    assert not (elsewhere / "baselines").exists() and not (shards / "merged").exists()
+    project = shards / "project"  # in the project, where the file is: saved
+    (project / "baselines").mkdir(parents=True)
+    baselines.save_baselines(project / "baselines" / "cpu.json", "cpu", {})
+    done = _default_saving_merge(shards, project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "saved into baselines/cpu.json" in done.stdout
+    # a --baseline-dir given is taken as meant: a new file there
+    done = saving_merge(shards, elsewhere / "fresh")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (elsewhere / "fresh" / "cpu.json").is_file()
+
+
+def test_a_first_save_outside_any_baseline_is_kept(shards):
+    """Shards that found no baseline file (a first run) save into the default folder, new there."""
+    elsewhere = shards / "elsewhere"
+    elsewhere.mkdir()
+    done = _default_saving_merge(shards, elsewhere)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (elsewhere / "baselines" / "cpu.json").is_file()
