@@ -10,7 +10,8 @@ Exit status: 0 when every shard finished and passed, 1 when a shard's gate faile
 under different gates, a shard is missing or did not finish (the report is still written and
 says what), 2 for shards that do not belong together, an output that cannot be written, a baseline or durations file of the
 baseline folder that is broken or a figure no baseline can hold (checked before anything is
-written, so nothing is), or a baseline folder file's lock held past --lock-timeout.
+written, so nothing is), a save outside the project (the default --baseline-dir lacks the file the
+shards compared with), or a baseline folder file's lock held past --lock-timeout.
 A SIGTERM or SIGHUP (a CI runner's cancel, a batch system's time limit, a hangup) ends a merge as
 Ctrl-C does, with one line saying what it left and 128 + the signal's number (143, 129; Ctrl-C's
 130): by default it killed the merge without a word, a baseline file's temporary copy left behind.
