@@ -521,7 +521,7 @@ class AttachBackend(Backend):
         try:
             info = fetch_server_info(url.rstrip("/"))
         except ServerError as exc:
-            fix = "restart it" if exc.reason == "hang" else "start the server or fix the URL"
+            fix = {"hang": "restart it", "no-route": _route_fix(url)}.get(exc.reason, "start the server or fix the URL")
             raise SpecdecUsageError(f"{where} {url}: {exc.cause}; {fix}") from None
         if info.get(INFO_SKIP_TOKENIZER_INIT) is True:  # else every test fails on SGLang's refusal, one by one
             raise SpecdecUsageError(f"{where} {url}: the server runs with "
@@ -592,6 +592,18 @@ def _selector(spec: ServerSpec) -> str:
     `specdec(method=..., tp=..., budget=...)` marker every matrix test carries."""
     budget = f", budget={spec.budget}" if spec.budget is not None else ""
     return f"specdec(method='{spec.method}', tp={spec.tp}{budget})"
+
+
+def _route_fix(url: str) -> str:
+    """What to do where a server answers at `url` but not /server_info: an SGLang server serves it
+    at its root, so a URL with a path (`/v1`, an OpenAI client's base; `/generate`) is the mistake."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.path.strip("/"):
+        return (f"a server answers there, but the plugin adds SGLang's routes (/server_info, /generate) to the "
+                f"URL, so give the server's root: {parts.scheme}://{parts.netloc}")
+    return "a server answers there, but not SGLang's /server_info: attach an SGLang server or the embedded engine"
 
 
 def _field(shown: str) -> str:

@@ -237,6 +237,9 @@ def fetch_server_info(url: str, timeout: float = 10.0) -> dict:
         if isinstance(info, dict):
             return info
         last = ValueError(f"{path} answered a JSON {type(info).__name__}, not an object of server arguments")
+    if isinstance(last, urllib.error.HTTPError) and last.code == 404:  # running, but no such route: the URL is wrong
+        raise ServerError(url, "no-route", f"no /server_info at {url}: {last}", headline=(
+            f"attached server {url} answered /server_info with {last}{proxy_note()}"))
     raise ServerError(
         url,
         "unreachable",

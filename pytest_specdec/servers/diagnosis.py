@@ -198,7 +198,8 @@ class ServerError(Exception):
 
     `reason` is a short stable kind the plugin can branch on (`warmup-crash`, `hang`,
     `slow-start`, `port-in-use`, `refused`, `exited`, `died`, `unresponsive`, `teardown`, `lease`,
-    `changed`: an attached server restarted as another configuration);
+    `changed`: an attached server restarted as another configuration; `no-route`: an attached
+    server's URL answers, but not /server_info);
     `cause` the one-line why; the message is what a test failure shows, log path and tail included.
     """
 

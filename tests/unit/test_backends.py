@@ -340,6 +340,34 @@ def test_an_attached_server_that_takes_connections_but_never_answers_is_called_h
                                f"answer /server_info within 1s; restart it")
 
 
+class _OnlyRoot(QuietHandler):
+    """A server that answers every path with a 404, as SGLang (or any server) answers a route it lacks."""
+
+    def do_GET(self):
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+@pytest.mark.parametrize("path, fix", [
+    ("/v1", "a server answers there, but the plugin adds SGLang's routes (/server_info, /generate) to the URL, "
+            "so give the server's root: {url}"),
+    ("/generate/", "a server answers there, but the plugin adds SGLang's routes (/server_info, /generate) to the "
+                   "URL, so give the server's root: {url}"),
+    ("", "a server answers there, but not SGLang's /server_info: attach an SGLang server or the embedded engine"),
+])
+def test_an_attached_url_a_server_answers_without_server_info_names_the_fix(path, fix):
+    """An OpenAI client's base URL (`http://host:30000/v1`) or a route pasted whole was told 'start
+    the server or fix the URL' of a server that was running: the path is the mistake, and the fix
+    is its root."""
+    attach = backends.AttachBackend("attached")
+    with serving(_OnlyRoot) as url:
+        with pytest.raises(SpecdecUsageError) as info:
+            attach.check_ready(state(attach, server_url=url + path))
+    assert str(info.value) == (f"--specdec-server-url {url}{path}: no /server_info at {url}{path.rstrip('/')}: "
+                               f"HTTP Error 404: Not Found; {fix.format(url=url)}")
+
+
 def test_attach_never_launches():
     attach = backends.AttachBackend("attached")
     run = state(attach, server_url="http://127.0.0.1:9")
