@@ -24,7 +24,7 @@ from .metrics import Measurement, MeasurementError, WorkloadResult
 from .servers.diagnosis import ServerError, tail
 from .servers.spec import ServerSpec
 from .sharing import Shared, SharingCheck, verdict
-from .warmup import CacheFlush, warmup_count, warmup_workload
+from .warmup import CacheFlush, FlushStalled, warmup_count, warmup_workload
 from .workloads import Workload
 
 # one logging interval is one sample of a workload's steps, too few to call a disagreement
@@ -290,7 +290,11 @@ class LiveServer:
         except MeasurementError as exc:
             self.check_alive()
             fail(f"server {self.id}: {during}: {str(exc).removeprefix(f'workload {workload.name!r}: ')}")
-        return self.cache_flush.flush(self.url)
+        try:
+            return self.cache_flush.flush(self.url, self.stall_timeout)
+        except FlushStalled as stall:
+            self._stalled(f"{during}: {stall}; raise {self.stall_setting} if the server is just slow")
+        raise AssertionError("unreachable: a stalled flush fails the test")
 
     def _warn_whole_at_once(self, measurement: Measurement) -> None:
         """Say which requests' outputs arrived whole at once: their TTFT is their whole

@@ -10,6 +10,8 @@ concurrency (its first prompts, its sampling settings and max_new_tokens: the sh
 The flush drops the warm-up's prompts from the prefix cache, so the measured requests find none
 of their own prefixes cached, and resets SGLang's lifetime speculative counters. SGLang flushes
 only while idle and refuses otherwise (HTTP 400): a refusal is said once per server, not failed.
+A flush unanswered for the run's stall timeout (where that is the shorter wait) is a stall: the
+server answers it at once, so silence that long is a frozen server, as a silent workload is.
 
 How many: a workload's `warmup_requests` key, else the run-wide `--specdec-warmup-requests`, else
 one round (min(concurrency, num_prompts)); 0 sends none and flushes nothing.
@@ -43,12 +45,20 @@ def warmup_workload(workload: Workload, count: int) -> Workload:
     return workload.resized(count)
 
 
-async def _flush_async(url: str) -> tuple[int, str]:
+class FlushStalled(Exception):
+    """/flush_cache did not answer within the run's stall timeout (`waited_s` seconds)."""
+
+    def __init__(self, waited_s: float) -> None:
+        self.waited_s = waited_s
+        super().__init__(f"{api.FLUSH_CACHE} did not answer within {waited_s:g}s")
+
+
+async def _flush_async(url: str, timeout_s: float) -> tuple[int, str]:
     import aiohttp
 
     async with aiohttp.ClientSession() as session:
         async with session.post(f"{url.rstrip('/')}{api.FLUSH_CACHE}",
-                                timeout=aiohttp.ClientTimeout(total=FLUSH_TIMEOUT_S)) as resp:
+                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             return resp.status, (await resp.text(errors="replace")).strip()
 
 
@@ -60,15 +70,19 @@ class CacheFlush:
     said: set[str] = field(default_factory=set)
     warn: Callable[[str], None] = field(default=lambda text: warnings.warn(text, stacklevel=4))
 
-    def flush(self, url: str) -> bool:
-        """POST /flush_cache; whether the server flushed (a refusal is said once for this URL)."""
+    def flush(self, url: str, stall_timeout: float | None = None) -> bool:
+        """POST /flush_cache; whether the server flushed (a refusal is said once for this URL).
+        Raises FlushStalled where the run's `stall_timeout`, shorter than FLUSH_TIMEOUT_S, ran out."""
         import aiohttp
 
         from .client import _run_sync
 
+        timeout_s = FLUSH_TIMEOUT_S if stall_timeout is None else min(FLUSH_TIMEOUT_S, stall_timeout)
         try:
-            status, body = _run_sync(lambda: _flush_async(url))
+            status, body = _run_sync(lambda: _flush_async(url, timeout_s))
         except asyncio.TimeoutError:
+            if timeout_s < FLUSH_TIMEOUT_S:
+                raise FlushStalled(timeout_s) from None
             self._unflushed(url, f"did not answer within {FLUSH_TIMEOUT_S:g} s")
             return False
         except (aiohttp.ClientError, OSError) as exc:
@@ -90,4 +104,4 @@ class CacheFlush:
                   f"cached (said once per server this run)")
 
 
-__all__ = ["FLUSH_TIMEOUT_S", "CacheFlush", "warmup_count", "warmup_workload"]
+__all__ = ["FLUSH_TIMEOUT_S", "CacheFlush", "FlushStalled", "warmup_count", "warmup_workload"]

@@ -1,0 +1,78 @@
+"""Each call the plugin makes to a ready server around a workload, on a server that takes the
+connection and never answers: the test goes red within the run's stall timeout (a short one, as
+a user sets it), not after the call's own longer wait, naming the server, the call and the option."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import threading
+import time
+from typing import Iterator
+
+import pytest
+
+from pytest_specdec.live import LiveServer
+from pytest_specdec.metrics import RequestRecord, WorkloadResult
+from pytest_specdec.servers.spec import ServerSpec
+from pytest_specdec.workloads import Prompt, Workload
+
+STALL_S = 1.0
+HOLD_S = 15.0  # longer than the stall timeout, shorter than the old waits: they fail the bound
+
+
+@contextlib.contextmanager
+def silent(paths: tuple[str, ...] = ()) -> Iterator[str]:
+    """A server that accepts every connection; the requests for `paths` (all where empty) it never
+    answers (for HOLD_S), the others it answers 404. Its URL."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _any(self) -> None:
+            if not paths or self.path.split("?")[0] in paths:
+                time.sleep(HOLD_S)
+            self.send_error(404)
+
+        do_GET = do_POST = _any
+
+        def log_message(self, *args) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_port}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def answered(url: str, workload: Workload, **kwargs) -> WorkloadResult:
+    """run_workload's result for a workload whose every request streamed its tokens."""
+    records = tuple(RequestRecord(index=i, status=200, finish_reason="length", prompt_tokens=4,
+                                  completion_tokens=workload.max_new_tokens, ttft_ms=1.0, e2e_ms=2.0, chunks=4)
+                    for i in range(len(workload.prompts)))
+    return WorkloadResult(workload.name, url, workload.concurrency, records, wall_s=0.01)
+
+
+WORKLOAD = Workload(name="chat", prompts=(Prompt("hi"),), max_new_tokens=4, concurrency=1)
+
+
+def test_a_flush_the_server_never_answers_is_a_stall_after_the_stall_timeout(monkeypatch):
+    """/flush_cache after the warm-up waited its own 30 s, then only warned, once per workload,
+    before the workload itself stalled: it is now bound by the stall timeout and fails as a stall."""
+    monkeypatch.setattr("pytest_specdec.live.client.run_workload", answered)
+    reported = []
+    with silent(("/flush_cache",)) as url:
+        server = LiveServer(spec=ServerSpec("embedded", "ar"), url=url, log_path=None, check=lambda: None,
+                            token_counter=None, stall_timeout=STALL_S, stall_setting="--specdec-stall-timeout",
+                            report_failure=reported.append)
+        began = time.monotonic()
+        with pytest.raises(pytest.fail.Exception) as info:
+            server.run(WORKLOAD)
+        took = time.monotonic() - began
+    assert str(info.value) == ("server ar-tp1 stalled: workload 'chat', during its warm-up (1 untimed request "
+                               "before it is measured): /flush_cache did not answer within 1s; raise "
+                               "--specdec-stall-timeout if the server is just slow")
+    assert took < STALL_S + 3, took
+    assert [error.reason for error in reported] == ["stalled"]
