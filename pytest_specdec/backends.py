@@ -582,7 +582,8 @@ class AttachBackend(Backend):
 
         url = state.settings.server_url
         try:
-            return ServerPool.attach(url, announce=announce)
+            return ServerPool.attach(url, announce=announce, stall_timeout=state.settings.stall_timeout,
+                                     stall_setting=state.settings.setter("stall_timeout"))
         except Exception as exc:
             raise SpecdecUsageError(f"{state.settings.source('server_url')} {url}: {exc}") from None
 

@@ -36,6 +36,9 @@ class AttachMismatch(Exception):
 #: on a server whose /health has just answered.
 REREAD_PAUSE_S = 1.0
 
+#: How long a /server_info read may take (at a liveness check, no longer than its /health's bound).
+SERVER_INFO_TIMEOUT_S = 10.0
+
 FIELDS = {"method": "method", "tp": "TP", "budget": "budget", "model": "model", "draft_model": "draft model"}
 
 
@@ -217,7 +220,7 @@ def mismatch(url: str, identity: ServerIdentity, spec: ServerSpec) -> str | None
     return f"attached server {url.rstrip('/')} is {identity.id} (per /server_info); this test needs {spec.id}"
 
 
-def fetch_server_info(url: str, timeout: float = 10.0) -> dict:
+def fetch_server_info(url: str, timeout: float = SERVER_INFO_TIMEOUT_S) -> dict:
     """GET /server_info (or the pre-rename /get_server_info) as a dict. A server that takes the
     connection and never answers is `hang` (a stuck scheduler), not `unreachable`."""
     last: Exception | None = None
@@ -271,10 +274,13 @@ class AttachedServer:
     log_path: Path | None = None
     pid: int | None = None
 
-    def __init__(self, url: str, *, health_timeout: float = HEALTH_TIMEOUT_S,
+    def __init__(self, url: str, *, health_timeout: float = HEALTH_TIMEOUT_S, stall_timeout: float | None = None,
+                 stall_setting: str = "--specdec-stall-timeout",
                  announce: Callable[[str], None] | None = None) -> None:
         self.url = url.rstrip("/")
         self.health_timeout = health_timeout
+        self.stall_timeout = stall_timeout  # the run's bound on silence, which caps each liveness read
+        self.stall_setting = stall_setting
         self.announce = announce  # says a /health check's wait as it goes on
         self.info = fetch_server_info(self.url)
         self.identity = identify(self.info)
@@ -288,36 +294,52 @@ class AttachedServer:
         self.spec = spec
         return self
 
+    # The same cap as a launched server's: the health limit, or the stall timeout where shorter.
+    liveness_timeout = ManagedServer.liveness_timeout
+
     def check_alive(self, timeout: float | None = None, announce: Callable[[str], None] | None = None) -> None:
         name = self.spec.id if self.spec else self.identity.id
+        capped = not timeout and self.liveness_timeout < self.health_timeout  # by the stall timeout
+        timeout = timeout or self.liveness_timeout
+        bound = (f"the stall timeout, {self.stall_setting}" if capped else
+                 f"the {self.health_timeout:g}s /health limit; {self.stall_setting} lowers it")
         outcome, status = probe_saying(
-            self.url + api.HEALTH, timeout or self.health_timeout, announce or self.announce,
+            self.url + api.HEALTH, timeout, announce or self.announce,
             lambda rest: f"server {name} (attached at {self.url}): /health did not answer within "
                          f"{HEALTH_QUIET_S:g}s; waiting up to {rest:.0f}s more before counting it as "
-                         f"unresponsive (bound: the {self.health_timeout:g}s /health limit)")
+                         f"unresponsive (bound: {bound})")
         if outcome != "ok":
-            what = describe_probe(api.HEALTH, outcome, status, timeout or self.health_timeout)
+            what = describe_probe(api.HEALTH, outcome, status, timeout)
+            if outcome == "timeout" and capped:
+                what += f"; raise {self.stall_setting} if the server is just slow"
             raise ServerError(
                 name,
                 "unresponsive",
                 f"{what} (attached at {self.url})",
                 headline=f"attached server {name} at {self.url} is not healthy: {what}",
             )
-        self.check_same()
+        self.check_same(min(timeout, SERVER_INFO_TIMEOUT_S))
 
-    def check_same(self) -> None:
+    def check_same(self, timeout: float = SERVER_INFO_TIMEOUT_S) -> None:
         """The server is still what it said at the run's start (each liveness check asks): one
         restarted on its URL as another configuration between tests or workloads would have its
         figures recorded and gated as the configuration it was. Raises ServerError (`changed`).
         A failed read is read again once: /health has just answered, and the pool fails every later
-        test of a configuration whose attached server fails a check, so one blip would end them all."""
+        test of a configuration whose attached server fails a check, so one blip would end them all.
+        Each read waits at most `timeout` (check_alive's: the stall timeout where that is shorter)."""
         try:
-            info = fetch_server_info(self.url)
+            info = fetch_server_info(self.url, timeout)
         except ServerError as first:
+            if first.reason == "hang" and timeout < SERVER_INFO_TIMEOUT_S:  # bound by the stall timeout
+                name = self.spec.id if self.spec else self.identity.id
+                advice = f"; raise {self.stall_setting} if the server is just slow"
+                raise ServerError(name, "hang", f"{first.cause} (attached at {self.url}){advice}",
+                                  headline=f"attached server {name} at {self.url} is not healthy: "
+                                           f"{first.cause}{advice}") from None
             if first.reason != "unreachable":  # a hang has already waited its whole timeout
                 raise
             time.sleep(REREAD_PAUSE_S)
-            info = fetch_server_info(self.url)
+            info = fetch_server_info(self.url, timeout)
         now = identify(info)
         if now == self.identity:
             return

@@ -67,10 +67,12 @@ class ServerPool:
         self.stats = PoolStats()
 
     @classmethod
-    def attach(cls, url: str, announce: Callable[[str], None] | None = None) -> ServerPool:
+    def attach(cls, url: str, announce: Callable[[str], None] | None = None, stall_timeout: float | None = None,
+               stall_setting: str = "--specdec-stall-timeout") -> ServerPool:
         """A pool over one running server; `acquire(spec)` raises AttachMismatch unless it is `spec`.
-        `announce` says a liveness check's wait as it goes on."""
-        return cls(None, attached=AttachedServer(url, announce=announce))
+        `announce` says a liveness check's wait as it goes on; `stall_timeout` caps that wait."""
+        return cls(None, attached=AttachedServer(url, announce=announce, stall_timeout=stall_timeout,
+                                                 stall_setting=stall_setting))
 
     # -- public --------------------------------------------------------------------------------
 

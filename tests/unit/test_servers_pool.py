@@ -245,7 +245,8 @@ def test_an_attached_server_that_stops_answering_says_its_wait_and_what_it_saw(t
                                             f"/health did not answer within 4s"), str(caught.value)
         assert len(said) == 1 and re.fullmatch(
             rf"server ar-tp1 \(attached at {re.escape(running.url)}\): /health did not answer within 2s; "
-            r"waiting up to \d+s more before counting it as unresponsive \(bound: the 4s /health limit\)",
+            r"waiting up to \d+s more before counting it as unresponsive \(bound: the 4s /health limit; "
+            r"--specdec-stall-timeout lowers it\)",
             said[0]), said
     finally:
         os.kill(running.pid, signal.SIGCONT)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import json
 import threading
 import time
 from typing import Iterator
@@ -14,22 +15,34 @@ import pytest
 
 from pytest_specdec.live import LiveServer
 from pytest_specdec.metrics import RequestRecord, WorkloadResult
+from pytest_specdec.servers.attach import AttachedServer
+from pytest_specdec.servers.diagnosis import ServerError
 from pytest_specdec.servers.spec import ServerSpec
 from pytest_specdec.workloads import Prompt, Workload
 
 STALL_S = 1.0
 HOLD_S = 15.0  # longer than the stall timeout, shorter than the old waits: they fail the bound
+ANSWERS = {"/server_info": {"model_path": "m", "tp_size": 1, "speculative_algorithm": None}, "/health": {}}
 
 
 @contextlib.contextmanager
-def silent(paths: tuple[str, ...] = ()) -> Iterator[str]:
-    """A server that accepts every connection; the requests for `paths` (all where empty) it never
-    answers (for HOLD_S), the others it answers 404. Its URL."""
+def silent(paths: tuple[str, ...] | set[str] | None = None) -> Iterator[str]:
+    """A server that accepts every connection; the requests for `paths` (all where None; a set
+    may change as it serves) it never answers (for HOLD_S), the others it answers as an ar server:
+    /server_info and /health, else 404. Its URL."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def _any(self) -> None:
-            if not paths or self.path.split("?")[0] in paths:
+            path = self.path.split("?")[0]
+            if paths is None or path in paths:
                 time.sleep(HOLD_S)
+            if path in ANSWERS:
+                body = json.dumps(ANSWERS[path]).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
             self.send_error(404)
 
         do_GET = do_POST = _any
@@ -76,3 +89,24 @@ def test_a_flush_the_server_never_answers_is_a_stall_after_the_stall_timeout(mon
                                "--specdec-stall-timeout if the server is just slow")
     assert took < STALL_S + 3, took
     assert [error.reason for error in reported] == ["stalled"]
+
+
+@pytest.mark.parametrize("path, said", [
+    ("/health", "/health did not answer within 1s"),
+    ("/server_info", "it accepted the connection but did not answer /server_info within 1s"),
+])
+def test_an_attached_servers_liveness_check_is_bound_by_the_stall_timeout(path, said):
+    """An attached server's check (before each test, after each workload) waited the 25 s /health
+    limit, then 10 s for its identity's re-read, whatever the stall timeout, where a launched
+    server's waits at most the stall timeout, as the README's Options table says of both."""
+    hung: set[str] = set()
+    with silent(hung) as url:
+        server = AttachedServer(url, stall_timeout=STALL_S, stall_setting="ini specdec_stall_timeout")
+        hung.add(path)
+        began = time.monotonic()
+        with pytest.raises(ServerError) as info:
+            server.check_alive()
+        took = time.monotonic() - began
+    assert str(info.value) == (f"attached server ar-tp1 at {url} is not healthy: {said}; raise ini "
+                               f"specdec_stall_timeout if the server is just slow")
+    assert took < STALL_S + 3, took
