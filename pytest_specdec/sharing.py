@@ -171,6 +171,11 @@ def shared_note(names: list[str], switch: str) -> str:
             f"shown marked shared, not gated and not saved into the baseline ({switch})")
 
 
+#: seconds a /metrics scrape may take: it answers at once, off the scheduler, so a longer silence
+#: is a server the liveness check names, and no reason to outwait the user's stall timeout
+SCRAPE_TIMEOUT_S = 10.0
+
+
 @dataclass
 class SharingCheck:
     """The run's check (one per process): reads the counter and the live load, and says once per
@@ -179,14 +184,16 @@ class SharingCheck:
     said: set[tuple[str, str]] = field(default_factory=set)  # (URL, what): what could not be read
     warn: Callable[[str], None] = field(default=lambda text: warnings.warn(text, stacklevel=4))
 
-    def read(self, url: str) -> float | None:
-        """The counter now, or None where it cannot be read (said once for this URL)."""
+    def read(self, url: str, stall_timeout: float | None = None) -> float | None:
+        """The counter now, or None where it cannot be read (said once for this URL); a scrape
+        waits SCRAPE_TIMEOUT_S at most, or the run's `stall_timeout` where shorter."""
         import aiohttp  # lazy: RunState holds this check from configure time, before any server
 
         from . import client
 
         try:
-            samples = client.scrape_metrics(url)
+            samples = client.scrape_metrics(url, timeout_s=SCRAPE_TIMEOUT_S if stall_timeout is None
+                                            else min(SCRAPE_TIMEOUT_S, stall_timeout))
         except client.ServerQueryError as exc:
             if exc.status == 404:
                 self._unchecked(url, "does not serve /metrics (SGLang serves it only when started with "

@@ -18,6 +18,7 @@ from pytest_specdec.metrics import RequestRecord, WorkloadResult
 from pytest_specdec.servers.attach import AttachedServer
 from pytest_specdec.servers.diagnosis import ServerError
 from pytest_specdec.servers.spec import ServerSpec
+from pytest_specdec.sharing import SharingCheck
 from pytest_specdec.workloads import Prompt, Workload
 
 STALL_S = 1.0
@@ -110,3 +111,21 @@ def test_an_attached_servers_liveness_check_is_bound_by_the_stall_timeout(path, 
     assert str(info.value) == (f"attached server ar-tp1 at {url} is not healthy: {said}; raise ini "
                                f"specdec_stall_timeout if the server is just slow")
     assert took < STALL_S + 3, took
+
+
+def test_the_sharing_checks_scrape_of_a_silent_server_waits_no_longer_than_the_stall_timeout():
+    """The /metrics read before a workload waited its own 10 s on a server that never answers (then
+    the workload stalled): a red after 10 s plus the stall timeout, two such reads a workload where
+    only /metrics is silent. Each now waits the stall timeout at most."""
+    reported = []
+    with silent() as url:
+        server = LiveServer(spec=ServerSpec("embedded", "ar"), url=url, log_path=None, check=lambda: None,
+                            token_counter=None, stall_timeout=STALL_S, warmup_requests=0,
+                            sharing=SharingCheck(warn=reported.append), report_failure=reported.append)
+        began = time.monotonic()
+        with pytest.raises(pytest.fail.Exception) as info:
+            server.run(WORKLOAD)
+        took = time.monotonic() - began
+    assert str(info.value).startswith("server ar-tp1 stalled: no token for "), str(info.value)
+    assert took < 2 * STALL_S + 3, took
+    assert [error.reason for error in reported] == ["stalled"]

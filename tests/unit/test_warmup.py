@@ -81,9 +81,9 @@ class CountingCheck(SharingCheck):
         super().__init__(warn=lambda text: None)
         self.served: list[int] = []
 
-    def read(self, url: str) -> float | None:
+    def read(self, url: str, stall_timeout: float | None = None) -> float | None:
         self.served.append(requests_served(url))
-        return super().read(url)
+        return super().read(url, stall_timeout)
 
 
 def live(url: str, **fields) -> tuple[LiveServer, CountingCheck, list[str]]:
