@@ -222,7 +222,7 @@ class LiveServer:
         # read last before the workload and first after it: nothing of ours generates in between;
         # the load first, so a request of another client that ends while it waits is not counted
         check = self.sharing
-        busy_before = check.in_flight(self.url) if check is not None else None
+        busy_before = check.in_flight(self.url, self.stall_timeout) if check is not None else None
         generated = check.read(self.url, self.stall_timeout) if check is not None else None
         meter = CpuWaitMeter(self.pids) if self.pids is not None else None
         if meter is not None:
@@ -240,7 +240,7 @@ class LiveServer:
         calibration = meter.stop(result.wall_s) if meter is not None else None
         if check is not None and not result.errors:
             # the load first: the counter then counts a request of another client that ends while it waits
-            busy_after = check.in_flight(self.url)
+            busy_after = check.in_flight(self.url, self.stall_timeout)
             after = check.read(self.url, self.stall_timeout) if generated is not None else None
             self.last_shared = verdict(generated, after, result.completion_tokens, (busy_before, busy_after))
         self.last_result = result

@@ -174,6 +174,7 @@ def shared_note(names: list[str], switch: str) -> str:
 #: seconds a /metrics scrape may take: it answers at once, off the scheduler, so a longer silence
 #: is a server the liveness check names, and no reason to outwait the user's stall timeout
 SCRAPE_TIMEOUT_S = 10.0
+LOAD_TIMEOUT_S = 5.0  # a load read, likewise: the scheduler's last snapshot, answered at once
 
 
 @dataclass
@@ -211,19 +212,21 @@ class SharingCheck:
             self._unchecked(url, f"serves /metrics without {api.METRIC_GENERATION_TOKENS}")
         return count
 
-    def in_flight(self, url: str, grace_s: float = GRACE_S) -> int | None:
+    def in_flight(self, url: str, stall_timeout: float | None = None, grace_s: float = GRACE_S) -> int | None:
         """The requests the server runs or queues now, ours all answered, read again while any
         for up to `grace_s` (its snapshot may lag a step); None where the load cannot be read (said
-        once for this URL)."""
+        once for this URL). A read waits LOAD_TIMEOUT_S at most, or `stall_timeout` where shorter."""
         import aiohttp  # lazy, as in read
 
         from . import client
 
         deadline = time.monotonic() + grace_s
         pause = 0.05
+        timeout_s = LOAD_TIMEOUT_S if stall_timeout is None else min(LOAD_TIMEOUT_S, stall_timeout)
+        path = api.LOADS
         while True:
             try:
-                path, body = client.fetch_loads(url)
+                path, body = client.fetch_loads(url, timeout_s=timeout_s)
                 count = requests_in_flight(path, body)
             except client.ServerQueryError as exc:
                 if exc.status == 404:

@@ -160,3 +160,25 @@ def test_the_loads_evidence_is_marked_and_kept_in_the_journal_and_an_older_recor
     assert verdict(1000, 1200, 72).to_json() == {"server_tokens": 200, "own_tokens": 72}  # as before the load
     assert Shared.from_json({"server_tokens": 200, "own_tokens": 72}) == Shared(200, 72)
     assert Shared.from_json({"server_tokens": 200, "own_tokens": 72, "in_flight": "x"}) is None
+
+
+class GarbledLoad(QuietHandler):
+    """/v1/loads answered 200 with a body that is no JSON (a proxy's error page)."""
+
+    def do_GET(self) -> None:
+        body = b"<html>bad gateway</html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_a_load_answer_that_is_no_json_is_said_once_not_raised():
+    """Said once and read as unchecked, never as idle nor raised out of the workload's test."""
+    said: list[str] = []
+    check = SharingCheck(warn=said.append)
+    with serving(GarbledLoad) as url:
+        assert check.in_flight(url) is None
+        assert check.in_flight(url) is None
+    assert len(said) == 1 and said[0].startswith(f"pytest-specdec: the server at {url} answered /v1/loads badly "), said
