@@ -46,7 +46,20 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _rows(text: str) -> int:
+    """A number of rows, 0 or more, as --specdec-summary-rows takes it (argparse says what is wrong)."""
+    from .options import _count
+
+    try:
+        return _count(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _parser() -> argparse.ArgumentParser:
+    from .options import OPTIONS_BY_NAME
+
+    rows = OPTIONS_BY_NAME["summary_rows"]
     parser = argparse.ArgumentParser(prog="python -m pytest_specdec",
                                      description="pytest-specdec tools")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -69,6 +82,11 @@ def _parser() -> argparse.ArgumentParser:
                        help="seconds --save-baseline waits for a baseline folder file's lock while "
                             f"another run holds it, before it fails (default: {LOCK_TIMEOUT_S:g})")
     merge.add_argument("--no-plots", action="store_true", help="write no plots")
+    merge.add_argument("--summary-rows", type=_rows, default=rows.default, metavar="N",
+                       help=f"the most rows the printed table shows, as a run's {rows.cli}: past N, the "
+                            f"rows of tests that passed ok beyond N fold into one line (the merged "
+                            f"report.md and results.json keep every row); 0 shows every row "
+                            f"(default: {rows.default})")
     return parser
 
 
@@ -92,7 +110,9 @@ def merge_command(args: argparse.Namespace, out=None) -> int:
         if os.path.realpath(target) == os.path.realpath(shard):  # its report and shard.json are a shard's
             raise SpecdecUsageError(f"--out {target} is the shard folder {shard}: the merged report "
                                     f"would overwrite that shard's own; name another folder")
-    merged = merge.merge(args.shard_dirs)
+    # where the lines that name a few of many tests say the rest are: the report this merge writes
+    where = f"{target / 'report.md'} and {target / 'results.json'}"
+    merged = merge.merge(args.shard_dirs, where)
     _check_targets(args, merged)
     # the merge runs in the project, as its default --baseline-dir says: paths relative to it
     rows = [replace(row, reason=relative(row.reason, Path.cwd())) if row.reason else row
@@ -119,14 +139,14 @@ def merge_command(args: argparse.Namespace, out=None) -> int:
     except OSError as exc:  # the CI runner's variable, not the user's input: the merge stands, as a run does
         print(f"specdec merge: warning: GITHUB_STEP_SUMMARY not written: "
               f"{exc.filename or '$GITHUB_STEP_SUMMARY'}: {exc.strerror or exc}", file=sys.stderr)
-    print(report.format_table(rows), file=out)
+    print(report.format_table(rows, limit=args.summary_rows, every_row=f"every row is in {where}"), file=out)
     for line in merge.not_measured(merged):
         print(f"specdec merge: not measured: {line}", file=out)
     unrecorded = merge.unrecorded_gate(merged)
     if unrecorded:  # as one run's summary says it; only a merge of every shard can know it
         print(f"specdec merge: {unrecorded}", file=out)
     if not args.save_baseline:
-        _small_samples(merged, out)
+        _small_samples(merged, out, where=where)
     else:
         from .baselines import LockTimeout
 
@@ -137,19 +157,19 @@ def merge_command(args: argparse.Namespace, out=None) -> int:
         try:
             saved, saved_files = merge.save_baselines(merged, args.baseline_dir, lock)
         except LockTimeout as exc:
-            _small_samples(merged, out)
+            _small_samples(merged, out, where=where)
             raise SpecdecUsageError(f"{exc}; the figures stay in the shard folders: once the lock is "
                                     f"free, merge again with --save-baseline (a figure saved already "
                                     f"is not pooled twice)") from None
         except OSError as exc:  # the report is written; each baseline folder file is whole, old or new
-            _small_samples(merged, out)
+            _small_samples(merged, out, where=where)
             raise SpecdecUsageError(f"baseline not saved: {unwritable(exc, args.baseline_dir, '--baseline-dir')}; "
                                     f"the merged report is written to --out {target}{_baseline_folder_left(args)}: "
                                     f"merge again with --save-baseline once it can be written") from None
         except SpecdecUsageError:  # a baseline file broken since the merge checked it
-            _small_samples(merged, out)
+            _small_samples(merged, out, where=where)
             raise
-        _small_samples(merged, out, saved_files)
+        _small_samples(merged, out, saved_files, where)
         for path in saved:
             print(f"specdec merge: saved into {path}", file=out)
         if merged.partial_durations():  # as a run with --specdec-save-baseline says it
@@ -157,7 +177,7 @@ def merge_command(args: argparse.Namespace, out=None) -> int:
         failed, lossy = merge.left_out(merged)
         shared = merge.shared(merged)
         if failed or lossy or shared:  # as a run with --specdec-save-baseline says it
-            print(f"specdec merge: left out of the baseline {baselines.left_out(failed, lossy, '', shared)}",
+            print(f"specdec merge: left out of the baseline {baselines.left_out(failed, lossy, '', shared, where)}",
                   file=out)
     if files.plot_error:
         print(f"specdec merge: {files.plot_error}", file=out)
@@ -166,7 +186,7 @@ def merge_command(args: argparse.Namespace, out=None) -> int:
     if merge.shared(merged):  # as a run's end counts them
         from .sharing import shared_note
 
-        print(f"specdec merge: {shared_note(merge.shared(merged), '--specdec-allow-shared')}", file=out)
+        print(f"specdec merge: {shared_note(merge.shared(merged), '--specdec-allow-shared', where)}", file=out)
     for line in merged.skipped:
         print(f"specdec merge: {line}", file=out)
     for line in merged.notes:
@@ -178,10 +198,11 @@ def merge_command(args: argparse.Namespace, out=None) -> int:
     return 0 if merged.ok else 1
 
 
-def _small_samples(merged, out, saved: dict | None = None) -> None:
+def _small_samples(merged, out, saved: dict | None = None, where: str = "") -> None:
     """The gated figures decided from small samples, as each shard's summary says it, for the
     merged run; `saved`: {hardware key: its baseline file as this merge's save left it}, whose
-    pooled runs the line says rather than advise a save this merge made."""
+    pooled runs the line says rather than advise a save this merge made; `where`: the merged
+    report, which lists every figure the line names only a few of."""
     from .summary import small_sample_gate
 
     hardware = {id(result): manifest.hardware_key for result, manifest, _ in merged.results}
@@ -191,7 +212,7 @@ def _small_samples(merged, out, saved: dict | None = None) -> None:
         entry = file.get(result.test_id, metric) if file is not None else None
         return entry.runs if entry is not None else None
 
-    small = small_sample_gate((result for result, _, _ in merged.results), "--save-baseline", runs)
+    small = small_sample_gate((result for result, _, _ in merged.results), "--save-baseline", runs, where)
     if small:
         print(f"specdec merge: {small}", file=out)
 

@@ -693,12 +693,15 @@ def check_saveable(metric: MetricValue, test_id: str, path: Path) -> None:
                                     f"cannot hold; nothing was saved into {path}, which keeps its entries")
 
 
-def left_out(failed: list[str], lossy: list[str], are: str = "", shared: list[str] = ()) -> str:
+def left_out(failed: list[str], lossy: list[str], are: str = "", shared: list[str] = (), where: str = "") -> str:
     """Which results a save leaves out of the baseline file and why, by test id, as a run's
     `--specdec-save-baseline` and `specdec merge --save-baseline` both say it: those of failed
     tests (expected failures of known issues included) first, then those of configurations that
-    are not lossless, then those measured on a shared server (--specdec-allow-shared)."""
-    parts = [f"{len(group)} result(s){are} of {what} ({', '.join(group)})"
+    are not lossless, then those measured on a shared server (--specdec-allow-shared); the first
+    few of each where there are many, and `where` (the report) lists them all."""
+    from .table_fold import named
+
+    parts = [f"{len(group)} result(s){are} of {what} ({named(group, where)})"
              for group, what in ((failed, "failed tests, which are no reference"),
                                  (lossy, "configurations that are not lossless"),
                                  (list(shared), "workloads measured on a shared server, whose figures "

@@ -99,8 +99,11 @@ def write(path: str | Path, durations: Mapping[str, float]) -> dict[str, float]:
 
 def not_saved(partial: Iterable[str], measured: str = "this run") -> str:
     """The line a save says for the configurations whose entries it kept (`partial`): what
-    `measured` took of each was a part of its cost, which the next sharded run would balance on."""
-    return (f"durations not saved for {', '.join(partial)}: {measured} measured only some of the "
+    `measured` took of each was a part of its cost, which the next sharded run would balance on.
+    The first few of many: a narrowed run of a whole matrix measured each configuration in part."""
+    from .table_fold import named
+
+    return (f"durations not saved for {named(list(partial))}: {measured} measured only some of the "
             f"tests of each (-k, -m, --deselect, --lf, -x, a resume); shards balanced on part "
             f"of a configuration's time would be uneven")
 

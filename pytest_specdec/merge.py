@@ -332,7 +332,11 @@ def _workload_in(name: str, config: str | None, workloads: dict[str, str]) -> st
     return workload_in(name[name.find("[") + 1:-1].replace(config, "", 1), workloads)
 
 
-def merge(directories: Iterable[str | Path]) -> Merged:
+def merge(directories: Iterable[str | Path], where: str = "") -> Merged:
+    """The shards of `directories` merged: rows, results, and the lines the merge ends with, which
+    name the first few of many tests and say `where` (the merged report) lists them all."""
+    from .table_fold import named
+
     manifests = load(directories)
     first = manifests[0]
     present = {m.shard.index: m for m in manifests}
@@ -374,7 +378,7 @@ def merge(directories: Iterable[str | Path]) -> Merged:
         elif manifest.stopped_by is not None:  # the rest of its tests never ran
             failed = sorted({r.config for r in shard_rows if r.outcome in FAILED_OUTCOMES})
             problems.append(f"{manifest.name} was stopped by {manifest.stopped_by} (pytest exit status "
-                            f"{manifest.exitstatus})" + (f": {', '.join(failed)}" if failed else "")
+                            f"{manifest.exitstatus})" + (f": {named(failed, where)}" if failed else "")
                             + f"; {_resume(manifest)} to measure the rest, and merge again")
         elif manifest.exitstatus == NO_TESTS_COLLECTED:  # not a failure of its tests: none ran
             by = f": {', '.join(manifest.left_out_by)} left them all out" if manifest.left_out_by else ""
@@ -383,7 +387,7 @@ def merge(directories: Iterable[str | Path]) -> Merged:
         elif manifest.exitstatus not in (0, None):
             failed = sorted({r.config for r in shard_rows if r.outcome in FAILED_OUTCOMES})
             problems.append(f"{manifest.name} failed (pytest exit status {manifest.exitstatus})"
-                            + (f": {', '.join(failed)}" if failed else ""))
+                            + (f": {named(failed, where)}" if failed else ""))
     warnings = baselines_differ(manifests) + commits_differ(manifests)
     differing = gates_differ(manifests)
     if differing:
@@ -418,9 +422,9 @@ def merge(directories: Iterable[str | Path]) -> Merged:
                    if i in absent]
         problems.append(f"missing shard(s) {', '.join(f'{i}/{first.shard.count}' for i in absent)}"
                         f": {len(lacking)} configuration(s) have no result"
-                        + (f": {', '.join(lacking)}" if lacking else ""))
+                        + (f": {named(lacking, where)}" if lacking else ""))
     return Merged(tuple(manifests), tuple(rows), tuple(results), tuple(problems), tuple(skipped),
-                  notes=tuple(uncounted_across(compared) + blind_across(compared)), warnings=tuple(warnings))
+                  notes=tuple(uncounted_across(compared, where) + blind_across(compared, where)), warnings=tuple(warnings))
 
 
 @dataclass(frozen=True)
@@ -458,7 +462,7 @@ def _compared(results: Sequence[tuple[Result, ShardManifest, str]], *,
     return out
 
 
-def uncounted_across(compared: dict[str, _Compared]) -> list[str]:
+def uncounted_across(compared: dict[str, _Compared], where: str = "") -> list[str]:
     """The line (or none) naming the configurations whose comparison across shards checked only
     the first N characters of some outputs under prefix:N, as a run's summary names its own
     (`lossless.uncounted`): each shard saw no reference to compare them with, so none said it."""
@@ -466,16 +470,16 @@ def uncounted_across(compared: dict[str, _Compared]) -> list[str]:
     for test_id, check in compared.items():
         if lossless.uncounted(check.candidate.outputs, check.reference.outputs, check.exactness):
             by_mode.setdefault(str(check.exactness), []).append(test_id)
-    return [lossless.uncounted_note(lossless.parse_exactness(mode), names) for mode, names in by_mode.items()]
+    return [lossless.uncounted_note(lossless.parse_exactness(mode), names, where) for mode, names in by_mode.items()]
 
 
-def blind_across(compared: dict[str, _Compared]) -> list[str]:
+def blind_across(compared: dict[str, _Compared], where: str = "") -> list[str]:
     """The line (or none) naming the configurations whose comparison across shards passed on texts
     holding U+FFFD, which could not see those characters (`lossless.blind`), as a run's summary
     names its own: each shard saw no reference to compare them with, so none said it."""
     names = [test_id for test_id, check in compared.items()
              if lossless.blind(check.candidate.outputs, check.reference.outputs, check.exactness)]
-    return [lossless.blind_note(names)] if names else []
+    return [lossless.blind_note(names, where)] if names else []
 
 
 def _divergences(results: Sequence[tuple[Result, ShardManifest, str]], *,

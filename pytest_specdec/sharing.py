@@ -165,9 +165,12 @@ def sharing_message(config: str, record: Shared, switch: str) -> str:
             f"shared, run with {switch} to record its figures marked shared, never gated nor saved")
 
 
-def shared_note(names: list[str], switch: str) -> str:
-    """The end of a run (or merge) that recorded workloads measured on a shared server."""
-    return (f"{len(names)} workload(s) measured on a shared server ({', '.join(names)}): their figures are "
+def shared_note(names: list[str], switch: str, where: str = "") -> str:
+    """The end of a run (or merge) that recorded workloads measured on a shared server; the first
+    few names where there are many, and `where` (the report) lists them all."""
+    from .table_fold import named
+
+    return (f"{len(names)} workload(s) measured on a shared server ({named(names, where)}): their figures are "
             f"shown marked shared, not gated and not saved into the baseline ({switch})")
 
 

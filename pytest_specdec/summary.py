@@ -108,18 +108,24 @@ def write(terminalreporter, results: Results, notes: list[str], problems: list[s
 
 def _write_table(terminalreporter, results: Results, table: list) -> None:
     from . import report
+    from .table_fold import named
 
     state = results.state
     terminalreporter.write_sep("=", "specdec summary")
     for line in report.format_table(table, limit=state.settings.summary_rows,
                                     every_row=_every_row(results)).splitlines():
         terminalreporter.write_line(line)
+    # one line per reason: a changed setting measures every test again, and a line each buried the rest
+    remeasured: dict[str, list[str]] = {}
     for nodeid, why in results.remeasured.items():
-        terminalreporter.write_line(f"specdec: resume: measured {nodeid.split('::')[-1]} again: {why}")
+        remeasured.setdefault(why, []).append(nodeid.split('::')[-1])
+    for why, names in remeasured.items():
+        terminalreporter.write_line(f"specdec: resume: measured {named(names)} again: {why}")
     uncompared = _uncompared_gate(results)
     if uncompared:
         terminalreporter.write_line(f"specdec: gate: {uncompared}", yellow=True)
-    small = small_sample_gate(results.all(), state.settings.setter("save_baseline"), results.saved_runs)
+    small = small_sample_gate(results.all(), state.settings.setter("save_baseline"), results.saved_runs,
+                              where=full_list(results))
     if small:
         terminalreporter.write_line(f"specdec: {small}", yellow=True)
     ungated = [row for row in table if row.verdict == "not gated"]
@@ -133,12 +139,18 @@ def _every_row(results: Results) -> str:
     """Where a folded summary table's rows all are: the report this run wrote, else the setting
     that shows them all in the terminal."""
     from .options import OPTIONS_BY_NAME
-    from .relpaths import relative_path
 
     if not results.reported:
         return f"{OPTIONS_BY_NAME['summary_rows'].cli}=0 shows every row"
-    return "every row is in " + " and ".join(relative_path(path, results.state.config.root)
-                                             for path in results.reported)
+    return f"every row is in {full_list(results)}"
+
+
+def full_list(results: Results) -> str:
+    """The report files this run wrote (`report.md and results.json`), where a line that names only
+    the first few of its tests (`table_fold.named`) says the rest are; empty where it wrote none."""
+    from .relpaths import relative_path
+
+    return " and ".join(relative_path(path, results.state.config.root) for path in results.reported)
 
 
 def _ungated_advice(state, ungated: Sequence) -> str:
@@ -172,6 +184,7 @@ def _uncompared_gate(results: Results) -> str | None:
     misspelt name in the baseline file, with the entries it likely meant; a baseline folder that
     is not there, and where it was set), or None."""
     from . import unmatched as unmatched_mod
+    from .table_fold import named
 
     state = results.state
     unmatched = _uncompared(results)  # none where being saved now
@@ -186,14 +199,15 @@ def _uncompared_gate(results: Results) -> str | None:
     baselines = _stored_baselines(results)
     # a test's figures that lack an entry for one reason are named together: a renamed workload
     # leaves every figure of every test without one, and one line each buried the names meant
-    named: dict[tuple[str, str], list[str]] = {}
+    grouped: dict[tuple[str, str], list[str]] = {}
     for result, metric, why, near in _entries_meant(results, baselines, unmatched):
         # a near name only: "no entry" for every figure of a first run says nothing more
         note = f" ({why}{unmatched_mod.did_you_mean(near)})" if near else ""
-        named.setdefault((result.test_id, note), []).append(metric)
-    listed = [f"{test_id} {', '.join(metrics)}{note}" for (test_id, note), metrics in named.items()]
+        grouped.setdefault((result.test_id, note), []).append(metric)
+    listed = [f"{test_id} {', '.join(metrics)}{note}" for (test_id, note), metrics in grouped.items()]
     return (f"{len(unmatched)} gated figure(s) have no entry in {state.baseline_path.name}, so nothing "
-            f"gated them: {'; '.join(listed)}; save them with {state.settings.setter('save_baseline')}, "
+            f"gated them: {named(listed, full_list(results), sep='; ')}; save them with "
+            f"{state.settings.setter('save_baseline')}, "
             f"or fix a misspelt name in the file")
 
 
@@ -236,15 +250,17 @@ def _entries_meant(results: Results, baselines, unmatched: list[tuple[Result, st
 
 
 def small_sample_gate(results: Iterable[Result], save: str,
-                      saved: Callable[[Result, str], int | None] | None = None) -> str | None:
+                      saved: Callable[[Result, str], int | None] | None = None, where: str = "") -> str | None:
     """The gated figures decided from too few samples for the gate's nominal false reds
     (`Comparison.small_sample`), with the fewest, the cost and the fix, in one line; None when
     there are none. A merge of shards says it too; `save` is the option that saves a baseline.
     `saved` (result, figure) -> how many runs the figure's entry pools in the baseline file this
     run saved (None: no entry there); None when this run saved none. A save pools one more run
-    into an entry of a single save: advice to save again would read as if this one had not."""
+    into an entry of a single save: advice to save again would read as if this one had not.
+    `where`: the report that lists every figure, which the line says where it names only a few."""
     from .baselines import POOLED_RUNS
     from .gate import ALPHA, FEW_SAMPLES
+    from .table_fold import named
 
     small = [(r, c) for r in results for c in r.comparisons if c.small_sample]
     if not small:
@@ -264,7 +280,7 @@ def small_sample_gate(results: Iterable[Result], save: str,
         sparse = [f"{c.metric}{f' of workload {r.workload}' if r.workload else ''} ({c.sample_count()})"
                   for r, c in few if c.requests >= FEW_SAMPLES]
         if sparse:
-            fixes.append(f"see why {', '.join(sparse)} had samples from so few of the requests (TPOT has "
+            fixes.append(f"see why {named(sparse, where)} had samples from so few of the requests (TPOT has "
                          f"none for an output of one token or one that arrived whole at once, which "
                          f"the run warned of)")
     if once:
@@ -491,13 +507,16 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
             exitstatus = pytest.ExitCode.INTERRUPTED
     elif state.settings.report:  # an old report there would read as this run's
         notes.append(nothing_reported(state))
+    from .table_fold import named
+
+    where = full_list(results)  # the report just written, where a line naming a few says the rest are
     if results.reruns:
-        notes.append(rerun_note(results.reruns))
+        notes.append(rerun_note(results.reruns, where))
     shared = results.shared() if results.all() else []
     if shared:  # passed under --specdec-allow-shared: the table marks each, this counts them
         from .sharing import shared_note
 
-        notes.append(shared_note(_names(shared), state.settings.setter("allow_shared")))
+        notes.append(shared_note(_names(shared), state.settings.setter("allow_shared"), where))
     from .run_limits import INTERRUPT, RunLimits
 
     limits = limits or RunLimits()
@@ -514,33 +533,33 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
     if leftover:
         notes.append(leftover)
     # a merge checks a shard's
-    unchecked = None if plan is not None else unchecked_lossless(results, limits.left_out_by)
+    unchecked = None if plan is not None else unchecked_lossless(results, limits.left_out_by, where)
     if unchecked:
         notes.append(unchecked)
-    sampled = sampled_lossless(results)
+    sampled = sampled_lossless(results, where)
     if sampled:
         notes.append(sampled)
-    figures_only = figures_only_lossless(results)
+    figures_only = figures_only_lossless(results, where)
     if figures_only:
         notes.append(figures_only)
-    by_text = uncounted_lossless(results)
+    by_text = uncounted_lossless(results, where)
     if by_text:
         notes.append(by_text)
-    unseen = blind_lossless(results)
+    unseen = blind_lossless(results, where)
     if unseen:
         notes.append(unseen)
     fixed = [nodeid.split("::")[-1] for nodeid, (outcome, _) in results.settled_known_issues().items()
              if outcome == "failed"]
     if fixed:  # a known issue that passes fails the run, as pytest's XPASS(strict) would have
         notes.append(f"known issue(s) whose outputs match their reference's, compared after their test "
-                     f"ran: {', '.join(fixed)} ([XPASS(strict)]); remove the known issue if it is fixed")
+                     f"ran: {named(fixed, where)} ([XPASS(strict)]); remove the known issue if it is fixed")
         if exitstatus == pytest.ExitCode.OK:
             exitstatus = pytest.ExitCode.TESTS_FAILED
     lossy = [nodeid.split("::")[-1] for nodeid, (outcome, _) in results.settled_stand_ins().items()
              if outcome == "failed"]
     if lossy:  # their stand-in skipped before the reference's outputs came: the run fails as it would have
         notes.append(f"resumed test(s) whose outputs leave their reference's, compared after their "
-                     f"stand-in ran: {', '.join(lossy)}")
+                     f"stand-in ran: {named(lossy, where)}")
         if exitstatus == pytest.ExitCode.OK:
             exitstatus = pytest.ExitCode.TESTS_FAILED
     exitstatus = empty_shard_status(plan, exitstatus)
@@ -602,12 +621,14 @@ def empty_shard_status(plan: ShardPlan | None, exitstatus: int) -> int:
     return exitstatus
 
 
-def rerun_note(reruns: dict[str, int]) -> str:
+def rerun_note(reruns: dict[str, int], where: str = "") -> str:
     """One line naming the tests run again after a failed attempt (pytest-rerunfailures): their
     rows and a saved baseline hold the last attempt's figures, which a reader of the table alone
-    would take for a first attempt's."""
-    tests = ", ".join(f"{nodeid.rsplit('::', 1)[-1]} ({n} failed attempt{'s' if n > 1 else ''})"
-                      for nodeid, n in sorted(reruns.items()))
+    would take for a first attempt's. `where`: the report, said where the line names only a few."""
+    from .table_fold import named
+
+    tests = named([f"{nodeid.rsplit('::', 1)[-1]} ({n} failed attempt{'s' if n > 1 else ''})"
+                   for nodeid, n in sorted(reruns.items())], where)
     return (f"run again after failing: {tests}; the table, the report and a saved baseline hold "
             f"each one's last attempt, the journal every attempt's figures")
 
@@ -640,14 +661,16 @@ def interrupted_note(results: Results, stopped_by: str) -> str | None:
             f"{relative_path(journal_path(state), state.config.root)}: {how} to measure only the rest")
 
 
-def unchecked_lossless(results: Results, left_out_by: tuple[str, ...] = ()) -> str | None:
+def unchecked_lossless(results: Results, left_out_by: tuple[str, ...] = (), where: str = "") -> str | None:
     """The speculative results whose reference recorded no outputs in this run (left out by
     `left_out_by`, the options given that leave tests out, or by the tests the command line
     named; skipped; failed before measuring; or measured through `specdec_record.result`, which
-    records figures alone), so nothing checked their losslessness; one line, or None."""
+    records figures alone), so nothing checked their losslessness; one line, or None, naming the
+    first few where there are many and `where` (the report) lists them all."""
     from .collection import reference_case
     from .configuration import is_speculative
     from .lossless import counterpart
+    from .table_fold import named
 
     state = results.state
     if not results.all() or not state.lossless.on:
@@ -674,8 +697,8 @@ def unchecked_lossless(results: Results, left_out_by: tuple[str, ...] = ()) -> s
                   if of_figures == figures]
         if not chosen:
             return None
-        references = ", ".join(dict.fromkeys(reference for _, reference in chosen))
-        listed = ", ".join(name for name, _ in chosen)
+        references = named(list(dict.fromkeys(reference for _, reference in chosen)))
+        listed = named([name for name, _ in chosen], where)
         if figures:
             return (f"{listed} (their reference {references} recorded figures without outputs, through "
                     f"specdec_record.result(measurement), so there was nothing to compare them with); record "
@@ -689,7 +712,7 @@ def unchecked_lossless(results: Results, left_out_by: tuple[str, ...] = ()) -> s
     return f"lossless: not checked: {'; '.join(parts)}" if parts else None
 
 
-def sampled_lossless(results: Results) -> str | None:
+def sampled_lossless(results: Results, where: str = "") -> str | None:
     """The speculative results of a workload that samples (SGLang would not decode it greedily:
     sampling_rule), whose outputs no greedy reference can reproduce, so nothing checked their
     losslessness: said at the end, where `-q` (which hides the header's line) still shows it; one
@@ -715,13 +738,15 @@ def sampled_lossless(results: Results) -> str | None:
                and (ran(r) is not None or not decodes_greedily(temperature(r)))]
     if not sampled:
         return None
-    names = ", ".join(_names(sampled))
+    from .table_fold import named
+
+    names = named(_names(sampled), where)
     workloads = ", ".join(sorted({f"{r.workload} at temperature {temperature(r):g}" for r in sampled}))
     return (f"lossless: not checked: {names} (sampled: {workloads}; only greedy outputs must equal "
             f"the reference's); a workload with temperature = 0 checks them")
 
 
-def figures_only_lossless(results: Results) -> str | None:
+def figures_only_lossless(results: Results, where: str = "") -> str | None:
     """The greedy results of a guarded family measured through `specdec_record.result(measurement)`,
     which records figures, not outputs (`run(server, workload)` records both), so nothing compared
     their outputs, as they were neither sampled nor left without their reference: one line, or None."""
@@ -741,7 +766,9 @@ def figures_only_lossless(results: Results) -> str | None:
                     and any(is_speculative(m) and m != reference for m in state.config.matrices[r.case.family].methods)]
     if not figures_only:
         return None
-    return (f"lossless: not checked: {', '.join(_names(figures_only))} (measured through "
+    from .table_fold import named
+
+    return (f"lossless: not checked: {named(_names(figures_only), where)} (measured through "
             f"specdec_record.result(measurement), which records figures, not outputs); "
             f"specdec_record.run(specdec_server, workload) records the outputs the guard compares")
 
@@ -765,7 +792,7 @@ def _compared_pairs(results: Results) -> list[tuple[Result, Result]]:
     return pairs
 
 
-def uncounted_lossless(results: Results) -> str | None:
+def uncounted_lossless(results: Results, where: str = "") -> str | None:
     """The speculative results whose `prefix:N` check compared only the first N characters of
     some outputs, as their servers sent no token ids and no tokenizer counted them (N characters
     are usually far fewer tokens): a pass there checked less than asked; one line, or None."""
@@ -777,10 +804,10 @@ def uncounted_lossless(results: Results) -> str | None:
     if exactness.mode != "prefix":
         return None
     short = [r for r, expected in _compared_pairs(results) if uncounted(r.outputs, expected.outputs, exactness)]
-    return uncounted_note(exactness, _names(short)) if short else None
+    return uncounted_note(exactness, _names(short), where) if short else None
 
 
-def blind_lossless(results: Results) -> str | None:
+def blind_lossless(results: Results, where: str = "") -> str | None:
     """The speculative results compared as text whose matching texts hold U+FFFD, where a
     different token of bytes that complete no character reads alike (`lossless.blind`): their
     pass could not see those characters; a note, not a failure, as nothing shows they differ;
@@ -793,7 +820,7 @@ def blind_lossless(results: Results) -> str | None:
     if not exactness.on:
         return None
     unseen = [r for r, expected in _compared_pairs(results) if blind(r.outputs, expected.outputs, exactness)]
-    return blind_note(_names(unseen)) if unseen else None
+    return blind_note(_names(unseen), where) if unseen else None
 
 
 def _names(results: Sequence[Result]) -> list[str]:

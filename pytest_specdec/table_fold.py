@@ -1,4 +1,5 @@
-"""Which rows of a long summary table the terminal shows (`--specdec-summary-rows`).
+"""Which rows of a long summary table the terminal shows (`--specdec-summary-rows`), and how
+many names a line at the end of a run lists (`named`).
 
 A matrix of methods x TP x budgets x workloads runs hundreds or thousands of tests, and a CI log
 with a table line for each buried the few that matter among the rows of plain passes. Past the
@@ -63,3 +64,18 @@ def fold(rows: Sequence[ReportRow], limit: int) -> Fold:
         else:
             folded.append(row)
     return Fold(tuple(shown), tuple(folded))
+
+
+#: How many names a line at the end of a run lists before it counts the rest (`named`).
+NAMES_SHOWN = 5
+
+
+def named(names: Sequence[str], where: str = "", sep: str = ", ", shown: int = NAMES_SHOWN) -> str:
+    """`names` joined by `sep`, or past `shown` + 1 of them the first `shown` and "and N more",
+    then ` (all in WHERE)` where `where` says where the full list is (the report the run wrote):
+    a line that named each of a 2,000-test matrix's tests ran to kilobytes. One more than `shown`
+    is listed whole, as "and 1 more" would be no shorter."""
+    if len(names) <= shown + 1:
+        return sep.join(names)
+    return (sep.join(names[:shown]) + f" and {len(names) - shown} more"
+            + (f" (all in {where})" if where else ""))
