@@ -144,16 +144,22 @@ def test_the_unsharded_report_says_why_a_configuration_was_not_measured_as_the_m
     assert "needs 8 GPUs" in (run.root / "whole" / "report.md").read_text()
     assert "ar-tp8         chat" in run.runs[1].stdout  # the terminal table has the row too
 
-def test_the_merged_table_folds_its_plain_rows_as_a_runs_does(run):
+def test_the_merged_table_folds_its_plain_rows_as_a_runs_does(run, monkeypatch, capsys):
     """The merge printed every row where a run's table folds its plain passes past
-    --specdec-summary-rows: `merge --summary-rows` folds them the same way (default 50)."""
-    result = merge(run.root, "--out", "folded", "--summary-rows", "4", "shard-1", "shard-2", "shard-3")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert ("... 2 more row(s) of tests that passed not shown (2 ok): every row is in "
-            f"{Path('folded') / 'report.md'} and {Path('folded') / 'results.json'}") in result.stdout
-    assert "more row(s)" not in run.merged.stdout  # 6 rows: within the default
-    refused = merge(run.root, "--out", "folded", "--summary-rows", "-1", "shard-1")
-    assert refused.returncode == 2 and "argument --summary-rows: '-1' must be 0 or more" in refused.stderr
+    --specdec-summary-rows: `merge --summary-rows` folds them the same way (default 50), its fold
+    line naming the merged report. (Every row here shows: each has a note against the baseline.)"""
+    from pytest_specdec import __main__ as cli, report
+
+    asked = []
+    monkeypatch.setattr(report, "format_table", lambda rows, **how: asked.append(how) or "")
+    monkeypatch.chdir(run.root)
+    for rows in ((), ("--summary-rows", "4")):
+        assert cli.main(["merge", "--no-plots", "--out", "folded", *rows, "shard-1", "shard-2", "shard-3"]) == 0
+    every_row = f"every row is in {Path('folded') / 'report.md'} and {Path('folded') / 'results.json'}"
+    assert asked == [{"limit": 50, "every_row": every_row}, {"limit": 4, "every_row": every_row}]
+    with pytest.raises(SystemExit):
+        cli.main(["merge", "--out", "folded", "--summary-rows", "-1", "shard-1"])
+    assert "argument --summary-rows: '-1' must be 0 or more" in capsys.readouterr().err
 
 
 def test_a_missing_shard_says_which_configurations_have_no_result(run):
