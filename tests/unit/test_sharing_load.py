@@ -38,7 +38,9 @@ def running(url: str) -> int:
 def test_another_clients_long_request_spanning_the_workload_is_caught_though_the_counter_misses_it(tmp_path):
     """One request of another client, started before a short workload and still running after it,
     finishes after the counter's second read, so the counter alone called the workload clean."""
-    with engine(tmp_path / "engine.log", "--method", "ddtree", "--budget", "8") as url:
+    # a context long enough that the other request outlasts the check's grace and the workload
+    # (about 45 s on a CPU where the default 2k context's took 1.5 s, inside the 2 s grace)
+    with engine(tmp_path / "engine.log", "--method", "ddtree", "--budget", "8", "--context-length", "16384") as url:
         server, check, _ = live(url, warmup_requests=0)
         longest = client.fetch_context_length(url) - 64  # aborted once the workload is done
         long = threading.Thread(target=post, args=(url, api.GENERATE, {
