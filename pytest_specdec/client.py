@@ -71,6 +71,22 @@ class TokenizeNotServed(ServerQueryError):
         self.why = why
 
 
+class CallStalled(Exception):
+    """A call to a ready server got no answer within the run's stall timeout (`waited_s`, where
+    that is shorter than the call's own wait): a server that takes the connection and never
+    answers is frozen, as a silent workload is, and waiting the call's own timeout only delays
+    the red."""
+
+    def __init__(self, path: str, waited_s: float) -> None:
+        self.path, self.waited_s = path, waited_s
+        super().__init__(f"{path} did not answer within {waited_s:g}s")
+
+
+def bounded(own_s: float, stall_timeout: float | None) -> float:
+    """A call's wait: its own, or the run's stall timeout where that is shorter."""
+    return own_s if stall_timeout is None else min(own_s, stall_timeout)
+
+
 class PastMaxNewTokens(Exception):
     """A stream that went on past its request's max_new_tokens: a server that ignores the limit.
 
@@ -631,7 +647,8 @@ def _run_sync(factory: Callable[[], Awaitable[T]]) -> T:
         except BaseException as exc:  # re-raised in the caller's thread
             box["error"] = exc
 
-    thread = threading.Thread(target=target, name="specdec-client")
+    # daemon: a Ctrl-C in the caller must not leave the process waiting on this call's timeout
+    thread = threading.Thread(target=target, name="specdec-client", daemon=True)
     thread.start()
     thread.join()
     if "error" in box:
@@ -796,14 +813,22 @@ def context_length_from(models: Any = None, server_info: Any = None) -> int | No
     return None
 
 
-async def fetch_context_length_async(url: str, *, timeout_s: float = 10.0) -> int:
+async def fetch_context_length_async(url: str, *, timeout_s: float = 10.0,
+                                     stall_timeout: float | None = None) -> int:
     """The server's context length from /v1/models, falling back to /server_info and its old
-    name /get_server_info. Raises ServerQueryError when none of them states it."""
+    name /get_server_info. Raises ServerQueryError when none of them states it, CallStalled when
+    one is silent for `stall_timeout` (shorter than `timeout_s`): silence is no missing path."""
+    wait_s = bounded(timeout_s, stall_timeout)
     tried: list[str] = []
     for path in (api.MODELS, api.SERVER_INFO, api.SERVER_INFO_OLD):
         try:
-            body = await _get(url, path, timeout_s=timeout_s, as_json=True)
-        except (ServerQueryError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            body = await _get(url, path, timeout_s=wait_s, as_json=True)
+        except asyncio.TimeoutError as exc:
+            if wait_s < timeout_s:
+                raise CallStalled(path, wait_s) from None
+            tried.append(f"{path}: {exc or f'no answer within {timeout_s:g}s'}")
+            continue
+        except (ServerQueryError, aiohttp.ClientError) as exc:
             tried.append(f"{path}: {exc}")
             continue
         value = context_length_from(body, None) if path == api.MODELS else context_length_from(None, body)
@@ -813,8 +838,8 @@ async def fetch_context_length_async(url: str, *, timeout_s: float = 10.0) -> in
     raise ServerQueryError(f"cannot find the context length of {url}: " + "; ".join(tried))
 
 
-def fetch_context_length(url: str, *, timeout_s: float = 10.0) -> int:
-    return _run_sync(lambda: fetch_context_length_async(url, timeout_s=timeout_s))
+def fetch_context_length(url: str, *, timeout_s: float = 10.0, stall_timeout: float | None = None) -> int:
+    return _run_sync(lambda: fetch_context_length_async(url, timeout_s=timeout_s, stall_timeout=stall_timeout))
 
 
 async def fetch_server_info_async(url: str, *, timeout_s: float = 10.0) -> dict:
@@ -829,11 +854,17 @@ async def fetch_server_info_async(url: str, *, timeout_s: float = 10.0) -> dict:
 VOCAB_SIZE = "vocab_size"
 
 
-def fetch_vocab_size(url: str, *, timeout_s: float = 10.0) -> int | None:
-    """The vocabulary size in /model_info, or None when the server does not say."""
+def fetch_vocab_size(url: str, *, timeout_s: float = 10.0, stall_timeout: float | None = None) -> int | None:
+    """The vocabulary size in /model_info, or None when the server does not say. CallStalled
+    where it is silent for `stall_timeout` (shorter than `timeout_s`), for the caller to say."""
+    wait_s = bounded(timeout_s, stall_timeout)
     try:
-        info = _run_sync(lambda: _get(url, api.MODEL_INFO, timeout_s=timeout_s, as_json=True))
-    except (ServerQueryError, aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        info = _run_sync(lambda: _get(url, api.MODEL_INFO, timeout_s=wait_s, as_json=True))
+    except asyncio.TimeoutError:
+        if wait_s < timeout_s:
+            raise CallStalled(api.MODEL_INFO, wait_s) from None
+        return None
+    except (ServerQueryError, aiohttp.ClientError, OSError):
         return None
     value = info.get(VOCAB_SIZE) if isinstance(info, dict) else None
     return value if isinstance(value, int) and value > 0 else None
@@ -843,10 +874,22 @@ def fetch_server_info(url: str, *, timeout_s: float = 10.0) -> dict:
     return _run_sync(lambda: fetch_server_info_async(url, timeout_s=timeout_s))
 
 
-async def count_tokens_async(url: str, texts: list[str], *, timeout_s: float = 30.0) -> list[int]:
+async def count_tokens_async(url: str, texts: list[str], *, timeout_s: float = 30.0,
+                             stall_timeout: float | None = None) -> list[int]:
     """Each text's tokens as the server's tokenizer counts them, special tokens included as
     /generate adds them: one /v1/tokenize request for the list. TokenizeNotServed on a 404, and on
-    the 500 of a server without a tokenizer."""
+    the 500 of a server without a tokenizer; CallStalled where it is silent for `stall_timeout`
+    (shorter than `timeout_s`)."""
+    wait_s = bounded(timeout_s, stall_timeout)
+    try:
+        return await _count_tokens(url, texts, wait_s)
+    except asyncio.TimeoutError:
+        if wait_s < timeout_s:
+            raise CallStalled(api.TOKENIZE, wait_s) from None
+        raise
+
+
+async def _count_tokens(url: str, texts: list[str], timeout_s: float) -> list[int]:
     where = f"POST {_base(url)}{api.TOKENIZE}"
     body = {api.TOKENIZE_PROMPT: texts, api.TOKENIZE_ADD_SPECIAL_TOKENS: True}
     async with aiohttp.ClientSession() as session:
@@ -876,8 +919,9 @@ def _no_tokenizer(message: str) -> bool:
     return message.startswith(api.TOKENIZE_FAILED) and message.rstrip().endswith(api.TOKENIZE_NO_TOKENIZER)
 
 
-def count_tokens(url: str, texts: list[str], *, timeout_s: float = 30.0) -> list[int]:
-    return _run_sync(lambda: count_tokens_async(url, texts, timeout_s=timeout_s))
+def count_tokens(url: str, texts: list[str], *, timeout_s: float = 30.0,
+                 stall_timeout: float | None = None) -> list[int]:
+    return _run_sync(lambda: count_tokens_async(url, texts, timeout_s=timeout_s, stall_timeout=stall_timeout))
 
 
 async def fetch_loads_async(url: str, *, timeout_s: float = 5.0) -> tuple[str, Any]:
@@ -906,6 +950,7 @@ def scrape_metrics(url: str, *, timeout_s: float = 10.0) -> dict[str, list[tuple
 
 
 __all__ = [
+    "CallStalled",
     "NO_TOKENIZE",
     "NO_TOKENIZER",
     "ServerQueryError",
@@ -913,6 +958,7 @@ __all__ = [
     "GenerateFailed",
     "WorkloadStalled",
     "PastMaxNewTokens",
+    "bounded",
     "context_length_from",
     "count_tokens",
     "cut_off_text",

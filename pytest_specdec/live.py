@@ -170,13 +170,20 @@ class LiveServer:
         if self.token_counter is None:
             return workload
         try:
-            context = client.fetch_context_length(self.url)
+            context = client.fetch_context_length(self.url, stall_timeout=self.stall_timeout)
+        except client.CallStalled as stall:
+            self._stalled(f"workload {workload.name!r}, reading the server's context length: {stall}; "
+                          f"raise {self.stall_setting} if the server is just slow")
         except Exception as exc:  # the server may not publish it; liveness decides what that means
             self.check_alive()
             fail(f"server {self.id}: could not read its context length: {exc}")
+        within = getattr(self.token_counter, "within", None)  # a server's count: bound by the stall timeout
+        counter = within(self.stall_timeout) if within is not None else self.token_counter
         try:
-            return workloads.fit_to_context(workload, context, self.token_counter,
-                                            truncate=truncate)
+            return workloads.fit_to_context(workload, context, counter, truncate=truncate)
+        except client.CallStalled as stall:
+            self._stalled(f"workload {workload.name!r}, counting its prompt tokens: {stall}; "
+                          f"raise {self.stall_setting} if the server is just slow")
         except workloads.ContextLengthError as exc:
             source = getattr(self.token_counter, "source", None)  # a server's count says whose it is
             fail(f"server {self.id}: {exc}" + (f" (prompt tokens {source})" if source else ""))
@@ -340,7 +347,14 @@ class LiveServer:
     def vocab_size(self) -> int | None:
         """The server's vocabulary size where it publishes one (/model_info), once."""
         if self._vocab_size is None:
-            self._vocab_size = client.fetch_vocab_size(self.url) or 0
+            try:
+                self._vocab_size = client.fetch_vocab_size(self.url, stall_timeout=self.stall_timeout) or 0
+            except client.CallStalled as stall:
+                # optional: the random-draft guard takes an unknown vocabulary as large, and the
+                # workload's own watchdog fails a server that is frozen
+                self._vocab_size = 0
+                warnings.warn(f"server {self.id}: {stall}, so the random-draft check takes its vocabulary "
+                              f"as large (not asked again for this test)", stacklevel=2)
         return self._vocab_size or None
 
     def _cross_check(self, measurement: Measurement, log_offset: int) -> None:

@@ -8,6 +8,8 @@ list, so a workload is counted in one request and a truncation's search in one a
 that cannot count -- without the endpoint (a 404), or started with --skip-tokenizer-init (its
 handler then answers a 500 that names the missing tokenizer) -- is counted by the fallback from
 then on, or, with none, not at all (`TokenizeNotServed` tells the caller, and why).
+Around a workload the counter is used `within` the run's stall timeout: a /v1/tokenize the server
+takes and never answers raises client.CallStalled then, not after its own 30 s a batch.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 import aiohttp
 
@@ -53,13 +56,18 @@ class ServerTokenCounter:
     def count_many(self, texts: Sequence[str]) -> list[int]:
         return self._count(texts, self.timeout_s)
 
-    def _count(self, texts: Sequence[str], timeout_s: float) -> list[int]:
+    def within(self, stall_timeout: float | None) -> StallBound:
+        """This counter, each request waiting at most `stall_timeout` (CallStalled past it)."""
+        return StallBound(self, stall_timeout)
+
+    def _count(self, texts: Sequence[str], timeout_s: float, stall_timeout: float | None = None) -> list[int]:
         if self.served is not False:
             keys = [_key(t) for t in texts]
             todo = list({key: t for key, t in zip(keys, texts) if key not in self._counts}.items())
             try:
                 for batch in _batches(todo):
-                    counts = client.count_tokens(self.url, [t for _, t in batch], timeout_s=timeout_s)
+                    counts = client.count_tokens(self.url, [t for _, t in batch], timeout_s=timeout_s,
+                                                 stall_timeout=stall_timeout)
                     self._counts.update(zip((key for key, _ in batch), counts))
             except client.TokenizeNotServed as exc:
                 if self.served:  # it counted before: this 404 is no missing endpoint
@@ -97,6 +105,25 @@ class ServerTokenCounter:
         return f"counted {self.fallback_source}, as the server {self.not_served}"
 
 
+@dataclass(frozen=True)
+class StallBound:
+    """`counter`'s counts (its cache and fallback shared) whose requests wait at most
+    `stall_timeout`: what a workload's context-length guard counts with."""
+
+    counter: ServerTokenCounter
+    stall_timeout: float | None
+
+    def __call__(self, text: str) -> int:
+        return self.count_many([text])[0]
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        return self.counter._count(texts, self.counter.timeout_s, self.stall_timeout)
+
+    @property
+    def source(self) -> str:
+        return self.counter.source
+
+
 def _key(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=20).digest()
 
@@ -117,4 +144,4 @@ def _batches(texts: list[tuple[bytes, str]]) -> Iterator[list[tuple[bytes, str]]
         yield batch
 
 
-__all__ = ["BATCH_BYTES", "NOT_SERVED", "PROBE_TIMEOUT_S", "ServerTokenCounter"]
+__all__ = ["BATCH_BYTES", "NOT_SERVED", "PROBE_TIMEOUT_S", "ServerTokenCounter", "StallBound"]

@@ -4,6 +4,7 @@ a user sets it), not after the call's own longer wait, naming the server, the ca
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import http.server
 import json
@@ -13,17 +14,20 @@ from typing import Iterator
 
 import pytest
 
+from pytest_specdec import client, workloads
 from pytest_specdec.live import LiveServer
 from pytest_specdec.metrics import RequestRecord, WorkloadResult
 from pytest_specdec.servers.attach import AttachedServer
 from pytest_specdec.servers.diagnosis import ServerError
 from pytest_specdec.servers.spec import ServerSpec
 from pytest_specdec.sharing import SharingCheck
+from pytest_specdec.token_count import ServerTokenCounter
 from pytest_specdec.workloads import Prompt, Workload
 
 STALL_S = 1.0
 HOLD_S = 15.0  # longer than the stall timeout, shorter than the old waits: they fail the bound
-ANSWERS = {"/server_info": {"model_path": "m", "tp_size": 1, "speculative_algorithm": None}, "/health": {}}
+ANSWERS = {"/server_info": {"model_path": "m", "tp_size": 1, "speculative_algorithm": None}, "/health": {},
+           "/v1/models": {"data": [{"id": "m", "max_model_len": 4096}]}}
 
 
 @contextlib.contextmanager
@@ -132,3 +136,66 @@ def test_the_sharing_checks_scrape_of_a_silent_server_waits_no_longer_than_the_s
     assert str(info.value).startswith("server ar-tp1 stalled: no token for "), str(info.value)
     assert took < 2 * STALL_S + 3, took
     assert [error.reason for error in reported] == ["stalled"]
+
+
+def live(url: str, reported: list, spec: ServerSpec = ServerSpec("embedded", "ar"), **kwargs) -> LiveServer:
+    """A LiveServer at `url` with the short stall timeout, its failures appended to `reported`."""
+    return LiveServer(spec=spec, url=url, log_path=None, check=lambda: None, stall_timeout=STALL_S,
+                      stall_setting="--specdec-stall-timeout", report_failure=reported.append,
+                      warmup_requests=0, **kwargs)
+
+
+@pytest.mark.parametrize("path, counter, during", [
+    ("/v1/models", lambda url: workloads.embedded_token_count, "reading the server's context length"),
+    ("/v1/tokenize", ServerTokenCounter, "counting its prompt tokens"),
+])
+def test_the_context_length_guards_reads_are_bound_by_the_stall_timeout(monkeypatch, path, counter, during):
+    """Where the server counts tokens, run() reads its context length (10 s each of three paths:
+    red after 30 s) and has it count the prompts (30 s a batch, a round of batches per truncation
+    step) before the workload: each now waits the stall timeout at most, and fails as a stall."""
+    monkeypatch.setattr("pytest_specdec.live.client.run_workload", answered)
+    reported: list = []
+    with silent((path,)) as url:
+        server = live(url, reported, token_counter=counter(url))
+        began = time.monotonic()
+        with pytest.raises(pytest.fail.Exception) as info:
+            server.run(WORKLOAD)
+        took = time.monotonic() - began
+    assert str(info.value) == (f"server ar-tp1 stalled: workload 'chat', {during}: {path} did not answer "
+                               f"within 1s; raise --specdec-stall-timeout if the server is just slow")
+    assert took < STALL_S + 3, took
+    assert [error.reason for error in reported] == ["stalled"]
+
+
+def test_a_silent_vocabulary_read_is_said_once_and_skipped():
+    """/model_info (a speculative server's vocabulary, only for the random-draft guard, which takes
+    an unknown one as large) waited its own 10 s, silently: now the stall timeout at most, said,
+    and not asked again; the workload's own watchdog fails a server that is frozen."""
+    reported: list = []
+    with silent(("/model_info",)) as url:
+        server = live(url, reported, spec=ServerSpec("embedded", "ddtree", budget=8), token_counter=None)
+        began = time.monotonic()
+        with pytest.warns(UserWarning) as said:
+            assert server.vocab_size() is None
+        took = time.monotonic() - began
+        began = time.monotonic()
+        assert server.vocab_size() is None
+        again = time.monotonic() - began
+    assert [str(w.message) for w in said] == [
+        "server ddtree-tp1-b8: /model_info did not answer within 1s, so the random-draft check takes its "
+        "vocabulary as large (not asked again for this test)"]
+    assert took < STALL_S + 3, took
+    assert again < 0.5, again
+    assert reported == []
+
+
+def test_a_call_made_inside_a_running_loop_does_not_hold_up_exit():
+    """From inside a running event loop a call runs in a helper thread: a non-daemon one would keep
+    the process alive after Ctrl-C until the call's own timeout."""
+    async def where() -> bool:
+        return threading.current_thread().daemon
+
+    async def caller() -> bool:
+        return client._run_sync(where)
+
+    assert asyncio.run(caller()) is True
