@@ -168,7 +168,8 @@ def finish_test(item: pytest.Item, state: RunState, gate: Gate, run: str,
     failures: list[str] = []
     unsettled = None
     try:
-        recorder.feed_benchmark(measured_where(state, result.fingerprint))
+        if result.shared is None:  # another client's load shaped them: no pytest-benchmark timing either
+            recorder.feed_benchmark(measured_where(state, result.fingerprint))
         judged = judge(result, state, gate, recording_tests(item.session.items),
                        item.config.stash.get(REPLACED_KEY, frozenset()),
                        stood_in=item.config.stash.get(STOOD_IN_KEY, frozenset()))

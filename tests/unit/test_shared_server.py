@@ -147,6 +147,28 @@ class NoMetrics(QuietHandler):
         self.end_headers()
 
 
+def test_figures_allowed_as_shared_are_not_handed_to_pytest_benchmark(pytester):
+    """--specdec-allow-shared keeps shared figures out of the gate and the baseline, yet fed their
+    samples to pytest-benchmark, whose --benchmark-compare-fail gated them and --benchmark-autosave
+    kept them as the next comparison's reference."""
+    test = "test_generation[ddtree-tp1-b8-chat]"
+    with attached_engine("--method", "ddtree", "--budget", "8") as (url, _):
+        project(pytester, budgets=(8,), backend="auto")
+        run(pytester, f"--specdec-server-url={url}", "--benchmark-json=clean.json").assert_outcomes(passed=1)
+        with shared_with_another_client(url):
+            result = run(pytester, f"--specdec-server-url={url}", "--specdec-allow-shared",
+                         "--benchmark-json=shared.json")
+        result.assert_outcomes(passed=1)
+        result.stdout.fnmatch_lines(["*ddtree-tp1-b8  chat *shared: *"])
+
+    def timed(name: str) -> list[str]:  # pytest-benchmark writes no file where nothing was timed
+        path = pytester.path / name
+        return [bench["name"] for bench in json.loads(path.read_text())["benchmarks"]] if path.exists() else []
+
+    assert timed("clean.json") == [test]
+    assert timed("shared.json") == []
+
+
 def test_a_server_without_metrics_is_said_once_to_be_unchecked():
     said: list[str] = []
     check = SharingCheck(warn=said.append)
