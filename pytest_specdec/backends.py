@@ -580,10 +580,15 @@ class AttachBackend(Backend):
              announce: Callable[[str], None] | None = None) -> ServerPool:
         from .servers.pool import ServerPool
 
+        from .servers.attach_lease import AttachedLease
+
         url = state.settings.server_url
+        # in the lease folder of the run, which its workers share: one worker's test at a time on it
+        lease = AttachedLease(run_dir / "leases", url, timeout=state.settings.gpu_wait_timeout,
+                              setting=state.settings.setter("gpu_wait_timeout"), announce=announce)
         try:
             return ServerPool.attach(url, announce=announce, stall_timeout=state.settings.stall_timeout,
-                                     stall_setting=state.settings.setter("stall_timeout"))
+                                     stall_setting=state.settings.setter("stall_timeout"), lease=lease)
         except Exception as exc:
             raise SpecdecUsageError(f"{state.settings.source('server_url')} {url}: {exc}") from None
 

@@ -173,7 +173,7 @@ _ATTEMPTED_KEY = pytest.StashKey[bool]()
 def specdec_server(specdec_spec: MatrixCase, specdec_pool: ServerPool, specdec_state: RunState,
                    request: pytest.FixtureRequest) -> Iterator[LiveServer]:
     """A live, health-checked server for this test's configuration."""
-    from .live import LiveServer, fail
+    from .live import fail
     from .servers.attach import AttachMismatch
     from .servers.diagnosis import ServerError
     from .servers.leases import GpuLeaseError, NotEnoughGpus
@@ -194,6 +194,26 @@ def specdec_server(specdec_spec: MatrixCase, specdec_pool: ServerPool, specdec_s
                  f"{state.settings.setter('restart_on_crash')} (now {state.settings.restart_on_crash}) "
                  f"to boot the server again for it)")
         fail(str(exc))
+    turn = specdec_pool.attached_lease
+    if turn is not None:  # another worker's test on the same attached server would share it with this one
+        from .servers.attach_lease import AttachedLeaseError
+
+        try:
+            turn.acquire(request.node.name)
+        except AttachedLeaseError as exc:
+            fail(f"server {spec.id}: {exc}")
+    try:
+        yield from _live_server(spec, server, specdec_spec, specdec_pool, state, request)
+    finally:  # also on a failure and Ctrl-C: the next worker's test may have the server
+        if turn is not None:
+            turn.release()
+
+
+def _live_server(spec, server, specdec_spec: MatrixCase, specdec_pool: ServerPool, state: RunState,
+                 request: pytest.FixtureRequest) -> Iterator[LiveServer]:
+    """The LiveServer of `specdec_server`, yielded while its test runs; checked after it."""
+    from .live import LiveServer
+
     owned = state.backend.launches
     live = LiveServer(
         spec=spec, url=server.url, log_path=server.log_path, check=server.check_alive,

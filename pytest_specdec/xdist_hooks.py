@@ -186,11 +186,11 @@ def waiting_line(passed: tuple[str, int] | None, workers: int, why: str = "inter
 
 def dist_cost_line(dist: str, server_url: str | None) -> str:
     """The header's line for a `--dist` mode the user chose that may split a configuration's
-    tests: launched, each worker boots its server; attached, the workers measure on the one
-    server at once, each workload's figures holding another's load (the sharing check fails it)."""
-    cost = (f"each sending its workloads to the attached server {server_url} at the same time, so each is "
-            f"measured on a server another worker shares (and fails as shared); --dist loadgroup (or -n "
-            f"alone) runs them one at a time" if server_url else
+    tests: launched, each worker boots its server; attached, the workers take turns on the one
+    server (attach_lease.py), as two at once would each read the other's load as shared."""
+    cost = (f"which take turns on the attached server {server_url}, one test at a time (two at once would each "
+            f"measure the other's load, and fail as shared), so no faster than one worker; --dist loadgroup "
+            f"(or -n alone) gives them to one worker" if server_url else
             "each booting its server; --dist loadgroup (or -n alone) boots each once")
     return f"specdec: --dist {dist} may give one configuration's tests to several workers, {cost}"
 

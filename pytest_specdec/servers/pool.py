@@ -10,7 +10,8 @@ Policy, and why:
   once they are spent, the error is remembered and every later request for that spec raises it at
   once, so a crashed spec costs one timeout, not one per test.
 - In attach mode (`--specdec-server-url`) nothing is launched, leased or killed; a failure is
-  sticky at once (there is nothing to restart).
+  sticky at once (there is nothing to restart). Its `attached_lease` (attach_lease.py) is held by
+  the test that uses the server, so the run's workers measure on it one at a time.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pytest_specdec.servers.attach import AttachedServer
+from pytest_specdec.servers.attach_lease import AttachedLease
 from pytest_specdec.servers.diagnosis import ServerError
 from pytest_specdec.servers.leases import WAIT_TIMEOUT_S, WAIT_TIMEOUT_SETTING, GpuLeaseError, GpuLeases, Lease
 from pytest_specdec.servers.process import ManagedServer
@@ -55,6 +57,7 @@ class ServerPool:
         lease_timeout: float | None = WAIT_TIMEOUT_S,
         lease_setting: str = WAIT_TIMEOUT_SETTING,
         attached: AttachedServer | None = None,
+        attached_lease: AttachedLease | None = None,
     ) -> None:
         self.factory = factory
         self.leases = leases
@@ -62,17 +65,19 @@ class ServerPool:
         self.lease_timeout = lease_timeout
         self.lease_setting = lease_setting  # where the user set lease_timeout: the wait and its timeout name it
         self._attached = attached
+        self.attached_lease = attached_lease  # one worker's test at a time on the attached server
         self._live: dict[ServerSpec, _Slot] = {}
         self._failed: dict[ServerSpec, ServerError] = {}
         self.stats = PoolStats()
 
     @classmethod
     def attach(cls, url: str, announce: Callable[[str], None] | None = None, stall_timeout: float | None = None,
-               stall_setting: str = "--specdec-stall-timeout") -> ServerPool:
+               stall_setting: str = "--specdec-stall-timeout", lease: AttachedLease | None = None) -> ServerPool:
         """A pool over one running server; `acquire(spec)` raises AttachMismatch unless it is `spec`.
-        `announce` says a liveness check's wait as it goes on; `stall_timeout` caps that wait."""
+        `announce` says a liveness check's wait as it goes on; `stall_timeout` caps that wait; `lease`
+        keeps the run's workers from measuring on it at once."""
         return cls(None, attached=AttachedServer(url, announce=announce, stall_timeout=stall_timeout,
-                                                 stall_setting=stall_setting))
+                                                 stall_setting=stall_setting), attached_lease=lease)
 
     # -- public --------------------------------------------------------------------------------
 

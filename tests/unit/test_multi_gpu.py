@@ -499,16 +499,17 @@ DIST_LOAD_LINE = "specdec: --dist load may give one configuration's tests to sev
 
 
 def test_a_chosen_dist_mode_on_an_attached_server_says_the_workers_share_it():
-    """Attached, nothing boots per worker: the workers' workloads meet on the one server, where
-    each reads as another client's load in the other's figures."""
+    """Attached, nothing boots per worker: the workers take turns on the one server, where two
+    workloads at once would each read as another client's load in the other's figures."""
     from pytest_specdec.xdist_hooks import dist_cost_line
 
     assert dist_cost_line("load", None) == f"{DIST_LOAD_LINE}, each booting its server; --dist loadgroup (or " \
                                            f"-n alone) boots each once"
     assert dist_cost_line("worksteal", "http://gpu-box:30000") == (
-        "specdec: --dist worksteal may give one configuration's tests to several workers, each sending its "
-        "workloads to the attached server http://gpu-box:30000 at the same time, so each is measured on a "
-        "server another worker shares (and fails as shared); --dist loadgroup (or -n alone) runs them one at a time")
+        "specdec: --dist worksteal may give one configuration's tests to several workers, which take turns on "
+        "the attached server http://gpu-box:30000, one test at a time (two at once would each measure the other's "
+        "load, and fail as shared), so no faster than one worker; --dist loadgroup (or -n alone) gives them to one "
+        "worker")
 
 
 def test_a_bare_n_boots_each_configuration_once(tmp_path):

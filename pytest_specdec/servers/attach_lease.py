@@ -1,0 +1,95 @@
+"""`AttachedLease`: one worker of a run at a time measures on an attached server.
+
+A launched server is the worker's own, on GPUs leased to it (leases.py). An attached one
+(`--specdec-server-url`) is the same server to every xdist worker, and a `--dist` mode that
+splits a configuration's tests (`load`, which users keep in addopts) had two workers send their
+workloads to it at once: each read the other's requests as another client's (sharing.py) and
+both tests failed as shared, on a server nobody else used. So a test holds an exclusive `flock`
+on one file per URL in the run's lease folder while it uses the server (warm-up, cache flush,
+measurement, reference), and another worker's test waits for it, as a configuration waits for
+GPUs: bounded by --specdec-gpu-wait-timeout, said once past `QUIET_S`. The kernel drops a flock
+when its process exits, so a killed worker frees the server with nothing left to clean up.
+Files are never deleted: unlinking a lock file races with a process that has just opened it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pytest_specdec.servers.said_wait import SaidWait
+
+#: How long a wait for another worker's test goes unsaid: a short workload ends within it.
+QUIET_S = 3.0
+POLL_S = 0.1
+
+
+class AttachedLeaseError(Exception):
+    """The wait for the attached server ran out: its text names the holder and the bound."""
+
+
+class AttachedLease:
+    """This process's turn on the server at `url`, kept in `directory` (the run's, shared by its
+    workers). `owner` names who waits (a test's id); `announce` says a long wait."""
+
+    def __init__(self, directory: Path, url: str, *, timeout: float, setting: str,
+                 announce: Callable[[str], None] | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.path = Path(directory) / f"attached-{re.sub(r'[^A-Za-z0-9_.-]', '_', self.url)}.lock"
+        self.timeout = timeout
+        self.setting = setting
+        self.announce = announce
+        self._fd: int | None = None
+
+    def acquire(self, owner: str) -> None:
+        """Hold the server for `owner`, waiting while another process holds it; AttachedLeaseError
+        after `timeout` seconds. A KeyboardInterrupt during the wait leaves nothing held."""
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            wait = SaidWait(self.timeout, self.announce, QUIET_S)
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    holder = _describe(os.pread(fd, 4096, 0))
+                if wait.over():
+                    raise AttachedLeaseError(
+                        f"{owner} waited {self.timeout:g}s for the attached server {self.url}, which another "
+                        f"worker of this run measures on ({holder}); raise {self.setting} to wait longer")
+                wait.pause(POLL_S, lambda left: (
+                    f"{owner} waits for the attached server {self.url}: another worker of this run measures on "
+                    f"it ({holder}), and two at once would each fail as shared; waiting up to {left:.0f}s more "
+                    f"({self.setting})"))
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "owner": owner, "since": time.time()}).encode(), 0)
+        except BaseException:
+            os.close(fd)  # closing drops a flock taken on the way
+            raise
+        self._fd = fd
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            os.ftruncate(fd, 0)  # no stale name once free
+        except OSError:
+            pass
+        os.close(fd)
+
+
+def _describe(raw: bytes) -> str:
+    """`pid 4242, test_generation[ddtree-tp1-b8-w1], since 10:32:07`."""
+    try:
+        who = json.loads(raw.decode())
+        return f"pid {who['pid']}, {who['owner']}, since {time.strftime('%H:%M:%S', time.localtime(who['since']))}"
+    except (ValueError, KeyError, TypeError):
+        return "a process that has not written its name"  # between its flock and its write
