@@ -458,8 +458,20 @@ def _compared(results: Sequence[tuple[Result, ShardManifest, str]], *,
         if found is None or (found[1] is shard and not within_shards):
             continue
         out[candidate.test_id] = _Compared(candidate, found[0], found[1], lossless.compare(
-            candidate.config, candidate.outputs, found[0].config, found[0].outputs, exactness), exactness)
+            candidate.config, candidate.outputs, found[0].config, found[0].outputs, exactness,
+            _margins_switch(found[1])), exactness)
     return out
+
+
+def _margins_switch(shard: ShardManifest) -> str | None:
+    """The switch a divergence names where the reference's margin is missing, as the shard that
+    measured the reference would have (margins are asked of the reference's requests only); a
+    shard older than that record may or may not have asked, so the hint says on what it holds."""
+    if shard.lossless_margins is None:
+        from .options import OPTIONS_BY_NAME
+
+        return f"{OPTIONS_BY_NAME['lossless_margins'].cli} (if the shards did not ask for margins)"
+    return shard.margins_switch
 
 
 def uncounted_across(compared: dict[str, _Compared], where: str = "") -> list[str]:

@@ -135,6 +135,11 @@ class ShardManifest:
     commit: str | None = None
     reference: str = "ar"  # the losslessness guard's reference method and mode in this shard
     lossless: str = "off"
+    #: whether it asked for the reference's margins (`--specdec-lossless-margins`; None: a shard
+    #: older than it), and the switch its divergence messages name (`lossless.margins_switch`):
+    #: a merge's comparison across shards names what the reference's shard would have
+    lossless_margins: bool | None = None
+    margins_switch: str | None = None
     setup: Fingerprint | None = None  # fingerprint.run_setup; None in shards older than it
     started: str = ""
     finished: str | None = None
@@ -179,7 +184,9 @@ class ShardManifest:
                        "assignment": list(self.assignment), "balanced_by": self.balanced_by},
             "hardware": {"key": self.hardware_key, "description": self.hardware},
             "backend": self.backend, "versions": dict(self.versions), "commit": self.commit,
-            "lossless": {"reference": self.reference, "mode": self.lossless},
+            "lossless": {"reference": self.reference, "mode": self.lossless,
+                         **({} if self.lossless_margins is None else
+                            {"margins": self.lossless_margins, "margins_switch": self.margins_switch})},
             "setup": self.setup.to_json() if self.setup is not None else None,
             "started": self.started, "finished": self.finished, "exitstatus": self.exitstatus,
             "tests": [t.to_json() for t in self.tests], "durations": dict(self.durations),
@@ -215,6 +222,8 @@ class ShardManifest:
             commit=obj.get("commit"), started=str(obj.get("started", "")),
             reference=str((obj.get("lossless") or {}).get("reference", "ar")),
             lossless=str((obj.get("lossless") or {}).get("mode", "off")),
+            lossless_margins=_margins(obj.get("lossless") or {}),
+            margins_switch=_text((obj.get("lossless") or {}).get("margins_switch"), "lossless.margins_switch"),
             setup=Fingerprint.from_json(obj.get("setup")),
             finished=obj.get("finished"), exitstatus=exitstatus,
             tests=tuple(TestOutcome.from_json(t) for t in obj.get("tests") or ()),
@@ -246,6 +255,20 @@ def gate_in_force(state: RunState) -> dict[str, str | None]:
         out[rule.metric] = None if rule.tolerance is None else \
             f"{'-' if rule.direction == 'higher' else '+'}{rule.tolerance}"
     return out
+
+
+def _margins(obj: Mapping[str, Any]) -> bool | None:
+    """Whether the shard asked for margins; None where it does not say (a shard older than it)."""
+    asked = obj.get("margins")
+    if asked is not None and not isinstance(asked, bool):
+        raise ValueError(f"lossless.margins {asked!r} is not true or false")
+    return asked
+
+
+def _text(value: Any, name: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{name} {value!r} is not a string or null")
+    return value
 
 
 def _gate(obj: Any) -> dict[str, str | None] | None:
@@ -284,6 +307,7 @@ def start(plan: ShardPlan, state: RunState, directory: Path) -> ShardManifest:
     """Write the shard's identity before any test runs, so even a killed shard is recognised."""
     from . import __version__
     from .baselines import collect_versions, git_commit
+    from .lossless import margins_switch
     from .relpaths import relative
 
     manifest = ShardManifest(
@@ -292,7 +316,9 @@ def start(plan: ShardPlan, state: RunState, directory: Path) -> ShardManifest:
         balanced_by=relative(plan.balanced_by, state.config.root), hardware_key=state.hardware.key,
         hardware=state.hardware.describe(), backend=state.backend.name,
         versions=collect_versions(), commit=git_commit(state.config.root),
-        reference=state.settings.reference, lossless=str(state.lossless), setup=run_setup(state),
+        reference=state.settings.reference, lossless=str(state.lossless),
+        lossless_margins=bool(state.settings.lossless_margins), margins_switch=margins_switch(state),
+        setup=run_setup(state),
         started=_now(), gate_names=named_figures(state), gate=gate_in_force(state),
         baseline=baseline_identity(state))
     try:

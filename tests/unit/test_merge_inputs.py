@@ -388,6 +388,9 @@ def test_a_journal_record_whose_fields_have_the_wrong_value_fails_the_merge_nami
     ("tests", [{"nodeid": "n", "outcome": "passed", "config": ["ar-tp1"]}],
      "the config ['ar-tp1'] of test 'n' is not text"),
     ("shard", {"index": float("inf"), "count": 2}, "OverflowError: cannot convert float infinity to integer"),
+    ("lossless", {"mode": "exact", "margins": "no"}, "lossless.margins 'no' is not true or false"),
+    ("lossless", {"mode": "exact", "margins": False, "margins_switch": 1},
+     "lossless.margins_switch 1 is not a string or null"),
 ])
 def test_a_damaged_manifest_is_an_error_naming_it(shards, key, value, why):
     path = shards / "shard-1" / MANIFEST
@@ -620,6 +623,65 @@ def test_a_known_issue_whose_reference_recorded_no_outputs_in_any_shard_stays_sk
     assert rc == 0, text
     assert merged_rows(tmp_path)["dflash-tp1"] == ("skipped", True, "known issue: drafts wrongly")
     assert "not measured: dflash-tp1" not in text
+
+
+def lossy_shards(root: Path, margins: bool | None) -> Path:
+    """ar-tp1 in shard 1, measured on SGLang without its margins; dflash-tp1 in shard 2, whose
+    outputs leave ar's at token 2. `margins`: whether the shards asked for them, as their
+    shard.json says (None: shards older than that record, which do not say)."""
+    from pytest_specdec.lossless import Outputs
+
+    outputs = {"ar": Outputs(((1, 2, 3),), ("abc",)), "dflash": Outputs(((1, 9, 3),), ("a?c",))}
+    for index, case in enumerate(CASES, start=1):
+        folder = root / f"shard-{index}"
+        manifest = ShardManifest(
+            plugin_version=__version__, shard=Shard(index, 2), configurations=CASES,
+            assignment=(1, 2), matrix_digest="d", balanced_by="", hardware_key="cpu",
+            hardware="no GPU", backend="sglang", lossless="exact", lossless_margins=margins,
+            margins_switch="--specdec-lossless-margins" if margins is False else None,
+            finished="now", exitstatus=0, tests=(Outcome(nodeid(case), "passed", config=case.param_id),),
+            durations={case.param_id: 1.0})
+        folder.mkdir()
+        (folder / MANIFEST).write_text(json.dumps({"format": "pytest-specdec-shard", "version": 1,
+                                                   **manifest.to_json()}))
+        result = Result(test_id=nodeid(case).split("::")[-1], nodeid=nodeid(case), case=case, workload="w",
+                        metrics=(MetricValue("output_tok_s", 100.0, "higher"),), outputs=outputs[case.method])
+        Journal(folder / JOURNAL).append(nodeid(case), "w", result.to_json())
+    return root
+
+
+@pytest.mark.parametrize("margins, hint", [
+    (False, "; rerun with --specdec-lossless-margins to see whether ar-tp1's choice at token 2 was a near-tie"),
+    (None, "; rerun with --specdec-lossless-margins (if the shards did not ask for margins) to see whether "
+           "ar-tp1's choice at token 2 was a near-tie"),
+    (True, None)])
+def test_a_divergence_across_shards_names_the_margins_switch_as_a_single_run_does(tmp_path, margins, hint):
+    """A single run whose server sent no margins names the switch that would tell a near-tie; the
+    merge's comparison across shards did not, as it could not tell whether the shards asked. Where
+    they asked (the server sent none all the same) a rerun with it tells nothing, so none is named;
+    shards older than that record still merge, the hint saying on what it holds."""
+    rc, text = merge(lossy_shards(tmp_path, margins))
+    assert rc == 1, text
+    outcome, figures, reason = merged_rows(tmp_path)["dflash-tp1"]
+    assert (outcome, figures) == ("failed", True)
+    assert reason.startswith("dflash-tp1 is not lossless: prompt 1 differs from ar-tp1 at token 2")
+    if hint is None:
+        assert "--specdec-lossless-margins" not in text + reason
+    else:
+        assert hint in reason and hint in text
+
+
+def test_a_shard_manifest_keeps_whether_margins_were_asked_and_reads_an_older_one_as_unknown():
+    written = ShardManifest(
+        plugin_version=__version__, shard=Shard(1, 2), configurations=CASES, assignment=(1, 2),
+        matrix_digest="d", balanced_by="", hardware_key="cpu", hardware="", backend="sglang",
+        lossless_margins=False, margins_switch="--specdec-lossless-margins").to_json()
+    assert written["lossless"] == {"reference": "ar", "mode": "off", "margins": False,
+                                   "margins_switch": "--specdec-lossless-margins"}
+    read = ShardManifest.from_json(written)
+    assert (read.lossless_margins, read.margins_switch) == (False, "--specdec-lossless-margins")
+    written["lossless"] = {"reference": "ar", "mode": "exact"}  # as a shard older than the record wrote it
+    assert ShardManifest.from_json(written).lossless_margins is None
 
 
 def test_an_interrupted_merge_says_so_in_one_line(shards, monkeypatch, capsys):

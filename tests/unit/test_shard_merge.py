@@ -288,6 +288,11 @@ extra_args = ["--fault-lossy", "0.5"]
     assert result.returncode == 1, result.stdout
     assert "FAILED: across shards: dflash-tp1 is not lossless: prompt " in result.stdout
     assert "differs from ar-tp1 at token" in result.stdout
+    # the reference's shard says it asked for no margins, and that its engine names no switch for
+    # them (bit-stable, as one run's message names none), so the merge names none either
+    recorded = json.loads((tmp_path / "shard-1" / "shard.json").read_text())["lossless"]
+    assert (recorded["margins"], recorded["margins_switch"]) == (False, None)
+    assert "--specdec-lossless-margins" not in result.stdout
     # its figures are no reference: --save-baseline saved them as dflash's all the same
     saved = json.loads((tmp_path / "merged-baselines" / "cpu.json").read_text())["entries"]
     assert sorted(saved) == ["test_generation[ar-tp1-chat]"]
