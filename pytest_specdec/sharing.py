@@ -146,7 +146,7 @@ def requests_in_flight(path: str, body: Any) -> int:
     ranks = body.get(api.LOADS_LIST) if path == api.LOADS and isinstance(body, dict) else body
     keys = (api.LOAD_RUNNING, api.LOAD_WAITING) if path == api.LOADS else (api.LOAD_OLD_REQS,)
     if not isinstance(ranks, list) or not ranks:
-        raise ValueError(f"no list of DP ranks" + (f" under {api.LOADS_LIST!r}" if path == api.LOADS else ""))
+        raise ValueError("no list of DP ranks" + (f" under {api.LOADS_LIST!r}" if path == api.LOADS else ""))
     total = 0
     for rank in ranks:
         for key in keys:

@@ -16,7 +16,6 @@ import pytest
 
 from http_stub import QuietHandler, serving
 from pytest_specdec import sglang_api as api
-from pytest_specdec.metrics import RequestRecord
 from pytest_specdec.sharing import SharingCheck, shared
 from pytest_specdec.workloads import load_workload
 
