@@ -10,6 +10,11 @@ measurement, reference), and another worker's test waits for it, as a configurat
 GPUs: bounded by --specdec-gpu-wait-timeout, said once past `QUIET_S`. The kernel drops a flock
 when its process exits, so a killed worker frees the server with nothing left to clean up.
 Files are never deleted: unlinking a lock file races with a process that has just opened it.
+
+Waiters queue: a waiter first takes a second file's flock (the queue), then the turn, and leaves
+the queue once it has the turn. A worker whose test has just ended reaches its next test's setup
+in milliseconds, well within a waiter's poll, so without the queue it took the turn back every
+time and another worker waited for its whole share of the run (past the timeout on a long one).
 """
 
 from __future__ import annotations
@@ -48,18 +53,18 @@ class AttachedLease:
     def acquire(self, owner: str) -> None:
         """Hold the server for `owner`, waiting while another process holds it; AttachedLeaseError
         after `timeout` seconds. A KeyboardInterrupt during the wait leaves nothing held."""
-        import fcntl
-
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        queue = None
         try:
+            queue = os.open(self.path.with_suffix(".queue"), os.O_RDWR | os.O_CREAT, 0o644)
             wait = SaidWait(self.timeout, self.announce, QUIET_S)
+            queued = False
             while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                queued = queued or _take(queue)  # behind a worker already waiting, not ahead of it
+                if queued and _take(fd):
                     break
-                except BlockingIOError:
-                    holder = _describe(os.pread(fd, 4096, 0))
+                holder = _describe(os.pread(fd, 4096, 0))
                 if wait.over():
                     raise AttachedLeaseError(
                         f"{owner} waited {self.timeout:g}s for the attached server {self.url}, which another "
@@ -73,6 +78,9 @@ class AttachedLease:
         except BaseException:
             os.close(fd)  # closing drops a flock taken on the way
             raise
+        finally:
+            if queue is not None:
+                os.close(queue)  # the next waiter queues
         self._fd = fd
 
     def release(self) -> None:
@@ -83,7 +91,22 @@ class AttachedLease:
             os.ftruncate(fd, 0)  # no stale name once free
         except OSError:
             pass
+        import fcntl
+
+        # a child the test forked shares the lock: closing our descriptor alone would leave it held
+        fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def _take(fd: int) -> bool:
+    """Whether this process now holds `fd`'s exclusive flock (False: another does)."""
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
 
 
 def _describe(raw: bytes) -> str:

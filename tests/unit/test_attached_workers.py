@@ -6,6 +6,7 @@ client's load (sharing.py) and fail both tests as shared. The attached server's 
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -64,3 +65,64 @@ def test_the_lease_waits_says_its_wait_once_and_names_the_holder_when_it_gives_u
     other = AttachedLease(tmp_path, "http://other-box:30000", timeout=0.1, setting="x")
     other.acquire("test_c")  # another URL is another server
     waiter.release(), other.release()
+
+
+def test_a_worker_that_ends_a_test_queues_behind_the_one_waiting(tmp_path):
+    """A worker reaches its next test's setup within milliseconds of its last teardown, well within
+    a waiter's poll: without a queue it took the server back each time, and the other worker waited
+    for its whole share of the run."""
+    import threading
+
+    from pytest_specdec.servers.attach_lease import AttachedLease, AttachedLeaseError
+
+    url = "http://gpu-box:30000"
+    first = AttachedLease(tmp_path, url, timeout=5, setting="--specdec-gpu-wait-timeout")
+    second = AttachedLease(tmp_path, url, timeout=5, setting="--specdec-gpu-wait-timeout")
+    first.acquire("test_a[w1]")
+    turn, done = threading.Event(), threading.Event()
+
+    def wait_then_hold() -> None:
+        second.acquire("test_b[w1]")
+        turn.set()
+        done.wait(10)
+        second.release()
+
+    waiter = threading.Thread(target=wait_then_hold)
+    waiter.start()
+    try:
+        time.sleep(0.3)  # the waiter polls, queued
+        first.release()
+        first.timeout = 1.0
+        with pytest.raises(AttachedLeaseError, match=r"\(pid \d+, test_b\[w1\], since "):
+            first.acquire("test_a[w2]")  # the next test of the worker that just let go waits its turn
+        assert turn.is_set()
+    finally:
+        done.set()
+        waiter.join()
+    first.acquire("test_a[w2]")
+    first.release()
+
+
+def test_a_child_the_test_forked_does_not_keep_the_server(tmp_path):
+    """A process forked during the test (a multiprocessing pool that outlives it) shares the lock's
+    descriptor: the release frees the server all the same."""
+    from pytest_specdec.servers.attach_lease import AttachedLease
+
+    url = "http://gpu-box:30000"
+    holder = AttachedLease(tmp_path, url, timeout=5, setting="--specdec-gpu-wait-timeout")
+    holder.acquire("test_a[w1]")
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # lives on, holding the inherited descriptor, until the parent closes the pipe
+        os.close(write)
+        os.read(read, 1)
+        os._exit(0)
+    os.close(read)
+    try:
+        holder.release()
+        other = AttachedLease(tmp_path, url, timeout=0.5, setting="--specdec-gpu-wait-timeout")
+        other.acquire("test_b[w2]")
+        other.release()
+    finally:
+        os.close(write)
+        os.waitpid(child, 0)
