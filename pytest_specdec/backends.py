@@ -585,7 +585,8 @@ class AttachBackend(Backend):
         url = state.settings.server_url
         # in the lease folder of the run, which its workers share: one worker's test at a time on it
         lease = AttachedLease(run_dir / "leases", url, timeout=state.settings.gpu_wait_timeout,
-                              setting=state.settings.setter("gpu_wait_timeout"), announce=announce)
+                              setting=state.settings.setter("gpu_wait_timeout"), announce=announce,
+                              folder_setting=state.settings.setter("artifacts"))
         try:
             return ServerPool.attach(url, announce=announce, stall_timeout=state.settings.stall_timeout,
                                      stall_setting=state.settings.setter("stall_timeout"), lease=lease)

@@ -19,6 +19,7 @@ time and another worker waited for its whole share of the run (past the timeout 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -31,10 +32,13 @@ from pytest_specdec.servers.said_wait import SaidWait
 #: How long a wait for another worker's test goes unsaid: a short workload ends within it.
 QUIET_S = 3.0
 POLL_S = 0.1
+#: The longest URL kept whole in the lock file's name, well within a file name's 255 bytes.
+NAME_MAX = 120
 
 
 class AttachedLeaseError(Exception):
-    """The wait for the attached server ran out: its text names the holder and the bound."""
+    """The wait for the attached server ran out (its text names the holder and the bound), or the
+    files that keep its turn cannot be kept (its text names the file and the folder's setting)."""
 
 
 class AttachedLease:
@@ -42,22 +46,29 @@ class AttachedLease:
     workers). `owner` names who waits (a test's id); `announce` says a long wait."""
 
     def __init__(self, directory: Path, url: str, *, timeout: float, setting: str,
-                 announce: Callable[[str], None] | None = None) -> None:
+                 announce: Callable[[str], None] | None = None, folder_setting: str = "--specdec-artifacts") -> None:
         self.url = url.rstrip("/")
-        self.path = Path(directory) / f"attached-{re.sub(r'[^A-Za-z0-9_.-]', '_', self.url)}.lock"
+        self.path = Path(directory) / f"attached-{_file_name(self.url)}.lock"
         self.timeout = timeout
         self.setting = setting
         self.announce = announce
+        self.folder_setting = folder_setting  # where the user names the folder the files are kept in
         self._fd: int | None = None
 
     def acquire(self, owner: str) -> None:
         """Hold the server for `owner`, waiting while another process holds it; AttachedLeaseError
         after `timeout` seconds. A KeyboardInterrupt during the wait leaves nothing held."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise self._unusable(exc) from None
         queue = None
         try:
-            queue = os.open(self.path.with_suffix(".queue"), os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                queue = os.open(self.path.with_suffix(".queue"), os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise self._unusable(exc) from None
             wait = SaidWait(self.timeout, self.announce, QUIET_S)
             queued = False
             while True:
@@ -83,6 +94,12 @@ class AttachedLease:
                 os.close(queue)  # the next waiter queues
         self._fd = fd
 
+    def _unusable(self, exc: OSError) -> AttachedLeaseError:
+        return AttachedLeaseError(
+            f"cannot keep the attached server's turn file {exc.filename or self.path}: {exc.strerror or exc}; "
+            f"{self.folder_setting} names the folder it is kept in (under run-*/leases): make it writable, or "
+            f"point it at one that is")
+
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is None:
@@ -107,6 +124,15 @@ def _take(fd: int) -> bool:
         return True
     except BlockingIOError:
         return False
+
+
+def _file_name(url: str) -> str:
+    """`http___gpu-box_30000`: the URL, readable, within a file name's 255 bytes (a long one ends
+    in its digest, which tells apart two URLs cut to the same start)."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", url)
+    if len(name) <= NAME_MAX:
+        return name
+    return f"{name[:NAME_MAX - 17]}-{hashlib.sha256(url.encode()).hexdigest()[:16]}"
 
 
 def _describe(raw: bytes) -> str:

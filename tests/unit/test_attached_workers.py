@@ -126,3 +126,23 @@ def test_a_child_the_test_forked_does_not_keep_the_server(tmp_path):
     finally:
         os.close(write)
         os.waitpid(child, 0)
+
+
+def test_a_long_url_or_an_unusable_folder_is_one_line_naming_the_file_and_the_setting(tmp_path):
+    """A URL behind a long proxy path made a lock file name past 255 bytes: a traceback in every test."""
+    from pytest_specdec.servers.attach_lease import AttachedLease, AttachedLeaseError
+
+    long_url = "https://gateway.example.com/" + "/".join(f"segment{i:03d}" for i in range(40))
+    lease = AttachedLease(tmp_path, long_url, timeout=1, setting="--specdec-gpu-wait-timeout")
+    lease.acquire("test_a")  # its file name ends in the URL's digest
+    other = AttachedLease(tmp_path, long_url + "x", timeout=0.1, setting="--specdec-gpu-wait-timeout")
+    other.acquire("test_b")  # another URL with the same start is another server
+    lease.release(), other.release()
+    (tmp_path / "file").write_text("")
+    blocked = AttachedLease(tmp_path / "file" / "leases", "http://gpu-box:30000", timeout=1, setting="x",
+                            folder_setting="--specdec-artifacts")
+    with pytest.raises(AttachedLeaseError) as info:
+        blocked.acquire("test_c")
+    assert str(info.value).startswith(f"cannot keep the attached server's turn file {tmp_path / 'file' / 'leases'}: ")
+    assert str(info.value).endswith("; --specdec-artifacts names the folder it is kept in (under run-*/leases): "
+                                    "make it writable, or point it at one that is"), info.value
