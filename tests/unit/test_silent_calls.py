@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import http.server
 import json
 import threading
 import time
 from typing import Iterator
 
 import pytest
+
+from http_stub import QuietHandler, serving
 
 from pytest_specdec import client, workloads
 from pytest_specdec.live import LiveServer
@@ -36,7 +37,7 @@ def silent(paths: tuple[str, ...] | set[str] | None = None) -> Iterator[str]:
     may change as it serves) it never answers (for HOLD_S), the others it answers as an ar server:
     /server_info and /health, else 404. Its URL."""
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def _any(self) -> None:
             path = self.path.split("?")[0]
             if paths is None or path in paths:
@@ -55,17 +56,8 @@ def silent(paths: tuple[str, ...] | set[str] | None = None) -> Iterator[str]:
 
         do_GET = do_POST = _any
 
-        def log_message(self, *args) -> None:
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_port}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(Handler, threaded=True) as url:  # each held request in a thread of its own
+        yield url
 
 
 def answered(url: str, workload: Workload, **kwargs) -> WorkloadResult:
