@@ -85,7 +85,8 @@ class AttachedLease:
                     f"it ({holder}), and two at once would each fail as shared; waiting up to {left:.0f}s more "
                     f"({self.setting})"))
             os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps({"pid": os.getpid(), "owner": owner, "since": time.time()}).encode(), 0)
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "worker": os.environ.get("PYTEST_XDIST_WORKER"),
+                                          "owner": owner, "since": time.time()}).encode(), 0)
         except BaseException:
             os.close(fd)  # closing drops a flock taken on the way
             raise
@@ -136,9 +137,12 @@ def _file_name(url: str) -> str:
 
 
 def _describe(raw: bytes) -> str:
-    """`pid 4242, test_generation[ddtree-tp1-b8-w1], since 10:32:07`."""
+    """`gw1, pid 4242, test_generation[ddtree-tp1-b8-w1], since 10:32:07`: the xdist worker id first,
+    as xdist's own output names workers (absent outside xdist)."""
     try:
         who = json.loads(raw.decode())
-        return f"pid {who['pid']}, {who['owner']}, since {time.strftime('%H:%M:%S', time.localtime(who['since']))}"
+        worker = f"{who['worker']}, " if who.get("worker") else ""
+        since = time.strftime('%H:%M:%S', time.localtime(who['since']))
+        return f"{worker}pid {who['pid']}, {who['owner']}, since {since}"
     except (ValueError, KeyError, TypeError):
         return "a process that has not written its name"  # between its flock and its write

@@ -146,3 +146,18 @@ def test_a_long_url_or_an_unusable_folder_is_one_line_naming_the_file_and_the_se
     assert str(info.value).startswith(f"cannot keep the attached server's turn file {tmp_path / 'file' / 'leases'}: ")
     assert str(info.value).endswith("; --specdec-artifacts names the folder it is kept in (under run-*/leases): "
                                     "make it writable, or point it at one that is"), info.value
+
+
+def test_the_holder_is_named_by_its_xdist_worker_id(tmp_path, monkeypatch):
+    """Users see `gw0`, `gw1` in xdist's output, not pids: the wait names the holder's worker too."""
+    from pytest_specdec.servers.attach_lease import AttachedLease, AttachedLeaseError
+
+    url = "http://gpu-box:30000"
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    holder = AttachedLease(tmp_path, url, timeout=5, setting="--specdec-gpu-wait-timeout")
+    holder.acquire("test_a[w1]")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    waiter = AttachedLease(tmp_path, url, timeout=0.2, setting="--specdec-gpu-wait-timeout")
+    with pytest.raises(AttachedLeaseError, match=rf"\(gw1, pid {os.getpid()}, test_a\[w1\], since "):
+        waiter.acquire("test_b[w2]")
+    holder.release()
