@@ -11,10 +11,12 @@ GPUs: bounded by --specdec-gpu-wait-timeout, said once past `QUIET_S`. The kerne
 when its process exits, so a killed worker frees the server with nothing left to clean up.
 Files are never deleted: unlinking a lock file races with a process that has just opened it.
 
-Waiters queue: a waiter first takes a second file's flock (the queue), then the turn, and leaves
-the queue once it has the turn. A worker whose test has just ended reaches its next test's setup
-in milliseconds, well within a waiter's poll, so without the queue it took the turn back every
-time and another worker waited for its whole share of the run (past the timeout on a long one).
+Waiters take turns first come, first served: each writes a ticket at the end of a line kept in a
+second file (under its flock), and only the first in line may take the turn. A worker whose test
+has just ended reaches its next test's setup in milliseconds, well within a waiter's poll, so
+without the line it took the turn back every time; and where waiters raced for a flock, one of
+three could lose each race and wait out the timeout while the other two passed the server back and
+forth. A waiter leaves the line with the turn, on giving up, or (killed) when its pid is gone.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import json
 import os
 import re
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -69,11 +72,11 @@ class AttachedLease:
                 queue = os.open(self.path.with_suffix(".queue"), os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as exc:
                 raise self._unusable(exc) from None
+            ticket = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"  # threads of one process wait apart
+            _in_line(queue, lambda line: line + [[ticket, os.getpid()]])
             wait = SaidWait(self.timeout, self.announce, QUIET_S)
-            queued = False
             while True:
-                queued = queued or _take(queue)  # behind a worker already waiting, not ahead of it
-                if queued and _take(fd):
+                if _first(queue, ticket) and _take(fd):
                     break
                 holder = _describe(os.pread(fd, 4096, 0))
                 if wait.over():
@@ -86,13 +89,16 @@ class AttachedLease:
                     f"({self.setting})"))
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps({"pid": os.getpid(), "worker": os.environ.get("PYTEST_XDIST_WORKER"),
-                                          "owner": owner, "since": time.time()}).encode(), 0)
+                                      "owner": owner, "since": time.time()}).encode(), 0)
         except BaseException:
             os.close(fd)  # closing drops a flock taken on the way
             raise
         finally:
             if queue is not None:
-                os.close(queue)  # the next waiter queues
+                try:
+                    _in_line(queue, lambda line: [entry for entry in line if entry[0] != ticket])  # turn or give-up
+                finally:
+                    os.close(queue)
         self._fd = fd
 
     def _unusable(self, exc: OSError) -> AttachedLeaseError:
@@ -125,6 +131,42 @@ def _take(fd: int) -> bool:
         return True
     except BlockingIOError:
         return False
+
+
+def _in_line(queue: int, change: Callable[[list], list]) -> list:
+    """The waiters' line in `queue` (`[ticket, pid]`, first come first), changed by `change` under the
+    file's flock; a waiter whose process is gone (killed while it waited) leaves it."""
+    import fcntl
+
+    fcntl.flock(queue, fcntl.LOCK_EX)  # held for a read and a write: microseconds
+    try:
+        try:
+            line = json.loads(os.pread(queue, 1 << 20, 0).decode() or "[]")
+        except ValueError:
+            line = []  # a waiter killed mid-write: the living re-queue below as they poll
+        line = change([entry for entry in line if _alive(entry[1])])
+        os.ftruncate(queue, 0)
+        os.pwrite(queue, json.dumps(line).encode(), 0)
+        return line
+    finally:
+        fcntl.flock(queue, fcntl.LOCK_UN)
+
+
+def _first(queue: int, ticket: str) -> bool:
+    """Whether `ticket` is first in line (put back last where the line lost it)."""
+    line = _in_line(queue, lambda line: line if any(entry[0] == ticket for entry in line)
+                    else line + [[ticket, os.getpid()]])
+    return line[0][0] == ticket
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: alive
+    return True
 
 
 def _file_name(url: str) -> str:

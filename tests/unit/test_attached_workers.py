@@ -161,3 +161,64 @@ def test_the_holder_is_named_by_its_xdist_worker_id(tmp_path, monkeypatch):
     with pytest.raises(AttachedLeaseError, match=rf"\(gw1, pid {os.getpid()}, test_a\[w1\], since "):
         waiter.acquire("test_b[w2]")
     holder.release()
+
+
+
+def _wait_then_say(directory, name: str, said) -> None:
+    from pytest_specdec.servers.attach_lease import AttachedLease
+
+    lease = AttachedLease(directory, "http://gpu-box:30000", timeout=30, setting="--specdec-gpu-wait-timeout")
+    lease.acquire(f"test_{name}")
+    said.put(name)
+    time.sleep(0.05)
+    lease.release()
+
+
+def test_waiters_get_the_server_in_the_order_they_asked(tmp_path):
+    """Four workers wait, one after the other, while a fifth holds the server: they get it in that
+    order. Waiters that raced for a flock got it in any order."""
+    import multiprocessing
+
+    from pytest_specdec.servers.attach_lease import AttachedLease
+
+    fork = multiprocessing.get_context("fork")
+    holder = AttachedLease(tmp_path, "http://gpu-box:30000", timeout=5, setting="--specdec-gpu-wait-timeout")
+    holder.acquire("test_holder")
+    said = fork.Queue()
+    waiters = []
+    try:
+        for name in "abcd":
+            waiter = fork.Process(target=_wait_then_say, args=(tmp_path, name, said), daemon=True)
+            waiter.start()
+            waiters.append(waiter)
+            time.sleep(0.25)  # a few of its polls: it has asked before the next
+        holder.release()
+        assert [said.get(timeout=10) for _ in "abcd"] == list("abcd")
+    finally:
+        for waiter in waiters:
+            waiter.join(10)
+            if waiter.is_alive():
+                waiter.kill()
+
+
+
+def test_a_waiter_killed_in_line_does_not_hold_up_the_ones_behind_it(tmp_path):
+    """A worker killed while it waits (a crash, `kill -9`) cannot leave the line: its pid is gone, so
+    the next waiter takes its place."""
+    import multiprocessing
+    import signal
+
+    from pytest_specdec.servers.attach_lease import AttachedLease
+
+    fork = multiprocessing.get_context("fork")
+    holder = AttachedLease(tmp_path, "http://gpu-box:30000", timeout=5, setting="--specdec-gpu-wait-timeout")
+    holder.acquire("test_holder")
+    doomed = fork.Process(target=_wait_then_say, args=(tmp_path, "doomed", fork.Queue()), daemon=True)
+    doomed.start()
+    time.sleep(0.3)  # in line, first
+    os.kill(doomed.pid, signal.SIGKILL)
+    doomed.join(10)
+    holder.release()
+    behind = AttachedLease(tmp_path, "http://gpu-box:30000", timeout=1, setting="--specdec-gpu-wait-timeout")
+    behind.acquire("test_behind")
+    behind.release()
