@@ -225,7 +225,8 @@ def _live_server(spec, server, specdec_spec: MatrixCase, specdec_pool: ServerPoo
         probe_stall=server.stall_error, report_failure=lambda error: specdec_pool.report_death(spec, error),
         pids=server.processes if owned else None, announce=_announcer(request.config),
         top_logprobs=reference_top_logprobs(specdec_spec, state), sharing=state.sharing,
-        warmup_requests=state.settings.warmup_requests, cache_flush=state.cache_flush)
+        warmup_requests=state.settings.warmup_requests, cache_flush=state.cache_flush,
+        vocab_said=state.vocab_said)
     yield live
     # an interrupted session (Ctrl-C mid-workload) stops every server next: probing one that is
     # frozen would only hold the interrupt up for the health timeout

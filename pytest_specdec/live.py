@@ -87,6 +87,9 @@ class LiveServer:
     #: one round at its concurrency
     warmup_requests: int | None = None
     cache_flush: CacheFlush = field(default_factory=CacheFlush)  # the run's (RunState.cache_flush)
+    #: the run's URLs whose /model_info went unanswered (RunState.vocab_said): a LiveServer is made
+    #: per test, so its own memory said a silent server's in every test
+    vocab_said: set[str] = field(default_factory=set)
 
     @property
     def id(self) -> str:
@@ -353,8 +356,12 @@ class LiveServer:
                 # optional: the random-draft guard takes an unknown vocabulary as large, and the
                 # workload's own watchdog fails a server that is frozen
                 self._vocab_size = 0
-                warnings.warn(f"server {self.id}: {stall}, so the random-draft check takes its vocabulary "
-                              f"as large (not asked again for this test)", stacklevel=2)
+                url = self.url.rstrip("/")
+                if url not in self.vocab_said:
+                    self.vocab_said.add(url)
+                    warnings.warn(f"server {self.id}: {stall}, so the random-draft check takes its vocabulary "
+                                  f"as large (not asked again for this test; said once per server this run)",
+                                  stacklevel=2)
         return self._vocab_size or None
 
     def _cross_check(self, measurement: Measurement, log_offset: int) -> None:

@@ -59,6 +59,8 @@ class RunState:
     sharing: SharingCheck = field(default_factory=SharingCheck, compare=False, repr=False)
     #: the flush after each workload's warm-up (warmup.py): each server that refused it, said once
     cache_flush: CacheFlush = field(default_factory=CacheFlush, compare=False, repr=False)
+    #: the servers (by URL) whose /model_info went unanswered (live.py): each said once
+    vocab_said: set = field(default_factory=set, compare=False, repr=False)
 
     @property
     def lossless(self) -> Exactness:

@@ -175,9 +175,28 @@ def test_a_silent_vocabulary_read_is_said_once_and_skipped():
         again = time.monotonic() - began
     assert [str(w.message) for w in said] == [
         "server ddtree-tp1-b8: /model_info did not answer within 1s, so the random-draft check takes its "
-        "vocabulary as large (not asked again for this test)"]
+        "vocabulary as large (not asked again for this test; said once per server this run)"]
     assert took < STALL_S + 3, took
     assert again < 0.5, again
+    assert reported == []
+
+
+def test_a_silent_vocabulary_read_is_said_once_per_server_this_run_not_per_test():
+    """A LiveServer is made per test: two of one URL (the fixture passes both the run's set) say a
+    silent /model_info once, as the run's other optional reads do; another URL is another server."""
+    import warnings
+
+    reported: list = []
+    said_in_run: set[str] = set()
+    spec = ServerSpec("embedded", "ddtree", budget=8)
+    with silent(("/model_info",)) as url, warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        for each_test in (url, url + "/"):
+            assert live(each_test, reported, spec=spec, token_counter=None, vocab_said=said_in_run).vocab_size() is None
+        with silent(("/model_info",)) as other:
+            assert live(other, reported, spec=spec, token_counter=None, vocab_said=said_in_run).vocab_size() is None
+    messages = [str(w.message) for w in said if "/model_info" in str(w.message)]
+    assert len(messages) == 2, messages
     assert reported == []
 
 
