@@ -50,7 +50,8 @@ class Fold:
 def fold(rows: Sequence[ReportRow], limit: int) -> Fold:
     """`rows` (in the table's order) cut to `limit` rows where it has more: every row that
     `must_show`, then the first plain rows that fit beside them. A limit of 0 folds none; rows
-    a user must see are shown past the limit, as hiding one would hide what the run found."""
+    a user must see are shown past the limit, as hiding one would hide what the run found. A
+    single plain row left out is shown: the line that would count it is no shorter than it."""
     if not limit or len(rows) <= limit:
         return Fold(tuple(rows), ())
     room = max(limit - sum(1 for row in rows if must_show(row)), 0)
@@ -63,6 +64,8 @@ def fold(rows: Sequence[ReportRow], limit: int) -> Fold:
             shown.append(row)
         else:
             folded.append(row)
+    if len(folded) == 1:
+        return Fold(tuple(rows), ())
     return Fold(tuple(shown), tuple(folded))
 
 

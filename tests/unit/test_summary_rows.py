@@ -72,6 +72,14 @@ def test_a_limit_of_0_or_a_table_within_it_is_the_table_of_every_row():
     assert format_table(small, limit=50, every_row="x") == format_table(small)
 
 
+def test_one_row_past_the_limit_is_shown_not_folded_into_a_line_as_long():
+    rows = plain_rows(51)
+    assert format_table(rows, limit=50, every_row="x") == format_table(rows)
+    failures = [replace(r, outcome="failed", reason="x") for r in plain_rows(5)]
+    assert fold([*failures, *plain_rows(1)], 5).folded == ()  # no room left, and still one row
+    assert len(fold(plain_rows(52), 50).folded) == 2
+
+
 def test_the_fold_line_counts_each_verdict_as_the_table_words_it():
     verdicts = ["ok", "new", "ok", "", "new", "new"]  # the most first; a tie in the table's order
     rows = [replace(r, verdict=verdict) for r, verdict in zip(plain_rows(6), verdicts)]
@@ -130,6 +138,8 @@ def test_a_run_of_120_tests_folds_its_plain_rows_and_its_report_keeps_them_all(p
 def test_a_small_run_shows_every_row_as_before(pytester):
     pytester.makepyfile(test_figures=FIGURES.replace("range(120)", "range(3)"))
     lines = table_lines(pytester.runpytest("-p", "no:cacheprovider", "--specdec-summary-rows=2"))
-    assert len(lines) == 3 and lines[-1].startswith("...")  # 2 rows and the fold line
+    assert len(lines) == 3 and not lines[-1].startswith("...")  # 1 row folded would be 1 line too
+    lines = table_lines(pytester.runpytest("-p", "no:cacheprovider", "--specdec-summary-rows=1"))
+    assert len(lines) == 2 and lines[-1].startswith("... 2 more row(s)")  # 1 row and the fold line
     lines = table_lines(pytester.runpytest("-p", "no:cacheprovider"))
     assert [line.split()[0] for line in lines] == ["test_figures[0]", "test_figures[1]", "test_figures[2]"]
