@@ -385,25 +385,25 @@ def blind(outputs: Outputs, expected: Outputs, exactness: Exactness) -> int:
     return count
 
 
-def blind_note(names: Sequence[str], where: str = "") -> str:
+def blind_note(names: Sequence[str]) -> str:
     """The line naming the results `blind` found: the run's summary and a merge of shards say it;
-    the first few where there are many, and `where` (the report) lists them all."""
+    the first few where there are many, and no report to see the rest in: none records it."""
     from .table_fold import named
 
-    return (f"lossless: compared as text, which could not see some characters: {named(names, where)} (a server "
+    return (f"lossless: compared as text, which could not see some characters: {named(names)} (a server "
             f"sent no token ids, and texts that match hold U+FFFD, which every byte that completes no "
             f"character decodes to, so a different token of such bytes reads alike); a server that sends "
             f"output_ids, as SGLang's /generate does, compares the tokens")
 
 
-def uncounted_note(exactness: Exactness, names: Sequence[str], where: str = "") -> str:
+def uncounted_note(exactness: Exactness, names: Sequence[str]) -> str:
     """The line naming the results `uncounted` found checked on N characters, not N tokens: the
     run's summary and a merge of shards (whose comparisons across shards no shard made) say it;
-    the first few where there are many, and `where` (the report) lists them all."""
+    the first few where there are many, and no report to see the rest in: none records it."""
     from .sglang_api import TOKENIZE
     from .table_fold import named
 
     return (f"lossless: {exactness} compared only the first {exactness.prefix} characters of some outputs, "
-            f"not {exactness.prefix} tokens: {named(names, where)} (a server sent no token ids and its "
+            f"not {exactness.prefix} tokens: {named(names)} (a server sent no token ids and its "
             f"tokenizer did not count them: no {TOKENIZE}, or a record of an earlier release or of "
             f"another prefix:N); a server that sends output_ids or serves {TOKENIZE} checks the tokens")

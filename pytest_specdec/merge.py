@@ -424,7 +424,7 @@ def merge(directories: Iterable[str | Path], where: str = "") -> Merged:
                         f": {len(lacking)} configuration(s) have no result"
                         + (f": {named(lacking, where)}" if lacking else ""))
     return Merged(tuple(manifests), tuple(rows), tuple(results), tuple(problems), tuple(skipped),
-                  notes=tuple(uncounted_across(compared, where) + blind_across(compared, where)), warnings=tuple(warnings))
+                  notes=tuple(uncounted_across(compared) + blind_across(compared)), warnings=tuple(warnings))
 
 
 @dataclass(frozen=True)
@@ -474,7 +474,7 @@ def _margins_switch(shard: ShardManifest) -> str | None:
     return shard.margins_switch
 
 
-def uncounted_across(compared: dict[str, _Compared], where: str = "") -> list[str]:
+def uncounted_across(compared: dict[str, _Compared]) -> list[str]:
     """The line (or none) naming the configurations whose comparison across shards checked only
     the first N characters of some outputs under prefix:N, as a run's summary names its own
     (`lossless.uncounted`): each shard saw no reference to compare them with, so none said it."""
@@ -482,16 +482,16 @@ def uncounted_across(compared: dict[str, _Compared], where: str = "") -> list[st
     for test_id, check in compared.items():
         if lossless.uncounted(check.candidate.outputs, check.reference.outputs, check.exactness):
             by_mode.setdefault(str(check.exactness), []).append(test_id)
-    return [lossless.uncounted_note(lossless.parse_exactness(mode), names, where) for mode, names in by_mode.items()]
+    return [lossless.uncounted_note(lossless.parse_exactness(mode), names) for mode, names in by_mode.items()]
 
 
-def blind_across(compared: dict[str, _Compared], where: str = "") -> list[str]:
+def blind_across(compared: dict[str, _Compared]) -> list[str]:
     """The line (or none) naming the configurations whose comparison across shards passed on texts
     holding U+FFFD, which could not see those characters (`lossless.blind`), as a run's summary
     names its own: each shard saw no reference to compare them with, so none said it."""
     names = [test_id for test_id, check in compared.items()
              if lossless.blind(check.candidate.outputs, check.reference.outputs, check.exactness)]
-    return [lossless.blind_note(names, where)] if names else []
+    return [lossless.blind_note(names)] if names else []
 
 
 def _divergences(results: Sequence[tuple[Result, ShardManifest, str]], *,

@@ -511,7 +511,7 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
 
     where = full_list(results)  # the report just written, where a line naming a few says the rest are
     if results.reruns:
-        notes.append(rerun_note(results.reruns, where))
+        notes.append(rerun_note(results.reruns))
     shared = results.shared() if results.all() else []
     if shared:  # passed under --specdec-allow-shared: the table marks each, this counts them
         from .sharing import shared_note
@@ -533,19 +533,19 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
     if leftover:
         notes.append(leftover)
     # a merge checks a shard's
-    unchecked = None if plan is not None else unchecked_lossless(results, limits.left_out_by, where)
+    unchecked = None if plan is not None else unchecked_lossless(results, limits.left_out_by)
     if unchecked:
         notes.append(unchecked)
-    sampled = sampled_lossless(results, where)
+    sampled = sampled_lossless(results)
     if sampled:
         notes.append(sampled)
-    figures_only = figures_only_lossless(results, where)
+    figures_only = figures_only_lossless(results)
     if figures_only:
         notes.append(figures_only)
-    by_text = uncounted_lossless(results, where)
+    by_text = uncounted_lossless(results)
     if by_text:
         notes.append(by_text)
-    unseen = blind_lossless(results, where)
+    unseen = blind_lossless(results)
     if unseen:
         notes.append(unseen)
     fixed = [nodeid.split("::")[-1] for nodeid, (outcome, _) in results.settled_known_issues().items()
@@ -621,14 +621,15 @@ def empty_shard_status(plan: ShardPlan | None, exitstatus: int) -> int:
     return exitstatus
 
 
-def rerun_note(reruns: dict[str, int], where: str = "") -> str:
+def rerun_note(reruns: dict[str, int]) -> str:
     """One line naming the tests run again after a failed attempt (pytest-rerunfailures): their
     rows and a saved baseline hold the last attempt's figures, which a reader of the table alone
-    would take for a first attempt's. `where`: the report, said where the line names only a few."""
+    would take for a first attempt's. The first few of many, and no report to see the rest in: none
+    records a rerun."""
     from .table_fold import named
 
     tests = named([f"{nodeid.rsplit('::', 1)[-1]} ({n} failed attempt{'s' if n > 1 else ''})"
-                   for nodeid, n in sorted(reruns.items())], where)
+                   for nodeid, n in sorted(reruns.items())])
     return (f"run again after failing: {tests}; the table, the report and a saved baseline hold "
             f"each one's last attempt, the journal every attempt's figures")
 
@@ -661,12 +662,12 @@ def interrupted_note(results: Results, stopped_by: str) -> str | None:
             f"{relative_path(journal_path(state), state.config.root)}: {how} to measure only the rest")
 
 
-def unchecked_lossless(results: Results, left_out_by: tuple[str, ...] = (), where: str = "") -> str | None:
+def unchecked_lossless(results: Results, left_out_by: tuple[str, ...] = ()) -> str | None:
     """The speculative results whose reference recorded no outputs in this run (left out by
     `left_out_by`, the options given that leave tests out, or by the tests the command line
     named; skipped; failed before measuring; or measured through `specdec_record.result`, which
     records figures alone), so nothing checked their losslessness; one line, or None, naming the
-    first few where there are many and `where` (the report) lists them all."""
+    first few where there are many (no report records which went unchecked, so none is named)."""
     from .collection import reference_case
     from .configuration import is_speculative
     from .lossless import counterpart
@@ -698,7 +699,7 @@ def unchecked_lossless(results: Results, left_out_by: tuple[str, ...] = (), wher
         if not chosen:
             return None
         references = named(list(dict.fromkeys(reference for _, reference in chosen)))
-        listed = named([name for name, _ in chosen], where)
+        listed = named([name for name, _ in chosen])
         if figures:
             return (f"{listed} (their reference {references} recorded figures without outputs, through "
                     f"specdec_record.result(measurement), so there was nothing to compare them with); record "
@@ -712,7 +713,7 @@ def unchecked_lossless(results: Results, left_out_by: tuple[str, ...] = (), wher
     return f"lossless: not checked: {'; '.join(parts)}" if parts else None
 
 
-def sampled_lossless(results: Results, where: str = "") -> str | None:
+def sampled_lossless(results: Results) -> str | None:
     """The speculative results of a workload that samples (SGLang would not decode it greedily:
     sampling_rule), whose outputs no greedy reference can reproduce, so nothing checked their
     losslessness: said at the end, where `-q` (which hides the header's line) still shows it; one
@@ -740,13 +741,13 @@ def sampled_lossless(results: Results, where: str = "") -> str | None:
         return None
     from .table_fold import named
 
-    names = named(_names(sampled), where)
+    names = named(_names(sampled))
     workloads = ", ".join(sorted({f"{r.workload} at temperature {temperature(r):g}" for r in sampled}))
     return (f"lossless: not checked: {names} (sampled: {workloads}; only greedy outputs must equal "
             f"the reference's); a workload with temperature = 0 checks them")
 
 
-def figures_only_lossless(results: Results, where: str = "") -> str | None:
+def figures_only_lossless(results: Results) -> str | None:
     """The greedy results of a guarded family measured through `specdec_record.result(measurement)`,
     which records figures, not outputs (`run(server, workload)` records both), so nothing compared
     their outputs, as they were neither sampled nor left without their reference: one line, or None."""
@@ -768,7 +769,7 @@ def figures_only_lossless(results: Results, where: str = "") -> str | None:
         return None
     from .table_fold import named
 
-    return (f"lossless: not checked: {named(_names(figures_only), where)} (measured through "
+    return (f"lossless: not checked: {named(_names(figures_only))} (measured through "
             f"specdec_record.result(measurement), which records figures, not outputs); "
             f"specdec_record.run(specdec_server, workload) records the outputs the guard compares")
 
@@ -792,7 +793,7 @@ def _compared_pairs(results: Results) -> list[tuple[Result, Result]]:
     return pairs
 
 
-def uncounted_lossless(results: Results, where: str = "") -> str | None:
+def uncounted_lossless(results: Results) -> str | None:
     """The speculative results whose `prefix:N` check compared only the first N characters of
     some outputs, as their servers sent no token ids and no tokenizer counted them (N characters
     are usually far fewer tokens): a pass there checked less than asked; one line, or None."""
@@ -804,10 +805,10 @@ def uncounted_lossless(results: Results, where: str = "") -> str | None:
     if exactness.mode != "prefix":
         return None
     short = [r for r, expected in _compared_pairs(results) if uncounted(r.outputs, expected.outputs, exactness)]
-    return uncounted_note(exactness, _names(short), where) if short else None
+    return uncounted_note(exactness, _names(short)) if short else None
 
 
-def blind_lossless(results: Results, where: str = "") -> str | None:
+def blind_lossless(results: Results) -> str | None:
     """The speculative results compared as text whose matching texts hold U+FFFD, where a
     different token of bytes that complete no character reads alike (`lossless.blind`): their
     pass could not see those characters; a note, not a failure, as nothing shows they differ;
@@ -820,7 +821,7 @@ def blind_lossless(results: Results, where: str = "") -> str | None:
     if not exactness.on:
         return None
     unseen = [r for r, expected in _compared_pairs(results) if blind(r.outputs, expected.outputs, exactness)]
-    return blind_note(_names(unseen), where) if unseen else None
+    return blind_note(_names(unseen)) if unseen else None
 
 
 def _names(results: Sequence[Result]) -> list[str]:

@@ -4,6 +4,8 @@ every test on one line of kilobytes."""
 
 from __future__ import annotations
 
+from test_bench_flow import no_leftover_engines, project, run  # noqa: F401
+
 from pytest_specdec.baselines import left_out
 from pytest_specdec.durations import not_saved
 from pytest_specdec.lossless import blind_note
@@ -33,11 +35,11 @@ def test_the_notes_of_many_tests_name_5():
     where = "rep/report.md and rep/results.json"
     assert f"({FIVE} and 115 more (all in {where})): their figures" in shared_note(NAMES, "--x", where)
     assert shared_note(NAMES[:2], "--x") == shared_note(NAMES[:2], "--x", where)  # a short list as before
-    assert f"could not see some characters: {FIVE} and 115 more (all in {where}) (a server" \
-        in blind_note(NAMES, where)
-    reruns = rerun_note({f"t.py::{name}": 1 for name in NAMES}, where)
+    # no report records which tests were rerun or left unchecked: the line names no report for them
+    assert f"could not see some characters: {FIVE} and 115 more (a server" in blind_note(NAMES)
+    reruns = rerun_note({f"t.py::{name}": 1 for name in NAMES})
     assert reruns.startswith("run again after failing: test_figures[0] (1 failed attempt), ")
-    assert f" and 115 more (all in {where}); the table" in reruns
+    assert " and 115 more; the table" in reruns
     assert left_out(NAMES, NAMES[:2], "", (), where) == (
         f"120 result(s) of failed tests, which are no reference ({FIVE} and 115 more (all in {where})); "
         f"2 result(s) of configurations that are not lossless ({NAMES[0]}, {NAMES[1]})")
@@ -70,3 +72,14 @@ def test_a_first_gated_run_of_120_tests_names_5_of_the_119_figures_without_an_en
     assert len(lines[0]) < 600
     unreported = pytester.runpytest("-p", "no:cacheprovider", gate)
     assert f"so nothing gated them: {five} and 114 more; save them with" in unreported.stdout.str()
+
+
+def test_a_list_no_report_records_names_no_report(pytester, no_leftover_engines):
+    """7 speculative tests whose reference -k left out: the lossless line said "(all in
+    rep/report.md and rep/results.json)", files that do not say which tests went unchecked."""
+    project(pytester, methods=("ar", "ddtree"), budgets=(1, 2, 3, 4, 5, 6, 7), prompts=2, max_new_tokens=8)
+    result = run(pytester, "-p", "no:randomly", "-k", "ddtree", "--specdec-report=rep")
+    result.assert_outcomes(passed=7, deselected=1)
+    lines = [line for line in result.stdout.lines if line.startswith("specdec: lossless: not checked:")]
+    assert len(lines) == 1 and " and 2 more (their reference ar-tp1 recorded no outputs" in lines[0]
+    assert "all in" not in lines[0]
