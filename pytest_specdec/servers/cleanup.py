@@ -60,8 +60,9 @@ _passes_on: Callable[[], list[int]] | None = None  # an xdist controller's worke
 _worker = False  # an xdist worker: one repeat of the signal that interrupted it is that interrupt again
 _taken: tuple[int, float] | None = None  # (signal, when) that interrupted this worker, until its one repeat comes
 #: How soon a repeat must come to be the same interrupt: the direct and the passed-on copies come within
-#: milliseconds; a later one (execnet's own SIGINT, 5 s into its shutdown) is a new interrupt.
-REPEAT_WINDOW_S = 1.0
+#: milliseconds, a second or more where the controller waits for a CPU; a later one (execnet's own
+#: SIGINT, 5 s into its shutdown) is a new interrupt.
+REPEAT_WINDOW_S = 3.0
 _passed: tuple[int, int] | None = None  # (signal, workers it reached): what the controller passed on
 _sigints = 0  # SIGINTs this process took since interrupt_on_signals: only the first is passed on
 
