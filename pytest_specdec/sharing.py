@@ -196,8 +196,7 @@ class SharingCheck:
         from . import client
 
         try:
-            samples = client.scrape_metrics(url, timeout_s=SCRAPE_TIMEOUT_S if stall_timeout is None
-                                            else min(SCRAPE_TIMEOUT_S, stall_timeout))
+            samples = client.scrape_metrics(url, timeout_s=client.bounded(SCRAPE_TIMEOUT_S, stall_timeout))
         except client.ServerQueryError as exc:
             if exc.status == 404:
                 self._unchecked(url, "does not serve /metrics (SGLang serves it only when started with "
@@ -225,7 +224,7 @@ class SharingCheck:
 
         deadline = time.monotonic() + grace_s
         pause = 0.05
-        timeout_s = LOAD_TIMEOUT_S if stall_timeout is None else min(LOAD_TIMEOUT_S, stall_timeout)
+        timeout_s = client.bounded(LOAD_TIMEOUT_S, stall_timeout)
         path = api.LOADS
         while True:
             try:

@@ -75,9 +75,9 @@ class CacheFlush:
         Raises FlushStalled where the run's `stall_timeout`, shorter than FLUSH_TIMEOUT_S, ran out."""
         import aiohttp
 
-        from .client import _run_sync
+        from .client import _run_sync, bounded
 
-        timeout_s = FLUSH_TIMEOUT_S if stall_timeout is None else min(FLUSH_TIMEOUT_S, stall_timeout)
+        timeout_s = bounded(FLUSH_TIMEOUT_S, stall_timeout)
         try:
             status, body = _run_sync(lambda: _flush_async(url, timeout_s))
         except asyncio.TimeoutError:

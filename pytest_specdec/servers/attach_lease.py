@@ -138,13 +138,15 @@ def _in_line(queue: int, change: Callable[[list], list]) -> list:
     file's flock; a waiter whose process is gone (killed while it waited) leaves it."""
     import fcntl
 
+    from .cleanup import alive  # a zombie (a killed waiter not yet reaped) is gone too
+
     fcntl.flock(queue, fcntl.LOCK_EX)  # held for a read and a write: microseconds
     try:
         try:
             line = json.loads(os.pread(queue, 1 << 20, 0).decode() or "[]")
         except ValueError:
             line = []  # a waiter killed mid-write: the living re-queue below as they poll
-        line = change([entry for entry in line if _alive(entry[1])])
+        line = change([entry for entry in line if alive(entry[1])])
         os.ftruncate(queue, 0)
         os.pwrite(queue, json.dumps(line).encode(), 0)
         return line
@@ -157,16 +159,6 @@ def _first(queue: int, ticket: str) -> bool:
     line = _in_line(queue, lambda line: line if any(entry[0] == ticket for entry in line)
                     else line + [[ticket, os.getpid()]])
     return line[0][0] == ticket
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process: alive
-    return True
 
 
 def _file_name(url: str) -> str:
