@@ -8,7 +8,8 @@ written into a hidden folder inside it and moved in together once all are writte
 an interrupted merge leaves the earlier merge's files, or part of its own, never some of each.
 Exit status: 0 when every shard finished and passed, 1 when a shard's gate failed, the shards ran
 under different gates, a shard is missing or did not finish (the report is still written and
-says what), 2 for shards that do not belong together, an output that cannot be written, a baseline or durations file of the
+says what), 2 for shards that do not belong together, a project setting a run refuses too (its
+specdec_summary_rows, for --summary-rows' default), an output that cannot be written, a baseline or durations file of the
 baseline folder that is broken or a figure no baseline can hold (checked before anything is
 written, so nothing is), a save outside the project (the default --baseline-dir lacks the file the
 shards compared with), or a baseline folder file's lock held past --lock-timeout.
@@ -82,11 +83,13 @@ def _parser() -> argparse.ArgumentParser:
                        help="seconds --save-baseline waits for a baseline folder file's lock while "
                             f"another run holds it, before it fails (default: {LOCK_TIMEOUT_S:g})")
     merge.add_argument("--no-plots", action="store_true", help="write no plots")
-    merge.add_argument("--summary-rows", type=_rows, default=rows.default, metavar="N",
+    # None until parsed: not given, the project's setting holds, as in its runs (merge_settings)
+    merge.add_argument("--summary-rows", type=_rows, default=None, metavar="N",
                        help=f"the most rows the printed table shows, as a run's {rows.cli}: past N, the "
                             f"rows of tests that passed ok beyond N fold into one line (the merged "
                             f"report.md and results.json keep every row); 0 shows every row "
-                            f"(default: {rows.default})")
+                            f"(default: the project's {rows.ini} or [tool.specdec] {rows.name}, as a "
+                            f"run's, else {rows.default})")
     return parser
 
 
@@ -101,6 +104,9 @@ def merge_command(args: argparse.Namespace, out=None) -> int:
     from .shard import DURATIONS_FILE
     from .write_failure import unwritable
 
+    from .merge_settings import project_value
+
+    limit = project_value("summary_rows", args.summary_rows, Path.cwd())  # a bad one stops it, as a run stops on it
     target = Path(args.out)
     if target.exists() and not target.is_dir():
         raise SpecdecUsageError(f"--out {target} is a file; name a folder for the merged report "
@@ -139,7 +145,7 @@ def merge_command(args: argparse.Namespace, out=None) -> int:
     except OSError as exc:  # the CI runner's variable, not the user's input: the merge stands, as a run does
         print(f"specdec merge: warning: GITHUB_STEP_SUMMARY not written: "
               f"{exc.filename or '$GITHUB_STEP_SUMMARY'}: {exc.strerror or exc}", file=sys.stderr)
-    print(report.format_table(rows, limit=args.summary_rows, every_row=f"every row is in {where}"), file=out)
+    print(report.format_table(rows, limit=limit, every_row=f"every row is in {where}"), file=out)
     for line in merge.not_measured(merged):
         print(f"specdec merge: not measured: {line}", file=out)
     unrecorded = merge.unrecorded_gate(merged)

@@ -832,9 +832,9 @@ def load_known_issues(path: Path, shown: str | None = None) -> list[KnownIssue]:
     return [_parse_known_issue(name, i, entry) for i, entry in enumerate(entries)]
 
 
-def load(root: Path) -> SpecdecConfig:
-    """specdec.toml or pyproject.toml's [tool.specdec], not both (one would be ignored without a
-    word); neither gives the defaults."""
+def _settings_table(root: Path) -> tuple[Mapping[str, Any], str] | None:
+    """The table that configures the plugin in `root` and its file's name: specdec.toml or
+    pyproject.toml's [tool.specdec], not both (one would be ignored without a word); None for neither."""
     specdec_toml = root / "specdec.toml"
     pyproject = root / "pyproject.toml"
     tool = _read_toml(pyproject).get("tool", {}) if pyproject.is_file() else {}
@@ -847,8 +847,28 @@ def load(root: Path) -> SpecdecConfig:
         if table is not None:
             raise SpecdecUsageError("both specdec.toml and pyproject.toml [tool.specdec] configure "
                                     "pytest-specdec; keep one of them (merge the other into it)")
-        return parse(_read_toml(specdec_toml), "specdec.toml", root)
-    if table is not None:
-        return parse(table, "pyproject.toml", root)
+        return _read_toml(specdec_toml), "specdec.toml"
+    return (table, "pyproject.toml") if table is not None else None
+
+
+def load(root: Path) -> SpecdecConfig:
+    """The settings file of `root` (`_settings_table`) parsed; neither file gives the defaults."""
+    found = _settings_table(root)
+    if found is not None:
+        return parse(found[0], found[1], root)
     return SpecdecConfig(source="defaults", root=root, matrices=dict(DEFAULT_MATRICES),
                          workloads=DEFAULT_WORKLOADS)
+
+
+def load_options(root: Path) -> tuple[dict[str, Any], str]:
+    """The option keys of `root`'s settings file as written, with the source name their errors give
+    (SpecdecConfig.source), the rest of the file unchecked: for a command outside pytest (the merge),
+    which a mistake in the matrix or workloads, the runs' to report, must not stop."""
+    found = _settings_table(root)
+    if found is None:
+        return {}, "defaults"
+    data, filename = found
+    source = f"{filename} [tool.specdec]" if filename.endswith("pyproject.toml") else filename
+    if not isinstance(data, Mapping):  # `[tool] specdec = 1`, no table: the reader says so, as a run's does
+        _Reader(filename, "tool.specdec", data)
+    return {k: v for k, v in data.items() if k in OPTION_NAMES}, source

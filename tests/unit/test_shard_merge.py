@@ -162,6 +162,58 @@ def test_the_merged_table_folds_its_plain_rows_as_a_runs_does(run, monkeypatch, 
     assert "argument --summary-rows: '-1' must be 0 or more" in capsys.readouterr().err
 
 
+
+@pytest.mark.parametrize("file, text", [
+    ("pytest.ini", "[pytest]\nspecdec_summary_rows = 7\n"),
+    ("pyproject.toml", "[tool.pytest.ini_options]\nspecdec_summary_rows = 7\n"),
+    ("setup.cfg", "[tool:pytest]\nspecdec_summary_rows = 7\n"),
+    ("tox.ini", "[pytest]\nspecdec_summary_rows = 7\n"),
+    ("pyproject.toml", "[tool.specdec]\nsummary_rows = 7\n"),
+    ("specdec.toml", "summary_rows = 7\n"),
+])
+def test_the_merge_folds_past_the_projects_summary_rows_as_its_runs_do(run, tmp_path, monkeypatch, file, text):
+    """A project's specdec_summary_rows (or [tool.specdec] summary_rows) held for its runs, while
+    the merge run in the project folded past its own default of 50; `--summary-rows` still wins."""
+    from pytest_specdec import __main__ as cli, report
+
+    (tmp_path / file).write_text(text)
+    asked = []
+    monkeypatch.setattr(report, "format_table", lambda rows, **how: asked.append(how["limit"]) or "")
+    monkeypatch.chdir(tmp_path)
+    shards = [str(run.root / f"shard-{k}") for k in (1, 2, 3)]
+    for rows in ((), ("--summary-rows", "4"), ("--summary-rows", "50")):
+        assert cli.main(["merge", "--no-plots", "--out", "folded", *rows, *shards]) == 0
+    assert asked == [7, 4, 50]
+
+
+@pytest.mark.parametrize("file, text, said", [
+    ("pytest.ini", "[pytest]\nspecdec_summary_rows = many\n",
+     "pytest.ini: ini specdec_summary_rows: 'many' is not a whole number; --specdec-summary-rows takes: "),
+    ("pyproject.toml", "[tool.pytest.ini_options]\nspecdec_summary_rows = -3\n",
+     "pyproject.toml: ini specdec_summary_rows: '-3' must be 0 or more; --specdec-summary-rows takes: "),
+    ("pyproject.toml", "[tool.specdec]\nsummary_rows = -1\n",
+     "pyproject.toml [tool.specdec] key 'summary_rows': -1 must be 0 or more; --specdec-summary-rows takes: "),
+])
+def test_a_malformed_project_summary_rows_stops_the_merge_as_it_stops_a_run(run, tmp_path, monkeypatch, capsys,
+                                                                             file, text, said):
+    """The merge's error is the run's, naming the file it is in, and nothing is written; a flag
+    given does not hide it, as it does not in a run (every place that sets an option is checked)."""
+    from pytest_specdec import __main__ as cli
+
+    (tmp_path / file).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    shards = [str(run.root / f"shard-{k}") for k in (1, 2, 3)]
+    for rows in ((), ("--summary-rows", "4")):
+        assert cli.main(["merge", "--no-plots", "--out", "folded", *rows, *shards]) == 2
+        error = capsys.readouterr().err
+        assert error.startswith(f"python -m pytest_specdec merge: error: {said}"), error
+        assert len(error.splitlines()) == 1
+    assert not (tmp_path / "folded").exists()
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--co", "-q"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 4 and said.removeprefix(f"{file}: ") in ran.stdout + ran.stderr, ran.stdout + ran.stderr
+
+
 def test_a_missing_shard_says_which_configurations_have_no_result(run):
     result = merge(run.root, "--out", "partial", "shard-1", "shard-3")
     assert result.returncode == 1

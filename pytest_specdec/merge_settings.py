@@ -1,0 +1,65 @@
+"""A run option's project value for `python -m pytest_specdec merge` (its --summary-rows).
+
+A run takes --specdec-summary-rows from the project's ini key or `[tool.specdec]` table when the
+flag is not given; the merge took only its own flag, so a project's setting held for its runs and
+not for their merge. The merge runs in the project (its default --baseline-dir says so), and finds
+the project's settings as a pytest run started in the same folder does: pytest's config file (its
+own search, `determine_setup`), then the settings file beside it. Only the option's own keys are
+read: a mistake elsewhere in the project's settings is the runs' to report, not the merge's.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import SpecdecUsageError
+from .options import OPTIONS_BY_NAME, resolve
+
+
+def project_value(name: str, given: Any, folder: Path) -> Any:
+    """Option `name`'s value: `given` (the merge's flag, None where not given), else the project's ini
+    key, then its `[tool.specdec]` key, else the default. Each place that sets it is checked, as a run
+    checks it (options.resolve), with a run's error, the ini's naming its file too."""
+    from . import config
+
+    option = OPTIONS_BY_NAME[name]
+    rootpath, inipath, inicfg = _pytest_setup(folder)
+    entry = inicfg.get(option.ini)
+    written = getattr(entry, "value", entry)  # pytest 9 wraps each value; pytest 8 keeps it as written
+    ini = {} if written is None else {name: written.strip() if isinstance(written, str) else written}
+    table, source = config.load_options(inipath.parent if inipath else rootpath)
+    toml = {name: table[name]} if name in table else {}
+    try:
+        return getattr(resolve({} if given is None else {name: given}, ini, toml, source), name)
+    except SpecdecUsageError as exc:
+        if inipath is None or not str(exc).startswith(f"ini {option.ini}:"):
+            raise
+        from .relpaths import relative_path
+
+        raise SpecdecUsageError(f"{relative_path(inipath, folder)}: {exc}") from None
+
+
+def _pytest_setup(folder: Path) -> tuple[Path, Path | None, Mapping[str, Any]]:
+    """pytest's rootdir, config file and its values for a run started in `folder` with no arguments;
+    `folder` and no config file where this pytest has no `determine_setup` of the form it had in
+    8.4 to 9 (the settings file in `folder` is still read)."""
+    import pytest
+
+    try:
+        from _pytest.config.findpaths import determine_setup
+
+        accepted = inspect.signature(determine_setup).parameters
+    except (ImportError, TypeError, ValueError):
+        return folder, None, {}
+    given = {"inifile": None, "override_ini": None, "rootdir_cmd_arg": None, "invocation_dir": folder}
+    required = {key for key, param in accepted.items() if param.default is inspect.Parameter.empty}
+    if "args" not in accepted or not required <= set(given) | {"args"}:
+        return folder, None, {}
+    try:
+        rootpath, inipath, inicfg, *_ = determine_setup(
+            args=[], **{key: value for key, value in given.items() if key in accepted})
+    except pytest.UsageError as exc:  # a config file pytest cannot read: its run stops on it too
+        raise SpecdecUsageError(str(exc)) from None
+    return Path(rootpath), Path(inipath) if inipath else None, inicfg
