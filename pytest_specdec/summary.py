@@ -602,10 +602,11 @@ def leftover_entries(results: Results, durations: Durations | None, plan: ShardP
     if not left:
         return None
     from .relpaths import relative_path
+    from .table_fold import named
 
-    shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+    # no report of this run lists them (none of its tests is theirs): the baseline file does
     return (f"baseline: {state.baseline_path.name} holds the entries of {len(left)} test(s) this run did not "
-            f"collect, though it collected their files whole: {shown} (a configuration or workload removed "
+            f"collect, though it collected their files whole: {named(left)} (a configuration or workload removed "
             f"from the matrix, or a test renamed); nothing compares with them: if they are gone for good, "
             f"delete their keys from \"entries\" in {relative_path(state.baseline_path, state.config.root)} "
             f"(a save keeps the entries it does not write)")
