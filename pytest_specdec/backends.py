@@ -580,13 +580,16 @@ class AttachBackend(Backend):
              announce: Callable[[str], None] | None = None) -> ServerPool:
         from .servers.pool import ServerPool
 
-        from .servers.attach_lease import AttachedLease
+        from .servers.attach_lease import AttachedLease, HostTurn
 
         url = state.settings.server_url
-        # in the lease folder of the run, which its workers share: one worker's test at a time on it
+        # in the lease folder of the run, which its workers share, and in the host's, which every run
+        # of the host looks in: one test at a time on it
+        host = HostTurn(state.claims_folder, run=run_dir.name.removeprefix("run-"), project=str(state.config.root),
+                        setting=state.settings.setter("gpu_claims"))
         lease = AttachedLease(run_dir / "leases", url, timeout=state.settings.gpu_wait_timeout,
                               setting=state.settings.setter("gpu_wait_timeout"), announce=announce,
-                              folder_setting=state.settings.setter("artifacts"))
+                              folder_setting=state.settings.setter("artifacts"), host=host)
         try:
             return ServerPool.attach(url, announce=announce, stall_timeout=state.settings.stall_timeout,
                                      stall_setting=state.settings.setter("stall_timeout"), lease=lease)

@@ -143,6 +143,9 @@ def _details(state: RunState) -> list[tuple[str, bool]]:
     if state.gpu_claims is not None:
         out.append((f"specdec: GPU claims {state.gpu_claims} ({state.settings.origins['gpu_claims']}): "
                     f"another run on this host waits for the GPUs this one holds", False))
+    elif state.settings.server_url and not state.backend.launches:
+        out.append((f"specdec: attached server's turn {state.claims_folder} ({state.settings.origins['gpu_claims']}): "
+                    f"another run on this host that attaches it waits for this one's test on it", False))
     elif hw.simulated and hw.count and state.backend.launches:
         out.append(("specdec: GPU claims none: the inventory is simulated, so no host's GPUs are taken", False))
     out.append((f"specdec: gate {state.tolerances.describe()}"

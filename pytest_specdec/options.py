@@ -298,9 +298,10 @@ OPTIONS: tuple[Option, ...] = (
            "python -m pytest_specdec merge", _shard, None, metavar="K/N"),
     Option("artifacts", "folder for server logs and per-run files", str, ".specdec/artifacts",
            metavar="DIR"),
-    Option("gpu_claims", "folder of host-wide GPU claims (one lock file per GPU) through which runs "
-           "sharing a host (other checkouts, users, CI jobs) never put servers on one GPU at once; "
-           "real GPUs only (default: pytest-specdec-gpu-claims in the temporary directory)",
+    Option("gpu_claims", "folder of host-wide claims (one lock file per GPU, and per attached server) "
+           "through which runs sharing a host (other checkouts, users, CI jobs) never put servers on one "
+           "GPU at once, nor measure on one attached server at once; real GPUs only, or attached servers "
+           "(default: pytest-specdec-gpu-claims in the temporary directory)",
            str, None, metavar="DIR"),
     Option("cpu_matrix", "also run the cpu matrix on a GPU host whose family has a matrix (by "
            "default only that family's runs)", _bool, False, flag=True),

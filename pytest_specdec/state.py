@@ -95,6 +95,11 @@ class RunState:
         hw = self.hardware
         if not hw.real_indices or not self.backend.launches:
             return None  # slots with no GPU behind them are no host's: test runs must not wait on each other
+        return self.claims_folder
+
+    @property
+    def claims_folder(self) -> Path:
+        """The folder every run of the host claims in: GPUs, and an attached server's turn."""
         if self.settings.gpu_claims:
             return self.path(self.settings.gpu_claims)
         from .servers.host_claims import default_directory

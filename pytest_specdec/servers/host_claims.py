@@ -60,16 +60,10 @@ class HostClaims:
         self.gpus = None if gpus is None else frozenset(gpus)
         self.setting = setting
         self.keys = {gpu: re.sub(r"[^A-Za-z0-9_.-]", "_", key) for gpu, key in keys.items()}
-        self.identity = {"user": _user(), "run": run, "project": project}
+        self.identity = {"user": user_name(), "run": run, "project": project}
         self._held: dict[int, int] = {}  # GPU -> the descriptor whose flock claims it
         self._reserved: dict[int, int] = {}  # GPU -> the descriptor whose flock reserves it for this process
-        try:
-            self.directory.mkdir(parents=True)
-            os.chmod(self.directory, 0o1777)  # every user's runs claim here; sticky, as /tmp is
-        except FileExistsError:
-            pass
-        if not self.directory.is_dir() or not os.access(self.directory, os.W_OK | os.X_OK):
-            raise PermissionError("not a folder this user can write in")
+        shared_folder(self.directory)
 
     def path(self, gpu: int, kind: str = "") -> Path:
         return self.directory / f"{self.keys.get(gpu, f'gpu{gpu}')}{kind}.lock"
@@ -86,7 +80,7 @@ class HostClaims:
         for gpu in wanted:
             path = self.path(gpu, ".wait")
             try:
-                fd = self._open(path)
+                fd = open_shared(path)
             except OSError as exc:
                 self.unreserve()
                 raise SpecdecUsageError(self._unusable(path, exc)) from None
@@ -171,7 +165,7 @@ class HostClaims:
             return reserved
         path = self.path(gpu)
         try:
-            fd = self._open(path)
+            fd = open_shared(path)
         except OSError as exc:
             raise SpecdecUsageError(self._unusable(path, exc)) from None
         try:
@@ -192,27 +186,6 @@ class HostClaims:
         self._held[gpu] = fd
         return None
 
-    @staticmethod
-    def _open(path: Path) -> int:
-        """The claim file, made readable and writable by every user; never through a symlink,
-        which another user of a shared folder could point at one of this user's files."""
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
-        except FileExistsError:
-            pass
-        else:
-            try:
-                os.fchmod(fd, 0o666)  # past the umask
-            except OSError:
-                os.close(fd)
-                raise
-            return fd
-        try:
-            return os.open(path, os.O_RDWR | os.O_NOFOLLOW)
-        except PermissionError:
-            return os.open(path, os.O_RDONLY | os.O_NOFOLLOW)  # flock needs no write access
-
-
     def _unusable(self, path: Path, exc: OSError) -> str:
         elsewhere = f"or set {self.setting} to another folder every run on this host uses"
         if path.is_symlink():
@@ -224,6 +197,38 @@ class HostClaims:
                     f"{self.setting} to a folder on a local filesystem every run on this host uses")
         return (f"GPU claim file {path}: {exc.strerror or exc}; remove it (a run makes it afresh; in a shared folder "
                 f"only its owner or root can), {elsewhere}")
+
+
+def shared_folder(directory: Path) -> None:
+    """Make `directory`, open to every user of the host (an attached server's turn is kept here
+    too, attach_lease.py); PermissionError where it is no folder this user can write in."""
+    try:
+        directory.mkdir(parents=True)
+        os.chmod(directory, 0o1777)  # every user's runs claim here; sticky, as /tmp is
+    except FileExistsError:
+        pass
+    if not directory.is_dir() or not os.access(directory, os.W_OK | os.X_OK):
+        raise PermissionError("not a folder this user can write in")
+
+
+def open_shared(path: Path) -> int:
+    """The claim file, made readable and writable by every user; never through a symlink,
+    which another user of a shared folder could point at one of this user's files."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    except FileExistsError:
+        pass
+    else:
+        try:
+            os.fchmod(fd, 0o666)  # past the umask
+        except OSError:
+            os.close(fd)
+            raise
+        return fd
+    try:
+        return os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+    except PermissionError:
+        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW)  # flock needs no write access
 
 
 def _made_by(path: Path) -> str:
@@ -247,7 +252,7 @@ def describe(raw: bytes) -> str:
         return "a process that has not written its name"  # between its flock and its write
 
 
-def _user() -> str:
+def user_name() -> str:
     try:
         return getpass.getuser()
     except (KeyError, OSError):  # a uid without a passwd entry (containers)
