@@ -59,6 +59,8 @@ class EngineArgs:
     decode_log_interval: int
     log_level: str
     http_idle_timeout: float
+    #: batch sizes whose decode step runs once before ready (warm.py); None: auto (warm.resolve)
+    warmup_batch_sizes: tuple[int, ...] | None
     faults: FaultPlan
 
     @property
@@ -77,6 +79,20 @@ def _budget_set(text: str) -> frozenset[int]:
         return frozenset(int(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers like 8,12, got {text!r}") from None
+
+
+def _warm_sizes(text: str) -> tuple[int, ...] | None:
+    """--warmup-batch-sizes: None for auto, () for none, else the sizes ascending, once each."""
+    if text.strip().lower() in ("auto", "none"):
+        return None if text.strip().lower() == "auto" else ()
+    try:
+        sizes = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError:
+        sizes = ()
+    if not sizes:
+        raise argparse.ArgumentTypeError(f"expected auto, none or comma-separated batch sizes like 1,2,4, "
+                                         f"got {text!r}")
+    return sizes
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,6 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torch intra-op threads; one suits the tiny model's small matmuls best")
     p.add_argument("--context-length", type=int, default=4096)
     p.add_argument("--max-batch", type=int, default=8, help="requests decoded together; more wait in a queue")
+    p.add_argument("--warmup-batch-sizes", type=_warm_sizes, default=None, metavar="auto|none|B1,B2",
+                   help="before ready, run one decode step at each of these batch sizes, so the GPU kernels "
+                        "that compile per batch size do so before a client is measured; auto (default): "
+                        "1..--max-batch with the Triton kernels, none with the torch ones (a CPU engine)")
     p.add_argument("--decode-log-interval", type=int, default=40)
     p.add_argument("--log-level", default="info", type=str.lower,
                    choices=("debug", "info", "warning", "error", "critical"))
@@ -181,6 +201,10 @@ def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | 
         # the verify step's T = budget + 1 rows and at least one prompt token share the context
         parser.error(f"--budget {budget} verifies {budget + 1} tokens a step, which leaves no room for a prompt "
                      f"in --context-length {ns.context_length}; use a smaller budget or a longer context")
+    outside = [n for n in ns.warmup_batch_sizes or () if not 1 <= n <= ns.max_batch]
+    if outside:
+        parser.error(f"--warmup-batch-sizes {','.join(map(str, outside))}: a batch size must be in 1..{ns.max_batch} "
+                     f"(--max-batch); list such sizes, or give auto or none")
     if not 1 <= ns.port <= 65535:
         parser.error(f"--port must be in 1-65535, got {ns.port}")
     if ns.model_path is not None and not model_file_of(ns.model_path).is_file():
@@ -215,7 +239,8 @@ def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | 
                       model_path=ns.model_path, num_layers=ns.num_layers, device=ns.device, dtype=dtype,
                       kernel_impl=ns.kernel_impl, cpu_threads=ns.cpu_threads, context_length=ns.context_length,
                       max_batch=ns.max_batch, decode_log_interval=ns.decode_log_interval,
-                      log_level=ns.log_level, http_idle_timeout=ns.http_idle_timeout, faults=faults)
+                      log_level=ns.log_level, http_idle_timeout=ns.http_idle_timeout,
+                      warmup_batch_sizes=ns.warmup_batch_sizes, faults=faults)
 
 
 def server_args_dict(args: EngineArgs, tokenizer_path: str | None = None) -> dict:

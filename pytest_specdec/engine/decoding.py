@@ -101,6 +101,7 @@ class SpeculativeDecoder:
         self.tree_nodes = self.budget + 1
         self.drafter = drafter
         self.lossy = lossy  # --fault-lossy: probability of a wrong acceptance per sequence and step
+        self._seed = seed
         self._lossy_coin = random.Random(seed)
         self.max_batch = max_batch
         self.max_seq_len = max_seq_len
@@ -155,6 +156,17 @@ class SpeculativeDecoder:
         self.roots[slot] = first
         self.stream_keys[slot] = stream_key
         return int(first)
+
+    def reset(self) -> None:
+        """Every slot as built: empty, its caches and states zero, and the lossy coin at its seed, so
+        start-up's warm steps (warm.py) change no later output, --fault-lossy's included."""
+        self.lens[:] = [0] * self.max_batch
+        self.top_logprobs[:] = [None] * self.max_batch
+        self.prefill_logprobs = None
+        for t in (self.cache_lens, self.roots, self.stream_keys, self.k_cache, self.v_cache, self.state,
+                  self.conv_state):
+            t.zero_()
+        self._lossy_coin = random.Random(self._seed)
 
     def move(self, src: int, dst: int) -> None:
         """Move sequence ``src`` into slot ``dst`` (keeps the running slots packed)."""

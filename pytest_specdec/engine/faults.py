@@ -34,7 +34,10 @@ broken GPU:
 
 A small ``--context-length`` needs no fault flag: longer requests get SGLang's HTTP 400 errors.
 Warm-up and health-check requests are the engine's own: they do not count towards
-``--fault-crash-after`` and are not emptied by ``--fault-zero-tokens``.
+``--fault-crash-after`` and are not emptied by ``--fault-zero-tokens``. The batch warm's steps
+(``--warmup-batch-sizes``, before the warm-up request) are no requests at all: they count towards
+nothing, are not slowed by ``--fault-slow-factor``, and leave ``--fault-lossy``'s coin where it was;
+with ``--fault-crash-budgets`` the first of them is the verify that crashes.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import torch
 
 from .. import __version__
 from ..configuration import is_speculative
-from . import logs
+from . import logs, warm
 from .cli import EngineArgs, server_args_dict
 from .decoding import SpeculativeDecoder
 from .drafter import BlockDrafter
@@ -91,7 +91,8 @@ def build_server(args: EngineArgs, started: float | None = None) -> EngineServer
     metrics = EngineMetrics(args.served_model_name)
     metrics.spec_num_draft_tokens.set(args.budget + 1 if is_speculative(args.method) else 0)
     scheduler = Scheduler(decoder, drafter, metrics, args.context_length, args.decode_log_interval, args.faults,
-                          cpu_threads=args.cpu_threads)
+                          cpu_threads=args.cpu_threads,
+                          warm_sizes=warm.resolve(args.warmup_batch_sizes, args.max_batch, decoder.kernel_impl))
     scheduler.start()
     scheduler.startup_time = startup_time(load_weight=loaded - begin, kv_cache_allocation=allocated - loaded,
                                           scheduler_e2e=time.perf_counter() - begin)

@@ -4,7 +4,8 @@ Model compute never runs on the HTTP event loop. The server hands requests over 
 queue; the scheduler prefills new ones into free KV-cache slots (up to ``--max-batch`` running,
 the rest wait), then runs one batched decode step for all running requests, appends the
 committed tokens to each, and reports progress back through a callback the server makes
-thread-safe. Counters and log lines follow SGLang's scheduler.
+thread-safe. Counters and log lines follow SGLang's scheduler. Before it takes its first request
+the thread runs the batch warm (warm.py), which no counter sees.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from . import logs
+from . import logs, warm
 from .decoding import SpeculativeDecoder, TokenLogprobs
 from .drafter import BlockDrafter
 from .faults import HANG_AFTER_TOKENS, FaultPlan, illegal_instruction
@@ -193,7 +194,8 @@ class AbortCommand:
 
 class Scheduler:
     def __init__(self, decoder: SpeculativeDecoder, drafter: BlockDrafter | None, metrics: EngineMetrics,
-                 context_length: int, decode_log_interval: int, faults: FaultPlan, cpu_threads: int = 1) -> None:
+                 context_length: int, decode_log_interval: int, faults: FaultPlan, cpu_threads: int = 1,
+                 warm_sizes: tuple[int, ...] = ()) -> None:
         self.decoder = decoder
         self.drafter = drafter
         self.metrics = metrics
@@ -201,6 +203,7 @@ class Scheduler:
         self.decode_log_interval = max(1, decode_log_interval)
         self.faults = faults
         self.cpu_threads = cpu_threads
+        self.warm_sizes = warm_sizes  # batch sizes stepped once before the first request (warm.py)
         self.max_batch = decoder.max_batch
         self.max_total_num_tokens = decoder.max_batch * context_length
         self.startup_time: dict | None = None  # set once built (runtime.startup_time)
@@ -308,6 +311,9 @@ class Scheduler:
         torch.set_num_threads(self.cpu_threads)
         try:
             with torch.inference_mode():
+                if self.warm_sizes:
+                    self._crash_if_budget_faulty()  # the warm's step is the first verify
+                    warm.warm_batch_sizes(self.decoder, self.drafter, self.warm_sizes)
                 while True:
                     idle = not self.running and not self.waiting
                     if idle:
@@ -436,9 +442,7 @@ class Scheduler:
     def _decode(self) -> None:
         n = len(self.running)
         dec = self.decoder
-        if dec.speculative and dec.budget in self.faults.crash_budgets:
-            raise illegal_instruction(f"--fault-crash-budgets: verify with budget {dec.budget} "
-                                      f"(T={dec.tree_nodes}) crashes the kernel")
+        self._crash_if_budget_faulty()
         started = time.perf_counter()
         out = dec.step(n)
         now = time.perf_counter()
@@ -471,6 +475,13 @@ class Scheduler:
         for req in stepped:
             req.notify()
         self._freeze_if_due()
+
+    def _crash_if_budget_faulty(self) -> None:
+        """--fault-crash-budgets: a verify with a listed budget crashes the kernel."""
+        dec = self.decoder
+        if dec.speculative and dec.budget in self.faults.crash_budgets:
+            raise illegal_instruction(f"--fault-crash-budgets: verify with budget {dec.budget} "
+                                      f"(T={dec.tree_nodes}) crashes the kernel")
 
     def _freeze_if_due(self) -> None:
         """--fault-hang-after: once the request past the limit got a few tokens, never return."""

@@ -45,10 +45,10 @@ from .protocol import (GENERATE_MODEL, PARSE_ERROR, InvalidBody, Refused, Reques
                        parse_generate, read_body)
 from .scheduler import Progress, Request, Scheduler, Timing
 from .tokenizer import ByteTokenizer
+from .warm import WARMUP_PROMPT
 
 #: SGLang's answer to GET and HEAD /, where a root probe (a load balancer's, say) lands
 ROOT_ANSWER = "SGLang is running"
-WARMUP_PROMPT = "The capital city of France is"
 WARMUP_MAX_NEW_TOKENS = 8
 #: /v1/loads' `include` sections (SGLang's LoadSnapshot.VALID_SECTIONS); the engine has core alone
 LOAD_SECTIONS = frozenset({"core", "memory", "spec", "lora", "disagg", "queues", "all"})

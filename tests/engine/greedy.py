@@ -11,12 +11,15 @@ from pytest_specdec.engine.tokenizer import ByteTokenizer
 
 def greedy_decode(model, method: str, budget: int, prompts: list[str], new_tokens: int, context: int,
                   agreement: float = 0.9, block_size: int = 16, recurrent_tree: str = "exact",
-                  lossy: float = 0.0) -> tuple[list, float]:
+                  lossy: float = 0.0, decoder: SpeculativeDecoder | None = None) -> tuple[list, float]:
     """Decode all prompts as one batch; return each prompt's first ``new_tokens`` tokens and the
-    mean number of tokens committed per step (the accept length)."""
-    drafter = BlockDrafter(model, block_size - 1, agreement, seed=0) if method != "ar" else None
-    dec = SpeculativeDecoder(model, method, budget, drafter, max_batch=len(prompts), max_seq_len=context,
-                             recurrent_tree=recurrent_tree, lossy=lossy)
+    mean number of tokens committed per step (the accept length). ``decoder``: one built already
+    (its own method, budget and drafter then; the other settings are ignored)."""
+    if decoder is None:
+        drafter = BlockDrafter(model, block_size - 1, agreement, seed=0) if method != "ar" else None
+        decoder = SpeculativeDecoder(model, method, budget, drafter, max_batch=len(prompts), max_seq_len=context,
+                                     recurrent_tree=recurrent_tree, lossy=lossy)
+    dec, drafter = decoder, decoder.drafter
     tok = ByteTokenizer()
     outs = []
     with torch.inference_mode():

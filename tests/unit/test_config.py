@@ -235,6 +235,8 @@ from pytest_specdec.errors import SpecdecUsageError
      "see python -m pytest_specdec.engine --help"),
     ("[tool.specdec.engine]\nextra_args = ['--fault-lossy', '1.5']\n",
      "*[tool.specdec.engine] key 'extra_args': --fault-lossy must be a probability in [0, 1], got 1.5*"),
+    ("[tool.specdec.engine]\nextra_args = ['--warmup-batch-sizes', '9']\n",
+     "*[tool.specdec.engine] key 'extra_args': --warmup-batch-sizes 9: a batch size must be in 1..8 (--max-batch)*"),
     ("[tool.specdec.engine]\nextra_args = ['--recurrent-tree', 'chain']\n",
      "*[tool.specdec.engine] key 'extra_args': --recurrent-tree chain needs a hybrid model: --model-preset tiny*"),
     ("[tool.specdec.sglang]\nmethod_flags = 'eagle-ish'\n",
