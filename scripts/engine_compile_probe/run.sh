@@ -4,9 +4,9 @@ cd scripts/engine_compile_probe
 export PYTHONDONTWRITEBYTECODE=1
 pair() {  # $1 label: a save run on a fresh Triton cache, then a gate run on the same cache
   export TRITON_CACHE_DIR=/tmp/tc-$1; rm -rf $TRITON_CACHE_DIR baselines .specdec .benchmarks
-  echo "== $1 save (fresh Triton cache)"; timeout 170 python -m pytest -p no:randomly -q --specdec-save-baseline --specdec-report=$OUT/$1-save 2>&1 | grep -E "tok/s|passed|failed|ok|improved|noisy|regress" | tail -12
+  echo "== $1 save (fresh Triton cache)"; timeout 170 python -m pytest -p no:randomly -q --specdec-save-baseline --specdec-report=$OUT/$1-save 2>&1 | tail -16
   python cache_count.py $TRITON_CACHE_DIR
-  echo "== $1 gate (same cache)"; timeout 120 python -m pytest -p no:randomly -q --specdec-compare-fail="output_tok_s:50%,accept_length:1%" --specdec-report=$OUT/$1-gate 2>&1 | grep -E "tok/s|passed|failed|ok|improved|noisy|regress" | tail -12
+  echo "== $1 gate (same cache)"; timeout 120 python -m pytest -p no:randomly -q --specdec-compare-fail="output_tok_s:50%,accept_length:1%" --specdec-report=$OUT/$1-gate 2>&1 | tail -16
   python cache_count.py $TRITON_CACHE_DIR
 }
 pair warmed
