@@ -16,7 +16,8 @@ second file (under its flock), and only the first in line may take the turn. A w
 has just ended reaches its next test's setup in milliseconds, well within a waiter's poll, so
 without the line it took the turn back every time; and where waiters raced for a flock, one of
 three could lose each race and wait out the timeout while the other two passed the server back and
-forth. A waiter leaves the line with the turn, on giving up, or (killed) when its pid is gone.
+forth. A waiter leaves the line with the turn, on giving up, or (killed) when its process is gone:
+its pid, with its start time, as a pid is handed on.
 
 Another pytest run on the host (another terminal, a CI job on the same runner) that attaches the
 same server keeps a run folder of its own, and the two measured at once, each failing as shared.
@@ -146,7 +147,7 @@ class AttachedLease:
         try:
             queue = place.open(place.path.with_suffix(".queue"))
             try:
-                _in_line(queue, lambda line: line + [[ticket, os.getpid()]])
+                _in_line(queue, lambda line: line + [_entry(ticket)])
                 while not (_first(queue, ticket) and _take(fd)):
                     holder = place.describe(os.pread(fd, 4096, 0))
                     if wait.over():
@@ -238,12 +239,29 @@ def _take(fd: int) -> bool:
         return False
 
 
-def _in_line(queue: int, change: Callable[[list], list]) -> list:
-    """The waiters' line in `queue` (`[ticket, pid]`, first come first), changed by `change` under the
-    file's flock; a waiter whose process is gone (killed while it waited) leaves it."""
-    import fcntl
+def _entry(ticket: str) -> list:
+    """`[ticket, pid, started]`: this process in a line, by its start time too, as the GPU leases'
+    line keeps its waiters, so a pid the kernel hands on once its waiter is killed (a container's
+    pytest is pid 1 every time; the host's line outlives runs) is not read as it still waiting."""
+    from .leases import _start_time
 
-    from .cleanup import alive  # a zombie (a killed waiter not yet reaped) is gone too
+    return [ticket, os.getpid(), _start_time(os.getpid())]
+
+
+def _waiting(entry: object) -> bool:
+    """Whether `entry` is a waiter still alive: its pid a process, not a zombie (a killed waiter not
+    yet reaped), that started when it did. An entry with no start time (an older line; the host's
+    folder is every user's) is read as gone: its waiter, if alive, puts itself back as it polls."""
+    from .leases import _holder_alive
+
+    return (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[1], int)
+            and isinstance(entry[2], (int, float)) and _holder_alive({"pid": entry[1], "start_time": entry[2]}))
+
+
+def _in_line(queue: int, change: Callable[[list], list]) -> list:
+    """The waiters' line in `queue` (`[ticket, pid, started]`, first come first), changed by `change`
+    under the file's flock; a waiter whose process is gone (killed while it waited) leaves it."""
+    import fcntl
 
     fcntl.flock(queue, fcntl.LOCK_EX)  # held for a read and a write: microseconds
     try:
@@ -253,8 +271,7 @@ def _in_line(queue: int, change: Callable[[list], list]) -> list:
             line = []  # a waiter killed mid-write: the living re-queue below as they poll
         if not isinstance(line, list):
             line = []  # not a line this module wrote (the host's folder is every user's): begun afresh
-        line = change([entry for entry in line if isinstance(entry, list) and len(entry) == 2
-                       and isinstance(entry[1], int) and alive(entry[1])])
+        line = change([entry for entry in line if _waiting(entry)])
         os.ftruncate(queue, 0)
         os.pwrite(queue, json.dumps(line).encode(), 0)
         return line
@@ -265,7 +282,7 @@ def _in_line(queue: int, change: Callable[[list], list]) -> list:
 def _first(queue: int, ticket: str) -> bool:
     """Whether `ticket` is first in line (put back last where the line lost it)."""
     line = _in_line(queue, lambda line: line if any(entry[0] == ticket for entry in line)
-                    else line + [[ticket, os.getpid()]])
+                    else line + [_entry(ticket)])
     return line[0][0] == ticket
 
 

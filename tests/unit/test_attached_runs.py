@@ -210,3 +210,21 @@ def test_the_header_names_the_folder_of_the_attached_servers_turn(pytester, tmp_
                                           f"--specdec-gpu-claims={chosen}")
     result.stdout.fnmatch_lines([f"specdec: attached server's turn {chosen} (command line): another run on this host that "
                                  "attaches it waits for this one's test on it"])
+
+
+@pytest.mark.parametrize("planted", ["no start time", "another start time"])
+def test_a_waiter_killed_in_the_hosts_line_whose_pid_lives_on_does_not_hold_it_up(tmp_path, procs, planted):
+    """The host's line outlives runs: a waiter killed in it (a CI job cancelled, `kill -9`) leaves its
+    entry, and its pid is soon another process's (a container's pytest is pid 1 every time). Without
+    its start time that process was read as the waiter, first in line for good, and every run of the
+    host then waited out its timeout on every test."""
+    import json
+
+    reused = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    procs.append(reused)
+    mine = _mine(tmp_path, timeout=1)
+    mine.host_path.parent.mkdir(parents=True)
+    stale = ["deadbeef-0123", reused.pid] + ([] if planted == "no start time" else [12345.0])
+    mine.host_path.with_suffix(".queue").write_text(json.dumps([stale]))
+    mine.acquire("test_mine[chat]")
+    mine.release()
