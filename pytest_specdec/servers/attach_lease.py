@@ -40,6 +40,7 @@ server mostly spell it alike.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -85,7 +86,7 @@ class _Place:
     others: str
     describe: Callable[[bytes], str]
     open: Callable[[Path], int]
-    unusable: Callable[[OSError], AttachedLeaseError]
+    unusable: Callable[[Path, OSError], AttachedLeaseError]
 
 
 class AttachedLease:
@@ -119,7 +120,7 @@ class AttachedLease:
             if self.host is not None:
                 spent = time.monotonic() - started
                 place = _Place(self.host_path, "another run on this host", host_claims.describe,
-                               self._open_host, self._host_unusable)
+                               self._open_host, self._host_file_unusable)
                 # said once more (at once, if the run's own wait was said): whom it waits for has changed
                 wait = SaidWait(max(self.timeout - spent, 0.0), self.announce, max(QUIET_S - spent, 0.0))
                 host_fd = self._wait_turn(place, owner, wait)
@@ -141,11 +142,16 @@ class AttachedLease:
     def _wait_turn(self, place: _Place, owner: str, wait: SaidWait) -> int:
         """The descriptor of `place`'s lock file, its flock held once `owner` is first in line and
         the holder has let go; AttachedLeaseError when `wait` runs out."""
+        import fcntl
+
         ticket = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"  # threads of one process wait apart
         fd = place.open(place.path)
         queue = None
         try:
-            queue = place.open(place.path.with_suffix(".queue"))
+            queue_path = place.path.with_suffix(".queue")
+            queue = place.open(queue_path)
+            if fcntl.fcntl(queue, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY:  # another user's, kept from this one
+                raise place.unusable(queue_path, PermissionError(errno.EACCES, os.strerror(errno.EACCES)))
             try:
                 _in_line(queue, lambda line: line + [_entry(ticket)])
                 while not (_first(queue, ticket) and _take(fd)):
@@ -158,8 +164,8 @@ class AttachedLease:
                         f"{owner} waits for the attached server {self.url}: {place.others} measures on it "
                         f"({holder}), and two at once would each fail as shared; waiting up to {left:.0f}s more "
                         f"({self.setting})"))
-            except OSError as exc:  # a queue another user made read-only, a filesystem without flock
-                raise place.unusable(exc) from None
+            except OSError as exc:  # a filesystem without flock
+                raise place.unusable(queue_path, exc) from None
         except BaseException:
             os.close(fd)  # closing drops a flock taken on the way
             raise
@@ -183,18 +189,21 @@ class AttachedLease:
             path.parent.mkdir(parents=True, exist_ok=True)
             return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise self._unusable(exc) from None
+            raise self._unusable(path, exc) from None
 
     def _open_host(self, path: Path) -> int:
         try:
             host_claims.shared_folder(path.parent)
-            return host_claims.open_shared(path)
         except OSError as exc:
             raise self._host_unusable(exc) from None
+        try:
+            return host_claims.open_shared(path)
+        except OSError as exc:  # a link planted there, a file another user kept from this one
+            raise self._host_file_unusable(path, exc) from None
 
-    def _unusable(self, exc: OSError) -> AttachedLeaseError:
+    def _unusable(self, path: Path, exc: OSError) -> AttachedLeaseError:
         return AttachedLeaseError(
-            f"cannot keep the attached server's turn file {exc.filename or self.path}: {exc.strerror or exc}; "
+            f"cannot keep the attached server's turn file {exc.filename or path}: {exc.strerror or exc}; "
             f"{self.folder_setting} names the folder it is kept in (under run-*/leases): make it writable, or "
             f"point it at one that is")
 
@@ -203,6 +212,10 @@ class AttachedLease:
             f"cannot keep the attached server's host-wide turn file {exc.filename or self.host_path}: "
             f"{exc.strerror or exc}; {self.host.setting} names the folder every run on this host keeps it in: "
             f"make it writable by every user, or point it at one on a local filesystem that is")
+
+    def _host_file_unusable(self, path: Path, exc: OSError) -> AttachedLeaseError:
+        return AttachedLeaseError(host_claims.unusable_file(
+            path, exc, self.host.setting, what="attached server's host-wide turn file"))
 
     def release(self) -> None:
         self._let_go()  # the host's turn first: another run, first in its line, takes it over

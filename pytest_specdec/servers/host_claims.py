@@ -187,16 +187,7 @@ class HostClaims:
         return None
 
     def _unusable(self, path: Path, exc: OSError) -> str:
-        elsewhere = f"or set {self.setting} to another folder every run on this host uses"
-        if path.is_symlink():
-            return (f"GPU claim file {path} is a symbolic link{_made_by(path)}, which a claim never follows (another "
-                    f"user of the folder could point it at one of your files): remove the link (in a shared folder "
-                    f"only its owner or root can), {elsewhere}")
-        if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
-            return (f"GPU claim file {path}: {exc.strerror or exc}: the folder's filesystem cannot lock files; set "
-                    f"{self.setting} to a folder on a local filesystem every run on this host uses")
-        return (f"GPU claim file {path}: {exc.strerror or exc}; remove it (a run makes it afresh; in a shared folder "
-                f"only its owner or root can), {elsewhere}")
+        return unusable_file(path, exc, self.setting)
 
 
 def shared_folder(directory: Path) -> None:
@@ -209,6 +200,21 @@ def shared_folder(directory: Path) -> None:
         pass
     if not directory.is_dir() or not os.access(directory, os.W_OK | os.X_OK):
         raise PermissionError("not a folder this user can write in")
+
+
+def unusable_file(path: Path, exc: OSError, setting: str, what: str = "GPU claim file") -> str:
+    """One line on why the shared `path` cannot be had and what to do: a link is removed, as is a file
+    another user made this one's read-only (a run makes it afresh); a folder that cannot lock is left."""
+    elsewhere = f"or set {setting} to another folder every run on this host uses"
+    if path.is_symlink():
+        return (f"{what} {path} is a symbolic link{_made_by(path)}, which a claim never follows (another "
+                f"user of the folder could point it at one of your files): remove the link (in a shared folder "
+                f"only its owner or root can), {elsewhere}")
+    if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+        return (f"{what} {path}: {exc.strerror or exc}: the folder's filesystem cannot lock files; set "
+                f"{setting} to a folder on a local filesystem every run on this host uses")
+    return (f"{what} {path}: {exc.strerror or exc}; remove it (a run makes it afresh; in a shared folder "
+            f"only its owner or root can), {elsewhere}")
 
 
 def open_shared(path: Path) -> int:

@@ -228,3 +228,46 @@ def test_a_waiter_killed_in_the_hosts_line_whose_pid_lives_on_does_not_hold_it_u
     mine.host_path.with_suffix(".queue").write_text(json.dumps([stale]))
     mine.acquire("test_mine[chat]")
     mine.release()
+
+
+@pytest.mark.parametrize("kept", ["lock", "queue"])
+def test_a_link_planted_in_the_claims_folder_is_one_line_saying_remove_it(tmp_path, kept):
+    """The claims folder is every user's: a link there is never followed, and the line says so and
+    what to do, as a GPU claim's does (it said 'Too many levels of symbolic links; make it writable')."""
+    victim = tmp_path / "victim"
+    victim.write_text("mine")
+    mine = _mine(tmp_path, timeout=1)
+    planted = mine.host_path.with_suffix(f".{kept}")
+    planted.parent.mkdir(parents=True)
+    planted.symlink_to(victim)
+    with pytest.raises(AttachedLeaseError) as info:
+        mine.acquire("test_mine[chat]")
+    assert str(info.value) == (
+        f"attached server's host-wide turn file {planted} is a symbolic link (made by user "
+        f"{attach_lease.host_claims.user_name()}), which a claim never follows (another user of the folder could "
+        "point it at one of your files): remove the link (in a shared folder only its owner or root can), or set "
+        "--specdec-gpu-claims to another folder every run on this host uses")
+    assert victim.read_text() == "mine"
+
+
+def test_a_queue_another_user_kept_read_only_is_one_line_naming_it_and_saying_remove_it(tmp_path, monkeypatch):
+    """Another user's queue file this one may only read (as open_shared then gives it): it said the lock
+    file's name, 'Invalid argument', and to make the folder writable, which it was."""
+    import errno as errno_
+
+    opened = attach_lease.host_claims.open_shared
+    monkeypatch.setattr(attach_lease.host_claims, "open_shared", lambda path: os.open(path, os.O_RDONLY)
+                        if path.suffix == ".queue" else opened(path))
+    mine = _mine(tmp_path, timeout=1)
+    queue = mine.host_path.with_suffix(".queue")
+    queue.parent.mkdir(parents=True)
+    queue.write_text("[]")
+    with pytest.raises(AttachedLeaseError) as info:
+        mine.acquire("test_mine[chat]")
+    assert str(info.value) == (
+        f"attached server's host-wide turn file {queue}: {os.strerror(errno_.EACCES)}; remove it (a run makes it "
+        "afresh; in a shared folder only its owner or root can), or set --specdec-gpu-claims to another folder "
+        "every run on this host uses")
+    home = AttachedLease(tmp_path / "run-b" / "leases", URL, timeout=0.2, setting=SETTING)
+    home.acquire("test_next")  # the run's turn was let go
+    home.release()
