@@ -249,6 +249,10 @@ def _check_targets(args: argparse.Namespace, merged) -> None:
             raise SpecdecUsageError(elsewhere)
 
 
+#: pytest's options that choose where its settings are read: the merge has none of them (merge_settings.py).
+_PYTEST_SETTINGS = ("--config-file", "--rootdir", "--override-ini", "--inifile")
+
+
 def _misspelt(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     """A command or option name that is none of the parser's stops with the one it likely
     means: argparse (before 3.14) only says `invalid choice` or `unrecognized arguments`, and
@@ -271,6 +275,12 @@ def _misspelt(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
         return  # argparse prints the help before any error of the line (`--he` its --help): so do these checks
     for word in words:  # what follows `--` is positional
         name = word.split("=", 1)[0]
+        if name in _PYTEST_SETTINGS or name[:2] in ("-c", "-o"):  # `-cFILE`: pytest's attached form too
+            sub.error(f"no option {name if name.startswith('--') else name[:2]}: the merge is no pytest run; it reads the project's settings as a "
+                      f"run started in its folder does, so run it in the folder its runs were started in, "
+                      f"or give --summary-rows")
+        if name[:1] == "-" and name[1:2].isalpha() and name[:2] != "-h":  # argparse said only `unrecognized`
+            sub.error(f"no option {name}: {hint(name, known)}")
         # a prefix of a known option is argparse's abbreviation, its ambiguity argparse's to report
         if name.startswith("--") and not any(option.startswith(name) for option in known):
             sub.error(f"no option {name}: {hint(name, known)}")

@@ -933,6 +933,9 @@ def test_a_baseline_file_linking_into_a_folder_that_cannot_be_made_stops_a_savin
     # argparse reported the missing --out and never the misspelt one beside it
     (["merge", "--ot", "x", "a"], "no option --ot: did you mean '--out'?"),
     (["merge", "--lock-timout=5", "--out", "x", "a"], "no option --lock-timout: did you mean '--lock-timeout'?"),
+    # a short one argparse called only `unrecognized arguments: -x`, under the command's parent
+    (["merge", "-x", "--out", "x", "a"], "no option -x: use one of --help, --out, --save-baseline, --baseline-dir, "
+                                         "--lock-timeout, --no-plots, --summary-rows"),
 ])
 def test_a_misspelt_command_or_option_names_the_one_meant(argv, said, capsys):
     """argparse on 3.11 said only `invalid choice` or `unrecognized arguments`, where the
@@ -943,6 +946,31 @@ def test_a_misspelt_command_or_option_names_the_one_meant(argv, said, capsys):
         cli.main(argv)
     assert exit.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: {said}")
+
+
+@pytest.mark.parametrize("flag", [["-c", "pytest.ini"], ["-cpytest.ini"], ["--rootdir=."], ["--config-file", "x"],
+                                  ["-o", "specdec_summary_rows=3"]])
+def test_pytests_settings_choosing_options_say_how_the_merge_finds_its_settings(flag, capsys):
+    """`-c FILE`, as a run's passed-over-settings error advises, was `unrecognized arguments: -c`:
+    the merge reads the project's settings as a run started in its folder (merge_settings.py)."""
+    from pytest_specdec import __main__ as cli
+
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["merge", "--out", "x", *flag, "a"])
+    assert exit.value.code == 2
+    name = flag[0].split("=")[0] if flag[0].startswith("--") else flag[0][:2]
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        f"error: no option {name}: the merge is no pytest run; it reads the project's settings as a run started "
+        "in its folder does, so run it in the folder its runs were started in, or give --summary-rows")
+
+
+@pytest.mark.parametrize("argv", [["merge", "--out", "x", "--summary-rows", "-1", "a"], ["merge", "-h"]])
+def test_a_negative_number_or_minus_h_is_no_unknown_short_option(argv, capsys):
+    from pytest_specdec import __main__ as cli
+
+    with pytest.raises(SystemExit):
+        cli.main(argv)
+    assert "no option" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, said", [
