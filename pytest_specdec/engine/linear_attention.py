@@ -159,21 +159,54 @@ def mix(layer: dict, lin: LinearAttentionConfig, conv_inputs: Tensor, rest: Tens
     return out.reshape(b, t, lin.value_dim), (conv_inputs, k, v, g, beta)
 
 
-def prefill_chain(layer: dict, lin: LinearAttentionConfig, conv_inputs: Tensor, rest: Tensor, state: Tensor,
-                  conv_state: Tensor, kernel_impl: str, eps: float) -> Tensor:
-    """The layer over whole prompts [B, P] from the given states, in chains of PREFILL_CHUNK
-    tokens, each verified and committed whole: the states end after the prompt (in place)."""
-    from specdec_kernels import ancestor_mask_from_parents, commit_recurrent_state
+def prefill_bucket(n: int) -> int:
+    """The nodes a prefill chain of ``n`` prompt tokens runs at where the kernels compile: the
+    tree delta kernel's own tile width (max(16, next power of two), capped at PREFILL_CHUNK)."""
+    from specdec_kernels.hybrid_configs import DELTA_BLOCK_T
 
+    return min(PREFILL_CHUNK, max(DELTA_BLOCK_T, 1 << (n - 1).bit_length()))
+
+
+def prefill_buckets() -> tuple[int, ...]:
+    """Every value :func:`prefill_bucket` takes: the chain lengths a start-up warm prefills."""
+    return tuple(sorted({prefill_bucket(n) for n in range(1, PREFILL_CHUNK + 1)}))
+
+
+def _padded(x: Tensor, nodes: int) -> Tensor:
+    """``x`` [B, n, ·] as a fresh contiguous [B, nodes, ·] (zero rows after it): its strides, like
+    its length, then depend on the bucket alone, not on the prompt's length."""
+    return torch.cat((x, x.new_zeros(x.shape[0], nodes - x.shape[1], x.shape[2])), dim=1)
+
+
+def prefill_chain(layer: dict, lin: LinearAttentionConfig, conv_inputs: Tensor, rest: Tensor, state: Tensor,
+                  conv_state: Tensor, kernel_impl: str, eps: float, pad: bool | None = None) -> Tensor:
+    """The layer over whole prompts [B, P] from the given states, in chains of PREFILL_CHUNK
+    tokens, each verified and committed whole: the states end after the prompt (in place).
+
+    ``pad`` (None: where the kernels run as Triton, which compiles a variant per node count and
+    stride class) runs each chain at :func:`prefill_bucket` nodes, padding zero tokens after the
+    real ones: they descend from the last real node, so no real node's output reads them, and the
+    commit's path stops at the real count. A handful of variants then serve every prompt length.
+    """
+    from specdec_kernels import ancestor_mask_from_parents, commit_recurrent_state
+    from specdec_kernels.impl import resolve_impl
+
+    if pad is None:
+        pad = resolve_impl(kernel_impl, state) == "triton"
     b, p = conv_inputs.shape[:2]
     outs = []
     for start in range(0, p, PREFILL_CHUNK):
         n = min(PREFILL_CHUNK, p - start)
-        chain = torch.arange(-1, n - 1, dtype=torch.int32, device=state.device).expand(b, n)
-        out, saved = mix(layer, lin, conv_inputs[:, start:start + n], rest[:, start:start + n], state, conv_state,
-                         chain, ancestor_mask_from_parents(chain), kernel_impl, eps)
-        outs.append(out)
-        whole = torch.arange(n, dtype=torch.int32, device=state.device).expand(b, n)
+        x, r = conv_inputs[:, start:start + n], rest[:, start:start + n]
+        t = n
+        if pad:
+            t = prefill_bucket(n)
+            x, r = _padded(x, t), _padded(r, t)
+        chain = torch.arange(-1, t - 1, dtype=torch.int32, device=state.device).expand(b, t)
+        out, saved = mix(layer, lin, x, r, state, conv_state, chain, ancestor_mask_from_parents(chain),
+                         kernel_impl, eps)
+        outs.append(out[:, :n])
+        whole = torch.arange(t, dtype=torch.int32, device=state.device).expand(b, t)
         commit_recurrent_state(state, conv_state, *saved, whole, torch.full((b,), n, dtype=torch.int32,
                                                                             device=state.device), impl=kernel_impl)
     return torch.cat(outs, dim=1)
