@@ -12,6 +12,10 @@ warms nothing; a comma list warms those sizes. The scheduler thread runs the war
 any request: the real ``SpeculativeDecoder.step`` on dummy slots (one short prompt prefilled into
 each), then ``SpeculativeDecoder.reset``, so no request is counted, no fault budget is spent, and
 later outputs are those of an engine that never warmed.
+
+A hybrid model's prefill also compiles where the kernels do: its chains run at a few node counts
+(linear_attention.prefill_bucket), so the warm prefills one prompt per count a prompt under the
+context length reaches (:func:`prefill_lengths`) before the reset.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import time
 from typing import TYPE_CHECKING
 
 from . import logs
+from .linear_attention import prefill_buckets
 from .tokenizer import ByteTokenizer
 
 if TYPE_CHECKING:
@@ -47,11 +52,22 @@ def shown(sizes: tuple[int, ...]) -> str:
     return ",".join(map(str, sizes))
 
 
-def warm_batch_sizes(decoder: SpeculativeDecoder, drafter: BlockDrafter | None, sizes: tuple[int, ...]) -> float:
-    """Run one decode step at each of ``sizes`` on dummy slots, then reset the decoder; return
-    the seconds it took. Call it before any request reaches the decoder (it overwrites slots)."""
+def prefill_lengths(decoder: SpeculativeDecoder) -> tuple[int, ...]:
+    """Prompt lengths whose prefills meet every compiled variant of a hybrid model's prefill: one
+    per chain bucket a prompt of at most ``max_seq_len`` tokens reaches, where the kernels compile."""
+    if decoder.kernel_impl != "triton" or not decoder.model.is_hybrid:
+        return ()
+    return tuple(sorted({min(bucket, decoder.max_seq_len) for bucket in prefill_buckets()}))
+
+
+def warm_batch_sizes(decoder: SpeculativeDecoder, drafter: BlockDrafter | None, sizes: tuple[int, ...],
+                     prefills: tuple[int, ...] | None = None) -> float:
+    """Run one decode step at each of ``sizes`` on dummy slots and one prefill of each length in
+    ``prefills`` (None: :func:`prefill_lengths`), then reset the decoder; return the seconds it
+    took. Call it before any request reaches the decoder (it overwrites slots)."""
     started = time.perf_counter()
     prompt = ByteTokenizer().encode(WARMUP_PROMPT)[:decoder.max_seq_len]
+    prefills = prefill_lengths(decoder) if prefills is None else prefills
     key = drafter.stream_key(prompt) if drafter is not None else 0
     for slot in range(max(sizes)):
         decoder.prefill(slot, prompt, key)
@@ -66,8 +82,11 @@ def warm_batch_sizes(decoder: SpeculativeDecoder, drafter: BlockDrafter | None, 
         now = time.perf_counter()
         if now - started > PROGRESS_AFTER_S:
             logs.SCHEDULER.info(f"Warm-up of batch size {n} ({done}/{len(sizes)}) took {now - size_started:.2f} s")
+    for length in prefills:
+        decoder.prefill(0, (prompt * (length // len(prompt) + 1))[:length], key)
     decoder.reset()
     took = time.perf_counter() - started
-    logs.SCHEDULER.info(f"Warmed the decode step at batch sizes {shown(sizes)} in {took:.2f} s "
+    also = f" and the prefill at prompts of {','.join(map(str, prefills))} tokens" if prefills else ""
+    logs.SCHEDULER.info(f"Warmed the decode step at batch sizes {shown(sizes)}{also} in {took:.2f} s "
                         f"(--warmup-batch-sizes)")
     return took

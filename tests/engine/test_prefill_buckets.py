@@ -28,7 +28,8 @@ interpreting = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in (""
 
 
 class _Launch:
-    """Stands in for ``kernel[grid](...)``: records the compile key, runs nothing."""
+    """Stands in for ``kernel[grid](...)``: records the compile key and zeroes the float tensors
+    it was given (outputs left empty would feed NaNs to the layers after), nothing else."""
 
     def __init__(self, name: str, keys: dict) -> None:
         self.name, self.keys = name, keys
@@ -41,6 +42,9 @@ class _Launch:
             spec = tuple(None if a is None else native_specialize_impl(BaseBackend, a, False, True, True)
                          for a in args)
             self.keys[self.name].add((spec, tuple(sorted(options.items()))))
+            for a in args:
+                if isinstance(a, torch.Tensor) and a.is_floating_point():
+                    a.zero_()
         return launch
 
 
@@ -169,3 +173,21 @@ def test_a_padded_prefill_predicts_what_an_unpadded_one_does(model, monkeypatch)
         got = model.prefill(tokens)
         assert torch.equal(got.argmax(-1), want.argmax(-1))
         assert _max_error(got, want) <= TOLERANCE[torch.float32]
+
+
+def test_the_start_up_warm_meets_every_variant_a_prompt_meets(model, launch_keys):
+    """The warm's prefills (warm.prefill_lengths) on an engine of the Triton kernels: prompts of
+    every length 1..2 PREFILL_CHUNK afterwards compile nothing new."""
+    from pytest_specdec.engine import warm
+    from pytest_specdec.engine.decoding import SpeculativeDecoder
+
+    dec = SpeculativeDecoder(model, "ar", 0, None, max_batch=2, max_seq_len=2 * PREFILL_CHUNK, kernel_impl="triton")
+    lengths = warm.prefill_lengths(dec)
+    assert lengths == gdn.prefill_buckets()
+    with torch.inference_mode():
+        for length in lengths:
+            dec.prefill(0, list(range(length)))
+        warmed = {name: set(keys) for name, keys in launch_keys.items()}
+        for p in range(1, 2 * PREFILL_CHUNK + 1):
+            dec.prefill(1, [p % 200] * p)
+    assert {name: set(keys) for name, keys in launch_keys.items()} == warmed

@@ -18,6 +18,7 @@ from pytest_specdec.engine.decoding import SpeculativeDecoder
 from pytest_specdec.engine.drafter import BlockDrafter
 from pytest_specdec.engine.logs import ILLEGAL_INSTRUCTION, READY_LINE
 from pytest_specdec.engine.model import PRESETS, TargetModel
+from pytest_specdec.engine.tokenizer import ByteTokenizer
 from pytest_specdec.engine.warm import resolve, shown, warm_batch_sizes
 
 PROMPTS = ["The capital city of France is", "x", "def add(a, b):\n    return a + b\n"]
@@ -79,6 +80,34 @@ def test_a_warmed_decoder_decodes_as_an_unwarmed_one(model):
         warm_batch_sizes(warmed, warmed.drafter, (1, 2, 3, 4))
     fresh = greedy_decode(model, "ddtree", 8, PROMPTS, 40, CONTEXT, lossy=0.3)
     assert greedy_decode(model, "ddtree", 8, PROMPTS, 40, CONTEXT, lossy=0.3, decoder=warmed) == fresh
+
+
+def test_a_hybrid_warm_prefills_each_length_and_leaves_no_trace(model, monkeypatch, caplog):
+    dec = decoder_of(model, "ddtree")
+    built = slot_state(dec)
+    prefilled = []
+    real_prefill = dec.prefill
+    monkeypatch.setattr(dec, "prefill", lambda slot, ids, key: prefilled.append(len(ids)) or real_prefill(slot, ids, key))
+    with torch.inference_mode(), caplog.at_level("INFO", logger=logs.SCHEDULER.name):
+        warm_batch_sizes(dec, dec.drafter, (2,), prefills=(16, 32, 64))
+    assert prefilled == [len(ByteTokenizer().encode(warm.WARMUP_PROMPT))] * 2 + [16, 32, 64]
+    assert re.sub(r"\d+\.\d\d s", "S", caplog.records[-1].getMessage()) == (
+        "Warmed the decode step at batch sizes 2 and the prefill at prompts of 16,32,64 tokens in S "
+        "(--warmup-batch-sizes)")
+    after = slot_state(dec)
+    for name, value in built.items():
+        same = torch.equal(value, after[name]) if isinstance(value, torch.Tensor) else value == after[name]
+        assert same, f"{name} differs after the warm"
+
+
+def test_only_a_hybrid_model_on_compiling_kernels_warms_its_prefill(model):
+    """One prompt per chain bucket a prompt under the context length reaches."""
+    dec = decoder_of(model, "ar")
+    assert warm.prefill_lengths(dec) == ()  # the torch references compile nothing
+    dec.kernel_impl = "triton"
+    assert warm.prefill_lengths(dec) == ((16, 32, 64) if model.is_hybrid else ())
+    dec.max_seq_len = 20
+    assert warm.prefill_lengths(dec) == ((16, 20) if model.is_hybrid else ())
 
 
 def test_auto_warms_every_size_where_the_kernels_compile_and_none_with_the_torch_ones():
