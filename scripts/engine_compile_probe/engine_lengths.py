@@ -4,8 +4,8 @@ import json, subprocess, sys, time, urllib.request, os, pathlib
 port = 30123
 cache = pathlib.Path(os.environ["TRITON_CACHE_DIR"])
 eng = subprocess.Popen([sys.executable, "-m", "pytest_specdec.engine", "--method", "ddtree", "--budget", "16",
-                        "--port", str(port), "--device", "cuda", "--model-preset", "8b-layer"],
-                       stdout=open(os.environ["OUT"] + "/engine2.log", "w"), stderr=subprocess.STDOUT)
+                        "--port", str(port), "--device", "cuda", "--model-preset", sys.argv[1] if len(sys.argv) > 1 else "8b-layer"],
+                       stdout=open(os.environ["OUT"] + f"/engine-{sys.argv[1] if len(sys.argv) > 1 else '8b'}.log", "w"), stderr=subprocess.STDOUT)
 t0 = time.time()
 try:
     for _ in range(240):

@@ -12,9 +12,11 @@ pair() {  # $1 label: a save run on a fresh Triton cache, then a gate run on the
 pair warmed
 grep -rh "Warmed the decode" .specdec 2>/dev/null | head -4
 echo "== lengths (fresh cache)"; export TRITON_CACHE_DIR=/tmp/tc-len; rm -rf $TRITON_CACHE_DIR
-timeout 150 python engine_lengths.py
-python cache_count.py $TRITON_CACHE_DIR
-grep "Warmed" $OUT/engine2.log
+timeout 120 python engine_lengths.py
+python cache_count.py $TRITON_CACHE_DIR; grep "Warmed" $OUT/engine-8b.log
+echo "== lengths, 27b-hybrid-layers (fresh cache)"; export TRITON_CACHE_DIR=/tmp/tc-hyb; rm -rf $TRITON_CACHE_DIR
+timeout 150 python engine_lengths.py 27b-hybrid-layers
+python cache_count.py $TRITON_CACHE_DIR; grep "Warmed" $OUT/engine-27b-hybrid-layers.log
 cp pyproject.toml /tmp/pp.bak; sed -i 's/model_preset = "8b-layer"/model_preset = "8b-layer"\nextra_args = ["--warmup-batch-sizes", "none"]/' pyproject.toml
 pair unwarmed
 cp /tmp/pp.bak pyproject.toml
