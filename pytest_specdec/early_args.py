@@ -17,7 +17,7 @@ import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from .errors import SpecdecUsageError
 from .options import OPTIONS
@@ -91,30 +91,36 @@ def check(config: pytest.Config) -> None:
         f"read. Join each value to its flag with '=': {fixed}")
 
 
-def _settler(config: pytest.Config) -> Callable[[list[str]], Setup | None] | None:
-    """pytest's own rootdir and config-file choice for given free arguments; None where this pytest
-    has no such function (the check then stays silent rather than guess)."""
+def setup_finder(given: dict[str, Any]) -> Callable[[list[str]], tuple] | None:
+    """pytest's own `determine_setup`, given those of `given`'s keywords it takes, as a function of a
+    run's free arguments; None where this pytest has none of the form it had in 8.4 to 9."""
     try:
         from _pytest.config.findpaths import determine_setup
-    except ImportError:
-        return None
-    option = config.option
-    given = {"inifile": getattr(option, "inifilename", None),
-             "override_ini": getattr(option, "override_ini", None),
-             "rootdir_cmd_arg": getattr(option, "rootdir", None) or None,
-             "invocation_dir": Path(config.invocation_params.dir)}
-    try:
+
         accepted = inspect.signature(determine_setup).parameters
-    except (TypeError, ValueError):
+    except (ImportError, TypeError, ValueError):
         return None
     required = {name for name, param in accepted.items() if param.default is inspect.Parameter.empty}
     if "args" not in accepted or not required <= set(given) | {"args"}:
         return None
     kwargs = {name: value for name, value in given.items() if name in accepted}
+    return lambda free: determine_setup(args=free, **kwargs)
+
+
+def _settler(config: pytest.Config) -> Callable[[list[str]], Setup | None] | None:
+    """pytest's own rootdir and config-file choice for given free arguments; None where this pytest
+    has no such function (the check then stays silent rather than guess)."""
+    option = config.option
+    find = setup_finder({"inifile": getattr(option, "inifilename", None),
+                         "override_ini": getattr(option, "override_ini", None),
+                         "rootdir_cmd_arg": getattr(option, "rootdir", None) or None,
+                         "invocation_dir": Path(config.invocation_params.dir)})
+    if find is None:
+        return None
 
     def settle(free: list[str]) -> Setup | None:
         try:
-            rootpath, inipath, *_ = determine_setup(args=free, **kwargs)
+            rootpath, inipath, *_ = find(free)
         except Exception:  # pytest's own UsageError: it settled once, its message stands
             return None
         return Setup(Path(rootpath), Path(inipath) if inipath else None)

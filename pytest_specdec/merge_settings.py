@@ -17,7 +17,6 @@ given: the merge cannot tell which of the two the user meant, and has no `-c` to
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -82,19 +81,13 @@ def _pytest_setup(folder: Path) -> tuple[Path, Path | None, Mapping[str, Any]]:
     8.4 to 9 (the settings file in `folder` is still read)."""
     import pytest
 
-    try:
-        from _pytest.config.findpaths import determine_setup
+    from .early_args import setup_finder
 
-        accepted = inspect.signature(determine_setup).parameters
-    except (ImportError, TypeError, ValueError):
-        return folder, None, {}
-    given = {"inifile": None, "override_ini": None, "rootdir_cmd_arg": None, "invocation_dir": folder}
-    required = {key for key, param in accepted.items() if param.default is inspect.Parameter.empty}
-    if "args" not in accepted or not required <= set(given) | {"args"}:
+    find = setup_finder({"inifile": None, "override_ini": None, "rootdir_cmd_arg": None, "invocation_dir": folder})
+    if find is None:
         return folder, None, {}
     try:
-        rootpath, inipath, inicfg, *_ = determine_setup(
-            args=[], **{key: value for key, value in given.items() if key in accepted})
+        rootpath, inipath, inicfg, *_ = find([])
     except pytest.UsageError as exc:  # a config file pytest cannot read: its run stops on it too
         raise SpecdecUsageError(str(exc)) from None
     return Path(rootpath), Path(inipath) if inipath else None, inicfg

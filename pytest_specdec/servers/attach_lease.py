@@ -256,19 +256,19 @@ def _entry(ticket: str) -> list:
     """`[ticket, pid, started]`: this process in a line, by its start time too, as the GPU leases'
     line keeps its waiters, so a pid the kernel hands on once its waiter is killed (a container's
     pytest is pid 1 every time; the host's line outlives runs) is not read as it still waiting."""
-    from .leases import _start_time
+    from .leases import start_time
 
-    return [ticket, os.getpid(), _start_time(os.getpid())]
+    return [ticket, os.getpid(), start_time(os.getpid())]
 
 
 def _waiting(entry: object) -> bool:
     """Whether `entry` is a waiter still alive: its pid a process, not a zombie (a killed waiter not
     yet reaped), that started when it did. An entry with no start time (an older line; the host's
     folder is every user's) is read as gone: its waiter, if alive, puts itself back as it polls."""
-    from .leases import _holder_alive
+    from .leases import holder_alive
 
     return (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[1], int)
-            and isinstance(entry[2], (int, float)) and _holder_alive({"pid": entry[1], "start_time": entry[2]}))
+            and isinstance(entry[2], (int, float)) and holder_alive({"pid": entry[1], "start_time": entry[2]}))
 
 
 def _in_line(queue: int, change: Callable[[list], list]) -> list:

@@ -156,7 +156,7 @@ class GpuLeases:
                             "gpus": list(gpus),
                             "owner": owner,
                             "pid": lease.pid,
-                            "start_time": _start_time(lease.pid),
+                            "start_time": start_time(lease.pid),
                             "since": time.time(),
                         }
                         waiters.pop(ticket, None)
@@ -171,7 +171,7 @@ class GpuLeases:
                         return lease
                     if ticket is None:
                         ticket = uuid.uuid4().hex[:12]
-                        place = {"n": n, "owner": owner, "pid": os.getpid(), "start_time": _start_time(os.getpid()),
+                        place = {"n": n, "owner": owner, "pid": os.getpid(), "start_time": start_time(os.getpid()),
                                  "since": time.time(),
                                  "order": 1 + max((w["order"] for w in waiters.values()), default=0)}
                         waiters[ticket] = place
@@ -362,7 +362,7 @@ class GpuLeases:
         now = time.time()
         live, expired = {}, {}
         for key, entry in leases.items():
-            if _holder_alive(entry):
+            if holder_alive(entry):
                 live[key] = entry
                 continue
             since = entry.get("gone_since", now)
@@ -372,7 +372,7 @@ class GpuLeases:
                 live[key] = {**entry, "gone_since": since, "held": held}
             else:
                 expired[key] = {**entry, "held": held}
-        waiting = {k: v for k, v in waiters.items() if _holder_alive(v)}
+        waiting = {k: v for k, v in waiters.items() if holder_alive(v)}
         if live != leases or len(waiting) != len(waiters):
             self._save(live, waiting)
             for lease_id, entry in expired.items():
@@ -441,7 +441,9 @@ def _holder(entry: Mapping) -> str:
     return f"{entry['owner']} (pid {entry['pid']}{gone})"
 
 
-def _holder_alive(entry: Mapping) -> bool:
+def holder_alive(entry: Mapping) -> bool:
+    """Whether the process `entry` names (its pid and, where kept, its start time) still runs: a
+    zombie or a pid handed on to another process is gone (the attached lease's line reads it too)."""
     import psutil  # lazy: only the lease book needs it
 
     pid = entry.get("pid")
@@ -460,7 +462,8 @@ def _holder_alive(entry: Mapping) -> bool:
         return True
 
 
-def _start_time(pid: int) -> float | None:
+def start_time(pid: int) -> float | None:
+    """`pid`'s start time, which tells it from a later process given the same pid; None if gone."""
     import psutil
 
     try:
