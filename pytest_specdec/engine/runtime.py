@@ -7,6 +7,7 @@ answer without loading torch."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import torch
 
@@ -72,8 +73,6 @@ def build_server(args: EngineArgs, started: float | None = None) -> EngineServer
         else:
             cfg = PRESETS[args.model_preset]
             if args.num_layers is not None:
-                from dataclasses import replace
-
                 cfg = replace(cfg, num_layers=args.num_layers)
             model = TargetModel.from_seed(cfg, args.seed, device, dtype, max_positions)
         if args.recurrent_tree != "exact" and not model.is_hybrid:
@@ -90,9 +89,9 @@ def build_server(args: EngineArgs, started: float | None = None) -> EngineServer
         allocated = time.perf_counter()  # the decoder's time is its KV cache's
     metrics = EngineMetrics(args.served_model_name)
     metrics.spec_num_draft_tokens.set(args.budget + 1 if is_speculative(args.method) else 0)
+    warm_sizes = warm.resolve(args.warmup_batch_sizes, args.max_batch, decoder.kernel_impl)
     scheduler = Scheduler(decoder, drafter, metrics, args.context_length, args.decode_log_interval, args.faults,
-                          cpu_threads=args.cpu_threads,
-                          warm_sizes=warm.resolve(args.warmup_batch_sizes, args.max_batch, decoder.kernel_impl))
+                          cpu_threads=args.cpu_threads, warm_sizes=warm_sizes)
     scheduler.start()
     scheduler.startup_time = startup_time(load_weight=loaded - begin, kv_cache_allocation=allocated - loaded,
                                           scheduler_e2e=time.perf_counter() - begin)
@@ -128,6 +127,8 @@ def build_server(args: EngineArgs, started: float | None = None) -> EngineServer
         model_info["layer_types"] = ["linear_attention" if cfg.is_linear(i) else "full_attention"
                                      for i in range(cfg.num_layers)]
     return EngineServer(host=args.host, port=args.port, scheduler=scheduler, metrics=metrics, faults=args.faults,
-                        context_length=args.context_length, server_args=server_args_dict(args, tokenizer_path),
+                        context_length=args.context_length,
+                        # the sizes warmed, as SGLang's server arguments show its cuda_graph_bs resolved
+                        server_args=server_args_dict(replace(args, warmup_batch_sizes=warm_sizes), tokenizer_path),
                         model_info=model_info, served_model_name=args.served_model_name, version=__version__,
                         idle_timeout=args.http_idle_timeout, startup_time=engine_startup)

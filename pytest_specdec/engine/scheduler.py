@@ -207,6 +207,7 @@ class Scheduler:
         self.max_batch = decoder.max_batch
         self.max_total_num_tokens = decoder.max_batch * context_length
         self.startup_time: dict | None = None  # set once built (runtime.startup_time)
+        self.warm_seconds = 0.0  # set when the warm ends: the start-up figures include it
         self.inbox: queue.SimpleQueue[Request | AbortCommand] = queue.SimpleQueue()
         self.waiting: collections.deque[Request] = collections.deque()
         self.running: list[Request] = []
@@ -313,7 +314,7 @@ class Scheduler:
             with torch.inference_mode():
                 if self.warm_sizes:
                     self._crash_if_budget_faulty()  # the warm's step is the first verify
-                    warm.warm_batch_sizes(self.decoder, self.drafter, self.warm_sizes)
+                    self.warm_seconds = warm.warm_batch_sizes(self.decoder, self.drafter, self.warm_sizes)
                 while True:
                     idle = not self.running and not self.waiting
                     if idle:

@@ -675,7 +675,7 @@ class EngineServer:
             **self.server_args,
             "max_total_num_tokens": self.scheduler.max_total_num_tokens,
             "max_req_input_len": context_rule.max_req_input_len(self.context_length),
-            "startup_time": self.startup_time,
+            "startup_time": self._until_ready(self.startup_time),
             "internal_states": [self._internal_state()],
             "version": self.version,
             "frontend": "python",
@@ -710,10 +710,18 @@ class EngineServer:
         return {
             **args,
             "world_size": args["dp_size"] * args["tp_size"] * args["pp_size"],
-            "startup_time": self.scheduler.startup_time,
+            "startup_time": self._until_ready(self.scheduler.startup_time),
             "effective_max_running_requests_per_dp": self.scheduler.max_batch,
             **self.scheduler.internal_state(),
         }
+
+    def _until_ready(self, figures: dict | None) -> dict | None:
+        """Start-up figures up to ready: the scheduler thread's batch warm ends after they were
+        taken, and SGLang's end-to-end figures include its CUDA graph capture, the warm's counterpart."""
+        if figures is None:
+            return None
+        warmed = self.scheduler.warm_seconds
+        return {k: v + warmed if k in ("scheduler_e2e", "tokenizer_e2e") else v for k, v in figures.items()}
 
     def _devices(self) -> dict:
         """The GPUs this process may use: CUDA_VISIBLE_DEVICES as its launcher set it (from a GPU

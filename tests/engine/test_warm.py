@@ -148,6 +148,12 @@ def test_listed_sizes_warm_before_ready_and_leave_no_trace(engines):
     assert line.group(1) == "1-3" and float(line.group(2)) < 10
     assert warmed.log.index(line.group(0)) < warmed.log.index(READY_LINE)
     assert not re.search(WARM_LINE, plain.log)  # auto on the CPU
+    # /server_info: the sizes warmed, and start-up figures that run to ready, the warm included
+    warmed_info, plain_info = warmed.get("/server_info").json(), plain.get("/server_info").json()
+    assert (warmed_info["warmup_batch_sizes"], plain_info["warmup_batch_sizes"]) == ([1, 2, 3], [])
+    for figures in (warmed_info["startup_time"], warmed_info["internal_states"][0]["startup_time"]):
+        assert figures["scheduler_e2e"] >= float(line.group(2)) - 0.005 + figures["load_weight"], figures
+    assert warmed_info["startup_time"]["tokenizer_e2e"] >= warmed_info["startup_time"]["scheduler_e2e"]
     for engine in (warmed, plain):
         metrics = engine.get("/metrics").text
         for name in ("sglang:num_requests_total", "sglang:generation_tokens_total"):
