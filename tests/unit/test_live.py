@@ -353,6 +353,13 @@ def test_the_header_of_an_attached_server_that_does_not_answer_says_both():
                     "(BOS + one per UTF-8 byte), an upper bound")
 
 
+class Flushed:
+    """A cache flush that succeeds: the workloads of these tests are stubbed, no server runs."""
+
+    def flush(self, url: str, stall_timeout: float | None = None) -> bool:
+        return True
+
+
 def test_a_long_but_moving_workload_meets_no_per_request_cap(monkeypatch):
     """With a stall timeout, a request that keeps receiving tokens is not cut at the client's
     600 s per-request cap (a long generation on a large model outlasts it): the stall watchdog
@@ -369,7 +376,7 @@ def test_a_long_but_moving_workload_meets_no_per_request_cap(monkeypatch):
 
     monkeypatch.setattr(client_module, "run_workload", run_workload)
     server = LiveServer(spec=ServerSpec("embedded", "ar"), url="http://127.0.0.1:1", log_path=None,
-                        check=lambda: None, token_counter=None, stall_timeout=5.0)
+                        check=lambda: None, token_counter=None, stall_timeout=5.0, cache_flush=Flushed())
     server.run(Workload(name="w", prompts=(Prompt("hi"),), max_new_tokens=4, concurrency=1))
     assert seen["stall_timeout"] == 5.0
     assert seen.get("timeout_s", "the client's default") is None
@@ -556,7 +563,7 @@ def test_outputs_that_arrived_whole_at_once_are_said(monkeypatch):
     result = WorkloadResult("chat", "http://127.0.0.1:1", 1, records, wall_s=0.3)
     monkeypatch.setattr("pytest_specdec.live.client.run_workload", lambda *args, **kwargs: result)
     server = LiveServer(spec=ServerSpec("embedded", "ar"), url="http://127.0.0.1:1", log_path=None,
-                        check=lambda: None, token_counter=None)
+                        check=lambda: None, token_counter=None, cache_flush=Flushed())
     with pytest.warns(UserWarning, match=r"ar-tp1: workload 'chat': 3 of 8 requests received their whole "
                                          r"output in the network read that brought their first token, so their TTFT "
                                          r"spans the whole generation and TPOT is measured over the others: the client or the "
