@@ -510,6 +510,9 @@ def _parse_workload(filename: str, index: int, data: Any, root: Path) -> Workloa
     reader.check_keys({"name", "prompts", "num_prompts", "max_new_tokens", "concurrency",
                        "temperature", "truncate", "warmup_requests"})
     prompts = reader.get("prompts", str, "chat")
+    if not prompts.strip():  # else read as the project root, a folder, or as an empty default name
+        reader.fail("prompts", f"{prompts!r} is {'blank' if prompts else 'empty'}; name a built-in set "
+                               f"({', '.join(BUILTIN_PROMPT_SETS)}) or a JSONL file, e.g. prompts = \"chat\"")
     name = reader.get("name", str, Path(prompts).stem)
     if not name.strip():
         reader.fail("name", f"{name!r} is {'blank' if name else 'empty'}; give the workload a name, e.g. "

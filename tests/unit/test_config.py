@@ -169,6 +169,12 @@ from pytest_specdec.errors import SpecdecUsageError
     ("[[tool.specdec.known_issues]]\nreason = '  '\n", "pyproject.toml [tool.specdec.known_issues #1] key 'reason': '  ' is blank; say what breaks*"),
     ("[[tool.specdec.workloads]]\nprompts = 'missing.jsonl'\n",
      "*[tool.specdec.workloads #1] key 'prompts': 'missing.jsonl' is neither a built-in set (chat, code, math) nor a *"),
+    # an empty path is the project root, a folder: the fix is a set or a file, not "fix the path"
+    ("[[tool.specdec.workloads]]\nprompts = ''\n",
+     "pyproject.toml [tool.specdec.workloads #1] key 'prompts': '' is empty; name a built-in set (chat, code, math) "
+     "or a JSONL file, e.g. prompts = \"chat\""),
+    ("[[tool.specdec.workloads]]\nname = 'mine'\nprompts = ' '\n",
+     "pyproject.toml [tool.specdec.workloads #1] key 'prompts': ' ' is blank; name a built-in set*"),
     ("[[tool.specdec.workloads]]\nprompts = 'maths'\n",
      "pyproject.toml [tool.specdec.workloads #1] key 'prompts': 'maths' is neither a built-in set (chat, code, math) nor a JSONL "
      "file; did you mean the built-in set 'math'?"),
