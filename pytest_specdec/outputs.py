@@ -39,7 +39,8 @@ def check(state: RunState) -> None:
             raise SpecdecUsageError(f"baseline file {path} is not a file; remove it or choose "
                                     f"another {settings.setter('baseline_dir')}")
         # merged into at the end: broken is an error now
-        durations.load(path.parent / DURATIONS_FILE, "this run writes it again when it ends")
+        durations.load(path.parent / DURATIONS_FILE,  # this run stops: the next one writes it
+                       f"the next run with {settings.setter('save_baseline')} writes it again")
     if settings.report:
         check_report_folder(state.path(settings.report), option=settings.setter("report"))
 

@@ -113,9 +113,9 @@ def test_a_baseline_file_linking_into_a_folder_that_cannot_be_made_stops_a_save(
 
 @pytest.mark.parametrize("broken, message", [
     ("{bad", "durations file */baselines/durations.json is not valid JSON (line 1: *); fix or delete "
-             "it (this run writes it again when it ends)"),
+             "it (the next run with --specdec-save-baseline writes it again)"),
     (None, "durations file */baselines/durations.json cannot be read: Is a directory; fix or delete "
-           "it (this run writes it again when it ends)"),
+           "it (the next run with --specdec-save-baseline writes it again)"),
 ])
 def test_a_broken_durations_file_stops_an_unsharded_save_before_the_run(pytester, broken, message):
     path = pytester.path / "baselines" / "durations.json"
@@ -130,7 +130,7 @@ def test_a_broken_durations_file_stops_an_unsharded_save_before_the_run(pytester
 @pytest.mark.parametrize("folder, loop, args, message", [
     ("baselines", "durations.json", ["--specdec-save-baseline"],
      "durations file */baselines/durations.json cannot be read: it is a symbolic link loop (Too many levels of "
-     "symbolic links); remove or repoint the link (this run writes it again when it ends)"),
+     "symbolic links); remove or repoint the link (the next run with --specdec-save-baseline writes it again)"),
     ("baselines/cpu", "cpu", ["--specdec-shard", "1/2"],
      "durations file */baselines/cpu/durations.json cannot be read: a folder on its path is a symbolic link loop "
      "(Too many levels of symbolic links); remove or repoint the link (a run with --specdec-save-baseline, or a "
