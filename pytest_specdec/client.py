@@ -125,6 +125,13 @@ class WorkloadStalled(Exception):
 STALL_QUIET_S = 3.0
 #: `on_quiet(silent_s, left_s, in_flight)`: a workload's silence, said once while it waits.
 OnQuiet = Callable[[float, float, int], None]
+#: A workload that runs this long says how far it is (most CPU workloads end sooner, in silence).
+PROGRESS_FIRST_S = 10.0
+#: Then again this often: a GPU workload runs for minutes, and a line each 30 s is no flood.
+PROGRESS_EVERY_S = 30.0
+#: `on_progress(done, total, tokens, elapsed_s)`: requests finished of the workload's, their
+#: completion tokens, and the seconds since its first send; said while it runs, never after.
+OnProgress = Callable[[int, int, int, float], None]
 
 
 class _StreamWatch:
@@ -134,6 +141,7 @@ class _StreamWatch:
         self.last_event = time.perf_counter()
         self.in_flight = 0
         self.done = 0
+        self.tokens = 0  # the finished requests' completion tokens
 
     def heard(self) -> None:
         self.last_event = time.perf_counter()
@@ -151,6 +159,16 @@ class _StreamWatch:
             if on_quiet is not None and self.in_flight and silent >= STALL_QUIET_S:
                 on_quiet(silent, stall_timeout - silent, self.in_flight)
                 on_quiet = None
+
+    async def report(self, total: int, start: float, on_progress: OnProgress) -> None:
+        """Return never; call `on_progress` `PROGRESS_FIRST_S` after `start`, then each
+        `PROGRESS_EVERY_S`, while requests are left (a timer, not a call per event: the client
+        must stay cheap while it measures)."""
+        await asyncio.sleep(max(0.0, start + PROGRESS_FIRST_S - time.perf_counter()))
+        while True:
+            if self.done < total:  # the last request's end and this timer may share a loop turn
+                on_progress(self.done, total, self.tokens, time.perf_counter() - start)
+            await asyncio.sleep(PROGRESS_EVERY_S)
 
 
 def _base(url: str) -> str:
@@ -541,6 +559,7 @@ async def run_workload_async(
     on_record: Callable[[RequestRecord], None] | None = None,
     stall_timeout: float | None = None,
     on_quiet: OnQuiet | None = None,
+    on_progress: OnProgress | None = None,
     top_logprobs: int = 0,
 ) -> WorkloadResult:
     """Send every prompt of `workload`, at most `workload.concurrency` in flight at once.
@@ -550,8 +569,10 @@ async def run_workload_async(
     denominator of output_tok_s. With `stall_timeout`, the workload is abandoned with
     `WorkloadStalled` as soon as requests are in flight and none has received an event of its
     stream for that long (a frozen server, keep-alives or not), instead of after each request's
-    own timeout; `on_quiet` hears of the wait once it has lasted `STALL_QUIET_S`. `top_logprobs`
-    above 0 asks each request for its output tokens' top logprobs (`RequestRecord.margins`).
+    own timeout; `on_quiet` hears of the wait once it has lasted `STALL_QUIET_S`. `on_progress`
+    hears how far the workload is `PROGRESS_FIRST_S` after its first send, then each
+    `PROGRESS_EVERY_S`, stall timeout or not, and never once it has ended. `top_logprobs` above 0
+    asks each request for its output tokens' top logprobs (`RequestRecord.margins`).
     """
     owned = session is None
     if session is None:
@@ -577,21 +598,30 @@ async def run_workload_async(
             finally:
                 stream.in_flight -= 1
             stream.done += 1
+            stream.tokens += rec.completion_tokens
             stream.heard()
             records[i] = rec
             if on_record is not None:
                 on_record(rec)
 
+    progress: asyncio.Future | None = None
     try:
         start = time.perf_counter()
         stream.heard()
+        if on_progress is not None:
+            progress = asyncio.ensure_future(stream.report(len(workload.prompts), start, on_progress))
         workers = min(workload.concurrency, len(workload.prompts))
         all_done = asyncio.gather(*(worker() for _ in range(workers)))
         await _watched(all_done, stream, stall_timeout, len(workload.prompts), on_quiet)
         wall = time.perf_counter() - start
     finally:
+        if progress is not None:  # before anything else awaits: no line once the workload has ended
+            progress.cancel()
+            await _cancelled(progress)
         if owned:
             await session.close()
+    if progress is not None and not progress.cancelled() and progress.exception() is not None:
+        raise progress.exception()  # a callback that failed: its error, not a silent end of the lines
     return WorkloadResult(
         workload=workload.name,
         url=url,

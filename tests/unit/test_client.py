@@ -411,6 +411,57 @@ def test_a_slow_but_moving_stream_is_no_stall(fake):
     assert all(r.ok and r.completion_tokens == 60 for r in res.records)
 
 
+@pytest.mark.parametrize("stall_timeout", [None, 5.0], ids=["no-stall-timeout", "stall-timeout"])
+def test_a_running_workload_says_how_far_it_is_and_never_after_it_ends(fake, monkeypatch, stall_timeout):
+    """Nothing was said while the measured requests ran (minutes on a GPU): `on_progress` now
+    hears, from a timer, the requests done, their tokens and the time, first after
+    PROGRESS_FIRST_S, then each PROGRESS_EVERY_S, and not once the workload has ended, though
+    the event loop runs on (a caller's own, pytest-asyncio's)."""
+    import pytest_specdec.client as client_module
+
+    monkeypatch.setattr(client_module, "PROGRESS_FIRST_S", 0.2)
+    monkeypatch.setattr(client_module, "PROGRESS_EVERY_S", 0.3)
+    calls: list[tuple[int, int, int, float]] = []
+    # each request at least 0.4 s (four events 0.1 s apart), four one at a time: 1.6 s or more
+    work = workload(*["mode:trickle"] * 4, n=9, concurrency=1)
+
+    async def measured_then_idle():
+        result = await run_workload_async(fake.url, work, stall_timeout=stall_timeout,
+                                          on_progress=lambda *args: calls.append(args))
+        said = len(calls)
+        assert asyncio.all_tasks() == {asyncio.current_task()}  # its timer is gone, not only silent
+        await asyncio.sleep(0.7)  # two more intervals of the same loop
+        return result, said
+
+    result, said = asyncio.run(measured_then_idle())
+    assert all(r.ok for r in result.records)
+    assert len(calls) >= 2 and len(calls) == said, calls
+    assert all(total == 4 and done < total and tokens == 9 * done for done, total, tokens, _ in calls), calls
+    elapsed = [call[3] for call in calls]
+    assert elapsed[0] >= 0.2 - 0.05 and elapsed[-1] <= result.wall_s, (elapsed, result.wall_s)
+    assert all(later - earlier >= 0.3 - 0.05 for earlier, later in zip(elapsed, elapsed[1:])), elapsed
+
+
+def test_a_workload_shorter_than_the_first_interval_says_nothing(fake):
+    """Most CPU workloads end within PROGRESS_FIRST_S (10 s): they print no progress line."""
+    calls = []
+    run_workload(fake.url, workload("a", "b", "c", n=6), on_progress=lambda *args: calls.append(args))
+    assert calls == []
+
+
+def test_a_progress_callback_that_fails_fails_the_workload_with_its_error(fake, monkeypatch):
+    """A callback's bug surfaces when the workload ends, not as progress lines that stop in silence."""
+    import pytest_specdec.client as client_module
+
+    monkeypatch.setattr(client_module, "PROGRESS_FIRST_S", 0.1)
+
+    def broken(*args):
+        raise RuntimeError("no terminal")
+
+    with pytest.raises(RuntimeError, match="no terminal"):
+        run_workload(fake.url, workload("mode:trickle", "mode:trickle", n=9, concurrency=1), on_progress=broken)
+
+
 def test_connection_refused_is_an_error_with_status_zero():
     res = run_workload("http://127.0.0.1:9", workload("x", n=3))
     r = res.records[0]
