@@ -242,8 +242,8 @@ class LiveServer:
             # bounds a silent one (the client's per-request cap only where there is none)
             timeout = {} if self.stall_timeout is None else {"timeout_s": None}
             result = client.run_workload(self.url, workload, stall_timeout=self.stall_timeout,
-                                         on_quiet=self._say_silence(), top_logprobs=self.top_logprobs,
-                                         **timeout)
+                                         on_quiet=self._say_silence(), on_progress=self._say_progress(workload),
+                                         top_logprobs=self.top_logprobs, **timeout)
         except client.WorkloadStalled as stall:
             # the advice before the probe: the table keeps a failure's end, which says why
             self._stalled(f"{stall}; raise {self.stall_setting} if the server is just slow")
@@ -284,6 +284,7 @@ class LiveServer:
             self.announce(f"server {self.id}: workload {workload.name!r}: warming up, {count} untimed {requests} "
                           f"at concurrency {min(workload.concurrency, count)} before it is measured")
         try:
+            # no progress lines: by default one round at its concurrency, about one request's time
             timeout = {} if self.stall_timeout is None else {"timeout_s": None}
             result = client.run_workload(self.url, warmup_workload(workload, count), keep_text=False,
                                          stall_timeout=self.stall_timeout, on_quiet=self._say_silence(),
@@ -331,6 +332,19 @@ class LiveServer:
             announce(f"server {self.id}: no token for {silent:.0f}s while {in_flight} {requests} in flight; "
                      f"waiting up to {left:.0f}s more before counting it as stalled (bound: the stall "
                      f"timeout, {self.stall_setting})")
+
+        return say
+
+    def _say_progress(self, workload: Workload) -> client.OnProgress | None:
+        """A measured workload's progress line, as the warm-up's is said: the last line on screen
+        said "warming up" for as long as the workload ran (minutes on a GPU)."""
+        if self.announce is None:
+            return None
+        announce = self.announce
+
+        def say(done: int, total: int, tokens: int, elapsed: float) -> None:
+            announce(f"server {self.id}: workload {workload.name!r}: measuring, {done} of {total} requests done, "
+                     f"{tokens:,} token{'' if tokens == 1 else 's'} in {elapsed:.0f} s")
 
         return say
 

@@ -382,6 +382,36 @@ def test_a_long_but_moving_workload_meets_no_per_request_cap(monkeypatch):
     assert seen.get("timeout_s", "the client's default") is None
 
 
+def test_a_measured_workload_says_how_far_it_is_after_its_warm_up_line(monkeypatch):
+    """After "warming up, ... before it is measured" nothing was said while the measured requests
+    ran, so the last line on screen said "warming up" for minutes. The measured run now says its
+    progress through the same printer; the warm-up, one round, gets no such line."""
+    import pytest_specdec.client as client_module
+
+    runs = []
+
+    def run_workload(url, workload, **kwargs):
+        runs.append(kwargs)
+        if kwargs.get("on_progress") is not None:
+            kwargs["on_progress"](37, 160, 9472, 30.4)
+            kwargs["on_progress"](1, 160, 1, 10.0)
+        record = RequestRecord(index=0, status=200, finish_reason="length", prompt_tokens=4,
+                               completion_tokens=4, ttft_ms=1.0, e2e_ms=2.0, chunks=4)
+        return WorkloadResult(workload.name, url, 1, (record,), wall_s=0.01)
+
+    monkeypatch.setattr(client_module, "run_workload", run_workload)
+    said: list[str] = []
+    server = LiveServer(spec=ServerSpec("embedded", "ar"), url="http://127.0.0.1:1", log_path=None,
+                        check=lambda: None, token_counter=None, cache_flush=Flushed(), announce=said.append)
+    server.run(Workload(name="chat", prompts=(Prompt("hi"),) * 160, max_new_tokens=256, concurrency=4))
+    assert [run.get("on_progress") is None for run in runs] == [True, False]  # the warm-up, then the workload
+    assert said == [
+        "server ar-tp1: workload 'chat': warming up, 4 untimed requests at concurrency 4 before it is measured",
+        "server ar-tp1: workload 'chat': measuring, 37 of 160 requests done, 9,472 tokens in 30 s",
+        "server ar-tp1: workload 'chat': measuring, 1 of 160 requests done, 1 token in 10 s",
+    ]
+
+
 class StreamStub:
     """A /generate that sends `events` (bytes of SSE lines, a keep-alive comment among them
     where given), then holds the connection silent for `hold` s (a frozen server) or ends it."""

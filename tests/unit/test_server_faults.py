@@ -553,6 +553,31 @@ def test_generate(specdec_server):
                           + r"\)")) == 1, result.stderr.str()
 
 
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["one-process", "xdist"])
+def test_a_measured_workload_says_how_far_it_is_as_it_goes(pytester, no_leftover_engines, xdist):
+    """After its warm-up line ("warming up, ... before it is measured") a workload said nothing
+    while its measured requests ran (29 s of 160 prompts on the CPU, minutes on a GPU), so the
+    last line on screen said "warming up". It now says the requests done, their tokens and the
+    time as it goes, past capture and from an xdist worker too, after its warm-up line."""
+    if xdist:
+        pytest.importorskip("xdist")
+    # each decode step ten times as long: the measured requests outlast the patched interval
+    project(pytester, methods=("ar",), prompts=4, max_new_tokens=24, engine_args=("--fault-slow-factor", "10"))
+    # the intervals (10 s, then 30 s) at 0.2 s, as the run's own processes (xdist's workers too)
+    # read them: the line said is the same, the test waits seconds less for it
+    pytester.makeconftest("import pytest_specdec.client as client\n"
+                          "client.PROGRESS_FIRST_S = client.PROGRESS_EVERY_S = 0.2\n")
+    result = run(pytester, *xdist)
+    result.assert_outcomes(passed=1)
+    warming = said_lines(result, "ar-tp1", r"workload 'chat': warming up, \d+ untimed requests? at concurrency "
+                                           r"\d+ before it is measured")
+    measuring = said_lines(result, "ar-tp1", r"workload 'chat': measuring, [0-3] of 4 requests done, "
+                                             r"[\d,]+ tokens? in \d+ s")
+    assert len(warming) == 1 and measuring, result.stderr.str()
+    stderr = result.stderr.str()
+    assert stderr.index("warming up") < stderr.index("measuring"), stderr
+
+
 # One process only: from an xdist worker this is the same printer (the server's own, from the pool:
 # the slow boot's xdist case says through it) and the same probe_saying (the frozen server's
 # xdist case says its teardown probe through it).
