@@ -125,7 +125,7 @@ class WorkloadStalled(Exception):
 STALL_QUIET_S = 3.0
 #: `on_quiet(silent_s, left_s, in_flight)`: a workload's silence, said once while it waits.
 OnQuiet = Callable[[float, float, int], None]
-#: A workload that runs this long says how far it is (most CPU workloads end sooner, in silence).
+#: A workload still running this long says how far it is: one over sooner needs no line to follow.
 PROGRESS_FIRST_S = 10.0
 #: Then again this often: a GPU workload runs for minutes, and a line each 30 s is no flood.
 PROGRESS_EVERY_S = 30.0
@@ -615,8 +615,7 @@ async def run_workload_async(
         await _watched(all_done, stream, stall_timeout, len(workload.prompts), on_quiet)
         wall = time.perf_counter() - start
     finally:
-        if progress is not None:  # before anything else awaits: no line once the workload has ended
-            progress.cancel()
+        if progress is not None:  # first: no line once the workload has ended
             await _cancelled(progress)
         if owned:
             await session.close()
