@@ -8,10 +8,11 @@ so a slow page never holds up the others. A worker that fails leaves its page an
 yet drawn to this process, which draws them as `plots.save_page` always did: the report is whole,
 and a warning says why the worker failed (the end of its stderr, or its error), since drawing here
 is slower and hides a broken environment.
-A worker ignores SIGTERM and SIGHUP: sent to the run's process group (a CI runner's cancel, a
-hangup), they reach the workers too, while the run, which goes on writing its ending after them,
-still needs them; before, each died mid-page and its pages were drawn here, slowly, with a warning
-of a failed worker. An interrupted drawing kills its workers; a run killed outright (SIGKILL, a second SIGTERM,
+A worker ignores SIGTERM, SIGHUP and SIGINT: sent to the run's process group (a CI runner's
+cancel, a hangup, a terminal's Ctrl-C), they reach the workers too, while the run, which goes on
+writing its ending after the first of them, still needs them; before, each died mid-page and its
+pages were drawn here, slowly, with a warning of a failed worker (or, of a Ctrl-C, the report was
+lost). An interrupted drawing (a second Ctrl-C) kills its workers; a run killed outright (SIGKILL, a second SIGTERM,
 `os._exit`) takes them along: each asks Linux to SIGKILL it when the thread that started it dies
 (`PR_SET_PDEATHSIG`), since one hung on its page would never find its pipe closed. Elsewhere a
 worker goes once its page is drawn and it finds its pipe closed. A worker still on a page after PAGE_TIMEOUT_S (hung inside
@@ -46,8 +47,9 @@ MOST_WORKERS = 8
 PAGE_TIMEOUT_S = 600.0
 
 #: The signals a worker ignores: sent to the run's whole process group (a CI runner's cancel, a batch
-#: system's notice, a hangup), they leave the run writing its ending, which still needs the worker.
-DEAF_TO = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+#: system's notice, a hangup, a terminal's Ctrl-C), the first leaves the run writing its ending, which
+#: still needs the worker; where the drawing is interrupted, this process kills its workers itself.
+DEAF_TO = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGINT") if hasattr(signal, name))
 
 #: Imports the worker from the package this process imported, wherever it was imported from; its
 #: stdout, the answers' stream, is set aside first, so no import's print reaches it.
@@ -121,8 +123,8 @@ def save_pages(rows: Sequence[ReportRow], pages: Sequence[Page], out_dir: Path, 
     dies_with_us = parent_death_preexec()
 
     def preexec() -> None:
-        # a process group's SIGTERM or SIGHUP, which the run survives while it writes its ending,
-        # would kill the workers mid-page; this process kills them itself where it is interrupted
+        # a process group's SIGTERM, SIGHUP or Ctrl-C, which the run survives while it writes its
+        # ending, would kill the workers mid-page; this process kills them itself where it is interrupted
         for number in DEAF_TO:
             signal.signal(number, signal.SIG_IGN)
         if dies_with_us is not None:

@@ -145,11 +145,38 @@ def pytest_configure_markexpr(config: pytest.Config) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
     from .servers import cleanup
 
-    cleanup.ending(True)
+    guarded = cleanup.ending(True)  # a first Ctrl-C lets it finish
     try:
         return (yield)
+    except KeyboardInterrupt:
+        if not guarded:
+            raise
+        _ending_stopped(session)  # a second Ctrl-C: one line, not pytest's traceback of a hook
+        return None
     finally:
         cleanup.ending(False)
+
+
+def _ending_stopped(session: pytest.Session) -> None:
+    """Say what a second Ctrl-C left unwritten of the run's ending, and end the run as an
+    interrupted one (exit status 2, as pytest's Ctrl-C during the tests), not dead of SIGINT."""
+    import pytest
+
+    from .state import STATE_KEY
+
+    session.exitstatus = pytest.ExitCode.INTERRUPTED
+    controller = session.config.pluginmanager.get_plugin("specdec-controller")
+    if controller is None or STATE_KEY not in session.config.stash:
+        line = "specdec: a second Ctrl-C stopped the run's ending: its summary may be cut short"
+    else:
+        line = controller.writes.stopped_line(session.config.stash[STATE_KEY])
+    writer = getattr(session.config.pluginmanager.get_plugin("terminalreporter"), "_tw", None)
+    if writer is not None:
+        if writer.width_of_current_line:  # a progress line the interrupt left open
+            writer.line()
+        writer.line(line, red=True, bold=True)
+    else:
+        sys.stderr.write(line + "\n")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -526,12 +553,15 @@ class Controller:
     """Hooks of the process that gathers results: the only one, or the xdist controller."""
 
     def __init__(self, config: pytest.Config) -> None:
+        from .ending_writes import EndingWrites
+
         self.config = config
         self.durations = None  # seconds per configuration, from the first report of ours on
         self.shard = None  # the shard folder's recorder, in a sharded run with a report folder
         self.session = None
         self.notes: list[str] = []  # outputs written at session end, one line each
         self.problems: list[str] = []  # outputs that could not be written, one line each
+        self.writes = EndingWrites()  # what the ending has still to write, once it starts
         self._file_to_name = False  # a progress line ended pytest's line of letters: name the file anew
         self._told: set[str] = set()  # tests whose outcome pytest has shown (its letter, or -v's word)
         self._held: list[str] = []  # progress lines for after pytest's last `[100%]`, at the loop's end
@@ -679,6 +709,10 @@ class Controller:
         elif self.durations is not None or SHARD_KEY in self.config.stash:
             from . import summary
             from .collection import collected_tests, configured_tests
+            from .ending_writes import EndingWrites
+
+            self.writes = EndingWrites.of(self.config.stash[STATE_KEY], self.durations is not None,
+                                          self.shard is not None)
 
             _results(self.config).collected |= collected_tests(self.config)
             _results(self.config).configured |= configured_tests(self.config)
@@ -693,7 +727,7 @@ class Controller:
             session.exitstatus = self._failed_if_problems(summary.finish(
                 _results(self.config), self.durations, self.config.stash.get(SHARD_KEY, None),
                 self.shard, exitstatus, self.notes, self.problems, _announcer(self.config),
-                self._end_line, RunLimits.of(self.config, session, exitstatus)))
+                self._end_line, RunLimits.of(self.config, session, exitstatus), self.writes))
         elif self.config.stash[STATE_KEY].settings.report:  # no report of ours came (Ctrl-C in the first boot)
             from . import summary
 

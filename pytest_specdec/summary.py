@@ -17,6 +17,7 @@ from .session import Results, lock_bound
 if TYPE_CHECKING:
     from .baselines import Baselines
     from .durations import Durations
+    from .ending_writes import EndingWrites
     from .result import Result
     from .run_limits import RunLimits
     from .shard import ShardPlan
@@ -406,11 +407,12 @@ def _same_shard(state) -> str:
 
 def _write_outputs(results: Results, table: list, notes: list[str], problems: list[str],
                    announce: Callable[[str], None] | None = None,
-                   progress: Callable[[str], None] | None = None) -> bool:
+                   progress: Callable[[str], None] | None = None, writes: EndingWrites | None = None) -> bool:
     """The baseline file, the report folder and the CI summary, at session end whether or not a
     terminal summary follows (another plugin's summary may raise, or the terminal be off);
     `announce` prints a long wait for the baseline file's lock, `progress` how far a long
-    drawing of plots is. True when Ctrl-C interrupted them (the rest is not written)."""
+    drawing of plots is; `writes` hears each one done. True when Ctrl-C interrupted them (the
+    rest is not written, and the problem line names it)."""
     from . import plots, report  # matplotlib and friends load only when there is something to report
     from .relpaths import relative_path
 
@@ -430,8 +432,14 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
         try:
             path = results.save_baseline(saved, announce)
         except KeyboardInterrupt:  # a Ctrl-C as the run ends: say what is missing, not a traceback
-            problems.append(f"baseline not saved: interrupted while saving it into {state.baseline_path}; "
-                            f"{_left_as_it_was(state, 'save_baseline')}")
+            if state.settings.report:  # not written either: the interrupt stops the ending
+                from .ending_writes import unwritten
+
+                problems.append(unwritten(state, ["save_baseline", "report"],
+                                          f"interrupted while saving the baseline into {state.baseline_path}"))
+            else:
+                problems.append(f"baseline not saved: interrupted while saving it into {state.baseline_path}; "
+                                f"{_left_as_it_was(state, 'save_baseline')}")
             return True
         except OSError as exc:  # a full disk, a read-only folder: the fix, and the figures kept
             problems.append(f"baseline not saved: {_refused(exc, state.baseline_path, state, 'baseline_dir')}; "
@@ -443,6 +451,8 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
             notes.append(f"saved {len(saved)} result(s) into {path}{skipped}")
     elif state.settings.save_baseline and (failed or lossy or shared):
         notes.append(f"nothing saved into {state.baseline_path}: its {left_out(' are')}")
+    if writes is not None:
+        writes.done("save_baseline")
     if state.settings.report:
         folder = state.path(state.settings.report)
         try:
@@ -464,6 +474,8 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
             results.reported = (files.markdown, files.results_json)
             if files.plot_error:
                 notes.append(files.plot_error)
+    if writes is not None:
+        writes.done("report")
     try:
         report.write_github_summary(table, meta=meta)
     except OSError as exc:  # the CI runner's variable, not the user's input: the run stands
@@ -474,13 +486,15 @@ def _write_outputs(results: Results, table: list, notes: list[str], problems: li
 def finish(results: Results, durations: Durations | None, plan: ShardPlan | None,
            shard: Recorder | None, exitstatus: int, notes: list[str], problems: list[str],
            announce: Callable[[str], None] | None = None,
-           progress: Callable[[str], None] | None = None, limits: RunLimits | None = None) -> int:
+           progress: Callable[[str], None] | None = None, limits: RunLimits | None = None,
+           writes: EndingWrites | None = None) -> int:
     """At session end, before the summary: the durations beside a saved baseline, the baseline,
     the report, the shard folder's outcomes; returns the exit status (an empty shard's run is a
     success, not pytest's "no tests collected"). What was written joins `notes`, a file that
     cannot be written `problems`; `announce` prints a long wait for a baseline folder file's lock,
     `progress` how far a long drawing of the report's plots is; `limits` what stopped the run
-    early or left tests out (`run_limits.py`)."""
+    early or left tests out (`run_limits.py`); `writes` hears each write done, for the line of a
+    second Ctrl-C that stops the ending (`ending_writes.py`)."""
     import pytest
 
     state = results.state
@@ -501,12 +515,17 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
         except (OSError, SpecdecUsageError) as exc:
             why = _refused(exc, path, state, "baseline_dir") if isinstance(exc, OSError) else _why(exc, path)
             problems.append(f"durations not saved: {why}")
+    if writes is not None:
+        writes.done("durations")
     table = rows(results)
     if table:
-        if _write_outputs(results, table, notes, problems, announce, progress):
+        if _write_outputs(results, table, notes, problems, announce, progress, writes):
             exitstatus = pytest.ExitCode.INTERRUPTED
     elif state.settings.report:  # an old report there would read as this run's
         notes.append(nothing_reported(state))
+    if writes is not None:  # none to write where no test recorded
+        writes.done("save_baseline")
+        writes.done("report")
     from .table_fold import named
 
     where = full_list(results)  # the report just written, where a line naming a few says the rest are
@@ -573,6 +592,8 @@ def finish(results: Results, durations: Durations | None, plan: ShardPlan | None
                             f"a run of the same {state.settings.setter('shard')} and "
                             f"{state.settings.setter('report')} with {state.settings.setter('resume')} "
                             f"finishes it without measuring again the tests that passed")
+    if writes is not None:
+        writes.left.clear()  # what is not written now has its line: none is still to come
     return exitstatus
 
 

@@ -12,8 +12,9 @@ Three layers, because each covers a way out the others miss:
    system's SIGTERM is a notice before its SIGKILL, and a SIGHUP is an ssh session that dropped,
    whose terminal is gone: first the output bound for it is sent to a log (hangup.py), since a
    write to a hung-up terminal fails and could break the ending. One that comes while the run
-   writes that ending (`ending`) kills the servers and lets it finish. A second SIGTERM or SIGHUP
-   ends the process at once;
+   writes that ending (`ending`) kills the servers and lets it finish, and so does a first Ctrl-C
+   there (SIGINT, which raises KeyboardInterrupt everywhere else). A second SIGTERM or SIGHUP
+   ends the process at once, a second Ctrl-C the ending (the plugin says in one line what it left);
 3. for what runs no Python code at all (pytest SIGKILLed, or `os._exit` as pytest-timeout's
    thread method does): a watchdog process per pytest process, told each group over a pipe; the
    pipe reaches EOF when its writer dies, however it dies, and the watchdog then SIGKILLs every
@@ -65,12 +66,16 @@ _taken: tuple[int, float] | None = None  # (signal, when) that interrupted this 
 REPEAT_WINDOW_S = 3.0
 _passed: tuple[int, int] | None = None  # (signal, workers it reached): what the controller passed on
 _sigints = 0  # SIGINTs this process took since interrupt_on_signals: only the first is passed on
+_armed = False  # interrupt_on_signals ran for this run (it uses the plugin), until its ending is over
+_sigint_before: object = None  # SIGINT's handler before the ending took it, given back after
 
 SIGTERM_INTERRUPT = "SIGTERM: {killed}the run ends as after Ctrl-C, reporting the tests that finished " \
                     "(a second SIGTERM or SIGHUP ends it at once)"
 SIGHUP_INTERRUPT = "SIGHUP (a terminal hangup, or kill -HUP): {killed}the run ends as after Ctrl-C, reporting " \
                    "the tests that finished{where} (a second SIGHUP or SIGTERM ends it at once)"
 SIGHUP_NOTICE = "specdec: SIGHUP: {killed}the run ends as after Ctrl-C; its output from here on goes to {log}"
+ENDING_CTRL_C = "specdec: Ctrl-C: the run is finishing what it writes (summary, report, baselines); " \
+                "a second Ctrl-C stops it at once, leaving no file half-written"
 ENDING_NOTICE = "specdec: {signal}: {killed}the run is already ending and goes on writing what finished{where} " \
                 "(a second SIGTERM or SIGHUP ends it at once)"
 
@@ -205,24 +210,71 @@ def interrupt_on_signals(terminal: Terminal | None = None, notice: bool = True,
     controller alone, a CI runner's cancel), and a worker there takes one repeat of it as the
     same interrupt; a terminal's Ctrl-C reaches every worker itself, and a copy from the controller
     would come as a second Ctrl-C, in the middle of its teardown."""
-    global _interrupts, _terminal, _notice, _passes_on, _worker, _passed, _sigints
+    global _interrupts, _terminal, _notice, _passes_on, _worker, _passed, _sigints, _armed
     if threading.current_thread() is threading.main_thread():
         _interrupts, _terminal, _notice, _passes_on, _worker = True, terminal, notice, passes_on, worker
+        _armed = True
         _passed, _sigints = None, 0
         _install_signal_handlers()
         if passes_on is not None or worker:
             _install_interrupt_handler()
 
 
-def ending(started: bool) -> None:
+def ending(started: bool) -> bool:
     """The run's ending (`started`: it writes the summary, report and baselines now; else it has
     written them). A first SIGTERM or SIGHUP in it kills the servers and lets it finish: a
-    KeyboardInterrupt there would stop the very writes it asks for, with a traceback. Once it is
-    over, both take their default disposition again."""
-    global _ending, _interrupts
+    KeyboardInterrupt there would stop the very writes it asks for, with a traceback. So does a
+    first Ctrl-C, in the process that writes the ending (an xdist worker's is over by then): it
+    says so in one line (`ENDING_CTRL_C`); the next raises KeyboardInterrupt, which the caller
+    turns into one line. Once it is over, all three take their disposition again.
+
+    Returns whether this ending is guarded so: a run that uses the plugin, in that process."""
+    global _ending, _interrupts, _armed
     _ending = started
-    if not started:
-        _interrupts = False
+    if started:
+        return _take_ctrl_c()
+    _give_back_ctrl_c()
+    _interrupts = _armed = False
+    return False
+
+
+def _take_ctrl_c() -> bool:
+    """SIGINT to `_on_ending_interrupt` where Python's handler (or `_on_interrupt`) has it; an
+    ignored one stays ignored (a CI shell's background job)."""
+    global _sigint_before
+    if not _armed or _worker or threading.current_thread() is not threading.main_thread():
+        return False
+    try:
+        current = signal.getsignal(signal.SIGINT)
+        if current is signal.default_int_handler or current is _on_interrupt:
+            signal.signal(signal.SIGINT, _on_ending_interrupt)
+            _sigint_before = current
+    except (ValueError, OSError):
+        pass
+    return True
+
+
+def _give_back_ctrl_c() -> None:
+    global _sigint_before
+    if _sigint_before is None or threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGINT) is _on_ending_interrupt:
+            signal.signal(signal.SIGINT, _sigint_before)
+    except (ValueError, OSError):
+        pass
+    _sigint_before = None
+
+
+def _on_ending_interrupt(signum, frame) -> None:
+    """A Ctrl-C while the run writes its ending: the first lets it finish, as a SIGTERM there
+    does; one after it (or after a SIGTERM or SIGHUP the run took) stops it."""
+    global _interrupts
+    if _interrupts:
+        _interrupts = False  # the next SIGINT, SIGTERM or SIGHUP stops it
+        _say(ENDING_CTRL_C)
+        return
+    raise KeyboardInterrupt
 
 
 def _detached(killed: str) -> str:

@@ -638,6 +638,180 @@ class Terminal:
         self.master = -1
 
 
+
+# A test whose figures make two plot pages (tokens/s, accept length), with the baseline of its configuration.
+TWO_PLOTS_TEST = """
+def test_figures(specdec_spec, specdec_record):
+    specdec_record.metric("output_tok_s", 100.0)
+    specdec_record.metric("accept_length", 1.0)
+"""
+
+# The report's plot pages drawn by two plot workers, each of which, as it takes its first page,
+# notes its pid in `drawing-<pid>` (the run is inside its ending) and waits for the outer test's
+# `go`: the wait is in the page's unpickling, in the worker, which imports nothing of the project.
+HELD_PLOTS_CONFTEST = """
+import operator
+
+import pytest_specdec.plot_pool as plot_pool
+import pytest_specdec.plots as plots
+
+WAIT = ("import os, time\\n"
+        "open('drawing-%d' % os.getpid(), 'w').close()\\n"
+        "deadline = time.monotonic() + 120\\n"
+        "while not os.path.exists('go') and time.monotonic() < deadline:\\n"
+        "    time.sleep(0.05)\\n")
+
+
+class _Wait:
+    def __reduce__(self):
+        return (exec, (WAIT,))
+
+
+class _Held:
+    # a workload of its own for each page, so that the pool draws them
+    def __init__(self, page, n):
+        self.page, self.workloads = page, (f"w{n}",)
+
+    def __getattr__(self, name):
+        return getattr(self.page, name)
+
+    def __reduce__(self):
+        return (operator.getitem, ([_Wait(), self.page], 1))
+
+
+_pages_of = plots.pages_of
+plots.pages_of = lambda rows: [_Held(page, n) for n, page in enumerate(_pages_of(rows))]
+plot_pool.workers = lambda pages: 2
+"""
+
+CONFIGURED_PROJECT = "[tool.specdec]\nbackend = 'embedded'\n[tool.specdec.matrix.cpu]\nmethods = ['ar']\ntp = [1]\n"
+
+
+def held_ending(pytester, *args: str) -> tuple[subprocess.Popen, list[int]]:
+    """A run in its ending, its two plot workers held on their pages: pytest, and the workers' pids."""
+    pytester.makepyprojecttoml(CONFIGURED_PROJECT)
+    pytester.makepyfile(test_figures=TWO_PLOTS_TEST)
+    pytester.makeconftest(HELD_PLOTS_CONFTEST)
+    proc = start(pytester.path, "-p", "no:randomly", "--specdec-report=out", "--specdec-save-baseline", *args)
+    deadline = time.monotonic() + 120
+    while len(drawing := list(pytester.path.glob("drawing-*"))) < 2:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            kill_everything(proc, [])
+            pytest.fail(f"the plot workers never held:\n{(pytester.path / 'pytest.out').read_text()[-3000:]}")
+        time.sleep(0.05)
+    return proc, [int(path.name.split("-")[1]) for path in drawing]
+
+
+def wait_said(root: Path, proc: subprocess.Popen, text: str) -> None:
+    deadline = time.monotonic() + 60
+    while text not in (root / "pytest.out").read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"never said {text!r}:\n{(root / 'pytest.out').read_text()[-3000:]}")
+        time.sleep(0.05)
+
+
+CTRL_C_IN_THE_ENDING = ("specdec: Ctrl-C: the run is finishing what it writes (summary, report, baselines); "
+                        "a second Ctrl-C stops it at once, leaving no file half-written")
+
+
+@pytest.mark.parametrize("dist", [(), ("-n", "1")], ids=["one process", "xdist"])
+def test_a_ctrl_c_while_the_report_is_drawn_lets_the_ending_finish(pytester, dist):
+    """A terminal's Ctrl-C (SIGINT to the whole foreground group) while the report's plots were
+    drawn raised KeyboardInterrupt out of the ending: the report was lost ('report not written:
+    interrupted'), and the plot workers died of it too. As a SIGTERM there does, the first now
+    lets the ending finish, saying so in one line; the workers draw on. Under xdist the Ctrl-C
+    reaches the xdist worker too, whose own ending is over by then: it says nothing."""
+    if dist:
+        pytest.importorskip("xdist")
+    proc, workers = held_ending(pytester, *dist)
+    try:
+        os.killpg(proc.pid, signal.SIGINT)  # the terminal's Ctrl-C: pytest and its plot workers
+        wait_said(pytester.path, proc, CTRL_C_IN_THE_ENDING)
+        (pytester.path / "go").write_text("")
+        code = proc.wait(timeout=120)
+        out = (pytester.path / "pytest.out").read_text()
+        assert code == pytest.ExitCode.OK, out[-3000:]
+        assert out.count(CTRL_C_IN_THE_ENDING) == 1 and "Traceback" not in out, out[-3000:]
+        assert "plot worker(s) failed" not in out and "1 passed" in out, out[-3000:]
+        assert "specdec: report written to" in out, out[-3000:]
+        assert (pytester.path / "out" / "plots" / "accept_length.png").is_file()
+        assert "test_figures[ar-tp1" in (pytester.path / "baselines" / "cpu.json").read_text()
+    finally:
+        kill_everything(proc, workers)
+
+
+def test_a_second_ctrl_c_stops_the_ending_in_one_line_and_a_resume_writes_the_report(pytester):
+    """The second Ctrl-C stops the drawing (its workers killed) with the one line of what is not
+    written and the run that writes it, exit status 2 as pytest's interrupted run: no traceback,
+    no half-written file, and that run writes the report."""
+    proc, workers = held_ending(pytester)
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        wait_said(pytester.path, proc, CTRL_C_IN_THE_ENDING)
+        os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(timeout=120)
+        out = (pytester.path / "pytest.out").read_text()
+        assert code == pytest.ExitCode.INTERRUPTED, out[-3000:]
+        assert "Traceback" not in out, out[-3000:]
+        assert re.search(r"specdec: ERROR: report not written: interrupted while writing it into \S*out; no file "
+                         r"there is half-written; the journal keeps this run's figures: a run with "
+                         r"--specdec-resume and --specdec-report writes it without measuring again the "
+                         r"tests that passed", out), out[-3000:]
+        assert wait_gone(workers, timeout=GONE_WITHIN_S) == []
+        assert not (pytester.path / "out").exists() or list((pytester.path / "out").iterdir()) == []
+    finally:
+        kill_everything(proc, workers)
+    (pytester.path / "conftest.py").unlink()
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "--specdec-resume",
+                                           "--specdec-report=out", timeout=180)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
+    assert (pytester.path / "out" / "plots" / "accept_length.png").is_file()
+    rows = json.loads((pytester.path / "out" / "results.json").read_text())["results"]
+    assert [row["test_id"] for row in rows] == ["test_figures[ar-tp1]"]
+
+
+
+# Two Ctrl-Cs as durations.json is saved, the ending's first write: the first let it go on, the second stops it.
+CTRL_C_TWICE_IN_DURATIONS = """
+import os, signal
+
+import pytest_specdec.durations as durations
+
+_save = durations.save
+
+
+def save(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGINT)
+    os.kill(os.getpid(), signal.SIGINT)
+    return _save(*args, **kwargs)
+
+
+durations.save = save
+"""
+
+
+def test_a_second_ctrl_c_outside_the_report_stops_the_ending_in_one_line(pytester):
+    """A Ctrl-C in a write that does not catch it (durations.json, the shard folder, another plugin's)
+    left pytest_sessionfinish as ~40 lines of traceback, the process dead of SIGINT, and nothing
+    said of the baseline and report it never wrote. One line now names them and the runs that
+    write them; the run ends interrupted (2)."""
+    pytester.makepyprojecttoml(CONFIGURED_PROJECT)
+    pytester.makepyfile(test_figures=TWO_PLOTS_TEST)
+    pytester.makeconftest(CTRL_C_TWICE_IN_DURATIONS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "--specdec-report=out",
+                                           "--specdec-save-baseline", timeout=180)
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.INTERRUPTED, out[-3000:]
+    assert "Traceback" not in out and out.count(CTRL_C_IN_THE_ENDING) == 1, out[-3000:]
+    said = [line for line in out.splitlines() if "not written" in line]
+    assert said == [
+        "specdec: ERROR: durations.json, baseline and report not written: a second Ctrl-C stopped the run's "
+        "ending; no file there is half-written; the journal keeps this run's figures: a run with "
+        "--specdec-resume, --specdec-save-baseline and --specdec-report writes them without measuring again "
+        "the tests that passed; durations.json: the next run with --specdec-save-baseline writes it again"], out
+    assert not (pytester.path / "out").exists() and not (pytester.path / "baselines").exists()
+
+
 def hangup_log(root: Path) -> Path:
     logs = list((root / ".specdec" / "artifacts").glob("run-*/after-hangup.log"))
     assert len(logs) == 1, f"expected one hangup log, found {logs}"
