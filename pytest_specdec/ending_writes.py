@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import pytest
+
     from .state import RunState
 
 STOPPED = "a second Ctrl-C stopped the run's ending"
@@ -59,14 +61,14 @@ def unwritten(state: RunState, left: list[str], why: str) -> str:
     resumed = [key for key in left if key != "durations"]
     text = f"{_joined(names)} not written: {why}; no file there is half-written"
     if resumed:
-        from .summary import _same_shard
+        from .summary import same_shard
 
         setters = [state.settings.setter(key) for key in resumed if key != "shard"]
         if "shard" in resumed and "report" not in resumed:
             setters.append(state.settings.setter("report"))
         them = "it" if len(resumed) == 1 else "them"
         text += (f"; the journal keeps this run's figures: a run with {_joined(['--specdec-resume', *setters])}"
-                 f"{_same_shard(state)} writes {them} without measuring again the tests that passed")
+                 f"{same_shard(state)} writes {them} without measuring again the tests that passed")
     if "durations" in left:
         text += f"; durations.json: the next run with {state.settings.setter('save_baseline')} writes it again"
     return text
@@ -74,3 +76,27 @@ def unwritten(state: RunState, left: list[str], why: str) -> str:
 
 def _joined(words: list[str]) -> str:
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def say_stopped(session: pytest.Session) -> None:
+    """Say what a second Ctrl-C left unwritten of the run's ending, and end the run as an
+    interrupted one (exit status 2, as pytest's Ctrl-C during the tests), not dead of SIGINT."""
+    import sys
+
+    import pytest
+
+    from .state import STATE_KEY
+
+    session.exitstatus = pytest.ExitCode.INTERRUPTED
+    controller = session.config.pluginmanager.get_plugin("specdec-controller")
+    if controller is None or STATE_KEY not in session.config.stash:
+        line = "specdec: a second Ctrl-C stopped the run's ending: its summary may be cut short"
+    else:
+        line = controller.writes.stopped_line(session.config.stash[STATE_KEY])
+    writer = getattr(session.config.pluginmanager.get_plugin("terminalreporter"), "_tw", None)
+    if writer is not None:
+        if writer.width_of_current_line:  # a progress line the interrupt left open
+            writer.line()
+        writer.line(line, red=True, bold=True)
+    else:
+        sys.stderr.write(line + "\n")

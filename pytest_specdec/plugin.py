@@ -151,32 +151,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
     except KeyboardInterrupt:
         if not guarded:
             raise
-        _ending_stopped(session)  # a second Ctrl-C: one line, not pytest's traceback of a hook
+        from .ending_writes import say_stopped
+
+        say_stopped(session)  # a second Ctrl-C: one line, not pytest's traceback of a hook
         return None
     finally:
         cleanup.ending(False)
-
-
-def _ending_stopped(session: pytest.Session) -> None:
-    """Say what a second Ctrl-C left unwritten of the run's ending, and end the run as an
-    interrupted one (exit status 2, as pytest's Ctrl-C during the tests), not dead of SIGINT."""
-    import pytest
-
-    from .state import STATE_KEY
-
-    session.exitstatus = pytest.ExitCode.INTERRUPTED
-    controller = session.config.pluginmanager.get_plugin("specdec-controller")
-    if controller is None or STATE_KEY not in session.config.stash:
-        line = "specdec: a second Ctrl-C stopped the run's ending: its summary may be cut short"
-    else:
-        line = controller.writes.stopped_line(session.config.stash[STATE_KEY])
-    writer = getattr(session.config.pluginmanager.get_plugin("terminalreporter"), "_tw", None)
-    if writer is not None:
-        if writer.width_of_current_line:  # a progress line the interrupt left open
-            writer.line()
-        writer.line(line, red=True, bold=True)
-    else:
-        sys.stderr.write(line + "\n")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -393,11 +393,11 @@ def unrecorded_line(rules: Sequence[str], unset_by: Iterable[str], what: str) ->
 def _left_as_it_was(state, option: str) -> str:
     """What an interrupted save or report leaves, and the run that writes it."""
     return (f"no file there is half-written; the journal keeps this run's figures: a run with "
-            f"--specdec-resume and {state.settings.setter(option)}{_same_shard(state)} writes it without "
+            f"--specdec-resume and {state.settings.setter(option)}{same_shard(state)} writes it without "
             f"measuring again the tests that passed")
 
 
-def _same_shard(state) -> str:
+def same_shard(state) -> str:
     """A shard journals into its own folder, which only a run of the same shard resumes from."""
     from .shard_dir import folder
 
@@ -879,7 +879,7 @@ def _kept(exc: Exception, state) -> str:
     if not isinstance(exc, LockTimeout):
         return ""
     return (f"; the figures stay in the journal {journal_path(state)}: once the lock is free, a run with "
-            f"{state.settings.setter('resume')} {state.settings.setter('save_baseline')}{_same_shard(state)} "
+            f"{state.settings.setter('resume')} {state.settings.setter('save_baseline')}{same_shard(state)} "
             f"saves them without measuring again")
 
 
