@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .state import RunState
 
 STOPPED = "a second Ctrl-C stopped the run's ending"
+NOTHING_TO_WRITE = "specdec: a second Ctrl-C stopped the run's ending: its summary may be cut short"
 
 #: What each write is called in the line, by the option that asks for it ("shard": the shard folder).
 NAMES = {"durations": "durations.json", "save_baseline": "baseline", "report": "report", "shard": "shard folder"}
@@ -30,6 +31,7 @@ class EndingWrites:
     """The ending's writes still to come, in the order it makes them."""
 
     left: list[str] = field(default_factory=list)  # keys of NAMES
+    asked: tuple[str, ...] = ()  # all the ending writes, done or not
 
     @classmethod
     def of(cls, state: RunState, durations: bool, shard: bool) -> EndingWrites:
@@ -38,7 +40,8 @@ class EndingWrites:
         settings = state.settings
         asked = {"durations": durations and settings.save_baseline, "save_baseline": settings.save_baseline,
                  "report": bool(settings.report), "shard": shard}
-        return cls([key for key, wanted in asked.items() if wanted])
+        keys = [key for key, wanted in asked.items() if wanted]
+        return cls(list(keys), tuple(keys))
 
     def done(self, key: str) -> None:
         """`key` is written, or failed with a problem line of its own."""
@@ -48,8 +51,12 @@ class EndingWrites:
     def stopped_line(self, state: RunState) -> str:
         """The line of a second Ctrl-C that stopped the ending outside the baseline's and report's writes."""
         if not self.left:
-            return ("specdec: a second Ctrl-C stopped the run's ending after its baseline and report were "
-                    "written: the summary and other plugins' files may be cut short")
+            if not self.asked:
+                return NOTHING_TO_WRITE
+            names = [NAMES[key] for key in self.asked]
+            return (f"specdec: a second Ctrl-C stopped the run's ending after its {_joined(names)} "
+                    f"{'was' if len(names) == 1 else 'were'} written: the summary and other plugins' files "
+                    f"may be cut short")
         return f"specdec: ERROR: {unwritten(state, self.left, STOPPED)}"
 
 
@@ -90,9 +97,9 @@ def say_stopped(session: pytest.Session) -> None:
     session.exitstatus = pytest.ExitCode.INTERRUPTED
     controller = session.config.pluginmanager.get_plugin("specdec-controller")
     if controller is None or STATE_KEY not in session.config.stash:
-        line = "specdec: a second Ctrl-C stopped the run's ending: its summary may be cut short"
-    else:
-        line = controller.writes.stopped_line(session.config.stash[STATE_KEY])
+        line = NOTHING_TO_WRITE
+    else:  # the stop may come before the controller's own ending began (another plugin's, first)
+        line = controller.ending_writes().stopped_line(session.config.stash[STATE_KEY])
     writer = getattr(session.config.pluginmanager.get_plugin("terminalreporter"), "_tw", None)
     if writer is not None:
         if writer.width_of_current_line:  # a progress line the interrupt left open

@@ -18,6 +18,8 @@ from .options import OPTIONS
 if TYPE_CHECKING:
     import pytest
 
+    from .ending_writes import EndingWrites
+
 #: `pytest.hookimpl` itself (pytest defines it so), without importing pytest into this module.
 hookimpl = HookimplMarker("pytest")
 
@@ -533,15 +535,13 @@ class Controller:
     """Hooks of the process that gathers results: the only one, or the xdist controller."""
 
     def __init__(self, config: pytest.Config) -> None:
-        from .ending_writes import EndingWrites
-
         self.config = config
         self.durations = None  # seconds per configuration, from the first report of ours on
         self.shard = None  # the shard folder's recorder, in a sharded run with a report folder
         self.session = None
         self.notes: list[str] = []  # outputs written at session end, one line each
         self.problems: list[str] = []  # outputs that could not be written, one line each
-        self.writes = EndingWrites()  # what the ending has still to write, once it starts
+        self.writes: EndingWrites | None = None  # what the ending has still to write, once it starts
         self._file_to_name = False  # a progress line ended pytest's line of letters: name the file anew
         self._told: set[str] = set()  # tests whose outcome pytest has shown (its letter, or -v's word)
         self._held: list[str] = []  # progress lines for after pytest's last `[100%]`, at the loop's end
@@ -686,13 +686,11 @@ class Controller:
             from . import summary
 
             session.exitstatus = summary.empty_shard_status(self.config.stash.get(SHARD_KEY, None), exitstatus)
-        elif self.durations is not None or SHARD_KEY in self.config.stash:
+        elif self._writes_outputs:
             from . import summary
             from .collection import collected_tests, configured_tests
-            from .ending_writes import EndingWrites
 
-            self.writes = EndingWrites.of(self.config.stash[STATE_KEY], self.durations is not None,
-                                          self.shard is not None)
+            self.writes = self.ending_writes()
 
             _results(self.config).collected |= collected_tests(self.config)
             _results(self.config).configured |= configured_tests(self.config)
@@ -712,6 +710,25 @@ class Controller:
             from . import summary
 
             self.notes.append(summary.nothing_reported(self.config.stash[STATE_KEY]))
+
+    @property
+    def _writes_outputs(self) -> bool:
+        """Whether the ending writes the run's outputs (a report of ours came, or a shard folder)."""
+        from .state import SHARD_KEY
+
+        return not self._lists_only and (self.durations is not None or SHARD_KEY in self.config.stash)
+
+    def ending_writes(self) -> EndingWrites:
+        """What the ending has still to write: all it asks for until its writes begin, since
+        another plugin's ending may come first."""
+        from .ending_writes import EndingWrites
+        from .state import STATE_KEY
+
+        if self.writes is None:
+            if not self._writes_outputs:
+                return EndingWrites()
+            return EndingWrites.of(self.config.stash[STATE_KEY], self.durations is not None, self.shard is not None)
+        return self.writes
 
     def _end_line(self, line: str) -> None:
         """A line at session end, before the terminal's summary (how far the report's plots are):

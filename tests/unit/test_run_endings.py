@@ -811,6 +811,39 @@ def test_a_second_ctrl_c_outside_the_report_stops_the_ending_in_one_line(pyteste
         "the tests that passed; durations.json: the next run with --specdec-save-baseline writes it again"], out
     assert not (pytester.path / "out").exists() and not (pytester.path / "baselines").exists()
 
+# Two Ctrl-Cs in another plugin's ending that runs before ours: a conftest met in collection
+# (its folder is no test* folder, which pytest loads at start-up) is registered after the plugin.
+CTRL_C_TWICE_BEFORE_OUR_ENDING = """
+import os, signal
+
+
+def pytest_sessionfinish(session):
+    os.kill(os.getpid(), signal.SIGINT)
+    os.kill(os.getpid(), signal.SIGINT)
+"""
+
+
+def test_a_second_ctrl_c_before_our_ending_began_names_all_it_would_write(pytester):
+    """A second Ctrl-C in an ending that runs before ours (a conftest found in collection) stopped
+    it before the baseline and report were written, and the line said 'after its baseline and
+    report were written'. It names them as not written, with the run that writes them."""
+    pytester.makepyprojecttoml(CONFIGURED_PROJECT)
+    suite = pytester.mkdir("suite")
+    (suite / "test_figures.py").write_text(TWO_PLOTS_TEST)
+    (suite / "conftest.py").write_text(CTRL_C_TWICE_BEFORE_OUR_ENDING)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "--specdec-report=out",
+                                           "--specdec-save-baseline", timeout=180)
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.INTERRUPTED, out[-3000:]
+    assert "Traceback" not in out and "were written" not in out, out[-3000:]
+    said = [line for line in out.splitlines() if "not written" in line]
+    assert said == [
+        "specdec: ERROR: durations.json, baseline and report not written: a second Ctrl-C stopped the run's "
+        "ending; no file there is half-written; the journal keeps this run's figures: a run with "
+        "--specdec-resume, --specdec-save-baseline and --specdec-report writes them without measuring again "
+        "the tests that passed; durations.json: the next run with --specdec-save-baseline writes it again"], out
+    assert not (pytester.path / "out").exists() and not (pytester.path / "baselines").exists()
+
 
 def hangup_log(root: Path) -> Path:
     logs = list((root / ".specdec" / "artifacts").glob("run-*/after-hangup.log"))
