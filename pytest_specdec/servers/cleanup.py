@@ -248,7 +248,9 @@ def _take_ctrl_c() -> bool:
         current = signal.getsignal(signal.SIGINT)
         if current is signal.default_int_handler or current is _on_interrupt:
             signal.signal(signal.SIGINT, _on_ending_interrupt)
-            _sigint_before = current
+            # Python's own after it: `_on_interrupt` passes a Ctrl-C on to workers the ending ends,
+            # and a process that runs on (pytester's in-process run) must get its Ctrl-C back as it was
+            _sigint_before = signal.default_int_handler
     except (ValueError, OSError):
         pass
     return True

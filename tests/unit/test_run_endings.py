@@ -844,6 +844,19 @@ def test_a_second_ctrl_c_before_our_ending_began_names_all_it_would_write(pytest
         "the tests that passed; durations.json: the next run with --specdec-save-baseline writes it again"], out
     assert not (pytester.path / "out").exists() and not (pytester.path / "baselines").exists()
 
+def test_an_in_process_xdist_run_gives_sigint_back_as_it_found_it(pytester):
+    """An in-process run under xdist left its controller's SIGINT handler (`_on_interrupt`, which
+    passes a Ctrl-C on to workers) in the process that runs on: the ending now gives Python's own back."""
+    pytest.importorskip("xdist")
+    pytester.makepyprojecttoml(CONFIGURED_PROJECT)
+    pytester.makepyfile(test_figures=TWO_PLOTS_TEST)
+    before = signal.getsignal(signal.SIGINT)
+    if before is not signal.default_int_handler:
+        pytest.skip("this process's SIGINT handler is not Python's own")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-n", "1")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
+    assert signal.getsignal(signal.SIGINT) is before
+
 
 def hangup_log(root: Path) -> Path:
     logs = list((root / ".specdec" / "artifacts").glob("run-*/after-hangup.log"))
