@@ -30,11 +30,6 @@ def post(url: str, path: str, body: dict) -> bytes:
     return urllib.request.urlopen(request, timeout=120).read()
 
 
-def running(url: str) -> int:
-    _, body = client.fetch_loads(url)
-    return requests_in_flight(api.LOADS, body)
-
-
 def test_another_clients_long_request_spanning_the_workload_is_caught_though_the_counter_misses_it(tmp_path):
     """One request of another client, started before a short workload and still running after it,
     finishes after the counter's second read, so the counter alone called the workload clean."""
@@ -48,11 +43,14 @@ def test_another_clients_long_request_spanning_the_workload_is_caught_though_the
             daemon=True)
         long.start()
         deadline = time.monotonic() + 30
-        while running(url) == 0 and time.monotonic() < deadline:
+        while True:  # in flight first as waiting (its prefill), then running: a loaded machine shows both
+            _, loads = client.fetch_loads(url)
+            seen = [{k: load[k] for k in (api.LOAD_DP_RANK, api.LOAD_RUNNING, api.LOAD_WAITING)}
+                    for load in loads[api.LOADS_LIST]]
+            if seen[0][api.LOAD_RUNNING] or time.monotonic() > deadline:
+                break
             time.sleep(0.05)
-        _, loads = client.fetch_loads(url)
-        assert [{k: load[k] for k in (api.LOAD_DP_RANK, api.LOAD_RUNNING, api.LOAD_WAITING)}
-                for load in loads[api.LOADS_LIST]] == [{api.LOAD_DP_RANK: 0, api.LOAD_RUNNING: 1, api.LOAD_WAITING: 0}]
+        assert seen == [{api.LOAD_DP_RANK: 0, api.LOAD_RUNNING: 1, api.LOAD_WAITING: 0}]
         try:
             measured = server.run(load_workload("chat", concurrency=2, max_new_tokens=8).resized(2))
             assert long.is_alive()  # it spans the workload: the counter has not counted it
@@ -69,6 +67,8 @@ def test_another_clients_long_request_spanning_the_workload_is_caught_though_the
         "load, /v1/loads): another client shared it; its figures are not comparable")
 
 
+# a loaded machine's client may read a stream's tokens in one read: said, and not this test's concern
+@pytest.mark.filterwarnings("ignore:.*received their whole output:UserWarning")
 def test_a_quiet_server_has_no_request_in_flight_around_a_workload_of_several_streams(tmp_path):
     """Our own requests, concurrent and of several samples each, have all answered at both reads:
     none is taken for another client's, and the engine says nothing of an unchecked load."""
