@@ -14,9 +14,9 @@ BENCH_GATE ?= output_tok_s:off,tpot_ms:off,ttft_ms:off
 bench: venv
 	$(PY) -m pytest tests/bench --specdec-report=.specdec/report --specdec-compare-fail="$(BENCH_GATE)"
 
-# The test suite: plugin, kernels (Triton's interpreter on a CPU), engine, contracts; three xdist
-# workers on CI's two cores, since many tests wait on the engine processes they start (two left
-# ~30 % of the CPU idle on the slowest files); the 30 slowest tests are listed at the end, where CI time goes.
+# The test suite: plugin, kernels (Triton's interpreter on a CPU), engine, contracts; two xdist
+# workers, since many tests wait on the engine processes they start; the 30 slowest tests are
+# listed at the end, where CI time goes.
 # The package's bytecode is compiled first: each engine and pytest run the suite starts imports
 # it, and where PYTHONDONTWRITEBYTECODE is set each of them would compile it again. The suite runs
 # with bytecode writing allowed: pytest rewrites the asserts of the package's modules in the
@@ -24,7 +24,7 @@ bench: venv
 # the result only where bytecode may be written.
 test: venv
 	$(PY) -m compileall -q pytest_specdec kernels > /dev/null
-	env -u PYTHONDONTWRITEBYTECODE TRITON_INTERPRET=1 $(PY) -m pytest -n 3 --durations=30 tests/unit tests/kernels tests/engine
+	env -u PYTHONDONTWRITEBYTECODE TRITON_INTERPRET=1 $(PY) -m pytest -n 2 --durations=30 tests/unit tests/kernels tests/engine
 
 # The direct launch's CPU tests under the GPU image's Triton (3.6: a C launcher per kernel), beside
 # `make test`'s run under the venv's (one C launch for every kernel since 3.7); and the sm_120
