@@ -790,6 +790,14 @@ durations.save = save
 """
 
 
+#: A second Ctrl-C's line where the ending had written nothing of a saving run with a report.
+NONE_OF_THE_ENDING_WRITTEN = (
+    "specdec: ERROR: durations.json, baseline and report not written: a second Ctrl-C stopped the run's "
+    "ending; no file there is half-written; the journal keeps this run's figures: a run with "
+    "--specdec-resume, --specdec-save-baseline and --specdec-report writes them without measuring again "
+    "the tests that passed; durations.json: the next run with --specdec-save-baseline writes it again")
+
+
 def test_a_second_ctrl_c_outside_the_report_stops_the_ending_in_one_line(pytester):
     """A Ctrl-C in a write that does not catch it (durations.json, the shard folder, another plugin's)
     left pytest_sessionfinish as ~40 lines of traceback, the process dead of SIGINT, and nothing
@@ -804,12 +812,9 @@ def test_a_second_ctrl_c_outside_the_report_stops_the_ending_in_one_line(pyteste
     assert result.ret == pytest.ExitCode.INTERRUPTED, out[-3000:]
     assert "Traceback" not in out and out.count(CTRL_C_IN_THE_ENDING) == 1, out[-3000:]
     said = [line for line in out.splitlines() if "not written" in line]
-    assert said == [
-        "specdec: ERROR: durations.json, baseline and report not written: a second Ctrl-C stopped the run's "
-        "ending; no file there is half-written; the journal keeps this run's figures: a run with "
-        "--specdec-resume, --specdec-save-baseline and --specdec-report writes them without measuring again "
-        "the tests that passed; durations.json: the next run with --specdec-save-baseline writes it again"], out
+    assert said == [NONE_OF_THE_ENDING_WRITTEN], out
     assert not (pytester.path / "out").exists() and not (pytester.path / "baselines").exists()
+
 
 # Two Ctrl-Cs in another plugin's ending that runs before ours: a conftest met in collection
 # (its folder is no test* folder, which pytest loads at start-up) is registered after the plugin.
@@ -837,12 +842,9 @@ def test_a_second_ctrl_c_before_our_ending_began_names_all_it_would_write(pytest
     assert result.ret == pytest.ExitCode.INTERRUPTED, out[-3000:]
     assert "Traceback" not in out and "were written" not in out, out[-3000:]
     said = [line for line in out.splitlines() if "not written" in line]
-    assert said == [
-        "specdec: ERROR: durations.json, baseline and report not written: a second Ctrl-C stopped the run's "
-        "ending; no file there is half-written; the journal keeps this run's figures: a run with "
-        "--specdec-resume, --specdec-save-baseline and --specdec-report writes them without measuring again "
-        "the tests that passed; durations.json: the next run with --specdec-save-baseline writes it again"], out
+    assert said == [NONE_OF_THE_ENDING_WRITTEN], out
     assert not (pytester.path / "out").exists() and not (pytester.path / "baselines").exists()
+
 
 def test_an_in_process_xdist_run_gives_sigint_back_as_it_found_it(pytester):
     """An in-process run under xdist left its controller's SIGINT handler (`_on_interrupt`, which
