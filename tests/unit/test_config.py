@@ -318,7 +318,8 @@ from pytest_specdec.errors import SpecdecUsageError
      "*[tool.specdec.matrix.cpu] key 'methods': lists 'ddtree' more than once; list each once"),
     ("[tool.specdec.matrix.cpu]\nmethods = ['ddtree']\ntp = [1]\nbudget = [8, 16, 8]\n",
      "*[tool.specdec.matrix.cpu] key 'budget': lists 8 more than once; list each once"),
-    ("[tool.specdec]\nbackend = 'embedded'\n[tool.specdec.matrix.cpu]\nmethods = ['ddtree']\nbudget = [100000]\n",
+    # one parser checks every budget: the refusal names the one refused, after one that passed
+    ("[tool.specdec]\nbackend = 'embedded'\n[tool.specdec.matrix.cpu]\nmethods = ['ddtree']\nbudget = [8, 100000]\n",
      "*[tool.specdec.matrix.cpu] budget 100000: the embedded engine refuses it: --budget 100000 verifies "
      "100001 tokens a step, which leaves no room for a prompt in --context-length 4096*"),
     ("[tool.specdec.engine]\nextra_args = '--cpu-threads 2'\n",
