@@ -67,7 +67,7 @@ REPEAT_WINDOW_S = 3.0
 _passed: tuple[int, int] | None = None  # (signal, workers it reached): what the controller passed on
 _sigints = 0  # SIGINTs this process took since interrupt_on_signals: only the first is passed on
 _armed = False  # interrupt_on_signals ran for this run (it uses the plugin), until its ending is over
-_sigint_before: object = None  # SIGINT's handler before the ending took it, given back after
+_took_sigint = False  # the ending took SIGINT from Python's handler (or `_on_interrupt`): Python's goes back after
 
 SIGTERM_INTERRUPT = "SIGTERM: {killed}the run ends as after Ctrl-C, reporting the tests that finished " \
                     "(a second SIGTERM or SIGHUP ends it at once)"
@@ -241,7 +241,7 @@ def ending(started: bool) -> bool:
 def _take_ctrl_c() -> bool:
     """SIGINT to `_on_ending_interrupt` where Python's handler (or `_on_interrupt`) has it; an
     ignored one stays ignored (a CI shell's background job)."""
-    global _sigint_before
+    global _took_sigint
     if not _armed or _worker or threading.current_thread() is not threading.main_thread():
         return False
     try:
@@ -250,22 +250,22 @@ def _take_ctrl_c() -> bool:
             signal.signal(signal.SIGINT, _on_ending_interrupt)
             # Python's own after it: `_on_interrupt` passes a Ctrl-C on to workers the ending ends,
             # and a process that runs on (pytester's in-process run) must get its Ctrl-C back as it was
-            _sigint_before = signal.default_int_handler
+            _took_sigint = True
     except (ValueError, OSError):
         pass
     return True
 
 
 def _give_back_ctrl_c() -> None:
-    global _sigint_before
-    if _sigint_before is None or threading.current_thread() is not threading.main_thread():
+    global _took_sigint
+    if not _took_sigint or threading.current_thread() is not threading.main_thread():
         return
     try:
         if signal.getsignal(signal.SIGINT) is _on_ending_interrupt:
-            signal.signal(signal.SIGINT, _sigint_before)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
     except (ValueError, OSError):
         pass
-    _sigint_before = None
+    _took_sigint = False
 
 
 def _on_ending_interrupt(signum, frame) -> None:
