@@ -67,7 +67,8 @@ REPEAT_WINDOW_S = 3.0
 _passed: tuple[int, int] | None = None  # (signal, workers it reached): what the controller passed on
 _sigints = 0  # SIGINTs this process took since interrupt_on_signals: only the first is passed on
 _armed = False  # interrupt_on_signals ran for this run (it uses the plugin), until its ending is over
-_took_sigint = False  # the ending took SIGINT from Python's handler (or `_on_interrupt`): Python's goes back after
+_took_sigint = False  # the ending took SIGINT: Python's handler (or `_theirs`) goes back after it
+_theirs: Callable | None = None  # the project's own SIGINT handler the ending took: the second Ctrl-C is its
 
 SIGTERM_INTERRUPT = "SIGTERM: {killed}the run ends as after Ctrl-C, reporting the tests that finished " \
                     "(a second SIGTERM or SIGHUP ends it at once)"
@@ -226,7 +227,8 @@ def ending(started: bool) -> bool:
     KeyboardInterrupt there would stop the very writes it asks for, with a traceback. So does a
     first Ctrl-C, in the process that writes the ending (an xdist worker's is over by then): it
     says so in one line (`ENDING_CTRL_C`); the next raises KeyboardInterrupt, which the caller
-    turns into one line. Once it is over, all three take their disposition again.
+    turns into one line, or goes to the project's own SIGINT handler where it had one (a
+    conftest's). Once it is over, all three take their disposition again.
 
     Returns whether this ending is guarded so: a run that uses the plugin, in that process."""
     global _ending, _interrupts, _armed
@@ -239,9 +241,10 @@ def ending(started: bool) -> bool:
 
 
 def _take_ctrl_c() -> bool:
-    """SIGINT to `_on_ending_interrupt` where Python's handler (or `_on_interrupt`) has it; an
-    ignored one stays ignored (a CI shell's background job)."""
-    global _took_sigint
+    """SIGINT to `_on_ending_interrupt` where Python's handler, `_on_interrupt` or the project's
+    own has it; an ignored one stays ignored (a CI shell's background job), and so does the
+    default (death by SIGINT)."""
+    global _took_sigint, _theirs
     if not _armed or _worker or threading.current_thread() is not threading.main_thread():
         return False
     try:
@@ -251,30 +254,39 @@ def _take_ctrl_c() -> bool:
             # Python's own after it: `_on_interrupt` passes a Ctrl-C on to workers the ending ends,
             # and a process that runs on (pytester's in-process run) must get its Ctrl-C back as it was
             _took_sigint = True
+        elif callable(current) and current is not _on_ending_interrupt:
+            # the project's (a conftest's): ours for the first Ctrl-C, which it would spend as the
+            # ending's second; its own from the second on, and after the ending
+            signal.signal(signal.SIGINT, _on_ending_interrupt)
+            _took_sigint, _theirs = True, current
     except (ValueError, OSError):
         pass
     return True
 
 
 def _give_back_ctrl_c() -> None:
-    global _took_sigint
+    global _took_sigint, _theirs
     if not _took_sigint or threading.current_thread() is not threading.main_thread():
         return
     try:
         if signal.getsignal(signal.SIGINT) is _on_ending_interrupt:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGINT, _theirs if _theirs is not None else signal.default_int_handler)
     except (ValueError, OSError):
         pass
-    _took_sigint = False
+    _took_sigint, _theirs = False, None
 
 
 def _on_ending_interrupt(signum, frame) -> None:
     """A Ctrl-C while the run writes its ending: the first lets it finish, as a SIGTERM there
-    does; one after it (or after a SIGTERM or SIGHUP the run took) stops it."""
+    does; one after it (or after a SIGTERM or SIGHUP the run took) stops it, or is the project's
+    own handler's to act on."""
     global _interrupts
     if _interrupts:
         _interrupts = False  # the next SIGINT, SIGTERM or SIGHUP stops it
         _say(ENDING_CTRL_C)
+        return
+    if _theirs is not None:
+        _theirs(signum, frame)
         return
     raise KeyboardInterrupt
 

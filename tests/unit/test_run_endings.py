@@ -846,6 +846,57 @@ def test_a_second_ctrl_c_before_our_ending_began_names_all_it_would_write(pytest
     assert not (pytester.path / "out").exists() and not (pytester.path / "baselines").exists()
 
 
+# The project's own SIGINT handler (it notes each call, then stops as Python's does), and Ctrl-Cs in
+# the ending, before our writes; after the run, whose handler SIGINT has.
+THEIR_SIGINT_CONFTEST = """
+import os, signal, pytest
+
+
+def theirs(signum, frame):
+    with open("theirs-called", "a") as out:
+        out.write("1")
+    raise KeyboardInterrupt
+
+
+signal.signal(signal.SIGINT, theirs)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    for _ in range({presses}):
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+def pytest_unconfigure(config):
+    with open("sigint-after", "w") as out:
+        out.write("theirs" if signal.getsignal(signal.SIGINT) is theirs else repr(signal.getsignal(signal.SIGINT)))
+"""
+
+
+@pytest.mark.parametrize("presses", [1, 2])
+def test_a_projects_own_sigint_handler_has_the_endings_second_ctrl_c_and_gets_it_back(pytester, presses):
+    """A conftest's SIGINT handler that raises took the ending's first Ctrl-C, which then stopped
+    the ending as its second ('a second Ctrl-C stopped the run's ending'), the report unwritten.
+    The first is the ending's to absorb, as under Python's handler; the second is the project's
+    handler's, and SIGINT is its own again after the run."""
+    pytester.makepyprojecttoml(CONFIGURED_PROJECT)
+    pytester.makepyfile(test_figures=TWO_PLOTS_TEST)
+    pytester.makeconftest(THEIR_SIGINT_CONFTEST.format(presses=presses))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "--specdec-report=out",
+                                           timeout=180)
+    out = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in out and out.count(CTRL_C_IN_THE_ENDING) == 1, out[-3000:]
+    assert (pytester.path / "sigint-after").read_text() == "theirs"
+    called = pytester.path / "theirs-called"
+    if presses == 1:
+        assert result.ret == pytest.ExitCode.OK and "specdec: report written to" in out, out[-3000:]
+        assert not called.exists()
+    else:
+        assert result.ret == pytest.ExitCode.INTERRUPTED, out[-3000:]
+        assert called.read_text() == "1"
+        assert "specdec: ERROR: report not written: a second Ctrl-C stopped the run's ending" in out, out[-3000:]
+
+
 def test_an_in_process_xdist_run_gives_sigint_back_as_it_found_it(pytester):
     """An in-process run under xdist left its controller's SIGINT handler (`_on_interrupt`, which
     passes a Ctrl-C on to workers) in the process that runs on: the ending now gives Python's own back."""
