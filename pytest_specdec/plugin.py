@@ -161,6 +161,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
         cleanup.ending(False)
 
 
+def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo) -> None:
+    # a Ctrl-C that stopped the tests: the ending's next is the user's second; not pytest's or
+    # xdist's Interrupted (-x, --sw, a worker's interrupt), nor pytest.exit()
+    if type(excinfo.value) is KeyboardInterrupt:
+        from .servers import cleanup
+
+        cleanup.tests_interrupted()
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     # Last resort: kill anything a failed teardown left behind. Only a run that started a server
     # imported the registry of server processes; in any other there is nothing to kill.

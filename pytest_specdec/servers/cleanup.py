@@ -69,6 +69,7 @@ _sigints = 0  # SIGINTs this process took since interrupt_on_signals: only the f
 _armed = False  # interrupt_on_signals ran for this run (it uses the plugin), until its ending is over
 _took_sigint = False  # the ending took SIGINT: Python's handler (or `_theirs`) goes back after it
 _theirs: Callable | None = None  # the project's own SIGINT handler the ending took: the second Ctrl-C is its
+_ctrl_c_spent = False  # a KeyboardInterrupt stopped this run's tests: the ending's first Ctrl-C is the run's second
 
 SIGTERM_INTERRUPT = "SIGTERM: {killed}the run ends as after Ctrl-C, reporting the tests that finished " \
                     "(a second SIGTERM or SIGHUP ends it at once)"
@@ -211,11 +212,11 @@ def interrupt_on_signals(terminal: Terminal | None = None, notice: bool = True,
     controller alone, a CI runner's cancel), and a worker there takes one repeat of it as the
     same interrupt; a terminal's Ctrl-C reaches every worker itself, and a copy from the controller
     would come as a second Ctrl-C, in the middle of its teardown."""
-    global _interrupts, _terminal, _notice, _passes_on, _worker, _passed, _sigints, _armed
+    global _interrupts, _terminal, _notice, _passes_on, _worker, _passed, _sigints, _armed, _ctrl_c_spent
     if threading.current_thread() is threading.main_thread():
         _interrupts, _terminal, _notice, _passes_on, _worker = True, terminal, notice, passes_on, worker
         _armed = True
-        _passed, _sigints = None, 0
+        _passed, _sigints, _ctrl_c_spent = None, 0, False
         _install_signal_handlers()
         if passes_on is not None or worker:
             _install_interrupt_handler()
@@ -228,16 +229,26 @@ def ending(started: bool) -> bool:
     first Ctrl-C, in the process that writes the ending (an xdist worker's is over by then): it
     says so in one line (`ENDING_CTRL_C`); the next raises KeyboardInterrupt, which the caller
     turns into one line, or goes to the project's own SIGINT handler where it had one (a
-    conftest's). Once it is over, all three take their disposition again.
+    conftest's). A Ctrl-C that stopped the tests counts as the first (`tests_interrupted`).
+    Once it is over, all three take their disposition again.
 
     Returns whether this ending is guarded so: a run that uses the plugin, in that process."""
-    global _ending, _interrupts, _armed
+    global _ending, _interrupts, _armed, _ctrl_c_spent
     _ending = started
     if started:
         return _take_ctrl_c()
     _give_back_ctrl_c()
-    _interrupts = _armed = False
+    _interrupts = _armed = _ctrl_c_spent = False
     return False
+
+
+def tests_interrupted() -> None:
+    """A KeyboardInterrupt stopped the tests (a Ctrl-C, or the SIGTERM or SIGHUP that raised it):
+    a Ctrl-C in the ending is then the user's second, which stops it at once, as a second one
+    does anywhere else. A SIGTERM or SIGHUP there still lets it finish once (a CI runner's cancel
+    that follows its SIGINT, a terminal that drops)."""
+    global _ctrl_c_spent
+    _ctrl_c_spent = True
 
 
 def _take_ctrl_c() -> bool:
@@ -278,10 +289,10 @@ def _give_back_ctrl_c() -> None:
 
 def _on_ending_interrupt(signum, frame) -> None:
     """A Ctrl-C while the run writes its ending: the first lets it finish, as a SIGTERM there
-    does; one after it (or after a SIGTERM or SIGHUP the run took) stops it, or is the project's
-    own handler's to act on."""
+    does; one after it (or after a Ctrl-C, SIGTERM or SIGHUP that stopped the tests) stops it, or
+    is the project's own handler's to act on."""
     global _interrupts
-    if _interrupts:
+    if _interrupts and not _ctrl_c_spent:
         _interrupts = False  # the next SIGINT, SIGTERM or SIGHUP stops it
         _say(ENDING_CTRL_C)
         return

@@ -897,6 +897,46 @@ def test_a_projects_own_sigint_handler_has_the_endings_second_ctrl_c_and_gets_it
         assert "specdec: ERROR: report not written: a second Ctrl-C stopped the run's ending" in out, out[-3000:]
 
 
+# A Ctrl-C in the tests (pytest stops them, the ending begins), then one in the ending, before our writes.
+CTRL_C_IN_THE_TESTS = TWO_PLOTS_TEST + """
+
+def test_stopped():
+    import os, signal, time
+    # the Ctrl-C, to this process or to the xdist controller, which passes it on to this worker
+    os.kill(os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid(), signal.SIGINT)
+    time.sleep(60)
+"""
+CTRL_C_IN_THE_ENDING_CONFTEST = """
+import os, signal, pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    if not hasattr(session.config, "workerinput"):
+        os.kill(os.getpid(), signal.SIGINT)
+"""
+
+
+@pytest.mark.parametrize("dist", [(), ("-n", "1")], ids=["one process", "xdist"])
+def test_a_ctrl_c_in_the_ending_of_a_run_a_ctrl_c_stopped_stops_it_at_once(pytester, dist):
+    """A Ctrl-C that stopped the tests did not count: the next, in the ending, was taken as the
+    ending's first ('the run is finishing what it writes'), and a user who pressed twice had to
+    press a third time. It is the second, as after a SIGTERM in the tests: it stops the ending
+    in the one line."""
+    if dist:
+        pytest.importorskip("xdist")
+    pytester.makepyprojecttoml(CONFIGURED_PROJECT)
+    pytester.makepyfile(test_figures=CTRL_C_IN_THE_TESTS)
+    pytester.makeconftest(CTRL_C_IN_THE_ENDING_CONFTEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "--specdec-report=out",
+                                           *dist, timeout=180)
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.INTERRUPTED, out[-3000:]
+    assert "Traceback" not in out and CTRL_C_IN_THE_ENDING not in out, out[-3000:]
+    assert "specdec: ERROR: report not written: a second Ctrl-C stopped the run's ending" in out, out[-3000:]
+    assert not (pytester.path / "out").exists()
+
+
 def test_an_in_process_xdist_run_gives_sigint_back_as_it_found_it(pytester):
     """An in-process run under xdist left its controller's SIGINT handler (`_on_interrupt`, which
     passes a Ctrl-C on to workers) in the process that runs on: the ending now gives Python's own back."""
