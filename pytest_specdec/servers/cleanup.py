@@ -14,7 +14,8 @@ Three layers, because each covers a way out the others miss:
    write to a hung-up terminal fails and could break the ending. One that comes while the run
    writes that ending (`ending`) kills the servers and lets it finish, and so does a first Ctrl-C
    there (SIGINT, which raises KeyboardInterrupt everywhere else). A second SIGTERM or SIGHUP
-   ends the process at once, a second Ctrl-C the ending (the plugin says in one line what it left);
+   ends the process at once, a second Ctrl-C the ending (the plugin says in one line what it left),
+   a Ctrl-C that stopped the tests being the first;
 3. for what runs no Python code at all (pytest SIGKILLed, or `os._exit` as pytest-timeout's
    thread method does): a watchdog process per pytest process, told each group over a pipe; the
    pipe reaches EOF when its writer dies, however it dies, and the watchdog then SIGKILLs every
@@ -76,10 +77,13 @@ SIGTERM_INTERRUPT = "SIGTERM: {killed}the run ends as after Ctrl-C, reporting th
 SIGHUP_INTERRUPT = "SIGHUP (a terminal hangup, or kill -HUP): {killed}the run ends as after Ctrl-C, reporting " \
                    "the tests that finished{where} (a second SIGHUP or SIGTERM ends it at once)"
 SIGHUP_NOTICE = "specdec: SIGHUP: {killed}the run ends as after Ctrl-C; its output from here on goes to {log}"
+# The ending's first interrupt, either kind: what it does, and what the next of each kind does.
 ENDING_CTRL_C = "specdec: Ctrl-C: the run is finishing what it writes (summary, report, baselines); " \
-                "a second Ctrl-C stops it at once, leaving no file half-written"
-ENDING_NOTICE = "specdec: {signal}: {killed}the run is already ending and goes on writing what finished{where} " \
-                "(a second SIGTERM or SIGHUP ends it at once)"
+                "a second Ctrl-C stops it at once, leaving no file half-written, and a SIGTERM or SIGHUP " \
+                "ends pytest at once"
+ENDING_NOTICE = "specdec: {signal}: {killed}the run is finishing what it writes (summary, report, baselines)" \
+                "{where}; a Ctrl-C stops it at once, leaving no file half-written, and a second SIGTERM or " \
+                "SIGHUP ends pytest at once"
 
 
 #: How long the interpreter's exit waits for its watchdog: told EOF, it kills what is left and

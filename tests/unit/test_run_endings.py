@@ -302,8 +302,9 @@ def pytest_sessionfinish(session):
                                            "--specdec-report=out", *dist, timeout=180)
     out = result.stdout.str() + result.stderr.str()
     assert result.ret == pytest.ExitCode.OK, out[-3000:]
-    assert re.search(r"specdec: SIGTERM: (this process's servers were killed; )?the run is already ending "
-                     r"and goes on writing what finished", out), out[-3000:]
+    assert re.search(r"specdec: SIGTERM: (this process's servers were killed; )?the run is finishing what it "
+                     r"writes \(summary, report, baselines\); a Ctrl-C stops it at once, leaving no file "
+                     r"half-written, and a second SIGTERM or SIGHUP ends pytest at once", out), out[-3000:]
     assert "Traceback" not in out
     rows = json.loads((pytester.path / "out" / "results.json").read_text())["results"]
     assert [row["test_id"] for row in rows] == ["test_generation[ar-tp1-chat]"]
@@ -711,7 +712,8 @@ def wait_said(root: Path, proc: subprocess.Popen, text: str) -> None:
 
 
 CTRL_C_IN_THE_ENDING = ("specdec: Ctrl-C: the run is finishing what it writes (summary, report, baselines); "
-                        "a second Ctrl-C stops it at once, leaving no file half-written")
+                        "a second Ctrl-C stops it at once, leaving no file half-written, and a SIGTERM or "
+                        "SIGHUP ends pytest at once")
 
 
 @pytest.mark.parametrize("dist", [(), ("-n", "1")], ids=["one process", "xdist"])
