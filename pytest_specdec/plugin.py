@@ -162,12 +162,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
 
 
 def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo) -> None:
-    # a Ctrl-C that stopped the tests: the ending's next is the user's second; not pytest's or
-    # xdist's Interrupted (-x, --sw, a worker's interrupt), nor pytest.exit()
-    if type(excinfo.value) is KeyboardInterrupt:
-        from .servers import cleanup
+    from .servers import cleanup
 
-        cleanup.tests_interrupted()
+    cleanup.tests_interrupted(excinfo.value)  # a Ctrl-C that stopped the tests: the ending's next is the second
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

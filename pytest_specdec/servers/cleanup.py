@@ -246,13 +246,15 @@ def ending(started: bool) -> bool:
     return False
 
 
-def tests_interrupted() -> None:
+def tests_interrupted(exc: BaseException) -> None:
     """A KeyboardInterrupt stopped the tests (a Ctrl-C, or the SIGTERM or SIGHUP that raised it):
     a Ctrl-C in the ending is then the user's second, which stops it at once, as a second one
     does anywhere else. A SIGTERM or SIGHUP there still lets it finish once (a CI runner's cancel
-    that follows its SIGINT, a terminal that drops)."""
+    that follows its SIGINT, a terminal that drops). pytest's and xdist's `Interrupted` (-x, --sw,
+    a worker's interrupt) and pytest.exit() are no Ctrl-C of the user's."""
     global _ctrl_c_spent
-    _ctrl_c_spent = True
+    if type(exc) is KeyboardInterrupt:
+        _ctrl_c_spent = True
 
 
 def _take_ctrl_c() -> bool:
