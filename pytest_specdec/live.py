@@ -284,10 +284,12 @@ class LiveServer:
             self.announce(f"server {self.id}: workload {workload.name!r}: warming up, {count} untimed {requests} "
                           f"at concurrency {min(workload.concurrency, count)} before it is measured")
         try:
-            # no progress lines: by default one round at its concurrency, about one request's time
+            # progress lines too: a large warmup_requests runs for minutes on a GPU; its own client
+            # run, so none of its counts reach the measured run's lines or figures
             timeout = {} if self.stall_timeout is None else {"timeout_s": None}
             result = client.run_workload(self.url, warmup_workload(workload, count), keep_text=False,
                                          stall_timeout=self.stall_timeout, on_quiet=self._say_silence(),
+                                         on_progress=self._say_progress(workload, warm_up=True),
                                          top_logprobs=self.top_logprobs, **timeout)
         except client.WorkloadStalled as stall:
             self._stalled(f"{during}: {stall}; raise {self.stall_setting} if the server is just slow")
@@ -335,15 +337,17 @@ class LiveServer:
 
         return say
 
-    def _say_progress(self, workload: Workload) -> client.OnProgress | None:
-        """A measured workload's progress line, as the warm-up's is said: the last line on screen
-        said "warming up" for as long as the workload ran (minutes on a GPU)."""
+    def _say_progress(self, workload: Workload, *, warm_up: bool = False) -> client.OnProgress | None:
+        """A workload's progress line, its warm-up's (`warm_up`) or its measured requests', through
+        the warm-up line's printer: the last line on screen said "warming up" for as long as either
+        ran (minutes on a GPU, for the measured requests or a large `warmup_requests`)."""
         if self.announce is None:
             return None
         announce = self.announce
+        doing, requests = ("warming up", "untimed requests") if warm_up else ("measuring", "requests")
 
         def say(done: int, total: int, tokens: int, elapsed: float) -> None:
-            announce(f"server {self.id}: workload {workload.name!r}: measuring, {done} of {total} requests done, "
+            announce(f"server {self.id}: workload {workload.name!r}: {doing}, {done} of {total} {requests} done, "
                      f"{tokens:,} token{'' if tokens == 1 else 's'} in {elapsed:.0f} s")
 
         return say

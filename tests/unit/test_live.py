@@ -385,14 +385,14 @@ def test_a_long_but_moving_workload_meets_no_per_request_cap(monkeypatch):
 def test_a_measured_workload_says_how_far_it_is_after_its_warm_up_line(monkeypatch):
     """After "warming up, ... before it is measured" nothing was said while the measured requests
     ran, so the last line on screen said "warming up" for minutes. The measured run now says its
-    progress through the same printer; the warm-up, one round, gets no such line."""
+    progress through the same printer (the warm-up's own lines: the next test)."""
     import pytest_specdec.client as client_module
 
     runs = []
 
     def run_workload(url, workload, **kwargs):
         runs.append(kwargs)
-        if kwargs.get("on_progress") is not None:
+        if kwargs.get("keep_text", True):  # the measured run: the warm-up keeps no text
             kwargs["on_progress"](37, 160, 9472, 30.4)
             kwargs["on_progress"](1, 160, 1, 10.0)
         record = RequestRecord(index=0, status=200, finish_reason="length", prompt_tokens=4,
@@ -404,12 +404,43 @@ def test_a_measured_workload_says_how_far_it_is_after_its_warm_up_line(monkeypat
     server = LiveServer(spec=ServerSpec("embedded", "ar"), url="http://127.0.0.1:1", log_path=None,
                         check=lambda: None, token_counter=None, cache_flush=Flushed(), announce=said.append)
     server.run(Workload(name="chat", prompts=(Prompt("hi"),) * 160, max_new_tokens=256, concurrency=4))
-    assert [run.get("on_progress") is None for run in runs] == [True, False]  # the warm-up, then the workload
+    assert [run.get("keep_text", True) for run in runs] == [False, True]  # the warm-up, then the workload
     assert said == [
         "server ar-tp1: workload 'chat': warming up, 4 untimed requests at concurrency 4 before it is measured",
         "server ar-tp1: workload 'chat': measuring, 37 of 160 requests done, 9,472 tokens in 30 s",
         "server ar-tp1: workload 'chat': measuring, 1 of 160 requests done, 1 token in 10 s",
     ]
+
+
+def test_a_long_warm_up_says_how_far_it_is_and_keeps_its_figures_to_itself(monkeypatch):
+    """A large `warmup_requests` (64 untimed requests, minutes on a GPU) said nothing after its
+    "warming up, ... before it is measured" line until the measured requests' first progress
+    line. Its own run now says its progress, worded for the warm-up, through the same printer;
+    its requests and tokens are in none of the measured run's lines or figures."""
+    import pytest_specdec.client as client_module
+
+    def run_workload(url, workload, **kwargs):
+        warm = not kwargs.get("keep_text", True)  # the warm-up keeps no text
+        tokens = 48 if warm else 8
+        if kwargs.get("on_progress") is not None:
+            kwargs["on_progress"](12, len(workload.prompts), 12 * tokens, 10.2)
+        records = tuple(RequestRecord(index=i, status=200, finish_reason="length", prompt_tokens=4,
+                                      completion_tokens=tokens, ttft_ms=1.0, e2e_ms=2.0, chunks=tokens)
+                        for i in range(len(workload.prompts)))
+        return WorkloadResult(workload.name, url, workload.concurrency, records, wall_s=0.01)
+
+    monkeypatch.setattr(client_module, "run_workload", run_workload)
+    said: list[str] = []
+    server = LiveServer(spec=ServerSpec("embedded", "ar"), url="http://127.0.0.1:1", log_path=None,
+                        check=lambda: None, token_counter=None, cache_flush=Flushed(), announce=said.append,
+                        warmup_requests=64)
+    measurement = server.run(Workload(name="chat", prompts=(Prompt("hi"),) * 20, max_new_tokens=8, concurrency=4))
+    assert said == [
+        "server ar-tp1: workload 'chat': warming up, 64 untimed requests at concurrency 4 before it is measured",
+        "server ar-tp1: workload 'chat': warming up, 12 of 64 untimed requests done, 576 tokens in 10 s",
+        "server ar-tp1: workload 'chat': measuring, 12 of 20 requests done, 96 tokens in 10 s",
+    ]
+    assert (measurement.num_requests, measurement.completion_tokens, measurement.warmup_requests) == (20, 160, 64)
 
 
 class StreamStub:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from servers_support import default_sigint
-from test_bench_flow import engine_processes, journal_lines, no_leftover_engines, project, run  # noqa: F401
+from test_bench_flow import engine_processes, journal_figures, journal_lines, no_leftover_engines, project, run  # noqa: F401
 
 pytest.importorskip("torch")
 
@@ -576,6 +576,36 @@ def test_a_measured_workload_says_how_far_it_is_as_it_goes(pytester, no_leftover
     assert len(warming) == 1 and measuring, result.stderr.str()
     stderr = result.stderr.str()
     assert stderr.index("warming up") < stderr.index("measuring"), stderr
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["one-process", "xdist"])
+def test_a_long_warm_up_says_how_far_it_is_as_it_goes(pytester, no_leftover_engines, xdist):
+    """A large `warmup_requests` (minutes on a GPU) said nothing after "warming up, ... before it is
+    measured" until the measured requests' first progress line. The warm-up now says its untimed
+    requests done as it goes, past capture and from an xdist worker too, and none once it has
+    ended: the measured requests' lines count their own 4, the journal their tokens alone."""
+    if xdist:
+        pytest.importorskip("xdist")
+    # each decode step ten times as long: the 6 untimed requests outlast the patched interval
+    project(pytester, methods=("ar",), prompts=4, max_new_tokens=24, engine_args=("--fault-slow-factor", "10"),
+            extra="warmup_requests = 6")
+    pytester.makeconftest("import pytest_specdec.client as client\n"
+                          "client.PROGRESS_FIRST_S = client.PROGRESS_EVERY_S = 0.2\n")
+    result = run(pytester, *xdist)
+    result.assert_outcomes(passed=1)
+    stderr = result.stderr.str()
+    warm = said_lines(result, "ar-tp1", r"workload 'chat': warming up, [0-5] of 6 untimed requests done, "
+                                        r"[\d,]+ tokens? in \d+ s")
+    measuring = said_lines(result, "ar-tp1", r"workload 'chat': measuring, [0-3] of 4 requests done, "
+                                             r"[\d,]+ tokens? in \d+ s")
+    assert warm and measuring, stderr
+    # the warm-up's line, then its progress, then the measured requests': none of it after it ended
+    assert stderr.index("warming up, 6 untimed") < stderr.index(warm[0]) < stderr.rindex(warm[-1]) \
+        < stderr.index(measuring[0]), stderr
+    record, = journal_figures(pytester)
+    measurement = record["data"]["details"]["measurement"]
+    assert (measurement["num_requests"], measurement["completion_tokens"], measurement["warmup_requests"]) \
+        == (4, 4 * 24, 6)
 
 
 # One process only: from an xdist worker this is the same printer (the server's own, from the pool:
