@@ -667,12 +667,15 @@ def interrupted_note(results: Results, stopped_by: str) -> str | None:
 
     state = results.state
     total = results.progress_total()
-    done = len(results.results)
-    if total is None or done >= total:
+    if total is None or len(results.results) >= total:
         return None
+    done = _kept_done(results)
     settings = state.settings
     ended = "run interrupted" if stopped_by == INTERRUPT else f"run stopped by {stopped_by}"
-    if done == 0 and not settings.resume:  # nothing journaled: resuming would measure them all too
+    if done == 0 and not settings.resume:  # nothing journaled as done: resuming would measure them all too
+        if results.results:
+            return (f"{ended} with none of its {total} measurement(s) done (those that finished "
+                    f"failed, which a resume measures again), so a run again measures them all")
         return (f"{ended} before any of its {total} measurement(s) finished: none is "
                 f"journaled, so a run again measures them all")
     # a shard journals into its own folder, which only a run of the same shard resumes from
@@ -682,6 +685,16 @@ def interrupted_note(results: Results, stopped_by: str) -> str | None:
            else f"run it again with {settings.setter('resume')}{same_shard}")
     return (f"{ended} with {done} of {total} measurement(s) done, kept in the journal "
             f"{relative_path(journal_path(state), state.config.root)}: {how} to measure only the rest")
+
+
+def _kept_done(results: Results) -> int:
+    """This run's measurements the journal keeps as done, which a resume skips: one that a test
+    recorded and then failed (its gate, its losslessness check, its own assertion) is measured
+    again, so it is none of them."""
+    from .session import journal_for
+
+    done = journal_for(results.state).done()
+    return sum((result.nodeid, result.workload or "-") in done for result in results.results.values())
 
 
 def unchecked_lossless(results: Results, left_out_by: tuple[str, ...] = ()) -> str | None:

@@ -67,6 +67,36 @@ def test_a_run_stopped_by_stepwise_names_it(pytester):
     result.stdout.no_fnmatch_line("*run interrupted*")
 
 
+#: Twelve recording tests, the second of which records its figure and then fails its own assertion.
+RECORDED_THEN_FAILED = """
+import pytest
+
+@pytest.mark.parametrize("n", range(12))
+def test_fig(specdec_record, n):
+    specdec_record.metric("my_fig", float(n), "higher")
+    assert n != 1, "broken"
+"""
+
+
+def test_a_stop_counts_as_done_only_the_measurements_a_resume_keeps(pytester):
+    """The test -x stops at recorded its figures and then failed: the line counted it done (`2 of
+    12`) and said a resume would measure only the rest, though a resume measures a failed test
+    again, and a resume stopped there again said the same forever."""
+    pytester.makepyprojecttoml(PROJECT)
+    pytester.makepyfile(test_figures=RECORDED_THEN_FAILED)
+    first = _run(pytester, "-p", "no:cacheprovider", "-x")
+    first.stdout.fnmatch_lines(["specdec: run stopped by -x with 1 of 12 measurement(s) done, *"])
+    # the resumed test is none of this run's measurements; the one that failed again is not done
+    again = _run(pytester, "-p", "no:cacheprovider", "-x", "--specdec-resume")
+    again.stdout.fnmatch_lines(["specdec: run stopped by -x with 0 of 11 measurement(s) done, *"])
+    # stopped at the first test, which failed after recording: nothing is done, as a fresh run sees it
+    pytester.makepyfile(test_figures=RECORDED_THEN_FAILED.replace("n != 1", "n != 0"))
+    fresh = _run(pytester, "-p", "no:cacheprovider", "-x")
+    fresh.stdout.fnmatch_lines(["specdec: run stopped by -x with none of its 12 measurement(s) done (those "
+                                "that finished failed, which a resume measures again), so a run again "
+                                "measures them all"])
+
+
 @pytest.mark.parametrize("flag", [("--specdec-report", "blocker/report"),
                                   ("--specdec-save-baseline", "--specdec-baseline-dir", "blocker/baselines")],
                          ids=["report", "save-baseline"])
