@@ -327,12 +327,12 @@ def skip_reason(item: pytest.Item, state: RunState) -> str | None:
         return "needs a GPU; found: no GPU" + (" (the simulated arch is for dry runs only)"
                                                if hw.simulated else "") + _why_none(hw)
     if hw.count < needed:
-        reason = f"needs {needed} GPUs; found: {hw.describe()}"
+        reason = f"needs {needed} GPU{'s' if needed > 1 else ''}; found: {hw.describe()}"
         if state.settings.gpus is None and hw.left_out and needed <= hw.physical_gpus + len(hw.left_out):
             reason += f"; {hw.left_out_note}"  # the host has them, but of another model or in MIG mode
         elif hw.physical_gpus == 0 and state.settings.origins["gpus"] == "default":
             # no GPU here and no inventory chosen: the user may not know the embedded engine can simulate them
-            reason += _why_none(hw) + f"; {state.settings.setter('gpus')}={needed} simulates them on the CPU"
+            reason += _why_none(hw) + f"; {state.settings.setter('gpus')}={needed} simulates {'them' if needed > 1 else 'it'} on the CPU"
         elif state.settings.gpus is None and hw.physical_gpus < needed <= hw.host_gpus:
             # the host has them, but a CUDA_VISIBLE_DEVICES the user may not have set (Slurm) hides them
             reason += (f"; CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')} gives this run "

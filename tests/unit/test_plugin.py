@@ -289,6 +289,22 @@ def test_four():
     pytester.runpytest("--specdec-arch=sm_90", "--specdec-gpus=4").assert_outcomes(passed=1)
 
 
+def test_one_gpu_marker_on_a_machine_without_one_says_one_gpu(pytester, monkeypatch):
+    """`gpus(1)` on a machine without a GPU skipped saying `needs 1 GPUs` and that the flag
+    `simulates them`: one GPU is said in the singular."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU, wherever this runs
+    pytester.makepyfile("""
+import pytest
+
+@pytest.mark.gpus(1)
+def test_one():
+    pass
+""")
+    result = pytester.runpytest("--specdec-backend=embedded", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED*needs 1 GPU; found: no GPU*; --specdec-gpus=1 simulates it on the CPU"])
+
+
 def test_too_few_gpus_on_a_machine_without_one_names_the_flag_that_simulates_them(pytester, monkeypatch):
     """The README's dry run (`--specdec-arch=sm_120`) on a machine without a GPU skipped every TP4
     and TP8 test saying `needs 4 GPUs; found: ... x1`, never that --specdec-gpus=4 runs them there
