@@ -259,18 +259,19 @@ class Tolerances:
 
 def resolve_tolerances(cli: str | None, ini: str | None, file_expr: str | None,
                        file_table: Mapping[str, Any] | None, file_name: str,
-                       known: Mapping[str, Direction] = METRIC_DIRECTIONS) -> Tolerances:
+                       known: Mapping[str, Direction] = METRIC_DIRECTIONS, ini_origin: str = "ini") -> Tolerances:
     """The layers in precedence order; a figure named twice within the file is an error.
 
     `file_table` is `[tool.specdec.tolerances]` as `parse_tolerance_table` returned it; `known`
-    the built-in metrics and the declared ones.
+    the built-in metrics and the declared ones; `ini_origin` the ini layer's name in the header
+    (`-o specdec_compare_fail` where `-o` gave it: `Settings.said`).
     """
     layers: list[tuple[str, Mapping[str, Any]]] = []
     if cli:
         layers.append(("command line", parse_tolerances(cli, source="--specdec-compare-fail", known=known)))
         _check_can_fail("--specdec-compare-fail", layers[-1][1], known)
     if ini:
-        layers.append(("ini", parse_tolerances(ini, source="ini specdec_compare_fail", known=known)))
+        layers.append((ini_origin, parse_tolerances(ini, source="ini specdec_compare_fail", known=known)))
         _check_can_fail("ini specdec_compare_fail", layers[-1][1], known)
     file_layer: dict[str, Any] = {}
     if file_expr:

@@ -78,9 +78,11 @@ def _baseline_state(state: RunState) -> BaselineNote:
 
 def _over(state: RunState, name: str) -> str:
     """The values a setting's winner hides, so a pyproject.toml key a flag overrode is not a mystery."""
-    hidden = state.settings.overridden.get(name, ())
-    return "; overrides " + " and ".join(f"{origin} {state.settings.shown(name, origin, value)}"
-                                         for origin, value in hidden) if hidden else ""
+    said = [f"{origin} {state.settings.shown(name, origin, value)}"
+            for origin, value in state.settings.overridden.get(name, ())]
+    if not said:
+        return ""
+    return "; overrides " + (f"{', '.join(said[:-1])} and {said[-1]}" if len(said) > 1 else said[0])
 
 
 def _found_by(source: str) -> str:
@@ -134,17 +136,17 @@ def _details(state: RunState) -> list[tuple[str, bool]]:
         (f"specdec: baselines {state.baseline_path}{baselines.text}", baselines.warns),
     ]
     settings = state.settings
-    changed = [f"{o.name}={settings.shown(o.name, settings.origins[o.name], settings.values[o.name])} "
-               f"({settings.origins[o.name]}{_over(state, o.name)})"
+    changed = [f"{o.name}={settings.shown(o.name, settings.said(o.name), settings.values[o.name])} "
+               f"({settings.said(o.name)}{_over(state, o.name)})"
                for o in OPTIONS if settings.origins[o.name] != "default"]
     changed += _file_settings(state)
     if changed:
         out.append(("specdec: settings " + ", ".join(changed), False))
     if state.gpu_claims is not None:
-        out.append((f"specdec: GPU claims {state.gpu_claims} ({state.settings.origins['gpu_claims']}): "
+        out.append((f"specdec: GPU claims {state.gpu_claims} ({state.settings.said('gpu_claims')}): "
                     f"another run on this host waits for the GPUs this one holds", False))
     elif state.settings.server_url and not state.backend.launches:
-        out.append((f"specdec: attached server's turn {state.claims_folder} ({state.settings.origins['gpu_claims']}): "
+        out.append((f"specdec: attached server's turn {state.claims_folder} ({state.settings.said('gpu_claims')}): "
                     f"another run on this host that attaches it waits for this one's test on it", False))
     elif hw.simulated and hw.count and state.backend.launches:
         out.append(("specdec: GPU claims none: the inventory is simulated, so no host's GPUs are taken", False))

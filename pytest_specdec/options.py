@@ -324,10 +324,14 @@ class Settings:
 
     values: Mapping[str, Any]
     origins: Mapping[str, str]
-    #: per option, the lower places that set it too and their values, which the winner hides
+    #: per option, the lower places that set it too (as the header names them: `said`) and their
+    #: values, which the winner hides
     overridden: Mapping[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
-    #: per (option, origin), a boolean as that place wrote it where it wrote text (yes, on, 1)
+    #: per (option, place as `said` names it), a boolean as that place wrote it where it wrote text (yes, on, 1)
     spelled: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    #: the options whose ini value an `-o` gave: origin "ini" to the code that fixes a value where it
+    #: was set (pytest hands `-o` on as the ini's), but the command line to a reader of the header
+    by_override: frozenset[str] = frozenset()
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -344,6 +348,12 @@ class Settings:
         if isinstance(value, float):  # a timeout of 30 as written, not Python's 30.0; all its digits kept
             return f"{value:.15g}"
         return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)  # tp as its flag takes it
+
+    def said(self, name: str, origin: str | None = None) -> str:
+        """`origin` (default: where the option's value came from) as the header names it: an ini
+        value that `-o` gave as that `-o` key, not as the ini file, whose own value it hides."""
+        origin = self.origins[name] if origin is None else origin
+        return f"-o {OPTIONS_BY_NAME[name].ini}" if origin == "ini" and name in self.by_override else origin
 
     def setter(self, name: str) -> str:
         """Where to change an option: where the user set it, else its command-line flag."""
@@ -523,6 +533,42 @@ def _override(config: Any, key: str) -> str | None:
     return None
 
 
+def ini_file_under_overrides(config: Any) -> dict[str, Any]:
+    """Per option whose ini key an `-o` sets, the config file's own value of that key, as written
+    (None where the file sets none), for `resolve`: pytest hands plugins the `-o` value in its place,
+    and pytest 9 keeps no other, so the file is read again with pytest's own reader."""
+    given = {option.name: option.ini for option in OPTIONS if _override(config, option.ini) is not None}
+    if not given:
+        return {}
+    written = _config_file_values(getattr(config, "inipath", None))
+    return {name: written.get(key) for name, key in given.items()}
+
+
+def _config_file_values(path: Any) -> dict[str, Any]:
+    """The values of pytest's config file `path` as written; none where there is no file, or where
+    pytest's reader is gone or now fails on it (read once already, it names less in the header)."""
+    if not path:
+        return {}
+    from pathlib import Path
+
+    try:
+        from _pytest.config.findpaths import load_config_dict_from_file
+
+        entries = load_config_dict_from_file(Path(path)) or {}
+    except Exception:  # a pytest without this reader, or a file changed since pytest read it
+        return {}
+    toml = str(path).endswith(".toml")
+    out = {}
+    for key, entry in entries.items():
+        value = getattr(entry, "value", entry)  # pytest 9 wraps each value; pytest 8 keeps it as written
+        if isinstance(value, str):
+            value = value.strip()
+            if toml and value in ("True", "False"):  # TOML's true, which pytest's ini mode made Python's
+                value = value.lower()
+        out[key] = value
+    return out
+
+
 def ini_value(config: Any, key: str) -> Any:
     """`config.getini(key)`, save for a TOML list under [tool.pytest.ini_options] given to a
     string-typed option, which pytest 9 deprecates passing on: read from the file as it is, for
@@ -584,30 +630,40 @@ def _ini_problem(option: Option, exc: Exception) -> str:
 
 
 def resolve(cli: Mapping[str, Any], ini: Mapping[str, Any], toml: Mapping[str, Any],
-            toml_name: str) -> Settings:
+            toml_name: str, ini_under_override: Mapping[str, Any] | None = None) -> Settings:
     """Merge the three sources per OPTIONS' precedence.
 
     Every source that sets an option is checked, not only the one that wins: a mistake in
     pyproject.toml under a flag's value would otherwise surface only in the run that drops the flag.
+
+    `ini_under_override` (`ini_file_under_overrides`) names the options whose `ini` value an `-o`
+    gave, each with the ini file's own value it replaced (None where the file sets none): shown,
+    as written, among the values the winner hides; pytest never hands it on, so it is not checked.
     """
+    under = ini_under_override or {}
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
     overridden: dict[str, tuple[tuple[str, Any], ...]] = {}
     spelled: dict[tuple[str, str], str] = {}
     for option in OPTIONS:
+        given_by = f"-o {option.ini}" if option.name in under else "ini"  # the header's name for the ini layer
         layers = []  # (origin, value), highest precedence first
         cli_value = cli.get(option.name)
         if cli_value is not None and cli_value is not False:
             layers.append(("command line", parse_value(option, cli_value, option.cli)))
         if ini.get(option.name) is not None:  # "" too: -o specdec_report=$DIR with DIR unset
             layers.append(("ini", parse_value(option, ini[option.name], f"ini {option.ini}")))
+        hidden = [(given_by if origin == "ini" else origin, value) for origin, value in layers[1:]]
+        if under.get(option.name) is not None:
+            hidden.append(("ini", under[option.name]))
         if option.name in toml:
             layers.append((toml_name, parse_value(option, toml[option.name], f"{toml_name} key {option.name!r}")))
+            hidden += [layers[-1]] if len(layers) > 1 else []
         origins[option.name], values[option.name] = layers[0] if layers else ("default", option.default)
-        if len(layers) > 1:
-            overridden[option.name] = tuple(layers[1:])
+        if hidden:
+            overridden[option.name] = tuple(hidden)
         if option.parse is _bool:
-            for origin, raw in (("ini", ini.get(option.name)), (toml_name, toml.get(option.name))):
+            for origin, raw in ((given_by, ini.get(option.name)), (toml_name, toml.get(option.name))):
                 if isinstance(raw, str) and raw.strip():  # ini text, or a TOML string ("yes")
                     spelled[(option.name, origin)] = raw.strip()
-    return Settings(values, origins, overridden, spelled)
+    return Settings(values, origins, overridden, spelled, frozenset(under))

@@ -69,7 +69,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from . import collection, fixtures
     from . import state as state_mod
     from .errors import SpecdecUsageError
-    from .options import ini_bool_text, ini_text, ini_value, read_ini
+    from .options import ini_bool_text, ini_file_under_overrides, ini_text, ini_value, read_ini
 
     for line in collection.MARKERS:
         config.addinivalue_line("markers", line)
@@ -92,7 +92,8 @@ def pytest_configure(config: pytest.Config) -> None:
             config_root.check(config, root)  # a project's own [tool.specdec] that pytest's rootdir passes over
         ini = read_ini(lambda key: ini_value(config, key), lambda key: ini_text(config, key),
                        lambda key: ini_bool_text(config, key))
-        state = state_mod.build(root, cli, ini, listing=_lists(config))
+        state = state_mod.build(root, cli, ini, listing=_lists(config),
+                                ini_under_override=ini_file_under_overrides(config))
         # a listing (--co, --setup-plan, --setup-only) writes neither: a read-only checkout may list
         if (state.settings.save_baseline or state.settings.report) and not _runs_no_test(config):
             from . import outputs

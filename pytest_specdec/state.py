@@ -113,9 +113,11 @@ class RunState:
 
 
 def build(root: Path, cli: Mapping[str, Any], ini: Mapping[str, Any],
-          detected: Hardware | None = None, *, listing: bool = False) -> RunState:
+          detected: Hardware | None = None, *, listing: bool = False,
+          ini_under_override: Mapping[str, Any] | None = None) -> RunState:
+    """`ini_under_override`: options.resolve's, the ini file's own values of the keys `-o` set."""
     cfg = config_mod.load(root)
-    settings = resolve(cli, ini, cfg.options, cfg.source)
+    settings = resolve(cli, ini, cfg.options, cfg.source, ini_under_override)
     # Known issues live beside the baselines they explain (baselines/known_issues.toml).
     known_file = root / settings.baseline_dir / "known_issues.toml"
     try:
@@ -136,7 +138,7 @@ def build(root: Path, cli: Mapping[str, Any], ini: Mapping[str, Any],
     workloads = {spec.name: configured_workload(spec, root) for spec in cfg.workloads}
     tolerances = resolve_tolerances(cli.get("compare_fail"), ini.get("compare_fail"),
                                     cfg.options.get("compare_fail"), cfg.tolerances, cfg.source,
-                                    known_directions(cfg.metrics))
+                                    known_directions(cfg.metrics), settings.said("compare_fail", "ini"))
     state = RunState(cfg, settings, hardware, backend, workloads, tolerances, listing=listing)
     run_paths.check(state.path(settings.journal), settings.source("journal"), state.path(settings.artifacts),
                     settings.source("artifacts"))

@@ -362,7 +362,9 @@ UNFINISHED = ("failed", "error", "xfailed")
 
 
 def _unset_by(rule) -> str:
-    """Where a rule's tolerance is removed: the layer it came from."""
+    """Where a rule's tolerance is removed: the layer it came from (an `-o` key named as given)."""
+    if rule.origin.startswith("-o "):
+        return rule.origin
     return {"command line": "--specdec-compare-fail", "ini": "ini specdec_compare_fail"}.get(
         rule.origin, f"{rule.origin}'s tolerances")
 

@@ -296,7 +296,7 @@ def test_a_real_inventory_claims_host_wide_and_a_simulated_one_does_not(pytester
     result.stdout.fnmatch_lines([f"specdec: GPU claims {default} (default): another run on this host waits*"])
     chosen = tmp_path / "chosen"
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--co", "-o", f"specdec_gpu_claims={chosen}")
-    result.stdout.fnmatch_lines([f"specdec: GPU claims {chosen} (ini): *"])
+    result.stdout.fnmatch_lines([f"specdec: GPU claims {chosen} (-o specdec_gpu_claims): *"])
     a_file = tmp_path / "a-file"
     a_file.write_text("")
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", f"--specdec-gpu-claims={a_file}")

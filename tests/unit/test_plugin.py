@@ -792,6 +792,24 @@ def test_the_header_says_what_a_setting_overrides(pytester: pytest.Pytester):
                                  "(command line; overrides ini 5 and pyproject.toml ?tool.specdec? 3)*"])
 
 
+@pytest.mark.parametrize("ini", ["[pytest]\nspecdec_keep_runs = 5\n", "[tool:pytest]\nspecdec_keep_runs = 5\n"])
+def test_the_header_names_an_o_key_and_the_ini_value_it_hides(pytester: pytest.Pytester, ini):
+    """-o specdec_keep_runs=7 showed as `keep_runs=7 (ini; overrides pyproject.toml [tool.specdec] 3)`:
+    the ini file's own 5, which pytest replaces with -o's before the plugin reads it, went unnamed,
+    and the ini file named as where the 7 came from."""
+    (pytester.path / ("pytest.ini" if ini.startswith("[pytest]") else "setup.cfg")).write_text(ini)
+    pytester.makepyprojecttoml("[tool.specdec]\nkeep_runs = 3\n")
+    pytester.makepyfile("def test_cell(specdec_spec): pass")
+    result = pytester.runpytest("--collect-only", "-o", "specdec_keep_runs=7")
+    result.stdout.fnmatch_lines(["specdec: settings *keep_runs=7 (-o specdec_keep_runs; overrides ini 5 and "
+                                 "pyproject.toml ?tool.specdec? 3)*"])
+    result = pytester.runpytest("--collect-only", "--specdec-keep-runs=7", "-o", "specdec_keep_runs=7")
+    result.stdout.fnmatch_lines(["specdec: settings *keep_runs=7 (command line; overrides -o specdec_keep_runs 7, "
+                                 "ini 5 and pyproject.toml ?tool.specdec? 3)*"])
+    result = pytester.runpytest("--collect-only", "-o", "specdec_compare_fail=ttft_ms:10%")
+    result.stdout.fnmatch_lines(["specdec: gate ttft_ms +10% (-o specdec_compare_fail)*"])
+
+
 @pytest.mark.parametrize("files, args, shown", [
     # TOML's true, which pytest hands on from [tool.pytest.ini_options] as Python's 'True'
     ({"pyproject.toml": "[tool.pytest.ini_options]\nspecdec_save_baseline = true\n"
@@ -800,7 +818,10 @@ def test_the_header_says_what_a_setting_overrides(pytester: pytest.Pytester):
     ({"pytest.ini": "[pytest]\nspecdec_save_baseline = yes\n", "specdec.toml": "strict_noise = true\n"}, [],
      "save_baseline=yes (ini), strict_noise=true (specdec.toml)"),
     ({"pytest.ini": "[pytest]\nspecdec_save_baseline = 0\n"}, ["-o", "specdec_strict_noise=on"],
-     "save_baseline=0 (ini), strict_noise=on (ini)"),
+     "save_baseline=0 (ini), strict_noise=on (-o specdec_strict_noise)"),
+    # -o over the ini file's own spelling: both as written
+    ({"pytest.ini": "[pytest]\nspecdec_strict_noise = yes\n"}, ["-o", "specdec_strict_noise=off"],
+     "strict_noise=off (-o specdec_strict_noise; overrides ini yes)"),
 ])
 def test_the_header_echoes_a_boolean_as_its_file_spells_it(pytester: pytest.Pytester, files, args, shown):
     """save_baseline=True (ini), where pyproject.toml said true and pytest.ini yes: Python's spelling,
