@@ -713,20 +713,29 @@ def read_json_lines(path: str, expected: str):
                 raise ValueError(f"{path}:{number}: not JSON ({exc.msg}); {expected}") from None
 
 
+def judged(goals) -> bool:
+    """Whether ``goals`` is a row's verdicts as :func:`goal_verdicts` gives them: goal name -> one of
+    VERDICTS, ``correct`` among them (every row is judged on its output)."""
+    return (isinstance(goals, dict) and "correct" in goals
+            and all(isinstance(v, str) and v in VERDICTS for v in goals.values()))
+
+
 def load_rows(path: str) -> list[dict]:
     """The rows of a JSON-lines file as the bench writes them, each checked for what the table
-    needs (ValueError naming the line and what it lacks)."""
+    needs (ValueError naming the line and what it lacks). A row without its verdicts is refused:
+    the table would show it as missing no goal and the summary would not count it."""
     rows = []
     for number, row in read_json_lines(path, ROWS_EXPECTED):
         if not isinstance(row, dict):
             row = {}
         wrong = [key for key in ("shape", "bound") if not isinstance(row.get(key), str)]
         wrong += [key for key in ROW_NUMBERS if not isinstance(row.get(key), (int, float))]
-        if not isinstance(row.get("goals", {}), dict):
+        if not judged(row.get("goals")):
             wrong.append("goals")
         if wrong:
-            raise ValueError(f"{path}:{number}: not a bench row (no {', '.join(wrong)}, or not of its type); "
-                             f"{ROWS_EXPECTED}")
+            verdicts = f" (goals: each {', '.join(VERDICTS[:-1])} or {VERDICTS[-1]}, correct among them)"
+            raise ValueError(f"{path}:{number}: not a bench row (no {', '.join(wrong)}, or not of its type)"
+                             f"{verdicts if 'goals' in wrong else ''}; {ROWS_EXPECTED}")
         rows.append(row)
     if not rows:
         raise ValueError(f"{path}: no rows; {ROWS_EXPECTED}")

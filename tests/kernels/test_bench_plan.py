@@ -5,6 +5,8 @@ tests/bench/test_verify_kernel.py.)"""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip("torch")
@@ -202,13 +204,11 @@ def _saved_row(name: str, **fields) -> dict:
                mm_frac=0.1, err=2.5e-3)
     row["goals"] = bench.goal_verdicts(row)
     row.update(fields)
-    return row
+    return {k: v for k, v in row.items() if v is not None}
 
 
 def test_a_saved_run_renders_its_table_without_a_gpu(tmp_path, capsys):
     """A run cut short keeps its rows (verify.jsonl): --table-from renders what they hold."""
-    import json
-
     rows = tmp_path / "verify.jsonl"
     rows.write_text("\n".join(json.dumps(r) for r in (
         _saved_row("B1-T9-H32/8/128-L1024"), _saved_row("B8-T9-H32/8/128-L1024", host_us=30.0,
@@ -232,6 +232,12 @@ def test_a_saved_run_renders_its_table_without_a_gpu(tmp_path, capsys):
      '"roof_us": 1, "roof_frac": 1, "bw_frac": 1, "mm_frac": 1, "err": 0, "goals": []}\n',
      ":1: not a bench row (no us, goals, or not of its type)"),
     ("[1, 2]\n", ":1: not a bench row (no shape, bound,"),
+    # a row without its verdicts would read as missing no goal and go uncounted; pre-verdict
+    # booleans and unknown verdicts are refused too, in one line
+    *((json.dumps(_saved_row("B1-T9-H32/8/128-L1024", goals=goals)) + "\n",
+       ":1: not a bench row (no goals, or not of its type) (goals: each met, missed or unreachable, correct among")
+      for goals in (None, {}, {"correct": "met", "sdpa": "xfail"}, {"correct": True, "host": False},
+                    {"host": "met"})),
     ("{truncated\n", ":1: not JSON"),
 ])
 def test_a_saved_run_that_is_not_bench_rows_is_refused_by_line(tmp_path, capsys, content, message):
@@ -249,8 +255,6 @@ def test_a_saved_run_that_is_not_bench_rows_is_refused_by_line(tmp_path, capsys,
 
 
 def test_a_saved_run_whose_table_cannot_be_written_says_where(tmp_path, capsys):
-    import json
-
     rows = tmp_path / "verify.jsonl"
     rows.write_text(json.dumps(_saved_row("B1-T9-H32/8/128-L1024")) + "\n")
     with pytest.raises(SystemExit) as exit_info:

@@ -47,7 +47,7 @@ def test_the_benchs_modes_without_a_gpu_need_no_triton(args, tmp_path):
     (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['triton'] = None\n")
     from specdec_kernels.bench import ROW_NUMBERS
 
-    row = {"shape": "s", "bound": "memory", **{key: 1.0 for key in ROW_NUMBERS}}
+    row = {"shape": "s", "bound": "memory", **{key: 1.0 for key in ROW_NUMBERS}, "goals": {"correct": "met"}}
     (tmp_path / "rows.jsonl").write_text(json.dumps(row) + "\n")
     path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
     run = subprocess.run([sys.executable, "-m", "specdec_kernels.bench", *args], cwd=tmp_path,
