@@ -119,6 +119,36 @@ def test_a_goal_is_unreachable_only_where_its_floor_exceeds_the_allowed_time(fie
     assert bench.goal_verdicts(row).get(goal) == expected
 
 
+def test_goals_hold_at_their_boundaries_as_the_performance_page_states_them():
+    """docs/kernels-performance.md, "Goals, and where they stand": each goal at, just inside and just
+    outside its boundary (an equal value is within the goal)."""
+    shape = bench.Shape
+    # the memory-bound class: T*G <= 64 and B*L >= 32k (32768) tokens, both sides of each bound
+    assert shape(32, 16, 32, 8, 128, 1024).memory_bound_goal()  # T*G 64, B*L 32768
+    assert not shape(32, 13, 40, 8, 128, 1024).memory_bound_goal()  # T*G 65
+    assert not shape(1, 16, 32, 8, 128, 32767).memory_bound_goal()  # B*L 32767
+    # eager within 1.15x of the graph where that is >= 50 us
+    assert bench.goal_verdicts(_row(us=50.0, eager_x_graph=1.15))["eager"] == "met"
+    assert bench.goal_verdicts(_row(us=50.0, eager_x_graph=1.1501))["eager"] == "missed"
+    assert "eager" not in bench.goal_verdicts(_row(us=49.99, eager_x_graph=2.0, mem_us=5.0, roof_us=5.0))
+    # faster than FlexAttention: as fast is not faster
+    assert bench.goal_verdicts(_row(x_flex=1.0))["flex"] == "missed"
+    # compute at exactly 50 % of the matmul rate, the roofline at exactly 70 %: met
+    assert bench.goal_verdicts(_row(bound="compute", mm_us=40.0, us=80.0))["compute"] == "met"
+    roof = _row(us=25.0 / bench.ROOF_GOAL, sdpa_us=200.0, x_sdpa_max=8.0)
+    assert bench.goal_verdicts(roof)["sdpa"] == "met"
+    assert bench.goal_verdicts(dict(roof, us=roof["us"] * 1.0001, stream_us=roof["us"]))["sdpa"] == "missed"
+    # the memory goal's floor is the read-once kernel alone; the others' the largest floor
+    assert bench.goal_verdicts(_row(memory_bound_goal=True, mem_us=30.0, us=41.0, launch_us=41.0,
+                                    stream_us=39.0))["memory"] == "missed"
+    # the summary counts each verdict of each goal, every verdict named
+    rows = [dict(goals=bench.goal_verdicts(_row(**fields))) for fields in (
+        {}, dict(us=101.0, stream_us=100.5), dict(us=101.0, stream_us=99.0), dict(host_us=26.0))]
+    assert bench.goal_summary(rows) == {
+        "correct": {"met": 4, "missed": 0, "unreachable": 0}, "sdpa": {"met": 2, "missed": 1, "unreachable": 1},
+        "eager": {"met": 4, "missed": 0, "unreachable": 0}, "host": {"met": 3, "missed": 1, "unreachable": 0}}
+
+
 def test_goal_bounds_name_the_measured_the_allowed_and_the_floor():
     bounds = bench.goal_bounds(_row(memory_bound_goal=True, bound="compute", mm_us=30.0, launch_us=25.0))
     assert bounds["memory"] == (80.0, pytest.approx(25.0 / 0.75), 20.0)
