@@ -14,7 +14,9 @@ mixing matrix ``W = ((Q K^T) * D) (I + strict(diag(beta) (K K^T) * D))^-1 diag(b
   and one with ``W``. No dependent chain sits between the state load and the output, and the
   value columns multiply the programs that stream the state (the rule never mixes columns).
   Where the table says so it is the mixing kernel's programmatic dependent: its programs may
-  start while the mixing runs and do both products with the state before they wait for ``W``.
+  start while the mixing runs and load their state slice; on the whole tree at once (``BR`` =
+  ``TPAD``) they also do both products with it before they wait for ``W``, in row blocks they wait
+  first (each block reads ``W`` between its products).
 
 Keeping the chain (the inverse) out of the state-streaming kernel is the point: a program that
 holds its state slice through the chain leaves the memory idle. But the mixing kernel has one
