@@ -368,3 +368,62 @@ def test_an_argument_on_another_device_than_q_is_named(name, impl):
     x = delta_inputs(1, 4, 1, 2, 16, 16, torch.float32, torch.Generator().manual_seed(5))
     x["ancestor_mask"] = mask_of(torch.tensor([[-1, 0, 0, 1]], dtype=torch.int32))
     assert_wrong_device_named(tree_gated_delta_rule, {n: t.to(DEVICE) for n, t in x.items()}, name, "q", impl=impl)
+
+
+def _formula64(q, k, v, g, beta, state, parents, scale):
+    """HYBRID.md's "The ops" in float64, from the parents alone (no ancestor mask unpacking):
+    ``(W [B, Hv, T, T], O [B, T, Hv, Dv])`` with ``W = ((Q K^T) * D) (I + strict(diag(beta) (K K^T)
+    * D))^-1 diag(beta)`` and ``O = scale (diag(exp G) Q S + W (V - diag(exp G) K S))``."""
+    d = torch.float64
+    batch, t = q.shape[:2]
+    group = v.shape[2] // q.shape[2]
+    on = torch.zeros(batch, t, t, dtype=torch.bool)
+    for b in range(batch):
+        for i in range(t):
+            j = i
+            while j >= 0:
+                on[b, i, j] = True
+                j = int(parents[b, j])
+    qh, kh = (x.to(d).repeat_interleave(group, 2).transpose(1, 2) for x in (q, k))  # [B, Hv, T, Dk]
+    vh, gh, bh = v.to(d).transpose(1, 2), g.to(d).transpose(1, 2), beta.to(d).transpose(1, 2)
+    gates = torch.einsum("bij,bhj->bhi", on.to(d), gh)  # G: the gate summed along each node's path
+    decay = torch.where(on[:, None], torch.exp(gates[..., :, None] - gates[..., None, :]), 0.0)
+    strict = decay * ~torch.eye(t, dtype=torch.bool)
+    system = torch.eye(t, dtype=d) + bh[..., None] * (kh @ kh.transpose(-1, -2)) * strict
+    w = (qh @ kh.transpose(-1, -2)) * decay @ torch.linalg.inv(system) @ torch.diag_embed(bh)
+    s, e = state.to(d), torch.exp(gates)[..., None]
+    out = scale * (e * (qh @ s) + w @ (vh - e * (kh @ s)))
+    return w, out.transpose(1, 2)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_mixing_matrix_and_output_formula_against_float64(impl):
+    """HYBRID.md's ``W`` and ``O`` on a branching tree under two initial states: the output against
+    the formula in float64 (itself checked against the path oracle), and on the Triton path the
+    mixing kernel's ``W`` against the formula's, the same for either state (it reads none), and the
+    output of both the fused kernel and the two launches. The
+    torch path computes no ``W`` (it solves for the pseudo-values), so there the output only."""
+    from specdec_kernels.hybrid_configs import hybrid_config
+    from specdec_kernels.tree_delta_triton import padded_nodes, tree_delta_mixing, tree_gated_delta_rule_triton
+
+    gen = torch.Generator().manual_seed(241)
+    x = delta_inputs(2, 20, 1, 3, 16, 16, torch.float32, gen)
+    parents = torch.tensor([[-1, 0, 0, 1, 1, 2, 3, 3, 5, 0, 9, 4, 6, 6, 10, 7, 15, 16, 2, 18],
+                            [-1, 0, 1, 2, 0, 4, 5, 3, 7, 1, 9, 10, 8, 12, 0, 14, 13, 16, 17, 11]], dtype=torch.int32)
+    scale = 0.37
+    states = (x.pop("state"), torch.randn(2, 3, 16, 16, generator=gen))
+    mask = mask_of(parents).to(DEVICE)
+    dev = {n: a.to(DEVICE) for n, a in x.items()}
+    for state in states:
+        want_w, want = _formula64(**x, state=state, parents=parents, scale=scale)
+        assert float((want - path_oracle(**x, state=state, parents=parents, scale=scale)).abs().max()) < 1e-10
+        got = tree_gated_delta_rule(**dev, state=state.to(DEVICE), ancestor_mask=mask, scale=scale, impl=impl)
+        assert float(row_errors(got.cpu(), want).max()) <= TOLERANCE[torch.float32]
+        if impl == "triton":  # the two launches too, whose apply reads the W checked below
+            config = dataclasses.replace(hybrid_config(dev["q"].device), **forced(True))
+            got = tree_gated_delta_rule_triton(**dev, state=state.to(DEVICE), ancestor_mask=mask, scale=scale,
+                                               config=config)
+            assert float(row_errors(got.cpu(), want).max()) <= TOLERANCE[torch.float32]
+            mix, _ = tree_delta_mixing(dev["q"], dev["k"], dev["g"], dev["beta"], mask, value_heads=3)
+            w = mix.cpu().view(2, 3, 20, padded_nodes(20))[..., :20].double()
+            assert float((w - want_w).abs().max()) <= 1e-4, "the mixing kernel's W is not HYBRID.md's"
