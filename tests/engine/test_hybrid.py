@@ -14,6 +14,8 @@ import pytest
 import torch
 
 from pytest_specdec.engine.cli import HYBRID_PRESETS, MODEL_PRESETS, parse_args
+from pytest_specdec.engine.decoding import SpeculativeDecoder
+from pytest_specdec.engine.drafter import BlockDrafter
 from greedy import greedy_decode
 from pytest_specdec.engine.model import PRESETS, TargetModel
 from pytest_specdec.engine.tokenizer import ByteTokenizer
@@ -120,3 +122,99 @@ def test_chain_mode_needs_a_hybrid_model(capsys):
     assert "--recurrent-tree chain needs a hybrid model" in capsys.readouterr().err
     assert parse_args(["--method", "ddtree", "--model-preset", "tiny-hybrid", "--recurrent-tree",
                        "chain"]).recurrent_tree == "chain"
+
+
+def _ar_run(model, ids: list[int], steps: int):
+    """The plain sequential run: autoregressive steps after the prompt. Its tokens (the prefill's
+    first, then one per step), each step's logits at the root, and the states after each step."""
+    dec = SpeculativeDecoder(model, "ar", 0, None, max_batch=1, max_seq_len=64)
+    tokens, logits, states = [dec.prefill(0, ids)], [], []
+    verify = model.verify
+    for _ in range(steps):
+        out = []
+        model.verify = lambda *a, **kw: out.append(verify(*a, **kw)) or out[-1]
+        try:
+            tokens += dec.step(1).tokens[0]
+        finally:
+            del model.verify
+        logits.append(out[0][0, 0])
+        states.append((dec.state[:, 0].clone(), dec.conv_state[:, 0].clone()))
+    return tokens, logits, states
+
+
+def _tree_step(model, monkeypatch, ids: list[int], tokens: list[int], parents: list[int], mode: str):
+    """One ddtree step from the prompt over the given tree (not the drafter's): the verify's
+    arguments and logits, the accepted tokens and the committed states."""
+    from specdec_kernels import DDTree, ancestor_mask_from_parents
+
+    import pytest_specdec.engine.decoding as decoding
+
+    par = torch.tensor([parents], dtype=torch.int32)
+    depths = [0] * len(parents)
+    for i, p in enumerate(parents[1:], 1):
+        depths[i] = depths[p] + 1
+    tree = DDTree(torch.tensor([tokens]), par, torch.tensor([depths], dtype=torch.int32),
+                  ancestor_mask_from_parents(par), torch.zeros(1, len(tokens)))
+    monkeypatch.setattr(decoding, "build_ddtree", lambda *a, **kw: tree)
+    drafter = BlockDrafter(model, 15, 0.9, seed=0)
+    dec = SpeculativeDecoder(model, "ddtree", len(tokens) - 1, drafter, max_batch=1, max_seq_len=64,
+                             recurrent_tree=mode)
+    assert dec.prefill(0, ids) == tokens[0]
+    seen = {}
+    verify = model.verify
+
+    def spy(tokens, depths, cache_lens, ancestor_mask, *a, recurrent=None, **kw):
+        seen.update(mask=ancestor_mask.clone(), parents=recurrent.parents.clone(),
+                    recurrent_mask=recurrent.ancestor_mask.clone())
+        seen["logits"] = verify(tokens, depths, cache_lens, ancestor_mask, *a, recurrent=recurrent, **kw)
+        return seen["logits"]
+
+    monkeypatch.setattr(model, "verify", spy)
+    step = dec.step(1)
+    monkeypatch.delattr(model, "verify")
+    return tree, seen, step.tokens[0], (dec.state[:, 0], dec.conv_state[:, 0])
+
+
+def _same_states(a, b) -> bool:
+    return all(torch.allclose(x, y, atol=1e-5, rtol=1e-4) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("mode", ["chain", "exact"])
+def test_recurrent_tree_modes_feed_the_layers_as_documented(model, monkeypatch, mode):
+    """docs/HYBRID.md: ``chain`` gives the linear layers chain parents (node i's is i - 1) and the
+    attention layers the tree's own mask, and where the accepted path is a prefix of node order its
+    outputs and committed states are the sequential run's up to the last accepted node; ``exact``
+    gives the linear layers the tree's parents. Nodes 3-5 branch off after the path, so in
+    ``chain`` they are what the leak would add to a state committed past node 2."""
+    ids = ByteTokenizer().encode("The capital city of France is")
+    ar_tokens, ar_logits, ar_states = _ar_run(model, ids, 3)
+    g0, g1, g2, g3 = ar_tokens[:4]
+    wrong = (g1 + 1) % 256
+    parents = [-1, 0, 1, 0, 3, 3]
+    with torch.inference_mode():
+        tree, seen, committed, states = _tree_step(model, monkeypatch, ids, [g0, g1, g2, wrong, g1, g2],
+                                                   parents, mode)
+    assert torch.equal(seen["mask"], tree.ancestor_mask), "the attention layers did not get the tree's mask"
+    want_parents = list(range(-1, len(parents) - 1)) if mode == "chain" else parents
+    assert seen["parents"][0].tolist() == want_parents, f"{mode}: the linear layers' parents"
+    assert committed == [g1, g2, g3], "the accepted path is nodes 0, 1, 2 and the bonus g3"
+    for node in range(3):
+        assert torch.allclose(seen["logits"][0, node], ar_logits[node], atol=1e-4, rtol=1e-4), f"node {node}"
+    assert _same_states(states, ar_states[2]), f"{mode}: committed states differ from the sequential run's"
+
+
+def test_exact_commits_along_an_accepted_path_off_node_order(model, monkeypatch):
+    """``exact`` commits along the accepted path 0 -> 2 -> 3 (node 1, a rejected sibling, before it
+    in node order): the sequential run's states; ``chain`` on the same tree leaks node 1 into them."""
+    ids = ByteTokenizer().encode("The capital city of France is")
+    ar_tokens, ar_logits, ar_states = _ar_run(model, ids, 3)
+    g0, g1, g2, g3 = ar_tokens[:4]
+    tokens, parents = [g0, (g1 + 1) % 256, g1, g2, g2], [-1, 0, 0, 2, 1]
+    with torch.inference_mode():
+        _, seen, committed, exact = _tree_step(model, monkeypatch, ids, tokens, parents, "exact")
+        _, _, leaky_committed, leaky = _tree_step(model, monkeypatch, ids, tokens, parents, "chain")
+    assert committed == [g1, g2, g3]
+    for node, ar in zip((0, 2, 3), ar_logits):
+        assert torch.allclose(seen["logits"][0, node], ar, atol=1e-4, rtol=1e-4), f"node {node}"
+    assert _same_states(exact, ar_states[2]), "exact: committed states differ from the sequential run's"
+    assert not _same_states(leaky, ar_states[2]), "chain: the rejected sibling did not leak into the state"
