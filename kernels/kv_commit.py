@@ -13,7 +13,7 @@ from torch import Tensor
 
 from .cache_lens import check_cache_lens
 from .impl import check_distinct_elements, resolve_impl
-from .tensor_checks import check_same_device
+from .tensor_checks import check_index, check_same_device
 from .tree_accept import check_accepted_path
 
 
@@ -41,6 +41,9 @@ def check_commit_args(k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor, path
             f"path must be [B={batch}, T], path_len and cache_lens [B]; got {tuple(path.shape)}, "
             f"{tuple(path_len.shape)}, {tuple(cache_lens.shape)}"
         )
+    # a float path was truncated, a bool path_len committed the root alone, without a word
+    check_index("path", path, "node indices")
+    check_index("path_len", path_len, "path lengths")
     check_tree_fits(path.shape[1], k_cache)
     check_cache_lens(cache_lens, path.shape[1], k_cache.shape[2])
     check_accepted_path(path, path_len)
@@ -76,7 +79,7 @@ def commit_accepted_kv(k_cache: Tensor, v_cache: Tensor, cache_lens: Tensor, pat
     cache_lens:      [B] int32, prefix lengths L_b (the tree rows start there); not modified:
                      the caller advances them by path_len. ``0 <= L_b <= S - T``: checked where
                      they are on the host; on a GPU a request past it moves nothing.
-    path, path_len:  from :func:`tree_accept_greedy`.
+    path, path_len:  from :func:`tree_accept_greedy` (int32 or int64; another dtype is a ValueError).
     The Triton path is one launch for all layers and both caches, skips rows already in place
     (``path[i] == i``: no copy for a contiguous path) and never synchronises with the host.
     """

@@ -97,7 +97,9 @@ def commit_grid(k_cache):
 def check_commit_layout(k_cache, v_cache):
     for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
         if cache.stride(4) != 1 or cache.stride(3) != cache.shape[4]:
-            raise ValueError(f"{name} needs contiguous (Hkv, D) rows; got strides {cache.stride()}")
+            raise ValueError(f"{name} must have contiguous (Hkv, D) rows (strides D and 1) for impl='triton', got "
+                             f"strides {cache.stride()}; pass {name}.contiguous() and keep that copy (it is "
+                             "updated in place), or impl='torch'")
 
 
 def commit_accepted_kv_triton(k_cache, v_cache, cache_lens, path, path_len):

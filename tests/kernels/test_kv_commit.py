@@ -132,6 +132,39 @@ def test_paths_no_acceptance_gives_are_named_on_the_host(paths, lens_of_paths, m
         commit_accepted_kv(k, k.clone(), torch.tensor([2, 3], dtype=torch.int32), path, path_len, impl="torch")
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("name,cast,message", [
+    ("path", lambda t: t.float() + 0.5 * (t > 0), r"path must be node indices \(int32 or int64\), got torch\.float32"),
+    ("path_len", lambda t: t.bool(), r"path_len must be path lengths \(int32 or int64\), got torch\.bool"),
+], ids=["path", "path_len"])
+def test_a_path_or_length_that_is_not_integers_is_named(name, cast, message, impl):
+    """A float path was truncated to rows and a bool path_len committed the root alone, silently."""
+    k = torch.randn(1, 2, 12, 1, 8, device=DEVICE)
+    path, path_len = (t.to(DEVICE) for t in pad_paths([[0, 1, 3], [0, 2]], 4))
+    args = dict(path=path, path_len=path_len)
+    args[name] = cast(args[name])
+    before = k.clone()
+    with pytest.raises(ValueError, match=message + rf"; pass {name}\.to\(torch\.int32\)"):
+        commit_accepted_kv(k, k.clone(), torch.tensor([2, 3], dtype=torch.int32, device=DEVICE), impl=impl, **args)
+    assert torch.equal(k, before)
+
+
+@needs_triton
+def test_caches_without_contiguous_rows_are_named_for_triton_and_kept_by_torch():
+    """A [layers, B, Hkv, S, D] cache viewed as [layers, B, S, Hkv, D] has unit stride in D but
+    rows the Triton kernel cannot copy whole: one line with the fix; the torch path commits it."""
+    k = torch.randn(1, 2, 2, 12, 8, device=DEVICE).transpose(2, 3)
+    path, path_len = (t.to(DEVICE) for t in pad_paths([[0, 1, 3], [0, 2]], 4))
+    lens = torch.tensor([2, 3], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match=r"k_cache must have contiguous \(Hkv, D\) rows \(strides D and 1\) for "
+                                         r"impl='triton', got strides .*; pass k_cache\.contiguous\(\) and keep that "
+                                         r"copy .*, or impl='torch'"):
+        commit_accepted_kv(k, k.clone(), lens, path, path_len, impl="triton")
+    expect = python_commit(k.cpu(), lens.cpu(), path.cpu(), path_len.cpu())
+    commit_accepted_kv(k, k.clone(), lens, path, path_len, impl="torch")
+    assert torch.equal(k.cpu(), expect)
+
+
 @needs_triton
 def test_a_path_past_the_tree_moves_no_row_from_outside_it_in_the_kernel():
     """Paths on a GPU are not checked on the host: steps past T, and sources outside the tree's
