@@ -10,10 +10,13 @@ bit ``j % 32`` of word ``j // 32`` is set iff node j is node i or one of its anc
 from __future__ import annotations
 
 import functools
+import operator
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from .tensor_checks import INDEX_DTYPES
 
 
 @dataclass(frozen=True)
@@ -88,8 +91,18 @@ def ancestor_mask_from_parents(parents: Tensor) -> Tensor:
 def unpack_ancestor_mask(ancestor_mask: Tensor, num_nodes: int) -> Tensor:
     """Boolean ``[B, T, T]`` matrix from the packed ``[B, T, W]`` int32 bitmask.
 
-    ``out[b, i, j]`` is True iff node j is node i or one of its ancestors.
+    ``out[b, i, j]`` is True iff node j is node i or one of its ancestors. A mask that is not
+    integer words (a float one lost bits past 2**24, a bool one read each word as bit 0) or a
+    ``num_nodes`` that is not an int is a ValueError naming it.
     """
+    # a float or bool mask came back as other bits without a word
+    if ancestor_mask.dim() == 0 or ancestor_mask.dtype not in INDEX_DTYPES:
+        raise ValueError(f"ancestor_mask must be packed int32 words [..., W], got {ancestor_mask.dtype} "
+                         f"{tuple(ancestor_mask.shape)}; pass ancestor_mask_from_parents(parents)")
+    try:
+        num_nodes = operator.index(num_nodes)
+    except TypeError:
+        raise ValueError(f"num_nodes must be an int (the tree's T), got {num_nodes!r}; pass int(num_nodes)") from None
     if not 0 <= num_nodes <= 32 * ancestor_mask.shape[-1]:  # else fewer columns than asked, silently
         raise ValueError(f"num_nodes={num_nodes} does not fit the mask's {ancestor_mask.shape[-1]} words of "
                          f"32 nodes (mask shape {tuple(ancestor_mask.shape)}); pass the tree's T")

@@ -236,6 +236,24 @@ def test_unpacking_more_nodes_than_the_mask_holds_is_named():
     assert unpack_ancestor_mask(mask, 40).shape == (1, 40, 40)
 
 
+@pytest.mark.parametrize("cast,num_nodes,message", [
+    (lambda m: m.float(), 40, r"ancestor_mask must be packed int32 words \[\.\.\., W\], got torch\.float32 \(1, 40, 2\); "
+                              r"pass ancestor_mask_from_parents\(parents\)"),
+    (lambda m: m.bool(), 40, r"ancestor_mask must be packed int32 words .*got torch\.bool"),
+    (lambda m: m[0, 0, 0], 3, r"ancestor_mask must be packed int32 words .*got torch\.int32 \(\)"),
+    (lambda m: m, 40.0, r"num_nodes must be an int \(the tree's T\), got 40\.0; pass int\(num_nodes\)"),
+], ids=["float", "bool", "scalar", "float_num_nodes"])
+def test_unpacking_a_mask_that_is_not_integer_words_is_named(cast, num_nodes, message):
+    """A float mask lost the bits past 2**24 and a bool one read every word as node 0, silently; a
+    0-d mask or a float num_nodes ended in torch's IndexError or Python's slice TypeError."""
+    from specdec_kernels import ancestor_mask_from_parents
+
+    mask = ancestor_mask_from_parents(torch.arange(-1, 39).view(1, 40))
+    with pytest.raises(ValueError, match=message):
+        unpack_ancestor_mask(cast(mask), num_nodes)
+    assert torch.equal(unpack_ancestor_mask(mask, torch.tensor(40)), unpack_ancestor_mask(mask.long(), 40))
+
+
 @pytest.mark.parametrize("impl", IMPLS)
 def test_numpy_integers_are_budgets_and_topks_on_both_paths(impl):
     """They passed the checks, then failed inside the Triton kernel."""
