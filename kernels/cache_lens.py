@@ -23,5 +23,7 @@ def check_cache_lens(cache_lens: Tensor, num_nodes: int, cache_rows: int) -> Non
     lens, limit = cache_lens.tolist(), cache_rows - num_nodes
     if lens and (min(lens) < 0 or max(lens) > limit):
         b = next(b for b, n in enumerate(lens) if not 0 <= n <= limit)
+        fix = ("pass the request's prefix length, 0 or more" if lens[b] < 0 else
+               f"allocate caches of at least L_b + T = {lens[b] + num_nodes} rows")
         raise ValueError(f"cache_lens[{b}] = {lens[b]}: each request needs 0 <= L_b <= S - T = {limit} "
-                         f"(caches of S = {cache_rows} rows, T = {num_nodes} tree rows)")
+                         f"(caches of S = {cache_rows} rows, T = {num_nodes} tree rows); {fix}")

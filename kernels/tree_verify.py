@@ -38,7 +38,10 @@ def check_verify_args(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_lens: T
         raise ValueError(f"v_cache shape {tuple(v_cache.shape)} differs from k_cache {tuple(k_shape)}")
     kv_heads = k_shape[2]
     if q_heads % kv_heads:
-        raise ValueError(f"Hq={q_heads} is not a multiple of Hkv={kv_heads}")
+        # a cache stored [B, Hkv, S, D] lands here with its S read as Hkv
+        raise ValueError(f"k_cache must be [B, S, Hkv, D] with q's Hq={q_heads} heads a multiple of Hkv, got Hkv = "
+                         f"k_cache.shape[2] = {kv_heads} of {tuple(k_shape)}; pass k_cache.transpose(1, 2) and "
+                         "v_cache.transpose(1, 2) for caches stored [B, Hkv, S, D]")
     dtype = q.dtype
     if k_cache.dtype != dtype or v_cache.dtype != dtype:
         raise ValueError(f"k_cache and v_cache must be q's dtype ({dtype}), got {k_cache.dtype}, {v_cache.dtype}; "
@@ -125,7 +128,8 @@ def tree_verify_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_len
     """Ancestor-masked attention of T tree queries over prefix + tree KV rows, per request.
 
     q:             [B, T, Hq, D] fp16 / bf16 / fp32 (other float dtypes: impl="torch"; integers
-                   and bool are a ValueError); any strides with unit stride in D.
+                   and bool are a ValueError); any strides with unit stride in D. The Triton path
+                   has kernels for D = 64, 128 and 256 (another D: impl="torch").
     k_cache/v_cache: [B, S, Hkv, D], q's dtype, unit stride in D. Rows ``[0, L_b)`` are the
                    committed prefix, rows ``[L_b, L_b + T)`` the tree's own K/V rows (written by
                    the caller before the call); ``L_b + T <= S``. Rows past that never reach the output,

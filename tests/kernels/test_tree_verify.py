@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import zlib
 import subprocess
 import sys
@@ -657,20 +658,27 @@ def test_bad_shapes_are_rejected_with_the_input_named():
     mask = torch.zeros(1, 9, 1, dtype=torch.int32)
     with pytest.raises(ValueError, match="multiple of Hkv"):
         tree_verify_attention(q, k, k, torch.tensor([3], dtype=torch.int32), mask, impl="torch")
+    # a cache stored [B, Hkv, S, D]: its S read as Hkv was "Hq=6 is not a multiple of Hkv=20", no argument named
+    k = torch.randn(1, 2, 20, 64)
+    with pytest.raises(ValueError, match=r"k_cache must be \[B, S, Hkv, D\] with q's Hq=6 heads a multiple of Hkv, "
+                                         r"got Hkv = k_cache.shape\[2\] = 20 of \(1, 2, 20, 64\); "
+                                         r"pass k_cache.transpose\(1, 2\) and v_cache.transpose\(1, 2\)"):
+        tree_verify_attention(q, k, k, torch.tensor([3], dtype=torch.int32), mask, impl="torch")
     k = torch.randn(1, 20, 2, 64)
     with pytest.raises(ValueError, match="ancestor_mask"):
         tree_verify_attention(q, k, k, torch.tensor([3], dtype=torch.int32), mask[:, :, :0], impl="torch")
 
 
-@pytest.mark.parametrize("lens", [[11, 12], [11, -1]])
+@pytest.mark.parametrize("lens,fix", [([11, 12], "allocate caches of at least L_b + T = 21 rows"),
+                                      ([11, -1], "pass the request's prefix length, 0 or more")])
 @pytest.mark.parametrize("impl", ["torch", pytest.param("triton", marks=pytest.mark.skipif(
     not triton_interpreting(), reason="the Triton path on CPU tensors needs the interpreter"))])
-def test_lengths_on_the_host_that_leave_the_caches_are_rejected(lens, impl):
+def test_lengths_on_the_host_that_leave_the_caches_are_rejected(lens, fix, impl):
     """20 cache rows hold a 9-node tree after at most 11 prefix rows: a longer or negative L_b names
-    its request (on the host, where reading the lengths costs no sync), on both paths."""
+    its request and the fix (on the host, where reading the lengths costs no sync), on both paths."""
     q, k = torch.randn(2, 9, 2, 64), torch.randn(2, 20, 1, 64)
     mask = ancestor_mask_from_parents(torch.arange(-1, 8, dtype=torch.int32).expand(2, 9))  # a chain
-    with pytest.raises(ValueError, match=rf"cache_lens\[1\] = {lens[1]}: .*L_b <= S - T = 11"):
+    with pytest.raises(ValueError, match=rf"cache_lens\[1\] = {lens[1]}: .*L_b <= S - T = 11 .*; {re.escape(fix)}$"):
         tree_verify_attention(q, k, k, torch.tensor(lens, dtype=torch.int32), mask, impl=impl)
     tree_verify_attention(q, k, k, torch.tensor([11, 0], dtype=torch.int32), mask, impl=impl)
 
