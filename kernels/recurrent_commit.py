@@ -93,7 +93,9 @@ def commit_recurrent_state(state: Tensor, conv_state: Tensor, conv_inputs: Tenso
     k, v, g, beta: the tree's, as passed to :func:`tree_gated_delta_rule` ([B, T, Hk, Dk],
                  [B, T, Hv, Dv], [B, T, Hv], [B, T, Hv]; k L2-normalised as there).
     path, path_len: from :func:`tree_accept_greedy` (path_len >= 1).
-    The Triton path is one launch for both states and never synchronises with the host.
+    The Triton path is one launch for both states and never synchronises with the host; it needs
+    the state's last dim contiguous, a conv kernel K >= 2, and Dk, Dv powers of two >= 16 (else a
+    ValueError: impl="torch" takes them).
     """
     check_commit_args(state, conv_state, conv_inputs, k, v, g, beta, path, path_len)
     if resolve_impl(impl, state, conv_state, k, path) == "torch":

@@ -106,9 +106,11 @@ def commit_recurrent_state_triton(state, conv_state, conv_inputs, k, v, g, beta,
     block_v = min(cfg.commit_block_v, value_dim)
     check_triton_dims(key_dim, value_dim, block_v)
     if state.stride(-1) != 1:
-        raise ValueError(f"state needs a contiguous last dim to be updated in place; got strides {state.stride()}")
+        raise ValueError(f"state must have a contiguous last dim (Dv) for impl='triton', got strides {state.stride()}; "
+                         "pass state.contiguous() and keep that copy (it is updated in place), or impl='torch'")
     if taps == 0:
-        raise ValueError("conv_state has no columns: the Triton commit needs a conv kernel of 2 or more")
+        raise ValueError(f"conv_state must have K - 1 >= 1 columns for impl='triton', got {tuple(conv_state.shape)} "
+                         "(a conv kernel of 1); use impl='torch' for it")
     if batch == 0:
         return
     k, v, path = last_dim_contiguous(k, v, path)

@@ -108,7 +108,8 @@ def tree_gated_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tens
                           ancestor_mask: Tensor, scale: float | None = None, impl: str = "auto") -> Tensor:
     """Outputs of every tree node from the committed recurrent state.
 
-    q, k:          [B, T, Hk, Dk] fp16/bf16/fp32 (L2-normalised by the caller).
+    q, k:          [B, T, Hk, Dk] fp16/bf16/fp32 (L2-normalised by the caller). The Triton path
+                   needs Dk and Dv powers of two >= 16 (others: impl="torch").
     v:             [B, T, Hv, Dv], same dtype; Hv a multiple of Hk (GQA).
     g, beta:       [B, T, Hv], log decay (finite, <= 0) and write strength, any float dtype
                    (an integer one is a ValueError);

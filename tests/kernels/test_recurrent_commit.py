@@ -198,6 +198,24 @@ def test_a_state_whose_elements_share_memory_is_named(which, impl):
                                torch.tensor([2, 2], dtype=torch.int32, device=DEVICE), impl=impl)
 
 
+@needs_triton
+@pytest.mark.parametrize("layout", ["transposed_state", "conv_kernel_of_one"])
+def test_a_layout_the_triton_commit_cannot_take_names_the_fix(layout):
+    """A state viewed [B, Hv, Dk, Dv] from a [B, Hv, Dv, Dk] allocation, or a conv kernel of 1:
+    the one-line refusal named no way out; the torch path commits both."""
+    args = commit_args()
+    if layout == "transposed_state":
+        args["state"] = args["state"].transpose(2, 3).contiguous().transpose(2, 3)
+        message = (r"state must have a contiguous last dim \(Dv\) for impl='triton', got strides .*; "
+                   r"pass state\.contiguous\(\) and keep that copy .*, or impl='torch'")
+    else:
+        args["conv_state"] = args["conv_state"][..., :0]
+        message = r"conv_state must have K - 1 >= 1 columns for impl='triton', got \(1, 4, 0\) .*use impl='torch'"
+    with pytest.raises(ValueError, match=message):
+        commit_recurrent_state(**{n: t.to(DEVICE) for n, t in args.items()}, impl="triton")
+    commit_recurrent_state(**args, impl="torch")
+
+
 def commit_args() -> dict:
     """A valid commit_recurrent_state call on the CPU: one request, 3 nodes, path 0 -> 1."""
     x = delta_inputs(1, 3, 1, 1, 16, 16, torch.float32, torch.Generator().manual_seed(12))
