@@ -289,41 +289,33 @@ def test_four():
     pytester.runpytest("--specdec-arch=sm_90", "--specdec-gpus=4").assert_outcomes(passed=1)
 
 
-def test_one_gpu_marker_on_a_machine_without_one_says_one_gpu(pytester, monkeypatch):
-    """`gpus(1)` on a machine without a GPU skipped saying `needs 1 GPUs` and that the flag
-    `simulates them`: one GPU is said in the singular."""
+@pytest.mark.parametrize("gpus, args, said", [
+    # the README's dry run (`--specdec-arch=sm_120`) on a machine without a GPU skipped every TP4 and
+    # TP8 test saying `needs 4 GPUs; found: ... x1`, never that --specdec-gpus=4 runs them there
+    (4, ("--specdec-arch=sm_90",),
+     "*needs 4 GPUs; found: 1 simulated sm_90 GPU (hopper); --specdec-gpus=4 simulates them on the CPU"),
+    # one GPU is said in the singular: it said `needs 1 GPUs` and that the flag `simulates them`
+    (1, ("--specdec-backend=embedded",), "SKIPPED*needs 1 GPU; found: no GPU*; --specdec-gpus=1 simulates it on the CPU"),
+], ids=["four", "one"])
+def test_too_few_gpus_on_a_machine_without_one_names_the_flag_that_simulates_them(pytester, monkeypatch, gpus,
+                                                                                   args, said):
+    """A machine without a GPU names the flag that runs such a test on the embedded engine; an
+    inventory the user chose gets no such hint."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU, wherever this runs
-    pytester.makepyfile("""
+    pytester.makepyfile(f"""
 import pytest
 
-@pytest.mark.gpus(1)
-def test_one():
+@pytest.mark.gpus({gpus})
+def test_some():
     pass
 """)
-    result = pytester.runpytest("--specdec-backend=embedded", "-rs")
+    result = pytester.runpytest(*args, "-rs")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["SKIPPED*needs 1 GPU; found: no GPU*; --specdec-gpus=1 simulates it on the CPU"])
-
-
-def test_too_few_gpus_on_a_machine_without_one_names_the_flag_that_simulates_them(pytester, monkeypatch):
-    """The README's dry run (`--specdec-arch=sm_120`) on a machine without a GPU skipped every TP4
-    and TP8 test saying `needs 4 GPUs; found: ... x1`, never that --specdec-gpus=4 runs them there
-    on the embedded engine; an inventory the user chose gets no such hint."""
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU, wherever this runs
-    pytester.makepyfile("""
-import pytest
-
-@pytest.mark.gpus(4)
-def test_four():
-    pass
-""")
-    result = pytester.runpytest("--specdec-arch=sm_90", "-rs")
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*needs 4 GPUs; found: 1 simulated sm_90 GPU (hopper); "
-                                 "--specdec-gpus=4 simulates them on the CPU"])
-    result = pytester.runpytest("--specdec-arch=sm_90", "--specdec-gpus=2", "-rs")
-    result.assert_outcomes(skipped=1)
-    result.stdout.no_fnmatch_line("*simulates them*")
+    result.stdout.fnmatch_lines([said])
+    if gpus > 1:  # an inventory the user chose, still too small: no hint
+        result = pytester.runpytest(*args, "--specdec-gpus=2", "-rs")
+        result.assert_outcomes(skipped=1)
+        result.stdout.no_fnmatch_line("*simulates them*")
 
 
 def test_gpu_marker_needs_a_real_gpu_even_in_a_dry_run(pytester: pytest.Pytester):
