@@ -29,6 +29,7 @@ import math
 import re
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, TypeVar
 
 import aiohttp
@@ -129,9 +130,24 @@ OnQuiet = Callable[[float, float, int], None]
 PROGRESS_FIRST_S = 10.0
 #: Then again this often: a GPU workload runs for minutes, and a line each 30 s is no flood.
 PROGRESS_EVERY_S = 30.0
-#: `on_progress(done, total, tokens, elapsed_s)`: requests finished of the workload's, their
-#: completion tokens, and the seconds since its first send; said while it runs, never after.
+#: `on_progress(done, total, tokens, elapsed_s)`: requests finished of the workload's, the
+#: completion tokens streamed so far (the finished requests' and those still streaming), and the
+#: seconds since its first send; said while it runs, never after. Display only: the measured
+#: figures come from the requests' records.
 OnProgress = Callable[[int, int, int, float], None]
+
+
+@dataclass(eq=False, slots=True)
+class StreamedTokens:
+    """A request's completion tokens streamed so far, as its latest event states them.
+
+    Written by the stream at each event that brings tokens (one int stored, no call or allocation
+    per event) and read by the progress timer: a workload of a few long requests otherwise says
+    "0 of 8 requests done, 0 tokens" for minutes while tokens stream. A request of several
+    sequences (n above 1), whose events state each sequence's own count, is counted when it ends.
+    """
+
+    count: int = 0
 
 
 class _StreamWatch:
@@ -141,7 +157,15 @@ class _StreamWatch:
         self.last_event = time.perf_counter()
         self.in_flight = 0
         self.done = 0
-        self.tokens = 0  # the finished requests' completion tokens
+        self.tokens = 0  # the finished requests' completion tokens, as their records state them
+        self.streaming: set[StreamedTokens] = set()  # the requests in flight's counts
+
+    def streamed(self) -> int:
+        """The tokens streamed so far: the finished requests' and those in flight's. A request's
+        stream count leaves `streaming` in the loop step that adds its record's to `tokens`, so
+        no line counts it twice, nor keeps the stream's count of one that failed or was cancelled
+        beside (or instead of) what its record states."""
+        return self.tokens + sum(s.count for s in self.streaming)
 
     def heard(self) -> None:
         self.last_event = time.perf_counter()
@@ -167,7 +191,7 @@ class _StreamWatch:
         await asyncio.sleep(max(0.0, start + PROGRESS_FIRST_S - time.perf_counter()))
         while True:
             if self.done < total:  # the last request's end and this timer may share a loop turn
-                on_progress(self.done, total, self.tokens, time.perf_counter() - start)
+                on_progress(self.done, total, self.streamed(), time.perf_counter() - start)
             await asyncio.sleep(PROGRESS_EVERY_S)
 
 
@@ -284,12 +308,14 @@ async def generate_one(
     timeout_s: float | None = 600.0,
     keep_text: bool = True,
     on_event: Callable[[], None] | None = None,
+    streamed: StreamedTokens | None = None,
 ) -> RequestRecord:
     """One streaming /generate request; never raises for server or network failures.
 
     `on_event` is called for each `data:` event that brings tokens (the stall watchdog's sign of
     progress); SSE comments, blank lines and a repeated event, which a proxy may send as
-    keep-alives, are no progress.
+    keep-alives, are no progress. `streamed.count` follows the tokens the stream has stated so
+    far, for a progress line; the record alone holds the request's figures.
 
     Failures become a `RequestRecord` with `error` set, so that one bad request is reported
     with its status and message next to the others instead of aborting the whole workload.
@@ -320,7 +346,7 @@ async def generate_one(
             else:
                 head = bytearray()  # the body's first bytes, to show one that is no event stream
                 async for read, event in _data_events(resp, head, 200, on_event, _max_new_tokens(payload),
-                                                      one_sequence):
+                                                      one_sequence, streamed):
                     if event == _DONE:
                         done = True
                         break
@@ -411,7 +437,8 @@ async def generate_one(
 async def _data_events(resp: aiohttp.ClientResponse, head: bytearray, head_limit: int | None,
                        on_event: Callable[[], None] | None,
                        max_new_tokens: int | None = None,
-                       counted: bool = True) -> AsyncIterator[tuple[int, bytes]]:
+                       counted: bool = True,
+                       streamed: StreamedTokens | None = None) -> AsyncIterator[tuple[int, bytes]]:
     """Each `data:` event's payload of a /generate stream, `[DONE]` included, after the number of
     the network read that completed it (events of one read arrived together, so their arrival
     times differ by parsing alone), with `on_event` called for each (the stall watchdog's sign of
@@ -421,7 +448,8 @@ async def _data_events(resp: aiohttp.ClientResponse, head: bytearray, head_limit
     repeating its last event to keep the stream warm) is no progress either. An event that brings
     tokens after one that stated `max_new_tokens` raises PastMaxNewTokens, ending the stream. With
     `counted` false (a stream of several sequences, `_one_sequence`) counts are not compared: each
-    event is progress and no limit is checked."""
+    event is progress and no limit is checked. `streamed.count` gets the most completion tokens an
+    event stated so far (counted streams only)."""
     buf = bytearray()
     tokens = 0  # the most completion tokens an event stated so far
     async for read, data in _numbered(resp.content.iter_any()):
@@ -440,7 +468,10 @@ async def _data_events(resp: aiohttp.ClientResponse, head: bytearray, head_limit
                 raise PastMaxNewTokens(count, max_new_tokens, tokens)
             if on_event is not None and (count is None or count > tokens):
                 on_event()
-            tokens = max(tokens, count or 0)
+            if count is not None and count > tokens:
+                tokens = count
+                if streamed is not None:
+                    streamed.count = count
             yield read, event
 
 
@@ -590,13 +621,16 @@ async def run_workload_async(
                 i = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
+            streamed = StreamedTokens()
             stream.in_flight += 1
+            stream.streaming.add(streamed)
             try:
                 rec = await generate_one(session, url, _payload(workload, i, top_logprobs), index=i,
                                          timeout_s=timeout_s, keep_text=keep_text,
-                                         on_event=stream.heard)
+                                         on_event=stream.heard, streamed=streamed)
             finally:
                 stream.in_flight -= 1
+                stream.streaming.discard(streamed)  # no await until its record's count is added
             stream.done += 1
             stream.tokens += rec.completion_tokens
             stream.heard()
@@ -983,6 +1017,7 @@ __all__ = [
     "NO_TOKENIZE",
     "NO_TOKENIZER",
     "ServerQueryError",
+    "StreamedTokens",
     "TokenizeNotServed",
     "GenerateFailed",
     "WorkloadStalled",

@@ -347,8 +347,9 @@ class LiveServer:
         doing, requests = ("warming up", "untimed requests") if warm_up else ("measuring", "requests")
 
         def say(done: int, total: int, tokens: int, elapsed: float) -> None:
+            # "so far": the tokens of the requests still streaming count too, not only the done ones'
             announce(f"server {self.id}: workload {workload.name!r}: {doing}, {done} of {total} {requests} done, "
-                     f"{tokens:,} token{'' if tokens == 1 else 's'} in {elapsed:.0f} s")
+                     f"{tokens:,} token{'' if tokens == 1 else 's'} so far in {elapsed:.0f} s")
 
         return say
 

@@ -414,7 +414,7 @@ def test_a_slow_but_moving_stream_is_no_stall(fake):
 @pytest.mark.parametrize("stall_timeout", [None, 5.0], ids=["no-stall-timeout", "stall-timeout"])
 def test_a_running_workload_says_how_far_it_is_and_never_after_it_ends(fake, monkeypatch, stall_timeout):
     """Nothing was said while the measured requests ran (minutes on a GPU): `on_progress` now
-    hears, from a timer, the requests done, their tokens and the time, first after
+    hears, from a timer, the requests done, the tokens streamed so far and the time, first after
     PROGRESS_FIRST_S, then each PROGRESS_EVERY_S, and not once the workload has ended, though
     the event loop runs on (a caller's own, pytest-asyncio's)."""
     import pytest_specdec.client as client_module
@@ -436,10 +436,57 @@ def test_a_running_workload_says_how_far_it_is_and_never_after_it_ends(fake, mon
     result, said = asyncio.run(measured_then_idle())
     assert all(r.ok for r in result.records)
     assert len(calls) >= 2 and len(calls) == said, calls
-    assert all(total == 4 and done < total and tokens == 9 * done for done, total, tokens, _ in calls), calls
+    # one request at a time: the done ones' 9 tokens each, and the one in flight's so far
+    assert all(total == 4 and done < total and 9 * done <= tokens <= 9 * (done + 1)
+               for done, total, tokens, _ in calls), calls
     elapsed = [call[3] for call in calls]
     assert elapsed[0] >= 0.2 - 0.05 and elapsed[-1] <= result.wall_s, (elapsed, result.wall_s)
     assert all(later - earlier >= 0.3 - 0.05 for earlier, later in zip(elapsed, elapsed[1:])), elapsed
+
+
+def test_a_progress_line_counts_the_tokens_still_streaming_and_each_request_once(monkeypatch):
+    """A GPU workload of 8 long requests at concurrency 8 said "0 of 8 requests done, 0 tokens"
+    until its end, which read like a stall while tokens streamed: the line counted the finished
+    requests' tokens alone. It now counts the tokens streamed so far: a request in flight by its
+    latest event, one that ended by its record alone (its stream's count not kept beside it), a
+    failed one included; never more than the records hold in the end."""
+    import pytest_specdec.client as client_module
+
+    monkeypatch.setattr(client_module, "PROGRESS_FIRST_S", 0.05)
+    monkeypatch.setattr(client_module, "PROGRESS_EVERY_S", 0.05)
+    release = threading.Event()  # the held request ends once a line has counted its 7 tokens
+    calls: list[tuple[int, int, int, float]] = []
+
+    def said(*args):
+        calls.append(args)
+        if args[:3] == (2, 3, 4 + 4 + 7):  # quick's and broken's 4 each, once; held's 7 so far
+            release.set()
+
+    async def handler(request):
+        text = (await request.json())["text"]
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        if text == "quick":
+            await resp.write(b"".join(_events(4)))
+        elif text == "broken":  # 4 tokens, then SGLang's mid-stream error
+            await resp.write(b"".join(_events(10)[:4]) + b'data: {"error": {"message": "CUDA out of memory"}}\n\n')
+        else:
+            events = _events(10)
+            await resp.write(events[0] + events[3] + events[6])
+            await asyncio.get_running_loop().run_in_executor(None, release.wait, 5)
+            await resp.write(events[9])
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/generate", handler)
+    with ServerThread(app) as thread:
+        result = run_workload(thread.url, workload("quick", "broken", "held", n=10, concurrency=3), on_progress=said)
+    assert [(r.ok, r.completion_tokens) for r in result.records] == [(True, 4), (False, 4), (True, 10)]
+    assert (2, 3, 15) in [call[:3] for call in calls], calls
+    tokens = [call[2] for call in calls]
+    assert tokens == sorted(tokens) and tokens[-1] <= 18, calls  # never back, never past the records' 18
 
 
 def test_a_workload_shorter_than_the_first_interval_says_nothing(fake):

@@ -407,8 +407,8 @@ def test_a_measured_workload_says_how_far_it_is_after_its_warm_up_line(monkeypat
     assert [run.get("keep_text", True) for run in runs] == [False, True]  # the warm-up, then the workload
     assert said == [
         "server ar-tp1: workload 'chat': warming up, 4 untimed requests at concurrency 4 before it is measured",
-        "server ar-tp1: workload 'chat': measuring, 37 of 160 requests done, 9,472 tokens in 30 s",
-        "server ar-tp1: workload 'chat': measuring, 1 of 160 requests done, 1 token in 10 s",
+        "server ar-tp1: workload 'chat': measuring, 37 of 160 requests done, 9,472 tokens so far in 30 s",
+        "server ar-tp1: workload 'chat': measuring, 1 of 160 requests done, 1 token so far in 10 s",
     ]
 
 
@@ -437,8 +437,8 @@ def test_a_long_warm_up_says_how_far_it_is_and_keeps_its_figures_to_itself(monke
     measurement = server.run(Workload(name="chat", prompts=(Prompt("hi"),) * 20, max_new_tokens=8, concurrency=4))
     assert said == [
         "server ar-tp1: workload 'chat': warming up, 64 untimed requests at concurrency 4 before it is measured",
-        "server ar-tp1: workload 'chat': warming up, 12 of 64 untimed requests done, 576 tokens in 10 s",
-        "server ar-tp1: workload 'chat': measuring, 12 of 20 requests done, 96 tokens in 10 s",
+        "server ar-tp1: workload 'chat': warming up, 12 of 64 untimed requests done, 576 tokens so far in 10 s",
+        "server ar-tp1: workload 'chat': measuring, 12 of 20 requests done, 96 tokens so far in 10 s",
     ]
     assert (measurement.num_requests, measurement.completion_tokens, measurement.warmup_requests) == (20, 160, 64)
 

@@ -572,7 +572,7 @@ def test_a_measured_workload_says_how_far_it_is_as_it_goes(pytester, no_leftover
     warming = said_lines(result, "ar-tp1", r"workload 'chat': warming up, \d+ untimed requests? at concurrency "
                                            r"\d+ before it is measured")
     measuring = said_lines(result, "ar-tp1", r"workload 'chat': measuring, [0-3] of 4 requests done, "
-                                             r"[\d,]+ tokens? in \d+ s")
+                                             r"[\d,]+ tokens? so far in \d+ s")
     assert len(warming) == 1 and measuring, result.stderr.str()
     stderr = result.stderr.str()
     assert stderr.index("warming up") < stderr.index("measuring"), stderr
@@ -595,9 +595,9 @@ def test_a_long_warm_up_says_how_far_it_is_as_it_goes(pytester, no_leftover_engi
     result.assert_outcomes(passed=1)
     stderr = result.stderr.str()
     warm = said_lines(result, "ar-tp1", r"workload 'chat': warming up, [0-5] of 6 untimed requests done, "
-                                        r"[\d,]+ tokens? in \d+ s")
+                                        r"[\d,]+ tokens? so far in \d+ s")
     measuring = said_lines(result, "ar-tp1", r"workload 'chat': measuring, [0-3] of 4 requests done, "
-                                             r"[\d,]+ tokens? in \d+ s")
+                                             r"[\d,]+ tokens? so far in \d+ s")
     assert warm and measuring, stderr
     # the warm-up's line, then its progress, then the measured requests': none of it after it ended
     assert stderr.index("warming up, 6 untimed") < stderr.index(warm[0]) < stderr.rindex(warm[-1]) \
