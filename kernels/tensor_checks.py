@@ -4,12 +4,16 @@
 Floats where the kernels compute (an integer tensor came back truncated, silently), integer indices
 where they address rows (a float one was truncated or failed to compile), and one device for all
 of a call's tensors (a cache or ``parents`` left on the host reached torch's own error or a Triton
-crash). Each public operation names its own arguments. The checks read dtypes and devices only,
-never values: they run on every eager call and inside CUDA graph capture.
+crash); where a shape is off, the fix is named too (a missing batch dim, a transposed or reshaped
+tensor, another count). Each public operation names its own arguments. The checks read types,
+dtypes, devices and shapes only, never values: they run on every eager call and inside CUDA graph
+capture.
 (``arguments`` is the benchmarks' command lines, which import no torch: not this module's home.)
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -42,3 +46,35 @@ def check_same_device(names: tuple[str, ...], first: Tensor, *others: Tensor | N
             name, lead = names[1 + next(i for i, u in enumerate(others) if u is t)], names[0]
             raise ValueError(f"{name} must be on {lead}'s device ({device}), got {t.device}; "
                              f"pass {name}.to({lead}.device)")
+
+
+def check_tensors(names: tuple[str, ...], *tensors) -> None:
+    """Raise ValueError naming the first of ``tensors`` that is not a torch.Tensor (a list, a number,
+    a numpy array, which reached an AttributeError, or a device check comparing numpy's 'cpu' string);
+    the fix puts it on the first argument's device. ``names`` are the arguments' names, in order."""
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            name = names[i]
+            device = f", device={names[0]}.device" if i else ""
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}; "
+                             f"pass torch.as_tensor({name}{device})")
+
+
+def check_shape(name: str, t: Tensor, shape: tuple[int, ...], what: str, fix: str) -> None:
+    """Raise ValueError unless ``t.shape == shape``; ``what`` says its dims and where their sizes
+    come from ("[B, T] = (2, 5) (tokens' shape)"). The fix is derived where the elements are there:
+    ``<name>.unsqueeze(0)`` for a missing leading 1 (one request passed without its batch dim),
+    ``<name>.mT`` for a transposed matrix, a reshape for the same elements in another shape;
+    otherwise (another count) it is ``fix``, the caller's words for what to pass."""
+    if t.shape == shape:
+        return
+    got = tuple(t.shape)
+    if shape[:1] == (1,) and got == shape[1:]:
+        how = f"{name}.unsqueeze(0)"
+    elif len(shape) == 2 and got == shape[::-1]:  # before the reshape, which would scramble it
+        how = f"{name}.mT"
+    elif t.numel() == math.prod(shape):
+        how = f"{name}.reshape({', '.join(map(str, shape))})"
+    else:
+        how = fix
+    raise ValueError(f"{name} must be {what}, got shape {got}; pass {how}")

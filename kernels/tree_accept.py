@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from .impl import resolve_impl
-from .tensor_checks import check_index, check_same_device
+from .tensor_checks import check_index, check_same_device, check_shape, check_tensors
 from .tree_layout import check_parents_precede, node_bounds
 
 
@@ -32,14 +32,23 @@ class AcceptResult(NamedTuple):
 
 
 def check_accept_args(tokens: Tensor, parents: Tensor, target_argmax: Tensor) -> None:
-    check_same_device(("tokens", "parents", "target_argmax"), tokens, parents, target_argmax)
-    if tokens.dim() != 2 or parents.shape != tokens.shape or target_argmax.shape != tokens.shape:
-        raise ValueError(
-            "tokens, parents and target_argmax must all be [B, T]; got "
-            f"{tuple(tokens.shape)}, {tuple(parents.shape)}, {tuple(target_argmax.shape)}"
-        )
-    if tokens.shape[1] == 0:  # the paths would disagree on what to accept of nothing
-        raise ValueError("a tree has at least its root: T must be 1 or more, got 0")
+    names = ("tokens", "parents", "target_argmax")
+    check_tensors(names, tokens, parents, target_argmax)
+    check_same_device(names, tokens, parents, target_argmax)
+    if tokens.dim() != 2:
+        fix = ("tokens.unsqueeze(0), parents.unsqueeze(0) and target_argmax.unsqueeze(0) for one tree"
+               if tokens.dim() == 1 else "a DDTree's tokens, one row of T nodes per request")
+        raise ValueError(f"tokens must be [B, T] (B trees of T nodes), got shape {tuple(tokens.shape)}; pass {fix}")
+    shape = tuple(tokens.shape)
+    check_shape("parents", parents, shape, f"[B, T] = {shape} (tokens' shape)",
+                "the parents of tokens' trees (a DDTree's parents, beside its tokens)")
+    # the target's logits passed whole, or their argmax over the wrong dim ([B, V] for [B, T])
+    check_shape("target_argmax", target_argmax, shape, f"[B, T] = {shape} (tokens' shape)",
+                "logits.argmax(-1) of the target's [B, T, V] logits at the tree's nodes "
+                "(logits.argmax(1) of [B, V, T] ones)")
+    if shape[1] == 0:  # the paths would disagree on what to accept of nothing
+        raise ValueError("a tree has at least its root: T must be 1 or more, got 0; pass each tree with its "
+                         "root, node 0 (a DDTree's tokens)")
     # a float target_argmax (the logits' max values, not their indices) matched no token and came
     # back as a bonus token without a word; float tokens above 2**24 (bf16: 256) compare rounded
     check_index("tokens", tokens, "token ids", "tokens.long()")
@@ -111,7 +120,9 @@ def tree_accept_greedy(tokens: Tensor, parents: Tensor, target_argmax: Tensor,
                    they are on the host, ValueError naming the node).
     target_argmax: [B, T] int64, the target's argmax token after each node (the indices, not the
                    max's values).
-    Each of the three may be int32 or int64; any other dtype is a ValueError naming it.
+    Each of the three may be int32 or int64; any other dtype, or a shape other than tokens' (a
+    missing batch dim, the target's logits instead of their argmax), is a ValueError naming it
+    and the fix.
     Returns an :class:`AcceptResult` of new tensors on the input's device; no host
     synchronisation on either implementation.
     """

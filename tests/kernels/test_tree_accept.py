@@ -212,3 +212,63 @@ def test_an_argument_on_another_device_than_tokens_is_named(name, impl):
                 target_argmax=torch.tensor([[1000, 3, 4]]))
     assert_wrong_device_named(tree_accept_greedy, {n: t.to(DEVICE) for n, t in args.items()}, name, "tokens",
                               impl=impl)
+
+
+def accept_shape_cases():
+    """(mistake, the call's args, the message, the args its fix gives, or None where the fix is to
+    pass other data): two trees of three nodes, whose target logits are [B, T, V]."""
+    tokens = torch.tensor([[5, 1001, 7], [5, 6, 7]])
+    parents = torch.tensor([[-1, 0, 0], [-1, 0, 1]], dtype=torch.int32)
+    logits = torch.nn.functional.one_hot(torch.tensor([[1001, 3, 4], [6, 7, 9]]), 1100).float()
+    good = dict(tokens=tokens, parents=parents, target_argmax=logits.argmax(-1))
+    one = {n: t[:1] for n, t in good.items()}
+    must = r"target_argmax must be \[B, T\] = \(2, 3\) \(tokens' shape\), got shape "
+    argmax_fix = (r"; pass logits\.argmax\(-1\) of the target's \[B, T, V\] logits at the tree's nodes "
+                  r"\(logits\.argmax\(1\) of \[B, V, T\] ones\)$")
+    return [
+        ("one_tree_without_its_batch_dim", {n: t[0] for n, t in one.items()},
+         r"^tokens must be \[B, T\] \(B trees of T nodes\), got shape \(3,\); pass tokens\.unsqueeze\(0\), "
+         r"parents\.unsqueeze\(0\) and target_argmax\.unsqueeze\(0\) for one tree$",
+         {n: t[0].unsqueeze(0) for n, t in one.items()}),
+        ("parents_without_their_batch_dim", dict(one, parents=parents[0]),
+         r"^parents must be \[B, T\] = \(1, 3\) \(tokens' shape\), got shape \(3,\); pass parents\.unsqueeze\(0\)$",
+         dict(one, parents=parents[0].unsqueeze(0))),
+        ("parents_transposed", dict(good, parents=parents.mT),
+         r"^parents must be \[B, T\] = \(2, 3\) \(tokens' shape\), got shape \(3, 2\); pass parents\.mT$",
+         dict(good, parents=parents.mT.mT)),
+        ("parents_of_another_batch", dict(good, parents=parents[:1]),
+         r"^parents must be .*got shape \(1, 3\); pass the parents of tokens' trees", None),
+        ("the_logits_for_their_argmax", dict(good, target_argmax=logits), "^" + must + r"\(2, 3, 1100\)" + argmax_fix,
+         dict(good, target_argmax=logits.argmax(-1))),
+        ("the_argmax_over_the_tree_dim", dict(good, target_argmax=logits.argmax(1)),
+         "^" + must + r"\(2, 1100\)" + argmax_fix, None),
+        ("the_argmax_of_the_last_node_only", dict(good, target_argmax=logits[:, -1].argmax(-1)),
+         "^" + must + r"\(2,\)" + argmax_fix, None),
+        ("tokens_as_a_list", dict(good, tokens=tokens.tolist()),
+         r"^tokens must be a torch\.Tensor, got list; pass torch\.as_tensor\(tokens\)$", dict(good)),
+        ("target_argmax_as_a_list", dict(good, target_argmax=good["target_argmax"].tolist()),
+         r"^target_argmax must be a torch\.Tensor, got list; pass torch\.as_tensor\(target_argmax, "
+         r"device=tokens\.device\)$", dict(good)),
+    ]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("mistake,args,message,fixed", accept_shape_cases(), ids=[c[0] for c in accept_shape_cases()])
+def test_arguments_of_the_wrong_shape_name_the_fix(mistake, args, message, fixed, impl):
+    """One tree without its batch dim, transposed parents, the target's logits (or their argmax over
+    the tree's dim) for the argmax, or a list were one line, 'tokens, parents and target_argmax must
+    all be [B, T]; got (1, 3), (3,), (1, 3)' (a list: an AttributeError): no argument named, no fix.
+    Each names the argument, its shape and the fix, on tree_accept_and_commit too; where the fix is
+    derived, it gives the walk's result."""
+    from specdec_kernels import tree_accept_and_commit
+
+    on = {n: t.to(DEVICE) if isinstance(t, torch.Tensor) else t for n, t in args.items()}
+    with pytest.raises(ValueError, match=message):
+        tree_accept_greedy(**on, impl=impl)
+    k = torch.zeros(1, 2, 8, 1, 4, device=DEVICE)
+    with pytest.raises(ValueError, match=message):
+        tree_accept_and_commit(**on, k_cache=k, v_cache=k.clone(), cache_lens=torch.zeros(2, dtype=torch.int32,
+                                                                                            device=DEVICE), impl=impl)
+    if fixed is not None:
+        result = tree_accept_greedy(**{n: t.to(DEVICE) for n, t in fixed.items()}, impl=impl)
+        check_against_walk(result, fixed["tokens"], fixed["parents"], fixed["target_argmax"])
