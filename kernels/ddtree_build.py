@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from .impl import resolve_impl
-from .tensor_checks import check_float, check_index, check_same_device
+from .tensor_checks import check_float, check_index, check_same_device, check_shape, check_tensors
 from .tree_layout import DDTree, ancestor_mask_from_parents
 
 
@@ -37,22 +37,36 @@ def _is_int(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def _count_fix(name: str, value, least: int, meaning: str) -> str:
+    """``int(<name>)`` for a whole number of another type (8.0, a 0-d tensor), else what it counts."""
+    try:
+        whole = not isinstance(value, bool) and float(value).is_integer() and value >= least
+    except (TypeError, ValueError, RuntimeError):  # a string, a tensor of several elements
+        whole = False
+    return f"int({name})" if whole else meaning
+
+
 def _check_build_args(draft_logprobs: Tensor, root_tokens: Tensor, budget: int, topk) -> int:
     """Validate the inputs and return K, the number of ranked tokens needed per depth."""
+    check_tensors(("draft_logprobs", "root_tokens"), draft_logprobs, root_tokens)
     check_same_device(("draft_logprobs", "root_tokens"), draft_logprobs, root_tokens)
     if draft_logprobs.dim() != 3:
-        raise ValueError(f"draft_logprobs must be [B, depth, V], got shape {tuple(draft_logprobs.shape)}")
+        fix = ("draft_logprobs.unsqueeze(0) and root_tokens.view(1) for one request" if draft_logprobs.dim() == 2
+               else "one row of V log-probabilities per request and depth")
+        raise ValueError(f"draft_logprobs must be [B, depth, V], got shape {tuple(draft_logprobs.shape)}; pass {fix}")
     batch, depth, vocab = draft_logprobs.shape
-    if root_tokens.shape != (batch,):
-        raise ValueError(f"root_tokens must be [B={batch}], got shape {tuple(root_tokens.shape)}")
+    check_shape("root_tokens", root_tokens, (batch,), f"[B] = ({batch},) (one per request of draft_logprobs)",
+                "one root token (the previous step's bonus token) per request of draft_logprobs")
     # integer log-probabilities ranked truncated, float root tokens (bf16 past 256) came back rounded, silently
     check_float("draft_logprobs", draft_logprobs, "torch.log_softmax(logits.float(), -1)",
                 "a float tensor of log-probabilities")
     check_index("root_tokens", root_tokens, "token ids", "root_tokens.long()")
     if not _is_int(budget) or budget < 0:
-        raise ValueError(f"budget must be an int >= 0 (draft nodes, root excluded), got {budget!r}")
+        fix = _count_fix("budget", budget, 0, "the number of draft nodes, 0 or more (T - 1)")
+        raise ValueError(f"budget must be an int >= 0 (draft nodes, root excluded), got {budget!r}; pass {fix}")
     if topk is not None and (not _is_int(topk) or topk < 1):
-        raise ValueError(f"topk must be None or an int >= 1, got {topk!r}")
+        fix = _count_fix("topk", topk, 1, "None (no cap) or 1 or more (1: the DFlash chain)")
+        raise ValueError(f"topk must be None or an int >= 1, got {topk!r}; pass {fix}")
     ranks = min(vocab, budget if topk is None else min(topk, budget))
     available, level = 0, 1
     for _ in range(depth):
@@ -179,7 +193,8 @@ def build_ddtree(draft_logprobs: Tensor, root_tokens: Tensor, budget: int,
         ValueError); row ``d`` holds the log-probabilities of the token ``d + 1`` positions after
         the root.
     root_tokens:    [B] int64 (or int32; another dtype is a ValueError), the previous step's bonus
-        tokens (node 0).
+        tokens (node 0). Either of the two in another shape, or not a tensor, is a ValueError
+        naming the fix (``unsqueeze(0)`` for one request without its batch dim).
     budget:         draft nodes, root excluded; ``T = budget + 1``.
     topk:           per-depth cap on how many tokens a depth may use (so on siblings);
                     ``topk=1`` gives the DFlash chain. ``None``: no cap.
@@ -188,6 +203,8 @@ def build_ddtree(draft_logprobs: Tensor, root_tokens: Tensor, budget: int,
     ``budget`` prefixes. The torch path walks a heap on the host (one device-to-host copy);
     the Triton path runs one program per request on the device, with no host synchronisation.
     """
+    # before resolve_impl reads .is_cuda: a list or numpy array is named, not an AttributeError
+    check_tensors(("draft_logprobs", "root_tokens"), draft_logprobs, root_tokens)
     # numpy's ints are ints to the checks; the Triton kernels take Python ints only
     budget = int(budget) if _is_int(budget) else budget
     topk = int(topk) if _is_int(topk) else topk

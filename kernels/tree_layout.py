@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .tensor_checks import INDEX_DTYPES
+from .tensor_checks import INDEX_DTYPES, check_index, check_tensors
 
 
 @dataclass(frozen=True)
@@ -53,11 +53,17 @@ def ancestor_mask_from_parents(parents: Tensor) -> Tensor:
     Pointer doubling, ceil(log2 T) rounds of gather + OR on the parents' device: no host
     synchronisation and no loop over nodes. Parents on the host out of [-1, T - 1], or not before
     their node (``parents[:, 0] == -1``, ``0 <= parents[:, i] < i``, as every kernel here requires),
-    are named (a GPU's are not read).
+    are named (a GPU's are not read). ``parents`` is int32 or int64, as every operation taking
+    them requires: int16 or int8 ones would build a right mask here only to be refused there, and
+    uint8 ones cannot hold the root's -1 (it read 255, out of range).
     """
-    if parents.dim() != 2 or parents.dtype.is_floating_point or parents.dtype == torch.bool:
-        raise ValueError(f"parents must be an integer [B, T] tensor, got {parents.dtype} {tuple(parents.shape)}; "
-                         "pass parents.to(torch.int32), [B, T] (parents[None] for one tree)")
+    check_tensors(("parents",), parents)
+    if parents.dim() != 2:
+        fix = "parents.unsqueeze(0) for one tree" if parents.dim() == 1 else "one row of T parents per tree"
+        raise ValueError(f"parents must be [B, T] (B trees of T nodes), got shape {tuple(parents.shape)}; pass {fix}")
+    # a cast keeps an unsigned 255 where the root's -1 was lost: name the build, not the cast
+    check_index("parents", parents, "node indices",
+                None if parents.dtype.is_signed else f"parents built as int32 ({parents.dtype} holds no root -1)")
     batch, num_nodes = parents.shape
     if not parents.is_cuda:  # a GPU's would be a host sync
         bad = (parents < -1) | (parents >= num_nodes)

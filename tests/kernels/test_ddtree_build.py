@@ -153,9 +153,13 @@ def test_budget_beyond_the_enumerable_prefixes_is_an_error():
 
 
 @pytest.mark.parametrize("budget,topk,message", [
-    (-1, None, "budget must be an int >= 0"), (8.0, None, r"budget must be an int >= 0 \(draft nodes, root excluded\), got 8.0"),
-    (True, None, "budget must be an int"), (8, 0, "topk must be None or an int >= 1"),
-    (8, 2.5, "topk must be None or an int >= 1, got 2.5"),
+    (-1, None, r"budget must be an int >= 0 .*got -1; pass the number of draft nodes, 0 or more \(T - 1\)$"),
+    (8.0, None, r"budget must be an int >= 0 \(draft nodes, root excluded\), got 8.0; pass int\(budget\)$"),
+    (torch.tensor(8), None, r"got tensor\(8\); pass int\(budget\)$"),
+    (True, None, r"budget must be an int .*got True; pass the number of draft nodes"),
+    (8, 0, r"topk must be None or an int >= 1, got 0; pass None \(no cap\) or 1 or more \(1: the DFlash chain\)$"),
+    (8, 2.5, r"topk must be None or an int >= 1, got 2.5; pass None \(no cap\) or 1 or more"),
+    (8, 2.0, r"topk must be None or an int >= 1, got 2.0; pass int\(topk\)$"),
 ])
 def test_budget_and_topk_that_are_not_counts_are_named(budget, topk, message):
     logprobs = torch.zeros(1, 4, 10)
@@ -211,9 +215,10 @@ def test_inputs_of_the_wrong_kind_are_named(which, dtype, message, impl):
     ([[-1, 2, 1]], r"parents\[0, 1\] = 2: node 1's parent must be a node in \[0, 0\]"),  # a cycle
     ([[-1, 2, 0]], r"parents\[0, 1\] = 2: node 1's parent must be a node in \[0, 0\]"),  # no cycle: a mask
     ([[-1, 0, -1]], r"parents\[0, 2\] = -1: node 2's parent must be a node in \[0, 1\]"),  # two roots
-    ([[-1.0, 0.0, 1.0]], r"parents must be an integer \[B, T\] tensor, got torch.float32 \(1, 3\); "
+    ([[-1.0, 0.0, 1.0]], r"parents must be node indices \(int32 or int64\), got torch.float32; "
                          r"pass parents\.to\(torch\.int32\)"),
-    ([-1, 0, 1], r"parents must be an integer \[B, T\] tensor, got torch.int64 \(3,\); .*parents\[None\] for one tree"),
+    ([-1, 0, 1], r"parents must be \[B, T\] \(B trees of T nodes\), got shape \(3,\); pass parents\.unsqueeze\(0\) "
+                 r"for one tree"),
 ])
 def test_parents_that_are_no_tree_are_named_when_building_a_mask(parents, message):
     """A parent out of range was torch's IndexError, a cycle a silent mask, a 1-D tensor an
@@ -270,3 +275,74 @@ def test_root_tokens_on_another_device_than_the_logprobs_are_named(impl):
     args = dict(draft_logprobs=torch.randn(2, 3, 50).log_softmax(-1), root_tokens=torch.tensor([1, 7]))
     assert_wrong_device_named(build_ddtree, {n: t.to(DEVICE) for n, t in args.items()}, "root_tokens", "draft_logprobs",
                               budget=6, impl=impl)
+
+
+def wrong_shape_cases():
+    """(mistake, the call's args, the message, the args its fix gives, or None where the fix is to
+    pass other data) for one batch of two requests, and one request alone."""
+    logprobs = (torch.randn(2, 3, 50, generator=torch.Generator().manual_seed(7)) * 3).log_softmax(-1)
+    roots = torch.tensor([1001, 7])
+    one = dict(draft_logprobs=logprobs[:1], root_tokens=roots[:1])
+    two = dict(draft_logprobs=logprobs, root_tokens=roots)
+    must = r"root_tokens must be \[B\] = \({}\,\) \(one per request of draft_logprobs\), got shape "
+    return [
+        ("one_request_without_its_batch_dim", dict(draft_logprobs=logprobs[0], root_tokens=roots[0]),
+         r"draft_logprobs must be \[B, depth, V\], got shape \(3, 50\); pass draft_logprobs\.unsqueeze\(0\) and "
+         r"root_tokens\.view\(1\) for one request$",
+         dict(draft_logprobs=logprobs[0].unsqueeze(0), root_tokens=roots[0].view(1))),
+        ("root_tokens_as_a_column", dict(two, root_tokens=roots[:, None]),
+         must.format(2) + r"\(2, 1\); pass root_tokens\.reshape\(2\)$",
+         dict(two, root_tokens=roots[:, None].reshape(2))),
+        ("root_token_as_a_scalar", dict(one, root_tokens=roots[0]),
+         must.format(1) + r"\(\); pass root_tokens\.unsqueeze\(0\)$", dict(one, root_tokens=roots[0].unsqueeze(0))),
+        ("root_tokens_of_another_batch", dict(two, root_tokens=torch.tensor([1001, 7, 9])),
+         must.format(2) + r"\(3,\); pass one root token \(the previous step's bonus token\) per request of "
+         r"draft_logprobs$", None),
+        ("draft_logprobs_with_a_head_dim", dict(two, draft_logprobs=logprobs[:, :, None]),
+         r"draft_logprobs must be \[B, depth, V\], got shape \(2, 3, 1, 50\); pass one row of V log-probabilities "
+         r"per request and depth$", None),
+        ("root_tokens_as_a_list", dict(two, root_tokens=[1001, 7]),
+         r"root_tokens must be a torch\.Tensor, got list; pass torch\.as_tensor\(root_tokens, "
+         r"device=draft_logprobs\.device\)$", dict(two, root_tokens=torch.as_tensor([1001, 7]))),
+        ("draft_logprobs_from_numpy", dict(two, draft_logprobs=logprobs.numpy()),
+         r"draft_logprobs must be a torch\.Tensor, got ndarray; pass torch\.as_tensor\(draft_logprobs\)$",
+         dict(two, draft_logprobs=torch.as_tensor(logprobs.numpy()))),
+    ]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("mistake,args,message,fixed", wrong_shape_cases(), ids=[c[0] for c in wrong_shape_cases()])
+def test_inputs_of_the_wrong_shape_name_the_fix(mistake, args, message, fixed, impl):
+    """A request without its batch dim, root tokens as a column, a scalar, a list or another batch's
+    were refused without the fix ('root_tokens must be [B=2], got shape (2, 1)'), a list or numpy
+    array with an AttributeError or 'must be on draft_logprobs's device (cpu), got cpu'. Each names
+    the argument, its shape and the fix; where the fix is derived, it builds the request's tree."""
+    on = {n: t.to(DEVICE) if isinstance(t, torch.Tensor) else t for n, t in args.items()}
+    with pytest.raises(ValueError, match=message):
+        build_ddtree(**on, budget=6, impl=impl)
+    if fixed is not None:
+        tree = build_ddtree(**{n: t.to(DEVICE) for n, t in fixed.items()}, budget=6, impl=impl)
+        expect = build_ddtree(fixed["draft_logprobs"], fixed["root_tokens"], 6, impl="torch")
+        assert torch.equal(tree.tokens.cpu(), expect.tokens)
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.int8, torch.uint8])
+def test_parents_of_a_narrow_dtype_are_refused_as_every_operation_does(dtype):
+    """int16 or int8 parents built a mask that tree_accept_greedy (and every operation taking
+    parents) then refused; uint8 ones read the root's -1 as 255 and blamed the value, not the
+    dtype. The mask refuses them as the operations do, with the fix (for uint8: build them signed)."""
+    from specdec_kernels import ancestor_mask_from_parents, tree_accept_greedy
+
+    parents = torch.tensor([[-1, 0, 0, 1]]).to(dtype)
+    fix = r"parents\.to\(torch\.int32\)" if dtype.is_signed else rf"parents built as int32 \({dtype} holds no root -1\)"
+    must = rf"^parents must be node indices \(int32 or int64\), got {dtype}"
+    with pytest.raises(ValueError, match=rf"{must}; pass {fix}$"):
+        ancestor_mask_from_parents(parents)
+    with pytest.raises(ValueError, match=must):
+        tree_accept_greedy(torch.zeros(1, 4, dtype=torch.int64), parents, torch.zeros(1, 4, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"^parents must be a torch\.Tensor, got list; "
+                                         r"pass torch\.as_tensor\(parents\)$"):
+        ancestor_mask_from_parents([[-1, 0, 0, 1]])
+    with pytest.raises(ValueError, match=r"^parents must be \[B, T\] .*got shape \(1, 1, 4\); "
+                                         r"pass one row of T parents"):
+        ancestor_mask_from_parents(torch.tensor([[[-1, 0, 0, 1]]]))
