@@ -22,6 +22,7 @@ maximum of (score, -parent index, -rank). Scores are accumulated in float32.
 from __future__ import annotations
 
 import heapq
+import math
 import numbers
 
 import numpy as np
@@ -82,17 +83,29 @@ def _check_build_args(draft_logprobs: Tensor, root_tokens: Tensor, budget: int, 
     return ranks
 
 
-def check_ranked_logprobs(values: Tensor) -> None:
-    """Raise ValueError where the best-ranked draft values cannot be log-probabilities: NaN (ranked
-    first), or above 0 (probabilities or logits passed for them), naming the first (request,
-    depth). Only the ranked values are read, and only on the host (a GPU's would be a sync)."""
+def check_ranked_logprobs(values: Tensor, vocab: int) -> None:
+    """Raise ValueError where the best-ranked draft values cannot be log-probabilities over the last
+    dim's ``vocab`` tokens, naming the first (request, depth): NaN (ranked first), above 0
+    (probabilities or logits passed for them), or a best token below -log(V) - 1, which no
+    distribution over V tokens has (its best is at least 1/V): a [B, V, depth] tensor ranked each
+    token's positions, or logits were shifted below 0. Only the ranked values are read, and only
+    on the host (a GPU's would be a sync)."""
     if values.is_cuda or not values.numel():
         return
-    # log_softmax never exceeds 0; a little room for a low-precision cast
-    bad = values.isnan().any(-1) | (values[..., 0] > 1e-3)
+    best = values[..., 0]
+    # log_softmax never exceeds 0; a little room for a low-precision cast. The floor's 1 (a best
+    # token e times rarer than uniform) leaves room for rows normalised a little off, or truncated
+    floor = -math.log(vocab) - 1.0
+    bad = values.isnan().any(-1) | (best > 1e-3) | (best < floor)
     if bad.any():
         b, d = (int(x) for x in bad.nonzero()[0])
-        raise ValueError(f"draft_logprobs[{b}, {d}] ranks {float(values[b, d, 0]):.4g} first: draft_logprobs must be "
+        first = float(best[b, d])
+        if first < floor:
+            raise ValueError(f"draft_logprobs[{b}, {d}] ranks {first:.4g} first, below -log(V) - 1 = {floor:.4g}: the "
+                             f"best of V = {vocab} log-probabilities is at least -log(V), so draft_logprobs must be "
+                             "[B, depth, V] log-probabilities; pass torch.log_softmax(logits, -1) of [B, depth, V] "
+                             "logits (draft_logprobs.transpose(1, 2) for [B, V, depth] ones)")
+        raise ValueError(f"draft_logprobs[{b}, {d}] ranks {first:.4g} first: draft_logprobs must be "
                          "log-probabilities (<= 0, no NaN); pass torch.log_softmax(logits, -1)")
 
 
@@ -158,7 +171,7 @@ def build_ddtree_reference(draft_logprobs: Tensor, root_tokens: Tensor, budget: 
     batch, depth, _ = draft_logprobs.shape
     device = draft_logprobs.device
     vals, ids = ranked_tokens(draft_logprobs.detach().cpu(), ranks)
-    check_ranked_logprobs(vals)
+    check_ranked_logprobs(vals, draft_logprobs.shape[2])
     vals_np, ids_np = vals.numpy(), ids.numpy()
     num_nodes = budget + 1
     tokens = np.empty((batch, num_nodes), dtype=np.int64)
@@ -191,7 +204,10 @@ def build_ddtree(draft_logprobs: Tensor, root_tokens: Tensor, budget: int,
 
     draft_logprobs: [B, depth, V] float (any float dtype; ranked in float32; another dtype is a
         ValueError); row ``d`` holds the log-probabilities of the token ``d + 1`` positions after
-        the root.
+        the root, over the last dim's V tokens. On the host, a row whose best value is no
+        log-probability over V tokens (above 0, NaN, or below -log(V) - 1: a [B, V, depth]
+        tensor, shifted logits) is a ValueError; one normalised over another dim is not told
+        apart from scores, so take ``torch.log_softmax(logits, -1)`` of [B, depth, V] logits.
     root_tokens:    [B] int64 (or int32; another dtype is a ValueError), the previous step's bonus
         tokens (node 0). Either of the two in another shape, or not a tensor, is a ValueError
         naming the fix (``unsqueeze(0)`` for one request without its batch dim).

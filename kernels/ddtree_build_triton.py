@@ -90,7 +90,7 @@ def build_ddtree_triton(draft_logprobs, root_tokens, budget, topk=None):
     log_probs = torch.empty(batch, num_nodes, dtype=torch.float32, device=device)
     if batch:
         vals, ids = ranked_tokens(draft_logprobs, ranks, exact_sort=True)
-        check_ranked_logprobs(vals)
+        check_ranked_logprobs(vals, draft_logprobs.shape[2])
         if budget == 0:
             tokens[:, 0] = root_tokens
             parents[:, 0], depths[:, 0], log_probs[:, 0] = -1, 0, 0.0

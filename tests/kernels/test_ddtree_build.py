@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -324,6 +325,29 @@ def test_inputs_of_the_wrong_shape_name_the_fix(mistake, args, message, fixed, i
         tree = build_ddtree(**{n: t.to(DEVICE) for n, t in fixed.items()}, budget=6, impl=impl)
         expect = build_ddtree(fixed["draft_logprobs"], fixed["root_tokens"], 6, impl="torch")
         assert torch.equal(tree.tokens.cpu(), expect.tokens)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("mistake", ["vocabulary_in_the_middle", "logits_shifted_below_zero"])
+def test_values_that_are_no_distribution_over_the_last_dim_are_named(mistake, impl):
+    """A [B, V, depth] tensor ranked each token's positions as a vocabulary of ``depth`` tokens,
+    and logits shifted below 0 were summed as log-probabilities: both built a tree of other tokens
+    without a word (every value <= 0). No distribution over V tokens has its best under 1/V, so a
+    best below -log(V) - 1 is named, with the fix; real log-probabilities pass, uniform in bf16 too."""
+    gen = torch.Generator().manual_seed(6)
+    logprobs = (torch.randn(2, 4, 50, generator=gen) * 3).log_softmax(-1)
+    roots = torch.tensor([1, 7], device=DEVICE)
+    bad = {"vocabulary_in_the_middle": logprobs.transpose(1, 2), "logits_shifted_below_zero": logprobs - 6}[mistake]
+    with pytest.raises(ValueError, match=r"draft_logprobs\[0, 0\] ranks -\d+\.\d+ first, below -log\(V\) - 1 = "
+                                         r"-\d\.\d+: .*; pass torch\.log_softmax\(logits, -1\) of \[B, depth, V\] "
+                                         r"logits \(draft_logprobs\.transpose\(1, 2\) for \[B, V, depth\] ones\)$"):
+        build_ddtree(bad.to(DEVICE), roots, 6, impl=impl)
+    fixed = bad.transpose(1, 2) if mistake == "vocabulary_in_the_middle" else bad.log_softmax(-1)
+    tree = build_ddtree(fixed.to(DEVICE), roots, 6, impl=impl)
+    assert torch.equal(tree.tokens.cpu(), build_ddtree(logprobs, roots.cpu(), 6, impl="torch").tokens)
+    uniform = torch.full((1, 3, 500), -math.log(500)).bfloat16()  # rounded below -log(V)
+    assert float(uniform[0, 0, 0]) < -math.log(500)
+    build_ddtree(uniform.to(DEVICE), roots[:1], 6, impl=impl)
 
 
 @pytest.mark.parametrize("dtype", [torch.int16, torch.int8, torch.uint8])
