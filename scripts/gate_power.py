@@ -101,7 +101,9 @@ def verdicts(junit: Path) -> tuple[list[str], Counter]:
             if prefix == "specdec" and figure.endswith(".verdict") and figure != "verdict":
                 counts[prop.get("value")] += 1
         for failure in list(case.iter("failure")) + list(case.iter("error")):
-            messages.append(f"{case.get('name')}: {failure.get('message', '')}")
+            # a regression's whole report: pytest (9.2 on) cuts the message attribute to 500 characters
+            report = failure.text if "regression against" in (failure.text or "") else failure.get("message", "")
+            messages.append(f"{case.get('name')}: {report}")
     return messages, counts
 
 

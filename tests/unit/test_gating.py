@@ -618,6 +618,32 @@ def test_gate_power_reads_the_red_and_noisy_verdicts_a_run_writes(pytester, monk
     assert counts["noisy"] == 1, counts
 
 
+#: Twelve figures whose regression report runs past the 500 characters pytest keeps of a JUnit message.
+MANY_FIGURES = [f"figure_{i:02d}_of_a_long_report" for i in range(12)]
+MANY_FIGURES_TEST = f"""
+import os
+
+def test_figures(specdec_record):
+    for name in {MANY_FIGURES!r}:
+        specdec_record.metric(name, float(os.environ.get("VALUE", "100")), "higher")
+"""
+
+
+def test_gate_power_names_every_figure_of_a_long_regression(pytester, monkeypatch):
+    """pytest (9.2 on) cuts a failure's JUnit message attribute to 500 characters and ends it with
+    `[+N more lines; full report in element text]`: gate_power.py read the attribute, so a slowed
+    run named a figure `[+1` and missed the figures past the cut (`tpot_msx2` where ten were red)."""
+    script = gate_power_script()
+    pytester.makepyfile(test_figures=MANY_FIGURES_TEST)
+    pytester.runpytest("-p", "no:cacheprovider", "--specdec-save-baseline").assert_outcomes(passed=1)
+    monkeypatch.setenv("VALUE", "10")
+    junit = pytester.path / "long.xml"
+    pytester.runpytest("-p", "no:cacheprovider", "--specdec-compare-fail=*:10%",
+                       f"--junitxml={junit}").assert_outcomes(failed=1)
+    messages, _ = script.verdicts(junit)
+    assert sorted(script.regressed_figures(messages)) == MANY_FIGURES, messages
+
+
 def test_the_journal_and_the_baseline_keep_the_figures_samples(pytester, monkeypatch):
     save_then_run(pytester, monkeypatch, tok_s=100.0)
     doc = json.loads((pytester.path / "baselines" / "cpu.json").read_text())
