@@ -164,7 +164,7 @@ def main() -> int:
                 detected += red and bool(named)
             else:
                 false_red += red
-            shown = ", ".join(f"{n}x{c}" for n, c in sorted(Counter(named).items())) or \
+            shown = ", ".join(f"{n} x{c}" for n, c in sorted(Counter(named).items())) or \
                 ("; ".join(m[:80] for m in messages[:2]) if red else "-")
             print(f"{index:>4}  {'slow' if planted else 'none':>7}  {code:>4}  {len(messages):>3}  "
                   f"{counts.get('noisy', 0):>5}  {load:>4.1f}  {seconds:>4.0f}  {shown}", flush=True)
