@@ -5,8 +5,9 @@ it is distilled from the target model itself: for every token t, the target's ne
 distribution after ``[BOS, t]`` (one batched forward, counted in start-up time). Drafting a block
 from the root token r then takes no model call: position 1 gets the distilled distribution of r,
 position 2 that of r's most likely successor, and so on down the drafter's own greedy chain
-(two table gathers per step, counted in every decode step's time: nothing is precomputed per
-request and the drafter never sees the target's future tokens).
+(two table gathers per step, two more for the noise below agreement 1, counted in every decode
+step's time: nothing is precomputed per request and the drafter never sees the target's future
+tokens).
 
 ``agreement`` (``--draft-agreement``) is the probability, per drafted position, that the drafter
 uses that distilled distribution; otherwise the position gets an unrelated random distribution
@@ -14,9 +15,10 @@ uses that distilled distribution; otherwise the position gets an unrelated rando
 drafts, and so its acceptance, are the same whatever else shares its batch. How often a draft is
 accepted is then ``agreement`` times how often the target's choice does not depend on more than
 the current token (85-95% of tokens for the seeded ``tiny`` model): with agreement 0 drafts are noise
-and acceptance length is about 1; with agreement near 1 DDTree commits several tokens per step,
-and more than the DFlash chain, because the distilled runner-up token is where the target's
-context-dependent choices mostly go.
+and acceptance length is about 1; with agreement near 1 both DDTree and the DFlash chain commit
+several tokens per step, and which commits more depends on the prompts (the tree's runner-up
+siblings pay only where the target's context-dependent choice is the distilled runner-up;
+docs/PERF.md has the figures).
 """
 
 from __future__ import annotations
