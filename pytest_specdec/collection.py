@@ -72,8 +72,11 @@ def _tp_filter_fix(state: RunState, sizes: tuple[int, ...], missing: list[int]) 
         return (f"it selects among the matrices' sizes and adds none; add the size to a matrix's tp, "
                 f"or drop it: --specdec-tp={','.join(map(str, kept))}")
     if origin == "ini":
+        said, sizes_text = state.settings.said("tp"), ",".join(map(str, kept))
+        # where `-o` gave it, the fix is that `-o`, not an ini file the project may not have
+        drop = f"{said}={sizes_text}" if said.startswith("-o ") else f"specdec_tp = \"{sizes_text}\""
         return (f"it selects among the matrices' sizes and adds none; add the size to a matrix's tp, "
-                f"or drop it: specdec_tp = \"{','.join(map(str, kept))}\"")
+                f"or drop it: {drop}")
     matrix = next(iter(state.config.matrices.values()))
     table = f"tool.specdec.matrix.{matrix.family}" if state.config.source.startswith("pyproject.toml") \
         else f"matrix.{matrix.family}"

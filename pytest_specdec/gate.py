@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Se
 
 from .directions import DECLARE_HINT, METRIC_DIRECTIONS, METRIC_NAME, Direction
 from .errors import SpecdecUsageError
+from .options import written_at
 
 if TYPE_CHECKING:
     from .metrics import MetricValue
@@ -271,11 +272,12 @@ def resolve_tolerances(cli: str | None, ini: str | None, file_expr: str | None,
         layers.append(("command line", parse_tolerances(cli, source="--specdec-compare-fail", known=known)))
         _check_can_fail("--specdec-compare-fail", layers[-1][1], known)
     if ini:
-        layers.append((ini_origin, parse_tolerances(ini, source="ini specdec_compare_fail", known=known)))
-        _check_can_fail("ini specdec_compare_fail", layers[-1][1], known)
+        source = written_at("compare_fail", ini_origin)  # `-o specdec_compare_fail` where `-o` gave it
+        layers.append((ini_origin, parse_tolerances(ini, source=source, known=known)))
+        _check_can_fail(source, layers[-1][1], known)
     file_layer: dict[str, Any] = {}
     if file_expr:
-        file_layer.update(parse_tolerances(file_expr, source=f"{file_name} key 'compare_fail'", known=known))
+        file_layer.update(parse_tolerances(file_expr, source=written_at("compare_fail", file_name), known=known))
     if file_table:
         table = dict(file_table)
         twice = sorted(set(table) & set(file_layer))

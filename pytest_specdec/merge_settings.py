@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import SpecdecUsageError
-from .options import OPTIONS_BY_NAME, resolve
+from .options import OPTIONS_BY_NAME, resolve, written_at
 
 
 def project_value(name: str, given: Any, folder: Path) -> Any:
@@ -48,7 +48,7 @@ def project_value(name: str, given: Any, folder: Path) -> Any:
     try:
         return getattr(resolve({} if given is None else {name: given}, ini, toml, source), name)
     except SpecdecUsageError as exc:
-        if inipath is None or not str(exc).startswith(f"ini {option.ini}:"):
+        if inipath is None or not str(exc).startswith(f"{written_at(name, 'ini')}:"):
             raise
         from .relpaths import relative_path
 

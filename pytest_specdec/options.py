@@ -12,7 +12,7 @@ import functools
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 from .configuration import METHODS, takes_budget
 from .errors import SpecdecUsageError
@@ -329,8 +329,8 @@ class Settings:
     overridden: Mapping[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
     #: per (option, place as `said` names it), a boolean as that place wrote it where it wrote text (yes, on, 1)
     spelled: Mapping[tuple[str, str], str] = field(default_factory=dict)
-    #: the options whose ini value an `-o` gave: origin "ini" to the code that fixes a value where it
-    #: was set (pytest hands `-o` on as the ini's), but the command line to a reader of the header
+    #: the options whose ini value an `-o` gave: origin "ini" (pytest hands `-o` on as the ini's), but
+    #: the command line to a reader of the header and of an error, which name that `-o` key (`said`)
     by_override: frozenset[str] = frozenset()
 
     def __getattr__(self, name: str) -> Any:
@@ -353,7 +353,7 @@ class Settings:
         """`origin` (default: where the option's value came from) as the header names it: an ini
         value that `-o` gave as that `-o` key, not as the ini file, whose own value it hides."""
         origin = self.origins[name] if origin is None else origin
-        return f"-o {OPTIONS_BY_NAME[name].ini}" if origin == "ini" and name in self.by_override else origin
+        return ini_said(name, name in self.by_override) if origin == "ini" else origin
 
     def setter(self, name: str) -> str:
         """Where to change an option: where the user set it, else its command-line flag."""
@@ -361,10 +361,23 @@ class Settings:
 
     def source(self, name: str) -> str:
         """Where an option's value came from, as a user would write it (for error messages)."""
-        option = OPTIONS_BY_NAME[name]
-        origin = self.origins[name]
-        return {"command line": option.cli, "ini": f"ini {option.ini}", "default": "the default"}.get(
-            origin, f"{origin} key {name!r}")
+        return written_at(name, self.said(name))
+
+
+def ini_said(name: str, by_override: bool) -> str:
+    """Option `name`'s ini layer as the header names it: the `-o` key where `-o` gave its value
+    (pytest hands that on as the ini file's, which it hides), else the ini file ("ini")."""
+    return f"-o {OPTIONS_BY_NAME[name].ini}" if by_override else "ini"
+
+
+def written_at(name: str, said: str) -> str:
+    """Place `said` (as `Settings.said` names it) of option `name` as the user wrote it there, for
+    error messages: its flag, `-o specdec_x`, `ini specdec_x` (an ini file), a config file's key."""
+    option = OPTIONS_BY_NAME[name]
+    if said.startswith("-o "):
+        return said
+    return {"command line": option.cli, "ini": f"ini {option.ini}", "default": "the default"}.get(
+        said, f"{said} key {name!r}")
 
 
 def toml_shown(value: Any) -> str:
@@ -404,7 +417,8 @@ def parse_value(option: Option, raw: Any, where: str) -> Any:
     if isinstance(raw, bool) and option.parse is _bool:
         return raw  # a TOML boolean, or a store_true flag
     parse = option.parse
-    key = option.ini if where.startswith("ini ") else option.name  # the fix is written under the key the user used
+    # the fix is written under the key the user used (`-o` sets the ini key)
+    key = option.ini if where.startswith(("ini ", "-o ")) else option.name
     if parse is _sizes and isinstance(raw, (int, list)) and not isinstance(raw, bool):
         parse = functools.partial(_toml_sizes, key=key)  # TOML [1, 4]
     numeric = option.parse in (_count, _gpu_count, _positive_count, _positive_float)
@@ -427,7 +441,7 @@ def parse_value(option: Option, raw: Any, where: str) -> Any:
         fix = (f"; give one, e.g. {option.name} = \"{_TEXT_EXAMPLES.get(option.name, option.default)}\", or "
                f"remove the key" if where.endswith(f"key {option.name!r}")
                else f" (an unset variable?); give {option.metavar}, or leave "
-                    f"{option.ini if where.startswith('ini ') else option.cli} out")
+                    f"{option.ini if where.startswith('ini ') else where} out")  # the flag, or `-o specdec_x`
         raise SpecdecUsageError(f"{where}: {raw!r} is empty{fix}")
     try:
         return parse(raw)
@@ -476,9 +490,13 @@ def _toml_kind(option: Option) -> str:
 
 
 def read_ini(getini: Callable[[str], Any], text: Callable[[str], Any] | None = None,
-             bool_text: Callable[[str], str | None] | None = None) -> dict[str, Any]:
+             bool_text: Callable[[str], str | None] | None = None,
+             by_override: Collection[str] = ()) -> dict[str, Any]:
     """Every option's ini value (None where unset), typed by pytest per `Option.ini_type`; a value
     pytest cannot convert is a SpecdecUsageError naming the key and what it takes.
+
+    `by_override` names the options whose value an `-o` gave (`ini_file_under_overrides`' keys),
+    whose errors name that `-o` key rather than an ini file the user may not even have.
 
     `text` gives a key's value as the user wrote it (`ini_text`): a number pytest read is kept in
     that form, so that an error echoes '0' rather than the 0.0 pytest made of it. `bool_text`
@@ -489,7 +507,8 @@ def read_ini(getini: Callable[[str], Any], text: Callable[[str], Any] | None = N
         try:
             values[option.name] = getini(option.ini)
         except Exception as exc:  # pytest.UsageError, raised by getini for a bad bool/int/float
-            raise SpecdecUsageError(f"ini {option.ini}: {_ini_problem(option, exc)}; {option.cli} takes: "
+            where = written_at(option.name, ini_said(option.name, option.name in by_override))
+            raise SpecdecUsageError(f"{where}: {_ini_problem(option, exc)}; {option.cli} takes: "
                                     f"{option.help}") from None
         if values[option.name] == "" and (text is None or not isinstance(text(option.ini), str)):
             values[option.name] = None  # getini's "" for a string option nobody set
@@ -646,18 +665,18 @@ def resolve(cli: Mapping[str, Any], ini: Mapping[str, Any], toml: Mapping[str, A
     overridden: dict[str, tuple[tuple[str, Any], ...]] = {}
     spelled: dict[tuple[str, str], str] = {}
     for option in OPTIONS:
-        given_by = f"-o {option.ini}" if option.name in under else "ini"  # the header's name for the ini layer
+        given_by = ini_said(option.name, option.name in under)  # the header's name for the ini layer
         layers = []  # (origin, value), highest precedence first
         cli_value = cli.get(option.name)
         if cli_value is not None and cli_value is not False:
             layers.append(("command line", parse_value(option, cli_value, option.cli)))
         if ini.get(option.name) is not None:  # "" too: -o specdec_report=$DIR with DIR unset
-            layers.append(("ini", parse_value(option, ini[option.name], f"ini {option.ini}")))
+            layers.append(("ini", parse_value(option, ini[option.name], written_at(option.name, given_by))))
         hidden = [(given_by if origin == "ini" else origin, value) for origin, value in layers[1:]]
         if under.get(option.name) is not None:
             hidden.append(("ini", under[option.name]))
         if option.name in toml:
-            layers.append((toml_name, parse_value(option, toml[option.name], f"{toml_name} key {option.name!r}")))
+            layers.append((toml_name, parse_value(option, toml[option.name], written_at(option.name, toml_name))))
             hidden += [layers[-1]] if len(layers) > 1 else []
         origins[option.name], values[option.name] = layers[0] if layers else ("default", option.default)
         if hidden:

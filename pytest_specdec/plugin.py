@@ -90,10 +90,10 @@ def pytest_configure(config: pytest.Config) -> None:
             from . import config_root
 
             config_root.check(config, root)  # a project's own [tool.specdec] that pytest's rootdir passes over
+        under_override = ini_file_under_overrides(config)
         ini = read_ini(lambda key: ini_value(config, key), lambda key: ini_text(config, key),
-                       lambda key: ini_bool_text(config, key))
-        state = state_mod.build(root, cli, ini, listing=_lists(config),
-                                ini_under_override=ini_file_under_overrides(config))
+                       lambda key: ini_bool_text(config, key), by_override=under_override)
+        state = state_mod.build(root, cli, ini, listing=_lists(config), ini_under_override=under_override)
         # a listing (--co, --setup-plan, --setup-only) writes neither: a read-only checkout may list
         if (state.settings.save_baseline or state.settings.report) and not _runs_no_test(config):
             from . import outputs

@@ -11,6 +11,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from .errors import SpecdecUsageError
+from .options import written_at
 from .sampling_rule import decodes_greedily
 from .session import Results, lock_bound
 
@@ -363,10 +364,9 @@ UNFINISHED = ("failed", "error", "xfailed")
 
 def _unset_by(rule) -> str:
     """Where a rule's tolerance is removed: the layer it came from (an `-o` key named as given)."""
-    if rule.origin.startswith("-o "):
-        return rule.origin
-    return {"command line": "--specdec-compare-fail", "ini": "ini specdec_compare_fail"}.get(
-        rule.origin, f"{rule.origin}'s tolerances")
+    if rule.origin in ("command line", "ini") or rule.origin.startswith("-o "):
+        return written_at("compare_fail", rule.origin)
+    return f"{rule.origin}'s tolerances"  # the config file's compare_fail and its tolerances table
 
 
 def unrecorded_gate(results: Results, durations: Durations | None) -> str | None:

@@ -912,18 +912,23 @@ def test_unused(specdec_record, benchmark):
 
 def test_the_gate_advice_names_where_each_value_was_set(pytester, monkeypatch):
     """The summary's advice said --specdec-compare-fail and --specdec-baseline-dir where the run
-    had them from the ini file."""
+    had them from the ini file; and "ini specdec_..." where it had them from `-o`, whose value
+    hides the ini file's."""
     pytester.makeini("[pytest]\nspecdec_compare_fail = output_tok_s:off\nspecdec_baseline_dir = mine\n")
     result = save_then_run(pytester, monkeypatch, tok_s=2.0)
     result.stdout.fnmatch_lines([
         "specdec: 1 test(s) compared with cpu.json but not gated: no tolerance applies to any of their "
         "figures (set ini specdec_compare_fail or [[]tool.specdec.tolerances[]] for tpot_ms)"])
+    result = pytester.runpytest("-p", "no:cacheprovider", "-o", "specdec_compare_fail=output_tok_s:off")
+    result.stdout.fnmatch_lines([
+        "specdec: 1 test(s) compared with cpu.json but not gated: no tolerance applies to any of their "
+        "figures (set -o specdec_compare_fail or [[]tool.specdec.tolerances[]] for tpot_ms)"])
     result = pytester.runpytest("-p", "no:cacheprovider", "-o", "specdec_baseline_dir=elsewhere",
                                 "--specdec-compare-fail", "output_tok_s:5%")
     result.stdout.fnmatch_lines([
         "specdec: gate: no baseline file at *elsewhere/cpu.json: the baseline folder *elsewhere does not exist "
-        "(set by ini specdec_baseline_dir), so none of the 1 gated figure(s) was compared; save one with "
-        "--specdec-save-baseline (or point ini specdec_baseline_dir at yours)"])
+        "(set by -o specdec_baseline_dir), so none of the 1 gated figure(s) was compared; save one with "
+        "--specdec-save-baseline (or point -o specdec_baseline_dir at yours)"])
 
 
 def test_a_baseline_file_of_other_hardware_names_where_the_folder_was_set(pytester):

@@ -52,10 +52,11 @@ def test_a_path_the_file_system_cannot_look_up_is_a_usage_error(pytester: pytest
 
 @pytest.mark.parametrize("option", ["specdec_report", "specdec_baseline_dir", "specdec_journal"])
 def test_an_empty_ini_override_is_a_usage_error_as_its_flag_is(pytester: pytest.Pytester, option):
-    """-o specdec_report=$DIR with DIR unset ran on without a report, where --specdec-report= stops."""
+    """-o specdec_report=$DIR with DIR unset ran on without a report, where --specdec-report= stops;
+    named as the `-o` it is, not as "ini specdec_report", which no ini file of the project sets."""
     pytester.makepyfile("def test_x(): pass")
-    _usage_error(pytester.runpytest("-o", f"{option}="), f"ini {option}: '' is empty (an unset variable?); "
-                                                        f"give *, or leave {option} out")
+    _usage_error(pytester.runpytest("-o", f"{option}="), f"-o {option}: '' is empty (an unset variable?); "
+                                                        f"give *, or leave -o {option} out")
     assert pytester.runpytest().ret == pytest.ExitCode.OK  # unset, it is no value at all
 
 
@@ -253,12 +254,19 @@ def test_out_of_range_ini_values_are_usage_errors(pytester: pytest.Pytester, ini
 
 
 @pytest.mark.parametrize("override, message", [
-    ("specdec_stall_timeout=0", "ini specdec_stall_timeout: '0' must be a finite number greater than 0; *"),
-    ("specdec_startup_timeout=1e-999", "ini specdec_startup_timeout: '1e-999' must be a finite number greater than 0; *"),
-    ("specdec_restart_on_crash=-01", "ini specdec_restart_on_crash: '-01' must be 0 or more; *"),
+    ("specdec_stall_timeout=0", "-o specdec_stall_timeout: '0' must be a finite number greater than 0; *"),
+    ("specdec_startup_timeout=1e-999", "-o specdec_startup_timeout: '1e-999' must be a finite number greater than 0; *"),
+    ("specdec_restart_on_crash=-01", "-o specdec_restart_on_crash: '-01' must be 0 or more; *"),
+    # a value pytest cannot convert, a boolean, a gate's tolerance: each named as the -o it is
+    ("specdec_keep_runs=abc", "-o specdec_keep_runs: 'abc' is not a whole number; --specdec-keep-runs takes: *"),
+    ("specdec_strict_noise=maybe", "-o specdec_strict_noise: 'maybe' is not a boolean (use true or false); *"),
+    ("specdec_compare_fail=output_tok_s:lots", "-o specdec_compare_fail: tolerance 'lots' for 'output_tok_s' is "
+                                               "not a number or percentage *"),
+    ("specdec_compare_fail=accept_rate:2", "-o specdec_compare_fail: accept_rate:2 can never fail: *"),
 ])
 def test_an_override_is_echoed_as_the_user_wrote_it(pytester: pytest.Pytester, override, message):
-    """`-o specdec_stall_timeout=0` was told "'0.0' must be ...": a value the user never wrote."""
+    """`-o specdec_stall_timeout=0` was told "'0.0' must be ...": a value the user never wrote; and
+    "ini specdec_stall_timeout: ...", a key the user gave with -o (the ini file's own is valid)."""
     pytester.makeini("[pytest]\nspecdec_stall_timeout = 5\n")
     pytester.makepyfile("def test_x(): pass")
     _usage_error(pytester.runpytest("-o", override), message)
@@ -285,6 +293,9 @@ def test_a_tp_filter_that_selects_nothing_is_a_usage_error(pytester: pytest.Pyte
                                  "selects among the matrices' sizes and adds none; *or drop it: --specdec-tp=1,8"),
     ("[tool.pytest.ini_options]\nspecdec_tp = \"4,8,16\"\n", [],
      "ini specdec_tp 4,8,16 lists 4, 16, which no matrix has (*), so they would not run: *specdec_tp = \"8\""),
+    # the fix of an `-o` is that `-o`, not a line of an ini file the project may not have
+    ("", ["-o", "specdec_tp=4,8,16"],
+     "-o specdec_tp 4,8,16 lists 4, 16, which no matrix has (*), so they would not run: *or drop it: -o specdec_tp=8"),
 ])
 def test_a_tp_filter_listing_a_size_no_matrix_has_is_a_usage_error(pytester: pytest.Pytester, where, args, message):
     """[tool.specdec]'s tp = [1, 4], written to run at TP 1 and 4, ran the tp1 configurations alone and

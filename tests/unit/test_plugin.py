@@ -903,9 +903,15 @@ def test_a_server_url_where_nothing_answers_is_one_line(pytester: pytest.Pyteste
 
 
 def test_a_server_url_set_in_the_ini_is_named_as_set(pytester: pytest.Pytester):
+    """Given with -o, it is named as that -o (it was "ini specdec_server_url", a key no ini file set)."""
     pytester.makepyprojecttoml(SMALL_MATRIX)
     pytester.makepyfile(SERVER_TEST)
     result = pytester.runpytest("-o", "specdec_server_url=http://127.0.0.1:9")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: pytest-specdec: -o specdec_server_url http://127.0.0.1:9: "
+                                 "no /server_info at http://127.0.0.1:9*"])
+    pytester.makeini("[pytest]\nspecdec_server_url = http://127.0.0.1:9\n")
+    result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: pytest-specdec: ini specdec_server_url http://127.0.0.1:9: "
                                  "no /server_info at http://127.0.0.1:9*"])
