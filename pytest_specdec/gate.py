@@ -299,14 +299,18 @@ def resolve_tolerances(cli: str | None, ini: str | None, file_expr: str | None,
 def mann_whitney_p(worse: Sequence[float], better: Sequence[float]) -> float:
     """One-sided p-value that `worse` is stochastically smaller than `better` (Mann-Whitney U).
 
-    Exact (the U distribution counted by recursion) up to 30 samples a side, the normal
-    approximation beyond; ties count one half. Small samples cannot reach small p-values
-    (3 against 3 never goes below 0.05): that is what makes a short run `noisy`, not red.
+    Exact (the U distribution counted by recursion) up to 30 samples a side, or one sample
+    against any number, the normal approximation beyond; ties count one half. Small samples cannot
+    reach small p-values (3 against 3 never goes below 0.05): that is what makes a short run
+    `noisy`, not red.
     """
     n, m = len(worse), len(better)
     if n == 0 or m == 0:
         return 1.0
     u = sum(1.0 if x < y else 0.5 if x == y else 0.0 for x in worse for y in better)
+    if min(n, m) == 1:
+        # U is uniform on 0..n*m; the normal approximation would never go below 0.04 here: no red
+        return (n * m + 1 - math.floor(u + 1e-9)) / (n * m + 1)
     if n <= 30 and m <= 30:
         counts = _u_counts(n, m)
         # P(U >= u) under H0 (U is symmetric); a tie's half is rounded down: conservative

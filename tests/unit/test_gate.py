@@ -444,3 +444,17 @@ def test_two_requests_that_agree_claim_no_precision_the_other_sides_scatter_deni
     then = [88.0, 94.0, 98.0, 103.0, 108.0, 115.0]
     assert few("tpot_ms", [114.0, 115.0], then).verdict == "noisy"
     assert few("tpot_ms", [130.0, 131.0], then).verdict == "regression"
+
+def test_one_request_against_many_is_decided_by_its_exact_rank():
+    """U of one sample against m is uniform on 0..m, so p = 1 / (m + 1) at best: the normal
+    approximation, taken beyond 30 samples a side, never went below 0.04, and a TPOT of one sample
+    100 times slower than 48 baseline samples was noisy, never red. From 39 samples on the rank
+    test decides (p = 1/40 = ALPHA is red); below, the standard errors."""
+    then = [100.0 + i for i in range(48)]
+    collapse = few("tpot_ms", [10000.0], then, 15)
+    assert collapse.verdict == "regression" and collapse.p_value == pytest.approx(1 / 49)
+    assert few("tpot_ms", [10000.0] * 40, [100.0], 15).verdict == "regression"  # one baseline request
+    edge = few("tpot_ms", [500.0], then[:39], 15)
+    assert edge.p_value == 0.025 and edge.verdict == "regression"
+    assert few("tpot_ms", [500.0], then[:38], 15).p_value is None
+
