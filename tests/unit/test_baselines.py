@@ -444,6 +444,18 @@ def test_a_measurement_saved_again_after_another_runs_save_is_pooled_once(tmp_pa
     assert load_baselines(path, "cpu").get(TID, "tpot_ms").runs == 3
 
 
+def test_the_same_samples_with_another_figure_are_another_measurement(tmp_path):
+    """Per-request accept lengths 1.5 and 2.0 of 3/2 and 4/2 tokens, then of 6/4 and 4/2: the same
+    samples, another figure (7/4, then 10/6). Only the newest save's value tells the two apart;
+    read as one save, the second was never pooled and the entry kept the first figure."""
+    path = tmp_path / "cpu.json"
+    for value in (1.75, 10 / 6):
+        save_baselines(path, "cpu", {TID: [MetricValue("accept_length", value, "higher", distribution=(1.5, 2.0))]},
+                       versions={}, fingerprints={TID: "f1"})
+    entry = load_baselines(path, "cpu").get(TID, "accept_length")
+    assert (entry.runs, entry.value) == (2, 10 / 6)
+
+
 def test_saves_of_unequal_sizes_are_pooled_whole(tmp_path):
     """A workload's request count changed between saves: the window took the newest save's size
     times the saves kept, so an older save was cut in two (or one too many kept)."""

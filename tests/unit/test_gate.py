@@ -54,6 +54,7 @@ def test_parse_tolerances_relative_absolute_wildcard_and_off():
     assert t["ttft_ms"].allowed(200.0) == pytest.approx(20.0)
     assert str(t["output_tok_s"]) == "5%" and str(t["accept_length"]) == "0.05"
     assert set(t) == {"output_tok_s", "accept_length", "ttft_ms", "*", "tpot_ms"}
+    assert parse_tolerances("ttft_ms:OFF")["ttft_ms"] is t["tpot_ms"]  # off in any case, not "not a number"
 
 
 @pytest.mark.parametrize(
@@ -163,6 +164,11 @@ def test_mann_whitney_extremes():
     assert 0 < mann_whitney_p(list(range(40)), list(range(20, 60))) < 0.01  # normal approximation
 
 
+def test_mann_whitney_counts_a_tie_as_half_and_rounds_it_towards_no_evidence():
+    assert mann_whitney_p([5] * 4, [5] * 4) > 0.5  # nothing but ties: no evidence either way
+    assert mann_whitney_p([1, 2], [2, 3]) == pytest.approx(2 / 6)  # U = 3.5: P(U >= 3), not P(U >= 4)
+
+
 # ------------------------------------------------------------------ exact figures
 
 TOL = parse_tolerances("output_tok_s:5%,accept_length:2%,ttft_ms:10%")
@@ -195,6 +201,26 @@ def test_within_tolerance_unchanged_and_new():
     assert new.verdict == "new" and new.line() == "output_tok_s 812.4 (no baseline)"
 
 
+def test_a_relative_tolerance_is_a_share_of_the_baseline_not_of_the_run():
+    """10 % of 3.0 is 0.3 both ways: 2.72 (-0.28) passes and 3.31 (+0.31) is an improvement;
+    10 % of the run's own figure would say the opposite of both."""
+    tol = Tolerance("accept_length", 0.10, True)
+
+    def exact(now):
+        return compare_metric(TID, mv("accept_length", now, deterministic=True), entry(3.0, deterministic=True),
+                              tol).verdict
+
+    assert exact(2.72) == "unchanged" and exact(3.31) == "improvement"
+
+
+def test_a_deterministic_figure_against_a_sampled_baseline_is_judged_by_its_noise():
+    """Exact only where both sides reproduce: a greedy run's acceptance against an entry saved
+    from sampled decoding, whose requests scatter, is not red for a drift inside that scatter."""
+    c = compare_metric(TID, mv("accept_length", 2.6, deterministic=True),
+                       entry(3.0, distribution=[2.0, 2.6, 3.0, 3.4, 4.0]), Tolerance("accept_length", 0.10, True))
+    assert c.verdict == "noisy"
+
+
 def test_direction_mismatch_is_a_usage_error():
     with pytest.raises(SpecdecUsageError, match="if the change is meant, delete the entry .* and save the "
                                                 "figure again with --specdec-save-baseline"):
@@ -221,6 +247,28 @@ def test_beyond_tolerance_but_not_clearly_is_noisy_not_red():
     assert "too noisy to decide [p=" in c.line()
     assert failure_message([c]) is None
     assert failure_message([c], strict_noise=True) == c.line()
+
+
+def test_a_run_just_past_the_edge_is_ranked_against_the_edge_not_the_baseline():
+    """The rank test moves the baseline's samples to the edge of what passes: a run 11 % down at
+    a 10 % tolerance, its requests among the edge's, is noisy, though each is below every baseline
+    request."""
+    now = mv(value=89.25, distribution=[86.0, 87.0, 88.0, 89.0, 89.5, 90.0, 91.0, 92.0])
+    then = entry(100.0, distribution=[98.0, 99.0, 99.5, 100.0, 100.0, 100.5, 101.0, 102.0])
+    c = compare_metric(TID, now, then, parse_tolerances("output_tok_s:10%")["output_tok_s"])
+    assert c.verdict == "noisy" and c.p_value > 0.1
+
+
+def test_a_run_inside_the_contention_allowance_is_not_red_however_its_requests_rank():
+    """Red needs both: the run's median beyond the edge (here the baseline's over 1.64, both runs
+    having had a CPU 30 % of the time) and the rank test. Half the requests far down and the rest
+    just above the edge rank as significant (p = 0.01), but the run is not beyond the edge."""
+    now = mv(value=130.0, distribution=[10.0] * 8 + [130.0] * 9, cpu_share=0.3)
+    then = entry(210.0, distribution=[82.0 + 1.5 * i for i in range(8)] + [328.0 + 1.5 * i for i in range(8)],
+                 cpu_share=0.3)
+    c = compare_metric(TID, now, then, Tolerance("output_tok_s", 0.0, True))
+    assert c.p_value < 0.025 and c.baseline / c.contention < c.value
+    assert c.verdict == "noisy"
 
 
 def test_too_few_samples_for_the_rank_test_are_decided_by_standard_errors():
@@ -254,6 +302,13 @@ def test_a_collapse_is_red_however_noisy_its_samples():
     doubled = compare_metric(TID, mv("ttft_ms", 210.0, "lower", spread=63.0),
                              entry(100.0, "lower", spread=30.0), parse_tolerances("ttft_ms:0%")["ttft_ms"])
     assert doubled.verdict == "regression"
+
+
+def test_a_collapsed_median_with_a_request_not_beyond_the_edge_is_left_to_the_errors():
+    """Red whatever the errors say only when every request is beyond every baseline request moved
+    to the edge: one request back above the edge, or exactly on it, is not beyond it."""
+    assert few("output_tok_s", [10.0, 40.0, 200.0], [100.0, 100.0, 100.0], 15).verdict == "noisy"
+    assert few("output_tok_s", [10.0, 42.5], [100.0, 50.0], 15).verdict == "noisy"  # 42.5: 50's edge
 
 
 def test_one_sample_against_a_pool_of_runs_borrows_the_pools_scatter():
@@ -299,6 +354,21 @@ def test_a_contended_machine_needs_a_larger_drop_to_call_it():
     assert run(0.3, 0.3, ratio=0.4).verdict == "regression"  # -60 %: clear even there
 
 
+def test_a_contended_machine_needs_a_larger_rise_of_a_latency_too():
+    """The edge moves up for a figure that rose: +30 % of a calibrated latency is red on a quiet
+    machine and noisy when both runs had a CPU 30 % of the time; +150 % is red there too."""
+    tol = parse_tolerances("ttft_ms:15%")["ttft_ms"]
+
+    def run(share, ratio):
+        return compare_metric(TID, mv("ttft_ms", 100.0 * ratio, "lower", distribution=around(100.0 * ratio),
+                                      cpu_share=share),
+                              entry(100.0, "lower", distribution=around(100.0, seed=1, n=24), cpu_share=share), tol)
+
+    assert run(0.95, 1.3).verdict == "regression"
+    assert run(0.3, 1.3).verdict == "noisy"
+    assert run(0.3, 2.5).verdict == "regression"
+
+
 def test_calibrated_against_uncalibrated_compares_values_by_spread():
     c = compare_metric(TID, mv(value=600.0, distribution=around(1800.0), cpu_share=1.0),
                        entry(900.0, spread=5.0, distribution=around(900.0)), TOL["output_tok_s"])
@@ -342,6 +412,18 @@ def test_a_test_compared_but_never_gated_says_so():
     comps = compare_all(TID, [mv(value=10.0)], b.get, resolve_tolerances(None, None, None, {}, "f"))
     assert verdict_of(comps) == "not gated"
     assert verdict_of([]) == ""
+
+
+def test_ungated_figures_that_moved_leave_the_tests_verdict_to_its_gated_ones():
+    """A figure no tolerance names is compared and shown, never gated: its noise or improvement
+    neither makes the test "noisy" or "improved" nor fails it under --specdec-strict-noise."""
+    b = Baselines("cpu", {TID: {"output_tok_s": entry(900.0, distribution=around(900.0)),
+                                "accept_length": entry(3.0), "ttft_ms": entry(100.0, "lower")}})
+    comps = compare_all(TID, [mv(value=800.0, distribution=[500, 1100, 700, 900, 650, 1000, 600, 950]),
+                              mv("accept_length", 3.5), mv("ttft_ms", 101.0, "lower")], b.get,
+                        resolve_tolerances("ttft_ms:10%", None, None, {}, "f"))
+    assert [c.verdict for c in comps] == ["noisy", "improvement", "unchanged"]
+    assert verdict_of(comps) == "ok" and failure_message(comps, strict_noise=True) is None
 
 
 def test_a_test_whose_gated_figures_all_lack_a_baseline_is_new_not_ok():
@@ -390,6 +472,8 @@ def test_three_samples_a_side_are_judged_by_students_t_not_the_normal():
     not 2.5 %: -20 % against a 10 % scatter is not clear with 4 degrees of freedom; -25 % is."""
     base = [100.0, 110.0, 90.0]
     assert few("output_tok_s", [v * 0.8 for v in base], base).verdict == "noisy"
+    # nor -22 %: a median of three is 1.16 times as uncertain as their mean
+    assert few("output_tok_s", [v * 0.78 for v in base], base).verdict == "noisy"
     assert few("output_tok_s", [v * 0.75 for v in base], base).verdict == "regression"
 
 
@@ -414,6 +498,8 @@ def test_a_rise_and_a_drop_by_the_same_factor_weigh_the_same():
     slower = few("tpot_ms", [130.0], pool)
     fewer = few("output_tok_s", [100 / 1.3], [1e4 / v for v in pool])
     assert slower.verdict == fewer.verdict == "regression"
+    # one request has the pool's scatter a request (0.1), not its median's: x1.2 is inside it
+    assert few("tpot_ms", [120.0], pool).verdict == "noisy"
 
 
 def test_t_quantiles_and_welch_degrees_of_freedom():
@@ -445,6 +531,7 @@ def test_two_requests_that_agree_claim_no_precision_the_other_sides_scatter_deni
     assert few("tpot_ms", [114.0, 115.0], then).verdict == "noisy"
     assert few("tpot_ms", [130.0, 131.0], then).verdict == "regression"
 
+
 def test_one_request_against_many_is_decided_by_its_exact_rank():
     """U of one sample against m is uniform on 0..m, so p = 1 / (m + 1) at best: the normal
     approximation, taken beyond 30 samples a side, never went below 0.04, and a TPOT of one sample
@@ -458,3 +545,18 @@ def test_one_request_against_many_is_decided_by_its_exact_rank():
     assert edge.p_value == 0.025 and edge.verdict == "regression"
     assert few("tpot_ms", [500.0], then[:38], 15).p_value is None
 
+
+def test_a_figure_of_ones_own_with_an_edge_at_or_below_0_is_judged_by_its_errors():
+    """No logarithm where the edge is at or below 0 (a figure of the user's own may be): the
+    difference against t times the combined error decides, so a drift inside the scatter is noisy."""
+    tol = Tolerance("margin", 0.5, False)
+    vague = compare_metric(TID, mv("margin", -1.5, distribution=[-5.0, -1.5, 2.0]),
+                           entry(0.0, distribution=[-1.0, 0.0, 1.0]), tol)
+    assert vague.verdict == "noisy"
+    clear = compare_metric(TID, mv("margin", -3.0, distribution=[-3.1, -3.0, -2.9]),
+                           entry(0.0, distribution=[-0.1, 0.0, 0.1]), tol)
+    assert clear.verdict == "regression"
+    # an edge of exactly 0: a baseline of -1 with an absolute tolerance of 1, lower is better
+    rise = compare_metric(TID, mv("margin", 0.5, "lower", spread=0.1), entry(-1.0, "lower", spread=0.1),
+                          Tolerance("margin", 1.0, False))
+    assert rise.verdict == "regression"

@@ -103,6 +103,9 @@ def test_an_absolute_tolerance_of_the_whole_baseline_is_named():
     assert c.verdict == "unchanged"
     (why,) = unreachable([c])
     assert why.startswith("output_tok_s:15 allows a drop of its whole baseline 12.00, so no run can fail it")
+    # a baseline of the tolerance itself: a drop to 0 is exactly the allowance, which passes
+    (why,) = unreachable([cmp("output_tok_s", 0.0, 15.0, tol, deterministic=True)])
+    assert why.startswith("output_tok_s:15 allows a drop of its whole baseline 15.00")
     # a bar below the baseline can fail; a latency's absolute bar always can; 0 against 0 is exact
     assert unreachable([cmp("output_tok_s", 12.0, 20.0, tol, deterministic=True),
                         cmp("ttft_ms", 1.0, 5.0, Tolerance("ttft_ms", 15.0, False), deterministic=True),
