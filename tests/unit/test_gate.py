@@ -167,6 +167,7 @@ def test_mann_whitney_extremes():
 def test_mann_whitney_counts_a_tie_as_half_and_rounds_it_towards_no_evidence():
     assert mann_whitney_p([5] * 4, [5] * 4) > 0.5  # nothing but ties: no evidence either way
     assert mann_whitney_p([1, 2], [2, 3]) == pytest.approx(2 / 6)  # U = 3.5: P(U >= 3), not P(U >= 4)
+    assert mann_whitney_p([2], [1, 2, 3]) == pytest.approx(3 / 4)  # one sample: U = 1.5, P(U >= 1)
 
 
 # ------------------------------------------------------------------ exact figures
