@@ -194,12 +194,16 @@ class GpuLeases:
                     announced.add(who)
                 if deadline is not None and time.monotonic() >= deadline:
                     held = "; ".join(
-                        [f"{_holder(v)}: GPUs {_fmt(v['gpus'])}" for v in self.holders().values()]
+                        [f"{_holder(v)}: {_named(v['gpus'])}" for v in self.holders().values()]
                         + [f"GPU {gpu} by another run on this host, {holder}" for gpu, holder in elsewhere.items()]
                     )
+                    # free GPUs kept for a request queued before it: name that one, not an empty "held"
+                    before = ", ".join(f"{w['owner']} ({w['n']} GPU{'s' if w['n'] != 1 else ''})" for w in ahead)
                     raise GpuLeaseError(
-                        f"{owner} waited {timeout:g}s for {n} free GPU{'s' if n != 1 else ''} of "
-                        f"{_fmt(self.inventory)}; held: {held}; raise {timeout_setting} to wait longer"
+                        f"{owner} waited {timeout:g}s for {n} free GPU{'s' if n != 1 else ''} among "
+                        f"{_named(self.inventory)}; held: {held or 'by no one'}"
+                        + (f"; queued before it: {before}" if before else "")
+                        + f"; raise {timeout_setting} to wait longer"
                     )
                 time.sleep(poll)
         finally:
@@ -211,11 +215,11 @@ class GpuLeases:
     def _waiting(self, n: int, owner: str, leases: Mapping[str, dict], ahead: Sequence[Mapping],
                  timeout: float | None, timeout_setting: str) -> str:
         """What a request waits for, said once as it starts waiting, so a long wait is never silent:
-        `ddtree-tp8-b8 waits for 8 free GPUs of 0,...,7: held by ar-tp1 (pid 4242) GPUs 0; ...`."""
-        held = ", ".join(f"{_holder(v)} GPUs {_fmt(v['gpus'])}" for v in leases.values())
+        `ddtree-tp8-b8 waits for 8 free GPUs among GPUs 0,...,7: held by ar-tp1 (pid 4242) GPU 0; ...`."""
+        held = ", ".join(f"{_holder(v)} {_named(v['gpus'])}" for v in leases.values())
         before = ", ".join(f"{w['owner']} ({w['n']} GPU{'s' if w['n'] != 1 else ''})" for w in ahead)
         bound = _bound(timeout, timeout_setting)
-        return (f"{owner} waits for {n} free GPU{'s' if n != 1 else ''} of {_fmt(self.inventory)}: "
+        return (f"{owner} waits for {n} free GPU{'s' if n != 1 else ''} among {_named(self.inventory)}: "
                 f"held by {held or 'no one'}" + (f"; queued before it: {before}" if before else "") + f"; {bound}")
 
     @staticmethod
@@ -223,7 +227,7 @@ class GpuLeases:
         """A wait for a dead holder's server's memory, said once it outlasts the quiet spell the
         teardown's wait keeps: whose GPUs, what is still held, how much longer at most."""
         bound = gpu_memory.RELEASE_TIMEOUT_S
-        return (f"{owner} waits: GPUs {_fmt(entry['gpus'])} of {entry['owner']} (pid {entry['pid']}, gone): "
+        return (f"{owner} waits: {_named(entry['gpus'])} of {entry['owner']} (pid {entry['pid']}, gone): "
                 f"{entry['held']} still; waiting up to {max(bound - waited, 0.0):.0f}s more for the driver to "
                 f"release it before leasing them (bound: the {bound:g}s GPU release wait)")
 
@@ -499,3 +503,8 @@ def _bound(timeout: float | None, setting: str) -> str:
 
 def _fmt(gpus: Sequence[int]) -> str:
     return ",".join(str(g) for g in gpus)
+
+
+def _named(gpus: Sequence[int]) -> str:
+    """`GPU 0` or `GPUs 0,1`: a bare `of 0` read as "of no GPUs"."""
+    return f"GPU{'s' if len(gpus) != 1 else ''} {_fmt(gpus)}"

@@ -84,8 +84,8 @@ def test_another_runs_gpu_is_passed_over_then_waited_for_naming_its_holder(tmp_p
     leases = _this_run(tmp_path, said)
     assert leases.acquire(1, owner="ar-tp1").gpus == (1,)  # the next free GPU, at once
     assert said == []
-    with pytest.raises(GpuLeaseError, match=rf"waited 0.3s for 1 free GPU of 0,1; held: ar-tp1 \(pid {os.getpid()}\): "
-                                            rf"GPUs 1; GPU 0 by another run on this host, pid {other.pid} \(user .+, "
+    with pytest.raises(GpuLeaseError, match=rf"waited 0.3s for 1 free GPU among GPUs 0,1; held: ar-tp1 \(pid {os.getpid()}\): "
+                                            rf"GPU 1; GPU 0 by another run on this host, pid {other.pid} \(user .+, "
                                             rf"run run-a, project /home/ana/bench, since .+\)"):
         leases.acquire(1, owner="ddtree-tp1-b8", timeout=0.3, poll=0.02)
     assert len(said) == 1, "the holder is named once, not at every look"

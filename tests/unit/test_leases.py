@@ -82,7 +82,8 @@ def test_a_large_request_is_not_overtaken_by_small_ones(tmp_path):
             time.sleep(0.05)
         time.sleep(0.1)  # the old book had no queue to watch: give the waiter its first look
         leases.release(lease)
-        with pytest.raises(GpuLeaseError, match="waited 0s for 1 free GPU of"):
+        with pytest.raises(GpuLeaseError, match=r"waited 0s for 1 free GPU among GPUs 0,1,2,3,4,5,6,7; held: by no one; "
+                                                r"queued before it: ddtree-tp8-b8 \(8 GPUs\); raise "):
             leases.acquire(1, owner="dflash-tp1", timeout=0)  # the next TP1 queues behind the TP8
         assert got.get(timeout=30) == tuple(range(8))
         waiter.join(timeout=30)
@@ -137,7 +138,7 @@ def test_a_wait_for_this_runs_own_workers_says_what_it_waits_for_once(tmp_path):
     leases.acquire(1, owner="ar-tp1")
     with pytest.raises(GpuLeaseError):
         leases.acquire(2, owner="ddtree-tp2-b8", timeout=0.3, poll=0.02)
-    assert said == [f"ddtree-tp2-b8 waits for 2 free GPUs of 0,1: held by ar-tp1 (pid {os.getpid()}) GPUs 0; "
+    assert said == [f"ddtree-tp2-b8 waits for 2 free GPUs among GPUs 0,1: held by ar-tp1 (pid {os.getpid()}) GPU 0; "
                     f"the test fails after 0.3s without them (--specdec-gpu-wait-timeout)"]
 
 
@@ -150,10 +151,10 @@ def test_the_wait_and_its_timeout_name_where_the_bound_is_set(tmp_path):
     where = "pyproject.toml [tool.specdec] key 'gpu_wait_timeout'"
     with pytest.raises(GpuLeaseError) as caught:
         leases.acquire(1, owner="ddtree-tp1-b8", timeout=0.2, timeout_setting=where, poll=0.02)
-    assert said == [f"ddtree-tp1-b8 waits for 1 free GPU of 0: held by ar-tp1 (pid {os.getpid()}) GPUs 0; "
+    assert said == [f"ddtree-tp1-b8 waits for 1 free GPU among GPU 0: held by ar-tp1 (pid {os.getpid()}) GPU 0; "
                     f"the test fails after 0.2s without them ({where})"]
-    assert str(caught.value) == (f"ddtree-tp1-b8 waited 0.2s for 1 free GPU of 0; held: ar-tp1 (pid {os.getpid()}): "
-                                 f"GPUs 0; raise {where} to wait longer")
+    assert str(caught.value) == (f"ddtree-tp1-b8 waited 0.2s for 1 free GPU among GPU 0; held: ar-tp1 (pid {os.getpid()}): "
+                                 f"GPU 0; raise {where} to wait longer")
     with pytest.raises(GpuLeaseError, match="; raise --specdec-gpu-wait-timeout to wait longer$"):
         leases.acquire(1, owner="ddtree-tp1-b8", timeout=0)
 

@@ -477,10 +477,10 @@ def test_the_gpu_wait_is_bounded_by_its_option_and_both_name_where_it_was_set(tm
     result = run_pytest(tmp_path, "--specdec-gpus", "1", timeout=90)
     result.assert_outcomes(errors=1)  # the server fixture fails the test's setup
     where = "pyproject.toml [[]tool.specdec[]] key 'gpu_wait_timeout'"
-    result.stderr.fnmatch_lines([f"specdec: ar-tp1 waits for 1 free GPU of 0: held by other-tp1 (pid *) GPUs 0; "
+    result.stderr.fnmatch_lines([f"specdec: ar-tp1 waits for 1 free GPU among GPU 0: held by other-tp1 (pid *) GPU 0; "
                                  f"the test fails after 0.5s without them ({where})"])
-    result.stdout.fnmatch_lines([f"*server ar-tp1: ar-tp1 waited 0.5s for 1 free GPU of 0; held: other-tp1 "
-                                 f"(pid *): GPUs 0; raise {where} to wait longer*"])
+    result.stdout.fnmatch_lines([f"*server ar-tp1: ar-tp1 waited 0.5s for 1 free GPU among GPU 0; held: other-tp1 "
+                                 f"(pid *): GPU 0; raise {where} to wait longer*"])
     result.stdout.fnmatch_lines(["specdec: settings *gpu_wait_timeout=0.5 (pyproject.toml [[]tool.specdec[]])*"])
 
 
