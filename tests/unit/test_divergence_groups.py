@@ -143,3 +143,23 @@ def test_settling_groups_the_results_once_not_once_per_known_issue_or_stand_in(l
     late.settled_known_issues()
     late.settled_stand_ins()
     assert len(counted) <= 2 * count + 2 * settling
+
+
+def test_a_reference_finds_only_the_configurations_of_its_own_tp(results):
+    """A dflash of TP 4 diverges in variant 5 of w2: ar-tp4's test names it, ar-tp1's (the
+    reference of the TP 1 configurations alone) must not fail on it."""
+    everything = results.all()
+    of = {r.config: r for r in everything if r.nodeid.endswith("-w2-5]")}
+    assert divergences(of["ar-tp1"], everything, results.state) == []
+    assert [candidate.config for candidate, _ in divergences(of["ar-tp4"], everything, results.state)] == ["dflash-tp4"]
+
+
+def test_a_resumed_configuration_skipped_as_already_measured_is_still_found_lossy(results):
+    """A resumed test's report is a skip ("already measured"), which the controller notes as its
+    outcome: a reference measured after it still finds its outputs lossy."""
+    from dataclasses import replace
+
+    nodeid = "t.py::test_generation[ddtree-tp1-b8-w1-3]"  # lossy, measured by an earlier run
+    results.resumed_results[nodeid] = replace(results.results.pop(nodeid), resumed=True)
+    results.outcomes[nodeid] = ("skipped", "already measured (resumed from the journal)")
+    assert results.found_lossy()[nodeid].startswith("ddtree-tp1-b8 is not lossless: prompt 1 differs from ar-tp1")

@@ -253,3 +253,25 @@ def test_a_second_choice_of_no_finite_log_probability_costs_only_its_own_margin(
     assert read.margin(0, 0) is None and read.margin(0, 2) == pytest.approx(0.02)
     message = compare("ddtree-tp1-b8", Outputs(((5, 7, 2),), ("acf",)), "ar-tp1", read, Exactness("exact")).message()
     assert "differ by 0.02 in log-probability (near-tie" in message
+
+
+def test_a_longer_output_diverges_where_the_references_ends_even_with_its_margins():
+    """A configuration that keeps generating past the reference's end (it missed the stop token)
+    is not lossless; the reference's margins cover its own tokens only, so the divergent position
+    past them has no margin, which must not stop the comparison."""
+    reference = Outputs(((1, 2, 3),), ("abc",), margins=((5.0, 3.2, 2.3),))
+    divergence = compare("x", Outputs(((1, 2, 3, 4, 5),), ("abcde",)), "ar-tp1", reference, Exactness("exact"))
+    assert divergence is not None and (divergence.position, list(divergence.expected), list(divergence.got)) == \
+        (3, [], [4, 5])
+    assert divergence.margin is None
+
+
+def test_token_ids_from_one_side_only_compare_the_texts():
+    """One server sent token ids, the other none (an attached server, an earlier release's
+    record): the texts are compared, and said to be, as where neither sent them."""
+    reference = Outputs(((1, 2, 3),), ("the capital",))
+    for got in (Outputs((None,), ("the capitol",)), Outputs((None,), ("the capital",))):
+        for outputs, expected in ((got, reference), (reference, got)):
+            divergence = compare("x", outputs, "ar-tp1", expected, Exactness("exact"))
+            assert (divergence is None) == (got.texts == reference.texts)
+            assert divergence is None or (divergence.unit, divergence.position) == ("character", 9)

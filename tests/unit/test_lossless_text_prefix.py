@@ -20,9 +20,10 @@ def word_count(text: str) -> int:
 
 
 def test_token_spans_cut_each_text_after_its_first_n_tokens():
-    texts = [WORDS, "one two", ""]
+    texts = [WORDS, "one two", "", "one two six"]
     spans = token_spans(texts, 3, lambda ts: [word_count(t) for t in ts])
-    assert spans == (len("alpha beta gamma "), len("one two"), 0)  # shorter texts are whole
+    # shorter texts are whole, and so is one of exactly N tokens (its count less the BOS)
+    assert spans == (len("alpha beta gamma "), len("one two"), 0, len("one two six"))
 
 
 def test_a_counted_prefix_compares_n_tokens_of_text_not_n_characters():
@@ -43,6 +44,24 @@ def test_an_uncounted_prefix_says_it_compared_characters():
     assert uncounted(Outputs(((1,),), ("a",)), Outputs(((1,),), ("a",)), Exactness("prefix", 8)) == 0
     bad = compare("x", Outputs((None,), ("alpha bX",)), "ar-tp1", reference, Exactness("prefix", 8))
     assert bad is not None and "only the first 8 characters were compared, not 8 tokens" in bad.message()
+
+
+def test_the_configurations_own_count_cuts_where_the_reference_has_none():
+    """A reference without spans (a record of an earlier release, or a server that counted none)
+    is cut where the configuration's server counted its own text's first N tokens."""
+    early = WORDS.replace("gamma", "GAMMA")  # differs in token 3, past 3 characters
+    got = Outputs((None,), (early,), spans=(3, token_spans([early], 3, lambda ts: [word_count(t) for t in ts])))
+    reference = Outputs((None,), (WORDS,))
+    found = compare("x", got, "ar-tp1", reference, Exactness("prefix", 3))
+    assert found is not None and found.position == WORDS.index("gamma")
+    assert "the first 3 tokens are its first 17 characters" in found.message()
+    assert uncounted(got, reference, Exactness("prefix", 3)) == 0
+
+
+def test_token_ids_of_one_side_only_leave_a_prefix_uncounted():
+    """ids on one side are no ids to compare: the texts are, on N characters where nothing counted them."""
+    assert uncounted(Outputs(((1, 2),), (WORDS,)), Outputs((None,), (WORDS,)), Exactness("prefix", 8)) == 1
+    assert uncounted(Outputs((None,), (WORDS,)), Outputs(((1, 2),), (WORDS,)), Exactness("prefix", 8)) == 1
 
 
 def test_spans_counted_for_another_n_are_not_used():
@@ -100,5 +119,7 @@ def test_matching_texts_that_hold_u_fffd_are_counted_as_unseen():
     assert blind(Outputs(((1,),), (text,)), Outputs(((2,),), (text,)), Exactness("exact")) == 0  # ids compared
     assert blind(Outputs((None,), ("abcd",)), Outputs((None,), ("abcd",)), Exactness("exact")) == 0
     assert blind(Outputs((None,), (text,)), Outputs((None,), ("ab?cd",)), Exactness("exact")) == 0  # a red
+    assert blind(Outputs((None,), ("ab?cd",)), Outputs((None,), (text,)), Exactness("exact")) == 0  # a red too
+    assert blind(Outputs((None,), (text,)), Outputs(((1,),), (text,)), Exactness("exact")) == 1  # ids of one side
     assert blind(Outputs((None,), (text,)), Outputs((None,), (text,)), Exactness("prefix", 2)) == 0  # past the cut
     assert blind(Outputs((None,), (text,)), Outputs((None,), (text,)), Exactness("off")) == 0

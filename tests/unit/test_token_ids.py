@@ -19,6 +19,7 @@ def test_ids_read_back_as_tuples_with_missing_prompts_as_none():
     assert list(ids) == [(5, 6, 7), None, (), (300, 70000)]
     assert len(ids) == 4 and ids[0] == (5, 6, 7) and ids[1] is None and ids[-1] == (300, 70000)
     assert ids[1:3] == (None, ())
+    assert TokenIds.of([None]) != TokenIds.of([()])  # no ids sent is not an empty output
     assert ids.flat.typecode == "i" and ids.flat.itemsize == 4
     with pytest.raises(IndexError):
         ids[4]
