@@ -456,3 +456,22 @@ def test_a_hybrid_model_is_lossless_only_with_the_tree_aware_recurrent_verify(py
     else:
         result.assert_outcomes(passed=1, failed=1)
         result.stdout.fnmatch_lines(["ddtree-tp1-b32 is not lossless: prompt * differs from ar-tp1 at token *"])
+
+
+def test_a_reference_that_failed_its_own_checks_still_holds_the_configurations_to_its_outputs(
+        pytester, no_leftover_engines):
+    """ar's figures regress (a baseline entry no figure reaches), so its test fails and its record
+    is journaled failed-checks; its outputs are still the target's own, so ddtree, measured after
+    it, must fail its own test on its lossy outputs, not wait for a late verdict."""
+    project(pytester, methods=("ar", "ddtree"), budgets=(8,), engine_args=("--fault-lossy", "0.3"),
+            prompts=2, max_new_tokens=16)
+    unreachable = {"output_tok_s": {"value": 1e12, "direction": "higher"}}
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / "cpu.json").write_text(json.dumps({
+        "format": "pytest-specdec-baselines", "version": 1, "hardware_key": "cpu",
+        "entries": {"test_generation[ar-tp1-chat]": unreachable}}))
+    result = run(pytester, "--specdec-compare-fail", "output_tok_s:5%")
+    result.assert_outcomes(failed=2)
+    assert [line["status"] for line in journal_figures(pytester) if "ar-tp1" in line["config_id"]][-1] == "failed-checks"
+    result.stdout.fnmatch_lines(["*_ test_generation[[]ddtree-tp1-b8-chat[]] _*",
+                                 "ddtree-tp1-b8 is not lossless: prompt * differs from ar-tp1 at token *"])
