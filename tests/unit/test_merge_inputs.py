@@ -671,6 +671,40 @@ def test_a_divergence_across_shards_names_the_margins_switch_as_a_single_run_doe
         assert hint in reason and hint in text
 
 
+def test_a_divergence_within_one_shard_is_that_shards_verdict_not_one_across_shards(tmp_path):
+    """Shard 1 measured ar-tp1 and dflash-tp1 and failed dflash's test on its divergence; shard 2
+    none of them. The merge compares only pairs no shard compared: it keeps shard 1's verdict and
+    says nothing was found "across shards", which would report the one failure twice."""
+    from pytest_specdec.journal import FAILED_CHECKS
+    from pytest_specdec.lossless import Outputs
+
+    outputs = {"ar": Outputs(((1, 2, 3),), ("abc",)), "dflash": Outputs(((1, 9, 3),), ("a?c",))}
+    why = "dflash-tp1 is not lossless: prompt 1 differs from ar-tp1 at token 2"
+    for index in (1, 2):
+        folder = tmp_path / f"shard-{index}"
+        tests = tuple(Outcome(nodeid(case), "failed" if case.method == "dflash" else "passed",
+                              why if case.method == "dflash" else None, case.param_id)
+                      for case in CASES) if index == 1 else ()
+        manifest = ShardManifest(
+            plugin_version=__version__, shard=Shard(index, 2), configurations=CASES,
+            assignment=(1, 1), matrix_digest="d", balanced_by="", hardware_key="cpu",
+            hardware="no GPU", backend="embedded", lossless="exact", finished="now", exitstatus=int(index == 1),
+            tests=tests, durations={case.param_id: 1.0 for case in CASES} if index == 1 else {})
+        folder.mkdir()
+        (folder / MANIFEST).write_text(json.dumps({"format": "pytest-specdec-shard", "version": 1,
+                                                   **manifest.to_json()}))
+        journal = Journal(folder / JOURNAL)
+        for case in CASES if index == 1 else ():
+            result = Result(test_id=nodeid(case).split("::")[-1], nodeid=nodeid(case), case=case, workload="w",
+                            metrics=(MetricValue("output_tok_s", 100.0, "higher"),), outputs=outputs[case.method])
+            journal.append(nodeid(case), "w", result.to_json(),
+                           status=FAILED_CHECKS if case.method == "dflash" else "done")
+    rc, text = merge(tmp_path)
+    assert rc == 1, text
+    assert merged_rows(tmp_path)["dflash-tp1"] == ("failed", True, why)
+    assert "across shards" not in text
+
+
 def test_a_shard_manifest_keeps_whether_margins_were_asked_and_reads_an_older_one_as_unknown():
     written = ShardManifest(
         plugin_version=__version__, shard=Shard(1, 2), configurations=CASES, assignment=(1, 2),
