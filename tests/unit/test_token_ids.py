@@ -62,6 +62,7 @@ def test_compare_names_the_first_differing_token_and_counts_prompts():
     got = Outputs(((1, 2, 9, 4), (5, 6), (8,)), ("", "", ""))
     divergence = compare("spec", got, "ar", reference, Exactness("exact"))
     assert (divergence.prompt, divergence.position, divergence.prompts_differing) == (0, 2, 2)
+    assert "at token 3 (2 of 3 prompts differ)" in divergence.message()  # of all compared, not of those differing
     assert divergence.expected == [3, 4] and divergence.got == [9, 4]
     assert compare("spec", got, "ar", reference, Exactness("prefix", 2)) is not None  # prompt 3's first token
     assert compare("spec", reference, "ar", reference, Exactness("exact")) is None
