@@ -97,3 +97,9 @@ def test_a_killed_takes_temporary_marker_is_removed_under_the_journals_lock(tmp_
     journal_owner.take(journal, "this-run")
     assert not torn.exists()
     assert journal_owner.owner(journal_owner.marker_of(journal))[0] == "this-run"
+
+
+def test_a_marker_this_process_holds_is_not_held_elsewhere(tmp_path):
+    marker = tmp_path / "run.marker"
+    liveness.hold(marker)
+    assert not liveness.held_elsewhere(marker)

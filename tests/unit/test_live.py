@@ -3,11 +3,14 @@ context-length guard's count by a server's own /v1/tokenize."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
+import aiohttp
 import pytest
 
+from pytest_specdec import client
 from pytest_specdec.backends import AttachBackend, SGLangBackend
 from pytest_specdec.live import LiveServer
 from pytest_specdec.metrics import RequestRecord, WorkloadResult, summarize
@@ -658,3 +661,134 @@ def test_a_measurement_records_the_gpus_its_server_ran_on():
     recorder = Recorder(item=None)
     recorder.run(server, SimpleNamespace(temperature=0.0))
     assert "gpus" not in recorder.info
+
+
+# ------------------------------------------------------------------ the guards around a workload
+
+DIED = ServerError("ar-tp1", "died", "CUDA error: an illegal instruction was encountered",
+                   log_path=Path("logs/ar-tp1.log"))
+
+
+def guarded(monkeypatch, records, *, check=None, **fields) -> tuple[LiveServer, list[ServerError]]:
+    """A server whose workload run returns `records` (no server runs) and whose liveness check
+    is `check`; the failures it reports."""
+    result = WorkloadResult("chat", "http://127.0.0.1:1", 1, tuple(records), wall_s=0.1)
+    monkeypatch.setattr("pytest_specdec.live.client.run_workload", lambda *args, **kwargs: result)
+    reported: list[ServerError] = []
+    fields.setdefault("warmup_requests", 0)
+    server = LiveServer(spec=ServerSpec("embedded", "ar"), url="http://127.0.0.1:1", log_path=None,
+                        check=check or (lambda: None), token_counter=None, cache_flush=Flushed(),
+                        report_failure=reported.append, **fields)
+    return server, reported
+
+
+def died():
+    raise DIED
+
+
+def answer(i: int = 0, tokens: int = 8, **kw) -> RequestRecord:
+    kw.setdefault("status", 200)
+    return RequestRecord(index=i, finish_reason="length", prompt_tokens=10, completion_tokens=tokens,
+                         ttft_ms=5.0 if tokens else None, e2e_ms=20.0, chunks=tokens, **kw)
+
+
+ONE = Workload(name="chat", prompts=(Prompt("p"),), max_new_tokens=8)
+
+
+def test_zero_tokens_from_a_server_that_died_say_its_death(monkeypatch):
+    """A run that fails its guards is followed by a liveness check: a server that died under it
+    is the cause, said from its log, and reported failed, not "zero completion tokens"."""
+    server, reported = guarded(monkeypatch, [answer(tokens=0)], check=died)
+    with pytest.raises(pytest.fail.Exception) as info:
+        server.run(ONE)
+    assert str(info.value) == str(DIED) and reported == [DIED]
+
+
+def test_a_server_that_died_as_its_workload_ended_fails_the_test(monkeypatch):
+    """A complete run is checked once more after it: a server gone by then is no green test."""
+    server, reported = guarded(monkeypatch, [answer()], check=died)
+    with pytest.raises(pytest.fail.Exception) as info:
+        server.run(ONE)
+    assert str(info.value) == str(DIED) and reported == [DIED]
+
+
+def test_a_failed_warm_up_request_on_a_live_server_says_it_failed(monkeypatch):
+    """Its HTTP error is the failure, not the zero tokens that came with it."""
+    server, _ = guarded(monkeypatch, [answer(tokens=0, status=500, error="HTTP 500: boom")], warmup_requests=1)
+    with pytest.raises(pytest.fail.Exception) as info:
+        server.run(ONE)
+    assert str(info.value).startswith("server ar-tp1: workload 'chat', during its warm-up (1 untimed request "
+                                      "before it is measured): 1 of 1 requests failed against"), str(info.value)
+
+
+def test_a_stall_is_diagnosed_by_the_servers_own_probe(monkeypatch):
+    """The probe's verdict (here: the server hangs) is the failure and what is reported."""
+    def stalled(*args, **kwargs):
+        raise client.WorkloadStalled(2.0, 1, 0, 1)
+
+    monkeypatch.setattr("pytest_specdec.live.client.run_workload", stalled)
+    hang = ServerError("ar-tp1", "hang", "watchdog timeout")
+    asked: list[str] = []
+    reported: list[ServerError] = []
+    server = LiveServer(spec=ServerSpec("embedded", "ar"), url="http://127.0.0.1:1", log_path=None,
+                        check=lambda: None, token_counter=None, warmup_requests=0, stall_timeout=1.0,
+                        probe_stall=lambda stall: asked.append(stall) or hang, report_failure=reported.append)
+    with pytest.raises(pytest.fail.Exception) as info:
+        server.run(ONE)
+    assert str(info.value) == str(hang) and reported == [hang] and server.failure is hang
+    assert asked == ["no token for 2.0s while 1 request was in flight (0 of 1 requests done); raise "
+                     "--specdec-stall-timeout if the server is just slow"]
+
+
+@pytest.mark.parametrize("raised", [
+    client.GenerateFailed("failed: stream cut off mid-response", answered=False),
+    asyncio.TimeoutError(),
+    aiohttp.ClientConnectionError("connection reset"),
+    ConnectionRefusedError("refused"),
+], ids=["cut-off", "timeout", "client-error", "os-error"])
+def test_generate_that_got_no_answer_says_the_servers_death(monkeypatch, raised):
+    def fails(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr("pytest_specdec.live.client.generate_body", fails)
+    server, reported = guarded(monkeypatch, [], check=died)
+    with pytest.raises(pytest.fail.Exception) as info:
+        server.generate("Hello")
+    assert str(info.value) == str(DIED) and reported == [DIED]
+
+
+def test_generate_refused_by_a_live_answer_is_not_a_liveness_question(monkeypatch):
+    def refused(*args, **kwargs):
+        raise client.GenerateFailed("failed: HTTP 400 Bad Request: no")
+
+    monkeypatch.setattr("pytest_specdec.live.client.generate_body", refused)
+    server, reported = guarded(monkeypatch, [], check=died)
+    with pytest.raises(pytest.fail.Exception, match=r"^server ar-tp1: /generate failed: HTTP 400 Bad Request: no$"):
+        server.generate("Hello")
+    assert reported == []
+
+
+@pytest.mark.parametrize("stall_timeout, cap", [(None, 120.0), (5.0, None)])
+def test_generate_is_capped_only_where_no_stall_timeout_bounds_it(monkeypatch, stall_timeout, cap):
+    asked = {}
+
+    def body(url, payload, **kwargs):
+        asked.update(kwargs)
+        return {"text": "x"}
+
+    monkeypatch.setattr("pytest_specdec.live.client.generate_body", body)
+    server, _ = guarded(monkeypatch, [], stall_timeout=stall_timeout)
+    assert server.generate("Hello") == {"text": "x"}
+    assert asked["timeout_s"] == cap
+
+
+def test_a_context_length_that_cannot_be_read_from_a_dead_server_says_its_death(monkeypatch):
+    def unreadable(*args, **kwargs):
+        raise RuntimeError("connection refused")
+
+    monkeypatch.setattr("pytest_specdec.live.client.fetch_context_length", unreadable)
+    server, reported = guarded(monkeypatch, [], check=died)
+    server.token_counter = lambda text: 1
+    with pytest.raises(pytest.fail.Exception) as info:
+        server.workload(ONE)
+    assert str(info.value) == str(DIED) and reported == [DIED]

@@ -167,6 +167,11 @@ def test_summarize_refuses_partial_and_empty_results():
         summarize(result(rec(0, ttft=None)))
 
 
+def test_summarize_refuses_a_wall_time_of_zero():
+    with pytest.raises(MeasurementError, match=r"wall time 0\.0 s is not positive"):
+        summarize(result(rec(0), wall=0.0))
+
+
 def test_combine_repeats_mean_and_spread():
     a = MetricValue("output_tok_s", 100.0, "higher", spread=1.0, samples=8)
     b = MetricValue("output_tok_s", 110.0, "higher", spread=1.0, samples=8)
@@ -208,6 +213,11 @@ def test_log_tail_hook_is_lazy_and_its_failure_is_reported():
 
     with pytest.raises(MeasurementError, match="could not read the server log tail: log gone"):
         check_tokens(result(rec(0, tokens=0)), log_tail=broken)
+
+
+def test_an_empty_server_log_is_said_so():
+    with pytest.raises(MeasurementError, match=r"\(server log is empty\)"):
+        check_tokens(result(rec(0, tokens=0)), log_tail=lambda: "\n")
 
 
 def test_check_no_errors_lists_requests_and_truncates_listing():
@@ -286,6 +296,12 @@ def test_zero_correct_drafts_fail_even_for_short_outputs():
         check_speculation(res, "ddtree")
 
 
+def test_the_servers_count_of_correct_drafts_wins_over_token_arithmetic():
+    """101 tokens in 100 verify steps read as nothing accepted by the token arithmetic (the
+    fallback for servers that send no counts); a server that counted 40 correct drafts is believed."""
+    check_speculation(result(rec(0, tokens=101, verify=100, correct=40, proposed=1600)), "ddtree")
+
+
 def test_min_accept_length_threshold():
     res = result(rec(0, tokens=300, verify=100))
     check_speculation(res, "ddtree")
@@ -301,6 +317,8 @@ def test_measure_runs_guards_then_summarizes():
         measure(result(rec(0)), method="ddtree")
     with pytest.raises(MeasurementError, match="failed"):
         measure(result(rec(0, tokens=0, error="HTTP 500: x", status=500)), method="ddtree")
+    with pytest.raises(MeasurementError, match="zero completion tokens"):
+        measure(result(rec(0, tokens=0)))  # summarize alone would report 0 tok/s
 
 
 # ------------------------------------------------------------------ server-side figures
@@ -425,6 +443,7 @@ def test_compare_accept_length_beyond_rounding_only():
     assert d is not None
     assert "client 3.300 vs server log 3.210" in str(d)
     assert compare_accept_length(3.30, 3.21, slack=0.1) is None
+    assert compare_accept_length(3.12, 3.21) is not None  # a client figure below the server's too
     assert compare_accept_length(None, 3.2) is None
     assert compare_accept_length(3.2, ServerFigures(source="/metrics")) is None
     assert compare_accept_length(3.2, 3.0, decimals=0) is None

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import pickle
+import signal
 import sys
 
 import pytest
 
 from pytest_specdec.errors import SpecdecUsageError
 from pytest_specdec.servers import METHOD_FLAG_PRESETS, ServerError, ServerSpec, build_embedded_argv
-from pytest_specdec.servers.diagnosis import LogWatcher, describe_exit, fatal_cause, tail
+from pytest_specdec.servers.diagnosis import (COMMAND_LINE_PREFIX, LogWatcher, describe_exit, fatal_cause,
+                                               is_hang_signature, tail, unexplained_kill)
 from pytest_specdec.servers.sglang import build_sglang_argv, method_flags_from_config
 
 
@@ -233,3 +235,54 @@ def test_a_generic_line_that_opens_a_traceback_takes_the_exception_as_its_cause(
     assert LogWatcher(log).scan().cause == (
         "Scheduler hit an exception: ValueError: head dim 32 is not supported; use one of [64, 128, 256]"
     )
+
+
+def test_a_hang_signature_is_a_hang_and_a_crash_signature_is_not():
+    assert is_hang_signature("[t TP0] Health check failed. Server may be stuck")
+    assert is_hang_signature("[t] Watchdog caught collective operation timeout: WorkNCCL(...)")
+    assert not is_hang_signature("RuntimeError: CUDA error: an illegal instruction was encountered")
+    assert not is_hang_signature("[t] loading weights")
+
+
+def test_the_plugins_command_line_in_a_log_is_not_the_servers_words(tmp_path):
+    """The plugin writes the server's command first; an argument that reads like a fatal line is
+    no cause."""
+    log = tmp_path / "s.log"
+    log.write_text(f"{COMMAND_LINE_PREFIX}python -m sglang.launch_server --served-model-name 'Health check failed'\n"
+                   "[t] The server is fired up and ready to roll!\n")
+    assert LogWatcher(log).scan().fatal_line is None
+
+
+def test_a_line_written_in_two_pieces_is_read_whole(tmp_path):
+    log = tmp_path / "s.log"
+    log.write_text("RuntimeError: CUDA error: an illegal")
+    watcher = LogWatcher(log)
+    assert watcher.scan().fatal_line is None
+    with log.open("a") as fh:
+        fh.write(" instruction was encountered\n")
+    assert watcher.scan().fatal_line == "RuntimeError: CUDA error: an illegal instruction was encountered"
+
+
+def test_a_clean_exit_is_no_kill_and_only_a_sigkill_points_at_the_oom_killer():
+    assert describe_exit(0) == "exited with code 0"
+    assert "out-of-memory killer" in unexplained_kill(-signal.SIGKILL)
+    assert unexplained_kill(signal.SIGKILL) == unexplained_kill(1) == unexplained_kill(None) == ""
+
+
+def test_the_exception_that_closes_the_traceback_is_the_cause_not_a_later_one(tmp_path):
+    """A crash's shutdown logs more exceptions (a chained one, a KeyboardInterrupt); the first
+    after the fatal line is what closed its traceback."""
+    log = tmp_path / "s.log"
+    log.write_text(
+        "[t TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "configs.py", line 79, in verify_config\n'
+        "ValueError: head dim 32 is not supported\n"
+        "During handling of the above exception, another exception occurred:\n"
+        "KeyboardInterrupt: shutting down\n"
+    )
+    assert LogWatcher(log).scan().cause == "Scheduler hit an exception: ValueError: head dim 32 is not supported"
+
+
+def test_a_log_that_cannot_be_read_has_an_empty_tail(tmp_path):
+    """The tail only adds to a failure message: a log path that is a folder must not replace it."""
+    assert tail(tmp_path) == ""
