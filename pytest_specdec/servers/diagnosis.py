@@ -98,6 +98,7 @@ class LogWatcher:
         rank = _line_rank(line)
         if rank is not None and (self._fatal_rank is None or rank < self._fatal_rank):
             self._fatal_line, self._fatal_rank = line.strip(), rank
+            self._exception_line = None  # an earlier traceback's exception is not this line's
         elif self._fatal_line is not None and self._exception_line is None and _EXCEPTION_LINE_RE.match(line):
             self._exception_line = line.strip()
         if _ADDRESS_IN_USE_RE.search(line):
@@ -111,15 +112,15 @@ class LogWatcher:
             self._usage_error = line.strip()
 
     def finding(self, include_partial: bool = False) -> LogFinding:
-        fatal, in_use = self._fatal_line, self._address_in_use
+        fatal, in_use, exception = self._fatal_line, self._address_in_use, self._exception_line
         partial = _ANSI_RE.sub("", self._partial)  # a code cut by the chunk's end: re-read whole later
         if include_partial and partial:
             rank = _line_rank(partial)
             if rank is not None and (self._fatal_rank is None or rank < self._fatal_rank):
-                fatal = partial.strip()
+                fatal, exception = partial.strip(), None  # its traceback has not been written yet
             in_use = in_use or bool(_ADDRESS_IN_USE_RE.search(partial))
         return LogFinding(fatal_line=fatal, address_in_use=in_use, taken_port=self._taken_port,
-                          ready=self._ready, exception_line=self._exception_line,
+                          ready=self._ready, exception_line=exception,
                           usage_error=self._usage_error)
 
 

@@ -286,3 +286,25 @@ def test_the_exception_that_closes_the_traceback_is_the_cause_not_a_later_one(tm
 def test_a_log_that_cannot_be_read_has_an_empty_tail(tmp_path):
     """The tail only adds to a failure message: a log path that is a folder must not replace it."""
     assert tail(tmp_path) == ""
+
+
+def test_a_more_specific_fatal_line_takes_its_own_tracebacks_exception(tmp_path):
+    """The exception line belongs to the fatal line chosen: a generic traceback's exception, logged
+    before a more specific one opened its own, named the wrong error as its cause."""
+    log = tmp_path / "s.log"
+    log.write_text(
+        "[t TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        "ValueError: head dim 32 is not supported\n"
+        "[t TP0] Capture cuda graph failed: Traceback (most recent call last):\n"
+        '  File "cuda_graph_runner.py", line 9, in capture\n'
+        "RuntimeError: graph capture ran out of streams\n"
+    )
+    assert LogWatcher(log).scan().cause == "Capture cuda graph failed: RuntimeError: graph capture ran out of streams"
+
+
+def test_a_more_specific_fatal_line_still_being_written_takes_no_earlier_exception(tmp_path):
+    log = tmp_path / "s.log"
+    log.write_text("[t TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+                   "ValueError: head dim 32 is not supported\n"
+                   "[t TP0] Capture cuda graph failed: Traceback (most recent call last):")
+    assert LogWatcher(log).scan().cause == "Capture cuda graph failed: Traceback (most recent call last):"
