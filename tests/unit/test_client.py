@@ -98,6 +98,8 @@ class FakeSGLang:
             await resp.prepare(request)
             if mode == "slow":
                 await asyncio.sleep(5)
+            if mode == "linger":  # a long prefill before the first token
+                await asyncio.sleep(1.0)
             emitted = 0
             verify = 0
             last = 100 * n if mode == "overrun" else n  # overrun: a server that ignores max_new_tokens
@@ -145,7 +147,9 @@ class FakeSGLang:
                     await resp.write(b'data: {"error": {"message": "CUDA out of memory"}}\n\n')
                     break
                 await asyncio.sleep(0.1 if mode == "trickle" else 0.05 if mode == "overrun" else 0)
-            if mode != "no_done":
+            if mode == "linger":  # and a stream that ends a second after its last token, with no [DONE]
+                await asyncio.sleep(1.0)
+            if mode not in ("no_done", "linger"):
                 await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
             return resp
@@ -409,6 +413,34 @@ def test_a_slow_but_moving_stream_is_no_stall(fake):
     res = run_workload(fake.url, workload("mode:trickle", "mode:trickle", n=60, concurrency=1),
                        stall_timeout=1.0)
     assert all(r.ok and r.completion_tokens == 60 for r in res.records)
+
+
+
+def test_a_finished_request_is_heard_so_the_next_ones_prefill_has_its_own_stall_timeout(fake):
+    """One at a time, each request silent 1 s before its first token and 1 s after its last, its
+    stream then cut with no [DONE] (which would be heard): a request's end is heard, however it
+    ended, so no silence reaches the 1.5 s stall timeout (the two together would) and each
+    request's own failure is what the run reports, not a stall that stops the server."""
+    res = run_workload(fake.url, workload("mode:linger", "mode:linger", n=4, concurrency=1), stall_timeout=1.5)
+    assert [(r.completion_tokens, "[DONE]" in (r.error or "")) for r in res.records] == [(4, True), (4, True)]
+
+
+def test_a_silence_is_said_once_and_only_once_it_has_lasted():
+    """`on_quiet` is a progress line: once per silence, never for a pause shorter than STALL_QUIET_S."""
+    import pytest_specdec.client as client_module
+
+    async def heard_of(silent_for: float) -> list[tuple]:
+        watch = client_module._StreamWatch()
+        watch.in_flight = 2
+        watch.last_event -= silent_for
+        said: list[tuple] = []
+        with pytest.raises(asyncio.TimeoutError):  # a stall timeout far off: the watchdog polls on
+            await asyncio.wait_for(watch.watch(60.0, 4, lambda *told: said.append(told)), 0.8)
+        return said
+
+    assert asyncio.run(heard_of(0.0)) == []
+    said = asyncio.run(heard_of(client_module.STALL_QUIET_S + 1))
+    assert len(said) == 1 and said[0][2] == 2 and said[0][0] >= client_module.STALL_QUIET_S + 1
 
 
 @pytest.mark.parametrize("stall_timeout", [None, 5.0], ids=["no-stall-timeout", "stall-timeout"])
