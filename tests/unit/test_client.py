@@ -99,7 +99,7 @@ class FakeSGLang:
             if mode == "slow":
                 await asyncio.sleep(5)
             if mode == "linger":  # a long prefill before the first token
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(1.5)
             emitted = 0
             verify = 0
             last = 100 * n if mode == "overrun" else n  # overrun: a server that ignores max_new_tokens
@@ -147,8 +147,8 @@ class FakeSGLang:
                     await resp.write(b'data: {"error": {"message": "CUDA out of memory"}}\n\n')
                     break
                 await asyncio.sleep(0.1 if mode == "trickle" else 0.05 if mode == "overrun" else 0)
-            if mode == "linger":  # and a stream that ends a second after its last token, with no [DONE]
-                await asyncio.sleep(1.0)
+            if mode == "linger":  # and a stream that ends 1.5 s after its last token, with no [DONE]
+                await asyncio.sleep(1.5)
             if mode not in ("no_done", "linger"):
                 await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
@@ -417,11 +417,12 @@ def test_a_slow_but_moving_stream_is_no_stall(fake):
 
 
 def test_a_finished_request_is_heard_so_the_next_ones_prefill_has_its_own_stall_timeout(fake):
-    """One at a time, each request silent 1 s before its first token and 1 s after its last, its
-    stream then cut with no [DONE] (which would be heard): a request's end is heard, however it
-    ended, so no silence reaches the 1.5 s stall timeout (the two together would) and each
-    request's own failure is what the run reports, not a stall that stops the server."""
-    res = run_workload(fake.url, workload("mode:linger", "mode:linger", n=4, concurrency=1), stall_timeout=1.5)
+    """One at a time, each request silent 1.5 s before its first token and 1.5 s after its last,
+    its stream then cut with no [DONE] (which would be heard): a request's end is heard, however it
+    ended, so no silence reaches the 2.5 s stall timeout (the two together would; a loaded machine
+    only lengthens them) and each request's own failure is what the run reports, not a stall that
+    stops the server."""
+    res = run_workload(fake.url, workload("mode:linger", "mode:linger", n=4, concurrency=1), stall_timeout=2.5)
     assert [(r.completion_tokens, "[DONE]" in (r.error or "")) for r in res.records] == [(4, True), (4, True)]
 
 
